@@ -1,0 +1,22 @@
+/* cli/cli.h - shared pieces of the `kiln` command. */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+#include <kiln/kiln.h>
+
+/* Print "kiln: error: <last error>" and return the exit code for st. */
+int cli_fail(kiln_status st);
+
+/* Load FILE, apply the overrides among argv[first..argc) (every argument
+ * containing '=' that is not an option), open the registry with
+ * [run] plugin_path, and validate.  Options (--x) are left to the caller. */
+kiln_status cli_load(const char *file, int argc, char **argv, int first,
+		     struct kiln_config **cfg, struct kiln_registry **reg);
+
+int cmd_train(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+int cmd_plugins(int argc, char **argv);
+
+int cli_wants_help(int argc, char **argv);
+
+#endif

@@ -1,0 +1,68 @@
+/* cli/cmd_plugins.c - `kiln plugins`: every plugin file found, and every
+ * plugin in them, with kind, ABI and availability. */
+#include "build-config.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cmd_plugins(int argc, char **argv)
+{
+	const char *path = NULL;
+	if (cli_wants_help(argc, argv)) {
+		printf("usage: kiln plugins [--path DIR[:DIR...]]\n\n"
+		       "List the directories searched, every kiln-*.so found (with the reason when it\n"
+		       "does not load), and every plugin: kind, name, ABI, available or why not.\n");
+		return 0;
+	}
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--path") && i + 1 < argc)
+			path = argv[++i];
+		else {
+			fprintf(stderr, "kiln: error: unexpected argument '%s'\nusage: kiln plugins [--path DIRS]\n",
+				argv[i]);
+			return 2;
+		}
+	}
+	struct kiln_registry *reg;
+	kiln_status st = kiln_registry_open(path, &reg);
+	if (st)
+		return cli_fail(st);
+	printf("search path:\n");
+	for (int i = 0; i < kiln_registry_dir_count(reg); i++)
+		printf("  %s\n", kiln_registry_dir(reg, i));
+	printf("\nfiles:\n");
+	int nf = kiln_registry_file_count(reg);
+	if (!nf)
+		printf("  (none)\n");
+	for (int i = 0; i < nf; i++) {
+		struct kiln_plugin_file f;
+		kiln_registry_file_get(reg, i, &f);
+		if (f.error && !f.n_plugins)
+			printf("  %s: NOT LOADED: %s\n", f.path, f.error);
+		else if (f.error)
+			printf("  %s: %d plugin(s); also: %s\n", f.path, f.n_plugins, f.error);
+		else
+			printf("  %s: %d plugin(s)\n", f.path, f.n_plugins);
+	}
+	printf("\n%-10s %-14s %-5s %-28s %s\n", "KIND", "NAME", "ABI", "STATUS", "SUMMARY");
+	int n = kiln_registry_plugin_count(reg);
+	for (int kind = KILN_PLUGIN_DEVICE; kind <= KILN_PLUGIN_LAYER; kind++)
+		for (int i = 0; i < n; i++) {
+			struct kiln_plugin_info p;
+			kiln_registry_plugin_get(reg, i, &p);
+			if (p.kind != kind)
+				continue;
+			char abi[16], status[300];
+			snprintf(abi, sizeof abi, "%u.%u", p.abi_major, p.abi_minor);
+			if (p.available)
+				snprintf(status, sizeof status, "available%s",
+					 strcmp(p.file, "(built-in)") ? "" : " (built-in)");
+			else
+				snprintf(status, sizeof status, "unavailable: %s", p.why);
+			printf("%-10s %-14s %-5s %-28s %s\n", kiln_plugin_kind_name(p.kind), p.name, abi,
+			       status, p.summary);
+		}
+	kiln_registry_close(reg);
+	return 0;
+}

@@ -1,0 +1,93 @@
+/* cli/kiln.c - the `kiln` command: dispatch to subcommands.  Only cli/
+ * decides exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data. */
+#include "build-config.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kiln <command> [args]\n"
+		"\n"
+		"commands:\n"
+		"  train FILE [section.key=value ...]   train the model FILE describes\n"
+		"  config FILE [section.key=value ...]  print the resolved config (defaults filled in)\n"
+		"  config --doc                         print the reference of every key (markdown)\n"
+		"  plugins [--path DIRS]                list plugin files and plugins found\n"
+		"\n"
+		"`kiln <command> --help` describes one command.  Exit codes: 0 ok, 1 failure,\n"
+		"2 usage or config error, 3 data error.\n");
+}
+
+int cli_fail(kiln_status st)
+{
+	const char *msg = kiln_last_error();
+	fprintf(stderr, "kiln: error: %s\n", *msg ? msg : kiln_status_name(st));
+	return kiln_status_exit_code(st);
+}
+
+int cli_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			return 1;
+	return 0;
+}
+
+kiln_status cli_load(const char *file, int argc, char **argv, int first,
+		     struct kiln_config **cfg, struct kiln_registry **reg)
+{
+	kiln_status st;
+	*cfg = NULL;
+	*reg = NULL;
+	if ((st = kiln_config_load(file, cfg)))
+		return st == KILN_EIO ? KILN_ECONFIG : st;
+	for (int i = first; i < argc; i++) {
+		if (argv[i][0] == '-' || !strchr(argv[i], '='))
+			continue;
+		if ((st = kiln_config_override(*cfg, argv[i])))
+			return st;
+	}
+	/* Check the fixed sections before loading plugins, so a typo in
+	 * [run] plugin_path is reported as such. */
+	if ((st = kiln_config_validate(*cfg, NULL)))
+		return st;
+	const char *path = kiln_config_get(*cfg, "run", "plugin_path");
+	if ((st = kiln_registry_open(path, reg)))
+		return st;
+	return kiln_config_validate(*cfg, *reg);
+}
+
+int main(int argc, char **argv)
+{
+	/* With 2 cores, OpenMP threads that spin while waiting starve the
+	 * loader and each other: make them sleep unless the user chose.  This
+	 * must happen before any plugin loads the OpenMP runtime. */
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(cmd, "--version")) {
+		printf("kiln %s (plugin ABI %d.%d)\n", kiln_version(), KILN_ABI_MAJOR, KILN_ABI_MINOR);
+		return 0;
+	}
+	if (!strcmp(cmd, "train"))
+		return cmd_train(argc - 1, argv + 1);
+	if (!strcmp(cmd, "config"))
+		return cmd_config(argc - 1, argv + 1);
+	if (!strcmp(cmd, "plugins"))
+		return cmd_plugins(argc - 1, argv + 1);
+	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
+	usage(stderr);
+	return 2;
+}

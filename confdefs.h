@@ -1,0 +1,24 @@
+/* confdefs.h */
+#define PACKAGE_NAME "kiln"
+#define PACKAGE_TARNAME "kiln"
+#define PACKAGE_VERSION "0.1.0"
+#define PACKAGE_STRING "kiln 0.1.0"
+#define PACKAGE_BUGREPORT ""
+#define PACKAGE_URL ""
+#define PACKAGE "kiln"
+#define VERSION "0.1.0"
+#define HAVE_STDIO_H 1
+#define HAVE_STDLIB_H 1
+#define HAVE_STRING_H 1
+#define HAVE_INTTYPES_H 1
+#define HAVE_STDINT_H 1
+#define HAVE_STRINGS_H 1
+#define HAVE_SYS_STAT_H 1
+#define HAVE_SYS_TYPES_H 1
+#define HAVE_UNISTD_H 1
+#define STDC_HEADERS 1
+#define HAVE_DLFCN_H 1
+#define LT_OBJDIR ".libs/"
+#define _GNU_SOURCE 1
+#define HAVE_DECL_INI_ALLOW_REALLOC 1
+#define HAVE_INIH_RUNTIME_OPTIONS 1

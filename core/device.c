@@ -1,0 +1,180 @@
+/* core/device.c - the core's wrapper of a device plugin: defaults for
+ * optional members, argument checks, and the sync/copy counters tests use
+ * to prove a training step never waits on the host. */
+#include "internal.h"
+
+#include <stdatomic.h>
+
+struct kiln_device {
+	const struct kiln_plugin *plugin;
+	const struct kiln_device_ops *ops;
+	void *ctx;
+	atomic_uint_fast64_t host_syncs, d2h, allocs, runs;
+};
+
+#define HAS(dev, member)                                                                  \
+	((dev)->ops->version >= 1 && (dev)->ops->member != NULL)
+
+kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_config *cfg,
+			     const char *name, int ordinal, struct kiln_device **out)
+{
+	const struct kiln_plugin *p;
+	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p);
+	*out = NULL;
+	if (st)
+		return st;
+	const struct kiln_device_ops *ops = p->ops;
+	if (!ops->open || !ops->alloc || !ops->free || !ops->stream_create || !ops->copy_async ||
+	    !ops->event_create || !ops->event_record || !ops->stream_wait || !ops->event_sync ||
+	    !ops->stream_sync || !ops->prepare || !ops->run)
+		return kiln_error(KILN_EPLUGIN, "device plugin '%s' lacks a required member", name);
+	struct kiln_device *dev = calloc(1, sizeof *dev);
+	if (!dev)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	dev->plugin = p;
+	dev->ops = ops;
+	if ((st = ops->open(kiln_host_table(), cfg, ordinal, &dev->ctx))) {
+		free(dev);
+		return kiln_error_wrap(st, "device '%s'", name);
+	}
+	*out = dev;
+	return KILN_OK;
+}
+
+void kiln_device_close(struct kiln_device *dev)
+{
+	if (!dev)
+		return;
+	if (dev->ops->close)
+		dev->ops->close(dev->ctx);
+	free(dev);
+}
+
+const char *kiln_device_name(const struct kiln_device *dev) { return dev->plugin->name; }
+
+void kiln_device_counters_get(const struct kiln_device *dev, struct kiln_device_counters *c)
+{
+	c->host_syncs = atomic_load(&dev->host_syncs);
+	c->d2h_copies = atomic_load(&dev->d2h);
+	c->allocs = atomic_load(&dev->allocs);
+	c->runs = atomic_load(&dev->runs);
+}
+
+kiln_status kiln_device_alloc(struct kiln_device *dev, size_t bytes, void **ptr)
+{
+	atomic_fetch_add(&dev->allocs, 1);
+	return dev->ops->alloc(dev->ctx, bytes ? bytes : 1, ptr);
+}
+
+void kiln_device_free(struct kiln_device *dev, void *ptr)
+{
+	if (ptr)
+		dev->ops->free(dev->ctx, ptr);
+}
+
+kiln_status kiln_device_host_alloc(struct kiln_device *dev, size_t bytes, void **ptr)
+{
+	atomic_fetch_add(&dev->allocs, 1);
+	if (HAS(dev, host_alloc) && HAS(dev, host_free))
+		return dev->ops->host_alloc(dev->ctx, bytes, ptr);
+	/* default: 64-byte aligned pageable memory */
+	*ptr = NULL;
+	if (posix_memalign(ptr, 64, bytes ? (bytes + 63) & ~(size_t)63 : 64))
+		return kiln_error(KILN_ENOMEM, "host_alloc(%zu bytes) failed", bytes);
+	return KILN_OK;
+}
+
+void kiln_device_host_free(struct kiln_device *dev, void *ptr)
+{
+	if (!ptr)
+		return;
+	if (HAS(dev, host_alloc) && HAS(dev, host_free))
+		dev->ops->host_free(dev->ctx, ptr);
+	else
+		free(ptr);
+}
+
+kiln_status kiln_device_stream_create(struct kiln_device *dev, void **stream)
+{
+	return dev->ops->stream_create(dev->ctx, stream);
+}
+
+void kiln_device_stream_destroy(struct kiln_device *dev, void *stream)
+{
+	if (stream && dev->ops->stream_destroy)
+		dev->ops->stream_destroy(dev->ctx, stream);
+}
+
+kiln_status kiln_device_event_create(struct kiln_device *dev, void **event)
+{
+	return dev->ops->event_create(dev->ctx, event);
+}
+
+void kiln_device_event_destroy(struct kiln_device *dev, void *event)
+{
+	if (event && dev->ops->event_destroy)
+		dev->ops->event_destroy(dev->ctx, event);
+}
+
+kiln_status kiln_device_copy_async(struct kiln_device *dev, void *dst, const void *src,
+				   size_t bytes, int kind, void *stream)
+{
+	if (!stream)
+		return kiln_error(KILN_EINVAL, "copy_async: NULL stream");
+	if (kind == KILN_COPY_D2H)
+		atomic_fetch_add(&dev->d2h, 1);
+	if (!bytes)
+		return KILN_OK;
+	return dev->ops->copy_async(dev->ctx, dst, src, bytes, kind, stream);
+}
+
+kiln_status kiln_device_event_record(struct kiln_device *dev, void *event, void *stream)
+{
+	return dev->ops->event_record(dev->ctx, event, stream);
+}
+
+kiln_status kiln_device_stream_wait(struct kiln_device *dev, void *stream, void *event)
+{
+	return dev->ops->stream_wait(dev->ctx, stream, event);
+}
+
+kiln_status kiln_device_event_sync(struct kiln_device *dev, void *event)
+{
+	atomic_fetch_add(&dev->host_syncs, 1);
+	return dev->ops->event_sync(dev->ctx, event);
+}
+
+kiln_status kiln_device_stream_sync(struct kiln_device *dev, void *stream)
+{
+	atomic_fetch_add(&dev->host_syncs, 1);
+	return dev->ops->stream_sync(dev->ctx, stream);
+}
+
+kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
+				size_t *workspace)
+{
+	size_t ws = 0;
+	*plan = NULL;
+	kiln_status st = dev->ops->prepare(dev->ctx, op, plan, &ws);
+	if (workspace)
+		*workspace = ws;
+	return st;
+}
+
+kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct kiln_op_args *args,
+			    void *stream)
+{
+	atomic_fetch_add(&dev->runs, 1);
+	return dev->ops->run(dev->ctx, plan, args, stream);
+}
+
+void kiln_device_plan_free(struct kiln_device *dev, void *plan)
+{
+	if (plan && dev->ops->plan_free)
+		dev->ops->plan_free(dev->ctx, plan);
+}
+
+void *kiln_device_proc(struct kiln_device *dev, const char *name)
+{
+	return HAS(dev, get_proc_address) ? dev->ops->get_proc_address(dev->ctx, name) : NULL;
+}

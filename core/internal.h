@@ -1,0 +1,36 @@
+/* core/internal.h - declarations shared inside libkiln only. */
+#ifndef KILN_INTERNAL_H
+#define KILN_INTERNAL_H
+
+#ifdef HAVE_CONFIG_H
+#include "build-config.h"
+#endif
+#include <kiln/kiln.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Levenshtein distance, for "did you mean" suggestions. */
+int kiln_edit_distance(const char *a, const char *b);
+
+/* Extra keys for a section that the registry supplies: a layer type's keys
+ * for [layer.X] (selected by `type`), a source's for [data]/[data.eval]
+ * (selected by `source`), a plugin's for [plugin.X].  *ext is NULL when
+ * there are none.  KILN_ECONFIG/KILN_ENOTFOUND when the selector names
+ * nothing registered. */
+kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
+				   const struct kiln_registry *reg, const char *section,
+				   const struct kiln_key **ext);
+
+char *kiln_strdup(const char *s);
+
+#endif
+
+extern const struct kiln_key kiln_layer_common_keys[];
+int kiln_schema_fixed_count(void);
+const char *kiln_schema_fixed_name(int i, const char **doc);
+
+/* NULL-terminated table of the built-in layer types (core/layers/). */
+extern const struct kiln_plugin *const kiln_builtin_layers[];

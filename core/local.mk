@@ -1,0 +1,9 @@
+lib_LTLIBRARIES += libkiln.la
+libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
+	core/schema.c core/registry.c core/device.c core/layers/layers.c
+libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFLAGS) \
+	-DKILN_PKGLIBDIR='"$(pkglibdir)"' \
+	-DKILN_BUILD_LIBDIR='"$(abs_top_builddir)/.libs"' \
+	-DKILN_BUILD_PLUGINDIR='"$(abs_top_builddir)/plugins/.libs"'
+libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS)
+libkiln_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^kiln_'

@@ -1,0 +1,446 @@
+/* core/registry.c - finding, loading and listing plugins.
+ *
+ * Search order (first file of a given name wins): [run] plugin_path,
+ * $KILN_PLUGIN_PATH, the build tree's plugins/.libs when this libkiln is the
+ * build tree's own, then the installed $(pkglibdir).  Only files named
+ * kiln-<name>.so are considered.
+ */
+#include "internal.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+struct loaded_file {
+	char *path;
+	char *error;
+	void *handle;
+	int n_plugins;
+};
+
+struct reg_plugin {
+	const struct kiln_plugin *p;
+	int file;        /* index into files, -1 for built-ins */
+	int available;
+	char why[256];
+};
+
+struct kiln_registry {
+	char **dirs;
+	int n_dirs;
+	struct loaded_file *files;
+	int n_files, cap_files;
+	struct reg_plugin *plugins;
+	int n_plugins, cap_plugins;
+};
+
+/* ---- the host table --------------------------------------------------- */
+
+static kiln_status host_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
+				size_t *ws)
+{
+	return kiln_device_prepare(dev, op, plan, ws);
+}
+static kiln_status host_run(struct kiln_device *dev, void *plan, const struct kiln_op_args *a,
+			    void *stream)
+{
+	return kiln_device_run(dev, plan, a, stream);
+}
+static void host_plan_free(struct kiln_device *dev, void *plan)
+{
+	kiln_device_plan_free(dev, plan);
+}
+
+static const struct kiln_host host = {
+	.version = KILN_HOST_VERSION,
+	.log = kiln_log,
+	.error = kiln_error,
+	.config_get = kiln_config_get,
+	.config_get_int = kiln_config_get_int,
+	.config_get_float = kiln_config_get_float,
+	.config_get_bool = kiln_config_get_bool,
+	.config_where = kiln_config_where,
+	.device_prepare = host_prepare,
+	.device_run = host_run,
+	.device_plan_free = host_plan_free,
+};
+
+const struct kiln_host *kiln_host_table(void) { return &host; }
+
+const char *kiln_plugin_kind_name(int kind)
+{
+	switch (kind) {
+	case KILN_PLUGIN_DEVICE: return "device";
+	case KILN_PLUGIN_COMM: return "comm";
+	case KILN_PLUGIN_PRECISION: return "precision";
+	case KILN_PLUGIN_SOURCE: return "source";
+	case KILN_PLUGIN_OPTIM: return "optim";
+	case KILN_PLUGIN_LAYER: return "layer";
+	}
+	return "unknown";
+}
+
+/* ---- search path ------------------------------------------------------ */
+
+static kiln_status add_dir(struct kiln_registry *reg, const char *d, size_t n)
+{
+	if (!n)
+		return KILN_OK;
+	char *s = malloc(n + 1);
+	if (!s)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	memcpy(s, d, n);
+	s[n] = 0;
+	for (int i = 0; i < reg->n_dirs; i++)
+		if (!strcmp(reg->dirs[i], s)) {
+			free(s);
+			return KILN_OK;
+		}
+	char **nd = realloc(reg->dirs, (size_t)(reg->n_dirs + 1) * sizeof *nd);
+	if (!nd) {
+		free(s);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	reg->dirs = nd;
+	reg->dirs[reg->n_dirs++] = s;
+	return KILN_OK;
+}
+
+static kiln_status add_path(struct kiln_registry *reg, const char *path)
+{
+	while (path && *path) {
+		const char *c = strchr(path, ':');
+		size_t n = c ? (size_t)(c - path) : strlen(path);
+		kiln_status st = add_dir(reg, path, n);
+		if (st)
+			return st;
+		path = c ? c + 1 : NULL;
+	}
+	return KILN_OK;
+}
+
+/* Is this libkiln the one in the build tree?  Then the build tree's plugins
+ * are the matching ones (so `make check` and ./kiln need no install). */
+static int running_from_build_tree(void)
+{
+#ifdef KILN_BUILD_LIBDIR
+	Dl_info info;
+	char a[PATH_MAX], b[PATH_MAX];
+	if (!dladdr((void *)running_from_build_tree, &info) || !info.dli_fname)
+		return 0;
+	if (!realpath(info.dli_fname, a) || !realpath(KILN_BUILD_LIBDIR, b))
+		return 0;
+	char *slash = strrchr(a, '/');
+	if (!slash)
+		return 0;
+	*slash = 0;
+	return !strcmp(a, b);
+#else
+	return 0;
+#endif
+}
+
+/* ---- loading ---------------------------------------------------------- */
+
+static int has_file(const struct kiln_registry *reg, const char *base)
+{
+	for (int i = 0; i < reg->n_files; i++) {
+		const char *s = strrchr(reg->files[i].path, '/');
+		if (!strcmp(s ? s + 1 : reg->files[i].path, base))
+			return 1;
+	}
+	return 0;
+}
+
+static kiln_status add_plugin(struct kiln_registry *reg, const struct kiln_plugin *p, int file)
+{
+	if (reg->n_plugins == reg->cap_plugins) {
+		int cap = reg->cap_plugins ? reg->cap_plugins * 2 : 32;
+		struct reg_plugin *np = realloc(reg->plugins, (size_t)cap * sizeof *np);
+		if (!np)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		reg->plugins = np;
+		reg->cap_plugins = cap;
+	}
+	struct reg_plugin *r = &reg->plugins[reg->n_plugins++];
+	memset(r, 0, sizeof *r);
+	r->p = p;
+	r->file = file;
+	r->available = 1;
+	if (p->probe && p->probe(&host, r->why, sizeof r->why)) {
+		r->available = 0;
+		if (!r->why[0])
+			snprintf(r->why, sizeof r->why, "probe failed");
+	}
+	return KILN_OK;
+}
+
+static char *dupf(const char *fmt, ...) KILN_PRINTF(1, 2);
+static char *dupf(const char *fmt, ...)
+{
+	char buf[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	return kiln_strdup(buf);
+}
+
+static kiln_status load_file(struct kiln_registry *reg, const char *path)
+{
+	if (reg->n_files == reg->cap_files) {
+		int cap = reg->cap_files ? reg->cap_files * 2 : 16;
+		struct loaded_file *nf = realloc(reg->files, (size_t)cap * sizeof *nf);
+		if (!nf)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		reg->files = nf;
+		reg->cap_files = cap;
+	}
+	int idx = reg->n_files++;
+	struct loaded_file *f = &reg->files[idx];
+	memset(f, 0, sizeof *f);
+	f->path = kiln_strdup(path);
+
+	dlerror();
+	f->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!f->handle) {
+		const char *e = dlerror();
+		f->error = dupf("dlopen failed: %s (check `ldd %s` for missing libraries)",
+				e ? e : "unknown error", path);
+		return KILN_OK;
+	}
+	kiln_plugin_init_fn init;
+	*(void **)&init = dlsym(f->handle, KILN_PLUGIN_INIT_SYMBOL);
+	if (!init) {
+		f->error = dupf("not a kiln plugin: no exported symbol %s", KILN_PLUGIN_INIT_SYMBOL);
+		return KILN_OK;
+	}
+	kiln_clear_error();
+	const struct kiln_plugin *const *list = init(&host);
+	if (!list) {
+		f->error = dupf("%s() failed: %s", KILN_PLUGIN_INIT_SYMBOL,
+				*kiln_last_error() ? kiln_last_error() : "no reason given");
+		return KILN_OK;
+	}
+	for (int i = 0; list[i]; i++) {
+		const struct kiln_plugin *p = list[i];
+		if (p->abi_major != KILN_ABI_MAJOR) {
+			free(f->error);
+			f->error = dupf("plugin '%s' was built for ABI %u.%u, this kiln is ABI %d.%d; rebuild it against this kiln's headers",
+					p->name ? p->name : "?", p->abi_major, p->abi_minor,
+					KILN_ABI_MAJOR, KILN_ABI_MINOR);
+			continue;
+		}
+		if (!p->name || !p->ops || p->kind < KILN_PLUGIN_DEVICE || p->kind > KILN_PLUGIN_LAYER) {
+			free(f->error);
+			f->error = dupf("descriptor %d is malformed (name, kind or ops missing)", i);
+			continue;
+		}
+		kiln_status st = add_plugin(reg, p, idx);
+		if (st)
+			return st;
+		f->n_plugins++;
+	}
+	return KILN_OK;
+}
+
+static int plugin_name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static kiln_status scan_dir(struct kiln_registry *reg, const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return KILN_OK; /* a missing directory is normal */
+	char **names = NULL;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		if (len < 9 || strncmp(de->d_name, "kiln-", 5) || strcmp(de->d_name + len - 3, ".so"))
+			continue;
+		char **nn = realloc(names, (size_t)(n + 1) * sizeof *nn);
+		if (!nn)
+			break;
+		names = nn;
+		names[n++] = kiln_strdup(de->d_name);
+	}
+	closedir(d);
+	qsort(names, (size_t)n, sizeof *names, plugin_name_cmp);
+	kiln_status st = KILN_OK;
+	for (int i = 0; i < n; i++) {
+		if (!st && !has_file(reg, names[i])) {
+			char path[PATH_MAX];
+			snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+			st = load_file(reg, path);
+		}
+		free(names[i]);
+	}
+	free(names);
+	return st;
+}
+
+kiln_status kiln_registry_open(const char *plugin_path, struct kiln_registry **out)
+{
+	struct kiln_registry *reg = calloc(1, sizeof *reg);
+	kiln_status st;
+	*out = NULL;
+	if (!reg)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = add_path(reg, plugin_path)) || (st = add_path(reg, getenv("KILN_PLUGIN_PATH"))))
+		goto fail;
+#ifdef KILN_BUILD_PLUGINDIR
+	if (running_from_build_tree() &&
+	    (st = add_dir(reg, KILN_BUILD_PLUGINDIR, strlen(KILN_BUILD_PLUGINDIR))))
+		goto fail;
+#endif
+#ifdef KILN_PKGLIBDIR
+	if ((st = add_dir(reg, KILN_PKGLIBDIR, strlen(KILN_PKGLIBDIR))))
+		goto fail;
+#endif
+	for (int i = 0; kiln_builtin_layers[i]; i++)
+		if ((st = add_plugin(reg, kiln_builtin_layers[i], -1)))
+			goto fail;
+	for (int i = 0; i < reg->n_dirs; i++)
+		if ((st = scan_dir(reg, reg->dirs[i])))
+			goto fail;
+	*out = reg;
+	return KILN_OK;
+fail:
+	kiln_registry_close(reg);
+	return st;
+}
+
+void kiln_registry_close(struct kiln_registry *reg)
+{
+	if (!reg)
+		return;
+	for (int i = 0; i < reg->n_dirs; i++)
+		free(reg->dirs[i]);
+	for (int i = 0; i < reg->n_files; i++) {
+		/* Handles stay open: plugin code may still be referenced by
+		 * objects (log sinks, atexit handlers of their libraries) and
+		 * unloading libraries like oneDNN mid-process is unsafe. */
+		free(reg->files[i].path);
+		free(reg->files[i].error);
+	}
+	free(reg->dirs);
+	free(reg->files);
+	free(reg->plugins);
+	free(reg);
+}
+
+int kiln_registry_dir_count(const struct kiln_registry *reg) { return reg->n_dirs; }
+const char *kiln_registry_dir(const struct kiln_registry *reg, int i)
+{
+	return i >= 0 && i < reg->n_dirs ? reg->dirs[i] : NULL;
+}
+
+int kiln_registry_file_count(const struct kiln_registry *reg) { return reg->n_files; }
+void kiln_registry_file_get(const struct kiln_registry *reg, int i, struct kiln_plugin_file *o)
+{
+	o->path = reg->files[i].path;
+	o->error = reg->files[i].error;
+	o->n_plugins = reg->files[i].n_plugins;
+}
+
+int kiln_registry_plugin_count(const struct kiln_registry *reg) { return reg->n_plugins; }
+void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
+			      struct kiln_plugin_info *o)
+{
+	const struct reg_plugin *r = &reg->plugins[i];
+	o->file = r->file < 0 ? "(built-in)" : reg->files[r->file].path;
+	o->kind = r->p->kind;
+	o->name = r->p->name;
+	o->summary = r->p->summary ? r->p->summary : "";
+	o->abi_major = r->p->abi_major;
+	o->abi_minor = r->p->abi_minor;
+	o->available = r->available;
+	o->why = r->why;
+}
+
+kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const char *name,
+			       const struct kiln_plugin **out)
+{
+	char names[1024] = "";
+	size_t off = 0;
+	for (int i = 0; i < reg->n_plugins; i++) {
+		const struct reg_plugin *r = &reg->plugins[i];
+		if (r->p->kind != kind)
+			continue;
+		if (!strcmp(r->p->name, name)) {
+			if (!r->available)
+				return kiln_error(KILN_EPLUGIN, "%s plugin '%s' (%s) is not available here: %s",
+						  kiln_plugin_kind_name(kind), name,
+						  r->file < 0 ? "built-in" : reg->files[r->file].path,
+						  r->why);
+			*out = r->p;
+			return KILN_OK;
+		}
+		if (off < sizeof names)
+			off += (size_t)snprintf(names + off, sizeof names - off, "%s%s",
+						off ? ", " : "", r->p->name);
+	}
+	/* A file of the expected name that failed to load explains why. */
+	char want[300];
+	snprintf(want, sizeof want, "kiln-%s.so", name);
+	for (int i = 0; i < reg->n_files; i++) {
+		const char *s = strrchr(reg->files[i].path, '/');
+		if (reg->files[i].error && !strcmp(s ? s + 1 : reg->files[i].path, want))
+			return kiln_error(KILN_EPLUGIN, "%s plugin '%s': %s: %s",
+					  kiln_plugin_kind_name(kind), name, reg->files[i].path,
+					  reg->files[i].error);
+	}
+	return kiln_error(KILN_ENOTFOUND, "no %s plugin named '%s' (available: %s; run `kiln plugins`)",
+			  kiln_plugin_kind_name(kind), name, off ? names : "none");
+}
+
+/* ---- schema extensions ------------------------------------------------ */
+
+kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
+				   const struct kiln_registry *reg, const char *section,
+				   const struct kiln_key **ext)
+{
+	const struct kiln_plugin *p = NULL;
+	kiln_status st;
+	*ext = NULL;
+	if (!strncmp(section, "layer.", 6)) {
+		const char *type = kiln_config_get(cfg, section, "type");
+		if (!type)
+			return kiln_error(KILN_ECONFIG, "%s: [%s] has no 'type' key",
+					  kiln_config_where(cfg, section, NULL), section);
+		if ((st = kiln_registry_find(reg, KILN_PLUGIN_LAYER, type, &p)))
+			return kiln_error_wrap(KILN_ECONFIG, "%s: [%s]",
+					       kiln_config_where(cfg, section, "type"), section);
+	} else if (!strcmp(section, "data") || !strcmp(section, "data.eval")) {
+		const char *src = kiln_config_get(cfg, section, "source");
+		if (!src)
+			return KILN_OK;
+		if ((st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, src, &p)))
+			return kiln_error_wrap(st == KILN_ENOTFOUND ? KILN_ECONFIG : st, "%s: [%s] source",
+					       kiln_config_where(cfg, section, "source"), section);
+	} else if (!strncmp(section, "plugin.", 7)) {
+		const char *name = section + 7;
+		static const int kinds[] = { KILN_PLUGIN_DEVICE, KILN_PLUGIN_COMM,
+					     KILN_PLUGIN_PRECISION, KILN_PLUGIN_OPTIM };
+		for (size_t i = 0; i < KILN_ARRAY_LEN(kinds) && !p; i++)
+			for (int j = 0; j < reg->n_plugins; j++)
+				if (reg->plugins[j].p->kind == kinds[i] &&
+				    !strcmp(reg->plugins[j].p->name, name)) {
+					p = reg->plugins[j].p;
+					break;
+				}
+		if (!p)
+			return kiln_error(KILN_ECONFIG,
+					  "%s: [%s]: no device, comm, precision or optim plugin named '%s' (run `kiln plugins`)",
+					  kiln_config_where(cfg, section, NULL), section, name);
+	} else {
+		return KILN_OK;
+	}
+	*ext = p->keys;
+	return KILN_OK;
+}

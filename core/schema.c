@@ -1,0 +1,116 @@
+/* core/schema.c - the keys of the fixed config sections.
+ *
+ * Every key kiln reads from [run], [data], [data.eval], [model], [train] and
+ * [dist] is one row here; docs/config.md is generated from these tables
+ * (`kiln config --doc`) and a test keeps the two equal.
+ */
+#include "internal.h"
+
+#define NOLIM 0, 0
+
+static const struct kiln_key run_keys[] = {
+	{ "device", KILN_KEY_STR, "cpu", NOLIM, NULL,
+	  "Device plugin that computes (kiln-<device>.so): `cpu`." },
+	{ "seed", KILN_KEY_INT, "0", 0, 4294967295.0, NULL,
+	  "Seed of every random draw (init, shuffle, dropout)." },
+	{ "threads", KILN_KEY_INT, "0", 0, 1024, NULL,
+	  "Compute threads of the CPU device; 0 = all cores." },
+	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
+	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory." },
+	{ "out_dir", KILN_KEY_STR, "runs/latest", NOLIM, NULL,
+	  "Directory for metrics.jsonl (created if missing)." },
+	{ NULL, 0, NULL, NOLIM, NULL, NULL }
+};
+
+static const struct kiln_key data_keys[] = {
+	{ "source", KILN_KEY_STR, "idx", NOLIM, NULL,
+	  "Data source plugin (`idx`); its own keys are listed under its name below." },
+	{ "limit", KILN_KEY_INT, "0", 0, 1e15, NULL,
+	  "Use only the first N samples of the source; 0 = all." },
+	{ "shuffle", KILN_KEY_BOOL, "1", NOLIM, NULL,
+	  "Reshuffle every epoch with a permutation drawn from (seed, epoch). Ignored for evaluation." },
+	{ NULL, 0, NULL, NOLIM, NULL, NULL }
+};
+
+static const struct kiln_key model_keys[] = {
+	{ "layout", KILN_KEY_ENUM, "nchw", NOLIM, "nchw|nhwc",
+	  "Memory layout of 4-d activations." },
+	{ NULL, 0, NULL, NOLIM, NULL, NULL }
+};
+
+static const struct kiln_key train_keys[] = {
+	{ "epochs", KILN_KEY_INT, "10", 0, 1e9, NULL, "Passes over the training data." },
+	{ "batch", KILN_KEY_INT, "128", 1, 1e9, NULL, "Samples per step (per rank)." },
+	{ "eval_batch", KILN_KEY_INT, "0", 0, 1e9, NULL,
+	  "Samples per evaluation step; 0 = same as `batch`. The last partial batch is evaluated too." },
+	{ "max_steps", KILN_KEY_INT, "0", 0, 1e15, NULL,
+	  "Stop after this many steps in total; 0 = no limit." },
+	{ "optimizer", KILN_KEY_ENUM, "sgd", NOLIM, "sgd", "Optimizer." },
+	{ "lr", KILN_KEY_FLOAT, "0.01", 0, 1e6, NULL, "Learning rate." },
+	{ "momentum", KILN_KEY_FLOAT, "0.9", 0, 1, NULL, "SGD momentum." },
+	{ "nesterov", KILN_KEY_BOOL, "0", NOLIM, NULL, "Nesterov momentum." },
+	{ "weight_decay", KILN_KEY_FLOAT, "0", 0, 1, NULL,
+	  "L2 penalty added to the gradient (PyTorch SGD `weight_decay`)." },
+	{ "log_every", KILN_KEY_INT, "100", 1, 1e9, NULL,
+	  "Steps between reads of the device-side metric sums (the only host syncs of a step)." },
+	{ "eval", KILN_KEY_BOOL, "1", NOLIM, NULL, "Evaluate on [data.eval] after every epoch." },
+	{ NULL, 0, NULL, NOLIM, NULL, NULL }
+};
+
+static const struct kiln_key dist_keys[] = {
+	{ NULL, 0, NULL, NOLIM, NULL, NULL }
+};
+
+/* Keys every [layer.NAME] section has, whatever its type. */
+const struct kiln_key kiln_layer_common_keys[] = {
+	{ "type", KILN_KEY_STR, NULL, NOLIM, NULL,
+	  "Layer type (required): one of the types listed below." },
+	{ "input", KILN_KEY_STR, NULL, NOLIM, NULL,
+	  "Name of the layer feeding this one; default: the previous layer (the data for the first)." },
+	{ "inputs", KILN_KEY_LIST, NULL, NOLIM, NULL,
+	  "Comma-separated input layers, for layers with several inputs." },
+	{ "trainable", KILN_KEY_BOOL, "1", NOLIM, NULL,
+	  "0 freezes the layer: no weight gradients are computed or stored." },
+	{ NULL, 0, NULL, NOLIM, NULL, NULL }
+};
+
+static const struct {
+	const char *name;
+	const struct kiln_key *keys;
+	const char *doc;
+} fixed[] = {
+	{ "run", run_keys, "What runs where." },
+	{ "data", data_keys, "Training data." },
+	{ "data.eval", data_keys, "Evaluation data (default: the same source, test split)." },
+	{ "model", model_keys, "Model-wide settings; layers follow in [layer.NAME] sections." },
+	{ "train", train_keys, "The training loop." },
+	{ "dist", dist_keys, "Data-parallel settings (none yet)." },
+};
+
+const struct kiln_key *kiln_config_schema(const char *section)
+{
+	for (size_t i = 0; i < KILN_ARRAY_LEN(fixed); i++)
+		if (!strcmp(fixed[i].name, section))
+			return fixed[i].keys;
+	return NULL;
+}
+
+int kiln_schema_fixed_count(void) { return (int)KILN_ARRAY_LEN(fixed); }
+
+const char *kiln_schema_fixed_name(int i, const char **doc)
+{
+	if (i < 0 || i >= (int)KILN_ARRAY_LEN(fixed))
+		return NULL;
+	if (doc)
+		*doc = fixed[i].doc;
+	return fixed[i].name;
+}
+
+const char *kiln_config_fixed_section(int i, const char **doc)
+{
+	return kiln_schema_fixed_name(i, doc);
+}
+
+const struct kiln_key *kiln_config_layer_keys(void) { return kiln_layer_common_keys; }
+
+const char *kiln_version(void) { return PACKAGE_VERSION; }

@@ -1,0 +1,126 @@
+/* core/status.c - thread-local error messages and the log sink. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- errors ----------------------------------------------------------- */
+
+#define KILN_ERR_MAX 1024
+static _Thread_local char err_msg[KILN_ERR_MAX];
+
+const char *kiln_last_error(void) { return err_msg; }
+
+void kiln_clear_error(void) { err_msg[0] = 0; }
+
+kiln_status kiln_verror(kiln_status st, const char *fmt, va_list ap)
+{
+	/* The message may be built from the previous one (kiln_error_wrap),
+	 * so format into a temporary first. */
+	char tmp[KILN_ERR_MAX];
+	vsnprintf(tmp, sizeof tmp, fmt, ap);
+	memcpy(err_msg, tmp, sizeof tmp);
+	return st;
+}
+
+kiln_status kiln_error(kiln_status st, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	kiln_verror(st, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+kiln_status kiln_error_wrap(kiln_status st, const char *fmt, ...)
+{
+	char head[KILN_ERR_MAX], tmp[2 * KILN_ERR_MAX + 4];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(head, sizeof head, fmt, ap);
+	va_end(ap);
+	snprintf(tmp, sizeof tmp, "%s: %s", head, err_msg);
+	memcpy(err_msg, tmp, KILN_ERR_MAX - 1);
+	err_msg[KILN_ERR_MAX - 1] = 0;
+	return st;
+}
+
+const char *kiln_status_name(kiln_status st)
+{
+	switch (st) {
+	case KILN_OK: return "KILN_OK";
+	case KILN_EINVAL: return "KILN_EINVAL";
+	case KILN_ENOMEM: return "KILN_ENOMEM";
+	case KILN_EIO: return "KILN_EIO";
+	case KILN_ECONFIG: return "KILN_ECONFIG";
+	case KILN_EUSAGE: return "KILN_EUSAGE";
+	case KILN_EDATA: return "KILN_EDATA";
+	case KILN_ENOTSUP: return "KILN_ENOTSUP";
+	case KILN_EPLUGIN: return "KILN_EPLUGIN";
+	case KILN_EABI: return "KILN_EABI";
+	case KILN_ENOTFOUND: return "KILN_ENOTFOUND";
+	case KILN_ETIMEOUT: return "KILN_ETIMEOUT";
+	case KILN_EDEVICE: return "KILN_EDEVICE";
+	case KILN_EINTERNAL: return "KILN_EINTERNAL";
+	}
+	return "KILN_E(unknown)";
+}
+
+int kiln_status_exit_code(kiln_status st)
+{
+	switch (st) {
+	case KILN_OK: return 0;
+	case KILN_ECONFIG:
+	case KILN_EUSAGE: return 2;
+	case KILN_EDATA: return 3;
+	default: return 1;
+	}
+}
+
+/* ---- logging ---------------------------------------------------------- */
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_log_fn log_sink;
+static void *log_user;
+static int log_level = KILN_LOG_INFO;
+
+static void default_sink(void *user, int level, const char *who, const char *msg)
+{
+	static const char *const tag[] = { "error: ", "warning: ", "", "debug: " };
+	(void)user;
+	fprintf(stderr, "[%s] %s%s\n", who, tag[level & 3], msg);
+}
+
+void kiln_log_set_sink(kiln_log_fn fn, void *user)
+{
+	pthread_mutex_lock(&log_lock);
+	log_sink = fn;
+	log_user = user;
+	pthread_mutex_unlock(&log_lock);
+}
+
+void kiln_log_set_level(int level) { log_level = level; }
+int kiln_log_get_level(void) { return log_level; }
+
+void kiln_vlog(int level, const char *who, const char *fmt, va_list ap)
+{
+	char msg[2048];
+	if (level > log_level)
+		return;
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t n = strlen(msg);
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = 0;
+	pthread_mutex_lock(&log_lock);
+	(log_sink ? log_sink : default_sink)(log_user, level, who ? who : "kiln", msg);
+	pthread_mutex_unlock(&log_lock);
+}
+
+void kiln_log(int level, const char *who, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	kiln_vlog(level, who, fmt, ap);
+	va_end(ap);
+}

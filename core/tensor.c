@@ -1,0 +1,61 @@
+/* core/tensor.c - tensor descriptor helpers. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct { const char *name; size_t size; } dtypes[KILN_DTYPE_COUNT] = {
+	[KILN_F32] = { "f32", 4 }, [KILN_BF16] = { "bf16", 2 }, [KILN_F16] = { "f16", 2 },
+	[KILN_I8] = { "i8", 1 },   [KILN_U8] = { "u8", 1 },     [KILN_I32] = { "i32", 4 },
+	[KILN_I64] = { "i64", 8 },
+};
+
+size_t kiln_dtype_size(int dtype)
+{
+	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? dtypes[dtype].size : 0;
+}
+
+const char *kiln_dtype_name(int dtype)
+{
+	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? dtypes[dtype].name : "?";
+}
+
+int64_t kiln_tensor_numel(const struct kiln_tensor_desc *d)
+{
+	int64_t n = 1;
+	for (int i = 0; i < d->ndim; i++)
+		n *= d->dims[i];
+	return n;
+}
+
+size_t kiln_tensor_bytes(const struct kiln_tensor_desc *d)
+{
+	return (size_t)kiln_tensor_numel(d) * kiln_dtype_size(d->dtype);
+}
+
+void kiln_tensor_desc_init(struct kiln_tensor_desc *d, int dtype, int ndim,
+			   const int64_t *dims)
+{
+	memset(d, 0, sizeof *d);
+	d->dtype = dtype;
+	d->layout = KILN_ROW;
+	d->ndim = ndim < 0 ? 0 : ndim > KILN_MAX_DIMS ? KILN_MAX_DIMS : ndim;
+	for (int i = 0; i < d->ndim; i++)
+		d->dims[i] = dims[i];
+}
+
+char *kiln_tensor_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n)
+{
+	size_t off = 0;
+	if (!n)
+		return buf;
+	buf[0] = 0;
+	off += (size_t)snprintf(buf, n, "%s[", kiln_dtype_name(d->dtype));
+	for (int i = 0; i < d->ndim && off < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, i ? ", %lld" : "%lld",
+					(long long)d->dims[i]);
+	if (off < n)
+		off += (size_t)snprintf(buf + off, n - off, "]%s",
+					d->layout == KILN_NHWC ? " nhwc" : "");
+	return buf;
+}

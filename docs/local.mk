@@ -1,0 +1,1 @@
+EXTRA_DIST += docs/config.md docs/plugins.md docs/PERFORMANCE.md

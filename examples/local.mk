@@ -1,0 +1,1 @@
+EXTRA_DIST += examples/fashion_mnist_mlp.ini

@@ -1,0 +1,461 @@
+/* kiln/plugin.h - the plugin ABI.  Include this to write a kiln plugin.
+ *
+ * A plugin file is a shared object named `kiln-<name>.so` that exports exactly
+ * one symbol, kiln_plugin_init (build with -fvisibility=hidden and mark it
+ * KILN_PLUGIN_EXPORT).  The core dlopen()s it with RTLD_NOW | RTLD_LOCAL,
+ * calls kiln_plugin_init once with the host table, and receives a
+ * NULL-terminated array of descriptors, each describing one plugin of one
+ * kind.  One file may carry several plugins (kiln-loaders.so holds every
+ * data source).
+ *
+ * Versioning.  abi_major must equal KILN_ABI_MAJOR exactly or the plugin is
+ * refused (both numbers are printed).  Every ops table begins with
+ * `uint32_t version` and only ever grows at the end: the core calls a member
+ * only when the table's version says it exists and the pointer is non-NULL.
+ * Members marked (optional) may be NULL; the default the core's wrapper then
+ * applies is stated beside them.
+ *
+ * Ownership.  Descriptors, ops tables and key tables are static data of the
+ * plugin and must stay valid until the file is unloaded (process exit).
+ * Objects a plugin creates (contexts, plans, streams) are freed by the same
+ * plugin through the matching member.
+ *
+ * Errors.  Members return kiln_status; on failure they set the message with
+ * host->error() naming what failed (file:line of a library call, the sample,
+ * the shape).  Plugins never call exit() or abort() on a user or environment
+ * error, and never print directly: they use host->log().
+ *
+ * Threads.  Unless a member says otherwise the core calls a context from one
+ * thread at a time.
+ */
+#ifndef KILN_PLUGIN_H
+#define KILN_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+#include "tensor.h"
+#include "config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_ABI_MAJOR 1
+#define KILN_ABI_MINOR 0
+
+#define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+enum kiln_plugin_kind {
+	KILN_PLUGIN_DEVICE = 1,
+	KILN_PLUGIN_COMM = 2,
+	KILN_PLUGIN_PRECISION = 3,
+	KILN_PLUGIN_SOURCE = 4,
+	KILN_PLUGIN_OPTIM = 5,
+	KILN_PLUGIN_LAYER = 6
+};
+
+struct kiln_device;   /* core wrapper of an opened device */
+struct kiln_op;
+struct kiln_op_args;
+struct kiln_store;    /* core TCP key-value store (rendezvous) */
+
+/* ---- the host table: what the core offers every plugin ------------------ */
+
+#define KILN_HOST_VERSION 1
+
+struct kiln_host {
+	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
+
+	/* Log through the core's sink.  `who` is usually the plugin's name. */
+	void (*log)(int level, const char *who, const char *fmt, ...) KILN_PRINTF(3, 4);
+
+	/* Set the calling thread's error message; returns st. */
+	kiln_status (*error)(kiln_status st, const char *fmt, ...) KILN_PRINTF(2, 3);
+
+	/* Config access for the plugin's own section ([plugin.NAME], or the
+	 * [data] section a source was opened for).  Same contracts as the
+	 * kiln_config_get_* functions of config.h. */
+	const char *(*config_get)(const struct kiln_config *cfg, const char *section,
+				  const char *key);
+	kiln_status (*config_get_int)(const struct kiln_config *cfg, const char *section,
+				      const char *key, int64_t *out);
+	kiln_status (*config_get_float)(const struct kiln_config *cfg, const char *section,
+					const char *key, double *out);
+	kiln_status (*config_get_bool)(const struct kiln_config *cfg, const char *section,
+				       const char *key, int *out);
+	const char *(*config_where)(const struct kiln_config *cfg, const char *section,
+				    const char *key);
+
+	/* Device access for layer and optim plugins: the core's wrappers of
+	 * struct kiln_device_ops (defaults applied, syncs counted). */
+	kiln_status (*device_prepare)(struct kiln_device *dev, const struct kiln_op *op,
+				      void **plan, size_t *workspace);
+	kiln_status (*device_run)(struct kiln_device *dev, void *plan,
+				  const struct kiln_op_args *args, void *stream);
+	void (*device_plan_free)(struct kiln_device *dev, void *plan);
+};
+
+/* ---- descriptors ------------------------------------------------------ */
+
+struct kiln_plugin {
+	uint32_t abi_major;  /* KILN_ABI_MAJOR the plugin was built against */
+	uint32_t abi_minor;  /* KILN_ABI_MINOR the plugin was built against */
+	int32_t kind;        /* enum kiln_plugin_kind */
+	const char *name;    /* unique within its kind: "cpu", "idx", ... */
+	const char *summary; /* one line for `kiln plugins` */
+	const void *ops;     /* struct kiln_<kind>_ops * */
+	/* Keys of the plugin's own config section: [plugin.NAME] for devices,
+	 * comms, precisions and optimizers; the extra [data]/[data.eval] keys
+	 * for a source; the [layer.X] keys for a layer type.  (optional: NULL
+	 * means no keys) */
+	const struct kiln_key *keys;
+	/* Can this plugin run here?  Return 0, or write a reason ("no CUDA
+	 * driver") into why[0..n) and return nonzero.  Must be cheap and
+	 * side-effect free.  (optional: NULL means always available) */
+	int (*probe)(const struct kiln_host *host, char *why, size_t n);
+};
+
+/* The one exported symbol.  Called once per process, from one thread.
+ * Returns a NULL-terminated array of static descriptors, or NULL after
+ * setting an error through host->error. */
+typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kiln_host *host);
+#define KILN_PLUGIN_INIT_SYMBOL "kiln_plugin_init"
+
+/* ======================================================================
+ * Device: memory, streams, events, and kernels as prepare/run pairs.
+ * ====================================================================== */
+
+#define KILN_OP_MAX_IN 6
+#define KILN_OP_MAX_OUT 4
+
+/* Operation types.  Shapes in comments; i[] and f[] are the integer and
+ * real parameters of struct kiln_op.  Unless stated otherwise all tensors
+ * are f32 and contiguous. */
+enum kiln_op_type {
+	/* out0[M,N] = f[0]*op(in0)[M,K] op(in1)[K,N] + beta*out0 (+ in2[N] bias)
+	 * i[0]=transA i[1]=transB i[2]=M i[3]=N i[4]=K, f[0]=alpha,
+	 * beta = 1 if KILN_OPF_ACCUMULATE else 0. in2 optional (n_in = 3). */
+	KILN_OP_GEMM = 1,
+	/* out0[R,N] += in0[N] (bias broadcast over rows; in-place on out0) */
+	KILN_OP_BIAS_ADD = 2,
+	/* out0[N] (=|+=) sum over rows of in0[R,N] */
+	KILN_OP_BIAS_GRAD = 3,
+	/* out0 = max(in0, 0), any shape; may be in-place */
+	KILN_OP_RELU = 4,
+	/* out0 (=|+=) in1 * (in0 > 0): in0 = forward output y, in1 = dy */
+	KILN_OP_RELU_BWD = 5,
+	/* Fused softmax + cross-entropy over rows.
+	 * in0 logits[N,C], in1 labels i32[N]; out0 dlogits[N,C] =
+	 * f[0]*(softmax - onehot) (f[0] is the gradient scale, usually 1/N_total);
+	 * out1 f32[2] += { sum of -log p[label], count of argmax == label }.
+	 * i[0] = number of valid rows (rows past it get zero gradient and are
+	 * not counted: masked padding). */
+	KILN_OP_SOFTMAX_XENT = 6,
+	/* SGD with momentum and weight decay over flat buffers of n = i[0]
+	 * elements: in0 grads, in1 lr f32[1] (device scalar), out0 params,
+	 * out1 momentum.  f[0] momentum, f[1] weight decay, i[1] nesterov.
+	 * g = grad + wd*p; v = mu*v + g; p -= lr * (nesterov ? g + mu*v : v) */
+	KILN_OP_SGD = 7,
+	/* out0 (any dtype) = f[0] */
+	KILN_OP_FILL = 8,
+	/* out0[1] (=|+=) sum of in0 (any shape) */
+	KILN_OP_REDUCE_SUM = 9,
+	/* out0 = f[0] * in0 (+ out0 if accumulate) */
+	KILN_OP_SCALE = 10,
+	/* out0 = in0 + in1 (+ out0 if accumulate) */
+	KILN_OP_ADD = 11,
+	/* out0 f32 = (in0 u8 * f[0] - mean[c]) / std[c] ... reserved for the
+	 * data issue; not implemented by any device yet. */
+	KILN_OP_NORMALIZE_U8 = 12,
+	KILN_OP_TYPE_COUNT
+};
+
+enum kiln_op_flags {
+	KILN_OPF_ACCUMULATE = 1 /* add into out0 (beta = 1) instead of overwriting */
+};
+
+/* An operation, described once and prepared once per shape. */
+struct kiln_op {
+	int32_t type;   /* enum kiln_op_type */
+	int32_t flags;  /* enum kiln_op_flags */
+	int32_t n_in, n_out;
+	struct kiln_tensor_desc in[KILN_OP_MAX_IN];
+	struct kiln_tensor_desc out[KILN_OP_MAX_OUT];
+	int64_t i[16];
+	double f[8];
+};
+
+/* Pointers for one run of a prepared op.  All device memory except where an
+ * op says host.  workspace: at least the bytes prepare() asked for. */
+struct kiln_op_args {
+	const void *in[KILN_OP_MAX_IN];
+	void *out[KILN_OP_MAX_OUT];
+	void *workspace;
+	size_t workspace_bytes;
+};
+
+enum kiln_copy_kind {
+	KILN_COPY_H2D = 0,
+	KILN_COPY_D2H = 1,
+	KILN_COPY_D2D = 2
+};
+
+#define KILN_DEVICE_OPS_VERSION 1
+
+/* Threads: open/close/alloc/free/host_alloc/stream_create/prepare are called
+ * from the thread that drives training.  run/copy_async/event_record/
+ * stream_wait enqueue work on a stream and may be called from the driving
+ * thread and the loader's copy thread (for its own stream). */
+struct kiln_device_ops {
+	uint32_t version;
+
+	/* Open device `ordinal` with the [plugin.NAME] section of cfg.  *ctx
+	 * receives the plugin's context. */
+	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
+			    int ordinal, void **ctx);
+	void (*close)(void *ctx);
+
+	/* Device memory, at least 64-byte aligned.  free(NULL) is a no-op. */
+	kiln_status (*alloc)(void *ctx, size_t bytes, void **ptr);
+	void (*free)(void *ctx, void *ptr);
+	/* Page-locked host memory for staging. (optional: default aligned
+	 * malloc/free; both or neither must be set) */
+	kiln_status (*host_alloc)(void *ctx, size_t bytes, void **ptr);
+	void (*host_free)(void *ctx, void *ptr);
+
+	/* Streams execute their work in order; different streams may overlap.
+	 * The NULL stream is not allowed: the core always creates streams. */
+	kiln_status (*stream_create)(void *ctx, void **stream);
+	void (*stream_destroy)(void *ctx, void *stream);
+	kiln_status (*event_create)(void *ctx, void **event);
+	void (*event_destroy)(void *ctx, void *event);
+	/* Enqueue a copy of `bytes` on stream.  The host side must stay valid
+	 * until the stream has passed the copy. */
+	kiln_status (*copy_async)(void *ctx, void *dst, const void *src, size_t bytes,
+				  int kind, void *stream);
+	/* Mark the current end of `stream`; the event completes when all work
+	 * enqueued before it has. */
+	kiln_status (*event_record)(void *ctx, void *event, void *stream);
+	/* Work enqueued on `stream` after this call waits for `event`. */
+	kiln_status (*stream_wait)(void *ctx, void *stream, void *event);
+	/* Block the host until the event completed. */
+	kiln_status (*event_sync)(void *ctx, void *event);
+	/* Block the host until the stream is idle. */
+	kiln_status (*stream_sync)(void *ctx, void *stream);
+
+	/* Choose the algorithm and create library objects for `op`; report the
+	 * workspace it needs (the caller owns workspace memory).  KILN_ENOTSUP
+	 * when this device cannot run the op or shape, with a message. */
+	kiln_status (*prepare)(void *ctx, const struct kiln_op *op, void **plan,
+			       size_t *workspace);
+	/* Enqueue one run of a prepared plan on stream.  Allocates nothing. */
+	kiln_status (*run)(void *ctx, void *plan, const struct kiln_op_args *args,
+			   void *stream);
+	void (*plan_free)(void *ctx, void *plan);
+
+	/* Named extension entry points. (optional: default returns NULL) */
+	void *(*get_proc_address)(void *ctx, const char *name);
+};
+
+/* ======================================================================
+ * Communicator: collectives on a device stream.  (implemented by the
+ * distributed issue; declared here so the ABI is complete)
+ * ====================================================================== */
+
+enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
+
+#define KILN_COMM_OPS_VERSION 1
+
+struct kiln_comm_ops {
+	uint32_t version;
+	/* Join the group of `world` ranks as `rank`, bootstrapping through the
+	 * store.  Collective: every rank calls it. timeout_ms bounds the wait. */
+	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
+			    struct kiln_store *store, struct kiln_device *dev, int rank,
+			    int world, int timeout_ms, void **ctx);
+	void (*close)(void *ctx);
+	/* Each enqueues on `stream` and records `done` (may be NULL) after it.
+	 * count is in elements of dtype. */
+	kiln_status (*allreduce)(void *ctx, void *buf, size_t count, int dtype, int op,
+				 void *stream, void *done);
+	kiln_status (*broadcast)(void *ctx, void *buf, size_t count, int dtype, int root,
+				 void *stream, void *done);
+	kiln_status (*allgather)(void *ctx, const void *send, void *recv, size_t count,
+				 int dtype, void *stream, void *done);
+	kiln_status (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t count,
+				      int dtype, int op, void *stream, void *done);
+	kiln_status (*barrier)(void *ctx);
+};
+
+/* ======================================================================
+ * Precision policy.  (implemented by the mixed-precision issue)
+ * ====================================================================== */
+
+#define KILN_PRECISION_OPS_VERSION 1
+
+struct kiln_precision_ops {
+	uint32_t version;
+	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
+			    void **ctx);
+	void (*close)(void *ctx);
+	int (*compute_dtype)(void *ctx); /* dtype of activations and low-precision weights */
+	int (*grad_dtype)(void *ctx);    /* dtype gradients are produced in */
+	/* Initial loss scale (1 for no scaling) and the dynamic-scaling rule:
+	 * after `growth_interval` finite steps multiply by growth, on overflow
+	 * multiply by backoff and skip the step. */
+	kiln_status (*scaling)(void *ctx, float *init, float *growth, float *backoff,
+			       int *growth_interval);
+};
+
+/* ======================================================================
+ * Data source.  Map-style sources implement len/read; every member that
+ * touches data is thread-safe for distinct indices (workers call read()
+ * concurrently).
+ * ====================================================================== */
+
+struct kiln_source_info {
+	int64_t len;                    /* samples; -1 for a streamed source */
+	struct kiln_tensor_desc sample; /* one sample, e.g. f32[1,28,28] or u8[...] */
+	struct kiln_tensor_desc label;  /* one label, e.g. i32[] (a scalar) */
+	int64_t classes;                /* number of classes, 0 if not a classifier */
+};
+
+#define KILN_SOURCE_OPS_VERSION 1
+
+struct kiln_source_ops {
+	uint32_t version;
+	/* Open the source described by config section `section` ("data" or
+	 * "data.eval") with `split` = "train" or "test" (the section's own keys
+	 * may override it).  Errors name the file and what is wrong: KILN_EIO,
+	 * KILN_EDATA. */
+	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, void **ctx);
+	void (*close)(void *ctx);
+	kiln_status (*info)(void *ctx, struct kiln_source_info *info);
+	/* Copy sample `index` (0 <= index < len) into `sample` (info.sample
+	 * bytes) and its label into `label`.  Thread-safe. */
+	kiln_status (*read)(void *ctx, int64_t index, void *sample, void *label);
+	/* Position as a global sample offset into the epoch's order, so a
+	 * resumed run continues where it stopped, for any world size.
+	 * (optional: default the core keeps the offset itself) */
+	kiln_status (*get_position)(void *ctx, int64_t *offset);
+	kiln_status (*set_position)(void *ctx, int64_t offset);
+};
+
+/* ======================================================================
+ * Optimizer.  Built-in optimizers are fused device ops; a third-party
+ * optimizer composes device ops through host->device_prepare/run.
+ * ====================================================================== */
+
+#define KILN_OPTIM_OPS_VERSION 1
+
+struct kiln_optim_ops {
+	uint32_t version;
+	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
+			    void **ctx);
+	void (*close)(void *ctx);
+	/* Number of f32 state slots per parameter (momentum: 1, Adam: 2). */
+	int (*state_slots)(void *ctx);
+	/* Prepare the step over flat buffers of n elements on dev. */
+	kiln_status (*prepare)(void *ctx, struct kiln_device *dev, int64_t n);
+	/* Enqueue one step: params -= f(grads, state, *lr) (lr: device f32[1]). */
+	kiln_status (*step)(void *ctx, struct kiln_device *dev, void *stream, float *params,
+			    const float *grads, float *state, const float *lr);
+};
+
+/* ======================================================================
+ * Layer type.  A built-in layer is one file in core/layers/ plus one row in
+ * the layer table, and that row is this struct: a layer plugin provides
+ * exactly what the built-ins do.
+ * ====================================================================== */
+
+#define KILN_LAYER_MAX_PARAMS 4
+#define KILN_LAYER_MAX_INPUTS 8
+
+enum kiln_init {
+	KILN_INIT_ZERO = 0,
+	KILN_INIT_ONE = 1,
+	KILN_INIT_KAIMING_UNIFORM = 2, /* U(-b, b), b = 1/sqrt(fan_in): PyTorch Linear/Conv default */
+	KILN_INIT_BIAS_UNIFORM = 3     /* U(-b, b), b = 1/sqrt(fan_in) of the weight */
+};
+
+/* A parameter the layer asks for in infer(). */
+struct kiln_param_spec {
+	const char *suffix;            /* "weight" -> "fc1.weight" */
+	struct kiln_tensor_desc desc;  /* f32 */
+	int32_t init;                  /* enum kiln_init */
+	int64_t fan_in;
+	int32_t is_buffer;             /* 1: non-trained state in `buffers` */
+};
+
+/* The core's view of one layer, owned by the core, given to every member. */
+struct kiln_layer {
+	const char *name;   /* section suffix: [layer.fc1] -> "fc1" */
+	const char *type;
+	int n_in;
+	struct kiln_tensor_desc in[KILN_LAYER_MAX_INPUTS]; /* set before infer */
+	struct kiln_tensor_desc out;                       /* set by infer */
+	int n_params;
+	struct kiln_param_spec params[KILN_LAYER_MAX_PARAMS]; /* set by infer */
+	int trainable;       /* [layer.X] trainable (default 1) */
+	int is_loss;         /* set by configure for loss layers */
+	int needs_input;     /* set by infer: backward reads forward inputs */
+	int needs_output;    /* set by infer: backward reads forward output */
+	int inplace_ok;      /* set by infer: output may alias input 0 */
+	void *priv;          /* the layer type's private state */
+};
+
+/* Everything one forward or backward call may touch.  Pointers are device
+ * memory.  dx_accum[i]/dw_accum: 0 = write, 1 = add into (the first writer
+ * of a buffer in a step writes, later ones accumulate). */
+struct kiln_layer_run {
+	struct kiln_device *dev;
+	void *stream;
+	int training;
+	int64_t batch;           /* rows actually valid (<= in[0].dims[0]) */
+	const void *x[KILN_LAYER_MAX_INPUTS];
+	void *y;
+	const void *dy;
+	void *dx[KILN_LAYER_MAX_INPUTS]; /* NULL: no gradient needed for input i */
+	int dx_accum[KILN_LAYER_MAX_INPUTS];
+	void *w[KILN_LAYER_MAX_PARAMS];
+	void *dw[KILN_LAYER_MAX_PARAMS]; /* NULL when frozen */
+	int dw_accum;
+	void *workspace;
+	size_t workspace_bytes;
+	/* Loss layers: labels (i32[batch]), metric sums (f32[2]: loss sum,
+	 * correct count; always accumulated) and the gradient scale. */
+	const void *labels;
+	void *metrics;
+	float grad_scale;
+};
+
+#define KILN_LAYER_OPS_VERSION 1
+
+struct kiln_layer_ops {
+	uint32_t version;
+	int min_inputs, max_inputs;
+	/* Read the type's keys from section "layer.NAME". (optional) */
+	kiln_status (*configure)(const struct kiln_host *host, struct kiln_layer *l,
+				 const struct kiln_config *cfg, const char *section);
+	/* From l->in[] compute l->out and l->params[]; KILN_ECONFIG on a bad
+	 * shape, naming the layer. */
+	kiln_status (*infer)(const struct kiln_host *host, struct kiln_layer *l);
+	/* Prepare device ops for the inferred shapes (both training and
+	 * evaluation batch sizes go through infer+plan on separate layer
+	 * objects) and report the workspace size. */
+	kiln_status (*plan)(const struct kiln_host *host, struct kiln_layer *l,
+			    struct kiln_device *dev, size_t *workspace);
+	kiln_status (*forward)(const struct kiln_host *host, struct kiln_layer *l,
+			       const struct kiln_layer_run *r);
+	/* (optional for layers with no inputs needing gradients) */
+	kiln_status (*backward)(const struct kiln_host *host, struct kiln_layer *l,
+				const struct kiln_layer_run *r);
+	void (*destroy)(const struct kiln_host *host, struct kiln_layer *l);
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_PLUGIN_H */

@@ -1,0 +1,62 @@
+/* kiln/tensor.h - N-dimensional tensor descriptors shared by the core and
+ * every plugin.  A descriptor describes memory; it never owns it. */
+#ifndef KILN_TENSOR_H
+#define KILN_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_MAX_DIMS 8
+
+enum kiln_dtype {
+	KILN_F32 = 0,
+	KILN_BF16 = 1,
+	KILN_F16 = 2,
+	KILN_I8 = 3,
+	KILN_U8 = 4,
+	KILN_I32 = 5,
+	KILN_I64 = 6,
+	KILN_DTYPE_COUNT
+};
+
+/* Layout is a property of 4-d activations only; other tensors are KILN_ROW
+ * (row-major, last dimension contiguous).  dims[] of a 4-d activation are
+ * always listed as N, C, H, W whatever the layout, so shapes do not change
+ * meaning when `[model] layout` changes; the layout says how they are stored. */
+enum kiln_layout {
+	KILN_ROW = 0,  /* row-major over dims as listed */
+	KILN_NCHW = 1, /* 4-d: stored N, C, H, W (same as ROW) */
+	KILN_NHWC = 2  /* 4-d: stored N, H, W, C (channels-last) */
+};
+
+struct kiln_tensor_desc {
+	int32_t dtype;   /* enum kiln_dtype */
+	int32_t layout;  /* enum kiln_layout */
+	int32_t ndim;    /* 0..KILN_MAX_DIMS; 0 is a scalar */
+	int32_t reserved;
+	int64_t dims[KILN_MAX_DIMS];
+};
+
+/* Bytes per element of a dtype (0 for an unknown dtype). */
+size_t kiln_dtype_size(int dtype);
+const char *kiln_dtype_name(int dtype);
+
+/* Number of elements (1 for a scalar). */
+int64_t kiln_tensor_numel(const struct kiln_tensor_desc *d);
+size_t kiln_tensor_bytes(const struct kiln_tensor_desc *d);
+
+/* Fill `d` as a contiguous row-major tensor of `ndim` dims. */
+void kiln_tensor_desc_init(struct kiln_tensor_desc *d, int dtype, int ndim,
+			   const int64_t *dims);
+
+/* Write "f32[128, 784]" into buf (always NUL-terminated); returns buf. */
+char *kiln_tensor_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_TENSOR_H */

@@ -1,0 +1,2 @@
+kilninclude_HEADERS += include/kiln/kiln.h include/kiln/plugin.h include/kiln/tensor.h \
+	include/kiln/config.h include/kiln/status.h

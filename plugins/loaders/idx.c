@@ -1,0 +1,2 @@
+/* placeholder */
+#include <kiln/plugin.h>

@@ -1,0 +1,18 @@
+# Every plugin is a libtool module in plugins/, so the build tree has one
+# plugin directory (plugins/.libs) that libkiln searches when uninstalled.
+if BUILD_CPU
+pkglib_LTLIBRARIES += plugins/kiln-cpu.la
+plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c
+plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS)
+plugins_kiln_cpu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENMP_CFLAGS)
+endif
+
+if BUILD_LOADERS
+pkglib_LTLIBRARIES += plugins/kiln-loaders.la
+plugins_kiln_loaders_la_SOURCES = plugins/loaders/loaders.c plugins/loaders/idx.c \
+	plugins/loaders/loaders.h
+plugins_kiln_loaders_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(ZLIB_CFLAGS)
+plugins_kiln_loaders_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_kiln_loaders_la_LIBADD = $(ZLIB_LIBS)
+endif
