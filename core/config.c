@@ -699,14 +699,25 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 
 /* ---- getters ---------------------------------------------------------- */
 
+static int no_inherit(const char *key)
+{
+	static const char *const keys[] = { "images", "labels", "split", "files", "shards" };
+	for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+		if (!strcmp(key, keys[i]))
+			return 1;
+	return 0;
+}
+
 const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
 			    const char *key)
 {
 	struct entry *e = find_entry(find_section(cfg, section), key);
 	if (e)
 		return e->value;
-	/* [data.eval] inherits what it does not set from [data]. */
-	if (!strcmp(section, "data.eval") &&
+	/* [data.eval] inherits what it does not set from [data], except the
+	 * keys that choose files or the split: evaluation must never read the
+	 * training files by inheritance. */
+	if (!strcmp(section, "data.eval") && !no_inherit(key) &&
 	    (e = find_entry(find_section(cfg, "data"), key)) != NULL)
 		return e->value;
 	const struct kiln_key *k = lookup_key(cfg, section, key);
@@ -720,7 +731,7 @@ const char *kiln_config_where(const struct kiln_config *cfg, const char *section
 	struct entry *e = find_entry(s, key);
 	if (!key)
 		return s ? s->where : "command line";
-	if (!e && !strcmp(section, "data.eval"))
+	if (!e && !strcmp(section, "data.eval") && !no_inherit(key))
 		e = find_entry(find_section(cfg, "data"), key);
 	return e ? e->where : "default";
 }

@@ -9,7 +9,7 @@ struct kiln_device {
 	const struct kiln_plugin *plugin;
 	const struct kiln_device_ops *ops;
 	void *ctx;
-	atomic_uint_fast64_t host_syncs, d2h, allocs, runs;
+	atomic_uint_fast64_t host_syncs, d2h, allocs, runs, staging;
 };
 
 #define HAS(dev, member)                                                                  \
@@ -58,6 +58,7 @@ void kiln_device_counters_get(const struct kiln_device *dev, struct kiln_device_
 	c->d2h_copies = atomic_load(&dev->d2h);
 	c->allocs = atomic_load(&dev->allocs);
 	c->runs = atomic_load(&dev->runs);
+	c->staging_waits = atomic_load(&dev->staging);
 }
 
 kiln_status kiln_device_alloc(struct kiln_device *dev, size_t bytes, void **ptr)
@@ -141,6 +142,12 @@ kiln_status kiln_device_stream_wait(struct kiln_device *dev, void *stream, void 
 kiln_status kiln_device_event_sync(struct kiln_device *dev, void *event)
 {
 	atomic_fetch_add(&dev->host_syncs, 1);
+	return dev->ops->event_sync(dev->ctx, event);
+}
+
+kiln_status kiln_device_staging_wait(struct kiln_device *dev, void *event)
+{
+	atomic_fetch_add(&dev->staging, 1);
 	return dev->ops->event_sync(dev->ctx, event);
 }
 

@@ -2,10 +2,11 @@
 # plugin directory (plugins/.libs) that libkiln searches when uninstalled.
 if BUILD_CPU
 pkglib_LTLIBRARIES += plugins/kiln-cpu.la
-plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c
+plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/stream.c plugins/cpu/ops.c \
+	plugins/cpu/gemm.c plugins/cpu/cpu.h
 plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS)
 plugins_kiln_cpu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENMP_CFLAGS)
+plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENMP_CFLAGS) -lm
 endif
 
 if BUILD_LOADERS

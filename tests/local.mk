@@ -1,0 +1,89 @@
+# ---- Foundation I: config, plugin registry, CLI, out-of-tree plugin ---------
+# Shell tests find the build through these; automake's harness sets srcdir.
+AM_TESTS_ENVIRONMENT = top_builddir='$(top_builddir)' abs_top_builddir='$(abs_top_builddir)' \
+	abs_top_srcdir='$(abs_top_srcdir)' MAKE='$(MAKE)' CC='$(CC)' \
+	kiln_includedir='$(includedir)' kiln_pkgconfigdir='$(pkgconfigdir)'; \
+	export top_builddir abs_top_builddir abs_top_srcdir MAKE CC kiln_includedir kiln_pkgconfigdir;
+
+# Test plugins: built like real plugins (hidden visibility, only
+# kiln_plugin_init exported) but never installed nor in the default search
+# path; they land in tests/plugins/.libs (and tests/plugins/shadow/.libs).
+TEST_PLUGIN_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
+TEST_PLUGIN_LDFLAGS = $(PLUGIN_LDFLAGS) -rpath /nowhere
+check_LTLIBRARIES += tests/plugins/kiln-tgood.la tests/plugins/kiln-tbadabi.la \
+	tests/plugins/kiln-tnosym.la tests/plugins/kiln-tdlfail.la tests/plugins/kiln-tnull.la \
+	tests/plugins/shadow/kiln-tgood.la
+tests_plugins_kiln_tgood_la_SOURCES = tests/plugins/tgood.c
+tests_plugins_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tbadabi_la_SOURCES = tests/plugins/tbadabi.c
+tests_plugins_kiln_tbadabi_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tbadabi_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tnosym_la_SOURCES = tests/plugins/tnosym.c
+tests_plugins_kiln_tnosym_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+# (no export list: an empty one is a syntax error for ld; it exports a typo)
+tests_plugins_kiln_tnosym_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+tests_plugins_kiln_tdlfail_la_SOURCES = tests/plugins/tdlfail.c
+tests_plugins_kiln_tdlfail_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tdlfail_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_kiln_tnull_la_SOURCES = tests/plugins/tnull.c
+tests_plugins_kiln_tnull_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_kiln_tnull_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_shadow_kiln_tgood_la_SOURCES = tests/plugins/shadow.c
+tests_plugins_shadow_kiln_tgood_la_CFLAGS = $(TEST_PLUGIN_CFLAGS)
+tests_plugins_shadow_kiln_tgood_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+
+TEST_PLUGIN_DIRS = -DTEST_PLUGIN_DIR='"$(abs_top_builddir)/tests/plugins/.libs"' \
+	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"'
+
+if HAVE_CHECK
+check_PROGRAMS += tests/check_config tests/check_plugin
+TESTS += tests/check_config tests/check_plugin
+CLEANFILES += check_config.golden_out.got
+tests_check_config_SOURCES = tests/check_config.c
+tests_check_config_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_config_LDADD = libkiln.la $(CHECK_LIBS)
+tests_check_plugin_SOURCES = tests/check_plugin.c
+tests_check_plugin_CPPFLAGS = $(AM_CPPFLAGS) $(TEST_PLUGIN_DIRS)
+tests_check_plugin_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_plugin_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+
+# The out-of-tree plugin test: tests/oot.sh installs kiln into a DESTDIR,
+# builds tests/oot/oot.c against the installed headers only, and runs
+# tests/oot_test (which loads and reads its source "ootsrc").
+check_PROGRAMS += tests/oot_test
+tests_oot_test_SOURCES = tests/oot/oot_test.c
+tests_oot_test_LDADD = libkiln.la
+
+TESTS += tests/cli.sh tests/oot.sh
+EXTRA_DIST += tests/cli.sh tests/oot.sh tests/oot/oot.c \
+	tests/config/golden_in.ini tests/config/golden_out.ini tests/config/cli.ini \
+	tests/config/typo_run.ini tests/config/typo_data.ini tests/config/typo_model.ini \
+	tests/config/typo_train.ini
+
+if HAVE_CHECK
+check_PROGRAMS += tests/check_idx
+TESTS += tests/check_idx
+tests_check_idx_SOURCES = tests/check_idx.c
+tests_check_idx_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
+tests_check_idx_LDADD = libkiln.la $(CHECK_LIBS) $(ZLIB_LIBS)
+endif
+
+# ---- Foundation II: graph, layers, planner, trainer -----------------------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_train
+TESTS += tests/check_train
+tests_check_train_SOURCES = tests/check_train.c
+tests_check_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_train_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+endif
+EXTRA_DIST += tests/data/mlp_ref.safetensors tests/data/gen_mlp_ref.py tests/data/README.md
+
+if HAVE_CHECK
+check_PROGRAMS += tests/check_device
+TESTS += tests/check_device
+tests_check_device_SOURCES = tests/check_device.c
+tests_check_device_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_device_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif

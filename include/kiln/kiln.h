@@ -91,6 +91,8 @@ struct kiln_device_counters {
 	uint64_t d2h_copies;  /* copy_async with KILN_COPY_D2H */
 	uint64_t allocs;      /* alloc + host_alloc calls */
 	uint64_t runs;        /* kernel launches */
+	uint64_t staging_waits; /* loader waits for a staging buffer's copy to
+				 * finish (backpressure; never waits on compute) */
 };
 
 /* Open the available device plugin `name` with [plugin.NAME] of cfg. */
@@ -113,6 +115,9 @@ kiln_status kiln_device_copy_async(struct kiln_device *dev, void *dst, const voi
 kiln_status kiln_device_event_record(struct kiln_device *dev, void *event, void *stream);
 kiln_status kiln_device_stream_wait(struct kiln_device *dev, void *stream, void *event);
 kiln_status kiln_device_event_sync(struct kiln_device *dev, void *event);
+/* event_sync for the loader's staging ring: counted as staging_waits, not
+ * host_syncs.  Use only to wait for a copy out of a host staging buffer. */
+kiln_status kiln_device_staging_wait(struct kiln_device *dev, void *event);
 kiln_status kiln_device_stream_sync(struct kiln_device *dev, void *stream);
 kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
 				size_t *workspace);
@@ -120,6 +125,108 @@ kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct ki
 			    void *stream);
 void kiln_device_plan_free(struct kiln_device *dev, void *plan);
 void *kiln_device_proc(struct kiln_device *dev, const char *name);
+
+/* ---- model, plans, training ---------------------------------------------
+ *
+ * A model is the static graph of the [layer.NAME] sections (file order;
+ * `input =` / `inputs =` wire edges, default: the previous layer) with its
+ * parameters, gradients and optimizer state in one flat device buffer each
+ * (trainable parameters first, so the fused optimizer is one launch over one
+ * range).  A plan binds the model to one batch size and mode: it holds the
+ * layers' prepared device ops and one activation arena whose offsets the
+ * planner packed by lifetime over the forward+backward schedule.  Running a
+ * plan allocates nothing and never waits on the host.
+ * Threads: one driving thread per model.
+ */
+struct kiln_model;
+struct kiln_plan;
+
+struct kiln_param_info {
+	const char *name;              /* "fc1.weight" (PyTorch names and layouts) */
+	struct kiln_tensor_desc desc;
+	float *param;                  /* device pointer into the flat buffer */
+	float *grad;                   /* device pointer, NULL when frozen */
+	int trainable;
+};
+
+/* Build the model described by cfg for samples shaped like `sample` (no
+ * batch dimension).  Parameters are allocated but not initialised. */
+kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+			      struct kiln_model **out);
+void kiln_model_free(struct kiln_model *m);
+
+int kiln_model_param_count(const struct kiln_model *m);
+void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_info *out);
+/* KILN_ENOTFOUND if no parameter has that name. */
+kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,
+				  struct kiln_param_info *out);
+size_t kiln_model_param_elems(const struct kiln_model *m);
+
+/* PyTorch's default init (kaiming-uniform weights, uniform biases) drawn
+ * from (seed, parameter, element); copies to the device and waits. */
+kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *stream);
+
+/* Plan for `batch` rows.  training: forward + backward; else forward only,
+ * keeping no activation longer than its consumers need it. */
+kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
+			    struct kiln_plan **out);
+void kiln_plan_free(struct kiln_plan *p);
+size_t kiln_plan_arena_bytes(const struct kiln_plan *p);
+size_t kiln_plan_naive_bytes(const struct kiln_plan *p); /* without lifetime packing */
+
+/* Enqueue one pass on stream: x (device, [batch, sample...]), labels
+ * (device i32[batch]), metrics (device f32[2], accumulated: loss sum and
+ * correct count).  Training plans also run backward, writing gradients
+ * (beta = 0 on the first write: no zeroing needed). */
+kiln_status kiln_plan_run(struct kiln_plan *p, const void *x, const void *labels, void *metrics,
+			  void *stream);
+/* The two halves of kiln_plan_run (backward only for training plans). */
+kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *labels,
+			      void *metrics, void *stream);
+kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *labels,
+			       void *metrics, void *stream);
+
+/* Prepare the fused SGD step ([train] momentum, weight_decay, nesterov)
+ * and zero the momentum buffer. */
+kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream);
+/* Enqueue the fused optimizer step over every trainable parameter;
+ * lr is a device f32[1]. */
+kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *stream);
+
+struct kiln_train_result {
+	int epochs;
+	int64_t steps;
+	double train_loss;          /* mean loss of the last epoch */
+	double train_acc;
+	double test_loss, test_acc; /* last evaluation; -1 when none ran */
+	double train_samples_per_s; /* over the timed epochs (all but the first, if >1) */
+	double wall_s;
+	int64_t test_samples;
+	struct kiln_device_counters steady; /* counters over steps 2..N between log points */
+};
+
+/* Phases the trainer reports to a hook (the profiler attaches here). */
+enum kiln_phase {
+	KILN_PHASE_DATA = 0,      /* waiting for and assembling a batch */
+	KILN_PHASE_FORWARD = 1,
+	KILN_PHASE_BACKWARD = 2,
+	KILN_PHASE_OPTIMIZER = 3,
+	KILN_PHASE_EVAL = 4
+};
+typedef void (*kiln_phase_fn)(void *user, int phase, int begin);
+/* Install a hook called at the start (begin=1) and end of each phase of the
+ * host side of a step (enqueue time; device time needs device events).
+ * NULL removes it.  Not thread-safe against a running kiln_train. */
+void kiln_set_phase_hook(kiln_phase_fn fn, void *user);
+
+/* The whole `kiln train`: open device and data, build, train, evaluate,
+ * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may
+ * be NULL) is called after every step with (done, total, user). */
+typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t steps_per_epoch,
+				 const char *status);
+kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
+		       kiln_progress_fn progress, void *user, struct kiln_train_result *res);
 
 #ifdef __cplusplus
 }

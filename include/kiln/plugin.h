@@ -403,6 +403,9 @@ struct kiln_layer {
 	int needs_input;     /* set by infer: backward reads forward inputs */
 	int needs_output;    /* set by infer: backward reads forward output */
 	int inplace_ok;      /* set by infer: output may alias input 0 */
+	int is_view;         /* set by infer: output is input 0 reinterpreted (same
+			      * bytes, new shape); forward/backward do nothing and
+			      * the gradient of the output is the input's */
 	void *priv;          /* the layer type's private state */
 };
 
@@ -452,7 +455,10 @@ struct kiln_layer_ops {
 	/* (optional for layers with no inputs needing gradients) */
 	kiln_status (*backward)(const struct kiln_host *host, struct kiln_layer *l,
 				const struct kiln_layer_run *r);
-	void (*destroy)(const struct kiln_host *host, struct kiln_layer *l);
+	/* Free l->priv and every plan made in plan() (dev is NULL when plan()
+	 * never ran).  (optional: default frees nothing) */
+	void (*destroy)(const struct kiln_host *host, struct kiln_layer *l,
+			struct kiln_device *dev);
 };
 
 #ifdef __cplusplus

@@ -1,3 +1,332 @@
-#include <kiln/plugin.h>
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *h);
-const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *h){ static const struct kiln_plugin *const l[]={NULL}; (void)h; return l; }
+/* plugins/cpu/cpu.c - the CPU device plugin: descriptor, open/close, host
+ * memory, and the prepare/run/plan_free dispatch.
+ *
+ * Device memory is host memory, so copies are memcpy and there is no
+ * pinning.  Kernels are oneDNN (GEMM, gemm.c) and plain C with OpenMP
+ * (ops.c).  With [plugin.cpu] async = 1 every stream gets a worker thread
+ * (stream.c), so a missing event or a hidden host sync shows up here as a
+ * wrong result or a hang instead of only on a GPU.
+ */
+#include "cpu.h"
+
+#include <omp.h>      /* omp_set_num_threads */
+#include <stdarg.h>
+#include <stdio.h>    /* vsnprintf, snprintf */
+#include <stdlib.h>   /* posix_memalign, free, calloc */
+#include <string.h>
+#include <unistd.h>   /* sysconf */
+
+#define CPU_ALIGN 64
+
+/* ---- helpers shared by the other files -------------------------------- */
+
+kiln_status cpu_fail(struct cpu_err *e, kiln_status st, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+	e->st = st;
+	return st;
+}
+
+const char *cpu_op_name(int type)
+{
+	static const char *const names[KILN_OP_TYPE_COUNT] = {
+		[KILN_OP_GEMM] = "GEMM",
+		[KILN_OP_BIAS_ADD] = "BIAS_ADD",
+		[KILN_OP_BIAS_GRAD] = "BIAS_GRAD",
+		[KILN_OP_RELU] = "RELU",
+		[KILN_OP_RELU_BWD] = "RELU_BWD",
+		[KILN_OP_SOFTMAX_XENT] = "SOFTMAX_XENT",
+		[KILN_OP_SGD] = "SGD",
+		[KILN_OP_FILL] = "FILL",
+		[KILN_OP_REDUCE_SUM] = "REDUCE_SUM",
+		[KILN_OP_SCALE] = "SCALE",
+		[KILN_OP_ADD] = "ADD",
+		[KILN_OP_NORMALIZE_U8] = "NORMALIZE_U8",
+	};
+	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
+		return names[type];
+	return "unknown op";
+}
+
+/* The plugin cannot call libkiln's kiln_tensor_desc_str: plugins only
+ * get the host table.  Same format. */
+char *cpu_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n)
+{
+	static const char *const dt[KILN_DTYPE_COUNT] = { "f32", "bf16", "f16", "i8",
+							  "u8",  "i32",  "i64" };
+	size_t off = 0;
+	if (!n)
+		return buf;
+	buf[0] = 0;
+	int w = snprintf(buf, n, "%s[",
+			 d->dtype >= 0 && d->dtype < KILN_DTYPE_COUNT ? dt[d->dtype] : "?");
+	off = w > 0 ? (size_t)w : 0;
+	for (int i = 0; i < d->ndim && i < KILN_MAX_DIMS && off < n; i++) {
+		w = snprintf(buf + off, n - off, "%s%lld", i ? ", " : "", (long long)d->dims[i]);
+		off += w > 0 ? (size_t)w : 0;
+	}
+	if (off < n)
+		snprintf(buf + off, n - off, "]");
+	return buf;
+}
+
+int64_t cpu_numel(const struct kiln_tensor_desc *d)
+{
+	int64_t n = 1;
+	for (int i = 0; i < d->ndim && i < KILN_MAX_DIMS; i++)
+		n *= d->dims[i];
+	return n;
+}
+
+kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct kiln_op_args *a,
+		     struct cpu_err *e)
+{
+	/* The thread count is an OpenMP per-thread setting, and run() may be
+	 * called from the loader's thread or a stream worker: set it where
+	 * the kernel runs.  oneDNN (OpenMP build) reads the same setting. */
+	if (omp_get_max_threads() != c->threads)
+		omp_set_num_threads(c->threads);
+	e->st = KILN_OK;
+	e->msg[0] = 0;
+	return p->kernel(p, a, e);
+}
+
+/* ---- open / close ----------------------------------------------------- */
+
+static const struct kiln_host *cpu_host; /* from kiln_plugin_init */
+
+static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			    int ordinal, void **out)
+{
+	kiln_status st;
+	int64_t threads = 0;
+	int async = 0;
+	*out = NULL;
+	if (ordinal < 0)
+		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
+	/* Every ordinal is the same host memory: ranks of a multi-process CPU
+	 * run each open their local rank's ordinal. */
+	if (cfg) {
+		st = host->config_get_int(cfg, "run", "threads", &threads);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+		st = host->config_get_bool(cfg, "plugin.cpu", "async", &async);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+	}
+	if (threads < 0)
+		return host->error(KILN_ECONFIG, "cpu: [run] threads = %lld is negative",
+				   (long long)threads);
+	if (threads == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = n > 0 ? n : 1;
+	}
+
+	struct cpu_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "cpu: out of memory for the device context");
+	c->host = host;
+	c->async = async;
+	c->threads = (int)threads;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	if ((st = cpu_engine_create(c))) {
+		pthread_cond_destroy(&c->cond);
+		pthread_mutex_destroy(&c->lock);
+		free(c);
+		return st;
+	}
+	omp_set_num_threads(c->threads);
+	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %d threads, %s streams", ordinal,
+		  c->threads, c->async ? "async" : "sync");
+	*out = c;
+	return KILN_OK;
+}
+
+static void cpu_plan_free(void *ctx, void *plan);
+
+static void cpu_close(void *ctx)
+{
+	struct cpu_ctx *c = ctx;
+	if (!c)
+		return;
+	/* Streams first: their workers may still be running plans. */
+	cpu_streams_destroy_all(c);
+	while (c->plans)
+		cpu_plan_free(c, c->plans);
+	cpu_engine_destroy(c);
+	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
+{
+	struct cpu_ctx *c = ctx;
+	/* Round up so vector loops over the last block stay inside it. */
+	size_t n = bytes ? (bytes + CPU_ALIGN - 1) & ~(size_t)(CPU_ALIGN - 1) : CPU_ALIGN;
+	*ptr = NULL;
+	if (n < bytes || posix_memalign(ptr, CPU_ALIGN, n)) {
+		*ptr = NULL;
+		return c->host->error(KILN_ENOMEM, "cpu: alloc of %zu bytes failed", bytes);
+	}
+	return KILN_OK;
+}
+
+static void cpu_free(void *ctx, void *ptr)
+{
+	(void)ctx;
+	free(ptr);
+}
+
+/* ---- prepare / run ---------------------------------------------------- */
+
+static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
+			       size_t *workspace)
+{
+	struct cpu_ctx *c = ctx;
+	kiln_status st;
+	*plan = NULL;
+	if (workspace)
+		*workspace = 0;
+	if (op->n_in < 0 || op->n_in > KILN_OP_MAX_IN || op->n_out < 0 ||
+	    op->n_out > KILN_OP_MAX_OUT)
+		return c->host->error(KILN_EINVAL, "cpu: %s: n_in %d / n_out %d out of range",
+				      cpu_op_name(op->type), op->n_in, op->n_out);
+	struct cpu_plan *p = calloc(1, sizeof *p);
+	if (!p)
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
+				      cpu_op_name(op->type));
+	p->op = *op;
+	if (op->type == KILN_OP_GEMM)
+		st = cpu_gemm_prepare(c, p);
+	else
+		st = cpu_ops_prepare(c, p);
+	if (st) {
+		cpu_gemm_free(p->gemm);
+		free(p);
+		return st;
+	}
+	pthread_mutex_lock(&c->lock);
+	p->next = c->plans;
+	if (c->plans)
+		c->plans->prev = p;
+	c->plans = p;
+	pthread_mutex_unlock(&c->lock);
+	if (workspace)
+		*workspace = p->workspace;
+	*plan = p;
+	return KILN_OK;
+}
+
+static kiln_status cpu_run(void *ctx, void *plan, const struct kiln_op_args *args,
+			   void *stream)
+{
+	struct cpu_ctx *c = ctx;
+	const struct cpu_plan *p = plan;
+	if (!p || !args || !stream)
+		return c->host->error(KILN_EINVAL, "cpu: run: NULL %s",
+				      !p ? "plan" : !args ? "args" : "stream");
+	/* Check pointers here, on the caller's thread, so a missing buffer is
+	 * reported by run() itself rather than by a later sync. */
+	for (int i = 0; i < p->n_in; i++)
+		if (!args->in[i])
+			return c->host->error(KILN_EINVAL, "cpu: %s: input %d is NULL",
+					      cpu_op_name(p->op.type), i);
+	for (int i = 0; i < p->n_out; i++)
+		if (!args->out[i])
+			return c->host->error(KILN_EINVAL, "cpu: %s: output %d is NULL",
+					      cpu_op_name(p->op.type), i);
+	if (p->workspace && (!args->workspace || args->workspace_bytes < p->workspace))
+		return c->host->error(KILN_EINVAL,
+				      "cpu: %s: workspace of %zu bytes given, prepare asked for %zu",
+				      cpu_op_name(p->op.type),
+				      args->workspace ? args->workspace_bytes : 0, p->workspace);
+	return cpu_stream_run(c, stream, p, args);
+}
+
+static void cpu_plan_free(void *ctx, void *plan)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_plan *p = plan;
+	if (!p)
+		return;
+	pthread_mutex_lock(&c->lock);
+	cpu_plan_wait_idle(c, p);
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		c->plans = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	pthread_mutex_unlock(&c->lock);
+	cpu_gemm_free(p->gemm);
+	free(p);
+}
+
+static kiln_status cpu_host_alloc(void *ctx, size_t bytes, void **ptr)
+{
+	return cpu_alloc(ctx, bytes, ptr);
+}
+
+static void cpu_host_free(void *ctx, void *ptr)
+{
+	cpu_free(ctx, ptr);
+}
+
+/* ---- descriptor ------------------------------------------------------- */
+
+static const struct kiln_device_ops cpu_ops = {
+	.version = KILN_DEVICE_OPS_VERSION,
+	.open = cpu_open,
+	.close = cpu_close,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.host_alloc = cpu_host_alloc, /* no pinning on the CPU: same as alloc */
+	.host_free = cpu_host_free,
+	.stream_create = cpu_stream_create,
+	.stream_destroy = cpu_stream_destroy,
+	.event_create = cpu_event_create,
+	.event_destroy = cpu_event_destroy,
+	.copy_async = cpu_copy_async,
+	.event_record = cpu_event_record,
+	.stream_wait = cpu_stream_wait,
+	.event_sync = cpu_event_sync,
+	.stream_sync = cpu_stream_sync,
+	.prepare = cpu_prepare,
+	.run = cpu_run,
+	.plan_free = cpu_plan_free,
+	.get_proc_address = NULL,
+};
+
+static const struct kiln_key cpu_keys[] = {
+	{ "async", KILN_KEY_BOOL, "0", 0, 0, NULL,
+	  "Run each stream on its own worker thread with real events, so ordering bugs "
+	  "and hidden host syncs show up without a GPU." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+static const struct kiln_plugin cpu_plugin = {
+	.abi_major = KILN_ABI_MAJOR,
+	.abi_minor = KILN_ABI_MINOR,
+	.kind = KILN_PLUGIN_DEVICE,
+	.name = "cpu",
+	.summary = "host CPU: oneDNN GEMM, OpenMP kernels, optional async streams",
+	.ops = &cpu_ops,
+	.keys = cpu_keys,
+	.probe = NULL,
+};
+
+KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host);
+
+const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
+{
+	static const struct kiln_plugin *const list[] = { &cpu_plugin, NULL };
+	cpu_host = host;
+	return list;
+}

@@ -1,2 +1,508 @@
-/* placeholder */
-#include <kiln/plugin.h>
+/* plugins/loaders/idx.c - the `idx` data source: MNIST-format IDX files.
+ *
+ * An IDX file is a big-endian header followed by the raw elements:
+ *
+ *   u32 magic   0x000008NN: two zero bytes, element type 0x08 (u8), NN dims
+ *   u32 dims[NN]
+ *   u8  data[dims[0] * ... * dims[NN-1]]
+ *
+ * Images are 0x00000803 (u8 [N, rows, cols]) and labels 0x00000801
+ * (u8 [N]).  Both files are read whole into memory at open(), through zlib
+ * so that gzipped and plain files are read alike.  A sample is the image
+ * as f32 [1, rows, cols], x = (u8/255 - mean)/std, and its label an i32
+ * scalar.  read() only reads the loaded arrays, so it is thread-safe.
+ *
+ * Nothing in a file is trusted: every size is checked against what the
+ * header promised, the total against IDX_MAX_BYTES, and buffers grow only
+ * as data actually arrives, so a corrupt header cannot make open() allocate
+ * more than the file holds.
+ */
+#include "loaders.h"
+
+#include <errno.h>    /* errno, ENOENT */
+#include <fcntl.h>    /* open */
+#include <inttypes.h> /* PRIu64, PRId64 */
+#include <limits.h>   /* PATH_MAX */
+#include <math.h>     /* isfinite */
+#include <stdio.h>    /* snprintf */
+#include <stdlib.h>   /* malloc, realloc, free */
+#include <string.h>   /* strerror, strcmp */
+#include <sys/stat.h> /* fstat */
+#include <unistd.h>   /* close, access */
+#include <zlib.h>     /* gzdopen, gzread, gzerror */
+
+#define IDX_WHO "idx"
+#define IDX_MAGIC_LABELS 0x00000801u /* u8, 1 dim */
+#define IDX_MAGIC_IMAGES 0x00000803u /* u8, 3 dims */
+#define IDX_MAX_BYTES ((uint64_t)1 << 34) /* 16 GiB: anything larger is a corrupt header */
+#define IDX_FIRST_CHUNK ((uint64_t)1 << 20) /* first buffer; doubles as data arrives */
+
+/* One loaded file. */
+struct idx_file {
+	char path[PATH_MAX];
+	uint8_t *data;     /* u8 [dims[0] * ... * dims[ndim-1]] */
+	uint64_t dims[3];
+	int ndim;
+	uint64_t bytes;
+};
+
+struct idx_ctx {
+	const struct kiln_host *host;
+	struct idx_file images; /* u8 [n, rows, cols] */
+	struct idx_file labels; /* u8 [n] */
+	int64_t n, rows, cols, classes;
+	float lut[256];         /* lut[u] = (u/255 - mean)/std */
+	int64_t position;       /* global sample offset (get/set_position) */
+};
+
+/* ---- reading through zlib --------------------------------------------- */
+
+/* Turn the error state of `gz` into a status and message.  Called after
+ * gzread returned -1, or returned short with an error pending. */
+static kiln_status idx_gz_error(const struct kiln_host *host, gzFile gz, const char *path,
+				const char *what)
+{
+	int sys = errno, errnum = Z_OK;
+	const char *msg = gzerror(gz, &errnum);
+	/* zlib prefixes its own name of the file, "<fd:N>: ", for gzdopen */
+	const char *sep = msg && msg[0] == '<' ? strstr(msg, ">: ") : NULL;
+	if (sep)
+		msg = sep + 3;
+	if (errnum == Z_ERRNO)
+		return host->error(KILN_EIO, "%s: cannot read the %s: %s", path, what,
+				   strerror(sys));
+	if (errnum == Z_MEM_ERROR)
+		return host->error(KILN_ENOMEM, "%s: out of memory decompressing the %s", path,
+				   what);
+	return host->error(KILN_EDATA, "%s: corrupt gzip stream in the %s: %s", path, what,
+			   msg && *msg ? msg : "unknown zlib error");
+}
+
+/* Read up to n bytes into buf; *got receives how many arrived before the end
+ * of the file.  A decompression or system error is an error; a plain short
+ * read is not (the caller knows what it expected).  *cut is set when the
+ * gzip stream itself ended early (zlib's "unexpected end of file"). */
+static kiln_status idx_read_bytes(const struct kiln_host *host, gzFile gz, const char *path,
+				  const char *what, void *buf, uint64_t n, uint64_t *got, int *cut)
+{
+	*got = 0;
+	*cut = 0;
+	while (*got < n) {
+		uint64_t want = n - *got;
+		if (want > ((uint64_t)1 << 30))
+			want = (uint64_t)1 << 30;
+		int r = gzread(gz, (char *)buf + *got, (unsigned)want);
+		if (r < 0)
+			return idx_gz_error(host, gz, path, what);
+		if (r == 0)
+			break;
+		*got += (uint64_t)r;
+	}
+	if (*got < n) {
+		int errnum = Z_OK;
+		gzerror(gz, &errnum);
+		if (errnum == Z_BUF_ERROR)
+			*cut = 1;
+		else if (errnum != Z_OK)
+			return idx_gz_error(host, gz, path, what);
+	}
+	return KILN_OK;
+}
+
+static uint32_t idx_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Why a magic number is wrong, in words, for the error message. */
+static const char *idx_magic_hint(uint32_t found, uint32_t expected)
+{
+	uint32_t swapped = (found >> 24) | ((found >> 8) & 0xff00u) | ((found << 8) & 0xff0000u) |
+			   (found << 24);
+	if (found == IDX_MAGIC_LABELS && expected == IDX_MAGIC_IMAGES)
+		return " (this is an IDX label file: are `images` and `labels` swapped?)";
+	if (found == IDX_MAGIC_IMAGES && expected == IDX_MAGIC_LABELS)
+		return " (this is an IDX image file: are `images` and `labels` swapped?)";
+	if (swapped == expected)
+		return " (byte-swapped: the header was written little-endian)";
+	if ((found & 0xffff0000u) == 0 && ((found >> 8) & 0xff) != 0x08)
+		return " (an IDX file of another element type; only u8 (0x08) is supported)";
+	if ((found & 0xffff0000u) == 0 && ((found >> 8) & 0xff) == 0x08)
+		return " (an IDX u8 file with another number of dimensions)";
+	return " (not an IDX file)";
+}
+
+/* Load the whole IDX file `path` into f: magic must be `magic` (which
+ * fixes ndim), dims non-zero, and the data complete.  `what` names the
+ * file's role ("image file") in messages; `hint` is appended to an open
+ * failure (other names tried).  On failure f holds nothing to free. */
+static kiln_status idx_load(const struct kiln_host *host, const char *path, uint32_t magic,
+			    const char *what, const char *hint, struct idx_file *f)
+{
+	int ndim = (int)(magic & 0xff);
+	uint8_t hdr[4 + 4 * 3];
+	size_t hdr_bytes = 4 + 4 * (size_t)ndim;
+	uint64_t got = 0;
+	int cut = 0;
+	kiln_status st;
+	struct stat sb;
+
+	memset(f, 0, sizeof *f);
+	snprintf(f->path, sizeof f->path, "%s", path);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return host->error(KILN_EIO, "%s: cannot open the %s: %s%s", path, what,
+				   strerror(errno), hint ? hint : "");
+	if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		close(fd);
+		return host->error(KILN_EIO, "%s: cannot read the %s: %s", path, what,
+				   strerror(EISDIR));
+	}
+	gzFile gz = gzdopen(fd, "rb");
+	if (!gz) {
+		close(fd);
+		return host->error(KILN_ENOMEM, "%s: cannot open the %s: out of memory", path, what);
+	}
+	gzbuffer(gz, 1u << 17);
+
+	/* ---- header ---- */
+	if ((st = idx_read_bytes(host, gz, path, what, hdr, hdr_bytes, &got, &cut)))
+		goto fail;
+	if (got == 0) {
+		st = host->error(KILN_EDATA, "%s: the %s is empty (expected an IDX header of %zu bytes)",
+				 path, what, hdr_bytes);
+		goto fail;
+	}
+	if (got >= 4 && idx_be32(hdr) != magic) {
+		uint32_t found = idx_be32(hdr);
+		st = host->error(KILN_EDATA, "%s: wrong magic number for an IDX %s: found 0x%08x, expected 0x%08x%s",
+				 path, what, found, magic, idx_magic_hint(found, magic));
+		goto fail;
+	}
+	if (got < hdr_bytes) {
+		st = host->error(KILN_EDATA, "%s: truncated header of the %s: expected %zu bytes, found %" PRIu64 "%s",
+				 path, what, hdr_bytes, got, cut ? " (the gzip stream ends early)" : "");
+		goto fail;
+	}
+	char dims[64];
+	int dl = 0;
+	for (int d = 0; d < ndim; d++)
+		dl += snprintf(dims + dl, sizeof dims - (size_t)dl, "%s%u", d ? " x " : "",
+			       idx_be32(hdr + 4 + 4 * d));
+	uint64_t total = 1;
+	f->ndim = ndim;
+	for (int d = 0; d < ndim; d++) {
+		f->dims[d] = idx_be32(hdr + 4 + 4 * d);
+		if (f->dims[d] == 0) {
+			st = host->error(KILN_EDATA, "%s: the %s has a zero-sized dimension %d (header dims %s)",
+					 path, what, d, dims);
+			goto fail;
+		}
+		/* total <= IDX_MAX_BYTES here; divide rather than multiply so the
+		 * check itself cannot wrap */
+		if (f->dims[d] > IDX_MAX_BYTES / total) {
+			st = host->error(KILN_EDATA, "%s: absurd size in the header of the %s: dims %s need more than %" PRIu64 " bytes; the header is corrupt",
+					 path, what, dims, IDX_MAX_BYTES);
+			goto fail;
+		}
+		total *= f->dims[d];
+	}
+	if (total > SIZE_MAX) {
+		st = host->error(KILN_EDATA, "%s: the %s (%" PRIu64 " bytes) does not fit this address space",
+				 path, what, total);
+		goto fail;
+	}
+
+	/* ---- data: grow the buffer only as bytes arrive ---- */
+	uint64_t cap = total < IDX_FIRST_CHUNK ? total : IDX_FIRST_CHUNK;
+	f->data = malloc((size_t)cap);
+	if (!f->data) {
+		st = host->error(KILN_ENOMEM, "%s: out of memory for the %s (%" PRIu64 " bytes)", path,
+				 what, cap);
+		goto fail;
+	}
+	uint64_t have = 0;
+	for (;;) {
+		if ((st = idx_read_bytes(host, gz, path, what, f->data + have, cap - have, &got,
+					 &cut)))
+			goto fail;
+		have += got;
+		if (have < cap || cap == total)
+			break;
+		uint64_t ncap = cap * 2 < total ? cap * 2 : total;
+		uint8_t *nd = realloc(f->data, (size_t)ncap);
+		if (!nd) {
+			st = host->error(KILN_ENOMEM, "%s: out of memory for the %s (%" PRIu64 " bytes)",
+					 path, what, ncap);
+			goto fail;
+		}
+		f->data = nd;
+		cap = ncap;
+	}
+	if (have < total) {
+		st = host->error(KILN_EDATA, "%s: truncated data in the %s: the header promises %" PRIu64 " bytes, found %" PRIu64 "%s",
+				 path, what, total, have, cut ? " (the gzip stream ends early)" : "");
+		goto fail;
+	}
+	f->bytes = total;
+
+	/* One more read: makes zlib check the gzip trailer (CRC and length) and
+	 * tells whether anything follows the data. */
+	uint8_t extra;
+	if ((st = idx_read_bytes(host, gz, path, what, &extra, 1, &got, &cut)))
+		goto fail;
+	if (cut) {
+		st = host->error(KILN_EDATA, "%s: corrupt gzip stream in the %s: it ends before its trailer",
+				 path, what);
+		goto fail;
+	}
+	if (got)
+		host->log(KILN_LOG_WARN, IDX_WHO, "%s: bytes after the %" PRIu64 " promised by the header are ignored",
+			  path, total);
+	gzclose(gz);
+	return KILN_OK;
+
+fail:
+	free(f->data);
+	f->data = NULL;
+	gzclose(gz);
+	return st;
+}
+
+/* ---- config ----------------------------------------------------------- */
+
+static const struct kiln_key idx_keys[] = {
+	{ "path", KILN_KEY_STR, "/usr/share/datasets/fashion-mnist", 0, 0, NULL,
+	  "Directory holding the IDX files; `images` and `labels` are relative to it." },
+	{ "images", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "Image file (IDX u8 [N, rows, cols], gzipped or not), relative to `path` or absolute. Unset: train-images-idx3-ubyte.gz for split train, t10k-images-idx3-ubyte.gz for split test (the name without .gz when only that exists)." },
+	{ "labels", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "Label file (IDX u8 [N]), relative to `path` or absolute. Unset: train-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte.gz by split." },
+	{ "split", KILN_KEY_ENUM, NULL, 0, 0, "train|test",
+	  "Which standard file names to use when `images`/`labels` are unset. Unset: the split the run asks for (train for [data], test for [data.eval]); a value set in [data] is inherited by [data.eval]." },
+	{ "mean", KILN_KEY_FLOAT, "0", 0, 0, NULL,
+	  "Normalisation: x = (u8/255 - mean) / std." },
+	{ "std", KILN_KEY_FLOAT, "1", 1e-12, 1e12, NULL,
+	  "Normalisation divisor (> 0); see `mean`." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+/* A string key, or `fallback` when unset (also when the config was not
+ * validated against the registry, so it does not know our defaults). */
+static const char *idx_key_str(const struct kiln_host *host, const struct kiln_config *cfg,
+			       const char *section, const char *key, const char *fallback)
+{
+	const char *v = host->config_get(cfg, section, key);
+	return v ? v : fallback;
+}
+
+static kiln_status idx_key_float(const struct kiln_host *host, const struct kiln_config *cfg,
+				 const char *section, const char *key, double fallback,
+				 double *out)
+{
+	kiln_status st = host->config_get_float(cfg, section, key, out);
+	if (st == KILN_ENOTFOUND) {
+		*out = fallback;
+		return KILN_OK;
+	}
+	return st;
+}
+
+/* Join dir and name into out unless name is absolute. */
+static kiln_status idx_join(const struct kiln_host *host, const char *section, const char *key,
+			    const char *dir, const char *name, char *out, size_t n)
+{
+	int len;
+	size_t dl = strlen(dir);
+	if (name[0] == '/' || !dl)
+		len = snprintf(out, n, "%s", name);
+	else
+		len = snprintf(out, n, "%s%s%s", dir, dir[dl - 1] == '/' ? "" : "/", name);
+	if (len < 0 || (size_t)len >= n)
+		return host->error(KILN_ECONFIG, "[%s] %s: the path %s/%s is too long", section, key,
+				   dir, name);
+	return KILN_OK;
+}
+
+/* The file of `key` ("images"/"labels"): the key's value, else the split's
+ * standard name (`std_gz`, or without ".gz" when only that exists).  `hint`
+ * receives words for an open failure. */
+static kiln_status idx_resolve(const struct kiln_host *host, const struct kiln_config *cfg,
+			       const char *section, const char *key, const char *dir,
+			       const char *split, const char *std_gz, char *out, size_t n,
+			       char *hint, size_t hn)
+{
+	const char *name = idx_key_str(host, cfg, section, key, NULL);
+	kiln_status st;
+	hint[0] = 0;
+	if (name && *name) {
+		if ((st = idx_join(host, section, key, dir, name, out, n)))
+			return st;
+		snprintf(hint, hn, " ([%s] %s = %s, set at %s)", section, key, name,
+			 host->config_where(cfg, section, key));
+		return KILN_OK;
+	}
+	if (!std_gz)
+		return host->error(KILN_ECONFIG, "[%s] %s is not set and split '%s' has no standard file names (train or test); set %s",
+				   section, key, split ? split : "(none)", key);
+	if ((st = idx_join(host, section, key, dir, std_gz, out, n)))
+		return st;
+	if (access(out, F_OK) != 0 && errno == ENOENT) {
+		char plain[PATH_MAX];
+		size_t len = strlen(out);
+		memcpy(plain, out, len - 3); /* std_gz ends in ".gz" */
+		plain[len - 3] = 0;
+		if (access(plain, F_OK) == 0) {
+			snprintf(out, n, "%s", plain);
+			return KILN_OK;
+		}
+		snprintf(hint, hn, " (also tried %s; set [%s] path, or %s)", plain, section, key);
+	}
+	return KILN_OK;
+}
+
+/* ---- the source ------------------------------------------------------- */
+
+static void idx_close(void *vctx)
+{
+	struct idx_ctx *c = vctx;
+	if (!c)
+		return;
+	free(c->images.data);
+	free(c->labels.data);
+	free(c);
+}
+
+static kiln_status idx_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, void **out)
+{
+	char img[PATH_MAX], lab[PATH_MAX], ihint[PATH_MAX + 200], lhint[PATH_MAX + 200];
+	double mean, sd;
+	kiln_status st;
+
+	*out = NULL;
+	const char *dir = idx_key_str(host, cfg, section, "path", idx_keys[0].def);
+	split = idx_key_str(host, cfg, section, "split", split);
+	if ((st = idx_key_float(host, cfg, section, "mean", 0.0, &mean)) ||
+	    (st = idx_key_float(host, cfg, section, "std", 1.0, &sd)))
+		return st;
+	if (!isfinite(mean) || !isfinite(sd) || !(sd >= 1e-12))
+		return host->error(KILN_ECONFIG, "%s: [%s] mean = %g, std = %g: both must be finite and std > 0",
+				   host->config_where(cfg, section, "std"), section, mean, sd);
+
+	int train = split && !strcmp(split, "train"), test = split && !strcmp(split, "test");
+	if ((st = idx_resolve(host, cfg, section, "images", dir, split,
+			      train ? "train-images-idx3-ubyte.gz" : test ? "t10k-images-idx3-ubyte.gz" : NULL,
+			      img, sizeof img, ihint, sizeof ihint)) ||
+	    (st = idx_resolve(host, cfg, section, "labels", dir, split,
+			      train ? "train-labels-idx1-ubyte.gz" : test ? "t10k-labels-idx1-ubyte.gz" : NULL,
+			      lab, sizeof lab, lhint, sizeof lhint)))
+		return st;
+
+	struct idx_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "out of memory");
+	c->host = host;
+	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, &c->images)) ||
+	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, &c->labels)))
+		goto fail;
+	if (c->images.dims[0] != c->labels.dims[0]) {
+		st = host->error(KILN_EDATA, "count mismatch: the image file %s has %" PRIu64 " images but the label file %s has %" PRIu64 " labels",
+				 img, c->images.dims[0], lab, c->labels.dims[0]);
+		goto fail;
+	}
+	c->n = (int64_t)c->images.dims[0];
+	c->rows = (int64_t)c->images.dims[1];
+	c->cols = (int64_t)c->images.dims[2];
+	int max = 0;
+	for (int64_t i = 0; i < c->n; i++)
+		if (c->labels.data[i] > max)
+			max = c->labels.data[i];
+	c->classes = max + 1;
+	/* The normalisation of every byte value, computed once in double. */
+	for (int u = 0; u < 256; u++)
+		c->lut[u] = (float)((u / 255.0 - mean) / sd);
+	host->log(KILN_LOG_INFO, IDX_WHO, "[%s] %s: %" PRId64 " samples of %" PRId64 "x%" PRId64 ", %" PRId64 " classes",
+		  section, img, c->n, c->rows, c->cols, c->classes);
+	*out = c;
+	return KILN_OK;
+
+fail:
+	idx_close(c);
+	return st;
+}
+
+static kiln_status idx_info(void *vctx, struct kiln_source_info *info)
+{
+	const struct idx_ctx *c = vctx;
+	memset(info, 0, sizeof *info);
+	info->len = c->n;
+	info->sample.dtype = KILN_F32;
+	info->sample.layout = KILN_ROW;
+	info->sample.ndim = 3;
+	info->sample.dims[0] = 1;
+	info->sample.dims[1] = c->rows;
+	info->sample.dims[2] = c->cols;
+	info->label.dtype = KILN_I32;
+	info->label.layout = KILN_ROW;
+	info->label.ndim = 0;
+	info->classes = c->classes;
+	return KILN_OK;
+}
+
+/* sample: f32 [1, rows, cols]; label: i32 [].  Either may be NULL. */
+static kiln_status idx_read(void *vctx, int64_t index, void *sample, void *label)
+{
+	const struct idx_ctx *c = vctx;
+	if (index < 0 || index >= c->n)
+		return c->host->error(KILN_EINVAL, "%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
+				      c->images.path, index, c->n, c->n - 1);
+	if (sample) {
+		int64_t per = c->rows * c->cols;
+		const uint8_t *src = c->images.data + index * per;
+		float *dst = sample;
+		for (int64_t i = 0; i < per; i++)
+			dst[i] = c->lut[src[i]];
+	}
+	if (label)
+		*(int32_t *)label = c->labels.data[index];
+	return KILN_OK;
+}
+
+static kiln_status idx_get_position(void *vctx, int64_t *offset)
+{
+	const struct idx_ctx *c = vctx;
+	*offset = c->position;
+	return KILN_OK;
+}
+
+static kiln_status idx_set_position(void *vctx, int64_t offset)
+{
+	struct idx_ctx *c = vctx;
+	if (offset < 0 || offset > c->n)
+		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
+				      c->images.path, offset, c->n, c->n);
+	c->position = offset;
+	return KILN_OK;
+}
+
+static const struct kiln_source_ops idx_ops = {
+	.version = KILN_SOURCE_OPS_VERSION,
+	.open = idx_open,
+	.close = idx_close,
+	.info = idx_info,
+	.read = idx_read,
+	.get_position = idx_get_position,
+	.set_position = idx_set_position,
+};
+
+const struct kiln_plugin loaders_idx_plugin = {
+	.abi_major = KILN_ABI_MAJOR,
+	.abi_minor = KILN_ABI_MINOR,
+	.kind = KILN_PLUGIN_SOURCE,
+	.name = "idx",
+	.summary = "MNIST-format IDX image and label files, gzipped or not",
+	.ops = &idx_ops,
+	.keys = idx_keys,
+	.probe = NULL,
+};

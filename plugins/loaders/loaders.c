@@ -1,3 +1,22 @@
-#include <kiln/plugin.h>
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *h);
-const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *h){ static const struct kiln_plugin *const l[]={NULL}; (void)h; return l; }
+/* plugins/loaders/loaders.c - the entry point of kiln-loaders.so.
+ *
+ * The file exports exactly one symbol, kiln_plugin_init, which returns the
+ * NULL-terminated list of every data source this file carries.  Adding a
+ * source is one new file plus one row in `loaders_list`.
+ */
+#include "loaders.h"
+
+#include <stddef.h> /* NULL */
+
+static const struct kiln_plugin *const loaders_list[] = {
+	&loaders_idx_plugin,
+	NULL
+};
+
+KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host);
+
+const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
+{
+	(void)host; /* sources receive the host table again in open() */
+	return loaders_list;
+}

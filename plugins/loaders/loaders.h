@@ -1,0 +1,14 @@
+/* plugins/loaders/loaders.h - what the files of kiln-loaders.so share.
+ *
+ * kiln-loaders.so carries every data source.  Each source is one file
+ * (idx.c, ...) that defines one descriptor; loaders.c lists them.
+ */
+#ifndef KILN_LOADERS_H
+#define KILN_LOADERS_H
+
+#include <kiln/plugin.h>
+
+/* The IDX (MNIST / Fashion-MNIST) source: idx.c. */
+extern const struct kiln_plugin loaders_idx_plugin;
+
+#endif /* KILN_LOADERS_H */

@@ -1,0 +1,147 @@
+#!/bin/sh
+# Side-by-side MLP benchmark on Fashion-MNIST: kiln vs PyTorch (CPU).
+#
+# PyTorch (bench/pytorch_mlp.py) runs under three OpenMP environments, all
+# with OPENBLAS_CORETYPE=SkylakeX:
+#   default   nothing else set
+#   passive   OMP_WAIT_POLICY=PASSIVE
+#   omp1      OMP_NUM_THREADS=1
+# Each setting runs N times and the median samples/s counts. The fastest
+# setting is "pytorch-best". kiln then runs N times with
+#   $KILN train bench/mlp_bench.ini train.epochs=1
+# and its median is compared with pytorch-best.
+#
+# Usage: bench/mlp.sh [--runs N] [--steps N] [--threads N] [--no-kiln]
+#   --runs N     repetitions per setting (default 3)
+#   --steps N    PyTorch training steps incl. 20 warmup steps (default 0 = one
+#                full epoch, which matches kiln's train.epochs=1)
+#   --threads N  PyTorch intra-op threads (default 2, the same as mlp_bench.ini)
+#   --no-kiln    run only the PyTorch half
+# Environment:
+#   KILN     kiln binary (default ./kiln)
+#   PYTHON   Python with PyTorch (default /usr/bin/python3)
+#   LD_LIBRARY_PATH is passed on. Debian's torch links libblas.so.3, which is
+#   the slow reference BLAS unless OpenBLAS is installed or put first on
+#   LD_LIBRARY_PATH. Check the "blas" field in the PyTorch JSON lines.
+# Run from the top of the source tree.
+
+set -eu
+
+RUNS=3
+STEPS=0
+THREADS=2
+DO_KILN=1
+KILN=${KILN:-./kiln}
+PYTHON=${PYTHON:-/usr/bin/python3}
+HERE=$(dirname "$0")
+
+usage() {
+    sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+}
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --runs) [ $# -ge 2 ] || usage; RUNS=$2; shift 2 ;;
+        --runs=*) RUNS=${1#*=}; shift ;;
+        --steps) [ $# -ge 2 ] || usage; STEPS=$2; shift 2 ;;
+        --steps=*) STEPS=${1#*=}; shift ;;
+        --threads) [ $# -ge 2 ] || usage; THREADS=$2; shift 2 ;;
+        --threads=*) THREADS=${1#*=}; shift ;;
+        --no-kiln) DO_KILN=0; shift ;;
+        -h|--help) usage ;;
+        *) echo "mlp.sh: unknown argument: $1" >&2; usage ;;
+    esac
+done
+case $RUNS in ''|*[!0-9]*|0) echo "mlp.sh: --runs must be a positive integer" >&2; exit 2 ;; esac
+case $STEPS in ''|*[!0-9]*) echo "mlp.sh: --steps must be an integer >= 0" >&2; exit 2 ;; esac
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-mlp-bench.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+# The JSON line (last stdout line holding "train_samples_per_s") -> file.
+json_line() {
+    grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1
+}
+
+# median_field FILE FIELD: median of FIELD over the JSON lines in FILE.
+median_field() {
+    "$PYTHON" - "$1" "$2" <<'EOF'
+import json, statistics, sys
+vals = [float(json.loads(l)[sys.argv[2]]) for l in open(sys.argv[1]) if l.strip()]
+print(statistics.median(vals) if vals else "nan")
+EOF
+}
+
+run_pytorch() { # name, then env assignments
+    name=$1; shift
+    out="$TMP/pytorch-$name.jsonl"
+    : > "$out"
+    i=1
+    while [ "$i" -le "$RUNS" ]; do
+        line=$(env OPENBLAS_CORETYPE=SkylakeX "$@" "$PYTHON" "$HERE/pytorch_mlp.py" \
+                   --threads "$THREADS" --steps "$STEPS" | json_line) || true
+        if [ -z "$line" ]; then
+            echo "mlp.sh: pytorch ($name) run $i printed no JSON line" >&2
+            exit 1
+        fi
+        echo "pytorch $name run $i: $line" >&2
+        printf '%s\n' "$line" >> "$out"
+        i=$((i + 1))
+    done
+}
+
+# Unset the variables under test so that the settings are what they say.
+unset OMP_WAIT_POLICY OMP_NUM_THREADS
+
+run_pytorch default
+run_pytorch passive OMP_WAIT_POLICY=PASSIVE
+run_pytorch omp1 OMP_NUM_THREADS=1
+
+KILN_SPS=
+KILN_ACC=
+if [ "$DO_KILN" = 1 ]; then
+    if [ ! -x "$KILN" ]; then
+        echo "mlp.sh: $KILN not found or not executable (set KILN=, or --no-kiln)" >&2
+        exit 1
+    fi
+    out="$TMP/kiln.jsonl"
+    : > "$out"
+    i=1
+    while [ "$i" -le "$RUNS" ]; do
+        line=$(OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$HERE/mlp_bench.ini" train.epochs=1 \
+                   | json_line) || true
+        if [ -z "$line" ]; then
+            echo "mlp.sh: kiln run $i printed no JSON line with train_samples_per_s" >&2
+            exit 1
+        fi
+        echo "kiln run $i: $line" >&2
+        printf '%s\n' "$line" >> "$out"
+        i=$((i + 1))
+    done
+    KILN_SPS=$(median_field "$out" train_samples_per_s)
+    KILN_ACC=$(median_field "$out" test_acc)
+fi
+
+BEST_NAME=
+BEST_SPS=0
+echo
+printf '%-28s %14s %9s\n' "setting (median of $RUNS)" "samples/s" "test_acc"
+for name in default passive omp1; do
+    sps=$(median_field "$TMP/pytorch-$name.jsonl" train_samples_per_s)
+    acc=$(median_field "$TMP/pytorch-$name.jsonl" test_acc)
+    printf '%-28s %14.1f %9.4f\n' "pytorch $name" "$sps" "$acc"
+    if awk -v a="$sps" -v b="$BEST_SPS" 'BEGIN { exit !(a > b) }'; then
+        BEST_NAME=$name
+        BEST_SPS=$sps
+    fi
+done
+if [ -n "$KILN_SPS" ]; then
+    printf '%-28s %14.1f %9.4f\n' "kiln" "$KILN_SPS" "$KILN_ACC"
+fi
+echo
+echo "pytorch best: $BEST_NAME ($BEST_SPS samples/s)"
+if [ -n "$KILN_SPS" ]; then
+    awk -v k="$KILN_SPS" -v p="$BEST_SPS" \
+        'BEGIN { printf "kiln / pytorch-best = %.3f\n", (p > 0 ? k / p : 0) }'
+fi

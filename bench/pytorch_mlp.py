@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""PyTorch side of the kiln vs PyTorch MLP benchmark on Fashion-MNIST.
+
+Model 784-512-ReLU-256-ReLU-10 (fc1, fc2, fc3), SGD with momentum, mean
+cross-entropy. The whole dataset is preloaded as one float32 tensor (x/255),
+with no DataLoader. Each epoch is shuffled with torch.randperm. The first
+--warmup-steps steps are not timed. Prints a single JSON line on stdout.
+
+Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_mlp.py [options]
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or dtype_code != 0x08:
+        raise ValueError("%s: not a uint8 IDX file" % path)
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    return data.reshape(dims)
+
+
+def load_split(data_dir, prefix):
+    x = read_idx(os.path.join(data_dir, "%s-images-idx3-ubyte.gz" % prefix))
+    y = read_idx(os.path.join(data_dir, "%s-labels-idx1-ubyte.gz" % prefix))
+    x = torch.from_numpy(x.reshape(x.shape[0], -1).astype(np.float32) / 255.0)
+    y = torch.from_numpy(y.astype(np.int64))
+    return x.contiguous(), y
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 512)
+        self.fc2 = nn.Linear(512, 256)
+        self.fc3 = nn.Linear(256, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.fc1(x))
+        x = torch.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+def loaded_blas():
+    """Which BLAS library this process mapped (reference BLAS is ~10x slower)."""
+    libs = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                name = os.path.basename(path)
+                if "blas" in name.lower() or name.startswith("libmkl"):
+                    libs.add(os.path.realpath(path))
+    except OSError:
+        pass
+    return sorted(libs)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup-steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=0,
+                    help="total training steps incl. warmup; 0 = --epochs full epochs")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", default=DEFAULT_DATA)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    x_train, y_train = load_split(args.data, "train")
+    x_test, y_test = load_split(args.data, "t10k")
+    n = x_train.shape[0]
+    steps_per_epoch = n // args.batch  # drop the last partial batch
+    total_steps = args.steps if args.steps > 0 else steps_per_epoch * args.epochs
+    if total_steps <= args.warmup_steps:
+        sys.exit("need more steps (%d) than warmup steps (%d)"
+                 % (total_steps, args.warmup_steps))
+
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+
+    step = 0
+    t0 = None
+    timed_samples = 0
+    last_loss = float("nan")
+    while step < total_steps:
+        perm = torch.randperm(n)
+        for i in range(steps_per_epoch):
+            if step >= total_steps:
+                break
+            if step == args.warmup_steps:
+                t0 = time.perf_counter()
+            idx = perm[i * args.batch:(i + 1) * args.batch]
+            xb = x_train.index_select(0, idx)
+            yb = y_train.index_select(0, idx)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+            if step >= args.warmup_steps:
+                timed_samples += xb.shape[0]
+            step += 1
+        last_loss = loss.item()
+    elapsed = time.perf_counter() - t0
+
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, x_test.shape[0], 1000):
+            pred = model(x_test[i:i + 1000]).argmax(dim=1)
+            correct += (pred == y_test[i:i + 1000]).sum().item()
+    test_acc = correct / x_test.shape[0]
+
+    out = {
+        "impl": "pytorch",
+        "train_samples_per_s": timed_samples / elapsed,
+        "threads": args.threads,
+        "batch": args.batch,
+        "steps": total_steps,
+        "timed_steps": total_steps - args.warmup_steps,
+        "train_s": elapsed,
+        "final_loss": last_loss,
+        "env": {k: os.environ.get(k) for k in
+                ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE")},
+        "torch": torch.__version__,
+        "blas": loaded_blas(),
+        "test_acc": test_acc,
+    }
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

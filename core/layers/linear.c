@@ -1,0 +1,177 @@
+/* core/layers/linear.c - fully connected layer, y = x W^T + b.
+ *
+ * x: [B, K] (any [B, ...] input is read as [B, K], K = product of the rest),
+ * W: [out, K] (PyTorch's nn.Linear layout, so weights move between the two
+ * unchanged), b: [out], y: [B, out].
+ */
+#include "util.h"
+
+struct linear {
+	int64_t out;
+	int bias;
+	int64_t B, K;
+	void *fwd;        /* y = x W^T (+ b) */
+	void *dx[2];      /* dx = dy W, [0] write, [1] accumulate */
+	void *dw;         /* dW = dy^T x */
+	void *db;         /* db = sum_rows dy */
+};
+
+static const struct kiln_key linear_keys[] = {
+	{ "out", KILN_KEY_INT, NULL, 1, 1e9, NULL, "Output features (required)." },
+	{ "bias", KILN_KEY_BOOL, "1", 0, 0, NULL, "Learn an additive bias." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+static kiln_status linear_configure(const struct kiln_host *h, struct kiln_layer *l,
+				    const struct kiln_config *cfg, const char *section)
+{
+	struct linear *s = calloc(1, sizeof *s);
+	if (!s)
+		return h->error(KILN_ENOMEM, "out of memory");
+	l->priv = s;
+	if (h->config_get_int(cfg, section, "out", &s->out))
+		return h->error(KILN_ECONFIG, "%s: [%s] needs 'out' (number of output features)",
+				h->config_where(cfg, section, NULL), section);
+	s->bias = 1;
+	h->config_get_bool(cfg, section, "bias", &s->bias);
+	return KILN_OK;
+}
+
+static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
+{
+	struct linear *s = l->priv;
+	s->B = l->in[0].dims[0];
+	s->K = per_sample(&l->in[0]);
+	f32_desc(&l->out, s->B, s->out, 0);
+	l->n_params = s->bias ? 2 : 1;
+	l->params[0] = (struct kiln_param_spec){ "weight", { 0 }, KILN_INIT_KAIMING_UNIFORM, s->K, 0 };
+	f32_desc(&l->params[0].desc, s->out, s->K, 0);
+	if (s->bias) {
+		l->params[1] = (struct kiln_param_spec){ "bias", { 0 }, KILN_INIT_BIAS_UNIFORM, s->K, 0 };
+		f32_desc(&l->params[1].desc, s->out, 0, 0);
+	}
+	l->needs_input = 1;
+	return KILN_OK;
+}
+
+static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
+			       struct kiln_device *dev, size_t *ws)
+{
+	struct linear *s = l->priv;
+	struct kiln_op op;
+	kiln_status st;
+	int64_t B = s->B, K = s->K, N = s->out;
+
+	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]) */
+	op_init(&op, KILN_OP_GEMM, s->bias ? 3 : 2, 1);
+	f32_desc(&op.in[0], B, K, 0);
+	f32_desc(&op.in[1], N, K, 0);
+	f32_desc(&op.in[2], N, 0, 0);
+	f32_desc(&op.out[0], B, N, 0);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = B, op.i[3] = N, op.i[4] = K, op.f[0] = 1.0;
+	if ((st = prep(h, dev, &op, &s->fwd, ws)))
+		return st;
+	/* dx[B,K] (+)= dy[B,N] . W[N,K] */
+	for (int acc = 0; acc < 2; acc++) {
+		op_init(&op, KILN_OP_GEMM, 2, 1);
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		f32_desc(&op.in[0], B, N, 0);
+		f32_desc(&op.in[1], N, K, 0);
+		f32_desc(&op.out[0], B, K, 0);
+		op.i[0] = 0, op.i[1] = 0, op.i[2] = B, op.i[3] = K, op.i[4] = N, op.f[0] = 1.0;
+		if ((st = prep(h, dev, &op, &s->dx[acc], ws)))
+			return st;
+	}
+	if (!l->trainable)
+		return KILN_OK;
+	/* dW[N,K] = dy[B,N]^T . x[B,K] */
+	op_init(&op, KILN_OP_GEMM, 2, 1);
+	f32_desc(&op.in[0], B, N, 0);
+	f32_desc(&op.in[1], B, K, 0);
+	f32_desc(&op.out[0], N, K, 0);
+	op.i[0] = 1, op.i[1] = 0, op.i[2] = N, op.i[3] = K, op.i[4] = B, op.f[0] = 1.0;
+	if ((st = prep(h, dev, &op, &s->dw, ws)))
+		return st;
+	if (s->bias) {
+		/* db[N] = sum over rows of dy[B,N] */
+		op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
+		f32_desc(&op.in[0], B, N, 0);
+		f32_desc(&op.out[0], N, 0, 0);
+		if ((st = prep(h, dev, &op, &s->db, ws)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+static kiln_status linear_forward(const struct kiln_host *h, struct kiln_layer *l,
+				  const struct kiln_layer_run *r)
+{
+	struct linear *s = l->priv;
+	struct kiln_op_args a = { .in = { r->x[0], r->w[0], s->bias ? r->w[1] : NULL },
+				  .out = { r->y } };
+	args_ws(&a, r);
+	return h->device_run(r->dev, s->fwd, &a, r->stream);
+}
+
+static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer *l,
+				   const struct kiln_layer_run *r)
+{
+	struct linear *s = l->priv;
+	struct kiln_op_args a;
+	kiln_status st;
+	if (r->dw[0]) {
+		/* dW is written on the first micro-step (beta = 0): no memset */
+		a = (struct kiln_op_args){ .in = { r->dy, r->x[0] }, .out = { r->dw[0] } };
+		args_ws(&a, r);
+		if ((st = h->device_run(r->dev, s->dw, &a, r->stream)))
+			return st;
+		if (s->bias) {
+			a = (struct kiln_op_args){ .in = { r->dy }, .out = { r->dw[1] } };
+			args_ws(&a, r);
+			if ((st = h->device_run(r->dev, s->db, &a, r->stream)))
+				return st;
+		}
+	}
+	if (r->dx[0]) {
+		a = (struct kiln_op_args){ .in = { r->dy, r->w[0] }, .out = { r->dx[0] } };
+		args_ws(&a, r);
+		if ((st = h->device_run(r->dev, s->dx[r->dx_accum[0] ? 1 : 0], &a, r->stream)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+static void linear_destroy(const struct kiln_host *h, struct kiln_layer *l,
+			   struct kiln_device *dev);
+
+static const struct kiln_layer_ops linear_ops = {
+	.version = KILN_LAYER_OPS_VERSION,
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.configure = linear_configure,
+	.infer = linear_infer,
+	.plan = linear_plan,
+	.forward = linear_forward,
+	.backward = linear_backward,
+	.destroy = linear_destroy,
+};
+
+static void linear_destroy(const struct kiln_host *h, struct kiln_layer *l,
+			   struct kiln_device *dev)
+{
+	struct linear *s = l->priv;
+	if (!s)
+		return;
+	if (dev) {
+		h->device_plan_free(dev, s->fwd);
+		h->device_plan_free(dev, s->dx[0]);
+		h->device_plan_free(dev, s->dx[1]);
+		h->device_plan_free(dev, s->dw);
+		h->device_plan_free(dev, s->db);
+	}
+	free(s);
+	l->priv = NULL;
+}
+
+LAYER_DESCRIPTOR(kiln_layer_linear, "linear", "fully connected: y = x W^T + b", linear_ops,
+		 linear_keys);

@@ -1,0 +1,114 @@
+/* core/layers/softmax_xent.c - softmax + cross-entropy loss, mean over the
+ * batch (PyTorch's nn.CrossEntropyLoss).  A loss layer: the device op is
+ * fused, computing loss sum, correct count and dlogits in one pass, so in
+ * training it runs once, in backward; in evaluation it runs in forward and
+ * its gradient goes to workspace.
+ *
+ * x: logits [B, C]; labels i32 [B]; metrics f32[2] += {loss sum, correct}.
+ */
+#include "util.h"
+
+struct xent {
+	int64_t B, C;
+	void *op;
+};
+
+static kiln_status xent_configure(const struct kiln_host *h, struct kiln_layer *l,
+				  const struct kiln_config *cfg, const char *section)
+{
+	(void)cfg, (void)section;
+	if (!(l->priv = calloc(1, sizeof(struct xent))))
+		return h->error(KILN_ENOMEM, "out of memory");
+	l->is_loss = 1;
+	return KILN_OK;
+}
+
+static kiln_status xent_infer(const struct kiln_host *h, struct kiln_layer *l)
+{
+	struct xent *s = l->priv;
+	if (l->in[0].ndim != 2)
+		return h->error(KILN_ECONFIG, "layer '%s' (softmax_xent) needs logits [batch, classes], got %d dims",
+				l->name, l->in[0].ndim);
+	s->B = l->in[0].dims[0];
+	s->C = l->in[0].dims[1];
+	f32_desc(&l->out, 2, 0, 0);
+	l->needs_input = 1;
+	return KILN_OK;
+}
+
+static kiln_status xent_plan(const struct kiln_host *h, struct kiln_layer *l,
+			     struct kiln_device *dev, size_t *ws)
+{
+	struct xent *s = l->priv;
+	struct kiln_op op;
+	op_init(&op, KILN_OP_SOFTMAX_XENT, 2, 2);
+	f32_desc(&op.in[0], s->B, s->C, 0);
+	kiln_tensor_desc_init(&op.in[1], KILN_I32, 1, &s->B);
+	f32_desc(&op.out[0], s->B, s->C, 0);
+	f32_desc(&op.out[1], 2, 0, 0);
+	op.i[0] = s->B;
+	op.f[0] = 1.0 / (double)s->B;
+	size_t w = 0;
+	kiln_status st = prep(h, dev, &op, &s->op, &w);
+	/* evaluation writes the unused gradient at the start of the
+	 * workspace; the op's own workspace follows it */
+	size_t g = ((size_t)(s->B * s->C) * sizeof(float) + 63) & ~(size_t)63;
+	if (*ws < g + w)
+		*ws = g + w;
+	return st;
+}
+
+static kiln_status xent_run(const struct kiln_host *h, struct kiln_layer *l,
+			    const struct kiln_layer_run *r, void *grad)
+{
+	struct xent *s = l->priv;
+	struct kiln_op_args a = { .in = { r->x[0], r->labels }, .out = { grad, r->metrics } };
+	args_ws(&a, r);
+	if (grad == r->workspace) {
+		size_t g = ((size_t)(s->B * s->C) * sizeof(float) + 63) & ~(size_t)63;
+		a.workspace = (char *)r->workspace + g;
+		a.workspace_bytes = r->workspace_bytes - g;
+	}
+	return h->device_run(r->dev, s->op, &a, r->stream);
+}
+
+static kiln_status xent_forward(const struct kiln_host *h, struct kiln_layer *l,
+				const struct kiln_layer_run *r)
+{
+	if (r->training)
+		return KILN_OK; /* fused into backward */
+	return xent_run(h, l, r, r->workspace);
+}
+
+static kiln_status xent_backward(const struct kiln_host *h, struct kiln_layer *l,
+				 const struct kiln_layer_run *r)
+{
+	if (!r->dx[0] || r->dx_accum[0])
+		return h->error(KILN_ENOTSUP, "layer '%s': the loss must be the only consumer of its logits",
+				l->name);
+	return xent_run(h, l, r, r->dx[0]);
+}
+
+static void xent_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
+{
+	struct xent *s = l->priv;
+	if (s && dev)
+		h->device_plan_free(dev, s->op);
+	free(s);
+	l->priv = NULL;
+}
+
+static const struct kiln_layer_ops xent_ops = {
+	.version = KILN_LAYER_OPS_VERSION,
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.configure = xent_configure,
+	.infer = xent_infer,
+	.plan = xent_plan,
+	.forward = xent_forward,
+	.backward = xent_backward,
+	.destroy = xent_destroy,
+};
+
+LAYER_DESCRIPTOR(kiln_layer_softmax_xent, "softmax_xent",
+		 "loss: softmax + cross-entropy, mean over the batch (needs labels)", xent_ops, NULL);

@@ -1,0 +1,495 @@
+/* core/trainer.c - the training loop behind `kiln train`.
+ *
+ * One step (DESIGN.md section 4):
+ *   host:    assemble batch into staging slot s (waits only for slot s's
+ *            previous copy to finish: backpressure, never for compute)
+ *   copy:    waits compute_done[s] -> copy x, y into device slot s -> copy_done[s]
+ *   compute: waits copy_done[s] -> forward -> backward -> fused SGD -> compute_done[s]
+ * Metrics (loss sum, correct count) accumulate on the device and are read
+ * back every log_every steps and at epoch ends: the only host syncs.
+ */
+#include "graph.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static kiln_phase_fn phase_fn;
+static void *phase_user;
+
+void kiln_set_phase_hook(kiln_phase_fn fn, void *user)
+{
+	phase_fn = fn;
+	phase_user = user;
+}
+
+static void phase(int ph, int begin)
+{
+	if (phase_fn)
+		phase_fn(phase_user, ph, begin);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define SLOTS 2
+
+struct data {
+	const struct kiln_source_ops *ops;
+	void *ctx;
+	struct kiln_source_info info;
+	int64_t len;               /* after [data] limit */
+	const char *section;
+};
+
+struct trainer {
+	const struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *compute, *copy;
+	void *copy_done[SLOTS], *compute_done[SLOTS];
+	int slot_used[SLOTS];
+	void *x_host[SLOTS], *y_host[SLOTS];
+	void *x_dev[SLOTS], *y_dev[SLOTS];
+	size_t x_bytes, sample_bytes;
+	float *lr_dev, *metrics_dev, *metrics_host;
+	void *fill_metrics, *fill_lr;
+	int64_t step_counter;      /* slot rotation */
+	FILE *jsonl;
+};
+
+static kiln_status open_data(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *section, const char *split, struct data *d)
+{
+	const struct kiln_plugin *p;
+	const char *name = kiln_config_get(cfg, section, "source");
+	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, name, &p);
+	int64_t limit = 0;
+	if (st)
+		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s] source",
+				       kiln_config_where(cfg, section, "source"), section);
+	d->ops = p->ops;
+	d->section = section;
+	if ((st = d->ops->open(kiln_host_table(), cfg, section, split, &d->ctx)))
+		return st == KILN_EIO ? KILN_EDATA : st; /* unreadable data: exit 3 */
+	if ((st = d->ops->info(d->ctx, &d->info)))
+		return st;
+	if (d->info.len <= 0)
+		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples", section, name);
+	if (d->info.sample.dtype != KILN_F32 || d->info.label.dtype != KILN_I32 ||
+	    d->info.label.ndim != 0)
+		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': only f32 samples with i32 class labels are supported yet",
+				  section, name);
+	kiln_config_get_int(cfg, section, "limit", &limit);
+	d->len = limit > 0 && limit < d->info.len ? limit : d->info.len;
+	return KILN_OK;
+}
+
+static void close_data(struct data *d)
+{
+	if (d->ops && d->ctx)
+		d->ops->close(d->ctx);
+	d->ctx = NULL;
+}
+
+static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void **plan)
+{
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_FILL;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &n);
+	op.f[0] = v;
+	return kiln_device_prepare(dev, &op, plan, NULL);
+}
+
+/* Assemble rows idx[0..rows) into staging slot s and enqueue their copy;
+ * the compute stream then waits for it.  Rows past `rows` up to `pad` are
+ * not touched (a remainder plan has exactly `rows` rows). */
+static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *idx, int64_t rows,
+			      int *slot_out)
+{
+	int s = (int)(t->step_counter++ % SLOTS);
+	kiln_status st;
+	phase(KILN_PHASE_DATA, 1);
+	if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
+		return st;
+	char *xh = t->x_host[s];
+	int32_t *yh = t->y_host[s];
+	for (int64_t i = 0; i < rows; i++) {
+		if ((st = d->ops->read(d->ctx, idx[i], xh + (size_t)i * t->sample_bytes, &yh[i])))
+			return kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)idx[i]);
+		if (yh[i] < 0 || yh[i] >= d->info.classes)
+			return kiln_error(KILN_EDATA, "[%s] sample %lld: label %d outside [0, %lld)",
+					  d->section, (long long)idx[i], yh[i],
+					  (long long)d->info.classes);
+	}
+	/* the device slot is free once the step that last read it is done */
+	if (t->slot_used[s] && (st = kiln_device_stream_wait(t->dev, t->copy, t->compute_done[s])))
+		return st;
+	if ((st = kiln_device_copy_async(t->dev, t->x_dev[s], xh, (size_t)rows * t->sample_bytes,
+					 KILN_COPY_H2D, t->copy)) ||
+	    (st = kiln_device_copy_async(t->dev, t->y_dev[s], yh, (size_t)rows * 4, KILN_COPY_H2D,
+					 t->copy)) ||
+	    (st = kiln_device_event_record(t->dev, t->copy_done[s], t->copy)) ||
+	    (st = kiln_device_stream_wait(t->dev, t->compute, t->copy_done[s])))
+		return st;
+	t->slot_used[s] = 1;
+	*slot_out = s;
+	phase(KILN_PHASE_DATA, 0);
+	return KILN_OK;
+}
+
+/* Copy the metric sums back (the host sync of a log point) and reset. */
+static kiln_status read_metrics(struct trainer *t, double *loss_sum, double *correct)
+{
+	kiln_status st;
+	struct kiln_op_args a = { .out = { t->metrics_dev } };
+	if ((st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 2 * sizeof(float),
+					 KILN_COPY_D2H, t->compute)) ||
+	    (st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)) ||
+	    (st = kiln_device_stream_sync(t->dev, t->compute)))
+		return st;
+	*loss_sum = t->metrics_host[0];
+	*correct = t->metrics_host[1];
+	return KILN_OK;
+}
+
+static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan *full,
+			    struct kiln_plan *rem, int64_t eb, double *loss, double *acc)
+{
+	kiln_status st;
+	int64_t *idx = malloc(sizeof(int64_t) * (size_t)eb);
+	double ls, c;
+	if (!idx)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	phase(KILN_PHASE_EVAL, 1);
+	/* the metrics may hold a partial training interval: flush it */
+	if ((st = read_metrics(t, &ls, &c)))
+		goto out;
+	for (int64_t off = 0; off < d->len; off += eb) {
+		int64_t rows = d->len - off < eb ? d->len - off : eb;
+		int s;
+		for (int64_t i = 0; i < rows; i++)
+			idx[i] = off + i;
+		if ((st = load_batch(t, d, idx, rows, &s)))
+			goto out;
+		struct kiln_plan *p = rows == eb ? full : rem;
+		if ((st = kiln_plan_forward(p, t->x_dev[s], t->y_dev[s], t->metrics_dev, t->compute)) ||
+		    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
+			goto out;
+	}
+	if ((st = read_metrics(t, &ls, &c)))
+		goto out;
+	*loss = ls / (double)d->len;
+	*acc = c / (double)d->len;
+out:
+	phase(KILN_PHASE_EVAL, 0);
+	free(idx);
+	return st;
+}
+
+static void counters_add(struct kiln_device_counters *acc, const struct kiln_device_counters *a,
+			 const struct kiln_device_counters *b)
+{
+	acc->host_syncs += b->host_syncs - a->host_syncs;
+	acc->d2h_copies += b->d2h_copies - a->d2h_copies;
+	acc->allocs += b->allocs - a->allocs;
+	acc->runs += b->runs - a->runs;
+	acc->staging_waits += b->staging_waits - a->staging_waits;
+}
+
+static int mkdirs(const char *path)
+{
+	char buf[4096];
+	snprintf(buf, sizeof buf, "%s", path);
+	for (char *p = buf + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(buf, 0777) && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+static void jsonl(struct trainer *t, json_t *obj)
+{
+	if (t->jsonl && obj) {
+		json_dumpf(obj, t->jsonl, JSON_COMPACT | JSON_REAL_PRECISION(7));
+		fputc('\n', t->jsonl);
+		fflush(t->jsonl);
+	}
+	json_decref(obj);
+}
+
+kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
+		       kiln_progress_fn progress, void *user, struct kiln_train_result *res)
+{
+	struct trainer T = { .cfg = cfg };
+	struct trainer *t = &T;
+	struct data train = { 0 }, test = { 0 };
+	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
+	int64_t *perm = NULL;
+	kiln_status st;
+	int64_t seed = 0, epochs = 10, B = 128, EB = 0, log_every = 100, max_steps = 0;
+	double lr = 0.01;
+	int do_eval = 1, shuffle = 1;
+	const char *devname = kiln_config_get(cfg, "run", "device");
+	const char *out_dir = kiln_config_get(cfg, "run", "out_dir");
+	double t_start = now_s();
+
+	memset(res, 0, sizeof *res);
+	res->test_loss = res->test_acc = -1;
+	kiln_config_get_int(cfg, "run", "seed", &seed);
+	kiln_config_get_int(cfg, "train", "epochs", &epochs);
+	kiln_config_get_int(cfg, "train", "batch", &B);
+	kiln_config_get_int(cfg, "train", "eval_batch", &EB);
+	kiln_config_get_int(cfg, "train", "log_every", &log_every);
+	kiln_config_get_int(cfg, "train", "max_steps", &max_steps);
+	kiln_config_get_float(cfg, "train", "lr", &lr);
+	kiln_config_get_bool(cfg, "train", "eval", &do_eval);
+	kiln_config_get_bool(cfg, "data", "shuffle", &shuffle);
+	if (!EB)
+		EB = B;
+
+	if ((st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
+		goto out;
+	if ((st = open_data(cfg, reg, "data", "train", &train)))
+		goto out;
+	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", &test)))
+		goto out;
+	if (do_eval && memcmp(&test.info.sample, &train.info.sample, sizeof train.info.sample)) {
+		st = kiln_error(KILN_EDATA, "[data.eval] samples differ in shape from [data]'s");
+		goto out;
+	}
+	if (train.len < B) {
+		st = kiln_error(KILN_ECONFIG, "%s: [train] batch = %lld is larger than the %lld training samples",
+				kiln_config_where(cfg, "train", "batch"), (long long)B,
+				(long long)train.len);
+		goto out;
+	}
+	if ((st = kiln_model_create(cfg, reg, t->dev, &train.info.sample, &t->m)))
+		goto out;
+	if ((st = kiln_device_stream_create(t->dev, &t->compute)) ||
+	    (st = kiln_device_stream_create(t->dev, &t->copy)))
+		goto out;
+	for (int s = 0; s < SLOTS; s++)
+		if ((st = kiln_device_event_create(t->dev, &t->copy_done[s])) ||
+		    (st = kiln_device_event_create(t->dev, &t->compute_done[s])))
+			goto out;
+	if ((st = kiln_model_init_params(t->m, (uint64_t)seed, t->compute)) ||
+	    (st = kiln_model_optim_prepare(t->m, t->compute)))
+		goto out;
+	if ((st = kiln_model_plan(t->m, B, 1, &ptrain)))
+		goto out;
+	if (do_eval) {
+		if (EB > test.len)
+			EB = test.len;
+		if ((st = kiln_model_plan(t->m, EB, 0, &peval)))
+			goto out;
+		if (test.len % EB && (st = kiln_model_plan(t->m, test.len % EB, 0, &prem)))
+			goto out;
+	}
+	kiln_log(KILN_LOG_INFO, "core",
+		 "model: %d parameters tensors, %zu floats; activation arena %.2f MiB (%.2f MiB without lifetime packing)",
+		 kiln_model_param_count(t->m), kiln_model_param_elems(t->m),
+		 (double)kiln_plan_arena_bytes(ptrain) / 1048576.0,
+		 (double)kiln_plan_naive_bytes(ptrain) / 1048576.0);
+
+	/* staging ring and device slots, sized for the larger batch */
+	int64_t rows = B > EB ? B : EB;
+	t->sample_bytes = kiln_tensor_bytes(&train.info.sample);
+	t->x_bytes = (size_t)rows * t->sample_bytes;
+	for (int s = 0; s < SLOTS; s++)
+		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
+		    (st = kiln_device_host_alloc(t->dev, (size_t)rows * 4, &t->y_host[s])) ||
+		    (st = kiln_device_alloc(t->dev, t->x_bytes, &t->x_dev[s])) ||
+		    (st = kiln_device_alloc(t->dev, (size_t)rows * 4, &t->y_dev[s])))
+			goto out;
+	if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev)) ||
+	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
+	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
+	    (st = prep_fill(t->dev, 2, 0.0, &t->fill_metrics)) ||
+	    (st = prep_fill(t->dev, 1, lr, &t->fill_lr)))
+		goto out;
+	{
+		struct kiln_op_args a = { .out = { t->lr_dev } };
+		if ((st = kiln_device_run(t->dev, t->fill_lr, &a, t->compute)))
+			goto out;
+		a.out[0] = t->metrics_dev;
+		if ((st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)))
+			goto out;
+	}
+	if (out_dir && *out_dir) {
+		char path[4200];
+		if (mkdirs(out_dir)) {
+			st = kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
+					strerror(errno));
+			goto out;
+		}
+		snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+		if (!(t->jsonl = fopen(path, "w"))) {
+			st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+			goto out;
+		}
+	}
+
+	perm = malloc(sizeof(int64_t) * (size_t)train.len);
+	if (!perm) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	int64_t steps_per_epoch = train.len / B; /* drop_last */
+	int64_t step = 0;
+	double timed_s = 0;
+	int64_t timed_samples = 0;
+	struct kiln_device_counters c_prev, c_now;
+	int have_prev = 0;
+	for (int64_t ep = 0; ep < epochs && (!max_steps || step < max_steps); ep++) {
+		double ep_t0 = now_s(), since_loss = 0, since_correct = 0, ep_loss = 0, ep_correct = 0;
+		int64_t since = 0, ep_samples = 0;
+		if (shuffle)
+			kiln_rng_permutation((uint64_t)seed, (uint64_t)ep, perm, train.len);
+		else
+			for (int64_t i = 0; i < train.len; i++)
+				perm[i] = i;
+		for (int64_t k = 0; k < steps_per_epoch && (!max_steps || step < max_steps); k++) {
+			int s;
+			if ((st = load_batch(t, &train, perm + k * B, B, &s)))
+				goto out;
+			phase(KILN_PHASE_FORWARD, 1);
+			st = kiln_plan_forward(ptrain, t->x_dev[s], t->y_dev[s], t->metrics_dev, t->compute);
+			phase(KILN_PHASE_FORWARD, 0);
+			if (st)
+				goto out;
+			phase(KILN_PHASE_BACKWARD, 1);
+			st = kiln_plan_backward(ptrain, t->x_dev[s], t->y_dev[s], t->metrics_dev, t->compute);
+			phase(KILN_PHASE_BACKWARD, 0);
+			if (st)
+				goto out;
+			phase(KILN_PHASE_OPTIMIZER, 1);
+			st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
+			phase(KILN_PHASE_OPTIMIZER, 0);
+			if (st || (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
+				goto out;
+			step++;
+			since += B;
+			if (step == 1 && !have_prev) {
+				/* steady state starts after the first step */
+				kiln_device_counters_get(t->dev, &c_prev);
+				have_prev = 1;
+			}
+			int last = k + 1 == steps_per_epoch || (max_steps && step == max_steps);
+			if (step % log_every == 0 || last) {
+				double ls, c;
+				kiln_device_counters_get(t->dev, &c_now);
+				if (have_prev)
+					counters_add(&res->steady, &c_prev, &c_now);
+				if ((st = read_metrics(t, &ls, &c)))
+					goto out;
+				kiln_device_counters_get(t->dev, &c_prev);
+				have_prev = 1;
+				if (!isfinite(ls)) {
+					st = kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged; lower [train] lr",
+							ls, (long long)step, (long long)ep + 1);
+					goto out;
+				}
+				since_loss += ls, since_correct += c;
+				ep_loss += ls, ep_correct += c, ep_samples += since;
+				char msg[200];
+				snprintf(msg, sizeof msg, "loss %.4f acc %.4f", ls / (double)since,
+					 c / (double)since);
+				if (progress)
+					progress(user, (int)ep + 1, k + 1, steps_per_epoch, msg);
+				jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f}", "event", "train",
+						   "epoch", (json_int_t)ep + 1, "step", (json_int_t)step,
+						   "loss", ls / (double)since, "acc", c / (double)since));
+				since = 0, since_loss = since_correct = 0;
+			} else if (progress) {
+				progress(user, (int)ep + 1, k + 1, steps_per_epoch, NULL);
+			}
+		}
+		double ep_s = now_s() - ep_t0;
+		if (ep > 0 || epochs == 1) {
+			if (ep == 1) /* epoch 1 included warm-up: time from epoch 2 on */
+				timed_s = 0, timed_samples = 0;
+			timed_s += ep_s;
+			timed_samples += ep_samples;
+		}
+		res->epochs = (int)ep + 1;
+		res->train_loss = ep_samples ? ep_loss / (double)ep_samples : 0;
+		res->train_acc = ep_samples ? ep_correct / (double)ep_samples : 0;
+		char msg[300];
+		int n = snprintf(msg, sizeof msg, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
+				 (long long)ep + 1, (long long)epochs, res->train_loss, res->train_acc, ep_s,
+				 (double)ep_samples / ep_s);
+		if (do_eval) {
+			if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss, &res->test_acc)))
+				goto out;
+			/* evaluation syncs are log points too */
+			kiln_device_counters_get(t->dev, &c_prev);
+			res->test_samples = test.len;
+			snprintf(msg + n, sizeof msg - (size_t)n, ", test loss %.4f acc %.4f",
+				 res->test_loss, res->test_acc);
+			jsonl(t, json_pack("{s:s, s:I, s:f, s:f, s:I}", "event", "eval", "epoch",
+					   (json_int_t)ep + 1, "loss", res->test_loss, "acc",
+					   res->test_acc, "samples", (json_int_t)test.len));
+		}
+		if (progress)
+			progress(user, (int)ep + 1, -1, steps_per_epoch, msg);
+		else
+			kiln_log(KILN_LOG_INFO, "train", "%s", msg);
+	}
+	res->steps = step;
+	res->train_samples_per_s = timed_s > 0 ? (double)timed_samples / timed_s : 0;
+	res->wall_s = now_s() - t_start;
+	jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "event", "final", "epochs",
+			   res->epochs, "steps", (json_int_t)res->steps, "train_loss", res->train_loss,
+			   "test_loss", res->test_loss, "test_acc", res->test_acc,
+			   "train_samples_per_s", res->train_samples_per_s, "wall_s", res->wall_s));
+	st = kiln_device_stream_sync(t->dev, t->compute);
+out:
+	if (t->dev) {
+		/* drain before freeing anything the streams may still use */
+		if (t->compute)
+			kiln_device_stream_sync(t->dev, t->compute);
+		if (t->copy)
+			kiln_device_stream_sync(t->dev, t->copy);
+		for (int s = 0; s < SLOTS; s++) {
+			kiln_device_host_free(t->dev, t->x_host[s]);
+			kiln_device_host_free(t->dev, t->y_host[s]);
+			kiln_device_free(t->dev, t->x_dev[s]);
+			kiln_device_free(t->dev, t->y_dev[s]);
+			kiln_device_event_destroy(t->dev, t->copy_done[s]);
+			kiln_device_event_destroy(t->dev, t->compute_done[s]);
+		}
+		kiln_device_free(t->dev, t->lr_dev);
+		kiln_device_free(t->dev, t->metrics_dev);
+		kiln_device_host_free(t->dev, t->metrics_host);
+		kiln_device_plan_free(t->dev, t->fill_metrics);
+		kiln_device_plan_free(t->dev, t->fill_lr);
+	}
+	kiln_plan_free(ptrain);
+	kiln_plan_free(peval);
+	kiln_plan_free(prem);
+	kiln_model_free(t->m);
+	if (t->dev) {
+		kiln_device_stream_destroy(t->dev, t->compute);
+		kiln_device_stream_destroy(t->dev, t->copy);
+	}
+	kiln_device_close(t->dev);
+	close_data(&train);
+	close_data(&test);
+	if (t->jsonl)
+		fclose(t->jsonl);
+	free(perm);
+	return st;
+}

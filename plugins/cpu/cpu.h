@@ -1,0 +1,101 @@
+/* plugins/cpu/cpu.h - shared state of the CPU device plugin (kiln-cpu.so).
+ *
+ * The plugin is split by job: cpu.c (descriptor, open/close, memory,
+ * prepare/run dispatch), stream.c (streams, events, the async worker),
+ * ops.c (plain-C kernels), gemm.c (oneDNN matmul).  Nothing here links
+ * libkiln: the core is reached only through the host table.
+ */
+#ifndef KILN_CPU_H
+#define KILN_CPU_H
+
+#include <kiln/plugin.h>      /* the ABI: ops tables, kiln_op, kiln_op_args */
+#include <pthread.h>          /* worker threads, the context lock */
+#include <stdint.h>
+
+struct cpu_stream;
+struct cpu_event;
+struct cpu_gemm;
+
+/* One device context (one per kiln_device_open). */
+struct cpu_ctx {
+	const struct kiln_host *host;
+	int async;          /* [plugin.cpu] async: worker thread per stream */
+	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
+	void *engine;       /* dnnl_engine_t, shared by every plan */
+	/* One lock and one condition for every stream and event of the
+	 * context: there are a handful of streams, so a broadcast on any
+	 * change is cheaper to reason about than per-object conditions. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct cpu_stream *streams; /* live objects, so close() can free them */
+	struct cpu_event *events;
+	struct cpu_plan *plans;
+};
+
+/* Error of a kernel run.  Kernels may run on a worker thread, where the
+ * host's thread-local message would be lost, so they format into this and
+ * the thread that reports the failure calls host->error with it. */
+struct cpu_err {
+	kiln_status st;
+	char msg[512];
+};
+
+kiln_status cpu_fail(struct cpu_err *e, kiln_status st, const char *fmt, ...) KILN_PRINTF(3, 4);
+
+/* A prepared op: a copy of the op, the sizes its kernel needs, and the
+ * kernel.  Plans are immutable after prepare except the GEMM's oneDNN
+ * memory handles, which gemm.c guards with its own lock. */
+struct cpu_plan {
+	struct cpu_plan *prev, *next;
+	struct kiln_op op;
+	int64_t rows, cols;   /* kernel-specific sizes fixed at prepare */
+	int64_t n;            /* element count */
+	int n_in, n_out;      /* arguments run() requires to be non-NULL */
+	size_t workspace;     /* bytes run() requires in args->workspace */
+	kiln_status (*kernel)(const struct cpu_plan *p, const struct kiln_op_args *a,
+			      struct cpu_err *e);
+	struct cpu_gemm *gemm;
+	/* Queued async runs of this plan (under cpu_ctx.lock): plan_free
+	 * waits for them instead of freeing a plan a worker will run. */
+	int refs;
+};
+
+/* ---- cpu.c ---- */
+const char *cpu_op_name(int type);
+/* "f32[128, 784]" into buf; returns buf. */
+char *cpu_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n);
+int64_t cpu_numel(const struct kiln_tensor_desc *d);
+/* Run a plan on the calling thread with the context's thread count. */
+kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct kiln_op_args *a,
+		     struct cpu_err *e);
+
+/* ---- ops.c: fill in p->kernel and sizes for a loop kernel, or set an
+ * error through host->error (EINVAL bad shape, ENOTSUP unsupported). ---- */
+kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+
+/* ---- gemm.c ---- */
+kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+void cpu_gemm_free(struct cpu_gemm *g);
+kiln_status cpu_engine_create(struct cpu_ctx *c);
+void cpu_engine_destroy(struct cpu_ctx *c);
+
+/* ---- stream.c: the device ops members for streams and events ---- */
+kiln_status cpu_stream_create(void *ctx, void **stream);
+void cpu_stream_destroy(void *ctx, void *stream);
+kiln_status cpu_event_create(void *ctx, void **event);
+void cpu_event_destroy(void *ctx, void *event);
+kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
+			   void *stream);
+kiln_status cpu_event_record(void *ctx, void *event, void *stream);
+kiln_status cpu_stream_wait(void *ctx, void *stream, void *event);
+kiln_status cpu_event_sync(void *ctx, void *event);
+kiln_status cpu_stream_sync(void *ctx, void *stream);
+/* Enqueue (async) or execute (sync) one run of a checked plan. */
+kiln_status cpu_stream_run(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_plan *p,
+			   const struct kiln_op_args *a);
+/* Destroy every stream and event still live (close()). */
+void cpu_streams_destroy_all(struct cpu_ctx *c);
+/* Block until no queued task refers to plan p (caller holds c->lock). */
+void cpu_plan_wait_idle(struct cpu_ctx *c, struct cpu_plan *p);
+
+#endif /* KILN_CPU_H */

@@ -1,0 +1,249 @@
+/* plugins/cpu/gemm.c - KILN_OP_GEMM through the oneDNN (2.x C API) matmul
+ * primitive.
+ *
+ *   out0[M,N] = alpha * op(in0)[M,K] op(in1)[K,N] + beta * out0 (+ in2[N])
+ *
+ * Everything oneDNN allocates or compiles (primitive, memory objects,
+ * stream) is created in prepare; run only points the memory objects at
+ * the caller's buffers and executes.  Transposes are strides of the memory
+ * descriptors, so no data is moved.  alpha is the output scale, beta = 1 a
+ * sum post-op.  The scratchpad is user-managed and reported as the plan's
+ * workspace, so the caller owns every byte a run touches.
+ *
+ * Bias: oneDNN adds the matmul bias *before* the output scale
+ * (dst = alpha * (AB + bias)), but kiln's bias is not scaled.  With
+ * alpha == 1 the two agree and the native bias argument is used; otherwise
+ * the bias is a broadcast binary-add post-op placed after the sum.
+ */
+#include "cpu.h"
+
+#include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
+#include <stdlib.h>
+
+struct cpu_gemm {
+	/* The memory objects hold the current run's pointers: one run of a
+	 * plan at a time, even if two streams share it. */
+	pthread_mutex_t lock;
+	dnnl_primitive_t prim;
+	dnnl_stream_t stream;
+	dnnl_memory_t a, b, bias, c, scratch; /* handles set per run */
+	int bias_arg;                          /* DNNL_ARG_* the bias binds to */
+	size_t scratch_bytes;
+};
+
+static const char *cpu_dnnl_status(dnnl_status_t s)
+{
+	switch (s) {
+	case dnnl_success: return "success";
+	case dnnl_out_of_memory: return "out of memory";
+	case dnnl_invalid_arguments: return "invalid arguments";
+	case dnnl_unimplemented: return "unimplemented";
+	case dnnl_iterator_ends: return "iterator ends";
+	case dnnl_runtime_error: return "runtime error";
+	case dnnl_not_required: return "not required";
+	}
+	return "unknown status";
+}
+
+/* A failed oneDNN call in prepare: status plus file:line of the call. */
+#define CPU_DNNL(call)                                                                    \
+	do {                                                                              \
+		dnnl_status_t s_ = (call);                                                \
+		if (s_ != dnnl_success) {                                                 \
+			st = c->host->error(s_ == dnnl_unimplemented ? KILN_ENOTSUP       \
+								     : KILN_EDEVICE,      \
+					    "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: %s: %s",     \
+					    (long long)M, (long long)N, (long long)K, __FILE__, \
+					    __LINE__, #call, cpu_dnnl_status(s_));                 \
+			goto out;                                                         \
+		}                                                                         \
+	} while (0)
+
+kiln_status cpu_engine_create(struct cpu_ctx *c)
+{
+	dnnl_engine_t eng;
+	dnnl_status_t s = dnnl_engine_create(&eng, dnnl_cpu, 0);
+	if (s != dnnl_success)
+		return c->host->error(KILN_EDEVICE, "cpu: %s:%d: dnnl_engine_create: %s", __FILE__,
+				      __LINE__, cpu_dnnl_status(s));
+	c->engine = eng;
+	return KILN_OK;
+}
+
+void cpu_engine_destroy(struct cpu_ctx *c)
+{
+	if (c->engine)
+		dnnl_engine_destroy(c->engine);
+	c->engine = NULL;
+}
+
+void cpu_gemm_free(struct cpu_gemm *g)
+{
+	if (!g)
+		return;
+	dnnl_memory_t m[] = { g->a, g->b, g->bias, g->c, g->scratch };
+	for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+		if (m[i])
+			dnnl_memory_destroy(m[i]);
+	if (g->prim)
+		dnnl_primitive_destroy(g->prim);
+	if (g->stream)
+		dnnl_stream_destroy(g->stream);
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+/* A 2-d f32 descriptor [d0,d1] with element strides s0,s1.  A dimension of
+ * extent 1 is never stepped over, so its stride is rewritten to the dense
+ * value: oneDNN checks strides even where they cannot matter. */
+static dnnl_status_t cpu_md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, int64_t s0,
+			     int64_t s1)
+{
+	if (d1 == 1)
+		s1 = 1;
+	if (d0 == 1)
+		s0 = d1 * s1;
+	dnnl_dims_t dims = { d0, d1 }, strides = { s0, s1 };
+	return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides);
+}
+
+static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
+				struct cpu_err *e)
+{
+	struct cpu_gemm *g = p->gemm;
+	dnnl_exec_arg_t args[6];
+	int n = 0;
+	dnnl_status_t s;
+	pthread_mutex_lock(&g->lock);
+	/* oneDNN takes non-const handles; inputs are only read. */
+	dnnl_memory_set_data_handle(g->a, (void *)a->in[0]);
+	dnnl_memory_set_data_handle(g->b, (void *)a->in[1]);
+	dnnl_memory_set_data_handle(g->c, a->out[0]);
+	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, g->a };
+	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, g->b };
+	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DST, g->c };
+	if (g->bias) {
+		dnnl_memory_set_data_handle(g->bias, (void *)a->in[2]);
+		args[n++] = (dnnl_exec_arg_t){ g->bias_arg, g->bias };
+	}
+	if (g->scratch) {
+		dnnl_memory_set_data_handle(g->scratch, a->workspace);
+		args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SCRATCHPAD, g->scratch };
+	}
+	s = dnnl_primitive_execute(g->prim, g->stream, n, args);
+	if (s == dnnl_success)
+		s = dnnl_stream_wait(g->stream);
+	pthread_mutex_unlock(&g->lock);
+	if (s != dnnl_success)
+		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: dnnl_primitive_execute: %s",
+				(long long)p->op.i[2], (long long)p->op.i[3], (long long)p->op.i[4],
+				__FILE__, __LINE__, cpu_dnnl_status(s));
+	return KILN_OK;
+}
+
+kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	const int64_t ta = op->i[0], tb = op->i[1], M = op->i[2], N = op->i[3], K = op->i[4];
+	const float alpha = (float)op->f[0];
+	const int beta = !!(op->flags & KILN_OPF_ACCUMULATE);
+	const int has_bias = op->n_in == 3;
+	kiln_status st = KILN_OK;
+	char s0[96], s1[96], s2[96], s3[96];
+
+	if (op->n_in < 2 || op->n_in > 3 || op->n_out != 1)
+		return c->host->error(KILN_EINVAL, "cpu: GEMM takes 2 or 3 inputs and 1 output, got %d and %d",
+				      op->n_in, op->n_out);
+	if (op->i[5] > 1)
+		return c->host->error(KILN_ENOTSUP, "cpu: batched GEMM (batch %lld) is not supported yet",
+				      (long long)op->i[5]);
+	if (M <= 0 || N <= 0 || K <= 0 || (ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+		return c->host->error(KILN_EINVAL, "cpu: GEMM: bad parameters M=%lld N=%lld K=%lld transA=%lld transB=%lld",
+				      (long long)M, (long long)N, (long long)K, (long long)ta,
+				      (long long)tb);
+	for (int i = 0; i < op->n_in; i++)
+		if (op->in[i].dtype != KILN_F32)
+			goto shape;
+	if (op->out[0].dtype != KILN_F32 || cpu_numel(&op->in[0]) != M * K ||
+	    cpu_numel(&op->in[1]) != K * N || cpu_numel(&op->out[0]) != M * N ||
+	    (has_bias && cpu_numel(&op->in[2]) != N))
+		goto shape;
+
+	struct cpu_gemm *g = calloc(1, sizeof *g);
+	if (!g)
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a GEMM plan");
+	pthread_mutex_init(&g->lock, NULL);
+	p->gemm = g; /* freed by the caller on failure */
+
+	dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_matmul_desc_t desc;
+	/* op(A)[m,k]: A is [M,K] (strides K,1) or stored [K,M] (strides 1,M). */
+	CPU_DNNL(cpu_md2(&a_md, M, K, ta ? 1 : K, ta ? M : 1));
+	/* op(B)[k,n]: B is [K,N] (strides N,1) or stored [N,K] (strides 1,K). */
+	CPU_DNNL(cpu_md2(&b_md, K, N, tb ? 1 : N, tb ? K : 1));
+	CPU_DNNL(cpu_md2(&c_md, M, N, N, 1));
+	CPU_DNNL(cpu_md2(&bias_md, 1, N, N, 1));
+	const int native_bias = has_bias && alpha == 1.0f;
+	CPU_DNNL(dnnl_matmul_desc_init(&desc, &a_md, &b_md, native_bias ? &bias_md : NULL, &c_md));
+
+	CPU_DNNL(dnnl_primitive_attr_create(&attr));
+	CPU_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+	if (alpha != 1.0f)
+		CPU_DNNL(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
+	if (beta || (has_bias && !native_bias)) {
+		int idx = 0;
+		CPU_DNNL(dnnl_post_ops_create(&po));
+		if (beta) {
+			CPU_DNNL(dnnl_post_ops_append_sum(po, 1.0f));
+			idx++;
+		}
+		if (has_bias && !native_bias) {
+			CPU_DNNL(dnnl_post_ops_append_binary(po, dnnl_binary_add, &bias_md));
+			g->bias_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
+		}
+		CPU_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+	}
+	if (native_bias)
+		g->bias_arg = DNNL_ARG_BIAS;
+
+	CPU_DNNL(dnnl_primitive_desc_create(&pd, &desc, attr, c->engine, NULL));
+	CPU_DNNL(dnnl_primitive_create(&g->prim, pd));
+	const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	g->scratch_bytes = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
+	CPU_DNNL(dnnl_stream_create(&g->stream, c->engine, dnnl_stream_default_flags));
+	CPU_DNNL(dnnl_memory_create(&g->a, &a_md, c->engine, DNNL_MEMORY_NONE));
+	CPU_DNNL(dnnl_memory_create(&g->b, &b_md, c->engine, DNNL_MEMORY_NONE));
+	CPU_DNNL(dnnl_memory_create(&g->c, &c_md, c->engine, DNNL_MEMORY_NONE));
+	if (has_bias)
+		CPU_DNNL(dnnl_memory_create(&g->bias, &bias_md, c->engine, DNNL_MEMORY_NONE));
+	if (g->scratch_bytes)
+		CPU_DNNL(dnnl_memory_create(&g->scratch, sp_md, c->engine, DNNL_MEMORY_NONE));
+
+	p->workspace = g->scratch_bytes;
+	p->n_in = op->n_in;
+	p->n_out = 1;
+	p->kernel = cpu_gemm_run;
+	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld: scratchpad %zu bytes",
+		     (long long)M, (long long)N, (long long)K, (long long)ta, (long long)tb,
+		     g->scratch_bytes);
+out:
+	if (pd)
+		dnnl_primitive_desc_destroy(pd);
+	if (po)
+		dnnl_post_ops_destroy(po);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	return st;
+
+shape:
+	return c->host->error(KILN_EINVAL,
+			      "cpu: GEMM M=%lld N=%lld K=%lld transA=%lld transB=%lld does not match f32 tensors in0 %s, in1 %s%s%s, out0 %s",
+			      (long long)M, (long long)N, (long long)K, (long long)ta, (long long)tb,
+			      cpu_desc_str(&op->in[0], s0, sizeof s0),
+			      cpu_desc_str(&op->in[1], s1, sizeof s1), has_bias ? ", in2 " : "",
+			      has_bias ? cpu_desc_str(&op->in[2], s2, sizeof s2) : "",
+			      cpu_desc_str(&op->out[0], s3, sizeof s3));
+}

@@ -1,0 +1,456 @@
+/* plugins/cpu/ops.c - every op except GEMM, as plain C loops with OpenMP.
+ *
+ * prepare checks the shapes once and stores the sizes in the plan; the
+ * kernels then trust them.  Shapes in comments: (R, N) is R rows of N
+ * contiguous f32.  Reductions split their range into a fixed number of
+ * chunks independent of the thread count and add the chunk sums in order,
+ * so results are bit-identical for any [run] threads (resumed runs must
+ * reproduce).
+ */
+#include "cpu.h"
+
+#include <math.h>     /* expf, log */
+#include <stdio.h>
+#include <string.h>
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define CPU_PAR_MIN 32768
+/* Fixed split of reductions (see the header comment). */
+#define CPU_CHUNKS 64
+
+/* ---- kernels ---------------------------------------------------------- */
+
+/* y (R, N) += b (N) */
+static kiln_status cpu_bias_add(const struct cpu_plan *p, const struct kiln_op_args *a,
+				struct cpu_err *e)
+{
+	const float *b = a->in[0];
+	float *y = a->out[0];
+	const int64_t R = p->rows, N = p->cols;
+#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
+	for (int64_t r = 0; r < R; r++)
+		for (int64_t j = 0; j < N; j++)
+			y[r * N + j] += b[j];
+	return KILN_OK;
+}
+
+/* db (N) (=|+=) sum over r of dy (R, N).  Parallel over blocks of columns:
+ * each block walks the rows in order, so the sum order never changes. */
+static kiln_status cpu_bias_grad(const struct cpu_plan *p, const struct kiln_op_args *a,
+				 struct cpu_err *e)
+{
+	const float *dy = a->in[0];
+	float *db = a->out[0];
+	const int64_t R = p->rows, N = p->cols, B = 64;
+	const int acc = p->op.flags & KILN_OPF_ACCUMULATE;
+#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
+	for (int64_t j0 = 0; j0 < N; j0 += B) {
+		double s[64] = { 0 };
+		const int64_t w = N - j0 < B ? N - j0 : B;
+		for (int64_t r = 0; r < R; r++)
+			for (int64_t j = 0; j < w; j++)
+				s[j] += dy[r * N + j0 + j];
+		for (int64_t j = 0; j < w; j++)
+			db[j0 + j] = (float)(acc ? db[j0 + j] + s[j] : s[j]);
+	}
+	return KILN_OK;
+}
+
+/* y (n) = max(x, 0); x == y allowed.  NaN passes through (as in PyTorch), so
+ * an overflow is still visible to a loss scaler downstream. */
+static kiln_status cpu_relu(const struct cpu_plan *p, const struct kiln_op_args *a,
+			    struct cpu_err *e)
+{
+	const float *x = a->in[0];
+	float *y = a->out[0];
+	const int64_t n = p->n;
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		y[i] = x[i] < 0.0f ? 0.0f : x[i];
+	return KILN_OK;
+}
+
+/* dx (n) (=|+=) y > 0 ? dy : 0, with y (n) the forward output.  A select,
+ * not a product: an inf dy where y == 0 gives 0, not NaN. */
+static kiln_status cpu_relu_bwd(const struct cpu_plan *p, const struct kiln_op_args *a,
+				struct cpu_err *e)
+{
+	const float *y = a->in[0], *dy = a->in[1];
+	float *dx = a->out[0];
+	const int64_t n = p->n;
+	if (p->op.flags & KILN_OPF_ACCUMULATE) {
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+		for (int64_t i = 0; i < n; i++)
+			dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+	} else {
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+		for (int64_t i = 0; i < n; i++)
+			dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+	}
+	return KILN_OK;
+}
+
+/* Softmax + cross-entropy.  x (R, C) logits, label (R) i32, dx (R, C),
+ * m [2] metric sums.  Rows r < V = i[0] are real: dx = scale*(softmax -
+ * onehot), m[0] += -log softmax[label], m[1] += (argmax == label), argmax
+ * taking the first maximum.  Rows past V are padding: dx = 0, not counted.
+ * Softmax subtracts the row max so exp never overflows. */
+static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_op_args *a,
+				    struct cpu_err *e)
+{
+	const float *x = a->in[0];
+	const int32_t *label = a->in[1];
+	float *dx = a->out[0];
+	float *m = a->out[1];
+	const int64_t R = p->rows, C = p->cols, V = p->op.i[0];
+	const float scale = (float)p->op.f[0];
+	const int nch = V < CPU_CHUNKS ? (int)(V > 0 ? V : 1) : CPU_CHUNKS;
+	double loss[CPU_CHUNKS] = { 0 }, ok[CPU_CHUNKS] = { 0 };
+	int64_t bad[CPU_CHUNKS];
+
+#pragma omp parallel for if (V * C >= CPU_PAR_MIN) schedule(static)
+	for (int ch = 0; ch < nch; ch++) {
+		const int64_t r0 = V * ch / nch, r1 = V * (ch + 1) / nch;
+		bad[ch] = -1;
+		for (int64_t r = r0; r < r1; r++) {
+			const float *xr = x + r * C;
+			float *dr = dx + r * C;
+			const int32_t l = label[r];
+			if (l < 0 || l >= C) {
+				if (bad[ch] < 0)
+					bad[ch] = r;
+				memset(dr, 0, (size_t)C * sizeof *dr);
+				continue;
+			}
+			float mx = xr[0];
+			int64_t am = 0;
+			for (int64_t j = 1; j < C; j++)
+				if (xr[j] > mx) {
+					mx = xr[j];
+					am = j;
+				}
+			double sum = 0;
+			for (int64_t j = 0; j < C; j++) {
+				dr[j] = expf(xr[j] - mx);
+				sum += dr[j];
+			}
+			const float inv = (float)(1.0 / sum);
+			for (int64_t j = 0; j < C; j++)
+				dr[j] = scale * (dr[j] * inv - (j == l ? 1.0f : 0.0f));
+			loss[ch] += log(sum) - ((double)xr[l] - mx);
+			ok[ch] += am == l;
+		}
+	}
+	if (R > V && V >= 0)
+		memset(dx + V * C, 0, (size_t)((R - V) * C) * sizeof *dx);
+	for (int ch = 0; ch < nch; ch++)
+		if (bad[ch] >= 0)
+			return cpu_fail(e, KILN_EDATA,
+					"cpu: SOFTMAX_XENT: label %d of row %lld is outside [0, %lld)",
+					(int)label[bad[ch]], (long long)bad[ch], (long long)C);
+	double ls = 0, os = 0;
+	for (int ch = 0; ch < nch; ch++) {
+		ls += loss[ch];
+		os += ok[ch];
+	}
+	m[0] = (float)(m[0] + ls);
+	m[1] = (float)(m[1] + os);
+	return KILN_OK;
+}
+
+/* SGD over n elements: g (n) grads, lr [1] (device scalar), w (n) params,
+ * v (n) momentum (absent when mu == 0).  Exactly plugin.h's formula, in
+ * f32:  g' = g + wd*w;  v = mu*v + g';  w -= lr*(nesterov ? g' + mu*v : v). */
+static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *a,
+			   struct cpu_err *e)
+{
+	const float *g = a->in[0];
+	const float lr = *(const float *)a->in[1];
+	float *w = a->out[0];
+	float *v = p->n_out > 1 ? a->out[1] : NULL;
+	const float mu = (float)p->op.f[0], wd = (float)p->op.f[1];
+	const int nesterov = p->op.i[1] != 0;
+	const int64_t n = p->n;
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+	for (int64_t i = 0; i < n; i++) {
+		const float gi = g[i] + wd * w[i];
+		const float vi = v ? mu * v[i] + gi : gi;
+		if (v)
+			v[i] = vi;
+		w[i] -= lr * (nesterov ? gi + mu * vi : vi);
+	}
+	return KILN_OK;
+}
+
+/* bf16 from f32, round to nearest even (NaN kept quiet). */
+static uint16_t cpu_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+/* y (n, any dtype) = f[0], converted to the dtype (integers truncate). */
+static kiln_status cpu_fill(const struct cpu_plan *p, const struct kiln_op_args *a,
+			    struct cpu_err *e)
+{
+	const double v = p->op.f[0];
+	const int64_t n = p->n;
+	void *y = a->out[0];
+	switch (p->op.out[0].dtype) {
+	case KILN_F32: {
+		float *t = y;
+		const float x = (float)v;
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+		for (int64_t i = 0; i < n; i++)
+			t[i] = x;
+		break;
+	}
+	case KILN_I32: {
+		int32_t *t = y;
+		const int32_t x = (int32_t)v;
+		for (int64_t i = 0; i < n; i++)
+			t[i] = x;
+		break;
+	}
+	case KILN_I64: {
+		int64_t *t = y;
+		const int64_t x = (int64_t)v;
+		for (int64_t i = 0; i < n; i++)
+			t[i] = x;
+		break;
+	}
+	case KILN_U8:
+		memset(y, (uint8_t)v, (size_t)n);
+		break;
+	case KILN_I8:
+		memset(y, (uint8_t)(int8_t)v, (size_t)n);
+		break;
+	case KILN_BF16:
+	case KILN_F16: {
+		uint16_t *t = y, x = 0;
+		if (p->op.out[0].dtype == KILN_BF16) {
+			x = cpu_bf16((float)v);
+		} else {
+			_Float16 h = (_Float16)v;
+			memcpy(&x, &h, sizeof x);
+		}
+		for (int64_t i = 0; i < n; i++)
+			t[i] = x;
+		break;
+	}
+	}
+	return KILN_OK;
+}
+
+/* s [1] (=|+=) sum of x (n), in f64 over fixed chunks. */
+static kiln_status cpu_reduce_sum(const struct cpu_plan *p, const struct kiln_op_args *a,
+				  struct cpu_err *e)
+{
+	const float *x = a->in[0];
+	float *s = a->out[0];
+	const int64_t n = p->n;
+	double part[CPU_CHUNKS] = { 0 };
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+	for (int ch = 0; ch < CPU_CHUNKS; ch++) {
+		double t = 0;
+		for (int64_t i = n * ch / CPU_CHUNKS; i < n * (ch + 1) / CPU_CHUNKS; i++)
+			t += x[i];
+		part[ch] = t;
+	}
+	double t = p->op.flags & KILN_OPF_ACCUMULATE ? s[0] : 0.0;
+	for (int ch = 0; ch < CPU_CHUNKS; ch++)
+		t += part[ch];
+	s[0] = (float)t;
+	return KILN_OK;
+}
+
+/* y (n) = f[0] * x (n) (+ y); x == y allowed. */
+static kiln_status cpu_scale(const struct cpu_plan *p, const struct kiln_op_args *a,
+			     struct cpu_err *e)
+{
+	const float *x = a->in[0];
+	float *y = a->out[0];
+	const float s = (float)p->op.f[0];
+	const int64_t n = p->n;
+	if (p->op.flags & KILN_OPF_ACCUMULATE) {
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+		for (int64_t i = 0; i < n; i++)
+			y[i] += s * x[i];
+	} else {
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+		for (int64_t i = 0; i < n; i++)
+			y[i] = s * x[i];
+	}
+	return KILN_OK;
+}
+
+/* y (n) = x0 (n) + x1 (n) (+ y); y may alias either input. */
+static kiln_status cpu_add(const struct cpu_plan *p, const struct kiln_op_args *a,
+			   struct cpu_err *e)
+{
+	const float *x0 = a->in[0], *x1 = a->in[1];
+	float *y = a->out[0];
+	const int64_t n = p->n;
+	if (p->op.flags & KILN_OPF_ACCUMULATE) {
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+		for (int64_t i = 0; i < n; i++)
+			y[i] += x0[i] + x1[i];
+	} else {
+#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+		for (int64_t i = 0; i < n; i++)
+			y[i] = x0[i] + x1[i];
+	}
+	return KILN_OK;
+}
+
+/* ---- prepare ---------------------------------------------------------- */
+
+/* The stored innermost extent: channels for a 4-d NHWC activation. */
+static int64_t cpu_inner(const struct kiln_tensor_desc *d)
+{
+	if (d->ndim <= 0)
+		return 1;
+	if (d->ndim == 4 && d->layout == KILN_NHWC)
+		return d->dims[1];
+	return d->dims[d->ndim - 1];
+}
+
+/* EINVAL/ENOTSUP naming the op, what is wrong and every tensor it got. */
+static kiln_status cpu_bad(struct cpu_ctx *c, const struct kiln_op *op, kiln_status st,
+			   const char *why)
+{
+	char list[640], one[96];
+	size_t off = 0;
+	list[0] = 0;
+	for (int k = 0; k < 2; k++) {
+		const int n = k ? op->n_out : op->n_in;
+		for (int i = 0; i < n && off < sizeof list; i++) {
+			cpu_desc_str(k ? &op->out[i] : &op->in[i], one, sizeof one);
+			int w = snprintf(list + off, sizeof list - off, "%s%s%d %s", off ? ", " : "",
+					 k ? "out" : "in", i, one);
+			off += w > 0 ? (size_t)w : 0;
+		}
+	}
+	return c->host->error(st, "cpu: %s: %s (%s)", cpu_op_name(op->type), why,
+			      off ? list : "no tensors");
+}
+
+static int cpu_all_f32(const struct kiln_op *op)
+{
+	for (int i = 0; i < op->n_in; i++)
+		if (op->in[i].dtype != KILN_F32)
+			return 0;
+	for (int i = 0; i < op->n_out; i++)
+		if (op->out[i].dtype != KILN_F32)
+			return 0;
+	return 1;
+}
+
+kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	int need_in, need_out;
+	char why[160];
+
+	switch (op->type) {
+	case KILN_OP_BIAS_ADD: need_in = 1; need_out = 1; p->kernel = cpu_bias_add; break;
+	case KILN_OP_BIAS_GRAD: need_in = 1; need_out = 1; p->kernel = cpu_bias_grad; break;
+	case KILN_OP_RELU: need_in = 1; need_out = 1; p->kernel = cpu_relu; break;
+	case KILN_OP_RELU_BWD: need_in = 2; need_out = 1; p->kernel = cpu_relu_bwd; break;
+	case KILN_OP_SOFTMAX_XENT: need_in = 2; need_out = 2; p->kernel = cpu_softmax_xent; break;
+	case KILN_OP_SGD:
+		/* Plain SGD (mu == 0) keeps no momentum buffer. */
+		need_in = 2;
+		need_out = op->f[0] == 0.0 && op->n_out == 1 ? 1 : 2;
+		p->kernel = cpu_sgd;
+		break;
+	case KILN_OP_FILL: need_in = 0; need_out = 1; p->kernel = cpu_fill; break;
+	case KILN_OP_REDUCE_SUM: need_in = 1; need_out = 1; p->kernel = cpu_reduce_sum; break;
+	case KILN_OP_SCALE: need_in = 1; need_out = 1; p->kernel = cpu_scale; break;
+	case KILN_OP_ADD: need_in = 2; need_out = 1; p->kernel = cpu_add; break;
+	case KILN_OP_NORMALIZE_U8:
+		return c->host->error(KILN_ENOTSUP, "cpu: NORMALIZE_U8 is not implemented by any device yet");
+	default:
+		return c->host->error(KILN_ENOTSUP, "cpu: unknown op type %d", op->type);
+	}
+	if (op->n_in != need_in || op->n_out != need_out) {
+		snprintf(why, sizeof why, "takes %d inputs and %d outputs, got %d and %d", need_in,
+			 need_out, op->n_in, op->n_out);
+		return cpu_bad(c, op, KILN_EINVAL, why);
+	}
+	p->n_in = need_in;
+	p->n_out = need_out;
+
+	if (op->type == KILN_OP_FILL) {
+		int dt = op->out[0].dtype;
+		if (dt < 0 || dt >= KILN_DTYPE_COUNT)
+			return cpu_bad(c, op, KILN_ENOTSUP, "unknown dtype");
+		p->n = cpu_numel(&op->out[0]);
+		return KILN_OK;
+	}
+	if (op->type == KILN_OP_SOFTMAX_XENT) {
+		if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32 ||
+		    op->out[1].dtype != KILN_F32 || op->in[1].dtype != KILN_I32)
+			return cpu_bad(c, op, KILN_ENOTSUP,
+				       "needs f32 logits, i32 labels, f32 gradient and f32 metrics");
+		p->cols = cpu_inner(&op->in[0]);
+		p->rows = p->cols > 0 ? cpu_numel(&op->in[0]) / p->cols : 0;
+		if (p->cols <= 0 || op->in[0].ndim != 2 || cpu_numel(&op->in[1]) != p->rows ||
+		    cpu_numel(&op->out[0]) != p->rows * p->cols || cpu_numel(&op->out[1]) < 2)
+			return cpu_bad(c, op, KILN_EINVAL,
+				       "wants logits [N,C], labels [N], dlogits [N,C], metrics [2]");
+		if (op->i[0] < 0 || op->i[0] > p->rows) {
+			snprintf(why, sizeof why, "valid rows i[0] = %lld outside [0, %lld]",
+				 (long long)op->i[0], (long long)p->rows);
+			return cpu_bad(c, op, KILN_EINVAL, why);
+		}
+		return KILN_OK;
+	}
+	if (!cpu_all_f32(op))
+		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+
+	switch (op->type) {
+	case KILN_OP_BIAS_ADD:
+	case KILN_OP_BIAS_GRAD: {
+		/* bias is in0 for ADD, out0 for GRAD; the matrix the other */
+		const struct kiln_tensor_desc *b = op->type == KILN_OP_BIAS_ADD ? &op->in[0] : &op->out[0];
+		const struct kiln_tensor_desc *x = op->type == KILN_OP_BIAS_ADD ? &op->out[0] : &op->in[0];
+		p->cols = cpu_numel(b);
+		p->rows = p->cols > 0 ? cpu_numel(x) / p->cols : 0;
+		if (p->cols <= 0 || cpu_inner(x) != p->cols || p->rows * p->cols != cpu_numel(x))
+			return cpu_bad(c, op, KILN_EINVAL, "bias [N] does not match the last dimension of [R,N]");
+		return KILN_OK;
+	}
+	case KILN_OP_RELU:
+	case KILN_OP_SCALE:
+	case KILN_OP_REDUCE_SUM:
+		p->n = cpu_numel(&op->in[0]);
+		if (op->type == KILN_OP_REDUCE_SUM ? cpu_numel(&op->out[0]) != 1
+						   : cpu_numel(&op->out[0]) != p->n)
+			return cpu_bad(c, op, KILN_EINVAL,
+				       op->type == KILN_OP_REDUCE_SUM ? "output must have one element"
+								      : "input and output sizes differ");
+		return KILN_OK;
+	case KILN_OP_RELU_BWD:
+	case KILN_OP_ADD:
+		p->n = cpu_numel(&op->out[0]);
+		if (cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->in[1]) != p->n)
+			return cpu_bad(c, op, KILN_EINVAL, "input and output sizes differ");
+		return KILN_OK;
+	case KILN_OP_SGD:
+		p->n = op->i[0];
+		if (p->n <= 0 || cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->out[0]) != p->n ||
+		    (need_out > 1 && cpu_numel(&op->out[1]) != p->n) || cpu_numel(&op->in[1]) != 1) {
+			snprintf(why, sizeof why,
+				 "n = i[0] = %lld must be the size of grads, params and momentum, lr [1]",
+				 (long long)op->i[0]);
+			return cpu_bad(c, op, KILN_EINVAL, why);
+		}
+		return KILN_OK;
+	}
+	return c->host->error(KILN_EINTERNAL, "cpu: op %d fell through prepare", op->type);
+}

@@ -1,0 +1,383 @@
+/* plugins/cpu/stream.c - streams and events of the CPU device.
+ *
+ * Sync mode ([plugin.cpu] async = 0): a stream is a tag; run and copy
+ * execute on the calling thread and events complete when recorded.
+ *
+ * Async mode: each stream owns a worker thread and a FIFO of tasks.  An
+ * event is a pair of generation counters: event_record bumps `target` and
+ * queues a marker carrying it; the worker sets `done` when it reaches the
+ * marker.  A stream_wait queues the target as of the call, so recording
+ * the event again later does not move a wait that is already queued.
+ *
+ * Errors are sticky: the first kernel failure on a stream is kept, later
+ * kernels and copies on that stream are skipped (their inputs are
+ * garbage), markers still pass so nobody waits forever, and the error
+ * travels through events to streams that wait on them.  Every later
+ * stream_sync/event_sync that depends on it returns it.
+ */
+#include "cpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum cpu_task_kind { CPU_T_RUN, CPU_T_COPY, CPU_T_RECORD, CPU_T_WAIT };
+
+struct cpu_task {
+	int kind;
+	const struct cpu_plan *plan;  /* RUN */
+	struct kiln_op_args args;     /* RUN: copied, the caller's is on its stack */
+	void *dst;                    /* COPY */
+	const void *src;
+	size_t bytes;
+	struct cpu_event *ev;         /* RECORD, WAIT */
+	uint64_t gen;
+};
+
+struct cpu_stream {
+	struct cpu_stream *prev, *next;
+	struct cpu_ctx *c;
+	pthread_t thread;
+	int has_thread;
+	/* Ring buffer; a task stays at q[head] while it runs, so count > 0
+	 * means "not idle" for stream_sync. */
+	struct cpu_task *q;
+	size_t cap, head, count;
+	int quit;
+	struct cpu_err err; /* sticky: first failure */
+};
+
+struct cpu_event {
+	struct cpu_event *prev, *next;
+	uint64_t target; /* generation of the latest record */
+	uint64_t done;   /* highest generation whose marker was reached */
+	int refs;        /* queued tasks that point at this event */
+	struct cpu_err err; /* the recording stream's error when `done` was set */
+};
+
+/* ---- list helpers (caller holds c->lock) ------------------------------ */
+
+#define CPU_LINK(head, o)                                                                 \
+	do {                                                                              \
+		(o)->prev = NULL;                                                         \
+		(o)->next = (head);                                                       \
+		if (head)                                                                 \
+			(head)->prev = (o);                                               \
+		(head) = (o);                                                             \
+	} while (0)
+
+#define CPU_UNLINK(head, o)                                                               \
+	do {                                                                              \
+		if ((o)->prev)                                                            \
+			(o)->prev->next = (o)->next;                                      \
+		else                                                                      \
+			(head) = (o)->next;                                               \
+		if ((o)->next)                                                            \
+			(o)->next->prev = (o)->prev;                                      \
+	} while (0)
+
+/* ---- the worker ------------------------------------------------------- */
+
+static void cpu_task_done(struct cpu_stream *s)
+{
+	struct cpu_task *t = &s->q[s->head];
+	if (t->ev)
+		t->ev->refs--;
+	if (t->plan)
+		((struct cpu_plan *)t->plan)->refs--;
+	s->head = (s->head + 1) % s->cap;
+	s->count--;
+	pthread_cond_broadcast(&s->c->cond);
+}
+
+static void *cpu_worker(void *arg)
+{
+	struct cpu_stream *s = arg;
+	struct cpu_ctx *c = s->c;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!s->count && !s->quit)
+			pthread_cond_wait(&c->cond, &c->lock);
+		if (!s->count)
+			break; /* quit and drained */
+		struct cpu_task *t = &s->q[s->head];
+		switch (t->kind) {
+		case CPU_T_WAIT:
+			while (t->ev->done < t->gen)
+				pthread_cond_wait(&c->cond, &c->lock);
+			if (t->ev->err.st && !s->err.st)
+				s->err = t->ev->err;
+			break;
+		case CPU_T_RECORD:
+			if (t->ev->done < t->gen) {
+				t->ev->done = t->gen;
+				t->ev->err = s->err;
+			}
+			break;
+		case CPU_T_RUN:
+		case CPU_T_COPY:
+			if (s->err.st)
+				break; /* skipped: an earlier task failed */
+			{
+				/* Copy out: a producer may grow (move) the ring
+				 * while we run unlocked. */
+				struct cpu_task task = *t;
+				struct cpu_err e = { KILN_OK, "" };
+				pthread_mutex_unlock(&c->lock);
+				if (task.kind == CPU_T_RUN)
+					cpu_exec(c, task.plan, &task.args, &e);
+				else
+					memcpy(task.dst, task.src, task.bytes);
+				pthread_mutex_lock(&c->lock);
+				if (e.st && !s->err.st)
+					s->err = e;
+			}
+			break;
+		}
+		cpu_task_done(s);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* Append a task (caller holds c->lock).  Grows the ring when full: the
+ * only allocation on the enqueue path, amortised away after warm-up. */
+static kiln_status cpu_push(struct cpu_stream *s, const struct cpu_task *t)
+{
+	if (s->count == s->cap) {
+		size_t ncap = s->cap * 2;
+		struct cpu_task *nq = malloc(ncap * sizeof *nq);
+		if (!nq)
+			return s->c->host->error(KILN_ENOMEM, "cpu: out of memory growing a stream queue to %zu tasks",
+						 ncap);
+		for (size_t i = 0; i < s->count; i++)
+			nq[i] = s->q[(s->head + i) % s->cap];
+		free(s->q);
+		s->q = nq;
+		s->cap = ncap;
+		s->head = 0;
+	}
+	s->q[(s->head + s->count) % s->cap] = *t;
+	s->count++;
+	if (t->ev)
+		t->ev->refs++;
+	if (t->plan)
+		((struct cpu_plan *)t->plan)->refs++;
+	pthread_cond_broadcast(&s->c->cond);
+	return KILN_OK;
+}
+
+/* The sticky error as a host error on the calling thread. */
+static kiln_status cpu_report(struct cpu_ctx *c, const struct cpu_err *e, const char *who)
+{
+	return c->host->error(e->st, "%s (failed on a stream worker; reported by %s)", e->msg, who);
+}
+
+/* ---- streams ---------------------------------------------------------- */
+
+kiln_status cpu_stream_create(void *ctx, void **out)
+{
+	struct cpu_ctx *c = ctx;
+	*out = NULL;
+	struct cpu_stream *s = calloc(1, sizeof *s);
+	if (!s)
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a stream");
+	s->c = c;
+	if (c->async) {
+		s->cap = 64;
+		s->q = malloc(s->cap * sizeof *s->q);
+		if (!s->q) {
+			free(s);
+			return c->host->error(KILN_ENOMEM, "cpu: out of memory for a stream queue");
+		}
+		int rc = pthread_create(&s->thread, NULL, cpu_worker, s);
+		if (rc) {
+			free(s->q);
+			free(s);
+			return c->host->error(KILN_EDEVICE, "cpu: pthread_create for a stream worker failed: %s",
+					      strerror(rc));
+		}
+		s->has_thread = 1;
+	}
+	pthread_mutex_lock(&c->lock);
+	CPU_LINK(c->streams, s);
+	pthread_mutex_unlock(&c->lock);
+	*out = s;
+	return KILN_OK;
+}
+
+void cpu_stream_destroy(void *ctx, void *stream)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_stream *s = stream;
+	if (!s)
+		return;
+	pthread_mutex_lock(&c->lock);
+	s->quit = 1;
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	if (s->has_thread)
+		pthread_join(s->thread, NULL); /* drains the queue first */
+	pthread_mutex_lock(&c->lock);
+	CPU_UNLINK(c->streams, s);
+	pthread_mutex_unlock(&c->lock);
+	free(s->q);
+	free(s);
+}
+
+kiln_status cpu_stream_sync(void *ctx, void *stream)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_stream *s = stream;
+	if (!s)
+		return c->host->error(KILN_EINVAL, "cpu: stream_sync: NULL stream");
+	if (!c->async)
+		return KILN_OK;
+	pthread_mutex_lock(&c->lock);
+	while (s->count)
+		pthread_cond_wait(&c->cond, &c->lock);
+	struct cpu_err e = s->err;
+	pthread_mutex_unlock(&c->lock);
+	return e.st ? cpu_report(c, &e, "stream_sync") : KILN_OK;
+}
+
+/* Run a plan whose arguments cpu_run() has checked. */
+kiln_status cpu_stream_run(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_plan *p,
+			   const struct kiln_op_args *a)
+{
+	if (!c->async) {
+		struct cpu_err e;
+		if (cpu_exec(c, p, a, &e))
+			return c->host->error(e.st, "%s", e.msg);
+		return KILN_OK;
+	}
+	struct cpu_task t = { .kind = CPU_T_RUN, .plan = p, .args = *a };
+	pthread_mutex_lock(&c->lock);
+	struct cpu_err e = s->err;
+	kiln_status st = e.st ? KILN_OK : cpu_push(s, &t);
+	pthread_mutex_unlock(&c->lock);
+	return e.st ? cpu_report(c, &e, "run") : st;
+}
+
+kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
+			   void *stream)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_stream *s = stream;
+	if (!s || (bytes && (!dst || !src)))
+		return c->host->error(KILN_EINVAL, "cpu: copy_async of %zu bytes: NULL %s", bytes,
+				      !s ? "stream" : !dst ? "destination" : "source");
+	if (kind < KILN_COPY_H2D || kind > KILN_COPY_D2D)
+		return c->host->error(KILN_EINVAL, "cpu: copy_async: unknown copy kind %d", kind);
+	if (!c->async) {
+		memcpy(dst, src, bytes);
+		return KILN_OK;
+	}
+	struct cpu_task t = { .kind = CPU_T_COPY, .dst = dst, .src = src, .bytes = bytes };
+	pthread_mutex_lock(&c->lock);
+	struct cpu_err e = s->err;
+	kiln_status st = e.st ? KILN_OK : cpu_push(s, &t);
+	pthread_mutex_unlock(&c->lock);
+	return e.st ? cpu_report(c, &e, "copy_async") : st;
+}
+
+/* ---- events ----------------------------------------------------------- */
+
+kiln_status cpu_event_create(void *ctx, void **out)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_event *ev = calloc(1, sizeof *ev);
+	*out = NULL;
+	if (!ev)
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an event");
+	pthread_mutex_lock(&c->lock);
+	CPU_LINK(c->events, ev);
+	pthread_mutex_unlock(&c->lock);
+	*out = ev;
+	return KILN_OK;
+}
+
+void cpu_event_destroy(void *ctx, void *event)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_event *ev = event;
+	if (!ev)
+		return;
+	pthread_mutex_lock(&c->lock);
+	/* Queued markers and waits still point at it: let them pass. */
+	while (ev->refs)
+		pthread_cond_wait(&c->cond, &c->lock);
+	CPU_UNLINK(c->events, ev);
+	pthread_mutex_unlock(&c->lock);
+	free(ev);
+}
+
+kiln_status cpu_event_record(void *ctx, void *event, void *stream)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_event *ev = event;
+	struct cpu_stream *s = stream;
+	kiln_status st = KILN_OK;
+	if (!ev || !s)
+		return c->host->error(KILN_EINVAL, "cpu: event_record: NULL %s", !ev ? "event" : "stream");
+	pthread_mutex_lock(&c->lock);
+	if (!c->async) {
+		ev->done = ++ev->target;
+	} else {
+		struct cpu_task t = { .kind = CPU_T_RECORD, .ev = ev, .gen = ev->target + 1 };
+		if (!(st = cpu_push(s, &t)))
+			ev->target++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return st;
+}
+
+kiln_status cpu_stream_wait(void *ctx, void *stream, void *event)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_event *ev = event;
+	struct cpu_stream *s = stream;
+	kiln_status st = KILN_OK;
+	if (!ev || !s)
+		return c->host->error(KILN_EINVAL, "cpu: stream_wait: NULL %s", !ev ? "event" : "stream");
+	if (!c->async)
+		return KILN_OK; /* everything already happened in call order */
+	pthread_mutex_lock(&c->lock);
+	/* A complete event that carries a failure is still queued, so the
+	 * failure reaches this stream in order, after its earlier work. */
+	if (ev->done < ev->target || ev->err.st) {
+		struct cpu_task t = { .kind = CPU_T_WAIT, .ev = ev, .gen = ev->target };
+		st = cpu_push(s, &t);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return st;
+}
+
+kiln_status cpu_event_sync(void *ctx, void *event)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_event *ev = event;
+	if (!ev)
+		return c->host->error(KILN_EINVAL, "cpu: event_sync: NULL event");
+	pthread_mutex_lock(&c->lock);
+	uint64_t gen = ev->target;
+	while (ev->done < gen)
+		pthread_cond_wait(&c->cond, &c->lock);
+	struct cpu_err e = ev->err;
+	pthread_mutex_unlock(&c->lock);
+	return e.st ? cpu_report(c, &e, "event_sync") : KILN_OK;
+}
+
+void cpu_plan_wait_idle(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	while (p->refs)
+		pthread_cond_wait(&c->cond, &c->lock);
+}
+
+void cpu_streams_destroy_all(struct cpu_ctx *c)
+{
+	while (c->streams)
+		cpu_stream_destroy(c, c->streams);
+	while (c->events)
+		cpu_event_destroy(c, c->events);
+}

@@ -1,0 +1,903 @@
+/* tests/check_config.c - the strict INI config: parsing, every error path
+ * (status and message: file, line, suggestion), overrides, validation,
+ * typed getters, [data.eval] inheritance and the resolved dump (golden).
+ *
+ * Input files live in $(srcdir)/tests/config; automake's harness exports
+ * srcdir.  CK_RUN_CASE=parse (etc.) runs one case.
+ */
+#include <kiln/kiln.h>
+
+#include <check.h>   /* Suite, ck_assert_* */
+#include <stdarg.h>  /* va_list */
+#include <stdio.h>   /* open_memstream, FILE */
+#include <stdlib.h>  /* getenv, malloc */
+#include <string.h>  /* strstr, memset */
+#include <unistd.h>  /* unlink */
+
+/* ---- helpers ------------------------------------------------------------ */
+
+#define assert_has(hay, needle)                                                     \
+	ck_assert_msg(strstr((hay), (needle)) != NULL, "expected \"%s\" in: %s", (needle), \
+		      (hay))
+#define assert_lacks(hay, needle)                                                  \
+	ck_assert_msg(strstr((hay), (needle)) == NULL, "did not expect \"%s\" in: %s", \
+		      (needle), (hay))
+
+static char last_msg[2048];
+
+/* Path of a file in tests/config of the source tree. */
+static const char *config_path(const char *name)
+{
+	static char buf[4096];
+	const char *srcdir = getenv("srcdir");
+	snprintf(buf, sizeof buf, "%s/tests/config/%s", srcdir ? srcdir : ".", name);
+	return buf;
+}
+
+/* Parse `text` as "t.ini" and, when that works, validate it without a
+ * registry.  Returns the first failing status; its message is in last_msg. */
+static kiln_status check_text(const char *text)
+{
+	struct kiln_config *cfg = NULL;
+	kiln_clear_error();
+	kiln_status st = kiln_config_load_string(text, "t.ini", &cfg);
+	if (!st) {
+		ck_assert_ptr_nonnull(cfg);
+		st = kiln_config_validate(cfg, NULL);
+	} else {
+		ck_assert_ptr_null(cfg);
+	}
+	snprintf(last_msg, sizeof last_msg, "%s", kiln_last_error());
+	kiln_config_free(cfg);
+	return st;
+}
+
+/* Parse `text` and validate; both must succeed.  Caller frees. */
+static struct kiln_config *load_ok(const char *text)
+{
+	struct kiln_config *cfg = NULL;
+	kiln_status st = kiln_config_load_string(text, "t.ini", &cfg);
+	ck_assert_msg(st == KILN_OK, "load failed (%s): %s", kiln_status_name(st),
+		      kiln_last_error());
+	st = kiln_config_validate(cfg, NULL);
+	ck_assert_msg(st == KILN_OK, "validate failed (%s): %s", kiln_status_name(st),
+		      kiln_last_error());
+	return cfg;
+}
+
+/* Expect check_text(text) to fail with `want` and a message holding every
+ * string of the NULL-terminated list. */
+static void expect_fail(const char *text, kiln_status want, ...)
+{
+	kiln_status st = check_text(text);
+	ck_assert_msg(st == want, "status %s, expected %s (message: %s) for:\n%s",
+		      kiln_status_name(st), kiln_status_name(want), last_msg, text);
+	va_list ap;
+	va_start(ap, want);
+	for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
+		assert_has(last_msg, s);
+	va_end(ap);
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *buf = malloc((size_t)n + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = 0;
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/* The resolved dump of cfg (registry NULL) as a malloc'd string. */
+static char *dump(const struct kiln_config *cfg)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(kiln_config_write(cfg, NULL, f), KILN_OK);
+	fclose(f);
+	return buf;
+}
+
+/* ---- parsing: accepted input ---------------------------------------------- */
+
+START_TEST(parse_file_values)
+{
+	struct kiln_config *cfg;
+	const char *path = config_path("golden_in.ini");
+	ck_assert_int_eq(kiln_config_load(path, &cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "epochs"), "3");
+	ck_assert_str_eq(kiln_config_get(cfg, "run", "out_dir"), "runs/golden");
+	/* sections in file order */
+	ck_assert_str_eq(kiln_config_section(cfg, 0), "train");
+	ck_assert_str_eq(kiln_config_section(cfg, 1), "run");
+	ck_assert_str_eq(kiln_config_section(cfg, 3), "layer.fc1");
+	ck_assert_ptr_null(kiln_config_section(cfg, 7));
+	/* where: file:line */
+	char want[4200];
+	snprintf(want, sizeof want, "%s:8", path);
+	ck_assert_str_eq(kiln_config_where(cfg, "train", "epochs"), want);
+	ck_assert_str_eq(kiln_config_where(cfg, "train", "eval"), "default");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(parse_empty)
+{
+	static const char *const empties[] = { "", "\n\n", "; only a comment\n# another\n",
+					       "   \n\t\n" };
+	for (size_t i = 0; i < sizeof empties / sizeof *empties; i++) {
+		struct kiln_config *cfg = load_ok(empties[i]);
+		ck_assert_ptr_null(kiln_config_section(cfg, 0));
+		ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.01");
+		kiln_config_free(cfg);
+	}
+}
+END_TEST
+
+START_TEST(parse_comments)
+{
+	struct kiln_config *cfg = load_ok("; a comment\n"
+					  "# another; [trian] in a comment is no section\n"
+					  "[train] ; after a header\n"
+					  "lr = 0.5 ; inline comment\n"
+					  "epochs = 3\t; after a tab\n"
+					  "  ; indented comment\n"
+					  "[run]\n"
+					  "out_dir = runs#1;x\n");
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.5");
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "epochs"), "3");
+	/* '#' and ';' without a space before them are part of the value */
+	ck_assert_str_eq(kiln_config_get(cfg, "run", "out_dir"), "runs#1;x");
+	ck_assert_str_eq(kiln_config_section(cfg, 0), "train");
+	ck_assert_str_eq(kiln_config_section(cfg, 1), "run");
+	ck_assert_ptr_null(kiln_config_section(cfg, 2));
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(parse_crlf)
+{
+	const char *text = "; crlf\r\n[train]\r\nlr = 0.5\r\nepochs = 3 ; c\r\n\r\n[trian]\r\n";
+	struct kiln_config *cfg;
+	ck_assert_int_eq(kiln_config_load_string(text, "t.ini", &cfg), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.5");
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "epochs"), "3");
+	/* line numbers count CRLF lines */
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:6: unknown section [trian]");
+	kiln_config_free(cfg);
+
+	/* the same from a file */
+	char path[] = "/tmp/kiln-crlf-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	FILE *f = fdopen(fd, "wb");
+	fputs(text, f);
+	fclose(f);
+	kiln_status st = kiln_config_load(path, &cfg);
+	unlink(path);
+	ck_assert_int_eq(st, KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.5");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(parse_long_line)
+{
+	/* A 5000-character value is read back intact, and the line numbers of
+	 * what follows are still right. */
+	size_t n = 5000;
+	char *text = malloc(n + 200);
+	ck_assert_ptr_nonnull(text);
+	char *p = text + sprintf(text, "[run]\nout_dir = ");
+	for (size_t i = 0; i < n; i++)
+		*p++ = (char)('a' + i % 26);
+	strcpy(p, "\nseed = 5\n\n[trian]\n");
+	struct kiln_config *cfg;
+	ck_assert_int_eq(kiln_config_load_string(text, "t.ini", &cfg), KILN_OK);
+	const char *v = kiln_config_get(cfg, "run", "out_dir");
+	ck_assert_uint_eq(strlen(v), n);
+	ck_assert_int_eq(memcmp(v, text + strlen("[run]\nout_dir = "), n), 0);
+	ck_assert_str_eq(kiln_config_get(cfg, "run", "seed"), "5");
+	ck_assert_str_eq(kiln_config_where(cfg, "run", "seed"), "t.ini:3");
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:5: unknown section [trian]");
+	kiln_config_free(cfg);
+
+	/* a syntax error after the long line names its own line */
+	strcpy(p, "\n\nthis is not ini\n");
+	expect_fail(text, KILN_ECONFIG, "t.ini:4: syntax error", NULL);
+	free(text);
+}
+END_TEST
+
+START_TEST(parse_too_long_line)
+{
+	size_t n = (1 << 20) + 16;
+	char *text = malloc(n + 100);
+	ck_assert_ptr_nonnull(text);
+	char *p = text + sprintf(text, "[run]\nseed = 1\nout_dir = ");
+	memset(p, 'x', n);
+	strcpy(p + n, "\n");
+	expect_fail(text, KILN_ECONFIG, "t.ini:3:", "line longer than", NULL);
+	free(text);
+}
+END_TEST
+
+/* A header may have blanks inside its brackets, like inih's keys. */
+START_TEST(parse_section_blanks)
+{
+	struct kiln_config *cfg = load_ok("[ train ]\nlr = 0.5\n");
+	ck_assert_str_eq(kiln_config_section(cfg, 0), "train");
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.5");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Layer names longer than inih's internal section buffer (50). */
+START_TEST(parse_section_long_name)
+{
+	const char *name = "layer.a_rather_long_layer_name_for_a_residual_block_number_one";
+	char text[512];
+	snprintf(text, sizeof text, "[%s]\ntype = dense\n", name);
+	struct kiln_config *cfg = load_ok(text);
+	ck_assert_str_eq(kiln_config_section(cfg, 0), name);
+	ck_assert_str_eq(kiln_config_get(cfg, name, "type"), "dense");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Files saved by some Windows editors start with a UTF-8 byte order mark. */
+START_TEST(parse_utf8_bom)
+{
+	struct kiln_config *cfg = load_ok("\xEF\xBB\xBF[train]\nlr = 0.5\n");
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.5");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- parsing: errors ------------------------------------------------------- */
+
+START_TEST(err_syntax)
+{
+	expect_fail("[train]\nlr = 1\nthis is not ini\n", KILN_ECONFIG, "t.ini:3: syntax error",
+		    "expected '[section]', 'key = value'", NULL);
+	expect_fail("[train]\n\n\n\n[run\n", KILN_ECONFIG, "t.ini:5: syntax error", NULL);
+}
+END_TEST
+
+/* The first bad line is the one reported, whatever follows it. */
+START_TEST(err_first_error_wins)
+{
+	expect_fail("[train]\nlr = 1\nthis is not ini\nlr = 2\n", KILN_ECONFIG,
+		    "t.ini:3: syntax error", NULL);
+	expect_fail("[train\nlr = 1\n", KILN_ECONFIG, "t.ini:1: syntax error", NULL);
+}
+END_TEST
+
+START_TEST(err_key_outside_section)
+{
+	expect_fail("; comment\nlr = 1\n[train]\n", KILN_ECONFIG,
+		    "t.ini:2: key 'lr' outside any section", "[section]", NULL);
+}
+END_TEST
+
+START_TEST(err_duplicate_section)
+{
+	expect_fail("[train]\nlr = 1\n\n[run]\n[train]\nepochs = 2\n", KILN_ECONFIG,
+		    "t.ini:5: duplicate section [train]", "first at t.ini:1", NULL);
+	/* also an empty one */
+	expect_fail("[model]\n[model]\n", KILN_ECONFIG, "t.ini:2: duplicate section [model]",
+		    "first at t.ini:1", NULL);
+}
+END_TEST
+
+START_TEST(err_duplicate_key)
+{
+	expect_fail("[train]\nlr = 1\nepochs = 2\nlr = 3\n", KILN_ECONFIG,
+		    "t.ini:4: duplicate key 'lr' in [train]", "first at t.ini:2", NULL);
+}
+END_TEST
+
+START_TEST(err_bad_section_name)
+{
+	expect_fail("[run]\n[tr ain]\n", KILN_ECONFIG, "t.ini:2: bad section name '[tr ain]'",
+		    NULL);
+	expect_fail("[]\n", KILN_ECONFIG, "t.ini:1: bad section name", NULL);
+	expect_fail("[layer/fc1]\n", KILN_ECONFIG, "t.ini:1: bad section name '[layer/fc1]'",
+		    NULL);
+}
+END_TEST
+
+START_TEST(err_empty_key)
+{
+	expect_fail("[train]\n = 5\n", KILN_ECONFIG, "t.ini:2:", "empty key", NULL);
+}
+END_TEST
+
+START_TEST(err_unknown_section)
+{
+	expect_fail("[run]\nseed = 1\n[trian]\nlr = 1\n", KILN_ECONFIG,
+		    "t.ini:3: unknown section [trian]", "did you mean [train]?", NULL);
+	expect_fail("[dat]\n", KILN_ECONFIG, "t.ini:1: unknown section [dat]",
+		    "did you mean [data]?", NULL);
+	/* a bare [layer] is told how layer sections are named */
+	expect_fail("[layer]\ntype = dense\n", KILN_ECONFIG, "t.ini:1: unknown section [layer]",
+		    "[layer.NAME]", NULL);
+	/* nothing close: no suggestion, but the list of sections */
+	expect_fail("[zzzzzzzz]\n", KILN_ECONFIG, "t.ini:1: unknown section [zzzzzzzz]",
+		    "sections: run, data", NULL);
+	assert_lacks(last_msg, "did you mean");
+}
+END_TEST
+
+START_TEST(err_unknown_key)
+{
+	expect_fail("[train]\nepochs = 3\nepocs = 3\n", KILN_ECONFIG,
+		    "t.ini:3: unknown key 'epocs' in [train]", "did you mean 'epochs'?",
+		    "valid keys: epochs, batch", NULL);
+	expect_fail("[run]\nthreds = 2\n", KILN_ECONFIG, "t.ini:2: unknown key 'threds' in [run]",
+		    "did you mean 'threads'?", NULL);
+	expect_fail("[model]\n\nlayuot = nhwc\n", KILN_ECONFIG,
+		    "t.ini:3: unknown key 'layuot' in [model]", "did you mean 'layout'?", NULL);
+	/* [data] keys are only checked once the source's keys are known, but
+	 * [dist] has no keys at all */
+	expect_fail("[dist]\nranks = 2\n", KILN_ECONFIG, "t.ini:2: unknown key 'ranks' in [dist]",
+		    "valid keys: (none)", NULL);
+}
+END_TEST
+
+/* A key that starts with a valid key and a '_' is most likely that key. */
+START_TEST(err_unknown_key_suggests_prefix)
+{
+	expect_fail("[train]\nlr_rate = 0.1\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'lr_rate' in [train]", "did you mean 'lr'?", NULL);
+}
+END_TEST
+
+START_TEST(err_wrong_types)
+{
+	expect_fail("[train]\nepochs = abc\n", KILN_ECONFIG, "t.ini:2:", "[train]",
+		    "'epochs' = 'abc' is not an integer", NULL);
+	expect_fail("[train]\nepochs = 12x\n", KILN_ECONFIG, "t.ini:2:",
+		    "'epochs' = '12x' is not an integer", NULL);
+	expect_fail("[train]\nepochs =\n", KILN_ECONFIG, "t.ini:2:", "is not an integer", NULL);
+	expect_fail("[train]\nepochs = 1.5\n", KILN_ECONFIG, "t.ini:2:", "is not an integer", NULL);
+	expect_fail("[train]\n\nlr = nan\n", KILN_ECONFIG, "t.ini:3:", "'lr' = 'nan' is not a number",
+		    NULL);
+	expect_fail("[train]\nlr = 1e999\n", KILN_ECONFIG, "t.ini:2:",
+		    "'lr' = '1e999' is not a number", NULL);
+	expect_fail("[train]\nlr = inf\n", KILN_ECONFIG, "t.ini:2:", "is not a number", NULL);
+	expect_fail("[train]\nlr = 0.1x\n", KILN_ECONFIG, "t.ini:2:", "is not a number", NULL);
+	expect_fail("[train]\nnesterov = maybe\n", KILN_ECONFIG, "t.ini:2:",
+		    "'nesterov' = 'maybe' is not a boolean", "true/false", NULL);
+	expect_fail("[model]\nlayout = fancy\n", KILN_ECONFIG, "t.ini:2:", "[model]",
+		    "'layout' = 'fancy' is not one of nchw|nhwc", NULL);
+	expect_fail("[train]\noptimizer = adam\n", KILN_ECONFIG, "t.ini:2:",
+		    "'optimizer' = 'adam' is not one of sgd", NULL);
+	/* fixed keys of layer sections are checked without a registry too */
+	expect_fail("[layer.fc1]\ntype = dense\ntrainable = maybe\n", KILN_ECONFIG, "t.ini:3:",
+		    "[layer.fc1]", "'trainable' = 'maybe' is not a boolean", NULL);
+}
+END_TEST
+
+START_TEST(err_out_of_range)
+{
+	expect_fail("[train]\nbatch = 0\n", KILN_ECONFIG, "t.ini:2:", "[train]",
+		    "'batch' = 0 is out of range [1, ", NULL);
+	expect_fail("[train]\nmomentum = 1.5\n", KILN_ECONFIG, "t.ini:2:",
+		    "'momentum' = 1.5 is out of range [0, 1]", NULL);
+	expect_fail("[train]\nlr = -0.1\n", KILN_ECONFIG, "t.ini:2:", "out of range", NULL);
+	expect_fail("[run]\nthreads = 5000\n", KILN_ECONFIG, "t.ini:2:",
+		    "'threads' = 5000 is out of range [0, 1024]", NULL);
+	expect_fail("[run]\nseed = -1\n", KILN_ECONFIG, "t.ini:2:", "'seed' = -1 is out of range",
+		    NULL);
+	/* bounds are inclusive */
+	struct kiln_config *cfg = load_ok("[train]\nbatch = 1\nmomentum = 1\n[run]\nthreads = 1024\n");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(err_file)
+{
+	struct kiln_config *cfg = (struct kiln_config *)1;
+	const char *missing = config_path("does-not-exist.ini");
+	ck_assert_int_eq(kiln_config_load(missing, &cfg), KILN_EIO);
+	ck_assert_ptr_null(cfg);
+	assert_has(kiln_last_error(), missing);
+	assert_has(kiln_last_error(), "No such file");
+
+	/* a directory is not a config */
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s", config_path(""));
+	ck_assert_int_eq(kiln_config_load(dir, &cfg), KILN_EIO);
+	assert_has(kiln_last_error(), dir);
+
+	/* errors from a file name the file */
+	const char *typo = config_path("typo_train.ini");
+	ck_assert_int_eq(kiln_config_load(typo, &cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_ECONFIG);
+	char want[4200];
+	snprintf(want, sizeof want, "%s:6: unknown key 'epocs' in [train]; did you mean 'epochs'?",
+		 typo);
+	assert_has(kiln_last_error(), want);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Each fixed section's typo file (shared with tests/cli.sh). */
+START_TEST(err_typo_files)
+{
+	static const struct {
+		const char *file, *section, *bad, *good;
+		int line;
+	} t[] = {
+		{ "typo_run.ini", "run", "threds", "threads", 4 },
+		{ "typo_model.ini", "model", "layuot", "layout", 3 },
+		{ "typo_train.ini", "train", "epocs", "epochs", 6 },
+	};
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+		struct kiln_config *cfg;
+		const char *path = config_path(t[i].file);
+		char want[4400];
+		ck_assert_int_eq(kiln_config_load(path, &cfg), KILN_OK);
+		ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_ECONFIG);
+		snprintf(want, sizeof want, "%s:%d: unknown key '%s' in [%s]; did you mean '%s'?",
+			 path, t[i].line, t[i].bad, t[i].section, t[i].good);
+		assert_has(kiln_last_error(), want);
+		kiln_config_free(cfg);
+	}
+	/* [data]'s typo needs its source's keys: accepted without a registry */
+	struct kiln_config *cfg;
+	ck_assert_int_eq(kiln_config_load(config_path("typo_data.ini"), &cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_OK);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- overrides ------------------------------------------------------------- */
+
+START_TEST(override_valid)
+{
+	struct kiln_config *cfg = load_ok("[train]\nlr = 0.1\n");
+	ck_assert_int_eq(kiln_config_override(cfg, "train.lr=0.5"), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.5");
+	assert_has(kiln_config_where(cfg, "train", "lr"), "command line");
+	/* blanks around '=' */
+	ck_assert_int_eq(kiln_config_override(cfg, "train.epochs = 4"), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "epochs"), "4");
+	/* the section is everything before the last dot, created on demand */
+	ck_assert_int_eq(kiln_config_override(cfg, "layer.fc1.out=10"), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "layer.fc1", "out"), "10");
+	ck_assert_str_eq(kiln_config_section(cfg, 1), "layer.fc1");
+	ck_assert_ptr_null(kiln_config_get(cfg, "layer", "fc1.out"));
+	/* a value may contain '=' and '.' */
+	ck_assert_int_eq(kiln_config_override(cfg, "run.out_dir=runs/a=b.c"), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "run", "out_dir"), "runs/a=b.c");
+	/* the last override wins */
+	ck_assert_int_eq(kiln_config_override(cfg, "train.lr=0.25"), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.25");
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_OK);
+	double lr = 0;
+	ck_assert_int_eq(kiln_config_get_float(cfg, "train", "lr", &lr), KILN_OK);
+	ck_assert_double_eq_tol(lr, 0.25, 1e-12);
+	kiln_config_free(cfg);
+
+	/* on an empty config */
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_override(cfg, "data.eval.limit=5"), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "limit"), "5");
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_OK);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(override_invalid)
+{
+	static const char *const bad[] = { "train", "=5", "lr=1", ".x=1", "train.=1",
+					   "tr ain.lr=1", "" };
+	struct kiln_config *cfg;
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		kiln_clear_error();
+		kiln_status st = kiln_config_override(cfg, bad[i]);
+		ck_assert_msg(st == KILN_EUSAGE, "override '%s': %s, expected KILN_EUSAGE", bad[i],
+			      kiln_status_name(st));
+		char want[64];
+		snprintf(want, sizeof want, "override '%s'", bad[i]);
+		assert_has(kiln_last_error(), want);
+	}
+	ck_assert_int_eq(kiln_config_override(cfg, "lr=1"), KILN_EUSAGE);
+	assert_has(kiln_last_error(), "section.key=value");
+	/* nothing was added */
+	ck_assert_ptr_null(kiln_config_section(cfg, 0));
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(override_bad_value)
+{
+	struct kiln_config *cfg = load_ok("[train]\nbatch = 32\n");
+	ck_assert_int_eq(kiln_config_override(cfg, "train.batch=0"), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "command line");
+	assert_has(kiln_last_error(), "train.batch=0");
+	assert_has(kiln_last_error(), "'batch' = 0 is out of range");
+	assert_lacks(kiln_last_error(), "t.ini");
+	kiln_config_free(cfg);
+
+	cfg = load_ok("[train]\n");
+	ck_assert_int_eq(kiln_config_override(cfg, "train.epocs=3"), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "command line");
+	assert_has(kiln_last_error(), "unknown key 'epocs' in [train]; did you mean 'epochs'?");
+	kiln_config_free(cfg);
+
+	/* a misspelt section given on the command line */
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_override(cfg, "trian.lr=1"), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "command line");
+	assert_has(kiln_last_error(), "unknown section [trian]; did you mean [train]?");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- typed getters ---------------------------------------------------------- */
+
+START_TEST(get_defaults)
+{
+	struct kiln_config *cfg;
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_OK);
+	int64_t i = -1;
+	double x = -1;
+	int b = -1;
+	const char *s = NULL;
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "epochs", &i), KILN_OK);
+	ck_assert_int_eq(i, 10);
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "batch", &i), KILN_OK);
+	ck_assert_int_eq(i, 128);
+	ck_assert_int_eq(kiln_config_get_float(cfg, "train", "lr", &x), KILN_OK);
+	ck_assert_double_eq_tol(x, 0.01, 1e-15);
+	ck_assert_int_eq(kiln_config_get_bool(cfg, "train", "eval", &b), KILN_OK);
+	ck_assert_int_eq(b, 1);
+	ck_assert_int_eq(kiln_config_get_bool(cfg, "train", "nesterov", &b), KILN_OK);
+	ck_assert_int_eq(b, 0);
+	ck_assert_int_eq(kiln_config_get_str(cfg, "run", "device", &s), KILN_OK);
+	ck_assert_str_eq(s, "cpu");
+	ck_assert_str_eq(kiln_config_get(cfg, "run", "plugin_path"), "");
+	ck_assert_str_eq(kiln_config_get(cfg, "model", "layout"), "nchw");
+	ck_assert_str_eq(kiln_config_get(cfg, "layer.fc1", "trainable"), "1");
+	ck_assert_str_eq(kiln_config_where(cfg, "train", "epochs"), "default");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(get_values)
+{
+	struct kiln_config *cfg = load_ok("[train]\nepochs = 7\nlr = 2.5e-1\nnesterov = yes\n"
+					  "eval = off\nmax_steps = 1000000000000\n"
+					  "[run]\ndevice = cuda\nseed = 4294967295\n");
+	int64_t i = 0;
+	double x = 0;
+	int b = -1;
+	const char *s = NULL;
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "epochs", &i), KILN_OK);
+	ck_assert_int_eq(i, 7);
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "max_steps", &i), KILN_OK);
+	ck_assert(i == 1000000000000LL);
+	ck_assert_int_eq(kiln_config_get_int(cfg, "run", "seed", &i), KILN_OK);
+	ck_assert(i == 4294967295LL);
+	ck_assert_int_eq(kiln_config_get_float(cfg, "train", "lr", &x), KILN_OK);
+	ck_assert_double_eq_tol(x, 0.25, 1e-15);
+	ck_assert_int_eq(kiln_config_get_bool(cfg, "train", "nesterov", &b), KILN_OK);
+	ck_assert_int_eq(b, 1);
+	ck_assert_int_eq(kiln_config_get_bool(cfg, "train", "eval", &b), KILN_OK);
+	ck_assert_int_eq(b, 0);
+	ck_assert_int_eq(kiln_config_get_str(cfg, "run", "device", &s), KILN_OK);
+	ck_assert_str_eq(s, "cuda");
+	/* an int key read as float */
+	ck_assert_int_eq(kiln_config_get_float(cfg, "train", "epochs", &x), KILN_OK);
+	ck_assert_double_eq(x, 7.0);
+	kiln_config_free(cfg);
+
+	/* every spelling of a boolean */
+	static const struct {
+		const char *v;
+		int b;
+	} bools[] = { { "1", 1 }, { "true", 1 }, { "yes", 1 }, { "on", 1 }, { "TRUE", 1 },
+		      { "Yes", 1 }, { "0", 0 }, { "false", 0 }, { "no", 0 }, { "off", 0 },
+		      { "OFF", 0 } };
+	for (size_t k = 0; k < sizeof bools / sizeof *bools; k++) {
+		char text[64];
+		snprintf(text, sizeof text, "[train]\nnesterov = %s\n", bools[k].v);
+		cfg = load_ok(text);
+		b = -1;
+		ck_assert_int_eq(kiln_config_get_bool(cfg, "train", "nesterov", &b), KILN_OK);
+		ck_assert_msg(b == bools[k].b, "'%s' read as %d", bools[k].v, b);
+		kiln_config_free(cfg);
+	}
+}
+END_TEST
+
+START_TEST(get_notfound)
+{
+	struct kiln_config *cfg = load_ok("[layer.fc1]\ntype = dense\n");
+	int64_t i = 77;
+	double x = 77;
+	int b = 77;
+	const char *s = "unchanged";
+	kiln_clear_error();
+	/* `input` has no default */
+	ck_assert_int_eq(kiln_config_get_int(cfg, "layer.fc1", "input", &i), KILN_ENOTFOUND);
+	ck_assert_int_eq(kiln_config_get_float(cfg, "layer.fc1", "input", &x), KILN_ENOTFOUND);
+	ck_assert_int_eq(kiln_config_get_bool(cfg, "layer.fc1", "input", &b), KILN_ENOTFOUND);
+	ck_assert_int_eq(kiln_config_get_str(cfg, "layer.fc1", "input", &s), KILN_ENOTFOUND);
+	ck_assert_ptr_null(kiln_config_get(cfg, "layer.fc1", "input"));
+	/* a key no schema knows, a section that does not exist */
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "no_such_key", &i), KILN_ENOTFOUND);
+	ck_assert_int_eq(kiln_config_get_str(cfg, "nosection", "x", &s), KILN_ENOTFOUND);
+	ck_assert_int_eq(i, 77);
+	ck_assert_double_eq(x, 77);
+	ck_assert_int_eq(b, 77);
+	ck_assert_str_eq(s, "unchanged");
+	/* ENOTFOUND sets no message */
+	ck_assert_str_eq(kiln_last_error(), "");
+	ck_assert_str_eq(kiln_config_where(cfg, "layer.fc1", "input"), "default");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Getters on a config that was not validated report bad values themselves. */
+START_TEST(get_bad_values)
+{
+	struct kiln_config *cfg;
+	ck_assert_int_eq(kiln_config_load_string("[train]\nepochs = many\nbatch = 0\nlr = x\n"
+						 "eval = maybe\n",
+						 "t.ini", &cfg),
+			 KILN_OK);
+	int64_t i = 5;
+	double x = 5;
+	int b = 5;
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "epochs", &i), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:2:");
+	assert_has(kiln_last_error(), "epochs = 'many' is not an integer");
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "batch", &i), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:3:");
+	assert_has(kiln_last_error(), "out of range");
+	ck_assert_int_eq(kiln_config_get_float(cfg, "train", "lr", &x), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:4:");
+	assert_has(kiln_last_error(), "not a number");
+	ck_assert_int_eq(kiln_config_get_bool(cfg, "train", "eval", &b), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:5:");
+	assert_has(kiln_last_error(), "not a boolean");
+	ck_assert_int_eq(i, 5);
+	ck_assert_double_eq(x, 5);
+	ck_assert_int_eq(b, 5);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(get_data_eval_inherits)
+{
+	struct kiln_config *cfg = load_ok("[data]\nlimit = 100\nshuffle = 0\n"
+					  "[data.eval]\nshuffle = 1\n");
+	int64_t i = 0;
+	int b = -1;
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "limit"), "100");
+	ck_assert_int_eq(kiln_config_get_int(cfg, "data.eval", "limit", &i), KILN_OK);
+	ck_assert_int_eq(i, 100);
+	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "limit"), "t.ini:2");
+	/* its own value wins */
+	ck_assert_int_eq(kiln_config_get_bool(cfg, "data.eval", "shuffle", &b), KILN_OK);
+	ck_assert_int_eq(b, 1);
+	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "shuffle"), "t.ini:5");
+	/* unset in both: the default */
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "source"), "idx");
+	/* inheritance is one way */
+	kiln_config_free(cfg);
+	cfg = load_ok("[data.eval]\nlimit = 7\n");
+	ck_assert_str_eq(kiln_config_get(cfg, "data", "limit"), "0");
+	/* set in neither: the default */
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "shuffle"), "1");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- the resolved dump ------------------------------------------------------ */
+
+START_TEST(write_golden)
+{
+	struct kiln_config *cfg;
+	ck_assert_int_eq(kiln_config_load(config_path("golden_in.ini"), &cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_OK);
+	char *got = dump(cfg);
+	size_t len;
+	char *want = read_file(config_path("golden_out.ini"), &len);
+	if (strcmp(got, want)) {
+		/* leave the output next to the log for a diff */
+		FILE *f = fopen("check_config.golden_out.got", "w");
+		if (f) {
+			fputs(got, f);
+			fclose(f);
+		}
+	}
+	ck_assert_msg(!strcmp(got, want),
+		      "kiln_config_write differs from tests/config/golden_out.ini "
+		      "(output in check_config.golden_out.got):\n%s",
+		      got);
+	free(got);
+	free(want);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* The dump is what the getters return: [data.eval] shows inherited values. */
+START_TEST(write_data_eval_inherits)
+{
+	struct kiln_config *cfg = load_ok("[data]\nlimit = 100\n");
+	char *got = dump(cfg);
+	char *eval = strstr(got, "[data.eval]\n");
+	ck_assert_ptr_nonnull(eval);
+	char *end = strstr(eval, "\n\n");
+	ck_assert_ptr_nonnull(end);
+	*end = 0;
+	assert_has(eval, "limit = 100\n");
+	free(got);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(write_empty)
+{
+	struct kiln_config *cfg;
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	char *got = dump(cfg);
+	/* every fixed section, in order, with defaults */
+	const char *order[] = { "[run]\n", "[data]\n", "[data.eval]\n", "[model]\n", "[train]\n",
+				"[dist]\n" };
+	const char *prev = got;
+	for (size_t i = 0; i < sizeof order / sizeof *order; i++) {
+		const char *at = strstr(got, order[i]);
+		ck_assert_msg(at && at >= prev, "%s missing or out of order in:\n%s", order[i], got);
+		prev = at;
+	}
+	assert_has(got, "batch = 128\n");
+	assert_has(got, "layout = nchw\n");
+	/* the dump parses back to the same config */
+	struct kiln_config *again = load_ok(got);
+	char *got2 = dump(again);
+	ck_assert_str_eq(got, got2);
+	free(got2);
+	free(got);
+	kiln_config_free(again);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- layer sections against the registry ----------------------------------- */
+
+START_TEST(layer_unknown_type)
+{
+	const char *text = "[layer.fc1]\ntype = nosuchtype\n";
+	struct kiln_config *cfg = load_ok(text); /* no registry: accepted */
+	struct kiln_registry *reg;
+	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:2");
+	assert_has(kiln_last_error(), "[layer.fc1]");
+	assert_has(kiln_last_error(), "'nosuchtype'");
+	kiln_config_free(cfg);
+
+	/* no type at all */
+	cfg = load_ok("[model]\n[layer.fc1]\ninput = x\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:2");
+	assert_has(kiln_last_error(), "[layer.fc1] has no 'type' key");
+	kiln_config_free(cfg);
+
+	/* [plugin.X] of no plugin */
+	cfg = load_ok("[plugin.nosuchplugin]\nx = 1\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "t.ini:1");
+	assert_has(kiln_last_error(), "'nosuchplugin'");
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+}
+END_TEST
+
+START_TEST(layer_no_registry)
+{
+	struct kiln_config *cfg = load_ok("[layer.fc1]\ntype = nosuchtype\nout = 10\n"
+					  "[layer.fc2]\ntype = other\ninput = fc1\n"
+					  "[plugin.whatever]\nkey = 1\n");
+	ck_assert_str_eq(kiln_config_get(cfg, "layer.fc1", "out"), "10");
+	ck_assert_str_eq(kiln_config_get(cfg, "layer.fc2", "input"), "fc1");
+	ck_assert_str_eq(kiln_config_get(cfg, "plugin.whatever", "key"), "1");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- suite -------------------------------------------------------------------- */
+
+Suite *make_config_suite(void);
+Suite *make_config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("parse");
+	tcase_add_test(tc, parse_file_values);
+	tcase_add_test(tc, parse_empty);
+	tcase_add_test(tc, parse_comments);
+	tcase_add_test(tc, parse_crlf);
+	tcase_add_test(tc, parse_long_line);
+	tcase_add_test(tc, parse_too_long_line);
+	tcase_add_test(tc, parse_section_blanks);
+	tcase_add_test(tc, parse_section_long_name);
+	tcase_add_test(tc, parse_utf8_bom);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("errors");
+	tcase_add_test(tc, err_syntax);
+	tcase_add_test(tc, err_first_error_wins);
+	tcase_add_test(tc, err_key_outside_section);
+	tcase_add_test(tc, err_duplicate_section);
+	tcase_add_test(tc, err_duplicate_key);
+	tcase_add_test(tc, err_bad_section_name);
+	tcase_add_test(tc, err_empty_key);
+	tcase_add_test(tc, err_unknown_section);
+	tcase_add_test(tc, err_unknown_key);
+	tcase_add_test(tc, err_unknown_key_suggests_prefix);
+	tcase_add_test(tc, err_wrong_types);
+	tcase_add_test(tc, err_out_of_range);
+	tcase_add_test(tc, err_file);
+	tcase_add_test(tc, err_typo_files);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("override");
+	tcase_add_test(tc, override_valid);
+	tcase_add_test(tc, override_invalid);
+	tcase_add_test(tc, override_bad_value);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("get");
+	tcase_add_test(tc, get_defaults);
+	tcase_add_test(tc, get_values);
+	tcase_add_test(tc, get_notfound);
+	tcase_add_test(tc, get_bad_values);
+	tcase_add_test(tc, get_data_eval_inherits);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("write");
+	tcase_add_test(tc, write_golden);
+	tcase_add_test(tc, write_data_eval_inherits);
+	tcase_add_test(tc, write_empty);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("layer");
+	tcase_add_test(tc, layer_unknown_type);
+	tcase_add_test(tc, layer_no_registry);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	/* the test must not depend on the caller's plugins */
+	unsetenv("KILN_PLUGIN_PATH");
+	SRunner *sr = srunner_create(make_config_suite());
+	srunner_run_all(sr, CK_VERBOSE);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,763 @@
+/* tests/check_idx.c - the `idx` data source of kiln-loaders.so.
+ *
+ * Every test writes small IDX files (plain and gzipped) into its own
+ * temporary directory and opens them through the core, exactly as a run
+ * does: registry -> source plugin -> config validated against its keys ->
+ * ops->open.  Corrupt files must give KILN_EDATA or KILN_EIO with a message
+ * naming the file and the problem; a fuzz case checks that no mutation of a
+ * valid file crashes (Check forks each test, so a crash fails it).
+ */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/* The small valid data set: N images of ROWS x COLS and their labels. */
+#define N 5
+#define ROWS 4
+#define COLS 3
+static const uint8_t small_labels[N] = { 2, 0, 7, 1, 2 }; /* classes = 8 */
+
+static char tmp[512];
+static struct kiln_registry *reg;
+static const struct kiln_source_ops *ops;
+static struct kiln_config *cfg;
+static void *ctx;
+
+static uint8_t pixel(int i, int r, int c)
+{
+	return (uint8_t)((i * 53 + r * 17 + c * 91 + 3) & 0xff);
+}
+
+/* ---- fixtures ---------------------------------------------------------- */
+
+static void setup(void)
+{
+	const char *t = getenv("TMPDIR");
+	snprintf(tmp, sizeof tmp, "%s/kiln-idx-XXXXXX", t && *t ? t : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(tmp));
+	kiln_log_set_level(KILN_LOG_ERROR);
+	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
+	const struct kiln_plugin *p = NULL;
+	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "idx", &p);
+	ck_assert_msg(st == KILN_OK, "idx source not found: %s", kiln_last_error());
+	ck_assert_int_eq(p->kind, KILN_PLUGIN_SOURCE);
+	ops = p->ops;
+	ck_assert_uint_ge(ops->version, 1);
+	cfg = NULL;
+	ctx = NULL;
+}
+
+static void teardown(void)
+{
+	if (ctx)
+		ops->close(ctx);
+	ctx = NULL;
+	kiln_config_free(cfg);
+	cfg = NULL;
+	kiln_registry_close(reg);
+	reg = NULL;
+	DIR *d = opendir(tmp);
+	if (d) {
+		struct dirent *de;
+		char p[1024];
+		while ((de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+				snprintf(p, sizeof p, "%s/%s", tmp, de->d_name);
+				remove(p);
+			}
+		closedir(d);
+	}
+	rmdir(tmp);
+}
+
+/* ---- writing files ----------------------------------------------------- */
+
+static const char *tpath(const char *name)
+{
+	static char buf[4][1024];
+	static int k;
+	char *b = buf[k++ & 3];
+	snprintf(b, sizeof buf[0], "%s/%s", tmp, name);
+	return b;
+}
+
+static void write_raw(const char *name, const void *buf, size_t n)
+{
+	FILE *f = fopen(tpath(name), "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(buf, 1, n, f), n);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_gz(const char *name, const void *buf, size_t n)
+{
+	gzFile g = gzopen(tpath(name), "wb");
+	ck_assert_ptr_nonnull(g);
+	ck_assert_int_eq(gzwrite(g, buf, (unsigned)n), (int)n);
+	ck_assert_int_eq(gzclose(g), Z_OK);
+}
+
+static void write_file(const char *name, const void *buf, size_t n)
+{
+	size_t l = strlen(name);
+	if (l > 3 && !strcmp(name + l - 3, ".gz"))
+		write_gz(name, buf, n);
+	else
+		write_raw(name, buf, n);
+}
+
+static uint8_t *read_whole(const char *name, size_t *n)
+{
+	FILE *f = fopen(tpath(name), "rb");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *b = malloc(*n + 1);
+	ck_assert_uint_eq(fread(b, 1, *n, f), *n);
+	fclose(f);
+	return b;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+/* The valid image file: header + N*ROWS*COLS bytes.  Returns its size. */
+static size_t make_images(uint8_t *buf)
+{
+	put32(buf, 0x803);
+	put32(buf + 4, N);
+	put32(buf + 8, ROWS);
+	put32(buf + 12, COLS);
+	for (int i = 0; i < N; i++)
+		for (int r = 0; r < ROWS; r++)
+			for (int c = 0; c < COLS; c++)
+				buf[16 + (i * ROWS + r) * COLS + c] = pixel(i, r, c);
+	return 16 + N * ROWS * COLS;
+}
+
+static size_t make_labels(uint8_t *buf, int n)
+{
+	put32(buf, 0x801);
+	put32(buf + 4, (uint32_t)n);
+	for (int i = 0; i < n; i++)
+		buf[8 + i] = small_labels[i % N];
+	return 8 + (size_t)n;
+}
+
+static void write_small(const char *images, const char *labels)
+{
+	uint8_t b[512];
+	write_file(images, b, make_images(b));
+	write_file(labels, b, make_labels(b, N));
+}
+
+/* ---- opening ----------------------------------------------------------- */
+
+/* Build and validate a config from "section.key=value" overrides (NULL-
+ * terminated), then open the source.  Returns open's status. */
+static kiln_status open_src(const char *section, const char *split, ...)
+{
+	va_list ap;
+	const char *o;
+	kiln_config_free(cfg);
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	va_start(ap, split);
+	while ((o = va_arg(ap, const char *)))
+		ck_assert_msg(kiln_config_override(cfg, o) == KILN_OK, "override %s: %s", o,
+			      kiln_last_error());
+	va_end(ap);
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "validate: %s", kiln_last_error());
+	ctx = NULL;
+	kiln_clear_error();
+	return ops->open(kiln_host_table(), cfg, section, split, &ctx);
+}
+
+/* Open the small files by explicit names in tmp. */
+static kiln_status open_named(const char *images, const char *labels)
+{
+	char p[1100], i[300], l[300];
+	snprintf(p, sizeof p, "data.path=%s", tmp);
+	snprintf(i, sizeof i, "data.images=%s", images);
+	snprintf(l, sizeof l, "data.labels=%s", labels);
+	return open_src("data", "train", p, i, l, NULL);
+}
+
+#define ASSERT_FAILS(st, want, file, word)                                                   \
+	do {                                                                                 \
+		kiln_status st_ = (st);                                                      \
+		const char *e_ = kiln_last_error();                                          \
+		ck_assert_msg(st_ == (want), "status %s, expected %s (%s)",                  \
+			      kiln_status_name(st_), kiln_status_name(want), e_);            \
+		ck_assert_ptr_null(ctx);                                                     \
+		ck_assert_msg(strstr(e_, (file)) != NULL, "message lacks the path %s: %s",   \
+			      (file), e_);                                                   \
+		ck_assert_msg(strstr(e_, (word)) != NULL, "message lacks '%s': %s", (word),  \
+			      e_);                                                           \
+	} while (0)
+
+/* Check every sample of the small set against mean/std. */
+static void check_small(double mean, double sd)
+{
+	struct kiln_source_info info;
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, N);
+	ck_assert_int_eq(info.sample.dtype, KILN_F32);
+	ck_assert_int_eq(info.sample.layout, KILN_ROW);
+	ck_assert_int_eq(info.sample.ndim, 3);
+	ck_assert_int_eq(info.sample.dims[0], 1);
+	ck_assert_int_eq(info.sample.dims[1], ROWS);
+	ck_assert_int_eq(info.sample.dims[2], COLS);
+	ck_assert_uint_eq(kiln_tensor_bytes(&info.sample), ROWS * COLS * sizeof(float));
+	ck_assert_int_eq(info.label.dtype, KILN_I32);
+	ck_assert_int_eq(info.label.ndim, 0);
+	ck_assert_int_eq(info.classes, 8);
+	for (int i = 0; i < N; i++) {
+		float x[ROWS * COLS];
+		int32_t y = -1;
+		ck_assert_int_eq(ops->read(ctx, i, x, &y), KILN_OK);
+		ck_assert_int_eq(y, small_labels[i]);
+		for (int r = 0; r < ROWS; r++)
+			for (int c = 0; c < COLS; c++)
+				ck_assert_double_eq_tol(x[r * COLS + c],
+							(pixel(i, r, c) / 255.0 - mean) / sd, 1e-5);
+	}
+}
+
+/* ---- valid files ------------------------------------------------------- */
+
+START_TEST(test_raw_normalised)
+{
+	write_small("img.idx", "lab.idx");
+	char p[1100];
+	snprintf(p, sizeof p, "data.path=%s", tmp);
+	kiln_status st = open_src("data", "train", p, "data.images=img.idx",
+				  "data.labels=lab.idx", "data.mean=0.2860", "data.std=0.3530", NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	check_small(0.2860, 0.3530);
+}
+END_TEST
+
+START_TEST(test_gz_default_names)
+{
+	write_small("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz");
+	char p[1100];
+	snprintf(p, sizeof p, "data.path=%s/", tmp); /* a trailing slash is fine */
+	kiln_status st = open_src("data", "train", p, NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	check_small(0, 1);
+}
+END_TEST
+
+/* [data.eval] inherits path from [data]; split test finds the t10k files,
+ * here without .gz. */
+START_TEST(test_eval_plain_fallback)
+{
+	write_small("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");
+	char p[1100];
+	snprintf(p, sizeof p, "data.path=%s", tmp);
+	kiln_status st = open_src("data.eval", "test", p, "data.eval.mean=1", NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	check_small(1, 1);
+	ops->close(ctx);
+	ctx = NULL;
+	/* the `split` key overrides the caller's split */
+	st = open_src("data", "train", p, "data.split=test", NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	check_small(0, 1);
+	ops->close(ctx);
+	ctx = NULL;
+	/* no train files there: the error names the .gz and the plain name */
+	st = open_src("data", "train", p, NULL);
+	ASSERT_FAILS(st, KILN_EIO, tpath("train-images-idx3-ubyte.gz"), "No such file");
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), tpath("train-images-idx3-ubyte")));
+}
+END_TEST
+
+START_TEST(test_absolute_and_mixed)
+{
+	write_small("a.idx.gz", "b.idx");
+	char i[1100], l[1100];
+	snprintf(i, sizeof i, "data.images=%s", tpath("a.idx.gz"));
+	snprintf(l, sizeof l, "data.labels=%s", tpath("b.idx"));
+	kiln_status st = open_src("data", "train", "data.path=/nonexistent", i, l, NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	check_small(0, 1);
+}
+END_TEST
+
+START_TEST(test_read_range_and_position)
+{
+	write_small("img.idx", "lab.idx");
+	ck_assert_int_eq(open_named("img.idx", "lab.idx"), KILN_OK);
+	float x[ROWS * COLS];
+	int32_t y;
+	ck_assert_int_eq(ops->read(ctx, N, x, &y), KILN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "index 5"));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "5 samples"));
+	ck_assert_int_eq(ops->read(ctx, -1, x, &y), KILN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "-1"));
+	/* label only */
+	ck_assert_int_eq(ops->read(ctx, 2, NULL, &y), KILN_OK);
+	ck_assert_int_eq(y, 7);
+
+	int64_t off = -1;
+	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
+	ck_assert_int_eq(off, 0);
+	ck_assert_int_eq(ops->set_position(ctx, 3), KILN_OK);
+	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
+	ck_assert_int_eq(off, 3);
+	ck_assert_int_eq(ops->set_position(ctx, N), KILN_OK);
+	ck_assert_int_eq(ops->set_position(ctx, N + 1), KILN_EINVAL);
+	ck_assert_int_eq(ops->set_position(ctx, -1), KILN_EINVAL);
+	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
+	ck_assert_int_eq(off, N);
+}
+END_TEST
+
+struct reader {
+	int bad;
+};
+
+static void *read_all(void *arg)
+{
+	struct reader *r = arg;
+	for (int rep = 0; rep < 2000; rep++)
+		for (int i = 0; i < N; i++) {
+			float x[ROWS * COLS];
+			int32_t y;
+			if (ops->read(ctx, i, x, &y) || y != small_labels[i] ||
+			    fabs(x[5] - pixel(i, 1, 2) / 255.0) > 1e-6)
+				r->bad++;
+		}
+	return NULL;
+}
+
+START_TEST(test_concurrent_reads)
+{
+	write_small("img.idx.gz", "lab.idx.gz");
+	ck_assert_int_eq(open_named("img.idx.gz", "lab.idx.gz"), KILN_OK);
+	pthread_t t[4];
+	struct reader r[4] = { { 0 } };
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, read_all, &r[i]), 0);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_int_eq(r[i].bad, 0);
+	}
+}
+END_TEST
+
+/* The descriptor's keys make [data] strict when source = idx. */
+START_TEST(test_keys_validated)
+{
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_override(cfg, "data.imagez=x"), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "images"));
+	kiln_config_free(cfg);
+
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_override(cfg, "data.eval.std=0"), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "std"));
+	kiln_config_free(cfg);
+
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_override(cfg, "data.split=val"), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	kiln_config_free(cfg);
+
+	/* defaults as the schema states them */
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "data", "path"), FMNIST_DIR);
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "mean"), "0");
+	ck_assert_str_eq(kiln_config_get(cfg, "data", "std"), "1");
+	ck_assert_ptr_null(kiln_config_get(cfg, "data", "images"));
+	ck_assert_ptr_null(kiln_config_get(cfg, "data", "labels"));
+}
+END_TEST
+
+/* ---- corrupt files ----------------------------------------------------- */
+
+START_TEST(test_wrong_image_magic)
+{
+	uint8_t b[512];
+	size_t n = make_images(b);
+	put32(b, 0x12345678);
+	write_raw("img.idx", b, n);
+	write_raw("lab.idx", b, make_labels(b, N));
+	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("img.idx"), "magic");
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "0x12345678"));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "0x00000803"));
+}
+END_TEST
+
+START_TEST(test_wrong_label_magic)
+{
+	/* the two files swapped: the hint says so */
+	write_small("img.idx", "lab.idx");
+	ASSERT_FAILS(open_named("lab.idx", "img.idx"), KILN_EDATA, tpath("lab.idx"), "magic");
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "swapped"));
+	/* labels with a little-endian magic */
+	uint8_t b[512];
+	size_t n = make_labels(b, N);
+	b[0] = 0x01, b[1] = 0x08, b[2] = 0, b[3] = 0;
+	write_gz("lab2.idx.gz", b, n);
+	ASSERT_FAILS(open_named("img.idx", "lab2.idx.gz"), KILN_EDATA, tpath("lab2.idx.gz"),
+		     "0x00000801");
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "magic"));
+}
+END_TEST
+
+START_TEST(test_truncated_header)
+{
+	uint8_t b[512];
+	size_t n = make_images(b);
+	(void)n;
+	write_raw("img.idx", b, 10);
+	write_raw("lab.idx", b, make_labels(b, N));
+	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("img.idx"),
+		     "truncated header");
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "16"));
+	/* 2 bytes: not even a magic */
+	write_gz("lab.idx.gz", b, 2);
+	write_small("img.idx", "unused.idx");
+	ASSERT_FAILS(open_named("img.idx", "lab.idx.gz"), KILN_EDATA, tpath("lab.idx.gz"),
+		     "truncated header");
+}
+END_TEST
+
+START_TEST(test_truncated_data)
+{
+	uint8_t b[512];
+	size_t n = make_images(b);
+	write_raw("img.idx", b, n - 10);
+	write_gz("img.idx.gz", b, n - 10);
+	write_raw("lab.idx", b, make_labels(b, N));
+	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("img.idx"), "truncated");
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "60 bytes"));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "found 50"));
+	ASSERT_FAILS(open_named("img.idx.gz", "lab.idx"), KILN_EDATA, tpath("img.idx.gz"),
+		     "truncated");
+	/* labels short by one */
+	write_raw("img.idx", b, make_images(b));
+	write_raw("lab.idx", b, make_labels(b, N) - 1);
+	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("lab.idx"), "truncated");
+}
+END_TEST
+
+START_TEST(test_count_mismatch)
+{
+	uint8_t b[512];
+	write_raw("img.idx", b, make_images(b));
+	write_raw("lab.idx", b, make_labels(b, N - 1));
+	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("img.idx"), "mismatch");
+	const char *e = kiln_last_error();
+	ck_assert_ptr_nonnull(strstr(e, tpath("lab.idx")));
+	ck_assert_ptr_nonnull(strstr(e, "5 images"));
+	ck_assert_ptr_nonnull(strstr(e, "4 labels"));
+}
+END_TEST
+
+START_TEST(test_missing_file)
+{
+	write_small("img.idx", "lab.idx");
+	ASSERT_FAILS(open_named("nope.idx", "lab.idx"), KILN_EIO, tpath("nope.idx"),
+		     "No such file");
+	ASSERT_FAILS(open_named("img.idx", "nope2.idx"), KILN_EIO, tpath("nope2.idx"),
+		     "No such file");
+	/* a directory is not a file */
+	ck_assert_int_eq(mkdir(tpath("dir.idx"), 0700), 0);
+	ASSERT_FAILS(open_named("dir.idx", "lab.idx"), KILN_EIO, tpath("dir.idx"), "directory");
+}
+END_TEST
+
+START_TEST(test_corrupt_gzip)
+{
+	/* a valid gzip header (deflate, no flags, OS unix), then garbage */
+	uint8_t b[256] = { 0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0x03 };
+	for (int i = 10; i < 256; i++)
+		b[i] = 0xff;
+	write_raw("img.idx.gz", b, sizeof b);
+	write_small("unused.idx", "lab.idx");
+	ASSERT_FAILS(open_named("img.idx.gz", "lab.idx"), KILN_EDATA, tpath("img.idx.gz"), "gzip");
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "corrupt"));
+
+	/* a valid gzip file cut in the middle of its stream */
+	uint8_t img[512];
+	write_gz("whole.idx.gz", img, make_images(img));
+	size_t n;
+	uint8_t *z = read_whole("whole.idx.gz", &n);
+	write_raw("cut.idx.gz", z, n / 2);
+	ASSERT_FAILS(open_named("cut.idx.gz", "lab.idx"), KILN_EDATA, tpath("cut.idx.gz"),
+		     "truncated");
+	/* a flipped CRC in the trailer */
+	z[n - 6] ^= 0x55;
+	write_raw("crc.idx.gz", z, n);
+	ASSERT_FAILS(open_named("crc.idx.gz", "lab.idx"), KILN_EDATA, tpath("crc.idx.gz"), "gzip");
+	/* the trailer missing */
+	write_raw("notrailer.idx.gz", z, n - 8);
+	ASSERT_FAILS(open_named("notrailer.idx.gz", "lab.idx"), KILN_EDATA,
+		     tpath("notrailer.idx.gz"), "gzip");
+	free(z);
+}
+END_TEST
+
+START_TEST(test_empty_file)
+{
+	write_small("img.idx", "lab.idx");
+	write_raw("empty.idx", "", 0);
+	ASSERT_FAILS(open_named("empty.idx", "lab.idx"), KILN_EDATA, tpath("empty.idx"), "empty");
+	write_gz("empty.idx.gz", "", 0);
+	ASSERT_FAILS(open_named("img.idx", "empty.idx.gz"), KILN_EDATA, tpath("empty.idx.gz"),
+		     "empty");
+}
+END_TEST
+
+START_TEST(test_huge_and_zero_dims)
+{
+	uint8_t b[512], l[64];
+	write_raw("lab.idx", l, make_labels(l, N));
+	size_t n = make_images(b);
+
+	/* claims 60000 x 28 x 28 (47 MB), holds 60 bytes */
+	put32(b + 4, 60000), put32(b + 8, 28), put32(b + 12, 28);
+	write_raw("big.idx", b, n);
+	ASSERT_FAILS(open_named("big.idx", "lab.idx"), KILN_EDATA, tpath("big.idx"), "truncated");
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "47040000"));
+
+	/* 2^32-1 cubed: overflow guard */
+	put32(b + 4, 0xffffffffu), put32(b + 8, 0xffffffffu), put32(b + 12, 0xffffffffu);
+	write_gz("absurd.idx.gz", b, n);
+	ASSERT_FAILS(open_named("absurd.idx.gz", "lab.idx"), KILN_EDATA, tpath("absurd.idx.gz"),
+		     "absurd");
+	/* 2^17 x 2^9 x 2^9 = 2^35 bytes: just over the limit */
+	put32(b + 4, 1u << 17), put32(b + 8, 1u << 9), put32(b + 12, 1u << 9);
+	write_raw("absurd2.idx", b, n);
+	ASSERT_FAILS(open_named("absurd2.idx", "lab.idx"), KILN_EDATA, tpath("absurd2.idx"),
+		     "absurd");
+
+	/* zero rows */
+	n = make_images(b);
+	put32(b + 8, 0);
+	write_raw("zero.idx", b, n);
+	ASSERT_FAILS(open_named("zero.idx", "lab.idx"), KILN_EDATA, tpath("zero.idx"), "zero");
+	/* zero labels */
+	write_raw("img.idx", b, make_images(b));
+	write_raw("lab0.idx", b, make_labels(b, 0));
+	ASSERT_FAILS(open_named("img.idx", "lab0.idx"), KILN_EDATA, tpath("lab0.idx"), "zero");
+}
+END_TEST
+
+/* ---- fuzz -------------------------------------------------------------- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 11);
+}
+
+/* Mutate `src` (n bytes) into dst: truncate, flip bytes, or rewrite a
+ * header word.  Returns the new size. */
+static size_t mutate(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	memcpy(dst, src, n);
+	switch (next() % 4) {
+	case 0: /* truncate */
+		return next() % n;
+	case 1: /* flip 1..4 bytes anywhere */
+		for (int k = 1 + (int)(next() % 4); k > 0; k--)
+			dst[next() % n] ^= (uint8_t)(1 + next() % 255);
+		return n;
+	case 2: /* a random word somewhere in the first 16 bytes (the header) */
+		put32(dst + next() % (n < 16 ? n - 3 : 13), next() ^ (next() << 21));
+		return n;
+	default: /* flip and truncate */
+		dst[next() % n] ^= 0x80;
+		return n - next() % (n / 2 + 1);
+	}
+}
+
+START_TEST(test_fuzz)
+{
+	uint8_t img[512], lab[512], mut[1024];
+	size_t ni = make_images(img), nl = make_labels(lab, N);
+	write_gz("img.gz", img, ni);
+	write_gz("lab.gz", lab, nl);
+	size_t nzi, nzl;
+	uint8_t *zi = read_whole("img.gz", &nzi), *zl = read_whole("lab.gz", &nzl);
+	write_raw("img.idx", img, ni);
+	write_raw("lab.idx", lab, nl);
+	int ok = 0, failed = 0;
+	for (int it = 0; it < 300; it++) {
+		const char *im = "img.idx", *la = "lab.idx";
+		size_t m;
+		switch (it % 4) {
+		case 0:
+			m = mutate(mut, img, ni), write_raw("m.idx", mut, m), im = "m.idx";
+			break;
+		case 1:
+			m = mutate(mut, zi, nzi), write_raw("m.gz", mut, m), im = "m.gz";
+			break;
+		case 2:
+			m = mutate(mut, lab, nl), write_raw("m.idx", mut, m), la = "m.idx";
+			break;
+		default:
+			m = mutate(mut, zl, nzl), write_raw("m.gz", mut, m), la = "m.gz";
+			break;
+		}
+		kiln_status st = open_named(im, la);
+		if (st == KILN_OK) {
+			struct kiln_source_info info;
+			ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+			ck_assert_int_ge(info.len, 1);
+			float *x = malloc(kiln_tensor_bytes(&info.sample));
+			int32_t y;
+			for (int64_t i = 0; i < info.len; i++) {
+				ck_assert_int_eq(ops->read(ctx, i, x, &y), KILN_OK);
+				ck_assert_int_lt(y, info.classes);
+			}
+			free(x);
+			ops->close(ctx);
+			ctx = NULL;
+			ok++;
+		} else {
+			ck_assert_msg(st == KILN_EDATA || st == KILN_EIO, "iteration %d: %s: %s", it,
+				      kiln_status_name(st), kiln_last_error());
+			ck_assert_ptr_null(ctx);
+			ck_assert_ptr_nonnull(strstr(kiln_last_error(), tmp));
+			failed++;
+		}
+	}
+	ck_assert_int_gt(failed, 100);
+	free(zi);
+	free(zl);
+}
+END_TEST
+
+/* ---- the real Fashion-MNIST ------------------------------------------- */
+
+START_TEST(test_fashion_mnist)
+{
+	if (access(FMNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) ||
+	    access(FMNIST_DIR "/t10k-images-idx3-ubyte.gz", R_OK)) {
+		fprintf(stderr, "check_idx: %s absent, skipping the Fashion-MNIST case\n",
+			FMNIST_DIR);
+		return;
+	}
+	static const struct {
+		const char *section, *split;
+		int64_t len;
+	} cases[] = { { "data", "train", 60000 }, { "data.eval", "test", 10000 } };
+	for (size_t k = 0; k < 2; k++) {
+		/* the defaults alone find the data set */
+		kiln_status st = open_src(cases[k].section, cases[k].split, NULL);
+		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+		struct kiln_source_info info;
+		ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+		ck_assert_int_eq(info.len, cases[k].len);
+		ck_assert_int_eq(info.sample.ndim, 3);
+		ck_assert_int_eq(info.sample.dims[0], 1);
+		ck_assert_int_eq(info.sample.dims[1], 28);
+		ck_assert_int_eq(info.sample.dims[2], 28);
+		ck_assert_int_eq(info.classes, 10);
+		float x[28 * 28];
+		int32_t y;
+		double sum = 0;
+		int counts[10] = { 0 };
+		for (int64_t i = 0; i < info.len; i++) {
+			ck_assert_int_eq(ops->read(ctx, i, i < 100 ? x : NULL, &y), KILN_OK);
+			ck_assert(y >= 0 && y < 10);
+			counts[y]++;
+			if (i < 100)
+				for (int j = 0; j < 28 * 28; j++) {
+					ck_assert(x[j] >= 0 && x[j] <= 1);
+					sum += x[j];
+				}
+		}
+		for (int c = 0; c < 10; c++) /* Fashion-MNIST is balanced */
+			ck_assert_int_eq(counts[c], cases[k].len / 10);
+		ck_assert(sum > 0);
+		if (k == 0) {
+			ck_assert_int_eq(ops->read(ctx, 0, x, &y), KILN_OK);
+			ck_assert_int_eq(y, 9); /* the first training image is an ankle boot */
+		}
+		ops->close(ctx);
+		ctx = NULL;
+	}
+}
+END_TEST
+
+static Suite *make_idx_suite(void)
+{
+	Suite *s = suite_create("idx");
+	TCase *tc = tcase_create("valid");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_raw_normalised);
+	tcase_add_test(tc, test_gz_default_names);
+	tcase_add_test(tc, test_eval_plain_fallback);
+	tcase_add_test(tc, test_absolute_and_mixed);
+	tcase_add_test(tc, test_read_range_and_position);
+	tcase_add_test(tc, test_concurrent_reads);
+	tcase_add_test(tc, test_keys_validated);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("corrupt");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_wrong_image_magic);
+	tcase_add_test(tc, test_wrong_label_magic);
+	tcase_add_test(tc, test_truncated_header);
+	tcase_add_test(tc, test_truncated_data);
+	tcase_add_test(tc, test_count_mismatch);
+	tcase_add_test(tc, test_missing_file);
+	tcase_add_test(tc, test_corrupt_gzip);
+	tcase_add_test(tc, test_empty_file);
+	tcase_add_test(tc, test_huge_and_zero_dims);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("fuzz");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_fuzz);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("fashion_mnist");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_fashion_mnist);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(make_idx_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

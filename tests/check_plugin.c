@@ -1,0 +1,484 @@
+/* tests/check_plugin.c - the plugin registry against the test plugins of
+ * tests/plugins/ (built, never installed): loading, the reasons a file does
+ * not load (ABI, missing symbol, dlopen, failing init), probes, lookups,
+ * plugin key tables in validation, and the search order.
+ *
+ * TEST_PLUGIN_DIR and TEST_SHADOW_DIR are compiled in (tests/local.mk).
+ */
+#include <kiln/kiln.h>
+
+#include <check.h>   /* Suite, ck_assert_* */
+#include <stdio.h>   /* snprintf, open_memstream */
+#include <stdlib.h>  /* unsetenv, setenv */
+#include <string.h>  /* strstr, strcmp */
+
+#ifndef TEST_PLUGIN_DIR
+#error "TEST_PLUGIN_DIR must name tests/plugins/.libs of the build tree"
+#endif
+
+#define assert_has(hay, needle)                                                     \
+	ck_assert_msg(strstr((hay), (needle)) != NULL, "expected \"%s\" in: %s", (needle), \
+		      (hay))
+
+static struct kiln_registry *reg;
+
+static void open_test_registry(void)
+{
+	kiln_status st = kiln_registry_open(TEST_PLUGIN_DIR, &reg);
+	ck_assert_msg(st == KILN_OK, "registry: %s", kiln_last_error());
+}
+
+static void close_registry(void)
+{
+	kiln_registry_close(reg);
+	reg = NULL;
+}
+
+/* The file entry whose path is TEST_PLUGIN_DIR/base; fails if absent. */
+static struct kiln_plugin_file file_of(const char *dir, const char *base)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", dir, base);
+	for (int i = 0; i < kiln_registry_file_count(reg); i++) {
+		struct kiln_plugin_file f;
+		kiln_registry_file_get(reg, i, &f);
+		if (!strcmp(f.path, path))
+			return f;
+	}
+	ck_abort_msg("%s is not in the registry's file list", path);
+	struct kiln_plugin_file none = { 0 };
+	return none;
+}
+
+/* The info of plugin `name` of `kind`; fails if absent. */
+static struct kiln_plugin_info info_of(int kind, const char *name)
+{
+	for (int i = 0; i < kiln_registry_plugin_count(reg); i++) {
+		struct kiln_plugin_info p;
+		kiln_registry_plugin_get(reg, i, &p);
+		if (p.kind == kind && !strcmp(p.name, name))
+			return p;
+	}
+	ck_abort_msg("no %s plugin '%s' listed", kiln_plugin_kind_name(kind), name);
+	struct kiln_plugin_info none = { 0 };
+	return none;
+}
+
+static struct kiln_config *config(const char *text)
+{
+	struct kiln_config *cfg;
+	kiln_status st = kiln_config_load_string(text, "p.ini", &cfg);
+	ck_assert_msg(st == KILN_OK, "load: %s", kiln_last_error());
+	return cfg;
+}
+
+/* ---- loading ------------------------------------------------------------- */
+
+START_TEST(search_path_first)
+{
+	ck_assert_int_ge(kiln_registry_dir_count(reg), 1);
+	ck_assert_str_eq(kiln_registry_dir(reg, 0), TEST_PLUGIN_DIR);
+	ck_assert_ptr_null(kiln_registry_dir(reg, kiln_registry_dir_count(reg)));
+}
+END_TEST
+
+START_TEST(files_listed)
+{
+	struct kiln_plugin_file f = file_of(TEST_PLUGIN_DIR, "kiln-tgood.so");
+	ck_assert_ptr_null(f.error);
+	ck_assert_int_eq(f.n_plugins, 3);
+	static const char *const bad[] = { "kiln-tbadabi.so", "kiln-tnosym.so", "kiln-tdlfail.so",
+					   "kiln-tnull.so" };
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		f = file_of(TEST_PLUGIN_DIR, bad[i]);
+		ck_assert_msg(f.error != NULL, "%s loaded but should not", bad[i]);
+		ck_assert_int_eq(f.n_plugins, 0);
+	}
+}
+END_TEST
+
+START_TEST(good_plugins)
+{
+	char want[4096];
+	snprintf(want, sizeof want, "%s/kiln-tgood.so", TEST_PLUGIN_DIR);
+	struct kiln_plugin_info pi = info_of(KILN_PLUGIN_OPTIM, "tgood");
+	ck_assert_str_eq(pi.file, want);
+	ck_assert_int_eq(pi.available, 1);
+	ck_assert_str_eq(pi.why, "");
+	ck_assert_uint_eq(pi.abi_major, KILN_ABI_MAJOR);
+	ck_assert_uint_eq(pi.abi_minor, KILN_ABI_MINOR);
+	assert_has(pi.summary, "test optimizer");
+	pi = info_of(KILN_PLUGIN_SOURCE, "tsrc");
+	ck_assert_int_eq(pi.available, 1);
+
+	const struct kiln_plugin *p = NULL;
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_OPTIM, "tgood", &p), KILN_OK);
+	ck_assert_str_eq(p->name, "tgood");
+	ck_assert_int_eq(p->kind, KILN_PLUGIN_OPTIM);
+	ck_assert_ptr_nonnull(p->keys);
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "tsrc", &p), KILN_OK);
+	ck_assert_str_eq(p->name, "tsrc");
+	/* kinds are separate name spaces */
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "tgood", &p), KILN_ENOTFOUND);
+}
+END_TEST
+
+START_TEST(use_optim)
+{
+	const struct kiln_plugin *p;
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_OPTIM, "tgood", &p), KILN_OK);
+	const struct kiln_optim_ops *ops = p->ops;
+	ck_assert_uint_ge(ops->version, 1);
+
+	/* the key's default comes from the plugin's table */
+	struct kiln_config *cfg = config("[train]\nlr = 0.1\n[plugin.tgood]\nmode = slow\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "plugin.tgood", "slots"), "2");
+	void *ctx = NULL;
+	ck_assert_int_eq(ops->open(kiln_host_table(), cfg, &ctx), KILN_OK);
+	ck_assert_int_eq(ops->state_slots(ctx), 2);
+	ops->close(ctx);
+	kiln_config_free(cfg);
+
+	cfg = config("[plugin.tgood]\nslots = 5\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_OK);
+	ck_assert_int_eq(ops->open(kiln_host_table(), cfg, &ctx), KILN_OK);
+	ck_assert_int_eq(ops->state_slots(ctx), 5);
+	ops->close(ctx);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(use_source)
+{
+	const struct kiln_plugin *p;
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "tsrc", &p), KILN_OK);
+	const struct kiln_source_ops *ops = p->ops;
+	struct kiln_config *cfg = config("[data]\nsource = tsrc\ncount = 5\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_OK);
+
+	/* [data.eval] inherits count and source; split "test" shifts values */
+	static const struct {
+		const char *section, *split;
+		float base;
+	} opens[] = { { "data", "train", 0.0f }, { "data.eval", "test", 1000.0f } };
+	for (size_t k = 0; k < 2; k++) {
+		void *ctx = NULL;
+		ck_assert_int_eq(ops->open(kiln_host_table(), cfg, opens[k].section, opens[k].split,
+					   &ctx),
+				 KILN_OK);
+		struct kiln_source_info info;
+		ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+		ck_assert_int_eq(info.len, 5);
+		ck_assert_int_eq(info.sample.dtype, KILN_F32);
+		ck_assert_int_eq(kiln_tensor_numel(&info.sample), 3);
+		ck_assert_int_eq(info.classes, 2);
+		for (int64_t i = 0; i < info.len; i++) {
+			float x[3];
+			int32_t y = -1;
+			ck_assert_int_eq(ops->read(ctx, i, x, &y), KILN_OK);
+			for (int j = 0; j < 3; j++)
+				ck_assert_float_eq(x[j], opens[k].base + (float)(i * 10 + j));
+			ck_assert_int_eq(y, (int32_t)(i % 2));
+		}
+		float x[3];
+		int32_t y;
+		kiln_clear_error();
+		ck_assert_int_eq(ops->read(ctx, 5, x, &y), KILN_EINVAL);
+		assert_has(kiln_last_error(), "tsrc: sample 5 out of range");
+		ops->close(ctx);
+	}
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- files that do not load ---------------------------------------------- */
+
+START_TEST(bad_abi)
+{
+	struct kiln_plugin_file f = file_of(TEST_PLUGIN_DIR, "kiln-tbadabi.so");
+	char theirs[32], ours[32];
+	snprintf(theirs, sizeof theirs, "ABI %d.0", KILN_ABI_MAJOR + 1);
+	snprintf(ours, sizeof ours, "ABI %d.%d", KILN_ABI_MAJOR, KILN_ABI_MINOR);
+	assert_has(f.error, theirs);
+	assert_has(f.error, ours);
+	assert_has(f.error, "tbadabi");
+	/* not listed as a plugin; looking it up explains why */
+	for (int i = 0; i < kiln_registry_plugin_count(reg); i++) {
+		struct kiln_plugin_info pi;
+		kiln_registry_plugin_get(reg, i, &pi);
+		ck_assert_str_ne(pi.name, "tbadabi");
+	}
+	const struct kiln_plugin *p = NULL;
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "tbadabi", &p), KILN_EPLUGIN);
+	assert_has(kiln_last_error(), "kiln-tbadabi.so");
+	assert_has(kiln_last_error(), theirs);
+	ck_assert_ptr_null(p);
+}
+END_TEST
+
+START_TEST(missing_symbol)
+{
+	struct kiln_plugin_file f = file_of(TEST_PLUGIN_DIR, "kiln-tnosym.so");
+	assert_has(f.error, "kiln_plugin_init");
+	assert_has(f.error, "not a kiln plugin");
+}
+END_TEST
+
+START_TEST(dlopen_failure)
+{
+	struct kiln_plugin_file f = file_of(TEST_PLUGIN_DIR, "kiln-tdlfail.so");
+	assert_has(f.error, "undefined symbol");
+	assert_has(f.error, "kiln_test_symbol_nobody_defines");
+	assert_has(f.error, "ldd"); /* tells the user what to run */
+	const struct kiln_plugin *p;
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "tdlfail", &p), KILN_EPLUGIN);
+	assert_has(kiln_last_error(), "undefined symbol");
+}
+END_TEST
+
+START_TEST(init_returns_null)
+{
+	struct kiln_plugin_file f = file_of(TEST_PLUGIN_DIR, "kiln-tnull.so");
+	assert_has(f.error, "kiln_plugin_init");
+	assert_has(f.error, "tnull: refusing to initialise (test)");
+}
+END_TEST
+
+/* ---- probes and lookups --------------------------------------------------- */
+
+START_TEST(probe_failure)
+{
+	struct kiln_plugin_info pi = info_of(KILN_PLUGIN_SOURCE, "tprobe");
+	ck_assert_int_eq(pi.available, 0);
+	ck_assert_str_eq(pi.why, "no test accelerator on this machine (tprobe)");
+	const struct kiln_plugin *p = NULL;
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "tprobe", &p), KILN_EPLUGIN);
+	assert_has(kiln_last_error(), "tprobe");
+	assert_has(kiln_last_error(), "no test accelerator on this machine (tprobe)");
+	assert_has(kiln_last_error(), "kiln-tgood.so");
+	ck_assert_ptr_null(p);
+	/* a config naming it fails validation with the reason */
+	struct kiln_config *cfg = config("[data]\nsource = tprobe\n");
+	ck_assert_int_ne(kiln_config_validate(cfg, reg), KILN_OK);
+	assert_has(kiln_last_error(), "p.ini:2");
+	assert_has(kiln_last_error(), "no test accelerator on this machine (tprobe)");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(not_found)
+{
+	const struct kiln_plugin *p = NULL;
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "nosuchsource", &p),
+			 KILN_ENOTFOUND);
+	assert_has(kiln_last_error(), "'nosuchsource'");
+	assert_has(kiln_last_error(), "available: ");
+	assert_has(kiln_last_error(), "tsrc");
+	assert_has(kiln_last_error(), "tprobe");
+	ck_assert_ptr_null(p);
+	ck_assert_int_eq(kiln_registry_find(reg, KILN_PLUGIN_COMM, "nosuchcomm", &p),
+			 KILN_ENOTFOUND);
+	assert_has(kiln_last_error(), "nosuchcomm");
+}
+END_TEST
+
+/* ---- plugin keys in validation ------------------------------------------- */
+
+START_TEST(validate_plugin_keys)
+{
+	struct kiln_config *cfg = config("[plugin.tgood]\nslots = 3\nmode = fast\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_OK);
+	kiln_config_free(cfg);
+
+	cfg = config("[plugin.tgood]\nslots = 3\nslost = 4\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_OK); /* not known yet */
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "p.ini:3: unknown key 'slost' in [plugin.tgood]");
+	assert_has(kiln_last_error(), "did you mean 'slots'?");
+	assert_has(kiln_last_error(), "valid keys: slots, mode");
+	kiln_config_free(cfg);
+
+	cfg = config("[plugin.tgood]\nslots = 9\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "p.ini:2:");
+	assert_has(kiln_last_error(), "'slots' = 9 is out of range [1, 8]");
+	kiln_config_free(cfg);
+
+	cfg = config("[plugin.tgood]\n\nmode = medium\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "p.ini:3:");
+	assert_has(kiln_last_error(), "'mode' = 'medium' is not one of fast|slow");
+	kiln_config_free(cfg);
+
+	/* a source's keys extend [data] and [data.eval] */
+	cfg = config("[data]\nsource = tsrc\ncuont = 3\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "p.ini:3: unknown key 'cuont' in [data]");
+	assert_has(kiln_last_error(), "did you mean 'count'?");
+	kiln_config_free(cfg);
+
+	cfg = config("[data]\nsource = tsrc\n[data.eval]\ncount = abc\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "p.ini:4:");
+	assert_has(kiln_last_error(), "'count' = 'abc' is not an integer");
+	kiln_config_free(cfg);
+
+	/* a base key misspelt in a plugin-extended section is suggested too */
+	cfg = config("[data]\nsource = tsrc\nlimt = 3\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "did you mean 'limit'?");
+	kiln_config_free(cfg);
+
+	/* a source that does not exist */
+	cfg = config("[data]\nsource = nosuchsource\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "p.ini:2");
+	assert_has(kiln_last_error(), "nosuchsource");
+	kiln_config_free(cfg);
+
+	/* [plugin.X] for a source is not a plugin section */
+	cfg = config("[plugin.tsrc]\ncount = 3\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "'tsrc'");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* The resolved dump lists a plugin's keys with their defaults. */
+START_TEST(write_plugin_keys)
+{
+	struct kiln_config *cfg = config("[data]\nsource = tsrc\n[plugin.tgood]\nmode = slow\n");
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_OK);
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	ck_assert_int_eq(kiln_config_write(cfg, reg, f), KILN_OK);
+	fclose(f);
+	assert_has(buf, "[data]\nsource = tsrc\nlimit = 0\nshuffle = 1\ncount = 4\n");
+	assert_has(buf, "[plugin.tgood]\nslots = 2\nmode = slow\n");
+	free(buf);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* ---- search order ---------------------------------------------------------- */
+
+START_TEST(earlier_directory_wins)
+{
+	struct kiln_registry *r;
+	ck_assert_int_eq(kiln_registry_open(TEST_SHADOW_DIR ":" TEST_PLUGIN_DIR, &r), KILN_OK);
+	ck_assert_str_eq(kiln_registry_dir(r, 0), TEST_SHADOW_DIR);
+	ck_assert_str_eq(kiln_registry_dir(r, 1), TEST_PLUGIN_DIR);
+	const struct kiln_plugin *p;
+	ck_assert_int_eq(kiln_registry_find(r, KILN_PLUGIN_OPTIM, "tgood", &p), KILN_OK);
+	assert_has(p->summary, "shadow");
+	/* the later kiln-tgood.so was not loaded at all: no tsrc */
+	ck_assert_int_eq(kiln_registry_find(r, KILN_PLUGIN_SOURCE, "tsrc", &p), KILN_ENOTFOUND);
+	int n_tgood = 0;
+	for (int i = 0; i < kiln_registry_file_count(r); i++) {
+		struct kiln_plugin_file f;
+		kiln_registry_file_get(r, i, &f);
+		const char *base = strrchr(f.path, '/');
+		if (!strcmp(base ? base + 1 : f.path, "kiln-tgood.so")) {
+			n_tgood++;
+			ck_assert_str_eq(f.path, TEST_SHADOW_DIR "/kiln-tgood.so");
+		}
+	}
+	ck_assert_int_eq(n_tgood, 1);
+	kiln_registry_close(r);
+}
+END_TEST
+
+START_TEST(later_directory_loses)
+{
+	struct kiln_registry *r;
+	ck_assert_int_eq(kiln_registry_open(TEST_PLUGIN_DIR ":" TEST_SHADOW_DIR, &r), KILN_OK);
+	const struct kiln_plugin *p;
+	ck_assert_int_eq(kiln_registry_find(r, KILN_PLUGIN_OPTIM, "tgood", &p), KILN_OK);
+	assert_has(p->summary, "test optimizer");
+	ck_assert_int_eq(kiln_registry_find(r, KILN_PLUGIN_SOURCE, "tsrc", &p), KILN_OK);
+	kiln_registry_close(r);
+}
+END_TEST
+
+/* $KILN_PLUGIN_PATH comes after the explicit path, and empty entries or
+ * directories that do not exist are harmless. */
+START_TEST(env_path)
+{
+	setenv("KILN_PLUGIN_PATH", TEST_PLUGIN_DIR "::/nonexistent/kiln", 1);
+	struct kiln_registry *r;
+	ck_assert_int_eq(kiln_registry_open(TEST_SHADOW_DIR, &r), KILN_OK);
+	ck_assert_str_eq(kiln_registry_dir(r, 0), TEST_SHADOW_DIR);
+	ck_assert_str_eq(kiln_registry_dir(r, 1), TEST_PLUGIN_DIR);
+	ck_assert_str_eq(kiln_registry_dir(r, 2), "/nonexistent/kiln");
+	const struct kiln_plugin *p;
+	ck_assert_int_eq(kiln_registry_find(r, KILN_PLUGIN_OPTIM, "tgood", &p), KILN_OK);
+	assert_has(p->summary, "shadow");
+	ck_assert_int_eq(kiln_registry_find(r, KILN_PLUGIN_SOURCE, "tbadabi", &p), KILN_EPLUGIN);
+	kiln_registry_close(r);
+	unsetenv("KILN_PLUGIN_PATH");
+}
+END_TEST
+
+START_TEST(host_table)
+{
+	const struct kiln_host *h = kiln_host_table();
+	ck_assert_ptr_nonnull(h);
+	ck_assert_uint_eq(h->version, KILN_HOST_VERSION);
+	ck_assert_ptr_nonnull(h->log);
+	ck_assert_ptr_nonnull(h->error);
+	ck_assert_ptr_nonnull(h->config_get);
+	ck_assert_ptr_nonnull(h->config_get_int);
+	ck_assert_ptr_nonnull(h->config_get_float);
+	ck_assert_ptr_nonnull(h->config_get_bool);
+	ck_assert_ptr_nonnull(h->config_where);
+	ck_assert_int_eq(h->error(KILN_EDATA, "x %d", 3), KILN_EDATA);
+	ck_assert_str_eq(kiln_last_error(), "x 3");
+	ck_assert_str_eq(kiln_plugin_kind_name(KILN_PLUGIN_SOURCE), "source");
+	ck_assert_str_eq(kiln_plugin_kind_name(KILN_PLUGIN_OPTIM), "optim");
+	ck_assert_str_eq(kiln_plugin_kind_name(99), "unknown");
+}
+END_TEST
+
+/* ---- suite ----------------------------------------------------------------- */
+
+Suite *make_plugin_suite(void);
+Suite *make_plugin_suite(void)
+{
+	Suite *s = suite_create("plugin");
+	TCase *tc = tcase_create("load");
+	tcase_add_checked_fixture(tc, open_test_registry, close_registry);
+	tcase_add_test(tc, search_path_first);
+	tcase_add_test(tc, files_listed);
+	tcase_add_test(tc, good_plugins);
+	tcase_add_test(tc, use_optim);
+	tcase_add_test(tc, use_source);
+	tcase_add_test(tc, bad_abi);
+	tcase_add_test(tc, missing_symbol);
+	tcase_add_test(tc, dlopen_failure);
+	tcase_add_test(tc, init_returns_null);
+	tcase_add_test(tc, probe_failure);
+	tcase_add_test(tc, not_found);
+	tcase_add_test(tc, validate_plugin_keys);
+	tcase_add_test(tc, write_plugin_keys);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("order");
+	tcase_add_test(tc, earlier_directory_wins);
+	tcase_add_test(tc, later_directory_loses);
+	tcase_add_test(tc, env_path);
+	tcase_add_test(tc, host_table);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	unsetenv("KILN_PLUGIN_PATH");
+	SRunner *sr = srunner_create(make_plugin_suite());
+	srunner_run_all(sr, CK_VERBOSE);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

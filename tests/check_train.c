@@ -1,0 +1,472 @@
+/* tests/check_train.c - the graph, layers, planner and trainer:
+ * finite-difference gradients of linear/relu/softmax_xent, the first three
+ * SGD steps against a PyTorch dump, a small MLP reaching 82% on Fashion-MNIST,
+ * and a steady-state step that allocates nothing and never syncs. */
+#include <check.h>
+#include <jansson.h>
+#include <kiln/kiln.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct kiln_registry *reg;
+
+static struct kiln_config *cfg_from(const char *text)
+{
+	struct kiln_config *cfg;
+	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	return cfg;
+}
+
+/* ---- a tiny harness around one model ----------------------------------- */
+
+struct rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	struct kiln_plan *train, *eval;
+	void *stream;
+	float *x, *metrics, *lr;
+	int32_t *y;
+	int64_t B, in;
+};
+
+static void rig_open(struct rig *r, const char *ini, int64_t B, int64_t in)
+{
+	memset(r, 0, sizeof *r);
+	r->cfg = cfg_from(ini);
+	r->B = B;
+	r->in = in;
+	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s", kiln_last_error());
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	ck_assert_msg(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r->dev, &r->stream) == 0);
+	ck_assert(kiln_model_init_params(r->m, 7, r->stream) == 0);
+	ck_assert_msg(kiln_model_optim_prepare(r->m, r->stream) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_model_plan(r->m, B, 1, &r->train) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_model_plan(r->m, B, 0, &r->eval) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_alloc(r->dev, sizeof(float) * (size_t)(B * in), (void **)&r->x) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof(int32_t) * (size_t)B, (void **)&r->y) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->metrics) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->lr) == 0);
+}
+
+static void rig_close(struct rig *r)
+{
+	kiln_device_stream_sync(r->dev, r->stream);
+	kiln_device_free(r->dev, r->x);
+	kiln_device_free(r->dev, r->y);
+	kiln_device_free(r->dev, r->metrics);
+	kiln_device_free(r->dev, r->lr);
+	kiln_plan_free(r->train);
+	kiln_plan_free(r->eval);
+	kiln_model_free(r->m);
+	kiln_device_stream_destroy(r->dev, r->stream);
+	kiln_device_close(r->dev);
+	kiln_config_free(r->cfg);
+}
+
+static void h2d(struct rig *r, void *dst, const void *src, size_t bytes)
+{
+	ck_assert(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_H2D, r->stream) == 0);
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+}
+
+static void d2h(struct rig *r, void *dst, const void *src, size_t bytes)
+{
+	ck_assert(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_D2H, r->stream) == 0);
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+}
+
+/* Run one pass; return the metrics (loss sum, correct). */
+static void pass(struct rig *r, struct kiln_plan *p, float out[2])
+{
+	float zero[2] = { 0, 0 };
+	h2d(r, r->metrics, zero, sizeof zero);
+	ck_assert_msg(kiln_plan_run(p, r->x, r->y, r->metrics, r->stream) == 0, "%s",
+		      kiln_last_error());
+	d2h(r, out, r->metrics, 2 * sizeof(float));
+}
+
+/* ---- finite differences ------------------------------------------------ */
+
+static const char *fd_ini = "[layer.fc1]\ntype = linear\nout = 6\n"
+			    "[layer.act]\ntype = relu\n"
+			    "[layer.fc2]\ntype = linear\nout = 4\n"
+			    "[layer.loss]\ntype = softmax_xent\n";
+
+static void fd_check(const char *device_async)
+{
+	char ini[1024];
+	snprintf(ini, sizeof ini, "%s[plugin.cpu]\nasync = %s\n", fd_ini, device_async);
+	struct rig r;
+	const int64_t B = 5, IN = 7;
+	rig_open(&r, ini, B, IN);
+	float x[5 * 7];
+	int32_t y[5] = { 0, 3, 1, 2, 3 };
+	for (int i = 0; i < B * IN; i++)
+		x[i] = (float)sin(1.7 * i + 0.3) * 1.5f;
+	h2d(&r, r.x, x, sizeof x);
+	h2d(&r, r.y, y, sizeof y);
+
+	/* analytic gradients of the mean loss */
+	float m[2];
+	pass(&r, r.train, m);
+	int checked = 0;
+	for (int pi = 0; pi < kiln_model_param_count(r.m); pi++) {
+		struct kiln_param_info info;
+		kiln_model_param_get(r.m, pi, &info);
+		int64_t n = kiln_tensor_numel(&info.desc);
+		float *w = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
+		d2h(&r, w, info.param, sizeof(float) * (size_t)n);
+		d2h(&r, g, info.grad, sizeof(float) * (size_t)n);
+		for (int64_t e = 0; e < n; e++) {
+			const float eps = 1e-3f;
+			float lp[2], lm[2], orig = w[e], v;
+			v = orig + eps;
+			h2d(&r, info.param + e, &v, sizeof v);
+			pass(&r, r.eval, lp);
+			v = orig - eps;
+			h2d(&r, info.param + e, &v, sizeof v);
+			pass(&r, r.eval, lm);
+			h2d(&r, info.param + e, &orig, sizeof orig);
+			double fd = ((double)lp[0] - (double)lm[0]) / (2.0 * eps) / (double)B;
+			ck_assert_msg(fabs(fd - g[e]) <= 1e-3 + 1e-2 * fabs(fd),
+				      "%s[%lld]: analytic %g vs finite difference %g", info.name,
+				      (long long)e, g[e], fd);
+			checked++;
+		}
+		free(w);
+		free(g);
+	}
+	ck_assert_int_eq(checked, 6 * 7 + 6 + 4 * 6 + 4);
+	rig_close(&r);
+}
+
+START_TEST(test_fd_sync) { fd_check("0"); }
+END_TEST
+
+START_TEST(test_fd_async) { fd_check("1"); }
+END_TEST
+
+/* ---- PyTorch reference ------------------------------------------------- */
+
+struct st_file {
+	char *buf;
+	size_t len, data;
+	json_t *hdr;
+};
+
+static void st_open(struct st_file *f, const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	ck_assert_msg(fp != NULL, "cannot open %s", path);
+	fseek(fp, 0, SEEK_END);
+	f->len = (size_t)ftell(fp);
+	fseek(fp, 0, SEEK_SET);
+	f->buf = malloc(f->len);
+	ck_assert(fread(f->buf, 1, f->len, fp) == f->len);
+	fclose(fp);
+	uint64_t n;
+	memcpy(&n, f->buf, 8);
+	json_error_t err;
+	f->hdr = json_loadb(f->buf + 8, (size_t)n, 0, &err);
+	ck_assert_msg(f->hdr != NULL, "bad safetensors header: %s", err.text);
+	f->data = 8 + (size_t)n;
+}
+
+/* Pointer to tensor `name` and its element count. */
+static const void *st_get(struct st_file *f, const char *name, int64_t *numel)
+{
+	json_t *t = json_object_get(f->hdr, name);
+	ck_assert_msg(t != NULL, "reference has no tensor %s", name);
+	json_t *off = json_object_get(t, "data_offsets");
+	size_t b = (size_t)json_integer_value(json_array_get(off, 0));
+	size_t e = (size_t)json_integer_value(json_array_get(off, 1));
+	*numel = (int64_t)((e - b) / 4);
+	return f->buf + f->data + b;
+}
+
+static double max_rel(const float *a, const float *ref, int64_t n)
+{
+	double scale = 0, err = 0;
+	for (int64_t i = 0; i < n; i++)
+		if (fabs(ref[i]) > scale)
+			scale = fabs(ref[i]);
+	for (int64_t i = 0; i < n; i++)
+		if (fabs((double)a[i] - ref[i]) > err)
+			err = fabs((double)a[i] - ref[i]);
+	return scale > 0 ? err / scale : err;
+}
+
+START_TEST(test_pytorch_mlp)
+{
+	static const char *names[] = { "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias" };
+	char path[4096];
+	const char *srcdir = getenv("srcdir");
+	snprintf(path, sizeof path, "%s/tests/data/mlp_ref.safetensors", srcdir ? srcdir : ".");
+	struct st_file f;
+	st_open(&f, path);
+	struct rig r;
+	rig_open(&r,
+		 "[layer.fc1]\ntype = linear\nout = 32\n[layer.relu]\ntype = relu\n"
+		 "[layer.fc2]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n"
+		 "[train]\nmomentum = 0.9\nweight_decay = 0.0001\n[plugin.cpu]\nasync = 1\n",
+		 8, 784);
+	int64_t n;
+	for (int i = 0; i < 4; i++) {
+		char key[64];
+		struct kiln_param_info info;
+		snprintf(key, sizeof key, "init.%s", names[i]);
+		const float *src = st_get(&f, key, &n);
+		ck_assert(kiln_model_param_find(r.m, names[i], &info) == 0);
+		ck_assert_int_eq(n, kiln_tensor_numel(&info.desc));
+		h2d(&r, info.param, src, sizeof(float) * (size_t)n);
+	}
+	float lr = 0.1f;
+	h2d(&r, r.lr, &lr, sizeof lr);
+	for (int k = 0; k < 3; k++) {
+		char key[64];
+		snprintf(key, sizeof key, "x%d", k);
+		const float *x = st_get(&f, key, &n);
+		ck_assert_int_eq(n, 8 * 784);
+		h2d(&r, r.x, x, sizeof(float) * (size_t)n);
+		snprintf(key, sizeof key, "y%d", k);
+		h2d(&r, r.y, st_get(&f, key, &n), 8 * sizeof(int32_t));
+		float m[2];
+		pass(&r, r.train, m);
+		snprintf(key, sizeof key, "loss%d", k);
+		float ref_loss = *(const float *)st_get(&f, key, &n);
+		ck_assert_msg(fabs(m[0] / 8 - ref_loss) <= 1e-4 * fabs(ref_loss),
+			      "step %d loss %g vs PyTorch %g", k, m[0] / 8, ref_loss);
+		snprintf(key, sizeof key, "correct%d", k);
+		ck_assert_float_eq(m[1], *(const float *)st_get(&f, key, &n));
+		for (int i = 0; i < 4; i++) {
+			struct kiln_param_info info;
+			kiln_model_param_find(r.m, names[i], &info);
+			snprintf(key, sizeof key, "grad%d.%s", k, names[i]);
+			const float *ref = st_get(&f, key, &n);
+			float *g = malloc(sizeof(float) * (size_t)n);
+			d2h(&r, g, info.grad, sizeof(float) * (size_t)n);
+			double e = max_rel(g, ref, n);
+			ck_assert_msg(e <= 1e-4, "step %d grad %s: relative error %g", k, names[i], e);
+			free(g);
+		}
+		ck_assert(kiln_model_optim_step(r.m, r.lr, r.stream) == 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		char key[64];
+		struct kiln_param_info info;
+		kiln_model_param_find(r.m, names[i], &info);
+		snprintf(key, sizeof key, "final.%s", names[i]);
+		const float *ref = st_get(&f, key, &n);
+		float *w = malloc(sizeof(float) * (size_t)n);
+		d2h(&r, w, info.param, sizeof(float) * (size_t)n);
+		double e = max_rel(w, ref, n);
+		ck_assert_msg(e <= 1e-4, "weights %s after 3 steps: relative error %g", names[i], e);
+		free(w);
+	}
+	rig_close(&r);
+	json_decref(f.hdr);
+	free(f.buf);
+}
+END_TEST
+
+/* ---- planner ------------------------------------------------------------ */
+
+START_TEST(test_arena_packing)
+{
+	struct rig r;
+	rig_open(&r,
+		 "[layer.fc1]\ntype = linear\nout = 64\n[layer.r1]\ntype = relu\n"
+		 "[layer.fc2]\ntype = linear\nout = 64\n[layer.r2]\ntype = relu\n"
+		 "[layer.fc3]\ntype = linear\nout = 64\n[layer.r3]\ntype = relu\n"
+		 "[layer.fc4]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n",
+		 16, 32);
+	/* eval keeps nothing past its consumer: far less than one slot each */
+	ck_assert_uint_lt(kiln_plan_arena_bytes(r.eval), kiln_plan_naive_bytes(r.eval) / 2);
+	ck_assert_uint_le(kiln_plan_arena_bytes(r.train), kiln_plan_naive_bytes(r.train));
+	ck_assert_uint_lt(kiln_plan_arena_bytes(r.train), kiln_plan_naive_bytes(r.train));
+	rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_frozen_layer)
+{
+	struct rig r;
+	rig_open(&r,
+		 "[layer.fc1]\ntype = linear\nout = 6\ntrainable = 0\n[layer.r]\ntype = relu\n"
+		 "[layer.fc2]\ntype = linear\nout = 3\n[layer.loss]\ntype = softmax_xent\n",
+		 4, 5);
+	struct kiln_param_info a, b;
+	ck_assert(kiln_model_param_find(r.m, "fc1.weight", &a) == 0);
+	ck_assert(kiln_model_param_find(r.m, "fc2.weight", &b) == 0);
+	ck_assert_ptr_null(a.grad);
+	ck_assert_ptr_nonnull(b.grad);
+	/* trainable parameters come first in the flat buffer */
+	ck_assert((char *)b.param < (char *)a.param);
+	float before[30], after[30], m[2], lr = 0.5f;
+	d2h(&r, before, a.param, sizeof before);
+	h2d(&r, r.lr, &lr, sizeof lr);
+	float x[20] = { 0 };
+	int32_t y[4] = { 0, 1, 2, 0 };
+	for (int i = 0; i < 20; i++)
+		x[i] = (float)i / 10;
+	h2d(&r, r.x, x, sizeof x);
+	h2d(&r, r.y, y, sizeof y);
+	pass(&r, r.train, m);
+	ck_assert(kiln_model_optim_step(r.m, r.lr, r.stream) == 0);
+	d2h(&r, after, a.param, sizeof after);
+	ck_assert_mem_eq(before, after, sizeof before);
+	rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_graph_errors)
+{
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	int64_t in = 4;
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	static const struct { const char *ini, *want; } cases[] = {
+		{ "[layer.a]\ntype = linear\nout = 3\n", "no loss layer" },
+		{ "[layer.a]\ntype = linear\nout = 3\ninput = b\n[layer.loss]\ntype = softmax_xent\n",
+		  "no layer 'b'" },
+		{ "[layer.a]\ntype = linear\n[layer.loss]\ntype = softmax_xent\n", "needs 'out'" },
+		{ "[layer.a]\ntype = linear\nout = 3\n[layer.l1]\ntype = softmax_xent\n"
+		  "[layer.l2]\ntype = softmax_xent\ninput = a\n", "second loss" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		cfg = cfg_from(cases[i].ini);
+		ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+		kiln_status st = kiln_model_create(cfg, reg, dev, &sample, &m);
+		ck_assert_int_eq(st, KILN_ECONFIG);
+		ck_assert_msg(strstr(kiln_last_error(), cases[i].want) != NULL, "case %zu: %s", i,
+			      kiln_last_error());
+		ck_assert_msg(strstr(kiln_last_error(), "test.ini:") != NULL, "no file:line in: %s",
+			      kiln_last_error());
+		kiln_device_close(dev);
+		kiln_config_free(cfg);
+	}
+}
+END_TEST
+
+/* ---- end to end --------------------------------------------------------- */
+
+static const char *mlp_ini =
+	"[run]\nseed = 3\nout_dir = %s\n"
+	"[data]\nsource = idx\nlimit = 2000\nmean = 0.286\nstd = 0.353\n"
+	"[layer.flat]\ntype = flatten\n"
+	"[layer.fc1]\ntype = linear\nout = 256\n[layer.r1]\ntype = relu\n"
+	"[layer.fc2]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n"
+	"[train]\nepochs = %d\nbatch = 32\nlr = 0.02\nlog_every = %d\neval_batch = 300\n"
+	"[plugin.cpu]\nasync = %d\n";
+
+static int have_fashion(void)
+{
+	FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
+	if (f)
+		fclose(f);
+	return f != NULL;
+}
+
+START_TEST(test_mlp_2000)
+{
+	char ini[2048], dir[] = "/tmp/kiln-train-XXXXXX";
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	ck_assert(mkdtemp(dir) != NULL);
+	snprintf(ini, sizeof ini, mlp_ini, dir, 30, 20, 0);
+	struct kiln_config *cfg = cfg_from(ini);
+	struct kiln_train_result res;
+	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
+	/* 2,000 held-out samples: the first 2,000 of the test split */
+	ck_assert_int_eq(res.test_samples, 2000);
+	ck_assert_msg(res.test_acc >= 0.82, "test accuracy %.4f < 0.82", res.test_acc);
+	ck_assert_int_eq(res.steps, 30 * (2000 / 32));
+	char path[4200];
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "no %s", path);
+	char line[1024];
+	int finals = 0;
+	while (fgets(line, sizeof line, f))
+		finals += strstr(line, "\"final\"") != NULL;
+	fclose(f);
+	ck_assert_int_eq(finals, 1);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+START_TEST(test_steady_state_async)
+{
+	char ini[2048];
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 1);
+	struct kiln_config *cfg = cfg_from(ini);
+	struct kiln_train_result res;
+	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(res.steps, 2 * 62);
+	ck_assert_uint_gt(res.steady.runs, 100);
+	ck_assert_uint_eq(res.steady.allocs, 0);
+	ck_assert_uint_eq(res.steady.host_syncs, 0);
+	ck_assert_uint_eq(res.steady.d2h_copies, 0);
+	/* identical numbers in sync and async modes */
+	struct kiln_config *cfg2;
+	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 0);
+	cfg2 = cfg_from(ini);
+	struct kiln_train_result res2;
+	ck_assert(kiln_train(cfg2, reg, NULL, NULL, &res2) == 0);
+	ck_assert_double_eq(res.test_acc, res2.test_acc);
+	ck_assert_double_eq(res.train_loss, res2.train_loss);
+	kiln_config_free(cfg);
+	kiln_config_free(cfg2);
+}
+END_TEST
+
+static Suite *make_train_suite(void)
+{
+	Suite *s = suite_create("train");
+	TCase *tc = tcase_create("layers");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_fd_sync);
+	tcase_add_test(tc, test_fd_async);
+	tcase_add_test(tc, test_pytorch_mlp);
+	tcase_add_test(tc, test_arena_packing);
+	tcase_add_test(tc, test_frozen_layer);
+	tcase_add_test(tc, test_graph_errors);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("e2e");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_mlp_2000);
+	tcase_add_test(tc, test_steady_state_async);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	/* as the CLI does: sleeping OpenMP waiters, so 2 cores are not starved */
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	if (kiln_registry_open(NULL, &reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		return 1;
+	}
+	const struct kiln_plugin *p;
+	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
+		fprintf(stderr, "skip: %s\n", kiln_last_error());
+		return 77;
+	}
+	SRunner *sr = srunner_create(make_train_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	kiln_registry_close(reg);
+	return failed ? 1 : 0;
+}

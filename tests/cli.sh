@@ -1,0 +1,163 @@
+#!/bin/sh
+# tests/cli.sh - the `kiln` command: exit codes and messages of `kiln
+# --help`, `kiln config` and `kiln plugins`, with the test plugins of
+# tests/plugins.  Run by `make check` from the build directory (automake
+# exports srcdir; tests/local.mk exports top_builddir and abs_top_builddir).
+set -u
+
+srcdir=${srcdir:-.}
+top_builddir=${top_builddir:-.}
+abs_top_builddir=${abs_top_builddir:-$(cd "$top_builddir" && pwd)}
+kiln="$top_builddir/kiln"
+plugdir="$abs_top_builddir/tests/plugins/.libs"
+cfgdir="$srcdir/tests/config"
+unset KILN_PLUGIN_PATH
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-cli.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+out="$tmp/out"
+err="$tmp/err"
+checks=0
+
+fail() {
+	echo "FAIL: $*"
+	echo "--- command: kiln $last"
+	echo "--- stdout:"; cat "$out"
+	echo "--- stderr:"; cat "$err"
+	exit 1
+}
+
+# kiln EXPECTED_EXIT ARGS...: run kiln, check its exit code and that it
+# did not crash.
+kiln() {
+	want=$1
+	shift
+	last="$*"
+	"$kiln" "$@" >"$out" 2>"$err"
+	rc=$?
+	checks=$((checks + 1))
+	[ "$rc" -lt 128 ] || fail "exit code $rc: killed by a signal"
+	! grep -q Segmentation "$out" "$err" || fail "output mentions Segmentation"
+	[ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
+	echo "ok: kiln $* (exit $rc)"
+}
+
+# stdout_has/stderr_has TEXT: a fixed string in the last run's output.
+stdout_has() { grep -qF -- "$1" "$out" || fail "stdout lacks: $1"; }
+stderr_has() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }
+# stdout_matches REGEX (extended)
+stdout_matches() { grep -qE -- "$1" "$out" || fail "stdout does not match: $1"; }
+
+[ -x "$kiln" ] || { echo "FAIL: $kiln not built"; exit 99; }
+[ -f "$plugdir/kiln-tgood.so" ] || { echo "FAIL: test plugins not built in $plugdir"; exit 99; }
+
+# ---- dispatch -------------------------------------------------------------
+kiln 0 --help
+stdout_has "usage: kiln <command>"
+stdout_has "plugins"
+kiln 0 --version
+stdout_has "plugin ABI"
+kiln 2
+stderr_has "usage: kiln"
+kiln 2 frobnicate
+stderr_has "unknown command 'frobnicate'"
+kiln 0 config --help
+stdout_has "usage: kiln config"
+kiln 0 plugins --help
+stdout_has "usage: kiln plugins"
+
+# ---- kiln config ------------------------------------------------------------
+kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir"
+for s in '[run]' '[data]' '[data.eval]' '[model]' '[train]' '[dist]'; do
+	stdout_has "$s"
+done
+stdout_has "seed = 7"
+stdout_has "lr = 0.05"
+stdout_has "batch = 128"          # a default
+stdout_has "source = tsrc"
+stdout_has "count = 7"            # a key of the source plugin
+stdout_has "plugin_path = $plugdir"
+[ ! -s "$err" ] || fail "stderr not empty"
+
+kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" train.lr=0.5
+stdout_has "lr = 0.5"
+
+# a misspelt key in each fixed section: exit 2, file:line, suggestion
+for t in "run 4 threds threads" "data 5 limt limit" "model 3 layuot layout" \
+	 "train 6 epocs epochs"; do
+	set -- $t
+	kiln 2 config "$cfgdir/typo_$1.ini" "run.plugin_path=$plugdir"
+	stderr_has "typo_$1.ini:$2: unknown key '$3' in [$1]"
+	stderr_has "did you mean '$4'?"
+done
+# a misspelt key of the source plugin
+printf '[data]\nsource = tsrc\ncuont = 3\n' > "$tmp/src.ini"
+kiln 2 config "$tmp/src.ini" "run.plugin_path=$plugdir"
+stderr_has "src.ini:3: unknown key 'cuont' in [data]"
+stderr_has "did you mean 'count'?"
+# an unknown section
+printf '[run]\n\n[trian]\nlr = 1\n' > "$tmp/sec.ini"
+kiln 2 config "$tmp/sec.ini" "run.plugin_path=$plugdir"
+stderr_has "sec.ini:3: unknown section [trian]; did you mean [train]?"
+# a syntax error
+printf '[train]\nlr = 1\nnot ini\n' > "$tmp/syn.ini"
+kiln 2 config "$tmp/syn.ini"
+stderr_has "syn.ini:3: syntax error"
+
+# bad overrides
+kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" train.batch=0
+stderr_has "command line"
+stderr_has "'batch' = 0 is out of range"
+kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" train.epocs=3
+stderr_has "command line"
+stderr_has "did you mean 'epochs'?"
+kiln 2 config "$cfgdir/cli.ini" lr=0.1
+stderr_has "override 'lr=0.1'"
+kiln 2 config "$cfgdir/cli.ini" notanoverride
+stderr_has "unexpected argument 'notanoverride'"
+# missing or unreadable config
+kiln 2 config "$tmp/does-not-exist.ini"
+stderr_has "$tmp/does-not-exist.ini"
+kiln 2 config
+stderr_has "usage: kiln config"
+# a source that is not there names what is
+kiln 2 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir" data.source=nosuchsource
+stderr_has "nosuchsource"
+stderr_has "tsrc"
+
+# ---- kiln plugins -------------------------------------------------------------
+kiln 0 plugins
+stdout_has "search path:"
+stdout_matches "^  /"
+stdout_has "KIND"
+# $KILN_PLUGIN_PATH is searched and listed
+KILN_PLUGIN_PATH="$tmp/envdir"
+export KILN_PLUGIN_PATH
+kiln 0 plugins
+unset KILN_PLUGIN_PATH
+stdout_has "  $tmp/envdir"
+
+kiln 0 plugins --path "$plugdir"
+stdout_has "search path:"
+stdout_has "  $plugdir"
+stdout_has "$plugdir/kiln-tgood.so: 3 plugin(s)"
+stdout_has "$plugdir/kiln-tbadabi.so: NOT LOADED: "
+stdout_has "ABI 2.0, this kiln is ABI 1.0"
+stdout_has "$plugdir/kiln-tnosym.so: NOT LOADED: "
+stdout_has "no exported symbol kiln_plugin_init"
+stdout_has "$plugdir/kiln-tdlfail.so: NOT LOADED: "
+stdout_has "undefined symbol"
+stdout_has "$plugdir/kiln-tnull.so: NOT LOADED: "
+stdout_has "tnull: refusing to initialise (test)"
+stdout_matches "^optim +tgood +1\.0 +available "
+stdout_matches "^source +tsrc +1\.0 +available "
+stdout_matches "^source +tprobe +1\.0 +unavailable: no test accelerator on this machine \(tprobe\)"
+[ ! -s "$err" ] || fail "stderr not empty"
+
+kiln 2 plugins --bogus
+stderr_has "unexpected argument '--bogus'"
+kiln 2 plugins --path
+stderr_has "unexpected argument '--path'"
+
+echo "PASS: $checks kiln runs"
+exit 0
