@@ -53,7 +53,9 @@ static int print_doc(void)
 	       "  the section is everything before the last dot (`layer.fc1.out=10`).\n"
 	       "- Booleans accept 0/1, true/false, yes/no, on/off. Lines may be of any length up to 1 MiB;\n"
 	       "  comments start with `;` or `#` at the start of a line, or ` ;` after a value.\n"
-	       "- `[data.eval]` takes every key it does not set from `[data]`.\n"
+	       "- `[data.eval]` takes every key it does not set from `[data]`, except the keys that\n"
+	       "  choose files or the split (`images`, `labels`, `split`), so evaluation never reads the\n"
+	       "  training files by inheritance.\n"
 	       "- `kiln config FILE` prints the resolved config: every key with its value or default.\n\n");
 	for (int i = 0;; i++) {
 		const char *doc, *name = kiln_config_fixed_section(i, &doc);

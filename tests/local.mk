@@ -87,3 +87,5 @@ tests_check_device_SOURCES = tests/check_device.c
 tests_check_device_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_device_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+TESTS += tests/docs.sh
+EXTRA_DIST += tests/docs.sh

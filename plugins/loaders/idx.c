@@ -279,7 +279,7 @@ static const struct kiln_key idx_keys[] = {
 	{ "labels", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "Label file (IDX u8 [N]), relative to `path` or absolute. Unset: train-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte.gz by split." },
 	{ "split", KILN_KEY_ENUM, NULL, 0, 0, "train|test",
-	  "Which standard file names to use when `images`/`labels` are unset. Unset: the split the run asks for (train for [data], test for [data.eval]); a value set in [data] is inherited by [data.eval]." },
+	  "Which standard file names to use when `images`/`labels` are unset. Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it from [data]." },
 	{ "mean", KILN_KEY_FLOAT, "0", 0, 0, NULL,
 	  "Normalisation: x = (u8/255 - mean) / std." },
 	{ "std", KILN_KEY_FLOAT, "1", 1e-12, 1e12, NULL,
