@@ -196,6 +196,7 @@ struct parse {
 	int line;           /* physical line being parsed (1-based) */
 	int line_done;      /* the last chunk ended a line */
 	size_t line_len;
+	int cur;            /* index of the section the reader is in, -1 before any */
 	kiln_status st;     /* first error */
 };
 
@@ -227,6 +228,8 @@ static int valid_section_name(const char *s)
 /* Look at the start of a physical line for a [section] header. */
 static void see_header(struct parse *p, const char *chunk)
 {
+	if (p->line == 1 && !strncmp(chunk, "\xEF\xBB\xBF", 3))
+		chunk += 3; /* UTF-8 byte order mark, which inih skips too */
 	while (*chunk == ' ' || *chunk == '\t')
 		chunk++;
 	if (*chunk != '[')
@@ -261,6 +264,8 @@ static void see_header(struct parse *p, const char *chunk)
 	}
 	if (!add_section(p->cfg, name, fmt_where(p->name, p->line)))
 		parse_fail(p, KILN_ENOMEM, "out of memory");
+	else
+		p->cur = p->cfg->n - 1;
 }
 
 /* fgets-like reader for inih that counts lines and sees headers. */
@@ -309,17 +314,18 @@ static int handler(void *user, const char *section, const char *name, const char
 	struct parse *p = user;
 	if (p->st != KILN_OK)
 		return 0;
-	if (!*section)
+	/* The reader's section, not inih's `section`: inih neither trims the
+	 * name inside the brackets nor keeps more than 50 characters of it. */
+	(void)section;
+	if (p->cur < 0)
 		return parse_fail(p, KILN_ECONFIG, "key '%s' outside any section; put it under a [section]", name);
-	struct section *s = find_section(p->cfg, section);
-	if (!s)
-		return parse_fail(p, KILN_EINTERNAL, "section [%s] not seen by the reader", section);
+	struct section *s = &p->cfg->s[p->cur];
 	if (!*name)
 		return parse_fail(p, KILN_ECONFIG, "empty key name");
 	struct entry *e = find_entry(s, name);
 	if (e)
 		return parse_fail(p, KILN_ECONFIG, "duplicate key '%s' in [%s] (first at %s)", name,
-				  section, e->where);
+				  s->name, e->where);
 	kiln_status st = set_entry(s, name, value ? value : "", fmt_where(p->name, p->line));
 	if (st)
 		return parse_fail(p, st, "out of memory");
@@ -337,6 +343,8 @@ static void inih_setup(void)
 	ini_allow_realloc = 1;
 	ini_max_line = KILN_CONFIG_MAX_LINE;
 	ini_allow_multiline = 0;
+	/* Report the first bad line, not a later error of the handler. */
+	ini_stop_on_first_error = 1;
 #endif
 }
 
@@ -344,6 +352,7 @@ static kiln_status parse(struct parse *p)
 {
 	pthread_once(&inih_once, inih_setup);
 	p->line_done = 1;
+	p->cur = -1;
 	int rc = ini_parse_stream(reader, p, handler, p);
 	if (p->st != KILN_OK)
 		return p->st;
@@ -493,7 +502,18 @@ static void suggest(const char *word, const struct kiln_key *a, const struct kil
 	int lim = (int)strlen(word) / 2;
 	if (lim < 2)
 		lim = 2;
-	if (best && bd <= lim)
+	if (!best || bd > lim) {
+		/* "lr_rate": a valid key followed by '_' */
+		best = NULL;
+		for (int pass = 0; pass < 2; pass++)
+			for (const struct kiln_key *k = pass ? b : a; k && k->name; k++) {
+				size_t kl = strlen(k->name);
+				if (!strncmp(word, k->name, kl) && word[kl] == '_' &&
+				    (!best || kl > strlen(best)))
+					best = k->name;
+			}
+	}
+	if (best)
 		snprintf(out, n, "; did you mean '%s'?", best);
 	else
 		out[0] = 0;
@@ -522,7 +542,7 @@ static int parse_int(const char *v, long long *out)
 		v++;
 	if (!*v)
 		return -1;
-	long long x = strtoll(v, &end, 0);
+	long long x = strtoll(v, &end, 10);
 	while (isspace((unsigned char)*end))
 		end++;
 	if (errno || *end)
@@ -586,7 +606,7 @@ static int bounded(const struct kiln_key *k)
 static kiln_status check_number(const struct kiln_key *k, const char *v, double x)
 {
 	if (bounded(k) && (x < k->min || x > k->max))
-		return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range [%g, %g]", k->name, v,
+		return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range [%.15g, %.15g]", k->name, v,
 				  k->min, k->max);
 	return KILN_OK;
 }
@@ -807,10 +827,13 @@ kiln_status kiln_config_get_str(const struct kiln_config *cfg, const char *secti
 
 /* ---- resolved dump ---------------------------------------------------- */
 
-static void write_keys(FILE *f, const struct section *s, const struct kiln_key *t, int *any)
+static void write_keys(FILE *f, const struct section *s, const struct section *parent,
+		       const struct kiln_key *t, int *any)
 {
 	for (; t && t->name; t++) {
 		struct entry *e = find_entry(s, t->name);
+		if (!e && !no_inherit(t->name))
+			e = find_entry(parent, t->name); /* [data.eval] inherits from [data] */
 		if (e)
 			fprintf(f, "%s = %s\n", t->name, e->value);
 		else if (t->def)
@@ -825,12 +848,13 @@ static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_re
 			  const char *name)
 {
 	const struct section *s = find_section(cfg, name);
+	const struct section *parent = strcmp(name, "data.eval") ? NULL : find_section(cfg, "data");
 	const struct kiln_key *ext = NULL;
 	int any = 0;
 	fprintf(f, "[%s]\n", name);
-	write_keys(f, s, base_schema(name), &any);
+	write_keys(f, s, parent, base_schema(name), &any);
 	if (reg && kiln_config_ext_schema(cfg, reg, name, &ext) == KILN_OK)
-		write_keys(f, s, ext, &any);
+		write_keys(f, s, parent, ext, &any);
 	fprintf(f, "\n");
 }
 
