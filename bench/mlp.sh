@@ -5,7 +5,7 @@
 # with OPENBLAS_CORETYPE=SkylakeX:
 #   default   nothing else set
 #   passive   OMP_WAIT_POLICY=PASSIVE
-#   omp1      OMP_NUM_THREADS=1
+#   omp1      OMP_NUM_THREADS=1 (and torch.set_num_threads(1))
 # Each setting runs N times and the median samples/s counts. The fastest
 # setting is "pytorch-best". kiln then runs N times with
 #   $KILN train bench/mlp_bench.ini train.epochs=1
@@ -64,6 +64,10 @@ json_line() {
     grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1
 }
 
+json_line_any() {
+    grep '^[[:space:]]*{' | tail -n 1
+}
+
 # median_field FILE FIELD: median of FIELD over the JSON lines in FILE.
 median_field() {
     "$PYTHON" - "$1" "$2" <<'EOF'
@@ -73,14 +77,14 @@ print(statistics.median(vals) if vals else "nan")
 EOF
 }
 
-run_pytorch() { # name, then env assignments
-    name=$1; shift
+run_pytorch() { # name, threads, then env assignments
+    name=$1; nthreads=$2; shift 2
     out="$TMP/pytorch-$name.jsonl"
     : > "$out"
     i=1
     while [ "$i" -le "$RUNS" ]; do
         line=$(env OPENBLAS_CORETYPE=SkylakeX "$@" "$PYTHON" "$HERE/pytorch_mlp.py" \
-                   --threads "$THREADS" --steps "$STEPS" | json_line) || true
+                   --threads "$nthreads" --steps "$STEPS" | json_line) || true
         if [ -z "$line" ]; then
             echo "mlp.sh: pytorch ($name) run $i printed no JSON line" >&2
             exit 1
@@ -94,9 +98,10 @@ run_pytorch() { # name, then env assignments
 # Unset the variables under test so that the settings are what they say.
 unset OMP_WAIT_POLICY OMP_NUM_THREADS
 
-run_pytorch default
-run_pytorch passive OMP_WAIT_POLICY=PASSIVE
-run_pytorch omp1 OMP_NUM_THREADS=1
+run_pytorch default "$THREADS"
+run_pytorch passive "$THREADS" OMP_WAIT_POLICY=PASSIVE
+# one thread means one: torch.set_num_threads(1) as well as OpenMP's
+run_pytorch omp1 1 OMP_NUM_THREADS=1
 
 KILN_SPS=
 KILN_ACC=
@@ -144,4 +149,16 @@ echo "pytorch best: $BEST_NAME ($BEST_SPS samples/s)"
 if [ -n "$KILN_SPS" ]; then
     awk -v k="$KILN_SPS" -v p="$BEST_SPS" \
         'BEGIN { printf "kiln / pytorch-best = %.3f\n", (p > 0 ? k / p : 0) }'
+    # GEMM work per training sample of 784-512-256-10: forward, weight
+    # gradients, and input gradients of fc2 and fc3 (fc1's input is data).
+    FLOPS=2407424
+    GEMM=${GEMM:-./bench/gemm_peak}
+    if [ -x "$GEMM" ]; then
+        peak=$("$GEMM" --threads "$THREADS" | json_line_any | tail -n 1)
+        echo "oneDNN GEMM peak here (via kiln's cpu device): $peak"
+        pk=$(printf '%s' "$peak" | "$PYTHON" -c 'import json,sys; print(json.loads(sys.stdin.read())["gflops"])')
+        awk -v k="$KILN_SPS" -v f="$FLOPS" -v pk="$pk" -v p="$BEST_SPS" 'BEGIN {
+            printf "kiln whole step: %.1f GFLOP/s = %.0f%% of the GEMM peak (%.1f GFLOP/s); pytorch-best: %.1f GFLOP/s = %.0f%%\n",
+                k * f / 1e9, 100 * k * f / 1e9 / pk, pk, p * f / 1e9, 100 * p * f / 1e9 / pk }'
+    fi
 fi

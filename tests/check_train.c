@@ -454,6 +454,7 @@ int main(void)
 {
 	/* as the CLI does: sleeping OpenMP waiters, so 2 cores are not starved */
 	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	setenv("GOMP_SPINCOUNT", "100000", 0);
 	if (kiln_registry_open(NULL, &reg)) {
 		fprintf(stderr, "%s\n", kiln_last_error());
 		return 1;

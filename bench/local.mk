@@ -1,0 +1,5 @@
+# Benchmarks: built with `make`, never run by `make check` (timing is not a test).
+noinst_PROGRAMS = bench/gemm_peak
+bench_gemm_peak_SOURCES = bench/gemm_peak.c
+bench_gemm_peak_LDADD = libkiln.la
+EXTRA_DIST += bench/mlp.sh bench/pytorch_mlp.py bench/mlp_bench.ini
