@@ -65,6 +65,7 @@ static const struct kiln_host host = {
 	.device_prepare = host_prepare,
 	.device_run = host_run,
 	.device_plan_free = host_plan_free,
+	.last_error = kiln_last_error,
 };
 
 const struct kiln_host *kiln_host_table(void) { return &host; }

@@ -94,6 +94,11 @@ struct kiln_host {
 	kiln_status (*device_run)(struct kiln_device *dev, void *plan,
 				  const struct kiln_op_args *args, void *stream);
 	void (*device_plan_free)(struct kiln_device *dev, void *plan);
+
+	/* The calling thread's last error message (kiln_last_error()), so a
+	 * plugin can carry a message from the thread that failed to the one
+	 * that reports it. */
+	const char *(*last_error)(void);
 };
 
 /* ---- descriptors ------------------------------------------------------ */
@@ -135,7 +140,9 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
 enum kiln_op_type {
 	/* out0[M,N] = f[0]*op(in0)[M,K] op(in1)[K,N] + beta*out0 (+ in2[N] bias)
 	 * i[0]=transA i[1]=transB i[2]=M i[3]=N i[4]=K, f[0]=alpha,
-	 * beta = 1 if KILN_OPF_ACCUMULATE else 0. in2 optional (n_in = 3). */
+	 * beta = 1 if KILN_OPF_ACCUMULATE else 0. in2 optional (n_in = 3).
+	 * i[5] = batch count for batched GEMM (0 or 1: not batched); devices
+	 * may return KILN_ENOTSUP for batches > 1 (the CPU device does). */
 	KILN_OP_GEMM = 1,
 	/* out0[R,N] += in0[N] (bias broadcast over rows; in-place on out0) */
 	KILN_OP_BIAS_ADD = 2,
@@ -252,6 +259,9 @@ struct kiln_device_ops {
 	/* Enqueue one run of a prepared plan on stream.  Allocates nothing. */
 	kiln_status (*run)(void *ctx, void *plan, const struct kiln_op_args *args,
 			   void *stream);
+	/* Free a plan.  The core calls it only after the work that uses the
+	 * plan has completed (it synchronises first); a device may also wait
+	 * for queued work itself.  Same for event_destroy and stream_destroy. */
 	void (*plan_free)(void *ctx, void *plan);
 
 	/* Named extension entry points. (optional: default returns NULL) */

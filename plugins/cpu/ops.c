@@ -18,7 +18,52 @@
 /* Fixed split of reductions (see the header comment). */
 #define CPU_CHUNKS 64
 
+#ifdef _OPENMP
+#include <omp.h>
+static inline int64_t cpu_thread_num(void) { return omp_get_thread_num(); }
+static inline int64_t cpu_num_threads(void) { return omp_get_num_threads(); }
+#else
+static inline int64_t cpu_thread_num(void) { return 0; }
+static inline int64_t cpu_num_threads(void) { return 1; }
+#endif
+
 /* ---- kernels ---------------------------------------------------------- */
+
+/* The streaming kernels below are memory-bound loops that must run at the
+ * machine's vector width: the plugin is built for the baseline x86-64 ISA,
+ * so each inner span function is cloned for AVX-512 and AVX2 and picked at
+ * load time (ifunc), and `omp simd` vectorises it whatever the -O level. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_CLONES
+#endif
+
+/* Split [0, n) into one contiguous, 16-element aligned span per thread of
+ * the team and run `body(b, e)`; one parallel region per kernel. */
+#define CPU_SPANS(n, b, e, body)                                                          \
+	do {                                                                              \
+		const int64_t n_ = (n);                                                   \
+		_Pragma("omp parallel if (n_ >= CPU_PAR_MIN)")                            \
+		{                                                                         \
+			const int64_t t_ = cpu_thread_num(), T_ = cpu_num_threads();      \
+			int64_t b = (n_ * t_ / T_) & ~(int64_t)15;                        \
+			int64_t e = t_ + 1 == T_ ? n_ : (n_ * (t_ + 1) / T_) & ~(int64_t)15; \
+			if (e > b) {                                                      \
+				body;                                                     \
+			}                                                                 \
+		}                                                                         \
+	} while (0)
+
+CPU_CLONES static void bias_add_rows(float *y, const float *b, int64_t r0, int64_t r1, int64_t N)
+{
+	for (int64_t r = r0; r < r1; r++) {
+		float *yr = y + r * N;
+#pragma omp simd
+		for (int64_t j = 0; j < N; j++)
+			yr[j] += b[j];
+	}
+}
 
 /* y (R, N) += b (N) */
 static kiln_status cpu_bias_add(const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -27,11 +72,28 @@ static kiln_status cpu_bias_add(const struct cpu_plan *p, const struct kiln_op_a
 	const float *b = a->in[0];
 	float *y = a->out[0];
 	const int64_t R = p->rows, N = p->cols;
-#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
-	for (int64_t r = 0; r < R; r++)
-		for (int64_t j = 0; j < N; j++)
-			y[r * N + j] += b[j];
+	(void)e;
+#pragma omp parallel if (R * N >= CPU_PAR_MIN)
+	{
+		const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+		bias_add_rows(y, b, R * t / T, R * (t + 1) / T, N);
+	}
 	return KILN_OK;
+}
+
+/* s[0..w) = sum over rows r in order of dy[r*N + j0 + j]: the order of the
+ * sum never changes with the thread count. */
+CPU_CLONES static void col_sums(float *restrict s, const float *restrict dy, int64_t R, int64_t N,
+				int64_t j0, int64_t w)
+{
+	for (int64_t j = 0; j < w; j++)
+		s[j] = 0.0f;
+	for (int64_t r = 0; r < R; r++) {
+		const float *row = dy + r * N + j0;
+#pragma omp simd
+		for (int64_t j = 0; j < w; j++)
+			s[j] += row[j];
+	}
 }
 
 /* db (N) (=|+=) sum over r of dy (R, N).  Parallel over blocks of columns:
@@ -41,19 +103,25 @@ static kiln_status cpu_bias_grad(const struct cpu_plan *p, const struct kiln_op_
 {
 	const float *dy = a->in[0];
 	float *db = a->out[0];
-	const int64_t R = p->rows, N = p->cols, B = 64;
+	const int64_t R = p->rows, N = p->cols, B = 128;
 	const int acc = p->op.flags & KILN_OPF_ACCUMULATE;
+	(void)e;
 #pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
 	for (int64_t j0 = 0; j0 < N; j0 += B) {
-		double s[64] = { 0 };
+		float s[128];
 		const int64_t w = N - j0 < B ? N - j0 : B;
-		for (int64_t r = 0; r < R; r++)
-			for (int64_t j = 0; j < w; j++)
-				s[j] += dy[r * N + j0 + j];
+		col_sums(s, dy, R, N, j0, w);
 		for (int64_t j = 0; j < w; j++)
-			db[j0 + j] = (float)(acc ? db[j0 + j] + s[j] : s[j]);
+			db[j0 + j] = acc ? db[j0 + j] + s[j] : s[j];
 	}
 	return KILN_OK;
+}
+
+CPU_CLONES static void relu_span(float *y, const float *x, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		y[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
 /* y (n) = max(x, 0); x == y allowed.  NaN passes through (as in PyTorch), so
@@ -63,11 +131,23 @@ static kiln_status cpu_relu(const struct cpu_plan *p, const struct kiln_op_args 
 {
 	const float *x = a->in[0];
 	float *y = a->out[0];
-	const int64_t n = p->n;
-#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
-	for (int64_t i = 0; i < n; i++)
-		y[i] = x[i] < 0.0f ? 0.0f : x[i];
+	(void)e;
+	CPU_SPANS(p->n, b, en, relu_span(y + b, x + b, en - b));
 	return KILN_OK;
+}
+
+CPU_CLONES static void relu_bwd_span(float *restrict dx, const float *restrict y,
+				     const float *restrict dy, int64_t n, int acc)
+{
+	if (acc) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+	} else {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+	}
 }
 
 /* dx (n) (=|+=) y > 0 ? dy : 0, with y (n) the forward output.  A select,
@@ -77,16 +157,9 @@ static kiln_status cpu_relu_bwd(const struct cpu_plan *p, const struct kiln_op_a
 {
 	const float *y = a->in[0], *dy = a->in[1];
 	float *dx = a->out[0];
-	const int64_t n = p->n;
-	if (p->op.flags & KILN_OPF_ACCUMULATE) {
-#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
-		for (int64_t i = 0; i < n; i++)
-			dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
-	} else {
-#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
-		for (int64_t i = 0; i < n; i++)
-			dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-	}
+	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	(void)e;
+	CPU_SPANS(p->n, b, en, relu_bwd_span(dx + b, y + b, dy + b, en - b, acc));
 	return KILN_OK;
 }
 
@@ -158,6 +231,33 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 	return KILN_OK;
 }
 
+/* One span of the SGD step; the variants are separate loops so each one
+ * vectorises (see the formula at cpu_sgd). */
+CPU_CLONES static void sgd_span(float *restrict w, float *restrict v, const float *restrict g,
+				int64_t n, float lr, float mu, float wd, int nesterov)
+{
+	if (!v) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			w[i] -= lr * (g[i] + wd * w[i]);
+	} else if (!nesterov) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++) {
+			const float vi = mu * v[i] + (g[i] + wd * w[i]);
+			v[i] = vi;
+			w[i] -= lr * vi;
+		}
+	} else {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++) {
+			const float gi = g[i] + wd * w[i];
+			const float vi = mu * v[i] + gi;
+			v[i] = vi;
+			w[i] -= lr * (gi + mu * vi);
+		}
+	}
+}
+
 /* SGD over n elements: g (n) grads, lr [1] (device scalar), w (n) params,
  * v (n) momentum (absent when mu == 0).  Exactly plugin.h's formula, in
  * f32:  g' = g + wd*w;  v = mu*v + g';  w -= lr*(nesterov ? g' + mu*v : v). */
@@ -170,15 +270,9 @@ static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *
 	float *v = p->n_out > 1 ? a->out[1] : NULL;
 	const float mu = (float)p->op.f[0], wd = (float)p->op.f[1];
 	const int nesterov = p->op.i[1] != 0;
-	const int64_t n = p->n;
-#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
-	for (int64_t i = 0; i < n; i++) {
-		const float gi = g[i] + wd * w[i];
-		const float vi = v ? mu * v[i] + gi : gi;
-		if (v)
-			v[i] = vi;
-		w[i] -= lr * (nesterov ? gi + mu * vi : vi);
-	}
+	(void)e;
+	CPU_SPANS(p->n, b, en,
+		  sgd_span(w + b, v ? v + b : NULL, g + b, en - b, lr, mu, wd, nesterov));
 	return KILN_OK;
 }
 
