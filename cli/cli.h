@@ -19,4 +19,8 @@ int cmd_plugins(int argc, char **argv);
 
 int cli_wants_help(int argc, char **argv);
 
+/* argv[1] is a FILE and every later argument an override (has '='); else
+ * print usage for `cmd` and return 0. */
+int cli_args_ok(int argc, char **argv, const char *cmd);
+
 #endif

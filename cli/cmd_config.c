@@ -106,16 +106,8 @@ int cmd_config(int argc, char **argv)
 	}
 	if (argc == 2 && !strcmp(argv[1], "--doc"))
 		return print_doc();
-	if (argc < 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: kiln config FILE [section.key=value ...]\n");
+	if (!cli_args_ok(argc, argv, "config"))
 		return 2;
-	}
-	for (int i = 2; i < argc; i++)
-		if (!strchr(argv[i], '=')) {
-			fprintf(stderr, "kiln: error: unexpected argument '%s' (overrides look like train.lr=0.1)\n",
-				argv[i]);
-			return 2;
-		}
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	kiln_status st = cli_load(argv[1], argc, argv, 2, &cfg, &reg);

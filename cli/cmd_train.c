@@ -57,16 +57,8 @@ int cmd_train(int argc, char **argv)
 		       "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
 		return 0;
 	}
-	if (argc < 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: kiln train FILE [section.key=value ...]\n");
+	if (!cli_args_ok(argc, argv, "train"))
 		return 2;
-	}
-	for (int i = 2; i < argc; i++)
-		if (!strchr(argv[i], '=')) {
-			fprintf(stderr, "kiln: error: unexpected argument '%s' (overrides look like train.lr=0.1)\n",
-				argv[i]);
-			return 2;
-		}
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	struct kiln_train_result r;

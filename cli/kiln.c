@@ -29,6 +29,21 @@ int cli_fail(kiln_status st)
 	return kiln_status_exit_code(st);
 }
 
+int cli_args_ok(int argc, char **argv, const char *cmd)
+{
+	if (argc < 2 || argv[1][0] == '-') {
+		fprintf(stderr, "usage: kiln %s FILE [section.key=value ...]\n", cmd);
+		return 0;
+	}
+	for (int i = 2; i < argc; i++)
+		if (!strchr(argv[i], '=')) {
+			fprintf(stderr, "kiln: error: unexpected argument '%s' (overrides look like train.lr=0.1)\n",
+				argv[i]);
+			return 0;
+		}
+	return 1;
+}
+
 int cli_wants_help(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)

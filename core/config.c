@@ -1,12 +1,13 @@
-/* core/config.c - strict INI config: parse (inih), overrides, validation
- * against the schema, typed getters, and the resolved dump.
+/* core/config.c - strict INI config: parse (inih) and command-line
+ * overrides into the in-memory form of config_impl.h.  Validation, getters
+ * and the resolved dump are in config_check.c.
  *
  * Line numbers.  inih's handler does not receive line numbers in Debian's
  * build, so we feed inih through ini_parse_stream() with our own reader,
  * which counts physical lines and also sees every [section] header (inih
  * does not report empty sections, and we must reject duplicates).
  */
-#include "internal.h"
+#include "config_impl.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,25 +19,6 @@
 
 /* Longest accepted physical line. */
 #define KILN_CONFIG_MAX_LINE (1 << 20)
-
-struct entry {
-	char *key, *value;
-	char *where; /* "file:line" or "command line" */
-};
-
-struct section {
-	char *name;
-	char *where;
-	struct entry *e;
-	int n, cap;
-};
-
-struct kiln_config {
-	char *file;
-	struct section *s;
-	int n, cap;
-	const struct kiln_registry *reg; /* set by validate, for defaults */
-};
 
 char *kiln_strdup(const char *s)
 {
@@ -83,7 +65,7 @@ int kiln_edit_distance(const char *a, const char *b)
 
 /* ---- building --------------------------------------------------------- */
 
-static struct section *find_section(const struct kiln_config *cfg, const char *name)
+struct section *kiln_cfg_find_section(const struct kiln_config *cfg, const char *name)
 {
 	for (int i = 0; i < cfg->n; i++)
 		if (!strcmp(cfg->s[i].name, name))
@@ -91,7 +73,7 @@ static struct section *find_section(const struct kiln_config *cfg, const char *n
 	return NULL;
 }
 
-static struct entry *find_entry(const struct section *s, const char *key)
+struct entry *kiln_cfg_find_entry(const struct section *s, const char *key)
 {
 	if (!key)
 		return NULL;
@@ -125,7 +107,7 @@ static struct section *add_section(struct kiln_config *cfg, const char *name, ch
 static kiln_status set_entry(struct section *s, const char *key, const char *value,
 			     char *where)
 {
-	struct entry *e = find_entry(s, key);
+	struct entry *e = kiln_cfg_find_entry(s, key);
 	if (e) {
 		char *v = kiln_strdup(value);
 		if (!v)
@@ -256,7 +238,7 @@ static void see_header(struct parse *p, const char *chunk)
 			   "bad section name '[%s]' (letters, digits, '_', '-' and '.' only)", name);
 		return;
 	}
-	struct section *old = find_section(p->cfg, name);
+	struct section *old = kiln_cfg_find_section(p->cfg, name);
 	if (old) {
 		parse_fail(p, KILN_ECONFIG,
 			   "duplicate section [%s] (first at %s); merge the two", name, old->where);
@@ -322,7 +304,7 @@ static int handler(void *user, const char *section, const char *name, const char
 	struct section *s = &p->cfg->s[p->cur];
 	if (!*name)
 		return parse_fail(p, KILN_ECONFIG, "empty key name");
-	struct entry *e = find_entry(s, name);
+	struct entry *e = kiln_cfg_find_entry(s, name);
 	if (e)
 		return parse_fail(p, KILN_ECONFIG, "duplicate key '%s' in [%s] (first at %s)", name,
 				  s->name, e->where);
@@ -437,440 +419,8 @@ kiln_status kiln_config_override(struct kiln_config *cfg, const char *arg)
 		val++;
 	char where[600];
 	snprintf(where, sizeof where, "command line '%s'", arg);
-	struct section *s = find_section(cfg, sec);
+	struct section *s = kiln_cfg_find_section(cfg, sec);
 	if (!s && !(s = add_section(cfg, sec, kiln_strdup(where))))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	return set_entry(s, key, val, kiln_strdup(where));
-}
-
-/* ---- schema ----------------------------------------------------------- */
-
-static const struct kiln_key *find_key(const struct kiln_key *t, const char *name)
-{
-	for (; t && t->name; t++)
-		if (!strcmp(t->name, name))
-			return t;
-	return NULL;
-}
-
-static int is_prefixed(const char *s, const char *prefix)
-{
-	size_t n = strlen(prefix);
-	return !strncmp(s, prefix, n) && s[n];
-}
-
-/* Base table of a section, or NULL for an unknown section. */
-static const struct kiln_key *base_schema(const char *section)
-{
-	const struct kiln_key *k = kiln_config_schema(section);
-	if (k)
-		return k;
-	if (is_prefixed(section, "layer."))
-		return kiln_layer_common_keys;
-	if (is_prefixed(section, "plugin.")) {
-		static const struct kiln_key none[] = { { NULL, 0, NULL, 0, 0, NULL, NULL } };
-		return none;
-	}
-	return NULL;
-}
-
-static const struct kiln_key *lookup_key(const struct kiln_config *cfg, const char *section,
-					 const char *key)
-{
-	const struct kiln_key *k = find_key(base_schema(section), key);
-	if (k)
-		return k;
-	const struct kiln_key *ext = NULL;
-	if (cfg->reg && kiln_config_ext_schema(cfg, cfg->reg, section, &ext) == KILN_OK)
-		return find_key(ext, key);
-	return NULL;
-}
-
-static void suggest(const char *word, const struct kiln_key *a, const struct kiln_key *b,
-		    char *out, size_t n)
-{
-	const char *best = NULL;
-	int bd = 1 << 30;
-	for (int pass = 0; pass < 2; pass++)
-		for (const struct kiln_key *k = pass ? b : a; k && k->name; k++) {
-			int d = kiln_edit_distance(word, k->name);
-			if (d < bd || (d == bd && strlen(k->name) < strlen(best))) {
-				bd = d;
-				best = k->name;
-			}
-		}
-	int lim = (int)strlen(word) / 2;
-	if (lim < 2)
-		lim = 2;
-	if (!best || bd > lim) {
-		/* "lr_rate": a valid key followed by '_' */
-		best = NULL;
-		for (int pass = 0; pass < 2; pass++)
-			for (const struct kiln_key *k = pass ? b : a; k && k->name; k++) {
-				size_t kl = strlen(k->name);
-				if (!strncmp(word, k->name, kl) && word[kl] == '_' &&
-				    (!best || kl > strlen(best)))
-					best = k->name;
-			}
-	}
-	if (best)
-		snprintf(out, n, "; did you mean '%s'?", best);
-	else
-		out[0] = 0;
-}
-
-static void list_keys(const struct kiln_key *a, const struct kiln_key *b, char *out, size_t n)
-{
-	size_t off = 0;
-	out[0] = 0;
-	for (int pass = 0; pass < 2; pass++)
-		for (const struct kiln_key *k = pass ? b : a; k && k->name && off < n; k++)
-			off += (size_t)snprintf(out + off, n - off, "%s%s", off ? ", " : "", k->name);
-	if (!off)
-		snprintf(out, n, "(none)");
-}
-
-/* Check value text against its key's type.  Returns 0 or sets an error
- * (without location) and returns KILN_ECONFIG. */
-static kiln_status check_value(const struct kiln_key *k, const char *v);
-
-static int parse_int(const char *v, long long *out)
-{
-	char *end;
-	errno = 0;
-	while (isspace((unsigned char)*v))
-		v++;
-	if (!*v)
-		return -1;
-	long long x = strtoll(v, &end, 10);
-	while (isspace((unsigned char)*end))
-		end++;
-	if (errno || *end)
-		return -1;
-	*out = x;
-	return 0;
-}
-
-static int parse_float(const char *v, double *out)
-{
-	char *end;
-	errno = 0;
-	while (isspace((unsigned char)*v))
-		v++;
-	if (!*v)
-		return -1;
-	double x = strtod(v, &end);
-	while (isspace((unsigned char)*end))
-		end++;
-	if (errno || *end || !isfinite(x))
-		return -1;
-	*out = x;
-	return 0;
-}
-
-static int parse_bool(const char *v, int *out)
-{
-	static const char *const yes[] = { "1", "true", "yes", "on" };
-	static const char *const no[] = { "0", "false", "no", "off" };
-	for (size_t i = 0; i < 4; i++) {
-		if (!strcasecmp(v, yes[i])) {
-			*out = 1;
-			return 0;
-		}
-		if (!strcasecmp(v, no[i])) {
-			*out = 0;
-			return 0;
-		}
-	}
-	return -1;
-}
-
-static int in_choices(const char *choices, const char *v)
-{
-	size_t n = strlen(v);
-	for (const char *c = choices; c && *c;) {
-		const char *bar = strchr(c, '|');
-		size_t len = bar ? (size_t)(bar - c) : strlen(c);
-		if (len == n && !strncmp(c, v, n))
-			return 1;
-		c = bar ? bar + 1 : c + len;
-	}
-	return 0;
-}
-
-static int bounded(const struct kiln_key *k)
-{
-	return k->min != 0 || k->max != 0;
-}
-
-static kiln_status check_number(const struct kiln_key *k, const char *v, double x)
-{
-	if (bounded(k) && (x < k->min || x > k->max))
-		return kiln_error(KILN_ECONFIG, "'%s' = %s is out of range [%.15g, %.15g]", k->name, v,
-				  k->min, k->max);
-	return KILN_OK;
-}
-
-static kiln_status check_value(const struct kiln_key *k, const char *v)
-{
-	long long i;
-	double x;
-	int b;
-	switch (k->type) {
-	case KILN_KEY_STR:
-	case KILN_KEY_LIST:
-		return KILN_OK;
-	case KILN_KEY_INT:
-		if (k->choices && in_choices(k->choices, v))
-			return KILN_OK;
-		if (parse_int(v, &i))
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not an integer%s%s", k->name, v,
-					  k->choices ? " or one of " : "", k->choices ? k->choices : "");
-		return check_number(k, v, (double)i);
-	case KILN_KEY_FLOAT:
-		if (parse_float(v, &x))
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not a number", k->name, v);
-		return check_number(k, v, x);
-	case KILN_KEY_BOOL:
-		if (parse_bool(v, &b))
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not a boolean (0/1, true/false, yes/no, on/off)",
-					  k->name, v);
-		return KILN_OK;
-	case KILN_KEY_ENUM:
-		if (!in_choices(k->choices, v))
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not one of %s", k->name, v,
-					  k->choices);
-		return KILN_OK;
-	case KILN_KEY_INTS: {
-		char buf[4096];
-		snprintf(buf, sizeof buf, "%s", v);
-		char *save = NULL;
-		int count = 0;
-		for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-			if (parse_int(t, &i))
-				return kiln_error(KILN_ECONFIG, "'%s' = '%s': '%s' is not an integer",
-						  k->name, v, t);
-			if (check_number(k, v, (double)i))
-				return KILN_ECONFIG;
-			count++;
-		}
-		if (!count)
-			return kiln_error(KILN_ECONFIG, "'%s' is empty; expected integers like 1,28,28",
-					  k->name);
-		return KILN_OK;
-	}
-	}
-	return kiln_error(KILN_EINTERNAL, "key '%s' has unknown type %d", k->name, k->type);
-}
-
-kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *reg)
-{
-	char sug[200], list[2000];
-	cfg->reg = reg;
-	for (int i = 0; i < cfg->n; i++) {
-		struct section *s = &cfg->s[i];
-		const struct kiln_key *base = base_schema(s->name);
-		if (!base) {
-			const char *best = NULL;
-			int bd = 1 << 30;
-			for (int j = 0; j < kiln_schema_fixed_count(); j++) {
-				const char *f = kiln_schema_fixed_name(j, NULL);
-				int d = kiln_edit_distance(s->name, f);
-				if (d < bd)
-					bd = d, best = f;
-			}
-			const char *hint = "";
-			char h[300] = "";
-			if (!strncmp(s->name, "layer", 5) || !strncmp(s->name, "plugin", 6))
-				hint = "; layer and plugin sections are named [layer.NAME] and [plugin.NAME]";
-			else if (best && bd <= 3)
-				snprintf(h, sizeof h, "; did you mean [%s]?", best), hint = h;
-			return kiln_error(KILN_ECONFIG,
-					  "%s: unknown section [%s]%s (sections: run, data, data.eval, model, layer.NAME, train, dist, plugin.NAME)",
-					  s->where, s->name, hint);
-		}
-		const struct kiln_key *ext = NULL;
-		if (reg) {
-			kiln_status st = kiln_config_ext_schema(cfg, reg, s->name, &ext);
-			if (st)
-				return st;
-		}
-		for (int j = 0; j < s->n; j++) {
-			struct entry *e = &s->e[j];
-			const struct kiln_key *k = find_key(base, e->key);
-			if (!k)
-				k = find_key(ext, e->key);
-			if (!k) {
-				if (!reg && (is_prefixed(s->name, "layer.") ||
-					     is_prefixed(s->name, "plugin.") ||
-					     !strcmp(s->name, "data") || !strcmp(s->name, "data.eval")))
-					continue; /* checked once the registry is known */
-				suggest(e->key, base, ext, sug, sizeof sug);
-				list_keys(base, ext, list, sizeof list);
-				return kiln_error(KILN_ECONFIG, "%s: unknown key '%s' in [%s]%s (valid keys: %s)",
-						  e->where, e->key, s->name, sug, list);
-			}
-			if (check_value(k, e->value))
-				return kiln_error_wrap(KILN_ECONFIG, "%s: in [%s]", e->where, s->name);
-		}
-	}
-	return KILN_OK;
-}
-
-/* ---- getters ---------------------------------------------------------- */
-
-static int no_inherit(const char *key)
-{
-	static const char *const keys[] = { "images", "labels", "split", "files", "shards" };
-	for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
-		if (!strcmp(key, keys[i]))
-			return 1;
-	return 0;
-}
-
-const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
-			    const char *key)
-{
-	struct entry *e = find_entry(find_section(cfg, section), key);
-	if (e)
-		return e->value;
-	/* [data.eval] inherits what it does not set from [data], except the
-	 * keys that choose files or the split: evaluation must never read the
-	 * training files by inheritance. */
-	if (!strcmp(section, "data.eval") && !no_inherit(key) &&
-	    (e = find_entry(find_section(cfg, "data"), key)) != NULL)
-		return e->value;
-	const struct kiln_key *k = lookup_key(cfg, section, key);
-	return k ? k->def : NULL;
-}
-
-const char *kiln_config_where(const struct kiln_config *cfg, const char *section,
-			      const char *key)
-{
-	const struct section *s = find_section(cfg, section);
-	struct entry *e = find_entry(s, key);
-	if (!key)
-		return s ? s->where : "command line";
-	if (!e && !strcmp(section, "data.eval") && !no_inherit(key))
-		e = find_entry(find_section(cfg, "data"), key);
-	return e ? e->where : "default";
-}
-
-const char *kiln_config_section(const struct kiln_config *cfg, int i)
-{
-	return i >= 0 && i < cfg->n ? cfg->s[i].name : NULL;
-}
-
-static kiln_status bad(const struct kiln_config *cfg, const char *section, const char *key,
-		       const char *v, const char *what)
-{
-	return kiln_error(KILN_ECONFIG, "%s: [%s] %s = '%s' is not %s",
-			  kiln_config_where(cfg, section, key), section, key, v, what);
-}
-
-kiln_status kiln_config_get_int(const struct kiln_config *cfg, const char *section,
-				const char *key, int64_t *out)
-{
-	const char *v = kiln_config_get(cfg, section, key);
-	long long x;
-	if (!v)
-		return KILN_ENOTFOUND;
-	if (parse_int(v, &x))
-		return bad(cfg, section, key, v, "an integer");
-	const struct kiln_key *k = lookup_key(cfg, section, key);
-	if (k && check_number(k, v, (double)x))
-		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s]", kiln_config_where(cfg, section, key),
-				       section);
-	*out = x;
-	return KILN_OK;
-}
-
-kiln_status kiln_config_get_float(const struct kiln_config *cfg, const char *section,
-				  const char *key, double *out)
-{
-	const char *v = kiln_config_get(cfg, section, key);
-	double x;
-	if (!v)
-		return KILN_ENOTFOUND;
-	if (parse_float(v, &x))
-		return bad(cfg, section, key, v, "a number");
-	const struct kiln_key *k = lookup_key(cfg, section, key);
-	if (k && check_number(k, v, x))
-		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s]", kiln_config_where(cfg, section, key),
-				       section);
-	*out = x;
-	return KILN_OK;
-}
-
-kiln_status kiln_config_get_bool(const struct kiln_config *cfg, const char *section,
-				 const char *key, int *out)
-{
-	const char *v = kiln_config_get(cfg, section, key);
-	int b;
-	if (!v)
-		return KILN_ENOTFOUND;
-	if (parse_bool(v, &b))
-		return bad(cfg, section, key, v, "a boolean (0/1, true/false, yes/no, on/off)");
-	*out = b;
-	return KILN_OK;
-}
-
-kiln_status kiln_config_get_str(const struct kiln_config *cfg, const char *section,
-				const char *key, const char **out)
-{
-	const char *v = kiln_config_get(cfg, section, key);
-	if (!v)
-		return KILN_ENOTFOUND;
-	*out = v;
-	return KILN_OK;
-}
-
-/* ---- resolved dump ---------------------------------------------------- */
-
-static void write_keys(FILE *f, const struct section *s, const struct section *parent,
-		       const struct kiln_key *t, int *any)
-{
-	for (; t && t->name; t++) {
-		struct entry *e = find_entry(s, t->name);
-		if (!e && !no_inherit(t->name))
-			e = find_entry(parent, t->name); /* [data.eval] inherits from [data] */
-		if (e)
-			fprintf(f, "%s = %s\n", t->name, e->value);
-		else if (t->def)
-			fprintf(f, "%s = %s\n", t->name, t->def);
-		else
-			fprintf(f, "; %s = (unset)\n", t->name);
-		*any = 1;
-	}
-}
-
-static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_registry *reg,
-			  const char *name)
-{
-	const struct section *s = find_section(cfg, name);
-	const struct section *parent = strcmp(name, "data.eval") ? NULL : find_section(cfg, "data");
-	const struct kiln_key *ext = NULL;
-	int any = 0;
-	fprintf(f, "[%s]\n", name);
-	write_keys(f, s, parent, base_schema(name), &any);
-	if (reg && kiln_config_ext_schema(cfg, reg, name, &ext) == KILN_OK)
-		write_keys(f, s, parent, ext, &any);
-	fprintf(f, "\n");
-}
-
-kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registry *reg,
-			      FILE *f)
-{
-	static const char *const order[] = { "run", "data", "data.eval", "model" };
-	for (size_t i = 0; i < KILN_ARRAY_LEN(order); i++)
-		write_section(f, cfg, reg, order[i]);
-	for (int i = 0; i < cfg->n; i++)
-		if (is_prefixed(cfg->s[i].name, "layer."))
-			write_section(f, cfg, reg, cfg->s[i].name);
-	write_section(f, cfg, reg, "train");
-	write_section(f, cfg, reg, "dist");
-	for (int i = 0; i < cfg->n; i++)
-		if (is_prefixed(cfg->s[i].name, "plugin."))
-			write_section(f, cfg, reg, cfg->s[i].name);
-	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }

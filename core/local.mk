@@ -1,6 +1,6 @@
 lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
-	core/schema.c core/registry.c core/device.c core/rng.c core/graph.h core/graph.c core/trainer.c \
+	core/config_impl.h core/config_check.c core/schema.c core/registry.c core/device.c core/rng.c core/graph.h core/graph.c core/trainer.c \
 	core/layers/util.h core/layers/layers.c core/layers/linear.c core/layers/relu.c \
 	core/layers/flatten.c core/layers/softmax_xent.c
 libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFLAGS) \

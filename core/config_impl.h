@@ -1,0 +1,31 @@
+/* core/config_impl.h - the config's in-memory form, shared by the parser
+ * (config.c) and the schema checks and getters (config_check.c). */
+#ifndef KILN_CONFIG_IMPL_H
+#define KILN_CONFIG_IMPL_H
+
+#include "internal.h"
+
+struct entry {
+	char *key, *value;
+	char *where; /* "file:line" or "command line" */
+};
+
+struct section {
+	char *name;
+	char *where;
+	struct entry *e;
+	int n, cap;
+};
+
+struct kiln_config {
+	char *file;
+	struct section *s;
+	int n, cap;
+	const struct kiln_registry *reg; /* set by validate, for defaults */
+};
+
+struct section *kiln_cfg_find_section(const struct kiln_config *cfg, const char *name);
+/* NULL when s or key is NULL or the key is not set in s. */
+struct entry *kiln_cfg_find_entry(const struct section *s, const char *key);
+
+#endif
