@@ -82,6 +82,30 @@ static void free_node(struct kiln_model *m, struct plan_node *n, struct kiln_dev
 	(void)m;
 }
 
+/* The data input as layers see it: [batch, sample...], 4-d inputs in the
+ * model's layout. */
+static void data_desc(const struct kiln_model *m, int64_t batch, struct kiln_tensor_desc *d)
+{
+	*d = m->sample;
+	memmove(&d->dims[1], &m->sample.dims[0], sizeof(int64_t) * (KILN_MAX_DIMS - 1));
+	d->dims[0] = batch;
+	d->ndim = m->sample.ndim + 1;
+	d->layout = d->ndim == 4 ? m->layout : KILN_ROW;
+}
+
+/* Is layer i's output read by exactly one layer, of type `type`? */
+static int only_consumer_is(const struct kiln_model *m, int i, const char *type)
+{
+	int n = 0, match = 0;
+	for (int j = i + 1; j < m->n_layers; j++)
+		for (int k = 0; k < m->layers[j].n_in; k++)
+			if (m->layers[j].in[k] == i) {
+				n++;
+				match = !strcmp(m->layers[j].type->name, type);
+			}
+	return n == 1 && match;
+}
+
 /* configure + infer every layer for `batch` rows into nodes[]. */
 static kiln_status infer_all(struct kiln_model *m, int64_t batch, struct plan_node *nodes)
 {
@@ -96,6 +120,9 @@ static kiln_status infer_all(struct kiln_model *m, int64_t batch, struct plan_no
 		n->l.type = L->type->name;
 		n->l.trainable = L->trainable;
 		n->l.n_in = L->n_in;
+		n->l.index = i;
+		n->l.seed = m->seed;
+		n->l.before_norm = only_consumer_is(m, i, "batchnorm");
 		if (L->n_in < ops->min_inputs || L->n_in > ops->max_inputs)
 			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s) takes %d..%d inputs, got %d",
 					  kiln_config_where(m->cfg, L->section, "type"), L->name,
@@ -107,11 +134,7 @@ static kiln_status infer_all(struct kiln_model *m, int64_t batch, struct plan_no
 						  kiln_config_where(m->cfg, L->section, "type"), L->name,
 						  nodes[j].l.name);
 			if (j < 0) {
-				n->l.in[k] = m->sample;
-				memmove(&n->l.in[k].dims[1], &m->sample.dims[0],
-					sizeof(int64_t) * (KILN_MAX_DIMS - 1));
-				n->l.in[k].dims[0] = batch;
-				n->l.in[k].ndim = m->sample.ndim + 1;
+				data_desc(m, batch, &n->l.in[k]);
 			} else {
 				n->l.in[k] = nodes[j].l.out;
 			}
@@ -125,6 +148,10 @@ static kiln_status infer_all(struct kiln_model *m, int64_t batch, struct plan_no
 	return KILN_OK;
 }
 
+/* Flat buffers: trainable parameters first (the optimizer touches one
+ * leading range), then frozen ones; non-trained state (is_buffer) goes to
+ * the separate buffers region, which checkpoints include and optimizers
+ * skip. */
 static kiln_status layout_params(struct kiln_model *m, struct plan_node *nodes)
 {
 	int total = 0;
@@ -133,30 +160,40 @@ static kiln_status layout_params(struct kiln_model *m, struct plan_node *nodes)
 	m->params = calloc((size_t)(total ? total : 1), sizeof *m->params);
 	if (!m->params)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	/* trainable first, so the optimizer touches one leading range */
-	for (int pass = 0; pass < 2; pass++)
+	for (int i = 0; i < m->n_layers; i++)
+		m->layers[i].n_params = nodes[i].l.n_params;
+	for (int pass = 0; pass < 3; pass++)
 		for (int i = 0; i < m->n_layers; i++) {
 			struct model_layer *L = &m->layers[i];
-			int tr = L->trainable;
-			if ((pass == 0) != (tr != 0))
-				continue;
-			L->first_param = m->n_params;
-			L->n_params = nodes[i].l.n_params;
 			for (int k = 0; k < L->n_params; k++) {
 				struct kiln_param_spec *ps = &nodes[i].l.params[k];
-				struct model_param *p = &m->params[m->n_params++];
+				int buffer = ps->is_buffer != 0;
+				int tr = L->trainable && !buffer;
+				int want = buffer ? 2 : tr ? 0 : 1;
+				if (want != pass)
+					continue;
+				struct model_param *p = &m->params[m->n_params];
+				L->pidx[k] = m->n_params++;
 				snprintf(p->name, sizeof p->name, "%s.%s", L->name, ps->suffix);
 				p->desc = ps->desc;
 				p->init = ps->init;
 				p->fan_in = ps->fan_in;
 				p->layer = i;
 				p->trainable = tr;
+				p->buffer = buffer;
+				p->slot = k;
 				p->numel = kiln_tensor_numel(&ps->desc);
-				p->off = m->n_elems;
-				/* keep every parameter 64-byte aligned */
-				m->n_elems += align_up((size_t)p->numel * 4) / 4;
-				if (tr)
-					m->n_trainable = m->n_elems;
+				/* keep every tensor 64-byte aligned */
+				size_t n = align_up((size_t)p->numel * 4) / 4;
+				if (buffer) {
+					p->off = m->n_buf_elems;
+					m->n_buf_elems += n;
+				} else {
+					p->off = m->n_elems;
+					m->n_elems += n;
+					if (tr)
+						m->n_trainable = m->n_elems;
+				}
 			}
 		}
 	return KILN_OK;
@@ -175,6 +212,11 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	m->dev = dev;
 	m->sample = *sample;
 	m->loss_layer = -1;
+	int64_t seed = 0;
+	kiln_config_get_int(cfg, "run", "seed", &seed);
+	m->seed = (uint64_t)seed;
+	const char *layout = kiln_config_get(cfg, "model", "layout");
+	m->layout = layout && !strcmp(layout, "nhwc") ? KILN_NHWC : KILN_NCHW;
 	int n = 0;
 	for (int i = 0; kiln_config_section(cfg, i); i++)
 		n += !strncmp(kiln_config_section(cfg, i), "layer.", 6);
@@ -240,8 +282,21 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	size_t bytes = m->n_elems * sizeof(float);
 	if ((st = kiln_device_alloc(dev, bytes, (void **)&m->params_d)) ||
 	    (st = kiln_device_alloc(dev, bytes, (void **)&m->grads_d)) ||
-	    (st = kiln_device_alloc(dev, bytes, (void **)&m->momentum_d)))
+	    (st = kiln_device_alloc(dev, bytes, (void **)&m->momentum_d)) ||
+	    (st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
+	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)))
 		goto fail;
+	{
+		struct kiln_op op;
+		int64_t one = 1;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_COUNTER_ADD;
+		op.n_out = 1;
+		kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
+		op.i[0] = 1;
+		if ((st = kiln_device_prepare(dev, &op, &m->step_plan, NULL)))
+			goto fail;
+	}
 	*out = m;
 	return KILN_OK;
 fail:
@@ -264,6 +319,9 @@ void kiln_model_free(struct kiln_model *m)
 	}
 	if (m->dev) {
 		kiln_device_plan_free(m->dev, m->sgd_plan);
+		kiln_device_plan_free(m->dev, m->step_plan);
+		kiln_device_free(m->dev, m->buffers_d);
+		kiln_device_free(m->dev, m->step_d);
 		kiln_device_free(m->dev, m->params_d);
 		kiln_device_free(m->dev, m->grads_d);
 		kiln_device_free(m->dev, m->momentum_d);
@@ -281,7 +339,7 @@ void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_i
 	const struct model_param *p = &m->params[i];
 	o->name = p->name;
 	o->desc = p->desc;
-	o->param = m->params_d + p->off;
+	o->param = (p->buffer ? m->buffers_d : m->params_d) + p->off;
 	o->grad = p->trainable ? m->grads_d + p->off : NULL;
 	o->trainable = p->trainable;
 }
@@ -300,31 +358,56 @@ kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,
 kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *stream)
 {
 	float *host;
-	size_t bytes = m->n_elems * sizeof(float);
-	kiln_status st = kiln_device_host_alloc(m->dev, bytes, (void **)&host);
+	size_t n = m->n_elems > m->n_buf_elems ? m->n_elems : m->n_buf_elems;
+	kiln_status st = kiln_device_host_alloc(m->dev, n * sizeof(float), (void **)&host);
 	if (st)
 		return st;
-	memset(host, 0, bytes);
-	for (int i = 0; i < m->n_params; i++) {
-		const struct model_param *p = &m->params[i];
-		float bound = p->fan_in > 0 ? 1.0f / sqrtf((float)p->fan_in) : 0.0f;
-		for (int64_t e = 0; e < p->numel; e++) {
-			float u = kiln_rng_uniform(seed, KILN_RNG_INIT, (uint64_t)i, (uint32_t)e);
-			float v;
-			switch (p->init) {
-			case KILN_INIT_ONE: v = 1.0f; break;
-			case KILN_INIT_KAIMING_UNIFORM:
-			case KILN_INIT_BIAS_UNIFORM: v = (2.0f * u - 1.0f) * bound; break;
-			default: v = 0.0f;
+	for (int region = 0; region < 2 && !st; region++) {
+		size_t count = region ? m->n_buf_elems : m->n_elems;
+		memset(host, 0, count * sizeof(float));
+		for (int i = 0; i < m->n_params; i++) {
+			const struct model_param *p = &m->params[i];
+			if (p->buffer != region)
+				continue;
+			float bound = p->fan_in > 0 ? 1.0f / sqrtf((float)p->fan_in) : 0.0f;
+			/* keyed by (layer, slot, element): independent of layout
+			 * order and of which layers are frozen */
+			uint64_t key = (uint64_t)p->layer << 4 | (uint64_t)p->slot;
+			for (int64_t e = 0; e < p->numel; e++) {
+				float v;
+				switch (p->init) {
+				case KILN_INIT_ONE: v = 1.0f; break;
+				case KILN_INIT_KAIMING_UNIFORM:
+				case KILN_INIT_BIAS_UNIFORM:
+					v = (2.0f * kiln_rng_uniform(seed, KILN_RNG_INIT, key, (uint32_t)e) -
+					     1.0f) * bound;
+					break;
+				default: v = 0.0f;
+				}
+				host[p->off + (size_t)e] = v;
 			}
-			host[p->off + (size_t)e] = v;
 		}
+		st = kiln_device_copy_async(m->dev, region ? m->buffers_d : m->params_d, host,
+					    count * sizeof(float), KILN_COPY_H2D, stream);
+		if (!st)
+			st = kiln_device_stream_sync(m->dev, stream);
 	}
-	st = kiln_device_copy_async(m->dev, m->params_d, host, bytes, KILN_COPY_H2D, stream);
-	if (!st)
-		st = kiln_device_stream_sync(m->dev, stream);
+	/* the micro-step counter starts at 0 */
+	if (!st) {
+		int64_t zero = 0;
+		memcpy(host, &zero, sizeof zero);
+		st = kiln_device_copy_async(m->dev, m->step_d, host, sizeof zero, KILN_COPY_H2D, stream);
+		if (!st)
+			st = kiln_device_stream_sync(m->dev, stream);
+	}
 	kiln_device_host_free(m->dev, host);
 	return st;
+}
+
+kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream)
+{
+	struct kiln_op_args a = { .out = { m->step_d } };
+	return kiln_device_run(m->dev, m->step_plan, &a, stream);
 }
 
 /* ---- optimizer -------------------------------------------------------- */
@@ -449,11 +532,34 @@ static size_t pack(struct storage *s, int n)
 	return align_up(top);
 }
 
+static kiln_status new_store(struct kiln_plan *p, int *cap, size_t bytes, int start, int end)
+{
+	if (p->n_store == *cap) {
+		int nc = *cap ? *cap * 2 : 32;
+		struct storage *ns = realloc(p->store, sizeof *ns * (size_t)nc);
+		if (!ns)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		p->store = ns;
+		*cap = nc;
+	}
+	p->store[p->n_store++] = (struct storage){ bytes, 0, start, end };
+	return KILN_OK;
+}
+
 kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
 			    struct kiln_plan **out)
 {
+	struct kiln_plan_opts o = { .training = training };
+	return kiln_model_plan_ex(m, batch, &o, out);
+}
+
+kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
+			       const struct kiln_plan_opts *opts, struct kiln_plan **out)
+{
 	kiln_status st;
-	int n = m->n_layers;
+	int n = m->n_layers, cap = 0;
+	const int training = opts->training;
+	const int END = 2 * n + 1; /* past the last schedule position */
 	*out = NULL;
 	struct kiln_plan *p = calloc(1, sizeof *p);
 	if (!p)
@@ -461,56 +567,90 @@ kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
 	p->m = m;
 	p->batch = batch;
 	p->training = training;
+	p->input_grad = training && opts->input_grad;
+	p->keep_all = opts->keep_all;
+	p->data_gstore = -2;
+	p->data_store = -1;
 	p->nodes = calloc((size_t)n, sizeof *p->nodes);
-	p->store = calloc((size_t)(2 * n), sizeof *p->store);
 	int *wants_grad = calloc((size_t)n, sizeof(int));
-	if (!p->nodes || !p->store || !wants_grad) {
-		free(wants_grad);
-		kiln_plan_free(p);
-		return kiln_error(KILN_ENOMEM, "out of memory");
+	char *written = NULL;
+	if (!p->nodes || !wants_grad) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto fail;
 	}
 	if ((st = infer_all(m, batch, p->nodes)))
 		goto fail;
 	struct plan_node *N = p->nodes;
-	/* the parameters must be those the model laid out */
-	for (int i = 0; i < n; i++) {
+	data_desc(m, batch, &p->data_desc);
+	for (int i = 0; i < n; i++)
 		if (N[i].l.n_params != m->layers[i].n_params) {
 			st = kiln_error(KILN_EINTERNAL, "layer '%s' changed its parameters with the batch size",
 					m->layers[i].name);
 			goto fail;
 		}
+
+	/* prepare every layer's device ops (sets saved_bytes); one shared
+	 * workspace */
+	for (int i = 0; i < n; i++) {
+		size_t ws = 0;
+		N[i].l.saved_bytes = 0;
+		if (N[i].ops->plan) {
+			N[i].planned = 1;
+			if ((st = N[i].ops->plan(kiln_host_table(), &N[i].l, m->dev, &ws))) {
+				char d[96];
+				kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
+						m->layers[i].type->name,
+						kiln_tensor_desc_str(&N[i].l.in[0], d, sizeof d));
+				goto fail;
+			}
+		}
+		if (ws > p->ws_bytes)
+			p->ws_bytes = ws;
+	}
+	/* NHWC with several input channels: the data arrives as NCHW and is
+	 * reordered into the arena before the first layer */
+	if (p->data_desc.layout == KILN_NHWC && p->data_desc.dims[1] > 1) {
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_REORDER;
+		op.n_in = op.n_out = 1;
+		op.in[0] = op.out[0] = p->data_desc;
+		op.in[0].layout = KILN_NCHW;
+		if ((st = kiln_device_prepare(m->dev, &op, &p->in_reorder, NULL)))
+			goto fail;
+		p->data_store = p->n_store;
+		if ((st = new_store(p, &cap, kiln_tensor_bytes(&p->data_desc), 0, 0)))
+			goto fail;
 	}
 
-	/* which outputs need a gradient: those upstream of trainable params */
+	/* which outputs need a gradient: those upstream of trainable params,
+	 * and everything when the data's gradient is asked for */
 	for (int i = 0; i < n; i++) {
-		int w = m->layers[i].trainable && m->layers[i].n_params > 0;
+		int w = (m->layers[i].trainable && m->layers[i].n_params > 0) || p->input_grad;
 		for (int k = 0; k < m->layers[i].n_in; k++)
 			if (m->layers[i].in[k] >= 0 && wants_grad[m->layers[i].in[k]])
 				w = 1;
 		wants_grad[i] = w;
 	}
 
-	/* output storages */
-	int S = 0;
-	int *ys = calloc((size_t)n, sizeof(int)), *gs = calloc((size_t)n, sizeof(int));
-	if (!ys || !gs) {
-		free(ys);
-		free(gs);
-		st = kiln_error(KILN_ENOMEM, "out of memory");
-		goto fail;
-	}
+	/* output storages (views share their input's) */
 	for (int i = 0; i < n; i++) {
 		int r = store_root_y(N, m, i);
 		if (N[i].l.is_loss) {
 			N[i].ystore = -2;
 		} else if (r == i) {
-			N[i].ystore = S;
-			p->store[S] = (struct storage){ kiln_tensor_bytes(&N[i].l.out), 0, i, i };
-			S++;
+			N[i].ystore = p->n_store;
+			if ((st = new_store(p, &cap, kiln_tensor_bytes(&N[i].l.out), i, i)))
+				goto fail;
 		} else {
-			N[i].ystore = r < 0 ? -1 : N[r].ystore;
+			N[i].ystore = r < 0 ? p->data_store : N[r].ystore;
 		}
-		ys[i] = N[i].ystore;
+		N[i].sstore = -2;
+		if (training && N[i].l.saved_bytes) {
+			N[i].sstore = p->n_store;
+			if ((st = new_store(p, &cap, N[i].l.saved_bytes, i, 2 * n - 1 - i)))
+				goto fail;
+		}
 	}
 	/* output lifetimes: consumers' forward, and backward readers */
 	for (int j = 0; j < n; j++) {
@@ -519,36 +659,39 @@ kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
 			extend(&p->store[N[j].ystore], 2 * n - 1 - j);
 		for (int k = 0; k < L->n_in; k++) {
 			int src = L->in[k];
-			if (src < 0 || N[src].ystore < 0)
+			int ys = src < 0 ? p->data_store : N[src].ystore;
+			if (ys < 0)
 				continue;
-			extend(&p->store[N[src].ystore], j);
+			extend(&p->store[ys], j);
 			if (training && N[j].l.needs_input)
-				extend(&p->store[N[src].ystore], 2 * n - 1 - j);
+				extend(&p->store[ys], 2 * n - 1 - j);
 		}
 	}
 	/* gradients: walk backward, first writer writes, later ones add */
 	for (int i = 0; i < n; i++)
-		gs[i] = -2;
+		N[i].gstore = -2;
 	if (training) {
+		if (p->input_grad) {
+			p->data_gstore = p->n_store;
+			if ((st = new_store(p, &cap, kiln_tensor_bytes(&p->data_desc), 1 << 30, END)))
+				goto fail;
+		}
 		for (int i = 0; i < n; i++) {
 			int r = store_root_y(N, m, i);
-			if (!wants_grad[i] || N[i].l.is_loss || r < 0) {
+			if (!wants_grad[i] || N[i].l.is_loss) {
 				N[i].gstore = -2;
 			} else if (r == i) {
-				N[i].gstore = S;
-				p->store[S] = (struct storage){ kiln_tensor_bytes(&N[i].l.out), 0, 1 << 30, -1 };
+				N[i].gstore = p->n_store;
+				if ((st = new_store(p, &cap, kiln_tensor_bytes(&N[i].l.out), 1 << 30, -1)))
+					goto fail;
 				/* read by the producer's backward */
-				extend(&p->store[S], 2 * n - 1 - i);
-				S++;
+				extend(&p->store[N[i].gstore], 2 * n - 1 - i);
 			} else {
-				N[i].gstore = N[r].gstore;
+				N[i].gstore = r < 0 ? p->data_gstore : N[r].gstore;
 			}
-			gs[i] = N[i].gstore;
 		}
-		char *written = calloc((size_t)(S ? S : 1), 1);
+		written = calloc((size_t)(p->n_store ? p->n_store : 1), 1);
 		if (!written) {
-			free(ys);
-			free(gs);
 			st = kiln_error(KILN_ENOMEM, "out of memory");
 			goto fail;
 		}
@@ -556,51 +699,59 @@ kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
 			struct model_layer *L = &m->layers[j];
 			for (int k = 0; k < L->n_in; k++) {
 				int src = L->in[k];
-				if (src < 0 || gs[src] < 0 || N[j].l.is_view)
+				int gs = src < 0 ? p->data_gstore : N[src].gstore;
+				if (gs < 0 || N[j].l.is_view)
 					continue;
 				N[j].dx_on[k] = 1;
-				N[j].dx_accum[k] = written[gs[src]];
-				written[gs[src]] = 1;
-				extend(&p->store[gs[src]], 2 * n - 1 - j);
+				N[j].dx_accum[k] = written[gs];
+				written[gs] = 1;
+				extend(&p->store[gs], 2 * n - 1 - j);
 			}
 		}
-		free(written);
 	}
-	free(ys);
-	free(gs);
-	p->n_store = S;
-	p->arena_bytes = pack(p->store, S);
+	if (p->keep_all)
+		for (int i = 0; i < p->n_store; i++)
+			p->store[i].start = 0, p->store[i].end = END;
+	p->arena_bytes = pack(p->store, p->n_store);
 	if (p->arena_bytes == (size_t)-1) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto fail;
-	}
-
-	/* prepare every layer's device ops; one shared workspace */
-	for (int i = 0; i < n; i++) {
-		size_t ws = 0;
-		if (N[i].ops->plan) {
-			if ((st = N[i].ops->plan(kiln_host_table(), &N[i].l, m->dev, &ws))) {
-				kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
-						m->layers[i].type->name,
-						kiln_tensor_desc_str(&N[i].l.in[0], (char[96]){ 0 }, 96));
-				N[i].planned = 1;
-				goto fail;
-			}
-			N[i].planned = 1;
-		}
-		if (ws > p->ws_bytes)
-			p->ws_bytes = ws;
 	}
 	if ((st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena)) ||
 	    (st = kiln_device_alloc(m->dev, align_up(p->ws_bytes), &p->ws)))
 		goto fail;
 	free(wants_grad);
+	free(written);
 	*out = p;
 	return KILN_OK;
 fail:
 	free(wants_grad);
+	free(written);
 	kiln_plan_free(p);
 	return st;
+}
+
+kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const char *which,
+			     void **ptr, struct kiln_tensor_desc *desc)
+{
+	int store = -2;
+	if (!layer) {
+		if (strcmp(which, "dx"))
+			return kiln_error(KILN_ENOTFOUND, "the data input has only 'dx'");
+		store = p->data_gstore;
+		*desc = p->data_desc;
+	} else {
+		int i = find_layer(p->m, p->m->n_layers, layer);
+		if (i < 0)
+			return kiln_error(KILN_ENOTFOUND, "no layer '%s'", layer);
+		store = !strcmp(which, "y") ? p->nodes[i].ystore : !strcmp(which, "dy") ? p->nodes[i].gstore : -2;
+		*desc = p->nodes[i].l.out;
+	}
+	if (store < 0)
+		return kiln_error(KILN_ENOTFOUND, "plan keeps no '%s' for %s%s", which,
+				  layer ? "layer " : "the data input", layer ? layer : "");
+	*ptr = (char *)p->arena + p->store[store].off;
+	return KILN_OK;
 }
 
 void kiln_plan_free(struct kiln_plan *p)
@@ -611,6 +762,8 @@ void kiln_plan_free(struct kiln_plan *p)
 		free_node(p->m, &p->nodes[i], p->m->dev);
 	kiln_device_free(p->m->dev, p->arena);
 	kiln_device_free(p->m->dev, p->ws);
+	if (p->in_reorder)
+		kiln_device_plan_free(p->m->dev, p->in_reorder);
 	free(p->nodes);
 	free(p->store);
 	free(p);
@@ -648,9 +801,9 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->batch = p->batch;
 	for (int k = 0; k < L->n_in; k++) {
 		int src = L->in[k];
-		r->x[k] = src < 0 ? x : ypos(p, p->nodes[src].ystore, x);
+		r->x[k] = ypos(p, src < 0 ? p->data_store : p->nodes[src].ystore, x);
 		if (p->training && nd->dx_on[k]) {
-			r->dx[k] = ypos(p, p->nodes[src].gstore, x);
+			r->dx[k] = ypos(p, src < 0 ? p->data_gstore : p->nodes[src].gstore, x);
 			r->dx_accum[k] = nd->dx_accum[k];
 		}
 	}
@@ -658,8 +811,8 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	if (p->training)
 		r->dy = ypos(p, nd->gstore, x);
 	for (int k = 0; k < L->n_params; k++) {
-		const struct model_param *pm = &m->params[L->first_param + k];
-		r->w[k] = m->params_d + pm->off;
+		const struct model_param *pm = &m->params[L->pidx[k]];
+		r->w[k] = (pm->buffer ? m->buffers_d : m->params_d) + pm->off;
 		r->dw[k] = p->training && pm->trainable ? m->grads_d + pm->off : NULL;
 	}
 	r->dw_accum = 0;
@@ -668,6 +821,8 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->labels = labels;
 	r->metrics = metrics;
 	r->grad_scale = 1.0f / (float)p->batch;
+	r->saved = nd->sstore >= 0 ? ypos(p, nd->sstore, x) : NULL;
+	r->step = m->step_d;
 }
 
 kiln_status kiln_plan_run(struct kiln_plan *p, const void *x, const void *labels, void *metrics,
@@ -684,6 +839,11 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 	struct kiln_layer_run r;
 	kiln_status st;
 	int n = p->m->n_layers;
+	if (p->in_reorder) {
+		struct kiln_op_args a = { .in = { x }, .out = { ypos(p, p->data_store, x) } };
+		if ((st = kiln_device_run(p->m->dev, p->in_reorder, &a, stream)))
+			return kiln_error_wrap(st, "reordering the input to nhwc");
+	}
 	for (int i = 0; i < n; i++) {
 		fill_run(p, i, &r, x, labels, metrics, stream);
 		if ((st = p->nodes[i].ops->forward(h, &p->nodes[i].l, &r)))

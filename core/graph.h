@@ -14,7 +14,8 @@ struct model_layer {
 	int n_in;
 	int in[KILN_LAYER_MAX_INPUTS]; /* producer index, -1 = the data */
 	int trainable;
-	int first_param, n_params;
+	int n_params;
+	int pidx[KILN_LAYER_MAX_PARAMS]; /* model_param index of the layer's k-th */
 };
 
 struct model_param {
@@ -24,7 +25,9 @@ struct model_param {
 	int64_t fan_in;
 	int layer;
 	int trainable;
-	size_t off;                   /* elements into the flat buffers */
+	int buffer;                   /* 1: non-trained state, in the buffers region */
+	int slot;                     /* k: the layer's k-th parameter */
+	size_t off;                   /* elements into params (or buffers) */
 	int64_t numel;
 };
 
@@ -39,7 +42,12 @@ struct kiln_model {
 	struct model_param *params;
 	size_t n_elems;      /* all parameters */
 	size_t n_trainable;  /* leading elements the optimizer updates */
-	float *params_d, *grads_d, *momentum_d;
+	size_t n_buf_elems;  /* the buffers region (batchnorm running stats) */
+	float *params_d, *grads_d, *momentum_d, *buffers_d;
+	int layout;          /* KILN_NCHW or KILN_NHWC, from [model] layout */
+	uint64_t seed;
+	int64_t *step_d;     /* device i64[1]: micro-steps done (dropout's counter) */
+	void *step_plan;     /* COUNTER_ADD of 1 */
 	/* optimizer */
 	void *sgd_plan;
 	size_t sgd_ws;
@@ -50,6 +58,7 @@ struct plan_node {
 	const struct kiln_layer_ops *ops;
 	int ystore;  /* storage of the output; -1 = the data input, -2 = none */
 	int gstore;  /* storage of the output's gradient; -2 = none */
+	int sstore;  /* storage kept from forward to backward; -2 = none */
 	int dx_accum[KILN_LAYER_MAX_INPUTS];
 	int dx_on[KILN_LAYER_MAX_INPUTS];
 	int planned;
@@ -63,8 +72,12 @@ struct storage {
 struct kiln_plan {
 	struct kiln_model *m;
 	int64_t batch;
-	int training;
+	int training, input_grad, keep_all;
 	struct plan_node *nodes;
+	int data_gstore;     /* gradient of the data input, -2 = none */
+	int data_store;      /* storage of the reordered data input, -1 = x itself */
+	void *in_reorder;    /* NCHW data -> NHWC arena copy, or NULL */
+	struct kiln_tensor_desc data_desc; /* the data input as layers see it */
 	int n_store;
 	struct storage *store;
 	size_t arena_bytes, ws_bytes;

@@ -33,7 +33,8 @@ static const struct kiln_key data_keys[] = {
 };
 
 static const struct kiln_key model_keys[] = {
-	/* layout = nchw|nhwc arrives with the convolution layers */
+	{ "layout", KILN_KEY_ENUM, "nchw", NOLIM, "nchw|nhwc",
+	  "Memory layout of 4-d activations: `nchw`, or `nhwc` (channels-last). Results are the same up to float rounding." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 
@@ -81,7 +82,7 @@ static const struct {
 	{ "run", run_keys, "What runs where." },
 	{ "data", data_keys, "Training data." },
 	{ "data.eval", data_keys, "Evaluation data (default: the same source, test split)." },
-	{ "model", model_keys, "Model-wide settings (none yet); layers follow in [layer.NAME] sections." },
+	{ "model", model_keys, "Model-wide settings; layers follow in [layer.NAME] sections." },
 	{ "train", train_keys, "The training loop." },
 	{ "dist", dist_keys, "Data-parallel settings (none yet)." },
 };

@@ -377,6 +377,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				goto out;
 			phase(KILN_PHASE_OPTIMIZER, 1);
 			st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
+			if (!st)
+				st = kiln_model_step_advance(t->m, t->compute);
 			phase(KILN_PHASE_OPTIMIZER, 0);
 			if (st || (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 				goto out;

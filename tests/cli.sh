@@ -91,7 +91,7 @@ for t in "run 4 threds threads" "data 5 limt limit" "train 6 epocs epochs"; do
 done
 # [model] has no keys yet: the error says so instead of suggesting
 kiln 2 config "$cfgdir/typo_model.ini" "run.plugin_path=$plugdir"
-stderr_has "typo_model.ini:3: unknown key 'layuot' in [model] (valid keys: (none))"
+stderr_has "typo_model.ini:3: unknown key 'layuot' in [model]; did you mean 'layout'?"
 # a misspelt key of the source plugin
 printf '[data]\nsource = tsrc\ncuont = 3\n' > "$tmp/src.ini"
 kiln 2 config "$tmp/src.ini" "run.plugin_path=$plugdir"

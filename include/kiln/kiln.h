@@ -167,10 +167,34 @@ size_t kiln_model_param_elems(const struct kiln_model *m);
  * from (seed, parameter, element); copies to the device and waits. */
 kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *stream);
 
+/* Enqueue the advance of the model's micro-step counter (device i64, the
+ * RNG counter of dropout); the trainer calls it after every micro-step. */
+kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream);
+
 /* Plan for `batch` rows.  training: forward + backward; else forward only,
  * keeping no activation longer than its consumers need it. */
 kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
 			    struct kiln_plan **out);
+/* Plans for tests and debugging: input_grad also computes the gradient of
+ * the data input (the first layers' dx); keep_all gives every activation
+ * and gradient its own bytes for the plan's lifetime (no lifetime packing),
+ * so kiln_plan_tensor can read any of them after a run. */
+struct kiln_plan_opts {
+	int training;
+	int input_grad;
+	int keep_all;
+};
+kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
+			       const struct kiln_plan_opts *opts, struct kiln_plan **out);
+
+/* After a run has completed (sync first): the device pointer and descriptor
+ * of layer `layer`'s output (`which` = "y") or of its gradient ("dy"), or of
+ * the data input's gradient (layer NULL, which "dx"; input_grad plans).
+ * Only keep_all plans guarantee the bytes were not reused by a later layer.
+ * KILN_ENOTFOUND when the plan has no such tensor. */
+kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const char *which,
+			     void **ptr, struct kiln_tensor_desc *desc);
+
 void kiln_plan_free(struct kiln_plan *p);
 size_t kiln_plan_arena_bytes(const struct kiln_plan *p);
 size_t kiln_plan_naive_bytes(const struct kiln_plan *p); /* without lifetime packing */

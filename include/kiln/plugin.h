@@ -175,7 +175,86 @@ enum kiln_op_type {
 	/* out0 f32 = (in0 u8 * f[0] - mean[c]) / std[c] ... reserved for the
 	 * data issue; not implemented by any device yet. */
 	KILN_OP_NORMALIZE_U8 = 12,
+
+	/* ---- convolutional networks --------------------------------------
+	 * 4-d activations are described as dims N, C, H, W whatever their
+	 * layout; desc.layout (KILN_NCHW or KILN_NHWC) says how they are stored,
+	 * and every activation of one op has the same layout.  Weights are
+	 * always OIHW (PyTorch's layout).  Convolution geometry, shared by
+	 * the three conv ops: i[0], i[1] stride h, w; i[2], i[3] padding h, w
+	 * (both sides); i[4], i[5] dilation h, w (PyTorch's: 1 = none);
+	 * i[6] groups. */
+	/* out0 y[N,O,OH,OW] = conv(in0 x[N,C,H,W], in1 w[O,C/g,KH,KW]) (+ in2 b[O]) */
+	KILN_OP_CONV = 13,
+	/* out0 dx[N,C,H,W] = conv_backward_data(in0 dy[N,O,OH,OW], in1 w).
+	 * KILN_OPF_ACCUMULATE may be refused (KILN_ENOTSUP): the caller then
+	 * writes to scratch and adds. */
+	KILN_OP_CONV_BWD_DATA = 14,
+	/* out0 dw[O,C/g,KH,KW] (and out1 db[O] when n_out = 2) from in0 x and
+	 * in1 dy.  Always overwrites (oneDNN cannot accumulate here). */
+	KILN_OP_CONV_BWD_WEIGHTS = 15,
+	/* Batch normalisation over N, H, W per channel (2-d [N, C] inputs too).
+	 * f[0] eps, f[1] momentum (PyTorch's: new = (1-m)*old + m*batch).
+	 * Training: in0 x, in1 gamma[C], in2 beta[C]; out0 y; out1 saved
+	 * f32[2,C] (batch mean, then 1/sqrt(var + eps)) for the backward;
+	 * out2 running_mean[C] and out3 running_var[C] (unbiased) updated in
+	 * place. */
+	KILN_OP_BN_TRAIN = 16,
+	/* Inference: in0 x, in1 gamma, in2 beta, in3 running_mean[C],
+	 * in4 running_var[C]; out0 y. */
+	KILN_OP_BN_INFER = 17,
+	/* in0 x, in1 dy, in2 gamma, in3 saved f32[2,C]; out0 dx, out1 dgamma,
+	 * out2 dbeta (all overwritten). */
+	KILN_OP_BN_BWD = 18,
+	/* Pooling.  i[0] kind (KILN_POOL_MAX, KILN_POOL_AVG), i[1], i[2] kernel
+	 * h, w; i[3], i[4] stride; i[5], i[6] padding; i[7] for average:
+	 * count padding in the divisor (PyTorch's count_include_pad, default 1).
+	 * Global average pooling is a kernel of the whole input.
+	 * Forward: in0 x; out0 y; out1 aux (u8[aux_bytes], see the device's
+	 * aux_bytes member) for max pooling's backward, when aux_bytes > 0. */
+	KILN_OP_POOL = 19,
+	/* in0 dy, in1 aux (max; may be NULL for average), in2 x (forward input,
+	 * for devices without aux); out0 dx (overwritten). */
+	KILN_OP_POOL_BWD = 20,
+	/* Elementwise activation, any shape.  i[0] kind (enum kiln_act),
+	 * f[0] its alpha (leaky_relu slope).  Forward: out0 = act(in0);
+	 * backward (_BWD): out0 (=|+=) dy * act'(.) with in0 = forward input x,
+	 * in1 = dy, in2 = forward output y (either of x, y may be what the
+	 * derivative is computed from; pass both). */
+	KILN_OP_ACT = 21,
+	KILN_OP_ACT_BWD = 22,
+	/* Dropout with a counter-based mask: keep element e with probability
+	 * 1 - f[0], scaling kept values by 1/(1 - f[0]).  The mask is a pure
+	 * function of (i[0] seed, i[1] layer id, step, e) where step is the
+	 * i64 in device memory in1[0] (the trainer advances it every micro-
+	 * step), so forward and backward agree and no mask is stored.
+	 * Forward: in0 x, in1 step; out0 y.  Backward: in0 dy, in1 step;
+	 * out0 dx (=|+=). */
+	KILN_OP_DROPOUT = 23,
+	KILN_OP_DROPOUT_BWD = 24,
+	/* Concatenate in0..in{n-1} along dimension i[0] into out0 (same layout;
+	 * for 4-d activations dimension 1 is channels).  Backward (SPLIT):
+	 * in0 dy -> out0..out{n-1} (each written, or added into when bit k of
+	 * i[1] is set). */
+	KILN_OP_CONCAT = 25,
+	KILN_OP_SPLIT = 26,
+	/* Copy in0 into out0 with the same dims and dtype but out0's layout
+	 * (NCHW <-> NHWC).  Accumulate adds. */
+	KILN_OP_REORDER = 27,
+	/* out0 i64[1] += i[0] (the trainer's micro-step counter, in device
+	 * memory so captured graphs replay correct values) */
+	KILN_OP_COUNTER_ADD = 28,
 	KILN_OP_TYPE_COUNT
+};
+
+enum kiln_pool_kind { KILN_POOL_MAX = 0, KILN_POOL_AVG = 1 };
+
+enum kiln_act {
+	KILN_ACT_RELU = 0,
+	KILN_ACT_LEAKY_RELU = 1, /* x > 0 ? x : alpha * x */
+	KILN_ACT_GELU = 2,       /* exact (erf) GELU, PyTorch's default */
+	KILN_ACT_SIGMOID = 3,
+	KILN_ACT_TANH = 4
 };
 
 enum kiln_op_flags {
@@ -266,6 +345,12 @@ struct kiln_device_ops {
 
 	/* Named extension entry points. (optional: default returns NULL) */
 	void *(*get_proc_address)(void *ctx, const char *name);
+
+	/* Bytes of per-run state a prepared forward op leaves for its backward
+	 * (oneDNN's max-pooling workspace): the caller keeps that much memory
+	 * from forward to backward and passes it as the op's aux argument.
+	 * (optional: default 0) */
+	size_t (*aux_bytes)(void *ctx, void *plan);
 };
 
 /* ======================================================================
@@ -416,6 +501,12 @@ struct kiln_layer {
 	int is_view;         /* set by infer: output is input 0 reinterpreted (same
 			      * bytes, new shape); forward/backward do nothing and
 			      * the gradient of the output is the input's */
+	size_t saved_bytes;  /* set by plan: bytes the forward of a training plan
+			      * leaves for the backward (r->saved) */
+	int index;           /* position in the model (RNG key), set by the core */
+	int before_norm;     /* set by the core: the output feeds only a batchnorm
+			      * (a convolution then needs no bias of its own) */
+	uint64_t seed;       /* [run] seed, set by the core */
 	void *priv;          /* the layer type's private state */
 };
 
@@ -442,6 +533,12 @@ struct kiln_layer_run {
 	const void *labels;
 	void *metrics;
 	float grad_scale;
+	/* saved_bytes of memory kept from this layer's forward to its backward
+	 * (training plans only; NULL when saved_bytes is 0). */
+	void *saved;
+	/* Device i64[1]: the global micro-step count, advanced by the trainer
+	 * after every micro-step (dropout's RNG counter). */
+	const void *step;
 };
 
 #define KILN_LAYER_OPS_VERSION 1

@@ -2,8 +2,10 @@
  *
  * The plugin is split by job: cpu.c (descriptor, open/close, memory,
  * prepare/run dispatch), stream.c (streams, events, the async worker),
- * ops.c (plain-C kernels), gemm.c (oneDNN matmul).  Nothing here links
- * libkiln: the core is reached only through the host table.
+ * ops.c (plain-C kernels), gemm.c (oneDNN matmul), dnn.c (the oneDNN plan
+ * shared by conv.c and pool.c), bn.c (batch norm), act.c (activations,
+ * dropout), layout.c (concat, split, reorder).  Nothing here links libkiln:
+ * the core is reached only through the host table.
  */
 #ifndef KILN_CPU_H
 #define KILN_CPU_H
@@ -15,6 +17,7 @@
 struct cpu_stream;
 struct cpu_event;
 struct cpu_gemm;
+struct cpu_dnn;
 
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
@@ -54,7 +57,10 @@ struct cpu_plan {
 	size_t workspace;     /* bytes run() requires in args->workspace */
 	kiln_status (*kernel)(const struct cpu_plan *p, const struct kiln_op_args *a,
 			      struct cpu_err *e);
+	int64_t sz[8];        /* more kernel-specific sizes (bn.c, layout.c) */
 	struct cpu_gemm *gemm;
+	struct cpu_dnn *dnn;  /* oneDNN primitives (conv.c, pool.c) */
+	size_t aux;           /* aux_bytes(): state a forward leaves for its backward */
 	/* Queued async runs of this plan (under cpu_ctx.lock): plan_free
 	 * waits for them instead of freeing a plan a worker will run. */
 	int refs;
@@ -69,6 +75,59 @@ int64_t cpu_numel(const struct kiln_tensor_desc *d);
 kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct kiln_op_args *a,
 		     struct cpu_err *e);
 
+/* ---- loop helpers shared by the kernel files ---- */
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define CPU_PAR_MIN 32768
+/* Fixed split of reductions: sums are taken over CPU_CHUNKS ranges and the
+ * range sums added in order, so results do not depend on the thread count. */
+#define CPU_CHUNKS 64
+
+#ifdef _OPENMP
+#include <omp.h>
+static inline int64_t cpu_thread_num(void) { return omp_get_thread_num(); }
+static inline int64_t cpu_num_threads(void) { return omp_get_num_threads(); }
+#else
+static inline int64_t cpu_thread_num(void) { return 0; }
+static inline int64_t cpu_num_threads(void) { return 1; }
+#endif
+
+/* The streaming kernels are memory-bound loops that must run at the
+ * machine's vector width: the plugin is built for the baseline x86-64 ISA,
+ * so each inner span function is cloned for AVX-512 and AVX2 and picked at
+ * load time (ifunc), and `omp simd` vectorises it whatever the -O level. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_CLONES
+#endif
+
+/* Split [0, n) into one contiguous, 16-element aligned span per thread of
+ * the team and run `body(b, e)`; one parallel region per kernel. */
+#define CPU_SPANS(n, b, e, body)                                                          \
+	do {                                                                              \
+		const int64_t n_ = (n);                                                   \
+		_Pragma("omp parallel if (n_ >= CPU_PAR_MIN)")                            \
+		{                                                                         \
+			const int64_t t_ = cpu_thread_num(), T_ = cpu_num_threads();      \
+			int64_t b = (n_ * t_ / T_) & ~(int64_t)15;                        \
+			int64_t e = t_ + 1 == T_ ? n_ : (n_ * (t_ + 1) / T_) & ~(int64_t)15; \
+			if (e > b) {                                                      \
+				body;                                                     \
+			}                                                                 \
+		}                                                                         \
+	} while (0)
+
+/* EINVAL/ENOTSUP naming the op, what is wrong and every tensor it got. */
+kiln_status cpu_bad(struct cpu_ctx *c, const struct kiln_op *op, kiln_status st, const char *why);
+/* 1 when every input and output of op is f32. */
+int cpu_all_f32(const struct kiln_op *op);
+/* 1 for a 4-d activation stored channels-last. */
+static inline int cpu_nhwc(const struct kiln_tensor_desc *d)
+{
+	return d->ndim == 4 && d->layout == KILN_NHWC;
+}
+
 /* ---- ops.c: fill in p->kernel and sizes for a loop kernel, or set an
  * error through host->error (EINVAL bad shape, ENOTSUP unsupported). ---- */
 kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p);
@@ -78,6 +137,18 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 void cpu_gemm_free(struct cpu_gemm *g);
 kiln_status cpu_engine_create(struct cpu_ctx *c);
 void cpu_engine_destroy(struct cpu_ctx *c);
+
+/* ---- dnn.c: a plan made of oneDNN primitives ---- */
+void cpu_dnn_free(struct cpu_dnn *d);
+
+/* ---- conv.c, pool.c, bn.c, act.c, layout.c: prepare one family of ops
+ * (same contract as cpu_ops_prepare) ---- */
+kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+kiln_status cpu_act_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+kiln_status cpu_dropout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+kiln_status cpu_layout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 
 /* ---- stream.c: the device ops members for streams and events ---- */
 kiln_status cpu_stream_create(void *ctx, void **stream);

@@ -13,47 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Below this many elements a parallel region costs more than it saves. */
-#define CPU_PAR_MIN 32768
-/* Fixed split of reductions (see the header comment). */
-#define CPU_CHUNKS 64
-
-#ifdef _OPENMP
-#include <omp.h>
-static inline int64_t cpu_thread_num(void) { return omp_get_thread_num(); }
-static inline int64_t cpu_num_threads(void) { return omp_get_num_threads(); }
-#else
-static inline int64_t cpu_thread_num(void) { return 0; }
-static inline int64_t cpu_num_threads(void) { return 1; }
-#endif
-
 /* ---- kernels ---------------------------------------------------------- */
-
-/* The streaming kernels below are memory-bound loops that must run at the
- * machine's vector width: the plugin is built for the baseline x86-64 ISA,
- * so each inner span function is cloned for AVX-512 and AVX2 and picked at
- * load time (ifunc), and `omp simd` vectorises it whatever the -O level. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CPU_CLONES
-#endif
-
-/* Split [0, n) into one contiguous, 16-element aligned span per thread of
- * the team and run `body(b, e)`; one parallel region per kernel. */
-#define CPU_SPANS(n, b, e, body)                                                          \
-	do {                                                                              \
-		const int64_t n_ = (n);                                                   \
-		_Pragma("omp parallel if (n_ >= CPU_PAR_MIN)")                            \
-		{                                                                         \
-			const int64_t t_ = cpu_thread_num(), T_ = cpu_num_threads();      \
-			int64_t b = (n_ * t_ / T_) & ~(int64_t)15;                        \
-			int64_t e = t_ + 1 == T_ ? n_ : (n_ * (t_ + 1) / T_) & ~(int64_t)15; \
-			if (e > b) {                                                      \
-				body;                                                     \
-			}                                                                 \
-		}                                                                         \
-	} while (0)
 
 CPU_CLONES static void bias_add_rows(float *y, const float *b, int64_t r0, int64_t r1, int64_t N)
 {
@@ -276,6 +236,15 @@ static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *
 	return KILN_OK;
 }
 
+/* counter (i64[1]) += i[0]: the trainer's micro-step count */
+static kiln_status cpu_counter_add(const struct cpu_plan *p, const struct kiln_op_args *a,
+				   struct cpu_err *e)
+{
+	(void)e;
+	*(int64_t *)a->out[0] += p->op.i[0];
+	return KILN_OK;
+}
+
 /* bf16 from f32, round to nearest even (NaN kept quiet). */
 static uint16_t cpu_bf16(float f)
 {
@@ -413,8 +382,7 @@ static int64_t cpu_inner(const struct kiln_tensor_desc *d)
 	return d->dims[d->ndim - 1];
 }
 
-/* EINVAL/ENOTSUP naming the op, what is wrong and every tensor it got. */
-static kiln_status cpu_bad(struct cpu_ctx *c, const struct kiln_op *op, kiln_status st,
+kiln_status cpu_bad(struct cpu_ctx *c, const struct kiln_op *op, kiln_status st,
 			   const char *why)
 {
 	char list[640], one[96];
@@ -433,7 +401,7 @@ static kiln_status cpu_bad(struct cpu_ctx *c, const struct kiln_op *op, kiln_sta
 			      off ? list : "no tensors");
 }
 
-static int cpu_all_f32(const struct kiln_op *op)
+int cpu_all_f32(const struct kiln_op *op)
 {
 	for (int i = 0; i < op->n_in; i++)
 		if (op->in[i].dtype != KILN_F32)
@@ -463,6 +431,7 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		p->kernel = cpu_sgd;
 		break;
 	case KILN_OP_FILL: need_in = 0; need_out = 1; p->kernel = cpu_fill; break;
+	case KILN_OP_COUNTER_ADD: need_in = 0; need_out = 1; p->kernel = cpu_counter_add; break;
 	case KILN_OP_REDUCE_SUM: need_in = 1; need_out = 1; p->kernel = cpu_reduce_sum; break;
 	case KILN_OP_SCALE: need_in = 1; need_out = 1; p->kernel = cpu_scale; break;
 	case KILN_OP_ADD: need_in = 2; need_out = 1; p->kernel = cpu_add; break;
@@ -479,6 +448,11 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_in = need_in;
 	p->n_out = need_out;
 
+	if (op->type == KILN_OP_COUNTER_ADD) {
+		if (op->out[0].dtype != KILN_I64 || cpu_numel(&op->out[0]) != 1)
+			return cpu_bad(c, op, KILN_EINVAL, "wants an i64[1] counter");
+		return KILN_OK;
+	}
 	if (op->type == KILN_OP_FILL) {
 		int dt = op->out[0].dtype;
 		if (dt < 0 || dt >= KILN_DTYPE_COUNT)
