@@ -74,9 +74,9 @@ int cmd_train(int argc, char **argv)
 	} else {
 		printf("{\"epochs\": %d, \"steps\": %lld, \"train_loss\": %.6f, \"train_acc\": %.6f, "
 		       "\"test_loss\": %.6f, \"test_acc\": %.6f, \"test_samples\": %lld, "
-		       "\"train_samples_per_s\": %.1f, \"wall_s\": %.2f}\n",
+		       "\"train_samples_per_s\": %.1f, \"eval_samples_per_s\": %.1f, \"wall_s\": %.2f}\n",
 		       r.epochs, (long long)r.steps, r.train_loss, r.train_acc, r.test_loss, r.test_acc,
-		       (long long)r.test_samples, r.train_samples_per_s, r.wall_s);
+		       (long long)r.test_samples, r.train_samples_per_s, r.eval_samples_per_s, r.wall_s);
 		if (r.test_acc >= 0)
 			fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r.test_acc,
 				(long long)r.test_samples);

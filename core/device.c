@@ -185,3 +185,8 @@ void *kiln_device_proc(struct kiln_device *dev, const char *name)
 {
 	return HAS(dev, get_proc_address) ? dev->ops->get_proc_address(dev->ctx, name) : NULL;
 }
+
+size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)
+{
+	return plan && HAS(dev, aux_bytes) ? dev->ops->aux_bytes(dev->ctx, plan) : 0;
+}

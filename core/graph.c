@@ -275,6 +275,15 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	}
 	if ((st = layout_params(m, nodes)))
 		goto fail;
+	/* the speed guides' rule, applied by the conv layer: a convolution
+	 * feeding only a batchnorm gets no bias unless asked for (the
+	 * normalisation subtracts it again) */
+	for (int i = 0; i < m->n_layers; i++)
+		if (nodes[i].l.before_norm && !strcmp(m->layers[i].type->name, "conv") &&
+		    !strcmp(kiln_config_where(cfg, m->layers[i].section, "bias"), "default"))
+			kiln_log(KILN_LOG_INFO, "core",
+				 "layer '%s': convolution followed by batchnorm gets no bias (set bias = 1 to keep one)",
+				 m->layers[i].name);
 	for (int i = 0; i < m->n_layers; i++)
 		free_node(m, &nodes[i], NULL);
 	free(nodes);

@@ -2,7 +2,11 @@ lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
 	core/config_impl.h core/config_check.c core/schema.c core/registry.c core/device.c core/rng.c core/graph.h core/graph.c core/trainer.c \
 	core/layers/util.h core/layers/layers.c core/layers/linear.c core/layers/relu.c \
-	core/layers/flatten.c core/layers/softmax_xent.c
+	core/layers/flatten.c core/layers/softmax_xent.c core/layers/conv.c \
+	core/layers/batchnorm.c core/layers/pool.h core/layers/pool.c core/layers/maxpool.c \
+	core/layers/avgpool.c core/layers/global_avgpool.c core/layers/act.h core/layers/act.c \
+	core/layers/leaky_relu.c core/layers/gelu.c core/layers/sigmoid.c core/layers/tanh.c \
+	core/layers/dropout.c core/layers/add.c core/layers/concat.c
 libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFLAGS) \
 	-DKILN_PKGLIBDIR='"$(pkglibdir)"' \
 	-DKILN_BUILD_LIBDIR='"$(abs_top_builddir)/.libs"' \

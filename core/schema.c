@@ -71,6 +71,8 @@ const struct kiln_key kiln_layer_common_keys[] = {
 	  "Comma-separated input layers, for layers with several inputs." },
 	{ "trainable", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "0 freezes the layer: no weight gradients are computed or stored." },
+	{ "inplace", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "1 allows the layer to overwrite its input; the planner decides whether it does (it does not yet: the memory issue adds in-place planning)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -434,8 +434,10 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				 (long long)ep + 1, (long long)epochs, res->train_loss, res->train_acc, ep_s,
 				 (double)ep_samples / ep_s);
 		if (do_eval) {
+			double ev_t0 = now_s();
 			if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss, &res->test_acc)))
 				goto out;
+			res->eval_samples_per_s = (double)test.len / (now_s() - ev_t0);
 			/* evaluation syncs are log points too */
 			kiln_device_counters_get(t->dev, &c_prev);
 			res->test_samples = test.len;

@@ -3,7 +3,9 @@
 if BUILD_CPU
 pkglib_LTLIBRARIES += plugins/kiln-cpu.la
 plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/stream.c plugins/cpu/ops.c \
-	plugins/cpu/gemm.c plugins/cpu/cpu.h
+	plugins/cpu/gemm.c plugins/cpu/dnn.c plugins/cpu/conv.c plugins/cpu/pool.c \
+	plugins/cpu/bn.c plugins/cpu/act.c plugins/cpu/layout.c plugins/cpu/cpu.h \
+	plugins/cpu/dnn.h
 plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS)
 plugins_kiln_cpu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENMP_CFLAGS) -lm

@@ -653,6 +653,876 @@ START_TEST(test_reduce_scale_add)
 }
 END_TEST
 
+/* ---- convolutional ops: shared helpers -------------------------------- */
+
+/* Reference tensors are kept in logical NCHW order; the device gets them in
+ * the op's layout. */
+static struct kiln_tensor_desc td4(int64_t n, int64_t c, int64_t h, int64_t w, int nhwc)
+{
+	struct kiln_tensor_desc d;
+	int64_t dims[4] = { n, c, h, w };
+	kiln_tensor_desc_init(&d, KILN_F32, 4, dims);
+	d.layout = nhwc ? KILN_NHWC : KILN_NCHW;
+	return d;
+}
+
+/* Stored offset of logical element (n, c, h, w) of [N, C, H, W]. */
+static size_t at4(int nhwc, int C, int H, int W, int n, int c, int h, int w)
+{
+	return nhwc ? (((size_t)n * H + h) * W + w) * C + c : (((size_t)n * C + c) * H + h) * W + w;
+}
+
+/* NCHW <-> stored order of a [N, C, H, W] tensor; to_stored 1: logical in
+ * src, stored out. */
+static void restore(float *dst, const float *src, int N, int C, int H, int W, int nhwc,
+		    int to_stored)
+{
+	size_t i = 0;
+	for (int n = 0; n < N; n++)
+		for (int c = 0; c < C; c++)
+			for (int h = 0; h < H; h++)
+				for (int w = 0; w < W; w++, i++) {
+					size_t s = at4(nhwc, C, H, W, n, c, h, w);
+					if (to_stored)
+						dst[s] = src[i];
+					else
+						dst[i] = src[s];
+				}
+}
+
+/* Device copy of logical [N,C,H,W] data h in the stored order. */
+static void *dput4(struct fx *f, const float *h, int N, int C, int H, int W, int nhwc,
+		   float **keep)
+{
+	size_t n = (size_t)N * C * H * W;
+	float *s = malloc(n * 4);
+	restore(s, h, N, C, H, W, nhwc, 1);
+	*keep = s; /* freed by the caller after the next sync */
+	return dput(f, s, n * 4);
+}
+
+/* Logical [N,C,H,W] copy of device data d. */
+static float *dget4(struct fx *f, const void *d, int N, int C, int H, int W, int nhwc)
+{
+	size_t n = (size_t)N * C * H * W;
+	float *s = malloc(n * 4), *l = malloc(n * 4);
+	dget(f, s, d, n * 4);
+	restore(l, s, N, C, H, W, nhwc, 0);
+	free(s);
+	return l;
+}
+
+/* The device's aux_bytes for a prepared plan. */
+static size_t aux_bytes(struct fx *f, void *plan)
+{
+	return kiln_device_aux_bytes(f->dev, plan);
+}
+
+/* ---- convolution ------------------------------------------------------ */
+
+struct conv_g {
+	int N, C, O, H, W, KH, KW, sh, sw, ph, pw, dh, dw, g, bias;
+};
+
+static void conv_op(struct kiln_op *op, int type, const struct conv_g *q, int OH, int OW,
+		    int nhwc)
+{
+	memset(op, 0, sizeof *op);
+	op->type = type;
+	struct kiln_tensor_desc x = td4(q->N, q->C, q->H, q->W, nhwc);
+	struct kiln_tensor_desc y = td4(q->N, q->O, OH, OW, nhwc);
+	struct kiln_tensor_desc w = td4(q->O, q->C / q->g, q->KH, q->KW, 0);
+	w.layout = KILN_ROW;
+	struct kiln_tensor_desc b = td(KILN_F32, 1, q->O, 0);
+	if (type == KILN_OP_CONV) {
+		op->n_in = q->bias ? 3 : 2, op->n_out = 1;
+		op->in[0] = x, op->in[1] = w, op->in[2] = b, op->out[0] = y;
+	} else if (type == KILN_OP_CONV_BWD_DATA) {
+		op->n_in = 2, op->n_out = 1;
+		op->in[0] = y, op->in[1] = w, op->out[0] = x;
+	} else {
+		op->n_in = 2, op->n_out = q->bias ? 2 : 1;
+		op->in[0] = x, op->in[1] = y, op->out[0] = w, op->out[1] = b;
+	}
+	op->i[0] = q->sh, op->i[1] = q->sw, op->i[2] = q->ph, op->i[3] = q->pw;
+	op->i[4] = q->dh, op->i[5] = q->dw, op->i[6] = q->g;
+}
+
+static void conv_case(struct fx *f, const struct conv_g *q, int nhwc)
+{
+	const int N = q->N, C = q->C, O = q->O, H = q->H, W = q->W, KH = q->KH, KW = q->KW;
+	const int Cg = C / q->g, Og = O / q->g;
+	const int OH = (H + 2 * q->ph - q->dh * (KH - 1) - 1) / q->sh + 1;
+	const int OW = (W + 2 * q->pw - q->dw * (KW - 1) - 1) / q->sw + 1;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * O * OH * OW;
+	const size_t nw = (size_t)O * Cg * KH * KW;
+	float *x = frandv(nx), *w = frandv(nw), *b = frandv((size_t)O), *dy = frandv(ny);
+	double *y = calloc(ny, 8), *ym = calloc(ny, 8), *dx = calloc(nx, 8), *dxm = calloc(nx, 8);
+	double *dw = calloc(nw, 8), *dwm = calloc(nw, 8), *db = calloc((size_t)O, 8);
+	double *dbm = calloc((size_t)O, 8);
+
+	/* the 7-loop definition, every product visited once for all three */
+	for (int n = 0; n < N; n++)
+		for (int o = 0; o < O; o++)
+			for (int oh = 0; oh < OH; oh++)
+				for (int ow = 0; ow < OW; ow++) {
+					const size_t yi = (((size_t)n * O + o) * OH + oh) * OW + ow;
+					const int g = o / Og;
+					for (int cg = 0; cg < Cg; cg++)
+						for (int kh = 0; kh < KH; kh++)
+							for (int kw = 0; kw < KW; kw++) {
+								int ih = oh * q->sh - q->ph + kh * q->dh;
+								int iw = ow * q->sw - q->pw + kw * q->dw;
+								if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+									continue;
+								int c = g * Cg + cg;
+								size_t xi = (((size_t)n * C + c) * H + ih) * W + iw;
+								size_t wi = (((size_t)o * Cg + cg) * KH + kh) * KW + kw;
+								y[yi] += (double)x[xi] * w[wi];
+								ym[yi] += fabs((double)x[xi] * w[wi]);
+								dx[xi] += (double)dy[yi] * w[wi];
+								dxm[xi] += fabs((double)dy[yi] * w[wi]);
+								dw[wi] += (double)dy[yi] * x[xi];
+								dwm[wi] += fabs((double)dy[yi] * x[xi]);
+							}
+					if (q->bias) {
+						y[yi] += b[o], ym[yi] += fabs(b[o]);
+						db[o] += dy[yi], dbm[o] += fabs(dy[yi]);
+					}
+				}
+
+	float *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, nhwc, &k1), *dDY = dput4(f, dy, N, O, OH, OW, nhwc, &k2);
+	void *dW = dput(f, w, nw * 4), *dB = dput(f, b, (size_t)O * 4);
+	void *dY = dput(f, NULL, ny * 4), *dDX = dput(f, NULL, nx * 4);
+	void *dDW = dput(f, NULL, nw * 4), *dDB = dput(f, NULL, (size_t)O * 4);
+	struct kiln_op op;
+	char tag[160];
+	snprintf(tag, sizeof tag,
+		 "%s N%d C%d O%d %dx%d k%dx%d s%d,%d p%d,%d d%d,%d g%d bias%d", nhwc ? "NHWC" : "NCHW",
+		 N, C, O, H, W, KH, KW, q->sh, q->sw, q->ph, q->pw, q->dh, q->dw, q->g, q->bias);
+
+	conv_op(&op, KILN_OP_CONV, q, OH, OW, nhwc);
+	const void *in[3] = { dX, dW, dB };
+	void *out[2] = { dY };
+	OK(run_op(f, &op, in, out));
+	float *got = dget4(f, dY, N, O, OH, OW, nhwc);
+	for (size_t i = 0; i < ny; i++)
+		NEAR(got[i], y[i], ym[i], 1e-4, "CONV %s: y[%zu] = %.7g, want %.7g", tag, i, got[i], y[i]);
+	free(got);
+
+	conv_op(&op, KILN_OP_CONV_BWD_DATA, q, OH, OW, nhwc);
+	in[0] = dDY, in[1] = dW, out[0] = dDX;
+	OK(run_op(f, &op, in, out));
+	got = dget4(f, dDX, N, C, H, W, nhwc);
+	for (size_t i = 0; i < nx; i++)
+		NEAR(got[i], dx[i], dxm[i], 1e-4, "CONV_BWD_DATA %s: dx[%zu] = %.7g, want %.7g", tag, i,
+		     got[i], dx[i]);
+	free(got);
+	op.flags = KILN_OPF_ACCUMULATE; /* refused: the caller adds from scratch */
+	void *plan;
+	ck_assert_int_eq(kiln_device_prepare(f->dev, &op, &plan, NULL), KILN_ENOTSUP);
+
+	conv_op(&op, KILN_OP_CONV_BWD_WEIGHTS, q, OH, OW, nhwc);
+	in[0] = dX, in[1] = dDY, out[0] = dDW, out[1] = dDB;
+	OK(run_op(f, &op, in, out));
+	got = malloc(nw * 4);
+	dget(f, got, dDW, nw * 4);
+	for (size_t i = 0; i < nw; i++)
+		NEAR(got[i], dw[i], dwm[i], 1e-4, "CONV_BWD_WEIGHTS %s: dw[%zu] = %.7g, want %.7g", tag,
+		     i, got[i], dw[i]);
+	if (q->bias) {
+		dget(f, got, dDB, (size_t)O * 4);
+		for (int o = 0; o < O; o++)
+			NEAR(got[o], db[o], dbm[o], 1e-4, "CONV_BWD_WEIGHTS %s: db[%d] = %.7g, want %.7g",
+			     tag, o, got[o], db[o]);
+	}
+	free(got);
+
+	void *d[] = { dX, dDY, dW, dB, dY, dDX, dDW, dDB };
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+		kiln_device_free(f->dev, d[i]);
+	free(x), free(w), free(b), free(dy), free(y), free(ym), free(dx), free(dxm);
+	free(dw), free(dwm), free(db), free(dbm), free(k1), free(k2);
+}
+
+START_TEST(test_conv)
+{
+	/* N C O H W KH KW sh sw ph pw dh dw g bias */
+	static const struct conv_g cases[] = {
+		{ 1, 3, 5, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 },
+		{ 3, 4, 6, 13, 13, 3, 3, 2, 2, 1, 1, 1, 1, 2, 1 },   /* stride 2, groups 2 */
+		{ 3, 4, 8, 13, 13, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0 },   /* 5x5, pad 2, no bias */
+		{ 2, 6, 4, 13, 13, 3, 3, 1, 1, 2, 2, 2, 2, 2, 1 },   /* dilation 2, groups 2 */
+		{ 3, 8, 16, 7, 7, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1 },    /* 1x1 stride 2 */
+		{ 1, 16, 32, 13, 13, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1 }, /* blocked-friendly channels */
+		{ 2, 3, 4, 7, 13, 3, 5, 2, 1, 1, 2, 1, 1, 1, 1 },    /* rectangular everything */
+		{ 2, 8, 8, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1 },   /* depthwise */
+		{ 3, 32, 64, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }, /* bigger: threads, reorders */
+	};
+	struct fx f;
+	fx_open(&f, _i);
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+		for (int nhwc = 0; nhwc < 2; nhwc++)
+			conv_case(&f, &cases[k], nhwc);
+	fx_close(&f);
+}
+END_TEST
+
+START_TEST(test_conv_errors)
+{
+	struct fx f;
+	void *plan;
+	fx_open(&f, _i);
+	struct conv_g q = { 2, 4, 6, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+	struct kiln_op op;
+	conv_op(&op, KILN_OP_CONV, &q, 6, 7, 0); /* OH should be 7 */
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "CONV"), "message: %s", kiln_last_error());
+	q.g = 4; /* O = 6 is not a multiple of 4 groups */
+	conv_op(&op, KILN_OP_CONV, &q, 7, 7, 0);
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	q.g = 1;
+	conv_op(&op, KILN_OP_CONV, &q, 7, 7, 0);
+	op.out[0].layout = KILN_NHWC; /* mixed layouts */
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- pooling ---------------------------------------------------------- */
+
+struct pool_g {
+	int N, C, H, W, kind, KH, KW, sh, sw, ph, pw, cip;
+};
+
+static void pool_op(struct kiln_op *op, int bwd, const struct pool_g *q, int OH, int OW, int nhwc)
+{
+	memset(op, 0, sizeof *op);
+	op->type = bwd ? KILN_OP_POOL_BWD : KILN_OP_POOL;
+	struct kiln_tensor_desc x = td4(q->N, q->C, q->H, q->W, nhwc);
+	struct kiln_tensor_desc y = td4(q->N, q->C, OH, OW, nhwc);
+	if (bwd) {
+		op->n_in = 3, op->n_out = 1;
+		op->in[0] = y, op->in[1] = td(KILN_U8, 1, 1, 0), op->in[2] = x, op->out[0] = x;
+	} else {
+		op->n_in = 1, op->n_out = 2;
+		op->in[0] = x, op->out[0] = y, op->out[1] = td(KILN_U8, 1, 1, 0);
+	}
+	op->i[0] = q->kind, op->i[1] = q->KH, op->i[2] = q->KW, op->i[3] = q->sh, op->i[4] = q->sw;
+	op->i[5] = q->ph, op->i[6] = q->pw, op->i[7] = q->cip;
+}
+
+static void pool_case(struct fx *f, const struct pool_g *q, int nhwc)
+{
+	const int N = q->N, C = q->C, H = q->H, W = q->W;
+	const int OH = (H + 2 * q->ph - q->KH) / q->sh + 1, OW = (W + 2 * q->pw - q->KW) / q->sw + 1;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * C * OH * OW;
+	float *x = frandv(nx), *dy = frandv(ny);
+	double *y = calloc(ny, 8), *dx = calloc(nx, 8), *ym = calloc(ny, 8);
+	for (int nc = 0; nc < N * C; nc++)
+		for (int oh = 0; oh < OH; oh++)
+			for (int ow = 0; ow < OW; ow++) {
+				const size_t yi = ((size_t)nc * OH + oh) * OW + ow;
+				double s = 0, sa = 0, mx = -INFINITY;
+				size_t am = 0;
+				int cnt = 0;
+				for (int kh = 0; kh < q->KH; kh++)
+					for (int kw = 0; kw < q->KW; kw++) {
+						int ih = oh * q->sh - q->ph + kh, iw = ow * q->sw - q->pw + kw;
+						if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+							continue;
+						size_t xi = ((size_t)nc * H + ih) * W + iw;
+						s += x[xi], sa += fabs(x[xi]), cnt++;
+						if (x[xi] > mx)
+							mx = x[xi], am = xi;
+					}
+				if (q->kind == KILN_POOL_MAX) {
+					y[yi] = mx;
+					dx[am] += dy[yi];
+				} else {
+					const int div = q->cip ? q->KH * q->KW : cnt;
+					y[yi] = s / div;
+					ym[yi] = sa / div;
+					for (int kh = 0; kh < q->KH; kh++)
+						for (int kw = 0; kw < q->KW; kw++) {
+							int ih = oh * q->sh - q->ph + kh;
+							int iw = ow * q->sw - q->pw + kw;
+							if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+								dx[((size_t)nc * H + ih) * W + iw] += (double)dy[yi] / div;
+						}
+				}
+			}
+	char tag[160];
+	snprintf(tag, sizeof tag, "%s %s N%d C%d %dx%d k%dx%d s%d,%d p%d,%d cip%d",
+		 nhwc ? "NHWC" : "NCHW", q->kind == KILN_POOL_MAX ? "max" : "avg", N, C, H, W, q->KH,
+		 q->KW, q->sh, q->sw, q->ph, q->pw, q->cip);
+
+	/* forward with aux kept for the backward */
+	struct kiln_op op;
+	void *fplan, *bplan, *ws = NULL, *aux = NULL;
+	size_t wsb = 0, bwsb = 0;
+	pool_op(&op, 0, q, OH, OW, nhwc);
+	OK(kiln_device_prepare(f->dev, &op, &fplan, &wsb));
+	const size_t ab = aux_bytes(f, fplan);
+	if (q->kind == KILN_POOL_AVG)
+		ck_assert_uint_eq(ab, 0);
+	pool_op(&op, 1, q, OH, OW, nhwc);
+	OK(kiln_device_prepare(f->dev, &op, &bplan, &bwsb));
+	if (bwsb > wsb)
+		wsb = bwsb;
+	float *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, nhwc, &k1), *dDY = dput4(f, dy, N, C, OH, OW, nhwc, &k2);
+	void *dY = dput(f, NULL, ny * 4), *dDX = dput(f, NULL, nx * 4);
+	if (wsb)
+		OK(kiln_device_alloc(f->dev, wsb, &ws));
+	if (ab)
+		OK(kiln_device_alloc(f->dev, ab, &aux));
+	struct kiln_op_args a;
+	memset(&a, 0, sizeof a);
+	a.in[0] = dX, a.out[0] = dY, a.out[1] = aux, a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, fplan, &a, f->s));
+	memset(&a, 0, sizeof a);
+	a.in[0] = dDY, a.in[1] = aux, a.in[2] = dX, a.out[0] = dDX;
+	a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, bplan, &a, f->s));
+	OK(kiln_device_stream_sync(f->dev, f->s));
+
+	float *got = dget4(f, dY, N, C, OH, OW, nhwc);
+	for (size_t i = 0; i < ny; i++)
+		NEAR(got[i], y[i], fabs(y[i]) + ym[i], 1e-5, "POOL %s: y[%zu] = %.7g, want %.7g", tag, i, got[i],
+		     y[i]);
+	free(got);
+	got = dget4(f, dDX, N, C, H, W, nhwc);
+	for (size_t i = 0; i < nx; i++)
+		NEAR(got[i], dx[i], fabs(dx[i]) + 1, 1e-5, "POOL_BWD %s: dx[%zu] = %.7g, want %.7g", tag,
+		     i, got[i], dx[i]);
+	free(got);
+	kiln_device_plan_free(f->dev, fplan);
+	kiln_device_plan_free(f->dev, bplan);
+	void *d[] = { dX, dDY, dY, dDX, ws, aux };
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+		kiln_device_free(f->dev, d[i]);
+	free(x), free(dy), free(y), free(dx), free(ym), free(k1), free(k2);
+}
+
+START_TEST(test_pool)
+{
+	/* N C H W kind KH KW sh sw ph pw cip */
+	static const struct pool_g cases[] = {
+		{ 3, 5, 13, 13, KILN_POOL_MAX, 3, 3, 2, 2, 1, 1, 0 },
+		{ 1, 4, 7, 7, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 }, /* floor drops a row */
+		{ 2, 16, 13, 13, KILN_POOL_MAX, 3, 3, 1, 1, 1, 1, 0 },
+		{ 2, 3, 7, 13, KILN_POOL_MAX, 3, 5, 2, 1, 1, 2, 0 },
+		{ 3, 5, 13, 13, KILN_POOL_AVG, 3, 3, 1, 1, 1, 1, 1 },
+		{ 3, 5, 13, 13, KILN_POOL_AVG, 3, 3, 1, 1, 1, 1, 0 },
+		{ 2, 6, 13, 13, KILN_POOL_AVG, 5, 5, 2, 2, 2, 2, 0 },
+		{ 2, 6, 13, 13, KILN_POOL_AVG, 5, 5, 2, 2, 2, 2, 1 },
+		{ 3, 24, 7, 7, KILN_POOL_AVG, 7, 7, 1, 1, 0, 0, 1 }, /* global average */
+		{ 8, 32, 32, 32, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 }, /* threads */
+	};
+	struct fx f;
+	fx_open(&f, _i);
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+		for (int nhwc = 0; nhwc < 2; nhwc++)
+			pool_case(&f, &cases[k], nhwc);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- batch normalisation ---------------------------------------------- */
+
+/* x is [N, C, H, W] (dims4) or 2-d [N, C] (H = W = 1, ndim2). */
+static void bn_case(struct fx *f, int N, int C, int H, int W, int nhwc, int ndim2)
+{
+	const size_t n = (size_t)N * C * H * W;
+	const int M = N * H * W;
+	const double eps = 1e-5, mom = 0.1;
+	float *x = frandv(n), *dy = frandv(n), *gamma = frandv((size_t)C), *beta = frandv((size_t)C);
+	float *rm = frandv((size_t)C), *rv = malloc((size_t)C * 4);
+	for (size_t i = 0; i < n; i++) /* per-channel offsets: the variance must not cancel */
+		x[i] = 3.0f + (float)((i / ((size_t)H * W)) % C) + 2.0f * x[i];
+	for (int c = 0; c < C; c++)
+		rv[c] = 0.5f + 0.25f * (float)c;
+	double *mean = calloc((size_t)C, 8), *var = calloc((size_t)C, 8), *inv = calloc((size_t)C, 8);
+	double *sdy = calloc((size_t)C, 8), *sdyx = calloc((size_t)C, 8), *sabs = calloc((size_t)C, 8);
+#define XI(nn, c, hw) ((((size_t)(nn) * C + (c)) * H * W) + (hw))
+	for (int c = 0; c < C; c++) {
+		for (int nn = 0; nn < N; nn++)
+			for (int hw = 0; hw < H * W; hw++)
+				mean[c] += x[XI(nn, c, hw)];
+		mean[c] /= M;
+		for (int nn = 0; nn < N; nn++)
+			for (int hw = 0; hw < H * W; hw++) {
+				double d = x[XI(nn, c, hw)] - mean[c];
+				var[c] += d * d;
+				sdy[c] += dy[XI(nn, c, hw)];
+				sdyx[c] += dy[XI(nn, c, hw)] * d;
+				/* the saved mean is f32: its rounding scales with |mean| */
+				sabs[c] += fabs(dy[XI(nn, c, hw)]) * (fabs(d) + fabs(mean[c]));
+			}
+		var[c] /= M;
+		inv[c] = 1.0 / sqrt(var[c] + eps);
+	}
+	char tag[96];
+	snprintf(tag, sizeof tag, "%s [%d,%d,%d,%d]", ndim2 ? "2-d" : nhwc ? "NHWC" : "NCHW", N, C, H, W);
+
+	struct kiln_tensor_desc xd = ndim2 ? td(KILN_F32, 2, N, C) : td4(N, C, H, W, nhwc);
+	struct kiln_tensor_desc cd = td(KILN_F32, 1, C, 0), sd = td(KILN_F32, 2, 2, C);
+	float *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, nhwc, &k1), *dDY = dput4(f, dy, N, C, H, W, nhwc, &k2);
+	void *dG = dput(f, gamma, (size_t)C * 4), *dB = dput(f, beta, (size_t)C * 4);
+	void *dRM = dput(f, rm, (size_t)C * 4), *dRV = dput(f, rv, (size_t)C * 4);
+	void *dY = dput(f, NULL, n * 4), *dS = dput(f, NULL, (size_t)C * 8);
+	void *dDX = dput(f, NULL, n * 4), *dDG = dput(f, NULL, (size_t)C * 4);
+	void *dDB = dput(f, NULL, (size_t)C * 4);
+
+	/* training */
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_TRAIN;
+	op.n_in = 3, op.n_out = 4;
+	op.in[0] = op.out[0] = xd;
+	op.in[1] = op.in[2] = op.out[2] = op.out[3] = cd;
+	op.out[1] = sd;
+	op.f[0] = eps, op.f[1] = mom;
+	const void *in[5] = { dX, dG, dB };
+	void *out[4] = { dY, dS, dRM, dRV };
+	OK(run_op(f, &op, in, out));
+	float *got = dget4(f, dY, N, C, H, W, nhwc), *hs = malloc((size_t)C * 8);
+	for (size_t i = 0; i < n; i++) {
+		int c = (int)((i / ((size_t)H * W)) % C);
+		double want = (x[i] - mean[c]) * inv[c] * gamma[c] + beta[c];
+		NEAR(got[i], want, fabs(want) + 1, 1e-5, "BN_TRAIN %s: y[%zu] = %.7g, want %.7g", tag, i,
+		     got[i], want);
+	}
+	dget(f, hs, dS, (size_t)C * 8);
+	float *hrm = malloc((size_t)C * 4), *hrv = malloc((size_t)C * 4);
+	dget(f, hrm, dRM, (size_t)C * 4);
+	dget(f, hrv, dRV, (size_t)C * 4);
+	for (int c = 0; c < C; c++) {
+		double wrm = (1 - mom) * rm[c] + mom * mean[c];
+		double wrv = (1 - mom) * rv[c] + mom * var[c] * M / (M - 1);
+		NEAR(hs[c], mean[c], fabs(mean[c]), 1e-5, "BN_TRAIN %s: mean[%d] %g want %g", tag, c, hs[c], mean[c]);
+		NEAR(hs[C + c], inv[c], fabs(inv[c]), 1e-5, "BN_TRAIN %s: invstd[%d] %g want %g", tag, c, hs[C + c], inv[c]);
+		NEAR(hrm[c], wrm, fabs(wrm), 1e-5, "BN_TRAIN %s: running_mean[%d] %g want %g", tag, c, hrm[c], wrm);
+		NEAR(hrv[c], wrv, fabs(wrv), 1e-5, "BN_TRAIN %s: running_var[%d] %g want %g", tag, c, hrv[c], wrv);
+	}
+	free(got);
+
+	/* backward from the saved statistics */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_BWD;
+	op.n_in = 4, op.n_out = 3;
+	op.in[0] = op.in[1] = op.out[0] = xd;
+	op.in[2] = op.out[1] = op.out[2] = cd;
+	op.in[3] = sd;
+	in[0] = dX, in[1] = dDY, in[2] = dG, in[3] = dS;
+	out[0] = dDX, out[1] = dDG, out[2] = dDB;
+	OK(run_op(f, &op, in, out));
+	got = dget4(f, dDX, N, C, H, W, nhwc);
+	for (size_t i = 0; i < n; i++) {
+		int c = (int)((i / ((size_t)H * W)) % C);
+		double xh = (x[i] - mean[c]) * inv[c];
+		double want = gamma[c] * inv[c] / M * (M * dy[i] - sdy[c] - xh * sdyx[c] * inv[c]);
+		NEAR(got[i], want, fabs(gamma[c] * inv[c]) * (fabs(dy[i]) + 1), 1e-5,
+		     "BN_BWD %s: dx[%zu] = %.7g, want %.7g", tag, i, got[i], want);
+	}
+	dget(f, hrm, dDG, (size_t)C * 4);
+	dget(f, hrv, dDB, (size_t)C * 4);
+	for (int c = 0; c < C; c++) {
+		NEAR(hrm[c], sdyx[c] * inv[c], sabs[c] * inv[c], 1e-5,
+		     "BN_BWD %s: dgamma[%d] %g want %g", tag, c, hrm[c], sdyx[c] * inv[c]);
+		NEAR(hrv[c], sdy[c], fabs(sdy[c]) + M * 1e-2, 1e-5, "BN_BWD %s: dbeta[%d] %g want %g", tag,
+		     c, hrv[c], sdy[c]);
+	}
+	free(got);
+
+	/* inference with the (original) running statistics */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_INFER;
+	op.n_in = 5, op.n_out = 1;
+	op.in[0] = op.out[0] = xd;
+	op.in[1] = op.in[2] = op.in[3] = op.in[4] = cd;
+	op.f[0] = eps;
+	void *dRM0 = dput(f, rm, (size_t)C * 4), *dRV0 = dput(f, rv, (size_t)C * 4);
+	in[0] = dX, in[1] = dG, in[2] = dB, in[3] = dRM0, in[4] = dRV0;
+	out[0] = dY;
+	OK(run_op(f, &op, in, out));
+	got = dget4(f, dY, N, C, H, W, nhwc);
+	for (size_t i = 0; i < n; i++) {
+		int c = (int)((i / ((size_t)H * W)) % C);
+		double want = (x[i] - rm[c]) / sqrt(rv[c] + eps) * gamma[c] + beta[c];
+		NEAR(got[i], want, fabs(want) + 1, 1e-5, "BN_INFER %s: y[%zu] = %.7g, want %.7g", tag, i,
+		     got[i], want);
+	}
+	free(got);
+#undef XI
+	void *d[] = { dX, dDY, dG, dB, dRM, dRV, dY, dS, dDX, dDG, dDB, dRM0, dRV0 };
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+		kiln_device_free(f->dev, d[i]);
+	free(x), free(dy), free(gamma), free(beta), free(rm), free(rv), free(mean), free(var);
+	free(inv), free(sdy), free(sdyx), free(sabs), free(hs), free(hrm), free(hrv), free(k1), free(k2);
+}
+
+START_TEST(test_bn)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		bn_case(&f, 3, 5, 7, 7, nhwc, 0);
+		bn_case(&f, 1, 4, 13, 13, nhwc, 0);
+		bn_case(&f, 3, 16, 1, 1, nhwc, 0);
+		bn_case(&f, 8, 6, 30, 30, nhwc, 0); /* parallel paths */
+		bn_case(&f, 100, 70, 1, 1, nhwc, 0);
+	}
+	bn_case(&f, 7, 6, 1, 1, 0, 1);
+	bn_case(&f, 1000, 40, 1, 1, 0, 1);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- activations ------------------------------------------------------ */
+
+static double act_ref(int kind, double x, double alpha, double *deriv, double *y)
+{
+	double v, d;
+	switch (kind) {
+	case KILN_ACT_RELU: v = x > 0 ? x : 0, d = x > 0; break;
+	case KILN_ACT_LEAKY_RELU: v = x > 0 ? x : alpha * x, d = x > 0 ? 1 : alpha; break;
+	case KILN_ACT_GELU:
+		v = 0.5 * x * (1 + erf(x / sqrt(2.0)));
+		d = 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+		break;
+	case KILN_ACT_SIGMOID: v = 1 / (1 + exp(-x)), d = v * (1 - v); break;
+	default: v = tanh(x), d = 1 - v * v; break;
+	}
+	*deriv = d, *y = v;
+	return v;
+}
+
+static void act_case(struct fx *f, int kind, int n, float alpha)
+{
+	size_t b = (size_t)n * 4;
+	float *x = frandv((size_t)n), *dy = frandv((size_t)n), *dx0 = frandv((size_t)n);
+	float *got = malloc(b), *yh = malloc(b);
+	for (int i = 0; i < n; i++)
+		x[i] *= 4.0f;
+	void *dX = dput(f, x, b), *dYo = dput(f, NULL, b), *dDY = dput(f, dy, b);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ACT;
+	op.n_in = op.n_out = 1;
+	op.in[0] = op.out[0] = td(KILN_F32, 2, 1, n);
+	op.i[0] = kind, op.f[0] = alpha;
+	const void *in[3] = { dX };
+	void *out[1] = { dYo };
+	OK(run_op(f, &op, in, out));
+	dget(f, yh, dYo, b);
+	for (int i = 0; i < n; i++) {
+		double d, y;
+		act_ref(kind, x[i], alpha, &d, &y);
+		NEAR(yh[i], y, fabs(y) + fabs(x[i]) * (kind == KILN_ACT_GELU), 1e-5,
+		     "ACT %d: y(%g) = %.7g, want %.7g", kind, x[i], yh[i], y);
+	}
+	for (int acc = 0; acc < 2; acc++) {
+		void *dDX = dput(f, dx0, b);
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ACT_BWD;
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		op.n_in = 3, op.n_out = 1;
+		op.in[0] = op.in[1] = op.in[2] = op.out[0] = td(KILN_F32, 1, n, 0);
+		op.i[0] = kind, op.f[0] = alpha;
+		in[0] = dX, in[1] = dDY, in[2] = dYo;
+		out[0] = dDX;
+		OK(run_op(f, &op, in, out));
+		dget(f, got, dDX, b);
+		for (int i = 0; i < n; i++) {
+			double d, y;
+			act_ref(kind, x[i], alpha, &d, &y);
+			if (kind == KILN_ACT_SIGMOID || kind == KILN_ACT_TANH) /* from the device's y */
+				d = kind == KILN_ACT_SIGMOID ? yh[i] * (1.0 - yh[i]) : 1.0 - (double)yh[i] * yh[i];
+			double want = (acc ? dx0[i] : 0) + dy[i] * d;
+			NEAR(got[i], want, fabs(want) + fabs(dy[i]) + (acc ? fabs(dx0[i]) : 0), 1e-5,
+			     "ACT_BWD %d acc %d: dx(%g) = %.7g, want %.7g", kind, acc, x[i], got[i], want);
+		}
+		kiln_device_free(f->dev, dDX);
+	}
+	kiln_device_free(f->dev, dX);
+	kiln_device_free(f->dev, dYo);
+	kiln_device_free(f->dev, dDY);
+	free(x), free(dy), free(dx0), free(got), free(yh);
+}
+
+START_TEST(test_act)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	for (int kind = KILN_ACT_RELU; kind <= KILN_ACT_TANH; kind++) {
+		act_case(&f, kind, 17, 0.01f);
+		act_case(&f, kind, 100003, 0.2f);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- dropout ---------------------------------------------------------- */
+
+/* The mask plugin.h's DROPOUT defines (see plugins/cpu/act.c), computed here
+ * independently: every device must match it bit for bit. */
+#include <Random123/philox.h>
+static int drop_ref(uint64_t seed, uint32_t layer, uint64_t step, uint64_t e, double p)
+{
+	philox4x32_ctr_t ctr = { { (uint32_t)e, (uint32_t)(e >> 32), layer, (uint32_t)step } };
+	philox4x32_key_t key = { { (uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x44524f50u } };
+	philox4x32_ctr_t r = philox4x32_R(10, ctr, key);
+	return (double)(r.v[0] >> 8) / 16777216.0 >= p;
+}
+
+/* Dropout of logical [N,C,H,W] x in the given layout; returns logical y. */
+static float *drop_run(struct fx *f, int bwd, const float *x, const float *y0, int N, int C,
+		       int H, int W, int nhwc, double p, int64_t seed, int layer, int64_t step)
+{
+	float *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, nhwc, &k1), *dY = dput4(f, y0, N, C, H, W, nhwc, &k2);
+	void *dS = dput(f, &step, 8);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = bwd ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT;
+	op.flags = bwd == 2 ? KILN_OPF_ACCUMULATE : 0;
+	op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.out[0] = td4(N, C, H, W, nhwc);
+	op.in[1] = td(KILN_I64, 1, 1, 0);
+	op.i[0] = seed, op.i[1] = layer, op.f[0] = p;
+	const void *in[2] = { dX, dS };
+	void *out[1] = { dY };
+	OK(run_op(f, &op, in, out));
+	float *got = dget4(f, dY, N, C, H, W, nhwc);
+	kiln_device_free(f->dev, dX);
+	kiln_device_free(f->dev, dY);
+	kiln_device_free(f->dev, dS);
+	free(k1), free(k2);
+	return got;
+}
+
+START_TEST(test_dropout)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int N = 4, C = 25, H = 25, W = 40; /* 100000 elements */
+	const size_t n = (size_t)N * C * H * W;
+	const double p = 0.3;
+	const int64_t seed = 0x123456789abLL, step = 5;
+	const float s = (float)(1.0 / (1.0 - p));
+	float *x = frandv(n), *dy = frandv(n), *dx0 = frandv(n);
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		float *y = drop_run(&f, 0, x, x, N, C, H, W, nhwc, p, seed, 7, step);
+		float *dx = drop_run(&f, 1, dy, dy, N, C, H, W, nhwc, p, seed, 7, step);
+		float *dxa = drop_run(&f, 2, dy, dx0, N, C, H, W, nhwc, p, seed, 7, step);
+		size_t kept = 0;
+		for (size_t i = 0; i < n; i++) {
+			const int keep = drop_ref((uint64_t)seed, 7, step, i, p);
+			kept += keep;
+			ck_assert_msg(y[i] == (keep ? x[i] * s : 0.0f), "DROPOUT %s y[%zu] = %g, keep %d x %g",
+				      nhwc ? "NHWC" : "NCHW", i, y[i], keep, x[i]);
+			ck_assert_msg(dx[i] == (keep ? dy[i] * s : 0.0f), "DROPOUT_BWD dx[%zu] = %g", i, dx[i]);
+			/* the add may be fused (FMA): one rounding less */
+			NEAR(dxa[i], dx0[i] + (keep ? (double)dy[i] * s : 0.0), fabs(dx0[i]) + fabs(dy[i] * s),
+			     1e-6, "DROPOUT_BWD acc dx[%zu] = %g", i, dxa[i]);
+		}
+		const double frac = (double)kept / n, sig = sqrt(p * (1 - p) / n);
+		ck_assert_msg(fabs(frac - (1 - p)) < 3 * sig, "kept %g, want %g +- %g", frac, 1 - p, 3 * sig);
+		free(y), free(dx), free(dxa);
+	}
+	/* another step, another layer: another mask */
+	float *y5 = drop_run(&f, 0, x, x, N, C, H, W, 0, p, seed, 7, step);
+	float *y6 = drop_run(&f, 0, x, x, N, C, H, W, 0, p, seed, 7, step + 1);
+	float *y8 = drop_run(&f, 0, x, x, N, C, H, W, 1, p, seed, 8, step);
+	size_t same6 = 0, same8 = 0;
+	for (size_t i = 0; i < n; i++)
+		same6 += (y5[i] != 0) == (y6[i] != 0), same8 += (y5[i] != 0) == (y8[i] != 0);
+	ck_assert_msg(same6 < n * 0.65 && same8 < n * 0.65, "masks repeat: %zu %zu of %zu", same6, same8, n);
+	/* p = 0 copies */
+	float *y0 = drop_run(&f, 0, x, dy, N, C, H, W, 1, 0.0, seed, 7, step);
+	ck_assert(!memcmp(y0, x, n * 4));
+	free(y5), free(y6), free(y8), free(y0);
+	free(x), free(dy), free(dx0);
+	fx_close(&f);
+}
+END_TEST
+
+/* The same dropout with 1 and 2 threads: identical bytes. */
+START_TEST(test_dropout_threads)
+{
+	const int N = 3, C = 20, H = 33, W = 33;
+	const size_t n = (size_t)N * C * H * W;
+	float *x = frandv(n), *y[2][2];
+	for (int t = 0; t < 2; t++) {
+		struct fx f;
+		memset(&f, 0, sizeof f);
+		OK(kiln_registry_open(NULL, &f.reg));
+		OK(kiln_config_new(&f.cfg));
+		OK(kiln_config_override(f.cfg, t ? "run.threads=2" : "run.threads=1"));
+		OK(kiln_config_validate(f.cfg, f.reg));
+		OK(kiln_device_open(f.reg, f.cfg, g_name, 0, &f.dev));
+		OK(kiln_device_stream_create(f.dev, &f.s));
+		for (int nhwc = 0; nhwc < 2; nhwc++)
+			y[t][nhwc] = drop_run(&f, 0, x, x, N, C, H, W, nhwc, 0.5, 42, 3, 11);
+		fx_close(&f);
+	}
+	ck_assert(!memcmp(y[0][0], y[1][0], n * 4));
+	ck_assert(!memcmp(y[0][1], y[1][1], n * 4));
+	ck_assert(!memcmp(y[0][0], y[0][1], n * 4)); /* logical NCHW == NHWC */
+	free(x), free(y[0][0]), free(y[0][1]), free(y[1][0]), free(y[1][1]);
+}
+END_TEST
+
+/* ---- concat / split / reorder ----------------------------------------- */
+
+/* Concat parts of extents ext[0..k) along dim d of a [N,C,H,W] (or 2-d
+ * [N,C]) tensor, then split it back, every other part accumulating. */
+static void concat_case(struct fx *f, const int *dims, int ndim, int nhwc, int d, const int *ext,
+			int k)
+{
+	int full[4] = { dims[0], dims[1], ndim == 4 ? dims[2] : 1, ndim == 4 ? dims[3] : 1 };
+	full[d] = 0;
+	for (int j = 0; j < k; j++)
+		full[d] += ext[j];
+	const size_t nw = (size_t)full[0] * full[1] * full[2] * full[3];
+	float *part[6], *keep[6], *whole = malloc(nw * 4), *acc0[6];
+	void *dpart[6], *dpart2[6];
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CONCAT;
+	op.n_in = k, op.n_out = 1;
+	op.i[0] = d;
+	op.out[0] = ndim == 4 ? td4(full[0], full[1], full[2], full[3], nhwc) : td(KILN_F32, 2, full[0], full[1]);
+	int off = 0;
+	for (int j = 0; j < k; j++) {
+		int pd[4] = { full[0], full[1], full[2], full[3] };
+		pd[d] = ext[j];
+		const size_t np = (size_t)pd[0] * pd[1] * pd[2] * pd[3];
+		part[j] = frandv(np);
+		acc0[j] = frandv(np);
+		op.in[j] = ndim == 4 ? td4(pd[0], pd[1], pd[2], pd[3], nhwc) : td(KILN_F32, 2, pd[0], pd[1]);
+		dpart[j] = dput4(f, part[j], pd[0], pd[1], pd[2], pd[3], nhwc, &keep[j]);
+		/* reference: part j's element (a,b,c,e) is whole's with dim d shifted */
+		size_t i = 0;
+		for (int a = 0; a < pd[0]; a++)
+			for (int b = 0; b < pd[1]; b++)
+				for (int c = 0; c < pd[2]; c++)
+					for (int e = 0; e < pd[3]; e++, i++) {
+						int q[4] = { a, b, c, e };
+						q[d] += off;
+						whole[(((size_t)q[0] * full[1] + q[1]) * full[2] + q[2]) * full[3] + q[3]] = part[j][i];
+					}
+		off += ext[j];
+	}
+	void *dW = dput(f, NULL, nw * 4);
+	void *out[4] = { dW };
+	OK(run_op(f, &op, (const void *const *)dpart, out));
+	float *got = dget4(f, dW, full[0], full[1], full[2], full[3], nhwc && ndim == 4);
+	ck_assert_msg(!memcmp(got, whole, nw * 4), "CONCAT %s d=%d k=%d", nhwc ? "NHWC" : "NCHW", d, k);
+	free(got);
+	if (k <= KILN_OP_MAX_OUT) {
+		/* SPLIT back: parts 0, 2 add into acc0, the others are written */
+		struct kiln_op sp;
+		memset(&sp, 0, sizeof sp);
+		sp.type = KILN_OP_SPLIT;
+		sp.n_in = 1, sp.n_out = k;
+		sp.in[0] = op.out[0];
+		for (int j = 0; j < k; j++)
+			sp.out[j] = op.in[j];
+		sp.i[0] = d, sp.i[1] = 5;
+		float *keep2[6];
+		for (int j = 0; j < k; j++) {
+			int pd[4] = { full[0], full[1], full[2], full[3] };
+			pd[d] = ext[j];
+			dpart2[j] = dput4(f, acc0[j], pd[0], pd[1], pd[2], pd[3], nhwc && ndim == 4, &keep2[j]);
+		}
+		const void *in[1] = { dW };
+		OK(run_op(f, &sp, in, dpart2));
+		for (int j = 0; j < k; j++) {
+			int pd[4] = { full[0], full[1], full[2], full[3] };
+			pd[d] = ext[j];
+			const size_t np = (size_t)pd[0] * pd[1] * pd[2] * pd[3];
+			got = dget4(f, dpart2[j], pd[0], pd[1], pd[2], pd[3], nhwc && ndim == 4);
+			for (size_t i = 0; i < np; i++) {
+				float want = (5 >> j) & 1 ? acc0[j][i] + part[j][i] : part[j][i];
+				ck_assert_msg(got[i] == want, "SPLIT %s d=%d part %d [%zu] = %g, want %g",
+					      nhwc ? "NHWC" : "NCHW", d, j, i, got[i], want);
+			}
+			free(got);
+			kiln_device_free(f->dev, dpart2[j]);
+			free(keep2[j]);
+		}
+	}
+	for (int j = 0; j < k; j++) {
+		kiln_device_free(f->dev, dpart[j]);
+		free(part[j]), free(keep[j]), free(acc0[j]);
+	}
+	kiln_device_free(f->dev, dW);
+	free(whole);
+}
+
+START_TEST(test_concat_split)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	static const int dims[4] = { 3, 5, 7, 13 }, big[4] = { 2, 64, 17, 17 };
+	static const int ext3[3] = { 1, 4, 2 }, ext6[6] = { 2, 1, 3, 1, 5, 2 }, ext2[2] = { 64, 32 };
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		for (int d = 0; d < 4; d++)
+			concat_case(&f, dims, 4, nhwc, d, ext3, 3);
+		concat_case(&f, dims, 4, nhwc, 1, ext6, 6);
+		concat_case(&f, big, 4, nhwc, 1, ext2, 2);
+		concat_case(&f, big, 4, nhwc, 0, ext3, 3); /* few long rows */
+	}
+	concat_case(&f, dims, 2, 0, 0, ext3, 3);
+	concat_case(&f, dims, 2, 0, 1, ext3, 3);
+	fx_close(&f);
+}
+END_TEST
+
+static void reorder_case(struct fx *f, int N, int C, int H, int W, int from, int to, int acc)
+{
+	const size_t n = (size_t)N * C * H * W;
+	float *x = frandv(n), *y0 = frandv(n), *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, from, &k1), *dY = dput4(f, y0, N, C, H, W, to, &k2);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_REORDER;
+	op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+	op.n_in = op.n_out = 1;
+	op.in[0] = td4(N, C, H, W, from);
+	op.out[0] = td4(N, C, H, W, to);
+	const void *in[1] = { dX };
+	void *out[1] = { dY };
+	OK(run_op(f, &op, in, out));
+	float *got = dget4(f, dY, N, C, H, W, to);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(got[i] == (acc ? y0[i] + x[i] : x[i]), "REORDER %d->%d acc %d [%zu] = %g",
+			      from, to, acc, i, got[i]);
+	kiln_device_free(f->dev, dX);
+	kiln_device_free(f->dev, dY);
+	free(x), free(y0), free(got), free(k1), free(k2);
+}
+
+START_TEST(test_reorder)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	for (int from = 0; from < 2; from++)
+		for (int to = 0; to < 2; to++)
+			for (int acc = 0; acc < 2; acc++) {
+				reorder_case(&f, 3, 5, 7, 13, from, to, acc);
+				reorder_case(&f, 1, 1, 1, 1, from, to, acc);
+				reorder_case(&f, 4, 40, 15, 15, from, to, acc);
+			}
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- streams and events ---------------------------------------------- */
 
 /* Prepared elementwise op over n floats. */
@@ -887,6 +1757,14 @@ static Suite *make_device_suite(void)
 		{ "sgd", test_sgd },
 		{ "fill", test_fill },
 		{ "reduce_scale_add", test_reduce_scale_add },
+		{ "conv", test_conv },
+		{ "conv_errors", test_conv_errors },
+		{ "pool", test_pool },
+		{ "bn", test_bn },
+		{ "act", test_act },
+		{ "dropout", test_dropout },
+		{ "concat_split", test_concat_split },
+		{ "reorder", test_reorder },
 		{ "stream_order", test_stream_order },
 		{ "counters", test_counters },
 		{ "close_live", test_close_live },
@@ -897,7 +1775,11 @@ static Suite *make_device_suite(void)
 		tcase_add_loop_test(tc, cases[i].fn, 0, 2); /* _i: 0 sync, 1 async */
 		suite_add_tcase(s, tc);
 	}
-	TCase *tc = tcase_create("sticky_error");
+	TCase *tc = tcase_create("dropout_threads");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_dropout_threads);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("sticky_error");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_sticky_error);
 	suite_add_tcase(s, tc);

@@ -52,12 +52,14 @@ endif
 # The out-of-tree plugin test: tests/oot.sh installs kiln into a DESTDIR,
 # builds tests/oot/oot.c against the installed headers only, and runs
 # tests/oot_test (which loads and reads its source "ootsrc").
-check_PROGRAMS += tests/oot_test
+check_PROGRAMS += tests/oot_test tests/gradcheck
 tests_oot_test_SOURCES = tests/oot/oot_test.c
 tests_oot_test_LDADD = libkiln.la
+tests_gradcheck_SOURCES = tests/gradcheck.c
+tests_gradcheck_LDADD = libkiln.la -lm
 
 TESTS += tests/cli.sh tests/oot.sh
-EXTRA_DIST += tests/cli.sh tests/oot.sh tests/oot/oot.c \
+EXTRA_DIST += tests/cli.sh tests/oot.sh tests/oot/oot.c tests/oot/swish.ini examples/plugins/swish.c \
 	tests/config/golden_in.ini tests/config/golden_out.ini tests/config/cli.ini \
 	tests/config/typo_run.ini tests/config/typo_data.ini tests/config/typo_model.ini \
 	tests/config/typo_train.ini
@@ -89,3 +91,13 @@ tests_check_device_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 TESTS += tests/docs.sh
 EXTRA_DIST += tests/docs.sh
+
+# ---- convolutional layers against PyTorch (tests/data/layer_refs.safetensors)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_layers
+TESTS += tests/check_layers
+tests_check_layers_SOURCES = tests/check_layers.c
+tests_check_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_layers_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+endif
+EXTRA_DIST += tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors

@@ -71,5 +71,16 @@ echo "ok: kiln plugins lists ootsrc as available"
 "$top_builddir/tests/oot_test" "$tmp/plugins"
 rc=$?
 [ "$rc" -eq 0 ] || fail "tests/oot_test exited $rc"
+
+# ---- the example layer plugin: build, load, gradient-check ---------------
+cp "$srcdir/examples/plugins/swish.c" "$tmp/swish.c" || exit 99
+(cd "$tmp" && $CC -shared -fPIC -fvisibility=hidden -Wall -Werror $cflags \
+	-o plugins/kiln-swish.so swish.c) || fail "building examples/plugins/swish.c failed"
+echo "ok: built $tmp/plugins/kiln-swish.so from examples/plugins/swish.c"
+"$top_builddir/kiln" plugins --path "$tmp/plugins" 2>&1 | grep -qE "^layer +swish +1\.0 +available " ||
+	fail "kiln plugins does not list the swish layer as available"
+"$top_builddir/tests/gradcheck" "$tmp/plugins" "$srcdir/tests/oot/swish.ini" 7 ||
+	fail "the swish layer plugin's gradients disagree with finite differences"
+echo "ok: swish gradients match finite differences"
 echo "PASS"
 exit 0

@@ -1,21 +1,89 @@
-/* core/layers/flatten.c - [B, d1, d2, ...] -> [B, d1*d2*...].  A view: the
- * planner gives the output the input's bytes, so it costs nothing. */
+/* core/layers/flatten.c - [B, d1, d2, ...] -> [B, d1*d2*...] in PyTorch's
+ * (C, H, W) order.  Usually a view: the planner gives the output the
+ * input's bytes, so it costs nothing.  A channels-last input with several
+ * channels and pixels is reordered to C, H, W order instead, so a model
+ * gives the same numbers in both layouts. */
 #include "util.h"
+
+struct flatten {
+	int reorder;
+	void *fwd, *bwd[2];
+};
+
+static int needs_reorder(const struct kiln_tensor_desc *x)
+{
+	return is_nhwc(x) && x->dims[1] > 1 && x->dims[2] * x->dims[3] > 1;
+}
 
 static kiln_status flatten_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	(void)h;
+	struct flatten *s = l->priv;
+	if (!s && !(s = l->priv = calloc(1, sizeof *s)))
+		return h->error(KILN_ENOMEM, "out of memory");
 	f32_desc(&l->out, l->in[0].dims[0], per_sample(&l->in[0]), 0);
 	l->out.dtype = l->in[0].dtype;
-	l->is_view = 1;
+	s->reorder = needs_reorder(&l->in[0]);
+	l->is_view = !s->reorder;
 	return KILN_OK;
 }
 
-static kiln_status flatten_nothing(const struct kiln_host *h, struct kiln_layer *l,
+static kiln_status flatten_plan(const struct kiln_host *h, struct kiln_layer *l,
+				struct kiln_device *dev, size_t *ws)
+{
+	struct flatten *s = l->priv;
+	struct kiln_op op;
+	kiln_status st;
+	if (!s->reorder)
+		return KILN_OK;
+	struct kiln_tensor_desc nchw = l->in[0];
+	nchw.layout = KILN_NCHW;
+	op_init(&op, KILN_OP_REORDER, 1, 1);
+	op.in[0] = l->in[0], op.out[0] = nchw;
+	if ((st = prep(h, dev, &op, &s->fwd, ws)))
+		return st;
+	for (int acc = 0; acc < 2; acc++) {
+		op_init(&op, KILN_OP_REORDER, 1, 1);
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		op.in[0] = nchw, op.out[0] = l->in[0];
+		if ((st = prep(h, dev, &op, &s->bwd[acc], ws)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+static kiln_status flatten_forward(const struct kiln_host *h, struct kiln_layer *l,
 				   const struct kiln_layer_run *r)
 {
-	(void)h, (void)l, (void)r;
-	return KILN_OK;
+	struct flatten *s = l->priv;
+	if (!s->reorder)
+		return KILN_OK;
+	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y } };
+	args_ws(&a, r);
+	return h->device_run(r->dev, s->fwd, &a, r->stream);
+}
+
+static kiln_status flatten_backward(const struct kiln_host *h, struct kiln_layer *l,
+				    const struct kiln_layer_run *r)
+{
+	struct flatten *s = l->priv;
+	if (!s->reorder || !r->dx[0])
+		return KILN_OK;
+	struct kiln_op_args a = { .in = { r->dy }, .out = { r->dx[0] } };
+	args_ws(&a, r);
+	return h->device_run(r->dev, s->bwd[r->dx_accum[0] ? 1 : 0], &a, r->stream);
+}
+
+static void flatten_destroy(const struct kiln_host *h, struct kiln_layer *l,
+			    struct kiln_device *dev)
+{
+	struct flatten *s = l->priv;
+	if (s && dev) {
+		h->device_plan_free(dev, s->fwd);
+		h->device_plan_free(dev, s->bwd[0]);
+		h->device_plan_free(dev, s->bwd[1]);
+	}
+	free(s);
+	l->priv = NULL;
 }
 
 static const struct kiln_layer_ops flatten_ops = {
@@ -24,11 +92,12 @@ static const struct kiln_layer_ops flatten_ops = {
 	.max_inputs = 1,
 	.configure = NULL,
 	.infer = flatten_infer,
-	.plan = NULL,
-	.forward = flatten_nothing,
-	.backward = flatten_nothing,
-	.destroy = NULL,
+	.plan = flatten_plan,
+	.forward = flatten_forward,
+	.backward = flatten_backward,
+	.destroy = flatten_destroy,
 };
 
-LAYER_DESCRIPTOR(kiln_layer_flatten, "flatten", "reshape [B, ...] to [B, features] (no copy)",
+LAYER_DESCRIPTOR(kiln_layer_flatten, "flatten",
+		 "reshape [B, ...] to [B, features] in C, H, W order (no copy unless channels-last)",
 		 flatten_ops, NULL);

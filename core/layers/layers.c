@@ -3,12 +3,27 @@
 #include "../internal.h"
 
 extern const struct kiln_plugin kiln_layer_linear, kiln_layer_relu, kiln_layer_flatten,
-	kiln_layer_softmax_xent;
+	kiln_layer_softmax_xent, kiln_layer_conv, kiln_layer_batchnorm, kiln_layer_maxpool,
+	kiln_layer_avgpool, kiln_layer_global_avgpool, kiln_layer_dropout, kiln_layer_add,
+	kiln_layer_concat, kiln_layer_leaky_relu, kiln_layer_gelu, kiln_layer_sigmoid,
+	kiln_layer_tanh;
 
 const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_linear,
-	&kiln_layer_relu,
+	&kiln_layer_conv,
+	&kiln_layer_batchnorm,
+	&kiln_layer_maxpool,
+	&kiln_layer_avgpool,
+	&kiln_layer_global_avgpool,
+	&kiln_layer_dropout,
+	&kiln_layer_add,
+	&kiln_layer_concat,
 	&kiln_layer_flatten,
+	&kiln_layer_relu,
+	&kiln_layer_leaky_relu,
+	&kiln_layer_gelu,
+	&kiln_layer_sigmoid,
+	&kiln_layer_tanh,
 	&kiln_layer_softmax_xent,
 	NULL
 };

@@ -2,7 +2,9 @@
  *
  * x: [B, K] (any [B, ...] input is read as [B, K], K = product of the rest),
  * W: [out, K] (PyTorch's nn.Linear layout, so weights move between the two
- * unchanged), b: [out], y: [B, out].
+ * unchanged), b: [out], y: [B, out].  A channels-last 4-d input is read
+ * in PyTorch's C, H, W order: it is reordered into the workspace first, so
+ * both layouts give the same numbers.
  */
 #include "util.h"
 
@@ -14,6 +16,9 @@ struct linear {
 	void *dx[2];      /* dx = dy W, [0] write, [1] accumulate */
 	void *dw;         /* dW = dy^T x */
 	void *db;         /* db = sum_rows dy */
+	int reorder;      /* channels-last input: x is read through a copy */
+	void *to_nchw, *from_nchw[2];
+	size_t x_bytes;
 };
 
 static const struct kiln_key linear_keys[] = {
@@ -40,6 +45,9 @@ static kiln_status linear_configure(const struct kiln_host *h, struct kiln_layer
 static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
 	struct linear *s = l->priv;
+	s->reorder = is_nhwc(&l->in[0]) && l->in[0].dims[1] > 1 &&
+		     l->in[0].dims[2] * l->in[0].dims[3] > 1;
+	s->x_bytes = ALIGN64(kiln_tensor_bytes(&l->in[0]));
 	s->B = l->in[0].dims[0];
 	s->K = per_sample(&l->in[0]);
 	f32_desc(&l->out, s->B, s->out, 0);
@@ -53,6 +61,9 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->needs_input = 1;
 	return KILN_OK;
 }
+
+static kiln_status plan_weight_grads(const struct kiln_host *h, struct kiln_layer *l,
+				     struct kiln_device *dev, size_t *ws);
 
 static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 			       struct kiln_device *dev, size_t *ws)
@@ -82,8 +93,38 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 		if ((st = prep(h, dev, &op, &s->dx[acc], ws)))
 			return st;
 	}
-	if (!l->trainable)
-		return KILN_OK;
+	if (s->reorder) {
+		struct kiln_tensor_desc nchw = l->in[0];
+		nchw.layout = KILN_NCHW;
+		op_init(&op, KILN_OP_REORDER, 1, 1);
+		op.in[0] = l->in[0], op.out[0] = nchw;
+		if ((st = prep(h, dev, &op, &s->to_nchw, ws)))
+			return st;
+		for (int acc = 0; acc < 2; acc++) {
+			op_init(&op, KILN_OP_REORDER, 1, 1);
+			op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+			op.in[0] = nchw, op.out[0] = l->in[0];
+			if ((st = prep(h, dev, &op, &s->from_nchw[acc], ws)))
+				return st;
+		}
+	}
+	if (l->trainable) {
+		if ((st = plan_weight_grads(h, l, dev, ws)))
+			return st;
+	}
+	/* workspace: [x in C,H,W order | dx in C,H,W order | the ops' own] */
+	if (s->reorder)
+		*ws += 2 * s->x_bytes;
+	return KILN_OK;
+}
+
+static kiln_status plan_weight_grads(const struct kiln_host *h, struct kiln_layer *l,
+				     struct kiln_device *dev, size_t *ws)
+{
+	struct linear *s = l->priv;
+	struct kiln_op op;
+	kiln_status st;
+	int64_t B = s->B, K = s->K, N = s->out;
 	/* dW[N,K] = dy[B,N]^T . x[B,K] */
 	op_init(&op, KILN_OP_GEMM, 2, 1);
 	f32_desc(&op.in[0], B, N, 0);
@@ -103,13 +144,39 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	return KILN_OK;
 }
 
+/* The ops' own workspace follows the reorder buffers. */
+static void ops_ws(struct kiln_op_args *a, const struct linear *s, const struct kiln_layer_run *r)
+{
+	size_t off = s->reorder ? 2 * s->x_bytes : 0;
+	a->workspace = (char *)r->workspace + off;
+	a->workspace_bytes = r->workspace_bytes - off;
+}
+
+/* x as [B, K] rows in C, H, W order: the input itself, or its reordered
+ * copy at the start of the workspace. */
+static kiln_status input_rows(const struct kiln_host *h, struct kiln_layer *l,
+			      const struct kiln_layer_run *r, const void **x)
+{
+	struct linear *s = l->priv;
+	*x = r->x[0];
+	if (!s->reorder)
+		return KILN_OK;
+	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->workspace } };
+	*x = r->workspace;
+	return h->device_run(r->dev, s->to_nchw, &a, r->stream);
+}
+
 static kiln_status linear_forward(const struct kiln_host *h, struct kiln_layer *l,
 				  const struct kiln_layer_run *r)
 {
 	struct linear *s = l->priv;
-	struct kiln_op_args a = { .in = { r->x[0], r->w[0], s->bias ? r->w[1] : NULL },
-				  .out = { r->y } };
-	args_ws(&a, r);
+	const void *x;
+	kiln_status st;
+	struct kiln_op_args a;
+	if ((st = input_rows(h, l, r, &x)))
+		return st;
+	a = (struct kiln_op_args){ .in = { x, r->w[0], s->bias ? r->w[1] : NULL }, .out = { r->y } };
+	ops_ws(&a, s, r);
 	return h->device_run(r->dev, s->fwd, &a, r->stream);
 }
 
@@ -119,24 +186,35 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 	struct linear *s = l->priv;
 	struct kiln_op_args a;
 	kiln_status st;
+	const void *x;
 	if (r->dw[0]) {
+		if ((st = input_rows(h, l, r, &x)))
+			return st;
 		/* dW is written on the first micro-step (beta = 0): no memset */
-		a = (struct kiln_op_args){ .in = { r->dy, r->x[0] }, .out = { r->dw[0] } };
-		args_ws(&a, r);
+		a = (struct kiln_op_args){ .in = { r->dy, x }, .out = { r->dw[0] } };
+		ops_ws(&a, s, r);
 		if ((st = h->device_run(r->dev, s->dw, &a, r->stream)))
 			return st;
 		if (s->bias) {
 			a = (struct kiln_op_args){ .in = { r->dy }, .out = { r->dw[1] } };
-			args_ws(&a, r);
+			ops_ws(&a, s, r);
 			if ((st = h->device_run(r->dev, s->db, &a, r->stream)))
 				return st;
 		}
 	}
 	if (r->dx[0]) {
-		a = (struct kiln_op_args){ .in = { r->dy, r->w[0] }, .out = { r->dx[0] } };
-		args_ws(&a, r);
-		if ((st = h->device_run(r->dev, s->dx[r->dx_accum[0] ? 1 : 0], &a, r->stream)))
+		/* channels-last: dx in C, H, W order into the workspace, then
+		 * reordered (written or added) into the input's layout */
+		void *dxr = s->reorder ? (char *)r->workspace + s->x_bytes : r->dx[0];
+		int acc = r->dx_accum[0] && !s->reorder;
+		a = (struct kiln_op_args){ .in = { r->dy, r->w[0] }, .out = { dxr } };
+		ops_ws(&a, s, r);
+		if ((st = h->device_run(r->dev, s->dx[acc], &a, r->stream)))
 			return st;
+		if (s->reorder) {
+			a = (struct kiln_op_args){ .in = { dxr }, .out = { r->dx[0] } };
+			return h->device_run(r->dev, s->from_nchw[r->dx_accum[0] ? 1 : 0], &a, r->stream);
+		}
 	}
 	return KILN_OK;
 }
@@ -168,6 +246,9 @@ static void linear_destroy(const struct kiln_host *h, struct kiln_layer *l,
 		h->device_plan_free(dev, s->dx[1]);
 		h->device_plan_free(dev, s->dw);
 		h->device_plan_free(dev, s->db);
+		h->device_plan_free(dev, s->to_nchw);
+		h->device_plan_free(dev, s->from_nchw[0]);
+		h->device_plan_free(dev, s->from_nchw[1]);
 	}
 	free(s);
 	l->priv = NULL;

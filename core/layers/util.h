@@ -46,6 +46,81 @@ static inline void args_ws(struct kiln_op_args *a, const struct kiln_layer_run *
 	a->workspace_bytes = r->workspace_bytes;
 }
 
+
+#include <stdlib.h>
+
+#define ALIGN64(n) (((n) + 63) & ~(size_t)63)
+
+/* A pair of integers from "3" or "3,5" (KILN_KEY_INTS); def when unset. */
+static inline kiln_status get_pair(const struct kiln_host *h, const struct kiln_config *cfg,
+				   const char *sec, const char *key, int64_t def, int64_t out[2])
+{
+	const char *v = h->config_get(cfg, sec, key);
+	out[0] = out[1] = def;
+	if (!v)
+		return KILN_OK;
+	char *end;
+	long long a = strtoll(v, &end, 10), b = a;
+	while (*end == ' ')
+		end++;
+	if (*end == ',')
+		b = strtoll(end + 1, &end, 10);
+	while (*end == ' ')
+		end++;
+	if (*end)
+		return h->error(KILN_ECONFIG, "%s: [%s] %s = '%s': expected N or N,M",
+				h->config_where(cfg, sec, key), sec, key, v);
+	out[0] = a;
+	out[1] = b;
+	return KILN_OK;
+}
+
+/* dst (n elements, desc d) += src: how a layer adds a result into a
+ * gradient that another consumer already wrote, when the device op that
+ * computes it cannot accumulate. */
+static inline kiln_status prep_acc(const struct kiln_host *h, struct kiln_device *dev,
+				   const struct kiln_tensor_desc *d, void **plan)
+{
+	struct kiln_op op;
+	op_init(&op, KILN_OP_SCALE, 1, 1);
+	op.flags = KILN_OPF_ACCUMULATE;
+	op.in[0] = op.out[0] = *d;
+	op.f[0] = 1.0;
+	return h->device_prepare(dev, &op, plan, NULL);
+}
+
+/* Run `plan` writing out0 = target, or, when `accum`, writing out0 to the
+ * scratch at the start of the workspace and adding it into target; the
+ * op's own workspace follows the scratch (scratch_bytes, 64-aligned). */
+static inline kiln_status run_maybe_acc(const struct kiln_host *h, const struct kiln_layer_run *r,
+					void *plan, struct kiln_op_args *a, void *target, int accum,
+					void *acc_plan, size_t scratch_bytes)
+{
+	size_t off = ALIGN64(scratch_bytes);
+	a->workspace = (char *)r->workspace + off;
+	a->workspace_bytes = r->workspace_bytes > off ? r->workspace_bytes - off : 0;
+	a->out[0] = accum ? r->workspace : target;
+	kiln_status st = h->device_run(r->dev, plan, a, r->stream);
+	if (st || !accum)
+		return st;
+	struct kiln_op_args b = { .in = { r->workspace }, .out = { target } };
+	return h->device_run(r->dev, acc_plan, &b, r->stream);
+}
+
+static inline int is_nhwc(const struct kiln_tensor_desc *d)
+{
+	return d->ndim == 4 && d->layout == KILN_NHWC;
+}
+
+/* 4-d activation descriptor N, C, H, W in `layout`. */
+static inline void act4(struct kiln_tensor_desc *d, int64_t n, int64_t c, int64_t hh, int64_t w,
+			int layout)
+{
+	int64_t dims[4] = { n, c, hh, w };
+	kiln_tensor_desc_init(d, KILN_F32, 4, dims);
+	d->layout = layout;
+}
+
 #define LAYER_DESCRIPTOR(var, nm, sum, opsv, keysv)                                       \
 	const struct kiln_plugin var = {                                                  \
 		.abi_major = KILN_ABI_MAJOR, .abi_minor = KILN_ABI_MINOR,                 \

@@ -125,6 +125,7 @@ kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct ki
 			    void *stream);
 void kiln_device_plan_free(struct kiln_device *dev, void *plan);
 void *kiln_device_proc(struct kiln_device *dev, const char *name);
+size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan);
 
 /* ---- model, plans, training ---------------------------------------------
  *
@@ -225,6 +226,7 @@ struct kiln_train_result {
 	double train_acc;
 	double test_loss, test_acc; /* last evaluation; -1 when none ran */
 	double train_samples_per_s; /* over the timed epochs (all but the first, if >1) */
+	double eval_samples_per_s;  /* the last evaluation's, data loading included */
 	double wall_s;
 	int64_t test_samples;
 	struct kiln_device_counters steady; /* counters over steps 2..N between log points */

@@ -99,6 +99,10 @@ struct kiln_host {
 	 * plugin can carry a message from the thread that failed to the one
 	 * that reports it. */
 	const char *(*last_error)(void);
+
+	/* The device's aux_bytes for a prepared plan (0 when the device has
+	 * no such member). */
+	size_t (*device_aux_bytes)(struct kiln_device *dev, void *plan);
 };
 
 /* ---- descriptors ------------------------------------------------------ */
@@ -244,6 +248,9 @@ enum kiln_op_type {
 	/* out0 i64[1] += i[0] (the trainer's micro-step counter, in device
 	 * memory so captured graphs replay correct values) */
 	KILN_OP_COUNTER_ADD = 28,
+	/* out0 (=|+=) in0 * in1, elementwise, any shape (f32): with ADD, SCALE
+	 * and ACT, the vector ops third-party layers and optimizers compose */
+	KILN_OP_MUL = 29,
 	KILN_OP_TYPE_COUNT
 };
 

@@ -2,8 +2,8 @@
  * memory, and the prepare/run/plan_free dispatch.
  *
  * Device memory is host memory, so copies are memcpy and there is no
- * pinning.  Kernels are oneDNN (GEMM, gemm.c) and plain C with OpenMP
- * (ops.c).  With [plugin.cpu] async = 1 every stream gets a worker thread
+ * pinning.  Kernels are oneDNN (GEMM, gemm.c; convolution, conv.c;
+ * pooling, pool.c) and plain C with OpenMP (ops.c, bn.c, act.c, layout.c).  With [plugin.cpu] async = 1 every stream gets a worker thread
  * (stream.c), so a missing event or a hidden host sync shows up here as a
  * wrong result or a hang instead of only on a GPU.
  */
@@ -45,6 +45,23 @@ const char *cpu_op_name(int type)
 		[KILN_OP_SCALE] = "SCALE",
 		[KILN_OP_ADD] = "ADD",
 		[KILN_OP_NORMALIZE_U8] = "NORMALIZE_U8",
+		[KILN_OP_CONV] = "CONV",
+		[KILN_OP_CONV_BWD_DATA] = "CONV_BWD_DATA",
+		[KILN_OP_CONV_BWD_WEIGHTS] = "CONV_BWD_WEIGHTS",
+		[KILN_OP_BN_TRAIN] = "BN_TRAIN",
+		[KILN_OP_BN_INFER] = "BN_INFER",
+		[KILN_OP_BN_BWD] = "BN_BWD",
+		[KILN_OP_POOL] = "POOL",
+		[KILN_OP_POOL_BWD] = "POOL_BWD",
+		[KILN_OP_ACT] = "ACT",
+		[KILN_OP_ACT_BWD] = "ACT_BWD",
+		[KILN_OP_DROPOUT] = "DROPOUT",
+		[KILN_OP_DROPOUT_BWD] = "DROPOUT_BWD",
+		[KILN_OP_CONCAT] = "CONCAT",
+		[KILN_OP_SPLIT] = "SPLIT",
+		[KILN_OP_REORDER] = "REORDER",
+		[KILN_OP_COUNTER_ADD] = "COUNTER_ADD",
+		[KILN_OP_MUL] = "MUL",
 	};
 	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
 		return names[type];
@@ -203,12 +220,28 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
 				      cpu_op_name(op->type));
 	p->op = *op;
-	if (op->type == KILN_OP_GEMM)
-		st = cpu_gemm_prepare(c, p);
-	else
-		st = cpu_ops_prepare(c, p);
+	switch (op->type) {
+	case KILN_OP_GEMM: st = cpu_gemm_prepare(c, p); break;
+	case KILN_OP_CONV:
+	case KILN_OP_CONV_BWD_DATA:
+	case KILN_OP_CONV_BWD_WEIGHTS: st = cpu_conv_prepare(c, p); break;
+	case KILN_OP_BN_TRAIN:
+	case KILN_OP_BN_INFER:
+	case KILN_OP_BN_BWD: st = cpu_bn_prepare(c, p); break;
+	case KILN_OP_POOL:
+	case KILN_OP_POOL_BWD: st = cpu_pool_prepare(c, p); break;
+	case KILN_OP_ACT:
+	case KILN_OP_ACT_BWD: st = cpu_act_prepare(c, p); break;
+	case KILN_OP_DROPOUT:
+	case KILN_OP_DROPOUT_BWD: st = cpu_dropout_prepare(c, p); break;
+	case KILN_OP_CONCAT:
+	case KILN_OP_SPLIT:
+	case KILN_OP_REORDER: st = cpu_layout_prepare(c, p); break;
+	default: st = cpu_ops_prepare(c, p); break;
+	}
 	if (st) {
 		cpu_gemm_free(p->gemm);
+		cpu_dnn_free(p->dnn);
 		free(p);
 		return st;
 	}
@@ -266,7 +299,16 @@ static void cpu_plan_free(void *ctx, void *plan)
 		p->next->prev = p->prev;
 	pthread_mutex_unlock(&c->lock);
 	cpu_gemm_free(p->gemm);
+	cpu_dnn_free(p->dnn);
 	free(p);
+}
+
+/* Max pooling keeps oneDNN's workspace (where each maximum was) from the
+ * forward to the backward; every other plan leaves nothing. */
+static size_t cpu_aux_bytes(void *ctx, void *plan)
+{
+	(void)ctx;
+	return plan ? ((const struct cpu_plan *)plan)->aux : 0;
 }
 
 static kiln_status cpu_host_alloc(void *ctx, size_t bytes, void **ptr)
@@ -302,6 +344,7 @@ static const struct kiln_device_ops cpu_ops = {
 	.run = cpu_run,
 	.plan_free = cpu_plan_free,
 	.get_proc_address = NULL,
+	.aux_bytes = cpu_aux_bytes,
 };
 
 static const struct kiln_key cpu_keys[] = {
@@ -316,7 +359,7 @@ static const struct kiln_plugin cpu_plugin = {
 	.abi_minor = KILN_ABI_MINOR,
 	.kind = KILN_PLUGIN_DEVICE,
 	.name = "cpu",
-	.summary = "host CPU: oneDNN GEMM, OpenMP kernels, optional async streams",
+	.summary = "host CPU: oneDNN GEMM, convolution and pooling, OpenMP kernels, optional async streams",
 	.ops = &cpu_ops,
 	.keys = cpu_keys,
 	.probe = NULL,

@@ -331,43 +331,79 @@ static kiln_status cpu_reduce_sum(const struct cpu_plan *p, const struct kiln_op
 	return KILN_OK;
 }
 
-/* y (n) = f[0] * x (n) (+ y); x == y allowed. */
-static kiln_status cpu_scale(const struct cpu_plan *p, const struct kiln_op_args *a,
-			     struct cpu_err *e)
+/* The three elementwise vector ops share one span kernel by kind. */
+enum { VEC_SCALE, VEC_ADD, VEC_MUL };
+
+CPU_CLONES static void vec_span(float *y, const float *x0, const float *x1, float s, int64_t n,
+				int kind, int acc)
 {
-	const float *x = a->in[0];
-	float *y = a->out[0];
-	const float s = (float)p->op.f[0];
-	const int64_t n = p->n;
-	if (p->op.flags & KILN_OPF_ACCUMULATE) {
-#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+	switch (kind * 2 + acc) {
+	case VEC_SCALE * 2:
+#pragma omp simd
 		for (int64_t i = 0; i < n; i++)
-			y[i] += s * x[i];
-	} else {
-#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
+			y[i] = s * x0[i];
+		break;
+	case VEC_SCALE * 2 + 1:
+#pragma omp simd
 		for (int64_t i = 0; i < n; i++)
-			y[i] = s * x[i];
+			y[i] += s * x0[i];
+		break;
+	case VEC_ADD * 2:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = x0[i] + x1[i];
+		break;
+	case VEC_ADD * 2 + 1:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] += x0[i] + x1[i];
+		break;
+	case VEC_MUL * 2:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = x0[i] * x1[i];
+		break;
+	default:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] += x0[i] * x1[i];
+		break;
 	}
-	return KILN_OK;
 }
 
-/* y (n) = x0 (n) + x1 (n) (+ y); y may alias either input. */
-static kiln_status cpu_add(const struct cpu_plan *p, const struct kiln_op_args *a,
-			   struct cpu_err *e)
+static kiln_status cpu_vec(const struct cpu_plan *p, const struct kiln_op_args *a, int kind)
 {
 	const float *x0 = a->in[0], *x1 = a->in[1];
 	float *y = a->out[0];
-	const int64_t n = p->n;
-	if (p->op.flags & KILN_OPF_ACCUMULATE) {
-#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
-		for (int64_t i = 0; i < n; i++)
-			y[i] += x0[i] + x1[i];
-	} else {
-#pragma omp parallel for if (n >= CPU_PAR_MIN) schedule(static)
-		for (int64_t i = 0; i < n; i++)
-			y[i] = x0[i] + x1[i];
-	}
+	const float s = (float)p->op.f[0];
+	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	CPU_SPANS(p->n, b, en,
+		  vec_span(y + b, x0 + b, x1 ? x1 + b : NULL, s, en - b, kind, acc));
 	return KILN_OK;
+}
+
+/* y (n) (=|+=) f[0] * x (n); y may alias x. */
+static kiln_status cpu_scale(const struct cpu_plan *p, const struct kiln_op_args *a,
+			     struct cpu_err *e)
+{
+	(void)e;
+	return cpu_vec(p, a, VEC_SCALE);
+}
+
+/* y (n) (=|+=) x0 (n) + x1 (n); y may alias either input. */
+static kiln_status cpu_add(const struct cpu_plan *p, const struct kiln_op_args *a,
+			   struct cpu_err *e)
+{
+	(void)e;
+	return cpu_vec(p, a, VEC_ADD);
+}
+
+/* y (n) (=|+=) x0 (n) * x1 (n); y may alias either input. */
+static kiln_status cpu_mul(const struct cpu_plan *p, const struct kiln_op_args *a,
+			   struct cpu_err *e)
+{
+	(void)e;
+	return cpu_vec(p, a, VEC_MUL);
 }
 
 /* ---- prepare ---------------------------------------------------------- */
@@ -435,6 +471,7 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_REDUCE_SUM: need_in = 1; need_out = 1; p->kernel = cpu_reduce_sum; break;
 	case KILN_OP_SCALE: need_in = 1; need_out = 1; p->kernel = cpu_scale; break;
 	case KILN_OP_ADD: need_in = 2; need_out = 1; p->kernel = cpu_add; break;
+	case KILN_OP_MUL: need_in = 2; need_out = 1; p->kernel = cpu_mul; break;
 	case KILN_OP_NORMALIZE_U8:
 		return c->host->error(KILN_ENOTSUP, "cpu: NORMALIZE_U8 is not implemented by any device yet");
 	default:
@@ -505,6 +542,7 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		return KILN_OK;
 	case KILN_OP_RELU_BWD:
 	case KILN_OP_ADD:
+	case KILN_OP_MUL:
 		p->n = cpu_numel(&op->out[0]);
 		if (cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->in[1]) != p->n)
 			return cpu_bad(c, op, KILN_EINVAL, "input and output sizes differ");

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""PyTorch side of the kiln vs PyTorch CNN benchmark on Fashion-MNIST.
+
+Model of examples/fashion_mnist_cnn.ini: conv5x5-32 (padding 2), ReLU, maxpool 2,
+conv5x5-64 (padding 2), ReLU, maxpool 2, flatten, linear 1024, ReLU, dropout 0.4,
+linear 10; mean cross-entropy, SGD with momentum and weight decay. Inputs are
+(x/255 - 0.286) / 0.353, preloaded as one float32 N x 1 x 28 x 28 tensor, with no
+DataLoader; each epoch is shuffled with torch.randperm. --warmup-steps steps run
+first and are not timed, then --steps timed steps. --layout nhwc converts the
+model to channels-last and each batch with .contiguous(channels_last).
+
+After training, evaluation throughput: model.eval() + torch.no_grad() forward
+passes over the first --eval-samples test samples in batches of --eval-batch
+(one untimed warm-up batch first), reported as eval_samples_per_s together with
+test_acc over those samples. Prints a single JSON line on stdout.
+
+Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_cnn.py [options]
+"""
+import argparse
+import gzip
+import json
+import os
+import re
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+MEAN = 0.286
+STD = 0.353
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or dtype_code != 0x08:
+        raise ValueError("%s: not a uint8 IDX file" % path)
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    return data.reshape(dims)
+
+
+def load_split(data_dir, prefix):
+    x = read_idx(os.path.join(data_dir, "%s-images-idx3-ubyte.gz" % prefix))
+    y = read_idx(os.path.join(data_dir, "%s-labels-idx1-ubyte.gz" % prefix))
+    x = x.reshape(x.shape[0], 1, x.shape[1], x.shape[2]).astype(np.float32)
+    x = (x / 255.0 - MEAN) / STD
+    x = torch.from_numpy(x.astype(np.float32))
+    y = torch.from_numpy(y.astype(np.int64))
+    return x.contiguous(), y
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(64 * 7 * 7, 1024)
+        self.drop = nn.Dropout(0.4)
+        self.fc2 = nn.Linear(1024, 10)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        x = self.drop(torch.relu(self.fc1(x)))
+        return self.fc2(x)
+
+
+def loaded_blas():
+    """Which BLAS library this process mapped (reference BLAS is ~10x slower)."""
+    libs = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                name = os.path.basename(path)
+                if "blas" in name.lower() or name.startswith("libmkl"):
+                    libs.add(os.path.realpath(path))
+    except OSError:
+        pass
+    return sorted(libs)
+
+
+def mkldnn_info():
+    m = re.search(r"MKL-DNN (v[0-9.]+)|oneDNN (v[0-9.]+)", torch.__config__.show())
+    return {
+        "available": torch.backends.mkldnn.is_available(),
+        "enabled": bool(torch.backends.mkldnn.enabled),
+        "version": (m.group(1) or m.group(2)) if m else None,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layout", choices=("nchw", "nhwc"), default="nchw")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--weight-decay", type=float, default=0.0005)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup-steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=200,
+                    help="timed training steps after the warm-up steps (default 200)")
+    ap.add_argument("--eval-samples", type=int, default=5000,
+                    help="test samples for the evaluation timing and test_acc (default 5000)")
+    ap.add_argument("--eval-batch", type=int, default=500)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--data", default=DEFAULT_DATA)
+    args = ap.parse_args()
+    if args.steps < 1:
+        sys.exit("--steps must be >= 1")
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    fmt = torch.channels_last if args.layout == "nhwc" else torch.contiguous_format
+
+    x_train, y_train = load_split(args.data, "train")
+    x_test, y_test = load_split(args.data, "t10k")
+    n_eval = min(args.eval_samples, x_test.shape[0])
+    x_test, y_test = x_test[:n_eval], y_test[:n_eval]
+    n = x_train.shape[0]
+    steps_per_epoch = n // args.batch  # drop the last partial batch
+    total_steps = args.warmup_steps + args.steps
+
+    model = CNN().to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                          weight_decay=args.weight_decay)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+
+    # Which convolution kernel PyTorch picks here (one extra untimed step).
+    conv_ops = []
+    with torch.autograd.profiler.profile() as prof:
+        xb = x_train[:args.batch].contiguous(memory_format=fmt)
+        loss_fn(model(xb), y_train[:args.batch]).backward()
+        opt.zero_grad(set_to_none=True)
+    for ev in prof.key_averages():
+        if "conv" in ev.key and ev.key not in ("aten::conv2d", "aten::convolution",
+                                                "aten::_convolution"):
+            conv_ops.append(ev.key)
+    conv_ops = sorted(set(conv_ops))
+
+    step = 0
+    t0 = None
+    timed_samples = 0
+    last_loss = float("nan")
+    while step < total_steps:
+        perm = torch.randperm(n)
+        for i in range(steps_per_epoch):
+            if step >= total_steps:
+                break
+            if step == args.warmup_steps:
+                t0 = time.perf_counter()
+            idx = perm[i * args.batch:(i + 1) * args.batch]
+            xb = x_train.index_select(0, idx).contiguous(memory_format=fmt)
+            yb = y_train.index_select(0, idx)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+            if step >= args.warmup_steps:
+                timed_samples += xb.shape[0]
+            step += 1
+        last_loss = loss.item()
+    train_s = time.perf_counter() - t0
+
+    model.eval()
+    correct = 0
+    eb = args.eval_batch
+    with torch.no_grad():
+        model(x_test[:eb].contiguous(memory_format=fmt))  # warm-up, untimed
+        t1 = time.perf_counter()
+        for i in range(0, n_eval, eb):
+            pred = model(x_test[i:i + eb].contiguous(memory_format=fmt)).argmax(dim=1)
+            correct += (pred == y_test[i:i + eb]).sum().item()
+        eval_s = time.perf_counter() - t1
+    test_acc = correct / n_eval if n_eval else float("nan")
+
+    out = {
+        "impl": "pytorch",
+        "layout": args.layout,
+        "train_samples_per_s": timed_samples / train_s,
+        "eval_samples_per_s": n_eval / eval_s if eval_s > 0 else float("nan"),
+        "test_acc": test_acc,
+        "eval_samples": n_eval,
+        "threads": args.threads,
+        "batch": args.batch,
+        "eval_batch": eb,
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "train_s": train_s,
+        "eval_s": eval_s,
+        "final_loss": last_loss,
+        "env": {k: os.environ.get(k) for k in
+                ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE")},
+        "torch": torch.__version__,
+        "mkldnn": mkldnn_info(),
+        "conv_ops": conv_ops,
+        "blas": loaded_blas(),
+    }
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

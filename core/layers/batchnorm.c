@@ -1,0 +1,158 @@
+/* core/layers/batchnorm.c - batch normalisation (PyTorch's BatchNorm1d/2d).
+ *
+ * x, y: [N, C] or [N, C, H, W]; weight (gamma) [C], bias (beta) [C];
+ * buffers running_mean [C], running_var [C] (unbiased), updated in training
+ * as running = (1 - momentum) * running + momentum * batch statistic.
+ * Training normalises with the batch statistics, evaluation with the
+ * running ones.  The forward keeps (mean, 1/std) per channel for backward.
+ */
+#include "util.h"
+
+struct bn {
+	double eps, momentum;
+	int64_t C;
+	struct kiln_tensor_desc x, c;
+	void *train, *infer, *bwd, *acc;
+	size_t dx_bytes, stat_bytes;
+};
+
+static const struct kiln_key bn_keys[] = {
+	{ "eps", KILN_KEY_FLOAT, "1e-5", 0, 1, NULL, "Added to the variance before the square root." },
+	{ "momentum", KILN_KEY_FLOAT, "0.1", 0, 1, NULL,
+	  "Weight of the batch statistics in the running averages (PyTorch's convention)." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+static kiln_status bn_configure(const struct kiln_host *h, struct kiln_layer *l,
+				const struct kiln_config *cfg, const char *sec)
+{
+	struct bn *s = calloc(1, sizeof *s);
+	if (!s)
+		return h->error(KILN_ENOMEM, "out of memory");
+	l->priv = s;
+	s->eps = 1e-5;
+	s->momentum = 0.1;
+	h->config_get_float(cfg, sec, "eps", &s->eps);
+	h->config_get_float(cfg, sec, "momentum", &s->momentum);
+	return KILN_OK;
+}
+
+static kiln_status bn_infer(const struct kiln_host *h, struct kiln_layer *l)
+{
+	struct bn *s = l->priv;
+	if (l->in[0].ndim != 2 && l->in[0].ndim != 4)
+		return h->error(KILN_ECONFIG, "layer '%s' (batchnorm) needs [N, C] or [N, C, H, W], got %d dims",
+				l->name, l->in[0].ndim);
+	s->x = l->out = l->in[0];
+	s->C = l->in[0].dims[1];
+	f32_desc(&s->c, s->C, 0, 0);
+	static const char *const names[] = { "weight", "bias", "running_mean", "running_var" };
+	static const int init[] = { KILN_INIT_ONE, KILN_INIT_ZERO, KILN_INIT_ZERO, KILN_INIT_ONE };
+	l->n_params = 4;
+	for (int k = 0; k < 4; k++)
+		l->params[k] = (struct kiln_param_spec){ names[k], s->c, init[k], 0, k >= 2 };
+	l->needs_input = 1;
+	s->stat_bytes = 2 * (size_t)s->C * sizeof(float);
+	s->dx_bytes = kiln_tensor_bytes(&s->x);
+	return KILN_OK;
+}
+
+static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
+			   struct kiln_device *dev, size_t *ws)
+{
+	struct bn *s = l->priv;
+	struct kiln_op op;
+	kiln_status st;
+	size_t w = 0;
+	struct kiln_tensor_desc saved;
+	f32_desc(&saved, 2, s->C, 0);
+
+	op_init(&op, KILN_OP_BN_TRAIN, 3, 4);
+	op.in[0] = s->x, op.in[1] = op.in[2] = s->c;
+	op.out[0] = s->x, op.out[1] = saved, op.out[2] = op.out[3] = s->c;
+	op.f[0] = s->eps, op.f[1] = s->momentum;
+	if ((st = prep(h, dev, &op, &s->train, &w)))
+		return st;
+	op_init(&op, KILN_OP_BN_INFER, 5, 1);
+	op.in[0] = s->x, op.in[1] = op.in[2] = op.in[3] = op.in[4] = s->c;
+	op.out[0] = s->x;
+	op.f[0] = s->eps, op.f[1] = s->momentum;
+	if ((st = prep(h, dev, &op, &s->infer, &w)))
+		return st;
+	op_init(&op, KILN_OP_BN_BWD, 4, 3);
+	op.in[0] = op.in[1] = s->x, op.in[2] = s->c, op.in[3] = saved;
+	op.out[0] = s->x, op.out[1] = op.out[2] = s->c;
+	op.f[0] = s->eps;
+	if ((st = prep(h, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, dev, &s->x, &s->acc)))
+		return st;
+	l->saved_bytes = s->stat_bytes;
+	/* scratch: a dx to add into another consumer's, and the gamma/beta
+	 * gradients of a frozen layer, which the op writes anyway */
+	*ws = ALIGN64(s->dx_bytes + 2 * s->stat_bytes) + w;
+	return KILN_OK;
+}
+
+static kiln_status bn_forward(const struct kiln_host *h, struct kiln_layer *l,
+			      const struct kiln_layer_run *r)
+{
+	struct bn *s = l->priv;
+	struct kiln_op_args a;
+	if (r->training) {
+		/* updates the running statistics (w[2], w[3]) in place */
+		a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1] },
+					   .out = { r->y, r->saved, r->w[2], r->w[3] } };
+		args_ws(&a, r);
+		return h->device_run(r->dev, s->train, &a, r->stream);
+	}
+	a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1], r->w[2], r->w[3] },
+				   .out = { r->y } };
+	args_ws(&a, r);
+	return h->device_run(r->dev, s->infer, &a, r->stream);
+}
+
+static kiln_status bn_backward(const struct kiln_host *h, struct kiln_layer *l,
+			       const struct kiln_layer_run *r)
+{
+	struct bn *s = l->priv;
+	if (!r->dx[0] && !r->dw[0])
+		return KILN_OK;
+	/* scratch layout: [dx (when accumulating) | dgamma dbeta (when frozen)] */
+	char *scr = r->workspace;
+	void *dg = r->dw[0] ? r->dw[0] : scr + s->dx_bytes;
+	void *db = r->dw[1] ? r->dw[1] : scr + s->dx_bytes + s->stat_bytes;
+	struct kiln_op_args a = { .in = { r->x[0], r->dy, r->w[0], r->saved },
+				  .out = { NULL, dg, db } };
+	int accum = r->dx[0] && r->dx_accum[0];
+	void *dx = r->dx[0] ? r->dx[0] : scr; /* dx unused: write it to scratch */
+	return run_maybe_acc(h, r, s->bwd, &a, dx, accum, s->acc,
+			     s->dx_bytes + 2 * s->stat_bytes);
+}
+
+static void bn_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
+{
+	struct bn *s = l->priv;
+	if (s && dev) {
+		h->device_plan_free(dev, s->train);
+		h->device_plan_free(dev, s->infer);
+		h->device_plan_free(dev, s->bwd);
+		h->device_plan_free(dev, s->acc);
+	}
+	free(s);
+	l->priv = NULL;
+}
+
+static const struct kiln_layer_ops bn_ops = {
+	.version = KILN_LAYER_OPS_VERSION,
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.configure = bn_configure,
+	.infer = bn_infer,
+	.plan = bn_plan,
+	.forward = bn_forward,
+	.backward = bn_backward,
+	.destroy = bn_destroy,
+};
+
+LAYER_DESCRIPTOR(kiln_layer_batchnorm, "batchnorm",
+		 "batch normalisation over N, H, W per channel (PyTorch BatchNorm1d/2d)", bn_ops,
+		 bn_keys);

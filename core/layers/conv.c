@@ -1,0 +1,189 @@
+/* core/layers/conv.c - 2-d convolution (PyTorch's nn.Conv2d).
+ *
+ * x: [N, C, H, W] in the model's layout, w: [O, C/g, KH, KW] (OIHW, as
+ * PyTorch stores it), b: [O], y: [N, O, OH, OW] in x's layout, with
+ * OH = (H + 2*pad - dil*(KH-1) - 1) / stride + 1 (floor).
+ */
+#include "util.h"
+
+struct conv {
+	int64_t out, k[2], stride[2], pad[2], dil[2], groups;
+	int bias;
+	struct kiln_tensor_desc x, y, w;
+	void *fwd, *bwd_data, *bwd_w, *acc;
+	size_t dx_bytes;
+};
+
+static const struct kiln_key conv_keys[] = {
+	{ "out", KILN_KEY_INT, NULL, 1, 1e9, NULL, "Output channels (required)." },
+	{ "kernel", KILN_KEY_INTS, NULL, 1, 1e6, NULL, "Kernel size: `3` or `3,5` (height, width) (required)." },
+	{ "stride", KILN_KEY_INTS, "1", 1, 1e6, NULL, "Stride: `N` or `H,W`." },
+	{ "padding", KILN_KEY_INTS, "0", 0, 1e6, NULL, "Zero padding on both sides: `N` or `H,W`." },
+	{ "dilation", KILN_KEY_INTS, "1", 1, 1e6, NULL, "Dilation (PyTorch's: 1 = none): `N` or `H,W`." },
+	{ "groups", KILN_KEY_INT, "1", 1, 1e6, NULL, "Groups: input and output channels must divide by it." },
+	{ "bias", KILN_KEY_BOOL, NULL, 0, 0, NULL,
+	  "Learn a bias. Unset: yes, except for a convolution whose only consumer is a batchnorm, which would cancel it (logged)." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+static kiln_status conv_configure(const struct kiln_host *h, struct kiln_layer *l,
+				  const struct kiln_config *cfg, const char *sec)
+{
+	struct conv *s = calloc(1, sizeof *s);
+	kiln_status st;
+	if (!s)
+		return h->error(KILN_ENOMEM, "out of memory");
+	l->priv = s;
+	if (h->config_get_int(cfg, sec, "out", &s->out))
+		return h->error(KILN_ECONFIG, "%s: [%s] needs 'out' (output channels)",
+				h->config_where(cfg, sec, NULL), sec);
+	if (!h->config_get(cfg, sec, "kernel"))
+		return h->error(KILN_ECONFIG, "%s: [%s] needs 'kernel' (e.g. kernel = 3)",
+				h->config_where(cfg, sec, NULL), sec);
+	if ((st = get_pair(h, cfg, sec, "kernel", 1, s->k)) ||
+	    (st = get_pair(h, cfg, sec, "stride", 1, s->stride)) ||
+	    (st = get_pair(h, cfg, sec, "padding", 0, s->pad)) ||
+	    (st = get_pair(h, cfg, sec, "dilation", 1, s->dil)))
+		return st;
+	s->groups = 1;
+	h->config_get_int(cfg, sec, "groups", &s->groups);
+	s->bias = !l->before_norm; /* the rule for an unset key */
+	h->config_get_bool(cfg, sec, "bias", &s->bias);
+	return KILN_OK;
+}
+
+static kiln_status conv_infer(const struct kiln_host *h, struct kiln_layer *l)
+{
+	struct conv *s = l->priv;
+	const struct kiln_tensor_desc *x = &l->in[0];
+	if (x->ndim != 4)
+		return h->error(KILN_ECONFIG, "layer '%s' (conv) needs a 4-d input [N, C, H, W], got %d dims",
+				l->name, x->ndim);
+	int64_t C = x->dims[1], g = s->groups, oh[2];
+	if (C % g || s->out % g)
+		return h->error(KILN_ECONFIG, "layer '%s' (conv): groups = %lld must divide the %lld input and %lld output channels",
+				l->name, (long long)g, (long long)C, (long long)s->out);
+	for (int d = 0; d < 2; d++) {
+		int64_t span = s->dil[d] * (s->k[d] - 1) + 1;
+		oh[d] = (x->dims[2 + d] + 2 * s->pad[d] - span) / s->stride[d] + 1;
+		if (x->dims[2 + d] + 2 * s->pad[d] < span || oh[d] < 1)
+			return h->error(KILN_ECONFIG, "layer '%s' (conv): kernel %lldx%lld (dilation %lld) does not fit the %lldx%lld input with padding %lld",
+					l->name, (long long)s->k[0], (long long)s->k[1], (long long)s->dil[d],
+					(long long)x->dims[2], (long long)x->dims[3], (long long)s->pad[d]);
+	}
+	s->x = *x;
+	act4(&s->y, x->dims[0], s->out, oh[0], oh[1], x->layout);
+	l->out = s->y;
+	int64_t wd[4] = { s->out, C / g, s->k[0], s->k[1] };
+	kiln_tensor_desc_init(&s->w, KILN_F32, 4, wd);
+	int64_t fan_in = C / g * s->k[0] * s->k[1];
+	l->n_params = s->bias ? 2 : 1;
+	l->params[0] = (struct kiln_param_spec){ "weight", s->w, KILN_INIT_KAIMING_UNIFORM, fan_in, 0 };
+	if (s->bias) {
+		l->params[1] = (struct kiln_param_spec){ "bias", { 0 }, KILN_INIT_BIAS_UNIFORM, fan_in, 0 };
+		f32_desc(&l->params[1].desc, s->out, 0, 0);
+	}
+	l->needs_input = 1;
+	return KILN_OK;
+}
+
+static void geometry(struct kiln_op *op, const struct conv *s)
+{
+	op->i[0] = s->stride[0], op->i[1] = s->stride[1];
+	op->i[2] = s->pad[0], op->i[3] = s->pad[1];
+	op->i[4] = s->dil[0], op->i[5] = s->dil[1];
+	op->i[6] = s->groups;
+}
+
+static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
+			     struct kiln_device *dev, size_t *ws)
+{
+	struct conv *s = l->priv;
+	struct kiln_op op;
+	kiln_status st;
+	size_t w = 0;
+	struct kiln_tensor_desc b;
+	f32_desc(&b, s->out, 0, 0);
+
+	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
+	op.in[0] = s->x, op.in[1] = s->w, op.in[2] = b, op.out[0] = s->y;
+	geometry(&op, s);
+	if ((st = prep(h, dev, &op, &s->fwd, &w)))
+		return st;
+	/* dx is always written; a second consumer's share is added from
+	 * scratch (oneDNN's backward-data cannot accumulate) */
+	op_init(&op, KILN_OP_CONV_BWD_DATA, 2, 1);
+	op.in[0] = s->y, op.in[1] = s->w, op.out[0] = s->x;
+	geometry(&op, s);
+	if ((st = prep(h, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, dev, &s->x, &s->acc)))
+		return st;
+	s->dx_bytes = kiln_tensor_bytes(&s->x);
+	if (l->trainable) {
+		op_init(&op, KILN_OP_CONV_BWD_WEIGHTS, 2, s->bias ? 2 : 1);
+		op.in[0] = s->x, op.in[1] = s->y, op.out[0] = s->w, op.out[1] = b;
+		geometry(&op, s);
+		if ((st = prep(h, dev, &op, &s->bwd_w, &w)))
+			return st;
+	}
+	*ws = ALIGN64(s->dx_bytes) + w;
+	return KILN_OK;
+}
+
+static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
+				const struct kiln_layer_run *r)
+{
+	struct conv *s = l->priv;
+	struct kiln_op_args a = { .in = { r->x[0], r->w[0], s->bias ? r->w[1] : NULL },
+				  .out = { r->y } };
+	args_ws(&a, r);
+	return h->device_run(r->dev, s->fwd, &a, r->stream);
+}
+
+static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l,
+				 const struct kiln_layer_run *r)
+{
+	struct conv *s = l->priv;
+	kiln_status st;
+	if (r->dw[0]) {
+		/* written on the first micro-step: no zeroing pass */
+		struct kiln_op_args a = { .in = { r->x[0], r->dy },
+					  .out = { r->dw[0], s->bias ? r->dw[1] : NULL } };
+		args_ws(&a, r);
+		if ((st = h->device_run(r->dev, s->bwd_w, &a, r->stream)))
+			return st;
+	}
+	if (r->dx[0]) {
+		struct kiln_op_args a = { .in = { r->dy, r->w[0] } };
+		return run_maybe_acc(h, r, s->bwd_data, &a, r->dx[0], r->dx_accum[0], s->acc,
+				     s->dx_bytes);
+	}
+	return KILN_OK;
+}
+
+static void conv_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
+{
+	struct conv *s = l->priv;
+	if (s && dev) {
+		h->device_plan_free(dev, s->fwd);
+		h->device_plan_free(dev, s->bwd_data);
+		h->device_plan_free(dev, s->bwd_w);
+		h->device_plan_free(dev, s->acc);
+	}
+	free(s);
+	l->priv = NULL;
+}
+
+static const struct kiln_layer_ops conv_ops = {
+	.version = KILN_LAYER_OPS_VERSION,
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.configure = conv_configure,
+	.infer = conv_infer,
+	.plan = conv_plan,
+	.forward = conv_forward,
+	.backward = conv_backward,
+	.destroy = conv_destroy,
+};
+
+LAYER_DESCRIPTOR(kiln_layer_conv, "conv", "2-d convolution (PyTorch nn.Conv2d; weights OIHW)",
+		 conv_ops, conv_keys);

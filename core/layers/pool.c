@@ -1,0 +1,128 @@
+/* core/layers/pool.c - 2-d max and average pooling (PyTorch's MaxPool2d,
+ * AvgPool2d, AdaptiveAvgPool2d(1)).
+ *
+ * x: [N, C, H, W]; y: [N, C, OH, OW], OH = (H + 2*pad - k) / stride + 1
+ * (floor).  Max pooling keeps the device's aux state (argmax positions)
+ * from forward to backward.
+ */
+#include "pool.h"
+
+kiln_status pool_configure(const struct kiln_host *h, struct kiln_layer *l,
+			   const struct kiln_config *cfg, const char *sec, int kind, int global)
+{
+	struct pool *s = calloc(1, sizeof *s);
+	kiln_status st;
+	if (!s)
+		return h->error(KILN_ENOMEM, "out of memory");
+	l->priv = s;
+	s->kind = kind;
+	s->global = global;
+	s->include_pad = 1;
+	if (global)
+		return KILN_OK;
+	if (!h->config_get(cfg, sec, "kernel"))
+		return h->error(KILN_ECONFIG, "%s: [%s] needs 'kernel' (e.g. kernel = 2)",
+				h->config_where(cfg, sec, NULL), sec);
+	if ((st = get_pair(h, cfg, sec, "kernel", 1, s->k)) ||
+	    (st = get_pair(h, cfg, sec, "padding", 0, s->pad)))
+		return st;
+	s->stride[0] = s->k[0], s->stride[1] = s->k[1]; /* PyTorch: stride = kernel */
+	if (h->config_get(cfg, sec, "stride") && (st = get_pair(h, cfg, sec, "stride", 1, s->stride)))
+		return st;
+	if (kind == KILN_POOL_AVG)
+		h->config_get_bool(cfg, sec, "count_include_pad", &s->include_pad);
+	return KILN_OK;
+}
+
+kiln_status pool_infer(const struct kiln_host *h, struct kiln_layer *l)
+{
+	struct pool *s = l->priv;
+	const struct kiln_tensor_desc *x = &l->in[0];
+	int64_t o[2];
+	if (x->ndim != 4)
+		return h->error(KILN_ECONFIG, "layer '%s' (%s) needs a 4-d input [N, C, H, W], got %d dims",
+				l->name, l->type, x->ndim);
+	if (s->global) {
+		s->k[0] = s->stride[0] = x->dims[2];
+		s->k[1] = s->stride[1] = x->dims[3];
+	}
+	for (int d = 0; d < 2; d++) {
+		if (2 * s->pad[d] > s->k[d])
+			return h->error(KILN_ECONFIG, "layer '%s' (%s): padding %lld is more than half the kernel %lld",
+					l->name, l->type, (long long)s->pad[d], (long long)s->k[d]);
+		o[d] = (x->dims[2 + d] + 2 * s->pad[d] - s->k[d]) / s->stride[d] + 1;
+		if (x->dims[2 + d] + 2 * s->pad[d] < s->k[d])
+			return h->error(KILN_ECONFIG, "layer '%s' (%s): kernel %lld does not fit the input (%lld with padding %lld)",
+					l->name, l->type, (long long)s->k[d], (long long)x->dims[2 + d],
+					(long long)s->pad[d]);
+	}
+	s->x = *x;
+	act4(&s->y, x->dims[0], x->dims[1], o[0], o[1], x->layout);
+	l->out = s->y;
+	l->needs_input = 1; /* devices without aux recompute from x */
+	s->dx_bytes = kiln_tensor_bytes(x);
+	return KILN_OK;
+}
+
+static void pool_op(struct kiln_op *op, const struct pool *s)
+{
+	op->i[0] = s->kind;
+	op->i[1] = s->k[0], op->i[2] = s->k[1];
+	op->i[3] = s->stride[0], op->i[4] = s->stride[1];
+	op->i[5] = s->pad[0], op->i[6] = s->pad[1];
+	op->i[7] = s->include_pad;
+}
+
+kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev,
+		      size_t *ws)
+{
+	struct pool *s = l->priv;
+	struct kiln_op op;
+	kiln_status st;
+	size_t w = 0;
+	op_init(&op, KILN_OP_POOL, 1, 2);
+	op.in[0] = s->x, op.out[0] = s->y;
+	pool_op(&op, s);
+	if ((st = prep(h, dev, &op, &s->fwd, &w)))
+		return st;
+	op_init(&op, KILN_OP_POOL_BWD, 3, 1);
+	op.in[0] = s->y, op.in[2] = s->x, op.out[0] = s->x;
+	pool_op(&op, s);
+	if ((st = prep(h, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, dev, &s->x, &s->acc)))
+		return st;
+	l->saved_bytes = h->device_aux_bytes(dev, s->fwd);
+	*ws = ALIGN64(s->dx_bytes) + w;
+	return KILN_OK;
+}
+
+kiln_status pool_forward(const struct kiln_host *h, struct kiln_layer *l,
+			 const struct kiln_layer_run *r)
+{
+	struct pool *s = l->priv;
+	/* evaluation plans keep no aux: the device then needs none */
+	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y, r->saved } };
+	args_ws(&a, r);
+	return h->device_run(r->dev, s->fwd, &a, r->stream);
+}
+
+kiln_status pool_backward(const struct kiln_host *h, struct kiln_layer *l,
+			  const struct kiln_layer_run *r)
+{
+	struct pool *s = l->priv;
+	if (!r->dx[0])
+		return KILN_OK;
+	struct kiln_op_args a = { .in = { r->dy, r->saved, r->x[0] } };
+	return run_maybe_acc(h, r, s->bwd, &a, r->dx[0], r->dx_accum[0], s->acc, s->dx_bytes);
+}
+
+void pool_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
+{
+	struct pool *s = l->priv;
+	if (s && dev) {
+		h->device_plan_free(dev, s->fwd);
+		h->device_plan_free(dev, s->bwd);
+		h->device_plan_free(dev, s->acc);
+	}
+	free(s);
+	l->priv = NULL;
+}

@@ -1,0 +1,359 @@
+/* plugins/cpu/act.c - elementwise activations (KILN_OP_ACT, ACT_BWD) and
+ * counter-based dropout (KILN_OP_DROPOUT, DROPOUT_BWD), as vectorised C
+ * loops (CPU_CLONES / CPU_SPANS, see cpu.h).
+ *
+ * Activations, with alpha = f[0]:
+ *   relu        y = x > 0 ? x : 0 (NaN passes)   dy * (x > 0)
+ *   leaky_relu  y = x > 0 ? x : alpha*x          dy * (x > 0 ? 1 : alpha)
+ *   gelu        y = x/2 * (1 + erf(x/sqrt 2))    dy * (Phi(x) + x*phi(x))
+ *   sigmoid     y = 1/(1 + exp(-x))              dy * y*(1 - y)
+ *   tanh        y = tanh(x)                      dy * (1 - y*y)
+ * The backward reads x (in0) for relu, leaky_relu and gelu and y (in2) for
+ * sigmoid and tanh; only the one it reads must be given (in2 may be absent,
+ * n_in = 2, for the first three).
+ */
+#include "cpu.h"
+
+#include <Random123/philox.h> /* philox4x32: counter-based RNG, also in CUDA */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- activations ------------------------------------------------------- */
+
+CPU_CLONES static void act_span(float *restrict y, const float *restrict x, int64_t n, int kind,
+				float alpha)
+{
+	switch (kind) {
+	case KILN_ACT_RELU:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = x[i] < 0.0f ? 0.0f : x[i];
+		break;
+	case KILN_ACT_LEAKY_RELU:
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
+		break;
+	case KILN_ACT_GELU:
+		for (int64_t i = 0; i < n; i++)
+			y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+		break;
+	case KILN_ACT_SIGMOID:
+		for (int64_t i = 0; i < n; i++)
+			y[i] = 1.0f / (1.0f + expf(-x[i]));
+		break;
+	case KILN_ACT_TANH:
+		for (int64_t i = 0; i < n; i++)
+			y[i] = tanhf(x[i]);
+		break;
+	}
+}
+
+/* dy * act'(.) with x for relu/leaky/gelu, y for sigmoid/tanh; acc adds. */
+CPU_CLONES static void act_bwd_span(float *dx, const float *x, const float *y,
+				    const float *dy, int64_t n, int kind, float alpha, int acc)
+{
+	const float k = 0.3989422804014327f; /* 1/sqrt(2 pi) */
+	for (int64_t i0 = 0; i0 < n; i0 += 256) {
+		/* in blocks, so one loop computes and one adds */
+		float g[256];
+		const int64_t m = n - i0 < 256 ? n - i0 : 256;
+		const float *xi = x ? x + i0 : NULL, *yi = y ? y + i0 : NULL, *di = dy + i0;
+		switch (kind) {
+		case KILN_ACT_RELU:
+#pragma omp simd
+			for (int64_t i = 0; i < m; i++)
+				g[i] = xi[i] > 0.0f ? di[i] : 0.0f;
+			break;
+		case KILN_ACT_LEAKY_RELU:
+#pragma omp simd
+			for (int64_t i = 0; i < m; i++)
+				g[i] = xi[i] > 0.0f ? di[i] : alpha * di[i];
+			break;
+		case KILN_ACT_GELU:
+			for (int64_t i = 0; i < m; i++) {
+				const float v = xi[i];
+				const float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
+				const float pdf = k * expf(-0.5f * v * v);
+				g[i] = di[i] * (cdf + v * pdf);
+			}
+			break;
+		case KILN_ACT_SIGMOID:
+#pragma omp simd
+			for (int64_t i = 0; i < m; i++)
+				g[i] = di[i] * yi[i] * (1.0f - yi[i]);
+			break;
+		case KILN_ACT_TANH:
+#pragma omp simd
+			for (int64_t i = 0; i < m; i++)
+				g[i] = di[i] * (1.0f - yi[i] * yi[i]);
+			break;
+		}
+		float *o = dx + i0;
+		if (acc) {
+#pragma omp simd
+			for (int64_t i = 0; i < m; i++)
+				o[i] += g[i];
+		} else {
+			memcpy(o, g, (size_t)m * sizeof *o);
+		}
+	}
+}
+
+static kiln_status cpu_act(const struct cpu_plan *p, const struct kiln_op_args *a,
+			   struct cpu_err *e)
+{
+	const float *x = a->in[0];
+	float *y = a->out[0];
+	const int kind = (int)p->op.i[0];
+	const float alpha = (float)p->op.f[0];
+	(void)e;
+	CPU_SPANS(p->n, b, en, act_span(y + b, x + b, en - b, kind, alpha));
+	return KILN_OK;
+}
+
+static kiln_status cpu_act_bwd(const struct cpu_plan *p, const struct kiln_op_args *a,
+			       struct cpu_err *e)
+{
+	const float *x = a->in[0], *dy = a->in[1];
+	const float *y = p->op.n_in > 2 ? a->in[2] : NULL;
+	float *dx = a->out[0];
+	const int kind = (int)p->op.i[0], acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	const float alpha = (float)p->op.f[0];
+	(void)e;
+	CPU_SPANS(p->n, b, en,
+		  act_bwd_span(dx + b, x ? x + b : NULL, y ? y + b : NULL, dy + b, en - b, kind,
+			       alpha, acc));
+	return KILN_OK;
+}
+
+/* Same element count and storage order for every tensor of an op. */
+static int same_shape(const struct kiln_op *op, int64_t n)
+{
+	const struct kiln_tensor_desc *ref = &op->out[0];
+	for (int k = 0; k < op->n_in + op->n_out; k++) {
+		const struct kiln_tensor_desc *d = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
+		if (cpu_numel(d) != n || (d->ndim == 4 && ref->ndim == 4 && cpu_nhwc(d) != cpu_nhwc(ref)))
+			return 0;
+	}
+	return 1;
+}
+
+kiln_status cpu_act_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	const int bwd = op->type == KILN_OP_ACT_BWD;
+	const int kind = (int)op->i[0];
+	if (kind < KILN_ACT_RELU || kind > KILN_ACT_TANH) {
+		char why[64];
+		snprintf(why, sizeof why, "unknown activation i[0] = %lld", (long long)op->i[0]);
+		return cpu_bad(c, op, KILN_EINVAL, why);
+	}
+	const int from_y = kind == KILN_ACT_SIGMOID || kind == KILN_ACT_TANH;
+	if (bwd ? op->n_in < (from_y ? 3 : 2) || op->n_in > 3 || op->n_out != 1
+		: op->n_in != 1 || op->n_out != 1)
+		return cpu_bad(c, op, KILN_EINVAL,
+			       bwd ? "takes x, dy, y (y may be left out for relu, leaky_relu, gelu) and gives dx"
+				   : "takes x and gives y");
+	if (!cpu_all_f32(op))
+		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	p->n = cpu_numel(&op->out[0]);
+	if (!same_shape(op, p->n))
+		return cpu_bad(c, op, KILN_EINVAL, "tensors differ in size or layout");
+	p->n_in = op->n_in;
+	p->n_out = 1;
+	p->kernel = bwd ? cpu_act_bwd : cpu_act;
+	return KILN_OK;
+}
+
+/* ---- dropout ----------------------------------------------------------- */
+
+/* The mask, which every device must reproduce bit for bit.  With p = f[0],
+ * seed = (uint64_t)i[0], layer = (uint32_t)i[1], step = (uint32_t) of the
+ * i64 at in1, and e the element's LOGICAL index (row-major over the dims as
+ * listed: for a 4-d NHWC activation ((n*C + c)*H + h)*W + w, so NCHW and
+ * NHWC runs drop the same elements):
+ *
+ *   ctr = { (uint32_t)e, (uint32_t)(e >> 32), layer, step }
+ *   key = { (uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x44524f50 }  ("DROP")
+ *   r   = philox4x32_10(ctr, key)              (Random123, 10 rounds)
+ *   keep  iff  (r.v[0] >> 8) >= ceil(p * 2^24)
+ *   y   = x * (keep ? s : 0),   s = (float)(1.0 / (1.0 - p))  (double, rounded)
+ *
+ * The keep rule is u >= p for u = (r.v[0] >> 8) / 2^24 in exact arithmetic
+ * (an integer compare, so no float rounding can differ across devices).
+ * s is multiplied, as PyTorch does (x * mask * (1/(1-p))), not divided, and
+ * like PyTorch a dropped inf or NaN gives NaN (it is a product, not a
+ * select).  p = 0 copies; p = 1 gives 0 * x. */
+/* r.v[0] of Philox4x32-10 (Random123's philox4x32_R(10, ctr, key)) into
+ * `out`, written out in plain integer operations so `omp simd` vectorises
+ * it: Random123's struct-returning rounds, and even a static inline
+ * function inlined into a target_clones one, stay scalar with GCC 12.
+ * tests/check_device.c checks the result against Random123 itself. */
+#define CPU_PHILOX_ROUND(c0, c1, c2, c3, k0, k1)                                          \
+	do {                                                                              \
+		const uint64_t p0_ = (uint64_t)0xD2511F53u * c0;                          \
+		const uint64_t p1_ = (uint64_t)0xCD9E8D57u * c2;                          \
+		const uint32_t n0_ = (uint32_t)(p1_ >> 32) ^ c1 ^ k0;                     \
+		const uint32_t n2_ = (uint32_t)(p0_ >> 32) ^ c3 ^ k1;                     \
+		c1 = (uint32_t)p1_, c3 = (uint32_t)p0_, c0 = n0_, c2 = n2_;               \
+		k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;                                     \
+	} while (0)
+#define CPU_PHILOX_V0(out, e, layer, step, key0, key1)                                    \
+	do {                                                                              \
+		uint32_t c0_ = (uint32_t)(e), c1_ = (uint32_t)((uint64_t)(e) >> 32);      \
+		uint32_t c2_ = (layer), c3_ = (step), k0_ = (key0), k1_ = (key1);         \
+		/* ten rounds, unrolled by hand: a loop here is not vectorised */         \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
+		(out) = c0_;                                                              \
+	} while (0)
+
+struct drop {
+	uint32_t k0, k1; /* the key */
+	uint32_t layer, step, thr;
+	float s;
+};
+
+/* s for a kept element e, 0 for a dropped one, into `out`. */
+#define CPU_DROP_SCALE(out, e, d)                                                         \
+	do {                                                                              \
+		uint32_t v0_;                                                             \
+		CPU_PHILOX_V0(v0_, e, (d).layer, (d).step, (d).k0, (d).k1);               \
+		(out) = (v0_ >> 8) >= (d).thr ? (d).s : 0.0f;                             \
+	} while (0)
+
+/* Elements [b, e) of a flat tensor (logical = physical index).  x may be y. */
+CPU_CLONES static void drop_flat(float *y, const float *x, int64_t b, int64_t e,
+				 const struct drop *d, int acc)
+{
+	const struct drop dd = *d;
+	if (acc) {
+#pragma omp simd
+		for (int64_t i = b; i < e; i++) {
+			float k;
+			CPU_DROP_SCALE(k, i, dd);
+			y[i] += x[i] * k;
+		}
+	} else {
+#pragma omp simd
+		for (int64_t i = b; i < e; i++) {
+			float k;
+			CPU_DROP_SCALE(k, i, dd);
+			y[i] = x[i] * k;
+		}
+	}
+}
+
+/* Rows [r0, r1) of an NHWC tensor: row r = n*HW + hw holds C channels whose
+ * logical indices are n*C*HW + c*HW + hw. */
+CPU_CLONES static void drop_nhwc(float *y, const float *x, int64_t r0, int64_t r1, int64_t C,
+				 int64_t HW, const struct drop *d, int acc)
+{
+	const struct drop dd = *d;
+	for (int64_t r = r0; r < r1; r++) {
+		const int64_t base = (r / HW) * C * HW + r % HW;
+		const float *xr = x + r * C;
+		float *yr = y + r * C;
+		if (acc) {
+#pragma omp simd
+			for (int64_t c = 0; c < C; c++) {
+				float k;
+				CPU_DROP_SCALE(k, base + c * HW, dd);
+				yr[c] += xr[c] * k;
+			}
+		} else {
+#pragma omp simd
+			for (int64_t c = 0; c < C; c++) {
+				float k;
+				CPU_DROP_SCALE(k, base + c * HW, dd);
+				yr[c] = xr[c] * k;
+			}
+		}
+	}
+}
+
+CPU_CLONES static void copy_span(float *restrict y, const float *restrict x, int64_t n, int acc)
+{
+	if (acc) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] += x[i];
+	} else {
+		memcpy(y, x, (size_t)n * sizeof *y);
+	}
+}
+
+/* Forward (x -> y) and backward (dy -> dx) are the same masked scale. */
+static kiln_status cpu_dropout(const struct cpu_plan *p, const struct kiln_op_args *a,
+			       struct cpu_err *e)
+{
+	const float *x = a->in[0];
+	float *y = a->out[0];
+	const double pr = p->op.f[0];
+	const int acc = p->op.type == KILN_OP_DROPOUT_BWD && (p->op.flags & KILN_OPF_ACCUMULATE);
+	(void)e;
+	if (pr == 0.0) {
+		if (x != y || acc)
+			CPU_SPANS(p->n, b, en, copy_span(y + b, x + b, en - b, acc));
+		return KILN_OK;
+	}
+	const uint64_t seed = (uint64_t)p->op.i[0];
+	struct drop d = {
+		.k0 = (uint32_t)seed,
+		.k1 = (uint32_t)(seed >> 32) ^ 0x44524f50u,
+		.layer = (uint32_t)p->op.i[1],
+		.step = (uint32_t)*(const int64_t *)a->in[1],
+		.thr = (uint32_t)ceil(pr * 16777216.0),
+		.s = pr >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - pr)),
+	};
+	if (!p->rows) {
+		CPU_SPANS(p->n, b, en, drop_flat(y, x, b, en, &d, acc));
+	} else {
+		const int64_t R = p->rows, C = p->cols, HW = p->sz[0];
+#pragma omp parallel if (p->n >= CPU_PAR_MIN / 4)
+		{
+			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+			drop_nhwc(y, x, R * t / T, R * (t + 1) / T, C, HW, &d, acc);
+		}
+	}
+	return KILN_OK;
+}
+
+kiln_status cpu_dropout_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	if (op->n_in != 2 || op->n_out != 1)
+		return cpu_bad(c, op, KILN_EINVAL,
+			       op->type == KILN_OP_DROPOUT ? "takes x, step and gives y"
+							   : "takes dy, step and gives dx");
+	if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32 ||
+	    op->in[1].dtype != KILN_I64)
+		return cpu_bad(c, op, KILN_ENOTSUP, "wants f32 data and an i64 step");
+	if (!(op->f[0] >= 0.0 && op->f[0] <= 1.0))
+		return cpu_bad(c, op, KILN_EINVAL, "probability f[0] outside [0, 1]");
+	const struct kiln_tensor_desc *x = &op->in[0], *y = &op->out[0];
+	p->n = cpu_numel(y);
+	if (cpu_numel(x) != p->n || cpu_numel(&op->in[1]) != 1 ||
+	    (x->ndim == 4 && y->ndim == 4 && cpu_nhwc(x) != cpu_nhwc(y)))
+		return cpu_bad(c, op, KILN_EINVAL, "x and y differ in size or layout, or step is not [1]");
+	if (cpu_nhwc(y)) {
+		/* walk rows (n, h, w) of C channels, see drop_nhwc */
+		p->cols = y->dims[1];
+		p->sz[0] = y->dims[2] * y->dims[3];
+		p->rows = y->dims[0] * p->sz[0];
+	}
+	p->n_in = 2;
+	p->n_out = 1;
+	p->kernel = cpu_dropout;
+	return KILN_OK;
+}

@@ -1,0 +1,354 @@
+/* plugins/cpu/bn.c - batch normalisation (KILN_OP_BN_TRAIN, BN_INFER,
+ * BN_BWD) as C loops with PyTorch's exact semantics.
+ *
+ * Per channel c over the M = N*H*W elements x_i of that channel:
+ *   mean = sum(x)/M,  var = sum((x - mean)^2)/M          (biased, normalises)
+ *   invstd = 1/sqrt(var + eps)
+ *   y = x*a + b,  a = gamma*invstd,  b = beta - mean*a
+ *   running_mean = (1-m)*running_mean + m*mean
+ *   running_var  = (1-m)*running_var  + m*var*M/(M-1)    (unbiased)
+ * Backward, with mean and invstd from saved = [mean[C], invstd[C]]:
+ *   dbeta = sum(dy),  dgamma = sum(dy*(x - mean))*invstd
+ *   dx = (dy - dbeta/M - (x - mean)*k) * gamma*invstd,  k = sum(dy*(x-mean))*invstd^2/M
+ *
+ * Two shapes of data: "planes" (NCHW: channel c of sample n is one
+ * contiguous plane of H*W) and "rows" (NHWC, and 2-d [N, C]: R = N*H*W rows
+ * of C contiguous channels).  Sums are in double and partial sums are taken
+ * over a fixed split (one per plane; CPU_CHUNKS row ranges) that is then
+ * added in order, so results never depend on the thread count.  The sums
+ * are shifted by the channel's first element (sum of x - K) so a large mean
+ * does not cancel the variance.  The partial sums and per-channel
+ * coefficients live in the workspace.
+ */
+#include "cpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* sz[] of a BN plan */
+enum { BN_N, BN_C, BN_HW, BN_ROWS /* 1: rows, 0: planes */, BN_NCH /* row chunks */ };
+
+/* ---- sums -------------------------------------------------------------- */
+
+/* s[0] += sum(a - k), s[1] += sum((a - k)^2) over a plane of n. */
+CPU_CLONES static void plane_stats(double *s, const float *a, int64_t n, float k)
+{
+	double s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+	for (int64_t i = 0; i < n; i++) {
+		const double d = (double)a[i] - k;
+		s1 += d;
+		s2 += d * d;
+	}
+	s[0] = s1, s[1] = s2;
+}
+
+/* s[0] = sum(dy), s[1] = sum(dy*(x - mean)) over a plane of n. */
+CPU_CLONES static void plane_dstats(double *s, const float *x, const float *dy, int64_t n,
+				    float mean)
+{
+	double s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+	for (int64_t i = 0; i < n; i++) {
+		s1 += dy[i];
+		s2 += (double)dy[i] * ((double)x[i] - mean);
+	}
+	s[0] = s1, s[1] = s2;
+}
+
+/* Rows r0..r1 of C channels: s1[c] = sum(x - k[c]), s2[c] = sum((x-k[c])^2). */
+CPU_CLONES static void rows_stats(double *restrict s1, double *restrict s2, const float *x,
+				  const float *k, int64_t r0, int64_t r1, int64_t C)
+{
+	for (int64_t c = 0; c < C; c++)
+		s1[c] = s2[c] = 0;
+	for (int64_t r = r0; r < r1; r++) {
+		const float *xr = x + r * C;
+#pragma omp simd
+		for (int64_t c = 0; c < C; c++) {
+			const double d = (double)xr[c] - k[c];
+			s1[c] += d;
+			s2[c] += d * d;
+		}
+	}
+}
+
+/* Rows r0..r1: s1[c] = sum(dy), s2[c] = sum(dy*(x - mean[c])). */
+CPU_CLONES static void rows_dstats(double *restrict s1, double *restrict s2, const float *x,
+				   const float *dy, const float *mean, int64_t r0, int64_t r1,
+				   int64_t C)
+{
+	for (int64_t c = 0; c < C; c++)
+		s1[c] = s2[c] = 0;
+	for (int64_t r = r0; r < r1; r++) {
+		const float *xr = x + r * C, *dr = dy + r * C;
+#pragma omp simd
+		for (int64_t c = 0; c < C; c++) {
+			s1[c] += dr[c];
+			s2[c] += (double)dr[c] * ((double)xr[c] - mean[c]);
+		}
+	}
+}
+
+/* Per-channel sums S1[c], S2[c] (in ws, doubles [2][C] after the partials)
+ * of either the forward statistics (dy NULL: shifted by k) or the backward
+ * ones (shifted by mean = k).  ws layout: partials, then S1, S2. */
+static void bn_sums(const struct cpu_plan *p, double *ws, const float *x, const float *dy,
+		    const float *k, double *S1, double *S2)
+{
+	const int64_t N = p->sz[BN_N], C = p->sz[BN_C], HW = p->sz[BN_HW];
+	const int64_t tot = N * C * HW;
+	if (!p->sz[BN_ROWS]) {
+		/* one partial pair per plane (n, c): ws[(n*C + c)*2 + {0,1}] */
+#pragma omp parallel for if (tot >= CPU_PAR_MIN) schedule(static)
+		for (int64_t pl = 0; pl < N * C; pl++) {
+			const int64_t c = pl % C;
+			if (dy)
+				plane_dstats(ws + 2 * pl, x + pl * HW, dy + pl * HW, HW, k[c]);
+			else
+				plane_stats(ws + 2 * pl, x + pl * HW, HW, k[c]);
+		}
+		for (int64_t c = 0; c < C; c++) {
+			double a = 0, b = 0;
+			for (int64_t n = 0; n < N; n++)
+				a += ws[2 * (n * C + c)], b += ws[2 * (n * C + c) + 1];
+			S1[c] = a, S2[c] = b;
+		}
+	} else {
+		/* partials per row chunk: ws[ch*2C + c] and ws[ch*2C + C + c] */
+		const int64_t R = N * HW, nch = p->sz[BN_NCH];
+#pragma omp parallel for if (tot >= CPU_PAR_MIN) schedule(static)
+		for (int64_t ch = 0; ch < nch; ch++) {
+			double *s = ws + ch * 2 * C;
+			if (dy)
+				rows_dstats(s, s + C, x, dy, k, R * ch / nch, R * (ch + 1) / nch, C);
+			else
+				rows_stats(s, s + C, x, k, R * ch / nch, R * (ch + 1) / nch, C);
+		}
+		for (int64_t c = 0; c < C; c++)
+			S1[c] = S2[c] = 0;
+		for (int64_t ch = 0; ch < nch; ch++)
+			for (int64_t c = 0; c < C; c++)
+				S1[c] += ws[ch * 2 * C + c], S2[c] += ws[ch * 2 * C + C + c];
+	}
+}
+
+/* ---- elementwise passes ------------------------------------------------ */
+
+CPU_CLONES static void plane_affine(float *y, const float *x, int64_t n, float a, float b)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		y[i] = x[i] * a + b;
+}
+
+CPU_CLONES static void rows_affine(float *y, const float *x, const float *a, const float *b,
+				   int64_t r0, int64_t r1, int64_t C)
+{
+	for (int64_t r = r0; r < r1; r++) {
+		const float *xr = x + r * C;
+		float *yr = y + r * C;
+#pragma omp simd
+		for (int64_t c = 0; c < C; c++)
+			yr[c] = xr[c] * a[c] + b[c];
+	}
+}
+
+/* y = x*a[c] + b[c] */
+static void bn_affine(const struct cpu_plan *p, float *y, const float *x, const float *a,
+		      const float *b)
+{
+	const int64_t N = p->sz[BN_N], C = p->sz[BN_C], HW = p->sz[BN_HW];
+	if (!p->sz[BN_ROWS]) {
+#pragma omp parallel for if (N * C * HW >= CPU_PAR_MIN) schedule(static)
+		for (int64_t pl = 0; pl < N * C; pl++)
+			plane_affine(y + pl * HW, x + pl * HW, HW, a[pl % C], b[pl % C]);
+	} else {
+		const int64_t R = N * HW;
+#pragma omp parallel if (R * C >= CPU_PAR_MIN)
+		{
+			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+			rows_affine(y, x, a, b, R * t / T, R * (t + 1) / T, C);
+		}
+	}
+}
+
+/* dx = (dy - g - (x - mean)*k) * s  with per-channel g, k, s, mean */
+CPU_CLONES static void plane_dx(float *dx, const float *x, const float *dy, int64_t n, float g,
+				float k, float s, float mean)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		dx[i] = (dy[i] - g - (x[i] - mean) * k) * s;
+}
+
+CPU_CLONES static void rows_dx(float *dx, const float *x, const float *dy, const float *g,
+			       const float *k, const float *s, const float *mean, int64_t r0,
+			       int64_t r1, int64_t C)
+{
+	for (int64_t r = r0; r < r1; r++) {
+		const float *xr = x + r * C, *dr = dy + r * C;
+		float *o = dx + r * C;
+#pragma omp simd
+		for (int64_t c = 0; c < C; c++)
+			o[c] = (dr[c] - g[c] - (xr[c] - mean[c]) * k[c]) * s[c];
+	}
+}
+
+/* ---- kernels ----------------------------------------------------------- */
+
+/* Workspace: doubles [partials | S1[C] | S2[C]], then floats [4][C]. */
+static size_t bn_partials(const struct cpu_plan *p)
+{
+	return (size_t)(p->sz[BN_ROWS] ? p->sz[BN_NCH] * 2 * p->sz[BN_C]
+				       : p->sz[BN_N] * p->sz[BN_C] * 2);
+}
+
+static kiln_status cpu_bn_train(const struct cpu_plan *p, const struct kiln_op_args *a,
+				struct cpu_err *e)
+{
+	const float *x = a->in[0], *gamma = a->in[1], *beta = a->in[2];
+	float *y = a->out[0], *saved = a->out[1], *rm = a->out[2], *rv = a->out[3];
+	const int64_t C = p->sz[BN_C], M = p->sz[BN_N] * p->sz[BN_HW];
+	const double eps = p->op.f[0], mom = p->op.f[1];
+	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
+	float *k = (float *)(S2 + C), *ca = k + C, *cb = ca + C;
+	(void)e;
+	/* shift: the channel's first element (sample 0, position 0) */
+	for (int64_t c = 0; c < C; c++)
+		k[c] = p->sz[BN_ROWS] ? x[c] : x[c * p->sz[BN_HW]];
+	bn_sums(p, ws, x, NULL, k, S1, S2);
+	for (int64_t c = 0; c < C; c++) {
+		const double d = S1[c] / M;
+		const double mean = k[c] + d;
+		double var = S2[c] / M - d * d;
+		if (var < 0)
+			var = 0;
+		const double inv = 1.0 / sqrt(var + eps);
+		saved[c] = (float)mean;
+		saved[C + c] = (float)inv;
+		rm[c] = (float)((1 - mom) * rm[c] + mom * mean);
+		rv[c] = (float)((1 - mom) * rv[c] + mom * var * M / (M - 1));
+		const double sc = gamma[c] * inv;
+		ca[c] = (float)sc;
+		cb[c] = (float)(beta[c] - mean * sc);
+	}
+	bn_affine(p, y, x, ca, cb);
+	return KILN_OK;
+}
+
+static kiln_status cpu_bn_infer(const struct cpu_plan *p, const struct kiln_op_args *a,
+				struct cpu_err *e)
+{
+	const float *x = a->in[0], *gamma = a->in[1], *beta = a->in[2];
+	const float *rm = a->in[3], *rv = a->in[4];
+	const int64_t C = p->sz[BN_C];
+	float *ca = a->workspace, *cb = ca + C;
+	(void)e;
+	for (int64_t c = 0; c < C; c++) {
+		const double sc = gamma[c] / sqrt((double)rv[c] + p->op.f[0]);
+		ca[c] = (float)sc;
+		cb[c] = (float)(beta[c] - rm[c] * sc);
+	}
+	bn_affine(p, a->out[0], x, ca, cb);
+	return KILN_OK;
+}
+
+static kiln_status cpu_bn_bwd(const struct cpu_plan *p, const struct kiln_op_args *a,
+			      struct cpu_err *e)
+{
+	const float *x = a->in[0], *dy = a->in[1], *gamma = a->in[2], *saved = a->in[3];
+	float *dx = a->out[0], *dgamma = a->out[1], *dbeta = a->out[2];
+	const int64_t N = p->sz[BN_N], C = p->sz[BN_C], HW = p->sz[BN_HW], M = N * HW;
+	const float *mean = saved, *invstd = saved + C;
+	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
+	float *g = (float *)(S2 + C), *k = g + C, *s = k + C;
+	(void)e;
+	bn_sums(p, ws, x, dy, mean, S1, S2);
+	for (int64_t c = 0; c < C; c++) {
+		const double inv = invstd[c];
+		dbeta[c] = (float)S1[c];
+		dgamma[c] = (float)(S2[c] * inv);
+		g[c] = (float)(S1[c] / M);
+		k[c] = (float)(S2[c] * inv * inv / M);
+		s[c] = (float)(gamma[c] * inv);
+	}
+	if (!p->sz[BN_ROWS]) {
+#pragma omp parallel for if (M * C >= CPU_PAR_MIN) schedule(static)
+		for (int64_t pl = 0; pl < N * C; pl++) {
+			const int64_t c = pl % C;
+			plane_dx(dx + pl * HW, x + pl * HW, dy + pl * HW, HW, g[c], k[c], s[c], mean[c]);
+		}
+	} else {
+#pragma omp parallel if (M * C >= CPU_PAR_MIN)
+		{
+			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+			rows_dx(dx, x, dy, g, k, s, mean, M * t / T, M * (t + 1) / T, C);
+		}
+	}
+	return KILN_OK;
+}
+
+/* ---- prepare ----------------------------------------------------------- */
+
+kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	const int type = op->type;
+	const int need_in = type == KILN_OP_BN_TRAIN ? 3 : type == KILN_OP_BN_INFER ? 5 : 4;
+	const int need_out = type == KILN_OP_BN_TRAIN ? 4 : type == KILN_OP_BN_INFER ? 1 : 3;
+	char why[160];
+	if (op->n_in != need_in || op->n_out != need_out) {
+		snprintf(why, sizeof why, "takes %d inputs and %d outputs, got %d and %d", need_in,
+			 need_out, op->n_in, op->n_out);
+		return cpu_bad(c, op, KILN_EINVAL, why);
+	}
+	if (!cpu_all_f32(op))
+		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	const struct kiln_tensor_desc *x = &op->in[0];
+	if (x->ndim != 2 && x->ndim != 4)
+		return cpu_bad(c, op, KILN_EINVAL, "wants x [N,C,H,W] or [N,C]");
+	const int64_t N = x->dims[0], C = x->dims[1];
+	const int64_t HW = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
+	const int64_t n = N * C * HW;
+	/* the tensors shaped like x, and the per-channel ones */
+	const struct kiln_tensor_desc *like_x[3] = { &op->out[0], NULL, NULL };
+	if (type == KILN_OP_BN_BWD)
+		like_x[1] = &op->in[1];
+	int ok = N > 0 && C > 0 && HW > 0;
+	for (int i = 0; i < 3 && ok; i++)
+		if (like_x[i])
+			ok = like_x[i]->ndim == x->ndim && cpu_numel(like_x[i]) == n &&
+			     like_x[i]->dims[1] == C && cpu_nhwc(like_x[i]) == cpu_nhwc(x);
+	for (int i = 1; i < op->n_in && ok; i++)
+		if (!(type == KILN_OP_BN_BWD && i == 1))
+			ok = cpu_numel(&op->in[i]) == (type == KILN_OP_BN_BWD && i == 3 ? 2 * C : C);
+	for (int i = 1; i < op->n_out && ok; i++)
+		ok = cpu_numel(&op->out[i]) == (type == KILN_OP_BN_TRAIN && i == 1 ? 2 * C : C);
+	if (!ok)
+		return cpu_bad(c, op, KILN_EINVAL,
+			       "wants x, y, dy of one shape, per-channel tensors [C], saved [2,C]");
+	if (type == KILN_OP_BN_TRAIN && N * HW < 2)
+		/* PyTorch refuses too: the unbiased variance divides by M - 1. */
+		return cpu_bad(c, op, KILN_EINVAL, "training needs more than one value per channel");
+	if (!(op->f[0] >= 0))
+		return cpu_bad(c, op, KILN_EINVAL, "eps f[0] must be >= 0");
+	p->sz[BN_N] = N;
+	p->sz[BN_C] = C;
+	p->sz[BN_HW] = HW;
+	p->sz[BN_ROWS] = x->ndim == 2 || cpu_nhwc(x);
+	p->sz[BN_NCH] = N * HW < CPU_CHUNKS ? N * HW : CPU_CHUNKS;
+	p->n = n;
+	p->n_in = need_in;
+	p->n_out = need_out;
+	if (type == KILN_OP_BN_INFER) {
+		p->workspace = (size_t)(2 * C) * sizeof(float);
+		p->kernel = cpu_bn_infer;
+	} else {
+		p->workspace = (bn_partials(p) + 2 * (size_t)C) * sizeof(double) +
+			       4 * (size_t)C * sizeof(float);
+		p->kernel = type == KILN_OP_BN_TRAIN ? cpu_bn_train : cpu_bn_bwd;
+	}
+	return KILN_OK;
+}

@@ -1,0 +1,129 @@
+/* plugins/cpu/dnn.c - a plan made of a short sequence of oneDNN primitives
+ * (weight reorder, convolution, reorder back; pooling), shared by conv.c
+ * and pool.c.
+ *
+ * prepare creates every oneDNN object: the primitives, one memory object
+ * per tensor they touch, a stream.  Each memory object is bound to where
+ * its bytes live at run time: an input or output of the op, or an offset
+ * into the caller's workspace (scratchpad, reordered weights).  run only
+ * points the memory objects at those bytes and executes the steps in order.
+ */
+#include "dnn.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *cpu_dnnl_str(dnnl_status_t s)
+{
+	switch (s) {
+	case dnnl_success: return "success";
+	case dnnl_out_of_memory: return "out of memory";
+	case dnnl_invalid_arguments: return "invalid arguments";
+	case dnnl_unimplemented: return "unimplemented";
+	case dnnl_iterator_ends: return "iterator ends";
+	case dnnl_runtime_error: return "runtime error";
+	case dnnl_not_required: return "not required";
+	}
+	return "unknown status";
+}
+
+kiln_status cpu_dnn_new(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	struct cpu_dnn *d = calloc(1, sizeof *d);
+	if (!d)
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
+				      cpu_op_name(p->op.type));
+	pthread_mutex_init(&d->lock, NULL);
+	p->dnn = d; /* freed by cpu_plan_free / the failed prepare */
+	dnnl_status_t s = dnnl_stream_create(&d->stream, c->engine, dnnl_stream_default_flags);
+	if (s != dnnl_success)
+		return c->host->error(KILN_EDEVICE, "cpu: %s: %s:%d: dnnl_stream_create: %s",
+				      cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(s));
+	return KILN_OK;
+}
+
+void cpu_dnn_free(struct cpu_dnn *d)
+{
+	if (!d)
+		return;
+	for (int i = 0; i < d->n_step; i++)
+		if (d->step[i].prim)
+			dnnl_primitive_destroy(d->step[i].prim);
+	for (int i = 0; i < d->n_mem; i++)
+		if (d->mem[i])
+			dnnl_memory_destroy(d->mem[i]);
+	if (d->stream)
+		dnnl_stream_destroy(d->stream);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+dnnl_status_t cpu_dnn_mem(struct cpu_ctx *c, struct cpu_dnn *d, const dnnl_memory_desc_t *md,
+			  int kind, int idx, size_t off, int *out)
+{
+	if (d->n_mem == CPU_DNN_MEMS)
+		return dnnl_out_of_memory;
+	dnnl_status_t s = dnnl_memory_create(&d->mem[d->n_mem], md, c->engine, DNNL_MEMORY_NONE);
+	if (s != dnnl_success)
+		return s;
+	d->bind[d->n_mem] = (struct cpu_bind){ .kind = kind, .idx = idx, .off = off };
+	*out = d->n_mem++;
+	return dnnl_success;
+}
+
+dnnl_status_t cpu_dnn_step(struct cpu_dnn *d, const_dnnl_primitive_desc_t pd, int n_arg,
+			   const int *arg, const int *mem)
+{
+	if (d->n_step == CPU_DNN_STEPS || n_arg > CPU_DNN_ARGS)
+		return dnnl_out_of_memory;
+	struct cpu_dnn_step *st = &d->step[d->n_step];
+	dnnl_status_t s = dnnl_primitive_create(&st->prim, pd);
+	if (s != dnnl_success)
+		return s;
+	d->n_step++;
+	st->n_arg = n_arg;
+	for (int i = 0; i < n_arg; i++) {
+		st->arg[i] = arg[i];
+		st->mem[i] = mem[i];
+	}
+	return dnnl_success;
+}
+
+size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd)
+{
+	const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	return md ? dnnl_memory_desc_get_size(md) : 0;
+}
+
+kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
+			struct cpu_err *e)
+{
+	struct cpu_dnn *d = p->dnn;
+	dnnl_status_t s = dnnl_success;
+	dnnl_exec_arg_t args[CPU_DNN_ARGS];
+	/* The memory objects hold the current run's pointers: one run of a
+	 * plan at a time, even if two streams share it. */
+	pthread_mutex_lock(&d->lock);
+	for (int i = 0; i < d->n_mem; i++) {
+		const struct cpu_bind *b = &d->bind[i];
+		/* oneDNN takes non-const handles; inputs are only read. */
+		void *h = b->kind == CPU_BIND_IN    ? (void *)a->in[b->idx]
+			  : b->kind == CPU_BIND_OUT ? a->out[b->idx]
+						    : (char *)a->workspace + b->off;
+		dnnl_memory_set_data_handle(d->mem[i], h);
+	}
+	for (int k = 0; k < d->n_step && s == dnnl_success; k++) {
+		const struct cpu_dnn_step *st = &d->step[k];
+		for (int i = 0; i < st->n_arg; i++)
+			args[i] = (dnnl_exec_arg_t){ st->arg[i], d->mem[st->mem[i]] };
+		s = dnnl_primitive_execute(st->prim, d->stream, st->n_arg, args);
+	}
+	if (s == dnnl_success)
+		s = dnnl_stream_wait(d->stream);
+	pthread_mutex_unlock(&d->lock);
+	if (s != dnnl_success)
+		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: dnnl_primitive_execute: %s",
+				cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(s));
+	return KILN_OK;
+}

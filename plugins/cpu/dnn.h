@@ -1,0 +1,69 @@
+/* plugins/cpu/dnn.h - the oneDNN plan shared by conv.c and pool.c (see
+ * dnn.c).  Only files that include oneDNN include this. */
+#ifndef KILN_CPU_DNN_H
+#define KILN_CPU_DNN_H
+
+#include "cpu.h"
+#include <oneapi/dnnl/dnnl.h> /* dnnl_* */
+
+#define CPU_DNN_MEMS 12
+#define CPU_DNN_STEPS 6
+#define CPU_DNN_ARGS 8
+
+/* Where a memory object's bytes are at run time. */
+enum { CPU_BIND_IN = 0, CPU_BIND_OUT = 1, CPU_BIND_WS = 2 };
+
+struct cpu_bind {
+	int kind;   /* CPU_BIND_* */
+	int idx;    /* in[idx] / out[idx] */
+	size_t off; /* CPU_BIND_WS: byte offset into the workspace */
+};
+
+struct cpu_dnn_step {
+	dnnl_primitive_t prim;
+	int n_arg;
+	int arg[CPU_DNN_ARGS]; /* DNNL_ARG_* */
+	int mem[CPU_DNN_ARGS]; /* index into cpu_dnn.mem */
+};
+
+struct cpu_dnn {
+	pthread_mutex_t lock; /* one run at a time: the handles are shared */
+	dnnl_stream_t stream;
+	int n_mem, n_step;
+	dnnl_memory_t mem[CPU_DNN_MEMS];
+	struct cpu_bind bind[CPU_DNN_MEMS];
+	struct cpu_dnn_step step[CPU_DNN_STEPS];
+};
+
+const char *cpu_dnnl_str(dnnl_status_t s);
+
+/* A failed oneDNN call in a prepare function that has `st`, `c`, `p` and
+ * an `out:` label: status (ENOTSUP for unimplemented) plus file:line. */
+#define CPU_DNN_TRY(call)                                                                 \
+	do {                                                                              \
+		dnnl_status_t s_ = (call);                                                \
+		if (s_ != dnnl_success) {                                                 \
+			st = c->host->error(s_ == dnnl_unimplemented ? KILN_ENOTSUP       \
+								     : KILN_EDEVICE,      \
+					    "cpu: %s %s: %s:%d: %s: %s",                  \
+					    cpu_op_name(p->op.type), geom, __FILE__,      \
+					    __LINE__, #call, cpu_dnnl_str(s_));           \
+			goto out;                                                         \
+		}                                                                         \
+	} while (0)
+
+/* p->dnn with a stream. */
+kiln_status cpu_dnn_new(struct cpu_ctx *c, struct cpu_plan *p);
+/* A memory object of md bound as described; *out its index. */
+dnnl_status_t cpu_dnn_mem(struct cpu_ctx *c, struct cpu_dnn *d, const dnnl_memory_desc_t *md,
+			  int kind, int idx, size_t off, int *out);
+/* Append a primitive made from pd and its argument list. */
+dnnl_status_t cpu_dnn_step(struct cpu_dnn *d, const_dnnl_primitive_desc_t pd, int n_arg,
+			   const int *arg, const int *mem);
+/* Bytes of pd's scratchpad (user mode). */
+size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd);
+/* The kernel of every cpu_dnn plan. */
+kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
+			struct cpu_err *e);
+
+#endif /* KILN_CPU_DNN_H */

@@ -1,0 +1,552 @@
+/* tests/check_layers.c - the convolutional-network layers against PyTorch.
+ *
+ * tests/data/layer_refs.safetensors (written by gen_layer_refs.py) holds,
+ * for every case named in its "cases" metadata, a small model as INI text
+ * ("<case>.ini": ... -> t -> flatten -> softmax_xent, t being the layer
+ * under test), a batch, the parameters and buffers, and what one training
+ * pass gives in PyTorch.  Each case runs in both layouts (NCHW and NHWC,
+ * the latter by appending "[model]\nlayout = nhwc"): one forward+backward
+ * with a keep_all/input_grad plan, then the loss, t's output, the input
+ * gradient, every parameter gradient and the running stats are compared;
+ * batchnorm cases also run an evaluation plan.  "cnn5" trains a small
+ * residual CNN five SGD steps and compares every step.
+ *
+ * One Check TCase per case, named after it, with a loop test whose index
+ * is 2*case + layout (even: nchw, odd: nhwc):
+ *   CK_RUN_CASE=conv_groups2 tests/check_layers
+ *   CK_RUN_CASE=cnn5 KILN_TEST_LAYOUT=nhwc CK_FORK=no tests/check_layers
+ * KILN_TEST_LAYOUT=nchw|nhwc skips (passes) the other layout.
+ *
+ * Tolerance: max |kiln - PyTorch| <= 1e-4 * max(0.1, max |PyTorch|) per
+ * tensor (accumulation orders differ; the generator checks that float32
+ * PyTorch is within a quarter of this of float64); losses: relative 1e-4.
+ */
+#include <check.h>   /* START_TEST, ck_assert_msg, tcase_add_loop_test */
+#include <jansson.h> /* the safetensors header */
+#include <kiln/kiln.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL_REL 1e-4
+#define TOL_FLOOR 0.1
+#define LOSS_REL 1e-4
+
+static struct kiln_registry *reg;
+
+/* ---- the reference file (loaded once in main; forked tests inherit it) -- */
+
+static struct {
+	char *buf;
+	size_t len, data;
+	json_t *hdr, *meta;
+	char **cases; /* from the "cases" metadata */
+	int n_cases;
+} ref;
+
+struct ref_tensor {
+	const void *data; /* little-endian f32 or i32, row-major */
+	int ndim;
+	int64_t dims[KILN_MAX_DIMS];
+	int64_t numel;
+};
+
+static int ref_load(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		fprintf(stderr, "cannot open %s (regenerate: /usr/bin/python3 "
+				"tests/data/gen_layer_refs.py %s)\n", path, path);
+		return -1;
+	}
+	fseek(fp, 0, SEEK_END);
+	ref.len = (size_t)ftell(fp);
+	fseek(fp, 0, SEEK_SET);
+	ref.buf = malloc(ref.len);
+	size_t got = fread(ref.buf, 1, ref.len, fp);
+	fclose(fp);
+	uint64_t n;
+	if (got != ref.len || ref.len < 8 || (memcpy(&n, ref.buf, 8), 8 + n > ref.len)) {
+		fprintf(stderr, "%s: truncated\n", path);
+		return -1;
+	}
+	json_error_t err;
+	ref.hdr = json_loadb(ref.buf + 8, (size_t)n, 0, &err);
+	if (!ref.hdr) {
+		fprintf(stderr, "%s: bad safetensors header: %s\n", path, err.text);
+		return -1;
+	}
+	ref.data = 8 + (size_t)n;
+	ref.meta = json_object_get(ref.hdr, "__metadata__");
+	const char *list = json_string_value(json_object_get(ref.meta, "cases"));
+	if (!list) {
+		fprintf(stderr, "%s: no \"cases\" metadata\n", path);
+		return -1;
+	}
+	char *copy = strdup(list), *save = NULL;
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		ref.cases = realloc(ref.cases, sizeof(char *) * (size_t)(ref.n_cases + 1));
+		ref.cases[ref.n_cases++] = strdup(tok);
+	}
+	free(copy);
+	return 0;
+}
+
+static void ref_unload(void)
+{
+	for (int i = 0; i < ref.n_cases; i++)
+		free(ref.cases[i]);
+	free(ref.cases);
+	json_decref(ref.hdr);
+	free(ref.buf);
+}
+
+static const char *ref_meta(const char *key)
+{
+	const char *s = json_string_value(json_object_get(ref.meta, key));
+	ck_assert_msg(s != NULL, "reference has no metadata %s", key);
+	return s;
+}
+
+/* 1 and *t filled when the file has tensor `name`, else 0. */
+static int ref_find(const char *name, struct ref_tensor *t)
+{
+	json_t *j = json_object_get(ref.hdr, name);
+	if (!j)
+		return 0;
+	json_t *shape = json_object_get(j, "shape"), *off = json_object_get(j, "data_offsets");
+	t->ndim = (int)json_array_size(shape);
+	t->numel = 1;
+	for (int i = 0; i < t->ndim && i < KILN_MAX_DIMS; i++) {
+		t->dims[i] = json_integer_value(json_array_get(shape, (size_t)i));
+		t->numel *= t->dims[i];
+	}
+	t->data = ref.buf + ref.data + (size_t)json_integer_value(json_array_get(off, 0));
+	return 1;
+}
+
+static void ref_get(const char *name, struct ref_tensor *t)
+{
+	ck_assert_msg(ref_find(name, t), "reference has no tensor %s", name);
+}
+
+/* ---- one model on the cpu device ----------------------------------------- */
+
+struct rig {
+	const char *tag; /* "case/layout", for messages */
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *stream;
+	void *x, *labels, *metrics, *lr;
+};
+
+static void rig_open(struct rig *r, const char *tag, const char *ini, const struct ref_tensor *x)
+{
+	memset(r, 0, sizeof *r);
+	r->tag = tag;
+	ck_assert_msg(kiln_config_load_string(ini, tag, &r->cfg) == KILN_OK, "%s: %s", tag,
+		      kiln_last_error());
+	ck_assert_msg(kiln_config_validate(r->cfg, reg) == KILN_OK, "%s: %s", tag,
+		      kiln_last_error());
+	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s: %s", tag,
+		      kiln_last_error());
+	ck_assert_msg(x->ndim == 4, "%s: x is not 4-d", tag);
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, KILN_F32, 3, x->dims + 1); /* [C, H, W] */
+	ck_assert_msg(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m) == 0, "%s: %s", tag,
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r->dev, &r->stream) == 0);
+	size_t xb = sizeof(float) * (size_t)x->numel, lb = sizeof(int32_t) * (size_t)x->dims[0];
+	ck_assert(kiln_device_alloc(r->dev, xb, &r->x) == 0);
+	ck_assert(kiln_device_alloc(r->dev, lb, &r->labels) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, &r->metrics) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, &r->lr) == 0);
+}
+
+static void rig_close(struct rig *r)
+{
+	kiln_device_stream_sync(r->dev, r->stream);
+	kiln_device_free(r->dev, r->x);
+	kiln_device_free(r->dev, r->labels);
+	kiln_device_free(r->dev, r->metrics);
+	kiln_device_free(r->dev, r->lr);
+	kiln_model_free(r->m);
+	kiln_device_stream_destroy(r->dev, r->stream);
+	kiln_device_close(r->dev);
+	kiln_config_free(r->cfg);
+}
+
+static void h2d(struct rig *r, void *dst, const void *src, size_t bytes)
+{
+	ck_assert(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_H2D, r->stream) == 0);
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+}
+
+static void d2h(struct rig *r, void *dst, const void *src, size_t bytes)
+{
+	ck_assert(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_D2H, r->stream) == 0);
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+}
+
+/* Copy "<prefix>param/<name>" into every parameter and buffer of the model,
+ * and check the file names no parameter the model lacks. */
+static void load_params(struct rig *r, const char *prefix)
+{
+	char key[256];
+	for (int i = 0; i < kiln_model_param_count(r->m); i++) {
+		struct kiln_param_info info;
+		struct ref_tensor t;
+		kiln_model_param_get(r->m, i, &info);
+		snprintf(key, sizeof key, "%sparam/%s", prefix, info.name);
+		ck_assert_msg(ref_find(key, &t), "%s: model parameter %s has no reference %s",
+			      r->tag, info.name, key);
+		ck_assert_msg(t.numel == kiln_tensor_numel(&info.desc),
+			      "%s: %s has %lld elements, PyTorch %lld", r->tag, info.name,
+			      (long long)kiln_tensor_numel(&info.desc), (long long)t.numel);
+		ck_assert_msg(t.ndim == info.desc.ndim, "%s: %s is %d-d, PyTorch %d-d", r->tag,
+			      info.name, info.desc.ndim, t.ndim);
+		h2d(r, info.param, t.data, sizeof(float) * (size_t)t.numel);
+	}
+	size_t plen = strlen(prefix) + strlen("param/");
+	const char *k;
+	json_t *v;
+	json_object_foreach(ref.hdr, k, v) {
+		struct kiln_param_info info;
+		if (strncmp(k, prefix, strlen(prefix)) || strncmp(k + strlen(prefix), "param/", 6))
+			continue;
+		ck_assert_msg(kiln_model_param_find(r->m, k + plen, &info) == 0,
+			      "%s: PyTorch has %s, kiln has no such parameter", r->tag, k + plen);
+	}
+}
+
+/* ---- comparisons ---------------------------------------------------------- */
+
+static void check_loss(const char *tag, const char *what, float got, float want)
+{
+	ck_assert_msg(fabs((double)got - want) <= LOSS_REL * fabs(want),
+		      "%s: %s %.8g vs PyTorch %.8g", tag, what, got, want);
+}
+
+/* max |got - want| <= TOL_REL * max(TOL_FLOOR, max |want|) */
+static void check_close(const char *tag, const char *what, const float *got,
+			const struct ref_tensor *want)
+{
+	const float *w = want->data;
+	double scale = TOL_FLOOR, err = 0;
+	int64_t at = 0;
+	for (int64_t i = 0; i < want->numel; i++)
+		if (fabs(w[i]) > scale)
+			scale = fabs(w[i]);
+	for (int64_t i = 0; i < want->numel; i++) {
+		double e = fabs((double)got[i] - w[i]);
+		if (!(e <= err)) { /* NaN counts as the worst */
+			err = isnan(e) ? INFINITY : e;
+			at = i;
+		}
+	}
+	ck_assert_msg(err <= TOL_REL * scale,
+		      "%s: %s: max |error| %g at element %lld (kiln %.8g, PyTorch %.8g); allowed %g",
+		      tag, what, err, (long long)at, got[at], w[at], TOL_REL * scale);
+}
+
+/* Read a device parameter/gradient of `info`'s shape and compare. */
+static void check_device(struct rig *r, const char *what, const float *dptr, const char *key)
+{
+	struct ref_tensor t;
+	ref_get(key, &t);
+	float *h = malloc(sizeof(float) * (size_t)t.numel);
+	d2h(r, h, dptr, sizeof(float) * (size_t)t.numel);
+	check_close(r->tag, what, h, &t);
+	free(h);
+}
+
+/* Read a plan tensor, convert NHWC storage to NCHW order, compare shape and
+ * values with reference `key`. */
+static void check_plan_tensor(struct rig *r, struct kiln_plan *p, const char *layer,
+			      const char *which, const char *key)
+{
+	char what[128];
+	void *ptr;
+	struct kiln_tensor_desc d;
+	struct ref_tensor t;
+	snprintf(what, sizeof what, "%s.%s", layer ? layer : "(input)", which);
+	ck_assert_msg(kiln_plan_tensor(p, layer, which, &ptr, &d) == 0, "%s: no tensor %s: %s",
+		      r->tag, what, kiln_last_error());
+	ref_get(key, &t);
+	ck_assert_msg(d.dtype == KILN_F32, "%s: %s is not f32", r->tag, what);
+	char got_s[96] = "", want_s[96] = "";
+	struct kiln_tensor_desc wd;
+	kiln_tensor_desc_init(&wd, KILN_F32, t.ndim, t.dims);
+	kiln_tensor_desc_str(&d, got_s, sizeof got_s);
+	kiln_tensor_desc_str(&wd, want_s, sizeof want_s);
+	int same = d.ndim == t.ndim;
+	for (int i = 0; same && i < t.ndim; i++)
+		same = d.dims[i] == t.dims[i];
+	ck_assert_msg(same, "%s: %s is %s, PyTorch %s", r->tag, what, got_s, want_s);
+	float *h = malloc(kiln_tensor_bytes(&d)), *nchw = h;
+	d2h(r, h, ptr, kiln_tensor_bytes(&d));
+	if (d.ndim == 4 && d.layout == KILN_NHWC) {
+		int64_t N = d.dims[0], C = d.dims[1], H = d.dims[2], W = d.dims[3];
+		nchw = malloc(kiln_tensor_bytes(&d));
+		for (int64_t n = 0; n < N; n++)
+			for (int64_t c = 0; c < C; c++)
+				for (int64_t y = 0; y < H; y++)
+					for (int64_t x = 0; x < W; x++)
+						nchw[((n * C + c) * H + y) * W + x] =
+							h[((n * H + y) * W + x) * C + c];
+	}
+	check_close(r->tag, what, nchw, &t);
+	if (nchw != h)
+		free(nchw);
+	free(h);
+}
+
+/* Run one pass of p; returns the metrics (loss sum, correct count). */
+static void pass(struct rig *r, struct kiln_plan *p, float m[2])
+{
+	float zero[2] = { 0, 0 };
+	h2d(r, r->metrics, zero, sizeof zero);
+	ck_assert_msg(kiln_plan_run(p, r->x, r->labels, r->metrics, r->stream) == 0, "%s: %s",
+		      r->tag, kiln_last_error());
+	d2h(r, m, r->metrics, 2 * sizeof(float));
+}
+
+static const char *layout_name(int nhwc)
+{
+	return nhwc ? "nhwc" : "nchw";
+}
+
+/* 1 when KILN_TEST_LAYOUT asks for the other layout only. */
+static int layout_skipped(int nhwc)
+{
+	const char *want = getenv("KILN_TEST_LAYOUT");
+	return want && *want && strcmp(want, layout_name(nhwc)) != 0;
+}
+
+/* The INI of `key` with the layout appended (the generator writes no [model]). */
+static char *case_ini(const char *key, int nhwc)
+{
+	const char *base = ref_meta(key);
+	char *ini = malloc(strlen(base) + 64);
+	sprintf(ini, "%s%s", base, nhwc ? "[model]\nlayout = nhwc\n" : "");
+	return ini;
+}
+
+/* ---- one training pass per case ------------------------------------------- */
+
+START_TEST(test_case)
+{
+	const char *name = ref.cases[_i / 2];
+	int nhwc = _i % 2;
+	if (layout_skipped(nhwc))
+		return;
+	char tag[160], key[256], prefix[160];
+	snprintf(tag, sizeof tag, "%s/%s", name, layout_name(nhwc));
+	snprintf(prefix, sizeof prefix, "%s/", name);
+	snprintf(key, sizeof key, "%s.ini", name);
+	char *ini = case_ini(key, nhwc);
+
+	struct ref_tensor x, labels, loss;
+	snprintf(key, sizeof key, "%sx", prefix);
+	ref_get(key, &x);
+	/* one input channel: NCHW and NHWC bytes of x are the same */
+	ck_assert_msg(x.ndim == 4 && x.dims[1] == 1, "%s: x must be [N, 1, H, W]", tag);
+	int64_t N = x.dims[0];
+	snprintf(key, sizeof key, "%slabels", prefix);
+	ref_get(key, &labels);
+	ck_assert_int_eq(labels.numel, N);
+
+	struct rig r;
+	rig_open(&r, tag, ini, &x);
+	load_params(&r, prefix);
+	h2d(&r, r.x, x.data, sizeof(float) * (size_t)x.numel);
+	h2d(&r, r.labels, labels.data, sizeof(int32_t) * (size_t)N);
+
+	struct kiln_plan *p;
+	ck_assert_msg(kiln_model_plan_ex(r.m, N,
+					 &(struct kiln_plan_opts){ .training = 1, .input_grad = 1,
+								   .keep_all = 1 },
+					 &p) == 0,
+		      "%s: %s", tag, kiln_last_error());
+	float m[2];
+	pass(&r, p, m);
+	snprintf(key, sizeof key, "%sloss", prefix);
+	ref_get(key, &loss);
+	const float *lw = loss.data;
+	check_loss(tag, "loss (sum over the batch)", m[0], lw[0]);
+	check_loss(tag, "loss (mean)", m[0] / (float)N, lw[1]);
+
+	snprintf(key, sizeof key, "%sy", prefix);
+	check_plan_tensor(&r, p, "t", "y", key);
+	snprintf(key, sizeof key, "%sdx", prefix);
+	check_plan_tensor(&r, p, NULL, "dx", key);
+
+	/* gradients of the parameters; buffers (no gradient): running stats */
+	int n_grads = 0;
+	for (int i = 0; i < kiln_model_param_count(r.m); i++) {
+		struct kiln_param_info info;
+		char what[160];
+		kiln_model_param_get(r.m, i, &info);
+		if (info.grad) {
+			snprintf(key, sizeof key, "%sgrad/%s", prefix, info.name);
+			snprintf(what, sizeof what, "gradient of %s", info.name);
+			check_device(&r, what, info.grad, key);
+			n_grads++;
+		} else {
+			snprintf(key, sizeof key, "%safter/%s", prefix, info.name);
+			snprintf(what, sizeof what, "%s after the training pass", info.name);
+			check_device(&r, what, info.param, key);
+		}
+	}
+	/* every gradient PyTorch computed was compared */
+	const char *k;
+	json_t *v;
+	int n_ref_grads = 0;
+	json_object_foreach(ref.hdr, k, v)
+		n_ref_grads += !strncmp(k, prefix, strlen(prefix)) &&
+			       !strncmp(k + strlen(prefix), "grad/", 5);
+	ck_assert_msg(n_grads == n_ref_grads, "%s: kiln has %d parameter gradients, PyTorch %d",
+		      tag, n_grads, n_ref_grads);
+	kiln_plan_free(p);
+
+	/* evaluation (batchnorm: the running stats the pass above left) */
+	snprintf(key, sizeof key, "%seval_y", prefix);
+	struct ref_tensor ey;
+	if (ref_find(key, &ey)) {
+		ck_assert_msg(kiln_model_plan_ex(r.m, N,
+						 &(struct kiln_plan_opts){ .training = 0,
+									   .keep_all = 1 },
+						 &p) == 0,
+			      "%s: %s", tag, kiln_last_error());
+		pass(&r, p, m);
+		snprintf(key, sizeof key, "%seval_loss", prefix);
+		ref_get(key, &loss);
+		lw = loss.data;
+		check_loss(tag, "evaluation loss (sum)", m[0], lw[0]);
+		snprintf(key, sizeof key, "%seval_y", prefix);
+		check_plan_tensor(&r, p, "t", "y", key);
+		kiln_plan_free(p);
+	}
+	rig_close(&r);
+	free(ini);
+}
+END_TEST
+
+/* ---- cnn5: five SGD steps of a small residual CNN ------------------------- */
+
+START_TEST(test_cnn5)
+{
+	int nhwc = _i;
+	if (layout_skipped(nhwc))
+		return;
+	char tag[64], key[256], what[160];
+	snprintf(tag, sizeof tag, "cnn5/%s", layout_name(nhwc));
+	char *ini = case_ini("cnn5.ini", nhwc);
+	int steps = atoi(ref_meta("cnn5.steps"));
+	float lr = (float)strtod(ref_meta("cnn5.lr"), NULL);
+	ck_assert(steps > 0);
+
+	struct ref_tensor x, labels, loss, t;
+	ref_get("cnn5/x0", &x);
+	ck_assert_msg(x.ndim == 4 && x.dims[1] == 1, "%s: x must be [N, 1, H, W]", tag);
+	int64_t N = x.dims[0];
+	struct rig r;
+	rig_open(&r, tag, ini, &x);
+	load_params(&r, "cnn5/");
+	ck_assert_msg(kiln_model_optim_prepare(r.m, r.stream) == 0, "%s: %s", tag,
+		      kiln_last_error());
+	h2d(&r, r.lr, &lr, sizeof lr);
+	struct kiln_plan *p;
+	ck_assert_msg(kiln_model_plan(r.m, N, 1, &p) == 0, "%s: %s", tag, kiln_last_error());
+
+	for (int s = 0; s < steps; s++) {
+		snprintf(key, sizeof key, "cnn5/x%d", s);
+		ref_get(key, &x);
+		snprintf(key, sizeof key, "cnn5/labels%d", s);
+		ref_get(key, &labels);
+		h2d(&r, r.x, x.data, sizeof(float) * (size_t)x.numel);
+		h2d(&r, r.labels, labels.data, sizeof(int32_t) * (size_t)N);
+		float m[2];
+		pass(&r, p, m);
+		snprintf(key, sizeof key, "cnn5/loss%d", s);
+		ref_get(key, &loss);
+		snprintf(what, sizeof what, "step %d loss (mean)", s);
+		check_loss(tag, what, m[0] / (float)N, ((const float *)loss.data)[1]);
+		for (int i = 0; i < kiln_model_param_count(r.m); i++) {
+			struct kiln_param_info info;
+			kiln_model_param_get(r.m, i, &info);
+			if (info.grad) {
+				snprintf(key, sizeof key, "cnn5/grad%d/%s", s, info.name);
+				snprintf(what, sizeof what, "step %d gradient of %s", s, info.name);
+				check_device(&r, what, info.grad, key);
+			} else {
+				snprintf(key, sizeof key, "cnn5/stats%d/%s", s, info.name);
+				snprintf(what, sizeof what, "step %d %s", s, info.name);
+				check_device(&r, what, info.param, key);
+			}
+		}
+		ck_assert_msg(kiln_model_optim_step(r.m, r.lr, r.stream) == 0, "%s: %s", tag,
+			      kiln_last_error());
+	}
+	for (int i = 0; i < kiln_model_param_count(r.m); i++) {
+		struct kiln_param_info info;
+		kiln_model_param_get(r.m, i, &info);
+		snprintf(key, sizeof key, "cnn5/final/%s", info.name);
+		snprintf(what, sizeof what, "%s after %d steps", info.name, steps);
+		ck_assert_msg(ref_find(key, &t), "%s: reference has no %s", tag, key);
+		check_device(&r, what, info.param, key);
+	}
+	kiln_plan_free(p);
+	rig_close(&r);
+	free(ini);
+}
+END_TEST
+
+static Suite *make_layers_suite(void)
+{
+	Suite *s = suite_create("layers");
+	for (int c = 0; c < ref.n_cases; c++) {
+		TCase *tc = tcase_create(ref.cases[c]);
+		tcase_set_timeout(tc, 60);
+		tcase_add_loop_test(tc, test_case, 2 * c, 2 * c + 2);
+		suite_add_tcase(s, tc);
+	}
+	TCase *tc = tcase_create("cnn5");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_cnn5, 0, 2);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	/* as the CLI does: sleeping OpenMP waiters, so 2 cores are not starved */
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	setenv("GOMP_SPINCOUNT", "100000", 0);
+	char path[4096];
+	const char *srcdir = getenv("srcdir");
+	snprintf(path, sizeof path, "%s/tests/data/layer_refs.safetensors",
+		 srcdir ? srcdir : ".");
+	if (ref_load(path))
+		return 1;
+	if (kiln_registry_open(NULL, &reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		return 1;
+	}
+	const struct kiln_plugin *p;
+	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
+		fprintf(stderr, "skip: %s\n", kiln_last_error());
+		kiln_registry_close(reg);
+		ref_unload();
+		return 77;
+	}
+	SRunner *sr = srunner_create(make_layers_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	kiln_registry_close(reg);
+	ref_unload();
+	return failed ? 1 : 0;
+}
