@@ -420,12 +420,12 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			}
 		}
 		double ep_s = now_s() - ep_t0;
-		if (ep > 0 || epochs == 1) {
-			if (ep == 1) /* epoch 1 included warm-up: time from epoch 2 on */
-				timed_s = 0, timed_samples = 0;
-			timed_s += ep_s;
-			timed_samples += ep_samples;
-		}
+		/* epoch 1 includes warm-up: once a second epoch has run, time
+		 * from epoch 2 on */
+		if (ep == 1)
+			timed_s = 0, timed_samples = 0;
+		timed_s += ep_s;
+		timed_samples += ep_samples;
 		res->epochs = (int)ep + 1;
 		res->train_loss = ep_samples ? ep_loss / (double)ep_samples : 0;
 		res->train_acc = ep_samples ? ep_correct / (double)ep_samples : 0;

@@ -1,1 +1,1 @@
-EXTRA_DIST += examples/fashion_mnist_mlp.ini
+EXTRA_DIST += examples/fashion_mnist_mlp.ini examples/fashion_mnist_cnn.ini examples/fashion_mnist_resnet.ini

@@ -34,15 +34,19 @@ struct rig {
 	int64_t B, in;
 };
 
-static void rig_open(struct rig *r, const char *ini, int64_t B, int64_t in)
+/* A model for samples of shape dims[0..nd) (no batch dimension). */
+static void rig_open_shape(struct rig *r, const char *ini, int64_t B, int nd, const int64_t *dims)
 {
 	memset(r, 0, sizeof *r);
 	r->cfg = cfg_from(ini);
 	r->B = B;
-	r->in = in;
+	r->in = 1;
+	for (int i = 0; i < nd; i++)
+		r->in *= dims[i];
+	int64_t in = r->in;
 	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s", kiln_last_error());
 	struct kiln_tensor_desc sample;
-	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	kiln_tensor_desc_init(&sample, KILN_F32, nd, dims);
 	ck_assert_msg(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m) == 0, "%s",
 		      kiln_last_error());
 	ck_assert(kiln_device_stream_create(r->dev, &r->stream) == 0);
@@ -54,6 +58,11 @@ static void rig_open(struct rig *r, const char *ini, int64_t B, int64_t in)
 	ck_assert(kiln_device_alloc(r->dev, sizeof(int32_t) * (size_t)B, (void **)&r->y) == 0);
 	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->metrics) == 0);
 	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->lr) == 0);
+}
+
+static void rig_open(struct rig *r, const char *ini, int64_t B, int64_t in)
+{
+	rig_open_shape(r, ini, B, 1, &in);
 }
 
 static void rig_close(struct rig *r)
@@ -147,6 +156,111 @@ static void fd_check(const char *device_async)
 	ck_assert_int_eq(checked, 6 * 7 + 6 + 4 * 6 + 4);
 	rig_close(&r);
 }
+
+/* Every CNN layer type in one small graph, checked against central
+ * differences of the training-mode loss (batchnorm normalises with batch
+ * statistics, dropout's mask is fixed while the step counter stays). */
+static const char *fd_cnn_ini =
+	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\nbias = 1\n"
+	"[layer.bn]\ntype = batchnorm\n"
+	"[layer.a1]\ntype = leaky_relu\nnegative_slope = 0.1\n"
+	"[layer.c2]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\ngroups = 2\nbias = 1\n"
+	"[layer.a2]\ntype = tanh\n"
+	"[layer.sum]\ntype = add\ninputs = a2, a1\n"
+	"[layer.g]\ntype = gelu\ninput = a1\n"
+	"[layer.cat]\ntype = concat\ninputs = sum, g\n"
+	"[layer.mp]\ntype = maxpool\nkernel = 2\n"
+	"[layer.c3]\ntype = conv\nout = 3\nkernel = 2\nstride = 1\ndilation = 1\n"
+	"[layer.s]\ntype = sigmoid\n"
+	"[layer.ap]\ntype = avgpool\nkernel = 2\nstride = 1\n"
+	"[layer.drop]\ntype = dropout\np = 0.3\n"
+	"[layer.flat]\ntype = flatten\n"
+	"[layer.fc]\ntype = linear\nout = 5\n"
+	"[layer.loss]\ntype = softmax_xent\n";
+
+static void fd_cnn(const char *layout)
+{
+	char ini[4096];
+	snprintf(ini, sizeof ini, "%s[model]\nlayout = %s\n", fd_cnn_ini, layout);
+	struct rig r;
+	const int64_t B = 3, dims[3] = { 2, 6, 6 }, n = B * 2 * 6 * 6;
+	rig_open_shape(&r, ini, B, 3, dims);
+	float x[3 * 2 * 6 * 6];
+	int32_t y[3] = { 4, 0, 2 };
+	for (int i = 0; i < n; i++)
+		x[i] = (float)sin(0.77 * i + 0.1);
+	h2d(&r, r.x, x, sizeof x);
+	h2d(&r, r.y, y, sizeof y);
+	float m[2];
+	pass(&r, r.train, m);
+	int checked = 0, bad = 0;
+	for (int pi = 0; pi < kiln_model_param_count(r.m); pi++) {
+		struct kiln_param_info info;
+		kiln_model_param_get(r.m, pi, &info);
+		if (!info.grad)
+			continue;
+		int64_t ne = kiln_tensor_numel(&info.desc);
+		float *g = malloc(sizeof(float) * (size_t)ne);
+		d2h(&r, g, info.grad, sizeof(float) * (size_t)ne);
+		/* every element of small tensors, a stride of the big ones */
+		for (int64_t e = 0; e < ne; e += ne > 40 ? 7 : 1) {
+			const float eps = 2e-3f;
+			float w, v, lp[2], lm[2];
+			d2h(&r, &w, info.param + e, sizeof w);
+			v = w + eps;
+			h2d(&r, info.param + e, &v, sizeof v);
+			pass(&r, r.train, lp);
+			v = w - eps;
+			h2d(&r, info.param + e, &v, sizeof v);
+			pass(&r, r.train, lm);
+			h2d(&r, info.param + e, &w, sizeof w);
+			double fd = ((double)lp[0] - (double)lm[0]) / (2.0 * eps) / (double)B;
+			checked++;
+			if (fabs(fd - g[e]) > 2e-3 + 3e-2 * fabs(fd)) {
+				bad++;
+				fprintf(stderr, "%s %s[%lld]: analytic %g vs finite difference %g\n", layout,
+					info.name, (long long)e, g[e], fd);
+			}
+		}
+		free(g);
+	}
+	/* a kink of relu-like or max pooling can sit within eps of a point:
+	 * allow one stray element, no more */
+	ck_assert_msg(bad <= 1, "%s: %d of %d gradient elements disagree (stderr lists them)", layout,
+		      bad, checked);
+	ck_assert_int_gt(checked, 60);
+	rig_close(&r);
+}
+
+START_TEST(test_fd_cnn_nchw) { fd_cnn("nchw"); }
+END_TEST
+
+START_TEST(test_fd_cnn_nhwc) { fd_cnn("nhwc"); }
+END_TEST
+
+/* A convolution whose only consumer is a batchnorm gets no bias unless the
+ * config asks for one; with a second consumer it keeps it. */
+START_TEST(test_conv_bias_rule)
+{
+	static const struct { const char *ini; int params; } cases[] = {
+		{ "[layer.c]\ntype = conv\nout = 2\nkernel = 3\n[layer.bn]\ntype = batchnorm\n"
+		  "[layer.f]\ntype = flatten\n[layer.loss]\ntype = softmax_xent\n", 5 },
+		{ "[layer.c]\ntype = conv\nout = 2\nkernel = 3\nbias = 1\n[layer.bn]\ntype = batchnorm\n"
+		  "[layer.f]\ntype = flatten\n[layer.loss]\ntype = softmax_xent\n", 6 },
+		{ "[layer.c]\ntype = conv\nout = 2\nkernel = 3\n[layer.r]\ntype = relu\n"
+		  "[layer.f]\ntype = flatten\n[layer.loss]\ntype = softmax_xent\n", 2 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct rig r;
+		const int64_t dims[3] = { 1, 5, 5 };
+		rig_open_shape(&r, cases[i].ini, 2, 3, dims);
+		struct kiln_param_info p;
+		ck_assert_int_eq(kiln_model_param_count(r.m), cases[i].params);
+		ck_assert_int_eq(kiln_model_param_find(r.m, "c.bias", &p) == KILN_OK, cases[i].params != 5);
+		rig_close(&r);
+	}
+}
+END_TEST
 
 START_TEST(test_fd_sync) { fd_check("0"); }
 END_TEST
@@ -437,6 +551,9 @@ static Suite *make_train_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_fd_sync);
 	tcase_add_test(tc, test_fd_async);
+	tcase_add_test(tc, test_fd_cnn_nchw);
+	tcase_add_test(tc, test_fd_cnn_nhwc);
+	tcase_add_test(tc, test_conv_bias_rule);
 	tcase_add_test(tc, test_pytorch_mlp);
 	tcase_add_test(tc, test_arena_packing);
 	tcase_add_test(tc, test_frozen_layer);
