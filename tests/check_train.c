@@ -544,6 +544,41 @@ START_TEST(test_steady_state_async)
 }
 END_TEST
 
+/* A small CNN through the whole trainer in both layouts: training, then
+ * evaluation with a remainder batch (inference plans of every layer type,
+ * pooling without its training state). */
+START_TEST(test_cnn_e2e)
+{
+	char ini[2048];
+	struct kiln_train_result res[2];
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	for (int l = 0; l < 2; l++) {
+		snprintf(ini, sizeof ini,
+			 "[run]\nseed = 2\nout_dir =\n"
+			 "[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\n"
+			 "[data.eval]\nlimit = 300\n[model]\nlayout = %s\n"
+			 "[layer.c1]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n"
+			 "[layer.bn]\ntype = batchnorm\n[layer.r]\ntype = relu\n"
+			 "[layer.p]\ntype = maxpool\nkernel = 2\n"
+			 "[layer.c2]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n"
+			 "[layer.a]\ntype = avgpool\nkernel = 2\n"
+			 "[layer.d]\ntype = dropout\np = 0.2\n"
+			 "[layer.f]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
+			 "[layer.loss]\ntype = softmax_xent\n"
+			 "[train]\nepochs = 3\nbatch = 32\nlr = 0.05\nlog_every = 10\neval_batch = 128\n",
+			 l ? "nhwc" : "nchw");
+		struct kiln_config *cfg = cfg_from(ini);
+		ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res[l]) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(res[l].test_samples, 300);
+		ck_assert_msg(res[l].test_acc > 0.5, "test accuracy %.3f", res[l].test_acc);
+		kiln_config_free(cfg);
+	}
+	/* the same numbers in both layouts, up to float rounding */
+	ck_assert_double_eq_tol(res[0].train_loss, res[1].train_loss, 1e-3);
+	ck_assert_double_eq_tol(res[0].test_acc, res[1].test_acc, 0.01);
+}
+END_TEST
+
 static Suite *make_train_suite(void)
 {
 	Suite *s = suite_create("train");
@@ -563,6 +598,7 @@ static Suite *make_train_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_mlp_2000);
 	tcase_add_test(tc, test_steady_state_async);
+	tcase_add_test(tc, test_cnn_e2e);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -80,10 +80,14 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 	struct kiln_op op;
 	kiln_status st;
 	size_t w = 0;
+	/* training keeps the aux state for the backward; inference does not */
 	op_init(&op, KILN_OP_POOL, 1, 2);
 	op.in[0] = s->x, op.out[0] = s->y;
 	pool_op(&op, s);
 	if ((st = prep(h, dev, &op, &s->fwd, &w)))
+		return st;
+	op.n_out = 1;
+	if ((st = prep(h, dev, &op, &s->infer, &w)))
 		return st;
 	op_init(&op, KILN_OP_POOL_BWD, 3, 1);
 	op.in[0] = s->y, op.in[2] = s->x, op.out[0] = s->x;
@@ -99,10 +103,9 @@ kiln_status pool_forward(const struct kiln_host *h, struct kiln_layer *l,
 			 const struct kiln_layer_run *r)
 {
 	struct pool *s = l->priv;
-	/* evaluation plans keep no aux: the device then needs none */
 	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y, r->saved } };
 	args_ws(&a, r);
-	return h->device_run(r->dev, s->fwd, &a, r->stream);
+	return h->device_run(r->dev, r->training ? s->fwd : s->infer, &a, r->stream);
 }
 
 kiln_status pool_backward(const struct kiln_host *h, struct kiln_layer *l,
@@ -120,6 +123,7 @@ void pool_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_d
 	struct pool *s = l->priv;
 	if (s && dev) {
 		h->device_plan_free(dev, s->fwd);
+		h->device_plan_free(dev, s->infer);
 		h->device_plan_free(dev, s->bwd);
 		h->device_plan_free(dev, s->acc);
 	}

@@ -11,7 +11,7 @@ struct pool {
 	int64_t k[2], stride[2], pad[2];
 	int include_pad;
 	struct kiln_tensor_desc x, y;
-	void *fwd, *bwd, *acc;
+	void *fwd, *infer, *bwd, *acc;
 	size_t dx_bytes;
 };
 
