@@ -205,7 +205,8 @@ enum kiln_op_type {
 	 * place. */
 	KILN_OP_BN_TRAIN = 16,
 	/* Inference: in0 x, in1 gamma, in2 beta, in3 running_mean[C],
-	 * in4 running_var[C]; out0 y. */
+	 * in4 running_var[C]; out0 y.  (All three batchnorm ops may ask for
+	 * workspace in prepare, like any op.) */
 	KILN_OP_BN_INFER = 17,
 	/* in0 x, in1 dy, in2 gamma, in3 saved f32[2,C]; out0 dx, out1 dgamma,
 	 * out2 dbeta (all overwritten). */
@@ -218,7 +219,8 @@ enum kiln_op_type {
 	 * aux_bytes member) for max pooling's backward, when aux_bytes > 0. */
 	KILN_OP_POOL = 19,
 	/* in0 dy, in1 aux (max; may be NULL for average), in2 x (forward input,
-	 * for devices without aux); out0 dx (overwritten). */
+	 * for devices without aux); out0 dx (overwritten).  A device whose
+	 * library needs the forward output too keeps it in aux. */
 	KILN_OP_POOL_BWD = 20,
 	/* Elementwise activation, any shape.  i[0] kind (enum kiln_act),
 	 * f[0] its alpha (leaky_relu slope).  Forward: out0 = act(in0);
@@ -231,7 +233,14 @@ enum kiln_op_type {
 	 * 1 - f[0], scaling kept values by 1/(1 - f[0]).  The mask is a pure
 	 * function of (i[0] seed, i[1] layer id, step, e) where step is the
 	 * i64 in device memory in1[0] (the trainer advances it every micro-
-	 * step), so forward and backward agree and no mask is stored.
+	 * step), so forward and backward agree and no mask is stored.  Every
+	 * device computes exactly this (so runs agree across devices):
+	 *   e    = the element's index in logical N, C, H, W order
+	 *   ctr  = { e & 0xffffffff, e >> 32, layer, step & 0xffffffff }
+	 *   key  = { seed & 0xffffffff, (seed >> 32) ^ 0x44524f50 }
+	 *   v    = Philox4x32-10(ctr, key)          (Random123's philox4x32)
+	 *   keep = (v[0] >> 8) >= ceil(p * 2^24)
+	 *   y    = x * (keep ? (float)(1.0 / (1.0 - p)) : 0)
 	 * Forward: in0 x, in1 step; out0 y.  Backward: in0 dy, in1 step;
 	 * out0 dx (=|+=). */
 	KILN_OP_DROPOUT = 23,
