@@ -36,7 +36,7 @@ int cli_args_ok(int argc, char **argv, const char *cmd)
 		return 0;
 	}
 	for (int i = 2; i < argc; i++)
-		if (!strchr(argv[i], '=')) {
+		if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
 			fprintf(stderr, "kiln: error: unexpected argument '%s' (overrides look like train.lr=0.1)\n",
 				argv[i]);
 			return 0;

@@ -74,10 +74,9 @@ static kiln_status wire_inputs(struct kiln_model *m, int i, const struct kiln_co
 
 static void free_node(struct kiln_model *m, struct plan_node *n, struct kiln_device *dev)
 {
+	/* without destroy the layer owns nothing the core may free */
 	if (n->ops && n->ops->destroy)
 		n->ops->destroy(kiln_host_table(), &n->l, n->planned ? dev : NULL);
-	else
-		free(n->l.priv);
 	n->l.priv = NULL;
 	(void)m;
 }
@@ -211,6 +210,11 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	m->cfg = cfg;
 	m->dev = dev;
 	m->sample = *sample;
+	if (sample->ndim < 1 || sample->ndim >= KILN_MAX_DIMS) {
+		kiln_model_free(m);
+		return kiln_error(KILN_ENOTSUP, "samples of %d dimensions: 1 to %d are supported",
+				  sample->ndim, KILN_MAX_DIMS - 1);
+	}
 	m->loss_layer = -1;
 	int64_t seed = 0;
 	kiln_config_get_int(cfg, "run", "seed", &seed);
@@ -273,6 +277,23 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 				kiln_config_where(cfg, m->layers[m->n_layers - 1].section, "type"));
 		goto fail;
 	}
+	/* every layer must lead to the loss: a dead end would get no gradient
+	 * (and is almost always a wiring mistake) */
+	for (int i = m->n_layers - 1; i >= 0; i--) {
+		if (i == m->loss_layer)
+			continue;
+		int used = 0;
+		for (int j = i + 1; j < m->n_layers && !used; j++)
+			for (int k = 0; k < m->layers[j].n_in; k++)
+				used |= m->layers[j].in[k] == i;
+		if (!used) {
+			st = kiln_error(KILN_ECONFIG,
+					"%s: layer '%s' feeds nothing: every layer must lead to the loss (check the input = lines after it)",
+					kiln_config_where(cfg, m->layers[i].section, "type"),
+					m->layers[i].name);
+			goto fail;
+		}
+	}
 	if ((st = layout_params(m, nodes)))
 		goto fail;
 	/* the speed guides' rule, applied by the conv layer: a convolution
@@ -303,8 +324,13 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 		op.n_out = 1;
 		kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
 		op.i[0] = 1;
-		if ((st = kiln_device_prepare(dev, &op, &m->step_plan, NULL)))
+		size_t cws = 0;
+		if ((st = kiln_device_prepare(dev, &op, &m->step_plan, &cws)))
 			goto fail;
+		if (cws) {
+			st = kiln_error(KILN_ENOTSUP, "the device's counter op asks for workspace");
+			goto fail;
+		}
 	}
 	*out = m;
 	return KILN_OK;
@@ -368,6 +394,8 @@ kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *st
 {
 	float *host;
 	size_t n = m->n_elems > m->n_buf_elems ? m->n_elems : m->n_buf_elems;
+	if (n < 2)
+		n = 2; /* the step counter's 8 bytes go through this buffer too */
 	kiln_status st = kiln_device_host_alloc(m->dev, n * sizeof(float), (void **)&host);
 	if (st)
 		return st;
@@ -442,6 +470,8 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	op.i[1] = nesterov;
 	op.f[0] = mu;
 	op.f[1] = wd;
+	kiln_device_plan_free(m->dev, m->sgd_plan); /* a second call replaces it */
+	m->sgd_plan = NULL;
 	if ((st = kiln_device_prepare(m->dev, &op, &m->sgd_plan, &m->sgd_ws)))
 		return st;
 	if (m->sgd_ws)
@@ -461,10 +491,10 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	a.out[0] = m->grads_d;
 	if (!st)
 		st = kiln_device_run(m->dev, fill, &a, stream);
-	if (!st)
-		st = kiln_device_stream_sync(m->dev, stream);
+	/* sync even after a failure: the plan may still be queued */
+	kiln_status st2 = kiln_device_stream_sync(m->dev, stream);
 	kiln_device_plan_free(m->dev, fill);
-	return st;
+	return st ? st : st2;
 }
 
 kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *stream)
@@ -625,8 +655,13 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		op.n_in = op.n_out = 1;
 		op.in[0] = op.out[0] = p->data_desc;
 		op.in[0].layout = KILN_NCHW;
-		if ((st = kiln_device_prepare(m->dev, &op, &p->in_reorder, NULL)))
+		size_t rws = 0;
+		if ((st = kiln_device_prepare(m->dev, &op, &p->in_reorder, &rws)))
 			goto fail;
+		if (rws) {
+			st = kiln_error(KILN_ENOTSUP, "the device's input reorder asks for workspace");
+			goto fail;
+		}
 		p->data_store = p->n_store;
 		if ((st = new_store(p, &cap, kiln_tensor_bytes(&p->data_desc), 0, 0)))
 			goto fail;
@@ -718,6 +753,29 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			}
 		}
 	}
+	for (int j = 0; j < n && training; j++) {
+		for (int k = 0; k < m->layers[j].n_in; k++) {
+			if (N[j].dx_on[k] && !N[j].ops->backward) {
+				st = kiln_error(KILN_ENOTSUP,
+						"layer '%s' (%s) has no backward, but its input '%s' needs a gradient",
+						m->layers[j].name, m->layers[j].type->name,
+						m->layers[j].in[k] < 0 ? "data" : m->layers[m->layers[j].in[k]].name);
+				goto fail;
+			}
+		}
+		if (N[j].l.is_loss && N[j].dx_accum[0]) {
+			st = kiln_error(KILN_ECONFIG,
+					"%s: the logits of loss layer '%s' are also read by a later layer; the loss must be their last reader",
+					kiln_config_where(m->cfg, m->layers[j].section, "type"),
+					m->layers[j].name);
+			goto fail;
+		}
+	}
+	for (int i = 0; i < p->n_store; i++)
+		if (p->store[i].bytes && p->store[i].start > p->store[i].end) {
+			st = kiln_error(KILN_EINTERNAL, "planner: storage %d has no lifetime", i);
+			goto fail;
+		}
 	if (p->keep_all)
 		for (int i = 0; i < p->n_store; i++)
 			p->store[i].start = 0, p->store[i].end = END;

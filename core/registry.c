@@ -370,23 +370,29 @@ kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const 
 {
 	char names[1024] = "";
 	size_t off = 0;
+	const struct reg_plugin *unavail = NULL;
 	for (int i = 0; i < reg->n_plugins; i++) {
 		const struct reg_plugin *r = &reg->plugins[i];
 		if (r->p->kind != kind)
 			continue;
 		if (!strcmp(r->p->name, name)) {
-			if (!r->available)
-				return kiln_error(KILN_EPLUGIN, "%s plugin '%s' (%s) is not available here: %s",
-						  kiln_plugin_kind_name(kind), name,
-						  r->file < 0 ? "built-in" : reg->files[r->file].path,
-						  r->why);
-			*out = r->p;
-			return KILN_OK;
+			if (r->available) {
+				*out = r->p;
+				return KILN_OK;
+			}
+			if (!unavail)
+				unavail = r;
+			continue;
 		}
 		if (off < sizeof names)
 			off += (size_t)snprintf(names + off, sizeof names - off, "%s%s",
 						off ? ", " : "", r->p->name);
 	}
+	if (unavail)
+		return kiln_error(KILN_EPLUGIN, "%s plugin '%s' (%s) is not available here: %s",
+				  kiln_plugin_kind_name(kind), name,
+				  unavail->file < 0 ? "built-in" : reg->files[unavail->file].path,
+				  unavail->why);
 	/* A file of the expected name that failed to load explains why. */
 	char want[300];
 	snprintf(want, sizeof want, "kiln-%s.so", name);

@@ -298,6 +298,17 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		if (test.len % EB && (st = kiln_model_plan(t->m, test.len % EB, 0, &prem)))
 			goto out;
 	}
+	{
+		/* every label must have a logit */
+		const struct kiln_tensor_desc *lg = &ptrain->nodes[t->m->loss_layer].l.in[0];
+		if (lg->dims[1] < train.info.classes) {
+			st = kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data has %lld classes: set out = %lld on the last layer",
+					kiln_config_where(cfg, t->m->layers[t->m->loss_layer].section, "type"),
+					(long long)lg->dims[1], (long long)train.info.classes,
+					(long long)train.info.classes);
+			goto out;
+		}
+	}
 	kiln_log(KILN_LOG_INFO, "core",
 		 "model: %d parameters tensors, %zu floats; activation arena %.2f MiB (%.2f MiB without lifetime packing)",
 		 kiln_model_param_count(t->m), kiln_model_param_elems(t->m),
@@ -305,7 +316,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		 (double)kiln_plan_naive_bytes(ptrain) / 1048576.0);
 
 	/* staging ring and device slots, sized for the larger batch */
-	int64_t rows = B > EB ? B : EB;
+	int64_t rows = do_eval && EB > B ? EB : B;
 	t->sample_bytes = kiln_tensor_bytes(&train.info.sample);
 	t->x_bytes = (size_t)rows * t->sample_bytes;
 	for (int s = 0; s < SLOTS; s++)

@@ -456,6 +456,9 @@ START_TEST(test_graph_errors)
 		{ "[layer.a]\ntype = linear\n[layer.loss]\ntype = softmax_xent\n", "needs 'out'" },
 		{ "[layer.a]\ntype = linear\nout = 3\n[layer.l1]\ntype = softmax_xent\n"
 		  "[layer.l2]\ntype = softmax_xent\ninput = a\n", "second loss" },
+		{ "[layer.a]\ntype = linear\nout = 3\n[layer.aux]\ntype = linear\nout = 2\n"
+		  "[layer.b]\ntype = linear\nout = 4\ninput = a\n[layer.loss]\ntype = softmax_xent\n",
+		  "layer 'aux' feeds nothing" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		cfg = cfg_from(cases[i].ini);

@@ -47,6 +47,11 @@ static kiln_status conv_configure(const struct kiln_host *h, struct kiln_layer *
 		return st;
 	s->groups = 1;
 	h->config_get_int(cfg, sec, "groups", &s->groups);
+	/* also when the config was validated without a registry */
+	if (s->k[0] < 1 || s->k[1] < 1 || s->stride[0] < 1 || s->stride[1] < 1 || s->dil[0] < 1 ||
+	    s->dil[1] < 1 || s->pad[0] < 0 || s->pad[1] < 0 || s->groups < 1)
+		return h->error(KILN_ECONFIG, "%s: [%s]: kernel, stride, dilation and groups must be >= 1, padding >= 0",
+				h->config_where(cfg, sec, NULL), sec);
 	s->bias = !l->before_norm; /* the rule for an unset key */
 	h->config_get_bool(cfg, sec, "bias", &s->bias);
 	return KILN_OK;

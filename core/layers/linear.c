@@ -162,6 +162,7 @@ static kiln_status input_rows(const struct kiln_host *h, struct kiln_layer *l,
 	if (!s->reorder)
 		return KILN_OK;
 	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->workspace } };
+	ops_ws(&a, s, r);
 	*x = r->workspace;
 	return h->device_run(r->dev, s->to_nchw, &a, r->stream);
 }
@@ -213,6 +214,7 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 			return st;
 		if (s->reorder) {
 			a = (struct kiln_op_args){ .in = { dxr }, .out = { r->dx[0] } };
+			ops_ws(&a, s, r);
 			return h->device_run(r->dev, s->from_nchw[r->dx_accum[0] ? 1 : 0], &a, r->stream);
 		}
 	}

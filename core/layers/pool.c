@@ -31,6 +31,10 @@ kiln_status pool_configure(const struct kiln_host *h, struct kiln_layer *l,
 		return st;
 	if (kind == KILN_POOL_AVG)
 		h->config_get_bool(cfg, sec, "count_include_pad", &s->include_pad);
+	if (s->k[0] < 1 || s->k[1] < 1 || s->stride[0] < 1 || s->stride[1] < 1 || s->pad[0] < 0 ||
+	    s->pad[1] < 0)
+		return h->error(KILN_ECONFIG, "%s: [%s]: kernel and stride must be >= 1, padding >= 0",
+				h->config_where(cfg, sec, NULL), sec);
 	return KILN_OK;
 }
 

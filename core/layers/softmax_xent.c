@@ -83,10 +83,9 @@ static kiln_status xent_forward(const struct kiln_host *h, struct kiln_layer *l,
 static kiln_status xent_backward(const struct kiln_host *h, struct kiln_layer *l,
 				 const struct kiln_layer_run *r)
 {
-	if (!r->dx[0] || r->dx_accum[0])
-		return h->error(KILN_ENOTSUP, "layer '%s': the loss must be the only consumer of its logits",
-				l->name);
-	return xent_run(h, l, r, r->dx[0]);
+	/* nothing upstream trainable: the gradient goes to workspace, the
+	 * metrics still count (the planner rejects dx_accum) */
+	return xent_run(h, l, r, r->dx[0] ? r->dx[0] : r->workspace);
 }
 
 static void xent_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)

@@ -196,6 +196,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const char *which,
 			     void **ptr, struct kiln_tensor_desc *desc);
 
+/* Free a plan.  The caller first synchronises every stream that ran it. */
 void kiln_plan_free(struct kiln_plan *p);
 size_t kiln_plan_arena_bytes(const struct kiln_plan *p);
 size_t kiln_plan_naive_bytes(const struct kiln_plan *p); /* without lifetime packing */
