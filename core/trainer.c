@@ -60,7 +60,7 @@ struct trainer {
 	void *x_dev[SLOTS], *y_dev[SLOTS];
 	size_t x_bytes, sample_bytes;
 	float *lr_dev, *metrics_dev, *metrics_host;
-	void *fill_metrics, *fill_lr;
+	void *fill_metrics, *sched;
 	int64_t step_counter;      /* slot rotation */
 	FILE *jsonl;
 };
@@ -108,6 +108,34 @@ static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void 
 	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &n);
 	op.f[0] = v;
 	return kiln_device_prepare(dev, &op, plan, NULL);
+}
+
+/* The learning-rate schedule: a device op computing the step's lr from the
+ * model's step counter, so no per-step scalar crosses from the host. */
+static kiln_status prep_schedule(struct trainer *t, const struct kiln_config *cfg, double lr,
+				 int64_t total, int64_t max_steps)
+{
+	struct kiln_op op;
+	int64_t one = 1, warmup = 0;
+	double lr_min = 0;
+	const char *kind = kiln_config_get(cfg, "train", "schedule");
+	kiln_config_get_int(cfg, "train", "warmup", &warmup);
+	kiln_config_get_float(cfg, "train", "lr_min", &lr_min);
+	if (max_steps > 0 && max_steps < total)
+		total = max_steps;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_LR_SCHEDULE;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+	op.i[0] = kind && !strcmp(kind, "cosine") ? KILN_SCHED_COSINE : KILN_SCHED_CONSTANT;
+	op.i[1] = total;
+	op.i[2] = warmup;
+	op.f[0] = lr;
+	op.f[1] = lr_min;
+	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",
+		 kind ? kind : "constant", (long long)total, (long long)warmup);
+	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);
 }
 
 /* Assemble rows idx[0..rows) into staging slot s and enqueue their copy;
@@ -329,13 +357,10 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
 	    (st = prep_fill(t->dev, 2, 0.0, &t->fill_metrics)) ||
-	    (st = prep_fill(t->dev, 1, lr, &t->fill_lr)))
+	    (st = prep_schedule(t, cfg, lr, epochs * (train.len / B), max_steps)))
 		goto out;
 	{
-		struct kiln_op_args a = { .out = { t->lr_dev } };
-		if ((st = kiln_device_run(t->dev, t->fill_lr, &a, t->compute)))
-			goto out;
-		a.out[0] = t->metrics_dev;
+		struct kiln_op_args a = { .out = { t->metrics_dev } };
 		if ((st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)))
 			goto out;
 	}
@@ -387,7 +412,13 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			if (st)
 				goto out;
 			phase(KILN_PHASE_OPTIMIZER, 1);
-			st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
+			{
+				/* this step's lr from the device's step counter */
+				struct kiln_op_args a = { .in = { t->m->step_d }, .out = { t->lr_dev } };
+				st = kiln_device_run(t->dev, t->sched, &a, t->compute);
+			}
+			if (!st)
+				st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
 			if (!st)
 				st = kiln_model_step_advance(t->m, t->compute);
 			phase(KILN_PHASE_OPTIMIZER, 0);
@@ -490,7 +521,7 @@ out:
 		kiln_device_free(t->dev, t->metrics_dev);
 		kiln_device_host_free(t->dev, t->metrics_host);
 		kiln_device_plan_free(t->dev, t->fill_metrics);
-		kiln_device_plan_free(t->dev, t->fill_lr);
+		kiln_device_plan_free(t->dev, t->sched);
 	}
 	kiln_plan_free(ptrain);
 	kiln_plan_free(peval);

@@ -544,6 +544,91 @@ START_TEST(test_sgd)
 }
 END_TEST
 
+/* ---- MUL, COUNTER_ADD, LR_SCHEDULE -------------------------------------- */
+
+START_TEST(test_small_ops)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	struct kiln_op op;
+	void *plan;
+	size_t wsb;
+	/* MUL, written and accumulated */
+	enum { N = 50001 };
+	float *a = frandv(N), *b = frandv(N), *got = malloc(N * 4);
+	void *da = dput(&f, a, N * 4), *db = dput(&f, b, N * 4), *dy = dput(&f, b, N * 4);
+	for (int acc = 0; acc < 2; acc++) {
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_MUL;
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		op.n_in = 2, op.n_out = 1;
+		op.in[0] = op.in[1] = op.out[0] = td(KILN_F32, 1, N, 0);
+		OK(kiln_device_prepare(f.dev, &op, &plan, &wsb));
+		struct kiln_op_args args = { .in = { da, db }, .out = { dy } };
+		OK(kiln_device_run(f.dev, plan, &args, f.s));
+		dget(&f, got, dy, N * 4);
+		for (int i = 0; i < N; i++) {
+			float want = a[i] * b[i] + (acc ? a[i] * b[i] : 0.0f);
+			NEAR(got[i], want, fabs(want), 1e-6, "MUL acc=%d [%d] = %g, want %g", acc, i,
+			     got[i], want);
+		}
+		kiln_device_plan_free(f.dev, plan);
+	}
+	/* COUNTER_ADD and LR_SCHEDULE against the formulas of plugin.h */
+	int64_t zero = 0, one = 1;
+	void *step = dput(&f, &zero, 8), *lr = dput(&f, NULL, 4);
+	void *inc, *sched[2];
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_COUNTER_ADD;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
+	op.i[0] = 1;
+	OK(kiln_device_prepare(f.dev, &op, &inc, &wsb));
+	for (int k = 0; k < 2; k++) {
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_LR_SCHEDULE;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+		op.i[0] = k ? KILN_SCHED_COSINE : KILN_SCHED_CONSTANT;
+		op.i[1] = 100, op.i[2] = 10;
+		op.f[0] = 0.1, op.f[1] = 0.001;
+		OK(kiln_device_prepare(f.dev, &op, &sched[k], &wsb));
+	}
+	for (int t = 0; t < 105; t++) {
+		for (int k = 0; k < 2; k++) {
+			struct kiln_op_args args = { .in = { step }, .out = { lr } };
+			float v;
+			OK(kiln_device_run(f.dev, sched[k], &args, f.s));
+			dget(&f, &v, lr, 4);
+			double want = 0.1;
+			if (t < 10)
+				want = 0.1 * (t + 1) / 10.0;
+			else if (k) {
+				int u = t - 10 < 90 ? t - 10 : 90;
+				want = 0.001 + (0.1 - 0.001) * (1 + cos(M_PI * u / 90.0)) / 2;
+			}
+			NEAR(v, want, want, 1e-6, "schedule %d step %d: lr %g, want %g", k, t, v, want);
+		}
+		struct kiln_op_args args = { .out = { step } };
+		OK(kiln_device_run(f.dev, inc, &args, f.s));
+	}
+	int64_t steps;
+	dget(&f, &steps, step, 8);
+	ck_assert_int_eq(steps, 105);
+	kiln_device_plan_free(f.dev, inc);
+	kiln_device_plan_free(f.dev, sched[0]);
+	kiln_device_plan_free(f.dev, sched[1]);
+	kiln_device_free(f.dev, step);
+	kiln_device_free(f.dev, lr);
+	kiln_device_free(f.dev, da);
+	kiln_device_free(f.dev, db);
+	kiln_device_free(f.dev, dy);
+	free(a), free(b), free(got);
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- FILL / REDUCE_SUM / SCALE / ADD ---------------------------------- */
 
 START_TEST(test_fill)
@@ -1757,6 +1842,7 @@ static Suite *make_device_suite(void)
 		{ "sgd", test_sgd },
 		{ "fill", test_fill },
 		{ "reduce_scale_add", test_reduce_scale_add },
+		{ "small_ops", test_small_ops },
 		{ "conv", test_conv },
 		{ "conv_errors", test_conv_errors },
 		{ "pool", test_pool },

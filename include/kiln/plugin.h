@@ -260,6 +260,16 @@ enum kiln_op_type {
 	/* out0 (=|+=) in0 * in1, elementwise, any shape (f32): with ADD, SCALE
 	 * and ACT, the vector ops third-party layers and optimizers compose */
 	KILN_OP_MUL = 29,
+	/* The learning rate of the coming step, on the device: out0 lr f32[1]
+	 * from in0 step i64[1] (micro-steps done so far).  i[0] schedule
+	 * (KILN_SCHED_*), i[1] total steps T, i[2] warmup steps W; f[0] base
+	 * lr, f[1] final lr (cosine's minimum).  With t = step:
+	 *   t < W:    lr = base * (t + 1) / W                 (linear warmup)
+	 *   constant: lr = base
+	 *   cosine:   lr = final + (base - final) * (1 + cos(pi * u / U)) / 2,
+	 *             u = min(t - W, U), U = max(T - W, 1)
+	 * (PyTorch's CosineAnnealingLR with T_max = U, eta_min = final). */
+	KILN_OP_LR_SCHEDULE = 30,
 	KILN_OP_TYPE_COUNT
 };
 
@@ -272,6 +282,8 @@ enum kiln_act {
 	KILN_ACT_SIGMOID = 3,
 	KILN_ACT_TANH = 4
 };
+
+enum kiln_sched { KILN_SCHED_CONSTANT = 0, KILN_SCHED_COSINE = 1 };
 
 enum kiln_op_flags {
 	KILN_OPF_ACCUMULATE = 1 /* add into out0 (beta = 1) instead of overwriting */

@@ -236,6 +236,25 @@ static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *
 	return KILN_OK;
 }
 
+/* lr f32[1] = schedule(step i64[1]): see KILN_OP_LR_SCHEDULE in plugin.h */
+static kiln_status cpu_lr_schedule(const struct cpu_plan *p, const struct kiln_op_args *a,
+				   struct cpu_err *e)
+{
+	const int64_t t = *(const int64_t *)a->in[0];
+	const int64_t T = p->op.i[1], W = p->op.i[2];
+	const double base = p->op.f[0], fin = p->op.f[1];
+	double lr = base;
+	(void)e;
+	if (t < W) {
+		lr = base * (double)(t + 1) / (double)W;
+	} else if (p->op.i[0] == KILN_SCHED_COSINE) {
+		int64_t U = T - W > 1 ? T - W : 1, u = t - W < U ? t - W : U;
+		lr = fin + (base - fin) * (1.0 + cos(M_PI * (double)u / (double)U)) / 2.0;
+	}
+	*(float *)a->out[0] = (float)lr;
+	return KILN_OK;
+}
+
 /* counter (i64[1]) += i[0]: the trainer's micro-step count */
 static kiln_status cpu_counter_add(const struct cpu_plan *p, const struct kiln_op_args *a,
 				   struct cpu_err *e)
@@ -468,6 +487,7 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		break;
 	case KILN_OP_FILL: need_in = 0; need_out = 1; p->kernel = cpu_fill; break;
 	case KILN_OP_COUNTER_ADD: need_in = 0; need_out = 1; p->kernel = cpu_counter_add; break;
+	case KILN_OP_LR_SCHEDULE: need_in = 1; need_out = 1; p->kernel = cpu_lr_schedule; break;
 	case KILN_OP_REDUCE_SUM: need_in = 1; need_out = 1; p->kernel = cpu_reduce_sum; break;
 	case KILN_OP_SCALE: need_in = 1; need_out = 1; p->kernel = cpu_scale; break;
 	case KILN_OP_ADD: need_in = 2; need_out = 1; p->kernel = cpu_add; break;
@@ -485,6 +505,14 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_in = need_in;
 	p->n_out = need_out;
 
+	if (op->type == KILN_OP_LR_SCHEDULE) {
+		if (op->in[0].dtype != KILN_I64 || cpu_numel(&op->in[0]) != 1 ||
+		    op->out[0].dtype != KILN_F32 || cpu_numel(&op->out[0]) != 1)
+			return cpu_bad(c, op, KILN_EINVAL, "wants an i64[1] step and an f32[1] lr");
+		if (op->i[0] != KILN_SCHED_CONSTANT && op->i[0] != KILN_SCHED_COSINE)
+			return cpu_bad(c, op, KILN_ENOTSUP, "unknown schedule");
+		return KILN_OK;
+	}
 	if (op->type == KILN_OP_COUNTER_ADD) {
 		if (op->out[0].dtype != KILN_I64 || cpu_numel(&op->out[0]) != 1)
 			return cpu_bad(c, op, KILN_EINVAL, "wants an i64[1] counter");
