@@ -284,6 +284,15 @@ static char *reader(char *buf, int num, void *user)
 	}
 	p->line_len += len;
 	p->line_done = len > 0 && buf[len - 1] == '\n';
+#ifndef HAVE_INIH_RUNTIME_OPTIONS
+	/* An inih without a growing line buffer would parse the rest of a long
+	 * line as a line of its own: refuse instead of guessing. */
+	if (!p->line_done && len + 1 == (size_t)num) {
+		parse_fail(p, KILN_ECONFIG,
+			   "line longer than %d characters (this inih build's limit)", num - 2);
+		return NULL;
+	}
+#endif
 	if (p->line_len >= KILN_CONFIG_MAX_LINE - 2) {
 		parse_fail(p, KILN_ECONFIG, "line longer than %d characters", KILN_CONFIG_MAX_LINE - 3);
 		return NULL;
