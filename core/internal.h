@@ -4,7 +4,6 @@
 
 #ifdef HAVE_CONFIG_H
 #include "build-config.h"
-#endif
 #include <kiln/kiln.h>
 
 #include <stdlib.h>
@@ -41,3 +40,5 @@ uint32_t kiln_rng_u32(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
 float kiln_rng_uniform(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
 uint64_t kiln_rng_below(uint64_t seed, uint32_t stream, uint64_t a, uint64_t n);
 void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t n);
+
+#endif /* KILN_INTERNAL_H */

@@ -27,6 +27,10 @@ static const struct kiln_key data_keys[] = {
 	  "Data source plugin (`idx`); its own keys are listed under its name below." },
 	{ "limit", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Use only the first N samples of the source; 0 = all." },
+	{ "workers", KILN_KEY_INT, "1", 0, 256, NULL,
+	  "Loader threads that assemble batches ahead of the step (into page-locked staging buffers); 0 reads on the training thread. Results are identical for any count." },
+	{ "prefetch", KILN_KEY_INT, "2", 1, 256, NULL,
+	  "Batches the workers keep ready beyond the ones they are filling (staging buffers: workers + prefetch)." },
 	{ "shuffle", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "Reshuffle every epoch with a permutation drawn from (seed, epoch). Ignored for evaluation." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }

@@ -9,6 +9,7 @@
  * back every log_every steps and at epoch ends: the only host syncs.
  */
 #include "graph.h"
+#include "loader.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -47,6 +48,7 @@ struct data {
 	struct kiln_source_info info;
 	int64_t len;               /* after [data] limit */
 	const char *section;
+	struct kiln_loader *loader; /* worker threads, or NULL: read inline */
 };
 
 struct trainer {
@@ -62,6 +64,7 @@ struct trainer {
 	float *lr_dev, *metrics_dev, *metrics_host;
 	void *fill_metrics, *sched;
 	int64_t step_counter;      /* slot rotation */
+	int64_t *eval_order;       /* 0, 1, 2, ... for the evaluation loader */
 	FILE *jsonl;
 };
 
@@ -94,6 +97,8 @@ static kiln_status open_data(const struct kiln_config *cfg, const struct kiln_re
 
 static void close_data(struct data *d)
 {
+	kiln_loader_close(d->loader);
+	d->loader = NULL;
 	if (d->ops && d->ctx)
 		d->ops->close(d->ctx);
 	d->ctx = NULL;
@@ -144,20 +149,37 @@ static kiln_status prep_schedule(struct trainer *t, const struct kiln_config *cf
 static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *idx, int64_t rows,
 			      int *slot_out)
 {
-	int s = (int)(t->step_counter++ % SLOTS);
+	int s = (int)(t->step_counter++ % SLOTS), ls = -1;
 	kiln_status st;
+	const char *xh;
+	const int32_t *yh;
 	phase(KILN_PHASE_DATA, 1);
-	if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
-		return st;
-	char *xh = t->x_host[s];
-	int32_t *yh = t->y_host[s];
-	for (int64_t i = 0; i < rows; i++) {
-		if ((st = d->ops->read(d->ctx, idx[i], xh + (size_t)i * t->sample_bytes, &yh[i])))
-			return kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)idx[i]);
-		if (yh[i] < 0 || yh[i] >= d->info.classes)
-			return kiln_error(KILN_EDATA, "[%s] sample %lld: label %d outside [0, %lld)",
-					  d->section, (long long)idx[i], yh[i],
-					  (long long)d->info.classes);
+	if (d->loader) {
+		/* the workers assembled it already (in the same order) */
+		int64_t got;
+		const void *x;
+		if ((st = kiln_loader_next(d->loader, &x, &yh, &got, &ls)))
+			return st;
+		if (got != rows)
+			return kiln_error(KILN_EINTERNAL, "loader: batch of %lld rows, expected %lld",
+					  (long long)got, (long long)rows);
+		xh = x;
+	} else {
+		if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
+			return st;
+		char *xw = t->x_host[s];
+		int32_t *yw = t->y_host[s];
+		for (int64_t i = 0; i < rows; i++) {
+			if ((st = d->ops->read(d->ctx, idx[i], xw + (size_t)i * t->sample_bytes, &yw[i])))
+				return kiln_error_wrap(st, "[%s] sample %lld", d->section,
+						       (long long)idx[i]);
+			if (yw[i] < 0 || yw[i] >= d->info.classes)
+				return kiln_error(KILN_EDATA, "[%s] sample %lld: label %d outside [0, %lld)",
+						  d->section, (long long)idx[i], yw[i],
+						  (long long)d->info.classes);
+		}
+		xh = xw;
+		yh = yw;
 	}
 	/* the device slot is free once the step that last read it is done */
 	if (t->slot_used[s] && (st = kiln_device_stream_wait(t->dev, t->copy, t->compute_done[s])))
@@ -168,6 +190,8 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 					 t->copy)) ||
 	    (st = kiln_device_event_record(t->dev, t->copy_done[s], t->copy)) ||
 	    (st = kiln_device_stream_wait(t->dev, t->compute, t->copy_done[s])))
+		return st;
+	if (ls >= 0 && (st = kiln_loader_release(d->loader, ls, t->copy)))
 		return st;
 	t->slot_used[s] = 1;
 	*slot_out = s;
@@ -201,6 +225,8 @@ static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan 
 	phase(KILN_PHASE_EVAL, 1);
 	/* the metrics may hold a partial training interval: flush it */
 	if ((st = read_metrics(t, &ls, &c)))
+		goto out;
+	if (d->loader && (st = kiln_loader_start(d->loader, t->eval_order, d->len, eb, 1)))
 		goto out;
 	for (int64_t off = 0; off < d->len; off += eb) {
 		int64_t rows = d->len - off < eb ? d->len - off : eb;
@@ -378,6 +404,30 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		}
 	}
 
+	{
+		/* worker threads: [data] workers (0 = read on this thread) */
+		int64_t workers = 0, prefetch = 2;
+		kiln_config_get_int(cfg, "data", "workers", &workers);
+		kiln_config_get_int(cfg, "data", "prefetch", &prefetch);
+		if (workers > 0) {
+			if ((st = kiln_loader_open(t->dev, train.ops, train.ctx, "data",
+						   train.info.classes, t->sample_bytes, B, (int)workers,
+						   (int)prefetch, &train.loader)))
+				goto out;
+			if (do_eval && (st = kiln_loader_open(t->dev, test.ops, test.ctx, "data.eval",
+							       test.info.classes, t->sample_bytes, EB,
+							       (int)workers, (int)prefetch, &test.loader)))
+				goto out;
+			if (do_eval && !(t->eval_order = malloc(sizeof(int64_t) * (size_t)test.len))) {
+				st = kiln_error(KILN_ENOMEM, "out of memory");
+				goto out;
+			}
+			for (int64_t i = 0; do_eval && i < test.len; i++)
+				t->eval_order[i] = i;
+			kiln_log(KILN_LOG_INFO, "data", "%lld loader worker(s), %lld batch(es) ahead",
+				 (long long)workers, (long long)prefetch);
+		}
+	}
 	perm = malloc(sizeof(int64_t) * (size_t)train.len);
 	if (!perm) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
@@ -397,6 +447,12 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		else
 			for (int64_t i = 0; i < train.len; i++)
 				perm[i] = i;
+		/* the loader's epoch: the steps this epoch will take */
+		int64_t ep_steps = steps_per_epoch;
+		if (max_steps && max_steps - step < ep_steps)
+			ep_steps = max_steps - step;
+		if (train.loader && (st = kiln_loader_start(train.loader, perm, ep_steps * B, B, 0)))
+			goto out;
 		for (int64_t k = 0; k < steps_per_epoch && (!max_steps || step < max_steps); k++) {
 			int s;
 			if ((st = load_batch(t, &train, perm + k * B, B, &s)))
@@ -509,6 +565,10 @@ out:
 			kiln_device_stream_sync(t->dev, t->compute);
 		if (t->copy)
 			kiln_device_stream_sync(t->dev, t->copy);
+		/* workers use the device's staging memory: stop them first */
+		kiln_loader_close(train.loader);
+		kiln_loader_close(test.loader);
+		train.loader = test.loader = NULL;
 		for (int s = 0; s < SLOTS; s++) {
 			kiln_device_host_free(t->dev, t->x_host[s]);
 			kiln_device_host_free(t->dev, t->y_host[s]);
@@ -537,5 +597,6 @@ out:
 	if (t->jsonl)
 		fclose(t->jsonl);
 	free(perm);
+	free(t->eval_order);
 	return st;
 }

@@ -547,6 +547,36 @@ START_TEST(test_steady_state_async)
 }
 END_TEST
 
+/* Loader workers change nothing but speed: identical results for 0, 1 and
+ * 3 workers, and still no host sync inside the steps. */
+START_TEST(test_loader_workers)
+{
+	char ini[2048];
+	struct kiln_train_result res[3];
+	static const char *const w[3] = { "data.workers=0", "data.workers=1", "data.workers=3" };
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 1);
+	for (int i = 0; i < 3; i++) {
+		struct kiln_config *cfg;
+		ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+		ck_assert(kiln_config_override(cfg, w[i]) == KILN_OK);
+		ck_assert(kiln_config_override(cfg, "data.prefetch=1") == KILN_OK);
+		ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+		ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res[i]) == 0, "%s: %s", w[i],
+			      kiln_last_error());
+		ck_assert_uint_eq(res[i].steady.host_syncs, 0);
+		ck_assert_uint_eq(res[i].steady.allocs, 0);
+		kiln_config_free(cfg);
+	}
+	for (int i = 1; i < 3; i++) {
+		ck_assert_msg(res[i].train_loss == res[0].train_loss, "%s: train loss %.9g vs %.9g", w[i],
+			      res[i].train_loss, res[0].train_loss);
+		ck_assert(res[i].test_acc == res[0].test_acc);
+		ck_assert(res[i].test_loss == res[0].test_loss);
+	}
+}
+END_TEST
+
 /* A small CNN through the whole trainer in both layouts: training, then
  * evaluation with a remainder batch (inference plans of every layer type,
  * pooling without its training state). */
@@ -602,6 +632,7 @@ static Suite *make_train_suite(void)
 	tcase_add_test(tc, test_mlp_2000);
 	tcase_add_test(tc, test_steady_state_async);
 	tcase_add_test(tc, test_cnn_e2e);
+	tcase_add_test(tc, test_loader_workers);
 	suite_add_tcase(s, tc);
 	return s;
 }

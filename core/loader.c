@@ -1,0 +1,229 @@
+/* core/loader.c - worker threads and the staging ring; see loader.h. */
+#include "loader.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN };
+
+struct slot {
+	int state;
+	int64_t batch;          /* which batch it holds (or is filling) */
+	int64_t rows;
+	void *x;                /* host staging: rows * sample_bytes */
+	int32_t *y;
+	void *copied;           /* event: the device copy out of it is done */
+	int copy_pending;       /* a copy was enqueued since the last fill */
+	kiln_status st;         /* a worker's failure */
+	char msg[512];
+};
+
+struct kiln_loader {
+	struct kiln_device *dev;
+	const struct kiln_source_ops *ops;
+	void *src;
+	const char *section;
+	int64_t classes;
+	size_t sample_bytes;
+	int n_slots, n_workers;
+	struct slot *slots;
+	pthread_t *threads;
+	int started;            /* threads created */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int stop;
+	/* the epoch */
+	const int64_t *order;
+	int64_t n, batch, n_batches;
+	int64_t next_claim, next_take;
+};
+
+static kiln_status fill(struct kiln_loader *L, struct slot *s, int64_t b)
+{
+	const int64_t *idx = L->order + b * L->batch;
+	char *x = s->x;
+	kiln_status st;
+	for (int64_t i = 0; i < s->rows; i++) {
+		if ((st = L->ops->read(L->src, idx[i], x + (size_t)i * L->sample_bytes, &s->y[i])))
+			return kiln_error_wrap(st, "[%s] sample %lld", L->section, (long long)idx[i]);
+		if (s->y[i] < 0 || s->y[i] >= L->classes)
+			return kiln_error(KILN_EDATA, "[%s] sample %lld: label %d outside [0, %lld)",
+					  L->section, (long long)idx[i], s->y[i],
+					  (long long)L->classes);
+	}
+	return KILN_OK;
+}
+
+static void *worker(void *arg)
+{
+	struct kiln_loader *L = arg;
+	pthread_mutex_lock(&L->lock);
+	for (;;) {
+		struct slot *s = NULL;
+		int64_t b = 0;
+		while (!L->stop) {
+			if (L->next_claim < L->n_batches) {
+				b = L->next_claim;
+				s = &L->slots[b % L->n_slots];
+				if (s->state == SLOT_FREE)
+					break;
+			}
+			s = NULL;
+			pthread_cond_wait(&L->cond, &L->lock);
+		}
+		if (L->stop)
+			break;
+		L->next_claim++;
+		s->state = SLOT_FILLING;
+		s->batch = b;
+		s->rows = L->n - b * L->batch < L->batch ? L->n - b * L->batch : L->batch;
+		int pending = s->copy_pending;
+		s->copy_pending = 0;
+		pthread_mutex_unlock(&L->lock);
+
+		/* the previous copy out of this slot must have finished: a wait
+		 * on the copy stream only, never on compute */
+		kiln_status st = pending ? kiln_device_staging_wait(L->dev, s->copied) : KILN_OK;
+		if (!st)
+			st = fill(L, s, b);
+		if (st)
+			snprintf(s->msg, sizeof s->msg, "%s", kiln_last_error());
+
+		pthread_mutex_lock(&L->lock);
+		s->st = st;
+		s->state = SLOT_READY;
+		pthread_cond_broadcast(&L->cond);
+	}
+	pthread_mutex_unlock(&L->lock);
+	return NULL;
+}
+
+kiln_status kiln_loader_open(struct kiln_device *dev, const struct kiln_source_ops *ops,
+			     void *src, const char *section, int64_t classes,
+			     size_t sample_bytes, int64_t max_rows, int workers, int prefetch,
+			     struct kiln_loader **out)
+{
+	kiln_status st = KILN_OK;
+	struct kiln_loader *L = calloc(1, sizeof *L);
+	*out = NULL;
+	if (!L)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	L->dev = dev;
+	L->ops = ops;
+	L->src = src;
+	L->section = section;
+	L->classes = classes;
+	L->sample_bytes = sample_bytes;
+	L->n_workers = workers < 1 ? 1 : workers;
+	/* every worker busy on one batch, `prefetch` more ready ahead */
+	L->n_slots = L->n_workers + (prefetch < 1 ? 1 : prefetch);
+	pthread_mutex_init(&L->lock, NULL);
+	pthread_cond_init(&L->cond, NULL);
+	L->slots = calloc((size_t)L->n_slots, sizeof *L->slots);
+	L->threads = calloc((size_t)L->n_workers, sizeof *L->threads);
+	if (!L->slots || !L->threads) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < L->n_slots; i++) {
+		struct slot *s = &L->slots[i];
+		if ((st = kiln_device_host_alloc(dev, (size_t)max_rows * sample_bytes, &s->x)) ||
+		    (st = kiln_device_host_alloc(dev, (size_t)max_rows * 4, (void **)&s->y)) ||
+		    (st = kiln_device_event_create(dev, &s->copied)))
+			goto fail;
+	}
+	for (int i = 0; i < L->n_workers; i++) {
+		if (pthread_create(&L->threads[i], NULL, worker, L)) {
+			st = kiln_error(KILN_EINTERNAL, "cannot start loader worker %d", i);
+			goto fail;
+		}
+		L->started++;
+	}
+	*out = L;
+	return KILN_OK;
+fail:
+	kiln_loader_close(L);
+	return st;
+}
+
+kiln_status kiln_loader_start(struct kiln_loader *L, const int64_t *order, int64_t n,
+			      int64_t batch, int keep_last)
+{
+	pthread_mutex_lock(&L->lock);
+	if (L->next_take < L->n_batches) {
+		pthread_mutex_unlock(&L->lock);
+		return kiln_error(KILN_EINTERNAL, "loader: a new epoch before the last one was consumed");
+	}
+	L->order = order;
+	L->n = n;
+	L->batch = batch;
+	L->n_batches = keep_last ? (n + batch - 1) / batch : n / batch;
+	L->next_claim = L->next_take = 0;
+	pthread_cond_broadcast(&L->cond);
+	pthread_mutex_unlock(&L->lock);
+	return KILN_OK;
+}
+
+kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_t **y,
+			     int64_t *rows, int *slot)
+{
+	pthread_mutex_lock(&L->lock);
+	if (L->next_take >= L->n_batches) {
+		pthread_mutex_unlock(&L->lock);
+		return kiln_error(KILN_EINTERNAL, "loader: no batch left in this epoch");
+	}
+	int64_t b = L->next_take;
+	struct slot *s = &L->slots[b % L->n_slots];
+	while (!(s->state == SLOT_READY && s->batch == b))
+		pthread_cond_wait(&L->cond, &L->lock);
+	kiln_status st = s->st;
+	s->state = SLOT_TAKEN;
+	L->next_take++;
+	pthread_mutex_unlock(&L->lock);
+	if (st)
+		return kiln_error(st, "%s", s->msg);
+	*x = s->x;
+	*y = s->y;
+	*rows = s->rows;
+	*slot = (int)(b % L->n_slots);
+	return KILN_OK;
+}
+
+kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *copy_stream)
+{
+	struct slot *s = &L->slots[slot];
+	/* recorded after the copies out of the slot: a worker refilling it
+	 * waits for this event */
+	kiln_status st = kiln_device_event_record(L->dev, s->copied, copy_stream);
+	pthread_mutex_lock(&L->lock);
+	s->copy_pending = st == KILN_OK;
+	s->state = SLOT_FREE;
+	pthread_cond_broadcast(&L->cond);
+	pthread_mutex_unlock(&L->lock);
+	return st;
+}
+
+void kiln_loader_close(struct kiln_loader *L)
+{
+	if (!L)
+		return;
+	pthread_mutex_lock(&L->lock);
+	L->stop = 1;
+	pthread_cond_broadcast(&L->cond);
+	pthread_mutex_unlock(&L->lock);
+	for (int i = 0; i < L->started; i++)
+		pthread_join(L->threads[i], NULL);
+	for (int i = 0; L->slots && i < L->n_slots; i++) {
+		struct slot *s = &L->slots[i];
+		if (s->copy_pending)
+			kiln_device_staging_wait(L->dev, s->copied);
+		kiln_device_host_free(L->dev, s->x);
+		kiln_device_host_free(L->dev, s->y);
+		kiln_device_event_destroy(L->dev, s->copied);
+	}
+	pthread_cond_destroy(&L->cond);
+	pthread_mutex_destroy(&L->lock);
+	free(L->slots);
+	free(L->threads);
+	free(L);
+}
