@@ -102,12 +102,17 @@ static void *cpu_worker(void *arg)
 			break; /* quit and drained */
 		struct cpu_task *t = &s->q[s->head];
 		switch (t->kind) {
-		case CPU_T_WAIT:
-			while (t->ev->done < t->gen)
+		case CPU_T_WAIT: {
+			/* The wait releases the lock, and a producer may grow
+			 * (move) the ring meanwhile: keep what we need, not t. */
+			struct cpu_event *ev = t->ev;
+			const uint64_t gen = t->gen;
+			while (ev->done < gen)
 				pthread_cond_wait(&c->cond, &c->lock);
-			if (t->ev->err.st && !s->err.st)
-				s->err = t->ev->err;
+			if (ev->err.st && !s->err.st)
+				s->err = ev->err;
 			break;
+		}
 		case CPU_T_RECORD:
 			if (t->ev->done < t->gen) {
 				t->ev->done = t->gen;
