@@ -3,4 +3,4 @@ noinst_PROGRAMS = bench/gemm_peak
 bench_gemm_peak_SOURCES = bench/gemm_peak.c
 bench_gemm_peak_LDADD = libkiln.la
 EXTRA_DIST += bench/mlp.sh bench/pytorch_mlp.py bench/mlp_bench.ini bench/cnn.sh bench/pytorch_cnn.py \
-	bench/cnn_bench.ini
+	bench/cnn_bench.ini bench/fmnist.py

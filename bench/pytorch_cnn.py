@@ -17,11 +17,9 @@ test_acc over those samples. Prints a single JSON line on stdout.
 Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_cnn.py [options]
 """
 import argparse
-import gzip
 import json
 import os
 import re
-import struct
 import sys
 import time
 
@@ -29,25 +27,14 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+from fmnist import DEFAULT_DATA, loaded_blas, read_split
+
 MEAN = 0.286
 STD = 0.353
 
 
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
-    if zero != 0 or dtype_code != 0x08:
-        raise ValueError("%s: not a uint8 IDX file" % path)
-    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
-    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    return data.reshape(dims)
-
-
 def load_split(data_dir, prefix):
-    x = read_idx(os.path.join(data_dir, "%s-images-idx3-ubyte.gz" % prefix))
-    y = read_idx(os.path.join(data_dir, "%s-labels-idx1-ubyte.gz" % prefix))
+    x, y = read_split(data_dir, prefix)
     x = x.reshape(x.shape[0], 1, x.shape[1], x.shape[2]).astype(np.float32)
     x = (x / 255.0 - MEAN) / STD
     x = torch.from_numpy(x.astype(np.float32))
@@ -70,21 +57,6 @@ class CNN(nn.Module):
         x = torch.flatten(x, 1)
         x = self.drop(torch.relu(self.fc1(x)))
         return self.fc2(x)
-
-
-def loaded_blas():
-    """Which BLAS library this process mapped (reference BLAS is ~10x slower)."""
-    libs = set()
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1]
-                name = os.path.basename(path)
-                if "blas" in name.lower() or name.startswith("libmkl"):
-                    libs.add(os.path.realpath(path))
-    except OSError:
-        pass
-    return sorted(libs)
 
 
 def mkldnn_info():

@@ -9,10 +9,8 @@ with no DataLoader. Each epoch is shuffled with torch.randperm. The first
 Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_mlp.py [options]
 """
 import argparse
-import gzip
 import json
 import os
-import struct
 import sys
 import time
 
@@ -20,23 +18,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+from fmnist import DEFAULT_DATA, loaded_blas, read_split
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
-    if zero != 0 or dtype_code != 0x08:
-        raise ValueError("%s: not a uint8 IDX file" % path)
-    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
-    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    return data.reshape(dims)
 
 
 def load_split(data_dir, prefix):
-    x = read_idx(os.path.join(data_dir, "%s-images-idx3-ubyte.gz" % prefix))
-    y = read_idx(os.path.join(data_dir, "%s-labels-idx1-ubyte.gz" % prefix))
+    x, y = read_split(data_dir, prefix)
     x = torch.from_numpy(x.reshape(x.shape[0], -1).astype(np.float32) / 255.0)
     y = torch.from_numpy(y.astype(np.int64))
     return x.contiguous(), y
@@ -53,21 +40,6 @@ class MLP(nn.Module):
         x = torch.relu(self.fc1(x))
         x = torch.relu(self.fc2(x))
         return self.fc3(x)
-
-
-def loaded_blas():
-    """Which BLAS library this process mapped (reference BLAS is ~10x slower)."""
-    libs = set()
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1]
-                name = os.path.basename(path)
-                if "blas" in name.lower() or name.startswith("libmkl"):
-                    libs.add(os.path.realpath(path))
-    except OSError:
-        pass
-    return sorted(libs)
 
 
 def main():
