@@ -38,20 +38,25 @@ struct kiln_loader {
 	int64_t next_claim, next_take;
 };
 
-static kiln_status fill(struct kiln_loader *L, struct slot *s, int64_t b)
+kiln_status kiln_loader_read_rows(const struct kiln_source_ops *ops, void *src,
+				  const char *section, int64_t classes, const int64_t *idx,
+				  int64_t rows, size_t sample_bytes, void *x, int32_t *y)
 {
-	const int64_t *idx = L->order + b * L->batch;
-	char *x = s->x;
 	kiln_status st;
-	for (int64_t i = 0; i < s->rows; i++) {
-		if ((st = L->ops->read(L->src, idx[i], x + (size_t)i * L->sample_bytes, &s->y[i])))
-			return kiln_error_wrap(st, "[%s] sample %lld", L->section, (long long)idx[i]);
-		if (s->y[i] < 0 || s->y[i] >= L->classes)
+	for (int64_t i = 0; i < rows; i++) {
+		if ((st = ops->read(src, idx[i], (char *)x + (size_t)i * sample_bytes, &y[i])))
+			return kiln_error_wrap(st, "[%s] sample %lld", section, (long long)idx[i]);
+		if (y[i] < 0 || y[i] >= classes)
 			return kiln_error(KILN_EDATA, "[%s] sample %lld: label %d outside [0, %lld)",
-					  L->section, (long long)idx[i], s->y[i],
-					  (long long)L->classes);
+					  section, (long long)idx[i], y[i], (long long)classes);
 	}
 	return KILN_OK;
+}
+
+static kiln_status fill(struct kiln_loader *L, struct slot *s, int64_t b)
+{
+	return kiln_loader_read_rows(L->ops, L->src, L->section, L->classes, L->order + b * L->batch,
+				     s->rows, L->sample_bytes, s->x, s->y);
 }
 
 static void *worker(void *arg)

@@ -39,6 +39,13 @@ kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_
 			     int64_t *rows, int *slot);
 kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *copy_stream);
 
+/* Read samples idx[0..rows) into x (rows * sample_bytes) and their labels
+ * into y, checking each label is a class in [0, classes).  What a worker
+ * does for one batch, and what the trainer does itself without workers. */
+kiln_status kiln_loader_read_rows(const struct kiln_source_ops *ops, void *src,
+				  const char *section, int64_t classes, const int64_t *idx,
+				  int64_t rows, size_t sample_bytes, void *x, int32_t *y);
+
 /* Stop the workers (waiting for the batch each is filling) and free. */
 void kiln_loader_close(struct kiln_loader *L);
 

@@ -167,19 +167,11 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 	} else {
 		if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
 			return st;
-		char *xw = t->x_host[s];
-		int32_t *yw = t->y_host[s];
-		for (int64_t i = 0; i < rows; i++) {
-			if ((st = d->ops->read(d->ctx, idx[i], xw + (size_t)i * t->sample_bytes, &yw[i])))
-				return kiln_error_wrap(st, "[%s] sample %lld", d->section,
-						       (long long)idx[i]);
-			if (yw[i] < 0 || yw[i] >= d->info.classes)
-				return kiln_error(KILN_EDATA, "[%s] sample %lld: label %d outside [0, %lld)",
-						  d->section, (long long)idx[i], yw[i],
-						  (long long)d->info.classes);
-		}
-		xh = xw;
-		yh = yw;
+		if ((st = kiln_loader_read_rows(d->ops, d->ctx, d->section, d->info.classes, idx, rows,
+						t->sample_bytes, t->x_host[s], t->y_host[s])))
+			return st;
+		xh = t->x_host[s];
+		yh = t->y_host[s];
 	}
 	/* the device slot is free once the step that last read it is done */
 	if (t->slot_used[s] && (st = kiln_device_stream_wait(t->dev, t->copy, t->compute_done[s])))

@@ -44,16 +44,11 @@ kiln_status act_plan(const struct kiln_host *h, struct kiln_layer *l, struct kil
 	op.f[0] = s->alpha;
 	if ((st = prep(h, dev, &op, &s->fwd, ws)))
 		return st;
-	for (int acc = 0; acc < 2; acc++) {
-		op_init(&op, KILN_OP_ACT_BWD, 3, 1);
-		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
-		op.in[0] = op.in[1] = op.in[2] = op.out[0] = l->out;
-		op.i[0] = s->kind;
-		op.f[0] = s->alpha;
-		if ((st = prep(h, dev, &op, &s->bwd[acc], ws)))
-			return st;
-	}
-	return KILN_OK;
+	op_init(&op, KILN_OP_ACT_BWD, 3, 1);
+	op.in[0] = op.in[1] = op.in[2] = op.out[0] = l->out;
+	op.i[0] = s->kind;
+	op.f[0] = s->alpha;
+	return prep_pair(h, dev, &op, s->bwd, ws);
 }
 
 kiln_status act_forward(const struct kiln_host *h, struct kiln_layer *l,

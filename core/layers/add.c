@@ -42,12 +42,7 @@ static kiln_status add_plan(const struct kiln_host *h, struct kiln_layer *l,
 	if ((st = prep(h, dev, &op, &s->more, ws)))
 		return st;
 	/* dx_k (=|+=) dy */
-	for (int acc = 0; acc < 2; acc++) {
-		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
-		if ((st = prep(h, dev, &op, &s->grad[acc], ws)))
-			return st;
-	}
-	return KILN_OK;
+	return prep_pair(h, dev, &op, s->grad, ws);
 }
 
 static kiln_status add_forward(const struct kiln_host *h, struct kiln_layer *l,

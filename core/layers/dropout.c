@@ -52,12 +52,9 @@ static kiln_status dropout_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.i[0] = (int64_t)l->seed, op.i[1] = l->index, op.f[0] = s->p;
 	if ((st = prep(h, dev, &op, &s->fwd, ws)))
 		return st;
-	for (int acc = 0; acc < 2; acc++) {
-		op.type = KILN_OP_DROPOUT_BWD;
-		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
-		if ((st = prep(h, dev, &op, &s->bwd[acc], ws)))
-			return st;
-	}
+	op.type = KILN_OP_DROPOUT_BWD;
+	if ((st = prep_pair(h, dev, &op, s->bwd, ws)))
+		return st;
 	/* evaluation: y = x */
 	op_init(&op, KILN_OP_SCALE, 1, 1);
 	op.in[0] = op.out[0] = l->out;

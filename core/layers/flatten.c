@@ -31,24 +31,9 @@ static kiln_status flatten_plan(const struct kiln_host *h, struct kiln_layer *l,
 				struct kiln_device *dev, size_t *ws)
 {
 	struct flatten *s = l->priv;
-	struct kiln_op op;
-	kiln_status st;
 	if (!s->reorder)
 		return KILN_OK;
-	struct kiln_tensor_desc nchw = l->in[0];
-	nchw.layout = KILN_NCHW;
-	op_init(&op, KILN_OP_REORDER, 1, 1);
-	op.in[0] = l->in[0], op.out[0] = nchw;
-	if ((st = prep(h, dev, &op, &s->fwd, ws)))
-		return st;
-	for (int acc = 0; acc < 2; acc++) {
-		op_init(&op, KILN_OP_REORDER, 1, 1);
-		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
-		op.in[0] = nchw, op.out[0] = l->in[0];
-		if ((st = prep(h, dev, &op, &s->bwd[acc], ws)))
-			return st;
-	}
-	return KILN_OK;
+	return prep_nchw_reorders(h, dev, &l->in[0], &s->fwd, s->bwd, ws);
 }
 
 static kiln_status flatten_forward(const struct kiln_host *h, struct kiln_layer *l,

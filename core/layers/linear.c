@@ -83,31 +83,16 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	if ((st = prep(h, dev, &op, &s->fwd, ws)))
 		return st;
 	/* dx[B,K] (+)= dy[B,N] . W[N,K] */
-	for (int acc = 0; acc < 2; acc++) {
-		op_init(&op, KILN_OP_GEMM, 2, 1);
-		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
-		f32_desc(&op.in[0], B, N, 0);
-		f32_desc(&op.in[1], N, K, 0);
-		f32_desc(&op.out[0], B, K, 0);
-		op.i[0] = 0, op.i[1] = 0, op.i[2] = B, op.i[3] = K, op.i[4] = N, op.f[0] = 1.0;
-		if ((st = prep(h, dev, &op, &s->dx[acc], ws)))
-			return st;
-	}
-	if (s->reorder) {
-		struct kiln_tensor_desc nchw = l->in[0];
-		nchw.layout = KILN_NCHW;
-		op_init(&op, KILN_OP_REORDER, 1, 1);
-		op.in[0] = l->in[0], op.out[0] = nchw;
-		if ((st = prep(h, dev, &op, &s->to_nchw, ws)))
-			return st;
-		for (int acc = 0; acc < 2; acc++) {
-			op_init(&op, KILN_OP_REORDER, 1, 1);
-			op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
-			op.in[0] = nchw, op.out[0] = l->in[0];
-			if ((st = prep(h, dev, &op, &s->from_nchw[acc], ws)))
-				return st;
-		}
-	}
+	op_init(&op, KILN_OP_GEMM, 2, 1);
+	f32_desc(&op.in[0], B, N, 0);
+	f32_desc(&op.in[1], N, K, 0);
+	f32_desc(&op.out[0], B, K, 0);
+	op.i[0] = 0, op.i[1] = 0, op.i[2] = B, op.i[3] = K, op.i[4] = N, op.f[0] = 1.0;
+	if ((st = prep_pair(h, dev, &op, s->dx, ws)))
+		return st;
+	if (s->reorder &&
+	    (st = prep_nchw_reorders(h, dev, &l->in[0], &s->to_nchw, s->from_nchw, ws)))
+		return st;
 	if (l->trainable) {
 		if ((st = plan_weight_grads(h, l, dev, ws)))
 			return st;

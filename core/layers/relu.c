@@ -26,15 +26,10 @@ static kiln_status relu_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.in[0] = op.out[0] = l->out;
 	if ((st = prep(h, dev, &op, &s->fwd, ws)))
 		return st;
-	for (int acc = 0; acc < 2; acc++) {
-		/* dx (+)= dy * (y > 0) */
-		op_init(&op, KILN_OP_RELU_BWD, 2, 1);
-		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
-		op.in[0] = op.in[1] = op.out[0] = l->out;
-		if ((st = prep(h, dev, &op, &s->bwd[acc], ws)))
-			return st;
-	}
-	return KILN_OK;
+	/* dx (+)= dy * (y > 0) */
+	op_init(&op, KILN_OP_RELU_BWD, 2, 1);
+	op.in[0] = op.in[1] = op.out[0] = l->out;
+	return prep_pair(h, dev, &op, s->bwd, ws);
 }
 
 static kiln_status relu_forward(const struct kiln_host *h, struct kiln_layer *l,

@@ -40,6 +40,21 @@ static inline kiln_status prep(const struct kiln_host *h, struct kiln_device *de
 	return st;
 }
 
+/* Prepare `op` twice: plans[0] writes out0, plans[1] adds into it.  The
+ * first consumer of a gradient in a step writes it, later ones add (the
+ * planner's dx_accum picks the plan at run time). */
+static inline kiln_status prep_pair(const struct kiln_host *h, struct kiln_device *dev,
+				    struct kiln_op *op, void *plans[2], size_t *ws)
+{
+	kiln_status st;
+	for (int acc = 0; acc < 2; acc++) {
+		op->flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		if ((st = prep(h, dev, op, &plans[acc], ws)))
+			return st;
+	}
+	return KILN_OK;
+}
+
 static inline void args_ws(struct kiln_op_args *a, const struct kiln_layer_run *r)
 {
 	a->workspace = r->workspace;
@@ -110,6 +125,25 @@ static inline kiln_status run_maybe_acc(const struct kiln_host *h, const struct 
 static inline int is_nhwc(const struct kiln_tensor_desc *d)
 {
 	return d->ndim == 4 && d->layout == KILN_NHWC;
+}
+
+/* Reading a channels-last input in PyTorch's C, H, W order (flatten, linear):
+ * `to` copies x into NCHW; from[0..1] write or add an NCHW gradient back
+ * into x's layout. */
+static inline kiln_status prep_nchw_reorders(const struct kiln_host *h, struct kiln_device *dev,
+					     const struct kiln_tensor_desc *x, void **to,
+					     void *from[2], size_t *ws)
+{
+	struct kiln_op op;
+	kiln_status st;
+	struct kiln_tensor_desc nchw = *x;
+	nchw.layout = KILN_NCHW;
+	op_init(&op, KILN_OP_REORDER, 1, 1);
+	op.in[0] = *x, op.out[0] = nchw;
+	if ((st = prep(h, dev, &op, to, ws)))
+		return st;
+	op.in[0] = nchw, op.out[0] = *x;
+	return prep_pair(h, dev, &op, from, ws);
 }
 
 /* 4-d activation descriptor N, C, H, W in `layout`. */
