@@ -35,10 +35,14 @@ const char *kiln_schema_fixed_name(int i, const char **doc);
 extern const struct kiln_plugin *const kiln_builtin_layers[];
 
 /* ---- counter-based RNG (core/rng.c) ---- */
-enum { KILN_RNG_INIT = 1, KILN_RNG_SHUFFLE = 2, KILN_RNG_DROPOUT = 3 };
+enum { KILN_RNG_INIT = 1, KILN_RNG_SHUFFLE = 2, KILN_RNG_DROPOUT = 3, KILN_RNG_AUGMENT = 4,
+       KILN_RNG_SKIP = 5 };
 uint32_t kiln_rng_u32(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
 float kiln_rng_uniform(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
 uint64_t kiln_rng_below(uint64_t seed, uint32_t stream, uint64_t a, uint64_t n);
 void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t n);
+
+/* ---- CRC32C (core/crc32c.c), also host->crc32c ---- */
+uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n);
 
 #endif /* KILN_INTERNAL_H */

@@ -67,6 +67,7 @@ static const struct kiln_host host = {
 	.device_plan_free = host_plan_free,
 	.last_error = kiln_last_error,
 	.device_aux_bytes = kiln_device_aux_bytes,
+	.crc32c = kiln_crc32c,
 };
 
 const struct kiln_host *kiln_host_table(void) { return &host; }

@@ -13,9 +13,11 @@ endif
 
 if BUILD_LOADERS
 pkglib_LTLIBRARIES += plugins/kiln-loaders.la
-plugins_kiln_loaders_la_SOURCES = plugins/loaders/loaders.c plugins/loaders/idx.c \
-	plugins/loaders/loaders.h
-plugins_kiln_loaders_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(ZLIB_CFLAGS)
+plugins_kiln_loaders_la_SOURCES = plugins/loaders/loaders.c plugins/loaders/loaders.h \
+	plugins/loaders/image.c plugins/loaders/image.h \
+	plugins/loaders/idx.c
+plugins_kiln_loaders_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(ZLIB_CFLAGS) \
+	$(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
 plugins_kiln_loaders_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-plugins_kiln_loaders_la_LIBADD = $(ZLIB_LIBS)
+plugins_kiln_loaders_la_LIBADD = $(ZLIB_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(LMDB_LIBS)
 endif

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 0
+#define KILN_ABI_MINOR 1
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -62,7 +62,7 @@ struct kiln_store;    /* core TCP key-value store (rendezvous) */
 
 /* ---- the host table: what the core offers every plugin ------------------ */
 
-#define KILN_HOST_VERSION 1
+#define KILN_HOST_VERSION 2
 
 struct kiln_host {
 	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
@@ -103,6 +103,13 @@ struct kiln_host {
 	/* The device's aux_bytes for a prepared plan (0 when the device has
 	 * no such member). */
 	size_t (*device_aux_bytes)(struct kiln_device *dev, void *plan);
+
+	/* ---- version 2 ---- */
+
+	/* CRC32C (Castagnoli) of buf[0..n), continuing from `crc` (0 to
+	 * start): the checksum of kiln's records and checkpoint files.
+	 * Thread-safe. */
+	uint32_t (*crc32c)(uint32_t crc, const void *buf, size_t n);
 };
 
 /* ---- descriptors ------------------------------------------------------ */
@@ -439,12 +446,29 @@ struct kiln_precision_ops {
 
 struct kiln_source_info {
 	int64_t len;                    /* samples; -1 for a streamed source */
-	struct kiln_tensor_desc sample; /* one sample, e.g. f32[1,28,28] or u8[...] */
+	struct kiln_tensor_desc sample; /* one sample of read(), e.g. f32[1,28,28] */
 	struct kiln_tensor_desc label;  /* one label, e.g. i32[] (a scalar) */
 	int64_t classes;                /* number of classes, 0 if not a classifier */
+	/* ---- version 2 (the core zeroes the struct before calling info) ---- */
+	/* The images read_image() yields: height, width (0 when they vary
+	 * from sample to sample) and channels (1 or 3; 0 when they vary). */
+	int32_t image_h, image_w, image_c;
+	int32_t reserved;
 };
 
-#define KILN_SOURCE_OPS_VERSION 1
+/* A decoded image: 8-bit pixels, row-major HWC (h rows of w pixels of c
+ * channels), c = 1 (gray) or 3 (RGB).  `data` is malloc()ed memory of
+ * `cap` bytes owned by the caller; a source whose image needs more grows
+ * it with realloc() and updates data and cap (and leaves both valid on
+ * failure). */
+struct kiln_image {
+	uint8_t *data;
+	size_t cap;
+	int32_t h, w, c;
+	int32_t reserved;
+};
+
+#define KILN_SOURCE_OPS_VERSION 2
 
 struct kiln_source_ops {
 	uint32_t version;
@@ -464,6 +488,19 @@ struct kiln_source_ops {
 	 * (optional: default the core keeps the offset itself) */
 	kiln_status (*get_position)(void *ctx, int64_t *offset);
 	kiln_status (*set_position)(void *ctx, int64_t offset);
+
+	/* ---- version 2 ---- */
+
+	/* Decode sample `index` (0 <= index < len) into *img and its label
+	 * (i32) into `label`.  Sources of images implement this; the core
+	 * then applies the [data] transforms (crop, flip, resize, normalize,
+	 * layout, dtype) in its loader workers, with every random draw a
+	 * function of (seed, epoch, index).  A source that has read_image
+	 * may leave read NULL.  Errors name the file (and the record or
+	 * member) and the reason: KILN_EIO for an unreadable file, KILN_EDATA
+	 * for a corrupt one (bad checksum, truncated, undecodable image), so
+	 * [data] on_error = skip can tell them apart.  Thread-safe. */
+	kiln_status (*read_image)(void *ctx, int64_t index, struct kiln_image *img, void *label);
 };
 
 /* ======================================================================

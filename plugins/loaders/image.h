@@ -1,0 +1,51 @@
+/* plugins/loaders/image.h - decoding and encoding images in memory, shared
+ * by every source of kiln-loaders.so that stores encoded images (folder,
+ * tar, lmdb, records with JPEG storage) and by `kiln pack`.
+ *
+ * JPEG goes through libjpeg-turbo's TurboJPEG API with the settings PIL
+ * uses (accurate integer IDCT, fancy upsampling), so pixels equal what
+ * torchvision's PIL path decodes; PNG through libpng's simplified API.
+ * Decoded pixels are 8-bit HWC: gray stays 1 channel, everything else
+ * (RGB, palette, gray+alpha, RGBA, CMYK) becomes 3-channel RGB; 16-bit PNG
+ * is reduced to 8 bits.  Thread-safe: no shared state.
+ */
+#ifndef KILN_LOADERS_IMAGE_H
+#define KILN_LOADERS_IMAGE_H
+
+#include <kiln/plugin.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum img_format { IMG_UNKNOWN = 0, IMG_JPEG = 1, IMG_PNG = 2 };
+
+/* The format of buf[0..n) by its signature bytes (IMG_UNKNOWN if neither). */
+int img_sniff(const void *buf, size_t n);
+
+/* The format a file name's extension promises (.jpg/.jpeg/.png, any case),
+ * IMG_UNKNOWN otherwise. */
+int img_format_of_name(const char *name);
+
+/* Decode buf[0..n) (JPEG or PNG, told apart by signature) into *img,
+ * growing img->data with realloc() as struct kiln_image says.  Images
+ * larger than IMG_MAX_PIXELS are refused.  `what` names the file (and
+ * member) in messages: "photos/cat/1.jpg: not a JPEG or PNG image".
+ * KILN_EDATA for undecodable input, KILN_ENOMEM. */
+#define IMG_MAX_PIXELS ((int64_t)1 << 28)
+kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
+		       const char *what, struct kiln_image *img);
+
+/* Encode h x w x c (c = 1 or 3) 8-bit pixels as a baseline JPEG of the
+ * given quality (1..100, 4:2:0 for colour).  *out is malloc()ed; the
+ * caller frees it. */
+kiln_status img_encode_jpeg(const struct kiln_host *host, const uint8_t *px, int h, int w,
+			    int c, int quality, uint8_t **out, size_t *n);
+
+/* Encode as PNG (lossless).  *out is malloc()ed; the caller frees it. */
+kiln_status img_encode_png(const struct kiln_host *host, const uint8_t *px, int h, int w,
+			   int c, uint8_t **out, size_t *n);
+
+/* Make sure img->data holds `bytes` (realloc as needed). */
+kiln_status img_reserve(const struct kiln_host *host, struct kiln_image *img, size_t bytes);
+
+#endif /* KILN_LOADERS_IMAGE_H */
