@@ -447,6 +447,9 @@ static kiln_status idx_info(void *vctx, struct kiln_source_info *info)
 	info->label.layout = KILN_ROW;
 	info->label.ndim = 0;
 	info->classes = c->classes;
+	info->image_h = (int32_t)c->rows;
+	info->image_w = (int32_t)c->cols;
+	info->image_c = 1;
 	return KILN_OK;
 }
 
@@ -464,6 +467,31 @@ static kiln_status idx_read(void *vctx, int64_t index, void *sample, void *label
 		for (int64_t i = 0; i < per; i++)
 			dst[i] = c->lut[src[i]];
 	}
+	if (label)
+		*(int32_t *)label = c->labels.data[index];
+	return KILN_OK;
+}
+
+/* image: u8 [rows, cols, 1], the file's bytes unchanged; label: i32 []. */
+static kiln_status idx_read_image(void *vctx, int64_t index, struct kiln_image *img,
+				  void *label)
+{
+	const struct idx_ctx *c = vctx;
+	if (index < 0 || index >= c->n)
+		return c->host->error(KILN_EINVAL, "%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
+				      c->images.path, index, c->n, c->n - 1);
+	size_t per = (size_t)(c->rows * c->cols);
+	if (img->cap < per || !img->data) {
+		uint8_t *p = realloc(img->data, per);
+		if (!p)
+			return c->host->error(KILN_ENOMEM, "out of memory");
+		img->data = p;
+		img->cap = per;
+	}
+	memcpy(img->data, c->images.data + (size_t)index * per, per);
+	img->h = (int32_t)c->rows;
+	img->w = (int32_t)c->cols;
+	img->c = 1;
 	if (label)
 		*(int32_t *)label = c->labels.data[index];
 	return KILN_OK;
@@ -494,6 +522,7 @@ static const struct kiln_source_ops idx_ops = {
 	.read = idx_read,
 	.get_position = idx_get_position,
 	.set_position = idx_set_position,
+	.read_image = idx_read_image,
 };
 
 const struct kiln_plugin loaders_idx_plugin = {
