@@ -3,6 +3,9 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_TAKEN };
 
@@ -20,10 +23,7 @@ struct slot {
 
 struct kiln_loader {
 	struct kiln_device *dev;
-	const struct kiln_source_ops *ops;
-	void *src;
-	const char *section;
-	int64_t classes;
+	struct kiln_dataset *d;
 	size_t sample_bytes;
 	int n_slots, n_workers;
 	struct slot *slots;
@@ -32,36 +32,33 @@ struct kiln_loader {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int stop;
+	double wait_s;          /* consumer time in kiln_loader_next */
 	/* the epoch */
+	int64_t epoch;
 	const int64_t *order;
 	int64_t n, batch, n_batches;
 	int64_t next_claim, next_take;
 };
 
-kiln_status kiln_loader_read_rows(const struct kiln_source_ops *ops, void *src,
-				  const char *section, int64_t classes, const int64_t *idx,
-				  int64_t rows, size_t sample_bytes, void *x, int32_t *y)
+static kiln_status fill(struct kiln_loader *L, struct slot *s, int64_t b,
+			struct kiln_data_scratch *scr)
 {
-	kiln_status st;
-	for (int64_t i = 0; i < rows; i++) {
-		if ((st = ops->read(src, idx[i], (char *)x + (size_t)i * sample_bytes, &y[i])))
-			return kiln_error_wrap(st, "[%s] sample %lld", section, (long long)idx[i]);
-		if (y[i] < 0 || y[i] >= classes)
-			return kiln_error(KILN_EDATA, "[%s] sample %lld: label %d outside [0, %lld)",
-					  section, (long long)idx[i], y[i], (long long)classes);
-	}
-	return KILN_OK;
+	return kiln_dataset_read_rows(L->d, L->epoch, L->order + b * L->batch, s->rows, s->x, s->y,
+				      scr);
 }
 
-static kiln_status fill(struct kiln_loader *L, struct slot *s, int64_t b)
+static double mono_s(void)
 {
-	return kiln_loader_read_rows(L->ops, L->src, L->section, L->classes, L->order + b * L->batch,
-				     s->rows, L->sample_bytes, s->x, s->y);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void *worker(void *arg)
 {
 	struct kiln_loader *L = arg;
+	struct kiln_data_scratch scr;
+	memset(&scr, 0, sizeof scr);
 	pthread_mutex_lock(&L->lock);
 	for (;;) {
 		struct slot *s = NULL;
@@ -90,7 +87,7 @@ static void *worker(void *arg)
 		 * on the copy stream only, never on compute */
 		kiln_status st = pending ? kiln_device_staging_wait(L->dev, s->copied) : KILN_OK;
 		if (!st)
-			st = fill(L, s, b);
+			st = fill(L, s, b, &scr);
 		if (st)
 			snprintf(s->msg, sizeof s->msg, "%s", kiln_last_error());
 
@@ -100,13 +97,12 @@ static void *worker(void *arg)
 		pthread_cond_broadcast(&L->cond);
 	}
 	pthread_mutex_unlock(&L->lock);
+	kiln_data_scratch_free(&scr);
 	return NULL;
 }
 
-kiln_status kiln_loader_open(struct kiln_device *dev, const struct kiln_source_ops *ops,
-			     void *src, const char *section, int64_t classes,
-			     size_t sample_bytes, int64_t max_rows, int workers, int prefetch,
-			     struct kiln_loader **out)
+kiln_status kiln_loader_open(struct kiln_device *dev, struct kiln_dataset *d, int64_t max_rows,
+			     int workers, int prefetch, struct kiln_loader **out)
 {
 	kiln_status st = KILN_OK;
 	struct kiln_loader *L = calloc(1, sizeof *L);
@@ -114,11 +110,9 @@ kiln_status kiln_loader_open(struct kiln_device *dev, const struct kiln_source_o
 	if (!L)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	L->dev = dev;
-	L->ops = ops;
-	L->src = src;
-	L->section = section;
-	L->classes = classes;
-	L->sample_bytes = sample_bytes;
+	L->d = d;
+	L->sample_bytes = d->sample_bytes;
+	size_t sample_bytes = d->sample_bytes;
 	L->n_workers = workers < 1 ? 1 : workers;
 	/* every worker busy on one batch, `prefetch` more ready ahead */
 	L->n_slots = L->n_workers + (prefetch < 1 ? 1 : prefetch);
@@ -151,14 +145,15 @@ fail:
 	return st;
 }
 
-kiln_status kiln_loader_start(struct kiln_loader *L, const int64_t *order, int64_t n,
-			      int64_t batch, int keep_last)
+kiln_status kiln_loader_start(struct kiln_loader *L, int64_t epoch, const int64_t *order,
+			      int64_t n, int64_t batch, int keep_last)
 {
 	pthread_mutex_lock(&L->lock);
 	if (L->next_take < L->n_batches) {
 		pthread_mutex_unlock(&L->lock);
 		return kiln_error(KILN_EINTERNAL, "loader: a new epoch before the last one was consumed");
 	}
+	L->epoch = epoch;
 	L->order = order;
 	L->n = n;
 	L->batch = batch;
@@ -179,8 +174,12 @@ kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_
 	}
 	int64_t b = L->next_take;
 	struct slot *s = &L->slots[b % L->n_slots];
-	while (!(s->state == SLOT_READY && s->batch == b))
-		pthread_cond_wait(&L->cond, &L->lock);
+	if (!(s->state == SLOT_READY && s->batch == b)) {
+		double t0 = mono_s();
+		while (!(s->state == SLOT_READY && s->batch == b))
+			pthread_cond_wait(&L->cond, &L->lock);
+		L->wait_s += mono_s() - t0;
+	}
 	kiln_status st = s->st;
 	s->state = SLOT_TAKEN;
 	L->next_take++;
@@ -205,6 +204,66 @@ kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *copy_stre
 	s->state = SLOT_FREE;
 	pthread_cond_broadcast(&L->cond);
 	pthread_mutex_unlock(&L->lock);
+	return st;
+}
+
+double kiln_loader_wait_s(const struct kiln_loader *L)
+{
+	return L ? L->wait_s : 0;
+}
+
+/* workers = auto: time a few batches with 1, 2, 4, ... workers (up to the
+ * cores) and keep the smallest count within 5% of the best rate. */
+kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, int64_t B,
+			      int prefetch, void *copy_stream, int *best)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int64_t nb_max = d->len / B;
+	double best_rate = 0;
+	char msg[512];
+	int n = snprintf(msg, sizeof msg, "workers = auto:");
+	int64_t *order = malloc(sizeof(int64_t) * (size_t)d->len);
+	kiln_status st = KILN_OK;
+	if (!order)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	kiln_rng_permutation(d->seed, 0, order, d->len);
+	*best = 1;
+	if (ncpu < 1)
+		ncpu = 1;
+	for (int w = 1; w <= ncpu && w <= 32; w *= 2) {
+		struct kiln_loader *L = NULL;
+		int64_t nb = 3 * (w + prefetch) + 4;
+		if (nb > nb_max)
+			nb = nb_max;
+		if ((st = kiln_loader_open(dev, d, B, w, prefetch, &L)) ||
+		    (st = kiln_loader_start(L, 0, order, nb * B, B, 0))) {
+			kiln_loader_close(L);
+			break;
+		}
+		double t0 = mono_s();
+		for (int64_t b = 0; b < nb && !st; b++) {
+			const void *x;
+			const int32_t *y;
+			int64_t rows;
+			int slot;
+			if (!(st = kiln_loader_next(L, &x, &y, &rows, &slot)))
+				st = kiln_loader_release(L, slot, copy_stream);
+		}
+		double rate = (double)(nb * B) / (mono_s() - t0);
+		kiln_loader_close(L);
+		if (st)
+			break;
+		n += snprintf(msg + n, sizeof msg - (size_t)n, " %d: %.0f samples/s;", w, rate);
+		if (rate > best_rate * 1.05) {
+			best_rate = rate;
+			*best = w;
+		} else {
+			break; /* more threads stopped paying */
+		}
+	}
+	free(order);
+	if (!st)
+		kiln_log(KILN_LOG_INFO, "data", "%s chose %d", msg, *best);
 	return st;
 }
 

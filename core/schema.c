@@ -27,12 +27,18 @@ static const struct kiln_key data_keys[] = {
 	  "Data source plugin (`idx`); its own keys are listed under its name below." },
 	{ "limit", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Use only the first N samples of the source; 0 = all." },
-	{ "workers", KILN_KEY_INT, "1", 0, 256, NULL,
-	  "Loader threads that assemble batches ahead of the step (into page-locked staging buffers); 0 reads on the training thread. Results are identical for any count." },
+	{ "workers", KILN_KEY_STR, "1", NOLIM, NULL,
+	  "Loader threads that assemble batches ahead of the step (into page-locked staging buffers): a count 0..256 (0 reads on the training thread) or `auto` (a short probe of 1, 2, 4, ... workers picks the fastest; logged). Results are identical for any count." },
 	{ "prefetch", KILN_KEY_INT, "2", 1, 256, NULL,
 	  "Batches the workers keep ready beyond the ones they are filling (staging buffers: workers + prefetch)." },
 	{ "shuffle", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "Reshuffle every epoch with a permutation drawn from (seed, epoch). Ignored for evaluation." },
+	{ "resident", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "Benchmark mode: copy the first training batch to the device once and train every step on it, so a run measures the step with no data loading (the reference for the loader's overhead; see docs/PERFORMANCE.md)." },
+	{ "on_error", KILN_KEY_ENUM, "fail", NOLIM, "fail|skip",
+	  "A bad sample (corrupt record, truncated file, undecodable image, label out of range): `fail` stops the run (exit 3) naming the file, sample and reason; `skip` replaces it by another sample drawn from (seed, epoch, index), the same on every rank, and counts and reports the skips." },
+	{ "cache", KILN_KEY_ENUM, "none", NOLIM, "none|ram|mmap",
+	  "`ram` keeps each decoded image after its first read (before the random transforms), so later epochs skip reading and decoding; `mmap` states that packed files (source = records, which always maps them) are shared through the page cache by every worker and process." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -9,6 +9,7 @@
  * back every log_every steps and at epoch ends: the only host syncs.
  */
 #include "graph.h"
+#include "data.h"
 #include "loader.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static kiln_phase_fn phase_fn;
 static void *phase_user;
@@ -43,13 +45,15 @@ static double now_s(void)
 #define SLOTS 2
 
 struct data {
-	const struct kiln_source_ops *ops;
-	void *ctx;
-	struct kiln_source_info info;
+	struct kiln_dataset ds;
 	int64_t len;               /* after [data] limit */
-	const char *section;
 	struct kiln_loader *loader; /* worker threads, or NULL: read inline */
+	struct kiln_tensor_desc input; /* one sample as the model takes it */
 };
+
+/* transform_on = device: u8 batches normalised by a device op, one plan
+ * per row count */
+#define NORM_PLANS 4
 
 struct trainer {
 	const struct kiln_config *cfg;
@@ -66,32 +70,23 @@ struct trainer {
 	int64_t step_counter;      /* slot rotation */
 	int64_t *eval_order;       /* 0, 1, 2, ... for the evaluation loader */
 	FILE *jsonl;
+	struct kiln_data_scratch scratch; /* reads on this thread (workers = 0) */
+	int64_t epoch;             /* of the batches being read */
+	void *x_norm;              /* transform_on = device: f32 input */
+	size_t norm_bytes;
+	int64_t norm_rows[NORM_PLANS];
+	void *norm_plan[NORM_PLANS];
 };
 
 static kiln_status open_data(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			     const char *section, const char *split, struct data *d)
+			     const char *section, const char *split, int train, struct data *d)
 {
-	const struct kiln_plugin *p;
-	const char *name = kiln_config_get(cfg, section, "source");
-	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, name, &p);
-	int64_t limit = 0;
+	kiln_status st = kiln_dataset_open(cfg, reg, section, split, train, &d->ds);
 	if (st)
-		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s] source",
-				       kiln_config_where(cfg, section, "source"), section);
-	d->ops = p->ops;
-	d->section = section;
-	if ((st = d->ops->open(kiln_host_table(), cfg, section, split, &d->ctx)))
-		return st == KILN_EIO ? KILN_EDATA : st; /* unreadable data: exit 3 */
-	if ((st = d->ops->info(d->ctx, &d->info)))
 		return st;
-	if (d->info.len <= 0)
-		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples", section, name);
-	if (d->info.sample.dtype != KILN_F32 || d->info.label.dtype != KILN_I32 ||
-	    d->info.label.ndim != 0)
-		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': only f32 samples with i32 class labels are supported yet",
-				  section, name);
-	kiln_config_get_int(cfg, section, "limit", &limit);
-	d->len = limit > 0 && limit < d->info.len ? limit : d->info.len;
+	d->len = d->ds.len;
+	d->input = d->ds.sample;
+	d->input.dtype = KILN_F32; /* u8 samples are normalised on the device */
 	return KILN_OK;
 }
 
@@ -99,9 +94,39 @@ static void close_data(struct data *d)
 {
 	kiln_loader_close(d->loader);
 	d->loader = NULL;
-	if (d->ops && d->ctx)
-		d->ops->close(d->ctx);
-	d->ctx = NULL;
+	kiln_dataset_close(&d->ds);
+}
+
+/* transform_on = device: out f32 [rows, C, H, W] = (x u8 / 255 - mean) / std */
+static kiln_status normalize_on_device(struct trainer *t, struct data *d, const void *x,
+				       int64_t rows)
+{
+	kiln_status st;
+	int k = 0;
+	while (k < NORM_PLANS && t->norm_plan[k] && t->norm_rows[k] != rows)
+		k++;
+	if (k == NORM_PLANS)
+		return kiln_error(KILN_EINTERNAL, "normalize: more than %d batch sizes", NORM_PLANS);
+	if (!t->norm_plan[k]) {
+		struct kiln_op op;
+		int64_t dims[4] = { rows, d->ds.sample.dims[0], d->ds.sample.dims[1],
+				    d->ds.sample.dims[2] };
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_NORMALIZE_U8;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_U8, 4, dims);
+		kiln_tensor_desc_init(&op.out[0], KILN_F32, 4, dims);
+		op.in[0].layout = op.out[0].layout = KILN_NCHW;
+		for (int c = 0; c < 3; c++) {
+			op.f[c] = d->ds.xf.mean[c];
+			op.f[3 + c] = d->ds.xf.std[c];
+		}
+		if ((st = kiln_device_prepare(t->dev, &op, &t->norm_plan[k], NULL)))
+			return st;
+		t->norm_rows[k] = rows;
+	}
+	struct kiln_op_args a = { .in = { x }, .out = { t->x_norm } };
+	return kiln_device_run(t->dev, t->norm_plan[k], &a, t->compute);
 }
 
 static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void **plan)
@@ -147,7 +172,7 @@ static kiln_status prep_schedule(struct trainer *t, const struct kiln_config *cf
  * the compute stream then waits for it.  Rows past `rows` up to `pad` are
  * not touched (a remainder plan has exactly `rows` rows). */
 static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *idx, int64_t rows,
-			      int *slot_out)
+			      int *slot_out, void **x_out)
 {
 	int s = (int)(t->step_counter++ % SLOTS), ls = -1;
 	kiln_status st;
@@ -167,8 +192,8 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 	} else {
 		if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
 			return st;
-		if ((st = kiln_loader_read_rows(d->ops, d->ctx, d->section, d->info.classes, idx, rows,
-						t->sample_bytes, t->x_host[s], t->y_host[s])))
+		if ((st = kiln_dataset_read_rows(&d->ds, t->epoch, idx, rows, t->x_host[s],
+						 t->y_host[s], &t->scratch)))
 			return st;
 		xh = t->x_host[s];
 		yh = t->y_host[s];
@@ -187,6 +212,12 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 		return st;
 	t->slot_used[s] = 1;
 	*slot_out = s;
+	*x_out = t->x_dev[s];
+	if (d->ds.sample.dtype == KILN_U8) {
+		if ((st = normalize_on_device(t, d, t->x_dev[s], rows)))
+			return st;
+		*x_out = t->x_norm;
+	}
 	phase(KILN_PHASE_DATA, 0);
 	return KILN_OK;
 }
@@ -218,17 +249,19 @@ static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan 
 	/* the metrics may hold a partial training interval: flush it */
 	if ((st = read_metrics(t, &ls, &c)))
 		goto out;
-	if (d->loader && (st = kiln_loader_start(d->loader, t->eval_order, d->len, eb, 1)))
+	t->epoch = 0; /* evaluation has no random transforms */
+	if (d->loader && (st = kiln_loader_start(d->loader, 0, t->eval_order, d->len, eb, 1)))
 		goto out;
 	for (int64_t off = 0; off < d->len; off += eb) {
 		int64_t rows = d->len - off < eb ? d->len - off : eb;
 		int s;
+		void *xd;
 		for (int64_t i = 0; i < rows; i++)
 			idx[i] = off + i;
-		if ((st = load_batch(t, d, idx, rows, &s)))
+		if ((st = load_batch(t, d, idx, rows, &s, &xd)))
 			goto out;
 		struct kiln_plan *p = rows == eb ? full : rem;
-		if ((st = kiln_plan_forward(p, t->x_dev[s], t->y_dev[s], t->metrics_dev, t->compute)) ||
+		if ((st = kiln_plan_forward(p, xd, t->y_dev[s], t->metrics_dev, t->compute)) ||
 		    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 			goto out;
 	}
@@ -283,11 +316,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	struct trainer *t = &T;
 	struct data train = { 0 }, test = { 0 };
 	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
-	int64_t *perm = NULL;
+	int64_t *perm = NULL, *order = NULL;
 	kiln_status st;
 	int64_t seed = 0, epochs = 10, B = 128, EB = 0, log_every = 100, max_steps = 0;
 	double lr = 0.01;
-	int do_eval = 1, shuffle = 1;
+	int do_eval = 1, shuffle = 1, resident = 0;
 	const char *devname = kiln_config_get(cfg, "run", "device");
 	const char *out_dir = kiln_config_get(cfg, "run", "out_dir");
 	double t_start = now_s();
@@ -303,17 +336,22 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	kiln_config_get_float(cfg, "train", "lr", &lr);
 	kiln_config_get_bool(cfg, "train", "eval", &do_eval);
 	kiln_config_get_bool(cfg, "data", "shuffle", &shuffle);
+	kiln_config_get_bool(cfg, "data", "resident", &resident);
 	if (!EB)
 		EB = B;
 
 	if ((st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
 		goto out;
-	if ((st = open_data(cfg, reg, "data", "train", &train)))
+	if ((st = open_data(cfg, reg, "data", "train", 1, &train)))
 		goto out;
-	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", &test)))
+	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", 0, &test)))
 		goto out;
-	if (do_eval && memcmp(&test.info.sample, &train.info.sample, sizeof train.info.sample)) {
-		st = kiln_error(KILN_EDATA, "[data.eval] samples differ in shape from [data]'s");
+	if (do_eval && memcmp(&test.ds.sample, &train.ds.sample, sizeof train.ds.sample)) {
+		char a[128], b[128];
+		kiln_tensor_desc_str(&train.ds.sample, a, sizeof a);
+		kiln_tensor_desc_str(&test.ds.sample, b, sizeof b);
+		st = kiln_error(KILN_EDATA, "[data.eval] samples are %s but [data]'s are %s: give both the same `size` (and `channels`)",
+				b, a);
 		goto out;
 	}
 	if (train.len < B) {
@@ -322,7 +360,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				(long long)train.len);
 		goto out;
 	}
-	if ((st = kiln_model_create(cfg, reg, t->dev, &train.info.sample, &t->m)))
+	if ((st = kiln_model_create(cfg, reg, t->dev, &train.input, &t->m)))
 		goto out;
 	if ((st = kiln_device_stream_create(t->dev, &t->compute)) ||
 	    (st = kiln_device_stream_create(t->dev, &t->copy)))
@@ -347,11 +385,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	{
 		/* every label must have a logit */
 		const struct kiln_tensor_desc *lg = &ptrain->nodes[t->m->loss_layer].l.in[0];
-		if (lg->dims[1] < train.info.classes) {
+		if (lg->dims[1] < train.ds.classes) {
 			st = kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data has %lld classes: set out = %lld on the last layer",
 					kiln_config_where(cfg, t->m->layers[t->m->loss_layer].section, "type"),
-					(long long)lg->dims[1], (long long)train.info.classes,
-					(long long)train.info.classes);
+					(long long)lg->dims[1], (long long)train.ds.classes,
+					(long long)train.ds.classes);
 			goto out;
 		}
 	}
@@ -363,8 +401,15 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 
 	/* staging ring and device slots, sized for the larger batch */
 	int64_t rows = do_eval && EB > B ? EB : B;
-	t->sample_bytes = kiln_tensor_bytes(&train.info.sample);
+	t->sample_bytes = train.ds.sample_bytes;
 	t->x_bytes = (size_t)rows * t->sample_bytes;
+	if (train.ds.sample.dtype == KILN_U8) {
+		t->norm_bytes = (size_t)rows * kiln_tensor_bytes(&train.input);
+		if ((st = kiln_device_alloc(t->dev, t->norm_bytes, &t->x_norm)))
+			goto out;
+		kiln_log(KILN_LOG_INFO, "data", "transform_on = device: %zu-byte u8 samples copied, normalised on the device",
+			 t->sample_bytes);
+	}
 	for (int s = 0; s < SLOTS; s++)
 		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
 		    (st = kiln_device_host_alloc(t->dev, (size_t)rows * 4, &t->y_host[s])) ||
@@ -398,17 +443,23 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 
 	{
 		/* worker threads: [data] workers (0 = read on this thread) */
-		int64_t workers = 0, prefetch = 2;
-		kiln_config_get_int(cfg, "data", "workers", &workers);
+		int workers = 1;
+		int64_t prefetch = 2;
+		if ((st = kiln_data_workers(cfg, &workers)))
+			goto out;
 		kiln_config_get_int(cfg, "data", "prefetch", &prefetch);
+		if (workers < 0 && (st = kiln_loader_probe(t->dev, &train.ds, B, (int)prefetch, t->copy, &workers)))
+			goto out;
+		if (resident) {
+			kiln_log(KILN_LOG_INFO, "data", "resident = 1: one batch is loaded once; every step trains on it (benchmark mode)");
+			workers = 0;
+		}
 		if (workers > 0) {
-			if ((st = kiln_loader_open(t->dev, train.ops, train.ctx, "data",
-						   train.info.classes, t->sample_bytes, B, (int)workers,
-						   (int)prefetch, &train.loader)))
+			if ((st = kiln_loader_open(t->dev, &train.ds, B, workers, (int)prefetch,
+						   &train.loader)))
 				goto out;
-			if (do_eval && (st = kiln_loader_open(t->dev, test.ops, test.ctx, "data.eval",
-							       test.info.classes, t->sample_bytes, EB,
-							       (int)workers, (int)prefetch, &test.loader)))
+			if (do_eval && (st = kiln_loader_open(t->dev, &test.ds, EB, workers,
+							       (int)prefetch, &test.loader)))
 				goto out;
 			if (do_eval && !(t->eval_order = malloc(sizeof(int64_t) * (size_t)test.len))) {
 				st = kiln_error(KILN_ENOMEM, "out of memory");
@@ -416,17 +467,20 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			}
 			for (int64_t i = 0; do_eval && i < test.len; i++)
 				t->eval_order[i] = i;
-			kiln_log(KILN_LOG_INFO, "data", "%lld loader worker(s), %lld batch(es) ahead",
-				 (long long)workers, (long long)prefetch);
+			kiln_log(KILN_LOG_INFO, "data", "%d loader worker(s), %lld batch(es) ahead",
+				 workers, (long long)prefetch);
 		}
 	}
 	perm = malloc(sizeof(int64_t) * (size_t)train.len);
-	if (!perm) {
+	order = malloc(sizeof(int64_t) * (size_t)train.len);
+	if (!perm || !order) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
 	int64_t steps_per_epoch = train.len / B; /* drop_last */
 	int64_t step = 0;
+	int res_slot = 0;
+	void *res_x = NULL; /* resident = 1: the one batch's device input */
 	double timed_s = 0;
 	int64_t timed_samples = 0;
 	struct kiln_device_counters c_prev, c_now;
@@ -443,19 +497,30 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		int64_t ep_steps = steps_per_epoch;
 		if (max_steps && max_steps - step < ep_steps)
 			ep_steps = max_steps - step;
-		if (train.loader && (st = kiln_loader_start(train.loader, perm, ep_steps * B, B, 0)))
+		/* this rank's share of the epoch's order (one rank until the
+		 * distributed issue): interleaved, equal length, drop_last */
+		kiln_shard(perm, train.len, 0, 0, 1, 1, order);
+		res_x = NULL; /* resident: evaluation reused the slots; load anew */
+		t->epoch = ep;
+		if (train.loader && (st = kiln_loader_start(train.loader, ep, order, ep_steps * B, B, 0)))
 			goto out;
 		for (int64_t k = 0; k < steps_per_epoch && (!max_steps || step < max_steps); k++) {
-			int s;
-			if ((st = load_batch(t, &train, perm + k * B, B, &s)))
+			int s = res_slot;
+			void *xd = res_x;
+			t->epoch = ep;
+			if (!res_x && (st = load_batch(t, &train, order + k * B, B, &s, &xd)))
 				goto out;
+			if (resident && !res_x) {
+				res_slot = s;
+				res_x = xd;
+			}
 			phase(KILN_PHASE_FORWARD, 1);
-			st = kiln_plan_forward(ptrain, t->x_dev[s], t->y_dev[s], t->metrics_dev, t->compute);
+			st = kiln_plan_forward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
 			phase(KILN_PHASE_FORWARD, 0);
 			if (st)
 				goto out;
 			phase(KILN_PHASE_BACKWARD, 1);
-			st = kiln_plan_backward(ptrain, t->x_dev[s], t->y_dev[s], t->metrics_dev, t->compute);
+			st = kiln_plan_backward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
 			phase(KILN_PHASE_BACKWARD, 0);
 			if (st)
 				goto out;
@@ -543,6 +608,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			kiln_log(KILN_LOG_INFO, "train", "%s", msg);
 	}
 	res->steps = step;
+	res->data_skipped = atomic_load(&train.ds.skipped) + atomic_load(&test.ds.skipped);
+	res->data_wait_s = kiln_loader_wait_s(train.loader);
+	if (res->data_skipped)
+		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced (on_error = skip)",
+			 (long long)res->data_skipped);
 	res->train_samples_per_s = timed_s > 0 ? (double)timed_samples / timed_s : 0;
 	res->wall_s = now_s() - t_start;
 	jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "event", "final", "epochs",
@@ -574,6 +644,9 @@ out:
 		kiln_device_host_free(t->dev, t->metrics_host);
 		kiln_device_plan_free(t->dev, t->fill_metrics);
 		kiln_device_plan_free(t->dev, t->sched);
+		kiln_device_free(t->dev, t->x_norm);
+		for (int k = 0; k < NORM_PLANS; k++)
+			kiln_device_plan_free(t->dev, t->norm_plan[k]);
 	}
 	kiln_plan_free(ptrain);
 	kiln_plan_free(peval);
@@ -589,6 +662,8 @@ out:
 	if (t->jsonl)
 		fclose(t->jsonl);
 	free(perm);
+	free(order);
 	free(t->eval_order);
+	kiln_data_scratch_free(&t->scratch);
 	return st;
 }

@@ -74,6 +74,12 @@ endif
 
 # ---- Foundation II: graph, layers, planner, trainer -----------------------
 if HAVE_CHECK
+check_PROGRAMS += tests/check_data
+TESTS += tests/check_data
+tests_check_data_SOURCES = tests/check_data.c
+tests_check_data_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core $(TEST_PLUGIN_DIRS)
+tests_check_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_data_LDADD = libkiln.la $(CHECK_LIBS) -lm
 check_PROGRAMS += tests/check_train
 TESTS += tests/check_train
 tests_check_train_SOURCES = tests/check_train.c

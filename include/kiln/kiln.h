@@ -231,6 +231,8 @@ struct kiln_train_result {
 	double wall_s;
 	int64_t test_samples;
 	struct kiln_device_counters steady; /* counters over steps 2..N between log points */
+	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip) */
+	double data_wait_s;         /* training thread's wait for loader workers */
 };
 
 /* Phases the trainer reports to a hook (the profiler attaches here). */
@@ -254,6 +256,30 @@ typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t st
 				 const char *status);
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res);
+
+/* ---- the loader alone (`kiln bench data`) ---- */
+
+struct kiln_data_bench {
+	int workers;            /* threads used (after `auto`) */
+	int64_t batch;          /* [train] batch */
+	int64_t batches;        /* timed batches */
+	int64_t samples;
+	double wall_s;          /* the timed batches, as the consumer saw them */
+	double samples_per_s;
+	double mb_per_s;        /* staged bytes (what is copied to the device) */
+	double read_us;         /* per sample: source read + decode (thread time) */
+	double xform_us;        /* per sample: transforms (thread time) */
+	double copy_us;         /* per batch: host-to-device copy of the staged bytes */
+	double wait_frac;       /* share of wall_s the consumer waited for workers */
+	int64_t sample_bytes;
+	int64_t skipped;        /* bad samples replaced (on_error = skip) */
+};
+
+/* Run the [data] loader of `cfg` exactly as training would (workers,
+ * prefetch, transforms, cache, copies to the device) for `batches`
+ * batches after two of warm-up (0: one epoch), without a model. */
+kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			    int64_t batches, struct kiln_data_bench *out);
 
 #ifdef __cplusplus
 }

@@ -183,8 +183,9 @@ enum kiln_op_type {
 	KILN_OP_SCALE = 10,
 	/* out0 = in0 + in1 (+ out0 if accumulate) */
 	KILN_OP_ADD = 11,
-	/* out0 f32 = (in0 u8 * f[0] - mean[c]) / std[c] ... reserved for the
-	 * data issue; not implemented by any device yet. */
+	/* out0 f32 [N, C, H, W] = (in0 u8 / 255 - f[c]) / f[3 + c]: ToTensor +
+	 * Normalize on the device (`transform_on = device`), C = 1..3; in and
+	 * out have the same layout (NCHW or NHWC). */
 	KILN_OP_NORMALIZE_U8 = 12,
 
 	/* ---- convolutional networks --------------------------------------

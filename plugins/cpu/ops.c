@@ -409,6 +409,37 @@ static kiln_status cpu_scale(const struct cpu_plan *p, const struct kiln_op_args
 	return cpu_vec(p, a, VEC_SCALE);
 }
 
+/* y f32 [N, C, H, W] = (x u8 / 255 - mean[c]) / std[c], NCHW or NHWC;
+ * rows = N * C planes of cols = H * W (NCHW), or N * H * W pixels of C. */
+CPU_CLONES static void norm_u8_span(float *y, const uint8_t *x, int64_t n, const float *lut)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = lut[x[i]];
+}
+
+static kiln_status cpu_normalize_u8(const struct cpu_plan *p, const struct kiln_op_args *a,
+				    struct cpu_err *e)
+{
+	(void)e;
+	const uint8_t *x = a->in[0];
+	float *y = a->out[0];
+	const int64_t C = p->sz[0], hw = p->sz[1], planes = p->n / hw;
+	const int nhwc = p->op.in[0].layout == KILN_NHWC;
+	float lut[3][256];
+	for (int c = 0; c < C; c++)
+		for (int u = 0; u < 256; u++)
+			lut[c][u] = (float)((u / 255.0 - p->op.f[c]) / p->op.f[3 + c]);
+	if (!nhwc || C == 1) {
+		CPU_SPANS(planes, b, en, for (int64_t q = b; q < en; q++)
+			  norm_u8_span(y + q * hw, x + q * hw, hw, lut[nhwc ? 0 : q % C]));
+	} else {
+		CPU_SPANS(p->n / C, b, en, for (int64_t q = b; q < en; q++)
+			  for (int64_t c = 0; c < C; c++)
+				  y[q * C + c] = lut[c][x[q * C + c]]);
+	}
+	return KILN_OK;
+}
+
 /* y (n) (=|+=) x0 (n) + x1 (n); y may alias either input. */
 static kiln_status cpu_add(const struct cpu_plan *p, const struct kiln_op_args *a,
 			   struct cpu_err *e)
@@ -492,8 +523,7 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_SCALE: need_in = 1; need_out = 1; p->kernel = cpu_scale; break;
 	case KILN_OP_ADD: need_in = 2; need_out = 1; p->kernel = cpu_add; break;
 	case KILN_OP_MUL: need_in = 2; need_out = 1; p->kernel = cpu_mul; break;
-	case KILN_OP_NORMALIZE_U8:
-		return c->host->error(KILN_ENOTSUP, "cpu: NORMALIZE_U8 is not implemented by any device yet");
+	case KILN_OP_NORMALIZE_U8: need_in = 1; need_out = 1; p->kernel = cpu_normalize_u8; break;
 	default:
 		return c->host->error(KILN_ENOTSUP, "cpu: unknown op type %d", op->type);
 	}
@@ -567,6 +597,20 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			return cpu_bad(c, op, KILN_EINVAL,
 				       op->type == KILN_OP_REDUCE_SUM ? "output must have one element"
 								      : "input and output sizes differ");
+		return KILN_OK;
+	case KILN_OP_NORMALIZE_U8:
+		p->n = cpu_numel(&op->out[0]);
+		if (op->in[0].dtype != KILN_U8 || op->out[0].dtype != KILN_F32 ||
+		    op->in[0].ndim != 4 || cpu_numel(&op->in[0]) != p->n ||
+		    op->in[0].layout != op->out[0].layout)
+			return cpu_bad(c, op, KILN_EINVAL, "wants u8 [N, C, H, W] in and f32 of the same shape and layout out");
+		p->sz[0] = op->in[0].dims[1];
+		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
+		if (p->sz[0] < 1 || p->sz[0] > 3)
+			return cpu_bad(c, op, KILN_ENOTSUP, "1 to 3 channels");
+		for (int k = 0; k < p->sz[0]; k++)
+			if (!(op->f[3 + k] > 0) || !isfinite(op->f[k]))
+				return cpu_bad(c, op, KILN_EINVAL, "std must be > 0 and mean finite");
 		return KILN_OK;
 	case KILN_OP_RELU_BWD:
 	case KILN_OP_ADD:

@@ -5,7 +5,9 @@
  *                    state_slots() returns the configured slots.
  *   source "tsrc"    keys count (int 1..1000, default 4); `count` samples of
  *                    f32[3], sample i = { i*10, i*10+1, i*10+2 } (+1000 for
- *                    split "test"), label i32[] = i % 2.
+ *                    split "test"), label i32[] = i % 2; bad_every K > 0
+ *                    makes every sample i with i % K == K - 1 corrupt
+ *                    (KILN_EDATA), for the on_error tests.
  *   source "tprobe"  probe fails with the reason TPROBE_WHY.
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
@@ -86,12 +88,13 @@ static const struct kiln_plugin tgood_optim = {
 
 static const struct kiln_key tsrc_keys[] = {
 	{ "count", KILN_KEY_INT, "4", 1, 1000, NULL, "Number of samples." },
+	{ "bad_every", KILN_KEY_INT, "0", 0, 1000, NULL, "Every K-th sample is corrupt (0: none)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
 struct tsrc_ctx {
 	const struct kiln_host *host;
-	int64_t count;
+	int64_t count, bad_every;
 	float base; /* 0 for "train", 1000 for "test" */
 };
 
@@ -103,6 +106,7 @@ static kiln_status tsrc_source_open(const struct kiln_host *host, const struct k
 		return host->error(KILN_ENOMEM, "tsrc: out of memory");
 	c->host = host;
 	c->count = 4;
+	host->config_get_int(cfg, section, "bad_every", &c->bad_every);
 	kiln_status st = host->config_get_int(cfg, section, "count", &c->count);
 	if (st && st != KILN_ENOTFOUND) {
 		free(c);
@@ -137,6 +141,9 @@ static kiln_status tsrc_source_read(void *ctx, int64_t index, void *sample, void
 	if (index < 0 || index >= c->count)
 		return c->host->error(KILN_EINVAL, "tsrc: sample %lld out of range [0, %lld)",
 				      (long long)index, (long long)c->count);
+	if (c->bad_every > 0 && index % c->bad_every == c->bad_every - 1)
+		return c->host->error(KILN_EDATA, "tsrc: sample %lld is corrupt (bad_every = %lld)",
+				      (long long)index, (long long)c->bad_every);
 	float *x = sample; /* (3) */
 	for (int j = 0; j < 3; j++)
 		x[j] = c->base + (float)(index * 10 + j);

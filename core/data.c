@@ -1,0 +1,248 @@
+/* core/data.c - the data set between a source plugin and the loader; see
+ * data.h. */
+#include "data.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void kiln_data_scratch_free(struct kiln_data_scratch *s)
+{
+	free(s->img.data);
+	kiln_xform_scratch_free(&s->xs);
+	memset(s, 0, sizeof *s);
+}
+
+kiln_status kiln_data_workers(const struct kiln_config *cfg, int *workers)
+{
+	const char *v = kiln_config_get(cfg, "data", "workers");
+	char *end;
+	if (!v || !strcmp(v, "auto")) {
+		*workers = v ? -1 : 1;
+		return KILN_OK;
+	}
+	long n = strtol(v, &end, 10);
+	if (end == v || *end || n < 0 || n > 256)
+		return kiln_error(KILN_ECONFIG, "%s: [data] workers = '%s': expected a count 0..256 or `auto`",
+				  kiln_config_where(cfg, "data", "workers"), v);
+	*workers = (int)n;
+	return KILN_OK;
+}
+
+/* Keys that only make sense for a source of images. */
+static const char *const image_keys[] = { "size", "resize", "crop", "pad", "scale", "ratio",
+					  "flip", "mean", "std", "channels", "transform_on",
+					  NULL };
+
+kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *section, const char *split, int train,
+			      struct kiln_dataset *d)
+{
+	const struct kiln_plugin *p;
+	const char *name = kiln_config_get(cfg, section, "source");
+	int64_t limit = 0, seed = 0;
+	kiln_status st;
+
+	memset(d, 0, sizeof *d);
+	d->section = section;
+	if ((st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, name, &p)))
+		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s] source",
+				       kiln_config_where(cfg, section, "source"), section);
+	d->ops = p->ops;
+	d->name = p->name;
+	if ((st = d->ops->open(kiln_host_table(), cfg, section, split, &d->ctx))) {
+		d->ctx = NULL;
+		return st == KILN_EIO ? KILN_EDATA : st; /* unreadable data: exit 3 */
+	}
+	memset(&d->info, 0, sizeof d->info);
+	if ((st = d->ops->info(d->ctx, &d->info)))
+		return st;
+	if (d->info.len <= 0)
+		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples", section, name);
+	if (d->info.label.dtype != KILN_I32 || d->info.label.ndim != 0)
+		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': only i32 class labels are supported yet",
+				  section, name);
+	d->classes = d->info.classes;
+	kiln_config_get_int(cfg, section, "limit", &limit);
+	d->len = limit > 0 && limit < d->info.len ? limit : d->info.len;
+	kiln_config_get_int(cfg, "run", "seed", &seed);
+	d->seed = (uint64_t)seed;
+
+	const char *oe = kiln_config_get(cfg, section, "on_error");
+	d->on_error = oe && !strcmp(oe, "skip") ? KILN_ON_ERROR_SKIP : KILN_ON_ERROR_FAIL;
+	const char *ca = kiln_config_get(cfg, section, "cache");
+	d->cache = !ca || !strcmp(ca, "none") ? KILN_CACHE_NONE
+		   : !strcmp(ca, "ram")          ? KILN_CACHE_RAM
+						 : KILN_CACHE_MMAP;
+
+	d->use_image = d->ops->version >= 2 && d->ops->read_image;
+	if (d->use_image) {
+		if ((st = kiln_xform_from_config(cfg, section, train, d->info.image_h,
+						 d->info.image_w, d->info.image_c, &d->xf)))
+			return st;
+		int64_t dims[3] = { d->xf.out_c, d->xf.out_h, d->xf.out_w };
+		if (d->xf.nhwc)
+			dims[0] = d->xf.out_h, dims[1] = d->xf.out_w, dims[2] = d->xf.out_c;
+		kiln_tensor_desc_init(&d->sample, d->xf.out_dtype, 3, dims);
+	} else {
+		for (int i = 0; image_keys[i]; i++)
+			if (strcmp(kiln_config_where(cfg, section, image_keys[i]), "default"))
+				return kiln_error(KILN_ECONFIG, "%s: [%s] %s: source '%s' hands over finished samples, not images; transforms need a source with images",
+						  kiln_config_where(cfg, section, image_keys[i]),
+						  section, image_keys[i], name);
+		if (d->info.sample.dtype != KILN_F32)
+			return kiln_error(KILN_ENOTSUP, "[%s] source '%s': only f32 samples are supported from read()",
+					  section, name);
+		d->sample = d->info.sample;
+	}
+	d->sample_bytes = kiln_tensor_bytes(&d->sample);
+
+	if (d->cache == KILN_CACHE_MMAP && strcmp(d->name, "records"))
+		return kiln_error(KILN_ECONFIG, "%s: [%s] cache = mmap maps packed files: it needs source = records (convert with `kiln pack`); use cache = ram to keep decoded images in memory",
+				  kiln_config_where(cfg, section, "cache"), section);
+	if (d->cache == KILN_CACHE_RAM && !d->use_image) {
+		kiln_log(KILN_LOG_INFO, "data", "[%s] cache = ram: source '%s' hands over finished samples; nothing to cache",
+			 section, name);
+		d->cache = KILN_CACHE_NONE;
+	}
+	if (d->cache == KILN_CACHE_RAM &&
+	    !(d->cached = calloc((size_t)d->len, sizeof *d->cached)))
+		return kiln_error(KILN_ENOMEM, "out of memory for the [%s] cache index", section);
+	return KILN_OK;
+}
+
+void kiln_dataset_close(struct kiln_dataset *d)
+{
+	if (d->cached) {
+		for (int64_t i = 0; i < d->len; i++) {
+			struct kiln_image *im = atomic_load(&d->cached[i]);
+			if (im)
+				free(im->data);
+			free(im);
+		}
+		free(d->cached);
+	}
+	if (d->ops && d->ctx)
+		d->ops->close(d->ctx);
+	memset(d, 0, sizeof *d);
+}
+
+/* Keep a private copy of a decoded image (cache = ram).  The first thread
+ * to publish wins; a loser frees its copy. */
+static void cache_put(struct kiln_dataset *d, int64_t j, const struct kiln_image *img,
+		      int32_t label)
+{
+	size_t bytes = (size_t)img->h * (size_t)img->w * (size_t)img->c;
+	struct kiln_image *c = malloc(sizeof *c);
+	if (!c)
+		return; /* the cache is an optimisation: no memory, no cache */
+	*c = *img;
+	c->reserved = label;
+	if (!(c->data = malloc(bytes ? bytes : 1))) {
+		free(c);
+		return;
+	}
+	memcpy(c->data, img->data, bytes);
+	c->cap = bytes;
+	struct kiln_image *none = NULL;
+	if (atomic_compare_exchange_strong(&d->cached[j], &none, c))
+		atomic_fetch_add(&d->cached_bytes, (long long)bytes);
+	else {
+		free(c->data);
+		free(c);
+	}
+}
+
+/* One sample j into out and *y.  A failure leaves a message. */
+static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, void *out,
+			    int32_t *y, struct kiln_data_scratch *s)
+{
+	kiln_status st;
+	int64_t t0 = mono_ns();
+	if (!d->use_image) {
+		if ((st = d->ops->read(d->ctx, j, out, y)))
+			return st;
+		atomic_fetch_add(&d->read_ns, mono_ns() - t0);
+	} else {
+		const struct kiln_image *img = d->cached ? atomic_load(&d->cached[j]) : NULL;
+		if (img) {
+			*y = img->reserved;
+		} else {
+			if ((st = d->ops->read_image(d->ctx, j, &s->img, y)))
+				return st;
+			img = &s->img;
+			if (d->cached)
+				cache_put(d, j, img, *y);
+		}
+		int64_t t1 = mono_ns();
+		atomic_fetch_add(&d->read_ns, t1 - t0);
+		if ((st = kiln_xform_apply(&d->xf, img, d->seed, epoch, j, out, &s->xs)))
+			return st;
+		atomic_fetch_add(&d->xform_ns, mono_ns() - t1);
+	}
+	if (*y < 0 || *y >= d->classes)
+		return kiln_error(KILN_EDATA, "label %d outside [0, %lld)", *y, (long long)d->classes);
+	return KILN_OK;
+}
+
+kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const int64_t *idx,
+				   int64_t rows, void *x, int32_t *y,
+				   struct kiln_data_scratch *s)
+{
+	for (int64_t i = 0; i < rows; i++) {
+		void *out = (char *)x + (size_t)i * d->sample_bytes;
+		int64_t j = idx[i];
+		kiln_status st = read_one(d, epoch, j, out, &y[i], s);
+		if (!st)
+			continue;
+		if (d->on_error != KILN_ON_ERROR_SKIP || st != KILN_EDATA)
+			return kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)j);
+		/* replace it by a sample every rank would pick alike */
+		for (int t = 1; st && t <= KILN_SKIP_TRIES; t++) {
+			long long n = atomic_fetch_add(&d->skipped, 1) + 1;
+			int64_t k = (int64_t)kiln_rng_below(d->seed ^ ((uint64_t)t << 56), KILN_RNG_SKIP,
+							    (uint64_t)epoch << 40 | (uint64_t)j,
+							    (uint64_t)d->len);
+			if (n <= 10)
+				kiln_log(KILN_LOG_WARN, "data", "[%s] sample %lld skipped (%s); replaced by sample %lld%s",
+					 d->section, (long long)j, kiln_last_error(), (long long)k,
+					 n == 10 ? " (further skips are counted, not logged)" : "");
+			j = k;
+			st = read_one(d, epoch, j, out, &y[i], s);
+			if (st && st != KILN_EDATA)
+				return kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)j);
+		}
+		if (st)
+			return kiln_error_wrap(st, "[%s] sample %lld and its %d replacements are all bad (on_error = skip gives up)",
+					       d->section, (long long)idx[i], KILN_SKIP_TRIES);
+	}
+	return KILN_OK;
+}
+
+int64_t kiln_shard_len(int64_t n, int64_t start, int world, int drop_last)
+{
+	int64_t left = n - start;
+	if (left <= 0 || world < 1)
+		return 0;
+	return drop_last ? left / world : (left + world - 1) / world;
+}
+
+int64_t kiln_shard(const int64_t *order, int64_t n, int64_t start, int rank, int world,
+		   int drop_last, int64_t *out)
+{
+	int64_t len = kiln_shard_len(n, start, world, drop_last);
+	for (int64_t k = 0; k < len; k++) {
+		int64_t g = start + rank + k * (int64_t)world;
+		/* padding wraps around to the order's beginning */
+		out[k] = order[g < n ? g : (g - n) % n];
+	}
+	return len;
+}

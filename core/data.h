@@ -1,0 +1,98 @@
+/* core/data.h - a data set as the trainer sees it: a source plugin, the
+ * transforms between its images and the model's input, bad-sample
+ * handling, the decoded-image cache, and the split of each epoch's sample
+ * order across ranks.
+ *
+ * Sources with read_image() hand over 8-bit pixels and the core transforms
+ * them (core/transform.h); sources with only read() hand over finished f32
+ * samples.  Either way kiln_dataset_read_rows() is what a loader worker
+ * (or the training thread) calls for one batch, and its output depends
+ * only on (seed, epoch, the sample indices): never on the worker, thread,
+ * rank or world size.
+ *
+ * Threads: after open, read_rows may be called from any number of threads
+ * at once, each with its own scratch.  Nothing here exits.
+ */
+#ifndef KILN_DATA_H
+#define KILN_DATA_H
+
+#include "internal.h"
+#include "transform.h"
+
+#include <stdatomic.h>
+
+enum kiln_on_error { KILN_ON_ERROR_FAIL = 0, KILN_ON_ERROR_SKIP = 1 };
+enum kiln_cache { KILN_CACHE_NONE = 0, KILN_CACHE_RAM = 1, KILN_CACHE_MMAP = 2 };
+
+/* How many other samples a bad one may be replaced by before the run fails. */
+#define KILN_SKIP_TRIES 16
+
+struct kiln_dataset {
+	const struct kiln_source_ops *ops;
+	void *ctx;
+	const char *section;       /* "data" or "data.eval" */
+	const char *name;          /* the source plugin's name */
+	struct kiln_source_info info;
+	int64_t len;               /* after [data] limit */
+	int64_t classes;
+	int use_image;             /* read_image + transforms, else read() */
+	struct kiln_xform xf;
+	struct kiln_tensor_desc sample; /* one sample as staged: f32 [C,H,W], or u8 */
+	size_t sample_bytes;
+	uint64_t seed;
+	int on_error, cache;
+	/* cache = ram: decoded images by sample index, published once */
+	_Atomic(struct kiln_image *) *cached;
+	atomic_llong cached_bytes;
+	atomic_llong skipped;      /* bad samples replaced (on_error = skip) */
+	atomic_llong read_ns, xform_ns; /* time in the source, in transforms */
+};
+
+/* Per-thread buffers of read_rows.  Zero-initialise; free with
+ * kiln_data_scratch_free. */
+struct kiln_data_scratch {
+	struct kiln_image img;
+	struct kiln_xform_scratch xs;
+};
+void kiln_data_scratch_free(struct kiln_data_scratch *s);
+
+/* Open config `section` ("data" or "data.eval") with `split` ("train" or
+ * "test"); `train` selects the training transforms (random crops, flip).
+ * Errors: KILN_ECONFIG (keys), KILN_EDATA (unreadable or corrupt data,
+ * no samples), KILN_ENOTSUP. */
+kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *section, const char *split, int train,
+			      struct kiln_dataset *d);
+void kiln_dataset_close(struct kiln_dataset *d);
+
+/* Samples idx[0..rows) of `epoch` into x (rows * sample_bytes) and their
+ * labels into y.  A bad sample (KILN_EDATA from the source, a label out of
+ * range) fails the call with a message naming the section, sample and
+ * reason, or with on_error = skip is replaced by another sample chosen by
+ * (seed, epoch, index, try): the same replacement on every rank. */
+kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const int64_t *idx,
+				   int64_t rows, void *x, int32_t *y,
+				   struct kiln_data_scratch *s);
+
+/* ---- the order of an epoch, split across ranks --------------------------
+ *
+ * Every rank draws the same global order (a permutation of 0..n from (seed,
+ * epoch), or 0..n-1 unshuffled).  The epoch consumes it from a global
+ * sample offset `start` in rounds of world samples: rank r takes global
+ * positions start + r, start + r + world, ... (torch's DistributedSampler
+ * interleaving).  With drop_last, each rank gets floor((n - start) / world)
+ * samples and the tail is dropped; without it, ceil(...) and the order
+ * wraps around to pad the last round.  So the shards are disjoint (up to
+ * the padding), cover the order, are equally long, and a run resumed at
+ * global offset g continues with exactly the samples it would have seen,
+ * for any world size.  Returns the count written to out (at most
+ * kiln_shard_len). */
+int64_t kiln_shard_len(int64_t n, int64_t start, int world, int drop_last);
+int64_t kiln_shard(const int64_t *order, int64_t n, int64_t start, int rank, int world,
+		   int drop_last, int64_t *out);
+
+/* [data] workers: "auto" -> -1, else the count.  KILN_ECONFIG naming the
+ * line for anything else. */
+kiln_status kiln_data_workers(const struct kiln_config *cfg, int *workers);
+
+#endif /* KILN_DATA_H */

@@ -1,0 +1,421 @@
+/* tests/check_data.c - the loader engine around a source: the split of an
+ * epoch across ranks, determinism for any worker count with random
+ * transforms, bad samples (on_error), the decoded-image cache,
+ * normalisation on the device, and `workers = auto`.
+ *
+ * Data: Fashion-MNIST through the idx source (installed by
+ * scripts/install-deps) and the test plugin source "tsrc"
+ * (tests/plugins/tgood.c), whose `bad_every` key makes samples corrupt.
+ */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include "data.h"
+#include "loader.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+static struct kiln_registry *reg;
+
+static struct kiln_config *cfg_from(const char *text)
+{
+	struct kiln_config *cfg;
+	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	return cfg;
+}
+
+/* ---- sharding ------------------------------------------------------------ */
+
+START_TEST(test_shard_cover_disjoint)
+{
+	static const int64_t ns[] = { 1, 7, 10, 11, 13, 100 };
+	int64_t order[100], out[100];
+	for (int i = 0; i < 100; i++)
+		order[i] = (i * 37 + 11) % 100; /* a permutation of 0..99 */
+	for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
+		int64_t n = ns[a];
+		int64_t o[100];
+		/* a permutation of 0..n-1 */
+		for (int64_t i = 0, k = 0; i < 100; i++)
+			if (order[i] < n)
+				o[k++] = order[i];
+		for (int world = 1; world <= 4; world++)
+			for (int drop = 0; drop <= 1; drop++) {
+				int seen[100] = { 0 };
+				int64_t len = kiln_shard_len(n, 0, world, drop);
+				ck_assert_int_eq(len, drop ? n / world : (n + world - 1) / world);
+				for (int r = 0; r < world; r++) {
+					ck_assert_int_eq(kiln_shard(o, n, 0, r, world, drop, out), len);
+					for (int64_t k = 0; k < len; k++)
+						seen[out[k]]++;
+				}
+				int64_t covered = 0, twice = 0;
+				for (int64_t i = 0; i < n; i++) {
+					covered += seen[i] > 0;
+					twice += seen[i] > 1;
+				}
+				if (drop) {
+					/* disjoint; only the tail (< world samples) dropped */
+					ck_assert_int_eq(twice, 0);
+					ck_assert_int_eq(covered, len * world);
+					ck_assert_int_ge(covered, n - world + 1);
+				} else {
+					/* covering; the padding repeats < world samples */
+					ck_assert_int_eq(covered, n);
+					ck_assert_int_le(len * world - n, world - 1);
+				}
+			}
+	}
+}
+END_TEST
+
+/* A run of world W1 stopped after s steps of batch B, resumed with world
+ * W2 from the global offset s*B*W1, sees exactly the global order: no
+ * sample twice, none missed. */
+START_TEST(test_shard_resume_any_world)
+{
+	enum { N = 96, B = 4 };
+	int64_t order[N], out[N];
+	for (int i = 0; i < N; i++)
+		order[i] = (i * 29 + 5) % N;
+	for (int w1 = 1; w1 <= 4; w1++)
+		for (int w2 = 1; w2 <= 4; w2++)
+			for (int s = 0; s <= 3; s++) {
+				int seen[N] = { 0 };
+				int64_t g = (int64_t)s * B * w1;
+				for (int r = 0; r < w1; r++) {
+					kiln_shard(order, N, 0, r, w1, 1, out);
+					for (int k = 0; k < s * B; k++)
+						seen[out[k]]++;
+				}
+				int64_t len2 = kiln_shard_len(N, g, w2, 1);
+				for (int r = 0; r < w2; r++) {
+					kiln_shard(order, N, g, r, w2, 1, out);
+					/* rank r's k-th sample is global position g + r + k*w2 */
+					for (int64_t k = 0; k < len2; k++) {
+						ck_assert_int_eq(out[k], order[g + r + k * w2]);
+						seen[out[k]]++;
+					}
+				}
+				int64_t total = 0;
+				for (int i = 0; i < N; i++) {
+					ck_assert_int_le(seen[i], 1);
+					total += seen[i];
+				}
+				ck_assert_int_eq(total, g + len2 * w2);
+				ck_assert_int_gt(total, N - w2);
+			}
+}
+END_TEST
+
+/* ---- the loader over a data set ------------------------------------------ */
+
+struct rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_dataset d;
+	void *copy;
+};
+
+static kiln_status rig_open(struct rig *r, const char *ini)
+{
+	memset(r, 0, sizeof *r);
+	r->cfg = cfg_from(ini);
+	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r->dev, &r->copy) == 0);
+	return kiln_dataset_open(r->cfg, reg, "data", "train", 1, &r->d);
+}
+
+static void rig_close(struct rig *r)
+{
+	kiln_dataset_close(&r->d);
+	kiln_device_stream_destroy(r->dev, r->copy);
+	kiln_device_close(r->dev);
+	kiln_config_free(r->cfg);
+}
+
+/* Read `epochs` epochs of batches of B over the shuffled order with
+ * `workers` threads (0: on this thread) into out (epochs * n *
+ * sample_bytes) and labels.  Returns the first failure. */
+static kiln_status read_epochs(struct rig *r, int workers, int epochs, int64_t B, uint8_t *out,
+			       int32_t *labels)
+{
+	int64_t n = r->d.len / B * B;
+	int64_t *perm = malloc(sizeof(int64_t) * (size_t)r->d.len);
+	struct kiln_loader *L = NULL;
+	struct kiln_data_scratch scr;
+	kiln_status st = KILN_OK;
+	memset(&scr, 0, sizeof scr);
+	if (workers && (st = kiln_loader_open(r->dev, &r->d, B, workers, 2, &L)))
+		goto out;
+	for (int ep = 0; ep < epochs && !st; ep++) {
+		kiln_rng_permutation(r->d.seed, (uint64_t)ep, perm, r->d.len);
+		if (L && (st = kiln_loader_start(L, ep, perm, n, B, 0)))
+			break;
+		for (int64_t b = 0; b < n / B && !st; b++) {
+			uint8_t *x = out + (size_t)((ep * n + b * B)) * r->d.sample_bytes;
+			int32_t *y = labels + ep * n + b * B;
+			if (!L) {
+				st = kiln_dataset_read_rows(&r->d, ep, perm + b * B, B, x, y, &scr);
+				continue;
+			}
+			const void *bx;
+			const int32_t *by;
+			int64_t rows;
+			int slot;
+			if ((st = kiln_loader_next(L, &bx, &by, &rows, &slot)))
+				break;
+			ck_assert_int_eq(rows, B);
+			memcpy(x, bx, (size_t)B * r->d.sample_bytes);
+			memcpy(y, by, (size_t)B * 4);
+			st = kiln_loader_release(L, slot, r->copy);
+		}
+	}
+out:
+	kiln_loader_close(L);
+	kiln_data_scratch_free(&scr);
+	free(perm);
+	return st;
+}
+
+static const char *aug_ini =
+	"[run]\nseed = 5\n"
+	"[data]\nsource = idx\npath = " FMNIST_DIR "\nlimit = 600\n"
+	"crop = random\npad = 4\nflip = 1\nmean = 0.286\nstd = 0.353\n%s\n";
+
+/* The same batches, byte for byte, read inline and with 1 and 4 workers,
+ * with random crops and flips; and a different epoch draws differently. */
+START_TEST(test_workers_identical)
+{
+	char ini[1024];
+	struct rig r;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, aug_ini, "");
+	ck_assert_msg(rig_open(&r, ini) == 0, "%s", kiln_last_error());
+	const int64_t B = 50, n = 600;
+	size_t bytes = (size_t)(2 * n) * r.d.sample_bytes;
+	uint8_t *ref = malloc(bytes), *got = malloc(bytes);
+	int32_t *yref = malloc(sizeof(int32_t) * 2 * n), *ygot = malloc(sizeof(int32_t) * 2 * n);
+	ck_assert_msg(read_epochs(&r, 0, 2, B, ref, yref) == 0, "%s", kiln_last_error());
+	static const int counts[] = { 1, 4 };
+	for (int i = 0; i < 2; i++) {
+		memset(got, 0xab, bytes);
+		ck_assert_msg(read_epochs(&r, counts[i], 2, B, got, ygot) == 0, "%s",
+			      kiln_last_error());
+		ck_assert_msg(!memcmp(ref, got, bytes), "%d workers: batches differ", counts[i]);
+		ck_assert(!memcmp(yref, ygot, sizeof(int32_t) * 2 * n));
+	}
+	/* the transforms are random: an unaugmented read differs */
+	struct kiln_data_scratch scr;
+	memset(&scr, 0, sizeof scr);
+	int64_t idx = 0;
+	float *plain = malloc(r.d.sample_bytes), *aug0 = malloc(r.d.sample_bytes),
+	      *aug1 = malloc(r.d.sample_bytes);
+	int32_t y;
+	for (idx = 0; idx < 20; idx++) {
+		ck_assert(kiln_dataset_read_rows(&r.d, 0, &idx, 1, aug0, &y, &scr) == 0);
+		ck_assert(kiln_dataset_read_rows(&r.d, 1, &idx, 1, aug1, &y, &scr) == 0);
+		if (memcmp(aug0, aug1, r.d.sample_bytes))
+			break;
+	}
+	ck_assert_msg(idx < 20, "epochs 0 and 1 drew the same crops for 20 samples");
+	kiln_data_scratch_free(&scr);
+	free(plain), free(aug0), free(aug1);
+	free(ref), free(got), free(yref), free(ygot);
+	rig_close(&r);
+}
+END_TEST
+
+/* cache = ram gives the same bytes as no cache, and holds the images. */
+START_TEST(test_cache_ram)
+{
+	char ini[1024];
+	struct rig a, b;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "");
+	ck_assert(rig_open(&a, ini) == 0);
+	snprintf(ini, sizeof ini, aug_ini, "cache = ram");
+	ck_assert_msg(rig_open(&b, ini) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(b.d.cache, KILN_CACHE_RAM);
+	const int64_t B = 60, n = 600;
+	size_t bytes = (size_t)(3 * n) * a.d.sample_bytes;
+	uint8_t *x0 = malloc(bytes), *x1 = malloc(bytes);
+	int32_t *y0 = malloc(sizeof(int32_t) * 3 * n), *y1 = malloc(sizeof(int32_t) * 3 * n);
+	ck_assert(read_epochs(&a, 2, 3, B, x0, y0) == 0);
+	ck_assert(read_epochs(&b, 2, 3, B, x1, y1) == 0);
+	ck_assert(!memcmp(x0, x1, bytes));
+	ck_assert(!memcmp(y0, y1, sizeof(int32_t) * 3 * n));
+	ck_assert_int_eq(atomic_load(&b.d.cached_bytes), n * 28 * 28);
+	free(x0), free(x1), free(y0), free(y1);
+	rig_close(&a);
+	rig_close(&b);
+}
+END_TEST
+
+/* on_error: fail names the sample; skip replaces it alike for any worker
+ * count, and counts. */
+START_TEST(test_on_error)
+{
+	struct rig r;
+	const char *fail_ini = "[data]\nsource = tsrc\ncount = 40\nbad_every = 7\n";
+	ck_assert(rig_open(&r, fail_ini) == 0);
+	float x[40 * 3];
+	int32_t y[40];
+	kiln_status st = read_epochs(&r, 2, 1, 8, (uint8_t *)x, y);
+	ck_assert_int_eq(st, KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "[data] sample ") &&
+			      strstr(kiln_last_error(), "corrupt"),
+		      "%s", kiln_last_error());
+	rig_close(&r);
+
+	float xs[3][40 * 3];
+	int32_t ys[3][40];
+	for (int w = 0; w < 3; w++) {
+		ck_assert(rig_open(&r, "[data]\nsource = tsrc\ncount = 40\nbad_every = 7\non_error = skip\n") == 0);
+		ck_assert_msg(read_epochs(&r, w, 1, 8, (uint8_t *)xs[w], ys[w]) == 0, "%s",
+			      kiln_last_error());
+		/* 40 samples, 5 of them (6, 13, 20, 27, 34) bad: at least 5 skips */
+		ck_assert_int_ge(atomic_load(&r.d.skipped), 5);
+		for (int i = 0; i < 40; i++) {
+			/* every row holds a good sample: i*10, i*10+1, i*10+2 */
+			int64_t s = (int64_t)xs[w][i * 3] / 10;
+			ck_assert_int_ne(s % 7, 6);
+			ck_assert(xs[w][i * 3 + 2] == xs[w][i * 3] + 2);
+			ck_assert_int_eq(ys[w][i], s % 2);
+		}
+		rig_close(&r);
+	}
+	ck_assert(!memcmp(xs[0], xs[1], sizeof xs[0]) && !memcmp(xs[0], xs[2], sizeof xs[0]));
+}
+END_TEST
+
+/* transform_on = device ships u8 and the NORMALIZE_U8 op gives the host's
+ * f32 samples. */
+START_TEST(test_normalize_on_device)
+{
+	char ini[1024];
+	struct rig h, d;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "");
+	ck_assert(rig_open(&h, ini) == 0);
+	snprintf(ini, sizeof ini, aug_ini, "transform_on = device");
+	ck_assert_msg(rig_open(&d, ini) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(d.d.sample.dtype, KILN_U8);
+	ck_assert_int_eq(h.d.sample_bytes, 4 * d.d.sample_bytes);
+	enum { B = 16 };
+	int64_t idx[B];
+	for (int i = 0; i < B; i++)
+		idx[i] = i * 3;
+	float *xh = malloc(B * h.d.sample_bytes), *xd;
+	uint8_t *u8 = malloc(B * d.d.sample_bytes), *u8d;
+	int32_t y[B];
+	struct kiln_data_scratch scr;
+	memset(&scr, 0, sizeof scr);
+	ck_assert(kiln_dataset_read_rows(&h.d, 0, idx, B, xh, y, &scr) == 0);
+	ck_assert(kiln_dataset_read_rows(&d.d, 0, idx, B, u8, y, &scr) == 0);
+	struct kiln_op op;
+	int64_t dims[4] = { B, 1, 28, 28 };
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_NORMALIZE_U8;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_U8, 4, dims);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 4, dims);
+	op.f[0] = 0.286;
+	op.f[3] = 0.353;
+	void *plan;
+	ck_assert_msg(kiln_device_prepare(d.dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_alloc(d.dev, B * d.d.sample_bytes, (void **)&u8d) == 0);
+	ck_assert(kiln_device_alloc(d.dev, B * h.d.sample_bytes, (void **)&xd) == 0);
+	ck_assert(kiln_device_copy_async(d.dev, u8d, u8, B * d.d.sample_bytes, KILN_COPY_H2D, d.copy) == 0);
+	struct kiln_op_args a = { .in = { u8d }, .out = { xd } };
+	ck_assert(kiln_device_run(d.dev, plan, &a, d.copy) == 0);
+	float *back = malloc(B * h.d.sample_bytes);
+	ck_assert(kiln_device_copy_async(d.dev, back, xd, B * h.d.sample_bytes, KILN_COPY_D2H, d.copy) == 0);
+	ck_assert(kiln_device_stream_sync(d.dev, d.copy) == 0);
+	for (int i = 0; i < B * 28 * 28; i++)
+		ck_assert_msg(fabsf(back[i] - xh[i]) <= 1e-6f * (1 + fabsf(xh[i])), "%d: %g vs %g", i,
+			      back[i], xh[i]);
+	kiln_device_plan_free(d.dev, plan);
+	kiln_device_free(d.dev, u8d);
+	kiln_device_free(d.dev, xd);
+	kiln_data_scratch_free(&scr);
+	free(xh), free(u8), free(back);
+	rig_close(&h);
+	rig_close(&d);
+}
+END_TEST
+
+START_TEST(test_workers_key)
+{
+	int w;
+	struct kiln_config *cfg = cfg_from("[data]\nworkers = auto\n");
+	ck_assert(kiln_data_workers(cfg, &w) == 0);
+	ck_assert_int_eq(w, -1);
+	kiln_config_free(cfg);
+	cfg = cfg_from("[data]\nworkers = 3\n");
+	ck_assert(kiln_data_workers(cfg, &w) == 0);
+	ck_assert_int_eq(w, 3);
+	kiln_config_free(cfg);
+	cfg = cfg_from("[data]\nworkers = many\n");
+	ck_assert_int_eq(kiln_data_workers(cfg, &w), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "test.ini:2") && strstr(kiln_last_error(), "auto"),
+		      "%s", kiln_last_error());
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Transform keys on a source that hands over finished samples. */
+START_TEST(test_transform_needs_images)
+{
+	struct rig r;
+	ck_assert_int_eq(rig_open(&r, "[data]\nsource = tsrc\nflip = 1\n"), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "test.ini:3") && strstr(kiln_last_error(), "flip"),
+		      "%s", kiln_last_error());
+	rig_close(&r);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+	Suite *s = suite_create("data");
+	TCase *tc = tcase_create("shard");
+	tcase_add_test(tc, test_shard_cover_disjoint);
+	tcase_add_test(tc, test_shard_resume_any_world);
+	tcase_add_test(tc, test_workers_key);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("loader");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_workers_identical);
+	tcase_add_test(tc, test_cache_ram);
+	tcase_add_test(tc, test_on_error);
+	tcase_add_test(tc, test_normalize_on_device);
+	tcase_add_test(tc, test_transform_needs_images);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	setenv("GOMP_SPINCOUNT", "100000", 0);
+	if (kiln_registry_open(TEST_PLUGIN_DIR, &reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		return 1;
+	}
+	SRunner *sr = srunner_create(make_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	kiln_registry_close(reg);
+	return failed ? 1 : 0;
+}
