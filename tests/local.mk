@@ -107,3 +107,14 @@ tests_check_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_layers_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
 endif
 EXTRA_DIST += tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors
+
+# ---- image sources: folder, tar, lmdb, synthetic (kiln-loaders.so) --------
+if HAVE_CHECK
+if BUILD_LOADERS
+check_PROGRAMS += tests/check_sources
+TESTS += tests/check_sources
+tests_check_sources_SOURCES = tests/check_sources.c plugins/loaders/image.c
+tests_check_sources_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
+tests_check_sources_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(LMDB_LIBS)
+endif
+endif

@@ -62,9 +62,16 @@ static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf,
 	if (!tj)
 		return host->error(KILN_ENOMEM, "%s: cannot start the JPEG decoder: %s", what,
 				   tjGetErrorStr2(NULL));
-	int w, h, sub, cs;
+	/* TurboJPEG returns success without setting these for a stream that
+	 * ends before its frame header (a "tables-only" JPEG): start at 0 */
+	int w = 0, h = 0, sub = 0, cs = 0;
 	if (tjDecompressHeader3(tj, buf, (unsigned long)n, &w, &h, &sub, &cs)) {
 		st = host->error(KILN_EDATA, "%s: undecodable JPEG: %s", what, tjGetErrorStr2(tj));
+		goto out;
+	}
+	if (w == 0 || h == 0) {
+		st = host->error(KILN_EDATA, "%s: undecodable JPEG: no frame header (SOF) before the end of the data",
+				 what);
 		goto out;
 	}
 	if ((st = check_dims(host, what, w, h)))

@@ -1,14 +1,59 @@
 /* plugins/loaders/loaders.h - what the files of kiln-loaders.so share.
  *
  * kiln-loaders.so carries every data source.  Each source is one file
- * (idx.c, ...) that defines one descriptor; loaders.c lists them.
+ * (idx.c, folder.c, tar.c, lmdb.c, synthetic.c, ...) that defines one
+ * descriptor; loaders.c lists them.  common.c holds the few helpers the
+ * file-backed sources share (the split-directory rule, full preads).
  */
 #ifndef KILN_LOADERS_H
 #define KILN_LOADERS_H
 
 #include <kiln/plugin.h>
 
+#include <stddef.h>    /* size_t */
+#include <stdint.h>    /* uint64_t */
+#include <sys/types.h> /* ssize_t */
+
 /* The IDX (MNIST / Fashion-MNIST) source: idx.c. */
 extern const struct kiln_plugin loaders_idx_plugin;
+/* torchvision ImageFolder: one subdirectory per class: folder.c. */
+extern const struct kiln_plugin loaders_folder_plugin;
+/* WebDataset .tar shards, read by index: tar.c. */
+extern const struct kiln_plugin loaders_tar_plugin;
+/* An LMDB environment of label + encoded image values: lmdb.c. */
+extern const struct kiln_plugin loaders_lmdb_plugin;
+/* Generated images, for benchmarks and tests: synthetic.c. */
+extern const struct kiln_plugin loaders_synthetic_plugin;
+
+/* ---- common.c ---------------------------------------------------------- */
+
+/* Read n bytes at offset `off` of fd with pread(), retrying short reads and
+ * EINTR.  Returns the bytes read (less than n only at the end of the file),
+ * or -1 with errno set.  Thread-safe: uses no file position. */
+ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off);
+
+/* The split-directory rule of the file-backed sources (folder, tar, lmdb).
+ * `path` is the value of [section] path (NULL when unset: KILN_ECONFIG);
+ * `split` the split the run asks for ("train", "test") or the section's
+ * own `split` key, `split_is_key` nonzero in the second case.
+ *
+ *   - if <path>/<split> exists, it is the root (so [data] path = /x reads
+ *     /x/train and [data.eval], which inherits path, reads /x/test);
+ *   - else a `split` set by key is an error (KILN_EIO: the directory the
+ *     user named does not exist);
+ *   - else, for [data.eval] whose path is inherited from [data], an error
+ *     (KILN_ECONFIG): evaluation would silently read the training data;
+ *   - else the root is <path> itself.
+ *
+ * A missing <path> is KILN_EIO.  out receives the root (n bytes);
+ * *is_dir whether it is a directory.  `who` names the source in messages. */
+kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_config *cfg,
+			       const char *section, const char *who, const char *path,
+			       const char *split, int split_is_key, char *out, size_t n,
+			       int *is_dir);
+
+/* Join dir and name with one '/' into out (n bytes); nonzero when it does
+ * not fit. */
+int loaders_join(char *out, size_t n, const char *dir, const char *name);
 
 #endif /* KILN_LOADERS_H */

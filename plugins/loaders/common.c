@@ -1,0 +1,84 @@
+/* plugins/loaders/common.c - helpers the file-backed sources share: full
+ * preads and the split-directory rule.  See loaders.h. */
+#include "loaders.h"
+
+#include <errno.h>    /* errno, EINTR */
+#include <stdio.h>    /* snprintf */
+#include <string.h>   /* strcmp, strerror, strlen */
+#include <sys/stat.h> /* stat */
+#include <unistd.h>   /* pread */
+
+ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	size_t got = 0;
+	while (got < n) {
+		size_t want = n - got;
+		if (want > ((size_t)1 << 30))
+			want = (size_t)1 << 30;
+		ssize_t r = pread(fd, (char *)buf + got, want, (off_t)(off + got));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+int loaders_join(char *out, size_t n, const char *dir, const char *name)
+{
+	size_t dl = strlen(dir);
+	int len = snprintf(out, n, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", name);
+	return len < 0 || (size_t)len >= n;
+}
+
+kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_config *cfg,
+			       const char *section, const char *who, const char *path,
+			       const char *split, int split_is_key, char *out, size_t n,
+			       int *is_dir)
+{
+	struct stat sb;
+	*is_dir = 0;
+	if (!path || !*path)
+		return host->error(KILN_ECONFIG, "[%s] path is not set: source %s needs it (%s)",
+				   section, who,
+				   !strcmp(who, "folder") ? "the directory of class subdirectories" :
+				   !strcmp(who, "tar") ? "a directory of .tar shards or one .tar file; or set shards" :
+				   "the LMDB environment, a directory or a data file");
+	if (stat(path, &sb) != 0)
+		return host->error(KILN_EIO, "%s: cannot open the %s data ([%s] path, set at %s): %s",
+				   path, who, section, host->config_where(cfg, section, "path"),
+				   strerror(errno));
+	if (S_ISDIR(sb.st_mode) && split && *split && !strchr(split, '/')) {
+		char sub[4096];
+		struct stat ss;
+		if (loaders_join(sub, sizeof sub, path, split))
+			return host->error(KILN_ECONFIG, "[%s] path: %s/%s is too long", section, path,
+					   split);
+		if (stat(sub, &ss) == 0) {
+			if (snprintf(out, n, "%s", sub) >= (int)n)
+				return host->error(KILN_ECONFIG, "[%s] path: %s is too long", section, sub);
+			*is_dir = S_ISDIR(ss.st_mode);
+			return KILN_OK;
+		}
+		if (split_is_key)
+			return host->error(KILN_EIO, "%s: cannot open split '%s' ([%s] split, set at %s): %s",
+					   sub, split, section, host->config_where(cfg, section, "split"),
+					   strerror(errno));
+	} else if (split_is_key && split && *split) {
+		return host->error(KILN_ECONFIG, "%s: [%s] split = %s needs path to be a directory holding %s/; %s is not one",
+				   host->config_where(cfg, section, "split"), section, split, split, path);
+	}
+	/* [data.eval] inherits path from [data] (config.c): the pointer is the
+	 * very string of the [data] entry exactly when it is inherited. */
+	if (!strcmp(section, "data.eval") && host->config_get(cfg, "data", "path") == path)
+		return host->error(KILN_ECONFIG, "[data.eval] path is inherited from [data] (%s) and %s/%s does not exist: evaluation would read the training data; set [data.eval] path, put the splits in %s/train and %s/test, or set [train] eval = 0",
+				   path, path, split && *split ? split : "test", path, path);
+	if (snprintf(out, n, "%s", path) >= (int)n)
+		return host->error(KILN_ECONFIG, "[%s] path: %s is too long", section, path);
+	*is_dir = S_ISDIR(sb.st_mode);
+	return KILN_OK;
+}

@@ -1,0 +1,478 @@
+/* plugins/loaders/folder.c - the `folder` data source: torchvision's
+ * ImageFolder layout.
+ *
+ *   <root>/<class>/.../<file>.{jpg,jpeg,png}
+ *
+ * Classes are the subdirectories of <root> (symbolic links followed,
+ * hidden ones included, as os.scandir's is_dir() sees them) sorted by
+ * strcmp (Python's str order for UTF-8 names); a class's index is its
+ * position.  Samples are listed exactly as torchvision's make_dataset
+ * does: classes in order; within a class, os.walk(followlinks=True) of
+ * its directory sorted by directory path, and in each directory the file
+ * names sorted.  (That is not the order of the sorted full paths: c/z.jpg
+ * comes before c/b/x.jpg.)  Only .jpg, .jpeg and .png (any case) are
+ * images here; torchvision also accepts .bmp .ppm .pgm .tif .tiff .webp,
+ * which we skip and count in a warning.  An empty class folder keeps its
+ * index; a root without class folders is an error.
+ *
+ * The split rule (common.c): when <path>/<split> exists it is the root, so
+ * [data] path = /x reads /x/train and [data.eval] reads /x/test.
+ *
+ * open() lists the tree (names only, nothing decoded); read_image() opens
+ * the file, preads it whole into a per-call buffer and decodes it with
+ * img_decode.  Nothing is shared but the read-only index: thread-safe.
+ */
+#include "loaders.h"
+#include "image.h"
+
+#include <dirent.h>   /* opendir, readdir */
+#include <errno.h>    /* errno */
+#include <fcntl.h>    /* open */
+#include <inttypes.h> /* PRId64 */
+#include <limits.h>   /* PATH_MAX */
+#include <stdio.h>    /* snprintf */
+#include <stdlib.h>   /* malloc, realloc, free, qsort */
+#include <string.h>   /* strcmp, strerror, strlen, memcpy */
+#include <strings.h>  /* strcasecmp */
+#include <sys/stat.h> /* stat, fstat */
+#include <unistd.h>   /* close */
+
+#define FOLDER_WHO "folder"
+#define FOLDER_MAX_FILE ((uint64_t)1 << 30) /* 1 GiB: no image file is larger */
+#define FOLDER_MAX_DEPTH 64                 /* directory levels below a class */
+
+struct folder_sample {
+	uint64_t name; /* offset of the path relative to the root in `names` */
+	int32_t label;
+	int32_t reserved;
+};
+
+struct folder_ctx {
+	const struct kiln_host *host;
+	char root[PATH_MAX];
+	char *names;                /* NUL-terminated relative paths */
+	size_t names_len, names_cap;
+	struct folder_sample *s;    /* [n] */
+	int64_t n, cap;
+	int64_t classes;
+	int64_t skipped;            /* files with other image extensions */
+	int64_t position;           /* global sample offset (get/set_position) */
+};
+
+/* A growable list of strings (directory and file names while listing). */
+struct folder_list {
+	char **v;
+	size_t n, cap;
+};
+
+static void folder_list_free(struct folder_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof *l);
+}
+
+static int folder_list_add(struct folder_list *l, const char *s)
+{
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? l->cap * 2 : 64;
+		char **nv = realloc(l->v, nc * sizeof *nv);
+		if (!nv)
+			return -1;
+		l->v = nv;
+		l->cap = nc;
+	}
+	size_t len = strlen(s);
+	if (!(l->v[l->n] = malloc(len + 1)))
+		return -1;
+	memcpy(l->v[l->n++], s, len + 1);
+	return 0;
+}
+
+static int folder_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sort by strcmp (Python's order of str for UTF-8 names). */
+static void folder_sort(struct folder_list *l)
+{
+	if (l->n > 1) /* qsort(NULL, 0, ...) is undefined */
+		qsort(l->v, l->n, sizeof *l->v, folder_cmp);
+}
+
+/* ---- listing ---------------------------------------------------------- */
+
+/* The entries of directory root/rel: subdirectories into dirs (as rel/name;
+ * may be NULL), the rest into files (bare names; may be NULL).  stat()
+ * follows links, as os.walk(followlinks=True) does; an entry stat cannot
+ * reach (a dangling link) counts as a file, as in os.walk. */
+static kiln_status folder_scandir(struct folder_ctx *c, const char *rel,
+				  struct folder_list *dirs, struct folder_list *files)
+{
+	const struct kiln_host *host = c->host;
+	char dir[PATH_MAX], p[PATH_MAX];
+	if (*rel ? loaders_join(dir, sizeof dir, c->root, rel) :
+		   snprintf(dir, sizeof dir, "%s", c->root) >= (int)sizeof dir)
+		return host->error(KILN_EIO, "%s/%s: path too long", c->root, rel);
+	DIR *d = opendir(dir);
+	if (!d)
+		return host->error(KILN_EIO, "%s: cannot list the directory: %s", dir,
+				   strerror(errno));
+	struct dirent *de;
+	kiln_status st = KILN_OK;
+	errno = 0;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (loaders_join(p, sizeof p, dir, de->d_name)) {
+			st = host->error(KILN_EIO, "%s/%s: path too long", dir, de->d_name);
+			break;
+		}
+		/* d_type saves a stat per file; links and unknown types need one */
+		int isdir;
+		if (de->d_type == DT_DIR || de->d_type == DT_REG) {
+			isdir = de->d_type == DT_DIR;
+		} else {
+			struct stat sb;
+			isdir = stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+		}
+		int bad;
+		if (isdir && dirs) {
+			char r[PATH_MAX];
+			if (*rel ? loaders_join(r, sizeof r, rel, de->d_name) :
+				   snprintf(r, sizeof r, "%s", de->d_name) >= (int)sizeof r) {
+				st = host->error(KILN_EIO, "%s: path too long", p);
+				break;
+			}
+			bad = folder_list_add(dirs, r);
+		} else if (!isdir && files) {
+			bad = folder_list_add(files, de->d_name);
+		} else {
+			bad = 0;
+		}
+		if (bad) {
+			st = host->error(KILN_ENOMEM, "%s: out of memory listing the directory", dir);
+			break;
+		}
+		errno = 0;
+	}
+	if (!st && errno)
+		st = host->error(KILN_EIO, "%s: cannot list the directory: %s", dir, strerror(errno));
+	closedir(d);
+	return st;
+}
+
+/* Every directory below root/rel (rel included) into out, recursively.
+ * `anc` holds the (dev, ino) of the directories above, so a link back up
+ * the tree is not followed forever (os.walk would loop). */
+static kiln_status folder_walk(struct folder_ctx *c, const char *rel, struct stat *anc,
+			       int depth, struct folder_list *out)
+{
+	char dir[PATH_MAX];
+	struct stat sb;
+	if (loaders_join(dir, sizeof dir, c->root, rel))
+		return c->host->error(KILN_EIO, "%s/%s: path too long", c->root, rel);
+	if (stat(dir, &sb) != 0)
+		return c->host->error(KILN_EIO, "%s: cannot open the directory: %s", dir,
+				      strerror(errno));
+	for (int i = 0; i < depth; i++)
+		if (anc[i].st_dev == sb.st_dev && anc[i].st_ino == sb.st_ino) {
+			c->host->log(KILN_LOG_WARN, FOLDER_WHO, "%s: a link back to a directory above it; not followed", dir);
+			return KILN_OK;
+		}
+	if (depth >= FOLDER_MAX_DEPTH)
+		return c->host->error(KILN_EDATA, "%s: more than %d directory levels below the class directory",
+				      dir, FOLDER_MAX_DEPTH);
+	anc[depth] = sb;
+	if (folder_list_add(out, rel))
+		return c->host->error(KILN_ENOMEM, "out of memory listing %s", dir);
+	struct folder_list sub = { 0 };
+	kiln_status st = folder_scandir(c, rel, &sub, NULL);
+	if (!st) {
+		folder_sort(&sub);
+		for (size_t i = 0; i < sub.n && !st; i++)
+			st = folder_walk(c, sub.v[i], anc, depth + 1, out);
+	}
+	folder_list_free(&sub);
+	return st;
+}
+
+static kiln_status folder_add(struct folder_ctx *c, const char *rel, const char *name,
+			      int32_t label)
+{
+	size_t rl = strlen(rel), nl = strlen(name), need = rl + 1 + nl + 1;
+	if (rl + 1 + nl + 1 + strlen(c->root) >= PATH_MAX)
+		return c->host->error(KILN_EIO, "%s/%s/%s: path too long", c->root, rel, name);
+	if (c->names_len + need > c->names_cap) {
+		size_t nc = c->names_cap ? c->names_cap * 2 : 1 << 16;
+		while (nc < c->names_len + need)
+			nc *= 2;
+		char *nn = realloc(c->names, nc);
+		if (!nn)
+			return c->host->error(KILN_ENOMEM, "out of memory listing %s", c->root);
+		c->names = nn;
+		c->names_cap = nc;
+	}
+	if (c->n == c->cap) {
+		int64_t nc = c->cap ? c->cap * 2 : 1024;
+		struct folder_sample *ns = realloc(c->s, (size_t)nc * sizeof *ns);
+		if (!ns)
+			return c->host->error(KILN_ENOMEM, "out of memory listing %s", c->root);
+		c->s = ns;
+		c->cap = nc;
+	}
+	c->s[c->n].name = c->names_len;
+	c->s[c->n].label = label;
+	c->s[c->n].reserved = 0;
+	c->n++;
+	memcpy(c->names + c->names_len, rel, rl);
+	c->names[c->names_len + rl] = '/';
+	memcpy(c->names + c->names_len + rl + 1, name, nl + 1);
+	c->names_len += need;
+	return KILN_OK;
+}
+
+/* Is `name` an image format torchvision reads that we do not? */
+static int folder_other_image(const char *name)
+{
+	static const char *const ext[] = { ".bmp", ".ppm", ".pgm", ".tif", ".tiff", ".webp" };
+	const char *dot = strrchr(name, '.');
+	if (!dot)
+		return 0;
+	for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++)
+		if (!strcasecmp(dot, ext[i]))
+			return 1;
+	return 0;
+}
+
+/* All samples of class `cls` (label `label`), in make_dataset's order. */
+static kiln_status folder_scan_class(struct folder_ctx *c, const char *cls, int32_t label)
+{
+	struct folder_list dirs = { 0 }, files = { 0 };
+	struct stat anc[FOLDER_MAX_DEPTH];
+	kiln_status st = folder_walk(c, cls, anc, 0, &dirs);
+	if (st)
+		goto out;
+	folder_sort(&dirs);
+	for (size_t d = 0; d < dirs.n && !st; d++) {
+		folder_list_free(&files);
+		if ((st = folder_scandir(c, dirs.v[d], NULL, &files)))
+			break;
+		folder_sort(&files);
+		for (size_t f = 0; f < files.n && !st; f++) {
+			if (img_format_of_name(files.v[f]) != IMG_UNKNOWN)
+				st = folder_add(c, dirs.v[d], files.v[f], label);
+			else if (folder_other_image(files.v[f]))
+				c->skipped++;
+		}
+	}
+out:
+	folder_list_free(&dirs);
+	folder_list_free(&files);
+	return st;
+}
+
+/* ---- config ----------------------------------------------------------- */
+
+static const struct kiln_key folder_keys[] = {
+	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "Root directory (required) of one subdirectory per class, torchvision ImageFolder style: classes are the subdirectory names sorted, a label is its class's position, samples are listed in torchvision's order. Files: .jpg, .jpeg and .png (any case) anywhere below a class directory. When `path/split` exists it is used instead (path = /x: [data] reads /x/train, [data.eval] /x/test); [data.eval] inheriting path without such a subdirectory is an error." },
+	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "Subdirectory of `path` to read (e.g. val); it must exist. Unset: the split the run asks for (train for [data], test for [data.eval]) when that subdirectory exists, else `path` itself." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+/* ---- the source ------------------------------------------------------- */
+
+static void folder_close(void *vctx)
+{
+	struct folder_ctx *c = vctx;
+	if (!c)
+		return;
+	free(c->names);
+	free(c->s);
+	free(c);
+}
+
+static kiln_status folder_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			       const char *section, const char *split, void **out)
+{
+	kiln_status st;
+	int is_dir;
+	struct folder_list classes = { 0 };
+	*out = NULL;
+	const char *path = host->config_get(cfg, section, "path");
+	const char *ksplit = host->config_get(cfg, section, "split");
+	struct folder_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "out of memory");
+	c->host = host;
+	if ((st = loaders_split_root(host, cfg, section, FOLDER_WHO, path, ksplit ? ksplit : split,
+				     ksplit != NULL, c->root, sizeof c->root, &is_dir)))
+		goto fail;
+	if (!is_dir) {
+		st = host->error(KILN_EIO, "%s: not a directory (source folder reads a directory of class subdirectories)",
+				 c->root);
+		goto fail;
+	}
+	if ((st = folder_scandir(c, "", &classes, NULL)))
+		goto fail;
+	if (classes.n == 0) {
+		st = host->error(KILN_EDATA, "%s: no class subdirectories (source folder expects <path>/<class>/<image>.jpg)",
+				 c->root);
+		goto fail;
+	}
+	if (classes.n > INT32_MAX) {
+		st = host->error(KILN_EDATA, "%s: %zu class subdirectories", c->root, classes.n);
+		goto fail;
+	}
+	folder_sort(&classes);
+	c->classes = (int64_t)classes.n;
+	int64_t empty = 0;
+	for (size_t k = 0; k < classes.n; k++) {
+		int64_t before = c->n;
+		if ((st = folder_scan_class(c, classes.v[k], (int32_t)k)))
+			goto fail;
+		if (c->n == before) {
+			if (!empty++)
+				host->log(KILN_LOG_WARN, FOLDER_WHO, "%s/%s: class %zu has no .jpg/.jpeg/.png files",
+					  c->root, classes.v[k], k);
+		}
+	}
+	if (c->n == 0) {
+		st = host->error(KILN_EDATA, "%s: no .jpg/.jpeg/.png files in its %zu class subdirectories",
+				 c->root, classes.n);
+		goto fail;
+	}
+	folder_list_free(&classes);
+	if (empty > 1)
+		host->log(KILN_LOG_WARN, FOLDER_WHO, "%s: %" PRId64 " classes have no images", c->root,
+			  empty);
+	if (c->skipped)
+		host->log(KILN_LOG_WARN, FOLDER_WHO, "%s: %" PRId64 " .bmp/.ppm/.pgm/.tif/.webp files skipped (only JPEG and PNG are read)",
+			  c->root, c->skipped);
+	host->log(KILN_LOG_INFO, FOLDER_WHO, "[%s] %s: %" PRId64 " images, %" PRId64 " classes",
+		  section, c->root, c->n, c->classes);
+	*out = c;
+	return KILN_OK;
+
+fail:
+	folder_list_free(&classes);
+	folder_close(c);
+	return st;
+}
+
+static kiln_status folder_info(void *vctx, struct kiln_source_info *info)
+{
+	const struct folder_ctx *c = vctx;
+	memset(info, 0, sizeof *info);
+	info->len = c->n;
+	/* image sizes vary: sample stays ndim 0 and image_h/w/c 0 */
+	info->label.dtype = KILN_I32;
+	info->label.layout = KILN_ROW;
+	info->label.ndim = 0;
+	info->classes = c->classes;
+	return KILN_OK;
+}
+
+/* image: u8 [h, w, c] as decoded; label: i32 []. */
+static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_image *img,
+				     void *label)
+{
+	const struct folder_ctx *c = vctx;
+	const struct kiln_host *host = c->host;
+	char p[PATH_MAX];
+	if (index < 0 || index >= c->n)
+		return host->error(KILN_EINVAL, "%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
+				   c->root, index, c->n, c->n - 1);
+	const struct folder_sample *s = &c->s[index];
+	if (loaders_join(p, sizeof p, c->root, c->names + s->name))
+		return host->error(KILN_EIO, "%s/%s: path too long", c->root, c->names + s->name);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return host->error(KILN_EIO, "%s: cannot open the image: %s", p, strerror(errno));
+	struct stat sb;
+	kiln_status st = KILN_OK;
+	uint8_t *buf = NULL;
+	if (fstat(fd, &sb) != 0) {
+		st = host->error(KILN_EIO, "%s: cannot read the image: %s", p, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		st = host->error(KILN_EIO, "%s: not a regular file", p);
+		goto out;
+	}
+	if (sb.st_size == 0) {
+		st = host->error(KILN_EDATA, "%s: empty file (0 bytes): not a JPEG or PNG image", p);
+		goto out;
+	}
+	if ((uint64_t)sb.st_size > FOLDER_MAX_FILE) {
+		st = host->error(KILN_EDATA, "%s: %lld bytes is larger than any image this source reads (%llu)",
+				 p, (long long)sb.st_size, (unsigned long long)FOLDER_MAX_FILE);
+		goto out;
+	}
+	size_t n = (size_t)sb.st_size;
+	if (!(buf = malloc(n))) {
+		st = host->error(KILN_ENOMEM, "%s: out of memory for %zu bytes", p, n);
+		goto out;
+	}
+	ssize_t got = loaders_pread_full(fd, buf, n, 0);
+	if (got < 0) {
+		st = host->error(KILN_EIO, "%s: cannot read the image: %s", p, strerror(errno));
+		goto out;
+	}
+	if ((size_t)got < n) {
+		st = host->error(KILN_EDATA, "%s: truncated while reading: %zd of %zu bytes (the file shrank)",
+				 p, got, n);
+		goto out;
+	}
+	if ((st = img_decode(host, buf, n, p, img)))
+		goto out;
+	if (label)
+		*(int32_t *)label = s->label;
+out:
+	free(buf);
+	close(fd);
+	return st;
+}
+
+static kiln_status folder_get_position(void *vctx, int64_t *offset)
+{
+	const struct folder_ctx *c = vctx;
+	*offset = c->position;
+	return KILN_OK;
+}
+
+static kiln_status folder_set_position(void *vctx, int64_t offset)
+{
+	struct folder_ctx *c = vctx;
+	if (offset < 0 || offset > c->n)
+		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
+				      c->root, offset, c->n, c->n);
+	c->position = offset;
+	return KILN_OK;
+}
+
+static const struct kiln_source_ops folder_ops = {
+	.version = KILN_SOURCE_OPS_VERSION,
+	.open = folder_open,
+	.close = folder_close,
+	.info = folder_info,
+	.read = NULL,
+	.get_position = folder_get_position,
+	.set_position = folder_set_position,
+	.read_image = folder_read_image,
+};
+
+const struct kiln_plugin loaders_folder_plugin = {
+	.abi_major = KILN_ABI_MAJOR,
+	.abi_minor = KILN_ABI_MINOR,
+	.kind = KILN_PLUGIN_SOURCE,
+	.name = "folder",
+	.summary = "torchvision ImageFolder: a directory of class subdirectories of JPEG and PNG files",
+	.ops = &folder_ops,
+	.keys = folder_keys,
+	.probe = NULL,
+};
