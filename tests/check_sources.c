@@ -1260,8 +1260,8 @@ START_TEST(test_synthetic)
 	ck_assert_int_eq(info.image_w, 28);
 	ck_assert_int_eq(info.image_c, 1);
 
-	st = open_src("synthetic", "data", "train", "data.samples=50", "data.size=6 5",
-		      "data.channels=3", "data.classes=7", NULL);
+	st = open_src("synthetic", "data", "train", "data.samples=50", "data.image_size=6 5",
+		      "data.image_channels=3", "data.classes=7", NULL);
 	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
 	info = info_of();
 	ck_assert_int_eq(info.len, 50);
@@ -1298,16 +1298,16 @@ START_TEST(test_synthetic)
 	ck_assert_int_eq(read_one(3, &a, &y), KILN_OK);
 	uint8_t keep[90];
 	memcpy(keep, a.data, 90);
-	st = open_src("synthetic", "data.eval", "test", "data.samples=50", "data.size=6 5",
-		      "data.channels=3", "data.classes=7", NULL);
+	st = open_src("synthetic", "data.eval", "test", "data.samples=50", "data.image_size=6 5",
+		      "data.image_channels=3", "data.classes=7", NULL);
 	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
 	ck_assert_int_eq(read_one(3, &a, &y), KILN_OK);
 	ck_assert_int_ne(memcmp(keep, a.data, 90), 0);
-	st = open_src("synthetic", "data", "train", "data.size=224", "data.channels=3", NULL);
+	st = open_src("synthetic", "data", "train", "data.image_size=224", "data.image_channels=3", NULL);
 	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
 	ck_assert_int_eq(read_one(59999, &a, &y), KILN_OK);
 	ck_assert(a.h == 224 && a.w == 224 && a.c == 3 && y == 9);
-	st = open_src("synthetic", "data", "train", "data.size=32x16", NULL);
+	st = open_src("synthetic", "data", "train", "data.image_size=32x16", NULL);
 	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
 	info = info_of();
 	ck_assert(info.image_h == 32 && info.image_w == 16);
@@ -1318,15 +1318,15 @@ END_TEST
 
 START_TEST(test_synthetic_bad_keys)
 {
-	static const char *const bad[] = { "data.size=", "data.size=0", "data.size=28 28 28",
-					   "data.size=abc", "data.size=100000", "data.size=28 x" };
+	static const char *const bad[] = { "data.image_size=", "data.image_size=0", "data.image_size=28 28 28",
+					   "data.image_size=abc", "data.image_size=100000", "data.image_size=28 x" };
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		kiln_status st = open_src("synthetic", "data", "train", bad[k], NULL);
 		ASSERT_OPEN_FAILS(st, KILN_ECONFIG, "size", "H W");
 	}
 	/* channels and samples are checked by the schema */
 	use("synthetic");
-	static const char *const schema_bad[] = { "data.channels=2", "data.samples=0",
+	static const char *const schema_bad[] = { "data.image_channels=2", "data.samples=0",
 						  "data.classes=0", "data.sizes=3" };
 	for (size_t k = 0; k < sizeof schema_bad / sizeof schema_bad[0]; k++) {
 		kiln_config_free(cfg);

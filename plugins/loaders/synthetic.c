@@ -44,9 +44,9 @@ static uint64_t syn_mix(uint64_t x)
 static const struct kiln_key syn_keys[] = {
 	{ "samples", KILN_KEY_INT, "60000", 1, 1e12, NULL,
 	  "Number of generated samples." },
-	{ "size", KILN_KEY_STR, "28 28", 0, 0, NULL,
+	{ "image_size", KILN_KEY_STR, "28 28", 0, 0, NULL,
 	  "Image height and width, \"H W\" (also \"HxW\" or \"H,W\"), or one number for a square." },
-	{ "channels", KILN_KEY_ENUM, "1", 0, 0, "1|3",
+	{ "image_channels", KILN_KEY_ENUM, "1", 0, 0, "1|3",
 	  "Channels of the images: 1 (gray) or 3 (RGB)." },
 	{ "classes", KILN_KEY_INT, "10", 1, 2147483647.0, NULL,
 	  "Number of classes; sample i has label i % classes." },
@@ -104,8 +104,8 @@ static kiln_status syn_open(const struct kiln_host *host, const struct kiln_conf
 		return st;
 	if ((st = host->config_get_int(cfg, section, "classes", &classes)) && st != KILN_ENOTFOUND)
 		return st;
-	const char *size = host->config_get(cfg, section, "size");
-	const char *ch = host->config_get(cfg, section, "channels");
+	const char *size = host->config_get(cfg, section, "image_size");
+	const char *ch = host->config_get(cfg, section, "image_channels");
 	if (!size)
 		size = syn_keys[1].def;
 	if (!ch)
@@ -123,19 +123,19 @@ static kiln_status syn_open(const struct kiln_host *host, const struct kiln_conf
 	c->n = n;
 	c->classes = classes;
 	if (syn_parse_size(size, &c->h, &c->w)) {
-		st = host->error(KILN_ECONFIG, "%s: [%s] size = '%s': expected \"H W\" or one number, each 1..%d",
-				 host->config_where(cfg, section, "size"), section, size, SYN_MAX_SIDE);
+		st = host->error(KILN_ECONFIG, "%s: [%s] image_size = '%s': expected \"H W\" or one number, each 1..%d",
+				 host->config_where(cfg, section, "image_size"), section, size, SYN_MAX_SIDE);
 		goto fail;
 	}
 	if (strcmp(ch, "1") && strcmp(ch, "3")) {
-		st = host->error(KILN_ECONFIG, "%s: [%s] channels = '%s': 1 or 3",
-				 host->config_where(cfg, section, "channels"), section, ch);
+		st = host->error(KILN_ECONFIG, "%s: [%s] image_channels = '%s': 1 or 3",
+				 host->config_where(cfg, section, "image_channels"), section, ch);
 		goto fail;
 	}
 	c->c = ch[0] - '0';
 	if ((int64_t)c->h * c->w > IMG_MAX_PIXELS) {
-		st = host->error(KILN_ECONFIG, "%s: [%s] size = %dx%d is larger than the limit of %" PRId64 " pixels",
-				 host->config_where(cfg, section, "size"), section, c->h, c->w,
+		st = host->error(KILN_ECONFIG, "%s: [%s] image_size = %dx%d is larger than the limit of %" PRId64 " pixels",
+				 host->config_where(cfg, section, "image_size"), section, c->h, c->w,
 				 (int64_t)IMG_MAX_PIXELS);
 		goto fail;
 	}
