@@ -1,6 +1,6 @@
 lib_LTLIBRARIES += libkiln.la
 libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
-	core/config_impl.h core/config_check.c core/schema.c core/registry.c core/device.c core/rng.c core/crc32c.c core/loader.h core/loader.c core/transform.h core/data.h core/data.c core/bench_data.c core/graph.h core/graph.c core/trainer.c \
+	core/config_impl.h core/config_check.c core/schema.c core/registry.c core/device.c core/rng.c core/crc32c.c core/loader.h core/loader.c core/transform.h core/transform.c core/transform_config.c core/data.h core/data.c core/bench_data.c core/graph.h core/graph.c core/trainer.c \
 	core/layers/util.h core/layers/layers.c core/layers/linear.c core/layers/relu.c \
 	core/layers/flatten.c core/layers/softmax_xent.c core/layers/conv.c \
 	core/layers/batchnorm.c core/layers/pool.h core/layers/pool.c core/layers/maxpool.c \
@@ -11,5 +11,5 @@ libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFL
 	-DKILN_PKGLIBDIR='"$(pkglibdir)"' \
 	-DKILN_BUILD_LIBDIR='"$(abs_top_builddir)/.libs"' \
 	-DKILN_BUILD_PLUGINDIR='"$(abs_top_builddir)/plugins/.libs"'
-libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS)
+libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 libkiln_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^kiln_'

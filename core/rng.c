@@ -29,6 +29,17 @@ float kiln_rng_uniform(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b)
 	return (float)(kiln_rng_u32(seed, stream, a, b) >> 8) * (1.0f / 16777216.0f);
 }
 
+/* The four words of counter (a, b) as uniforms in [0, 1) with 24 bits:
+ * u[0] equals kiln_rng_uniform(seed, stream, a, b), u[1..3] are the
+ * counter's other words, so one counter serves a draw that needs several
+ * numbers (a RandomResizedCrop try: scale, ratio, top, left). */
+void kiln_rng_uniform4(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b, float u[4])
+{
+	philox4x32_ctr_t r = draw(seed, stream, a, b);
+	for (int i = 0; i < 4; i++)
+		u[i] = (float)(r.v[i] >> 8) * (1.0f / 16777216.0f);
+}
+
 /* Uniform integer in [0, n) without modulo bias (Lemire's method, with
  * rejection draws taken from further counters). */
 uint64_t kiln_rng_below(uint64_t seed, uint32_t stream, uint64_t a, uint64_t n)

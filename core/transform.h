@@ -12,7 +12,8 @@
  *                         torchvision's box sampling (10 tries, then the
  *                         ratio-clamped centre box), box resized to out;
  *   3. channels: gray -> RGB by copying, RGB -> gray by ITU-R 601-2 luma
- *                (PIL's convert("L"): (299 R + 587 G + 114 B) / 1000);
+ *                (PIL's convert("L"): (19595 R + 38470 G + 7471 B + 32768)
+ *                >> 16, the 0.299/0.587/0.114 weights in 16-bit fixed point);
  *   4. flip:    horizontal with p = 0.5 (RandomHorizontalFlip);
  *   5. output:  f32 x = (u/255 - mean[c]) / std[c] (ToTensor + Normalize),
  *               CHW or HWC; or the u8 pixels unchanged (out_dtype U8,
@@ -26,7 +27,9 @@
  * Randomness: draw k of sample `index` in epoch `epoch` is
  * kiln_rng_uniform(seed, KILN_RNG_AUGMENT, index, epoch * 16 + k), so the
  * output is a pure function of (seed, epoch, index, image): the same for
- * any worker, thread, rank or world size.
+ * any worker, thread, rank or world size.  k = 0..9: the RandomResizedCrop
+ * tries (the counter's four words, kiln_rng_uniform4: scale, ratio, top,
+ * left); k = 10: RandomCrop (top, left); k = 11: the flip.
  *
  * Threads: kiln_xform is read-only after setup; each worker owns its
  * scratch.  Functions never exit; errors return a status with a message.
@@ -54,10 +57,10 @@ struct kiln_xform {
 /* Per-worker scratch buffers, grown on demand.  Zero-initialise; free with
  * kiln_xform_scratch_free. */
 struct kiln_xform_scratch {
-	uint8_t *a, *b;
-	size_t a_cap, b_cap;
-	float *w;     /* filter weights */
-	int32_t *wi;  /* filter bounds */
+	uint8_t *a, *b; /* resized images, each followed by its resize's rows */
+	size_t a_cap, b_cap;   /* (capacities in bytes) */
+	float *w;     /* the normalisation table, then one assembled output row */
+	int32_t *wi;  /* filter bounds, fixed-point weights, a row of sums */
 	size_t w_cap, wi_cap;
 };
 void kiln_xform_scratch_free(struct kiln_xform_scratch *s);
@@ -68,9 +71,9 @@ size_t kiln_xform_out_bytes(const struct kiln_xform *x);
 /* Read the transform keys of config `section` ([data] or [data.eval]).
  * `train` = 0 turns random crops into centre crops and the flip off (an
  * evaluation pipeline).  src_h/src_w/src_c describe the source's images
- * (0 when they vary); out_h/out_w default to the source's size, and a
- * source whose sizes vary needs `size` set.  Errors name the key and
- * where it was set: KILN_ECONFIG. */
+ * (0 when they vary); out_h/out_w default to the source's size (after
+ * `resize`), and a source whose sizes vary needs `size` set.  nhwc follows
+ * [model] layout.  Errors name the key and where it was set: KILN_ECONFIG. */
 kiln_status kiln_xform_from_config(const struct kiln_config *cfg, const char *section,
 				   int train, int src_h, int src_w, int src_c,
 				   struct kiln_xform *x);
@@ -81,6 +84,10 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 			     struct kiln_xform_scratch *s);
 
 /* Building blocks, exposed for the tests. */
+
+/* torchvision's Resize(int) of an h x w image: the shorter side to n, the
+ * longer one to int(n * long / short). */
+void kiln_xform_resize_shorter(int h, int w, int n, int *nh, int *nw);
 
 /* The RandomResizedCrop box {x0, y0, w, h} for an h x w image. */
 void kiln_xform_rrc_box(const struct kiln_xform *x, int h, int w, uint64_t seed,

@@ -377,9 +377,9 @@ START_TEST(test_keys_validated)
 	kiln_config_free(cfg);
 
 	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
-	ck_assert_int_eq(kiln_config_override(cfg, "data.eval.std=0"), KILN_OK);
+	ck_assert_int_eq(kiln_config_override(cfg, "data.eval.split=val"), KILN_OK);
 	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
-	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "std"));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "split"));
 	kiln_config_free(cfg);
 
 	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);

@@ -355,7 +355,8 @@ START_TEST(write_plugin_keys)
 	FILE *f = open_memstream(&buf, &len);
 	ck_assert_int_eq(kiln_config_write(cfg, reg, f), KILN_OK);
 	fclose(f);
-	assert_has(buf, "[data]\nsource = tsrc\nlimit = 0\nworkers = 1\nprefetch = 2\nshuffle = 1\ncount = 4\n");
+	assert_has(buf, "[data]\nsource = tsrc\nlimit = 0\nworkers = 1\nprefetch = 2\nshuffle = 1\n");
+	assert_has(buf, "transform_on = host\ncount = 4\n");
 	assert_has(buf, "[plugin.tgood]\nslots = 2\nmode = slow\n");
 	free(buf);
 	kiln_config_free(cfg);

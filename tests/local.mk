@@ -118,3 +118,20 @@ tests_check_sources_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(TURBOJPEG_CFLAGS) $(
 tests_check_sources_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(LMDB_LIBS)
 endif
 endif
+# ---- image transforms against torchvision (tests/data/transform_refs.safetensors)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_transform
+TESTS += tests/check_transform
+tests_check_transform_SOURCES = tests/check_transform.c
+tests_check_transform_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+tests_check_transform_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_transform_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+if BUILD_LOADERS
+# the loaders' JPEG/PNG decoder, linked in to compare its pixels with PIL's
+tests_check_transform_SOURCES += plugins/loaders/image.c plugins/loaders/image.h
+tests_check_transform_CPPFLAGS += -DHAVE_IMAGE_CODEC
+tests_check_transform_CFLAGS += $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
+tests_check_transform_LDADD += $(TURBOJPEG_LIBS) $(PNG_LIBS)
+endif
+endif
+EXTRA_DIST += tests/data/gen_transform_refs.py tests/data/transform_refs.safetensors

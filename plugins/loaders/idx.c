@@ -10,7 +10,9 @@
  * (u8 [N]).  Both files are read whole into memory at open(), through zlib
  * so that gzipped and plain files are read alike.  A sample is the image
  * as f32 [1, rows, cols], x = (u8/255 - mean)/std, and its label an i32
- * scalar.  read() only reads the loaded arrays, so it is thread-safe.
+ * scalar (`mean` and `std` are the core's [data] transform keys, read here
+ * as single numbers, 0 and 1 when unset).  read() only reads the loaded
+ * arrays, so it is thread-safe.
  *
  * Nothing in a file is trusted: every size is checked against what the
  * header promised, the total against IDX_MAX_BYTES, and buffers grow only
@@ -280,10 +282,6 @@ static const struct kiln_key idx_keys[] = {
 	  "Label file (IDX u8 [N]), relative to `path` or absolute. Unset: train-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte.gz by split." },
 	{ "split", KILN_KEY_ENUM, NULL, 0, 0, "train|test",
 	  "Which standard file names to use when `images`/`labels` are unset. Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it from [data]." },
-	{ "mean", KILN_KEY_FLOAT, "0", 0, 0, NULL,
-	  "Normalisation: x = (u8/255 - mean) / std." },
-	{ "std", KILN_KEY_FLOAT, "1", 1e-12, 1e12, NULL,
-	  "Normalisation divisor (> 0); see `mean`." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
