@@ -16,6 +16,7 @@ kiln_status cli_load(const char *file, int argc, char **argv, int first,
 int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_plugins(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 
 int cli_wants_help(int argc, char **argv);
 

@@ -17,6 +17,7 @@ static void usage(FILE *f)
 		"  config FILE [section.key=value ...]  print the resolved config (defaults filled in)\n"
 		"  config --doc                         print the reference of every key (markdown)\n"
 		"  plugins [--path DIRS]                list plugin files and plugins found\n"
+		"  pack FILE --out DIR [options]        write [data]'s samples as records shards (.krec)\n"
 		"\n"
 		"`kiln <command> --help` describes one command.  Exit codes: 0 ok, 1 failure,\n"
 		"2 usage or config error, 3 data error.\n");
@@ -106,6 +107,8 @@ int main(int argc, char **argv)
 		return cmd_config(argc - 1, argv + 1);
 	if (!strcmp(cmd, "plugins"))
 		return cmd_plugins(argc - 1, argv + 1);
+	if (!strcmp(cmd, "pack"))
+		return cmd_pack(argc - 1, argv + 1);
 	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
 	usage(stderr);
 	return 2;

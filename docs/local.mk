@@ -1,1 +1,1 @@
-EXTRA_DIST += docs/config.md docs/plugins.md docs/PERFORMANCE.md docs/design-notes.md
+EXTRA_DIST += docs/config.md docs/plugins.md docs/PERFORMANCE.md docs/design-notes.md docs/formats.md

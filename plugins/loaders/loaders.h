@@ -11,4 +11,7 @@
 /* The IDX (MNIST / Fashion-MNIST) source: idx.c. */
 extern const struct kiln_plugin loaders_idx_plugin;
 
+/* kiln's packed record shards (.krec): records.c, format in records.h. */
+extern const struct kiln_plugin loaders_records_plugin;
+
 #endif /* KILN_LOADERS_H */
