@@ -18,6 +18,7 @@ static void usage(FILE *f)
 		"  config --doc                         print the reference of every key (markdown)\n"
 		"  plugins [--path DIRS]                list plugin files and plugins found\n"
 		"  bench data FILE [--batches N]        measure the data loader alone\n"
+		"  pack FILE --out DIR [options]        write [data]'s samples as records shards (.krec)\n"
 		"\n"
 		"`kiln <command> --help` describes one command.  Exit codes: 0 ok, 1 failure,\n"
 		"2 usage or config error, 3 data error.\n");
@@ -109,6 +110,8 @@ int main(int argc, char **argv)
 		return cmd_plugins(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench"))
 		return cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(cmd, "pack"))
+		return cmd_pack(argc - 1, argv + 1);
 	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
 	usage(stderr);
 	return 2;

@@ -46,33 +46,25 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 			      const char *section, const char *split, int train,
 			      struct kiln_dataset *d)
 {
-	const struct kiln_plugin *p;
 	const char *name = kiln_config_get(cfg, section, "source");
-	int64_t limit = 0, seed = 0;
+	int64_t seed = 0;
 	kiln_status st;
 
 	memset(d, 0, sizeof *d);
 	d->section = section;
-	if ((st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, name, &p)))
-		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s] source",
-				       kiln_config_where(cfg, section, "source"), section);
-	d->ops = p->ops;
-	d->name = p->name;
-	if ((st = d->ops->open(kiln_host_table(), cfg, section, split, &d->ctx))) {
-		d->ctx = NULL;
-		return st == KILN_EIO ? KILN_EDATA : st; /* unreadable data: exit 3 */
-	}
-	memset(&d->info, 0, sizeof d->info);
-	if ((st = d->ops->info(d->ctx, &d->info)))
+	if ((st = kiln_source_open(cfg, reg, section, split, &d->src)))
 		return st;
+	d->ops = d->src->ops;
+	d->ctx = d->src->ctx;
+	d->name = d->src->name;
+	d->info = d->src->info;
 	if (d->info.len <= 0)
 		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples", section, name);
 	if (d->info.label.dtype != KILN_I32 || d->info.label.ndim != 0)
 		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': only i32 class labels are supported yet",
 				  section, name);
 	d->classes = d->info.classes;
-	kiln_config_get_int(cfg, section, "limit", &limit);
-	d->len = limit > 0 && limit < d->info.len ? limit : d->info.len;
+	d->len = d->info.len;
 	kiln_config_get_int(cfg, "run", "seed", &seed);
 	d->seed = (uint64_t)seed;
 
@@ -88,9 +80,11 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 		if ((st = kiln_xform_from_config(cfg, section, train, d->info.image_h,
 						 d->info.image_w, d->info.image_c, &d->xf)))
 			return st;
+		/* samples leave the workers as CHW; with [model] layout = nhwc
+		 * the planner reorders the batch on the device (one op), so the
+		 * model's input is described alike in both layouts */
+		d->xf.nhwc = 0;
 		int64_t dims[3] = { d->xf.out_c, d->xf.out_h, d->xf.out_w };
-		if (d->xf.nhwc)
-			dims[0] = d->xf.out_h, dims[1] = d->xf.out_w, dims[2] = d->xf.out_c;
 		kiln_tensor_desc_init(&d->sample, d->xf.out_dtype, 3, dims);
 	} else {
 		for (int i = 0; image_keys[i]; i++)
@@ -130,8 +124,7 @@ void kiln_dataset_close(struct kiln_dataset *d)
 		}
 		free(d->cached);
 	}
-	if (d->ops && d->ctx)
-		d->ops->close(d->ctx);
+	kiln_source_close(d->src);
 	memset(d, 0, sizeof *d);
 }
 

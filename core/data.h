@@ -28,7 +28,8 @@ enum kiln_cache { KILN_CACHE_NONE = 0, KILN_CACHE_RAM = 1, KILN_CACHE_MMAP = 2 }
 #define KILN_SKIP_TRIES 16
 
 struct kiln_dataset {
-	const struct kiln_source_ops *ops;
+	struct kiln_source *src;   /* kiln_source_open */
+	const struct kiln_source_ops *ops; /* src's, for short */
 	void *ctx;
 	const char *section;       /* "data" or "data.eval" */
 	const char *name;          /* the source plugin's name */

@@ -43,6 +43,15 @@ void kiln_rng_uniform4(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b, f
 uint64_t kiln_rng_below(uint64_t seed, uint32_t stream, uint64_t a, uint64_t n);
 void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t n);
 
+/* ---- an open source (core/source.c; kiln.h's kiln_source_*) ---- */
+struct kiln_source {
+	const struct kiln_source_ops *ops;
+	void *ctx;
+	const char *name;    /* the plugin's (static) */
+	char section[32];
+	struct kiln_source_info info; /* len after [data] limit */
+};
+
 /* ---- CRC32C (core/crc32c.c), also host->crc32c ---- */
 uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n);
 

@@ -16,7 +16,8 @@ pkglib_LTLIBRARIES += plugins/kiln-loaders.la
 plugins_kiln_loaders_la_SOURCES = plugins/loaders/loaders.c plugins/loaders/loaders.h \
 	plugins/loaders/image.c plugins/loaders/image.h \
 	plugins/loaders/common.c plugins/loaders/idx.c plugins/loaders/folder.c \
-	plugins/loaders/tar.c plugins/loaders/lmdb.c plugins/loaders/synthetic.c
+	plugins/loaders/tar.c plugins/loaders/lmdb.c plugins/loaders/synthetic.c \
+	plugins/loaders/records.c plugins/loaders/records.h
 plugins_kiln_loaders_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(ZLIB_CFLAGS) \
 	$(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
 plugins_kiln_loaders_la_LDFLAGS = $(PLUGIN_LDFLAGS)

@@ -222,8 +222,9 @@ START_TEST(test_gemm_errors)
 	ck_assert_ptr_null(plan);
 	ck_assert_msg(strstr(kiln_last_error(), "f32[6, 3]"), "message: %s", kiln_last_error());
 
-	op.type = KILN_OP_NORMALIZE_U8;
-	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_ENOTSUP);
+	op.type = KILN_OP_NORMALIZE_U8; /* wrong arity and dtypes */
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "NORMALIZE_U8"), "message: %s", kiln_last_error());
 	op.type = 99;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_ENOTSUP);
 	op.type = KILN_OP_RELU; /* f32 in, i32 out */

@@ -72,6 +72,24 @@ tests_check_idx_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
 tests_check_idx_LDADD = libkiln.la $(CHECK_LIBS) $(ZLIB_LIBS)
 endif
 
+# The records format and source: shards written with the format's writer
+# and the image codecs (compiled in), `kiln pack` run on Fashion-MNIST.
+if HAVE_CHECK
+if BUILD_LOADERS
+check_PROGRAMS += tests/check_records
+TESTS += tests/check_records
+tests_check_records_SOURCES = tests/check_records.c plugins/loaders/records_write.c \
+	plugins/loaders/image.c
+tests_check_records_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DKILN_BIN='"$(abs_top_builddir)/kiln"'
+tests_check_records_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
+tests_check_records_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS)
+endif
+endif
+if BUILD_LOADERS
+TESTS += tests/pack.sh
+endif
+EXTRA_DIST += tests/pack.sh
+
 # ---- Foundation II: graph, layers, planner, trainer -----------------------
 if HAVE_CHECK
 check_PROGRAMS += tests/check_data

@@ -127,6 +127,35 @@ void kiln_device_plan_free(struct kiln_device *dev, void *plan);
 void *kiln_device_proc(struct kiln_device *dev, const char *name);
 size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan);
 
+/* ---- data sources -------------------------------------------------------
+ *
+ * A data source opened outside the trainer (`kiln pack`, tools, tests),
+ * exactly as the trainer opens it: the source plugin `[section] source`
+ * names, opened with `split` ("train" for [data], "test" for [data.eval];
+ * the section's keys may override it), with `[section] limit` applied to
+ * its length.  An unreadable file is KILN_EDATA (exit 3), like a corrupt
+ * one.  Threads: open/close from one thread; kiln_source_read_image is
+ * thread-safe (the source contract).
+ */
+struct kiln_source;
+
+/* `section` is "data" or "data.eval" of a validated cfg.  On success *out
+ * is a new handle (free with kiln_source_close). */
+kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *section, const char *split, struct kiln_source **out);
+void kiln_source_close(struct kiln_source *src);
+/* What the plugin's info() said, len reduced to [section] limit. */
+void kiln_source_info(const struct kiln_source *src, struct kiln_source_info *info);
+/* The plugin's name ("idx", "records", ...); static. */
+const char *kiln_source_name(const struct kiln_source *src);
+/* 1 when the source decodes images (source ops version 2 read_image). */
+int kiln_source_has_images(const struct kiln_source *src);
+/* Sample `index` (0 <= index < len) as 8-bit HWC pixels in *img (grown
+ * with realloc as struct kiln_image says; the caller frees img->data) and
+ * its label.  KILN_ENOTSUP when the source has no read_image. */
+kiln_status kiln_source_read_image(struct kiln_source *src, int64_t index,
+				   struct kiln_image *img, int32_t *label);
+
 /* ---- model, plans, training ---------------------------------------------
  *
  * A model is the static graph of the [layer.NAME] sections (file order;

@@ -573,6 +573,21 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		}
 		return KILN_OK;
 	}
+	if (op->type == KILN_OP_NORMALIZE_U8) {
+		p->n = cpu_numel(&op->out[0]);
+		if (op->in[0].dtype != KILN_U8 || op->out[0].dtype != KILN_F32 ||
+		    op->in[0].ndim != 4 || cpu_numel(&op->in[0]) != p->n ||
+		    op->in[0].layout != op->out[0].layout)
+			return cpu_bad(c, op, KILN_EINVAL, "wants u8 [N, C, H, W] in and f32 of the same shape and layout out");
+		p->sz[0] = op->in[0].dims[1];
+		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
+		if (p->sz[0] < 1 || p->sz[0] > 3)
+			return cpu_bad(c, op, KILN_ENOTSUP, "1 to 3 channels");
+		for (int k = 0; k < p->sz[0]; k++)
+			if (!(op->f[3 + k] > 0) || !isfinite(op->f[k]))
+				return cpu_bad(c, op, KILN_EINVAL, "std must be > 0 and mean finite");
+		return KILN_OK;
+	}
 	if (!cpu_all_f32(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
 
@@ -597,20 +612,6 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			return cpu_bad(c, op, KILN_EINVAL,
 				       op->type == KILN_OP_REDUCE_SUM ? "output must have one element"
 								      : "input and output sizes differ");
-		return KILN_OK;
-	case KILN_OP_NORMALIZE_U8:
-		p->n = cpu_numel(&op->out[0]);
-		if (op->in[0].dtype != KILN_U8 || op->out[0].dtype != KILN_F32 ||
-		    op->in[0].ndim != 4 || cpu_numel(&op->in[0]) != p->n ||
-		    op->in[0].layout != op->out[0].layout)
-			return cpu_bad(c, op, KILN_EINVAL, "wants u8 [N, C, H, W] in and f32 of the same shape and layout out");
-		p->sz[0] = op->in[0].dims[1];
-		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
-		if (p->sz[0] < 1 || p->sz[0] > 3)
-			return cpu_bad(c, op, KILN_ENOTSUP, "1 to 3 channels");
-		for (int k = 0; k < p->sz[0]; k++)
-			if (!(op->f[3 + k] > 0) || !isfinite(op->f[k]))
-				return cpu_bad(c, op, KILN_EINVAL, "std must be > 0 and mean finite");
 		return KILN_OK;
 	case KILN_OP_RELU_BWD:
 	case KILN_OP_ADD:

@@ -10,6 +10,7 @@
 
 static const struct kiln_plugin *const loaders_list[] = {
 	&loaders_idx_plugin,
+	&loaders_records_plugin,
 	&loaders_folder_plugin,
 	&loaders_tar_plugin,
 	&loaders_lmdb_plugin,

@@ -56,4 +56,7 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
  * not fit. */
 int loaders_join(char *out, size_t n, const char *dir, const char *name);
 
+/* kiln's packed record shards (.krec): records.c, format in records.h. */
+extern const struct kiln_plugin loaders_records_plugin;
+
 #endif /* KILN_LOADERS_H */

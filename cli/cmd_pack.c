@@ -1,0 +1,732 @@
+/* cli/cmd_pack.c - `kiln pack CONFIG --out DIR [options] [overrides]`:
+ * read every sample of the source CONFIG's [data] (or [data.eval])
+ * describes, through the registry and the source's read_image exactly as
+ * a run would, optionally resize it once, and write records shards
+ * DIR/<split>-00000.krec, ... (docs/formats.md).
+ *
+ * Worker threads read, resize and encode a round of samples; the main
+ * thread then writes that round in sample order, so the shards are the same
+ * for any worker count.  Shards are written as *.tmp files, fsynced, and
+ * renamed into place only when every one of them is complete, then the
+ * directory is fsynced: an interrupted pack leaves no .krec behind.
+ */
+#include "build-config.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifdef KILN_WITH_PACK
+#include "plugins/loaders/image.h"
+#include "plugins/loaders/records.h"
+
+#include <dirent.h>   /* opendir, readdir */
+#include <errno.h>    /* errno */
+#include <fcntl.h>    /* open */
+#include <math.h>     /* floor */
+#include <pthread.h>  /* pthread_create, pthread_join */
+#include <stdlib.h>   /* strtoll, calloc, free */
+#include <sys/stat.h> /* mkdir, stat */
+#include <time.h>     /* clock_gettime */
+#include <unistd.h>   /* fsync, sysconf, isatty, unlink */
+#endif
+
+static const char pack_usage[] =
+	"usage: kiln pack CONFIG --out DIR [--section data|data.eval] [--split NAME]\n"
+	"                 [--shard-size SIZE] [--store raw|jpeg|png] [--quality Q]\n"
+	"                 [--resize N] [--workers N] [--force] [section.key=value ...]\n";
+
+#ifndef KILN_WITH_PACK
+int cmd_pack(int argc, char **argv)
+{
+	(void)argc;
+	(void)argv;
+	fprintf(stderr, "%skiln: error: this kiln was built without the data loaders (configure found no libturbojpeg or libpng), so it cannot pack\n",
+		pack_usage);
+	return 1;
+}
+#else
+
+/* Samples a worker handles per round: about ROUND_BYTES of pixels, within
+ * [ROUND_MIN, ROUND_MAX] (small images: fewer rounds and thread starts;
+ * large ones: bounded memory). */
+#define ROUND_BYTES ((int64_t)4 << 20)
+#define ROUND_MIN 8
+#define ROUND_MAX 1024
+
+/* ---- resizing ------------------------------------------------------------ */
+
+/* Filter taps of a 1-d resampling from `in` to `out` pixels: out pixel i
+ * is sum over k < n[i] of w[i*taps + k] * in[lo[i] + k]. */
+struct taps {
+	int taps;
+	int *lo, *n;
+	float *w;
+};
+
+static void taps_free(struct taps *t)
+{
+	free(t->lo);
+	free(t->n);
+	free(t->w);
+	memset(t, 0, sizeof *t);
+}
+
+/* Bilinear (triangle) weights with antialiasing, as PIL's BILINEAR: output
+ * pixel i covers input centre (i + 0.5) * scale; the triangle's radius is
+ * max(scale, 1) input pixels, so a shrink averages every input pixel it
+ * covers instead of skipping some.  Weights are normalised to sum to 1. */
+static int taps_make(struct taps *t, int in, int out)
+{
+	double scale = (double)in / out, support = scale > 1 ? scale : 1;
+	t->taps = (int)ceil(support) * 2 + 1;
+	t->lo = malloc((size_t)out * sizeof *t->lo);
+	t->n = malloc((size_t)out * sizeof *t->n);
+	t->w = malloc((size_t)out * (size_t)t->taps * sizeof *t->w);
+	if (!t->lo || !t->n || !t->w)
+		return -1;
+	for (int i = 0; i < out; i++) {
+		double centre = (i + 0.5) * scale;
+		int lo = (int)floor(centre - support + 0.5), hi = (int)floor(centre + support + 0.5);
+		if (lo < 0)
+			lo = 0;
+		if (hi > in)
+			hi = in;
+		if (hi - lo > t->taps)
+			hi = lo + t->taps;
+		double sum = 0;
+		float *w = t->w + (size_t)i * (size_t)t->taps;
+		for (int k = 0; k < hi - lo; k++) {
+			double x = (lo + k + 0.5 - centre) / support;
+			double v = x < 0 ? 1 + x : 1 - x;
+			w[k] = (float)(v > 0 ? v : 0);
+			sum += w[k];
+		}
+		for (int k = 0; k < hi - lo; k++)
+			w[k] = sum > 0 ? (float)(w[k] / sum) : 0;
+		t->lo[i] = lo;
+		t->n[i] = hi - lo;
+	}
+	return 0;
+}
+
+static uint8_t clamp_u8(float v)
+{
+	return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)(v + 0.5f);
+}
+
+/* Resize src (h x w x c, 8-bit HWC) to oh x ow into dst, horizontally
+ * first, rounding to 8 bits after each pass (as PIL does).  `tmp` holds
+ * h x ow x c bytes.  Returns -1 when out of memory. */
+static int resize_bilinear(const uint8_t *src, int h, int w, int c, uint8_t *tmp, uint8_t *dst,
+			   int oh, int ow)
+{
+	struct taps th = { 0 }, tv = { 0 };
+	if (taps_make(&th, w, ow) || taps_make(&tv, h, oh)) {
+		taps_free(&th);
+		taps_free(&tv);
+		return -1;
+	}
+	for (int y = 0; y < h; y++)
+		for (int x = 0; x < ow; x++) {
+			const float *wt = th.w + (size_t)x * (size_t)th.taps;
+			const uint8_t *s = src + ((size_t)y * w + th.lo[x]) * c;
+			for (int ch = 0; ch < c; ch++) {
+				float acc = 0;
+				for (int k = 0; k < th.n[x]; k++)
+					acc += wt[k] * s[k * c + ch];
+				tmp[((size_t)y * ow + x) * c + ch] = clamp_u8(acc);
+			}
+		}
+	size_t row = (size_t)ow * c;
+	for (int y = 0; y < oh; y++) {
+		const float *wt = tv.w + (size_t)y * (size_t)tv.taps;
+		for (size_t i = 0; i < row; i++) {
+			float acc = 0;
+			for (int k = 0; k < tv.n[y]; k++)
+				acc += wt[k] * tmp[(size_t)(tv.lo[y] + k) * row + i];
+			dst[(size_t)y * row + i] = clamp_u8(acc);
+		}
+	}
+	taps_free(&th);
+	taps_free(&tv);
+	return 0;
+}
+
+/* The size whose shorter side is n, as torchvision's Resize(n): the longer
+ * side scaled and truncated. */
+static void resize_dims(int h, int w, int n, int *oh, int *ow)
+{
+	if (h <= w) {
+		*oh = n;
+		*ow = (int)((int64_t)n * w / h);
+	} else {
+		*ow = n;
+		*oh = (int)((int64_t)n * h / w);
+	}
+	if (*oh < 1)
+		*oh = 1;
+	if (*ow < 1)
+		*ow = 1;
+}
+
+/* ---- options ------------------------------------------------------------- */
+
+struct pack_opts {
+	const char *config, *out, *section, *split;
+	uint64_t shard_size;
+	int store;    /* enum rec_encoding */
+	int quality;
+	int resize;   /* 0: keep sizes */
+	int workers;
+	int force;
+	int nover;
+	char **over;  /* the overrides, borrowed from argv */
+};
+
+/* "64M", "1G", "512k", "100000": bytes (K, M, G, T are powers of 1024; an
+ * optional trailing "B" or "iB" is allowed). */
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno || !(v > 0))
+		return -1;
+	uint64_t mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	case 't': case 'T': mul = 1ull << 40; end++; break;
+	default: break;
+	}
+	if (mul > 1 && *end == 'i')
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v * (double)mul > 9e18 || v * (double)mul < 1)
+		return -1;
+	*out = (uint64_t)(v * (double)mul);
+	return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (end == s || *end || errno || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "kiln: error: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n%s(kiln pack --help describes every option)\n", pack_usage);
+	return 2;
+}
+
+/* Returns 0 or the exit code of a usage error. */
+static int parse_args(int argc, char **argv, struct pack_opts *o)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	memset(o, 0, sizeof *o);
+	o->section = "data";
+	o->shard_size = 64ull << 20;
+	o->store = REC_RAW;
+	o->quality = 90;
+	o->workers = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
+	o->over = calloc((size_t)argc, sizeof *o->over);
+	if (!o->over)
+		return usage_error("%s", "out of memory");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val = NULL;
+		char name[32];
+		if (a[0] != '-' || !a[1]) {
+			if (strchr(a, '='))
+				o->over[o->nover++] = argv[i];
+			else if (!o->config)
+				o->config = a;
+			else
+				return usage_error("unexpected argument '%s' (overrides look like data.limit=1000)", a);
+			continue;
+		}
+		/* --opt=value or --opt value */
+		const char *eq = strchr(a, '=');
+		size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+		if (nl >= sizeof name)
+			return usage_error("unknown option '%s'", a);
+		memcpy(name, a, nl);
+		name[nl] = 0;
+		if (!strcmp(name, "--force")) {
+			if (eq)
+				return usage_error("--force takes no value ('%s')", a);
+			o->force = 1;
+			continue;
+		}
+		static const char *const with_value[] = { "--out", "--section", "--split",
+			"--shard-size", "--store", "--quality", "--resize", "--workers" };
+		int known = 0;
+		for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+			known |= !strcmp(name, with_value[k]);
+		if (!known)
+			return usage_error("unknown option '%s'", a);
+		if (eq)
+			val = eq + 1;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else
+			return usage_error("%s needs a value", name);
+		if (!strcmp(name, "--out")) {
+			if (!*val)
+				return usage_error("%s", "--out needs a directory");
+			o->out = val;
+		} else if (!strcmp(name, "--section")) {
+			if (strcmp(val, "data") && strcmp(val, "data.eval"))
+				return usage_error("--section '%s': choose data or data.eval", val);
+			o->section = val;
+		} else if (!strcmp(name, "--split")) {
+			if (!*val || strchr(val, '/') || val[0] == '.')
+				return usage_error("--split '%s': a plain name such as train or test", val);
+			o->split = val;
+		} else if (!strcmp(name, "--shard-size")) {
+			if (parse_size(val, &o->shard_size) || o->shard_size < 4096)
+				return usage_error("--shard-size '%s': a size such as 64M, 1G or 500000 (at least 4096 bytes)", val);
+		} else if (!strcmp(name, "--store")) {
+			if (!strcmp(val, "raw"))
+				o->store = REC_RAW;
+			else if (!strcmp(val, "jpeg") || !strcmp(val, "jpg"))
+				o->store = REC_JPEG;
+			else if (!strcmp(val, "png"))
+				o->store = REC_PNG;
+			else
+				return usage_error("--store '%s': choose raw, jpeg or png", val);
+		} else if (!strcmp(name, "--quality")) {
+			if (parse_int(val, 1, 100, &o->quality))
+				return usage_error("--quality '%s': an integer in 1..100", val);
+		} else if (!strcmp(name, "--resize")) {
+			if (parse_int(val, 1, 65535, &o->resize))
+				return usage_error("--resize '%s': the shorter side in pixels, 1..65535", val);
+		} else if (!strcmp(name, "--workers")) {
+			if (parse_int(val, 1, 256, &o->workers))
+				return usage_error("--workers '%s': an integer in 1..256", val);
+		}
+	}
+	if (!o->config)
+		return usage_error("%s", "no CONFIG file given");
+	if (!o->out)
+		return usage_error("%s", "--out DIR is required");
+	if (!o->split)
+		o->split = strcmp(o->section, "data") ? "test" : "train";
+	return 0;
+}
+
+/* ---- reading and encoding, in worker threads ------------------------------ */
+
+struct item {
+	int32_t label, h, w, c;
+	uint8_t *payload; /* malloc()ed: raw pixels or the encoded image */
+	size_t n;
+};
+
+struct job {
+	struct kiln_source *src;
+	const struct pack_opts *o;
+	int64_t first, count;  /* samples [first, first + count) */
+	struct item *items;    /* count */
+	struct kiln_image img; /* scratch, kept across rounds */
+	uint8_t *buf, *tmp;    /* resize scratch */
+	size_t buf_cap, tmp_cap;
+	kiln_status st;
+	int64_t failed;        /* the sample that failed */
+	char msg[1200];
+};
+
+static int grow(uint8_t **p, size_t *cap, size_t n)
+{
+	if (*cap >= n)
+		return 0;
+	uint8_t *q = realloc(*p, n);
+	if (!q)
+		return -1;
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+static kiln_status pack_one(struct job *j, int64_t index, struct item *it)
+{
+	const struct kiln_host *host = kiln_host_table();
+	kiln_status st = kiln_source_read_image(j->src, index, &j->img, &it->label);
+	if (st)
+		return st == KILN_EIO ? KILN_EDATA : st; /* an unreadable sample is a data error */
+	int h = j->img.h, w = j->img.w, c = j->img.c;
+	if (h <= 0 || w <= 0 || (c != 1 && c != 3))
+		return kiln_error(KILN_EDATA, "the source gave an image of %dx%dx%d (expected h, w > 0, 1 or 3 channels)",
+				  h, w, c);
+	if (it->label < 0)
+		return kiln_error(KILN_EDATA, "negative label %d", it->label);
+	const uint8_t *px = j->img.data;
+	if (j->o->resize) {
+		int oh, ow;
+		resize_dims(h, w, j->o->resize, &oh, &ow);
+		if (oh != h || ow != w) {
+			if (grow(&j->tmp, &j->tmp_cap, (size_t)h * ow * c) ||
+			    grow(&j->buf, &j->buf_cap, (size_t)oh * ow * c) ||
+			    resize_bilinear(px, h, w, c, j->tmp, j->buf, oh, ow))
+				return kiln_error(KILN_ENOMEM, "out of memory resizing a %dx%d image to %dx%d",
+						  h, w, oh, ow);
+			px = j->buf;
+			h = oh;
+			w = ow;
+		}
+	}
+	it->h = h, it->w = w, it->c = c;
+	switch (j->o->store) {
+	case REC_JPEG:
+		return img_encode_jpeg(host, px, h, w, c, j->o->quality, &it->payload, &it->n);
+	case REC_PNG:
+		return img_encode_png(host, px, h, w, c, &it->payload, &it->n);
+	default:
+		it->n = (size_t)h * w * c;
+		if (!(it->payload = malloc(it->n)))
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		memcpy(it->payload, px, it->n);
+		return KILN_OK;
+	}
+}
+
+static void *pack_worker(void *arg)
+{
+	struct job *j = arg;
+	j->st = KILN_OK;
+	for (int64_t k = 0; k < j->count; k++) {
+		if ((j->st = pack_one(j, j->first + k, &j->items[k]))) {
+			j->failed = j->first + k;
+			snprintf(j->msg, sizeof j->msg, "%s", kiln_last_error());
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+struct shards {
+	const struct pack_opts *o;
+	struct rec_writer *w;   /* the shard being written */
+	int n;                  /* shards started */
+	char **tmp;             /* their *.tmp names, n of them (malloc()ed) */
+	int64_t classes;
+	uint64_t bytes;         /* of finished shards */
+};
+
+static void shard_name(const struct pack_opts *o, int k, int tmp, char *out, size_t n)
+{
+	size_t l = strlen(o->out);
+	snprintf(out, n, "%s%s%s-%05d%s%s", o->out, o->out[l - 1] == '/' ? "" : "/", o->split, k,
+		 REC_SUFFIX, tmp ? ".tmp" : "");
+}
+
+static kiln_status shards_finish(struct shards *sh)
+{
+	if (!sh->w)
+		return KILN_OK;
+	uint64_t b = rec_writer_bytes(sh->w);
+	struct rec_writer *w = sh->w;
+	sh->w = NULL;
+	kiln_status st = rec_writer_finish(w); /* on failure the file is gone */
+	if (!st)
+		sh->bytes += b;
+	return st;
+}
+
+static kiln_status shards_add(struct shards *sh, const struct item *it, int encoding)
+{
+	kiln_status st;
+	uint64_t need = REC_RECORD_HEADER + it->n + REC_ALIGN + REC_INDEX_ENTRY;
+	if (sh->w && rec_writer_count(sh->w) && rec_writer_bytes(sh->w) + need > sh->o->shard_size &&
+	    (st = shards_finish(sh)))
+		return st;
+	if (!sh->w) {
+		char path[4200];
+		char **t = realloc(sh->tmp, (size_t)(sh->n + 1) * sizeof *t);
+		if (!t)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		sh->tmp = t;
+		shard_name(sh->o, sh->n, 1, path, sizeof path);
+		if (!(sh->tmp[sh->n] = strdup(path)))
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		if ((st = rec_writer_open(kiln_host_table(), path, sh->classes, &sh->w))) {
+			free(sh->tmp[sh->n]);
+			return st;
+		}
+		sh->n++;
+	}
+	return rec_writer_add(sh->w, it->label, it->h, it->w, it->c, encoding, it->payload, it->n);
+}
+
+/* Remove every *.tmp (after a failure; those already renamed are gone). */
+static void shards_discard(struct shards *sh)
+{
+	rec_writer_abort(sh->w);
+	sh->w = NULL;
+	for (int k = 0; k < sh->n; k++)
+		unlink(sh->tmp[k]);
+}
+
+static kiln_status fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd)) {
+		kiln_status st = kiln_error(KILN_EIO, "%s: cannot sync the directory: %s", dir,
+					    strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return st;
+	}
+	close(fd);
+	return KILN_OK;
+}
+
+/* The names of DIR/<split>-*.krec that exist now (for --force and the
+ * refusal to mix with an earlier pack).  Returns how many; *first gets one. */
+static int existing_shards(const struct pack_opts *o, char *first, size_t n, int remove_from)
+{
+	DIR *d = opendir(o->out);
+	if (!d)
+		return 0;
+	struct dirent *de;
+	size_t sl = strlen(o->split);
+	int count = 0;
+	while ((de = readdir(d))) {
+		const char *name = de->d_name;
+		size_t l = strlen(name);
+		if (strncmp(name, o->split, sl) || name[sl] != '-' || l < sizeof REC_SUFFIX ||
+		    strcmp(name + l - (sizeof REC_SUFFIX - 1), REC_SUFFIX))
+			continue;
+		if (remove_from >= 0) {
+			/* after a --force pack: remove the earlier pack's surplus shards */
+			char *end, mine[300];
+			long k = strtol(name + sl + 1, &end, 10);
+			snprintf(mine, sizeof mine, "%s-%05ld%s", o->split, k, REC_SUFFIX);
+			if (end == name + sl + 1 || k < 0 || k >= remove_from || strcmp(name, mine)) {
+				char p[4200];
+				snprintf(p, sizeof p, "%s/%s", o->out, name);
+				unlink(p);
+			}
+			continue;
+		}
+		if (!count)
+			snprintf(first, n, "%s", name);
+		count++;
+	}
+	closedir(d);
+	return count;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Pack src per o; t0: when the source began to open (the rate counts it). */
+static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, double t0)
+{
+	struct kiln_source_info info;
+	kiln_status st = KILN_OK;
+	kiln_source_info(src, &info);
+
+	if (!kiln_source_has_images(src))
+		return kiln_error(KILN_ECONFIG, "[%s] source = %s yields tensors, not images: kiln pack needs a source with read_image (idx, folder, tar, lmdb, records)",
+				  o->section, kiln_source_name(src));
+	if (info.len <= 0)
+		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples to pack", o->section,
+				  kiln_source_name(src));
+	if (mkdir(o->out, 0777) && errno != EEXIST)
+		return kiln_error(KILN_EIO, "%s: cannot create the output directory: %s", o->out,
+				  strerror(errno));
+	struct stat sb;
+	if (stat(o->out, &sb) || !S_ISDIR(sb.st_mode))
+		return kiln_error(KILN_EUSAGE, "--out %s is not a directory", o->out);
+	char old[512];
+	int nold = existing_shards(o, old, sizeof old, -1);
+	if (nold && !o->force)
+		return kiln_error(KILN_EUSAGE, "%s already holds %d shard(s) of split '%s' (%s, ...): pass --force to replace them, or choose another --out or --split",
+				  o->out, nold, o->split, old);
+
+	int T = o->workers;
+	int64_t img_bytes = info.image_h > 0 && info.image_w > 0 ?
+			    (int64_t)info.image_h * info.image_w * (info.image_c ? info.image_c : 3) :
+			    (int64_t)256 * 256 * 3; /* sizes vary: assume ImageNet-like */
+	if (o->resize) /* the size after resizing a square image */
+		img_bytes = (int64_t)o->resize * o->resize * 3;
+	int64_t per = ROUND_BYTES / (img_bytes > 0 ? img_bytes : 1);
+	per = per < ROUND_MIN ? ROUND_MIN : per > ROUND_MAX ? ROUND_MAX : per;
+	int64_t round = per * T;
+	struct job *jobs = calloc((size_t)T, sizeof *jobs);
+	struct item *items = calloc((size_t)round, sizeof *items);
+	pthread_t *th = calloc((size_t)T, sizeof *th);
+	int *running = calloc((size_t)T, sizeof *running);
+	struct shards sh = { .o = o, .classes = info.classes };
+	int tty = isatty(2);
+	double last_print = t0;
+	if (!jobs || !items || !th || !running) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int t = 0; t < T; t++) {
+		jobs[t].src = src;
+		jobs[t].o = o;
+		jobs[t].items = items + (int64_t)t * per;
+	}
+
+	for (int64_t base = 0; base < info.len; base += round) {
+		for (int t = 0; t < T; t++) {
+			struct job *j = &jobs[t];
+			j->first = base + (int64_t)t * per;
+			j->count = j->first >= info.len ? 0 : info.len - j->first < per ? info.len - j->first : per;
+			j->st = KILN_OK;
+			running[t] = 0;
+			if (!j->count)
+				continue;
+			if (T > 1 && !pthread_create(&th[t], NULL, pack_worker, j))
+				running[t] = 1;
+			else
+				pack_worker(j); /* one worker, or no thread to be had: here */
+		}
+		for (int t = 0; t < T; t++)
+			if (running[t])
+				pthread_join(th[t], NULL);
+		for (int t = 0; t < T && !st; t++) {
+			struct job *j = &jobs[t];
+			if (j->st) {
+				st = kiln_error(j->st, "[%s] source '%s', sample %lld: %s", o->section,
+						kiln_source_name(src), (long long)j->failed, j->msg);
+				break;
+			}
+			for (int64_t k = 0; k < j->count && !st; k++)
+				st = shards_add(&sh, &j->items[k], o->store);
+		}
+		for (int64_t k = 0; k < round; k++) {
+			free(items[k].payload);
+			items[k].payload = NULL;
+		}
+		if (st)
+			goto out;
+		double t = now_s();
+		if (tty && t - last_print > 0.5) {
+			int64_t done = base + round < info.len ? base + round : info.len;
+			fprintf(stderr, "\r\033[Kpacked %lld/%lld samples, %d shard(s)", (long long)done,
+				(long long)info.len, sh.n);
+			last_print = t;
+		}
+	}
+	if ((st = shards_finish(&sh)))
+		goto out;
+
+	/* every shard is complete: move them into place, then sync the directory */
+	for (int k = 0; k < sh.n; k++) {
+		char final[4200];
+		shard_name(o, k, 0, final, sizeof final);
+		if (rename(sh.tmp[k], final)) {
+			st = kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", sh.tmp[k], final,
+					strerror(errno));
+			goto out;
+		}
+	}
+	if (o->force)
+		existing_shards(o, old, sizeof old, sh.n);
+	if ((st = fsync_dir(o->out)))
+		goto out;
+	if (tty)
+		fprintf(stderr, "\r\033[K");
+	double dt = now_s() - t0;
+	char first[4200], last[4200];
+	shard_name(o, 0, 0, first, sizeof first);
+	shard_name(o, sh.n - 1, 0, last, sizeof last);
+	printf("packed %lld samples into %d shard(s), %llu bytes (%.1f MiB), %s store, in %.2f s (opening the source included): %.0f samples/s (%s%s%s)\n",
+	       (long long)info.len, sh.n, (unsigned long long)sh.bytes, sh.bytes / 1048576.0,
+	       rec_encoding_name(o->store), dt, dt > 0 ? info.len / dt : 0.0, first,
+	       sh.n > 1 ? " .. " : "", sh.n > 1 ? strrchr(last, '/') + 1 : "");
+
+out:
+	if (st) {
+		if (tty)
+			fprintf(stderr, "\n");
+		shards_discard(&sh);
+	}
+	for (int k = 0; k < sh.n; k++)
+		free(sh.tmp[k]);
+	free(sh.tmp);
+	for (int t = 0; jobs && t < T; t++) {
+		free(jobs[t].img.data);
+		free(jobs[t].buf);
+		free(jobs[t].tmp);
+	}
+	free(jobs);
+	free(items);
+	free(th);
+	free(running);
+	return st;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+	if (cli_wants_help(argc, argv)) {
+		printf("%s\n"
+		       "Pack the samples of the source CONFIG's [data] section describes (any source with\n"
+		       "images: idx, folder, tar, lmdb, records) into kiln's records shards\n"
+		       "DIR/<split>-00000.krec, DIR/<split>-00001.krec, ... (docs/formats.md), which the\n"
+		       "`records` source reads with `path = DIR`.\n\n"
+		       "  --out DIR          output directory (created if missing)\n"
+		       "  --section S        data (default) or data.eval: which section's source to read\n"
+		       "  --split NAME       the split passed to the source and the shards' name prefix\n"
+		       "                     (default: train for data, test for data.eval)\n"
+		       "  --shard-size SIZE  start a new shard past about SIZE bytes (default 64M;\n"
+		       "                     K, M, G are powers of 1024)\n"
+		       "  --store FORMAT     raw (default: u8 pixels as decoded), jpeg or png\n"
+		       "  --quality Q        JPEG quality 1..100 (default 90)\n"
+		       "  --resize N         resize every image once so its shorter side is N pixels\n"
+		       "                     (antialiased bilinear, PIL's filter; the longer side is\n"
+		       "                     scaled and truncated as torchvision's Resize(N))\n"
+		       "  --workers N        threads that read, resize and encode (default: the cores, at\n"
+		       "                     most 16); the shards are the same for any number\n"
+		       "  --force            replace the split's shards already in DIR\n\n"
+		       "Arguments with '=' override config keys, as for kiln train (data.limit=1000).\n"
+		       "Shards are written as *.tmp, fsynced, and renamed into place when all are\n"
+		       "complete.  The last line on stdout sums up: samples, shards, bytes, samples/s.\n"
+		       "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error (naming the\n"
+		       "sample).\n",
+		       pack_usage);
+		return 0;
+	}
+	struct pack_opts o;
+	int rc = parse_args(argc, argv, &o);
+	if (rc) {
+		free(o.over);
+		return rc;
+	}
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg = NULL;
+	struct kiln_source *src = NULL;
+	kiln_status st = cli_load(o.config, o.nover, o.over, 0, &cfg, &reg);
+	double t0 = now_s();
+	if (!st)
+		st = kiln_source_open(cfg, reg, o.section, o.split, &src);
+	if (!st)
+		st = pack(&o, src, t0);
+	rc = st ? cli_fail(st) : 0;
+	kiln_source_close(src);
+	kiln_registry_close(reg);
+	kiln_config_free(cfg);
+	free(o.over);
+	return rc;
+}
+#endif /* KILN_WITH_PACK */

@@ -1,0 +1,81 @@
+/* core/source.c - a data source opened outside the trainer (kiln pack,
+ * tools, tests): the same registry lookup, open and checks as the
+ * trainer's, behind a small handle; see kiln.h. */
+#include "internal.h"
+
+#include <stdio.h>
+
+kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *section, const char *split, struct kiln_source **out)
+{
+	const struct kiln_plugin *p;
+	const char *name = kiln_config_get(cfg, section, "source");
+	int64_t limit = 0;
+	kiln_status st;
+
+	*out = NULL;
+	if (strcmp(section, "data") && strcmp(section, "data.eval"))
+		return kiln_error(KILN_EINVAL, "kiln_source_open: section '%s' is not data or data.eval",
+				  section);
+	if (!name || !*name)
+		return kiln_error(KILN_ECONFIG, "[%s] source is not set", section);
+	if ((st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, name, &p)))
+		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s] source",
+				       kiln_config_where(cfg, section, "source"), section);
+	struct kiln_source *s = calloc(1, sizeof *s);
+	if (!s)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	s->ops = p->ops;
+	s->name = p->name;
+	snprintf(s->section, sizeof s->section, "%s", section);
+	if ((st = s->ops->open(kiln_host_table(), cfg, section, split, &s->ctx))) {
+		free(s);
+		return st == KILN_EIO ? KILN_EDATA : st; /* unreadable data: exit 3 */
+	}
+	memset(&s->info, 0, sizeof s->info); /* fields past the plugin's version stay 0 */
+	if ((st = s->ops->info(s->ctx, &s->info))) {
+		kiln_source_close(s);
+		return st;
+	}
+	kiln_config_get_int(cfg, section, "limit", &limit);
+	if (limit > 0 && limit < s->info.len)
+		s->info.len = limit;
+	*out = s;
+	return KILN_OK;
+}
+
+void kiln_source_close(struct kiln_source *s)
+{
+	if (!s)
+		return;
+	if (s->ctx)
+		s->ops->close(s->ctx);
+	free(s);
+}
+
+void kiln_source_info(const struct kiln_source *s, struct kiln_source_info *info)
+{
+	*info = s->info;
+}
+
+const char *kiln_source_name(const struct kiln_source *s)
+{
+	return s->name;
+}
+
+int kiln_source_has_images(const struct kiln_source *s)
+{
+	return s->ops->version >= 2 && s->ops->read_image != NULL;
+}
+
+kiln_status kiln_source_read_image(struct kiln_source *s, int64_t index, struct kiln_image *img,
+				   int32_t *label)
+{
+	if (!kiln_source_has_images(s))
+		return kiln_error(KILN_ENOTSUP, "[%s] source '%s' has no read_image (it yields tensors, not images)",
+				  s->section, s->name);
+	if (index < 0 || index >= s->info.len)
+		return kiln_error(KILN_EINVAL, "[%s] sample index %lld is out of range (0..%lld)",
+				  s->section, (long long)index, (long long)s->info.len - 1);
+	return s->ops->read_image(s->ctx, index, img, label);
+}

@@ -1,0 +1,692 @@
+/* plugins/loaders/records.c - the `records` data source: kiln's own packed
+ * shards (records.h, docs/formats.md), as `kiln pack` writes them.
+ *
+ * Every shard is mmap()ed read-only, so the page cache holds the data once
+ * however many workers and processes read it (this is `cache = mmap` for
+ * records: nothing is copied at open).  open() checks each shard's header
+ * and index (magic, version, both CRC32Cs, that every record lies inside
+ * the file); read_image() checks the record it reads (its CRC32C over
+ * header and payload, label, size) before decoding it, so a flipped bit
+ * anywhere is an error naming the shard and the record, never wrong pixels.
+ * The source is the shards concatenated in order; after open() nothing is
+ * written but the position, so reads are thread-safe.
+ *
+ * Nothing in a file is trusted: offsets and lengths are checked against
+ * the file's size before anything is read through them.  The files must not
+ * be changed in place while they are mapped (kiln pack writes new files and
+ * renames them, which is safe: a mapping keeps the old file).
+ */
+#include "loaders.h"
+#include "image.h"
+#include "records.h"
+
+#include <dirent.h>   /* opendir, readdir */
+#include <errno.h>    /* errno, ENOENT */
+#include <fcntl.h>    /* open */
+#include <inttypes.h> /* PRIu64, PRId64 */
+#include <limits.h>   /* PATH_MAX */
+#include <stdarg.h>   /* va_list */
+#include <stdio.h>    /* snprintf, vsnprintf */
+#include <stdlib.h>   /* calloc, realloc, free, qsort */
+#include <string.h>   /* strerror, strcmp, strlen, memcpy */
+#include <sys/mman.h> /* mmap, munmap */
+#include <sys/stat.h> /* stat, fstat */
+#include <unistd.h>   /* close */
+
+#define REC_WHO "records"
+#define REC_MAX_PIXELS ((uint64_t)1 << 28) /* as IMG_MAX_PIXELS */
+
+/* One mapped shard. */
+struct rec_shard {
+	char path[PATH_MAX];
+	const uint8_t *map;    /* the whole file, PROT_READ */
+	size_t size;
+	const uint8_t *index;  /* count x REC_INDEX_ENTRY bytes inside map */
+	uint64_t count;
+	int64_t first;         /* sample index of this shard's record 0 */
+	uint32_t classes;
+	uint32_t h, w, c;      /* the header's common size (0: varies) */
+};
+
+struct rec_ctx {
+	const struct kiln_host *host;
+	struct rec_shard *shards;
+	int nshards;
+	int64_t n, classes;
+	int32_t h, w, c;        /* common over every shard, 0 when they vary */
+	int64_t position;       /* global sample offset (get/set_position) */
+	float lut[256];         /* lut[u] = u/255, as idx computes it */
+};
+
+/* ---- config ----------------------------------------------------------- */
+
+static const struct kiln_key rec_keys[] = {
+	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "A records shard (.krec), or a directory of them: for split S it reads every *.krec of the subdirectory `path/S` if that is a directory, else the files `path/S-*.krec` (the names `kiln pack` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file (it would evaluate on the training shard). Format: docs/formats.md." },
+	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory. Never inherited by [data.eval]." },
+	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* An error about record `rec` of shard s: "<path>: record 17 (sample
+ * 100017): <reason>" (the sample number only when there are several
+ * shards, where it differs). */
+static kiln_status rec_fail(const struct rec_ctx *c, const struct rec_shard *s, uint64_t rec,
+			    kiln_status st, const char *fmt, ...) KILN_PRINTF(5, 6);
+static kiln_status rec_fail(const struct rec_ctx *c, const struct rec_shard *s, uint64_t rec,
+			    kiln_status st, const char *fmt, ...)
+{
+	char why[512], sample[48] = "";
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	if (c->nshards > 1)
+		snprintf(sample, sizeof sample, " (sample %" PRId64 ")", s->first + (int64_t)rec);
+	return c->host->error(st, "%s: record %" PRIu64 "%s: %s", s->path, rec, sample, why);
+}
+
+/* ---- opening one shard ------------------------------------------------- */
+
+static void rec_shard_unmap(struct rec_shard *s)
+{
+	if (s->map)
+		munmap((void *)s->map, s->size);
+	s->map = NULL;
+}
+
+/* Check the header and the index of the mapped s; fills the rest of s. */
+static kiln_status rec_shard_check(const struct kiln_host *host, struct rec_shard *s)
+{
+	const uint8_t *h = s->map;
+	const char *p = s->path;
+	uint64_t size = s->size;
+
+	if (size >= 8 && memcmp(h, REC_MAGIC, 8)) {
+		char found[40];
+		for (int i = 0; i < 8; i++)
+			snprintf(found + 3 * i, sizeof found - 3 * (size_t)i, "%02x%s", h[i],
+				 i < 7 ? " " : "");
+		return host->error(KILN_EDATA, "%s: not a kiln records shard: wrong magic (found %s, expected \"KILNREC\\0\" = 4b 49 4c 4e 52 45 43 00)",
+				   p, found);
+	}
+	if (size < REC_HEADER_BYTES)
+		return host->error(KILN_EDATA, "%s: truncated header: the file has %" PRIu64 " bytes, a records header %u",
+				   p, size, REC_HEADER_BYTES);
+	uint32_t version = rec_get32(h + 8);
+	if (version != REC_VERSION)
+		return host->error(KILN_EDATA, "%s: records format version %u is not supported: this kiln reads version %u%s",
+				   p, version, REC_VERSION,
+				   version > REC_VERSION && version < 256 ? " (written by a newer kiln: upgrade kiln, or re-pack with this one)" :
+				   " (the header is corrupt)");
+	uint32_t stored = rec_get32(h + REC_HEADER_CRC_AT);
+	uint32_t computed = host->crc32c(0, h, REC_HEADER_CRC_AT);
+	if (stored != computed)
+		return host->error(KILN_EDATA, "%s: header CRC32C mismatch (stored 0x%08x, computed 0x%08x): the header is corrupt",
+				   p, stored, computed);
+	uint32_t hsize = rec_get32(h + 12), flags = rec_get32(h + 40);
+	uint64_t count = rec_get64(h + 16), index_at = rec_get64(h + 24), fsize = rec_get64(h + 32);
+	if (hsize != REC_HEADER_BYTES)
+		return host->error(KILN_EDATA, "%s: header size %u, but version 1 headers are %u bytes",
+				   p, hsize, REC_HEADER_BYTES);
+	if (flags)
+		return host->error(KILN_EDATA, "%s: unknown header flags 0x%08x (version 1 defines none)",
+				   p, flags);
+	if (fsize > size)
+		return host->error(KILN_EDATA, "%s: truncated: the header promises %" PRIu64 " bytes, the file has %" PRIu64,
+				   p, fsize, size);
+	if (fsize < size)
+		return host->error(KILN_EDATA, "%s: %" PRIu64 " bytes follow the end of the shard (%" PRIu64 " bytes, by its header): the file is corrupt or was appended to",
+				   p, size - fsize, fsize);
+	/* the index fills the file from index_at to its end; compare with
+	 * divisions so that no corrupt value can wrap */
+	if (index_at < REC_HEADER_BYTES || index_at % REC_ALIGN || index_at > size - 4 ||
+	    (size - 4 - index_at) % REC_INDEX_ENTRY || (size - 4 - index_at) / REC_INDEX_ENTRY != count)
+		return host->error(KILN_EDATA, "%s: the header's index offset %" PRIu64 " and record count %" PRIu64 " do not fit the file of %" PRIu64 " bytes",
+				   p, index_at, count, size);
+	s->classes = rec_get32(h + 44);
+	s->h = rec_get32(h + 48);
+	s->w = rec_get32(h + 52);
+	s->c = h[56];
+	if ((s->h == 0) != (s->w == 0) || (s->c != 0 && s->c != 1 && s->c != 3) ||
+	    (uint64_t)s->h * s->w > REC_MAX_PIXELS)
+		return host->error(KILN_EDATA, "%s: the header's image size %ux%ux%u is invalid", p,
+				   s->h, s->w, s->c);
+	if (count && !s->classes)
+		return host->error(KILN_EDATA, "%s: the header declares 0 classes for %" PRIu64 " records",
+				   p, count);
+
+	s->index = h + index_at;
+	s->count = count;
+	stored = rec_get32(h + size - 4);
+	computed = host->crc32c(0, s->index, (size_t)(count * REC_INDEX_ENTRY));
+	if (stored != computed)
+		return host->error(KILN_EDATA, "%s: index CRC32C mismatch (stored 0x%08x, computed 0x%08x): the index is corrupt",
+				   p, stored, computed);
+	/* every record inside the records area, in order, not overlapping */
+	uint64_t end = REC_HEADER_BYTES;
+	for (uint64_t i = 0; i < count; i++) {
+		const uint8_t *e = s->index + i * REC_INDEX_ENTRY;
+		uint64_t off = rec_get64(e);
+		uint32_t len = rec_get32(e + 8);
+		if (off % REC_ALIGN || off < end)
+			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": index entry offset %" PRIu64 " is %s",
+					   p, i, off, off % REC_ALIGN ? "not a multiple of 8" :
+					   "inside the previous record or the header");
+		if (len < REC_RECORD_HEADER)
+			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": index entry length %u is shorter than a record header (%u bytes)",
+					   p, i, len, REC_RECORD_HEADER);
+		if (off > index_at || len > index_at - off)
+			return host->error(KILN_EDATA, "%s: record %" PRIu64 ": extends past the records area (offset %" PRIu64 ", %u bytes; the index starts at %" PRIu64 ")",
+					   p, i, off, len, index_at);
+		end = off + len;
+	}
+	return KILN_OK;
+}
+
+/* Map and check the shard `path` into s. */
+static kiln_status rec_shard_open(const struct kiln_host *host, const char *path,
+				  struct rec_shard *s)
+{
+	struct stat sb;
+	kiln_status st;
+	memset(s, 0, sizeof *s);
+	if (snprintf(s->path, sizeof s->path, "%s", path) >= (int)sizeof s->path)
+		return host->error(KILN_EIO, "%s: path too long", path);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, strerror(errno));
+	if (fstat(fd, &sb)) {
+		st = host->error(KILN_EIO, "%s: cannot stat the shard: %s", path, strerror(errno));
+		close(fd);
+		return st;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		close(fd);
+		return host->error(KILN_EIO, "%s: cannot read the shard: %s", path,
+				   S_ISDIR(sb.st_mode) ? strerror(EISDIR) : "not a regular file");
+	}
+	if (sb.st_size == 0) {
+		close(fd);
+		return host->error(KILN_EDATA, "%s: the shard is empty (a records header has %u bytes)",
+				   path, REC_HEADER_BYTES);
+	}
+	if ((uint64_t)sb.st_size > SIZE_MAX) {
+		close(fd);
+		return host->error(KILN_EIO, "%s: the shard (%lld bytes) does not fit this address space",
+				   path, (long long)sb.st_size);
+	}
+	s->size = (size_t)sb.st_size;
+	void *m = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd); /* the mapping keeps the file */
+	if (m == MAP_FAILED)
+		return host->error(errno == ENOMEM ? KILN_ENOMEM : KILN_EIO, "%s: cannot map the shard: %s",
+				   path, strerror(errno));
+	s->map = m;
+	if ((st = rec_shard_check(host, s)))
+		rec_shard_unmap(s);
+	return st;
+}
+
+/* ---- finding the shards ------------------------------------------------ */
+
+struct rec_names {
+	char **v;
+	int n, cap;
+};
+
+static void rec_names_free(struct rec_names *l)
+{
+	for (int i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof *l);
+}
+
+/* Append dir/name (or name alone when dir is NULL or name absolute). */
+static kiln_status rec_names_add(const struct kiln_host *host, struct rec_names *l,
+				 const char *dir, const char *name)
+{
+	if (l->n == l->cap) {
+		int cap = l->cap ? l->cap * 2 : 16;
+		char **v = realloc(l->v, (size_t)cap * sizeof *v);
+		if (!v)
+			return host->error(KILN_ENOMEM, "out of memory");
+		l->v = v;
+		l->cap = cap;
+	}
+	size_t dl = dir && name[0] != '/' ? strlen(dir) : 0, nl = strlen(name);
+	char *p = malloc(dl + nl + 2);
+	if (!p)
+		return host->error(KILN_ENOMEM, "out of memory");
+	if (dl)
+		snprintf(p, dl + nl + 2, "%s%s%s", dir, dir[dl - 1] == '/' ? "" : "/", name);
+	else
+		memcpy(p, name, nl + 1);
+	l->v[l->n++] = p;
+	return KILN_OK;
+}
+
+static int rec_cmp_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int rec_ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The regular files of dir whose names start with `prefix` and end in
+ * .krec, sorted by name (strcmp, so zero-padded numbers sort). */
+static kiln_status rec_scan_dir(const struct kiln_host *host, const char *dir,
+				const char *prefix, struct rec_names *out)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return host->error(KILN_EIO, "%s: cannot list the directory: %s", dir, strerror(errno));
+	struct dirent *de;
+	kiln_status st = KILN_OK;
+	size_t pl = strlen(prefix);
+	int first = out->n;
+	while ((de = readdir(d))) {
+		const char *name = de->d_name;
+		if (name[0] == '.' || strncmp(name, prefix, pl) || !rec_ends_with(name, REC_SUFFIX))
+			continue;
+		if ((st = rec_names_add(host, out, dir, name)))
+			break;
+		struct stat sb;
+		if (stat(out->v[out->n - 1], &sb) || !S_ISREG(sb.st_mode)) {
+			free(out->v[--out->n]); /* a directory or dangling link named *.krec */
+			continue;
+		}
+	}
+	closedir(d);
+	if (!st)
+		qsort(out->v + first, (size_t)(out->n - first), sizeof *out->v, rec_cmp_names);
+	return st;
+}
+
+/* The `shards` list: comma-separated, spaces around names ignored. */
+static kiln_status rec_parse_list(const struct kiln_host *host, const char *list,
+				  const char *dir, struct rec_names *out)
+{
+	kiln_status st;
+	const char *p = list;
+	while (*p) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		const char *q = p;
+		while (*q && *q != ',')
+			q++;
+		const char *e = q;
+		while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+			e--;
+		if (e > p) {
+			char name[PATH_MAX];
+			if ((size_t)(e - p) >= sizeof name)
+				return host->error(KILN_ECONFIG, "shards: a name is too long");
+			memcpy(name, p, (size_t)(e - p));
+			name[e - p] = 0;
+			if ((st = rec_names_add(host, out, dir, name)))
+				return st;
+		}
+		p = q;
+	}
+	return KILN_OK;
+}
+
+/* Resolve the section's keys into the list of shard files. */
+static kiln_status rec_find_shards(const struct kiln_host *host, const struct kiln_config *cfg,
+				   const char *section, const char *split,
+				   struct rec_names *out)
+{
+	const char *path = host->config_get(cfg, section, "path");
+	const char *list = host->config_get(cfg, section, "shards");
+	struct stat sb;
+	int is_dir = path && *path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+	kiln_status st;
+
+	if (list && *list) {
+		if ((st = rec_parse_list(host, list, is_dir ? path : NULL, out)))
+			return st;
+		if (!out->n)
+			return host->error(KILN_ECONFIG, "%s: [%s] shards names no file",
+					   host->config_where(cfg, section, "shards"), section);
+		return KILN_OK;
+	}
+	if (!path || !*path)
+		return host->error(KILN_ECONFIG, "[%s] source = records needs `path` (a .krec shard or a directory of them) or `shards`",
+				   section);
+	if (!is_dir) {
+		/* [data.eval] inherits `path` from [data]; when that is one shard,
+		 * evaluating on it would evaluate on the training file.  (An
+		 * inherited value is the very string [data] holds.) */
+		if (!strcmp(section, "data.eval") && path == host->config_get(cfg, "data", "path"))
+			return host->error(KILN_ECONFIG, "[data.eval] inherits path = %s (one shard) from [data] (%s): evaluation would read the training file; set [data.eval] path or shards, or make path a directory with train and test shards",
+					   path, host->config_where(cfg, "data", "path"));
+		return rec_names_add(host, out, NULL, path);
+	}
+
+	/* a directory: path/<split>/ if it is one, else path/<split>-*.krec */
+	const char *sp = split && *split ? split : ".";
+	char sub[PATH_MAX];
+	size_t pl = strlen(path);
+	if (snprintf(sub, sizeof sub, "%s%s%s", path, path[pl - 1] == '/' ? "" : "/", sp) >=
+	    (int)sizeof sub)
+		return host->error(KILN_ECONFIG, "[%s] path: %s/%s is too long", section, path, sp);
+	if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		if ((st = rec_scan_dir(host, sub, "", out)))
+			return st;
+		if (!out->n)
+			return host->error(KILN_EIO, "%s: no *.krec shards in this directory ([%s] path = %s, split %s)",
+					   sub, section, path, sp);
+		return KILN_OK;
+	}
+	char prefix[256];
+	snprintf(prefix, sizeof prefix, "%s-", sp);
+	if ((st = rec_scan_dir(host, path, prefix, out)))
+		return st;
+	if (!out->n)
+		return host->error(KILN_EIO, "%s: no shards for split '%s': neither %s/ nor %s-*.krec exists; set [%s] path or shards, or split",
+				   path, sp, sub, sub, section);
+	return KILN_OK;
+}
+
+/* ---- the source ------------------------------------------------------- */
+
+static void rec_close(void *vctx)
+{
+	struct rec_ctx *c = vctx;
+	if (!c)
+		return;
+	for (int i = 0; i < c->nshards; i++)
+		rec_shard_unmap(&c->shards[i]);
+	free(c->shards);
+	free(c);
+}
+
+static kiln_status rec_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, void **out)
+{
+	struct rec_names names = { 0 };
+	kiln_status st;
+	*out = NULL;
+	split = host->config_get(cfg, section, "split") ? host->config_get(cfg, section, "split")
+							 : split;
+	if ((st = rec_find_shards(host, cfg, section, split, &names)))
+		goto fail_names;
+	struct rec_ctx *c = calloc(1, sizeof *c);
+	if (!c || !(c->shards = calloc((size_t)names.n, sizeof *c->shards))) {
+		free(c);
+		st = host->error(KILN_ENOMEM, "out of memory");
+		goto fail_names;
+	}
+	c->host = host;
+	for (int u = 0; u < 256; u++)
+		c->lut[u] = (float)(u / 255.0);
+	int sized = 0; /* c->h, w, c hold a shard's size */
+	for (int i = 0; i < names.n; i++) {
+		struct rec_shard *s = &c->shards[i];
+		if ((st = rec_shard_open(host, names.v[i], s)))
+			goto fail;
+		c->nshards++;
+		s->first = c->n;
+		if (s->count > (uint64_t)(INT64_MAX - c->n)) {
+			st = host->error(KILN_EDATA, "%s: too many records", s->path);
+			goto fail;
+		}
+		c->n += (int64_t)s->count;
+		if ((int64_t)s->classes > c->classes)
+			c->classes = s->classes;
+		if (!s->count)
+			continue; /* an empty shard says nothing about sizes */
+		if (!sized) {
+			c->h = (int32_t)s->h, c->w = (int32_t)s->w, c->c = (int32_t)s->c;
+			sized = 1;
+		}
+		if (c->h != (int32_t)s->h || c->w != (int32_t)s->w)
+			c->h = c->w = 0;
+		if (c->c != (int32_t)s->c)
+			c->c = 0;
+	}
+	if (c->n == 0)
+		c->h = c->w = c->c = 0;
+	char size[64];
+	if (c->h && c->c)
+		snprintf(size, sizeof size, "%dx%dx%d", c->h, c->w, c->c);
+	else
+		snprintf(size, sizeof size, "of varying sizes");
+	host->log(KILN_LOG_INFO, REC_WHO, "[%s] %s%s: %" PRId64 " samples %s in %d shard(s), %" PRId64 " classes",
+		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->n, size, c->nshards,
+		  c->classes);
+	rec_names_free(&names);
+	*out = c;
+	return KILN_OK;
+
+fail:
+	rec_close(c);
+fail_names:
+	rec_names_free(&names);
+	return st;
+}
+
+static kiln_status rec_info(void *vctx, struct kiln_source_info *info)
+{
+	const struct rec_ctx *c = vctx;
+	memset(info, 0, sizeof *info);
+	info->len = c->n;
+	/* read() yields f32 [c, h, w] when every image has the same size;
+	 * otherwise only read_image() works (the transforms fix a size) */
+	info->sample.dtype = KILN_F32;
+	info->sample.layout = KILN_ROW;
+	if (c->h && c->c) {
+		info->sample.ndim = 3;
+		info->sample.dims[0] = c->c;
+		info->sample.dims[1] = c->h;
+		info->sample.dims[2] = c->w;
+	} else {
+		info->sample.dtype = KILN_U8; /* no fixed f32 sample: see rec_read */
+	}
+	info->label.dtype = KILN_I32;
+	info->label.layout = KILN_ROW;
+	info->label.ndim = 0;
+	info->classes = c->classes;
+	info->image_h = c->h;
+	info->image_w = c->w;
+	info->image_c = c->c;
+	return KILN_OK;
+}
+
+/* A record of a shard, checked. */
+struct rec_view {
+	const struct rec_shard *s;
+	uint64_t rec;          /* index in the shard */
+	int32_t label;
+	uint32_t h, w, c, encoding;
+	const uint8_t *payload;
+	uint32_t n;
+};
+
+/* Locate sample `index`, check its CRC32C and fields.  KILN_EINVAL for an
+ * index out of range, KILN_EDATA for a corrupt record. */
+static kiln_status rec_fetch(const struct rec_ctx *c, int64_t index, struct rec_view *v)
+{
+	const struct kiln_host *host = c->host;
+	if (index < 0 || index >= c->n)
+		return host->error(KILN_EINVAL, "%s%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
+				   c->nshards ? c->shards[0].path : "records",
+				   c->nshards > 1 ? " ..." : "", index, c->n, c->n - 1);
+	int lo = 0, hi = c->nshards - 1; /* the last shard whose first <= index */
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (c->shards[mid].first <= index)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const struct rec_shard *s = &c->shards[lo];
+	uint64_t rec = (uint64_t)(index - s->first);
+	const uint8_t *e = s->index + rec * REC_INDEX_ENTRY;
+	uint64_t off = rec_get64(e);
+	uint32_t len = rec_get32(e + 8);
+	const uint8_t *r = s->map + off; /* open() checked off + len <= index */
+
+	v->s = s;
+	v->rec = rec;
+	v->n = rec_get32(r + 16);
+	if (v->n != len - REC_RECORD_HEADER)
+		return rec_fail(c, s, rec, KILN_EDATA, "payload length %u disagrees with the index (a record of %u bytes holds %u)",
+				v->n, len, len - REC_RECORD_HEADER);
+	uint32_t stored = rec_get32(r + REC_RECORD_CRC_AT);
+	uint32_t computed = host->crc32c(host->crc32c(0, r, REC_RECORD_CRC_AT),
+					 r + REC_RECORD_HEADER, v->n);
+	if (stored != computed)
+		return rec_fail(c, s, rec, KILN_EDATA, "CRC32C mismatch (stored 0x%08x, computed 0x%08x)",
+				stored, computed);
+	v->label = (int32_t)rec_get32(r);
+	v->h = rec_get32(r + 4);
+	v->w = rec_get32(r + 8);
+	v->c = r[12];
+	v->encoding = r[13];
+	v->payload = r + REC_RECORD_HEADER;
+	if (v->label < 0)
+		return rec_fail(c, s, rec, KILN_EDATA, "negative label %d", v->label);
+	if ((uint32_t)v->label >= s->classes)
+		return rec_fail(c, s, rec, KILN_EDATA, "label %d is out of range: the shard declares %u classes",
+				v->label, s->classes);
+	if (!v->h || !v->w || (v->c != 1 && v->c != 3) || (uint64_t)v->h * v->w > REC_MAX_PIXELS)
+		return rec_fail(c, s, rec, KILN_EDATA, "invalid image size %ux%ux%u", v->h, v->w, v->c);
+	if ((s->h && (v->h != s->h || v->w != s->w)) || (s->c && v->c != s->c))
+		return rec_fail(c, s, rec, KILN_EDATA, "image of %ux%ux%u in a shard of %ux%ux%u images",
+				v->h, v->w, v->c, s->h, s->w, s->c);
+	if (v->encoding >= REC_ENCODINGS)
+		return rec_fail(c, s, rec, KILN_EDATA, "unknown encoding %u (0 raw, 1 jpeg, 2 png)",
+				v->encoding);
+	if (v->encoding == REC_RAW && (uint64_t)v->n != (uint64_t)v->h * v->w * v->c)
+		return rec_fail(c, s, rec, KILN_EDATA, "raw payload of %u bytes for a %ux%ux%u image",
+				v->n, v->h, v->w, v->c);
+	return KILN_OK;
+}
+
+/* The pixels of a checked record into img (decoding JPEG and PNG). */
+static kiln_status rec_pixels(const struct rec_ctx *c, const struct rec_view *v,
+			      struct kiln_image *img)
+{
+	const struct kiln_host *host = c->host;
+	kiln_status st;
+	size_t bytes = (size_t)v->h * v->w * v->c;
+	if (v->encoding == REC_RAW) {
+		if ((st = img_reserve(host, img, bytes)))
+			return st;
+		memcpy(img->data, v->payload, bytes);
+	} else {
+		char what[PATH_MAX + 64];
+		snprintf(what, sizeof what, "%s: record %" PRIu64, v->s->path, v->rec);
+		if ((st = img_decode(host, v->payload, v->n, what, img)))
+			return st == KILN_ENOMEM ? st : KILN_EDATA;
+		if ((uint32_t)img->h != v->h || (uint32_t)img->w != v->w ||
+		    (uint32_t)img->c != v->c)
+			return rec_fail(c, v->s, v->rec, KILN_EDATA, "the %s payload decodes to %dx%dx%d, the record says %ux%ux%u",
+					rec_encoding_name((int)v->encoding), img->h, img->w, img->c,
+					v->h, v->w, v->c);
+	}
+	img->h = (int32_t)v->h;
+	img->w = (int32_t)v->w;
+	img->c = (int32_t)v->c;
+	return KILN_OK;
+}
+
+/* image: u8 [h, w, c] as packed; label: i32 []. */
+static kiln_status rec_read_image(void *vctx, int64_t index, struct kiln_image *img,
+				  void *label)
+{
+	const struct rec_ctx *c = vctx;
+	struct rec_view v;
+	kiln_status st;
+	if ((st = rec_fetch(c, index, &v)))
+		return st;
+	if (img && (st = rec_pixels(c, &v, img)))
+		return st;
+	if (label)
+		*(int32_t *)label = v.label;
+	return KILN_OK;
+}
+
+/* sample: f32 [c, h, w], x = u8/255 (only when every image has one size);
+ * label: i32 [].  Either may be NULL. */
+static kiln_status rec_read(void *vctx, int64_t index, void *sample, void *label)
+{
+	const struct rec_ctx *c = vctx;
+	struct rec_view v;
+	kiln_status st;
+	if (sample && !(c->h && c->c))
+		return c->host->error(KILN_ENOTSUP, "%s%s: the images vary in size, so read() has no fixed sample shape; use read_image() with the [data] transforms, or kiln pack --resize to one size",
+				      c->shards[0].path, c->nshards > 1 ? " ..." : "");
+	if ((st = rec_fetch(c, index, &v)))
+		return st;
+	if (sample) {
+		struct kiln_image tmp = { 0 };
+		const uint8_t *px = v.payload;
+		if (v.encoding != REC_RAW) {
+			if ((st = rec_pixels(c, &v, &tmp))) {
+				free(tmp.data);
+				return st;
+			}
+			px = tmp.data;
+		}
+		size_t hw = (size_t)v.h * v.w;
+		float *dst = sample;
+		for (uint32_t ch = 0; ch < v.c; ch++)
+			for (size_t i = 0; i < hw; i++)
+				dst[ch * hw + i] = c->lut[px[i * v.c + ch]];
+		free(tmp.data);
+	}
+	if (label)
+		*(int32_t *)label = v.label;
+	return KILN_OK;
+}
+
+static kiln_status rec_get_position(void *vctx, int64_t *offset)
+{
+	const struct rec_ctx *c = vctx;
+	*offset = c->position;
+	return KILN_OK;
+}
+
+static kiln_status rec_set_position(void *vctx, int64_t offset)
+{
+	struct rec_ctx *c = vctx;
+	if (offset < 0 || offset > c->n)
+		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
+				      c->shards[0].path, offset, c->n, c->n);
+	c->position = offset;
+	return KILN_OK;
+}
+
+static const struct kiln_source_ops rec_ops = {
+	.version = KILN_SOURCE_OPS_VERSION,
+	.open = rec_open,
+	.close = rec_close,
+	.info = rec_info,
+	.read = rec_read,
+	.get_position = rec_get_position,
+	.set_position = rec_set_position,
+	.read_image = rec_read_image,
+};
+
+const struct kiln_plugin loaders_records_plugin = {
+	.abi_major = KILN_ABI_MAJOR,
+	.abi_minor = KILN_ABI_MINOR,
+	.kind = KILN_PLUGIN_SOURCE,
+	.name = "records",
+	.summary = "kiln's packed record shards (.krec, written by kiln pack): mmap()ed, CRC32C-checked",
+	.ops = &rec_ops,
+	.keys = rec_keys,
+	.probe = NULL,
+};

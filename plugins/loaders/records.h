@@ -1,0 +1,111 @@
+/* plugins/loaders/records.h - kiln's packed `records` format: the layout
+ * constants shared by the reader (records.c, the `records` source) and the
+ * writer (records_write.c, used by `kiln pack` and the tests).
+ *
+ * docs/formats.md (## records) is the specification; every offset below is
+ * listed there.  All integers are little-endian and fixed-width.
+ *
+ *   shard file = header (64 bytes) | records (each 8-byte aligned) | index
+ *
+ *   header:  0 magic "KILNREC\0"      8 u32 version (1)   12 u32 header size (64)
+ *           16 u64 record count      24 u64 index offset  32 u64 file size
+ *           40 u32 flags (0)         44 u32 classes       48 u32 image_h
+ *           52 u32 image_w           56 u8  image_c       57 u8[3] reserved (0)
+ *           60 u32 CRC32C of bytes 0..59
+ *   record:  0 i32 label   4 u32 h   8 u32 w   12 u8 c   13 u8 encoding
+ *           14 u16 reserved (0)      16 u32 payload length
+ *           20 u32 CRC32C of bytes 0..19 then of the payload
+ *           24 payload, then zero padding to a multiple of 8
+ *   index:   count x { u64 record offset, u32 record length (24 + payload),
+ *           u32 reserved (0) }, then u32 CRC32C of those count x 16 bytes;
+ *           the file ends there.
+ */
+#ifndef KILN_LOADERS_RECORDS_H
+#define KILN_LOADERS_RECORDS_H
+
+#include <kiln/plugin.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define REC_MAGIC "KILNREC" /* 8 bytes with its NUL */
+#define REC_VERSION 1u
+#define REC_HEADER_BYTES 64u
+#define REC_HEADER_CRC_AT 60u   /* the header CRC covers bytes [0, 60) */
+#define REC_RECORD_HEADER 24u
+#define REC_RECORD_CRC_AT 20u   /* a record's CRC covers its bytes [0, 20) + payload */
+#define REC_INDEX_ENTRY 16u
+#define REC_ALIGN 8u            /* records start at multiples of 8 */
+#define REC_SUFFIX ".krec"
+
+/* How a record's payload stores its pixels. */
+enum rec_encoding {
+	REC_RAW = 0,  /* u8 [h, w, c], row-major HWC */
+	REC_JPEG = 1, /* a baseline JPEG (TurboJPEG) */
+	REC_PNG = 2,  /* a PNG (libpng) */
+	REC_ENCODINGS
+};
+
+/* "raw", "jpeg", "png", or "?" */
+static inline const char *rec_encoding_name(int encoding)
+{
+	return encoding == REC_RAW ? "raw" : encoding == REC_JPEG ? "jpeg" :
+	       encoding == REC_PNG ? "png" : "?";
+}
+
+static inline uint32_t rec_get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t rec_get64(const uint8_t *p)
+{
+	return (uint64_t)rec_get32(p) | (uint64_t)rec_get32(p + 4) << 32;
+}
+
+static inline void rec_put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static inline void rec_put64(uint8_t *p, uint64_t v)
+{
+	rec_put32(p, (uint32_t)v);
+	rec_put32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* ---- writing a shard (records_write.c) ----------------------------------
+ *
+ * rec_writer_open creates (truncates) `path` and writes records to it as
+ * they are added; rec_writer_finish appends the index, writes the header
+ * and fsyncs the file.  Renaming a finished file into place (`kiln pack`
+ * writes *.tmp files and renames them) is the caller's business.  One
+ * writer is used by one thread.  Errors name the file: KILN_EIO,
+ * KILN_EINVAL for a record the format cannot hold. */
+struct rec_writer;
+
+/* `classes`: the data set's number of classes (the header stores the
+ * larger of it and max label + 1).  *out is freed by rec_writer_finish or
+ * rec_writer_abort. */
+kiln_status rec_writer_open(const struct kiln_host *host, const char *path, int64_t classes,
+			    struct rec_writer **out);
+
+/* Append one record: label >= 0, h, w > 0, c = 1 or 3, `encoding` one of
+ * enum rec_encoding, payload[0..n) (copied; for REC_RAW n = h*w*c). */
+kiln_status rec_writer_add(struct rec_writer *w, int32_t label, int32_t h, int32_t wd,
+			   int32_t c, int encoding, const void *payload, size_t n);
+
+/* Bytes the file will have if finished now (header, records, index). */
+uint64_t rec_writer_bytes(const struct rec_writer *w);
+uint64_t rec_writer_count(const struct rec_writer *w);
+
+/* Write index and header, fsync and close; frees w in every case. */
+kiln_status rec_writer_finish(struct rec_writer *w);
+
+/* Close and remove the file; frees w.  NULL is a no-op. */
+void rec_writer_abort(struct rec_writer *w);
+
+#endif /* KILN_LOADERS_RECORDS_H */

@@ -1,0 +1,149 @@
+#!/bin/sh
+# tests/pack.sh - `kiln pack`: options, exit codes (0 ok, 2 usage or config,
+# 3 data naming the sample), shards of the chosen size written atomically,
+# the same bytes for any worker count, and records -> records repacking
+# byte-identical.  The IDX fixtures are generated here at run time.  Run by
+# `make check` (tests/local.mk exports top_builddir).
+set -u
+
+top_builddir=${top_builddir:-.}
+kiln="$top_builddir/kiln"
+unset KILN_PLUGIN_PATH
+LC_ALL=C
+export LC_ALL
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pack.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+out="$tmp/stdout"
+err="$tmp/stderr"
+
+fail() {
+	echo "FAIL: $*"
+	echo "--- command: kiln $last"
+	echo "--- stdout:"; cat "$out"
+	echo "--- stderr:"; cat "$err"
+	exit 1
+}
+
+# kiln EXPECTED_EXIT ARGS...
+kiln() {
+	want=$1
+	shift
+	last="$*"
+	"$kiln" "$@" >"$out" 2>"$err"
+	rc=$?
+	[ "$rc" -lt 128 ] || fail "exit code $rc: killed by a signal"
+	[ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
+	echo "ok: kiln $* (exit $rc)"
+}
+stdout_has() { grep -qF -- "$1" "$out" || fail "stdout lacks: $1"; }
+stderr_has() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }
+# u32 at byte OFFSET of FILE, as decimal (little-endian host assumed by od;
+# kiln's formats are little-endian and so are the hosts it builds on)
+u32() { od -An -tu4 -j"$2" -N4 "$1" | tr -d ' '; }
+
+[ -x "$kiln" ] || { echo "FAIL: $kiln not built"; exit 99; }
+
+# ---- fixtures: 6 gray images of 30 x 30, labels 3 1 4 1 5 9 -----------------
+{
+	printf '\000\000\010\003\000\000\000\006\000\000\000\036\000\000\000\036'
+	awk 'BEGIN { for (i = 0; i < 5400; i++) printf "%c", (i * 37 + 11) % 255 + 1 }'
+} > "$tmp/img.idx"
+printf '\000\000\010\001\000\000\000\006\003\001\004\001\005\011' > "$tmp/lab.idx"
+[ "$(wc -c < "$tmp/img.idx" | tr -d ' ')" = 5416 ] || { echo "FAIL: fixture of the wrong size"; exit 99; }
+cat > "$tmp/pack.ini" <<EOF
+[data]
+source = idx
+path = $tmp
+images = img.idx
+labels = lab.idx
+EOF
+
+# ---- usage and config errors: exit 2 ---------------------------------------
+kiln 0 pack --help
+stdout_has "usage: kiln pack CONFIG --out DIR"
+kiln 2 pack
+stderr_has "no CONFIG file given"
+kiln 2 pack "$tmp/pack.ini"
+stderr_has "--out DIR is required"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --store gif
+stderr_has "choose raw, jpeg or png"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --bogus
+stderr_has "unknown option '--bogus'"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --shard-size 12Q
+stderr_has "--shard-size '12Q'"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --quality 0
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --section model
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --resize
+stderr_has "--resize needs a value"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" data.imagez=x
+stderr_has "did you mean 'images'"
+kiln 2 pack "$tmp/nope.ini" --out "$tmp/o"
+[ ! -e "$tmp/o" ] || fail "a failed pack created its output directory"
+
+# ---- packing ------------------------------------------------------------------
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/a"
+stdout_has "packed 6 samples into 1 shard(s)"
+[ -f "$tmp/a/train-00000.krec" ] || fail "no train-00000.krec"
+[ "$(head -c 7 "$tmp/a/train-00000.krec")" = KILNREC ] || fail "no magic"
+[ "$(u32 "$tmp/a/train-00000.krec" 8)" = 1 ] || fail "version"
+[ "$(u32 "$tmp/a/train-00000.krec" 44)" = 10 ] || fail "classes: $(u32 "$tmp/a/train-00000.krec" 44)"
+[ "$(u32 "$tmp/a/train-00000.krec" 48)" = 30 ] || fail "image_h"
+[ "$(u32 "$tmp/a/train-00000.krec" 52)" = 30 ] || fail "image_w"
+ls "$tmp/a" | grep -q tmp && fail "a .tmp file is left"
+
+# an earlier pack is not overwritten without --force
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/a"
+stderr_has "already holds 1 shard(s) of split 'train'"
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/a" --force
+
+# shards of about 4 KiB: 928-byte records, 4 to a shard
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/b" --shard-size 4K --workers 1
+stdout_has "packed 6 samples into 2 shard(s)"
+[ -f "$tmp/b/train-00001.krec" ] || fail "no second shard"
+[ "$(u32 "$tmp/b/train-00000.krec" 16)" = 4 ] || fail "4 records in the first shard"
+# the same bytes with 3 workers; --force removes the earlier pack's surplus
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/c" --shard-size 4K --workers 3
+cmp "$tmp/b/train-00000.krec" "$tmp/c/train-00000.krec" || fail "worker count changed the shards"
+cmp "$tmp/b/train-00001.krec" "$tmp/c/train-00001.krec" || fail "worker count changed the shards"
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/c" --force
+[ ! -e "$tmp/c/train-00001.krec" ] || fail "--force left a surplus shard of the earlier pack"
+
+# records -> records: the same bytes
+cat > "$tmp/rec.ini" <<EOF
+[data]
+source = records
+path = $tmp/b
+EOF
+kiln 0 pack "$tmp/rec.ini" --out "$tmp/d" --shard-size 4K
+cmp "$tmp/b/train-00000.krec" "$tmp/d/train-00000.krec" || fail "repacking changed the bytes"
+cmp "$tmp/b/train-00001.krec" "$tmp/d/train-00001.krec" || fail "repacking changed the bytes"
+
+# [data.eval] and its split; resize; JPEG and PNG
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/a" --section data.eval data.eval.images=img.idx \
+	data.eval.labels=lab.idx --resize 15 --store png
+[ -f "$tmp/a/test-00000.krec" ] || fail "no test-00000.krec"
+[ "$(u32 "$tmp/a/test-00000.krec" 48)" = 15 ] || fail "resized image_h"
+[ "$(u32 "$tmp/a/test-00000.krec" 52)" = 15 ] || fail "resized image_w"
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/e" --store jpeg --quality 75 --split val
+[ -f "$tmp/e/val-00000.krec" ] || fail "no val-00000.krec"
+kiln 0 pack "$tmp/rec.ini" --out "$tmp/f" data.path="$tmp/e" data.split=val --resize 40
+stdout_has "packed 6 samples into 1 shard(s)"
+[ "$(u32 "$tmp/f/train-00000.krec" 48)" = 40 ] || fail "enlarged image_h"
+
+# ---- data errors: exit 3, naming the sample, leaving nothing behind -----------
+cp "$tmp/b/train-00001.krec" "$tmp/bad-00001.krec"
+cp "$tmp/b/train-00000.krec" "$tmp/bad-00000.krec"
+# a payload byte of record 1 of the second shard (sample 5): records start at
+# 64 and are 928 bytes; byte 200 of that record's payload
+printf '\000' | dd of="$tmp/bad-00001.krec" bs=1 seek=$((64 + 928 + 24 + 200)) conv=notrunc 2>/dev/null
+kiln 3 pack "$tmp/rec.ini" --out "$tmp/g" --shard-size 4K data.path="$tmp" data.split=bad
+stderr_has "sample 5"
+stderr_has "bad-00001.krec: record 1 (sample 5): CRC32C mismatch"
+[ -z "$(ls "$tmp/g")" ] || fail "a failed pack left files: $(ls "$tmp/g")"
+head -c 3000 "$tmp/img.idx" > "$tmp/short.idx"
+kiln 3 pack "$tmp/pack.ini" --out "$tmp/h" data.images=short.idx
+stderr_has "truncated"
+stderr_has "short.idx"
+
+echo "PASS: kiln pack"
