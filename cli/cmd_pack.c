@@ -17,13 +17,13 @@
 #include <string.h>
 
 #ifdef KILN_WITH_PACK
+#include "core/transform.h"
 #include "plugins/loaders/image.h"
 #include "plugins/loaders/records.h"
 
 #include <dirent.h>   /* opendir, readdir */
 #include <errno.h>    /* errno */
 #include <fcntl.h>    /* open */
-#include <math.h>     /* floor */
 #include <pthread.h>  /* pthread_create, pthread_join */
 #include <stdlib.h>   /* strtoll, calloc, free */
 #include <sys/stat.h> /* mkdir, stat */
@@ -34,7 +34,8 @@
 static const char pack_usage[] =
 	"usage: kiln pack CONFIG --out DIR [--section data|data.eval] [--split NAME]\n"
 	"                 [--shard-size SIZE] [--store raw|jpeg|png] [--quality Q]\n"
-	"                 [--resize N] [--workers N] [--force] [section.key=value ...]\n";
+	"                 [--resize N] [--workers N] [--force] [--format records|folder]\n"
+	"                 [section.key=value ...]\n";
 
 #ifndef KILN_WITH_PACK
 int cmd_pack(int argc, char **argv)
@@ -56,126 +57,13 @@ int cmd_pack(int argc, char **argv)
 
 /* ---- resizing ------------------------------------------------------------ */
 
-/* Filter taps of a 1-d resampling from `in` to `out` pixels: out pixel i
- * is sum over k < n[i] of w[i*taps + k] * in[lo[i] + k]. */
-struct taps {
-	int taps;
-	int *lo, *n;
-	float *w;
-};
-
-static void taps_free(struct taps *t)
-{
-	free(t->lo);
-	free(t->n);
-	free(t->w);
-	memset(t, 0, sizeof *t);
-}
-
-/* Bilinear (triangle) weights with antialiasing, as PIL's BILINEAR: output
- * pixel i covers input centre (i + 0.5) * scale; the triangle's radius is
- * max(scale, 1) input pixels, so a shrink averages every input pixel it
- * covers instead of skipping some.  Weights are normalised to sum to 1. */
-static int taps_make(struct taps *t, int in, int out)
-{
-	double scale = (double)in / out, support = scale > 1 ? scale : 1;
-	t->taps = (int)ceil(support) * 2 + 1;
-	t->lo = malloc((size_t)out * sizeof *t->lo);
-	t->n = malloc((size_t)out * sizeof *t->n);
-	t->w = malloc((size_t)out * (size_t)t->taps * sizeof *t->w);
-	if (!t->lo || !t->n || !t->w)
-		return -1;
-	for (int i = 0; i < out; i++) {
-		double centre = (i + 0.5) * scale;
-		int lo = (int)floor(centre - support + 0.5), hi = (int)floor(centre + support + 0.5);
-		if (lo < 0)
-			lo = 0;
-		if (hi > in)
-			hi = in;
-		if (hi - lo > t->taps)
-			hi = lo + t->taps;
-		double sum = 0;
-		float *w = t->w + (size_t)i * (size_t)t->taps;
-		for (int k = 0; k < hi - lo; k++) {
-			double x = (lo + k + 0.5 - centre) / support;
-			double v = x < 0 ? 1 + x : 1 - x;
-			w[k] = (float)(v > 0 ? v : 0);
-			sum += w[k];
-		}
-		for (int k = 0; k < hi - lo; k++)
-			w[k] = sum > 0 ? (float)(w[k] / sum) : 0;
-		t->lo[i] = lo;
-		t->n[i] = hi - lo;
-	}
-	return 0;
-}
-
-static uint8_t clamp_u8(float v)
-{
-	return v <= 0 ? 0 : v >= 255 ? 255 : (uint8_t)(v + 0.5f);
-}
-
-/* Resize src (h x w x c, 8-bit HWC) to oh x ow into dst, horizontally
- * first, rounding to 8 bits after each pass (as PIL does).  `tmp` holds
- * h x ow x c bytes.  Returns -1 when out of memory. */
-static int resize_bilinear(const uint8_t *src, int h, int w, int c, uint8_t *tmp, uint8_t *dst,
-			   int oh, int ow)
-{
-	struct taps th = { 0 }, tv = { 0 };
-	if (taps_make(&th, w, ow) || taps_make(&tv, h, oh)) {
-		taps_free(&th);
-		taps_free(&tv);
-		return -1;
-	}
-	for (int y = 0; y < h; y++)
-		for (int x = 0; x < ow; x++) {
-			const float *wt = th.w + (size_t)x * (size_t)th.taps;
-			const uint8_t *s = src + ((size_t)y * w + th.lo[x]) * c;
-			for (int ch = 0; ch < c; ch++) {
-				float acc = 0;
-				for (int k = 0; k < th.n[x]; k++)
-					acc += wt[k] * s[k * c + ch];
-				tmp[((size_t)y * ow + x) * c + ch] = clamp_u8(acc);
-			}
-		}
-	size_t row = (size_t)ow * c;
-	for (int y = 0; y < oh; y++) {
-		const float *wt = tv.w + (size_t)y * (size_t)tv.taps;
-		for (size_t i = 0; i < row; i++) {
-			float acc = 0;
-			for (int k = 0; k < tv.n[y]; k++)
-				acc += wt[k] * tmp[(size_t)(tv.lo[y] + k) * row + i];
-			dst[(size_t)y * row + i] = clamp_u8(acc);
-		}
-	}
-	taps_free(&th);
-	taps_free(&tv);
-	return 0;
-}
-
-/* The size whose shorter side is n, as torchvision's Resize(n): the longer
- * side scaled and truncated. */
-static void resize_dims(int h, int w, int n, int *oh, int *ow)
-{
-	if (h <= w) {
-		*oh = n;
-		*ow = (int)((int64_t)n * w / h);
-	} else {
-		*ow = n;
-		*oh = (int)((int64_t)n * h / w);
-	}
-	if (*oh < 1)
-		*oh = 1;
-	if (*ow < 1)
-		*ow = 1;
-}
-
 /* ---- options ------------------------------------------------------------- */
 
 struct pack_opts {
 	const char *config, *out, *section, *split;
 	uint64_t shard_size;
 	int store;    /* enum rec_encoding */
+	int folder;   /* --format folder: DIR/<split>/<class>/<index>.png|jpg */
 	int quality;
 	int resize;   /* 0: keep sizes */
 	int workers;
@@ -269,7 +157,7 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 			continue;
 		}
 		static const char *const with_value[] = { "--out", "--section", "--split",
-			"--shard-size", "--store", "--quality", "--resize", "--workers" };
+			"--shard-size", "--store", "--quality", "--resize", "--workers", "--format" };
 		int known = 0;
 		for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
 			known |= !strcmp(name, with_value[k]);
@@ -305,6 +193,13 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 				o->store = REC_PNG;
 			else
 				return usage_error("--store '%s': choose raw, jpeg or png", val);
+		} else if (!strcmp(name, "--format")) {
+			if (!strcmp(val, "records"))
+				o->folder = 0;
+			else if (!strcmp(val, "folder"))
+				o->folder = 1;
+			else
+				return usage_error("--format '%s': choose records or folder", val);
 		} else if (!strcmp(name, "--quality")) {
 			if (parse_int(val, 1, 100, &o->quality))
 				return usage_error("--quality '%s': an integer in 1..100", val);
@@ -322,6 +217,8 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 		return usage_error("%s", "--out DIR is required");
 	if (!o->split)
 		o->split = strcmp(o->section, "data") ? "test" : "train";
+	if (o->folder && o->store == REC_RAW)
+		return usage_error("%s", "--format folder writes image files: choose --store png or jpeg");
 	return 0;
 }
 
@@ -339,8 +236,9 @@ struct job {
 	int64_t first, count;  /* samples [first, first + count) */
 	struct item *items;    /* count */
 	struct kiln_image img; /* scratch, kept across rounds */
-	uint8_t *buf, *tmp;    /* resize scratch */
-	size_t buf_cap, tmp_cap;
+	uint8_t *buf;          /* resized pixels */
+	size_t buf_cap;
+	struct kiln_xform_scratch xs;
 	kiln_status st;
 	int64_t failed;        /* the sample that failed */
 	char msg[1200];
@@ -372,14 +270,17 @@ static kiln_status pack_one(struct job *j, int64_t index, struct item *it)
 		return kiln_error(KILN_EDATA, "negative label %d", it->label);
 	const uint8_t *px = j->img.data;
 	if (j->o->resize) {
+		/* torchvision's Resize(n) with PIL's filter: the transforms' own
+		 * resize, so packing offline gives the pixels training online would */
 		int oh, ow;
-		resize_dims(h, w, j->o->resize, &oh, &ow);
+		kiln_xform_resize_shorter(h, w, j->o->resize, &oh, &ow);
 		if (oh != h || ow != w) {
-			if (grow(&j->tmp, &j->tmp_cap, (size_t)h * ow * c) ||
-			    grow(&j->buf, &j->buf_cap, (size_t)oh * ow * c) ||
-			    resize_bilinear(px, h, w, c, j->tmp, j->buf, oh, ow))
+			const int box[4] = { 0, 0, w, h };
+			if (grow(&j->buf, &j->buf_cap, (size_t)oh * ow * c))
 				return kiln_error(KILN_ENOMEM, "out of memory resizing a %dx%d image to %dx%d",
 						  h, w, oh, ow);
+			if ((st = kiln_xform_resize_box(&j->img, box, oh, ow, j->buf, &j->xs)))
+				return st;
 			px = j->buf;
 			h = oh;
 			w = ow;
@@ -529,6 +430,60 @@ static int existing_shards(const struct pack_opts *o, char *first, size_t n, int
 	return count;
 }
 
+/* ---- --format folder: an ImageFolder tree ------------------------------------ */
+
+/* DIR/<split>/<class>/<index>.<ext>: class directories named by the label,
+ * zero-padded so that their sorted order is the label order (what the
+ * folder source and torchvision's ImageFolder number classes by). */
+static kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_t index,
+			      const struct item *it, uint8_t *made)
+{
+	char path[4200];
+	int digits = 1;
+	for (int64_t c = classes - 1; c >= 10; c /= 10)
+		digits++;
+	if (it->label >= classes)
+		return kiln_error(KILN_EDATA, "sample %lld: label %d outside [0, %lld)",
+				  (long long)index, it->label, (long long)classes);
+	snprintf(path, sizeof path, "%s/%s/%0*d", o->out, o->split, digits, it->label);
+	if (!made[it->label]) {
+		if (mkdir(path, 0777) && errno != EEXIST)
+			return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
+		made[it->label] = 1;
+	}
+	size_t n = strlen(path);
+	snprintf(path + n, sizeof path - n, "/%08lld.%s", (long long)index,
+		 o->store == REC_JPEG ? "jpg" : "png");
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
+	int bad = fwrite(it->payload, 1, it->n, f) != it->n;
+	bad |= fclose(f) != 0;
+	if (bad)
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	return KILN_OK;
+}
+
+static kiln_status pack_folder_prepare(const struct pack_opts *o)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s", o->out, o->split);
+	DIR *d = opendir(path);
+	if (d) {
+		struct dirent *e;
+		int used = 0;
+		while ((e = readdir(d)))
+			used |= e->d_name[0] != '.';
+		closedir(d);
+		if (used && !o->force)
+			return kiln_error(KILN_EUSAGE, "%s is not empty: pass --force to write into it, or choose another --out or --split",
+					  path);
+	}
+	if (mkdir(path, 0777) && errno != EEXIST)
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
+	return KILN_OK;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -549,14 +504,35 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 	if (info.len <= 0)
 		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples to pack", o->section,
 				  kiln_source_name(src));
-	if (mkdir(o->out, 0777) && errno != EEXIST)
-		return kiln_error(KILN_EIO, "%s: cannot create the output directory: %s", o->out,
-				  strerror(errno));
+	{
+		/* mkdir -p */
+		char dir[4096];
+		snprintf(dir, sizeof dir, "%s", o->out);
+		for (char *p = dir + 1; *p; p++)
+			if (*p == '/') {
+				*p = 0;
+				mkdir(dir, 0777);
+				*p = '/';
+			}
+		if (mkdir(dir, 0777) && errno != EEXIST)
+			return kiln_error(KILN_EIO, "%s: cannot create the output directory: %s",
+					  o->out, strerror(errno));
+	}
 	struct stat sb;
 	if (stat(o->out, &sb) || !S_ISDIR(sb.st_mode))
 		return kiln_error(KILN_EUSAGE, "--out %s is not a directory", o->out);
 	char old[512];
-	int nold = existing_shards(o, old, sizeof old, -1);
+	int nold = o->folder ? 0 : existing_shards(o, old, sizeof old, -1);
+	uint8_t *made = NULL; /* --format folder: class directories created */
+	if (o->folder) {
+		if (info.classes <= 0 || info.classes > 1000000)
+			return kiln_error(KILN_EDATA, "[%s] source '%s' reports %lld classes: --format folder needs a classifier's labels",
+					  o->section, kiln_source_name(src), (long long)info.classes);
+		if ((st = pack_folder_prepare(o)))
+			return st;
+		if (!(made = calloc((size_t)info.classes, 1)))
+			return kiln_error(KILN_ENOMEM, "out of memory");
+	}
 	if (nold && !o->force)
 		return kiln_error(KILN_EUSAGE, "%s already holds %d shard(s) of split '%s' (%s, ...): pass --force to replace them, or choose another --out or --split",
 				  o->out, nold, o->split, old);
@@ -612,7 +588,8 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 				break;
 			}
 			for (int64_t k = 0; k < j->count && !st; k++)
-				st = shards_add(&sh, &j->items[k], o->store);
+				st = o->folder ? folder_add(o, info.classes, j->first + k, &j->items[k], made)
+					       : shards_add(&sh, &j->items[k], o->store);
 		}
 		for (int64_t k = 0; k < round; k++) {
 			free(items[k].payload);
@@ -627,6 +604,15 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 				(long long)info.len, sh.n);
 			last_print = t;
 		}
+	}
+	if (o->folder) {
+		double dt = now_s() - t0;
+		if (tty)
+			fprintf(stderr, "\r\033[K");
+		printf("wrote %lld %s images into %s/%s/<class>/, in %.2f s: %.0f samples/s\n",
+		       (long long)info.len, rec_encoding_name(o->store), o->out, o->split, dt,
+		       dt > 0 ? info.len / dt : 0.0);
+		goto out;
 	}
 	if ((st = shards_finish(&sh)))
 		goto out;
@@ -668,9 +654,10 @@ out:
 	for (int t = 0; jobs && t < T; t++) {
 		free(jobs[t].img.data);
 		free(jobs[t].buf);
-		free(jobs[t].tmp);
+		kiln_xform_scratch_free(&jobs[t].xs);
 	}
 	free(jobs);
+	free(made);
 	free(items);
 	free(th);
 	free(running);
@@ -698,7 +685,10 @@ int cmd_pack(int argc, char **argv)
 		       "                     scaled and truncated as torchvision's Resize(N))\n"
 		       "  --workers N        threads that read, resize and encode (default: the cores, at\n"
 		       "                     most 16); the shards are the same for any number\n"
-		       "  --force            replace the split's shards already in DIR\n\n"
+		       "  --force            replace the split's shards already in DIR\n"
+		       "  --format F         records (default), or folder: an ImageFolder tree\n"
+		       "                     DIR/<split>/<class>/<index>.png|jpg (needs --store png or\n"
+		       "                     jpeg) that `source = folder` and torchvision read\n\n"
 		       "Arguments with '=' override config keys, as for kiln train (data.limit=1000).\n"
 		       "Shards are written as *.tmp, fsynced, and renamed into place when all are\n"
 		       "complete.  The last line on stdout sums up: samples, shards, bytes, samples/s.\n"
