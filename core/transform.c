@@ -539,6 +539,114 @@ static void out_row(const struct view *v, int top, int left, int ow, int oc, int
 	}
 }
 
+/* One output row of 3-channel pixels p[0], p[st], p[2 st], ... into three
+ * planes (CHW), as u8 or through the f32 lut.  The pixel step is almost
+ * always +3 or -3 (a row read in place, flipped or not): those get loops
+ * with a constant stride, which the compiler turns into shuffles. */
+#define DEINT3(T, CONV)                                                         \
+	do {                                                                    \
+		if (st == 3)                                                    \
+			for (int i = 0; i < ow; i++) {                          \
+				d0[i] = CONV(0, p[3 * i]);                      \
+				d1[i] = CONV(1, p[3 * i + 1]);                  \
+				d2[i] = CONV(2, p[3 * i + 2]);                  \
+			}                                                       \
+		else if (st == -3)                                              \
+			for (int i = 0; i < ow; i++) {                          \
+				d0[i] = CONV(0, p[-3 * i]);                     \
+				d1[i] = CONV(1, p[-3 * i + 1]);                 \
+				d2[i] = CONV(2, p[-3 * i + 2]);                 \
+			}                                                       \
+		else                                                            \
+			for (int i = 0; i < ow; i++, p += st) {                 \
+				d0[i] = CONV(0, p[0]);                          \
+				d1[i] = CONV(1, p[1]);                          \
+				d2[i] = CONV(2, p[2]);                          \
+			}                                                       \
+	} while (0)
+#define CONV_LUT(c, u) (lut[(c) * 256 + (u)])
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+/* 16 RGB pixels (48 bytes at s) into 16 bytes of each plane, with SSSE3
+ * byte shuffles; rev reverses the 16 lanes (a flipped row). */
+__attribute__((target("ssse3"))) static inline void deint16(const uint8_t *s, __m128i *r,
+							     __m128i *g, __m128i *b)
+{
+	const __m128i a = _mm_loadu_si128((const __m128i *)s),
+		      m = _mm_loadu_si128((const __m128i *)(s + 16)),
+		      c = _mm_loadu_si128((const __m128i *)(s + 32));
+#define Z -1
+	*r = _mm_or_si128(_mm_or_si128(
+		_mm_shuffle_epi8(a, _mm_setr_epi8(0, 3, 6, 9, 12, 15, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z)),
+		_mm_shuffle_epi8(m, _mm_setr_epi8(Z, Z, Z, Z, Z, Z, 2, 5, 8, 11, 14, Z, Z, Z, Z, Z))),
+		_mm_shuffle_epi8(c, _mm_setr_epi8(Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, 1, 4, 7, 10, 13)));
+	*g = _mm_or_si128(_mm_or_si128(
+		_mm_shuffle_epi8(a, _mm_setr_epi8(1, 4, 7, 10, 13, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z)),
+		_mm_shuffle_epi8(m, _mm_setr_epi8(Z, Z, Z, Z, Z, 0, 3, 6, 9, 12, 15, Z, Z, Z, Z, Z))),
+		_mm_shuffle_epi8(c, _mm_setr_epi8(Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, 2, 5, 8, 11, 14)));
+	*b = _mm_or_si128(_mm_or_si128(
+		_mm_shuffle_epi8(a, _mm_setr_epi8(2, 5, 8, 11, 14, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, Z)),
+		_mm_shuffle_epi8(m, _mm_setr_epi8(Z, Z, Z, Z, Z, 1, 4, 7, 10, 13, Z, Z, Z, Z, Z, Z))),
+		_mm_shuffle_epi8(c, _mm_setr_epi8(Z, Z, Z, Z, Z, Z, Z, Z, Z, Z, 0, 3, 6, 9, 12, 15)));
+#undef Z
+}
+
+/* st = +3 or -3: returns how many pixels it wrote (a multiple of 16). */
+__attribute__((target("ssse3"))) static int deint3_u8_ssse3(uint8_t *d0, uint8_t *d1,
+							     uint8_t *d2, const uint8_t *p,
+							     ptrdiff_t st, int ow)
+{
+	const __m128i rev = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	int i = 0;
+	if (st == 3) {
+		for (; i + 16 <= ow; i += 16) {
+			__m128i r, g, b;
+			deint16(p + 3 * i, &r, &g, &b);
+			_mm_storeu_si128((__m128i *)(d0 + i), r);
+			_mm_storeu_si128((__m128i *)(d1 + i), g);
+			_mm_storeu_si128((__m128i *)(d2 + i), b);
+		}
+	} else {
+		/* output pixel i is p[-3 i]: read 16 pixels forward from the
+		 * 16th-from-here and store them reversed */
+		for (; i + 16 <= ow; i += 16) {
+			__m128i r, g, b;
+			deint16(p - 3 * (i + 15), &r, &g, &b);
+			_mm_storeu_si128((__m128i *)(d0 + i), _mm_shuffle_epi8(r, rev));
+			_mm_storeu_si128((__m128i *)(d1 + i), _mm_shuffle_epi8(g, rev));
+			_mm_storeu_si128((__m128i *)(d2 + i), _mm_shuffle_epi8(b, rev));
+		}
+	}
+	return i;
+}
+#endif
+
+static void deint3_u8(uint8_t *d0, size_t plane, const uint8_t *p, ptrdiff_t st, int ow)
+{
+	uint8_t *d1 = d0 + plane, *d2 = d1 + plane;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+	if ((st == 3 || st == -3) && __builtin_cpu_supports("ssse3")) {
+		int done = deint3_u8_ssse3(d0, d1, d2, p, st, ow);
+		d0 += done, d1 += done, d2 += done;
+		p += st * done;
+		ow -= done;
+	}
+#endif
+	for (int i = 0; i < ow; i++, p += st) {
+		d0[i] = p[0];
+		d1[i] = p[1];
+		d2[i] = p[2];
+	}
+}
+
+static void deint3_f32(float *restrict d0, size_t plane, const uint8_t *restrict p,
+		       ptrdiff_t st, int ow, const float *restrict lut)
+{
+	float *restrict d1 = d0 + plane, *restrict d2 = d1 + plane;
+	DEINT3(float, CONV_LUT);
+}
+
 /* Write window (top, left) of v as x's output: channels, flip, layout,
  * dtype.  lut[c * 256 + u] = (u/255 - mean[c]) / std[c] in f32, as
  * ToTensor + Normalize compute it; row: ow * out_c bytes. */
@@ -565,11 +673,7 @@ static void emit(const struct kiln_xform *x, const struct view *v, int top, int 
 					o[3 * i + 2] = p[2];
 				}
 			else
-				for (int i = 0; i < ow; i++, p += st) {
-					o[i] = p[0];
-					o[plane + i] = p[1];
-					o[2 * plane + i] = p[2];
-				}
+				deint3_u8(o, plane, p, st, ow);
 			continue;
 		}
 		const float *l0 = lut, *l1 = lut + 256, *l2 = lut + 512;
@@ -585,12 +689,7 @@ static void emit(const struct kiln_xform *x, const struct view *v, int top, int 
 				d[3 * i + 2] = l2[p[2]];
 			}
 		} else {
-			float *d0 = (float *)out + (size_t)y * ow, *d1 = d0 + plane, *d2 = d1 + plane;
-			for (int i = 0; i < ow; i++, p += st) {
-				d0[i] = l0[p[0]];
-				d1[i] = l1[p[1]];
-				d2[i] = l2[p[2]];
-			}
+			deint3_f32((float *)out + (size_t)y * ow, plane, p, st, ow, lut);
 		}
 	}
 }

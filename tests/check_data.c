@@ -355,6 +355,60 @@ START_TEST(test_normalize_on_device)
 }
 END_TEST
 
+
+/* u8 CHW output of an RGB image (transform_on = device): every sample is
+ * the image's planes, mirrored or not, whatever path (SIMD or scalar) the
+ * row took; widths around the 16-pixel SIMD block. */
+START_TEST(test_u8_planes)
+{
+	static const int widths[] = { 1, 15, 16, 17, 37, 64 };
+	for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+		int W = widths[wi], H = 5, seen[2] = { 0, 0 };
+		struct kiln_image img = { 0 };
+		img.h = H, img.w = W, img.c = 3;
+		img.cap = (size_t)H * W * 3;
+		img.data = malloc(img.cap);
+		for (size_t i = 0; i < img.cap; i++)
+			img.data[i] = (uint8_t)(i * 7 + 3);
+		struct kiln_xform x;
+		memset(&x, 0, sizeof x);
+		x.out_h = H, x.out_w = W, x.out_c = 3;
+		x.crop = KILN_CROP_NONE;
+		x.flip = 1;
+		x.out_dtype = KILN_U8;
+		for (int c = 0; c < 3; c++)
+			x.std[c] = 1;
+		struct kiln_xform_scratch xs;
+		memset(&xs, 0, sizeof xs);
+		uint8_t *out = malloc(img.cap);
+		for (int64_t idx = 0; idx < 16; idx++) {
+			ck_assert(kiln_xform_apply(&x, &img, 3, 0, idx, out, &xs) == 0);
+			int mirrored = -1;
+			for (int m = 0; m < 2 && mirrored < 0; m++) {
+				int ok = 1;
+				for (int c = 0; c < 3 && ok; c++)
+					for (int y = 0; y < H && ok; y++)
+						for (int xx = 0; xx < W && ok; xx++) {
+							int sx = m ? W - 1 - xx : xx;
+							ok = out[(c * H + y) * W + xx] ==
+							     img.data[(y * W + sx) * 3 + c];
+						}
+				if (ok)
+					mirrored = m;
+			}
+			ck_assert_msg(mirrored >= 0, "width %d sample %lld: planes wrong", W,
+				      (long long)idx);
+			seen[mirrored]++;
+		}
+		ck_assert_msg(W == 1 || (seen[0] && seen[1]), "width %d: flips %d/%d", W, seen[0],
+			      seen[1]);
+		kiln_xform_scratch_free(&xs);
+		free(out);
+		free(img.data);
+	}
+}
+END_TEST
+
 START_TEST(test_workers_key)
 {
 	int w;
@@ -392,6 +446,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, test_shard_cover_disjoint);
 	tcase_add_test(tc, test_shard_resume_any_world);
 	tcase_add_test(tc, test_workers_key);
+	tcase_add_test(tc, test_u8_planes);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("loader");
 	tcase_set_timeout(tc, 120);
