@@ -1,1 +1,2 @@
-EXTRA_DIST += examples/fashion_mnist_mlp.ini examples/fashion_mnist_cnn.ini examples/fashion_mnist_resnet.ini
+EXTRA_DIST += examples/fashion_mnist_mlp.ini examples/fashion_mnist_cnn.ini examples/fashion_mnist_resnet.ini \
+	examples/fashion_mnist_records.ini examples/fashion_mnist_folder.ini

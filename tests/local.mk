@@ -86,9 +86,9 @@ tests_check_records_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIB
 endif
 endif
 if BUILD_LOADERS
-TESTS += tests/pack.sh
+TESTS += tests/pack.sh tests/examples.sh
 endif
-EXTRA_DIST += tests/pack.sh
+EXTRA_DIST += tests/pack.sh tests/examples.sh
 
 # ---- Foundation II: graph, layers, planner, trainer -----------------------
 if HAVE_CHECK

@@ -1,0 +1,63 @@
+#!/bin/sh
+# tests/examples.sh - the data examples end to end on a slice of
+# Fashion-MNIST: pack the idx files into records shards and into an image
+# folder with `kiln pack` (the commands in the examples' headers), train
+# examples/fashion_mnist_records.ini and examples/fashion_mnist_folder.ini
+# for two short epochs, and check that
+#   - records give exactly the run the idx example gives (same pixels, same
+#     order: identical final loss and accuracy),
+#   - the folder run learns (accuracy well above chance),
+#   - `kiln bench data` reports a rate for the folder.
+# Run by `make check` (tests/local.mk exports top_builddir, abs_top_srcdir).
+set -u
+
+top_builddir=${top_builddir:-.}
+srcdir=${abs_top_srcdir:-.}
+kiln="$top_builddir/kiln"
+unset KILN_PLUGIN_PATH
+FM=/usr/share/datasets/fashion-mnist
+[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-examples.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { echo "FAIL: $*"; exit 1; }
+field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | tail -1; }
+
+short="data.limit=6000 data.eval.limit=1000 train.epochs=2 run.out_dir="
+for sec in data data.eval; do
+	"$kiln" pack "$srcdir/examples/fashion_mnist_mlp.ini" --out "$tmp/records" --section $sec \
+		data.limit=6000 data.eval.limit=1000 >/dev/null 2>"$tmp/err" ||
+		{ cat "$tmp/err"; fail "pack records ($sec)"; }
+	"$kiln" pack "$srcdir/examples/fashion_mnist_mlp.ini" --out "$tmp/folder" --section $sec \
+		--format folder --store png data.limit=6000 data.eval.limit=1000 >/dev/null 2>"$tmp/err" ||
+		{ cat "$tmp/err"; fail "pack folder ($sec)"; }
+done
+echo "ok: packed 6000 + 1000 samples as records and as a PNG folder"
+
+# shellcheck disable=SC2086
+"$kiln" train "$srcdir/examples/fashion_mnist_mlp.ini" $short >"$tmp/idx.out" 2>"$tmp/err" ||
+	{ cat "$tmp/err"; fail "train idx"; }
+# shellcheck disable=SC2086
+"$kiln" train "$srcdir/examples/fashion_mnist_records.ini" $short "data.path=$tmp/records" \
+	>"$tmp/rec.out" 2>"$tmp/err" || { cat "$tmp/err"; fail "train records"; }
+for k in train_loss test_loss test_acc; do
+	a=$(field $k "$tmp/idx.out")
+	b=$(field $k "$tmp/rec.out")
+	[ -n "$a" ] && [ "$a" = "$b" ] || fail "records $k = $b, idx $k = $a (must be identical)"
+done
+echo "ok: records train exactly as idx (test_acc $(field test_acc "$tmp/rec.out"))"
+
+# shellcheck disable=SC2086
+"$kiln" train "$srcdir/examples/fashion_mnist_folder.ini" $short "data.path=$tmp/folder" \
+	>"$tmp/fold.out" 2>"$tmp/err" || { cat "$tmp/err"; fail "train folder"; }
+acc=$(field test_acc "$tmp/fold.out")
+awk -v a="$acc" 'BEGIN { exit !(a > 0.65) }' || fail "folder test_acc $acc <= 0.65"
+echo "ok: folder trains (test_acc $acc)"
+
+"$kiln" bench data "$srcdir/examples/fashion_mnist_folder.ini" "data.path=$tmp/folder" \
+	data.limit=3000 --batches 5 >"$tmp/bench.out" 2>"$tmp/err" || { cat "$tmp/err"; fail "bench data"; }
+rate=$(field samples_per_s "$tmp/bench.out")
+awk -v r="$rate" 'BEGIN { exit !(r > 0) }' || fail "bench data: samples_per_s '$rate'"
+grep -q "read+decode" "$tmp/err" || fail "bench data: no breakdown on stderr"
+echo "ok: kiln bench data: $rate samples/s"
