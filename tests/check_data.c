@@ -409,6 +409,85 @@ START_TEST(test_u8_planes)
 }
 END_TEST
 
+
+/* workers = auto: the probe picks a count in 1..cores and the loader
+ * then reads with it. */
+START_TEST(test_workers_auto_probe)
+{
+	char ini[1024];
+	struct rig r;
+	int best = 0;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "workers = auto");
+	ck_assert(rig_open(&r, ini) == 0);
+	ck_assert_msg(kiln_loader_probe(r.dev, &r.d, 50, 2, r.copy, &best) == 0, "%s",
+		      kiln_last_error());
+	ck_assert_int_ge(best, 1);
+	ck_assert_int_le(best, sysconf(_SC_NPROCESSORS_ONLN));
+	rig_close(&r);
+}
+END_TEST
+
+
+/* Resume: an epoch read from global offset g (any world size, any rank)
+ * gives exactly the samples, augmented alike, that the uninterrupted
+ * one-process epoch has at those global positions. */
+START_TEST(test_resume_position)
+{
+	char ini[1024];
+	struct rig r;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "");
+	ck_assert(rig_open(&r, ini) == 0);
+	enum { B = 20 };
+	const int64_t n = r.d.len, ep = 3;
+	size_t sb = r.d.sample_bytes;
+	int64_t *perm = malloc(sizeof(int64_t) * (size_t)n), *mine = malloc(sizeof(int64_t) * (size_t)n);
+	uint8_t *full = malloc((size_t)n * sb), *part = malloc((size_t)n * sb);
+	int32_t *yf = malloc(sizeof(int32_t) * (size_t)n), *yp = malloc(sizeof(int32_t) * (size_t)n);
+	struct kiln_loader *L = NULL;
+	kiln_rng_permutation(r.d.seed, (uint64_t)ep, perm, n);
+	ck_assert(kiln_loader_open(r.dev, &r.d, B, 2, 2, &L) == 0);
+	/* the uninterrupted epoch, one process */
+	ck_assert(kiln_loader_start(L, ep, perm, n, B, 0) == 0);
+	for (int64_t b = 0; b < n / B; b++) {
+		const void *x;
+		const int32_t *y;
+		int64_t rows;
+		int slot;
+		ck_assert(kiln_loader_next(L, &x, &y, &rows, &slot) == 0);
+		memcpy(full + (size_t)(b * B) * sb, x, (size_t)rows * sb);
+		memcpy(yf + b * B, y, sizeof(int32_t) * (size_t)rows);
+		ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
+	}
+	/* resumed at g = 7 steps of batch B x 2 ranks, as 3 ranks */
+	const int64_t g = 7 * B * 2;
+	for (int rank = 0; rank < 3; rank++) {
+		int64_t len = kiln_shard(perm, n, g, rank, 3, 1, mine);
+		ck_assert(kiln_loader_start(L, ep, mine, len / B * B, B, 0) == 0);
+		for (int64_t b = 0; b < len / B; b++) {
+			const void *x;
+			const int32_t *y;
+			int64_t rows;
+			int slot;
+			ck_assert(kiln_loader_next(L, &x, &y, &rows, &slot) == 0);
+			for (int64_t i = 0; i < rows; i++) {
+				int64_t k = b * B + i, pos = g + rank + k * 3; /* global position */
+				ck_assert_msg(!memcmp((const uint8_t *)x + (size_t)i * sb,
+						      full + (size_t)pos * sb, sb),
+					      "rank %d row %lld (global %lld) differs", rank,
+					      (long long)k, (long long)pos);
+				ck_assert_int_eq(y[i], yf[pos]);
+			}
+			ck_assert(kiln_loader_release(L, slot, r.copy) == 0);
+		}
+	}
+	kiln_loader_close(L);
+	free(perm), free(mine), free(full), free(part), free(yf), free(yp);
+	rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_workers_key)
 {
 	int w;
@@ -455,6 +534,8 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, test_on_error);
 	tcase_add_test(tc, test_normalize_on_device);
 	tcase_add_test(tc, test_transform_needs_images);
+	tcase_add_test(tc, test_workers_auto_probe);
+	tcase_add_test(tc, test_resume_position);
 	suite_add_tcase(s, tc);
 	return s;
 }
