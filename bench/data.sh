@@ -21,7 +21,7 @@
 # Every figure is the median of R runs.
 #
 # Usage: bench/data.sh [--runs R] [--workers W] [--n N] [--batches B] [--steps S]
-#                      [--dir DIR]
+#                      [--dir DIR] [--part all|loader|train]
 # Defaults: R=3, W=2, N=10000, B=40, S=300, DIR=/tmp/kiln-bench-data.
 # Environment: KILN (default ./kiln), PYTHON (default /usr/bin/python3).
 # Run from the top of the source tree after `make`.
@@ -33,6 +33,7 @@ N=10000
 BATCHES=40
 STEPS=300
 DIR=/tmp/kiln-bench-data
+PART=all
 KILN=${KILN:-./kiln}
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(dirname "$0")
@@ -45,6 +46,7 @@ while [ $# -gt 0 ]; do
     --batches) BATCHES=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --dir) DIR=$2; shift 2 ;;
+    --part) PART=$2; shift 2 ;;
     -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "data.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
     esac
@@ -53,12 +55,12 @@ done
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" | tail -1; }
 
-if [ ! -d "$DIR/jpeg/train" ] || [ "$(find "$DIR/jpeg/train" -name '*.jpg' | wc -l)" -ne "$N" ]; then
+if [ "$PART" != train ] && [ ! -d "$DIR/jpeg/train" ] || [ "$(find "$DIR/jpeg/train" -name '*.jpg' | wc -l)" -ne "$N" ]; then
     rm -rf "$DIR"
     echo "making $N JPEGs in $DIR/jpeg/train ..." >&2
     (cd "$HERE" && "$PYTHON" make_image_folder.py "$DIR/jpeg/train" --n "$N")
 fi
-if [ ! -d "$DIR/raw" ]; then
+if [ "$PART" != train ] && [ ! -d "$DIR/raw" ]; then
     "$KILN" pack "$HERE/data_bench.ini" --out "$DIR/raw" "data.path=$DIR/jpeg" 2>/dev/null
     "$KILN" pack "$HERE/data_bench.ini" --out "$DIR/raw112" --resize 112 "data.path=$DIR/jpeg" 2>/dev/null
 fi
@@ -89,21 +91,30 @@ run_train() {
     done | median
 }
 
-pt=$(run_pt)
-folder=$(run_kiln "data.path=$DIR/jpeg")
-raw=$(run_kiln data.source=records "data.path=$DIR/raw")
-raw112=$(run_kiln data.source=records "data.path=$DIR/raw112" data.crop=none data.transform_on=device)
-real=$(run_train data.workers=1)
-resident=$(run_train data.resident=1)
+pt=0 folder=0 raw=0 raw112=0 real=0 resident=0
+if [ "$PART" != train ]; then
+    pt=$(run_pt)
+    folder=$(run_kiln "data.path=$DIR/jpeg")
+    raw=$(run_kiln data.source=records "data.path=$DIR/raw")
+    raw112=$(run_kiln data.source=records "data.path=$DIR/raw112" data.crop=none data.transform_on=device)
+fi
+if [ "$PART" != loader ]; then
+    real=$(run_train data.workers=1)
+    resident=$(run_train data.resident=1)
+fi
 
 awk -v pt="$pt" -v folder="$folder" -v raw="$raw" -v raw112="$raw112" -v real="$real" \
-    -v resident="$resident" -v n="$N" -v w="$W" -v runs="$RUNS" -v steps="$STEPS" 'BEGIN {
+    -v resident="$resident" -v n="$N" -v w="$W" -v runs="$RUNS" -v steps="$STEPS" \
+    -v part="$PART" 'BEGIN {
+    if (part != "train") {
     printf "data loader, %d RGB JPEGs 128x128 -> RandomResizedCrop(112) + flip + normalize,\n", n
     printf "batch 128, %d workers, median of %d runs (samples/s):\n", w, runs
     printf "  %-36s %10.0f\n", "pytorch DataLoader (ImageFolder)", pt
     printf "  %-36s %10.0f  %5.2fx pytorch\n", "kiln folder (JPEG)", folder, folder / pt
     printf "  %-36s %10.0f  %5.2fx kiln folder\n", "kiln records, raw", raw, raw / folder
     printf "  %-36s %10.0f  %5.2fx kiln folder\n", "kiln records, raw 112, u8 shipped", raw112, raw112 / folder
+    }
+    if (part == "loader") exit
     printf "CNN example, %d steps of batch 128, median of %d runs:\n", steps, runs
     printf "  %-36s %10.0f samples/s\n", "real loader (idx, 1 worker)", real
     printf "  %-36s %10.0f samples/s\n", "resident batch (no loading)", resident

@@ -8,11 +8,13 @@
  *
  * Images are 0x00000803 (u8 [N, rows, cols]) and labels 0x00000801
  * (u8 [N]).  Both files are read whole into memory at open(), through zlib
- * so that gzipped and plain files are read alike.  A sample is the image
- * as f32 [1, rows, cols], x = (u8/255 - mean)/std, and its label an i32
- * scalar (`mean` and `std` are the core's [data] transform keys, read here
- * as single numbers, 0 and 1 when unset).  read() only reads the loaded
- * arrays, so it is thread-safe.
+ * so that gzipped and plain files are read alike.  read_image() hands the
+ * core the stored bytes as a u8 [rows, cols, 1] image (the trainer then
+ * applies the [data] transforms); read() gives the older finished sample,
+ * f32 [1, rows, cols], x = (u8/255 - mean)/std (`mean` and `std` are the
+ * core's [data] keys, read here as single numbers, 0 and 1 when unset),
+ * for callers of the plugin API.  Labels are i32 scalars.  Both only read
+ * the loaded arrays, so they are thread-safe.
  *
  * Nothing in a file is trusted: every size is checked against what the
  * header promised, the total against IDX_MAX_BYTES, and buffers grow only

@@ -5,9 +5,11 @@
  * JPEG goes through libjpeg-turbo's TurboJPEG API with the settings PIL
  * uses (accurate integer IDCT, fancy upsampling), so pixels equal what
  * torchvision's PIL path decodes; PNG through libpng's simplified API.
- * Decoded pixels are 8-bit HWC: gray stays 1 channel, everything else
- * (RGB, palette, gray+alpha, RGBA, CMYK) becomes 3-channel RGB; 16-bit PNG
- * is reduced to 8 bits.  Thread-safe: no shared state.
+ * Decoded pixels are 8-bit HWC: gray stays 1 channel (a gray+alpha PNG
+ * too, its alpha composited onto black), everything else (RGB, palette,
+ * RGBA, also composited onto black) becomes 3-channel RGB; CMYK JPEGs are
+ * refused (KILN_EDATA); 16-bit PNG is reduced to 8 bits.  Thread-safe: no
+ * shared state.
  */
 #ifndef KILN_LOADERS_IMAGE_H
 #define KILN_LOADERS_IMAGE_H
