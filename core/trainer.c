@@ -145,12 +145,18 @@ static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void 
 static kiln_status prep_schedule(struct trainer *t, const struct kiln_config *cfg, double lr,
 				 int64_t total, int64_t max_steps)
 {
+	static const char *const kinds[] = { "constant", "cosine", "step", "multistep", "onecycle" };
 	struct kiln_op op;
-	int64_t one = 1, warmup = 0;
-	double lr_min = 0;
+	int64_t one = 1, warmup = 0, step_size = 1000;
+	double lr_min = 0, gamma = 0.1, pct = 0.3, div = 25, fdiv = 1e4;
 	const char *kind = kiln_config_get(cfg, "train", "schedule");
 	kiln_config_get_int(cfg, "train", "warmup", &warmup);
 	kiln_config_get_float(cfg, "train", "lr_min", &lr_min);
+	kiln_config_get_int(cfg, "train", "step_size", &step_size);
+	kiln_config_get_float(cfg, "train", "gamma", &gamma);
+	kiln_config_get_float(cfg, "train", "pct_start", &pct);
+	kiln_config_get_float(cfg, "train", "div_factor", &div);
+	kiln_config_get_float(cfg, "train", "final_div_factor", &fdiv);
 	if (max_steps > 0 && max_steps < total)
 		total = max_steps;
 	memset(&op, 0, sizeof op);
@@ -158,14 +164,56 @@ static kiln_status prep_schedule(struct trainer *t, const struct kiln_config *cf
 	op.n_in = op.n_out = 1;
 	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
 	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
-	op.i[0] = kind && !strcmp(kind, "cosine") ? KILN_SCHED_COSINE : KILN_SCHED_CONSTANT;
+	op.i[0] = KILN_SCHED_CONSTANT;
+	for (int k = 0; kind && k < 5; k++)
+		if (!strcmp(kind, kinds[k]))
+			op.i[0] = k;
 	op.i[1] = total;
 	op.i[2] = warmup;
+	op.i[3] = step_size;
 	op.f[0] = lr;
 	op.f[1] = lr_min;
+	op.f[2] = gamma;
+	op.f[3] = fdiv;
+	op.f[4] = pct;
+	if (op.i[0] == KILN_SCHED_ONECYCLE)
+		op.f[2] = div;
+	if (op.i[0] == KILN_SCHED_MULTISTEP) {
+		/* milestones: ascending step counts after the warmup */
+		const char *v = kiln_config_get(cfg, "train", "milestones");
+		int64_t prev = -1;
+		op.i[3] = 0;
+		while (v && *v) {
+			char *end;
+			while (*v == ' ' || *v == ',')
+				v++;
+			if (!*v)
+				break;
+			long long m = strtoll(v, &end, 10);
+			if (end == v || m <= prev || op.i[3] == 12)
+				return kiln_error(KILN_ECONFIG, "%s: [train] milestones: up to 12 ascending step counts, e.g. `3000, 6000`",
+						  kiln_config_where(cfg, "train", "milestones"));
+			op.i[4 + op.i[3]++] = prev = m;
+			v = end;
+		}
+	}
 	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",
 		 kind ? kind : "constant", (long long)total, (long long)warmup);
 	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);
+}
+
+/* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
+static double scaled_lr(const struct kiln_config *cfg, double lr, int64_t global)
+{
+	const char *how = kiln_config_get(cfg, "train", "lr_scale");
+	int64_t base = 256;
+	kiln_config_get_int(cfg, "train", "base_batch", &base);
+	if (!how || !strcmp(how, "none"))
+		return lr;
+	double r = (double)global / (double)base, s = !strcmp(how, "sqrt") ? sqrt(r) : r;
+	kiln_log(KILN_LOG_INFO, "train", "lr_scale = %s: lr %g x %s(%lld / %lld) = %g", how, lr,
+		 !strcmp(how, "sqrt") ? "sqrt" : "", (long long)global, (long long)base, lr * s);
+	return lr * s;
 }
 
 /* Assemble rows idx[0..rows) into staging slot s and enqueue their copy;
@@ -420,7 +468,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
 	    (st = prep_fill(t->dev, 2, 0.0, &t->fill_metrics)) ||
-	    (st = prep_schedule(t, cfg, lr, epochs * (train.len / B), max_steps)))
+	    (st = prep_schedule(t, cfg, scaled_lr(cfg, lr, B), epochs * (train.len / B), max_steps)))
 		goto out;
 	{
 		struct kiln_op_args a = { .out = { t->metrics_dev } };

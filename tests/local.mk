@@ -92,6 +92,13 @@ EXTRA_DIST += tests/pack.sh tests/examples.sh
 
 # ---- Foundation II: graph, layers, planner, trainer -----------------------
 if HAVE_CHECK
+check_PROGRAMS += tests/check_sched
+TESTS += tests/check_sched
+tests_check_sched_SOURCES = tests/check_sched.c
+tests_check_sched_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
+tests_check_sched_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_sched_LDADD = libkiln.la $(CHECK_LIBS) -lm
+EXTRA_DIST += tests/data/gen_sched_refs.py tests/data/sched_refs.txt
 check_PROGRAMS += tests/check_data
 TESTS += tests/check_data
 tests_check_data_SOURCES = tests/check_data.c

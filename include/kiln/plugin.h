@@ -276,7 +276,15 @@ enum kiln_op_type {
 	 *   constant: lr = base
 	 *   cosine:   lr = final + (base - final) * (1 + cos(pi * u / U)) / 2,
 	 *             u = min(t - W, U), U = max(T - W, 1)
-	 * (PyTorch's CosineAnnealingLR with T_max = U, eta_min = final). */
+	 *             (PyTorch's CosineAnnealingLR with T_max = U, eta_min = final)
+	 *   step:     lr = base * f[2]^floor(u / i[3])   (StepLR: gamma, step_size)
+	 *   multistep: lr = base * f[2]^(number of milestones m <= u), milestones
+	 *             i[4 .. 4 + i[3]) ascending, at most 12 (MultiStepLR)
+	 *   onecycle: OneCycleLR(max_lr = base, total_steps = U, pct_start =
+	 *             f[4], div_factor = f[2], final_div_factor = f[3],
+	 *             anneal_strategy = cos, three_phase = False)
+	 * where u = t - W counts the steps after the warmup.  Every rule reads
+	 * only the device counter, so a replayed graph stays correct. */
 	KILN_OP_LR_SCHEDULE = 30,
 	KILN_OP_TYPE_COUNT
 };
@@ -291,7 +299,8 @@ enum kiln_act {
 	KILN_ACT_TANH = 4
 };
 
-enum kiln_sched { KILN_SCHED_CONSTANT = 0, KILN_SCHED_COSINE = 1 };
+enum kiln_sched { KILN_SCHED_CONSTANT = 0, KILN_SCHED_COSINE = 1, KILN_SCHED_STEP = 2,
+		  KILN_SCHED_MULTISTEP = 3, KILN_SCHED_ONECYCLE = 4 };
 
 enum kiln_op_flags {
 	KILN_OPF_ACCUMULATE = 1 /* add into out0 (beta = 1) instead of overwriting */

@@ -245,11 +245,30 @@ static kiln_status cpu_lr_schedule(const struct cpu_plan *p, const struct kiln_o
 	const double base = p->op.f[0], fin = p->op.f[1];
 	double lr = base;
 	(void)e;
+	const int64_t U = T - W > 1 ? T - W : 1, u = t - W;
 	if (t < W) {
 		lr = base * (double)(t + 1) / (double)W;
 	} else if (p->op.i[0] == KILN_SCHED_COSINE) {
-		int64_t U = T - W > 1 ? T - W : 1, u = t - W < U ? t - W : U;
-		lr = fin + (base - fin) * (1.0 + cos(M_PI * (double)u / (double)U)) / 2.0;
+		int64_t v = u < U ? u : U;
+		lr = fin + (base - fin) * (1.0 + cos(M_PI * (double)v / (double)U)) / 2.0;
+	} else if (p->op.i[0] == KILN_SCHED_STEP) {
+		lr = base * pow(p->op.f[2], (double)(u / p->op.i[3]));
+	} else if (p->op.i[0] == KILN_SCHED_MULTISTEP) {
+		int k = 0;
+		for (int64_t j = 0; j < p->op.i[3]; j++)
+			k += p->op.i[4 + j] <= u;
+		lr = base * pow(p->op.f[2], k);
+	} else if (p->op.i[0] == KILN_SCHED_ONECYCLE) {
+		/* torch.optim.lr_scheduler.OneCycleLR, two phases, cosine */
+		const double init = base / p->op.f[2], end = init / p->op.f[3];
+		const double e1 = p->op.f[4] * (double)U - 1, e2 = (double)U - 1;
+		double from, to, pct;
+		if ((double)u <= e1) {
+			from = init, to = base, pct = (double)u / e1;
+		} else {
+			from = base, to = end, pct = ((double)u - e1) / (e2 - e1);
+		}
+		lr = to + (from - to) / 2.0 * (1.0 + cos(M_PI * pct));
 	}
 	*(float *)a->out[0] = (float)lr;
 	return KILN_OK;
@@ -539,8 +558,13 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		if (op->in[0].dtype != KILN_I64 || cpu_numel(&op->in[0]) != 1 ||
 		    op->out[0].dtype != KILN_F32 || cpu_numel(&op->out[0]) != 1)
 			return cpu_bad(c, op, KILN_EINVAL, "wants an i64[1] step and an f32[1] lr");
-		if (op->i[0] != KILN_SCHED_CONSTANT && op->i[0] != KILN_SCHED_COSINE)
+		if (op->i[0] < KILN_SCHED_CONSTANT || op->i[0] > KILN_SCHED_ONECYCLE)
 			return cpu_bad(c, op, KILN_ENOTSUP, "unknown schedule");
+		if ((op->i[0] == KILN_SCHED_STEP && op->i[3] < 1) ||
+		    (op->i[0] == KILN_SCHED_MULTISTEP && (op->i[3] < 0 || op->i[3] > 12)) ||
+		    (op->i[0] == KILN_SCHED_ONECYCLE &&
+		     (!(op->f[2] > 0) || !(op->f[3] > 0) || !(op->f[4] > 0 && op->f[4] < 1))))
+			return cpu_bad(c, op, KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0 and 0 < pct_start < 1)");
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_COUNTER_ADD) {

@@ -1,0 +1,149 @@
+/* tests/check_sched.c - the device's learning-rate schedule op
+ * (KILN_OP_LR_SCHEDULE) against PyTorch's schedulers, step by step:
+ * tests/data/sched_refs.txt holds the rates torch 1.13's LinearLR +
+ * SequentialLR warmup, CosineAnnealingLR, StepLR, MultiStepLR and OneCycleLR
+ * give (tests/data/gen_sched_refs.py).  Also the trainer's lr_scale. */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct kiln_registry *reg;
+
+static const char *const kinds[] = { "constant", "cosine", "step", "multistep", "onecycle" };
+
+START_TEST(test_schedules_vs_pytorch)
+{
+	char path[1024], line[65536];
+	snprintf(path, sizeof path, "%s/tests/data/sched_refs.txt", SRCDIR);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	void *stream;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
+	int64_t *step_d;
+	float *lr_d;
+	ck_assert(kiln_device_alloc(dev, 64, (void **)&step_d) == 0);
+	ck_assert(kiln_device_alloc(dev, 64, (void **)&lr_d) == 0);
+	int cases = 0;
+	while (fgets(line, sizeof line, f)) {
+		if (line[0] == '#')
+			continue;
+		char name[64], kind[32];
+		int T, W, n;
+		double base, lr_min, gamma, pct, div, fdiv;
+		long step_size;
+		ck_assert(sscanf(line, "%63s %31s %d %d %lf %lf %ld %lf %lf %lf %lf%n", name, kind, &T,
+				 &W, &base, &lr_min, &step_size, &gamma, &pct, &div, &fdiv, &n) == 11);
+		struct kiln_op op;
+		int64_t one = 1;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_LR_SCHEDULE;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+		op.i[0] = -1;
+		for (int k = 0; k < 5; k++)
+			if (!strcmp(kind, kinds[k]))
+				op.i[0] = k;
+		ck_assert_int_ge(op.i[0], 0);
+		op.i[1] = T, op.i[2] = W, op.i[3] = step_size;
+		op.f[0] = base, op.f[1] = lr_min, op.f[2] = gamma, op.f[3] = fdiv, op.f[4] = pct;
+		if (op.i[0] == KILN_SCHED_ONECYCLE)
+			op.f[2] = div;
+		char *p = line + n;
+		if (op.i[0] == KILN_SCHED_MULTISTEP) {
+			op.i[3] = 0;
+			char *end;
+			for (long m; (m = strtol(p, &end, 10)), end != p; p = end)
+				op.i[4 + op.i[3]++] = m;
+		}
+		p = strchr(p, ';');
+		ck_assert(p != NULL);
+		p++;
+		void *plan;
+		ck_assert_msg(kiln_device_prepare(dev, &op, &plan, NULL) == 0, "%s: %s", name,
+			      kiln_last_error());
+		double worst = 0;
+		for (int64_t t = 0; t < T; t++) {
+			char *end;
+			double want = strtod(p, &end);
+			ck_assert_msg(end != p, "%s: %d rates expected", name, T);
+			p = end;
+			float got;
+			struct kiln_op_args a = { .in = { step_d }, .out = { lr_d } };
+			ck_assert(kiln_device_copy_async(dev, step_d, &t, 8, KILN_COPY_H2D, stream) == 0);
+			ck_assert(kiln_device_run(dev, plan, &a, stream) == 0);
+			ck_assert(kiln_device_copy_async(dev, &got, lr_d, 4, KILN_COPY_D2H, stream) == 0);
+			ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+			double rel = fabs(got - want) / fmax(fabs(want), 1e-12);
+			worst = fmax(worst, rel);
+			ck_assert_msg(rel < 2e-6, "%s step %lld: lr %.9g, PyTorch %.9g", name, (long long)t,
+				      got, want);
+		}
+		printf("schedule %-15s %3d steps: max rel diff vs PyTorch %.2e\n", name, T, worst);
+		kiln_device_plan_free(dev, plan);
+		cases++;
+	}
+	fclose(f);
+	ck_assert_int_ge(cases, 9);
+	kiln_device_free(dev, step_d);
+	kiln_device_free(dev, lr_d);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Bad parameters are refused at prepare. */
+START_TEST(test_schedule_bad)
+{
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+	struct kiln_op op;
+	int64_t one = 1;
+	void *plan;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_LR_SCHEDULE;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+	op.i[0] = KILN_SCHED_STEP; /* step_size 0 */
+	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
+	op.i[0] = KILN_SCHED_ONECYCLE; /* pct_start 0 */
+	op.f[2] = 25, op.f[3] = 1e4;
+	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_EINVAL);
+	op.i[0] = 9;
+	ck_assert_int_eq(kiln_device_prepare(dev, &op, &plan, NULL), KILN_ENOTSUP);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+int main(void)
+{
+	if (kiln_registry_open(NULL, &reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		return 1;
+	}
+	Suite *s = suite_create("sched");
+	TCase *tc = tcase_create("sched");
+	tcase_add_test(tc, test_schedules_vs_pytorch);
+	tcase_add_test(tc, test_schedule_bad);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	kiln_registry_close(reg);
+	return failed ? 1 : 0;
+}
