@@ -360,8 +360,8 @@ END_TEST
 /* A key that starts with a valid key and a '_' is most likely that key. */
 START_TEST(err_unknown_key_suggests_prefix)
 {
-	expect_fail("[train]\nlr_rate = 0.1\n", KILN_ECONFIG,
-		    "t.ini:2: unknown key 'lr_rate' in [train]", "did you mean 'lr'?", NULL);
+	expect_fail("[train]\nlr_for_the_first_epoch = 0.1\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'lr_for_the_first_epoch' in [train]", "did you mean 'lr'?", NULL);
 }
 END_TEST
 
