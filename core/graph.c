@@ -880,7 +880,9 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	for (int k = 0; k < L->n_params; k++) {
 		const struct model_param *pm = &m->params[L->pidx[k]];
 		r->w[k] = (pm->buffer ? m->buffers_d : m->params_d) + pm->off;
-		r->dw[k] = p->training && pm->trainable ? m->grads_d + pm->off : NULL;
+		r->dw[k] = p->training && pm->trainable
+				   ? (m->grad_out_d ? m->grad_out_d : m->grads_d) + pm->off
+				   : NULL;
 	}
 	r->dw_accum = 0;
 	r->workspace = p->ws;

@@ -51,6 +51,9 @@ struct kiln_model {
 	/* optimizer */
 	void *sgd_plan;
 	size_t sgd_ws;
+	/* gradient accumulation ([train] accumulate): backward writes the
+	 * parameter gradients to grad_out_d (NULL: grads_d itself) */
+	float *grad_out_d;
 };
 
 struct plan_node {

@@ -76,6 +76,8 @@ static const struct kiln_key train_keys[] = {
 	{ "batch", KILN_KEY_INT, "128", 1, 1e9, NULL, "Samples per step (per rank)." },
 	{ "eval_batch", KILN_KEY_INT, "0", 0, 1e9, NULL,
 	  "Samples per evaluation step; 0 = same as `batch`. The last partial batch is evaluated too." },
+	{ "accumulate", KILN_KEY_INT, "1", 1, 65536, NULL,
+	  "Gradient accumulation: one optimizer step per N micro-batches of `batch` (the first writes the gradients, the others add theirs), so the step sees batch x N samples; steps, `max_steps` and the schedule count optimizer steps." },
 	{ "max_steps", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Stop after this many steps in total; 0 = no limit." },
 	{ "optimizer", KILN_KEY_ENUM, "sgd", NOLIM, "sgd", "Optimizer." },

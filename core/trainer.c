@@ -73,6 +73,11 @@ struct trainer {
 	struct kiln_data_scratch scratch; /* reads on this thread (workers = 0) */
 	int64_t epoch;             /* of the batches being read */
 	void *x_norm;              /* transform_on = device: f32 input */
+	int64_t *opt_step_d;       /* optimizer steps taken (the schedule's input) */
+	void *opt_step_plan, *opt_step_fill; /* += 1; = 0 */
+	float *grads_more;         /* accumulate > 1: micro-steps 2.. write here */
+	void *grads_add;           /* grads_d += grads_more */
+	void *grads_mean;          /* grads_d *= 1 / accumulate */
 	size_t norm_bytes;
 	int64_t norm_rows[NORM_PLANS];
 	void *norm_plan[NORM_PLANS];
@@ -200,6 +205,54 @@ static kiln_status prep_schedule(struct trainer *t, const struct kiln_config *cf
 	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",
 		 kind ? kind : "constant", (long long)total, (long long)warmup);
 	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);
+}
+
+/* The optimizer-step counter (zeroed), and with accumulation the second
+ * gradient buffer and the add that folds it in. */
+static kiln_status prep_opt_counter(struct trainer *t, int64_t acc, int64_t B)
+{
+	struct kiln_op op;
+	int64_t one = 1;
+	kiln_status st;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_COUNTER_ADD;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
+	op.i[0] = 1;
+	if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->opt_step_d)) ||
+	    (st = kiln_device_prepare(t->dev, &op, &t->opt_step_plan, NULL)))
+		return st;
+	op.type = KILN_OP_FILL;
+	op.i[0] = 0;
+	op.f[0] = 0;
+	if ((st = kiln_device_prepare(t->dev, &op, &t->opt_step_fill, NULL)))
+		return st;
+	struct kiln_op_args a = { .out = { t->opt_step_d } };
+	if ((st = kiln_device_run(t->dev, t->opt_step_fill, &a, t->compute)))
+		return st;
+	if (acc > 1 && t->m->n_trainable) {
+		int64_t n = (int64_t)t->m->n_trainable;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADD;
+		op.n_in = 2;
+		op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+		op.in[1] = op.out[0] = op.in[0];
+		if ((st = kiln_device_alloc(t->dev, t->m->n_elems * sizeof(float),
+					    (void **)&t->grads_more)) ||
+		    (st = kiln_device_prepare(t->dev, &op, &t->grads_add, NULL)))
+			return st;
+		/* each micro-step's loss is a mean over its batch: the sum of
+		 * N of them over N is the mean over the N batches */
+		op.type = KILN_OP_SCALE;
+		op.n_in = 1;
+		op.f[0] = 1.0 / (double)acc;
+		if ((st = kiln_device_prepare(t->dev, &op, &t->grads_mean, NULL)))
+			return st;
+		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld)",
+			 (long long)acc, (long long)acc, (long long)(acc * B));
+	}
+	return KILN_OK;
 }
 
 /* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
@@ -366,7 +419,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
 	int64_t *perm = NULL, *order = NULL;
 	kiln_status st;
-	int64_t seed = 0, epochs = 10, B = 128, EB = 0, log_every = 100, max_steps = 0;
+	int64_t seed = 0, epochs = 10, B = 128, EB = 0, log_every = 100, max_steps = 0, acc = 1;
 	double lr = 0.01;
 	int do_eval = 1, shuffle = 1, resident = 0;
 	const char *devname = kiln_config_get(cfg, "run", "device");
@@ -381,6 +434,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	kiln_config_get_int(cfg, "train", "eval_batch", &EB);
 	kiln_config_get_int(cfg, "train", "log_every", &log_every);
 	kiln_config_get_int(cfg, "train", "max_steps", &max_steps);
+	kiln_config_get_int(cfg, "train", "accumulate", &acc);
 	kiln_config_get_float(cfg, "train", "lr", &lr);
 	kiln_config_get_bool(cfg, "train", "eval", &do_eval);
 	kiln_config_get_bool(cfg, "data", "shuffle", &shuffle);
@@ -468,7 +522,10 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
 	    (st = prep_fill(t->dev, 2, 0.0, &t->fill_metrics)) ||
-	    (st = prep_schedule(t, cfg, scaled_lr(cfg, lr, B), epochs * (train.len / B), max_steps)))
+	    (st = prep_schedule(t, cfg, scaled_lr(cfg, lr, B * acc), epochs * (train.len / (B * acc)),
+				max_steps)))
+		goto out;
+	if ((st = prep_opt_counter(t, acc, B)))
 		goto out;
 	{
 		struct kiln_op_args a = { .out = { t->metrics_dev } };
@@ -525,7 +582,13 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
-	int64_t steps_per_epoch = train.len / B; /* drop_last */
+	/* an optimizer step takes `acc` micro-batches of B (drop_last) */
+	int64_t steps_per_epoch = train.len / (B * acc);
+	if (steps_per_epoch < 1) {
+		st = kiln_error(KILN_ECONFIG, "[train] batch %lld x accumulate %lld needs more than the %lld training samples",
+				(long long)B, (long long)acc, (long long)train.len);
+		goto out;
+	}
 	int64_t step = 0;
 	int res_slot = 0;
 	void *res_x = NULL; /* resident = 1: the one batch's device input */
@@ -550,43 +613,65 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		kiln_shard(perm, train.len, 0, 0, 1, 1, order);
 		res_x = NULL; /* resident: evaluation reused the slots; load anew */
 		t->epoch = ep;
-		if (train.loader && (st = kiln_loader_start(train.loader, ep, order, ep_steps * B, B, 0)))
+		if (train.loader &&
+		    (st = kiln_loader_start(train.loader, ep, order, ep_steps * acc * B, B, 0)))
 			goto out;
 		for (int64_t k = 0; k < steps_per_epoch && (!max_steps || step < max_steps); k++) {
-			int s = res_slot;
-			void *xd = res_x;
-			t->epoch = ep;
-			if (!res_x && (st = load_batch(t, &train, order + k * B, B, &s, &xd)))
-				goto out;
-			if (resident && !res_x) {
-				res_slot = s;
-				res_x = xd;
+			for (int64_t j = 0; j < acc; j++) {
+				/* micro-step j of the optimizer step: the first writes
+				 * the gradients, the others write beside them and add */
+				int s = res_slot;
+				void *xd = res_x;
+				t->epoch = ep;
+				if (!res_x &&
+				    (st = load_batch(t, &train, order + (k * acc + j) * B, B, &s, &xd)))
+					goto out;
+				if (resident && !res_x) {
+					res_slot = s;
+					res_x = xd;
+				}
+				t->m->grad_out_d = j ? t->grads_more : NULL;
+				phase(KILN_PHASE_FORWARD, 1);
+				st = kiln_plan_forward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
+				phase(KILN_PHASE_FORWARD, 0);
+				if (st)
+					goto out;
+				phase(KILN_PHASE_BACKWARD, 1);
+				st = kiln_plan_backward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
+				if (!st && j) {
+					struct kiln_op_args a = { .in = { t->m->grads_d, t->grads_more },
+								  .out = { t->m->grads_d } };
+					st = kiln_device_run(t->dev, t->grads_add, &a, t->compute);
+				}
+				if (!st && j && j == acc - 1) {
+					struct kiln_op_args a = { .in = { t->m->grads_d },
+								  .out = { t->m->grads_d } };
+					st = kiln_device_run(t->dev, t->grads_mean, &a, t->compute);
+				}
+				phase(KILN_PHASE_BACKWARD, 0);
+				/* the dropout counter counts micro-steps */
+				if (st || (st = kiln_model_step_advance(t->m, t->compute)) ||
+				    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
+					goto out;
+				since += B;
 			}
-			phase(KILN_PHASE_FORWARD, 1);
-			st = kiln_plan_forward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
-			phase(KILN_PHASE_FORWARD, 0);
-			if (st)
-				goto out;
-			phase(KILN_PHASE_BACKWARD, 1);
-			st = kiln_plan_backward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
-			phase(KILN_PHASE_BACKWARD, 0);
-			if (st)
-				goto out;
+			t->m->grad_out_d = NULL;
 			phase(KILN_PHASE_OPTIMIZER, 1);
 			{
-				/* this step's lr from the device's step counter */
-				struct kiln_op_args a = { .in = { t->m->step_d }, .out = { t->lr_dev } };
+				/* this step's lr from the device's optimizer-step counter */
+				struct kiln_op_args a = { .in = { t->opt_step_d }, .out = { t->lr_dev } };
 				st = kiln_device_run(t->dev, t->sched, &a, t->compute);
 			}
 			if (!st)
 				st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
-			if (!st)
-				st = kiln_model_step_advance(t->m, t->compute);
+			if (!st) {
+				struct kiln_op_args a = { .out = { t->opt_step_d } };
+				st = kiln_device_run(t->dev, t->opt_step_plan, &a, t->compute);
+			}
 			phase(KILN_PHASE_OPTIMIZER, 0);
-			if (st || (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
+			if (st)
 				goto out;
 			step++;
-			since += B;
 			if (step == 1 && !have_prev) {
 				/* steady state starts after the first step */
 				kiln_device_counters_get(t->dev, &c_prev);
@@ -693,6 +778,12 @@ out:
 		kiln_device_plan_free(t->dev, t->fill_metrics);
 		kiln_device_plan_free(t->dev, t->sched);
 		kiln_device_free(t->dev, t->x_norm);
+		kiln_device_free(t->dev, t->opt_step_d);
+		kiln_device_free(t->dev, t->grads_more);
+		kiln_device_plan_free(t->dev, t->opt_step_plan);
+		kiln_device_plan_free(t->dev, t->opt_step_fill);
+		kiln_device_plan_free(t->dev, t->grads_add);
+		kiln_device_plan_free(t->dev, t->grads_mean);
 		for (int k = 0; k < NORM_PLANS; k++)
 			kiln_device_plan_free(t->dev, t->norm_plan[k]);
 	}

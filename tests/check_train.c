@@ -577,6 +577,39 @@ START_TEST(test_loader_workers)
 }
 END_TEST
 
+
+/* Gradient accumulation: batch 32 x accumulate 4 is batch 128 (no
+ * batchnorm, no dropout), to float rounding: the same samples per
+ * optimizer step, the same mean gradient, the same schedule. */
+START_TEST(test_accumulate)
+{
+	char ini[2048];
+	struct kiln_train_result res[2];
+	static const char *const over[2][2] = { { "train.batch=128", "train.accumulate=1" },
+						{ "train.batch=32", "train.accumulate=4" } };
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, mlp_ini, "", 2, 5, 0);
+	for (int i = 0; i < 2; i++) {
+		struct kiln_config *cfg;
+		ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+		ck_assert(kiln_config_override(cfg, over[i][0]) == KILN_OK);
+		ck_assert(kiln_config_override(cfg, over[i][1]) == KILN_OK);
+		ck_assert(kiln_config_override(cfg, "train.weight_decay=0.001") == KILN_OK);
+		ck_assert(kiln_config_override(cfg, "train.schedule=cosine") == KILN_OK);
+		ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+		ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res[i]) == 0, "%s", kiln_last_error());
+		kiln_config_free(cfg);
+	}
+	ck_assert_int_eq(res[0].steps, res[1].steps);
+	ck_assert_int_eq(res[0].steps, 2 * (2000 / 128));
+	ck_assert_msg(fabs(res[0].test_loss - res[1].test_loss) <= 1e-5 * res[0].test_loss,
+		      "test loss %.9g (batch 128) vs %.9g (32 x 4)", res[0].test_loss,
+		      res[1].test_loss);
+	ck_assert_msg(fabs(res[0].train_loss - res[1].train_loss) <= 1e-5 * res[0].train_loss,
+		      "train loss %.9g vs %.9g", res[0].train_loss, res[1].train_loss);
+}
+END_TEST
+
 /* A small CNN through the whole trainer in both layouts: training, then
  * evaluation with a remainder batch (inference plans of every layer type,
  * pooling without its training state). */
@@ -633,6 +666,7 @@ static Suite *make_train_suite(void)
 	tcase_add_test(tc, test_steady_state_async);
 	tcase_add_test(tc, test_cnn_e2e);
 	tcase_add_test(tc, test_loader_workers);
+	tcase_add_test(tc, test_accumulate);
 	suite_add_tcase(s, tc);
 	return s;
 }
