@@ -461,10 +461,11 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	memset(&op, 0, sizeof op);
 	int64_t n = (int64_t)m->n_trainable, one = 1;
 	op.type = KILN_OP_SGD;
-	op.n_in = 2;
+	op.n_in = m->step_ok_d ? 3 : 2;
 	op.n_out = 2;
 	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
 	kiln_tensor_desc_init(&op.in[1], KILN_F32, 1, &one);
+	op.in[2] = op.in[1];
 	op.out[0] = op.out[1] = op.in[0];
 	op.i[0] = n;
 	op.i[1] = nesterov;
@@ -501,7 +502,8 @@ kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *s
 {
 	if (!m->n_trainable)
 		return KILN_OK;
-	struct kiln_op_args a = { .in = { m->grads_d, lr }, .out = { m->params_d, m->momentum_d } };
+	struct kiln_op_args a = { .in = { m->grads_d, lr, m->step_ok_d },
+				  .out = { m->params_d, m->momentum_d } };
 	return kiln_device_run(m->dev, m->sgd_plan, &a, stream);
 }
 

@@ -54,6 +54,9 @@ struct kiln_model {
 	/* gradient accumulation ([train] accumulate): backward writes the
 	 * parameter gradients to grad_out_d (NULL: grads_d itself) */
 	float *grad_out_d;
+	/* device f32[1] set before kiln_model_optim_prepare: the optimizer
+	 * step happens only when it is nonzero (KILN_OP_GRAD_CLIP's flag) */
+	const float *step_ok_d;
 };
 
 struct plan_node {

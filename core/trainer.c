@@ -78,6 +78,9 @@ struct trainer {
 	float *grads_more;         /* accumulate > 1: micro-steps 2.. write here */
 	void *grads_add;           /* grads_d += grads_more */
 	void *grads_mean;          /* grads_d *= 1 / accumulate */
+	void *clip;                /* KILN_OP_GRAD_CLIP, or NULL */
+	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
+	float *clip_host;
 	size_t norm_bytes;
 	int64_t norm_rows[NORM_PLANS];
 	void *norm_plan[NORM_PLANS];
@@ -255,6 +258,47 @@ static kiln_status prep_opt_counter(struct trainer *t, int64_t acc, int64_t B)
 	return KILN_OK;
 }
 
+/* Clipping and the non-finite check ([train] clip_norm, clip_value,
+ * skip_nonfinite): one op over the gradients before each optimizer step,
+ * whose finite flag the optimizer reads.  Before optim_prepare. */
+static kiln_status prep_clip(struct trainer *t, const struct kiln_config *cfg)
+{
+	double norm = 0, value = 0;
+	int skip = 1;
+	kiln_status st;
+	kiln_config_get_float(cfg, "train", "clip_norm", &norm);
+	kiln_config_get_float(cfg, "train", "clip_value", &value);
+	kiln_config_get_bool(cfg, "train", "skip_nonfinite", &skip);
+	if ((!skip && norm <= 0 && value <= 0) || !t->m->n_trainable)
+		return KILN_OK;
+	struct kiln_op op;
+	int64_t n = (int64_t)t->m->n_trainable, four = 4;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GRAD_CLIP;
+	op.n_in = 1;
+	op.n_out = 2;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+	op.out[0] = op.in[0];
+	kiln_tensor_desc_init(&op.out[1], KILN_F32, 1, &four);
+	op.i[0] = n;
+	op.f[0] = norm;
+	op.f[1] = value;
+	if ((st = kiln_device_prepare(t->dev, &op, &t->clip, NULL)) ||
+	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->clip_d)) ||
+	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->clip_host)))
+		return st;
+	memset(t->clip_host, 0, 4 * sizeof(float));
+	t->clip_host[1] = 1.0f;
+	if ((st = kiln_device_copy_async(t->dev, t->clip_d, t->clip_host, 4 * sizeof(float),
+					 KILN_COPY_H2D, t->compute)) ||
+	    (st = kiln_device_stream_sync(t->dev, t->compute)))
+		return st;
+	/* a skip needs the flag; clipping alone never skips */
+	if (skip)
+		t->m->step_ok_d = t->clip_d + 1;
+	return KILN_OK;
+}
+
 /* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
 static double scaled_lr(const struct kiln_config *cfg, double lr, int64_t global)
 {
@@ -330,6 +374,9 @@ static kiln_status read_metrics(struct trainer *t, double *loss_sum, double *cor
 	struct kiln_op_args a = { .out = { t->metrics_dev } };
 	if ((st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 2 * sizeof(float),
 					 KILN_COPY_D2H, t->compute)) ||
+	    (t->clip && (st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d,
+						     4 * sizeof(float), KILN_COPY_D2H,
+						     t->compute))) ||
 	    (st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)) ||
 	    (st = kiln_device_stream_sync(t->dev, t->compute)))
 		return st;
@@ -472,6 +519,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		    (st = kiln_device_event_create(t->dev, &t->compute_done[s])))
 			goto out;
 	if ((st = kiln_model_init_params(t->m, (uint64_t)seed, t->compute)) ||
+	    (st = prep_clip(t, cfg)) ||
 	    (st = kiln_model_optim_prepare(t->m, t->compute)))
 		goto out;
 	if ((st = kiln_model_plan(t->m, B, 1, &ptrain)))
@@ -589,7 +637,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				(long long)B, (long long)acc, (long long)train.len);
 		goto out;
 	}
-	int64_t step = 0;
+	int64_t step = 0, interval_start = 0;
 	int res_slot = 0;
 	void *res_x = NULL; /* resident = 1: the one batch's device input */
 	double timed_s = 0;
@@ -657,6 +705,12 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			}
 			t->m->grad_out_d = NULL;
 			phase(KILN_PHASE_OPTIMIZER, 1);
+			if (t->clip) {
+				struct kiln_op_args a = { .in = { t->m->grads_d },
+							  .out = { t->m->grads_d, t->clip_d } };
+				if ((st = kiln_device_run(t->dev, t->clip, &a, t->compute)))
+					goto out;
+			}
 			{
 				/* this step's lr from the device's optimizer-step counter */
 				struct kiln_op_args a = { .in = { t->opt_step_d }, .out = { t->lr_dev } };
@@ -687,11 +741,22 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 					goto out;
 				kiln_device_counters_get(t->dev, &c_prev);
 				have_prev = 1;
-				if (!isfinite(ls)) {
-					st = kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged; lower [train] lr",
-							ls, (long long)step, (long long)ep + 1);
+				int64_t skipped = t->clip ? (int64_t)t->clip_host[2] : 0;
+				int64_t new_skips = skipped - res->steps_skipped;
+				res->steps_skipped = skipped;
+				res->steps_clipped = t->clip ? (int64_t)t->clip_host[3] : 0;
+				if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= step - interval_start)) {
+					st = kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged%s; lower [train] lr",
+							ls, (long long)step, (long long)ep + 1,
+							t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "");
 					goto out;
 				}
+				if (new_skips)
+					kiln_log(KILN_LOG_WARN, "train", "step %lld: %lld step(s) of the last %lld skipped: non-finite gradients (parameters untouched)%s",
+						 (long long)step, (long long)new_skips,
+						 (long long)(step - interval_start),
+						 isfinite(ls) ? "" : "; this interval's mean loss is not finite");
+				interval_start = step;
 				since_loss += ls, since_correct += c;
 				ep_loss += ls, ep_correct += c, ep_samples += since;
 				char msg[200];
@@ -784,6 +849,9 @@ out:
 		kiln_device_plan_free(t->dev, t->opt_step_fill);
 		kiln_device_plan_free(t->dev, t->grads_add);
 		kiln_device_plan_free(t->dev, t->grads_mean);
+		kiln_device_plan_free(t->dev, t->clip);
+		kiln_device_free(t->dev, t->clip_d);
+		kiln_device_host_free(t->dev, t->clip_host);
 		for (int k = 0; k < NORM_PLANS; k++)
 			kiln_device_plan_free(t->dev, t->norm_plan[k]);
 	}

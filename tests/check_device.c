@@ -545,6 +545,94 @@ START_TEST(test_sgd)
 }
 END_TEST
 
+
+/* ---- GRAD_CLIP and the skipped step ------------------------------------- */
+
+/* Norm clipping as clip_grad_norm_ (scale max/(norm+1e-6) when above),
+ * value clamping, and a non-finite gradient: flag 0, skipped + 1, and an
+ * SGD step given the flag leaves params and momentum untouched. */
+START_TEST(test_grad_clip)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int n = 100003;
+	size_t b = (size_t)n * 4;
+	float *g = frandv((size_t)n), *got = malloc(b), st[4];
+	const float st0[4] = { 0, 1, 0, 0 }, lr = 0.1f;
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (double)g[i] * g[i];
+	const double norm = sqrt(ss);
+	void *dg = dput(&f, g, b), *dst = dput(&f, st0, 16);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GRAD_CLIP;
+	op.n_in = 1, op.n_out = 2;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	op.out[1] = td(KILN_F32, 1, 4, 0);
+	op.i[0] = n;
+	op.f[0] = norm / 4; /* clip to a quarter */
+	op.f[1] = 0;
+	void *plan;
+	OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
+	struct kiln_op_args a = { .in = { dg }, .out = { dg, dst } };
+	OK(kiln_device_run(f.dev, plan, &a, f.s));
+	dget(&f, got, dg, b);
+	dget(&f, st, dst, 16);
+	NEAR(st[0], norm, norm, 1e-5, "norm %g, want %g", st[0], norm);
+	ck_assert(st[1] == 1.0f && st[2] == 0.0f && st[3] == 1.0f);
+	const float scale = (float)(norm / 4 / (norm + 1e-6));
+	for (int i = 0; i < n; i++)
+		NEAR(got[i], g[i] * scale, fabs(g[i]) + 1e-3, 1e-6, "clipped g[%d] = %g, want %g", i,
+		     got[i], g[i] * scale);
+	kiln_device_plan_free(f.dev, plan);
+
+	/* value clamping only */
+	op.f[0] = 0;
+	op.f[1] = 0.25;
+	OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
+	OK(kiln_device_copy_async(f.dev, dg, g, b, KILN_COPY_H2D, f.s));
+	OK(kiln_device_run(f.dev, plan, &a, f.s));
+	dget(&f, got, dg, b);
+	for (int i = 0; i < n; i++)
+		ck_assert(got[i] == (g[i] > 0.25f ? 0.25f : g[i] < -0.25f ? -0.25f : g[i]));
+
+	/* a NaN: skipped, flag 0; SGD given the flag does nothing */
+	g[777] = NAN;
+	OK(kiln_device_copy_async(f.dev, dg, g, b, KILN_COPY_H2D, f.s));
+	OK(kiln_device_run(f.dev, plan, &a, f.s));
+	dget(&f, st, dst, 16);
+	ck_assert_msg(st[1] == 0.0f && st[2] == 1.0f, "flag %g, skipped %g", st[1], st[2]);
+	float *w = frandv((size_t)n), *v = frandv((size_t)n);
+	void *dw = dput(&f, w, b), *dv = dput(&f, v, b), *dlr = dput(&f, &lr, 4);
+	struct kiln_op sop;
+	memset(&sop, 0, sizeof sop);
+	sop.type = KILN_OP_SGD;
+	sop.n_in = 3, sop.n_out = 2;
+	sop.in[0] = sop.out[0] = sop.out[1] = td(KILN_F32, 1, n, 0);
+	sop.in[1] = sop.in[2] = td(KILN_F32, 1, 1, 0);
+	sop.i[0] = n;
+	sop.f[0] = 0.9;
+	void *splan;
+	OK(kiln_device_prepare(f.dev, &sop, &splan, NULL));
+	struct kiln_op_args sa = { .in = { dg, dlr, (float *)dst + 1 }, .out = { dw, dv } };
+	OK(kiln_device_run(f.dev, splan, &sa, f.s));
+	dget(&f, got, dw, b);
+	ck_assert(!memcmp(got, w, b));
+	dget(&f, got, dv, b);
+	ck_assert(!memcmp(got, v, b));
+	kiln_device_plan_free(f.dev, splan);
+	kiln_device_plan_free(f.dev, plan);
+	kiln_device_free(f.dev, dg);
+	kiln_device_free(f.dev, dst);
+	kiln_device_free(f.dev, dw);
+	kiln_device_free(f.dev, dv);
+	kiln_device_free(f.dev, dlr);
+	free(g), free(got), free(w), free(v);
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- MUL, COUNTER_ADD, LR_SCHEDULE -------------------------------------- */
 
 START_TEST(test_small_ops)
@@ -1841,6 +1929,7 @@ static Suite *make_device_suite(void)
 		{ "softmax_xent", test_softmax_xent },
 		{ "softmax_bad_label", test_softmax_bad_label },
 		{ "sgd", test_sgd },
+		{ "grad_clip", test_grad_clip },
 		{ "fill", test_fill },
 		{ "reduce_scale_add", test_reduce_scale_add },
 		{ "small_ops", test_small_ops },

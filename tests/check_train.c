@@ -610,6 +610,39 @@ START_TEST(test_accumulate)
 }
 END_TEST
 
+
+/* A step with non-finite gradients is skipped on the device and counted;
+ * a log interval of nothing but skipped steps stops the run as diverged.
+ * lr = 1e6 on inputs scaled by 1e10 overflows the logits within a few steps. */
+START_TEST(test_skip_nonfinite)
+{
+	char ini[2048];
+	struct kiln_train_result res;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.lr=1e6") == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.momentum=0") == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "data.std=1e-10") == KILN_OK);
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_train(cfg, reg, NULL, NULL, &res), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "diverged") && strstr(kiln_last_error(), "skipped"),
+		      "%s", kiln_last_error());
+	ck_assert_int_ge(res.steps_skipped, 4);
+	kiln_config_free(cfg);
+	/* without the check the run only notices the loss */
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.lr=1e6") == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.skip_nonfinite=0") == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "data.std=1e-10") == KILN_OK);
+	ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
+	ck_assert_int_eq(kiln_train(cfg, reg, NULL, NULL, &res), KILN_EDATA);
+	ck_assert_int_eq(res.steps_skipped, 0);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 /* A small CNN through the whole trainer in both layouts: training, then
  * evaluation with a remainder batch (inference plans of every layer type,
  * pooling without its training state). */
@@ -667,6 +700,7 @@ static Suite *make_train_suite(void)
 	tcase_add_test(tc, test_cnn_e2e);
 	tcase_add_test(tc, test_loader_workers);
 	tcase_add_test(tc, test_accumulate);
+	tcase_add_test(tc, test_skip_nonfinite);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -261,6 +261,8 @@ struct kiln_train_result {
 	int64_t test_samples;
 	struct kiln_device_counters steady; /* counters over steps 2..N between log points */
 	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip) */
+	int64_t steps_skipped;      /* optimizer steps skipped: non-finite gradients */
+	int64_t steps_clipped;      /* optimizer steps whose gradients clip_norm scaled */
 	double data_wait_s;         /* training thread's wait for loader workers */
 };
 

@@ -173,7 +173,10 @@ enum kiln_op_type {
 	/* SGD with momentum and weight decay over flat buffers of n = i[0]
 	 * elements: in0 grads, in1 lr f32[1] (device scalar), out0 params,
 	 * out1 momentum.  f[0] momentum, f[1] weight decay, i[1] nesterov.
-	 * g = grad + wd*p; v = mu*v + g; p -= lr * (nesterov ? g + mu*v : v) */
+	 * g = grad + wd*p; v = mu*v + g; p -= lr * (nesterov ? g + mu*v : v).
+	 * Optional in2 f32[1] (device): the step happens only when it is
+	 * nonzero (KILN_OP_GRAD_CLIP's "finite" flag: a skipped step touches
+	 * neither params nor momentum). */
 	KILN_OP_SGD = 7,
 	/* out0 (any dtype) = f[0] */
 	KILN_OP_FILL = 8,
@@ -286,6 +289,17 @@ enum kiln_op_type {
 	 * where u = t - W counts the steps after the warmup.  Every rule reads
 	 * only the device counter, so a replayed graph stays correct. */
 	KILN_OP_LR_SCHEDULE = 30,
+	/* Gradient clipping and the non-finite check before an optimizer
+	 * step, over the flat gradients: in0 grads f32[n] (n = i[0]), out0
+	 * grads (may alias in0), out1 state f32[4] (device): [0] this step's
+	 * global L2 norm (before clipping), [1] finite flag (1, or 0 when the
+	 * norm is NaN or infinite: the step is to be skipped and the gradients
+	 * are left as they are), [2] skipped steps so far (+1 on a skip),
+	 * [3] clipped steps so far.  When finite: with f[0] > 0 and norm >
+	 * f[0] the gradients are scaled by f[0] / (norm + 1e-6) (PyTorch's
+	 * clip_grad_norm_); then with f[1] > 0 each is clamped to
+	 * [-f[1], f[1]] (clip_grad_value_). */
+	KILN_OP_GRAD_CLIP = 33,
 	KILN_OP_TYPE_COUNT
 };
 

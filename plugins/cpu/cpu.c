@@ -63,6 +63,7 @@ const char *cpu_op_name(int type)
 		[KILN_OP_COUNTER_ADD] = "COUNTER_ADD",
 		[KILN_OP_MUL] = "MUL",
 		[KILN_OP_LR_SCHEDULE] = "LR_SCHEDULE",
+		[KILN_OP_GRAD_CLIP] = "GRAD_CLIP",
 	};
 	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
 		return names[type];

@@ -231,8 +231,71 @@ static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *
 	const float mu = (float)p->op.f[0], wd = (float)p->op.f[1];
 	const int nesterov = p->op.i[1] != 0;
 	(void)e;
+	if (p->op.n_in > 2 && a->in[2] && *(const float *)a->in[2] == 0.0f)
+		return KILN_OK; /* a skipped step (non-finite gradients) */
 	CPU_SPANS(p->n, b, en,
 		  sgd_span(w + b, v ? v + b : NULL, g + b, en - b, lr, mu, wd, nesterov));
+	return KILN_OK;
+}
+
+/* See KILN_OP_GRAD_CLIP in plugin.h. */
+CPU_CLONES static double sumsq_span(const float *g, int64_t n)
+{
+	double acc = 0;
+	float part = 0;
+	for (int64_t i = 0; i < n; i++) {
+		part += g[i] * g[i];
+		if ((i & 1023) == 1023) {
+			acc += part;
+			part = 0;
+		}
+	}
+	return acc + part;
+}
+
+CPU_CLONES static void clip_span(float *y, const float *g, int64_t n, float scale, float lim)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float v = g[i] * scale;
+		if (lim > 0)
+			v = v > lim ? lim : v < -lim ? -lim : v;
+		y[i] = v;
+	}
+}
+
+static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_args *a,
+				 struct cpu_err *e)
+{
+	const float *g = a->in[0];
+	float *y = a->out[0], *state = a->out[1];
+	const int64_t n = p->n;
+	const double max_norm = p->op.f[0], lim = p->op.f[1];
+	(void)e;
+	/* fixed 64K-element chunks summed in order: the norm does not depend
+	 * on the thread count */
+	enum { MAXCH = 1024 };
+	const int64_t CH = n / MAXCH + 1 > 65536 ? n / MAXCH + 1 : 65536, nch = (n + CH - 1) / CH;
+	double total = 0, part[MAXCH];
+#pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN)
+	for (int64_t c = 0; c < nch; c++)
+		part[c] = sumsq_span(g + c * CH, (c + 1) * CH < n ? CH : n - c * CH);
+	for (int64_t c = 0; c < nch; c++)
+		total += part[c];
+	const double norm = sqrt(total);
+	state[0] = (float)norm;
+	if (!isfinite(norm)) {
+		state[1] = 0.0f;
+		state[2] += 1.0f;
+		return KILN_OK;
+	}
+	state[1] = 1.0f;
+	float scale = 1.0f;
+	if (max_norm > 0 && norm > max_norm) {
+		scale = (float)(max_norm / (norm + 1e-6));
+		state[3] += 1.0f;
+	}
+	if (scale != 1.0f || lim > 0 || y != g)
+		CPU_SPANS(n, b, en, clip_span(y + b, g + b, en - b, scale, (float)lim));
 	return KILN_OK;
 }
 
@@ -529,9 +592,11 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_RELU: need_in = 1; need_out = 1; p->kernel = cpu_relu; break;
 	case KILN_OP_RELU_BWD: need_in = 2; need_out = 1; p->kernel = cpu_relu_bwd; break;
 	case KILN_OP_SOFTMAX_XENT: need_in = 2; need_out = 2; p->kernel = cpu_softmax_xent; break;
+	case KILN_OP_GRAD_CLIP: need_in = 1; need_out = 2; p->kernel = cpu_grad_clip; break;
 	case KILN_OP_SGD:
-		/* Plain SGD (mu == 0) keeps no momentum buffer. */
-		need_in = 2;
+		/* Plain SGD (mu == 0) keeps no momentum buffer; in2 (the
+		 * finite flag) is optional. */
+		need_in = op->n_in == 3 ? 3 : 2;
 		need_out = op->f[0] == 0.0 && op->n_out == 1 ? 1 : 2;
 		p->kernel = cpu_sgd;
 		break;
@@ -644,7 +709,15 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		if (cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->in[1]) != p->n)
 			return cpu_bad(c, op, KILN_EINVAL, "input and output sizes differ");
 		return KILN_OK;
+	case KILN_OP_GRAD_CLIP:
+		p->n = op->i[0];
+		if (p->n <= 0 || cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->out[0]) != p->n ||
+		    cpu_numel(&op->out[1]) != 4 || !(op->f[0] >= 0) || !(op->f[1] >= 0))
+			return cpu_bad(c, op, KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
+		return KILN_OK;
 	case KILN_OP_SGD:
+		if (op->n_in == 3 && cpu_numel(&op->in[2]) != 1)
+			return cpu_bad(c, op, KILN_EINVAL, "in2 (the finite flag) must be f32[1]");
 		p->n = op->i[0];
 		if (p->n <= 0 || cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->out[0]) != p->n ||
 		    (need_out > 1 && cpu_numel(&op->out[1]) != p->n) || cpu_numel(&op->in[1]) != 1) {
