@@ -4,7 +4,7 @@
  *   host:    assemble batch into staging slot s (waits only for slot s's
  *            previous copy to finish: backpressure, never for compute)
  *   copy:    waits compute_done[s] -> copy x, y into device slot s -> copy_done[s]
- *   compute: waits copy_done[s] -> forward -> backward -> fused SGD -> compute_done[s]
+ *   compute: waits copy_done[s] -> forward -> backward -> fused optimizer -> compute_done[s]
  * Metrics (loss sum, correct count) accumulate on the device and are read
  * back every log_every steps and at epoch ends: the only host syncs.
  */

@@ -63,6 +63,8 @@ const char *cpu_op_name(int type)
 		[KILN_OP_COUNTER_ADD] = "COUNTER_ADD",
 		[KILN_OP_MUL] = "MUL",
 		[KILN_OP_LR_SCHEDULE] = "LR_SCHEDULE",
+		[KILN_OP_ADAMW] = "ADAMW",
+		[KILN_OP_LAMB] = "LAMB",
 	};
 	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
 		return names[type];
