@@ -309,12 +309,14 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 		free_node(m, &nodes[i], NULL);
 	free(nodes);
 	nodes = NULL;
+	if ((st = kiln_model_optim_configure(m)))
+		goto fail;
 	size_t bytes = m->n_elems * sizeof(float);
 	if ((st = kiln_device_alloc(dev, bytes, (void **)&m->params_d)) ||
 	    (st = kiln_device_alloc(dev, bytes, (void **)&m->grads_d)) ||
-	    (st = kiln_device_alloc(dev, bytes, (void **)&m->momentum_d)) ||
 	    (st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
-	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)))
+	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)) ||
+	    (st = kiln_model_optim_alloc(m)))
 		goto fail;
 	{
 		struct kiln_op op;
@@ -353,13 +355,12 @@ void kiln_model_free(struct kiln_model *m)
 		free(m->layers[i].section);
 	}
 	if (m->dev) {
-		kiln_device_plan_free(m->dev, m->sgd_plan);
+		kiln_model_optim_free(m);
 		kiln_device_plan_free(m->dev, m->step_plan);
 		kiln_device_free(m->dev, m->buffers_d);
 		kiln_device_free(m->dev, m->step_d);
 		kiln_device_free(m->dev, m->params_d);
 		kiln_device_free(m->dev, m->grads_d);
-		kiln_device_free(m->dev, m->momentum_d);
 	}
 	free(m->layers);
 	free(m->params);
@@ -445,66 +446,6 @@ kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream)
 {
 	struct kiln_op_args a = { .out = { m->step_d } };
 	return kiln_device_run(m->dev, m->step_plan, &a, stream);
-}
-
-/* ---- optimizer -------------------------------------------------------- */
-
-kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
-{
-	double mu = 0.9, wd = 0;
-	int nesterov = 0;
-	kiln_status st;
-	kiln_config_get_float(m->cfg, "train", "momentum", &mu);
-	kiln_config_get_float(m->cfg, "train", "weight_decay", &wd);
-	kiln_config_get_bool(m->cfg, "train", "nesterov", &nesterov);
-	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	int64_t n = (int64_t)m->n_trainable, one = 1;
-	op.type = KILN_OP_SGD;
-	op.n_in = m->step_ok_d ? 3 : 2;
-	op.n_out = 2;
-	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
-	kiln_tensor_desc_init(&op.in[1], KILN_F32, 1, &one);
-	op.in[2] = op.in[1];
-	op.out[0] = op.out[1] = op.in[0];
-	op.i[0] = n;
-	op.i[1] = nesterov;
-	op.f[0] = mu;
-	op.f[1] = wd;
-	kiln_device_plan_free(m->dev, m->sgd_plan); /* a second call replaces it */
-	m->sgd_plan = NULL;
-	if ((st = kiln_device_prepare(m->dev, &op, &m->sgd_plan, &m->sgd_ws)))
-		return st;
-	if (m->sgd_ws)
-		return kiln_error(KILN_ENOTSUP, "SGD op asks for workspace; not supported");
-	/* zero the momentum (and grads, so frozen or unused slots are defined) */
-	void *fill;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_FILL;
-	op.n_out = 1;
-	int64_t all = (int64_t)m->n_elems;
-	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &all);
-	op.f[0] = 0;
-	if ((st = kiln_device_prepare(m->dev, &op, &fill, NULL)))
-		return st;
-	struct kiln_op_args a = { .out = { m->momentum_d } };
-	st = kiln_device_run(m->dev, fill, &a, stream);
-	a.out[0] = m->grads_d;
-	if (!st)
-		st = kiln_device_run(m->dev, fill, &a, stream);
-	/* sync even after a failure: the plan may still be queued */
-	kiln_status st2 = kiln_device_stream_sync(m->dev, stream);
-	kiln_device_plan_free(m->dev, fill);
-	return st ? st : st2;
-}
-
-kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *stream)
-{
-	if (!m->n_trainable)
-		return KILN_OK;
-	struct kiln_op_args a = { .in = { m->grads_d, lr, m->step_ok_d },
-				  .out = { m->params_d, m->momentum_d } };
-	return kiln_device_run(m->dev, m->sgd_plan, &a, stream);
 }
 
 /* ---- planning --------------------------------------------------------- */

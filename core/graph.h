@@ -43,14 +43,25 @@ struct kiln_model {
 	size_t n_elems;      /* all parameters */
 	size_t n_trainable;  /* leading elements the optimizer updates */
 	size_t n_buf_elems;  /* the buffers region (batchnorm running stats) */
-	float *params_d, *grads_d, *momentum_d, *buffers_d;
+	float *params_d, *grads_d, *buffers_d;
 	int layout;          /* KILN_NCHW or KILN_NHWC, from [model] layout */
 	uint64_t seed;
 	int64_t *step_d;     /* device i64[1]: micro-steps done (dropout's counter) */
-	void *step_plan;     /* COUNTER_ADD of 1 */
-	/* optimizer */
-	void *sgd_plan;
-	size_t sgd_ws;
+	void *step_plan;     /* COUNTER_ADD of 1 (step_d and opt_step_d) */
+	/* The optimizer ([train] optimizer and its keys), chosen and its
+	 * buffers allocated at create; kiln_model_optim_prepare fills them. */
+	struct kiln_op optim_op;  /* SGD, ADAMW or LAMB over n_trainable */
+	int state_slots;     /* f32 state per trainable element: SGD 1 (0 without
+			      * momentum), AdamW and LAMB 2 (m, then v) */
+	float *state_d;      /* [state_slots][n_trainable], NULL when no slots */
+	float *wd_mult_d;    /* f32[n_trainable]: 0 for [train] no_decay parameters,
+			      * else 1; NULL without patterns (no groups) */
+	int64_t *offsets_d;  /* LAMB: i64[T+1], the T trainable tensors' starts, then n_trainable */
+	int64_t n_tensors;   /* T: trainable parameter tensors */
+	int64_t *opt_step_d; /* device i64[1]: optimizer steps taken (Adam's t) */
+	void *optim_plan;
+	void *optim_ws;      /* the optimizer op's workspace (LAMB), optim_ws_bytes */
+	size_t optim_ws_bytes;
 	/* gradient accumulation ([train] accumulate): backward writes the
 	 * parameter gradients to grad_out_d (NULL: grads_d itself) */
 	float *grad_out_d;
@@ -58,6 +69,37 @@ struct kiln_model {
 	 * step happens only when it is nonzero (KILN_OP_GRAD_CLIP's flag) */
 	const float *step_ok_d;
 };
+
+/* core/optim.c, for kiln_model_create and kiln_model_free: read and check
+ * the [train] optimizer keys into m->optim_op (KILN_ECONFIG naming
+ * file:line); allocate the optimizer's device buffers; free them and the
+ * plan. */
+kiln_status kiln_model_optim_configure(struct kiln_model *m);
+kiln_status kiln_model_optim_alloc(struct kiln_model *m);
+void kiln_model_optim_free(struct kiln_model *m);
+
+/* One device buffer that defines training state: what a checkpoint saves
+ * and restores, and a broadcast copies to every rank. */
+struct kiln_state_buf {
+	const char *name;    /* static: see kiln_model_state_buffers */
+	void *ptr;           /* device memory, owned by the model */
+	size_t bytes;
+};
+
+/* The model's training-state buffers, at most `max` of them into out[]
+ * (out may be NULL when max is 0); returns how many there are.  Names, in
+ * this order, each listed only when it has bytes:
+ *   "params"            f32, every parameter (trainable first), padded
+ *   "buffers"           f32, non-trained state (batchnorm running stats)
+ *   "optim.momentum"    f32[n_trainable], SGD with momentum
+ *   "optim.exp_avg"     f32[n_trainable], AdamW/LAMB first moment
+ *   "optim.exp_avg_sq"  f32[n_trainable], AdamW/LAMB second moment
+ *   "step"              i64[1], micro-steps done (dropout's counter)
+ *   "optim.step"        i64[1], optimizer steps done (bias correction)
+ * Pointers are valid from kiln_model_create until kiln_model_free.
+ * kiln_model_init_params sets params, buffers and step; kiln_model_optim_
+ * prepare zeroes the optimizer's: restore a checkpoint after both. */
+int kiln_model_state_buffers(struct kiln_model *m, struct kiln_state_buf *out, int max);
 
 struct plan_node {
 	struct kiln_layer l;

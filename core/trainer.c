@@ -4,7 +4,7 @@
  *   host:    assemble batch into staging slot s (waits only for slot s's
  *            previous copy to finish: backpressure, never for compute)
  *   copy:    waits compute_done[s] -> copy x, y into device slot s -> copy_done[s]
- *   compute: waits copy_done[s] -> forward -> backward -> fused SGD -> compute_done[s]
+ *   compute: waits copy_done[s] -> forward -> backward -> fused optimizer -> compute_done[s]
  * Metrics (loss sum, correct count) accumulate on the device and are read
  * back every log_every steps and at epoch ends: the only host syncs.
  */
@@ -73,8 +73,6 @@ struct trainer {
 	struct kiln_data_scratch scratch; /* reads on this thread (workers = 0) */
 	int64_t epoch;             /* of the batches being read */
 	void *x_norm;              /* transform_on = device: f32 input */
-	int64_t *opt_step_d;       /* optimizer steps taken (the schedule's input) */
-	void *opt_step_plan, *opt_step_fill; /* += 1; = 0 */
 	float *grads_more;         /* accumulate > 1: micro-steps 2.. write here */
 	void *grads_add;           /* grads_d += grads_more */
 	void *grads_mean;          /* grads_d *= 1 / accumulate */
@@ -210,29 +208,12 @@ static kiln_status prep_schedule(struct trainer *t, const struct kiln_config *cf
 	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);
 }
 
-/* The optimizer-step counter (zeroed), and with accumulation the second
- * gradient buffer and the add that folds it in. */
-static kiln_status prep_opt_counter(struct trainer *t, int64_t acc, int64_t B)
+/* With accumulation: the second gradient buffer, the add that folds it
+ * in and the scale to the mean. */
+static kiln_status prep_accumulate(struct trainer *t, int64_t acc, int64_t B)
 {
 	struct kiln_op op;
-	int64_t one = 1;
 	kiln_status st;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_COUNTER_ADD;
-	op.n_out = 1;
-	kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
-	op.i[0] = 1;
-	if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->opt_step_d)) ||
-	    (st = kiln_device_prepare(t->dev, &op, &t->opt_step_plan, NULL)))
-		return st;
-	op.type = KILN_OP_FILL;
-	op.i[0] = 0;
-	op.f[0] = 0;
-	if ((st = kiln_device_prepare(t->dev, &op, &t->opt_step_fill, NULL)))
-		return st;
-	struct kiln_op_args a = { .out = { t->opt_step_d } };
-	if ((st = kiln_device_run(t->dev, t->opt_step_fill, &a, t->compute)))
-		return st;
 	if (acc > 1 && t->m->n_trainable) {
 		int64_t n = (int64_t)t->m->n_trainable;
 		memset(&op, 0, sizeof op);
@@ -573,7 +554,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	    (st = prep_schedule(t, cfg, scaled_lr(cfg, lr, B * acc), epochs * (train.len / (B * acc)),
 				max_steps)))
 		goto out;
-	if ((st = prep_opt_counter(t, acc, B)))
+	if ((st = prep_accumulate(t, acc, B)))
 		goto out;
 	{
 		struct kiln_op_args a = { .out = { t->metrics_dev } };
@@ -713,15 +694,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			}
 			{
 				/* this step's lr from the device's optimizer-step counter */
-				struct kiln_op_args a = { .in = { t->opt_step_d }, .out = { t->lr_dev } };
+				struct kiln_op_args a = { .in = { t->m->opt_step_d }, .out = { t->lr_dev } };
 				st = kiln_device_run(t->dev, t->sched, &a, t->compute);
 			}
-			if (!st)
+			if (!st) /* advances the optimizer-step counter too */
 				st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
-			if (!st) {
-				struct kiln_op_args a = { .out = { t->opt_step_d } };
-				st = kiln_device_run(t->dev, t->opt_step_plan, &a, t->compute);
-			}
 			phase(KILN_PHASE_OPTIMIZER, 0);
 			if (st)
 				goto out;
@@ -843,10 +820,7 @@ out:
 		kiln_device_plan_free(t->dev, t->fill_metrics);
 		kiln_device_plan_free(t->dev, t->sched);
 		kiln_device_free(t->dev, t->x_norm);
-		kiln_device_free(t->dev, t->opt_step_d);
 		kiln_device_free(t->dev, t->grads_more);
-		kiln_device_plan_free(t->dev, t->opt_step_plan);
-		kiln_device_plan_free(t->dev, t->opt_step_fill);
 		kiln_device_plan_free(t->dev, t->grads_add);
 		kiln_device_plan_free(t->dev, t->grads_mean);
 		kiln_device_plan_free(t->dev, t->clip);

@@ -597,7 +597,7 @@ START_TEST(test_grad_clip)
 	for (int i = 0; i < n; i++)
 		ck_assert(got[i] == (g[i] > 0.25f ? 0.25f : g[i] < -0.25f ? -0.25f : g[i]));
 
-	/* a NaN: skipped, flag 0; SGD given the flag does nothing */
+	/* a NaN: skipped, flag 0; SGD gated by the flag does nothing */
 	g[777] = NAN;
 	OK(kiln_device_copy_async(f.dev, dg, g, b, KILN_COPY_H2D, f.s));
 	OK(kiln_device_run(f.dev, plan, &a, f.s));
@@ -608,6 +608,7 @@ START_TEST(test_grad_clip)
 	struct kiln_op sop;
 	memset(&sop, 0, sizeof sop);
 	sop.type = KILN_OP_SGD;
+	sop.flags = KILN_OPF_GATED;
 	sop.n_in = 3, sop.n_out = 2;
 	sop.in[0] = sop.out[0] = sop.out[1] = td(KILN_F32, 1, n, 0);
 	sop.in[1] = sop.in[2] = td(KILN_F32, 1, 1, 0);

@@ -160,3 +160,14 @@ tests_check_transform_LDADD += $(TURBOJPEG_LIBS) $(PNG_LIBS)
 endif
 endif
 EXTRA_DIST += tests/data/gen_transform_refs.py tests/data/transform_refs.safetensors
+
+# ---- fused optimizers against PyTorch (tests/data/optim_refs.safetensors)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_optim
+TESTS += tests/check_optim
+tests_check_optim_SOURCES = tests/check_optim.c
+tests_check_optim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_optim_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+endif
+EXTRA_DIST += tests/data/gen_optim_refs.py tests/data/optim_refs.safetensors

@@ -242,11 +242,18 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *labels,
 			       void *metrics, void *stream);
 
-/* Prepare the fused SGD step ([train] momentum, weight_decay, nesterov)
- * and zero the momentum buffer. */
+/* Prepare the fused optimizer step of [train] optimizer (sgd, adamw, lamb
+ * and their keys; kiln_model_create already checked them and allocated the
+ * state) and reset the optimizer: zero its state (momentum, or Adam's
+ * moments), its step count and the gradients, and copy the [train]
+ * no_decay weight-decay multiplier to the device.  Waits for the stream.
+ * A second call replaces the plan and resets again. */
 kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream);
-/* Enqueue the fused optimizer step over every trainable parameter;
- * lr is a device f32[1]. */
+/* Enqueue one optimizer step over every trainable parameter: advance the
+ * model's optimizer step count (device i64, separate from the micro-step
+ * counter, so gradient accumulation calls this once per N micro-steps),
+ * then run the one fused op, which reads lr (a device f32[1]) and the step
+ * count from device memory.  No host sync. */
 kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *stream);
 
 struct kiln_train_result {

@@ -171,12 +171,15 @@ enum kiln_op_type {
 	 * not counted: masked padding). */
 	KILN_OP_SOFTMAX_XENT = 6,
 	/* SGD with momentum and weight decay over flat buffers of n = i[0]
-	 * elements: in0 grads, in1 lr f32[1] (device scalar), out0 params,
-	 * out1 momentum.  f[0] momentum, f[1] weight decay, i[1] nesterov.
-	 * g = grad + wd*p; v = mu*v + g; p -= lr * (nesterov ? g + mu*v : v).
-	 * Optional in2 f32[1] (device): the step happens only when it is
-	 * nonzero (KILN_OP_GRAD_CLIP's "finite" flag: a skipped step touches
-	 * neither params nor momentum). */
+	 * elements: in0 grads, in1 lr f32[1] (device scalar), in2 (optional:
+	 * n_in = 3) the per-element weight-decay multiplier d f32[n] (parameter
+	 * groups: 1 decays, 0 does not; absent = 1 everywhere); out0 params,
+	 * out1 momentum (absent, n_out = 1, when f[0] = 0).  f[0] momentum mu,
+	 * f[1] L2 weight decay (PyTorch SGD's weight_decay), f[2] decoupled
+	 * weight decay (SGDW), i[1] nesterov.  Per element, p the params before
+	 * the step:
+	 *   g = grad + f[1]*d*p;  v = mu*v + g
+	 *   p = p - lr*f[2]*d*p - lr * (nesterov ? g + mu*v : v) */
 	KILN_OP_SGD = 7,
 	/* out0 (any dtype) = f[0] */
 	KILN_OP_FILL = 8,
@@ -289,6 +292,39 @@ enum kiln_op_type {
 	 * where u = t - W counts the steps after the warmup.  Every rule reads
 	 * only the device counter, so a replayed graph stays correct. */
 	KILN_OP_LR_SCHEDULE = 30,
+	/* ---- fused adaptive optimizers --------------------------------------
+	 * Both run over flat buffers of n = i[0] f32 elements and read every
+	 * per-step scalar from device memory, so one prepared plan serves every
+	 * step (and a captured graph replays correct values).  f[0] beta1,
+	 * f[1] beta2, f[2] eps, f[3] weight decay wd (decoupled: never added to
+	 * the gradient).  in2 is the optimizer step count t, i64[1], of the step
+	 * being taken, 1-based (the caller advances it before the run); it
+	 * drives the bias corrections c1 = 1 - beta1^t, c2 = 1 - beta2^t.  The
+	 * per-element weight-decay multiplier d f32[n] (parameter groups: 1
+	 * decays, 0 does not) is always the last input and optional: absent
+	 * (one input fewer) means d = 1 everywhere.  out1 m and out2 v are the
+	 * first and second moments (PyTorch's exp_avg, exp_avg_sq), zero
+	 * before the first step.  Per element, p the params before the step:
+	 *   m = beta1*m + (1-beta1)*g;   v = beta2*v + (1-beta2)*g*g
+	 *   vh = sqrt(v) / sqrt(c2) + eps                (eps outside the root) */
+	/* AdamW exactly as torch.optim.AdamW (amsgrad off): in0 grads [n],
+	 * in1 lr f32[1], in2 t i64[1], in3 (optional) d [n]; out0 params [n],
+	 * out1 m [n], out2 v [n].
+	 *   p = p*(1 - lr*wd*d) - (lr/c1) * m / vh */
+	KILN_OP_ADAMW = 31,
+	/* LAMB (You et al. 2019, Algorithm 2, with the trust ratio on every
+	 * tensor, as NVIDIA apex FusedLAMB with use_nvlamb; no gradient
+	 * clipping): in0 grads [n], in1 lr f32[1], in2 t i64[1], in3 tensor
+	 * offsets i64[T+1] in device memory (tensor k is elements
+	 * [off[k], off[k+1]); off[0] = 0, off[T] = n, nondecreasing; T = in3's
+	 * element count - 1), in4 (optional) d [n]; out0 params, out1 m,
+	 * out2 v.  Needs workspace (prepare reports how much).
+	 *   u = (m/c1) / vh + wd*d*p
+	 *   per tensor k: r = ||p_k|| / ||u_k|| (2-norms over the tensor, p
+	 *                 before the step), r = 1 when either norm is 0
+	 *   p = p - lr * r * u
+	 * One launch: a reduction pass over the tensors, then the update. */
+	KILN_OP_LAMB = 32,
 	/* Gradient clipping and the non-finite check before an optimizer
 	 * step, over the flat gradients: in0 grads f32[n] (n = i[0]), out0
 	 * grads (may alias in0), out1 state f32[4] (device): [0] this step's
@@ -317,7 +353,11 @@ enum kiln_sched { KILN_SCHED_CONSTANT = 0, KILN_SCHED_COSINE = 1, KILN_SCHED_STE
 		  KILN_SCHED_MULTISTEP = 3, KILN_SCHED_ONECYCLE = 4 };
 
 enum kiln_op_flags {
-	KILN_OPF_ACCUMULATE = 1 /* add into out0 (beta = 1) instead of overwriting */
+	KILN_OPF_ACCUMULATE = 1, /* add into out0 (beta = 1) instead of overwriting */
+	/* optimizer ops (SGD, ADAMW, LAMB): one more input, last, a device
+	 * f32[1] gate; the op changes nothing when it is 0 (a step skipped for
+	 * non-finite gradients: KILN_OP_GRAD_CLIP's finite flag) */
+	KILN_OPF_GATED = 2
 };
 
 /* An operation, described once and prepared once per shape. */

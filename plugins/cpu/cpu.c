@@ -64,6 +64,8 @@ const char *cpu_op_name(int type)
 		[KILN_OP_MUL] = "MUL",
 		[KILN_OP_LR_SCHEDULE] = "LR_SCHEDULE",
 		[KILN_OP_GRAD_CLIP] = "GRAD_CLIP",
+		[KILN_OP_ADAMW] = "ADAMW",
+		[KILN_OP_LAMB] = "LAMB",
 	};
 	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
 		return names[type];

@@ -2,7 +2,7 @@
  *
  * The plugin is split by job: cpu.c (descriptor, open/close, memory,
  * prepare/run dispatch), stream.c (streams, events, the async worker),
- * ops.c (plain-C kernels), gemm.c (oneDNN matmul), dnn.c (the oneDNN plan
+ * ops.c (plain-C kernels), optim.c (fused optimizers), gemm.c (oneDNN matmul), dnn.c (the oneDNN plan
  * shared by conv.c and pool.c), bn.c (batch norm), act.c (activations,
  * dropout), layout.c (concat, split, reorder).  Nothing here links libkiln:
  * the core is reached only through the host table.
@@ -131,6 +131,11 @@ static inline int cpu_nhwc(const struct kiln_tensor_desc *d)
 /* ---- ops.c: fill in p->kernel and sizes for a loop kernel, or set an
  * error through host->error (EINVAL bad shape, ENOTSUP unsupported). ---- */
 kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+
+/* ---- optim.c: SGD, ADAMW, LAMB (same contract as cpu_ops_prepare) ---- */
+kiln_status cpu_optim_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+/* KILN_OPF_GATED: the plan's gate input is 0 (skip the step). */
+int cpu_optim_gated_off(const struct cpu_plan *p, const struct kiln_op_args *a);
 
 /* ---- gemm.c ---- */
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p);

@@ -1,4 +1,5 @@
-/* plugins/cpu/ops.c - every op except GEMM, as plain C loops with OpenMP.
+/* plugins/cpu/ops.c - the plain-C loop ops (with OpenMP); the optimizers
+ * are in optim.c, registered in cpu_ops_prepare's switch.
  *
  * prepare checks the shapes once and stores the sizes in the plan; the
  * kernels then trust them.  Shapes in comments: (R, N) is R rows of N
@@ -188,53 +189,6 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 	}
 	m[0] = (float)(m[0] + ls);
 	m[1] = (float)(m[1] + os);
-	return KILN_OK;
-}
-
-/* One span of the SGD step; the variants are separate loops so each one
- * vectorises (see the formula at cpu_sgd). */
-CPU_CLONES static void sgd_span(float *restrict w, float *restrict v, const float *restrict g,
-				int64_t n, float lr, float mu, float wd, int nesterov)
-{
-	if (!v) {
-#pragma omp simd
-		for (int64_t i = 0; i < n; i++)
-			w[i] -= lr * (g[i] + wd * w[i]);
-	} else if (!nesterov) {
-#pragma omp simd
-		for (int64_t i = 0; i < n; i++) {
-			const float vi = mu * v[i] + (g[i] + wd * w[i]);
-			v[i] = vi;
-			w[i] -= lr * vi;
-		}
-	} else {
-#pragma omp simd
-		for (int64_t i = 0; i < n; i++) {
-			const float gi = g[i] + wd * w[i];
-			const float vi = mu * v[i] + gi;
-			v[i] = vi;
-			w[i] -= lr * (gi + mu * vi);
-		}
-	}
-}
-
-/* SGD over n elements: g (n) grads, lr [1] (device scalar), w (n) params,
- * v (n) momentum (absent when mu == 0).  Exactly plugin.h's formula, in
- * f32:  g' = g + wd*w;  v = mu*v + g';  w -= lr*(nesterov ? g' + mu*v : v). */
-static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *a,
-			   struct cpu_err *e)
-{
-	const float *g = a->in[0];
-	const float lr = *(const float *)a->in[1];
-	float *w = a->out[0];
-	float *v = p->n_out > 1 ? a->out[1] : NULL;
-	const float mu = (float)p->op.f[0], wd = (float)p->op.f[1];
-	const int nesterov = p->op.i[1] != 0;
-	(void)e;
-	if (p->op.n_in > 2 && a->in[2] && *(const float *)a->in[2] == 0.0f)
-		return KILN_OK; /* a skipped step (non-finite gradients) */
-	CPU_SPANS(p->n, b, en,
-		  sgd_span(w + b, v ? v + b : NULL, g + b, en - b, lr, mu, wd, nesterov));
 	return KILN_OK;
 }
 
@@ -594,12 +548,8 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_SOFTMAX_XENT: need_in = 2; need_out = 2; p->kernel = cpu_softmax_xent; break;
 	case KILN_OP_GRAD_CLIP: need_in = 1; need_out = 2; p->kernel = cpu_grad_clip; break;
 	case KILN_OP_SGD:
-		/* Plain SGD (mu == 0) keeps no momentum buffer; in2 (the
-		 * finite flag) is optional. */
-		need_in = op->n_in == 3 ? 3 : 2;
-		need_out = op->f[0] == 0.0 && op->n_out == 1 ? 1 : 2;
-		p->kernel = cpu_sgd;
-		break;
+	case KILN_OP_ADAMW:
+	case KILN_OP_LAMB: return cpu_optim_prepare(c, p); /* optim.c */
 	case KILN_OP_FILL: need_in = 0; need_out = 1; p->kernel = cpu_fill; break;
 	case KILN_OP_COUNTER_ADD: need_in = 0; need_out = 1; p->kernel = cpu_counter_add; break;
 	case KILN_OP_LR_SCHEDULE: need_in = 1; need_out = 1; p->kernel = cpu_lr_schedule; break;
@@ -714,18 +664,6 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		if (p->n <= 0 || cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->out[0]) != p->n ||
 		    cpu_numel(&op->out[1]) != 4 || !(op->f[0] >= 0) || !(op->f[1] >= 0))
 			return cpu_bad(c, op, KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
-		return KILN_OK;
-	case KILN_OP_SGD:
-		if (op->n_in == 3 && cpu_numel(&op->in[2]) != 1)
-			return cpu_bad(c, op, KILN_EINVAL, "in2 (the finite flag) must be f32[1]");
-		p->n = op->i[0];
-		if (p->n <= 0 || cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->out[0]) != p->n ||
-		    (need_out > 1 && cpu_numel(&op->out[1]) != p->n) || cpu_numel(&op->in[1]) != 1) {
-			snprintf(why, sizeof why,
-				 "n = i[0] = %lld must be the size of grads, params and momentum, lr [1]",
-				 (long long)op->i[0]);
-			return cpu_bad(c, op, KILN_EINVAL, why);
-		}
 		return KILN_OK;
 	}
 	return c->host->error(KILN_EINTERNAL, "cpu: op %d fell through prepare", op->type);

@@ -1,0 +1,397 @@
+/* plugins/cpu/optim.c - the fused optimizer steps: SGD (momentum, Nesterov,
+ * L2 or decoupled weight decay), AdamW and LAMB, each one op over the flat
+ * parameter buffer (plugin.h states the exact formulas).
+ *
+ * Every per-step scalar (lr, the step count t) is read from the op's
+ * device arguments when the kernel runs, never baked into the plan.  The
+ * elementwise parts are span functions cloned for AVX-512/AVX2
+ * (CPU_CLONES) and run over one contiguous span per thread (CPU_SPANS).
+ * The optional weight-decay multiplier d (parameter groups) selects a
+ * separate loop, so the common case (no groups) reads no extra stream.
+ * The plugin is built with -fno-math-errno: otherwise sqrtf's errno keeps
+ * the Adam loops scalar (the square root is the same IEEE one).
+ *
+ * LAMB's trust ratio needs the 2-norms of every parameter tensor before
+ * the update: pass 1 updates the moments and sums p*p and u*u over fixed
+ * pieces (a tensor cut at a fixed 16384-element grid), pass 2 applies
+ * p -= lr*r*u recomputing u from the stored moments.  The pieces do not
+ * depend on the thread count and are summed per tensor in order, so the
+ * result is bit-identical for any [run] threads.
+ */
+#include "cpu.h"
+
+static int own_inputs(const struct kiln_op *op);
+
+#include <math.h>     /* sqrtf, sqrt, pow */
+#include <stdio.h>
+#include <string.h>
+
+/* ---- SGD -------------------------------------------------------------- */
+
+/* One element of SGD; the flags are constants at every call site, so each
+ * variant compiles to its own branch-free loop.  w, v, g, d: (n). */
+#define SGD_BODY(HAS_V, NESTEROV, HAS_D)                                                 \
+	do {                                                                             \
+		const float di = (HAS_D) ? d[i] : 1.0f;                                  \
+		const float wi = w[i];                                                   \
+		const float gi = g[i] + l2 * di * wi;                                    \
+		const float vi = (HAS_V) ? mu * v[i] + gi : gi;                          \
+		if (HAS_V)                                                               \
+			v[i] = vi;                                                       \
+		w[i] = wi - lrdw * di * wi - lr * ((NESTEROV) ? gi + mu * vi : vi);      \
+	} while (0)
+
+#define SGD_LOOP(HAS_V, NESTEROV, HAS_D)                                                 \
+	do {                                                                             \
+		_Pragma("omp simd")                                                      \
+		for (int64_t i = 0; i < n; i++)                                          \
+			SGD_BODY(HAS_V, NESTEROV, HAS_D);                                \
+	} while (0)
+
+CPU_CLONES static void sgd_span(float *restrict w, float *restrict v, const float *restrict g,
+				const float *restrict d, int64_t n, float lr, float mu, float l2,
+				float lrdw, int nesterov)
+{
+	switch ((v != NULL) * 4 + (nesterov != 0) * 2 + (d != NULL)) {
+	case 0: SGD_LOOP(0, 0, 0); break;
+	case 1: SGD_LOOP(0, 0, 1); break;
+	case 2: SGD_LOOP(0, 1, 0); break;
+	case 3: SGD_LOOP(0, 1, 1); break;
+	case 4: SGD_LOOP(1, 0, 0); break;
+	case 5: SGD_LOOP(1, 0, 1); break;
+	case 6: SGD_LOOP(1, 1, 0); break;
+	default: SGD_LOOP(1, 1, 1); break;
+	}
+}
+
+/* SGD over n elements: g (n) grads, lr [1] (device), d (n) weight-decay
+ * multiplier or absent, w (n) params, v (n) momentum (absent when mu = 0):
+ *   g' = g + l2*d*w;  v = mu*v + g';  w -= lr*dw*d*w + lr*(nesterov ? g' + mu*v : v)
+ * with w on the right the params before the step. */
+static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *a,
+			   struct cpu_err *e)
+{
+	const float *g = a->in[0];
+	const float lr = *(const float *)a->in[1];
+	const float *d = own_inputs(&p->op) > 2 ? a->in[2] : NULL;
+	if (cpu_optim_gated_off(p, a))
+		return KILN_OK; /* a skipped step */
+	float *w = a->out[0];
+	float *v = p->n_out > 1 ? a->out[1] : NULL;
+	const float mu = (float)p->op.f[0], l2 = (float)p->op.f[1];
+	const float lrdw = lr * (float)p->op.f[2];
+	const int nesterov = p->op.i[1] != 0;
+	(void)e;
+	CPU_SPANS(p->n, b, en,
+		  sgd_span(w + b, v ? v + b : NULL, g + b, d ? d + b : NULL, en - b, lr, mu, l2,
+			   lrdw, nesterov));
+	return KILN_OK;
+}
+
+/* ---- Adam moments, shared by AdamW and LAMB ------------------------------ */
+
+/* The per-step scalars of an Adam-style step, from the op's constants and
+ * the device's step count t (1-based). */
+struct adam_k {
+	float b1, b2, omb1, omb2; /* beta1, beta2, 1 - beta1, 1 - beta2 */
+	float eps, wd;
+	float inv_c1;             /* 1 / (1 - beta1^t) */
+	float inv_sqrt_c2;        /* 1 / sqrt(1 - beta2^t) */
+};
+
+static void adam_scalars(const struct kiln_op *op, int64_t t, struct adam_k *k)
+{
+	const double b1 = op->f[0], b2 = op->f[1];
+	k->b1 = (float)b1;
+	k->b2 = (float)b2;
+	k->omb1 = (float)(1.0 - b1);
+	k->omb2 = (float)(1.0 - b2);
+	k->eps = (float)op->f[2];
+	k->wd = (float)op->f[3];
+	/* in double, as PyTorch computes them on the host */
+	k->inv_c1 = (float)(1.0 / (1.0 - pow(b1, (double)t)));
+	k->inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow(b2, (double)t)));
+}
+
+/* Moments of one element: m, v updated in place; returns m/c1 / vh. */
+#define ADAM_DIR(i)                                                                      \
+	({                                                                               \
+		const float gi_ = g[i];                                                  \
+		const float mi_ = k.b1 * m[i] + k.omb1 * gi_;                            \
+		const float vi_ = k.b2 * v[i] + k.omb2 * gi_ * gi_;                      \
+		m[i] = mi_;                                                              \
+		v[i] = vi_;                                                              \
+		(mi_ * k.inv_c1) / (sqrtf(vi_) * k.inv_sqrt_c2 + k.eps);                 \
+	})
+
+/* ---- AdamW ------------------------------------------------------------ */
+
+#define ADAMW_LOOP(HAS_D)                                                                \
+	do {                                                                             \
+		_Pragma("omp simd")                                                      \
+		for (int64_t i = 0; i < n; i++) {                                        \
+			const float di = (HAS_D) ? d[i] : 1.0f;                          \
+			const float dir = ADAM_DIR(i);                                   \
+			w[i] = w[i] * (1.0f - lrwd * di) - lr * dir;                     \
+		}                                                                        \
+	} while (0)
+
+CPU_CLONES static void adamw_span(float *restrict w, float *restrict m, float *restrict v,
+				  const float *restrict g, const float *restrict d, int64_t n,
+				  float lr, struct adam_k k)
+{
+	const float lrwd = lr * k.wd;
+	if (d)
+		ADAMW_LOOP(1);
+	else
+		ADAMW_LOOP(0);
+}
+
+/* AdamW over n elements: g (n), lr [1], t [1] (i64, 1-based), d (n) or
+ * absent; w (n) params, m (n), v (n) moments.  torch.optim.AdamW:
+ *   w *= 1 - lr*wd*d;  m, v updated;  w -= lr * (m/c1) / (sqrt(v)/sqrt(c2) + eps) */
+static kiln_status cpu_adamw(const struct cpu_plan *p, const struct kiln_op_args *a,
+			     struct cpu_err *e)
+{
+	const float *g = a->in[0];
+	const float lr = *(const float *)a->in[1];
+	const int64_t t = *(const int64_t *)a->in[2];
+	const float *d = own_inputs(&p->op) > 3 ? a->in[3] : NULL;
+	if (cpu_optim_gated_off(p, a))
+		return KILN_OK; /* a skipped step */
+	float *w = a->out[0], *m = a->out[1], *v = a->out[2];
+	struct adam_k k;
+	if (t < 1)
+		return cpu_fail(e, KILN_EINVAL, "cpu: ADAMW: step count %lld; it is 1-based (advance it before the step)",
+				(long long)t);
+	adam_scalars(&p->op, t, &k);
+	CPU_SPANS(p->n, b, en,
+		  adamw_span(w + b, m + b, v + b, g + b, d ? d + b : NULL, en - b, lr, k));
+	return KILN_OK;
+}
+
+/* ---- LAMB ------------------------------------------------------------- */
+
+/* Pieces: tensors cut at multiples of LAMB_CHUNK elements.  A fixed grid,
+ * so the sums (and the result) do not depend on the thread count. */
+#define LAMB_CHUNK 16384
+
+struct lamb_piece {
+	int64_t b, e;   /* elements [b, e) of the flat buffer */
+	int64_t k;      /* the tensor */
+	double pp, uu;  /* sum of p*p and of u*u over the piece */
+};
+
+/* Upper bound of the pieces of n elements in T tensors: each tensor
+ * boundary inside a chunk adds at most one piece. */
+static int64_t lamb_max_pieces(int64_t n, int64_t T)
+{
+	return (n + LAMB_CHUNK - 1) / LAMB_CHUNK + T;
+}
+
+#define LAMB_DIR_LOOP(HAS_D)                                                             \
+	do {                                                                             \
+		_Pragma("omp simd reduction(+ : pp, uu)")                                \
+		for (int64_t i = 0; i < n; i++) {                                        \
+			const float di = (HAS_D) ? d[i] : 1.0f;                          \
+			const float u = ADAM_DIR(i) + k.wd * di * w[i];                  \
+			pp += (double)w[i] * (double)w[i];                               \
+			uu += (double)u * (double)u;                                     \
+		}                                                                        \
+	} while (0)
+
+/* Pass 1 over one piece: update m, v (n); sum w*w and u*u. */
+CPU_CLONES static void lamb_moments_span(const float *restrict w, float *restrict m,
+					 float *restrict v, const float *restrict g,
+					 const float *restrict d, int64_t n, struct adam_k k,
+					 double *pp_out, double *uu_out)
+{
+	double pp = 0, uu = 0;
+	if (d)
+		LAMB_DIR_LOOP(1);
+	else
+		LAMB_DIR_LOOP(0);
+	*pp_out = pp;
+	*uu_out = uu;
+}
+
+#define LAMB_UPDATE_LOOP(HAS_D)                                                          \
+	do {                                                                             \
+		_Pragma("omp simd")                                                      \
+		for (int64_t i = 0; i < n; i++) {                                        \
+			const float di = (HAS_D) ? d[i] : 1.0f;                          \
+			const float u = (m[i] * k.inv_c1) /                              \
+						(sqrtf(v[i]) * k.inv_sqrt_c2 + k.eps) +  \
+					k.wd * di * w[i];                                \
+			w[i] -= step * u;                                                \
+		}                                                                        \
+	} while (0)
+
+/* Pass 2 over one piece: w (n) -= step * u, u from the updated m, v (n). */
+CPU_CLONES static void lamb_update_span(float *restrict w, const float *restrict m,
+					const float *restrict v, const float *restrict d, int64_t n,
+					struct adam_k k, float step)
+{
+	if (d)
+		LAMB_UPDATE_LOOP(1);
+	else
+		LAMB_UPDATE_LOOP(0);
+}
+
+/* LAMB over n elements in T tensors: g (n), lr [1], t [1], off (T+1) i64,
+ * d (n) or absent; w (n), m (n), v (n).  Workspace: the pieces, then the
+ * per-tensor step lr * r (T floats).  See KILN_OP_LAMB in plugin.h. */
+static kiln_status cpu_lamb(const struct cpu_plan *p, const struct kiln_op_args *a,
+			    struct cpu_err *e)
+{
+	const float *g = a->in[0];
+	const float lr = *(const float *)a->in[1];
+	const int64_t t = *(const int64_t *)a->in[2];
+	const int64_t *off = a->in[3];
+	const float *d = own_inputs(&p->op) > 4 ? a->in[4] : NULL;
+	if (cpu_optim_gated_off(p, a))
+		return KILN_OK; /* a skipped step */
+	float *w = a->out[0], *m = a->out[1], *v = a->out[2];
+	const int64_t n = p->n, T = p->sz[0], cap = p->sz[1];
+	struct lamb_piece *pc = a->workspace;
+	float *step = (float *)(pc + cap); /* [T] */
+	struct adam_k k;
+	int64_t np = 0;
+
+	if (t < 1)
+		return cpu_fail(e, KILN_EINVAL, "cpu: LAMB: step count %lld; it is 1-based (advance it before the step)",
+				(long long)t);
+	if (off[0] != 0 || off[T] != n)
+		return cpu_fail(e, KILN_EINVAL, "cpu: LAMB: tensor offsets run from %lld to %lld, want 0 to n = %lld",
+				(long long)off[0], (long long)off[T], (long long)n);
+	for (int64_t q = 0; q < T; q++) {
+		if (off[q + 1] < off[q])
+			return cpu_fail(e, KILN_EINVAL, "cpu: LAMB: tensor offsets decrease at %lld (%lld > %lld)",
+					(long long)q, (long long)off[q], (long long)off[q + 1]);
+		for (int64_t b = off[q]; b < off[q + 1];) {
+			int64_t en = (b / LAMB_CHUNK + 1) * LAMB_CHUNK;
+			if (en > off[q + 1])
+				en = off[q + 1];
+			pc[np++] = (struct lamb_piece){ b, en, q, 0, 0 };
+			b = en;
+		}
+	}
+	if (np > cap) /* cannot happen: lamb_max_pieces is an upper bound */
+		return cpu_fail(e, KILN_EINTERNAL, "cpu: LAMB: %lld pieces, workspace for %lld",
+				(long long)np, (long long)cap);
+	adam_scalars(&p->op, t, &k);
+#pragma omp parallel if (n >= CPU_PAR_MIN)
+	{
+#pragma omp for schedule(dynamic)
+		for (int64_t q = 0; q < np; q++) {
+			const int64_t b = pc[q].b, l = pc[q].e - pc[q].b;
+			lamb_moments_span(w + b, m + b, v + b, g + b, d ? d + b : NULL, l, k, &pc[q].pp,
+					  &pc[q].uu);
+		}
+#pragma omp single
+		{
+			/* pieces are in tensor order: add each tensor's in order */
+			for (int64_t q = 0, j = 0; q < T; q++) {
+				double pp = 0, uu = 0;
+				for (; j < np && pc[j].k == q; j++) {
+					pp += pc[j].pp;
+					uu += pc[j].uu;
+				}
+				const double r = pp > 0 && uu > 0 ? sqrt(pp) / sqrt(uu) : 1.0;
+				step[q] = (float)((double)lr * r);
+			}
+		}
+#pragma omp for schedule(dynamic)
+		for (int64_t q = 0; q < np; q++) {
+			const int64_t b = pc[q].b, l = pc[q].e - pc[q].b;
+			lamb_update_span(w + b, m + b, v + b, d ? d + b : NULL, l, k, step[pc[q].k]);
+		}
+	}
+	return KILN_OK;
+}
+
+/* ---- prepare ---------------------------------------------------------- */
+
+/* KILN_OPF_GATED: the last input is the gate; the op's own inputs are the
+ * ones before it. */
+static int own_inputs(const struct kiln_op *op)
+{
+	return op->n_in - ((op->flags & KILN_OPF_GATED) != 0);
+}
+
+int cpu_optim_gated_off(const struct cpu_plan *p, const struct kiln_op_args *a)
+{
+	return (p->op.flags & KILN_OPF_GATED) && *(const float *)a->in[p->op.n_in - 1] == 0.0f;
+}
+
+kiln_status cpu_optim_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	const int lamb = op->type == KILN_OP_LAMB;
+	int in_min, out_n;
+	char why[200];
+
+	switch (op->type) {
+	case KILN_OP_SGD:
+		/* plain SGD (mu == 0) keeps no momentum buffer */
+		in_min = 2;
+		out_n = op->f[0] == 0.0 && op->n_out == 1 ? 1 : 2;
+		p->kernel = cpu_sgd;
+		break;
+	case KILN_OP_ADAMW: in_min = 3; out_n = 3; p->kernel = cpu_adamw; break;
+	case KILN_OP_LAMB: in_min = 4; out_n = 3; p->kernel = cpu_lamb; break;
+	default:
+		return c->host->error(KILN_EINTERNAL, "cpu: op %d is not an optimizer", op->type);
+	}
+	const int n_in = own_inputs(op);
+	if ((op->flags & KILN_OPF_GATED) &&
+	    (op->in[op->n_in - 1].dtype != KILN_F32 || cpu_numel(&op->in[op->n_in - 1]) != 1))
+		return cpu_bad(c, op, KILN_EINVAL, "the gate (last input, KILN_OPF_GATED) must be f32[1]");
+	/* the weight-decay multiplier is the optional last input (before a gate) */
+	if ((n_in != in_min && n_in != in_min + 1) || op->n_out != out_n) {
+		snprintf(why, sizeof why, "takes %d or %d inputs (the last: the weight-decay multiplier) and %d outputs, got %d and %d",
+			 in_min, in_min + 1, out_n, n_in, op->n_out);
+		return cpu_bad(c, op, KILN_EINVAL, why);
+	}
+	p->n_in = op->n_in;
+	p->n_out = out_n;
+	p->n = op->i[0];
+	/* f32 everywhere except the step count and the offsets */
+	for (int i = 0; i < n_in; i++) {
+		const int want = i == 2 && op->type != KILN_OP_SGD ? KILN_I64 : i == 3 && lamb ? KILN_I64 : KILN_F32;
+		if (op->in[i].dtype != want) {
+			snprintf(why, sizeof why, "input %d must be %s", i, want == KILN_I64 ? "i64" : "f32");
+			return cpu_bad(c, op, KILN_ENOTSUP, why);
+		}
+	}
+	for (int i = 0; i < out_n; i++)
+		if (op->out[i].dtype != KILN_F32)
+			return cpu_bad(c, op, KILN_ENOTSUP, "outputs must be f32");
+	int ok = p->n > 0 && cpu_numel(&op->in[0]) == p->n && cpu_numel(&op->in[1]) == 1;
+	for (int i = 0; i < out_n; i++)
+		ok = ok && cpu_numel(&op->out[i]) == p->n;
+	if (op->type != KILN_OP_SGD)
+		ok = ok && cpu_numel(&op->in[2]) == 1;
+	if (n_in == in_min + 1)
+		ok = ok && cpu_numel(&op->in[in_min]) == p->n;
+	if (!ok) {
+		snprintf(why, sizeof why,
+			 "n = i[0] = %lld must be the size of grads, params, state and multiplier; lr%s [1]",
+			 (long long)op->i[0], op->type == KILN_OP_SGD ? "" : " and step");
+		return cpu_bad(c, op, KILN_EINVAL, why);
+	}
+	if (op->type != KILN_OP_SGD &&
+	    (!(op->f[0] >= 0 && op->f[0] < 1) || !(op->f[1] >= 0 && op->f[1] < 1) ||
+	     !(op->f[2] >= 0) || !isfinite(op->f[3])))
+		return cpu_bad(c, op, KILN_EINVAL, "wants 0 <= beta1, beta2 < 1, eps >= 0, finite weight decay");
+	if (lamb) {
+		const int64_t T = cpu_numel(&op->in[3]) - 1;
+		if (T < 1)
+			return cpu_bad(c, op, KILN_EINVAL, "wants tensor offsets i64[T+1], T >= 1");
+		p->sz[0] = T;
+		p->sz[1] = lamb_max_pieces(p->n, T);
+		p->workspace = (size_t)p->sz[1] * sizeof(struct lamb_piece) +
+			       (size_t)T * sizeof(float);
+	}
+	return KILN_OK;
+}

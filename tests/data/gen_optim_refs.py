@@ -1,0 +1,228 @@
+#!/usr/bin/python3
+"""Generate tests/data/optim_refs.safetensors: PyTorch references for kiln's
+fused optimizers (KILN_OP_SGD, KILN_OP_ADAMW, KILN_OP_LAMB).
+
+Three parameter tensors, named as kiln names the model of metadata
+`model.ini` (fc1.weight [4,6], fc1.bias [4], fc2.weight [3,4]), start from the
+same values in every case and take 5 steps with the same 5 gradients.  Each
+case stores the parameters after every step.  The learning rate changes
+from step to step (the base lr times LR_FACTORS), so a kernel that read the
+lr once, at prepare, would fail.
+
+Cases (metadata `cases`; `<case>.ini` is the kiln [train] section):
+  sgd           torch.optim.SGD(momentum=0.9, weight_decay=0.01)
+  sgd_nesterov  the same with nesterov=True
+  sgdw          SGD with decoupled weight decay (SGDW): p *= 1 - lr*wd, then
+                torch.optim.SGD(momentum=0.9, weight_decay=0) steps
+  adamw         torch.optim.AdamW(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+  adamw_nodecay the same with fc1.bias in a group of weight_decay=0
+  lamb          LAMB, the reference below, weight_decay=0.01
+  lamb_nodecay  the same with no weight decay on fc1.bias
+
+LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning",
+Algorithm 2, phi = identity; the trust ratio is applied to every tensor, as
+NVIDIA apex FusedLAMB with use_nvlamb=True, and there is no gradient-norm
+clipping), per parameter tensor p with gradient g at step t (1-based):
+  m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
+  m_hat = m / (1 - beta1^t);  v_hat = v / (1 - beta2^t)
+  u = m_hat / (sqrt(v_hat) + eps) + wd*p
+  r = ||p|| / ||u||, or 1 when either norm is 0
+  p = p - lr * r * u
+
+Every case also runs in float64 from the same float32 start; the script
+fails if float32 PyTorch is off from it by more than 1e-6 relative (a tenth
+of check_optim's tolerance) and prints the ratio.
+
+The safetensors file is written by hand (no safetensors package needed).
+Deterministic: seed 0, one thread, no network, no dataset.
+
+Usage: /usr/bin/python3 tests/data/gen_optim_refs.py tests/data/optim_refs.safetensors
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+import torch
+
+STEPS = 5
+LR_FACTORS = (1.0, 0.5, 0.25, 0.75, 0.1)
+SHAPES = (("fc1.weight", (4, 6)), ("fc1.bias", (4,)), ("fc2.weight", (3, 4)))
+MODEL_INI = ("[layer.fc1]\ntype = linear\nout = 4\n[layer.r]\ntype = relu\n"
+             "[layer.fc2]\ntype = linear\nout = 3\nbias = 0\n"
+             "[layer.loss]\ntype = softmax_xent\n")
+SAMPLE = 6  # fc1's input features
+WD = 0.01
+
+# name: (optimizer, base lr, extra kiln keys, no_decay)
+CASES = {
+    "sgd": ("sgd", 0.1, "momentum = 0.9\nnesterov = 0\n", False),
+    "sgd_nesterov": ("sgd", 0.1, "momentum = 0.9\nnesterov = 1\n", False),
+    "sgdw": ("sgdw", 0.1, "momentum = 0.9\nweight_decay_mode = decoupled\n", False),
+    "adamw": ("adamw", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", False),
+    "adamw_nodecay": ("adamw", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", True),
+    "lamb": ("lamb", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", False),
+    "lamb_nodecay": ("lamb", 0.01, "beta1 = 0.9\nbeta2 = 0.999\neps = 1e-8\n", True),
+}
+
+
+class Lamb(torch.optim.Optimizer):
+    """The reference LAMB of the module docstring, one tensor at a time."""
+
+    def __init__(self, params, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                state = self.state[p]
+                if not state:
+                    state["step"] = 0
+                    state["m"] = torch.zeros_like(p)
+                    state["v"] = torch.zeros_like(p)
+                state["step"] += 1
+                t = state["step"]
+                m, v, g = state["m"], state["v"], p.grad
+                m.mul_(beta1).add_(g, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                m_hat = m / (1 - beta1 ** t)
+                v_hat = v / (1 - beta2 ** t)
+                u = m_hat / (v_hat.sqrt() + group["eps"]) + group["weight_decay"] * p
+                w_norm, u_norm = p.norm(), u.norm()
+                ratio = (w_norm / u_norm).item() if w_norm > 0 and u_norm > 0 else 1.0
+                p.add_(u, alpha=-group["lr"] * ratio)
+
+
+def make_optimizer(name, params):
+    """params: dict name -> tensor.  Returns (optimizer, pre-step hook)."""
+    kind, lr, keys, nodecay = CASES[name]
+    if nodecay:
+        groups = [{"params": [t for n, t in params.items() if not n.endswith(".bias")]},
+                  {"params": [t for n, t in params.items() if n.endswith(".bias")],
+                   "weight_decay": 0.0}]
+    else:
+        groups = [{"params": list(params.values())}]
+    pre = None
+    if kind == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=WD,
+                               nesterov="nesterov = 1" in keys), pre
+    if kind == "sgdw":
+        opt = torch.optim.SGD(groups, lr=lr, momentum=0.9, weight_decay=0.0)
+
+        def pre(o):  # decoupled decay of the weights before the step
+            with torch.no_grad():
+                for group in o.param_groups:
+                    for p in group["params"]:
+                        p.mul_(1 - group["lr"] * WD)
+        return opt, pre
+    if kind == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8,
+                                 weight_decay=WD), pre
+    if kind == "lamb":
+        return Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=WD), pre
+    raise ValueError(kind)
+
+
+def step_lr(name, k):
+    """The lr of step k, rounded to float32 as kiln's device lr is."""
+    return float(np.float32(CASES[name][1] * LR_FACTORS[k]))
+
+
+def run_case(name, init, grads, dtype):
+    """Params after each step: list (steps) of dict name -> tensor."""
+    params = {n: init[n].to(dtype).clone().requires_grad_(True) for n, _ in SHAPES}
+    opt, pre = make_optimizer(name, params)
+    out = []
+    for k in range(STEPS):
+        for group in opt.param_groups:
+            group["lr"] = step_lr(name, k)
+        for n, _ in SHAPES:
+            params[n].grad = grads[k][n].to(dtype).clone()
+        if pre:
+            pre(opt)
+        opt.step()
+        out.append({n: params[n].detach().clone() for n, _ in SHAPES})
+    return out
+
+
+def write_safetensors(path, tensors, metadata):
+    """tensors: list of (name, np.ndarray float32), kept in order."""
+    header = {}
+    blobs = []
+    offset = 0
+    for name, arr in tensors:
+        if arr.dtype != np.float32:
+            raise ValueError("unsupported dtype %s for %s" % (arr.dtype, name))
+        data = arr.astype("<f4", copy=False).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    header["__metadata__"] = metadata
+    hdr = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hdr += b" " * ((-len(hdr)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hdr)))
+        f.write(hdr)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__")
+    out = {}
+    for name, h in header.items():
+        b, e = h["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(h["shape"])
+    return out, meta
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    init = {n: torch.randn(s) * 0.5 for n, s in SHAPES}
+    grads = [{n: torch.randn(s) * 0.3 for n, s in SHAPES} for _ in range(STEPS)]
+    tensors = [("init/" + n, init[n].numpy()) for n, _ in SHAPES]
+    for k in range(STEPS):
+        tensors += [("grad%d/%s" % (k, n), grads[k][n].numpy()) for n, _ in SHAPES]
+    meta = {"generator": "tests/data/gen_optim_refs.py", "torch": torch.__version__,
+            "model.ini": MODEL_INI, "sample": str(SAMPLE), "steps": str(STEPS),
+            "params": ",".join(n for n, _ in SHAPES), "cases": ",".join(CASES)}
+    worst = 0.0
+    for name, (kind, lr, keys, nodecay) in CASES.items():
+        f32 = run_case(name, init, grads, torch.float32)
+        f64 = run_case(name, init, grads, torch.float64)
+        ini = "[train]\noptimizer = %s\nweight_decay = %g\n%s" % (
+            "sgd" if kind == "sgdw" else kind, WD, keys)
+        if nodecay:
+            ini += "no_decay = *.bias\n"
+        meta[name + ".ini"] = ini
+        meta[name + ".lr"] = " ".join(repr(step_lr(name, k)) for k in range(STEPS))
+        case_worst = 0.0
+        for k in range(STEPS):
+            for n, _ in SHAPES:
+                a, b = f32[k][n].double(), f64[k][n]
+                rel = ((a - b).abs().max() / b.abs().max()).item()
+                case_worst = max(case_worst, rel)
+                tensors.append(("%s/step%d/%s" % (name, k, n), f32[k][n].numpy()))
+        print("%-14s float32 vs float64: max relative %.2e" % (name, case_worst))
+        worst = max(worst, case_worst)
+    if worst > 1e-6:
+        sys.exit("float32 PyTorch is off from float64 by %.2e (> 1e-6)" % worst)
+    write_safetensors(sys.argv[1], tensors, meta)
+    back, meta_back = read_safetensors(sys.argv[1])
+    assert meta_back == meta
+    for name, arr in tensors:
+        assert np.array_equal(back[name], arr), name
+    print("wrote %s: %d tensors" % (sys.argv[1], len(tensors)))
+
+if __name__ == "__main__":
+    main()
