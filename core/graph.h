@@ -48,6 +48,7 @@ struct kiln_model {
 	uint64_t seed;
 	int64_t *step_d;     /* device i64[1]: micro-steps done (dropout's counter) */
 	void *step_plan;     /* COUNTER_ADD of 1 */
+	int64_t tracked_base; /* batchnorm num_batches_tracked loaded with the weights */
 	/* optimizer */
 	void *sgd_plan;
 	size_t sgd_ws;
