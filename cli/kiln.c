@@ -19,6 +19,7 @@ static void usage(FILE *f)
 		"  plugins [--path DIRS]                list plugin files and plugins found\n"
 		"  bench data FILE [--batches N]        measure the data loader alone\n"
 		"  pack FILE --out DIR [options]        write [data]'s samples as records shards (.krec)\n"
+		"  export FILE --safetensors OUT        write the model's weights (PyTorch names, layouts)\n"
 		"\n"
 		"`kiln <command> --help` describes one command.  Exit codes: 0 ok, 1 failure,\n"
 		"2 usage or config error, 3 data error.\n");
@@ -112,6 +113,8 @@ int main(int argc, char **argv)
 		return cmd_bench(argc - 1, argv + 1);
 	if (!strcmp(cmd, "pack"))
 		return cmd_pack(argc - 1, argv + 1);
+	if (!strcmp(cmd, "export"))
+		return cmd_export(argc - 1, argv + 1);
 	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
 	usage(stderr);
 	return 2;

@@ -48,6 +48,7 @@ struct kiln_model {
 	uint64_t seed;
 	int64_t *step_d;     /* device i64[1]: micro-steps done (dropout's counter) */
 	void *step_plan;     /* COUNTER_ADD of 1 (step_d and opt_step_d) */
+	int64_t tracked_base; /* batchnorm num_batches_tracked loaded with the weights */
 	/* The optimizer ([train] optimizer and its keys), chosen and its
 	 * buffers allocated at create; kiln_model_optim_prepare fills them. */
 	struct kiln_op optim_op;  /* SGD, ADAMW or LAMB over n_trainable */

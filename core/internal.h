@@ -25,6 +25,11 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 
 char *kiln_strdup(const char *s);
 
+/* The resolved [layer.*] sections alone, as kiln_config_write writes them
+ * (with the defaults of the registry cfg was validated with): the model's
+ * architecture, which core/weights.c hashes into exported files. */
+kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f);
+
 #endif
 
 extern const struct kiln_key kiln_layer_common_keys[];

@@ -68,6 +68,10 @@ static const struct kiln_key data_keys[] = {
 static const struct kiln_key model_keys[] = {
 	{ "layout", KILN_KEY_ENUM, "nchw", NOLIM, "nchw|nhwc",
 	  "Memory layout of 4-d activations: `nchw`, or `nhwc` (channels-last). Results are the same up to float rounding." },
+	{ "init_from", KILN_KEY_STR, "", NOLIM, NULL,
+	  "A safetensors file whose tensors replace the initial parameters and batchnorm buffers by name (`conv1.weight`: the layer's name and the parameter, PyTorch's names and layouts; see docs/safetensors.md), e.g. a PyTorch state_dict or a `kiln export`; empty = none. Read after the initialisation from [run] seed, by `kiln train` and `kiln export`." },
+	{ "init_strict", KILN_KEY_BOOL, "1", NOLIM, NULL,
+	  "1: every parameter and buffer of the model must be in `init_from`, and the file may hold nothing else but `*.num_batches_tracked` (like PyTorch's load_state_dict(strict=True)); the error names the first missing and unexpected tensors. 0: load the tensors whose names match, keep the initial values of the rest and log what was skipped. A shape that differs is an error either way." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -500,6 +500,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		    (st = kiln_device_event_create(t->dev, &t->compute_done[s])))
 			goto out;
 	if ((st = kiln_model_init_params(t->m, (uint64_t)seed, t->compute)) ||
+	    (st = kiln_model_init_from(t->m, t->compute)) ||
 	    (st = prep_clip(t, cfg)) ||
 	    (st = kiln_model_optim_prepare(t->m, t->compute)))
 		goto out;

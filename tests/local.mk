@@ -171,3 +171,19 @@ tests_check_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_optim_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
 endif
 EXTRA_DIST += tests/data/gen_optim_refs.py tests/data/optim_refs.safetensors
+# ---- safetensors: the format, [model] init_from, kiln export; PyTorch both ways
+if HAVE_CHECK
+check_PROGRAMS += tests/check_safetensors
+TESTS += tests/check_safetensors
+tests_check_safetensors_SOURCES = tests/check_safetensors.c
+tests_check_safetensors_CPPFLAGS = $(AM_CPPFLAGS) -DKILN_BIN='"$(abs_top_builddir)/kiln"'
+tests_check_safetensors_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_safetensors_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
+# PyTorch loads kiln's export (skipped without /usr/bin/python3 + torch)
+check_PROGRAMS += tests/st_export_test
+tests_st_export_test_SOURCES = tests/st_export_test.c
+tests_st_export_test_LDADD = libkiln.la -lm
+TESTS += tests/safetensors_torch.sh
+EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
+	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors

@@ -295,6 +295,111 @@ typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t st
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res);
 
+/* ---- safetensors files ---------------------------------------------------
+ *
+ * The format of Hugging Face's safetensors (docs/safetensors.md): an 8-byte
+ * little-endian header length N, N bytes of JSON (an object: tensor name ->
+ * {"dtype", "shape", "data_offsets": [begin, end]}, plus an optional
+ * "__metadata__" object of strings), then the tensors' bytes, little-endian,
+ * row-major, offsets relative to the end of the header.
+ *
+ * Reading maps the file and checks all of it before anything is used: the
+ * header length against the file size, the JSON, every entry's dtype, shape
+ * and offsets, the offsets within the data, sorted, without overlaps or
+ * holes and covering it to the end, shape x dtype size = bytes.  Failures
+ * are KILN_EIO (cannot open or map) or KILN_EDATA (anything else), with a
+ * message naming the file and, where one is at fault, the tensor.
+ * Threads: a reader is read-only after open; a writer belongs to one thread.
+ */
+struct kiln_safetensors;
+
+struct kiln_safetensors_tensor {
+	const char *name;       /* borrowed from the reader, valid until close */
+	const char *dtype_name; /* the file's: "F32", "I64", "F64", "BOOL", ... */
+	int dtype;              /* enum kiln_dtype, or -1 for a dtype kiln has not (F64, U16, ...) */
+	int ndim;               /* 0 is a scalar */
+	int64_t dims[KILN_MAX_DIMS];
+	int64_t numel;
+	const void *data;       /* bytes inside the mapping: not necessarily aligned */
+	size_t bytes;
+};
+
+/* Open and check `path`.  On success *out is a new reader (free with
+ * kiln_safetensors_close).  Tensors are counted in the order of their data. */
+kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **out);
+void kiln_safetensors_close(struct kiln_safetensors *f);
+const char *kiln_safetensors_path(const struct kiln_safetensors *f);
+int kiln_safetensors_count(const struct kiln_safetensors *f);
+void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
+			  struct kiln_safetensors_tensor *out);
+/* KILN_ENOTFOUND (message naming the file) when there is no tensor `name`. */
+kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *name,
+				  struct kiln_safetensors_tensor *out);
+/* The "__metadata__" value of `key`, or NULL.  Borrowed until close. */
+const char *kiln_safetensors_meta(const struct kiln_safetensors *f, const char *key);
+
+/* A file being written: tensors and metadata are collected, then written at
+ * once, in the order the reference implementation uses (dtype alignment
+ * descending, then name), the header padded with spaces to a multiple of 8
+ * so every tensor is aligned to its element size. */
+struct kiln_safetensors_writer;
+
+kiln_status kiln_safetensors_writer_new(struct kiln_safetensors_writer **out);
+void kiln_safetensors_writer_free(struct kiln_safetensors_writer *w);
+/* Add tensor `name` (copied) of `dtype` (any enum kiln_dtype) and shape
+ * dims[0..ndim) (ndim 0: a scalar).  `data` (row-major, host memory) is
+ * borrowed: it must stay valid and unchanged until writer_write returns.
+ * KILN_EINVAL for a duplicate, empty or reserved ("__metadata__") name. */
+kiln_status kiln_safetensors_writer_add(struct kiln_safetensors_writer *w, const char *name,
+					int dtype, int ndim, const int64_t *dims,
+					const void *data);
+/* Set "__metadata__" key to value (both copied; a second call replaces). */
+kiln_status kiln_safetensors_writer_meta(struct kiln_safetensors_writer *w, const char *key,
+					 const char *value);
+/* Write the file: to a temporary name next to `path`, renamed over `path`
+ * once complete (a failed write leaves no partial file).  KILN_EIO. */
+kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, const char *path);
+
+/* ---- model weights in safetensors ---------------------------------------
+ *
+ * Names are the model's parameter names, "<layer>.<suffix>" ([layer.NAME]
+ * plus the layer's parameter: "conv1.weight", "bn1.running_mean"), shapes
+ * PyTorch's (linear [out, in], conv OIHW), so a PyTorch module whose
+ * submodules are named like kiln's layers shares its state_dict with kiln.
+ */
+
+/* Write every parameter and buffer of m (f32) to `path`, plus, for every
+ * layer with a `running_mean` buffer (batchnorm), "<layer>.num_batches_tracked"
+ * (i64 scalar: the batches tracked when loaded plus the model's micro-steps
+ * since), so that torch's load_state_dict(strict=True) accepts the file.
+ * Metadata: format = pt, kiln_version, config_hash (of the resolved
+ * [layer.*] sections).  Waits for `stream`. */
+kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, void *stream);
+
+/* Load tensors by name from `path` into m's parameters and buffers (host to
+ * device copies on `stream`, waited for).  Tensors may be F32, F16, BF16 or
+ * F64 (converted to f32).  A shape that differs from the parameter's is
+ * always an error.  strict: every parameter and buffer must be in the file,
+ * and the file must hold nothing else but "*.num_batches_tracked";
+ * otherwise the matching tensors are loaded, the rest keep their values and
+ * what was skipped is logged.  Mismatches are KILN_ECONFIG with the first
+ * missing, unexpected and mismatched names; nothing is loaded then. */
+kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, int strict,
+					void *stream);
+
+/* [model] init_from / init_strict of the model's config: load init_from
+ * (after kiln_model_init_params) when it is set; else nothing. */
+kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
+
+/* `kiln export`: open [run] device, read the sample shape from [data] as
+ * training would, build the model, initialise it ([run] seed, then [model]
+ * init_from) and write it with kiln_model_save_safetensors.  `checkpoint`
+ * must be NULL for now (KILN_ENOTSUP otherwise: kiln has no checkpoints
+ * yet). */
+kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
+				    const struct kiln_registry *reg, const char *checkpoint,
+				    const char *path);
+
 /* ---- the loader alone (`kiln bench data`) ---- */
 
 struct kiln_data_bench {

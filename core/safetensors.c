@@ -1,0 +1,542 @@
+/* core/safetensors.c - read and write safetensors files (kiln.h,
+ * docs/safetensors.md).
+ *
+ *   [u64 LE N][N bytes of JSON header, space padded][data: the tensors' bytes]
+ *
+ * The header maps each tensor name to {"dtype", "shape", "data_offsets":
+ * [begin, end)} (offsets relative to the data), plus an optional
+ * "__metadata__" object of strings.  The reader maps the file and refuses it
+ * unless every entry is well formed and the tensors tile the data exactly:
+ * sorted by offset, no overlaps, no holes, nothing after the last one (the
+ * reference implementation's rules).  The writer orders tensors as the
+ * reference does (alignment descending, then name) and pads the header to
+ * a multiple of 8, so every tensor starts aligned to its element size.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h> /* the header */
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian; this reader copies it as is"
+#endif
+
+/* The reference implementation's limit on the header. */
+#define MAX_HEADER (100u * 1000u * 1000u)
+
+/* Every dtype of the format, in the reference implementation's order (its
+ * Dtype enum), which the writer's sort follows: larger rank first. */
+static const struct {
+	const char *name;
+	size_t size;
+	int kiln; /* enum kiln_dtype, -1 for none */
+} dtypes[] = {
+	{ "BOOL", 1, -1 },     { "U8", 1, KILN_U8 },   { "I8", 1, KILN_I8 },
+	{ "F8_E5M2", 1, -1 },  { "F8_E4M3", 1, -1 },   { "I16", 2, -1 },
+	{ "U16", 2, -1 },      { "F16", 2, KILN_F16 }, { "BF16", 2, KILN_BF16 },
+	{ "I32", 4, KILN_I32 }, { "U32", 4, -1 },      { "F32", 4, KILN_F32 },
+	{ "F64", 8, -1 },      { "I64", 8, KILN_I64 }, { "U64", 8, -1 },
+};
+
+static int dtype_by_name(const char *s)
+{
+	for (size_t i = 0; i < KILN_ARRAY_LEN(dtypes); i++)
+		if (!strcmp(dtypes[i].name, s))
+			return (int)i;
+	return -1;
+}
+
+static int dtype_by_kiln(int kd)
+{
+	for (size_t i = 0; i < KILN_ARRAY_LEN(dtypes); i++)
+		if (dtypes[i].kiln == kd && kd >= 0)
+			return (int)i;
+	return -1;
+}
+
+/* ---- reader ------------------------------------------------------------- */
+
+struct st_entry {
+	char *name;
+	int dt;                   /* index into dtypes[] */
+	int ndim;
+	int64_t dims[KILN_MAX_DIMS];
+	int64_t numel;
+	uint64_t begin, end;      /* into the data */
+};
+
+struct kiln_safetensors {
+	char *path;
+	void *map;
+	size_t size;
+	const unsigned char *data; /* after the header */
+	size_t data_len;
+	int n;
+	struct st_entry *t;        /* sorted by begin */
+	int n_meta;
+	char **meta;               /* key, value, key, value, ... */
+};
+
+static int by_offset(const void *a, const void *b)
+{
+	const struct st_entry *x = a, *y = b;
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* A JSON integer in [0, 2^53] (what a JSON parser can carry exactly). */
+static int get_u64(json_t *j, uint64_t *v)
+{
+	if (!json_is_integer(j) || json_integer_value(j) < 0 ||
+	    json_integer_value(j) > ((json_int_t)1 << 53))
+		return -1;
+	*v = (uint64_t)json_integer_value(j);
+	return 0;
+}
+
+static kiln_status parse_entry(const struct kiln_safetensors *f, const char *name, json_t *v,
+			       struct st_entry *e)
+{
+	const char *p = f->path;
+	if (!json_is_object(v))
+		return kiln_error(KILN_EDATA, "%s: tensor '%s': header entry is not an object", p, name);
+	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
+	json_t *off = json_object_get(v, "data_offsets");
+	if (!json_is_string(dt) || !json_is_array(shape) || !json_is_array(off))
+		return kiln_error(KILN_EDATA, "%s: tensor '%s': needs \"dtype\" (a string), \"shape\" and \"data_offsets\" (arrays)",
+				  p, name);
+	e->dt = dtype_by_name(json_string_value(dt));
+	if (e->dt < 0)
+		return kiln_error(KILN_EDATA, "%s: tensor '%s': unknown dtype \"%s\"", p, name,
+				  json_string_value(dt));
+	size_t nd = json_array_size(shape);
+	if (nd > KILN_MAX_DIMS)
+		return kiln_error(KILN_EDATA, "%s: tensor '%s': %zu dimensions; kiln reads up to %d",
+				  p, name, nd, KILN_MAX_DIMS);
+	e->ndim = (int)nd;
+	e->numel = 1;
+	int overflow = 0;
+	for (size_t i = 0; i < nd; i++) {
+		uint64_t d;
+		if (get_u64(json_array_get(shape, i), &d))
+			return kiln_error(KILN_EDATA, "%s: tensor '%s': shape[%zu] is not a non-negative integer",
+					  p, name, i);
+		e->dims[i] = (int64_t)d;
+		if (d && (uint64_t)e->numel > ((uint64_t)1 << 62) / d)
+			overflow = 1;
+		else
+			e->numel *= (int64_t)d;
+	}
+	if (json_array_size(off) != 2 || get_u64(json_array_get(off, 0), &e->begin) ||
+	    get_u64(json_array_get(off, 1), &e->end) || e->end < e->begin)
+		return kiln_error(KILN_EDATA, "%s: tensor '%s': data_offsets must be [begin, end] with 0 <= begin <= end",
+				  p, name);
+	if (e->end > f->data_len)
+		return kiln_error(KILN_EDATA, "%s: tensor '%s': data_offsets [%llu, %llu] are outside the data (%zu bytes)",
+				  p, name, (unsigned long long)e->begin, (unsigned long long)e->end,
+				  f->data_len);
+	uint64_t want = overflow ? 0 : (uint64_t)e->numel * dtypes[e->dt].size;
+	if (overflow || want != e->end - e->begin) {
+		char shp[160];
+		size_t o = 0;
+		shp[0] = 0;
+		for (int i = 0; i < e->ndim && o < sizeof shp; i++)
+			o += (size_t)snprintf(shp + o, sizeof shp - o, i ? ", %lld" : "%lld",
+					      (long long)e->dims[i]);
+		if (overflow)
+			return kiln_error(KILN_EDATA, "%s: tensor '%s': shape [%s] is too large", p,
+					  name, shp);
+		return kiln_error(KILN_EDATA, "%s: tensor '%s': %s [%s] is %llu bytes but data_offsets [%llu, %llu] hold %llu",
+				  p, name, dtypes[e->dt].name, shp, (unsigned long long)want,
+				  (unsigned long long)e->begin, (unsigned long long)e->end,
+				  (unsigned long long)(e->end - e->begin));
+	}
+	if (!(e->name = kiln_strdup(name)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	return KILN_OK;
+}
+
+static kiln_status parse_meta(struct kiln_safetensors *f, json_t *m)
+{
+	const char *k;
+	json_t *v;
+	if (!json_is_object(m))
+		return kiln_error(KILN_EDATA, "%s: \"__metadata__\" is not an object", f->path);
+	f->meta = calloc(2 * json_object_size(m) + 1, sizeof(char *));
+	if (!f->meta)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	json_object_foreach(m, k, v) {
+		if (!json_is_string(v))
+			return kiln_error(KILN_EDATA, "%s: \"__metadata__\" value of '%s' is not a string",
+					  f->path, k);
+		if (!(f->meta[2 * f->n_meta] = kiln_strdup(k)) ||
+		    !(f->meta[2 * f->n_meta + 1] = kiln_strdup(json_string_value(v))))
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		f->n_meta++;
+	}
+	return KILN_OK;
+}
+
+static kiln_status parse(struct kiln_safetensors *f)
+{
+	const char *p = f->path;
+	uint64_t n = 0;
+	if (f->size < 8)
+		return kiln_error(KILN_EDATA, "%s: %zu bytes: too short for a safetensors file (it starts with an 8-byte header length)",
+				  p, f->size);
+	const unsigned char *b = f->map;
+	for (int i = 7; i >= 0; i--)
+		n = n << 8 | b[i];
+	if (n > f->size - 8)
+		return kiln_error(KILN_EDATA, "%s: header length %llu exceeds the %zu bytes after the length field (truncated, or not a safetensors file)",
+				  p, (unsigned long long)n, f->size - 8);
+	if (n > MAX_HEADER)
+		return kiln_error(KILN_EDATA, "%s: header length %llu is over the format's limit of %u bytes",
+				  p, (unsigned long long)n, MAX_HEADER);
+	if (n < 2 || b[8] != '{')
+		return kiln_error(KILN_EDATA, "%s: the header does not start with '{' (not a safetensors file?)",
+				  p);
+	f->data = b + 8 + n;
+	f->data_len = f->size - 8 - (size_t)n;
+	json_error_t err;
+	json_t *h = json_loadb((const char *)b + 8, (size_t)n, JSON_REJECT_DUPLICATES, &err);
+	if (!h)
+		return kiln_error(KILN_EDATA, "%s: the header is not valid JSON: %s (header byte %d)", p,
+				  err.text, err.position);
+	kiln_status st = KILN_OK;
+	if (!json_is_object(h)) {
+		st = kiln_error(KILN_EDATA, "%s: the header is not a JSON object", p);
+		goto out;
+	}
+	f->t = calloc(json_object_size(h) + 1, sizeof *f->t);
+	if (!f->t) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(h, k, v) {
+		if (!strcmp(k, "__metadata__"))
+			st = parse_meta(f, v);
+		else if (!(st = parse_entry(f, k, v, &f->t[f->n])))
+			f->n++;
+		if (st)
+			goto out;
+	}
+	/* the tensors must tile the data: [0, e0) [e0, e1) ... up to its end */
+	qsort(f->t, (size_t)f->n, sizeof *f->t, by_offset);
+	uint64_t at = 0;
+	const char *prev = NULL;
+	for (int i = 0; i < f->n; i++) {
+		struct st_entry *e = &f->t[i];
+		if (e->begin < at) {
+			st = kiln_error(KILN_EDATA, "%s: tensors '%s' and '%s' overlap (data bytes %llu..%llu)",
+					p, prev, e->name, (unsigned long long)e->begin,
+					(unsigned long long)at);
+			goto out;
+		}
+		if (e->begin > at) {
+			st = kiln_error(KILN_EDATA, "%s: data bytes %llu..%llu (before tensor '%s') belong to no tensor",
+					p, (unsigned long long)at, (unsigned long long)e->begin, e->name);
+			goto out;
+		}
+		at = e->end;
+		prev = e->name;
+	}
+	if (at != f->data_len)
+		st = kiln_error(KILN_EDATA, "%s: %zu data bytes but the tensors end at byte %llu (trailing bytes, or a bad header length)",
+				p, f->data_len, (unsigned long long)at);
+out:
+	json_decref(h);
+	return st;
+}
+
+kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **out)
+{
+	*out = NULL;
+	struct kiln_safetensors *f = calloc(1, sizeof *f);
+	if (!f || !(f->path = kiln_strdup(path))) {
+		free(f);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb)) {
+		kiln_status st = kiln_error(KILN_EIO, "%s: cannot open: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		kiln_safetensors_close(f);
+		return st;
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		close(fd);
+		kiln_safetensors_close(f);
+		return kiln_error(KILN_EIO, "%s: not a regular file", path);
+	}
+	f->size = (size_t)sb.st_size;
+	if (f->size) {
+		f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (f->map == MAP_FAILED) {
+			f->map = NULL;
+			kiln_status st = kiln_error(KILN_EIO, "%s: cannot map: %s", path, strerror(errno));
+			close(fd);
+			kiln_safetensors_close(f);
+			return st;
+		}
+	}
+	close(fd);
+	kiln_status st = parse(f);
+	if (st) {
+		kiln_safetensors_close(f);
+		return st;
+	}
+	*out = f;
+	return KILN_OK;
+}
+
+void kiln_safetensors_close(struct kiln_safetensors *f)
+{
+	if (!f)
+		return;
+	if (f->map)
+		munmap(f->map, f->size);
+	for (int i = 0; f->t && f->t[i].name; i++) /* parsed entries, and a failed one's */
+		free(f->t[i].name);
+	free(f->t);
+	for (int i = 0; i < 2 * f->n_meta; i++)
+		free(f->meta[i]);
+	if (f->meta)
+		free(f->meta[2 * f->n_meta]); /* a half-stored pair */
+	free(f->meta);
+	free(f->path);
+	free(f);
+}
+
+const char *kiln_safetensors_path(const struct kiln_safetensors *f) { return f->path; }
+int kiln_safetensors_count(const struct kiln_safetensors *f) { return f->n; }
+
+void kiln_safetensors_get(const struct kiln_safetensors *f, int i,
+			  struct kiln_safetensors_tensor *o)
+{
+	const struct st_entry *e = &f->t[i];
+	memset(o, 0, sizeof *o);
+	o->name = e->name;
+	o->dtype_name = dtypes[e->dt].name;
+	o->dtype = dtypes[e->dt].kiln;
+	o->ndim = e->ndim;
+	memcpy(o->dims, e->dims, sizeof(int64_t) * (size_t)e->ndim);
+	o->numel = e->numel;
+	o->data = f->data + e->begin;
+	o->bytes = (size_t)(e->end - e->begin);
+}
+
+kiln_status kiln_safetensors_find(const struct kiln_safetensors *f, const char *name,
+				  struct kiln_safetensors_tensor *out)
+{
+	for (int i = 0; i < f->n; i++)
+		if (!strcmp(f->t[i].name, name)) {
+			kiln_safetensors_get(f, i, out);
+			return KILN_OK;
+		}
+	return kiln_error(KILN_ENOTFOUND, "%s: no tensor '%s'", f->path, name);
+}
+
+const char *kiln_safetensors_meta(const struct kiln_safetensors *f, const char *key)
+{
+	for (int i = 0; i < f->n_meta; i++)
+		if (!strcmp(f->meta[2 * i], key))
+			return f->meta[2 * i + 1];
+	return NULL;
+}
+
+/* ---- writer ------------------------------------------------------------- */
+
+struct w_entry {
+	char *name;
+	int dt;
+	int ndim;
+	int64_t dims[KILN_MAX_DIMS];
+	size_t bytes;
+	const void *data;
+};
+
+struct kiln_safetensors_writer {
+	int n, cap;
+	struct w_entry *t;
+	json_t *meta;
+};
+
+kiln_status kiln_safetensors_writer_new(struct kiln_safetensors_writer **out)
+{
+	*out = calloc(1, sizeof **out);
+	if (!*out || !((*out)->meta = json_object())) {
+		free(*out);
+		*out = NULL;
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	return KILN_OK;
+}
+
+void kiln_safetensors_writer_free(struct kiln_safetensors_writer *w)
+{
+	if (!w)
+		return;
+	for (int i = 0; i < w->n; i++)
+		free(w->t[i].name);
+	free(w->t);
+	json_decref(w->meta);
+	free(w);
+}
+
+kiln_status kiln_safetensors_writer_add(struct kiln_safetensors_writer *w, const char *name,
+					int dtype, int ndim, const int64_t *dims,
+					const void *data)
+{
+	if (!name || !*name || !strcmp(name, "__metadata__"))
+		return kiln_error(KILN_EINVAL, "safetensors: tensor name '%s' is empty or reserved",
+				  name ? name : "(null)");
+	for (int i = 0; i < w->n; i++)
+		if (!strcmp(w->t[i].name, name))
+			return kiln_error(KILN_EINVAL, "safetensors: tensor '%s' added twice", name);
+	int dt = dtype_by_kiln(dtype);
+	if (dt < 0)
+		return kiln_error(KILN_EINVAL, "safetensors: tensor '%s': unknown dtype %d", name, dtype);
+	if (ndim < 0 || ndim > KILN_MAX_DIMS)
+		return kiln_error(KILN_EINVAL, "safetensors: tensor '%s': %d dimensions", name, ndim);
+	if (w->n == w->cap) {
+		int nc = w->cap ? 2 * w->cap : 64;
+		struct w_entry *nt = realloc(w->t, sizeof *nt * (size_t)nc);
+		if (!nt)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		w->t = nt;
+		w->cap = nc;
+	}
+	struct w_entry *e = &w->t[w->n];
+	memset(e, 0, sizeof *e);
+	e->dt = dt;
+	e->ndim = ndim;
+	e->bytes = dtypes[dt].size;
+	for (int i = 0; i < ndim; i++) {
+		if (dims[i] < 0)
+			return kiln_error(KILN_EINVAL, "safetensors: tensor '%s': dims[%d] = %lld", name,
+					  i, (long long)dims[i]);
+		e->dims[i] = dims[i];
+		e->bytes *= (size_t)dims[i];
+	}
+	e->data = data;
+	if (!(e->name = kiln_strdup(name)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	w->n++;
+	return KILN_OK;
+}
+
+kiln_status kiln_safetensors_writer_meta(struct kiln_safetensors_writer *w, const char *key,
+					 const char *value)
+{
+	if (json_object_set_new(w->meta, key, json_string(value)))
+		return kiln_error(KILN_EINVAL, "safetensors: metadata '%s' is not valid UTF-8", key);
+	return KILN_OK;
+}
+
+/* The reference order: larger dtype rank first (8-byte types before 4-byte
+ * ones, ...), then names in byte order. */
+static int by_dtype_name(const void *a, const void *b)
+{
+	const struct w_entry *x = a, *y = b;
+	if (x->dt != y->dt)
+		return y->dt - x->dt;
+	return strcmp(x->name, y->name);
+}
+
+static kiln_status build_header(struct kiln_safetensors_writer *w, char **hdr, size_t *len)
+{
+	json_t *h = json_object();
+	if (!h)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if (json_object_size(w->meta))
+		json_object_set(h, "__metadata__", w->meta);
+	uint64_t off = 0;
+	for (int i = 0; i < w->n; i++) {
+		struct w_entry *e = &w->t[i];
+		json_t *shape = json_array();
+		for (int d = 0; d < e->ndim; d++)
+			json_array_append_new(shape, json_integer(e->dims[d]));
+		/* "o" takes shape's reference, also when the pack fails */
+		json_t *t = json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtypes[e->dt].name, "shape",
+				      shape, "data_offsets", (json_int_t)off,
+				      (json_int_t)(off + e->bytes));
+		off += e->bytes;
+		if (!t || json_object_set_new(h, e->name, t)) {
+			json_decref(h);
+			return kiln_error(KILN_EINVAL, "safetensors: tensor name '%s' is not valid UTF-8",
+					  e->name);
+		}
+	}
+	char *s = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(h);
+	if (!s)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	size_t n = strlen(s), padded = (n + 7) & ~(size_t)7;
+	char *p = realloc(s, padded + 1);
+	if (!p) {
+		free(s);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	memset(p + n, ' ', padded - n);
+	p[padded] = 0;
+	*hdr = p;
+	*len = padded;
+	return KILN_OK;
+}
+
+kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, const char *path)
+{
+	qsort(w->t, (size_t)w->n, sizeof *w->t, by_dtype_name);
+	char *hdr = NULL;
+	size_t hlen = 0;
+	kiln_status st = build_header(w, &hdr, &hlen);
+	if (st)
+		return st;
+	size_t tn = strlen(path) + 32;
+	char *tmp = malloc(tn);
+	if (!tmp) {
+		free(hdr);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	snprintf(tmp, tn, "%s.tmp%ld", path, (long)getpid());
+	FILE *fp = fopen(tmp, "wb");
+	if (!fp) {
+		st = kiln_error(KILN_EIO, "%s: cannot write: %s", tmp, strerror(errno));
+		free(hdr);
+		free(tmp);
+		return st;
+	}
+	unsigned char len8[8];
+	for (int i = 0; i < 8; i++)
+		len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+	int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
+	for (int i = 0; ok && i < w->n; i++)
+		ok = !w->t[i].bytes || fwrite(w->t[i].data, 1, w->t[i].bytes, fp) == w->t[i].bytes;
+	int err = ok ? 0 : errno;
+	if (fclose(fp) && ok) {
+		ok = 0;
+		err = errno;
+	}
+	if (ok && rename(tmp, path)) {
+		ok = 0;
+		err = errno;
+	}
+	if (!ok) {
+		unlink(tmp);
+		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err ? err : EIO));
+	}
+	free(hdr);
+	free(tmp);
+	return st;
+}

@@ -1,0 +1,812 @@
+/* tests/check_safetensors.c - safetensors files (core/safetensors.c), model
+ * weights in them (core/weights.c), [model] init_from and `kiln export`.
+ *
+ *   format    the writer's output read back (order, alignment, metadata,
+ *             every dtype kiln has, scalars, empty tensors); corrupt files
+ *             refused with messages naming file and tensor
+ *   weights   PyTorch -> kiln: tests/data/st_cnn_torch.safetensors (the
+ *             state_dict of gen_safetensors_refs.py's Net) loaded with
+ *             init_from into tests/data/st_cnn.ini's model gives PyTorch's
+ *             eval-mode logits (st_cnn_io.safetensors) within rel 1e-4, in
+ *             both layouts; save/load round trip; init_strict errors; F16,
+ *             BF16 conversion; the trainer and `kiln export` read init_from
+ *
+ * The other direction (PyTorch loads kiln's export) is
+ * tests/safetensors_torch.sh, which needs torch.
+ *   CK_RUN_CASE=format tests/check_safetensors
+ */
+#include <check.h>
+#include <kiln/kiln.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define REL 1e-4
+
+static struct kiln_registry *reg;
+static char tmpdir[] = "/tmp/kiln-st-check.XXXXXX";
+static const char *srcdir = ".";
+
+static const char *tpath(const char *name)
+{
+	static char p[8][1024];
+	static int k;
+	char *s = p[k++ % 8];
+	snprintf(s, sizeof p[0], "%s/%s", tmpdir, name);
+	return s;
+}
+
+static const char *dpath(const char *name)
+{
+	static char p[4][1024];
+	static int k;
+	char *s = p[k++ % 4];
+	snprintf(s, sizeof p[0], "%s/tests/data/%s", srcdir, name);
+	return s;
+}
+
+static void write_bytes(const char *path, const void *buf, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	ck_assert_msg(f != NULL, "cannot write %s", path);
+	ck_assert(fwrite(buf, 1, n, f) == n);
+	ck_assert(fclose(f) == 0);
+}
+
+static unsigned char *read_bytes(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot read %s", path);
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	unsigned char *b = malloc(*n + 1);
+	ck_assert(fread(b, 1, *n, f) == *n);
+	fclose(f);
+	return b;
+}
+
+static int has_synthetic(void)
+{
+	const struct kiln_plugin *p;
+	if (kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "synthetic", &p) == KILN_OK)
+		return 1;
+	fprintf(stderr, "check_safetensors: no synthetic source (built without loaders): skipped\n");
+	return 0;
+}
+
+/* ---- the format ----------------------------------------------------------- */
+
+START_TEST(test_roundtrip)
+{
+	const float w[6] = { 1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e-30f };
+	const int64_t scalar = -1234567890123ll;
+	const uint8_t bytes[5] = { 1, 2, 3, 254, 255 };
+	const uint16_t bf[3] = { 0x3f80, 0xc040, 0x0001 };
+	const int64_t wd[2] = { 2, 3 }, bd[1] = { 5 }, fd[1] = { 3 }, ed[2] = { 4, 0 };
+	struct kiln_safetensors_writer *wr;
+	ck_assert_int_eq(kiln_safetensors_writer_new(&wr), KILN_OK);
+	/* added in no particular order: written I64, F32, I32, BF16, U8 */
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "c.bytes", KILN_U8, 1, bd, bytes), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "b.weight", KILN_F32, 2, wd, w), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "e.empty", KILN_I32, 2, ed, NULL), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "a.scalar", KILN_I64, 0, NULL, &scalar), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "d.bf", KILN_BF16, 1, fd, bf), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "b.weight", KILN_F32, 2, wd, w), KILN_EINVAL);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "__metadata__", KILN_F32, 2, wd, w),
+			 KILN_EINVAL);
+	ck_assert_int_eq(kiln_safetensors_writer_add(wr, "", KILN_F32, 2, wd, w), KILN_EINVAL);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(wr, "note", "a \"quoted\" value"), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(wr, "k", "v1"), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_meta(wr, "k", "v"), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_write(wr, tpath("rt.safetensors")), KILN_OK);
+	/* a directory that does not exist: KILN_EIO naming the file */
+	ck_assert_int_eq(kiln_safetensors_writer_write(wr, tpath("nodir/x.safetensors")), KILN_EIO);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "nodir/x.safetensors"));
+	kiln_safetensors_writer_free(wr);
+
+	size_t n;
+	unsigned char *raw = read_bytes(tpath("rt.safetensors"), &n);
+	uint64_t hl = 0;
+	for (int i = 7; i >= 0; i--)
+		hl = hl << 8 | raw[i];
+	ck_assert_int_eq(hl % 8, 0);
+	ck_assert_int_eq(n, 8 + hl + 8 + 24 + 0 + 6 + 5);
+	ck_assert_int_eq(raw[8], '{');
+	free(raw);
+
+	struct kiln_safetensors *f;
+	ck_assert_msg(kiln_safetensors_open(tpath("rt.safetensors"), &f) == KILN_OK, "%s",
+		      kiln_last_error());
+	static const char *order[] = { "a.scalar", "b.weight", "e.empty", "d.bf", "c.bytes" };
+	ck_assert_int_eq(kiln_safetensors_count(f), 5);
+	for (int i = 0; i < 5; i++) {
+		struct kiln_safetensors_tensor t;
+		kiln_safetensors_get(f, i, &t);
+		ck_assert_str_eq(t.name, order[i]);
+		/* each tensor aligned to its element size in the file */
+		size_t es = kiln_dtype_size(t.dtype);
+		ck_assert_int_eq((uintptr_t)t.data % es, 0);
+	}
+	struct kiln_safetensors_tensor t;
+	ck_assert_int_eq(kiln_safetensors_find(f, "b.weight", &t), KILN_OK);
+	ck_assert_str_eq(t.dtype_name, "F32");
+	ck_assert_int_eq(t.dtype, KILN_F32);
+	ck_assert_int_eq(t.ndim, 2);
+	ck_assert_int_eq(t.dims[0], 2);
+	ck_assert_int_eq(t.dims[1], 3);
+	ck_assert_int_eq(t.numel, 6);
+	ck_assert_int_eq(t.bytes, sizeof w);
+	ck_assert_int_eq(memcmp(t.data, w, sizeof w), 0);
+	ck_assert_int_eq(kiln_safetensors_find(f, "a.scalar", &t), KILN_OK);
+	ck_assert_str_eq(t.dtype_name, "I64");
+	ck_assert_int_eq(t.ndim, 0);
+	ck_assert_int_eq(t.numel, 1);
+	ck_assert_int_eq(memcmp(t.data, &scalar, 8), 0);
+	ck_assert_int_eq(kiln_safetensors_find(f, "c.bytes", &t), KILN_OK);
+	ck_assert_int_eq(t.dtype, KILN_U8);
+	ck_assert_int_eq(memcmp(t.data, bytes, 5), 0);
+	ck_assert_int_eq(kiln_safetensors_find(f, "d.bf", &t), KILN_OK);
+	ck_assert_str_eq(t.dtype_name, "BF16");
+	ck_assert_int_eq(memcmp(t.data, bf, 6), 0);
+	ck_assert_int_eq(kiln_safetensors_find(f, "e.empty", &t), KILN_OK);
+	ck_assert_int_eq(t.numel, 0);
+	ck_assert_int_eq(t.bytes, 0);
+	ck_assert_int_eq(kiln_safetensors_find(f, "nope", &t), KILN_ENOTFOUND);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "rt.safetensors"));
+	ck_assert_str_eq(kiln_safetensors_meta(f, "k"), "v");
+	ck_assert_str_eq(kiln_safetensors_meta(f, "note"), "a \"quoted\" value");
+	ck_assert_ptr_null(kiln_safetensors_meta(f, "format"));
+	kiln_safetensors_close(f);
+
+	/* a file without tensors or metadata: "{}" padded */
+	ck_assert_int_eq(kiln_safetensors_writer_new(&wr), 0);
+	ck_assert_int_eq(kiln_safetensors_writer_write(wr, tpath("empty.safetensors")), 0);
+	kiln_safetensors_writer_free(wr);
+	ck_assert_int_eq(kiln_safetensors_open(tpath("empty.safetensors"), &f), KILN_OK);
+	ck_assert_int_eq(kiln_safetensors_count(f), 0);
+	kiln_safetensors_close(f);
+}
+END_TEST
+
+/* A file of an 8-byte length (`len`, or the header's when len < 0), the
+ * header text padded with spaces to a multiple of 8, and `data` zero bytes. */
+static const char *raw_file(const char *name, const char *hdr, long long len, size_t data)
+{
+	size_t h = strlen(hdr), hp = (h + 7) & ~(size_t)7;
+	unsigned char *b = calloc(8 + hp + data + 1, 1);
+	uint64_t l = len < 0 ? hp : (uint64_t)len;
+	for (int i = 0; i < 8; i++)
+		b[i] = (unsigned char)(l >> (8 * i));
+	memcpy(b + 8, hdr, h);
+	memset(b + 8 + h, ' ', hp - h);
+	const char *p = tpath(name);
+	write_bytes(p, b, 8 + hp + data);
+	free(b);
+	return p;
+}
+
+/* open(path) fails with `st`, its message names the file and has every
+ * fragment of the NULL-terminated list. */
+static void refused(const char *path, kiln_status st, ...)
+{
+	struct kiln_safetensors *f = NULL;
+	kiln_status got = kiln_safetensors_open(path, &f);
+	ck_assert_msg(got == st, "%s: status %d, expected %d (%s)", path, got, st, kiln_last_error());
+	ck_assert_ptr_null(f);
+	const char *msg = kiln_last_error();
+	ck_assert_msg(strstr(msg, path) != NULL, "message does not name the file: %s", msg);
+	va_list ap;
+	va_start(ap, st);
+	for (const char *frag; (frag = va_arg(ap, const char *));)
+		ck_assert_msg(strstr(msg, frag) != NULL, "message lacks '%s': %s", frag, msg);
+	va_end(ap);
+	fprintf(stderr, "refused as expected: %s\n", msg);
+}
+
+#define T(name, dt, shape, b, e) \
+	"\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
+
+START_TEST(test_corrupt)
+{
+	const char *p;
+	/* a good one first, so the helpers themselves are right */
+	p = raw_file("good", "{" T("t", "F32", "[2]", 0, 8) "}", -1, 8);
+	struct kiln_safetensors *f;
+	ck_assert_msg(kiln_safetensors_open(p, &f) == KILN_OK, "%s", kiln_last_error());
+	kiln_safetensors_close(f);
+
+	refused(tpath("missing.safetensors"), KILN_EIO, "cannot open", NULL);
+	write_bytes(tpath("short"), "abcde", 5);
+	refused(tpath("short"), KILN_EDATA, "too short", NULL);
+	write_bytes(tpath("zero"), "", 0);
+	refused(tpath("zero"), KILN_EDATA, "too short", NULL);
+	/* header length past the end of the file */
+	refused(raw_file("bad_len", "{" T("t", "F32", "[2]", 0, 8) "}", 1000000, 8),
+		KILN_EDATA, "header length 1000000 exceeds", NULL);
+	refused(raw_file("huge_len", "{}", 0x7fffffffffffffffll, 0), KILN_EDATA, "exceeds", NULL);
+	/* a header length that cuts the JSON */
+	refused(raw_file("cut_len", "{" T("t", "F32", "[2]", 0, 8) "}", 16, 8), KILN_EDATA,
+		"not valid JSON", NULL);
+	/* truncated data */
+	refused(raw_file("truncated", "{" T("a", "F32", "[2]", 0, 8) "," T("t", "F32", "[2]", 8, 16) "}",
+			 -1, 12),
+		KILN_EDATA, "'t'", "outside the data", NULL);
+	refused(raw_file("bad_json", "{\"t\":{\"dtype\":\"F32\",", -1, 0), KILN_EDATA,
+		"not valid JSON", NULL);
+	refused(raw_file("not_object", "[1, 2]", -1, 0), KILN_EDATA, "does not start with '{'", NULL);
+	refused(raw_file("dup", "{" T("t", "F32", "[1]", 0, 4) "," T("t", "F32", "[1]", 0, 4) "}", -1, 4),
+		KILN_EDATA, "not valid JSON", NULL);
+	refused(raw_file("range", "{" T("t", "F32", "[4]", 0, 16) "}", -1, 8), KILN_EDATA, "'t'",
+		"outside the data (8 bytes)", NULL);
+	refused(raw_file("overlap", "{" T("a", "F32", "[2]", 0, 8) "," T("b", "F32", "[2]", 4, 12) "}",
+			 -1, 12),
+		KILN_EDATA, "'a' and 'b' overlap", NULL);
+	refused(raw_file("hole", "{" T("a", "F32", "[2]", 0, 8) "," T("b", "F32", "[2]", 12, 20) "}",
+			 -1, 20),
+		KILN_EDATA, "8..12", "belong to no tensor", NULL);
+	refused(raw_file("lead", "{" T("a", "F32", "[2]", 4, 12) "}", -1, 12), KILN_EDATA,
+		"0..4", "belong to no tensor", NULL);
+	refused(raw_file("trailing", "{" T("a", "F32", "[2]", 0, 8) "}", -1, 12), KILN_EDATA,
+		"trailing", NULL);
+	refused(raw_file("shape", "{" T("t", "F32", "[3]", 0, 8) "}", -1, 8), KILN_EDATA, "'t'",
+		"F32 [3] is 12 bytes", "hold 8", NULL);
+	refused(raw_file("dtype_size", "{" T("t", "I64", "[2]", 0, 8) "}", -1, 8), KILN_EDATA, "'t'",
+		"I64 [2] is 16 bytes", NULL);
+	refused(raw_file("dtype", "{" T("t", "F33", "[2]", 0, 8) "}", -1, 8), KILN_EDATA, "'t'",
+		"unknown dtype \"F33\"", NULL);
+	refused(raw_file("neg", "{" T("t", "F32", "[2]", -8, 0) "}", -1, 8), KILN_EDATA, "'t'",
+		"data_offsets must be", NULL);
+	refused(raw_file("backwards", "{" T("t", "F32", "[0]", 8, 0) "}", -1, 8), KILN_EDATA,
+		"data_offsets must be", NULL);
+	refused(raw_file("neg_dim", "{" T("t", "F32", "[-2]", 0, 8) "}", -1, 8), KILN_EDATA, "'t'",
+		"shape[0]", NULL);
+	refused(raw_file("big_dims", "{" T("t", "F32", "[4294967296,4294967296,4294967296]", 0, 8) "}",
+			 -1, 8),
+		KILN_EDATA, "'t'", "too large", NULL);
+	refused(raw_file("no_shape", "{\"t\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", -1, 8),
+		KILN_EDATA, "'t'", "needs", NULL);
+	refused(raw_file("entry", "{\"t\":5}", -1, 0), KILN_EDATA, "'t'", "not an object", NULL);
+	refused(raw_file("meta", "{\"__metadata__\":{\"a\":1}," T("t", "F32", "[2]", 0, 8) "}", -1, 8),
+		KILN_EDATA, "__metadata__", "'a'", NULL);
+	refused(raw_file("meta2", "{\"__metadata__\":[]}", -1, 0), KILN_EDATA, "__metadata__", NULL);
+
+	/* every truncation of a real file is refused, none crashes */
+	size_t n;
+	unsigned char *b = read_bytes(dpath("st_cnn_torch.safetensors"), &n);
+	int tries = 0, bad = 0;
+	for (size_t cut = 0; cut < n; cut += cut < 64 ? 1 : 97, tries++) {
+		write_bytes(tpath("cut"), b, cut);
+		struct kiln_safetensors *g = NULL;
+		bad += kiln_safetensors_open(tpath("cut"), &g) == KILN_EDATA;
+		ck_assert_ptr_null(g);
+	}
+	ck_assert_int_eq(bad, tries);
+	ck_assert_int_gt(tries, 100);
+	free(b);
+}
+END_TEST
+
+/* ---- model weights -------------------------------------------------------- */
+
+struct net {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *stream;
+};
+
+/* tests/data/st_cnn.ini for 3x8x8 samples, overrides applied, parameters
+ * initialised from `seed`; init_from applied when set.  Returns the status
+ * of kiln_model_init_from. */
+static kiln_status net_open(struct net *n, uint64_t seed, const char *const *over)
+{
+	memset(n, 0, sizeof *n);
+	ck_assert_msg(kiln_config_load(dpath("st_cnn.ini"), &n->cfg) == KILN_OK, "%s",
+		      kiln_last_error());
+	for (int i = 0; over && over[i]; i++)
+		ck_assert_msg(kiln_config_override(n->cfg, over[i]) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_config_validate(n->cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	const int64_t dims[3] = { 3, 8, 8 };
+	struct kiln_tensor_desc s;
+	kiln_tensor_desc_init(&s, KILN_F32, 3, dims);
+	ck_assert(kiln_device_open(reg, n->cfg, "cpu", 0, &n->dev) == KILN_OK);
+	ck_assert_msg(kiln_model_create(n->cfg, reg, n->dev, &s, &n->m) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(n->dev, &n->stream) == KILN_OK);
+	ck_assert(kiln_model_init_params(n->m, seed, n->stream) == KILN_OK);
+	return kiln_model_init_from(n->m, n->stream);
+}
+
+static void net_close(struct net *n)
+{
+	kiln_device_stream_sync(n->dev, n->stream);
+	kiln_model_free(n->m);
+	kiln_device_stream_destroy(n->dev, n->stream);
+	kiln_device_close(n->dev);
+	kiln_config_free(n->cfg);
+}
+
+/* The values of parameter `name` (malloc'ed), and its element count. */
+static float *net_param(struct net *n, const char *name, int64_t *numel)
+{
+	struct kiln_param_info p;
+	ck_assert_msg(kiln_model_param_find(n->m, name, &p) == KILN_OK, "%s", kiln_last_error());
+	*numel = kiln_tensor_numel(&p.desc);
+	float *v = malloc(sizeof(float) * (size_t)*numel);
+	ck_assert(kiln_device_copy_async(n->dev, v, p.param, sizeof(float) * (size_t)*numel,
+					 KILN_COPY_D2H, n->stream) == KILN_OK);
+	ck_assert(kiln_device_stream_sync(n->dev, n->stream) == KILN_OK);
+	return v;
+}
+
+static double max_rel(const float *a, const float *ref, int64_t n)
+{
+	double scale = 0, err = 0;
+	for (int64_t i = 0; i < n; i++) {
+		scale = fmax(scale, fabs(ref[i]));
+		err = fmax(err, fabs((double)a[i] - ref[i]));
+	}
+	return scale > 0 ? err / scale : err;
+}
+
+/* PyTorch -> kiln: the reference state_dict, loaded strictly, gives
+ * PyTorch's eval-mode logits in either layout. */
+static void torch_logits(const char *layout)
+{
+	char o1[1100], o2[64];
+	snprintf(o1, sizeof o1, "model.init_from=%s", dpath("st_cnn_torch.safetensors"));
+	snprintf(o2, sizeof o2, "model.layout=%s", layout);
+	const char *over[] = { o1, o2, NULL };
+	struct net n;
+	ck_assert_msg(net_open(&n, 3, over) == KILN_OK, "%s", kiln_last_error());
+
+	struct kiln_safetensors *io, *sd;
+	struct kiln_safetensors_tensor x, ref, t;
+	ck_assert_msg(kiln_safetensors_open(dpath("st_cnn_io.safetensors"), &io) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_safetensors_find(io, "x", &x) == KILN_OK);
+	ck_assert(kiln_safetensors_find(io, "logits", &ref) == KILN_OK);
+	const int64_t N = x.dims[0], C = ref.dims[1];
+	/* every parameter and buffer holds the file's bytes */
+	ck_assert(kiln_safetensors_open(dpath("st_cnn_torch.safetensors"), &sd) == 0);
+	for (int i = 0; i < kiln_model_param_count(n.m); i++) {
+		struct kiln_param_info p;
+		int64_t numel;
+		kiln_model_param_get(n.m, i, &p);
+		ck_assert(kiln_safetensors_find(sd, p.name, &t) == KILN_OK);
+		float *v = net_param(&n, p.name, &numel);
+		ck_assert_msg(t.bytes == sizeof(float) * (size_t)numel && !memcmp(v, t.data, t.bytes),
+			      "%s differs from the file", p.name);
+		free(v);
+	}
+	kiln_safetensors_close(sd);
+
+	struct kiln_plan *plan;
+	struct kiln_plan_opts po = { .training = 0, .keep_all = 1 };
+	ck_assert_msg(kiln_model_plan_ex(n.m, N, &po, &plan) == KILN_OK, "%s", kiln_last_error());
+	float *xd, *md, *logits = malloc(sizeof(float) * (size_t)(N * C)), *xh = malloc(x.bytes);
+	int32_t *yd;
+	memcpy(xh, x.data, x.bytes); /* the mapping's bytes need not be aligned */
+	ck_assert(kiln_device_alloc(n.dev, x.bytes, (void **)&xd) == 0);
+	ck_assert(kiln_device_alloc(n.dev, 64 + 4 * (size_t)N, (void **)&yd) == 0);
+	ck_assert(kiln_device_alloc(n.dev, 64, (void **)&md) == 0);
+	int32_t zeros[64] = { 0 };
+	float z2[2] = { 0, 0 };
+	void *yp;
+	struct kiln_tensor_desc yd_desc;
+	ck_assert(kiln_device_copy_async(n.dev, xd, xh, x.bytes, KILN_COPY_H2D, n.stream) == 0);
+	ck_assert(kiln_device_copy_async(n.dev, yd, zeros, 4 * (size_t)N, KILN_COPY_H2D, n.stream) == 0);
+	ck_assert(kiln_device_copy_async(n.dev, md, z2, sizeof z2, KILN_COPY_H2D, n.stream) == 0);
+	ck_assert_msg(kiln_plan_forward(plan, xd, yd, md, n.stream) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_sync(n.dev, n.stream) == 0);
+	ck_assert(kiln_plan_tensor(plan, "fc2", "y", &yp, &yd_desc) == KILN_OK);
+	ck_assert_int_eq(kiln_tensor_numel(&yd_desc), N * C);
+	ck_assert(kiln_device_copy_async(n.dev, logits, yp, sizeof(float) * (size_t)(N * C),
+					 KILN_COPY_D2H, n.stream) == 0);
+	ck_assert(kiln_device_stream_sync(n.dev, n.stream) == 0);
+	float *rh = malloc(ref.bytes);
+	memcpy(rh, ref.data, ref.bytes);
+	double e = max_rel(logits, rh, N * C);
+	fprintf(stderr, "check_safetensors: PyTorch -> kiln (%s): eval logits max rel diff %.3g\n",
+		layout, e);
+	ck_assert_msg(e <= REL, "%s: kiln's logits differ from PyTorch's by %g (relative)", layout, e);
+	free(rh);
+	free(xh);
+	free(logits);
+	kiln_device_free(n.dev, xd);
+	kiln_device_free(n.dev, yd);
+	kiln_device_free(n.dev, md);
+	kiln_plan_free(plan);
+	kiln_safetensors_close(io);
+
+	/* exported again, the file's num_batches_tracked survives */
+	struct kiln_safetensors *g;
+	ck_assert(kiln_model_save_safetensors(n.m, tpath(layout), n.stream) == KILN_OK);
+	ck_assert(kiln_safetensors_open(tpath(layout), &g) == KILN_OK);
+	ck_assert(kiln_safetensors_find(g, "bn2.num_batches_tracked", &t) == KILN_OK);
+	ck_assert_int_eq(*(const int64_t *)t.data, 7);
+	kiln_safetensors_close(g);
+	net_close(&n);
+}
+
+START_TEST(test_torch_nchw) { torch_logits("nchw"); }
+END_TEST
+
+START_TEST(test_torch_nhwc) { torch_logits("nhwc"); }
+END_TEST
+
+/* kiln -> kiln: what one model saves another loads bit for bit, and the
+ * batch counter is the micro-steps. */
+START_TEST(test_save_load)
+{
+	struct net a, b;
+	ck_assert(net_open(&a, 5, NULL) == KILN_OK);
+	for (int i = 0; i < 4; i++)
+		ck_assert(kiln_model_step_advance(a.m, a.stream) == KILN_OK);
+	ck_assert_msg(kiln_model_save_safetensors(a.m, tpath("a.safetensors"), a.stream) == KILN_OK,
+		      "%s", kiln_last_error());
+	struct kiln_safetensors *f;
+	struct kiln_safetensors_tensor t;
+	ck_assert(kiln_safetensors_open(tpath("a.safetensors"), &f) == KILN_OK);
+	ck_assert_int_eq(kiln_safetensors_count(f), kiln_model_param_count(a.m) + 2);
+	ck_assert(kiln_safetensors_find(f, "bn1.num_batches_tracked", &t) == KILN_OK);
+	ck_assert_str_eq(t.dtype_name, "I64");
+	ck_assert_int_eq(t.ndim, 0);
+	ck_assert_int_eq(*(const int64_t *)t.data, 4);
+	ck_assert(kiln_safetensors_find(f, "conv1.weight", &t) == KILN_OK);
+	ck_assert_int_eq(t.ndim, 4); /* OIHW */
+	ck_assert_int_eq(t.dims[0], 4);
+	ck_assert_int_eq(t.dims[1], 3);
+	ck_assert(kiln_safetensors_find(f, "fc1.weight", &t) == KILN_OK);
+	ck_assert_int_eq(t.dims[0], 16); /* [out, in] */
+	ck_assert_int_eq(t.dims[1], 96);
+	ck_assert_str_eq(kiln_safetensors_meta(f, "format"), "pt");
+	ck_assert_str_eq(kiln_safetensors_meta(f, "kiln_version"), kiln_version());
+	ck_assert_int_eq(strlen(kiln_safetensors_meta(f, "config_hash")), 16);
+	kiln_safetensors_close(f);
+
+	char o[1100];
+	snprintf(o, sizeof o, "model.init_from=%s", tpath("a.safetensors"));
+	const char *over[] = { o, NULL };
+	ck_assert_msg(net_open(&b, 6, over) == KILN_OK, "%s", kiln_last_error());
+	for (int i = 0; i < kiln_model_param_count(a.m); i++) {
+		struct kiln_param_info p;
+		int64_t na, nb;
+		kiln_model_param_get(a.m, i, &p);
+		float *va = net_param(&a, p.name, &na), *vb = net_param(&b, p.name, &nb);
+		ck_assert_int_eq(na, nb);
+		ck_assert_msg(!memcmp(va, vb, sizeof(float) * (size_t)na), "%s", p.name);
+		free(va);
+		free(vb);
+	}
+	/* b saves the same file: loaded count 4 + 0 steps */
+	ck_assert(kiln_model_save_safetensors(b.m, tpath("b.safetensors"), b.stream) == KILN_OK);
+	size_t n1, n2;
+	unsigned char *f1 = read_bytes(tpath("a.safetensors"), &n1);
+	unsigned char *f2 = read_bytes(tpath("b.safetensors"), &n2);
+	ck_assert(n1 == n2 && !memcmp(f1, f2, n1));
+	free(f1);
+	free(f2);
+	net_close(&a);
+	net_close(&b);
+}
+END_TEST
+
+/* init_strict: missing, unexpected and mismatched tensors. */
+static void load_fails(const char *const *over, kiln_status want, ...)
+{
+	struct net n;
+	kiln_status st = net_open(&n, 1, over);
+	const char *msg = kiln_last_error();
+	ck_assert_msg(st == want, "status %d, expected %d: %s", st, want, msg);
+	ck_assert_msg(strstr(msg, "init_from") != NULL, "%s", msg);
+	va_list ap;
+	va_start(ap, want);
+	for (const char *frag; (frag = va_arg(ap, const char *));)
+		ck_assert_msg(strstr(msg, frag) != NULL, "message lacks '%s': %s", frag, msg);
+	va_end(ap);
+	fprintf(stderr, "refused as expected: %s\n", msg);
+	net_close(&n);
+}
+
+START_TEST(test_strict)
+{
+	char from[1100];
+	snprintf(from, sizeof from, "model.init_from=%s", dpath("st_cnn_torch.safetensors"));
+	/* conv1 gains a bias the file lacks */
+	const char *missing[] = { from, "layer.conv1.bias=1", NULL };
+	load_fails(missing, KILN_ECONFIG, "st_cnn_torch.safetensors", "init_strict = 1",
+		   "missing from the file: conv1.bias", NULL);
+	/* fc1 loses its bias: the file has one the model lacks */
+	const char *unexpected[] = { from, "layer.fc1.bias=0", NULL };
+	load_fails(unexpected, KILN_ECONFIG, "not in the model: fc1.bias", NULL);
+	/* another width: a shape error, strict or not */
+	const char *shape[] = { from, "layer.fc1.out=8", NULL };
+	load_fails(shape, KILN_ECONFIG, "fc1.weight is [16, 96] in the file but [8, 96] in the model",
+		   NULL);
+	const char *shape_lax[] = { from, "layer.fc1.out=8", "model.init_strict=0", NULL };
+	load_fails(shape_lax, KILN_ECONFIG, "do not fit the model", "bn2.weight is [16]", NULL);
+	/* not a model file at all: lists the first names */
+	char io[1100];
+	snprintf(io, sizeof io, "model.init_from=%s", dpath("st_cnn_io.safetensors"));
+	const char *other[] = { io, NULL };
+	load_fails(other, KILN_ECONFIG, "missing from the file: conv1.weight, bn1.weight",
+		   "(and 11 more)", "not in the model: ", "logits", NULL);
+	const char *nofile[] = { "model.init_from=/nonexistent/w.safetensors", NULL };
+	load_fails(nofile, KILN_EIO, "/nonexistent/w.safetensors", "cannot open", NULL);
+	write_bytes(tpath("junk"), "not a safetensors file at all", 29);
+	char junk[1100];
+	snprintf(junk, sizeof junk, "model.init_from=%s", tpath("junk"));
+	const char *bad[] = { junk, NULL };
+	load_fails(bad, KILN_EDATA, "junk", "exceeds", NULL);
+
+	/* init_strict = 0: what matches loads, the rest keeps its init */
+	const char *lax[] = { from, "layer.conv1.bias=1", "model.init_strict=0", NULL };
+	struct net n, fresh;
+	ck_assert_msg(net_open(&n, 1, lax) == KILN_OK, "%s", kiln_last_error());
+	const char *plain[] = { "layer.conv1.bias=1", NULL };
+	ck_assert(net_open(&fresh, 1, plain) == KILN_OK);
+	struct kiln_safetensors *f;
+	struct kiln_safetensors_tensor t;
+	ck_assert(kiln_safetensors_open(dpath("st_cnn_torch.safetensors"), &f) == KILN_OK);
+	int64_t k1, k2;
+	float *v = net_param(&n, "conv1.bias", &k1), *w = net_param(&fresh, "conv1.bias", &k2);
+	ck_assert(!memcmp(v, w, sizeof(float) * (size_t)k1)); /* kept */
+	free(v);
+	free(w);
+	v = net_param(&n, "conv1.weight", &k1);
+	ck_assert(kiln_safetensors_find(f, "conv1.weight", &t) == KILN_OK);
+	ck_assert(!memcmp(v, t.data, t.bytes)); /* loaded */
+	free(v);
+	kiln_safetensors_close(f);
+	net_close(&n);
+	net_close(&fresh);
+}
+END_TEST
+
+/* F16, BF16 and F64 tensors load converted to f32; integers do not. */
+START_TEST(test_dtypes)
+{
+	/* fc: linear 4 -> 3, weight [3, 4] F16, bias [3] BF16 */
+	const uint16_t h[12] = { 0x3c00, 0xc000, 0x0001, 0x7bff, 0x0400, 0x03ff, 0x3555, 0x8000,
+				 0x7c00, 0xfc00, 0x4248, 0x0000 };
+	const float want_h[12] = { 1.0f, -2.0f, 5.9604645e-8f, 65504.0f, 6.1035156e-5f,
+				   6.0975552e-5f, 0.33325195f, -0.0f, INFINITY, -INFINITY, 3.140625f,
+				   0.0f };
+	const uint16_t bf[3] = { 0x3f80, 0xc040, 0x3eab };
+	const float want_bf[3] = { 1.0f, -3.0f, 0.333984375f };
+	const int64_t wd[2] = { 3, 4 }, bd[1] = { 3 };
+	struct kiln_safetensors_writer *w;
+	ck_assert(kiln_safetensors_writer_new(&w) == 0);
+	ck_assert(kiln_safetensors_writer_add(w, "fc.weight", KILN_F16, 2, wd, h) == 0);
+	ck_assert(kiln_safetensors_writer_add(w, "fc.bias", KILN_BF16, 1, bd, bf) == 0);
+	ck_assert(kiln_safetensors_writer_write(w, tpath("half.safetensors")) == 0);
+	kiln_safetensors_writer_free(w);
+	const int32_t ints[3] = { 1, 2, 3 };
+	ck_assert(kiln_safetensors_writer_new(&w) == 0);
+	ck_assert(kiln_safetensors_writer_add(w, "fc.weight", KILN_F16, 2, wd, h) == 0);
+	ck_assert(kiln_safetensors_writer_add(w, "fc.bias", KILN_I32, 1, bd, ints) == 0);
+	ck_assert(kiln_safetensors_writer_write(w, tpath("int.safetensors")) == 0);
+	kiln_safetensors_writer_free(w);
+	/* F64, by hand (kiln has no f64 dtype to write it with) */
+	unsigned char f64[8 + 96 + 24];
+	const char *hdr = "{\"fc.bias\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[0,24]}}";
+	memset(f64, ' ', sizeof f64);
+	memset(f64, 0, 8);
+	f64[0] = 96;
+	memcpy(f64 + 8, hdr, strlen(hdr));
+	const double dv[3] = { 0.1, -1e10, 2.5 };
+	memcpy(f64 + 8 + 96, dv, sizeof dv);
+	write_bytes(tpath("f64.safetensors"), f64, sizeof f64);
+
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_load_string("[layer.fc]\ntype = linear\nout = 3\n"
+					  "[layer.loss]\ntype = softmax_xent\n",
+					  "dtypes.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *s;
+	const int64_t in = 4;
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+	ck_assert(kiln_model_create(cfg, reg, dev, &sample, &m) == 0);
+	ck_assert(kiln_device_stream_create(dev, &s) == 0);
+	ck_assert(kiln_model_init_params(m, 0, s) == 0);
+	ck_assert_msg(kiln_model_load_safetensors(m, tpath("half.safetensors"), 1, s) == KILN_OK, "%s",
+		      kiln_last_error());
+	struct kiln_param_info pw, pb;
+	float gw[12], gb[3];
+	ck_assert(kiln_model_param_find(m, "fc.weight", &pw) == 0);
+	ck_assert(kiln_model_param_find(m, "fc.bias", &pb) == 0);
+	ck_assert(kiln_device_copy_async(dev, gw, pw.param, sizeof gw, KILN_COPY_D2H, s) == 0);
+	ck_assert(kiln_device_copy_async(dev, gb, pb.param, sizeof gb, KILN_COPY_D2H, s) == 0);
+	ck_assert(kiln_device_stream_sync(dev, s) == 0);
+	for (int i = 0; i < 12; i++)
+		ck_assert_msg(gw[i] == want_h[i] && signbit(gw[i]) == signbit(want_h[i]),
+			      "f16 %04x -> %g, expected %g", h[i], gw[i], want_h[i]);
+	for (int i = 0; i < 3; i++)
+		ck_assert_msg(gb[i] == want_bf[i], "bf16 %04x -> %g", bf[i], gb[i]);
+	/* non-strict: only the bias is in the F64 file */
+	ck_assert_msg(kiln_model_load_safetensors(m, tpath("f64.safetensors"), 0, s) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_copy_async(dev, gb, pb.param, sizeof gb, KILN_COPY_D2H, s) == 0);
+	ck_assert(kiln_device_stream_sync(dev, s) == 0);
+	for (int i = 0; i < 3; i++)
+		ck_assert(gb[i] == (float)dv[i]);
+	ck_assert_int_eq(kiln_model_load_safetensors(m, tpath("f64.safetensors"), 1, s), KILN_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "missing from the file: fc.weight"));
+	ck_assert_int_eq(kiln_model_load_safetensors(m, tpath("int.safetensors"), 1, s), KILN_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "fc.bias is I32"));
+	kiln_device_stream_sync(dev, s);
+	kiln_model_free(m);
+	kiln_device_stream_destroy(dev, s);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* The trainer reads init_from right after initialising (an unfit file
+ * stops it before the first step; a fitting one trains). */
+START_TEST(test_trainer_init_from)
+{
+	if (!has_synthetic())
+		return;
+	char text[8192];
+	size_t n;
+	unsigned char *ini = read_bytes(dpath("st_cnn.ini"), &n);
+	ini[n] = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		snprintf(text, sizeof text,
+			 "%s[data]\nsource = synthetic\nimage_size = 8 8\nimage_channels = 3\nsamples = 64\n"
+			 "workers = 0\n[train]\nbatch = 8\nepochs = 1\nmax_steps = 2\neval = 0\n"
+			 "[run]\nout_dir =\n[model]\ninit_from = %s\n",
+			 (char *)ini,
+			 dpath(pass ? "st_cnn_torch.safetensors" : "st_cnn_io.safetensors"));
+		struct kiln_config *cfg;
+		ck_assert(kiln_config_load_string(text, "trainer.ini", &cfg) == KILN_OK);
+		ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+		struct kiln_train_result r;
+		kiln_status st = kiln_train(cfg, reg, NULL, NULL, &r);
+		if (!pass) {
+			ck_assert_int_eq(st, KILN_ECONFIG);
+			ck_assert_msg(strstr(kiln_last_error(), "trainer.ini:") &&
+					      strstr(kiln_last_error(), "[model] init_from") &&
+					      strstr(kiln_last_error(), "does not match the model"),
+				      "%s", kiln_last_error());
+		} else {
+			ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+			ck_assert_int_eq(r.steps, 2);
+		}
+		kiln_config_free(cfg);
+	}
+	free(ini);
+}
+END_TEST
+
+/* `kiln export`: init_from's tensors written back unchanged (num_batches_tracked
+ * too); usage errors. */
+static int run(const char *args, const char *log)
+{
+	char cmd[10000];
+	snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>&1", KILN_BIN, args, tpath(log));
+	int rc = system(cmd);
+	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static char *log_text(const char *log)
+{
+	size_t n;
+	unsigned char *b = read_bytes(tpath(log), &n);
+	b[n] = 0;
+	return (char *)b;
+}
+
+START_TEST(test_export_cli)
+{
+	if (!has_synthetic())
+		return;
+	char args[8192];
+	const char *data = "data.source=synthetic 'data.image_size=8 8' data.image_channels=3";
+	snprintf(args, sizeof args, "export '%s' --safetensors '%s' %s 'model.init_from=%s'",
+		 dpath("st_cnn.ini"), tpath("cli.safetensors"), data,
+		 dpath("st_cnn_torch.safetensors"));
+	int rc = run(args, "cli.log");
+	char *log = log_text("cli.log");
+	ck_assert_msg(rc == 0, "kiln %s: exit %d: %s", args, rc, log);
+	free(log);
+	struct kiln_safetensors *a, *b;
+	ck_assert(kiln_safetensors_open(dpath("st_cnn_torch.safetensors"), &a) == KILN_OK);
+	ck_assert(kiln_safetensors_open(tpath("cli.safetensors"), &b) == KILN_OK);
+	ck_assert_int_eq(kiln_safetensors_count(a), kiln_safetensors_count(b));
+	for (int i = 0; i < kiln_safetensors_count(a); i++) {
+		struct kiln_safetensors_tensor ta, tb;
+		kiln_safetensors_get(a, i, &ta);
+		ck_assert_msg(kiln_safetensors_find(b, ta.name, &tb) == KILN_OK, "%s", kiln_last_error());
+		ck_assert_str_eq(ta.dtype_name, tb.dtype_name);
+		ck_assert_int_eq(ta.ndim, tb.ndim);
+		ck_assert_msg(ta.bytes == tb.bytes && !memcmp(ta.data, tb.data, ta.bytes), "%s", ta.name);
+	}
+	kiln_safetensors_close(a);
+	kiln_safetensors_close(b);
+
+	/* usage: no --safetensors (2), --checkpoint not yet (1), a bad
+	 * init_from (2, naming it) */
+	snprintf(args, sizeof args, "export '%s' %s", dpath("st_cnn.ini"), data);
+	ck_assert_int_eq(run(args, "u1.log"), 2);
+	log = log_text("u1.log");
+	ck_assert_msg(strstr(log, "--safetensors FILE is required"), "%s", log);
+	free(log);
+	snprintf(args, sizeof args, "export '%s' --safetensors '%s' --checkpoint x.ckpt %s",
+		 dpath("st_cnn.ini"), tpath("u2.safetensors"), data);
+	ck_assert_int_eq(run(args, "u2.log"), 1);
+	log = log_text("u2.log");
+	ck_assert_msg(strstr(log, "x.ckpt") && strstr(log, "checkpoints"), "%s", log);
+	free(log);
+	snprintf(args, sizeof args, "export '%s' --safetensors '%s' %s 'model.init_from=%s'",
+		 dpath("st_cnn.ini"), tpath("u3.safetensors"), data, dpath("st_cnn_io.safetensors"));
+	ck_assert_int_eq(run(args, "u3.log"), 2);
+	log = log_text("u3.log");
+	ck_assert_msg(strstr(log, "[model] init_from") && strstr(log, "not in the model: "), "%s",
+		      log);
+	free(log);
+	ck_assert_int_ne(access(tpath("u3.safetensors"), F_OK), 0);
+}
+END_TEST
+
+static Suite *make_safetensors_suite(void)
+{
+	Suite *s = suite_create("safetensors");
+	TCase *tc = tcase_create("format");
+	tcase_add_test(tc, test_roundtrip);
+	tcase_add_test(tc, test_corrupt);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("weights");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_torch_nchw);
+	tcase_add_test(tc, test_torch_nhwc);
+	tcase_add_test(tc, test_save_load);
+	tcase_add_test(tc, test_strict);
+	tcase_add_test(tc, test_dtypes);
+	tcase_add_test(tc, test_trainer_init_from);
+	tcase_add_test(tc, test_export_cli);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	setenv("GOMP_SPINCOUNT", "100000", 0);
+	if (getenv("srcdir"))
+		srcdir = getenv("srcdir");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	if (kiln_registry_open(NULL, &reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		return 1;
+	}
+	const struct kiln_plugin *p;
+	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
+		fprintf(stderr, "skip: %s\n", kiln_last_error());
+		return 77;
+	}
+	SRunner *sr = srunner_create(make_safetensors_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	kiln_registry_close(reg);
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+	if (system(cmd))
+		fprintf(stderr, "could not remove %s\n", tmpdir);
+	return failed ? 1 : 0;
+}
