@@ -131,7 +131,15 @@ static const struct kiln_key train_keys[] = {
 	  "Skip, on the device, an optimizer step whose gradient norm is NaN or infinite (parameters and optimizer state untouched), count it and report it; a log interval in which every step was skipped stops the run as diverged." },
 	{ "log_every", KILN_KEY_INT, "100", 1, 1e9, NULL,
 	  "Steps between reads of the device-side metric sums (the only host syncs of a step)." },
-	{ "eval", KILN_KEY_BOOL, "1", NOLIM, NULL, "Evaluate on [data.eval] after every epoch." },
+	{ "eval", KILN_KEY_BOOL, "1", NOLIM, NULL, "Evaluate on [data.eval] (after every epoch, or every `eval_every` steps)." },
+	{ "eval_every", KILN_KEY_INT, "0", 0, 1e15, NULL,
+	  "Evaluate every N optimizer steps (and after the last); 0 = after every epoch. Evaluation plans keep no activations for backward." },
+	{ "early_stop_patience", KILN_KEY_INT, "0", 0, 1e9, NULL,
+	  "Stop when `early_stop_metric` has not improved by more than `early_stop_min_delta` for this many evaluations in a row; 0 = never." },
+	{ "early_stop_metric", KILN_KEY_ENUM, "acc", NOLIM, "acc|loss",
+	  "What early stopping watches: test accuracy (higher is better) or test loss (lower is better)." },
+	{ "early_stop_min_delta", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,
+	  "The smallest change that counts as an improvement for early stopping." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -349,11 +349,12 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 }
 
 /* Copy the metric sums back (the host sync of a log point) and reset. */
-static kiln_status read_metrics(struct trainer *t, double *loss_sum, double *correct)
+static kiln_status read_metrics(struct trainer *t, double *loss_sum, double *correct,
+				double *correct5)
 {
 	kiln_status st;
 	struct kiln_op_args a = { .out = { t->metrics_dev } };
-	if ((st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 2 * sizeof(float),
+	if ((st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 3 * sizeof(float),
 					 KILN_COPY_D2H, t->compute)) ||
 	    (t->clip && (st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d,
 						     4 * sizeof(float), KILN_COPY_D2H,
@@ -363,11 +364,13 @@ static kiln_status read_metrics(struct trainer *t, double *loss_sum, double *cor
 		return st;
 	*loss_sum = t->metrics_host[0];
 	*correct = t->metrics_host[1];
+	if (correct5)
+		*correct5 = t->metrics_host[2];
 	return KILN_OK;
 }
 
 static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan *full,
-			    struct kiln_plan *rem, int64_t eb, double *loss, double *acc)
+			    struct kiln_plan *rem, int64_t eb, double *loss, double *acc, double *acc5)
 {
 	kiln_status st;
 	int64_t *idx = malloc(sizeof(int64_t) * (size_t)eb);
@@ -376,7 +379,7 @@ static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan 
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	phase(KILN_PHASE_EVAL, 1);
 	/* the metrics may hold a partial training interval: flush it */
-	if ((st = read_metrics(t, &ls, &c)))
+	if ((st = read_metrics(t, &ls, &c, NULL)))
 		goto out;
 	t->epoch = 0; /* evaluation has no random transforms */
 	if (d->loader && (st = kiln_loader_start(d->loader, 0, t->eval_order, d->len, eb, 1)))
@@ -394,10 +397,12 @@ static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan 
 		    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 			goto out;
 	}
-	if ((st = read_metrics(t, &ls, &c)))
+	double c5 = 0;
+	if ((st = read_metrics(t, &ls, &c, &c5)))
 		goto out;
 	*loss = ls / (double)d->len;
 	*acc = c / (double)d->len;
+	*acc5 = c5 / (double)d->len;
 out:
 	phase(KILN_PHASE_EVAL, 0);
 	free(idx);
@@ -438,9 +443,36 @@ static void jsonl(struct trainer *t, json_t *obj)
 	json_decref(obj);
 }
 
+/* Early stopping ([train] early_stop_patience, early_stop_metric,
+ * early_stop_min_delta) over the evaluations. */
+struct stopper {
+	int64_t patience, bad;
+	int on_loss;
+	double delta, best;
+	int have;
+};
+
+/* After an evaluation: 1 when the run should stop. */
+static int stopper_update(struct stopper *sp, double loss, double acc)
+{
+	if (!sp->patience)
+		return 0;
+	double v = sp->on_loss ? -loss : acc;
+	if (!sp->have || v > sp->best + sp->delta) {
+		sp->best = v;
+		sp->have = 1;
+		sp->bad = 0;
+		return 0;
+	}
+	return ++sp->bad >= sp->patience;
+}
+
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res)
 {
+	struct stopper stopper = { 0 };
+	int64_t eval_every = 0;
+	int stop_early = 0;
 	struct trainer T = { .cfg = cfg };
 	struct trainer *t = &T;
 	struct data train = { 0 }, test = { 0 };
@@ -463,6 +495,13 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	kiln_config_get_int(cfg, "train", "log_every", &log_every);
 	kiln_config_get_int(cfg, "train", "max_steps", &max_steps);
 	kiln_config_get_int(cfg, "train", "accumulate", &acc);
+	kiln_config_get_int(cfg, "train", "eval_every", &eval_every);
+	kiln_config_get_int(cfg, "train", "early_stop_patience", &stopper.patience);
+	kiln_config_get_float(cfg, "train", "early_stop_min_delta", &stopper.delta);
+	{
+		const char *m = kiln_config_get(cfg, "train", "early_stop_metric");
+		stopper.on_loss = m && !strcmp(m, "loss");
+	}
 	kiln_config_get_float(cfg, "train", "lr", &lr);
 	kiln_config_get_bool(cfg, "train", "eval", &do_eval);
 	kiln_config_get_bool(cfg, "data", "shuffle", &shuffle);
@@ -551,7 +590,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev)) ||
 	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
-	    (st = prep_fill(t->dev, 2, 0.0, &t->fill_metrics)) ||
+	    (st = prep_fill(t->dev, 3, 0.0, &t->fill_metrics)) ||
 	    (st = prep_schedule(t, cfg, scaled_lr(cfg, lr, B * acc), epochs * (train.len / (B * acc)),
 				max_steps)))
 		goto out;
@@ -626,7 +665,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	int64_t timed_samples = 0;
 	struct kiln_device_counters c_prev, c_now;
 	int have_prev = 0;
-	for (int64_t ep = 0; ep < epochs && (!max_steps || step < max_steps); ep++) {
+	for (int64_t ep = 0; ep < epochs && (!max_steps || step < max_steps) && !stop_early; ep++) {
 		double ep_t0 = now_s(), since_loss = 0, since_correct = 0, ep_loss = 0, ep_correct = 0;
 		int64_t since = 0, ep_samples = 0;
 		if (shuffle)
@@ -715,7 +754,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				kiln_device_counters_get(t->dev, &c_now);
 				if (have_prev)
 					counters_add(&res->steady, &c_prev, &c_now);
-				if ((st = read_metrics(t, &ls, &c)))
+				if ((st = read_metrics(t, &ls, &c, NULL)))
 					goto out;
 				kiln_device_counters_get(t->dev, &c_prev);
 				have_prev = 1;
@@ -749,6 +788,21 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			} else if (progress) {
 				progress(user, (int)ep + 1, k + 1, steps_per_epoch, NULL);
 			}
+			if (do_eval && eval_every && step % eval_every == 0) {
+				if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss,
+						   &res->test_acc, &res->test_acc5)))
+					goto out;
+				res->test_samples = test.len;
+				kiln_device_counters_get(t->dev, &c_prev);
+				kiln_log(KILN_LOG_INFO, "train", "step %lld: test loss %.4f acc %.4f top-5 %.4f",
+					 (long long)step, res->test_loss, res->test_acc, res->test_acc5);
+				jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:I}", "event", "eval",
+						   "epoch", (json_int_t)ep + 1, "step", (json_int_t)step,
+						   "loss", res->test_loss, "acc", res->test_acc, "acc5",
+						   res->test_acc5, "samples", (json_int_t)test.len));
+				if ((stop_early = stopper_update(&stopper, res->test_loss, res->test_acc)))
+					break;
+			}
 		}
 		double ep_s = now_s() - ep_t0;
 		/* epoch 1 includes warm-up: once a second epoch has run, time
@@ -764,24 +818,39 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		int n = snprintf(msg, sizeof msg, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
 				 (long long)ep + 1, (long long)epochs, res->train_loss, res->train_acc, ep_s,
 				 (double)ep_samples / ep_s);
-		if (do_eval) {
+		if (do_eval && (!eval_every || (stop_early || (step % eval_every &&
+					  (ep + 1 == epochs || (max_steps && step >= max_steps)))))) {
+			/* per epoch; or, with eval_every, the run's last step */
 			double ev_t0 = now_s();
-			if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss, &res->test_acc)))
+			if (!(stop_early && eval_every) &&
+			    (st = evaluate(t, &test, peval, prem, EB, &res->test_loss, &res->test_acc,
+					   &res->test_acc5)))
 				goto out;
 			res->eval_samples_per_s = (double)test.len / (now_s() - ev_t0);
 			/* evaluation syncs are log points too */
 			kiln_device_counters_get(t->dev, &c_prev);
 			res->test_samples = test.len;
-			snprintf(msg + n, sizeof msg - (size_t)n, ", test loss %.4f acc %.4f",
-				 res->test_loss, res->test_acc);
-			jsonl(t, json_pack("{s:s, s:I, s:f, s:f, s:I}", "event", "eval", "epoch",
-					   (json_int_t)ep + 1, "loss", res->test_loss, "acc",
-					   res->test_acc, "samples", (json_int_t)test.len));
+			snprintf(msg + n, sizeof msg - (size_t)n, ", test loss %.4f acc %.4f top-5 %.4f",
+				 res->test_loss, res->test_acc, res->test_acc5);
+			if (!eval_every) {
+				jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:I}", "event", "eval",
+						   "epoch", (json_int_t)ep + 1, "step", (json_int_t)step,
+						   "loss", res->test_loss, "acc", res->test_acc, "acc5",
+						   res->test_acc5, "samples", (json_int_t)test.len));
+				stop_early = stopper_update(&stopper, res->test_loss, res->test_acc);
+			}
 		}
 		if (progress)
 			progress(user, (int)ep + 1, -1, steps_per_epoch, msg);
 		else
 			kiln_log(KILN_LOG_INFO, "train", "%s", msg);
+		if (stop_early) {
+			kiln_log(KILN_LOG_INFO, "train", "early stop at step %lld: test %s did not improve by more than %g in %lld evaluations (best %.4f)",
+				 (long long)step, stopper.on_loss ? "loss" : "accuracy", stopper.delta,
+				 (long long)stopper.patience, stopper.on_loss ? -stopper.best : stopper.best);
+			res->early_stopped = 1;
+			break;
+		}
 	}
 	res->steps = step;
 	res->data_skipped = atomic_load(&train.ds.skipped) + atomic_load(&test.ds.skipped);

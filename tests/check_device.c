@@ -470,6 +470,105 @@ START_TEST(test_softmax_bad_label)
 }
 END_TEST
 
+
+/* ---- the fused loss against PyTorch -------------------------------------- */
+
+/* Cross-entropy with label smoothing, MSE and BCE with logits on one-hot
+ * targets: mean loss and gradient against tests/data/loss_refs.txt (torch
+ * 1.13, tests/data/gen_loss_refs.py); top-1 and top-5 counts against a
+ * reference loop (top-5 ties broken by index). */
+START_TEST(test_losses)
+{
+	enum { N = 6, C = 7 };
+	char path[1024], line[16384];
+	snprintf(path, sizeof path, "%s/tests/data/loss_refs.txt", SRCDIR);
+	FILE *fp = fopen(path, "r");
+	ck_assert_msg(fp != NULL, "cannot open %s", path);
+	struct fx f;
+	fx_open(&f, _i);
+	float x[N * C], grad[N * C], m[3];
+	int32_t y[N];
+	int have_x = 0, have_y = 0, cases = 0;
+	while (fgets(line, sizeof line, fp)) {
+		char *p = line, *end;
+		if (line[0] == '#')
+			continue;
+		if (!strncmp(line, "LOGITS ", 7)) {
+			p += 7;
+			for (int i = 0; i < N * C; i++, p = end)
+				x[i] = strtof(p, &end);
+			have_x = 1;
+			continue;
+		}
+		if (!strncmp(line, "LABELS ", 7)) {
+			p += 7;
+			for (int i = 0; i < N; i++, p = end)
+				y[i] = (int32_t)strtol(p, &end, 10);
+			have_y = 1;
+			continue;
+		}
+		ck_assert(have_x && have_y);
+		char kind[16];
+		double e, want_loss;
+		int used;
+		ck_assert(sscanf(line, "%15s %lf %lf ;%n", kind, &e, &want_loss, &used) == 3);
+		p = line + used;
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SOFTMAX_XENT;
+		op.n_in = 2, op.n_out = 2;
+		op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
+		op.in[1] = td(KILN_I32, 1, N, 0);
+		op.out[1] = td(KILN_F32, 1, 3, 0);
+		op.i[0] = N;
+		op.i[1] = !strcmp(kind, "mse") ? KILN_LOSS_MSE : !strcmp(kind, "bce") ? KILN_LOSS_BCE
+										       : KILN_LOSS_XENT;
+		op.f[0] = 1.0 / N;
+		op.f[1] = e;
+		void *plan;
+		OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
+		const float zero[3] = { 0, 0, 0 };
+		void *dx = dput(&f, x, sizeof x), *dy = dput(&f, y, sizeof y),
+		     *dg = dput(&f, NULL, sizeof grad), *dm = dput(&f, zero, sizeof zero);
+		struct kiln_op_args a = { .in = { dx, dy }, .out = { dg, dm } };
+		OK(kiln_device_run(f.dev, plan, &a, f.s));
+		dget(&f, grad, dg, sizeof grad);
+		dget(&f, m, dm, sizeof m);
+		NEAR(m[0] / N, want_loss, fabs(want_loss), 1e-5, "%s e=%g: loss %.8g, PyTorch %.8g",
+		     kind, e, m[0] / N, want_loss);
+		for (int i = 0; i < N * C; i++, p = end) {
+			double want = strtod(p, &end);
+			ck_assert(end != p);
+			NEAR(grad[i], want, 1e-3, 1e-4, "%s e=%g: grad[%d] = %.8g, PyTorch %.8g", kind, e,
+			     i, grad[i], want);
+		}
+		int top1 = 0, top5 = 0;
+		for (int r = 0; r < N; r++) {
+			int am = 0, above = 0;
+			for (int j = 1; j < C; j++)
+				if (x[r * C + j] > x[r * C + am])
+					am = j;
+			for (int j = 0; j < C; j++)
+				above += x[r * C + j] > x[r * C + y[r]] ||
+					 (x[r * C + j] == x[r * C + y[r]] && j < y[r]);
+			top1 += am == y[r];
+			top5 += above < 5;
+		}
+		ck_assert_msg(m[1] == top1 && m[2] == top5, "%s: top-1 %g (want %d), top-5 %g (want %d)",
+			      kind, m[1], top1, m[2], top5);
+		kiln_device_plan_free(f.dev, plan);
+		kiln_device_free(f.dev, dx);
+		kiln_device_free(f.dev, dy);
+		kiln_device_free(f.dev, dg);
+		kiln_device_free(f.dev, dm);
+		cases++;
+	}
+	fclose(fp);
+	ck_assert_int_eq(cases, 5);
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- SGD -------------------------------------------------------------- */
 
 static void sgd_case(struct fx *f, int n, float mu, float wd, int nesterov, int with_state)
@@ -1929,6 +2028,7 @@ static Suite *make_device_suite(void)
 		{ "relu", test_relu },
 		{ "softmax_xent", test_softmax_xent },
 		{ "softmax_bad_label", test_softmax_bad_label },
+		{ "losses", test_losses },
 		{ "sgd", test_sgd },
 		{ "grad_clip", test_grad_clip },
 		{ "fill", test_fill },

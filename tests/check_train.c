@@ -643,6 +643,31 @@ START_TEST(test_skip_nonfinite)
 }
 END_TEST
 
+
+/* eval_every evaluates every N steps; early stopping ends the run after
+ * `patience` evaluations without an improvement larger than min_delta
+ * (1.0: accuracy can never improve that much, so it stops at the third
+ * evaluation, step 30); top-5 is reported and at least top-1. */
+START_TEST(test_eval_every_early_stop)
+{
+	char ini[2048];
+	struct kiln_train_result res;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, mlp_ini, "", 5, 5, 0);
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.eval_every=10") == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.early_stop_patience=2") == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.early_stop_min_delta=1") == KILN_OK);
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(res.early_stopped, 1);
+	ck_assert_int_eq(res.steps, 30);
+	ck_assert(res.test_acc > 0.3 && res.test_acc5 >= res.test_acc && res.test_acc5 <= 1.0);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 /* A small CNN through the whole trainer in both layouts: training, then
  * evaluation with a remainder batch (inference plans of every layer type,
  * pooling without its training state). */
@@ -701,6 +726,7 @@ static Suite *make_train_suite(void)
 	tcase_add_test(tc, test_loader_workers);
 	tcase_add_test(tc, test_accumulate);
 	tcase_add_test(tc, test_skip_nonfinite);
+	tcase_add_test(tc, test_eval_every_early_stop);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -117,11 +117,12 @@ if HAVE_CHECK
 check_PROGRAMS += tests/check_device
 TESTS += tests/check_device
 tests_check_device_SOURCES = tests/check_device.c
+tests_check_device_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
 tests_check_device_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_device_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 TESTS += tests/docs.sh
-EXTRA_DIST += tests/docs.sh
+EXTRA_DIST += tests/docs.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
 
 # ---- convolutional layers against PyTorch (tests/data/layer_refs.safetensors)
 if HAVE_CHECK

@@ -6,7 +6,7 @@ extern const struct kiln_plugin kiln_layer_linear, kiln_layer_relu, kiln_layer_f
 	kiln_layer_softmax_xent, kiln_layer_conv, kiln_layer_batchnorm, kiln_layer_maxpool,
 	kiln_layer_avgpool, kiln_layer_global_avgpool, kiln_layer_dropout, kiln_layer_add,
 	kiln_layer_concat, kiln_layer_leaky_relu, kiln_layer_gelu, kiln_layer_sigmoid,
-	kiln_layer_tanh;
+	kiln_layer_tanh, kiln_layer_mse, kiln_layer_bce_logits;
 
 const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_linear,
@@ -25,5 +25,7 @@ const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_sigmoid,
 	&kiln_layer_tanh,
 	&kiln_layer_softmax_xent,
+	&kiln_layer_mse,
+	&kiln_layer_bce_logits,
 	NULL
 };

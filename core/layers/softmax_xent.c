@@ -1,26 +1,63 @@
-/* core/layers/softmax_xent.c - softmax + cross-entropy loss, mean over the
- * batch (PyTorch's nn.CrossEntropyLoss).  A loss layer: the device op is
+/* core/layers/softmax_xent.c - the loss layers over class labels, mean over
+ * the batch: softmax_xent (nn.CrossEntropyLoss, with label smoothing),
+ * mse and bce_logits (nn.MSELoss and nn.BCEWithLogitsLoss against the
+ * label's one-hot).  A loss layer: the device op is
  * fused, computing loss sum, correct count and dlogits in one pass, so in
  * training it runs once, in backward; in evaluation it runs in forward and
  * its gradient goes to workspace.
  *
- * x: logits [B, C]; labels i32 [B]; metrics f32[2] += {loss sum, correct}.
+ * x: logits [B, C]; labels i32 [B]; metrics f32[3] += {loss sum, correct,
+ * top-5 correct}.
  */
 #include "util.h"
 
 struct xent {
 	int64_t B, C;
+	int kind;          /* enum kiln_loss */
+	double smoothing;  /* label_smoothing (cross-entropy) */
 	void *op;
 };
+
+static const struct kiln_key xent_keys[] = {
+	{ "label_smoothing", KILN_KEY_FLOAT, "0", 0, 1, NULL,
+	  "Cross-entropy against (1 - e) one-hot + e / classes (nn.CrossEntropyLoss(label_smoothing = e))." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+static kiln_status loss_configure(const struct kiln_host *h, struct kiln_layer *l,
+				  const struct kiln_config *cfg, const char *section, int kind)
+{
+	struct xent *s = calloc(1, sizeof(struct xent));
+	if (!(l->priv = s))
+		return h->error(KILN_ENOMEM, "out of memory");
+	s->kind = kind;
+	if (kind == KILN_LOSS_XENT) {
+		kiln_status st = h->config_get_float(cfg, section, "label_smoothing", &s->smoothing);
+		if (st == KILN_ENOTFOUND)
+			s->smoothing = 0;
+		else if (st)
+			return st;
+	}
+	l->is_loss = 1;
+	return KILN_OK;
+}
 
 static kiln_status xent_configure(const struct kiln_host *h, struct kiln_layer *l,
 				  const struct kiln_config *cfg, const char *section)
 {
-	(void)cfg, (void)section;
-	if (!(l->priv = calloc(1, sizeof(struct xent))))
-		return h->error(KILN_ENOMEM, "out of memory");
-	l->is_loss = 1;
-	return KILN_OK;
+	return loss_configure(h, l, cfg, section, KILN_LOSS_XENT);
+}
+
+static kiln_status mse_configure(const struct kiln_host *h, struct kiln_layer *l,
+				 const struct kiln_config *cfg, const char *section)
+{
+	return loss_configure(h, l, cfg, section, KILN_LOSS_MSE);
+}
+
+static kiln_status bce_configure(const struct kiln_host *h, struct kiln_layer *l,
+				 const struct kiln_config *cfg, const char *section)
+{
+	return loss_configure(h, l, cfg, section, KILN_LOSS_BCE);
 }
 
 static kiln_status xent_infer(const struct kiln_host *h, struct kiln_layer *l)
@@ -45,9 +82,11 @@ static kiln_status xent_plan(const struct kiln_host *h, struct kiln_layer *l,
 	f32_desc(&op.in[0], s->B, s->C, 0);
 	kiln_tensor_desc_init(&op.in[1], KILN_I32, 1, &s->B);
 	f32_desc(&op.out[0], s->B, s->C, 0);
-	f32_desc(&op.out[1], 2, 0, 0);
+	f32_desc(&op.out[1], 3, 0, 0); /* loss, correct, top-5 */
 	op.i[0] = s->B;
+	op.i[1] = s->kind;
 	op.f[0] = 1.0 / (double)s->B;
+	op.f[1] = s->smoothing;
 	size_t w = 0;
 	kiln_status st = prep(h, dev, &op, &s->op, &w);
 	/* evaluation writes the unused gradient at the start of the
@@ -110,4 +149,34 @@ static const struct kiln_layer_ops xent_ops = {
 };
 
 LAYER_DESCRIPTOR(kiln_layer_softmax_xent, "softmax_xent",
-		 "loss: softmax + cross-entropy, mean over the batch (needs labels)", xent_ops, NULL);
+		 "loss: softmax + cross-entropy, mean over the batch (needs labels)", xent_ops, xent_keys);
+
+static const struct kiln_layer_ops mse_ops = {
+	.version = KILN_LAYER_OPS_VERSION,
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.configure = mse_configure,
+	.infer = xent_infer,
+	.plan = xent_plan,
+	.forward = xent_forward,
+	.backward = xent_backward,
+	.destroy = xent_destroy,
+};
+
+LAYER_DESCRIPTOR(kiln_layer_mse, "mse",
+		 "loss: mean squared error of the outputs against the label's one-hot (nn.MSELoss)", mse_ops, NULL);
+
+static const struct kiln_layer_ops bce_ops = {
+	.version = KILN_LAYER_OPS_VERSION,
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.configure = bce_configure,
+	.infer = xent_infer,
+	.plan = xent_plan,
+	.forward = xent_forward,
+	.backward = xent_backward,
+	.destroy = xent_destroy,
+};
+
+LAYER_DESCRIPTOR(kiln_layer_bce_logits, "bce_logits",
+		 "loss: binary cross-entropy with logits per class against the label's one-hot (nn.BCEWithLogitsLoss)", bce_ops, NULL);

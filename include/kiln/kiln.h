@@ -262,6 +262,8 @@ struct kiln_train_result {
 	double train_loss;          /* mean loss of the last epoch */
 	double train_acc;
 	double test_loss, test_acc; /* last evaluation; -1 when none ran */
+	double test_acc5;           /* its top-5 accuracy */
+	int early_stopped;          /* [train] early_stop_patience ended the run */
 	double train_samples_per_s; /* over the timed epochs (all but the first, if >1) */
 	double eval_samples_per_s;  /* the last evaluation's, data loading included */
 	double wall_s;

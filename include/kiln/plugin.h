@@ -163,12 +163,23 @@ enum kiln_op_type {
 	KILN_OP_RELU = 4,
 	/* out0 (=|+=) in1 * (in0 > 0): in0 = forward output y, in1 = dy */
 	KILN_OP_RELU_BWD = 5,
-	/* Fused softmax + cross-entropy over rows.
-	 * in0 logits[N,C], in1 labels i32[N]; out0 dlogits[N,C] =
-	 * f[0]*(softmax - onehot) (f[0] is the gradient scale, usually 1/N_total);
-	 * out1 f32[2] += { sum of -log p[label], count of argmax == label }.
-	 * i[0] = number of valid rows (rows past it get zero gradient and are
-	 * not counted: masked padding). */
+	/* Fused loss over rows of logits against class labels.
+	 * in0 logits[N,C], in1 labels i32[N]; out0 dlogits[N,C]; out1 f32[2]
+	 * or f32[3] += { sum of the rows' losses, count of argmax == label
+	 * (the first maximum), [count of the label among the 5 largest
+	 * logits: top-5, ties broken by index] }.  i[0] = number of valid
+	 * rows (rows past it get zero gradient and are not counted: masked
+	 * padding).  f[0] the gradient scale (usually 1/N_total).  i[1] the
+	 * loss, t = one-hot of the label:
+	 *   0 softmax cross-entropy with label smoothing e = f[1]
+	 *     (nn.CrossEntropyLoss(label_smoothing = e)): q = (1-e) t + e/C,
+	 *     loss = -sum q log softmax, dlogits = f[0] (softmax - q)
+	 *   1 mean squared error against t (nn.MSELoss on one-hot targets):
+	 *     loss = sum (x - t)^2 / C, dlogits = f[0] 2 (x - t) / C
+	 *   2 binary cross-entropy with logits against t, per class
+	 *     (nn.BCEWithLogitsLoss): loss = sum over classes of
+	 *     max(x,0) - x t + log(1 + exp(-|x|)), over C; dlogits =
+	 *     f[0] (sigmoid(x) - t) / C */
 	KILN_OP_SOFTMAX_XENT = 6,
 	/* SGD with momentum and weight decay over flat buffers of n = i[0]
 	 * elements: in0 grads, in1 lr f32[1] (device scalar), in2 (optional:
@@ -349,6 +360,7 @@ enum kiln_act {
 	KILN_ACT_TANH = 4
 };
 
+enum kiln_loss { KILN_LOSS_XENT = 0, KILN_LOSS_MSE = 1, KILN_LOSS_BCE = 2 };
 enum kiln_sched { KILN_SCHED_CONSTANT = 0, KILN_SCHED_COSINE = 1, KILN_SCHED_STEP = 2,
 		  KILN_SCHED_MULTISTEP = 3, KILN_SCHED_ONECYCLE = 4 };
 

@@ -124,11 +124,10 @@ static kiln_status cpu_relu_bwd(const struct cpu_plan *p, const struct kiln_op_a
 	return KILN_OK;
 }
 
-/* Softmax + cross-entropy.  x (R, C) logits, label (R) i32, dx (R, C),
- * m [2] metric sums.  Rows r < V = i[0] are real: dx = scale*(softmax -
- * onehot), m[0] += -log softmax[label], m[1] += (argmax == label), argmax
- * taking the first maximum.  Rows past V are padding: dx = 0, not counted.
- * Softmax subtracts the row max so exp never overflows. */
+/* The fused loss: see KILN_OP_SOFTMAX_XENT in plugin.h.  x (R, C) logits,
+ * label (R) i32, dx (R, C), m [2 or 3] metric sums.  Rows r < V = i[0] are
+ * real; rows past V are padding: dx = 0, not counted.  Softmax subtracts
+ * the row max so exp never overflows; sums are in double. */
 static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_op_args *a,
 				    struct cpu_err *e)
 {
@@ -137,9 +136,10 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 	float *dx = a->out[0];
 	float *m = a->out[1];
 	const int64_t R = p->rows, C = p->cols, V = p->op.i[0];
-	const float scale = (float)p->op.f[0];
+	const int kind = (int)p->op.i[1], top5 = p->sz[0] >= 3;
+	const float scale = (float)p->op.f[0], eps = (float)p->op.f[1];
 	const int nch = V < CPU_CHUNKS ? (int)(V > 0 ? V : 1) : CPU_CHUNKS;
-	double loss[CPU_CHUNKS] = { 0 }, ok[CPU_CHUNKS] = { 0 };
+	double loss[CPU_CHUNKS] = { 0 }, ok[CPU_CHUNKS] = { 0 }, ok5[CPU_CHUNKS] = { 0 };
 	int64_t bad[CPU_CHUNKS];
 
 #pragma omp parallel for if (V * C >= CPU_PAR_MIN) schedule(static)
@@ -157,22 +157,51 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 				continue;
 			}
 			float mx = xr[0];
-			int64_t am = 0;
+			int64_t am = 0, above = 0;
 			for (int64_t j = 1; j < C; j++)
 				if (xr[j] > mx) {
 					mx = xr[j];
 					am = j;
 				}
-			double sum = 0;
+			for (int64_t j = 0; j < C; j++)
+				above += xr[j] > xr[l] || (xr[j] == xr[l] && j < l);
+			ok[ch] += am == l;
+			ok5[ch] += above < 5;
+			if (kind == KILN_LOSS_MSE) {
+				double ls = 0;
+				for (int64_t j = 0; j < C; j++) {
+					const float d = xr[j] - (j == l ? 1.0f : 0.0f);
+					ls += (double)d * d;
+					dr[j] = scale * 2.0f * d / (float)C;
+				}
+				loss[ch] += ls / (double)C;
+				continue;
+			}
+			if (kind == KILN_LOSS_BCE) {
+				double ls = 0;
+				for (int64_t j = 0; j < C; j++) {
+					const float v = xr[j], t = j == l ? 1.0f : 0.0f;
+					ls += (v > 0 ? v : 0) - v * t + log1p(exp(-fabs((double)v)));
+					const float sg = v >= 0 ? 1.0f / (1.0f + expf(-v))
+								: expf(v) / (1.0f + expf(v));
+					dr[j] = scale * (sg - t) / (float)C;
+				}
+				loss[ch] += ls / (double)C;
+				continue;
+			}
+			double sum = 0, xsum = 0;
 			for (int64_t j = 0; j < C; j++) {
 				dr[j] = expf(xr[j] - mx);
 				sum += dr[j];
+				xsum += (double)xr[j] - mx;
 			}
 			const float inv = (float)(1.0 / sum);
+			const float off = eps / (float)C, on = 1.0f - eps + off;
 			for (int64_t j = 0; j < C; j++)
-				dr[j] = scale * (dr[j] * inv - (j == l ? 1.0f : 0.0f));
-			loss[ch] += log(sum) - ((double)xr[l] - mx);
-			ok[ch] += am == l;
+				dr[j] = scale * (dr[j] * inv - (j == l ? on : off));
+			const double lse = log(sum);
+			loss[ch] += (1.0 - eps) * (lse - ((double)xr[l] - mx)) +
+				    (eps > 0 ? eps * (lse - xsum / (double)C) : 0.0);
 		}
 	}
 	if (R > V && V >= 0)
@@ -182,13 +211,16 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 			return cpu_fail(e, KILN_EDATA,
 					"cpu: SOFTMAX_XENT: label %d of row %lld is outside [0, %lld)",
 					(int)label[bad[ch]], (long long)bad[ch], (long long)C);
-	double ls = 0, os = 0;
+	double ls = 0, os = 0, o5 = 0;
 	for (int ch = 0; ch < nch; ch++) {
 		ls += loss[ch];
 		os += ok[ch];
+		o5 += ok5[ch];
 	}
 	m[0] = (float)(m[0] + ls);
 	m[1] = (float)(m[1] + os);
+	if (top5)
+		m[2] = (float)(m[2] + o5);
 	return KILN_OK;
 }
 
@@ -610,6 +642,11 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 				 (long long)op->i[0], (long long)p->rows);
 			return cpu_bad(c, op, KILN_EINVAL, why);
 		}
+		if (op->i[1] < KILN_LOSS_XENT || op->i[1] > KILN_LOSS_BCE)
+			return cpu_bad(c, op, KILN_ENOTSUP, "unknown loss i[1]");
+		if (!(op->f[1] >= 0 && op->f[1] <= 1))
+			return cpu_bad(c, op, KILN_EINVAL, "label smoothing f[1] outside [0, 1]");
+		p->sz[0] = cpu_numel(&op->out[1]); /* 3: also count top-5 */
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_NORMALIZE_U8) {
