@@ -7,10 +7,13 @@
  *   compute: waits copy_done[s] -> forward -> backward -> fused SGD -> compute_done[s]
  * Metrics (loss sum, correct count) accumulate on the device and are read
  * back every log_every steps and at epoch ends: the only host syncs.
+ * With [run] profile = 1 the steps are bracketed for core/profile.c, which
+ * then times (and serialises) every op of a step; see profile.h.
  */
 #include "graph.h"
 #include "data.h"
 #include "loader.h"
+#include "profile.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -27,12 +30,6 @@ void kiln_set_phase_hook(kiln_phase_fn fn, void *user)
 {
 	phase_fn = fn;
 	phase_user = user;
-}
-
-static void phase(int ph, int begin)
-{
-	if (phase_fn)
-		phase_fn(phase_user, ph, begin);
 }
 
 static double now_s(void)
@@ -76,7 +73,23 @@ struct trainer {
 	size_t norm_bytes;
 	int64_t norm_rows[NORM_PLANS];
 	void *norm_plan[NORM_PLANS];
+	struct kiln_profile *prof;  /* [run] profile = 1, else NULL */
 };
+
+static void phase(const struct trainer *t, int ph, int begin)
+{
+	if (phase_fn)
+		phase_fn(phase_user, ph, begin);
+	if (t->prof)
+		kiln_profile_phase(t->prof, ph, begin);
+}
+
+/* Profiling: what the device ops that follow belong to (NULL: nothing). */
+static void label(const struct trainer *t, const char *name, int pass)
+{
+	if (t->prof)
+		kiln_profile_label(name, pass);
+}
 
 static kiln_status open_data(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *section, const char *split, int train, struct data *d)
@@ -126,7 +139,10 @@ static kiln_status normalize_on_device(struct trainer *t, struct data *d, const 
 		t->norm_rows[k] = rows;
 	}
 	struct kiln_op_args a = { .in = { x }, .out = { t->x_norm } };
-	return kiln_device_run(t->dev, t->norm_plan[k], &a, t->compute);
+	label(t, "input", KILN_PHASE_DATA);
+	st = kiln_device_run(t->dev, t->norm_plan[k], &a, t->compute);
+	label(t, NULL, 0);
+	return st;
 }
 
 static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void **plan)
@@ -178,13 +194,21 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 	kiln_status st;
 	const char *xh;
 	const int32_t *yh;
-	phase(KILN_PHASE_DATA, 1);
+	phase(t, KILN_PHASE_DATA, 1);
 	if (d->loader) {
 		/* the workers assembled it already (in the same order) */
 		int64_t got;
 		const void *x;
+		double w0 = t->prof ? kiln_loader_wait_s(d->loader) : 0;
 		if ((st = kiln_loader_next(d->loader, &x, &yh, &got, &ls)))
 			return st;
+		if (t->prof) {
+			/* the loader's own measure of the wait, ending now */
+			int64_t t1 = kiln_profile_now_ns();
+			int64_t w = (int64_t)((kiln_loader_wait_s(d->loader) - w0) * 1e9);
+			kiln_profile_span(t->prof, "data wait", "loader", KILN_PHASE_DATA,
+					  KILN_PROF_TRACK_WAIT, t1 - w, t1);
+		}
 		if (got != rows)
 			return kiln_error(KILN_EINTERNAL, "loader: batch of %lld rows, expected %lld",
 					  (long long)got, (long long)rows);
@@ -192,19 +216,27 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 	} else {
 		if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
 			return st;
+		int64_t t0 = t->prof ? kiln_profile_now_ns() : 0;
 		if ((st = kiln_dataset_read_rows(&d->ds, t->epoch, idx, rows, t->x_host[s],
 						 t->y_host[s], &t->scratch)))
 			return st;
+		if (t->prof)
+			kiln_profile_span(t->prof, "data read", "inline", KILN_PHASE_DATA,
+					  KILN_PROF_TRACK_WAIT, t0, kiln_profile_now_ns());
 		xh = t->x_host[s];
 		yh = t->y_host[s];
 	}
 	/* the device slot is free once the step that last read it is done */
 	if (t->slot_used[s] && (st = kiln_device_stream_wait(t->dev, t->copy, t->compute_done[s])))
 		return st;
-	if ((st = kiln_device_copy_async(t->dev, t->x_dev[s], xh, (size_t)rows * t->sample_bytes,
-					 KILN_COPY_H2D, t->copy)) ||
-	    (st = kiln_device_copy_async(t->dev, t->y_dev[s], yh, (size_t)rows * 4, KILN_COPY_H2D,
-					 t->copy)) ||
+	label(t, "input", KILN_PHASE_DATA);
+	st = kiln_device_copy_async(t->dev, t->x_dev[s], xh, (size_t)rows * t->sample_bytes,
+				    KILN_COPY_H2D, t->copy);
+	if (!st)
+		st = kiln_device_copy_async(t->dev, t->y_dev[s], yh, (size_t)rows * 4, KILN_COPY_H2D,
+					    t->copy);
+	label(t, NULL, 0);
+	if (st ||
 	    (st = kiln_device_event_record(t->dev, t->copy_done[s], t->copy)) ||
 	    (st = kiln_device_stream_wait(t->dev, t->compute, t->copy_done[s])))
 		return st;
@@ -218,7 +250,7 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 			return st;
 		*x_out = t->x_norm;
 	}
-	phase(KILN_PHASE_DATA, 0);
+	phase(t, KILN_PHASE_DATA, 0);
 	return KILN_OK;
 }
 
@@ -227,10 +259,13 @@ static kiln_status read_metrics(struct trainer *t, double *loss_sum, double *cor
 {
 	kiln_status st;
 	struct kiln_op_args a = { .out = { t->metrics_dev } };
-	if ((st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 2 * sizeof(float),
-					 KILN_COPY_D2H, t->compute)) ||
-	    (st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)) ||
-	    (st = kiln_device_stream_sync(t->dev, t->compute)))
+	label(t, "metrics", KILN_PROF_LOG);
+	st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 2 * sizeof(float),
+				    KILN_COPY_D2H, t->compute);
+	if (!st)
+		st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
+	label(t, NULL, 0);
+	if (st || (st = kiln_device_stream_sync(t->dev, t->compute)))
 		return st;
 	*loss_sum = t->metrics_host[0];
 	*correct = t->metrics_host[1];
@@ -245,7 +280,7 @@ static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan 
 	double ls, c;
 	if (!idx)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	phase(KILN_PHASE_EVAL, 1);
+	phase(t, KILN_PHASE_EVAL, 1);
 	/* the metrics may hold a partial training interval: flush it */
 	if ((st = read_metrics(t, &ls, &c)))
 		goto out;
@@ -270,7 +305,7 @@ static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan 
 	*loss = ls / (double)d->len;
 	*acc = c / (double)d->len;
 out:
-	phase(KILN_PHASE_EVAL, 0);
+	phase(t, KILN_PHASE_EVAL, 0);
 	free(idx);
 	return st;
 }
@@ -340,8 +375,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	if (!EB)
 		EB = B;
 
-	if ((st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
+	if ((st = kiln_profile_open(cfg, &t->prof)) ||
+	    (st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
 		goto out;
+	/* before any prepare, so that every plan's op type is known */
+	kiln_device_set_profile(t->dev, t->prof);
 	if ((st = open_data(cfg, reg, "data", "train", 1, &train)))
 		goto out;
 	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", 0, &test)))
@@ -365,6 +403,12 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	if ((st = kiln_device_stream_create(t->dev, &t->compute)) ||
 	    (st = kiln_device_stream_create(t->dev, &t->copy)))
 		goto out;
+	if (t->prof) {
+		kiln_profile_stream_name(t->prof, t->compute, "compute stream");
+		kiln_profile_stream_name(t->prof, t->copy, "copy stream");
+		kiln_log(KILN_LOG_INFO, "profile",
+			 "profiling: every device op of a step is synchronised and timed (the device runs serialised)");
+	}
 	for (int s = 0; s < SLOTS; s++)
 		if ((st = kiln_device_event_create(t->dev, &t->copy_done[s])) ||
 		    (st = kiln_device_event_create(t->dev, &t->compute_done[s])))
@@ -508,33 +552,39 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			int s = res_slot;
 			void *xd = res_x;
 			t->epoch = ep;
+			if (t->prof)
+				kiln_profile_step(t->prof, 1);
 			if (!res_x && (st = load_batch(t, &train, order + k * B, B, &s, &xd)))
 				goto out;
 			if (resident && !res_x) {
 				res_slot = s;
 				res_x = xd;
 			}
-			phase(KILN_PHASE_FORWARD, 1);
+			phase(t, KILN_PHASE_FORWARD, 1);
 			st = kiln_plan_forward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
-			phase(KILN_PHASE_FORWARD, 0);
+			phase(t, KILN_PHASE_FORWARD, 0);
 			if (st)
 				goto out;
-			phase(KILN_PHASE_BACKWARD, 1);
+			phase(t, KILN_PHASE_BACKWARD, 1);
 			st = kiln_plan_backward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
-			phase(KILN_PHASE_BACKWARD, 0);
+			phase(t, KILN_PHASE_BACKWARD, 0);
 			if (st)
 				goto out;
-			phase(KILN_PHASE_OPTIMIZER, 1);
+			phase(t, KILN_PHASE_OPTIMIZER, 1);
 			{
 				/* this step's lr from the device's step counter */
 				struct kiln_op_args a = { .in = { t->m->step_d }, .out = { t->lr_dev } };
+				label(t, "schedule", KILN_PHASE_OPTIMIZER);
 				st = kiln_device_run(t->dev, t->sched, &a, t->compute);
 			}
+			label(t, "optimizer", KILN_PHASE_OPTIMIZER);
 			if (!st)
 				st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
+			label(t, "step counter", KILN_PHASE_OPTIMIZER);
 			if (!st)
 				st = kiln_model_step_advance(t->m, t->compute);
-			phase(KILN_PHASE_OPTIMIZER, 0);
+			label(t, NULL, 0);
+			phase(t, KILN_PHASE_OPTIMIZER, 0);
 			if (st || (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 				goto out;
 			step++;
@@ -550,7 +600,12 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				kiln_device_counters_get(t->dev, &c_now);
 				if (have_prev)
 					counters_add(&res->steady, &c_prev, &c_now);
-				if ((st = read_metrics(t, &ls, &c)))
+				if (t->prof)
+					kiln_profile_phase(t->prof, KILN_PROF_LOG, 1);
+				st = read_metrics(t, &ls, &c);
+				if (t->prof)
+					kiln_profile_phase(t->prof, KILN_PROF_LOG, 0);
+				if (st)
 					goto out;
 				kiln_device_counters_get(t->dev, &c_prev);
 				have_prev = 1;
@@ -573,6 +628,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			} else if (progress) {
 				progress(user, (int)ep + 1, k + 1, steps_per_epoch, NULL);
 			}
+			if (t->prof)
+				kiln_profile_step(t->prof, 0);
 		}
 		double ep_s = now_s() - ep_t0;
 		/* epoch 1 includes warm-up: once a second epoch has run, time
@@ -614,6 +671,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced (on_error = skip)",
 			 (long long)res->data_skipped);
 	res->train_samples_per_s = timed_s > 0 ? (double)timed_samples / timed_s : 0;
+	if (t->prof && (st = kiln_profile_report(t->prof, out_dir)))
+		goto out;
 	res->wall_s = now_s() - t_start;
 	jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "event", "final", "epochs",
 			   res->epochs, "steps", (json_int_t)res->steps, "train_loss", res->train_loss,
@@ -657,6 +716,7 @@ out:
 		kiln_device_stream_destroy(t->dev, t->copy);
 	}
 	kiln_device_close(t->dev);
+	kiln_profile_free(t->prof);
 	close_data(&train);
 	close_data(&test);
 	if (t->jsonl)

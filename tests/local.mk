@@ -153,3 +153,14 @@ tests_check_transform_LDADD += $(TURBOJPEG_LIBS) $(PNG_LIBS)
 endif
 endif
 EXTRA_DIST += tests/data/gen_transform_refs.py tests/data/transform_refs.safetensors
+
+# ---- the profiler ([run] profile = 1) on a tiny CNN
+if HAVE_CHECK
+check_PROGRAMS += tests/check_profile
+TESTS += tests/check_profile
+tests_check_profile_SOURCES = tests/check_profile.c
+tests_check_profile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_profile_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+endif
+TESTS += tests/profile.sh
+EXTRA_DIST += tests/profile.sh
