@@ -49,14 +49,29 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 int cmd_train(int argc, char **argv)
 {
 	if (cli_wants_help(argc, argv)) {
-		printf("usage: kiln train FILE [section.key=value ...]\n\n"
+		printf("usage: kiln train FILE [--profile] [section.key=value ...]\n\n"
 		       "Train the model FILE describes (see docs/config.md).  Progress goes to stderr\n"
 		       "(a bar on a terminal, plain lines otherwise); the last line on stdout is a JSON\n"
 		       "object with the final metrics (train_samples_per_s, test_acc, ...).  Metrics of\n"
 		       "every log point also go to [run] out_dir/metrics.jsonl.\n"
+		       "--profile (= run.profile=1): time every device op, print a table of self time\n"
+		       "per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"
+		       "out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n"
 		       "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
 		return 0;
 	}
+	/* --profile (anywhere) is the override run.profile=1, applied last */
+	static char profile_on[] = "run.profile=1";
+	int n = 0, profile = 0;
+	for (int i = 0; i < argc; i++) {
+		if (i > 0 && !strcmp(argv[i], "--profile"))
+			profile = 1;
+		else
+			argv[n++] = argv[i];
+	}
+	if (profile)
+		argv[n++] = profile_on;
+	argc = n;
 	if (!cli_args_ok(argc, argv, "train"))
 		return 2;
 	struct kiln_config *cfg;

@@ -1,7 +1,8 @@
 /* core/device.c - the core's wrapper of a device plugin: defaults for
- * optional members, argument checks, and the sync/copy counters tests use
- * to prove a training step never waits on the host. */
-#include "internal.h"
+ * optional members, argument checks, the sync/copy counters tests use
+ * to prove a training step never waits on the host, and the profiler's
+ * timing of runs and copies (core/profile.h). */
+#include "profile.h"
 
 #include <stdatomic.h>
 
@@ -10,6 +11,7 @@ struct kiln_device {
 	const struct kiln_device_ops *ops;
 	void *ctx;
 	atomic_uint_fast64_t host_syncs, d2h, allocs, runs, staging;
+	struct kiln_profile *prof; /* NULL unless profiling: one test per run */
 };
 
 #define HAS(dev, member)                                                                  \
@@ -117,6 +119,51 @@ void kiln_device_event_destroy(struct kiln_device *dev, void *event)
 		dev->ops->event_destroy(dev->ctx, event);
 }
 
+/* ---- profiling ----------------------------------------------------------
+ * While the profiler records a step, a run or copy is timed on the host
+ * around enqueue + stream sync, after a first sync that drains what the
+ * stream held (waits on other streams), so the span is the op's own time
+ * even on an asynchronous device.  This serialises the device: no overlap
+ * between streams or with the host, hence "self time".  The syncs call
+ * the plugin directly and are not counted in host_syncs (they are the
+ * profiler's, not the step's). */
+
+void kiln_device_set_profile(struct kiln_device *dev, struct kiln_profile *p) { dev->prof = p; }
+
+struct kiln_profile *kiln_device_profile(const struct kiln_device *dev) { return dev->prof; }
+
+static kiln_status run_profiled(struct kiln_device *dev, void *plan,
+				const struct kiln_op_args *args, void *stream)
+{
+	if (!kiln_profile_recording(dev->prof))
+		return dev->ops->run(dev->ctx, plan, args, stream);
+	kiln_status st = dev->ops->stream_sync(dev->ctx, stream);
+	if (st)
+		return st;
+	int64_t t0 = kiln_profile_now_ns();
+	st = dev->ops->run(dev->ctx, plan, args, stream);
+	if (!st)
+		st = dev->ops->stream_sync(dev->ctx, stream);
+	kiln_profile_op(dev->prof, plan, stream, t0, kiln_profile_now_ns());
+	return st;
+}
+
+static kiln_status copy_profiled(struct kiln_device *dev, void *dst, const void *src,
+				 size_t bytes, int kind, void *stream)
+{
+	if (!kiln_profile_recording(dev->prof))
+		return dev->ops->copy_async(dev->ctx, dst, src, bytes, kind, stream);
+	kiln_status st = dev->ops->stream_sync(dev->ctx, stream);
+	if (st)
+		return st;
+	int64_t t0 = kiln_profile_now_ns();
+	st = dev->ops->copy_async(dev->ctx, dst, src, bytes, kind, stream);
+	if (!st)
+		st = dev->ops->stream_sync(dev->ctx, stream);
+	kiln_profile_copy(dev->prof, kind, stream, t0, kiln_profile_now_ns());
+	return st;
+}
+
 kiln_status kiln_device_copy_async(struct kiln_device *dev, void *dst, const void *src,
 				   size_t bytes, int kind, void *stream)
 {
@@ -126,6 +173,8 @@ kiln_status kiln_device_copy_async(struct kiln_device *dev, void *dst, const voi
 		atomic_fetch_add(&dev->d2h, 1);
 	if (!bytes)
 		return KILN_OK;
+	if (dev->prof)
+		return copy_profiled(dev, dst, src, bytes, kind, stream);
 	return dev->ops->copy_async(dev->ctx, dst, src, bytes, kind, stream);
 }
 
@@ -165,6 +214,8 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	kiln_status st = dev->ops->prepare(dev->ctx, op, plan, &ws);
 	if (workspace)
 		*workspace = ws;
+	if (!st && dev->prof)
+		kiln_profile_plan(dev->prof, *plan, op->type);
 	return st;
 }
 
@@ -172,11 +223,15 @@ kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct ki
 			    void *stream)
 {
 	atomic_fetch_add(&dev->runs, 1);
+	if (dev->prof)
+		return run_profiled(dev, plan, args, stream);
 	return dev->ops->run(dev->ctx, plan, args, stream);
 }
 
 void kiln_device_plan_free(struct kiln_device *dev, void *plan)
 {
+	if (plan && dev->prof)
+		kiln_profile_plan_forget(dev->prof, plan);
 	if (plan && dev->ops->plan_free)
 		dev->ops->plan_free(dev->ctx, plan);
 }

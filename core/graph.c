@@ -10,6 +10,7 @@
  * lifetimes do not overlap share arena bytes.
  */
 #include "graph.h"
+#include "profile.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -844,21 +845,47 @@ kiln_status kiln_plan_run(struct kiln_plan *p, const void *x, const void *labels
 	return st ? st : kiln_plan_backward(p, x, labels, metrics, stream);
 }
 
+/* Layer i's forward or backward pass.  When profiling, the layer's name
+ * and pass label the ops it runs (the device wrapper reads the label) and
+ * the pass is a span of the trace's layer track. */
+static kiln_status run_node(struct kiln_plan *p, int i, int pass, struct kiln_layer_run *r,
+			    struct kiln_profile *prof)
+{
+	const struct kiln_host *h = kiln_host_table();
+	struct plan_node *nd = &p->nodes[i];
+	if (!prof)
+		return pass == KILN_PHASE_BACKWARD ? nd->ops->backward(h, &nd->l, r)
+						   : nd->ops->forward(h, &nd->l, r);
+	const char *name = p->m->layers[i].name;
+	kiln_profile_label(name, pass);
+	int64_t t0 = kiln_profile_now_ns();
+	kiln_status st = pass == KILN_PHASE_BACKWARD ? nd->ops->backward(h, &nd->l, r)
+						     : nd->ops->forward(h, &nd->l, r);
+	kiln_profile_layer(prof, name, pass, t0, kiln_profile_now_ns());
+	kiln_profile_label(NULL, 0);
+	return st;
+}
+
 kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *labels,
 			      void *metrics, void *stream)
 {
-	const struct kiln_host *h = kiln_host_table();
+	struct kiln_profile *prof = kiln_device_profile(p->m->dev);
 	struct kiln_layer_run r;
 	kiln_status st;
 	int n = p->m->n_layers;
 	if (p->in_reorder) {
 		struct kiln_op_args a = { .in = { x }, .out = { ypos(p, p->data_store, x) } };
-		if ((st = kiln_device_run(p->m->dev, p->in_reorder, &a, stream)))
+		if (prof)
+			kiln_profile_label("input", KILN_PHASE_FORWARD);
+		st = kiln_device_run(p->m->dev, p->in_reorder, &a, stream);
+		if (prof)
+			kiln_profile_label(NULL, 0);
+		if (st)
 			return kiln_error_wrap(st, "reordering the input to nhwc");
 	}
 	for (int i = 0; i < n; i++) {
 		fill_run(p, i, &r, x, labels, metrics, stream);
-		if ((st = p->nodes[i].ops->forward(h, &p->nodes[i].l, &r)))
+		if ((st = run_node(p, i, KILN_PHASE_FORWARD, &r, prof)))
 			return kiln_error_wrap(st, "forward of layer '%s'", p->m->layers[i].name);
 	}
 	return KILN_OK;
@@ -867,7 +894,7 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *labels,
 			       void *metrics, void *stream)
 {
-	const struct kiln_host *h = kiln_host_table();
+	struct kiln_profile *prof = kiln_device_profile(p->m->dev);
 	struct kiln_layer_run r;
 	kiln_status st;
 	int n = p->m->n_layers;
@@ -877,7 +904,7 @@ kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *l
 		if (!p->nodes[i].ops->backward)
 			continue;
 		fill_run(p, i, &r, x, labels, metrics, stream);
-		if ((st = p->nodes[i].ops->backward(h, &p->nodes[i].l, &r)))
+		if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
 			return kiln_error_wrap(st, "backward of layer '%s'", p->m->layers[i].name);
 	}
 	return KILN_OK;

@@ -18,7 +18,11 @@ static const struct kiln_key run_keys[] = {
 	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
 	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory." },
 	{ "out_dir", KILN_KEY_STR, "runs/latest", NOLIM, NULL,
-	  "Directory for metrics.jsonl (created if missing)." },
+	  "Directory for metrics.jsonl, and profile.txt and trace.json when profiling (created if missing)." },
+	{ "profile", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "Profile training (`kiln train --profile` sets it): every device op and copy of a step is timed, and at the end a table of self time per (layer, op, pass) over the steps after the first is printed and written to out_dir/profile.txt, with a Chrome trace in out_dir/trace.json. Each op is synchronised, so the device runs serialised: the times are self times and overlap is lost. See docs/profiler.md." },
+	{ "profile_steps", KILN_KEY_INT, "20", 0, 1e9, NULL,
+	  "Steps the profile's trace covers (the first N, warm-up included), keeping trace.json small; 0 = no trace. The table counts every step after the first." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -7,10 +7,13 @@
  *   compute: waits copy_done[s] -> forward -> backward -> fused optimizer -> compute_done[s]
  * Metrics (loss sum, correct count) accumulate on the device and are read
  * back every log_every steps and at epoch ends: the only host syncs.
+ * With [run] profile = 1 the steps are bracketed for core/profile.c, which
+ * then times (and serialises) every op of a step; see profile.h.
  */
 #include "graph.h"
 #include "data.h"
 #include "loader.h"
+#include "profile.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -27,12 +30,6 @@ void kiln_set_phase_hook(kiln_phase_fn fn, void *user)
 {
 	phase_fn = fn;
 	phase_user = user;
-}
-
-static void phase(int ph, int begin)
-{
-	if (phase_fn)
-		phase_fn(phase_user, ph, begin);
 }
 
 static double now_s(void)
@@ -82,7 +79,23 @@ struct trainer {
 	size_t norm_bytes;
 	int64_t norm_rows[NORM_PLANS];
 	void *norm_plan[NORM_PLANS];
+	struct kiln_profile *prof;  /* [run] profile = 1, else NULL */
 };
+
+static void phase(const struct trainer *t, int ph, int begin)
+{
+	if (phase_fn)
+		phase_fn(phase_user, ph, begin);
+	if (t->prof)
+		kiln_profile_phase(t->prof, ph, begin);
+}
+
+/* Profiling: what the device ops that follow belong to (NULL: nothing). */
+static void label(const struct trainer *t, const char *name, int pass)
+{
+	if (t->prof)
+		kiln_profile_label(name, pass);
+}
 
 static kiln_status open_data(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *section, const char *split, int train, struct data *d)
@@ -132,7 +145,10 @@ static kiln_status normalize_on_device(struct trainer *t, struct data *d, const 
 		t->norm_rows[k] = rows;
 	}
 	struct kiln_op_args a = { .in = { x }, .out = { t->x_norm } };
-	return kiln_device_run(t->dev, t->norm_plan[k], &a, t->compute);
+	label(t, "input", KILN_PHASE_DATA);
+	st = kiln_device_run(t->dev, t->norm_plan[k], &a, t->compute);
+	label(t, NULL, 0);
+	return st;
 }
 
 static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void **plan)
@@ -304,13 +320,21 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 	kiln_status st;
 	const char *xh;
 	const int32_t *yh;
-	phase(KILN_PHASE_DATA, 1);
+	phase(t, KILN_PHASE_DATA, 1);
 	if (d->loader) {
 		/* the workers assembled it already (in the same order) */
 		int64_t got;
 		const void *x;
+		double w0 = t->prof ? kiln_loader_wait_s(d->loader) : 0;
 		if ((st = kiln_loader_next(d->loader, &x, &yh, &got, &ls)))
 			return st;
+		if (t->prof) {
+			/* the loader's own measure of the wait, ending now */
+			int64_t t1 = kiln_profile_now_ns();
+			int64_t w = (int64_t)((kiln_loader_wait_s(d->loader) - w0) * 1e9);
+			kiln_profile_span(t->prof, "data wait", "loader", KILN_PHASE_DATA,
+					  KILN_PROF_TRACK_WAIT, t1 - w, t1);
+		}
 		if (got != rows)
 			return kiln_error(KILN_EINTERNAL, "loader: batch of %lld rows, expected %lld",
 					  (long long)got, (long long)rows);
@@ -318,19 +342,27 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 	} else {
 		if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
 			return st;
+		int64_t t0 = t->prof ? kiln_profile_now_ns() : 0;
 		if ((st = kiln_dataset_read_rows(&d->ds, t->epoch, idx, rows, t->x_host[s],
 						 t->y_host[s], &t->scratch)))
 			return st;
+		if (t->prof)
+			kiln_profile_span(t->prof, "data read", "inline", KILN_PHASE_DATA,
+					  KILN_PROF_TRACK_WAIT, t0, kiln_profile_now_ns());
 		xh = t->x_host[s];
 		yh = t->y_host[s];
 	}
 	/* the device slot is free once the step that last read it is done */
 	if (t->slot_used[s] && (st = kiln_device_stream_wait(t->dev, t->copy, t->compute_done[s])))
 		return st;
-	if ((st = kiln_device_copy_async(t->dev, t->x_dev[s], xh, (size_t)rows * t->sample_bytes,
-					 KILN_COPY_H2D, t->copy)) ||
-	    (st = kiln_device_copy_async(t->dev, t->y_dev[s], yh, (size_t)rows * 4, KILN_COPY_H2D,
-					 t->copy)) ||
+	label(t, "input", KILN_PHASE_DATA);
+	st = kiln_device_copy_async(t->dev, t->x_dev[s], xh, (size_t)rows * t->sample_bytes,
+				    KILN_COPY_H2D, t->copy);
+	if (!st)
+		st = kiln_device_copy_async(t->dev, t->y_dev[s], yh, (size_t)rows * 4, KILN_COPY_H2D,
+					    t->copy);
+	label(t, NULL, 0);
+	if (st ||
 	    (st = kiln_device_event_record(t->dev, t->copy_done[s], t->copy)) ||
 	    (st = kiln_device_stream_wait(t->dev, t->compute, t->copy_done[s])))
 		return st;
@@ -344,7 +376,7 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 			return st;
 		*x_out = t->x_norm;
 	}
-	phase(KILN_PHASE_DATA, 0);
+	phase(t, KILN_PHASE_DATA, 0);
 	return KILN_OK;
 }
 
@@ -354,13 +386,16 @@ static kiln_status read_metrics(struct trainer *t, double *loss_sum, double *cor
 {
 	kiln_status st;
 	struct kiln_op_args a = { .out = { t->metrics_dev } };
-	if ((st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 3 * sizeof(float),
-					 KILN_COPY_D2H, t->compute)) ||
-	    (t->clip && (st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d,
-						     4 * sizeof(float), KILN_COPY_D2H,
-						     t->compute))) ||
-	    (st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)) ||
-	    (st = kiln_device_stream_sync(t->dev, t->compute)))
+	label(t, "metrics", KILN_PROF_LOG);
+	st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 3 * sizeof(float),
+				    KILN_COPY_D2H, t->compute);
+	if (!st && t->clip)
+		st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d, 4 * sizeof(float),
+					    KILN_COPY_D2H, t->compute);
+	if (!st)
+		st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
+	label(t, NULL, 0);
+	if (st || (st = kiln_device_stream_sync(t->dev, t->compute)))
 		return st;
 	*loss_sum = t->metrics_host[0];
 	*correct = t->metrics_host[1];
@@ -377,7 +412,7 @@ static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan 
 	double ls, c;
 	if (!idx)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	phase(KILN_PHASE_EVAL, 1);
+	phase(t, KILN_PHASE_EVAL, 1);
 	/* the metrics may hold a partial training interval: flush it */
 	if ((st = read_metrics(t, &ls, &c, NULL)))
 		goto out;
@@ -404,7 +439,7 @@ static kiln_status evaluate(struct trainer *t, struct data *d, struct kiln_plan 
 	*acc = c / (double)d->len;
 	*acc5 = c5 / (double)d->len;
 out:
-	phase(KILN_PHASE_EVAL, 0);
+	phase(t, KILN_PHASE_EVAL, 0);
 	free(idx);
 	return st;
 }
@@ -509,8 +544,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	if (!EB)
 		EB = B;
 
-	if ((st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
+	if ((st = kiln_profile_open(cfg, &t->prof)) ||
+	    (st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
 		goto out;
+	/* before any prepare, so that every plan's op type is known */
+	kiln_device_set_profile(t->dev, t->prof);
 	if ((st = open_data(cfg, reg, "data", "train", 1, &train)))
 		goto out;
 	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", 0, &test)))
@@ -534,6 +572,12 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	if ((st = kiln_device_stream_create(t->dev, &t->compute)) ||
 	    (st = kiln_device_stream_create(t->dev, &t->copy)))
 		goto out;
+	if (t->prof) {
+		kiln_profile_stream_name(t->prof, t->compute, "compute stream");
+		kiln_profile_stream_name(t->prof, t->copy, "copy stream");
+		kiln_log(KILN_LOG_INFO, "profile",
+			 "profiling: every device op of a step is synchronised and timed (the device runs serialised)");
+	}
 	for (int s = 0; s < SLOTS; s++)
 		if ((st = kiln_device_event_create(t->dev, &t->copy_done[s])) ||
 		    (st = kiln_device_event_create(t->dev, &t->compute_done[s])))
@@ -686,6 +730,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		    (st = kiln_loader_start(train.loader, ep, order, ep_steps * acc * B, B, 0)))
 			goto out;
 		for (int64_t k = 0; k < steps_per_epoch && (!max_steps || step < max_steps); k++) {
+			if (t->prof)
+				kiln_profile_step(t->prof, 1);
 			for (int64_t j = 0; j < acc; j++) {
 				/* micro-step j of the optimizer step: the first writes
 				 * the gradients, the others write beside them and add */
@@ -700,13 +746,14 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 					res_x = xd;
 				}
 				t->m->grad_out_d = j ? t->grads_more : NULL;
-				phase(KILN_PHASE_FORWARD, 1);
+				phase(t, KILN_PHASE_FORWARD, 1);
 				st = kiln_plan_forward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
-				phase(KILN_PHASE_FORWARD, 0);
+				phase(t, KILN_PHASE_FORWARD, 0);
 				if (st)
 					goto out;
-				phase(KILN_PHASE_BACKWARD, 1);
+				phase(t, KILN_PHASE_BACKWARD, 1);
 				st = kiln_plan_backward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
+				label(t, "accumulate", KILN_PHASE_BACKWARD);
 				if (!st && j) {
 					struct kiln_op_args a = { .in = { t->m->grads_d, t->grads_more },
 								  .out = { t->m->grads_d } };
@@ -717,29 +764,40 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 								  .out = { t->m->grads_d } };
 					st = kiln_device_run(t->dev, t->grads_mean, &a, t->compute);
 				}
-				phase(KILN_PHASE_BACKWARD, 0);
+				label(t, NULL, 0);
+				phase(t, KILN_PHASE_BACKWARD, 0);
 				/* the dropout counter counts micro-steps */
-				if (st || (st = kiln_model_step_advance(t->m, t->compute)) ||
+				label(t, "step counter", KILN_PHASE_OPTIMIZER);
+				if (!st)
+					st = kiln_model_step_advance(t->m, t->compute);
+				label(t, NULL, 0);
+				if (st ||
 				    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 					goto out;
 				since += B;
 			}
 			t->m->grad_out_d = NULL;
-			phase(KILN_PHASE_OPTIMIZER, 1);
+			phase(t, KILN_PHASE_OPTIMIZER, 1);
 			if (t->clip) {
 				struct kiln_op_args a = { .in = { t->m->grads_d },
 							  .out = { t->m->grads_d, t->clip_d } };
-				if ((st = kiln_device_run(t->dev, t->clip, &a, t->compute)))
+				label(t, "clip", KILN_PHASE_OPTIMIZER);
+				st = kiln_device_run(t->dev, t->clip, &a, t->compute);
+				label(t, NULL, 0);
+				if (st)
 					goto out;
 			}
 			{
 				/* this step's lr from the device's optimizer-step counter */
 				struct kiln_op_args a = { .in = { t->m->opt_step_d }, .out = { t->lr_dev } };
+				label(t, "schedule", KILN_PHASE_OPTIMIZER);
 				st = kiln_device_run(t->dev, t->sched, &a, t->compute);
 			}
+			label(t, "optimizer", KILN_PHASE_OPTIMIZER);
 			if (!st) /* advances the optimizer-step counter too */
 				st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
-			phase(KILN_PHASE_OPTIMIZER, 0);
+			label(t, NULL, 0);
+			phase(t, KILN_PHASE_OPTIMIZER, 0);
 			if (st)
 				goto out;
 			step++;
@@ -754,7 +812,12 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				kiln_device_counters_get(t->dev, &c_now);
 				if (have_prev)
 					counters_add(&res->steady, &c_prev, &c_now);
-				if ((st = read_metrics(t, &ls, &c, NULL)))
+				if (t->prof)
+					kiln_profile_phase(t->prof, KILN_PROF_LOG, 1);
+				st = read_metrics(t, &ls, &c, NULL);
+				if (t->prof)
+					kiln_profile_phase(t->prof, KILN_PROF_LOG, 0);
+				if (st)
 					goto out;
 				kiln_device_counters_get(t->dev, &c_prev);
 				have_prev = 1;
@@ -788,6 +851,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			} else if (progress) {
 				progress(user, (int)ep + 1, k + 1, steps_per_epoch, NULL);
 			}
+			if (t->prof)
+				kiln_profile_step(t->prof, 0);
 			if (do_eval && eval_every && step % eval_every == 0) {
 				if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss,
 						   &res->test_acc, &res->test_acc5)))
@@ -859,6 +924,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced (on_error = skip)",
 			 (long long)res->data_skipped);
 	res->train_samples_per_s = timed_s > 0 ? (double)timed_samples / timed_s : 0;
+	if (t->prof && (st = kiln_profile_report(t->prof, out_dir)))
+		goto out;
 	res->wall_s = now_s() - t_start;
 	jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "event", "final", "epochs",
 			   res->epochs, "steps", (json_int_t)res->steps, "train_loss", res->train_loss,
@@ -908,6 +975,7 @@ out:
 		kiln_device_stream_destroy(t->dev, t->copy);
 	}
 	kiln_device_close(t->dev);
+	kiln_profile_free(t->prof);
 	close_data(&train);
 	close_data(&test);
 	if (t->jsonl)

@@ -188,3 +188,13 @@ tests_st_export_test_LDADD = libkiln.la -lm
 TESTS += tests/safetensors_torch.sh
 EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
 	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors
+# ---- the profiler ([run] profile = 1) on a tiny CNN
+if HAVE_CHECK
+check_PROGRAMS += tests/check_profile
+TESTS += tests/check_profile
+tests_check_profile_SOURCES = tests/check_profile.c
+tests_check_profile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_profile_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+endif
+TESTS += tests/profile.sh
+EXTRA_DIST += tests/profile.sh

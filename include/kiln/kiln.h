@@ -275,7 +275,8 @@ struct kiln_train_result {
 	double data_wait_s;         /* training thread's wait for loader workers */
 };
 
-/* Phases the trainer reports to a hook (the profiler attaches here). */
+/* Phases the trainer reports to a hook (and, with [run] profile = 1, to
+ * the profiler, which records them as trace slices). */
 enum kiln_phase {
 	KILN_PHASE_DATA = 0,      /* waiting for and assembling a batch */
 	KILN_PHASE_FORWARD = 1,

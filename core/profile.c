@@ -1,0 +1,616 @@
+/* core/profile.c - the profiler: spans recorded by the device wrapper,
+ * the graph and the trainer, reduced to a table of self time per (layer,
+ * op, pass) and written as a Chrome trace.  profile.h says what is timed
+ * and how; docs/profiler.md says how to read the output. */
+#include "profile.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+/* One table row: every span with the same (label, what, pass). */
+struct prof_row {
+	char *label;          /* "conv1", "optimizer", "data wait" (owned) */
+	const char *what;     /* "conv_bwd_data", "copy_h2d", "loader" (static) */
+	int pass;             /* enum kiln_phase or KILN_PROF_* */
+	int64_t calls, ns;    /* over the counted steps (2..) */
+};
+
+/* One trace slice.  kind: a row's index (>= 0), or one of EV_*. */
+enum { EV_STEP = -1, EV_PHASE = -2, EV_LAYER = -3 };
+struct prof_event {
+	int32_t kind;
+	int32_t track;
+	int32_t step;
+	int32_t pass;         /* EV_PHASE: the phase; EV_LAYER: the pass */
+	const char *name;     /* EV_LAYER: interned layer name */
+	int64_t t0, t1;       /* ns since the profile was opened */
+};
+
+struct prof_stream {
+	const void *stream;
+	char name[48];
+};
+
+#define PROF_STREAMS 16
+
+struct kiln_profile {
+	pthread_mutex_t lock;
+	int64_t origin;            /* t = 0 of the trace */
+	int64_t trace_steps;       /* [run] profile_steps */
+	int recording;             /* inside a step */
+	int64_t step;              /* current (or last) step, from 1 */
+	int64_t step_t0;
+	int64_t counted_ns, counted_steps; /* steps 2.. */
+	int phase;                 /* current phase, KILN_PROF_NONE outside */
+	int64_t phase_t0;
+	/* plan -> op type (linear: a model has tens to hundreds of plans,
+	 * and a lookup is cheap next to the stream sync it follows) */
+	struct { const void *plan; int type; } *plans;
+	size_t n_plans, cap_plans;
+	struct prof_row *rows;
+	size_t n_rows, cap_rows;
+	struct prof_event *ev;
+	size_t n_ev, cap_ev;
+	char **names;              /* interned layer names for EV_LAYER */
+	size_t n_names, cap_names;
+	struct prof_stream streams[PROF_STREAMS];
+	int n_streams;
+	int64_t dropped;           /* spans lost to a failed allocation */
+};
+
+static _Thread_local struct {
+	const char *name;
+	int pass;
+} cur_label;
+
+static const char *const pass_names[KILN_PROF_PASSES] = {
+	[KILN_PHASE_DATA] = "data",         [KILN_PHASE_FORWARD] = "forward",
+	[KILN_PHASE_BACKWARD] = "backward", [KILN_PHASE_OPTIMIZER] = "optimizer",
+	[KILN_PHASE_EVAL] = "eval",         [KILN_PROF_LOG] = "log",
+	[KILN_PROF_NONE] = "-",
+};
+
+static const char *pass_name(int pass)
+{
+	return pass >= 0 && pass < KILN_PROF_PASSES ? pass_names[pass] : "-";
+}
+
+static const char *op_name(int type)
+{
+	static const char *const names[KILN_OP_TYPE_COUNT] = {
+		[KILN_OP_GEMM] = "gemm",
+		[KILN_OP_BIAS_ADD] = "bias_add",
+		[KILN_OP_BIAS_GRAD] = "bias_grad",
+		[KILN_OP_RELU] = "relu",
+		[KILN_OP_RELU_BWD] = "relu_bwd",
+		[KILN_OP_SOFTMAX_XENT] = "softmax_xent",
+		[KILN_OP_SGD] = "sgd",
+		[KILN_OP_FILL] = "fill",
+		[KILN_OP_REDUCE_SUM] = "reduce_sum",
+		[KILN_OP_SCALE] = "scale",
+		[KILN_OP_ADD] = "add",
+		[KILN_OP_NORMALIZE_U8] = "normalize_u8",
+		[KILN_OP_CONV] = "conv",
+		[KILN_OP_CONV_BWD_DATA] = "conv_bwd_data",
+		[KILN_OP_CONV_BWD_WEIGHTS] = "conv_bwd_weights",
+		[KILN_OP_BN_TRAIN] = "bn_train",
+		[KILN_OP_BN_INFER] = "bn_infer",
+		[KILN_OP_BN_BWD] = "bn_bwd",
+		[KILN_OP_POOL] = "pool",
+		[KILN_OP_POOL_BWD] = "pool_bwd",
+		[KILN_OP_ACT] = "act",
+		[KILN_OP_ACT_BWD] = "act_bwd",
+		[KILN_OP_DROPOUT] = "dropout",
+		[KILN_OP_DROPOUT_BWD] = "dropout_bwd",
+		[KILN_OP_CONCAT] = "concat",
+		[KILN_OP_SPLIT] = "split",
+		[KILN_OP_REORDER] = "reorder",
+		[KILN_OP_COUNTER_ADD] = "counter_add",
+		[KILN_OP_MUL] = "mul",
+		[KILN_OP_LR_SCHEDULE] = "lr_schedule",
+		[KILN_OP_ADAMW] = "adamw",
+		[KILN_OP_LAMB] = "lamb",
+		[KILN_OP_GRAD_CLIP] = "grad_clip",
+	};
+	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
+		return names[type];
+	return "op?"; /* prepared before the profiler was attached */
+}
+
+int64_t kiln_profile_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Grow *arr (of *cap elements of `size` bytes) to hold n + 1. */
+static int grow(void *arr, size_t *cap, size_t n, size_t size)
+{
+	void **a = arr;
+	if (n < *cap)
+		return 0;
+	size_t nc = *cap ? 2 * *cap : 64;
+	void *na = realloc(*a, nc * size);
+	if (!na)
+		return -1;
+	*a = na;
+	*cap = nc;
+	return 0;
+}
+
+kiln_status kiln_profile_open(const struct kiln_config *cfg, struct kiln_profile **out)
+{
+	int on = 0;
+	int64_t steps = 20;
+	*out = NULL;
+	kiln_config_get_bool(cfg, "run", "profile", &on);
+	kiln_config_get_int(cfg, "run", "profile_steps", &steps);
+	if (!on)
+		return KILN_OK;
+	struct kiln_profile *p = calloc(1, sizeof *p);
+	if (!p)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	pthread_mutex_init(&p->lock, NULL);
+	p->origin = kiln_profile_now_ns();
+	p->trace_steps = steps;
+	p->phase = KILN_PROF_NONE;
+	*out = p;
+	return KILN_OK;
+}
+
+void kiln_profile_free(struct kiln_profile *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n_rows; i++)
+		free(p->rows[i].label);
+	for (size_t i = 0; i < p->n_names; i++)
+		free(p->names[i]);
+	free(p->rows);
+	free(p->names);
+	free(p->ev);
+	free(p->plans);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+void kiln_profile_label(const char *name, int pass)
+{
+	cur_label.name = name;
+	cur_label.pass = pass;
+}
+
+int kiln_profile_recording(const struct kiln_profile *p)
+{
+	return __atomic_load_n(&p->recording, __ATOMIC_RELAXED);
+}
+
+/* ---- plans ------------------------------------------------------------- */
+
+void kiln_profile_plan(struct kiln_profile *p, const void *plan, int op_type)
+{
+	pthread_mutex_lock(&p->lock);
+	if (!grow(&p->plans, &p->cap_plans, p->n_plans, sizeof *p->plans)) {
+		p->plans[p->n_plans].plan = plan;
+		p->plans[p->n_plans].type = op_type;
+		p->n_plans++;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kiln_profile_plan_forget(struct kiln_profile *p, const void *plan)
+{
+	pthread_mutex_lock(&p->lock);
+	/* newest first: a freed plan's address may have been reused */
+	for (size_t i = p->n_plans; i-- > 0;)
+		if (p->plans[i].plan == plan) {
+			p->plans[i] = p->plans[--p->n_plans];
+			break;
+		}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* caller holds the lock */
+static int plan_type(const struct kiln_profile *p, const void *plan)
+{
+	for (size_t i = p->n_plans; i-- > 0;)
+		if (p->plans[i].plan == plan)
+			return p->plans[i].type;
+	return 0;
+}
+
+/* ---- recording (caller holds the lock) --------------------------------- */
+
+static void add_event(struct kiln_profile *p, int kind, int track, int pass, const char *name,
+		      int64_t t0, int64_t t1)
+{
+	if (p->step > p->trace_steps)
+		return;
+	if (grow(&p->ev, &p->cap_ev, p->n_ev, sizeof *p->ev)) {
+		p->dropped++;
+		return;
+	}
+	struct prof_event *e = &p->ev[p->n_ev++];
+	e->kind = kind;
+	e->track = track;
+	e->step = (int32_t)p->step;
+	e->pass = pass;
+	e->name = name;
+	e->t0 = t0 - p->origin;
+	e->t1 = t1 - p->origin;
+}
+
+static int find_row(struct kiln_profile *p, const char *label, const char *what, int pass)
+{
+	for (size_t i = 0; i < p->n_rows; i++) {
+		struct prof_row *r = &p->rows[i];
+		if (r->pass == pass && r->what == what && !strcmp(r->label, label))
+			return (int)i;
+	}
+	char *l = kiln_strdup(label);
+	if (!l || grow(&p->rows, &p->cap_rows, p->n_rows, sizeof *p->rows)) {
+		free(l);
+		return -1;
+	}
+	struct prof_row *r = &p->rows[p->n_rows];
+	memset(r, 0, sizeof *r);
+	r->label = l;
+	r->what = what;
+	r->pass = pass;
+	return (int)p->n_rows++;
+}
+
+static void record(struct kiln_profile *p, const char *label, const char *what, int pass,
+		   int track, int64_t t0, int64_t t1)
+{
+	if (!p->recording)
+		return;
+	int r = find_row(p, label, what, pass);
+	if (r < 0) {
+		p->dropped++;
+		return;
+	}
+	if (p->step >= 2) {
+		p->rows[r].calls++;
+		p->rows[r].ns += t1 - t0;
+	}
+	add_event(p, r, track, pass, NULL, t0, t1);
+}
+
+/* caller holds the lock */
+static int stream_track(struct kiln_profile *p, const void *stream)
+{
+	for (int i = 0; i < p->n_streams; i++)
+		if (p->streams[i].stream == stream)
+			return KILN_PROF_TRACK_STREAM + i;
+	if (p->n_streams == PROF_STREAMS)
+		return KILN_PROF_TRACK_STREAM + PROF_STREAMS; /* "other streams" */
+	struct prof_stream *s = &p->streams[p->n_streams];
+	s->stream = stream;
+	snprintf(s->name, sizeof s->name, "stream %d", p->n_streams + 1);
+	return KILN_PROF_TRACK_STREAM + p->n_streams++;
+}
+
+void kiln_profile_stream_name(struct kiln_profile *p, const void *stream, const char *name)
+{
+	pthread_mutex_lock(&p->lock);
+	int t = stream_track(p, stream) - KILN_PROF_TRACK_STREAM;
+	if (t < PROF_STREAMS)
+		snprintf(p->streams[t].name, sizeof p->streams[t].name, "%s", name);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* the current label, or the current phase for unlabelled work */
+static void current(struct kiln_profile *p, const char *dflt, const char **label, int *pass)
+{
+	*label = cur_label.name ? cur_label.name : dflt;
+	*pass = cur_label.name ? cur_label.pass : p->phase;
+}
+
+void kiln_profile_op(struct kiln_profile *p, const void *plan, const void *stream, int64_t t0,
+		     int64_t t1)
+{
+	const char *label;
+	int pass;
+	pthread_mutex_lock(&p->lock);
+	current(p, "(unlabelled)", &label, &pass);
+	record(p, label, op_name(plan_type(p, plan)), pass, stream_track(p, stream), t0, t1);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kiln_profile_copy(struct kiln_profile *p, int kind, const void *stream, int64_t t0,
+		       int64_t t1)
+{
+	static const char *const kinds[] = { "copy_h2d", "copy_d2h", "copy_d2d" };
+	const char *label;
+	int pass;
+	pthread_mutex_lock(&p->lock);
+	current(p, "copy", &label, &pass);
+	record(p, label, kind >= 0 && kind <= 2 ? kinds[kind] : "copy", pass,
+	       stream_track(p, stream), t0, t1);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kiln_profile_span(struct kiln_profile *p, const char *label, const char *what, int pass,
+		       int track, int64_t t0, int64_t t1)
+{
+	pthread_mutex_lock(&p->lock);
+	record(p, label, what, pass, track, t0, t1);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kiln_profile_layer(struct kiln_profile *p, const char *layer, int pass, int64_t t0,
+			int64_t t1)
+{
+	pthread_mutex_lock(&p->lock);
+	if (p->recording && p->step <= p->trace_steps) {
+		const char *name = NULL;
+		for (size_t i = 0; i < p->n_names && !name; i++)
+			if (!strcmp(p->names[i], layer))
+				name = p->names[i];
+		if (!name && !grow(&p->names, &p->cap_names, p->n_names, sizeof *p->names) &&
+		    (p->names[p->n_names] = kiln_strdup(layer)))
+			name = p->names[p->n_names++];
+		if (name)
+			add_event(p, EV_LAYER, KILN_PROF_TRACK_LAYER, pass, name, t0, t1);
+		else
+			p->dropped++;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kiln_profile_step(struct kiln_profile *p, int begin)
+{
+	int64_t t = kiln_profile_now_ns();
+	pthread_mutex_lock(&p->lock);
+	if (begin) {
+		p->step++;
+		p->step_t0 = t;
+		__atomic_store_n(&p->recording, 1, __ATOMIC_RELAXED);
+	} else if (p->recording) {
+		if (p->step >= 2) {
+			p->counted_ns += t - p->step_t0;
+			p->counted_steps++;
+		}
+		add_event(p, EV_STEP, KILN_PROF_TRACK_STEP, KILN_PROF_NONE, NULL, p->step_t0, t);
+		__atomic_store_n(&p->recording, 0, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kiln_profile_phase(struct kiln_profile *p, int phase, int begin)
+{
+	int64_t t = kiln_profile_now_ns();
+	pthread_mutex_lock(&p->lock);
+	if (begin) {
+		p->phase = phase;
+		p->phase_t0 = t;
+	} else {
+		if (p->recording && p->phase == phase)
+			add_event(p, EV_PHASE, KILN_PROF_TRACK_PHASE, phase, NULL, p->phase_t0, t);
+		p->phase = KILN_PROF_NONE;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+static int by_time_desc(const void *a, const void *b)
+{
+	const struct prof_row *x = *(const struct prof_row *const *)a;
+	const struct prof_row *y = *(const struct prof_row *const *)b;
+	if (x->ns != y->ns)
+		return x->ns < y->ns ? 1 : -1;
+	return strcmp(x->label, y->label);
+}
+
+/* One line of the table: logged, and written to f when there is one. */
+static void out_line(FILE *f, const char *fmt, ...) KILN_PRINTF(2, 3);
+static void out_line(FILE *f, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	kiln_log(KILN_LOG_INFO, "profile", "%s", buf);
+	if (f)
+		fprintf(f, "%s\n", buf);
+}
+
+static void write_table(struct kiln_profile *p, FILE *f)
+{
+	struct prof_row **rows = malloc(sizeof *rows * (p->n_rows ? p->n_rows : 1));
+	size_t n = 0;
+	int wl = 5, ww = 2;
+	int64_t sum = 0, by_pass[KILN_PROF_PASSES] = { 0 };
+	double total = (double)p->counted_ns;
+	if (!rows)
+		return;
+	for (size_t i = 0; i < p->n_rows; i++)
+		if (p->rows[i].calls) {
+			struct prof_row *r = rows[n++] = &p->rows[i];
+			int l = (int)strlen(r->label), w = (int)strlen(r->what);
+			wl = l > wl ? l : wl;
+			ww = w > ww ? w : ww;
+			sum += r->ns;
+			if (r->pass >= 0 && r->pass < KILN_PROF_PASSES)
+				by_pass[r->pass] += r->ns;
+		}
+	qsort(rows, n, sizeof *rows, by_time_desc);
+	if (!p->counted_steps) {
+		out_line(f, "no step after the first (warm-up) ran: nothing to count");
+		free(rows);
+		return;
+	}
+	out_line(f, "%lld step(s) after the first (warm-up): %.3f ms, %.3f ms per step",
+		 (long long)p->counted_steps, total / 1e6, total / 1e6 / (double)p->counted_steps);
+	out_line(f, "self time per (layer, op, pass); the device was serialised (every op synchronised), so overlap is lost");
+	out_line(f, "%-*s  %-*s  %-9s %7s %11s %10s %7s", wl, "layer", ww, "op", "pass", "calls",
+		 "total ms", "mean us", "% step");
+	char rule[256];
+	int rl = wl + ww + 53 < (int)sizeof rule ? wl + ww + 53 : (int)sizeof rule - 1;
+	memset(rule, '-', (size_t)rl);
+	rule[rl] = 0;
+	out_line(f, "%s", rule);
+	for (size_t i = 0; i < n; i++) {
+		const struct prof_row *r = rows[i];
+		out_line(f, "%-*s  %-*s  %-9s %7lld %11.3f %10.1f %7.2f", wl, r->label, ww, r->what,
+			 pass_name(r->pass), (long long)r->calls, (double)r->ns / 1e6,
+			 (double)r->ns / 1e3 / (double)r->calls, 100.0 * (double)r->ns / total);
+	}
+	/* step time no span covers: enqueueing, the loop, progress output,
+	 * the profiler itself */
+	int64_t rest = p->counted_ns - sum;
+	out_line(f, "%-*s  %-*s  %-9s %7s %11.3f %10s %7.2f", wl, "(host)", ww, "untracked", "-",
+		 "-", (double)rest / 1e6, "-", 100.0 * (double)rest / total);
+	out_line(f, "%s", rule);
+	out_line(f, "%-*s  %-*s  %-9s %7lld %11.3f %10.1f %7.2f", wl, "total", ww, "", "",
+		 (long long)p->counted_steps, total / 1e6, total / 1e3 / (double)p->counted_steps,
+		 100.0);
+	char line[512];
+	int k = snprintf(line, sizeof line, "by pass:");
+	for (int pass = 0; pass < KILN_PROF_PASSES; pass++)
+		if (by_pass[pass] && k < (int)sizeof line)
+			k += snprintf(line + k, sizeof line - (size_t)k, " %s %.1f%%,", pass_name(pass),
+				      100.0 * (double)by_pass[pass] / total);
+	if (k < (int)sizeof line)
+		snprintf(line + k, sizeof line - (size_t)k, " untracked %.1f%%",
+			 100.0 * (double)rest / total);
+	out_line(f, "%s", line);
+	if (p->dropped)
+		out_line(f, "(%lld span(s) lost: out of memory)", (long long)p->dropped);
+	free(rows);
+}
+
+/* ---- the trace --------------------------------------------------------- */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+/* ns as microseconds with three exact decimals */
+static void json_us(FILE *f, int64_t ns)
+{
+	fprintf(f, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+}
+
+static void track_meta(FILE *f, int tid, const char *name)
+{
+	fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":",
+		tid);
+	json_str(f, name);
+	fprintf(f, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,"
+		   "\"args\":{\"sort_index\":%d}}", tid, tid);
+}
+
+static void write_trace(const struct kiln_profile *p, FILE *f)
+{
+	fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"kiln %s\","
+		   "\"note\":\"profile mode: the device is serialised (every op synchronised); "
+		   "slices are self times\"},\n\"traceEvents\":[\n", kiln_version());
+	fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,"
+		   "\"args\":{\"name\":\"kiln train\"}}");
+	track_meta(f, KILN_PROF_TRACK_STEP, "steps");
+	track_meta(f, KILN_PROF_TRACK_PHASE, "phases (host)");
+	track_meta(f, KILN_PROF_TRACK_LAYER, "layers (host)");
+	track_meta(f, KILN_PROF_TRACK_WAIT, "data wait (host)");
+	for (int i = 0; i < p->n_streams; i++)
+		track_meta(f, KILN_PROF_TRACK_STREAM + i, p->streams[i].name);
+	if (p->n_streams == PROF_STREAMS)
+		track_meta(f, KILN_PROF_TRACK_STREAM + PROF_STREAMS, "other streams");
+	for (size_t i = 0; i < p->n_ev; i++) {
+		const struct prof_event *e = &p->ev[i];
+		char name[320];
+		const char *cat = "op";
+		fputs(",\n{\"name\":", f);
+		switch (e->kind) {
+		case EV_STEP:
+			snprintf(name, sizeof name, "step %d", e->step);
+			cat = "step";
+			break;
+		case EV_PHASE:
+			snprintf(name, sizeof name, "%s", pass_name(e->pass));
+			cat = "phase";
+			break;
+		case EV_LAYER:
+			snprintf(name, sizeof name, "%s", e->name);
+			cat = pass_name(e->pass);
+			break;
+		default: {
+			const struct prof_row *r = &p->rows[e->kind];
+			snprintf(name, sizeof name, "%s %s", r->label, r->what);
+			cat = pass_name(r->pass);
+		}
+		}
+		json_str(f, name);
+		fputs(",\"cat\":", f);
+		json_str(f, cat);
+		fputs(",\"ph\":\"X\",\"ts\":", f);
+		json_us(f, e->t0);
+		fputs(",\"dur\":", f);
+		json_us(f, e->t1 - e->t0);
+		fprintf(f, ",\"pid\":1,\"tid\":%d,\"args\":{\"step\":%d", e->track, e->step);
+		if (e->kind == EV_LAYER) {
+			fputs(",\"layer\":", f);
+			json_str(f, e->name);
+		} else if (e->kind >= 0) {
+			const struct prof_row *r = &p->rows[e->kind];
+			fputs(",\"layer\":", f);
+			json_str(f, r->label);
+			fputs(",\"op\":", f);
+			json_str(f, r->what);
+		}
+		fputs("}}", f);
+	}
+	fputs("\n]}\n", f);
+}
+
+kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir)
+{
+	char path[4200];
+	FILE *f = NULL;
+	kiln_status st = KILN_OK;
+	pthread_mutex_lock(&p->lock);
+	if (out_dir && *out_dir) {
+		snprintf(path, sizeof path, "%s/profile.txt", out_dir);
+		if (!(f = fopen(path, "w")))
+			st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	}
+	write_table(p, f);
+	if (f && fclose(f) && !st)
+		st = kiln_error(KILN_EIO, "%s: write failed: %s", path, strerror(errno));
+	if (!st && out_dir && *out_dir && p->trace_steps > 0) {
+		snprintf(path, sizeof path, "%s/trace.json", out_dir);
+		if (!(f = fopen(path, "w"))) {
+			st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+		} else {
+			write_trace(p, f);
+			if (fclose(f))
+				st = kiln_error(KILN_EIO, "%s: write failed: %s", path,
+						strerror(errno));
+			else if (p->step)
+				kiln_log(KILN_LOG_INFO, "profile",
+					 "trace of steps 1..%lld in %s (open in ui.perfetto.dev or chrome://tracing)",
+					 (long long)(p->step < p->trace_steps ? p->step : p->trace_steps),
+					 path);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return st;
+}

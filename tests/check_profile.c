@@ -1,0 +1,297 @@
+/* tests/check_profile.c - the profiler ([run] profile = 1) on a tiny CNN
+ * trained on Fashion-MNIST: the trace is valid Trace Event Format with a
+ * slice for every layer's forward and backward and for the optimizer, no
+ * two slices of one track overlap, the table's rows add up to its total,
+ * and profiling changes no number of the run. */
+#include <check.h>
+#include <jansson.h>
+#include <kiln/kiln.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct kiln_registry *reg;
+
+static const char *const layers[] = { "c1", "bn", "r1", "p1", "c2", "r2", "flat", "fc", "loss" };
+#define N_LAYERS (sizeof layers / sizeof layers[0])
+
+static const char *cnn_ini =
+	"[run]\nseed = 3\nout_dir = %s\nprofile = %d\nprofile_steps = %d\n"
+	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nworkers = %d\n"
+	"[data.eval]\nlimit = 200\n[model]\nlayout = %s\n"
+	"[layer.c1]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n"
+	"[layer.bn]\ntype = batchnorm\n[layer.r1]\ntype = relu\n"
+	"[layer.p1]\ntype = maxpool\nkernel = 2\n"
+	"[layer.c2]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n"
+	"[layer.r2]\ntype = relu\n[layer.flat]\ntype = flatten\n"
+	"[layer.fc]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n"
+	"[train]\nepochs = 1\nbatch = 32\nmax_steps = 10\nlr = 0.05\nlog_every = 4\n"
+	"eval_batch = 64\n[plugin.cpu]\nasync = %d\n";
+
+static int have_fashion(void)
+{
+	FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
+	if (f)
+		fclose(f);
+	return f != NULL;
+}
+
+static void train(const char *dir, int profile, int steps, int workers, const char *layout,
+		  int async, struct kiln_train_result *res)
+{
+	char ini[4096];
+	struct kiln_config *cfg;
+	snprintf(ini, sizeof ini, cnn_ini, dir, profile, steps, workers, layout, async);
+	ck_assert_msg(kiln_config_load_string(ini, "profile.ini", &cfg) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, res) == KILN_OK, "%s", kiln_last_error());
+	kiln_config_free(cfg);
+}
+
+/* ---- trace.json ---------------------------------------------------------- */
+
+struct slice {
+	int tid;
+	double ts, dur;
+};
+
+static int by_tid_ts(const void *a, const void *b)
+{
+	const struct slice *x = a, *y = b;
+	if (x->tid != y->tid)
+		return x->tid - y->tid;
+	return x->ts < y->ts ? -1 : x->ts > y->ts;
+}
+
+static void check_trace(const char *dir, int trace_steps)
+{
+	char path[4200];
+	json_error_t err;
+	snprintf(path, sizeof path, "%s/trace.json", dir);
+	json_t *root = json_load_file(path, 0, &err);
+	ck_assert_msg(root != NULL, "%s:%d: %s", path, err.line, err.text);
+	json_t *evs = json_object_get(root, "traceEvents");
+	ck_assert(json_is_array(evs));
+	size_t n = json_array_size(evs), nx = 0;
+	struct slice *sl = calloc(n, sizeof *sl);
+	int fwd[N_LAYERS] = { 0 }, bwd[N_LAYERS] = { 0 }, sgd = 0, steps = 0, max_step = 0;
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_array_get(evs, i);
+		const char *ph = json_string_value(json_object_get(e, "ph"));
+		ck_assert(ph != NULL);
+		if (strcmp(ph, "X"))
+			continue;
+		const char *name = json_string_value(json_object_get(e, "name"));
+		const char *cat = json_string_value(json_object_get(e, "cat"));
+		json_t *ts = json_object_get(e, "ts"), *dur = json_object_get(e, "dur");
+		ck_assert_msg(name && cat && json_is_number(ts) && json_is_number(dur),
+			      "event %zu lacks name, cat, ts or dur", i);
+		ck_assert_int_eq(json_integer_value(json_object_get(e, "pid")), 1);
+		ck_assert(json_is_integer(json_object_get(e, "tid")));
+		struct slice *s = &sl[nx++];
+		s->tid = (int)json_integer_value(json_object_get(e, "tid"));
+		s->ts = json_number_value(ts);
+		s->dur = json_number_value(dur);
+		ck_assert_msg(s->ts >= 0 && s->dur >= 0, "%s: ts %g dur %g", name, s->ts, s->dur);
+		json_t *args = json_object_get(e, "args");
+		int step = (int)json_integer_value(json_object_get(args, "step"));
+		max_step = step > max_step ? step : max_step;
+		const char *layer = json_string_value(json_object_get(args, "layer"));
+		const char *op = json_string_value(json_object_get(args, "op"));
+		if (!strcmp(cat, "step"))
+			steps++;
+		for (size_t l = 0; layer && l < N_LAYERS; l++)
+			if (!strcmp(layer, layers[l]) && !op) { /* the layer track's slice */
+				fwd[l] += !strcmp(cat, "forward");
+				bwd[l] += !strcmp(cat, "backward");
+			}
+		if (!strcmp(cat, "optimizer") && op && !strcmp(op, "sgd"))
+			sgd++;
+	}
+	for (size_t l = 0; l < N_LAYERS; l++) {
+		ck_assert_msg(fwd[l] == trace_steps, "layer %s: %d forward slices, want %d",
+			      layers[l], fwd[l], trace_steps);
+		ck_assert_msg(bwd[l] == trace_steps, "layer %s: %d backward slices, want %d",
+			      layers[l], bwd[l], trace_steps);
+	}
+	ck_assert_int_eq(sgd, trace_steps);
+	ck_assert_int_eq(steps, trace_steps);
+	ck_assert_int_eq(max_step, trace_steps);
+	/* a track is a sequence: no slice starts before the previous ended
+	 * (ts and dur are exact to the nanosecond in the file) */
+	qsort(sl, nx, sizeof *sl, by_tid_ts);
+	for (size_t i = 1; i < nx; i++)
+		if (sl[i].tid == sl[i - 1].tid)
+			ck_assert_msg(sl[i - 1].ts + sl[i - 1].dur <= sl[i].ts + 1e-6,
+				      "track %d: slice at %.3f us ends at %.3f, after the next starts at %.3f",
+				      sl[i].tid, sl[i - 1].ts, sl[i - 1].ts + sl[i - 1].dur, sl[i].ts);
+	free(sl);
+	json_decref(root);
+}
+
+/* ---- profile.txt ---------------------------------------------------------- */
+
+/* Rows between the two rules: ... calls total_ms mean_us pct (the host row
+ * has "-" for calls and mean); then the total line. */
+static void check_table(const char *dir, const char *const *want, int n_want)
+{
+	char path[4200], line[512];
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "no %s", path);
+	int rules = 0, rows = 0, found[8] = { 0 };
+	double sum_ms = 0, sum_pct = 0, total_ms = -1, host_ms = -1, prev_ms = INFINITY;
+	while (fgets(line, sizeof line, f)) {
+		if (line[0] == '-') {
+			rules++;
+			continue;
+		}
+		if (rules == 0 || rules > 2)
+			continue;
+		char *tok[16];
+		int nt = 0;
+		char copy[512];
+		snprintf(copy, sizeof copy, "%s", line);
+		for (char *t = strtok(copy, " \n"); t && nt < 16; t = strtok(NULL, " \n"))
+			tok[nt++] = t;
+		ck_assert_msg(nt >= 5, "short table line: %s", line);
+		double ms = atof(tok[nt - 3]), pct = atof(tok[nt - 1]);
+		if (rules == 2) {
+			ck_assert_str_eq(tok[0], "total");
+			total_ms = ms;
+			ck_assert_double_eq_tol(pct, 100, 1e-9);
+			break;
+		}
+		if (!strcmp(tok[0], "(host)")) {
+			host_ms = ms;
+		} else {
+			/* sorted by total, descending */
+			ck_assert_msg(ms <= prev_ms, "row out of order: %s", line);
+			prev_ms = ms;
+			ck_assert_msg(atoi(tok[nt - 4]) > 0, "row without calls: %s", line);
+			/* "label op pass" with single spaces */
+			char key[512] = "";
+			for (int k = 0; k < nt - 4; k++)
+				snprintf(key + strlen(key), sizeof key - strlen(key), "%s%s",
+					 k ? " " : "", tok[k]);
+			for (int w = 0; w < n_want; w++)
+				found[w] |= strstr(key, want[w]) == key;
+		}
+		sum_ms += ms;
+		sum_pct += pct;
+		rows++;
+	}
+	fclose(f);
+	ck_assert_int_eq(rules, 2);
+	ck_assert_msg(rows > 10, "%d rows", rows);
+	ck_assert_msg(total_ms > 0, "no total line");
+	ck_assert_msg(host_ms >= 0, "untracked host time %.3f ms < 0: rows overlap", host_ms);
+	/* rounding: 0.0005 ms and 0.005 % per row */
+	ck_assert_msg(fabs(sum_ms - total_ms) <= 0.0005 * rows + 1e-6,
+		      "rows add up to %.3f ms, the total says %.3f", sum_ms, total_ms);
+	ck_assert_msg(fabs(sum_pct - 100) <= 0.005 * rows + 1e-6, "rows add up to %.2f %%",
+		      sum_pct);
+	for (int w = 0; w < n_want; w++)
+		ck_assert_msg(found[w], "no row starting with '%s'", want[w]);
+}
+
+/* Profiled and plain runs train the same numbers. */
+static void check_same(const struct kiln_train_result *a, const struct kiln_train_result *b)
+{
+	ck_assert_int_eq(a->steps, b->steps);
+	ck_assert_msg(a->train_loss == b->train_loss, "train loss %.9g vs %.9g", a->train_loss,
+		      b->train_loss);
+	ck_assert(a->train_acc == b->train_acc);
+	ck_assert_msg(a->test_loss == b->test_loss, "test loss %.9g vs %.9g", a->test_loss,
+		      b->test_loss);
+	ck_assert(a->test_acc == b->test_acc);
+}
+
+/* Asynchronous streams (the CPU device's async = 1): the profiler's syncs
+ * make the slices the ops' own times. */
+START_TEST(test_profile_cnn)
+{
+	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200];
+	struct kiln_train_result on, off;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	ck_assert(mkdtemp(dir) != NULL);
+	train(dir, 1, 4, 1, "nchw", 1, &on);
+	ck_assert_int_eq(on.steps, 10);
+	check_trace(dir, 4);
+	static const char *const want[] = { "c2 conv forward", "c2 conv_bwd_data backward",
+					    "optimizer sgd optimizer",
+					    "schedule lr_schedule optimizer",
+					    "data wait loader data", "input copy_h2d data" };
+	check_table(dir, want, 6);
+	train("", 0, 4, 1, "nchw", 1, &off);
+	check_same(&on, &off);
+	ck_assert_uint_eq(off.steady.host_syncs, 0); /* profiling off: no sync in a step */
+	snprintf(path, sizeof path, "%s/trace.json", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+/* Synchronous device, inline reads (workers = 0), channels-last (flatten
+ * reorders to NCHW), and profile_steps = 0: the table only, no trace. */
+START_TEST(test_profile_inline_nhwc)
+{
+	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200];
+	struct kiln_train_result on, off;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	ck_assert(mkdtemp(dir) != NULL);
+	train(dir, 1, 0, 0, "nhwc", 0, &on);
+	static const char *const want[] = { "data read inline data", "flat reorder forward",
+					    "input copy_h2d data" };
+	check_table(dir, want, 3);
+	snprintf(path, sizeof path, "%s/trace.json", dir);
+	ck_assert_msg(access(path, F_OK) != 0, "profile_steps = 0 wrote %s", path);
+	train("", 0, 0, 0, "nhwc", 0, &off);
+	check_same(&on, &off);
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+static Suite *make_profile_suite(void)
+{
+	Suite *s = suite_create("profile");
+	TCase *tc = tcase_create("cnn");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_profile_cnn);
+	tcase_add_test(tc, test_profile_inline_nhwc);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	/* as the CLI does: sleeping OpenMP waiters, so 2 cores are not starved */
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	setenv("GOMP_SPINCOUNT", "100000", 0);
+	if (kiln_registry_open(NULL, &reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		return 1;
+	}
+	const struct kiln_plugin *p;
+	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
+		fprintf(stderr, "skip: %s\n", kiln_last_error());
+		return 77;
+	}
+	SRunner *sr = srunner_create(make_profile_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	kiln_registry_close(reg);
+	return failed ? 1 : 0;
+}
