@@ -447,6 +447,18 @@ kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream)
 	return kiln_device_run(m->dev, m->step_plan, &a, stream);
 }
 
+int kiln_model_ckpt_buffers(const struct kiln_model *m, struct kiln_state_buf *out)
+{
+	int n = 0;
+	out[n++] = (struct kiln_state_buf){ "params", m->params_d, m->n_elems * sizeof(float) };
+	out[n++] = (struct kiln_state_buf){ "buffers", m->buffers_d, m->n_buf_elems * sizeof(float) };
+	if (m->momentum_d)
+		out[n++] = (struct kiln_state_buf){ "momentum", m->momentum_d,
+						    m->n_elems * sizeof(float) };
+	out[n++] = (struct kiln_state_buf){ "step", m->step_d, sizeof(int64_t) };
+	return n;
+}
+
 /* ---- optimizer -------------------------------------------------------- */
 
 kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)

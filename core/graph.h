@@ -84,4 +84,19 @@ struct kiln_plan {
 	void *arena, *ws;
 };
 
+/* The model's training state as device buffers: what a checkpoint saves
+ * and a resume restores.  Names are the checkpoint's section tags. */
+struct kiln_state_buf {
+	const char *name; /* static: "params", "buffers", "momentum", "step" */
+	void *ptr;        /* device pointer (NULL when bytes is 0) */
+	size_t bytes;
+};
+#define KILN_MAX_STATE_BUFS 16
+
+/* Fill out[0..KILN_MAX_STATE_BUFS) with m's state buffers in a fixed order
+ * and return their count.  Grads are not state (the first backward writes
+ * them).  The optimizer-state issue replaces this list with
+ * kiln_model_state_buffers(); a new state buffer is one more row here. */
+int kiln_model_ckpt_buffers(const struct kiln_model *m, struct kiln_state_buf *out);
+
 #endif

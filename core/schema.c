@@ -18,7 +18,7 @@ static const struct kiln_key run_keys[] = {
 	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
 	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory." },
 	{ "out_dir", KILN_KEY_STR, "runs/latest", NOLIM, NULL,
-	  "Directory for metrics.jsonl (created if missing)." },
+	  "Directory for metrics.jsonl and checkpoints/ (created if missing)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 
@@ -92,6 +92,12 @@ static const struct kiln_key train_keys[] = {
 	{ "log_every", KILN_KEY_INT, "100", 1, 1e9, NULL,
 	  "Steps between reads of the device-side metric sums (the only host syncs of a step)." },
 	{ "eval", KILN_KEY_BOOL, "1", NOLIM, NULL, "Evaluate on [data.eval] after every epoch." },
+	{ "checkpoint_every", KILN_KEY_INT, "0", 0, 1e15, NULL,
+	  "Write a checkpoint (out_dir/checkpoints/ckpt-<step>.kiln: the whole training state) every N steps and after the last step; 0 = off. See docs/checkpoints.md." },
+	{ "keep_last", KILN_KEY_INT, "3", 0, 1e9, NULL,
+	  "Checkpoints kept: after each successful write all but the newest N are deleted; 0 = keep all." },
+	{ "resume", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "Continue from the newest usable checkpoint in out_dir/checkpoints (`kiln train --resume`); a fresh start when there is none. Only the keys listed in docs/checkpoints.md may differ from the checkpoint's config." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 
