@@ -3,6 +3,7 @@
 #define KILN_CLI_H
 
 #include <kiln/kiln.h>
+#include <stdio.h>
 
 /* Print "kiln: error: <last error>" and return the exit code for st. */
 int cli_fail(kiln_status st);
@@ -19,6 +20,10 @@ int cmd_plugins(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+
+/* Print s as a JSON string literal (quoted, escaped). */
+void cli_json_str(FILE *f, const char *s);
 
 int cli_wants_help(int argc, char **argv);
 

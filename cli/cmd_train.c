@@ -1,12 +1,38 @@
-/* cli/cmd_train.c - `kiln train FILE [overrides]`: train, print a progress
- * bar on a terminal (plain lines otherwise) and a final JSON line of
- * metrics on stdout. */
+/* cli/cmd_train.c - `kiln train FILE [--resume] [overrides]`: train, print a
+ * progress bar on a terminal (plain lines otherwise) and a final JSON line
+ * of metrics on stdout.  SIGTERM and SIGUSR1 stop the run after its current
+ * step with a checkpoint (exit 0); a second one ends it at once. */
 #include "build-config.h"
 #include "cli.h"
 
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+static void on_stop_signal(int sig)
+{
+	static const char msg[] = "\nkiln: stop requested: finishing the current step and writing a checkpoint (send the signal again to end at once)\n";
+	(void)sig;
+	kiln_train_request_stop();
+	/* write(2) is async-signal-safe; its result does not matter here */
+	if (write(2, msg, sizeof msg - 1) < 0)
+		return;
+}
+
+/* SA_RESETHAND: the first signal asks for a stop, the second one gets the
+ * default action (the process ends). */
+static void install_stop_handlers(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART | SA_RESETHAND;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+}
 
 struct bar {
 	int tty;
@@ -49,36 +75,53 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 int cmd_train(int argc, char **argv)
 {
 	if (cli_wants_help(argc, argv)) {
-		printf("usage: kiln train FILE [--profile] [section.key=value ...]\n\n"
+		printf("usage: kiln train FILE [--resume] [--profile] [section.key=value ...]\n\n"
 		       "Train the model FILE describes (see docs/config.md).  Progress goes to stderr\n"
 		       "(a bar on a terminal, plain lines otherwise); the last line on stdout is a JSON\n"
 		       "object with the final metrics (train_samples_per_s, test_acc, ...).  Metrics of\n"
-		       "every log point also go to [run] out_dir/metrics.jsonl.\n"
+		       "every log point also go to [run] out_dir/metrics.jsonl.\n\n"
+		       "Checkpoints (docs/checkpoints.md): train.checkpoint_every=N writes the whole\n"
+		       "training state to out_dir/checkpoints/ckpt-<step>.kiln every N steps, keeping\n"
+		       "the train.keep_last newest.  --resume (train.resume=1) continues from the newest\n"
+		       "usable checkpoint there, bit for bit, or starts afresh when there is none.\n"
+		       "SIGTERM or SIGUSR1 finishes the current step, writes a checkpoint and exits 0;\n"
+		       "a second signal ends the process at once.\n\n"
 		       "--profile (= run.profile=1): time every device op, print a table of self time\n"
 		       "per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"
-		       "out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n"
+		       "out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n\n"
 		       "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
 		return 0;
 	}
-	/* --profile (anywhere) is the override run.profile=1, applied last */
-	static char profile_on[] = "run.profile=1";
-	int n = 0, profile = 0;
-	for (int i = 0; i < argc; i++) {
-		if (i > 0 && !strcmp(argv[i], "--profile"))
-			profile = 1;
-		else
-			argv[n++] = argv[i];
+	/* --resume and --profile (anywhere after FILE) are the overrides
+	 * train.resume=1 and run.profile=1, applied last */
+	char **args = calloc((size_t)argc + 3, sizeof *args);
+	int n = 0, want_resume = 0, want_profile = 0;
+	if (!args) {
+		fprintf(stderr, "kiln: error: out of memory\n");
+		return 1;
 	}
-	if (profile)
-		argv[n++] = profile_on;
-	argc = n;
-	if (!cli_args_ok(argc, argv, "train"))
+	for (int i = 0; i < argc; i++) {
+		if (i > 0 && !strcmp(argv[i], "--resume"))
+			want_resume = 1;
+		else if (i > 0 && !strcmp(argv[i], "--profile"))
+			want_profile = 1;
+		else
+			args[n++] = argv[i];
+	}
+	if (want_resume)
+		args[n++] = "train.resume=1";
+	if (want_profile)
+		args[n++] = "run.profile=1";
+	if (!cli_args_ok(n, args, "train")) {
+		free(args);
 		return 2;
+	}
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	struct kiln_train_result r;
 	struct bar b = { isatty(2), -1 };
-	kiln_status st = cli_load(argv[1], argc, argv, 2, &cfg, &reg);
+	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
+	install_stop_handlers();
 	if (!st)
 		st = kiln_train(cfg, reg, progress, &b, &r);
 	int rc = 0;
@@ -89,14 +132,32 @@ int cmd_train(int argc, char **argv)
 	} else {
 		printf("{\"epochs\": %d, \"steps\": %lld, \"train_loss\": %.6f, \"train_acc\": %.6f, "
 		       "\"test_loss\": %.6f, \"test_acc\": %.6f, \"test_samples\": %lld, "
-		       "\"train_samples_per_s\": %.1f, \"eval_samples_per_s\": %.1f, \"wall_s\": %.2f}\n",
+		       "\"train_samples_per_s\": %.1f, \"eval_samples_per_s\": %.1f, \"wall_s\": %.2f",
 		       r.epochs, (long long)r.steps, r.train_loss, r.train_acc, r.test_loss, r.test_acc,
 		       (long long)r.test_samples, r.train_samples_per_s, r.eval_samples_per_s, r.wall_s);
-		if (r.test_acc >= 0)
+		if (r.resumed_step >= 0)
+			printf(", \"resumed_step\": %lld", (long long)r.resumed_step);
+		if (r.checkpoint[0]) {
+			printf(", \"checkpoint\": ");
+			cli_json_str(stdout, r.checkpoint);
+		}
+		if (r.stopped)
+			printf(", \"stopped\": true");
+		printf("}\n");
+		if (b.tty && r.stopped)
+			fprintf(stderr, "\n");
+		if (r.stopped && r.checkpoint[0])
+			fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",
+				(long long)r.steps, r.checkpoint);
+		else if (r.stopped)
+			fprintf(stderr, "kiln: stopped at step %lld: no checkpoint written ([run] out_dir is empty)\n",
+				(long long)r.steps);
+		else if (r.test_acc >= 0)
 			fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r.test_acc,
 				(long long)r.test_samples);
 	}
 	kiln_registry_close(reg);
 	kiln_config_free(cfg);
+	free(args);
 	return rc;
 }

@@ -14,6 +14,8 @@ static void usage(FILE *f)
 		"\n"
 		"commands:\n"
 		"  train FILE [section.key=value ...]   train the model FILE describes\n"
+		"  train FILE --resume [...]            continue from the newest checkpoint of the run\n"
+		"  eval FILE [--checkpoint CKPT] [...]  evaluate a checkpoint's weights on [data.eval]\n"
 		"  config FILE [section.key=value ...]  print the resolved config (defaults filled in)\n"
 		"  config --doc                         print the reference of every key (markdown)\n"
 		"  plugins [--path DIRS]                list plugin files and plugins found\n"
@@ -30,6 +32,20 @@ int cli_fail(kiln_status st)
 	const char *msg = kiln_last_error();
 	fprintf(stderr, "kiln: error: %s\n", *msg ? msg : kiln_status_name(st));
 	return kiln_status_exit_code(st);
+}
+
+void cli_json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p < 0x20)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fputc(*p, f);
+	}
+	fputc('"', f);
 }
 
 int cli_args_ok(int argc, char **argv, const char *cmd)
@@ -105,6 +121,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "train"))
 		return cmd_train(argc - 1, argv + 1);
+	if (!strcmp(cmd, "eval"))
+		return cmd_eval(argc - 1, argv + 1);
 	if (!strcmp(cmd, "config"))
 		return cmd_config(argc - 1, argv + 1);
 	if (!strcmp(cmd, "plugins"))

@@ -1,5 +1,5 @@
 bin_PROGRAMS += kiln
-kiln_SOURCES = cli/kiln.c cli/cli.h cli/cmd_config.c cli/cmd_plugins.c cli/cmd_train.c \
+kiln_SOURCES = cli/kiln.c cli/cli.h cli/cmd_config.c cli/cmd_plugins.c cli/cmd_train.c cli/cmd_eval.c \
 	cli/cmd_bench.c cli/cmd_pack.c cli/cmd_export.c
 kiln_CPPFLAGS = $(AM_CPPFLAGS) $(PACK_CPPFLAGS)
 kiln_LDADD = libkiln.la

@@ -18,7 +18,7 @@ static const struct kiln_key run_keys[] = {
 	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
 	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory." },
 	{ "out_dir", KILN_KEY_STR, "runs/latest", NOLIM, NULL,
-	  "Directory for metrics.jsonl, and profile.txt and trace.json when profiling (created if missing)." },
+	  "Directory for metrics.jsonl, checkpoints/, and profile.txt and trace.json when profiling (created if missing)." },
 	{ "profile", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Profile training (`kiln train --profile` sets it): every device op and copy of a step is timed, and at the end a table of self time per (layer, op, pass) over the steps after the first is printed and written to out_dir/profile.txt, with a Chrome trace in out_dir/trace.json. Each op is synchronised, so the device runs serialised: the times are self times and overlap is lost. See docs/profiler.md." },
 	{ "profile_steps", KILN_KEY_INT, "20", 0, 1e9, NULL,
@@ -144,6 +144,12 @@ static const struct kiln_key train_keys[] = {
 	  "What early stopping watches: test accuracy (higher is better) or test loss (lower is better)." },
 	{ "early_stop_min_delta", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,
 	  "The smallest change that counts as an improvement for early stopping." },
+	{ "checkpoint_every", KILN_KEY_INT, "0", 0, 1e15, NULL,
+	  "Write a checkpoint (out_dir/checkpoints/ckpt-<step>.kiln: the whole training state) every N steps and after the last step; 0 = off. See docs/checkpoints.md." },
+	{ "keep_last", KILN_KEY_INT, "3", 0, 1e9, NULL,
+	  "Checkpoints kept: after each successful write all but the newest N are deleted; 0 = keep all." },
+	{ "resume", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "Continue from the newest usable checkpoint in out_dir/checkpoints (`kiln train --resume`); a fresh start when there is none. Only the keys listed in docs/checkpoints.md may differ from the checkpoint's config." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

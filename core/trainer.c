@@ -9,8 +9,16 @@
  * back every log_every steps and at epoch ends: the only host syncs.
  * With [run] profile = 1 the steps are bracketed for core/profile.c, which
  * then times (and serialises) every op of a step; see profile.h.
+ *
+ * Checkpoints (core/checkpoint.h) are written after a step: every
+ * checkpoint_every steps, after the run's last step, and when a stop was
+ * requested (kiln_train_request_stop, from SIGTERM/SIGUSR1).  Each records
+ * the epoch and the global sample offset into the epoch's order, so a
+ * resumed run redraws the epoch's permutation from (seed, epoch), takes
+ * its share from that offset and continues bit-for-bit.
  */
 #include "graph.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "loader.h"
 #include "profile.h"
@@ -18,6 +26,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -25,6 +34,15 @@
 
 static kiln_phase_fn phase_fn;
 static void *phase_user;
+
+/* Set from signal handlers: a lock-free atomic is async-signal-safe. */
+static atomic_int stop_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "kiln_train_request_stop needs a lock-free int");
+
+void kiln_train_request_stop(void)
+{
+	atomic_store(&stop_flag, 1);
+}
 
 void kiln_set_phase_hook(kiln_phase_fn fn, void *user)
 {
@@ -80,6 +98,12 @@ struct trainer {
 	int64_t norm_rows[NORM_PLANS];
 	void *norm_plan[NORM_PLANS];
 	struct kiln_profile *prof;  /* [run] profile = 1, else NULL */
+	/* checkpoints */
+	char ckdir[4200];          /* [run] out_dir/checkpoints, "" without out_dir */
+	char *config_text;         /* resolved config, stored in each checkpoint */
+	char *versions;
+	int64_t keep_last;
+	struct kiln_ckpt_trainer pos; /* where the run stands (trainer section) */
 };
 
 static void phase(const struct trainer *t, int ph, int begin)
@@ -502,6 +526,128 @@ static int stopper_update(struct stopper *sp, double loss, double acc)
 	return ++sp->bad >= sp->patience;
 }
 
+/* Free everything kiln_train or kiln_evaluate set up (any part may be
+ * missing), draining the streams first. */
+static void release(struct trainer *t, struct data *train, struct data *test,
+		    struct kiln_plan *ptrain, struct kiln_plan *peval, struct kiln_plan *prem)
+{
+	if (t->dev) {
+		/* drain before freeing anything the streams may still use */
+		if (t->compute)
+			kiln_device_stream_sync(t->dev, t->compute);
+		if (t->copy)
+			kiln_device_stream_sync(t->dev, t->copy);
+		/* workers use the device's staging memory: stop them first */
+		kiln_loader_close(train->loader);
+		kiln_loader_close(test->loader);
+		train->loader = test->loader = NULL;
+		for (int s = 0; s < SLOTS; s++) {
+			kiln_device_host_free(t->dev, t->x_host[s]);
+			kiln_device_host_free(t->dev, t->y_host[s]);
+			kiln_device_free(t->dev, t->x_dev[s]);
+			kiln_device_free(t->dev, t->y_dev[s]);
+			kiln_device_event_destroy(t->dev, t->copy_done[s]);
+			kiln_device_event_destroy(t->dev, t->compute_done[s]);
+		}
+		kiln_device_free(t->dev, t->lr_dev);
+		kiln_device_free(t->dev, t->metrics_dev);
+		kiln_device_host_free(t->dev, t->metrics_host);
+		kiln_device_plan_free(t->dev, t->fill_metrics);
+		kiln_device_plan_free(t->dev, t->sched);
+		kiln_device_free(t->dev, t->x_norm);
+		kiln_device_free(t->dev, t->grads_more);
+		kiln_device_plan_free(t->dev, t->grads_add);
+		kiln_device_plan_free(t->dev, t->grads_mean);
+		kiln_device_plan_free(t->dev, t->clip);
+		kiln_device_free(t->dev, t->clip_d);
+		kiln_device_host_free(t->dev, t->clip_host);
+		for (int k = 0; k < NORM_PLANS; k++)
+			kiln_device_plan_free(t->dev, t->norm_plan[k]);
+	}
+	kiln_plan_free(ptrain);
+	kiln_plan_free(peval);
+	kiln_plan_free(prem);
+	kiln_model_free(t->m);
+	if (t->dev) {
+		kiln_device_stream_destroy(t->dev, t->compute);
+		kiln_device_stream_destroy(t->dev, t->copy);
+	}
+	kiln_device_close(t->dev);
+	kiln_profile_free(t->prof);
+	t->prof = NULL;
+	close_data(train);
+	close_data(test);
+	if (t->jsonl)
+		fclose(t->jsonl);
+	free(t->eval_order);
+	kiln_data_scratch_free(&t->scratch);
+	free(t->config_text);
+	free(t->versions);
+}
+
+/* Write a checkpoint of the state after the step that ended t->pos (a host
+ * sync point), then delete all but the keep_last newest. */
+static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
+{
+	kiln_status st;
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos };
+	if (mkdirs(t->ckdir))
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
+	if ((st = kiln_ckpt_save(t->ckdir, &meta, t->m, t->compute, path, n)))
+		return st;
+	kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
+		 (long long)t->pos.epoch + 1, (long long)t->pos.step);
+	kiln_ckpt_prune(t->ckdir, t->keep_last);
+	jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "checkpoint", "step", (json_int_t)t->pos.step,
+			   "path", path));
+	return KILN_OK;
+}
+
+/* [train] resume: restore the newest usable checkpoint of ckdir into t->m
+ * and t->pos.  *found = 0 when there is none (a fresh start). */
+static kiln_status resume(struct trainer *t, int64_t samples, int64_t B, int *found)
+{
+	struct kiln_ckpt *ck = NULL;
+	struct kiln_ckpt_trainer tr;
+	char *saved = NULL;
+	kiln_status st = kiln_ckpt_newest(t->ckdir, &ck);
+	*found = 0;
+	if (st)
+		return st;
+	if (!ck) {
+		kiln_log(KILN_LOG_INFO, "train", "resume: no checkpoint in %s; starting from the beginning",
+			 t->ckdir);
+		return KILN_OK;
+	}
+	const char *path = kiln_ckpt_path(ck);
+	if ((st = kiln_ckpt_read_text(ck, "config", &saved)) ||
+	    (st = kiln_ckpt_config_check(path, saved, t->config_text, 0)) ||
+	    (st = kiln_ckpt_trainer_get(ck, &tr)))
+		goto out;
+	if (tr.samples != samples) {
+		st = kiln_error(KILN_EDATA, "cannot resume from %s: it was taken with %lld training samples per epoch, [data] now has %lld (the data set changed)",
+				path, (long long)tr.samples, (long long)samples);
+		goto out;
+	}
+	/* one rank until distributed training: the offset is in whole batches */
+	if (tr.world != 1 || tr.batch != B || tr.offset % B || tr.offset > samples / B * B) {
+		st = kiln_error(KILN_EDATA, "cannot resume from %s: it stopped at sample %lld of an epoch with batch %lld and %lld rank(s), which this run (batch %lld, 1 rank) cannot continue",
+				path, (long long)tr.offset, (long long)tr.batch, (long long)tr.world,
+				(long long)B);
+		goto out;
+	}
+	if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL)))
+		goto out;
+	t->pos = tr;
+	*found = 1;
+	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
+		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);
+out:
+	free(saved);
+	kiln_ckpt_close(ck);
+	return st;
+}
+
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res)
 {
@@ -515,8 +661,9 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	int64_t *perm = NULL, *order = NULL;
 	kiln_status st;
 	int64_t seed = 0, epochs = 10, B = 128, EB = 0, log_every = 100, max_steps = 0, acc = 1;
+	int64_t ckpt_every = 0;
 	double lr = 0.01;
-	int do_eval = 1, shuffle = 1, resident = 0;
+	int do_eval = 1, shuffle = 1, resident = 0, do_resume = 0, resumed = 0;
 	const char *devname = kiln_config_get(cfg, "run", "device");
 	const char *out_dir = kiln_config_get(cfg, "run", "out_dir");
 	double t_start = now_s();
@@ -541,8 +688,21 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	kiln_config_get_bool(cfg, "train", "eval", &do_eval);
 	kiln_config_get_bool(cfg, "data", "shuffle", &shuffle);
 	kiln_config_get_bool(cfg, "data", "resident", &resident);
+	kiln_config_get_int(cfg, "train", "checkpoint_every", &ckpt_every);
+	t->keep_last = 3;
+	kiln_config_get_int(cfg, "train", "keep_last", &t->keep_last);
+	kiln_config_get_bool(cfg, "train", "resume", &do_resume);
+	res->resumed_step = -1;
 	if (!EB)
 		EB = B;
+	if (out_dir && *out_dir) {
+		snprintf(t->ckdir, sizeof t->ckdir, "%s/checkpoints", out_dir);
+	} else if (ckpt_every || do_resume) {
+		const char *key = ckpt_every ? "checkpoint_every" : "resume";
+		st = kiln_error(KILN_ECONFIG, "%s: [train] %s needs [run] out_dir (checkpoints go to out_dir/checkpoints)",
+				kiln_config_where(cfg, "train", key), key);
+		goto out;
+	}
 
 	if ((st = kiln_profile_open(cfg, &t->prof)) ||
 	    (st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
@@ -645,6 +805,21 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		if ((st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)))
 			goto out;
 	}
+	t->pos = (struct kiln_ckpt_trainer){ 0, 0, 0, seed, 1, B, train.len };
+	if (*t->ckdir) {
+		if (!(t->config_text = kiln_ckpt_config_text(cfg, reg))) {
+			st = KILN_EIO;
+			goto out;
+		}
+		if (!(t->versions = kiln_ckpt_versions(reg, t->dev))) {
+			st = kiln_error(KILN_ENOMEM, "out of memory");
+			goto out;
+		}
+		if (do_resume && (st = resume(t, train.len, B, &resumed)))
+			goto out;
+		if (resumed)
+			res->resumed_step = t->pos.step;
+	}
 	if (out_dir && *out_dir) {
 		char path[4200];
 		if (mkdirs(out_dir)) {
@@ -653,10 +828,15 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			goto out;
 		}
 		snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-		if (!(t->jsonl = fopen(path, "w"))) {
+		/* a resumed run continues the file */
+		if (!(t->jsonl = fopen(path, resumed ? "a" : "w"))) {
 			st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
 			goto out;
 		}
+		if (resumed)
+			jsonl(t, json_pack("{s:s, s:I, s:I, s:I}", "event", "resume", "epoch",
+					   (json_int_t)t->pos.epoch + 1, "step", (json_int_t)t->pos.step,
+					   "offset", (json_int_t)t->pos.offset));
 	}
 
 	{
@@ -702,14 +882,20 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				(long long)B, (long long)acc, (long long)train.len);
 		goto out;
 	}
-	int64_t step = 0, interval_start = 0;
+	/* where the run starts: 0, or the checkpoint's epoch, step and offset
+	 * (offset = steps_per_epoch * acc * B: only the epoch's evaluation is left) */
+	const int64_t ep0 = t->pos.epoch, off0 = t->pos.offset, step0 = t->pos.step;
+	int64_t step = step0, interval_start = step0;
+	int stopping = 0;
 	int res_slot = 0;
 	void *res_x = NULL; /* resident = 1: the one batch's device input */
 	double timed_s = 0;
 	int64_t timed_samples = 0;
 	struct kiln_device_counters c_prev, c_now;
 	int have_prev = 0;
-	for (int64_t ep = 0; ep < epochs && (!max_steps || step < max_steps) && !stop_early; ep++) {
+	for (int64_t ep = ep0; ep < epochs && !stop_early &&
+			       (!max_steps || step < max_steps || (ep == ep0 && off0 > 0));
+	     ep++) {
 		double ep_t0 = now_s(), since_loss = 0, since_correct = 0, ep_loss = 0, ep_correct = 0;
 		int64_t since = 0, ep_samples = 0;
 		if (shuffle)
@@ -717,19 +903,22 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		else
 			for (int64_t i = 0; i < train.len; i++)
 				perm[i] = i;
+		/* a resumed epoch continues at global sample offset off0 */
+		int64_t start = ep == ep0 ? off0 : 0, k0 = start / (B * acc);
 		/* the loader's epoch: the steps this epoch will take */
-		int64_t ep_steps = steps_per_epoch;
+		int64_t ep_steps = steps_per_epoch - k0;
 		if (max_steps && max_steps - step < ep_steps)
-			ep_steps = max_steps - step;
-		/* this rank's share of the epoch's order (one rank until the
-		 * distributed issue): interleaved, equal length, drop_last */
-		kiln_shard(perm, train.len, 0, 0, 1, 1, order);
+			ep_steps = max_steps - step > 0 ? max_steps - step : 0;
+		/* this rank's share of the epoch's order from `start` (one rank
+		 * until the distributed issue): interleaved, equal length,
+		 * drop_last */
+		kiln_shard(perm, train.len, start, 0, 1, 1, order);
 		res_x = NULL; /* resident: evaluation reused the slots; load anew */
 		t->epoch = ep;
 		if (train.loader &&
 		    (st = kiln_loader_start(train.loader, ep, order, ep_steps * acc * B, B, 0)))
 			goto out;
-		for (int64_t k = 0; k < steps_per_epoch && (!max_steps || step < max_steps); k++) {
+		for (int64_t k = k0; k < steps_per_epoch && (!max_steps || step < max_steps); k++) {
 			if (t->prof)
 				kiln_profile_step(t->prof, 1);
 			for (int64_t j = 0; j < acc; j++) {
@@ -739,7 +928,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				void *xd = res_x;
 				t->epoch = ep;
 				if (!res_x &&
-				    (st = load_batch(t, &train, order + (k * acc + j) * B, B, &s, &xd)))
+				    (st = load_batch(t, &train, order + ((k - k0) * acc + j) * B, B, &s, &xd)))
 					goto out;
 				if (resident && !res_x) {
 					res_slot = s;
@@ -801,7 +990,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			if (st)
 				goto out;
 			step++;
-			if (step == 1 && !have_prev) {
+			if (step == step0 + 1 && !have_prev) {
 				/* steady state starts after the first step */
 				kiln_device_counters_get(t->dev, &c_prev);
 				have_prev = 1;
@@ -868,6 +1057,32 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				if ((stop_early = stopper_update(&stopper, res->test_loss, res->test_acc)))
 					break;
 			}
+			/* a checkpoint after this step: every checkpoint_every steps,
+			 * after the run's last one, and when a stop was requested */
+			int final = (max_steps && step == max_steps) ||
+				    (ep + 1 == epochs && k + 1 == steps_per_epoch);
+			stopping = atomic_exchange(&stop_flag, 0);
+			if (stopping || (ckpt_every && (step % ckpt_every == 0 || final))) {
+				t->pos.epoch = ep;
+				t->pos.step = step;
+				t->pos.offset = (k + 1) * acc * B;
+				/* a host sync point like a log point: not steady state */
+				kiln_device_counters_get(t->dev, &c_now);
+				if (have_prev)
+					counters_add(&res->steady, &c_prev, &c_now);
+				if (!*t->ckdir)
+					kiln_log(KILN_LOG_WARN, "train", "stop requested: [run] out_dir is empty, so no checkpoint is written");
+				else if ((st = checkpoint(t, res->checkpoint, sizeof res->checkpoint)))
+					goto out;
+				kiln_device_counters_get(t->dev, &c_prev);
+				have_prev = 1;
+			}
+			if (stopping)
+				break;
+		}
+		if (stopping) {
+			kiln_log(KILN_LOG_INFO, "train", "stopped on request after step %lld", (long long)step);
+			break;
 		}
 		double ep_s = now_s() - ep_t0;
 		/* epoch 1 includes warm-up: once a second epoch has run, time
@@ -918,6 +1133,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		}
 	}
 	res->steps = step;
+	res->stopped = stopping;
 	res->data_skipped = atomic_load(&train.ds.skipped) + atomic_load(&test.ds.skipped);
 	res->data_wait_s = kiln_loader_wait_s(train.loader);
 	if (res->data_skipped)
@@ -927,62 +1143,152 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	if (t->prof && (st = kiln_profile_report(t->prof, out_dir)))
 		goto out;
 	res->wall_s = now_s() - t_start;
-	jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "event", "final", "epochs",
-			   res->epochs, "steps", (json_int_t)res->steps, "train_loss", res->train_loss,
-			   "test_loss", res->test_loss, "test_acc", res->test_acc,
-			   "train_samples_per_s", res->train_samples_per_s, "wall_s", res->wall_s));
+	if (stopping)
+		jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "stopped", "step", (json_int_t)step,
+				   "checkpoint", res->checkpoint));
+	else
+		jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "event", "final",
+				   "epochs", res->epochs, "steps", (json_int_t)res->steps, "train_loss",
+				   res->train_loss, "test_loss", res->test_loss, "test_acc",
+				   res->test_acc, "train_samples_per_s", res->train_samples_per_s,
+				   "wall_s", res->wall_s));
 	st = kiln_device_stream_sync(t->dev, t->compute);
 out:
-	if (t->dev) {
-		/* drain before freeing anything the streams may still use */
-		if (t->compute)
-			kiln_device_stream_sync(t->dev, t->compute);
-		if (t->copy)
-			kiln_device_stream_sync(t->dev, t->copy);
-		/* workers use the device's staging memory: stop them first */
-		kiln_loader_close(train.loader);
-		kiln_loader_close(test.loader);
-		train.loader = test.loader = NULL;
-		for (int s = 0; s < SLOTS; s++) {
-			kiln_device_host_free(t->dev, t->x_host[s]);
-			kiln_device_host_free(t->dev, t->y_host[s]);
-			kiln_device_free(t->dev, t->x_dev[s]);
-			kiln_device_free(t->dev, t->y_dev[s]);
-			kiln_device_event_destroy(t->dev, t->copy_done[s]);
-			kiln_device_event_destroy(t->dev, t->compute_done[s]);
-		}
-		kiln_device_free(t->dev, t->lr_dev);
-		kiln_device_free(t->dev, t->metrics_dev);
-		kiln_device_host_free(t->dev, t->metrics_host);
-		kiln_device_plan_free(t->dev, t->fill_metrics);
-		kiln_device_plan_free(t->dev, t->sched);
-		kiln_device_free(t->dev, t->x_norm);
-		kiln_device_free(t->dev, t->grads_more);
-		kiln_device_plan_free(t->dev, t->grads_add);
-		kiln_device_plan_free(t->dev, t->grads_mean);
-		kiln_device_plan_free(t->dev, t->clip);
-		kiln_device_free(t->dev, t->clip_d);
-		kiln_device_host_free(t->dev, t->clip_host);
-		for (int k = 0; k < NORM_PLANS; k++)
-			kiln_device_plan_free(t->dev, t->norm_plan[k]);
-	}
-	kiln_plan_free(ptrain);
-	kiln_plan_free(peval);
-	kiln_plan_free(prem);
-	kiln_model_free(t->m);
-	if (t->dev) {
-		kiln_device_stream_destroy(t->dev, t->compute);
-		kiln_device_stream_destroy(t->dev, t->copy);
-	}
-	kiln_device_close(t->dev);
-	kiln_profile_free(t->prof);
-	close_data(&train);
-	close_data(&test);
-	if (t->jsonl)
-		fclose(t->jsonl);
+	release(t, &train, &test, ptrain, peval, prem);
 	free(perm);
 	free(order);
-	free(t->eval_order);
-	kiln_data_scratch_free(&t->scratch);
+	return st;
+}
+
+/* `kiln eval --checkpoint`: the weights of a checkpoint (params and
+ * buffers) evaluated on [data.eval], with the trainer's pipeline (loader
+ * workers, remainder plan, device normalisation). */
+kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			  const char *checkpoint, struct kiln_train_result *res)
+{
+	struct trainer T = { .cfg = cfg };
+	struct trainer *t = &T;
+	struct data train = { 0 }, test = { 0 };
+	struct kiln_plan *peval = NULL, *prem = NULL;
+	struct kiln_ckpt *ck = NULL;
+	char *saved = NULL, *current = NULL;
+	int64_t B = 128, EB = 0, prefetch = 2;
+	int workers = 1;
+	double t0;
+	kiln_status st;
+
+	memset(res, 0, sizeof *res);
+	res->test_loss = res->test_acc = -1;
+	res->resumed_step = -1;
+	kiln_config_get_int(cfg, "train", "batch", &B);
+	kiln_config_get_int(cfg, "train", "eval_batch", &EB);
+	kiln_config_get_int(cfg, "data.eval", "prefetch", &prefetch);
+	if (!EB)
+		EB = B;
+	/* the checkpoint first: verifying it is cheap, and it must hold the
+	 * model this config describes */
+	if (checkpoint) {
+		st = kiln_ckpt_open(checkpoint, &ck);
+	} else {
+		/* the newest usable one of the run */
+		const char *out_dir = kiln_config_get(cfg, "run", "out_dir");
+		if (!out_dir || !*out_dir) {
+			st = kiln_error(KILN_EUSAGE, "no checkpoint given and [run] out_dir is empty");
+			goto out;
+		}
+		snprintf(t->ckdir, sizeof t->ckdir, "%s/checkpoints", out_dir);
+		if (!(st = kiln_ckpt_newest(t->ckdir, &ck)) && !ck)
+			st = kiln_error(KILN_ENOTFOUND, "%s: no checkpoint", t->ckdir);
+	}
+	if (st || (st = kiln_ckpt_read_text(ck, "config", &saved)))
+		goto out;
+	checkpoint = kiln_ckpt_path(ck);
+	if (!(current = kiln_ckpt_config_text(cfg, reg))) {
+		st = KILN_EIO;
+		goto out;
+	}
+	if ((st = kiln_ckpt_config_check(checkpoint, saved, current, 1)))
+		goto out;
+	if ((st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &t->dev)) ||
+	    (st = open_data(cfg, reg, "data.eval", "test", 0, &test)) ||
+	    (st = kiln_model_create(cfg, reg, t->dev, &test.input, &t->m)) ||
+	    (st = kiln_device_stream_create(t->dev, &t->compute)) ||
+	    (st = kiln_device_stream_create(t->dev, &t->copy)))
+		goto out;
+	for (int s = 0; s < SLOTS; s++)
+		if ((st = kiln_device_event_create(t->dev, &t->copy_done[s])) ||
+		    (st = kiln_device_event_create(t->dev, &t->compute_done[s])))
+			goto out;
+	if (EB > test.len)
+		EB = test.len;
+	if ((st = kiln_model_init_params(t->m, 0, t->compute)) ||
+	    (st = kiln_model_plan(t->m, EB, 0, &peval)) ||
+	    (test.len % EB && (st = kiln_model_plan(t->m, test.len % EB, 0, &prem))))
+		goto out;
+	{
+		const struct kiln_tensor_desc *lg = &peval->nodes[t->m->loss_layer].l.in[0];
+		if (lg->dims[1] < test.ds.classes) {
+			st = kiln_error(KILN_ECONFIG, "the model has %lld outputs but [data.eval] has %lld classes",
+					(long long)lg->dims[1], (long long)test.ds.classes);
+			goto out;
+		}
+	}
+	t->sample_bytes = test.ds.sample_bytes;
+	t->x_bytes = (size_t)EB * t->sample_bytes;
+	if (test.ds.sample.dtype == KILN_U8) {
+		t->norm_bytes = (size_t)EB * kiln_tensor_bytes(&test.input);
+		if ((st = kiln_device_alloc(t->dev, t->norm_bytes, &t->x_norm)))
+			goto out;
+	}
+	for (int s = 0; s < SLOTS; s++)
+		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
+		    (st = kiln_device_host_alloc(t->dev, (size_t)EB * 4, &t->y_host[s])) ||
+		    (st = kiln_device_alloc(t->dev, t->x_bytes, &t->x_dev[s])) ||
+		    (st = kiln_device_alloc(t->dev, (size_t)EB * 4, &t->y_dev[s])))
+			goto out;
+	if ((st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
+	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
+	    (st = prep_fill(t->dev, 2, 0.0, &t->fill_metrics)))
+		goto out;
+	{
+		struct kiln_op_args a = { .out = { t->metrics_dev } };
+		if ((st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)))
+			goto out;
+	}
+	if ((st = kiln_data_workers(cfg, &workers)))
+		goto out;
+	if (workers < 0 && (st = kiln_loader_probe(t->dev, &test.ds, EB, (int)prefetch, t->copy,
+						   &workers)))
+		goto out;
+	if (workers > 0) {
+		if ((st = kiln_loader_open(t->dev, &test.ds, EB, workers, (int)prefetch, &test.loader)))
+			goto out;
+		if (!(t->eval_order = malloc(sizeof(int64_t) * (size_t)test.len))) {
+			st = kiln_error(KILN_ENOMEM, "out of memory");
+			goto out;
+		}
+		for (int64_t i = 0; i < test.len; i++)
+			t->eval_order[i] = i;
+	}
+	if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS)))
+		goto out;
+	kiln_log(KILN_LOG_INFO, "eval", "%s: the weights of step %lld", checkpoint,
+		 (long long)kiln_ckpt_step(ck));
+	t0 = now_s();
+	if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss, &res->test_acc,
+			   &res->test_acc5)))
+		goto out;
+	res->wall_s = now_s() - t0;
+	res->eval_samples_per_s = (double)test.len / res->wall_s;
+	res->test_samples = test.len;
+	res->steps = kiln_ckpt_step(ck);
+	res->data_skipped = atomic_load(&test.ds.skipped);
+	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
+	st = kiln_device_stream_sync(t->dev, t->compute);
+out:
+	release(t, &train, &test, NULL, peval, prem);
+	kiln_ckpt_close(ck);
+	free(saved);
+	free(current);
 	return st;
 }

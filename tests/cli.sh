@@ -55,6 +55,8 @@ stdout_matches() { grep -qE -- "$1" "$out" || fail "stdout does not match: $1"; 
 kiln 0 --help
 stdout_has "usage: kiln <command>"
 stdout_has "plugins"
+stdout_has "eval FILE"
+stdout_has "--resume"
 kiln 0 --version
 stdout_has "plugin ABI"
 kiln 2
@@ -65,6 +67,15 @@ kiln 0 config --help
 stdout_has "usage: kiln config"
 kiln 0 plugins --help
 stdout_has "usage: kiln plugins"
+kiln 0 eval --help
+stdout_has "usage: kiln eval FILE [--checkpoint CKPT]"
+kiln 2 eval
+stderr_has "usage: kiln eval"
+kiln 2 eval "$cfgdir/cli.ini" --checkpoint
+stderr_has "--checkpoint needs a file"
+kiln 0 train --help
+stdout_has "--resume"
+stdout_has "SIGTERM"
 
 # ---- kiln config ------------------------------------------------------------
 kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$plugdir"

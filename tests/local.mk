@@ -198,3 +198,18 @@ tests_check_profile_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
 endif
 TESTS += tests/profile.sh
 EXTRA_DIST += tests/profile.sh
+# ---- checkpoints: format, resume, kill/resume ---------------------------
+check_PROGRAMS += tests/ckpt_tool
+tests_ckpt_tool_SOURCES = tests/ckpt_tool.c
+tests_ckpt_tool_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_ckpt_tool_LDADD = libkiln.la
+if HAVE_CHECK
+check_PROGRAMS += tests/check_ckpt
+TESTS += tests/check_ckpt
+tests_check_ckpt_SOURCES = tests/check_ckpt.c
+tests_check_ckpt_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_ckpt_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_ckpt_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+TESTS += tests/resume_kill.sh
+EXTRA_DIST += tests/resume_kill.sh

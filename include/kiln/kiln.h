@@ -273,6 +273,10 @@ struct kiln_train_result {
 	int64_t steps_skipped;      /* optimizer steps skipped: non-finite gradients */
 	int64_t steps_clipped;      /* optimizer steps whose gradients clip_norm scaled */
 	double data_wait_s;         /* training thread's wait for loader workers */
+	/* checkpoints (docs/checkpoints.md) */
+	int stopped;                /* 1: kiln_train_request_stop() ended the run early */
+	int64_t resumed_step;       /* the step the run resumed at, -1 when it started fresh */
+	char checkpoint[4200];      /* the last checkpoint written ("" if none) */
 };
 
 /* Phases the trainer reports to a hook (and, with [run] profile = 1, to
@@ -292,7 +296,12 @@ void kiln_set_phase_hook(kiln_phase_fn fn, void *user);
 
 /* The whole `kiln train`: open device and data, build, train, evaluate,
  * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may
- * be NULL) is called after every step with (done, total, user). */
+ * be NULL) is called after every step with (done, total, user).
+ * Checkpoints: [train] checkpoint_every writes out_dir/checkpoints/
+ * ckpt-<step>.kiln; [train] resume = 1 continues from the newest usable one
+ * there (a fresh start when there is none).  After a stop request the run
+ * ends after its current step with a checkpoint, returns KILN_OK and sets
+ * res->stopped and res->checkpoint. */
 typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t steps_per_epoch,
 				 const char *status);
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -402,6 +411,19 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
 kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 				    const struct kiln_registry *reg, const char *checkpoint,
 				    const char *path);
+/* Ask the running kiln_train (or, if none runs, the next one) to stop after
+ * its current step and write a checkpoint.  Async-signal-safe: call it from
+ * a SIGTERM handler.  The request is consumed when honoured. */
+void kiln_train_request_stop(void);
+
+/* `kiln eval --checkpoint`: evaluate the parameters and buffers of
+ * checkpoint file `checkpoint` (NULL: the newest usable one in [run]
+ * out_dir/checkpoints) on cfg's [data.eval].  The checkpoint is
+ * verified completely first, and its [model] and [layer.*] keys must equal
+ * cfg's.  Fills test_loss, test_acc, test_samples, eval_samples_per_s,
+ * wall_s, steps (the checkpoint's) and checkpoint of res. */
+kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			  const char *checkpoint, struct kiln_train_result *res);
 
 /* ---- the loader alone (`kiln bench data`) ---- */
 

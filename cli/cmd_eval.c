@@ -1,0 +1,74 @@
+/* cli/cmd_eval.c - `kiln eval FILE [--checkpoint CKPT] [overrides]`: load a
+ * checkpoint's weights (parameters and buffers) into the model FILE
+ * describes and evaluate it on [data.eval]; a JSON line of loss and
+ * accuracy on stdout. */
+#include "build-config.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cmd_eval(int argc, char **argv)
+{
+	if (cli_wants_help(argc, argv)) {
+		printf("usage: kiln eval FILE [--checkpoint CKPT] [section.key=value ...]\n\n"
+		       "Evaluate the parameters and buffers of checkpoint CKPT (a ckpt-<step>.kiln file\n"
+		       "written by `kiln train`; default: the newest usable one in [run]\n"
+		       "out_dir/checkpoints) on FILE's [data.eval].  The checkpoint is verified\n"
+		       "completely first, and its [model] and [layer.*] keys must equal FILE's.\n"
+		       "stdout gets one JSON line: checkpoint, step, test_loss, test_acc, test_samples,\n"
+		       "eval_samples_per_s.\n"
+		       "Exit codes: 0 ok, 1 failure, 2 usage or config error (or another model),\n"
+		       "3 data error (a corrupt checkpoint).\n");
+		return 0;
+	}
+	char **args = calloc((size_t)argc + 1, sizeof *args);
+	const char *ckpt = NULL;
+	int n = 0;
+	if (!args) {
+		fprintf(stderr, "kiln: error: out of memory\n");
+		return 1;
+	}
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--checkpoint")) {
+			if (i + 1 == argc) {
+				fprintf(stderr, "kiln: error: --checkpoint needs a file\n");
+				free(args);
+				return 2;
+			}
+			ckpt = argv[++i];
+		} else if (!strncmp(argv[i], "--checkpoint=", 13)) {
+			ckpt = argv[i] + 13;
+		} else {
+			args[n++] = argv[i];
+		}
+	}
+	if (!cli_args_ok(n, args, "eval")) {
+		free(args);
+		return 2;
+	}
+	struct kiln_config *cfg;
+	struct kiln_registry *reg;
+	struct kiln_train_result r;
+	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
+	if (!st)
+		st = kiln_evaluate(cfg, reg, ckpt, &r);
+	int rc = 0;
+	if (st) {
+		rc = cli_fail(st);
+	} else {
+		printf("{\"checkpoint\": ");
+		cli_json_str(stdout, r.checkpoint);
+		printf(", \"step\": %lld, \"test_loss\": %.6f, \"test_acc\": %.6f, \"test_samples\": %lld, "
+		       "\"eval_samples_per_s\": %.1f}\n",
+		       (long long)r.steps, r.test_loss, r.test_acc, (long long)r.test_samples,
+		       r.eval_samples_per_s);
+		fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; checkpoint of step %lld)\n",
+			r.test_loss, 100 * r.test_acc, (long long)r.test_samples, (long long)r.steps);
+	}
+	kiln_registry_close(reg);
+	kiln_config_free(cfg);
+	free(args);
+	return rc;
+}

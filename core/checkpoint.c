@@ -1,0 +1,708 @@
+/* core/checkpoint.c - checkpoint files (see checkpoint.h and
+ * docs/checkpoints.md for the byte layout).
+ *
+ *   offset 0   header                     64 bytes
+ *   offset 64  section 0: header 48 bytes, then its payload
+ *              section 1 ...              (no padding between them)
+ *   the file ends after the last payload: its size is the header's
+ *
+ * Every byte is under a CRC32C: the header's bytes 0..59 (CRC at 60), each
+ * section header's bytes 0..43 (CRC at 44), each payload (CRC in its
+ * section header).  So any flipped byte and any truncation is refused.
+ */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoints store device buffers as little-endian bytes: port kiln_ckpt_save first"
+#endif
+
+static const char MAGIC[8] = { 'K', 'I', 'L', 'N', 'C', 'K', 'P', 'T' };
+
+/* ---- little-endian fields ------------------------------------------------ */
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* ---- file I/O that survives EINTR and short transfers --------------------- */
+
+static int write_all(int fd, const void *buf, size_t n)
+{
+	const char *p = buf;
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* 0, or -1 with errno (0 for end of file) */
+static int pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	char *p = buf;
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			if (r == 0)
+				errno = 0;
+			return -1;
+		}
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+static kiln_status read_error(const char *path, const char *what)
+{
+	if (errno == 0)
+		return kiln_error(KILN_EDATA, "checkpoint %s: truncated while reading %s", path, what);
+	return kiln_error(KILN_EIO, "checkpoint %s: cannot read %s: %s", path, what, strerror(errno));
+}
+
+/* ---- text pieces --------------------------------------------------------- */
+
+char *kiln_ckpt_config_text(const struct kiln_config *cfg, const struct kiln_registry *reg)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f) {
+		kiln_error(KILN_ENOMEM, "out of memory");
+		return NULL;
+	}
+	/* kiln_config_write only reads the registry */
+	kiln_status st = kiln_config_write(cfg, (struct kiln_registry *)reg, f);
+	if (fclose(f) || st) {
+		free(text);
+		kiln_error(KILN_EIO, "cannot write the resolved config");
+		return NULL;
+	}
+	return text;
+}
+
+char *kiln_ckpt_versions(const struct kiln_registry *reg, const struct kiln_device *dev)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		return NULL;
+	fprintf(f, "kiln = %s\nformat = %d\nplugin_abi = %d.%d\n", kiln_version(),
+		KILN_CKPT_VERSION, KILN_ABI_MAJOR, KILN_ABI_MINOR);
+	if (dev)
+		fprintf(f, "device = %s\n", kiln_device_name(dev));
+	for (int i = 0; reg && i < kiln_registry_plugin_count(reg); i++) {
+		struct kiln_plugin_info pi;
+		kiln_registry_plugin_get(reg, i, &pi);
+		if (pi.available && strcmp(pi.file, "(built-in)"))
+			fprintf(f, "plugin = %s %s %u.%u %s\n", kiln_plugin_kind_name(pi.kind), pi.name,
+				pi.abi_major, pi.abi_minor, pi.file);
+	}
+	if (fclose(f)) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+/* One line per parameter: "name region offset numel dtype dims". */
+static char *tensors_text(const struct kiln_model *m)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		return NULL;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *p = &m->params[i];
+		fprintf(f, "%s %s %zu %lld %s ", p->name, p->buffer ? "buffers" : "params", p->off,
+			(long long)p->numel, kiln_dtype_name(p->desc.dtype));
+		for (int d = 0; d < p->desc.ndim; d++)
+			fprintf(f, d ? ",%lld" : "%lld", (long long)p->desc.dims[d]);
+		fprintf(f, "\n");
+	}
+	if (fclose(f)) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+struct wsec {
+	char tag[KILN_CKPT_TAG_BYTES];
+	const void *host;   /* host bytes, or */
+	const void *dev;    /* device bytes, staged through the host */
+	size_t bytes;
+};
+
+static void section_header(uint8_t h[KILN_CKPT_SECTION_BYTES], const char *tag, uint64_t bytes,
+			   uint32_t crc)
+{
+	memset(h, 0, KILN_CKPT_SECTION_BYTES);
+	memcpy(h, tag, strlen(tag));
+	put_u64(h + 32, bytes);
+	put_u32(h + 40, crc);
+	put_u32(h + 44, kiln_crc32c(0, h, 44));
+}
+
+static kiln_status write_file(const char *tmp, int fd, const struct wsec *s, int n, int64_t step,
+			      struct kiln_device *dev, void *stream)
+{
+	uint8_t h[KILN_CKPT_HEADER_BYTES];
+	uint64_t total = KILN_CKPT_HEADER_BYTES;
+	size_t stage_bytes = 0;
+	void *stage = NULL;
+	kiln_status st = KILN_OK;
+	for (int i = 0; i < n; i++) {
+		total += KILN_CKPT_SECTION_BYTES + s[i].bytes;
+		if (s[i].dev && s[i].bytes > stage_bytes)
+			stage_bytes = s[i].bytes;
+	}
+	memset(h, 0, sizeof h);
+	memcpy(h, MAGIC, 8);
+	put_u32(h + 8, KILN_CKPT_VERSION);
+	put_u32(h + 12, KILN_CKPT_HEADER_BYTES);
+	put_u64(h + 16, total);
+	put_u32(h + 24, (uint32_t)n);
+	put_u32(h + 28, 0); /* flags */
+	put_u64(h + 32, (uint64_t)step);
+	put_u32(h + 60, kiln_crc32c(0, h, 60));
+	if (write_all(fd, h, sizeof h))
+		return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
+	/* device sections go through one staging buffer, the largest's size */
+	if (stage_bytes && (st = kiln_device_host_alloc(dev, stage_bytes, &stage)))
+		return st;
+	for (int i = 0; i < n && !st; i++) {
+		const void *p = s[i].host;
+		uint8_t sh[KILN_CKPT_SECTION_BYTES];
+		if (s[i].dev && s[i].bytes) {
+			if ((st = kiln_device_copy_async(dev, stage, s[i].dev, s[i].bytes,
+							 KILN_COPY_D2H, stream)) ||
+			    (st = kiln_device_stream_sync(dev, stream)))
+				break;
+			p = stage;
+		}
+		section_header(sh, s[i].tag, s[i].bytes, kiln_crc32c(0, p, s[i].bytes));
+		if (write_all(fd, sh, sizeof sh) || write_all(fd, p, s[i].bytes))
+			st = kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
+	}
+	kiln_device_host_free(dev, stage);
+	return st;
+}
+
+static kiln_status fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return kiln_error(KILN_EIO, "%s: cannot open the directory to fsync it: %s", dir,
+				  strerror(errno));
+	int rc = fsync(fd);
+	int e = errno;
+	close(fd);
+	/* some file systems cannot fsync a directory (EINVAL): nothing to do */
+	if (rc && e != EINVAL)
+		return kiln_error(KILN_EIO, "%s: fsync failed: %s", dir, strerror(e));
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
+			   struct kiln_model *m, void *stream, char *path, size_t path_len)
+{
+	struct wsec s[4 + KILN_MAX_STATE_BUFS];
+	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
+	uint8_t tr[KILN_CKPT_TRAINER_BYTES];
+	char final[4200], tmp[4210];
+	kiln_status st;
+	int n = 0;
+	char *tensors = tensors_text(m);
+	if (!tensors)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	const struct kiln_ckpt_trainer *t = &meta->trainer;
+	const int64_t v[7] = { t->epoch, t->step, t->offset, t->seed, t->world, t->batch, t->samples };
+	for (int i = 0; i < 7; i++)
+		put_u64(tr + 8 * i, (uint64_t)v[i]);
+	memset(s, 0, sizeof s);
+	snprintf(s[n].tag, sizeof s[n].tag, "config");
+	s[n].host = meta->config ? meta->config : "";
+	s[n].bytes = strlen(s[n].host);
+	n++;
+	snprintf(s[n].tag, sizeof s[n].tag, "trainer");
+	s[n].host = tr;
+	s[n++].bytes = sizeof tr;
+	snprintf(s[n].tag, sizeof s[n].tag, "versions");
+	s[n].host = meta->versions ? meta->versions : "";
+	s[n].bytes = strlen(s[n].host);
+	n++;
+	snprintf(s[n].tag, sizeof s[n].tag, "tensors");
+	s[n].host = tensors;
+	s[n++].bytes = strlen(tensors);
+	int nb = kiln_model_ckpt_buffers(m, sb);
+	for (int i = 0; i < nb; i++, n++) {
+		snprintf(s[n].tag, sizeof s[n].tag, "%s", sb[i].name);
+		s[n].dev = sb[i].ptr;
+		s[n].bytes = sb[i].bytes;
+	}
+	snprintf(final, sizeof final, "%s/ckpt-%lld.kiln", dir, (long long)t->step);
+	snprintf(tmp, sizeof tmp, "%s.tmp", final);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		free(tensors);
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+	}
+	st = write_file(tmp, fd, s, n, t->step, m->dev, stream);
+	free(tensors);
+	if (!st && fsync(fd))
+		st = kiln_error(KILN_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
+	if (close(fd) && !st)
+		st = kiln_error(KILN_EIO, "%s: close failed: %s", tmp, strerror(errno));
+	if (!st && rename(tmp, final))
+		st = kiln_error(KILN_EIO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+	if (st) {
+		unlink(tmp);
+		return st;
+	}
+	if ((st = fsync_dir(dir)))
+		return st;
+	if (path)
+		snprintf(path, path_len, "%s", final);
+	return KILN_OK;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+struct rsec {
+	char tag[KILN_CKPT_TAG_BYTES];
+	uint64_t off, bytes;
+	uint32_t crc;
+};
+
+struct kiln_ckpt {
+	char *path;
+	int fd;
+	uint64_t size;
+	int64_t step;
+	int n;
+	struct rsec *s;
+};
+
+const char *kiln_ckpt_path(const struct kiln_ckpt *ck) { return ck->path; }
+int64_t kiln_ckpt_step(const struct kiln_ckpt *ck) { return ck->step; }
+int kiln_ckpt_section_count(const struct kiln_ckpt *ck) { return ck->n; }
+
+void kiln_ckpt_section_get(const struct kiln_ckpt *ck, int i, const char **tag, uint64_t *bytes,
+			   uint32_t *crc)
+{
+	*tag = ck->s[i].tag;
+	*bytes = ck->s[i].bytes;
+	*crc = ck->s[i].crc;
+}
+
+void kiln_ckpt_close(struct kiln_ckpt *ck)
+{
+	if (!ck)
+		return;
+	if (ck->fd >= 0)
+		close(ck->fd);
+	free(ck->path);
+	free(ck->s);
+	free(ck);
+}
+
+/* A tag: 1..31 printable ASCII characters, then NULs to the end. */
+static int tag_ok(const uint8_t *t)
+{
+	int n = 0;
+	while (n < KILN_CKPT_TAG_BYTES && t[n])
+		if (t[n] < 0x21 || t[n] > 0x7e || ++n == KILN_CKPT_TAG_BYTES)
+			return 0;
+	if (!n)
+		return 0;
+	for (int i = n; i < KILN_CKPT_TAG_BYTES; i++)
+		if (t[i])
+			return 0;
+	return 1;
+}
+
+/* CRC32C of bytes [off, off + n) of fd, through buf. */
+static int crc_range(int fd, uint64_t off, uint64_t n, uint8_t *buf, size_t cap, uint32_t *crc)
+{
+	uint32_t c = 0;
+	while (n) {
+		size_t k = n < cap ? (size_t)n : cap;
+		if (pread_all(fd, buf, k, off))
+			return -1;
+		c = kiln_crc32c(c, buf, k);
+		off += k;
+		n -= k;
+	}
+	*crc = c;
+	return 0;
+}
+
+static kiln_status verify(struct kiln_ckpt *ck)
+{
+	const char *path = ck->path;
+	uint8_t h[KILN_CKPT_HEADER_BYTES];
+	if (ck->size < KILN_CKPT_HEADER_BYTES) {
+		if (ck->size >= 8 && pread_all(ck->fd, h, 8, 0) == 0 && memcmp(h, MAGIC, 8))
+			return kiln_error(KILN_EDATA, "checkpoint %s: not a kiln checkpoint (no KILNCKPT magic)",
+					  path);
+		return kiln_error(KILN_EDATA, "checkpoint %s: truncated: %llu bytes, shorter than the %d-byte header",
+				  path, (unsigned long long)ck->size, KILN_CKPT_HEADER_BYTES);
+	}
+	if (pread_all(ck->fd, h, sizeof h, 0))
+		return read_error(path, "the header");
+	if (memcmp(h, MAGIC, 8))
+		return kiln_error(KILN_EDATA, "checkpoint %s: not a kiln checkpoint (no KILNCKPT magic)", path);
+	uint32_t version = get_u32(h + 8), stored = get_u32(h + 60), crc = kiln_crc32c(0, h, 60);
+	if (version != KILN_CKPT_VERSION)
+		return kiln_error(KILN_EDATA, "checkpoint %s: format version %u, but this kiln reads version %d%s",
+				  path, version, KILN_CKPT_VERSION,
+				  stored == crc ? " (written by a newer kiln?)"
+						: " (or a corrupt header: its checksum does not match either)");
+	if (stored != crc)
+		return kiln_error(KILN_EDATA, "checkpoint %s: header checksum mismatch (stored 0x%08x, computed 0x%08x): the header is corrupt",
+				  path, stored, crc);
+	uint32_t hbytes = get_u32(h + 12), n = get_u32(h + 24), flags = get_u32(h + 28);
+	uint64_t total = get_u64(h + 16), step = get_u64(h + 32);
+	if (hbytes != KILN_CKPT_HEADER_BYTES)
+		return kiln_error(KILN_EDATA, "checkpoint %s: header size %u, expected %d", path, hbytes,
+				  KILN_CKPT_HEADER_BYTES);
+	if (flags)
+		return kiln_error(KILN_EDATA, "checkpoint %s: unknown flags 0x%x", path, flags);
+	for (int i = 40; i < 60; i++)
+		if (h[i])
+			return kiln_error(KILN_EDATA, "checkpoint %s: reserved header byte %d is not zero", path, i);
+	if (total > ck->size)
+		return kiln_error(KILN_EDATA, "checkpoint %s: truncated: %llu of %llu bytes", path,
+				  (unsigned long long)ck->size, (unsigned long long)total);
+	if (total < ck->size)
+		return kiln_error(KILN_EDATA, "checkpoint %s: %llu bytes, but its header says %llu (data appended?)",
+				  path, (unsigned long long)ck->size, (unsigned long long)total);
+	if (step > (uint64_t)INT64_MAX)
+		return kiln_error(KILN_EDATA, "checkpoint %s: step %llu out of range", path,
+				  (unsigned long long)step);
+	ck->step = (int64_t)step;
+	/* bounded by the file size before anything is allocated for them */
+	if (n == 0 || n > (ck->size - KILN_CKPT_HEADER_BYTES) / KILN_CKPT_SECTION_BYTES)
+		return kiln_error(KILN_EDATA, "checkpoint %s: %u sections cannot fit in %llu bytes", path, n,
+				  (unsigned long long)ck->size);
+	if (!(ck->s = calloc(n, sizeof *ck->s)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	const size_t cap = 1 << 20;
+	uint8_t *buf = malloc(cap);
+	if (!buf)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	kiln_status st = KILN_OK;
+	uint64_t pos = KILN_CKPT_HEADER_BYTES;
+	for (uint32_t i = 0; i < n && !st; i++) {
+		uint8_t sh[KILN_CKPT_SECTION_BYTES];
+		struct rsec *r = &ck->s[i];
+		if (ck->size - pos < KILN_CKPT_SECTION_BYTES) {
+			st = kiln_error(KILN_EDATA, "checkpoint %s: section %u of %u starts at byte %llu, past the end (%llu bytes)",
+					path, i, n, (unsigned long long)pos, (unsigned long long)ck->size);
+			break;
+		}
+		if (pread_all(ck->fd, sh, sizeof sh, pos)) {
+			st = read_error(path, "a section header");
+			break;
+		}
+		uint32_t hs = get_u32(sh + 44), hc = kiln_crc32c(0, sh, 44);
+		if (hs != hc) {
+			st = kiln_error(KILN_EDATA, "checkpoint %s: section %u (at byte %llu): header checksum mismatch (stored 0x%08x, computed 0x%08x): the section header is corrupt",
+					path, i, (unsigned long long)pos, hs, hc);
+			break;
+		}
+		if (!tag_ok(sh)) {
+			st = kiln_error(KILN_EDATA, "checkpoint %s: section %u (at byte %llu): malformed tag", path,
+					i, (unsigned long long)pos);
+			break;
+		}
+		memcpy(r->tag, sh, KILN_CKPT_TAG_BYTES);
+		r->bytes = get_u64(sh + 32);
+		r->crc = get_u32(sh + 40);
+		r->off = pos + KILN_CKPT_SECTION_BYTES;
+		for (uint32_t j = 0; j < i; j++)
+			if (!strcmp(ck->s[j].tag, r->tag)) {
+				st = kiln_error(KILN_EDATA, "checkpoint %s: section '%s' appears twice", path, r->tag);
+				break;
+			}
+		if (st)
+			break;
+		if (r->bytes > ck->size - r->off) {
+			st = kiln_error(KILN_EDATA, "checkpoint %s: section '%s' claims %llu bytes but only %llu remain",
+					path, r->tag, (unsigned long long)r->bytes,
+					(unsigned long long)(ck->size - r->off));
+			break;
+		}
+		uint32_t c;
+		if (crc_range(ck->fd, r->off, r->bytes, buf, cap, &c)) {
+			st = read_error(path, r->tag);
+			break;
+		}
+		if (c != r->crc) {
+			st = kiln_error(KILN_EDATA, "checkpoint %s: section '%s' (%llu bytes at byte %llu): checksum mismatch (stored 0x%08x, computed 0x%08x): the data is corrupt",
+					path, r->tag, (unsigned long long)r->bytes,
+					(unsigned long long)r->off, r->crc, c);
+			break;
+		}
+		pos = r->off + r->bytes;
+	}
+	free(buf);
+	if (st)
+		return st;
+	ck->n = (int)n;
+	if (pos != ck->size)
+		return kiln_error(KILN_EDATA, "checkpoint %s: %llu bytes after the last section", path,
+				  (unsigned long long)(ck->size - pos));
+	/* what every checkpoint has */
+	uint64_t b;
+	if (kiln_ckpt_find(ck, "config", &b) || kiln_ckpt_find(ck, "trainer", &b))
+		return KILN_EDATA;
+	if (b != KILN_CKPT_TRAINER_BYTES)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'trainer' has %llu bytes, expected %d",
+				  path, (unsigned long long)b, KILN_CKPT_TRAINER_BYTES);
+	struct kiln_ckpt_trainer tr;
+	return kiln_ckpt_trainer_get(ck, &tr);
+}
+
+kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
+{
+	struct kiln_ckpt *ck = calloc(1, sizeof *ck);
+	struct stat sb;
+	kiln_status st;
+	*out = NULL;
+	if (!ck || !(ck->path = kiln_strdup(path))) {
+		free(ck);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	ck->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (ck->fd < 0) {
+		st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (fstat(ck->fd, &sb) || !S_ISREG(sb.st_mode)) {
+		st = kiln_error(KILN_EIO, "checkpoint %s: not a regular file", path);
+		goto fail;
+	}
+	ck->size = (uint64_t)sb.st_size;
+	if ((st = verify(ck)))
+		goto fail;
+	*out = ck;
+	return KILN_OK;
+fail:
+	kiln_ckpt_close(ck);
+	return st;
+}
+
+static const struct rsec *find(const struct kiln_ckpt *ck, const char *tag)
+{
+	for (int i = 0; i < ck->n; i++)
+		if (!strcmp(ck->s[i].tag, tag))
+			return &ck->s[i];
+	return NULL;
+}
+
+kiln_status kiln_ckpt_find(const struct kiln_ckpt *ck, const char *tag, uint64_t *bytes)
+{
+	const struct rsec *r = find(ck, tag);
+	if (!r)
+		return kiln_error(KILN_ENOTFOUND, "checkpoint %s: no section '%s'", ck->path, tag);
+	*bytes = r->bytes;
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_read(struct kiln_ckpt *ck, const char *tag, void *buf, size_t bytes)
+{
+	const struct rsec *r = find(ck, tag);
+	if (!r)
+		return kiln_error(KILN_EDATA, "checkpoint %s: no section '%s'", ck->path, tag);
+	if (r->bytes != bytes)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s' has %llu bytes, expected %zu",
+				  ck->path, tag, (unsigned long long)r->bytes, bytes);
+	if (pread_all(ck->fd, buf, bytes, r->off))
+		return read_error(ck->path, tag);
+	uint32_t c = kiln_crc32c(0, buf, bytes);
+	if (c != r->crc)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s' changed since it was verified (checksum 0x%08x, expected 0x%08x)",
+				  ck->path, tag, c, r->crc);
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **out)
+{
+	const struct rsec *r = find(ck, tag);
+	kiln_status st;
+	*out = NULL;
+	if (!r)
+		return kiln_error(KILN_EDATA, "checkpoint %s: no section '%s'", ck->path, tag);
+	/* r->bytes was bounded by the file size in verify() */
+	char *t = malloc((size_t)r->bytes + 1);
+	if (!t)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = kiln_ckpt_read(ck, tag, t, (size_t)r->bytes))) {
+		free(t);
+		return st;
+	}
+	t[r->bytes] = 0;
+	if (strlen(t) != r->bytes) {
+		free(t);
+		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s' is not text", ck->path, tag);
+	}
+	*out = t;
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *out)
+{
+	uint8_t b[KILN_CKPT_TRAINER_BYTES];
+	uint64_t v[7];
+	kiln_status st = kiln_ckpt_read(ck, "trainer", b, sizeof b);
+	if (st)
+		return st;
+	for (int i = 0; i < 7; i++) {
+		v[i] = get_u64(b + 8 * i);
+		if (v[i] > (uint64_t)1 << 62)
+			return kiln_error(KILN_EDATA, "checkpoint %s: trainer field %d out of range (%llu)",
+					  ck->path, i, (unsigned long long)v[i]);
+	}
+	*out = (struct kiln_ckpt_trainer){ (int64_t)v[0], (int64_t)v[1], (int64_t)v[2],
+					   (int64_t)v[3], (int64_t)v[4], (int64_t)v[5],
+					   (int64_t)v[6] };
+	if (out->world < 1 || out->batch < 1 || out->offset > out->samples ||
+	    out->step != ck->step)
+		return kiln_error(KILN_EDATA, "checkpoint %s: inconsistent trainer state (step %lld, epoch %lld, offset %lld, batch %lld, world %lld, samples %lld)",
+				  ck->path, (long long)out->step, (long long)out->epoch,
+				  (long long)out->offset, (long long)out->batch, (long long)out->world,
+				  (long long)out->samples);
+	return KILN_OK;
+}
+
+/* The first line where a and b differ, into la/lb (for messages). */
+static void first_diff(const char *a, const char *b, char *la, char *lb, size_t n)
+{
+	while (*a && *b) {
+		size_t ka = strcspn(a, "\n"), kb = strcspn(b, "\n");
+		if (ka != kb || memcmp(a, b, ka)) {
+			snprintf(la, n, "%.*s", (int)ka, a);
+			snprintf(lb, n, "%.*s", (int)kb, b);
+			return;
+		}
+		a += ka + (a[ka] != 0);
+		b += kb + (b[kb] != 0);
+	}
+	snprintf(la, n, "%.*s", (int)strcspn(a, "\n"), *a ? a : "(end)");
+	snprintf(lb, n, "%.*s", (int)strcspn(b, "\n"), *b ? b : "(end)");
+}
+
+kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream, int what)
+{
+	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
+	int nb = kiln_model_ckpt_buffers(m, sb);
+	kiln_status st;
+	char *mine = tensors_text(m), *theirs = NULL;
+	size_t total = 0, off = 0;
+	void *host = NULL;
+	if (!mine)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = kiln_ckpt_read_text(ck, "tensors", &theirs)))
+		goto out;
+	if (strcmp(mine, theirs)) {
+		char a[256], b[256];
+		first_diff(theirs, mine, a, b, sizeof a);
+		st = kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
+				ck->path, a, b);
+		goto out;
+	}
+	/* every wanted section present with exactly the buffer's length */
+	for (int i = 0; i < nb; i++) {
+		uint64_t bytes;
+		if (what == KILN_CKPT_LOAD_WEIGHTS && strcmp(sb[i].name, "params") &&
+		    strcmp(sb[i].name, "buffers"))
+			continue;
+		if ((st = kiln_ckpt_find(ck, sb[i].name, &bytes))) {
+			st = KILN_EDATA;
+			goto out;
+		}
+		if (bytes != sb[i].bytes) {
+			st = kiln_error(KILN_EDATA, "checkpoint %s: section '%s' has %llu bytes but this model's %s has %zu",
+					ck->path, sb[i].name, (unsigned long long)bytes, sb[i].name,
+					sb[i].bytes);
+			goto out;
+		}
+		total += sb[i].bytes;
+	}
+	/* read and check everything before the first byte reaches the model */
+	if (total && (st = kiln_device_host_alloc(m->dev, total, &host)))
+		goto out;
+	for (int i = 0; i < nb; i++) {
+		if (what == KILN_CKPT_LOAD_WEIGHTS && strcmp(sb[i].name, "params") &&
+		    strcmp(sb[i].name, "buffers"))
+			continue;
+		if ((st = kiln_ckpt_read(ck, sb[i].name, (char *)host + off, sb[i].bytes)))
+			goto out;
+		off += sb[i].bytes;
+	}
+	off = 0;
+	for (int i = 0; i < nb; i++) {
+		if (what == KILN_CKPT_LOAD_WEIGHTS && strcmp(sb[i].name, "params") &&
+		    strcmp(sb[i].name, "buffers"))
+			continue;
+		if (sb[i].bytes && (st = kiln_device_copy_async(m->dev, sb[i].ptr, (char *)host + off,
+								 sb[i].bytes, KILN_COPY_H2D, stream)))
+			break;
+		off += sb[i].bytes;
+	}
+	{
+		/* the host buffer must outlive the copies, even after a failure */
+		kiln_status st2 = kiln_device_stream_sync(m->dev, stream);
+		if (!st)
+			st = st2;
+	}
+out:
+	kiln_device_host_free(m->dev, host);
+	free(mine);
+	free(theirs);
+	return st;
+}

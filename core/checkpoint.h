@@ -1,0 +1,142 @@
+/* core/checkpoint.h - checkpoint files: write, verify, read
+ * (core/checkpoint.c), and what resuming needs: the config comparison and
+ * the directory of a run's checkpoints (resume selection, keep_last;
+ * core/resume.c).
+ *
+ * One file holds the whole training state (docs/checkpoints.md has the
+ * byte layout): a 64-byte header, then tagged sections, each with its own
+ * header CRC and payload CRC32C.  Sections:
+ *   "config"    resolved config text (kiln_config_write output)
+ *   "trainer"   struct kiln_ckpt_trainer, fixed-width little-endian
+ *   "versions"  "key = value" lines: kiln, plugin ABI, plugins
+ *   "tensors"   one line per parameter: name region offset numel dims
+ *   one section per model state buffer (kiln_model_ckpt_buffers: "params",
+ *   "buffers", "momentum", "step"), the device bytes as they are.
+ *
+ * Reading trusts nothing: kiln_ckpt_open checks the magic, version, every
+ * header and section CRC and every length against the file size before it
+ * returns, and allocates nothing sized by a field it has not bounded by the
+ * file size.  Errors name the file and what is wrong; a file that fails is
+ * never partially applied to a model.
+ *
+ * Threads: one thread per object; nothing here exits.
+ */
+#ifndef KILN_CHECKPOINT_H
+#define KILN_CHECKPOINT_H
+
+#include "graph.h"
+
+#define KILN_CKPT_VERSION 1
+#define KILN_CKPT_HEADER_BYTES 64
+#define KILN_CKPT_SECTION_BYTES 48
+#define KILN_CKPT_TAG_BYTES 32 /* NUL-padded; at most 31 characters */
+
+/* Where the run stands: the "trainer" section (7 x u64 little-endian). */
+struct kiln_ckpt_trainer {
+	int64_t epoch;   /* epoch being trained (0-based) */
+	int64_t step;    /* optimizer steps done in the whole run */
+	int64_t offset;  /* global samples of this epoch's order consumed: a
+			  * multiple of batch x world, at most the epoch's steps
+			  * x batch x world (then only the end-of-epoch
+			  * evaluation is left) */
+	int64_t seed;    /* [run] seed */
+	int64_t world;   /* ranks */
+	int64_t batch;   /* [train] batch (per rank) */
+	int64_t samples; /* training samples in an epoch (after [data] limit) */
+};
+#define KILN_CKPT_TRAINER_BYTES 56
+
+/* ---- writing ------------------------------------------------------------ */
+
+/* What a checkpoint holds besides the model's state buffers.  Strings are
+ * borrowed for the call. */
+struct kiln_ckpt_meta {
+	const char *config;   /* resolved config text */
+	const char *versions; /* "key = value" lines (kiln_ckpt_versions) */
+	struct kiln_ckpt_trainer trainer;
+};
+
+/* Write dir/ckpt-<trainer.step>.kiln: the state buffers of `m` are copied
+ * device->host on `stream` (which is synchronised: a checkpoint is a host
+ * sync point), everything goes to dir/ckpt-<step>.kiln.tmp, which is
+ * fsynced, renamed over the final name, and the directory fsynced.  `dir`
+ * must exist.  On failure the temp file is removed and KILN_EIO names the
+ * path and the reason.  The final path goes to path[0..path_len). */
+kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
+			   struct kiln_model *m, void *stream, char *path, size_t path_len);
+
+/* "key = value" lines describing this build and the plugins in use
+ * (malloc'd; the caller frees). */
+char *kiln_ckpt_versions(const struct kiln_registry *reg, const struct kiln_device *dev);
+
+/* The resolved config of cfg as text (malloc'd; the caller frees), or NULL
+ * with KILN_ENOMEM/KILN_EIO set. */
+char *kiln_ckpt_config_text(const struct kiln_config *cfg, const struct kiln_registry *reg);
+
+/* ---- reading ------------------------------------------------------------ */
+
+struct kiln_ckpt; /* an open, verified checkpoint file */
+
+/* Open and verify `path` completely (see above).  KILN_EDATA naming the file
+ * and the fault for anything malformed (truncated, bad magic, unsupported
+ * version, a checksum mismatch, a bad length or tag), KILN_EIO when it
+ * cannot be read.  On success *out owns the open file. */
+kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out);
+void kiln_ckpt_close(struct kiln_ckpt *ck);
+const char *kiln_ckpt_path(const struct kiln_ckpt *ck);
+/* The step in the header (equal to the trainer section's). */
+int64_t kiln_ckpt_step(const struct kiln_ckpt *ck);
+
+int kiln_ckpt_section_count(const struct kiln_ckpt *ck);
+/* Section i's tag (owned by ck), length and payload CRC32C. */
+void kiln_ckpt_section_get(const struct kiln_ckpt *ck, int i, const char **tag, uint64_t *bytes,
+			   uint32_t *crc);
+/* Length of section `tag`; KILN_ENOTFOUND (with a message naming the file)
+ * when it has none. */
+kiln_status kiln_ckpt_find(const struct kiln_ckpt *ck, const char *tag, uint64_t *bytes);
+/* Read section `tag` into buf, which must be exactly its length; the CRC is
+ * checked again (the file may have changed since open). */
+kiln_status kiln_ckpt_read(struct kiln_ckpt *ck, const char *tag, void *buf, size_t bytes);
+/* Read a text section into a malloc'd NUL-terminated string (the caller
+ * frees). */
+kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **out);
+/* The trainer section, with its values range-checked. */
+kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *out);
+
+enum { KILN_CKPT_LOAD_ALL = 0, KILN_CKPT_LOAD_WEIGHTS = 1 };
+
+/* Load the checkpoint's state into `m`: every state buffer (LOAD_ALL, for
+ * resuming) or only "params" and "buffers" (LOAD_WEIGHTS, for evaluation).
+ * The "tensors" section must describe the same parameters as m (names,
+ * shapes, offsets), and each buffer's section have exactly its length;
+ * all of them are read and checked into host memory before the first byte
+ * is copied to the device, so on failure m is unchanged.  Synchronises
+ * `stream`. */
+kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
+				 int what);
+
+/* Compare the checkpoint's resolved config text with `current` (both
+ * kiln_config_write output), key by key in file order.  KILN_ECONFIG naming
+ * the checkpoint and the first key that differs (both values), skipping the
+ * keys safe to change on resume (kiln_ckpt_safe_key).  model_only compares
+ * only [model] and [layer.*] (what evaluation needs). */
+kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
+				   int model_only);
+/* 1 when [section] key may differ between a checkpoint and the run that
+ * resumes it: it changes neither the state nor the path of training. */
+int kiln_ckpt_safe_key(const char *section, const char *key);
+
+/* ---- a run's checkpoint directory ---------------------------------------- */
+
+/* The newest checkpoint in `dir` (files ckpt-<step>.kiln) that verifies,
+ * warning (log, naming the file and the fault) about each newer one that
+ * does not.  *out = NULL and KILN_OK when dir has no checkpoint (or does
+ * not exist); KILN_EDATA when it has some but none verifies. */
+kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out);
+
+/* After a successful write: delete all but the `keep` newest ckpt-*.kiln
+ * (keep = 0: keep all) and any leftover ckpt-*.kiln.tmp.  Failures to
+ * delete are logged, not returned. */
+void kiln_ckpt_prune(const char *dir, int64_t keep);
+
+#endif /* KILN_CHECKPOINT_H */

@@ -1,0 +1,290 @@
+/* core/resume.c - what resuming needs besides the file format
+ * (checkpoint.c): the comparison of a checkpoint's config with the run's,
+ * with the keys safe to change, and a run's checkpoint directory (the
+ * newest usable checkpoint, keep_last).  See checkpoint.h.
+ */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+
+/* ---- config comparison -------------------------------------------------- */
+
+static const struct {
+	const char *section, *key;
+} safe_keys[] = {
+	{ "run", "out_dir" },        { "run", "threads" },
+	{ "data", "workers" },       { "data", "prefetch" },
+	{ "data.eval", "workers" },  { "data.eval", "prefetch" },
+	{ "train", "epochs" },       { "train", "max_steps" },
+	{ "train", "log_every" },    { "train", "checkpoint_every" },
+	{ "train", "keep_last" },    { "train", "eval" },
+	{ "train", "resume" },
+};
+
+int kiln_ckpt_safe_key(const char *section, const char *key)
+{
+	for (size_t i = 0; i < KILN_ARRAY_LEN(safe_keys); i++)
+		if (!strcmp(safe_keys[i].section, section) && !strcmp(safe_keys[i].key, key))
+			return 1;
+	return 0;
+}
+
+/* One "key = value" (or "; key = (unset)") of a resolved config text. */
+struct kv {
+	const char *sec, *key, *val; /* val NULL: unset */
+	int sec_n, key_n, val_n;
+};
+
+/* Parse kiln_config_write output into *out (malloc'd), *n entries. */
+static kiln_status parse_resolved(const char *text, struct kv **out, int *n)
+{
+	int cap = 0, k = 0;
+	struct kv *v = NULL;
+	const char *sec = "", *p = text;
+	int sec_n = 0;
+	while (*p) {
+		int len = (int)strcspn(p, "\n");
+		const char *line = p;
+		p += len + (p[len] != 0);
+		if (!len)
+			continue;
+		if (line[0] == '[') {
+			const char *e = memchr(line, ']', (size_t)len);
+			sec = line + 1;
+			sec_n = e ? (int)(e - sec) : len - 1;
+			continue;
+		}
+		/* the checkpoint's text was checksummed, not written by this
+		 * kiln: take nothing about its shape for granted */
+		int unset = line[0] == ';';
+		if (unset && len < 3)
+			continue;
+		if (unset)
+			line += 2, len -= 2;
+		const char *eq = memchr(line, '=', (size_t)len);
+		if (!eq || eq == line)
+			continue;
+		if (k == cap) {
+			cap = cap ? 2 * cap : 256;
+			struct kv *nv = realloc(v, sizeof *v * (size_t)cap);
+			if (!nv) {
+				free(v);
+				return kiln_error(KILN_ENOMEM, "out of memory");
+			}
+			v = nv;
+		}
+		struct kv *e = &v[k++];
+		e->sec = sec;
+		e->sec_n = sec_n;
+		e->key = line;
+		e->key_n = (int)(eq - line) - 1; /* "key = value" */
+		e->val = unset ? NULL : eq + 2;
+		e->val_n = unset ? 0 : len - (int)(eq + 2 - line);
+		if (e->val_n < 0)
+			e->val_n = 0;
+	}
+	*out = v;
+	*n = k;
+	return KILN_OK;
+}
+
+static int kv_same_key(const struct kv *a, const struct kv *b)
+{
+	return a->sec_n == b->sec_n && a->key_n == b->key_n && !memcmp(a->sec, b->sec, (size_t)a->sec_n) &&
+	       !memcmp(a->key, b->key, (size_t)a->key_n);
+}
+
+static int kv_wanted(const struct kv *e, int model_only)
+{
+	char sec[128], key[128];
+	snprintf(sec, sizeof sec, "%.*s", e->sec_n, e->sec);
+	snprintf(key, sizeof key, "%.*s", e->key_n, e->key);
+	if (model_only)
+		return !strcmp(sec, "model") || !strncmp(sec, "layer.", 6);
+	return !kiln_ckpt_safe_key(sec, key);
+}
+
+static const char *kv_val(const struct kv *e, char *buf, size_t n)
+{
+	if (!e)
+		snprintf(buf, n, "absent");
+	else if (!e->val)
+		snprintf(buf, n, "unset");
+	else
+		snprintf(buf, n, "'%.*s'", e->val_n, e->val);
+	return buf;
+}
+
+kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
+				   int model_only)
+{
+	struct kv *a = NULL, *b = NULL;
+	int na = 0, nb = 0;
+	kiln_status st;
+	if ((st = parse_resolved(saved, &a, &na)) || (st = parse_resolved(current, &b, &nb)))
+		goto out;
+	/* keys of the checkpoint in its order, then keys only the config has */
+	for (int pass = 0; pass < 2 && !st; pass++) {
+		const struct kv *x = pass ? b : a, *y = pass ? a : b;
+		int nx = pass ? nb : na, ny = pass ? na : nb;
+		for (int i = 0; i < nx; i++) {
+			const struct kv *e = &x[i], *o = NULL;
+			if (!kv_wanted(e, model_only))
+				continue;
+			for (int j = 0; j < ny && !o; j++)
+				if (kv_same_key(e, &y[j]))
+					o = &y[j];
+			if (pass && o)
+				continue; /* compared in the first pass */
+			const struct kv *ck = pass ? o : e, *now = pass ? e : o;
+			int same = ck && now && (!ck->val) == (!now->val) &&
+				   (!ck->val || (ck->val_n == now->val_n &&
+						 !memcmp(ck->val, now->val, (size_t)ck->val_n)));
+			if (same)
+				continue;
+			char v1[300], v2[300], safe[600];
+			int k = 0;
+			for (size_t j = 0; j < KILN_ARRAY_LEN(safe_keys); j++)
+				k += snprintf(safe + k, sizeof safe - (size_t)k, "%s[%s] %s",
+					      j ? ", " : "", safe_keys[j].section, safe_keys[j].key);
+			if (model_only)
+				st = kiln_error(KILN_ECONFIG,
+						"checkpoint %s holds another model: [%.*s] %.*s is %s in its config but %s here",
+						path, e->sec_n, e->sec, e->key_n, e->key,
+						kv_val(ck, v2, sizeof v2), kv_val(now, v1, sizeof v1));
+			else
+				st = kiln_error(KILN_ECONFIG,
+						"cannot resume from %s with a changed config: [%.*s] %.*s is %s in the checkpoint but %s here. Restore it, or start a new run in another [run] out_dir; only these keys may change on resume: %s (docs/checkpoints.md)",
+						path, e->sec_n, e->sec, e->key_n, e->key,
+						kv_val(ck, v2, sizeof v2), kv_val(now, v1, sizeof v1), safe);
+			break;
+		}
+	}
+out:
+	free(a);
+	free(b);
+	return st;
+}
+
+/* ---- the checkpoint directory -------------------------------------------- */
+
+/* "ckpt-<digits>.kiln" (tmp = 0) or "ckpt-<digits>.kiln.tmp" (tmp = 1):
+ * the step, or -1. */
+static int64_t ckpt_name_step(const char *name, int *tmp)
+{
+	if (strncmp(name, "ckpt-", 5))
+		return -1;
+	const char *p = name + 5;
+	int64_t step = 0;
+	int digits = 0;
+	for (; *p >= '0' && *p <= '9' && digits < 18; p++, digits++)
+		step = step * 10 + (*p - '0');
+	if (!digits)
+		return -1;
+	if (!strcmp(p, ".kiln"))
+		*tmp = 0;
+	else if (!strcmp(p, ".kiln.tmp"))
+		*tmp = 1;
+	else
+		return -1;
+	return step;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of dir's checkpoints, newest first (malloc'd), or of its temp files. */
+static kiln_status list_steps(const char *dir, int want_tmp, int64_t **steps, int *n)
+{
+	DIR *d = opendir(dir);
+	int cap = 0, k = 0;
+	int64_t *v = NULL;
+	*steps = NULL;
+	*n = 0;
+	if (!d) {
+		if (errno == ENOENT)
+			return KILN_OK;
+		return kiln_error(KILN_EIO, "%s: cannot list: %s", dir, strerror(errno));
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		int tmp;
+		int64_t s = ckpt_name_step(e->d_name, &tmp);
+		if (s < 0 || tmp != want_tmp)
+			continue;
+		if (k == cap) {
+			cap = cap ? 2 * cap : 16;
+			int64_t *nv = realloc(v, sizeof *v * (size_t)cap);
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return kiln_error(KILN_ENOMEM, "out of memory");
+			}
+			v = nv;
+		}
+		v[k++] = s;
+	}
+	closedir(d);
+	if (k)
+		qsort(v, (size_t)k, sizeof *v, cmp_desc);
+	*steps = v;
+	*n = k;
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out)
+{
+	int64_t *steps;
+	int n;
+	char path[4200], first[1200] = "";
+	kiln_status st = list_steps(dir, 0, &steps, &n);
+	*out = NULL;
+	if (st)
+		return st;
+	for (int i = 0; i < n; i++) {
+		snprintf(path, sizeof path, "%s/ckpt-%lld.kiln", dir, (long long)steps[i]);
+		if (kiln_ckpt_open(path, out) == KILN_OK) {
+			free(steps);
+			return KILN_OK;
+		}
+		if (!i)
+			snprintf(first, sizeof first, "%s", kiln_last_error());
+		/* the message names the file */
+		kiln_log(KILN_LOG_WARN, "ckpt", "%s; %s", kiln_last_error(),
+			 i + 1 < n ? "trying the previous checkpoint" : "no older checkpoint left");
+	}
+	free(steps);
+	if (n)
+		return kiln_error(KILN_EDATA, "%s: none of the %d checkpoint(s) is usable (the newest: %s)",
+				  dir, n, first);
+	return KILN_OK;
+}
+
+void kiln_ckpt_prune(const char *dir, int64_t keep)
+{
+	char path[4200];
+	for (int tmp = 1; tmp >= 0; tmp--) {
+		int64_t *steps;
+		int n;
+		if (list_steps(dir, tmp, &steps, &n)) {
+			kiln_log(KILN_LOG_WARN, "ckpt", "%s", kiln_last_error());
+			return;
+		}
+		int from = tmp ? 0 : keep > 0 && keep < n ? (int)keep : n;
+		for (int i = from; i < n; i++) {
+			snprintf(path, sizeof path, "%s/ckpt-%lld.kiln%s", dir, (long long)steps[i],
+				 tmp ? ".tmp" : "");
+			if (unlink(path) && errno != ENOENT)
+				kiln_log(KILN_LOG_WARN, "ckpt", "cannot delete %s: %s", path, strerror(errno));
+			else
+				kiln_log(KILN_LOG_DEBUG, "ckpt", "deleted %s", path);
+		}
+		free(steps);
+	}
+}

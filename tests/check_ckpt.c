@@ -1,0 +1,787 @@
+/* tests/check_ckpt.c - checkpoints: the file format (round trip into a
+ * fresh model, every truncation and every single-byte flip refused with a
+ * message naming the file and the fault), the config comparison of a
+ * resume, and through kiln_train: a run stopped and resumed (at max_steps,
+ * and by a stop request with a cosine schedule) ends with the same bytes as
+ * the uninterrupted run; a corrupt newest checkpoint falls back to the
+ * previous one; keep_last; kiln_evaluate on a checkpoint.
+ *
+ * The training runs use Fashion-MNIST (scripts/install-deps) with [data]
+ * limit, shuffling, random crop + flip, dropout, batchnorm and 2 loader
+ * workers: every source of randomness and every piece of state.
+ */
+#include <kiln/kiln.h>
+
+#include "checkpoint.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static struct kiln_registry *reg;
+
+static struct kiln_config *cfg_from(const char *text)
+{
+	struct kiln_config *cfg;
+	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	return cfg;
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	long len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc((size_t)len + 1);
+	ck_assert(b != NULL);
+	ck_assert(fread(b, 1, (size_t)len, f) == (size_t)len);
+	fclose(f);
+	*n = (size_t)len;
+	return b;
+}
+
+static void spit(const char *path, const void *b, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	ck_assert_msg(f != NULL, "cannot write %s", path);
+	ck_assert(fwrite(b, 1, n, f) == n);
+	ck_assert(fclose(f) == 0);
+}
+
+/* ---- a small model outside the trainer ------------------------------------ */
+
+static const char *small_ini = "[layer.fc1]\ntype = linear\nout = 5\n"
+			       "[layer.bn]\ntype = batchnorm\n"
+			       "[layer.act]\ntype = relu\n"
+			       "[layer.drop]\ntype = dropout\np = 0.25\n"
+			       "[layer.fc2]\ntype = linear\nout = 3\n"
+			       "[layer.loss]\ntype = softmax_xent\n"
+			       "[train]\nmomentum = 0.9\n";
+
+struct rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	struct kiln_plan *plan;
+	void *stream;
+	float *x, *lr, *metrics;
+	int32_t *y;
+};
+
+#define RB 4
+#define RIN 6
+
+static void rig_open(struct rig *r, const char *ini, uint64_t seed)
+{
+	int64_t in = RIN;
+	struct kiln_tensor_desc sample;
+	memset(r, 0, sizeof *r);
+	r->cfg = cfg_from(ini);
+	ck_assert(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0);
+	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	ck_assert_msg(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r->dev, &r->stream) == 0);
+	ck_assert(kiln_model_init_params(r->m, seed, r->stream) == 0);
+	ck_assert(kiln_model_optim_prepare(r->m, r->stream) == 0);
+	ck_assert(kiln_model_plan(r->m, RB, 1, &r->plan) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof(float) * RB * RIN, (void **)&r->x) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof(int32_t) * RB, (void **)&r->y) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->lr) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->metrics) == 0);
+}
+
+static void rig_close(struct rig *r)
+{
+	kiln_device_stream_sync(r->dev, r->stream);
+	kiln_device_free(r->dev, r->x);
+	kiln_device_free(r->dev, r->y);
+	kiln_device_free(r->dev, r->lr);
+	kiln_device_free(r->dev, r->metrics);
+	kiln_plan_free(r->plan);
+	kiln_model_free(r->m);
+	kiln_device_stream_destroy(r->dev, r->stream);
+	kiln_device_close(r->dev);
+	kiln_config_free(r->cfg);
+}
+
+/* A few SGD steps, so momentum, running stats and the step counter are
+ * not at their initial values. */
+static void rig_train(struct rig *r, int steps)
+{
+	float x[RB * RIN], lr = 0.1f, zero[2] = { 0, 0 };
+	int32_t y[RB] = { 0, 1, 2, 1 };
+	for (int i = 0; i < RB * RIN; i++)
+		x[i] = (float)((i * 7919) % 23) / 11.0f - 1.0f;
+	ck_assert(kiln_device_copy_async(r->dev, r->x, x, sizeof x, KILN_COPY_H2D, r->stream) == 0);
+	ck_assert(kiln_device_copy_async(r->dev, r->y, y, sizeof y, KILN_COPY_H2D, r->stream) == 0);
+	ck_assert(kiln_device_copy_async(r->dev, r->lr, &lr, sizeof lr, KILN_COPY_H2D, r->stream) == 0);
+	ck_assert(kiln_device_copy_async(r->dev, r->metrics, zero, sizeof zero, KILN_COPY_H2D,
+					 r->stream) == 0);
+	for (int s = 0; s < steps; s++) {
+		ck_assert(kiln_plan_run(r->plan, r->x, r->y, r->metrics, r->stream) == 0);
+		ck_assert(kiln_model_optim_step(r->m, r->lr, r->stream) == 0);
+		ck_assert(kiln_model_step_advance(r->m, r->stream) == 0);
+	}
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+}
+
+/* Host copies of every state buffer, concatenated (malloc'd). */
+static char *state_bytes(struct rig *r, size_t *n)
+{
+	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
+	int k = kiln_model_ckpt_buffers(r->m, sb);
+	size_t total = 0, off = 0;
+	for (int i = 0; i < k; i++)
+		total += sb[i].bytes;
+	char *b = malloc(total);
+	ck_assert(b != NULL);
+	for (int i = 0; i < k; i++) {
+		if (sb[i].bytes)
+			ck_assert(kiln_device_copy_async(r->dev, b + off, sb[i].ptr, sb[i].bytes,
+							 KILN_COPY_D2H, r->stream) == 0);
+		off += sb[i].bytes;
+	}
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+	*n = total;
+	return b;
+}
+
+static void save(struct rig *r, const char *dir, int64_t step, char *path, size_t n)
+{
+	char *config = kiln_ckpt_config_text(r->cfg, reg);
+	char *versions = kiln_ckpt_versions(reg, r->dev);
+	ck_assert(config && versions);
+	struct kiln_ckpt_meta meta = { config, versions, { 1, step, 8, 7, 1, RB, 40 } };
+	ck_assert_msg(kiln_ckpt_save(dir, &meta, r->m, r->stream, path, n) == 0, "%s",
+		      kiln_last_error());
+	free(config);
+	free(versions);
+}
+
+START_TEST(test_roundtrip)
+{
+	char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200], want[4300];
+	struct rig a, b, c;
+	ck_assert(mkdtemp(dir) != NULL);
+	rig_open(&a, small_ini, 7);
+	rig_train(&a, 3);
+	save(&a, dir, 3, path, sizeof path);
+	snprintf(want, sizeof want, "%s/ckpt-3.kiln", dir);
+	ck_assert_str_eq(path, want);
+	snprintf(want, sizeof want, "%s/ckpt-3.kiln.tmp", dir);
+	ck_assert_msg(access(want, F_OK) != 0, "the temp file is left behind");
+
+	struct kiln_ckpt *ck;
+	ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_ckpt_step(ck), 3);
+	struct kiln_ckpt_trainer tr;
+	ck_assert(kiln_ckpt_trainer_get(ck, &tr) == 0);
+	ck_assert_int_eq(tr.epoch, 1);
+	ck_assert_int_eq(tr.step, 3);
+	ck_assert_int_eq(tr.offset, 8);
+	ck_assert_int_eq(tr.seed, 7);
+	ck_assert_int_eq(tr.batch, RB);
+	ck_assert_int_eq(tr.samples, 40);
+	static const char *const tags[] = { "config", "trainer", "versions", "tensors", "params",
+					    "buffers", "optim.momentum", "step", "optim.step" };
+	ck_assert_int_eq(kiln_ckpt_section_count(ck), 9);
+	for (int i = 0; i < 9; i++) {
+		const char *tag;
+		uint64_t bytes;
+		uint32_t crc;
+		kiln_ckpt_section_get(ck, i, &tag, &bytes, &crc);
+		ck_assert_str_eq(tag, tags[i]);
+	}
+	char *text;
+	ck_assert(kiln_ckpt_read_text(ck, "tensors", &text) == 0);
+	ck_assert_msg(strstr(text, "fc1.weight params 0 30 f32 5,6\n") != NULL, "%s", text);
+	ck_assert_msg(strstr(text, "bn.running_var buffers") != NULL, "%s", text);
+	free(text);
+	ck_assert(kiln_ckpt_read_text(ck, "versions", &text) == 0);
+	ck_assert_msg(strstr(text, "kiln = ") && strstr(text, "device = cpu"), "%s", text);
+	free(text);
+
+	/* into a fresh model with other weights: identical bytes of every buffer */
+	rig_open(&b, small_ini, 99);
+	size_t na, nb;
+	char *sa = state_bytes(&a, &na), *sb = state_bytes(&b, &nb);
+	ck_assert_uint_eq(na, nb);
+	ck_assert(memcmp(sa, sb, na) != 0);
+	free(sb);
+	ck_assert_msg(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_ALL) == 0, "%s",
+		      kiln_last_error());
+	sb = state_bytes(&b, &nb);
+	ck_assert(memcmp(sa, sb, na) == 0);
+	free(sb);
+	/* and both continue identically */
+	rig_train(&a, 2);
+	rig_train(&b, 2);
+	free(sa);
+	sa = state_bytes(&a, &na);
+	sb = state_bytes(&b, &nb);
+	ck_assert(memcmp(sa, sb, na) == 0);
+	free(sb);
+
+	/* weights only: params and buffers, nothing else */
+	rig_open(&c, small_ini, 99);
+	ck_assert(kiln_ckpt_load_model(ck, c.m, c.stream, KILN_CKPT_LOAD_WEIGHTS) == 0);
+	struct kiln_state_buf sa_b[KILN_MAX_STATE_BUFS], sc_b[KILN_MAX_STATE_BUFS];
+	int k = kiln_model_ckpt_buffers(c.m, sc_b);
+	ck_assert_int_eq(kiln_model_ckpt_buffers(b.m, sa_b), k);
+	for (int i = 0; i < k; i++) {
+		uint64_t bytes;
+		ck_assert(kiln_ckpt_find(ck, sc_b[i].name, &bytes) == 0);
+		ck_assert_uint_eq(bytes, sc_b[i].bytes);
+		char *want_b = malloc(bytes + 1), *got = malloc(bytes + 1);
+		ck_assert(kiln_ckpt_read(ck, sc_b[i].name, want_b, bytes) == 0);
+		if (bytes)
+			ck_assert(kiln_device_copy_async(c.dev, got, sc_b[i].ptr, bytes, KILN_COPY_D2H,
+							 c.stream) == 0);
+		ck_assert(kiln_device_stream_sync(c.dev, c.stream) == 0);
+		int loaded = !strcmp(sc_b[i].name, "params") || !strcmp(sc_b[i].name, "buffers");
+		/* momentum after 3 steps and the step counter 3 differ from a
+		 * fresh model's zeros */
+		ck_assert_msg((memcmp(want_b, got, bytes) == 0) == loaded, "section '%s'",
+			      sc_b[i].name);
+		free(want_b);
+		free(got);
+	}
+	kiln_ckpt_close(ck);
+	free(sa);
+	rig_close(&a);
+	rig_close(&b);
+	rig_close(&c);
+}
+END_TEST
+
+/* Another model refuses the checkpoint and keeps its bytes. */
+START_TEST(test_other_model)
+{
+	char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200];
+	struct rig a, b;
+	ck_assert(mkdtemp(dir) != NULL);
+	rig_open(&a, small_ini, 7);
+	save(&a, dir, 0, path, sizeof path);
+	char other[1024];
+	snprintf(other, sizeof other, "%s", small_ini);
+	char *p = strstr(other, "out = 5");
+	p[6] = '4';
+	rig_open(&b, other, 5);
+	size_t n0, n1;
+	char *s0 = state_bytes(&b, &n0);
+	struct kiln_ckpt *ck;
+	ck_assert(kiln_ckpt_open(path, &ck) == 0);
+	ck_assert(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_ALL) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "holds another model") &&
+			      strstr(kiln_last_error(), "fc1.weight"),
+		      "%s", kiln_last_error());
+	char *s1 = state_bytes(&b, &n1);
+	ck_assert(n0 == n1 && memcmp(s0, s1, n0) == 0);
+	/* and the config comparison of evaluation names the key */
+	char *ca = kiln_ckpt_config_text(a.cfg, reg), *cb = kiln_ckpt_config_text(b.cfg, reg);
+	ck_assert(kiln_ckpt_config_check(path, ca, cb, 1) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc1] out"), "%s", kiln_last_error());
+	free(ca);
+	free(cb);
+	free(s0);
+	free(s1);
+	kiln_ckpt_close(ck);
+	rig_close(&a);
+	rig_close(&b);
+}
+END_TEST
+
+/* Every prefix of a checkpoint is refused: "truncated", naming the file. */
+START_TEST(test_truncated)
+{
+	char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200], bad[4300];
+	struct rig a;
+	size_t n;
+	ck_assert(mkdtemp(dir) != NULL);
+	rig_open(&a, small_ini, 7);
+	rig_train(&a, 1);
+	save(&a, dir, 1, path, sizeof path);
+	char *b = slurp(path, &n);
+	snprintf(bad, sizeof bad, "%s/cut.kiln", dir);
+	for (size_t len = 0; len < n; len++) {
+		struct kiln_ckpt *ck = NULL;
+		spit(bad, b, len);
+		kiln_status st = kiln_ckpt_open(bad, &ck);
+		ck_assert_msg(st == KILN_EDATA && ck == NULL, "length %zu of %zu accepted", len, n);
+		const char *msg = kiln_last_error();
+		ck_assert_msg(strstr(msg, bad) && strstr(msg, "truncated"), "length %zu: %s", len, msg);
+	}
+	/* and one byte more is refused too */
+	char *more = malloc(n + 1);
+	memcpy(more, b, n);
+	more[n] = 0;
+	spit(bad, more, n + 1);
+	struct kiln_ckpt *ck = NULL;
+	ck_assert(kiln_ckpt_open(bad, &ck) == KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "header says"), "%s", kiln_last_error());
+	free(more);
+	free(b);
+	rig_close(&a);
+}
+END_TEST
+
+/* Every single-byte change anywhere is refused, naming the file and the
+ * fault; the untouched file still opens. */
+START_TEST(test_flipped)
+{
+	char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200], bad[4300];
+	struct rig a;
+	size_t n;
+	static const unsigned char masks[] = { 0x01, 0x80, 0xff };
+	ck_assert(mkdtemp(dir) != NULL);
+	rig_open(&a, small_ini, 7);
+	rig_train(&a, 2);
+	save(&a, dir, 2, path, sizeof path);
+	char *b = slurp(path, &n);
+	snprintf(bad, sizeof bad, "%s/flip.kiln", dir);
+	int fd = open(bad, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	ck_assert(fd >= 0);
+	ck_assert(write(fd, b, n) == (ssize_t)n);
+	int checksum = 0, magic = 0, version = 0;
+	for (size_t i = 0; i < n; i++)
+		for (size_t m = 0; m < sizeof masks; m++) {
+			unsigned char c = (unsigned char)b[i] ^ masks[m];
+			ck_assert(pwrite(fd, &c, 1, (off_t)i) == 1);
+			struct kiln_ckpt *ck = NULL;
+			kiln_status st = kiln_ckpt_open(bad, &ck);
+			ck_assert_msg(st == KILN_EDATA && ck == NULL,
+				      "byte %zu ^ 0x%02x of %zu accepted", i, masks[m], n);
+			const char *msg = kiln_last_error();
+			ck_assert_msg(strstr(msg, bad) != NULL, "byte %zu: %s", i, msg);
+			if (strstr(msg, "checksum mismatch"))
+				checksum++;
+			else if (strstr(msg, "no KILNCKPT magic"))
+				magic++;
+			else if (strstr(msg, "format version"))
+				version++;
+			else
+				ck_abort_msg("byte %zu: unexpected message: %s", i, msg);
+			ck_assert(pwrite(fd, &b[i], 1, (off_t)i) == 1);
+		}
+	close(fd);
+	ck_assert_int_eq(magic, 8 * 3);
+	ck_assert_int_eq(version, 4 * 3);
+	ck_assert_int_eq(checksum, (int)(n - 12) * 3);
+	struct kiln_ckpt *ck = NULL;
+	ck_assert_msg(kiln_ckpt_open(bad, &ck) == 0, "%s", kiln_last_error());
+	kiln_ckpt_close(ck);
+	free(b);
+	rig_close(&a);
+}
+END_TEST
+
+/* Not a checkpoint, a directory, a missing file. */
+START_TEST(test_not_checkpoints)
+{
+	char dir[] = "/tmp/kiln-ckpt-XXXXXX", p[4300];
+	struct kiln_ckpt *ck = NULL;
+	ck_assert(mkdtemp(dir) != NULL);
+	snprintf(p, sizeof p, "%s/x.kiln", dir);
+	char junk[200];
+	memset(junk, 'x', sizeof junk);
+	spit(p, junk, sizeof junk);
+	ck_assert(kiln_ckpt_open(p, &ck) == KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "not a kiln checkpoint"), "%s", kiln_last_error());
+	ck_assert(kiln_ckpt_open(dir, &ck) == KILN_EIO);
+	snprintf(p, sizeof p, "%s/missing.kiln", dir);
+	ck_assert(kiln_ckpt_open(p, &ck) == KILN_EIO);
+	ck_assert_msg(strstr(kiln_last_error(), "missing.kiln"), "%s", kiln_last_error());
+	/* an empty or missing directory has no checkpoint: a fresh start */
+	ck_assert(kiln_ckpt_newest(dir, &ck) == 0 && ck == NULL);
+	snprintf(p, sizeof p, "%s/nothing", dir);
+	ck_assert(kiln_ckpt_newest(p, &ck) == 0 && ck == NULL);
+	/* only broken ones: an error naming the newest's fault */
+	snprintf(p, sizeof p, "%s/ckpt-5.kiln", dir);
+	spit(p, junk, sizeof junk);
+	ck_assert(kiln_ckpt_newest(dir, &ck) == KILN_EDATA && ck == NULL);
+	ck_assert_msg(strstr(kiln_last_error(), "ckpt-5.kiln"), "%s", kiln_last_error());
+}
+END_TEST
+
+/* Resuming compares the resolved configs key by key. */
+START_TEST(test_config_check)
+{
+	const char *base = "[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\nepochs = 3\n"
+			   "[layer.fc]\ntype = linear\nout = 3\n[layer.loss]\ntype = softmax_xent\n";
+	struct kiln_config *c0 = cfg_from(base);
+	char *t0 = kiln_ckpt_config_text(c0, reg);
+	static const struct {
+		const char *override;
+		const char *names; /* NULL: accepted */
+	} cases[] = {
+		{ "train.epochs=9", NULL },        { "run.out_dir=/tmp/b", NULL },
+		{ "data.workers=3", NULL },        { "data.prefetch=4", NULL },
+		{ "train.log_every=7", NULL },     { "train.checkpoint_every=5", NULL },
+		{ "train.keep_last=1", NULL },     { "train.max_steps=100", NULL },
+		{ "train.eval=0", NULL },          { "train.resume=1", NULL },
+		{ "run.threads=1", NULL },
+		{ "train.lr=0.2", "[train] lr is '0.1' in the checkpoint but '0.2' here" },
+		{ "run.seed=4", "[run] seed" },
+		{ "data.flip=1", "[data] flip" },
+		{ "data.size=20", "[data] size is unset in the checkpoint but '20' here" },
+		{ "layer.fc.out=4", "[layer.fc] out" },
+		{ "layer.x.type=relu", "[layer.x] type is absent in the checkpoint" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct kiln_config *c;
+		ck_assert(kiln_config_load_string(base, "test.ini", &c) == 0);
+		ck_assert(kiln_config_override(c, cases[i].override) == 0);
+		ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s", kiln_last_error());
+		char *t = kiln_ckpt_config_text(c, reg);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, 0);
+		if (!cases[i].names) {
+			ck_assert_msg(st == 0, "%s: %s", cases[i].override, kiln_last_error());
+		} else {
+			ck_assert_msg(st == KILN_ECONFIG, "%s accepted", cases[i].override);
+			ck_assert_msg(strstr(kiln_last_error(), cases[i].names) &&
+					      strstr(kiln_last_error(), "ck.kiln"),
+				      "%s: %s", cases[i].override, kiln_last_error());
+		}
+		free(t);
+		kiln_config_free(c);
+	}
+	/* a removed layer: named from the checkpoint's side */
+	struct kiln_config *c1 = cfg_from("[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\n"
+					  "[layer.loss]\ntype = softmax_xent\n");
+	char *t1 = kiln_ckpt_config_text(c1, reg);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", t0, t1, 0) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc] type is 'linear' in the checkpoint but absent here"),
+		      "%s", kiln_last_error());
+	free(t1);
+	kiln_config_free(c1);
+	/* a checkpoint's text is checksummed, not trusted: odd shapes are
+	 * differences, never crashes */
+	static const char *const odd[] = { "", ";", "; ", ";\n", "=", "[", "[x", "[x]\n= 1\n",
+					   "a =", "a=", " = b\n", ";x", "[run]\n;\n; a\n" };
+	for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
+		ck_assert(kiln_ckpt_config_check("ck.kiln", odd[i], t0, 0) == KILN_ECONFIG);
+	free(t0);
+	kiln_config_free(c0);
+}
+END_TEST
+
+/* ---- through the trainer ------------------------------------------------- */
+
+static int have_fashion(void)
+{
+	return access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0;
+}
+
+/* 640 samples, batch 32: 20 steps an epoch, 3 epochs = 60 steps. */
+static const char *cnn_ini =
+	"[run]\nseed = 5\nout_dir = %s\n"
+	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nshuffle = 1\n"
+	"crop = random\npad = 2\nflip = 1\nworkers = 2\n"
+	"[data.eval]\nlimit = 200\n"
+	"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
+	"[layer.bn]\ntype = batchnorm\n[layer.r]\ntype = relu\n"
+	"[layer.p]\ntype = maxpool\nkernel = 2\n"
+	"[layer.d]\ntype = dropout\np = 0.3\n"
+	"[layer.f]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
+	"[layer.loss]\ntype = softmax_xent\n"
+	"[train]\nepochs = 3\nbatch = 32\nlr = 0.05\nlog_every = 5\neval_batch = 128\n"
+	"schedule = %s\nwarmup = 4\n";
+
+static kiln_status train_run(const char *dir, const char *schedule, const char *const *ov,
+			     struct kiln_train_result *res)
+{
+	char ini[4096];
+	struct kiln_config *cfg;
+	snprintf(ini, sizeof ini, cnn_ini, dir, schedule);
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == 0);
+	for (; ov && *ov; ov++)
+		ck_assert_msg(kiln_config_override(cfg, *ov) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, reg) == 0, "%s", kiln_last_error());
+	kiln_status st = kiln_train(cfg, reg, NULL, NULL, res);
+	kiln_config_free(cfg);
+	return st;
+}
+
+static const char *const state_tags[] = { "params", "buffers", "optim.momentum", "step",
+					  "optim.step", NULL };
+
+/* The state sections of two checkpoint files are byte-identical. */
+static void same_state(const char *a, const char *b)
+{
+	struct kiln_ckpt *ca, *cb;
+	ck_assert_msg(kiln_ckpt_open(a, &ca) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_open(b, &cb) == 0, "%s", kiln_last_error());
+	for (int i = 0; state_tags[i]; i++) {
+		uint64_t na, nb;
+		ck_assert(kiln_ckpt_find(ca, state_tags[i], &na) == 0);
+		ck_assert(kiln_ckpt_find(cb, state_tags[i], &nb) == 0);
+		ck_assert_uint_eq(na, nb);
+		char *x = malloc(na + 1), *y = malloc(nb + 1);
+		ck_assert(kiln_ckpt_read(ca, state_tags[i], x, na) == 0);
+		ck_assert(kiln_ckpt_read(cb, state_tags[i], y, nb) == 0);
+		ck_assert_msg(memcmp(x, y, na) == 0, "section '%s' differs between %s and %s",
+			      state_tags[i], a, b);
+		free(x);
+		free(y);
+	}
+	struct kiln_ckpt_trainer ta, tb;
+	ck_assert(kiln_ckpt_trainer_get(ca, &ta) == 0 && kiln_ckpt_trainer_get(cb, &tb) == 0);
+	ck_assert(memcmp(&ta, &tb, sizeof ta) == 0);
+	kiln_ckpt_close(ca);
+	kiln_ckpt_close(cb);
+}
+
+static void tmpdir(char *dir, size_t n)
+{
+	snprintf(dir, n, "/tmp/kiln-ckpt-XXXXXX");
+	ck_assert(mkdtemp(dir) != NULL);
+}
+
+/* Uninterrupted 60 steps vs 25 (max_steps), then resumed to 60 with other
+ * safe keys (workers, log_every): the same final bytes. */
+START_TEST(test_resume_exact)
+{
+	char a[64], b[64], fa[200], fb[200];
+	struct kiln_train_result ra, r1, r2;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	tmpdir(a, sizeof a);
+	tmpdir(b, sizeof b);
+	const char *const full[] = { "train.checkpoint_every=1000", NULL };
+	ck_assert_msg(train_run(a, "constant", full, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(ra.steps, 60);
+	ck_assert_int_eq(ra.resumed_step, -1);
+	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-60.kiln", a);
+	ck_assert_str_eq(ra.checkpoint, fa);
+
+	const char *const part[] = { "train.checkpoint_every=1000", "train.max_steps=25", NULL };
+	ck_assert_msg(train_run(b, "constant", part, &r1) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r1.steps, 25);
+	const char *const rest[] = { "train.checkpoint_every=1000", "train.resume=1",
+				     "data.workers=1", "train.log_every=3", NULL };
+	ck_assert_msg(train_run(b, "constant", rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 25);
+	ck_assert_int_eq(r2.steps, 60);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-60.kiln", b);
+	same_state(fa, fb);
+	/* the last epoch's evaluation saw the same weights */
+	ck_assert(ra.test_loss == r2.test_loss && ra.test_acc == r2.test_acc);
+
+	/* kiln eval on the final checkpoint: the same numbers again */
+	char ini[4096];
+	struct kiln_config *cfg;
+	struct kiln_train_result re;
+	snprintf(ini, sizeof ini, cnn_ini, a, "constant");
+	cfg = cfg_from(ini);
+	ck_assert_msg(kiln_evaluate(cfg, reg, fa, &re) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(re.steps, 60);
+	ck_assert_int_eq(re.test_samples, 200);
+	ck_assert(re.test_loss == ra.test_loss && re.test_acc == ra.test_acc);
+	/* NULL: the newest of out_dir/checkpoints */
+	ck_assert_msg(kiln_evaluate(cfg, reg, NULL, &re) == 0, "%s", kiln_last_error());
+	ck_assert_str_eq(re.checkpoint, fa);
+	kiln_config_free(cfg);
+
+	/* a changed key that matters is refused, naming it */
+	const char *const changed[] = { "train.resume=1", "train.lr=0.06", NULL };
+	ck_assert(train_run(b, "constant", changed, &r2) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "[train] lr") &&
+			      strstr(kiln_last_error(), "ckpt-60.kiln"),
+		      "%s", kiln_last_error());
+}
+END_TEST
+
+static int stop_at;
+
+static void stop_progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
+{
+	(void)user, (void)status, (void)steps;
+	/* the step within the epoch; 20 an epoch */
+	if (step >= 0 && (epoch - 1) * 20 + step == stop_at)
+		kiln_train_request_stop();
+}
+
+/* A stop request mid-epoch (what SIGTERM does) under a cosine schedule
+ * with warmup: checkpoint, resume, the same bytes as uninterrupted. */
+START_TEST(test_stop_request)
+{
+	char a[64], b[64], fa[200], fb[200];
+	struct kiln_train_result ra, r1, r2;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	tmpdir(a, sizeof a);
+	tmpdir(b, sizeof b);
+	const char *const full[] = { "train.checkpoint_every=1000", NULL };
+	ck_assert_msg(train_run(a, "cosine", full, &ra) == 0, "%s", kiln_last_error());
+
+	char ini[4096];
+	struct kiln_config *cfg;
+	snprintf(ini, sizeof ini, cnn_ini, b, "cosine");
+	cfg = cfg_from(ini);
+	stop_at = 33;
+	ck_assert_msg(kiln_train(cfg, reg, stop_progress, NULL, &r1) == 0, "%s", kiln_last_error());
+	kiln_config_free(cfg);
+	ck_assert_int_eq(r1.stopped, 1);
+	ck_assert_int_eq(r1.steps, 33);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-33.kiln", b);
+	ck_assert_str_eq(r1.checkpoint, fb);
+	/* no checkpoint_every: only the stop's checkpoint */
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-30.kiln", b);
+	ck_assert(access(fb, F_OK) != 0);
+
+	const char *const rest[] = { "train.checkpoint_every=1000", "train.resume=1", NULL };
+	ck_assert_msg(train_run(b, "cosine", rest, &r2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 33);
+	ck_assert_int_eq(r2.stopped, 0);
+	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-60.kiln", a);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-60.kiln", b);
+	same_state(fa, fb);
+
+	/* a stop at the last step of an epoch: the resumed run evaluates the
+	 * epoch, then goes on */
+	char c[64];
+	tmpdir(c, sizeof c);
+	snprintf(ini, sizeof ini, cnn_ini, c, "cosine");
+	cfg = cfg_from(ini);
+	stop_at = 40;
+	ck_assert(kiln_train(cfg, reg, stop_progress, NULL, &r1) == 0);
+	kiln_config_free(cfg);
+	ck_assert_int_eq(r1.steps, 40);
+	ck_assert(train_run(c, "cosine", rest, &r2) == 0);
+	ck_assert_int_eq(r2.resumed_step, 40);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-60.kiln", c);
+	same_state(fa, fb);
+}
+END_TEST
+
+struct log_capture {
+	char text[8192];
+	size_t n;
+};
+
+static void capture(void *user, int level, const char *who, const char *msg)
+{
+	struct log_capture *c = user;
+	if (level <= KILN_LOG_WARN && c->n < sizeof c->text)
+		c->n += (size_t)snprintf(c->text + c->n, sizeof c->text - c->n, "[%s] %s\n", who, msg);
+}
+
+/* keep_last, and a corrupt newest checkpoint: reported, the previous one
+ * used, and the run still ends bit-identical. */
+START_TEST(test_fallback)
+{
+	char a[64], b[64], fa[200], fb[200];
+	struct kiln_train_result ra, r1, r2;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	tmpdir(a, sizeof a);
+	tmpdir(b, sizeof b);
+	const char *const full[] = { "train.checkpoint_every=1000", NULL };
+	ck_assert(train_run(a, "constant", full, &ra) == 0);
+
+	const char *const part[] = { "train.checkpoint_every=5", "train.max_steps=33", NULL };
+	ck_assert_msg(train_run(b, "constant", part, &r1) == 0, "%s", kiln_last_error());
+	/* 5, 10, ..., 30, then 33 (the last step): the newest 3 are left */
+	static const int kept[] = { 25, 30, 33 }, gone[] = { 5, 10, 15, 20 };
+	for (int i = 0; i < 3; i++) {
+		snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-%d.kiln", b, kept[i]);
+		ck_assert_msg(access(fb, F_OK) == 0, "%s missing", fb);
+	}
+	for (int i = 0; i < 4; i++) {
+		snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-%d.kiln", b, gone[i]);
+		ck_assert_msg(access(fb, F_OK) != 0, "%s kept", fb);
+	}
+	/* flip a byte in the middle of the newest; leave a stray temp file */
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-33.kiln", b);
+	size_t n;
+	char *bytes = slurp(fb, &n);
+	bytes[n / 2] ^= 0x10;
+	spit(fb, bytes, n);
+	free(bytes);
+	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-35.kiln.tmp", b);
+	spit(fa, "partial", 7);
+
+	struct log_capture cap = { .n = 0 };
+	kiln_log_set_sink(capture, &cap);
+	const char *const rest[] = { "train.checkpoint_every=1000", "train.resume=1", NULL };
+	kiln_status st = train_run(b, "constant", rest, &r2);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_msg(st == 0, "%s", kiln_last_error());
+	ck_assert_msg(strstr(cap.text, "ckpt-33.kiln") && strstr(cap.text, "checksum mismatch"),
+		      "no warning about the corrupt checkpoint: %s", cap.text);
+	ck_assert_int_eq(r2.resumed_step, 30);
+	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-60.kiln", a);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-60.kiln", b);
+	same_state(fa, fb);
+	/* the stray temp file went with the pruning */
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-35.kiln.tmp", b);
+	ck_assert(access(fb, F_OK) != 0);
+	/* metrics.jsonl continued: both runs' events are there */
+	snprintf(fb, sizeof fb, "%s/metrics.jsonl", b);
+	char *m = slurp(fb, &n);
+	m[n] = 0;
+	ck_assert(strstr(m, "\"event\":\"resume\"") != NULL);
+	ck_assert(strstr(m, "\"step\":5,") != NULL);
+	free(m);
+}
+END_TEST
+
+/* checkpoint_every or resume without out_dir is a config error. */
+START_TEST(test_needs_out_dir)
+{
+	struct kiln_train_result r;
+	const char *const ov[] = { "train.checkpoint_every=5", NULL };
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	ck_assert(train_run("", "constant", ov, &r) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "out_dir"), "%s", kiln_last_error());
+}
+END_TEST
+
+static Suite *make_ckpt_suite(void)
+{
+	Suite *s = suite_create("ckpt");
+	TCase *tc = tcase_create("format");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_roundtrip);
+	tcase_add_test(tc, test_other_model);
+	tcase_add_test(tc, test_truncated);
+	tcase_add_test(tc, test_flipped);
+	tcase_add_test(tc, test_not_checkpoints);
+	tcase_add_test(tc, test_config_check);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("resume");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_resume_exact);
+	tcase_add_test(tc, test_stop_request);
+	tcase_add_test(tc, test_fallback);
+	tcase_add_test(tc, test_needs_out_dir);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	setenv("GOMP_SPINCOUNT", "100000", 0);
+	if (kiln_registry_open(NULL, &reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		return 1;
+	}
+	const struct kiln_plugin *p;
+	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
+		fprintf(stderr, "skip: %s\n", kiln_last_error());
+		return 77;
+	}
+	SRunner *sr = srunner_create(make_ckpt_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	kiln_registry_close(reg);
+	return failed ? 1 : 0;
+}
