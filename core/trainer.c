@@ -273,6 +273,17 @@ static kiln_status prep_accumulate(struct trainer *t, int64_t acc, int64_t B)
 		op.f[0] = 1.0 / (double)acc;
 		if ((st = kiln_device_prepare(t->dev, &op, &t->grads_mean, NULL)))
 			return st;
+		/* backward never writes the alignment padding between tensors:
+		 * zero it once, so the add folds zeros into it */
+		void *fill;
+		if ((st = prep_fill(t->dev, (int64_t)t->m->n_elems, 0.0, &fill)))
+			return st;
+		struct kiln_op_args a = { .out = { t->grads_more } };
+		st = kiln_device_run(t->dev, fill, &a, t->compute);
+		kiln_status st2 = kiln_device_stream_sync(t->dev, t->compute);
+		kiln_device_plan_free(t->dev, fill);
+		if (st || st2)
+			return st ? st : st2;
 		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld)",
 			 (long long)acc, (long long)acc, (long long)(acc * B));
 	}

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/resume_kill.sh [REPEATS] - crash safety of checkpoints and resume.
 #
-# A small CNN on Fashion-MNIST (shuffle, random crop + flip, dropout,
+# A small CNN on Fashion-MNIST (AdamW, batch 16 x accumulate 2, warmup +
+# cosine, shuffle, random crop + flip, dropout,
 # batchnorm, 2 loader workers) trains 60 steps with a checkpoint every 2
 # steps.  Each repetition starts `kiln train --resume` and SIGKILLs it at a
 # random moment (often inside a checkpoint write), again and again, until a
@@ -79,8 +80,11 @@ out = 10
 type = softmax_xent
 [train]
 epochs = 3
-batch = 32
-lr = 0.05
+batch = 16
+accumulate = 2
+optimizer = adamw
+lr = 0.003
+weight_decay = 0.01
 schedule = cosine
 warmup = 4
 log_every = 5
@@ -88,7 +92,7 @@ eval_batch = 128
 checkpoint_every = 2
 keep_last = 2
 EOF
-STATE="params buffers optim.momentum step optim.step trainer"
+STATE="params buffers optim.exp_avg optim.exp_avg_sq step optim.step trainer"
 
 # a number in [0, $1) from /dev/urandom, scaled by 1000 (milliseconds)
 rand_ms() {
