@@ -104,6 +104,11 @@ struct trainer {
 	char *versions;
 	int64_t keep_last;
 	struct kiln_ckpt_trainer pos; /* where the run stands (trainer section) */
+	/* keep_best: the K best evaluations' checkpoints in ckdir/best */
+	int64_t keep_best;
+	int best_on_loss;
+	int n_best;
+	struct best { double v; int64_t step; char path[4200]; } *best;
 };
 
 static void phase(const struct trainer *t, int ph, int begin)
@@ -594,6 +599,7 @@ static void release(struct trainer *t, struct data *train, struct data *test,
 	kiln_data_scratch_free(&t->scratch);
 	free(t->config_text);
 	free(t->versions);
+	free(t->best);
 }
 
 /* Write a checkpoint of the state after the step that ended t->pos (a host
@@ -611,6 +617,47 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 	kiln_ckpt_prune(t->ckdir, t->keep_last);
 	jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "checkpoint", "step", (json_int_t)t->pos.step,
 			   "path", path));
+	return KILN_OK;
+}
+
+/* keep_best: after an evaluation, checkpoint the state if it is among the
+ * K best by best_metric so far (ckdir/best/ckpt-<step>.kiln), deleting the
+ * one it displaces.  Ties keep the earlier. */
+static kiln_status keep_best(struct trainer *t, double loss, double acc)
+{
+	if (!t->keep_best || !*t->ckdir)
+		return KILN_OK;
+	double v = t->best_on_loss ? -loss : acc;
+	int worst = -1;
+	if (t->n_best == t->keep_best) {
+		worst = 0;
+		for (int i = 1; i < t->n_best; i++)
+			if (t->best[i].v < t->best[worst].v ||
+			    (t->best[i].v == t->best[worst].v && t->best[i].step > t->best[worst].step))
+				worst = i;
+		if (!(v > t->best[worst].v))
+			return KILN_OK;
+	}
+	char dir[4300], path[4200];
+	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
+	if (mkdirs(dir))
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos };
+	kiln_status st = kiln_ckpt_save(dir, &meta, t->m, t->compute, path, sizeof path);
+	if (st)
+		return st;
+	struct best *b = &t->best[worst >= 0 ? worst : t->n_best++];
+	if (worst >= 0 && strcmp(b->path, path))
+		unlink(b->path);
+	b->v = v;
+	b->step = t->pos.step;
+	snprintf(b->path, sizeof b->path, "%s", path);
+	kiln_log(KILN_LOG_INFO, "train", "best %s %.4f at step %lld: %s",
+		 t->best_on_loss ? "loss" : "accuracy", t->best_on_loss ? -v : v,
+		 (long long)t->pos.step, path);
+	jsonl(t, json_pack("{s:s, s:I, s:f, s:s}", "event", "best", "step",
+			   (json_int_t)t->pos.step, t->best_on_loss ? "loss" : "acc",
+			   t->best_on_loss ? -v : v, "path", path));
 	return KILN_OK;
 }
 
@@ -817,6 +864,15 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			goto out;
 	}
 	t->pos = (struct kiln_ckpt_trainer){ 0, 0, 0, seed, 1, B, train.len };
+	kiln_config_get_int(cfg, "train", "keep_best", &t->keep_best);
+	{
+		const char *bm = kiln_config_get(cfg, "train", "best_metric");
+		t->best_on_loss = bm && !strcmp(bm, "loss");
+	}
+	if (t->keep_best && !(t->best = calloc((size_t)t->keep_best, sizeof *t->best))) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
 	if (*t->ckdir) {
 		if (!(t->config_text = kiln_ckpt_config_text(cfg, reg))) {
 			st = KILN_EIO;
@@ -836,6 +892,14 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		if (mkdirs(out_dir)) {
 			st = kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
 					strerror(errno));
+			goto out;
+		}
+		/* the resolved config (every key, defaults filled in) beside the
+		 * metrics: what this run was */
+		snprintf(path, sizeof path, "%s/config.ini", out_dir);
+		FILE *cf = fopen(path, "w");
+		if (!cf || kiln_config_write(cfg, (struct kiln_registry *)reg, cf) || fclose(cf)) {
+			st = kiln_error(KILN_EIO, "%s: cannot write the resolved config", path);
 			goto out;
 		}
 		snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
@@ -1065,6 +1129,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 						   "epoch", (json_int_t)ep + 1, "step", (json_int_t)step,
 						   "loss", res->test_loss, "acc", res->test_acc, "acc5",
 						   res->test_acc5, "samples", (json_int_t)test.len));
+				t->pos.epoch = ep;
+				t->pos.step = step;
+				t->pos.offset = (k + 1) * acc * B;
+				if ((st = keep_best(t, res->test_loss, res->test_acc)))
+					goto out;
 				if ((stop_early = stopper_update(&stopper, res->test_loss, res->test_acc)))
 					break;
 			}
@@ -1128,6 +1197,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 						   "epoch", (json_int_t)ep + 1, "step", (json_int_t)step,
 						   "loss", res->test_loss, "acc", res->test_acc, "acc5",
 						   res->test_acc5, "samples", (json_int_t)test.len));
+				t->pos.epoch = ep;
+				t->pos.step = step;
+				t->pos.offset = steps_per_epoch * acc * B;
+				if ((st = keep_best(t, res->test_loss, res->test_acc)))
+					goto out;
 				stop_early = stopper_update(&stopper, res->test_loss, res->test_acc);
 			}
 		}

@@ -547,6 +547,72 @@ static void tmpdir(char *dir, size_t n)
 	ck_assert(mkdtemp(dir) != NULL);
 }
 
+/* keep_best: evaluations every 5 steps, the 2 best by accuracy kept in
+ * checkpoints/best (the others deleted), each loadable by kiln_evaluate and
+ * giving that evaluation's accuracy; the resolved config is saved as
+ * out_dir/config.ini and loads. */
+START_TEST(test_keep_best)
+{
+	char a[64], path[300];
+	struct kiln_train_result ra, re;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	tmpdir(a, sizeof a);
+	const char *const ov[] = { "train.keep_best=2", "train.eval_every=5", "train.max_steps=30",
+				   NULL };
+	ck_assert_msg(train_run(a, "constant", ov, &ra) == 0, "%s", kiln_last_error());
+	/* the evaluations, from metrics.jsonl */
+	snprintf(path, sizeof path, "%s/metrics.jsonl", a);
+	FILE *f = fopen(path, "r");
+	ck_assert(f != NULL);
+	char line[1024];
+	double acc[16];
+	int64_t steps[16];
+	int n = 0;
+	while (fgets(line, sizeof line, f)) {
+		const char *e = strstr(line, "\"event\":\"eval\"");
+		const char *sp = strstr(line, "\"step\":"), *ap = strstr(line, "\"acc\":");
+		if (e && sp && ap && n < 16) {
+			steps[n] = atoll(sp + 7);
+			acc[n++] = atof(ap + 6);
+		}
+	}
+	fclose(f);
+	ck_assert_int_eq(n, 6);
+	/* the two best (earlier wins ties) */
+	int b0 = 0;
+	for (int i = 1; i < n; i++)
+		if (acc[i] > acc[b0])
+			b0 = i;
+	int b1 = b0 == 0 ? 1 : 0;
+	for (int i = 0; i < n; i++)
+		if (i != b0 && acc[i] > acc[b1])
+			b1 = i;
+	int found = 0;
+	for (int i = 0; i < n; i++) {
+		snprintf(path, sizeof path, "%s/checkpoints/best/ckpt-%lld.kiln", a, (long long)steps[i]);
+		int there = access(path, R_OK) == 0;
+		ck_assert_msg(there == (i == b0 || i == b1), "step %lld (acc %g): kept %d", (long long)steps[i],
+			      acc[i], there);
+		if (!there)
+			continue;
+		found++;
+		char ini[4096];
+		snprintf(ini, sizeof ini, cnn_ini, a, "constant");
+		struct kiln_config *cfg = cfg_from(ini);
+		ck_assert_msg(kiln_evaluate(cfg, reg, path, &re) == 0, "%s", kiln_last_error());
+		ck_assert_msg(fabs(re.test_acc - acc[i]) < 1e-9, "%s: acc %g, the run's %g", path,
+			      re.test_acc, acc[i]);
+		kiln_config_free(cfg);
+	}
+	ck_assert_int_eq(found, 2);
+	snprintf(path, sizeof path, "%s/config.ini", a);
+	struct kiln_config *saved;
+	ck_assert_msg(kiln_config_load(path, &saved) == 0, "%s", kiln_last_error());
+	ck_assert_str_eq(kiln_config_get(saved, "train", "keep_best"), "2");
+	kiln_config_free(saved);
+}
+END_TEST
+
 /* Uninterrupted 60 steps vs 25 (max_steps), then resumed to 60 with other
  * safe keys (workers, log_every): the same final bytes. */
 START_TEST(test_resume_exact)
@@ -759,6 +825,7 @@ static Suite *make_ckpt_suite(void)
 	tc = tcase_create("resume");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_resume_exact);
+	tcase_add_test(tc, test_keep_best);
 	tcase_add_test(tc, test_stop_request);
 	tcase_add_test(tc, test_fallback);
 	tcase_add_test(tc, test_needs_out_dir);
