@@ -269,7 +269,8 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 			if (!k) {
 				if (!reg && (is_prefixed(s->name, "layer.") ||
 					     is_prefixed(s->name, "plugin.") ||
-					     !strcmp(s->name, "data") || !strcmp(s->name, "data.eval")))
+					     !strcmp(s->name, "data") || !strcmp(s->name, "data.eval") ||
+					     !strcmp(s->name, "data.val")))
 					continue; /* checked once the registry is known */
 				suggest(e->key, base, ext, sug, sizeof sug);
 				list_keys(base, ext, list, sizeof list);
@@ -303,7 +304,7 @@ const char *kiln_config_get(const struct kiln_config *cfg, const char *section,
 	/* [data.eval] inherits what it does not set from [data], except the
 	 * keys that choose files or the split: evaluation must never read the
 	 * training files by inheritance. */
-	if (!strcmp(section, "data.eval") && !no_inherit(key) &&
+	if ((!strcmp(section, "data.eval") || !strcmp(section, "data.val")) && !no_inherit(key) &&
 	    (e = kiln_cfg_find_entry(kiln_cfg_find_section(cfg, "data"), key)) != NULL)
 		return e->value;
 	const struct kiln_key *k = lookup_key(cfg, section, key);
@@ -317,7 +318,7 @@ const char *kiln_config_where(const struct kiln_config *cfg, const char *section
 	struct entry *e = kiln_cfg_find_entry(s, key);
 	if (!key)
 		return s ? s->where : "command line";
-	if (!e && !strcmp(section, "data.eval") && !no_inherit(key))
+	if (!e && (!strcmp(section, "data.eval") || !strcmp(section, "data.val")) && !no_inherit(key))
 		e = kiln_cfg_find_entry(kiln_cfg_find_section(cfg, "data"), key);
 	return e ? e->where : "default";
 }
@@ -421,7 +422,9 @@ static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_re
 			  const char *name)
 {
 	const struct section *s = kiln_cfg_find_section(cfg, name);
-	const struct section *parent = strcmp(name, "data.eval") ? NULL : kiln_cfg_find_section(cfg, "data");
+	const struct section *parent = strcmp(name, "data.eval") && strcmp(name, "data.val")
+					       ? NULL
+					       : kiln_cfg_find_section(cfg, "data");
 	const struct kiln_key *ext = NULL;
 	int any = 0;
 	fprintf(f, "[%s]\n", name);
@@ -435,8 +438,12 @@ kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registr
 			      FILE *f)
 {
 	static const char *const order[] = { "run", "data", "data.eval", "model" };
-	for (size_t i = 0; i < KILN_ARRAY_LEN(order); i++)
+	for (size_t i = 0; i < KILN_ARRAY_LEN(order); i++) {
 		write_section(f, cfg, reg, order[i]);
+		/* [data.val] only when the config has one */
+		if (!strcmp(order[i], "data.eval") && kiln_cfg_find_section(cfg, "data.val"))
+			write_section(f, cfg, reg, "data.val");
+	}
 	for (int i = 0; i < cfg->n; i++)
 		if (is_prefixed(cfg->s[i].name, "layer."))
 			write_section(f, cfg, reg, cfg->s[i].name);

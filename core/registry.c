@@ -425,7 +425,8 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 		if ((st = kiln_registry_find(reg, KILN_PLUGIN_LAYER, type, &p)))
 			return kiln_error_wrap(KILN_ECONFIG, "%s: [%s]",
 					       kiln_config_where(cfg, section, "type"), section);
-	} else if (!strcmp(section, "data") || !strcmp(section, "data.eval")) {
+	} else if (!strcmp(section, "data") || !strcmp(section, "data.eval") ||
+		   !strcmp(section, "data.val")) {
 		const char *src = kiln_config_get(cfg, section, "source");
 		if (!src)
 			return KILN_OK;

@@ -14,8 +14,8 @@ kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_re
 	kiln_status st;
 
 	*out = NULL;
-	if (strcmp(section, "data") && strcmp(section, "data.eval"))
-		return kiln_error(KILN_EINVAL, "kiln_source_open: section '%s' is not data or data.eval",
+	if (strcmp(section, "data") && strcmp(section, "data.eval") && strcmp(section, "data.val"))
+		return kiln_error(KILN_EINVAL, "kiln_source_open: section '%s' is not data, data.eval or data.val",
 				  section);
 	if (!name || !*name)
 		return kiln_error(KILN_ECONFIG, "[%s] source is not set", section);

@@ -716,6 +716,9 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	struct trainer *t = &T;
 	struct data train = { 0 }, test = { 0 };
 	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
+	struct data val = { 0 };     /* [data.val], when the config has one */
+	struct kiln_plan *pvrem = NULL;
+	int have_val = 0;
 	int64_t *perm = NULL, *order = NULL;
 	kiln_status st;
 	int64_t seed = 0, epochs = 10, B = 128, EB = 0, log_every = 100, max_steps = 0, acc = 1;
@@ -728,6 +731,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 
 	memset(res, 0, sizeof *res);
 	res->test_loss = res->test_acc = -1;
+	res->val_loss = res->val_acc = -1;
 	kiln_config_get_int(cfg, "run", "seed", &seed);
 	kiln_config_get_int(cfg, "train", "epochs", &epochs);
 	kiln_config_get_int(cfg, "train", "batch", &B);
@@ -762,6 +766,17 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		goto out;
 	}
 
+	{
+		int det = 0;
+		int64_t threads = 0;
+		kiln_config_get_bool(cfg, "run", "deterministic", &det);
+		kiln_config_get_int(cfg, "run", "threads", &threads);
+		if (det && !threads) {
+			st = kiln_error(KILN_ECONFIG, "%s: [run] deterministic = 1 needs a fixed [run] threads (0 = all cores makes the result depend on the machine)",
+					kiln_config_where(cfg, "run", "deterministic"));
+			goto out;
+		}
+	}
 	if ((st = kiln_profile_open(cfg, &t->prof)) ||
 	    (st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
 		goto out;
@@ -771,6 +786,14 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		goto out;
 	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", 0, &test)))
 		goto out;
+	for (int i = 0; do_eval && kiln_config_section(cfg, i); i++)
+		have_val |= !strcmp(kiln_config_section(cfg, i), "data.val");
+	if (have_val && (st = open_data(cfg, reg, "data.val", "val", 0, &val)))
+		goto out;
+	if (have_val && memcmp(&val.ds.sample, &train.ds.sample, sizeof train.ds.sample)) {
+		st = kiln_error(KILN_EDATA, "[data.val] samples differ in shape from [data]'s: give both the same `size` (and `channels`)");
+		goto out;
+	}
 	if (do_eval && memcmp(&test.ds.sample, &train.ds.sample, sizeof train.ds.sample)) {
 		char a[128], b[128];
 		kiln_tensor_desc_str(&train.ds.sample, a, sizeof a);
@@ -813,6 +836,9 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		if ((st = kiln_model_plan(t->m, EB, 0, &peval)))
 			goto out;
 		if (test.len % EB && (st = kiln_model_plan(t->m, test.len % EB, 0, &prem)))
+			goto out;
+		if (have_val && val.len % EB && val.len % EB != test.len % EB &&
+		    (st = kiln_model_plan(t->m, val.len % EB, 0, &pvrem)))
 			goto out;
 	}
 	{
@@ -934,11 +960,15 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			if (do_eval && (st = kiln_loader_open(t->dev, &test.ds, EB, workers,
 							       (int)prefetch, &test.loader)))
 				goto out;
-			if (do_eval && !(t->eval_order = malloc(sizeof(int64_t) * (size_t)test.len))) {
+			if (have_val && (st = kiln_loader_open(t->dev, &val.ds, EB, workers,
+							       (int)prefetch, &val.loader)))
+				goto out;
+			int64_t n_order = have_val && val.len > test.len ? val.len : test.len;
+			if (do_eval && !(t->eval_order = malloc(sizeof(int64_t) * (size_t)n_order))) {
 				st = kiln_error(KILN_ENOMEM, "out of memory");
 				goto out;
 			}
-			for (int64_t i = 0; do_eval && i < test.len; i++)
+			for (int64_t i = 0; do_eval && i < n_order; i++)
 				t->eval_order[i] = i;
 			kiln_log(KILN_LOG_INFO, "data", "%d loader worker(s), %lld batch(es) ahead",
 				 workers, (long long)prefetch);
@@ -957,6 +987,15 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				(long long)B, (long long)acc, (long long)train.len);
 		goto out;
 	}
+	/* the evaluations during training: [data.val] when there is one, else
+	 * [data.eval] */
+	struct data *ev = have_val ? &val : &test;
+	struct kiln_plan *ev_rem = !have_val ? prem : pvrem ? pvrem : prem;
+	double *ev_loss = have_val ? &res->val_loss : &res->test_loss;
+	double *ev_acc = have_val ? &res->val_acc : &res->test_acc;
+	double *ev_acc5 = have_val ? &res->val_acc5 : &res->test_acc5;
+	int64_t *ev_samples = have_val ? &res->val_samples : &res->test_samples;
+	const char *ev_name = have_val ? "val" : "test";
 	/* where the run starts: 0, or the checkpoint's epoch, step and offset
 	 * (offset = steps_per_epoch * acc * B: only the epoch's evaluation is left) */
 	const int64_t ep0 = t->pos.epoch, off0 = t->pos.offset, step0 = t->pos.step;
@@ -1118,23 +1157,22 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			if (t->prof)
 				kiln_profile_step(t->prof, 0);
 			if (do_eval && eval_every && step % eval_every == 0) {
-				if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss,
-						   &res->test_acc, &res->test_acc5)))
+				if ((st = evaluate(t, ev, peval, ev_rem, EB, ev_loss, ev_acc, ev_acc5)))
 					goto out;
-				res->test_samples = test.len;
+				*ev_samples = ev->len;
 				kiln_device_counters_get(t->dev, &c_prev);
-				kiln_log(KILN_LOG_INFO, "train", "step %lld: test loss %.4f acc %.4f top-5 %.4f",
-					 (long long)step, res->test_loss, res->test_acc, res->test_acc5);
-				jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:I}", "event", "eval",
-						   "epoch", (json_int_t)ep + 1, "step", (json_int_t)step,
-						   "loss", res->test_loss, "acc", res->test_acc, "acc5",
-						   res->test_acc5, "samples", (json_int_t)test.len));
+				kiln_log(KILN_LOG_INFO, "train", "step %lld: %s loss %.4f acc %.4f top-5 %.4f",
+					 (long long)step, ev_name, *ev_loss, *ev_acc, *ev_acc5);
+				jsonl(t, json_pack("{s:s, s:s, s:I, s:I, s:f, s:f, s:f, s:I}", "event", "eval",
+						   "set", ev_name, "epoch", (json_int_t)ep + 1, "step",
+						   (json_int_t)step, "loss", *ev_loss, "acc", *ev_acc, "acc5",
+						   *ev_acc5, "samples", (json_int_t)ev->len));
 				t->pos.epoch = ep;
 				t->pos.step = step;
 				t->pos.offset = (k + 1) * acc * B;
-				if ((st = keep_best(t, res->test_loss, res->test_acc)))
+				if ((st = keep_best(t, *ev_loss, *ev_acc)))
 					goto out;
-				if ((stop_early = stopper_update(&stopper, res->test_loss, res->test_acc)))
+				if ((stop_early = stopper_update(&stopper, *ev_loss, *ev_acc)))
 					break;
 			}
 			/* a checkpoint after this step: every checkpoint_every steps,
@@ -1183,26 +1221,25 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			/* per epoch; or, with eval_every, the run's last step */
 			double ev_t0 = now_s();
 			if (!(stop_early && eval_every) &&
-			    (st = evaluate(t, &test, peval, prem, EB, &res->test_loss, &res->test_acc,
-					   &res->test_acc5)))
+			    (st = evaluate(t, ev, peval, ev_rem, EB, ev_loss, ev_acc, ev_acc5)))
 				goto out;
-			res->eval_samples_per_s = (double)test.len / (now_s() - ev_t0);
+			res->eval_samples_per_s = (double)ev->len / (now_s() - ev_t0);
 			/* evaluation syncs are log points too */
 			kiln_device_counters_get(t->dev, &c_prev);
-			res->test_samples = test.len;
-			snprintf(msg + n, sizeof msg - (size_t)n, ", test loss %.4f acc %.4f top-5 %.4f",
-				 res->test_loss, res->test_acc, res->test_acc5);
+			*ev_samples = ev->len;
+			snprintf(msg + n, sizeof msg - (size_t)n, ", %s loss %.4f acc %.4f top-5 %.4f",
+				 ev_name, *ev_loss, *ev_acc, *ev_acc5);
 			if (!eval_every) {
-				jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:I}", "event", "eval",
-						   "epoch", (json_int_t)ep + 1, "step", (json_int_t)step,
-						   "loss", res->test_loss, "acc", res->test_acc, "acc5",
-						   res->test_acc5, "samples", (json_int_t)test.len));
+				jsonl(t, json_pack("{s:s, s:s, s:I, s:I, s:f, s:f, s:f, s:I}", "event", "eval",
+						   "set", ev_name, "epoch", (json_int_t)ep + 1, "step",
+						   (json_int_t)step, "loss", *ev_loss, "acc", *ev_acc, "acc5",
+						   *ev_acc5, "samples", (json_int_t)ev->len));
 				t->pos.epoch = ep;
 				t->pos.step = step;
 				t->pos.offset = steps_per_epoch * acc * B;
-				if ((st = keep_best(t, res->test_loss, res->test_acc)))
+				if ((st = keep_best(t, *ev_loss, *ev_acc)))
 					goto out;
-				stop_early = stopper_update(&stopper, res->test_loss, res->test_acc);
+				stop_early = stopper_update(&stopper, *ev_loss, *ev_acc);
 			}
 		}
 		if (progress)
@@ -1217,9 +1254,23 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			break;
 		}
 	}
+	if (have_val && !stopping) {
+		/* the test set, once, with the final weights */
+		if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss, &res->test_acc,
+				   &res->test_acc5)))
+			goto out;
+		res->test_samples = test.len;
+		kiln_log(KILN_LOG_INFO, "train", "final test loss %.4f acc %.4f top-5 %.4f",
+			 res->test_loss, res->test_acc, res->test_acc5);
+		jsonl(t, json_pack("{s:s, s:s, s:I, s:f, s:f, s:f, s:I}", "event", "eval", "set",
+				   "test", "step", (json_int_t)step, "loss", res->test_loss, "acc",
+				   res->test_acc, "acc5", res->test_acc5, "samples",
+				   (json_int_t)test.len));
+	}
 	res->steps = step;
 	res->stopped = stopping;
-	res->data_skipped = atomic_load(&train.ds.skipped) + atomic_load(&test.ds.skipped);
+	res->data_skipped = atomic_load(&train.ds.skipped) + atomic_load(&test.ds.skipped) +
+			    (have_val ? atomic_load(&val.ds.skipped) : 0);
 	res->data_wait_s = kiln_loader_wait_s(train.loader);
 	if (res->data_skipped)
 		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced (on_error = skip)",
@@ -1239,7 +1290,17 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				   "wall_s", res->wall_s));
 	st = kiln_device_stream_sync(t->dev, t->compute);
 out:
+	if (t->dev) {
+		if (t->compute)
+			kiln_device_stream_sync(t->dev, t->compute);
+		if (t->copy)
+			kiln_device_stream_sync(t->dev, t->copy);
+	}
+	kiln_loader_close(val.loader); /* uses the device's staging memory */
+	val.loader = NULL;
+	kiln_plan_free(pvrem);
 	release(t, &train, &test, ptrain, peval, prem);
+	close_data(&val);
 	free(perm);
 	free(order);
 	return st;

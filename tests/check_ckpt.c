@@ -547,6 +547,30 @@ static void tmpdir(char *dir, size_t n)
 	ck_assert(mkdtemp(dir) != NULL);
 }
 
+/* deterministic = 1: two whole runs (AdamW, accumulation, dropout, random
+ * crops and flips, 2 loader workers, the asynchronous device) end with
+ * byte-identical state; without a fixed thread count it is refused. */
+START_TEST(test_deterministic)
+{
+	char a[64], b[64], fa[200], fb[200];
+	struct kiln_train_result ra, rb;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	tmpdir(a, sizeof a);
+	tmpdir(b, sizeof b);
+	const char *const ov[] = { "train.checkpoint_every=1000", "run.deterministic=1",
+				   "run.threads=2", "plugin.cpu.async=1", "train.max_steps=30", NULL };
+	ck_assert_msg(train_run(a, "cosine", ov, &ra) == 0, "%s", kiln_last_error());
+	ck_assert_msg(train_run(b, "cosine", ov, &rb) == 0, "%s", kiln_last_error());
+	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-30.kiln", a);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-30.kiln", b);
+	same_state(fa, fb);
+	ck_assert(ra.test_loss == rb.test_loss && ra.train_loss == rb.train_loss);
+	const char *const bad[] = { "run.deterministic=1", "run.threads=0", NULL };
+	ck_assert_int_eq(train_run(a, "cosine", bad, &ra), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "deterministic"), "%s", kiln_last_error());
+}
+END_TEST
+
 /* keep_best: evaluations every 5 steps, the 2 best by accuracy kept in
  * checkpoints/best (the others deleted), each loadable by kiln_evaluate and
  * giving that evaluation's accuracy; the resolved config is saved as
@@ -826,6 +850,7 @@ static Suite *make_ckpt_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_resume_exact);
 	tcase_add_test(tc, test_keep_best);
+	tcase_add_test(tc, test_deterministic);
 	tcase_add_test(tc, test_stop_request);
 	tcase_add_test(tc, test_fallback);
 	tcase_add_test(tc, test_needs_out_dir);

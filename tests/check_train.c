@@ -668,6 +668,40 @@ START_TEST(test_eval_every_early_stop)
 }
 END_TEST
 
+
+/* [data.val]: the evaluations during training run on it (300 samples of
+ * the test files here), early stopping watches it, and [data.eval] (500) is
+ * evaluated once at the end. */
+START_TEST(test_data_val)
+{
+	char ini[2048];
+	struct kiln_train_result res;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, mlp_ini, "", 2, 5, 0);
+	strcat(ini, "[data.val]\nimages = t10k-images-idx3-ubyte.gz\nlabels = t10k-labels-idx1-ubyte.gz\n"
+		    "limit = 300\n[data.eval]\nlimit = 500\n");
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(res.val_samples, 300);
+	ck_assert_int_eq(res.test_samples, 500);
+	ck_assert(res.val_acc > 0.5 && res.test_acc > 0.5);
+	ck_assert(res.val_acc5 >= res.val_acc);
+	kiln_config_free(cfg);
+	/* without [data.val] the evaluations are [data.eval]'s, as before */
+	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
+	strcat(ini, "[data.eval]\nlimit = 500\n");
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
+	ck_assert(kiln_train(cfg, reg, NULL, NULL, &res) == 0);
+	ck_assert_int_eq(res.val_samples, 0);
+	ck_assert(res.val_acc == -1);
+	ck_assert_int_eq(res.test_samples, 500);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 /* A small CNN through the whole trainer in both layouts: training, then
  * evaluation with a remainder batch (inference plans of every layer type,
  * pooling without its training state). */
@@ -727,6 +761,7 @@ static Suite *make_train_suite(void)
 	tcase_add_test(tc, test_accumulate);
 	tcase_add_test(tc, test_skip_nonfinite);
 	tcase_add_test(tc, test_eval_every_early_stop);
+	tcase_add_test(tc, test_data_val);
 	suite_add_tcase(s, tc);
 	return s;
 }
