@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void on_stop_signal(int sig)
@@ -37,7 +38,19 @@ static void install_stop_handlers(void)
 struct bar {
 	int tty;
 	int last_pct;
+	int64_t samples_per_step; /* batch x accumulate */
+	int64_t epochs;
+	int epoch;                /* the epoch the rate is measured over */
+	int64_t step0;            /* its first step seen, and when */
+	double t0, last_draw;
 };
+
+static double mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void progress(void *user, int epoch, int64_t step, int64_t steps, const char *status)
 {
@@ -58,17 +71,33 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 	static char last_status[128];
 	if (status)
 		snprintf(last_status, sizeof last_status, "%s", status);
+	double now = mono_now();
+	if (epoch != b->epoch) {
+		b->epoch = epoch;
+		b->step0 = step;
+		b->t0 = now;
+	}
 	int pct = (int)(100 * step / (steps ? steps : 1));
-	if (pct == b->last_pct && !status)
+	if (pct == b->last_pct && !status && now - b->last_draw < 1.0)
 		return;
 	b->last_pct = pct;
+	b->last_draw = now;
+	/* samples/s over this epoch so far, and the time the run has left */
+	char rate[96] = "";
+	double dt = now - b->t0;
+	if (step > b->step0 && dt > 0) {
+		double sps = (double)(step - b->step0) / dt;
+		double left = ((double)(b->epochs - epoch) * (double)steps + (double)(steps - step)) / sps;
+		snprintf(rate, sizeof rate, " %.0f samples/s ETA %d:%02d", sps * (double)b->samples_per_step,
+			 (int)(left / 60), (int)left % 60);
+	}
 	char bar[31];
 	int fill = pct * 30 / 100;
 	for (int i = 0; i < 30; i++)
 		bar[i] = i < fill ? '#' : '.';
 	bar[30] = 0;
-	fprintf(stderr, "\r\033[Kepoch %d [%s] %3d%% %lld/%lld %s", epoch, bar, pct, (long long)step,
-		(long long)steps, last_status);
+	fprintf(stderr, "\r\033[Kepoch %d [%s] %3d%% %lld/%lld %s%s", epoch, bar, pct, (long long)step,
+		(long long)steps, last_status, rate);
 	fflush(stderr);
 }
 
@@ -119,8 +148,15 @@ int cmd_train(int argc, char **argv)
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	struct kiln_train_result r;
-	struct bar b = { isatty(2), -1 };
+	struct bar b = { .tty = isatty(2), .last_pct = -1, .epochs = 10 };
 	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
+	if (!st) {
+		int64_t batch = 128, acc = 1;
+		kiln_config_get_int(cfg, "train", "batch", &batch);
+		kiln_config_get_int(cfg, "train", "accumulate", &acc);
+		kiln_config_get_int(cfg, "train", "epochs", &b.epochs);
+		b.samples_per_step = batch * acc;
+	}
 	install_stop_handlers();
 	if (!st)
 		st = kiln_train(cfg, reg, progress, &b, &r);
