@@ -7,6 +7,18 @@
 #include <string.h>
 #include <time.h>
 
+/* f32 to bf16, round to nearest even (NaN stays a quiet NaN): the same
+ * rounding as the devices' KILN_OP_CAST. */
+static uint16_t to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
 static int64_t mono_ns(void)
 {
 	struct timespec ts;
@@ -17,6 +29,7 @@ static int64_t mono_ns(void)
 void kiln_data_scratch_free(struct kiln_data_scratch *s)
 {
 	free(s->img.data);
+	free(s->f32);
 	kiln_xform_scratch_free(&s->xs);
 	memset(s, 0, sizeof *s);
 }
@@ -85,8 +98,16 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 		 * model's input is described alike in both layouts */
 		d->xf.nhwc = 0;
 		int64_t dims[3] = { d->xf.out_c, d->xf.out_h, d->xf.out_w };
-		kiln_tensor_desc_init(&d->sample, d->xf.out_dtype, 3, dims);
+		const char *dt = kiln_config_get(cfg, section, "dtype");
+		d->bf16 = dt && !strcmp(dt, "bf16");
+		if (d->bf16 && d->xf.out_dtype != KILN_F32)
+			return kiln_error(KILN_ECONFIG, "%s: [%s] dtype = bf16 is for transform_on = host (with transform_on = device the workers ship u8 pixels, which are smaller still)",
+					  kiln_config_where(cfg, section, "dtype"), section);
+		kiln_tensor_desc_init(&d->sample, d->bf16 ? KILN_BF16 : d->xf.out_dtype, 3, dims);
 	} else {
+		if (strcmp(kiln_config_where(cfg, section, "dtype"), "default"))
+			return kiln_error(KILN_ECONFIG, "%s: [%s] dtype: source '%s' hands over finished f32 samples; dtype = bf16 needs a source with images",
+					  kiln_config_where(cfg, section, "dtype"), section, name);
 		for (int i = 0; image_keys[i]; i++)
 			if (strcmp(kiln_config_where(cfg, section, image_keys[i]), "default"))
 				return kiln_error(KILN_ECONFIG, "%s: [%s] %s: source '%s' hands over finished samples, not images; transforms need a source with images",
@@ -177,8 +198,24 @@ static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, vo
 		}
 		int64_t t1 = mono_ns();
 		atomic_fetch_add(&d->read_ns, t1 - t0);
-		if ((st = kiln_xform_apply(&d->xf, img, d->seed, epoch, j, out, &s->xs)))
+		if (d->bf16) {
+			/* transform in f32, then round to bf16 (nearest even) */
+			const size_t n = d->sample_bytes / 2;
+			if (s->f32_cap < n) {
+				float *f = realloc(s->f32, n * sizeof(float));
+				if (!f)
+					return kiln_error(KILN_ENOMEM, "out of memory");
+				s->f32 = f;
+				s->f32_cap = n;
+			}
+			if ((st = kiln_xform_apply(&d->xf, img, d->seed, epoch, j, s->f32, &s->xs)))
+				return st;
+			uint16_t *o = out;
+			for (size_t i = 0; i < n; i++)
+				o[i] = to_bf16(s->f32[i]);
+		} else if ((st = kiln_xform_apply(&d->xf, img, d->seed, epoch, j, out, &s->xs))) {
 			return st;
+		}
 		atomic_fetch_add(&d->xform_ns, mono_ns() - t1);
 	}
 	if (*y < 0 || *y >= d->classes)

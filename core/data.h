@@ -37,6 +37,7 @@ struct kiln_dataset {
 	int64_t len;               /* after [data] limit */
 	int64_t classes;
 	int use_image;             /* read_image + transforms, else read() */
+	int bf16;                  /* [data] dtype = bf16: samples rounded to bf16 */
 	struct kiln_xform xf;
 	struct kiln_tensor_desc sample; /* one sample as staged: f32 [C,H,W], or u8 */
 	size_t sample_bytes;
@@ -54,6 +55,8 @@ struct kiln_dataset {
 struct kiln_data_scratch {
 	struct kiln_image img;
 	struct kiln_xform_scratch xs;
+	float *f32;        /* [data] dtype = bf16: the f32 sample before rounding */
+	size_t f32_cap;
 };
 void kiln_data_scratch_free(struct kiln_data_scratch *s);
 

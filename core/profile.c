@@ -114,6 +114,7 @@ static const char *op_name(int type)
 		[KILN_OP_ADAMW] = "adamw",
 		[KILN_OP_LAMB] = "lamb",
 		[KILN_OP_GRAD_CLIP] = "grad_clip",
+		[KILN_OP_CAST] = "cast",
 	};
 	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
 		return names[type];

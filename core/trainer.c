@@ -160,9 +160,10 @@ static kiln_status normalize_on_device(struct trainer *t, struct data *d, const 
 		int64_t dims[4] = { rows, d->ds.sample.dims[0], d->ds.sample.dims[1],
 				    d->ds.sample.dims[2] };
 		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_NORMALIZE_U8;
+		/* bf16 samples are widened; u8 ones normalised */
+		op.type = d->ds.sample.dtype == KILN_BF16 ? KILN_OP_CAST : KILN_OP_NORMALIZE_U8;
 		op.n_in = op.n_out = 1;
-		kiln_tensor_desc_init(&op.in[0], KILN_U8, 4, dims);
+		kiln_tensor_desc_init(&op.in[0], d->ds.sample.dtype, 4, dims);
 		kiln_tensor_desc_init(&op.out[0], KILN_F32, 4, dims);
 		op.in[0].layout = op.out[0].layout = KILN_NCHW;
 		for (int c = 0; c < 3; c++) {
@@ -411,7 +412,7 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 	t->slot_used[s] = 1;
 	*slot_out = s;
 	*x_out = t->x_dev[s];
-	if (d->ds.sample.dtype == KILN_U8) {
+	if (d->ds.sample.dtype != KILN_F32) {
 		if ((st = normalize_on_device(t, d, t->x_dev[s], rows)))
 			return st;
 		*x_out = t->x_norm;
@@ -862,12 +863,13 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	int64_t rows = do_eval && EB > B ? EB : B;
 	t->sample_bytes = train.ds.sample_bytes;
 	t->x_bytes = (size_t)rows * t->sample_bytes;
-	if (train.ds.sample.dtype == KILN_U8) {
+	if (train.ds.sample.dtype != KILN_F32) {
 		t->norm_bytes = (size_t)rows * kiln_tensor_bytes(&train.input);
 		if ((st = kiln_device_alloc(t->dev, t->norm_bytes, &t->x_norm)))
 			goto out;
-		kiln_log(KILN_LOG_INFO, "data", "transform_on = device: %zu-byte u8 samples copied, normalised on the device",
-			 t->sample_bytes);
+		kiln_log(KILN_LOG_INFO, "data", "%zu-byte %s samples copied, %s on the device",
+			 t->sample_bytes, kiln_dtype_name(train.ds.sample.dtype),
+			 train.ds.sample.dtype == KILN_U8 ? "normalised" : "widened to f32");
 	}
 	for (int s = 0; s < SLOTS; s++)
 		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
@@ -1381,7 +1383,7 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
 	}
 	t->sample_bytes = test.ds.sample_bytes;
 	t->x_bytes = (size_t)EB * t->sample_bytes;
-	if (test.ds.sample.dtype == KILN_U8) {
+	if (test.ds.sample.dtype != KILN_F32) {
 		t->norm_bytes = (size_t)EB * kiln_tensor_bytes(&test.input);
 		if ((st = kiln_device_alloc(t->dev, t->norm_bytes, &t->x_norm)))
 			goto out;

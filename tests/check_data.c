@@ -488,6 +488,70 @@ START_TEST(test_resume_position)
 }
 END_TEST
 
+/* dtype = bf16: each element is the f32 sample rounded to nearest even
+ * (half the bytes), and the device's CAST widens it back exactly. */
+START_TEST(test_bf16_samples)
+{
+	char ini[1024];
+	struct rig h, d;
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "");
+	ck_assert(rig_open(&h, ini) == 0);
+	snprintf(ini, sizeof ini, aug_ini, "dtype = bf16");
+	ck_assert_msg(rig_open(&d, ini) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(d.d.sample.dtype, KILN_BF16);
+	ck_assert_int_eq(h.d.sample_bytes, 2 * d.d.sample_bytes);
+	enum { B = 8 };
+	int64_t idx[B];
+	for (int i = 0; i < B; i++)
+		idx[i] = i * 5 + 1;
+	const int64_t n = B * 28 * 28;
+	float *xf = malloc(h.d.sample_bytes * B), *back = malloc(h.d.sample_bytes * B);
+	uint16_t *xb = malloc(d.d.sample_bytes * B);
+	int32_t y[B];
+	struct kiln_data_scratch scr;
+	memset(&scr, 0, sizeof scr);
+	ck_assert(kiln_dataset_read_rows(&h.d, 2, idx, B, xf, y, &scr) == 0);
+	ck_assert(kiln_dataset_read_rows(&d.d, 2, idx, B, xb, y, &scr) == 0);
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &xf[i], 4);
+		uint16_t want = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+		ck_assert_msg(xb[i] == want, "element %lld: bf16 %04x, want %04x (f32 %g)", (long long)i,
+			      xb[i], want, xf[i]);
+	}
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CAST;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_BF16, 1, &n);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &n);
+	void *plan, *db, *df;
+	ck_assert_msg(kiln_device_prepare(d.dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_alloc(d.dev, (size_t)n * 2, &db) == 0);
+	ck_assert(kiln_device_alloc(d.dev, (size_t)n * 4, &df) == 0);
+	ck_assert(kiln_device_copy_async(d.dev, db, xb, (size_t)n * 2, KILN_COPY_H2D, d.copy) == 0);
+	struct kiln_op_args a = { .in = { db }, .out = { df } };
+	ck_assert(kiln_device_run(d.dev, plan, &a, d.copy) == 0);
+	ck_assert(kiln_device_copy_async(d.dev, back, df, (size_t)n * 4, KILN_COPY_D2H, d.copy) == 0);
+	ck_assert(kiln_device_stream_sync(d.dev, d.copy) == 0);
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)xb[i] << 16;
+		float want;
+		memcpy(&want, &u, 4);
+		ck_assert(back[i] == want);
+		ck_assert(fabsf(back[i] - xf[i]) <= fabsf(xf[i]) / 256.0f);
+	}
+	kiln_device_plan_free(d.dev, plan);
+	kiln_device_free(d.dev, db);
+	kiln_device_free(d.dev, df);
+	kiln_data_scratch_free(&scr);
+	free(xf), free(xb), free(back);
+	rig_close(&h);
+	rig_close(&d);
+}
+END_TEST
+
 START_TEST(test_workers_key)
 {
 	int w;
@@ -533,6 +597,7 @@ static Suite *make_suite(void)
 	tcase_add_test(tc, test_cache_ram);
 	tcase_add_test(tc, test_on_error);
 	tcase_add_test(tc, test_normalize_on_device);
+	tcase_add_test(tc, test_bf16_samples);
 	tcase_add_test(tc, test_transform_needs_images);
 	tcase_add_test(tc, test_workers_auto_probe);
 	tcase_add_test(tc, test_resume_position);

@@ -347,6 +347,10 @@ enum kiln_op_type {
 	 * clip_grad_norm_); then with f[1] > 0 each is clamped to
 	 * [-f[1], f[1]] (clip_grad_value_). */
 	KILN_OP_GRAD_CLIP = 33,
+	/* out0 = in0 converted elementwise between f32 and bf16 (either way;
+	 * same element count; f32 to bf16 rounds to nearest even, NaN stays
+	 * NaN): bf16 samples ([data] dtype = bf16) widened on the device. */
+	KILN_OP_CAST = 34,
 	KILN_OP_TYPE_COUNT
 };
 

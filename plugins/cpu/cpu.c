@@ -64,6 +64,7 @@ const char *cpu_op_name(int type)
 		[KILN_OP_MUL] = "MUL",
 		[KILN_OP_LR_SCHEDULE] = "LR_SCHEDULE",
 		[KILN_OP_GRAD_CLIP] = "GRAD_CLIP",
+		[KILN_OP_CAST] = "CAST",
 		[KILN_OP_ADAMW] = "ADAMW",
 		[KILN_OP_LAMB] = "LAMB",
 	};

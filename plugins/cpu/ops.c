@@ -224,6 +224,28 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 	return KILN_OK;
 }
 
+static uint16_t cpu_bf16(float f);
+
+/* See KILN_OP_CAST in plugin.h. */
+static kiln_status cpu_cast(const struct cpu_plan *p, const struct kiln_op_args *a,
+			    struct cpu_err *e)
+{
+	(void)e;
+	if (p->op.in[0].dtype == KILN_BF16) {
+		const uint16_t *x = a->in[0];
+		float *y = a->out[0];
+		CPU_SPANS(p->n, b, en, for (int64_t i = b; i < en; i++) {
+			uint32_t u = (uint32_t)x[i] << 16;
+			memcpy(&y[i], &u, 4);
+		});
+	} else {
+		const float *x = a->in[0];
+		uint16_t *y = a->out[0];
+		CPU_SPANS(p->n, b, en, for (int64_t i = b; i < en; i++) y[i] = cpu_bf16(x[i]));
+	}
+	return KILN_OK;
+}
+
 /* See KILN_OP_GRAD_CLIP in plugin.h. */
 CPU_CLONES static double sumsq_span(const float *g, int64_t n)
 {
@@ -592,6 +614,7 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_ADD: need_in = 2; need_out = 1; p->kernel = cpu_add; break;
 	case KILN_OP_MUL: need_in = 2; need_out = 1; p->kernel = cpu_mul; break;
 	case KILN_OP_NORMALIZE_U8: need_in = 1; need_out = 1; p->kernel = cpu_normalize_u8; break;
+	case KILN_OP_CAST: need_in = 1; need_out = 1; p->kernel = cpu_cast; break;
 	default:
 		return c->host->error(KILN_ENOTSUP, "cpu: unknown op type %d", op->type);
 	}
@@ -649,6 +672,14 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		if (!(op->f[1] >= 0 && op->f[1] <= 1))
 			return cpu_bad(c, op, KILN_EINVAL, "label smoothing f[1] outside [0, 1]");
 		p->sz[0] = cpu_numel(&op->out[1]); /* 3: also count top-5 */
+		return KILN_OK;
+	}
+	if (op->type == KILN_OP_CAST) {
+		p->n = cpu_numel(&op->out[0]);
+		const int di = op->in[0].dtype, dout = op->out[0].dtype;
+		if (!((di == KILN_F32 && dout == KILN_BF16) || (di == KILN_BF16 && dout == KILN_F32)) ||
+		    cpu_numel(&op->in[0]) != p->n)
+			return cpu_bad(c, op, KILN_EINVAL, "casts f32 to bf16 or bf16 to f32, same element count");
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_NORMALIZE_U8) {
