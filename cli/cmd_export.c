@@ -16,7 +16,8 @@ static void export_usage(FILE *f)
 		   "every parameter and buffer to FILE as safetensors: names `<layer>.<parameter>`\n"
 		   "(conv1.weight, bn1.running_mean, plus bn1.num_batches_tracked), PyTorch's layouts,\n"
 		   "so torch's load_state_dict(strict=True) takes it for a module named alike.\n"
-		   "--checkpoint: not available yet (kiln does not write checkpoints).\n"
+		   "--checkpoint CKPT: the weights (parameters and buffers) of a checkpoint written\n"
+		   "by `kiln train` (verified whole first; it must be of this model).\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
 }
 

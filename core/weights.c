@@ -8,6 +8,7 @@
  * does not use: written as the count loaded with the weights plus the
  * model's micro-steps since, read back into that count.
  */
+#include "checkpoint.h"
 #include "graph.h"
 #include "data.h"
 
@@ -348,13 +349,16 @@ kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 	struct kiln_dataset ds;
 	void *stream = NULL;
 	int64_t seed = 0;
+	struct kiln_ckpt *ck = NULL;
 	kiln_status st;
-	if (checkpoint)
-		return kiln_error(KILN_ENOTSUP, "--checkpoint %s: kiln does not write checkpoints yet; export the model's initial weights ([run] seed, [model] init_from)",
-				  checkpoint);
-	kiln_config_get_int(cfg, "run", "seed", &seed);
-	if ((st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &dev)))
+	/* a checkpoint is verified whole before the model is even built */
+	if (checkpoint && (st = kiln_ckpt_open(checkpoint, &ck)))
 		return st;
+	kiln_config_get_int(cfg, "run", "seed", &seed);
+	if ((st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &dev))) {
+		kiln_ckpt_close(ck);
+		return st;
+	}
 	/* the sample shape, as training sees it (u8 samples become f32) */
 	memset(&ds, 0, sizeof ds);
 	if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
@@ -366,6 +370,7 @@ kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 	    (st = kiln_device_stream_create(dev, &stream)) ||
 	    (st = kiln_model_init_params(m, (uint64_t)seed, stream)) ||
 	    (st = kiln_model_init_from(m, stream)) ||
+	    (ck && (st = kiln_ckpt_load_model(ck, m, stream, KILN_CKPT_LOAD_WEIGHTS))) ||
 	    (st = kiln_model_save_safetensors(m, path, stream)))
 		goto out;
 	kiln_log(KILN_LOG_DEBUG, "core", "wrote %d parameters and buffers to %s",
@@ -377,5 +382,6 @@ out:
 	if (stream)
 		kiln_device_stream_destroy(dev, stream);
 	kiln_device_close(dev);
+	kiln_ckpt_close(ck);
 	return st;
 }
