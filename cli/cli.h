@@ -18,6 +18,7 @@ int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_plugins(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_memory(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

@@ -20,6 +20,7 @@ static void usage(FILE *f)
 		"  config --doc                         print the reference of every key (markdown)\n"
 		"  plugins [--path DIRS]                list plugin files and plugins found\n"
 		"  bench data FILE [--batches N]        measure the data loader alone\n"
+		"  memory FILE [section.key=value ...]  what training FILE will allocate, from its plans\n"
 		"  pack FILE --out DIR [options]        write [data]'s samples as records shards (.krec)\n"
 		"  export FILE --safetensors OUT        write the model's weights (PyTorch names, layouts)\n"
 		"\n"
@@ -129,6 +130,8 @@ int main(int argc, char **argv)
 		return cmd_plugins(argc - 1, argv + 1);
 	if (!strcmp(cmd, "bench"))
 		return cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(cmd, "memory"))
+		return cmd_memory(argc - 1, argv + 1);
 	if (!strcmp(cmd, "pack"))
 		return cmd_pack(argc - 1, argv + 1);
 	if (!strcmp(cmd, "export"))

@@ -702,6 +702,45 @@ START_TEST(test_data_val)
 }
 END_TEST
 
+
+/* kiln_memory_report: the parts add up to the total, the parameters are
+ * the model's, packing never costs more than no packing, and accumulation
+ * and AdamW show up where they should. */
+START_TEST(test_memory_report)
+{
+	char ini[2048];
+	struct kiln_memory a, b;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
+	ck_assert_msg(kiln_memory_report(cfg, reg, NULL, &a) == 0, "%s", kiln_last_error());
+	kiln_config_free(cfg);
+	/* 784*256 + 256 + 256*10 + 10 floats, each tensor padded to 64 bytes */
+	ck_assert_uint_ge(a.params, (size_t)(784 * 256 + 256 + 2560 + 10) * 4);
+	ck_assert_uint_le(a.params, (size_t)(784 * 256 + 256 + 2560 + 10) * 4 + 4 * 64);
+	ck_assert_uint_eq(a.grads, a.params);
+	ck_assert_uint_eq(a.optim_state, a.params); /* SGD momentum, every parameter trains */
+	ck_assert_uint_eq(a.total, a.params + a.grads + a.optim_state + a.buffers + a.activations +
+					   a.workspace + a.eval + a.inputs);
+	ck_assert_uint_le(a.activations, a.activations_unpacked);
+	ck_assert_uint_le(a.peak_live, a.activations);
+	ck_assert_int_eq(a.batch, 32);
+	ck_assert(a.peak_layer >= 0 && a.peak_layer < 6);
+	/* AdamW: two state slots; accumulate: a second gradient buffer */
+	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.optimizer=adamw") == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "train.accumulate=2") == KILN_OK);
+	ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
+	ck_assert(kiln_memory_report(cfg, reg, NULL, &b) == 0);
+	kiln_config_free(cfg);
+	ck_assert_uint_eq(b.optim_state, 2 * a.optim_state);
+	ck_assert_uint_eq(b.grads, 2 * a.grads);
+	ck_assert_uint_eq(b.activations, a.activations);
+}
+END_TEST
+
 /* A small CNN through the whole trainer in both layouts: training, then
  * evaluation with a remainder batch (inference plans of every layer type,
  * pooling without its training state). */
@@ -762,6 +801,7 @@ static Suite *make_train_suite(void)
 	tcase_add_test(tc, test_skip_nonfinite);
 	tcase_add_test(tc, test_eval_every_early_stop);
 	tcase_add_test(tc, test_data_val);
+	tcase_add_test(tc, test_memory_report);
 	suite_add_tcase(s, tc);
 	return s;
 }

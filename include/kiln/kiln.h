@@ -427,6 +427,30 @@ void kiln_train_request_stop(void);
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res);
 
+/* ---- memory, from the plans (`kiln memory`) ---- */
+
+/* What a training run of cfg will allocate on the device, from the static
+ * plans alone (the model, its training and evaluation plans and the
+ * trainer's input buffers are built; nothing runs).  Bytes. */
+struct kiln_memory {
+	int64_t batch;
+	size_t params, grads, optim_state, buffers;
+	size_t activations;          /* the training plan's arena, packed by lifetime */
+	size_t activations_unpacked; /* the same without packing */
+	size_t workspace;            /* the training plan's shared workspace */
+	size_t eval;                 /* the evaluation plan's arena and workspace */
+	size_t inputs;               /* device input slots */
+	size_t total;
+	size_t peak_live;            /* activations live at the worst schedule point */
+	int peak_layer;              /* ... at this layer's forward or backward */
+	int peak_backward;
+};
+
+/* Fill *out and, when f is not NULL, print the report (a table per layer:
+ * output, saved-for-backward and gradient bytes) to f. */
+kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			       FILE *f, struct kiln_memory *out);
+
 /* ---- the loader alone (`kiln bench data`) ---- */
 
 struct kiln_data_bench {

@@ -1,0 +1,42 @@
+/* cli/cmd_memory.c - `kiln memory FILE [overrides]`: what training FILE
+ * will allocate, from the plans alone, before any step. */
+#include "build-config.h"
+#include "cli.h"
+
+#include <stdio.h>
+
+int cmd_memory(int argc, char **argv)
+{
+	if (cli_wants_help(argc, argv)) {
+		printf("usage: kiln memory FILE [section.key=value ...]\n\n"
+		       "Build the model, training and evaluation plans FILE describes (as `kiln train`\n"
+		       "would, train.batch=N to try another batch) and print, before any step, the bytes\n"
+		       "of parameters, gradients, optimizer state, batchnorm buffers, activations (the\n"
+		       "lifetime-packed arena, and per layer: output, saved for backward, gradient),\n"
+		       "workspace and input buffers, the total, and the layer whose forward or backward\n"
+		       "holds the most activations.  The last line on stdout is the same as JSON.\n"
+		       "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
+		return 0;
+	}
+	if (!cli_args_ok(argc, argv, "memory"))
+		return 2;
+	struct kiln_config *cfg;
+	struct kiln_registry *reg;
+	struct kiln_memory r;
+	kiln_status st = cli_load(argv[1], argc, argv, 2, &cfg, &reg);
+	if (!st)
+		st = kiln_memory_report(cfg, reg, stdout, &r);
+	int rc = 0;
+	if (st)
+		rc = cli_fail(st);
+	else
+		printf("{\"batch\": %lld, \"params\": %zu, \"grads\": %zu, \"optim_state\": %zu, "
+		       "\"buffers\": %zu, \"activations\": %zu, \"activations_unpacked\": %zu, "
+		       "\"workspace\": %zu, \"eval\": %zu, \"inputs\": %zu, \"total\": %zu, "
+		       "\"peak_live\": %zu}\n",
+		       (long long)r.batch, r.params, r.grads, r.optim_state, r.buffers, r.activations,
+		       r.activations_unpacked, r.workspace, r.eval, r.inputs, r.total, r.peak_live);
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+	return rc;
+}
