@@ -497,7 +497,8 @@ static kiln_status build_header(struct kiln_safetensors_writer *w, char **hdr, s
 
 kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, const char *path)
 {
-	qsort(w->t, (size_t)w->n, sizeof *w->t, by_dtype_name);
+	if (w->n > 1)
+		qsort(w->t, (size_t)w->n, sizeof *w->t, by_dtype_name);
 	char *hdr = NULL;
 	size_t hlen = 0;
 	kiln_status st = build_header(w, &hdr, &hlen);

@@ -307,7 +307,7 @@ static kiln_status rec_scan_dir(const struct kiln_host *host, const char *dir,
 		}
 	}
 	closedir(d);
-	if (!st)
+	if (!st && out->n - first > 1) /* (qsort of nothing may be given NULL) */
 		qsort(out->v + first, (size_t)(out->n - first), sizeof *out->v, rec_cmp_names);
 	return st;
 }
