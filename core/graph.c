@@ -660,6 +660,32 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 				extend(&p->store[ys], 2 * n - 1 - j);
 		}
 	}
+	/* in-place: a layer that may overwrite its input (inplace_ok) takes
+	 * the input's storage when nothing reads the input after this layer's
+	 * forward (its lifetime ends here) and the sizes match; the merged
+	 * storage lives as long as either did.  Decided from the lifetimes
+	 * alone, so the arithmetic is unchanged. */
+	for (int i = 0; i < n; i++) {
+		int src = m->layers[i].n_in == 1 ? m->layers[i].in[0] : -1, allow = 1;
+		kiln_config_get_bool(m->cfg, m->layers[i].section, "inplace", &allow);
+		if (!allow || !N[i].l.inplace_ok || N[i].l.is_view || src < 0 ||
+		    store_root_y(N, m, i) != i)
+			continue;
+		int mine = N[i].ystore, theirs = N[src].ystore;
+		if (mine < 0 || theirs < 0 || mine == theirs ||
+		    p->store[theirs].bytes != p->store[mine].bytes || p->store[theirs].end != i)
+			continue;
+		if (p->store[mine].end > p->store[theirs].end)
+			p->store[theirs].end = p->store[mine].end;
+		p->store[mine].bytes = 0; /* unused now */
+		p->store[mine].start = 0;
+		p->store[mine].end = 0;
+		for (int k = 0; k < n; k++)
+			if (N[k].ystore == mine)
+				N[k].ystore = theirs;
+		kiln_log(KILN_LOG_DEBUG, "core", "layer '%s' runs in place on '%s''s output",
+			 m->layers[i].name, m->layers[src].name);
+	}
 	/* gradients: walk backward, first writer writes, later ones add */
 	for (int i = 0; i < n; i++)
 		N[i].gstore = -2;

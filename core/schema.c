@@ -175,8 +175,8 @@ const struct kiln_key kiln_layer_common_keys[] = {
 	  "Comma-separated input layers, for layers with several inputs." },
 	{ "trainable", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "0 freezes the layer: no weight gradients are computed or stored." },
-	{ "inplace", KILN_KEY_BOOL, "0", NOLIM, NULL,
-	  "1 allows the layer to overwrite its input; the planner decides whether it does (it does not yet: the memory issue adds in-place planning)." },
+	{ "inplace", KILN_KEY_BOOL, "1", NOLIM, NULL,
+	  "1 lets the planner give the layer's output its input's memory when the layer type allows it (relu) and nothing reads the input afterwards, forward or backward; 0 forbids it. Results are the same either way." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -402,8 +402,10 @@ START_TEST(test_arena_packing)
 		 "[layer.fc3]\ntype = linear\nout = 64\n[layer.r3]\ntype = relu\n"
 		 "[layer.fc4]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n",
 		 16, 32);
-	/* eval keeps nothing past its consumer: far less than one slot each */
-	ck_assert_uint_lt(kiln_plan_arena_bytes(r.eval), kiln_plan_naive_bytes(r.eval) / 2);
+	/* eval keeps nothing past its consumer, and relu runs in place: two
+	 * [16, 64] slots in turn, whatever the depth */
+	ck_assert_uint_le(kiln_plan_arena_bytes(r.eval), 2 * 16 * 64 * 4);
+	ck_assert_uint_lt(kiln_plan_arena_bytes(r.eval), kiln_plan_naive_bytes(r.eval));
 	ck_assert_uint_le(kiln_plan_arena_bytes(r.train), kiln_plan_naive_bytes(r.train));
 	ck_assert_uint_lt(kiln_plan_arena_bytes(r.train), kiln_plan_naive_bytes(r.train));
 	rig_close(&r);
@@ -741,6 +743,34 @@ START_TEST(test_memory_report)
 }
 END_TEST
 
+
+/* In-place: the planner gives relu the input's memory (the eval arena and
+ * the unpacked total shrink), and training is bit-identical to a run that
+ * forbids it. */
+START_TEST(test_inplace)
+{
+	char ini[2048];
+	struct kiln_memory ma, mb;
+	struct kiln_train_result ra, rb;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
+	for (int forbid = 0; forbid < 2; forbid++) {
+		struct kiln_config *cfg;
+		ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+		if (forbid)
+			ck_assert(kiln_config_override(cfg, "layer.r1.inplace=0") == KILN_OK);
+		ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
+		ck_assert(kiln_memory_report(cfg, reg, NULL, forbid ? &mb : &ma) == 0);
+		ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, forbid ? &rb : &ra) == 0, "%s",
+			      kiln_last_error());
+		kiln_config_free(cfg);
+	}
+	ck_assert_uint_lt(ma.activations_unpacked, mb.activations_unpacked);
+	ck_assert_uint_lt(ma.eval, mb.eval);
+	ck_assert(ra.train_loss == rb.train_loss && ra.test_loss == rb.test_loss);
+}
+END_TEST
+
 /* A small CNN through the whole trainer in both layouts: training, then
  * evaluation with a remainder batch (inference plans of every layer type,
  * pooling without its training state). */
@@ -802,6 +832,7 @@ static Suite *make_train_suite(void)
 	tcase_add_test(tc, test_eval_every_early_stop);
 	tcase_add_test(tc, test_data_val);
 	tcase_add_test(tc, test_memory_report);
+	tcase_add_test(tc, test_inplace);
 	suite_add_tcase(s, tc);
 	return s;
 }
