@@ -179,7 +179,7 @@ int cmd_train(int argc, char **argv)
 		}
 		if (r.stopped)
 			printf(", \"stopped\": true");
-		printf("}\n");
+		printf(", \"device_peak_bytes\": %zu}\n", r.device_peak_bytes);
 		if (b.tty && r.stopped)
 			fprintf(stderr, "\n");
 		if (r.stopped && r.checkpoint[0])

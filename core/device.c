@@ -4,6 +4,7 @@
  * timing of runs and copies (core/profile.h). */
 #include "profile.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 struct kiln_device {
@@ -12,7 +13,81 @@ struct kiln_device {
 	void *ctx;
 	atomic_uint_fast64_t host_syncs, d2h, allocs, runs, staging;
 	struct kiln_profile *prof; /* NULL unless profiling: one test per run */
+	/* device bytes live and their peak, counted here at the wrapper (the
+	 * device's own figure, independent of the planner): pointer -> size in
+	 * an open-addressing table under a lock */
+	pthread_mutex_t mem_lock;
+	size_t live, peak;
+	struct { void *p; size_t n; } *sizes;
+	size_t cap, used;
 };
+
+static size_t mem_hash(const void *p, size_t cap)
+{
+	return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+}
+
+/* Record (n > 0) or forget (n == 0) the size of p. */
+static void mem_note(struct kiln_device *dev, void *p, size_t n)
+{
+	pthread_mutex_lock(&dev->mem_lock);
+	if (n && 2 * (dev->used + 1) > dev->cap) {
+		size_t nc = dev->cap ? 2 * dev->cap : 256;
+		void *ns = calloc(nc, sizeof *dev->sizes);
+		if (ns) {
+			__typeof__(dev->sizes) old = dev->sizes;
+			size_t oc = dev->cap;
+			dev->sizes = ns;
+			dev->cap = nc;
+			for (size_t i = 0; i < oc; i++)
+				if (old[i].p) {
+					size_t h = mem_hash(old[i].p, nc);
+					while (dev->sizes[h].p)
+						h = (h + 1) & (nc - 1);
+					dev->sizes[h] = old[i];
+				}
+			free(old);
+		}
+	}
+	if (dev->cap) {
+		size_t h = mem_hash(p, dev->cap);
+		while (dev->sizes[h].p && dev->sizes[h].p != p)
+			h = (h + 1) & (dev->cap - 1);
+		if (n && !dev->sizes[h].p && 2 * (dev->used + 1) <= dev->cap) {
+			dev->sizes[h].p = p;
+			dev->sizes[h].n = n;
+			dev->used++;
+			dev->live += n;
+			if (dev->live > dev->peak)
+				dev->peak = dev->live;
+		} else if (!n && dev->sizes[h].p == p) {
+			dev->live -= dev->sizes[h].n;
+			/* backward-shift deletion keeps the probe chains whole */
+			size_t i = h;
+			for (size_t j = (i + 1) & (dev->cap - 1); dev->sizes[j].p;
+			     j = (j + 1) & (dev->cap - 1)) {
+				size_t k = mem_hash(dev->sizes[j].p, dev->cap);
+				if ((j > i && (k <= i || k > j)) || (j < i && (k <= i && k > j))) {
+					dev->sizes[i] = dev->sizes[j];
+					i = j;
+				}
+			}
+			dev->sizes[i].p = NULL;
+			dev->used--;
+		}
+	}
+	pthread_mutex_unlock(&dev->mem_lock);
+}
+
+void kiln_device_mem(struct kiln_device *dev, size_t *live, size_t *peak)
+{
+	pthread_mutex_lock(&dev->mem_lock);
+	if (live)
+		*live = dev->live;
+	if (peak)
+		*peak = dev->peak;
+	pthread_mutex_unlock(&dev->mem_lock);
+}
 
 #define HAS(dev, member)                                                                  \
 	((dev)->ops->version >= 1 && (dev)->ops->member != NULL)
@@ -35,7 +110,9 @@ kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	dev->plugin = p;
 	dev->ops = ops;
+	pthread_mutex_init(&dev->mem_lock, NULL);
 	if ((st = ops->open(kiln_host_table(), cfg, ordinal, &dev->ctx))) {
+		pthread_mutex_destroy(&dev->mem_lock);
 		free(dev);
 		return kiln_error_wrap(st, "device '%s'", name);
 	}
@@ -49,6 +126,8 @@ void kiln_device_close(struct kiln_device *dev)
 		return;
 	if (dev->ops->close)
 		dev->ops->close(dev->ctx);
+	pthread_mutex_destroy(&dev->mem_lock);
+	free(dev->sizes);
 	free(dev);
 }
 
@@ -66,13 +145,18 @@ void kiln_device_counters_get(const struct kiln_device *dev, struct kiln_device_
 kiln_status kiln_device_alloc(struct kiln_device *dev, size_t bytes, void **ptr)
 {
 	atomic_fetch_add(&dev->allocs, 1);
-	return dev->ops->alloc(dev->ctx, bytes ? bytes : 1, ptr);
+	kiln_status st = dev->ops->alloc(dev->ctx, bytes ? bytes : 1, ptr);
+	if (!st)
+		mem_note(dev, *ptr, bytes ? bytes : 1);
+	return st;
 }
 
 void kiln_device_free(struct kiln_device *dev, void *ptr)
 {
-	if (ptr)
+	if (ptr) {
+		mem_note(dev, ptr, 0);
 		dev->ops->free(dev->ctx, ptr);
+	}
 }
 
 kiln_status kiln_device_host_alloc(struct kiln_device *dev, size_t bytes, void **ptr)

@@ -33,13 +33,16 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 {
 	struct kiln_device *dev = NULL;
 	struct kiln_model *m = NULL;
-	struct kiln_plan *ptrain = NULL, *peval = NULL;
-	struct kiln_dataset ds;
+	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
+	struct kiln_dataset ds, es;
+	int do_eval = 1;
 	int64_t B = 128, EB = 0, acc = 1;
 	kiln_status st;
 
 	memset(out, 0, sizeof *out);
 	memset(&ds, 0, sizeof ds);
+	memset(&es, 0, sizeof es);
+	kiln_config_get_bool(cfg, "train", "eval", &do_eval);
 	kiln_config_get_int(cfg, "train", "batch", &B);
 	kiln_config_get_int(cfg, "train", "eval_batch", &EB);
 	kiln_config_get_int(cfg, "train", "accumulate", &acc);
@@ -50,8 +53,16 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 		goto out;
 	struct kiln_tensor_desc input = ds.sample;
 	input.dtype = KILN_F32;
+	/* evaluation: the trainer's plan of eval_batch (at most the data) and
+	 * the remainder's */
+	if (do_eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &es)))
+		goto out;
+	if (do_eval && EB > es.len)
+		EB = es.len;
 	if ((st = kiln_model_create(cfg, reg, dev, &input, &m)) ||
-	    (st = kiln_model_plan(m, B, 1, &ptrain)) || (st = kiln_model_plan(m, EB, 0, &peval)))
+	    (st = kiln_model_plan(m, B, 1, &ptrain)) ||
+	    (do_eval && (st = kiln_model_plan(m, EB, 0, &peval))) ||
+	    (do_eval && es.len % EB && (st = kiln_model_plan(m, es.len % EB, 0, &prem))))
 		goto out;
 
 	/* the model's buffers */
@@ -70,7 +81,15 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 	out->activations = ptrain->arena_bytes;
 	out->activations_unpacked = kiln_plan_naive_bytes(ptrain);
 	out->workspace = ptrain->ws_bytes;
-	out->eval = peval->arena_bytes + peval->ws_bytes;
+	out->eval = peval ? peval->arena_bytes + peval->ws_bytes : 0;
+	if (prem)
+		out->eval += prem->arena_bytes + prem->ws_bytes;
+	/* the optimizer's extras (no_decay multiplier, LAMB's offsets and
+	 * workspace) and the small device scalars (step counters, lr, metrics,
+	 * the clip state: 64 bytes each) */
+	out->other = (m->wd_mult_d ? m->n_trainable * sizeof(float) : 0) +
+		     (m->offsets_d ? (size_t)(m->n_tensors + 1) * sizeof(int64_t) : 0) +
+		     m->optim_ws_bytes + 6 * 64;
 	/* the trainer's two device input slots (samples and labels), and the
 	 * f32 input the device widens u8/bf16 samples into */
 	int64_t rows = EB > B ? EB : B;
@@ -78,7 +97,7 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 	if (ds.sample.dtype != KILN_F32)
 		out->inputs += (size_t)rows * kiln_tensor_bytes(&input);
 	out->total = out->params + out->grads + out->optim_state + out->buffers + out->activations +
-		     out->workspace + out->eval + out->inputs;
+		     out->workspace + out->eval + out->inputs + out->other;
 
 	/* where the activations peak */
 	const int n = m->n_layers;
@@ -109,6 +128,8 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 			mib(out->eval), (long long)EB);
 		fprintf(f, "  %-22s %10.2f MiB  2 slots of samples and labels\n", "input buffers",
 			mib(out->inputs));
+		fprintf(f, "  %-22s %10.2f MiB  optimizer extras, counters, lr, metrics\n", "other",
+			mib(out->other));
 		fprintf(f, "  %-22s %10.2f MiB\n", "total", mib(out->total));
 		fprintf(f, "  activations peak at the %s of layer '%s': %.2f MiB live\n",
 			out->peak_backward ? "backward" : "forward", m->layers[out->peak_layer].name,
@@ -126,6 +147,8 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 out:
 	kiln_plan_free(ptrain);
 	kiln_plan_free(peval);
+	kiln_plan_free(prem);
+	kiln_dataset_close(&es);
 	kiln_model_free(m);
 	kiln_dataset_close(&ds);
 	kiln_device_close(dev);

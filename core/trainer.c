@@ -1269,6 +1269,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				   res->test_acc, "acc5", res->test_acc5, "samples",
 				   (json_int_t)test.len));
 	}
+	kiln_device_mem(t->dev, NULL, &res->device_peak_bytes);
 	res->steps = step;
 	res->stopped = stopping;
 	res->data_skipped = atomic_load(&train.ds.skipped) + atomic_load(&test.ds.skipped) +

@@ -272,6 +272,7 @@ struct kiln_train_result {
 	int64_t test_samples;
 	struct kiln_device_counters steady; /* counters over steps 2..N between log points */
 	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip) */
+	size_t device_peak_bytes;   /* kiln_device_mem's peak over the run */
 	int64_t steps_skipped;      /* optimizer steps skipped: non-finite gradients */
 	int64_t steps_clipped;      /* optimizer steps whose gradients clip_norm scaled */
 	double data_wait_s;         /* training thread's wait for loader workers */
@@ -427,6 +428,11 @@ void kiln_train_request_stop(void);
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res);
 
+/* Device bytes allocated through kiln_device_alloc and not yet freed, and
+ * their peak since the device was opened: counted at the core's wrapper
+ * (what the device was asked for), independent of any plan. */
+void kiln_device_mem(struct kiln_device *dev, size_t *live, size_t *peak);
+
 /* ---- memory, from the plans (`kiln memory`) ---- */
 
 /* What a training run of cfg will allocate on the device, from the static
@@ -440,6 +446,7 @@ struct kiln_memory {
 	size_t workspace;            /* the training plan's shared workspace */
 	size_t eval;                 /* the evaluation plan's arena and workspace */
 	size_t inputs;               /* device input slots */
+	size_t other;                /* optimizer extras, counters, lr, metrics */
 	size_t total;
 	size_t peak_live;            /* activations live at the worst schedule point */
 	int peak_layer;              /* ... at this layer's forward or backward */
