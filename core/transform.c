@@ -768,9 +768,20 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 	if ((st = grow((void **)&s->w, &s->w_cap,
 		       lut_n * sizeof(float) + (size_t)ow * x->out_c)))
 		return st;
-	for (int c = 0; c < (int)lut_n / 256; c++)
-		for (int u = 0; u < 256; u++)
-			s->w[c * 256 + u] = ((float)u / 255.0f - x->mean[c]) / x->std[c];
+	/* the table depends on mean and std only: built once per scratch (a
+	 * worker's), not per sample */
+	int nc = (int)lut_n / 256, same = nc == s->lut_c;
+	for (int c = 0; same && c < nc; c++)
+		same = s->lut_mean[c] == x->mean[c] && s->lut_std[c] == x->std[c];
+	if (!same) {
+		for (int c = 0; c < nc; c++) {
+			for (int u = 0; u < 256; u++)
+				s->w[c * 256 + u] = ((float)u / 255.0f - x->mean[c]) / x->std[c];
+			s->lut_mean[c] = x->mean[c];
+			s->lut_std[c] = x->std[c];
+		}
+		s->lut_c = nc;
+	}
 	emit(x, &v, top, left, flip, s->w, (uint8_t *)(s->w + lut_n), out);
 	return KILN_OK;
 }

@@ -62,6 +62,9 @@ struct kiln_xform_scratch {
 	float *w;     /* the normalisation table, then one assembled output row */
 	int32_t *wi;  /* filter bounds, fixed-point weights, a row of sums */
 	size_t w_cap, wi_cap;
+	/* the table in w was built for these (rebuilt only when they change) */
+	int lut_c;
+	float lut_mean[3], lut_std[3];
 };
 void kiln_xform_scratch_free(struct kiln_xform_scratch *s);
 
