@@ -44,7 +44,7 @@ static const struct kiln_key data_keys[] = {
 	{ "on_error", KILN_KEY_ENUM, "fail", NOLIM, "fail|skip",
 	  "A bad sample (corrupt record, truncated file, undecodable image, label out of range): `fail` stops the run (exit 3) naming the file, sample and reason; `skip` replaces it by another sample drawn from (seed, epoch, index), the same on every rank, and counts and reports the skips." },
 	{ "cache", KILN_KEY_ENUM, "none", NOLIM, "none|ram|mmap",
-	  "`ram` keeps each decoded image after its first read (before the random transforms), so later epochs skip reading and decoding; `mmap` states that packed files (source = records, which always maps them) are shared through the page cache by every worker and process." },
+	  "`ram` keeps each decoded image after its first read (before the random transforms), so later epochs skip reading and decoding; `mmap` states that the source's files are mapped and shared through the page cache by every worker and process: valid for sources that map their files (records)." },
 	/* image transforms (core/transform.c), in the order they apply */
 	{ "resize", KILN_KEY_INT, "0", 0, 65536, NULL,
 	  "Resize the shorter side to this many pixels first, the longer side to int(resize * long / short) (torchvision `Resize(int)`, PIL's antialiased bilinear filter); 0 = no resize." },

@@ -533,7 +533,13 @@ struct kiln_source_info {
 	/* The images read_image() yields: height, width (0 when they vary
 	 * from sample to sample) and channels (1 or 3; 0 when they vary). */
 	int32_t image_h, image_w, image_c;
-	int32_t reserved;
+	int32_t flags;                  /* enum kiln_source_flags */
+};
+
+enum kiln_source_flags {
+	/* reads its files through read-only shared mappings, so every worker
+	 * and process shares their pages ([data] cache = mmap asks for it) */
+	KILN_SOURCE_MAPPED = 1
 };
 
 /* A decoded image: 8-bit pixels, row-major HWC (h rows of w pixels of c

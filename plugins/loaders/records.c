@@ -500,6 +500,7 @@ static kiln_status rec_info(void *vctx, struct kiln_source_info *info)
 	info->image_h = c->h;
 	info->image_w = c->w;
 	info->image_c = c->c;
+	info->flags = KILN_SOURCE_MAPPED; /* every shard is mmapped */
 	return KILN_OK;
 }
 
