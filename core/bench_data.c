@@ -33,6 +33,7 @@ kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_reg
 	    (st = kiln_device_stream_create(dev, &copy)) ||
 	    (st = kiln_dataset_open(cfg, reg, "data", "train", 1, &d)))
 		goto out;
+	d.timed = 1; /* the breakdown below */
 	if (d.len < B) {
 		st = kiln_error(KILN_ECONFIG, "[train] batch = %lld is larger than the %lld samples",
 				(long long)B, (long long)d.len);

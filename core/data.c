@@ -138,10 +138,10 @@ void kiln_dataset_close(struct kiln_dataset *d)
 {
 	if (d->cached) {
 		for (int64_t i = 0; i < d->len; i++) {
-			struct kiln_image *im = atomic_load(&d->cached[i]);
-			if (im)
-				free(im->data);
-			free(im);
+			struct kiln_cached *c = atomic_load(&d->cached[i]);
+			if (c)
+				free(c->img.data);
+			free(c);
 		}
 		free(d->cached);
 	}
@@ -155,40 +155,44 @@ static void cache_put(struct kiln_dataset *d, int64_t j, const struct kiln_image
 		      int32_t label)
 {
 	size_t bytes = (size_t)img->h * (size_t)img->w * (size_t)img->c;
-	struct kiln_image *c = malloc(sizeof *c);
+	struct kiln_cached *c = malloc(sizeof *c);
 	if (!c)
 		return; /* the cache is an optimisation: no memory, no cache */
-	*c = *img;
-	c->reserved = label;
-	if (!(c->data = malloc(bytes ? bytes : 1))) {
+	c->img = *img;
+	c->label = label;
+	if (!(c->img.data = malloc(bytes ? bytes : 1))) {
 		free(c);
 		return;
 	}
-	memcpy(c->data, img->data, bytes);
-	c->cap = bytes;
-	struct kiln_image *none = NULL;
+	memcpy(c->img.data, img->data, bytes);
+	c->img.cap = bytes;
+	struct kiln_cached *none = NULL;
 	if (atomic_compare_exchange_strong(&d->cached[j], &none, c))
 		atomic_fetch_add(&d->cached_bytes, (long long)bytes);
 	else {
-		free(c->data);
+		free(c->img.data);
 		free(c);
 	}
 }
 
-/* One sample j into out and *y.  A failure leaves a message. */
+/* One sample j into out and *y.  A failure leaves a message.  ns[0], ns[1]
+ * (when ns is not NULL) gather the time in the source and in the
+ * transforms. */
 static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, void *out,
-			    int32_t *y, struct kiln_data_scratch *s)
+			    int32_t *y, struct kiln_data_scratch *s, int64_t *ns)
 {
 	kiln_status st;
-	int64_t t0 = mono_ns();
+	int64_t t0 = ns ? mono_ns() : 0;
 	if (!d->use_image) {
 		if ((st = d->ops->read(d->ctx, j, out, y)))
 			return st;
-		atomic_fetch_add(&d->read_ns, mono_ns() - t0);
+		if (ns)
+			ns[0] += mono_ns() - t0;
 	} else {
-		const struct kiln_image *img = d->cached ? atomic_load(&d->cached[j]) : NULL;
-		if (img) {
-			*y = img->reserved;
+		const struct kiln_cached *c = d->cached ? atomic_load(&d->cached[j]) : NULL;
+		const struct kiln_image *img = c ? &c->img : NULL;
+		if (c) {
+			*y = c->label;
 		} else {
 			if ((st = d->ops->read_image(d->ctx, j, &s->img, y)))
 				return st;
@@ -196,8 +200,9 @@ static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, vo
 			if (d->cached)
 				cache_put(d, j, img, *y);
 		}
-		int64_t t1 = mono_ns();
-		atomic_fetch_add(&d->read_ns, t1 - t0);
+		int64_t t1 = ns ? mono_ns() : 0;
+		if (ns)
+			ns[0] += t1 - t0;
 		if (d->bf16) {
 			/* transform in f32, then round to bf16 (nearest even) */
 			const size_t n = d->sample_bytes / 2;
@@ -216,7 +221,8 @@ static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, vo
 		} else if ((st = kiln_xform_apply(&d->xf, img, d->seed, epoch, j, out, &s->xs))) {
 			return st;
 		}
-		atomic_fetch_add(&d->xform_ns, mono_ns() - t1);
+		if (ns)
+			ns[1] += mono_ns() - t1;
 	}
 	if (*y < 0 || *y >= d->classes)
 		return kiln_error(KILN_EDATA, "label %d outside [0, %lld)", *y, (long long)d->classes);
@@ -227,16 +233,20 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 				   int64_t rows, void *x, int32_t *y,
 				   struct kiln_data_scratch *s)
 {
-	for (int64_t i = 0; i < rows; i++) {
+	int64_t ns_buf[2] = { 0, 0 }, *ns = d->timed ? ns_buf : NULL;
+	kiln_status st = KILN_OK;
+	for (int64_t i = 0; i < rows && !st; i++) {
 		void *out = (char *)x + (size_t)i * d->sample_bytes;
 		int64_t j = idx[i];
-		kiln_status st = read_one(d, epoch, j, out, &y[i], s);
+		st = read_one(d, epoch, j, out, &y[i], s, ns);
 		if (!st)
 			continue;
-		if (d->on_error != KILN_ON_ERROR_SKIP || st != KILN_EDATA)
-			return kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)j);
+		if (d->on_error != KILN_ON_ERROR_SKIP || st != KILN_EDATA) {
+			st = kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)j);
+			break;
+		}
 		/* replace it by a sample every rank would pick alike */
-		for (int t = 1; st && t <= KILN_SKIP_TRIES; t++) {
+		for (int t = 1; st == KILN_EDATA && t <= KILN_SKIP_TRIES; t++) {
 			long long n = atomic_fetch_add(&d->skipped, 1) + 1;
 			int64_t k = (int64_t)kiln_rng_below(d->seed ^ ((uint64_t)t << 56), KILN_RNG_SKIP,
 							    (uint64_t)epoch << 40 | (uint64_t)j,
@@ -246,15 +256,19 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 					 d->section, (long long)j, kiln_last_error(), (long long)k,
 					 n == 10 ? " (further skips are counted, not logged)" : "");
 			j = k;
-			st = read_one(d, epoch, j, out, &y[i], s);
-			if (st && st != KILN_EDATA)
-				return kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)j);
+			st = read_one(d, epoch, j, out, &y[i], s, ns);
 		}
-		if (st)
-			return kiln_error_wrap(st, "[%s] sample %lld and its %d replacements are all bad (on_error = skip gives up)",
-					       d->section, (long long)idx[i], KILN_SKIP_TRIES);
+		if (st == KILN_EDATA)
+			st = kiln_error_wrap(st, "[%s] sample %lld and its %d replacements are all bad (on_error = skip gives up)",
+					     d->section, (long long)idx[i], KILN_SKIP_TRIES);
+		else if (st)
+			st = kiln_error_wrap(st, "[%s] sample %lld", d->section, (long long)j);
 	}
-	return KILN_OK;
+	if (ns) {
+		atomic_fetch_add(&d->read_ns, ns[0]);
+		atomic_fetch_add(&d->xform_ns, ns[1]);
+	}
+	return st;
 }
 
 int64_t kiln_shard_len(int64_t n, int64_t start, int world, int drop_last)

@@ -27,6 +27,11 @@ enum kiln_cache { KILN_CACHE_NONE = 0, KILN_CACHE_RAM = 1, KILN_CACHE_MMAP = 2 }
 /* How many other samples a bad one may be replaced by before the run fails. */
 #define KILN_SKIP_TRIES 16
 
+struct kiln_cached {
+	struct kiln_image img;
+	int32_t label;
+};
+
 struct kiln_dataset {
 	struct kiln_source *src;   /* kiln_source_open */
 	const struct kiln_source_ops *ops; /* src's, for short */
@@ -43,11 +48,15 @@ struct kiln_dataset {
 	size_t sample_bytes;
 	uint64_t seed;
 	int on_error, cache;
-	/* cache = ram: decoded images by sample index, published once */
-	_Atomic(struct kiln_image *) *cached;
+	/* cache = ram: decoded images and their labels by sample index,
+	 * published once */
+	_Atomic(struct kiln_cached *) *cached;
 	atomic_llong cached_bytes;
 	atomic_llong skipped;      /* bad samples replaced (on_error = skip) */
-	atomic_llong read_ns, xform_ns; /* time in the source, in transforms */
+	/* timed = 1 (kiln bench data): worker time in the source and in the
+	 * transforms, added once per batch; the clock is not read otherwise */
+	int timed;
+	atomic_llong read_ns, xform_ns;
 };
 
 /* Per-thread buffers of read_rows.  Zero-initialise; free with
