@@ -277,7 +277,7 @@ kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 	snprintf(s[n].tag, sizeof s[n].tag, "tensors");
 	s[n].host = tensors;
 	s[n++].bytes = strlen(tensors);
-	int nb = kiln_model_ckpt_buffers(m, sb);
+	int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
 	for (int i = 0; i < nb; i++, n++) {
 		snprintf(s[n].tag, sizeof s[n].tag, "%s", sb[i].name);
 		s[n].dev = sb[i].ptr;
@@ -639,7 +639,7 @@ static void first_diff(const char *a, const char *b, char *la, char *lb, size_t 
 kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream, int what)
 {
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
-	int nb = kiln_model_ckpt_buffers(m, sb);
+	int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
 	kiln_status st;
 	char *mine = tensors_text(m), *theirs = NULL;
 	size_t total = 0, off = 0;

@@ -10,7 +10,7 @@
  *   "trainer"   struct kiln_ckpt_trainer, fixed-width little-endian
  *   "versions"  "key = value" lines: kiln, plugin ABI, plugins
  *   "tensors"   one line per parameter: name region offset numel dims
- *   one section per model state buffer (kiln_model_ckpt_buffers: "params",
+ *   one section per model state buffer (kiln_model_state_buffers: "params",
  *   "buffers", "momentum", "step"), the device bytes as they are.
  *
  * Reading trusts nothing: kiln_ckpt_open checks the magic, version, every

@@ -449,11 +449,6 @@ kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream)
 	return kiln_device_run(m->dev, m->step_plan, &a, stream);
 }
 
-int kiln_model_ckpt_buffers(struct kiln_model *m, struct kiln_state_buf *out)
-{
-	return kiln_model_state_buffers(m, out, KILN_MAX_STATE_BUFS);
-}
-
 /* ---- planning --------------------------------------------------------- */
 
 static int store_root_y(struct plan_node *nodes, const struct kiln_model *m, int i)

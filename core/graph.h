@@ -133,11 +133,8 @@ struct kiln_plan {
 	void *arena, *ws;
 };
 
+/* Room for every kiln_model_state_buffers() entry (a checkpoint section
+ * each). */
 #define KILN_MAX_STATE_BUFS 16
-
-/* kiln_model_state_buffers() into out[0..KILN_MAX_STATE_BUFS): what a
- * checkpoint saves and a resume restores (the names are its section tags).
- * Grads are not state (the first backward writes them). */
-int kiln_model_ckpt_buffers(struct kiln_model *m, struct kiln_state_buf *out);
 
 #endif

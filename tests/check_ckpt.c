@@ -138,7 +138,7 @@ static void rig_train(struct rig *r, int steps)
 static char *state_bytes(struct rig *r, size_t *n)
 {
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
-	int k = kiln_model_ckpt_buffers(r->m, sb);
+	int k = kiln_model_state_buffers(r->m, sb, KILN_MAX_STATE_BUFS);
 	size_t total = 0, off = 0;
 	for (int i = 0; i < k; i++)
 		total += sb[i].bytes;
@@ -235,8 +235,8 @@ START_TEST(test_roundtrip)
 	rig_open(&c, small_ini, 99);
 	ck_assert(kiln_ckpt_load_model(ck, c.m, c.stream, KILN_CKPT_LOAD_WEIGHTS) == 0);
 	struct kiln_state_buf sa_b[KILN_MAX_STATE_BUFS], sc_b[KILN_MAX_STATE_BUFS];
-	int k = kiln_model_ckpt_buffers(c.m, sc_b);
-	ck_assert_int_eq(kiln_model_ckpt_buffers(b.m, sa_b), k);
+	int k = kiln_model_state_buffers(c.m, sc_b, KILN_MAX_STATE_BUFS);
+	ck_assert_int_eq(kiln_model_state_buffers(b.m, sa_b, KILN_MAX_STATE_BUFS), k);
 	for (int i = 0; i < k; i++) {
 		uint64_t bytes;
 		ck_assert(kiln_ckpt_find(ck, sc_b[i].name, &bytes) == 0);
