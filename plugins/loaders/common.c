@@ -2,6 +2,8 @@
  * preads and the split-directory rule.  See loaders.h. */
 #include "loaders.h"
 
+#include <inttypes.h>
+
 #include <errno.h>    /* errno, EINTR */
 #include <stdio.h>    /* snprintf */
 #include <string.h>   /* strcmp, strerror, strlen */
@@ -81,4 +83,22 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
 		return host->error(KILN_ECONFIG, "[%s] path: %s is too long", section, path);
 	*is_dir = S_ISDIR(sb.st_mode);
 	return KILN_OK;
+}
+
+kiln_status loaders_out_of_range(const struct kiln_host *host, const char *who,
+				 const char *what, int64_t v, int64_t n, int64_t last)
+{
+	return host->error(KILN_EINVAL, "%s: %s %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
+			   who, what, v, n, last);
+}
+
+void loaders_varying_info(struct kiln_source_info *info, int64_t n, int64_t classes)
+{
+	memset(info, 0, sizeof *info);
+	info->len = n;
+	/* image sizes vary: sample stays ndim 0 and image_h/w/c 0 */
+	info->label.dtype = KILN_I32;
+	info->label.layout = KILN_ROW;
+	info->label.ndim = 0;
+	info->classes = classes;
 }

@@ -367,13 +367,7 @@ fail:
 static kiln_status folder_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct folder_ctx *c = vctx;
-	memset(info, 0, sizeof *info);
-	info->len = c->n;
-	/* image sizes vary: sample stays ndim 0 and image_h/w/c 0 */
-	info->label.dtype = KILN_I32;
-	info->label.layout = KILN_ROW;
-	info->label.ndim = 0;
-	info->classes = c->classes;
+	loaders_varying_info(info, c->n, c->classes);
 	return KILN_OK;
 }
 
@@ -385,8 +379,7 @@ static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_imag
 	const struct kiln_host *host = c->host;
 	char p[PATH_MAX];
 	if (index < 0 || index >= c->n)
-		return host->error(KILN_EINVAL, "%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				   c->root, index, c->n, c->n - 1);
+		return loaders_out_of_range(host, c->root, "sample index", index, c->n, c->n - 1);
 	const struct folder_sample *s = &c->s[index];
 	if (loaders_join(p, sizeof p, c->root, c->names + s->name))
 		return host->error(KILN_EIO, "%s/%s: path too long", c->root, c->names + s->name);
@@ -449,8 +442,7 @@ static kiln_status folder_set_position(void *vctx, int64_t offset)
 {
 	struct folder_ctx *c = vctx;
 	if (offset < 0 || offset > c->n)
-		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      c->root, offset, c->n, c->n);
+		return loaders_out_of_range(c->host, c->root, "position", offset, c->n, c->n);
 	c->position = offset;
 	return KILN_OK;
 }

@@ -275,13 +275,7 @@ fail:
 static kiln_status lmdb_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct lmdb_ctx *c = vctx;
-	memset(info, 0, sizeof *info);
-	info->len = c->n;
-	/* image sizes vary: sample stays ndim 0 and image_h/w/c 0 */
-	info->label.dtype = KILN_I32;
-	info->label.layout = KILN_ROW;
-	info->label.ndim = 0;
-	info->classes = c->classes;
+	loaders_varying_info(info, c->n, c->classes);
 	return KILN_OK;
 }
 
@@ -292,8 +286,7 @@ static kiln_status lmdb_read_image(void *vctx, int64_t index, struct kiln_image 
 	const struct lmdb_ctx *c = vctx;
 	const struct kiln_host *host = c->host;
 	if (index < 0 || index >= c->n)
-		return host->error(KILN_EINVAL, "%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				   c->path, index, c->n, c->n - 1);
+		return loaders_out_of_range(host, c->path, "sample index", index, c->n, c->n - 1);
 	MDB_txn *txn;
 	int rc = mdb_txn_begin(c->env, NULL, MDB_RDONLY, &txn);
 	if (rc)
@@ -325,8 +318,7 @@ static kiln_status lmdb_set_position(void *vctx, int64_t offset)
 {
 	struct lmdb_ctx *c = vctx;
 	if (offset < 0 || offset > c->n)
-		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      c->path, offset, c->n, c->n);
+		return loaders_out_of_range(c->host, c->path, "position", offset, c->n, c->n);
 	c->position = offset;
 	return KILN_OK;
 }

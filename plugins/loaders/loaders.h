@@ -56,6 +56,15 @@ kiln_status loaders_split_root(const struct kiln_host *host, const struct kiln_c
  * not fit. */
 int loaders_join(char *out, size_t n, const char *dir, const char *name);
 
+/* KILN_EINVAL for `what` ("sample index" or "position") v outside
+ * [0, last] of a source of n samples; `who` names it (a path). */
+kiln_status loaders_out_of_range(const struct kiln_host *host, const char *who,
+				 const char *what, int64_t v, int64_t n, int64_t last);
+
+/* info of a source of n images whose sizes vary (sample and image sizes
+ * left 0) with i32 scalar labels in [0, classes). */
+void loaders_varying_info(struct kiln_source_info *info, int64_t n, int64_t classes);
+
 /* kiln's packed record shards (.krec): records.c, format in records.h. */
 extern const struct kiln_plugin loaders_records_plugin;
 

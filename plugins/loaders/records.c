@@ -664,8 +664,7 @@ static kiln_status rec_set_position(void *vctx, int64_t offset)
 {
 	struct rec_ctx *c = vctx;
 	if (offset < 0 || offset > c->n)
-		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      c->shards[0].path, offset, c->n, c->n);
+		return loaders_out_of_range(c->host, c->shards[0].path, "position", offset, c->n, c->n);
 	c->position = offset;
 	return KILN_OK;
 }

@@ -180,8 +180,7 @@ static kiln_status syn_read_image(void *vctx, int64_t index, struct kiln_image *
 {
 	const struct syn_ctx *c = vctx;
 	if (index < 0 || index >= c->n)
-		return c->host->error(KILN_EINVAL, "synthetic: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      index, c->n, c->n - 1);
+		return loaders_out_of_range(c->host, "synthetic", "sample index", index, c->n, c->n - 1);
 	size_t bytes = (size_t)c->h * (size_t)c->w * (size_t)c->c;
 	kiln_status st = img_reserve(c->host, img, bytes);
 	if (st)
@@ -214,8 +213,7 @@ static kiln_status syn_set_position(void *vctx, int64_t offset)
 {
 	struct syn_ctx *c = vctx;
 	if (offset < 0 || offset > c->n)
-		return c->host->error(KILN_EINVAL, "synthetic: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      offset, c->n, c->n);
+		return loaders_out_of_range(c->host, "synthetic", "position", offset, c->n, c->n);
 	c->position = offset;
 	return KILN_OK;
 }

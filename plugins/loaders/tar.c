@@ -720,13 +720,7 @@ fail:
 static kiln_status tar_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct tar_ctx *c = vctx;
-	memset(info, 0, sizeof *info);
-	info->len = c->n;
-	/* image sizes vary: sample stays ndim 0 and image_h/w/c 0 */
-	info->label.dtype = KILN_I32;
-	info->label.layout = KILN_ROW;
-	info->label.ndim = 0;
-	info->classes = c->classes;
+	loaders_varying_info(info, c->n, c->classes);
 	return KILN_OK;
 }
 
@@ -737,8 +731,7 @@ static kiln_status tar_read_image(void *vctx, int64_t index, struct kiln_image *
 	const struct tar_ctx *c = vctx;
 	const struct kiln_host *host = c->host;
 	if (index < 0 || index >= c->n)
-		return host->error(KILN_EINVAL, "%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				   c->shards[0], index, c->n, c->n - 1);
+		return loaders_out_of_range(host, c->shards[0], "sample index", index, c->n, c->n - 1);
 	const struct tar_sample *s = &c->s[index];
 	const char *shard = c->shards[s->shard], *name = c->names + s->name;
 	uint64_t hdr = s->off - TAR_BLOCK;
@@ -786,8 +779,7 @@ static kiln_status tar_set_position(void *vctx, int64_t offset)
 {
 	struct tar_ctx *c = vctx;
 	if (offset < 0 || offset > c->n)
-		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      c->shards[0], offset, c->n, c->n);
+		return loaders_out_of_range(c->host, c->shards[0], "position", offset, c->n, c->n);
 	c->position = offset;
 	return KILN_OK;
 }
