@@ -6,13 +6,6 @@
 #include <stdio.h>
 #include <time.h>
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			    int64_t batches, struct kiln_data_bench *out)
 {
@@ -71,7 +64,7 @@ kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_reg
 			int64_t rows;
 			int slot;
 			if (taken == warm) {
-				t0 = mono_s();
+				t0 = kiln_now_s();
 				wait0 = kiln_loader_wait_s(L);
 				read0 = atomic_load(&d.read_ns);
 				xf0 = atomic_load(&d.xform_ns);
@@ -86,7 +79,7 @@ kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_reg
 	}
 	if ((st = kiln_device_stream_sync(dev, copy)))
 		goto out;
-	out->wall_s = mono_s() - t0;
+	out->wall_s = kiln_now_s() - t0;
 	out->workers = workers;
 	out->batch = B;
 	out->batches = batches;
@@ -108,11 +101,11 @@ kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_reg
 		if ((st = kiln_device_host_alloc(dev, xbytes, &h)))
 			goto out;
 		memset(h, 0, xbytes);
-		double c0 = mono_s();
+		double c0 = kiln_now_s();
 		for (int i = 0; i < 8 && !st; i++)
 			if (!(st = kiln_device_copy_async(dev, xd, h, xbytes, KILN_COPY_H2D, copy)))
 				st = kiln_device_stream_sync(dev, copy);
-		out->copy_us = (mono_s() - c0) / 8 * 1e6;
+		out->copy_us = (kiln_now_s() - c0) / 8 * 1e6;
 		kiln_device_host_free(dev, h);
 	}
 out:

@@ -19,13 +19,6 @@ static uint16_t to_bf16(float f)
 	return (uint16_t)(u >> 16);
 }
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void kiln_data_scratch_free(struct kiln_data_scratch *s)
 {
 	free(s->img.data);
@@ -182,12 +175,12 @@ static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, vo
 			    int32_t *y, struct kiln_data_scratch *s, int64_t *ns)
 {
 	kiln_status st;
-	int64_t t0 = ns ? mono_ns() : 0;
+	int64_t t0 = ns ? kiln_now_ns() : 0;
 	if (!d->use_image) {
 		if ((st = d->ops->read(d->ctx, j, out, y)))
 			return st;
 		if (ns)
-			ns[0] += mono_ns() - t0;
+			ns[0] += kiln_now_ns() - t0;
 	} else {
 		const struct kiln_cached *c = d->cached ? atomic_load(&d->cached[j]) : NULL;
 		const struct kiln_image *img = c ? &c->img : NULL;
@@ -200,7 +193,7 @@ static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, vo
 			if (d->cached)
 				cache_put(d, j, img, *y);
 		}
-		int64_t t1 = ns ? mono_ns() : 0;
+		int64_t t1 = ns ? kiln_now_ns() : 0;
 		if (ns)
 			ns[0] += t1 - t0;
 		if (d->bf16) {
@@ -222,7 +215,7 @@ static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, vo
 			return st;
 		}
 		if (ns)
-			ns[1] += mono_ns() - t1;
+			ns[1] += kiln_now_ns() - t1;
 	}
 	if (*y < 0 || *y >= d->classes)
 		return kiln_error(KILN_EDATA, "label %d outside [0, %lld)", *y, (long long)d->classes);

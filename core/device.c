@@ -224,11 +224,11 @@ static kiln_status run_profiled(struct kiln_device *dev, void *plan,
 	kiln_status st = dev->ops->stream_sync(dev->ctx, stream);
 	if (st)
 		return st;
-	int64_t t0 = kiln_profile_now_ns();
+	int64_t t0 = kiln_now_ns();
 	st = dev->ops->run(dev->ctx, plan, args, stream);
 	if (!st)
 		st = dev->ops->stream_sync(dev->ctx, stream);
-	kiln_profile_op(dev->prof, plan, stream, t0, kiln_profile_now_ns());
+	kiln_profile_op(dev->prof, plan, stream, t0, kiln_now_ns());
 	return st;
 }
 
@@ -240,11 +240,11 @@ static kiln_status copy_profiled(struct kiln_device *dev, void *dst, const void 
 	kiln_status st = dev->ops->stream_sync(dev->ctx, stream);
 	if (st)
 		return st;
-	int64_t t0 = kiln_profile_now_ns();
+	int64_t t0 = kiln_now_ns();
 	st = dev->ops->copy_async(dev->ctx, dst, src, bytes, kind, stream);
 	if (!st)
 		st = dev->ops->stream_sync(dev->ctx, stream);
-	kiln_profile_copy(dev->prof, kind, stream, t0, kiln_profile_now_ns());
+	kiln_profile_copy(dev->prof, kind, stream, t0, kiln_now_ns());
 	return st;
 }
 

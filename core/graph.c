@@ -884,10 +884,10 @@ static kiln_status run_node(struct kiln_plan *p, int i, int pass, struct kiln_la
 						   : nd->ops->forward(h, &nd->l, r);
 	const char *name = p->m->layers[i].name;
 	kiln_profile_label(name, pass);
-	int64_t t0 = kiln_profile_now_ns();
+	int64_t t0 = kiln_now_ns();
 	kiln_status st = pass == KILN_PHASE_BACKWARD ? nd->ops->backward(h, &nd->l, r)
 						     : nd->ops->forward(h, &nd->l, r);
-	kiln_profile_layer(prof, name, pass, t0, kiln_profile_now_ns());
+	kiln_profile_layer(prof, name, pass, t0, kiln_now_ns());
 	kiln_profile_label(NULL, 0);
 	return st;
 }

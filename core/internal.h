@@ -57,6 +57,10 @@ struct kiln_source {
 	struct kiln_source_info info; /* len after [data] limit */
 };
 
+/* ---- the monotonic clock every timing in the core reads (core/status.c) ---- */
+int64_t kiln_now_ns(void);
+static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
+
 /* ---- CRC32C (core/crc32c.c), also host->crc32c ---- */
 uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n);
 

@@ -47,13 +47,6 @@ static kiln_status fill(struct kiln_loader *L, struct slot *s, int64_t b,
 				      scr);
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *worker(void *arg)
 {
 	struct kiln_loader *L = arg;
@@ -175,10 +168,10 @@ kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_
 	int64_t b = L->next_take;
 	struct slot *s = &L->slots[b % L->n_slots];
 	if (!(s->state == SLOT_READY && s->batch == b)) {
-		double t0 = mono_s();
+		double t0 = kiln_now_s();
 		while (!(s->state == SLOT_READY && s->batch == b))
 			pthread_cond_wait(&L->cond, &L->lock);
-		L->wait_s += mono_s() - t0;
+		L->wait_s += kiln_now_s() - t0;
 	}
 	kiln_status st = s->st;
 	s->state = SLOT_TAKEN;
@@ -240,7 +233,7 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 			kiln_loader_close(L);
 			break;
 		}
-		double t0 = mono_s();
+		double t0 = kiln_now_s();
 		for (int64_t b = 0; b < nb && !st; b++) {
 			const void *x;
 			const int32_t *y;
@@ -249,7 +242,7 @@ kiln_status kiln_loader_probe(struct kiln_device *dev, struct kiln_dataset *d, i
 			if (!(st = kiln_loader_next(L, &x, &y, &rows, &slot)))
 				st = kiln_loader_release(L, slot, copy_stream);
 		}
-		double rate = (double)(nb * B) / (mono_s() - t0);
+		double rate = (double)(nb * B) / (kiln_now_s() - t0);
 		kiln_loader_close(L);
 		if (st)
 			break;

@@ -121,13 +121,6 @@ static const char *op_name(int type)
 	return "op?"; /* prepared before the profiler was attached */
 }
 
-int64_t kiln_profile_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Grow *arr (of *cap elements of `size` bytes) to hold n + 1. */
 static int grow(void *arr, size_t *cap, size_t n, size_t size)
 {
@@ -156,7 +149,7 @@ kiln_status kiln_profile_open(const struct kiln_config *cfg, struct kiln_profile
 	if (!p)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	pthread_mutex_init(&p->lock, NULL);
-	p->origin = kiln_profile_now_ns();
+	p->origin = kiln_now_ns();
 	p->trace_steps = steps;
 	p->phase = KILN_PROF_NONE;
 	*out = p;
@@ -366,7 +359,7 @@ void kiln_profile_layer(struct kiln_profile *p, const char *layer, int pass, int
 
 void kiln_profile_step(struct kiln_profile *p, int begin)
 {
-	int64_t t = kiln_profile_now_ns();
+	int64_t t = kiln_now_ns();
 	pthread_mutex_lock(&p->lock);
 	if (begin) {
 		p->step++;
@@ -385,7 +378,7 @@ void kiln_profile_step(struct kiln_profile *p, int begin)
 
 void kiln_profile_phase(struct kiln_profile *p, int phase, int begin)
 {
-	int64_t t = kiln_profile_now_ns();
+	int64_t t = kiln_now_ns();
 	pthread_mutex_lock(&p->lock);
 	if (begin) {
 		p->phase = phase;

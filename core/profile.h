@@ -48,8 +48,6 @@ enum {
 kiln_status kiln_profile_open(const struct kiln_config *cfg, struct kiln_profile **out);
 void kiln_profile_free(struct kiln_profile *p);
 
-/* CLOCK_MONOTONIC in nanoseconds. */
-int64_t kiln_profile_now_ns(void);
 
 /* The calling thread's current label: the layer (or trainer part) whose
  * ops run next, and its pass (KILN_PHASE_FORWARD, ...).  `name` is

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- errors ----------------------------------------------------------- */
 
@@ -123,4 +124,11 @@ void kiln_log(int level, const char *who, const char *fmt, ...)
 	va_start(ap, fmt);
 	kiln_vlog(level, who, fmt, ap);
 	va_end(ap);
+}
+
+int64_t kiln_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }

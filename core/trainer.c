@@ -50,13 +50,6 @@ void kiln_set_phase_hook(kiln_phase_fn fn, void *user)
 	phase_user = user;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 #define SLOTS 2
 
 struct data {
@@ -371,7 +364,7 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 			return st;
 		if (t->prof) {
 			/* the loader's own measure of the wait, ending now */
-			int64_t t1 = kiln_profile_now_ns();
+			int64_t t1 = kiln_now_ns();
 			int64_t w = (int64_t)((kiln_loader_wait_s(d->loader) - w0) * 1e9);
 			kiln_profile_span(t->prof, "data wait", "loader", KILN_PHASE_DATA,
 					  KILN_PROF_TRACK_WAIT, t1 - w, t1);
@@ -383,13 +376,13 @@ static kiln_status load_batch(struct trainer *t, struct data *d, const int64_t *
 	} else {
 		if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
 			return st;
-		int64_t t0 = t->prof ? kiln_profile_now_ns() : 0;
+		int64_t t0 = t->prof ? kiln_now_ns() : 0;
 		if ((st = kiln_dataset_read_rows(&d->ds, t->epoch, idx, rows, t->x_host[s],
 						 t->y_host[s], &t->scratch)))
 			return st;
 		if (t->prof)
 			kiln_profile_span(t->prof, "data read", "inline", KILN_PHASE_DATA,
-					  KILN_PROF_TRACK_WAIT, t0, kiln_profile_now_ns());
+					  KILN_PROF_TRACK_WAIT, t0, kiln_now_ns());
 		xh = t->x_host[s];
 		yh = t->y_host[s];
 	}
@@ -728,7 +721,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	int do_eval = 1, shuffle = 1, resident = 0, do_resume = 0, resumed = 0;
 	const char *devname = kiln_config_get(cfg, "run", "device");
 	const char *out_dir = kiln_config_get(cfg, "run", "out_dir");
-	double t_start = now_s();
+	double t_start = kiln_now_s();
 
 	memset(res, 0, sizeof *res);
 	res->test_loss = res->test_acc = -1;
@@ -1012,7 +1005,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	for (int64_t ep = ep0; ep < epochs && !stop_early &&
 			       (!max_steps || step < max_steps || (ep == ep0 && off0 > 0));
 	     ep++) {
-		double ep_t0 = now_s(), since_loss = 0, since_correct = 0, ep_loss = 0, ep_correct = 0;
+		double ep_t0 = kiln_now_s(), since_loss = 0, since_correct = 0, ep_loss = 0, ep_correct = 0;
 		int64_t since = 0, ep_samples = 0;
 		if (shuffle)
 			kiln_rng_permutation((uint64_t)seed, (uint64_t)ep, perm, train.len);
@@ -1204,7 +1197,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			kiln_log(KILN_LOG_INFO, "train", "stopped on request after step %lld", (long long)step);
 			break;
 		}
-		double ep_s = now_s() - ep_t0;
+		double ep_s = kiln_now_s() - ep_t0;
 		/* epoch 1 includes warm-up: once a second epoch has run, time
 		 * from epoch 2 on */
 		if (ep == 1)
@@ -1221,11 +1214,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		if (do_eval && (!eval_every || (stop_early || (step % eval_every &&
 					  (ep + 1 == epochs || (max_steps && step >= max_steps)))))) {
 			/* per epoch; or, with eval_every, the run's last step */
-			double ev_t0 = now_s();
+			double ev_t0 = kiln_now_s();
 			if (!(stop_early && eval_every) &&
 			    (st = evaluate(t, ev, peval, ev_rem, EB, ev_loss, ev_acc, ev_acc5)))
 				goto out;
-			res->eval_samples_per_s = (double)ev->len / (now_s() - ev_t0);
+			res->eval_samples_per_s = (double)ev->len / (kiln_now_s() - ev_t0);
 			/* evaluation syncs are log points too */
 			kiln_device_counters_get(t->dev, &c_prev);
 			*ev_samples = ev->len;
@@ -1281,7 +1274,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	res->train_samples_per_s = timed_s > 0 ? (double)timed_samples / timed_s : 0;
 	if (t->prof && (st = kiln_profile_report(t->prof, out_dir)))
 		goto out;
-	res->wall_s = now_s() - t_start;
+	res->wall_s = kiln_now_s() - t_start;
 	if (stopping)
 		jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "stopped", "step", (json_int_t)step,
 				   "checkpoint", res->checkpoint));
@@ -1423,11 +1416,11 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
 		goto out;
 	kiln_log(KILN_LOG_INFO, "eval", "%s: the weights of step %lld", checkpoint,
 		 (long long)kiln_ckpt_step(ck));
-	t0 = now_s();
+	t0 = kiln_now_s();
 	if ((st = evaluate(t, &test, peval, prem, EB, &res->test_loss, &res->test_acc,
 			   &res->test_acc5)))
 		goto out;
-	res->wall_s = now_s() - t0;
+	res->wall_s = kiln_now_s() - t0;
 	res->eval_samples_per_s = (double)test.len / res->wall_s;
 	res->test_samples = test.len;
 	res->steps = kiln_ckpt_step(ck);
