@@ -61,7 +61,7 @@ struct data {
 
 /* transform_on = device: u8 batches normalised by a device op, one plan
  * per row count */
-#define NORM_PLANS 4
+#define NORM_PLANS 6
 
 struct trainer {
 	const struct kiln_config *cfg;
@@ -89,6 +89,7 @@ struct trainer {
 	float *clip_host;
 	size_t norm_bytes;
 	int64_t norm_rows[NORM_PLANS];
+	const struct data *norm_of[NORM_PLANS]; /* each data set has its mean/std */
 	void *norm_plan[NORM_PLANS];
 	struct kiln_profile *prof;  /* [run] profile = 1, else NULL */
 	/* checkpoints */
@@ -139,15 +140,15 @@ static void close_data(struct data *d)
 }
 
 /* transform_on = device: out f32 [rows, C, H, W] = (x u8 / 255 - mean) / std */
-static kiln_status normalize_on_device(struct trainer *t, struct data *d, const void *x,
-				       int64_t rows)
+/* The plan for `rows`, prepared at setup (prep) or looked up (the step). */
+static kiln_status norm_plan(struct trainer *t, struct data *d, int64_t rows, int prep, int *kout)
 {
 	kiln_status st;
 	int k = 0;
-	while (k < NORM_PLANS && t->norm_plan[k] && t->norm_rows[k] != rows)
+	while (k < NORM_PLANS && t->norm_plan[k] && (t->norm_rows[k] != rows || t->norm_of[k] != d))
 		k++;
-	if (k == NORM_PLANS)
-		return kiln_error(KILN_EINTERNAL, "normalize: more than %d batch sizes", NORM_PLANS);
+	if (k == NORM_PLANS || (!prep && !t->norm_plan[k]))
+		return kiln_error(KILN_EINTERNAL, "normalize: no plan for %lld rows", (long long)rows);
 	if (!t->norm_plan[k]) {
 		struct kiln_op op;
 		int64_t dims[4] = { rows, d->ds.sample.dims[0], d->ds.sample.dims[1],
@@ -166,7 +167,19 @@ static kiln_status normalize_on_device(struct trainer *t, struct data *d, const 
 		if ((st = kiln_device_prepare(t->dev, &op, &t->norm_plan[k], NULL)))
 			return st;
 		t->norm_rows[k] = rows;
+		t->norm_of[k] = d;
 	}
+	*kout = k;
+	return KILN_OK;
+}
+
+static kiln_status normalize_on_device(struct trainer *t, struct data *d, const void *x,
+				       int64_t rows)
+{
+	int k;
+	kiln_status st = norm_plan(t, d, rows, 0, &k);
+	if (st)
+		return st;
 	struct kiln_op_args a = { .in = { x }, .out = { t->x_norm } };
 	label(t, "input", KILN_PHASE_DATA);
 	st = kiln_device_run(t->dev, t->norm_plan[k], &a, t->compute);
@@ -863,6 +876,16 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		kiln_log(KILN_LOG_INFO, "data", "%zu-byte %s samples copied, %s on the device",
 			 t->sample_bytes, kiln_dtype_name(train.ds.sample.dtype),
 			 train.ds.sample.dtype == KILN_U8 ? "normalised" : "widened to f32");
+		/* every batch size the run will see, prepared now: nothing is
+		 * prepared inside a step */
+		struct data *const sets[] = { &train, &test, &test, &val, &val };
+		const int64_t sizes[] = { B, do_eval ? EB : 0, do_eval ? test.len % EB : 0,
+					  have_val ? EB : 0, have_val ? val.len % EB : 0 };
+		for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+			int k;
+			if (sizes[i] > 0 && (st = norm_plan(t, sets[i], sizes[i], 1, &k)))
+				goto out;
+		}
 	}
 	for (int s = 0; s < SLOTS; s++)
 		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
@@ -1378,8 +1401,11 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
 	t->sample_bytes = test.ds.sample_bytes;
 	t->x_bytes = (size_t)EB * t->sample_bytes;
 	if (test.ds.sample.dtype != KILN_F32) {
+		int k;
 		t->norm_bytes = (size_t)EB * kiln_tensor_bytes(&test.input);
-		if ((st = kiln_device_alloc(t->dev, t->norm_bytes, &t->x_norm)))
+		if ((st = kiln_device_alloc(t->dev, t->norm_bytes, &t->x_norm)) ||
+		    (st = norm_plan(t, &test, EB, 1, &k)) ||
+		    (test.len % EB && (st = norm_plan(t, &test, test.len % EB, 1, &k))))
 			goto out;
 	}
 	for (int s = 0; s < SLOTS; s++)
