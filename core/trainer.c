@@ -844,8 +844,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			goto out;
 		if (test.len % EB && (st = kiln_model_plan(t->m, test.len % EB, 0, &prem)))
 			goto out;
-		if (have_val && val.len % EB && val.len % EB != test.len % EB &&
-		    (st = kiln_model_plan(t->m, val.len % EB, 0, &pvrem)))
+		if (have_val && val.len % EB && (st = kiln_model_plan(t->m, val.len % EB, 0, &pvrem)))
 			goto out;
 	}
 	{
@@ -1008,7 +1007,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	/* the evaluations during training: [data.val] when there is one, else
 	 * [data.eval] */
 	struct data *ev = have_val ? &val : &test;
-	struct kiln_plan *ev_rem = !have_val ? prem : pvrem ? pvrem : prem;
+	struct kiln_plan *ev_rem = have_val ? pvrem : prem;
 	double *ev_loss = have_val ? &res->val_loss : &res->test_loss;
 	double *ev_acc = have_val ? &res->val_acc : &res->test_acc;
 	double *ev_acc5 = have_val ? &res->val_acc5 : &res->test_acc5;
@@ -1234,12 +1233,12 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		int n = snprintf(msg, sizeof msg, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
 				 (long long)ep + 1, (long long)epochs, res->train_loss, res->train_acc, ep_s,
 				 (double)ep_samples / ep_s);
-		if (do_eval && (!eval_every || (stop_early || (step % eval_every &&
-					  (ep + 1 == epochs || (max_steps && step >= max_steps)))))) {
-			/* per epoch; or, with eval_every, the run's last step */
+		/* per epoch; or, with eval_every, after the run's last step when that
+		 * was not an evaluation point (an early stop evaluated already) */
+		int last_step = ep + 1 == epochs || (max_steps && step >= max_steps);
+		if (do_eval && !stop_early && (!eval_every || (last_step && step % eval_every))) {
 			double ev_t0 = kiln_now_s();
-			if (!(stop_early && eval_every) &&
-			    (st = evaluate(t, ev, peval, ev_rem, EB, ev_loss, ev_acc, ev_acc5)))
+			if ((st = evaluate(t, ev, peval, ev_rem, EB, ev_loss, ev_acc, ev_acc5)))
 				goto out;
 			res->eval_samples_per_s = (double)ev->len / (kiln_now_s() - ev_t0);
 			/* evaluation syncs are log points too */
