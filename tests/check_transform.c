@@ -16,7 +16,6 @@
  * epoch, index), and kiln_xform_from_config's defaults and errors.
  */
 #include <check.h>
-#include <jansson.h> /* the safetensors header */
 #include <kiln/kiln.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,13 +27,10 @@
 #include "plugins/loaders/image.h"
 #endif
 
-/* ---- the reference file (loaded once in main; forked tests inherit it) -- */
+/* ---- the reference file (loaded once in main; forked tests inherit it),
+ * read with the core's safetensors reader -------------------------------- */
 
-static struct {
-	char *buf;
-	size_t len, data;
-	json_t *hdr, *meta;
-} ref;
+static struct kiln_safetensors *ref;
 
 struct ref_tensor {
 	const void *data; /* little-endian, row-major */
@@ -46,62 +42,39 @@ struct ref_tensor {
 
 static int ref_load(const char *path)
 {
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		fprintf(stderr, "cannot open %s (regenerate: /usr/bin/python3 "
-				"tests/data/gen_transform_refs.py %s)\n", path, path);
+	if (kiln_safetensors_open(path, &ref)) {
+		fprintf(stderr, "%s (regenerate: /usr/bin/python3 tests/data/gen_transform_refs.py %s)\n",
+			kiln_last_error(), path);
 		return -1;
 	}
-	fseek(fp, 0, SEEK_END);
-	ref.len = (size_t)ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	ref.buf = malloc(ref.len);
-	size_t got = fread(ref.buf, 1, ref.len, fp);
-	fclose(fp);
-	uint64_t n;
-	if (got != ref.len || ref.len < 8 || (memcpy(&n, ref.buf, 8), 8 + n > ref.len)) {
-		fprintf(stderr, "%s: truncated\n", path);
-		return -1;
-	}
-	json_error_t err;
-	ref.hdr = json_loadb(ref.buf + 8, (size_t)n, 0, &err);
-	if (!ref.hdr) {
-		fprintf(stderr, "%s: bad safetensors header: %s\n", path, err.text);
-		return -1;
-	}
-	ref.data = 8 + (size_t)n;
-	ref.meta = json_object_get(ref.hdr, "__metadata__");
 	return 0;
 }
 
 static void ref_unload(void)
 {
-	json_decref(ref.hdr);
-	free(ref.buf);
+	kiln_safetensors_close(ref);
 }
 
 static const char *meta(const char *c, const char *key)
 {
 	char k[256];
 	snprintf(k, sizeof k, "%s%s%s", c, key ? "." : "", key ? key : "");
-	const char *s = json_string_value(json_object_get(ref.meta, k));
+	const char *s = kiln_safetensors_meta(ref, k);
 	ck_assert_msg(s != NULL, "reference has no metadata %s", k);
 	return s;
 }
 
 static void ref_get(const char *name, struct ref_tensor *t)
 {
-	json_t *j = json_object_get(ref.hdr, name);
-	ck_assert_msg(j != NULL, "reference has no tensor %s", name);
-	json_t *shape = json_object_get(j, "shape"), *off = json_object_get(j, "data_offsets");
-	t->dtype = json_string_value(json_object_get(j, "dtype"));
-	t->ndim = (int)json_array_size(shape);
-	t->numel = 1;
-	for (int i = 0; i < t->ndim && i < 4; i++) {
-		t->dims[i] = json_integer_value(json_array_get(shape, (size_t)i));
-		t->numel *= t->dims[i];
-	}
-	t->data = ref.buf + ref.data + (size_t)json_integer_value(json_array_get(off, 0));
+	struct kiln_safetensors_tensor st;
+	ck_assert_msg(kiln_safetensors_find(ref, name, &st) == KILN_OK, "reference has no tensor %s",
+		      name);
+	t->dtype = st.dtype_name;
+	t->ndim = st.ndim;
+	t->numel = st.numel;
+	for (int i = 0; i < t->ndim && i < 4; i++)
+		t->dims[i] = st.dims[i];
+	t->data = st.data;
 }
 
 /* Input image `name` as a kiln_image (a malloc()ed copy; free data). */

@@ -150,8 +150,8 @@ check_PROGRAMS += tests/check_transform
 TESTS += tests/check_transform
 tests_check_transform_SOURCES = tests/check_transform.c
 tests_check_transform_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
-tests_check_transform_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_check_transform_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+tests_check_transform_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_transform_LDADD = libkiln.la $(CHECK_LIBS) -lm
 if BUILD_LOADERS
 # the loaders' JPEG/PNG decoder, linked in to compare its pixels with PIL's
 tests_check_transform_SOURCES += plugins/loaders/image.c plugins/loaders/image.h
