@@ -5,7 +5,6 @@
  * across thread counts, the training-state accessor, config errors, and an
  * MLP trained with adamw and with lamb on Fashion-MNIST. */
 #include <check.h>
-#include <jansson.h>
 #include <kiln/kiln.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,10 +28,9 @@ static struct kiln_config *cfg_from(const char *text)
 
 /* ---- the reference file ------------------------------------------------ */
 
+/* read with the core's safetensors reader */
 struct st_file {
-	char *buf;
-	size_t len, data;
-	json_t *hdr;
+	struct kiln_safetensors *f;
 };
 
 static void st_open(struct st_file *f, const char *name)
@@ -40,43 +38,28 @@ static void st_open(struct st_file *f, const char *name)
 	char path[4096];
 	const char *srcdir = getenv("srcdir");
 	snprintf(path, sizeof path, "%s/tests/data/%s", srcdir ? srcdir : ".", name);
-	FILE *fp = fopen(path, "rb");
-	ck_assert_msg(fp != NULL, "cannot open %s", path);
-	fseek(fp, 0, SEEK_END);
-	f->len = (size_t)ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	f->buf = malloc(f->len);
-	ck_assert(fread(f->buf, 1, f->len, fp) == f->len);
-	fclose(fp);
-	uint64_t n;
-	memcpy(&n, f->buf, 8);
-	json_error_t err;
-	f->hdr = json_loadb(f->buf + 8, (size_t)n, 0, &err);
-	ck_assert_msg(f->hdr != NULL, "bad safetensors header: %s", err.text);
-	f->data = 8 + (size_t)n;
+	ck_assert_msg(kiln_safetensors_open(path, &f->f) == KILN_OK, "%s", kiln_last_error());
 }
 
 static void st_close(struct st_file *f)
 {
-	json_decref(f->hdr);
-	free(f->buf);
+	kiln_safetensors_close(f->f);
 }
 
 /* f32 tensor `name` and its element count. */
 static const float *st_get(struct st_file *f, const char *name, int64_t *numel)
 {
-	json_t *t = json_object_get(f->hdr, name);
-	ck_assert_msg(t != NULL, "reference has no tensor %s", name);
-	json_t *off = json_object_get(t, "data_offsets");
-	size_t b = (size_t)json_integer_value(json_array_get(off, 0));
-	size_t e = (size_t)json_integer_value(json_array_get(off, 1));
-	*numel = (int64_t)((e - b) / 4);
-	return (const float *)(f->buf + f->data + b);
+	struct kiln_safetensors_tensor t;
+	ck_assert_msg(kiln_safetensors_find(f->f, name, &t) == KILN_OK, "reference has no tensor %s",
+		      name);
+	ck_assert_int_eq(t.dtype, KILN_F32);
+	*numel = t.numel;
+	return t.data;
 }
 
 static const char *st_meta(struct st_file *f, const char *key)
 {
-	const char *v = json_string_value(json_object_get(json_object_get(f->hdr, "__metadata__"), key));
+	const char *v = kiln_safetensors_meta(f->f, key);
 	ck_assert_msg(v != NULL, "reference has no metadata %s", key);
 	return v;
 }

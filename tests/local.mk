@@ -168,8 +168,8 @@ check_PROGRAMS += tests/check_optim
 TESTS += tests/check_optim
 tests_check_optim_SOURCES = tests/check_optim.c
 tests_check_optim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
-tests_check_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_check_optim_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+tests_check_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_optim_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 EXTRA_DIST += tests/data/gen_optim_refs.py tests/data/optim_refs.safetensors
 # ---- safetensors: the format, [model] init_from, kiln export; PyTorch both ways
