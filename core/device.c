@@ -329,3 +329,46 @@ size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)
 {
 	return plan && HAS(dev, aux_bytes) ? dev->ops->aux_bytes(dev->ctx, plan) : 0;
 }
+
+const char *kiln_op_name(int type)
+{
+	static const char *const names[KILN_OP_TYPE_COUNT] = {
+		[KILN_OP_GEMM] = "GEMM",
+		[KILN_OP_BIAS_ADD] = "BIAS_ADD",
+		[KILN_OP_BIAS_GRAD] = "BIAS_GRAD",
+		[KILN_OP_RELU] = "RELU",
+		[KILN_OP_RELU_BWD] = "RELU_BWD",
+		[KILN_OP_SOFTMAX_XENT] = "SOFTMAX_XENT",
+		[KILN_OP_SGD] = "SGD",
+		[KILN_OP_FILL] = "FILL",
+		[KILN_OP_REDUCE_SUM] = "REDUCE_SUM",
+		[KILN_OP_SCALE] = "SCALE",
+		[KILN_OP_ADD] = "ADD",
+		[KILN_OP_NORMALIZE_U8] = "NORMALIZE_U8",
+		[KILN_OP_CONV] = "CONV",
+		[KILN_OP_CONV_BWD_DATA] = "CONV_BWD_DATA",
+		[KILN_OP_CONV_BWD_WEIGHTS] = "CONV_BWD_WEIGHTS",
+		[KILN_OP_BN_TRAIN] = "BN_TRAIN",
+		[KILN_OP_BN_INFER] = "BN_INFER",
+		[KILN_OP_BN_BWD] = "BN_BWD",
+		[KILN_OP_POOL] = "POOL",
+		[KILN_OP_POOL_BWD] = "POOL_BWD",
+		[KILN_OP_ACT] = "ACT",
+		[KILN_OP_ACT_BWD] = "ACT_BWD",
+		[KILN_OP_DROPOUT] = "DROPOUT",
+		[KILN_OP_DROPOUT_BWD] = "DROPOUT_BWD",
+		[KILN_OP_CONCAT] = "CONCAT",
+		[KILN_OP_SPLIT] = "SPLIT",
+		[KILN_OP_REORDER] = "REORDER",
+		[KILN_OP_COUNTER_ADD] = "COUNTER_ADD",
+		[KILN_OP_MUL] = "MUL",
+		[KILN_OP_LR_SCHEDULE] = "LR_SCHEDULE",
+		[KILN_OP_GRAD_CLIP] = "GRAD_CLIP",
+		[KILN_OP_CAST] = "CAST",
+		[KILN_OP_ADAMW] = "ADAMW",
+		[KILN_OP_LAMB] = "LAMB",
+	};
+	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
+		return names[type];
+	return "unknown op";
+}

@@ -61,6 +61,9 @@ struct kiln_source {
 int64_t kiln_now_ns(void);
 static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
 
+/* ---- op names (core/device.c), also host->op_name ---- */
+const char *kiln_op_name(int type);
+
 /* ---- CRC32C (core/crc32c.c), also host->crc32c ---- */
 uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n);
 

@@ -4,6 +4,8 @@
  * and how; docs/profiler.md says how to read the output. */
 #include "profile.h"
 
+#include <ctype.h>
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -78,47 +80,28 @@ static const char *pass_name(int pass)
 	return pass >= 0 && pass < KILN_PROF_PASSES ? pass_names[pass] : "-";
 }
 
+/* The report's name of an op: the core's (kiln_op_name), lower case
+ * ("conv_bwd_data"); stable pointers (rows compare them). */
+static char lower_names[KILN_OP_TYPE_COUNT][32];
+static pthread_once_t lower_once = PTHREAD_ONCE_INIT;
+
+static void lower_init(void)
+{
+	for (int t = 0; t < KILN_OP_TYPE_COUNT; t++) {
+		const char *s = kiln_op_name(t);
+		size_t i = 0;
+		for (; s[i] && i + 1 < sizeof lower_names[t]; i++)
+			lower_names[t][i] = (char)tolower((unsigned char)s[i]);
+		lower_names[t][i] = 0;
+	}
+}
+
 static const char *op_name(int type)
 {
-	static const char *const names[KILN_OP_TYPE_COUNT] = {
-		[KILN_OP_GEMM] = "gemm",
-		[KILN_OP_BIAS_ADD] = "bias_add",
-		[KILN_OP_BIAS_GRAD] = "bias_grad",
-		[KILN_OP_RELU] = "relu",
-		[KILN_OP_RELU_BWD] = "relu_bwd",
-		[KILN_OP_SOFTMAX_XENT] = "softmax_xent",
-		[KILN_OP_SGD] = "sgd",
-		[KILN_OP_FILL] = "fill",
-		[KILN_OP_REDUCE_SUM] = "reduce_sum",
-		[KILN_OP_SCALE] = "scale",
-		[KILN_OP_ADD] = "add",
-		[KILN_OP_NORMALIZE_U8] = "normalize_u8",
-		[KILN_OP_CONV] = "conv",
-		[KILN_OP_CONV_BWD_DATA] = "conv_bwd_data",
-		[KILN_OP_CONV_BWD_WEIGHTS] = "conv_bwd_weights",
-		[KILN_OP_BN_TRAIN] = "bn_train",
-		[KILN_OP_BN_INFER] = "bn_infer",
-		[KILN_OP_BN_BWD] = "bn_bwd",
-		[KILN_OP_POOL] = "pool",
-		[KILN_OP_POOL_BWD] = "pool_bwd",
-		[KILN_OP_ACT] = "act",
-		[KILN_OP_ACT_BWD] = "act_bwd",
-		[KILN_OP_DROPOUT] = "dropout",
-		[KILN_OP_DROPOUT_BWD] = "dropout_bwd",
-		[KILN_OP_CONCAT] = "concat",
-		[KILN_OP_SPLIT] = "split",
-		[KILN_OP_REORDER] = "reorder",
-		[KILN_OP_COUNTER_ADD] = "counter_add",
-		[KILN_OP_MUL] = "mul",
-		[KILN_OP_LR_SCHEDULE] = "lr_schedule",
-		[KILN_OP_ADAMW] = "adamw",
-		[KILN_OP_LAMB] = "lamb",
-		[KILN_OP_GRAD_CLIP] = "grad_clip",
-		[KILN_OP_CAST] = "cast",
-	};
-	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
-		return names[type];
-	return "op?"; /* prepared before the profiler was attached */
+	if (type <= 0 || type >= KILN_OP_TYPE_COUNT)
+		return "op?"; /* prepared before the profiler was attached */
+	pthread_once(&lower_once, lower_init);
+	return lower_names[type];
 }
 
 /* Grow *arr (of *cap elements of `size` bytes) to hold n + 1. */

@@ -68,6 +68,7 @@ static const struct kiln_host host = {
 	.last_error = kiln_last_error,
 	.device_aux_bytes = kiln_device_aux_bytes,
 	.crc32c = kiln_crc32c,
+	.op_name = kiln_op_name,
 };
 
 const struct kiln_host *kiln_host_table(void) { return &host; }

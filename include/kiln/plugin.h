@@ -62,7 +62,7 @@ struct kiln_store;    /* core TCP key-value store (rendezvous) */
 
 /* ---- the host table: what the core offers every plugin ------------------ */
 
-#define KILN_HOST_VERSION 2
+#define KILN_HOST_VERSION 3
 
 struct kiln_host {
 	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
@@ -110,6 +110,12 @@ struct kiln_host {
 	 * start): the checksum of kiln's records and checkpoint files.
 	 * Thread-safe. */
 	uint32_t (*crc32c)(uint32_t crc, const void *buf, size_t n);
+
+	/* ---- version 3 ---- */
+
+	/* The name of an op type ("GEMM", "CONV_BWD_DATA", ...; "unknown op"
+	 * past the table), for messages.  Thread-safe. */
+	const char *(*op_name)(int type);
 };
 
 /* ---- descriptors ------------------------------------------------------ */
