@@ -24,6 +24,9 @@ int cmd_memory(int argc, char **argv)
 	struct kiln_registry *reg;
 	struct kiln_memory r;
 	kiln_status st = cli_load(argv[1], argc, argv, 2, &cfg, &reg);
+	int64_t batch;
+	if (!st)
+		st = kiln_resolve_batch(cfg, reg, &batch); /* batch = auto */
 	if (!st)
 		st = kiln_memory_report(cfg, reg, stdout, &r);
 	int rc = 0;
@@ -33,9 +36,10 @@ int cmd_memory(int argc, char **argv)
 		printf("{\"batch\": %lld, \"params\": %zu, \"grads\": %zu, \"optim_state\": %zu, "
 		       "\"buffers\": %zu, \"activations\": %zu, \"activations_unpacked\": %zu, "
 		       "\"workspace\": %zu, \"eval\": %zu, \"inputs\": %zu, \"other\": %zu, \"total\": %zu, "
-		       "\"peak_live\": %zu}\n",
+		       "\"peak_live\": %zu, \"recompute_segments\": %d, \"recomputed\": %d, \"host\": %zu, \"library\": %zu}\n",
 		       (long long)r.batch, r.params, r.grads, r.optim_state, r.buffers, r.activations,
-		       r.activations_unpacked, r.workspace, r.eval, r.inputs, r.other, r.total, r.peak_live);
+		       r.activations_unpacked, r.workspace, r.eval, r.inputs, r.other, r.total, r.peak_live,
+		       r.recompute_segments, r.recomputed, r.host, r.library);
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
 	return rc;

@@ -150,9 +150,11 @@ int cmd_train(int argc, char **argv)
 	struct kiln_train_result r;
 	struct bar b = { .tty = isatty(2), .last_pct = -1, .epochs = 10 };
 	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
+	int64_t batch = 128;
+	if (!st)
+		st = kiln_resolve_batch(cfg, reg, &batch); /* batch = auto */
 	if (!st) {
-		int64_t batch = 128, acc = 1;
-		kiln_config_get_int(cfg, "train", "batch", &batch);
+		int64_t acc = 1;
 		kiln_config_get_int(cfg, "train", "accumulate", &acc);
 		kiln_config_get_int(cfg, "train", "epochs", &b.epochs);
 		b.samples_per_step = batch * acc;
@@ -179,7 +181,8 @@ int cmd_train(int argc, char **argv)
 		}
 		if (r.stopped)
 			printf(", \"stopped\": true");
-		printf(", \"device_peak_bytes\": %zu}\n", r.device_peak_bytes);
+		printf(", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r.device_peak_bytes,
+		       r.rss_growth_bytes);
 		if (b.tty && r.stopped)
 			fprintf(stderr, "\n");
 		if (r.stopped && r.checkpoint[0])

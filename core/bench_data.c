@@ -19,9 +19,8 @@ kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_reg
 
 	memset(out, 0, sizeof *out);
 	memset(&d, 0, sizeof d);
-	kiln_config_get_int(cfg, "train", "batch", &B);
 	kiln_config_get_int(cfg, "data", "prefetch", &prefetch);
-	if ((st = kiln_data_workers(cfg, &workers)) ||
+	if ((st = kiln_train_batch(cfg, &B)) || (st = kiln_data_workers(cfg, &workers)) ||
 	    (st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &dev)) ||
 	    (st = kiln_device_stream_create(dev, &copy)) ||
 	    (st = kiln_dataset_open(cfg, reg, "data", "train", 1, &d)))

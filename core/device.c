@@ -91,6 +91,16 @@ void kiln_device_mem(struct kiln_device *dev, size_t *live, size_t *peak)
 
 #define HAS(dev, member)                                                                  \
 	((dev)->ops->version >= 1 && (dev)->ops->member != NULL)
+/* a member of version 2 of the table and on */
+#define HAS2(dev, member) ((dev)->ops->version >= 2 && (dev)->ops->member != NULL)
+
+kiln_status kiln_device_mem_info(struct kiln_device *dev, size_t *free_bytes, size_t *total_bytes)
+{
+	if (!HAS2(dev, mem_info))
+		return kiln_error(KILN_ENOTSUP, "device '%s' cannot report its free memory: set [run] memory_limit",
+				  dev->plugin->name);
+	return dev->ops->mem_info(dev->ctx, free_bytes, total_bytes);
+}
 
 kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_config *cfg,
 			     const char *name, int ordinal, struct kiln_device **out)

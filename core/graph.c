@@ -529,6 +529,334 @@ static kiln_status new_store(struct kiln_plan *p, int *cap, size_t bytes, int st
 	return KILN_OK;
 }
 
+/* [train] recompute: "none" (0 segments), "auto" (-1: the planner
+ * searches) or a segment count. */
+static kiln_status recompute_segments(const struct kiln_model *m, int *segs)
+{
+	const char *v = kiln_config_get(m->cfg, "train", "recompute");
+	*segs = 0;
+	if (!v || !*v || !strcmp(v, "none"))
+		return KILN_OK;
+	if (!strcmp(v, "auto")) {
+		*segs = -1; /* searched by the planner */
+		return KILN_OK;
+	}
+	char *end;
+	long n = strtol(v, &end, 10);
+	if (end == v || *end || n < 1 || n > KILN_MAX_LAYERS)
+		return kiln_error(KILN_ECONFIG,
+				  "%s: [train] recompute = '%s': expected none, auto or a segment count 1..%d",
+				  kiln_config_where(m->cfg, "train", "recompute"), v, KILN_MAX_LAYERS);
+	*segs = (int)n;
+	return KILN_OK;
+}
+
+/* The storage layer i's output is read from in the recomputation and the
+ * backward passes: the recomputed copy when there is one. */
+static int late_store(const struct kiln_plan *p, int i)
+{
+	if (i < 0)
+		return p->data_store;
+	return p->nodes[i].rstore >= 0 ? p->nodes[i].rstore : p->nodes[i].ystore;
+}
+
+static int fwd_store(const struct kiln_plan *p, int i)
+{
+	return i < 0 ? p->data_store : p->nodes[i].ystore;
+}
+
+/* Gradient checkpointing: decide which outputs are recomputed and lay out
+ * the schedule.  With S segments (balanced by output bytes) an output is
+ * recomputed when it lies in any segment but the last and only layers of
+ * its own segment read it; `[layer.X] recompute = 1` asks for one layer's
+ * output alone.  A recomputed output is computed again just before the
+ * first backward (or recomputation) that reads it, so the recomputations
+ * of a segment run in layer order right before its first backward needs
+ * them.  Sets nodes[].trig, pos_r, pos_b and p->sched. */
+static kiln_status plan_schedule(struct kiln_plan *p, int S)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	const int n = m->n_layers;
+	kiln_status st;
+	int *seg = calloc((size_t)n, sizeof(int)), *rec = calloc((size_t)n, sizeof(int));
+	if (!seg || !rec) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	size_t total = 0, acc = 0;
+	for (int i = 0; i < n; i++)
+		if (!N[i].l.is_loss && !N[i].l.is_view)
+			total += kiln_tensor_bytes(&N[i].l.out);
+	for (int i = 0, s = 0; i < n; i++) {
+		seg[i] = s;
+		if (!N[i].l.is_loss && !N[i].l.is_view)
+			acc += kiln_tensor_bytes(&N[i].l.out);
+		if (s < S - 1 && (double)acc >= (double)total * (s + 1) / S)
+			s++;
+	}
+	for (int i = 0; i < n && p->training; i++) {
+		int own = 0;
+		kiln_config_get_bool(m->cfg, m->layers[i].section, "recompute", &own);
+		if (N[i].l.is_loss || N[i].l.is_view || store_root_y(N, m, i) != i)
+			continue;
+		int inside = S > 1 && seg[i] < S - 1;
+		for (int j = i + 1; j < n && inside; j++)
+			for (int k = 0; k < m->layers[j].n_in; k++)
+				if (store_root_y(N, m, m->layers[j].in[k]) == i && seg[j] != seg[i])
+					inside = 0;
+		rec[i] = inside || own;
+	}
+	/* triggers, last layer first: a recomputed output is needed by its
+	 * own backward (needs_output), by readers' backwards (needs_input)
+	 * and by readers' recomputations */
+	for (int i = 0; i < n; i++)
+		N[i].trig = -1;
+	for (int j = n - 1; j >= 0; j--) {
+		if (rec[j] && N[j].l.needs_output && j > N[j].trig)
+			N[j].trig = j;
+		for (int k = 0; k < m->layers[j].n_in; k++) {
+			int r = store_root_y(N, m, m->layers[j].in[k]);
+			if (r < 0 || !rec[r])
+				continue;
+			if (N[j].l.needs_input && j > N[r].trig)
+				N[r].trig = j;
+			if (rec[j] && N[j].trig > N[r].trig)
+				N[r].trig = N[j].trig;
+		}
+	}
+	p->n_recomputed = 0;
+	for (int i = 0; i < n; i++)
+		p->n_recomputed += N[i].trig >= 0;
+	p->n_segments = S;
+	p->n_pos = 2 * n + p->n_recomputed;
+	if (!(p->sched = calloc(2 * (size_t)n + (size_t)p->n_recomputed, sizeof *p->sched))) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	int pos = 0;
+	for (int i = 0; i < n; i++)
+		p->sched[pos++] = (struct plan_event){ PEV_FWD, i };
+	for (int j = n - 1; j >= 0; j--) {
+		for (int i = 0; i <= j; i++)
+			if (N[i].trig == j) {
+				N[i].pos_r = pos;
+				p->sched[pos++] = (struct plan_event){ PEV_RECOMPUTE, i };
+			}
+		N[j].pos_b = pos;
+		p->sched[pos++] = (struct plan_event){ PEV_BWD, j };
+	}
+	st = KILN_OK;
+out:
+	free(seg);
+	free(rec);
+	return st;
+}
+
+/* In place: give output storage `mine` (first written at schedule position
+ * pos) the memory of `theirs` when theirs is last read there and the sizes
+ * match; the merged storage lives as long as either did.  Returns 1 when
+ * merged. */
+static int merge_in_place(struct kiln_plan *p, int mine, int theirs, int pos)
+{
+	struct storage *S = p->store;
+	if (mine < 0 || theirs < 0 || mine == theirs || S[theirs].bytes != S[mine].bytes ||
+	    S[theirs].end != pos)
+		return 0;
+	if (S[mine].end > S[theirs].end)
+		S[theirs].end = S[mine].end;
+	S[mine].bytes = 0; /* unused now */
+	S[mine].start = 0;
+	S[mine].end = 0;
+	for (int k = 0; k < p->m->n_layers; k++) {
+		if (p->nodes[k].ystore == mine)
+			p->nodes[k].ystore = theirs;
+		if (p->nodes[k].rstore == mine)
+			p->nodes[k].rstore = theirs;
+	}
+	return 1;
+}
+
+/* Storages, lifetimes and arena size of plan p with S recompute segments
+ * (0: none): everything after the layers' device ops are prepared.  May
+ * run several times on one plan (`recompute = auto` tries segment counts);
+ * storages past the first `base` are laid out again each time. */
+static kiln_status plan_memory(struct kiln_plan *p, int S, const int *wants_grad, int base)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	const int n = m->n_layers, training = p->training;
+	int cap = p->n_store; /* the array holds at least this many */
+	char *written = NULL;
+	kiln_status st;
+	p->n_store = base;
+	for (int i = 0; i < base; i++) /* the reordered input, written first */
+		p->store[i].start = p->store[i].end = 0;
+	free(p->sched);
+	p->sched = NULL;
+	p->data_gstore = -2;
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < KILN_LAYER_MAX_INPUTS; k++)
+			N[i].dx_on[k] = N[i].dx_accum[k] = 0;
+	if ((st = plan_schedule(p, S)))
+		goto fail;
+	const int END = p->n_pos; /* past the last schedule position */
+
+	/* output storages (views share their input's); a recomputed output
+	 * has a second storage for its recomputed copy, and so does what its
+	 * forward keeps for the backward */
+	for (int i = 0; i < n; i++) {
+		int r = store_root_y(N, m, i);
+		const int rec = N[i].trig >= 0;
+		N[i].rstore = N[i].rsstore = -2;
+		if (N[i].l.is_loss) {
+			N[i].ystore = -2;
+		} else if (r == i) {
+			N[i].ystore = p->n_store;
+			if ((st = new_store(p, &cap, kiln_tensor_bytes(&N[i].l.out), i, i)))
+				goto fail;
+			if (rec) {
+				N[i].rstore = p->n_store;
+				if ((st = new_store(p, &cap, kiln_tensor_bytes(&N[i].l.out), N[i].pos_r,
+						    N[i].pos_r)))
+					goto fail;
+			}
+		} else {
+			N[i].ystore = r < 0 ? p->data_store : N[r].ystore;
+			N[i].rstore = r < 0 ? -2 : N[r].rstore;
+		}
+		N[i].sstore = -2;
+		if (training && N[i].l.saved_bytes) {
+			N[i].sstore = p->n_store;
+			if ((st = new_store(p, &cap, N[i].l.saved_bytes, i, rec ? i : N[i].pos_b)))
+				goto fail;
+			if (rec) {
+				N[i].rsstore = p->n_store;
+				if ((st = new_store(p, &cap, N[i].l.saved_bytes, N[i].pos_r, N[i].pos_b)))
+					goto fail;
+			}
+		}
+	}
+	/* output lifetimes: readers' forwards read the forward copy;
+	 * recomputations and backwards read the late copy */
+	for (int j = 0; j < n; j++) {
+		struct model_layer *L = &m->layers[j];
+		int ls = late_store(p, j);
+		if (training && N[j].l.needs_output && ls >= 0)
+			extend(&p->store[ls], N[j].pos_b);
+		for (int k = 0; k < L->n_in; k++) {
+			int fs = fwd_store(p, L->in[k]);
+			if (fs >= 0)
+				extend(&p->store[fs], j);
+			if (!training || (ls = late_store(p, L->in[k])) < 0)
+				continue;
+			if (N[j].l.needs_input)
+				extend(&p->store[ls], N[j].pos_b);
+			if (N[j].trig >= 0)
+				extend(&p->store[ls], N[j].pos_r);
+		}
+	}
+	/* in place: a layer that may overwrite an input (inplace_ok bit k)
+	 * takes that input's storage when nothing reads the input after this
+	 * layer's forward (its lifetime ends here) and the sizes match; the
+	 * same again for a recomputed copy at its recomputation.  Decided
+	 * from the lifetimes alone, so the arithmetic is unchanged. */
+	for (int i = 0; i < n; i++) {
+		int allow = 1, fwd = 0, late = N[i].rstore < 0;
+		kiln_config_get_bool(m->cfg, m->layers[i].section, "inplace", &allow);
+		if (!allow || !N[i].l.inplace_ok || N[i].l.is_view || store_root_y(N, m, i) != i)
+			continue;
+		for (int k = 0; k < m->layers[i].n_in; k++) {
+			int src = m->layers[i].in[k];
+			if (src < 0 || !(N[i].l.inplace_ok >> k & 1))
+				continue;
+			if (!fwd && (fwd = merge_in_place(p, N[i].ystore, fwd_store(p, src), i)))
+				kiln_log(KILN_LOG_DEBUG, "core", "layer '%s' runs in place on '%s''s output",
+					 m->layers[i].name, m->layers[src].name);
+			if (!late)
+				late = merge_in_place(p, N[i].rstore, late_store(p, src), N[i].pos_r);
+		}
+	}
+	/* gradients: walk backward, first writer writes, later ones add */
+	for (int i = 0; i < n; i++)
+		N[i].gstore = -2;
+	if (training) {
+		if (p->input_grad) {
+			p->data_gstore = p->n_store;
+			if ((st = new_store(p, &cap, kiln_tensor_bytes(&p->data_desc), 1 << 30, END)))
+				goto fail;
+		}
+		for (int i = 0; i < n; i++) {
+			int r = store_root_y(N, m, i);
+			if (!wants_grad[i] || N[i].l.is_loss) {
+				N[i].gstore = -2;
+			} else if (r == i) {
+				N[i].gstore = p->n_store;
+				if ((st = new_store(p, &cap, kiln_tensor_bytes(&N[i].l.out), 1 << 30, -1)))
+					goto fail;
+				/* read by the producer's backward */
+				extend(&p->store[N[i].gstore], N[i].pos_b);
+			} else {
+				N[i].gstore = r < 0 ? p->data_gstore : N[r].gstore;
+			}
+		}
+		written = calloc((size_t)(p->n_store ? p->n_store : 1), 1);
+		if (!written) {
+			st = kiln_error(KILN_ENOMEM, "out of memory");
+			goto fail;
+		}
+		for (int j = n - 1; j >= 0; j--) {
+			struct model_layer *L = &m->layers[j];
+			for (int k = 0; k < L->n_in; k++) {
+				int src = L->in[k];
+				int gs = src < 0 ? p->data_gstore : N[src].gstore;
+				if (gs < 0 || N[j].l.is_view)
+					continue;
+				N[j].dx_on[k] = 1;
+				N[j].dx_accum[k] = written[gs];
+				written[gs] = 1;
+				extend(&p->store[gs], N[j].pos_b);
+			}
+		}
+	}
+	for (int j = 0; j < n && training; j++) {
+		for (int k = 0; k < m->layers[j].n_in; k++) {
+			if (N[j].dx_on[k] && !N[j].ops->backward) {
+				st = kiln_error(KILN_ENOTSUP,
+						"layer '%s' (%s) has no backward, but its input '%s' needs a gradient",
+						m->layers[j].name, m->layers[j].type->name,
+						m->layers[j].in[k] < 0 ? "data" : m->layers[m->layers[j].in[k]].name);
+				goto fail;
+			}
+		}
+		if (N[j].l.is_loss && N[j].dx_accum[0]) {
+			st = kiln_error(KILN_ECONFIG,
+					"%s: the logits of loss layer '%s' are also read by a later layer; the loss must be their last reader",
+					kiln_config_where(m->cfg, m->layers[j].section, "type"),
+					m->layers[j].name);
+			goto fail;
+		}
+	}
+	for (int i = 0; i < p->n_store; i++)
+		if (p->store[i].bytes && p->store[i].start > p->store[i].end) {
+			st = kiln_error(KILN_EINTERNAL, "planner: storage %d has no lifetime", i);
+			goto fail;
+		}
+	if (p->keep_all)
+		for (int i = 0; i < p->n_store; i++)
+			p->store[i].start = 0, p->store[i].end = END;
+	p->arena_bytes = pack(p->store, p->n_store);
+	if (p->arena_bytes == (size_t)-1) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto fail;
+	}
+	free(written);
+	return KILN_OK;
+fail:
+	free(written);
+	return st;
+}
+
 kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
 			    struct kiln_plan **out)
 {
@@ -542,7 +870,6 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	kiln_status st;
 	int n = m->n_layers, cap = 0;
 	const int training = opts->training;
-	const int END = 2 * n + 1; /* past the last schedule position */
 	*out = NULL;
 	struct kiln_plan *p = calloc(1, sizeof *p);
 	if (!p)
@@ -621,141 +948,30 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		wants_grad[i] = w;
 	}
 
-	/* output storages (views share their input's) */
-	for (int i = 0; i < n; i++) {
-		int r = store_root_y(N, m, i);
-		if (N[i].l.is_loss) {
-			N[i].ystore = -2;
-		} else if (r == i) {
-			N[i].ystore = p->n_store;
-			if ((st = new_store(p, &cap, kiln_tensor_bytes(&N[i].l.out), i, i)))
-				goto fail;
-		} else {
-			N[i].ystore = r < 0 ? p->data_store : N[r].ystore;
-		}
-		N[i].sstore = -2;
-		if (training && N[i].l.saved_bytes) {
-			N[i].sstore = p->n_store;
-			if ((st = new_store(p, &cap, N[i].l.saved_bytes, i, 2 * n - 1 - i)))
-				goto fail;
-		}
-	}
-	/* output lifetimes: consumers' forward, and backward readers */
-	for (int j = 0; j < n; j++) {
-		struct model_layer *L = &m->layers[j];
-		if (training && N[j].l.needs_output && N[j].ystore >= 0)
-			extend(&p->store[N[j].ystore], 2 * n - 1 - j);
-		for (int k = 0; k < L->n_in; k++) {
-			int src = L->in[k];
-			int ys = src < 0 ? p->data_store : N[src].ystore;
-			if (ys < 0)
-				continue;
-			extend(&p->store[ys], j);
-			if (training && N[j].l.needs_input)
-				extend(&p->store[ys], 2 * n - 1 - j);
-		}
-	}
-	/* in-place: a layer that may overwrite its input (inplace_ok) takes
-	 * the input's storage when nothing reads the input after this layer's
-	 * forward (its lifetime ends here) and the sizes match; the merged
-	 * storage lives as long as either did.  Decided from the lifetimes
-	 * alone, so the arithmetic is unchanged. */
-	for (int i = 0; i < n; i++) {
-		int src = m->layers[i].n_in == 1 ? m->layers[i].in[0] : -1, allow = 1;
-		kiln_config_get_bool(m->cfg, m->layers[i].section, "inplace", &allow);
-		if (!allow || !N[i].l.inplace_ok || N[i].l.is_view || src < 0 ||
-		    store_root_y(N, m, i) != i)
-			continue;
-		int mine = N[i].ystore, theirs = N[src].ystore;
-		if (mine < 0 || theirs < 0 || mine == theirs ||
-		    p->store[theirs].bytes != p->store[mine].bytes || p->store[theirs].end != i)
-			continue;
-		if (p->store[mine].end > p->store[theirs].end)
-			p->store[theirs].end = p->store[mine].end;
-		p->store[mine].bytes = 0; /* unused now */
-		p->store[mine].start = 0;
-		p->store[mine].end = 0;
-		for (int k = 0; k < n; k++)
-			if (N[k].ystore == mine)
-				N[k].ystore = theirs;
-		kiln_log(KILN_LOG_DEBUG, "core", "layer '%s' runs in place on '%s''s output",
-			 m->layers[i].name, m->layers[src].name);
-	}
-	/* gradients: walk backward, first writer writes, later ones add */
-	for (int i = 0; i < n; i++)
-		N[i].gstore = -2;
-	if (training) {
-		if (p->input_grad) {
-			p->data_gstore = p->n_store;
-			if ((st = new_store(p, &cap, kiln_tensor_bytes(&p->data_desc), 1 << 30, END)))
-				goto fail;
-		}
-		for (int i = 0; i < n; i++) {
-			int r = store_root_y(N, m, i);
-			if (!wants_grad[i] || N[i].l.is_loss) {
-				N[i].gstore = -2;
-			} else if (r == i) {
-				N[i].gstore = p->n_store;
-				if ((st = new_store(p, &cap, kiln_tensor_bytes(&N[i].l.out), 1 << 30, -1)))
-					goto fail;
-				/* read by the producer's backward */
-				extend(&p->store[N[i].gstore], 2 * n - 1 - i);
-			} else {
-				N[i].gstore = r < 0 ? p->data_gstore : N[r].gstore;
-			}
-		}
-		written = calloc((size_t)(p->n_store ? p->n_store : 1), 1);
-		if (!written) {
-			st = kiln_error(KILN_ENOMEM, "out of memory");
-			goto fail;
-		}
-		for (int j = n - 1; j >= 0; j--) {
-			struct model_layer *L = &m->layers[j];
-			for (int k = 0; k < L->n_in; k++) {
-				int src = L->in[k];
-				int gs = src < 0 ? p->data_gstore : N[src].gstore;
-				if (gs < 0 || N[j].l.is_view)
-					continue;
-				N[j].dx_on[k] = 1;
-				N[j].dx_accum[k] = written[gs];
-				written[gs] = 1;
-				extend(&p->store[gs], 2 * n - 1 - j);
-			}
-		}
-	}
-	for (int j = 0; j < n && training; j++) {
-		for (int k = 0; k < m->layers[j].n_in; k++) {
-			if (N[j].dx_on[k] && !N[j].ops->backward) {
-				st = kiln_error(KILN_ENOTSUP,
-						"layer '%s' (%s) has no backward, but its input '%s' needs a gradient",
-						m->layers[j].name, m->layers[j].type->name,
-						m->layers[j].in[k] < 0 ? "data" : m->layers[m->layers[j].in[k]].name);
-				goto fail;
-			}
-		}
-		if (N[j].l.is_loss && N[j].dx_accum[0]) {
-			st = kiln_error(KILN_ECONFIG,
-					"%s: the logits of loss layer '%s' are also read by a later layer; the loss must be their last reader",
-					kiln_config_where(m->cfg, m->layers[j].section, "type"),
-					m->layers[j].name);
-			goto fail;
-		}
-	}
-	for (int i = 0; i < p->n_store; i++)
-		if (p->store[i].bytes && p->store[i].start > p->store[i].end) {
-			st = kiln_error(KILN_EINTERNAL, "planner: storage %d has no lifetime", i);
-			goto fail;
-		}
-	if (p->keep_all)
-		for (int i = 0; i < p->n_store; i++)
-			p->store[i].start = 0, p->store[i].end = END;
-	p->arena_bytes = pack(p->store, p->n_store);
-	if (p->arena_bytes == (size_t)-1) {
-		st = kiln_error(KILN_ENOMEM, "out of memory");
+	/* gradient checkpointing: `auto` tries every segment count and keeps
+	 * the smallest arena (the fewest segments among equals) */
+	int S = 0, base = p->n_store;
+	if (training && (st = recompute_segments(m, &S)))
 		goto fail;
+	if (S < 0) {
+		size_t best = (size_t)-1;
+		int best_s = 0;
+		for (int t = 0; t <= n; t += t ? 1 : 2) {
+			if ((st = plan_memory(p, t, wants_grad, base)))
+				goto fail;
+			if (p->arena_bytes < best)
+				best = p->arena_bytes, best_s = t;
+		}
+		S = best_s;
 	}
-	if ((st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena)) ||
-	    (st = kiln_device_alloc(m->dev, align_up(p->ws_bytes), &p->ws)))
+	if ((st = plan_memory(p, S, wants_grad, base)))
+		goto fail;
+	if (p->n_recomputed)
+		kiln_log(KILN_LOG_INFO, "core",
+			 "recompute: %d segments, %d layers' outputs recomputed in the backward; activations %.2f MiB",
+			 S, p->n_recomputed, (double)p->arena_bytes / 1048576.0);
+	if (!opts->dry && ((st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena)) ||
+			   (st = kiln_device_alloc(m->dev, align_up(p->ws_bytes), &p->ws))))
 		goto fail;
 	free(wants_grad);
 	free(written);
@@ -803,10 +1019,12 @@ void kiln_plan_free(struct kiln_plan *p)
 		kiln_device_plan_free(p->m->dev, p->in_reorder);
 	free(p->nodes);
 	free(p->store);
+	free(p->sched);
 	free(p);
 }
 
 size_t kiln_plan_arena_bytes(const struct kiln_plan *p) { return p->arena_bytes; }
+int kiln_plan_recomputed(const struct kiln_plan *p) { return p->n_recomputed; }
 
 size_t kiln_plan_naive_bytes(const struct kiln_plan *p)
 {
@@ -825,8 +1043,11 @@ static void *ypos(struct kiln_plan *p, int store, const void *x)
 	return (char *)p->arena + p->store[store].off;
 }
 
+/* The arguments of layer i's forward (late = 0) or of its recomputation
+ * or backward (late = 1: recomputed outputs are read from their
+ * recomputed copies). */
 static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const void *x,
-		     const void *labels, void *metrics, void *stream)
+		     const void *labels, void *metrics, void *stream, int late)
 {
 	struct kiln_model *m = p->m;
 	struct model_layer *L = &m->layers[i];
@@ -838,13 +1059,13 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->batch = p->batch;
 	for (int k = 0; k < L->n_in; k++) {
 		int src = L->in[k];
-		r->x[k] = ypos(p, src < 0 ? p->data_store : p->nodes[src].ystore, x);
+		r->x[k] = ypos(p, late ? late_store(p, src) : fwd_store(p, src), x);
 		if (p->training && nd->dx_on[k]) {
 			r->dx[k] = ypos(p, src < 0 ? p->data_gstore : p->nodes[src].gstore, x);
 			r->dx_accum[k] = nd->dx_accum[k];
 		}
 	}
-	r->y = ypos(p, nd->ystore, x);
+	r->y = ypos(p, late ? late_store(p, i) : nd->ystore, x);
 	if (p->training)
 		r->dy = ypos(p, nd->gstore, x);
 	for (int k = 0; k < L->n_params; k++) {
@@ -860,7 +1081,8 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->labels = labels;
 	r->metrics = metrics;
 	r->grad_scale = 1.0f / (float)p->batch;
-	r->saved = nd->sstore >= 0 ? ypos(p, nd->sstore, x) : NULL;
+	int ss = late && nd->rsstore >= 0 ? nd->rsstore : nd->sstore;
+	r->saved = ss >= 0 ? ypos(p, ss, x) : NULL;
 	r->step = m->step_d;
 }
 
@@ -910,26 +1132,35 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 			return kiln_error_wrap(st, "reordering the input to nhwc");
 	}
 	for (int i = 0; i < n; i++) {
-		fill_run(p, i, &r, x, labels, metrics, stream);
+		fill_run(p, i, &r, x, labels, metrics, stream, 0);
 		if ((st = run_node(p, i, KILN_PHASE_FORWARD, &r, prof)))
 			return kiln_error_wrap(st, "forward of layer '%s'", p->m->layers[i].name);
 	}
 	return KILN_OK;
 }
 
+/* The schedule after the forwards: backwards in reverse layer order, each
+ * preceded by the recomputations it needs. */
 kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *labels,
 			       void *metrics, void *stream)
 {
 	struct kiln_profile *prof = kiln_device_profile(p->m->dev);
 	struct kiln_layer_run r;
 	kiln_status st;
-	int n = p->m->n_layers;
 	if (!p->training)
 		return KILN_OK;
-	for (int i = n - 1; i >= 0; i--) {
+	for (int e = p->m->n_layers; e < p->n_pos; e++) {
+		const int i = p->sched[e].layer;
+		if (p->sched[e].kind == PEV_RECOMPUTE) {
+			fill_run(p, i, &r, x, labels, metrics, stream, 1);
+			r.recompute = 1;
+			if ((st = run_node(p, i, KILN_PROF_RECOMPUTE, &r, prof)))
+				return kiln_error_wrap(st, "recomputing layer '%s'", p->m->layers[i].name);
+			continue;
+		}
 		if (!p->nodes[i].ops->backward)
 			continue;
-		fill_run(p, i, &r, x, labels, metrics, stream);
+		fill_run(p, i, &r, x, labels, metrics, stream, 1);
 		if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
 			return kiln_error_wrap(st, "backward of layer '%s'", p->m->layers[i].name);
 	}

@@ -108,6 +108,15 @@ struct plan_node {
 	int ystore;  /* storage of the output; -1 = the data input, -2 = none */
 	int gstore;  /* storage of the output's gradient; -2 = none */
 	int sstore;  /* storage kept from forward to backward; -2 = none */
+	/* Gradient checkpointing: a recomputed output is freed after its
+	 * forward readers and computed again (into rstore, with its saved
+	 * state in rsstore) just before the backward first needs it; -2 =
+	 * not recomputed (backward reads ystore/sstore).  Views carry their
+	 * root's rstore. */
+	int rstore, rsstore;
+	int trig;    /* recomputed before the backward of this layer; -1 = not */
+	int pos_r, pos_b; /* schedule positions of the recomputation and the
+			   * backward (the forward's is the layer index) */
 	int dx_accum[KILN_LAYER_MAX_INPUTS];
 	int dx_on[KILN_LAYER_MAX_INPUTS];
 	int planned;
@@ -116,6 +125,14 @@ struct plan_node {
 struct storage {
 	size_t bytes, off;
 	int start, end;   /* schedule positions, inclusive */
+};
+
+/* One step of a training plan's schedule: the forward of every layer in
+ * order (positions 0..n-1), then backwards in reverse order, each preceded
+ * by the recomputations it triggers. */
+enum { PEV_FWD = 0, PEV_RECOMPUTE = 1, PEV_BWD = 2 };
+struct plan_event {
+	int kind, layer;
 };
 
 struct kiln_plan {
@@ -129,6 +146,10 @@ struct kiln_plan {
 	struct kiln_tensor_desc data_desc; /* the data input as layers see it */
 	int n_store;
 	struct storage *store;
+	int n_pos;                 /* schedule length: 2n + recomputations */
+	struct plan_event *sched;
+	int n_segments;            /* [train] recompute segments; 0 = none */
+	int n_recomputed;          /* layers whose output is recomputed */
 	size_t arena_bytes, ws_bytes;
 	void *arena, *ws;
 };

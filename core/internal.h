@@ -59,6 +59,10 @@ struct kiln_source {
 
 /* ---- the monotonic clock every timing in the core reads (core/status.c) ---- */
 int64_t kiln_now_ns(void);
+/* The process's resident memory now and its peak (VmRSS and VmHWM of
+ * /proc/self/status), in bytes, 0 where unknown; with reset, first restart
+ * the peak at the current size where the kernel allows (clear_refs). */
+void kiln_rss(size_t *now, size_t *peak, int reset);
 static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
 
 /* ---- op names (core/device.c), also host->op_name ---- */

@@ -5,15 +5,18 @@
 #include "data.h"
 #include "graph.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 static double mib(size_t b)
 {
 	return (double)b / 1048576.0;
 }
 
-/* Bytes live at schedule position pos (forward of layer j at j, backward
- * of layer j at 2n-1-j), without packing. */
+/* Bytes live at schedule position pos (p->sched[pos]: the forwards, then
+ * the backwards and recomputations), without packing. */
 static size_t live_at(const struct kiln_plan *p, int pos)
 {
 	size_t t = 0;
@@ -28,42 +31,198 @@ static size_t store_bytes(const struct kiln_plan *p, int s)
 	return s >= 0 && s < p->n_store ? p->store[s].bytes : 0;
 }
 
+/* What every prediction of one config shares: the device, the data sets
+ * (their sample shapes and sizes) and the model. */
+struct mem_setup {
+	const struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	struct kiln_dataset ds, es;
+	struct kiln_tensor_desc input;
+	int do_eval;
+	int64_t eval_batch, acc;
+};
+
+static void setup_close(struct mem_setup *s)
+{
+	kiln_model_free(s->m);
+	kiln_dataset_close(&s->es);
+	kiln_dataset_close(&s->ds);
+	kiln_device_close(s->dev);
+}
+
+static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      struct mem_setup *s)
+{
+	kiln_status st;
+	memset(s, 0, sizeof *s);
+	s->cfg = cfg;
+	s->do_eval = 1;
+	s->acc = 1;
+	kiln_config_get_bool(cfg, "train", "eval", &s->do_eval);
+	kiln_config_get_int(cfg, "train", "eval_batch", &s->eval_batch);
+	kiln_config_get_int(cfg, "train", "accumulate", &s->acc);
+	if ((st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &s->dev)) ||
+	    (st = kiln_dataset_open(cfg, reg, "data", "train", 1, &s->ds)) ||
+	    (s->do_eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &s->es))))
+		goto fail;
+	s->input = s->ds.sample;
+	s->input.dtype = KILN_F32;
+	if ((st = kiln_model_create(cfg, reg, s->dev, &s->input, &s->m)))
+		goto fail;
+	return KILN_OK;
+fail:
+	setup_close(s);
+	return st;
+}
+
+static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_memory *out);
+
+kiln_status kiln_train_batch(const struct kiln_config *cfg, int64_t *B)
+{
+	const char *v = kiln_config_get(cfg, "train", "batch");
+	*B = 128;
+	if (v && !strcmp(v, "auto"))
+		return kiln_error(KILN_ECONFIG,
+				  "%s: [train] batch = auto is chosen before the run starts (kiln_resolve_batch; `kiln train` and `kiln memory` do it)",
+				  kiln_config_where(cfg, "train", "batch"));
+	kiln_status st = kiln_config_get_int(cfg, "train", "batch", B);
+	return st == KILN_ENOTFOUND ? KILN_OK : st;
+}
+
+kiln_status kiln_parse_size(const char *s, size_t *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (end == s || errno || !(v >= 0))
+		return KILN_EINVAL;
+	double mult = 1;
+	switch (*end) {
+	case 'k': case 'K': mult = 1024.0; end++; break;
+	case 'm': case 'M': mult = 1048576.0; end++; break;
+	case 'g': case 'G': mult = 1073741824.0; end++; break;
+	case 't': case 'T': mult = 1099511627776.0; end++; break;
+	default: break;
+	}
+	if (mult > 1 && *end == 'i')
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v * mult >= 1.8e19)
+		return KILN_EINVAL;
+	*out = (size_t)(v * mult);
+	return KILN_OK;
+}
+
+kiln_status kiln_resolve_batch(struct kiln_config *cfg, const struct kiln_registry *reg,
+			       int64_t *batch)
+{
+	const char *v = kiln_config_get(cfg, "train", "batch");
+	const char *lim = kiln_config_get(cfg, "run", "memory_limit");
+	struct mem_setup s;
+	struct kiln_memory mem;
+	size_t limit = 0, total = 0;
+	kiln_status st;
+	if (!v || strcmp(v, "auto"))
+		return kiln_train_batch(cfg, batch);
+	if (lim && *lim && kiln_parse_size(lim, &limit))
+		return kiln_error(KILN_ECONFIG,
+				  "%s: [run] memory_limit = '%s': expected bytes or a size such as 512M or 2G",
+				  kiln_config_where(cfg, "run", "memory_limit"), lim);
+	if ((st = setup_open(cfg, reg, &s)))
+		return st;
+	if (!limit && (st = kiln_device_mem_info(s.dev, &limit, &total)))
+		goto out;
+	/* the largest multiple of 8 that fits: double while it fits, then
+	 * bisect; the prediction grows with the batch */
+	const int64_t most = s.ds.len / 8 * 8;
+	if (most < 8) {
+		st = kiln_error(KILN_ECONFIG, "%s: [train] batch = auto: the training set has %lld samples, fewer than 8",
+				kiln_config_where(cfg, "train", "batch"), (long long)s.ds.len);
+		goto out;
+	}
+	int64_t lo = 0, hi = 8; /* lo fits (0: none yet), hi does not or is past `most` */
+	size_t lo_bytes = 0;
+	for (;;) {
+		if ((st = predict(&s, hi, NULL, &mem)))
+			goto out;
+		if (mem.total > limit)
+			break;
+		lo = hi, lo_bytes = mem.total;
+		if (hi == most)
+			break;
+		hi = hi * 2 > most ? most : hi * 2;
+	}
+	if (!lo) {
+		st = kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch 8 needs %.1f MiB, more than the %.1f MiB %s",
+				kiln_config_where(cfg, "train", "batch"), (double)mem.total / 1048576.0,
+				(double)limit / 1048576.0, lim && *lim ? "of [run] memory_limit" : "the device has free");
+		goto out;
+	}
+	while (hi != lo && hi - lo > 8) {
+		int64_t mid = (lo + hi) / 2 / 8 * 8;
+		if ((st = predict(&s, mid, NULL, &mem)))
+			goto out;
+		if (mem.total <= limit)
+			lo = mid, lo_bytes = mem.total;
+		else
+			hi = mid;
+	}
+	char ov[64];
+	snprintf(ov, sizeof ov, "train.batch=%lld", (long long)lo);
+	if ((st = kiln_config_override(cfg, ov)))
+		goto out;
+	kiln_log(KILN_LOG_INFO, "train",
+		 "batch = auto: %lld, predicted to need %.1f MiB of the %.1f MiB %s", (long long)lo,
+		 (double)lo_bytes / 1048576.0, (double)limit / 1048576.0,
+		 lim && *lim ? "[run] memory_limit" : "the device reports free");
+	*batch = lo;
+out:
+	setup_close(&s);
+	return st;
+}
+
 kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			       FILE *f, struct kiln_memory *out)
 {
-	struct kiln_device *dev = NULL;
-	struct kiln_model *m = NULL;
-	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
-	struct kiln_dataset ds, es;
-	int do_eval = 1;
-	int64_t B = 128, EB = 0, acc = 1;
+	struct mem_setup s;
+	int64_t B;
 	kiln_status st;
+	memset(out, 0, sizeof *out);
+	if ((st = kiln_train_batch(cfg, &B)) || (st = setup_open(cfg, reg, &s)))
+		return st;
+	st = predict(&s, B, f, out);
+	setup_close(&s);
+	return st;
+}
+
+/* The prediction for batch B (plans laid out, nothing allocated for
+ * them), printed to f when f is not NULL. */
+static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_memory *out)
+{
+	const struct kiln_config *cfg = s->cfg;
+	struct kiln_model *m = s->m;
+	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
+	int64_t EB = s->eval_batch ? s->eval_batch : B, acc = s->acc;
+	const int do_eval = s->do_eval;
+	const struct kiln_dataset *ds = &s->ds, *es = &s->es;
+	kiln_status st;
+	struct kiln_plan_opts train = { .training = 1, .dry = 1 }, eval = { .dry = 1 };
 
 	memset(out, 0, sizeof *out);
-	memset(&ds, 0, sizeof ds);
-	memset(&es, 0, sizeof es);
-	kiln_config_get_bool(cfg, "train", "eval", &do_eval);
-	kiln_config_get_int(cfg, "train", "batch", &B);
-	kiln_config_get_int(cfg, "train", "eval_batch", &EB);
-	kiln_config_get_int(cfg, "train", "accumulate", &acc);
-	if (!EB)
-		EB = B;
-	if ((st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &dev)) ||
-	    (st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
-		goto out;
-	struct kiln_tensor_desc input = ds.sample;
-	input.dtype = KILN_F32;
 	/* evaluation: the trainer's plan of eval_batch (at most the data) and
 	 * the remainder's */
-	if (do_eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &es)))
+	if (do_eval && EB > es->len)
+		EB = es->len;
+	size_t rss0, rss1;
+	kiln_rss(&rss0, NULL, 0);
+	if ((st = kiln_model_plan_ex(m, B, &train, &ptrain)) ||
+	    (do_eval && (st = kiln_model_plan_ex(m, EB, &eval, &peval))) ||
+	    (do_eval && es->len % EB && (st = kiln_model_plan_ex(m, es->len % EB, &eval, &prem))))
 		goto out;
-	if (do_eval && EB > es.len)
-		EB = es.len;
-	if ((st = kiln_model_create(cfg, reg, dev, &input, &m)) ||
-	    (st = kiln_model_plan(m, B, 1, &ptrain)) ||
-	    (do_eval && (st = kiln_model_plan(m, EB, 0, &peval))) ||
-	    (do_eval && es.len % EB && (st = kiln_model_plan(m, es.len % EB, 0, &prem))))
-		goto out;
+	kiln_rss(&rss1, NULL, 0);
+	out->library = rss1 > rss0 ? rss1 - rss0 : 0;
 
 	/* the model's buffers */
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
@@ -79,6 +238,8 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 	out->grads = m->n_elems * sizeof(float) * (acc > 1 ? 2 : 1);
 	out->batch = B;
 	out->activations = ptrain->arena_bytes;
+	out->recompute_segments = ptrain->n_segments;
+	out->recomputed = ptrain->n_recomputed;
 	out->activations_unpacked = kiln_plan_naive_bytes(ptrain);
 	out->workspace = ptrain->ws_bytes;
 	out->eval = peval ? peval->arena_bytes + peval->ws_bytes : 0;
@@ -93,24 +254,37 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 	/* the trainer's two device input slots (samples and labels), and the
 	 * f32 input the device widens u8/bf16 samples into */
 	int64_t rows = EB > B ? EB : B;
-	out->inputs = 2 * (size_t)rows * (ds.sample_bytes + 4);
-	if (ds.sample.dtype != KILN_F32)
-		out->inputs += (size_t)rows * kiln_tensor_bytes(&input);
+	out->inputs = 2 * (size_t)rows * (ds->sample_bytes + 4);
+	if (ds->sample.dtype != KILN_F32)
+		out->inputs += (size_t)rows * kiln_tensor_bytes(&s->input);
+	/* the loaders' staging rings: workers + prefetch slots of a batch of
+	 * samples and labels, for training and evaluation (workers = auto:
+	 * at most one per core; 0: no loader) */
+	int workers = 1;
+	int64_t prefetch = 2;
+	kiln_config_get_int(cfg, "data", "prefetch", &prefetch);
+	if (kiln_data_workers(cfg, &workers) == KILN_OK && workers < 0)
+		workers = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (workers > 0)
+		out->host = (size_t)(workers + prefetch) *
+			    ((size_t)B * (ds->sample_bytes + 4) +
+			     (do_eval ? (size_t)EB * (es->sample_bytes + 4) : 0));
 	out->total = out->params + out->grads + out->optim_state + out->buffers + out->activations +
 		     out->workspace + out->eval + out->inputs + out->other;
 
 	/* where the activations peak */
-	const int n = m->n_layers;
-	for (int pos = 0; pos < 2 * n; pos++) {
+	for (int pos = 0; pos < ptrain->n_pos; pos++) {
 		size_t live = live_at(ptrain, pos);
 		if (live > out->peak_live) {
 			out->peak_live = live;
-			out->peak_layer = pos < n ? pos : 2 * n - 1 - pos;
-			out->peak_backward = pos >= n;
+			out->peak_layer = ptrain->sched[pos].layer;
+			out->peak_pass = ptrain->sched[pos].kind;
 		}
 	}
 
 	if (f) {
+		static const char *const pass_name[] = { "forward", "recomputation", "backward" };
+		const int n = m->n_layers;
 		fprintf(f, "memory of a training run, batch %lld%s (device %s), before any step:\n",
 			(long long)B, acc > 1 ? " per micro-step" : "",
 			kiln_config_get(cfg, "run", "device"));
@@ -123,6 +297,9 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 		fprintf(f, "  %-22s %10.2f MiB\n", "buffers (batchnorm)", mib(out->buffers));
 		fprintf(f, "  %-22s %10.2f MiB  packed by lifetime (%.2f MiB without packing)\n",
 			"activations", mib(out->activations), mib(out->activations_unpacked));
+		if (out->recompute_segments || out->recomputed)
+			fprintf(f, "  %-22s %10s      %d segments, %d layers' outputs recomputed in the backward\n",
+				"  recompute", "", out->recompute_segments, out->recomputed);
 		fprintf(f, "  %-22s %10.2f MiB\n", "workspace", mib(out->workspace));
 		fprintf(f, "  %-22s %10.2f MiB  batch %lld, no backward\n", "evaluation plan",
 			mib(out->eval), (long long)EB);
@@ -131,26 +308,27 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 		fprintf(f, "  %-22s %10.2f MiB  optimizer extras, counters, lr, metrics\n", "other",
 			mib(out->other));
 		fprintf(f, "  %-22s %10.2f MiB\n", "total", mib(out->total));
+		fprintf(f, "  %-22s %10.2f MiB  the loaders' pinned staging (host memory)\n",
+			"host staging", mib(out->host));
+		fprintf(f, "  %-22s %10.2f MiB  library objects (host memory; measured while planning)\n",
+			"device library", mib(out->library));
 		fprintf(f, "  activations peak at the %s of layer '%s': %.2f MiB live\n",
-			out->peak_backward ? "backward" : "forward", m->layers[out->peak_layer].name,
+			pass_name[out->peak_pass], m->layers[out->peak_layer].name,
 			mib(out->peak_live));
 		fprintf(f, "\n  %-16s %-14s %12s %12s %12s\n", "layer", "type", "output MiB",
 			"saved MiB", "grad MiB");
 		for (int i = 0; i < n; i++) {
 			const struct plan_node *nd = &ptrain->nodes[i];
 			size_t y = nd->l.is_view ? 0 : store_bytes(ptrain, nd->ystore);
-			fprintf(f, "  %-16s %-14s %12.3f %12.3f %12.3f%s\n", m->layers[i].name,
+			fprintf(f, "  %-16s %-14s %12.3f %12.3f %12.3f%s%s\n", m->layers[i].name,
 				m->layers[i].type->name, mib(y), mib(store_bytes(ptrain, nd->sstore)),
-				mib(store_bytes(ptrain, nd->gstore)), nd->l.is_view ? "  (view)" : "");
+				mib(store_bytes(ptrain, nd->gstore)), nd->l.is_view ? "  (view)" : "",
+				nd->trig >= 0 ? "  recomputed" : "");
 		}
 	}
 out:
 	kiln_plan_free(ptrain);
 	kiln_plan_free(peval);
 	kiln_plan_free(prem);
-	kiln_dataset_close(&es);
-	kiln_model_free(m);
-	kiln_dataset_close(&ds);
-	kiln_device_close(dev);
 	return st;
 }

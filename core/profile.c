@@ -72,7 +72,7 @@ static const char *const pass_names[KILN_PROF_PASSES] = {
 	[KILN_PHASE_DATA] = "data",         [KILN_PHASE_FORWARD] = "forward",
 	[KILN_PHASE_BACKWARD] = "backward", [KILN_PHASE_OPTIMIZER] = "optimizer",
 	[KILN_PHASE_EVAL] = "eval",         [KILN_PROF_LOG] = "log",
-	[KILN_PROF_NONE] = "-",
+	[KILN_PROF_NONE] = "-",            [KILN_PROF_RECOMPUTE] = "recompute",
 };
 
 static const char *pass_name(int pass)

@@ -30,9 +30,10 @@
 
 struct kiln_profile;
 
-/* Passes a span is attributed to: the trainer's phases (enum kiln_phase)
- * and the log point (metrics read-back). */
-enum { KILN_PROF_LOG = 5, KILN_PROF_NONE = 6, KILN_PROF_PASSES };
+/* Passes a span is attributed to: the trainer's phases (enum kiln_phase),
+ * the log point (metrics read-back) and the forwards that gradient
+ * checkpointing replays during the backward. */
+enum { KILN_PROF_LOG = 5, KILN_PROF_NONE = 6, KILN_PROF_RECOMPUTE = 7, KILN_PROF_PASSES };
 
 /* Trace tracks (the "tid" of trace.json) that are not device streams. */
 enum {

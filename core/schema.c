@@ -19,6 +19,8 @@ static const struct kiln_key run_keys[] = {
 	  "Bit-identical runs for a given seed, thread count and config. On the CPU every kernel kiln runs is already reproducible for a fixed thread count (reductions sum in a fixed order), so this only insists that `threads` be set (0 = all cores would tie the result to the machine); devices with non-deterministic algorithms (atomics, autotuning) are told to avoid them." },
 	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
 	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory." },
+	{ "memory_limit", KILN_KEY_STR, "", NOLIM, NULL,
+	  "Device memory `[train] batch = auto` may plan for: bytes, or a number with K, M, G or T (powers of 1024; `KiB`, `MB`... read the same), e.g. `2G`; empty = what the device reports free when the run starts (the CPU: MemAvailable)." },
 	{ "out_dir", KILN_KEY_STR, "runs/latest", NOLIM, NULL,
 	  "Directory for metrics.jsonl, checkpoints/, and profile.txt and trace.json when profiling (created if missing)." },
 	{ "profile", KILN_KEY_BOOL, "0", NOLIM, NULL,
@@ -85,9 +87,12 @@ static const struct kiln_key model_keys[] = {
 
 static const struct kiln_key train_keys[] = {
 	{ "epochs", KILN_KEY_INT, "10", 0, 1e9, NULL, "Passes over the training data." },
-	{ "batch", KILN_KEY_INT, "128", 1, 1e9, NULL, "Samples per step (per rank)." },
+	{ "batch", KILN_KEY_INT, "128", 1, 1e9, "auto",
+	  "Samples per step (per rank), or `auto`: the largest multiple of 8 (at most the training set) whose predicted memory (`kiln memory`: parameters, gradients, optimizer state, activations, workspace, evaluation and inputs) fits in [run] memory_limit; the choice and its prediction are logged, and `lr_scale` applies to it." },
 	{ "eval_batch", KILN_KEY_INT, "0", 0, 1e9, NULL,
 	  "Samples per evaluation step; 0 = same as `batch`. The last partial batch is evaluated too." },
+	{ "recompute", KILN_KEY_STR, "none", NOLIM, NULL,
+	  "Gradient checkpointing: `none`; `N`, the layers split into N segments of about equal activation bytes, and every output read only inside its own segment (all but the last) freed after the forward and recomputed during the backward; `auto`, N = the square root of the layer count. Less activation memory for one more forward's work; gradients, running statistics and dropout masks are the same bit for bit. `kiln memory` shows the effect." },
 	{ "accumulate", KILN_KEY_INT, "1", 1, 65536, NULL,
 	  "Gradient accumulation: one optimizer step per N micro-batches of `batch` (the first writes the gradients, the others add theirs), so the step sees batch x N samples; steps, `max_steps` and the schedule count optimizer steps." },
 	{ "max_steps", KILN_KEY_INT, "0", 0, 1e15, NULL,
@@ -176,7 +181,9 @@ const struct kiln_key kiln_layer_common_keys[] = {
 	{ "trainable", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "0 freezes the layer: no weight gradients are computed or stored." },
 	{ "inplace", KILN_KEY_BOOL, "1", NOLIM, NULL,
-	  "1 lets the planner give the layer's output its input's memory when the layer type allows it (relu) and nothing reads the input afterwards, forward or backward; 0 forbids it. Results are the same either way." },
+	  "1 lets the planner give the layer's output an input's memory when the layer type allows it (relu; add, on either of its first two inputs) and nothing reads that input afterwards, forward or backward; 0 forbids it. Results are the same either way." },
+	{ "recompute", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "1: gradient checkpointing for this layer alone: its output (and what its forward keeps for the backward) is freed after the forward and computed again just before the backward needs it, whatever [train] recompute says. Gradients are the same bit for bit." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -126,6 +126,30 @@ void kiln_log(int level, const char *who, const char *fmt, ...)
 	va_end(ap);
 }
 
+void kiln_rss(size_t *now, size_t *peak, int reset)
+{
+	char line[256];
+	unsigned long long kb;
+	FILE *f;
+	if (reset && (f = fopen("/proc/self/clear_refs", "w"))) {
+		fputs("5", f); /* restart VmHWM at the current VmRSS (Linux 4.0+) */
+		fclose(f);
+	}
+	if (now)
+		*now = 0;
+	if (peak)
+		*peak = 0;
+	if (!(f = fopen("/proc/self/status", "r")))
+		return;
+	while (fgets(line, sizeof line, f)) {
+		if (now && sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+			*now = (size_t)kb * 1024;
+		else if (peak && sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+			*peak = (size_t)kb * 1024;
+	}
+	fclose(f);
+}
+
 int64_t kiln_now_ns(void)
 {
 	struct timespec ts;

@@ -741,7 +741,6 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	res->val_loss = res->val_acc = -1;
 	kiln_config_get_int(cfg, "run", "seed", &seed);
 	kiln_config_get_int(cfg, "train", "epochs", &epochs);
-	kiln_config_get_int(cfg, "train", "batch", &B);
 	kiln_config_get_int(cfg, "train", "eval_batch", &EB);
 	kiln_config_get_int(cfg, "train", "log_every", &log_every);
 	kiln_config_get_int(cfg, "train", "max_steps", &max_steps);
@@ -762,6 +761,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	kiln_config_get_int(cfg, "train", "keep_last", &t->keep_last);
 	kiln_config_get_bool(cfg, "train", "resume", &do_resume);
 	res->resumed_step = -1;
+	if ((st = kiln_train_batch(cfg, &B)))
+		goto out;
 	if (!EB)
 		EB = B;
 	if (out_dir && *out_dir) {
@@ -815,6 +816,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				(long long)train.len);
 		goto out;
 	}
+	size_t rss0;
+	kiln_rss(&rss0, NULL, 1);
 	if ((st = kiln_model_create(cfg, reg, t->dev, &train.input, &t->m)))
 		goto out;
 	if ((st = kiln_device_stream_create(t->dev, &t->compute)) ||
@@ -1285,6 +1288,9 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				   (json_int_t)test.len));
 	}
 	kiln_device_mem(t->dev, NULL, &res->device_peak_bytes);
+	size_t hwm;
+	kiln_rss(NULL, &hwm, 0);
+	res->rss_growth_bytes = hwm > rss0 ? hwm - rss0 : 0;
 	res->steps = step;
 	res->stopped = stopping;
 	res->data_skipped = atomic_load(&train.ds.skipped) + atomic_load(&test.ds.skipped) +
@@ -1344,9 +1350,10 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
 	memset(res, 0, sizeof *res);
 	res->test_loss = res->test_acc = -1;
 	res->resumed_step = -1;
-	kiln_config_get_int(cfg, "train", "batch", &B);
 	kiln_config_get_int(cfg, "train", "eval_batch", &EB);
 	kiln_config_get_int(cfg, "data.eval", "prefetch", &prefetch);
+	if (!EB && (st = kiln_train_batch(cfg, &B)))
+		goto out;
 	if (!EB)
 		EB = B;
 	/* the checkpoint first: verifying it is cheap, and it must hold the

@@ -772,6 +772,156 @@ START_TEST(test_inplace)
 END_TEST
 
 
+/* Gradient checkpointing changes memory, never numbers: every parameter
+ * gradient, the batchnorm running statistics (a replayed forward must not
+ * update them twice), the loss and the correct count are the same bit for
+ * bit with and without recomputation, on a graph of every layer type
+ * (dropout's mask included), in both layouts, for several segment counts
+ * and per-layer recompute. */
+static void recompute_run(const char *layout, const char *extra, float **grads, float **bufs,
+			  size_t *ng, size_t *nb, float m[2], int *recomputed, size_t *arena)
+{
+	char ini[4096];
+	/* extra: "[train]..." appended, or "L1 L2 ...": those layers get
+	 * `recompute = 1` (and c1 `inplace = 0` for "-c1") */
+	snprintf(ini, sizeof ini, "%s", extra[0] == '[' || !extra[0] ? fd_cnn_ini : "");
+	for (const char *t = extra[0] == '[' ? "" : extra; *t;) {
+		char name[32], sec[48];
+		int len = 0;
+		sscanf(t, "%31s%n", name, &len);
+		t += len;
+		while (*t == ' ')
+			t++;
+		if (!ini[0])
+			snprintf(ini, sizeof ini, "%s", fd_cnn_ini);
+		snprintf(sec, sizeof sec, "[layer.%s]\n", name[0] == '-' ? name + 1 : name);
+		char *at = strstr(ini, sec);
+		ck_assert(at);
+		at += strlen(sec);
+		const char *add = name[0] == '-' ? "inplace = 0\n" : "recompute = 1\n";
+		memmove(at + strlen(add), at, strlen(at) + 1);
+		memcpy(at, add, strlen(add));
+	}
+	snprintf(ini + strlen(ini), sizeof ini - strlen(ini), "[model]\nlayout = %s\n%s", layout,
+		 extra[0] == '[' ? extra : "");
+	struct rig r;
+	const int64_t B = 3, dims[3] = { 2, 6, 6 }, n = B * 2 * 6 * 6;
+	rig_open_shape(&r, ini, B, 3, dims);
+	float x[3 * 2 * 6 * 6];
+	int32_t y[3] = { 4, 0, 2 };
+	for (int i = 0; i < n; i++)
+		x[i] = (float)sin(0.77 * i + 0.1);
+	h2d(&r, r.x, x, sizeof x);
+	h2d(&r, r.y, y, sizeof y);
+	pass(&r, r.train, m);
+	*recomputed = kiln_plan_recomputed(r.train);
+	*arena = kiln_plan_arena_bytes(r.train);
+	*ng = kiln_model_param_elems(r.m);
+	*grads = malloc(sizeof(float) * *ng);
+	struct kiln_param_info info;
+	kiln_model_param_get(r.m, 0, &info);
+	d2h(&r, *grads, info.grad, sizeof(float) * *ng);
+	/* the batchnorm running statistics: the parameters that are not trained */
+	*nb = 0;
+	*bufs = malloc(sizeof(float) * 4096);
+	for (int i = 0; i < kiln_model_param_count(r.m); i++) {
+		kiln_model_param_get(r.m, i, &info);
+		if (info.grad)
+			continue;
+		int64_t ne = kiln_tensor_numel(&info.desc);
+		ck_assert(*nb + (size_t)ne <= 4096);
+		d2h(&r, *bufs + *nb, info.param, sizeof(float) * (size_t)ne);
+		*nb += (size_t)ne;
+	}
+	*nb *= sizeof(float);
+	rig_close(&r);
+}
+
+static void recompute_same(const char *layout)
+{
+	static const char *const variants[] = {
+		"[train]\nrecompute = 2\n", "[train]\nrecompute = 3\n", "[train]\nrecompute = 5\n",
+		"[train]\nrecompute = auto\n",
+		"bn a1 drop cat",
+		"c1 bn a1 c2 a2 sum g cat mp c3 s ap drop -c1",
+	};
+	float *g0, *b0, m0[2];
+	size_t ng0, nb0, a0;
+	int rec0;
+	recompute_run(layout, "", &g0, &b0, &ng0, &nb0, m0, &rec0, &a0);
+	ck_assert_int_eq(rec0, 0);
+	ck_assert_uint_gt(nb0, 0);
+	for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) {
+		float *g, *b, m[2];
+		size_t ng, nb, a;
+		int rec;
+		recompute_run(layout, variants[v], &g, &b, &ng, &nb, m, &rec, &a);
+		ck_assert_msg(rec > 0, "%s %s: nothing recomputed", layout, variants[v]);
+		ck_assert(ng == ng0 && nb == nb0);
+		ck_assert_msg(!memcmp(g, g0, sizeof(float) * ng), "%s %s: gradients differ", layout,
+			      variants[v]);
+		ck_assert_msg(!memcmp(b, b0, nb), "%s %s: running statistics differ", layout,
+			      variants[v]);
+		ck_assert_msg(!memcmp(m, m0, sizeof m), "%s %s: loss or count differ", layout,
+			      variants[v]);
+		free(g);
+		free(b);
+	}
+	free(g0);
+	free(b0);
+}
+
+START_TEST(test_recompute_nchw) { recompute_same("nchw"); }
+END_TEST
+START_TEST(test_recompute_nhwc) { recompute_same("nhwc"); }
+END_TEST
+
+/* The deep ResNet example: recompute = auto cuts the activation arena by
+ * at least 3x (the memory issue's target); a bad value names file:line. */
+START_TEST(test_recompute_deep)
+{
+	char path[4096];
+	const char *srcdir = getenv("srcdir");
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	snprintf(path, sizeof path, "%s/examples/fashion_mnist_resnet_deep.ini",
+		 srcdir ? srcdir : ".");
+	struct kiln_memory mem[2];
+	for (int i = 0; i < 2; i++) {
+		struct kiln_config *cfg;
+		ck_assert_msg(kiln_config_load(path, &cfg) == KILN_OK, "%s", kiln_last_error());
+		ck_assert(kiln_config_override(cfg, i ? "train.recompute=auto" : "train.recompute=none") ==
+			  KILN_OK);
+		ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
+		ck_assert_msg(kiln_memory_report(cfg, reg, NULL, &mem[i]) == 0, "%s", kiln_last_error());
+		kiln_config_free(cfg);
+	}
+	printf("deep resnet activations: %zu without recompute, %zu with (%.2fx), %d layers recomputed\n",
+	       mem[0].activations, mem[1].activations,
+	       (double)mem[0].activations / (double)mem[1].activations, mem[1].recomputed);
+	ck_assert_int_eq(mem[0].recomputed, 0);
+	ck_assert_int_gt(mem[1].recomputed, 0);
+	ck_assert_uint_ge(mem[0].activations, 3 * mem[1].activations);
+
+	struct kiln_config *cfg = cfg_from("[layer.fc]\ntype = linear\nout = 3\n"
+					   "[layer.loss]\ntype = softmax_xent\n"
+					   "[train]\nrecompute = lots\n");
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	struct kiln_plan *p;
+	int64_t four = 4;
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, KILN_F32, 1, &four);
+	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+	ck_assert(kiln_model_create(cfg, reg, dev, &sample, &m) == 0);
+	ck_assert_int_eq(kiln_model_plan(m, 2, 1, &p), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "test.ini:") && strstr(kiln_last_error(), "lots"),
+		      "%s", kiln_last_error());
+	kiln_model_free(m);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 /* The prediction against what the device was asked for during a real run
  * (kiln_device_mem's peak, counted at the device wrapper): within 5%
  * (in practice a few bytes) for two batch sizes. */
@@ -863,6 +1013,9 @@ static Suite *make_train_suite(void)
 	tcase_add_test(tc, test_data_val);
 	tcase_add_test(tc, test_memory_report);
 	tcase_add_test(tc, test_inplace);
+	tcase_add_test(tc, test_recompute_nchw);
+	tcase_add_test(tc, test_recompute_nhwc);
+	tcase_add_test(tc, test_recompute_deep);
 	tcase_add_test(tc, test_memory_accounting);
 	suite_add_tcase(s, tc);
 	return s;

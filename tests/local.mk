@@ -196,8 +196,8 @@ tests_check_profile_SOURCES = tests/check_profile.c
 tests_check_profile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_profile_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
 endif
-TESTS += tests/profile.sh
-EXTRA_DIST += tests/profile.sh
+TESTS += tests/profile.sh tests/memory.sh
+EXTRA_DIST += tests/profile.sh tests/memory.sh
 # ---- checkpoints: format, resume, kill/resume ---------------------------
 check_PROGRAMS += tests/ckpt_tool
 tests_ckpt_tool_SOURCES = tests/ckpt_tool.c

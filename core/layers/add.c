@@ -21,6 +21,9 @@ static kiln_status add_infer(const struct kiln_host *h, struct kiln_layer *l)
 		}
 	}
 	l->out = l->in[0];
+	/* y may take the memory of x0 or x1 (the backward reads neither):
+	 * ADD is elementwise, and a third input is added after both */
+	l->inplace_ok = 3;
 	return KILN_OK;
 }
 

@@ -12,7 +12,7 @@ struct bn {
 	double eps, momentum;
 	int64_t C;
 	struct kiln_tensor_desc x, c;
-	void *train, *infer, *bwd, *acc;
+	void *train, *replay, *infer, *bwd, *acc;
 	size_t dx_bytes, stat_bytes;
 };
 
@@ -73,6 +73,11 @@ static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.f[0] = s->eps, op.f[1] = s->momentum;
 	if ((st = prep(h, dev, &op, &s->train, &w)))
 		return st;
+	/* the replay of a recomputed forward: the same op with momentum 0,
+	 * which leaves the running statistics exactly as they are */
+	op.f[1] = 0;
+	if ((st = prep(h, dev, &op, &s->replay, &w)))
+		return st;
 	op_init(&op, KILN_OP_BN_INFER, 5, 1);
 	op.in[0] = s->x, op.in[1] = op.in[2] = op.in[3] = op.in[4] = s->c;
 	op.out[0] = s->x;
@@ -102,7 +107,7 @@ static kiln_status bn_forward(const struct kiln_host *h, struct kiln_layer *l,
 		a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1] },
 					   .out = { r->y, r->saved, r->w[2], r->w[3] } };
 		args_ws(&a, r);
-		return h->device_run(r->dev, s->train, &a, r->stream);
+		return h->device_run(r->dev, r->recompute ? s->replay : s->train, &a, r->stream);
 	}
 	a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1], r->w[2], r->w[3] },
 				   .out = { r->y } };
@@ -133,6 +138,7 @@ static void bn_destroy(const struct kiln_host *h, struct kiln_layer *l, struct k
 	struct bn *s = l->priv;
 	if (s && dev) {
 		h->device_plan_free(dev, s->train);
+		h->device_plan_free(dev, s->replay);
 		h->device_plan_free(dev, s->infer);
 		h->device_plan_free(dev, s->bwd);
 		h->device_plan_free(dev, s->acc);

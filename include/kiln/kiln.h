@@ -213,6 +213,8 @@ struct kiln_plan_opts {
 	int training;
 	int input_grad;
 	int keep_all;
+	int dry;        /* lay out the memory, allocate none of it (arena and
+			 * workspace stay NULL: such a plan cannot run) */
 };
 kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			       const struct kiln_plan_opts *opts, struct kiln_plan **out);
@@ -228,6 +230,9 @@ kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const
 /* Free a plan.  The caller first synchronises every stream that ran it. */
 void kiln_plan_free(struct kiln_plan *p);
 size_t kiln_plan_arena_bytes(const struct kiln_plan *p);
+/* Layers whose output a training plan recomputes in the backward ([train]
+ * recompute, [layer.X] recompute); 0 for other plans. */
+int kiln_plan_recomputed(const struct kiln_plan *p);
 size_t kiln_plan_naive_bytes(const struct kiln_plan *p); /* without lifetime packing */
 
 /* Enqueue one pass on stream: x (device, [batch, sample...]), labels
@@ -273,6 +278,11 @@ struct kiln_train_result {
 	struct kiln_device_counters steady; /* counters over steps 2..N between log points */
 	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip) */
 	size_t device_peak_bytes;   /* kiln_device_mem's peak over the run */
+	/* What the operating system saw: the process's peak resident memory
+	 * (VmHWM) minus its resident memory just before the model was built
+	 * (the data sets already open), 0 where /proc is missing.  On the CPU
+	 * device this is the run's memory independent of kiln's counters. */
+	size_t rss_growth_bytes;
 	int64_t steps_skipped;      /* optimizer steps skipped: non-finite gradients */
 	int64_t steps_clipped;      /* optimizer steps whose gradients clip_norm scaled */
 	double data_wait_s;         /* training thread's wait for loader workers */
@@ -433,6 +443,10 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
  * (what the device was asked for), independent of any plan. */
 void kiln_device_mem(struct kiln_device *dev, size_t *live, size_t *peak);
 
+/* The device's free and total memory now, as the device reports it
+ * (kiln_device_ops.mem_info); KILN_ENOTSUP when it cannot. */
+kiln_status kiln_device_mem_info(struct kiln_device *dev, size_t *free_bytes, size_t *total_bytes);
+
 /* ---- memory, from the plans (`kiln memory`) ---- */
 
 /* What a training run of cfg will allocate on the device, from the static
@@ -447,11 +461,37 @@ struct kiln_memory {
 	size_t eval;                 /* the evaluation plan's arena and workspace */
 	size_t inputs;               /* device input slots */
 	size_t other;                /* optimizer extras, counters, lr, metrics */
-	size_t total;
+	size_t total;                /* device memory: the sum of the above */
+	size_t host;                 /* the loaders' pinned staging ring (host
+				      * memory; on the CPU device the same RAM) */
+	size_t library;              /* host memory the device's library objects
+				      * took (oneDNN's JIT kernels and primitive
+				      * state): how much the process's resident
+				      * memory grew while this report prepared
+				      * the plans (0 where /proc is missing) */
 	size_t peak_live;            /* activations live at the worst schedule point */
-	int peak_layer;              /* ... at this layer's forward or backward */
-	int peak_backward;
+	int peak_layer;              /* ... at this layer's */
+	int peak_pass;               /* 0 forward, 1 recomputation, 2 backward */
+	int recompute_segments;      /* [train] recompute: 0 = none */
+	int recomputed;              /* layers whose output is recomputed */
 };
+
+/* [train] batch as a number; KILN_ECONFIG naming file:line for `auto`
+ * that kiln_resolve_batch has not replaced yet. */
+kiln_status kiln_train_batch(const struct kiln_config *cfg, int64_t *batch);
+
+/* `[train] batch = auto`: the largest multiple of 8 (at most the training
+ * set) whose kiln_memory_report total fits in [run] memory_limit, or in
+ * the memory the device reports free; cfg's batch is then overridden with
+ * it (so checkpoints and logs see the number) and the choice logged.  A
+ * numeric batch is returned unchanged.  KILN_ENOMEM naming the limit when
+ * even 8 does not fit. */
+kiln_status kiln_resolve_batch(struct kiln_config *cfg, const struct kiln_registry *reg,
+			       int64_t *batch);
+
+/* "512M", "2G", "1.5GiB", "4096": bytes (K, M, G, T are powers of 1024).
+ * KILN_EINVAL for anything else. */
+kiln_status kiln_parse_size(const char *s, size_t *out);
 
 /* Fill *out and, when f is not NULL, print the report (a table per layer:
  * output, saved-for-backward and gradient bytes) to f. */

@@ -408,7 +408,7 @@ enum kiln_copy_kind {
 	KILN_COPY_D2D = 2
 };
 
-#define KILN_DEVICE_OPS_VERSION 1
+#define KILN_DEVICE_OPS_VERSION 2
 
 /* Threads: open/close/alloc/free/host_alloc/stream_create/prepare are called
  * from the thread that drives training.  run/copy_async/event_record/
@@ -472,6 +472,14 @@ struct kiln_device_ops {
 	 * from forward to backward and passes it as the op's aux argument.
 	 * (optional: default 0) */
 	size_t (*aux_bytes)(void *ctx, void *plan);
+
+	/* ---- version 2 ---- */
+
+	/* The device memory free now and in all, in bytes (CUDA:
+	 * cudaMemGetInfo; the CPU: the operating system's available and
+	 * physical memory), for `[train] batch = auto` without a `[run]
+	 * memory_limit`.  Thread-safe.  (optional: KILN_ENOTSUP) */
+	kiln_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
 };
 
 /* ======================================================================
@@ -654,7 +662,11 @@ struct kiln_layer {
 	int is_loss;         /* set by configure for loss layers */
 	int needs_input;     /* set by infer: backward reads forward inputs */
 	int needs_output;    /* set by infer: backward reads forward output */
-	int inplace_ok;      /* set by infer: output may alias input 0 */
+	int inplace_ok;      /* set by infer: bit k set = the output may alias
+			      * input k (1: input 0).  The planner decides
+			      * whether it does, from the lifetimes: only when
+			      * nothing reads that input later, forward or
+			      * backward, and the sizes match. */
 	int is_view;         /* set by infer: output is input 0 reinterpreted (same
 			      * bytes, new shape); forward/backward do nothing and
 			      * the gradient of the output is the input's */
@@ -696,6 +708,11 @@ struct kiln_layer_run {
 	/* Device i64[1]: the global micro-step count, advanced by the trainer
 	 * after every micro-step (dropout's RNG counter). */
 	const void *step;
+	/* 1 when this forward replays one already run in the same micro-step
+	 * (gradient checkpointing, [train] recompute): it must produce the
+	 * same bytes (same inputs, same RNG counters) and must not repeat its
+	 * side effects (batchnorm leaves the running statistics alone). */
+	int recompute;
 };
 
 #define KILN_LAYER_OPS_VERSION 1

@@ -161,6 +161,11 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 		*ptr = NULL;
 		return c->host->error(KILN_ENOMEM, "cpu: alloc of %zu bytes failed", bytes);
 	}
+	/* Commit the pages now, as a GPU allocation is committed: the memory
+	 * a plan holds is resident from the start (what `kiln memory`
+	 * predicts is what the operating system sees), and the first step
+	 * takes no page faults.  Allocation is setup work, never in a step. */
+	memset(*ptr, 0, n);
 	return KILN_OK;
 }
 
@@ -290,6 +295,36 @@ static void cpu_host_free(void *ctx, void *ptr)
 	cpu_free(ctx, ptr);
 }
 
+/* The device's memory is the host's: MemAvailable and MemTotal of
+ * /proc/meminfo (what the kernel can hand out without swapping), or the
+ * free and physical pages where there is no such file. */
+static kiln_status cpu_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+	unsigned long long avail = 0, total = 0, v;
+	char line[256];
+	FILE *f = fopen("/proc/meminfo", "r");
+	(void)ctx;
+	while (f && fgets(line, sizeof line, f)) {
+		if (sscanf(line, "MemAvailable: %llu kB", &v) == 1)
+			avail = v * 1024;
+		else if (sscanf(line, "MemTotal: %llu kB", &v) == 1)
+			total = v * 1024;
+	}
+	if (f)
+		fclose(f);
+	if (!avail || !total) {
+		long page = sysconf(_SC_PAGESIZE), av = sysconf(_SC_AVPHYS_PAGES),
+		     ph = sysconf(_SC_PHYS_PAGES);
+		if (page <= 0 || av <= 0 || ph <= 0)
+			return cpu_host->error(KILN_EIO, "cpu: cannot read the free memory (/proc/meminfo, sysconf)");
+		avail = (unsigned long long)av * (unsigned long long)page;
+		total = (unsigned long long)ph * (unsigned long long)page;
+	}
+	*free_bytes = (size_t)avail;
+	*total_bytes = (size_t)total;
+	return KILN_OK;
+}
+
 /* ---- descriptor ------------------------------------------------------- */
 
 static const struct kiln_device_ops cpu_ops = {
@@ -314,6 +349,7 @@ static const struct kiln_device_ops cpu_ops = {
 	.plan_free = cpu_plan_free,
 	.get_proc_address = NULL,
 	.aux_bytes = cpu_aux_bytes,
+	.mem_info = cpu_mem_info,
 };
 
 static const struct kiln_key cpu_keys[] = {

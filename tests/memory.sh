@@ -1,0 +1,68 @@
+#!/bin/sh
+# tests/memory.sh - `kiln memory` against what the operating system sees,
+# and `[train] batch = auto`.  Each run is its own process, so the resident
+# memory it reports (rss_growth_bytes: the peak resident memory minus the
+# resident memory before the model was built) is the run's alone.
+#  1. The ResNet example at batches 32 and 128: the measured peak is within
+#     5% of the prediction (device total + host staging + device library).
+#  2. batch = auto under a memory limit picks a multiple of 8 whose
+#     prediction fits while the next multiple of 8 does not, logs it, and
+#     `kiln train` trains with it; a limit too small fails, naming the key.
+set -u
+
+top_builddir=${top_builddir:-.}
+srcdir=${abs_top_srcdir:-.}
+kiln="$top_builddir/kiln"
+unset KILN_PLUGIN_PATH
+FM=/usr/share/datasets/fashion-mnist
+[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-memory.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { echo "FAIL: $*"; exit 1; }
+field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | tail -1; }
+
+cfg="$srcdir/examples/fashion_mnist_resnet.ini"
+for b in 32 128; do
+	"$kiln" memory "$cfg" "train.batch=$b" >"$tmp/m.out" 2>"$tmp/m.err" ||
+		{ cat "$tmp/m.err"; fail "kiln memory batch $b"; }
+	"$kiln" train "$cfg" "train.batch=$b" train.max_steps=2 train.epochs=1 data.eval.limit=1000 \
+		run.out_dir= >"$tmp/t.out" 2>"$tmp/t.err" || { cat "$tmp/t.err"; fail "kiln train batch $b"; }
+	pred=$(($(field total "$tmp/m.out") + $(field host "$tmp/m.out") + $(field library "$tmp/m.out")))
+	dev=$(field device_peak_bytes "$tmp/t.out")
+	rss=$(field rss_growth_bytes "$tmp/t.out")
+	[ "$rss" -gt 0 ] || fail "batch $b: no resident memory reading (rss_growth_bytes = $rss)"
+	# within 5%: |rss - pred| * 20 <= pred
+	d=$((rss > pred ? rss - pred : pred - rss))
+	echo "batch $b: predicted $pred bytes, resident peak growth $rss ($((d * 1000 / pred)) per mille), device counter $dev"
+	[ $((d * 20)) -le "$pred" ] || fail "batch $b: the resident peak $rss is not within 5% of the prediction $pred"
+	[ "$dev" -le "$(field total "$tmp/m.out")" ] || fail "batch $b: the device counter $dev exceeds the device prediction"
+done
+
+# batch = auto under a limit
+mcfg="$srcdir/examples/fashion_mnist_cnn.ini"
+"$kiln" memory "$mcfg" train.batch=auto run.memory_limit=250M data.eval.limit=1000 >"$tmp/a.out" 2>"$tmp/a.err" ||
+	{ cat "$tmp/a.err"; fail "kiln memory batch=auto"; }
+b=$(field batch "$tmp/a.out")
+grep -q "batch = auto: $b, predicted" "$tmp/a.err" || { cat "$tmp/a.err"; fail "the choice is not logged"; }
+[ $((b % 8)) = 0 ] && [ "$b" -ge 8 ] || fail "batch = auto chose $b, not a positive multiple of 8"
+lim=$((250 * 1048576))
+[ "$(field total "$tmp/a.out")" -le $lim ] || fail "batch $b: the prediction exceeds the limit"
+"$kiln" memory "$mcfg" "train.batch=$((b + 8))" data.eval.limit=1000 >"$tmp/n.out" 2>/dev/null || fail "kiln memory batch $((b + 8))"
+[ "$(field total "$tmp/n.out")" -gt $lim ] || fail "batch $((b + 8)) fits too: auto chose $b, not the largest"
+echo "ok: batch = auto under 250M: $b (and $((b + 8)) does not fit)"
+
+"$kiln" train "$mcfg" train.batch=auto run.memory_limit=250M train.max_steps=1 train.epochs=1 \
+	data.eval.limit=1000 run.out_dir= >"$tmp/t.out" 2>"$tmp/t.err" || { cat "$tmp/t.err"; fail "kiln train batch=auto"; }
+grep -q "batch = auto: $b, predicted" "$tmp/t.err" || { cat "$tmp/t.err"; fail "kiln train: the choice is not logged"; }
+echo "ok: kiln train with batch = auto"
+
+"$kiln" memory "$mcfg" train.batch=auto run.memory_limit=10M >"$tmp/s.out" 2>"$tmp/s.err"
+rc=$?
+[ $rc -ne 0 ] || fail "a limit too small for batch 8 succeeded"
+grep -q "batch = auto: batch 8 needs .* memory_limit" "$tmp/s.err" || { cat "$tmp/s.err"; fail "unclear error for a limit too small"; }
+"$kiln" memory "$mcfg" train.batch=auto run.memory_limit=lots >"$tmp/s.out" 2>"$tmp/s.err" &&
+	fail "memory_limit = lots accepted"
+grep -q "memory_limit = 'lots'" "$tmp/s.err" || { cat "$tmp/s.err"; fail "unclear error for a bad memory_limit"; }
+echo "ok: errors for a limit too small and a bad size"
