@@ -813,6 +813,14 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		goto out;
 	/* before any prepare, so that every plan's op type is known */
 	kiln_device_set_profile(t->dev, t->prof);
+	{
+		/* what the device computes with (the CPU: oneDNN's ISA) */
+		const char *(*describe)(void) =
+			(const char *(*)(void))kiln_device_proc(t->dev, KILN_PROC_DESCRIBE);
+		if (describe)
+			kiln_log(KILN_LOG_INFO, "train", "device %s: %s", devname ? devname : "cpu",
+				 describe());
+	}
 	if ((st = open_data(cfg, reg, "data", "train", 1, &train)))
 		goto out;
 	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", 0, &test)))

@@ -434,6 +434,8 @@ struct kiln_op_args {
 	size_t workspace_bytes;
 };
 
+#define KILN_PROC_DESCRIBE "kiln.describe"
+
 enum kiln_copy_kind {
 	KILN_COPY_H2D = 0,
 	KILN_COPY_D2H = 1,
@@ -496,7 +498,12 @@ struct kiln_device_ops {
 	 * for queued work itself.  Same for event_destroy and stream_destroy. */
 	void (*plan_free)(void *ctx, void *plan);
 
-	/* Named extension entry points. (optional: default returns NULL) */
+	/* Named extension entry points. (optional: default returns NULL)
+	 * Names kiln itself looks up:
+	 *   KILN_PROC_DESCRIBE  const char *(*)(void): one line on what
+	 *   the device computes with here (the CPU device: oneDNN's version,
+	 *   the ISA its kernels dispatch to, how bf16 is done); `kiln plugins`
+	 *   prints it.  Static storage, valid until the next call. */
 	void *(*get_proc_address)(void *ctx, const char *name);
 
 	/* Bytes of per-run state a prepared forward op leaves for its backward
