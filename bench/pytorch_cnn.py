@@ -8,6 +8,9 @@ linear 10; mean cross-entropy, SGD with momentum and weight decay. Inputs are
 DataLoader; each epoch is shuffled with torch.randperm. --warmup-steps steps run
 first and are not timed, then --steps timed steps. --layout nhwc converts the
 model to channels-last and each batch with .contiguous(channels_last).
+--precision bf16 runs forward and loss under torch.autocast("cpu",
+dtype=torch.bfloat16) (PyTorch's CPU mixed precision: f32 master weights, bf16
+convolutions and linear layers through oneDNN), evaluation too.
 
 After training, evaluation throughput: model.eval() + torch.no_grad() forward
 passes over the first --eval-samples test samples in batches of --eval-batch
@@ -71,6 +74,9 @@ def mkldnn_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layout", choices=("nchw", "nhwc"), default="nchw")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), "
+                         "f32 master weights (PyTorch's CPU mixed precision)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.02)
     ap.add_argument("--momentum", type=float, default=0.9)
@@ -105,12 +111,17 @@ def main():
                           weight_decay=args.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
+    # fp32: a context that does nothing; bf16: CPU autocast
+    def amp():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     # Which convolution kernel PyTorch picks here (one extra untimed step).
     conv_ops = []
     with torch.autograd.profiler.profile() as prof:
         xb = x_train[:args.batch].contiguous(memory_format=fmt)
-        loss_fn(model(xb), y_train[:args.batch]).backward()
+        with amp():
+            loss = loss_fn(model(xb), y_train[:args.batch])
+        loss.backward()
         opt.zero_grad(set_to_none=True)
     for ev in prof.key_averages():
         if "conv" in ev.key and ev.key not in ("aten::conv2d", "aten::convolution",
@@ -133,7 +144,8 @@ def main():
             xb = x_train.index_select(0, idx).contiguous(memory_format=fmt)
             yb = y_train.index_select(0, idx)
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xb), yb)
+            with amp():
+                loss = loss_fn(model(xb), yb)
             loss.backward()
             opt.step()
             if step >= args.warmup_steps:
@@ -145,7 +157,7 @@ def main():
     model.eval()
     correct = 0
     eb = args.eval_batch
-    with torch.no_grad():
+    with torch.no_grad(), amp():
         model(x_test[:eb].contiguous(memory_format=fmt))  # warm-up, untimed
         t1 = time.perf_counter()
         for i in range(0, n_eval, eb):
@@ -157,6 +169,7 @@ def main():
     out = {
         "impl": "pytorch",
         "layout": args.layout,
+        "precision": args.precision,
         "train_samples_per_s": timed_samples / train_s,
         "eval_samples_per_s": n_eval / eval_s if eval_s > 0 else float("nan"),
         "test_acc": test_acc,

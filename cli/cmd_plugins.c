@@ -3,6 +3,8 @@
 #include "build-config.h"
 #include "cli.h"
 
+#include <kiln/plugin.h> /* KILN_PROC_DESCRIBE */
+
 #include <stdio.h>
 #include <string.h>
 
@@ -63,6 +65,23 @@ int cmd_plugins(int argc, char **argv)
 			printf("%-10s %-14s %-5s %-28s %s\n", kiln_plugin_kind_name(p.kind), p.name, abi,
 			       status, p.summary);
 		}
+	/* what each available device computes with (the CPU device: the ISA
+	 * oneDNN dispatches to), from its KILN_PROC_DESCRIBE extension; the
+	 * table goes out first, the device may log while it opens */
+	fflush(stdout);
+	for (int i = 0; i < n; i++) {
+		struct kiln_plugin_info p;
+		struct kiln_device *dev;
+		kiln_registry_plugin_get(reg, i, &p);
+		if (p.kind != KILN_PLUGIN_DEVICE || !p.available ||
+		    kiln_device_open(reg, NULL, p.name, 0, &dev))
+			continue;
+		const char *(*describe)(void) =
+			(const char *(*)(void))kiln_device_proc(dev, KILN_PROC_DESCRIBE);
+		if (describe)
+			printf("\ndevice %s: %s\n", p.name, describe());
+		kiln_device_close(dev);
+	}
 	kiln_registry_close(reg);
 	return 0;
 }

@@ -375,6 +375,8 @@ const char *kiln_op_name(int type)
 		[KILN_OP_LR_SCHEDULE] = "LR_SCHEDULE",
 		[KILN_OP_GRAD_CLIP] = "GRAD_CLIP",
 		[KILN_OP_CAST] = "CAST",
+		[KILN_OP_UNSCALE] = "UNSCALE",
+		[KILN_OP_SCALER_UPDATE] = "SCALER_UPDATE",
 		[KILN_OP_ADAMW] = "ADAMW",
 		[KILN_OP_LAMB] = "LAMB",
 	};

@@ -123,6 +123,7 @@ static kiln_status infer_all(struct kiln_model *m, int64_t batch, struct plan_no
 		n->l.index = i;
 		n->l.seed = m->seed;
 		n->l.before_norm = only_consumer_is(m, i, "batchnorm");
+		n->l.loss_scaled = m->scaler_d != NULL; /* read by loss layers only */
 		if (L->n_in < ops->min_inputs || L->n_in > ops->max_inputs)
 			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s) takes %d..%d inputs, got %d",
 					  kiln_config_where(m->cfg, L->section, "type"), L->name,
@@ -356,6 +357,7 @@ void kiln_model_free(struct kiln_model *m)
 		free(m->layers[i].section);
 	}
 	if (m->dev) {
+		kiln_model_precision_close(m);
 		kiln_model_optim_free(m);
 		kiln_device_plan_free(m->dev, m->step_plan);
 		kiln_device_free(m->dev, m->buffers_d);
@@ -1084,6 +1086,7 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	int ss = late && nd->rsstore >= 0 ? nd->rsstore : nd->sstore;
 	r->saved = ss >= 0 ? ypos(p, ss, x) : NULL;
 	r->step = m->step_d;
+	r->loss_scale = m->scaler_d; /* the scale is element 0 */
 }
 
 kiln_status kiln_plan_run(struct kiln_plan *p, const void *x, const void *labels, void *metrics,

@@ -69,7 +69,34 @@ struct kiln_model {
 	/* device f32[1] set before kiln_model_optim_prepare: the optimizer
 	 * step happens only when it is nonzero (KILN_OP_GRAD_CLIP's flag) */
 	const float *step_ok_d;
+	/* mixed precision (core/precision.c): [run] precision's policy and
+	 * its loss scaler.  scaler_d: device f32[4] (scale, growth tracker,
+	 * hysteresis left, overflowing steps), NULL without loss scaling;
+	 * loss layers multiply their gradient by scaler_d[0]. */
+	const struct kiln_precision_ops *prec_ops;
+	void *prec_ctx;
+	struct kiln_scaler_config scaler;
+	float *scaler_d;
+	void *scaler_plan;   /* KILN_OP_SCALER_UPDATE, dynamic scaling only */
 };
+
+/* core/precision.c.  Open [run] precision's policy (the amp plugin) and,
+ * when it scales the loss, allocate and set the scaler state; before any
+ * plan is made (loss layers plan with the scale input) and before a
+ * checkpoint is restored.  Waits for the stream.  fp32 without the amp
+ * plugin is no policy at all. */
+kiln_status kiln_model_precision_open(struct kiln_model *m, const struct kiln_registry *reg,
+				      void *stream);
+/* The unscale op (KILN_OP_UNSCALE over the trainable gradients, clipping
+ * with clip_norm / clip_value; the caller owns *unscale, NULL without
+ * loss scaling) and, for dynamic scaling, the model's scale update. */
+kiln_status kiln_model_precision_prepare(struct kiln_model *m, double clip_norm,
+					 double clip_value, void **unscale);
+/* Enqueue the scale update after an optimizer step; gate is the unscale
+ * op's state f32[4].  Nothing without dynamic scaling. */
+kiln_status kiln_model_precision_update(struct kiln_model *m, const float *gate, void *stream);
+/* Free what kiln_model_precision_open and _prepare made; idempotent. */
+void kiln_model_precision_close(struct kiln_model *m);
 
 /* core/optim.c, for kiln_model_create and kiln_model_free: read and check
  * the [train] optimizer keys into m->optim_op (KILN_ECONFIG naming
@@ -97,6 +124,8 @@ struct kiln_state_buf {
  *   "optim.exp_avg_sq"  f32[n_trainable], AdamW/LAMB second moment
  *   "step"              i64[1], micro-steps done (dropout's counter)
  *   "optim.step"        i64[1], optimizer steps done (bias correction)
+ *   "amp.scaler"        f32[4], the loss scaler (scale, growth tracker,
+ *                       hysteresis left, overflows), with loss scaling only
  * Pointers are valid from kiln_model_create until kiln_model_free.
  * kiln_model_init_params sets params, buffers and step; kiln_model_optim_
  * prepare zeroes the optimizer's: restore a checkpoint after both. */

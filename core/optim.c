@@ -345,6 +345,8 @@ int kiln_model_state_buffers(struct kiln_model *m, struct kiln_state_buf *out, i
 						    state_bytes };
 	all[n++] = (struct kiln_state_buf){ "step", m->step_d, sizeof(int64_t) };
 	all[n++] = (struct kiln_state_buf){ "optim.step", m->opt_step_d, sizeof(int64_t) };
+	all[n++] = (struct kiln_state_buf){ "amp.scaler", m->scaler_d,
+					    m->scaler_d ? 4 * sizeof(float) : 0 };
 	int k = 0;
 	for (int i = 0; i < n; i++) {
 		if (!all[i].bytes)

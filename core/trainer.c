@@ -44,6 +44,15 @@ void kiln_train_request_stop(void)
 	atomic_store(&stop_flag, 1);
 }
 
+static kiln_grad_hook_fn grad_fn;
+static void *grad_user;
+
+void kiln_set_grad_hook(kiln_grad_hook_fn fn, void *user)
+{
+	grad_fn = fn;
+	grad_user = user;
+}
+
 void kiln_set_phase_hook(kiln_phase_fn fn, void *user)
 {
 	phase_fn = fn;
@@ -87,6 +96,7 @@ struct trainer {
 	void *clip;                /* KILN_OP_GRAD_CLIP, or NULL */
 	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
 	float *clip_host;
+	float *scaler_host;        /* the loss scaler's state, read at log points */
 	size_t norm_bytes;
 	int64_t norm_rows[NORM_PLANS];
 	const struct data *norm_of[NORM_PLANS]; /* each data set has its mean/std */
@@ -313,6 +323,10 @@ static kiln_status prep_clip(struct trainer *t, const struct kiln_config *cfg)
 	kiln_config_get_float(cfg, "train", "clip_norm", &norm);
 	kiln_config_get_float(cfg, "train", "clip_value", &value);
 	kiln_config_get_bool(cfg, "train", "skip_nonfinite", &skip);
+	if (t->m->scaler_d && !skip)
+		return kiln_error(KILN_ECONFIG, "%s: [train] skip_nonfinite = 0 with loss scaling ([run] precision = %s): a step whose scaled gradients overflow must be skipped",
+				  kiln_config_where(cfg, "train", "skip_nonfinite"),
+				  kiln_config_get(cfg, "run", "precision"));
 	if ((!skip && norm <= 0 && value <= 0) || !t->m->n_trainable)
 		return KILN_OK;
 	struct kiln_op op;
@@ -327,8 +341,13 @@ static kiln_status prep_clip(struct trainer *t, const struct kiln_config *cfg)
 	op.i[0] = n;
 	op.f[0] = norm;
 	op.f[1] = value;
-	if ((st = kiln_device_prepare(t->dev, &op, &t->clip, NULL)) ||
-	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->clip_d)) ||
+	/* with loss scaling the unscale op takes the clip's place: the same
+	 * state and flag, the gradients divided by the device scale first */
+	if (t->m->scaler_d)
+		st = kiln_model_precision_prepare(t->m, norm, value, &t->clip);
+	else
+		st = kiln_device_prepare(t->dev, &op, &t->clip, NULL);
+	if (st || (st = kiln_device_alloc(t->dev, 64, (void **)&t->clip_d)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->clip_host)))
 		return st;
 	memset(t->clip_host, 0, 4 * sizeof(float));
@@ -439,6 +458,9 @@ static kiln_status read_metrics(struct trainer *t, double *loss_sum, double *cor
 	if (!st && t->clip)
 		st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d, 4 * sizeof(float),
 					    KILN_COPY_D2H, t->compute);
+	if (!st && t->scaler_host)
+		st = kiln_device_copy_async(t->dev, t->scaler_host, t->m->scaler_d,
+					    4 * sizeof(float), KILN_COPY_D2H, t->compute);
 	if (!st)
 		st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
 	label(t, NULL, 0);
@@ -584,6 +606,7 @@ static void release(struct trainer *t, struct data *train, struct data *test,
 		kiln_device_plan_free(t->dev, t->clip);
 		kiln_device_free(t->dev, t->clip_d);
 		kiln_device_host_free(t->dev, t->clip_host);
+		kiln_device_host_free(t->dev, t->scaler_host);
 		for (int k = 0; k < NORM_PLANS; k++)
 			kiln_device_plan_free(t->dev, t->norm_plan[k]);
 	}
@@ -738,6 +761,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 
 	memset(res, 0, sizeof *res);
 	res->test_loss = res->test_acc = -1;
+	res->loss_scale = 1;
 	res->val_loss = res->val_acc = -1;
 	kiln_config_get_int(cfg, "run", "seed", &seed);
 	kiln_config_get_int(cfg, "train", "epochs", &epochs);
@@ -790,6 +814,14 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		goto out;
 	/* before any prepare, so that every plan's op type is known */
 	kiln_device_set_profile(t->dev, t->prof);
+	{
+		/* what the device computes with (the CPU: oneDNN's ISA) */
+		const char *(*describe)(void) =
+			(const char *(*)(void))kiln_device_proc(t->dev, KILN_PROC_DESCRIBE);
+		if (describe)
+			kiln_log(KILN_LOG_INFO, "train", "device %s: %s", devname ? devname : "cpu",
+				 describe());
+	}
 	if ((st = open_data(cfg, reg, "data", "train", 1, &train)))
 		goto out;
 	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", 0, &test)))
@@ -833,7 +865,10 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		if ((st = kiln_device_event_create(t->dev, &t->copy_done[s])) ||
 		    (st = kiln_device_event_create(t->dev, &t->compute_done[s])))
 			goto out;
-	if ((st = kiln_model_init_params(t->m, (uint64_t)seed, t->compute)) ||
+	if ((st = kiln_model_precision_open(t->m, reg, t->compute)) ||
+	    (t->m->scaler_d &&
+	     (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->scaler_host))) ||
+	    (st = kiln_model_init_params(t->m, (uint64_t)seed, t->compute)) ||
 	    (st = kiln_model_init_from(t->m, t->compute)) ||
 	    (st = prep_clip(t, cfg)) ||
 	    (st = kiln_model_optim_prepare(t->m, t->compute)))
@@ -1101,8 +1136,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			}
 			t->m->grad_out_d = NULL;
 			phase(t, KILN_PHASE_OPTIMIZER, 1);
-			if (t->clip) {
-				struct kiln_op_args a = { .in = { t->m->grads_d },
+			if (grad_fn && (st = grad_fn(grad_user, t->dev, t->compute, t->m->grads_d,
+						     t->m->n_trainable, step + 1)))
+				goto out;
+			if (t->clip) { /* GRAD_CLIP, or UNSCALE reading the loss scale */
+				struct kiln_op_args a = { .in = { t->m->grads_d, t->m->scaler_d },
 							  .out = { t->m->grads_d, t->clip_d } };
 				label(t, "clip", KILN_PHASE_OPTIMIZER);
 				st = kiln_device_run(t->dev, t->clip, &a, t->compute);
@@ -1119,6 +1157,9 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			label(t, "optimizer", KILN_PHASE_OPTIMIZER);
 			if (!st) /* advances the optimizer-step counter too */
 				st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
+			label(t, "loss scale", KILN_PHASE_OPTIMIZER);
+			if (!st) /* dynamic loss scaling: grow or back off, on the device */
+				st = kiln_model_precision_update(t->m, t->clip_d, t->compute);
 			label(t, NULL, 0);
 			phase(t, KILN_PHASE_OPTIMIZER, 0);
 			if (st)
@@ -1148,6 +1189,10 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				int64_t new_skips = skipped - res->steps_skipped;
 				res->steps_skipped = skipped;
 				res->steps_clipped = t->clip ? (int64_t)t->clip_host[3] : 0;
+				if (t->scaler_host) {
+					res->loss_scale = t->scaler_host[0];
+					res->overflows = (int64_t)t->scaler_host[3];
+				}
 				if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= step - interval_start)) {
 					st = kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged%s; lower [train] lr",
 							ls, (long long)step, (long long)ep + 1,
@@ -1167,9 +1212,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 					 c / (double)since);
 				if (progress)
 					progress(user, (int)ep + 1, k + 1, steps_per_epoch, msg);
-				jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f}", "event", "train",
+				jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f, s:I, s:f}", "event", "train",
 						   "epoch", (json_int_t)ep + 1, "step", (json_int_t)step,
-						   "loss", ls / (double)since, "acc", c / (double)since));
+						   "loss", ls / (double)since, "acc", c / (double)since,
+						   "skipped", (json_int_t)res->steps_skipped,
+						   "loss_scale", res->loss_scale));
 				since = 0, since_loss = since_correct = 0;
 			} else if (progress) {
 				progress(user, (int)ep + 1, k + 1, steps_per_epoch, NULL);

@@ -25,3 +25,10 @@ plugins_kiln_loaders_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(ZLIB_CFLAGS) \
 plugins_kiln_loaders_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_loaders_la_LIBADD = $(ZLIB_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(LMDB_LIBS)
 endif
+
+if BUILD_AMP
+pkglib_LTLIBRARIES += plugins/kiln-amp.la
+plugins_kiln_amp_la_SOURCES = plugins/amp/amp.c
+plugins_kiln_amp_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
+plugins_kiln_amp_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+endif

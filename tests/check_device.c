@@ -733,6 +733,259 @@ START_TEST(test_grad_clip)
 }
 END_TEST
 
+/* ---- mixed precision: UNSCALE, SCALER_UPDATE, the scaled loss --------- */
+
+/* UNSCALE is GRAD_CLIP on g / s: at s = 1 both give the same bits; at a
+ * power of two s the unscaled gradients are exactly g * (1/s) and the norm
+ * that of the unscaled ones; values whose squares overflow f32 before
+ * unscaling still give a finite norm; an infinity or a NaN skips (flag 0,
+ * skipped + 1, gradients untouched). */
+static void unscale_run(struct fx *f, int type, int n, const float *g, float s, double clip,
+			float *got, float st[4])
+{
+	const float st0[4] = { 0, 1, 0, 0 }, sc[4] = { s, 0, 1, 0 };
+	size_t b = (size_t)n * 4;
+	void *dg = dput(f, g, b), *dst = dput(f, st0, 16), *dsc = dput(f, sc, 16);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = type;
+	op.n_in = type == KILN_OP_UNSCALE ? 2 : 1, op.n_out = 2;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	op.in[1] = op.out[1] = td(KILN_F32, 1, 4, 0);
+	op.i[0] = n;
+	op.f[0] = clip;
+	const void *in[2] = { dg, dsc };
+	void *out[2] = { dg, dst };
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dg, b);
+	dget(f, st, dst, 16);
+	kiln_device_free(f->dev, dg);
+	kiln_device_free(f->dev, dst);
+	kiln_device_free(f->dev, dsc);
+}
+
+START_TEST(test_unscale)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int n = 100003;
+	const size_t b = (size_t)n * 4;
+	float *g = frandv((size_t)n), *gs = malloc(b), *got = malloc(b), *ref = malloc(b);
+	float st[4], rst[4];
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (double)g[i] * g[i];
+	const double norm = sqrt(ss);
+	/* s = 1: bit-identical to GRAD_CLIP, with and without clipping */
+	for (int c = 0; c < 2; c++) {
+		const double clip = c ? norm / 3 : 0;
+		unscale_run(&f, KILN_OP_GRAD_CLIP, n, g, 1, clip, ref, rst);
+		unscale_run(&f, KILN_OP_UNSCALE, n, g, 1, clip, got, st);
+		ck_assert(!memcmp(got, ref, b));
+		ck_assert(!memcmp(st, rst, sizeof st));
+	}
+	/* s = 65536: exact unscaling, the unscaled norm */
+	for (int i = 0; i < n; i++)
+		gs[i] = g[i] * 65536.0f;
+	unscale_run(&f, KILN_OP_UNSCALE, n, gs, 65536.0f, 0, got, st);
+	ck_assert(!memcmp(got, g, b));
+	NEAR(st[0], norm, norm, 1e-5, "norm %g, want %g", st[0], norm);
+	ck_assert(st[1] == 1.0f && st[2] == 0.0f && st[3] == 0.0f);
+	/* with clipping to a quarter of the unscaled norm */
+	unscale_run(&f, KILN_OP_UNSCALE, n, gs, 65536.0f, norm / 4, got, st);
+	const float c4 = (float)(norm / 4 / (norm + 1e-6));
+	for (int i = 0; i < n; i++)
+		NEAR(got[i], g[i] * c4, fabs(g[i]) + 1e-3, 1e-6, "clipped g[%d] = %g, want %g", i,
+		     got[i], g[i] * c4);
+	ck_assert(st[1] == 1.0f && st[3] == 1.0f);
+	/* s = 2^100, |g s| up to 1.3e30: their squares overflow f32, the
+	 * unscaled ones do not */
+	const float big = 0x1p100f;
+	for (int i = 0; i < n; i++)
+		gs[i] = g[i] * big;
+	unscale_run(&f, KILN_OP_UNSCALE, n, gs, big, 0, got, st);
+	ck_assert_msg(st[1] == 1.0f, "finite gradients flagged non-finite (norm %g)", st[0]);
+	NEAR(st[0], norm, norm, 1e-5, "norm %g, want %g", st[0], norm);
+	ck_assert(!memcmp(got, g, b));
+	/* an overflow (inf) and a NaN: skipped, gradients left as they were */
+	for (int k = 0; k < 2; k++) {
+		memcpy(gs, g, b);
+		gs[k ? 5 : n - 1] = k ? NAN : INFINITY;
+		unscale_run(&f, KILN_OP_UNSCALE, n, gs, 1024.0f, 1.0, got, st);
+		ck_assert_msg(st[1] == 0.0f && st[2] == 1.0f && st[3] == 0.0f,
+			      "flag %g skipped %g clipped %g", st[1], st[2], st[3]);
+		ck_assert(!memcmp(got, gs, b));
+	}
+	free(g), free(gs), free(got), free(ref);
+	fx_close(&f);
+}
+END_TEST
+
+/* The reference of KILN_OP_SCALER_UPDATE (plugin.h), one step. */
+static void scaler_ref(float st[4], int finite, double growth, double backoff, double lo,
+		       double hi, int interval, int hyst)
+{
+	if (finite) {
+		st[1] += 1;
+		if (st[1] >= (float)interval) {
+			const float g = (float)((double)st[0] * growth);
+			if (isfinite(g) && (hi <= 0 || g <= hi))
+				st[0] = g;
+			st[1] = 0;
+			st[2] = (float)hyst;
+		}
+	} else {
+		st[3] += 1;
+		st[1] = 0;
+		st[2] -= 1;
+		if (st[2] <= 0) {
+			const double s = (double)st[0] * backoff;
+			st[0] = (float)(s > lo ? s : lo);
+		}
+	}
+}
+
+/* 200 steps of a pseudo-random overflow pattern against the reference,
+ * for GradScaler's rule (hysteresis 1) and with hysteresis 3, a minimum
+ * and a maximum scale; the expected values of the first steps spelled out;
+ * and growth past f32's range refused. */
+START_TEST(test_scaler_update)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	static const struct {
+		double growth, backoff, lo, hi;
+		int interval, hyst;
+		float init;
+	} cfgs[] = {
+		{ 2, 0.5, 0, 0, 4, 1, 65536 },
+		{ 2, 0.25, 8, 1 << 20, 3, 3, 1024 },
+		{ 2, 0.5, 0, 0, 1, 1, 0x1p126f },
+	};
+	for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+		float gate[4] = { 0, 1, 0, 0 }, st[4], ref[4] = { cfgs[c].init, 0, (float)cfgs[c].hyst, 0 };
+		void *dgate = dput(&f, gate, 16), *dst = dput(&f, ref, 16);
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SCALER_UPDATE;
+		op.n_in = op.n_out = 1;
+		op.in[0] = op.out[0] = td(KILN_F32, 1, 4, 0);
+		op.f[0] = cfgs[c].growth, op.f[1] = cfgs[c].backoff;
+		op.f[2] = cfgs[c].lo, op.f[3] = cfgs[c].hi;
+		op.i[0] = cfgs[c].interval, op.i[1] = cfgs[c].hyst;
+		void *plan;
+		OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
+		uint32_t r = 12345;
+		for (int k = 0; k < 200; k++) {
+			r = r * 1103515245u + 12345u;
+			const int finite = c == 2 || (r >> 16) % 5 != 0; /* 1 in 5 overflows */
+			gate[1] = finite ? 1.0f : 0.0f;
+			OK(kiln_device_copy_async(f.dev, dgate, gate, 16, KILN_COPY_H2D, f.s));
+			struct kiln_op_args a = { .in = { dgate }, .out = { dst } };
+			OK(kiln_device_run(f.dev, plan, &a, f.s));
+			dget(&f, st, dst, 16);
+			scaler_ref(ref, finite, cfgs[c].growth, cfgs[c].backoff, cfgs[c].lo,
+				   cfgs[c].hi, cfgs[c].interval, cfgs[c].hyst);
+			ck_assert_msg(!memcmp(st, ref, 16),
+				      "config %zu step %d: state {%g %g %g %g}, want {%g %g %g %g}", c, k,
+				      st[0], st[1], st[2], st[3], ref[0], ref[1], ref[2], ref[3]);
+			if (c == 0 && k == 3) /* 4 steps: grown once or backed off */
+				ck_assert(st[0] == 131072.0f || st[3] > 0);
+		}
+		if (c == 2) /* 2^127 grows no further: 2^128 is not finite */
+			ck_assert_float_eq(st[0], 0x1p127f);
+		if (c == 1) {
+			ck_assert(st[0] >= 8.0f && st[0] <= (float)(1 << 20));
+			ck_assert_float_eq(st[3], ref[3]);
+		}
+		/* hand-checked sequence for GradScaler's rule: overflow halves,
+		 * 4 finite steps double */
+		if (c == 0) {
+			const float s0[4] = { 1024, 0, 1, 0 };
+			static const int flags[7] = { 0, 1, 1, 1, 1, 0, 1 };
+			static const float want[7] = { 512, 512, 512, 512, 1024, 512, 512 };
+			OK(kiln_device_copy_async(f.dev, dst, s0, 16, KILN_COPY_H2D, f.s));
+			for (int k = 0; k < 7; k++) {
+				gate[1] = (float)flags[k];
+				OK(kiln_device_copy_async(f.dev, dgate, gate, 16, KILN_COPY_H2D, f.s));
+				struct kiln_op_args a = { .in = { dgate }, .out = { dst } };
+				OK(kiln_device_run(f.dev, plan, &a, f.s));
+				dget(&f, st, dst, 16);
+				ck_assert_msg(st[0] == want[k], "step %d: scale %g, want %g", k, st[0],
+					      want[k]);
+			}
+			ck_assert_float_eq(st[3], 2.0f);
+			ck_assert_float_eq(st[1], 1.0f);
+		}
+		kiln_device_plan_free(f.dev, plan);
+		kiln_device_free(f.dev, dgate);
+		kiln_device_free(f.dev, dst);
+	}
+	/* bad parameters are refused at prepare */
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SCALER_UPDATE;
+	op.n_in = op.n_out = 1;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, 4, 0);
+	op.f[0] = 2, op.f[1] = 1.5, op.i[0] = 10, op.i[1] = 1;
+	void *plan = NULL;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	fx_close(&f);
+}
+END_TEST
+
+/* The loss scale input of SOFTMAX_XENT: dlogits = f[0] s (...), the
+ * metrics unscaled: the same bits as f[0] multiplied by s on the host. */
+START_TEST(test_xent_loss_scale)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int N = 37, C = 11;
+	const size_t b = (size_t)N * C * 4;
+	float *x = frandv((size_t)N * C), *g0 = malloc(b), *g1 = malloc(b);
+	float m0[3], m1[3], zero[3] = { 0, 0, 0 }, s = 4096.0f;
+	int32_t lab[37];
+	for (int r = 0; r < N; r++)
+		lab[r] = (r * 5 + 1) % C;
+	for (int kind = 0; kind < 3; kind++) {
+		void *dx = dput(&f, x, b), *dl = dput(&f, lab, sizeof lab), *ds = dput(&f, &s, 4);
+		void *dg = dput(&f, NULL, b), *dm = dput(&f, zero, 12);
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SOFTMAX_XENT;
+		op.n_in = 3, op.n_out = 2;
+		op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
+		op.in[1] = td(KILN_I32, 1, N, 0);
+		op.in[2] = td(KILN_F32, 1, 1, 0);
+		op.out[1] = td(KILN_F32, 1, 3, 0);
+		op.i[0] = N - 2;
+		op.i[1] = kind;
+		op.f[0] = 1.0 / (N - 2);
+		op.f[1] = kind ? 0 : 0.1;
+		const void *in[3] = { dx, dl, ds };
+		void *out[2] = { dg, dm };
+		OK(run_op(&f, &op, in, out));
+		dget(&f, g1, dg, b);
+		dget(&f, m1, dm, 12);
+		OK(kiln_device_copy_async(f.dev, dm, zero, 12, KILN_COPY_H2D, f.s));
+		op.n_in = 2;
+		op.f[0] = 1.0 / (N - 2) * s;
+		OK(run_op(&f, &op, in, out));
+		dget(&f, g0, dg, b);
+		dget(&f, m0, dm, 12);
+		ck_assert_msg(!memcmp(g0, g1, b), "loss %d: scaled gradients differ", kind);
+		ck_assert(!memcmp(m0, m1, sizeof m0));
+		kiln_device_free(f.dev, dx);
+		kiln_device_free(f.dev, dl);
+		kiln_device_free(f.dev, ds);
+		kiln_device_free(f.dev, dg);
+		kiln_device_free(f.dev, dm);
+	}
+	free(x), free(g0), free(g1);
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- MUL, COUNTER_ADD, LR_SCHEDULE -------------------------------------- */
 
 START_TEST(test_small_ops)
@@ -2031,6 +2284,9 @@ static Suite *make_device_suite(void)
 		{ "losses", test_losses },
 		{ "sgd", test_sgd },
 		{ "grad_clip", test_grad_clip },
+		{ "unscale", test_unscale },
+		{ "scaler_update", test_scaler_update },
+		{ "xent_loss_scale", test_xent_loss_scale },
 		{ "fill", test_fill },
 		{ "reduce_scale_add", test_reduce_scale_add },
 		{ "small_ops", test_small_ops },

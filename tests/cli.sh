@@ -143,6 +143,8 @@ kiln 0 plugins
 stdout_has "search path:"
 stdout_matches "^  /"
 stdout_has "KIND"
+# the CPU device names the ISA oneDNN dispatches to (KILN_PROC_DESCRIBE)
+stdout_matches "^device cpu: oneDNN [0-9]+\.[0-9]+\.[0-9]+, ISA [a-z0-9_]+, bf16 "
 # $KILN_PLUGIN_PATH is searched and listed
 KILN_PLUGIN_PATH="$tmp/envdir"
 export KILN_PLUGIN_PATH

@@ -213,3 +213,13 @@ tests_check_ckpt_LDADD = libkiln.la $(CHECK_LIBS)
 endif
 TESTS += tests/resume_kill.sh
 EXTRA_DIST += tests/resume_kill.sh
+
+# ---- mixed precision: the loss scaler through kiln_train ----------------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_amp
+TESTS += tests/check_amp
+tests_check_amp_SOURCES = tests/check_amp.c
+tests_check_amp_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_amp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
+endif

@@ -78,9 +78,11 @@ static kiln_status xent_plan(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct xent *s = l->priv;
 	struct kiln_op op;
-	op_init(&op, KILN_OP_SOFTMAX_XENT, 2, 2);
+	op_init(&op, KILN_OP_SOFTMAX_XENT, l->loss_scaled ? 3 : 2, 2);
 	f32_desc(&op.in[0], s->B, s->C, 0);
 	kiln_tensor_desc_init(&op.in[1], KILN_I32, 1, &s->B);
+	if (l->loss_scaled) /* mixed precision: the device loss scale */
+		f32_desc(&op.in[2], 1, 0, 0);
 	f32_desc(&op.out[0], s->B, s->C, 0);
 	f32_desc(&op.out[1], 3, 0, 0); /* loss, correct, top-5 */
 	op.i[0] = s->B;
@@ -101,7 +103,8 @@ static kiln_status xent_run(const struct kiln_host *h, struct kiln_layer *l,
 			    const struct kiln_layer_run *r, void *grad)
 {
 	struct xent *s = l->priv;
-	struct kiln_op_args a = { .in = { r->x[0], r->labels }, .out = { grad, r->metrics } };
+	struct kiln_op_args a = { .in = { r->x[0], r->labels, r->loss_scale },
+				  .out = { grad, r->metrics } };
 	args_ws(&a, r);
 	if (grad == r->workspace) {
 		size_t g = ((size_t)(s->B * s->C) * sizeof(float) + 63) & ~(size_t)63;

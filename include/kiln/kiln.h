@@ -290,6 +290,9 @@ struct kiln_train_result {
 	int stopped;                /* 1: kiln_train_request_stop() ended the run early */
 	int64_t resumed_step;       /* the step the run resumed at, -1 when it started fresh */
 	char checkpoint[4200];      /* the last checkpoint written ("" if none) */
+	/* mixed precision ([run] precision; docs/precision.md) */
+	double loss_scale;          /* the loss scale at the last log point (1 without scaling) */
+	int64_t overflows;          /* steps whose scaled gradients overflowed (all skipped) */
 };
 
 /* Phases the trainer reports to a hook (and, with [run] profile = 1, to
@@ -306,6 +309,19 @@ typedef void (*kiln_phase_fn)(void *user, int phase, int begin);
  * host side of a step (enqueue time; device time needs device events).
  * NULL removes it.  Not thread-safe against a running kiln_train. */
 void kiln_set_phase_hook(kiln_phase_fn fn, void *user);
+
+/* Test hook: called on the training thread once per optimizer step, after
+ * the backward of its last micro-step and before the non-finite check
+ * (clip or unscale), with the device, the compute stream, the flat
+ * gradients (device f32[n], n the trainable elements) and the 1-based step
+ * number.  It may enqueue device ops on the stream (tests inject an
+ * overflow this way) and must not wait for the device.  A nonzero return
+ * stops the run with that status.  NULL removes it.  Not thread-safe
+ * against a running kiln_train. */
+struct kiln_device;
+typedef kiln_status (*kiln_grad_hook_fn)(void *user, struct kiln_device *dev, void *stream,
+					 float *grads, size_t n, int64_t step);
+void kiln_set_grad_hook(kiln_grad_hook_fn fn, void *user);
 
 /* The whole `kiln train`: open device and data, build, train, evaluate,
  * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 1
+#define KILN_ABI_MINOR 2
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -185,7 +185,10 @@ enum kiln_op_type {
 	 *   2 binary cross-entropy with logits against t, per class
 	 *     (nn.BCEWithLogitsLoss): loss = sum over classes of
 	 *     max(x,0) - x t + log(1 + exp(-|x|)), over C; dlogits =
-	 *     f[0] (sigmoid(x) - t) / C */
+	 *     f[0] (sigmoid(x) - t) / C
+	 * in2 (optional, n_in = 3; ABI 1.2): a device f32[1] loss scale s
+	 * (mixed precision's, KILN_OP_SCALER_UPDATE's state[0]): dlogits are
+	 * multiplied by s as well, the loss and counts are not. */
 	KILN_OP_SOFTMAX_XENT = 6,
 	/* SGD with momentum and weight decay over flat buffers of n = i[0]
 	 * elements: in0 grads, in1 lr f32[1] (device scalar), in2 (optional:
@@ -357,6 +360,35 @@ enum kiln_op_type {
 	 * same element count; f32 to bf16 rounds to nearest even, NaN stays
 	 * NaN): bf16 samples ([data] dtype = bf16) widened on the device. */
 	KILN_OP_CAST = 34,
+	/* ---- dynamic loss scaling (ABI 1.2) --------------------------------
+	 * The scaler's state is a device f32[4]: [0] the loss scale s, [1] the
+	 * growth tracker (finite steps since the scale last changed), [2] the
+	 * hysteresis left (overflowing steps still tolerated before a backoff),
+	 * [3] overflowing steps so far.  The gate state is GRAD_CLIP's f32[4]
+	 * (norm, finite flag, skipped steps, clipped steps), whose flag
+	 * KILN_OPF_GATED optimizers read. */
+	/* Unscale, non-finite check and clipping, one op: GRAD_CLIP on the
+	 * gradients divided by the loss scale.  in0 grads f32[n] (n = i[0]),
+	 * in1 scaler state f32[4] (reads s = [0]); out0 grads (may alias in0),
+	 * out1 gate state f32[4].  The norm is that of g / s (each element
+	 * multiplied by 1/s before squaring, so it never overflows where the
+	 * unscaled gradients do not).  When it is NaN or infinite: [1] = 0,
+	 * [2] += 1, gradients left as they are.  Otherwise [1] = 1 and every
+	 * element becomes g * (1/s) * c, c = f[0] / (norm + 1e-6) when f[0] > 0
+	 * and norm > f[0] ([3] += 1), else 1; then with f[1] > 0 clamped to
+	 * [-f[1], f[1]].  [0] = the norm of g / s. */
+	KILN_OP_UNSCALE = 35,
+	/* The scale update after a step (torch.cuda.amp.GradScaler's
+	 * _amp_update_scale, with Megatron-LM's hysteresis): in0 gate state
+	 * f32[4] (reads the finite flag [1]); out0 scaler state f32[4], updated
+	 * in place.  f[0] growth factor, f[1] backoff factor, f[2] minimum
+	 * scale, f[3] maximum scale (0: none); i[0] growth interval, i[1]
+	 * hysteresis (>= 1).
+	 *   finite:     [1] += 1; when [1] >= i[0]: s' = s * f[0], taken when
+	 *               finite (and <= f[3] if set); [1] = 0; [2] = i[1]
+	 *   not finite: [3] += 1; [1] = 0; [2] -= 1; when [2] <= 0:
+	 *               s = max(s * f[1], f[2]) */
+	KILN_OP_SCALER_UPDATE = 36,
 	KILN_OP_TYPE_COUNT
 };
 
@@ -401,6 +433,8 @@ struct kiln_op_args {
 	void *workspace;
 	size_t workspace_bytes;
 };
+
+#define KILN_PROC_DESCRIBE "kiln.describe"
 
 enum kiln_copy_kind {
 	KILN_COPY_H2D = 0,
@@ -464,7 +498,12 @@ struct kiln_device_ops {
 	 * for queued work itself.  Same for event_destroy and stream_destroy. */
 	void (*plan_free)(void *ctx, void *plan);
 
-	/* Named extension entry points. (optional: default returns NULL) */
+	/* Named extension entry points. (optional: default returns NULL)
+	 * Names kiln itself looks up:
+	 *   KILN_PROC_DESCRIBE  const char *(*)(void): one line on what
+	 *   the device computes with here (the CPU device: oneDNN's version,
+	 *   the ISA its kernels dispatch to, how bf16 is done); `kiln plugins`
+	 *   prints it.  Static storage, valid until the next call. */
 	void *(*get_proc_address)(void *ctx, const char *name);
 
 	/* Bytes of per-run state a prepared forward op leaves for its backward
@@ -516,7 +555,20 @@ struct kiln_comm_ops {
  * Precision policy.  (implemented by the mixed-precision issue)
  * ====================================================================== */
 
-#define KILN_PRECISION_OPS_VERSION 1
+#define KILN_PRECISION_OPS_VERSION 2
+
+/* A policy's loss-scaling rule in full (precision ops version 2). */
+struct kiln_scaler_config {
+	int32_t dynamic;        /* 1: the scale follows KILN_OP_SCALER_UPDATE */
+	int32_t enabled;        /* 0: no loss scaling at all (fp32, bf16) */
+	double init_scale;      /* the scale of the first step (the static one) */
+	double growth_factor;
+	double backoff_factor;
+	int64_t growth_interval;
+	double min_scale;
+	int64_t hysteresis;     /* overflowing steps tolerated before a backoff */
+	double max_scale;       /* 0: none */
+};
 
 struct kiln_precision_ops {
 	uint32_t version;
@@ -530,6 +582,17 @@ struct kiln_precision_ops {
 	 * multiply by backoff and skip the step. */
 	kiln_status (*scaling)(void *ctx, float *init, float *growth, float *backoff,
 			       int *growth_interval);
+
+	/* ---- version 2 ---- */
+
+	/* The whole rule, minimum scale and hysteresis included, read from
+	 * the policy's config (errors name file:line).  (optional: default
+	 * built from scaling(), min_scale 0, hysteresis 1, dynamic when
+	 * growth or backoff differ from 1, enabled when any differs from 1) */
+	kiln_status (*scaler)(void *ctx, struct kiln_scaler_config *out);
+	/* One line for the run log: what runs in which dtype on `dev`
+	 * ("bf16 compute, f32 master weights").  (optional) */
+	const char *(*describe)(void *ctx);
 };
 
 /* ======================================================================
@@ -677,6 +740,11 @@ struct kiln_layer {
 			      * (a convolution then needs no bias of its own) */
 	uint64_t seed;       /* [run] seed, set by the core */
 	void *priv;          /* the layer type's private state */
+	/* ---- ABI 1.2 ---- */
+	int loss_scaled;     /* set by the core before plan: a loss layer's
+			      * backward multiplies its gradient by the device
+			      * scalar kiln_layer_run.loss_scale as well
+			      * (KILN_OP_SOFTMAX_XENT's in2) */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
@@ -708,11 +776,15 @@ struct kiln_layer_run {
 	/* Device i64[1]: the global micro-step count, advanced by the trainer
 	 * after every micro-step (dropout's RNG counter). */
 	const void *step;
+	/* ---- ABI 1.2 ---- */
 	/* 1 when this forward replays one already run in the same micro-step
 	 * (gradient checkpointing, [train] recompute): it must produce the
 	 * same bytes (same inputs, same RNG counters) and must not repeat its
 	 * side effects (batchnorm leaves the running statistics alone). */
 	int recompute;
+	/* Loss layers with l->loss_scaled: device f32[1], the loss scale the
+	 * gradient is multiplied by (NULL otherwise). */
+	const float *loss_scale;
 };
 
 #define KILN_LAYER_OPS_VERSION 1

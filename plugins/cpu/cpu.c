@@ -126,8 +126,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return st;
 	}
 	omp_set_num_threads(c->threads);
-	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %d threads, %s streams", ordinal,
-		  c->threads, c->async ? "async" : "sync");
+	char isa[160];
+	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads, %s streams", ordinal,
+		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->async ? "async" : "sync");
 	*out = c;
 	return KILN_OK;
 }
@@ -327,6 +328,21 @@ static kiln_status cpu_mem_info(void *ctx, size_t *free_bytes, size_t *total_byt
 
 /* ---- descriptor ------------------------------------------------------- */
 
+/* KILN_PROC_DESCRIBE: what oneDNN runs on here (the ISA, how bf16 is done). */
+static const char *cpu_describe(void)
+{
+	static char buf[160];
+	return cpu_dnn_isa(buf, sizeof buf);
+}
+
+static void *cpu_get_proc_address(void *ctx, const char *name)
+{
+	(void)ctx;
+	if (!strcmp(name, KILN_PROC_DESCRIBE))
+		return (void *)cpu_describe;
+	return NULL;
+}
+
 static const struct kiln_device_ops cpu_ops = {
 	.version = KILN_DEVICE_OPS_VERSION,
 	.open = cpu_open,
@@ -347,7 +363,7 @@ static const struct kiln_device_ops cpu_ops = {
 	.prepare = cpu_prepare,
 	.run = cpu_run,
 	.plan_free = cpu_plan_free,
-	.get_proc_address = NULL,
+	.get_proc_address = cpu_get_proc_address,
 	.aux_bytes = cpu_aux_bytes,
 	.mem_info = cpu_mem_info,
 };

@@ -141,6 +141,8 @@ int cpu_optim_gated_off(const struct cpu_plan *p, const struct kiln_op_args *a);
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 void cpu_gemm_free(struct cpu_gemm *g);
 kiln_status cpu_engine_create(struct cpu_ctx *c);
+/* dnn.c: "oneDNN 2.6.3, ISA avx512_core_bf16, bf16 AVX512-BF16" into buf. */
+const char *cpu_dnn_isa(char *buf, size_t n);
 void cpu_engine_destroy(struct cpu_ctx *c);
 
 /* ---- dnn.c: a plan made of oneDNN primitives ---- */

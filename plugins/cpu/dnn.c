@@ -127,3 +127,34 @@ kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(s));
 	return KILN_OK;
 }
+
+/* ---- the instruction set oneDNN dispatches to ---------------------------
+ * dnnl_get_effective_cpu_isa() is the widest ISA oneDNN's JIT kernels will
+ * use on this CPU (capped by ONEDNN_MAX_CPU_ISA); bf16 kernels exist from
+ * avx512_core (emulated with f32 arithmetic), natively from
+ * avx512_core_bf16 (AVX512-BF16 dot products) and with tiles from
+ * avx512_core_amx.  For `kiln plugins` and the run log. */
+const char *cpu_dnn_isa(char *buf, size_t n)
+{
+	const dnnl_version_t *v = dnnl_version();
+	const char *isa = "unknown", *bf16 = "none";
+	switch ((int)dnnl_get_effective_cpu_isa()) {
+	case dnnl_cpu_isa_sse41: isa = "sse41"; break;
+	case dnnl_cpu_isa_avx: isa = "avx"; break;
+	case dnnl_cpu_isa_avx2: isa = "avx2"; break;
+	case dnnl_cpu_isa_avx2_vnni: isa = "avx2_vnni"; break;
+	case dnnl_cpu_isa_avx512_core: isa = "avx512_core"; bf16 = "emulated (f32 FMA)"; break;
+	case dnnl_cpu_isa_avx512_core_vnni:
+		isa = "avx512_core_vnni";
+		bf16 = "emulated (f32 FMA)";
+		break;
+	case dnnl_cpu_isa_avx512_core_bf16:
+		isa = "avx512_core_bf16";
+		bf16 = "AVX512-BF16";
+		break;
+	case dnnl_cpu_isa_avx512_core_amx: isa = "avx512_core_amx"; bf16 = "AMX tiles"; break;
+	default: break;
+	}
+	snprintf(buf, n, "oneDNN %d.%d.%d, ISA %s, bf16 %s", v->major, v->minor, v->patch, isa, bf16);
+	return buf;
+}

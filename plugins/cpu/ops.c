@@ -137,7 +137,11 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 	float *m = a->out[1];
 	const int64_t R = p->rows, C = p->cols, V = p->op.i[0];
 	const int kind = (int)p->op.i[1], top5 = p->sz[0] >= 3;
-	const float scale = (float)p->op.f[0], eps = (float)p->op.f[1];
+	/* with a loss scale (in2) the gradient is f[0] * s * (...): f[0] * s
+	 * rounded once, so s = 1 changes nothing */
+	const float scale = p->op.n_in == 3 ? (float)(p->op.f[0] * *(const float *)a->in[2])
+					    : (float)p->op.f[0];
+	const float eps = (float)p->op.f[1];
 	const int nch = V < CPU_CHUNKS ? (int)(V > 0 ? V : 1) : CPU_CHUNKS;
 	double loss[CPU_CHUNKS] = { 0 }, ok[CPU_CHUNKS] = { 0 }, ok5[CPU_CHUNKS] = { 0 };
 	int64_t bad[CPU_CHUNKS];
@@ -247,17 +251,20 @@ static kiln_status cpu_cast(const struct cpu_plan *p, const struct kiln_op_args 
 }
 
 /* See KILN_OP_GRAD_CLIP in plugin.h. */
-CPU_CLONES static double sumsq_span(const float *g, int64_t n)
+CPU_CLONES static double sumsq_span(const float *g, int64_t n, float mul)
 {
 	/* f32 lanes over blocks of 1024 (vectorised), blocks summed in double:
-	 * the order is fixed by n alone */
+	 * the order is fixed by n alone.  Each element is multiplied by `mul`
+	 * (UNSCALE's 1/s; 1 is exact) before squaring. */
 	double acc = 0;
 	for (int64_t b = 0; b < n; b += 1024) {
 		const int64_t e = b + 1024 < n ? b + 1024 : n;
 		float part = 0;
 #pragma omp simd reduction(+ : part)
-		for (int64_t i = b; i < e; i++)
-			part += g[i] * g[i];
+		for (int64_t i = b; i < e; i++) {
+			const float v = g[i] * mul;
+			part += v * v;
+		}
 		acc += part;
 	}
 	return acc;
@@ -273,6 +280,9 @@ CPU_CLONES static void clip_span(float *y, const float *g, int64_t n, float scal
 	}
 }
 
+/* GRAD_CLIP, and UNSCALE (see plugin.h): the same pass over the gradients
+ * multiplied by inv = 1/s, the loss scale read from in1[0] (1 for
+ * GRAD_CLIP, so both give bit-identical results at s = 1). */
 static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_args *a,
 				 struct cpu_err *e)
 {
@@ -280,6 +290,7 @@ static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_
 	float *y = a->out[0], *state = a->out[1];
 	const int64_t n = p->n;
 	const double max_norm = p->op.f[0], lim = p->op.f[1];
+	const float inv = p->op.type == KILN_OP_UNSCALE ? 1.0f / *(const float *)a->in[1] : 1.0f;
 	(void)e;
 	/* fixed 64K-element chunks summed in order: the norm does not depend
 	 * on the thread count */
@@ -288,7 +299,7 @@ static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_
 	double total = 0, part[MAXCH];
 #pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN)
 	for (int64_t c = 0; c < nch; c++)
-		part[c] = sumsq_span(g + c * CH, (c + 1) * CH < n ? CH : n - c * CH);
+		part[c] = sumsq_span(g + c * CH, (c + 1) * CH < n ? CH : n - c * CH, inv);
 	for (int64_t c = 0; c < nch; c++)
 		total += part[c];
 	const double norm = sqrt(total);
@@ -304,8 +315,40 @@ static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_
 		scale = (float)(max_norm / (norm + 1e-6));
 		state[3] += 1.0f;
 	}
+	scale *= inv;
 	if (scale != 1.0f || lim > 0 || y != g)
 		CPU_SPANS(n, b, en, clip_span(y + b, g + b, en - b, scale, (float)lim));
+	return KILN_OK;
+}
+
+/* The loss scale after a step: see KILN_OP_SCALER_UPDATE in plugin.h.
+ * gate f32[4] (GRAD_CLIP's: [1] finite flag), st f32[4] (scale, growth
+ * tracker, hysteresis left, overflows), one thread: four scalars. */
+static kiln_status cpu_scaler_update(const struct cpu_plan *p, const struct kiln_op_args *a,
+				     struct cpu_err *e)
+{
+	const float *gate = a->in[0];
+	float *st = a->out[0];
+	const double growth = p->op.f[0], backoff = p->op.f[1], lo = p->op.f[2], hi = p->op.f[3];
+	(void)e;
+	if (gate[1] != 0.0f) {
+		st[1] += 1.0f;
+		if (st[1] >= (float)p->op.i[0]) {
+			const float grown = (float)((double)st[0] * growth);
+			if (isfinite(grown) && (hi <= 0 || grown <= hi))
+				st[0] = grown;
+			st[1] = 0.0f;
+			st[2] = (float)p->op.i[1];
+		}
+	} else {
+		st[3] += 1.0f;
+		st[1] = 0.0f;
+		st[2] -= 1.0f;
+		if (st[2] <= 0.0f) {
+			const double s = (double)st[0] * backoff;
+			st[0] = (float)(s > lo ? s : lo);
+		}
+	}
 	return KILN_OK;
 }
 
@@ -601,8 +644,14 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_BIAS_GRAD: need_in = 1; need_out = 1; p->kernel = cpu_bias_grad; break;
 	case KILN_OP_RELU: need_in = 1; need_out = 1; p->kernel = cpu_relu; break;
 	case KILN_OP_RELU_BWD: need_in = 2; need_out = 1; p->kernel = cpu_relu_bwd; break;
-	case KILN_OP_SOFTMAX_XENT: need_in = 2; need_out = 2; p->kernel = cpu_softmax_xent; break;
+	case KILN_OP_SOFTMAX_XENT:
+		need_in = op->n_in == 3 ? 3 : 2; /* in2: the loss scale (optional) */
+		need_out = 2;
+		p->kernel = cpu_softmax_xent;
+		break;
 	case KILN_OP_GRAD_CLIP: need_in = 1; need_out = 2; p->kernel = cpu_grad_clip; break;
+	case KILN_OP_UNSCALE: need_in = 2; need_out = 2; p->kernel = cpu_grad_clip; break;
+	case KILN_OP_SCALER_UPDATE: need_in = 1; need_out = 1; p->kernel = cpu_scaler_update; break;
 	case KILN_OP_SGD:
 	case KILN_OP_ADAMW:
 	case KILN_OP_LAMB: return cpu_optim_prepare(c, p); /* optim.c */
@@ -656,6 +705,8 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		    op->out[1].dtype != KILN_F32 || op->in[1].dtype != KILN_I32)
 			return cpu_bad(c, op, KILN_ENOTSUP,
 				       "needs f32 logits, i32 labels, f32 gradient and f32 metrics");
+		if (op->n_in == 3 && (op->in[2].dtype != KILN_F32 || cpu_numel(&op->in[2]) != 1))
+			return cpu_bad(c, op, KILN_EINVAL, "the loss scale in2 must be f32[1]");
 		p->cols = cpu_inner(&op->in[0]);
 		p->rows = p->cols > 0 ? cpu_numel(&op->in[0]) / p->cols : 0;
 		if (p->cols <= 0 || op->in[0].ndim != 2 || cpu_numel(&op->in[1]) != p->rows ||
@@ -730,10 +781,20 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			return cpu_bad(c, op, KILN_EINVAL, "input and output sizes differ");
 		return KILN_OK;
 	case KILN_OP_GRAD_CLIP:
+	case KILN_OP_UNSCALE:
 		p->n = op->i[0];
 		if (p->n <= 0 || cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->out[0]) != p->n ||
 		    cpu_numel(&op->out[1]) != 4 || !(op->f[0] >= 0) || !(op->f[1] >= 0))
 			return cpu_bad(c, op, KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
+		if (op->type == KILN_OP_UNSCALE && cpu_numel(&op->in[1]) != 4)
+			return cpu_bad(c, op, KILN_EINVAL, "wants the scaler state f32[4] as in1");
+		return KILN_OK;
+	case KILN_OP_SCALER_UPDATE:
+		if (cpu_numel(&op->in[0]) != 4 || cpu_numel(&op->out[0]) != 4)
+			return cpu_bad(c, op, KILN_EINVAL, "wants the gate state f32[4] in, the scaler state f32[4] out");
+		if (op->i[0] < 1 || op->i[1] < 1 || !(op->f[0] >= 1) || !(op->f[1] > 0 && op->f[1] <= 1) ||
+		    !(op->f[2] >= 0) || !(op->f[3] >= 0))
+			return cpu_bad(c, op, KILN_EINVAL, "growth interval i[0] and hysteresis i[1] >= 1, growth f[0] >= 1, 0 < backoff f[1] <= 1, min f[2] and max f[3] scale >= 0");
 		return KILN_OK;
 	}
 	return c->host->error(KILN_EINTERNAL, "cpu: op %d fell through prepare", op->type);

@@ -1,0 +1,300 @@
+/* tests/check_amp.c - mixed precision's loss scaler through kiln_train
+ * ([run] precision, the amp plugin, docs/precision.md):
+ *
+ * - an overflow injected into the flat gradients on the device (a test
+ *   hook enqueues FILL(+inf) on one element at chosen steps) skips exactly
+ *   those steps and backs the scale off, with no host sync and no
+ *   device-to-host copy inside the steps (the device wrapper's counters,
+ *   async CPU streams);
+ * - the scale grows after growth_interval finite steps: the final scale
+ *   and overflow count equal the rule's reference replayed on the host;
+ * - loss scaling by powers of two is exact: with f32 compute the fp16
+ *   policy ends with the same losses, bit for bit, as fp32 skipping the
+ *   same steps (so the loss op multiplies by the device scale and the
+ *   unscale op divides by it);
+ * - the scaler state is the checkpoint section "amp.scaler": a run stopped
+ *   at step 45 and resumed ends with the same scaler bytes and losses as
+ *   the uninterrupted run;
+ * - fp16_static keeps its scale; config errors name file:line.
+ *
+ * Fashion-MNIST (scripts/install-deps), 2,000 samples, a small MLP.
+ */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include "checkpoint.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct kiln_registry *reg;
+
+static const char *mlp_ini =
+	"[run]\nseed = 5\nout_dir = %s\nprecision = %s\n"
+	"[data]\nsource = idx\nlimit = 2000\nmean = 0.286\nstd = 0.353\n"
+	"[layer.flat]\ntype = flatten\n"
+	"[layer.fc1]\ntype = linear\nout = 128\n[layer.r1]\ntype = relu\n"
+	"[layer.fc2]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n"
+	"[train]\nepochs = 2\nbatch = 32\nlr = 0.05\nlog_every = 62\neval_batch = 500\n"
+	"[plugin.cpu]\nasync = 1\n"
+	"[plugin.amp]\ngrowth_interval = 10\n";
+
+#define STEPS 124 /* 2 epochs of 2000 / 32 */
+
+static int have_fashion(void)
+{
+	return access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0;
+}
+
+/* ---- the injection hook ------------------------------------------------ */
+
+static const int64_t inject_at[] = { 5, 6, 40 };
+
+struct inject {
+	void *fill;       /* FILL(+inf) of one f32, prepared at the first call */
+	int calls;
+};
+
+static kiln_status inject_hook(void *user, struct kiln_device *dev, void *stream, float *grads,
+			       size_t n, int64_t step)
+{
+	struct inject *in = user;
+	kiln_status st;
+	in->calls++;
+	if (!in->fill) {
+		/* prepared during step 1: the steady-state counters start after it */
+		struct kiln_op op;
+		int64_t one = 1;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_FILL;
+		op.n_out = 1;
+		op.f[0] = INFINITY;
+		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+		if ((st = kiln_device_prepare(dev, &op, &in->fill, NULL)))
+			return st;
+	}
+	for (size_t k = 0; k < sizeof inject_at / sizeof *inject_at; k++)
+		if (step == inject_at[k]) {
+			struct kiln_op_args a = { .out = { grads + n / 3 } };
+			return kiln_device_run(dev, in->fill, &a, stream);
+		}
+	return KILN_OK;
+}
+
+/* The scale update rule (plugin.h, KILN_OP_SCALER_UPDATE) replayed over
+ * `steps` steps with overflows at inject_at[]: final scale, tracker,
+ * hysteresis left, overflows. */
+static void reference(int64_t steps, double init, int interval, float out[4])
+{
+	float s = (float)init, tracker = 0, hyst = 1, over = 0;
+	for (int64_t t = 1; t <= steps; t++) {
+		int bad = 0;
+		for (size_t k = 0; k < sizeof inject_at / sizeof *inject_at; k++)
+			bad |= t == inject_at[k];
+		if (bad) {
+			over += 1, tracker = 0, hyst -= 1;
+			if (hyst <= 0)
+				s *= 0.5f;
+		} else if (++tracker >= (float)interval) {
+			s *= 2.0f, tracker = 0, hyst = 1;
+		}
+	}
+	out[0] = s, out[1] = tracker, out[2] = hyst, out[3] = over;
+}
+
+static int train(const char *dir, const char *precision, const char *const *over,
+		 struct kiln_train_result *res, struct inject *in)
+{
+	char ini[4096];
+	struct kiln_config *cfg;
+	snprintf(ini, sizeof ini, mlp_ini, dir, precision);
+	ck_assert_msg(kiln_config_load_string(ini, "amp.ini", &cfg) == KILN_OK, "%s",
+		      kiln_last_error());
+	for (int i = 0; over && over[i]; i++)
+		ck_assert_msg(kiln_config_override(cfg, over[i]) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	kiln_set_grad_hook(in ? inject_hook : NULL, in);
+	int st = kiln_train(cfg, reg, NULL, NULL, res);
+	kiln_set_grad_hook(NULL, NULL);
+	kiln_config_free(cfg);
+	return st;
+}
+
+static void tmpdir(char *buf, size_t n)
+{
+	snprintf(buf, n, "/tmp/kiln-amp-XXXXXX");
+	ck_assert(mkdtemp(buf) != NULL);
+}
+
+/* The "amp.scaler" section of a checkpoint. */
+static void read_scaler(const char *path, float out[4])
+{
+	struct kiln_ckpt *ck;
+	uint64_t bytes;
+	ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_find(ck, "amp.scaler", &bytes) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(bytes, 16);
+	ck_assert(kiln_ckpt_read(ck, "amp.scaler", out, 16) == 0);
+	kiln_ckpt_close(ck);
+}
+
+/* ---- tests --------------------------------------------------------------- */
+
+/* Skips, backoff and growth, on the device, counted, with no host sync;
+ * bit-identical to fp32 skipping the same steps. */
+START_TEST(test_overflow_skip_backoff_growth)
+{
+	char dir[64];
+	struct kiln_train_result r16, r32;
+	struct inject in16 = { 0 }, in32 = { 0 };
+	float want[4], got[4];
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	tmpdir(dir, sizeof dir);
+	const char *const ck[] = { "train.checkpoint_every=1000", NULL };
+	ck_assert_msg(train(dir, "fp16", ck, &r16, &in16) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r16.steps, STEPS);
+	ck_assert_int_eq(in16.calls, STEPS);
+	/* the injected steps, and only they, were skipped and backed off */
+	ck_assert_int_eq(r16.steps_skipped, 3);
+	ck_assert_int_eq(r16.overflows, 3);
+	reference(STEPS, 65536, 10, want);
+	/* by hand: 65536 -> 32768 (step 5) -> 16384 (6), x2 at 16, 26, 36
+	 * -> 131072, /2 at 40, x2 at 50, 60, ..., 120 (8 times) -> 2^24 */
+	ck_assert_float_eq(want[0], 16777216.0f);
+	ck_assert_msg(r16.loss_scale == want[0], "scale %g, want %g", r16.loss_scale, want[0]);
+	/* no host sync, no device-to-host copy, no allocation between log points */
+	ck_assert_uint_gt(r16.steady.runs, 1000);
+	ck_assert_uint_eq(r16.steady.host_syncs, 0);
+	ck_assert_uint_eq(r16.steady.d2h_copies, 0);
+	ck_assert_uint_eq(r16.steady.allocs, 0);
+	/* the state went into the final checkpoint */
+	read_scaler(r16.checkpoint, got);
+	ck_assert_msg(!memcmp(got, want, sizeof got), "amp.scaler {%g %g %g %g}, want {%g %g %g %g}",
+		      got[0], got[1], got[2], got[3], want[0], want[1], want[2], want[3]);
+	/* fp32 with the same injected overflows skips the same steps; scaling
+	 * by powers of two is exact, so everything else is equal too */
+	ck_assert_msg(train("", "fp32", NULL, &r32, &in32) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r32.steps_skipped, 3);
+	ck_assert_int_eq(r32.overflows, 0);
+	ck_assert(r32.loss_scale == 1.0);
+	ck_assert_msg(r16.train_loss == r32.train_loss, "train loss %.9g (fp16 scaler) vs %.9g (fp32)",
+		      r16.train_loss, r32.train_loss);
+	ck_assert(r16.test_loss == r32.test_loss && r16.test_acc == r32.test_acc);
+	ck_assert_msg(r16.test_acc > 0.7, "test accuracy %g", r16.test_acc);
+}
+END_TEST
+
+/* Stopped at step 45 and resumed: the scaler comes back from the
+ * checkpoint (a fresh one would end at another scale). */
+START_TEST(test_checkpoint_resume)
+{
+	char a[64], b[64];
+	struct kiln_train_result ra, r1, r2;
+	struct inject ia = { 0 }, i1 = { 0 }, i2 = { 0 };
+	float sa[4], sb[4], want[4];
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	tmpdir(a, sizeof a);
+	tmpdir(b, sizeof b);
+	const char *const full[] = { "train.checkpoint_every=1000", NULL };
+	ck_assert_msg(train(a, "fp16", full, &ra, &ia) == 0, "%s", kiln_last_error());
+	const char *const part[] = { "train.checkpoint_every=1000", "train.max_steps=45", NULL };
+	ck_assert_msg(train(b, "fp16", part, &r1, &i1) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r1.steps, 45);
+	read_scaler(r1.checkpoint, sb);
+	reference(45, 65536, 10, want);
+	ck_assert(!memcmp(sb, want, sizeof sb));
+	ck_assert_float_eq(sb[0], 65536.0f); /* 131072 at 36, halved at 40 */
+	const char *const rest[] = { "train.checkpoint_every=1000", "train.resume=1", NULL };
+	ck_assert_msg(train(b, "fp16", rest, &r2, &i2) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r2.resumed_step, 45);
+	ck_assert_int_eq(r2.steps, STEPS);
+	read_scaler(ra.checkpoint, sa);
+	read_scaler(r2.checkpoint, sb);
+	ck_assert_msg(!memcmp(sa, sb, sizeof sa), "resumed scaler {%g %g %g %g} vs {%g %g %g %g}",
+		      sb[0], sb[1], sb[2], sb[3], sa[0], sa[1], sa[2], sa[3]);
+	ck_assert(r2.loss_scale == ra.loss_scale);
+	ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc);
+}
+END_TEST
+
+/* fp16_static: a constant scale, overflowing steps still skipped. */
+START_TEST(test_static)
+{
+	struct kiln_train_result r;
+	struct inject in = { 0 };
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	const char *const over[] = { "plugin.amp.loss_scale=1024", "train.epochs=1", NULL };
+	ck_assert_msg(train("", "fp16_static", over, &r, &in) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r.steps, 62);
+	ck_assert_int_eq(r.steps_skipped, 3);
+	ck_assert(r.loss_scale == 1024.0);
+	ck_assert_int_eq(r.overflows, 0); /* counted by the dynamic rule only */
+}
+END_TEST
+
+/* Bad configs name file:line; bf16 compute is refused, not faked. */
+START_TEST(test_config_errors)
+{
+	struct kiln_train_result r;
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	ck_assert_int_eq(train("", "fp16_static", NULL, &r, NULL), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "amp.ini:4") && strstr(kiln_last_error(), "loss_scale"),
+		      "%s", kiln_last_error());
+	const char *const noskip[] = { "train.skip_nonfinite=0", NULL };
+	ck_assert_int_eq(train("", "fp16", noskip, &r, NULL), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "skip_nonfinite"), "%s", kiln_last_error());
+	const char *const lo[] = { "plugin.amp.min_scale=1e6", NULL };
+	ck_assert_int_eq(train("", "fp16", lo, &r, NULL), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "min_scale=1e6") && strstr(kiln_last_error(), "init_scale"),
+		      "%s", kiln_last_error());
+	ck_assert_int_eq(train("", "bf16", NULL, &r, NULL), KILN_ENOTSUP);
+	ck_assert_msg(strstr(kiln_last_error(), "bf16"), "%s", kiln_last_error());
+	/* an unknown policy is caught by the schema, with the line */
+	struct kiln_config *cfg;
+	char ini[4096];
+	snprintf(ini, sizeof ini, mlp_ini, "", "fp8");
+	ck_assert(kiln_config_load_string(ini, "amp.ini", &cfg) == KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "amp.ini:4"), "%s", kiln_last_error());
+	kiln_config_free(cfg);
+}
+END_TEST
+
+static Suite *make_amp_suite(void)
+{
+	Suite *s = suite_create("amp");
+	TCase *tc = tcase_create("scaler");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_overflow_skip_backoff_growth);
+	tcase_add_test(tc, test_checkpoint_resume);
+	tcase_add_test(tc, test_static);
+	tcase_add_test(tc, test_config_errors);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	setenv("GOMP_SPINCOUNT", "100000", 0);
+	if (kiln_registry_open(NULL, &reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		return 1;
+	}
+	const struct kiln_plugin *p;
+	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p) ||
+	    kiln_registry_find(reg, KILN_PLUGIN_PRECISION, "amp", &p)) {
+		fprintf(stderr, "skip: %s\n", kiln_last_error());
+		return 77;
+	}
+	SRunner *sr = srunner_create(make_amp_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	kiln_registry_close(reg);
+	return failed ? 1 : 0;
+}
