@@ -10,7 +10,7 @@
 
 static const struct kiln_key run_keys[] = {
 	{ "device", KILN_KEY_STR, "cpu", NOLIM, NULL,
-	  "Device plugin that computes (kiln-<device>.so): `cpu`." },
+	  "Device plugin that computes (kiln-<device>.so): `cpu`, `cuda` (an NVIDIA GPU; see docs/gpu.md), or `auto`: the first available of cuda, cpu (the choice is logged)." },
 	{ "seed", KILN_KEY_INT, "0", 0, 4294967295.0, NULL,
 	  "Seed of every random draw (init, shuffle, dropout)." },
 	{ "threads", KILN_KEY_INT, "0", 0, 1024, NULL,
