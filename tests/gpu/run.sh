@@ -105,8 +105,16 @@ export LD_LIBRARY_PATH KILN_PLUGIN_PATH
 
 say "== kiln GPU check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 say "-- machine"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || echo "nvidia-smi: not available"; } | tee -a "$res"
-{ nvcc --version 2>&1 | tail -1 || echo "nvcc: not available"; } | tee -a "$res"
+if command -v nvidia-smi > /dev/null 2>&1; then
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$res"
+else
+	say "nvidia-smi: not available"
+fi
+if command -v nvcc > /dev/null 2>&1; then
+	nvcc --version 2>&1 | tail -1 | tee -a "$res"
+else
+	say "nvcc: not on PATH"
+fi
 say "CUDA libraries for kiln-cuda.so: ${cuda_lib:-not found (no libcublasLt.so.13 under \$CUDA_HOME/lib64 or /usr/local/cuda/lib64)}"
 ldd "$bundle/lib/kiln/kiln-cuda.so" > "$out/ldd_kiln_cuda.txt" 2>&1
 grep "not found" "$out/ldd_kiln_cuda.txt" | sed 's/^/ldd kiln-cuda.so: /' | tee -a "$res"
