@@ -574,9 +574,9 @@ static kiln_status cuda_run(void *ctx, void *plan, const struct kiln_op_args *ar
 	USE(c);
 	cudaError_t e = p->launch(p, args, S(stream));
 	if (e != cudaSuccess)
-		return c->host->error(KILN_EDEVICE, "cuda: %s: launch failed: %s (%s)",
-				      cuda_op_name(p->op.type), cudaGetErrorString(e),
-				      cudaGetErrorName(e));
+		return c->host->error(KILN_EDEVICE, "cuda: %s: %s:%d: launch failed: %s (%s)",
+				      cuda_op_name(p->op.type), __FILE__, __LINE__,
+				      cudaGetErrorString(e), cudaGetErrorName(e));
 	return KILN_OK;
 }
 

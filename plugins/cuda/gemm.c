@@ -119,8 +119,15 @@ static cudaError_t cuda_gemm_launch(const struct cuda_plan *p, const struct kiln
 			   a->workspace, p->workspace, s);
 	if (r == CUBLAS_STATUS_SUCCESS)
 		return cudaGetLastError();
-	/* the plan's error is reported by run() with the op's shape */
-	return r == CUBLAS_STATUS_EXECUTION_FAILED ? cudaErrorLaunchFailure : cudaErrorUnknown;
+	/* run() reports it with the op's name; the nearest runtime error:
+	 * NOT_SUPPORTED is what Lt says for pointers less aligned than the
+	 * 16 bytes the algorithm was chosen for */
+	switch (r) {
+	case CUBLAS_STATUS_NOT_SUPPORTED: return cudaErrorNotSupported;
+	case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
+	case CUBLAS_STATUS_EXECUTION_FAILED: return cudaErrorLaunchFailure;
+	default: return cudaErrorUnknown;
+	}
 }
 
 kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
