@@ -45,7 +45,8 @@ CLEANFILES += plugins/cuda/kernels.lo plugins/cuda/.libs/kernels.o
 # visibility to the host compiler (only kiln_plugin_init is exported).
 NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -I$(top_srcdir)/include -I$(top_builddir) \
 	$(CUDA_CPPFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden
-plugins/cuda/kernels.lo: $(srcdir)/plugins/cuda/kernels.cu $(srcdir)/plugins/cuda/cuda.h \
+# (Makefile: a new --with-cuda-arch recompiles)
+plugins/cuda/kernels.lo: $(srcdir)/plugins/cuda/kernels.cu $(srcdir)/plugins/cuda/cuda.h Makefile \
 		$(srcdir)/include/kiln/plugin.h
 	$(AM_V_GEN)$(MKDIR_P) plugins/cuda/.libs && \
 	$(NVCC) $(NVCC_FLAGS) -c $(srcdir)/plugins/cuda/kernels.cu -o plugins/cuda/.libs/kernels.o && \
