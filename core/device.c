@@ -102,14 +102,28 @@ kiln_status kiln_device_mem_info(struct kiln_device *dev, size_t *free_bytes, si
 	return dev->ops->mem_info(dev->ctx, free_bytes, total_bytes);
 }
 
+/* `device = auto`: the first available of these, in order (a GPU when the
+ * machine has one, else the CPU). */
+static const char *const auto_devices[] = { "cuda", "cpu" };
+
 kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_config *cfg,
 			     const char *name, int ordinal, struct kiln_device **out)
 {
-	const struct kiln_plugin *p;
-	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p);
+	const struct kiln_plugin *p = NULL;
+	kiln_status st;
 	*out = NULL;
-	if (st)
+	if (name && !strcmp(name, "auto")) {
+		for (size_t i = 0; i < KILN_ARRAY_LEN(auto_devices) && !p; i++)
+			if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, auto_devices[i], &p))
+				p = NULL;
+		if (!p)
+			return kiln_error(KILN_EPLUGIN,
+					  "device = auto: neither a cuda nor a cpu device is available here (run `kiln plugins`)");
+		kiln_log(KILN_LOG_INFO, "core", "device = auto: using %s", p->name);
+		name = p->name;
+	} else if ((st = kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p))) {
 		return st;
+	}
 	const struct kiln_device_ops *ops = p->ops;
 	if (!ops->open || !ops->alloc || !ops->free || !ops->stream_create || !ops->copy_async ||
 	    !ops->event_create || !ops->event_record || !ops->stream_wait || !ops->event_sync ||

@@ -120,7 +120,12 @@ tests_check_device_SOURCES = tests/check_device.c
 tests_check_device_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
 tests_check_device_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_device_LDADD = libkiln.la $(CHECK_LIBS) -lm
+# The same suite on the CUDA device: SKIP (77) on a machine without a GPU.
+if BUILD_CUDA
+TESTS += tests/device_cuda.sh
 endif
+endif
+EXTRA_DIST += tests/device_cuda.sh
 TESTS += tests/docs.sh
 EXTRA_DIST += tests/docs.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
 
@@ -223,3 +228,4 @@ tests_check_amp_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_amp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
 endif
+EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py

@@ -1,0 +1,647 @@
+/* plugins/cuda/cuda.c - the CUDA device plugin: descriptor, probe,
+ * open/close, device and page-locked memory, streams and events, and the
+ * prepare/run/plan_free dispatch.
+ *
+ * Memory: alloc is cudaMalloc (the core's planner asks once per arena,
+ * never inside a step), host_alloc is cudaHostAlloc (page-locked), so the
+ * loader's copies out of its staging ring are truly asynchronous.
+ * Streams are non-blocking CUDA streams (they never wait for the legacy
+ * default stream); events have timing disabled (cheaper; the profiler
+ * synchronises instead).  copy_async is always cudaMemcpyAsync on the
+ * given stream: from page-locked memory it returns at once; from pageable
+ * memory CUDA itself may make a device-to-host copy wait (DESIGN: the hot
+ * path uses host_alloc'd buffers).
+ *
+ * The CUDA runtime's current device is per thread, and the core calls
+ * run/copy_async from the loader's thread too, so every entry point makes
+ * the context's device current first (cuda_use).
+ *
+ * Errors of kernels that meet bad data (a label outside [0, C)) cannot
+ * stop the stream: the kernel records the first bad row in mapped page-
+ * locked memory and the next host sync (stream_sync, event_sync) reports
+ * it as KILN_EDATA, once.  Failures of CUDA itself name the call and
+ * file:line.
+ */
+#include "cuda.h"
+
+#include <cuda_runtime_api.h> /* cudaMalloc, cudaHostAlloc, streams, events */
+#include <pthread.h>          /* the context's lock over live objects */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef KILN_CUDA_MIN_ARCH
+#define KILN_CUDA_MIN_ARCH 90 /* configure: the smallest --with-cuda-arch entry */
+#endif
+
+static const struct kiln_host *cuda_host; /* from kiln_plugin_init */
+
+/* ---- helpers shared by the other files -------------------------------- */
+
+const char *cuda_op_name(int type)
+{
+	/* the core's table (host version 3) */
+	return cuda_host && cuda_host->version >= 3 ? cuda_host->op_name(type) : "op";
+}
+
+/* The plugin cannot call libkiln's kiln_tensor_desc_str: plugins only get
+ * the host table.  Same format. */
+char *cuda_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n)
+{
+	static const char *const dt[KILN_DTYPE_COUNT] = { "f32", "bf16", "f16", "i8",
+							  "u8",  "i32",  "i64" };
+	size_t off;
+	if (!n)
+		return buf;
+	buf[0] = 0;
+	int w = snprintf(buf, n, "%s[",
+			 d->dtype >= 0 && d->dtype < KILN_DTYPE_COUNT ? dt[d->dtype] : "?");
+	off = w > 0 ? (size_t)w : 0;
+	for (int i = 0; i < d->ndim && i < KILN_MAX_DIMS && off < n; i++) {
+		w = snprintf(buf + off, n - off, "%s%lld", i ? ", " : "", (long long)d->dims[i]);
+		off += w > 0 ? (size_t)w : 0;
+	}
+	if (off < n)
+		snprintf(buf + off, n - off, "]");
+	return buf;
+}
+
+int64_t cuda_numel(const struct kiln_tensor_desc *d)
+{
+	int64_t n = 1;
+	for (int i = 0; i < d->ndim && i < KILN_MAX_DIMS; i++)
+		n *= d->dims[i];
+	return n;
+}
+
+kiln_status cuda_bad(struct cuda_ctx *c, const struct kiln_op *op, kiln_status st,
+		     const char *why)
+{
+	char list[640], one[96];
+	size_t off = 0;
+	list[0] = 0;
+	for (int k = 0; k < 2; k++) {
+		const int n = k ? op->n_out : op->n_in;
+		for (int i = 0; i < n && i < (k ? KILN_OP_MAX_OUT : KILN_OP_MAX_IN) && off < sizeof list;
+		     i++) {
+			cuda_desc_str(k ? &op->out[i] : &op->in[i], one, sizeof one);
+			int w = snprintf(list + off, sizeof list - off, "%s%s%d %s", off ? ", " : "",
+					 k ? "out" : "in", i, one);
+			off += w > 0 ? (size_t)w : 0;
+		}
+	}
+	return c->host->error(st, "cuda: %s: %s (%s)", cuda_op_name(op->type), why,
+			      off ? list : "no tensors");
+}
+
+kiln_status cuda_fail(struct cuda_ctx *c, kiln_status st, cudaError_t e, const char *call,
+		      const char *file, int line)
+{
+	if (e == cudaErrorMemoryAllocation)
+		st = KILN_ENOMEM;
+	return c->host->error(st, "cuda: %s:%d: %s: %s (%s)", file, line, call,
+			      cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* Make the context's device current on the calling thread (the runtime's
+ * current device is per thread; the loader's thread copies too). */
+static cudaError_t cuda_use(const struct cuda_ctx *c)
+{
+	int cur = -1;
+	cudaError_t e = cudaGetDevice(&cur);
+	if (e == cudaSuccess && cur == c->ordinal)
+		return cudaSuccess;
+	return cudaSetDevice(c->ordinal);
+}
+
+#define USE(c) CUDA_TRY(c, cuda_use(c))
+
+/* ---- probe ------------------------------------------------------------ */
+
+/* Can this process use a GPU?  The runtime is linked statically and opens
+ * libcuda.so.1 on the first call; with no driver installed
+ * cudaDriverGetVersion reports version 0 without failing. */
+static int cuda_probe(const struct kiln_host *host, char *why, size_t n)
+{
+	int drv = 0, rt = 0, count = 0, major = 0, minor = 0;
+	cudaError_t e;
+	(void)host;
+	e = cudaDriverGetVersion(&drv);
+	if (e != cudaSuccess || drv == 0) {
+		snprintf(why, n, "no CUDA driver (libcuda.so.1 not found%s%s)",
+			 e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
+		return 1;
+	}
+	cudaRuntimeGetVersion(&rt);
+	if (drv < rt) {
+		snprintf(why, n, "CUDA driver %d.%d is older than the runtime %d.%d kiln-cuda.so was built with",
+			 drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+		return 1;
+	}
+	e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess) {
+		snprintf(why, n, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
+			 cudaGetErrorName(e));
+		return 1;
+	}
+	if (count < 1) {
+		snprintf(why, n, "no CUDA device");
+		return 1;
+	}
+	/* the fat binary holds SASS for the configured architectures and PTX
+	 * for the newest of them: older GPUs cannot run it */
+	if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+	    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess &&
+	    major * 10 + minor < KILN_CUDA_MIN_ARCH) {
+		snprintf(why, n, "GPU 0 is sm_%d%d; this build has code for sm_%d and newer (./configure --with-cuda-arch=%d%d)",
+			 major, minor, KILN_CUDA_MIN_ARCH, major, minor);
+		return 1;
+	}
+	return 0;
+}
+
+/* ---- live objects ------------------------------------------------------ */
+
+/* Streams, events and plans are kept on one list per context so close()
+ * can release what the caller left behind. */
+struct cuda_obj {
+	struct cuda_obj *prev, *next;
+	int kind;        /* CUDA_OBJ_* */
+	cudaStream_t stream;
+	cudaEvent_t event;
+	struct cuda_plan *plan;
+};
+
+enum { CUDA_OBJ_STREAM, CUDA_OBJ_EVENT, CUDA_OBJ_PLAN };
+
+struct cuda_ctx_priv {
+	struct cuda_ctx c;       /* first: the public part */
+	pthread_mutex_t lock;
+	struct cuda_obj *live;
+};
+
+static void obj_link(struct cuda_ctx_priv *x, struct cuda_obj *o)
+{
+	pthread_mutex_lock(&x->lock);
+	o->prev = NULL;
+	o->next = x->live;
+	if (x->live)
+		x->live->prev = o;
+	x->live = o;
+	pthread_mutex_unlock(&x->lock);
+}
+
+static void obj_unlink(struct cuda_ctx_priv *x, struct cuda_obj *o)
+{
+	pthread_mutex_lock(&x->lock);
+	if (o->prev)
+		o->prev->next = o->next;
+	else
+		x->live = o->next;
+	if (o->next)
+		o->next->prev = o->prev;
+	pthread_mutex_unlock(&x->lock);
+}
+
+static void plan_release(struct cuda_plan *p)
+{
+	if (!p)
+		return;
+	cuda_gemm_free(p->gemm);
+	if (p->scratch)
+		cudaFree(p->scratch);
+	free(p);
+}
+
+static void obj_release(struct cuda_obj *o)
+{
+	switch (o->kind) {
+	case CUDA_OBJ_STREAM:
+		/* destroying a stream with queued work is legal: CUDA frees it
+		 * once the work is done */
+		cudaStreamDestroy(o->stream);
+		break;
+	case CUDA_OBJ_EVENT: cudaEventDestroy(o->event); break;
+	case CUDA_OBJ_PLAN: plan_release(o->plan); break;
+	}
+	free(o);
+}
+
+/* ---- open / close ----------------------------------------------------- */
+
+static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			     int ordinal, void **out)
+{
+	int count = 0;
+	cudaError_t e;
+	kiln_status st;
+	(void)cfg;
+	*out = NULL;
+	if (ordinal < 0)
+		return host->error(KILN_EINVAL, "cuda: device ordinal %d is negative", ordinal);
+	if ((e = cudaGetDeviceCount(&count)) != cudaSuccess)
+		return host->error(KILN_EDEVICE, "cuda: %s:%d: cudaGetDeviceCount: %s", __FILE__,
+				   __LINE__, cudaGetErrorString(e));
+	if (ordinal >= count)
+		return host->error(KILN_EINVAL, "cuda: device ordinal %d, but this machine has %d GPU%s",
+				   ordinal, count, count == 1 ? "" : "s");
+
+	struct cuda_ctx_priv *x = calloc(1, sizeof *x);
+	if (!x)
+		return host->error(KILN_ENOMEM, "cuda: out of memory for the device context");
+	struct cuda_ctx *c = &x->c;
+	c->host = host;
+	c->ordinal = ordinal;
+	pthread_mutex_init(&x->lock, NULL);
+	if ((e = cudaSetDevice(ordinal)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaSetDevice", __FILE__, __LINE__);
+		goto fail;
+	}
+	/* creates the primary context now rather than on the first kernel */
+	if ((e = cudaFree(NULL)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaFree(NULL) (context creation)", __FILE__,
+			       __LINE__);
+		goto fail;
+	}
+	if ((e = cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, ordinal)) !=
+	    cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaDeviceGetAttribute", __FILE__, __LINE__);
+		goto fail;
+	}
+	/* the bad-data record: mapped page-locked memory (see the top) */
+	void *h = NULL, *d = NULL;
+	if ((e = cudaHostAlloc(&h, sizeof *c->err_host, cudaHostAllocMapped | cudaHostAllocPortable)) !=
+	    cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaHostAlloc(mapped)", __FILE__, __LINE__);
+		goto fail;
+	}
+	c->err_host = h;
+	c->err_host->rowlab = CUDA_ERR_NONE;
+	if ((e = cudaHostGetDevicePointer(&d, h, 0)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaHostGetDevicePointer", __FILE__, __LINE__);
+		goto fail;
+	}
+	c->err_dev = d;
+	if ((st = cuda_lt_create(c)))
+		goto fail;
+	host->log(KILN_LOG_DEBUG, "cuda", "opened ordinal %d: %d SMs", ordinal, c->sms);
+	*out = c;
+	return KILN_OK;
+fail:
+	if (c->err_host)
+		cudaFreeHost(c->err_host);
+	pthread_mutex_destroy(&x->lock);
+	free(x);
+	return st;
+}
+
+static void cuda_close(void *ctx)
+{
+	struct cuda_ctx_priv *x = ctx;
+	if (!x)
+		return;
+	cuda_use(&x->c);
+	/* wait for every queued kernel before freeing what they use */
+	cudaDeviceSynchronize();
+	while (x->live) {
+		struct cuda_obj *o = x->live;
+		x->live = o->next;
+		obj_release(o);
+	}
+	cuda_lt_destroy(&x->c);
+	if (x->c.err_host)
+		cudaFreeHost(x->c.err_host);
+	pthread_mutex_destroy(&x->lock);
+	free(x);
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+/* cudaMemGetInfo of the context's GPU, for `[train] batch = auto`. */
+static kiln_status cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+	struct cuda_ctx *c = ctx;
+	USE(c);
+	CUDA_TRY(c, cudaMemGetInfo(free_bytes, total_bytes));
+	return KILN_OK;
+}
+
+static kiln_status cuda_alloc(void *ctx, size_t bytes, void **ptr)
+{
+	struct cuda_ctx *c = ctx;
+	cudaError_t e;
+	*ptr = NULL;
+	USE(c);
+	/* cudaMalloc aligns to 256 bytes, beyond the 64 plugin.h asks */
+	if ((e = cudaMalloc(ptr, bytes ? bytes : 1)) != cudaSuccess) {
+		size_t fr = 0, tot = 0;
+		cudaGetLastError(); /* an allocation failure is not sticky; clear it */
+		cudaMemGetInfo(&fr, &tot);
+		*ptr = NULL;
+		return c->host->error(e == cudaErrorMemoryAllocation ? KILN_ENOMEM : KILN_EDEVICE,
+				      "cuda: %s:%d: cudaMalloc(%zu bytes) on GPU %d: %s (%zu of %zu MiB free)",
+				      __FILE__, __LINE__, bytes, c->ordinal, cudaGetErrorString(e),
+				      fr >> 20, tot >> 20);
+	}
+	return KILN_OK;
+}
+
+static void cuda_free(void *ctx, void *ptr)
+{
+	struct cuda_ctx *c = ctx;
+	if (!ptr)
+		return;
+	cuda_use(c);
+	cudaFree(ptr); /* waits for the device: never inside a step */
+}
+
+static kiln_status cuda_host_alloc(void *ctx, size_t bytes, void **ptr)
+{
+	struct cuda_ctx *c = ctx;
+	cudaError_t e;
+	*ptr = NULL;
+	USE(c);
+	/* portable: page-locked for every context, so one staging ring can
+	 * feed any GPU of the process */
+	if ((e = cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocPortable)) != cudaSuccess) {
+		cudaGetLastError();
+		*ptr = NULL;
+		return c->host->error(KILN_ENOMEM, "cuda: %s:%d: cudaHostAlloc(%zu bytes): %s",
+				      __FILE__, __LINE__, bytes, cudaGetErrorString(e));
+	}
+	return KILN_OK;
+}
+
+static void cuda_host_free(void *ctx, void *ptr)
+{
+	struct cuda_ctx *c = ctx;
+	if (!ptr)
+		return;
+	cuda_use(c);
+	cudaFreeHost(ptr);
+}
+
+/* ---- streams and events ----------------------------------------------- */
+
+static kiln_status cuda_stream_create(void *ctx, void **stream)
+{
+	struct cuda_ctx_priv *x = ctx;
+	struct cuda_ctx *c = &x->c;
+	*stream = NULL;
+	USE(c);
+	struct cuda_obj *o = calloc(1, sizeof *o);
+	if (!o)
+		return c->host->error(KILN_ENOMEM, "cuda: out of memory for a stream");
+	o->kind = CUDA_OBJ_STREAM;
+	cudaError_t e = cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking);
+	if (e != cudaSuccess) {
+		free(o);
+		return cuda_fail(c, KILN_EDEVICE, e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+	}
+	obj_link(x, o);
+	*stream = o;
+	return KILN_OK;
+}
+
+static void cuda_stream_destroy(void *ctx, void *stream)
+{
+	struct cuda_ctx_priv *x = ctx;
+	if (!stream)
+		return;
+	cuda_use(&x->c);
+	obj_unlink(x, stream);
+	obj_release(stream);
+}
+
+static kiln_status cuda_event_create(void *ctx, void **event)
+{
+	struct cuda_ctx_priv *x = ctx;
+	struct cuda_ctx *c = &x->c;
+	*event = NULL;
+	USE(c);
+	struct cuda_obj *o = calloc(1, sizeof *o);
+	if (!o)
+		return c->host->error(KILN_ENOMEM, "cuda: out of memory for an event");
+	o->kind = CUDA_OBJ_EVENT;
+	cudaError_t e = cudaEventCreateWithFlags(&o->event, cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		free(o);
+		return cuda_fail(c, KILN_EDEVICE, e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+	}
+	obj_link(x, o);
+	*event = o;
+	return KILN_OK;
+}
+
+static void cuda_event_destroy(void *ctx, void *event)
+{
+	struct cuda_ctx_priv *x = ctx;
+	if (!event)
+		return;
+	cuda_use(&x->c);
+	obj_unlink(x, event);
+	obj_release(event);
+}
+
+static cudaStream_t S(void *stream) { return ((struct cuda_obj *)stream)->stream; }
+static cudaEvent_t E(void *event) { return ((struct cuda_obj *)event)->event; }
+
+static kiln_status cuda_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
+				   void *stream)
+{
+	struct cuda_ctx *c = ctx;
+	static const enum cudaMemcpyKind kinds[] = { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+						     cudaMemcpyDeviceToDevice };
+	if (kind < KILN_COPY_H2D || kind > KILN_COPY_D2D)
+		return c->host->error(KILN_EINVAL, "cuda: copy_async: unknown kind %d", kind);
+	if (!stream)
+		return c->host->error(KILN_EINVAL, "cuda: copy_async: NULL stream");
+	if (!bytes)
+		return KILN_OK;
+	USE(c);
+	CUDA_TRY(c, cudaMemcpyAsync(dst, src, bytes, kinds[kind], S(stream)));
+	return KILN_OK;
+}
+
+static kiln_status cuda_event_record(void *ctx, void *event, void *stream)
+{
+	struct cuda_ctx *c = ctx;
+	USE(c);
+	CUDA_TRY(c, cudaEventRecord(E(event), S(stream)));
+	return KILN_OK;
+}
+
+static kiln_status cuda_stream_wait(void *ctx, void *stream, void *event)
+{
+	struct cuda_ctx *c = ctx;
+	USE(c);
+	CUDA_TRY(c, cudaStreamWaitEvent(S(stream), E(event), 0));
+	return KILN_OK;
+}
+
+/* After a host sync: a bad-data record left by a kernel becomes this
+ * sync's KILN_EDATA (once; the record is cleared). */
+static kiln_status cuda_check_data(struct cuda_ctx *c)
+{
+	volatile struct cuda_err_rec *r = c->err_host;
+	const unsigned long long v = r->rowlab;
+	if (v == CUDA_ERR_NONE)
+		return KILN_OK;
+	const long long row = (long long)(v >> 32), C = r->classes;
+	const int label = (int)(int32_t)(uint32_t)(v & 0xffffffffu), op = r->op;
+	r->rowlab = CUDA_ERR_NONE;
+	return c->host->error(KILN_EDATA, "cuda: %s: label %d of row %lld is outside [0, %lld)",
+			      cuda_op_name(op), label, row, C);
+}
+
+static kiln_status cuda_event_sync(void *ctx, void *event)
+{
+	struct cuda_ctx *c = ctx;
+	USE(c);
+	CUDA_TRY(c, cudaEventSynchronize(E(event)));
+	return cuda_check_data(c);
+}
+
+static kiln_status cuda_stream_sync(void *ctx, void *stream)
+{
+	struct cuda_ctx *c = ctx;
+	USE(c);
+	CUDA_TRY(c, cudaStreamSynchronize(S(stream)));
+	return cuda_check_data(c);
+}
+
+/* ---- prepare / run ---------------------------------------------------- */
+
+static kiln_status cuda_prepare(void *ctx, const struct kiln_op *op, void **plan,
+				size_t *workspace)
+{
+	struct cuda_ctx_priv *x = ctx;
+	struct cuda_ctx *c = &x->c;
+	kiln_status st;
+	*plan = NULL;
+	if (workspace)
+		*workspace = 0;
+	if (op->n_in < 0 || op->n_in > KILN_OP_MAX_IN || op->n_out < 0 ||
+	    op->n_out > KILN_OP_MAX_OUT)
+		return c->host->error(KILN_EINVAL, "cuda: %s: n_in %d / n_out %d out of range",
+				      cuda_op_name(op->type), op->n_in, op->n_out);
+	USE(c);
+	struct cuda_plan *p = calloc(1, sizeof *p);
+	struct cuda_obj *o = calloc(1, sizeof *o);
+	if (!p || !o) {
+		free(p);
+		free(o);
+		return c->host->error(KILN_ENOMEM, "cuda: out of memory for a %s plan",
+				      cuda_op_name(op->type));
+	}
+	p->op = *op;
+	p->err = c->err_dev;
+	/* grid-stride kernels: 8 blocks of 256 per SM keep every SM busy */
+	p->grid = c->sms > 0 ? c->sms * 8 : 1024;
+	st = op->type == KILN_OP_GEMM ? cuda_gemm_prepare(c, p) : cuda_ops_prepare(c, p);
+	if (!st && p->sz[3] > 0) {
+		cudaError_t e = cudaMalloc(&p->scratch, (size_t)p->sz[3]);
+		if (e != cudaSuccess)
+			st = cuda_fail(c, KILN_EDEVICE, e, "cudaMalloc (plan scratch)", __FILE__,
+				       __LINE__);
+	}
+	if (st) {
+		plan_release(p);
+		free(o);
+		return st;
+	}
+	o->kind = CUDA_OBJ_PLAN;
+	o->plan = p;
+	obj_link(x, o);
+	if (workspace)
+		*workspace = p->workspace;
+	*plan = o;
+	return KILN_OK;
+}
+
+static kiln_status cuda_run(void *ctx, void *plan, const struct kiln_op_args *args, void *stream)
+{
+	struct cuda_ctx *c = ctx;
+	const struct cuda_plan *p = plan ? ((struct cuda_obj *)plan)->plan : NULL;
+	if (!p || !args || !stream)
+		return c->host->error(KILN_EINVAL, "cuda: run: NULL %s",
+				      !p ? "plan" : !args ? "args" : "stream");
+	for (int i = 0; i < p->n_in; i++)
+		if (!args->in[i])
+			return c->host->error(KILN_EINVAL, "cuda: %s: input %d is NULL",
+					      cuda_op_name(p->op.type), i);
+	for (int i = 0; i < p->n_out; i++)
+		if (!args->out[i])
+			return c->host->error(KILN_EINVAL, "cuda: %s: output %d is NULL",
+					      cuda_op_name(p->op.type), i);
+	if (p->workspace && (!args->workspace || args->workspace_bytes < p->workspace))
+		return c->host->error(KILN_EINVAL,
+				      "cuda: %s: workspace of %zu bytes given, prepare asked for %zu",
+				      cuda_op_name(p->op.type),
+				      args->workspace ? args->workspace_bytes : 0, p->workspace);
+	USE(c);
+	cudaError_t e = p->launch(p, args, S(stream));
+	if (e != cudaSuccess)
+		return c->host->error(KILN_EDEVICE, "cuda: %s: %s:%d: launch failed: %s (%s)",
+				      cuda_op_name(p->op.type), __FILE__, __LINE__,
+				      cudaGetErrorString(e), cudaGetErrorName(e));
+	return KILN_OK;
+}
+
+static void cuda_plan_free(void *ctx, void *plan)
+{
+	struct cuda_ctx_priv *x = ctx;
+	if (!plan)
+		return;
+	cuda_use(&x->c);
+	obj_unlink(x, plan);
+	obj_release(plan);
+}
+
+/* ---- descriptor ------------------------------------------------------- */
+
+static const struct kiln_device_ops cuda_ops = {
+	.version = KILN_DEVICE_OPS_VERSION,
+	.open = cuda_open,
+	.close = cuda_close,
+	.alloc = cuda_alloc,
+	.free = cuda_free,
+	.host_alloc = cuda_host_alloc, /* page-locked */
+	.host_free = cuda_host_free,
+	.stream_create = cuda_stream_create,
+	.stream_destroy = cuda_stream_destroy,
+	.event_create = cuda_event_create,
+	.event_destroy = cuda_event_destroy,
+	.copy_async = cuda_copy_async,
+	.event_record = cuda_event_record,
+	.stream_wait = cuda_stream_wait,
+	.event_sync = cuda_event_sync,
+	.stream_sync = cuda_stream_sync,
+	.prepare = cuda_prepare,
+	.run = cuda_run,
+	.plan_free = cuda_plan_free,
+	.get_proc_address = NULL,
+	.aux_bytes = NULL, /* no op here leaves state for its backward */
+	.mem_info = cuda_mem_info,
+};
+
+static const struct kiln_plugin cuda_plugin = {
+	.abi_major = KILN_ABI_MAJOR,
+	.abi_minor = KILN_ABI_MINOR,
+	.kind = KILN_PLUGIN_DEVICE,
+	.name = "cuda",
+	.summary = "NVIDIA GPU: cuBLASLt GEMM, kiln's CUDA kernels (MLP op set), pinned staging, streams and events",
+	.ops = &cuda_ops,
+	.keys = NULL,
+	.probe = cuda_probe,
+};
+
+KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host);
+
+const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
+{
+	static const struct kiln_plugin *const list[] = { &cuda_plugin, NULL };
+	cuda_host = host;
+	return list;
+}

@@ -1,0 +1,138 @@
+/* plugins/cuda/cuda.h - shared state of the CUDA device plugin (kiln-cuda.so).
+ *
+ * The plugin is split by job: cuda.c (descriptor, probe, open/close,
+ * memory, streams and events, prepare/run dispatch), ops.c (shape checks
+ * of the loop ops and the optimizer, choosing a launcher), gemm.c (GEMM
+ * through cuBLASLt) and kernels.cu (kiln's own kernels and their
+ * launchers, compiled by nvcc).  This header is read by gcc and by nvcc:
+ * it holds only C declarations.  Nothing here links libkiln: the core is
+ * reached through the host table.
+ *
+ * Why one cudart per plugin: the runtime is linked statically
+ * (libcudart_static.a), so loading kiln-cuda.so needs no libcudart.so and
+ * no driver; the runtime opens libcuda.so.1 itself on the first call, and
+ * the probe turns its failure into "unavailable: <reason>".
+ */
+#ifndef KILN_CUDA_H
+#define KILN_CUDA_H
+
+#include <kiln/plugin.h>          /* the ABI: ops tables, kiln_op, kiln_op_args */
+#include <cuda_runtime_api.h>     /* cudaStream_t, cudaError_t */
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cuda_gemm;
+
+/* The record a kernel leaves when it meets bad data (a label outside
+ * [0, C)), in mapped page-locked memory: the kernel writes it through the
+ * device alias, the host reads it after a sync without a copy.  `rowlab`
+ * packs (row << 32 | (uint32)label) and kernels keep the minimum
+ * (atomicMin), so the first bad row is reported whatever the block
+ * order; ~0 means no error. */
+struct cuda_err_rec {
+	unsigned long long rowlab;
+	long long classes;      /* C of the op that failed */
+	int op;                 /* its enum kiln_op_type */
+	int pad;
+};
+
+#define CUDA_ERR_NONE (~0ull)
+
+/* One device context (one per kiln_device_open). */
+struct cuda_ctx {
+	const struct kiln_host *host;
+	int ordinal;
+	int sms;                        /* streaming multiprocessors: grid sizes */
+	void *lt;                       /* cublasLtHandle_t, shared by every GEMM plan */
+	struct cuda_err_rec *err_host;  /* mapped page-locked (see above) */
+	struct cuda_err_rec *err_dev;   /* its device alias, passed to kernels */
+};
+
+struct cuda_plan;
+
+/* A launcher enqueues a plan's kernels on a stream.  It runs on the
+ * caller's thread, only enqueues, and returns the launch status
+ * (cudaGetLastError or the library status turned into a cudaError_t). */
+typedef cudaError_t (*cuda_launch_fn)(const struct cuda_plan *p, const struct kiln_op_args *a,
+				      cudaStream_t s);
+
+/* A prepared op: a copy of the op, the sizes its kernels need (fixed at
+ * prepare; kernels trust them), and its launcher. */
+struct cuda_plan {
+	struct kiln_op op;
+	int64_t rows, cols;        /* kernel-specific sizes */
+	int64_t n;                 /* element count */
+	int64_t sz[4];             /* more kernel-specific sizes */
+	int n_in, n_out;           /* arguments run() requires to be non-NULL */
+	size_t workspace;          /* bytes run() requires in args->workspace */
+	int grid;                  /* blocks of grid-stride kernels (from the SM count) */
+	struct cuda_err_rec *err;  /* device alias of the context's error record */
+	/* Device scratch the plan owns (reductions' block partials, at most
+	 * a few KiB, allocated once in prepare): plugin.h has these ops
+	 * report no workspace, as the CPU device does. */
+	void *scratch;
+	cuda_launch_fn launch;
+	struct cuda_gemm *gemm;    /* gemm.c */
+	void *lt;                  /* the context's cublasLtHandle_t (gemm.c) */
+	float lut[3][256];         /* NORMALIZE_U8: (u/255 - mean)/std per channel */
+};
+
+/* ---- cuda.c ---- */
+const char *cuda_op_name(int type);
+char *cuda_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n);
+int64_t cuda_numel(const struct kiln_tensor_desc *d);
+/* EINVAL/ENOTSUP naming the op, what is wrong and every tensor it got. */
+kiln_status cuda_bad(struct cuda_ctx *c, const struct kiln_op *op, kiln_status st,
+		     const char *why);
+/* A failed CUDA runtime call: status plus "file:line: call: error". */
+kiln_status cuda_fail(struct cuda_ctx *c, kiln_status st, cudaError_t e, const char *call,
+		      const char *file, int line);
+#define CUDA_TRY(c, call)                                                                 \
+	do {                                                                              \
+		cudaError_t e_ = (call);                                                  \
+		if (e_ != cudaSuccess)                                                    \
+			return cuda_fail((c), KILN_EDEVICE, e_, #call, __FILE__, __LINE__); \
+	} while (0)
+
+/* ---- ops.c: fill in p->launch and sizes, or set an error through
+ * host->error (EINVAL bad shape, ENOTSUP an op or dtype not done here). */
+kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+
+/* ---- gemm.c ---- */
+kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+void cuda_gemm_free(struct cuda_gemm *g);
+kiln_status cuda_lt_create(struct cuda_ctx *c);
+void cuda_lt_destroy(struct cuda_ctx *c);
+
+/* ---- kernels.cu: one launcher per op ---- */
+cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_bias_grad(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_relu(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_relu_bwd(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_sgd(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_adamw(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_fill(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_reduce_sum(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_scale(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_mul(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_counter_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_lr_schedule(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_normalize_u8(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_cast(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+
+/* Blocks of the reduction kernels (softmax rows, grad-clip partial sums):
+ * a fixed count, so the order of every sum is fixed by the shape alone
+ * and results do not change from run to run. */
+#define CUDA_RED_BLOCKS 256
+#define CUDA_THREADS 256
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_CUDA_H */
