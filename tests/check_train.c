@@ -178,19 +178,27 @@ static const char *fd_cnn_ini =
 	"[layer.fc]\ntype = linear\nout = 5\n"
 	"[layer.loss]\ntype = softmax_xent\n";
 
+/* A rig of fd_cnn_ini (or a variant) for a batch of 3 samples of 2x6x6,
+ * with fixed inputs and labels already on the device. */
+static void fd_cnn_open(struct rig *r, const char *ini)
+{
+	const int64_t B = 3, dims[3] = { 2, 6, 6 }, n = B * 2 * 6 * 6;
+	rig_open_shape(r, ini, B, 3, dims);
+	float x[3 * 2 * 6 * 6];
+	int32_t y[3] = { 4, 0, 2 };
+	for (int i = 0; i < n; i++)
+		x[i] = (float)sin(0.77 * i + 0.1);
+	h2d(r, r->x, x, sizeof x);
+	h2d(r, r->y, y, sizeof y);
+}
+
 static void fd_cnn(const char *layout)
 {
 	char ini[4096];
 	snprintf(ini, sizeof ini, "%s[model]\nlayout = %s\n", fd_cnn_ini, layout);
 	struct rig r;
-	const int64_t B = 3, dims[3] = { 2, 6, 6 }, n = B * 2 * 6 * 6;
-	rig_open_shape(&r, ini, B, 3, dims);
-	float x[3 * 2 * 6 * 6];
-	int32_t y[3] = { 4, 0, 2 };
-	for (int i = 0; i < n; i++)
-		x[i] = (float)sin(0.77 * i + 0.1);
-	h2d(&r, r.x, x, sizeof x);
-	h2d(&r, r.y, y, sizeof y);
+	const int64_t B = 3;
+	fd_cnn_open(&r, ini);
 	float m[2];
 	pass(&r, r.train, m);
 	int checked = 0, bad = 0;
@@ -805,14 +813,7 @@ static void recompute_run(const char *layout, const char *extra, float **grads, 
 	snprintf(ini + strlen(ini), sizeof ini - strlen(ini), "[model]\nlayout = %s\n%s", layout,
 		 extra[0] == '[' ? extra : "");
 	struct rig r;
-	const int64_t B = 3, dims[3] = { 2, 6, 6 }, n = B * 2 * 6 * 6;
-	rig_open_shape(&r, ini, B, 3, dims);
-	float x[3 * 2 * 6 * 6];
-	int32_t y[3] = { 4, 0, 2 };
-	for (int i = 0; i < n; i++)
-		x[i] = (float)sin(0.77 * i + 0.1);
-	h2d(&r, r.x, x, sizeof x);
-	h2d(&r, r.y, y, sizeof y);
+	fd_cnn_open(&r, ini);
 	pass(&r, r.train, m);
 	*recomputed = kiln_plan_recomputed(r.train);
 	*arena = kiln_plan_arena_bytes(r.train);
