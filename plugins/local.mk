@@ -68,3 +68,10 @@ plugins_kiln_gloo_la_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter -
 plugins_kiln_gloo_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_gloo_la_LIBADD = $(GLOO_LIBS)
 endif
+if BUILD_MPI
+pkglib_LTLIBRARIES += plugins/kiln-mpi.la
+plugins_kiln_mpi_la_SOURCES = plugins/mpi/mpi.c
+plugins_kiln_mpi_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(MPI_CFLAGS)
+plugins_kiln_mpi_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_kiln_mpi_la_LIBADD = $(MPI_LIBS)
+endif

@@ -243,3 +243,6 @@ endif
 # without it)
 TESTS += tests/dist.sh
 EXTRA_DIST += tests/dist.sh
+# the same equivalence under mpirun with the mpi plugin (skips without it)
+TESTS += tests/dist_mpi.sh
+EXTRA_DIST += tests/dist_mpi.sh
