@@ -75,3 +75,12 @@ plugins_kiln_mpi_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(MPI_CFLAGS)
 plugins_kiln_mpi_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_mpi_la_LIBADD = $(MPI_LIBS)
 endif
+# NCCL: with the CUDA toolkit; loads without a GPU and its probe says so
+if BUILD_NCCL
+pkglib_LTLIBRARIES += plugins/kiln-nccl.la
+plugins_kiln_nccl_la_SOURCES = plugins/nccl/nccl.c
+plugins_kiln_nccl_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+plugins_kiln_nccl_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
+plugins_kiln_nccl_la_LDFLAGS = $(PLUGIN_LDFLAGS) $(CUDA_LDFLAGS)
+plugins_kiln_nccl_la_LIBADD = $(NCCL_LIBS) $(CUDA_LIBS)
+endif

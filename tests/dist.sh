@@ -113,7 +113,12 @@ close "$(ck one 64)" "$(ck res1 64)" "2-rank checkpoint resumed on 1 rank"
 close "$(ck one 64)" "$(ck res4 64)" "2-rank checkpoint resumed on 4 ranks"
 
 # ---- 3. a rank dies: the others fail, naming it --------------------------
-port=$(( 20000 + $$ % 20000 ))
+# a TCP port free a moment ago (the rendezvous store binds it next)
+free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $(( 20000 + ($$ + $1) % 20000 ))
+}
+port=$(free_port 0)
 for r in 0 1 2; do
 	KILN_RANK=$r KILN_WORLD_SIZE=3 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$tmp/mlp.ini" \
 		run.out_dir="$tmp/dead$r" train.batch=8 train.epochs=1000 train.log_every=1 \
@@ -140,7 +145,7 @@ done
 
 # ---- 4. a rendezvous that never completes --------------------------------
 t0=$(date +%s)
-KILN_RANK=0 KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$((port + 1)) timeout 60 "$kiln" train "$tmp/mlp.ini" \
+KILN_RANK=0 KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$(free_port 1) timeout 60 "$kiln" train "$tmp/mlp.ini" \
 	run.out_dir="$tmp/rdv" dist.timeout=2 > "$tmp/rdv.log" 2>&1
 rc=$?
 dt=$(( $(date +%s) - t0 ))

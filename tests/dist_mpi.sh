@@ -54,7 +54,12 @@ timeout = 30
 INI
 timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/one" > "$tmp/one.log" 2>&1 ||
 	{ bad "1 process"; tail "$tmp/one.log"; }
-port=$(( 20000 + ($$ + 7) % 20000 ))
+# a TCP port free a moment ago (the rendezvous store binds it next)
+free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $(( 20000 + ($$ + $1) % 20000 ))
+}
+port=$(free_port 7)
 # comm = auto must pick mpi under mpirun
 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
 	-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/mpi" train.batch=32 \
