@@ -22,6 +22,7 @@ int cmd_memory(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
 
 /* Print s as a JSON string literal (quoted, escaped). */
 void cli_json_str(FILE *f, const char *s);

@@ -4,6 +4,7 @@
  * step with a checkpoint (exit 0); a second one ends it at once. */
 #include "build-config.h"
 #include "cli.h"
+#include <kiln/dist.h>
 
 #include <signal.h>
 #include <stdio.h>
@@ -22,6 +23,16 @@ static void on_stop_signal(int sig)
 		return;
 }
 
+/* An unrecoverable failure on a plugin's thread (MPI's watchdog: a
+ * collective that cannot be cancelled): the only way out is to end the
+ * process, which ends the job (mpirun and kiln launch then stop the rest). */
+static void on_fatal(const char *msg)
+{
+	fprintf(stderr, "kiln: error: %s\n", msg);
+	fflush(stderr);
+	_exit(1);
+}
+
 /* SA_RESETHAND: the first signal asks for a stop, the second one gets the
  * default action (the process ends). */
 static void install_stop_handlers(void)
@@ -33,6 +44,7 @@ static void install_stop_handlers(void)
 	sa.sa_flags = SA_RESTART | SA_RESETHAND;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
+	kiln_set_fatal_handler(on_fatal);
 }
 
 struct bar {

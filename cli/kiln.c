@@ -23,6 +23,7 @@ static void usage(FILE *f)
 		"  memory FILE [section.key=value ...]  what training FILE will allocate, from its plans\n"
 		"  pack FILE --out DIR [options]        write [data]'s samples as records shards (.krec)\n"
 		"  export FILE --safetensors OUT        write the model's weights (PyTorch names, layouts)\n"
+		"  launch -n N [...] -- COMMAND...      start N ranks of a data-parallel run (kiln launch --help)\n"
 		"\n"
 		"`kiln <command> --help` describes one command.  Exit codes: 0 ok, 1 failure,\n"
 		"2 usage or config error, 3 data error.\n");
@@ -136,6 +137,8 @@ int main(int argc, char **argv)
 		return cmd_pack(argc - 1, argv + 1);
 	if (!strcmp(cmd, "export"))
 		return cmd_export(argc - 1, argv + 1);
+	if (!strcmp(cmd, "launch"))
+		return cmd_launch(argc - 1, argv + 1);
 	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
 	usage(stderr);
 	return 2;

@@ -398,3 +398,16 @@ const char *kiln_op_name(int type)
 		return names[type];
 	return "unknown op";
 }
+
+/* host->device_host_fn (ABI 1.3): the device's KILN_PROC_HOST_FN, or, where
+ * it has none, the stream drained and fn called here. */
+kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_status (*fn)(void *),
+				void *arg)
+{
+	typedef kiln_status (*host_fn_t)(void *, void *, kiln_status (*)(void *), void *);
+	host_fn_t f = (host_fn_t)kiln_device_proc(dev, KILN_PROC_HOST_FN);
+	if (f)
+		return f(dev->ctx, stream, fn, arg);
+	kiln_status st = kiln_device_stream_sync(dev, stream);
+	return st ? st : fn(arg);
+}

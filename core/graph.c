@@ -1161,11 +1161,13 @@ kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *l
 				return kiln_error_wrap(st, "recomputing layer '%s'", p->m->layers[i].name);
 			continue;
 		}
-		if (!p->nodes[i].ops->backward)
-			continue;
-		fill_run(p, i, &r, x, labels, metrics, stream, 1);
-		if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
-			return kiln_error_wrap(st, "backward of layer '%s'", p->m->layers[i].name);
+		if (p->nodes[i].ops->backward) {
+			fill_run(p, i, &r, x, labels, metrics, stream, 1);
+			if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
+				return kiln_error_wrap(st, "backward of layer '%s'", p->m->layers[i].name);
+		}
+		if (p->m->bwd_hook && (st = p->m->bwd_hook(p->m->bwd_user, i, stream)))
+			return st;
 	}
 	return KILN_OK;
 }

@@ -78,6 +78,11 @@ struct kiln_model {
 	struct kiln_scaler_config scaler;
 	float *scaler_d;
 	void *scaler_plan;   /* KILN_OP_SCALER_UPDATE, dynamic scaling only */
+	/* data-parallel training (core/dist.c): called after the backward of
+	 * layer i has been enqueued on `stream` (every layer, in backward
+	 * order), so gradient buckets can start their allreduce.  NULL: none. */
+	kiln_status (*bwd_hook)(void *user, int layer, void *stream);
+	void *bwd_user;
 };
 
 /* core/precision.c.  Open [run] precision's policy (the amp plugin) and,

@@ -6,6 +6,7 @@
  * kiln-<name>.so are considered.
  */
 #include "internal.h"
+#include "dist.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -53,6 +54,11 @@ static void host_plan_free(struct kiln_device *dev, void *plan)
 	kiln_device_plan_free(dev, plan);
 }
 
+static const char *host_device_name(struct kiln_device *dev)
+{
+	return kiln_device_name(dev);
+}
+
 static const struct kiln_host host = {
 	.version = KILN_HOST_VERSION,
 	.log = kiln_log,
@@ -69,6 +75,16 @@ static const struct kiln_host host = {
 	.device_aux_bytes = kiln_device_aux_bytes,
 	.crc32c = kiln_crc32c,
 	.op_name = kiln_op_name,
+	.store_set = kiln_store_set,
+	.store_get = kiln_store_get,
+	.store_add = kiln_store_add,
+	.free = free,
+	.device_host_fn = kiln_device_host_fn,
+	.device_event_record = kiln_device_event_record,
+	.device_stream_sync = kiln_device_stream_sync,
+	.device_name = host_device_name,
+	.device_proc = kiln_device_proc,
+	.fatal = kiln_host_fatal,
 };
 
 const struct kiln_host *kiln_host_table(void) { return &host; }

@@ -22,6 +22,11 @@ static const struct {
 	{ "train", "log_every" },    { "train", "checkpoint_every" },
 	{ "train", "keep_last" },    { "train", "eval" },
 	{ "train", "resume" },
+	/* another world size: the per-rank batch changes with it (resume
+	 * checks that the global step still divides the offset) */
+	{ "train", "batch" },        { "run", "comm" },
+	{ "dist", "bucket_mb" },     { "dist", "timeout" },
+	{ "dist", "overlap" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)

@@ -27,6 +27,8 @@ static const struct kiln_key run_keys[] = {
 	  "Directory for metrics.jsonl, checkpoints/, and profile.txt and trace.json when profiling (created if missing)." },
 	{ "profile", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Profile training (`kiln train --profile` sets it): every device op and copy of a step is timed, and at the end a table of self time per (layer, op, pass) over the steps after the first is printed and written to out_dir/profile.txt, with a Chrome trace in out_dir/trace.json. Each op is synchronised, so the device runs serialised: the times are self times and overlap is lost. See docs/profiler.md." },
+	{ "comm", KILN_KEY_ENUM, "auto", NOLIM, "auto|none|gloo|mpi|nccl",
+	  "Communicator of a data-parallel run (docs/distributed.md): `gloo` (TCP, CPU training, works anywhere), `mpi` (Open MPI; under mpirun/srun), `nccl` (CUDA devices); `auto`: none for one process, else nccl on cuda, mpi when started by Open MPI's mpirun, gloo otherwise. Rank and world size come from the environment (`kiln launch`, torchrun, Slurm, Open MPI)." },
 	{ "profile_steps", KILN_KEY_INT, "20", 0, 1e9, NULL,
 	  "Steps the profile's trace covers (the first N, warm-up included), keeping trace.json small; 0 = no trace. The table counts every step after the first." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
@@ -169,6 +171,12 @@ static const struct kiln_key train_keys[] = {
 };
 
 static const struct kiln_key dist_keys[] = {
+	{ "bucket_mb", KILN_KEY_FLOAT, "25", 0.001, 65536, NULL,
+	  "Size of a gradient bucket in MiB: the trainable gradients are cut, in reverse layer order, into contiguous slices of about this size, and each slice is averaged across the ranks as soon as the backward of its last layer is done, overlapping the rest of the backward (PyTorch DDP's `bucket_cap_mb`)." },
+	{ "timeout", KILN_KEY_FLOAT, "300", 0.1, 1e6, NULL,
+	  "Seconds any rendezvous or collective may take: a rank that died or hangs makes the others fail with an error naming it after at most this long, never hang." },
+	{ "overlap", KILN_KEY_BOOL, "1", NOLIM, NULL,
+	  "Start each bucket's allreduce during backward (1), or all of them after backward (0: for measuring what the overlap saves)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 
@@ -200,7 +208,7 @@ static const struct {
 	{ "data.val", data_keys, "Validation data, only when the section is present (inherits from [data] like [data.eval], split `val`): the evaluations during training (every epoch or `eval_every` steps), early stopping and `keep_best` use it, and [data.eval] is evaluated once at the end." },
 	{ "model", model_keys, "Model-wide settings; layers follow in [layer.NAME] sections." },
 	{ "train", train_keys, "The training loop." },
-	{ "dist", dist_keys, "Data-parallel settings (none yet)." },
+	{ "dist", dist_keys, "Data-parallel training across processes (docs/distributed.md): started by `kiln launch`, torchrun, srun or mpirun." },
 };
 
 const struct kiln_key *kiln_config_schema(const char *section)

@@ -22,6 +22,7 @@
 #include "data.h"
 #include "loader.h"
 #include "profile.h"
+#include "dist.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -113,6 +114,10 @@ struct trainer {
 	int best_on_loss;
 	int n_best;
 	struct best { double v; int64_t step; char path[4200]; } *best;
+	/* data-parallel training (core/dist.c): NULL for one process */
+	struct kiln_dist *dist;
+	int rank, world;
+	int dist_stop;             /* every rank agreed to stop */
 };
 
 static void phase(const struct trainer *t, int ph, int begin)
@@ -609,6 +614,8 @@ static void release(struct trainer *t, struct data *train, struct data *test,
 		kiln_device_host_free(t->dev, t->scaler_host);
 		for (int k = 0; k < NORM_PLANS; k++)
 			kiln_device_plan_free(t->dev, t->norm_plan[k]);
+		kiln_dist_close(t->dist);
+		t->dist = NULL;
 	}
 	kiln_plan_free(ptrain);
 	kiln_plan_free(peval);
@@ -638,6 +645,8 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 {
 	kiln_status st;
 	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos };
+	if (t->rank) /* rank 0 writes for all: the state is the same on every rank */
+		return KILN_OK;
 	if (mkdirs(t->ckdir))
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
 	if ((st = kiln_ckpt_save(t->ckdir, &meta, t->m, t->compute, path, n)))
@@ -655,7 +664,7 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
  * one it displaces.  Ties keep the earlier. */
 static kiln_status keep_best(struct trainer *t, double loss, double acc)
 {
-	if (!t->keep_best || !*t->ckdir)
+	if (!t->keep_best || !*t->ckdir || t->rank)
 		return KILN_OK;
 	double v = t->best_on_loss ? -loss : acc;
 	int worst = -1;
@@ -693,7 +702,7 @@ static kiln_status keep_best(struct trainer *t, double loss, double acc)
 
 /* [train] resume: restore the newest usable checkpoint of ckdir into t->m
  * and t->pos.  *found = 0 when there is none (a fresh start). */
-static kiln_status resume(struct trainer *t, int64_t samples, int64_t B, int *found)
+static kiln_status resume(struct trainer *t, int64_t samples, int64_t B, int64_t acc, int *found)
 {
 	struct kiln_ckpt *ck = NULL;
 	struct kiln_ckpt_trainer tr;
@@ -717,13 +726,22 @@ static kiln_status resume(struct trainer *t, int64_t samples, int64_t B, int *fo
 				path, (long long)tr.samples, (long long)samples);
 		goto out;
 	}
-	/* one rank until distributed training: the offset is in whole batches */
-	if (tr.world != 1 || tr.batch != B || tr.offset % B || tr.offset > samples / B * B) {
-		st = kiln_error(KILN_EDATA, "cannot resume from %s: it stopped at sample %lld of an epoch with batch %lld and %lld rank(s), which this run (batch %lld, 1 rank) cannot continue",
+	/* the offset is global (any world size), in whole steps of this run:
+	 * batch x accumulate x world samples each */
+	int64_t G = B * acc * t->world;
+	if (tr.offset % G || tr.offset > samples / G * G) {
+		st = kiln_error(KILN_EDATA, "cannot resume from %s: it stopped at sample %lld of an epoch with batch %lld and %lld rank(s), which this run (batch %lld x accumulate %lld x %d rank(s) = %lld samples a step) cannot continue: keep the global batch a divisor of the offset",
 				path, (long long)tr.offset, (long long)tr.batch, (long long)tr.world,
-				(long long)B);
+				(long long)B, (long long)acc, t->world, (long long)G);
 		goto out;
 	}
+	if (tr.world != t->world)
+		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint was written by %lld rank(s), this run has %d; the data continue at global sample %lld",
+			 (long long)tr.world, t->world, (long long)tr.offset);
+	if (tr.batch * tr.world != B * t->world)
+		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have",
+			 (long long)(tr.batch * tr.world), (long long)tr.batch, (long long)tr.world,
+			 (long long)(B * t->world), (long long)B, t->world);
 	if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL)))
 		goto out;
 	t->pos = tr;
@@ -822,6 +840,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			kiln_log(KILN_LOG_INFO, "train", "device %s: %s", devname ? devname : "cpu",
 				 describe());
 	}
+	/* join the data-parallel group, if this is one */
+	if ((st = kiln_dist_open(cfg, reg, t->dev, &t->dist)))
+		goto out;
+	t->rank = kiln_dist_rank(t->dist);
+	t->world = kiln_dist_world(t->dist);
 	if ((st = open_data(cfg, reg, "data", "train", 1, &train)))
 		goto out;
 	if (do_eval && (st = open_data(cfg, reg, "data.eval", "test", 0, &test)))
@@ -934,8 +957,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
 	    (st = prep_fill(t->dev, 3, 0.0, &t->fill_metrics)) ||
-	    (st = prep_schedule(t, cfg, scaled_lr(cfg, lr, B * acc), epochs * (train.len / (B * acc)),
-				max_steps)))
+	    (st = prep_schedule(t, cfg, scaled_lr(cfg, lr, B * acc * t->world),
+				epochs * (train.len / (B * acc * t->world)), max_steps)))
 		goto out;
 	if ((st = prep_accumulate(t, acc, B)))
 		goto out;
@@ -944,7 +967,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		if ((st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute)))
 			goto out;
 	}
-	t->pos = (struct kiln_ckpt_trainer){ 0, 0, 0, seed, 1, B, train.len };
+	t->pos = (struct kiln_ckpt_trainer){ 0, 0, 0, seed, t->world, B, train.len };
 	kiln_config_get_int(cfg, "train", "keep_best", &t->keep_best);
 	{
 		const char *bm = kiln_config_get(cfg, "train", "best_metric");
@@ -963,12 +986,19 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			st = kiln_error(KILN_ENOMEM, "out of memory");
 			goto out;
 		}
-		if (do_resume && (st = resume(t, train.len, B, &resumed)))
+		if (do_resume && (st = resume(t, train.len, B, acc, &resumed)))
 			goto out;
 		if (resumed)
 			res->resumed_step = t->pos.step;
+		t->pos.world = t->world;
+		t->pos.batch = B;
 	}
-	if (out_dir && *out_dir) {
+	/* every rank starts from rank 0's state (its init, or the checkpoint
+	 * all ranks read), and its gradients are averaged in buckets */
+	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
+			(st = kiln_dist_broadcast_state(t->dist, t->compute))))
+		goto out;
+	if (out_dir && *out_dir && !t->rank) {
 		char path[4200];
 		if (mkdirs(out_dir)) {
 			st = kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
@@ -1036,10 +1066,11 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		goto out;
 	}
 	/* an optimizer step takes `acc` micro-batches of B (drop_last) */
-	int64_t steps_per_epoch = train.len / (B * acc);
+	const int64_t G = B * acc * t->world; /* samples an optimizer step takes, all ranks */
+	int64_t steps_per_epoch = train.len / G;
 	if (steps_per_epoch < 1) {
-		st = kiln_error(KILN_ECONFIG, "[train] batch %lld x accumulate %lld needs more than the %lld training samples",
-				(long long)B, (long long)acc, (long long)train.len);
+		st = kiln_error(KILN_ECONFIG, "[train] batch %lld x accumulate %lld x %d rank(s) needs more than the %lld training samples",
+				(long long)B, (long long)acc, t->world, (long long)train.len);
 		goto out;
 	}
 	/* the evaluations during training: [data.val] when there is one, else
@@ -1073,7 +1104,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			for (int64_t i = 0; i < train.len; i++)
 				perm[i] = i;
 		/* a resumed epoch continues at global sample offset off0 */
-		int64_t start = ep == ep0 ? off0 : 0, k0 = start / (B * acc);
+		int64_t start = ep == ep0 ? off0 : 0, k0 = start / G;
 		/* the loader's epoch: the steps this epoch will take */
 		int64_t ep_steps = steps_per_epoch - k0;
 		if (max_steps && max_steps - step < ep_steps)
@@ -1081,7 +1112,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 		/* this rank's share of the epoch's order from `start` (one rank
 		 * until the distributed issue): interleaved, equal length,
 		 * drop_last */
-		kiln_shard(perm, train.len, start, 0, 1, 1, order);
+		kiln_shard(perm, train.len, start, t->rank, t->world, 1, order);
 		res_x = NULL; /* resident: evaluation reused the slots; load anew */
 		t->epoch = ep;
 		if (train.loader &&
@@ -1110,6 +1141,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				if (st)
 					goto out;
 				phase(t, KILN_PHASE_BACKWARD, 1);
+				/* buckets start during the backward that makes them final */
+				kiln_dist_overlap_next(t->dist, acc == 1);
 				st = kiln_plan_backward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
 				label(t, "accumulate", KILN_PHASE_BACKWARD);
 				if (!st && j) {
@@ -1136,6 +1169,14 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			}
 			t->m->grad_out_d = NULL;
 			phase(t, KILN_PHASE_OPTIMIZER, 1);
+			if (t->dist) {
+				/* the optimizer waits for every bucket's average */
+				label(t, "allreduce", KILN_PHASE_OPTIMIZER);
+				st = kiln_dist_finish_grads(t->dist, t->compute);
+				label(t, NULL, 0);
+				if (st)
+					goto out;
+			}
 			if (grad_fn && (st = grad_fn(grad_user, t->dev, t->compute, t->m->grads_d,
 						     t->m->n_trainable, step + 1)))
 				goto out;
@@ -1179,6 +1220,16 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				if (t->prof)
 					kiln_profile_phase(t->prof, KILN_PROF_LOG, 1);
 				st = read_metrics(t, &ls, &c, NULL);
+				if (!st && t->dist) {
+					/* the log shows every rank's samples; a stop
+					 * requested on any rank stops all of them
+					 * after this same step */
+					double v[3] = { ls, c, atomic_exchange(&stop_flag, 0) };
+					st = kiln_dist_sum_host(t->dist, v, 3, t->compute);
+					ls = v[0] / t->world;
+					c = v[1] / t->world;
+					t->dist_stop |= v[2] > 0;
+				}
 				if (t->prof)
 					kiln_profile_phase(t->prof, KILN_PROF_LOG, 0);
 				if (st)
@@ -1236,7 +1287,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 						   *ev_acc5, "samples", (json_int_t)ev->len));
 				t->pos.epoch = ep;
 				t->pos.step = step;
-				t->pos.offset = (k + 1) * acc * B;
+				t->pos.offset = (k + 1) * G;
 				if ((st = keep_best(t, *ev_loss, *ev_acc)))
 					goto out;
 				if ((stop_early = stopper_update(&stopper, *ev_loss, *ev_acc)))
@@ -1246,11 +1297,13 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			 * after the run's last one, and when a stop was requested */
 			int final = (max_steps && step == max_steps) ||
 				    (ep + 1 == epochs && k + 1 == steps_per_epoch);
-			stopping = atomic_exchange(&stop_flag, 0);
+			/* ranks agree on a stop at log points (each reads its
+			 * own signal at a different moment) */
+			stopping = t->dist ? t->dist_stop : atomic_exchange(&stop_flag, 0);
 			if (stopping || (ckpt_every && (step % ckpt_every == 0 || final))) {
 				t->pos.epoch = ep;
 				t->pos.step = step;
-				t->pos.offset = (k + 1) * acc * B;
+				t->pos.offset = (k + 1) * G;
 				/* a host sync point like a log point: not steady state */
 				kiln_device_counters_get(t->dev, &c_now);
 				if (have_prev)
@@ -1303,7 +1356,7 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 						   *ev_acc5, "samples", (json_int_t)ev->len));
 				t->pos.epoch = ep;
 				t->pos.step = step;
-				t->pos.offset = steps_per_epoch * acc * B;
+				t->pos.offset = steps_per_epoch * G;
 				if ((st = keep_best(t, *ev_loss, *ev_acc)))
 					goto out;
 				stop_early = stopper_update(&stopper, *ev_loss, *ev_acc);
@@ -1361,6 +1414,10 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				   "wall_s", res->wall_s));
 	st = kiln_device_stream_sync(t->dev, t->compute);
 out:
+	st = kiln_dist_explain(t->dist, st);
+	/* draining and freeing may report the same failure again in other
+	 * words (a stream's sticky error): the message that counts is this */
+	char *keep = st ? kiln_strdup(kiln_last_error()) : NULL;
 	if (t->dev) {
 		if (t->compute)
 			kiln_device_stream_sync(t->dev, t->compute);
@@ -1374,6 +1431,9 @@ out:
 	close_data(&val);
 	free(perm);
 	free(order);
+	if (keep)
+		kiln_error(st, "%s", keep);
+	free(keep);
 	return st;
 }
 

@@ -350,10 +350,12 @@ START_TEST(err_unknown_key)
 		    "did you mean 'threads'?", NULL);
 	expect_fail("[model]\n\nlayuot = nhwc\n", KILN_ECONFIG,
 		    "t.ini:3: unknown key 'layuot' in [model]; did you mean 'layout'?", NULL);
-	/* [data] keys are only checked once the source's keys are known, but
-	 * [dist] has no keys at all */
+	/* [data] keys are only checked once the source's keys are known;
+	 * [dist]'s are fixed */
 	expect_fail("[dist]\nranks = 2\n", KILN_ECONFIG, "t.ini:2: unknown key 'ranks' in [dist]",
-		    "valid keys: (none)", NULL);
+		    "valid keys: bucket_mb, timeout, overlap", NULL);
+	expect_fail("[dist]\nbuket_mb = 2\n", KILN_ECONFIG,
+		    "t.ini:2: unknown key 'buket_mb' in [dist]; did you mean 'bucket_mb'?", NULL);
 }
 END_TEST
 

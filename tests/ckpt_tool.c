@@ -3,7 +3,12 @@
  *   ckpt_tool sections FILE       one line per section: tag bytes crc32c
  *   ckpt_tool same A B TAG...     exit 0 when sections TAG... of A and B
  *                                 are byte-identical, else 1 naming the first
+ *   ckpt_tool close A B TOL TAG... exit 0 when the f32 sections TAG... of A
+ *                                 and B agree elementwise within
+ *                                 TOL * (1 + |a|); prints the largest
+ *                                 difference of each
  */
+#include <math.h>
 #include <kiln/kiln.h>
 
 #include "checkpoint.h"
@@ -68,6 +73,37 @@ int main(int argc, char **argv)
 		kiln_ckpt_close(b);
 		return rc;
 	}
-	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG...\n");
+	if (argc >= 6 && !strcmp(argv[1], "close")) {
+		struct kiln_ckpt *a = open_or_die(argv[2]), *b = open_or_die(argv[3]);
+		double tol = atof(argv[4]);
+		int rc = 0;
+		for (int i = 5; i < argc; i++) {
+			uint64_t na, nb;
+			char *x = section(a, argv[i], &na), *y = section(b, argv[i], &nb);
+			double worst = 0, rel = 0;
+			int bad = na != nb || na % 4;
+			for (uint64_t k = 0; !bad && k < na / 4; k++) {
+				float u, v;
+				memcpy(&u, x + 4 * k, 4);
+				memcpy(&v, y + 4 * k, 4);
+				double d = fabs((double)u - (double)v);
+				if (!(d <= tol * (1 + fabs(u))))
+					bad = 1;
+				if (d > worst)
+					worst = d;
+				if (d / (1 + fabs(u)) > rel)
+					rel = d / (1 + fabs(u));
+			}
+			printf("%s: %llu floats, max |a-b| %.3g (relative %.3g)%s\n", argv[i],
+			       (unsigned long long)(na / 4), worst, rel, bad ? " DIFFERS" : "");
+			rc |= bad;
+			free(x);
+			free(y);
+		}
+		kiln_ckpt_close(a);
+		kiln_ckpt_close(b);
+		return rc;
+	}
+	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG...\n");
 	return 2;
 }

@@ -229,3 +229,20 @@ tests_check_amp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
 endif
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py
+
+# ---- distributed: the rendezvous store and the environment ---------------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_store
+TESTS += tests/check_store
+tests_check_store_SOURCES = tests/check_store.c
+tests_check_store_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_store_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+# multi-process: kiln launch, gloo, equivalence, resume on other world
+# sizes, a dead rank, a rendezvous timeout (needs kiln-gloo.so: skips
+# without it)
+TESTS += tests/dist.sh
+EXTRA_DIST += tests/dist.sh
+# the same equivalence under mpirun with the mpi plugin (skips without it)
+TESTS += tests/dist_mpi.sh
+EXTRA_DIST += tests/dist_mpi.sh

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 2
+#define KILN_ABI_MINOR 3
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -62,7 +62,7 @@ struct kiln_store;    /* core TCP key-value store (rendezvous) */
 
 /* ---- the host table: what the core offers every plugin ------------------ */
 
-#define KILN_HOST_VERSION 3
+#define KILN_HOST_VERSION 4
 
 struct kiln_host {
 	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
@@ -116,6 +116,42 @@ struct kiln_host {
 	/* The name of an op type ("GEMM", "CONV_BWD_DATA", ...; "unknown op"
 	 * past the table), for messages.  Thread-safe. */
 	const char *(*op_name)(int type);
+
+	/* ---- version 4 (ABI 1.3: distributed training) ---- */
+
+	/* The rendezvous store a comm plugin's open() receives (kiln/dist.h's
+	 * kiln_store_set/get/add): how Gloo exchanges addresses and NCCL its
+	 * unique id.  store_get waits up to timeout_ms for the key and returns
+	 * a malloc'd value the plugin releases with host->free.  Thread-safe. */
+	kiln_status (*store_set)(struct kiln_store *s, const char *key, const void *val,
+				 size_t len);
+	kiln_status (*store_get)(struct kiln_store *s, const char *key, int timeout_ms,
+				 void **val, size_t *len);
+	kiln_status (*store_add)(struct kiln_store *s, const char *key, int64_t delta,
+				 int64_t *out);
+	void (*free)(void *p);
+	/* Enqueue fn(arg) on a device stream: it runs after the work enqueued
+	 * before it and before the work enqueued after it (cudaLaunchHostFunc;
+	 * the CPU device's stream worker in async mode).  A nonzero return
+	 * (with host->error set on the calling thread) fails the stream: later
+	 * syncs and waits on it report the message.  Where the device has no
+	 * such facility the core synchronises the stream and calls fn at once.
+	 * This is how host-memory communicators (Gloo, MPI) run "on the comm
+	 * stream". */
+	kiln_status (*device_host_fn)(struct kiln_device *dev, void *stream,
+				      kiln_status (*fn)(void *arg), void *arg);
+	kiln_status (*device_event_record)(struct kiln_device *dev, void *event, void *stream);
+	kiln_status (*device_stream_sync)(struct kiln_device *dev, void *stream);
+	/* The device plugin's name ("cpu", "cuda"), and its extension entry
+	 * point `name` (get_proc_address; NULL when absent). */
+	const char *(*device_name)(struct kiln_device *dev);
+	void *(*device_proc)(struct kiln_device *dev, const char *name);
+	/* An unrecoverable failure seen on a plugin's own thread, where no
+	 * status can be returned (MPI's watchdog: a collective past its
+	 * timeout cannot be cancelled).  The core logs the message and calls
+	 * the program's fatal handler (kiln_set_fatal_handler: the CLI exits
+	 * non-zero, which ends the job); it returns only when there is none. */
+	void (*fatal)(const char *who, const char *fmt, ...) KILN_PRINTF(2, 3);
 };
 
 /* ---- descriptors ------------------------------------------------------ */
@@ -435,6 +471,14 @@ struct kiln_op_args {
 };
 
 #define KILN_PROC_DESCRIBE "kiln.describe"
+/* KILN_PROC_HOST_FN  kiln_status (*)(void *ctx, void *stream,
+ *   kiln_status (*fn)(void *arg), void *arg): enqueue a host function on a
+ *   stream (host->device_host_fn's contract).  The CPU device has it. */
+#define KILN_PROC_HOST_FN "kiln.host_fn"
+/* KILN_PROC_NATIVE_STREAM  void *(*)(void *ctx, void *stream): the
+ *   library's own stream behind a kiln stream (the CUDA device: its
+ *   cudaStream_t), for communicators that enqueue on it (NCCL). */
+#define KILN_PROC_NATIVE_STREAM "kiln.native_stream"
 
 enum kiln_copy_kind {
 	KILN_COPY_H2D = 0,
@@ -522,33 +566,61 @@ struct kiln_device_ops {
 };
 
 /* ======================================================================
- * Communicator: collectives on a device stream.  (implemented by the
- * distributed issue; declared here so the ABI is complete)
+ * Communicator: collectives among the ranks of a data-parallel run, on a
+ * device stream.  (ABI 1.3; docs/plugins.md, docs/distributed.md)
+ *
+ * The core opens one communicator per run on every rank, after its own
+ * rendezvous through the store, and calls each collective from the thread
+ * that drives training, in the same order on every rank.  Buffers are
+ * device memory of the device given to open() (host memory for the CPU
+ * device).  A collective is asynchronous: it is enqueued on `stream`
+ * after the work already there, and `done` (an event of that device, may
+ * be NULL) is recorded after it; the core orders later work with
+ * stream_wait(done).  A failure that happens after the call returned (a
+ * peer died, the timeout passed) fails the stream, so the core's next
+ * sync or wait reports it.  Every collective is bounded by the open()'s
+ * timeout_ms ([dist] timeout): a dead or stuck peer yields KILN_ETIMEOUT
+ * or KILN_EIO with a message, never a hang.  Where a library cannot
+ * cancel (MPI), the plugin's watchdog calls host->fatal.
  * ====================================================================== */
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 1
+#define KILN_COMM_OPS_VERSION 2
 
 struct kiln_comm_ops {
 	uint32_t version;
 	/* Join the group of `world` ranks as `rank`, bootstrapping through the
-	 * store.  Collective: every rank calls it. timeout_ms bounds the wait. */
+	 * store (keys under the plugin's name).  Collective: every rank calls
+	 * it. timeout_ms bounds the wait here and every later collective. */
 	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
 			    struct kiln_store *store, struct kiln_device *dev, int rank,
 			    int world, int timeout_ms, void **ctx);
+	/* Leave the group (waits for queued collectives). */
 	void (*close)(void *ctx);
 	/* Each enqueues on `stream` and records `done` (may be NULL) after it.
-	 * count is in elements of dtype. */
+	 * count is in elements of dtype: KILN_F32, KILN_BF16, KILN_F16 for
+	 * the reductions (op KILN_REDUCE_SUM or _AVG), any dtype for
+	 * broadcast and allgather.  In place: buf is input and output. */
 	kiln_status (*allreduce)(void *ctx, void *buf, size_t count, int dtype, int op,
 				 void *stream, void *done);
 	kiln_status (*broadcast)(void *ctx, void *buf, size_t count, int dtype, int root,
 				 void *stream, void *done);
+	/* recv[world * count] = every rank's send[count], in rank order. */
 	kiln_status (*allgather)(void *ctx, const void *send, void *recv, size_t count,
 				 int dtype, void *stream, void *done);
+	/* recv[count] = the reduction of every rank's send[world * count]
+	 * slice `rank`. */
 	kiln_status (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t count,
 				      int dtype, int op, void *stream, void *done);
+	/* Blocks the calling thread until every rank arrived (or the timeout). */
 	kiln_status (*barrier)(void *ctx);
+
+	/* ---- version 2 ---- */
+
+	/* One line for the run log: library version and transport
+	 * ("gloo 0.5.0, tcp on 127.0.0.1").  (optional) */
+	const char *(*describe)(void *ctx);
 };
 
 /* ======================================================================

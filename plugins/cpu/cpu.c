@@ -340,6 +340,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 	(void)ctx;
 	if (!strcmp(name, KILN_PROC_DESCRIBE))
 		return (void *)cpu_describe;
+	if (!strcmp(name, KILN_PROC_HOST_FN))
+		return (void *)cpu_host_fn;
 	return NULL;
 }
 

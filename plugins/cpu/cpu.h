@@ -167,6 +167,7 @@ kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, 
 kiln_status cpu_event_record(void *ctx, void *event, void *stream);
 kiln_status cpu_stream_wait(void *ctx, void *stream, void *event);
 kiln_status cpu_event_sync(void *ctx, void *event);
+kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void *arg);
 kiln_status cpu_stream_sync(void *ctx, void *stream);
 /* Enqueue (async) or execute (sync) one run of a checked plan. */
 kiln_status cpu_stream_run(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_plan *p,

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum cpu_task_kind { CPU_T_RUN, CPU_T_COPY, CPU_T_RECORD, CPU_T_WAIT };
+enum cpu_task_kind { CPU_T_RUN, CPU_T_COPY, CPU_T_RECORD, CPU_T_WAIT, CPU_T_HOST };
 
 struct cpu_task {
 	int kind;
@@ -32,6 +32,8 @@ struct cpu_task {
 	size_t bytes;
 	struct cpu_event *ev;         /* RECORD, WAIT */
 	uint64_t gen;
+	kiln_status (*fn)(void *);    /* HOST: KILN_PROC_HOST_FN's function */
+	void *arg;
 };
 
 struct cpu_stream {
@@ -117,6 +119,22 @@ static void *cpu_worker(void *arg)
 			if (t->ev->done < t->gen) {
 				t->ev->done = t->gen;
 				t->ev->err = s->err;
+			}
+			break;
+		case CPU_T_HOST:
+			if (s->err.st)
+				break;
+			{
+				kiln_status (*fn)(void *) = t->fn;
+				void *fa = t->arg;
+				pthread_mutex_unlock(&c->lock);
+				kiln_status st = fn(fa);
+				struct cpu_err e = { st, "" };
+				if (st)
+					snprintf(e.msg, sizeof e.msg, "%s", c->host->last_error());
+				pthread_mutex_lock(&c->lock);
+				if (e.st && !s->err.st)
+					s->err = e;
 			}
 			break;
 		case CPU_T_RUN:
@@ -385,4 +403,22 @@ void cpu_streams_destroy_all(struct cpu_ctx *c)
 		cpu_stream_destroy(c, c->streams);
 	while (c->events)
 		cpu_event_destroy(c, c->events);
+}
+
+/* KILN_PROC_HOST_FN: fn(arg) in stream order.  Sync mode calls it now; a
+ * failure there is returned, on a worker it fails the stream. */
+kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void *arg)
+{
+	struct cpu_ctx *c = ctx;
+	struct cpu_stream *s = stream;
+	if (!s || !fn)
+		return c->host->error(KILN_EINVAL, "cpu: host_fn: NULL %s", !s ? "stream" : "function");
+	if (!c->async)
+		return fn(arg);
+	struct cpu_task t = { .kind = CPU_T_HOST, .fn = fn, .arg = arg };
+	pthread_mutex_lock(&c->lock);
+	struct cpu_err e = s->err;
+	kiln_status st = e.st ? KILN_OK : cpu_push(s, &t);
+	pthread_mutex_unlock(&c->lock);
+	return e.st ? cpu_report(c, &e, "host_fn") : st;
 }

@@ -601,6 +601,23 @@ static void cuda_plan_free(void *ctx, void *plan)
 
 /* ---- descriptor ------------------------------------------------------- */
 
+/* KILN_PROC_NATIVE_STREAM: the cudaStream_t behind a kiln stream, for
+ * communicators that enqueue on it (NCCL). */
+static void *cuda_native_stream(void *ctx, void *stream)
+{
+	(void)ctx;
+	struct cuda_obj *o = stream;
+	return o && o->kind == CUDA_OBJ_STREAM ? (void *)o->stream : NULL;
+}
+
+static void *cuda_get_proc_address(void *ctx, const char *name)
+{
+	(void)ctx;
+	if (!strcmp(name, KILN_PROC_NATIVE_STREAM))
+		return (void *)cuda_native_stream;
+	return NULL;
+}
+
 static const struct kiln_device_ops cuda_ops = {
 	.version = KILN_DEVICE_OPS_VERSION,
 	.open = cuda_open,
@@ -621,7 +638,7 @@ static const struct kiln_device_ops cuda_ops = {
 	.prepare = cuda_prepare,
 	.run = cuda_run,
 	.plan_free = cuda_plan_free,
-	.get_proc_address = NULL,
+	.get_proc_address = cuda_get_proc_address,
 	.aux_bytes = NULL, /* no op here leaves state for its backward */
 	.mem_info = cuda_mem_info,
 };

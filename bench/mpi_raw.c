@@ -1,0 +1,46 @@
+/* bench/mpi_raw.c - the raw-library baseline of bench/comm.sh: MPI_Allreduce
+ * (in place, f32 sum) called directly, same sizes, iteration counts and
+ * median as comm_bench.c.  mpirun -np N bench/mpi_raw [MAX_BYTES] */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+	int rank, world;
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &world);
+	size_t max = argc > 1 ? (size_t)atoll(argv[1]) : (size_t)256 << 20;
+	float *buf = calloc(max / 4, 4);
+	if (!rank)
+		printf("# raw MPI, %d ranks\n# %10s %12s %12s\n", world, "bytes", "time_us", "busbw_GBps");
+	for (size_t bytes = 4096; bytes <= max; bytes *= 4) {
+		int iters = bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 20 : 5;
+		double t[200];
+		for (int w = 0; w < 3; w++)
+			MPI_Allreduce(MPI_IN_PLACE, buf, (int)(bytes / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+		for (int i = 0; i < iters; i++) {
+			MPI_Barrier(MPI_COMM_WORLD);
+			double t0 = MPI_Wtime();
+			MPI_Allreduce(MPI_IN_PLACE, buf, (int)(bytes / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+			t[i] = MPI_Wtime() - t0;
+		}
+		qsort(t, (size_t)iters, sizeof *t, cmp);
+		double med = t[iters / 2];
+		if (!rank)
+			printf("  %10zu %12.1f %12.3f\n", bytes, med * 1e6,
+			       (double)bytes / med * 2.0 * (world - 1) / world / 1e9);
+		fflush(stdout);
+	}
+	free(buf);
+	MPI_Finalize();
+	return 0;
+}

@@ -1,0 +1,279 @@
+/* cli/cmd_launch.c - `kiln launch`: start the local ranks of a data-parallel
+ * run (docs/distributed.md).
+ *
+ *   kiln launch -n N [--nnodes M --node-rank K --master HOST:PORT] -- CMD...
+ *
+ * Starts N copies of CMD (usually `kiln train CONFIG`) with KILN_RANK,
+ * KILN_WORLD_SIZE, KILN_LOCAL_RANK, KILN_LOCAL_WORLD_SIZE, KILN_MASTER_ADDR
+ * and KILN_MASTER_PORT set: ranks K*N .. K*N+N-1 of N*M.  Each child runs
+ * in its own process group (so a terminal's Ctrl-C reaches it once, through
+ * us) and dies with us (PR_SET_PDEATHSIG).  SIGINT, SIGTERM and SIGUSR1 are
+ * forwarded to every rank.  When a rank exits non-zero or is killed, the
+ * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
+ * exits with that rank's status, naming it.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+static void launch_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kiln launch -n N [--nnodes M --node-rank K] [--master HOST:PORT] [--grace S] -- COMMAND...\n"
+		"\n"
+		"Start N local ranks of a data-parallel run, each running COMMAND (e.g.\n"
+		"`kiln train run.ini`) with KILN_RANK, KILN_WORLD_SIZE, KILN_LOCAL_RANK,\n"
+		"KILN_LOCAL_WORLD_SIZE, KILN_MASTER_ADDR and KILN_MASTER_PORT set.\n"
+		"\n"
+		"  -n, --nproc N     ranks on this machine\n"
+		"  --nnodes M        machines in the run (default 1); world size N x M\n"
+		"  --node-rank K     this machine's index, 0..M-1 (node 0 hosts rank 0)\n"
+		"  --master H:P      where rank 0's rendezvous store listens (default on\n"
+		"                    one machine: 127.0.0.1 and a free port; required with\n"
+		"                    --nnodes > 1)\n"
+		"  --grace S         seconds the other ranks get to exit after one failed\n"
+		"                    before they are killed (default 10)\n"
+		"\n"
+		"SIGINT, SIGTERM and SIGUSR1 are passed to every rank.  When a rank fails,\n"
+		"the others are stopped and `kiln launch` exits non-zero naming it.\n");
+}
+
+/* A TCP port that was free a moment ago (the store binds it next). */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	int port = -1;
+	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+	    !getsockname(fd, (struct sockaddr *)&a, &al))
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void describe_status(int ws, char *buf, size_t n)
+{
+	if (WIFEXITED(ws))
+		snprintf(buf, n, "exit status %d", WEXITSTATUS(ws));
+	else if (WIFSIGNALED(ws))
+		snprintf(buf, n, "signal %d (%s)", WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+	else
+		snprintf(buf, n, "status %d", ws);
+}
+
+int cmd_launch(int argc, char **argv)
+{
+	int nproc = 0, nnodes = 1, node_rank = 0, grace = 10, cmd = -1;
+	const char *master = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--")) {
+			cmd = i + 1;
+			break;
+		}
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			launch_usage(stdout);
+			return 0;
+		}
+		int *dst = !strcmp(a, "-n") || !strcmp(a, "--nproc") ? &nproc
+			   : !strcmp(a, "--nnodes")                 ? &nnodes
+			   : !strcmp(a, "--node-rank")              ? &node_rank
+			   : !strcmp(a, "--grace")                  ? &grace
+								    : NULL;
+		if (dst) {
+			if (!v || parse_int(v, dst == &node_rank ? 0 : 1, 1 << 20, dst)) {
+				fprintf(stderr, "kiln launch: error: %s needs a %s integer\n", a,
+					dst == &node_rank ? "non-negative" : "positive");
+				return 2;
+			}
+			i++;
+		} else if (!strcmp(a, "--master")) {
+			if (!v) {
+				fprintf(stderr, "kiln launch: error: --master needs HOST:PORT\n");
+				return 2;
+			}
+			master = v;
+			i++;
+		} else {
+			fprintf(stderr, "kiln launch: error: unknown option '%s' (the command follows `--`)\n", a);
+			launch_usage(stderr);
+			return 2;
+		}
+	}
+	if (!nproc || cmd < 0 || cmd >= argc) {
+		fprintf(stderr, "kiln launch: error: %s\n",
+			!nproc ? "-n N is required" : "no command after `--`");
+		launch_usage(stderr);
+		return 2;
+	}
+	if (node_rank >= nnodes) {
+		fprintf(stderr, "kiln launch: error: --node-rank %d with --nnodes %d (nodes are 0..%d)\n",
+			node_rank, nnodes, nnodes - 1);
+		return 2;
+	}
+	char host[256];
+	int port = 0;
+	if (master) {
+		const char *colon = strrchr(master, ':');
+		if (!colon || colon == master || (size_t)(colon - master) >= sizeof host ||
+		    parse_int(colon + 1, 1, 65535, &port)) {
+			fprintf(stderr, "kiln launch: error: --master '%s': expected HOST:PORT\n", master);
+			return 2;
+		}
+		memcpy(host, master, (size_t)(colon - master));
+		host[colon - master] = 0;
+	} else if (nnodes > 1) {
+		fprintf(stderr, "kiln launch: error: --nnodes %d needs --master HOST:PORT (node 0's address, the same on every node)\n",
+			nnodes);
+		return 2;
+	} else {
+		snprintf(host, sizeof host, "127.0.0.1");
+		if ((port = free_port()) < 0) {
+			fprintf(stderr, "kiln launch: error: no free TCP port on 127.0.0.1: %s\n",
+				strerror(errno));
+			return 1;
+		}
+	}
+	int world = nproc * nnodes;
+	pid_t *pids = calloc((size_t)nproc, sizeof *pids);
+	if (!pids)
+		return 1;
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	pid_t me = getpid();
+	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d: %s ...\n", node_rank * nproc,
+		node_rank * nproc + nproc - 1, world, host, port, argv[cmd]);
+	for (int l = 0; l < nproc; l++) {
+		pid_t p = fork();
+		if (p < 0) {
+			fprintf(stderr, "kiln launch: error: fork: %s\n", strerror(errno));
+			for (int k = 0; k < l; k++)
+				kill(pids[k], SIGKILL);
+			return 1;
+		}
+		if (!p) {
+			char v[32];
+			setpgid(0, 0);
+			prctl(PR_SET_PDEATHSIG, SIGTERM);
+			if (getppid() != me)
+				_exit(1); /* the launcher is already gone */
+			signal(SIGINT, SIG_DFL);
+			signal(SIGTERM, SIG_DFL);
+			signal(SIGUSR1, SIG_DFL);
+			snprintf(v, sizeof v, "%d", node_rank * nproc + l);
+			setenv("KILN_RANK", v, 1);
+			snprintf(v, sizeof v, "%d", world);
+			setenv("KILN_WORLD_SIZE", v, 1);
+			snprintf(v, sizeof v, "%d", l);
+			setenv("KILN_LOCAL_RANK", v, 1);
+			snprintf(v, sizeof v, "%d", nproc);
+			setenv("KILN_LOCAL_WORLD_SIZE", v, 1);
+			setenv("KILN_MASTER_ADDR", host, 1);
+			snprintf(v, sizeof v, "%d", port);
+			setenv("KILN_MASTER_PORT", v, 1);
+			execvp(argv[cmd], argv + cmd);
+			fprintf(stderr, "kiln launch: error: cannot run '%s': %s\n", argv[cmd],
+				strerror(errno));
+			_exit(127);
+		}
+		pids[l] = p;
+	}
+
+	int alive = nproc, failed = -1, fail_status = 0, rc = 0;
+	double kill_at = 0;
+	while (alive) {
+		if (got_signal) {
+			int sig = got_signal;
+			got_signal = 0;
+			fprintf(stderr, "kiln launch: passing %s to every rank\n", strsignal(sig));
+			for (int l = 0; l < nproc; l++)
+				if (pids[l])
+					kill(pids[l], sig);
+		}
+		int ws;
+		pid_t p = waitpid(-1, &ws, WNOHANG);
+		if (p <= 0) {
+			if (kill_at && mono() >= kill_at) {
+				fprintf(stderr, "kiln launch: the other ranks did not exit within %d s: killing them\n",
+					grace);
+				for (int l = 0; l < nproc; l++)
+					if (pids[l])
+						kill(pids[l], SIGKILL);
+				kill_at = 0;
+			}
+			usleep(20000);
+			continue;
+		}
+		int l = 0;
+		while (l < nproc && pids[l] != p)
+			l++;
+		if (l == nproc)
+			continue;
+		pids[l] = 0;
+		alive--;
+		int ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+		if (!ok && failed < 0) {
+			char why[96];
+			describe_status(ws, why, sizeof why);
+			failed = node_rank * nproc + l;
+			fail_status = ws;
+			fprintf(stderr, "kiln launch: rank %d (pid %d) failed with %s%s\n", failed, (int)p,
+				why, alive ? "; stopping the other ranks" : "");
+			for (int k = 0; k < nproc; k++)
+				if (pids[k])
+					kill(pids[k], SIGTERM);
+			kill_at = mono() + grace;
+		}
+	}
+	free(pids);
+	if (failed >= 0) {
+		char why[96];
+		describe_status(fail_status, why, sizeof why);
+		fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", failed, why);
+		rc = WIFEXITED(fail_status) ? WEXITSTATUS(fail_status) : 1;
+	}
+	return rc;
+}

@@ -1,0 +1,369 @@
+/* core/dist.c - data-parallel training: joining the group and the
+ * bucketed gradient allreduce (DESIGN.md section 4, docs/distributed.md).
+ *
+ * Buckets.  The trainable gradients are one flat buffer, laid out in layer
+ * order, so the layers backward reaches first own its end.  Walking the
+ * trainable tensors from the end, tensors join the current bucket until it
+ * holds [dist] bucket_mb; each bucket is one contiguous slice [lo, hi) of
+ * the flat buffer (alignment padding included: zero, and averaging zeros
+ * keeps it zero).  A bucket is complete once the backward of the
+ * lowest-indexed layer with a tensor in it has run; the graph calls our
+ * hook after every layer's backward, and the hook then records an event on
+ * the compute stream, makes the comm stream wait for it and enqueues the
+ * bucket's allreduce (average) there.  Backward of the earlier layers goes
+ * on meanwhile; before the optimizer the compute stream waits for every
+ * bucket's completion event.  Nothing here synchronises the host.
+ *
+ * Accumulation: micro-steps before the last do not communicate; with
+ * accumulate > 1 the last micro-step writes beside the gradients and the
+ * trainer adds and scales afterwards, so every bucket starts after that
+ * (kiln_dist_finish_grads), without overlap.
+ */
+#include "dist.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+struct bucket {
+	size_t lo, hi;    /* elements of the flat gradient buffer */
+	int ready_layer;  /* complete after this layer's backward */
+	void *done;       /* event: the allreduce finished (comm stream) */
+	int started;
+};
+
+struct kiln_dist {
+	struct kiln_dist_env env;
+	struct kiln_store *store;
+	const struct kiln_plugin *plugin;
+	const struct kiln_comm_ops *ops;
+	void *ctx;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *comm_stream;
+	void *ready;      /* event on the compute stream, reused per bucket */
+	struct bucket *b;
+	int n_b;
+	double bucket_mb;
+	int overlap, overlap_now;
+	int timeout_ms;
+	float *scratch_d;  /* device f32[64]: host sums */
+	float *scratch_h;
+	int failed;       /* a collective failed: do not wait for peers */
+};
+
+static void (*fatal_fn)(const char *msg);
+
+void kiln_set_fatal_handler(void (*fn)(const char *msg))
+{
+	fatal_fn = fn;
+}
+
+void kiln_host_fatal(const char *who, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	kiln_log(KILN_LOG_ERROR, who, "%s", msg);
+	if (fatal_fn)
+		fatal_fn(msg);
+}
+
+int kiln_dist_rank(const struct kiln_dist *d) { return d ? d->env.rank : 0; }
+int kiln_dist_world(const struct kiln_dist *d) { return d ? d->env.world : 1; }
+
+kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			   struct kiln_device *dev, struct kiln_dist **out)
+{
+	struct kiln_dist *d;
+	kiln_status st;
+	struct kiln_dist_env env;
+	const char *comm = kiln_config_get(cfg, "run", "comm");
+	double timeout = 300;
+	*out = NULL;
+	if ((st = kiln_dist_env_read(&env)))
+		return st;
+	if (!comm || !*comm)
+		comm = "auto";
+	if (env.world == 1 && (!strcmp(comm, "auto") || !strcmp(comm, "none")))
+		return KILN_OK;
+	if (!strcmp(comm, "none"))
+		return kiln_error(KILN_ECONFIG, "%s: [run] comm = none, but this process is rank %d of %d (from %s variables): name a communicator (gloo, mpi, nccl) or auto",
+				  kiln_config_where(cfg, "run", "comm"), env.rank, env.world, env.source);
+	if (!strcmp(comm, "auto")) {
+		const struct kiln_plugin *p;
+		if (!strcmp(kiln_device_name(dev), "cuda"))
+			comm = "nccl";
+		else if (!strcmp(env.source, "Open MPI") &&
+			 !kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p))
+			comm = "mpi";
+		else
+			comm = "gloo";
+	}
+	if (!(d = calloc(1, sizeof *d)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	d->env = env;
+	d->dev = dev;
+	d->bucket_mb = 25;
+	d->overlap = 1;
+	kiln_config_get_float(cfg, "dist", "timeout", &timeout);
+	kiln_config_get_float(cfg, "dist", "bucket_mb", &d->bucket_mb);
+	kiln_config_get_bool(cfg, "dist", "overlap", &d->overlap);
+	d->timeout_ms = (int)(timeout * 1000);
+	if ((st = kiln_registry_find(reg, KILN_PLUGIN_COMM, comm, &d->plugin)))
+		goto fail;
+	d->ops = d->plugin->ops;
+	if (d->ops->version < 1 || !d->ops->open || !d->ops->allreduce || !d->ops->broadcast) {
+		st = kiln_error(KILN_EPLUGIN, "comm plugin '%s' lacks open, allreduce or broadcast",
+				comm);
+		goto fail;
+	}
+	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
+				  env.world, d->timeout_ms, &d->store)) ||
+	    (st = kiln_store_rendezvous(d->store, env.rank, env.world, d->timeout_ms)))
+		goto fail;
+	if ((st = d->ops->open(kiln_host_table(), cfg, d->store, dev, env.rank, env.world,
+			       d->timeout_ms, &d->ctx))) {
+		st = kiln_error_wrap(st, "rank %d of %d: opening the %s communicator", env.rank,
+				     env.world, comm);
+		goto fail;
+	}
+	if ((st = kiln_device_stream_create(dev, &d->comm_stream)) ||
+	    (st = kiln_device_event_create(dev, &d->ready)) ||
+	    (st = kiln_device_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_d)) ||
+	    (st = kiln_device_host_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_h)))
+		goto fail;
+	{
+		const char *desc = d->ops->version >= 2 && d->ops->describe ? d->ops->describe(d->ctx) : NULL;
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d of %d (local %d; from %s), comm %s%s%s, store %s:%d",
+			 env.rank, env.world, env.local_rank, env.source, comm, desc ? ": " : "",
+			 desc ? desc : "", env.master_addr, kiln_store_port(d->store));
+	}
+	*out = d;
+	return KILN_OK;
+fail:
+	kiln_dist_close(d);
+	return st;
+}
+
+void kiln_dist_close(struct kiln_dist *d)
+{
+	if (!d)
+		return;
+	/* leaving may fail too (peers gone): keep the message that matters */
+	char *msg = kiln_strdup(kiln_last_error());
+	if (d->comm_stream)
+		kiln_device_stream_sync(d->dev, d->comm_stream);
+	if (d->m && d->m->bwd_user == d) {
+		d->m->bwd_hook = NULL;
+		d->m->bwd_user = NULL;
+	}
+	for (int i = 0; i < d->n_b; i++)
+		kiln_device_event_destroy(d->dev, d->b[i].done);
+	free(d->b);
+	if (d->ctx)
+		d->ops->close(d->ctx);
+	kiln_device_event_destroy(d->dev, d->ready);
+	kiln_device_stream_destroy(d->dev, d->comm_stream);
+	kiln_device_free(d->dev, d->scratch_d);
+	kiln_device_host_free(d->dev, d->scratch_h);
+	if (d->store) {
+		/* rank 0 hosts the store: it leaves last (unless a peer is gone) */
+		int64_t n = 0;
+		if (!kiln_store_add(d->store, "kiln/left", 1, &n)) {
+			if (n == d->env.world)
+				kiln_store_set(d->store, "kiln/left_all", "1", 1);
+			void *v = NULL;
+			if (d->env.rank == 0 && n < d->env.world && !d->failed &&
+			    !kiln_store_get(d->store, "kiln/left_all", 10000, &v, NULL))
+				free(v);
+		}
+		kiln_store_close(d->store);
+	}
+	free(d);
+	if (msg && *msg)
+		kiln_error(KILN_EIO, "%s", msg);
+	free(msg);
+}
+
+/* ---- buckets ------------------------------------------------------------- */
+
+static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *compute)
+{
+	kiln_status st;
+	if ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+	    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
+		return st;
+	b->started = 1;
+	return d->ops->allreduce(d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
+				 KILN_REDUCE_AVG, d->comm_stream, b->done);
+}
+
+static kiln_status bwd_hook(void *user, int layer, void *stream)
+{
+	struct kiln_dist *d = user;
+	if (!d->overlap_now)
+		return KILN_OK;
+	for (int i = 0; i < d->n_b; i++) {
+		struct bucket *b = &d->b[i];
+		kiln_status st;
+		if (!b->started && b->ready_layer == layer && (st = start_bucket(d, b, stream)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *compute)
+{
+	kiln_status st;
+	d->m = m;
+	if (!m->n_trainable)
+		return KILN_OK;
+	/* trainable tensors by descending offset */
+	int n = 0;
+	int *idx = malloc(sizeof(int) * (size_t)(m->n_params ? m->n_params : 1));
+	if (!idx)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; i < m->n_params; i++)
+		if (m->params[i].trainable && !m->params[i].buffer)
+			idx[n++] = i;
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && m->params[idx[j]].off > m->params[idx[j - 1]].off; j--) {
+			int x = idx[j];
+			idx[j] = idx[j - 1];
+			idx[j - 1] = x;
+		}
+	size_t cap = (size_t)(d->bucket_mb * 1048576.0 / sizeof(float));
+	if (cap < 1)
+		cap = 1;
+	d->b = calloc((size_t)(n ? n : 1), sizeof *d->b);
+	if (!d->b) {
+		free(idx);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	size_t hi = m->n_trainable;
+	for (int k = 0; k < n;) {
+		struct bucket *b = &d->b[d->n_b++];
+		b->hi = hi;
+		b->ready_layer = m->params[idx[k]].layer;
+		do {
+			const struct model_param *p = &m->params[idx[k]];
+			b->lo = p->off;
+			if (p->layer < b->ready_layer)
+				b->ready_layer = p->layer;
+			k++;
+		} while (k < n && b->hi - b->lo < cap);
+		if (k == n)
+			b->lo = 0;
+		hi = b->lo;
+	}
+	free(idx);
+	for (int i = 0; i < d->n_b; i++)
+		if ((st = kiln_device_event_create(d->dev, &d->b[i].done)))
+			return st;
+	/* the padding between tensors is never written by backward: zero it,
+	 * so averaging it is harmless */
+	{
+		struct kiln_op op;
+		void *fill;
+		int64_t ne = (int64_t)m->n_trainable;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_FILL;
+		op.n_out = 1;
+		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &ne);
+		if ((st = kiln_device_prepare(d->dev, &op, &fill, NULL)))
+			return st;
+		struct kiln_op_args a = { .out = { m->grads_d } };
+		st = kiln_device_run(d->dev, fill, &a, compute);
+		kiln_status st2 = kiln_device_stream_sync(d->dev, compute);
+		kiln_device_plan_free(d->dev, fill);
+		if (st || st2)
+			return st ? st : st2;
+	}
+	m->bwd_hook = bwd_hook;
+	m->bwd_user = d;
+	kiln_log(KILN_LOG_INFO, "dist", "%d gradient bucket(s) of up to %.3g MiB over %zu floats; allreduce %s backward",
+		 d->n_b, d->bucket_mb, m->n_trainable, d->overlap ? "overlapped with" : "after");
+	for (int i = 0; i < d->n_b; i++)
+		kiln_log(KILN_LOG_DEBUG, "dist", "bucket %d: [%zu, %zu) after the backward of '%s'", i,
+			 d->b[i].lo, d->b[i].hi, m->layers[d->b[i].ready_layer].name);
+	return KILN_OK;
+}
+
+void kiln_dist_overlap_next(struct kiln_dist *d, int on)
+{
+	if (d)
+		d->overlap_now = on && d->overlap;
+}
+
+kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
+{
+	kiln_status st;
+	for (int i = 0; i < d->n_b; i++)
+		if (!d->b[i].started && (st = start_bucket(d, &d->b[i], compute)))
+			return st;
+	for (int i = 0; i < d->n_b; i++) {
+		d->b[i].started = 0;
+		if ((st = kiln_device_stream_wait(d->dev, compute, d->b[i].done)))
+			return st;
+	}
+	d->overlap_now = 0;
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
+{
+	struct kiln_state_buf bufs[KILN_MAX_STATE_BUFS];
+	int n = kiln_model_state_buffers(d->m, bufs, KILN_MAX_STATE_BUFS);
+	kiln_status st;
+	for (int i = 0; i < n; i++)
+		if ((st = d->ops->broadcast(d->ctx, bufs[i].ptr, bufs[i].bytes, KILN_U8, 0, compute,
+					    NULL)))
+			return kiln_error_wrap(st, "broadcasting '%s' from rank 0", bufs[i].name);
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return kiln_dist_explain(d, st);
+	kiln_log(KILN_LOG_INFO, "dist", "rank 0's training state broadcast (%d buffers)", n);
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute)
+{
+	kiln_status st;
+	if (!d)
+		return KILN_OK;
+	if (n > 64)
+		return kiln_error(KILN_EINTERNAL, "kiln_dist_sum_host: %d values", n);
+	for (int i = 0; i < n; i++)
+		d->scratch_h[i] = (float)v[i];
+	if ((st = kiln_device_copy_async(d->dev, d->scratch_d, d->scratch_h, (size_t)n * 4,
+					 KILN_COPY_H2D, compute)) ||
+	    (st = d->ops->allreduce(d->ctx, d->scratch_d, (size_t)n, KILN_F32, KILN_REDUCE_SUM,
+				    compute, NULL)) ||
+	    (st = kiln_device_copy_async(d->dev, d->scratch_h, d->scratch_d, (size_t)n * 4,
+					 KILN_COPY_D2H, compute)) ||
+	    (st = kiln_device_stream_sync(d->dev, compute)))
+		return kiln_dist_explain(d, st);
+	for (int i = 0; i < n; i++)
+		v[i] = d->scratch_h[i];
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
+{
+	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
+		return st;
+	d->failed = 1;
+	/* the store notices a dead process when its connection closes;
+	 * give it a moment to have seen it (the query sets its own message) */
+	char *msg = kiln_strdup(kiln_last_error());
+	int lost = kiln_store_lost_rank(d->store, 3000);
+	if (lost >= 0)
+		st = kiln_error(st, "rank %d of %d: rank %d was lost (its process exited or its connection closed): %s",
+				d->env.rank, d->env.world, lost, msg ? msg : "");
+	else
+		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",
+				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");
+	free(msg);
+	return st;
+}

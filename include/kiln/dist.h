@@ -1,0 +1,91 @@
+/* kiln/dist.h - distributed training: the rendezvous store and the
+ * process-group environment.
+ *
+ * The store is a small TCP key-value service hosted by rank 0 (a thread of
+ * that process) that every rank, rank 0 included, talks to as a client.
+ * Comm plugins bootstrap through it (Gloo exchanges its pair addresses,
+ * NCCL its unique id), the core uses it for the rendezvous and to learn
+ * which rank was lost when a collective fails.  Values are byte strings;
+ * `add` treats a key as a decimal integer counter.
+ *
+ * Threads: one store may be used from several threads (requests are
+ * serialised).  Nothing here exits or prints; failures return a status and
+ * set the message (kiln_last_error()).
+ */
+#ifndef KILN_DIST_H
+#define KILN_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kiln_store;
+
+/* Where this process stands in the group, from the environment. */
+struct kiln_dist_env {
+	int rank, world, local_rank, local_world;
+	char master_addr[256];  /* host name or address of rank 0's store */
+	int master_port;
+	const char *source;     /* "KILN_*", "torchrun", "Slurm", "Open MPI" or "none" */
+};
+
+/* Read rank, world size, local rank and the store's address from, in
+ * order: KILN_RANK/KILN_WORLD_SIZE/KILN_LOCAL_RANK/KILN_LOCAL_WORLD_SIZE/
+ * KILN_MASTER_ADDR/KILN_MASTER_PORT; torchrun's RANK/WORLD_SIZE/LOCAL_RANK/
+ * LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT; Slurm's SLURM_PROCID/
+ * SLURM_NTASKS/SLURM_LOCALID; Open MPI's OMPI_COMM_WORLD_RANK/_SIZE/
+ * _LOCAL_RANK/_LOCAL_SIZE.  The address falls back to KILN_MASTER_ADDR,
+ * MASTER_ADDR, then 127.0.0.1, the port to KILN_MASTER_PORT, MASTER_PORT,
+ * then 29500.  No variable set: rank 0 of 1 (source "none").  KILN_EUSAGE
+ * naming the variable when one is malformed or rank >= world. */
+kiln_status kiln_dist_env_read(struct kiln_dist_env *env);
+
+/* Open the store of a group of `world` ranks at host:port.  Rank 0
+ * (`host_it`) listens on port (0: an ephemeral port, see kiln_store_port)
+ * on every interface and serves in a thread; every rank then connects,
+ * retrying until timeout_ms has passed (KILN_ETIMEOUT naming host:port).
+ * The caller frees *out with kiln_store_close. */
+kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, int world,
+			    int timeout_ms, struct kiln_store **out);
+/* Say goodbye (a rank that leaves cleanly is not reported lost), close the
+ * connection, and on rank 0 stop the server.  NULL is a no-op. */
+void kiln_store_close(struct kiln_store *s);
+/* The port the store listens on (rank 0) or was reached at. */
+int kiln_store_port(const struct kiln_store *s);
+
+/* Set key to val[0..len) (replacing any value). */
+kiln_status kiln_store_set(struct kiln_store *s, const char *key, const void *val, size_t len);
+/* Wait up to timeout_ms for key to exist and return a malloc'd copy of its
+ * value (NUL-terminated beyond len; the caller frees).  KILN_ETIMEOUT. */
+kiln_status kiln_store_get(struct kiln_store *s, const char *key, int timeout_ms, void **val,
+			   size_t *len);
+/* Non-blocking get: *val = NULL (and KILN_OK) when key does not exist. */
+kiln_status kiln_store_check(struct kiln_store *s, const char *key, void **val, size_t *len);
+/* Add delta to the integer at key (absent = 0) and return the new value. */
+kiln_status kiln_store_add(struct kiln_store *s, const char *key, int64_t delta, int64_t *out);
+/* Wait up to timeout_ms (in all) for every key of keys[0..n) to exist. */
+kiln_status kiln_store_wait(struct kiln_store *s, const char *const *keys, int n, int timeout_ms);
+
+/* The rendezvous: every rank announces itself and waits until all `world`
+ * have.  On timeout, KILN_ETIMEOUT lists the ranks that never arrived. */
+kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms);
+
+/* The first rank the store saw leave without saying goodbye (its
+ * connection closed: the process died), waiting up to wait_ms for one to
+ * be reported; -1 when none was.  When the store itself is unreachable,
+ * rank 0 (its host) is the lost one: returns 0. */
+int kiln_store_lost_rank(struct kiln_store *s, int wait_ms);
+
+/* The program's answer to an unrecoverable failure on a thread that
+ * cannot return a status (a comm plugin's watchdog, through host->fatal):
+ * `kiln` exits non-zero.  The message is the failure's.  NULL: log only. */
+void kiln_set_fatal_handler(void (*fn)(const char *msg));
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_DIST_H */

@@ -1,0 +1,444 @@
+/* plugins/gloo/gloo.cc - the Gloo communicator (kiln-gloo.so).
+ *
+ * Gloo (libgloo-dev, Facebook's collective library, PyTorch's CPU backend)
+ * with its TCP transport.  The plugin's interface is C (struct
+ * kiln_comm_ops); this file is the C++ shim behind it: exceptions never
+ * cross it, every Gloo failure becomes a status and a message.
+ *
+ * Bootstrap: Gloo's rendezvous::Store interface is implemented on kiln's
+ * store (host->store_*), under keys "gloo/<n>/...", and a full mesh of TCP
+ * pairs is connected with the run's timeout.
+ *
+ * Streams: Gloo works on host memory and blocks the calling thread, so
+ * every collective is a host function enqueued on the caller's stream
+ * (host->device_host_fn): on the CPU device's async streams it runs on the
+ * stream's worker, in order with the kernels around it, and the training
+ * thread goes on enqueueing.  A failure there fails the stream.  Device
+ * buffers must be host memory: the plugin refuses devices other than cpu.
+ *
+ * Reductions: f32 through gloo::sum<float>; f16 through gloo::float16;
+ * bf16 with a reduce function of ours (widen, add, round to nearest even).
+ * Averages are sums scaled by 1/world in the same host function.
+ * reduce_scatter is an allreduce into a scratch buffer and a copy of this
+ * rank's slice (Gloo 0.5's new-style API has no reduce_scatter).
+ */
+#include <kiln/plugin.h>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/config.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+const struct kiln_host *H;
+
+/* ---- kiln's store as Gloo's --------------------------------------------- */
+
+class KilnStore : public gloo::rendezvous::Store {
+public:
+	KilnStore(struct kiln_store *s, std::string prefix, int timeout_ms)
+		: s_(s), prefix_(std::move(prefix)), timeout_ms_(timeout_ms) {}
+
+	void set(const std::string &key, const std::vector<char> &data) override
+	{
+		if (H->store_set(s_, (prefix_ + key).c_str(), data.data(), data.size()))
+			throw std::runtime_error(H->last_error());
+	}
+	std::vector<char> get(const std::string &key) override
+	{
+		void *v = nullptr;
+		size_t n = 0;
+		if (H->store_get(s_, (prefix_ + key).c_str(), timeout_ms_, &v, &n))
+			throw std::runtime_error(H->last_error());
+		std::vector<char> out(static_cast<char *>(v), static_cast<char *>(v) + n);
+		H->free(v);
+		return out;
+	}
+	void wait(const std::vector<std::string> &keys) override
+	{
+		wait(keys, std::chrono::milliseconds(timeout_ms_));
+	}
+	void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &t) override
+	{
+		for (const auto &k : keys) {
+			void *v = nullptr;
+			if (H->store_get(s_, (prefix_ + k).c_str(), (int)t.count(), &v, nullptr))
+				throw std::runtime_error(H->last_error());
+			H->free(v);
+		}
+	}
+
+private:
+	struct kiln_store *s_;
+	std::string prefix_;
+	int timeout_ms_;
+};
+
+/* ---- the communicator --------------------------------------------------- */
+
+struct Comm {
+	struct kiln_device *dev;
+	int rank, world, timeout_ms;
+	std::shared_ptr<gloo::rendezvous::Context> ctx;
+	std::atomic<uint32_t> tag{ 1 };
+	std::vector<char> scratch; /* reduce_scatter; used on the stream only */
+	char desc[160];
+};
+
+enum Kind { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER };
+
+/* One enqueued collective; freed by the host function that runs it. */
+struct Job {
+	Comm *c;
+	Kind kind;
+	void *buf;
+	const void *send;
+	size_t count;
+	int dtype, op, root;
+	uint32_t tag;
+};
+
+size_t dtype_size(int dt)
+{
+	switch (dt) {
+	case KILN_F32: case KILN_I32: return 4;
+	case KILN_BF16: case KILN_F16: return 2;
+	case KILN_I64: return 8;
+	default: return 1;
+	}
+}
+
+inline float bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	std::memcpy(&f, &u, 4);
+	return f;
+}
+
+inline uint16_t f32_to_bf16(float f)
+{
+	uint32_t u;
+	std::memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+	u += 0x7fffu + ((u >> 16) & 1);          /* round to nearest even */
+	return (uint16_t)(u >> 16);
+}
+
+void sum_bf16(void *c, const void *a, const void *b, size_t n)
+{
+	uint16_t *o = static_cast<uint16_t *>(c);
+	const uint16_t *x = static_cast<const uint16_t *>(a), *y = static_cast<const uint16_t *>(b);
+	for (size_t i = 0; i < n; i++)
+		o[i] = f32_to_bf16(bf16_to_f32(x[i]) + bf16_to_f32(y[i]));
+}
+
+/* buf[0..n) *= s in dtype */
+void scale(void *buf, size_t n, int dt, float s)
+{
+	if (dt == KILN_F32) {
+		float *p = static_cast<float *>(buf);
+		for (size_t i = 0; i < n; i++)
+			p[i] *= s;
+	} else if (dt == KILN_BF16) {
+		uint16_t *p = static_cast<uint16_t *>(buf);
+		for (size_t i = 0; i < n; i++)
+			p[i] = f32_to_bf16(bf16_to_f32(p[i]) * s);
+	} else {
+		gloo::float16 *p = static_cast<gloo::float16 *>(buf);
+		for (size_t i = 0; i < n; i++)
+			p[i] = gloo::cpu_float2half_rn(gloo::cpu_half2float(p[i]) * s);
+	}
+}
+
+void allreduce_now(Comm *c, void *buf, size_t n, int dt, uint32_t tag)
+{
+	gloo::AllreduceOptions o(c->ctx);
+	o.setTag(tag);
+	o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
+	if (dt == KILN_F32) {
+		o.setOutput(static_cast<float *>(buf), n);
+		o.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(
+			&gloo::sum<float>));
+	} else if (dt == KILN_F16) {
+		o.setOutput(static_cast<gloo::float16 *>(buf), n);
+		o.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(
+			&gloo::sum<gloo::float16>));
+	} else {
+		o.setOutput(static_cast<uint16_t *>(buf), n);
+		o.setReduceFunction(&sum_bf16);
+	}
+	gloo::allreduce(o);
+}
+
+const char *kind_name(Kind k)
+{
+	switch (k) {
+	case K_ALLREDUCE: return "allreduce";
+	case K_BROADCAST: return "broadcast";
+	case K_ALLGATHER: return "allgather";
+	default: return "reduce_scatter";
+	}
+}
+
+kiln_status run_job(void *arg)
+{
+	std::unique_ptr<Job> j(static_cast<Job *>(arg));
+	Comm *c = j->c;
+	size_t es = dtype_size(j->dtype);
+	try {
+		switch (j->kind) {
+		case K_ALLREDUCE:
+			if (c->world > 1)
+				allreduce_now(c, j->buf, j->count, j->dtype, j->tag);
+			if (j->op == KILN_REDUCE_AVG && c->world > 1)
+				scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
+			break;
+		case K_BROADCAST: {
+			if (c->world == 1)
+				break;
+			gloo::BroadcastOptions o(c->ctx);
+			o.setTag(j->tag);
+			o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
+			o.setRoot(j->root);
+			o.setOutput(static_cast<char *>(j->buf), j->count * es);
+			gloo::broadcast(o);
+			break;
+		}
+		case K_ALLGATHER: {
+			if (c->world == 1) {
+				std::memmove(j->buf, j->send, j->count * es);
+				break;
+			}
+			gloo::AllgatherOptions o(c->ctx);
+			o.setTag(j->tag);
+			o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
+			o.setInput(const_cast<char *>(static_cast<const char *>(j->send)), j->count * es);
+			o.setOutput(static_cast<char *>(j->buf), j->count * es * (size_t)c->world);
+			gloo::allgather(o);
+			break;
+		}
+		case K_REDUCE_SCATTER: {
+			size_t all = j->count * (size_t)c->world * es;
+			c->scratch.resize(all);
+			std::memcpy(c->scratch.data(), j->send, all);
+			if (c->world > 1)
+				allreduce_now(c, c->scratch.data(), j->count * (size_t)c->world, j->dtype,
+					      j->tag);
+			std::memcpy(j->buf, c->scratch.data() + (size_t)c->rank * j->count * es,
+				    j->count * es);
+			if (j->op == KILN_REDUCE_AVG && c->world > 1)
+				scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
+			break;
+		}
+		}
+	} catch (const std::exception &e) {
+		const char *w = e.what();
+		bool timeout = std::strstr(w, "imed out") || std::strstr(w, "imeout");
+		return H->error(timeout ? KILN_ETIMEOUT : KILN_EIO,
+				"gloo: rank %d of %d: %s of %zu elements failed: %s", c->rank, c->world,
+				kind_name(j->kind), j->count, w);
+	}
+	return KILN_OK;
+}
+
+kiln_status enqueue(Comm *c, Job *j, void *stream, void *done)
+{
+	j->c = c;
+	j->tag = c->tag.fetch_add(1);
+	kiln_status st = H->device_host_fn(c->dev, stream, run_job, j);
+	if (st)
+		return st; /* a device that ran it at once freed it; one that
+			    * refused it did not: the refusal paths are NULL
+			    * arguments, which we never pass */
+	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;
+}
+
+/* ---- ops table ---------------------------------------------------------- */
+
+kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cfg,
+		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
+		      int timeout_ms, void **out)
+{
+	H = host;
+	*out = nullptr;
+	if (std::strcmp(host->device_name(dev), "cpu"))
+		return host->error(KILN_ENOTSUP, "gloo: collectives on host memory only, and [run] device = %s keeps its tensors elsewhere: use [run] comm = nccl",
+				   host->device_name(dev));
+	std::unique_ptr<Comm> c(new Comm);
+	c->dev = dev;
+	c->rank = rank;
+	c->world = world;
+	c->timeout_ms = timeout_ms;
+	const char *hostname = host->config_get(cfg, "plugin.gloo", "hostname");
+	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
+	try {
+		gloo::transport::tcp::attr attr;
+		if (iface && *iface)
+			attr.iface = iface;
+		else
+			attr.hostname = hostname && *hostname ? hostname : "127.0.0.1";
+		auto device = gloo::transport::tcp::CreateDevice(attr);
+		/* a fresh key space per communicator: every rank opens its
+		 * communicators in the same order */
+		static std::atomic<int> generation{ 0 };
+		char prefix[64];
+		std::snprintf(prefix, sizeof prefix, "gloo/%d/", generation.fetch_add(1));
+		KilnStore ks(store, prefix, timeout_ms);
+		c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+		c->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
+		c->ctx->connectFullMesh(ks, device);
+		std::snprintf(c->desc, sizeof c->desc, "gloo %d.%d.%d, tcp %s", GLOO_VERSION_MAJOR,
+			      GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, device->str().c_str());
+	} catch (const std::exception &e) {
+		return host->error(KILN_EIO, "gloo: rank %d of %d: connecting the TCP mesh failed: %s",
+				   rank, world, e.what());
+	}
+	*out = c.release();
+	return KILN_OK;
+}
+
+void gloo_close(void *ctx)
+{
+	delete static_cast<Comm *>(ctx);
+}
+
+kiln_status gloo_allreduce(void *ctx, void *buf, size_t count, int dtype, int op, void *stream,
+			   void *done)
+{
+	if (dtype != KILN_F32 && dtype != KILN_BF16 && dtype != KILN_F16)
+		return H->error(KILN_ENOTSUP, "gloo: allreduce of dtype %d (f32, bf16, f16 only)", dtype);
+	Job *j = new Job{};
+	j->kind = K_ALLREDUCE;
+	j->buf = buf;
+	j->count = count;
+	j->dtype = dtype;
+	j->op = op;
+	return enqueue(static_cast<Comm *>(ctx), j, stream, done);
+}
+
+kiln_status gloo_broadcast(void *ctx, void *buf, size_t count, int dtype, int root, void *stream,
+			   void *done)
+{
+	Job *j = new Job{};
+	j->kind = K_BROADCAST;
+	j->buf = buf;
+	j->count = count;
+	j->dtype = dtype;
+	j->root = root;
+	return enqueue(static_cast<Comm *>(ctx), j, stream, done);
+}
+
+kiln_status gloo_allgather(void *ctx, const void *send, void *recv, size_t count, int dtype,
+			   void *stream, void *done)
+{
+	Job *j = new Job{};
+	j->kind = K_ALLGATHER;
+	j->send = send;
+	j->buf = recv;
+	j->count = count;
+	j->dtype = dtype;
+	return enqueue(static_cast<Comm *>(ctx), j, stream, done);
+}
+
+kiln_status gloo_reduce_scatter(void *ctx, const void *send, void *recv, size_t count, int dtype,
+				int op, void *stream, void *done)
+{
+	if (dtype != KILN_F32 && dtype != KILN_BF16 && dtype != KILN_F16)
+		return H->error(KILN_ENOTSUP, "gloo: reduce_scatter of dtype %d (f32, bf16, f16 only)",
+				dtype);
+	Job *j = new Job{};
+	j->kind = K_REDUCE_SCATTER;
+	j->send = send;
+	j->buf = recv;
+	j->count = count;
+	j->dtype = dtype;
+	j->op = op;
+	return enqueue(static_cast<Comm *>(ctx), j, stream, done);
+}
+
+kiln_status gloo_barrier(void *ctx)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	if (c->world == 1)
+		return KILN_OK;
+	try {
+		gloo::BarrierOptions o(c->ctx);
+		o.setTag(c->tag.fetch_add(1));
+		o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
+		gloo::barrier(o);
+	} catch (const std::exception &e) {
+		return H->error(KILN_EIO, "gloo: rank %d of %d: barrier failed: %s", c->rank, c->world,
+				e.what());
+	}
+	return KILN_OK;
+}
+
+const char *gloo_describe(void *ctx)
+{
+	return static_cast<Comm *>(ctx)->desc;
+}
+
+const struct kiln_comm_ops gloo_ops = {
+	/* .version = */ KILN_COMM_OPS_VERSION,
+	/* .open = */ gloo_open,
+	/* .close = */ gloo_close,
+	/* .allreduce = */ gloo_allreduce,
+	/* .broadcast = */ gloo_broadcast,
+	/* .allgather = */ gloo_allgather,
+	/* .reduce_scatter = */ gloo_reduce_scatter,
+	/* .barrier = */ gloo_barrier,
+	/* .describe = */ gloo_describe,
+};
+
+const struct kiln_key gloo_keys[] = {
+	{ "hostname", KILN_KEY_STR, "", 0, 0, nullptr,
+	  "Address this rank's Gloo pairs listen on, as the other ranks reach it (multi-node: the node's name or address on the fast network); empty = 127.0.0.1 (one machine)." },
+	{ "iface", KILN_KEY_STR, "", 0, 0, nullptr,
+	  "Network interface whose address the pairs listen on (e.g. `eth0`); overrides `hostname`." },
+	{ nullptr, 0, nullptr, 0, 0, nullptr, nullptr }
+};
+
+const struct kiln_plugin gloo_plugin = {
+	/* .abi_major = */ KILN_ABI_MAJOR,
+	/* .abi_minor = */ KILN_ABI_MINOR,
+	/* .kind = */ KILN_PLUGIN_COMM,
+	/* .name = */ "gloo",
+	/* .summary = */ "Gloo collectives over TCP (CPU tensors; any machine)",
+	/* .ops = */ &gloo_ops,
+	/* .keys = */ gloo_keys,
+	/* .probe = */ nullptr,
+};
+
+const struct kiln_plugin *const gloo_plugins[] = { &gloo_plugin, nullptr };
+
+} // namespace
+
+extern "C" KILN_PLUGIN_EXPORT const struct kiln_plugin *const *
+kiln_plugin_init(const struct kiln_host *host)
+{
+	if (host->version < 4) {
+		host->error(KILN_EABI, "gloo: needs host table version 4 (kiln ABI 1.3), the core offers %u",
+			    host->version);
+		return nullptr;
+	}
+	H = host;
+	return gloo_plugins;
+}

@@ -1,0 +1,449 @@
+/* plugins/mpi/mpi.c - the MPI communicator (kiln-mpi.so), on Open MPI.
+ *
+ * For runs started by mpirun or srun: rank and world come from MPI itself
+ * (and must agree with the environment the core read).  MPI_Init_thread
+ * asks for MPI_THREAD_MULTIPLE: collectives run as host functions on the
+ * caller's stream (host->device_host_fn: the CPU device's stream worker),
+ * barrier on the training thread.  Buffers must be host memory: the
+ * plugin refuses devices other than cpu.
+ *
+ * Timeouts.  An MPI collective cannot be cancelled.  A watchdog thread
+ * watches the one in progress; past [dist] timeout it reports the error
+ * through host->fatal, and the CLI ends the process (mpirun then ends the
+ * job).  The plugin itself never exits.
+ *
+ * Reductions: MPI_SUM on MPI_FLOAT for f32; for bf16 and f16 a
+ * user-defined MPI_Op over 16-bit elements (widen, add, round).  Averages
+ * are sums scaled by 1/world on the same thread.
+ */
+#include <kiln/plugin.h>
+
+#include <mpi.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const struct kiln_host *H;
+
+struct mpi_comm {
+	struct kiln_device *dev;
+	int rank, world, timeout_ms;
+	MPI_Op sum16[2]; /* [0] bf16, [1] f16 */
+	MPI_Datatype u16;
+	/* the watchdog */
+	pthread_t dog;
+	int dog_on;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int quit;
+	atomic_llong started_ns; /* 0: no collective in progress */
+	atomic_int what;         /* its kind, for the message */
+	atomic_llong count;
+	char desc[160];
+};
+
+enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER };
+static const char *const kind_names[] = { "allreduce", "broadcast", "allgather",
+					  "reduce_scatter", "barrier" };
+
+struct job {
+	struct mpi_comm *c;
+	int kind, dtype, op, root;
+	void *buf;
+	const void *send;
+	size_t count;
+};
+
+static long long now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/* ---- 16-bit float arithmetic ------------------------------------------- */
+
+static float bf16_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t f32_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+static float f16_f32(uint16_t h)
+{
+	_Float16 x;
+	memcpy(&x, &h, 2);
+	return (float)x;
+}
+
+static uint16_t f32_f16(float f)
+{
+	_Float16 x = (_Float16)f;
+	uint16_t h;
+	memcpy(&h, &x, 2);
+	return h;
+}
+
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+	const uint16_t *a = in;
+	uint16_t *b = inout;
+	(void)dt;
+	for (int i = 0; i < *len; i++)
+		b[i] = f32_bf16(bf16_f32(a[i]) + bf16_f32(b[i]));
+}
+
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+	const uint16_t *a = in;
+	uint16_t *b = inout;
+	(void)dt;
+	for (int i = 0; i < *len; i++)
+		b[i] = f32_f16(f16_f32(a[i]) + f16_f32(b[i]));
+}
+
+static void scale(void *buf, size_t n, int dt, float s)
+{
+	if (dt == KILN_F32) {
+		float *p = buf;
+		for (size_t i = 0; i < n; i++)
+			p[i] *= s;
+	} else {
+		uint16_t *p = buf;
+		for (size_t i = 0; i < n; i++)
+			p[i] = dt == KILN_BF16 ? f32_bf16(bf16_f32(p[i]) * s)
+					       : f32_f16(f16_f32(p[i]) * s);
+	}
+}
+
+static size_t dtype_size(int dt)
+{
+	switch (dt) {
+	case KILN_F32: case KILN_I32: return 4;
+	case KILN_BF16: case KILN_F16: return 2;
+	case KILN_I64: return 8;
+	default: return 1;
+	}
+}
+
+/* ---- the watchdog -------------------------------------------------------- */
+
+static void *watchdog(void *arg)
+{
+	struct mpi_comm *c = arg;
+	pthread_mutex_lock(&c->lock);
+	while (!c->quit) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000; /* ten looks a second */
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+		long long t0 = atomic_load(&c->started_ns);
+		if (!c->quit && t0 && now_ns() - t0 > (long long)c->timeout_ms * 1000000ll) {
+			pthread_mutex_unlock(&c->lock);
+			H->fatal("mpi", "rank %d of %d: MPI %s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
+				 c->rank, c->world, kind_names[atomic_load(&c->what)],
+				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
+			/* without a fatal handler: report once, keep watching */
+			atomic_store(&c->started_ns, 0);
+			pthread_mutex_lock(&c->lock);
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+static void watch(struct mpi_comm *c, int kind, size_t count)
+{
+	atomic_store(&c->what, kind);
+	atomic_store(&c->count, (long long)count);
+	atomic_store(&c->started_ns, now_ns());
+}
+
+static void unwatch(struct mpi_comm *c)
+{
+	atomic_store(&c->started_ns, 0);
+}
+
+/* ---- collectives ---------------------------------------------------------- */
+
+static kiln_status mpi_fail(struct mpi_comm *c, int rc, const char *what)
+{
+	char s[MPI_MAX_ERROR_STRING];
+	int n = 0;
+	MPI_Error_string(rc, s, &n);
+	return H->error(KILN_EIO, "mpi: rank %d of %d: %s failed: %.*s", c->rank, c->world, what,
+			n, s);
+}
+
+static kiln_status reduce_in_place(struct mpi_comm *c, void *buf, size_t n, int dt)
+{
+	if (n > (size_t)1 << 30)
+		return H->error(KILN_ENOTSUP, "mpi: a reduction of %zu elements (at most 2^30 per call)", n);
+	int rc = dt == KILN_F32 ? MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)
+				: MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, c->u16,
+						c->sum16[dt == KILN_F16], MPI_COMM_WORLD);
+	return rc == MPI_SUCCESS ? KILN_OK : mpi_fail(c, rc, "MPI_Allreduce");
+}
+
+static kiln_status run_job(void *arg)
+{
+	struct job *j = arg;
+	struct mpi_comm *c = j->c;
+	size_t es = dtype_size(j->dtype);
+	kiln_status st = KILN_OK;
+	int rc;
+	watch(c, j->kind, j->count);
+	switch (j->kind) {
+	case K_ALLREDUCE:
+		st = reduce_in_place(c, j->buf, j->count, j->dtype);
+		if (!st && j->op == KILN_REDUCE_AVG && c->world > 1)
+			scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
+		break;
+	case K_BROADCAST:
+		if (j->count * es > (size_t)1 << 30) {
+			st = H->error(KILN_ENOTSUP, "mpi: a broadcast of %zu bytes (at most 1 GiB)", j->count * es);
+			break;
+		}
+		rc = MPI_Bcast(j->buf, (int)(j->count * es), MPI_BYTE, j->root, MPI_COMM_WORLD);
+		if (rc != MPI_SUCCESS)
+			st = mpi_fail(c, rc, "MPI_Bcast");
+		break;
+	case K_ALLGATHER:
+		rc = MPI_Allgather(j->send, (int)(j->count * es), MPI_BYTE, j->buf,
+				   (int)(j->count * es), MPI_BYTE, MPI_COMM_WORLD);
+		if (rc != MPI_SUCCESS)
+			st = mpi_fail(c, rc, "MPI_Allgather");
+		break;
+	case K_REDUCE_SCATTER:
+		if (j->dtype == KILN_F32)
+			rc = MPI_Reduce_scatter_block(j->send, j->buf, (int)j->count, MPI_FLOAT, MPI_SUM,
+						      MPI_COMM_WORLD);
+		else
+			rc = MPI_Reduce_scatter_block(j->send, j->buf, (int)j->count, c->u16,
+						      c->sum16[j->dtype == KILN_F16], MPI_COMM_WORLD);
+		if (rc != MPI_SUCCESS)
+			st = mpi_fail(c, rc, "MPI_Reduce_scatter_block");
+		else if (j->op == KILN_REDUCE_AVG && c->world > 1)
+			scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
+		break;
+	}
+	unwatch(c);
+	free(j);
+	return st;
+}
+
+static kiln_status enqueue(struct mpi_comm *c, struct job *j, void *stream, void *done)
+{
+	if (!j)
+		return H->error(KILN_ENOMEM, "mpi: out of memory");
+	j->c = c;
+	kiln_status st = H->device_host_fn(c->dev, stream, run_job, j);
+	if (st)
+		return st;
+	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;
+}
+
+static int reducible(int dt)
+{
+	return dt == KILN_F32 || dt == KILN_BF16 || dt == KILN_F16;
+}
+
+static kiln_status mpi_allreduce(void *ctx, void *buf, size_t count, int dtype, int op,
+				 void *stream, void *done)
+{
+	if (!reducible(dtype))
+		return H->error(KILN_ENOTSUP, "mpi: allreduce of dtype %d (f32, bf16, f16 only)", dtype);
+	struct job *j = calloc(1, sizeof *j);
+	if (j)
+		*j = (struct job){ .kind = K_ALLREDUCE, .buf = buf, .count = count, .dtype = dtype, .op = op };
+	return enqueue(ctx, j, stream, done);
+}
+
+static kiln_status mpi_broadcast(void *ctx, void *buf, size_t count, int dtype, int root,
+				 void *stream, void *done)
+{
+	struct job *j = calloc(1, sizeof *j);
+	if (j)
+		*j = (struct job){ .kind = K_BROADCAST, .buf = buf, .count = count, .dtype = dtype, .root = root };
+	return enqueue(ctx, j, stream, done);
+}
+
+static kiln_status mpi_allgather(void *ctx, const void *send, void *recv, size_t count, int dtype,
+				 void *stream, void *done)
+{
+	struct job *j = calloc(1, sizeof *j);
+	if (j)
+		*j = (struct job){ .kind = K_ALLGATHER, .send = send, .buf = recv, .count = count,
+				   .dtype = dtype };
+	return enqueue(ctx, j, stream, done);
+}
+
+static kiln_status mpi_reduce_scatter(void *ctx, const void *send, void *recv, size_t count,
+				      int dtype, int op, void *stream, void *done)
+{
+	if (!reducible(dtype))
+		return H->error(KILN_ENOTSUP, "mpi: reduce_scatter of dtype %d (f32, bf16, f16 only)", dtype);
+	struct job *j = calloc(1, sizeof *j);
+	if (j)
+		*j = (struct job){ .kind = K_REDUCE_SCATTER, .send = send, .buf = recv, .count = count,
+				   .dtype = dtype, .op = op };
+	return enqueue(ctx, j, stream, done);
+}
+
+static kiln_status mpi_barrier(void *ctx)
+{
+	struct mpi_comm *c = ctx;
+	watch(c, K_BARRIER, 0);
+	int rc = MPI_Barrier(MPI_COMM_WORLD);
+	unwatch(c);
+	return rc == MPI_SUCCESS ? KILN_OK : mpi_fail(c, rc, "MPI_Barrier");
+}
+
+static const char *mpi_describe(void *ctx)
+{
+	return ((struct mpi_comm *)ctx)->desc;
+}
+
+static void mpi_close(void *ctx)
+{
+	struct mpi_comm *c = ctx;
+	if (!c)
+		return;
+	if (c->dog_on) {
+		pthread_mutex_lock(&c->lock);
+		c->quit = 1;
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+		pthread_join(c->dog, NULL);
+	}
+	int fin = 0;
+	MPI_Finalized(&fin);
+	if (!fin) {
+		MPI_Op_free(&c->sum16[0]);
+		MPI_Op_free(&c->sum16[1]);
+		MPI_Type_free(&c->u16);
+		MPI_Finalize();
+	}
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cond);
+	free(c);
+}
+
+static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			    struct kiln_store *store, struct kiln_device *dev, int rank, int world,
+			    int timeout_ms, void **out)
+{
+	int inited = 0, provided = 0, r, w;
+	(void)cfg;
+	(void)store;
+	H = host;
+	*out = NULL;
+	if (strcmp(host->device_name(dev), "cpu"))
+		return host->error(KILN_ENOTSUP, "mpi: collectives on host memory only, and [run] device = %s keeps its tensors elsewhere: use [run] comm = nccl",
+				   host->device_name(dev));
+	MPI_Initialized(&inited);
+	if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+		return host->error(KILN_EIO, "mpi: MPI_Init_thread failed (was this process started by mpirun or srun?)");
+	if (!inited && provided < MPI_THREAD_SERIALIZED)
+		return host->error(KILN_ENOTSUP, "mpi: the MPI library offers thread level %d; kiln needs MPI_THREAD_SERIALIZED or better",
+				   provided);
+	MPI_Comm_rank(MPI_COMM_WORLD, &r);
+	MPI_Comm_size(MPI_COMM_WORLD, &w);
+	if (r != rank || w != world)
+		return host->error(KILN_EUSAGE, "mpi: MPI says rank %d of %d but the environment said rank %d of %d: start kiln with mpirun/srun alone (not inside kiln launch)",
+				   r, w, rank, world);
+	struct mpi_comm *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "mpi: out of memory");
+	c->dev = dev;
+	c->rank = r;
+	c->world = w;
+	c->timeout_ms = timeout_ms;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	MPI_Type_contiguous(2, MPI_BYTE, &c->u16);
+	MPI_Type_commit(&c->u16);
+	MPI_Op_create(sum_bf16, 1, &c->sum16[0]);
+	MPI_Op_create(sum_f16, 1, &c->sum16[1]);
+	int rc = pthread_create(&c->dog, NULL, watchdog, c);
+	if (rc) {
+		mpi_close(c);
+		return host->error(KILN_EIO, "mpi: starting the watchdog thread: %s", strerror(rc));
+	}
+	c->dog_on = 1;
+	char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+	int n = 0;
+	MPI_Get_library_version(lib, &n);
+	char *nl = strchr(lib, ',');
+	if (nl)
+		*nl = 0;
+	snprintf(c->desc, sizeof c->desc, "%.100s, thread level %d, watchdog at %.0f s", lib,
+		 inited ? -1 : provided, timeout_ms / 1000.0);
+	*out = c;
+	return KILN_OK;
+}
+
+static int mpi_probe(const struct kiln_host *host, char *why, size_t n)
+{
+	(void)host;
+	(void)why;
+	(void)n;
+	return 0;
+}
+
+static const struct kiln_comm_ops mpi_ops = {
+	.version = KILN_COMM_OPS_VERSION,
+	.open = mpi_open,
+	.close = mpi_close,
+	.allreduce = mpi_allreduce,
+	.broadcast = mpi_broadcast,
+	.allgather = mpi_allgather,
+	.reduce_scatter = mpi_reduce_scatter,
+	.barrier = mpi_barrier,
+	.describe = mpi_describe,
+};
+
+static const struct kiln_plugin mpi_plugin = {
+	.abi_major = KILN_ABI_MAJOR,
+	.abi_minor = KILN_ABI_MINOR,
+	.kind = KILN_PLUGIN_COMM,
+	.name = "mpi",
+	.summary = "MPI collectives (Open MPI; CPU tensors; start with mpirun or srun)",
+	.ops = &mpi_ops,
+	.keys = NULL,
+	.probe = mpi_probe,
+};
+
+static const struct kiln_plugin *const mpi_plugins[] = { &mpi_plugin, NULL };
+
+KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
+{
+	if (host->version < 4) {
+		host->error(KILN_EABI, "mpi: needs host table version 4 (kiln ABI 1.3), the core offers %u",
+			    host->version);
+		return NULL;
+	}
+	H = host;
+	return mpi_plugins;
+}

@@ -1,0 +1,304 @@
+/* plugins/nccl/nccl.c - the NCCL communicator (kiln-nccl.so), for the CUDA
+ * device.
+ *
+ * Bootstrap: rank 0 makes the unique id (ncclGetUniqueId) and sets it in
+ * kiln's store under "nccl/<n>/id"; the others get it, and every rank calls
+ * ncclCommInitRankConfig in non-blocking mode, polling
+ * ncclCommGetAsyncError until it is ready or [dist] timeout passes (then
+ * ncclCommAbort and KILN_ETIMEOUT).  Each rank uses the GPU the CUDA device
+ * opened (one GPU per rank: `kiln launch -n <GPUs>` with the device ordinal
+ * from KILN_LOCAL_RANK is the intended use).
+ *
+ * Collectives are enqueued by NCCL itself on the CUDA stream behind the
+ * kiln stream (the device's KILN_PROC_NATIVE_STREAM), and `done` is
+ * recorded after them with the device's event_record.  Averages use
+ * ncclAvg; bf16 and f16 are NCCL's own types.
+ *
+ * Timeouts of collectives: a watchdog thread would poll
+ * ncclCommGetAsyncError and the completion of the last enqueued collective
+ * and abort the communicator past the timeout; that is not written yet
+ * (docs/distributed.md lists it), so a dead peer can hang a NCCL run.
+ *
+ * Without a GPU the plugin loads and its probe says "no CUDA device".
+ */
+#include <kiln/plugin.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const struct kiln_host *H;
+
+struct nccl_comm {
+	struct kiln_device *dev;
+	ncclComm_t comm;
+	int rank, world, timeout_ms;
+	void *(*native)(void *ctx, void *stream);
+	char desc[128];
+};
+
+static kiln_status nccl_fail(ncclResult_t r, const char *what, int line)
+{
+	return H->error(KILN_EIO, "nccl: %s failed at plugins/nccl/nccl.c:%d: %s", what, line,
+			ncclGetErrorString(r));
+}
+
+static int dtype_of(int dt, ncclDataType_t *out)
+{
+	switch (dt) {
+	case KILN_F32: *out = ncclFloat32; return 1;
+	case KILN_F16: *out = ncclFloat16; return 1;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+	case KILN_BF16: *out = ncclBfloat16; return 1;
+#endif
+	case KILN_I32: *out = ncclInt32; return 1;
+	case KILN_I64: *out = ncclInt64; return 1;
+	case KILN_U8: *out = ncclUint8; return 1;
+	default: return 0;
+	}
+}
+
+static cudaStream_t native(struct nccl_comm *c, void *stream)
+{
+	return (cudaStream_t)c->native(NULL, stream);
+}
+
+static kiln_status finish(struct nccl_comm *c, ncclResult_t r, const char *what, void *stream,
+			  void *done)
+{
+	if (r != ncclSuccess)
+		return H->error(KILN_EIO, "nccl: rank %d of %d: %s failed: %s", c->rank, c->world, what,
+				ncclGetErrorString(r));
+	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;
+}
+
+static kiln_status nccl_allreduce(void *ctx, void *buf, size_t count, int dtype, int op,
+				  void *stream, void *done)
+{
+	struct nccl_comm *c = ctx;
+	ncclDataType_t t;
+	if (!dtype_of(dtype, &t) || (dtype != KILN_F32 && dtype != KILN_F16 && dtype != KILN_BF16))
+		return H->error(KILN_ENOTSUP, "nccl: allreduce of dtype %d (f32, bf16, f16 only)", dtype);
+	ncclResult_t r = ncclAllReduce(buf, buf, count, t, op == KILN_REDUCE_AVG ? ncclAvg : ncclSum,
+				       c->comm, native(c, stream));
+	return finish(c, r, "ncclAllReduce", stream, done);
+}
+
+static kiln_status nccl_broadcast(void *ctx, void *buf, size_t count, int dtype, int root,
+				  void *stream, void *done)
+{
+	struct nccl_comm *c = ctx;
+	ncclDataType_t t;
+	if (!dtype_of(dtype, &t))
+		return H->error(KILN_ENOTSUP, "nccl: broadcast of dtype %d", dtype);
+	ncclResult_t r = ncclBroadcast(buf, buf, count, t, root, c->comm, native(c, stream));
+	return finish(c, r, "ncclBroadcast", stream, done);
+}
+
+static kiln_status nccl_allgather(void *ctx, const void *send, void *recv, size_t count, int dtype,
+				  void *stream, void *done)
+{
+	struct nccl_comm *c = ctx;
+	ncclDataType_t t;
+	if (!dtype_of(dtype, &t))
+		return H->error(KILN_ENOTSUP, "nccl: allgather of dtype %d", dtype);
+	ncclResult_t r = ncclAllGather(send, recv, count, t, c->comm, native(c, stream));
+	return finish(c, r, "ncclAllGather", stream, done);
+}
+
+static kiln_status nccl_reduce_scatter(void *ctx, const void *send, void *recv, size_t count,
+				       int dtype, int op, void *stream, void *done)
+{
+	struct nccl_comm *c = ctx;
+	ncclDataType_t t;
+	if (!dtype_of(dtype, &t))
+		return H->error(KILN_ENOTSUP, "nccl: reduce_scatter of dtype %d", dtype);
+	ncclResult_t r = ncclReduceScatter(send, recv, count, t,
+					   op == KILN_REDUCE_AVG ? ncclAvg : ncclSum, c->comm,
+					   native(c, stream));
+	return finish(c, r, "ncclReduceScatter", stream, done);
+}
+
+/* An allreduce of one float on a private stream, waited for. */
+static kiln_status nccl_barrier(void *ctx)
+{
+	struct nccl_comm *c = ctx;
+	float *d = NULL;
+	cudaStream_t s;
+	if (cudaStreamCreate(&s) != cudaSuccess)
+		return H->error(KILN_EDEVICE, "nccl: barrier: cudaStreamCreate failed");
+	kiln_status st = KILN_OK;
+	if (cudaMalloc((void **)&d, sizeof(float)) != cudaSuccess) {
+		st = H->error(KILN_EDEVICE, "nccl: barrier: cudaMalloc failed");
+	} else {
+		ncclResult_t r = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, c->comm, s);
+		if (r != ncclSuccess)
+			st = nccl_fail(r, "ncclAllReduce (barrier)", __LINE__);
+		else if (cudaStreamSynchronize(s) != cudaSuccess)
+			st = H->error(KILN_EDEVICE, "nccl: barrier: cudaStreamSynchronize failed");
+		cudaFree(d);
+	}
+	cudaStreamDestroy(s);
+	return st;
+}
+
+static const char *nccl_describe(void *ctx)
+{
+	return ((struct nccl_comm *)ctx)->desc;
+}
+
+static void nccl_close(void *ctx)
+{
+	struct nccl_comm *c = ctx;
+	if (!c)
+		return;
+	if (c->comm)
+		ncclCommDestroy(c->comm);
+	free(c);
+}
+
+static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			     struct kiln_store *store, struct kiln_device *dev, int rank, int world,
+			     int timeout_ms, void **out)
+{
+	static int generation;
+	(void)cfg;
+	H = host;
+	*out = NULL;
+	if (strcmp(host->device_name(dev), "cuda"))
+		return host->error(KILN_ENOTSUP, "nccl: needs [run] device = cuda (this run's device is %s; use [run] comm = gloo or mpi)",
+				   host->device_name(dev));
+	struct nccl_comm *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "nccl: out of memory");
+	c->dev = dev;
+	c->rank = rank;
+	c->world = world;
+	c->timeout_ms = timeout_ms;
+	c->native = (void *(*)(void *, void *))host->device_proc(dev, KILN_PROC_NATIVE_STREAM);
+	if (!c->native) {
+		free(c);
+		return host->error(KILN_ENOTSUP, "nccl: the cuda device does not expose its streams (KILN_PROC_NATIVE_STREAM)");
+	}
+	/* the unique id through the store */
+	char key[64];
+	ncclUniqueId id;
+	kiln_status st;
+	snprintf(key, sizeof key, "nccl/%d/id", generation++);
+	if (rank == 0) {
+		ncclResult_t r = ncclGetUniqueId(&id);
+		if (r != ncclSuccess) {
+			free(c);
+			return nccl_fail(r, "ncclGetUniqueId", __LINE__);
+		}
+		if ((st = host->store_set(store, key, &id, sizeof id))) {
+			free(c);
+			return st;
+		}
+	} else {
+		void *v = NULL;
+		size_t n = 0;
+		if ((st = host->store_get(store, key, timeout_ms, &v, &n))) {
+			free(c);
+			return st;
+		}
+		if (n != sizeof id) {
+			host->free(v);
+			free(c);
+			return host->error(KILN_EIO, "nccl: the unique id in the store has %zu bytes, not %zu", n,
+					   sizeof id);
+		}
+		memcpy(&id, v, sizeof id);
+		host->free(v);
+	}
+	/* non-blocking init, bounded by the timeout */
+	ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
+	conf.blocking = 0;
+	ncclResult_t r = ncclCommInitRankConfig(&c->comm, world, id, rank, &conf);
+	if (r != ncclSuccess && r != ncclInProgress) {
+		free(c);
+		return nccl_fail(r, "ncclCommInitRankConfig", __LINE__);
+	}
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		ncclResult_t a = ncclSuccess;
+		ncclCommGetAsyncError(c->comm, &a);
+		if (a == ncclSuccess)
+			break;
+		if (a != ncclInProgress) {
+			ncclCommAbort(c->comm);
+			free(c);
+			return nccl_fail(a, "ncclCommInitRankConfig (async)", __LINE__);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > timeout_ms) {
+			ncclCommAbort(c->comm);
+			free(c);
+			return host->error(KILN_ETIMEOUT, "nccl: rank %d of %d: the communicator did not connect within %.1f s",
+					   rank, world, timeout_ms / 1000.0);
+		}
+		usleep(1000);
+	}
+	int v = 0;
+	ncclGetVersion(&v);
+	snprintf(c->desc, sizeof c->desc, "NCCL %d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
+	*out = c;
+	return KILN_OK;
+}
+
+static int nccl_probe(const struct kiln_host *host, char *why, size_t n)
+{
+	int count = 0;
+	(void)host;
+	cudaError_t e = cudaGetDeviceCount(&count);
+	if (e != cudaSuccess || count == 0) {
+		snprintf(why, n, "no CUDA device%s%s", e != cudaSuccess ? " (" : "",
+			 e != cudaSuccess ? cudaGetErrorString(e) : "");
+		if (e != cudaSuccess && strlen(why) + 2 < n)
+			strcat(why, ")");
+		return 1;
+	}
+	return 0;
+}
+
+static const struct kiln_comm_ops nccl_ops = {
+	.version = KILN_COMM_OPS_VERSION,
+	.open = nccl_open,
+	.close = nccl_close,
+	.allreduce = nccl_allreduce,
+	.broadcast = nccl_broadcast,
+	.allgather = nccl_allgather,
+	.reduce_scatter = nccl_reduce_scatter,
+	.barrier = nccl_barrier,
+	.describe = nccl_describe,
+};
+
+static const struct kiln_plugin nccl_plugin = {
+	.abi_major = KILN_ABI_MAJOR,
+	.abi_minor = KILN_ABI_MINOR,
+	.kind = KILN_PLUGIN_COMM,
+	.name = "nccl",
+	.summary = "NCCL collectives on CUDA streams (GPU tensors)",
+	.ops = &nccl_ops,
+	.keys = NULL,
+	.probe = nccl_probe,
+};
+
+static const struct kiln_plugin *const nccl_plugins[] = { &nccl_plugin, NULL };
+
+KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
+{
+	if (host->version < 4) {
+		host->error(KILN_EABI, "nccl: needs host table version 4 (kiln ABI 1.3), the core offers %u",
+			    host->version);
+		return NULL;
+	}
+	H = host;
+	return nccl_plugins;
+}

@@ -1,0 +1,327 @@
+/* tests/check_store.c - the rendezvous store and the environment parser
+ * (kiln/dist.h), on loopback with ephemeral ports:
+ *
+ * - set/get/check/add round trips; a get parks until another client sets
+ *   the key; values carry embedded NULs;
+ * - a get of a key nobody sets times out with KILN_ETIMEOUT in about the
+ *   time asked;
+ * - a rendezvous of 3 where only 2 arrive times out naming the missing rank;
+ * - a client that dies (no goodbye) is reported as the lost rank, one that
+ *   closes cleanly is not;
+ * - connecting where nothing listens times out naming host:port;
+ * - rank/world/master from KILN_*, torchrun, Slurm and Open MPI variables,
+ *   and clear errors for malformed ones.
+ */
+#include <kiln/kiln.h>
+#include <kiln/dist.h>
+
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+START_TEST(test_set_get_add)
+{
+	struct kiln_store *s0, *s1;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	ck_assert_int_gt(port, 0);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_OK);
+	ck_assert_int_eq(kiln_store_set(s0, "a", "x\0y", 3), KILN_OK);
+	void *v;
+	size_t n;
+	ck_assert_int_eq(kiln_store_get(s1, "a", 1000, &v, &n), KILN_OK);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_int_eq(memcmp(v, "x\0y", 3), 0);
+	free(v);
+	ck_assert_int_eq(kiln_store_check(s1, "nope", &v, &n), KILN_OK);
+	ck_assert_ptr_null(v);
+	int64_t c;
+	ck_assert_int_eq(kiln_store_add(s0, "ctr", 5, &c), KILN_OK);
+	ck_assert_int_eq(c, 5);
+	ck_assert_int_eq(kiln_store_add(s1, "ctr", -2, &c), KILN_OK);
+	ck_assert_int_eq(c, 3);
+	/* a large value */
+	size_t big = 3u << 20;
+	char *b = malloc(big);
+	for (size_t i = 0; i < big; i++)
+		b[i] = (char)(i * 7);
+	ck_assert_int_eq(kiln_store_set(s1, "big", b, big), KILN_OK);
+	ck_assert_int_eq(kiln_store_get(s0, "big", 1000, &v, &n), KILN_OK);
+	ck_assert_uint_eq(n, big);
+	ck_assert_int_eq(memcmp(v, b, big), 0);
+	free(v);
+	free(b);
+	kiln_store_close(s1);
+	kiln_store_close(s0);
+}
+END_TEST
+
+struct later {
+	int port;
+	int delay_ms;
+};
+
+static void *set_later(void *arg)
+{
+	struct later *l = arg;
+	struct kiln_store *s;
+	if (kiln_store_open("127.0.0.1", l->port, 0, 1, 2, 5000, &s))
+		return NULL;
+	usleep((useconds_t)l->delay_ms * 1000);
+	kiln_store_set(s, "late", "42", 2);
+	kiln_store_close(s);
+	return NULL;
+}
+
+START_TEST(test_get_waits)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	struct later l = { kiln_store_port(s0), 300 };
+	pthread_t th;
+	double t0 = now();
+	pthread_create(&th, NULL, set_later, &l);
+	void *v;
+	size_t n;
+	const char *keys[] = { "late" };
+	ck_assert_int_eq(kiln_store_wait(s0, keys, 1, 5000), KILN_OK);
+	ck_assert_int_eq(kiln_store_get(s0, "late", 5000, &v, &n), KILN_OK);
+	ck_assert_double_ge(now() - t0, 0.25);
+	ck_assert_str_eq(v, "42");
+	free(v);
+	pthread_join(th, NULL);
+	/* a clean close is not a loss */
+	ck_assert_int_eq(kiln_store_lost_rank(s0, 200), -1);
+	kiln_store_close(s0);
+}
+END_TEST
+
+START_TEST(test_get_timeout)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 1, 5000, &s0), KILN_OK);
+	void *v;
+	double t0 = now();
+	ck_assert_int_eq(kiln_store_get(s0, "never", 400, &v, NULL), KILN_ETIMEOUT);
+	double dt = now() - t0;
+	ck_assert_double_ge(dt, 0.35);
+	ck_assert_double_le(dt, 3.0);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "'never' was not set within 0.4 s"));
+	kiln_store_close(s0);
+}
+END_TEST
+
+static void *join_rank2(void *arg)
+{
+	struct kiln_store *s;
+	int port = *(int *)arg;
+	if (!kiln_store_open("127.0.0.1", port, 0, 2, 3, 5000, &s)) {
+		kiln_store_rendezvous(s, 2, 3, 800);
+		kiln_store_close(s);
+	}
+	return NULL;
+}
+
+START_TEST(test_rendezvous_timeout)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	pthread_t th;
+	pthread_create(&th, NULL, join_rank2, &port);
+	double t0 = now();
+	ck_assert_int_eq(kiln_store_rendezvous(s0, 0, 3, 800), KILN_ETIMEOUT);
+	ck_assert_double_le(now() - t0, 5.0);
+	const char *msg = kiln_last_error();
+	ck_assert_msg(strstr(msg, "rendezvous timed out") && strstr(msg, "rank 1 never arrived"),
+		      "message: %s", msg);
+	pthread_join(th, NULL);
+	kiln_store_close(s0);
+}
+END_TEST
+
+START_TEST(test_rendezvous_ok)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 3, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	pid_t kids[2];
+	for (int r = 1; r <= 2; r++) {
+		if (!(kids[r - 1] = fork())) {
+			struct kiln_store *s;
+			if (kiln_store_open("127.0.0.1", port, 0, r, 3, 5000, &s) ||
+			    kiln_store_rendezvous(s, r, 3, 5000))
+				_exit(1);
+			kiln_store_close(s);
+			_exit(0);
+		}
+	}
+	ck_assert_int_eq(kiln_store_rendezvous(s0, 0, 3, 5000), KILN_OK);
+	for (int r = 0; r < 2; r++) {
+		int ws;
+		waitpid(kids[r], &ws, 0);
+		ck_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	}
+	kiln_store_close(s0);
+}
+END_TEST
+
+START_TEST(test_lost_rank)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 4, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	pid_t kid = fork();
+	if (!kid) {
+		struct kiln_store *s;
+		if (kiln_store_open("127.0.0.1", port, 0, 3, 4, 5000, &s))
+			_exit(1);
+		kiln_store_set(s, "ready", "1", 1);
+		pause(); /* killed below: no goodbye */
+		_exit(0);
+	}
+	void *v;
+	ck_assert_int_eq(kiln_store_get(s0, "ready", 5000, &v, NULL), KILN_OK);
+	free(v);
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+	ck_assert_int_eq(kiln_store_lost_rank(s0, 3000), 3);
+	kiln_store_close(s0);
+}
+END_TEST
+
+START_TEST(test_nobody_listens)
+{
+	struct kiln_store *s0, *s;
+	/* a port that was just free */
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 1, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	kiln_store_close(s0);
+	double t0 = now();
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 500, &s), KILN_ETIMEOUT);
+	ck_assert_double_le(now() - t0, 3.0);
+	char want[64];
+	snprintf(want, sizeof want, "127.0.0.1:%d", port);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), want));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "rank 1 of 2"));
+}
+END_TEST
+
+static void clear_env(void)
+{
+	static const char *const vars[] = {
+		"KILN_RANK", "KILN_WORLD_SIZE", "KILN_LOCAL_RANK", "KILN_LOCAL_WORLD_SIZE",
+		"KILN_MASTER_ADDR", "KILN_MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+		"LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+		"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_RANK",
+		"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"
+	};
+	for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+		unsetenv(vars[i]);
+}
+
+START_TEST(test_env)
+{
+	struct kiln_dist_env e;
+	clear_env();
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_OK);
+	ck_assert_int_eq(e.world, 1);
+	ck_assert_str_eq(e.source, "none");
+	ck_assert_str_eq(e.master_addr, "127.0.0.1");
+	ck_assert_int_eq(e.master_port, 29500);
+
+	setenv("RANK", "3", 1);
+	setenv("WORLD_SIZE", "8", 1);
+	setenv("LOCAL_RANK", "1", 1);
+	setenv("MASTER_ADDR", "node7", 1);
+	setenv("MASTER_PORT", "1234", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_OK);
+	ck_assert_str_eq(e.source, "torchrun");
+	ck_assert_int_eq(e.rank, 3);
+	ck_assert_int_eq(e.world, 8);
+	ck_assert_int_eq(e.local_rank, 1);
+	ck_assert_str_eq(e.master_addr, "node7");
+	ck_assert_int_eq(e.master_port, 1234);
+
+	/* KILN_* wins */
+	setenv("KILN_RANK", "0", 1);
+	setenv("KILN_WORLD_SIZE", "2", 1);
+	setenv("KILN_MASTER_PORT", "999", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_OK);
+	ck_assert_str_eq(e.source, "KILN_*");
+	ck_assert_int_eq(e.world, 2);
+	ck_assert_int_eq(e.master_port, 999);
+
+	clear_env();
+	setenv("SLURM_PROCID", "5", 1);
+	setenv("SLURM_NTASKS", "6", 1);
+	setenv("SLURM_LOCALID", "1", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_OK);
+	ck_assert_str_eq(e.source, "Slurm");
+	ck_assert_int_eq(e.rank, 5);
+	ck_assert_int_eq(e.local_rank, 1);
+
+	clear_env();
+	setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+	setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_OK);
+	ck_assert_str_eq(e.source, "Open MPI");
+	ck_assert_int_eq(e.rank, 1);
+
+	clear_env();
+	setenv("KILN_RANK", "2", 1);
+	setenv("KILN_WORLD_SIZE", "2", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "KILN_RANK=2 with KILN_WORLD_SIZE=2"));
+	setenv("KILN_RANK", "x", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "KILN_RANK='x'"));
+	clear_env();
+	setenv("RANK", "0", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "WORLD_SIZE is not"));
+	clear_env();
+	setenv("MASTER_PORT", "70000", 1);
+	ck_assert_int_eq(kiln_dist_env_read(&e), KILN_EUSAGE);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "MASTER_PORT='70000'"));
+}
+END_TEST
+
+static Suite *make_store_suite(void)
+{
+	Suite *s = suite_create("store");
+	TCase *tc = tcase_create("store");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_set_get_add);
+	tcase_add_test(tc, test_get_waits);
+	tcase_add_test(tc, test_get_timeout);
+	tcase_add_test(tc, test_rendezvous_timeout);
+	tcase_add_test(tc, test_rendezvous_ok);
+	tcase_add_test(tc, test_lost_rank);
+	tcase_add_test(tc, test_nobody_listens);
+	tcase_add_test(tc, test_env);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(make_store_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

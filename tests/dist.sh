@@ -1,0 +1,175 @@
+#!/bin/sh
+# tests/dist.sh - data-parallel training on loopback with `kiln launch` and
+# the Gloo communicator (docs/distributed.md).  Fashion-MNIST, 2048
+# samples, an MLP without dropout, SGD with momentum; every run takes
+# 64 optimizer steps of a global batch of 64.  Asserts:
+#  1. 2 and 4 ranks (batch 32 and 16 per rank) end with parameters and
+#     momentum equal, to float tolerance (1e-5 relative), to one process
+#     with batch 64; the logged loss of the last step agrees to 4 digits;
+#  2. a checkpoint written by 2 ranks at step 20 resumes on 1 and on 4
+#     ranks and ends equal to the uninterrupted run (1e-5), and only rank 0
+#     writes checkpoints;
+#  3. a rank killed with SIGKILL mid-run makes both other ranks exit
+#     non-zero within [dist] timeout with a message naming rank 1;
+#  4. a rendezvous that never completes (rank 1 of 2 never starts) fails
+#     within the timeout naming the missing rank;
+#  5. `kiln launch` stops the others when one rank fails and exits with
+#     its status, naming it; the environment it gives each rank is right.
+# Every process runs under `timeout`, so a hang fails the test.
+set -u
+: "${top_builddir:=.}"
+: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
+kiln="$abs_top_builddir/kiln"
+tool="$abs_top_builddir/tests/ckpt_tool"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
+[ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ] || { echo "SKIP: the gloo plugin is not built"; exit 77; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-dist.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+cat > "$tmp/mlp.ini" <<'EOF'
+[run]
+seed = 5
+threads = 1
+comm = gloo
+[data]
+source = idx
+limit = 2048
+mean = 0.286
+std = 0.353
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 64
+[layer.r1]
+type = relu
+[layer.fc2]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 2
+batch = 64
+lr = 0.05
+momentum = 0.9
+log_every = 16
+eval = 0
+checkpoint_every = 1000
+[plugin.cpu]
+async = 1
+[dist]
+bucket_mb = 0.05
+timeout = 20
+EOF
+
+# run NAME NPROC BATCH [overrides...]: kiln launch -n NPROC (NPROC 0: one
+# plain process), output in $tmp/NAME.log, out_dir $tmp/NAME
+run() {
+	name=$1 n=$2 b=$3
+	shift 3
+	if [ "$n" = 0 ]; then
+		timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" train.batch="$b" "$@" \
+			> "$tmp/$name.log" 2>&1
+	else
+		timeout 120 "$kiln" launch -n "$n" -- "$kiln" train "$tmp/mlp.ini" \
+			run.out_dir="$tmp/$name" train.batch="$b" "$@" > "$tmp/$name.log" 2>&1
+	fi
+	rc=$?
+	[ $rc = 0 ] || { bad "$name exited $rc"; tail -20 "$tmp/$name.log"; }
+}
+ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
+close() {
+	"$tool" close "$1" "$2" 1e-5 params optim.momentum || bad "$3: parameters differ"
+}
+last_loss() { grep 'step 32/32' "$tmp/$1.log" | tail -1 | sed 's/.*loss \([0-9.]*\).*/\1/'; }
+
+# ---- 1. equivalence with one process on the same global batch ----------
+run one 0 64
+run two 2 32
+run four 4 16
+close "$(ck one 64)" "$(ck two 64)" "2 ranks vs 1 process"
+close "$(ck one 64)" "$(ck four 64)" "4 ranks vs 1 process"
+l1=$(last_loss one) l2=$(last_loss two) l4=$(last_loss four)
+echo "last logged loss: 1 process $l1, 2 ranks $l2, 4 ranks $l4"
+[ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$l1" = "$l4" ] || bad "logged losses differ: $l1 $l2 $l4"
+grep -q "rank 0 of 2 (local 0; from KILN_\*), comm gloo" "$tmp/two.log" || bad "rank 0 did not log its group"
+grep -q "gradient bucket(s)" "$tmp/two.log" || bad "no bucket line"
+n=$(ls "$tmp/two/checkpoints" | grep -c '\.kiln$')
+[ "$n" = 1 ] || bad "2 ranks wrote $n checkpoint files, expected 1 (rank 0 only)"
+
+# ---- 2. a 2-rank checkpoint resumes on 1 and on 4 ranks -----------------
+run part 2 32 train.max_steps=20
+[ -f "$(ck part 20)" ] || bad "no checkpoint at step 20"
+cp -r "$tmp/part" "$tmp/res1"
+cp -r "$tmp/part" "$tmp/res4"
+run res1 0 64 train.resume=1
+run res4 4 16 train.resume=1
+grep -q "written by 2 rank(s), this run has 1" "$tmp/res1.log" || bad "resume on 1 rank not logged"
+close "$(ck one 64)" "$(ck res1 64)" "2-rank checkpoint resumed on 1 rank"
+close "$(ck one 64)" "$(ck res4 64)" "2-rank checkpoint resumed on 4 ranks"
+
+# ---- 3. a rank dies: the others fail, naming it --------------------------
+# a TCP port free a moment ago (the rendezvous store binds it next)
+free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $(( 20000 + ($$ + $1) % 20000 ))
+}
+port=$(free_port 0)
+for r in 0 1 2; do
+	KILN_RANK=$r KILN_WORLD_SIZE=3 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$tmp/mlp.ini" \
+		run.out_dir="$tmp/dead$r" train.batch=8 train.epochs=1000 train.log_every=1 \
+		dist.timeout=10 > "$tmp/dead$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+# wait until rank 1 trains, then kill it
+i=0
+while [ $i -lt 300 ] && ! grep -q "step " "$tmp/dead1.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+t0=$(date +%s)
+pkill -KILL -P "$pid1" 2>/dev/null
+kill -KILL "$pid1" 2>/dev/null
+wait "$pid0"; rc0=$?
+wait "$pid2"; rc2=$?
+dt=$(( $(date +%s) - t0 ))
+wait "$pid1" 2>/dev/null
+echo "after rank 1 was killed: rank 0 exited $rc0, rank 2 exited $rc2, after ${dt}s"
+for r in 0 2; do
+	eval "rc=\$rc$r"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "rank $r exited $rc after rank 1 died"
+	grep -q "rank 1 was lost" "$tmp/dead$r.log" || { bad "rank $r does not name rank 1"; tail -3 "$tmp/dead$r.log"; }
+done
+[ "$dt" -le 15 ] || bad "the survivors took ${dt}s (timeout 10 s)"
+
+# ---- 4. a rendezvous that never completes --------------------------------
+t0=$(date +%s)
+KILN_RANK=0 KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$(free_port 1) timeout 60 "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/rdv" dist.timeout=2 > "$tmp/rdv.log" 2>&1
+rc=$?
+dt=$(( $(date +%s) - t0 ))
+[ $rc != 0 ] && [ $rc != 124 ] || bad "a lone rank 0 of 2 exited $rc"
+grep -q "rendezvous timed out after 2.0 s" "$tmp/rdv.log" && grep -q "rank 1 never arrived" "$tmp/rdv.log" ||
+	{ bad "no clear rendezvous error"; cat "$tmp/rdv.log"; }
+[ "$dt" -le 10 ] || bad "the rendezvous timeout took ${dt}s"
+
+# ---- 5. kiln launch: environment, a failing rank -------------------------
+timeout 30 "$kiln" launch -n 3 -- sh -c 'echo "env $KILN_RANK $KILN_WORLD_SIZE $KILN_LOCAL_RANK $KILN_LOCAL_WORLD_SIZE $KILN_MASTER_ADDR"' \
+	> "$tmp/env.log" 2>&1 || bad "launch of 3 echo ranks failed"
+for r in 0 1 2; do
+	grep -q "^env $r 3 $r 3 127.0.0.1$" "$tmp/env.log" || bad "rank $r's environment: $(cat "$tmp/env.log")"
+done
+t0=$(date +%s)
+timeout 60 "$kiln" launch -n 3 -- sh -c 'if [ "$KILN_RANK" = 1 ]; then sleep 0.5; exit 3; fi; sleep 50' \
+	> "$tmp/launch.log" 2>&1
+rc=$?
+dt=$(( $(date +%s) - t0 ))
+[ $rc = 3 ] || bad "kiln launch exited $rc when rank 1 exited 3"
+grep -q "rank 1 (pid [0-9]*) failed with exit status 3; stopping the other ranks" "$tmp/launch.log" ||
+	{ bad "kiln launch did not name rank 1"; cat "$tmp/launch.log"; }
+[ "$dt" -le 10 ] || bad "kiln launch took ${dt}s to stop the others"
+timeout 10 "$kiln" launch -- true > "$tmp/usage.log" 2>&1
+[ $? = 2 ] && grep -q -- "-n N is required" "$tmp/usage.log" || bad "launch without -n"
+
+exit $fail
