@@ -136,3 +136,4 @@ cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p, const struct kiln_o
 }
 #endif
 #endif /* KILN_CUDA_H */
+cudaError_t cuda_launch_scaler_update(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
