@@ -226,7 +226,7 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		if (!(op->f[1] >= 0 && op->f[1] <= 1))
 			return cuda_bad(c, op, KILN_EINVAL, "label smoothing f[1] outside [0, 1]");
 		p->sz[0] = cuda_numel(&op->out[1]); /* 3: also count top-5 */
-		p->sz[3] = CUDA_RED_BLOCKS * 3 * sizeof(double); /* block partials */
+		p->sz[3] = CUDA_RED_BLOCKS * 4 * sizeof(double); /* block partials (struct xent_part) */
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_CAST) {
