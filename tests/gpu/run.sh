@@ -50,9 +50,10 @@ if [ "${1:-}" = "--prepare" ]; then
 	# the GEMM parameter mapping of the CUDA device (cuda_gemm_map in
 	# plugins/cuda/cuda.h) against a row-major reference: host-only, so
 	# it is checked here, before any GPU time is spent
+	mkdir -p "$here/_build/gpu"
 	cc -O1 -I"$here/include" -I"$build" -I"${CUDA_HOME:-/usr/local/cuda}/include" \
-		-o "$build/gemm_map_test" "$here/plugins/cuda/gemm_map_test.c" -lm
-	"$build/gemm_map_test"
+		-o "$here/_build/gpu/gemm_map_test" "$here/plugins/cuda/gemm_map_test.c" -lm
+	"$here/_build/gpu/gemm_map_test"
 	if [ ! -f "$build/plugins/.libs/kiln-cuda.so" ]; then
 		echo "run.sh --prepare: $build has no plugins/.libs/kiln-cuda.so: configure found no CUDA toolkit (see the configure summary; --with-cuda=PATH)" >&2
 		exit 1
@@ -88,8 +89,8 @@ if [ "${1:-}" = "--prepare" ]; then
 	# must reach (the GPU machine has no kiln-cpu.so to compute it)
 	echo "training tests/gpu/mlp.ini on the cpu device for the reference accuracy..."
 	"$build/kiln" train "$here/tests/gpu/mlp.ini" run.device=cpu data.path="$src" \
-		run.out_dir="$build/gpu_cpu_ref" > "$build/gpu_cpu_ref.log" 2>&1
-	sed -n 's/.*"test_acc": \([0-9.]*\).*/\1/p' "$build/gpu_cpu_ref.log" | tail -1 > "$bundle/cpu_test_acc.txt"
+		run.out_dir="$here/_build/gpu/cpu_ref" > "$here/_build/gpu/cpu_ref.log" 2>&1
+	sed -n 's/.*"test_acc": \([0-9.]*\).*/\1/p' "$here/_build/gpu/cpu_ref.log" | tail -1 > "$bundle/cpu_test_acc.txt"
 	echo "cpu reference test accuracy: $(cat "$bundle/cpu_test_acc.txt")"
 	[ -s "$bundle/cpu_test_acc.txt" ]
 	echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1))"
