@@ -481,7 +481,9 @@ static kiln_status cuda_stream_wait(void *ctx, void *stream, void *event)
 }
 
 /* After a host sync: a bad-data record left by a kernel becomes this
- * sync's KILN_EDATA (once; the record is cleared). */
+ * sync's KILN_EDATA (once; the record is cleared).  The record is per
+ * context, not per stream: whichever thread syncs first after the kernel
+ * (the trainer's stream, or an event the loader waits on) reports it. */
 static kiln_status cuda_check_data(struct cuda_ctx *c)
 {
 	volatile struct cuda_err_rec *r = c->err_host;

@@ -101,6 +101,49 @@ kiln_status cuda_fail(struct cuda_ctx *c, kiln_status st, cudaError_t e, const c
  * host->error (EINVAL bad shape, ENOTSUP an op or dtype not done here). */
 kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 
+/* ---- gemm.c's mapping of kiln's row-major GEMM onto column-major
+ * cuBLASLt, as a pure function so that it is tested on any machine
+ * (plugins/cuda/gemm_map_test.c, run by tests/gpu/run.sh --prepare)
+ * against a row-major reference, with no GPU.
+ *
+ *   kiln: out0[M,N] = alpha op(in0)[M,K] op(in1)[K,N] + beta out0 (+ bias[N])
+ *
+ * A row-major [R,C] matrix is the column-major [C,R] one, so the problem
+ * is the transposed product out^T[N,M] = op(in1)^T[N,K] op(in0)^T[K,M]:
+ * Lt's A is kiln's in1, Lt's B is in0, Lt's D is out0 seen as
+ * column-major [N,M] (leading dimension N).  Lt's bias runs along D's rows
+ * (N of them), broadcast over its columns: kiln's bias[N] over out's rows.
+ *
+ *   in1 stored row-major [K,N] (!tb) = col-major [N,K], ld N: used as is
+ *       stored row-major [N,K] ( tb) = col-major [K,N], ld K: transposed
+ *   in0 stored row-major [M,K] (!ta) = col-major [K,M], ld K: used as is
+ *       stored row-major [K,M] ( ta) = col-major [M,K], ld M: transposed
+ */
+struct cuda_gemm_map {
+	/* Lt's A (kiln's in1) and B (kiln's in0): transposed?, the stored
+	 * column-major rows, columns and leading dimension */
+	int a_trans, b_trans;
+	uint64_t a_rows, a_cols, b_rows, b_cols, c_rows, c_cols;
+	int64_t lda, ldb, ldc;
+};
+
+static inline void cuda_gemm_map(int ta, int tb, int64_t M, int64_t N, int64_t K,
+				 struct cuda_gemm_map *g)
+{
+	g->a_trans = tb != 0;
+	g->a_rows = (uint64_t)(tb ? K : N);
+	g->a_cols = (uint64_t)(tb ? N : K);
+	g->lda = tb ? K : N;
+	g->b_trans = ta != 0;
+	g->b_rows = (uint64_t)(ta ? M : K);
+	g->b_cols = (uint64_t)(ta ? K : M);
+	g->ldb = ta ? M : K;
+	g->c_rows = (uint64_t)N;
+	g->c_cols = (uint64_t)M;
+	g->ldc = N;
+}
+
+
 /* ---- gemm.c ---- */
 kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 void cuda_gemm_free(struct cuda_gemm *g);
@@ -125,6 +168,7 @@ cudaError_t cuda_launch_lr_schedule(const struct cuda_plan *p, const struct kiln
 cudaError_t cuda_launch_normalize_u8(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_cast(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_scaler_update(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 
 /* Blocks of the reduction kernels (softmax rows, grad-clip partial sums):
  * a fixed count, so the order of every sum is fixed by the shape alone

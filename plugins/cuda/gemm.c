@@ -166,14 +166,11 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	g->beta = (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f;
 	g->has_bias = op->n_in == 3;
 
-	/* Column-major views of kiln's row-major buffers:
-	 *   in1 stored row-major [K,N] (or [N,K] when tb) = col-major [N,K] (or [K,N])
-	 *   in0 stored row-major [M,K] (or [K,M] when ta) = col-major [K,M] (or [M,K])
-	 *   out stored row-major [M,N]                    = col-major [N,M]
-	 * Lt's op(A) must be [N,K]: A = in1 col-major [N,K] untransposed when
-	 * !tb, else its [K,N] view transposed.  Likewise op(B) = [K,M]. */
-	const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-	const cublasOperation_t opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+	/* Column-major views of kiln's row-major buffers: cuda_gemm_map (cuda.h) */
+	struct cuda_gemm_map mp;
+	cuda_gemm_map(ta, tb, M, N, K, &mp);
+	const cublasOperation_t opa = mp.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+	const cublasOperation_t opb = mp.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 	CUDA_LT(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
 	CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
 	CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
@@ -185,11 +182,9 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 						       &bt, sizeof bt));
 	}
 	/* layouts: (rows, cols, leading dimension) of the stored col-major view */
-	CUDA_LT(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_32F, tb ? (uint64_t)K : (uint64_t)N,
-					   tb ? (uint64_t)N : (uint64_t)K, tb ? K : N));
-	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_32F, ta ? (uint64_t)M : (uint64_t)K,
-					   ta ? (uint64_t)K : (uint64_t)M, ta ? M : K));
-	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N));
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_32F, mp.a_rows, mp.a_cols, mp.lda));
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_32F, mp.b_rows, mp.b_cols, mp.ldb));
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_32F, mp.c_rows, mp.c_cols, mp.ldc));
 
 	/* The heuristic's first choice within the workspace limit.  The
 	 * pointers are unknown here and Lt assumes 256-byte alignment unless

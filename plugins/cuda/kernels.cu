@@ -149,10 +149,13 @@ __device__ static int warp_sum_i(int v)
 	return v;
 }
 
-/* Block partials of the loss: loss sum, top-1 count, top-5 count. */
+/* Block partials of the loss: loss sum, top-1 count, top-5 count, rows
+ * with a label outside [0, C).  (ops.c sizes the scratch as 4 doubles per
+ * block.) */
 struct xent_part {
-	double loss, ok, ok5;
+	double loss, ok, ok5, bad;
 };
+static_assert(sizeof(struct xent_part) == 4 * sizeof(double), "ops.c sizes the scratch so");
 
 /* One warp per row: rows r = warp, warp + W, ... with W the warps of the
  * grid (fixed by R).  x (R, C) logits, label (R) i32, dx (R, C), part
@@ -160,13 +163,16 @@ struct xent_part {
  * counted.  A label outside [0, C) zeroes the row and leaves (row, label)
  * in *err (the smallest row wins), reported by the next host sync. */
 __global__ void k_xent(float *dx, struct xent_part *part, const float *x, const int32_t *label,
-		       int64_t R, int64_t C, int64_t V, int kind, float scale, float eps,
-		       struct cuda_err_rec *err, int op)
+		       int64_t R, int64_t C, int64_t V, int kind, double f0, const float *lsp,
+		       float eps, struct cuda_err_rec *err, int op)
 {
 	__shared__ struct xent_part wp[CUDA_THREADS / 32];
+	/* the gradient scale: f[0], times the device loss scale when in2 is
+	 * given, the product in double rounded once (the CPU device's) */
+	const float scale = lsp ? (float)(f0 * (double)*lsp) : (float)f0;
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	const int64_t W = (int64_t)gridDim.x * nw;
-	double loss = 0, ok = 0, ok5 = 0; /* lane 0's running sums, in row order */
+	double loss = 0, ok = 0, ok5 = 0, bad = 0; /* lane 0's running sums, in row order */
 
 	for (int64_t r = (int64_t)blockIdx.x * nw + w; r < R; r += W) {
 		const float *xr = x + r * C;
@@ -183,9 +189,14 @@ __global__ void k_xent(float *dx, struct xent_part *part, const float *x, const 
 			if (lane == 0) {
 				err->classes = C;
 				err->op = op;
+				/* NOTE (unconfirmed without a GPU): a device-scope
+				 * atomic on mapped host memory; CUDA only promises it
+				 * is not atomic towards the host, which reads it
+				 * after a sync.  test_softmax_bad_label checks it. */
 				atomicMin(&err->rowlab,
 					  ((unsigned long long)r << 32) | (unsigned long long)(uint32_t)l);
 			}
+			bad += 1;
 			continue;
 		}
 		/* the row's maximum and its first index */
@@ -253,28 +264,35 @@ __global__ void k_xent(float *dx, struct xent_part *part, const float *x, const 
 		wp[w].loss = loss;
 		wp[w].ok = ok;
 		wp[w].ok5 = ok5;
+		wp[w].bad = bad;
 	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
-		struct xent_part t = { 0, 0, 0 };
+		struct xent_part t = { 0, 0, 0, 0 };
 		for (int k = 0; k < nw; k++) {
 			t.loss += wp[k].loss;
 			t.ok += wp[k].ok;
 			t.ok5 += wp[k].ok5;
+			t.bad += wp[k].bad;
 		}
 		part[blockIdx.x] = t;
 	}
 }
 
-/* m [2 or 3] += the block partials, in block order */
+/* m [2 or 3] += the block partials, in block order; left untouched when
+ * a row had a bad label (the run fails with KILN_EDATA at the next sync,
+ * and the CPU device leaves the metrics alone then too) */
 __global__ void k_xent_sum(float *m, const struct xent_part *part, int nb, int top5)
 {
-	double l = 0, o = 0, o5 = 0;
+	double l = 0, o = 0, o5 = 0, bad = 0;
 	for (int b = 0; b < nb; b++) {
 		l += part[b].loss;
 		o += part[b].ok;
 		o5 += part[b].ok5;
+		bad += part[b].bad;
 	}
+	if (bad > 0)
+		return;
 	m[0] = (float)(m[0] + l);
 	m[1] = (float)(m[1] + o);
 	if (top5)
@@ -293,7 +311,8 @@ extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
 	struct xent_part *part = (struct xent_part *)p->scratch;
 	k_xent<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(
 		(float *)a->out[0], part, (const float *)a->in[0], (const int32_t *)a->in[1], R,
-		p->cols, p->op.i[0], (int)p->op.i[1], (float)p->op.f[0], (float)p->op.f[1], p->err,
+		p->cols, p->op.i[0], (int)p->op.i[1], p->op.f[0],
+		p->op.n_in == 3 ? (const float *)a->in[2] : NULL, (float)p->op.f[1], p->err,
 		p->op.type);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
@@ -354,13 +373,14 @@ extern "C" cudaError_t cuda_launch_sgd(const struct cuda_plan *p, const struct k
  * from the device's t, in double as PyTorch computes them on the host. */
 __global__ void k_adamw(float *w, float *m, float *v, const float *g, const float *lrp,
 			const int64_t *tp, const float *d, const float *gate, int64_t n, float b1,
-			float b2, float eps, float wd)
+			float b2, float omb1, float omb2, float eps, float wd)
 {
 	if (gate && *gate == 0.0f)
 		return;
 	const int64_t t = *tp;
 	if (t < 1)
-		return; /* prepare documents the 1-based count; nothing sane to do */
+		return; /* NOTE: the CPU device fails the run with EINVAL here (the
+			 * count is 1-based); a kernel cannot, so the step is skipped */
 	const float lr = *lrp;
 	const float inv_c1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
 	const float inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow((double)b2, (double)t)));
@@ -369,8 +389,8 @@ __global__ void k_adamw(float *w, float *m, float *v, const float *g, const floa
 	{
 		const float di = d ? d[i] : 1.0f;
 		const float gi = g[i];
-		const float mi = b1 * m[i] + (1.0f - b1) * gi;
-		const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+		const float mi = b1 * m[i] + omb1 * gi;
+		const float vi = b2 * v[i] + omb2 * gi * gi;
 		m[i] = mi;
 		v[i] = vi;
 		const float dir = (mi * inv_c1) / (sqrtf(vi) * inv_sqrt_c2 + eps);
@@ -385,7 +405,11 @@ extern "C" cudaError_t cuda_launch_adamw(const struct cuda_plan *p, const struct
 	k_adamw<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
 		(float *)a->out[0], (float *)a->out[1], (float *)a->out[2], (const float *)a->in[0],
 		(const float *)a->in[1], (const int64_t *)a->in[2], d, gate_of(p, a), p->n,
-		(float)p->op.f[0], (float)p->op.f[1], (float)p->op.f[2], (float)p->op.f[3]);
+		(float)p->op.f[0], (float)p->op.f[1],
+		/* 1 - beta rounded from double, not 1.0f - (float)beta: for
+		 * beta2 = 0.999 the two differ by 1.3e-5 relative */
+		(float)(1.0 - p->op.f[0]), (float)(1.0 - p->op.f[1]), (float)p->op.f[2],
+		(float)p->op.f[3]);
 	return cudaGetLastError();
 }
 
@@ -499,15 +523,24 @@ __device__ static double block_sum_d(double v)
 	return t; /* valid in thread 0 */
 }
 
-/* part[block] = sum of x (n) (squared when sq) over the block's grid-
- * stride share, accumulated in double */
-__global__ void k_partial_sum(double *part, const float *x, int64_t n, int sq)
+/* part[block] = sum of x (n) over the block's grid-stride share,
+ * accumulated in double.  sq: the sum of squares of x * (1/s) instead (s =
+ * *sp, the loss scale of UNSCALE, or 1 when sp is NULL), each square taken
+ * in f32 as the CPU device (and PyTorch's f32 norm) does, so an element
+ * whose square overflows f32 makes the norm infinite on every device and
+ * the step is skipped alike. */
+__global__ void k_partial_sum(double *part, const float *x, int64_t n, int sq, const float *sp)
 {
+	const float inv = sp ? 1.0f / *sp : 1.0f;
 	double t = 0;
 	FOR_N(i, n)
 	{
-		const double v = x[i];
-		t += sq ? v * v : v;
+		if (sq) {
+			const float v = x[i] * inv;
+			t += (double)(v * v);
+		} else {
+			t += (double)x[i];
+		}
 	}
 	t = block_sum_d(t);
 	if (threadIdx.x == 0)
@@ -535,7 +568,7 @@ extern "C" cudaError_t cuda_launch_reduce_sum(const struct cuda_plan *p,
 {
 	const int nb = red_blocks(p->n);
 	double *part = (double *)p->scratch;
-	k_partial_sum<<<nb, CUDA_THREADS, 0, s>>>(part, (const float *)a->in[0], p->n, 0);
+	k_partial_sum<<<nb, CUDA_THREADS, 0, s>>>(part, (const float *)a->in[0], p->n, 0, NULL);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;
@@ -654,12 +687,15 @@ extern "C" cudaError_t cuda_launch_cast(const struct cuda_plan *p, const struct 
 
 /* ---- gradient clipping and the non-finite check ------------------------ */
 
-/* state f32[4] (plugin.h KILN_OP_GRAD_CLIP) from the squared partials;
- * k[0] = the scale to apply, k[1] = 1 when the gradients are to be
- * rewritten (finite and: scaled, clamped or copied) */
+/* state f32[4] (plugin.h KILN_OP_GRAD_CLIP, KILN_OP_UNSCALE) from the
+ * squared partials; k[0] = the factor to apply (the clip factor times 1/s
+ * for UNSCALE, rounded once as the CPU device does), k[1] = 1 when the
+ * gradients are to be rewritten (finite and: scaled, clamped or copied).
+ * sp: UNSCALE's scaler state (s = sp[0]), NULL for GRAD_CLIP. */
 __global__ void k_clip_norm(float *state, float *k, const double *part, int nb, double max_norm,
-			    float lim, int copy)
+			    float lim, int copy, const float *sp)
 {
+	const float inv = sp ? 1.0f / *sp : 1.0f;
 	double ss = 0;
 	for (int b = 0; b < nb; b++)
 		ss += part[b];
@@ -678,6 +714,7 @@ __global__ void k_clip_norm(float *state, float *k, const double *part, int nb, 
 		scale = (float)(max_norm / (norm + 1e-6));
 		state[3] += 1.0f;
 	}
+	scale *= inv;
 	k[0] = scale;
 	k[1] = scale != 1.0f || lim > 0 || copy ? 1.0f : 0.0f;
 }
@@ -697,6 +734,8 @@ __global__ void k_clip_apply(float *y, const float *g, const float *k, int64_t n
 	}
 }
 
+/* GRAD_CLIP, and UNSCALE (the same three kernels with in1 the scaler
+ * state): at s = 1 both give the same bits. */
 extern "C" cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p,
 					     const struct kiln_op_args *a, cudaStream_t s)
 {
@@ -704,15 +743,52 @@ extern "C" cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p,
 	double *part = (double *)p->scratch;
 	float *k = (float *)(part + CUDA_RED_BLOCKS);
 	const float *g = (const float *)a->in[0];
+	const float *sp = p->op.type == KILN_OP_UNSCALE ? (const float *)a->in[1] : NULL;
 	float *y = (float *)a->out[0];
-	k_partial_sum<<<nb, CUDA_THREADS, 0, s>>>(part, g, p->n, 1);
+	k_partial_sum<<<nb, CUDA_THREADS, 0, s>>>(part, g, p->n, 1, sp);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;
 	k_clip_norm<<<1, 1, 0, s>>>((float *)a->out[1], k, part, nb, p->op.f[0], (float)p->op.f[1],
-				    y != g);
+				    y != g, sp);
 	if ((e = cudaGetLastError()) != cudaSuccess)
 		return e;
 	k_clip_apply<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(y, g, k, p->n, (float)p->op.f[1]);
+	return cudaGetLastError();
+}
+
+/* ---- dynamic loss scaling ------------------------------------------------ */
+
+/* KILN_OP_SCALER_UPDATE (plugin.h), one thread: gate f32[4] (GRAD_CLIP's,
+ * [1] the finite flag), st f32[4] (scale, growth tracker, hysteresis left,
+ * overflows) updated in place; the CPU device's arithmetic exactly. */
+__global__ void k_scaler_update(float *st, const float *gate, double growth, double backoff,
+				double lo, double hi, int64_t interval, int64_t hyst)
+{
+	if (gate[1] != 0.0f) {
+		st[1] += 1.0f;
+		if (st[1] >= (float)interval) {
+			const float grown = (float)((double)st[0] * growth);
+			if (isfinite(grown) && (hi <= 0 || grown <= hi))
+				st[0] = grown;
+			st[1] = 0.0f;
+			st[2] = (float)hyst;
+		}
+	} else {
+		st[3] += 1.0f;
+		st[1] = 0.0f;
+		st[2] -= 1.0f;
+		if (st[2] <= 0.0f) {
+			const double v = (double)st[0] * backoff;
+			st[0] = (float)(v > lo ? v : lo);
+		}
+	}
+}
+
+extern "C" cudaError_t cuda_launch_scaler_update(const struct cuda_plan *p,
+						 const struct kiln_op_args *a, cudaStream_t s)
+{
+	k_scaler_update<<<1, 1, 0, s>>>((float *)a->out[0], (const float *)a->in[0], p->op.f[0],
+					p->op.f[1], p->op.f[2], p->op.f[3], p->op.i[0], p->op.i[1]);
 	return cudaGetLastError();
 }

@@ -7,9 +7,11 @@
  * evaluation step (GEMM is gemm.c) plus the trainer's own ops: BIAS_ADD,
  * BIAS_GRAD, RELU, RELU_BWD, SOFTMAX_XENT (all three losses), SGD, ADAMW,
  * FILL, REDUCE_SUM, SCALE, ADD, MUL, COUNTER_ADD, LR_SCHEDULE,
- * NORMALIZE_U8, CAST, GRAD_CLIP.  Every other op (convolution, batch norm,
- * pooling, the general activations, dropout, concat/split, reorder, LAMB)
- * is KILN_ENOTSUP naming the op, which the core reports before training.
+ * NORMALIZE_U8, CAST, GRAD_CLIP, and dynamic loss scaling (UNSCALE,
+ * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2).  Every other op
+ * (convolution, batch norm, pooling, the general activations, dropout,
+ * concat/split, reorder, LAMB) is KILN_ENOTSUP naming the op, which the
+ * core reports before training.
  */
 #include "cuda.h"
 
@@ -145,8 +147,14 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_OP_BIAS_GRAD: need_in = 1; need_out = 1; p->launch = cuda_launch_bias_grad; break;
 	case KILN_OP_RELU: need_in = 1; need_out = 1; p->launch = cuda_launch_relu; break;
 	case KILN_OP_RELU_BWD: need_in = 2; need_out = 1; p->launch = cuda_launch_relu_bwd; break;
-	case KILN_OP_SOFTMAX_XENT: need_in = 2; need_out = 2; p->launch = cuda_launch_softmax_xent; break;
+	case KILN_OP_SOFTMAX_XENT:
+		need_in = op->n_in == 3 ? 3 : 2; /* in2: the loss scale (optional) */
+		need_out = 2;
+		p->launch = cuda_launch_softmax_xent;
+		break;
 	case KILN_OP_GRAD_CLIP: need_in = 1; need_out = 2; p->launch = cuda_launch_grad_clip; break;
+	case KILN_OP_UNSCALE: need_in = 2; need_out = 2; p->launch = cuda_launch_grad_clip; break;
+	case KILN_OP_SCALER_UPDATE: need_in = 1; need_out = 1; p->launch = cuda_launch_scaler_update; break;
 	case KILN_OP_SGD:
 	case KILN_OP_ADAMW: return optim_prepare(c, p);
 	case KILN_OP_FILL: need_in = 0; need_out = 1; p->launch = cuda_launch_fill; break;
@@ -198,6 +206,8 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		    op->out[1].dtype != KILN_F32 || op->in[1].dtype != KILN_I32)
 			return cuda_bad(c, op, KILN_ENOTSUP,
 					"needs f32 logits, i32 labels, f32 gradient and f32 metrics");
+		if (op->n_in == 3 && (op->in[2].dtype != KILN_F32 || cuda_numel(&op->in[2]) != 1))
+			return cuda_bad(c, op, KILN_EINVAL, "the loss scale in2 must be f32[1]");
 		p->cols = cuda_inner(&op->in[0]);
 		p->rows = p->cols > 0 ? cuda_numel(&op->in[0]) / p->cols : 0;
 		if (p->cols <= 0 || op->in[0].ndim != 2 || cuda_numel(&op->in[1]) != p->rows ||
@@ -216,7 +226,7 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		if (!(op->f[1] >= 0 && op->f[1] <= 1))
 			return cuda_bad(c, op, KILN_EINVAL, "label smoothing f[1] outside [0, 1]");
 		p->sz[0] = cuda_numel(&op->out[1]); /* 3: also count top-5 */
-		p->sz[3] = CUDA_RED_BLOCKS * 3 * sizeof(double); /* block partials */
+		p->sz[3] = CUDA_RED_BLOCKS * 4 * sizeof(double); /* block partials (struct xent_part) */
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_CAST) {
@@ -283,12 +293,22 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 			return cuda_bad(c, op, KILN_EINVAL, "input and output sizes differ");
 		return KILN_OK;
 	case KILN_OP_GRAD_CLIP:
+	case KILN_OP_UNSCALE:
 		p->n = op->i[0];
 		if (p->n <= 0 || cuda_numel(&op->in[0]) != p->n || cuda_numel(&op->out[0]) != p->n ||
 		    cuda_numel(&op->out[1]) != 4 || !(op->f[0] >= 0) || !(op->f[1] >= 0))
 			return cuda_bad(c, op, KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
+		if (op->type == KILN_OP_UNSCALE && cuda_numel(&op->in[1]) != 4)
+			return cuda_bad(c, op, KILN_EINVAL, "wants the scaler state f32[4] as in1");
 		/* block partials, then the scale and the rewrite flag */
 		p->sz[3] = CUDA_RED_BLOCKS * sizeof(double) + 2 * sizeof(float);
+		return KILN_OK;
+	case KILN_OP_SCALER_UPDATE:
+		if (cuda_numel(&op->in[0]) != 4 || cuda_numel(&op->out[0]) != 4)
+			return cuda_bad(c, op, KILN_EINVAL, "wants the gate state f32[4] in, the scaler state f32[4] out");
+		if (op->i[0] < 1 || op->i[1] < 1 || !(op->f[0] >= 1) || !(op->f[1] > 0 && op->f[1] <= 1) ||
+		    !(op->f[2] >= 0) || !(op->f[3] >= 0))
+			return cuda_bad(c, op, KILN_EINVAL, "growth interval i[0] and hysteresis i[1] >= 1, growth f[0] >= 1, 0 < backoff f[1] <= 1, min f[2] and max f[3] scale >= 0");
 		return KILN_OK;
 	}
 	return c->host->error(KILN_EINTERNAL, "cuda: op %d fell through prepare", op->type);
