@@ -49,6 +49,17 @@ struct kiln_dist {
 	float *scratch_d;  /* device f32[64]: host sums */
 	float *scratch_h;
 	int failed;       /* a collective failed: do not wait for peers */
+	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
+	 * the shard [rank*zc, rank*zc + zc) of the trainable range, and the
+	 * tail [zwc, n_trainable) (zt < 16*world floats) is replicated */
+	int zero, zero_gather;  /* zero_gather: the averaged gradient is
+				 * gathered back whole (a clip or the
+				 * non-finite check reads all of it) */
+	size_t zc, zt, zwc;
+	float *zstate;          /* [state_slots][zc + zt] */
+	float *zgrad;           /* f32[zc]: this rank's averaged shard */
+	void *zplan[2];         /* the optimizer over the shard, the tail */
+	float *zfull;           /* the whole state while a checkpoint is taken */
 };
 
 static void (*fatal_fn)(const char *msg);
@@ -110,6 +121,17 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	kiln_config_get_float(cfg, "dist", "timeout", &timeout);
 	kiln_config_get_float(cfg, "dist", "bucket_mb", &d->bucket_mb);
 	kiln_config_get_bool(cfg, "dist", "overlap", &d->overlap);
+	{
+		int64_t z = 0;
+		kiln_config_get_int(cfg, "dist", "zero", &z);
+		if (z > 1) {
+			st = kiln_error(KILN_ECONFIG, "%s: [dist] zero = %lld: only ZeRO stage 1 (optimizer-state sharding) is implemented; stages 2 and 3 (gradient and parameter sharding) are not",
+					kiln_config_where(cfg, "dist", "zero"), (long long)z);
+			free(d);
+			return st;
+		}
+		d->zero = z == 1;
+	}
 	d->timeout_ms = (int)(timeout * 1000);
 	if ((st = kiln_registry_find(reg, KILN_PLUGIN_COMM, comm, &d->plugin)))
 		goto fail;
@@ -162,6 +184,13 @@ void kiln_dist_close(struct kiln_dist *d)
 	for (int i = 0; i < d->n_b; i++)
 		kiln_device_event_destroy(d->dev, d->b[i].done);
 	free(d->b);
+	kiln_device_plan_free(d->dev, d->zplan[0]);
+	kiln_device_plan_free(d->dev, d->zplan[1]);
+	kiln_device_free(d->dev, d->zstate);
+	kiln_device_free(d->dev, d->zgrad);
+	if (d->m && d->zfull && d->m->state_d == d->zfull)
+		d->m->state_d = NULL;
+	kiln_device_free(d->dev, d->zfull);
 	if (d->ctx)
 		d->ops->close(d->ctx);
 	kiln_device_event_destroy(d->dev, d->ready);
@@ -297,9 +326,203 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on)
 		d->overlap_now = on && d->overlap;
 }
 
+
+/* ---- ZeRO-1 ---------------------------------------------------------------
+ * The trainable range [0, n) is cut into `world` shards of zc floats (a
+ * multiple of 16: 64-byte aligned) and a tail [zwc, n), zwc = world*zc,
+ * of fewer than 16*world floats.  After backward the gradients are
+ * reduce-scattered (average) into zgrad, this rank's shard, and the tail
+ * is allreduced; each rank updates its shard of the parameters (and the
+ * tail, identically on every rank) with the fused optimizer op over that
+ * range and its own slice of the state, then the parameter shards are
+ * allgathered in place.  The optimizer state held is (zc + zt) floats a
+ * slot instead of n.  Checkpoints gather the state whole first
+ * (kiln_dist_zero_gather), so their files do not depend on the world
+ * size.  When a clip op runs (GRAD_CLIP or UNSCALE: [train] clip_norm,
+ * clip_value, skip_nonfinite, loss scaling) the averaged shards are
+ * allgathered back into the gradient buffer first, so the norm and the
+ * finite flag are the global ones and identical on every rank. */
+
+static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
+{
+	struct kiln_model *m = d->m;
+	struct kiln_op op = m->optim_op;
+	const int64_t n = (int64_t)m->n_trainable;
+	/* the per-element inputs and outputs: grads, the multiplier, state */
+	op.i[0] = (int64_t)len;
+	for (int k = 0; k < op.n_in; k++)
+		if (op.in[k].ndim == 1 && op.in[k].dtype == KILN_F32 && op.in[k].dims[0] == n &&
+		    (k == 0 || (m->wd_mult_d && k == op.n_in - 1 - !!(op.flags & KILN_OPF_GATED))))
+			op.in[k].dims[0] = (int64_t)len;
+	for (int k = 0; k < op.n_out; k++)
+		op.out[k].dims[0] = (int64_t)len;
+	size_t ws = 0;
+	kiln_status st = kiln_device_prepare(d->dev, &op, plan, &ws);
+	if (!st && ws)
+		st = kiln_error(KILN_EINTERNAL, "ZeRO-1: the optimizer op asks for workspace");
+	return st;
+}
+
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
+{
+	kiln_status st;
+	if (!d || !d->zero)
+		return KILN_OK;
+	struct kiln_model *m = d->m;
+	const size_t n = m->n_trainable, W = (size_t)d->env.world, r = (size_t)d->env.rank;
+	if (m->optim_op.type == KILN_OP_LAMB)
+		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [train] optimizer = lamb: LAMB's trust ratio needs each tensor whole, and ZeRO-1's shards cut tensors; use sgd or adamw, or zero = 0",
+				  kiln_config_where(m->cfg, "dist", "zero"));
+	d->zero_gather = clip;
+	d->zc = n / W / 16 * 16;
+	d->zwc = W * d->zc;
+	d->zt = n - d->zwc;
+	const size_t L = d->zc + d->zt, slots = (size_t)m->state_slots;
+	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
+	    (d->zc && (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
+		return st;
+	/* keep this rank's slices of the (broadcast) state, free the rest */
+	for (size_t s = 0; s < slots && m->state_d; s++) {
+		const float *src = m->state_d + s * n;
+		if ((d->zc && (st = kiln_device_copy_async(d->dev, d->zstate + s * L, src + r * d->zc,
+							   d->zc * sizeof(float), KILN_COPY_D2D, compute))) ||
+		    (d->zt && (st = kiln_device_copy_async(d->dev, d->zstate + s * L + d->zc,
+							   src + d->zwc, d->zt * sizeof(float),
+							   KILN_COPY_D2D, compute))))
+			return st;
+	}
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return st;
+	kiln_device_free(d->dev, m->state_d);
+	m->state_d = NULL;
+	kiln_device_plan_free(d->dev, m->optim_plan);
+	m->optim_plan = NULL;
+	if ((d->zc && (st = zero_plan(d, d->zc, &d->zplan[0]))) ||
+	    (d->zt && (st = zero_plan(d, d->zt, &d->zplan[1]))))
+		return kiln_error_wrap(st, "ZeRO-1: the optimizer over a shard");
+	d->overlap = 0;
+	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates floats [%zu, %zu) and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered after backward%s",
+		 d->env.rank, r * d->zc, (r + 1) * d->zc, d->zwc, n,
+		 (double)(slots * L * sizeof(float)) / 1048576.0,
+		 (double)(slots * n * sizeof(float)) / 1048576.0,
+		 clip ? ", then gathered whole for the clip / non-finite check" : "");
+	return KILN_OK;
+}
+
+int kiln_dist_zero(const struct kiln_dist *d)
+{
+	return d && d->zero;
+}
+
+static kiln_status zero_grads(struct kiln_dist *d, void *compute)
+{
+	kiln_status st;
+	float *g = d->m->grads_d;
+	if (d->zc &&
+	    (st = d->ops->reduce_scatter(d->ctx, g, d->zgrad, d->zc, KILN_F32, KILN_REDUCE_AVG,
+					 compute, NULL)))
+		return st;
+	if (d->zt && (st = d->ops->allreduce(d->ctx, g + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
+					     compute, NULL)))
+		return st;
+	if (d->zc && d->zero_gather &&
+	    (st = d->ops->allgather(d->ctx, d->zgrad, g, d->zc, KILN_F32, compute, NULL)))
+		return st;
+	d->overlap_now = 0;
+	return KILN_OK;
+}
+
+/* the optimizer over [lo, ...) of the flat parameters, its state at st0 */
+static kiln_status zero_run(struct kiln_dist *d, void *plan, const float *grads, size_t lo,
+			    float *st0, const float *lr, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const struct kiln_op *op = &m->optim_op;
+	struct kiln_op_args a;
+	int k = 0;
+	memset(&a, 0, sizeof a);
+	a.in[k++] = grads;
+	a.in[k++] = lr;
+	if (op->type != KILN_OP_SGD)
+		a.in[k++] = m->opt_step_d;
+	if (m->wd_mult_d)
+		a.in[k++] = m->wd_mult_d + lo;
+	if (op->flags & KILN_OPF_GATED)
+		a.in[k++] = m->step_ok_d;
+	a.out[0] = m->params_d + lo;
+	for (int s = 0; s < m->state_slots; s++)
+		a.out[1 + s] = st0 + (size_t)s * (d->zc + d->zt);
+	return kiln_device_run(d->dev, plan, &a, compute);
+}
+
+kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *compute)
+{
+	struct kiln_model *m = d->m;
+	kiln_status st;
+	const size_t lo = (size_t)d->env.rank * d->zc;
+	if (!m->n_trainable)
+		return KILN_OK;
+	/* advance first: the op reads the (1-based) number of the step it takes */
+	struct kiln_op_args c = { .out = { m->opt_step_d } };
+	if ((st = kiln_device_run(d->dev, m->step_plan, &c, compute)))
+		return st;
+	/* the shard reads the gradients the clip saw (whole, gathered back)
+	 * or its own averaged shard */
+	if (d->zc && (st = zero_run(d, d->zplan[0], d->zero_gather ? m->grads_d + lo : d->zgrad,
+				    lo, d->zstate, lr, compute)))
+		return st;
+	if (d->zt && (st = zero_run(d, d->zplan[1], m->grads_d + d->zwc, d->zwc,
+				    d->zstate ? d->zstate + d->zc : NULL, lr, compute)))
+		return st;
+	/* every rank's updated shard, in place */
+	if (d->zc && (st = d->ops->allgather(d->ctx, m->params_d + lo, m->params_d, d->zc,
+					     KILN_F32, compute, NULL)))
+		return st;
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
+{
+	struct kiln_model *m = d ? d->m : NULL;
+	kiln_status st;
+	if (!d || !d->zero || !d->zstate)
+		return KILN_OK;
+	const size_t n = m->n_trainable, L = d->zc + d->zt;
+	const int slots = m->state_slots;
+	if (!d->zfull &&
+	    (st = kiln_device_alloc(d->dev, (size_t)slots * n * sizeof(float), (void **)&d->zfull)))
+		return st;
+	for (int s = 0; s < slots; s++) {
+		float *full = d->zfull + (size_t)s * n, *mine = d->zstate + (size_t)s * L;
+		if ((d->zc && (st = d->ops->allgather(d->ctx, mine, full, d->zc, KILN_F32, compute,
+						      NULL))) ||
+		    (d->zt && (st = kiln_device_copy_async(d->dev, full + d->zwc, mine + d->zc,
+							   d->zt * sizeof(float), KILN_COPY_D2D,
+							   compute))))
+			return st;
+	}
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return kiln_dist_explain(d, st);
+	m->state_d = d->zfull;
+	return KILN_OK;
+}
+
+void kiln_dist_zero_release(struct kiln_dist *d)
+{
+	if (!d || !d->zfull)
+		return;
+	d->m->state_d = NULL;
+	if (d->m && d->zfull && d->m->state_d == d->zfull)
+		d->m->state_d = NULL;
+	kiln_device_free(d->dev, d->zfull);
+	d->zfull = NULL;
+}
+
 kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
+	if (d->zero)
+		return zero_grads(d, compute);
 	for (int i = 0; i < d->n_b; i++)
 		if (!d->b[i].started && (st = start_bucket(d, &d->b[i], compute)))
 			return st;

@@ -35,6 +35,24 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on);
  * start the buckets that have not started, and make `compute` wait for all
  * of them before the optimizer. */
 kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute);
+/* ZeRO-1 ([dist] zero = 1; core/dist.c explains the layout).  After
+ * kiln_dist_broadcast_state: keep this rank's slice of the optimizer
+ * state (freeing the model's whole one) and prepare the optimizer over the
+ * shard; `clip`: a clip or unscale op reads the whole averaged gradient
+ * before the optimizer (it is then gathered back).  KILN_ECONFIG for
+ * LAMB.  No-op without ZeRO. */
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip);
+int kiln_dist_zero(const struct kiln_dist *d); /* 0 for NULL */
+/* The optimizer step under ZeRO-1, in place of kiln_model_optim_step:
+ * advance the step counter, update this rank's shard and the tail, and
+ * allgather the parameters. */
+kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *compute);
+/* Before a checkpoint (every rank, collective): gather the optimizer
+ * state whole into a temporary buffer the model's state_d points at, so
+ * kiln_model_state_buffers lists it as without ZeRO; _release frees it.
+ * No-ops without ZeRO. */
+kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute);
+void kiln_dist_zero_release(struct kiln_dist *d);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only). */
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute);
 /* A failed step: when the failure looks like a lost peer, say which rank

@@ -26,7 +26,7 @@ static const struct {
 	 * checks that the global step still divides the offset) */
 	{ "train", "batch" },        { "run", "comm" },
 	{ "dist", "bucket_mb" },     { "dist", "timeout" },
-	{ "dist", "overlap" },
+	{ "dist", "overlap" },        { "dist", "zero" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)

@@ -645,11 +645,18 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 {
 	kiln_status st;
 	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos };
-	if (t->rank) /* rank 0 writes for all: the state is the same on every rank */
+	/* ZeRO-1: every rank sends its shard of the optimizer state */
+	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
+		return st;
+	if (t->rank) { /* rank 0 writes for all: the state is the same on every rank */
+		kiln_dist_zero_release(t->dist);
 		return KILN_OK;
+	}
 	if (mkdirs(t->ckdir))
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
-	if ((st = kiln_ckpt_save(t->ckdir, &meta, t->m, t->compute, path, n)))
+	st = kiln_ckpt_save(t->ckdir, &meta, t->m, t->compute, path, n);
+	kiln_dist_zero_release(t->dist);
+	if (st)
 		return st;
 	kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
 		 (long long)t->pos.epoch + 1, (long long)t->pos.step);
@@ -659,13 +666,27 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 	return KILN_OK;
 }
 
+static kiln_status keep_best_save(struct trainer *t, double loss, double acc);
+
 /* keep_best: after an evaluation, checkpoint the state if it is among the
  * K best by best_metric so far (ckdir/best/ckpt-<step>.kiln), deleting the
  * one it displaces.  Ties keep the earlier. */
 static kiln_status keep_best(struct trainer *t, double loss, double acc)
 {
-	if (!t->keep_best || !*t->ckdir || t->rank)
+	kiln_status st;
+	if (!t->keep_best || !*t->ckdir)
 		return KILN_OK;
+	/* ZeRO-1: every rank sends its shard of the optimizer state, whatever
+	 * rank 0 decides (the ranks evaluate alike) */
+	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
+		return st;
+	st = t->rank ? KILN_OK : keep_best_save(t, loss, acc);
+	kiln_dist_zero_release(t->dist);
+	return st;
+}
+
+static kiln_status keep_best_save(struct trainer *t, double loss, double acc)
+{
 	double v = t->best_on_loss ? -loss : acc;
 	int worst = -1;
 	if (t->n_best == t->keep_best) {
@@ -996,7 +1017,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	/* every rank starts from rank 0's state (its init, or the checkpoint
 	 * all ranks read), and its gradients are averaged in buckets */
 	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
-			(st = kiln_dist_broadcast_state(t->dist, t->compute))))
+			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
+			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL))))
 		goto out;
 	if (out_dir && *out_dir && !t->rank) {
 		char path[4200];
@@ -1196,7 +1218,9 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				st = kiln_device_run(t->dev, t->sched, &a, t->compute);
 			}
 			label(t, "optimizer", KILN_PHASE_OPTIMIZER);
-			if (!st) /* advances the optimizer-step counter too */
+			if (!st && kiln_dist_zero(t->dist)) /* this rank's shard, then allgather */
+				st = kiln_dist_zero_step(t->dist, t->lr_dev, t->compute);
+			else if (!st) /* advances the optimizer-step counter too */
 				st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
 			label(t, "loss scale", KILN_PHASE_OPTIMIZER);
 			if (!st) /* dynamic loss scaling: grow or back off, on the device */

@@ -2,7 +2,8 @@
 # tests/dist_mpi.sh - the MPI communicator under mpirun (docs/distributed.md):
 # 2 ranks started by `mpirun --allow-run-as-root --oversubscribe -np 2`,
 # batch 32 each, end with the parameters and momentum of one process with
-# batch 64 (1e-5 relative), and the logged losses agree.  Every process
+# batch 64 (1e-5 relative), and the logged losses agree; so do 2 ranks
+# with [dist] zero = 1 (with and without skip_nonfinite).  Every process
 # runs under `timeout`.
 set -u
 : "${top_builddir:=.}"
@@ -72,4 +73,17 @@ l1=$(grep 'step 32/32' "$tmp/one.log" | tail -1 | sed 's/.*loss \([0-9.]*\).*/\1
 l2=$(grep 'step 32/32' "$tmp/mpi.log" | tail -1 | sed 's/.*loss \([0-9.]*\).*/\1/')
 echo "last logged loss: 1 process $l1, mpi 2 ranks $l2"
 [ -n "$l1" ] && [ "$l1" = "$l2" ] || bad "logged losses differ: $l1 $l2"
+# ZeRO-1 on MPI (MPI_Reduce_scatter_block, the in-place MPI_Allgather of
+# the parameters), once with the gradients gathered back for the finite
+# check (the default) and once without (skip_nonfinite = 0)
+for z in "" "train.skip_nonfinite=0"; do
+	port=$(free_port 8)
+	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
+		-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/zero" train.batch=32 \
+		dist.zero=1 $z > "$tmp/zero.log" 2>&1 || { bad "mpirun ZeRO-1 $z exited $?"; tail -20 "$tmp/zero.log"; }
+	grep -q "ZeRO-1: rank 1 updates" "$tmp/zero.log" || bad "ZeRO-1 $z: no shard line"
+	"$tool" close "$tmp/one/checkpoints/ckpt-64.kiln" "$tmp/zero/checkpoints/ckpt-64.kiln" 1e-5 \
+		params optim.momentum || bad "mpi ZeRO-1 $z vs 1 process: parameters differ"
+	rm -rf "$tmp/zero"
+done
 exit $fail

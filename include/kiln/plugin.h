@@ -606,7 +606,8 @@ struct kiln_comm_ops {
 				 void *stream, void *done);
 	kiln_status (*broadcast)(void *ctx, void *buf, size_t count, int dtype, int root,
 				 void *stream, void *done);
-	/* recv[world * count] = every rank's send[count], in rank order. */
+	/* recv[world * count] = every rank's send[count], in rank order.
+	 * May be in place: send == recv + rank * count (elements). */
 	kiln_status (*allgather)(void *ctx, const void *send, void *recv, size_t count,
 				 int dtype, void *stream, void *done);
 	/* recv[count] = the reduction of every rank's send[world * count]

@@ -19,8 +19,16 @@
  * Reductions: f32 through gloo::sum<float>; f16 through gloo::float16;
  * bf16 with a reduce function of ours (widen, add, round to nearest even).
  * Averages are sums scaled by 1/world in the same host function.
- * reduce_scatter is an allreduce into a scratch buffer and a copy of this
- * rank's slice (Gloo 0.5's new-style API has no reduce_scatter).
+ * reduce_scatter of f32 is Gloo's ReduceScatterHalvingDoubling (the
+ * old-style algorithm API: the new-style one has no reduce_scatter): the
+ * input is copied into a scratch buffer the algorithm is bound to (it
+ * reduces in place there and leaves this rank's slice at its start), and
+ * that slice is copied out; the bound
+ * algorithm is kept while the count stays the same (ZeRO-1 calls it with
+ * one count every step), since binding registers buffers with every pair.
+ * bf16 and f16 are an allreduce of the scratch buffer and a copy.
+ * allgather may be in place (send == recv + rank * count): then Gloo
+ * takes this rank's slice from the output.
  */
 #include <kiln/plugin.h>
 
@@ -30,6 +38,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
 #include <gloo/math.h>
+#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -98,6 +107,10 @@ struct Comm {
 	std::shared_ptr<gloo::rendezvous::Context> ctx;
 	std::atomic<uint32_t> tag{ 1 };
 	std::vector<char> scratch; /* reduce_scatter; used on the stream only */
+	/* f32 reduce_scatter: the algorithm bound to rs_buf, for rs_count */
+	std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rs;
+	std::vector<float> rs_buf;
+	size_t rs_count = 0;
 	char desc[160];
 };
 
@@ -230,12 +243,34 @@ kiln_status run_job(void *arg)
 			gloo::AllgatherOptions o(c->ctx);
 			o.setTag(j->tag);
 			o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
-			o.setInput(const_cast<char *>(static_cast<const char *>(j->send)), j->count * es);
+			if (j->send != static_cast<char *>(j->buf) + (size_t)c->rank * j->count * es)
+				o.setInput(const_cast<char *>(static_cast<const char *>(j->send)),
+					   j->count * es);
 			o.setOutput(static_cast<char *>(j->buf), j->count * es * (size_t)c->world);
 			gloo::allgather(o);
 			break;
 		}
 		case K_REDUCE_SCATTER: {
+			if (j->dtype == KILN_F32 && c->world > 1) {
+				size_t all = j->count * (size_t)c->world;
+				if (!c->rs || c->rs_count != j->count) {
+					c->rs.reset();
+					c->rs_buf.assign(all, 0.0f);
+					std::vector<int> elems((size_t)c->world, (int)j->count);
+					c->rs.reset(new gloo::ReduceScatterHalvingDoubling<float>(
+						c->ctx, std::vector<float *>{ c->rs_buf.data() }, (int)all,
+						elems));
+					c->rs_count = j->count;
+				}
+				std::memcpy(c->rs_buf.data(), j->send, all * sizeof(float));
+				c->rs->run();
+				/* the algorithm leaves this rank's slice at the
+				 * start of its buffer */
+				std::memcpy(j->buf, c->rs_buf.data(), j->count * sizeof(float));
+				if (j->op == KILN_REDUCE_AVG)
+					scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
+				break;
+			}
 			size_t all = j->count * (size_t)c->world * es;
 			c->scratch.resize(all);
 			std::memcpy(c->scratch.data(), j->send, all);

@@ -230,7 +230,10 @@ static kiln_status run_job(void *arg)
 			st = mpi_fail(c, rc, "MPI_Bcast");
 		break;
 	case K_ALLGATHER:
-		rc = MPI_Allgather(j->send, (int)(j->count * es), MPI_BYTE, j->buf,
+		/* in place: this rank's slice is already in the output */
+		rc = MPI_Allgather(j->send == (char *)j->buf + (size_t)c->rank * j->count * es
+					   ? MPI_IN_PLACE : j->send,
+				   (int)(j->count * es), MPI_BYTE, j->buf,
 				   (int)(j->count * es), MPI_BYTE, MPI_COMM_WORLD);
 		if (rc != MPI_SUCCESS)
 			st = mpi_fail(c, rc, "MPI_Allgather");

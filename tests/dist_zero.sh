@@ -1,0 +1,139 @@
+#!/bin/sh
+# tests/dist_zero.sh - ZeRO-1 ([dist] zero = 1, docs/distributed.md) on
+# loopback with `kiln launch` and Gloo.  Fashion-MNIST, 2048 samples, an
+# MLP of 50896 trainable floats, padding included (2 ranks: shards of 25440 and a replicated
+# tail of 16); 64 optimizer steps of a global batch of 64.  Asserts, to
+# float tolerance (1e-5 relative, ckpt_tool close):
+#  1. SGD with momentum, [train] skip_nonfinite = 0 (no clip op: the
+#     reduce-scatter-only path): 2 ranks with zero = 1 end with the
+#     parameters and momentum of 2 ranks of plain DDP and of one process
+#     with batch 64; each rank logs its own shard; 4 ranks (batch 16) and
+#     3 ranks (batch 21, against one process with batch 63) too;
+#  2. AdamW with the default skip_nonfinite = 1 (the averaged shards are
+#     gathered back for the finite check) and [train] no_decay groups:
+#     zero = 1 equals DDP and one process in params, exp_avg, exp_avg_sq;
+#  3. a ZeRO-1 checkpoint written by 2 ranks at step 20 (the state
+#     gathered whole: only rank 0 writes) resumes on 1 rank and ends equal
+#     to the uninterrupted one-process run;
+#  4. zero = 2 and zero = 1 with lamb are refused naming the key.
+# Every process runs under `timeout`, so a hang fails the test.
+set -u
+: "${top_builddir:=.}"
+: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
+kiln="$abs_top_builddir/kiln"
+tool="$abs_top_builddir/tests/ckpt_tool"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
+[ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ] || { echo "SKIP: the gloo plugin is not built"; exit 77; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-zero.XXXXXX")
+trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+cat > "$tmp/mlp.ini" <<'INI'
+[run]
+seed = 5
+threads = 1
+comm = gloo
+[data]
+source = idx
+limit = 2048
+mean = 0.286
+std = 0.353
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 64
+[layer.r1]
+type = relu
+[layer.fc2]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 2
+batch = 64
+lr = 0.05
+momentum = 0.9
+log_every = 16
+eval = 0
+checkpoint_every = 1000
+[plugin.cpu]
+async = 1
+[dist]
+bucket_mb = 0.05
+timeout = 20
+INI
+
+# run NAME NPROC BATCH [overrides...] (NPROC 0: one plain process)
+run() {
+	name=$1 n=$2 b=$3
+	shift 3
+	if [ "$n" = 0 ]; then
+		timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" train.batch="$b" "$@" \
+			> "$tmp/$name.log" 2>&1
+	else
+		timeout 120 "$kiln" launch -n "$n" -- "$kiln" train "$tmp/mlp.ini" \
+			run.out_dir="$tmp/$name" train.batch="$b" "$@" > "$tmp/$name.log" 2>&1
+	fi
+	rc=$?
+	[ $rc = 0 ] || { bad "$name exited $rc"; tail -20 "$tmp/$name.log"; }
+}
+ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
+close() { # A B WHAT SECTIONS...
+	a=$1 b=$2 what=$3
+	shift 3
+	"$tool" close "$a" "$b" 1e-5 "$@" || bad "$what: $* differ"
+}
+
+# ---- 1. SGD with momentum, reduce-scatter only --------------------------
+sgd="train.skip_nonfinite=0"
+run sgd1 0 64 $sgd
+run sgd_ddp 2 32 $sgd
+run sgd_zero 2 32 $sgd dist.zero=1
+close "$(ck sgd_ddp 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs DDP" params optim.momentum
+close "$(ck sgd1 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs 1 process" params optim.momentum
+grep -q "ZeRO-1: rank 0 updates floats \[0, 25440) and the replicated tail \[50880, 50896)" "$tmp/sgd_zero.log" &&
+	grep -q "ZeRO-1: rank 1 updates floats \[25440, 50880)" "$tmp/sgd_zero.log" ||
+	{ bad "no per-rank shard lines"; grep ZeRO "$tmp/sgd_zero.log"; }
+grep "ZeRO-1: rank 0" "$tmp/sgd_zero.log" | grep -q "gathered whole" && bad "sgd without a clip gathered the gradients"
+# 4 ranks, and 3 (Gloo's halving-doubling reduce-scatter with a
+# non-power-of-two group; global batch 63)
+run sgd_zero4 4 16 $sgd dist.zero=1
+close "$(ck sgd1 64)" "$(ck sgd_zero4 64)" "sgd: ZeRO-1 on 4 ranks vs 1 process" params optim.momentum
+run sgd63 0 63 $sgd
+run sgd_zero3 3 21 $sgd dist.zero=1
+close "$(ck sgd63 64)" "$(ck sgd_zero3 64)" "sgd: ZeRO-1 on 3 ranks vs 1 process" params optim.momentum
+
+# ---- 2. AdamW, gradients gathered back for the finite check -------------
+adam="train.optimizer=adamw train.lr=0.002 train.weight_decay=0.05 train.no_decay=*.bias"
+run adam1 0 64 $adam
+run adam_ddp 2 32 $adam
+run adam_zero 2 32 $adam dist.zero=1
+for other in adam_ddp adam1; do
+	close "$(ck $other 64)" "$(ck adam_zero 64)" "adamw: ZeRO-1 vs $other" params optim.exp_avg optim.exp_avg_sq
+done
+grep "ZeRO-1: rank 0" "$tmp/adam_zero.log" | grep -q "gathered whole" || bad "adamw: no gather for the finite check"
+
+# ---- 3. a ZeRO-1 checkpoint resumes on 1 rank ---------------------------
+run part 2 32 $sgd dist.zero=1 train.max_steps=20
+[ -f "$(ck part 20)" ] || bad "no checkpoint at step 20"
+n=$(ls "$tmp/part/checkpoints" 2>/dev/null | grep -c '\.kiln$')
+[ "$n" = 1 ] || bad "2 ZeRO ranks wrote $n checkpoint files, expected 1"
+"$tool" close "$(ck sgd_zero 64)" "$(ck part 20)" 0 optim.momentum 2>/dev/null &&
+	bad "the step-20 momentum equals the step-64 one (the comparison cannot fail)"
+cp -r "$tmp/part" "$tmp/res1"
+run res1 0 64 $sgd dist.zero=1 train.resume=1
+grep -q "written by 2 rank(s), this run has 1" "$tmp/res1.log" || bad "resume on 1 rank not logged"
+close "$(ck sgd1 64)" "$(ck res1 64)" "ZeRO-1 checkpoint resumed on 1 rank" params optim.momentum
+
+# ---- 4. refusals ----------------------------------------------------------
+timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/z2" \
+	train.batch=32 dist.zero=2 > "$tmp/z2.log" 2>&1 && bad "zero = 2 was accepted"
+grep -q "\[dist\] zero = 2: only ZeRO stage 1" "$tmp/z2.log" || { bad "zero = 2: no clear refusal"; tail -3 "$tmp/z2.log"; }
+timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/zl" \
+	train.batch=32 dist.zero=1 train.optimizer=lamb > "$tmp/zl.log" 2>&1 && bad "zero = 1 with lamb was accepted"
+grep -q "\[dist\] zero = 1 with \[train\] optimizer = lamb" "$tmp/zl.log" || { bad "lamb: no clear refusal"; tail -3 "$tmp/zl.log"; }
+exit $fail
