@@ -848,9 +848,21 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			goto out;
 		}
 	}
-	if ((st = kiln_profile_open(cfg, &t->prof)) ||
-	    (st = kiln_device_open(reg, cfg, devname, 0, &t->dev)))
-		goto out;
+	{
+		/* one GPU per rank: the device ordinal is the local rank (the
+		 * CPU device takes any; the environment is read again, and
+		 * checked, when joining) */
+		struct kiln_dist_env env;
+		int ordinal = !kiln_dist_env_read(&env) ? env.local_rank : 0;
+		if ((st = kiln_profile_open(cfg, &t->prof)))
+			goto out;
+		if ((st = kiln_device_open(reg, cfg, devname, ordinal, &t->dev))) {
+			if (ordinal)
+				st = kiln_error_wrap(st, "rank %d (local rank %d): opening %s device %d",
+						     env.rank, env.local_rank, devname, ordinal);
+			goto out;
+		}
+	}
 	/* before any prepare, so that every plan's op type is known */
 	kiln_device_set_profile(t->dev, t->prof);
 	{

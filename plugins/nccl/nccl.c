@@ -14,10 +14,20 @@
  * recorded after them with the device's event_record.  Averages use
  * ncclAvg; bf16 and f16 are NCCL's own types.
  *
- * Timeouts of collectives: a watchdog thread would poll
- * ncclCommGetAsyncError and the completion of the last enqueued collective
- * and abort the communicator past the timeout; that is not written yet
- * (docs/distributed.md lists it), so a dead peer can hang a NCCL run.
+ * In non-blocking mode a collective call may return ncclInProgress: the
+ * call then polls ncclCommGetAsyncError until it is enqueued (bounded by
+ * the timeout like everything else).
+ *
+ * Watchdog.  After every collective a CUDA event is recorded on the
+ * stream it went to, with the time, in a ring of pending collectives.  A
+ * thread looks ten times a second: it pops the completed ones
+ * (cudaEventQuery), and when the oldest pending one is older than [dist]
+ * timeout, or ncclCommGetAsyncError reports an error (a peer died, a
+ * network failure), it aborts the communicator (ncclCommAbort: NCCL's
+ * kernels exit, the streams stop waiting) and reports the failure through
+ * host->fatal naming the rank, the collective and its age (the CLI then
+ * exits non-zero, which ends the job).  Later calls on the aborted
+ * communicator fail with that message.
  *
  * Without a GPU the plugin loads and its probe says "no CUDA device".
  */
@@ -26,6 +36,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,13 +46,40 @@
 
 static const struct kiln_host *H;
 
+#define PENDING 256
+
+struct pending {
+	cudaEvent_t ev;
+	long long t_ns;
+	const char *what;
+	size_t count;
+};
+
 struct nccl_comm {
 	struct kiln_device *dev;
 	ncclComm_t comm;
 	int rank, world, timeout_ms;
+	int cuda_dev;    /* the GPU the communicator is on (the watchdog's) */
 	void *(*native)(void *ctx, void *stream);
 	char desc[128];
+	/* the watchdog: a ring of pending collectives [head, head + n) */
+	pthread_t dog;
+	int dog_on, quit;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct pending ring[PENDING];
+	int head, n;
+	atomic_int aborted;
+	char why[512];   /* the abort's message (set before aborted) */
+	cudaStream_t bs; /* the barrier's private stream, while it runs */
 };
+
+static long long now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long long)t.tv_sec * 1000000000ll + t.tv_nsec;
+}
 
 static kiln_status nccl_fail(ncclResult_t r, const char *what, int line)
 {
@@ -68,13 +107,98 @@ static cudaStream_t native(struct nccl_comm *c, void *stream)
 	return (cudaStream_t)c->native(NULL, stream);
 }
 
-static kiln_status finish(struct nccl_comm *c, ncclResult_t r, const char *what, void *stream,
-			  void *done)
+/* Before a collective: refuse on an aborted communicator. */
+static kiln_status usable(struct nccl_comm *c)
 {
+	if (atomic_load(&c->aborted))
+		return H->error(KILN_EIO, "%s", c->why);
+	return KILN_OK;
+}
+
+/* Put the collective just enqueued on stream s under watch. */
+static void watch(struct nccl_comm *c, cudaStream_t s, const char *what, size_t count)
+{
+	pthread_mutex_lock(&c->lock);
+	/* full (collectives enqueued far ahead of the GPU): watch the newest
+	 * in the last slot, which completes after the one it replaces */
+	const int grow = c->n < PENDING;
+	struct pending *p = &c->ring[(c->head + (grow ? c->n : PENDING - 1)) % PENDING];
+	if (cudaEventRecord(p->ev, s) == cudaSuccess) {
+		p->t_ns = now_ns();
+		p->what = what;
+		p->count = count;
+		c->n += grow;
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+static kiln_status finish(struct nccl_comm *c, ncclResult_t r, const char *what, size_t count,
+			  void *stream, void *done)
+{
+	/* non-blocking communicator: wait until the call has been enqueued */
+	long long t0 = now_ns();
+	while (r == ncclInProgress) {
+		ncclResult_t a = ncclInProgress;
+		ncclCommGetAsyncError(c->comm, &a);
+		r = a;
+		if (r == ncclInProgress) {
+			if (now_ns() - t0 > (long long)c->timeout_ms * 1000000ll)
+				return H->error(KILN_ETIMEOUT, "nccl: rank %d of %d: %s of %zu elements was not enqueued within [dist] timeout = %.1f s",
+						c->rank, c->world, what, count, c->timeout_ms / 1000.0);
+			usleep(100);
+		}
+	}
 	if (r != ncclSuccess)
 		return H->error(KILN_EIO, "nccl: rank %d of %d: %s failed: %s", c->rank, c->world, what,
 				ncclGetErrorString(r));
+	watch(c, stream ? native(c, stream) : c->bs, what, count);
 	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;
+}
+
+/* ---- the watchdog -------------------------------------------------------- */
+
+static void *watchdog(void *arg)
+{
+	struct nccl_comm *c = arg;
+	cudaSetDevice(c->cuda_dev);
+	pthread_mutex_lock(&c->lock);
+	while (!c->quit && !atomic_load(&c->aborted)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000; /* ten looks a second */
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&c->cond, &c->lock, &ts);
+		if (c->quit)
+			break;
+		while (c->n && cudaEventQuery(c->ring[c->head].ev) == cudaSuccess) {
+			c->head = (c->head + 1) % PENDING;
+			c->n--;
+		}
+		ncclResult_t a = ncclSuccess;
+		ncclCommGetAsyncError(c->comm, &a);
+		const long long age = c->n ? now_ns() - c->ring[c->head].t_ns : 0;
+		if (a == ncclSuccess || a == ncclInProgress) {
+			if (!c->n || age <= (long long)c->timeout_ms * 1000000ll)
+				continue;
+			snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: %s of %zu elements did not complete within [dist] timeout = %.1f s (pending %.1f s): a rank is lost or stuck; the communicator was aborted",
+				 c->rank, c->world, c->ring[c->head].what, c->ring[c->head].count,
+				 c->timeout_ms / 1000.0, age / 1e9);
+		} else {
+			snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: the communicator failed (%s)%s%s; it was aborted",
+				 c->rank, c->world, ncclGetErrorString(a),
+				 c->n ? " during " : "", c->n ? c->ring[c->head].what : "");
+		}
+		atomic_store(&c->aborted, 1);
+		pthread_mutex_unlock(&c->lock);
+		ncclCommAbort(c->comm);
+		H->fatal("nccl", "%s", c->why);
+		return NULL; /* without a fatal handler: the calls report it */
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
 }
 
 static kiln_status nccl_allreduce(void *ctx, void *buf, size_t count, int dtype, int op,
@@ -82,11 +206,14 @@ static kiln_status nccl_allreduce(void *ctx, void *buf, size_t count, int dtype,
 {
 	struct nccl_comm *c = ctx;
 	ncclDataType_t t;
+	kiln_status ust;
+	if ((ust = usable(c)))
+		return ust;
 	if (!dtype_of(dtype, &t) || (dtype != KILN_F32 && dtype != KILN_F16 && dtype != KILN_BF16))
 		return H->error(KILN_ENOTSUP, "nccl: allreduce of dtype %d (f32, bf16, f16 only)", dtype);
 	ncclResult_t r = ncclAllReduce(buf, buf, count, t, op == KILN_REDUCE_AVG ? ncclAvg : ncclSum,
 				       c->comm, native(c, stream));
-	return finish(c, r, "ncclAllReduce", stream, done);
+	return finish(c, r, "ncclAllReduce", count, stream, done);
 }
 
 static kiln_status nccl_broadcast(void *ctx, void *buf, size_t count, int dtype, int root,
@@ -94,10 +221,13 @@ static kiln_status nccl_broadcast(void *ctx, void *buf, size_t count, int dtype,
 {
 	struct nccl_comm *c = ctx;
 	ncclDataType_t t;
+	kiln_status ust;
+	if ((ust = usable(c)))
+		return ust;
 	if (!dtype_of(dtype, &t))
 		return H->error(KILN_ENOTSUP, "nccl: broadcast of dtype %d", dtype);
 	ncclResult_t r = ncclBroadcast(buf, buf, count, t, root, c->comm, native(c, stream));
-	return finish(c, r, "ncclBroadcast", stream, done);
+	return finish(c, r, "ncclBroadcast", count, stream, done);
 }
 
 static kiln_status nccl_allgather(void *ctx, const void *send, void *recv, size_t count, int dtype,
@@ -105,10 +235,13 @@ static kiln_status nccl_allgather(void *ctx, const void *send, void *recv, size_
 {
 	struct nccl_comm *c = ctx;
 	ncclDataType_t t;
+	kiln_status ust;
+	if ((ust = usable(c)))
+		return ust;
 	if (!dtype_of(dtype, &t))
 		return H->error(KILN_ENOTSUP, "nccl: allgather of dtype %d", dtype);
 	ncclResult_t r = ncclAllGather(send, recv, count, t, c->comm, native(c, stream));
-	return finish(c, r, "ncclAllGather", stream, done);
+	return finish(c, r, "ncclAllGather", count, stream, done);
 }
 
 static kiln_status nccl_reduce_scatter(void *ctx, const void *send, void *recv, size_t count,
@@ -116,12 +249,15 @@ static kiln_status nccl_reduce_scatter(void *ctx, const void *send, void *recv, 
 {
 	struct nccl_comm *c = ctx;
 	ncclDataType_t t;
+	kiln_status ust;
+	if ((ust = usable(c)))
+		return ust;
 	if (!dtype_of(dtype, &t))
 		return H->error(KILN_ENOTSUP, "nccl: reduce_scatter of dtype %d", dtype);
 	ncclResult_t r = ncclReduceScatter(send, recv, count, t,
 					   op == KILN_REDUCE_AVG ? ncclAvg : ncclSum, c->comm,
 					   native(c, stream));
-	return finish(c, r, "ncclReduceScatter", stream, done);
+	return finish(c, r, "ncclReduceScatter", count, stream, done);
 }
 
 /* An allreduce of one float on a private stream, waited for. */
@@ -130,15 +266,21 @@ static kiln_status nccl_barrier(void *ctx)
 	struct nccl_comm *c = ctx;
 	float *d = NULL;
 	cudaStream_t s;
+	kiln_status ust;
+	if ((ust = usable(c)))
+		return ust;
 	if (cudaStreamCreate(&s) != cudaSuccess)
 		return H->error(KILN_EDEVICE, "nccl: barrier: cudaStreamCreate failed");
 	kiln_status st = KILN_OK;
+	c->bs = s;
 	if (cudaMalloc((void **)&d, sizeof(float)) != cudaSuccess) {
 		st = H->error(KILN_EDEVICE, "nccl: barrier: cudaMalloc failed");
 	} else {
 		ncclResult_t r = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, c->comm, s);
-		if (r != ncclSuccess)
+		if (r != ncclSuccess && r != ncclInProgress)
 			st = nccl_fail(r, "ncclAllReduce (barrier)", __LINE__);
+		else if ((st = finish(c, r, "barrier", 1, NULL, NULL)))
+			;
 		else if (cudaStreamSynchronize(s) != cudaSuccess)
 			st = H->error(KILN_EDEVICE, "nccl: barrier: cudaStreamSynchronize failed");
 		cudaFree(d);
@@ -157,8 +299,20 @@ static void nccl_close(void *ctx)
 	struct nccl_comm *c = ctx;
 	if (!c)
 		return;
-	if (c->comm)
+	if (c->dog_on) {
+		pthread_mutex_lock(&c->lock);
+		c->quit = 1;
+		pthread_cond_signal(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+		pthread_join(c->dog, NULL);
+	}
+	if (c->comm && !atomic_load(&c->aborted))
 		ncclCommDestroy(c->comm);
+	for (int i = 0; i < PENDING; i++)
+		if (c->ring[i].ev)
+			cudaEventDestroy(c->ring[i].ev);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cond);
 	free(c);
 }
 
@@ -180,6 +334,11 @@ static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_con
 	c->rank = rank;
 	c->world = world;
 	c->timeout_ms = timeout_ms;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+	/* the CUDA device opened the GPU of this rank's ordinal ([run] device
+	 * = cuda follows the local rank): NCCL and the watchdog use it */
+	cudaGetDevice(&c->cuda_dev);
 	c->native = (void *(*)(void *, void *))host->device_proc(dev, KILN_PROC_NATIVE_STREAM);
 	if (!c->native) {
 		free(c);
@@ -247,7 +406,21 @@ static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_con
 	}
 	int v = 0;
 	ncclGetVersion(&v);
-	snprintf(c->desc, sizeof c->desc, "NCCL %d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
+	snprintf(c->desc, sizeof c->desc, "NCCL %d.%d.%d, GPU %d, watchdog at %.0f s", v / 10000,
+		 (v / 100) % 100, v % 100, c->cuda_dev, timeout_ms / 1000.0);
+	for (int i = 0; i < PENDING; i++)
+		if (cudaEventCreateWithFlags(&c->ring[i].ev, cudaEventDisableTiming) != cudaSuccess) {
+			c->ring[i].ev = NULL;
+			nccl_close(c);
+			return host->error(KILN_EDEVICE, "nccl: rank %d of %d: cudaEventCreate failed",
+					   rank, world);
+		}
+	int rc = pthread_create(&c->dog, NULL, watchdog, c);
+	if (rc) {
+		nccl_close(c);
+		return host->error(KILN_EIO, "nccl: starting the watchdog thread: %s", strerror(rc));
+	}
+	c->dog_on = 1;
 	*out = c;
 	return KILN_OK;
 }
