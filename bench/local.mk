@@ -19,4 +19,4 @@ bench_mpi_raw_SOURCES = bench/mpi_raw.c
 bench_mpi_raw_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 bench_mpi_raw_LDADD = $(MPI_LIBS)
 endif
-EXTRA_DIST += bench/comm.sh bench/torch_comm.py
+EXTRA_DIST += bench/comm.sh bench/torch_comm.py bench/overlap.sh

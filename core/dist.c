@@ -29,6 +29,10 @@ struct bucket {
 	int ready_layer;  /* complete after this layer's backward */
 	void *done;       /* event: the allreduce finished (comm stream) */
 	int started;
+	/* [dist] timing: when the comm stream began and ended its allreduce
+	 * (host clock, seconds; written by host functions on that stream) */
+	double t0, t1;
+	struct stamp { struct kiln_dist *d; int b, end; } s0, s1;
 };
 
 struct kiln_dist {
@@ -60,6 +64,15 @@ struct kiln_dist {
 	float *zgrad;           /* f32[zc]: this rank's averaged shard */
 	void *zplan[2];         /* the optimizer over the shard, the tail */
 	float *zfull;           /* the whole state while a checkpoint is taken */
+	/* [dist] timing = 1: host functions stamp, on the streams, when the
+	 * backward ended (compute), when each bucket's allreduce ran (comm)
+	 * and when the optimizer could start (compute, after the waits); the
+	 * last one adds the step into the sums.  No synchronisation added. */
+	int timing;
+	double t_bwd_end;
+	double sum_exposed, sum_comm;  /* seconds, over sum_steps steps */
+	int64_t sum_steps;
+	struct stamp s_bwd, s_opt;
 };
 
 static void (*fatal_fn)(const char *msg);
@@ -121,6 +134,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	kiln_config_get_float(cfg, "dist", "timeout", &timeout);
 	kiln_config_get_float(cfg, "dist", "bucket_mb", &d->bucket_mb);
 	kiln_config_get_bool(cfg, "dist", "overlap", &d->overlap);
+	kiln_config_get_bool(cfg, "dist", "timing", &d->timing);
 	{
 		int64_t z = 0;
 		kiln_config_get_int(cfg, "dist", "zero", &z);
@@ -218,6 +232,34 @@ void kiln_dist_close(struct kiln_dist *d)
 
 /* ---- buckets ------------------------------------------------------------- */
 
+/* [dist] timing's host functions */
+static kiln_status stamp_bucket(void *arg)
+{
+	struct stamp *s = arg;
+	struct bucket *b = &s->d->b[s->b];
+	*(s->end ? &b->t1 : &b->t0) = kiln_now_s();
+	return KILN_OK;
+}
+
+static kiln_status stamp_bwd(void *arg)
+{
+	struct stamp *s = arg;
+	s->d->t_bwd_end = kiln_now_s();
+	return KILN_OK;
+}
+
+static kiln_status stamp_opt(void *arg)
+{
+	struct kiln_dist *d = ((struct stamp *)arg)->d;
+	double exposed = kiln_now_s() - d->t_bwd_end, comm = 0;
+	for (int i = 0; i < d->n_b; i++)
+		comm += d->b[i].t1 - d->b[i].t0;
+	d->sum_exposed += exposed > 0 ? exposed : 0;
+	d->sum_comm += comm;
+	d->sum_steps++;
+	return KILN_OK;
+}
+
 static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *compute)
 {
 	kiln_status st;
@@ -225,8 +267,23 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 	    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
 		return st;
 	b->started = 1;
-	return d->ops->allreduce(d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
-				 KILN_REDUCE_AVG, d->comm_stream, b->done);
+	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, stamp_bucket, &b->s0)))
+		return st;
+	if ((st = d->ops->allreduce(d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
+				    KILN_REDUCE_AVG, d->comm_stream, d->timing ? NULL : b->done)))
+		return st;
+	if (d->timing &&
+	    ((st = kiln_device_host_fn(d->dev, d->comm_stream, stamp_bucket, &b->s1)) ||
+	     (st = kiln_device_event_record(d->dev, b->done, d->comm_stream))))
+		return st;
+	return KILN_OK;
+}
+
+void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, int64_t *steps)
+{
+	*exposed_s = d ? d->sum_exposed : 0;
+	*comm_s = d ? d->sum_comm : 0;
+	*steps = d ? d->sum_steps : 0;
 }
 
 static kiln_status bwd_hook(void *user, int layer, void *stream)
@@ -288,9 +345,13 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 		hi = b->lo;
 	}
 	free(idx);
-	for (int i = 0; i < d->n_b; i++)
+	for (int i = 0; i < d->n_b; i++) {
 		if ((st = kiln_device_event_create(d->dev, &d->b[i].done)))
 			return st;
+		d->b[i].s0 = (struct stamp){ d, i, 0 };
+		d->b[i].s1 = (struct stamp){ d, i, 1 };
+	}
+	d->s_bwd.d = d->s_opt.d = d;
 	/* the padding between tensors is never written by backward: zero it,
 	 * so averaging it is harmless */
 	{
@@ -523,6 +584,9 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	kiln_status st;
 	if (d->zero)
 		return zero_grads(d, compute);
+	/* the backward (and accumulation) ends here on the compute stream */
+	if (d->timing && (st = kiln_device_host_fn(d->dev, compute, stamp_bwd, &d->s_bwd)))
+		return st;
 	for (int i = 0; i < d->n_b; i++)
 		if (!d->b[i].started && (st = start_bucket(d, &d->b[i], compute)))
 			return st;
@@ -531,6 +595,10 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 		if ((st = kiln_device_stream_wait(d->dev, compute, d->b[i].done)))
 			return st;
 	}
+	/* the optimizer can start: what it waited since the backward ended is
+	 * the exposed communication */
+	if (d->timing && (st = kiln_device_host_fn(d->dev, compute, stamp_opt, &d->s_opt)))
+		return st;
 	d->overlap_now = 0;
 	return KILN_OK;
 }

@@ -53,6 +53,12 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
  * No-ops without ZeRO. */
 kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute);
 void kiln_dist_zero_release(struct kiln_dist *d);
+/* [dist] timing = 1: the sums since the start, over *steps optimizer
+ * steps, of the exposed communication (from the end of backward on the
+ * compute stream to the optimizer's start after the bucket waits) and of
+ * the buckets' allreduce time on the comm stream, in seconds.  Read after
+ * a sync of the compute stream.  Zeros without timing (or ZeRO). */
+void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, int64_t *steps);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only). */
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute);
 /* A failed step: when the failure looks like a lost peer, say which rank

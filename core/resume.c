@@ -27,6 +27,7 @@ static const struct {
 	{ "train", "batch" },        { "run", "comm" },
 	{ "dist", "bucket_mb" },     { "dist", "timeout" },
 	{ "dist", "overlap" },        { "dist", "zero" },
+	{ "dist", "timing" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)

@@ -118,6 +118,9 @@ struct trainer {
 	struct kiln_dist *dist;
 	int rank, world;
 	int dist_stop;             /* every rank agreed to stop */
+	/* [dist] timing: the sums at the previous log point */
+	double comm_exposed0, comm_total0;
+	int64_t comm_steps0;
 };
 
 static void phase(const struct trainer *t, int ph, int begin)
@@ -1305,6 +1308,20 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 						   "skipped", (json_int_t)res->steps_skipped,
 						   "loss_scale", res->loss_scale));
 				since = 0, since_loss = since_correct = 0;
+				if (t->dist) { /* [dist] timing: this interval's overlap */
+					double ex, cm;
+					int64_t ns;
+					kiln_dist_timing(t->dist, &ex, &cm, &ns);
+					if (ns > t->comm_steps0) {
+						double per = 1e3 / (double)(ns - t->comm_steps0);
+						jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f}", "event", "comm",
+								   "step", (json_int_t)step, "steps",
+								   (json_int_t)(ns - t->comm_steps0),
+								   "exposed_ms", (ex - t->comm_exposed0) * per,
+								   "allreduce_ms", (cm - t->comm_total0) * per));
+						t->comm_exposed0 = ex, t->comm_total0 = cm, t->comm_steps0 = ns;
+					}
+				}
 			} else if (progress) {
 				progress(user, (int)ep + 1, k + 1, steps_per_epoch, NULL);
 			}
@@ -1439,6 +1456,15 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	if (t->prof && (st = kiln_profile_report(t->prof, out_dir)))
 		goto out;
 	res->wall_s = kiln_now_s() - t_start;
+	if (t->dist) {
+		double ex, cm;
+		int64_t ns;
+		kiln_dist_timing(t->dist, &ex, &cm, &ns);
+		if (ns)
+			kiln_log(KILN_LOG_INFO, "dist", "rank %d: over %lld steps, exposed communication %.3f ms/step, allreduce %.3f ms/step on the comm stream (%.1f%% exposed)",
+				 t->rank, (long long)ns, ex / (double)ns * 1e3, cm / (double)ns * 1e3,
+				 cm > 0 ? 100 * ex / cm : 0.0);
+	}
 	if (stopping)
 		jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "stopped", "step", (json_int_t)step,
 				   "checkpoint", res->checkpoint));

@@ -6,6 +6,9 @@
 #  1. 2 and 4 ranks (batch 32 and 16 per rank) end with parameters and
 #     momentum equal, to float tolerance (1e-5 relative), to one process
 #     with batch 64; the logged loss of the last step agrees to 4 digits;
+#  1b. with [dist] timing = 1 and overlap = 0 the comm events of
+#     metrics.jsonl have exposed_ms >= allreduce_ms > 0 (every bucket runs
+#     after backward, so the optimizer waits for all of it);
 #  2. a checkpoint written by 2 ranks at step 20 resumes on 1 and on 4
 #     ranks and ends equal to the uninterrupted run (1e-5), and only rank 0
 #     writes checkpoints;
@@ -100,6 +103,18 @@ grep -q "rank 0 of 2 (local 0; from KILN_\*), comm gloo" "$tmp/two.log" || bad "
 grep -q "gradient bucket(s)" "$tmp/two.log" || bad "no bucket line"
 n=$(ls "$tmp/two/checkpoints" | grep -c '\.kiln$')
 [ "$n" = 1 ] || bad "2 ranks wrote $n checkpoint files, expected 1 (rank 0 only)"
+
+# ---- 1b. [dist] timing: the overlap measurement -------------------------
+# without overlap every bucket runs after backward, so the optimizer's
+# wait (exposed) covers the whole allreduce time: exposed >= allreduce
+run timing 2 32 dist.timing=1 dist.overlap=0 train.max_steps=32
+ev=$(grep '"event": *"comm"' "$tmp/timing/metrics.jsonl" | tail -1)
+ex=$(echo "$ev" | sed 's/.*"exposed_ms": *\([0-9.e+-]*\).*/\1/')
+ar=$(echo "$ev" | sed 's/.*"allreduce_ms": *\([0-9.e+-]*\).*/\1/')
+echo "timing, overlap = 0: exposed $ex ms, allreduce $ar ms per step"
+[ -n "$ev" ] && awk -v e="$ex" -v a="$ar" 'BEGIN { exit !(a > 0 && e >= a) }' ||
+	bad "timing without overlap: exposed '$ex' ms < allreduce '$ar' ms (or no comm event)"
+grep -q "exposed communication" "$tmp/timing.log" || bad "no timing summary in the log"
 
 # ---- 2. a 2-rank checkpoint resumes on 1 and on 4 ranks -----------------
 run part 2 32 train.max_steps=20
