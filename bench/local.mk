@@ -19,4 +19,10 @@ bench_mpi_raw_SOURCES = bench/mpi_raw.c
 bench_mpi_raw_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 bench_mpi_raw_LDADD = $(MPI_LIBS)
 endif
+if BUILD_GLOO
+noinst_PROGRAMS += bench/gloo_raw
+bench_gloo_raw_SOURCES = bench/gloo_raw.cc
+bench_gloo_raw_CXXFLAGS = -std=c++17 -Wall -Wextra -pthread
+bench_gloo_raw_LDADD = $(GLOO_LIBS) -lpthread
+endif
 EXTRA_DIST += bench/comm.sh bench/torch_comm.py bench/overlap.sh

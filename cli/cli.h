@@ -18,6 +18,8 @@ int cmd_train(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_plugins(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_comm(int argc, char **argv); /* argv[1] is "comm" */
+void bench_comm_usage_print(void);
 int cmd_memory(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_export(int argc, char **argv);

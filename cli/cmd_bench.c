@@ -9,7 +9,8 @@
 
 static void bench_usage(FILE *f)
 {
-	fprintf(f, "usage: kiln bench data FILE [--batches N] [section.key=value ...]\n\n"
+	fprintf(f, "usage: kiln bench data FILE [--batches N] [section.key=value ...]\n"
+		   "       kiln bench comm [--nproc N] [--max BYTES] [--runs R] (kiln bench comm --help)\n\n"
 		   "Run the loader of FILE's [data] section exactly as `kiln train` would (workers,\n"
 		   "prefetch, transforms, cache, copies to [run] device) for N batches of [train]\n"
 		   "batch after two of warm-up (default: one epoch), with no model.  Prints samples/s,\n"
@@ -21,10 +22,16 @@ static void bench_usage(FILE *f)
 
 int cmd_bench(int argc, char **argv)
 {
+	if (argc >= 2 && !strcmp(argv[1], "comm") && cli_wants_help(argc, argv)) {
+		bench_comm_usage_print();
+		return 0;
+	}
 	if (cli_wants_help(argc, argv)) {
 		bench_usage(stdout);
 		return 0;
 	}
+	if (argc >= 2 && !strcmp(argv[1], "comm"))
+		return cmd_bench_comm(argc, argv);
 	if (argc < 3 || strcmp(argv[1], "data") || argv[2][0] == '-') {
 		bench_usage(stderr);
 		return 2;

@@ -20,6 +20,7 @@ static void usage(FILE *f)
 		"  config --doc                         print the reference of every key (markdown)\n"
 		"  plugins [--path DIRS]                list plugin files and plugins found\n"
 		"  bench data FILE [--batches N]        measure the data loader alone\n"
+		"  bench comm [--nproc N] [...]         allreduce of kiln's communicators vs raw libraries\n"
 		"  memory FILE [section.key=value ...]  what training FILE will allocate, from its plans\n"
 		"  pack FILE --out DIR [options]        write [data]'s samples as records shards (.krec)\n"
 		"  export FILE --safetensors OUT        write the model's weights (PyTorch names, layouts)\n"

@@ -16,6 +16,8 @@
 #     non-zero within [dist] timeout with a message naming rank 1;
 #  4. a rendezvous that never completes (rank 1 of 2 never starts) fails
 #     within the timeout naming the missing rank;
+#  6. `kiln bench comm --nproc 2` prints a positive busbw for each
+#     communicator at each size, and refuses --nproc 1;
 #  5. `kiln launch` stops the others when one rank fails and exits with
 #     its status, naming it; the environment it gives each rank is right.
 # Every process runs under `timeout`, so a hang fails the test.
@@ -186,5 +188,15 @@ grep -q "rank 1 (pid [0-9]*) failed with exit status 3; stopping the other ranks
 [ "$dt" -le 10 ] || bad "kiln launch took ${dt}s to stop the others"
 timeout 10 "$kiln" launch -- true > "$tmp/usage.log" 2>&1
 [ $? = 2 ] && grep -q -- "-n N is required" "$tmp/usage.log" || bad "launch without -n"
+
+
+# ---- 6. kiln bench comm ---------------------------------------------------
+timeout 120 "$kiln" bench comm --nproc 2 --max 16384 --runs 1 > "$tmp/bc.log" 2> "$tmp/bc.err" ||
+	{ bad "kiln bench comm exited $?"; tail -5 "$tmp/bc.err"; }
+grep -q "kiln-gloo" "$tmp/bc.log" || bad "bench comm: no kiln-gloo column"
+rows=$(awk '$1 == 4096 || $1 == 16384 { for (i = 2; i <= NF; i++) if ($i == "/" && $(i + 1) + 0 <= 0) bad = 1; n++ } END { print bad ? 0 : n + 0 }' "$tmp/bc.log")
+[ "$rows" = 2 ] || { bad "bench comm: expected 2 rows of positive busbw"; cat "$tmp/bc.log"; }
+timeout 10 "$kiln" bench comm --nproc 1 > /dev/null 2>&1
+[ $? = 2 ] || bad "bench comm --nproc 1 was not a usage error"
 
 exit $fail

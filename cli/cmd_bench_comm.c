@@ -1,0 +1,388 @@
+/* cli/cmd_bench_comm.c - `kiln bench comm --nproc N`: allreduce latency
+ * and bus bandwidth of every available kiln communicator beside the raw
+ * libraries (bench/mpi_raw, bench/gloo_raw) and torch.distributed's gloo
+ * (bench/torch_comm.py), each run --runs times with --nproc local ranks;
+ * per size the median over the runs of each run's median time, and the
+ * ratios against the targets of docs/PERFORMANCE.md.
+ *
+ * `kiln bench comm --rank COMM MAX` is one rank of a kiln measurement
+ * (what the driver starts under `kiln launch` or mpirun): an in-place f32
+ * sum allreduce through the plugin's ops on a synchronous CPU stream,
+ * median of 200/20/5 iterations by size, busbw = algbw x 2(n-1)/n. */
+#include "build-config.h"
+#include "cli.h"
+
+#include <kiln/dist.h>
+#include <kiln/plugin.h>
+
+#include <arpa/inet.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SIZES 16
+#define MAX_RUNS 15
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* ---- one rank ------------------------------------------------------------- */
+
+static int rank_main(const char *name, size_t max)
+{
+	struct kiln_dist_env env;
+	struct kiln_registry *reg = NULL;
+	struct kiln_config *cfg = NULL;
+	struct kiln_device *dev = NULL;
+	struct kiln_store *store = NULL;
+	const struct kiln_plugin *p;
+	void *ctx = NULL, *stream = NULL;
+	float *buf = NULL;
+	kiln_status st;
+	if ((st = kiln_dist_env_read(&env)) || (st = kiln_registry_open(NULL, &reg)) ||
+	    (st = kiln_config_load_string("[run]\nthreads = 1\n", "bench comm", &cfg)) ||
+	    (st = kiln_device_open(reg, cfg, "cpu", 0, &dev)) ||
+	    (st = kiln_device_stream_create(dev, &stream)) ||
+	    (st = kiln_registry_find(reg, KILN_PLUGIN_COMM, name, &p)))
+		return cli_fail(st);
+	const struct kiln_comm_ops *ops = p->ops;
+	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
+				  env.world, 60000, &store)) ||
+	    (st = kiln_store_rendezvous(store, env.rank, env.world, 60000)) ||
+	    (st = ops->open(kiln_host_table(), cfg, store, dev, env.rank, env.world, 60000, &ctx)) ||
+	    (st = kiln_device_alloc(dev, max, (void **)&buf)))
+		return cli_fail(st);
+	memset(buf, 0, max);
+	if (env.rank == 0)
+		printf("# kiln-%s, %d ranks\n", name, env.world);
+	for (size_t bytes = 4096; bytes <= max; bytes *= 4) {
+		int iters = bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 20 : 5;
+		double t[200];
+		for (int w = 0; w < 3; w++)
+			if ((st = ops->allreduce(ctx, buf, bytes / 4, KILN_F32, KILN_REDUCE_SUM, stream,
+						 NULL)))
+				return cli_fail(st);
+		for (int i = 0; i < iters; i++) {
+			if ((st = ops->barrier(ctx)))
+				return cli_fail(st);
+			double t0 = now_s();
+			if ((st = ops->allreduce(ctx, buf, bytes / 4, KILN_F32, KILN_REDUCE_SUM, stream,
+						 NULL)) ||
+			    (st = kiln_device_stream_sync(dev, stream)))
+				return cli_fail(st);
+			t[i] = now_s() - t0;
+		}
+		qsort(t, (size_t)iters, sizeof *t, cmp_double);
+		double med = t[iters / 2];
+		if (env.rank == 0)
+			printf("  %10zu %12.1f %12.3f\n", bytes, med * 1e6,
+			       (double)bytes / med * 2.0 * (env.world - 1) / env.world / 1e9);
+		fflush(stdout);
+	}
+	kiln_device_free(dev, buf);
+	ops->close(ctx);
+	kiln_store_close(store);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+	return 0;
+}
+
+/* ---- the driver ------------------------------------------------------------ */
+
+enum { T_KILN_MPI, T_RAW_MPI, T_KILN_GLOO, T_RAW_GLOO, T_TORCH, N_TOOLS };
+static const char *const tool_names[N_TOOLS] = { "kiln-mpi", "raw-mpi", "kiln-gloo", "raw-gloo",
+						 "torch-gloo" };
+
+struct series {
+	int have, runs;
+	double us[MAX_SIZES][MAX_RUNS], bw[MAX_SIZES][MAX_RUNS];
+	double med_us[MAX_SIZES], med_bw[MAX_SIZES];
+	char why[160];
+};
+
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t n = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof a) &&
+	    !getsockname(fd, (struct sockaddr *)&a, &n))
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port ? port : 29500 + (int)(getpid() % 20000);
+}
+
+/* Run cmd (sh -c), read rank 0's "bytes us busbw" lines into run r. */
+static int collect(const char *cmd, struct series *s, int r, int n_sizes)
+{
+	FILE *f = popen(cmd, "r");
+	char line[256];
+	int got = 0;
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof line, f)) {
+		double b, us, bw;
+		if (line[0] == '#' || sscanf(line, "%lf %lf %lf", &b, &us, &bw) != 3)
+			continue;
+		int k = 0;
+		for (double x = 4096; x < b && k < MAX_SIZES; x *= 4)
+			k++;
+		if (k < n_sizes) {
+			s->us[k][r] = us;
+			s->bw[k][r] = bw;
+			got++;
+		}
+	}
+	int rc = pclose(f);
+	return rc == 0 && got == n_sizes;
+}
+
+static int executable(const char *path)
+{
+	return access(path, X_OK) == 0;
+}
+
+static int in_path(const char *prog)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof cmd, "command -v %s > /dev/null 2>&1", prog);
+	return system(cmd) == 0;
+}
+
+static void bench_comm_usage(FILE *f)
+{
+	fprintf(f, "usage: kiln bench comm [--nproc N] [--max BYTES] [--runs R] [--bench-dir DIR]\n\n"
+		   "Start N local ranks (default 2) and measure the allreduce (f32 sum, in place)\n"
+		   "from 4 KiB to BYTES (default 256 MiB, by 4x) of every communicator available:\n"
+		   "kiln-mpi (under mpirun) beside raw MPI (DIR/mpi_raw), kiln-gloo (under kiln\n"
+		   "launch) beside raw Gloo (DIR/gloo_raw), and torch.distributed's gloo\n"
+		   "(DIR/torch_comm.py with $KILN_PYTHON, python3 or /usr/bin/python3).  Each is run R times (default 3); per size\n"
+		   "the table shows the median over the runs of each run's median latency (us) and\n"
+		   "busbw (GB/s, algbw x 2(n-1)/n), then the ratios against the targets:\n"
+		   "kiln-mpi within 10 us of raw MPI and >= 0.9x its busbw, kiln-gloo >= 0.9x raw\n"
+		   "Gloo, the best kiln communicator >= 5x torch gloo's busbw at 1 MiB.  DIR\n"
+		   "defaults to the bench/ folder beside the kiln binary (the build tree); a\n"
+		   "baseline that is not there is left out, saying why.\n");
+}
+
+void bench_comm_usage_print(void)
+{
+	bench_comm_usage(stdout);
+}
+
+int cmd_bench_comm(int argc, char **argv)
+{
+	int nproc = 2, runs = 3;
+	size_t max = (size_t)256 << 20;
+	const char *bench_dir = NULL;
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--rank") && i + 2 < argc)
+			return rank_main(argv[i + 1], (size_t)strtoull(argv[i + 2], NULL, 10));
+		char *end = NULL;
+		if (!strcmp(a, "--nproc") && i + 1 < argc) {
+			nproc = (int)strtol(argv[++i], &end, 10);
+			if (*end || nproc < 2 || nproc > 256)
+				goto bad;
+		} else if (!strcmp(a, "--runs") && i + 1 < argc) {
+			runs = (int)strtol(argv[++i], &end, 10);
+			if (*end || runs < 1 || runs > MAX_RUNS)
+				goto bad;
+		} else if (!strcmp(a, "--max") && i + 1 < argc) {
+			max = (size_t)strtoull(argv[++i], &end, 10);
+			if (*end || max < 4096)
+				goto bad;
+		} else if (!strcmp(a, "--bench-dir") && i + 1 < argc) {
+			bench_dir = argv[++i];
+		} else {
+			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", a);
+			bench_comm_usage(stderr);
+			return 2;
+		}
+		continue;
+bad:
+		fprintf(stderr, "kiln: error: %s '%s': expected --nproc 2..256, --runs 1..%d, --max >= 4096\n",
+			a, argv[i], MAX_RUNS);
+		return 2;
+	}
+	/* this program (the libtool wrapper in the build tree) and bench/ */
+	char exe[PATH_MAX], self[PATH_MAX + 16], dir[PATH_MAX + 16];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0) {
+		fprintf(stderr, "kiln: error: cannot find this program (/proc/self/exe)\n");
+		return 1;
+	}
+	exe[n] = 0;
+	char *d = dirname(exe);
+	size_t dl = strlen(d);
+	if (dl >= 6 && !strcmp(d + dl - 6, "/.libs"))
+		d[dl - 6] = 0;
+	snprintf(self, sizeof self, "%s/kiln", d);
+	snprintf(dir, sizeof dir, "%s/bench", d);
+	if (!bench_dir)
+		bench_dir = dir;
+	int n_sizes = 0;
+	for (size_t b = 4096; b <= max && n_sizes < MAX_SIZES; b *= 4)
+		n_sizes++;
+	struct series *s = calloc(N_TOOLS, sizeof *s);
+	if (!s)
+		return 1;
+	struct kiln_registry *reg = NULL;
+	const struct kiln_plugin *p;
+	kiln_status st = kiln_registry_open(NULL, &reg);
+	if (st)
+		return cli_fail(st);
+	const int have_mpirun = in_path("mpirun");
+	const char *root = geteuid() == 0 ? "--allow-run-as-root " : "";
+	char cmd[4 * PATH_MAX + 512], raw_mpi[PATH_MAX + 32], raw_gloo[PATH_MAX + 32],
+		torch_py[PATH_MAX + 32];
+	snprintf(raw_mpi, sizeof raw_mpi, "%s/mpi_raw", bench_dir);
+	snprintf(raw_gloo, sizeof raw_gloo, "%s/gloo_raw", bench_dir);
+	snprintf(torch_py, sizeof torch_py, "%s/torch_comm.py", bench_dir);
+	s[T_KILN_MPI].have = !kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p) && have_mpirun;
+	if (!s[T_KILN_MPI].have)
+		snprintf(s[T_KILN_MPI].why, sizeof s->why, "%s",
+			 have_mpirun ? "no mpi plugin" : "no mpirun in PATH");
+	s[T_RAW_MPI].have = have_mpirun && executable(raw_mpi);
+	if (!s[T_RAW_MPI].have)
+		snprintf(s[T_RAW_MPI].why, sizeof s->why, "%s", have_mpirun ? "no bench/mpi_raw" : "no mpirun");
+	s[T_KILN_GLOO].have = !kiln_registry_find(reg, KILN_PLUGIN_COMM, "gloo", &p);
+	if (!s[T_KILN_GLOO].have)
+		snprintf(s[T_KILN_GLOO].why, sizeof s->why, "no gloo plugin");
+	s[T_RAW_GLOO].have = executable(raw_gloo);
+	if (!s[T_RAW_GLOO].have)
+		snprintf(s[T_RAW_GLOO].why, sizeof s->why, "no bench/gloo_raw");
+	/* $KILN_PYTHON, else the first of python3 and /usr/bin/python3 with torch */
+	const char *py = getenv("KILN_PYTHON");
+	char probe[PATH_MAX + 96];
+	const char *const pys[] = { py && *py ? py : "python3", "/usr/bin/python3" };
+	for (int i = 0; i < 2 && !s[T_TORCH].have; i++) {
+		snprintf(probe, sizeof probe, "'%s' -c 'import torch.distributed' > /dev/null 2>&1", pys[i]);
+		if (access(torch_py, R_OK) == 0 && system(probe) == 0) {
+			s[T_TORCH].have = 1;
+			py = pys[i];
+		}
+	}
+	if (!s[T_TORCH].have)
+		snprintf(s[T_TORCH].why, sizeof s->why, "no python3 with torch, or no bench/torch_comm.py");
+	kiln_registry_close(reg);
+	kiln_log_set_level(KILN_LOG_WARN);
+	fprintf(stderr, "bench comm: %d ranks, 4 KiB..%zu B, %d run(s) each\n", nproc, max, runs);
+	for (int r = 0; r < runs; r++)
+		for (int k = 0; k < N_TOOLS; k++) {
+			struct series *x = &s[k];
+			if (!x->have)
+				continue;
+			char tmp[] = "/tmp/kiln-bench-comm.XXXXXX";
+			switch (k) {
+			case T_KILN_MPI:
+				snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np %d -x KILN_MASTER_PORT=%d -x OMP_NUM_THREADS=1 '%s' bench comm --rank mpi %zu 2>/dev/null",
+					 root, nproc, free_port(), self, max);
+				break;
+			case T_RAW_MPI:
+				snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np %d '%s' %zu 2>/dev/null",
+					 root, nproc, raw_mpi, max);
+				break;
+			case T_KILN_GLOO:
+				snprintf(cmd, sizeof cmd, "'%s' launch -n %d -- '%s' bench comm --rank gloo %zu 2>/dev/null",
+					 self, nproc, self, max);
+				break;
+			case T_RAW_GLOO:
+				if (!mkdtemp(tmp)) {
+					x->have = 0;
+					snprintf(x->why, sizeof x->why, "mkdtemp failed");
+					continue;
+				}
+				snprintf(cmd, sizeof cmd, "'%s' launch -n %d -- '%s' %s %zu 2>/dev/null; rm -rf %s",
+					 self, nproc, raw_gloo, tmp, max, tmp);
+				break;
+			default:
+				snprintf(cmd, sizeof cmd, "p=%d; r=1; while [ $r -lt %d ]; do RANK=$r WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu > /dev/null 2>&1 & r=$((r + 1)); done; RANK=0 WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu 2>/dev/null; wait",
+					 free_port(), nproc, nproc, py, torch_py, max, nproc, py, torch_py, max);
+				break;
+			}
+			fprintf(stderr, "  run %d/%d: %s\n", r + 1, runs, tool_names[k]);
+			if (!collect(cmd, x, x->runs, n_sizes)) {
+				x->have = 0;
+				snprintf(x->why, sizeof x->why, "run %d failed or printed too little", r + 1);
+				continue;
+			}
+			x->runs++;
+		}
+	for (int k = 0; k < N_TOOLS; k++)
+		for (int z = 0; z < n_sizes && s[k].have; z++) {
+			double a[MAX_RUNS], b[MAX_RUNS];
+			memcpy(a, s[k].us[z], sizeof a);
+			memcpy(b, s[k].bw[z], sizeof b);
+			qsort(a, (size_t)s[k].runs, sizeof *a, cmp_double);
+			qsort(b, (size_t)s[k].runs, sizeof *b, cmp_double);
+			s[k].med_us[z] = a[s[k].runs / 2];
+			s[k].med_bw[z] = b[s[k].runs / 2];
+		}
+	printf("allreduce f32 sum in place, %d ranks, median of %d run(s): latency us / busbw GB/s\n",
+	       nproc, runs);
+	printf("%10s", "bytes");
+	for (int k = 0; k < N_TOOLS; k++)
+		if (s[k].have)
+			printf(" %21s", tool_names[k]);
+	printf("\n");
+	for (int z = 0; z < n_sizes; z++) {
+		printf("%10zu", (size_t)4096 << (2 * z));
+		for (int k = 0; k < N_TOOLS; k++)
+			if (s[k].have)
+				printf(" %10.1f / %8.3f", s[k].med_us[z], s[k].med_bw[z]);
+		printf("\n");
+	}
+	for (int k = 0; k < N_TOOLS; k++)
+		if (!s[k].have)
+			printf("%s: left out (%s)\n", tool_names[k], s[k].why);
+	printf("targets:\n");
+	if (s[T_KILN_MPI].have && s[T_RAW_MPI].have)
+		for (int z = 0; z < n_sizes; z++) {
+			double dlat = s[T_KILN_MPI].med_us[z] - s[T_RAW_MPI].med_us[z];
+			double rb = s[T_KILN_MPI].med_bw[z] / s[T_RAW_MPI].med_bw[z];
+			printf("  kiln-mpi vs raw MPI %10zu B: latency %+8.1f us (%s), busbw %.2fx (%s)\n",
+			       (size_t)4096 << (2 * z), dlat, dlat <= 10 ? "met" : "NOT met", rb,
+			       rb >= 0.9 ? "met" : "NOT met");
+		}
+	if (s[T_KILN_GLOO].have && s[T_RAW_GLOO].have)
+		for (int z = 0; z < n_sizes; z++) {
+			double rb = s[T_KILN_GLOO].med_bw[z] / s[T_RAW_GLOO].med_bw[z];
+			printf("  kiln-gloo vs raw Gloo %10zu B: busbw %.2fx (%s)\n", (size_t)4096 << (2 * z),
+			       rb, rb >= 0.9 ? "met" : "NOT met");
+		}
+	const int z1 = 4; /* 1 MiB */
+	if (s[T_TORCH].have && z1 < n_sizes) {
+		int best = -1;
+		for (int k = T_KILN_MPI; k <= T_KILN_GLOO; k += 2)
+			if (s[k].have && (best < 0 || s[k].med_bw[z1] > s[best].med_bw[z1]))
+				best = k;
+		if (best >= 0) {
+			double rb = s[best].med_bw[z1] / s[T_TORCH].med_bw[z1];
+			printf("  best kiln communicator (%s) vs torch gloo at 1 MiB: %.2fx (%s)\n",
+			       tool_names[best], rb, rb >= 5 ? "met" : "NOT met");
+		}
+	}
+	free(s);
+	return 0;
+}
