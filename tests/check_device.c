@@ -2318,6 +2318,231 @@ END_TEST
 
 /* ---- suite ------------------------------------------------------------ */
 
+/* ---- bf16 and f16 (docs/plugins.md, "Low-precision dtypes") ------------ */
+
+static uint16_t h_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+static float h_wide(uint16_t h, int dt)
+{
+	if (dt == KILN_F16) {
+		_Float16 x;
+		memcpy(&x, &h, 2);
+		return (float)x;
+	}
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t h_round(float f, int dt)
+{
+	if (dt == KILN_F16) {
+		_Float16 x = (_Float16)f;
+		uint16_t h;
+		memcpy(&h, &x, 2);
+		return h;
+	}
+	return h_bf16(f);
+}
+
+/* n random values in dtype dt (x 'scale'), and their f32 widening */
+static uint16_t *lp_rand(size_t n, int dt, float scale, float *wide)
+{
+	uint16_t *h = malloc(n * 2);
+	for (size_t i = 0; i < n; i++) {
+		h[i] = h_round(frand() * scale, dt);
+		wide[i] = h_wide(h[i], dt);
+	}
+	return h;
+}
+
+/* GEMM out0[M,N] = A B^T + bias with bf16 (native) or f16 (converted)
+ * operands, out0 in the low dtype or f32 (weight gradients), against a
+ * double loop over the widened operands. */
+static void lp_gemm_case(struct fx *f, int dt, int M, int N, int K, int out_f32)
+{
+	float *aw = malloc(sizeof(float) * M * K), *bw = malloc(sizeof(float) * N * K);
+	uint16_t *a = lp_rand((size_t)M * K, dt, 1, aw), *b = lp_rand((size_t)N * K, dt, 1, bw);
+	float *bias = frandv((size_t)N);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GEMM;
+	op.n_in = 3, op.n_out = 1;
+	op.in[0] = td(dt, 2, M, K), op.in[1] = td(dt, 2, N, K), op.in[2] = td(KILN_F32, 1, N, 0);
+	op.out[0] = td(out_f32 ? KILN_F32 : dt, 2, M, N);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = M, op.i[3] = N, op.i[4] = K, op.f[0] = 1.0;
+	const size_t ob = (size_t)M * N * (out_f32 ? 4 : 2);
+	void *da = dput(f, a, (size_t)M * K * 2), *db = dput(f, b, (size_t)N * K * 2),
+	     *dbias = dput(f, bias, sizeof(float) * N), *dc = dput(f, NULL, ob);
+	const void *in[3] = { da, db, dbias };
+	void *out[1] = { dc };
+	OK(run_op(f, &op, in, out));
+	void *c = malloc(ob);
+	dget(f, c, dc, ob);
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			double ref = bias[j], mag = fabs(bias[j]);
+			for (int k = 0; k < K; k++) {
+				ref += (double)aw[i * K + k] * bw[j * K + k];
+				mag += fabs((double)aw[i * K + k] * bw[j * K + k]);
+			}
+			const double got = out_f32 ? ((float *)c)[i * N + j]
+						   : h_wide(((uint16_t *)c)[i * N + j], dt);
+			/* f32 accumulation; one rounding of the result to dt */
+			const double ulp = out_f32 ? 0 : dt == KILN_F16 ? 0x1p-11 : 0x1p-8;
+			ck_assert_msg(fabs(got - ref) <= ulp * fabs(ref) + 1e-5 * mag,
+				      "%s GEMM %dx%dx%d (out %s) [%d,%d]: %g, reference %g",
+				      dt == KILN_F16 ? "f16" : "bf16", M, N, K, out_f32 ? "f32" : "low",
+				      i, j, got, ref);
+		}
+	kiln_device_free(f->dev, da), kiln_device_free(f->dev, db);
+	kiln_device_free(f->dev, dbias), kiln_device_free(f->dev, dc);
+	free(a), free(b), free(aw), free(bw), free(bias), free(c);
+}
+
+/* Elementwise ops in dt: the result equals the f32 op on the widened
+ * operands, rounded once (bit for bit).  ADD accumulating (y += x0 + x1),
+ * RELU, RELU_BWD, SOFTMAX_XENT (logits and dlogits in dt). */
+static void lp_elementwise(struct fx *f, int dt)
+{
+	const int n = 1000, R = 20, C = 50;
+	float *w0 = malloc(sizeof(float) * n), *w1 = malloc(sizeof(float) * n),
+	      *wy = malloc(sizeof(float) * n);
+	uint16_t *x0 = lp_rand(n, dt, 4, w0), *x1 = lp_rand(n, dt, 4, w1), *y = lp_rand(n, dt, 4, wy);
+	uint16_t *got = malloc(2 * n);
+	struct kiln_op op;
+	/* ADD, accumulate */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ADD, op.flags = KILN_OPF_ACCUMULATE, op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.in[1] = op.out[0] = td(dt, 1, n, 0);
+	void *d0 = dput(f, x0, 2 * n), *d1 = dput(f, x1, 2 * n), *dy = dput(f, y, 2 * n);
+	const void *in[3] = { d0, d1, NULL };
+	void *out[2] = { dy, NULL };
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dy, 2 * n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == h_round(wy[i] + (w0[i] + w1[i]), dt), "ADD %d: %g vs %g", i,
+			      h_wide(got[i], dt), wy[i] + (w0[i] + w1[i]));
+	/* RELU then RELU_BWD (dx = y > 0 ? dy : 0), exact */
+	op.type = KILN_OP_RELU, op.flags = 0, op.n_in = 1;
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dy, 2 * n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == (w0[i] < 0 ? 0 : x0[i]), "RELU %d", i);
+	op.type = KILN_OP_RELU_BWD, op.n_in = 2;
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dy, 2 * n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == (w0[i] > 0 ? x1[i] : 0), "RELU_BWD %d", i);
+	/* SOFTMAX_XENT: the f32 op on the widened logits, rounded */
+	int32_t lab[20];
+	for (int r = 0; r < R; r++)
+		lab[r] = (r * 7) % C;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SOFTMAX_XENT, op.n_in = 2, op.n_out = 2;
+	op.in[0] = op.out[0] = td(dt, 2, R, C), op.in[1] = td(KILN_I32, 1, R, 0);
+	op.out[1] = td(KILN_F32, 1, 3, 0);
+	op.i[0] = R, op.f[0] = 1.0 / R;
+	float zero[3] = { 0 }, m_lp[3], m_32[3], *g32 = malloc(sizeof(float) * n);
+	void *dl = dput(f, lab, sizeof lab), *dm = dput(f, zero, sizeof zero);
+	const void *xin[2] = { d0, dl };
+	void *xout[2] = { dy, dm };
+	OK(run_op(f, &op, xin, xout));
+	dget(f, got, dy, 2 * n);
+	dget(f, m_lp, dm, sizeof m_lp);
+	op.in[0] = op.out[0] = td(KILN_F32, 2, R, C);
+	void *dw = dput(f, w0, sizeof(float) * n), *dg = dput(f, NULL, sizeof(float) * n);
+	OK(kiln_device_copy_async(f->dev, dm, zero, sizeof zero, KILN_COPY_H2D, f->s));
+	const void *xin32[2] = { dw, dl };
+	void *xout32[2] = { dg, dm };
+	OK(run_op(f, &op, xin32, xout32));
+	dget(f, g32, dg, sizeof(float) * n);
+	dget(f, m_32, dm, sizeof m_32);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == h_round(g32[i], dt), "SOFTMAX_XENT dlogits %d", i);
+	ck_assert(m_lp[0] == m_32[0] && m_lp[1] == m_32[1] && m_lp[2] == m_32[2]);
+	void *bufs[] = { d0, d1, dy, dl, dm, dw, dg };
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		kiln_device_free(f->dev, bufs[i]);
+	free(w0), free(w1), free(wy), free(x0), free(x1), free(y), free(got), free(g32);
+}
+
+/* CAST both ways (round to nearest even, f16 overflow to inf), and SGD's
+ * compute-copy output: round(params after the step), a gated-off step
+ * leaving both. */
+static void lp_cast_sgd(struct fx *f, int dt)
+{
+	const int n = 777;
+	float *p = frandv(n), *g = frandv(n), lr = 0.1f, after[777], back[777];
+	p[0] = 1.0f + 0x1p-9f;  /* a bf16 tie: rounds to even (1.0) */
+	p[1] = 70000.0f;        /* past f16's range: inf */
+	uint16_t cp[777];
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CAST, op.n_in = op.n_out = 1;
+	op.in[0] = td(KILN_F32, 1, n, 0), op.out[0] = td(dt, 1, n, 0);
+	void *dp = dput(f, p, sizeof(float) * n), *dc = dput(f, NULL, 2 * n),
+	     *dg = dput(f, g, sizeof(float) * n), *dlr = dput(f, &lr, sizeof lr),
+	     *db = dput(f, NULL, sizeof(float) * n);
+	const void *in[2] = { dp, dg };
+	void *out[2] = { dc, NULL };
+	OK(run_op(f, &op, in, out));
+	dget(f, cp, dc, 2 * n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(cp[i] == h_round(p[i], dt), "CAST to %d: element %d", dt, i);
+	ck_assert(dt == KILN_F16 ? isinf(h_wide(cp[1], dt)) : h_wide(cp[0], dt) == 1.0f);
+	op.in[0] = op.out[0], op.out[0] = td(KILN_F32, 1, n, 0);
+	in[0] = dc, out[0] = db;
+	OK(run_op(f, &op, in, out));
+	dget(f, back, db, sizeof(float) * n);
+	for (int i = 0; i < n; i++)
+		ck_assert(!memcmp(&back[i], &(float){ h_wide(cp[i], dt) }, 4));
+	/* SGD (no momentum) with the copy */
+	p[1] = 0.5f;
+	OK(kiln_device_copy_async(f->dev, dp, p, sizeof(float) * n, KILN_COPY_H2D, f->s));
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SGD, op.n_in = 2, op.n_out = 2;
+	op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+	op.out[0] = op.in[0], op.out[1] = td(dt, 1, n, 0);
+	op.i[0] = n;
+	in[0] = dg, in[1] = dlr, out[0] = dp, out[1] = dc;
+	OK(run_op(f, &op, in, out));
+	dget(f, after, dp, sizeof(float) * n);
+	dget(f, cp, dc, 2 * n);
+	for (int i = 0; i < n; i++) {
+		ck_assert_msg(fabsf(after[i] - (p[i] - lr * g[i])) <= 1e-6f, "SGD %d", i);
+		ck_assert_msg(cp[i] == h_round(after[i], dt), "SGD copy %d", i);
+	}
+	void *bufs[] = { dp, dc, dg, dlr, db };
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		kiln_device_free(f->dev, bufs[i]);
+	free(p), free(g);
+}
+
+START_TEST(test_lowp)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	for (int k = 0; k < 2; k++) {
+		const int dt = k ? KILN_F16 : KILN_BF16;
+		lp_gemm_case(&f, dt, 33, 40, 50, 0);
+		lp_gemm_case(&f, dt, 16, 24, 64, 1);
+		lp_elementwise(&f, dt);
+		lp_cast_sgd(&f, dt);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 static Suite *make_device_suite(void)
 {
 	Suite *s = suite_create("device");
@@ -2351,6 +2576,7 @@ static Suite *make_device_suite(void)
 		{ "stream_order", test_stream_order },
 		{ "counters", test_counters },
 		{ "close_live", test_close_live },
+		{ "lowp", test_lowp },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		TCase *tc = tcase_create(cases[i].name);
