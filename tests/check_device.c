@@ -2528,6 +2528,103 @@ static void lp_cast_sgd(struct fx *f, int dt)
 	free(p), free(g);
 }
 
+/* Run `op` (its tensors described in dt where lp_in/lp_out bits say) with
+ * lp inputs given as dt bits, then the same op in f32 on the widened
+ * inputs; the dt outputs must equal the f32 ones rounded, the f32 outputs
+ * be equal, bit for bit.  in32[i]: f32 data (widened) or raw bytes of a
+ * non-float input, inlp[i]: dt bits for lp inputs; n_el: element counts. */
+static void lp_same_as_f32(struct fx *f, struct kiln_op op, int dt, int lp_in, int lp_out,
+			   const void *const *in32, const void *const *inlp, const int64_t *in_n,
+			   const int64_t *out_n, const char *what)
+{
+	void *din[KILN_OP_MAX_IN] = { 0 }, *dout[KILN_OP_MAX_OUT] = { 0 };
+	void *dref[KILN_OP_MAX_OUT] = { 0 }, *dinr[KILN_OP_MAX_IN] = { 0 };
+	for (int i = 0; i < op.n_in; i++) {
+		const size_t es = kiln_dtype_size(op.in[i].dtype);
+		if (lp_in >> i & 1) {
+			op.in[i].dtype = dt;
+			din[i] = dput(f, inlp[i], 2 * (size_t)in_n[i]);
+			dinr[i] = dput(f, in32[i], 4 * (size_t)in_n[i]);
+		} else {
+			din[i] = dinr[i] = dput(f, in32[i], es * (size_t)in_n[i]);
+		}
+	}
+	struct kiln_op op32 = op;
+	for (int i = 0; i < op.n_in; i++)
+		if (lp_in >> i & 1)
+			op32.in[i].dtype = KILN_F32;
+	for (int i = 0; i < op.n_out; i++) {
+		dout[i] = dput(f, NULL, 4 * (size_t)out_n[i]);
+		dref[i] = dput(f, NULL, 4 * (size_t)out_n[i]);
+		if (lp_out >> i & 1)
+			op.out[i].dtype = dt;
+	}
+	OK(run_op(f, &op, (const void *const *)din, dout));
+	OK(run_op(f, &op32, (const void *const *)dinr, dref));
+	for (int i = 0; i < op.n_out; i++) {
+		const size_t nb = 4 * (size_t)out_n[i];
+		float *ref = malloc(nb);
+		void *got = malloc(nb);
+		dget(f, ref, dref[i], nb);
+		dget(f, got, dout[i], nb);
+		for (int64_t e = 0; e < out_n[i]; e++) {
+			if (lp_out >> i & 1)
+				ck_assert_msg(((uint16_t *)got)[e] == h_round(ref[e], dt),
+					      "%s %s out%d[%lld]: %g, f32 op rounded %g", what,
+					      dt == KILN_F16 ? "f16" : "bf16", i, (long long)e,
+					      h_wide(((uint16_t *)got)[e], dt), ref[e]);
+			else if (op.out[i].dtype == KILN_F32)
+				ck_assert_msg(!memcmp((float *)got + e, ref + e, 4),
+					      "%s out%d[%lld]: %g vs f32 op %g", what, i, (long long)e,
+					      ((float *)got)[e], ref[e]);
+		}
+		free(ref), free(got);
+		kiln_device_free(f->dev, dout[i]), kiln_device_free(f->dev, dref[i]);
+	}
+	for (int i = 0; i < op.n_in; i++) {
+		if (dinr[i] != din[i])
+			kiln_device_free(f->dev, dinr[i]);
+		kiln_device_free(f->dev, din[i]);
+	}
+}
+
+/* BIAS_GRAD (bf16 rows into f32), DROPOUT (forward and backward), max and
+ * average POOL forward (non-overlapping windows, both layouts) against
+ * the f32 ops. */
+static void lp_more(struct fx *f, int dt)
+{
+	const int R = 64, N = 40, n = R * N;
+	float *w = malloc(sizeof(float) * n);
+	uint16_t *x = lp_rand(n, dt, 2, w);
+	int64_t step = 7, nn[2] = { n, 1 }, on[2] = { N, 0 };
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BIAS_GRAD, op.n_in = 1, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 2, R, N), op.out[0] = td(KILN_F32, 1, N, 0);
+	lp_same_as_f32(f, op, dt, 1, 0, (const void *const[]){ w }, (const void *const[]){ x }, nn,
+		       on, "BIAS_GRAD");
+	for (int bwd = 0; bwd < 2; bwd++) {
+		memset(&op, 0, sizeof op);
+		op.type = bwd ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
+		op.in[0] = op.out[0] = td(KILN_F32, 2, R, N), op.in[1] = td(KILN_I64, 1, 1, 0);
+		op.i[0] = 1234, op.i[1] = 3, op.f[0] = 0.3;
+		on[0] = n;
+		lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w, &step },
+			       (const void *const[]){ x, NULL }, nn, on, bwd ? "DROPOUT_BWD" : "DROPOUT");
+	}
+	for (int nhwc = 0; nhwc < 2; nhwc++)
+		for (int kind = 0; kind < 2; kind++) {
+			memset(&op, 0, sizeof op);
+			op.type = KILN_OP_POOL, op.n_in = 1, op.n_out = 1;
+			op.in[0] = td4(4, 5, 8, 16, nhwc), op.out[0] = td4(4, 5, 4, 8, nhwc);
+			op.i[0] = kind, op.i[1] = op.i[2] = op.i[3] = op.i[4] = 2, op.i[7] = 1;
+			int64_t pn[1] = { 4 * 5 * 8 * 16 }, po[1] = { 4 * 5 * 4 * 8 };
+			lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w },
+				       (const void *const[]){ x }, pn, po, kind ? "avg POOL" : "max POOL");
+		}
+	free(w), free(x);
+}
+
 START_TEST(test_lowp)
 {
 	struct fx f;
@@ -2538,6 +2635,7 @@ START_TEST(test_lowp)
 		lp_gemm_case(&f, dt, 16, 24, 64, 1);
 		lp_elementwise(&f, dt);
 		lp_cast_sgd(&f, dt);
+		lp_more(&f, dt);
 	}
 	fx_close(&f);
 }

@@ -206,16 +206,17 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	case KILN_OP_BN_INFER:
 	case KILN_OP_BN_BWD: family = cpu_bn_prepare; break;
 	case KILN_OP_POOL:
-	case KILN_OP_POOL_BWD: family = cpu_pool_prepare; native = 0; break;
+	case KILN_OP_POOL_BWD: family = cpu_pool_prepare; native = 1; break;
 	case KILN_OP_ACT:
 	case KILN_OP_ACT_BWD: family = cpu_act_prepare; break;
 	case KILN_OP_DROPOUT:
-	case KILN_OP_DROPOUT_BWD: family = cpu_dropout_prepare; break;
+	case KILN_OP_DROPOUT_BWD: family = cpu_dropout_prepare; native = 1; break;
 	case KILN_OP_CONCAT:
 	case KILN_OP_SPLIT:
 	case KILN_OP_REORDER: family = cpu_layout_prepare; break;
 	case KILN_OP_RELU:
 	case KILN_OP_RELU_BWD:
+	case KILN_OP_BIAS_GRAD:
 	case KILN_OP_BIAS_ADD: family = cpu_ops_prepare; native = 1; break;
 	/* dtype-generic by contract, or with a low-precision copy output */
 	case KILN_OP_SCALE:

@@ -153,6 +153,39 @@ static kiln_status cpu_bias_add_bf16(const struct cpu_plan *p, const struct kiln
 	return KILN_OK;
 }
 
+/* db (N) f32 (=|+=) sum over r of dy (R, N) bf16: cpu_bias_grad's order. */
+CPU_CLONES static void col_sums_bf16(float *restrict s, const uint16_t *restrict dy, int64_t R,
+				     int64_t N, int64_t j0, int64_t w)
+{
+	for (int64_t j = 0; j < w; j++)
+		s[j] = 0.0f;
+	for (int64_t r = 0; r < R; r++) {
+		const uint16_t *row = dy + r * N + j0;
+#pragma omp simd
+		for (int64_t j = 0; j < w; j++)
+			s[j] += cpu_bf16_f32(row[j]);
+	}
+}
+
+static kiln_status cpu_bias_grad_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
+				      struct cpu_err *e)
+{
+	const uint16_t *dy = a->in[0];
+	float *db = a->out[0];
+	const int64_t R = p->rows, N = p->cols, B = 128;
+	const int acc = p->op.flags & KILN_OPF_ACCUMULATE;
+	(void)e;
+#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
+	for (int64_t j0 = 0; j0 < N; j0 += B) {
+		float s[128];
+		const int64_t w = N - j0 < B ? N - j0 : B;
+		col_sums_bf16(s, dy, R, N, j0, w);
+		for (int64_t j = 0; j < w; j++)
+			db[j0 + j] = acc ? db[j0 + j] + s[j] : s[j];
+	}
+	return KILN_OK;
+}
+
 CPU_CLONES static void relu_span_bf16(uint16_t *y, const uint16_t *x, int64_t n)
 {
 #pragma omp simd
@@ -841,7 +874,8 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		return KILN_OK;
 	}
 	/* bf16 loops of their own: ReLU forward and backward, the bias add
-	 * (an f32 bias into bf16 rows); every other bf16 op goes through
+	 * (an f32 bias into bf16 rows), the bias gradient (bf16 rows summed
+	 * into f32); every other bf16 op goes through
 	 * lowp.c (ENOTSUP here sends it there) */
 	if (!cpu_all_f32(op)) {
 		const int bf = op->out[0].dtype == KILN_BF16;
@@ -855,6 +889,9 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			p->kernel = cpu_relu_bwd_bf16;
 		else if (op->type == KILN_OP_BIAS_ADD)
 			ok = bf && op->in[0].dtype == KILN_F32, p->kernel = cpu_bias_add_bf16;
+		else if (op->type == KILN_OP_BIAS_GRAD)
+			ok = op->in[0].dtype == KILN_BF16 && op->out[0].dtype == KILN_F32,
+			p->kernel = cpu_bias_grad_bf16;
 		else if (vec) /* any mix of f32, bf16 and f16: blocked in vec_lp_span */
 			ok = 1;
 		if (!ok)
