@@ -2533,6 +2533,11 @@ static void lp_cast_sgd(struct fx *f, int dt)
  * inputs; the dt outputs must equal the f32 ones rounded, the f32 outputs
  * be equal, bit for bit.  in32[i]: f32 data (widened) or raw bytes of a
  * non-float input, inlp[i]: dt bits for lp inputs; n_el: element counts. */
+/* 0: bit for bit.  Else the products (GEMM, convolution) accumulate in
+ * another order than the f32 kernel: |got - ref| <= one rounding of dt
+ * + g_lp_tol * max |ref| of the output. */
+static double g_lp_tol;
+
 static void lp_same_as_f32(struct fx *f, struct kiln_op op, int dt, int lp_in, int lp_out,
 			   const void *const *in32, const void *const *inlp, const int64_t *in_n,
 			   const int64_t *out_n, const char *what)
@@ -2567,7 +2572,18 @@ static void lp_same_as_f32(struct fx *f, struct kiln_op op, int dt, int lp_in, i
 		void *got = malloc(nb);
 		dget(f, ref, dref[i], nb);
 		dget(f, got, dout[i], nb);
-		for (int64_t e = 0; e < out_n[i]; e++) {
+		double mx = 0;
+		for (int64_t e = 0; e < out_n[i]; e++)
+			mx = fmax(mx, fabs(ref[e]));
+		for (int64_t e = 0; e < out_n[i] && g_lp_tol > 0; e++) {
+			const double g = lp_out >> i & 1 ? h_wide(((uint16_t *)got)[e], dt)
+							 : ((float *)got)[e];
+			const double ulp = lp_out >> i & 1 ? (dt == KILN_F16 ? 0x1p-11 : 0x1p-8) : 0;
+			ck_assert_msg(fabs(g - ref[e]) <= ulp * fabs(ref[e]) + g_lp_tol * mx,
+				      "%s %s out%d[%lld]: %g, f32 op %g", what,
+				      dt == KILN_F16 ? "f16" : "bf16", i, (long long)e, g, ref[e]);
+		}
+		for (int64_t e = 0; e < out_n[i] && g_lp_tol == 0; e++) {
 			if (lp_out >> i & 1)
 				ck_assert_msg(((uint16_t *)got)[e] == h_round(ref[e], dt),
 					      "%s %s out%d[%lld]: %g, f32 op rounded %g", what,
@@ -2622,7 +2638,145 @@ static void lp_more(struct fx *f, int dt)
 			lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w },
 				       (const void *const[]){ x }, pn, po, kind ? "avg POOL" : "max POOL");
 		}
+	/* REORDER NCHW -> NHWC in dt (a move), and f32 -> dt (the plan's input
+	 * conversion: reordered and rounded) */
+	for (int mixed = 0; mixed < 2; mixed++) {
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_REORDER, op.n_in = 1, op.n_out = 1;
+		op.in[0] = td4(4, 5, 8, 16, 0), op.out[0] = td4(4, 5, 8, 16, 1);
+		int64_t rn[1] = { n };
+		lp_same_as_f32(f, op, dt, !mixed, 1, (const void *const[]){ w },
+			       (const void *const[]){ x }, rn, rn, mixed ? "REORDER f32 in" : "REORDER");
+	}
 	free(w), free(x);
+}
+
+/* Convolution forward, backward data and backward weights (f32 weight
+ * and bias gradients), both layouts; batchnorm training forward and
+ * backward (f32 statistics); GELU and its backward; the bias add (f32
+ * bias into dt rows); SCALE and MUL; CONCAT; AdamW's compute copy. */
+static void lp_conv_bn(struct fx *f, int dt)
+{
+	const struct conv_g q = { 4, 8, 16, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+	const int64_t nx = 4 * 8 * 10 * 10, ny = 4 * 16 * 10 * 10, nw = 16 * 8 * 9;
+	float *wx = malloc(sizeof(float) * nx), *wy = malloc(sizeof(float) * ny),
+	      *ww = malloc(sizeof(float) * nw), *bias = frandv(16);
+	uint16_t *hx = lp_rand(nx, dt, 1, wx), *hy = lp_rand(ny, dt, 1, wy), *hw = lp_rand(nw, dt, 0.3f, ww);
+	struct kiln_op op;
+	/* native bf16 kernels accumulate in their own order; f16 (converted)
+	 * runs the f32 kernel itself: exact */
+	g_lp_tol = dt == KILN_BF16 ? 1e-5 : 0;
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		conv_op(&op, KILN_OP_CONV, &q, 10, 10, nhwc);
+		lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wx, ww, bias },
+			       (const void *const[]){ hx, hw, NULL }, (const int64_t[]){ nx, nw, 16 },
+			       (const int64_t[]){ ny }, "CONV");
+		conv_op(&op, KILN_OP_CONV_BWD_DATA, &q, 10, 10, nhwc);
+		lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wy, ww },
+			       (const void *const[]){ hy, hw }, (const int64_t[]){ ny, nw },
+			       (const int64_t[]){ nx }, "CONV_BWD_DATA");
+		conv_op(&op, KILN_OP_CONV_BWD_WEIGHTS, &q, 10, 10, nhwc);
+		lp_same_as_f32(f, op, dt, 3, 0, (const void *const[]){ wx, wy },
+			       (const void *const[]){ hx, hy }, (const int64_t[]){ nx, ny },
+			       (const int64_t[]){ nw, 16 }, "CONV_BWD_WEIGHTS");
+	}
+	g_lp_tol = 0;
+	/* batchnorm over [4, 16, 10, 10]: x, y, dy, dx in dt; the rest f32 */
+	float *gam = frandv(16), *bet = frandv(16), rm[16] = { 0 }, rv[16], saved[32];
+	for (int c = 0; c < 16; c++)
+		rv[c] = 1, gam[c] += 1.5f;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_TRAIN, op.n_in = 3, op.n_out = 4;
+	op.in[0] = op.out[0] = td4(4, 16, 10, 10, 0);
+	op.in[1] = op.in[2] = op.out[2] = op.out[3] = td(KILN_F32, 1, 16, 0);
+	op.out[1] = td(KILN_F32, 2, 2, 16);
+	op.f[0] = 1e-5, op.f[1] = 0.1;
+	lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ wy, gam, bet },
+		       (const void *const[]){ hy, NULL, NULL }, (const int64_t[]){ ny, 16, 16 },
+		       (const int64_t[]){ ny, 32, 16, 16 }, "BN_TRAIN");
+	for (int c = 0; c < 16; c++) /* a mean and 1/std for the backward */
+		saved[c] = 0.01f * c, saved[16 + c] = 1.0f + 0.05f * c;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_BWD, op.n_in = 4, op.n_out = 3;
+	op.in[0] = op.in[1] = op.out[0] = td4(4, 16, 10, 10, 0);
+	op.in[2] = op.out[1] = op.out[2] = td(KILN_F32, 1, 16, 0);
+	op.in[3] = td(KILN_F32, 2, 2, 16);
+	op.f[0] = 1e-5;
+	lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wy, wy, gam, saved },
+		       (const void *const[]){ hy, hy, NULL, NULL },
+		       (const int64_t[]){ ny, ny, 16, 32 }, (const int64_t[]){ ny, 16, 16 }, "BN_BWD");
+	(void)rm;
+	/* GELU forward and backward */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ACT, op.n_in = 1, op.n_out = 1, op.i[0] = KILN_ACT_GELU;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, ny, 0);
+	lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ wy }, (const void *const[]){ hy },
+		       (const int64_t[]){ ny }, (const int64_t[]){ ny }, "ACT gelu");
+	op.type = KILN_OP_ACT_BWD, op.n_in = 3;
+	op.in[1] = op.in[2] = op.in[0];
+	lp_same_as_f32(f, op, dt, 7, 1, (const void *const[]){ wy, wy, wy },
+		       (const void *const[]){ hy, hy, hy }, (const int64_t[]){ ny, ny, ny },
+		       (const int64_t[]){ ny }, "ACT_BWD gelu");
+	/* BIAS_ADD: rows [ny/16, 16] in dt += f32 bias (in place: out0 read) */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BIAS_ADD, op.n_in = 1, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 1, 16, 0), op.out[0] = td(KILN_F32, 2, ny / 16, 16);
+	{
+		void *dyl = dput(f, hy, 2 * (size_t)ny), *dyr = dput(f, wy, 4 * (size_t)ny),
+		     *db = dput(f, bias, 4 * 16);
+		struct kiln_op o32 = op;
+		op.out[0].dtype = dt;
+		OK(run_op(f, &op, (const void *const[]){ db }, (void *const[]){ dyl }));
+		OK(run_op(f, &o32, (const void *const[]){ db }, (void *const[]){ dyr }));
+		uint16_t *g = malloc(2 * (size_t)ny);
+		float *r = malloc(4 * (size_t)ny);
+		dget(f, g, dyl, 2 * (size_t)ny);
+		dget(f, r, dyr, 4 * (size_t)ny);
+		for (int64_t e = 0; e < ny; e++)
+			ck_assert_msg(g[e] == h_round(r[e], dt), "BIAS_ADD %lld", (long long)e);
+		free(g), free(r);
+		kiln_device_free(f->dev, dyl), kiln_device_free(f->dev, dyr), kiln_device_free(f->dev, db);
+	}
+	/* SCALE (accumulating) and MUL */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_MUL, op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.in[1] = op.out[0] = td(KILN_F32, 1, nx, 0);
+	lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wx, wx }, (const void *const[]){ hx, hx },
+		       (const int64_t[]){ nx, nx }, (const int64_t[]){ nx }, "MUL");
+	/* CONCAT of x and x along channels (a move) */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CONCAT, op.n_in = 2, op.n_out = 1, op.i[0] = 1;
+	op.in[0] = op.in[1] = td4(4, 8, 10, 10, 1), op.out[0] = td4(4, 16, 10, 10, 1);
+	lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wx, wx }, (const void *const[]){ hx, hx },
+		       (const int64_t[]){ nx, nx }, (const int64_t[]){ 2 * nx }, "CONCAT");
+	/* AdamW writes round(p) into its compute copy */
+	{
+		const int n = 300;
+		float *p = frandv(n), *g = frandv(n), lr = 0.01f, zero[300] = { 0 }, after[300];
+		int64_t t = 1;
+		uint16_t cp[300];
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADAMW, op.n_in = 3, op.n_out = 4;
+		op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+		op.in[2] = td(KILN_I64, 1, 1, 0);
+		op.out[0] = op.out[1] = op.out[2] = op.in[0], op.out[3] = td(dt, 1, n, 0);
+		op.i[0] = n, op.f[0] = 0.9, op.f[1] = 0.999, op.f[2] = 1e-8, op.f[3] = 0.01;
+		void *dg = dput(f, g, 4 * n), *dl = dput(f, &lr, 4), *dt1 = dput(f, &t, 8),
+		     *dp = dput(f, p, 4 * n), *dm = dput(f, zero, 4 * n), *dv = dput(f, zero, 4 * n),
+		     *dc = dput(f, NULL, 2 * n);
+		OK(run_op(f, &op, (const void *const[]){ dg, dl, dt1 }, (void *const[]){ dp, dm, dv, dc }));
+		dget(f, after, dp, 4 * n);
+		dget(f, cp, dc, 2 * n);
+		for (int i = 0; i < n; i++) {
+			ck_assert_msg(after[i] != p[i], "ADAMW did not step %d", i);
+			ck_assert_msg(cp[i] == h_round(after[i], dt), "ADAMW copy %d", i);
+		}
+		void *bufs[] = { dg, dl, dt1, dp, dm, dv, dc };
+		for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+			kiln_device_free(f->dev, bufs[i]);
+		free(p), free(g);
+	}
+	free(wx), free(wy), free(ww), free(bias), free(hx), free(hy), free(hw), free(gam), free(bet);
 }
 
 START_TEST(test_lowp)
@@ -2636,6 +2790,7 @@ START_TEST(test_lowp)
 		lp_elementwise(&f, dt);
 		lp_cast_sgd(&f, dt);
 		lp_more(&f, dt);
+		lp_conv_bn(&f, dt);
 	}
 	fx_close(&f);
 }

@@ -213,7 +213,7 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	case KILN_OP_DROPOUT_BWD: family = cpu_dropout_prepare; native = 1; break;
 	case KILN_OP_CONCAT:
 	case KILN_OP_SPLIT:
-	case KILN_OP_REORDER: family = cpu_layout_prepare; break;
+	case KILN_OP_REORDER: family = cpu_layout_prepare; native = 3; break;
 	case KILN_OP_RELU:
 	case KILN_OP_RELU_BWD:
 	case KILN_OP_BIAS_GRAD:
@@ -237,7 +237,8 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 		st = family(c, p);
 	} else {
 		st = KILN_ENOTSUP;
-		if (native && !cpu_op_has(op, KILN_F16))
+		/* 3: dtype-generic moves of any element size, f16 too */
+		if ((native && !cpu_op_has(op, KILN_F16)) || native == 3)
 			st = family(c, p);
 		if (st == KILN_ENOTSUP) {
 			cpu_plan_release(p);
