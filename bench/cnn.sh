@@ -29,6 +29,9 @@
 #   --threads N       intra-op threads of PyTorch and kiln (default 2)
 #   --eval-samples N  test samples for the evaluation timing (default 5000)
 #   --layouts LIST    comma-separated layouts to run (default nchw,nhwc)
+#   --precision P     fp32 (default) or bf16: PyTorch runs under CPU autocast
+#                     (bench/pytorch_cnn.py --precision bf16), kiln with
+#                     run.precision=bf16
 #   --no-kiln         run only the PyTorch half
 # Environment:
 #   KILN     kiln binary (default ./kiln)
@@ -49,6 +52,7 @@ THREADS=2
 EVAL_SAMPLES=5000
 LAYOUTS=nchw,nhwc
 DO_KILN=1
+PRECISION=fp32
 BATCH=128
 TRAIN_SAMPLES=60000
 KILN=${KILN:-./kiln}
@@ -73,11 +77,14 @@ while [ $# -gt 0 ]; do
         --eval-samples=*) EVAL_SAMPLES=${1#*=}; shift ;;
         --layouts) [ $# -ge 2 ] || usage; LAYOUTS=$2; shift 2 ;;
         --layouts=*) LAYOUTS=${1#*=}; shift ;;
+        --precision) [ $# -ge 2 ] || usage; PRECISION=$2; shift 2 ;;
+        --precision=*) PRECISION=${1#*=}; shift ;;
         --no-kiln) DO_KILN=0; shift ;;
         -h|--help) usage ;;
         *) echo "cnn.sh: unknown argument: $1" >&2; usage ;;
     esac
 done
+case $PRECISION in fp32|bf16) ;; *) echo "cnn.sh: --precision must be fp32 or bf16" >&2; exit 2 ;; esac
 for v in "runs:$RUNS" "steps:$STEPS" "threads:$THREADS" "eval-samples:$EVAL_SAMPLES"; do
     case ${v#*:} in
         ''|*[!0-9]*|0) echo "cnn.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
@@ -175,7 +182,7 @@ run_pytorch() { # layout, name, threads, then env assignments
         env OPENBLAS_CORETYPE=SkylakeX "$@" "$PYTHON" "$HERE/pytorch_cnn.py" \
             --layout "$layout" --threads "$nthreads" --steps "$STEPS" \
             --warmup-steps "$WARMUP" --batch "$BATCH" \
-            --eval-samples "$EVAL_SAMPLES" > "$TMP/py.out" || rc=$?
+            --eval-samples "$EVAL_SAMPLES" --precision "$PRECISION" > "$TMP/py.out" || rc=$?
         line=$(json_line < "$TMP/py.out")
         if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
             echo "cnn.sh: pytorch $layout $name run $i failed (exit $rc) or printed no JSON line" >&2
@@ -201,7 +208,7 @@ kiln_runs() {
         OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$HERE/cnn_bench.ini" \
             model.layout="$layout" run.threads="$THREADS" train.batch="$BATCH" \
             data.limit="$KLIMIT" train.max_steps="$KSTEPS" \
-            data.eval.limit="$EVAL_SAMPLES" "$@" \
+            data.eval.limit="$EVAL_SAMPLES" run.precision="$PRECISION" "$@" \
             > "$TMP/kiln.out" 2> "$TMP/kiln.err" || rc=$?
         line=$(json_line < "$TMP/kiln.out")
         if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
@@ -270,7 +277,7 @@ done
 measure_peak
 
 echo
-echo "Fashion-MNIST CNN, batch $BATCH, $THREADS threads, median of $RUNS runs per setting."
+echo "Fashion-MNIST CNN, batch $BATCH, $THREADS threads, precision $PRECISION, median of $RUNS runs per setting."
 echo "PyTorch: $STEPS timed steps after $WARMUP warm-up steps; kiln: one epoch of $KSTEPS steps, all timed."
 echo "Evaluation: $EVAL_SAMPLES test samples, batch 500, no gradients."
 awk -v f="$FWD_FLOPS" -v t="$TRAIN_FLOPS" 'BEGIN {

@@ -16,6 +16,9 @@
 #   --steps N    PyTorch training steps incl. 20 warmup steps (default 0 = one
 #                full epoch, which matches kiln's train.epochs=1)
 #   --threads N  PyTorch intra-op threads (default 2, the same as mlp_bench.ini)
+#   --precision P  fp32 (default) or bf16: PyTorch under CPU autocast
+#                (bench/pytorch_mlp.py --precision bf16), kiln with
+#                run.precision=bf16
 #   --no-kiln    run only the PyTorch half
 # Environment:
 #   KILN     kiln binary (default ./kiln)
@@ -31,6 +34,7 @@ RUNS=3
 STEPS=0
 THREADS=2
 DO_KILN=1
+PRECISION=fp32
 KILN=${KILN:-./kiln}
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(dirname "$0")
@@ -48,11 +52,14 @@ while [ $# -gt 0 ]; do
         --steps=*) STEPS=${1#*=}; shift ;;
         --threads) [ $# -ge 2 ] || usage; THREADS=$2; shift 2 ;;
         --threads=*) THREADS=${1#*=}; shift ;;
+        --precision) [ $# -ge 2 ] || usage; PRECISION=$2; shift 2 ;;
+        --precision=*) PRECISION=${1#*=}; shift ;;
         --no-kiln) DO_KILN=0; shift ;;
         -h|--help) usage ;;
         *) echo "mlp.sh: unknown argument: $1" >&2; usage ;;
     esac
 done
+case $PRECISION in fp32|bf16) ;; *) echo "mlp.sh: --precision must be fp32 or bf16" >&2; exit 2 ;; esac
 case $RUNS in ''|*[!0-9]*|0) echo "mlp.sh: --runs must be a positive integer" >&2; exit 2 ;; esac
 case $STEPS in ''|*[!0-9]*) echo "mlp.sh: --steps must be an integer >= 0" >&2; exit 2 ;; esac
 
@@ -84,7 +91,7 @@ run_pytorch() { # name, threads, then env assignments
     i=1
     while [ "$i" -le "$RUNS" ]; do
         line=$(env OPENBLAS_CORETYPE=SkylakeX "$@" "$PYTHON" "$HERE/pytorch_mlp.py" \
-                   --threads "$nthreads" --steps "$STEPS" | json_line) || true
+                   --threads "$nthreads" --steps "$STEPS" --precision "$PRECISION" | json_line) || true
         if [ -z "$line" ]; then
             echo "mlp.sh: pytorch ($name) run $i printed no JSON line" >&2
             exit 1
@@ -115,6 +122,7 @@ if [ "$DO_KILN" = 1 ]; then
     i=1
     while [ "$i" -le "$RUNS" ]; do
         line=$(OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$HERE/mlp_bench.ini" train.epochs=1 \
+                   run.precision="$PRECISION" \
                    | json_line) || true
         if [ -z "$line" ]; then
             echo "mlp.sh: kiln run $i printed no JSON line with train_samples_per_s" >&2

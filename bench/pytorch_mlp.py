@@ -53,6 +53,9 @@ def main():
     ap.add_argument("--steps", type=int, default=0,
                     help="total training steps incl. warmup; 0 = --epochs full epochs")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: forward and loss under torch.autocast('cpu', bfloat16), "
+                         "f32 master weights (PyTorch's CPU mixed precision)")
     ap.add_argument("--data", default=DEFAULT_DATA)
     args = ap.parse_args()
 
@@ -88,7 +91,9 @@ def main():
             xb = x_train.index_select(0, idx)
             yb = y_train.index_select(0, idx)
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xb), yb)
+            with torch.autocast("cpu", dtype=torch.bfloat16,
+                                enabled=args.precision == "bf16"):
+                loss = loss_fn(model(xb), yb)
             loss.backward()
             opt.step()
             if step >= args.warmup_steps:
@@ -101,12 +106,15 @@ def main():
     correct = 0
     with torch.no_grad():
         for i in range(0, x_test.shape[0], 1000):
-            pred = model(x_test[i:i + 1000]).argmax(dim=1)
+            with torch.autocast("cpu", dtype=torch.bfloat16,
+                                enabled=args.precision == "bf16"):
+                pred = model(x_test[i:i + 1000]).argmax(dim=1)
             correct += (pred == y_test[i:i + 1000]).sum().item()
     test_acc = correct / x_test.shape[0]
 
     out = {
         "impl": "pytorch",
+        "precision": args.precision,
         "train_samples_per_s": timed_samples / elapsed,
         "threads": args.threads,
         "batch": args.batch,

@@ -91,6 +91,8 @@ static void data_desc(const struct kiln_model *m, int64_t batch, struct kiln_ten
 	d->dims[0] = batch;
 	d->ndim = m->sample.ndim + 1;
 	d->layout = d->ndim == 4 ? m->layout : KILN_ROW;
+	if (m->cdtype != KILN_F32)
+		d->dtype = m->cdtype; /* the plan converts the input */
 }
 
 /* Is layer i's output read by exactly one layer, of type `type`? */
@@ -364,6 +366,8 @@ void kiln_model_free(struct kiln_model *m)
 		kiln_device_free(m->dev, m->step_d);
 		kiln_device_free(m->dev, m->params_d);
 		kiln_device_free(m->dev, m->grads_d);
+		kiln_device_free(m->dev, m->params_c);
+		kiln_device_plan_free(m->dev, m->pcast_plan);
 	}
 	free(m->layers);
 	free(m->params);
@@ -371,11 +375,69 @@ void kiln_model_free(struct kiln_model *m)
 }
 
 int kiln_model_param_count(const struct kiln_model *m) { return m->n_params; }
+int kiln_model_compute_dtype(const struct kiln_model *m) { return m->cdtype; }
+
+kiln_status kiln_model_set_compute_dtype(struct kiln_model *m, int dtype)
+{
+	kiln_status st;
+	if (dtype == m->cdtype)
+		return KILN_OK;
+	if (dtype != KILN_F32 && dtype != KILN_BF16 && dtype != KILN_F16)
+		return kiln_error(KILN_EINVAL, "compute dtype %s: f32, bf16 or f16",
+				  kiln_dtype_name(dtype));
+	if (m->params_c)
+		return kiln_error(KILN_EINVAL, "the compute dtype is already %s",
+				  kiln_dtype_name(m->cdtype));
+	m->cdtype = dtype;
+	if (dtype == KILN_F32 || !m->n_elems)
+		return KILN_OK;
+	struct kiln_op op;
+	int64_t n = (int64_t)m->n_elems;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CAST;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+	kiln_tensor_desc_init(&op.out[0], dtype, 1, &n);
+	if ((st = kiln_device_alloc(m->dev, m->n_elems * kiln_dtype_size(dtype), &m->params_c)) ||
+	    (st = kiln_device_prepare(m->dev, &op, &m->pcast_plan, NULL)))
+		return kiln_error_wrap(st, "the %s compute copy of the parameters",
+				       kiln_dtype_name(dtype));
+	m->pcopy_stale = 1;
+	/* the speed guides' rule: tensor-core (and AVX512-BF16) GEMMs and
+	 * convolutions want dimensions that are multiples of 8 */
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *pm = &m->params[i];
+		if (pm->buffer || pm->desc.ndim < 2)
+			continue;
+		int64_t k = 1;
+		for (int d = 1; d < pm->desc.ndim; d++)
+			k *= pm->desc.dims[d];
+		if (pm->desc.dims[0] % 8 || k % 8)
+			kiln_log(KILN_LOG_WARN, "core",
+				 "%s: %s compute with %s [%lld outputs, %lld inputs per output]: not multiples of 8, so the low-precision matrix kernels run below their best",
+				 m->layers[pm->layer].name, kiln_dtype_name(dtype), pm->name,
+				 (long long)pm->desc.dims[0], (long long)k);
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_model_params_sync(struct kiln_model *m, void *stream)
+{
+	if (!m->pcopy_stale || !m->pcast_plan)
+		return KILN_OK;
+	struct kiln_op_args a = { .in = { m->params_d }, .out = { m->params_c } };
+	kiln_status st = kiln_device_run(m->dev, m->pcast_plan, &a, stream);
+	if (!st)
+		m->pcopy_stale = 0;
+	return st;
+}
 size_t kiln_model_param_elems(const struct kiln_model *m) { return m->n_elems; }
 
 void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_info *o)
 {
 	const struct model_param *p = &m->params[i];
+	/* the caller may write the parameters: refresh the compute copy */
+	((struct kiln_model *)m)->pcopy_stale = 1;
 	o->name = p->name;
 	o->desc = p->desc;
 	o->param = (p->buffer ? m->buffers_d : m->params_d) + p->off;
@@ -433,6 +495,7 @@ kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *st
 		if (!st)
 			st = kiln_device_stream_sync(m->dev, stream);
 	}
+	m->pcopy_stale = 1;
 	/* the micro-step counter starts at 0 */
 	if (!st) {
 		int64_t zero = 0;
@@ -920,21 +983,26 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			p->ws_bytes = ws;
 	}
 	/* NHWC with several input channels: the data arrives as NCHW and is
-	 * reordered into the arena before the first layer */
-	if (p->data_desc.layout == KILN_NHWC && p->data_desc.dims[1] > 1) {
+	 * reordered into the arena before the first layer; low-precision
+	 * compute: converted into the arena (both at once when both) */
+	struct kiln_tensor_desc raw = p->data_desc;
+	raw.dtype = m->sample.dtype;
+	const int reorder = p->data_desc.layout == KILN_NHWC && p->data_desc.dims[1] > 1;
+	if (reorder || raw.dtype != p->data_desc.dtype) {
 		struct kiln_op op;
 		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_REORDER;
+		op.type = reorder ? KILN_OP_REORDER : KILN_OP_CAST;
 		op.n_in = op.n_out = 1;
-		op.in[0] = op.out[0] = p->data_desc;
-		op.in[0].layout = KILN_NCHW;
+		op.in[0] = raw;
+		op.out[0] = p->data_desc;
+		if (reorder)
+			op.in[0].layout = KILN_NCHW;
 		size_t rws = 0;
-		if ((st = kiln_device_prepare(m->dev, &op, &p->in_reorder, &rws)))
+		if ((st = kiln_device_prepare(m->dev, &op, reorder ? &p->in_reorder : &p->in_cast,
+					      &rws)))
 			goto fail;
-		if (rws) {
-			st = kiln_error(KILN_ENOTSUP, "the device's input reorder asks for workspace");
-			goto fail;
-		}
+		if (rws > p->ws_bytes)
+			p->ws_bytes = rws;
 		p->data_store = p->n_store;
 		if ((st = new_store(p, &cap, kiln_tensor_bytes(&p->data_desc), 0, 0)))
 			goto fail;
@@ -1019,6 +1087,8 @@ void kiln_plan_free(struct kiln_plan *p)
 	kiln_device_free(p->m->dev, p->ws);
 	if (p->in_reorder)
 		kiln_device_plan_free(p->m->dev, p->in_reorder);
+	if (p->in_cast)
+		kiln_device_plan_free(p->m->dev, p->in_cast);
 	free(p->nodes);
 	free(p->store);
 	free(p->sched);
@@ -1073,6 +1143,8 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	for (int k = 0; k < L->n_params; k++) {
 		const struct model_param *pm = &m->params[L->pidx[k]];
 		r->w[k] = (pm->buffer ? m->buffers_d : m->params_d) + pm->off;
+		if (m->params_c && !pm->buffer)
+			r->wc[k] = (char *)m->params_c + pm->off * kiln_dtype_size(m->cdtype);
 		r->dw[k] = p->training && pm->trainable
 				   ? (m->grad_out_d ? m->grad_out_d : m->grads_d) + pm->off
 				   : NULL;
@@ -1124,15 +1196,18 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 	struct kiln_layer_run r;
 	kiln_status st;
 	int n = p->m->n_layers;
-	if (p->in_reorder) {
-		struct kiln_op_args a = { .in = { x }, .out = { ypos(p, p->data_store, x) } };
+	if ((st = kiln_model_params_sync(p->m, stream)))
+		return kiln_error_wrap(st, "the compute copy of the parameters");
+	if (p->in_reorder || p->in_cast) {
+		struct kiln_op_args a = { .in = { x }, .out = { ypos(p, p->data_store, x) },
+					  .workspace = p->ws, .workspace_bytes = p->ws_bytes };
 		if (prof)
 			kiln_profile_label("input", KILN_PHASE_FORWARD);
-		st = kiln_device_run(p->m->dev, p->in_reorder, &a, stream);
+		st = kiln_device_run(p->m->dev, p->in_reorder ? p->in_reorder : p->in_cast, &a, stream);
 		if (prof)
 			kiln_profile_label(NULL, 0);
 		if (st)
-			return kiln_error_wrap(st, "reordering the input to nhwc");
+			return kiln_error_wrap(st, "converting the input to the model's layout and dtype");
 	}
 	for (int i = 0; i < n; i++) {
 		fill_run(p, i, &r, x, labels, metrics, stream, 0);

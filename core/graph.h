@@ -83,6 +83,18 @@ struct kiln_model {
 	 * order), so gradient buckets can start their allreduce.  NULL: none. */
 	kiln_status (*bwd_hook)(void *user, int layer, void *stream);
 	void *bwd_user;
+	/* Low-precision compute (docs/precision.md): the dtype of activations,
+	 * their gradients and the weights layers read (KILN_F32, KILN_BF16,
+	 * KILN_F16).  Not f32: params_c is the compute copy of params_d
+	 * (n_elems elements of cdtype, same offsets), written by the optimizer
+	 * op in its pass and by pcast_plan (a CAST of every parameter) before
+	 * the next forward whenever the f32 parameters may have changed
+	 * outside it (init, loading, a checkpoint, kiln_model_param_get):
+	 * pcopy_stale. */
+	int cdtype;
+	void *params_c;
+	void *pcast_plan;
+	int pcopy_stale;
 };
 
 /* core/precision.c.  Open [run] precision's policy (the amp plugin) and,
@@ -156,6 +168,10 @@ struct plan_node {
 	int planned;
 };
 
+/* The compute copy of the parameters (see struct kiln_model): enqueue its
+ * refresh when it is stale. */
+kiln_status kiln_model_params_sync(struct kiln_model *m, void *stream);
+
 struct storage {
 	size_t bytes, off;
 	int start, end;   /* schedule positions, inclusive */
@@ -186,6 +202,7 @@ struct kiln_plan {
 	int n_recomputed;          /* layers whose output is recomputed */
 	size_t arena_bytes, ws_bytes;
 	void *arena, *ws;
+	void *in_cast;       /* data input -> the compute dtype (CAST), or NULL */
 };
 
 /* Room for every kiln_model_state_buffers() entry (a checkpoint section

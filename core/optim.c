@@ -220,6 +220,12 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 		m->optim_op.flags |= KILN_OPF_GATED;
 		kiln_tensor_desc_init(&m->optim_op.in[m->optim_op.n_in++], KILN_F32, 1, &one);
 	}
+	/* low-precision compute: the op also writes the compute copy of the
+	 * trainable parameters, the last output, in the same pass */
+	if (m->params_c && m->optim_op.out[m->optim_op.n_out - 1].dtype != m->cdtype) {
+		int64_t nt = (int64_t)n;
+		kiln_tensor_desc_init(&m->optim_op.out[m->optim_op.n_out++], m->cdtype, 1, &nt);
+	}
 	/* a second call replaces the plan */
 	kiln_device_plan_free(m->dev, m->optim_plan);
 	kiln_device_free(m->dev, m->optim_ws);
@@ -320,6 +326,8 @@ kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *s
 	a.out[0] = m->params_d;
 	for (int s = 0; s < m->state_slots; s++)
 		a.out[1 + s] = m->state_d + (size_t)s * m->n_trainable;
+	if (m->params_c)
+		a.out[op->n_out - 1] = m->params_c;
 	a.workspace = m->optim_ws;
 	a.workspace_bytes = m->optim_ws_bytes;
 	/* advance first: the op reads the (1-based) number of the step it takes */
@@ -337,6 +345,7 @@ int kiln_model_state_buffers(struct kiln_model *m, struct kiln_state_buf *out, i
 	struct kiln_state_buf all[8];
 	int n = 0;
 	const size_t state_bytes = m->state_d ? m->n_trainable * sizeof(float) : 0;
+	m->pcopy_stale = 1; /* the caller may write the parameters (restore) */
 	all[n++] = (struct kiln_state_buf){ "params", m->params_d, m->n_elems * sizeof(float) };
 	all[n++] = (struct kiln_state_buf){ "buffers", m->buffers_d, m->n_buf_elems * sizeof(float) };
 	for (int s = 0; s < m->state_slots && s < 2; s++)

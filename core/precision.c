@@ -55,14 +55,14 @@ kiln_status kiln_model_precision_open(struct kiln_model *m, const struct kiln_re
 	}
 	const int dt = ops->compute_dtype(m->prec_ctx);
 	const char *what = ops->version >= 2 && ops->describe ? ops->describe(m->prec_ctx) : name;
-	if (dt == KILN_BF16)
-		return kiln_error(KILN_ENOTSUP, "%s: [run] precision = %s (%s): bf16 activations are not implemented in the planner yet; use fp32, or fp16 for loss scaling over f32 compute",
-				  kiln_config_where(cfg, "run", "precision"), name, what);
-	if (dt != KILN_F32)
-		kiln_log(KILN_LOG_WARN, "amp", "precision = %s (%s): activations and their gradients stay f32 in this build (low-precision compute is not implemented yet); the loss scaler runs as configured",
-			 name, what);
-	else
-		kiln_log(KILN_LOG_INFO, "amp", "precision = %s: %s", name, what);
+	if (dt != KILN_F32 && dt != KILN_BF16 && dt != KILN_F16)
+		return kiln_error(KILN_ENOTSUP, "%s: [run] precision = %s (%s): compute dtype %s is not supported (f32, bf16, f16)",
+				  kiln_config_where(cfg, "run", "precision"), name, what,
+				  kiln_dtype_name(dt));
+	if ((st = kiln_model_set_compute_dtype(m, dt)))
+		return kiln_error_wrap(st, "%s: [run] precision = %s",
+				       kiln_config_where(cfg, "run", "precision"), name);
+	kiln_log(KILN_LOG_INFO, "amp", "precision = %s: %s", name, what);
 	if (!sc->enabled)
 		return KILN_OK;
 	if (!(sc->init_scale > 0) || !(sc->init_scale < 3.4e38) ||

@@ -293,6 +293,7 @@ kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, 
 		kiln_safetensors_get(f, which[i], &t);
 		to_f32(host, &t);
 		float *dst = (p->buffer ? m->buffers_d : m->params_d) + p->off;
+		m->pcopy_stale = 1;
 		/* one staging buffer: wait for each copy before the next */
 		if ((st = kiln_device_copy_async(m->dev, dst, host, (size_t)p->numel * sizeof(float),
 						 KILN_COPY_H2D, stream)) ||

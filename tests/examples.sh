@@ -7,7 +7,9 @@
 #   - records give exactly the run the idx example gives (same pixels, same
 #     order: identical final loss and accuracy),
 #   - the folder run learns (accuracy well above chance),
-#   - `kiln bench data` reports a rate for the folder.
+#   - `kiln bench data` reports a rate for the folder,
+#   - examples/fashion_mnist_cnn.ini with run.precision=bf16 (bf16 compute)
+#     learns and ends within 3 points of the same run in fp32.
 # Run by `make check` (tests/local.mk exports top_builddir, abs_top_srcdir).
 set -u
 
@@ -61,3 +63,17 @@ rate=$(field samples_per_s "$tmp/bench.out")
 awk -v r="$rate" 'BEGIN { exit !(r > 0) }' || fail "bench data: samples_per_s '$rate'"
 grep -q "read+decode" "$tmp/err" || fail "bench data: no breakdown on stderr"
 echo "ok: kiln bench data: $rate samples/s"
+
+# bf16 compute on the CNN example: a slice, against the same slice in fp32
+cnn="data.limit=4000 data.eval.limit=1000 train.epochs=2 run.out_dir="
+for p in fp32 bf16; do
+	# shellcheck disable=SC2086
+	"$kiln" train "$srcdir/examples/fashion_mnist_cnn.ini" $cnn run.precision=$p \
+		>"$tmp/cnn-$p.out" 2>"$tmp/cnn-$p.err" || { cat "$tmp/cnn-$p.err"; fail "train cnn $p"; }
+done
+grep -q "precision = bf16: bf16 compute" "$tmp/cnn-bf16.err" || fail "cnn bf16: no precision line in the log"
+a32=$(field test_acc "$tmp/cnn-fp32.out")
+a16=$(field test_acc "$tmp/cnn-bf16.out")
+awk -v a="$a16" -v b="$a32" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0.65 && d <= 0.03) }' ||
+	fail "cnn bf16 test_acc $a16 vs fp32 $a32 (want > 0.65 and within 0.03)"
+echo "ok: cnn bf16 test_acc $a16, fp32 $a32"

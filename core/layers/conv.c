@@ -78,6 +78,7 @@ static kiln_status conv_infer(const struct kiln_host *h, struct kiln_layer *l)
 	}
 	s->x = *x;
 	act4(&s->y, x->dims[0], s->out, oh[0], oh[1], x->layout);
+	s->y.dtype = x->dtype; /* the compute dtype */
 	l->out = s->y;
 	int64_t wd[4] = { s->out, C / g, s->k[0], s->k[1] };
 	kiln_tensor_desc_init(&s->w, KILN_F32, 4, wd);
@@ -110,15 +111,17 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	struct kiln_tensor_desc b;
 	f32_desc(&b, s->out, 0, 0);
 
+	/* weights in the compute dtype; bias, weight and bias gradients f32 */
+	const struct kiln_tensor_desc wc = with_dtype(s->w, s->x.dtype);
 	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
-	op.in[0] = s->x, op.in[1] = s->w, op.in[2] = b, op.out[0] = s->y;
+	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
 	if ((st = prep(h, dev, &op, &s->fwd, &w)))
 		return st;
 	/* dx is always written; a second consumer's share is added from
 	 * scratch (oneDNN's backward-data cannot accumulate) */
 	op_init(&op, KILN_OP_CONV_BWD_DATA, 2, 1);
-	op.in[0] = s->y, op.in[1] = s->w, op.out[0] = s->x;
+	op.in[0] = s->y, op.in[1] = wc, op.out[0] = s->x;
 	geometry(&op, s);
 	if ((st = prep(h, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, dev, &s->x, &s->acc)))
 		return st;
@@ -138,7 +141,7 @@ static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
 				const struct kiln_layer_run *r)
 {
 	struct conv *s = l->priv;
-	struct kiln_op_args a = { .in = { r->x[0], r->w[0], s->bias ? r->w[1] : NULL },
+	struct kiln_op_args a = { .in = { r->x[0], w_compute(r, 0), s->bias ? r->w[1] : NULL },
 				  .out = { r->y } };
 	args_ws(&a, r);
 	return h->device_run(r->dev, s->fwd, &a, r->stream);
@@ -158,7 +161,7 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 			return st;
 	}
 	if (r->dx[0]) {
-		struct kiln_op_args a = { .in = { r->dy, r->w[0] } };
+		struct kiln_op_args a = { .in = { r->dy, w_compute(r, 0) } };
 		return run_maybe_acc(h, r, s->bwd_data, &a, r->dx[0], r->dx_accum[0], s->acc,
 				     s->dx_bytes);
 	}

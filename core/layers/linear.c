@@ -51,6 +51,7 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 	s->B = l->in[0].dims[0];
 	s->K = per_sample(&l->in[0]);
 	f32_desc(&l->out, s->B, s->out, 0);
+	l->out.dtype = l->in[0].dtype; /* the compute dtype */
 	l->n_params = s->bias ? 2 : 1;
 	l->params[0] = (struct kiln_param_spec){ "weight", { 0 }, KILN_INIT_KAIMING_UNIFORM, s->K, 0 };
 	f32_desc(&l->params[0].desc, s->out, s->K, 0);
@@ -72,13 +73,15 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	struct kiln_op op;
 	kiln_status st;
 	int64_t B = s->B, K = s->K, N = s->out;
+	const int dt = l->in[0].dtype; /* activations and the weight they meet */
 
-	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]) */
+	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]); the bias stays f32 */
 	op_init(&op, KILN_OP_GEMM, s->bias ? 3 : 2, 1);
 	f32_desc(&op.in[0], B, K, 0);
 	f32_desc(&op.in[1], N, K, 0);
 	f32_desc(&op.in[2], N, 0, 0);
 	f32_desc(&op.out[0], B, N, 0);
+	op.in[0].dtype = op.in[1].dtype = op.out[0].dtype = dt;
 	op.i[0] = 0, op.i[1] = 1, op.i[2] = B, op.i[3] = N, op.i[4] = K, op.f[0] = 1.0;
 	if ((st = prep(h, dev, &op, &s->fwd, ws)))
 		return st;
@@ -87,6 +90,7 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	f32_desc(&op.in[0], B, N, 0);
 	f32_desc(&op.in[1], N, K, 0);
 	f32_desc(&op.out[0], B, K, 0);
+	op.in[0].dtype = op.in[1].dtype = op.out[0].dtype = dt;
 	op.i[0] = 0, op.i[1] = 0, op.i[2] = B, op.i[3] = K, op.i[4] = N, op.f[0] = 1.0;
 	if ((st = prep_pair(h, dev, &op, s->dx, ws)))
 		return st;
@@ -110,11 +114,12 @@ static kiln_status plan_weight_grads(const struct kiln_host *h, struct kiln_laye
 	struct kiln_op op;
 	kiln_status st;
 	int64_t B = s->B, K = s->K, N = s->out;
-	/* dW[N,K] = dy[B,N]^T . x[B,K] */
+	/* dW[N,K] = dy[B,N]^T . x[B,K], f32 from compute-dtype operands */
 	op_init(&op, KILN_OP_GEMM, 2, 1);
 	f32_desc(&op.in[0], B, N, 0);
 	f32_desc(&op.in[1], B, K, 0);
 	f32_desc(&op.out[0], N, K, 0);
+	op.in[0].dtype = op.in[1].dtype = l->in[0].dtype;
 	op.i[0] = 1, op.i[1] = 0, op.i[2] = N, op.i[3] = K, op.i[4] = B, op.f[0] = 1.0;
 	if ((st = prep(h, dev, &op, &s->dw, ws)))
 		return st;
@@ -122,6 +127,7 @@ static kiln_status plan_weight_grads(const struct kiln_host *h, struct kiln_laye
 		/* db[N] = sum over rows of dy[B,N] */
 		op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
 		f32_desc(&op.in[0], B, N, 0);
+		op.in[0].dtype = l->in[0].dtype;
 		f32_desc(&op.out[0], N, 0, 0);
 		if ((st = prep(h, dev, &op, &s->db, ws)))
 			return st;
@@ -161,7 +167,8 @@ static kiln_status linear_forward(const struct kiln_host *h, struct kiln_layer *
 	struct kiln_op_args a;
 	if ((st = input_rows(h, l, r, &x)))
 		return st;
-	a = (struct kiln_op_args){ .in = { x, r->w[0], s->bias ? r->w[1] : NULL }, .out = { r->y } };
+	a = (struct kiln_op_args){ .in = { x, w_compute(r, 0), s->bias ? r->w[1] : NULL },
+				   .out = { r->y } };
 	ops_ws(&a, s, r);
 	return h->device_run(r->dev, s->fwd, &a, r->stream);
 }
@@ -193,7 +200,7 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 		 * reordered (written or added) into the input's layout */
 		void *dxr = s->reorder ? (char *)r->workspace + s->x_bytes : r->dx[0];
 		int acc = r->dx_accum[0] && !s->reorder;
-		a = (struct kiln_op_args){ .in = { r->dy, r->w[0] }, .out = { dxr } };
+		a = (struct kiln_op_args){ .in = { r->dy, w_compute(r, 0) }, .out = { dxr } };
 		ops_ws(&a, s, r);
 		if ((st = h->device_run(r->dev, s->dx[acc], &a, r->stream)))
 			return st;

@@ -62,6 +62,7 @@ kiln_status pool_infer(const struct kiln_host *h, struct kiln_layer *l)
 	}
 	s->x = *x;
 	act4(&s->y, x->dims[0], x->dims[1], o[0], o[1], x->layout);
+	s->y.dtype = x->dtype; /* the compute dtype */
 	l->out = s->y;
 	l->needs_input = 1; /* devices without aux recompute from x */
 	s->dx_bytes = kiln_tensor_bytes(x);

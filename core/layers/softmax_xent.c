@@ -85,6 +85,8 @@ static kiln_status xent_plan(const struct kiln_host *h, struct kiln_layer *l,
 		f32_desc(&op.in[2], 1, 0, 0);
 	f32_desc(&op.out[0], s->B, s->C, 0);
 	f32_desc(&op.out[1], 3, 0, 0); /* loss, correct, top-5 */
+	/* logits and their gradient in the compute dtype; the loss in f32 */
+	op.in[0].dtype = op.out[0].dtype = l->in[0].dtype;
 	op.i[0] = s->B;
 	op.i[1] = s->kind;
 	op.f[0] = 1.0 / (double)s->B;

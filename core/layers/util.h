@@ -55,6 +55,20 @@ static inline kiln_status prep_pair(const struct kiln_host *h, struct kiln_devic
 	return KILN_OK;
 }
 
+/* Parameter k as the matrix products read it: the compute-dtype copy with
+ * low-precision compute, else the f32 parameter. */
+static inline const void *w_compute(const struct kiln_layer_run *r, int k)
+{
+	return r->wc[k] ? r->wc[k] : r->w[k];
+}
+
+/* d with dtype dt (a weight's descriptor as the products read it). */
+static inline struct kiln_tensor_desc with_dtype(struct kiln_tensor_desc d, int dt)
+{
+	d.dtype = dt;
+	return d;
+}
+
 static inline void args_ws(struct kiln_op_args *a, const struct kiln_layer_run *r)
 {
 	a->workspace = r->workspace;

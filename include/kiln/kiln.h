@@ -174,7 +174,11 @@ struct kiln_plan;
 struct kiln_param_info {
 	const char *name;              /* "fc1.weight" (PyTorch names and layouts) */
 	struct kiln_tensor_desc desc;
-	float *param;                  /* device pointer into the flat buffer */
+	float *param;                  /* device pointer into the flat buffer (f32;
+					* with low-precision compute, writing it
+					* through this pointer is seen by the next
+					* forward: getting it marks the compute copy
+					* stale) */
 	float *grad;                   /* device pointer, NULL when frozen */
 	int trainable;
 };
@@ -185,6 +189,14 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out);
 void kiln_model_free(struct kiln_model *m);
+
+/* Compute in `dtype` (KILN_F32, KILN_BF16 or KILN_F16): activations,
+ * their gradients and the weights layers read; parameters, gradients and
+ * optimizer state stay f32 (docs/precision.md).  [run] precision sets it
+ * in the trainer; call it before the first plan.  Allocates the compute
+ * copy of the parameters.  KILN_EINVAL for another dtype or after a plan. */
+kiln_status kiln_model_set_compute_dtype(struct kiln_model *m, int dtype);
+int kiln_model_compute_dtype(const struct kiln_model *m);
 
 int kiln_model_param_count(const struct kiln_model *m);
 void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_info *out);

@@ -189,7 +189,18 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
 
 /* Operation types.  Shapes in comments; i[] and f[] are the integer and
  * real parameters of struct kiln_op.  Unless stated otherwise all tensors
- * are f32 and contiguous. */
+ * are f32 and contiguous.
+ *
+ * Low-precision compute (ABI 1.3, docs/plugins.md has the table): the
+ * activations and activation gradients of every op may be bf16 or f16
+ * (one low-precision dtype per op, mixed with f32 where the table says):
+ * bf16/f16 storage, f32 arithmetic, the f32 result rounded once to nearest
+ * even.  GEMM: in0/in1 low precision, out0 that or f32, bias f32.
+ * CONV_BWD_WEIGHTS and BIAS_GRAD write f32 gradients from low-precision
+ * inputs.  Batchnorm's parameters and statistics, the loss metrics and
+ * scale stay f32.  The optimizers (SGD, ADAMW, LAMB) take an optional last
+ * output in bf16/f16 [n]: the compute copy of the parameters after the
+ * step, rounded to nearest even, written in the same pass. */
 enum kiln_op_type {
 	/* out0[M,N] = f[0]*op(in0)[M,K] op(in1)[K,N] + beta*out0 (+ in2[N] bias)
 	 * i[0]=transA i[1]=transB i[2]=M i[3]=N i[4]=K, f[0]=alpha,
@@ -392,9 +403,10 @@ enum kiln_op_type {
 	 * clip_grad_norm_); then with f[1] > 0 each is clamped to
 	 * [-f[1], f[1]] (clip_grad_value_). */
 	KILN_OP_GRAD_CLIP = 33,
-	/* out0 = in0 converted elementwise between f32 and bf16 (either way;
-	 * same element count; f32 to bf16 rounds to nearest even, NaN stays
-	 * NaN): bf16 samples ([data] dtype = bf16) widened on the device. */
+	/* out0 = in0 converted elementwise between f32 and bf16 or f16 (either
+	 * way; same element count; to bf16/f16 rounds to nearest even, NaN
+	 * stays NaN, f16 overflows to inf): bf16 samples ([data] dtype = bf16)
+	 * widened on the device, the compute copy of the parameters. */
 	KILN_OP_CAST = 34,
 	/* ---- dynamic loss scaling (ABI 1.2) --------------------------------
 	 * The scaler's state is a device f32[4]: [0] the loss scale s, [1] the
@@ -858,6 +870,13 @@ struct kiln_layer_run {
 	/* Loss layers with l->loss_scaled: device f32[1], the loss scale the
 	 * gradient is multiplied by (NULL otherwise). */
 	const float *loss_scale;
+	/* ---- ABI 1.3 ---- */
+	/* Low-precision compute (the activations' dtype, in[0].dtype, is bf16
+	 * or f16): wc[k] is parameter k in that dtype (the optimizer's compute
+	 * copy, rounded to nearest even), for the matrix products; NULL with
+	 * f32 compute and for buffers.  w[k] stays the f32 master, which
+	 * batchnorm's scale and shift and the biases read. */
+	const void *wc[KILN_LAYER_MAX_PARAMS];
 };
 
 #define KILN_LAYER_OPS_VERSION 1

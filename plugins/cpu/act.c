@@ -254,6 +254,28 @@ CPU_CLONES static void drop_flat(float *y, const float *x, int64_t b, int64_t e,
 	}
 }
 
+/* The same over bf16 storage: f32 arithmetic, one rounding. */
+CPU_CLONES static void drop_flat_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t e,
+				      const struct drop *d, int acc)
+{
+	const struct drop dd = *d;
+	if (acc) {
+#pragma omp simd
+		for (int64_t i = b; i < e; i++) {
+			float k;
+			CPU_DROP_SCALE(k, i, dd);
+			y[i] = cpu_bf16_round(cpu_bf16_f32(y[i]) + cpu_bf16_f32(x[i]) * k);
+		}
+	} else {
+#pragma omp simd
+		for (int64_t i = b; i < e; i++) {
+			float k;
+			CPU_DROP_SCALE(k, i, dd);
+			y[i] = cpu_bf16_round(cpu_bf16_f32(x[i]) * k);
+		}
+	}
+}
+
 /* Rows [r0, r1) of an NHWC tensor: row r = n*HW + hw holds C channels whose
  * logical indices are n*C*HW + c*HW + hw. */
 CPU_CLONES static void drop_nhwc(float *y, const float *x, int64_t r0, int64_t r1, int64_t C,
@@ -302,7 +324,7 @@ static kiln_status cpu_dropout(const struct cpu_plan *p, const struct kiln_op_ar
 	const double pr = p->op.f[0];
 	const int acc = p->op.type == KILN_OP_DROPOUT_BWD && (p->op.flags & KILN_OPF_ACCUMULATE);
 	(void)e;
-	if (pr == 0.0) {
+	if (pr == 0.0 && p->op.out[0].dtype == KILN_F32) {
 		if (x != y || acc)
 			CPU_SPANS(p->n, b, en, copy_span(y + b, x + b, en - b, acc));
 		return KILN_OK;
@@ -316,7 +338,10 @@ static kiln_status cpu_dropout(const struct cpu_plan *p, const struct kiln_op_ar
 		.thr = (uint32_t)ceil(pr * 16777216.0),
 		.s = pr >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - pr)),
 	};
-	if (!p->rows) {
+	if (p->op.out[0].dtype == KILN_BF16) {
+		CPU_SPANS(p->n, b, en,
+			  drop_flat_bf16((uint16_t *)a->out[0], (const uint16_t *)a->in[0], b, en, &d, acc));
+	} else if (!p->rows) {
 		CPU_SPANS(p->n, b, en, drop_flat(y, x, b, en, &d, acc));
 	} else {
 		const int64_t R = p->rows, C = p->cols, HW = p->sz[0];
@@ -336,9 +361,13 @@ kiln_status cpu_dropout_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		return cpu_bad(c, op, KILN_EINVAL,
 			       op->type == KILN_OP_DROPOUT ? "takes x, step and gives y"
 							   : "takes dy, step and gives dx");
-	if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32 ||
+	/* f32, or bf16 in a flat (non-NHWC) layout: its own loop; other
+	 * low-precision cases go through lowp.c */
+	const int bf = op->in[0].dtype == KILN_BF16 && op->out[0].dtype == KILN_BF16 &&
+		       !cpu_nhwc(&op->out[0]);
+	if (((op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32) && !bf) ||
 	    op->in[1].dtype != KILN_I64)
-		return cpu_bad(c, op, KILN_ENOTSUP, "wants f32 data and an i64 step");
+		return cpu_bad(c, op, KILN_ENOTSUP, "wants f32 (or flat bf16) data and an i64 step");
 	if (!(op->f[0] >= 0.0 && op->f[0] <= 1.0))
 		return cpu_bad(c, op, KILN_EINVAL, "probability f[0] outside [0, 1]");
 	const struct kiln_tensor_desc *x = &op->in[0], *y = &op->out[0];

@@ -29,30 +29,35 @@
 static size_t align_up(size_t n) { return (n + CPU_WS_ALIGN - 1) & ~(size_t)(CPU_WS_ALIGN - 1); }
 
 /* A 4-d activation [n,c,h,w] stored in the op's layout. */
+static dnnl_data_type_t dnn_dt(int dtype)
+{
+	return dtype == KILN_BF16 ? dnnl_bf16 : dnnl_f32;
+}
+
 static dnnl_status_t act_md(dnnl_memory_desc_t *md, int64_t n, int64_t c, int64_t h, int64_t w,
-			    int nhwc)
+			    int nhwc, dnnl_data_type_t dt)
 {
 	dnnl_dims_t d = { n, c, h, w };
-	return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, nhwc ? dnnl_nhwc : dnnl_nchw);
+	return dnnl_memory_desc_init_by_tag(md, 4, d, dt, nhwc ? dnnl_nhwc : dnnl_nchw);
 }
 
 /* Weights [O, C/g, KH, KW]: oneDNN's [g, O/g, C/g, KH, KW] for groups, the
  * same bytes as PyTorch's tensor. */
 static dnnl_status_t wei_md(dnnl_memory_desc_t *md, int64_t O, int64_t Cg, int64_t KH, int64_t KW,
-			    int64_t g, int any)
+			    int64_t g, int any, dnnl_data_type_t dt)
 {
 	if (g > 1) {
 		dnnl_dims_t d = { g, O / g, Cg, KH, KW };
-		return dnnl_memory_desc_init_by_tag(md, 5, d, dnnl_f32,
+		return dnnl_memory_desc_init_by_tag(md, 5, d, dt,
 						    any ? dnnl_format_tag_any : dnnl_goihw);
 	}
 	dnnl_dims_t d = { O, Cg, KH, KW };
-	return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, any ? dnnl_format_tag_any : dnnl_oihw);
+	return dnnl_memory_desc_init_by_tag(md, 4, d, dt, any ? dnnl_format_tag_any : dnnl_oihw);
 }
 
 static int is_act(const struct kiln_tensor_desc *d)
 {
-	return d->ndim == 4 && d->dtype == KILN_F32 &&
+	return d->ndim == 4 && (d->dtype == KILN_F32 || d->dtype == KILN_BF16) &&
 	       (d->layout == KILN_ROW || d->layout == KILN_NCHW || d->layout == KILN_NHWC);
 }
 
@@ -87,8 +92,16 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		x = &op->in[0], w = &op->out[0], y = &op->in[1];
 		has_bias = op->n_out == 2;
 	}
-	if (!cpu_all_f32(op))
-		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	/* f32, or bf16 activations and weights with f32 accumulation (oneDNN's
+	 * bf16 kernels): the bias is f32, and the weight gradient (and bias
+	 * gradient) is f32 so that the flat gradients stay f32 */
+	const int lowp = x->dtype == KILN_BF16;
+	const int wdt = type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : x->dtype;
+	if (cpu_op_has(op, KILN_F16) || y->dtype != x->dtype || w->dtype != wdt ||
+	    (has_bias && (type == KILN_OP_CONV ? op->in[2].dtype : op->out[1].dtype) != KILN_F32) ||
+	    (!lowp && !cpu_all_f32(op)))
+		return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors, or bf16 activations and weights with an f32 bias (weight and bias gradients f32)");
+	const dnnl_data_type_t adt = dnn_dt(x->dtype), wdd = dnn_dt(wdt);
 	if (!is_act(x) || !is_act(y) || cpu_nhwc(x) != cpu_nhwc(y) || w->ndim != 4)
 		return cpu_bad(c, op, KILN_EINVAL,
 			       "wants 4-d activations of one layout and 4-d weights [O,C/g,KH,KW]");
@@ -149,15 +162,15 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	 * PyTorch's ideep does); the gemm-based kernel for plain NCHW is several
 	 * times slower, worst for the weight gradient.  NHWC has direct kernels. */
 	const int act_any = !nhwc;
-	CPU_DNN_TRY(act_md(&t[TX].user, N, C, H, W, nhwc));
-	CPU_DNN_TRY(act_md(&t[TY].user, N, O, OH, OW, nhwc));
-	CPU_DNN_TRY(wei_md(&t[TW].user, O, Cg, KH, KW, g, 0));
-	CPU_DNN_TRY(wei_md(&t[TW].any, O, Cg, KH, KW, g, 1));
+	CPU_DNN_TRY(act_md(&t[TX].user, N, C, H, W, nhwc, adt));
+	CPU_DNN_TRY(act_md(&t[TY].user, N, O, OH, OW, nhwc, adt));
+	CPU_DNN_TRY(wei_md(&t[TW].user, O, Cg, KH, KW, g, 0, wdd));
+	CPU_DNN_TRY(wei_md(&t[TW].any, O, Cg, KH, KW, g, 1, wdd));
 	{
 		dnnl_dims_t xd = { N, C, H, W }, yd = { N, O, OH, OW }, bd = { O };
 		if (act_any) {
-			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TX].any, 4, xd, dnnl_f32, dnnl_format_tag_any));
-			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TY].any, 4, yd, dnnl_f32, dnnl_format_tag_any));
+			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TX].any, 4, xd, adt, dnnl_format_tag_any));
+			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TY].any, 4, yd, adt, dnnl_format_tag_any));
 		} else {
 			t[TX].any = t[TX].user, t[TY].any = t[TY].user;
 		}
@@ -168,8 +181,11 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 
 	/* The forward primitive descriptor: the op itself, or the hint the
 	 * backward ones need.  Training: the backward follows. */
+	dnnl_memory_desc_t hint_w = t[TW].any;
+	if (wdd != adt)
+		CPU_DNN_TRY(wei_md(&hint_w, O, Cg, KH, KW, g, 1, adt));
 	CPU_DNN_TRY(dnnl_dilated_convolution_forward_desc_init(
-		&desc.conv, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, &t[TW].any,
+		&desc.conv, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, &hint_w,
 		has_bias ? &b_md : NULL, &t[TY].any, strides, dil, pad, pad));
 	CPU_DNN_TRY(dnnl_primitive_desc_create(&fwd, &desc.conv, attr, c->engine, NULL));
 	if (type == KILN_OP_CONV) {

@@ -195,28 +195,60 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
 				      cpu_op_name(op->type));
 	p->op = *op;
+	kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *);
+	int native = 0; /* the family takes bf16 tensors itself */
 	switch (op->type) {
-	case KILN_OP_GEMM: st = cpu_gemm_prepare(c, p); break;
+	case KILN_OP_GEMM: family = cpu_gemm_prepare; native = 1; break;
 	case KILN_OP_CONV:
 	case KILN_OP_CONV_BWD_DATA:
-	case KILN_OP_CONV_BWD_WEIGHTS: st = cpu_conv_prepare(c, p); break;
+	case KILN_OP_CONV_BWD_WEIGHTS: family = cpu_conv_prepare; native = 1; break;
 	case KILN_OP_BN_TRAIN:
 	case KILN_OP_BN_INFER:
-	case KILN_OP_BN_BWD: st = cpu_bn_prepare(c, p); break;
+	case KILN_OP_BN_BWD: family = cpu_bn_prepare; break;
 	case KILN_OP_POOL:
-	case KILN_OP_POOL_BWD: st = cpu_pool_prepare(c, p); break;
+	case KILN_OP_POOL_BWD: family = cpu_pool_prepare; native = 1; break;
 	case KILN_OP_ACT:
-	case KILN_OP_ACT_BWD: st = cpu_act_prepare(c, p); break;
+	case KILN_OP_ACT_BWD: family = cpu_act_prepare; break;
 	case KILN_OP_DROPOUT:
-	case KILN_OP_DROPOUT_BWD: st = cpu_dropout_prepare(c, p); break;
+	case KILN_OP_DROPOUT_BWD: family = cpu_dropout_prepare; native = 1; break;
 	case KILN_OP_CONCAT:
 	case KILN_OP_SPLIT:
-	case KILN_OP_REORDER: st = cpu_layout_prepare(c, p); break;
-	default: st = cpu_ops_prepare(c, p); break;
+	case KILN_OP_REORDER: family = cpu_layout_prepare; native = 3; break;
+	case KILN_OP_RELU:
+	case KILN_OP_RELU_BWD:
+	case KILN_OP_BIAS_GRAD:
+	case KILN_OP_BIAS_ADD: family = cpu_ops_prepare; native = 1; break;
+	/* dtype-generic by contract, or with a low-precision copy output */
+	case KILN_OP_SCALE:
+	case KILN_OP_ADD:
+	case KILN_OP_MUL:
+	case KILN_OP_FILL:
+	case KILN_OP_CAST:
+	case KILN_OP_SGD:
+	case KILN_OP_ADAMW:
+	case KILN_OP_LAMB: family = cpu_ops_prepare; native = 2; break;
+	default: family = cpu_ops_prepare; break;
+	}
+	/* bf16/f16 tensors: the family's own kernel where it has one (oneDNN's
+	 * bf16 GEMM and convolution, the bf16 loops), else the f32 kernel
+	 * between conversions (lowp.c); f16 is always the latter, except the
+	 * ops that are dtype-generic by contract */
+	if (!cpu_op_lowp(op) || native == 2) {
+		st = family(c, p);
+	} else {
+		st = KILN_ENOTSUP;
+		/* 3: dtype-generic moves of any element size, f16 too */
+		if ((native && !cpu_op_has(op, KILN_F16)) || native == 3)
+			st = family(c, p);
+		if (st == KILN_ENOTSUP) {
+			cpu_plan_release(p);
+			memset(p, 0, sizeof *p);
+			p->op = *op;
+			st = cpu_lowp_prepare(c, p, family);
+		}
 	}
 	if (st) {
-		cpu_gemm_free(p->gemm);
-		cpu_dnn_free(p->dnn);
+		cpu_plan_release(p);
 		free(p);
 		return st;
 	}
@@ -273,8 +305,7 @@ static void cpu_plan_free(void *ctx, void *plan)
 	if (p->next)
 		p->next->prev = p->prev;
 	pthread_mutex_unlock(&c->lock);
-	cpu_gemm_free(p->gemm);
-	cpu_dnn_free(p->dnn);
+	cpu_plan_release(p);
 	free(p);
 }
 

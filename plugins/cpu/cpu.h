@@ -61,6 +61,12 @@ struct cpu_plan {
 	struct cpu_gemm *gemm;
 	struct cpu_dnn *dnn;  /* oneDNN primitives (conv.c, pool.c) */
 	size_t aux;           /* aux_bytes(): state a forward leaves for its backward */
+	/* bf16/f16 tensors of an op whose kernel is f32 (lowp.c): the f32 plan
+	 * run in between the conversions, and where each converted tensor
+	 * lives in the workspace (-1: passed through as it is). */
+	struct cpu_plan *inner;
+	int64_t lp_off[KILN_OP_MAX_IN + KILN_OP_MAX_OUT];
+	int lp_pre;           /* bit k: output k is read too (accumulate, in place) */
 	/* Queued async runs of this plan (under cpu_ctx.lock): plan_free
 	 * waits for them instead of freeing a plan a worker will run. */
 	int refs;
@@ -156,6 +162,43 @@ kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_act_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_dropout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_layout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+
+/* ---- lowp.c: bf16 and f16 storage, f32 arithmetic ---- */
+static inline int cpu_lowp(int dtype) { return dtype == KILN_BF16 || dtype == KILN_F16; }
+/* 1 when any tensor of op is bf16 or f16. */
+int cpu_op_lowp(const struct kiln_op *op);
+/* 1 when any tensor of op has `dtype`. */
+int cpu_op_has(const struct kiln_op *op, int dtype);
+/* bf16 from f32, round to nearest even (NaN kept quiet, infinities kept). */
+static inline uint16_t cpu_bf16_round(float f)
+{
+	uint32_t u;
+	__builtin_memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+static inline float cpu_bf16_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	__builtin_memcpy(&f, &u, sizeof f);
+	return f;
+}
+/* y[0..n) = x converted between f32 and `dtype` (bf16, f16; f32 copies),
+ * one span per thread.  f32 to bf16/f16 rounds to nearest even. */
+void cpu_cvt_to_f32(float *y, const void *x, int dtype, int64_t n);
+void cpu_cvt_from_f32(void *y, const float *x, int dtype, int64_t n);
+/* The same on the calling thread only (inside a parallel region). */
+void cpu_cvt_span_from_f32(void *y, const float *x, int dtype, int64_t n);
+void cpu_cvt_to_f32_span(float *y, const void *x, int dtype, int64_t n);
+/* Prepare p (an op with bf16/f16 tensors) as the f32 op of `family` with
+ * its low-precision tensors converted through the workspace. */
+kiln_status cpu_lowp_prepare(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
+/* Free what a plan's prepare made (inner plans too), not the plan itself. */
+void cpu_plan_release(struct cpu_plan *p);
 
 /* ---- stream.c: the device ops members for streams and events ---- */
 kiln_status cpu_stream_create(void *ctx, void **stream);

@@ -93,18 +93,19 @@ void cpu_gemm_free(struct cpu_gemm *g)
 	free(g);
 }
 
-/* A 2-d f32 descriptor [d0,d1] with element strides s0,s1.  A dimension of
+/* A 2-d f32 (or bf16) descriptor [d0,d1] with element strides s0,s1.  A dimension of
  * extent 1 is never stepped over, so its stride is rewritten to the dense
  * value: oneDNN checks strides even where they cannot matter. */
 static dnnl_status_t cpu_md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, int64_t s0,
-			     int64_t s1)
+			     int64_t s1, int dtype)
 {
 	if (d1 == 1)
 		s1 = 1;
 	if (d0 == 1)
 		s0 = d1 * s1;
 	dnnl_dims_t dims = { d0, d1 }, strides = { s0, s1 };
-	return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides);
+	return dnnl_memory_desc_init_by_strides(md, 2, dims, dtype == KILN_BF16 ? dnnl_bf16 : dnnl_f32,
+						strides);
 }
 
 static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -161,10 +162,16 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		return c->host->error(KILN_EINVAL, "cpu: GEMM: bad parameters M=%lld N=%lld K=%lld transA=%lld transB=%lld",
 				      (long long)M, (long long)N, (long long)K, (long long)ta,
 				      (long long)tb);
+	/* f32 throughout, or bf16 A and B with an f32 or bf16 result and an
+	 * f32 or bf16 bias (oneDNN accumulates in f32) */
+	const int lowp = op->in[0].dtype == KILN_BF16;
 	for (int i = 0; i < op->n_in; i++)
-		if (op->in[i].dtype != KILN_F32)
-			goto shape;
-	if (op->out[0].dtype != KILN_F32 || cpu_numel(&op->in[0]) != M * K ||
+		if (op->in[i].dtype != (lowp && i < 2 ? KILN_BF16 : KILN_F32) &&
+		    !(lowp && op->in[i].dtype == KILN_BF16))
+			return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors, or bf16 in0 and in1 with an f32 or bf16 bias and result");
+	if (op->out[0].dtype != KILN_F32 && !(lowp && op->out[0].dtype == KILN_BF16))
+		return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors, or bf16 in0 and in1 with an f32 or bf16 bias and result");
+	if (cpu_numel(&op->in[0]) != M * K ||
 	    cpu_numel(&op->in[1]) != K * N || cpu_numel(&op->out[0]) != M * N ||
 	    (has_bias && cpu_numel(&op->in[2]) != N))
 		goto shape;
@@ -181,11 +188,11 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	dnnl_primitive_desc_t pd = NULL;
 	dnnl_matmul_desc_t desc;
 	/* op(A)[m,k]: A is [M,K] (strides K,1) or stored [K,M] (strides 1,M). */
-	CPU_DNNL(cpu_md2(&a_md, M, K, ta ? 1 : K, ta ? M : 1));
+	CPU_DNNL(cpu_md2(&a_md, M, K, ta ? 1 : K, ta ? M : 1, op->in[0].dtype));
 	/* op(B)[k,n]: B is [K,N] (strides N,1) or stored [N,K] (strides 1,K). */
-	CPU_DNNL(cpu_md2(&b_md, K, N, tb ? 1 : N, tb ? K : 1));
-	CPU_DNNL(cpu_md2(&c_md, M, N, N, 1));
-	CPU_DNNL(cpu_md2(&bias_md, 1, N, N, 1));
+	CPU_DNNL(cpu_md2(&b_md, K, N, tb ? 1 : N, tb ? K : 1, op->in[1].dtype));
+	CPU_DNNL(cpu_md2(&c_md, M, N, N, 1, op->out[0].dtype));
+	CPU_DNNL(cpu_md2(&bias_md, 1, N, N, 1, has_bias ? op->in[2].dtype : KILN_F32));
 	const int native_bias = has_bias && alpha == 1.0f;
 	CPU_DNNL(dnnl_matmul_desc_init(&desc, &a_md, &b_md, native_bias ? &bias_md : NULL, &c_md));
 
@@ -240,7 +247,7 @@ out:
 
 shape:
 	return c->host->error(KILN_EINVAL,
-			      "cpu: GEMM M=%lld N=%lld K=%lld transA=%lld transB=%lld does not match f32 tensors in0 %s, in1 %s%s%s, out0 %s",
+			      "cpu: GEMM M=%lld N=%lld K=%lld transA=%lld transB=%lld does not match tensors in0 %s, in1 %s%s%s, out0 %s",
 			      (long long)M, (long long)N, (long long)K, (long long)ta, (long long)tb,
 			      cpu_desc_str(&op->in[0], s0, sizeof s0),
 			      cpu_desc_str(&op->in[1], s1, sizeof s1), has_bias ? ", in2 " : "",

@@ -182,11 +182,14 @@ static kiln_status prepare_reorder(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_tensor_desc *x = &op->in[0], *y = &op->out[0];
 	if (op->n_in != 1 || op->n_out != 1)
 		return cpu_bad(c, op, KILN_EINVAL, "takes one input and gives one output");
-	int same = x->dtype == y->dtype && x->ndim == y->ndim && esize(x->dtype);
+	int same = x->ndim == y->ndim && esize(x->dtype) && esize(y->dtype);
 	for (int i = 0; same && i < x->ndim; i++)
 		same = x->dims[i] == y->dims[i];
 	if (!same)
-		return cpu_bad(c, op, KILN_EINVAL, "input and output differ in dims or dtype");
+		return cpu_bad(c, op, KILN_EINVAL, "input and output differ in dims");
+	/* a conversion as well (f32 to bf16/f16): lowp.c */
+	if (x->dtype != y->dtype)
+		return cpu_bad(c, op, KILN_ENOTSUP, "input and output differ in dtype");
 	if ((op->flags & KILN_OPF_ACCUMULATE) && x->dtype != KILN_F32)
 		return cpu_bad(c, op, KILN_ENOTSUP, "accumulate is f32 only");
 	p->n = cpu_numel(x);

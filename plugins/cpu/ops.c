@@ -124,6 +124,116 @@ static kiln_status cpu_relu_bwd(const struct cpu_plan *p, const struct kiln_op_a
 	return KILN_OK;
 }
 
+/* ---- bf16 activations: bf16 storage, f32 arithmetic, one rounding ---- */
+
+CPU_CLONES static void bias_add_rows_bf16(uint16_t *y, const float *b, int64_t r0, int64_t r1,
+					  int64_t N)
+{
+	for (int64_t r = r0; r < r1; r++) {
+		uint16_t *yr = y + r * N;
+#pragma omp simd
+		for (int64_t j = 0; j < N; j++)
+			yr[j] = cpu_bf16_round(cpu_bf16_f32(yr[j]) + b[j]);
+	}
+}
+
+/* y (R, N) bf16 += b (N) f32 */
+static kiln_status cpu_bias_add_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
+				     struct cpu_err *e)
+{
+	const float *b = a->in[0];
+	uint16_t *y = a->out[0];
+	const int64_t R = p->rows, N = p->cols;
+	(void)e;
+#pragma omp parallel if (R * N >= CPU_PAR_MIN)
+	{
+		const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+		bias_add_rows_bf16(y, b, R * t / T, R * (t + 1) / T, N);
+	}
+	return KILN_OK;
+}
+
+/* db (N) f32 (=|+=) sum over r of dy (R, N) bf16: cpu_bias_grad's order. */
+CPU_CLONES static void col_sums_bf16(float *restrict s, const uint16_t *restrict dy, int64_t R,
+				     int64_t N, int64_t j0, int64_t w)
+{
+	for (int64_t j = 0; j < w; j++)
+		s[j] = 0.0f;
+	for (int64_t r = 0; r < R; r++) {
+		const uint16_t *row = dy + r * N + j0;
+#pragma omp simd
+		for (int64_t j = 0; j < w; j++)
+			s[j] += cpu_bf16_f32(row[j]);
+	}
+}
+
+static kiln_status cpu_bias_grad_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
+				      struct cpu_err *e)
+{
+	const uint16_t *dy = a->in[0];
+	float *db = a->out[0];
+	const int64_t R = p->rows, N = p->cols, B = 128;
+	const int acc = p->op.flags & KILN_OPF_ACCUMULATE;
+	(void)e;
+#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
+	for (int64_t j0 = 0; j0 < N; j0 += B) {
+		float s[128];
+		const int64_t w = N - j0 < B ? N - j0 : B;
+		col_sums_bf16(s, dy, R, N, j0, w);
+		for (int64_t j = 0; j < w; j++)
+			db[j0 + j] = acc ? db[j0 + j] + s[j] : s[j];
+	}
+	return KILN_OK;
+}
+
+CPU_CLONES static void relu_span_bf16(uint16_t *y, const uint16_t *x, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++)
+		y[i] = cpu_bf16_f32(x[i]) < 0.0f ? 0 : x[i];
+}
+
+static kiln_status cpu_relu_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
+				 struct cpu_err *e)
+{
+	const uint16_t *x = a->in[0];
+	uint16_t *y = a->out[0];
+	(void)e;
+	CPU_SPANS(p->n, b, en, relu_span_bf16(y + b, x + b, en - b));
+	return KILN_OK;
+}
+
+/* y > 0 on bf16 bits: sign clear, not zero, not NaN; a select on bits (a
+ * mask), so that the loop vectorises. */
+CPU_CLONES static void relu_bwd_span_bf16(uint16_t *restrict dx, const uint16_t *restrict y,
+					  const uint16_t *restrict dy, int64_t n, int acc)
+{
+	if (acc) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++) {
+			const uint16_t m = (uint16_t)-(uint16_t)((int16_t)y[i] > 0 && y[i] <= 0x7f80);
+			dx[i] = cpu_bf16_round(cpu_bf16_f32(dx[i]) + cpu_bf16_f32(dy[i] & m));
+		}
+	} else {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++) {
+			const uint16_t m = (uint16_t)-(uint16_t)((int16_t)y[i] > 0 && y[i] <= 0x7f80);
+			dx[i] = dy[i] & m;
+		}
+	}
+}
+
+static kiln_status cpu_relu_bwd_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
+				     struct cpu_err *e)
+{
+	const uint16_t *y = a->in[0], *dy = a->in[1];
+	uint16_t *dx = a->out[0];
+	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	(void)e;
+	CPU_SPANS(p->n, b, en, relu_bwd_span_bf16(dx + b, y + b, dy + b, en - b, acc));
+	return KILN_OK;
+}
+
 /* The fused loss: see KILN_OP_SOFTMAX_XENT in plugin.h.  x (R, C) logits,
  * label (R) i32, dx (R, C), m [2 or 3] metric sums.  Rows r < V = i[0] are
  * real; rows past V are padding: dx = 0, not counted.  Softmax subtracts
@@ -228,25 +338,15 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 	return KILN_OK;
 }
 
-static uint16_t cpu_bf16(float f);
-
-/* See KILN_OP_CAST in plugin.h. */
+/* See KILN_OP_CAST in plugin.h: f32 to or from bf16 or f16. */
 static kiln_status cpu_cast(const struct cpu_plan *p, const struct kiln_op_args *a,
 			    struct cpu_err *e)
 {
 	(void)e;
-	if (p->op.in[0].dtype == KILN_BF16) {
-		const uint16_t *x = a->in[0];
-		float *y = a->out[0];
-		CPU_SPANS(p->n, b, en, for (int64_t i = b; i < en; i++) {
-			uint32_t u = (uint32_t)x[i] << 16;
-			memcpy(&y[i], &u, 4);
-		});
-	} else {
-		const float *x = a->in[0];
-		uint16_t *y = a->out[0];
-		CPU_SPANS(p->n, b, en, for (int64_t i = b; i < en; i++) y[i] = cpu_bf16(x[i]));
-	}
+	if (p->op.in[0].dtype != KILN_F32)
+		cpu_cvt_to_f32(a->out[0], a->in[0], p->op.in[0].dtype, p->n);
+	else
+		cpu_cvt_from_f32(a->out[0], a->in[0], p->op.out[0].dtype, p->n);
 	return KILN_OK;
 }
 
@@ -399,17 +499,6 @@ static kiln_status cpu_counter_add(const struct cpu_plan *p, const struct kiln_o
 	return KILN_OK;
 }
 
-/* bf16 from f32, round to nearest even (NaN kept quiet). */
-static uint16_t cpu_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
 /* y (n, any dtype) = f[0], converted to the dtype (integers truncate). */
 static kiln_status cpu_fill(const struct cpu_plan *p, const struct kiln_op_args *a,
 			    struct cpu_err *e)
@@ -450,7 +539,7 @@ static kiln_status cpu_fill(const struct cpu_plan *p, const struct kiln_op_args 
 	case KILN_F16: {
 		uint16_t *t = y, x = 0;
 		if (p->op.out[0].dtype == KILN_BF16) {
-			x = cpu_bf16((float)v);
+			x = cpu_bf16_round((float)v);
 		} else {
 			_Float16 h = (_Float16)v;
 			memcpy(&x, &h, sizeof x);
@@ -525,12 +614,53 @@ CPU_CLONES static void vec_span(float *y, const float *x0, const float *x1, floa
 	}
 }
 
+/* A low-precision operand of a vector op, widened block by block. */
+static const float *vec_lp_in(float *buf, const void *x, int dtype, int64_t b, int64_t n)
+{
+	if (dtype == KILN_F32)
+		return (const float *)x + b;
+	const size_t es = 2;
+	cpu_cvt_to_f32_span(buf, (const char *)x + (size_t)b * es, dtype, n);
+	return buf;
+}
+
+/* bf16/f16 operands (any mix with f32): f32 arithmetic over blocks of 512
+ * widened on the stack, the result rounded once.  y may alias an input:
+ * a block is read whole before it is written. */
+static void vec_lp_span(const struct cpu_plan *p, const struct kiln_op_args *a, int kind,
+			int64_t b, int64_t e)
+{
+	enum { BLK = 512 };
+	float bx0[BLK], bx1[BLK], by[BLK];
+	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	const int dy = p->op.out[0].dtype;
+	const float s = (float)p->op.f[0];
+	for (int64_t q = b; q < e; q += BLK) {
+		const int64_t n = e - q < BLK ? e - q : BLK;
+		const float *x0 = vec_lp_in(bx0, a->in[0], p->op.in[0].dtype, q, n);
+		const float *x1 = kind == VEC_SCALE ? NULL
+						    : vec_lp_in(bx1, a->in[1], p->op.in[1].dtype, q, n);
+		float *y = by;
+		if (dy == KILN_F32)
+			y = (float *)a->out[0] + q;
+		else if (acc)
+			cpu_cvt_to_f32_span(by, (const uint16_t *)a->out[0] + q, dy, n);
+		vec_span(y, x0, x1, s, n, kind, acc);
+		if (dy != KILN_F32)
+			cpu_cvt_span_from_f32((uint16_t *)a->out[0] + q, by, dy, n);
+	}
+}
+
 static kiln_status cpu_vec(const struct cpu_plan *p, const struct kiln_op_args *a, int kind)
 {
 	const float *x0 = a->in[0], *x1 = a->in[1];
 	float *y = a->out[0];
 	const float s = (float)p->op.f[0];
 	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	if (cpu_op_lowp(&p->op)) {
+		CPU_SPANS(p->n, b, en, vec_lp_span(p, a, kind, b, en));
+		return KILN_OK;
+	}
 	CPU_SPANS(p->n, b, en,
 		  vec_span(y + b, x0 + b, x1 ? x1 + b : NULL, s, en - b, kind, acc));
 	return KILN_OK;
@@ -728,9 +858,9 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	if (op->type == KILN_OP_CAST) {
 		p->n = cpu_numel(&op->out[0]);
 		const int di = op->in[0].dtype, dout = op->out[0].dtype;
-		if (!((di == KILN_F32 && dout == KILN_BF16) || (di == KILN_BF16 && dout == KILN_F32)) ||
+		if (!((di == KILN_F32 && cpu_lowp(dout)) || (cpu_lowp(di) && dout == KILN_F32)) ||
 		    cpu_numel(&op->in[0]) != p->n)
-			return cpu_bad(c, op, KILN_EINVAL, "casts f32 to bf16 or bf16 to f32, same element count");
+			return cpu_bad(c, op, KILN_EINVAL, "casts f32 to bf16 or f16, or back, same element count");
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_NORMALIZE_U8) {
@@ -748,8 +878,30 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 				return cpu_bad(c, op, KILN_EINVAL, "std must be > 0 and mean finite");
 		return KILN_OK;
 	}
-	if (!cpu_all_f32(op))
-		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	/* bf16 loops of their own: ReLU forward and backward, the bias add
+	 * (an f32 bias into bf16 rows), the bias gradient (bf16 rows summed
+	 * into f32); every other bf16 op goes through
+	 * lowp.c (ENOTSUP here sends it there) */
+	if (!cpu_all_f32(op)) {
+		const int bf = op->out[0].dtype == KILN_BF16;
+		const int vec = op->type == KILN_OP_SCALE || op->type == KILN_OP_ADD ||
+				op->type == KILN_OP_MUL;
+		int ok = 0;
+		if (op->type == KILN_OP_RELU)
+			ok = bf && op->in[0].dtype == KILN_BF16, p->kernel = cpu_relu_bf16;
+		else if (op->type == KILN_OP_RELU_BWD)
+			ok = bf && op->in[0].dtype == KILN_BF16 && op->in[1].dtype == KILN_BF16,
+			p->kernel = cpu_relu_bwd_bf16;
+		else if (op->type == KILN_OP_BIAS_ADD)
+			ok = bf && op->in[0].dtype == KILN_F32, p->kernel = cpu_bias_add_bf16;
+		else if (op->type == KILN_OP_BIAS_GRAD)
+			ok = op->in[0].dtype == KILN_BF16 && op->out[0].dtype == KILN_F32,
+			p->kernel = cpu_bias_grad_bf16;
+		else if (vec) /* any mix of f32, bf16 and f16: blocked in vec_lp_span */
+			ok = 1;
+		if (!ok)
+			return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	}
 
 	switch (op->type) {
 	case KILN_OP_BIAS_ADD:

@@ -26,6 +26,22 @@ static int own_inputs(const struct kiln_op *op);
 #include <stdio.h>
 #include <string.h>
 
+/* The compute copy (an optional last output of bf16 or f16, see plugin.h):
+ * written block by block right after the block's update, while the block
+ * is in cache, so the step stays one pass over the parameters. */
+#define OPT_BLOCK 4096
+#define OPT_COPY(p, a) ((p)->sz[7] ? (a)->out[(p)->n_out - 1] : NULL)
+#define OPT_BLOCKS(b, en, bb, be, body)                                                   \
+	for (int64_t bb = (b); bb < (en); bb += OPT_BLOCK) {                              \
+		const int64_t be = bb + OPT_BLOCK < (en) ? bb + OPT_BLOCK : (en);         \
+		body;                                                                     \
+	}
+static inline void opt_copy(void *cp, int dtype, const float *w, int64_t b, int64_t e)
+{
+	if (cp)
+		cpu_cvt_span_from_f32((uint16_t *)cp + b, w + b, dtype, e - b);
+}
+
 /* ---- SGD -------------------------------------------------------------- */
 
 /* One element of SGD; the flags are constants at every call site, so each
@@ -77,14 +93,18 @@ static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *
 	if (cpu_optim_gated_off(p, a))
 		return KILN_OK; /* a skipped step */
 	float *w = a->out[0];
-	float *v = p->n_out > 1 ? a->out[1] : NULL;
+	float *v = p->n_out - (p->sz[7] != 0) > 1 ? a->out[1] : NULL;
+	void *cp = OPT_COPY(p, a);
+	const int cdt = (int)p->sz[6];
 	const float mu = (float)p->op.f[0], l2 = (float)p->op.f[1];
 	const float lrdw = lr * (float)p->op.f[2];
 	const int nesterov = p->op.i[1] != 0;
 	(void)e;
-	CPU_SPANS(p->n, b, en,
-		  sgd_span(w + b, v ? v + b : NULL, g + b, d ? d + b : NULL, en - b, lr, mu, l2,
-			   lrdw, nesterov));
+	CPU_SPANS(p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
+		sgd_span(w + bb, v ? v + bb : NULL, g + bb, d ? d + bb : NULL, be - bb, lr, mu, l2,
+			 lrdw, nesterov);
+		opt_copy(cp, cdt, w, bb, be);
+	}));
 	return KILN_OK;
 }
 
@@ -164,9 +184,13 @@ static kiln_status cpu_adamw(const struct cpu_plan *p, const struct kiln_op_args
 	if (t < 1)
 		return cpu_fail(e, KILN_EINVAL, "cpu: ADAMW: step count %lld; it is 1-based (advance it before the step)",
 				(long long)t);
+	void *cp = OPT_COPY(p, a);
+	const int cdt = (int)p->sz[6];
 	adam_scalars(&p->op, t, &k);
-	CPU_SPANS(p->n, b, en,
-		  adamw_span(w + b, m + b, v + b, g + b, d ? d + b : NULL, en - b, lr, k));
+	CPU_SPANS(p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
+		adamw_span(w + bb, m + bb, v + bb, g + bb, d ? d + bb : NULL, be - bb, lr, k);
+		opt_copy(cp, cdt, w, bb, be);
+	}));
 	return KILN_OK;
 }
 
@@ -252,6 +276,8 @@ static kiln_status cpu_lamb(const struct cpu_plan *p, const struct kiln_op_args 
 	if (cpu_optim_gated_off(p, a))
 		return KILN_OK; /* a skipped step */
 	float *w = a->out[0], *m = a->out[1], *v = a->out[2];
+	void *cp = OPT_COPY(p, a);
+	const int cdt = (int)p->sz[6];
 	const int64_t n = p->n, T = p->sz[0], cap = p->sz[1];
 	struct lamb_piece *pc = a->workspace;
 	float *step = (float *)(pc + cap); /* [T] */
@@ -305,6 +331,7 @@ static kiln_status cpu_lamb(const struct cpu_plan *p, const struct kiln_op_args 
 		for (int64_t q = 0; q < np; q++) {
 			const int64_t b = pc[q].b, l = pc[q].e - pc[q].b;
 			lamb_update_span(w + b, m + b, v + b, d ? d + b : NULL, l, k, step[pc[q].k]);
+			opt_copy(cp, cdt, w, b, b + l);
 		}
 	}
 	return KILN_OK;
@@ -330,12 +357,16 @@ kiln_status cpu_optim_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const int lamb = op->type == KILN_OP_LAMB;
 	int in_min, out_n;
 	char why[200];
+	/* an optional last output in bf16 or f16: the compute copy */
+	const int copy = op->n_out > 1 && cpu_lowp(op->out[op->n_out - 1].dtype);
+	p->sz[6] = copy ? op->out[op->n_out - 1].dtype : 0;
+	p->sz[7] = copy;
 
 	switch (op->type) {
 	case KILN_OP_SGD:
 		/* plain SGD (mu == 0) keeps no momentum buffer */
 		in_min = 2;
-		out_n = op->f[0] == 0.0 && op->n_out == 1 ? 1 : 2;
+		out_n = op->f[0] == 0.0 && op->n_out - copy == 1 ? 1 : 2;
 		p->kernel = cpu_sgd;
 		break;
 	case KILN_OP_ADAMW: in_min = 3; out_n = 3; p->kernel = cpu_adamw; break;
@@ -348,13 +379,15 @@ kiln_status cpu_optim_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	    (op->in[op->n_in - 1].dtype != KILN_F32 || cpu_numel(&op->in[op->n_in - 1]) != 1))
 		return cpu_bad(c, op, KILN_EINVAL, "the gate (last input, KILN_OPF_GATED) must be f32[1]");
 	/* the weight-decay multiplier is the optional last input (before a gate) */
-	if ((n_in != in_min && n_in != in_min + 1) || op->n_out != out_n) {
-		snprintf(why, sizeof why, "takes %d or %d inputs (the last: the weight-decay multiplier) and %d outputs, got %d and %d",
+	if ((n_in != in_min && n_in != in_min + 1) || op->n_out != out_n + copy) {
+		snprintf(why, sizeof why, "takes %d or %d inputs (the last: the weight-decay multiplier) and %d outputs (and the bf16/f16 copy), got %d and %d",
 			 in_min, in_min + 1, out_n, n_in, op->n_out);
 		return cpu_bad(c, op, KILN_EINVAL, why);
 	}
 	p->n_in = op->n_in;
-	p->n_out = out_n;
+	p->n_out = out_n + copy;
+	if (copy && cpu_numel(&op->out[op->n_out - 1]) != op->i[0])
+		return cpu_bad(c, op, KILN_EINVAL, "the compute copy (last output) must have n = i[0] elements");
 	p->n = op->i[0];
 	/* f32 everywhere except the step count and the offsets */
 	for (int i = 0; i < n_in; i++) {

@@ -37,8 +37,10 @@ kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	/* x: forward input (dx for the backward); y: forward output (dy). */
 	const struct kiln_tensor_desc *x = bwd ? &op->out[0] : &op->in[0];
 	const struct kiln_tensor_desc *y = bwd ? &op->in[0] : &op->out[0];
-	if (x->dtype != KILN_F32 || y->dtype != KILN_F32)
-		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	/* f32, or bf16 (oneDNN's bf16 pooling: averages summed in f32) */
+	if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16) || y->dtype != x->dtype)
+		return cpu_bad(c, op, KILN_ENOTSUP, "f32 or bf16 activations, one dtype");
+	const dnnl_data_type_t dt = x->dtype == KILN_BF16 ? dnnl_bf16 : dnnl_f32;
 	if (x->ndim != 4 || y->ndim != 4 || cpu_nhwc(x) != cpu_nhwc(y))
 		return cpu_bad(c, op, KILN_EINVAL, "wants 4-d activations of one layout");
 	const int nhwc = cpu_nhwc(x), kind = (int)op->i[0];
@@ -84,8 +86,8 @@ kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	{
 		dnnl_dims_t xd = { N, C, H, W }, yd = { N, C, OH, OW };
 		const dnnl_format_tag_t tag = nhwc ? dnnl_nhwc : dnnl_nchw;
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&x_md, 4, xd, dnnl_f32, tag));
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&y_md, 4, yd, dnnl_f32, tag));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&x_md, 4, xd, dt, tag));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&y_md, 4, yd, dt, tag));
 	}
 	CPU_DNN_TRY(dnnl_primitive_attr_create(&attr));
 	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));

@@ -1,0 +1,128 @@
+#!/bin/sh
+# bf16 side by side, interleaved: kiln precision = bf16 against kiln fp32 and
+# against PyTorch's bf16 CPU autocast at its best, on the Fashion-MNIST CNN
+# (bench/cnn_bench.ini, bench/pytorch_cnn.py) or MLP (bench/mlp_bench.ini,
+# bench/pytorch_mlp.py).
+#
+# Each repetition runs every setting once, in turn, so that the load of this
+# shared machine falls on all of them alike; medians over the repetitions:
+#   kiln-fp32       $KILN train <ini> run.precision=fp32
+#   kiln-bf16       $KILN train <ini> run.precision=bf16
+#   torch-bf16-*    the PyTorch script with --precision bf16 under the three
+#                   OpenMP settings of cnn.sh/mlp.sh (default, passive =
+#                   OMP_WAIT_POLICY=PASSIVE, omp1 = one thread), all with
+#                   OPENBLAS_CORETYPE=SkylakeX; the best median counts.
+# kiln's samples/s include its warm-up steps, PyTorch's exclude 20.
+#
+# Usage: bench/precision.sh [--model cnn|mlp] [--runs N] [--steps N]
+#                           [--threads N] [--layout nchw|nhwc]
+#   --model M     cnn (default) or mlp
+#   --runs N      repetitions (default 3)
+#   --steps N     timed training steps (default 200; kiln runs N+20)
+#   --threads N   threads of kiln and PyTorch (default 2)
+#   --layout L    the CNN's activation layout (default nchw)
+# Environment: KILN (default ./kiln), PYTHON (default /usr/bin/python3).
+# Run from the top of a built source tree.
+
+set -eu
+
+MODEL=cnn
+RUNS=3
+STEPS=200
+THREADS=2
+LAYOUT=nchw
+WARMUP=20
+BATCH=128
+KILN=${KILN:-./kiln}
+PYTHON=${PYTHON:-/usr/bin/python3}
+HERE=$(dirname "$0")
+
+usage() {
+    sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+}
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --model) [ $# -ge 2 ] || usage; MODEL=$2; shift 2 ;;
+        --runs) [ $# -ge 2 ] || usage; RUNS=$2; shift 2 ;;
+        --steps) [ $# -ge 2 ] || usage; STEPS=$2; shift 2 ;;
+        --threads) [ $# -ge 2 ] || usage; THREADS=$2; shift 2 ;;
+        --layout) [ $# -ge 2 ] || usage; LAYOUT=$2; shift 2 ;;
+        -h|--help) usage ;;
+        *) echo "precision.sh: unknown argument: $1" >&2; usage ;;
+    esac
+done
+case $MODEL in cnn|mlp) ;; *) echo "precision.sh: --model cnn or mlp" >&2; exit 2 ;; esac
+case $LAYOUT in nchw|nhwc) ;; *) echo "precision.sh: --layout nchw or nhwc" >&2; exit 2 ;; esac
+for v in "$RUNS" "$STEPS" "$THREADS"; do
+    case $v in ''|*[!0-9]*|0) echo "precision.sh: --runs, --steps, --threads: positive integers" >&2; exit 2 ;; esac
+done
+[ -x "$KILN" ] || { echo "precision.sh: $KILN not found (set KILN=)" >&2; exit 1; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-precision-bench.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+unset OMP_WAIT_POLICY OMP_NUM_THREADS
+
+KSTEPS=$((WARMUP + STEPS))
+json_line() { grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1 || true; }
+
+kiln_once() { # precision
+    if [ "$MODEL" = cnn ]; then
+        set -- "$HERE/cnn_bench.ini" model.layout="$LAYOUT" data.limit=$((KSTEPS * BATCH)) \
+            train.max_steps="$KSTEPS" train.eval=0 run.precision="$1"
+    else
+        set -- "$HERE/mlp_bench.ini" data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" \
+            train.eval=0 run.precision="$1"
+    fi
+    OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$@" run.threads="$THREADS" train.batch="$BATCH" \
+        run.out_dir= 2> "$TMP/kiln.err" | json_line
+}
+
+torch_once() { # threads, env assignments...
+    nt=$1; shift
+    if [ "$MODEL" = cnn ]; then # --steps: timed steps
+        set -- "$@" "$PYTHON" "$HERE/pytorch_cnn.py" --layout "$LAYOUT" --eval-samples 500 \
+            --steps "$STEPS"
+    else # --steps: all steps, warm-up included
+        set -- "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --steps "$KSTEPS"
+    fi
+    env OPENBLAS_CORETYPE=SkylakeX "$@" --threads "$nt" --warmup-steps "$WARMUP" \
+        --batch "$BATCH" --precision bf16 | json_line
+}
+
+record() { # name, line
+    if [ -z "$2" ]; then
+        echo "precision.sh: $1 printed no result" >&2
+        [ -s "$TMP/kiln.err" ] && tail -n 3 "$TMP/kiln.err" >&2
+        exit 1
+    fi
+    echo "$1 run $i: $2" >&2
+    printf '%s\n' "$2" >> "$TMP/$1.jsonl"
+}
+
+i=1
+while [ "$i" -le "$RUNS" ]; do
+    record kiln-fp32 "$(kiln_once fp32)"
+    record kiln-bf16 "$(kiln_once bf16)"
+    record torch-bf16-default "$(torch_once "$THREADS")"
+    record torch-bf16-passive "$(torch_once "$THREADS" OMP_WAIT_POLICY=PASSIVE)"
+    record torch-bf16-omp1 "$(torch_once 1 OMP_NUM_THREADS=1)"
+    i=$((i + 1))
+done
+
+"$PYTHON" - "$TMP" "$MODEL" "$LAYOUT" "$RUNS" "$THREADS" "$($KILN plugins 2>/dev/null | grep -o 'oneDNN[^)]*' | head -n 1)" <<'EOF'
+import json, statistics, sys
+tmp, model, layout, runs, threads, isa = sys.argv[1:7]
+med = {}
+for name in ("kiln-fp32", "kiln-bf16", "torch-bf16-default", "torch-bf16-passive", "torch-bf16-omp1"):
+    vals = [json.loads(l)["train_samples_per_s"] for l in open(f"{tmp}/{name}.jsonl") if l.strip()]
+    med[name] = statistics.median(vals)
+    print(f"{name:20s} {med[name]:10.1f} samples/s  (runs: {', '.join(f'{v:.0f}' for v in vals)})")
+best = max(("torch-bf16-default", "torch-bf16-passive", "torch-bf16-omp1"), key=lambda k: med[k])
+print(f"model {model}{' ' + layout if model == 'cnn' else ''}, {threads} threads, median of {runs}, {isa}")
+print(f"kiln bf16 / PyTorch bf16 autocast best ({best}): {med['kiln-bf16'] / med[best]:.3f}x")
+print(f"kiln bf16 / kiln fp32: {med['kiln-bf16'] / med['kiln-fp32']:.3f}x")
+EOF
