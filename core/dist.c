@@ -110,8 +110,15 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		return st;
 	if (!comm || !*comm)
 		comm = "auto";
-	if (env.world == 1 && (!strcmp(comm, "auto") || !strcmp(comm, "none")))
+	if (env.world == 1) {
+		/* one process has nothing to communicate: no store, no port
+		 * bound (two single-process runs on one machine must not
+		 * collide on the default port), the same numbers */
+		if (strcmp(comm, "auto") && strcmp(comm, "none"))
+			kiln_log(KILN_LOG_INFO, "dist",
+				 "one process (world size 1): [run] comm = %s is not opened", comm);
 		return KILN_OK;
+	}
 	if (!strcmp(comm, "none"))
 		return kiln_error(KILN_ECONFIG, "%s: [run] comm = none, but this process is rank %d of %d (from %s variables): name a communicator (gloo, mpi, nccl) or auto",
 				  kiln_config_where(cfg, "run", "comm"), env.rank, env.world, env.source);
