@@ -8,6 +8,8 @@
 # shared machine falls on all of them alike; medians over the repetitions:
 #   kiln-fp32       $KILN train <ini> run.precision=fp32
 #   kiln-bf16       $KILN train <ini> run.precision=bf16
+#   kiln-bf16-f32conv  the same with [plugin.cpu] bf16_conv = f32 (oneDNN's
+#                   f32 convolution kernels on the bf16 tensors; CNN only)
 #   torch-bf16-*    the PyTorch script with --precision bf16 under the three
 #                   OpenMP settings of cnn.sh/mlp.sh (default, passive =
 #                   OMP_WAIT_POLICY=PASSIVE, omp1 = one thread), all with
@@ -69,13 +71,13 @@ unset OMP_WAIT_POLICY OMP_NUM_THREADS
 KSTEPS=$((WARMUP + STEPS))
 json_line() { grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1 || true; }
 
-kiln_once() { # precision
+kiln_once() { # precision [key=value]
     if [ "$MODEL" = cnn ]; then
         set -- "$HERE/cnn_bench.ini" model.layout="$LAYOUT" data.limit=$((KSTEPS * BATCH)) \
-            train.max_steps="$KSTEPS" train.eval=0 run.precision="$1"
+            train.max_steps="$KSTEPS" train.eval=0 run.precision="$1" ${2:+"$2"}
     else
         set -- "$HERE/mlp_bench.ini" data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" \
-            train.eval=0 run.precision="$1"
+            train.eval=0 run.precision="$1" ${2:+"$2"}
     fi
     OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$@" run.threads="$THREADS" train.batch="$BATCH" \
         run.out_dir= 2> "$TMP/kiln.err" | json_line
@@ -107,17 +109,24 @@ i=1
 while [ "$i" -le "$RUNS" ]; do
     record kiln-fp32 "$(kiln_once fp32)"
     record kiln-bf16 "$(kiln_once bf16)"
+    if [ "$MODEL" = cnn ]; then
+        record kiln-bf16-f32conv "$(kiln_once bf16 plugin.cpu.bf16_conv=f32)"
+    fi
     record torch-bf16-default "$(torch_once "$THREADS")"
     record torch-bf16-passive "$(torch_once "$THREADS" OMP_WAIT_POLICY=PASSIVE)"
     record torch-bf16-omp1 "$(torch_once 1 OMP_NUM_THREADS=1)"
     i=$((i + 1))
 done
 
-"$PYTHON" - "$TMP" "$MODEL" "$LAYOUT" "$RUNS" "$THREADS" "$($KILN plugins 2>/dev/null | grep -o 'oneDNN[^)]*' | head -n 1)" <<'EOF'
+"$PYTHON" - "$TMP" "$MODEL" "$LAYOUT" "$RUNS" "$THREADS" "$($KILN plugins 2>/dev/null | grep -o 'oneDNN [0-9][^,]*, ISA [^,]*' | head -n 1)" <<'EOF'
 import json, statistics, sys
 tmp, model, layout, runs, threads, isa = sys.argv[1:7]
 med = {}
-for name in ("kiln-fp32", "kiln-bf16", "torch-bf16-default", "torch-bf16-passive", "torch-bf16-omp1"):
+import os
+for name in ("kiln-fp32", "kiln-bf16", "kiln-bf16-f32conv", "torch-bf16-default",
+             "torch-bf16-passive", "torch-bf16-omp1"):
+    if not os.path.exists(f"{tmp}/{name}.jsonl"):
+        continue
     vals = [json.loads(l)["train_samples_per_s"] for l in open(f"{tmp}/{name}.jsonl") if l.strip()]
     med[name] = statistics.median(vals)
     print(f"{name:20s} {med[name]:10.1f} samples/s  (runs: {', '.join(f'{v:.0f}' for v in vals)})")
@@ -125,4 +134,7 @@ best = max(("torch-bf16-default", "torch-bf16-passive", "torch-bf16-omp1"), key=
 print(f"model {model}{' ' + layout if model == 'cnn' else ''}, {threads} threads, median of {runs}, {isa}")
 print(f"kiln bf16 / PyTorch bf16 autocast best ({best}): {med['kiln-bf16'] / med[best]:.3f}x")
 print(f"kiln bf16 / kiln fp32: {med['kiln-bf16'] / med['kiln-fp32']:.3f}x")
+if "kiln-bf16-f32conv" in med:
+    print(f"kiln bf16 (bf16_conv = f32) / PyTorch bf16 best: {med['kiln-bf16-f32conv'] / med[best]:.3f}x, "
+          f"/ kiln fp32: {med['kiln-bf16-f32conv'] / med['kiln-fp32']:.3f}x")
 EOF

@@ -2793,6 +2793,19 @@ START_TEST(test_lowp)
 		lp_conv_bn(&f, dt);
 	}
 	fx_close(&f);
+	/* [plugin.cpu] bf16_conv = f32: f32 kernels on the bf16 tensors */
+	if (!strcmp(g_name, "cpu")) {
+		struct fx g;
+		memset(&g, 0, sizeof g);
+		OK(kiln_registry_open(NULL, &g.reg));
+		OK(kiln_config_new(&g.cfg));
+		OK(kiln_config_override(g.cfg, "plugin.cpu.bf16_conv=f32"));
+		OK(kiln_config_validate(g.cfg, g.reg));
+		OK(kiln_device_open(g.reg, g.cfg, g_name, 0, &g.dev));
+		OK(kiln_device_stream_create(g.dev, &g.s));
+		lp_conv_bn(&g, KILN_BF16);
+		fx_close(&g);
+	}
 }
 END_TEST
 

@@ -102,6 +102,9 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	    (!lowp && !cpu_all_f32(op)))
 		return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors, or bf16 activations and weights with an f32 bias (weight and bias gradients f32)");
 	const dnnl_data_type_t adt = dnn_dt(x->dtype), wdd = dnn_dt(wdt);
+	/* [plugin.cpu] bf16_conv = f32: the kernel's tensors are f32 and the
+	 * reorders between the caller's layout and the kernel's convert */
+	const dnnl_data_type_t kdt = lowp && c->conv_f32 ? dnnl_f32 : adt;
 	if (!is_act(x) || !is_act(y) || cpu_nhwc(x) != cpu_nhwc(y) || w->ndim != 4)
 		return cpu_bad(c, op, KILN_EINVAL,
 			       "wants 4-d activations of one layout and 4-d weights [O,C/g,KH,KW]");
@@ -165,12 +168,15 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	CPU_DNN_TRY(act_md(&t[TX].user, N, C, H, W, nhwc, adt));
 	CPU_DNN_TRY(act_md(&t[TY].user, N, O, OH, OW, nhwc, adt));
 	CPU_DNN_TRY(wei_md(&t[TW].user, O, Cg, KH, KW, g, 0, wdd));
-	CPU_DNN_TRY(wei_md(&t[TW].any, O, Cg, KH, KW, g, 1, wdd));
+	CPU_DNN_TRY(wei_md(&t[TW].any, O, Cg, KH, KW, g, 1, lowp && c->conv_f32 ? dnnl_f32 : wdd));
 	{
 		dnnl_dims_t xd = { N, C, H, W }, yd = { N, O, OH, OW }, bd = { O };
 		if (act_any) {
-			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TX].any, 4, xd, adt, dnnl_format_tag_any));
-			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TY].any, 4, yd, adt, dnnl_format_tag_any));
+			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TX].any, 4, xd, kdt, dnnl_format_tag_any));
+			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TY].any, 4, yd, kdt, dnnl_format_tag_any));
+		} else if (kdt != adt) {
+			CPU_DNN_TRY(act_md(&t[TX].any, N, C, H, W, nhwc, kdt));
+			CPU_DNN_TRY(act_md(&t[TY].any, N, O, OH, OW, nhwc, kdt));
 		} else {
 			t[TX].any = t[TX].user, t[TY].any = t[TY].user;
 		}
@@ -182,8 +188,8 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	/* The forward primitive descriptor: the op itself, or the hint the
 	 * backward ones need.  Training: the backward follows. */
 	dnnl_memory_desc_t hint_w = t[TW].any;
-	if (wdd != adt)
-		CPU_DNN_TRY(wei_md(&hint_w, O, Cg, KH, KW, g, 1, adt));
+	if (wdd != kdt)
+		CPU_DNN_TRY(wei_md(&hint_w, O, Cg, KH, KW, g, 1, kdt));
 	CPU_DNN_TRY(dnnl_dilated_convolution_forward_desc_init(
 		&desc.conv, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, &hint_w,
 		has_bias ? &b_md : NULL, &t[TY].any, strides, dil, pad, pad));

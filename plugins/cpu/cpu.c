@@ -89,7 +89,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 {
 	kiln_status st;
 	int64_t threads = 0;
-	int async = 0;
+	int async = 0, conv_f32 = 0;
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -102,6 +102,8 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		st = host->config_get_bool(cfg, "plugin.cpu", "async", &async);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
+		const char *k = host->config_get(cfg, "plugin.cpu", "bf16_conv");
+		conv_f32 = k && !strcmp(k, "f32");
 	}
 	if (threads < 0)
 		return host->error(KILN_ECONFIG, "cpu: [run] threads = %lld is negative",
@@ -116,6 +118,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ENOMEM, "cpu: out of memory for the device context");
 	c->host = host;
 	c->async = async;
+	c->conv_f32 = conv_f32;
 	c->threads = (int)threads;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
@@ -402,6 +405,12 @@ static const struct kiln_device_ops cpu_ops = {
 };
 
 static const struct kiln_key cpu_keys[] = {
+	{ "bf16_conv", KILN_KEY_ENUM, "bf16", 0, 0, "bf16|f32",
+	  "Convolutions of bf16 tensors: `bf16` runs oneDNN's bf16 kernels (bf16 src, weights "
+	  "and dst, f32 accumulation); `f32` runs its f32 kernels on the same bf16 tensors, "
+	  "converted by the layout reorders around the kernel (faster where the bf16 "
+	  "kernels are slower than the f32 ones, as with oneDNN 2.6 on CPUs without AMX; "
+	  "the inputs are the same bf16 values, only the products are exact in f32)." },
 	{ "async", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
 	  "and hidden host syncs show up without a GPU." },

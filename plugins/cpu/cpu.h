@@ -24,6 +24,7 @@ struct cpu_ctx {
 	const struct kiln_host *host;
 	int async;          /* [plugin.cpu] async: worker thread per stream */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
+	int conv_f32;       /* [plugin.cpu] bf16_conv = f32: f32 kernels on bf16 tensors */
 	void *engine;       /* dnnl_engine_t, shared by every plan */
 	/* One lock and one condition for every stream and event of the
 	 * context: there are a handful of streams, so a broadcast on any
