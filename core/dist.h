@@ -65,6 +65,16 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
  * was lost (asking the store), keeping st. */
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st);
 
+/* [dist] sync_bn = 1 (0 for NULL). */
+int kiln_dist_sync_bn(const struct kiln_dist *d);
+/* host->group_allreduce and group_allgather (group: a struct kiln_dist):
+ * the comm stream waits for `stream`'s work so far, runs the collective,
+ * and `stream` waits for it. */
+kiln_status kiln_dist_group_allreduce(void *group, void *buf, size_t count, int dtype, int op,
+				      void *stream);
+kiln_status kiln_dist_group_allgather(void *group, const void *send, void *recv, size_t count,
+				      int dtype, void *stream);
+
 /* host->device_host_fn (core/device.c) and host->fatal. */
 kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_status (*fn)(void *),
 				void *arg);

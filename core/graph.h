@@ -83,6 +83,12 @@ struct kiln_model {
 	 * order), so gradient buckets can start their allreduce.  NULL: none. */
 	kiln_status (*bwd_hook)(void *user, int layer, void *stream);
 	void *bwd_user;
+	/* [dist] sync_bn: the data-parallel group (a struct kiln_dist,
+	 * host->group_* 's handle) and its size, set before the training plan
+	 * is made; layers then see kiln_layer.sync_ranks = group_ranks and,
+	 * in training runs, kiln_layer_run.group.  0 / NULL: none. */
+	void *group;
+	int group_ranks;
 };
 
 /* core/precision.c.  Open [run] precision's policy (the amp plugin) and,

@@ -932,6 +932,13 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	    (st = prep_clip(t, cfg)) ||
 	    (st = kiln_model_optim_prepare(t->m, t->compute)))
 		goto out;
+	if (kiln_dist_sync_bn(t->dist) && t->world > 1) {
+		/* [dist] sync_bn: batchnorm layers take the global batch's statistics */
+		t->m->group = t->dist;
+		t->m->group_ranks = t->world;
+		kiln_log(KILN_LOG_INFO, "dist", "sync_bn: batch statistics over the %d ranks' batches",
+			 t->world);
+	}
 	if ((st = kiln_model_plan(t->m, B, 1, &ptrain)))
 		goto out;
 	if (do_eval) {

@@ -245,6 +245,8 @@ TESTS += tests/dist.sh
 EXTRA_DIST += tests/dist.sh
 TESTS += tests/dist_zero.sh
 EXTRA_DIST += tests/dist_zero.sh
+TESTS += tests/dist_syncbn.sh
+EXTRA_DIST += tests/dist_syncbn.sh
 # the same equivalence under mpirun with the mpi plugin (skips without it)
 TESTS += tests/dist_mpi.sh
 EXTRA_DIST += tests/dist_mpi.sh
