@@ -681,6 +681,28 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
 	return KILN_OK;
 }
 
+kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute)
+{
+	void *dev_buf = NULL, *host = NULL;
+	kiln_status st;
+	if ((st = kiln_device_alloc(d->dev, bytes, &dev_buf)) ||
+	    (st = kiln_device_host_alloc(d->dev, bytes, &host)))
+		goto out;
+	memcpy(host, buf, bytes);
+	if ((st = kiln_device_copy_async(d->dev, dev_buf, host, bytes, KILN_COPY_H2D, compute)) ||
+	    (st = d->ops->broadcast(d->ctx, dev_buf, bytes, KILN_U8, 0, compute, NULL)) ||
+	    (st = kiln_device_copy_async(d->dev, host, dev_buf, bytes, KILN_COPY_D2H, compute)) ||
+	    (st = kiln_device_stream_sync(d->dev, compute))) {
+		st = kiln_dist_explain(d, st);
+		goto out;
+	}
+	memcpy(buf, host, bytes);
+out:
+	kiln_device_free(d->dev, dev_buf);
+	kiln_device_host_free(d->dev, host);
+	return st;
+}
+
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute)
 {
 	kiln_status st;

@@ -59,6 +59,9 @@ void kiln_dist_zero_release(struct kiln_dist *d);
  * the buckets' allreduce time on the comm stream, in seconds.  Read after
  * a sync of the compute stream.  Zeros without timing (or ZeRO). */
 void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, int64_t *steps);
+/* Copy rank 0's host bytes buf[0..bytes) to every rank's buf (through a
+ * temporary device buffer; a sync point: start-up only). */
+kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only). */
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute);
 /* A failed step: when the failure looks like a lost peer, say which rank
