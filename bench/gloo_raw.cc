@@ -1,7 +1,7 @@
 /* bench/gloo_raw.cc - the raw-Gloo baseline of `kiln bench comm`:
  * gloo::allreduce (new-style options API, f32 sum, in place, TCP on
  * 127.0.0.1) called directly, same sizes, iteration counts and median as
- * bench/comm_bench.c.  Rank and world from KILN_RANK/KILN_WORLD_SIZE (start
+ * `kiln bench comm --rank`.  Rank and world from KILN_RANK/KILN_WORLD_SIZE (start
  * it with `kiln launch -n N`); the ranks meet through Gloo's own FileStore
  * in DIR, which must be empty and the same for all:
  *   kiln launch -n 2 -- bench/gloo_raw DIR [MAX_BYTES] */

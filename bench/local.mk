@@ -9,10 +9,7 @@ noinst_PROGRAMS += bench/xform
 bench_xform_SOURCES = bench/xform.c
 bench_xform_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 bench_xform_LDADD = libkiln.la
-# allreduce latency/busbw: kiln's communicators, raw MPI, torch gloo (bench/comm.sh)
-noinst_PROGRAMS += bench/comm_bench
-bench_comm_bench_SOURCES = bench/comm_bench.c
-bench_comm_bench_LDADD = libkiln.la
+# allreduce latency/busbw baselines of `kiln bench comm` (bench/comm.sh runs it)
 if BUILD_MPI
 noinst_PROGRAMS += bench/mpi_raw
 bench_mpi_raw_SOURCES = bench/mpi_raw.c

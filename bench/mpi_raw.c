@@ -1,6 +1,6 @@
-/* bench/mpi_raw.c - the raw-library baseline of bench/comm.sh: MPI_Allreduce
+/* bench/mpi_raw.c - the raw-MPI baseline of `kiln bench comm`: MPI_Allreduce
  * (in place, f32 sum) called directly, same sizes, iteration counts and
- * median as comm_bench.c.  mpirun -np N bench/mpi_raw [MAX_BYTES] */
+ * median as `kiln bench comm --rank`.  mpirun -np N bench/mpi_raw [MAX_BYTES] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -49,6 +49,8 @@ struct kiln_dist {
 	int n_b;
 	double bucket_mb;
 	int overlap, overlap_now;
+	int sync_bn;      /* [dist] sync_bn: layers' collectives (host->group_*) */
+	void *sync_done;  /* event on the comm stream: a layer's collective done */
 	int timeout_ms;
 	float *scratch_d;  /* device f32[64]: host sums */
 	float *scratch_h;
@@ -142,6 +144,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	kiln_config_get_float(cfg, "dist", "bucket_mb", &d->bucket_mb);
 	kiln_config_get_bool(cfg, "dist", "overlap", &d->overlap);
 	kiln_config_get_bool(cfg, "dist", "timing", &d->timing);
+	kiln_config_get_bool(cfg, "dist", "sync_bn", &d->sync_bn);
 	{
 		int64_t z = 0;
 		kiln_config_get_int(cfg, "dist", "zero", &z);
@@ -174,6 +177,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	}
 	if ((st = kiln_device_stream_create(dev, &d->comm_stream)) ||
 	    (st = kiln_device_event_create(dev, &d->ready)) ||
+	    (st = kiln_device_event_create(dev, &d->sync_done)) ||
 	    (st = kiln_device_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_d)) ||
 	    (st = kiln_device_host_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_h)))
 		goto fail;
@@ -215,6 +219,7 @@ void kiln_dist_close(struct kiln_dist *d)
 	if (d->ctx)
 		d->ops->close(d->ctx);
 	kiln_device_event_destroy(d->dev, d->ready);
+	kiln_device_event_destroy(d->dev, d->sync_done);
 	kiln_device_stream_destroy(d->dev, d->comm_stream);
 	kiln_device_free(d->dev, d->scratch_d);
 	kiln_device_host_free(d->dev, d->scratch_h);
@@ -235,6 +240,64 @@ void kiln_dist_close(struct kiln_dist *d)
 	if (msg && *msg)
 		kiln_error(KILN_EIO, "%s", msg);
 	free(msg);
+}
+
+/* ---- layers' collectives ([dist] sync_bn) ---------------------------------- */
+
+int kiln_dist_sync_bn(const struct kiln_dist *d) { return d ? d->sync_bn : 0; }
+
+/* Order a collective on the comm stream between `stream`'s work before
+ * and after it; `run` enqueues it (recording d->sync_done). */
+static kiln_status group_begin(struct kiln_dist *d, void *stream)
+{
+	kiln_status st;
+	if ((st = kiln_device_event_record(d->dev, d->ready, stream)) ||
+	    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
+		return kiln_error_wrap(st, "rank %d of %d: ordering a layer's collective",
+				       d->env.rank, d->env.world);
+	return KILN_OK;
+}
+
+static kiln_status group_end(struct kiln_dist *d, kiln_status st, const char *what, size_t count,
+			     void *stream)
+{
+	if (!st)
+		st = kiln_device_stream_wait(d->dev, stream, d->sync_done);
+	if (st) {
+		d->failed = 1;
+		return kiln_error_wrap(st, "rank %d of %d: %s of %zu elements (sync_bn)", d->env.rank,
+				       d->env.world, what, count);
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_group_allreduce(void *group, void *buf, size_t count, int dtype, int op,
+				      void *stream)
+{
+	struct kiln_dist *d = group;
+	kiln_status st;
+	if (!d)
+		return kiln_error(KILN_EINVAL, "group_allreduce: no data-parallel group");
+	if ((st = group_begin(d, stream)))
+		return st;
+	st = d->ops->allreduce(d->ctx, buf, count, dtype, op, d->comm_stream, d->sync_done);
+	return group_end(d, st, "allreduce", count, stream);
+}
+
+kiln_status kiln_dist_group_allgather(void *group, const void *send, void *recv, size_t count,
+				      int dtype, void *stream)
+{
+	struct kiln_dist *d = group;
+	kiln_status st;
+	if (!d)
+		return kiln_error(KILN_EINVAL, "group_allgather: no data-parallel group");
+	if (!d->ops->allgather)
+		return kiln_error(KILN_EPLUGIN, "rank %d of %d: comm plugin '%s' has no allgather (sync_bn needs it)",
+				  d->env.rank, d->env.world, d->plugin->name);
+	if ((st = group_begin(d, stream)))
+		return st;
+	st = d->ops->allgather(d->ctx, send, recv, count, dtype, d->comm_stream, d->sync_done);
+	return group_end(d, st, "allgather", count, stream);
 }
 
 /* ---- buckets ------------------------------------------------------------- */
@@ -623,6 +686,28 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
 		return kiln_dist_explain(d, st);
 	kiln_log(KILN_LOG_INFO, "dist", "rank 0's training state broadcast (%d buffers)", n);
 	return KILN_OK;
+}
+
+kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute)
+{
+	void *dev_buf = NULL, *host = NULL;
+	kiln_status st;
+	if ((st = kiln_device_alloc(d->dev, bytes, &dev_buf)) ||
+	    (st = kiln_device_host_alloc(d->dev, bytes, &host)))
+		goto out;
+	memcpy(host, buf, bytes);
+	if ((st = kiln_device_copy_async(d->dev, dev_buf, host, bytes, KILN_COPY_H2D, compute)) ||
+	    (st = d->ops->broadcast(d->ctx, dev_buf, bytes, KILN_U8, 0, compute, NULL)) ||
+	    (st = kiln_device_copy_async(d->dev, host, dev_buf, bytes, KILN_COPY_D2H, compute)) ||
+	    (st = kiln_device_stream_sync(d->dev, compute))) {
+		st = kiln_dist_explain(d, st);
+		goto out;
+	}
+	memcpy(buf, host, bytes);
+out:
+	kiln_device_free(d->dev, dev_buf);
+	kiln_device_host_free(d->dev, host);
+	return st;
 }
 
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute)

@@ -59,11 +59,24 @@ void kiln_dist_zero_release(struct kiln_dist *d);
  * the buckets' allreduce time on the comm stream, in seconds.  Read after
  * a sync of the compute stream.  Zeros without timing (or ZeRO). */
 void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, int64_t *steps);
+/* Copy rank 0's host bytes buf[0..bytes) to every rank's buf (through a
+ * temporary device buffer; a sync point: start-up only). */
+kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t bytes, void *compute);
 /* Sum v[0..n) over the ranks (host values; a sync point: log only). */
 kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *compute);
 /* A failed step: when the failure looks like a lost peer, say which rank
  * was lost (asking the store), keeping st. */
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st);
+
+/* [dist] sync_bn = 1 (0 for NULL). */
+int kiln_dist_sync_bn(const struct kiln_dist *d);
+/* host->group_allreduce and group_allgather (group: a struct kiln_dist):
+ * the comm stream waits for `stream`'s work so far, runs the collective,
+ * and `stream` waits for it. */
+kiln_status kiln_dist_group_allreduce(void *group, void *buf, size_t count, int dtype, int op,
+				      void *stream);
+kiln_status kiln_dist_group_allgather(void *group, const void *send, void *recv, size_t count,
+				      int dtype, void *stream);
 
 /* host->device_host_fn (core/device.c) and host->fatal. */
 kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_status (*fn)(void *),

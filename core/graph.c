@@ -126,6 +126,7 @@ static kiln_status infer_all(struct kiln_model *m, int64_t batch, struct plan_no
 		n->l.seed = m->seed;
 		n->l.before_norm = only_consumer_is(m, i, "batchnorm");
 		n->l.loss_scaled = m->scaler_d != NULL; /* read by loss layers only */
+		n->l.sync_ranks = m->group_ranks;       /* read by batchnorm only */
 		if (L->n_in < ops->min_inputs || L->n_in > ops->max_inputs)
 			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s) takes %d..%d inputs, got %d",
 					  kiln_config_where(m->cfg, L->section, "type"), L->name,
@@ -1159,6 +1160,7 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->saved = ss >= 0 ? ypos(p, ss, x) : NULL;
 	r->step = m->step_d;
 	r->loss_scale = m->scaler_d; /* the scale is element 0 */
+	r->group = p->training && m->group_ranks > 1 ? m->group : NULL;
 }
 
 kiln_status kiln_plan_run(struct kiln_plan *p, const void *x, const void *labels, void *metrics,

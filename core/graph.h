@@ -95,6 +95,12 @@ struct kiln_model {
 	void *params_c;
 	void *pcast_plan;
 	int pcopy_stale;
+	/* [dist] sync_bn: the data-parallel group (a struct kiln_dist,
+	 * host->group_* 's handle) and its size, set before the training plan
+	 * is made; layers then see kiln_layer.sync_ranks = group_ranks and,
+	 * in training runs, kiln_layer_run.group.  0 / NULL: none. */
+	void *group;
+	int group_ranks;
 };
 
 /* core/precision.c.  Open [run] precision's policy (the amp plugin) and,

@@ -5,7 +5,7 @@ libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
 	core/safetensors.c core/weights.c \
 	core/layers/util.h core/layers/layers.c core/layers/linear.c core/layers/relu.c \
 	core/layers/flatten.c core/layers/softmax_xent.c core/layers/conv.c \
-	core/layers/batchnorm.c core/layers/pool.h core/layers/pool.c core/layers/maxpool.c \
+	core/layers/batchnorm.c core/layers/bn_sync.h core/layers/bn_sync.c core/layers/pool.h core/layers/pool.c core/layers/maxpool.c \
 	core/layers/avgpool.c core/layers/global_avgpool.c core/layers/act.h core/layers/act.c \
 	core/layers/leaky_relu.c core/layers/gelu.c core/layers/sigmoid.c core/layers/tanh.c \
 	core/layers/dropout.c core/layers/add.c core/layers/concat.c

@@ -85,6 +85,8 @@ static const struct kiln_host host = {
 	.device_name = host_device_name,
 	.device_proc = kiln_device_proc,
 	.fatal = kiln_host_fatal,
+	.group_allreduce = kiln_dist_group_allreduce,
+	.group_allgather = kiln_dist_group_allgather,
 };
 
 const struct kiln_host *kiln_host_table(void) { return &host; }

@@ -726,7 +726,63 @@ static kiln_status keep_best_save(struct trainer *t, double loss, double acc)
 
 /* [train] resume: restore the newest usable checkpoint of ckdir into t->m
  * and t->pos.  *found = 0 when there is none (a fresh start). */
+/* What rank 0 tells the other ranks about resuming: they never open the
+ * checkpoint (their out_dir need not be shared); the training state
+ * itself follows in kiln_dist_broadcast_state. */
+struct resume_msg {
+	int32_t status;  /* rank 0's kiln_status */
+	int32_t found;
+	struct kiln_ckpt_trainer tr;
+	char error[1024]; /* rank 0's message when status != 0 */
+	char path[1024];
+};
+
+static kiln_status resume_read(struct trainer *t, int64_t samples, int64_t B, int64_t acc,
+			       int *found);
+
 static kiln_status resume(struct trainer *t, int64_t samples, int64_t B, int64_t acc, int *found)
+{
+	struct resume_msg *msg;
+	kiln_status st;
+	*found = 0;
+	if (t->world == 1)
+		return resume_read(t, samples, B, acc, found);
+	if (!(msg = calloc(1, sizeof *msg)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if (!t->rank) {
+		msg->status = resume_read(t, samples, B, acc, found);
+		msg->found = *found;
+		msg->tr = t->pos;
+		if (msg->status)
+			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
+		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
+	}
+	if ((st = kiln_dist_broadcast_host(t->dist, msg, sizeof *msg, t->compute))) {
+		free(msg);
+		return kiln_error_wrap(st, "rank %d of %d: receiving rank 0's resume", t->rank,
+				       t->world);
+	}
+	st = msg->status;
+	if (t->rank && st)
+		st = kiln_error(st, "rank %d of %d: rank 0 could not resume: %s", t->rank, t->world,
+				msg->error);
+	else if (!t->rank && st)
+		kiln_error(st, "%s", msg->error); /* rank 0's own message, kept */
+	else if (t->rank && msg->found) {
+		t->pos = msg->tr;
+		*found = 1;
+		kiln_log(KILN_LOG_INFO, "train", "rank %d: resuming from rank 0's checkpoint in %s (broadcast): epoch %lld, step %lld, sample %lld of the epoch",
+			 t->rank, msg->path, (long long)msg->tr.epoch + 1, (long long)msg->tr.step,
+			 (long long)msg->tr.offset);
+	}
+	free(msg);
+	return st;
+}
+
+/* Rank 0 (or the only process): find, verify and load the newest
+ * checkpoint of t->ckdir. */
+static kiln_status resume_read(struct trainer *t, int64_t samples, int64_t B, int64_t acc,
+			       int *found)
 {
 	struct kiln_ckpt *ck = NULL;
 	struct kiln_ckpt_trainer tr;
@@ -932,6 +988,13 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	    (st = prep_clip(t, cfg)) ||
 	    (st = kiln_model_optim_prepare(t->m, t->compute)))
 		goto out;
+	if (kiln_dist_sync_bn(t->dist) && t->world > 1) {
+		/* [dist] sync_bn: batchnorm layers take the global batch's statistics */
+		t->m->group = t->dist;
+		t->m->group_ranks = t->world;
+		kiln_log(KILN_LOG_INFO, "dist", "sync_bn: batch statistics over the %d ranks' batches",
+			 t->world);
+	}
 	if ((st = kiln_model_plan(t->m, B, 1, &ptrain)))
 		goto out;
 	if (do_eval) {

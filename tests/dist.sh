@@ -12,6 +12,11 @@
 #  2. a checkpoint written by 2 ranks at step 20 resumes on 1 and on 4
 #     ranks and ends equal to the uninterrupted run (1e-5), and only rank 0
 #     writes checkpoints;
+#  2b. on resume only rank 0 opens the checkpoint: with rank 1 given its
+#     own out_dir (holding only a corrupt decoy it must not open) 2 ranks
+#     resume at step 20 and end equal to the uninterrupted run (1e-5),
+#     rank 1 writing nothing; when rank 0's checkpoint is corrupt both
+#     fail, rank 1 with rank 0's message;
 #  3. a rank killed with SIGKILL mid-run makes both other ranks exit
 #     non-zero within [dist] timeout with a message naming rank 1;
 #  4. a rendezvous that never completes (rank 1 of 2 never starts) fails
@@ -128,6 +133,31 @@ run res4 4 16 train.resume=1
 grep -q "written by 2 rank(s), this run has 1" "$tmp/res1.log" || bad "resume on 1 rank not logged"
 close "$(ck one 64)" "$(ck res1 64)" "2-rank checkpoint resumed on 1 rank"
 close "$(ck one 64)" "$(ck res4 64)" "2-rank checkpoint resumed on 4 ranks"
+
+# ---- 2b. rank 0 reads the checkpoint, the others get it broadcast -------
+# rank 1's out_dir is another, holding only a corrupt decoy checkpoint: it
+# must never open it (no warning naming it), resume at step 20 all the
+# same, and write nothing there
+mkdir -p "$tmp/r1/checkpoints"
+echo "not a checkpoint" > "$tmp/r1/checkpoints/ckpt-40.kiln"
+cp -r "$tmp/part" "$tmp/res2"
+split_run() { # NAME RANK0_DIR RANK1_DIR
+	timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
+		exec "$1" train "$0" run.out_dir="$d" train.batch=32 train.resume=1' \
+		"$tmp/mlp.ini" "$kiln" "$2" "$3" > "$tmp/$1.log" 2>&1
+}
+split_run res2 "$tmp/res2" "$tmp/r1" || { bad "resume with rank 1 on its own out_dir exited $?"; tail -20 "$tmp/res2.log"; }
+grep -q "rank 1: resuming from rank 0's checkpoint in .*res2/checkpoints (broadcast): epoch 1, step 20" "$tmp/res2.log" ||
+	bad "rank 1 did not log the broadcast resume"
+grep -q "r1/checkpoints/ckpt-40" "$tmp/res2.log" && bad "rank 1 opened its own (decoy) checkpoint"
+[ "$(ls "$tmp/r1/checkpoints")" = "ckpt-40.kiln" ] || bad "rank 1 wrote into its out_dir: $(ls "$tmp/r1/checkpoints")"
+close "$(ck one 64)" "$(ck res2 64)" "resume broadcast by rank 0"
+# rank 0's checkpoint is corrupt: both fail, rank 1 naming rank 0's error
+mkdir -p "$tmp/bad0/checkpoints"
+echo "not a checkpoint" > "$tmp/bad0/checkpoints/ckpt-20.kiln"
+split_run res3 "$tmp/bad0" "$tmp/r1" && bad "resume from a corrupt checkpoint succeeded"
+grep -q "rank 1 of 2: rank 0 could not resume: .*bad0/checkpoints" "$tmp/res3.log" ||
+	{ bad "rank 1 did not report rank 0's resume failure"; tail -5 "$tmp/res3.log"; }
 
 # ---- 3. a rank dies: the others fail, naming it --------------------------
 # a TCP port free a moment ago (the rendezvous store binds it next)

@@ -237,6 +237,14 @@ TESTS += tests/check_store
 tests_check_store_SOURCES = tests/check_store.c
 tests_check_store_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_store_LDADD = libkiln.la $(CHECK_LIBS)
+# the Gloo communicator's hot path allocates nothing (counts every malloc
+# of the process: the executable defines the allocator's entry points)
+check_PROGRAMS += tests/check_comm
+TESTS += tests/check_comm
+tests_check_comm_SOURCES = tests/check_comm.c
+tests_check_comm_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_comm_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
+tests_check_comm_LDFLAGS = -rdynamic
 endif
 # multi-process: kiln launch, gloo, equivalence, resume on other world
 # sizes, a dead rank, a rendezvous timeout (needs kiln-gloo.so: skips
@@ -245,6 +253,8 @@ TESTS += tests/dist.sh
 EXTRA_DIST += tests/dist.sh
 TESTS += tests/dist_zero.sh
 EXTRA_DIST += tests/dist_zero.sh
+TESTS += tests/dist_syncbn.sh
+EXTRA_DIST += tests/dist_syncbn.sh
 # the same equivalence under mpirun with the mpi plugin (skips without it)
 TESTS += tests/dist_mpi.sh
 EXTRA_DIST += tests/dist_mpi.sh

@@ -6,7 +6,7 @@
  * Training normalises with the batch statistics, evaluation with the
  * running ones.  The forward keeps (mean, 1/std) per channel for backward.
  */
-#include "util.h"
+#include "bn_sync.h"
 
 struct bn {
 	double eps, momentum;
@@ -14,6 +14,7 @@ struct bn {
 	struct kiln_tensor_desc x, c;
 	void *train, *replay, *infer, *bwd, *acc;
 	size_t dx_bytes, stat_bytes;
+	struct bn_sync *sync; /* [dist] sync_bn (bn_sync.c), NULL otherwise */
 };
 
 static const struct kiln_key bn_keys[] = {
@@ -94,6 +95,8 @@ static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	/* scratch: a dx to add into another consumer's, and the gamma/beta
 	 * gradients of a frozen layer, which the op writes anyway */
 	*ws = ALIGN64(s->dx_bytes + 2 * s->stat_bytes) + w;
+	if (l->sync_ranks > 1)
+		return bn_sync_plan(h, l, dev, &s->x, s->eps, s->momentum, *ws - w, &s->sync, ws);
 	return KILN_OK;
 }
 
@@ -102,6 +105,8 @@ static kiln_status bn_forward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct bn *s = l->priv;
 	struct kiln_op_args a;
+	if (r->training && s->sync)
+		return bn_sync_forward(h, s->sync, r);
 	if (r->training) {
 		/* updates the running statistics (w[2], w[3]) in place */
 		a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1] },
@@ -129,6 +134,8 @@ static kiln_status bn_backward(const struct kiln_host *h, struct kiln_layer *l,
 				  .out = { NULL, dg, db } };
 	int accum = r->dx[0] && r->dx_accum[0];
 	void *dx = r->dx[0] ? r->dx[0] : scr; /* dx unused: write it to scratch */
+	if (s->sync)
+		return bn_sync_backward(h, s->sync, r, dg, db, dx, accum, s->acc);
 	return run_maybe_acc(h, r, s->bwd, &a, dx, accum, s->acc,
 			     s->dx_bytes + 2 * s->stat_bytes);
 }
@@ -143,6 +150,8 @@ static void bn_destroy(const struct kiln_host *h, struct kiln_layer *l, struct k
 		h->device_plan_free(dev, s->bwd);
 		h->device_plan_free(dev, s->acc);
 	}
+	if (s)
+		bn_sync_free(h, dev, s->sync);
 	free(s);
 	l->priv = NULL;
 }

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 3
+#define KILN_ABI_MINOR 4
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -62,7 +62,7 @@ struct kiln_store;    /* core TCP key-value store (rendezvous) */
 
 /* ---- the host table: what the core offers every plugin ------------------ */
 
-#define KILN_HOST_VERSION 4
+#define KILN_HOST_VERSION 5
 
 struct kiln_host {
 	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
@@ -152,6 +152,23 @@ struct kiln_host {
 	 * the program's fatal handler (kiln_set_fatal_handler: the CLI exits
 	 * non-zero, which ends the job); it returns only when there is none. */
 	void (*fatal)(const char *who, const char *fmt, ...) KILN_PRINTF(2, 3);
+
+	/* ---- version 5 (ABI 1.4: synchronised batch normalisation) ---- */
+
+	/* Collectives for layers, over the ranks of kiln_layer_run.group
+	 * (a training run's data-parallel group; never NULL when a layer's
+	 * kiln_layer.sync_ranks > 1).  Ordered on `stream` like device work:
+	 * the core makes its communication stream wait for the work enqueued
+	 * on `stream` so far, runs the collective there and makes `stream`
+	 * wait for it; nothing synchronises the host.  Every rank must make
+	 * the same calls in the same order (layers do, since every rank runs
+	 * the same plan).  Buffers: device memory; `op` enum kiln_reduce_op;
+	 * allgather's recv[ranks * count] gets every rank's send[count] in
+	 * rank order.  Errors name the rank. */
+	kiln_status (*group_allreduce)(void *group, void *buf, size_t count, int dtype, int op,
+				       void *stream);
+	kiln_status (*group_allgather)(void *group, const void *send, void *recv, size_t count,
+				       int dtype, void *stream);
 };
 
 /* ---- descriptors ------------------------------------------------------ */
@@ -437,6 +454,34 @@ enum kiln_op_type {
 	 *   not finite: [3] += 1; [1] = 0; [2] -= 1; when [2] <= 0:
 	 *               s = max(s * f[1], f[2]) */
 	KILN_OP_SCALER_UPDATE = 36,
+	/* ---- batch normalisation over several ranks' batches (ABI 1.4) -----
+	 * SyncBatchNorm as four ops around two collectives: BN_STATS gives
+	 * each rank's statistics, the ranks allgather them, BN_APPLY merges
+	 * them and normalises; in backward BN_BWD_REDUCE gives each rank's
+	 * two per-channel sums, the ranks allreduce (sum) them, BN_BWD_APPLY
+	 * computes dx from the global sums.  With one group and the local
+	 * sums they compute exactly BN_TRAIN and BN_BWD.  Every rank's batch
+	 * has the same N*H*W elements per channel (call it n; M = G*n). */
+	/* in0 x [N,C] or [N,C,H,W]; out0 f32[2,C]: the batch mean per channel,
+	 * then the biased variance. */
+	KILN_OP_BN_STATS = 37,
+	/* in0 x, in1 gamma[C], in2 beta[C], in3 f32[G,2,C] (G = i[0] >= 1
+	 * BN_STATS outputs of batches of n elements per channel, this one's
+	 * among them); out0 y, out1 saved f32[2,C] (mean, 1/sqrt(var + eps)),
+	 * out2 running_mean[C], out3 running_var[C] updated in place as
+	 * BN_TRAIN does, from the merged statistics:
+	 *   mean = sum_g mean_g / G,  var = sum_g (var_g + (mean_g - mean)^2) / G
+	 *   running_var uses var * M / (M - 1).  f[0] eps, f[1] momentum. */
+	KILN_OP_BN_APPLY = 38,
+	/* in0 x, in1 dy, in2 saved f32[2,C]; out0 dgamma[C] = sum(dy * xhat),
+	 * out1 dbeta[C] = sum(dy) over this batch (overwritten), out2 f32[2,C]
+	 * the same two again, contiguous (dgamma, then dbeta: what the ranks
+	 * sum). */
+	KILN_OP_BN_BWD_REDUCE = 39,
+	/* in0 x, in1 dy, in2 gamma, in3 saved, in4 f32[2,C] the sums of every
+	 * group's BN_BWD_REDUCE out2; out0 dx (overwritten); i[0] = G:
+	 *   dx = gamma*invstd * (dy - S_dbeta/M - xhat * S_dgamma/M) */
+	KILN_OP_BN_BWD_APPLY = 40,
 	KILN_OP_TYPE_COUNT
 };
 
@@ -830,6 +875,12 @@ struct kiln_layer {
 			      * backward multiplies its gradient by the device
 			      * scalar kiln_layer_run.loss_scale as well
 			      * (KILN_OP_SOFTMAX_XENT's in2) */
+	/* ---- ABI 1.4 ---- */
+	int sync_ranks;      /* set by the core before plan: > 1 when batch
+			      * statistics are to be taken over the batches
+			      * of that many ranks together ([dist] sync_bn),
+			      * through host->group_* with kiln_layer_run.group
+			      * in training; 0 or 1: this batch alone */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
@@ -877,6 +928,10 @@ struct kiln_layer_run {
 	 * f32 compute and for buffers.  w[k] stays the f32 master, which
 	 * batchnorm's scale and shift and the biases read. */
 	const void *wc[KILN_LAYER_MAX_PARAMS];
+	/* ---- ABI 1.4 ---- */
+	/* The data-parallel group for host->group_allreduce/allgather
+	 * (training plans of layers with sync_ranks > 1; NULL otherwise). */
+	void *group;
 };
 
 #define KILN_LAYER_OPS_VERSION 1

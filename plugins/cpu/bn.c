@@ -1,5 +1,6 @@
 /* plugins/cpu/bn.c - batch normalisation (KILN_OP_BN_TRAIN, BN_INFER,
- * BN_BWD) as C loops with PyTorch's exact semantics.
+ * BN_BWD, and SyncBatchNorm's BN_STATS, BN_APPLY, BN_BWD_REDUCE,
+ * BN_BWD_APPLY) as C loops with PyTorch's exact semantics.
  *
  * Per channel c over the M = N*H*W elements x_i of that channel:
  *   mean = sum(x)/M,  var = sum((x - mean)^2)/M          (biased, normalises)
@@ -290,12 +291,195 @@ static kiln_status cpu_bn_bwd(const struct cpu_plan *p, const struct kiln_op_arg
 	return KILN_OK;
 }
 
+/* ---- synchronised batch normalisation (BN_STATS, BN_APPLY,
+ * BN_BWD_REDUCE, BN_BWD_APPLY): the same sums, split around the ranks'
+ * collectives ---------------------------------------------------------- */
+
+static kiln_status cpu_bn_stats(const struct cpu_plan *p, const struct kiln_op_args *a,
+				struct cpu_err *e)
+{
+	const float *x = a->in[0];
+	float *st = a->out[0];
+	const int64_t C = p->sz[BN_C], M = p->sz[BN_N] * p->sz[BN_HW];
+	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
+	float *k = (float *)(S2 + C);
+	(void)e;
+	for (int64_t c = 0; c < C; c++)
+		k[c] = p->sz[BN_ROWS] ? x[c] : x[c * p->sz[BN_HW]];
+	bn_sums(p, ws, x, NULL, k, S1, S2);
+	for (int64_t c = 0; c < C; c++) {
+		const double d = S1[c] / M;
+		const double var = S2[c] / M - d * d;
+		st[c] = (float)(k[c] + d);
+		st[C + c] = (float)(var < 0 ? 0 : var);
+	}
+	return KILN_OK;
+}
+
+static kiln_status cpu_bn_apply(const struct cpu_plan *p, const struct kiln_op_args *a,
+				struct cpu_err *e)
+{
+	const float *x = a->in[0], *gamma = a->in[1], *beta = a->in[2], *st = a->in[3];
+	float *y = a->out[0], *saved = a->out[1], *rm = a->out[2], *rv = a->out[3];
+	const int64_t C = p->sz[BN_C], G = p->op.i[0];
+	const double M = (double)G * (double)(p->sz[BN_N] * p->sz[BN_HW]);
+	const double eps = p->op.f[0], mom = p->op.f[1];
+	float *ca = a->workspace, *cb = ca + C;
+	(void)e;
+	for (int64_t c = 0; c < C; c++) {
+		double mean = 0, var = 0;
+		for (int64_t g = 0; g < G; g++)
+			mean += st[g * 2 * C + c];
+		mean /= (double)G;
+		for (int64_t g = 0; g < G; g++) {
+			const double d = st[g * 2 * C + c] - mean;
+			var += st[g * 2 * C + C + c] + d * d;
+		}
+		var /= (double)G;
+		const double inv = 1.0 / sqrt(var + eps);
+		saved[c] = (float)mean;
+		saved[C + c] = (float)inv;
+		rm[c] = (float)((1 - mom) * rm[c] + mom * mean);
+		rv[c] = (float)((1 - mom) * rv[c] + mom * var * M / (M - 1));
+		const double sc = gamma[c] * inv;
+		ca[c] = (float)sc;
+		cb[c] = (float)(beta[c] - mean * sc);
+	}
+	bn_affine(p, y, x, ca, cb);
+	return KILN_OK;
+}
+
+static kiln_status cpu_bn_bwd_reduce(const struct cpu_plan *p, const struct kiln_op_args *a,
+				     struct cpu_err *e)
+{
+	const float *x = a->in[0], *dy = a->in[1], *saved = a->in[2];
+	float *dgamma = a->out[0], *dbeta = a->out[1], *sums = a->out[2];
+	const int64_t C = p->sz[BN_C];
+	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
+	(void)e;
+	bn_sums(p, ws, x, dy, saved, S1, S2);
+	for (int64_t c = 0; c < C; c++) {
+		const float dg = (float)(S2[c] * saved[C + c]), db = (float)S1[c];
+		dgamma[c] = sums[c] = dg;
+		dbeta[c] = sums[C + c] = db;
+	}
+	return KILN_OK;
+}
+
+static kiln_status cpu_bn_bwd_apply(const struct cpu_plan *p, const struct kiln_op_args *a,
+				    struct cpu_err *e)
+{
+	const float *x = a->in[0], *dy = a->in[1], *gamma = a->in[2], *saved = a->in[3];
+	const float *sums = a->in[4];
+	float *dx = a->out[0];
+	const int64_t N = p->sz[BN_N], C = p->sz[BN_C], HW = p->sz[BN_HW], M = N * HW;
+	const double Mt = (double)p->op.i[0] * (double)M;
+	const float *mean = saved, *invstd = saved + C;
+	float *g = a->workspace, *k = g + C, *s = k + C;
+	(void)e;
+	for (int64_t c = 0; c < C; c++) {
+		const double inv = invstd[c];
+		g[c] = (float)(sums[C + c] / Mt);
+		k[c] = (float)(sums[c] * inv / Mt);
+		s[c] = (float)(gamma[c] * inv);
+	}
+	if (!p->sz[BN_ROWS]) {
+#pragma omp parallel for if (M * C >= CPU_PAR_MIN) schedule(static)
+		for (int64_t pl = 0; pl < N * C; pl++) {
+			const int64_t c = pl % C;
+			plane_dx(dx + pl * HW, x + pl * HW, dy + pl * HW, HW, g[c], k[c], s[c], mean[c]);
+		}
+	} else {
+#pragma omp parallel if (M * C >= CPU_PAR_MIN)
+		{
+			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+			rows_dx(dx, x, dy, g, k, s, mean, M * t / T, M * (t + 1) / T, C);
+		}
+	}
+	return KILN_OK;
+}
+
+/* Checks and sizes of the four ops above: which tensors are shaped like
+ * x, and how many elements (in units of C) the others have. */
+static kiln_status cpu_bn_sync_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	const int type = op->type;
+	/* per input / output: 0 = like x, k > 0 = k*C elements, -1 = G*2*C */
+	static const int8_t ins[4][5] = { { 0 }, { 0, 1, 1, -1 }, { 0, 0, 2 }, { 0, 0, 1, 2, 2 } };
+	static const int8_t outs[4][4] = { { 2 }, { 0, 2, 1, 1 }, { 1, 1, 2 }, { 0 } };
+	static const int n_ins[4] = { 1, 4, 3, 5 }, n_outs[4] = { 1, 4, 3, 1 };
+	const int t = type - KILN_OP_BN_STATS;
+	char why[160];
+	if (op->n_in != n_ins[t] || op->n_out != n_outs[t]) {
+		snprintf(why, sizeof why, "takes %d inputs and %d outputs, got %d and %d", n_ins[t],
+			 n_outs[t], op->n_in, op->n_out);
+		return cpu_bad(c, op, KILN_EINVAL, why);
+	}
+	if (!cpu_all_f32(op))
+		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	const struct kiln_tensor_desc *x = &op->in[0];
+	if (x->ndim != 2 && x->ndim != 4)
+		return cpu_bad(c, op, KILN_EINVAL, "wants x [N,C,H,W] or [N,C]");
+	const int64_t N = x->dims[0], C = x->dims[1];
+	const int64_t HW = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
+	const int64_t n = N * C * HW, G = op->i[0];
+	if ((type == KILN_OP_BN_APPLY || type == KILN_OP_BN_BWD_APPLY) && G < 1)
+		return cpu_bad(c, op, KILN_EINVAL, "i[0], the number of groups, must be >= 1");
+	int ok = N > 0 && C > 0 && HW > 0;
+	for (int k = 0; k < n_ins[t] + n_outs[t] && ok; k++) {
+		const struct kiln_tensor_desc *d = k < n_ins[t] ? &op->in[k] : &op->out[k - n_ins[t]];
+		const int want = k < n_ins[t] ? ins[t][k] : outs[t][k - n_ins[t]];
+		if (!want)
+			ok = d->ndim == x->ndim && cpu_numel(d) == n && d->dims[1] == C &&
+			     cpu_nhwc(d) == cpu_nhwc(x);
+		else
+			ok = cpu_numel(d) == (want < 0 ? G * 2 * C : want * C);
+	}
+	if (!ok)
+		return cpu_bad(c, op, KILN_EINVAL,
+			       "wants x, y, dy, dx of one shape, per-channel tensors [C], statistics and sums [2,C], gathered statistics [i[0],2,C]");
+	if (type == KILN_OP_BN_APPLY && G * N * HW < 2)
+		return cpu_bad(c, op, KILN_EINVAL, "training needs more than one value per channel");
+	if (type == KILN_OP_BN_APPLY && !(op->f[0] >= 0))
+		return cpu_bad(c, op, KILN_EINVAL, "eps f[0] must be >= 0");
+	p->sz[BN_N] = N;
+	p->sz[BN_C] = C;
+	p->sz[BN_HW] = HW;
+	p->sz[BN_ROWS] = x->ndim == 2 || cpu_nhwc(x);
+	p->sz[BN_NCH] = N * HW < CPU_CHUNKS ? N * HW : CPU_CHUNKS;
+	p->n = n;
+	p->n_in = n_ins[t];
+	p->n_out = n_outs[t];
+	switch (type) {
+	case KILN_OP_BN_STATS:
+		p->workspace = (bn_partials(p) + 2 * (size_t)C) * sizeof(double) + (size_t)C * 4;
+		p->kernel = cpu_bn_stats;
+		break;
+	case KILN_OP_BN_APPLY:
+		p->workspace = 2 * (size_t)C * sizeof(float);
+		p->kernel = cpu_bn_apply;
+		break;
+	case KILN_OP_BN_BWD_REDUCE:
+		p->workspace = (bn_partials(p) + 2 * (size_t)C) * sizeof(double);
+		p->kernel = cpu_bn_bwd_reduce;
+		break;
+	default:
+		p->workspace = 3 * (size_t)C * sizeof(float);
+		p->kernel = cpu_bn_bwd_apply;
+		break;
+	}
+	return KILN_OK;
+}
+
 /* ---- prepare ----------------------------------------------------------- */
 
 kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	const int type = op->type;
+	if (type >= KILN_OP_BN_STATS && type <= KILN_OP_BN_BWD_APPLY)
+		return cpu_bn_sync_prepare(c, p);
 	const int need_in = type == KILN_OP_BN_TRAIN ? 3 : type == KILN_OP_BN_INFER ? 5 : 4;
 	const int need_out = type == KILN_OP_BN_TRAIN ? 4 : type == KILN_OP_BN_INFER ? 1 : 3;
 	char why[160];

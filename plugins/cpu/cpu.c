@@ -207,7 +207,11 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	case KILN_OP_CONV_BWD_WEIGHTS: family = cpu_conv_prepare; native = 1; break;
 	case KILN_OP_BN_TRAIN:
 	case KILN_OP_BN_INFER:
-	case KILN_OP_BN_BWD: family = cpu_bn_prepare; break;
+	case KILN_OP_BN_BWD:
+	case KILN_OP_BN_STATS:
+	case KILN_OP_BN_APPLY:
+	case KILN_OP_BN_BWD_REDUCE:
+	case KILN_OP_BN_BWD_APPLY: family = cpu_bn_prepare; break;
 	case KILN_OP_POOL:
 	case KILN_OP_POOL_BWD: family = cpu_pool_prepare; native = 1; break;
 	case KILN_OP_ACT:

@@ -29,6 +29,22 @@
  * bf16 and f16 are an allreduce of the scratch buffer and a copy.
  * allgather may be in place (send == recv + rank * count): then Gloo
  * takes this rank's slice from the output.
+ *
+ * The hot path allocates nothing.  Jobs come from a per-communicator pool
+ * of kJobs slots (a slot is free again when its host function has run;
+ * more than kJobs collectives in flight is an error naming the rank, never
+ * an allocation).  An f32 allreduce runs an old-style
+ * AllreduceHalvingDoubling bound to its buffer and count, built on the
+ * buffer's first allreduce and kept (kBound of them: the gradient buckets
+ * and the few small buffers a training step reduces have fixed addresses),
+ * so after the first step no allocation happens for it; past kBound bound
+ * buffers, and for bf16/f16 and broadcast, Gloo's new-style
+ * calls run, which allocate inside Gloo.  Allgathers of up to 4 MiB in
+ * all (sync_bn's statistics) are bound the same way, an old-style
+ * AllgatherRing per (send, recv, bytes) writing into two staging buffers
+ * of its own in turn (see BoundAg); larger ones (ZeRO-1's parameters)
+ * are Gloo's new-style allgather.  tests/check_comm counts every
+ * malloc of the process during steady-state collectives.
  */
 #include <kiln/plugin.h>
 
@@ -43,11 +59,15 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <gloo/allgather_ring.h>
+#include <gloo/allreduce_halving_doubling.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -101,6 +121,49 @@ private:
 
 /* ---- the communicator --------------------------------------------------- */
 
+enum Kind { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER };
+
+struct Comm;
+
+/* One enqueued collective: a slot of Comm::jobs, taken by the thread that
+ * enqueues (the one driving training) and given back by the host function
+ * that runs it. */
+struct Job {
+	Comm *c;
+	Kind kind;
+	void *buf;
+	const void *send;
+	size_t count;
+	int dtype, op, root;
+	uint32_t tag;
+	std::atomic<int> busy{ 0 };
+};
+
+constexpr int kJobs = 256;  /* collectives in flight per communicator */
+constexpr int kBound = 128; /* f32 allreduce buffers with a bound algorithm */
+
+struct Bound {
+	float *buf;
+	size_t count;
+	std::unique_ptr<gloo::AllreduceHalvingDoubling<float>> algo;
+};
+
+/* an allgather of (send, recv, bytes per rank), bound to two staging
+ * buffers of its own used in turn: AllgatherRing's first send writes into
+ * the peer's output without waiting for it, so the output must be memory
+ * nobody else uses between runs (the caller's recv may be a layer's
+ * scratch), and a peer one run ahead must not overwrite the output being
+ * copied out (it cannot be two ahead: each run needs this rank) */
+struct BoundAg {
+	const char *send;
+	char *recv;
+	size_t bytes;
+	int flip;
+	std::vector<char> stage[2];
+	std::unique_ptr<gloo::AllgatherRing<char>> algo[2];
+};
+constexpr size_t kBoundAgMax = (size_t)4 << 20; /* bytes x world, larger: unbound */
+
 struct Comm {
 	struct kiln_device *dev;
 	int rank, world, timeout_ms;
@@ -112,19 +175,15 @@ struct Comm {
 	std::vector<float> rs_buf;
 	size_t rs_count = 0;
 	char desc[160];
-};
-
-enum Kind { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER };
-
-/* One enqueued collective; freed by the host function that runs it. */
-struct Job {
-	Comm *c;
-	Kind kind;
-	void *buf;
-	const void *send;
-	size_t count;
-	int dtype, op, root;
-	uint32_t tag;
+	Job jobs[kJobs];
+	int next_job = 0;
+	/* bound f32 allreduces (host functions only; the lock is for
+	 * collectives enqueued on different streams) */
+	std::mutex bound_lock;
+	Bound bound[kBound];
+	int n_bound = 0;
+	BoundAg bound_ag[kBound];
+	int n_bound_ag = 0;
 };
 
 size_t dtype_size(int dt)
@@ -201,6 +260,71 @@ void allreduce_now(Comm *c, void *buf, size_t n, int dt, uint32_t tag)
 	gloo::allreduce(o);
 }
 
+/* The f32 allreduce of (buf, n): the bound algorithm, made on first use. */
+void allreduce_f32(Comm *c, float *buf, size_t n, uint32_t tag)
+{
+	gloo::AllreduceHalvingDoubling<float> *a = nullptr;
+	{
+		std::lock_guard<std::mutex> g(c->bound_lock);
+		for (int i = 0; i < c->n_bound && !a; i++)
+			if (c->bound[i].buf == buf && c->bound[i].count == n)
+				a = c->bound[i].algo.get();
+		if (!a && c->n_bound < kBound && n <= (size_t)INT32_MAX) {
+			Bound &b = c->bound[c->n_bound];
+			b.algo.reset(new gloo::AllreduceHalvingDoubling<float>(
+				c->ctx, std::vector<float *>{ buf }, (int)n));
+			b.buf = buf;
+			b.count = n;
+			a = b.algo.get();
+			c->n_bound++;
+		}
+	}
+	if (a)
+		a->run();
+	else
+		allreduce_now(c, buf, n, KILN_F32, tag);
+}
+
+/* An allgather of `bytes` per rank from send into recv: the bound ring,
+ * made on first use; false past kBound of them. */
+bool allgather_bound(Comm *c, const void *send, void *recv, size_t bytes)
+{
+	BoundAg *b = nullptr;
+	const char *in = static_cast<const char *>(send);
+	char *out = static_cast<char *>(recv);
+	const size_t all = bytes * (size_t)c->world;
+	if (all > kBoundAgMax)
+		return false;
+	{
+		std::lock_guard<std::mutex> g(c->bound_lock);
+		for (int i = 0; i < c->n_bound_ag && !b; i++)
+			if (c->bound_ag[i].send == in && c->bound_ag[i].recv == out &&
+			    c->bound_ag[i].bytes == bytes)
+				b = &c->bound_ag[i];
+		if (!b && c->n_bound_ag < kBound) {
+			b = &c->bound_ag[c->n_bound_ag];
+			for (int k = 0; k < 2; k++) {
+				b->stage[k].assign(all, 0);
+				b->algo[k].reset(new gloo::AllgatherRing<char>(
+					c->ctx, std::vector<const char *>{ in }, b->stage[k].data(),
+					(int)bytes));
+			}
+			b->send = in;
+			b->recv = out;
+			b->bytes = bytes;
+			b->flip = 0;
+			c->n_bound_ag++;
+		}
+	}
+	if (!b)
+		return false;
+	const int k = b->flip;
+	b->flip ^= 1;
+	b->algo[k]->run();
+	std::memcpy(out, b->stage[k].data(), all);
+	return true;
+}
+
 const char *kind_name(Kind k)
 {
 	switch (k) {
@@ -211,15 +335,26 @@ const char *kind_name(Kind k)
 	}
 }
 
+kiln_status run_job_now(Job *j);
+
 kiln_status run_job(void *arg)
 {
-	std::unique_ptr<Job> j(static_cast<Job *>(arg));
+	Job *j = static_cast<Job *>(arg);
+	kiln_status st = run_job_now(j);
+	j->busy.store(0, std::memory_order_release);
+	return st;
+}
+
+kiln_status run_job_now(Job *j)
+{
 	Comm *c = j->c;
 	size_t es = dtype_size(j->dtype);
 	try {
 		switch (j->kind) {
 		case K_ALLREDUCE:
-			if (c->world > 1)
+			if (c->world > 1 && j->dtype == KILN_F32)
+				allreduce_f32(c, static_cast<float *>(j->buf), j->count, j->tag);
+			else if (c->world > 1)
 				allreduce_now(c, j->buf, j->count, j->dtype, j->tag);
 			if (j->op == KILN_REDUCE_AVG && c->world > 1)
 				scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
@@ -240,6 +375,8 @@ kiln_status run_job(void *arg)
 				std::memmove(j->buf, j->send, j->count * es);
 				break;
 			}
+			if (allgather_bound(c, j->send, j->buf, j->count * es))
+				break;
 			gloo::AllgatherOptions o(c->ctx);
 			o.setTag(j->tag);
 			o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
@@ -294,15 +431,38 @@ kiln_status run_job(void *arg)
 	return KILN_OK;
 }
 
+/* A free job slot (the enqueuing thread only), or NULL with the error set. */
+Job *job_get(Comm *c, Kind kind)
+{
+	for (int k = 0; k < kJobs; k++) {
+		Job *j = &c->jobs[(c->next_job + k) % kJobs];
+		if (!j->busy.load(std::memory_order_acquire)) {
+			c->next_job = (c->next_job + k + 1) % kJobs;
+			j->busy.store(1, std::memory_order_relaxed);
+			j->c = c;
+			j->kind = kind;
+			j->buf = nullptr;
+			j->send = nullptr;
+			j->count = 0;
+			j->dtype = j->op = j->root = 0;
+			return j;
+		}
+	}
+	H->error(KILN_EINTERNAL, "gloo: rank %d of %d: %d collectives are in flight, the most a communicator holds: %s not enqueued",
+		 c->rank, c->world, kJobs, kind_name(kind));
+	return nullptr;
+}
+
 kiln_status enqueue(Comm *c, Job *j, void *stream, void *done)
 {
-	j->c = c;
 	j->tag = c->tag.fetch_add(1);
 	kiln_status st = H->device_host_fn(c->dev, stream, run_job, j);
-	if (st)
-		return st; /* a device that ran it at once freed it; one that
-			    * refused it did not: the refusal paths are NULL
-			    * arguments, which we never pass */
+	if (st) {
+		/* a device that ran it at once gave the slot back; one that
+		 * refused it (NULL arguments, which we never pass) did not */
+		j->busy.store(0, std::memory_order_release);
+		return st;
+	}
 	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;
 }
 
@@ -360,8 +520,9 @@ kiln_status gloo_allreduce(void *ctx, void *buf, size_t count, int dtype, int op
 {
 	if (dtype != KILN_F32 && dtype != KILN_BF16 && dtype != KILN_F16)
 		return H->error(KILN_ENOTSUP, "gloo: allreduce of dtype %d (f32, bf16, f16 only)", dtype);
-	Job *j = new Job{};
-	j->kind = K_ALLREDUCE;
+	Job *j = job_get(static_cast<Comm *>(ctx), K_ALLREDUCE);
+	if (!j)
+		return KILN_EINTERNAL;
 	j->buf = buf;
 	j->count = count;
 	j->dtype = dtype;
@@ -372,8 +533,9 @@ kiln_status gloo_allreduce(void *ctx, void *buf, size_t count, int dtype, int op
 kiln_status gloo_broadcast(void *ctx, void *buf, size_t count, int dtype, int root, void *stream,
 			   void *done)
 {
-	Job *j = new Job{};
-	j->kind = K_BROADCAST;
+	Job *j = job_get(static_cast<Comm *>(ctx), K_BROADCAST);
+	if (!j)
+		return KILN_EINTERNAL;
 	j->buf = buf;
 	j->count = count;
 	j->dtype = dtype;
@@ -384,8 +546,9 @@ kiln_status gloo_broadcast(void *ctx, void *buf, size_t count, int dtype, int ro
 kiln_status gloo_allgather(void *ctx, const void *send, void *recv, size_t count, int dtype,
 			   void *stream, void *done)
 {
-	Job *j = new Job{};
-	j->kind = K_ALLGATHER;
+	Job *j = job_get(static_cast<Comm *>(ctx), K_ALLGATHER);
+	if (!j)
+		return KILN_EINTERNAL;
 	j->send = send;
 	j->buf = recv;
 	j->count = count;
@@ -399,8 +562,9 @@ kiln_status gloo_reduce_scatter(void *ctx, const void *send, void *recv, size_t 
 	if (dtype != KILN_F32 && dtype != KILN_BF16 && dtype != KILN_F16)
 		return H->error(KILN_ENOTSUP, "gloo: reduce_scatter of dtype %d (f32, bf16, f16 only)",
 				dtype);
-	Job *j = new Job{};
-	j->kind = K_REDUCE_SCATTER;
+	Job *j = job_get(static_cast<Comm *>(ctx), K_REDUCE_SCATTER);
+	if (!j)
+		return KILN_EINTERNAL;
 	j->send = send;
 	j->buf = recv;
 	j->count = count;

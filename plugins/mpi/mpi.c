@@ -30,6 +30,22 @@
 
 static const struct kiln_host *H;
 
+/* One enqueued collective: a slot of the communicator's pool, taken by the
+ * thread that enqueues and given back by the host function that runs it
+ * (nothing is allocated per collective; more than JOBS in flight is an
+ * error). */
+struct mpi_comm;
+
+struct job {
+	struct mpi_comm *c;
+	int kind, dtype, op, root;
+	void *buf;
+	const void *send;
+	size_t count;
+	atomic_int busy;
+};
+#define JOBS 256
+
 struct mpi_comm {
 	struct kiln_device *dev;
 	int rank, world, timeout_ms;
@@ -45,19 +61,14 @@ struct mpi_comm {
 	atomic_int what;         /* its kind, for the message */
 	atomic_llong count;
 	char desc[160];
+	struct job jobs[JOBS];
+	int next_job;
 };
 
 enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER };
 static const char *const kind_names[] = { "allreduce", "broadcast", "allgather",
 					  "reduce_scatter", "barrier" };
 
-struct job {
-	struct mpi_comm *c;
-	int kind, dtype, op, root;
-	void *buf;
-	const void *send;
-	size_t count;
-};
 
 static long long now_ns(void)
 {
@@ -252,18 +263,41 @@ static kiln_status run_job(void *arg)
 		break;
 	}
 	unwatch(c);
-	free(j);
+	atomic_store_explicit(&j->busy, 0, memory_order_release);
 	return st;
 }
 
-static kiln_status enqueue(struct mpi_comm *c, struct job *j, void *stream, void *done)
+/* Take a free slot for `want` (the enqueuing thread only). */
+static struct job *job_get(struct mpi_comm *c, struct job want)
 {
+	for (int k = 0; k < JOBS; k++) {
+		struct job *j = &c->jobs[(c->next_job + k) % JOBS];
+		if (!atomic_load_explicit(&j->busy, memory_order_acquire)) {
+			c->next_job = (c->next_job + k + 1) % JOBS;
+			j->c = c;
+			j->kind = want.kind, j->dtype = want.dtype, j->op = want.op, j->root = want.root;
+			j->buf = want.buf, j->send = want.send, j->count = want.count;
+			atomic_store_explicit(&j->busy, 1, memory_order_relaxed);
+			return j;
+		}
+	}
+	H->error(KILN_EINTERNAL, "mpi: rank %d of %d: %d collectives are in flight, the most a communicator holds: %s not enqueued",
+		 c->rank, c->world, JOBS, kind_names[want.kind]);
+	return NULL;
+}
+
+static kiln_status enqueue(struct mpi_comm *c, struct job want, void *stream, void *done)
+{
+	struct job *j = job_get(c, want);
 	if (!j)
-		return H->error(KILN_ENOMEM, "mpi: out of memory");
-	j->c = c;
+		return KILN_EINTERNAL;
 	kiln_status st = H->device_host_fn(c->dev, stream, run_job, j);
-	if (st)
+	if (st) {
+		/* a device that ran it at once gave the slot back; one that
+		 * refused it did not */
+		atomic_store_explicit(&j->busy, 0, memory_order_release);
 		return st;
+	}
 	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;
 }
 
@@ -277,29 +311,20 @@ static kiln_status mpi_allreduce(void *ctx, void *buf, size_t count, int dtype, 
 {
 	if (!reducible(dtype))
 		return H->error(KILN_ENOTSUP, "mpi: allreduce of dtype %d (f32, bf16, f16 only)", dtype);
-	struct job *j = calloc(1, sizeof *j);
-	if (j)
-		*j = (struct job){ .kind = K_ALLREDUCE, .buf = buf, .count = count, .dtype = dtype, .op = op };
-	return enqueue(ctx, j, stream, done);
+	return enqueue(ctx, (struct job){ .kind = K_ALLREDUCE, .buf = buf, .count = count, .dtype = dtype, .op = op }, stream, done);
 }
 
 static kiln_status mpi_broadcast(void *ctx, void *buf, size_t count, int dtype, int root,
 				 void *stream, void *done)
 {
-	struct job *j = calloc(1, sizeof *j);
-	if (j)
-		*j = (struct job){ .kind = K_BROADCAST, .buf = buf, .count = count, .dtype = dtype, .root = root };
-	return enqueue(ctx, j, stream, done);
+	return enqueue(ctx, (struct job){ .kind = K_BROADCAST, .buf = buf, .count = count, .dtype = dtype, .root = root }, stream, done);
 }
 
 static kiln_status mpi_allgather(void *ctx, const void *send, void *recv, size_t count, int dtype,
 				 void *stream, void *done)
 {
-	struct job *j = calloc(1, sizeof *j);
-	if (j)
-		*j = (struct job){ .kind = K_ALLGATHER, .send = send, .buf = recv, .count = count,
-				   .dtype = dtype };
-	return enqueue(ctx, j, stream, done);
+	return enqueue(ctx, (struct job){ .kind = K_ALLGATHER, .send = send, .buf = recv, .count = count,
+						 .dtype = dtype }, stream, done);
 }
 
 static kiln_status mpi_reduce_scatter(void *ctx, const void *send, void *recv, size_t count,
@@ -307,11 +332,8 @@ static kiln_status mpi_reduce_scatter(void *ctx, const void *send, void *recv, s
 {
 	if (!reducible(dtype))
 		return H->error(KILN_ENOTSUP, "mpi: reduce_scatter of dtype %d (f32, bf16, f16 only)", dtype);
-	struct job *j = calloc(1, sizeof *j);
-	if (j)
-		*j = (struct job){ .kind = K_REDUCE_SCATTER, .send = send, .buf = recv, .count = count,
-				   .dtype = dtype, .op = op };
-	return enqueue(ctx, j, stream, done);
+	return enqueue(ctx, (struct job){ .kind = K_REDUCE_SCATTER, .send = send, .buf = recv, .count = count,
+						 .dtype = dtype, .op = op }, stream, done);
 }
 
 static kiln_status mpi_barrier(void *ctx)

@@ -1,0 +1,122 @@
+#!/bin/sh
+# tests/dist_syncbn.sh - [dist] sync_bn (docs/distributed.md): a small CNN
+# with a 4-d batchnorm (after a convolution) and a 2-d one (after a
+# linear layer), SGD with momentum, 24 optimizer steps of a global batch
+# of 32 on Fashion-MNIST, Gloo on loopback.  Asserts:
+#  1. 2 ranks (batch 16 each) with sync_bn = 1 end with the parameters,
+#     the batchnorm running statistics (buffers) and the momentum of one
+#     process with batch 32, within 2e-5 relative (float rounding of the
+#     merged statistics, grown over 24 steps); the logged losses agree
+#     to 3 digits;
+#  2. the same 2 ranks without sync_bn end farther than that (buffers) from the
+#     one process (each rank normalises its own 16 samples), so 1 can
+#     fail;
+#  3. 2 ranks with sync_bn, gradient checkpointing ([train] recompute,
+#     the replayed forward redoes the allgather but leaves the running
+#     statistics) and accumulate = 2 (batch 8, 2 micro-steps) end equal
+#     (2e-5) to one process with batch 16 and accumulate = 2: batchnorm
+#     normalises each micro-batch, here the 16 samples of both ranks.
+# Every process runs under `timeout`, so a hang fails the test.
+set -u
+: "${top_builddir:=.}"
+: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
+kiln="$abs_top_builddir/kiln"
+tool="$abs_top_builddir/tests/ckpt_tool"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
+[ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ] || { echo "SKIP: the gloo plugin is not built"; exit 77; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-syncbn.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+cat > "$tmp/cnn.ini" <<'EOF2'
+[run]
+seed = 11
+threads = 1
+comm = gloo
+[data]
+source = idx
+limit = 768
+mean = 0.286
+std = 0.353
+[layer.conv1]
+type = conv
+out = 8
+kernel = 3
+stride = 2
+padding = 1
+[layer.bn1]
+type = batchnorm
+[layer.r1]
+type = relu
+[layer.pool]
+type = maxpool
+kernel = 2
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 32
+[layer.bn2]
+type = batchnorm
+[layer.r2]
+type = relu
+[layer.fc2]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1
+batch = 32
+lr = 0.05
+momentum = 0.9
+log_every = 8
+eval = 0
+checkpoint_every = 1000
+[plugin.cpu]
+async = 1
+[dist]
+bucket_mb = 0.01
+timeout = 30
+EOF2
+
+run() {
+	name=$1 n=$2 b=$3
+	shift 3
+	if [ "$n" = 0 ]; then
+		# one plain process: no communicator, so no store on a port
+		# another test could be using
+		timeout 120 "$kiln" train "$tmp/cnn.ini" run.comm=none run.out_dir="$tmp/$name" train.batch="$b" "$@" \
+			> "$tmp/$name.log" 2>&1
+	else
+		timeout 120 "$kiln" launch -n "$n" -- "$kiln" train "$tmp/cnn.ini" \
+			run.out_dir="$tmp/$name" train.batch="$b" "$@" > "$tmp/$name.log" 2>&1
+	fi
+	rc=$?
+	[ $rc = 0 ] || { bad "$name exited $rc"; tail -20 "$tmp/$name.log"; }
+}
+ck() { echo "$tmp/$1/checkpoints/ckpt-24.kiln"; }
+last_loss() { grep 'step 24/24' "$tmp/$1.log" | tail -1 | sed 's/.*loss \([0-9.]*\).*/\1/' | cut -c1-5; }
+
+run one 0 32
+run sync 2 16 dist.sync_bn=1
+run local 2 16
+run syncacc 2 8 dist.sync_bn=1 train.accumulate=2 train.recompute=3
+run oneacc 0 16 train.accumulate=2
+
+grep -q "sync_bn: batch statistics over the 2 ranks" "$tmp/sync.log" || bad "sync_bn not logged"
+"$tool" close "$(ck one)" "$(ck sync)" 2e-5 params buffers optim.momentum ||
+	bad "2 ranks with sync_bn differ from 1 process"
+"$tool" close "$(ck oneacc)" "$(ck syncacc)" 2e-5 params buffers optim.momentum ||
+	bad "2 ranks with sync_bn, recompute and accumulate differ from 1 process"
+if "$tool" close "$(ck one)" "$(ck local)" 2e-5 buffers > "$tmp/local.cmp"; then
+	bad "2 ranks without sync_bn match 1 process: the test cannot tell"
+fi
+cat "$tmp/local.cmp"
+"$tool" close "$(ck one)" "$(ck local)" 2e-5 params || echo "(as expected, without sync_bn the parameters differ too)"
+l1=$(last_loss one) l2=$(last_loss sync)
+echo "last logged loss: 1 process $l1, 2 ranks with sync_bn $l2"
+[ -n "$l1" ] && [ "$l1" = "$l2" ] || bad "logged losses differ: '$l1' '$l2'"
+exit $fail
