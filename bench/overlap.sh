@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench/overlap.sh [COMM] [BATCH] - DDP overlap on this machine: the same
+# bench/overlap.sh [COMM] [BATCH] [KEY=VALUE...] - DDP overlap on this machine: the same
 # MLP (784-1024-1024-10, 1.86 M floats of gradients in 1 MiB buckets) with
 # 1 thread per rank, trained by one process and by 2 ranks at the same
 # per-rank batch (default 64), COMM gloo (default, `kiln launch`) or mpi
@@ -7,11 +7,14 @@
 # samples/s, timed from epoch 2) and, from [dist] timing = 1 (host
 # stamps on the streams, nothing serialised), the exposed communication
 # per step (the optimizer's wait after backward) against the allreduce
-# time, with overlap = 1 and = 0.  From the build directory:
+# time, with overlap = 1 and = 0; the overrides go to every run.  From
+# the build directory:
 #   sh bench/overlap.sh gloo 64
+#   sh bench/overlap.sh gloo 64 plugin.gloo.busy_poll=1
 set -u
 comm=${1:-gloo}
 batch=${2:-64}
+[ $# -ge 2 ] && shift 2 || shift $#
 b=$(cd "$(dirname "$0")/.." && pwd)
 kiln="$b/kiln"
 tmp=$(mktemp -d)
@@ -68,15 +71,16 @@ run2() { # NAME overrides...
 	shift
 	if [ "$comm" = mpi ]; then
 		mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$(( 30000 + $$ % 20000 )) \
-			-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" "$@" \
+			-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" "$@" $extra \
 			> "$tmp/$name.log" 2>&1
 	else
-		"$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" "$@" \
+		"$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" "$@" $extra \
 			> "$tmp/$name.log" 2>&1
 	fi || { echo "$name failed:"; tail -5 "$tmp/$name.log"; exit 1; }
 }
 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/one" run.comm=none > "$tmp/one.log" 2>&1 ||
 	{ tail -5 "$tmp/one.log"; exit 1; }
+extra="$*"
 run2 two
 run2 two_noov dist.overlap=0
 one=$(step_ms "$tmp/one") two=$(step_ms "$tmp/two") noov=$(step_ms "$tmp/two_noov")

@@ -64,7 +64,7 @@ static const size_t bucket_n[NB] = { 300, 50000, 4096 };
 static int port_pipe[2];
 
 struct rank_ctx {
-	int rank;
+	int rank, busy;
 	long allocs;
 	char err[512];
 };
@@ -97,6 +97,8 @@ static void *rank_main(void *arg)
 	TRY(kiln_config_new(&cfg));
 	TRY(kiln_config_override(cfg, "plugin.cpu.async=1"));
 	TRY(kiln_config_override(cfg, "run.threads=1"));
+	if (r->busy)
+		TRY(kiln_config_override(cfg, "plugin.gloo.busy_poll=1"));
 	TRY(kiln_config_validate(cfg, reg));
 	TRY(kiln_device_open(reg, cfg, "cpu", 0, &dev));
 	TRY(kiln_device_stream_create(dev, &s));
@@ -190,6 +192,8 @@ out:
 	return NULL;
 }
 
+/* _i = 0: Gloo's event loop; 1: [plugin.gloo] busy_poll (synchronous
+ * pairs, every collective old-style) */
 START_TEST(test_gloo_no_alloc)
 {
 	struct kiln_registry *reg;
@@ -210,6 +214,7 @@ START_TEST(test_gloo_no_alloc)
 		if (!(pid[i] = fork())) {
 			memset(&rc[i], 0, sizeof rc[i]);
 			rc[i].rank = i;
+			rc[i].busy = _i;
 			rc[i].allocs = -1;
 			alarm(50);
 			rank_main(&rc[i]);
@@ -227,8 +232,8 @@ START_TEST(test_gloo_no_alloc)
 	}
 	ck_assert_msg(!*rc[0].err && !*rc[1].err, "%s %s", rc[0].err, rc[1].err);
 	for (int i = 0; i < 2; i++) {
-		printf("gloo rank %d: %ld heap allocations in %d steady-state steps (%d collectives each)\n",
-		       i, rc[i].allocs, STEPS, NB + 3);
+		printf("gloo%s rank %d: %ld heap allocations in %d steady-state steps (%d collectives each)\n",
+		       _i ? " (busy_poll)" : "", i, rc[i].allocs, STEPS, NB + 3);
 		ck_assert_msg(rc[i].allocs == 0,
 			      "rank %d: %ld heap allocations during %d steady-state steps of collectives (want 0)",
 			      i, rc[i].allocs, STEPS);
@@ -241,7 +246,7 @@ int main(void)
 	Suite *s = suite_create("comm");
 	TCase *tc = tcase_create("gloo");
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_gloo_no_alloc);
+	tcase_add_loop_test(tc, test_gloo_no_alloc, 0, 2);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -6,6 +6,7 @@
 #  1. 2 and 4 ranks (batch 32 and 16 per rank) end with parameters and
 #     momentum equal, to float tolerance (1e-5 relative), to one process
 #     with batch 64; the logged loss of the last step agrees to 4 digits;
+#     so do 2 ranks with [plugin.gloo] busy_poll = 1 (synchronous pairs);
 #  1b. with [dist] timing = 1 and overlap = 0 the comm events of
 #     metrics.jsonl have exposed_ms >= allreduce_ms > 0 (every bucket runs
 #     after backward, so the optimizer waits for all of it);
@@ -103,6 +104,9 @@ run two 2 32
 run four 4 16
 close "$(ck one 64)" "$(ck two 64)" "2 ranks vs 1 process"
 close "$(ck one 64)" "$(ck four 64)" "4 ranks vs 1 process"
+run twobp 2 32 plugin.gloo.busy_poll=1
+close "$(ck one 64)" "$(ck twobp 64)" "2 ranks with busy-polling pairs vs 1 process"
+grep -q "busy-polling pairs" "$tmp/twobp.log" || bad "busy_poll not in the comm's description"
 l1=$(last_loss one) l2=$(last_loss two) l4=$(last_loss four)
 echo "last logged loss: 1 process $l1, 2 ranks $l2, 4 ranks $l4"
 [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$l1" = "$l4" ] || bad "logged losses differ: $l1 $l2 $l4"

@@ -26,11 +26,14 @@ struct cpu_ctx {
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	int conv_f32;       /* [plugin.cpu] bf16_conv = f32: f32 kernels on bf16 tensors */
 	void *engine;       /* dnnl_engine_t, shared by every plan */
-	/* One lock and one condition for every stream and event of the
-	 * context: there are a handful of streams, so a broadcast on any
-	 * change is cheaper to reason about than per-object conditions. */
+	/* One lock for every stream and event of the context (a handful of
+	 * streams); wake-ups are targeted (stream.c). */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
+	pthread_cond_t cond;   /* progress: an event completed, a stream went
+				* idle, an event's or (when plan_waiters) a
+				* plan's last queued use passed; idle workers
+				* sleep on their stream's own `wake` instead */
+	int plan_waiters;      /* threads in cpu_plan_wait_idle */
 	struct cpu_stream *streams; /* live objects, so close() can free them */
 	struct cpu_event *events;
 	struct cpu_plan *plans;

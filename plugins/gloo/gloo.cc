@@ -30,6 +30,12 @@
  * allgather may be in place (send == recv + rank * count): then Gloo
  * takes this rank's slice from the output.
  *
+ * [plugin.gloo] busy_poll = 1 puts the pairs in Gloo's synchronous
+ * busy-polling mode (the comm stream's worker reads the sockets itself
+ * instead of waiting for the event-loop thread to wake it); that mode has
+ * no unbound buffers, so every collective is then old-style (made per
+ * call where it is not bound).
+ *
  * The hot path allocates nothing.  Jobs come from a per-communicator pool
  * of kJobs slots (a slot is free again when its host function has run;
  * more than kJobs collectives in flight is an error naming the rank, never
@@ -38,8 +44,9 @@
  * buffer's first allreduce and kept (kBound of them: the gradient buckets
  * and the few small buffers a training step reduces have fixed addresses),
  * so after the first step no allocation happens for it; past kBound bound
- * buffers, and for bf16/f16 and broadcast, Gloo's new-style
- * calls run, which allocate inside Gloo.  Allgathers of up to 4 MiB in
+ * buffers, and for bf16/f16, Gloo's new-style calls run, which allocate
+ * inside Gloo.  Broadcast (start-up only) is an old-style
+ * BroadcastOneToAll made per call.  Allgathers of up to 4 MiB in
  * all (sync_bn's statistics) are bound the same way, an old-style
  * AllgatherRing per (send, recv, bytes) writing into two staging buffers
  * of its own in turn (see BoundAg); larger ones (ZeRO-1's parameters)
@@ -51,6 +58,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
+#include <gloo/barrier_all_to_all.h>
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
 #include <gloo/math.h>
@@ -61,6 +69,7 @@
 
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_halving_doubling.h>
+#include <gloo/broadcast_one_to_all.h>
 
 #include <atomic>
 #include <chrono>
@@ -184,6 +193,10 @@ struct Comm {
 	int n_bound = 0;
 	BoundAg bound_ag[kBound];
 	int n_bound_ag = 0;
+	/* [plugin.gloo] busy_poll: the pairs are in Gloo's synchronous
+	 * busy-polling mode, which has no unbound buffers: every collective
+	 * is an old-style algorithm then (made per call where not bound) */
+	int busy = 0;
 };
 
 size_t dtype_size(int dt)
@@ -240,8 +253,32 @@ void scale(void *buf, size_t n, int dt, float s)
 	}
 }
 
+void bf16_acc(uint16_t *x, const uint16_t *y, size_t n)
+{
+	sum_bf16(x, x, y, n);
+}
+
+const gloo::ReductionFunction<uint16_t> bf16_sum_fn(gloo::SUM, &bf16_acc);
+
+/* An old-style allreduce made for this call (busy-polling pairs). */
+void allreduce_old(Comm *c, void *buf, size_t n, int dt)
+{
+	if (dt == KILN_F32)
+		gloo::AllreduceHalvingDoubling<float>(c->ctx, std::vector<float *>{ static_cast<float *>(buf) },
+						      (int)n).run();
+	else if (dt == KILN_F16)
+		gloo::AllreduceHalvingDoubling<gloo::float16>(
+			c->ctx, std::vector<gloo::float16 *>{ static_cast<gloo::float16 *>(buf) }, (int)n).run();
+	else
+		gloo::AllreduceHalvingDoubling<uint16_t>(
+			c->ctx, std::vector<uint16_t *>{ static_cast<uint16_t *>(buf) }, (int)n,
+			&bf16_sum_fn).run();
+}
+
 void allreduce_now(Comm *c, void *buf, size_t n, int dt, uint32_t tag)
 {
+	if (c->busy)
+		return allreduce_old(c, buf, n, dt);
 	gloo::AllreduceOptions o(c->ctx);
 	o.setTag(tag);
 	o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
@@ -362,12 +399,11 @@ kiln_status run_job_now(Job *j)
 		case K_BROADCAST: {
 			if (c->world == 1)
 				break;
-			gloo::BroadcastOptions o(c->ctx);
-			o.setTag(j->tag);
-			o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
-			o.setRoot(j->root);
-			o.setOutput(static_cast<char *>(j->buf), j->count * es);
-			gloo::broadcast(o);
+			/* old-style, made for the call: start-up only, and
+			 * it works on busy-polling pairs too */
+			gloo::BroadcastOneToAll<char> b(c->ctx, std::vector<char *>{ static_cast<char *>(j->buf) },
+							j->count * es, j->root);
+			b.run();
 			break;
 		}
 		case K_ALLGATHER: {
@@ -377,6 +413,11 @@ kiln_status run_job_now(Job *j)
 			}
 			if (allgather_bound(c, j->send, j->buf, j->count * es))
 				break;
+			if (c->busy) {
+				gloo::AllgatherRing<char>(c->ctx, std::vector<const char *>{ static_cast<const char *>(j->send) },
+							  static_cast<char *>(j->buf), (int)(j->count * es)).run();
+				break;
+			}
 			gloo::AllgatherOptions o(c->ctx);
 			o.setTag(j->tag);
 			o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
@@ -500,8 +541,14 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 		c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
 		c->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
 		c->ctx->connectFullMesh(ks, device);
-		std::snprintf(c->desc, sizeof c->desc, "gloo %d.%d.%d, tcp %s", GLOO_VERSION_MAJOR,
-			      GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, device->str().c_str());
+		host->config_get_bool(cfg, "plugin.gloo", "busy_poll", &c->busy);
+		if (c->busy)
+			for (int i = 0; i < world; i++)
+				if (i != rank)
+					c->ctx->getPair(i)->setSync(true, true);
+		std::snprintf(c->desc, sizeof c->desc, "gloo %d.%d.%d, tcp %s%s", GLOO_VERSION_MAJOR,
+			      GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, device->str().c_str(),
+			      c->busy ? ", busy-polling pairs" : "");
 	} catch (const std::exception &e) {
 		return host->error(KILN_EIO, "gloo: rank %d of %d: connecting the TCP mesh failed: %s",
 				   rank, world, e.what());
@@ -579,6 +626,10 @@ kiln_status gloo_barrier(void *ctx)
 	if (c->world == 1)
 		return KILN_OK;
 	try {
+		if (c->busy) {
+			gloo::BarrierAllToAll(c->ctx).run();
+			return KILN_OK;
+		}
 		gloo::BarrierOptions o(c->ctx);
 		o.setTag(c->tag.fetch_add(1));
 		o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
@@ -612,6 +663,8 @@ const struct kiln_key gloo_keys[] = {
 	  "Address this rank's Gloo pairs listen on, as the other ranks reach it (multi-node: the node's name or address on the fast network); empty = 127.0.0.1 (one machine)." },
 	{ "iface", KILN_KEY_STR, "", 0, 0, nullptr,
 	  "Network interface whose address the pairs listen on (e.g. `eth0`); overrides `hostname`." },
+	{ "busy_poll", KILN_KEY_BOOL, "0", 0, 0, nullptr,
+	  "Put the TCP pairs in Gloo's synchronous busy-polling mode: the thread running a collective (the comm stream's worker) reads the sockets itself, spinning, instead of sleeping until Gloo's event-loop thread has read the data and woken it. Removes a thread wake-up per message, so an allreduce overlapped with a busy backward is much faster when a core is free for the spinning, and much slower when the machine is oversubscribed. 0: Gloo's default (event loop)." },
 	{ nullptr, 0, nullptr, 0, 0, nullptr, nullptr }
 };
 
