@@ -15,7 +15,9 @@
 #     the replayed forward redoes the allgather but leaves the running
 #     statistics) and accumulate = 2 (batch 8, 2 micro-steps) end equal
 #     (2e-5) to one process with batch 16 and accumulate = 2: batchnorm
-#     normalises each micro-batch, here the 16 samples of both ranks.
+#     normalises each micro-batch, here the 16 samples of both ranks;
+#  4. when the mpi plugin and mpirun are there: 2 ranks under mpirun with
+#     the mpi communicator and sync_bn equal the one process too (2e-5).
 # Every process runs under `timeout`, so a hang fails the test.
 set -u
 : "${top_builddir:=.}"
@@ -116,6 +118,18 @@ if "$tool" close "$(ck one)" "$(ck local)" 2e-5 buffers > "$tmp/local.cmp"; then
 fi
 cat "$tmp/local.cmp"
 "$tool" close "$(ck one)" "$(ck local)" 2e-5 params || echo "(as expected, without sync_bn the parameters differ too)"
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null; then
+	port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $(( 20000 + $$ % 20000 )))
+	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
+		-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/cnn.ini" run.comm=mpi run.out_dir="$tmp/mpi" \
+		train.batch=16 dist.sync_bn=1 > "$tmp/mpi.log" 2>&1 ||
+		{ bad "mpirun with sync_bn exited $?"; tail -20 "$tmp/mpi.log"; }
+	"$tool" close "$(ck one)" "$(ck mpi)" 2e-5 params buffers optim.momentum ||
+		bad "2 ranks with sync_bn on mpi differ from 1 process"
+else
+	echo "(no mpi plugin or mpirun: the mpi case is skipped)"
+fi
 l1=$(last_loss one) l2=$(last_loss sync)
 echo "last logged loss: 1 process $l1, 2 ranks with sync_bn $l2"
 [ -n "$l1" ] && [ "$l1" = "$l2" ] || bad "logged losses differ: '$l1' '$l2'"

@@ -67,12 +67,19 @@ bucket_mb = 0.05
 timeout = 20
 INI
 
+# a TCP port free a moment ago (the rendezvous store binds it next)
+free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $(( 20000 + ($$ + $1) % 20000 ))
+}
 # run NAME NPROC BATCH [overrides...] (NPROC 0: one plain process)
 run() {
 	name=$1 n=$2 b=$3
 	shift 3
 	if [ "$n" = 0 ]; then
-		timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" train.batch="$b" "$@" \
+		# one process still opens a Gloo group (comm = gloo): on a free
+		# port, not 29500, which a concurrent test may hold
+		KILN_MASTER_PORT=$(free_port 7) timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" train.batch="$b" "$@" \
 			> "$tmp/$name.log" 2>&1
 	else
 		timeout 120 "$kiln" launch -n "$n" -- "$kiln" train "$tmp/mlp.ini" \

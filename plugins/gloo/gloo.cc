@@ -626,14 +626,10 @@ kiln_status gloo_barrier(void *ctx)
 	if (c->world == 1)
 		return KILN_OK;
 	try {
-		if (c->busy) {
-			gloo::BarrierAllToAll(c->ctx).run();
-			return KILN_OK;
-		}
-		gloo::BarrierOptions o(c->ctx);
-		o.setTag(c->tag.fetch_add(1));
-		o.setTimeout(std::chrono::milliseconds(c->timeout_ms));
-		gloo::barrier(o);
+		/* old-style, like the bound collectives: a new-style barrier's
+		 * message arriving before this rank posts its receive leaves
+		 * Gloo's event loop spinning on EPOLLIN until it does */
+		gloo::BarrierAllToAll(c->ctx).run();
 	} catch (const std::exception &e) {
 		return H->error(KILN_EIO, "gloo: rank %d of %d: barrier failed: %s", c->rank, c->world,
 				e.what());

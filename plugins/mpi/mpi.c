@@ -2,9 +2,13 @@
  *
  * For runs started by mpirun or srun: rank and world come from MPI itself
  * (and must agree with the environment the core read).  MPI_Init_thread
- * asks for MPI_THREAD_MULTIPLE: collectives run as host functions on the
- * caller's stream (host->device_host_fn: the CPU device's stream worker),
- * barrier on the training thread.  Buffers must be host memory: the
+ * asks for MPI_THREAD_SERIALIZED ([plugin.mpi] thread_level = multiple
+ * asks for MPI_THREAD_MULTIPLE): collectives run as host functions on the
+ * caller's streams (host->device_host_fn: the CPU device's stream
+ * workers), barrier on the training thread, but never two at once: the
+ * core orders every collective after the previous one through events
+ * (buckets on the comm stream, log-point sums, ZeRO and broadcasts on the
+ * compute stream after waiting for the comm stream).  Buffers must be host memory: the
  * plugin refuses devices other than cpu.
  *
  * Timeouts.  An MPI collective cannot be cancelled.  A watchdog thread
@@ -380,15 +384,16 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 			    int timeout_ms, void **out)
 {
 	int inited = 0, provided = 0, r, w;
-	(void)cfg;
 	(void)store;
+	const char *tl = host->config_get(cfg, "plugin.mpi", "thread_level");
+	const int want = tl && !strcmp(tl, "multiple") ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
 	H = host;
 	*out = NULL;
 	if (strcmp(host->device_name(dev), "cpu"))
 		return host->error(KILN_ENOTSUP, "mpi: collectives on host memory only, and [run] device = %s keeps its tensors elsewhere: use [run] comm = nccl",
 				   host->device_name(dev));
 	MPI_Initialized(&inited);
-	if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+	if (!inited && MPI_Init_thread(NULL, NULL, want, &provided) != MPI_SUCCESS)
 		return host->error(KILN_EIO, "mpi: MPI_Init_thread failed (was this process started by mpirun or srun?)");
 	if (!inited && provided < MPI_THREAD_SERIALIZED)
 		return host->error(KILN_ENOTSUP, "mpi: the MPI library offers thread level %d; kiln needs MPI_THREAD_SERIALIZED or better",
@@ -449,6 +454,12 @@ static const struct kiln_comm_ops mpi_ops = {
 	.describe = mpi_describe,
 };
 
+static const struct kiln_key mpi_keys[] = {
+	{ "thread_level", KILN_KEY_ENUM, "serialized", 0, 0, "serialized|multiple",
+	  "The thread support asked of MPI_Init_thread: `serialized` (MPI_THREAD_SERIALIZED, enough: kiln never runs two collectives at once) or `multiple` (MPI_THREAD_MULTIPLE, which makes Open MPI lock inside every call)." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
 static const struct kiln_plugin mpi_plugin = {
 	.abi_major = KILN_ABI_MAJOR,
 	.abi_minor = KILN_ABI_MINOR,
@@ -456,7 +467,7 @@ static const struct kiln_plugin mpi_plugin = {
 	.name = "mpi",
 	.summary = "MPI collectives (Open MPI; CPU tensors; start with mpirun or srun)",
 	.ops = &mpi_ops,
-	.keys = NULL,
+	.keys = mpi_keys,
 	.probe = mpi_probe,
 };
 
