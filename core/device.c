@@ -319,7 +319,17 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 {
 	size_t ws = 0;
 	*plan = NULL;
-	kiln_status st = dev->ops->prepare(dev->ctx, op, plan, &ws);
+	if (workspace)
+		*workspace = 0;
+	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && dev->ops->version >= 3 &&
+	    dev->ops->has_op && !dev->ops->has_op(dev->ctx, op->type))
+		return kiln_error(KILN_ENOTSUP,
+				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
+				  dev->plugin->name, kiln_op_name(op->type));
+	kiln_status st = kiln_op_check(op, dev->plugin->name);
+	if (st)
+		return st;
+	st = dev->ops->prepare(dev->ctx, op, plan, &ws);
 	if (workspace)
 		*workspace = ws;
 	if (!st && dev->prof)

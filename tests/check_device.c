@@ -239,6 +239,98 @@ START_TEST(test_gemm)
 }
 END_TEST
 
+/* The core's op checks (core/opcheck.c), the same for every device: one
+ * malformed op per family, each refused before the device sees it, with
+ * the status and a message naming the device, the op and the fault.  A
+ * device that does not implement a family yet says KILN_ENOTSUP instead. */
+/* libkiln's op names (core/internal.h), exported for the messages */
+const char *kiln_op_name(int type);
+
+static struct kiln_tensor_desc td4(int64_t n, int64_t c, int64_t h, int64_t w, int nhwc);
+
+START_TEST(test_op_checks)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	struct kiln_op ops[16];
+	struct { kiln_status st; const char *want; } exp[16];
+	int n = 0;
+	memset(ops, 0, sizeof ops);
+#define CASE(st_, want_) (exp[n].st = (st_), exp[n].want = (want_), &ops[n++])
+	struct kiln_op *o;
+	o = CASE(KILN_EINVAL, "takes 3 inputs and 4 outputs, got 2 and 4");
+	o->type = KILN_OP_BN_TRAIN, o->n_in = 2, o->n_out = 4;
+	o = CASE(KILN_EINVAL, "more than one value per channel");
+	o->type = KILN_OP_BN_TRAIN, o->n_in = 3, o->n_out = 4;
+	o->in[0] = td4(1, 3, 1, 1, 0), o->out[0] = o->in[0];
+	o->in[1] = o->in[2] = o->out[2] = o->out[3] = td(KILN_F32, 1, 3, 0);
+	o->out[1] = td(KILN_F32, 1, 6, 0);
+	o = CASE(KILN_EINVAL, "pad must be <= kernel/2");
+	o->type = KILN_OP_POOL, o->n_in = 1, o->n_out = 1;
+	o->in[0] = td4(1, 2, 8, 8, 0), o->out[0] = td4(1, 2, 5, 5, 0);
+	o->i[0] = KILN_POOL_MAX, o->i[1] = o->i[2] = 2, o->i[3] = o->i[4] = 2, o->i[5] = o->i[6] = 2;
+	o = CASE(KILN_EINVAL, "unknown activation");
+	o->type = KILN_OP_ACT, o->n_in = 1, o->n_out = 1, o->i[0] = 99;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0);
+	o = CASE(KILN_EINVAL, "probability f[0] outside [0, 1]");
+	o->type = KILN_OP_DROPOUT, o->n_in = 2, o->n_out = 1, o->f[0] = 1.5;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0), o->in[1] = td(KILN_I64, 1, 1, 0);
+	o = CASE(KILN_EINVAL, "do not add up");
+	o->type = KILN_OP_CONCAT, o->n_in = 2, o->n_out = 1, o->i[0] = 1;
+	o->in[0] = td(KILN_F32, 2, 4, 3), o->in[1] = td(KILN_F32, 2, 4, 2);
+	o->out[0] = td(KILN_F32, 2, 4, 6);
+	o = CASE(KILN_EINVAL, "beta1");
+	o->type = KILN_OP_ADAMW, o->n_in = 3, o->n_out = 3, o->i[0] = 8, o->f[0] = 1.0;
+	o->in[0] = o->out[0] = o->out[1] = o->out[2] = td(KILN_F32, 1, 8, 0);
+	o->in[1] = td(KILN_F32, 1, 1, 0), o->in[2] = td(KILN_I64, 1, 1, 0);
+	o = CASE(KILN_EINVAL, "offsets");
+	o->type = KILN_OP_LAMB, o->n_in = 4, o->n_out = 3, o->i[0] = 8, o->f[0] = 0.9;
+	o->in[0] = o->out[0] = o->out[1] = o->out[2] = td(KILN_F32, 1, 8, 0);
+	o->in[1] = td(KILN_F32, 1, 1, 0), o->in[2] = td(KILN_I64, 1, 1, 0);
+	o->in[3] = td(KILN_I64, 1, 1, 0);
+	o = CASE(KILN_ENOTSUP, "unknown loss");
+	o->type = KILN_OP_SOFTMAX_XENT, o->n_in = 2, o->n_out = 2, o->i[0] = 4, o->i[1] = 99;
+	o->in[0] = o->out[0] = td(KILN_F32, 2, 4, 10), o->in[1] = td(KILN_I32, 1, 4, 0);
+	o->out[1] = td(KILN_F32, 1, 2, 0);
+	o = CASE(KILN_ENOTSUP, "unknown schedule");
+	o->type = KILN_OP_LR_SCHEDULE, o->n_in = 1, o->n_out = 1, o->i[0] = 99;
+	o->in[0] = td(KILN_I64, 1, 1, 0), o->out[0] = td(KILN_F32, 1, 1, 0);
+	o = CASE(KILN_EINVAL, "backoff");
+	o->type = KILN_OP_SCALER_UPDATE, o->n_in = 1, o->n_out = 1, o->i[0] = o->i[1] = 1;
+	o->f[0] = 2, o->f[1] = 0;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 4, 0);
+	o = CASE(KILN_EINVAL, "in0 has a bad descriptor");
+	o->type = KILN_OP_RELU, o->n_in = 1, o->n_out = 1;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0), o->in[0].ndim = KILN_MAX_DIMS + 1;
+	o = CASE(KILN_EINVAL, "out of range");
+	o->type = KILN_OP_ADD, o->n_in = KILN_OP_MAX_IN + 1, o->n_out = 1;
+	o = CASE(KILN_EINVAL, "casts f32 to bf16 or f16");
+	o->type = KILN_OP_CAST, o->n_in = 1, o->n_out = 1;
+	o->in[0] = td(KILN_I32, 1, 8, 0), o->out[0] = td(KILN_F32, 1, 8, 0);
+	o = CASE(KILN_EINVAL, "the number of groups");
+	o->type = KILN_OP_BN_APPLY, o->n_in = 4, o->n_out = 4;
+	o = CASE(KILN_EINVAL, "bias [N] does not match");
+	o->type = KILN_OP_BIAS_ADD, o->n_in = 1, o->n_out = 1;
+	o->in[0] = td(KILN_F32, 1, 5, 0), o->out[0] = td(KILN_F32, 2, 4, 6);
+#undef CASE
+	for (int k = 0; k < n; k++) {
+		if (unsupported(&f, ops[k].type))
+			continue;
+		void *plan = NULL;
+		kiln_status st = kiln_device_prepare(f.dev, &ops[k], &plan, NULL);
+		const char *msg = kiln_last_error();
+		ck_assert_msg(st == exp[k].st && !plan, "case %d (op %d): status %d, want %d: %s", k,
+			      ops[k].type, st, exp[k].st, msg);
+		ck_assert_msg(strstr(msg, exp[k].want) && strstr(msg, g_name),
+			      "case %d: message lacks '%s' or the device name: %s", k, exp[k].want, msg);
+		if (ops[k].type != KILN_OP_ADD) /* the op's name, except the counts case */
+			ck_assert_msg(strstr(msg, kiln_op_name(ops[k].type)),
+				      "case %d: message does not name the op: %s", k, msg);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 START_TEST(test_gemm_errors)
 {
 	struct fx f;
@@ -2998,6 +3090,7 @@ static Suite *make_device_suite(void)
 	} cases[] = {
 		{ "gemm", test_gemm },
 		{ "gemm_errors", test_gemm_errors },
+		{ "op_checks", test_op_checks },
 		{ "bias", test_bias },
 		{ "relu", test_relu },
 		{ "softmax_xent", test_softmax_xent },

@@ -543,7 +543,7 @@ enum kiln_copy_kind {
 	KILN_COPY_D2D = 2
 };
 
-#define KILN_DEVICE_OPS_VERSION 2
+#define KILN_DEVICE_OPS_VERSION 3
 
 /* Threads: open/close/alloc/free/host_alloc/stream_create/prepare are called
  * from the thread that drives training.  run/copy_async/event_record/
@@ -620,6 +620,22 @@ struct kiln_device_ops {
 	 * physical memory), for `[train] batch = auto` without a `[run]
 	 * memory_limit`.  Thread-safe.  (optional: KILN_ENOTSUP) */
 	kiln_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+
+	/* ---- version 3 ---- */
+
+	/* 1 when this device implements op `type` (enum kiln_op_type), 0 when
+	 * it does not implement it yet.  The core asks before it checks an
+	 * op, so an op family a device lacks is KILN_ENOTSUP naming the op
+	 * whatever its operands; a device that implements every op leaves it
+	 * NULL.  Thread-safe, no side effects.  (optional: every op)
+	 *
+	 * Op checks: the core checks every op before prepare (core/opcheck.c:
+	 * operand counts, shapes and layouts that fit together, parameters in
+	 * range, the dtypes the op's contract above fixes), so prepare may
+	 * assume a well-formed op and refuses only what the device cannot run
+	 * (a floating-point dtype or combination it has no kernel for, a size
+	 * beyond its limits) with KILN_ENOTSUP. */
+	int (*has_op)(void *ctx, int type);
 };
 
 /* ======================================================================

@@ -189,10 +189,6 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	*plan = NULL;
 	if (workspace)
 		*workspace = 0;
-	if (op->n_in < 0 || op->n_in > KILN_OP_MAX_IN || op->n_out < 0 ||
-	    op->n_out > KILN_OP_MAX_OUT)
-		return c->host->error(KILN_EINVAL, "cpu: %s: n_in %d / n_out %d out of range",
-				      cpu_op_name(op->type), op->n_in, op->n_out);
 	struct cpu_plan *p = calloc(1, sizeof *p);
 	if (!p)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",

@@ -319,6 +319,12 @@ static void cuda_close(void *ctx)
 /* ---- memory ----------------------------------------------------------- */
 
 /* cudaMemGetInfo of the context's GPU, for `[train] batch = auto`. */
+static int cuda_has_op_ctx(void *ctx, int type)
+{
+	(void)ctx;
+	return cuda_has_op(type);
+}
+
 static kiln_status cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
 	struct cuda_ctx *c = ctx;
@@ -524,10 +530,6 @@ static kiln_status cuda_prepare(void *ctx, const struct kiln_op *op, void **plan
 	*plan = NULL;
 	if (workspace)
 		*workspace = 0;
-	if (op->n_in < 0 || op->n_in > KILN_OP_MAX_IN || op->n_out < 0 ||
-	    op->n_out > KILN_OP_MAX_OUT)
-		return c->host->error(KILN_EINVAL, "cuda: %s: n_in %d / n_out %d out of range",
-				      cuda_op_name(op->type), op->n_in, op->n_out);
 	USE(c);
 	struct cuda_plan *p = calloc(1, sizeof *p);
 	struct cuda_obj *o = calloc(1, sizeof *o);
@@ -643,6 +645,7 @@ static const struct kiln_device_ops cuda_ops = {
 	.get_proc_address = cuda_get_proc_address,
 	.aux_bytes = NULL, /* no op here leaves state for its backward */
 	.mem_info = cuda_mem_info,
+	.has_op = cuda_has_op_ctx,
 };
 
 static const struct kiln_plugin cuda_plugin = {

@@ -100,6 +100,9 @@ kiln_status cuda_fail(struct cuda_ctx *c, kiln_status st, cudaError_t e, const c
 /* ---- ops.c: fill in p->launch and sizes, or set an error through
  * host->error (EINVAL bad shape, ENOTSUP an op or dtype not done here). */
 kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+/* 1 for the op types this device implements (the device table's has_op).
+ * A new op: add it here and to the prepare that takes it. */
+int cuda_has_op(int type);
 
 /* ---- gemm.c's mapping of kiln's row-major GEMM onto column-major
  * cuBLASLt, as a pure function so that it is tested on any machine
