@@ -6,13 +6,20 @@
  * Implemented: the op set of a multilayer perceptron's training and
  * evaluation step (GEMM is gemm.c) plus the trainer's own ops: BIAS_ADD,
  * BIAS_GRAD, RELU, RELU_BWD, SOFTMAX_XENT (all three losses), SGD, ADAMW,
- * FILL, REDUCE_SUM, SCALE, ADD, MUL, COUNTER_ADD, LR_SCHEDULE,
- * NORMALIZE_U8, CAST, GRAD_CLIP, and dynamic loss scaling (UNSCALE,
- * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2).  Every other op
- * (convolution, batch norm, pooling, the general activations, dropout,
- * concat/split, reorder, LAMB) is KILN_ENOTSUP naming the op, which the
- * core reports before training.
+ * LAMB, FILL, REDUCE_SUM, SCALE, ADD, MUL, COUNTER_ADD, LR_SCHEDULE,
+ * NORMALIZE_U8, CAST, GRAD_CLIP, dynamic loss scaling (UNSCALE,
+ * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2), the activations
+ * ACT/ACT_BWD, DROPOUT/DROPOUT_BWD, CONCAT/SPLIT and REORDER.  Their
+ * activations may be f32, bf16 or f16 (f32 arithmetic, one rounding:
+ * kernels.cu's ld/st).  Convolution, batch norm and pooling are cuDNN's
+ * (another file); any op this file does not know is KILN_ENOTSUP naming
+ * the op, which the core reports before training.
+ *
+ * The checks of the ops added with low precision (ACT, DROPOUT, CONCAT,
+ * SPLIT, REORDER, LAMB) are only what these kernels cannot do: the
+ * core's op validation checks shapes before any device sees an op.
  */
+#include "kern.h" /* kern_cat_geom, kern_reorder_geom, kern_lamb_workspace */
 #include "cuda.h"
 
 #include <math.h>
@@ -29,15 +36,105 @@ static int64_t cuda_inner(const struct kiln_tensor_desc *d)
 	return d->dims[d->ndim - 1];
 }
 
-static int cuda_all_f32(const struct kiln_op *op)
+/* Every tensor of the op f32, bf16 or f16: what kernels.cu's ld/st take. */
+static int cuda_all_float(const struct kiln_op *op)
 {
 	for (int i = 0; i < op->n_in; i++)
-		if (op->in[i].dtype != KILN_F32)
+		if (!kern_float_dtype(op->in[i].dtype))
 			return 0;
 	for (int i = 0; i < op->n_out; i++)
-		if (op->out[i].dtype != KILN_F32)
+		if (!kern_float_dtype(op->out[i].dtype))
 			return 0;
 	return 1;
+}
+
+static int64_t cuda_esize(int dtype)
+{
+	static const int64_t s[KILN_DTYPE_COUNT] = { 4, 2, 2, 1, 1, 4, 8 };
+	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? s[dtype] : 0;
+}
+
+/* ACT, ACT_BWD, DROPOUT(_BWD), CONCAT, SPLIT, REORDER: sizes and launcher.
+ * Only the arity is checked here (an op the kernels would read past), and
+ * what the kernels cannot do. */
+static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	p->n_in = op->n_in;
+	p->n_out = op->n_out;
+	switch (op->type) {
+	case KILN_OP_ACT:
+	case KILN_OP_ACT_BWD: {
+		const int bwd = op->type == KILN_OP_ACT_BWD;
+		const int from_y = op->i[0] == KILN_ACT_SIGMOID || op->i[0] == KILN_ACT_TANH;
+		if (bwd ? op->n_in < (from_y ? 3 : 2) || op->n_in > 3 || op->n_out != 1
+			: op->n_in != 1 || op->n_out != 1)
+			return cuda_bad(c, op, KILN_EINVAL, bwd ? "takes x, dy (and y) and gives dx"
+								: "takes x and gives y");
+		if (op->i[0] < KILN_ACT_RELU || op->i[0] > KILN_ACT_TANH)
+			return cuda_bad(c, op, KILN_ENOTSUP, "unknown activation i[0]");
+		if (!cuda_all_float(op))
+			return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 tensors only");
+		p->n = cuda_numel(&op->out[0]);
+		p->launch = bwd ? cuda_launch_act_bwd : cuda_launch_act;
+		return KILN_OK;
+	}
+	case KILN_OP_DROPOUT:
+	case KILN_OP_DROPOUT_BWD: {
+		if (op->n_in != 2 || op->n_out != 1)
+			return cuda_bad(c, op, KILN_EINVAL, "takes x (dy) and the step, gives y (dx)");
+		if (!kern_float_dtype(op->in[0].dtype) || !kern_float_dtype(op->out[0].dtype) ||
+		    op->in[1].dtype != KILN_I64)
+			return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 data and an i64 step");
+		const struct kiln_tensor_desc *y = &op->out[0];
+		p->n = cuda_numel(y);
+		if (y->ndim == 4 && y->layout == KILN_NHWC) {
+			/* drawn by logical index: kern_nhwc_logical */
+			p->sz[0] = y->dims[1];
+			p->sz[1] = y->dims[2] * y->dims[3];
+		}
+		p->launch = cuda_launch_dropout;
+		return KILN_OK;
+	}
+	case KILN_OP_CONCAT:
+	case KILN_OP_SPLIT: {
+		const int split = op->type == KILN_OP_SPLIT;
+		const struct kiln_tensor_desc *whole = split ? &op->in[0] : &op->out[0];
+		struct kern_cat g;
+		if ((split ? op->n_in != 1 || op->n_out < 1 : op->n_out != 1 || op->n_in < 1))
+			return cuda_bad(c, op, KILN_EINVAL, split ? "takes one input and gives 1..4 outputs"
+								  : "takes 1..6 inputs and gives one output");
+		if (kern_cat_geom(op, &g))
+			return cuda_bad(c, op, KILN_EINVAL, "dimension i[0] out of range");
+		for (int k = 0; k < g.parts; k++)
+			if ((split ? op->out[k].dtype : op->in[k].dtype) != whole->dtype)
+				return cuda_bad(c, op, KILN_ENOTSUP, "parts in another dtype than the whole");
+		p->sz[3] = cuda_esize(whole->dtype);
+		if (!p->sz[3] || (split && op->i[1] && !kern_float_dtype(whole->dtype)))
+			return cuda_bad(c, op, KILN_ENOTSUP, "unknown dtype, or accumulating into a non-float one");
+		p->launch = cuda_launch_concat_split;
+		return KILN_OK;
+	}
+	case KILN_OP_REORDER: {
+		if (op->n_in != 1 || op->n_out != 1)
+			return cuda_bad(c, op, KILN_EINVAL, "takes one input and gives one output");
+		const int same = op->in[0].dtype == op->out[0].dtype;
+		const int acc = (op->flags & KILN_OPF_ACCUMULATE) != 0;
+		if ((!same || acc) &&
+		    (!kern_float_dtype(op->in[0].dtype) || !kern_float_dtype(op->out[0].dtype)))
+			return cuda_bad(c, op, KILN_ENOTSUP, "converts and accumulates float dtypes only");
+		p->sz[3] = cuda_esize(op->in[0].dtype);
+		if (!p->sz[3])
+			return cuda_bad(c, op, KILN_ENOTSUP, "unknown dtype");
+		p->n = cuda_numel(&op->in[0]);
+		kern_reorder_geom(&op->in[0], &op->out[0], &p->sz[0], &p->sz[1], &p->sz[2]);
+		if (p->sz[2] == 0)
+			p->sz[1] = 0; /* empty images: nothing to transpose */
+		p->launch = cuda_launch_reorder;
+		return KILN_OK;
+	}
+	}
+	return c->host->error(KILN_EINTERNAL, "cuda: op %d is not a layout or activation op", op->type);
 }
 
 /* bf16 from f32, round to nearest even (NaN kept quiet): FILL's pattern */
@@ -86,29 +183,37 @@ static kiln_status fill_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	return KILN_OK;
 }
 
-/* SGD and AdamW: the CPU device's checks (plugins/cpu/optim.c). */
+/* SGD, AdamW and LAMB: the CPU device's checks (plugins/cpu/optim.c).
+ * An optional last output in bf16/f16 is the compute copy (sz[2] = 1,
+ * sz[1] its dtype). */
 static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
-	const int sgd = op->type == KILN_OP_SGD;
-	const int in_min = sgd ? 2 : 3;
-	const int out_n = sgd ? (op->f[0] == 0.0 && op->n_out == 1 ? 1 : 2) : 3;
+	const int sgd = op->type == KILN_OP_SGD, lamb = op->type == KILN_OP_LAMB;
+	const int copy = op->n_out > 1 && (op->out[op->n_out - 1].dtype == KILN_BF16 ||
+					   op->out[op->n_out - 1].dtype == KILN_F16);
+	const int in_min = sgd ? 2 : lamb ? 4 : 3;
+	const int out_n = sgd ? (op->f[0] == 0.0 && op->n_out - copy == 1 ? 1 : 2) : 3;
 	const int n_in = op->n_in - ((op->flags & KILN_OPF_GATED) != 0);
 	char why[200];
-	p->launch = sgd ? cuda_launch_sgd : cuda_launch_adamw;
+	p->sz[1] = copy ? op->out[op->n_out - 1].dtype : 0;
+	p->sz[2] = copy;
+	p->launch = sgd ? cuda_launch_sgd : lamb ? cuda_launch_lamb : cuda_launch_adamw;
 	if ((op->flags & KILN_OPF_GATED) &&
 	    (op->in[op->n_in - 1].dtype != KILN_F32 || cuda_numel(&op->in[op->n_in - 1]) != 1))
 		return cuda_bad(c, op, KILN_EINVAL, "the gate (last input, KILN_OPF_GATED) must be f32[1]");
-	if ((n_in != in_min && n_in != in_min + 1) || op->n_out != out_n) {
-		snprintf(why, sizeof why, "takes %d or %d inputs (the last: the weight-decay multiplier) and %d outputs, got %d and %d",
+	if ((n_in != in_min && n_in != in_min + 1) || op->n_out != out_n + copy) {
+		snprintf(why, sizeof why, "takes %d or %d inputs (the last: the weight-decay multiplier) and %d outputs (and the bf16/f16 copy), got %d and %d",
 			 in_min, in_min + 1, out_n, n_in, op->n_out);
 		return cuda_bad(c, op, KILN_EINVAL, why);
 	}
 	p->n_in = op->n_in;
-	p->n_out = out_n;
+	p->n_out = out_n + copy;
 	p->n = op->i[0];
+	if (copy && cuda_numel(&op->out[op->n_out - 1]) != p->n)
+		return cuda_bad(c, op, KILN_EINVAL, "the compute copy (last output) must have n = i[0] elements");
 	for (int i = 0; i < n_in; i++) {
-		const int want = i == 2 && !sgd ? KILN_I64 : KILN_F32;
+		const int want = (i == 2 && !sgd) || (i == 3 && lamb) ? KILN_I64 : KILN_F32;
 		if (op->in[i].dtype != want) {
 			snprintf(why, sizeof why, "input %d must be %s", i, want == KILN_I64 ? "i64" : "f32");
 			return cuda_bad(c, op, KILN_ENOTSUP, why);
@@ -133,6 +238,18 @@ static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	if (!sgd && (!(op->f[0] >= 0 && op->f[0] < 1) || !(op->f[1] >= 0 && op->f[1] < 1) ||
 		     !(op->f[2] >= 0) || !isfinite(op->f[3])))
 		return cuda_bad(c, op, KILN_EINVAL, "wants 0 <= beta1, beta2 < 1, eps >= 0, finite weight decay");
+	if (lamb) {
+		/* workspace: the piece sums and per-tensor steps (kern.h);
+		 * scratch: the go flag of k_lamb_check */
+		const int64_t T = cuda_numel(&op->in[3]) - 1;
+		if (T < 1)
+			return cuda_bad(c, op, KILN_EINVAL, "wants tensor offsets i64[T+1], T >= 1");
+		if (kern_lamb_chunks(p->n) > INT32_MAX)
+			return cuda_bad(c, op, KILN_ENOTSUP, "more than 2^31 chunks of parameters");
+		p->sz[0] = T;
+		p->workspace = kern_lamb_workspace(p->n, T);
+		p->sz[3] = sizeof(int);
+	}
 	return KILN_OK;
 }
 
@@ -156,7 +273,15 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_OP_UNSCALE: need_in = 2; need_out = 2; p->launch = cuda_launch_grad_clip; break;
 	case KILN_OP_SCALER_UPDATE: need_in = 1; need_out = 1; p->launch = cuda_launch_scaler_update; break;
 	case KILN_OP_SGD:
-	case KILN_OP_ADAMW: return optim_prepare(c, p);
+	case KILN_OP_ADAMW:
+	case KILN_OP_LAMB: return optim_prepare(c, p);
+	case KILN_OP_ACT:
+	case KILN_OP_ACT_BWD:
+	case KILN_OP_DROPOUT:
+	case KILN_OP_DROPOUT_BWD:
+	case KILN_OP_CONCAT:
+	case KILN_OP_SPLIT:
+	case KILN_OP_REORDER: return newop_prepare(c, p);
 	case KILN_OP_FILL: need_in = 0; need_out = 1; p->launch = cuda_launch_fill; break;
 	case KILN_OP_COUNTER_ADD: need_in = 0; need_out = 1; p->launch = cuda_launch_counter_add; break;
 	case KILN_OP_LR_SCHEDULE: need_in = 1; need_out = 1; p->launch = cuda_launch_lr_schedule; break;
@@ -202,10 +327,10 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	if (op->type == KILN_OP_FILL)
 		return fill_prepare(c, p);
 	if (op->type == KILN_OP_SOFTMAX_XENT) {
-		if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32 ||
+		if (!kern_float_dtype(op->in[0].dtype) || !kern_float_dtype(op->out[0].dtype) ||
 		    op->out[1].dtype != KILN_F32 || op->in[1].dtype != KILN_I32)
 			return cuda_bad(c, op, KILN_ENOTSUP,
-					"needs f32 logits, i32 labels, f32 gradient and f32 metrics");
+					"needs f32/bf16/f16 logits and gradient, i32 labels and f32 metrics");
 		if (op->n_in == 3 && (op->in[2].dtype != KILN_F32 || cuda_numel(&op->in[2]) != 1))
 			return cuda_bad(c, op, KILN_EINVAL, "the loss scale in2 must be f32[1]");
 		p->cols = cuda_inner(&op->in[0]);
@@ -232,17 +357,19 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	if (op->type == KILN_OP_CAST) {
 		p->n = cuda_numel(&op->out[0]);
 		const int di = op->in[0].dtype, dout = op->out[0].dtype;
-		if (!((di == KILN_F32 && dout == KILN_BF16) || (di == KILN_BF16 && dout == KILN_F32)) ||
+		const int lo_in = di == KILN_BF16 || di == KILN_F16;
+		const int lo_out = dout == KILN_BF16 || dout == KILN_F16;
+		if (!((di == KILN_F32 && lo_out) || (lo_in && dout == KILN_F32)) ||
 		    cuda_numel(&op->in[0]) != p->n)
-			return cuda_bad(c, op, KILN_EINVAL, "casts f32 to bf16 or bf16 to f32, same element count");
+			return cuda_bad(c, op, KILN_EINVAL, "casts f32 to bf16 or f16, or back, same element count");
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_NORMALIZE_U8) {
 		p->n = cuda_numel(&op->out[0]);
-		if (op->in[0].dtype != KILN_U8 || op->out[0].dtype != KILN_F32 ||
+		if (op->in[0].dtype != KILN_U8 || !kern_float_dtype(op->out[0].dtype) ||
 		    op->in[0].ndim != 4 || cuda_numel(&op->in[0]) != p->n ||
 		    op->in[0].layout != op->out[0].layout)
-			return cuda_bad(c, op, KILN_EINVAL, "wants u8 [N, C, H, W] in and f32 of the same shape and layout out");
+			return cuda_bad(c, op, KILN_EINVAL, "wants u8 [N, C, H, W] in and f32 (bf16, f16) of the same shape and layout out");
 		p->sz[0] = op->in[0].dims[1];
 		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
 		if (p->sz[0] < 1 || p->sz[0] > 3)
@@ -258,8 +385,16 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 				p->lut[k][u] = (float)((u / 255.0 - op->f[k]) / op->f[3 + k]);
 		return KILN_OK;
 	}
-	if (!cuda_all_f32(op))
-		return cuda_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	/* f32, bf16 or f16 tensors (f32 arithmetic, one rounding: kernels.cu);
+	 * the scaler's and the clipping's state stay f32 */
+	if (!cuda_all_float(op))
+		return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 tensors only");
+	if ((op->type == KILN_OP_GRAD_CLIP || op->type == KILN_OP_UNSCALE) &&
+	    (op->out[1].dtype != KILN_F32 || (op->type == KILN_OP_UNSCALE && op->in[1].dtype != KILN_F32)))
+		return cuda_bad(c, op, KILN_ENOTSUP, "the gate and scaler states are f32");
+	if (op->type == KILN_OP_SCALER_UPDATE &&
+	    (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32))
+		return cuda_bad(c, op, KILN_ENOTSUP, "the gate and scaler states are f32");
 
 	switch (op->type) {
 	case KILN_OP_BIAS_ADD:
