@@ -2,9 +2,11 @@
  * ReLU forward/backward, the fused loss (softmax cross-entropy, MSE, BCE:
  * forward, backward and the metric counts in one pass), SGD with momentum
  * and AdamW over the flat buffers, fill, sum, the vector ops, the step
- * counter, the learning-rate schedule, u8 normalisation, the f32/bf16 cast
- * and gradient clipping.  The formulas are plugin.h's; the reference loops
- * are plugins/cpu/ops.c and optim.c.
+ * counter, the learning-rate schedule, u8 normalisation, the casts,
+ * gradient clipping, the activations, dropout, concat/split, reorder and
+ * LAMB, each over f32, bf16 or f16 storage (ld/st below).  The formulas
+ * are plugin.h's; the reference loops are plugins/cpu/ops.c, optim.c,
+ * act.c and layout.c; the pure maps are kern.h (host-tested).
  *
  * Each op has one launcher, cuda_launch_<op>(plan, args, stream), called
  * by run() on the caller's thread: it only enqueues and returns the launch
@@ -1120,6 +1122,8 @@ extern "C" cudaError_t cuda_launch_reorder(const struct cuda_plan *p,
 	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
 	const int same = DTI(p, 0) == DTO(p, 0);
 	const int64_t N = p->sz[0], R = p->sz[1], S = p->sz[2], es = p->sz[3];
+	if (p->n == 0)
+		return cudaSuccess;
 	if (!R) { /* same layout: a copy (or an add, or a conversion) */
 		if (same && !acc)
 			return a->in[0] == a->out[0]
@@ -1158,11 +1162,11 @@ __global__ void k_lamb_check(int *go, const float *gate, const int64_t *tp, cons
 {
 	__shared__ int bad;
 	if (threadIdx.x == 0)
-		bad = -1;
+		bad = INT32_MAX; /* none yet; else the first entry below its predecessor */
 	__syncthreads();
 	for (int64_t k = threadIdx.x; k < T; k += blockDim.x)
 		if (off[k + 1] < off[k])
-			atomicMax(&bad, (int)(k + 1 < INT32_MAX ? k + 1 : INT32_MAX));
+			atomicMin(&bad, (int)(k + 1 < INT32_MAX ? k + 1 : INT32_MAX - 1));
 	__syncthreads();
 	if (threadIdx.x != 0)
 		return;
@@ -1171,10 +1175,10 @@ __global__ void k_lamb_check(int *go, const float *gate, const int64_t *tp, cons
 	if (ok && t < 1) {
 		err_step(err, t, KILN_OP_LAMB);
 		ok = 0;
-	} else if (ok && (off[0] != 0 || off[T] != n || bad >= 0)) {
+	} else if (ok && (off[0] != 0 || off[T] != n || bad != INT32_MAX)) {
 		const unsigned long long key = kern_err_key_other(KERN_ERR_OFFSETS);
 		if (atomicMin(&err->key, key) > key) {
-			err->val = off[0] != 0 ? 0 : bad >= 0 ? bad : T;
+			err->val = off[0] != 0 ? 0 : bad != INT32_MAX ? bad : T;
 			err->op = KILN_OP_LAMB;
 			err->kind = KERN_ERR_OFFSETS;
 		}
@@ -1189,6 +1193,17 @@ struct lamb_k {
 	double b1d, b2d;
 };
 
+/* The bias corrections of step t (in double, as PyTorch) and this
+ * block's chunk [*b, *e) of the n elements. */
+__device__ static void lamb_block(const struct lamb_k *q, int64_t t, int64_t n, float *inv_c1,
+				  float *inv_sqrt_c2, int64_t *b, int64_t *e)
+{
+	*inv_c1 = (float)(1.0 / (1.0 - pow(q->b1d, (double)t)));
+	*inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow(q->b2d, (double)t)));
+	*b = (int64_t)blockIdx.x * KERN_LAMB_CHUNK;
+	*e = *b + KERN_LAMB_CHUNK < n ? *b + KERN_LAMB_CHUNK : n;
+}
+
 /* Pass 1, block c over chunk c: update m, v; per piece (chunk c, tensor
  * k) the sums of p*p and u*u (u = m^/vh + wd*d*p, p before the step) into
  * slot c + k (kern.h). */
@@ -1198,11 +1213,10 @@ __global__ void k_lamb_moments(double *slot, const int *go, float *w, float *m, 
 {
 	if (!*go)
 		return;
-	const int64_t t = *tp;
-	const float inv_c1 = (float)(1.0 / (1.0 - pow(q.b1d, (double)t)));
-	const float inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow(q.b2d, (double)t)));
-	const int64_t c = blockIdx.x, b = c * KERN_LAMB_CHUNK;
-	const int64_t e = b + KERN_LAMB_CHUNK < n ? b + KERN_LAMB_CHUNK : n;
+	float inv_c1, inv_sqrt_c2;
+	int64_t b, e;
+	lamb_block(&q, *tp, n, &inv_c1, &inv_sqrt_c2, &b, &e);
+	const int64_t c = blockIdx.x;
 	for (int64_t k = kern_tensor_of(off, T, b); k < T && off[k] < e; k++) {
 		const int64_t lo = off[k] > b ? off[k] : b, hi = off[k + 1] < e ? off[k + 1] : e;
 		if (hi <= lo)
@@ -1256,11 +1270,9 @@ __global__ void k_lamb_update(float *w, void *cp, int cdt, const int *go, const 
 {
 	if (!*go)
 		return;
-	const int64_t t = *tp;
-	const float inv_c1 = (float)(1.0 / (1.0 - pow(q.b1d, (double)t)));
-	const float inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow(q.b2d, (double)t)));
-	const int64_t c = blockIdx.x, b = c * KERN_LAMB_CHUNK;
-	const int64_t e = b + KERN_LAMB_CHUNK < n ? b + KERN_LAMB_CHUNK : n;
+	float inv_c1, inv_sqrt_c2;
+	int64_t b, e;
+	lamb_block(&q, *tp, n, &inv_c1, &inv_sqrt_c2, &b, &e);
 	for (int64_t k = kern_tensor_of(off, T, b); k < T && off[k] < e; k++) {
 		const int64_t lo = off[k] > b ? off[k] : b, hi = off[k + 1] < e ? off[k + 1] : e;
 		const float sk = step[k];

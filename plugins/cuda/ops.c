@@ -137,17 +137,6 @@ static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	return c->host->error(KILN_EINTERNAL, "cuda: op %d is not a layout or activation op", op->type);
 }
 
-/* bf16 from f32, round to nearest even (NaN kept quiet): FILL's pattern */
-static uint16_t host_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
 /* FILL: the value as the dtype's bit pattern (sz[0]) and width (sz[1]) */
 static kiln_status fill_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
@@ -167,7 +156,7 @@ static kiln_status fill_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_I64: bits = (uint64_t)(int64_t)v, width = 8; break;
 	case KILN_U8: bits = (uint8_t)v, width = 1; break;
 	case KILN_I8: bits = (uint8_t)(int8_t)v, width = 1; break;
-	case KILN_BF16: bits = host_bf16((float)v), width = 2; break;
+	case KILN_BF16: bits = kern_bf16_round((float)v), width = 2; break;
 	case KILN_F16: {
 		_Float16 h = (_Float16)v;
 		uint16_t u;
