@@ -39,7 +39,7 @@ endif
 if BUILD_CUDA
 pkglib_LTLIBRARIES += plugins/kiln-cuda.la
 plugins_kiln_cuda_la_SOURCES = plugins/cuda/cuda.c plugins/cuda/ops.c plugins/cuda/gemm.c \
-	plugins/cuda/cuda.h
+	plugins/cuda/cuda.h plugins/cuda/kern.h
 plugins_kiln_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) -DKILN_CUDA_MIN_ARCH=$(CUDA_MIN_ARCH)
 plugins_kiln_cuda_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 plugins_kiln_cuda_la_LDFLAGS = $(PLUGIN_LDFLAGS) $(CUDA_LDFLAGS)
@@ -52,7 +52,8 @@ CLEANFILES += plugins/cuda/kernels.lo plugins/cuda/.libs/kernels.o
 NVCC_FLAGS = -O3 -std=c++17 $(NVCC_GENCODE) -I$(top_srcdir)/include -I$(top_builddir) \
 	$(CUDA_CPPFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden
 # (Makefile: a new --with-cuda-arch recompiles)
-plugins/cuda/kernels.lo: $(srcdir)/plugins/cuda/kernels.cu $(srcdir)/plugins/cuda/cuda.h Makefile \
+plugins/cuda/kernels.lo: $(srcdir)/plugins/cuda/kernels.cu $(srcdir)/plugins/cuda/cuda.h \
+		$(srcdir)/plugins/cuda/kern.h Makefile \
 		$(srcdir)/include/kiln/plugin.h
 	$(AM_V_GEN)$(MKDIR_P) plugins/cuda/.libs && \
 	$(NVCC) $(NVCC_FLAGS) -c $(srcdir)/plugins/cuda/kernels.cu -o plugins/cuda/.libs/kernels.o && \

@@ -126,6 +126,15 @@ TESTS += tests/device_cuda.sh
 endif
 endif
 EXTRA_DIST += tests/device_cuda.sh
+# The CUDA device's pure pieces (plugins/cuda/kern.h) on the host: no GPU,
+# no CUDA headers needed, so it runs on every machine.
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cuda_host
+TESTS += tests/check_cuda_host
+tests_check_cuda_host_SOURCES = tests/check_cuda_host.c plugins/cuda/kern.h
+tests_check_cuda_host_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cuda_host_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 TESTS += tests/docs.sh
 EXTRA_DIST += tests/docs.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
 

@@ -16,13 +16,15 @@
  * run/copy_async from the loader's thread too, so every entry point makes
  * the context's device current first (cuda_use).
  *
- * Errors of kernels that meet bad data (a label outside [0, C)) cannot
- * stop the stream: the kernel records the first bad row in mapped page-
- * locked memory and the next host sync (stream_sync, event_sync) reports
- * it as KILN_EDATA, once.  Failures of CUDA itself name the call and
+ * Errors of kernels that meet bad data (a label outside [0, C), an
+ * optimizer step count < 1) cannot stop the stream: the kernel records
+ * the first one in a record in device memory and the next host sync
+ * (stream_sync, event_sync) reports it, once (KILN_EDATA for data,
+ * KILN_EINVAL for a bad step count).  Failures of CUDA itself name the call and
  * file:line.
  */
 #include "cuda.h"
+#include "kern.h" /* kern_err_message */
 
 #include <cuda_runtime_api.h> /* cudaMalloc, cudaHostAlloc, streams, events */
 #include <pthread.h>          /* the context's lock over live objects */
@@ -269,28 +271,37 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 		st = cuda_fail(c, KILN_EDEVICE, e, "cudaDeviceGetAttribute", __FILE__, __LINE__);
 		goto fail;
 	}
-	/* the bad-data record: mapped page-locked memory (see the top) */
-	void *h = NULL, *d = NULL;
-	if ((e = cudaHostAlloc(&h, sizeof *c->err_host, cudaHostAllocMapped | cudaHostAllocPortable)) !=
-	    cudaSuccess) {
-		st = cuda_fail(c, KILN_EDEVICE, e, "cudaHostAlloc(mapped)", __FILE__, __LINE__);
+	/* the bad-data record: device memory, and a stream of its own to
+	 * read and clear it (see the top and cuda.h) */
+	cudaStream_t es = NULL;
+	if ((e = cudaStreamCreateWithFlags(&es, cudaStreamNonBlocking)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaStreamCreateWithFlags (error record)", __FILE__,
+			       __LINE__);
 		goto fail;
 	}
-	c->err_host = h;
-	c->err_host->rowlab = CUDA_ERR_NONE;
-	if ((e = cudaHostGetDevicePointer(&d, h, 0)) != cudaSuccess) {
-		st = cuda_fail(c, KILN_EDEVICE, e, "cudaHostGetDevicePointer", __FILE__, __LINE__);
+	c->err_stream = es;
+	void *d = NULL;
+	if ((e = cudaMalloc(&d, sizeof *c->err_dev)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaMalloc (error record)", __FILE__, __LINE__);
 		goto fail;
 	}
 	c->err_dev = d;
+	/* key ~0 (no error): every byte 0xff */
+	if ((e = cudaMemsetAsync(d, 0xff, sizeof c->err_dev->key, es)) != cudaSuccess ||
+	    (e = cudaStreamSynchronize(es)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaMemsetAsync (error record)", __FILE__, __LINE__);
+		goto fail;
+	}
 	if ((st = cuda_lt_create(c)))
 		goto fail;
 	host->log(KILN_LOG_DEBUG, "cuda", "opened ordinal %d: %d SMs", ordinal, c->sms);
 	*out = c;
 	return KILN_OK;
 fail:
-	if (c->err_host)
-		cudaFreeHost(c->err_host);
+	if (c->err_dev)
+		cudaFree(c->err_dev);
+	if (c->err_stream)
+		cudaStreamDestroy((cudaStream_t)c->err_stream);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 	return st;
@@ -310,8 +321,10 @@ static void cuda_close(void *ctx)
 		obj_release(o);
 	}
 	cuda_lt_destroy(&x->c);
-	if (x->c.err_host)
-		cudaFreeHost(x->c.err_host);
+	if (x->c.err_dev)
+		cudaFree(x->c.err_dev);
+	if (x->c.err_stream)
+		cudaStreamDestroy((cudaStream_t)x->c.err_stream);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 }
@@ -487,20 +500,26 @@ static kiln_status cuda_stream_wait(void *ctx, void *stream, void *event)
 }
 
 /* After a host sync: a bad-data record left by a kernel becomes this
- * sync's KILN_EDATA (once; the record is cleared).  The record is per
+ * sync's error (once; the record is cleared).  The record is per
  * context, not per stream: whichever thread syncs first after the kernel
- * (the trainer's stream, or an event the loader waits on) reports it. */
+ * (the trainer's stream, or an event the loader waits on) reports it.
+ * Reading it is one 24-byte copy on the context's own stream (about ten
+ * microseconds), paid only at host syncs, which the trainer makes at log
+ * points, never per step. */
 static kiln_status cuda_check_data(struct cuda_ctx *c)
 {
-	volatile struct cuda_err_rec *r = c->err_host;
-	const unsigned long long v = r->rowlab;
-	if (v == CUDA_ERR_NONE)
+	struct cuda_err_rec r;
+	cudaStream_t es = (cudaStream_t)c->err_stream;
+	CUDA_TRY(c, cudaMemcpyAsync(&r, c->err_dev, sizeof r, cudaMemcpyDeviceToHost, es));
+	CUDA_TRY(c, cudaStreamSynchronize(es));
+	if (r.key == CUDA_ERR_NONE)
 		return KILN_OK;
-	const long long row = (long long)(v >> 32), C = r->classes;
-	const int label = (int)(int32_t)(uint32_t)(v & 0xffffffffu), op = r->op;
-	r->rowlab = CUDA_ERR_NONE;
-	return c->host->error(KILN_EDATA, "cuda: %s: label %d of row %lld is outside [0, %lld)",
-			      cuda_op_name(op), label, row, C);
+	CUDA_TRY(c, cudaMemsetAsync(c->err_dev, 0xff, sizeof r.key, es));
+	CUDA_TRY(c, cudaStreamSynchronize(es));
+	char msg[256];
+	const kiln_status st = kern_err_message(r.key, r.val, r.kind, cuda_op_name(r.op), msg,
+						sizeof msg);
+	return c->host->error(st, "%s", msg);
 }
 
 static kiln_status cuda_event_sync(void *ctx, void *event)

@@ -27,16 +27,19 @@ extern "C" {
 struct cuda_gemm;
 
 /* The record a kernel leaves when it meets bad data (a label outside
- * [0, C)), in mapped page-locked memory: the kernel writes it through the
- * device alias, the host reads it after a sync without a copy.  `rowlab`
- * packs (row << 32 | (uint32)label) and kernels keep the minimum
- * (atomicMin), so the first bad row is reported whatever the block
- * order; ~0 means no error. */
+ * [0, C), an optimizer step count < 1, bad LAMB offsets), in DEVICE memory
+ * (one per context): kernels keep the smallest key (atomicMin on device
+ * memory, which is atomic among the GPU's threads; an atomic on mapped
+ * host memory is not promised to be, and needs PCIe atomics), so the first
+ * bad row is reported whatever the block order; the winner then writes
+ * val, op and kind.  The next host sync copies it back on the context's
+ * own stream and turns it into a status (kern_err_message in kern.h).
+ * key ~0 means no error. */
 struct cuda_err_rec {
-	unsigned long long rowlab;
-	long long classes;      /* C of the op that failed */
-	int op;                 /* its enum kiln_op_type */
-	int pad;
+	unsigned long long key; /* kern_err_key_label / kern_err_key_other */
+	long long val;          /* C of a bad label, the bad step count, ... */
+	int op;                 /* the enum kiln_op_type that failed */
+	int kind;               /* KERN_ERR_* (kern.h) */
 };
 
 #define CUDA_ERR_NONE (~0ull)
@@ -47,8 +50,8 @@ struct cuda_ctx {
 	int ordinal;
 	int sms;                        /* streaming multiprocessors: grid sizes */
 	void *lt;                       /* cublasLtHandle_t, shared by every GEMM plan */
-	struct cuda_err_rec *err_host;  /* mapped page-locked (see above) */
-	struct cuda_err_rec *err_dev;   /* its device alias, passed to kernels */
+	struct cuda_err_rec *err_dev;   /* device memory (see above), passed to kernels */
+	void *err_stream;               /* cudaStream_t: reads and clears the record */
 };
 
 struct cuda_plan;
@@ -69,7 +72,7 @@ struct cuda_plan {
 	int n_in, n_out;           /* arguments run() requires to be non-NULL */
 	size_t workspace;          /* bytes run() requires in args->workspace */
 	int grid;                  /* blocks of grid-stride kernels (from the SM count) */
-	struct cuda_err_rec *err;  /* device alias of the context's error record */
+	struct cuda_err_rec *err;  /* the context's error record (device memory) */
 	/* Device scratch the plan owns (reductions' block partials, at most
 	 * a few KiB, allocated once in prepare): plugin.h has these ops
 	 * report no workspace, as the CPU device does. */
@@ -172,6 +175,16 @@ cudaError_t cuda_launch_normalize_u8(const struct cuda_plan *p, const struct kil
 cudaError_t cuda_launch_cast(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_scaler_update(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_act(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_act_bwd(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_dropout(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_concat_split(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_reorder(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_lamb(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+/* GEMM with an f32 bias into a bf16/f16 output where cuBLASLt has no
+ * such epilogue: out0 [rows, cols] (dtype) += bias f32 [cols] */
+cudaError_t cuda_bias_add_lowp(void *y, int dtype, const float *bias, int64_t rows, int64_t cols,
+			       int grid, cudaStream_t s);
 
 /* Blocks of the reduction kernels (softmax rows, grad-clip partial sums):
  * a fixed count, so the order of every sum is fixed by the shape alone

@@ -7,13 +7,17 @@
  * Implemented: the op set of a multilayer perceptron's training and
  * evaluation step (GEMM is gemm.c) plus the trainer's own ops: BIAS_ADD,
  * BIAS_GRAD, RELU, RELU_BWD, SOFTMAX_XENT (all three losses), SGD, ADAMW,
- * FILL, REDUCE_SUM, SCALE, ADD, MUL, COUNTER_ADD, LR_SCHEDULE,
- * NORMALIZE_U8, CAST, GRAD_CLIP, and dynamic loss scaling (UNSCALE,
- * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2).  Every other op
- * (convolution, batch norm, pooling, the general activations, dropout,
- * concat/split, reorder, LAMB) is KILN_ENOTSUP naming the op, which the
- * core reports before training.
+ * LAMB, FILL, REDUCE_SUM, SCALE, ADD, MUL, COUNTER_ADD, LR_SCHEDULE,
+ * NORMALIZE_U8, CAST, GRAD_CLIP, dynamic loss scaling (UNSCALE,
+ * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2), the activations
+ * ACT/ACT_BWD, DROPOUT/DROPOUT_BWD, CONCAT/SPLIT and REORDER.  Their
+ * activations may be f32, bf16 or f16 (f32 arithmetic, one rounding:
+ * kernels.cu's ld/st).  Convolution, batch norm and pooling are cuDNN's
+ * (another file); any op this file does not know is KILN_ENOTSUP naming
+ * the op, which the core reports before training.
+ *
  */
+#include "kern.h" /* kern_cat_geom, kern_reorder_geom, kern_lamb_workspace */
 #include "cuda.h"
 
 #include <math.h>
@@ -30,26 +34,88 @@ static int64_t cuda_inner(const struct kiln_tensor_desc *d)
 	return d->dims[d->ndim - 1];
 }
 
-static int cuda_all_f32(const struct kiln_op *op)
+/* Every tensor of the op f32, bf16 or f16: what kernels.cu's ld/st take. */
+static int cuda_all_float(const struct kiln_op *op)
 {
 	for (int i = 0; i < op->n_in; i++)
-		if (op->in[i].dtype != KILN_F32)
+		if (!kern_float_dtype(op->in[i].dtype))
 			return 0;
 	for (int i = 0; i < op->n_out; i++)
-		if (op->out[i].dtype != KILN_F32)
+		if (!kern_float_dtype(op->out[i].dtype))
 			return 0;
 	return 1;
 }
 
-/* bf16 from f32, round to nearest even (NaN kept quiet): FILL's pattern */
-static uint16_t host_bf16(float f)
+static int64_t cuda_esize(int dtype)
 {
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
+	static const int64_t s[KILN_DTYPE_COUNT] = { 4, 2, 2, 1, 1, 4, 8 };
+	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? s[dtype] : 0;
+}
+
+/* ACT, ACT_BWD, DROPOUT(_BWD), CONCAT, SPLIT, REORDER: sizes and launcher.
+ * Only the arity is checked here (an op the kernels would read past), and
+ * what the kernels cannot do. */
+static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	p->n_in = op->n_in;
+	p->n_out = op->n_out;
+	switch (op->type) {
+	case KILN_OP_ACT:
+	case KILN_OP_ACT_BWD: {
+		const int bwd = op->type == KILN_OP_ACT_BWD;
+		if (!cuda_all_float(op))
+			return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 tensors only");
+		p->n = cuda_numel(&op->out[0]);
+		p->launch = bwd ? cuda_launch_act_bwd : cuda_launch_act;
+		return KILN_OK;
+	}
+	case KILN_OP_DROPOUT:
+	case KILN_OP_DROPOUT_BWD: {
+		if (!kern_float_dtype(op->in[0].dtype) || !kern_float_dtype(op->out[0].dtype))
+			return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 data");
+		const struct kiln_tensor_desc *y = &op->out[0];
+		p->n = cuda_numel(y);
+		if (y->ndim == 4 && y->layout == KILN_NHWC) {
+			/* drawn by logical index: kern_nhwc_logical */
+			p->sz[0] = y->dims[1];
+			p->sz[1] = y->dims[2] * y->dims[3];
+		}
+		p->launch = cuda_launch_dropout;
+		return KILN_OK;
+	}
+	case KILN_OP_CONCAT:
+	case KILN_OP_SPLIT: {
+		const int split = op->type == KILN_OP_SPLIT;
+		const struct kiln_tensor_desc *whole = split ? &op->in[0] : &op->out[0];
+		struct kern_cat g;
+		if (kern_cat_geom(op, &g))
+			return c->host->error(KILN_EINTERNAL, "cuda: %s: dimension i[0] out of range",
+					      cuda_op_name(op->type));
+		p->sz[3] = cuda_esize(whole->dtype);
+		if (!p->sz[3] || (split && op->i[1] && !kern_float_dtype(whole->dtype)))
+			return cuda_bad(c, op, KILN_ENOTSUP, "unknown dtype, or accumulating into a non-float one");
+		p->launch = cuda_launch_concat_split;
+		return KILN_OK;
+	}
+	case KILN_OP_REORDER: {
+		const int same = op->in[0].dtype == op->out[0].dtype;
+		const int acc = (op->flags & KILN_OPF_ACCUMULATE) != 0;
+		if ((!same || acc) &&
+		    (!kern_float_dtype(op->in[0].dtype) || !kern_float_dtype(op->out[0].dtype)))
+			return cuda_bad(c, op, KILN_ENOTSUP, "converts and accumulates float dtypes only");
+		p->sz[3] = cuda_esize(op->in[0].dtype);
+		if (!p->sz[3])
+			return cuda_bad(c, op, KILN_ENOTSUP, "unknown dtype");
+		p->n = cuda_numel(&op->in[0]);
+		kern_reorder_geom(&op->in[0], &op->out[0], &p->sz[0], &p->sz[1], &p->sz[2]);
+		if (p->sz[2] == 0)
+			p->sz[1] = 0; /* empty images: nothing to transpose */
+		p->launch = cuda_launch_reorder;
+		return KILN_OK;
+	}
+	}
+	return c->host->error(KILN_EINTERNAL, "cuda: op %d is not a layout or activation op", op->type);
 }
 
 /* FILL: the value as the dtype's bit pattern (sz[0]) and width (sz[1]) */
@@ -71,7 +137,7 @@ static kiln_status fill_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_I64: bits = (uint64_t)(int64_t)v, width = 8; break;
 	case KILN_U8: bits = (uint8_t)v, width = 1; break;
 	case KILN_I8: bits = (uint8_t)(int8_t)v, width = 1; break;
-	case KILN_BF16: bits = host_bf16((float)v), width = 2; break;
+	case KILN_BF16: bits = kern_bf16_round((float)v), width = 2; break;
 	case KILN_F16: {
 		_Float16 h = (_Float16)v;
 		uint16_t u;
@@ -87,18 +153,31 @@ static kiln_status fill_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	return KILN_OK;
 }
 
-/* SGD and AdamW: f32 state; the core checked the operands. */
+/* SGD, AdamW and LAMB: the CPU device's checks (plugins/cpu/optim.c).
+ * An optional last output in bf16/f16 is the compute copy (sz[2] = 1,
+ * sz[1] its dtype). */
 static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
-	const int sgd = op->type == KILN_OP_SGD;
-	const int out_n = sgd ? (op->f[0] == 0.0 && op->n_out == 1 ? 1 : 2) : 3;
-	if (op->out[op->n_out - 1].dtype != KILN_F32)
-		return cuda_bad(c, op, KILN_ENOTSUP, "no bf16/f16 compute copy output yet");
-	p->launch = sgd ? cuda_launch_sgd : cuda_launch_adamw;
+	const int sgd = op->type == KILN_OP_SGD, lamb = op->type == KILN_OP_LAMB;
+	const int copy = op->n_out > 1 && (op->out[op->n_out - 1].dtype == KILN_BF16 ||
+					   op->out[op->n_out - 1].dtype == KILN_F16);
+	p->sz[1] = copy ? op->out[op->n_out - 1].dtype : 0;
+	p->sz[2] = copy;
+	p->launch = sgd ? cuda_launch_sgd : lamb ? cuda_launch_lamb : cuda_launch_adamw;
 	p->n_in = op->n_in;
-	p->n_out = out_n;
+	p->n_out = op->n_out;
 	p->n = op->i[0];
+	if (lamb) {
+		/* workspace: the piece sums and per-tensor steps (kern.h);
+		 * scratch: the go flag of k_lamb_check */
+		const int64_t T = cuda_numel(&op->in[3]) - 1;
+		if (kern_lamb_chunks(p->n) > INT32_MAX)
+			return cuda_bad(c, op, KILN_ENOTSUP, "more than 2^31 chunks of parameters");
+		p->sz[0] = T;
+		p->workspace = kern_lamb_workspace(p->n, T);
+		p->sz[3] = sizeof(int);
+	}
 	return KILN_OK;
 }
 
@@ -118,6 +197,14 @@ int cuda_has_op(int type)
 	case KILN_OP_SCALER_UPDATE:
 	case KILN_OP_SGD:
 	case KILN_OP_ADAMW:
+	case KILN_OP_LAMB:
+	case KILN_OP_ACT:
+	case KILN_OP_ACT_BWD:
+	case KILN_OP_DROPOUT:
+	case KILN_OP_DROPOUT_BWD:
+	case KILN_OP_CONCAT:
+	case KILN_OP_SPLIT:
+	case KILN_OP_REORDER:
 	case KILN_OP_FILL:
 	case KILN_OP_COUNTER_ADD:
 	case KILN_OP_LR_SCHEDULE:
@@ -133,8 +220,6 @@ int cuda_has_op(int type)
 
 kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
-	/* The core checked counts, shapes and parameters (core/opcheck.c):
-	 * here the launcher, the sizes, and what this device cannot run. */
 	const struct kiln_op *op = &p->op;
 
 	switch (op->type) {
@@ -147,7 +232,15 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_OP_UNSCALE: p->launch = cuda_launch_grad_clip; break;
 	case KILN_OP_SCALER_UPDATE: p->launch = cuda_launch_scaler_update; break;
 	case KILN_OP_SGD:
-	case KILN_OP_ADAMW: return optim_prepare(c, p);
+	case KILN_OP_ADAMW:
+	case KILN_OP_LAMB: return optim_prepare(c, p);
+	case KILN_OP_ACT:
+	case KILN_OP_ACT_BWD:
+	case KILN_OP_DROPOUT:
+	case KILN_OP_DROPOUT_BWD:
+	case KILN_OP_CONCAT:
+	case KILN_OP_SPLIT:
+	case KILN_OP_REORDER: return newop_prepare(c, p);
 	case KILN_OP_FILL: p->launch = cuda_launch_fill; break;
 	case KILN_OP_COUNTER_ADD: p->launch = cuda_launch_counter_add; break;
 	case KILN_OP_LR_SCHEDULE: p->launch = cuda_launch_lr_schedule; break;
@@ -171,8 +264,6 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_OP_FILL:
 		return fill_prepare(c, p);
 	case KILN_OP_SOFTMAX_XENT:
-		if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32)
-			return cuda_bad(c, op, KILN_ENOTSUP, "needs f32 logits and gradient");
 		p->cols = cuda_inner(&op->in[0]);
 		p->rows = cuda_numel(&op->in[0]) / p->cols;
 		if (p->cols > INT32_MAX - 1)
@@ -181,13 +272,9 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		p->sz[3] = CUDA_RED_BLOCKS * 4 * sizeof(double); /* block partials (struct xent_part) */
 		return KILN_OK;
 	case KILN_OP_CAST:
-		if (op->in[0].dtype == KILN_F16 || op->out[0].dtype == KILN_F16)
-			return cuda_bad(c, op, KILN_ENOTSUP, "casts f32 to bf16 or back (no f16 yet)");
 		p->n = cuda_numel(&op->out[0]);
 		return KILN_OK;
 	case KILN_OP_NORMALIZE_U8:
-		if (op->out[0].dtype != KILN_F32)
-			return cuda_bad(c, op, KILN_ENOTSUP, "writes f32");
 		p->n = cuda_numel(&op->out[0]);
 		p->sz[0] = op->in[0].dims[1];
 		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
@@ -199,8 +286,16 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 				p->lut[k][u] = (float)((u / 255.0 - op->f[k]) / op->f[3 + k]);
 		return KILN_OK;
 	}
-	if (!cuda_all_f32(op))
-		return cuda_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	/* f32, bf16 or f16 tensors (f32 arithmetic, one rounding: kernels.cu);
+	 * the scaler's and the clipping's state stay f32 */
+	if (!cuda_all_float(op))
+		return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 tensors only");
+	if ((op->type == KILN_OP_GRAD_CLIP || op->type == KILN_OP_UNSCALE) &&
+	    (op->out[1].dtype != KILN_F32 || (op->type == KILN_OP_UNSCALE && op->in[1].dtype != KILN_F32)))
+		return cuda_bad(c, op, KILN_ENOTSUP, "the gate and scaler states are f32");
+	if (op->type == KILN_OP_SCALER_UPDATE &&
+	    (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32))
+		return cuda_bad(c, op, KILN_ENOTSUP, "the gate and scaler states are f32");
 
 	switch (op->type) {
 	case KILN_OP_BIAS_ADD:
