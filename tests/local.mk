@@ -221,6 +221,12 @@ EXTRA_DIST += tests/resume_kill.sh
 
 # ---- mixed precision: the loss scaler through kiln_train ----------------
 if HAVE_CHECK
+check_PROGRAMS += tests/check_graph
+TESTS += tests/check_graph
+tests_check_graph_SOURCES = tests/check_graph.c
+tests_check_graph_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
+
 check_PROGRAMS += tests/check_amp
 TESTS += tests/check_amp
 tests_check_amp_SOURCES = tests/check_amp.c
