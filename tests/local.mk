@@ -234,7 +234,8 @@ tests_check_amp_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_amp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
 endif
-EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py
+EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py tests/gpu/cnn.ini \
+	tests/gpu/gemm_mlp.ini tests/gpu/torch_bench.py
 
 # ---- distributed: the rendezvous store and the environment ---------------
 if HAVE_CHECK
