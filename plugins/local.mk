@@ -2,7 +2,7 @@
 # plugin directory (plugins/.libs) that libkiln searches when uninstalled.
 if BUILD_CPU
 pkglib_LTLIBRARIES += plugins/kiln-cpu.la
-plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/stream.c plugins/cpu/ops.c plugins/cpu/optim.c plugins/cpu/lowp.c \
+plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/stream.c plugins/cpu/graph.c plugins/cpu/ops.c plugins/cpu/optim.c plugins/cpu/lowp.c \
 	plugins/cpu/gemm.c plugins/cpu/dnn.c plugins/cpu/conv.c plugins/cpu/pool.c \
 	plugins/cpu/bn.c plugins/cpu/act.c plugins/cpu/layout.c plugins/cpu/cpu.h \
 	plugins/cpu/dnn.h
@@ -38,7 +38,7 @@ endif
 # install stay libtool's.  cudart is static (see configure.ac).
 if BUILD_CUDA
 pkglib_LTLIBRARIES += plugins/kiln-cuda.la
-plugins_kiln_cuda_la_SOURCES = plugins/cuda/cuda.c plugins/cuda/ops.c plugins/cuda/gemm.c \
+plugins_kiln_cuda_la_SOURCES = plugins/cuda/cuda.c plugins/cuda/ops.c plugins/cuda/gemm.c plugins/cuda/graph.c \
 	plugins/cuda/cuda.h plugins/cuda/kern.h
 plugins_kiln_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) -DKILN_CUDA_MIN_ARCH=$(CUDA_MIN_ARCH)
 plugins_kiln_cuda_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)

@@ -230,6 +230,12 @@ EXTRA_DIST += tests/resume_kill.sh
 
 # ---- mixed precision: the loss scaler through kiln_train ----------------
 if HAVE_CHECK
+check_PROGRAMS += tests/check_graph
+TESTS += tests/check_graph
+tests_check_graph_SOURCES = tests/check_graph.c
+tests_check_graph_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
+
 check_PROGRAMS += tests/check_amp
 TESTS += tests/check_amp
 tests_check_amp_SOURCES = tests/check_amp.c
@@ -237,7 +243,8 @@ tests_check_amp_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_amp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
 endif
-EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py
+EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py tests/gpu/cnn.ini \
+	tests/gpu/gemm_mlp.ini tests/gpu/torch_bench.py
 
 # ---- distributed: the rendezvous store and the environment ---------------
 if HAVE_CHECK

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 4
+#define KILN_ABI_MINOR 5
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -621,7 +621,40 @@ struct kiln_device_ops {
 	 * memory_limit`.  Thread-safe.  (optional: KILN_ENOTSUP) */
 	kiln_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
 
-	/* ---- version 3 ---- */
+	/* ---- version 3 (ABI 1.5: captured training steps) ----
+	 * A device may record the work of one training step once and replay
+	 * it (CUDA graphs: stream capture, cudaGraphLaunch).  The core calls
+	 * these from the driving thread only, never while profiling, and
+	 * only around work that reads every per-step value from device
+	 * memory (docs/plugins.md, "Captured steps").  The four members are
+	 * set together or not at all.  (optional: without them, or when
+	 * capture_begin returns KILN_ENOTSUP, the core issues every step) */
+
+	/* Start recording the work enqueued on `stream` instead of running
+	 * it.  A stream that waits (stream_wait) on an event recorded on a
+	 * capturing stream during the capture joins it; every joined stream
+	 * must be waited on again by a capturing stream before capture_end
+	 * (the core's event pairs do this).  While capturing, no host may
+	 * wait on a capturing stream or on an event recorded in the capture
+	 * (stream_sync, event_sync fail), and a capturing stream may not wait
+	 * on an event recorded outside the capture.  KILN_ENOTSUP (with a
+	 * message) when the device does not capture here: the device's
+	 * config turned it off ([plugin.cuda] graph = 0), or it cannot. */
+	kiln_status (*capture_begin)(void *ctx, void *stream);
+	/* End the capture begun on `stream` (same stream) and return the
+	 * executable graph in *graph, owned by the caller (graph_free).
+	 * Nothing recorded has run.  On failure the capture ends, what was
+	 * recorded is dropped, *graph is NULL and the streams are usable. */
+	kiln_status (*capture_end)(void *ctx, void *stream, void **graph);
+	/* Enqueue one replay of `graph` on `stream`: ordered after the work
+	 * enqueued on stream before it, and before the work enqueued after
+	 * it, with every pointer and plan exactly as captured.  Allocates
+	 * nothing. */
+	kiln_status (*graph_launch)(void *ctx, void *graph, void *stream);
+	/* Free a graph (NULL: nothing).  The core calls it after the work of
+	 * its last launch has completed, before freeing the plans, buffers,
+	 * streams and events the graph uses. */
+	void (*graph_free)(void *ctx, void *graph);
 
 	/* 1 when this device implements op `type` (enum kiln_op_type), 0 when
 	 * it does not implement it yet.  The core asks before it checks an

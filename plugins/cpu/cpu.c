@@ -89,7 +89,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 {
 	kiln_status st;
 	int64_t threads = 0;
-	int async = 0, conv_f32 = 0;
+	int async = 0, conv_f32 = 0, graph = 0;
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -100,6 +100,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "async", &async);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		const char *k = host->config_get(cfg, "plugin.cpu", "bf16_conv");
@@ -118,6 +121,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ENOMEM, "cpu: out of memory for the device context");
 	c->host = host;
 	c->async = async;
+	c->graph = graph;
 	c->conv_f32 = conv_f32;
 	c->threads = (int)threads;
 	pthread_mutex_init(&c->lock, NULL);
@@ -160,7 +164,10 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 	struct cpu_ctx *c = ctx;
 	/* Round up so vector loops over the last block stay inside it. */
 	size_t n = bytes ? (bytes + CPU_ALIGN - 1) & ~(size_t)(CPU_ALIGN - 1) : CPU_ALIGN;
+	kiln_status st;
 	*ptr = NULL;
+	if (c->graph && (st = cpu_capture_check_sync(c, NULL, NULL, "alloc")))
+		return st;
 	if (n < bytes || posix_memalign(ptr, CPU_ALIGN, n)) {
 		*ptr = NULL;
 		return c->host->error(KILN_ENOMEM, "cpu: alloc of %zu bytes failed", bytes);
@@ -402,6 +409,10 @@ static const struct kiln_device_ops cpu_ops = {
 	.get_proc_address = cpu_get_proc_address,
 	.aux_bytes = cpu_aux_bytes,
 	.mem_info = cpu_mem_info,
+	.capture_begin = cpu_capture_begin,
+	.capture_end = cpu_capture_end,
+	.graph_launch = cpu_graph_launch,
+	.graph_free = cpu_graph_free,
 };
 
 static const struct kiln_key cpu_keys[] = {
@@ -414,6 +425,12 @@ static const struct kiln_key cpu_keys[] = {
 	{ "async", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
 	  "and hidden host syncs show up without a GPU." },
+	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
+	  "Capture the training step after a warm-up step and replay it, as [plugin.cuda] "
+	  "graph = 1 does on the GPU: here the step's tasks are recorded once and issued "
+	  "again, with CUDA stream capture's rules enforced (no host sync, no allocation, "
+	  "no event crossing the capture boundary), so the trainer's captured path is "
+	  "tested without a GPU.  No speed-up on the CPU." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 

@@ -238,10 +238,13 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 	int count = 0;
 	cudaError_t e;
 	kiln_status st;
-	(void)cfg;
+	int graph = 0;
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cuda: device ordinal %d is negative", ordinal);
+	if (cfg && (st = host->config_get_bool(cfg, "plugin.cuda", "graph", &graph)) &&
+	    st != KILN_ENOTFOUND)
+		return st;
 	if ((e = cudaGetDeviceCount(&count)) != cudaSuccess)
 		return host->error(KILN_EDEVICE, "cuda: %s:%d: cudaGetDeviceCount: %s", __FILE__,
 				   __LINE__, cudaGetErrorString(e));
@@ -255,6 +258,7 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 	struct cuda_ctx *c = &x->c;
 	c->host = host;
 	c->ordinal = ordinal;
+	c->graph = graph;
 	pthread_mutex_init(&x->lock, NULL);
 	if ((e = cudaSetDevice(ordinal)) != cudaSuccess) {
 		st = cuda_fail(c, KILN_EDEVICE, e, "cudaSetDevice", __FILE__, __LINE__);
@@ -464,6 +468,7 @@ static void cuda_event_destroy(void *ctx, void *event)
 }
 
 static cudaStream_t S(void *stream) { return ((struct cuda_obj *)stream)->stream; }
+cudaStream_t cuda_stream_of(void *stream) { return S(stream); }
 static cudaEvent_t E(void *event) { return ((struct cuda_obj *)event)->event; }
 
 static kiln_status cuda_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
@@ -664,7 +669,20 @@ static const struct kiln_device_ops cuda_ops = {
 	.get_proc_address = cuda_get_proc_address,
 	.aux_bytes = NULL, /* no op here leaves state for its backward */
 	.mem_info = cuda_mem_info,
+	.capture_begin = cuda_capture_begin,
+	.capture_end = cuda_capture_end,
+	.graph_launch = cuda_graph_launch,
+	.graph_free = cuda_graph_free,
 	.has_op = cuda_has_op_ctx,
+};
+
+static const struct kiln_key cuda_keys[] = {
+	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
+	  "Capture the whole training step (forward, backward, the gradients' allreduce, "
+	  "the optimizer) as a CUDA graph after a warm-up step and replay it every step: "
+	  "one launch instead of one per op.  Not with [train] accumulate > 1 (the run "
+	  "then issues every step and says why)." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
 static const struct kiln_plugin cuda_plugin = {
@@ -674,7 +692,7 @@ static const struct kiln_plugin cuda_plugin = {
 	.name = "cuda",
 	.summary = "NVIDIA GPU: cuBLASLt GEMM, kiln's CUDA kernels (MLP op set), pinned staging, streams and events",
 	.ops = &cuda_ops,
-	.keys = NULL,
+	.keys = cuda_keys,
 	.probe = cuda_probe,
 };
 

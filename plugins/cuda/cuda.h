@@ -52,6 +52,7 @@ struct cuda_ctx {
 	void *lt;                       /* cublasLtHandle_t, shared by every GEMM plan */
 	struct cuda_err_rec *err_dev;   /* device memory (see above), passed to kernels */
 	void *err_stream;               /* cudaStream_t: reads and clears the record */
+	int graph;                      /* [plugin.cuda] graph: captured steps (graph.c) */
 };
 
 struct cuda_plan;
@@ -99,6 +100,14 @@ kiln_status cuda_fail(struct cuda_ctx *c, kiln_status st, cudaError_t e, const c
 		if (e_ != cudaSuccess)                                                    \
 			return cuda_fail((c), KILN_EDEVICE, e_, #call, __FILE__, __LINE__); \
 	} while (0)
+
+/* ---- graph.c: captured steps, device ops version 3 ([plugin.cuda] graph) ---- */
+kiln_status cuda_capture_begin(void *ctx, void *stream);
+kiln_status cuda_capture_end(void *ctx, void *stream, void **graph);
+kiln_status cuda_graph_launch(void *ctx, void *graph, void *stream);
+void cuda_graph_free(void *ctx, void *graph);
+/* The cudaStream_t behind a kiln stream of this device (cuda.c). */
+cudaStream_t cuda_stream_of(void *stream);
 
 /* ---- ops.c: fill in p->launch and sizes, or set an error through
  * host->error (EINVAL bad shape, ENOTSUP an op or dtype not done here). */
