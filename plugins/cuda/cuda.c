@@ -209,6 +209,7 @@ static void plan_release(struct cuda_plan *p)
 	if (!p)
 		return;
 	cuda_gemm_free(p->gemm);
+	cuda_dnn_free(p->dnn);
 	if (p->scratch)
 		cudaFree(p->scratch);
 	free(p);
@@ -236,7 +237,6 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 	int count = 0;
 	cudaError_t e;
 	kiln_status st;
-	(void)cfg;
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cuda: device ordinal %d is negative", ordinal);
@@ -283,12 +283,14 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 		goto fail;
 	}
 	c->err_dev = d;
-	if ((st = cuda_lt_create(c)))
+	if ((st = cuda_lt_create(c)) || (st = cuda_dnn_open(c, cfg)))
 		goto fail;
 	host->log(KILN_LOG_DEBUG, "cuda", "opened ordinal %d: %d SMs", ordinal, c->sms);
 	*out = c;
 	return KILN_OK;
 fail:
+	cuda_dnn_close(c);
+	cuda_lt_destroy(c);
 	if (c->err_host)
 		cudaFreeHost(c->err_host);
 	pthread_mutex_destroy(&x->lock);
@@ -310,6 +312,7 @@ static void cuda_close(void *ctx)
 		obj_release(o);
 	}
 	cuda_lt_destroy(&x->c);
+	cuda_dnn_close(&x->c);
 	if (x->c.err_host)
 		cudaFreeHost(x->c.err_host);
 	pthread_mutex_destroy(&x->lock);
@@ -645,14 +648,19 @@ static const struct kiln_device_ops cuda_ops = {
 	.mem_info = cuda_mem_info,
 };
 
+static const struct kiln_key cuda_keys[] = {
+	CUDA_DNN_KEYS
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
 static const struct kiln_plugin cuda_plugin = {
 	.abi_major = KILN_ABI_MAJOR,
 	.abi_minor = KILN_ABI_MINOR,
 	.kind = KILN_PLUGIN_DEVICE,
 	.name = "cuda",
-	.summary = "NVIDIA GPU: cuBLASLt GEMM, kiln's CUDA kernels (MLP op set), pinned staging, streams and events",
+	.summary = "NVIDIA GPU: cuBLASLt GEMM, cuDNN convolution, kiln's CUDA kernels, pinned staging, streams and events",
 	.ops = &cuda_ops,
-	.keys = NULL,
+	.keys = cuda_keys,
 	.probe = cuda_probe,
 };
 

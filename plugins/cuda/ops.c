@@ -166,6 +166,18 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_OP_MUL: need_in = 2; need_out = 1; p->launch = cuda_launch_mul; break;
 	case KILN_OP_NORMALIZE_U8: need_in = 1; need_out = 1; p->launch = cuda_launch_normalize_u8; break;
 	case KILN_OP_CAST: need_in = 1; need_out = 1; p->launch = cuda_launch_cast; break;
+	case KILN_OP_CONV:
+	case KILN_OP_CONV_BWD_DATA:
+	case KILN_OP_CONV_BWD_WEIGHTS:
+	case KILN_OP_BN_TRAIN:
+	case KILN_OP_BN_INFER:
+	case KILN_OP_BN_BWD:
+	case KILN_OP_BN_STATS:
+	case KILN_OP_BN_APPLY:
+	case KILN_OP_BN_BWD_REDUCE:
+	case KILN_OP_BN_BWD_APPLY:
+	case KILN_OP_POOL:
+	case KILN_OP_POOL_BWD: return cuda_dnn_prepare(c, p); /* cudnn.c */
 	default:
 		if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT)
 			return c->host->error(KILN_ENOTSUP,
