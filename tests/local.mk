@@ -126,6 +126,17 @@ TESTS += tests/device_cuda.sh
 endif
 endif
 EXTRA_DIST += tests/device_cuda.sh
+
+# The CUDA device's host-only convolution logic (plugins/cuda/dnn_map.c:
+# strides, geometry, autotune keys and cache file): no CUDA needed.
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cuda_dnn
+TESTS += tests/check_cuda_dnn
+tests_check_cuda_dnn_SOURCES = tests/check_cuda_dnn.c plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h
+tests_check_cuda_dnn_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/plugins/cuda
+tests_check_cuda_dnn_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cuda_dnn_LDADD = $(CHECK_LIBS)
+endif
 TESTS += tests/docs.sh
 EXTRA_DIST += tests/docs.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
 

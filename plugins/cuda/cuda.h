@@ -3,8 +3,11 @@
  * The plugin is split by job: cuda.c (descriptor, probe, open/close,
  * memory, streams and events, prepare/run dispatch), ops.c (shape checks
  * of the loop ops and the optimizer, choosing a launcher), gemm.c (GEMM
- * through cuBLASLt) and kernels.cu (kiln's own kernels and their
- * launchers, compiled by nvcc).  This header is read by gcc and by nvcc:
+ * through cuBLASLt), kernels.cu (kiln's own kernels and their
+ * launchers, compiled by nvcc), and the CNN op set: cudnn.c (convolution
+ * through cuDNN's graph API, autotuning), dnn_map.c (its pure host
+ * logic: strides, keys, the autotune cache file) and dnn_kernels.cu
+ * (batch norm, pooling).  This header is read by gcc and by nvcc:
  * it holds only C declarations.  Nothing here links libkiln: the core is
  * reached through the host table.
  *

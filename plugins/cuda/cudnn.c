@@ -673,8 +673,11 @@ static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor
 		if (tried >= DNN_TUNE_MAX)
 			break;
 	}
-	if (s)
+	if (s) {
+		/* the timing stream goes; runs set theirs (cudnnSetStream per run) */
+		cudnnSetStream(x->h, NULL);
 		cudaStreamDestroy(s);
+	}
 	if (best < 0)
 		return 0;
 	c->host->log(KILN_LOG_DEBUG, "cuda", "autotune %s: engine %lld, %.3f ms, %zu bytes (%d timed)",
@@ -799,7 +802,6 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		     (long long)engine, c->dnn->autotune ? " (autotuned)" : "", p->workspace);
 out:
 	tune_bufs_free(&bufs);
-	/* restore: the handle's stream is set per run anyway */
 	return st;
 }
 

@@ -8,10 +8,10 @@
  * BIAS_GRAD, RELU, RELU_BWD, SOFTMAX_XENT (all three losses), SGD, ADAMW,
  * FILL, REDUCE_SUM, SCALE, ADD, MUL, COUNTER_ADD, LR_SCHEDULE,
  * NORMALIZE_U8, CAST, GRAD_CLIP, and dynamic loss scaling (UNSCALE,
- * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2).  Every other op
- * (convolution, batch norm, pooling, the general activations, dropout,
- * concat/split, reorder, LAMB) is KILN_ENOTSUP naming the op, which the
- * core reports before training.
+ * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2).  Convolution,
+ * batch norm and pooling go to cudnn.c.  Every other op (the general
+ * activations, dropout, concat/split, reorder, LAMB) is KILN_ENOTSUP
+ * naming the op, which the core reports before training.
  */
 #include "cuda.h"
 
