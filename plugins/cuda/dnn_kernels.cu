@@ -115,6 +115,23 @@ __device__ __forceinline__ void part_sum(const double *part, int64_t c, int K, d
 
 /* ---- pass 2: per-channel finishes --------------------------------------- */
 
+/* A training step's statistics of channel c (over M values): saved
+ * (mean, invstd), the running statistics (unbiased variance), and the
+ * coefficients of y = x*a + b. */
+__device__ void bn_commit(int64_t c, int64_t C, double mean, double var, double M, double eps,
+			  double mom, const float *gamma, const float *beta, float *saved,
+			  float *rmean, float *rvar, float *coef)
+{
+	const double inv = 1.0 / sqrt(var + eps);
+	saved[c] = (float)mean;
+	saved[C + c] = (float)inv;
+	rmean[c] = (float)((1 - mom) * rmean[c] + mom * mean);
+	rvar[c] = (float)((1 - mom) * rvar[c] + mom * var * M / (M - 1));
+	const double a = gamma[c] * inv;
+	coef[c] = (float)a;
+	coef[C + c] = (float)(beta[c] - mean * a);
+}
+
 /* BN_TRAIN (and BN_STATS with stats != NULL): mean, biased var, invstd,
  * saved, running statistics, y = x*a + b coefficients. */
 __global__ void bn_train_finish(const double *part, const float *x, int64_t C, int64_t HW,
@@ -137,14 +154,7 @@ __global__ void bn_train_finish(const double *part, const float *x, int64_t C, i
 		stats[C + c] = (float)var;
 		return;
 	}
-	const double inv = 1.0 / sqrt(var + eps);
-	saved[c] = (float)mean;
-	saved[C + c] = (float)inv;
-	rmean[c] = (float)((1 - mom) * rmean[c] + mom * mean);
-	rvar[c] = (float)((1 - mom) * rvar[c] + mom * var * M / (M - 1));
-	const double a = gamma[c] * inv;
-	coef[c] = (float)a;
-	coef[C + c] = (float)(beta[c] - mean * a);
+	bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rmean, rvar, coef);
 }
 
 /* BN_APPLY: merge G groups' (mean, var) of n elements each. */
@@ -165,14 +175,7 @@ __global__ void bn_apply_finish(const float *gstats, int G, int64_t C, int64_t n
 	}
 	var /= G;
 	const double M = (double)G * n;
-	const double inv = 1.0 / sqrt(var + eps);
-	saved[c] = (float)mean;
-	saved[C + c] = (float)inv;
-	rmean[c] = (float)((1 - mom) * rmean[c] + mom * mean);
-	rvar[c] = (float)((1 - mom) * rvar[c] + mom * var * M / (M - 1));
-	const double a = gamma[c] * inv;
-	coef[c] = (float)a;
-	coef[C + c] = (float)(beta[c] - mean * a);
+	bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rmean, rvar, coef);
 }
 
 /* BN_INFER: coefficients from the running statistics. */
@@ -522,6 +525,17 @@ __global__ void pool_bwd(pool_geom g, T *dx, const T *dy, const T *x)
 	}
 }
 
+template <typename T>
+static void pool_run(const pool_geom &g, int bwd, const struct kiln_op_args *a, int grid,
+		     cudaStream_t s)
+{
+	if (bwd)
+		pool_bwd<T><<<grid, CUDA_THREADS, 0, s>>>(g, (T *)a->out[0], (const T *)a->in[0],
+							  (const T *)a->in[2]);
+	else
+		pool_fwd<T><<<grid, CUDA_THREADS, 0, s>>>(g, (T *)a->out[0], (const T *)a->in[0]);
+}
+
 extern "C" cudaError_t cuda_launch_pool(const struct cuda_plan *p, const struct kiln_op_args *a,
 					cudaStream_t s)
 {
@@ -538,26 +552,10 @@ extern "C" cudaError_t cuda_launch_pool(const struct cuda_plan *p, const struct 
 	g.cip = p->op.i[7] != 0;
 	if (bwd && g.max && !a->in[2])
 		return cudaErrorInvalidValue; /* max's backward reads x (in2) */
-	const unsigned b = (unsigned)p->grid;
 	switch (x->dtype) {
-	case KILN_F32:
-		if (bwd)
-			pool_bwd<float><<<b, CUDA_THREADS, 0, s>>>(g, (float *)a->out[0], (const float *)a->in[0], (const float *)a->in[2]);
-		else
-			pool_fwd<float><<<b, CUDA_THREADS, 0, s>>>(g, (float *)a->out[0], (const float *)a->in[0]);
-		break;
-	case KILN_BF16:
-		if (bwd)
-			pool_bwd<__nv_bfloat16><<<b, CUDA_THREADS, 0, s>>>(g, (__nv_bfloat16 *)a->out[0], (const __nv_bfloat16 *)a->in[0], (const __nv_bfloat16 *)a->in[2]);
-		else
-			pool_fwd<__nv_bfloat16><<<b, CUDA_THREADS, 0, s>>>(g, (__nv_bfloat16 *)a->out[0], (const __nv_bfloat16 *)a->in[0]);
-		break;
-	case KILN_F16:
-		if (bwd)
-			pool_bwd<__half><<<b, CUDA_THREADS, 0, s>>>(g, (__half *)a->out[0], (const __half *)a->in[0], (const __half *)a->in[2]);
-		else
-			pool_fwd<__half><<<b, CUDA_THREADS, 0, s>>>(g, (__half *)a->out[0], (const __half *)a->in[0]);
-		break;
+	case KILN_F32: pool_run<float>(g, bwd, a, p->grid, s); break;
+	case KILN_BF16: pool_run<__nv_bfloat16>(g, bwd, a, p->grid, s); break;
+	case KILN_F16: pool_run<__half>(g, bwd, a, p->grid, s); break;
 	default: return cudaErrorInvalidValue;
 	}
 	return cudaGetLastError();
