@@ -101,6 +101,12 @@ struct cuda_dnn {
 	int arg[4];                      /* (k << 8 | i): k = 0 in, 1 out */
 	size_t ws;                       /* cuDNN's part of the workspace */
 	int bias_kernel;                 /* 1: add b after; 2: db from dy */
+	/* CONV_BWD_WEIGHTS of bf16/f16 x and dy when no engine writes an f32
+	 * dw from them: x and dy widened into the workspace (at off_x, off_y)
+	 * and the f32 convolution run; widen = their dtype, 0 otherwise */
+	int widen;
+	size_t off_x, off_y;
+	int64_t nx, ny;
 	int y_dtype;
 	struct {
 		void *ptr[4], *ws;
@@ -191,8 +197,6 @@ static cudnnDataType_t dnn_dt(int dt)
 	return dt == KILN_BF16 ? CUDNN_DATA_BFLOAT16 : dt == KILN_F16 ? CUDNN_DATA_HALF
 								   : CUDNN_DATA_FLOAT;
 }
-
-static size_t dt_size(int dt) { return dt == KILN_F32 ? 4 : 2; }
 
 static cudnnStatus_t mk_tensor(struct cuda_dnn *d, cudnnBackendDescriptor_t *t, int64_t uid,
 			       int dtype, const int64_t dims[4], const int64_t strides[4],
@@ -386,7 +390,6 @@ out:
 	return best;
 }
 
-
 static uint32_t crc_host(uint32_t crc, const void *buf, size_t n)
 {
 	return dnn_host->crc32c(crc, buf, n);
@@ -440,6 +443,15 @@ static cudaError_t dnn_conv_launch(const struct cuda_plan *p, const struct kiln_
 	int slot = -1;
 	for (int i = 0; i < d->n_ptr; i++)
 		ptr[i] = (void *)arg_ptr(a, d->arg[i]);
+	if (d->widen) { /* x (uid 1) and dy (uid 3) as f32 copies in the workspace */
+		ptr[0] = (char *)a->workspace + d->off_x;
+		ptr[2] = (char *)a->workspace + d->off_y;
+		cudaError_t e = cuda_dnn_widen(ptr[0], a->in[0], d->nx, d->widen, s);
+		if (e == cudaSuccess)
+			e = cuda_dnn_widen(ptr[2], a->in[1], d->ny, d->widen, s);
+		if (e != cudaSuccess)
+			return e;
+	}
 	for (int k = 0; k < DNN_VP && slot < 0; k++)
 		if (d->vp[k].vp && d->vp[k].ws == a->workspace &&
 		    !memcmp(d->vp[k].ptr, ptr, sizeof ptr))
@@ -746,8 +758,9 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		const int64_t nx = g.x[0] * g.x[1] * g.x[2] * g.x[3];
 		const int64_t nw = g.w[0] * g.w[1] * g.w[2] * g.w[3];
 		const int64_t ny = g.y[0] * g.y[1] * g.y[2] * g.y[3];
-		const size_t bytes[4] = { (size_t)nx * dt_size(g.dt_x), (size_t)nw * dt_size(g.dt_w),
-					  (size_t)ny * dt_size(g.dt_y), (size_t)g.y[1] * 4 };
+		/* f32-sized: the widened graph below may be timed on them too */
+		const size_t bytes[4] = { (size_t)nx * 4, (size_t)nw * 4, (size_t)ny * 4,
+					  (size_t)g.y[1] * 4 };
 		for (int i = 0; i < 4; i++) {
 			cudaError_t e = cudaMalloc(&bufs.p[i], bytes[i]);
 			if (e == cudaSuccess)
@@ -772,12 +785,31 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		if (!conv_graph(c, op, d, &g, 1, &graph))
 			found = choose(c, d, graph, &g, fkey, &bufs, &engine);
 	}
+	const int widenable = op->type == KILN_OP_CONV_BWD_WEIGHTS && lowp;
 	if (!found) {
 		d->n_ptr = 3;
-		if ((st = conv_graph(c, op, d, &g, 0, &graph)))
-			goto out;
-		found = choose(c, d, graph, &g, key, &bufs, &engine);
 		d->bias_kernel = !g.bias ? 0 : op->type == KILN_OP_CONV ? 1 : 2;
+		st = conv_graph(c, op, d, &g, 0, &graph);
+		if (!st)
+			found = choose(c, d, graph, &g, key, &bufs, &engine);
+		else if (!widenable)
+			goto out;
+		st = KILN_OK;
+	}
+	if (!found && widenable) {
+		/* no engine writes an f32 dw from bf16/f16 x, dy (or cuDNN refused
+		 * the mixed graph): widen them and run the f32 convolution, whose
+		 * f32 products of the same values are what the op promises */
+		struct cuda_conv_geom g32 = g;
+		char k32[CUDA_ATC_KEY];
+		g32.dt_x = g32.dt_y = KILN_F32;
+		cuda_conv_key(&g32, c->dnn->deterministic, c->dnn->ws_mb, k32, sizeof k32);
+		if ((st = conv_graph(c, op, d, &g32, 0, &graph)))
+			goto out;
+		found = choose(c, d, graph, &g32, k32, &bufs, &engine);
+		d->widen = g.dt_x;
+		d->nx = g.x[0] * g.x[1] * g.x[2] * g.x[3];
+		d->ny = g.y[0] * g.y[1] * g.y[2] * g.y[3];
 	}
 	if (!found) {
 		snprintf(why, sizeof why,
@@ -793,15 +825,24 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	p->rows = g.y[0], p->cols = g.y[1], p->n = g.y[2] * g.y[3];
 	p->sz[0] = g.nhwc;
 	p->sz[1] = chan_slices(g.y[0] * g.y[2] * g.y[3]);
-	p->sz[2] = (int64_t)((d->ws + DNN_WS_ALIGN - 1) / DNN_WS_ALIGN * DNN_WS_ALIGN);
-	p->workspace = d->ws;
+	/* workspace: [cuDNN's | widened x | widened dy | db partials], aligned */
+#define WS_UP(n) (((n) + DNN_WS_ALIGN - 1) / DNN_WS_ALIGN * DNN_WS_ALIGN)
+	size_t end = d->ws;
+	if (d->widen) {
+		d->off_x = WS_UP(end);
+		d->off_y = WS_UP(d->off_x + (size_t)d->nx * 4);
+		end = d->off_y + (size_t)d->ny * 4;
+	}
+	p->sz[2] = (int64_t)WS_UP(end);
+#undef WS_UP
+	p->workspace = end;
 	if (d->bias_kernel == 2)
 		p->workspace = (size_t)p->sz[2] + cuda_bn_workspace(p->cols, (int)p->sz[1]);
 	p->launch = dnn_conv_launch;
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
 	c->host->log(KILN_LOG_DEBUG, "cuda", "%s: %s, engine %lld%s, workspace %zu bytes", key,
-		     d->bias_kernel == 1 ? "conv then kiln's bias" : g.bias && op->type == KILN_OP_CONV ? "conv+bias fused" : "conv",
+		     d->bias_kernel == 1 ? "conv then kiln's bias" : g.bias && op->type == KILN_OP_CONV ? "conv+bias fused" : d->widen ? "f32 conv on widened x, dy" : "conv",
 		     (long long)engine, c->dnn->autotune ? " (autotuned)" : "", p->workspace);
 out:
 	tune_bufs_free(&bufs);
@@ -828,12 +869,16 @@ static kiln_status bn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	const struct kiln_tensor_desc *x = &op->in[0];
-	for (int i = 0; i < op->n_in; i++)
-		if (op->in[i].dtype != KILN_F32)
-			return cuda_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
-	for (int i = 0; i < op->n_out; i++)
-		if (op->out[i].dtype != KILN_F32)
-			return cuda_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	/* x and the tensors shaped like it (y, dy, dx) share x's dtype, f32,
+	 * bf16 or f16; the per-channel ones are f32 */
+	const int dt = x->dtype;
+	int ok = dt == KILN_F32 || dt == KILN_BF16 || dt == KILN_F16;
+	for (int k = 0; k < op->n_in + op->n_out && ok; k++) {
+		const struct kiln_tensor_desc *t = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
+		ok = t->dtype == KILN_F32 || (t->dtype == dt && t->ndim == x->ndim);
+	}
+	if (!ok)
+		return cuda_bad(c, op, KILN_ENOTSUP, "x, y, dy and dx in one of f32, bf16, f16; the per-channel tensors f32");
 	if (x->ndim != 2 && x->ndim != 4)
 		return cuda_bad(c, op, KILN_EINVAL, "wants x [N,C,H,W] or [N,C]");
 	p->rows = x->dims[0];

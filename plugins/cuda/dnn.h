@@ -36,6 +36,9 @@ cudaError_t cuda_launch_pool(const struct cuda_plan *p, const struct kiln_op_arg
 cudaError_t cuda_dnn_bias(const struct cuda_plan *p, void *y, const void *dy, float *bias_or_db,
 			  int dtype, int grad, void *workspace, cudaStream_t s);
 
+/* dst[n] f32 = src[n] of dtype (bf16 or f16) */
+cudaError_t cuda_dnn_widen(float *dst, const void *src, int64_t n, int dtype, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

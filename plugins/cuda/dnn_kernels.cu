@@ -134,7 +134,8 @@ __device__ void bn_commit(int64_t c, int64_t C, double mean, double var, double 
 
 /* BN_TRAIN (and BN_STATS with stats != NULL): mean, biased var, invstd,
  * saved, running statistics, y = x*a + b coefficients. */
-__global__ void bn_train_finish(const double *part, const float *x, int64_t C, int64_t HW,
+template <typename T>
+__global__ void bn_train_finish(const double *part, const T *x, int64_t C, int64_t HW,
 				int64_t M, int K, int rows, const float *gamma, const float *beta,
 				float *saved, float *rmean, float *rvar, float *coef, float *stats,
 				double eps, double mom)
@@ -145,7 +146,7 @@ __global__ void bn_train_finish(const double *part, const float *x, int64_t C, i
 	double s0, s1;
 	part_sum(part, c, K, &s0, &s1);
 	const double m = s0 / M;
-	const double mean = (double)x[chan_at(c, 0, C, HW, rows)] + m;
+	const double mean = (double)ld(x, chan_at(c, 0, C, HW, rows)) + m;
 	double var = s1 / M - m * m;
 	if (var < 0)
 		var = 0;
@@ -237,24 +238,26 @@ __global__ void chan_sum_finish(const double *part, int K, int64_t C, float *db)
 /* ---- pass 3: elementwise ------------------------------------------------ */
 
 /* y = x*coef[c] + coef[C + c] */
-__global__ void bn_y(float *y, const float *x, const float *coef, int64_t n, int64_t C,
-		     int64_t HW, int rows)
+template <typename T>
+__global__ void bn_y(T *y, const T *x, const float *coef, int64_t n, int64_t C, int64_t HW,
+		     int rows)
 {
 	for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
 	     e += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t c = chan_of(e, C, HW, rows);
-		y[e] = x[e] * coef[c] + coef[C + c];
+		st(y, e, ld(x, e) * coef[c] + coef[C + c]);
 	}
 }
 
 /* dx = (dy - coef[C+c] - (x - mean[c]) * coef[2C+c]) * coef[c] */
-__global__ void bn_dx(float *dx, const float *x, const float *dy, const float *mean,
-		      const float *coef, int64_t n, int64_t C, int64_t HW, int rows)
+template <typename T>
+__global__ void bn_dx(T *dx, const T *x, const T *dy, const float *mean, const float *coef,
+		      int64_t n, int64_t C, int64_t HW, int rows)
 {
 	for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
 	     e += (int64_t)gridDim.x * blockDim.x) {
 		const int64_t c = chan_of(e, C, HW, rows);
-		dx[e] = (dy[e] - coef[C + c] - (x[e] - mean[c]) * coef[2 * C + c]) * coef[c];
+		st(dx, e, (ld(dy, e) - coef[C + c] - (ld(x, e) - mean[c]) * coef[2 * C + c]) * coef[c]);
 	}
 }
 
@@ -297,29 +300,31 @@ extern "C" size_t cuda_bn_workspace(int64_t C, int K)
 	return (size_t)C * K * 2 * sizeof(double) + 3 * (size_t)C * sizeof(float);
 }
 
-extern "C" cudaError_t cuda_launch_bn(const struct cuda_plan *p, const struct kiln_op_args *a,
-				      cudaStream_t s)
+/* x, y, dy, dx are T (f32, bf16 or f16: f32 arithmetic, one rounding of
+ * y / dx); every per-channel tensor is f32 */
+template <typename T>
+static cudaError_t bn_run(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s)
 {
 	const int64_t M = N_ * HW_, n = M * C_;
 	const unsigned pb = (unsigned)(C_ * K_), cb = blocks_for(C_), eb = blocks_for(n);
 	double *part = ws_part(p, a);
 	float *coef = ws_coef(p, a);
-	const float *x = (const float *)a->in[0];
+	const T *x = (const T *)a->in[0];
 	const double eps = p->op.f[0], mom = p->op.f[1];
 	switch (p->op.type) {
 	case KILN_OP_BN_TRAIN:
-		bn_part<float><<<pb, CUDA_THREADS, 0, s>>>(part, x, NULL, NULL, C_, HW_, M, K_, ROWS_,
+		bn_part<T><<<pb, CUDA_THREADS, 0, s>>>(part, x, NULL, NULL, C_, HW_, M, K_, ROWS_,
 							   PART_STATS);
-		bn_train_finish<<<cb, CUDA_THREADS, 0, s>>>(part, x, C_, HW_, M, K_, ROWS_,
+		bn_train_finish<T><<<cb, CUDA_THREADS, 0, s>>>(part, x, C_, HW_, M, K_, ROWS_,
 							    (const float *)a->in[1], (const float *)a->in[2],
 							    (float *)a->out[1], (float *)a->out[2],
 							    (float *)a->out[3], coef, NULL, eps, mom);
-		bn_y<<<eb, CUDA_THREADS, 0, s>>>((float *)a->out[0], x, coef, n, C_, HW_, ROWS_);
+		bn_y<T><<<eb, CUDA_THREADS, 0, s>>>((T *)a->out[0], x, coef, n, C_, HW_, ROWS_);
 		break;
 	case KILN_OP_BN_STATS:
-		bn_part<float><<<pb, CUDA_THREADS, 0, s>>>(part, x, NULL, NULL, C_, HW_, M, K_, ROWS_,
+		bn_part<T><<<pb, CUDA_THREADS, 0, s>>>(part, x, NULL, NULL, C_, HW_, M, K_, ROWS_,
 							   PART_STATS);
-		bn_train_finish<<<cb, CUDA_THREADS, 0, s>>>(part, x, C_, HW_, M, K_, ROWS_, NULL, NULL,
+		bn_train_finish<T><<<cb, CUDA_THREADS, 0, s>>>(part, x, C_, HW_, M, K_, ROWS_, NULL, NULL,
 							    NULL, NULL, NULL, NULL, (float *)a->out[0],
 							    eps, mom);
 		break;
@@ -328,29 +333,31 @@ extern "C" cudaError_t cuda_launch_bn(const struct cuda_plan *p, const struct ki
 							    (const float *)a->in[1], (const float *)a->in[2],
 							    (float *)a->out[1], (float *)a->out[2],
 							    (float *)a->out[3], coef, eps, mom);
-		bn_y<<<eb, CUDA_THREADS, 0, s>>>((float *)a->out[0], x, coef, n, C_, HW_, ROWS_);
+		bn_y<T><<<eb, CUDA_THREADS, 0, s>>>((T *)a->out[0], x, coef, n, C_, HW_, ROWS_);
 		break;
 	case KILN_OP_BN_INFER:
 		bn_infer_finish<<<cb, CUDA_THREADS, 0, s>>>(C_, (const float *)a->in[1], (const float *)a->in[2],
 							    (const float *)a->in[3], (const float *)a->in[4],
 							    coef, eps);
-		bn_y<<<eb, CUDA_THREADS, 0, s>>>((float *)a->out[0], x, coef, n, C_, HW_, ROWS_);
+		bn_y<T><<<eb, CUDA_THREADS, 0, s>>>((T *)a->out[0], x, coef, n, C_, HW_, ROWS_);
 		break;
 	case KILN_OP_BN_BWD: {
 		/* in0 x, in1 dy, in2 gamma, in3 saved; out0 dx, out1 dgamma, out2 dbeta */
-		const float *dy = (const float *)a->in[1], *saved = (const float *)a->in[3];
-		bn_part<float><<<pb, CUDA_THREADS, 0, s>>>(part, x, dy, saved, C_, HW_, M, K_, ROWS_,
+		const T *dy = (const T *)a->in[1];
+		const float *saved = (const float *)a->in[3];
+		bn_part<T><<<pb, CUDA_THREADS, 0, s>>>(part, x, dy, saved, C_, HW_, M, K_, ROWS_,
 							   PART_BWD);
 		bn_bwd_finish<<<cb, CUDA_THREADS, 0, s>>>(part, K_, NULL, C_, (double)M,
 							  (const float *)a->in[2], saved,
 							  (float *)a->out[1], (float *)a->out[2], NULL, coef);
-		bn_dx<<<eb, CUDA_THREADS, 0, s>>>((float *)a->out[0], x, dy, saved, coef, n, C_, HW_, ROWS_);
+		bn_dx<T><<<eb, CUDA_THREADS, 0, s>>>((T *)a->out[0], x, dy, saved, coef, n, C_, HW_, ROWS_);
 		break;
 	}
 	case KILN_OP_BN_BWD_REDUCE: {
 		/* in0 x, in1 dy, in2 saved; out0 dgamma, out1 dbeta, out2 [2,C] */
-		const float *dy = (const float *)a->in[1], *saved = (const float *)a->in[2];
-		bn_part<float><<<pb, CUDA_THREADS, 0, s>>>(part, x, dy, saved, C_, HW_, M, K_, ROWS_,
+		const T *dy = (const T *)a->in[1];
+		const float *saved = (const float *)a->in[2];
+		bn_part<T><<<pb, CUDA_THREADS, 0, s>>>(part, x, dy, saved, C_, HW_, M, K_, ROWS_,
 							   PART_BWD);
 		bn_bwd_finish<<<cb, CUDA_THREADS, 0, s>>>(part, K_, NULL, C_, (double)M, NULL, saved,
 							  (float *)a->out[0], (float *)a->out[1],
@@ -359,16 +366,28 @@ extern "C" cudaError_t cuda_launch_bn(const struct cuda_plan *p, const struct ki
 	}
 	case KILN_OP_BN_BWD_APPLY: {
 		/* in0 x, in1 dy, in2 gamma, in3 saved, in4 sums [2,C]; out0 dx */
-		const float *dy = (const float *)a->in[1], *saved = (const float *)a->in[3];
+		const T *dy = (const T *)a->in[1];
+		const float *saved = (const float *)a->in[3];
 		bn_bwd_finish<<<cb, CUDA_THREADS, 0, s>>>(NULL, 0, (const float *)a->in[4], C_,
 							  (double)p->op.i[0] * M, (const float *)a->in[2],
 							  saved, NULL, NULL, NULL, coef);
-		bn_dx<<<eb, CUDA_THREADS, 0, s>>>((float *)a->out[0], x, dy, saved, coef, n, C_, HW_, ROWS_);
+		bn_dx<T><<<eb, CUDA_THREADS, 0, s>>>((T *)a->out[0], x, dy, saved, coef, n, C_, HW_, ROWS_);
 		break;
 	}
 	default: return cudaErrorInvalidValue;
 	}
 	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_bn(const struct cuda_plan *p, const struct kiln_op_args *a,
+				      cudaStream_t s)
+{
+	switch (p->op.in[0].dtype) {
+	case KILN_F32: return bn_run<float>(p, a, s);
+	case KILN_BF16: return bn_run<__nv_bfloat16>(p, a, s);
+	case KILN_F16: return bn_run<__half>(p, a, s);
+	default: return cudaErrorInvalidValue;
+	}
 }
 
 /* A convolution's bias when cuDNN ran without it (cudnn.c): CONV adds
@@ -398,6 +417,28 @@ extern "C" cudaError_t cuda_dnn_bias(const struct cuda_plan *p, void *y, const v
 	default: return cudaErrorInvalidValue;
 	}
 	chan_sum_finish<<<blocks_for(C_), CUDA_THREADS, 0, s>>>(part, K_, C_, bias_or_db);
+	return cudaGetLastError();
+}
+
+/* dst[n] f32 = src[n] of dtype (a low-precision x or dy widened for an
+ * f32 convolution: cudnn.c) */
+template <typename T>
+__global__ void widen(float *dst, const T *src, int64_t n)
+{
+	for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+	     e += (int64_t)gridDim.x * blockDim.x)
+		dst[e] = ld(src, e);
+}
+
+extern "C" cudaError_t cuda_dnn_widen(float *dst, const void *src, int64_t n, int dtype,
+				      cudaStream_t s)
+{
+	const unsigned b = blocks_for(n);
+	switch (dtype) {
+	case KILN_BF16: widen<__nv_bfloat16><<<b, CUDA_THREADS, 0, s>>>(dst, (const __nv_bfloat16 *)src, n); break;
+	case KILN_F16: widen<__half><<<b, CUDA_THREADS, 0, s>>>(dst, (const __half *)src, n); break;
+	default: return cudaErrorInvalidValue;
+	}
 	return cudaGetLastError();
 }
 
