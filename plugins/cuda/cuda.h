@@ -165,6 +165,11 @@ kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg);
 void cuda_dnn_close(struct cuda_ctx *c);
 kiln_status cuda_dnn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 void cuda_dnn_free(struct cuda_dnn *d);
+/* The cuDNN operations of a convolution op (fused: CONV's bias add too),
+ * created and finalized without a handle: cuDNN checks the attribute types
+ * and the shapes there, so tests/check_cuda_conv.c runs this on machines
+ * with cuDNN but no GPU.  (Built with cuDNN only.) */
+kiln_status cuda_dnn_conv_check(struct cuda_ctx *c, const struct kiln_op *op, int fused);
 #define CUDA_DNN_KEYS                                                                           \
 	{ "workspace_mb", KILN_KEY_INT, "1024", 0, 1048576, NULL,                              \
 	  "Most device memory one convolution's cuDNN plan may use as workspace, in MiB: "   \

@@ -512,7 +512,8 @@ static kiln_status dnn_handle(struct cuda_ctx *c)
 	return KILN_OK;
 }
 
-/* Build the operation graph of g into d (fused: with the bias add). */
+/* Build the operation graph of g into d (fused: with the bias add); with
+ * graph NULL only the operations (no handle needed, so no GPU). */
 static kiln_status conv_graph(struct cuda_ctx *c, const struct kiln_op *op, struct cuda_dnn *d,
 			      const struct cuda_conv_geom *g, int fused,
 			      cudnnBackendDescriptor_t *graph)
@@ -587,6 +588,8 @@ static kiln_status conv_graph(struct cuda_ctx *c, const struct kiln_op *op, stru
 		DNN_TRY(cudnnBackendFinalize(pop));
 		ops[n_ops++] = pop;
 	}
+	if (!graph) /* cuda_dnn_conv_check: the operations only */
+		goto out;
 	DNN_TRY(mk(d, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, graph));
 	DNN_TRY(set(*graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->dnn->h));
 	DNN_TRY(set(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops));
@@ -846,6 +849,20 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		     (long long)engine, c->dnn->autotune ? " (autotuned)" : "", p->workspace);
 out:
 	tune_bufs_free(&bufs);
+	return st;
+}
+
+kiln_status cuda_dnn_conv_check(struct cuda_ctx *c, const struct kiln_op *op, int fused)
+{
+	struct cuda_conv_geom g;
+	char why[200];
+	if (cuda_conv_geom(op, &g, why, sizeof why))
+		return cuda_bad(c, op, KILN_EINVAL, why);
+	struct cuda_dnn *d = calloc(1, sizeof *d);
+	if (!d)
+		return c->host->error(KILN_ENOMEM, "cuda: out of memory");
+	const kiln_status st = conv_graph(c, op, d, &g, fused, NULL);
+	cuda_dnn_free(d);
 	return st;
 }
 
