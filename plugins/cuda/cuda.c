@@ -211,6 +211,7 @@ static void plan_release(struct cuda_plan *p)
 	if (!p)
 		return;
 	cuda_gemm_free(p->gemm);
+	cuda_dnn_free(p->dnn);
 	if (p->scratch)
 		cudaFree(p->scratch);
 	free(p);
@@ -296,12 +297,14 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 		st = cuda_fail(c, KILN_EDEVICE, e, "cudaMemsetAsync (error record)", __FILE__, __LINE__);
 		goto fail;
 	}
-	if ((st = cuda_lt_create(c)))
+	if ((st = cuda_lt_create(c)) || (st = cuda_dnn_open(c, cfg)))
 		goto fail;
 	host->log(KILN_LOG_DEBUG, "cuda", "opened ordinal %d: %d SMs", ordinal, c->sms);
 	*out = c;
 	return KILN_OK;
 fail:
+	cuda_dnn_close(c);
+	cuda_lt_destroy(c);
 	if (c->err_dev)
 		cudaFree(c->err_dev);
 	if (c->err_stream)
@@ -325,6 +328,7 @@ static void cuda_close(void *ctx)
 		obj_release(o);
 	}
 	cuda_lt_destroy(&x->c);
+	cuda_dnn_close(&x->c);
 	if (x->c.err_dev)
 		cudaFree(x->c.err_dev);
 	if (x->c.err_stream)
@@ -335,13 +339,13 @@ static void cuda_close(void *ctx)
 
 /* ---- memory ----------------------------------------------------------- */
 
-/* cudaMemGetInfo of the context's GPU, for `[train] batch = auto`. */
 static int cuda_has_op_ctx(void *ctx, int type)
 {
 	(void)ctx;
 	return cuda_has_op(type);
 }
 
+/* cudaMemGetInfo of the context's GPU, for `[train] batch = auto`. */
 static kiln_status cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
 	struct cuda_ctx *c = ctx;
@@ -682,6 +686,7 @@ static const struct kiln_key cuda_keys[] = {
 	  "the optimizer) as a CUDA graph after a warm-up step and replay it every step: "
 	  "one launch instead of one per op.  Not with [train] accumulate > 1 (the run "
 	  "then issues every step and says why)." },
+	CUDA_DNN_KEYS
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -690,7 +695,7 @@ static const struct kiln_plugin cuda_plugin = {
 	.abi_minor = KILN_ABI_MINOR,
 	.kind = KILN_PLUGIN_DEVICE,
 	.name = "cuda",
-	.summary = "NVIDIA GPU: cuBLASLt GEMM, kiln's CUDA kernels (MLP op set), pinned staging, streams and events",
+	.summary = "NVIDIA GPU: cuBLASLt GEMM, cuDNN convolution, kiln's CUDA kernels, pinned staging, streams and events",
 	.ops = &cuda_ops,
 	.keys = cuda_keys,
 	.probe = cuda_probe,

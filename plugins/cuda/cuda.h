@@ -3,8 +3,11 @@
  * The plugin is split by job: cuda.c (descriptor, probe, open/close,
  * memory, streams and events, prepare/run dispatch), ops.c (shape checks
  * of the loop ops and the optimizer, choosing a launcher), gemm.c (GEMM
- * through cuBLASLt) and kernels.cu (kiln's own kernels and their
- * launchers, compiled by nvcc).  This header is read by gcc and by nvcc:
+ * through cuBLASLt), kernels.cu (kiln's own kernels and their
+ * launchers, compiled by nvcc), and the CNN op set: cudnn.c (convolution
+ * through cuDNN's graph API, autotuning), dnn_map.c (its pure host
+ * logic: strides, keys, the autotune cache file) and dnn_kernels.cu
+ * (batch norm, pooling).  This header is read by gcc and by nvcc:
  * it holds only C declarations.  Nothing here links libkiln: the core is
  * reached through the host table.
  *
@@ -25,6 +28,8 @@ extern "C" {
 #endif
 
 struct cuda_gemm;
+struct cuda_dnn;      /* cudnn.c: a convolution's cuDNN plan */
+struct cuda_dnn_ctx;  /* cudnn.c: the cuDNN handle, autotune settings and cache */
 
 /* The record a kernel leaves when it meets bad data (a label outside
  * [0, C), an optimizer step count < 1, bad LAMB offsets), in DEVICE memory
@@ -53,6 +58,7 @@ struct cuda_ctx {
 	struct cuda_err_rec *err_dev;   /* device memory (see above), passed to kernels */
 	void *err_stream;               /* cudaStream_t: reads and clears the record */
 	int graph;                      /* [plugin.cuda] graph: captured steps (graph.c) */
+	struct cuda_dnn_ctx *dnn;       /* cudnn.c */
 };
 
 struct cuda_plan;
@@ -82,6 +88,7 @@ struct cuda_plan {
 	struct cuda_gemm *gemm;    /* gemm.c */
 	void *lt;                  /* the context's cublasLtHandle_t (gemm.c) */
 	float lut[3][256];         /* NORMALIZE_U8: (u/255 - mean)/std per channel */
+	struct cuda_dnn *dnn;      /* cudnn.c: convolutions */
 };
 
 /* ---- cuda.c ---- */
@@ -164,6 +171,29 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 void cuda_gemm_free(struct cuda_gemm *g);
 kiln_status cuda_lt_create(struct cuda_ctx *c);
 void cuda_lt_destroy(struct cuda_ctx *c);
+
+/* ---- cudnn.c: the CNN op set (convolution through cuDNN's graph API,
+ * batch norm and pooling through dnn_kernels.cu).  open reads [run]
+ * autotune / deterministic and [plugin.cuda] workspace_mb /
+ * autotune_cache (the key rows below); prepare handles CONV*, BN_*, POOL*. */
+kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg);
+void cuda_dnn_close(struct cuda_ctx *c);
+kiln_status cuda_dnn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+void cuda_dnn_free(struct cuda_dnn *d);
+/* The cuDNN operations of a convolution op (fused: CONV's bias add too),
+ * created and finalized without a handle: cuDNN checks the attribute types
+ * and the shapes there, so tests/check_cuda_conv.c runs this on machines
+ * with cuDNN but no GPU.  (Built with cuDNN only.) */
+kiln_status cuda_dnn_conv_check(struct cuda_ctx *c, const struct kiln_op *op, int fused);
+#define CUDA_DNN_KEYS                                                                           \
+	{ "workspace_mb", KILN_KEY_INT, "1024", 0, 1048576, NULL,                              \
+	  "Most device memory one convolution's cuDNN plan may use as workspace, in MiB: "   \
+	  "engines needing more are skipped (the planner allocates the workspace; "          \
+	  "`kiln memory` counts it)." },                                                      \
+	{ "autotune_cache", KILN_KEY_STR, "", 0, 0, NULL,                                      \
+	  "File of the convolution engines `[run] autotune = 1` chose, keyed by GPU, driver " \
+	  "and cuDNN version, so the next run skips the timing; empty = "                     \
+	  "$XDG_CACHE_HOME/kiln/cudnn_autotune.bin (else ~/.cache/kiln/...), `none` = no file." },
 
 /* ---- kernels.cu: one launcher per op ---- */
 cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);

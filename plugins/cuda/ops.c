@@ -12,13 +12,16 @@
  * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2), the activations
  * ACT/ACT_BWD, DROPOUT/DROPOUT_BWD, CONCAT/SPLIT and REORDER.  Their
  * activations may be f32, bf16 or f16 (f32 arithmetic, one rounding:
- * kernels.cu's ld/st).  Convolution, batch norm and pooling are cuDNN's
- * (another file); any op this file does not know is KILN_ENOTSUP naming
- * the op, which the core reports before training.
- *
+ * kernels.cu's ld/st).  Convolution, batch norm and pooling go to
+ * cudnn.c.  The device table's has_op (cuda_has_op below) lists them all;
+ * the core reports any other op before training.
  */
 #include "kern.h" /* kern_cat_geom, kern_reorder_geom, kern_lamb_workspace */
 #include "cuda.h"
+
+#ifndef KILN_HAVE_CUDNN
+#define KILN_HAVE_CUDNN 0 /* configure found no cuDNN: no convolutions */
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -213,7 +216,19 @@ int cuda_has_op(int type)
 	case KILN_OP_ADD:
 	case KILN_OP_MUL:
 	case KILN_OP_NORMALIZE_U8:
-	case KILN_OP_CAST: return 1;
+	case KILN_OP_CAST:
+	case KILN_OP_BN_TRAIN:
+	case KILN_OP_BN_INFER:
+	case KILN_OP_BN_BWD:
+	case KILN_OP_BN_STATS:
+	case KILN_OP_BN_APPLY:
+	case KILN_OP_BN_BWD_REDUCE:
+	case KILN_OP_BN_BWD_APPLY:
+	case KILN_OP_POOL:
+	case KILN_OP_POOL_BWD: return 1;
+	case KILN_OP_CONV:
+	case KILN_OP_CONV_BWD_DATA:
+	case KILN_OP_CONV_BWD_WEIGHTS: return KILN_HAVE_CUDNN; /* cudnn.c */
 	default: return 0;
 	}
 }
@@ -250,6 +265,18 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_OP_MUL: p->launch = cuda_launch_mul; break;
 	case KILN_OP_NORMALIZE_U8: p->launch = cuda_launch_normalize_u8; break;
 	case KILN_OP_CAST: p->launch = cuda_launch_cast; break;
+	case KILN_OP_CONV:
+	case KILN_OP_CONV_BWD_DATA:
+	case KILN_OP_CONV_BWD_WEIGHTS:
+	case KILN_OP_BN_TRAIN:
+	case KILN_OP_BN_INFER:
+	case KILN_OP_BN_BWD:
+	case KILN_OP_BN_STATS:
+	case KILN_OP_BN_APPLY:
+	case KILN_OP_BN_BWD_REDUCE:
+	case KILN_OP_BN_BWD_APPLY:
+	case KILN_OP_POOL:
+	case KILN_OP_POOL_BWD: return cuda_dnn_prepare(c, p); /* cudnn.c */
 	default: /* has_op said no: the core does not get here */
 		return c->host->error(KILN_EINTERNAL, "cuda: %s has no prepare",
 				      cuda_op_name(op->type));

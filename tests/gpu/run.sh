@@ -82,6 +82,9 @@ if [ "${1:-}" = "--prepare" ]; then
 		case $soname in
 		libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
 		libcublas*|libcudart*|libcuda.so*|libkiln.so*) ;;
+		# cuDNN's engine libraries are ~250 MB, far over the 64 MiB carried:
+		# the GPU half finds libcudnn.so.9 on that machine
+		libcudnn*) ;;
 		*) cp -L "$path" "$bundle/lib/$soname" ;;
 		esac
 	done
@@ -144,7 +147,17 @@ cuda_lib=
 for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 "$(dirname "$(command -v nvcc 2>/dev/null || echo /nonexistent/bin/nvcc)")/../lib64"; do
 	[ -e "$d/libcublasLt.so.13" ] && { cuda_lib=$d; break; }
 done
-LD_LIBRARY_PATH="$bundle/lib${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuDNN 9 (kiln-cuda.so links libcudnn.so.9, which loads its engine
+# libraries from the library path): the toolkit, PyTorch's pip packages
+# (nvidia-cudnn-cu*, or torch/lib), then whatever ldconfig knows.
+cudnn_lib=
+for d in "$cuda_lib" "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 \
+	$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null) \
+	$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null) \
+	$(ldconfig -p 2>/dev/null | awk '/libcudnn\.so\.9 / { sub("/libcudnn.so.9$", "", $NF); print $NF; exit }'); do
+	[ -n "$d" ] && [ -e "$d/libcudnn.so.9" ] && { cudnn_lib=$d; break; }
+done
+LD_LIBRARY_PATH="$bundle/lib${cuda_lib:+:$cuda_lib}${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 KILN_PLUGIN_PATH=$bundle/lib/kiln
 export LD_LIBRARY_PATH KILN_PLUGIN_PATH
 
@@ -161,6 +174,11 @@ else
 	say "nvcc: not on PATH"
 fi
 say "CUDA libraries for kiln-cuda.so: ${cuda_lib:-not found (no libcublasLt.so.13 under \$CUDA_HOME/lib64 or /usr/local/cuda/lib64)}"
+if [ -n "$cudnn_lib" ]; then
+	say "cuDNN for kiln-cuda.so: $cudnn_lib ($(cd "$cudnn_lib" && ls libcudnn.so.9* libcudnn_graph.so.9* 2>/dev/null | tr '\n' ' '))"
+else
+	say "cuDNN for kiln-cuda.so: libcudnn.so.9 NOT FOUND (toolkit lib64, pip nvidia.cudnn, torch/lib, ldconfig): kiln-cuda.so cannot load, every cuda step below fails"
+fi
 ldd "$bundle/lib/kiln/kiln-cuda.so" > "$out/ldd_kiln_cuda.txt" 2>&1
 grep "not found" "$out/ldd_kiln_cuda.txt" | sed 's/^/ldd kiln-cuda.so: /' | tee -a "$res"
 
