@@ -70,12 +70,20 @@ static int print_doc(void)
 	int n = kiln_registry_plugin_count(reg);
 	for (int kind = KILN_PLUGIN_LAYER; kind >= KILN_PLUGIN_DEVICE; kind--) {
 		for (int i = 0; i < n; i++) {
-			struct kiln_plugin_info pi;
-			const struct kiln_plugin *p;
+			struct kiln_plugin_info pi, prev;
 			kiln_registry_plugin_get(reg, i, &pi);
 			if (pi.kind != kind)
 				continue;
-			if (kiln_registry_find(reg, kind, pi.name, &p))
+			/* every plugin that loads, available here or not (the
+			 * reference must not depend on the machine that makes it:
+			 * a GPU's keys are documented on a machine without one);
+			 * a name found twice, once */
+			int seen = 0;
+			for (int j = 0; j < i && !seen; j++) {
+				kiln_registry_plugin_get(reg, j, &prev);
+				seen = prev.kind == kind && !strcmp(prev.name, pi.name);
+			}
+			if (seen)
 				continue;
 			if (kind == KILN_PLUGIN_LAYER)
 				printf("### type = %s\n\n%s\n\n", pi.name, pi.summary);
@@ -85,8 +93,8 @@ static int print_doc(void)
 			else
 				printf("## [plugin.%s]\n\n%s plugin: %s.\n\n", pi.name,
 				       kiln_plugin_kind_name(kind), pi.summary);
-			if (p->keys && p->keys->name)
-				doc_table(p->keys);
+			if (pi.keys && pi.keys->name)
+				doc_table(pi.keys);
 			else
 				printf("No keys of its own.\n\n");
 		}

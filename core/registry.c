@@ -383,6 +383,7 @@ void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
 	o->abi_minor = r->p->abi_minor;
 	o->available = r->available;
 	o->why = r->why;
+	o->keys = r->p->keys;
 }
 
 kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const char *name,

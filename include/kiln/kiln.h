@@ -42,6 +42,7 @@ struct kiln_plugin_info {
 	unsigned abi_major, abi_minor;
 	int available;       /* 1 if usable here */
 	const char *why;     /* reason when not available ("" otherwise) */
+	const struct kiln_key *keys; /* its [plugin.NAME] / layer / source keys, available or not */
 };
 
 struct kiln_plugin_file {
