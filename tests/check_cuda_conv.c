@@ -134,6 +134,62 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* ops.c's prepare on the host (this program links it): the layout ops'
+ * plans.  cuda.c allocates sz[3] bytes of device scratch for every plan
+ * whose prepare sets it (the reductions' block partials), so an op that
+ * needs none must leave it 0; CONCAT, SPLIT and REORDER keep their element
+ * size in cols, where kernels.cu reads it. */
+static void prep_layout(struct kiln_op *op, int type, int dt)
+{
+	const int64_t part[2] = { 2, 3 }, whole[2] = { 2, 6 };
+	memset(op, 0, sizeof *op);
+	op->type = type;
+	if (type == KILN_OP_REORDER) {
+		op->n_in = op->n_out = 1;
+		op->in[0] = t4(dt, 2, 3, 4, 5, KILN_NCHW);
+		op->out[0] = t4(dt, 2, 3, 4, 5, KILN_NHWC);
+		return;
+	}
+	const int split = type == KILN_OP_SPLIT;
+	struct kiln_tensor_desc *w = split ? &op->in[0] : &op->out[0];
+	struct kiln_tensor_desc *pt = split ? op->out : op->in;
+	op->n_in = split ? 1 : 2;
+	op->n_out = split ? 2 : 1;
+	op->i[0] = 1;
+	kiln_tensor_desc_init(w, dt, 2, whole);
+	kiln_tensor_desc_init(&pt[0], dt, 2, part);
+	kiln_tensor_desc_init(&pt[1], dt, 2, part);
+}
+
+START_TEST(test_layout_plans)
+{
+	static const int types[] = { KILN_OP_CONCAT, KILN_OP_SPLIT, KILN_OP_REORDER };
+	static const int dts[] = { KILN_F32, KILN_BF16, KILN_U8, KILN_I64 };
+	static const int64_t es[] = { 4, 2, 1, 8 };
+	for (int t = 0; t < 3; t++)
+		for (int k = 0; k < 4; k++) {
+			struct cuda_plan p;
+			memset(&p, 0, sizeof p);
+			prep_layout(&p.op, types[t], dts[k]);
+			ck_assert_msg(cuda_ops_prepare(&g_c, &p) == KILN_OK, "type %d dt %d: %s",
+				      types[t], dts[k], kiln_last_error());
+			ck_assert_msg(p.sz[3] == 0, "type %d dt %d: asks for %lld bytes of scratch",
+				      types[t], dts[k], (long long)p.sz[3]);
+			ck_assert_int_eq(p.cols, es[k]);
+			ck_assert_ptr_nonnull(p.launch);
+		}
+	/* REORDER's geometry: 2 samples of a [3, 20] NCHW matrix */
+	struct cuda_plan p;
+	memset(&p, 0, sizeof p);
+	prep_layout(&p.op, KILN_OP_REORDER, KILN_F32);
+	ck_assert_int_eq(cuda_ops_prepare(&g_c, &p), KILN_OK);
+	ck_assert_int_eq(p.sz[0], 2);
+	ck_assert_int_eq(p.sz[1], 3);
+	ck_assert_int_eq(p.sz[2], 20);
+	ck_assert_int_eq(p.n, 120);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cuda_conv");
@@ -143,6 +199,10 @@ int main(void)
 	tcase_add_loop_test(t, test_descriptors, 0, (int)(sizeof cases / sizeof *cases));
 	tcase_add_test(t, test_errors);
 	suite_add_tcase(s, t);
+	TCase *o = tcase_create("ops");
+	tcase_add_checked_fixture(o, setup, NULL);
+	tcase_add_test(o, test_layout_plans);
+	suite_add_tcase(s, o);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
 	const int failed = srunner_ntests_failed(r);

@@ -1053,7 +1053,7 @@ extern "C" cudaError_t cuda_launch_concat_split(const struct cuda_plan *p,
 		k_split_acc<<<nb, CUDA_THREADS, 0, s>>>(whole, DTI(p, 0), g, total, geo.row);
 		return cudaGetLastError();
 	}
-	switch (p->sz[3]) { /* the element size */
+	switch (p->cols) { /* the element size */
 	case 1: k_cat_raw<uint8_t><<<nb, CUDA_THREADS, 0, s>>>((uint8_t *)whole, g, total, geo.row, split); break;
 	case 2: k_cat_raw<uint16_t><<<nb, CUDA_THREADS, 0, s>>>((uint16_t *)whole, g, total, geo.row, split); break;
 	case 4: k_cat_raw<uint32_t><<<nb, CUDA_THREADS, 0, s>>>((uint32_t *)whole, g, total, geo.row, split); break;
@@ -1121,7 +1121,7 @@ extern "C" cudaError_t cuda_launch_reorder(const struct cuda_plan *p,
 {
 	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
 	const int same = DTI(p, 0) == DTO(p, 0);
-	const int64_t N = p->sz[0], R = p->sz[1], S = p->sz[2], es = p->sz[3];
+	const int64_t N = p->sz[0], R = p->sz[1], S = p->sz[2], es = p->cols;
 	if (p->n == 0)
 		return cudaSuccess;
 	if (!R) { /* same layout: a copy (or an add, or a conversion) */

@@ -95,8 +95,10 @@ static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		if (kern_cat_geom(op, &g))
 			return c->host->error(KILN_EINTERNAL, "cuda: %s: dimension i[0] out of range",
 					      cuda_op_name(op->type));
-		p->sz[3] = cuda_esize(whole->dtype);
-		if (!p->sz[3] || (split && op->i[1] && !kern_float_dtype(whole->dtype)))
+		/* the element size in cols: sz[3] is the plan's scratch bytes
+		 * (cuda.c allocates that much at prepare) */
+		p->cols = cuda_esize(whole->dtype);
+		if (!p->cols || (split && op->i[1] && !kern_float_dtype(whole->dtype)))
 			return cuda_bad(c, op, KILN_ENOTSUP, "unknown dtype, or accumulating into a non-float one");
 		p->launch = cuda_launch_concat_split;
 		return KILN_OK;
@@ -107,8 +109,8 @@ static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		if ((!same || acc) &&
 		    (!kern_float_dtype(op->in[0].dtype) || !kern_float_dtype(op->out[0].dtype)))
 			return cuda_bad(c, op, KILN_ENOTSUP, "converts and accumulates float dtypes only");
-		p->sz[3] = cuda_esize(op->in[0].dtype);
-		if (!p->sz[3])
+		p->cols = cuda_esize(op->in[0].dtype); /* element size (sz[3]: scratch) */
+		if (!p->cols)
 			return cuda_bad(c, op, KILN_ENOTSUP, "unknown dtype");
 		p->n = cuda_numel(&op->in[0]);
 		kern_reorder_geom(&op->in[0], &op->out[0], &p->sz[0], &p->sz[1], &p->sz[2]);

@@ -97,6 +97,7 @@ static int dtype_of(int dt, ncclDataType_t *out)
 #endif
 	case KILN_I32: *out = ncclInt32; return 1;
 	case KILN_I64: *out = ncclInt64; return 1;
+	case KILN_I8: *out = ncclInt8; return 1;
 	case KILN_U8: *out = ncclUint8; return 1;
 	default: return 0;
 	}
