@@ -395,18 +395,16 @@ static uint32_t crc_host(uint32_t crc, const void *buf, size_t n)
 	return dnn_host->crc32c(crc, buf, n);
 }
 
-/* this machine's key of the cache file: GPU name and UUID, driver, cuDNN */
+/* this machine's key of the cache file: GPU model, driver, cuDNN (dnn_map.h) */
 static void device_key(struct cuda_ctx *c, char *buf, size_t n)
 {
 	struct cudaDeviceProp pr;
 	int drv = 0;
-	char uuid[40];
 	memset(&pr, 0, sizeof pr);
 	cudaGetDeviceProperties(&pr, c->ordinal);
 	cudaDriverGetVersion(&drv);
-	for (int i = 0; i < 16; i++)
-		snprintf(uuid + 2 * i, 3, "%02x", (unsigned char)pr.uuid.bytes[i]);
-	snprintf(buf, n, "%.180s GPU-%s driver %d cudnn %zu", pr.name, uuid, drv, cudnnGetVersion());
+	cuda_atc_device_string(buf, n, pr.name, pr.major, pr.minor, pr.multiProcessorCount, drv,
+			       cudnnGetVersion());
 }
 
 static void cache_load(struct cuda_ctx *c, struct cuda_dnn_ctx *x)
