@@ -700,7 +700,7 @@ static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor
 		     key, (long long)*engine, best_ms, d->ws, tried);
 	if (x->cache_path[0]) {
 		struct cuda_atc_entry *e = calloc(1, sizeof *e);
-		char why[600];
+		char why[600] = "out of memory"; /* cuda_atc_put sets no message */
 		if (e && strlen(key) < sizeof e->key && !cfg_knobs(d, cfg[best], e)) {
 			strcpy(e->key, key);
 			e->engine = *engine;
