@@ -170,10 +170,11 @@ static int bn_x(const struct kiln_tensor_desc *x, int64_t *N, int64_t *C, int64_
 	return *N > 0 && *C > 0 && *HW > 0;
 }
 
+/* y, dy, dx of batch norm: x's shape, layout and dtype (the compute dtype) */
 static int like_x(const struct kiln_tensor_desc *d, const struct kiln_tensor_desc *x)
 {
 	return d->ndim == x->ndim && numel(d) == numel(x) && d->dims[1] == x->dims[1] &&
-	       nhwc(d) == nhwc(x) && is_float(d->dtype);
+	       nhwc(d) == nhwc(x) && d->dtype == x->dtype;
 }
 
 static kiln_status check_bn(const char *who, const struct kiln_op *op)
@@ -191,11 +192,13 @@ static kiln_status check_bn(const char *who, const struct kiln_op *op)
 		ok = ok && like_x(&op->in[1], x);
 	for (int i = 1; i < op->n_in && ok; i++)
 		if (!(type == KILN_OP_BN_BWD && i == 1))
-			ok = numel(&op->in[i]) == (type == KILN_OP_BN_BWD && i == 3 ? 2 * C : C);
+			ok = numel(&op->in[i]) == (type == KILN_OP_BN_BWD && i == 3 ? 2 * C : C) &&
+			     op->in[i].dtype == KILN_F32;
 	for (int i = 1; i < op->n_out && ok; i++)
-		ok = numel(&op->out[i]) == (type == KILN_OP_BN_TRAIN && i == 1 ? 2 * C : C);
+		ok = numel(&op->out[i]) == (type == KILN_OP_BN_TRAIN && i == 1 ? 2 * C : C) &&
+		     op->out[i].dtype == KILN_F32;
 	if (!ok)
-		BAD(KILN_EINVAL, "wants x [N,C,H,W] or [N,C], y and dy of its shape, per-channel tensors [C], saved [2,C]");
+		BAD(KILN_EINVAL, "wants x [N,C,H,W] or [N,C], y and dy of its shape and dtype, f32 per-channel tensors [C], f32 saved [2,C]");
 	if (type == KILN_OP_BN_TRAIN && N * HW < 2)
 		/* PyTorch refuses too: the unbiased variance divides by M - 1. */
 		BAD(KILN_EINVAL, "training needs more than one value per channel");
@@ -225,10 +228,11 @@ static kiln_status check_bn_sync(const char *who, const struct kiln_op *op)
 	for (int k = 0; k < n_ins[t] + n_outs[t] && ok; k++) {
 		const struct kiln_tensor_desc *d = k < n_ins[t] ? &op->in[k] : &op->out[k - n_ins[t]];
 		const int want = k < n_ins[t] ? ins[t][k] : outs[t][k - n_ins[t]];
-		ok = !want ? like_x(d, x) : numel(d) == (want < 0 ? G * 2 * C : want * C);
+		ok = !want ? like_x(d, x)
+			   : numel(d) == (want < 0 ? G * 2 * C : want * C) && d->dtype == KILN_F32;
 	}
 	if (!ok)
-		BAD(KILN_EINVAL, "wants x, y, dy, dx of one shape, per-channel tensors [C], statistics and sums [2,C], gathered statistics [i[0],2,C]");
+		BAD(KILN_EINVAL, "wants x, y, dy, dx of one shape and dtype, f32 per-channel tensors [C], statistics and sums [2,C], gathered statistics [i[0],2,C]");
 	if (op->type == KILN_OP_BN_APPLY && G * N * HW < 2)
 		BAD(KILN_EINVAL, "training needs more than one value per channel");
 	if (op->type == KILN_OP_BN_APPLY && !(op->f[0] >= 0))
@@ -271,6 +275,14 @@ static kiln_status check_pool(const char *who, const struct kiln_op *op)
 		    (long long)OH, (long long)OW);
 	if (bwd && kind == KILN_POOL_MAX && op->n_in < 2)
 		BAD(KILN_EINVAL, "max pooling's backward needs aux (in1)");
+	if (bwd && op->n_in == 3) { /* in2: the forward input, dx's twin */
+		const struct kiln_tensor_desc *fx = &op->in[2];
+		int same = fx->ndim == 4 && fx->dtype == x->dtype && nhwc(fx) == nhwc(x);
+		for (int i = 0; same && i < 4; i++)
+			same = fx->dims[i] == x->dims[i];
+		if (!same)
+			BAD(KILN_EINVAL, "in2, the forward input, must have dx's shape, layout and dtype");
+	}
 	return KILN_OK;
 }
 

@@ -190,6 +190,115 @@ START_TEST(test_layout_plans)
 }
 END_TEST
 
+static struct kiln_tensor_desc tdesc(int dt, int ndim, const int64_t *dims, int layout)
+{
+	struct kiln_tensor_desc t;
+	memset(&t, 0, sizeof t);
+	t.dtype = dt, t.ndim = ndim, t.layout = layout;
+	for (int i = 0; i < ndim; i++)
+		t.dims[i] = dims[i];
+	return t;
+}
+
+/* cuda_dnn_prepare of op (no GPU is touched for BN and pooling) */
+static kiln_status dnn_prepare(const struct kiln_op *op)
+{
+	struct cuda_plan p;
+	memset(&p, 0, sizeof p);
+	p.op = *op;
+	return cuda_dnn_prepare(&g_c, &p);
+}
+
+/* The batch-norm kernels read and write x, y, dy and dx in x's dtype and
+ * every per-channel tensor as f32: prepare must refuse any other mix
+ * (an f32 y beside a bf16 x was taken and written as bf16). */
+START_TEST(test_bn_dtypes)
+{
+	const int64_t x4[4] = { 2, 3, 4, 4 }, x2[2] = { 2, 3 }, c1[1] = { 3 }, c2[2] = { 2, 3 };
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_TRAIN, op.n_in = 3, op.n_out = 4;
+	op.f[0] = 1e-5, op.f[1] = 0.1;
+	op.in[0] = tdesc(KILN_BF16, 4, x4, KILN_NCHW);
+	op.in[1] = op.in[2] = tdesc(KILN_F32, 1, c1, KILN_ROW);
+	op.out[0] = tdesc(KILN_BF16, 4, x4, KILN_NCHW);
+	op.out[1] = tdesc(KILN_F32, 2, c2, KILN_ROW);
+	op.out[2] = op.out[3] = tdesc(KILN_F32, 1, c1, KILN_ROW);
+	ck_assert_int_eq(dnn_prepare(&op), KILN_OK);
+	op.out[0].dtype = KILN_F32; /* y f32, x bf16 */
+	ck_assert_int_eq(dnn_prepare(&op), KILN_ENOTSUP);
+	op.out[0].dtype = KILN_BF16;
+	op.in[1].dtype = KILN_BF16; /* gamma */
+	ck_assert_int_eq(dnn_prepare(&op), KILN_ENOTSUP);
+
+	/* BN_BWD on 2-d x: dy f32 beside a bf16 x; saved [2, C] in bf16 */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_BWD, op.n_in = 4, op.n_out = 3;
+	op.in[0] = op.in[1] = tdesc(KILN_BF16, 2, x2, KILN_ROW);
+	op.in[2] = tdesc(KILN_F32, 1, c1, KILN_ROW);
+	op.in[3] = tdesc(KILN_F32, 2, c2, KILN_ROW);
+	op.out[0] = tdesc(KILN_BF16, 2, x2, KILN_ROW);
+	op.out[1] = op.out[2] = tdesc(KILN_F32, 1, c1, KILN_ROW);
+	ck_assert_int_eq(dnn_prepare(&op), KILN_OK);
+	op.in[1].dtype = KILN_F32;
+	ck_assert_int_eq(dnn_prepare(&op), KILN_ENOTSUP);
+	op.in[1].dtype = KILN_BF16;
+	op.in[3].dtype = KILN_BF16;
+	ck_assert_int_eq(dnn_prepare(&op), KILN_ENOTSUP);
+
+	/* BN_STATS' out0 and BN_BWD_REDUCE's out0 are f32 statistics */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_STATS, op.n_in = 1, op.n_out = 1;
+	op.in[0] = tdesc(KILN_F16, 4, x4, KILN_NHWC);
+	op.out[0] = tdesc(KILN_F32, 2, c2, KILN_ROW);
+	ck_assert_int_eq(dnn_prepare(&op), KILN_OK);
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_BWD_REDUCE, op.n_in = 3, op.n_out = 3;
+	op.in[0] = op.in[1] = tdesc(KILN_F16, 4, x4, KILN_NHWC);
+	op.in[2] = tdesc(KILN_F32, 2, c2, KILN_ROW);
+	op.out[0] = op.out[1] = tdesc(KILN_F32, 1, c1, KILN_ROW);
+	op.out[2] = tdesc(KILN_F32, 2, c2, KILN_ROW);
+	ck_assert_int_eq(dnn_prepare(&op), KILN_OK);
+}
+END_TEST
+
+/* Max pooling's backward recomputes each window's maximum from in2 with
+ * dx's geometry: an in2 of another shape or layout would be read out of
+ * bounds, so prepare refuses it. */
+START_TEST(test_pool_bwd_x)
+{
+	const int64_t xd[4] = { 1, 2, 6, 6 }, yd[4] = { 1, 2, 3, 3 }, xs[4] = { 1, 2, 6, 5 };
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_POOL_BWD, op.n_in = 3, op.n_out = 1;
+	op.i[0] = KILN_POOL_MAX, op.i[1] = op.i[2] = 2, op.i[3] = op.i[4] = 2;
+	op.in[0] = tdesc(KILN_F32, 4, yd, KILN_NCHW);
+	op.in[2] = tdesc(KILN_F32, 4, xd, KILN_NCHW);
+	op.out[0] = tdesc(KILN_F32, 4, xd, KILN_NCHW);
+	ck_assert_int_eq(dnn_prepare(&op), KILN_OK);
+	op.in[2] = tdesc(KILN_F32, 4, xs, KILN_NCHW);
+	ck_assert_int_eq(dnn_prepare(&op), KILN_EINVAL);
+	op.in[2] = tdesc(KILN_F32, 4, xd, KILN_NHWC);
+	ck_assert_int_eq(dnn_prepare(&op), KILN_EINVAL);
+}
+END_TEST
+
+/* A config not validated against the registry has no [plugin.cuda]
+ * defaults: open keeps its own (it failed with KILN_ENOTFOUND and no
+ * message). */
+START_TEST(test_open_unvalidated)
+{
+	struct kiln_config *cfg = NULL;
+	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
+	ck_assert_msg(cuda_dnn_open(&g_c, cfg) == KILN_OK, "%s", kiln_last_error());
+	cuda_dnn_close(&g_c);
+	ck_assert_int_eq(kiln_config_override(cfg, "plugin.cuda.workspace_mb=x"), KILN_OK);
+	ck_assert_int_eq(cuda_dnn_open(&g_c, cfg), KILN_ECONFIG); /* a bad value still fails */
+	cuda_dnn_close(&g_c);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cuda_conv");
@@ -198,6 +307,9 @@ int main(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_loop_test(t, test_descriptors, 0, (int)(sizeof cases / sizeof *cases));
 	tcase_add_test(t, test_errors);
+	tcase_add_test(t, test_bn_dtypes);
+	tcase_add_test(t, test_pool_bwd_x);
+	tcase_add_test(t, test_open_unvalidated);
 	suite_add_tcase(s, t);
 	TCase *o = tcase_create("ops");
 	tcase_add_checked_fixture(o, setup, NULL);

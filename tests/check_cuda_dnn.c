@@ -190,7 +190,7 @@ static void fill(struct cuda_atc *a)
 {
 	struct cuda_atc_entry e;
 	memset(a, 0, sizeof *a);
-	snprintf(a->device, sizeof a->device, "NVIDIA H200 GPU-0123 driver 13000 cudnn 91900");
+	snprintf(a->device, sizeof a->device, "NVIDIA H200 sm_90 132 SMs driver 13000 cudnn 91900");
 	for (int i = 0; i < 40; i++) {
 		char key[64];
 		snprintf(key, sizeof key, "CONV key %d", i);
@@ -244,7 +244,7 @@ START_TEST(test_cache_roundtrip)
 	/* another GPU, driver or cuDNN: valid, not loaded, entries kept */
 	struct cuda_atc c;
 	memset(&c, 0, sizeof c);
-	strcpy(c.device, "NVIDIA H200 GPU-0123 driver 13000 cudnn 91901");
+	strcpy(c.device, "NVIDIA H200 sm_90 132 SMs driver 13000 cudnn 91901");
 	ck_assert_int_eq(cuda_atc_decode(&c, buf, len, crc32c, why, sizeof why), 1);
 	ck_assert_uint_eq(c.n, 0);
 	ck_assert_ptr_nonnull(strstr(why, "cudnn 91900"));
@@ -339,6 +339,36 @@ START_TEST(test_cache_file)
 }
 END_TEST
 
+/* The cache's device string names the GPU model, not the unit: two ranks
+ * on two H200s (or the next job on another one) read each other's file,
+ * a MIG slice (fewer SMs), another driver or cuDNN do not. */
+START_TEST(test_device_string)
+{
+	char dir[] = "/tmp/kiln_atc_XXXXXX", path[512], why[600];
+	struct cuda_atc a, b;
+	cuda_atc_device_string(a.device, sizeof a.device, "NVIDIA H200", 9, 0, 132, 13000, 91900);
+	ck_assert_str_eq(a.device, "NVIDIA H200 sm_90 132 SMs driver 13000 cudnn 91900");
+	cuda_atc_device_string(b.device, sizeof b.device, "NVIDIA H200", 9, 0, 16, 13000, 91900);
+	ck_assert_str_ne(a.device, b.device);
+	cuda_atc_device_string(b.device, sizeof b.device, "NVIDIA H200", 9, 0, 132, 13000, 91901);
+	ck_assert_str_ne(a.device, b.device);
+	/* rank 0 saves, rank 1 (same model) loads its entries */
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/cudnn_autotune.bin", dir);
+	fill(&a);
+	cuda_atc_device_string(a.device, sizeof a.device, "NVIDIA H200", 9, 0, 132, 13000, 91900);
+	ck_assert_int_eq(cuda_atc_save(&a, path, crc32c, why, sizeof why), 0);
+	memset(&b, 0, sizeof b);
+	cuda_atc_device_string(b.device, sizeof b.device, "NVIDIA H200", 9, 0, 132, 13000, 91900);
+	ck_assert_int_eq(cuda_atc_load(&b, path, crc32c, why, sizeof why), 0);
+	ck_assert_uint_eq(b.n, a.n);
+	unlink(path);
+	rmdir(dir);
+	cuda_atc_clear(&a);
+	cuda_atc_clear(&b);
+}
+END_TEST
+
 START_TEST(test_default_path)
 {
 	char p[512];
@@ -369,6 +399,7 @@ static Suite *make_cuda_dnn_suite(void)
 	tcase_add_test(t, test_cache_bad_fields);
 	tcase_add_test(t, test_cache_file);
 	tcase_add_test(t, test_default_path);
+	tcase_add_test(t, test_device_string);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -395,18 +395,16 @@ static uint32_t crc_host(uint32_t crc, const void *buf, size_t n)
 	return dnn_host->crc32c(crc, buf, n);
 }
 
-/* this machine's key of the cache file: GPU name and UUID, driver, cuDNN */
+/* this machine's key of the cache file: GPU model, driver, cuDNN (dnn_map.h) */
 static void device_key(struct cuda_ctx *c, char *buf, size_t n)
 {
 	struct cudaDeviceProp pr;
 	int drv = 0;
-	char uuid[40];
 	memset(&pr, 0, sizeof pr);
 	cudaGetDeviceProperties(&pr, c->ordinal);
 	cudaDriverGetVersion(&drv);
-	for (int i = 0; i < 16; i++)
-		snprintf(uuid + 2 * i, 3, "%02x", (unsigned char)pr.uuid.bytes[i]);
-	snprintf(buf, n, "%.180s GPU-%s driver %d cudnn %zu", pr.name, uuid, drv, cudnnGetVersion());
+	cuda_atc_device_string(buf, n, pr.name, pr.major, pr.minor, pr.multiProcessorCount, drv,
+			       cudnnGetVersion());
 }
 
 static void cache_load(struct cuda_ctx *c, struct cuda_dnn_ctx *x)
@@ -702,7 +700,7 @@ static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor
 		     key, (long long)*engine, best_ms, d->ws, tried);
 	if (x->cache_path[0]) {
 		struct cuda_atc_entry *e = calloc(1, sizeof *e);
-		char why[600];
+		char why[600] = "out of memory"; /* cuda_atc_put sets no message */
 		if (e && strlen(key) < sizeof e->key && !cfg_knobs(d, cfg[best], e)) {
 			strcpy(e->key, key);
 			e->engine = *engine;
@@ -882,6 +880,18 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 
 /* ---- batch norm and pooling ------------------------------------------- */
 
+/* 1 when argument k (in0.. then out0..) of a BN op is x, y, dy or dx (the
+ * kernels read and write it as x's dtype); the others are per-channel f32 */
+static int bn_like_x(int type, int n_in, int k)
+{
+	const int bwd = type == KILN_OP_BN_BWD || type == KILN_OP_BN_BWD_REDUCE ||
+			type == KILN_OP_BN_BWD_APPLY;
+	if (k < n_in)
+		return k == 0 || (k == 1 && bwd); /* x; dy */
+	/* out0: y or dx, except BN_STATS' statistics and BN_BWD_REDUCE's dgamma */
+	return k == n_in && type != KILN_OP_BN_STATS && type != KILN_OP_BN_BWD_REDUCE;
+}
+
 static kiln_status bn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
@@ -892,7 +902,7 @@ static kiln_status bn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	int ok = dt == KILN_F32 || dt == KILN_BF16 || dt == KILN_F16;
 	for (int k = 0; k < op->n_in + op->n_out && ok; k++) {
 		const struct kiln_tensor_desc *t = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
-		ok = t->dtype == KILN_F32 || (t->dtype == dt && t->ndim == x->ndim);
+		ok = t->dtype == (bn_like_x(op->type, op->n_in, k) ? dt : KILN_F32);
 	}
 	if (!ok)
 		return cuda_bad(c, op, KILN_ENOTSUP, "x, y, dy and dx in one of f32, bf16, f16; the per-channel tensors f32");
@@ -925,6 +935,11 @@ static kiln_status pool_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	if (bwd && op->i[0] == KILN_POOL_MAX && (op->n_in < 3 || op->in[2].dtype != x->dtype))
 		return cuda_bad(c, op, KILN_ENOTSUP,
 				"max pooling's backward reads the forward input x (in2): this device keeps no aux");
+	if (bwd && op->i[0] == KILN_POOL_MAX &&
+	    (op->in[2].ndim != 4 || (op->in[2].layout == KILN_NHWC) != (x->layout == KILN_NHWC) ||
+	     memcmp(op->in[2].dims, x->dims, 4 * sizeof x->dims[0])))
+		return cuda_bad(c, op, KILN_EINVAL,
+				"max pooling's backward wants in2 (the forward input x) of dx's shape and layout");
 	/* max pooling keeps no aux (aux_bytes 0): out1 / in1 are not read */
 	p->n_in = 1;
 	p->n_out = 1;
@@ -960,10 +975,15 @@ kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg)
 	if (!cfg)
 		return KILN_OK;
 	/* [run] autotune and deterministic; [plugin.cuda] workspace_mb and
-	 * autotune_cache (docs/config.md) */
-	if ((st = h->config_get_bool(cfg, "run", "autotune", &x->autotune)) ||
-	    (st = h->config_get_bool(cfg, "run", "deterministic", &x->deterministic)) ||
-	    (st = h->config_get_int(cfg, "plugin.cuda", "workspace_mb", &mb)))
+	 * autotune_cache (docs/config.md).  A key without a value (a config
+	 * not validated against the registry has no [plugin.cuda] defaults)
+	 * keeps the default above, as cuda.c does for `graph`. */
+	if (((st = h->config_get_bool(cfg, "run", "autotune", &x->autotune)) &&
+	     st != KILN_ENOTFOUND) ||
+	    ((st = h->config_get_bool(cfg, "run", "deterministic", &x->deterministic)) &&
+	     st != KILN_ENOTFOUND) ||
+	    ((st = h->config_get_int(cfg, "plugin.cuda", "workspace_mb", &mb)) &&
+	     st != KILN_ENOTFOUND))
 		return st;
 	x->ws_mb = mb;
 	const char *path = h->config_get(cfg, "plugin.cuda", "autotune_cache");

@@ -285,6 +285,13 @@ static unsigned blocks_for(int64_t n)
 	return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
+/* blocks of the per-channel kernels (one thread per channel, no
+ * grid-stride loop): every channel, uncapped */
+static unsigned chan_blocks(int64_t C)
+{
+	return (unsigned)((C + CUDA_THREADS - 1) / CUDA_THREADS);
+}
+
 /* the workspace: part[C*K*2] doubles, then coef[3*C] floats */
 static double *ws_part(const struct cuda_plan *p, const struct kiln_op_args *a)
 {
@@ -306,7 +313,7 @@ template <typename T>
 static cudaError_t bn_run(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s)
 {
 	const int64_t M = N_ * HW_, n = M * C_;
-	const unsigned pb = (unsigned)(C_ * K_), cb = blocks_for(C_), eb = blocks_for(n);
+	const unsigned pb = (unsigned)(C_ * K_), cb = chan_blocks(C_), eb = blocks_for(n);
 	double *part = ws_part(p, a);
 	float *coef = ws_coef(p, a);
 	const T *x = (const T *)a->in[0];
@@ -416,7 +423,7 @@ extern "C" cudaError_t cuda_dnn_bias(const struct cuda_plan *p, void *y, const v
 	case KILN_F16: bn_part<__half><<<pb, CUDA_THREADS, 0, s>>>(part, NULL, (const __half *)dy, NULL, C_, HW_, M, K_, ROWS_, PART_SUM); break;
 	default: return cudaErrorInvalidValue;
 	}
-	chan_sum_finish<<<blocks_for(C_), CUDA_THREADS, 0, s>>>(part, K_, C_, bias_or_db);
+	chan_sum_finish<<<chan_blocks(C_), CUDA_THREADS, 0, s>>>(part, K_, C_, bias_or_db);
 	return cudaGetLastError();
 }
 

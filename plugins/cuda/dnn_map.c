@@ -397,6 +397,13 @@ int cuda_atc_save(const struct cuda_atc *a, const char *path, cuda_crc_fn crc, c
 	return 0;
 }
 
+void cuda_atc_device_string(char *buf, size_t n, const char *name, int cc_major, int cc_minor,
+			    int sms, int driver, size_t cudnn)
+{
+	snprintf(buf, n, "%.180s sm_%d%d %d SMs driver %d cudnn %zu", name, cc_major, cc_minor, sms,
+		 driver, cudnn);
+}
+
 int cuda_atc_default_path(char *buf, size_t n)
 {
 	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");

@@ -85,7 +85,7 @@ struct cuda_atc_entry {
 };
 
 struct cuda_atc {
-	char device[256];          /* "NVIDIA H200 GPU-<uuid> driver 13000 cudnn 91900" */
+	char device[256];          /* cuda_atc_device_string's */
 	struct cuda_atc_entry *e;  /* malloc'd, n of cap */
 	size_t n, cap;
 };
@@ -116,6 +116,16 @@ int cuda_atc_decode(struct cuda_atc *a, const uint8_t *buf, size_t len, cuda_crc
 int cuda_atc_load(struct cuda_atc *a, const char *path, cuda_crc_fn crc, char *why, size_t n);
 int cuda_atc_save(const struct cuda_atc *a, const char *path, cuda_crc_fn crc, char *why,
 		  size_t n);
+
+/* The device string of the cache, what an engine choice depends on: the
+ * GPU model (name, compute capability and SM count, so a MIG slice differs
+ * from the whole GPU), the driver and cuDNN versions, e.g. "NVIDIA H200
+ * sm_90 132 SMs driver 13000 cudnn 91900".  Not the GPU's UUID: the ranks
+ * of a node share one file, and the next job may land on another unit of
+ * the same model; keyed by unit, each would find another's file and
+ * replace it, and the cache would never be read. */
+void cuda_atc_device_string(char *buf, size_t n, const char *name, int cc_major, int cc_minor,
+			    int sms, int driver, size_t cudnn);
 
 /* The default path of the cache: $XDG_CACHE_HOME/kiln/cudnn_autotune.bin,
  * else $HOME/.cache/kiln/cudnn_autotune.bin.  0, or -1 when neither
