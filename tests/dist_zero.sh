@@ -1,8 +1,11 @@
 #!/bin/sh
 # tests/dist_zero.sh - ZeRO-1 ([dist] zero = 1, docs/distributed.md) on
 # loopback with `kiln launch` and Gloo.  Fashion-MNIST, 2048 samples, an
-# MLP of 50896 trainable floats, padding included (2 ranks: shards of 25440 and a replicated
-# tail of 16); 64 optimizer steps of a global batch of 64.  Asserts, to
+# MLP of 50896 trainable floats, padding included (2 ranks: 4 buckets of
+# bucket_mb = 0.05, shards of 25440 floats, half of each bucket, and a
+# replicated tail of 16); 64 optimizer steps of a global batch of 64.
+# The reduce-scatters run during backward (overlap), and with
+# dist.overlap=0 after it.  Asserts, to
 # float tolerance (1e-5 relative, ckpt_tool close):
 #  1. SGD with momentum, [train] skip_nonfinite = 0 (no clip op: the
 #     reduce-scatter-only path): 2 ranks with zero = 1 end with the
@@ -99,11 +102,21 @@ close() { # A B WHAT SECTIONS...
 sgd="train.skip_nonfinite=0"
 run sgd1 0 64 $sgd
 run sgd_ddp 2 32 $sgd
-run sgd_zero 2 32 $sgd dist.zero=1
+run sgd_zero 2 32 $sgd dist.zero=1 dist.timing=1
 close "$(ck sgd_ddp 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs DDP" params optim.momentum
 close "$(ck sgd1 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs 1 process" params optim.momentum
-grep -q "ZeRO-1: rank 0 updates floats \[0, 25440) and the replicated tail \[50880, 50896)" "$tmp/sgd_zero.log" &&
-	grep -q "ZeRO-1: rank 1 updates floats \[25440, 50880)" "$tmp/sgd_zero.log" ||
+# the reduce-scatters overlap backward: [dist] timing counts those that
+# began before it ended (none can without overlap)
+early() { sed -n 's/.*rank 0: \([0-9]*\) of \([0-9]*\) bucket reduce-scatters began before the backward ended.*/\1 \2/p' "$tmp/$1.log"; }
+set -- $(early sgd_zero)
+echo "ZeRO-1, overlap: ${1:-?} of ${2:-?} bucket reduce-scatters began before the backward ended"
+[ "${1:-0}" -gt 0 ] 2>/dev/null || bad "ZeRO-1 with overlap: no reduce-scatter began during backward"
+run sgd_zero_seq 2 32 $sgd dist.zero=1 dist.timing=1 dist.overlap=0
+close "$(ck sgd1 64)" "$(ck sgd_zero_seq 64)" "sgd: ZeRO-1 without overlap vs 1 process" params optim.momentum
+set -- $(early sgd_zero_seq)
+[ "${1:-x}" = 0 ] && [ "${2:-0}" -gt 0 ] || bad "ZeRO-1 with overlap = 0: '${1:-?}' of '${2:-?}' reduce-scatters began before the backward ended, expected 0"
+grep -q "ZeRO-1: rank 0 updates 25440 floats, 1/2 of each of 4 gradient bucket(s), and the replicated tail \[0, 16)" "$tmp/sgd_zero.log" &&
+	grep -q "ZeRO-1: rank 1 updates 25440 floats" "$tmp/sgd_zero.log" ||
 	{ bad "no per-rank shard lines"; grep ZeRO "$tmp/sgd_zero.log"; }
 grep "ZeRO-1: rank 0" "$tmp/sgd_zero.log" | grep -q "gathered whole" && bad "sgd without a clip gathered the gradients"
 # 4 ranks, and 3 (Gloo's halving-doubling reduce-scatter with a

@@ -37,10 +37,12 @@
  * (struct Stage).  Allgathers always go through the staging area
  * (AllgatherRings).  reduce_scatter of f32 is Gloo's
  * ReduceScatterHalvingDoubling (the new-style API has no reduce_scatter)
- * bound to a scratch buffer the input is copied into (it reduces in place
- * there and leaves this rank's slice at its start), kept while the count
- * stays the same (ZeRO-1 calls it with one count every step); bf16 and
- * f16 are an allreduce of a scratch copy.  Broadcast (start-up only) is a
+ * bound to a scratch buffer of its own the input is copied into (it
+ * reduces in place there and leaves this rank's slice at its start), one
+ * per count (ZeRO-1's buckets have one or two); bf16 and f16, and every
+ * dtype on a world that is not a power of two, are an allreduce of a
+ * scratch copy (Gloo's reduce-scatter run back to back on 3 ranks summed
+ * wrongly).  Broadcast (start-up only) is a
  * BroadcastOneToAll made per call.  tests/check_comm counts every malloc
  * of the process during steady-state collectives.
  */
@@ -171,15 +173,23 @@ struct Stage {
 	int flip = 0;
 };
 
+/* an f32 reduce_scatter of `count` floats per rank: the input is copied
+ * into buf, reduced there in place, this rank's slice left at its start */
+struct BoundRs {
+	size_t count;
+	std::vector<float> buf;
+	std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> algo;
+};
+
 struct Comm {
 	struct kiln_device *dev;
 	int rank, world, timeout_ms;
 	std::shared_ptr<gloo::rendezvous::Context> ctx;
 	std::vector<char> scratch; /* reduce_scatter of bf16/f16; used on the stream only */
-	/* f32 reduce_scatter: the algorithm bound to rs_buf, for rs_count */
-	std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> rs;
-	std::vector<float> rs_buf;
-	size_t rs_count = 0;
+	/* f32 reduce_scatters: algorithms bound to a buffer of their own, one
+	 * per count (ZeRO-1's buckets have one or two) */
+	BoundRs rs[kBound];
+	int n_rs = 0;
 	char desc[160];
 	Job jobs[kJobs];
 	int next_job = 0;
@@ -352,6 +362,38 @@ void allgather_staged(Comm *c, const void *send, void *recv, size_t bytes)
 	}
 }
 
+/* The f32 reduce_scatter of j through the algorithm bound for its count,
+ * made on first use; false past kBound counts. */
+bool reduce_scatter_f32(Comm *c, Job *j)
+{
+	const size_t all = j->count * (size_t)c->world;
+	BoundRs *b = nullptr;
+	if (all > (size_t)INT32_MAX)
+		return false;
+	{
+		std::lock_guard<std::mutex> g(c->bound_lock);
+		for (int i = 0; i < c->n_rs && !b; i++)
+			if (c->rs[i].count == j->count)
+				b = &c->rs[i];
+		if (!b && c->n_rs < kBound) {
+			b = &c->rs[c->n_rs++];
+			b->count = j->count;
+			b->buf.assign(all, 0.0f);
+			std::vector<int> elems((size_t)c->world, (int)j->count);
+			b->algo.reset(new gloo::ReduceScatterHalvingDoubling<float>(
+				c->ctx, std::vector<float *>{ b->buf.data() }, (int)all, elems));
+		}
+	}
+	if (!b)
+		return false;
+	std::memcpy(b->buf.data(), j->send, all * sizeof(float));
+	b->algo->run();
+	std::memcpy(j->buf, b->buf.data(), j->count * sizeof(float));
+	if (j->op == KILN_REDUCE_AVG)
+		scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
+	return true;
+}
+
 const char *kind_name(Kind k)
 {
 	switch (k) {
@@ -400,28 +442,16 @@ kiln_status run_job_now(Job *j)
 				allgather_staged(c, j->send, j->buf, j->count * es);
 			break;
 		case K_REDUCE_SCATTER: {
-			if (j->dtype == KILN_F32 && c->world > 1) {
-				size_t all = j->count * (size_t)c->world;
-				if (!c->rs || c->rs_count != j->count) {
-					c->rs.reset();
-					c->rs_buf.assign(all, 0.0f);
-					std::vector<int> elems((size_t)c->world, (int)j->count);
-					c->rs.reset(new gloo::ReduceScatterHalvingDoubling<float>(
-						c->ctx, std::vector<float *>{ c->rs_buf.data() }, (int)all,
-						elems));
-					c->rs_count = j->count;
-				}
-				std::memcpy(c->rs_buf.data(), j->send, all * sizeof(float));
-				c->rs->run();
-				/* the algorithm leaves this rank's slice at the
-				 * start of its buffer */
-				std::memcpy(j->buf, c->rs_buf.data(), j->count * sizeof(float));
-				if (j->op == KILN_REDUCE_AVG)
-					scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
+			/* Gloo's ReduceScatterHalvingDoubling run back to back
+			 * (ZeRO-1's buckets) on a world that is not a power of
+			 * two gave wrong sums (3 ranks, tests/dist_zero.sh) */
+			if (j->dtype == KILN_F32 && c->world > 1 && !(c->world & (c->world - 1)) &&
+			    reduce_scatter_f32(c, j))
 				break;
-			}
-			/* bf16, f16: an allreduce of a copy, this rank's slice
-			 * kept (the scratch grows on first use only) */
+			/* bf16, f16 (and f32 past kBound counts or on a world
+			 * that is not a power of two): an allreduce
+			 * of a copy, this rank's slice kept (the scratch grows
+			 * on first use only) */
 			size_t all = j->count * (size_t)c->world * es;
 			if (c->scratch.size() < all)
 				c->scratch.resize(all);
