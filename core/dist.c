@@ -63,11 +63,11 @@ struct kiln_dist {
 	int failed;       /* a collective failed: do not wait for peers */
 	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
 	 * 1/world of every bucket (zc floats in all), and the tail
-	 * [0, zt) (zt < 16*world floats) is replicated */
+	 * [zwc, n_trainable) (zt < 16*world floats) is replicated */
 	int zero, zero_gather;  /* zero_gather: the averaged gradient is
 				 * gathered back whole (a clip or the
 				 * non-finite check reads all of it) */
-	size_t zc, zt;
+	size_t zc, zt, zwc;
 	float *zstate;          /* [state_slots][zc + zt]: pieces, then the tail */
 	float *zgrad;           /* f32[zc]: this rank's averaged pieces */
 	void *ztplan;           /* the optimizer over the tail */
@@ -489,12 +489,13 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on)
 
 
 /* ---- ZeRO-1 ---------------------------------------------------------------
- * The trainable range [0, n) is cut into the replicated tail [0, zt),
- * zt = n mod 16*world, and buckets of whole units of 16*world floats (of
- * about [dist] bucket_mb, cut from the end like DDP's, without regard to
- * tensor boundaries).  Rank r owns piece r of every bucket: the c =
- * (hi - lo) / world floats from lo + r*c (a multiple of 16: 64-byte
- * aligned), kept at zoff in its compact shard, zc floats in all.  During
+ * The trainable range [0, n) is cut into buckets of whole units of
+ * 16*world floats covering [0, zwc) (of about [dist] bucket_mb, cut from
+ * the end like DDP's, without regard to tensor boundaries) and the
+ * replicated tail [zwc, n), zt = n - zwc < 16*world floats.  Rank r
+ * owns piece r of every bucket: the c = (hi - lo) / world floats from
+ * lo + r*c (lo and c multiples of 16: 64-byte aligned), kept at zoff in
+ * its compact shard, zc floats in all.  During
  * backward each bucket's gradients are reduce-scattered (average) into
  * zgrad as soon as they are final (the same hook and comm stream as DDP's
  * allreduces); the tail is allreduced after backward.  Each rank updates
@@ -540,14 +541,15 @@ static kiln_status zero_buckets(struct kiln_dist *d)
 		cap = u;
 	free_buckets(d);
 	d->zt = n % u;
+	d->zwc = n - d->zt;
 	d->zc = 0;
-	const size_t nb = (n - d->zt + cap - 1) / cap;
+	const size_t nb = (d->zwc + cap - 1) / cap;
 	if (!(d->b = calloc(nb ? nb : 1, sizeof *d->b)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	for (size_t hi = n; hi > d->zt; d->n_b++) {
+	for (size_t hi = d->zwc; hi > 0; d->n_b++) {
 		struct bucket *b = &d->b[d->n_b];
 		b->hi = hi;
-		b->lo = hi - d->zt > cap ? hi - cap : d->zt;
+		b->lo = hi > cap ? hi - cap : 0;
 		b->c = (b->hi - b->lo) / W;
 		b->zoff = d->zc;
 		d->zc += b->c;
@@ -611,8 +613,9 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 							 b->c * sizeof(float), KILN_COPY_D2D, compute)))
 				return st;
 		}
-		if (d->zt && (st = kiln_device_copy_async(d->dev, dst + d->zc, src, d->zt * sizeof(float),
-							   KILN_COPY_D2D, compute)))
+		if (d->zt && (st = kiln_device_copy_async(d->dev, dst + d->zc, src + d->zwc,
+							   d->zt * sizeof(float), KILN_COPY_D2D,
+							   compute)))
 			return st;
 	}
 	if ((st = kiln_device_stream_sync(d->dev, compute)))
@@ -621,8 +624,8 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 	m->state_d = NULL;
 	kiln_device_plan_free(d->dev, m->optim_plan);
 	m->optim_plan = NULL;
-	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%d of each of %d gradient bucket(s), and the replicated tail [0, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s",
-		 d->env.rank, d->zc, d->env.world, d->n_b, d->zt,
+	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%d of each of %d gradient bucket(s), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s",
+		 d->env.rank, d->zc, d->env.world, d->n_b, d->zwc, n,
 		 (double)(slots * L * sizeof(float)) / 1048576.0,
 		 (double)(slots * n * sizeof(float)) / 1048576.0,
 		 d->overlap ? "overlapped with" : "after",
@@ -694,7 +697,7 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 				   lo, d->zstate ? d->zstate + b->zoff : NULL, lr, compute)))
 			return st;
 	}
-	if (d->zt && (st = zero_run(d, d->ztplan, m->grads_d, 0,
+	if (d->zt && (st = zero_run(d, d->ztplan, m->grads_d + d->zwc, d->zwc,
 				    d->zstate ? d->zstate + d->zc : NULL, lr, compute)))
 		return st;
 	/* every rank's updated pieces, in place */
@@ -715,7 +718,7 @@ kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 	for (int s = 0; s < slots; s++) {
 		float *full = d->zfull + (size_t)s * n, *mine = d->zstate + (size_t)s * L;
 		if ((st = zero_allgather(d, mine, full, compute)) ||
-		    (d->zt && (st = kiln_device_copy_async(d->dev, full, mine + d->zc,
+		    (d->zt && (st = kiln_device_copy_async(d->dev, full + d->zwc, mine + d->zc,
 							   d->zt * sizeof(float), KILN_COPY_D2D,
 							   compute))))
 			return st;
@@ -749,7 +752,7 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	if (d->zero && d->zt &&
 	    ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
 	     (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)) ||
-	     (st = d->ops->allreduce(d->ctx, d->m->grads_d, d->zt, KILN_F32, KILN_REDUCE_AVG,
+	     (st = d->ops->allreduce(d->ctx, d->m->grads_d + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
 				     d->comm_stream, d->zt_done)) ||
 	     (st = kiln_device_stream_wait(d->dev, compute, d->zt_done))))
 		return st;
