@@ -22,4 +22,4 @@ bench_gloo_raw_SOURCES = bench/gloo_raw.cc
 bench_gloo_raw_CXXFLAGS = -std=c++17 -Wall -Wextra -pthread
 bench_gloo_raw_LDADD = $(GLOO_LIBS) -lpthread
 endif
-EXTRA_DIST += bench/comm.sh bench/torch_comm.py bench/overlap.sh
+EXTRA_DIST += bench/comm.sh bench/torch_comm.py bench/overlap.sh bench/mpi_levels.sh

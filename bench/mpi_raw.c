@@ -1,6 +1,9 @@
 /* bench/mpi_raw.c - the raw-MPI baseline of `kiln bench comm`: MPI_Allreduce
  * (in place, f32 sum) called directly, same sizes, iteration counts and
- * median as `kiln bench comm --rank`.  mpirun -np N bench/mpi_raw [MAX_BYTES] */
+ * median as `kiln bench comm --rank`.  mpirun -np N bench/mpi_raw [MAX_BYTES]
+ * [THREAD_LEVEL]: single (MPI_Init, the default), funneled, serialized
+ * (what kiln-mpi asks for) or multiple (MPI_Init_thread with that level):
+ * Open MPI 4.1's small-message latency depends on it. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +17,25 @@ static int cmp(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-	int rank, world;
-	MPI_Init(&argc, &argv);
+	int rank, world, provided = MPI_THREAD_SINGLE;
+	const char *tl = argc > 2 ? argv[2] : "single";
+	const int level = !strcmp(tl, "funneled") ? MPI_THREAD_FUNNELED
+			  : !strcmp(tl, "serialized") ? MPI_THREAD_SERIALIZED
+			  : !strcmp(tl, "multiple") ? MPI_THREAD_MULTIPLE : -1;
+	if (level < 0 && strcmp(tl, "single")) {
+		fprintf(stderr, "mpi_raw: thread level '%s': single, funneled, serialized or multiple\n", tl);
+		return 2;
+	}
+	if (level < 0)
+		MPI_Init(&argc, &argv);
+	else
+		MPI_Init_thread(&argc, &argv, level, &provided);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &world);
 	size_t max = argc > 1 ? (size_t)atoll(argv[1]) : (size_t)256 << 20;
 	float *buf = calloc(max / 4, 4);
 	if (!rank)
-		printf("# raw MPI, %d ranks\n# %10s %12s %12s\n", world, "bytes", "time_us", "busbw_GBps");
+		printf("# raw MPI, %d ranks, thread level %s (provided %d)\n# %10s %12s %12s\n", world, tl, provided, "bytes", "time_us", "busbw_GBps");
 	for (size_t bytes = 4096; bytes <= max; bytes *= 4) {
 		int iters = bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 20 : 5;
 		double t[200];

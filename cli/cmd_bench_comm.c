@@ -169,9 +169,20 @@ static int in_path(const char *prog)
 	return system(cmd) == 0;
 }
 
+/* whether name is an item of the comma-separated list */
+static int listed(const char *list, const char *name)
+{
+	const size_t n = strlen(name);
+	for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+			return 1;
+	return 0;
+}
+
 static void bench_comm_usage(FILE *f)
 {
-	fprintf(f, "usage: kiln bench comm [--nproc N] [--max BYTES] [--runs R] [--bench-dir DIR]\n\n"
+	fprintf(f, "usage: kiln bench comm [--nproc N] [--max BYTES] [--runs R] [--bench-dir DIR]\n"
+		   "                       [--tools LIST]\n\n"
 		   "Start N local ranks (default 2) and measure the allreduce (f32 sum, in place)\n"
 		   "from 4 KiB to BYTES (default 256 MiB, by 4x) of every communicator available:\n"
 		   "kiln-mpi (under mpirun) beside raw MPI (DIR/mpi_raw), kiln-gloo (under kiln\n"
@@ -182,7 +193,9 @@ static void bench_comm_usage(FILE *f)
 		   "kiln-mpi within 10 us of raw MPI and >= 0.9x its busbw, kiln-gloo >= 0.9x raw\n"
 		   "Gloo, the best kiln communicator >= 5x torch gloo's busbw at 1 MiB.  DIR\n"
 		   "defaults to the bench/ folder beside the kiln binary (the build tree); a\n"
-		   "baseline that is not there is left out, saying why.\n");
+		   "baseline that is not there is left out, saying why.  --tools keeps only the\n"
+		   "listed ones (comma-separated: kiln-mpi,raw-mpi,kiln-gloo,raw-gloo,torch-gloo).\n"
+		   "Run r starts with the r-th tool (mod 5), so the order rotates between runs.\n");
 }
 
 void bench_comm_usage_print(void)
@@ -194,7 +207,7 @@ int cmd_bench_comm(int argc, char **argv)
 {
 	int nproc = 2, runs = 3;
 	size_t max = (size_t)256 << 20;
-	const char *bench_dir = NULL;
+	const char *bench_dir = NULL, *only = NULL;
 	for (int i = 2; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--rank") && i + 2 < argc)
@@ -214,6 +227,8 @@ int cmd_bench_comm(int argc, char **argv)
 				goto bad;
 		} else if (!strcmp(a, "--bench-dir") && i + 1 < argc) {
 			bench_dir = argv[++i];
+		} else if (!strcmp(a, "--tools") && i + 1 < argc) {
+			only = argv[++i];
 		} else {
 			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", a);
 			bench_comm_usage(stderr);
@@ -286,10 +301,18 @@ bad:
 	if (!s[T_TORCH].have)
 		snprintf(s[T_TORCH].why, sizeof s->why, "no python3 with torch, or no bench/torch_comm.py");
 	kiln_registry_close(reg);
+	for (int k = 0; k < N_TOOLS && only; k++)
+		if (s[k].have && !listed(only, tool_names[k])) {
+			s[k].have = 0;
+			snprintf(s[k].why, sizeof s->why, "not in --tools");
+		}
 	kiln_log_set_level(KILN_LOG_WARN);
 	fprintf(stderr, "bench comm: %d ranks, 4 KiB..%zu B, %d run(s) each\n", nproc, max, runs);
+	/* run r starts with tool r mod N_TOOLS: no tool always runs first,
+	 * right after another's ranks exit, or always last */
 	for (int r = 0; r < runs; r++)
-		for (int k = 0; k < N_TOOLS; k++) {
+		for (int kk = 0; kk < N_TOOLS; kk++) {
+			const int k = (kk + r) % N_TOOLS;
 			struct series *x = &s[k];
 			if (!x->have)
 				continue;

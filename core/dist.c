@@ -26,6 +26,12 @@
 
 struct bucket {
 	size_t lo, hi;    /* elements of the flat gradient buffer */
+	/* ZeRO-1: this rank's piece [lo + rank*c, lo + (rank+1)*c) of the
+	 * bucket, at zoff in its compact shard (zgrad, zstate); the
+	 * optimizer over c floats (own_plan: freed with this bucket) */
+	size_t c, zoff;
+	void *plan;
+	int own_plan;
 	int ready_layer;  /* complete after this layer's backward */
 	void *done;       /* event: the allreduce finished (comm stream) */
 	int started;
@@ -56,15 +62,16 @@ struct kiln_dist {
 	float *scratch_h;
 	int failed;       /* a collective failed: do not wait for peers */
 	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
-	 * the shard [rank*zc, rank*zc + zc) of the trainable range, and the
-	 * tail [zwc, n_trainable) (zt < 16*world floats) is replicated */
+	 * 1/world of every bucket (zc floats in all), and the tail
+	 * [zwc, n_trainable) (zt < 16*world floats) is replicated */
 	int zero, zero_gather;  /* zero_gather: the averaged gradient is
 				 * gathered back whole (a clip or the
 				 * non-finite check reads all of it) */
 	size_t zc, zt, zwc;
-	float *zstate;          /* [state_slots][zc + zt] */
-	float *zgrad;           /* f32[zc]: this rank's averaged shard */
-	void *zplan[2];         /* the optimizer over the shard, the tail */
+	float *zstate;          /* [state_slots][zc + zt]: pieces, then the tail */
+	float *zgrad;           /* f32[zc]: this rank's averaged pieces */
+	void *ztplan;           /* the optimizer over the tail */
+	void *zt_done;          /* event: the tail's allreduce finished */
 	float *zfull;           /* the whole state while a checkpoint is taken */
 	/* [dist] timing = 1: host functions stamp, on the streams, when the
 	 * backward ended (compute), when each bucket's allreduce ran (comm)
@@ -74,6 +81,8 @@ struct kiln_dist {
 	double t_bwd_end;
 	double sum_exposed, sum_comm;  /* seconds, over sum_steps steps */
 	int64_t sum_steps;
+	int64_t early, runs;  /* bucket collectives begun before the backward
+			       * ended (overlapped), of all */
 	struct stamp s_bwd, s_opt;
 };
 
@@ -194,6 +203,18 @@ fail:
 	return st;
 }
 
+static void free_buckets(struct kiln_dist *d)
+{
+	for (int i = 0; i < d->n_b; i++) {
+		kiln_device_event_destroy(d->dev, d->b[i].done);
+		if (d->b[i].own_plan)
+			kiln_device_plan_free(d->dev, d->b[i].plan);
+	}
+	free(d->b);
+	d->b = NULL;
+	d->n_b = 0;
+}
+
 void kiln_dist_close(struct kiln_dist *d)
 {
 	if (!d)
@@ -202,15 +223,17 @@ void kiln_dist_close(struct kiln_dist *d)
 	char *msg = kiln_strdup(kiln_last_error());
 	if (d->comm_stream)
 		kiln_device_stream_sync(d->dev, d->comm_stream);
+	if (d->timing && d->runs)
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d: %lld of %lld bucket %s began before the backward ended",
+			 d->env.rank, (long long)d->early, (long long)d->runs,
+			 d->zero ? "reduce-scatters" : "allreduces");
 	if (d->m && d->m->bwd_user == d) {
 		d->m->bwd_hook = NULL;
 		d->m->bwd_user = NULL;
 	}
-	for (int i = 0; i < d->n_b; i++)
-		kiln_device_event_destroy(d->dev, d->b[i].done);
-	free(d->b);
-	kiln_device_plan_free(d->dev, d->zplan[0]);
-	kiln_device_plan_free(d->dev, d->zplan[1]);
+	free_buckets(d);
+	kiln_device_plan_free(d->dev, d->ztplan);
+	kiln_device_event_destroy(d->dev, d->zt_done);
 	kiln_device_free(d->dev, d->zstate);
 	kiln_device_free(d->dev, d->zgrad);
 	if (d->m && d->zfull && d->m->state_d == d->zfull)
@@ -322,8 +345,11 @@ static kiln_status stamp_opt(void *arg)
 {
 	struct kiln_dist *d = ((struct stamp *)arg)->d;
 	double exposed = kiln_now_s() - d->t_bwd_end, comm = 0;
-	for (int i = 0; i < d->n_b; i++)
+	for (int i = 0; i < d->n_b; i++) {
 		comm += d->b[i].t1 - d->b[i].t0;
+		d->early += d->b[i].t0 < d->t_bwd_end;
+	}
+	d->runs += d->n_b;
 	d->sum_exposed += exposed > 0 ? exposed : 0;
 	d->sum_comm += comm;
 	d->sum_steps++;
@@ -339,8 +365,12 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 	b->started = 1;
 	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, stamp_bucket, &b->s0)))
 		return st;
-	if ((st = d->ops->allreduce(d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
-				    KILN_REDUCE_AVG, d->comm_stream, d->timing ? NULL : b->done)))
+	void *done = d->timing ? NULL : b->done;
+	if ((st = d->zero ? d->ops->reduce_scatter(d->ctx, d->m->grads_d + b->lo, d->zgrad + b->zoff,
+						   b->c, KILN_F32, KILN_REDUCE_AVG, d->comm_stream,
+						   done)
+			  : d->ops->allreduce(d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
+					      KILN_REDUCE_AVG, d->comm_stream, done)))
 		return st;
 	if (d->timing &&
 	    ((st = kiln_device_host_fn(d->dev, d->comm_stream, stamp_bucket, &b->s1)) ||
@@ -459,20 +489,26 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on)
 
 
 /* ---- ZeRO-1 ---------------------------------------------------------------
- * The trainable range [0, n) is cut into `world` shards of zc floats (a
- * multiple of 16: 64-byte aligned) and a tail [zwc, n), zwc = world*zc,
- * of fewer than 16*world floats.  After backward the gradients are
- * reduce-scattered (average) into zgrad, this rank's shard, and the tail
- * is allreduced; each rank updates its shard of the parameters (and the
- * tail, identically on every rank) with the fused optimizer op over that
- * range and its own slice of the state, then the parameter shards are
- * allgathered in place.  The optimizer state held is (zc + zt) floats a
- * slot instead of n.  Checkpoints gather the state whole first
- * (kiln_dist_zero_gather), so their files do not depend on the world
- * size.  When a clip op runs (GRAD_CLIP or UNSCALE: [train] clip_norm,
- * clip_value, skip_nonfinite, loss scaling) the averaged shards are
- * allgathered back into the gradient buffer first, so the norm and the
- * finite flag are the global ones and identical on every rank. */
+ * The trainable range [0, n) is cut into buckets of whole units of
+ * 16*world floats covering [0, zwc) (of about [dist] bucket_mb, cut from
+ * the end like DDP's, without regard to tensor boundaries) and the
+ * replicated tail [zwc, n), zt = n - zwc < 16*world floats.  Rank r
+ * owns piece r of every bucket: the c = (hi - lo) / world floats from
+ * lo + r*c (lo and c multiples of 16: 64-byte aligned), kept at zoff in
+ * its compact shard, zc floats in all.  During
+ * backward each bucket's gradients are reduce-scattered (average) into
+ * zgrad as soon as they are final (the same hook and comm stream as DDP's
+ * allreduces); the tail is allreduced after backward.  Each rank updates
+ * its pieces of the parameters (and the tail, identically on every rank)
+ * with the fused optimizer op over each piece and its own slice of the
+ * state, then every bucket's pieces are allgathered in place.  The
+ * optimizer state held is (zc + zt) floats a slot instead of n.
+ * Checkpoints gather the state whole first (kiln_dist_zero_gather), so
+ * their files do not depend on the world size.  When a clip op runs
+ * (GRAD_CLIP or UNSCALE: [train] clip_norm, clip_value, skip_nonfinite,
+ * loss scaling) the averaged pieces are allgathered back into the
+ * gradient buffer first, so the norm and the finite flag are the global
+ * ones and identical on every rank. */
 
 static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
 {
@@ -494,32 +530,92 @@ static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
 	return st;
 }
 
+/* ZeRO-1's buckets in place of DDP's, with their pieces and plans */
+static kiln_status zero_buckets(struct kiln_dist *d)
+{
+	struct kiln_model *m = d->m;
+	const size_t n = m->n_trainable, W = (size_t)d->env.world, u = 16 * W;
+	size_t cap = (size_t)(d->bucket_mb * 1048576.0 / sizeof(float)) / u * u;
+	kiln_status st;
+	if (cap < u)
+		cap = u;
+	free_buckets(d);
+	d->zt = n % u;
+	d->zwc = n - d->zt;
+	d->zc = 0;
+	const size_t nb = (d->zwc + cap - 1) / cap;
+	if (!(d->b = calloc(nb ? nb : 1, sizeof *d->b)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (size_t hi = d->zwc; hi > 0; d->n_b++) {
+		struct bucket *b = &d->b[d->n_b];
+		b->hi = hi;
+		b->lo = hi > cap ? hi - cap : 0;
+		b->c = (b->hi - b->lo) / W;
+		b->zoff = d->zc;
+		d->zc += b->c;
+		/* final after the backward of the first layer with a tensor
+		 * in it (-1: padding only, started after backward) */
+		b->ready_layer = -1;
+		for (int i = 0; i < m->n_params; i++) {
+			const struct model_param *p = &m->params[i];
+			if (p->trainable && !p->buffer && p->off < b->hi &&
+			    p->off + (size_t)p->numel > b->lo &&
+			    (b->ready_layer < 0 || p->layer < b->ready_layer))
+				b->ready_layer = p->layer;
+		}
+		b->s0 = (struct stamp){ d, d->n_b, 0 };
+		b->s1 = (struct stamp){ d, d->n_b, 1 };
+		if ((st = kiln_device_event_create(d->dev, &b->done)))
+			return st;
+		for (int k = 0; k < d->n_b && !b->plan; k++)
+			if (d->b[k].c == b->c)
+				b->plan = d->b[k].plan;
+		if (!b->plan) {
+			if ((st = zero_plan(d, b->c, &b->plan)))
+				return st;
+			b->own_plan = 1;
+		}
+		hi = b->lo;
+	}
+	if ((d->zt && (st = zero_plan(d, d->zt, &d->ztplan))) ||
+	    (st = kiln_device_event_create(d->dev, &d->zt_done)))
+		return st;
+	return KILN_OK;
+}
+
 kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 {
 	kiln_status st;
 	if (!d || !d->zero)
 		return KILN_OK;
 	struct kiln_model *m = d->m;
-	const size_t n = m->n_trainable, W = (size_t)d->env.world, r = (size_t)d->env.rank;
+	const size_t n = m->n_trainable, r = (size_t)d->env.rank;
 	if (m->optim_op.type == KILN_OP_LAMB)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [train] optimizer = lamb: LAMB's trust ratio needs each tensor whole, and ZeRO-1's shards cut tensors; use sgd or adamw, or zero = 0",
 				  kiln_config_where(m->cfg, "dist", "zero"));
+	if (!d->ops->reduce_scatter || !d->ops->allgather)
+		return kiln_error(KILN_EPLUGIN, "%s: [dist] zero = 1: comm plugin '%s' has no reduce_scatter or allgather",
+				  kiln_config_where(m->cfg, "dist", "zero"), d->plugin->name);
 	d->zero_gather = clip;
-	d->zc = n / W / 16 * 16;
-	d->zwc = W * d->zc;
-	d->zt = n - d->zwc;
+	if ((st = zero_buckets(d)))
+		return kiln_error_wrap(st, "ZeRO-1: the optimizer over a shard");
 	const size_t L = d->zc + d->zt, slots = (size_t)m->state_slots;
 	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
 	    (d->zc && (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
 		return st;
-	/* keep this rank's slices of the (broadcast) state, free the rest */
+	/* keep this rank's pieces of the (broadcast) state, free the rest */
 	for (size_t s = 0; s < slots && m->state_d; s++) {
 		const float *src = m->state_d + s * n;
-		if ((d->zc && (st = kiln_device_copy_async(d->dev, d->zstate + s * L, src + r * d->zc,
-							   d->zc * sizeof(float), KILN_COPY_D2D, compute))) ||
-		    (d->zt && (st = kiln_device_copy_async(d->dev, d->zstate + s * L + d->zc,
-							   src + d->zwc, d->zt * sizeof(float),
-							   KILN_COPY_D2D, compute))))
+		float *dst = d->zstate + s * L;
+		for (int i = 0; i < d->n_b; i++) {
+			const struct bucket *b = &d->b[i];
+			if ((st = kiln_device_copy_async(d->dev, dst + b->zoff, src + b->lo + r * b->c,
+							 b->c * sizeof(float), KILN_COPY_D2D, compute)))
+				return st;
+		}
+		if (d->zt && (st = kiln_device_copy_async(d->dev, dst + d->zc, src + d->zwc,
+							   d->zt * sizeof(float), KILN_COPY_D2D,
+							   compute)))
 			return st;
 	}
 	if ((st = kiln_device_stream_sync(d->dev, compute)))
@@ -528,14 +624,11 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 	m->state_d = NULL;
 	kiln_device_plan_free(d->dev, m->optim_plan);
 	m->optim_plan = NULL;
-	if ((d->zc && (st = zero_plan(d, d->zc, &d->zplan[0]))) ||
-	    (d->zt && (st = zero_plan(d, d->zt, &d->zplan[1]))))
-		return kiln_error_wrap(st, "ZeRO-1: the optimizer over a shard");
-	d->overlap = 0;
-	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates floats [%zu, %zu) and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered after backward%s",
-		 d->env.rank, r * d->zc, (r + 1) * d->zc, d->zwc, n,
+	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%d of each of %d gradient bucket(s), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s",
+		 d->env.rank, d->zc, d->env.world, d->n_b, d->zwc, n,
 		 (double)(slots * L * sizeof(float)) / 1048576.0,
 		 (double)(slots * n * sizeof(float)) / 1048576.0,
+		 d->overlap ? "overlapped with" : "after",
 		 clip ? ", then gathered whole for the clip / non-finite check" : "");
 	return KILN_OK;
 }
@@ -543,24 +636,6 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 int kiln_dist_zero(const struct kiln_dist *d)
 {
 	return d && d->zero;
-}
-
-static kiln_status zero_grads(struct kiln_dist *d, void *compute)
-{
-	kiln_status st;
-	float *g = d->m->grads_d;
-	if (d->zc &&
-	    (st = d->ops->reduce_scatter(d->ctx, g, d->zgrad, d->zc, KILN_F32, KILN_REDUCE_AVG,
-					 compute, NULL)))
-		return st;
-	if (d->zt && (st = d->ops->allreduce(d->ctx, g + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
-					     compute, NULL)))
-		return st;
-	if (d->zc && d->zero_gather &&
-	    (st = d->ops->allgather(d->ctx, d->zgrad, g, d->zc, KILN_F32, compute, NULL)))
-		return st;
-	d->overlap_now = 0;
-	return KILN_OK;
 }
 
 /* the optimizer over [lo, ...) of the flat parameters, its state at st0 */
@@ -582,34 +657,51 @@ static kiln_status zero_run(struct kiln_dist *d, void *plan, const float *grads,
 		a.in[k++] = m->step_ok_d;
 	a.out[0] = m->params_d + lo;
 	for (int s = 0; s < m->state_slots; s++)
-		a.out[1 + s] = st0 + (size_t)s * (d->zc + d->zt);
+		a.out[1 + s] = st0 ? st0 + (size_t)s * (d->zc + d->zt) : NULL;
 	return kiln_device_run(d->dev, plan, &a, compute);
+}
+
+/* every bucket's pieces, from this rank's compact `mine` (zoff) into the
+ * whole `full` (lo) */
+static kiln_status zero_allgather(struct kiln_dist *d, const float *mine, float *full,
+				  void *compute)
+{
+	kiln_status st;
+	for (int i = 0; i < d->n_b; i++) {
+		const struct bucket *b = &d->b[i];
+		if ((st = d->ops->allgather(d->ctx, mine ? mine + b->zoff : full + b->lo +
+						 (size_t)d->env.rank * b->c,
+					    full + b->lo, b->c, KILN_F32, compute, NULL)))
+			return st;
+	}
+	return KILN_OK;
 }
 
 kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *compute)
 {
 	struct kiln_model *m = d->m;
 	kiln_status st;
-	const size_t lo = (size_t)d->env.rank * d->zc;
+	const size_t r = (size_t)d->env.rank;
 	if (!m->n_trainable)
 		return KILN_OK;
 	/* advance first: the op reads the (1-based) number of the step it takes */
 	struct kiln_op_args c = { .out = { m->opt_step_d } };
 	if ((st = kiln_device_run(d->dev, m->step_plan, &c, compute)))
 		return st;
-	/* the shard reads the gradients the clip saw (whole, gathered back)
-	 * or its own averaged shard */
-	if (d->zc && (st = zero_run(d, d->zplan[0], d->zero_gather ? m->grads_d + lo : d->zgrad,
-				    lo, d->zstate, lr, compute)))
-		return st;
-	if (d->zt && (st = zero_run(d, d->zplan[1], m->grads_d + d->zwc, d->zwc,
+	/* each piece reads the gradients the clip saw (whole, gathered back)
+	 * or its own averaged piece */
+	for (int i = 0; i < d->n_b; i++) {
+		const struct bucket *b = &d->b[i];
+		const size_t lo = b->lo + r * b->c;
+		if ((st = zero_run(d, b->plan, d->zero_gather ? m->grads_d + lo : d->zgrad + b->zoff,
+				   lo, d->zstate ? d->zstate + b->zoff : NULL, lr, compute)))
+			return st;
+	}
+	if (d->zt && (st = zero_run(d, d->ztplan, m->grads_d + d->zwc, d->zwc,
 				    d->zstate ? d->zstate + d->zc : NULL, lr, compute)))
 		return st;
-	/* every rank's updated shard, in place */
-	if (d->zc && (st = d->ops->allgather(d->ctx, m->params_d + lo, m->params_d, d->zc,
-					     KILN_F32, compute, NULL)))
-		return st;
-	return KILN_OK;
+	/* every rank's updated pieces, in place */
+	return zero_allgather(d, NULL, m->params_d, compute);
 }
 
 kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
@@ -625,8 +717,7 @@ kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 		return st;
 	for (int s = 0; s < slots; s++) {
 		float *full = d->zfull + (size_t)s * n, *mine = d->zstate + (size_t)s * L;
-		if ((d->zc && (st = d->ops->allgather(d->ctx, mine, full, d->zc, KILN_F32, compute,
-						      NULL))) ||
+		if ((st = zero_allgather(d, mine, full, compute)) ||
 		    (d->zt && (st = kiln_device_copy_async(d->dev, full + d->zwc, mine + d->zc,
 							   d->zt * sizeof(float), KILN_COPY_D2D,
 							   compute))))
@@ -642,8 +733,7 @@ void kiln_dist_zero_release(struct kiln_dist *d)
 {
 	if (!d || !d->zfull)
 		return;
-	d->m->state_d = NULL;
-	if (d->m && d->zfull && d->m->state_d == d->zfull)
+	if (d->m && d->m->state_d == d->zfull)
 		d->m->state_d = NULL;
 	kiln_device_free(d->dev, d->zfull);
 	d->zfull = NULL;
@@ -652,14 +742,20 @@ void kiln_dist_zero_release(struct kiln_dist *d)
 kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
-	if (d->zero)
-		return zero_grads(d, compute);
 	/* the backward (and accumulation) ends here on the compute stream */
 	if (d->timing && (st = kiln_device_host_fn(d->dev, compute, stamp_bwd, &d->s_bwd)))
 		return st;
 	for (int i = 0; i < d->n_b; i++)
 		if (!d->b[i].started && (st = start_bucket(d, &d->b[i], compute)))
 			return st;
+	/* ZeRO-1's replicated tail, final now */
+	if (d->zero && d->zt &&
+	    ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+	     (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)) ||
+	     (st = d->ops->allreduce(d->ctx, d->m->grads_d + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
+				     d->comm_stream, d->zt_done)) ||
+	     (st = kiln_device_stream_wait(d->dev, compute, d->zt_done))))
+		return st;
 	for (int i = 0; i < d->n_b; i++) {
 		d->b[i].started = 0;
 		if ((st = kiln_device_stream_wait(d->dev, compute, d->b[i].done)))
@@ -670,6 +766,9 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	if (d->timing && (st = kiln_device_host_fn(d->dev, compute, stamp_opt, &d->s_opt)))
 		return st;
 	d->overlap_now = 0;
+	/* ZeRO-1 with a clip: the averaged pieces back into the whole gradient */
+	if (d->zero && d->zero_gather)
+		return zero_allgather(d, d->zgrad, d->m->grads_d, compute);
 	return KILN_OK;
 }
 

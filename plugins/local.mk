@@ -78,7 +78,7 @@ plugins_kiln_gloo_la_LIBADD = $(GLOO_LIBS)
 endif
 if BUILD_MPI
 pkglib_LTLIBRARIES += plugins/kiln-mpi.la
-plugins_kiln_mpi_la_SOURCES = plugins/mpi/mpi.c
+plugins_kiln_mpi_la_SOURCES = plugins/mpi/mpi.c plugins/common/watchdog.c plugins/common/watchdog.h
 plugins_kiln_mpi_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(MPI_CFLAGS)
 plugins_kiln_mpi_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_mpi_la_LIBADD = $(MPI_LIBS)
@@ -86,7 +86,7 @@ endif
 # NCCL: with the CUDA toolkit; loads without a GPU and its probe says so
 if BUILD_NCCL
 pkglib_LTLIBRARIES += plugins/kiln-nccl.la
-plugins_kiln_nccl_la_SOURCES = plugins/nccl/nccl.c
+plugins_kiln_nccl_la_SOURCES = plugins/nccl/nccl.c plugins/common/watchdog.c plugins/common/watchdog.h
 plugins_kiln_nccl_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 plugins_kiln_nccl_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 plugins_kiln_nccl_la_LDFLAGS = $(PLUGIN_LDFLAGS) $(CUDA_LDFLAGS)

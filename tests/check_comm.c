@@ -5,7 +5,11 @@
  * training step asks of the communicator: three gradient buckets
  * allreduced (average, f32), a sync_bn-style allgather, a ZeRO-style
  * in-place allgather and an f32 reduce_scatter, each on the stream with a
- * done event, then a stream sync.  After 3 warm-up steps (which bind
+ * done event, then a stream sync; and what goes past the bound
+ * algorithms: bf16 and f16 allreduces, an in-place allgather of 5.6 MB
+ * (ZeRO-1's parameters; through the staging area in three pieces, the
+ * last one partial), and NMANY small buffers allreduced, more than the
+ * plugin binds (128).  After 3 warm-up steps (which bind
  * Gloo's algorithms to the buffers), every malloc, calloc, realloc and
  * aligned allocation of each rank's whole process (this executable defines them
  * over glibc's, so libstdc++'s operator new, Gloo and its TCP thread are
@@ -58,10 +62,41 @@ int posix_memalign(void **p, size_t a, size_t n)
 
 /* ---- two ranks --------------------------------------------------------- */
 
-enum { NB = 3, AG = 64, RS = 1024, WARM = 3, STEPS = 20 };
+enum { NB = 3, AG = 64, RS = 1024, WARM = 3, STEPS = 20, N16 = 3000, BIG = 700000,
+       NMANY = 132, MANY = 8 };
 static const size_t bucket_n[NB] = { 300, 50000, 4096 };
 
 static int port_pipe[2];
+
+static uint16_t to_bf16(float f) /* exact for the small integers used here */
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t to_f16(float f)
+{
+	_Float16 x = (_Float16)f;
+	uint16_t h;
+	memcpy(&h, &x, 2);
+	return h;
+}
+
+static float from_f16(uint16_t h)
+{
+	_Float16 x;
+	memcpy(&x, &h, 2);
+	return (float)x;
+}
 
 struct rank_ctx {
 	int rank, busy;
@@ -90,7 +125,8 @@ static void *rank_main(void *arg)
 	void *comm = NULL, *s = NULL, *done = NULL;
 	float *b[NB] = { 0 }, *ag_send = NULL, *ag_recv = NULL, *z = NULL, *rs_send = NULL,
 	      *rs_recv = NULL;
-	float *h = NULL;
+	float *h = NULL, *big = NULL, *many = NULL;
+	uint16_t *bf = NULL, *hf = NULL;
 	const int R = r->rank, W = 2;
 	const float v = (float)(R + 1); /* rank 0 puts 1s, rank 1 2s */
 	TRY(kiln_registry_open(NULL, &reg));
@@ -127,6 +163,10 @@ static void *rank_main(void *arg)
 	TRY(kiln_device_alloc(dev, W * AG * 4, (void **)&z));
 	TRY(kiln_device_alloc(dev, W * RS * 4, (void **)&rs_send));
 	TRY(kiln_device_alloc(dev, RS * 4, (void **)&rs_recv));
+	TRY(kiln_device_alloc(dev, (size_t)W * BIG * 4, (void **)&big));
+	TRY(kiln_device_alloc(dev, NMANY * MANY * 4, (void **)&many));
+	TRY(kiln_device_alloc(dev, N16 * 2, (void **)&bf));
+	TRY(kiln_device_alloc(dev, N16 * 2, (void **)&hf));
 	h = __libc_malloc(W * RS * 4 + 50000 * 4);
 	for (int step = 0; step < WARM + STEPS; step++) {
 		if (step == WARM)
@@ -139,11 +179,23 @@ static void *rank_main(void *arg)
 			ag_send[k] = v * (float)(k + step), z[R * AG + k] = -v * (float)k;
 		for (int k = 0; k < W * RS; k++)
 			rs_send[k] = v * (float)(k % 5);
+		for (int k = 0; k < N16; k++)
+			bf[k] = to_bf16(v * (float)(k % 7 + step)), hf[k] = to_f16(v * (float)(k % 5 + step));
+		for (int k = 0; k < BIG; k++)
+			big[(size_t)R * BIG + k] = v * (float)(k % 1000 + step);
+		for (int k = 0; k < NMANY * MANY; k++)
+			many[k] = v * (float)(k + step);
 		for (int i = 0; i < NB; i++)
 			TRY(ops->allreduce(comm, b[i], bucket_n[i], KILN_F32, KILN_REDUCE_AVG, s, done));
 		TRY(ops->allgather(comm, ag_send, ag_recv, AG, KILN_F32, s, done));
 		TRY(ops->allgather(comm, z + R * AG, z, AG, KILN_F32, s, done));
 		TRY(ops->reduce_scatter(comm, rs_send, rs_recv, RS, KILN_F32, KILN_REDUCE_SUM, s, done));
+		TRY(ops->allreduce(comm, bf, N16, KILN_BF16, KILN_REDUCE_AVG, s, done));
+		TRY(ops->allreduce(comm, hf, N16, KILN_F16, KILN_REDUCE_SUM, s, done));
+		TRY(ops->allgather(comm, big + (size_t)R * BIG, big, BIG, KILN_F32, s, done));
+		for (int i = 0; i < NMANY; i++)
+			TRY(ops->allreduce(comm, many + i * MANY, MANY, KILN_F32, KILN_REDUCE_SUM, s,
+					   done));
 		TRY(kiln_device_stream_sync(dev, s));
 		/* averages of 1x and 2x: 1.5x; sums 3x */
 		for (int i = 0; i < NB; i++)
@@ -167,6 +219,26 @@ static void *rank_main(void *arg)
 					 step, k, rs_recv[k]);
 				goto out;
 			}
+		for (int k = 0; k < N16; k++)
+			if (from_bf16(bf[k]) != 1.5f * (float)(k % 7 + step) ||
+			    from_f16(hf[k]) != 3.0f * (float)(k % 5 + step)) {
+				snprintf(r->err, sizeof r->err, "rank %d step %d: bf16/f16 [%d] = %g, %g", R,
+					 step, k, from_bf16(bf[k]), from_f16(hf[k]));
+				goto out;
+			}
+		for (int q = 0; q < W; q++)
+			for (int k = 0; k < BIG; k++)
+				if (big[(size_t)q * BIG + k] != (float)(q + 1) * (float)(k % 1000 + step)) {
+					snprintf(r->err, sizeof r->err, "rank %d step %d: big allgather slice %d [%d] = %g",
+						 R, step, q, k, big[(size_t)q * BIG + k]);
+					goto out;
+				}
+		for (int k = 0; k < NMANY * MANY; k++)
+			if (many[k] != 3.0f * (float)(k + step)) {
+				snprintf(r->err, sizeof r->err, "rank %d step %d: buffer %d of %d [%d] = %g", R,
+					 step, k / MANY, NMANY, k % MANY, many[k]);
+				goto out;
+			}
 	}
 	atomic_store(&counting, 0);
 	r->allocs = atomic_load(&counted);
@@ -180,6 +252,8 @@ out:
 	if (dev) {
 		kiln_device_free(dev, ag_send), kiln_device_free(dev, ag_recv), kiln_device_free(dev, z);
 		kiln_device_free(dev, rs_send), kiln_device_free(dev, rs_recv);
+		kiln_device_free(dev, big), kiln_device_free(dev, many);
+		kiln_device_free(dev, bf), kiln_device_free(dev, hf);
 		kiln_device_event_destroy(dev, done);
 		kiln_device_stream_destroy(dev, s);
 		kiln_device_close(dev);
@@ -233,7 +307,7 @@ START_TEST(test_gloo_no_alloc)
 	ck_assert_msg(!*rc[0].err && !*rc[1].err, "%s %s", rc[0].err, rc[1].err);
 	for (int i = 0; i < 2; i++) {
 		printf("gloo%s rank %d: %ld heap allocations in %d steady-state steps (%d collectives each)\n",
-		       _i ? " (busy_poll)" : "", i, rc[i].allocs, STEPS, NB + 3);
+		       _i ? " (busy_poll)" : "", i, rc[i].allocs, STEPS, NB + 6 + NMANY);
 		ck_assert_msg(rc[i].allocs == 0,
 			      "rank %d: %ld heap allocations during %d steady-state steps of collectives (want 0)",
 			      i, rc[i].allocs, STEPS);

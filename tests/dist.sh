@@ -27,79 +27,14 @@
 #  5. `kiln launch` stops the others when one rank fails and exits with
 #     its status, naming it; the environment it gives each rank is right.
 # Every process runs under `timeout`, so a hang fails the test.
-set -u
-: "${top_builddir:=.}"
-: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
-kiln="$abs_top_builddir/kiln"
-tool="$abs_top_builddir/tests/ckpt_tool"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
-[ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ] || { echo "SKIP: the gloo plugin is not built"; exit 77; }
+name=dist needs=gloo
+. "$(dirname "$0")/dist_common.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-dist.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+ini="$tmp/mlp.ini"
+mlp_ini "$ini" 5 20 gloo
 
-cat > "$tmp/mlp.ini" <<'EOF'
-[run]
-seed = 5
-threads = 1
-comm = gloo
-[data]
-source = idx
-limit = 2048
-mean = 0.286
-std = 0.353
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 64
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 2
-batch = 64
-lr = 0.05
-momentum = 0.9
-log_every = 16
-eval = 0
-checkpoint_every = 1000
-[plugin.cpu]
-async = 1
-[dist]
-bucket_mb = 0.05
-timeout = 20
-EOF
-
-# a TCP port free a moment ago (the rendezvous store binds it next)
-free_port() {
-	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-		echo $(( 20000 + ($$ + $1) % 20000 ))
-}
 # run NAME NPROC BATCH [overrides...]: kiln launch -n NPROC (NPROC 0: one
 # plain process), output in $tmp/NAME.log, out_dir $tmp/NAME
-run() {
-	name=$1 n=$2 b=$3
-	shift 3
-	if [ "$n" = 0 ]; then
-		# one process still opens a Gloo group (comm = gloo): on a free
-		# port, not 29500, which a concurrent test may hold
-		KILN_MASTER_PORT=$(free_port 7) timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" train.batch="$b" "$@" \
-			> "$tmp/$name.log" 2>&1
-	else
-		timeout 120 "$kiln" launch -n "$n" -- "$kiln" train "$tmp/mlp.ini" \
-			run.out_dir="$tmp/$name" train.batch="$b" "$@" > "$tmp/$name.log" 2>&1
-	fi
-	rc=$?
-	[ $rc = 0 ] || { bad "$name exited $rc"; tail -20 "$tmp/$name.log"; }
-}
-ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
 close() {
 	"$tool" close "$1" "$2" 1e-5 params optim.momentum || bad "$3: parameters differ"
 }

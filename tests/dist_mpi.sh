@@ -5,61 +5,13 @@
 # batch 64 (1e-5 relative), and the logged losses agree; so do 2 ranks
 # with [dist] zero = 1 (with and without skip_nonfinite).  Every process
 # runs under `timeout`.
-set -u
-: "${top_builddir:=.}"
-: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
-kiln="$abs_top_builddir/kiln"
-tool="$abs_top_builddir/tests/ckpt_tool"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
-[ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] || { echo "SKIP: the mpi plugin is not built"; exit 77; }
-command -v mpirun > /dev/null || { echo "SKIP: no mpirun"; exit 77; }
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-mpi.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-cat > "$tmp/mlp.ini" <<'INI'
-[run]
-seed = 7
-threads = 1
-[data]
-source = idx
-limit = 2048
-mean = 0.286
-std = 0.353
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 64
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 2
-batch = 64
-lr = 0.05
-momentum = 0.9
-log_every = 16
-eval = 0
-checkpoint_every = 1000
-[plugin.cpu]
-async = 1
-[dist]
-bucket_mb = 0.05
-timeout = 30
-INI
+name=mpi needs=mpi
+. "$(dirname "$0")/dist_common.sh"
+ini="$tmp/mlp.ini"
+mlp_ini "$ini" 7 30
 timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/one" > "$tmp/one.log" 2>&1 ||
 	{ bad "1 process"; tail "$tmp/one.log"; }
 # a TCP port free a moment ago (the rendezvous store binds it next)
-free_port() {
-	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-		echo $(( 20000 + ($$ + $1) % 20000 ))
-}
 port=$(free_port 7)
 # comm = auto must pick mpi under mpirun
 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \

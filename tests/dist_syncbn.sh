@@ -19,18 +19,8 @@
 #  4. when the mpi plugin and mpirun are there: 2 ranks under mpirun with
 #     the mpi communicator and sync_bn equal the one process too (2e-5).
 # Every process runs under `timeout`, so a hang fails the test.
-set -u
-: "${top_builddir:=.}"
-: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
-kiln="$abs_top_builddir/kiln"
-tool="$abs_top_builddir/tests/ckpt_tool"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
-[ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ] || { echo "SKIP: the gloo plugin is not built"; exit 77; }
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-syncbn.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+name=syncbn needs=gloo
+. "$(dirname "$0")/dist_common.sh"
 
 cat > "$tmp/cnn.ini" <<'EOF2'
 [run]
@@ -83,23 +73,8 @@ async = 1
 bucket_mb = 0.01
 timeout = 30
 EOF2
+ini="$tmp/cnn.ini"
 
-run() {
-	name=$1 n=$2 b=$3
-	shift 3
-	if [ "$n" = 0 ]; then
-		# one plain process: no communicator, so no store on a port
-		# another test could be using
-		timeout 120 "$kiln" train "$tmp/cnn.ini" run.comm=none run.out_dir="$tmp/$name" train.batch="$b" "$@" \
-			> "$tmp/$name.log" 2>&1
-	else
-		timeout 120 "$kiln" launch -n "$n" -- "$kiln" train "$tmp/cnn.ini" \
-			run.out_dir="$tmp/$name" train.batch="$b" "$@" > "$tmp/$name.log" 2>&1
-	fi
-	rc=$?
-	[ $rc = 0 ] || { bad "$name exited $rc"; tail -20 "$tmp/$name.log"; }
-}
-ck() { echo "$tmp/$1/checkpoints/ckpt-24.kiln"; }
 last_loss() { grep 'step 24/24' "$tmp/$1.log" | tail -1 | sed 's/.*loss \([0-9.]*\).*/\1/' | cut -c1-5; }
 
 run one 0 32
@@ -109,23 +84,22 @@ run syncacc 2 8 dist.sync_bn=1 train.accumulate=2 train.recompute=3
 run oneacc 0 16 train.accumulate=2
 
 grep -q "sync_bn: batch statistics over the 2 ranks" "$tmp/sync.log" || bad "sync_bn not logged"
-"$tool" close "$(ck one)" "$(ck sync)" 2e-5 params buffers optim.momentum ||
+"$tool" close "$(ck one 24)" "$(ck sync 24)" 2e-5 params buffers optim.momentum ||
 	bad "2 ranks with sync_bn differ from 1 process"
-"$tool" close "$(ck oneacc)" "$(ck syncacc)" 2e-5 params buffers optim.momentum ||
+"$tool" close "$(ck oneacc 24)" "$(ck syncacc 24)" 2e-5 params buffers optim.momentum ||
 	bad "2 ranks with sync_bn, recompute and accumulate differ from 1 process"
-if "$tool" close "$(ck one)" "$(ck local)" 2e-5 buffers > "$tmp/local.cmp"; then
+if "$tool" close "$(ck one 24)" "$(ck local 24)" 2e-5 buffers > "$tmp/local.cmp"; then
 	bad "2 ranks without sync_bn match 1 process: the test cannot tell"
 fi
 cat "$tmp/local.cmp"
-"$tool" close "$(ck one)" "$(ck local)" 2e-5 params || echo "(as expected, without sync_bn the parameters differ too)"
+"$tool" close "$(ck one 24)" "$(ck local 24)" 2e-5 params || echo "(as expected, without sync_bn the parameters differ too)"
 if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null; then
-	port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-		echo $(( 20000 + $$ % 20000 )))
+	port=$(free_port 9)
 	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
 		-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/cnn.ini" run.comm=mpi run.out_dir="$tmp/mpi" \
 		train.batch=16 dist.sync_bn=1 > "$tmp/mpi.log" 2>&1 ||
 		{ bad "mpirun with sync_bn exited $?"; tail -20 "$tmp/mpi.log"; }
-	"$tool" close "$(ck one)" "$(ck mpi)" 2e-5 params buffers optim.momentum ||
+	"$tool" close "$(ck one 24)" "$(ck mpi 24)" 2e-5 params buffers optim.momentum ||
 		bad "2 ranks with sync_bn on mpi differ from 1 process"
 else
 	echo "(no mpi plugin or mpirun: the mpi case is skipped)"

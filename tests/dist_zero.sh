@@ -1,8 +1,11 @@
 #!/bin/sh
 # tests/dist_zero.sh - ZeRO-1 ([dist] zero = 1, docs/distributed.md) on
 # loopback with `kiln launch` and Gloo.  Fashion-MNIST, 2048 samples, an
-# MLP of 50896 trainable floats, padding included (2 ranks: shards of 25440 and a replicated
-# tail of 16); 64 optimizer steps of a global batch of 64.  Asserts, to
+# MLP of 50896 trainable floats, padding included (2 ranks: 4 buckets of
+# bucket_mb = 0.05, shards of 25440 floats, half of each bucket, and a
+# replicated tail of 16); 64 optimizer steps of a global batch of 64.
+# The reduce-scatters run during backward (overlap), and with
+# dist.overlap=0 after it.  Asserts, to
 # float tolerance (1e-5 relative, ckpt_tool close):
 #  1. SGD with momentum, [train] skip_nonfinite = 0 (no clip op: the
 #     reduce-scatter-only path): 2 ranks with zero = 1 end with the
@@ -17,78 +20,12 @@
 #     to the uninterrupted one-process run;
 #  4. zero = 2 and zero = 1 with lamb are refused naming the key.
 # Every process runs under `timeout`, so a hang fails the test.
-set -u
-: "${top_builddir:=.}"
-: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
-kiln="$abs_top_builddir/kiln"
-tool="$abs_top_builddir/tests/ckpt_tool"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
-[ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ] || { echo "SKIP: the gloo plugin is not built"; exit 77; }
+name=zero needs=gloo
+. "$(dirname "$0")/dist_common.sh"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-zero.XXXXXX")
-trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+ini="$tmp/mlp.ini"
+mlp_ini "$ini" 5 20 gloo
 
-cat > "$tmp/mlp.ini" <<'INI'
-[run]
-seed = 5
-threads = 1
-comm = gloo
-[data]
-source = idx
-limit = 2048
-mean = 0.286
-std = 0.353
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 64
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 2
-batch = 64
-lr = 0.05
-momentum = 0.9
-log_every = 16
-eval = 0
-checkpoint_every = 1000
-[plugin.cpu]
-async = 1
-[dist]
-bucket_mb = 0.05
-timeout = 20
-INI
-
-# a TCP port free a moment ago (the rendezvous store binds it next)
-free_port() {
-	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
-		echo $(( 20000 + ($$ + $1) % 20000 ))
-}
-# run NAME NPROC BATCH [overrides...] (NPROC 0: one plain process)
-run() {
-	name=$1 n=$2 b=$3
-	shift 3
-	if [ "$n" = 0 ]; then
-		# one process still opens a Gloo group (comm = gloo): on a free
-		# port, not 29500, which a concurrent test may hold
-		KILN_MASTER_PORT=$(free_port 7) timeout 120 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/$name" train.batch="$b" "$@" \
-			> "$tmp/$name.log" 2>&1
-	else
-		timeout 120 "$kiln" launch -n "$n" -- "$kiln" train "$tmp/mlp.ini" \
-			run.out_dir="$tmp/$name" train.batch="$b" "$@" > "$tmp/$name.log" 2>&1
-	fi
-	rc=$?
-	[ $rc = 0 ] || { bad "$name exited $rc"; tail -20 "$tmp/$name.log"; }
-}
-ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
 close() { # A B WHAT SECTIONS...
 	a=$1 b=$2 what=$3
 	shift 3
@@ -99,11 +36,21 @@ close() { # A B WHAT SECTIONS...
 sgd="train.skip_nonfinite=0"
 run sgd1 0 64 $sgd
 run sgd_ddp 2 32 $sgd
-run sgd_zero 2 32 $sgd dist.zero=1
+run sgd_zero 2 32 $sgd dist.zero=1 dist.timing=1
 close "$(ck sgd_ddp 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs DDP" params optim.momentum
 close "$(ck sgd1 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs 1 process" params optim.momentum
-grep -q "ZeRO-1: rank 0 updates floats \[0, 25440) and the replicated tail \[50880, 50896)" "$tmp/sgd_zero.log" &&
-	grep -q "ZeRO-1: rank 1 updates floats \[25440, 50880)" "$tmp/sgd_zero.log" ||
+# the reduce-scatters overlap backward: [dist] timing counts those that
+# began before it ended (none can without overlap)
+early() { sed -n 's/.*rank 0: \([0-9]*\) of \([0-9]*\) bucket reduce-scatters began before the backward ended.*/\1 \2/p' "$tmp/$1.log"; }
+set -- $(early sgd_zero)
+echo "ZeRO-1, overlap: ${1:-?} of ${2:-?} bucket reduce-scatters began before the backward ended"
+[ "${1:-0}" -gt 0 ] 2>/dev/null || bad "ZeRO-1 with overlap: no reduce-scatter began during backward"
+run sgd_zero_seq 2 32 $sgd dist.zero=1 dist.timing=1 dist.overlap=0
+close "$(ck sgd1 64)" "$(ck sgd_zero_seq 64)" "sgd: ZeRO-1 without overlap vs 1 process" params optim.momentum
+set -- $(early sgd_zero_seq)
+[ "${1:-x}" = 0 ] && [ "${2:-0}" -gt 0 ] || bad "ZeRO-1 with overlap = 0: '${1:-?}' of '${2:-?}' reduce-scatters began before the backward ended, expected 0"
+grep -q "ZeRO-1: rank 0 updates 25440 floats, 1/2 of each of 4 gradient bucket(s), and the replicated tail \[50880, 50896)" "$tmp/sgd_zero.log" &&
+	grep -q "ZeRO-1: rank 1 updates 25440 floats" "$tmp/sgd_zero.log" ||
 	{ bad "no per-rank shard lines"; grep ZeRO "$tmp/sgd_zero.log"; }
 grep "ZeRO-1: rank 0" "$tmp/sgd_zero.log" | grep -q "gathered whole" && bad "sgd without a clip gathered the gradients"
 # 4 ranks, and 3 (Gloo's halving-doubling reduce-scatter with a

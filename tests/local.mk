@@ -293,7 +293,7 @@ endif
 # sizes, a dead rank, a rendezvous timeout (needs kiln-gloo.so: skips
 # without it)
 TESTS += tests/dist.sh
-EXTRA_DIST += tests/dist.sh
+EXTRA_DIST += tests/dist.sh tests/dist_common.sh
 TESTS += tests/dist_zero.sh
 EXTRA_DIST += tests/dist_zero.sh
 TESTS += tests/dist_syncbn.sh

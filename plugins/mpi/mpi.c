@@ -22,6 +22,8 @@
  */
 #include <kiln/plugin.h>
 
+#include "../common/watchdog.h"
+
 #include <mpi.h>
 
 #include <errno.h>
@@ -55,12 +57,7 @@ struct mpi_comm {
 	int rank, world, timeout_ms;
 	MPI_Op sum16[2]; /* [0] bf16, [1] f16 */
 	MPI_Datatype u16;
-	/* the watchdog */
-	pthread_t dog;
-	int dog_on;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int quit;
+	struct watchdog dog;
 	atomic_llong started_ns; /* 0: no collective in progress */
 	atomic_int what;         /* its kind, for the message */
 	atomic_llong count;
@@ -72,14 +69,6 @@ struct mpi_comm {
 enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER };
 static const char *const kind_names[] = { "allreduce", "broadcast", "allgather",
 					  "reduce_scatter", "barrier" };
-
-
-static long long now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
 
 /* ---- 16-bit float arithmetic ------------------------------------------- */
 
@@ -160,39 +149,29 @@ static size_t dtype_size(int dt)
 
 /* ---- the watchdog -------------------------------------------------------- */
 
-static void *watchdog(void *arg)
+/* the watchdog's look (its lock held): report the collective in progress
+ * once it is older than the timeout */
+static int mpi_look(void *arg)
 {
 	struct mpi_comm *c = arg;
-	pthread_mutex_lock(&c->lock);
-	while (!c->quit) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100000000; /* ten looks a second */
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&c->cond, &c->lock, &ts);
-		long long t0 = atomic_load(&c->started_ns);
-		if (!c->quit && t0 && now_ns() - t0 > (long long)c->timeout_ms * 1000000ll) {
-			pthread_mutex_unlock(&c->lock);
-			H->fatal("mpi", "rank %d of %d: MPI %s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
-				 c->rank, c->world, kind_names[atomic_load(&c->what)],
-				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
-			/* without a fatal handler: report once, keep watching */
-			atomic_store(&c->started_ns, 0);
-			pthread_mutex_lock(&c->lock);
-		}
+	long long t0 = atomic_load(&c->started_ns);
+	if (t0 && watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll) {
+		pthread_mutex_unlock(&c->dog.lock);
+		H->fatal("mpi", "rank %d of %d: MPI %s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
+			 c->rank, c->world, kind_names[atomic_load(&c->what)],
+			 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
+		/* without a fatal handler: report once, keep watching */
+		atomic_store(&c->started_ns, 0);
+		pthread_mutex_lock(&c->dog.lock);
 	}
-	pthread_mutex_unlock(&c->lock);
-	return NULL;
+	return 0;
 }
 
 static void watch(struct mpi_comm *c, int kind, size_t count)
 {
 	atomic_store(&c->what, kind);
 	atomic_store(&c->count, (long long)count);
-	atomic_store(&c->started_ns, now_ns());
+	atomic_store(&c->started_ns, watchdog_now_ns());
 }
 
 static void unwatch(struct mpi_comm *c)
@@ -359,13 +338,7 @@ static void mpi_close(void *ctx)
 	struct mpi_comm *c = ctx;
 	if (!c)
 		return;
-	if (c->dog_on) {
-		pthread_mutex_lock(&c->lock);
-		c->quit = 1;
-		pthread_cond_broadcast(&c->cond);
-		pthread_mutex_unlock(&c->lock);
-		pthread_join(c->dog, NULL);
-	}
+	watchdog_destroy(&c->dog);
 	int fin = 0;
 	MPI_Finalized(&fin);
 	if (!fin) {
@@ -374,8 +347,6 @@ static void mpi_close(void *ctx)
 		MPI_Type_free(&c->u16);
 		MPI_Finalize();
 	}
-	pthread_mutex_destroy(&c->lock);
-	pthread_cond_destroy(&c->cond);
 	free(c);
 }
 
@@ -410,18 +381,16 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	c->rank = r;
 	c->world = w;
 	c->timeout_ms = timeout_ms;
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	watchdog_init(&c->dog);
 	MPI_Type_contiguous(2, MPI_BYTE, &c->u16);
 	MPI_Type_commit(&c->u16);
 	MPI_Op_create(sum_bf16, 1, &c->sum16[0]);
 	MPI_Op_create(sum_f16, 1, &c->sum16[1]);
-	int rc = pthread_create(&c->dog, NULL, watchdog, c);
+	int rc = watchdog_start(&c->dog, mpi_look, c);
 	if (rc) {
 		mpi_close(c);
 		return host->error(KILN_EIO, "mpi: starting the watchdog thread: %s", strerror(rc));
 	}
-	c->dog_on = 1;
 	char lib[MPI_MAX_LIBRARY_VERSION_STRING];
 	int n = 0;
 	MPI_Get_library_version(lib, &n);

@@ -33,6 +33,8 @@
  */
 #include <kiln/plugin.h>
 
+#include "../common/watchdog.h"
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -62,24 +64,16 @@ struct nccl_comm {
 	int cuda_dev;    /* the GPU the communicator is on (the watchdog's) */
 	void *(*native)(void *ctx, void *stream);
 	char desc[128];
-	/* the watchdog: a ring of pending collectives [head, head + n) */
-	pthread_t dog;
-	int dog_on, quit;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
+	/* the watchdog, and under its lock a ring of pending collectives
+	 * [head, head + n) */
+	struct watchdog dog;
+	int dog_dev_set;
 	struct pending ring[PENDING];
 	int head, n;
 	atomic_int aborted;
 	char why[512];   /* the abort's message (set before aborted) */
 	cudaStream_t bs; /* the barrier's private stream, while it runs */
 };
-
-static long long now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (long long)t.tv_sec * 1000000000ll + t.tv_nsec;
-}
 
 static kiln_status nccl_fail(ncclResult_t r, const char *what, int line)
 {
@@ -128,31 +122,31 @@ static void watch(struct nccl_comm *c, cudaStream_t s, const char *what, size_t 
 	enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
 	if (cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
 		return;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->dog.lock);
 	/* full (collectives enqueued far ahead of the GPU): watch the newest
 	 * in the last slot, which completes after the one it replaces */
 	const int grow = c->n < PENDING;
 	struct pending *p = &c->ring[(c->head + (grow ? c->n : PENDING - 1)) % PENDING];
 	if (cudaEventRecord(p->ev, s) == cudaSuccess) {
-		p->t_ns = now_ns();
+		p->t_ns = watchdog_now_ns();
 		p->what = what;
 		p->count = count;
 		c->n += grow;
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->dog.lock);
 }
 
 static kiln_status finish(struct nccl_comm *c, ncclResult_t r, const char *what, size_t count,
 			  void *stream, void *done)
 {
 	/* non-blocking communicator: wait until the call has been enqueued */
-	long long t0 = now_ns();
+	long long t0 = watchdog_now_ns();
 	while (r == ncclInProgress) {
 		ncclResult_t a = ncclInProgress;
 		ncclCommGetAsyncError(c->comm, &a);
 		r = a;
 		if (r == ncclInProgress) {
-			if (now_ns() - t0 > (long long)c->timeout_ms * 1000000ll)
+			if (watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll)
 				return H->error(KILN_ETIMEOUT, "nccl: rank %d of %d: %s of %zu elements was not enqueued within [dist] timeout = %.1f s",
 						c->rank, c->world, what, count, c->timeout_ms / 1000.0);
 			usleep(100);
@@ -167,48 +161,39 @@ static kiln_status finish(struct nccl_comm *c, ncclResult_t r, const char *what,
 
 /* ---- the watchdog -------------------------------------------------------- */
 
-static void *watchdog(void *arg)
+/* the watchdog's look (its lock held): pop the completed collectives;
+ * abort on an error or on the oldest pending one past the timeout */
+static int nccl_look(void *arg)
 {
 	struct nccl_comm *c = arg;
-	cudaSetDevice(c->cuda_dev);
-	pthread_mutex_lock(&c->lock);
-	while (!c->quit && !atomic_load(&c->aborted)) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100000000; /* ten looks a second */
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&c->cond, &c->lock, &ts);
-		if (c->quit)
-			break;
-		while (c->n && cudaEventQuery(c->ring[c->head].ev) == cudaSuccess) {
-			c->head = (c->head + 1) % PENDING;
-			c->n--;
-		}
-		ncclResult_t a = ncclSuccess;
-		ncclCommGetAsyncError(c->comm, &a);
-		const long long age = c->n ? now_ns() - c->ring[c->head].t_ns : 0;
-		if (a == ncclSuccess || a == ncclInProgress) {
-			if (!c->n || age <= (long long)c->timeout_ms * 1000000ll)
-				continue;
-			snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: %s of %zu elements did not complete within [dist] timeout = %.1f s (pending %.1f s): a rank is lost or stuck; the communicator was aborted",
-				 c->rank, c->world, c->ring[c->head].what, c->ring[c->head].count,
-				 c->timeout_ms / 1000.0, age / 1e9);
-		} else {
-			snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: the communicator failed (%s)%s%s; it was aborted",
-				 c->rank, c->world, ncclGetErrorString(a),
-				 c->n ? " during " : "", c->n ? c->ring[c->head].what : "");
-		}
-		atomic_store(&c->aborted, 1);
-		pthread_mutex_unlock(&c->lock);
-		ncclCommAbort(c->comm);
-		H->fatal("nccl", "%s", c->why);
-		return NULL; /* without a fatal handler: the calls report it */
+	if (!c->dog_dev_set) {
+		cudaSetDevice(c->cuda_dev);
+		c->dog_dev_set = 1;
 	}
-	pthread_mutex_unlock(&c->lock);
-	return NULL;
+	while (c->n && cudaEventQuery(c->ring[c->head].ev) == cudaSuccess) {
+		c->head = (c->head + 1) % PENDING;
+		c->n--;
+	}
+	ncclResult_t a = ncclSuccess;
+	ncclCommGetAsyncError(c->comm, &a);
+	const long long age = c->n ? watchdog_now_ns() - c->ring[c->head].t_ns : 0;
+	if (a == ncclSuccess || a == ncclInProgress) {
+		if (!c->n || age <= (long long)c->timeout_ms * 1000000ll)
+			return 0;
+		snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: %s of %zu elements did not complete within [dist] timeout = %.1f s (pending %.1f s): a rank is lost or stuck; the communicator was aborted",
+			 c->rank, c->world, c->ring[c->head].what, c->ring[c->head].count,
+			 c->timeout_ms / 1000.0, age / 1e9);
+	} else {
+		snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: the communicator failed (%s)%s%s; it was aborted",
+			 c->rank, c->world, ncclGetErrorString(a), c->n ? " during " : "",
+			 c->n ? c->ring[c->head].what : "");
+	}
+	atomic_store(&c->aborted, 1);
+	pthread_mutex_unlock(&c->dog.lock);
+	ncclCommAbort(c->comm);
+	H->fatal("nccl", "%s", c->why);
+	pthread_mutex_lock(&c->dog.lock);
+	return 1; /* without a fatal handler: the calls report it */
 }
 
 static kiln_status nccl_allreduce(void *ctx, void *buf, size_t count, int dtype, int op,
@@ -309,20 +294,12 @@ static void nccl_close(void *ctx)
 	struct nccl_comm *c = ctx;
 	if (!c)
 		return;
-	if (c->dog_on) {
-		pthread_mutex_lock(&c->lock);
-		c->quit = 1;
-		pthread_cond_signal(&c->cond);
-		pthread_mutex_unlock(&c->lock);
-		pthread_join(c->dog, NULL);
-	}
+	watchdog_destroy(&c->dog);
 	if (c->comm && !atomic_load(&c->aborted))
 		ncclCommDestroy(c->comm);
 	for (int i = 0; i < PENDING; i++)
 		if (c->ring[i].ev)
 			cudaEventDestroy(c->ring[i].ev);
-	pthread_mutex_destroy(&c->lock);
-	pthread_cond_destroy(&c->cond);
 	free(c);
 }
 
@@ -344,8 +321,7 @@ static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_con
 	c->rank = rank;
 	c->world = world;
 	c->timeout_ms = timeout_ms;
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	watchdog_init(&c->dog);
 	/* the CUDA device opened the GPU of this rank's ordinal ([run] device
 	 * = cuda follows the local rank): NCCL and the watchdog use it */
 	cudaGetDevice(&c->cuda_dev);
@@ -425,12 +401,11 @@ static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_con
 			return host->error(KILN_EDEVICE, "nccl: rank %d of %d: cudaEventCreate failed",
 					   rank, world);
 		}
-	int rc = pthread_create(&c->dog, NULL, watchdog, c);
+	int rc = watchdog_start(&c->dog, nccl_look, c);
 	if (rc) {
 		nccl_close(c);
 		return host->error(KILN_EIO, "nccl: starting the watchdog thread: %s", strerror(rc));
 	}
-	c->dog_on = 1;
 	*out = c;
 	return KILN_OK;
 }

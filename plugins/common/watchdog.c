@@ -1,0 +1,61 @@
+/* plugins/common/watchdog.c - see watchdog.h. */
+#include "watchdog.h"
+
+#include <time.h>
+
+long long watchdog_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+static void *watchdog_main(void *arg)
+{
+	struct watchdog *w = arg;
+	pthread_mutex_lock(&w->lock);
+	while (!w->quit) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000; /* ten looks a second */
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+		if (w->quit || w->look(w->arg))
+			break;
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+void watchdog_init(struct watchdog *w)
+{
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	w->on = w->quit = 0;
+}
+
+int watchdog_start(struct watchdog *w, int (*look)(void *arg), void *arg)
+{
+	w->look = look;
+	w->arg = arg;
+	int rc = pthread_create(&w->thread, NULL, watchdog_main, w);
+	w->on = !rc;
+	return rc;
+}
+
+void watchdog_destroy(struct watchdog *w)
+{
+	if (w->on) {
+		pthread_mutex_lock(&w->lock);
+		w->quit = 1;
+		pthread_cond_broadcast(&w->cond);
+		pthread_mutex_unlock(&w->lock);
+		pthread_join(w->thread, NULL);
+		w->on = 0;
+	}
+	pthread_mutex_destroy(&w->lock);
+	pthread_cond_destroy(&w->cond);
+}

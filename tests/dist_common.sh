@@ -1,0 +1,91 @@
+# tests/dist_common.sh - what the tests/dist*.sh scripts share; sourced
+# (not run) after setting
+#   name   the temporary directory's prefix (kiln-NAME.XXXXXX)
+#   needs  the comm plugin the script needs (gloo, mpi)
+# It skips (exit 77) without Fashion-MNIST or that plugin (or, for mpi,
+# without mpirun), and gives:
+#   $kiln, $tool (tests/ckpt_tool), $tmp (removed on exit unless KEEP is set)
+#   fail, bad MESSAGE          record a failure (the script ends with exit $fail)
+#   free_port K                a TCP port free a moment ago
+#   mlp_ini FILE SEED TIMEOUT [COMM]
+#                              the MLP every dist test trains (50896 floats)
+#   run NAME NPROC BATCH [overrides...]
+#                              train $ini: with `kiln launch -n NPROC`, or one
+#                              plain process for NPROC 0; output in
+#                              $tmp/NAME.log, out_dir $tmp/NAME
+#   ck NAME STEP               the path of NAME's checkpoint at STEP
+set -u
+: "${top_builddir:=.}"
+: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
+kiln="$abs_top_builddir/kiln"
+tool="$abs_top_builddir/tests/ckpt_tool"
+[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
+[ -f "$abs_top_builddir/plugins/.libs/kiln-$needs.so" ] || { echo "SKIP: the $needs plugin is not built"; exit 77; }
+[ "$needs" != mpi ] || command -v mpirun > /dev/null || { echo "SKIP: no mpirun"; exit 77; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$name.XXXXXX")
+trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $(( 20000 + ($$ + $1) % 20000 ))
+}
+
+mlp_ini() {
+	{
+		printf '[run]\nseed = %s\nthreads = 1\n' "$2"
+		[ -z "${4:-}" ] || printf 'comm = %s\n' "$4"
+		cat <<'INI'
+[data]
+source = idx
+limit = 2048
+mean = 0.286
+std = 0.353
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 64
+[layer.r1]
+type = relu
+[layer.fc2]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 2
+batch = 64
+lr = 0.05
+momentum = 0.9
+log_every = 16
+eval = 0
+checkpoint_every = 1000
+[plugin.cpu]
+async = 1
+[dist]
+bucket_mb = 0.05
+INI
+		printf 'timeout = %s\n' "$3"
+	} > "$1"
+}
+
+run() {
+	_name=$1 _n=$2 _b=$3
+	shift 3
+	if [ "$_n" = 0 ]; then
+		# one process opens no communicator; the free port keeps it
+		# off 29500 all the same, which a concurrent test may hold
+		KILN_MASTER_PORT=$(free_port 7) timeout 120 "$kiln" train "$ini" run.out_dir="$tmp/$_name" \
+			train.batch="$_b" "$@" > "$tmp/$_name.log" 2>&1
+	else
+		timeout 120 "$kiln" launch -n "$_n" -- "$kiln" train "$ini" \
+			run.out_dir="$tmp/$_name" train.batch="$_b" "$@" > "$tmp/$_name.log" 2>&1
+	fi
+	_rc=$?
+	[ $_rc = 0 ] || { bad "$_name exited $_rc"; tail -20 "$tmp/$_name.log"; }
+}
+
+ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
