@@ -67,14 +67,25 @@ CPU_CLONES static void f32_to_bf16_span(uint16_t *restrict y, const float *restr
 		y[i] = cpu_bf16_round(x[i]);
 }
 
-static void f16_to_f32_span(float *restrict y, const _Float16 *restrict x, int64_t n)
+/* f16 <-> f32: the x86-64-v3/v4 clones (AVX2/AVX-512 with F16C) convert
+ * 8 or 16 elements per vcvtph2ps / vcvtps2ph (round to nearest even, as
+ * the scalar conversion); the baseline clone is scalar. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_F16_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_F16_CLONES
+#endif
+
+CPU_F16_CLONES static void f16_to_f32_span(float *restrict y, const _Float16 *restrict x, int64_t n)
 {
+#pragma omp simd
 	for (int64_t i = 0; i < n; i++)
 		y[i] = (float)x[i];
 }
 
-static void f32_to_f16_span(_Float16 *restrict y, const float *restrict x, int64_t n)
+CPU_F16_CLONES static void f32_to_f16_span(_Float16 *restrict y, const float *restrict x, int64_t n)
 {
+#pragma omp simd
 	for (int64_t i = 0; i < n; i++)
 		y[i] = (_Float16)x[i]; /* round to nearest even; past 65504: inf */
 }

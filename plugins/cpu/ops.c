@@ -490,11 +490,14 @@ static kiln_status cpu_lr_schedule(const struct cpu_plan *p, const struct kiln_o
 	return KILN_OK;
 }
 
-/* counter (i64[1]) += i[0]: the trainer's micro-step count */
+/* counter (i64[1]) += i[0]: the trainer's micro-step count; gated, the
+ * optimizer's step count (a skipped step is not counted) */
 static kiln_status cpu_counter_add(const struct cpu_plan *p, const struct kiln_op_args *a,
 				   struct cpu_err *e)
 {
 	(void)e;
+	if (cpu_optim_gated_off(p, a))
+		return KILN_OK;
 	*(int64_t *)a->out[0] += p->op.i[0];
 	return KILN_OK;
 }
@@ -786,7 +789,11 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_ADAMW:
 	case KILN_OP_LAMB: return cpu_optim_prepare(c, p); /* optim.c */
 	case KILN_OP_FILL: need_in = 0; need_out = 1; p->kernel = cpu_fill; break;
-	case KILN_OP_COUNTER_ADD: need_in = 0; need_out = 1; p->kernel = cpu_counter_add; break;
+	case KILN_OP_COUNTER_ADD: /* in0: the gate, when gated */
+		need_in = (op->flags & KILN_OPF_GATED) != 0;
+		need_out = 1;
+		p->kernel = cpu_counter_add;
+		break;
 	case KILN_OP_LR_SCHEDULE: need_in = 1; need_out = 1; p->kernel = cpu_lr_schedule; break;
 	case KILN_OP_REDUCE_SUM: need_in = 1; need_out = 1; p->kernel = cpu_reduce_sum; break;
 	case KILN_OP_SCALE: need_in = 1; need_out = 1; p->kernel = cpu_scale; break;
@@ -821,6 +828,8 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	if (op->type == KILN_OP_COUNTER_ADD) {
 		if (op->out[0].dtype != KILN_I64 || cpu_numel(&op->out[0]) != 1)
 			return cpu_bad(c, op, KILN_EINVAL, "wants an i64[1] counter");
+		if (need_in && (op->in[0].dtype != KILN_F32 || cpu_numel(&op->in[0]) != 1))
+			return cpu_bad(c, op, KILN_EINVAL, "the gate (in0, KILN_OPF_GATED) must be f32[1]");
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_FILL) {

@@ -158,7 +158,11 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_OP_SGD:
 	case KILN_OP_ADAMW: return optim_prepare(c, p);
 	case KILN_OP_FILL: need_in = 0; need_out = 1; p->launch = cuda_launch_fill; break;
-	case KILN_OP_COUNTER_ADD: need_in = 0; need_out = 1; p->launch = cuda_launch_counter_add; break;
+	case KILN_OP_COUNTER_ADD: /* in0: the gate, when gated */
+		need_in = (op->flags & KILN_OPF_GATED) != 0;
+		need_out = 1;
+		p->launch = cuda_launch_counter_add;
+		break;
 	case KILN_OP_LR_SCHEDULE: need_in = 1; need_out = 1; p->launch = cuda_launch_lr_schedule; break;
 	case KILN_OP_REDUCE_SUM: need_in = 1; need_out = 1; p->launch = cuda_launch_reduce_sum; break;
 	case KILN_OP_SCALE: need_in = 1; need_out = 1; p->launch = cuda_launch_scale; break;
@@ -197,6 +201,8 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	if (op->type == KILN_OP_COUNTER_ADD) {
 		if (op->out[0].dtype != KILN_I64 || cuda_numel(&op->out[0]) != 1)
 			return cuda_bad(c, op, KILN_EINVAL, "wants an i64[1] counter");
+		if (need_in && (op->in[0].dtype != KILN_F32 || cuda_numel(&op->in[0]) != 1))
+			return cuda_bad(c, op, KILN_EINVAL, "the gate (in0, KILN_OPF_GATED) must be f32[1]");
 		return KILN_OK;
 	}
 	if (op->type == KILN_OP_FILL)
