@@ -15,7 +15,8 @@
  *
  * [plugin.cpu] bf16_conv / bf16_gemm pick one, or `auto` (the default)
  * prepares both, runs each on scratch buffers of the op's shapes (one
- * warm-up run each, then interleaved timed runs, the minimum of each) and
+ * warm-up run each, then 5 to 30 interleaved timed runs, the minimum of
+ * each) and
  * keeps the faster.  This happens once per op in prepare, never in a step;
  * the choice is remembered per op descriptor for the context, so the
  * training and evaluation plans of one shape agree, and is logged.
@@ -138,9 +139,10 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 		if (dt > first)
 			first = dt;
 	}
-	/* at least 3 rounds, more for short ops: about 20 ms per candidate */
-	int rounds = first > 0 ? (int)(0.02 / first) : 20;
-	rounds = rounds < 3 ? 3 : rounds > 20 ? 20 : rounds;
+	/* at least 5 rounds, more for short ops: about 30 ms per candidate
+	 * (the minimum is what survives a shared machine's preemptions) */
+	int rounds = first > 0 ? (int)(0.03 / first) : 30;
+	rounds = rounds < 5 ? 5 : rounds > 30 ? 30 : rounds;
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < n; k++) {
 			const double t0 = now_s();
