@@ -11,7 +11,8 @@ struct kiln_device {
 	const struct kiln_plugin *plugin;
 	const struct kiln_device_ops *ops;
 	void *ctx;
-	atomic_uint_fast64_t host_syncs, d2h, allocs, runs, staging;
+	atomic_uint_fast64_t host_syncs, d2h, allocs, runs, staging, replays;
+	int capturing; /* between capture_begin and capture_end */
 	struct kiln_profile *prof; /* NULL unless profiling: one test per run */
 	/* device bytes live and their peak, counted here at the wrapper (the
 	 * device's own figure, independent of the planner): pointer -> size in
@@ -93,6 +94,10 @@ void kiln_device_mem(struct kiln_device *dev, size_t *live, size_t *peak)
 	((dev)->ops->version >= 1 && (dev)->ops->member != NULL)
 /* a member of version 2 of the table and on */
 #define HAS2(dev, member) ((dev)->ops->version >= 2 && (dev)->ops->member != NULL)
+/* the captured-step members (version 3), all four or none */
+#define HAS_CAPTURE(dev)                                                                  \
+	((dev)->ops->version >= 3 && (dev)->ops->capture_begin && (dev)->ops->capture_end &&  \
+	 (dev)->ops->graph_launch && (dev)->ops->graph_free)
 
 kiln_status kiln_device_mem_info(struct kiln_device *dev, size_t *free_bytes, size_t *total_bytes)
 {
@@ -164,6 +169,7 @@ void kiln_device_counters_get(const struct kiln_device *dev, struct kiln_device_
 	c->allocs = atomic_load(&dev->allocs);
 	c->runs = atomic_load(&dev->runs);
 	c->staging_waits = atomic_load(&dev->staging);
+	c->replays = atomic_load(&dev->replays);
 }
 
 kiln_status kiln_device_alloc(struct kiln_device *dev, size_t bytes, void **ptr)
@@ -319,7 +325,17 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 {
 	size_t ws = 0;
 	*plan = NULL;
-	kiln_status st = dev->ops->prepare(dev->ctx, op, plan, &ws);
+	if (workspace)
+		*workspace = 0;
+	if (op->type > 0 && op->type < KILN_OP_TYPE_COUNT && dev->ops->version >= 3 &&
+	    dev->ops->has_op && !dev->ops->has_op(dev->ctx, op->type))
+		return kiln_error(KILN_ENOTSUP,
+				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
+				  dev->plugin->name, kiln_op_name(op->type));
+	kiln_status st = kiln_op_check(op, dev->plugin->name);
+	if (st)
+		return st;
+	st = dev->ops->prepare(dev->ctx, op, plan, &ws);
 	if (workspace)
 		*workspace = ws;
 	if (!st && dev->prof)
@@ -414,4 +430,42 @@ kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_stat
 		return f(dev->ctx, stream, fn, arg);
 	kiln_status st = kiln_device_stream_sync(dev, stream);
 	return st ? st : fn(arg);
+}
+
+/* ---- captured steps (device ops version 3) ----------------------------- */
+
+kiln_status kiln_device_capture_begin(struct kiln_device *dev, void *stream)
+{
+	if (!HAS_CAPTURE(dev))
+		return kiln_error(KILN_ENOTSUP, "device '%s' does not capture steps",
+				  dev->plugin->name);
+	if (dev->prof)
+		return kiln_error(KILN_ENOTSUP, "no capture while profiling (the profiler times every op)");
+	if (dev->capturing)
+		return kiln_error(KILN_EINVAL, "capture_begin: a capture is already under way");
+	kiln_status st = dev->ops->capture_begin(dev->ctx, stream);
+	if (!st)
+		dev->capturing = 1;
+	return st;
+}
+
+kiln_status kiln_device_capture_end(struct kiln_device *dev, void *stream, void **graph)
+{
+	*graph = NULL;
+	if (!dev->capturing)
+		return kiln_error(KILN_EINVAL, "capture_end without capture_begin");
+	dev->capturing = 0;
+	return dev->ops->capture_end(dev->ctx, stream, graph);
+}
+
+kiln_status kiln_device_graph_launch(struct kiln_device *dev, void *graph, void *stream)
+{
+	atomic_fetch_add(&dev->replays, 1);
+	return dev->ops->graph_launch(dev->ctx, graph, stream);
+}
+
+void kiln_device_graph_free(struct kiln_device *dev, void *graph)
+{
+	if (graph && HAS_CAPTURE(dev))
+		dev->ops->graph_free(dev->ctx, graph);
 }

@@ -67,6 +67,11 @@ static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
 
 /* ---- op names (core/device.c), also host->op_name ---- */
 const char *kiln_op_name(int type);
+/* core/opcheck.c: the device-independent checks of an op (counts, shapes,
+ * parameters; plugin.h's contract), run by kiln_device_prepare before the
+ * device's prepare.  `who` (the device's name) starts the message.
+ * KILN_EINVAL / KILN_ENOTSUP with the error set; any thread. */
+kiln_status kiln_op_check(const struct kiln_op *op, const char *who);
 
 /* ---- CRC32C (core/crc32c.c), also host->crc32c ---- */
 uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n);

@@ -19,6 +19,8 @@ static const struct kiln_key run_keys[] = {
 	  "Compute threads of the CPU device; 0 = all cores." },
 	{ "deterministic", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Bit-identical runs for a given seed, thread count and config. On the CPU every kernel kiln runs is already reproducible for a fixed thread count (reductions sum in a fixed order), so this only insists that `threads` be set (0 = all cores would tie the result to the machine); devices with non-deterministic algorithms (atomics, autotuning) are told to avoid them." },
+	{ "autotune", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "Time every engine a convolution can use, once per shape when the model is built, and keep the fastest (PyTorch's cudnn.benchmark). The CUDA device does it within `[plugin.cuda] workspace_mb` and caches the choice in `[plugin.cuda] autotune_cache`, so the next run skips the timing; with `deterministic = 1` only deterministic engines are candidates. The CPU device has nothing to tune (oneDNN picks its kernel when a primitive is created)." },
 	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
 	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory." },
 	{ "memory_limit", KILN_KEY_STR, "", NOLIM, NULL,

@@ -121,6 +121,11 @@ struct trainer {
 	/* [dist] timing: the sums at the previous log point */
 	double comm_exposed0, comm_total0;
 	int64_t comm_steps0;
+	/* captured steps (device ops version 3): 0 undecided (before the
+	 * first step after the warm-up), 1 captured, -1 issued every step;
+	 * one graph per input slot (its x and y buffers are fixed) */
+	int graph_mode;
+	void *graph[SLOTS];
 };
 
 static void phase(const struct trainer *t, int ph, int begin)
@@ -529,6 +534,7 @@ static void counters_add(struct kiln_device_counters *acc, const struct kiln_dev
 	acc->allocs += b->allocs - a->allocs;
 	acc->runs += b->runs - a->runs;
 	acc->staging_waits += b->staging_waits - a->staging_waits;
+	acc->replays += b->replays - a->replays;
 }
 
 static int mkdirs(const char *path)
@@ -590,6 +596,11 @@ static void release(struct trainer *t, struct data *train, struct data *test,
 			kiln_device_stream_sync(t->dev, t->compute);
 		if (t->copy)
 			kiln_device_stream_sync(t->dev, t->copy);
+		/* graphs before the plans, buffers and streams they use */
+		for (int s = 0; s < SLOTS; s++) {
+			kiln_device_graph_free(t->dev, t->graph[s]);
+			t->graph[s] = NULL;
+		}
 		/* workers use the device's staging memory: stop them first */
 		kiln_loader_close(train->loader);
 		kiln_loader_close(test->loader);
@@ -832,6 +843,149 @@ out:
 	free(saved);
 	kiln_ckpt_close(ck);
 	return st;
+}
+
+/* ---- one training step ---------------------------------------------------
+ * micro_ops: micro-step j of acc: forward, backward (buckets start during
+ * it), accumulation and the step counter, on the compute stream.
+ * optim_ops: the optimizer step after the last micro-step: the gradients'
+ * allreduce, clip or unscale, the schedule, the fused optimizer, the loss
+ * scale.  Both read every per-step value (lr, step counts, loss scale,
+ * RNG counter) from device memory, so a captured graph of them replays
+ * correct steps; what they do on the host (the dist engine's bucket
+ * flags, phases and labels) leaves no state a replay would need. */
+
+static kiln_status micro_ops(struct trainer *t, struct kiln_plan *p, void *xd, void *yd, int64_t j,
+			     int64_t acc)
+{
+	kiln_status st;
+	/* the first micro-step writes the gradients, the others write beside
+	 * them and add */
+	t->m->grad_out_d = j ? t->grads_more : NULL;
+	phase(t, KILN_PHASE_FORWARD, 1);
+	st = kiln_plan_forward(p, xd, yd, t->metrics_dev, t->compute);
+	phase(t, KILN_PHASE_FORWARD, 0);
+	if (st)
+		return st;
+	phase(t, KILN_PHASE_BACKWARD, 1);
+	/* buckets start during the backward that makes them final */
+	kiln_dist_overlap_next(t->dist, acc == 1);
+	st = kiln_plan_backward(p, xd, yd, t->metrics_dev, t->compute);
+	label(t, "accumulate", KILN_PHASE_BACKWARD);
+	if (!st && j) {
+		struct kiln_op_args a = { .in = { t->m->grads_d, t->grads_more },
+					  .out = { t->m->grads_d } };
+		st = kiln_device_run(t->dev, t->grads_add, &a, t->compute);
+	}
+	if (!st && j && j == acc - 1) {
+		struct kiln_op_args a = { .in = { t->m->grads_d }, .out = { t->m->grads_d } };
+		st = kiln_device_run(t->dev, t->grads_mean, &a, t->compute);
+	}
+	label(t, NULL, 0);
+	phase(t, KILN_PHASE_BACKWARD, 0);
+	/* the dropout counter counts micro-steps */
+	label(t, "step counter", KILN_PHASE_OPTIMIZER);
+	if (!st)
+		st = kiln_model_step_advance(t->m, t->compute);
+	label(t, NULL, 0);
+	return st;
+}
+
+static kiln_status optim_ops(struct trainer *t, int64_t step)
+{
+	kiln_status st = KILN_OK;
+	t->m->grad_out_d = NULL;
+	phase(t, KILN_PHASE_OPTIMIZER, 1);
+	if (t->dist) {
+		/* the optimizer waits for every bucket's average */
+		label(t, "allreduce", KILN_PHASE_OPTIMIZER);
+		st = kiln_dist_finish_grads(t->dist, t->compute);
+		label(t, NULL, 0);
+	}
+	if (!st && grad_fn)
+		st = grad_fn(grad_user, t->dev, t->compute, t->m->grads_d, t->m->n_trainable, step + 1);
+	if (!st && t->clip) { /* GRAD_CLIP, or UNSCALE reading the loss scale */
+		struct kiln_op_args a = { .in = { t->m->grads_d, t->m->scaler_d },
+					  .out = { t->m->grads_d, t->clip_d } };
+		label(t, "clip", KILN_PHASE_OPTIMIZER);
+		st = kiln_device_run(t->dev, t->clip, &a, t->compute);
+		label(t, NULL, 0);
+	}
+	if (!st) {
+		/* this step's lr from the device's optimizer-step counter */
+		struct kiln_op_args a = { .in = { t->m->opt_step_d }, .out = { t->lr_dev } };
+		label(t, "schedule", KILN_PHASE_OPTIMIZER);
+		st = kiln_device_run(t->dev, t->sched, &a, t->compute);
+	}
+	label(t, "optimizer", KILN_PHASE_OPTIMIZER);
+	if (!st && kiln_dist_zero(t->dist)) /* this rank's shard, then allgather */
+		st = kiln_dist_zero_step(t->dist, t->lr_dev, t->compute);
+	else if (!st) /* advances the optimizer-step counter too */
+		st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
+	label(t, "loss scale", KILN_PHASE_OPTIMIZER);
+	if (!st) /* dynamic loss scaling: grow or back off, on the device */
+		st = kiln_model_precision_update(t->m, t->clip_d, t->compute);
+	label(t, NULL, 0);
+	phase(t, KILN_PHASE_OPTIMIZER, 0);
+	return st;
+}
+
+/* Captured steps, decided at the first step after the warm-up: the
+ * device captures (capture_begin does not answer KILN_ENOTSUP) and the
+ * step can be captured whole.  *begun = 1 when a capture is under way. */
+static kiln_status graph_decide(struct trainer *t, int64_t acc, int *begun)
+{
+	const char *why = acc > 1 ? "[train] accumulate > 1 (each micro-batch is loaded between the micro-steps)"
+			  : grad_fn ? "a gradient hook is installed (kiln_set_grad_hook)"
+				    : NULL;
+	void *g;
+	*begun = 0;
+	t->graph_mode = -1;
+	/* (ENOTSUP also while profiling: the profiler times every op) */
+	kiln_status st = kiln_device_capture_begin(t->dev, t->compute);
+	if (st == KILN_ENOTSUP) {
+		kiln_log(KILN_LOG_DEBUG, "train", "steps are issued one by one: %s", kiln_last_error());
+		return KILN_OK;
+	}
+	if (st)
+		return st;
+	if (why) {
+		if ((st = kiln_device_capture_end(t->dev, t->compute, &g)))
+			return st;
+		kiln_device_graph_free(t->dev, g);
+		kiln_log(KILN_LOG_WARN, "train", "the %s device captures steps ([plugin.%s] graph), but this run issues them one by one: %s",
+			 kiln_device_name(t->dev), kiln_device_name(t->dev), why);
+		return KILN_OK;
+	}
+	t->graph_mode = 1;
+	*begun = 1;
+	return KILN_OK;
+}
+
+/* One whole step (acc = 1) as a replay of the graph of input slot s,
+ * captured first if there is none yet (the capture runs nothing: the
+ * launch after it runs the step). */
+static kiln_status graph_step(struct trainer *t, struct kiln_plan *p, void *xd, int s, int64_t step,
+			      int begun)
+{
+	kiln_status st;
+	if (!t->graph[s]) {
+		if (!begun && (st = kiln_device_capture_begin(t->dev, t->compute)))
+			return st;
+		st = micro_ops(t, p, xd, t->y_dev[s], 0, 1);
+		if (!st)
+			st = optim_ops(t, step);
+		void *g;
+		kiln_status st2 = kiln_device_capture_end(t->dev, t->compute, &g);
+		if (st || st2) {
+			kiln_device_graph_free(t->dev, g);
+			return kiln_error_wrap(st ? st : st2, "capturing the training step");
+		}
+		t->graph[s] = g;
+		kiln_log(KILN_LOG_INFO, "train", "step %lld captured (input slot %d); the steps replay it",
+			 (long long)step + 1, s);
+	}
+	return kiln_device_graph_launch(t->dev, t->graph[s], t->compute);
 }
 
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -1222,8 +1376,6 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 			if (t->prof)
 				kiln_profile_step(t->prof, 1);
 			for (int64_t j = 0; j < acc; j++) {
-				/* micro-step j of the optimizer step: the first writes
-				 * the gradients, the others write beside them and add */
 				int s = res_slot;
 				void *xd = res_x;
 				t->epoch = ep;
@@ -1234,78 +1386,24 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 					res_slot = s;
 					res_x = xd;
 				}
-				t->m->grad_out_d = j ? t->grads_more : NULL;
-				phase(t, KILN_PHASE_FORWARD, 1);
-				st = kiln_plan_forward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
-				phase(t, KILN_PHASE_FORWARD, 0);
-				if (st)
+				/* after the warm-up step, a whole step may be
+				 * captured once and replayed (graph_decide);
+				 * the batch's copy and wait stay outside */
+				int begun = 0;
+				if (!t->graph_mode && step > step0 && (st = graph_decide(t, acc, &begun)))
 					goto out;
-				phase(t, KILN_PHASE_BACKWARD, 1);
-				/* buckets start during the backward that makes them final */
-				kiln_dist_overlap_next(t->dist, acc == 1);
-				st = kiln_plan_backward(ptrain, xd, t->y_dev[s], t->metrics_dev, t->compute);
-				label(t, "accumulate", KILN_PHASE_BACKWARD);
-				if (!st && j) {
-					struct kiln_op_args a = { .in = { t->m->grads_d, t->grads_more },
-								  .out = { t->m->grads_d } };
-					st = kiln_device_run(t->dev, t->grads_add, &a, t->compute);
+				if (t->graph_mode == 1) {
+					st = graph_step(t, ptrain, xd, s, step, begun);
+					res->steps_replayed++;
+				} else {
+					st = micro_ops(t, ptrain, xd, t->y_dev[s], j, acc);
 				}
-				if (!st && j && j == acc - 1) {
-					struct kiln_op_args a = { .in = { t->m->grads_d },
-								  .out = { t->m->grads_d } };
-					st = kiln_device_run(t->dev, t->grads_mean, &a, t->compute);
-				}
-				label(t, NULL, 0);
-				phase(t, KILN_PHASE_BACKWARD, 0);
-				/* the dropout counter counts micro-steps */
-				label(t, "step counter", KILN_PHASE_OPTIMIZER);
-				if (!st)
-					st = kiln_model_step_advance(t->m, t->compute);
-				label(t, NULL, 0);
 				if (st ||
 				    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 					goto out;
 				since += B;
 			}
-			t->m->grad_out_d = NULL;
-			phase(t, KILN_PHASE_OPTIMIZER, 1);
-			if (t->dist) {
-				/* the optimizer waits for every bucket's average */
-				label(t, "allreduce", KILN_PHASE_OPTIMIZER);
-				st = kiln_dist_finish_grads(t->dist, t->compute);
-				label(t, NULL, 0);
-				if (st)
-					goto out;
-			}
-			if (grad_fn && (st = grad_fn(grad_user, t->dev, t->compute, t->m->grads_d,
-						     t->m->n_trainable, step + 1)))
-				goto out;
-			if (t->clip) { /* GRAD_CLIP, or UNSCALE reading the loss scale */
-				struct kiln_op_args a = { .in = { t->m->grads_d, t->m->scaler_d },
-							  .out = { t->m->grads_d, t->clip_d } };
-				label(t, "clip", KILN_PHASE_OPTIMIZER);
-				st = kiln_device_run(t->dev, t->clip, &a, t->compute);
-				label(t, NULL, 0);
-				if (st)
-					goto out;
-			}
-			{
-				/* this step's lr from the device's optimizer-step counter */
-				struct kiln_op_args a = { .in = { t->m->opt_step_d }, .out = { t->lr_dev } };
-				label(t, "schedule", KILN_PHASE_OPTIMIZER);
-				st = kiln_device_run(t->dev, t->sched, &a, t->compute);
-			}
-			label(t, "optimizer", KILN_PHASE_OPTIMIZER);
-			if (!st && kiln_dist_zero(t->dist)) /* this rank's shard, then allgather */
-				st = kiln_dist_zero_step(t->dist, t->lr_dev, t->compute);
-			else if (!st) /* advances the optimizer-step counter too */
-				st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
-			label(t, "loss scale", KILN_PHASE_OPTIMIZER);
-			if (!st) /* dynamic loss scaling: grow or back off, on the device */
-				st = kiln_model_precision_update(t->m, t->clip_d, t->compute);
-			label(t, NULL, 0);
-			phase(t, KILN_PHASE_OPTIMIZER, 0);
-			if (st)
+			if (t->graph_mode != 1 && (st = optim_ops(t, step)))
 				goto out;
 			step++;
 			if (step == step0 + 1 && !have_prev) {
@@ -1508,6 +1606,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	kiln_rss(NULL, &hwm, 0);
 	res->rss_growth_bytes = hwm > rss0 ? hwm - rss0 : 0;
 	res->steps = step;
+	for (int s = 0; s < SLOTS; s++)
+		res->graphs_captured += t->graph[s] != NULL;
 	res->stopped = stopping;
 	res->data_skipped = atomic_load(&train.ds.skipped) + atomic_load(&test.ds.skipped) +
 			    (have_val ? atomic_load(&val.ds.skipped) : 0);

@@ -1,3 +1,3 @@
 EXTRA_DIST += examples/fashion_mnist_mlp.ini examples/fashion_mnist_cnn.ini examples/fashion_mnist_resnet.ini \
 	examples/fashion_mnist_records.ini examples/fashion_mnist_folder.ini \
-	examples/fashion_mnist_resnet_deep.ini
+	examples/fashion_mnist_resnet_deep.ini examples/resnet50_synthetic.ini

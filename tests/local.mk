@@ -126,6 +126,42 @@ TESTS += tests/device_cuda.sh
 endif
 endif
 EXTRA_DIST += tests/device_cuda.sh
+# The CUDA device's pure pieces (plugins/cuda/kern.h) on the host: no GPU,
+# no CUDA headers needed, so it runs on every machine.
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cuda_host
+TESTS += tests/check_cuda_host
+tests_check_cuda_host_SOURCES = tests/check_cuda_host.c plugins/cuda/kern.h
+tests_check_cuda_host_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cuda_host_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
+
+# The CUDA device's host-only convolution logic (plugins/cuda/dnn_map.c:
+# strides, geometry, autotune keys and cache file): no CUDA needed.
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cuda_dnn
+TESTS += tests/check_cuda_dnn
+tests_check_cuda_dnn_SOURCES = tests/check_cuda_dnn.c plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h
+tests_check_cuda_dnn_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/plugins/cuda
+tests_check_cuda_dnn_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cuda_dnn_LDADD = $(CHECK_LIBS)
+endif
+# Its cuDNN descriptors, finalized by cuDNN on a machine without a GPU
+# (cuda_dnn_conv_check): built when configure found cuDNN.
+if HAVE_CHECK
+if HAVE_CUDNN
+check_PROGRAMS += tests/check_cuda_conv
+TESTS += tests/check_cuda_conv
+tests_check_cuda_conv_SOURCES = tests/check_cuda_conv.c plugins/cuda/cuda.c plugins/cuda/ops.c plugins/cuda/graph.c \
+	plugins/cuda/gemm.c plugins/cuda/cudnn.c plugins/cuda/dnn_map.c
+tests_check_cuda_conv_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) -I$(srcdir)/plugins/cuda \
+	-DKILN_CUDA_MIN_ARCH=$(CUDA_MIN_ARCH)
+tests_check_cuda_conv_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cuda_conv_LDADD = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo libkiln.la \
+	$(CHECK_LIBS) $(CUDA_LIBS) -lm
+tests_check_cuda_conv_LDFLAGS = $(CUDA_LDFLAGS)
+endif
+endif
 TESTS += tests/docs.sh
 EXTRA_DIST += tests/docs.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
 
@@ -221,6 +257,12 @@ EXTRA_DIST += tests/resume_kill.sh
 
 # ---- mixed precision: the loss scaler through kiln_train ----------------
 if HAVE_CHECK
+check_PROGRAMS += tests/check_graph
+TESTS += tests/check_graph
+tests_check_graph_SOURCES = tests/check_graph.c
+tests_check_graph_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
+
 check_PROGRAMS += tests/check_amp
 TESTS += tests/check_amp
 tests_check_amp_SOURCES = tests/check_amp.c
@@ -228,7 +270,8 @@ tests_check_amp_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_amp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
 endif
-EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py
+EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py tests/gpu/cnn.ini \
+	tests/gpu/gemm_mlp.ini tests/gpu/torch_bench.py
 
 # ---- distributed: the rendezvous store and the environment ---------------
 if HAVE_CHECK

@@ -93,6 +93,7 @@ struct kiln_device_counters {
 	uint64_t runs;        /* kernel launches */
 	uint64_t staging_waits; /* loader waits for a staging buffer's copy to
 				 * finish (backpressure; never waits on compute) */
+	uint64_t replays;     /* graph_launch calls: captured steps replayed */
 };
 
 /* Open the available device plugin `name` with [plugin.NAME] of cfg. */
@@ -126,6 +127,15 @@ kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct ki
 void kiln_device_plan_free(struct kiln_device *dev, void *plan);
 void *kiln_device_proc(struct kiln_device *dev, const char *name);
 size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan);
+/* Captured steps (struct kiln_device_ops version 3, docs/plugins.md).
+ * capture_begin: KILN_ENOTSUP when the device does not capture (no such
+ * members, its config says no, or profiling is on).  capture_end returns
+ * the graph the caller frees with graph_free, after its last launch has
+ * completed.  graph_launch enqueues one replay on stream. */
+kiln_status kiln_device_capture_begin(struct kiln_device *dev, void *stream);
+kiln_status kiln_device_capture_end(struct kiln_device *dev, void *stream, void **graph);
+kiln_status kiln_device_graph_launch(struct kiln_device *dev, void *graph, void *stream);
+void kiln_device_graph_free(struct kiln_device *dev, void *graph);
 
 /* ---- data sources -------------------------------------------------------
  *
@@ -305,6 +315,9 @@ struct kiln_train_result {
 	/* mixed precision ([run] precision; docs/precision.md) */
 	double loss_scale;          /* the loss scale at the last log point (1 without scaling) */
 	int64_t overflows;          /* steps whose scaled gradients overflowed (all skipped) */
+	/* captured steps ([plugin.cuda] graph = 1, [plugin.cpu] graph = 1) */
+	int64_t steps_replayed;     /* optimizer steps run as a replay of a captured graph */
+	int graphs_captured;        /* graphs captured (one per device input buffer) */
 };
 
 /* Phases the trainer reports to a hook (and, with [run] profile = 1, to

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 4
+#define KILN_ABI_MINOR 5
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -547,7 +547,7 @@ enum kiln_copy_kind {
 	KILN_COPY_D2D = 2
 };
 
-#define KILN_DEVICE_OPS_VERSION 2
+#define KILN_DEVICE_OPS_VERSION 3
 
 /* Threads: open/close/alloc/free/host_alloc/stream_create/prepare are called
  * from the thread that drives training.  run/copy_async/event_record/
@@ -624,6 +624,55 @@ struct kiln_device_ops {
 	 * physical memory), for `[train] batch = auto` without a `[run]
 	 * memory_limit`.  Thread-safe.  (optional: KILN_ENOTSUP) */
 	kiln_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+
+	/* ---- version 3 (ABI 1.5: captured training steps) ----
+	 * A device may record the work of one training step once and replay
+	 * it (CUDA graphs: stream capture, cudaGraphLaunch).  The core calls
+	 * these from the driving thread only, never while profiling, and
+	 * only around work that reads every per-step value from device
+	 * memory (docs/plugins.md, "Captured steps").  The four members are
+	 * set together or not at all.  (optional: without them, or when
+	 * capture_begin returns KILN_ENOTSUP, the core issues every step) */
+
+	/* Start recording the work enqueued on `stream` instead of running
+	 * it.  A stream that waits (stream_wait) on an event recorded on a
+	 * capturing stream during the capture joins it; every joined stream
+	 * must be waited on again by a capturing stream before capture_end
+	 * (the core's event pairs do this).  While capturing, no host may
+	 * wait on a capturing stream or on an event recorded in the capture
+	 * (stream_sync, event_sync fail), and a capturing stream may not wait
+	 * on an event recorded outside the capture.  KILN_ENOTSUP (with a
+	 * message) when the device does not capture here: the device's
+	 * config turned it off ([plugin.cuda] graph = 0), or it cannot. */
+	kiln_status (*capture_begin)(void *ctx, void *stream);
+	/* End the capture begun on `stream` (same stream) and return the
+	 * executable graph in *graph, owned by the caller (graph_free).
+	 * Nothing recorded has run.  On failure the capture ends, what was
+	 * recorded is dropped, *graph is NULL and the streams are usable. */
+	kiln_status (*capture_end)(void *ctx, void *stream, void **graph);
+	/* Enqueue one replay of `graph` on `stream`: ordered after the work
+	 * enqueued on stream before it, and before the work enqueued after
+	 * it, with every pointer and plan exactly as captured.  Allocates
+	 * nothing. */
+	kiln_status (*graph_launch)(void *ctx, void *graph, void *stream);
+	/* Free a graph (NULL: nothing).  The core calls it after the work of
+	 * its last launch has completed, before freeing the plans, buffers,
+	 * streams and events the graph uses. */
+	void (*graph_free)(void *ctx, void *graph);
+
+	/* 1 when this device implements op `type` (enum kiln_op_type), 0 when
+	 * it does not implement it yet.  The core asks before it checks an
+	 * op, so an op family a device lacks is KILN_ENOTSUP naming the op
+	 * whatever its operands; a device that implements every op leaves it
+	 * NULL.  Thread-safe, no side effects.  (optional: every op)
+	 *
+	 * Op checks: the core checks every op before prepare (core/opcheck.c:
+	 * operand counts, shapes and layouts that fit together, parameters in
+	 * range, the dtypes the op's contract above fixes), so prepare may
+	 * assume a well-formed op and refuses only what the device cannot run
+	 * (a floating-point dtype or combination it has no kernel for, a size
+	 * beyond its limits) with KILN_ENOTSUP. */
+	int (*has_op)(void *ctx, int type);
 };
 
 /* ======================================================================

@@ -405,52 +405,20 @@ static kiln_status cpu_bn_sync_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	const int type = op->type;
-	/* per input / output: 0 = like x, k > 0 = k*C elements, -1 = G*2*C */
-	static const int8_t ins[4][5] = { { 0 }, { 0, 1, 1, -1 }, { 0, 0, 2 }, { 0, 0, 1, 2, 2 } };
-	static const int8_t outs[4][4] = { { 2 }, { 0, 2, 1, 1 }, { 1, 1, 2 }, { 0 } };
-	static const int n_ins[4] = { 1, 4, 3, 5 }, n_outs[4] = { 1, 4, 3, 1 };
-	const int t = type - KILN_OP_BN_STATS;
-	char why[160];
-	if (op->n_in != n_ins[t] || op->n_out != n_outs[t]) {
-		snprintf(why, sizeof why, "takes %d inputs and %d outputs, got %d and %d", n_ins[t],
-			 n_outs[t], op->n_in, op->n_out);
-		return cpu_bad(c, op, KILN_EINVAL, why);
-	}
 	if (!cpu_all_f32(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
 	const struct kiln_tensor_desc *x = &op->in[0];
-	if (x->ndim != 2 && x->ndim != 4)
-		return cpu_bad(c, op, KILN_EINVAL, "wants x [N,C,H,W] or [N,C]");
 	const int64_t N = x->dims[0], C = x->dims[1];
 	const int64_t HW = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
-	const int64_t n = N * C * HW, G = op->i[0];
-	if ((type == KILN_OP_BN_APPLY || type == KILN_OP_BN_BWD_APPLY) && G < 1)
-		return cpu_bad(c, op, KILN_EINVAL, "i[0], the number of groups, must be >= 1");
-	int ok = N > 0 && C > 0 && HW > 0;
-	for (int k = 0; k < n_ins[t] + n_outs[t] && ok; k++) {
-		const struct kiln_tensor_desc *d = k < n_ins[t] ? &op->in[k] : &op->out[k - n_ins[t]];
-		const int want = k < n_ins[t] ? ins[t][k] : outs[t][k - n_ins[t]];
-		if (!want)
-			ok = d->ndim == x->ndim && cpu_numel(d) == n && d->dims[1] == C &&
-			     cpu_nhwc(d) == cpu_nhwc(x);
-		else
-			ok = cpu_numel(d) == (want < 0 ? G * 2 * C : want * C);
-	}
-	if (!ok)
-		return cpu_bad(c, op, KILN_EINVAL,
-			       "wants x, y, dy, dx of one shape, per-channel tensors [C], statistics and sums [2,C], gathered statistics [i[0],2,C]");
-	if (type == KILN_OP_BN_APPLY && G * N * HW < 2)
-		return cpu_bad(c, op, KILN_EINVAL, "training needs more than one value per channel");
-	if (type == KILN_OP_BN_APPLY && !(op->f[0] >= 0))
-		return cpu_bad(c, op, KILN_EINVAL, "eps f[0] must be >= 0");
+	const int64_t n = N * C * HW;
 	p->sz[BN_N] = N;
 	p->sz[BN_C] = C;
 	p->sz[BN_HW] = HW;
 	p->sz[BN_ROWS] = x->ndim == 2 || cpu_nhwc(x);
 	p->sz[BN_NCH] = N * HW < CPU_CHUNKS ? N * HW : CPU_CHUNKS;
 	p->n = n;
-	p->n_in = n_ins[t];
-	p->n_out = n_outs[t];
+	p->n_in = op->n_in;
+	p->n_out = op->n_out;
 	switch (type) {
 	case KILN_OP_BN_STATS:
 		p->workspace = (bn_partials(p) + 2 * (size_t)C) * sizeof(double) + (size_t)C * 4;
@@ -480,52 +448,20 @@ kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const int type = op->type;
 	if (type >= KILN_OP_BN_STATS && type <= KILN_OP_BN_BWD_APPLY)
 		return cpu_bn_sync_prepare(c, p);
-	const int need_in = type == KILN_OP_BN_TRAIN ? 3 : type == KILN_OP_BN_INFER ? 5 : 4;
-	const int need_out = type == KILN_OP_BN_TRAIN ? 4 : type == KILN_OP_BN_INFER ? 1 : 3;
-	char why[160];
-	if (op->n_in != need_in || op->n_out != need_out) {
-		snprintf(why, sizeof why, "takes %d inputs and %d outputs, got %d and %d", need_in,
-			 need_out, op->n_in, op->n_out);
-		return cpu_bad(c, op, KILN_EINVAL, why);
-	}
 	if (!cpu_all_f32(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
 	const struct kiln_tensor_desc *x = &op->in[0];
-	if (x->ndim != 2 && x->ndim != 4)
-		return cpu_bad(c, op, KILN_EINVAL, "wants x [N,C,H,W] or [N,C]");
 	const int64_t N = x->dims[0], C = x->dims[1];
 	const int64_t HW = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
 	const int64_t n = N * C * HW;
-	/* the tensors shaped like x, and the per-channel ones */
-	const struct kiln_tensor_desc *like_x[3] = { &op->out[0], NULL, NULL };
-	if (type == KILN_OP_BN_BWD)
-		like_x[1] = &op->in[1];
-	int ok = N > 0 && C > 0 && HW > 0;
-	for (int i = 0; i < 3 && ok; i++)
-		if (like_x[i])
-			ok = like_x[i]->ndim == x->ndim && cpu_numel(like_x[i]) == n &&
-			     like_x[i]->dims[1] == C && cpu_nhwc(like_x[i]) == cpu_nhwc(x);
-	for (int i = 1; i < op->n_in && ok; i++)
-		if (!(type == KILN_OP_BN_BWD && i == 1))
-			ok = cpu_numel(&op->in[i]) == (type == KILN_OP_BN_BWD && i == 3 ? 2 * C : C);
-	for (int i = 1; i < op->n_out && ok; i++)
-		ok = cpu_numel(&op->out[i]) == (type == KILN_OP_BN_TRAIN && i == 1 ? 2 * C : C);
-	if (!ok)
-		return cpu_bad(c, op, KILN_EINVAL,
-			       "wants x, y, dy of one shape, per-channel tensors [C], saved [2,C]");
-	if (type == KILN_OP_BN_TRAIN && N * HW < 2)
-		/* PyTorch refuses too: the unbiased variance divides by M - 1. */
-		return cpu_bad(c, op, KILN_EINVAL, "training needs more than one value per channel");
-	if (!(op->f[0] >= 0))
-		return cpu_bad(c, op, KILN_EINVAL, "eps f[0] must be >= 0");
 	p->sz[BN_N] = N;
 	p->sz[BN_C] = C;
 	p->sz[BN_HW] = HW;
 	p->sz[BN_ROWS] = x->ndim == 2 || cpu_nhwc(x);
 	p->sz[BN_NCH] = N * HW < CPU_CHUNKS ? N * HW : CPU_CHUNKS;
 	p->n = n;
-	p->n_in = need_in;
-	p->n_out = need_out;
+	p->n_in = op->n_in;
+	p->n_out = op->n_out;
 	if (type == KILN_OP_BN_INFER) {
 		p->workspace = (size_t)(2 * C) * sizeof(float);
 		p->kernel = cpu_bn_infer;

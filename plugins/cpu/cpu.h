@@ -48,6 +48,11 @@ struct cpu_ctx {
 	struct cpu_stream *streams; /* live objects, so close() can free them */
 	struct cpu_event *events;
 	struct cpu_plan *plans;
+	/* [plugin.cpu] graph = 1: captured steps are recorded and replayed
+	 * (graph.c); cap is the capture under way (under `lock`) */
+	int graph;
+	struct cpu_capture *cap;
+	uint64_t cap_serial;
 };
 
 /* Error of a kernel run.  Kernels may run on a worker thread, where the
@@ -229,6 +234,41 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 void cpu_tune_free(struct cpu_ctx *c);
 
 /* ---- stream.c: the device ops members for streams and events ---- */
+
+/* What a stream executes (and what a captured graph holds, graph.c). */
+enum cpu_task_kind { CPU_T_RUN, CPU_T_COPY, CPU_T_RECORD, CPU_T_WAIT, CPU_T_HOST };
+
+struct cpu_task {
+	int kind;
+	const struct cpu_plan *plan;  /* RUN */
+	struct kiln_op_args args;     /* RUN: copied, the caller's is on its stack */
+	void *dst;                    /* COPY */
+	const void *src;
+	size_t bytes;
+	struct cpu_event *ev;         /* RECORD, WAIT */
+	uint64_t gen;
+	kiln_status (*fn)(void *);    /* HOST: KILN_PROC_HOST_FN's function */
+	void *arg;
+};
+
+/* Issue one task on stream s as run/copy_async/event_record/stream_wait/
+ * host_fn would, bypassing any capture (graph.c's replays). */
+kiln_status cpu_issue(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t);
+/* ---- graph.c: captured steps (device ops version 3) ---- */
+/* While c->cap is set: record t (on stream s) instead of running it, or
+ * refuse it as CUDA stream capture would.  *taken = 1 when recorded (or
+ * refused: the status says), 0 when it runs as usual. */
+kiln_status cpu_capture_take(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t,
+			     int *taken);
+/* stream_sync/event_sync/alloc during a capture, and waits on an event
+ * whose latest record was captured: refused (the status), else 0. */
+kiln_status cpu_capture_check_sync(struct cpu_ctx *c, struct cpu_stream *s,
+				   struct cpu_event *ev, const char *what);
+kiln_status cpu_capture_begin(void *ctx, void *stream);
+kiln_status cpu_capture_end(void *ctx, void *stream, void **graph);
+kiln_status cpu_graph_launch(void *ctx, void *graph, void *stream);
+void cpu_graph_free(void *ctx, void *graph);
+
 kiln_status cpu_stream_create(void *ctx, void **stream);
 void cpu_stream_destroy(void *ctx, void *stream);
 kiln_status cpu_event_create(void *ctx, void **event);

@@ -180,13 +180,6 @@ static kiln_status prepare_reorder(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	const struct kiln_tensor_desc *x = &op->in[0], *y = &op->out[0];
-	if (op->n_in != 1 || op->n_out != 1)
-		return cpu_bad(c, op, KILN_EINVAL, "takes one input and gives one output");
-	int same = x->ndim == y->ndim && esize(x->dtype) && esize(y->dtype);
-	for (int i = 0; same && i < x->ndim; i++)
-		same = x->dims[i] == y->dims[i];
-	if (!same)
-		return cpu_bad(c, op, KILN_EINVAL, "input and output differ in dims");
 	/* a conversion as well (f32 to bf16/f16): lowp.c */
 	if (x->dtype != y->dtype)
 		return cpu_bad(c, op, KILN_ENOTSUP, "input and output differ in dtype");
@@ -217,33 +210,9 @@ kiln_status cpu_layout_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_tensor_desc *whole = split ? &op->in[0] : &op->out[0];
 	const struct kiln_tensor_desc *part = split ? op->out : op->in;
 	const int d = (int)op->i[0];
-	char why[160];
-	if ((split ? op->n_in != 1 : op->n_out != 1) || parts < 1)
-		return cpu_bad(c, op, KILN_EINVAL,
-			       split ? "takes one input and gives 1..4 outputs"
-				     : "takes 1..6 inputs and gives one output");
-	if (d < 0 || d >= whole->ndim) {
-		snprintf(why, sizeof why, "dimension i[0] = %lld outside [0, %d)",
-			 (long long)op->i[0], whole->ndim);
-		return cpu_bad(c, op, KILN_EINVAL, why);
-	}
 	const int64_t es = esize(whole->dtype);
 	if (split && op->i[1] && whole->dtype != KILN_F32)
 		return cpu_bad(c, op, KILN_ENOTSUP, "accumulate is f32 only");
-	int64_t sum = 0;
-	for (int k = 0; k < parts; k++) {
-		const struct kiln_tensor_desc *t = &part[k];
-		int ok = es && t->dtype == whole->dtype && t->ndim == whole->ndim &&
-			 (t->ndim != 4 || cpu_nhwc(t) == cpu_nhwc(whole));
-		for (int i = 0; ok && i < t->ndim; i++)
-			ok = i == d || t->dims[i] == whole->dims[i];
-		if (!ok)
-			return cpu_bad(c, op, KILN_EINVAL,
-				       "parts must match the whole in dtype, layout and every other dimension");
-		sum += t->dims[d];
-	}
-	if (sum != whole->dims[d])
-		return cpu_bad(c, op, KILN_EINVAL, "the parts' extents do not add up to the whole's");
 	int64_t sd[KILN_MAX_DIMS];
 	stored_dims(whole, sd);
 	const int ax = stored_axis(whole, d);

@@ -768,123 +768,59 @@ int cpu_all_f32(const struct kiln_op *op)
 
 kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
+	/* The core checked the op's counts, shapes and parameters
+	 * (core/opcheck.c): here the kernel, the sizes, and what this device
+	 * cannot run (KILN_ENOTSUP). */
 	const struct kiln_op *op = &p->op;
-	int need_in, need_out;
-	char why[160];
 
 	switch (op->type) {
-	case KILN_OP_BIAS_ADD: need_in = 1; need_out = 1; p->kernel = cpu_bias_add; break;
-	case KILN_OP_BIAS_GRAD: need_in = 1; need_out = 1; p->kernel = cpu_bias_grad; break;
-	case KILN_OP_RELU: need_in = 1; need_out = 1; p->kernel = cpu_relu; break;
-	case KILN_OP_RELU_BWD: need_in = 2; need_out = 1; p->kernel = cpu_relu_bwd; break;
-	case KILN_OP_SOFTMAX_XENT:
-		need_in = op->n_in == 3 ? 3 : 2; /* in2: the loss scale (optional) */
-		need_out = 2;
-		p->kernel = cpu_softmax_xent;
-		break;
-	case KILN_OP_GRAD_CLIP: need_in = 1; need_out = 2; p->kernel = cpu_grad_clip; break;
-	case KILN_OP_UNSCALE: need_in = 2; need_out = 2; p->kernel = cpu_grad_clip; break;
-	case KILN_OP_SCALER_UPDATE: need_in = 1; need_out = 1; p->kernel = cpu_scaler_update; break;
+	case KILN_OP_BIAS_ADD: p->kernel = cpu_bias_add; break;
+	case KILN_OP_BIAS_GRAD: p->kernel = cpu_bias_grad; break;
+	case KILN_OP_RELU: p->kernel = cpu_relu; break;
+	case KILN_OP_RELU_BWD: p->kernel = cpu_relu_bwd; break;
+	case KILN_OP_SOFTMAX_XENT: p->kernel = cpu_softmax_xent; break;
+	case KILN_OP_GRAD_CLIP:
+	case KILN_OP_UNSCALE: p->kernel = cpu_grad_clip; break;
+	case KILN_OP_SCALER_UPDATE: p->kernel = cpu_scaler_update; break;
 	case KILN_OP_SGD:
 	case KILN_OP_ADAMW:
 	case KILN_OP_LAMB: return cpu_optim_prepare(c, p); /* optim.c */
-	case KILN_OP_FILL: need_in = 0; need_out = 1; p->kernel = cpu_fill; break;
-	case KILN_OP_COUNTER_ADD: /* in0: the gate, when gated */
-		need_in = (op->flags & KILN_OPF_GATED) != 0;
-		need_out = 1;
-		p->kernel = cpu_counter_add;
-		break;
-	case KILN_OP_LR_SCHEDULE: need_in = 1; need_out = 1; p->kernel = cpu_lr_schedule; break;
-	case KILN_OP_REDUCE_SUM: need_in = 1; need_out = 1; p->kernel = cpu_reduce_sum; break;
-	case KILN_OP_SCALE: need_in = 1; need_out = 1; p->kernel = cpu_scale; break;
-	case KILN_OP_ADD: need_in = 2; need_out = 1; p->kernel = cpu_add; break;
-	case KILN_OP_MUL: need_in = 2; need_out = 1; p->kernel = cpu_mul; break;
-	case KILN_OP_NORMALIZE_U8: need_in = 1; need_out = 1; p->kernel = cpu_normalize_u8; break;
-	case KILN_OP_CAST: need_in = 1; need_out = 1; p->kernel = cpu_cast; break;
+	case KILN_OP_FILL: p->kernel = cpu_fill; break;
+	case KILN_OP_COUNTER_ADD: p->kernel = cpu_counter_add; break;
+	case KILN_OP_LR_SCHEDULE: p->kernel = cpu_lr_schedule; break;
+	case KILN_OP_REDUCE_SUM: p->kernel = cpu_reduce_sum; break;
+	case KILN_OP_SCALE: p->kernel = cpu_scale; break;
+	case KILN_OP_ADD: p->kernel = cpu_add; break;
+	case KILN_OP_MUL: p->kernel = cpu_mul; break;
+	case KILN_OP_NORMALIZE_U8: p->kernel = cpu_normalize_u8; break;
+	case KILN_OP_CAST: p->kernel = cpu_cast; break;
 	default:
 		return c->host->error(KILN_ENOTSUP, "cpu: unknown op type %d", op->type);
 	}
-	if (op->n_in != need_in || op->n_out != need_out) {
-		snprintf(why, sizeof why, "takes %d inputs and %d outputs, got %d and %d", need_in,
-			 need_out, op->n_in, op->n_out);
-		return cpu_bad(c, op, KILN_EINVAL, why);
-	}
-	p->n_in = need_in;
-	p->n_out = need_out;
+	p->n_in = op->n_in;
+	p->n_out = op->n_out;
 
-	if (op->type == KILN_OP_LR_SCHEDULE) {
-		if (op->in[0].dtype != KILN_I64 || cpu_numel(&op->in[0]) != 1 ||
-		    op->out[0].dtype != KILN_F32 || cpu_numel(&op->out[0]) != 1)
-			return cpu_bad(c, op, KILN_EINVAL, "wants an i64[1] step and an f32[1] lr");
-		if (op->i[0] < KILN_SCHED_CONSTANT || op->i[0] > KILN_SCHED_ONECYCLE)
-			return cpu_bad(c, op, KILN_ENOTSUP, "unknown schedule");
-		if ((op->i[0] == KILN_SCHED_STEP && op->i[3] < 1) ||
-		    (op->i[0] == KILN_SCHED_MULTISTEP && (op->i[3] < 0 || op->i[3] > 12)) ||
-		    (op->i[0] == KILN_SCHED_ONECYCLE &&
-		     (!(op->f[2] > 0) || !(op->f[3] > 0) || !(op->f[4] > 0 && op->f[4] < 1))))
-			return cpu_bad(c, op, KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0 and 0 < pct_start < 1)");
+	switch (op->type) {
+	case KILN_OP_LR_SCHEDULE:
+	case KILN_OP_COUNTER_ADD:
 		return KILN_OK;
-	}
-	if (op->type == KILN_OP_COUNTER_ADD) {
-		if (op->out[0].dtype != KILN_I64 || cpu_numel(&op->out[0]) != 1)
-			return cpu_bad(c, op, KILN_EINVAL, "wants an i64[1] counter");
-		if (need_in && (op->in[0].dtype != KILN_F32 || cpu_numel(&op->in[0]) != 1))
-			return cpu_bad(c, op, KILN_EINVAL, "the gate (in0, KILN_OPF_GATED) must be f32[1]");
-		return KILN_OK;
-	}
-	if (op->type == KILN_OP_FILL) {
-		int dt = op->out[0].dtype;
-		if (dt < 0 || dt >= KILN_DTYPE_COUNT)
-			return cpu_bad(c, op, KILN_ENOTSUP, "unknown dtype");
+	case KILN_OP_FILL:
+	case KILN_OP_CAST:
 		p->n = cpu_numel(&op->out[0]);
 		return KILN_OK;
-	}
-	if (op->type == KILN_OP_SOFTMAX_XENT) {
-		if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32 ||
-		    op->out[1].dtype != KILN_F32 || op->in[1].dtype != KILN_I32)
-			return cpu_bad(c, op, KILN_ENOTSUP,
-				       "needs f32 logits, i32 labels, f32 gradient and f32 metrics");
-		if (op->n_in == 3 && (op->in[2].dtype != KILN_F32 || cpu_numel(&op->in[2]) != 1))
-			return cpu_bad(c, op, KILN_EINVAL, "the loss scale in2 must be f32[1]");
+	case KILN_OP_SOFTMAX_XENT:
+		if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32)
+			return cpu_bad(c, op, KILN_ENOTSUP, "needs f32 logits and gradient");
 		p->cols = cpu_inner(&op->in[0]);
-		p->rows = p->cols > 0 ? cpu_numel(&op->in[0]) / p->cols : 0;
-		if (p->cols <= 0 || op->in[0].ndim != 2 || cpu_numel(&op->in[1]) != p->rows ||
-		    cpu_numel(&op->out[0]) != p->rows * p->cols || cpu_numel(&op->out[1]) < 2)
-			return cpu_bad(c, op, KILN_EINVAL,
-				       "wants logits [N,C], labels [N], dlogits [N,C], metrics [2]");
-		if (op->i[0] < 0 || op->i[0] > p->rows) {
-			snprintf(why, sizeof why, "valid rows i[0] = %lld outside [0, %lld]",
-				 (long long)op->i[0], (long long)p->rows);
-			return cpu_bad(c, op, KILN_EINVAL, why);
-		}
-		if (op->i[1] < KILN_LOSS_XENT || op->i[1] > KILN_LOSS_BCE)
-			return cpu_bad(c, op, KILN_ENOTSUP, "unknown loss i[1]");
-		if (!(op->f[1] >= 0 && op->f[1] <= 1))
-			return cpu_bad(c, op, KILN_EINVAL, "label smoothing f[1] outside [0, 1]");
+		p->rows = cpu_numel(&op->in[0]) / p->cols;
 		p->sz[0] = cpu_numel(&op->out[1]); /* 3: also count top-5 */
 		return KILN_OK;
-	}
-	if (op->type == KILN_OP_CAST) {
+	case KILN_OP_NORMALIZE_U8:
+		if (op->out[0].dtype != KILN_F32)
+			return cpu_bad(c, op, KILN_ENOTSUP, "writes f32");
 		p->n = cpu_numel(&op->out[0]);
-		const int di = op->in[0].dtype, dout = op->out[0].dtype;
-		if (!((di == KILN_F32 && cpu_lowp(dout)) || (cpu_lowp(di) && dout == KILN_F32)) ||
-		    cpu_numel(&op->in[0]) != p->n)
-			return cpu_bad(c, op, KILN_EINVAL, "casts f32 to bf16 or f16, or back, same element count");
-		return KILN_OK;
-	}
-	if (op->type == KILN_OP_NORMALIZE_U8) {
-		p->n = cpu_numel(&op->out[0]);
-		if (op->in[0].dtype != KILN_U8 || op->out[0].dtype != KILN_F32 ||
-		    op->in[0].ndim != 4 || cpu_numel(&op->in[0]) != p->n ||
-		    op->in[0].layout != op->out[0].layout)
-			return cpu_bad(c, op, KILN_EINVAL, "wants u8 [N, C, H, W] in and f32 of the same shape and layout out");
 		p->sz[0] = op->in[0].dims[1];
 		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
-		if (p->sz[0] < 1 || p->sz[0] > 3)
-			return cpu_bad(c, op, KILN_ENOTSUP, "1 to 3 channels");
-		for (int k = 0; k < p->sz[0]; k++)
-			if (!(op->f[3 + k] > 0) || !isfinite(op->f[k]))
-				return cpu_bad(c, op, KILN_EINVAL, "std must be > 0 and mean finite");
 		return KILN_OK;
 	}
 	/* bf16 loops of their own: ReLU forward and backward, the bias add
@@ -919,43 +855,24 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		const struct kiln_tensor_desc *b = op->type == KILN_OP_BIAS_ADD ? &op->in[0] : &op->out[0];
 		const struct kiln_tensor_desc *x = op->type == KILN_OP_BIAS_ADD ? &op->out[0] : &op->in[0];
 		p->cols = cpu_numel(b);
-		p->rows = p->cols > 0 ? cpu_numel(x) / p->cols : 0;
-		if (p->cols <= 0 || cpu_inner(x) != p->cols || p->rows * p->cols != cpu_numel(x))
-			return cpu_bad(c, op, KILN_EINVAL, "bias [N] does not match the last dimension of [R,N]");
+		p->rows = cpu_numel(x) / p->cols;
 		return KILN_OK;
 	}
 	case KILN_OP_RELU:
 	case KILN_OP_SCALE:
 	case KILN_OP_REDUCE_SUM:
 		p->n = cpu_numel(&op->in[0]);
-		if (op->type == KILN_OP_REDUCE_SUM ? cpu_numel(&op->out[0]) != 1
-						   : cpu_numel(&op->out[0]) != p->n)
-			return cpu_bad(c, op, KILN_EINVAL,
-				       op->type == KILN_OP_REDUCE_SUM ? "output must have one element"
-								      : "input and output sizes differ");
 		return KILN_OK;
 	case KILN_OP_RELU_BWD:
 	case KILN_OP_ADD:
 	case KILN_OP_MUL:
 		p->n = cpu_numel(&op->out[0]);
-		if (cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->in[1]) != p->n)
-			return cpu_bad(c, op, KILN_EINVAL, "input and output sizes differ");
 		return KILN_OK;
 	case KILN_OP_GRAD_CLIP:
 	case KILN_OP_UNSCALE:
 		p->n = op->i[0];
-		if (p->n <= 0 || cpu_numel(&op->in[0]) != p->n || cpu_numel(&op->out[0]) != p->n ||
-		    cpu_numel(&op->out[1]) != 4 || !(op->f[0] >= 0) || !(op->f[1] >= 0))
-			return cpu_bad(c, op, KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
-		if (op->type == KILN_OP_UNSCALE && cpu_numel(&op->in[1]) != 4)
-			return cpu_bad(c, op, KILN_EINVAL, "wants the scaler state f32[4] as in1");
 		return KILN_OK;
 	case KILN_OP_SCALER_UPDATE:
-		if (cpu_numel(&op->in[0]) != 4 || cpu_numel(&op->out[0]) != 4)
-			return cpu_bad(c, op, KILN_EINVAL, "wants the gate state f32[4] in, the scaler state f32[4] out");
-		if (op->i[0] < 1 || op->i[1] < 1 || !(op->f[0] >= 1) || !(op->f[1] > 0 && op->f[1] <= 1) ||
-		    !(op->f[2] >= 0) || !(op->f[3] >= 0))
-			return cpu_bad(c, op, KILN_EINVAL, "growth interval i[0] and hysteresis i[1] >= 1, growth f[0] >= 1, 0 < backoff f[1] <= 1, min f[2] and max f[3] scale >= 0");
 		return KILN_OK;
 	}
 	return c->host->error(KILN_EINTERNAL, "cpu: op %d fell through prepare", op->type);

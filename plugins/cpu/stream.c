@@ -30,21 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum cpu_task_kind { CPU_T_RUN, CPU_T_COPY, CPU_T_RECORD, CPU_T_WAIT, CPU_T_HOST };
-
-struct cpu_task {
-	int kind;
-	const struct cpu_plan *plan;  /* RUN */
-	struct kiln_op_args args;     /* RUN: copied, the caller's is on its stack */
-	void *dst;                    /* COPY */
-	const void *src;
-	size_t bytes;
-	struct cpu_event *ev;         /* RECORD, WAIT */
-	uint64_t gen;
-	kiln_status (*fn)(void *);    /* HOST: KILN_PROC_HOST_FN's function */
-	void *arg;
-};
-
 struct cpu_stream {
 	struct cpu_stream *prev, *next;
 	struct cpu_ctx *c;
@@ -65,7 +50,17 @@ struct cpu_event {
 	uint64_t done;   /* highest generation whose marker was reached */
 	int refs;        /* queued tasks that point at this event */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
+	/* graph.c: the capture its latest record belongs to (0: none, a real
+	 * record), the stream and that stream's recorded-task count then */
+	uint64_t cap_id;
+	struct cpu_stream *cap_stream;
+	size_t cap_cnt;
 };
+
+/* graph.c's view of an event's capture fields */
+uint64_t *cpu_event_cap_id(struct cpu_event *ev) { return &ev->cap_id; }
+struct cpu_stream **cpu_event_cap_stream(struct cpu_event *ev) { return &ev->cap_stream; }
+size_t *cpu_event_cap_cnt(struct cpu_event *ev) { return &ev->cap_cnt; }
 
 /* ---- list helpers (caller holds c->lock) ------------------------------ */
 
@@ -270,6 +265,9 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 	struct cpu_stream *s = stream;
 	if (!s)
 		return c->host->error(KILN_EINVAL, "cpu: stream_sync: NULL stream");
+	kiln_status st;
+	if (c->graph && (st = cpu_capture_check_sync(c, s, NULL, "stream_sync")))
+		return st;
 	if (!c->async)
 		return KILN_OK;
 	pthread_mutex_lock(&c->lock);
@@ -281,7 +279,7 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 }
 
 /* Run a plan whose arguments cpu_run() has checked. */
-kiln_status cpu_stream_run(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_plan *p,
+static kiln_status run_raw(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_plan *p,
 			   const struct kiln_op_args *a)
 {
 	if (!c->async) {
@@ -298,6 +296,25 @@ kiln_status cpu_stream_run(struct cpu_ctx *c, struct cpu_stream *s, const struct
 	return e.st ? cpu_report(c, &e, "run") : st;
 }
 
+/* A capture under way takes the task (graph.c), else it is issued. */
+static kiln_status take_or_issue(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
+{
+	if (c->graph) {
+		int taken = 0;
+		kiln_status st = cpu_capture_take(c, s, t, &taken);
+		if (taken || st)
+			return st;
+	}
+	return cpu_issue(c, s, t);
+}
+
+kiln_status cpu_stream_run(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_plan *p,
+			   const struct kiln_op_args *a)
+{
+	struct cpu_task t = { .kind = CPU_T_RUN, .plan = p, .args = *a };
+	return take_or_issue(c, s, &t);
+}
+
 kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
 			   void *stream)
 {
@@ -308,6 +325,13 @@ kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, 
 				      !s ? "stream" : !dst ? "destination" : "source");
 	if (kind < KILN_COPY_H2D || kind > KILN_COPY_D2D)
 		return c->host->error(KILN_EINVAL, "cpu: copy_async: unknown copy kind %d", kind);
+	struct cpu_task t = { .kind = CPU_T_COPY, .dst = dst, .src = src, .bytes = bytes };
+	return take_or_issue(c, s, &t);
+}
+
+static kiln_status copy_raw(struct cpu_ctx *c, struct cpu_stream *s, void *dst, const void *src,
+			    size_t bytes)
+{
 	if (!c->async) {
 		memcpy(dst, src, bytes);
 		return KILN_OK;
@@ -356,10 +380,17 @@ kiln_status cpu_event_record(void *ctx, void *event, void *stream)
 	struct cpu_ctx *c = ctx;
 	struct cpu_event *ev = event;
 	struct cpu_stream *s = stream;
-	kiln_status st = KILN_OK;
 	if (!ev || !s)
 		return c->host->error(KILN_EINVAL, "cpu: event_record: NULL %s", !ev ? "event" : "stream");
+	struct cpu_task t = { .kind = CPU_T_RECORD, .ev = ev };
+	return take_or_issue(c, s, &t);
+}
+
+static kiln_status record_raw(struct cpu_ctx *c, struct cpu_event *ev, struct cpu_stream *s)
+{
+	kiln_status st = KILN_OK;
 	pthread_mutex_lock(&c->lock);
+	ev->cap_id = 0; /* a real record */
 	if (!c->async) {
 		ev->done = ++ev->target;
 	} else {
@@ -376,9 +407,17 @@ kiln_status cpu_stream_wait(void *ctx, void *stream, void *event)
 	struct cpu_ctx *c = ctx;
 	struct cpu_event *ev = event;
 	struct cpu_stream *s = stream;
-	kiln_status st = KILN_OK;
 	if (!ev || !s)
 		return c->host->error(KILN_EINVAL, "cpu: stream_wait: NULL %s", !ev ? "event" : "stream");
+	struct cpu_task t = { .kind = CPU_T_WAIT, .ev = ev };
+	return take_or_issue(c, s, &t);
+}
+
+static kiln_status wait_raw(struct cpu_ctx *c, struct cpu_stream *s, struct cpu_event *ev)
+{
+	kiln_status st = KILN_OK;
+	if (c->graph && (st = cpu_capture_check_sync(c, s, ev, "stream_wait")))
+		return st;
 	if (!c->async)
 		return KILN_OK; /* everything already happened in call order */
 	pthread_mutex_lock(&c->lock);
@@ -398,6 +437,9 @@ kiln_status cpu_event_sync(void *ctx, void *event)
 	struct cpu_event *ev = event;
 	if (!ev)
 		return c->host->error(KILN_EINVAL, "cpu: event_sync: NULL event");
+	kiln_status st;
+	if (c->graph && (st = cpu_capture_check_sync(c, NULL, ev, "event_sync")))
+		return st;
 	pthread_mutex_lock(&c->lock);
 	uint64_t gen = ev->target;
 	while (ev->done < gen)
@@ -431,12 +473,33 @@ kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void
 	struct cpu_stream *s = stream;
 	if (!s || !fn)
 		return c->host->error(KILN_EINVAL, "cpu: host_fn: NULL %s", !s ? "stream" : "function");
-	if (!c->async)
-		return fn(arg);
 	struct cpu_task t = { .kind = CPU_T_HOST, .fn = fn, .arg = arg };
+	return take_or_issue(c, s, &t);
+}
+
+static kiln_status host_raw(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
+{
+	if (!c->async)
+		return t->fn(t->arg);
 	pthread_mutex_lock(&c->lock);
 	struct cpu_err e = s->err;
-	kiln_status st = e.st ? KILN_OK : cpu_push(s, &t);
+	kiln_status st = e.st ? KILN_OK : cpu_push(s, t);
 	pthread_mutex_unlock(&c->lock);
 	return e.st ? cpu_report(c, &e, "host_fn") : st;
+}
+
+kiln_status cpu_issue(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
+{
+	switch (t->kind) {
+	case CPU_T_RUN:
+		return run_raw(c, s, t->plan, &t->args);
+	case CPU_T_COPY:
+		return copy_raw(c, s, t->dst, t->src, t->bytes);
+	case CPU_T_RECORD:
+		return record_raw(c, t->ev, s);
+	case CPU_T_WAIT:
+		return wait_raw(c, s, t->ev);
+	default:
+		return host_raw(c, s, t);
+	}
 }

@@ -16,13 +16,15 @@
  * run/copy_async from the loader's thread too, so every entry point makes
  * the context's device current first (cuda_use).
  *
- * Errors of kernels that meet bad data (a label outside [0, C)) cannot
- * stop the stream: the kernel records the first bad row in mapped page-
- * locked memory and the next host sync (stream_sync, event_sync) reports
- * it as KILN_EDATA, once.  Failures of CUDA itself name the call and
+ * Errors of kernels that meet bad data (a label outside [0, C), an
+ * optimizer step count < 1) cannot stop the stream: the kernel records
+ * the first one in a record in device memory and the next host sync
+ * (stream_sync, event_sync) reports it, once (KILN_EDATA for data,
+ * KILN_EINVAL for a bad step count).  Failures of CUDA itself name the call and
  * file:line.
  */
 #include "cuda.h"
+#include "kern.h" /* kern_err_message */
 
 #include <cuda_runtime_api.h> /* cudaMalloc, cudaHostAlloc, streams, events */
 #include <pthread.h>          /* the context's lock over live objects */
@@ -209,6 +211,7 @@ static void plan_release(struct cuda_plan *p)
 	if (!p)
 		return;
 	cuda_gemm_free(p->gemm);
+	cuda_dnn_free(p->dnn);
 	if (p->scratch)
 		cudaFree(p->scratch);
 	free(p);
@@ -236,10 +239,13 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 	int count = 0;
 	cudaError_t e;
 	kiln_status st;
-	(void)cfg;
+	int graph = 0;
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cuda: device ordinal %d is negative", ordinal);
+	if (cfg && (st = host->config_get_bool(cfg, "plugin.cuda", "graph", &graph)) &&
+	    st != KILN_ENOTFOUND)
+		return st;
 	if ((e = cudaGetDeviceCount(&count)) != cudaSuccess)
 		return host->error(KILN_EDEVICE, "cuda: %s:%d: cudaGetDeviceCount: %s", __FILE__,
 				   __LINE__, cudaGetErrorString(e));
@@ -253,6 +259,7 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 	struct cuda_ctx *c = &x->c;
 	c->host = host;
 	c->ordinal = ordinal;
+	c->graph = graph;
 	pthread_mutex_init(&x->lock, NULL);
 	if ((e = cudaSetDevice(ordinal)) != cudaSuccess) {
 		st = cuda_fail(c, KILN_EDEVICE, e, "cudaSetDevice", __FILE__, __LINE__);
@@ -269,28 +276,39 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 		st = cuda_fail(c, KILN_EDEVICE, e, "cudaDeviceGetAttribute", __FILE__, __LINE__);
 		goto fail;
 	}
-	/* the bad-data record: mapped page-locked memory (see the top) */
-	void *h = NULL, *d = NULL;
-	if ((e = cudaHostAlloc(&h, sizeof *c->err_host, cudaHostAllocMapped | cudaHostAllocPortable)) !=
-	    cudaSuccess) {
-		st = cuda_fail(c, KILN_EDEVICE, e, "cudaHostAlloc(mapped)", __FILE__, __LINE__);
+	/* the bad-data record: device memory, and a stream of its own to
+	 * read and clear it (see the top and cuda.h) */
+	cudaStream_t es = NULL;
+	if ((e = cudaStreamCreateWithFlags(&es, cudaStreamNonBlocking)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaStreamCreateWithFlags (error record)", __FILE__,
+			       __LINE__);
 		goto fail;
 	}
-	c->err_host = h;
-	c->err_host->rowlab = CUDA_ERR_NONE;
-	if ((e = cudaHostGetDevicePointer(&d, h, 0)) != cudaSuccess) {
-		st = cuda_fail(c, KILN_EDEVICE, e, "cudaHostGetDevicePointer", __FILE__, __LINE__);
+	c->err_stream = es;
+	void *d = NULL;
+	if ((e = cudaMalloc(&d, sizeof *c->err_dev)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaMalloc (error record)", __FILE__, __LINE__);
 		goto fail;
 	}
 	c->err_dev = d;
-	if ((st = cuda_lt_create(c)))
+	/* key ~0 (no error): every byte 0xff */
+	if ((e = cudaMemsetAsync(d, 0xff, sizeof c->err_dev->key, es)) != cudaSuccess ||
+	    (e = cudaStreamSynchronize(es)) != cudaSuccess) {
+		st = cuda_fail(c, KILN_EDEVICE, e, "cudaMemsetAsync (error record)", __FILE__, __LINE__);
+		goto fail;
+	}
+	if ((st = cuda_lt_create(c)) || (st = cuda_dnn_open(c, cfg)))
 		goto fail;
 	host->log(KILN_LOG_DEBUG, "cuda", "opened ordinal %d: %d SMs", ordinal, c->sms);
 	*out = c;
 	return KILN_OK;
 fail:
-	if (c->err_host)
-		cudaFreeHost(c->err_host);
+	cuda_dnn_close(c);
+	cuda_lt_destroy(c);
+	if (c->err_dev)
+		cudaFree(c->err_dev);
+	if (c->err_stream)
+		cudaStreamDestroy((cudaStream_t)c->err_stream);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 	return st;
@@ -310,13 +328,22 @@ static void cuda_close(void *ctx)
 		obj_release(o);
 	}
 	cuda_lt_destroy(&x->c);
-	if (x->c.err_host)
-		cudaFreeHost(x->c.err_host);
+	cuda_dnn_close(&x->c);
+	if (x->c.err_dev)
+		cudaFree(x->c.err_dev);
+	if (x->c.err_stream)
+		cudaStreamDestroy((cudaStream_t)x->c.err_stream);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 }
 
 /* ---- memory ----------------------------------------------------------- */
+
+static int cuda_has_op_ctx(void *ctx, int type)
+{
+	(void)ctx;
+	return cuda_has_op(type);
+}
 
 /* cudaMemGetInfo of the context's GPU, for `[train] batch = auto`. */
 static kiln_status cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
@@ -445,6 +472,7 @@ static void cuda_event_destroy(void *ctx, void *event)
 }
 
 static cudaStream_t S(void *stream) { return ((struct cuda_obj *)stream)->stream; }
+cudaStream_t cuda_stream_of(void *stream) { return S(stream); }
 static cudaEvent_t E(void *event) { return ((struct cuda_obj *)event)->event; }
 
 static kiln_status cuda_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
@@ -481,20 +509,26 @@ static kiln_status cuda_stream_wait(void *ctx, void *stream, void *event)
 }
 
 /* After a host sync: a bad-data record left by a kernel becomes this
- * sync's KILN_EDATA (once; the record is cleared).  The record is per
+ * sync's error (once; the record is cleared).  The record is per
  * context, not per stream: whichever thread syncs first after the kernel
- * (the trainer's stream, or an event the loader waits on) reports it. */
+ * (the trainer's stream, or an event the loader waits on) reports it.
+ * Reading it is one 24-byte copy on the context's own stream (about ten
+ * microseconds), paid only at host syncs, which the trainer makes at log
+ * points, never per step. */
 static kiln_status cuda_check_data(struct cuda_ctx *c)
 {
-	volatile struct cuda_err_rec *r = c->err_host;
-	const unsigned long long v = r->rowlab;
-	if (v == CUDA_ERR_NONE)
+	struct cuda_err_rec r;
+	cudaStream_t es = (cudaStream_t)c->err_stream;
+	CUDA_TRY(c, cudaMemcpyAsync(&r, c->err_dev, sizeof r, cudaMemcpyDeviceToHost, es));
+	CUDA_TRY(c, cudaStreamSynchronize(es));
+	if (r.key == CUDA_ERR_NONE)
 		return KILN_OK;
-	const long long row = (long long)(v >> 32), C = r->classes;
-	const int label = (int)(int32_t)(uint32_t)(v & 0xffffffffu), op = r->op;
-	r->rowlab = CUDA_ERR_NONE;
-	return c->host->error(KILN_EDATA, "cuda: %s: label %d of row %lld is outside [0, %lld)",
-			      cuda_op_name(op), label, row, C);
+	CUDA_TRY(c, cudaMemsetAsync(c->err_dev, 0xff, sizeof r.key, es));
+	CUDA_TRY(c, cudaStreamSynchronize(es));
+	char msg[256];
+	const kiln_status st = kern_err_message(r.key, r.val, r.kind, cuda_op_name(r.op), msg,
+						sizeof msg);
+	return c->host->error(st, "%s", msg);
 }
 
 static kiln_status cuda_event_sync(void *ctx, void *event)
@@ -524,10 +558,6 @@ static kiln_status cuda_prepare(void *ctx, const struct kiln_op *op, void **plan
 	*plan = NULL;
 	if (workspace)
 		*workspace = 0;
-	if (op->n_in < 0 || op->n_in > KILN_OP_MAX_IN || op->n_out < 0 ||
-	    op->n_out > KILN_OP_MAX_OUT)
-		return c->host->error(KILN_EINVAL, "cuda: %s: n_in %d / n_out %d out of range",
-				      cuda_op_name(op->type), op->n_in, op->n_out);
 	USE(c);
 	struct cuda_plan *p = calloc(1, sizeof *p);
 	struct cuda_obj *o = calloc(1, sizeof *o);
@@ -643,6 +673,21 @@ static const struct kiln_device_ops cuda_ops = {
 	.get_proc_address = cuda_get_proc_address,
 	.aux_bytes = NULL, /* no op here leaves state for its backward */
 	.mem_info = cuda_mem_info,
+	.capture_begin = cuda_capture_begin,
+	.capture_end = cuda_capture_end,
+	.graph_launch = cuda_graph_launch,
+	.graph_free = cuda_graph_free,
+	.has_op = cuda_has_op_ctx,
+};
+
+static const struct kiln_key cuda_keys[] = {
+	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
+	  "Capture the whole training step (forward, backward, the gradients' allreduce, "
+	  "the optimizer) as a CUDA graph after a warm-up step and replay it every step: "
+	  "one launch instead of one per op.  Not with [train] accumulate > 1 (the run "
+	  "then issues every step and says why)." },
+	CUDA_DNN_KEYS
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
 static const struct kiln_plugin cuda_plugin = {
@@ -650,9 +695,9 @@ static const struct kiln_plugin cuda_plugin = {
 	.abi_minor = KILN_ABI_MINOR,
 	.kind = KILN_PLUGIN_DEVICE,
 	.name = "cuda",
-	.summary = "NVIDIA GPU: cuBLASLt GEMM, kiln's CUDA kernels (MLP op set), pinned staging, streams and events",
+	.summary = "NVIDIA GPU: cuBLASLt GEMM, cuDNN convolution, kiln's CUDA kernels, pinned staging, streams and events",
 	.ops = &cuda_ops,
-	.keys = NULL,
+	.keys = cuda_keys,
 	.probe = cuda_probe,
 };
 

@@ -3,8 +3,11 @@
  * The plugin is split by job: cuda.c (descriptor, probe, open/close,
  * memory, streams and events, prepare/run dispatch), ops.c (shape checks
  * of the loop ops and the optimizer, choosing a launcher), gemm.c (GEMM
- * through cuBLASLt) and kernels.cu (kiln's own kernels and their
- * launchers, compiled by nvcc).  This header is read by gcc and by nvcc:
+ * through cuBLASLt), kernels.cu (kiln's own kernels and their
+ * launchers, compiled by nvcc), and the CNN op set: cudnn.c (convolution
+ * through cuDNN's graph API, autotuning), dnn_map.c (its pure host
+ * logic: strides, keys, the autotune cache file) and dnn_kernels.cu
+ * (batch norm, pooling).  This header is read by gcc and by nvcc:
  * it holds only C declarations.  Nothing here links libkiln: the core is
  * reached through the host table.
  *
@@ -25,18 +28,23 @@ extern "C" {
 #endif
 
 struct cuda_gemm;
+struct cuda_dnn;      /* cudnn.c: a convolution's cuDNN plan */
+struct cuda_dnn_ctx;  /* cudnn.c: the cuDNN handle, autotune settings and cache */
 
 /* The record a kernel leaves when it meets bad data (a label outside
- * [0, C)), in mapped page-locked memory: the kernel writes it through the
- * device alias, the host reads it after a sync without a copy.  `rowlab`
- * packs (row << 32 | (uint32)label) and kernels keep the minimum
- * (atomicMin), so the first bad row is reported whatever the block
- * order; ~0 means no error. */
+ * [0, C), an optimizer step count < 1, bad LAMB offsets), in DEVICE memory
+ * (one per context): kernels keep the smallest key (atomicMin on device
+ * memory, which is atomic among the GPU's threads; an atomic on mapped
+ * host memory is not promised to be, and needs PCIe atomics), so the first
+ * bad row is reported whatever the block order; the winner then writes
+ * val, op and kind.  The next host sync copies it back on the context's
+ * own stream and turns it into a status (kern_err_message in kern.h).
+ * key ~0 means no error. */
 struct cuda_err_rec {
-	unsigned long long rowlab;
-	long long classes;      /* C of the op that failed */
-	int op;                 /* its enum kiln_op_type */
-	int pad;
+	unsigned long long key; /* kern_err_key_label / kern_err_key_other */
+	long long val;          /* C of a bad label, the bad step count, ... */
+	int op;                 /* the enum kiln_op_type that failed */
+	int kind;               /* KERN_ERR_* (kern.h) */
 };
 
 #define CUDA_ERR_NONE (~0ull)
@@ -47,8 +55,10 @@ struct cuda_ctx {
 	int ordinal;
 	int sms;                        /* streaming multiprocessors: grid sizes */
 	void *lt;                       /* cublasLtHandle_t, shared by every GEMM plan */
-	struct cuda_err_rec *err_host;  /* mapped page-locked (see above) */
-	struct cuda_err_rec *err_dev;   /* its device alias, passed to kernels */
+	struct cuda_err_rec *err_dev;   /* device memory (see above), passed to kernels */
+	void *err_stream;               /* cudaStream_t: reads and clears the record */
+	int graph;                      /* [plugin.cuda] graph: captured steps (graph.c) */
+	struct cuda_dnn_ctx *dnn;       /* cudnn.c */
 };
 
 struct cuda_plan;
@@ -69,7 +79,7 @@ struct cuda_plan {
 	int n_in, n_out;           /* arguments run() requires to be non-NULL */
 	size_t workspace;          /* bytes run() requires in args->workspace */
 	int grid;                  /* blocks of grid-stride kernels (from the SM count) */
-	struct cuda_err_rec *err;  /* device alias of the context's error record */
+	struct cuda_err_rec *err;  /* the context's error record (device memory) */
 	/* Device scratch the plan owns (reductions' block partials, at most
 	 * a few KiB, allocated once in prepare): plugin.h has these ops
 	 * report no workspace, as the CPU device does. */
@@ -78,6 +88,7 @@ struct cuda_plan {
 	struct cuda_gemm *gemm;    /* gemm.c */
 	void *lt;                  /* the context's cublasLtHandle_t (gemm.c) */
 	float lut[3][256];         /* NORMALIZE_U8: (u/255 - mean)/std per channel */
+	struct cuda_dnn *dnn;      /* cudnn.c: convolutions */
 };
 
 /* ---- cuda.c ---- */
@@ -97,9 +108,20 @@ kiln_status cuda_fail(struct cuda_ctx *c, kiln_status st, cudaError_t e, const c
 			return cuda_fail((c), KILN_EDEVICE, e_, #call, __FILE__, __LINE__); \
 	} while (0)
 
+/* ---- graph.c: captured steps, device ops version 3 ([plugin.cuda] graph) ---- */
+kiln_status cuda_capture_begin(void *ctx, void *stream);
+kiln_status cuda_capture_end(void *ctx, void *stream, void **graph);
+kiln_status cuda_graph_launch(void *ctx, void *graph, void *stream);
+void cuda_graph_free(void *ctx, void *graph);
+/* The cudaStream_t behind a kiln stream of this device (cuda.c). */
+cudaStream_t cuda_stream_of(void *stream);
+
 /* ---- ops.c: fill in p->launch and sizes, or set an error through
  * host->error (EINVAL bad shape, ENOTSUP an op or dtype not done here). */
 kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+/* 1 for the op types this device implements (the device table's has_op).
+ * A new op: add it here and to the prepare that takes it. */
+int cuda_has_op(int type);
 
 /* ---- gemm.c's mapping of kiln's row-major GEMM onto column-major
  * cuBLASLt, as a pure function so that it is tested on any machine
@@ -150,6 +172,29 @@ void cuda_gemm_free(struct cuda_gemm *g);
 kiln_status cuda_lt_create(struct cuda_ctx *c);
 void cuda_lt_destroy(struct cuda_ctx *c);
 
+/* ---- cudnn.c: the CNN op set (convolution through cuDNN's graph API,
+ * batch norm and pooling through dnn_kernels.cu).  open reads [run]
+ * autotune / deterministic and [plugin.cuda] workspace_mb /
+ * autotune_cache (the key rows below); prepare handles CONV*, BN_*, POOL*. */
+kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg);
+void cuda_dnn_close(struct cuda_ctx *c);
+kiln_status cuda_dnn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+void cuda_dnn_free(struct cuda_dnn *d);
+/* The cuDNN operations of a convolution op (fused: CONV's bias add too),
+ * created and finalized without a handle: cuDNN checks the attribute types
+ * and the shapes there, so tests/check_cuda_conv.c runs this on machines
+ * with cuDNN but no GPU.  (Built with cuDNN only.) */
+kiln_status cuda_dnn_conv_check(struct cuda_ctx *c, const struct kiln_op *op, int fused);
+#define CUDA_DNN_KEYS                                                                           \
+	{ "workspace_mb", KILN_KEY_INT, "1024", 0, 1048576, NULL,                              \
+	  "Most device memory one convolution's cuDNN plan may use as workspace, in MiB: "   \
+	  "engines needing more are skipped (the planner allocates the workspace; "          \
+	  "`kiln memory` counts it)." },                                                      \
+	{ "autotune_cache", KILN_KEY_STR, "", 0, 0, NULL,                                      \
+	  "File of the convolution engines `[run] autotune = 1` chose, keyed by GPU, driver " \
+	  "and cuDNN version, so the next run skips the timing; empty = "                     \
+	  "$XDG_CACHE_HOME/kiln/cudnn_autotune.bin (else ~/.cache/kiln/...), `none` = no file." },
+
 /* ---- kernels.cu: one launcher per op ---- */
 cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_bias_grad(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
@@ -169,6 +214,16 @@ cudaError_t cuda_launch_normalize_u8(const struct cuda_plan *p, const struct kil
 cudaError_t cuda_launch_cast(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_scaler_update(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_act(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_act_bwd(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_dropout(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_concat_split(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_reorder(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_lamb(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+/* GEMM with an f32 bias into a bf16/f16 output where cuBLASLt has no
+ * such epilogue: out0 [rows, cols] (dtype) += bias f32 [cols] */
+cudaError_t cuda_bias_add_lowp(void *y, int dtype, const float *bias, int64_t rows, int64_t cols,
+			       int grid, cudaStream_t s);
 
 /* Blocks of the reduction kernels (softmax rows, grad-clip partial sums):
  * a fixed count, so the order of every sum is fixed by the shape alone

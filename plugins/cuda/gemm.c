@@ -16,6 +16,16 @@
  * results agree with the CPU device to fp32 rounding (TF32 would be a
  * config switch of a later issue).  The workspace the chosen algorithm
  * needs is reported to the caller, who owns it.
+ *
+ * Low precision (plugin.h, ABI 1.3): in0 and in1 both bf16 or both f16,
+ * out0 that dtype or f32 (weight gradients), bias f32 or out0's dtype.
+ * Still CUBLAS_COMPUTE_32F (f32 accumulation; 16-bit inputs run on the
+ * tensor cores) with f32 alpha and beta, and the result rounded once to
+ * out0's dtype.  An f32 bias into a 16-bit out0 is asked of the BIAS
+ * epilogue first (BIAS_DATA_TYPE f32, added before the rounding); when
+ * cuBLASLt has no algorithm for that pair the plan runs the GEMM without
+ * the epilogue and adds the bias with kiln's own kernel after it (two
+ * roundings, logged at prepare).
  */
 #include "cuda.h"
 
@@ -29,6 +39,9 @@ struct cuda_gemm {
 	cublasLtMatmulAlgo_t algo;
 	float alpha, beta;
 	int has_bias;
+	int bias_after;  /* the f32 bias added by cuda_bias_add_lowp after the GEMM */
+	int out_dtype;
+	int64_t M, N;
 };
 
 /* Most workspace a GEMM plan may ask for: enough for Hopper's split-K
@@ -103,7 +116,7 @@ static cudaError_t cuda_gemm_launch(const struct cuda_plan *p, const struct kiln
 {
 	const struct cuda_gemm *g = p->gemm;
 	cublasStatus_t r;
-	if (g->has_bias) {
+	if (g->has_bias && !g->bias_after) {
 		/* the bias pointer is an attribute of the descriptor, not an
 		 * argument; plans run on one stream at a time (as on the CPU
 		 * device), so setting it per run is safe */
@@ -117,6 +130,9 @@ static cudaError_t cuda_gemm_launch(const struct cuda_plan *p, const struct kiln
 	r = cublasLtMatmul((cublasLtHandle_t)p->lt, g->desc, &g->alpha, a->in[1], g->la, a->in[0],
 			   g->lb, &g->beta, a->out[0], g->lc, a->out[0], g->lc, &g->algo,
 			   a->workspace, p->workspace, s);
+	if (r == CUBLAS_STATUS_SUCCESS && g->bias_after)
+		return cuda_bias_add_lowp(a->out[0], g->out_dtype, (const float *)a->in[2], g->M, g->N,
+					  p->grid, s);
 	if (r == CUBLAS_STATUS_SUCCESS)
 		return cudaGetLastError();
 	/* run() reports it with the op's name; the nearest runtime error:
@@ -137,25 +153,18 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	const int64_t M = op->i[2], N = op->i[3], K = op->i[4];
 	kiln_status st = KILN_OK;
 	cublasLtMatmulPreference_t pref = NULL;
-	char why[200];
 
-	if ((op->n_in != 2 && op->n_in != 3) || op->n_out != 1)
-		return cuda_bad(c, op, KILN_EINVAL, "takes 2 or 3 inputs (the third: bias) and 1 output");
-	if (!(op->i[5] == 0 || op->i[5] == 1))
-		return cuda_bad(c, op, KILN_ENOTSUP, "batched GEMM (i[5] > 1) is not implemented");
-	for (int i = 0; i < op->n_in; i++)
-		if (op->in[i].dtype != KILN_F32)
-			return cuda_bad(c, op, KILN_ENOTSUP, "only f32 GEMM is implemented");
-	if (op->out[0].dtype != KILN_F32)
-		return cuda_bad(c, op, KILN_ENOTSUP, "only f32 GEMM is implemented");
-	if (M <= 0 || N <= 0 || K <= 0 || cuda_numel(&op->in[0]) != M * K ||
-	    cuda_numel(&op->in[1]) != K * N || cuda_numel(&op->out[0]) != M * N ||
-	    (op->n_in == 3 && cuda_numel(&op->in[2]) != N)) {
-		snprintf(why, sizeof why,
-			 "sizes do not match M=%lld N=%lld K=%lld (in0 M*K, in1 K*N, out M*N, bias N)",
-			 (long long)M, (long long)N, (long long)K);
-		return cuda_bad(c, op, KILN_EINVAL, why);
-	}
+	/* f32 x f32 -> f32; bf16 x bf16 or f16 x f16 -> that or f32 (the core
+	 * checked the counts and M, N, K against the tensors) */
+	const int dt = op->in[0].dtype, dto = op->out[0].dtype;
+	const int bias_dt = op->n_in == 3 ? op->in[2].dtype : dto;
+	const int lowp = dt == KILN_BF16 || dt == KILN_F16;
+	if (!(dt == KILN_F32 || lowp) || op->in[1].dtype != dt || !(dto == dt || dto == KILN_F32) ||
+	    (dt == KILN_F32 && dto != KILN_F32) || !(bias_dt == KILN_F32 || bias_dt == dto))
+		return cuda_bad(c, op, KILN_ENOTSUP,
+				"GEMM takes f32, bf16 or f16 operands of one dtype, an output of that dtype or f32, and a bias of f32 or the output's dtype");
+	const cudaDataType_t ct = dt == KILN_BF16 ? CUDA_R_16BF : dt == KILN_F16 ? CUDA_R_16F : CUDA_R_32F;
+	const cudaDataType_t cto = dto == KILN_BF16 ? CUDA_R_16BF : dto == KILN_F16 ? CUDA_R_16F : CUDA_R_32F;
 
 	struct cuda_gemm *g = calloc(1, sizeof *g);
 	if (!g)
@@ -165,6 +174,9 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	g->alpha = (float)op->f[0];
 	g->beta = (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f;
 	g->has_bias = op->n_in == 3;
+	g->out_dtype = dto;
+	g->M = M;
+	g->N = N;
 
 	/* Column-major views of kiln's row-major buffers: cuda_gemm_map (cuda.h) */
 	struct cuda_gemm_map mp;
@@ -177,14 +189,15 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	const cublasLtEpilogue_t epi = g->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 	CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
 	if (g->has_bias) {
-		const cudaDataType_t bt = CUDA_R_32F;
+		const int32_t bt = bias_dt == KILN_F32 ? CUDA_R_32F : (int32_t)cto;
 		CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
 						       &bt, sizeof bt));
 	}
-	/* layouts: (rows, cols, leading dimension) of the stored col-major view */
-	CUDA_LT(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_32F, mp.a_rows, mp.a_cols, mp.lda));
-	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_32F, mp.b_rows, mp.b_cols, mp.ldb));
-	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_32F, mp.c_rows, mp.c_cols, mp.ldc));
+	/* layouts: (rows, cols, leading dimension) of the stored col-major
+	 * view; A, B in the operands' dtype, C = D in the output's */
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->la, ct, mp.a_rows, mp.a_cols, mp.lda));
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lb, ct, mp.b_rows, mp.b_cols, mp.ldb));
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, cto, mp.c_rows, mp.c_cols, mp.ldc));
 
 	/* The heuristic's first choice within the workspace limit.  The
 	 * pointers are unknown here and Lt assumes 256-byte alignment unless
@@ -206,8 +219,25 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 						     &align, sizeof align));
 	cublasLtMatmulHeuristicResult_t res;
 	int found = 0;
-	CUDA_LT(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->desc, g->la, g->lb,
-					       g->lc, g->lc, pref, 1, &res, &found));
+	cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->desc, g->la,
+							   g->lb, g->lc, g->lc, pref, 1, &res,
+							   &found);
+	if (g->has_bias && bias_dt != dto &&
+	    (hs != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS)) {
+		/* no f32-bias epilogue into a 16-bit output here: the plain
+		 * GEMM, then kiln's bias kernel */
+		const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
+		CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none,
+						       sizeof none));
+		g->bias_after = 1;
+		c->host->log(KILN_LOG_INFO, "cuda",
+			     "GEMM M=%lld N=%lld K=%lld: no f32-bias epilogue for a %s output; the bias is added after the GEMM (rounded twice)",
+			     (long long)M, (long long)N, (long long)K, dto == KILN_BF16 ? "bf16" : "f16");
+		found = 0;
+		hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->desc, g->la, g->lb,
+						    g->lc, g->lc, pref, 1, &res, &found);
+	}
+	CUDA_LT(hs);
 	if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
 		st = cuda_bad(c, op, KILN_ENOTSUP, "cuBLASLt has no algorithm for this shape");
 		goto out;

@@ -2,9 +2,11 @@
  * ReLU forward/backward, the fused loss (softmax cross-entropy, MSE, BCE:
  * forward, backward and the metric counts in one pass), SGD with momentum
  * and AdamW over the flat buffers, fill, sum, the vector ops, the step
- * counter, the learning-rate schedule, u8 normalisation, the f32/bf16 cast
- * and gradient clipping.  The formulas are plugin.h's; the reference loops
- * are plugins/cpu/ops.c and optim.c.
+ * counter, the learning-rate schedule, u8 normalisation, the casts,
+ * gradient clipping, the activations, dropout, concat/split, reorder and
+ * LAMB, each over f32, bf16 or f16 storage (ld/st below).  The formulas
+ * are plugin.h's; the reference loops are plugins/cpu/ops.c, optim.c,
+ * act.c and layout.c; the pure maps are kern.h (host-tested).
  *
  * Each op has one launcher, cuda_launch_<op>(plan, args, stream), called
  * by run() on the caller's thread: it only enqueues and returns the launch
@@ -21,9 +23,43 @@
  * allocated once in prepare).
  */
 #include "cuda.h"
+#include "kern.h"       /* the pure maps, the dropout mask, LAMB's grid (host-tested) */
 
+#include <cuda_fp16.h>  /* __half, __half2float, __float2half_rn */
 #include <math.h>
 #include <stdint.h>
+
+/* ---- dtypes: f32 arithmetic on f32, bf16 or f16 storage ----------------- */
+
+/* Element i of a float tensor of dtype dt (KILN_F32, _BF16, _F16), widened
+ * exactly.  dt is a kernel argument, the same for every thread, so the
+ * switch never diverges; kernels stay one code path for every dtype, and
+ * a low-precision op computes bit for bit what the f32 op computes on the
+ * widened operands, rounded once at the store (the CPU device's lowp.c
+ * contract, which tests/check_device.c asserts). */
+__device__ __forceinline__ float ld(const void *p, int dt, int64_t i)
+{
+	if (dt == KILN_BF16)
+		return kern_bf16_f32(((const uint16_t *)p)[i]);
+	if (dt == KILN_F16)
+		return __half2float(((const __half *)p)[i]);
+	return ((const float *)p)[i];
+}
+
+/* Store v rounded to nearest even (f16: past 65504 is inf, as _Float16). */
+__device__ __forceinline__ void st(void *p, int dt, int64_t i, float v)
+{
+	if (dt == KILN_BF16)
+		((uint16_t *)p)[i] = kern_bf16_round(v);
+	else if (dt == KILN_F16)
+		((__half *)p)[i] = __float2half_rn(v);
+	else
+		((float *)p)[i] = v;
+}
+
+/* the dtypes of an op's tensors */
+#define DTI(p, k) ((int)(p)->op.in[k].dtype)
+#define DTO(p, k) ((int)(p)->op.out[k].dtype)
 
 /* Grid-stride loop over [0, n). */
 #define FOR_N(i, n)                                                                        \
@@ -42,19 +78,31 @@ static int blocks_for(const struct cuda_plan *p, int64_t n)
 
 /* ---- bias ------------------------------------------------------------- */
 
-/* y (R, N) += b (N) */
-__global__ void k_bias_add(float *y, const float *b, int64_t total, int64_t N)
+/* y (R, N) += b (N); y of dtype dy, b of db */
+__global__ void k_bias_add(void *y, int dy, const void *b, int db, int64_t total, int64_t N)
 {
 	FOR_N(i, total)
-		y[i] += b[i % N];
+		st(y, dy, i, ld(y, dy, i) + ld(b, db, i % N));
 }
 
 extern "C" cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const struct kiln_op_args *a,
 					    cudaStream_t s)
 {
 	const int64_t n = p->rows * p->cols;
-	k_bias_add<<<blocks_for(p, n), CUDA_THREADS, 0, s>>>((float *)a->out[0],
-							     (const float *)a->in[0], n, p->cols);
+	k_bias_add<<<blocks_for(p, n), CUDA_THREADS, 0, s>>>(a->out[0], DTO(p, 0), a->in[0],
+							     DTI(p, 0), n, p->cols);
+	return cudaGetLastError();
+}
+
+/* gemm.c: an f32 bias into a bf16/f16 GEMM output, where cuBLASLt has no
+ * epilogue for the pair (the result is then rounded twice) */
+extern "C" cudaError_t cuda_bias_add_lowp(void *y, int dtype, const float *bias, int64_t rows,
+					  int64_t cols, int grid, cudaStream_t s)
+{
+	const int64_t n = rows * cols;
+	int64_t b = (n + CUDA_THREADS - 1) / CUDA_THREADS;
+	b = b > grid ? grid : b < 1 ? 1 : b;
+	k_bias_add<<<(unsigned)b, CUDA_THREADS, 0, s>>>(y, dtype, bias, KILN_F32, n, cols);
 	return cudaGetLastError();
 }
 
@@ -64,21 +112,22 @@ extern "C" cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const str
  * given R, whatever the GPU.  Sums in double: the column is only as wide
  * as a batch, and the result then matches a sequential sum to f32
  * rounding (the conformance bound is 1e-6 of the magnitude). */
-__global__ void k_bias_grad(float *db, const float *dy, int64_t R, int64_t N, int acc)
+__global__ void k_bias_grad(void *db, int dtb, const void *dy, int dty, int64_t R, int64_t N,
+			    int acc)
 {
 	__shared__ double part[8][33];
 	const int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
 	double s = 0.0;
 	if (j < N)
 		for (int64_t r = threadIdx.y; r < R; r += 8)
-			s += dy[r * N + j];
+			s += ld(dy, dty, r * N + j);
 	part[threadIdx.y][threadIdx.x] = s;
 	__syncthreads();
 	if (threadIdx.y == 0 && j < N) {
-		double t = acc ? (double)db[j] : 0.0;
+		double t = acc ? (double)ld(db, dtb, j) : 0.0;
 		for (int k = 0; k < 8; k++)
 			t += part[k][threadIdx.x];
-		db[j] = (float)t;
+		st(db, dtb, j, (float)t);
 	}
 }
 
@@ -87,7 +136,7 @@ extern "C" cudaError_t cuda_launch_bias_grad(const struct cuda_plan *p, const st
 {
 	const dim3 block(32, 8);
 	const unsigned grid = (unsigned)((p->cols + 31) / 32);
-	k_bias_grad<<<grid, block, 0, s>>>((float *)a->out[0], (const float *)a->in[0], p->rows,
+	k_bias_grad<<<grid, block, 0, s>>>(a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), p->rows,
 					   p->cols, (p->op.flags & KILN_OPF_ACCUMULATE) != 0);
 	return cudaGetLastError();
 }
@@ -96,31 +145,32 @@ extern "C" cudaError_t cuda_launch_bias_grad(const struct cuda_plan *p, const st
 
 /* y (n) = max(x, 0), x == y allowed; NaN passes through as in PyTorch (and
  * the CPU device), so an overflow stays visible downstream. */
-__global__ void k_relu(float *y, const float *x, int64_t n)
+__global__ void k_relu(void *y, int dy, const void *x, int dx, int64_t n)
 {
 	FOR_N(i, n)
 	{
-		const float v = x[i];
-		y[i] = v < 0.0f ? 0.0f : v;
+		const float v = ld(x, dx, i);
+		st(y, dy, i, v < 0.0f ? 0.0f : v);
 	}
 }
 
 extern "C" cudaError_t cuda_launch_relu(const struct cuda_plan *p, const struct kiln_op_args *a,
 					cudaStream_t s)
 {
-	k_relu<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>((float *)a->out[0],
-							     (const float *)a->in[0], p->n);
+	k_relu<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(a->out[0], DTO(p, 0), a->in[0],
+							     DTI(p, 0), p->n);
 	return cudaGetLastError();
 }
 
 /* dx (n) (=|+=) y > 0 ? dy : 0 with y the forward output: a select, not a
  * product, so an inf dy where y == 0 gives 0, not NaN. */
-__global__ void k_relu_bwd(float *dx, const float *y, const float *dy, int64_t n, int acc)
+__global__ void k_relu_bwd(void *dx, int tdx, const void *y, int ty, const void *dy, int tdy,
+			   int64_t n, int acc)
 {
 	FOR_N(i, n)
 	{
-		const float g = y[i] > 0.0f ? dy[i] : 0.0f;
-		dx[i] = acc ? dx[i] + g : g;
+		const float g = ld(y, ty, i) > 0.0f ? ld(dy, tdy, i) : 0.0f;
+		st(dx, tdx, i, acc ? ld(dx, tdx, i) + g : g);
 	}
 }
 
@@ -128,7 +178,7 @@ extern "C" cudaError_t cuda_launch_relu_bwd(const struct cuda_plan *p, const str
 					    cudaStream_t s)
 {
 	k_relu_bwd<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
-		(float *)a->out[0], (const float *)a->in[0], (const float *)a->in[1], p->n,
+		a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), a->in[1], DTI(p, 1), p->n,
 		(p->op.flags & KILN_OPF_ACCUMULATE) != 0);
 	return cudaGetLastError();
 }
@@ -162,7 +212,8 @@ static_assert(sizeof(struct xent_part) == 4 * sizeof(double), "ops.c sizes the s
  * [gridDim.x] block partials.  Rows >= V are padding: zero gradient, not
  * counted.  A label outside [0, C) zeroes the row and leaves (row, label)
  * in *err (the smallest row wins), reported by the next host sync. */
-__global__ void k_xent(float *dx, struct xent_part *part, const float *x, const int32_t *label,
+__global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x, int tx,
+		       const int32_t *label,
 		       int64_t R, int64_t C, int64_t V, int kind, double f0, const float *lsp,
 		       float eps, struct cuda_err_rec *err, int op)
 {
@@ -175,26 +226,26 @@ __global__ void k_xent(float *dx, struct xent_part *part, const float *x, const 
 	double loss = 0, ok = 0, ok5 = 0, bad = 0; /* lane 0's running sums, in row order */
 
 	for (int64_t r = (int64_t)blockIdx.x * nw + w; r < R; r += W) {
-		const float *xr = x + r * C;
-		float *dr = dx + r * C;
+		const int64_t rb = r * C; /* the row: logits and dlogits */
+#define XR(j) ld(x, tx, rb + (j))
+#define DR(j, v) st(dx, tdx, rb + (j), (v))
 		if (r >= V) {
 			for (int64_t j = lane; j < C; j += 32)
-				dr[j] = 0.0f;
+				DR(j, 0.0f);
 			continue;
 		}
 		const int32_t l = label[r];
 		if (l < 0 || l >= C) {
 			for (int64_t j = lane; j < C; j += 32)
-				dr[j] = 0.0f;
+				DR(j, 0.0f);
 			if (lane == 0) {
-				err->classes = C;
-				err->op = op;
-				/* NOTE (unconfirmed without a GPU): a device-scope
-				 * atomic on mapped host memory; CUDA only promises it
-				 * is not atomic towards the host, which reads it
-				 * after a sync.  test_softmax_bad_label checks it. */
-				atomicMin(&err->rowlab,
-					  ((unsigned long long)r << 32) | (unsigned long long)(uint32_t)l);
+				/* device memory: atomic among the GPU's threads */
+				const unsigned long long key = kern_err_key_label(r, l);
+				if (atomicMin(&err->key, key) > key) {
+					err->val = C;
+					err->op = op;
+					err->kind = KERN_ERR_LABEL;
+				}
 			}
 			bad += 1;
 			continue;
@@ -203,8 +254,8 @@ __global__ void k_xent(float *dx, struct xent_part *part, const float *x, const 
 		float mx = -INFINITY;
 		int am = (int)C; /* C: this lane saw no element */
 		for (int64_t j = lane; j < C; j += 32)
-			if (am == C || xr[j] > mx) {
-				mx = xr[j];
+			if (am == C || XR(j) > mx) {
+				mx = XR(j);
 				am = (int)j;
 			}
 		for (int o = 16; o > 0; o >>= 1) {
@@ -216,46 +267,48 @@ __global__ void k_xent(float *dx, struct xent_part *part, const float *x, const 
 			}
 		}
 		/* top-5: how many logits rank above the label's (ties by index) */
-		const float xl = xr[l];
+		const float xl = XR(l);
 		int above = 0;
 		for (int64_t j = lane; j < C; j += 32)
-			above += xr[j] > xl || (xr[j] == xl && j < l);
+			above += XR(j) > xl || (XR(j) == xl && j < l);
 		above = warp_sum_i(above);
 		double ls;
 		if (kind == KILN_LOSS_MSE) {
 			double t = 0;
 			for (int64_t j = lane; j < C; j += 32) {
-				const float d = xr[j] - (j == l ? 1.0f : 0.0f);
+				const float d = XR(j) - (j == l ? 1.0f : 0.0f);
 				t += (double)d * d;
-				dr[j] = scale * 2.0f * d / (float)C;
+				DR(j, scale * 2.0f * d / (float)C);
 			}
 			ls = warp_sum_d(t) / (double)C;
 		} else if (kind == KILN_LOSS_BCE) {
 			double t = 0;
 			for (int64_t j = lane; j < C; j += 32) {
-				const float v = xr[j], tj = j == l ? 1.0f : 0.0f;
+				const float v = XR(j), tj = j == l ? 1.0f : 0.0f;
 				t += (v > 0 ? v : 0) - v * tj + log1p(exp(-fabs((double)v)));
 				const float sg = v >= 0 ? 1.0f / (1.0f + expf(-v)) : expf(v) / (1.0f + expf(v));
-				dr[j] = scale * (sg - tj) / (float)C;
+				DR(j, scale * (sg - tj) / (float)C);
 			}
 			ls = warp_sum_d(t) / (double)C;
 		} else {
 			/* softmax with the max subtracted, so exp never overflows */
 			double sum = 0, xsum = 0;
 			for (int64_t j = lane; j < C; j += 32) {
-				sum += expf(xr[j] - mx);
-				xsum += (double)xr[j] - mx;
+				sum += expf(XR(j) - mx);
+				xsum += (double)XR(j) - mx;
 			}
 			sum = warp_sum_d(sum);
 			xsum = warp_sum_d(xsum);
 			const float inv = (float)(1.0 / sum);
 			const float off = eps / (float)C, on = 1.0f - eps + off;
 			for (int64_t j = lane; j < C; j += 32)
-				dr[j] = scale * (expf(xr[j] - mx) * inv - (j == l ? on : off));
+				DR(j, scale * (expf(XR(j) - mx) * inv - (j == l ? on : off)));
 			const double lse = log(sum);
 			ls = (1.0 - eps) * (lse - ((double)xl - mx)) +
 			     (eps > 0 ? eps * (lse - xsum / (double)C) : 0.0);
 		}
+#undef XR
+#undef DR
 		loss += ls;
 		ok += am == l;
 		ok5 += above < 5;
@@ -310,7 +363,7 @@ extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
 		nb = 1;
 	struct xent_part *part = (struct xent_part *)p->scratch;
 	k_xent<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(
-		(float *)a->out[0], part, (const float *)a->in[0], (const int32_t *)a->in[1], R,
+		a->out[0], DTO(p, 0), part, a->in[0], DTI(p, 0), (const int32_t *)a->in[1], R,
 		p->cols, p->op.i[0], (int)p->op.i[1], p->op.f[0],
 		p->op.n_in == 3 ? (const float *)a->in[2] : NULL, (float)p->op.f[1], p->err,
 		p->op.type);
@@ -327,8 +380,9 @@ extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
  * or NULL, gate [1] or NULL (0: a skipped step); w (n) params, v (n)
  * momentum or NULL (mu = 0).  plugin.h:
  *   g' = g + l2*d*w;  v = mu*v + g';  w -= lr*dw*d*w + lr*(nesterov ? g' + mu*v : v) */
-__global__ void k_sgd(float *w, float *v, const float *g, const float *lrp, const float *d,
-		      const float *gate, int64_t n, float mu, float l2, float dwd, int nesterov)
+__global__ void k_sgd(float *w, float *v, void *cp, int cdt, const float *g, const float *lrp,
+		      const float *d, const float *gate, int64_t n, float mu, float l2, float dwd,
+		      int nesterov)
 {
 	if (gate && *gate == 0.0f)
 		return;
@@ -341,7 +395,10 @@ __global__ void k_sgd(float *w, float *v, const float *g, const float *lrp, cons
 		const float vi = v ? mu * v[i] + gi : gi;
 		if (v)
 			v[i] = vi;
-		w[i] = wi - lrdw * di * wi - lr * (nesterov ? gi + mu * vi : vi);
+		const float wn = wi - lrdw * di * wi - lr * (nesterov ? gi + mu * vi : vi);
+		w[i] = wn;
+		if (cp)
+			st(cp, cdt, i, wn);
 	}
 }
 
@@ -356,13 +413,33 @@ static const float *gate_of(const struct cuda_plan *p, const struct kiln_op_args
 	return (p->op.flags & KILN_OPF_GATED) ? (const float *)a->in[p->op.n_in - 1] : NULL;
 }
 
+/* The optimizers' compute copy: an optional last output in bf16/f16 (sz[2]
+ * set by ops.c, sz[1] its dtype), the params after the step, rounded,
+ * written in the same pass. */
+static void *copy_of(const struct cuda_plan *p, const struct kiln_op_args *a)
+{
+	return p->sz[2] ? a->out[p->op.n_out - 1] : NULL;
+}
+
+/* A step count < 1 (the count is 1-based): the record a sync reports */
+__device__ static void err_step(struct cuda_err_rec *err, int64_t t, int op)
+{
+	const unsigned long long key = kern_err_key_other(KERN_ERR_STEP);
+	if (atomicMin(&err->key, key) > key) {
+		err->val = t;
+		err->op = op;
+		err->kind = KERN_ERR_STEP;
+	}
+}
+
 extern "C" cudaError_t cuda_launch_sgd(const struct cuda_plan *p, const struct kiln_op_args *a,
 				       cudaStream_t s)
 {
 	const float *d = own_inputs(&p->op) > 2 ? (const float *)a->in[2] : NULL;
-	float *v = p->n_out > 1 ? (float *)a->out[1] : NULL;
+	float *v = p->n_out - (p->sz[2] != 0) > 1 ? (float *)a->out[1] : NULL;
 	k_sgd<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
-		(float *)a->out[0], v, (const float *)a->in[0], (const float *)a->in[1], d,
+		(float *)a->out[0], v, copy_of(p, a), (int)p->sz[1], (const float *)a->in[0],
+		(const float *)a->in[1], d,
 		gate_of(p, a), p->n, (float)p->op.f[0], (float)p->op.f[1], (float)p->op.f[2],
 		p->op.i[1] != 0);
 	return cudaGetLastError();
@@ -371,16 +448,22 @@ extern "C" cudaError_t cuda_launch_sgd(const struct cuda_plan *p, const struct k
 /* AdamW as torch.optim.AdamW (plugin.h): g (n), lr [1], t [1] i64 1-based,
  * d (n) or NULL, gate or NULL; w, m, v (n).  The bias corrections come
  * from the device's t, in double as PyTorch computes them on the host. */
-__global__ void k_adamw(float *w, float *m, float *v, const float *g, const float *lrp,
-			const int64_t *tp, const float *d, const float *gate, int64_t n, float b1,
-			float b2, float omb1, float omb2, float eps, float wd)
+__global__ void k_adamw(float *w, float *m, float *v, void *cp, int cdt, const float *g,
+			const float *lrp, const int64_t *tp, const float *d, const float *gate,
+			int64_t n, float b1, float b2, float omb1, float omb2, float eps, float wd,
+			struct cuda_err_rec *err)
 {
 	if (gate && *gate == 0.0f)
 		return;
 	const int64_t t = *tp;
-	if (t < 1)
-		return; /* NOTE: the CPU device fails the run with EINVAL here (the
-			 * count is 1-based); a kernel cannot, so the step is skipped */
+	if (t < 1) {
+		/* the CPU device fails the run with EINVAL; a kernel cannot stop
+		 * the stream, so it changes nothing and the next host sync
+		 * returns the same EINVAL (cuda.c) */
+		if (blockIdx.x == 0 && threadIdx.x == 0)
+			err_step(err, t, KILN_OP_ADAMW);
+		return;
+	}
 	const float lr = *lrp;
 	const float inv_c1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
 	const float inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow((double)b2, (double)t)));
@@ -394,7 +477,10 @@ __global__ void k_adamw(float *w, float *m, float *v, const float *g, const floa
 		m[i] = mi;
 		v[i] = vi;
 		const float dir = (mi * inv_c1) / (sqrtf(vi) * inv_sqrt_c2 + eps);
-		w[i] = w[i] * (1.0f - lrwd * di) - lr * dir;
+		const float wn = w[i] * (1.0f - lrwd * di) - lr * dir;
+		w[i] = wn;
+		if (cp)
+			st(cp, cdt, i, wn);
 	}
 }
 
@@ -403,13 +489,14 @@ extern "C" cudaError_t cuda_launch_adamw(const struct cuda_plan *p, const struct
 {
 	const float *d = own_inputs(&p->op) > 3 ? (const float *)a->in[3] : NULL;
 	k_adamw<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
-		(float *)a->out[0], (float *)a->out[1], (float *)a->out[2], (const float *)a->in[0],
-		(const float *)a->in[1], (const int64_t *)a->in[2], d, gate_of(p, a), p->n,
+		(float *)a->out[0], (float *)a->out[1], (float *)a->out[2], copy_of(p, a),
+		(int)p->sz[1], (const float *)a->in[0], (const float *)a->in[1],
+		(const int64_t *)a->in[2], d, gate_of(p, a), p->n,
 		(float)p->op.f[0], (float)p->op.f[1],
 		/* 1 - beta rounded from double, not 1.0f - (float)beta: for
 		 * beta2 = 0.999 the two differ by 1.3e-5 relative */
 		(float)(1.0 - p->op.f[0]), (float)(1.0 - p->op.f[1]), (float)p->op.f[2],
-		(float)p->op.f[3]);
+		(float)p->op.f[3], p->err);
 	return cudaGetLastError();
 }
 
@@ -532,17 +619,18 @@ __device__ static double block_sum_d(double v)
  * in f32 as the CPU device (and PyTorch's f32 norm) does, so an element
  * whose square overflows f32 makes the norm infinite on every device and
  * the step is skipped alike. */
-__global__ void k_partial_sum(double *part, const float *x, int64_t n, int sq, const float *sp)
+__global__ void k_partial_sum(double *part, const void *x, int tx, int64_t n, int sq,
+			      const float *sp)
 {
 	const float inv = sp ? 1.0f / *sp : 1.0f;
 	double t = 0;
 	FOR_N(i, n)
 	{
 		if (sq) {
-			const float v = x[i] * inv;
+			const float v = ld(x, tx, i) * inv;
 			t += (double)(v * v);
 		} else {
-			t += (double)x[i];
+			t += (double)ld(x, tx, i);
 		}
 	}
 	t = block_sum_d(t);
@@ -558,12 +646,12 @@ static int red_blocks(int64_t n)
 }
 
 /* s [1] (=|+=) the partials, in block order */
-__global__ void k_sum_final(float *s, const double *part, int nb, int acc)
+__global__ void k_sum_final(void *s, int ts, const double *part, int nb, int acc)
 {
-	double t = acc ? (double)s[0] : 0.0;
+	double t = acc ? (double)ld(s, ts, 0) : 0.0;
 	for (int b = 0; b < nb; b++)
 		t += part[b];
-	s[0] = (float)t;
+	st(s, ts, 0, (float)t);
 }
 
 extern "C" cudaError_t cuda_launch_reduce_sum(const struct cuda_plan *p,
@@ -571,11 +659,11 @@ extern "C" cudaError_t cuda_launch_reduce_sum(const struct cuda_plan *p,
 {
 	const int nb = red_blocks(p->n);
 	double *part = (double *)p->scratch;
-	k_partial_sum<<<nb, CUDA_THREADS, 0, s>>>(part, (const float *)a->in[0], p->n, 0, NULL);
+	k_partial_sum<<<nb, CUDA_THREADS, 0, s>>>(part, a->in[0], DTI(p, 0), p->n, 0, NULL);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;
-	k_sum_final<<<1, 1, 0, s>>>((float *)a->out[0], part, nb,
+	k_sum_final<<<1, 1, 0, s>>>(a->out[0], DTO(p, 0), part, nb,
 				    (p->op.flags & KILN_OPF_ACCUMULATE) != 0);
 	return cudaGetLastError();
 }
@@ -584,15 +672,17 @@ extern "C" cudaError_t cuda_launch_reduce_sum(const struct cuda_plan *p,
 
 enum { VEC_SCALE, VEC_ADD, VEC_MUL };
 
-/* y (n) (=|+=) s*x0, x0 + x1 or x0 * x1; y may alias an input */
-__global__ void k_vec(float *y, const float *x0, const float *x1, float sc, int64_t n, int kind,
-		      int acc)
+/* y (n) (=|+=) s*x0, x0 + x1 or x0 * x1; y may alias an input; any mix
+ * of f32, bf16 and f16 */
+__global__ void k_vec(void *y, int ty, const void *x0, int t0, const void *x1, int t1, float sc,
+		      int64_t n, int kind, int acc)
 {
 	FOR_N(i, n)
 	{
-		const float v = kind == VEC_SCALE ? sc * x0[i] : kind == VEC_ADD ? x0[i] + x1[i]
-									    : x0[i] * x1[i];
-		y[i] = acc ? y[i] + v : v;
+		const float a = ld(x0, t0, i);
+		const float v = kind == VEC_SCALE ? sc * a : kind == VEC_ADD ? a + ld(x1, t1, i)
+									    : a * ld(x1, t1, i);
+		st(y, ty, i, acc ? ld(y, ty, i) + v : v);
 	}
 }
 
@@ -600,8 +690,8 @@ static cudaError_t launch_vec(const struct cuda_plan *p, const struct kiln_op_ar
 			      cudaStream_t s, int kind)
 {
 	k_vec<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
-		(float *)a->out[0], (const float *)a->in[0],
-		kind == VEC_SCALE ? NULL : (const float *)a->in[1], (float)p->op.f[0], p->n, kind,
+		a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), kind == VEC_SCALE ? NULL : a->in[1],
+		kind == VEC_SCALE ? KILN_F32 : DTI(p, 1), (float)p->op.f[0], p->n, kind,
 		(p->op.flags & KILN_OPF_ACCUMULATE) != 0);
 	return cudaGetLastError();
 }
@@ -635,13 +725,13 @@ struct norm_lut {
 
 /* y f32 (n) = lut[c][x u8], c the channel of element i: (i / HW) % C for
  * NCHW, i % C for NHWC */
-__global__ void k_normalize_u8(float *y, const uint8_t *x, int64_t n, int64_t C, int64_t hw,
-			       int nhwc, struct norm_lut lut)
+__global__ void k_normalize_u8(void *y, int ty, const uint8_t *x, int64_t n, int64_t C,
+			       int64_t hw, int nhwc, struct norm_lut lut)
 {
 	FOR_N(i, n)
 	{
 		const int64_t c = C == 1 ? 0 : nhwc ? i % C : (i / hw) % C;
-		y[i] = lut.v[c][x[i]];
+		st(y, ty, i, lut.v[c][x[i]]);
 	}
 }
 
@@ -653,38 +743,24 @@ extern "C" cudaError_t cuda_launch_normalize_u8(const struct cuda_plan *p,
 		for (int u = 0; u < 256; u++)
 			lut.v[c][u] = p->lut[c][u];
 	k_normalize_u8<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
-		(float *)a->out[0], (const uint8_t *)a->in[0], p->n, p->sz[0], p->sz[1],
+		a->out[0], DTO(p, 0), (const uint8_t *)a->in[0], p->n, p->sz[0], p->sz[1],
 		p->op.in[0].layout == KILN_NHWC, lut);
 	return cudaGetLastError();
 }
 
-/* bf16 from f32, round to nearest even, NaN kept quiet (the CPU device's) */
-__device__ static uint16_t to_bf16(float f)
-{
-	uint32_t u = __float_as_uint(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-/* y = x converted f32 -> bf16 (to_bf16) or bf16 -> f32 (exact) */
-__global__ void k_cast(void *y, const void *x, int64_t n, int from_bf16)
+/* y = x converted between f32 and bf16/f16 either way (exact widening,
+ * one rounding to nearest even) */
+__global__ void k_cast(void *y, int ty, const void *x, int tx, int64_t n)
 {
 	FOR_N(i, n)
-	{
-		if (from_bf16)
-			((float *)y)[i] = __uint_as_float((uint32_t)((const uint16_t *)x)[i] << 16);
-		else
-			((uint16_t *)y)[i] = to_bf16(((const float *)x)[i]);
-	}
+		st(y, ty, i, ld(x, tx, i));
 }
 
 extern "C" cudaError_t cuda_launch_cast(const struct cuda_plan *p, const struct kiln_op_args *a,
 					cudaStream_t s)
 {
-	k_cast<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(a->out[0], a->in[0], p->n,
-							     p->op.in[0].dtype == KILN_BF16);
+	k_cast<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(a->out[0], DTO(p, 0), a->in[0],
+							     DTI(p, 0), p->n);
 	return cudaGetLastError();
 }
 
@@ -723,17 +799,18 @@ __global__ void k_clip_norm(float *state, float *k, const double *part, int nb, 
 }
 
 /* y (n) = clamp(g * k[0], -lim, lim) when k[1] says so */
-__global__ void k_clip_apply(float *y, const float *g, const float *k, int64_t n, float lim)
+__global__ void k_clip_apply(void *y, int ty, const void *g, int tg, const float *k, int64_t n,
+			     float lim)
 {
 	if (k[1] == 0.0f)
 		return;
 	const float scale = k[0];
 	FOR_N(i, n)
 	{
-		float v = g[i] * scale;
+		float v = ld(g, tg, i) * scale;
 		if (lim > 0)
 			v = v > lim ? lim : v < -lim ? -lim : v;
-		y[i] = v;
+		st(y, ty, i, v);
 	}
 }
 
@@ -745,10 +822,10 @@ extern "C" cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p,
 	const int nb = red_blocks(p->n);
 	double *part = (double *)p->scratch;
 	float *k = (float *)(part + CUDA_RED_BLOCKS);
-	const float *g = (const float *)a->in[0];
+	const void *g = a->in[0];
 	const float *sp = p->op.type == KILN_OP_UNSCALE ? (const float *)a->in[1] : NULL;
-	float *y = (float *)a->out[0];
-	k_partial_sum<<<nb, CUDA_THREADS, 0, s>>>(part, g, p->n, 1, sp);
+	void *y = a->out[0];
+	k_partial_sum<<<nb, CUDA_THREADS, 0, s>>>(part, g, DTI(p, 0), p->n, 1, sp);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;
@@ -756,7 +833,8 @@ extern "C" cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p,
 				    y != g, sp);
 	if ((e = cudaGetLastError()) != cudaSuccess)
 		return e;
-	k_clip_apply<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(y, g, k, p->n, (float)p->op.f[1]);
+	k_clip_apply<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(y, DTO(p, 0), g, DTI(p, 0), k, p->n,
+								  (float)p->op.f[1]);
 	return cudaGetLastError();
 }
 
@@ -793,5 +871,461 @@ extern "C" cudaError_t cuda_launch_scaler_update(const struct cuda_plan *p,
 {
 	k_scaler_update<<<1, 1, 0, s>>>((float *)a->out[0], (const float *)a->in[0], p->op.f[0],
 					p->op.f[1], p->op.f[2], p->op.f[3], p->op.i[0], p->op.i[1]);
+	return cudaGetLastError();
+}
+
+/* ---- activations ------------------------------------------------------- */
+
+/* y (n) = act(x), plugin.h's KILN_OP_ACT with alpha = f[0]; the CPU
+ * device's formulas (plugins/cpu/act.c) in f32 */
+__global__ void k_act(void *y, int ty, const void *x, int tx, int64_t n, int kind, float alpha)
+{
+	FOR_N(i, n)
+	{
+		const float v = ld(x, tx, i);
+		float r;
+		switch (kind) {
+		case KILN_ACT_RELU: r = v < 0.0f ? 0.0f : v; break;
+		case KILN_ACT_LEAKY_RELU: r = v > 0.0f ? v : alpha * v; break;
+		case KILN_ACT_GELU: r = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); break;
+		case KILN_ACT_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
+		default: r = tanhf(v); break;
+		}
+		st(y, ty, i, r);
+	}
+}
+
+/* dx (n) (=|+=) dy * act'(.): from x (in0) for relu, leaky_relu and gelu,
+ * from y (in2) for sigmoid and tanh */
+__global__ void k_act_bwd(void *dx, int tdx, const void *x, int tx, const void *dy, int tdy,
+			  const void *y, int ty, int64_t n, int kind, float alpha, int acc)
+{
+	const float k = 0.3989422804014327f; /* 1/sqrt(2 pi) */
+	FOR_N(i, n)
+	{
+		const float d = ld(dy, tdy, i);
+		float g;
+		switch (kind) {
+		case KILN_ACT_RELU: g = ld(x, tx, i) > 0.0f ? d : 0.0f; break;
+		case KILN_ACT_LEAKY_RELU: g = ld(x, tx, i) > 0.0f ? d : alpha * d; break;
+		case KILN_ACT_GELU: {
+			const float v = ld(x, tx, i);
+			const float cdf = 0.5f * (1.0f + erff(v * (float)M_SQRT1_2));
+			const float pdf = k * expf(-0.5f * v * v);
+			g = d * (cdf + v * pdf);
+			break;
+		}
+		case KILN_ACT_SIGMOID: {
+			const float u = ld(y, ty, i);
+			g = d * u * (1.0f - u);
+			break;
+		}
+		default: {
+			const float u = ld(y, ty, i);
+			g = d * (1.0f - u * u);
+			break;
+		}
+		}
+		st(dx, tdx, i, acc ? ld(dx, tdx, i) + g : g);
+	}
+}
+
+extern "C" cudaError_t cuda_launch_act(const struct cuda_plan *p, const struct kiln_op_args *a,
+				       cudaStream_t s)
+{
+	k_act<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(a->out[0], DTO(p, 0), a->in[0],
+							    DTI(p, 0), p->n, (int)p->op.i[0],
+							    (float)p->op.f[0]);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_launch_act_bwd(const struct cuda_plan *p,
+					   const struct kiln_op_args *a, cudaStream_t s)
+{
+	const int has_y = p->op.n_in > 2;
+	k_act_bwd<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
+		a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), a->in[1], DTI(p, 1),
+		has_y ? a->in[2] : NULL, has_y ? DTI(p, 2) : KILN_F32, p->n, (int)p->op.i[0],
+		(float)p->op.f[0], (p->op.flags & KILN_OPF_ACCUMULATE) != 0);
+	return cudaGetLastError();
+}
+
+/* ---- dropout ------------------------------------------------------------ */
+
+/* y (n) (=|+=) x * (kept ? s : 0), the mask of plugin.h's DROPOUT drawn by
+ * logical index (kern_drop_scale, kern_nhwc_logical: host-tested against
+ * the CPU device).  step: the device's i64 counter, read here.  C, HW:
+ * channels and pixels of an NHWC tensor, C = 0 for a flat one.  Forward
+ * and backward are the same masked scale; x may be y. */
+__global__ void k_dropout(void *y, int ty, const void *x, int tx, const int64_t *step,
+			  struct kern_drop d, int64_t n, int64_t C, int64_t HW, int acc)
+{
+	const uint32_t t = (uint32_t)*step;
+	FOR_N(i, n)
+	{
+		const int64_t e = C ? kern_nhwc_logical(i, C, HW) : i;
+		const float v = ld(x, tx, i) * kern_drop_scale(&d, t, (uint64_t)e);
+		st(y, ty, i, acc ? ld(y, ty, i) + v : v);
+	}
+}
+
+extern "C" cudaError_t cuda_launch_dropout(const struct cuda_plan *p,
+					   const struct kiln_op_args *a, cudaStream_t s)
+{
+	struct kern_drop d;
+	kern_drop_setup(&p->op, &d); /* a few host operations, no allocation */
+	k_dropout<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(
+		a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), (const int64_t *)a->in[1], d, p->n,
+		p->sz[0], p->sz[1],
+		p->op.type == KILN_OP_DROPOUT_BWD && (p->op.flags & KILN_OPF_ACCUMULATE));
+	return cudaGetLastError();
+}
+
+/* ---- concat / split ------------------------------------------------------ */
+
+/* The parts and the geometry (kern_cat_geom), by value. */
+struct cat_args {
+	void *part[KILN_OP_MAX_IN];
+	int64_t chunk[KILN_OP_MAX_IN], off[KILN_OP_MAX_IN + 1];
+	int parts;
+	int acc; /* SPLIT: bit k adds into part k (float path only) */
+};
+
+/* Element i of the whole [outer, row] -> its part k and index j there. */
+__device__ __forceinline__ int cat_part(const struct cat_args *g, int64_t i, int64_t row,
+					int64_t *j)
+{
+	const int64_t o = i / row, r = i - o * row;
+	int k = 0;
+	while (k + 1 < g->parts && r >= g->off[k + 1])
+		k++;
+	*j = o * g->chunk[k] + (r - g->off[k]);
+	return k;
+}
+
+/* Same dtype everywhere, no accumulation: a move of T-sized elements. */
+template <typename T>
+__global__ void k_cat_raw(T *whole, struct cat_args g, int64_t total, int64_t row, int split)
+{
+	FOR_N(i, total)
+	{
+		int64_t j;
+		const int k = cat_part(&g, i, row, &j);
+		if (split)
+			((T *)g.part[k])[j] = whole[i];
+		else
+			whole[i] = ((const T *)g.part[k])[j];
+	}
+}
+
+/* SPLIT adding into some parts: f32 arithmetic on a float dtype dt. */
+__global__ void k_split_acc(const void *whole, int dt, struct cat_args g, int64_t total,
+			    int64_t row)
+{
+	FOR_N(i, total)
+	{
+		int64_t j;
+		const int k = cat_part(&g, i, row, &j);
+		const float v = ld(whole, dt, i);
+		st(g.part[k], dt, j, (g.acc >> k & 1) ? ld(g.part[k], dt, j) + v : v);
+	}
+}
+
+extern "C" cudaError_t cuda_launch_concat_split(const struct cuda_plan *p,
+						const struct kiln_op_args *a, cudaStream_t s)
+{
+	const int split = p->op.type == KILN_OP_SPLIT;
+	struct kern_cat geo;
+	struct cat_args g;
+	kern_cat_geom(&p->op, &geo); /* checked in prepare */
+	memset(&g, 0, sizeof g);
+	g.parts = geo.parts;
+	for (int k = 0; k < geo.parts; k++) {
+		g.part[k] = split ? a->out[k] : (void *)a->in[k];
+		g.chunk[k] = geo.chunk[k];
+		g.off[k] = geo.off[k];
+	}
+	g.off[geo.parts] = geo.off[geo.parts];
+	g.acc = split ? (int)p->op.i[1] : 0;
+	const int64_t total = geo.outer * geo.row;
+	const unsigned nb = (unsigned)blocks_for(p, total);
+	void *whole = split ? (void *)a->in[0] : a->out[0];
+	if (total == 0)
+		return cudaSuccess;
+	if (g.acc) {
+		k_split_acc<<<nb, CUDA_THREADS, 0, s>>>(whole, DTI(p, 0), g, total, geo.row);
+		return cudaGetLastError();
+	}
+	switch (p->sz[3]) { /* the element size */
+	case 1: k_cat_raw<uint8_t><<<nb, CUDA_THREADS, 0, s>>>((uint8_t *)whole, g, total, geo.row, split); break;
+	case 2: k_cat_raw<uint16_t><<<nb, CUDA_THREADS, 0, s>>>((uint16_t *)whole, g, total, geo.row, split); break;
+	case 4: k_cat_raw<uint32_t><<<nb, CUDA_THREADS, 0, s>>>((uint32_t *)whole, g, total, geo.row, split); break;
+	default: k_cat_raw<uint64_t><<<nb, CUDA_THREADS, 0, s>>>((uint64_t *)whole, g, total, geo.row, split); break;
+	}
+	return cudaGetLastError();
+}
+
+/* ---- reorder (NCHW <-> NHWC) ---------------------------------------------- */
+
+/* Per sample n: dst [S, R] = src [R, S] transposed, in 32 x 32 tiles
+ * through shared memory so both sides are read and written along rows.
+ * Block (32, 8); grid (S tiles, R tiles, samples, striding over n). */
+template <typename T>
+__global__ void k_transpose_raw(T *dst, const T *src, int64_t N, int64_t R, int64_t S)
+{
+	__shared__ T tile[32][33];
+	const int64_t s0 = (int64_t)blockIdx.x * 32, r0 = (int64_t)blockIdx.y * 32;
+	for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+		const T *x = src + n * R * S;
+		T *y = dst + n * R * S;
+		for (int k = threadIdx.y; k < 32; k += 8) {
+			const int64_t r = r0 + k, c = s0 + threadIdx.x;
+			if (r < R && c < S)
+				tile[k][threadIdx.x] = x[r * S + c];
+		}
+		__syncthreads();
+		for (int k = threadIdx.y; k < 32; k += 8) {
+			const int64_t c = s0 + k, r = r0 + threadIdx.x;
+			if (r < R && c < S)
+				y[c * R + r] = tile[threadIdx.x][k];
+		}
+		__syncthreads();
+	}
+}
+
+/* The same between float dtypes (a conversion too), accumulating or not. */
+__global__ void k_transpose_f(void *dst, int td, const void *src, int ts, int64_t N, int64_t R,
+			      int64_t S, int acc)
+{
+	__shared__ float tile[32][33];
+	const int64_t s0 = (int64_t)blockIdx.x * 32, r0 = (int64_t)blockIdx.y * 32;
+	for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+		const int64_t base = n * R * S;
+		for (int k = threadIdx.y; k < 32; k += 8) {
+			const int64_t r = r0 + k, c = s0 + threadIdx.x;
+			if (r < R && c < S)
+				tile[k][threadIdx.x] = ld(src, ts, base + r * S + c);
+		}
+		__syncthreads();
+		for (int k = threadIdx.y; k < 32; k += 8) {
+			const int64_t c = s0 + k, r = r0 + threadIdx.x;
+			if (r < R && c < S) {
+				const int64_t o = base + c * R + r;
+				const float v = tile[threadIdx.x][k];
+				st(dst, td, o, acc ? ld(dst, td, o) + v : v);
+			}
+		}
+		__syncthreads();
+	}
+}
+
+extern "C" cudaError_t cuda_launch_reorder(const struct cuda_plan *p,
+					   const struct kiln_op_args *a, cudaStream_t s)
+{
+	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	const int same = DTI(p, 0) == DTO(p, 0);
+	const int64_t N = p->sz[0], R = p->sz[1], S = p->sz[2], es = p->sz[3];
+	if (p->n == 0)
+		return cudaSuccess;
+	if (!R) { /* same layout: a copy (or an add, or a conversion) */
+		if (same && !acc)
+			return a->in[0] == a->out[0]
+				       ? cudaSuccess
+				       : cudaMemcpyAsync(a->out[0], a->in[0], (size_t)(p->n * es),
+							 cudaMemcpyDeviceToDevice, s);
+		k_vec<<<blocks_for(p, p->n), CUDA_THREADS, 0, s>>>(a->out[0], DTO(p, 0), a->in[0],
+								    DTI(p, 0), NULL, KILN_F32, 1.0f,
+								    p->n, VEC_SCALE, acc);
+		return cudaGetLastError();
+	}
+	const dim3 block(32, 8);
+	const dim3 grid((unsigned)((S + 31) / 32), (unsigned)((R + 31) / 32),
+			(unsigned)(N < 65535 ? N : 65535));
+	if (!same || acc) {
+		k_transpose_f<<<grid, block, 0, s>>>(a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), N, R,
+						      S, acc);
+		return cudaGetLastError();
+	}
+	switch (es) {
+	case 1: k_transpose_raw<uint8_t><<<grid, block, 0, s>>>((uint8_t *)a->out[0], (const uint8_t *)a->in[0], N, R, S); break;
+	case 2: k_transpose_raw<uint16_t><<<grid, block, 0, s>>>((uint16_t *)a->out[0], (const uint16_t *)a->in[0], N, R, S); break;
+	case 4: k_transpose_raw<uint32_t><<<grid, block, 0, s>>>((uint32_t *)a->out[0], (const uint32_t *)a->in[0], N, R, S); break;
+	default: k_transpose_raw<uint64_t><<<grid, block, 0, s>>>((uint64_t *)a->out[0], (const uint64_t *)a->in[0], N, R, S); break;
+	}
+	return cudaGetLastError();
+}
+
+/* ---- LAMB ----------------------------------------------------------------- */
+
+/* Checks before the step, one block: the gate, the step count t >= 1, and
+ * the offsets (0 .. n, nondecreasing).  go[0] = 1 when the step is to be
+ * taken; a bad count or bad offsets leave the record a sync reports. */
+__global__ void k_lamb_check(int *go, const float *gate, const int64_t *tp, const int64_t *off,
+			     int64_t T, int64_t n, struct cuda_err_rec *err)
+{
+	__shared__ int bad;
+	if (threadIdx.x == 0)
+		bad = INT32_MAX; /* none yet; else the first entry below its predecessor */
+	__syncthreads();
+	for (int64_t k = threadIdx.x; k < T; k += blockDim.x)
+		if (off[k + 1] < off[k])
+			atomicMin(&bad, (int)(k + 1 < INT32_MAX ? k + 1 : INT32_MAX - 1));
+	__syncthreads();
+	if (threadIdx.x != 0)
+		return;
+	const int64_t t = *tp;
+	int ok = !(gate && *gate == 0.0f);
+	if (ok && t < 1) {
+		err_step(err, t, KILN_OP_LAMB);
+		ok = 0;
+	} else if (ok && (off[0] != 0 || off[T] != n || bad != INT32_MAX)) {
+		const unsigned long long key = kern_err_key_other(KERN_ERR_OFFSETS);
+		if (atomicMin(&err->key, key) > key) {
+			err->val = off[0] != 0 ? 0 : bad != INT32_MAX ? bad : T;
+			err->op = KILN_OP_LAMB;
+			err->kind = KERN_ERR_OFFSETS;
+		}
+		ok = 0;
+	}
+	*go = ok;
+}
+
+/* The Adam scalars of step t, from the op's constants (passed by value). */
+struct lamb_k {
+	float b1, b2, omb1, omb2, eps, wd;
+	double b1d, b2d;
+};
+
+/* The bias corrections of step t (in double, as PyTorch) and this
+ * block's chunk [*b, *e) of the n elements. */
+__device__ static void lamb_block(const struct lamb_k *q, int64_t t, int64_t n, float *inv_c1,
+				  float *inv_sqrt_c2, int64_t *b, int64_t *e)
+{
+	*inv_c1 = (float)(1.0 / (1.0 - pow(q->b1d, (double)t)));
+	*inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow(q->b2d, (double)t)));
+	*b = (int64_t)blockIdx.x * KERN_LAMB_CHUNK;
+	*e = *b + KERN_LAMB_CHUNK < n ? *b + KERN_LAMB_CHUNK : n;
+}
+
+/* Pass 1, block c over chunk c: update m, v; per piece (chunk c, tensor
+ * k) the sums of p*p and u*u (u = m^/vh + wd*d*p, p before the step) into
+ * slot c + k (kern.h). */
+__global__ void k_lamb_moments(double *slot, const int *go, float *w, float *m, float *v,
+			       const float *g, const float *d, const int64_t *tp,
+			       const int64_t *off, int64_t T, int64_t n, struct lamb_k q)
+{
+	if (!*go)
+		return;
+	float inv_c1, inv_sqrt_c2;
+	int64_t b, e;
+	lamb_block(&q, *tp, n, &inv_c1, &inv_sqrt_c2, &b, &e);
+	const int64_t c = blockIdx.x;
+	for (int64_t k = kern_tensor_of(off, T, b); k < T && off[k] < e; k++) {
+		const int64_t lo = off[k] > b ? off[k] : b, hi = off[k + 1] < e ? off[k + 1] : e;
+		if (hi <= lo)
+			continue; /* an empty tensor: no piece */
+		double pp = 0, uu = 0;
+		for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+			const float di = d ? d[i] : 1.0f;
+			const float gi = g[i];
+			const float mi = q.b1 * m[i] + q.omb1 * gi;
+			const float vi = q.b2 * v[i] + q.omb2 * gi * gi;
+			m[i] = mi;
+			v[i] = vi;
+			const float u = (mi * inv_c1) / (sqrtf(vi) * inv_sqrt_c2 + q.eps) + q.wd * di * w[i];
+			pp += (double)w[i] * (double)w[i];
+			uu += (double)u * (double)u;
+		}
+		pp = block_sum_d(pp);
+		uu = block_sum_d(uu);
+		if (threadIdx.x == 0) {
+			slot[2 * (c + k)] = pp;
+			slot[2 * (c + k) + 1] = uu;
+		}
+	}
+}
+
+/* Per tensor k: r = ||p_k|| / ||u_k|| (1 when either is 0), step[k] =
+ * lr * r; the slots of tensor k added in chunk order. */
+__global__ void k_lamb_norms(float *step, const int *go, const double *slot, const float *lrp,
+			     const int64_t *off, int64_t T)
+{
+	if (!*go)
+		return;
+	const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (k >= T)
+		return;
+	double pp = 0, uu = 0;
+	if (off[k + 1] > off[k])
+		for (int64_t c = off[k] / KERN_LAMB_CHUNK; c <= (off[k + 1] - 1) / KERN_LAMB_CHUNK; c++) {
+			pp += slot[2 * (c + k)];
+			uu += slot[2 * (c + k) + 1];
+		}
+	const double r = pp > 0 && uu > 0 ? sqrt(pp) / sqrt(uu) : 1.0;
+	step[k] = (float)((double)*lrp * r);
+}
+
+/* Pass 2, block c over chunk c: p -= step[k] * u, u from the updated
+ * moments; the compute copy written alongside. */
+__global__ void k_lamb_update(float *w, void *cp, int cdt, const int *go, const float *m,
+			      const float *v, const float *d, const float *step, const int64_t *tp,
+			      const int64_t *off, int64_t T, int64_t n, struct lamb_k q)
+{
+	if (!*go)
+		return;
+	float inv_c1, inv_sqrt_c2;
+	int64_t b, e;
+	lamb_block(&q, *tp, n, &inv_c1, &inv_sqrt_c2, &b, &e);
+	for (int64_t k = kern_tensor_of(off, T, b); k < T && off[k] < e; k++) {
+		const int64_t lo = off[k] > b ? off[k] : b, hi = off[k + 1] < e ? off[k + 1] : e;
+		const float sk = step[k];
+		for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+			const float di = d ? d[i] : 1.0f;
+			const float u = (m[i] * inv_c1) / (sqrtf(v[i]) * inv_sqrt_c2 + q.eps) +
+					q.wd * di * w[i];
+			const float wn = w[i] - sk * u;
+			w[i] = wn;
+			if (cp)
+				st(cp, cdt, i, wn);
+		}
+	}
+}
+
+/* LAMB (plugin.h): in0 g, in1 lr, in2 t, in3 offsets i64[T+1], in4 d
+ * (optional), gate (optional, last); out0 p, out1 m, out2 v, out3 the
+ * compute copy (optional).  Workspace (kern_lamb_workspace): the slots,
+ * the per-tensor steps, and the go flag lives in the plan's scratch. */
+extern "C" cudaError_t cuda_launch_lamb(const struct cuda_plan *p, const struct kiln_op_args *a,
+					cudaStream_t s)
+{
+	const int64_t n = p->n, T = p->sz[0];
+	const int64_t nc = kern_lamb_chunks(n);
+	const float *d = own_inputs(&p->op) > 4 ? (const float *)a->in[4] : NULL;
+	const int64_t *tp = (const int64_t *)a->in[2], *off = (const int64_t *)a->in[3];
+	double *slot = (double *)a->workspace;
+	float *step = (float *)((char *)a->workspace + (kern_lamb_workspace(n, T) -
+							  (((size_t)T * sizeof(float) + 63) & ~(size_t)63)));
+	int *go = (int *)p->scratch;
+	struct lamb_k q;
+	q.b1d = p->op.f[0], q.b2d = p->op.f[1];
+	q.b1 = (float)q.b1d, q.b2 = (float)q.b2d;
+	q.omb1 = (float)(1.0 - q.b1d), q.omb2 = (float)(1.0 - q.b2d);
+	q.eps = (float)p->op.f[2], q.wd = (float)p->op.f[3];
+	k_lamb_check<<<1, CUDA_THREADS, 0, s>>>(go, gate_of(p, a), tp, off, T, n, p->err);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	k_lamb_moments<<<(unsigned)nc, CUDA_THREADS, 0, s>>>(
+		slot, go, (float *)a->out[0], (float *)a->out[1], (float *)a->out[2],
+		(const float *)a->in[0], d, tp, off, T, n, q);
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		return e;
+	k_lamb_norms<<<(unsigned)((T + CUDA_THREADS - 1) / CUDA_THREADS), CUDA_THREADS, 0, s>>>(
+		step, go, slot, (const float *)a->in[1], off, T);
+	if ((e = cudaGetLastError()) != cudaSuccess)
+		return e;
+	k_lamb_update<<<(unsigned)nc, CUDA_THREADS, 0, s>>>(
+		(float *)a->out[0], copy_of(p, a), (int)p->sz[1], go, (const float *)a->out[1],
+		(const float *)a->out[2], d, step, tp, off, T, n, q);
 	return cudaGetLastError();
 }

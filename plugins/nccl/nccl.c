@@ -118,6 +118,15 @@ static kiln_status usable(struct nccl_comm *c)
 /* Put the collective just enqueued on stream s under watch. */
 static void watch(struct nccl_comm *c, cudaStream_t s, const char *what, size_t count)
 {
+	/* A collective captured into a CUDA graph ([plugin.cuda] graph = 1)
+	 * has not run: an event recorded after it would belong to the graph,
+	 * and the watchdog's cudaEventQuery of it would never see it complete
+	 * (and abort a healthy communicator after the timeout).  Its replays
+	 * are launched by the trainer as one graph, which this plugin does not
+	 * see: they are not watched (ncclCommGetAsyncError still is). */
+	enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+	if (cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
+		return;
 	pthread_mutex_lock(&c->lock);
 	/* full (collectives enqueued far ahead of the GPU): watch the newest
 	 * in the last slot, which completes after the one it replaces */

@@ -1,0 +1,596 @@
+/* core/opcheck.c - the device-independent checks of an op.
+ *
+ * kiln_device_prepare runs kiln_op_check before it calls the device's
+ * prepare, so every device refuses a malformed op (wrong operand counts,
+ * shapes that do not fit together, out-of-range parameters, the wrong
+ * dtype where the op's contract in include/kiln/plugin.h fixes one) with
+ * the same status and the same message, written once here.  A device then
+ * checks only what it can run: a dtype combination or a size it has no
+ * kernel for is KILN_ENOTSUP from the device.
+ *
+ * Statuses: KILN_EINVAL for an op that breaks its contract, KILN_ENOTSUP
+ * for a parameter naming something kiln does not know (an unknown loss,
+ * schedule, activation) or a shape no device runs (batched GEMM).  The
+ * message names the device, the op and every tensor:
+ *   "cpu: CONV: bad geometry: ... (in0 f32[2, 4, 7, 7], ...)".
+ * Floating tensors are not restricted to a dtype here (f32, bf16 and f16 are
+ * the devices' business); only tensors whose dtype the contract fixes (i32
+ * labels, i64 steps and counters, f32 scalars, u8 images) are checked.
+ *
+ * Thread: any; the checks only read `op`.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static int64_t numel(const struct kiln_tensor_desc *d)
+{
+	return kiln_tensor_numel(d);
+}
+
+static int nhwc(const struct kiln_tensor_desc *d)
+{
+	return d->ndim == 4 && d->layout == KILN_NHWC;
+}
+
+/* The stored innermost extent: channels for a 4-d NHWC tensor. */
+static int64_t inner(const struct kiln_tensor_desc *d)
+{
+	if (d->ndim <= 0)
+		return 1;
+	if (nhwc(d))
+		return d->dims[1];
+	return d->dims[d->ndim - 1];
+}
+
+static int is_float(int dtype)
+{
+	return dtype == KILN_F32 || dtype == KILN_BF16 || dtype == KILN_F16;
+}
+
+/* A 4-d activation in a layout convolution and pooling know. */
+static int is_act(const struct kiln_tensor_desc *d)
+{
+	return d->ndim == 4 && (d->layout == KILN_ROW || d->layout == KILN_NCHW ||
+				d->layout == KILN_NHWC);
+}
+
+static kiln_status bad(const char *who, const struct kiln_op *op, kiln_status st,
+		       const char *fmt, ...) KILN_PRINTF(4, 5);
+
+static kiln_status bad(const char *who, const struct kiln_op *op, kiln_status st,
+		       const char *fmt, ...)
+{
+	char why[320], list[640], one[96];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	size_t off = 0;
+	list[0] = 0;
+	for (int k = 0; k < 2; k++) {
+		const int n = k ? op->n_out : op->n_in;
+		for (int i = 0; i < n && off < sizeof list; i++) {
+			kiln_tensor_desc_str(k ? &op->out[i] : &op->in[i], one, sizeof one);
+			int w = snprintf(list + off, sizeof list - off, "%s%s%d %s", off ? ", " : "",
+					 k ? "out" : "in", i, one);
+			off += w > 0 ? (size_t)w : 0;
+		}
+	}
+	return kiln_error(st, "%s: %s: %s (%s)", who, kiln_op_name(op->type), why,
+			  off ? list : "no tensors");
+}
+
+#define BAD(st, ...) return bad(who, op, (st), __VA_ARGS__)
+
+static kiln_status counts(const char *who, const struct kiln_op *op, int n_in, int n_out)
+{
+	if (op->n_in != n_in || op->n_out != n_out)
+		BAD(KILN_EINVAL, "takes %d inputs and %d outputs, got %d and %d", n_in, n_out,
+		    op->n_in, op->n_out);
+	return KILN_OK;
+}
+
+static kiln_status check_gemm(const char *who, const struct kiln_op *op)
+{
+	const int64_t ta = op->i[0], tb = op->i[1], M = op->i[2], N = op->i[3], K = op->i[4];
+	if (op->n_in < 2 || op->n_in > 3 || op->n_out != 1)
+		BAD(KILN_EINVAL, "takes 2 or 3 inputs (the third: bias) and 1 output, got %d and %d",
+		    op->n_in, op->n_out);
+	if (op->i[5] > 1)
+		BAD(KILN_ENOTSUP, "batched GEMM (batch i[5] = %lld) is not supported yet",
+		    (long long)op->i[5]);
+	if (M <= 0 || N <= 0 || K <= 0 || (ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+		BAD(KILN_EINVAL, "bad parameters M=%lld N=%lld K=%lld transA=%lld transB=%lld",
+		    (long long)M, (long long)N, (long long)K, (long long)ta, (long long)tb);
+	if (numel(&op->in[0]) != M * K || numel(&op->in[1]) != K * N ||
+	    numel(&op->out[0]) != M * N || (op->n_in == 3 && numel(&op->in[2]) != N))
+		BAD(KILN_EINVAL, "M=%lld N=%lld K=%lld transA=%lld transB=%lld does not match the tensors (in0 M*K, in1 K*N, out M*N, bias N)",
+		    (long long)M, (long long)N, (long long)K, (long long)ta, (long long)tb);
+	return KILN_OK;
+}
+
+static kiln_status check_conv(const char *who, const struct kiln_op *op)
+{
+	const int type = op->type;
+	const struct kiln_tensor_desc *x, *w, *y, *b = NULL;
+	if (type == KILN_OP_CONV) {
+		if (op->n_in < 2 || op->n_in > 3 || op->n_out != 1)
+			BAD(KILN_EINVAL, "takes x, w (, b) and gives y");
+		x = &op->in[0], w = &op->in[1], y = &op->out[0];
+		b = op->n_in == 3 ? &op->in[2] : NULL;
+	} else if (type == KILN_OP_CONV_BWD_DATA) {
+		if (op->n_in != 2 || op->n_out != 1)
+			BAD(KILN_EINVAL, "takes dy, w and gives dx");
+		x = &op->out[0], w = &op->in[1], y = &op->in[0];
+	} else {
+		if (op->n_in != 2 || op->n_out < 1 || op->n_out > 2)
+			BAD(KILN_EINVAL, "takes x, dy and gives dw (, db)");
+		x = &op->in[0], w = &op->out[0], y = &op->in[1];
+		b = op->n_out == 2 ? &op->out[1] : NULL;
+	}
+	if (!is_float(x->dtype) || !is_float(y->dtype) || !is_float(w->dtype) ||
+	    (b && !is_float(b->dtype)))
+		BAD(KILN_EINVAL, "wants floating-point tensors");
+	if (!is_act(x) || !is_act(y) || nhwc(x) != nhwc(y) || w->ndim != 4)
+		BAD(KILN_EINVAL, "wants 4-d activations of one layout and 4-d weights [O,C/g,KH,KW]");
+	const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+	const int64_t O = w->dims[0], Cg = w->dims[1], KH = w->dims[2], KW = w->dims[3];
+	const int64_t sh = op->i[0], sw = op->i[1], ph = op->i[2], pw = op->i[3];
+	const int64_t dh = op->i[4], dw = op->i[5], g = op->i[6] ? op->i[6] : 1;
+	char geom[200];
+	snprintf(geom, sizeof geom,
+		 "x [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] stride %lldx%lld pad %lldx%lld dilation %lldx%lld groups %lld %s",
+		 (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, (long long)Cg,
+		 (long long)KH, (long long)KW, (long long)sh, (long long)sw, (long long)ph,
+		 (long long)pw, (long long)dh, (long long)dw, (long long)g, nhwc(x) ? "NHWC" : "NCHW");
+	if (N <= 0 || C <= 0 || H <= 0 || W <= 0 || O <= 0 || KH <= 0 || KW <= 0 || sh <= 0 ||
+	    sw <= 0 || ph < 0 || pw < 0 || dh <= 0 || dw <= 0 || g <= 0 || C % g || O % g ||
+	    Cg != C / g)
+		BAD(KILN_EINVAL, "bad geometry: %s", geom);
+	const int64_t OH = (H + 2 * ph - dh * (KH - 1) - 1) / sh + 1;
+	const int64_t OW = (W + 2 * pw - dw * (KW - 1) - 1) / sw + 1;
+	if (H + 2 * ph < dh * (KH - 1) + 1 || W + 2 * pw < dw * (KW - 1) + 1 || y->dims[0] != N ||
+	    y->dims[1] != O || y->dims[2] != OH || y->dims[3] != OW || (b && numel(b) != O))
+		BAD(KILN_EINVAL, "%s gives [%lld,%lld,%lld,%lld] outputs (and bias [%lld])", geom,
+		    (long long)N, (long long)O, (long long)OH, (long long)OW, (long long)O);
+	return KILN_OK;
+}
+
+/* x [N,C,H,W] or [N,C]: its per-channel extent and values per channel. */
+static int bn_x(const struct kiln_tensor_desc *x, int64_t *N, int64_t *C, int64_t *HW)
+{
+	if (x->ndim != 2 && x->ndim != 4)
+		return 0;
+	*N = x->dims[0], *C = x->dims[1];
+	*HW = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
+	return *N > 0 && *C > 0 && *HW > 0;
+}
+
+static int like_x(const struct kiln_tensor_desc *d, const struct kiln_tensor_desc *x)
+{
+	return d->ndim == x->ndim && numel(d) == numel(x) && d->dims[1] == x->dims[1] &&
+	       nhwc(d) == nhwc(x) && is_float(d->dtype);
+}
+
+static kiln_status check_bn(const char *who, const struct kiln_op *op)
+{
+	const int type = op->type;
+	const int need_in = type == KILN_OP_BN_TRAIN ? 3 : type == KILN_OP_BN_INFER ? 5 : 4;
+	const int need_out = type == KILN_OP_BN_TRAIN ? 4 : type == KILN_OP_BN_INFER ? 1 : 3;
+	kiln_status st = counts(who, op, need_in, need_out);
+	if (st)
+		return st;
+	const struct kiln_tensor_desc *x = &op->in[0];
+	int64_t N, C, HW;
+	int ok = bn_x(x, &N, &C, &HW) && is_float(x->dtype) && like_x(&op->out[0], x);
+	if (type == KILN_OP_BN_BWD)
+		ok = ok && like_x(&op->in[1], x);
+	for (int i = 1; i < op->n_in && ok; i++)
+		if (!(type == KILN_OP_BN_BWD && i == 1))
+			ok = numel(&op->in[i]) == (type == KILN_OP_BN_BWD && i == 3 ? 2 * C : C);
+	for (int i = 1; i < op->n_out && ok; i++)
+		ok = numel(&op->out[i]) == (type == KILN_OP_BN_TRAIN && i == 1 ? 2 * C : C);
+	if (!ok)
+		BAD(KILN_EINVAL, "wants x [N,C,H,W] or [N,C], y and dy of its shape, per-channel tensors [C], saved [2,C]");
+	if (type == KILN_OP_BN_TRAIN && N * HW < 2)
+		/* PyTorch refuses too: the unbiased variance divides by M - 1. */
+		BAD(KILN_EINVAL, "training needs more than one value per channel");
+	if (!(op->f[0] >= 0))
+		BAD(KILN_EINVAL, "eps f[0] must be >= 0");
+	return KILN_OK;
+}
+
+/* SyncBN's pieces (bn_sync.c): per input/output 0 = like x, k > 0 = k*C
+ * elements, -1 = G*2*C (G = i[0], the gathered ranks). */
+static kiln_status check_bn_sync(const char *who, const struct kiln_op *op)
+{
+	static const int8_t ins[4][5] = { { 0 }, { 0, 1, 1, -1 }, { 0, 0, 2 }, { 0, 0, 1, 2, 2 } };
+	static const int8_t outs[4][4] = { { 2 }, { 0, 2, 1, 1 }, { 1, 1, 2 }, { 0 } };
+	static const int n_ins[4] = { 1, 4, 3, 5 }, n_outs[4] = { 1, 4, 3, 1 };
+	const int t = op->type - KILN_OP_BN_STATS;
+	kiln_status st = counts(who, op, n_ins[t], n_outs[t]);
+	if (st)
+		return st;
+	const struct kiln_tensor_desc *x = &op->in[0];
+	int64_t N, C, HW;
+	const int64_t G = op->i[0];
+	const int grouped = op->type == KILN_OP_BN_APPLY || op->type == KILN_OP_BN_BWD_APPLY;
+	if (grouped && G < 1)
+		BAD(KILN_EINVAL, "i[0], the number of groups, must be >= 1");
+	int ok = bn_x(x, &N, &C, &HW) && is_float(x->dtype);
+	for (int k = 0; k < n_ins[t] + n_outs[t] && ok; k++) {
+		const struct kiln_tensor_desc *d = k < n_ins[t] ? &op->in[k] : &op->out[k - n_ins[t]];
+		const int want = k < n_ins[t] ? ins[t][k] : outs[t][k - n_ins[t]];
+		ok = !want ? like_x(d, x) : numel(d) == (want < 0 ? G * 2 * C : want * C);
+	}
+	if (!ok)
+		BAD(KILN_EINVAL, "wants x, y, dy, dx of one shape, per-channel tensors [C], statistics and sums [2,C], gathered statistics [i[0],2,C]");
+	if (op->type == KILN_OP_BN_APPLY && G * N * HW < 2)
+		BAD(KILN_EINVAL, "training needs more than one value per channel");
+	if (op->type == KILN_OP_BN_APPLY && !(op->f[0] >= 0))
+		BAD(KILN_EINVAL, "eps f[0] must be >= 0");
+	return KILN_OK;
+}
+
+static kiln_status check_pool(const char *who, const struct kiln_op *op)
+{
+	const int bwd = op->type == KILN_OP_POOL_BWD;
+	if (bwd ? op->n_in < 1 || op->n_in > 3 || op->n_out != 1
+		: op->n_in != 1 || op->n_out < 1 || op->n_out > 2)
+		BAD(KILN_EINVAL, bwd ? "takes dy (, aux, x) and gives dx" : "takes x and gives y (, aux)");
+	/* x: the forward input (dx for the backward); y: its output (dy) */
+	const struct kiln_tensor_desc *x = bwd ? &op->out[0] : &op->in[0];
+	const struct kiln_tensor_desc *y = bwd ? &op->in[0] : &op->out[0];
+	if (!is_act(x) || !is_act(y) || nhwc(x) != nhwc(y) || !is_float(x->dtype) ||
+	    !is_float(y->dtype))
+		BAD(KILN_EINVAL, "wants 4-d floating-point activations of one layout");
+	const int kind = (int)op->i[0];
+	const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+	const int64_t KH = op->i[1], KW = op->i[2], sh = op->i[3], sw = op->i[4];
+	const int64_t ph = op->i[5], pw = op->i[6];
+	char geom[200];
+	snprintf(geom, sizeof geom,
+		 "%s x [%lld,%lld,%lld,%lld] kernel %lldx%lld stride %lldx%lld pad %lldx%lld %s",
+		 kind == KILN_POOL_MAX ? "max" : op->i[7] ? "avg (count pad)" : "avg",
+		 (long long)N, (long long)C, (long long)H, (long long)W, (long long)KH,
+		 (long long)KW, (long long)sh, (long long)sw, (long long)ph, (long long)pw,
+		 nhwc(x) ? "NHWC" : "NCHW");
+	/* PyTorch's rule pad <= kernel/2 keeps every window on real input, so
+	 * a max is never -inf and an average divisor never 0. */
+	if ((kind != KILN_POOL_MAX && kind != KILN_POOL_AVG) || N <= 0 || C <= 0 || H <= 0 ||
+	    W <= 0 || KH <= 0 || KW <= 0 || sh <= 0 || sw <= 0 || ph < 0 || pw < 0 ||
+	    2 * ph > KH || 2 * pw > KW || H + 2 * ph < KH || W + 2 * pw < KW)
+		BAD(KILN_EINVAL, "bad geometry (pad must be <= kernel/2): %s", geom);
+	const int64_t OH = (H + 2 * ph - KH) / sh + 1, OW = (W + 2 * pw - KW) / sw + 1;
+	if (y->dims[0] != N || y->dims[1] != C || y->dims[2] != OH || y->dims[3] != OW)
+		BAD(KILN_EINVAL, "%s gives [%lld,%lld,%lld,%lld]", geom, (long long)N, (long long)C,
+		    (long long)OH, (long long)OW);
+	if (bwd && kind == KILN_POOL_MAX && op->n_in < 2)
+		BAD(KILN_EINVAL, "max pooling's backward needs aux (in1)");
+	return KILN_OK;
+}
+
+/* Every tensor of `op` has n elements, and 4-d ones the layout of out0. */
+static int same_size(const struct kiln_op *op, int64_t n)
+{
+	const struct kiln_tensor_desc *ref = &op->out[0];
+	for (int k = 0; k < op->n_in + op->n_out; k++) {
+		const struct kiln_tensor_desc *d = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
+		if (numel(d) != n || (d->ndim == 4 && ref->ndim == 4 && nhwc(d) != nhwc(ref)))
+			return 0;
+	}
+	return 1;
+}
+
+static kiln_status check_act(const char *who, const struct kiln_op *op)
+{
+	const int bwd = op->type == KILN_OP_ACT_BWD;
+	const int kind = (int)op->i[0];
+	if (kind < KILN_ACT_RELU || kind > KILN_ACT_TANH)
+		BAD(KILN_EINVAL, "unknown activation i[0] = %lld", (long long)op->i[0]);
+	const int from_y = kind == KILN_ACT_SIGMOID || kind == KILN_ACT_TANH;
+	if (bwd ? op->n_in < (from_y ? 3 : 2) || op->n_in > 3 || op->n_out != 1
+		: op->n_in != 1 || op->n_out != 1)
+		BAD(KILN_EINVAL, bwd ? "takes x, dy, y (y may be left out for relu, leaky_relu, gelu) and gives dx"
+				     : "takes x and gives y");
+	if (!same_size(op, numel(&op->out[0])))
+		BAD(KILN_EINVAL, "tensors differ in size or layout");
+	return KILN_OK;
+}
+
+static kiln_status check_dropout(const char *who, const struct kiln_op *op)
+{
+	if (op->n_in != 2 || op->n_out != 1)
+		BAD(KILN_EINVAL, op->type == KILN_OP_DROPOUT ? "takes x, step and gives y"
+							     : "takes dy, step and gives dx");
+	if (op->in[1].dtype != KILN_I64)
+		BAD(KILN_EINVAL, "the step (in1) must be i64");
+	if (!(op->f[0] >= 0.0 && op->f[0] <= 1.0))
+		BAD(KILN_EINVAL, "probability f[0] outside [0, 1]");
+	const struct kiln_tensor_desc *x = &op->in[0], *y = &op->out[0];
+	if (numel(x) != numel(y) || numel(&op->in[1]) != 1 ||
+	    (x->ndim == 4 && y->ndim == 4 && nhwc(x) != nhwc(y)))
+		BAD(KILN_EINVAL, "x and y differ in size or layout, or step is not [1]");
+	return KILN_OK;
+}
+
+static kiln_status check_layout(const char *who, const struct kiln_op *op)
+{
+	if (op->type == KILN_OP_REORDER) {
+		const struct kiln_tensor_desc *x = &op->in[0], *y = &op->out[0];
+		kiln_status st = counts(who, op, 1, 1);
+		if (st)
+			return st;
+		int same = x->ndim == y->ndim && kiln_dtype_size(x->dtype) && kiln_dtype_size(y->dtype);
+		for (int i = 0; same && i < x->ndim; i++)
+			same = x->dims[i] == y->dims[i];
+		if (!same)
+			BAD(KILN_EINVAL, "input and output differ in dims");
+		return KILN_OK;
+	}
+	const int split = op->type == KILN_OP_SPLIT;
+	const int parts = split ? op->n_out : op->n_in;
+	const struct kiln_tensor_desc *whole = split ? &op->in[0] : &op->out[0];
+	const struct kiln_tensor_desc *part = split ? op->out : op->in;
+	const int d = (int)op->i[0];
+	if ((split ? op->n_in != 1 : op->n_out != 1) || parts < 1)
+		BAD(KILN_EINVAL, split ? "takes one input and gives 1..4 outputs"
+				       : "takes 1..6 inputs and gives one output");
+	if (d < 0 || d >= whole->ndim)
+		BAD(KILN_EINVAL, "dimension i[0] = %lld outside [0, %d)", (long long)op->i[0],
+		    whole->ndim);
+	int64_t sum = 0;
+	for (int k = 0; k < parts; k++) {
+		const struct kiln_tensor_desc *t = &part[k];
+		int ok = kiln_dtype_size(whole->dtype) && t->dtype == whole->dtype &&
+			 t->ndim == whole->ndim && (t->ndim != 4 || nhwc(t) == nhwc(whole));
+		for (int i = 0; ok && i < t->ndim; i++)
+			ok = i == d || t->dims[i] == whole->dims[i];
+		if (!ok)
+			BAD(KILN_EINVAL, "parts must match the whole in dtype, layout and every other dimension");
+		sum += t->dims[d];
+	}
+	if (sum != whole->dims[d])
+		BAD(KILN_EINVAL, "the parts' extents do not add up to the whole's");
+	return KILN_OK;
+}
+
+/* SGD, AdamW, LAMB (plugin.h): grads, params, lr, [step], [offsets],
+ * [weight-decay multiplier], [gate]; outputs params, state..., [copy]. */
+static kiln_status check_optim(const char *who, const struct kiln_op *op)
+{
+	const int lamb = op->type == KILN_OP_LAMB, sgd = op->type == KILN_OP_SGD;
+	const int gated = (op->flags & KILN_OPF_GATED) != 0;
+	const int copy = op->n_out > 1 && (op->out[op->n_out - 1].dtype == KILN_BF16 ||
+					   op->out[op->n_out - 1].dtype == KILN_F16);
+	const int in_min = sgd ? 2 : lamb ? 4 : 3;
+	/* plain SGD (momentum 0) keeps no momentum buffer */
+	const int out_n = sgd ? (op->f[0] == 0.0 && op->n_out - copy == 1 ? 1 : 2) : 3;
+	const int n_in = op->n_in - gated;
+	const int64_t n = op->i[0];
+	if (gated && (op->n_in < 1 || op->in[op->n_in - 1].dtype != KILN_F32 ||
+		      numel(&op->in[op->n_in - 1]) != 1))
+		BAD(KILN_EINVAL, "the gate (last input, KILN_OPF_GATED) must be f32[1]");
+	if ((n_in != in_min && n_in != in_min + 1) || op->n_out != out_n + copy)
+		BAD(KILN_EINVAL, "takes %d or %d inputs (the last: the weight-decay multiplier) and %d outputs (and the bf16/f16 copy), got %d and %d",
+		    in_min, in_min + 1, out_n, n_in, op->n_out);
+	if (copy && numel(&op->out[op->n_out - 1]) != n)
+		BAD(KILN_EINVAL, "the compute copy (last output) must have n = i[0] elements");
+	for (int i = 0; i < n_in; i++) {
+		const int want = (i == 2 && !sgd) || (i == 3 && lamb) ? KILN_I64 : KILN_F32;
+		if (op->in[i].dtype != want)
+			BAD(KILN_EINVAL, "input %d must be %s", i, want == KILN_I64 ? "i64" : "f32");
+	}
+	for (int i = 0; i < out_n; i++)
+		if (op->out[i].dtype != KILN_F32)
+			BAD(KILN_EINVAL, "outputs must be f32 (the last may be the bf16/f16 compute copy)");
+	int ok = n > 0 && numel(&op->in[0]) == n && numel(&op->in[1]) == 1;
+	for (int i = 0; i < out_n; i++)
+		ok = ok && numel(&op->out[i]) == n;
+	if (!sgd)
+		ok = ok && numel(&op->in[2]) == 1;
+	if (n_in == in_min + 1)
+		ok = ok && numel(&op->in[in_min]) == n;
+	if (!ok)
+		BAD(KILN_EINVAL, "n = i[0] = %lld must be the size of grads, params, state and multiplier; lr%s [1]",
+		    (long long)n, sgd ? "" : " and step");
+	if (!sgd && (!(op->f[0] >= 0 && op->f[0] < 1) || !(op->f[1] >= 0 && op->f[1] < 1) ||
+		     !(op->f[2] >= 0) || !isfinite(op->f[3])))
+		BAD(KILN_EINVAL, "wants 0 <= beta1, beta2 < 1, eps >= 0, finite weight decay");
+	if (lamb && numel(&op->in[3]) < 2)
+		BAD(KILN_EINVAL, "wants tensor offsets i64[T+1], T >= 1");
+	return KILN_OK;
+}
+
+static kiln_status check_xent(const char *who, const struct kiln_op *op)
+{
+	kiln_status st = counts(who, op, op->n_in == 3 ? 3 : 2, 2);
+	if (st)
+		return st;
+	if (!is_float(op->in[0].dtype) || !is_float(op->out[0].dtype) ||
+	    op->out[1].dtype != KILN_F32 || op->in[1].dtype != KILN_I32)
+		BAD(KILN_EINVAL, "wants floating-point logits and gradient, i32 labels, f32 metrics");
+	if (op->n_in == 3 && (op->in[2].dtype != KILN_F32 || numel(&op->in[2]) != 1))
+		BAD(KILN_EINVAL, "the loss scale in2 must be f32[1]");
+	const int64_t cols = inner(&op->in[0]);
+	const int64_t rows = cols > 0 ? numel(&op->in[0]) / cols : 0;
+	if (cols <= 0 || op->in[0].ndim != 2 || numel(&op->in[1]) != rows ||
+	    numel(&op->out[0]) != rows * cols || numel(&op->out[1]) < 2)
+		BAD(KILN_EINVAL, "wants logits [N,C], labels [N], dlogits [N,C], metrics [2]");
+	if (op->i[0] < 0 || op->i[0] > rows)
+		BAD(KILN_EINVAL, "valid rows i[0] = %lld outside [0, %lld]", (long long)op->i[0],
+		    (long long)rows);
+	if (op->i[1] < KILN_LOSS_XENT || op->i[1] > KILN_LOSS_BCE)
+		BAD(KILN_ENOTSUP, "unknown loss i[1] = %lld", (long long)op->i[1]);
+	if (!(op->f[1] >= 0 && op->f[1] <= 1))
+		BAD(KILN_EINVAL, "label smoothing f[1] outside [0, 1]");
+	return KILN_OK;
+}
+
+static kiln_status check_small(const char *who, const struct kiln_op *op)
+{
+	kiln_status st;
+	switch (op->type) {
+	case KILN_OP_LR_SCHEDULE:
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		if (op->in[0].dtype != KILN_I64 || numel(&op->in[0]) != 1 ||
+		    op->out[0].dtype != KILN_F32 || numel(&op->out[0]) != 1)
+			BAD(KILN_EINVAL, "wants an i64[1] step and an f32[1] lr");
+		if (op->i[0] < KILN_SCHED_CONSTANT || op->i[0] > KILN_SCHED_ONECYCLE)
+			BAD(KILN_ENOTSUP, "unknown schedule i[0] = %lld", (long long)op->i[0]);
+		if ((op->i[0] == KILN_SCHED_STEP && op->i[3] < 1) ||
+		    (op->i[0] == KILN_SCHED_MULTISTEP && (op->i[3] < 0 || op->i[3] > 12)) ||
+		    (op->i[0] == KILN_SCHED_ONECYCLE &&
+		     (!(op->f[2] > 0) || !(op->f[3] > 0) || !(op->f[4] > 0 && op->f[4] < 1))))
+			BAD(KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0 and 0 < pct_start < 1)");
+		return KILN_OK;
+	case KILN_OP_COUNTER_ADD: /* gated: in0 is the gate */
+		if ((st = counts(who, op, (op->flags & KILN_OPF_GATED) != 0, 1)))
+			return st;
+		if (op->out[0].dtype != KILN_I64 || numel(&op->out[0]) != 1)
+			BAD(KILN_EINVAL, "wants an i64[1] counter");
+		if (op->n_in && (op->in[0].dtype != KILN_F32 || numel(&op->in[0]) != 1))
+			BAD(KILN_EINVAL, "the gate (in0, KILN_OPF_GATED) must be f32[1]");
+		return KILN_OK;
+	case KILN_OP_FILL:
+		if ((st = counts(who, op, 0, 1)))
+			return st;
+		if (!kiln_dtype_size(op->out[0].dtype))
+			BAD(KILN_ENOTSUP, "unknown dtype");
+		return KILN_OK;
+	case KILN_OP_CAST: {
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		const int di = op->in[0].dtype, dout = op->out[0].dtype;
+		const int lo_i = di == KILN_BF16 || di == KILN_F16;
+		const int lo_o = dout == KILN_BF16 || dout == KILN_F16;
+		if (!((di == KILN_F32 && lo_o) || (lo_i && dout == KILN_F32)) ||
+		    numel(&op->in[0]) != numel(&op->out[0]))
+			BAD(KILN_EINVAL, "casts f32 to bf16 or f16, or back, same element count");
+		return KILN_OK;
+	}
+	case KILN_OP_NORMALIZE_U8:
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		if (op->in[0].dtype != KILN_U8 || !is_float(op->out[0].dtype) ||
+		    op->in[0].ndim != 4 || numel(&op->in[0]) != numel(&op->out[0]) ||
+		    op->in[0].layout != op->out[0].layout)
+			BAD(KILN_EINVAL, "wants u8 [N, C, H, W] in and floating point of the same shape and layout out");
+		if (op->in[0].dims[1] < 1 || op->in[0].dims[1] > 3)
+			BAD(KILN_ENOTSUP, "1 to 3 channels");
+		for (int k = 0; k < op->in[0].dims[1]; k++)
+			if (!(op->f[3 + k] > 0) || !isfinite(op->f[k]))
+				BAD(KILN_EINVAL, "std must be > 0 and mean finite");
+		return KILN_OK;
+	case KILN_OP_BIAS_ADD:
+	case KILN_OP_BIAS_GRAD: {
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		/* bias is in0 for ADD, out0 for GRAD; the matrix the other */
+		const int add = op->type == KILN_OP_BIAS_ADD;
+		const struct kiln_tensor_desc *b = add ? &op->in[0] : &op->out[0];
+		const struct kiln_tensor_desc *x = add ? &op->out[0] : &op->in[0];
+		const int64_t cols = numel(b);
+		if (cols <= 0 || inner(x) != cols || numel(x) % cols)
+			BAD(KILN_EINVAL, "bias [N] does not match the last dimension of [R,N]");
+		return KILN_OK;
+	}
+	case KILN_OP_RELU:
+	case KILN_OP_SCALE:
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		if (numel(&op->out[0]) != numel(&op->in[0]))
+			BAD(KILN_EINVAL, "input and output sizes differ");
+		return KILN_OK;
+	case KILN_OP_REDUCE_SUM:
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		if (numel(&op->out[0]) != 1)
+			BAD(KILN_EINVAL, "output must have one element");
+		return KILN_OK;
+	case KILN_OP_RELU_BWD:
+	case KILN_OP_ADD:
+	case KILN_OP_MUL:
+		if ((st = counts(who, op, 2, 1)))
+			return st;
+		if (numel(&op->in[0]) != numel(&op->out[0]) || numel(&op->in[1]) != numel(&op->out[0]))
+			BAD(KILN_EINVAL, "input and output sizes differ");
+		return KILN_OK;
+	case KILN_OP_GRAD_CLIP:
+	case KILN_OP_UNSCALE: {
+		const int unscale = op->type == KILN_OP_UNSCALE;
+		if ((st = counts(who, op, unscale ? 2 : 1, 2)))
+			return st;
+		const int64_t n = op->i[0];
+		if (n <= 0 || numel(&op->in[0]) != n || numel(&op->out[0]) != n ||
+		    numel(&op->out[1]) != 4 || !(op->f[0] >= 0) || !(op->f[1] >= 0))
+			BAD(KILN_EINVAL, "wants grads [n = i[0]] in and out, state [4], f[0], f[1] >= 0");
+		if (unscale && numel(&op->in[1]) != 4)
+			BAD(KILN_EINVAL, "wants the scaler state f32[4] as in1");
+		return KILN_OK;
+	}
+	case KILN_OP_SCALER_UPDATE:
+		if ((st = counts(who, op, 1, 1)))
+			return st;
+		if (numel(&op->in[0]) != 4 || numel(&op->out[0]) != 4)
+			BAD(KILN_EINVAL, "wants the gate state f32[4] in, the scaler state f32[4] out");
+		if (op->i[0] < 1 || op->i[1] < 1 || !(op->f[0] >= 1) || !(op->f[1] > 0 && op->f[1] <= 1) ||
+		    !(op->f[2] >= 0) || !(op->f[3] >= 0))
+			BAD(KILN_EINVAL, "growth interval i[0] and hysteresis i[1] >= 1, growth f[0] >= 1, 0 < backoff f[1] <= 1, min f[2] and max f[3] scale >= 0");
+		return KILN_OK;
+	}
+	return kiln_error(KILN_EINTERNAL, "%s: op %d has no check", who, op->type);
+}
+
+kiln_status kiln_op_check(const struct kiln_op *op, const char *who)
+{
+	if (op->type <= 0 || op->type >= KILN_OP_TYPE_COUNT)
+		return kiln_error(KILN_ENOTSUP, "%s: unknown op type %d", who, op->type);
+	if (op->n_in < 0 || op->n_in > KILN_OP_MAX_IN || op->n_out < 0 ||
+	    op->n_out > KILN_OP_MAX_OUT)
+		return kiln_error(KILN_EINVAL, "%s: %s: n_in %d / n_out %d out of range", who,
+				  kiln_op_name(op->type), op->n_in, op->n_out);
+	for (int k = 0; k < op->n_in + op->n_out; k++) {
+		const struct kiln_tensor_desc *d = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
+		int ok = d->ndim >= 0 && d->ndim <= KILN_MAX_DIMS && d->dtype >= 0 &&
+			 d->dtype < KILN_DTYPE_COUNT;
+		for (int i = 0; ok && i < d->ndim; i++)
+			ok = d->dims[i] >= 0;
+		if (!ok)
+			return kiln_error(KILN_EINVAL, "%s: %s: %s%d has a bad descriptor (dtype %d, %d dims)",
+					  who, kiln_op_name(op->type), k < op->n_in ? "in" : "out",
+					  k < op->n_in ? k : k - op->n_in, d->dtype, d->ndim);
+	}
+	switch (op->type) {
+	case KILN_OP_GEMM: return check_gemm(who, op);
+	case KILN_OP_CONV:
+	case KILN_OP_CONV_BWD_DATA:
+	case KILN_OP_CONV_BWD_WEIGHTS: return check_conv(who, op);
+	case KILN_OP_BN_TRAIN:
+	case KILN_OP_BN_INFER:
+	case KILN_OP_BN_BWD: return check_bn(who, op);
+	case KILN_OP_BN_STATS:
+	case KILN_OP_BN_APPLY:
+	case KILN_OP_BN_BWD_REDUCE:
+	case KILN_OP_BN_BWD_APPLY: return check_bn_sync(who, op);
+	case KILN_OP_POOL:
+	case KILN_OP_POOL_BWD: return check_pool(who, op);
+	case KILN_OP_ACT:
+	case KILN_OP_ACT_BWD: return check_act(who, op);
+	case KILN_OP_DROPOUT:
+	case KILN_OP_DROPOUT_BWD: return check_dropout(who, op);
+	case KILN_OP_CONCAT:
+	case KILN_OP_SPLIT:
+	case KILN_OP_REORDER: return check_layout(who, op);
+	case KILN_OP_SGD:
+	case KILN_OP_ADAMW:
+	case KILN_OP_LAMB: return check_optim(who, op);
+	case KILN_OP_SOFTMAX_XENT: return check_xent(who, op);
+	default: return check_small(who, op);
+	}
+}
