@@ -7,9 +7,14 @@
 # Each repetition runs every setting once, in turn, so that the load of this
 # shared machine falls on all of them alike; medians over the repetitions:
 #   kiln-fp32       $KILN train <ini> run.precision=fp32
-#   kiln-bf16       $KILN train <ini> run.precision=bf16
-#   kiln-bf16-f32conv  the same with [plugin.cpu] bf16_conv = f32 (oneDNN's
-#                   f32 convolution kernels on the bf16 tensors; CNN only)
+#   kiln-bf16       $KILN train <ini> run.precision=bf16 (the default
+#                   [plugin.cpu] bf16_conv = bf16_gemm = auto: each bf16
+#                   convolution and GEMM timed in oneDNN's bf16 and f32
+#                   kernels at prepare, the faster kept)
+#   kiln-bf16-bf16k the same with bf16_conv = bf16_gemm = bf16 (oneDNN's
+#                   bf16 kernels everywhere)
+#   kiln-bf16-f32k  the same with bf16_conv = bf16_gemm = f32 (oneDNN's f32
+#                   kernels on the bf16 tensors everywhere)
 #   torch-bf16-*    the PyTorch script with --precision bf16 under the three
 #                   OpenMP settings of cnn.sh/mlp.sh (default, passive =
 #                   OMP_WAIT_POLICY=PASSIVE, omp1 = one thread), all with
@@ -69,15 +74,17 @@ trap 'exit 143' TERM
 unset OMP_WAIT_POLICY OMP_NUM_THREADS
 
 KSTEPS=$((WARMUP + STEPS))
+echo "load average before: $(cut -d" " -f1-3 /proc/loadavg)" >&2
 json_line() { grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1 || true; }
 
-kiln_once() { # precision [key=value]
+kiln_once() { # precision [key=value...]
+    p=$1; shift
     if [ "$MODEL" = cnn ]; then
         set -- "$HERE/cnn_bench.ini" model.layout="$LAYOUT" data.limit=$((KSTEPS * BATCH)) \
-            train.max_steps="$KSTEPS" train.eval=0 run.precision="$1" ${2:+"$2"}
+            train.max_steps="$KSTEPS" train.eval=0 run.precision="$p" "$@"
     else
         set -- "$HERE/mlp_bench.ini" data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" \
-            train.eval=0 run.precision="$1" ${2:+"$2"}
+            train.eval=0 run.precision="$p" "$@"
     fi
     OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$@" run.threads="$THREADS" train.batch="$BATCH" \
         run.out_dir= 2> "$TMP/kiln.err" | json_line
@@ -102,6 +109,9 @@ record() { # name, line
         exit 1
     fi
     echo "$1 run $i: $2" >&2
+    case $1 in kiln-bf16) # the kernels `auto` chose, once
+        [ "$i" -eq 1 ] && grep ': the \(bf16\|f32\) kernel$' "$TMP/kiln.err" | sed 's/^/  /' >&2 ;;
+    esac
     printf '%s\n' "$2" >> "$TMP/$1.jsonl"
 }
 
@@ -109,9 +119,8 @@ i=1
 while [ "$i" -le "$RUNS" ]; do
     record kiln-fp32 "$(kiln_once fp32)"
     record kiln-bf16 "$(kiln_once bf16)"
-    if [ "$MODEL" = cnn ]; then
-        record kiln-bf16-f32conv "$(kiln_once bf16 plugin.cpu.bf16_conv=f32)"
-    fi
+    record kiln-bf16-bf16k "$(kiln_once bf16 plugin.cpu.bf16_conv=bf16 plugin.cpu.bf16_gemm=bf16)"
+    record kiln-bf16-f32k "$(kiln_once bf16 plugin.cpu.bf16_conv=f32 plugin.cpu.bf16_gemm=f32)"
     record torch-bf16-default "$(torch_once "$THREADS")"
     record torch-bf16-passive "$(torch_once "$THREADS" OMP_WAIT_POLICY=PASSIVE)"
     record torch-bf16-omp1 "$(torch_once 1 OMP_NUM_THREADS=1)"
@@ -123,7 +132,7 @@ import json, statistics, sys
 tmp, model, layout, runs, threads, isa = sys.argv[1:7]
 med = {}
 import os
-for name in ("kiln-fp32", "kiln-bf16", "kiln-bf16-f32conv", "torch-bf16-default",
+for name in ("kiln-fp32", "kiln-bf16", "kiln-bf16-bf16k", "kiln-bf16-f32k", "torch-bf16-default",
              "torch-bf16-passive", "torch-bf16-omp1"):
     if not os.path.exists(f"{tmp}/{name}.jsonl"):
         continue
@@ -134,7 +143,8 @@ best = max(("torch-bf16-default", "torch-bf16-passive", "torch-bf16-omp1"), key=
 print(f"model {model}{' ' + layout if model == 'cnn' else ''}, {threads} threads, median of {runs}, {isa}")
 print(f"kiln bf16 / PyTorch bf16 autocast best ({best}): {med['kiln-bf16'] / med[best]:.3f}x")
 print(f"kiln bf16 / kiln fp32: {med['kiln-bf16'] / med['kiln-fp32']:.3f}x")
-if "kiln-bf16-f32conv" in med:
-    print(f"kiln bf16 (bf16_conv = f32) / PyTorch bf16 best: {med['kiln-bf16-f32conv'] / med[best]:.3f}x, "
-          f"/ kiln fp32: {med['kiln-bf16-f32conv'] / med['kiln-fp32']:.3f}x")
+for k, what in (("kiln-bf16-bf16k", "bf16 kernels"), ("kiln-bf16-f32k", "f32 kernels")):
+    print(f"kiln bf16 ({what} forced) / PyTorch bf16 best: {med[k] / med[best]:.3f}x, "
+          f"/ kiln fp32: {med[k] / med['kiln-fp32']:.3f}x")
+print(f"load average after: {open('/proc/loadavg').read().split()[:3]}")
 EOF

@@ -60,6 +60,8 @@ struct kiln_model {
 	int64_t *offsets_d;  /* LAMB: i64[T+1], the T trainable tensors' starts, then n_trainable */
 	int64_t n_tensors;   /* T: trainable parameter tensors */
 	int64_t *opt_step_d; /* device i64[1]: optimizer steps taken (Adam's t) */
+	void *opt_step_plan; /* gated COUNTER_ADD of 1 on opt_step_d (with step_ok_d:
+			      * a skipped step is not counted), else NULL */
 	void *optim_plan;
 	void *optim_ws;      /* the optimizer op's workspace (LAMB), optim_ws_bytes */
 	size_t optim_ws_bytes;

@@ -461,11 +461,13 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 		     (!(op->f[2] > 0) || !(op->f[3] > 0) || !(op->f[4] > 0 && op->f[4] < 1))))
 			BAD(KILN_EINVAL, "bad schedule parameters (step_size >= 1; at most 12 milestones; onecycle div factors > 0 and 0 < pct_start < 1)");
 		return KILN_OK;
-	case KILN_OP_COUNTER_ADD:
-		if ((st = counts(who, op, 0, 1)))
+	case KILN_OP_COUNTER_ADD: /* gated: in0 is the gate */
+		if ((st = counts(who, op, (op->flags & KILN_OPF_GATED) != 0, 1)))
 			return st;
 		if (op->out[0].dtype != KILN_I64 || numel(&op->out[0]) != 1)
 			BAD(KILN_EINVAL, "wants an i64[1] counter");
+		if (op->n_in && (op->in[0].dtype != KILN_F32 || numel(&op->in[0]) != 1))
+			BAD(KILN_EINVAL, "the gate (in0, KILN_OPF_GATED) must be f32[1]");
 		return KILN_OK;
 	case KILN_OP_FILL:
 		if ((st = counts(who, op, 0, 1)))

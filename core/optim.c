@@ -10,6 +10,10 @@
  * opt_step_d (the op reads the 1-based number of the step it takes), then
  * the fused op reads lr and the step count from device memory.  Nothing per
  * step comes from the host, so one prepared plan serves the whole run.
+ * When a finite flag gates the step ([train] skip_nonfinite, loss
+ * scaling), the same flag gates the counter: a skipped step is not
+ * counted, as PyTorch's GradScaler skips optimizer.step() and with it
+ * Adam's step count (and the schedule, which reads the same count).
  */
 #include "graph.h"
 
@@ -164,6 +168,7 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m)
 void kiln_model_optim_free(struct kiln_model *m)
 {
 	kiln_device_plan_free(m->dev, m->optim_plan);
+	kiln_device_plan_free(m->dev, m->opt_step_plan);
 	kiln_device_free(m->dev, m->state_d);
 	kiln_device_free(m->dev, m->wd_mult_d);
 	kiln_device_free(m->dev, m->offsets_d);
@@ -226,11 +231,25 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 		int64_t nt = (int64_t)n;
 		kiln_tensor_desc_init(&m->optim_op.out[m->optim_op.n_out++], m->cdtype, 1, &nt);
 	}
-	/* a second call replaces the plan */
+	/* a second call replaces the plans */
 	kiln_device_plan_free(m->dev, m->optim_plan);
+	kiln_device_plan_free(m->dev, m->opt_step_plan);
 	kiln_device_free(m->dev, m->optim_ws);
-	m->optim_plan = m->optim_ws = NULL;
+	m->optim_plan = m->opt_step_plan = m->optim_ws = NULL;
 	m->optim_ws_bytes = 0;
+	/* the step count, gated by the same flag as the step */
+	if (m->step_ok_d) {
+		int64_t one = 1;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_COUNTER_ADD;
+		op.flags = KILN_OPF_GATED;
+		op.n_in = op.n_out = 1;
+		op.i[0] = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &one);
+		kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
+		if ((st = kiln_device_prepare(m->dev, &op, &m->opt_step_plan, NULL)))
+			return kiln_error_wrap(st, "the optimizer's step count, gated by the finite flag");
+	}
 	if (n) {
 		if ((st = kiln_device_prepare(m->dev, &m->optim_op, &m->optim_plan, &m->optim_ws_bytes)))
 			return kiln_error_wrap(st, "[train] optimizer over %zu trainable floats", n);
@@ -330,9 +349,11 @@ kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *s
 		a.out[op->n_out - 1] = m->params_c;
 	a.workspace = m->optim_ws;
 	a.workspace_bytes = m->optim_ws_bytes;
-	/* advance first: the op reads the (1-based) number of the step it takes */
-	struct kiln_op_args c = { .out = { m->opt_step_d } };
-	if ((st = kiln_device_run(m->dev, m->step_plan, &c, stream)))
+	/* advance first: the op reads the (1-based) number of the step it
+	 * takes; a skipped step (gate 0) is not counted */
+	struct kiln_op_args c = { .in = { m->step_ok_d }, .out = { m->opt_step_d } };
+	if ((st = kiln_device_run(m->dev, m->opt_step_plan ? m->opt_step_plan : m->step_plan, &c,
+				  stream)))
 		return st;
 	return kiln_device_run(m->dev, m->optim_plan, &a, stream);
 }

@@ -147,7 +147,7 @@ static const struct kiln_key train_keys[] = {
 	{ "clip_value", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,
 	  "Clamp every gradient to [-clip_value, clip_value] (clip_grad_value_); 0 = off." },
 	{ "skip_nonfinite", KILN_KEY_BOOL, "1", NOLIM, NULL,
-	  "Skip, on the device, an optimizer step whose gradient norm is NaN or infinite (parameters and optimizer state untouched), count it and report it; a log interval in which every step was skipped stops the run as diverged." },
+	  "Skip, on the device, an optimizer step whose gradient norm is NaN or infinite (parameters, optimizer state and the optimizer's step count untouched, as PyTorch's GradScaler skips optimizer.step()), count it and report it; a log interval in which every step was skipped stops the run as diverged." },
 	{ "log_every", KILN_KEY_INT, "100", 1, 1e9, NULL,
 	  "Steps between reads of the device-side metric sums (the only host syncs of a step)." },
 	{ "eval", KILN_KEY_BOOL, "1", NOLIM, NULL, "Evaluate on [data.eval] (after every epoch, or every `eval_every` steps)." },

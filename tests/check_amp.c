@@ -142,6 +142,20 @@ static void read_scaler(const char *path, float out[4])
 	kiln_ckpt_close(ck);
 }
 
+/* The i64 "optim.step" section of a checkpoint: optimizer steps taken. */
+static int64_t read_optim_step(const char *path)
+{
+	struct kiln_ckpt *ck;
+	uint64_t bytes;
+	int64_t t;
+	ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_ckpt_find(ck, "optim.step", &bytes) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(bytes, 8);
+	ck_assert(kiln_ckpt_read(ck, "optim.step", &t, 8) == 0);
+	kiln_ckpt_close(ck);
+	return t;
+}
+
 /* ---- tests --------------------------------------------------------------- */
 
 /* Skips, backoff and growth, on the device, counted, with no host sync,
@@ -251,6 +265,36 @@ START_TEST(test_checkpoint_resume)
 }
 END_TEST
 
+/* A skipped step is not an optimizer step: AdamW's and LAMB's step count
+ * (their bias correction's t) advances only on the steps taken, as
+ * PyTorch's GradScaler skips optimizer.step() (docs/precision.md).  fp16
+ * with the 3 injected overflows, and fp32 skipping the same 3 steps for
+ * non-finite gradients ([train] skip_nonfinite). */
+START_TEST(test_skip_keeps_step_count)
+{
+	static const char *const opt[] = { "train.optimizer=adamw", "train.optimizer=lamb" };
+	static const char *const lr[] = { "train.lr=0.001", "train.lr=0.01" };
+	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	for (int k = 0; k < 2; k++)
+		for (int p = 0; p < 2; p++) {
+			char dir[64];
+			struct kiln_train_result r;
+			struct inject in = { 0 };
+			tmpdir(dir, sizeof dir);
+			const char *const over[] = { "train.checkpoint_every=1000", "train.epochs=1",
+						     lr[k], "plugin.amp.init_scale=256", opt[k], NULL };
+			ck_assert_msg(train(dir, p ? "fp32" : "fp16", over, &r, &in) == 0, "%s",
+				      kiln_last_error());
+			ck_assert_int_eq(r.steps, STEPS / 2);
+			ck_assert_int_eq(r.steps_skipped, 3);
+			const int64_t t = read_optim_step(r.checkpoint);
+			ck_assert_msg(t == STEPS / 2 - 3, "%s %s: optim.step %lld after %d steps, 3 skipped",
+				      opt[k], p ? "fp32" : "fp16", (long long)t, STEPS / 2);
+			ck_assert_msg(r.test_acc > 0.6, "%s: test accuracy %g", opt[k], r.test_acc);
+		}
+}
+END_TEST
+
 /* fp16_static: a constant scale, overflowing steps still skipped. */
 START_TEST(test_static)
 {
@@ -304,6 +348,7 @@ static Suite *make_amp_suite(void)
 	tcase_add_test(tc, test_overflow_skip_backoff_growth);
 	tcase_add_test(tc, test_real_f16_overflow);
 	tcase_add_test(tc, test_checkpoint_resume);
+	tcase_add_test(tc, test_skip_keeps_step_count);
 	tcase_add_test(tc, test_static);
 	tcase_add_test(tc, test_config_errors);
 	suite_add_tcase(s, tc);

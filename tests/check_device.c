@@ -1187,6 +1187,29 @@ START_TEST(test_small_ops)
 	int64_t steps;
 	dget(&f, &steps, step, 8);
 	ck_assert_int_eq(steps, 105);
+	/* gated (KILN_OPF_GATED, in0 f32[1]): += 3 where the gate is nonzero
+	 * only, the optimizer's count of steps taken */
+	{
+		void *ginc, *gate = dput(&f, NULL, 4);
+		const float gates[5] = { 1, 0, 1, 0.5f, 0 };
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_COUNTER_ADD;
+		op.flags = KILN_OPF_GATED;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &one);
+		kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
+		op.i[0] = 3;
+		OK(kiln_device_prepare(f.dev, &op, &ginc, &wsb));
+		for (int k = 0; k < 5; k++) {
+			struct kiln_op_args args = { .in = { gate }, .out = { step } };
+			OK(kiln_device_copy_async(f.dev, gate, &gates[k], 4, KILN_COPY_H2D, f.s));
+			OK(kiln_device_run(f.dev, ginc, &args, f.s));
+		}
+		dget(&f, &steps, step, 8);
+		ck_assert_int_eq(steps, 105 + 3 * 3);
+		kiln_device_plan_free(f.dev, ginc);
+		kiln_device_free(f.dev, gate);
+	}
 	kiln_device_plan_free(f.dev, inc);
 	kiln_device_plan_free(f.dev, sched[0]);
 	kiln_device_plan_free(f.dev, sched[1]);
@@ -3072,18 +3095,29 @@ START_TEST(test_lowp)
 		lp_conv_bn(&f, dt);
 	}
 	fx_close(&f);
-	/* [plugin.cpu] bf16_conv = f32: f32 kernels on the bf16 tensors */
+	/* the CPU's two kernels for bf16 GEMM and convolution ([plugin.cpu]
+	 * bf16_gemm, bf16_conv; above: `auto`, whichever timed faster): each
+	 * forced, against the same references */
 	if (!strcmp(g_name, "cpu")) {
-		struct fx g;
-		memset(&g, 0, sizeof g);
-		OK(kiln_registry_open(NULL, &g.reg));
-		OK(kiln_config_new(&g.cfg));
-		OK(kiln_config_override(g.cfg, "plugin.cpu.bf16_conv=f32"));
-		OK(kiln_config_validate(g.cfg, g.reg));
-		OK(kiln_device_open(g.reg, g.cfg, g_name, 0, &g.dev));
-		OK(kiln_device_stream_create(g.dev, &g.s));
-		lp_conv_bn(&g, KILN_BF16);
-		fx_close(&g);
+		static const char *const kern[] = { "bf16", "f32" };
+		for (int k = 0; k < 2; k++) {
+			struct fx g;
+			char o1[64], o2[64];
+			memset(&g, 0, sizeof g);
+			snprintf(o1, sizeof o1, "plugin.cpu.bf16_conv=%s", kern[k]);
+			snprintf(o2, sizeof o2, "plugin.cpu.bf16_gemm=%s", kern[k]);
+			OK(kiln_registry_open(NULL, &g.reg));
+			OK(kiln_config_new(&g.cfg));
+			OK(kiln_config_override(g.cfg, o1));
+			OK(kiln_config_override(g.cfg, o2));
+			OK(kiln_config_validate(g.cfg, g.reg));
+			OK(kiln_device_open(g.reg, g.cfg, g_name, 0, &g.dev));
+			OK(kiln_device_stream_create(g.dev, &g.s));
+			lp_gemm_case(&g, KILN_BF16, 33, 40, 50, 0);
+			lp_gemm_case(&g, KILN_BF16, 16, 24, 64, 1);
+			lp_conv_bn(&g, KILN_BF16);
+			fx_close(&g);
+		}
 	}
 }
 END_TEST

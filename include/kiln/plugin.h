@@ -353,7 +353,10 @@ enum kiln_op_type {
 	 * (NCHW <-> NHWC).  Accumulate adds. */
 	KILN_OP_REORDER = 27,
 	/* out0 i64[1] += i[0] (the trainer's micro-step counter, in device
-	 * memory so captured graphs replay correct values) */
+	 * memory so captured graphs replay correct values).  With
+	 * KILN_OPF_GATED, in0 is an f32[1] gate and nothing is added when it
+	 * is 0: the optimizer's step count, which a step skipped for
+	 * non-finite gradients does not advance (Adam's bias correction). */
 	KILN_OP_COUNTER_ADD = 28,
 	/* out0 (=|+=) in0 * in1, elementwise, any shape (f32): with ADD, SCALE
 	 * and ACT, the vector ops third-party layers and optimizers compose */
@@ -501,9 +504,10 @@ enum kiln_sched { KILN_SCHED_CONSTANT = 0, KILN_SCHED_COSINE = 1, KILN_SCHED_STE
 
 enum kiln_op_flags {
 	KILN_OPF_ACCUMULATE = 1, /* add into out0 (beta = 1) instead of overwriting */
-	/* optimizer ops (SGD, ADAMW, LAMB): one more input, last, a device
-	 * f32[1] gate; the op changes nothing when it is 0 (a step skipped for
-	 * non-finite gradients: KILN_OP_GRAD_CLIP's finite flag) */
+	/* optimizer ops (SGD, ADAMW, LAMB) and COUNTER_ADD: one more input,
+	 * last, a device f32[1] gate; the op changes nothing when it is 0 (a
+	 * step skipped for non-finite gradients: KILN_OP_GRAD_CLIP's finite
+	 * flag) */
 	KILN_OPF_GATED = 2
 };
 

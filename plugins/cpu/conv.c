@@ -90,9 +90,11 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	    (!lowp && !cpu_all_f32(op)))
 		return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors, or bf16 activations and weights with an f32 bias (weight and bias gradients f32)");
 	const dnnl_data_type_t adt = dnn_dt(x->dtype), wdd = dnn_dt(wdt);
-	/* [plugin.cpu] bf16_conv = f32: the kernel's tensors are f32 and the
-	 * reorders between the caller's layout and the kernel's convert */
-	const dnnl_data_type_t kdt = lowp && c->conv_f32 ? dnnl_f32 : adt;
+	/* p->kern_f32 (tune.c: [plugin.cpu] bf16_conv = f32, or auto found the
+	 * f32 kernel faster): the kernel's tensors are f32 and the reorders
+	 * between the caller's layout and the kernel's convert */
+	const int kf32 = lowp && p->kern_f32;
+	const dnnl_data_type_t kdt = kf32 ? dnnl_f32 : adt;
 	const int nhwc = cpu_nhwc(x);
 	const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
 	const int64_t O = w->dims[0], Cg = w->dims[1], KH = w->dims[2], KW = w->dims[3];
@@ -139,7 +141,7 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	CPU_DNN_TRY(act_md(&t[TX].user, N, C, H, W, nhwc, adt));
 	CPU_DNN_TRY(act_md(&t[TY].user, N, O, OH, OW, nhwc, adt));
 	CPU_DNN_TRY(wei_md(&t[TW].user, O, Cg, KH, KW, g, 0, wdd));
-	CPU_DNN_TRY(wei_md(&t[TW].any, O, Cg, KH, KW, g, 1, lowp && c->conv_f32 ? dnnl_f32 : wdd));
+	CPU_DNN_TRY(wei_md(&t[TW].any, O, Cg, KH, KW, g, 1, kf32 ? dnnl_f32 : wdd));
 	{
 		dnnl_dims_t xd = { N, C, H, W }, yd = { N, O, OH, OW }, bd = { O };
 		if (act_any) {

@@ -89,7 +89,8 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 {
 	kiln_status st;
 	int64_t threads = 0;
-	int async = 0, conv_f32 = 0, graph = 0;
+	int async = 0, deterministic = 0, graph = 0;
+	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -105,8 +106,27 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
-		const char *k = host->config_get(cfg, "plugin.cpu", "bf16_conv");
-		conv_f32 = k && !strcmp(k, "f32");
+		st = host->config_get_bool(cfg, "run", "deterministic", &deterministic);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+		static const char *const key[2] = { "bf16_conv", "bf16_gemm" };
+		for (int i = 0; i < 2; i++) {
+			const char *k = host->config_get(cfg, "plugin.cpu", key[i]);
+			if (!k || !strcmp(k, "auto"))
+				kern[i] = CPU_KERN_AUTO;
+			else if (!strcmp(k, "bf16"))
+				kern[i] = CPU_KERN_BF16;
+			else if (!strcmp(k, "f32"))
+				kern[i] = CPU_KERN_F32;
+			else
+				return host->error(KILN_ECONFIG,
+						   "cpu: [plugin.cpu] %s = %s: expected auto, bf16 or f32",
+						   key[i], k);
+			/* a timed choice may differ between runs: deterministic
+			 * runs keep the bf16 kernels unless told otherwise */
+			if (kern[i] == CPU_KERN_AUTO && deterministic)
+				kern[i] = CPU_KERN_BF16;
+		}
 	}
 	if (threads < 0)
 		return host->error(KILN_ECONFIG, "cpu: [run] threads = %lld is negative",
@@ -122,7 +142,8 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->host = host;
 	c->async = async;
 	c->graph = graph;
-	c->conv_f32 = conv_f32;
+	c->bf16_conv = kern[0];
+	c->bf16_gemm = kern[1];
 	c->threads = (int)threads;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
@@ -151,6 +172,7 @@ static void cpu_close(void *ctx)
 	cpu_streams_destroy_all(c);
 	while (c->plans)
 		cpu_plan_free(c, c->plans);
+	cpu_tune_free(c);
 	cpu_engine_destroy(c);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
@@ -245,6 +267,10 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	 * ops that are dtype-generic by contract */
 	if (!cpu_op_lowp(op) || native == 2) {
 		st = family(c, p);
+	} else if (family == cpu_gemm_prepare || family == cpu_conv_prepare) {
+		/* bf16 (or f16) GEMM and convolution: oneDNN's bf16 kernel or
+		 * its f32 one on the widened tensors, by setting or by timing */
+		st = cpu_tune_prepare(c, p, family);
 	} else {
 		st = KILN_ENOTSUP;
 		/* 3: dtype-generic moves of any element size, f16 too */
@@ -416,12 +442,20 @@ static const struct kiln_device_ops cpu_ops = {
 };
 
 static const struct kiln_key cpu_keys[] = {
-	{ "bf16_conv", KILN_KEY_ENUM, "bf16", 0, 0, "bf16|f32",
-	  "Convolutions of bf16 tensors: `bf16` runs oneDNN's bf16 kernels (bf16 src, weights "
-	  "and dst, f32 accumulation); `f32` runs its f32 kernels on the same bf16 tensors, "
-	  "converted by the layout reorders around the kernel (faster where the bf16 "
-	  "kernels are slower than the f32 ones, as with oneDNN 2.6 on CPUs without AMX; "
-	  "the inputs are the same bf16 values, only the products are exact in f32)." },
+	{ "bf16_conv", KILN_KEY_ENUM, "auto", 0, 0, "auto|bf16|f32",
+	  "Convolutions (forward, backward data, backward weights) of bf16 tensors: `bf16` "
+	  "runs oneDNN's bf16 kernels (bf16 src, weights and dst, f32 accumulation); `f32` "
+	  "runs its f32 kernels on the same bf16 tensors, converted by the layout reorders "
+	  "around the kernel (the inputs are the same bf16 values, only the products are "
+	  "exact in f32); `auto` times both once per shape when the op is prepared and "
+	  "keeps the faster (logged). `[run] deterministic = 1` turns `auto` into `bf16`, "
+	  "so that the kernel does not depend on a timing." },
+	{ "bf16_gemm", KILN_KEY_ENUM, "auto", 0, 0, "auto|bf16|f32",
+	  "GEMMs (linear layers) of bf16 tensors: `bf16` runs oneDNN's bf16 matmul (f32 "
+	  "accumulation); `f32` widens the bf16 operands to f32 in the workspace, runs the "
+	  "f32 matmul and rounds a bf16 result once; `auto` times both once per shape when "
+	  "the op is prepared and keeps the faster (logged). `[run] deterministic = 1` "
+	  "turns `auto` into `bf16`." },
 	{ "async", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
 	  "and hidden host syncs show up without a GPU." },

@@ -18,13 +18,24 @@ struct cpu_stream;
 struct cpu_event;
 struct cpu_gemm;
 struct cpu_dnn;
+struct cpu_choice;
+
+/* How a bf16 convolution or GEMM is computed ([plugin.cpu] bf16_conv,
+ * bf16_gemm): oneDNN's bf16 kernel, its f32 kernel on the widened bf16
+ * tensors, or whichever of the two is faster for the op's shape, timed
+ * once at prepare (tune.c). */
+enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32 };
 
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
 	const struct kiln_host *host;
 	int async;          /* [plugin.cpu] async: worker thread per stream */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
-	int conv_f32;       /* [plugin.cpu] bf16_conv = f32: f32 kernels on bf16 tensors */
+	/* [plugin.cpu] bf16_conv, bf16_gemm: which kernel computes the bf16
+	 * convolutions and GEMMs (CPU_KERN_*; tune.c) */
+	int bf16_conv, bf16_gemm;
+	/* the choices `auto` made, by op (tune.c; under lock) */
+	struct cpu_choice *choices;
 	void *engine;       /* dnnl_engine_t, shared by every plan */
 	/* One lock for every stream and event of the context (a handful of
 	 * streams); wake-ups are targeted (stream.c). */
@@ -76,6 +87,9 @@ struct cpu_plan {
 	struct cpu_plan *inner;
 	int64_t lp_off[KILN_OP_MAX_IN + KILN_OP_MAX_OUT];
 	int lp_pre;           /* bit k: output k is read too (accumulate, in place) */
+	/* bf16 convolution: oneDNN's f32 kernel, the bf16 tensors converted by
+	 * the reorders around it (conv.c; chosen by tune.c) */
+	int kern_f32;
 	/* Queued async runs of this plan (under cpu_ctx.lock): plan_free
 	 * waits for them instead of freeing a plan a worker will run. */
 	int refs;
@@ -208,6 +222,16 @@ kiln_status cpu_lowp_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
 /* Free what a plan's prepare made (inner plans too), not the plan itself. */
 void cpu_plan_release(struct cpu_plan *p);
+
+/* ---- tune.c: bf16 or f32 kernels for a bf16 convolution or GEMM ---- */
+/* Prepare p (GEMM or CONV* with bf16 tensors) with the kernel the context's
+ * setting names; for `auto`, prepare both, time them on scratch buffers
+ * and keep the faster (remembered per op, logged).  Same contract as
+ * cpu_ops_prepare. */
+kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
+/* Forget the choices (close()). */
+void cpu_tune_free(struct cpu_ctx *c);
 
 /* ---- stream.c: the device ops members for streams and events ---- */
 

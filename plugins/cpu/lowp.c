@@ -67,14 +67,25 @@ CPU_CLONES static void f32_to_bf16_span(uint16_t *restrict y, const float *restr
 		y[i] = cpu_bf16_round(x[i]);
 }
 
-static void f16_to_f32_span(float *restrict y, const _Float16 *restrict x, int64_t n)
+/* f16 <-> f32: the x86-64-v3/v4 clones (AVX2/AVX-512 with F16C) convert
+ * 8 or 16 elements per vcvtph2ps / vcvtps2ph (round to nearest even, as
+ * the scalar conversion); the baseline clone is scalar. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_F16_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_F16_CLONES
+#endif
+
+CPU_F16_CLONES static void f16_to_f32_span(float *restrict y, const _Float16 *restrict x, int64_t n)
 {
+#pragma omp simd
 	for (int64_t i = 0; i < n; i++)
 		y[i] = (float)x[i];
 }
 
-static void f32_to_f16_span(_Float16 *restrict y, const float *restrict x, int64_t n)
+CPU_F16_CLONES static void f32_to_f16_span(_Float16 *restrict y, const float *restrict x, int64_t n)
 {
+#pragma omp simd
 	for (int64_t i = 0; i < n; i++)
 		y[i] = (_Float16)x[i]; /* round to nearest even; past 65504: inf */
 }
@@ -117,6 +128,14 @@ void cpu_cvt_from_f32(void *y, const float *x, int dtype, int64_t n)
 
 /* ---- the wrapper -------------------------------------------------------- */
 
+/* One widening of a run: y (n) f32 = x (n) in dtype. */
+struct lp_cvt {
+	float *y;
+	const void *x;
+	int dtype;
+	int64_t n;
+};
+
 static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
@@ -126,11 +145,16 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 	char *ws = a->workspace;
 	b.workspace = q->workspace ? ws : NULL;
 	b.workspace_bytes = q->workspace;
+	/* every widening in one parallel region (one team wake-up, not one
+	 * per tensor: a GEMM on the f32 kernel widens two or three) */
+	struct lp_cvt cv[KILN_OP_MAX_IN + KILN_OP_MAX_OUT];
+	int n_cv = 0;
+	int64_t total = 0;
 	for (int i = 0; i < op->n_in; i++) {
 		if (p->lp_off[i] < 0 || !a->in[i])
 			continue;
 		float *t = (float *)(ws + p->lp_off[i]);
-		cpu_cvt_to_f32(t, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]));
+		cv[n_cv++] = (struct lp_cvt){ t, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]) };
 		b.in[i] = t;
 	}
 	for (int i = 0; i < op->n_out; i++) {
@@ -139,8 +163,21 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 			continue;
 		float *t = (float *)(ws + off);
 		if (p->lp_pre >> i & 1)
-			cpu_cvt_to_f32(t, a->out[i], op->out[i].dtype, cpu_numel(&op->out[i]));
+			cv[n_cv++] = (struct lp_cvt){ t, a->out[i], op->out[i].dtype,
+						     cpu_numel(&op->out[i]) };
 		b.out[i] = t;
+	}
+	for (int k = 0; k < n_cv; k++)
+		total += cv[k].n;
+#pragma omp parallel if (total >= CPU_PAR_MIN)
+	{
+		const int64_t t_ = cpu_thread_num(), T_ = cpu_num_threads();
+		for (int k = 0; k < n_cv; k++) { /* the spans of CPU_SPANS */
+			const int64_t n = cv[k].n, lo = (n * t_ / T_) & ~(int64_t)15;
+			const int64_t hi = t_ + 1 == T_ ? n : (n * (t_ + 1) / T_) & ~(int64_t)15;
+			if (hi > lo)
+				to_f32_span(cv[k].y, cv[k].x, cv[k].dtype, lo, hi);
+		}
 	}
 	kiln_status st = q->kernel(q, &b, e);
 	if (st)

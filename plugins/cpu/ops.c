@@ -490,11 +490,14 @@ static kiln_status cpu_lr_schedule(const struct cpu_plan *p, const struct kiln_o
 	return KILN_OK;
 }
 
-/* counter (i64[1]) += i[0]: the trainer's micro-step count */
+/* counter (i64[1]) += i[0]: the trainer's micro-step count; gated, the
+ * optimizer's step count (a skipped step is not counted) */
 static kiln_status cpu_counter_add(const struct cpu_plan *p, const struct kiln_op_args *a,
 				   struct cpu_err *e)
 {
 	(void)e;
+	if (cpu_optim_gated_off(p, a))
+		return KILN_OK;
 	*(int64_t *)a->out[0] += p->op.i[0];
 	return KILN_OK;
 }

@@ -525,16 +525,19 @@ extern "C" cudaError_t cuda_launch_fill(const struct cuda_plan *p, const struct 
 	return cudaGetLastError();
 }
 
-/* c i64[1] += k: the trainer's micro-step counter */
-__global__ void k_counter_add(int64_t *c, int64_t k)
+/* c i64[1] += k: the trainer's micro-step counter; with a gate (NULL:
+ * none), the optimizer's step count, not advanced by a skipped step */
+__global__ void k_counter_add(int64_t *c, int64_t k, const float *gate)
 {
+	if (gate && *gate == 0.0f)
+		return;
 	*c += k;
 }
 
 extern "C" cudaError_t cuda_launch_counter_add(const struct cuda_plan *p,
 					       const struct kiln_op_args *a, cudaStream_t s)
 {
-	k_counter_add<<<1, 1, 0, s>>>((int64_t *)a->out[0], p->op.i[0]);
+	k_counter_add<<<1, 1, 0, s>>>((int64_t *)a->out[0], p->op.i[0], gate_of(p, a));
 	return cudaGetLastError();
 }
 

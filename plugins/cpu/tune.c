@@ -1,0 +1,244 @@
+/* plugins/cpu/tune.c - which kernel computes a bf16 convolution or GEMM.
+ *
+ * oneDNN has bf16 kernels for both, but whether they beat its f32 kernels
+ * depends on the CPU: with AMX tiles they do by far; with AVX512-BF16 dot
+ * products alone (oneDNN 2.6 here) they are often slower than the f32
+ * kernels even counting the conversions the f32 path needs.  So each bf16
+ * GEMM and convolution (forward, backward data, backward weights) has two
+ * candidate plans:
+ *
+ *   bf16  oneDNN's bf16 primitive on the bf16 tensors (f32 accumulation);
+ *   f32   oneDNN's f32 primitive on the same values widened to f32:
+ *         convolutions convert in the layout reorders that run around the
+ *         kernel anyway (conv.c, p->kern_f32); GEMMs widen the operands
+ *         into the workspace and round a bf16 result once (lowp.c).
+ *
+ * [plugin.cpu] bf16_conv / bf16_gemm pick one, or `auto` (the default)
+ * prepares both, runs each on scratch buffers of the op's shapes (one
+ * warm-up run each, then 5 to 30 interleaved timed runs, the minimum of
+ * each) and
+ * keeps the faster.  This happens once per op in prepare, never in a step;
+ * the choice is remembered per op descriptor for the context, so the
+ * training and evaluation plans of one shape agree, and is logged.
+ *
+ * Both candidates compute with the same bf16 input values and f32
+ * accumulation, so either is within the op's documented bound
+ * (tests/check_device.c checks both); they differ in rounding order only.
+ * `[run] deterministic = 1` turns `auto` into `bf16` (cpu.c), so that a
+ * result never depends on a timing.
+ */
+#include "cpu.h"
+
+#include <stdlib.h> /* calloc, free, posix_memalign */
+#include <string.h> /* memcmp, memcpy, memset */
+#include <time.h>   /* clock_gettime */
+
+/* A choice made by timing: the op it was made for, and its outcome. */
+struct cpu_choice {
+	struct cpu_choice *next;
+	struct kiln_op op;
+	int kern_f32;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t elem_size(int dtype)
+{
+	switch (dtype) {
+	case KILN_BF16:
+	case KILN_F16: return 2;
+	case KILN_I8:
+	case KILN_U8: return 1;
+	case KILN_I64: return 8;
+	default: return 4;
+	}
+}
+
+/* Prepare p as one candidate: f32 = 0 oneDNN's bf16 kernel, 1 its f32
+ * kernel on widened tensors.  A family that cannot take the bf16 tensors
+ * (ENOTSUP) gets the f32 kernel between conversions (lowp.c), as every
+ * other op. */
+static kiln_status prepare_kernel(struct cpu_ctx *c, struct cpu_plan *p,
+				  kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *), int f32)
+{
+	const struct kiln_op op = p->op;
+	kiln_status st = KILN_ENOTSUP;
+	if (!(f32 && family == cpu_gemm_prepare)) {
+		p->kern_f32 = f32;
+		st = family(c, p);
+	}
+	if (st == KILN_ENOTSUP) {
+		cpu_plan_release(p);
+		memset(p, 0, sizeof *p);
+		p->op = op;
+		st = cpu_lowp_prepare(c, p, family);
+	}
+	return st;
+}
+
+/* Seconds of one run of each of the n plans q[] (the minimum over the
+ * timed runs, which interleave the candidates so that a load spike hits
+ * both), on scratch tensors of op's shapes; t[i] < 0 when a plan failed
+ * to run. */
+static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *t)
+{
+	const struct kiln_op *op = &q[0]->op;
+	struct kiln_op_args a;
+	size_t off[KILN_OP_MAX_IN + KILN_OP_MAX_OUT], total = 0, ws = 0;
+	char *buf = NULL;
+	memset(&a, 0, sizeof a);
+	for (int k = 0; k < n; k++) {
+		t[k] = -1;
+		if (q[k]->workspace > ws)
+			ws = q[k]->workspace;
+	}
+	for (int i = 0; i < op->n_in + op->n_out; i++) {
+		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
+		off[i] = total;
+		total += ((size_t)cpu_numel(d) * elem_size(d->dtype) + 63) & ~(size_t)63;
+	}
+	if (posix_memalign((void **)&buf, 64, total + ws + 64))
+		return;
+	/* small exact values (0.25 in every dtype the ops take here): no
+	 * denormal or infinity slows a kernel down, accumulation stays finite */
+	for (int i = 0; i < op->n_in + op->n_out; i++) {
+		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
+		const int64_t m = cpu_numel(d);
+		char *x = buf + off[i];
+		if (d->dtype == KILN_BF16 || d->dtype == KILN_F16) {
+			const uint16_t v = d->dtype == KILN_BF16 ? 0x3e80 : 0x3400;
+			for (int64_t e = 0; e < m; e++)
+				((uint16_t *)x)[e] = v;
+		} else if (d->dtype == KILN_F32) {
+			for (int64_t e = 0; e < m; e++)
+				((float *)x)[e] = 0.25f;
+		} else {
+			memset(x, 0, (size_t)m * elem_size(d->dtype));
+		}
+		if (i < op->n_in)
+			a.in[i] = x;
+		else
+			a.out[i - op->n_in] = x;
+	}
+	memset(buf + total, 0, ws);
+	a.workspace = ws ? buf + total : NULL;
+	a.workspace_bytes = ws;
+
+	struct cpu_err e;
+	double first = 0;
+	for (int k = 0; k < n; k++) { /* warm-up: first-touch, caches, JIT */
+		const double t0 = now_s();
+		if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
+			goto out;
+		const double dt = now_s() - t0;
+		if (dt > first)
+			first = dt;
+	}
+	/* at least 5 rounds, more for short ops: about 30 ms per candidate
+	 * (the minimum is what survives a shared machine's preemptions) */
+	int rounds = first > 0 ? (int)(0.03 / first) : 30;
+	rounds = rounds < 5 ? 5 : rounds > 30 ? 30 : rounds;
+	for (int r = 0; r < rounds; r++)
+		for (int k = 0; k < n; k++) {
+			const double t0 = now_s();
+			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
+				goto out;
+			const double dt = now_s() - t0;
+			if (t[k] < 0 || dt < t[k])
+				t[k] = dt;
+		}
+out:
+	free(buf);
+}
+
+static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
+{
+	int f32 = -1;
+	pthread_mutex_lock(&c->lock);
+	for (const struct cpu_choice *h = c->choices; h && f32 < 0; h = h->next)
+		if (!memcmp(&h->op, op, sizeof *op))
+			f32 = h->kern_f32;
+	pthread_mutex_unlock(&c->lock);
+	return f32;
+}
+
+static void keep_choice(struct cpu_ctx *c, const struct kiln_op *op, int f32)
+{
+	struct cpu_choice *h = calloc(1, sizeof *h);
+	if (!h) /* only a cache: the next prepare of this shape times again */
+		return;
+	h->op = *op;
+	h->kern_f32 = f32;
+	pthread_mutex_lock(&c->lock);
+	h->next = c->choices;
+	c->choices = h;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void cpu_tune_free(struct cpu_ctx *c)
+{
+	while (c->choices) {
+		struct cpu_choice *h = c->choices;
+		c->choices = h->next;
+		free(h);
+	}
+}
+
+kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *))
+{
+	const struct kiln_op op = p->op;
+	const int setting = family == cpu_gemm_prepare ? c->bf16_gemm : c->bf16_conv;
+	kiln_status st;
+	/* f16 has no oneDNN kernel here: always the f32 one between
+	 * conversions */
+	if (cpu_op_has(&op, KILN_F16))
+		return cpu_lowp_prepare(c, p, family);
+	if (setting != CPU_KERN_AUTO)
+		return prepare_kernel(c, p, family, setting == CPU_KERN_F32);
+	int f32 = find_choice(c, &op);
+	if (f32 >= 0)
+		return prepare_kernel(c, p, family, f32);
+
+	/* time both: p holds the bf16 candidate, q the f32 one */
+	if ((st = prepare_kernel(c, p, family, 0)))
+		return st;
+	struct cpu_plan *q = calloc(1, sizeof *q);
+	if (!q)
+		return KILN_OK; /* keep the bf16 kernel */
+	q->op = op;
+	if (prepare_kernel(c, q, family, 1) != KILN_OK) {
+		/* the bf16 candidate works: keep it, and the f32 one's error
+		 * message is not this prepare's */
+		cpu_plan_release(q);
+		free(q);
+		return KILN_OK;
+	}
+	struct cpu_plan *const cand[2] = { p, q };
+	double t[2];
+	time_plans(c, cand, 2, t);
+	f32 = t[0] >= 0 && t[1] >= 0 && t[1] < t[0];
+	{
+		char s0[96], s1[96], s2[96];
+		c->host->log(KILN_LOG_INFO, "cpu",
+			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms: the %s kernel",
+			     cpu_op_name(op.type), cpu_desc_str(&op.in[0], s0, sizeof s0),
+			     cpu_desc_str(&op.in[1], s1, sizeof s1),
+			     cpu_desc_str(&op.out[0], s2, sizeof s2), 1e3 * t[0], 1e3 * t[1],
+			     f32 ? "f32" : "bf16");
+	}
+	keep_choice(c, &op, f32);
+	if (f32) { /* the f32 candidate replaces the bf16 one in p */
+		cpu_plan_release(p);
+		memcpy(p, q, sizeof *p);
+	} else {
+		cpu_plan_release(q);
+	}
+	free(q);
+	return KILN_OK;
+}
