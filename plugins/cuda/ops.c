@@ -186,101 +186,65 @@ static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	return KILN_OK;
 }
 
-/* The op types this device implements (the device table's has_op): every
- * type cuda_ops_prepare and cuda_gemm_prepare take. */
+/* Which prepare takes each op type: one table serves the device table's
+ * has_op and the dispatch below.  LAUNCH ops get kiln's launcher from
+ * launchers[]; 0 = not implemented. */
+enum { F_NONE, F_LAUNCH, F_GEMM, F_OPTIM, F_NEWOP, F_DNN, F_CONV };
+
+static const uint8_t family[KILN_OP_TYPE_COUNT] = {
+	[KILN_OP_GEMM] = F_GEMM,
+	[KILN_OP_BIAS_ADD] = F_LAUNCH, [KILN_OP_BIAS_GRAD] = F_LAUNCH,
+	[KILN_OP_RELU] = F_LAUNCH, [KILN_OP_RELU_BWD] = F_LAUNCH,
+	[KILN_OP_SOFTMAX_XENT] = F_LAUNCH, [KILN_OP_GRAD_CLIP] = F_LAUNCH,
+	[KILN_OP_UNSCALE] = F_LAUNCH, [KILN_OP_SCALER_UPDATE] = F_LAUNCH,
+	[KILN_OP_FILL] = F_LAUNCH, [KILN_OP_COUNTER_ADD] = F_LAUNCH,
+	[KILN_OP_LR_SCHEDULE] = F_LAUNCH, [KILN_OP_REDUCE_SUM] = F_LAUNCH,
+	[KILN_OP_SCALE] = F_LAUNCH, [KILN_OP_ADD] = F_LAUNCH, [KILN_OP_MUL] = F_LAUNCH,
+	[KILN_OP_NORMALIZE_U8] = F_LAUNCH, [KILN_OP_CAST] = F_LAUNCH,
+	[KILN_OP_SGD] = F_OPTIM, [KILN_OP_ADAMW] = F_OPTIM, [KILN_OP_LAMB] = F_OPTIM,
+	[KILN_OP_ACT] = F_NEWOP, [KILN_OP_ACT_BWD] = F_NEWOP, [KILN_OP_DROPOUT] = F_NEWOP,
+	[KILN_OP_DROPOUT_BWD] = F_NEWOP, [KILN_OP_CONCAT] = F_NEWOP, [KILN_OP_SPLIT] = F_NEWOP,
+	[KILN_OP_REORDER] = F_NEWOP,
+	[KILN_OP_BN_TRAIN] = F_DNN, [KILN_OP_BN_INFER] = F_DNN, [KILN_OP_BN_BWD] = F_DNN,
+	[KILN_OP_BN_STATS] = F_DNN, [KILN_OP_BN_APPLY] = F_DNN, [KILN_OP_BN_BWD_REDUCE] = F_DNN,
+	[KILN_OP_BN_BWD_APPLY] = F_DNN, [KILN_OP_POOL] = F_DNN, [KILN_OP_POOL_BWD] = F_DNN,
+	[KILN_OP_CONV] = F_CONV, [KILN_OP_CONV_BWD_DATA] = F_CONV,
+	[KILN_OP_CONV_BWD_WEIGHTS] = F_CONV,
+};
+
+static const cuda_launch_fn launchers[KILN_OP_TYPE_COUNT] = {
+	[KILN_OP_BIAS_ADD] = cuda_launch_bias_add, [KILN_OP_BIAS_GRAD] = cuda_launch_bias_grad,
+	[KILN_OP_RELU] = cuda_launch_relu, [KILN_OP_RELU_BWD] = cuda_launch_relu_bwd,
+	[KILN_OP_SOFTMAX_XENT] = cuda_launch_softmax_xent,
+	[KILN_OP_GRAD_CLIP] = cuda_launch_grad_clip, [KILN_OP_UNSCALE] = cuda_launch_grad_clip,
+	[KILN_OP_SCALER_UPDATE] = cuda_launch_scaler_update, [KILN_OP_FILL] = cuda_launch_fill,
+	[KILN_OP_COUNTER_ADD] = cuda_launch_counter_add,
+	[KILN_OP_LR_SCHEDULE] = cuda_launch_lr_schedule,
+	[KILN_OP_REDUCE_SUM] = cuda_launch_reduce_sum, [KILN_OP_SCALE] = cuda_launch_scale,
+	[KILN_OP_ADD] = cuda_launch_add, [KILN_OP_MUL] = cuda_launch_mul,
+	[KILN_OP_NORMALIZE_U8] = cuda_launch_normalize_u8, [KILN_OP_CAST] = cuda_launch_cast,
+};
+
+/* The op types this device implements (the device table's has_op). */
 int cuda_has_op(int type)
 {
-	switch (type) {
-	case KILN_OP_GEMM:
-	case KILN_OP_BIAS_ADD:
-	case KILN_OP_BIAS_GRAD:
-	case KILN_OP_RELU:
-	case KILN_OP_RELU_BWD:
-	case KILN_OP_SOFTMAX_XENT:
-	case KILN_OP_GRAD_CLIP:
-	case KILN_OP_UNSCALE:
-	case KILN_OP_SCALER_UPDATE:
-	case KILN_OP_SGD:
-	case KILN_OP_ADAMW:
-	case KILN_OP_LAMB:
-	case KILN_OP_ACT:
-	case KILN_OP_ACT_BWD:
-	case KILN_OP_DROPOUT:
-	case KILN_OP_DROPOUT_BWD:
-	case KILN_OP_CONCAT:
-	case KILN_OP_SPLIT:
-	case KILN_OP_REORDER:
-	case KILN_OP_FILL:
-	case KILN_OP_COUNTER_ADD:
-	case KILN_OP_LR_SCHEDULE:
-	case KILN_OP_REDUCE_SUM:
-	case KILN_OP_SCALE:
-	case KILN_OP_ADD:
-	case KILN_OP_MUL:
-	case KILN_OP_NORMALIZE_U8:
-	case KILN_OP_CAST:
-	case KILN_OP_BN_TRAIN:
-	case KILN_OP_BN_INFER:
-	case KILN_OP_BN_BWD:
-	case KILN_OP_BN_STATS:
-	case KILN_OP_BN_APPLY:
-	case KILN_OP_BN_BWD_REDUCE:
-	case KILN_OP_BN_BWD_APPLY:
-	case KILN_OP_POOL:
-	case KILN_OP_POOL_BWD: return 1;
-	case KILN_OP_CONV:
-	case KILN_OP_CONV_BWD_DATA:
-	case KILN_OP_CONV_BWD_WEIGHTS: return KILN_HAVE_CUDNN; /* cudnn.c */
-	default: return 0;
-	}
+	if (type <= 0 || type >= KILN_OP_TYPE_COUNT)
+		return 0;
+	return family[type] == F_CONV ? KILN_HAVE_CUDNN : family[type] != F_NONE;
 }
 
 kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 
-	switch (op->type) {
-	case KILN_OP_BIAS_ADD: p->launch = cuda_launch_bias_add; break;
-	case KILN_OP_BIAS_GRAD: p->launch = cuda_launch_bias_grad; break;
-	case KILN_OP_RELU: p->launch = cuda_launch_relu; break;
-	case KILN_OP_RELU_BWD: p->launch = cuda_launch_relu_bwd; break;
-	case KILN_OP_SOFTMAX_XENT: p->launch = cuda_launch_softmax_xent; break;
-	case KILN_OP_GRAD_CLIP:
-	case KILN_OP_UNSCALE: p->launch = cuda_launch_grad_clip; break;
-	case KILN_OP_SCALER_UPDATE: p->launch = cuda_launch_scaler_update; break;
-	case KILN_OP_SGD:
-	case KILN_OP_ADAMW:
-	case KILN_OP_LAMB: return optim_prepare(c, p);
-	case KILN_OP_ACT:
-	case KILN_OP_ACT_BWD:
-	case KILN_OP_DROPOUT:
-	case KILN_OP_DROPOUT_BWD:
-	case KILN_OP_CONCAT:
-	case KILN_OP_SPLIT:
-	case KILN_OP_REORDER: return newop_prepare(c, p);
-	case KILN_OP_FILL: p->launch = cuda_launch_fill; break;
-	case KILN_OP_COUNTER_ADD: p->launch = cuda_launch_counter_add; break;
-	case KILN_OP_LR_SCHEDULE: p->launch = cuda_launch_lr_schedule; break;
-	case KILN_OP_REDUCE_SUM: p->launch = cuda_launch_reduce_sum; break;
-	case KILN_OP_SCALE: p->launch = cuda_launch_scale; break;
-	case KILN_OP_ADD: p->launch = cuda_launch_add; break;
-	case KILN_OP_MUL: p->launch = cuda_launch_mul; break;
-	case KILN_OP_NORMALIZE_U8: p->launch = cuda_launch_normalize_u8; break;
-	case KILN_OP_CAST: p->launch = cuda_launch_cast; break;
-	case KILN_OP_CONV:
-	case KILN_OP_CONV_BWD_DATA:
-	case KILN_OP_CONV_BWD_WEIGHTS:
-	case KILN_OP_BN_TRAIN:
-	case KILN_OP_BN_INFER:
-	case KILN_OP_BN_BWD:
-	case KILN_OP_BN_STATS:
-	case KILN_OP_BN_APPLY:
-	case KILN_OP_BN_BWD_REDUCE:
-	case KILN_OP_BN_BWD_APPLY:
-	case KILN_OP_POOL:
-	case KILN_OP_POOL_BWD: return cuda_dnn_prepare(c, p); /* cudnn.c */
-	default: /* has_op said no: the core does not get here */
-		return c->host->error(KILN_EINTERNAL, "cuda: %s has no prepare",
+	switch (op->type > 0 && op->type < KILN_OP_TYPE_COUNT ? family[op->type] : F_NONE) {
+	case F_LAUNCH: p->launch = launchers[op->type]; break;
+	case F_OPTIM: return optim_prepare(c, p);
+	case F_NEWOP: return newop_prepare(c, p);
+	case F_DNN:
+	case F_CONV: return cuda_dnn_prepare(c, p); /* cudnn.c */
+	default: /* GEMM is gemm.c's; has_op said no to the rest */
+		return c->host->error(KILN_EINTERNAL, "cuda: %s has no prepare here",
 				      cuda_op_name(op->type));
 	}
 	p->n_in = op->n_in;
