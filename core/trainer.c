@@ -774,6 +774,13 @@ static kiln_status resume(struct trainer *t, int64_t samples, int64_t B, int64_t
 				       t->world);
 	}
 	st = msg->status;
+	if (st) {
+		/* every rank has the message before rank 0 fails: its exit must
+		 * not cut a peer's receive short (kiln launch then stops the
+		 * others), so each rank can still name rank 0's error */
+		double one = 1;
+		(void)kiln_dist_sum_host(t->dist, &one, 1, t->compute);
+	}
 	if (t->rank && st)
 		st = kiln_error(st, "rank %d of %d: rank 0 could not resume: %s", t->rank, t->world,
 				msg->error);
