@@ -3,8 +3,10 @@
 # 2 ranks started by `mpirun --allow-run-as-root --oversubscribe -np 2`,
 # batch 32 each, end with the parameters and momentum of one process with
 # batch 64 (1e-5 relative), and the logged losses agree; so do 2 ranks
-# with [dist] zero = 1 (with and without skip_nonfinite).  Every process
-# runs under `timeout`.
+# with [dist] zero = 1 (with and without skip_nonfinite), and with each
+# [plugin.mpi] wait policy; a rank stopped with SIGSTOP makes the
+# watchdog end the run within [dist] timeout.  Every process runs under
+# `timeout`.
 name=mpi needs=mpi
 . "$(dirname "$0")/dist_common.sh"
 ini="$tmp/mlp.ini"
@@ -38,4 +40,37 @@ for z in "" "train.skip_nonfinite=0"; do
 		params optim.momentum || bad "mpi ZeRO-1 $z vs 1 process: parameters differ"
 	rm -rf "$tmp/zero"
 done
+# kiln-mpi's collectives on the comm stream wait in three ways
+# ([plugin.mpi] wait): each ends equal to one process
+for w in block yield sleep; do
+	port=$(free_port 9)
+	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
+		-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/w$w" train.batch=32 \
+		plugin.mpi.wait=$w plugin.mpi.spin_us=0 > "$tmp/w$w.log" 2>&1 ||
+		{ bad "mpirun wait = $w exited $?"; tail -20 "$tmp/w$w.log"; }
+	grep -q "stream collectives wait: $w" "$tmp/w$w.log" || bad "wait = $w: not in the description"
+	"$tool" close "$tmp/one/checkpoints/ckpt-64.kiln" "$tmp/w$w/checkpoints/ckpt-64.kiln" 1e-5 \
+		params optim.momentum || bad "mpi wait = $w vs 1 process: parameters differ"
+done
+# the watchdog: rank 1 stopped (SIGSTOP) while training, rank 0's
+# collective never completes; it must end the run within [dist] timeout
+port=$(free_port 10)
+timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
+	-x OMP_NUM_THREADS=1 sh -c '[ "$OMPI_COMM_WORLD_RANK" != 1 ] || echo $$ > "$0/r1.pid"
+	exec "$1" train "$2" run.out_dir="$0/stall" train.batch=32 train.epochs=100000 dist.timeout=3' \
+	"$tmp" "$kiln" "$tmp/mlp.ini" > "$tmp/stall.log" 2>&1 &
+mpid=$!
+for i in $(seq 300); do grep -q "step 32/" "$tmp/stall.log" && break; sleep 0.1; done
+t0=$(date +%s)
+r1=$(cat "$tmp/r1.pid" 2>/dev/null)
+[ -n "$r1" ] && kill -STOP "$r1" || bad "the stalled run did not start"
+wait $mpid
+rc=$?
+dt=$(( $(date +%s) - t0 ))
+[ -z "$r1" ] || kill -KILL "$r1" 2>/dev/null
+echo "rank 1 stopped: mpirun exited $rc after ${dt}s"
+[ "$rc" -ne 0 ] || bad "a stalled rank: mpirun exited 0"
+grep -q "did not complete within \[dist\] timeout = 3.0 s" "$tmp/stall.log" ||
+	{ bad "a stalled rank: no watchdog message"; tail -5 "$tmp/stall.log"; }
+[ "$dt" -le 15 ] || bad "a stalled rank: the run took ${dt}s to end (timeout 3 s)"
 exit $fail

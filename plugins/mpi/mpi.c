@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,16 +53,23 @@ struct job {
 };
 #define JOBS 256
 
+/* How a collective that runs on a stream worker waits ([plugin.mpi] wait). */
+enum { W_BLOCK, W_YIELD, W_SLEEP };
+static const char *const wait_names[] = { "block", "yield", "sleep" };
+
 struct mpi_comm {
 	struct kiln_device *dev;
 	int rank, world, timeout_ms;
+	int wait;                  /* W_* */
+	long long spin_ns;         /* MPI_Test without a pause for this long first */
+	struct timespec nap;       /* W_SLEEP's pause between MPI_Test calls */
 	MPI_Op sum16[2]; /* [0] bf16, [1] f16 */
 	MPI_Datatype u16;
 	struct watchdog dog;
 	atomic_llong started_ns; /* 0: no collective in progress */
 	atomic_int what;         /* its kind, for the message */
 	atomic_llong count;
-	char desc[160];
+	char desc[256];
 	struct job jobs[JOBS];
 	int next_job;
 };
@@ -190,62 +198,91 @@ static kiln_status mpi_fail(struct mpi_comm *c, int rc, const char *what)
 			n, s);
 }
 
-static kiln_status reduce_in_place(struct mpi_comm *c, void *buf, size_t n, int dt)
+/* Set by enqueue() while the device runs the host function: a collective
+ * that runs then is inline on the enqueuing thread (a synchronous stream,
+ * `kiln bench comm`), not on a stream worker. */
+static _Thread_local int running_inline;
+
+/* Complete *req without holding a core: MPI_Test (which is also what
+ * progresses Open MPI's nonblocking collectives, libnbc) back to back
+ * for c->spin_ns, then with a sched_yield() or a c->nap sleep between
+ * calls.  The watchdog still bounds the whole wait. */
+static int wait_req(struct mpi_comm *c, MPI_Request *req)
 {
-	if (n > (size_t)1 << 30)
-		return H->error(KILN_ENOTSUP, "mpi: a reduction of %zu elements (at most 2^30 per call)", n);
-	int rc = dt == KILN_F32 ? MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)
-				: MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, c->u16,
-						c->sum16[dt == KILN_F16], MPI_COMM_WORLD);
-	return rc == MPI_SUCCESS ? KILN_OK : mpi_fail(c, rc, "MPI_Allreduce");
+	long long t0 = watchdog_now_ns();
+	int done = 0, rc;
+	while ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) {
+		if (watchdog_now_ns() - t0 < c->spin_ns)
+			continue;
+		if (c->wait == W_YIELD)
+			sched_yield();
+		else
+			nanosleep(&c->nap, NULL);
+	}
+	return rc;
+}
+
+/* Run job j: the blocking MPI collective when req is NULL, else the
+ * nonblocking one (MPI-3), its request in *req. */
+static int start(struct mpi_comm *c, struct job *j, MPI_Request *req, const char **what)
+{
+	const size_t es = dtype_size(j->dtype);
+	const int n = (int)j->count, bytes = (int)(j->count * es);
+	MPI_Datatype t = j->dtype == KILN_F32 ? MPI_FLOAT : c->u16;
+	MPI_Op op = j->dtype == KILN_F32 ? MPI_SUM : c->sum16[j->dtype == KILN_F16];
+	switch (j->kind) {
+	case K_ALLREDUCE:
+		*what = "MPI_Allreduce";
+		return req ? MPI_Iallreduce(MPI_IN_PLACE, j->buf, n, t, op, MPI_COMM_WORLD, req)
+			   : MPI_Allreduce(MPI_IN_PLACE, j->buf, n, t, op, MPI_COMM_WORLD);
+	case K_BROADCAST:
+		*what = "MPI_Bcast";
+		return req ? MPI_Ibcast(j->buf, bytes, MPI_BYTE, j->root, MPI_COMM_WORLD, req)
+			   : MPI_Bcast(j->buf, bytes, MPI_BYTE, j->root, MPI_COMM_WORLD);
+	case K_ALLGATHER: {
+		/* in place: this rank's slice is already in the output */
+		const void *send = j->send == (char *)j->buf + (size_t)c->rank * j->count * es
+					   ? MPI_IN_PLACE : j->send;
+		*what = "MPI_Allgather";
+		return req ? MPI_Iallgather(send, bytes, MPI_BYTE, j->buf, bytes, MPI_BYTE,
+					    MPI_COMM_WORLD, req)
+			   : MPI_Allgather(send, bytes, MPI_BYTE, j->buf, bytes, MPI_BYTE, MPI_COMM_WORLD);
+	}
+	default: /* K_REDUCE_SCATTER */
+		*what = "MPI_Reduce_scatter_block";
+		return req ? MPI_Ireduce_scatter_block(j->send, j->buf, n, t, op, MPI_COMM_WORLD, req)
+			   : MPI_Reduce_scatter_block(j->send, j->buf, n, t, op, MPI_COMM_WORLD);
+	}
 }
 
 static kiln_status run_job(void *arg)
 {
 	struct job *j = arg;
 	struct mpi_comm *c = j->c;
-	size_t es = dtype_size(j->dtype);
+	/* MPI counts are ints: reductions count elements, the rest bytes */
+	const int reduces = j->kind == K_ALLREDUCE || j->kind == K_REDUCE_SCATTER;
+	const size_t n = reduces ? j->count : j->count * dtype_size(j->dtype);
 	kiln_status st = KILN_OK;
-	int rc;
-	watch(c, j->kind, j->count);
-	switch (j->kind) {
-	case K_ALLREDUCE:
-		st = reduce_in_place(c, j->buf, j->count, j->dtype);
-		if (!st && j->op == KILN_REDUCE_AVG && c->world > 1)
+	if (n > (size_t)1 << 30) {
+		st = H->error(KILN_ENOTSUP, "mpi: a %s of %zu %s (at most 2^30 per call)",
+			      kind_names[j->kind], n, reduces ? "elements" : "bytes");
+	} else {
+		/* nonblocking with a CPU-friendly wait on a stream worker,
+		 * where the compute threads need the cores; blocking
+		 * (Open MPI's busy poll, its lowest latency) inline */
+		MPI_Request req = MPI_REQUEST_NULL;
+		MPI_Request *r = c->wait != W_BLOCK && !running_inline ? &req : NULL;
+		const char *what = "";
+		watch(c, j->kind, j->count);
+		int rc = start(c, j, r, &what);
+		if (rc == MPI_SUCCESS && r)
+			rc = wait_req(c, r);
+		unwatch(c);
+		if (rc != MPI_SUCCESS)
+			st = mpi_fail(c, rc, what);
+		else if (reduces && j->op == KILN_REDUCE_AVG && c->world > 1)
 			scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
-		break;
-	case K_BROADCAST:
-		if (j->count * es > (size_t)1 << 30) {
-			st = H->error(KILN_ENOTSUP, "mpi: a broadcast of %zu bytes (at most 1 GiB)", j->count * es);
-			break;
-		}
-		rc = MPI_Bcast(j->buf, (int)(j->count * es), MPI_BYTE, j->root, MPI_COMM_WORLD);
-		if (rc != MPI_SUCCESS)
-			st = mpi_fail(c, rc, "MPI_Bcast");
-		break;
-	case K_ALLGATHER:
-		/* in place: this rank's slice is already in the output */
-		rc = MPI_Allgather(j->send == (char *)j->buf + (size_t)c->rank * j->count * es
-					   ? MPI_IN_PLACE : j->send,
-				   (int)(j->count * es), MPI_BYTE, j->buf,
-				   (int)(j->count * es), MPI_BYTE, MPI_COMM_WORLD);
-		if (rc != MPI_SUCCESS)
-			st = mpi_fail(c, rc, "MPI_Allgather");
-		break;
-	case K_REDUCE_SCATTER:
-		if (j->dtype == KILN_F32)
-			rc = MPI_Reduce_scatter_block(j->send, j->buf, (int)j->count, MPI_FLOAT, MPI_SUM,
-						      MPI_COMM_WORLD);
-		else
-			rc = MPI_Reduce_scatter_block(j->send, j->buf, (int)j->count, c->u16,
-						      c->sum16[j->dtype == KILN_F16], MPI_COMM_WORLD);
-		if (rc != MPI_SUCCESS)
-			st = mpi_fail(c, rc, "MPI_Reduce_scatter_block");
-		else if (j->op == KILN_REDUCE_AVG && c->world > 1)
-			scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
-		break;
 	}
-	unwatch(c);
 	atomic_store_explicit(&j->busy, 0, memory_order_release);
 	return st;
 }
@@ -274,7 +311,9 @@ static kiln_status enqueue(struct mpi_comm *c, struct job want, void *stream, vo
 	struct job *j = job_get(c, want);
 	if (!j)
 		return KILN_EINTERNAL;
+	running_inline = 1;
 	kiln_status st = H->device_host_fn(c->dev, stream, run_job, j);
+	running_inline = 0;
 	if (st) {
 		/* a device that ran it at once gave the slot back; one that
 		 * refused it did not */
@@ -381,6 +420,15 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	c->rank = r;
 	c->world = w;
 	c->timeout_ms = timeout_ms;
+	const char *wait = host->config_get(cfg, "plugin.mpi", "wait");
+	for (int k = 0; k < 3; k++)
+		if (wait && !strcmp(wait, wait_names[k]))
+			c->wait = k;
+	int64_t spin_us = 0, sleep_us = 0;
+	host->config_get_int(cfg, "plugin.mpi", "spin_us", &spin_us);
+	host->config_get_int(cfg, "plugin.mpi", "sleep_us", &sleep_us);
+	c->spin_ns = spin_us * 1000;
+	c->nap = (struct timespec){ .tv_sec = sleep_us / 1000000, .tv_nsec = sleep_us % 1000000 * 1000 };
 	watchdog_init(&c->dog);
 	MPI_Type_contiguous(2, MPI_BYTE, &c->u16);
 	MPI_Type_commit(&c->u16);
@@ -397,8 +445,13 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	char *nl = strchr(lib, ',');
 	if (nl)
 		*nl = 0;
-	snprintf(c->desc, sizeof c->desc, "%.100s, thread level %d, watchdog at %.0f s", lib,
-		 inited ? -1 : provided, timeout_ms / 1000.0);
+	char how[64] = "";
+	if (c->wait != W_BLOCK)
+		snprintf(how, sizeof how, " after %lld us of polling", (long long)spin_us);
+	if (c->wait == W_SLEEP)
+		snprintf(how + strlen(how), sizeof how - strlen(how), ", %lld us naps", (long long)sleep_us);
+	snprintf(c->desc, sizeof c->desc, "%.100s, thread level %d, stream collectives wait: %s%s, watchdog at %.0f s",
+		 lib, inited ? -1 : provided, wait_names[c->wait], how, timeout_ms / 1000.0);
 	*out = c;
 	return KILN_OK;
 }
@@ -426,6 +479,12 @@ static const struct kiln_comm_ops mpi_ops = {
 static const struct kiln_key mpi_keys[] = {
 	{ "thread_level", KILN_KEY_ENUM, "serialized", 0, 0, "serialized|multiple",
 	  "The thread support asked of MPI_Init_thread: `serialized` (MPI_THREAD_SERIALIZED, enough: kiln never runs two collectives at once) or `multiple` (MPI_THREAD_MULTIPLE, which makes Open MPI lock inside every call)." },
+	{ "wait", KILN_KEY_ENUM, "sleep", 0, 0, "block|yield|sleep",
+	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward) waits for the other ranks. `block`: Open MPI's blocking collective, which busy-polls shared memory and so holds a core the compute threads need when ranks fill the cores. `yield`: the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, polling for `spin_us`, then calling sched_yield() between tests. `sleep`: the same, sleeping `sleep_us` between tests. Open MPI progresses a nonblocking collective only inside MPI_Test, so each pause adds up to its length per protocol round. Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. docs/PERFORMANCE.md (part 6) has the measurements behind the default." },
+	{ "spin_us", KILN_KEY_INT, "20", 0, 1000000, NULL,
+	  "With `wait = yield` or `sleep`: microseconds of back-to-back MPI_Test calls before the first pause." },
+	{ "sleep_us", KILN_KEY_INT, "50", 1, 1000000, NULL,
+	  "With `wait = sleep`: microseconds each pause between MPI_Test calls sleeps (nanosleep)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
