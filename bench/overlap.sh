@@ -17,8 +17,9 @@
 # are run N times (default 3) interleaved (one, floor, variants, one, ...);
 # the table gives medians over the runs: the step, the per-run ratio against
 # `one` (issue #9's target: <= 1.15x) and against `floor` (same minute), and
-# from [dist] timing = 1 the exposed communication in % of the allreduce
-# time.  The KEY=VALUE overrides go to every run.  From the build directory:
+# the CPU time of the whole run (user + system, every process, start-up
+# included) per step, and from [dist] timing = 1 the exposed communication
+# in % of the allreduce time (rank 0's) and the allreduce ms per step.  The KEY=VALUE overrides go to every run.  From the build directory:
 #   sh bench/overlap.sh --runs 5 mpi
 #   sh bench/overlap.sh --batches 256 --variant block:plugin.mpi.wait=block mpi
 set -u
@@ -92,6 +93,11 @@ exposed_pct() { # LOG: rank 0's "(Z% exposed)" and its allreduce ms/step
 	grep "rank 0: over .* exposed communication" "$1" | head -1 |
 		sed 's/.*allreduce \([0-9.]*\) ms\/step.*(\([0-9.]*\)% exposed).*/\2 \1/'
 }
+T="/usr/bin/time -f %U+%S -o"
+cpu() { # TIME_FILE STEPS [TIME_FILE2]: CPU ms (user + system, every process) per step
+	cat "$1" ${3:+"$3"} | grep -E '^[0-9.]+\+[0-9.]+$' | tr '+' '\n' |
+		awk -v n="$2" '{ s += $1 } END { printf "%.2f", 1000 * s / n }'
+}
 fail() { echo "$1 failed:"; tail -5 "$2"; exit 1; }
 med() { # FILE COLUMN: the median of that column
 	awk -v c="$2" '{ print $c }' "$1" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
@@ -103,32 +109,34 @@ for batch in $batches; do
 	ini="$tmp/b$batch.ini" ini1="$tmp/b$batch.one.ini"
 	mlp_ini "$ini" "$batch" $(( per * 2 ))
 	mlp_ini "$ini1" "$batch" "$per"
+	steps=$(( 4 * per / batch ))
 	for r in $(seq "$runs"); do
 		d="$tmp/b$batch.r$r"
-		"$kiln" train "$ini1" run.out_dir="$d.one" run.comm=none $extra > "$d.one.log" 2>&1 ||
+		$T "$d.one.t" "$kiln" train "$ini1" run.out_dir="$d.one" run.comm=none $extra > "$d.one.log" 2>&1 ||
 			fail "1 process" "$d.one.log"
-		"$kiln" train "$ini1" run.out_dir="$d.fa" run.comm=none $extra > "$d.fa.log" 2>&1 &
+		$T "$d.fa.t" "$kiln" train "$ini1" run.out_dir="$d.fa" run.comm=none $extra > "$d.fa.log" 2>&1 &
 		pa=$!
-		"$kiln" train "$ini1" run.out_dir="$d.fb" run.comm=none $extra > "$d.fb.log" 2>&1 ||
+		$T "$d.fb.t" "$kiln" train "$ini1" run.out_dir="$d.fb" run.comm=none $extra > "$d.fb.log" 2>&1 ||
 			fail "floor process b" "$d.fb.log"
 		wait $pa || fail "floor process a" "$d.fa.log"
 		one=$(step_ms "$d.one" "$batch")
 		fl=$(awk -v a="$(step_ms "$d.fa" "$batch")" -v b="$(step_ms "$d.fb" "$batch")" \
 			'BEGIN { printf "%.3f", (a + b) / 2 }')
-		echo "$one $fl" >> "$tmp/b$batch.ref"
+		echo "$one $fl $(cpu "$d.one.t" "$steps") $(cpu "$d.fa.t" "$steps" "$d.fb.t")" >> "$tmp/b$batch.ref"
 		for v in $variants; do
 			name=${v%%:*} ov=$(echo "${v#*:}" | tr , ' ')
 			log="$d.$name.log"
 			if [ "$comm" = mpi ]; then
-				mpirun $root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port -x OMP_NUM_THREADS=1 \
+				$T "$d.$name.t" mpirun $root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port -x OMP_NUM_THREADS=1 \
 					"$kiln" train "$ini" run.out_dir="$d.$name" $ov $extra > "$log" 2>&1
 			else
-				KILN_MASTER_PORT=$port "$kiln" launch -n 2 -- "$kiln" train "$ini" \
+				KILN_MASTER_PORT=$port $T "$d.$name.t" "$kiln" launch -n 2 -- "$kiln" train "$ini" \
 					run.out_dir="$d.$name" $ov $extra > "$log" 2>&1
 			fi || fail "2 ranks, $name" "$log"
 			two=$(step_ms "$d.$name" "$batch")
 			echo "$two $(awk -v t="$two" -v o="$one" -v f="$fl" \
-				'BEGIN { printf "%.3f %.3f", t / o, t / f }') $(exposed_pct "$log")" \
+				'BEGIN { printf "%.3f %.3f", t / o, t / f }') $(cpu "$d.$name.t" "$steps")" \
+				"$(exposed_pct "$log")" \
 				>> "$tmp/b$batch.$name"
 		done
 	done
@@ -136,14 +144,16 @@ done
 
 echo "DDP step, $comm, 2 ranks vs 1 process, 1 thread per rank, $(nproc) cores, medians of $runs interleaved run(s);" \
 	"load $(cut -d' ' -f1-3 /proc/loadavg) at the end${extra:+; overrides: $extra}"
-printf '%6s  %-28s %9s %9s %9s %10s %10s\n' batch row "step ms" "x 1 proc" "x floor" "exposed %" "allred ms"
+printf '%6s  %-28s %9s %9s %9s %9s %10s %10s\n' batch row "step ms" "x 1 proc" "x floor" "cpu ms" "exposed %" "allred ms"
 for batch in $batches; do
-	printf '%6s  %-28s %9s\n' "$batch" "1 process" "$(med "$tmp/b$batch.ref" 1)"
-	printf '%6s  %-28s %9s %9s\n' "$batch" "floor: 2 processes, no comm" "$(med "$tmp/b$batch.ref" 2)" \
-		"$(awk '{ print $2 / $1 }' "$tmp/b$batch.ref" > "$tmp/fr"; med "$tmp/fr" 1 | xargs printf '%.3f')"
+	printf '%6s  %-28s %9s %9s %9s %9s\n' "$batch" "1 process" "$(med "$tmp/b$batch.ref" 1)" "" "" \
+		"$(med "$tmp/b$batch.ref" 3)"
+	printf '%6s  %-28s %9s %9s %9s %9s\n' "$batch" "floor: 2 processes, no comm" "$(med "$tmp/b$batch.ref" 2)" \
+		"$(awk '{ print $2 / $1 }' "$tmp/b$batch.ref" > "$tmp/fr"; med "$tmp/fr" 1 | xargs printf '%.3f')" "" \
+		"$(med "$tmp/b$batch.ref" 4)"
 	for v in $variants; do
 		name=${v%%:*} f="$tmp/b$batch.${v%%:*}"
-		printf '%6s  %-28s %9s %9s %9s %10s %10s\n' "$batch" "2 ranks, $name" "$(med "$f" 1)" \
-			"$(med "$f" 2)" "$(med "$f" 3)" "$(med "$f" 4)" "$(med "$f" 5)"
+		printf '%6s  %-28s %9s %9s %9s %9s %10s %10s\n' "$batch" "2 ranks, $name" "$(med "$f" 1)" \
+			"$(med "$f" 2)" "$(med "$f" 3)" "$(med "$f" 4)" "$(med "$f" 5)" "$(med "$f" 6)"
 	done
 done

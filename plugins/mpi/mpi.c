@@ -54,8 +54,8 @@ struct job {
 #define JOBS 256
 
 /* How a collective that runs on a stream worker waits ([plugin.mpi] wait). */
-enum { W_BLOCK, W_YIELD, W_SLEEP };
-static const char *const wait_names[] = { "block", "yield", "sleep" };
+enum { W_BLOCK, W_YIELD, W_SLEEP, W_MEET };
+static const char *const wait_names[] = { "block", "yield", "sleep", "meet" };
 
 struct mpi_comm {
 	struct kiln_device *dev;
@@ -69,7 +69,7 @@ struct mpi_comm {
 	atomic_llong started_ns; /* 0: no collective in progress */
 	atomic_int what;         /* its kind, for the message */
 	atomic_llong count;
-	char desc[256];
+	char desc[384];
 	struct job jobs[JOBS];
 	int next_job;
 };
@@ -131,12 +131,30 @@ static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
 		b[i] = f32_f16(f16_f32(a[i]) + f16_f32(b[i]));
 }
 
+/* p[0..n) *= s at the machine's vector width: the averages' pass over
+ * every gradient (GCC 12 at -O2 leaves the plain loop scalar, which
+ * measured 9% of a rank's CPU time in bench/overlap.sh at batch 64) */
+typedef float f32x16 __attribute__((vector_size(64)));
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void scale_f32(float *p, size_t n, float s)
+{
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		f32x16 v;
+		memcpy(&v, p + i, sizeof v);
+		v *= s;
+		memcpy(p + i, &v, sizeof v);
+	}
+	for (; i < n; i++)
+		p[i] *= s;
+}
+
 static void scale(void *buf, size_t n, int dt, float s)
 {
 	if (dt == KILN_F32) {
-		float *p = buf;
-		for (size_t i = 0; i < n; i++)
-			p[i] *= s;
+		scale_f32(buf, n, s);
 	} else {
 		uint16_t *p = buf;
 		for (size_t i = 0; i < n; i++)
@@ -270,13 +288,23 @@ static kiln_status run_job(void *arg)
 		/* nonblocking with a CPU-friendly wait on a stream worker,
 		 * where the compute threads need the cores; blocking
 		 * (Open MPI's busy poll, its lowest latency) inline */
+		const int how = running_inline ? W_BLOCK : c->wait;
 		MPI_Request req = MPI_REQUEST_NULL;
-		MPI_Request *r = c->wait != W_BLOCK && !running_inline ? &req : NULL;
-		const char *what = "";
+		const char *what = "MPI_Ibarrier";
+		int rc = MPI_SUCCESS;
 		watch(c, j->kind, j->count);
-		int rc = start(c, j, r, &what);
-		if (rc == MPI_SUCCESS && r)
-			rc = wait_req(c, r);
+		if (how == W_MEET) {
+			/* wait (napping) until every rank has reached this
+			 * collective, then run the blocking one: Open MPI's
+			 * polling covers only the transfer itself */
+			rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+			if (rc == MPI_SUCCESS)
+				rc = wait_req(c, &req);
+		}
+		if (rc == MPI_SUCCESS)
+			rc = start(c, j, how == W_BLOCK || how == W_MEET ? NULL : &req, &what);
+		if (rc == MPI_SUCCESS && (how == W_YIELD || how == W_SLEEP))
+			rc = wait_req(c, &req);
 		unwatch(c);
 		if (rc != MPI_SUCCESS)
 			st = mpi_fail(c, rc, what);
@@ -389,6 +417,9 @@ static void mpi_close(void *ctx)
 	free(c);
 }
 
+/* libnbc's MPI_Iallreduce algorithm: 1 is the ring (mpi_open) */
+#define NBC_ALG "OMPI_MCA_coll_libnbc_iallreduce_algorithm"
+
 static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    struct kiln_store *store, struct kiln_device *dev, int rank, int world,
 			    int timeout_ms, void **out)
@@ -403,6 +434,13 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ENOTSUP, "mpi: collectives on host memory only, and [run] device = %s keeps its tensors elsewhere: use [run] comm = nccl",
 				   host->device_name(dev));
 	MPI_Initialized(&inited);
+	/* Open MPI reads its parameters from OMPI_MCA_* at MPI_Init: kiln's
+	 * defaults go there without overwriting the user's (mpirun --mca,
+	 * -x, the environment) */
+	int nbc_ring = 1, mca_user = getenv(NBC_ALG) != NULL;
+	host->config_get_bool(cfg, "plugin.mpi", "nbc_ring", &nbc_ring);
+	if (!inited && nbc_ring)
+		setenv(NBC_ALG, "1", 0);
 	if (!inited && MPI_Init_thread(NULL, NULL, want, &provided) != MPI_SUCCESS)
 		return host->error(KILN_EIO, "mpi: MPI_Init_thread failed (was this process started by mpirun or srun?)");
 	if (!inited && provided < MPI_THREAD_SERIALIZED)
@@ -421,7 +459,7 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	c->world = w;
 	c->timeout_ms = timeout_ms;
 	const char *wait = host->config_get(cfg, "plugin.mpi", "wait");
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < 4; k++)
 		if (wait && !strcmp(wait, wait_names[k]))
 			c->wait = k;
 	int64_t spin_us = 0, sleep_us = 0;
@@ -445,11 +483,16 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	char *nl = strchr(lib, ',');
 	if (nl)
 		*nl = 0;
-	char how[64] = "";
+	char how[160] = "";
 	if (c->wait != W_BLOCK)
 		snprintf(how, sizeof how, " after %lld us of polling", (long long)spin_us);
-	if (c->wait == W_SLEEP)
+	if (c->wait == W_SLEEP || c->wait == W_MEET)
 		snprintf(how + strlen(how), sizeof how - strlen(how), ", %lld us naps", (long long)sleep_us);
+	if (c->wait == W_YIELD || c->wait == W_SLEEP) {
+		const char *alg = getenv(NBC_ALG);
+		snprintf(how + strlen(how), sizeof how - strlen(how), ", iallreduce algorithm %s (%s)",
+			 alg ? alg : "Open MPI's choice", mca_user ? "the user's" : alg ? "kiln's" : "default");
+	}
 	snprintf(c->desc, sizeof c->desc, "%.100s, thread level %d, stream collectives wait: %s%s, watchdog at %.0f s",
 		 lib, inited ? -1 : provided, wait_names[c->wait], how, timeout_ms / 1000.0);
 	*out = c;
@@ -479,12 +522,14 @@ static const struct kiln_comm_ops mpi_ops = {
 static const struct kiln_key mpi_keys[] = {
 	{ "thread_level", KILN_KEY_ENUM, "serialized", 0, 0, "serialized|multiple",
 	  "The thread support asked of MPI_Init_thread: `serialized` (MPI_THREAD_SERIALIZED, enough: kiln never runs two collectives at once) or `multiple` (MPI_THREAD_MULTIPLE, which makes Open MPI lock inside every call)." },
-	{ "wait", KILN_KEY_ENUM, "sleep", 0, 0, "block|yield|sleep",
+	{ "wait", KILN_KEY_ENUM, "sleep", 0, 0, "block|yield|sleep|meet",
 	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward) waits for the other ranks. `block`: Open MPI's blocking collective, which busy-polls shared memory and so holds a core the compute threads need when ranks fill the cores. `yield`: the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, polling for `spin_us`, then calling sched_yield() between tests. `sleep`: the same, sleeping `sleep_us` between tests. Open MPI progresses a nonblocking collective only inside MPI_Test, so each pause adds up to its length per protocol round. Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. docs/PERFORMANCE.md (part 6) has the measurements behind the default." },
 	{ "spin_us", KILN_KEY_INT, "20", 0, 1000000, NULL,
 	  "With `wait = yield` or `sleep`: microseconds of back-to-back MPI_Test calls before the first pause." },
 	{ "sleep_us", KILN_KEY_INT, "50", 1, 1000000, NULL,
 	  "With `wait = sleep`: microseconds each pause between MPI_Test calls sleeps (nanosleep)." },
+	{ "nbc_ring", KILN_KEY_BOOL, "1", 0, 0, NULL,
+	  "Before MPI_Init, set OMPI_MCA_coll_libnbc_iallreduce_algorithm = 1 (libnbc's ring) unless the environment already sets it (mpirun --mca and -x win). Open MPI's own choice for an in-place MPI_Iallreduce is the binomial tree (reduce to rank 0, then broadcast: two sequential full-size transfers), 1.4-2.8x slower than the ring at 1-4 MiB on 2 ranks (docs/PERFORMANCE.md, part 6). Matters only with `wait` = `yield` or `sleep`. 0: leave Open MPI's choice." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
