@@ -522,7 +522,7 @@ static const struct kiln_comm_ops mpi_ops = {
 static const struct kiln_key mpi_keys[] = {
 	{ "thread_level", KILN_KEY_ENUM, "serialized", 0, 0, "serialized|multiple",
 	  "The thread support asked of MPI_Init_thread: `serialized` (MPI_THREAD_SERIALIZED, enough: kiln never runs two collectives at once) or `multiple` (MPI_THREAD_MULTIPLE, which makes Open MPI lock inside every call)." },
-	{ "wait", KILN_KEY_ENUM, "sleep", 0, 0, "block|yield|sleep|meet",
+	{ "wait", KILN_KEY_ENUM, "yield", 0, 0, "block|yield|sleep|meet",
 	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward) waits for the other ranks. `block`: Open MPI's blocking collective, which busy-polls shared memory and so holds a core the compute threads need when ranks fill the cores. `yield`: the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, polling for `spin_us`, then calling sched_yield() between tests. `sleep`: the same, sleeping `sleep_us` between tests. Open MPI progresses a nonblocking collective only inside MPI_Test, so each pause adds up to its length per protocol round. Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. docs/PERFORMANCE.md (part 6) has the measurements behind the default." },
 	{ "spin_us", KILN_KEY_INT, "20", 0, 1000000, NULL,
 	  "With `wait = yield` or `sleep`: microseconds of back-to-back MPI_Test calls before the first pause." },
