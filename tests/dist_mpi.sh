@@ -42,7 +42,7 @@ for z in "" "train.skip_nonfinite=0"; do
 done
 # kiln-mpi's collectives on the comm stream wait in three ways
 # ([plugin.mpi] wait): each ends equal to one process
-for w in block yield sleep; do
+for w in block yield sleep meet; do
 	port=$(free_port 9)
 	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
 		-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/w$w" train.batch=32 \

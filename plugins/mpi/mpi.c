@@ -11,6 +11,17 @@
  * compute stream after waiting for the comm stream).  Buffers must be host memory: the
  * plugin refuses devices other than cpu.
  *
+ * Waiting.  Open MPI's blocking collectives busy-poll shared memory while
+ * the peers are still computing, so a collective on the comm stream's
+ * worker holds a core the compute threads need when the ranks fill the
+ * cores.  A collective that runs on a stream worker is therefore the
+ * nonblocking one (MPI_Iallreduce, ...) completed by MPI_Test with a
+ * sched_yield() (default) or a nap between tests, or (wait = meet) a napping
+ * MPI_Ibarrier before the blocking call; one that runs inline on the
+ * enqueuing thread (a synchronous stream: `kiln bench comm`) still blocks,
+ * for the lowest latency ([plugin.mpi] wait, spin_us, sleep_us, nbc_ring;
+ * docs/PERFORMANCE.md part 6).
+ *
  * Timeouts.  An MPI collective cannot be cancelled.  A watchdog thread
  * watches the one in progress; past [dist] timeout it reports the error
  * through host->fatal, and the CLI ends the process (mpirun then ends the
@@ -523,11 +534,11 @@ static const struct kiln_key mpi_keys[] = {
 	{ "thread_level", KILN_KEY_ENUM, "serialized", 0, 0, "serialized|multiple",
 	  "The thread support asked of MPI_Init_thread: `serialized` (MPI_THREAD_SERIALIZED, enough: kiln never runs two collectives at once) or `multiple` (MPI_THREAD_MULTIPLE, which makes Open MPI lock inside every call)." },
 	{ "wait", KILN_KEY_ENUM, "yield", 0, 0, "block|yield|sleep|meet",
-	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward) waits for the other ranks. `block`: Open MPI's blocking collective, which busy-polls shared memory and so holds a core the compute threads need when ranks fill the cores. `yield`: the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, polling for `spin_us`, then calling sched_yield() between tests. `sleep`: the same, sleeping `sleep_us` between tests. Open MPI progresses a nonblocking collective only inside MPI_Test, so each pause adds up to its length per protocol round. Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. docs/PERFORMANCE.md (part 6) has the measurements behind the default." },
+	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward; the log-point sums) waits for the other ranks. `block`: Open MPI's blocking collective, which busy-polls shared memory and so holds a core the compute threads need when the ranks fill the cores. `yield` (default): the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, back to back for `spin_us`, then with sched_yield() between tests (a free core keeps polling, a busy one goes to the compute threads). `sleep`: the same with a `sleep_us` nap between tests; Open MPI progresses a nonblocking collective only inside MPI_Test, so each nap adds up to its length per protocol round. `meet`: an MPI_Ibarrier tested with naps, then the blocking collective (Open MPI's polling covers only the transfer). Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. Measurements: docs/PERFORMANCE.md, part 6." },
 	{ "spin_us", KILN_KEY_INT, "20", 0, 1000000, NULL,
-	  "With `wait = yield` or `sleep`: microseconds of back-to-back MPI_Test calls before the first pause." },
+	  "With `wait = yield`, `sleep` or `meet`: microseconds of back-to-back MPI_Test calls before the first pause." },
 	{ "sleep_us", KILN_KEY_INT, "50", 1, 1000000, NULL,
-	  "With `wait = sleep`: microseconds each pause between MPI_Test calls sleeps (nanosleep)." },
+	  "With `wait = sleep` or `meet`: microseconds each pause between MPI_Test calls sleeps (nanosleep; the kernel's timer slack, 50 us by default, comes on top)." },
 	{ "nbc_ring", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "Before MPI_Init, set OMPI_MCA_coll_libnbc_iallreduce_algorithm = 1 (libnbc's ring) unless the environment already sets it (mpirun --mca and -x win). Open MPI's own choice for an in-place MPI_Iallreduce is the binomial tree (reduce to rank 0, then broadcast: two sequential full-size transfers), 1.4-2.8x slower than the ring at 1-4 MiB on 2 ranks (docs/PERFORMANCE.md, part 6). Matters only with `wait` = `yield` or `sleep`. 0: leave Open MPI's choice." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
