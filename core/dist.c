@@ -703,6 +703,9 @@ static kiln_status zero_run(struct kiln_dist *d, void *plan, const float *grads,
 	a.out[0] = m->params_d + lo;
 	for (int s = 0; s < m->state_slots; s++)
 		a.out[1 + s] = st0 ? st0 + (size_t)s * (d->zc + d->zt) : NULL;
+	/* low-precision compute: the piece's compute copy, in the same pass */
+	if (m->params_c)
+		a.out[op->n_out - 1] = (char *)m->params_c + lo * kiln_dtype_size(m->cdtype);
 	return kiln_device_run(d->dev, plan, &a, compute);
 }
 
@@ -776,19 +779,26 @@ kiln_status kiln_dist_zero_settle(struct kiln_dist *d, void *stream)
 
 /* Every bucket's pieces, from this rank's compact `mine` (zoff) into the
  * whole `full` (lo), or in place (mine NULL), on `stream`, the buckets
- * the first layers read first.  `params`: the parameters after a step;
- * each bucket then records its gdone and is pending for the next forward
+ * the first layers read first.  `params`: the parameters after a step
+ * (and their low-precision compute copy, when there is one); each bucket
+ * then records its gdone and is pending for the next forward
  * (zero_wait_params). */
 static kiln_status zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
 				  int params)
 {
+	const struct kiln_model *m = d->m;
+	const size_t r = (size_t)d->env.rank;
+	const int lp = params && m->params_c;
+	const size_t cs = lp ? kiln_dtype_size(m->cdtype) : 0;
 	kiln_status st;
 	for (int i = d->n_b - 1; i >= 0; i--) {
 		struct bucket *b = &d->b[i];
 		void *done = params && !d->timing ? b->gdone : NULL;
-		if ((st = d->ops->allgather(d->ctx, mine ? mine + b->zoff : full + b->lo +
-						 (size_t)d->env.rank * b->c,
-					    full + b->lo, b->c, KILN_F32, stream, done)))
+		char *pc = lp ? (char *)m->params_c + b->lo * cs : NULL;
+		if ((st = d->ops->allgather(d->ctx, mine ? mine + b->zoff : full + b->lo + r * b->c,
+					    full + b->lo, b->c, KILN_F32, stream, lp ? NULL : done)) ||
+		    (lp && (st = d->ops->allgather(d->ctx, pc + r * b->c * cs, pc, b->c, m->cdtype,
+						   stream, done))))
 			return st;
 		if (params && d->timing &&
 		    ((st = kiln_device_host_fn(d->dev, stream, stamp_gathered, &b->sg)) ||
