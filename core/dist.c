@@ -356,7 +356,9 @@ static kiln_status stamp_bucket(void *arg)
 {
 	struct stamp *s = arg;
 	struct bucket *b = &s->d->b[s->b];
-	*(s->end ? &b->t1 : &b->t0) = kiln_now_s();
+	/* end: 0 the collective began, 1 it ended, 2 the parameter
+	 * allgather (ZeRO-1) ended */
+	*(s->end == 2 ? &b->tg : s->end ? &b->t1 : &b->t0) = kiln_now_s();
 	return KILN_OK;
 }
 
@@ -601,7 +603,8 @@ static kiln_status zero_buckets(struct kiln_dist *d)
 			}
 		b->s0 = (struct stamp){ d, d->n_b, 0 };
 		b->s1 = (struct stamp){ d, d->n_b, 1 };
-		b->sg = b->sw = (struct stamp){ d, d->n_b, 0 };
+		b->sg = (struct stamp){ d, d->n_b, 2 };
+		b->sw = (struct stamp){ d, d->n_b, 0 };
 		if ((st = kiln_device_event_create(d->dev, &b->done)) ||
 		    (st = kiln_device_event_create(d->dev, &b->gdone)))
 			return st;
@@ -709,17 +712,9 @@ static kiln_status zero_run(struct kiln_dist *d, void *plan, const float *grads,
 	return kiln_device_run(d->dev, plan, &a, compute);
 }
 
-/* [dist] timing's host functions for the parameter allgathers: the end
- * of bucket b's (on the stream it ran on), the first reader's start
- * (compute), and, once the compute stream waited for bucket b, whether it
- * ended after that start */
-static kiln_status stamp_gathered(void *arg)
-{
-	struct stamp *s = arg;
-	s->d->b[s->b].tg = kiln_now_s();
-	return KILN_OK;
-}
-
+/* [dist] timing's host functions for the parameter allgathers (their
+ * ends: stamp_bucket): the first reader's start (compute), and, once the
+ * compute stream waited for bucket b, whether it ended after that start */
 static kiln_status stamp_read(void *arg)
 {
 	struct stamp *s = arg;
@@ -801,7 +796,7 @@ static kiln_status zero_allgather(struct kiln_dist *d, const float *mine, float 
 						   stream, done))))
 			return st;
 		if (params && d->timing &&
-		    ((st = kiln_device_host_fn(d->dev, stream, stamp_gathered, &b->sg)) ||
+		    ((st = kiln_device_host_fn(d->dev, stream, stamp_bucket, &b->sg)) ||
 		     (st = kiln_device_event_record(d->dev, b->gdone, stream))))
 			return st;
 		b->gpending |= params;
