@@ -21,6 +21,7 @@
  */
 #include "dist.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -35,10 +36,18 @@ struct bucket {
 	int ready_layer;  /* complete after this layer's backward */
 	void *done;       /* event: the allreduce finished (comm stream) */
 	int started;
+	/* ZeRO-1: the first layer whose forward reads a parameter in
+	 * [lo, hi) (n_layers: none, padding only); gdone: the event of the
+	 * bucket's parameter allgather, which the next forward waits for
+	 * before that layer while gpending */
+	int need_layer;
+	void *gdone;
+	int gpending;
 	/* [dist] timing: when the comm stream began and ended its allreduce
-	 * (host clock, seconds; written by host functions on that stream) */
-	double t0, t1;
-	struct stamp { struct kiln_dist *d; int b, end; } s0, s1;
+	 * (host clock, seconds; written by host functions on that stream),
+	 * and when the parameter allgather ended (ZeRO-1) */
+	double t0, t1, tg;
+	struct stamp { struct kiln_dist *d; int b, end; } s0, s1, sg, sw;
 };
 
 struct kiln_dist {
@@ -73,6 +82,8 @@ struct kiln_dist {
 	void *ztplan;           /* the optimizer over the tail */
 	void *zt_done;          /* event: the tail's allreduce finished */
 	float *zfull;           /* the whole state while a checkpoint is taken */
+	int zpending;           /* some bucket's parameter allgather is not yet
+				 * waited for on the compute stream */
 	/* [dist] timing = 1: host functions stamp, on the streams, when the
 	 * backward ended (compute), when each bucket's allreduce ran (comm)
 	 * and when the optimizer could start (compute, after the waits); the
@@ -84,6 +95,13 @@ struct kiln_dist {
 	int64_t early, runs;  /* bucket collectives begun before the backward
 			       * ended (overlapped), of all */
 	struct stamp s_bwd, s_opt;
+	/* ZeRO-1's parameter allgathers: when the compute stream reached the
+	 * first reader of the parameters after them (the next forward), and
+	 * how many of them completed after that (overlapped), of all */
+	double t_read;
+	int read_stamped;
+	int64_t glate, gruns;
+	struct stamp s_read;
 };
 
 static void (*fatal_fn)(const char *msg);
@@ -207,6 +225,7 @@ static void free_buckets(struct kiln_dist *d)
 {
 	for (int i = 0; i < d->n_b; i++) {
 		kiln_device_event_destroy(d->dev, d->b[i].done);
+		kiln_device_event_destroy(d->dev, d->b[i].gdone);
 		if (d->b[i].own_plan)
 			kiln_device_plan_free(d->dev, d->b[i].plan);
 	}
@@ -227,9 +246,16 @@ void kiln_dist_close(struct kiln_dist *d)
 		kiln_log(KILN_LOG_INFO, "dist", "rank %d: %lld of %lld bucket %s began before the backward ended",
 			 d->env.rank, (long long)d->early, (long long)d->runs,
 			 d->zero ? "reduce-scatters" : "allreduces");
+	if (d->timing && d->gruns)
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d: %lld of %lld parameter allgathers completed after the next forward began",
+			 d->env.rank, (long long)d->glate, (long long)d->gruns);
 	if (d->m && d->m->bwd_user == d) {
 		d->m->bwd_hook = NULL;
 		d->m->bwd_user = NULL;
+	}
+	if (d->m && d->m->fwd_user == d) {
+		d->m->fwd_hook = NULL;
+		d->m->fwd_user = NULL;
 	}
 	free_buckets(d);
 	kiln_device_plan_free(d->dev, d->ztplan);
@@ -330,7 +356,9 @@ static kiln_status stamp_bucket(void *arg)
 {
 	struct stamp *s = arg;
 	struct bucket *b = &s->d->b[s->b];
-	*(s->end ? &b->t1 : &b->t0) = kiln_now_s();
+	/* end: 0 the collective began, 1 it ended, 2 the parameter
+	 * allgather (ZeRO-1) ended */
+	*(s->end == 2 ? &b->tg : s->end ? &b->t1 : &b->t0) = kiln_now_s();
 	return KILN_OK;
 }
 
@@ -563,9 +591,22 @@ static kiln_status zero_buckets(struct kiln_dist *d)
 			    (b->ready_layer < 0 || p->layer < b->ready_layer))
 				b->ready_layer = p->layer;
 		}
+		/* the next forward needs the bucket's parameters whole before
+		 * the first layer that reads one of them (a tied weight's
+		 * readers included) */
+		b->need_layer = m->n_layers;
+		for (int l = 0; l < m->n_layers && b->need_layer == m->n_layers; l++)
+			for (int k = 0; k < m->layers[l].n_params; k++) {
+				const struct model_param *p = &m->params[m->layers[l].pidx[k]];
+				if (!p->buffer && p->off < b->hi && p->off + (size_t)p->numel > b->lo)
+					b->need_layer = l;
+			}
 		b->s0 = (struct stamp){ d, d->n_b, 0 };
 		b->s1 = (struct stamp){ d, d->n_b, 1 };
-		if ((st = kiln_device_event_create(d->dev, &b->done)))
+		b->sg = (struct stamp){ d, d->n_b, 2 };
+		b->sw = (struct stamp){ d, d->n_b, 0 };
+		if ((st = kiln_device_event_create(d->dev, &b->done)) ||
+		    (st = kiln_device_event_create(d->dev, &b->gdone)))
 			return st;
 		for (int k = 0; k < d->n_b && !b->plan; k++)
 			if (d->b[k].c == b->c)
@@ -582,6 +623,8 @@ static kiln_status zero_buckets(struct kiln_dist *d)
 		return st;
 	return KILN_OK;
 }
+
+static kiln_status fwd_hook(void *user, int layer, void *stream);
 
 kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 {
@@ -624,12 +667,17 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 	m->state_d = NULL;
 	kiln_device_plan_free(d->dev, m->optim_plan);
 	m->optim_plan = NULL;
-	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%d of each of %d gradient bucket(s), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s",
+	d->s_read.d = d;
+	m->fwd_hook = fwd_hook;
+	m->fwd_user = d;
+	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%d of each of %d gradient bucket(s), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s; parameters allgathered %s",
 		 d->env.rank, d->zc, d->env.world, d->n_b, d->zwc, n,
 		 (double)(slots * L * sizeof(float)) / 1048576.0,
 		 (double)(slots * n * sizeof(float)) / 1048576.0,
 		 d->overlap ? "overlapped with" : "after",
-		 clip ? ", then gathered whole for the clip / non-finite check" : "");
+		 clip ? ", then gathered whole for the clip / non-finite check" : "",
+		 d->overlap ? "on the comm stream, overlapped with the next forward"
+			    : "after the optimizer, before the next forward");
 	return KILN_OK;
 }
 
@@ -658,21 +706,104 @@ static kiln_status zero_run(struct kiln_dist *d, void *plan, const float *grads,
 	a.out[0] = m->params_d + lo;
 	for (int s = 0; s < m->state_slots; s++)
 		a.out[1 + s] = st0 ? st0 + (size_t)s * (d->zc + d->zt) : NULL;
+	/* low-precision compute: the piece's compute copy, in the same pass */
+	if (m->params_c)
+		a.out[op->n_out - 1] = (char *)m->params_c + lo * kiln_dtype_size(m->cdtype);
 	return kiln_device_run(d->dev, plan, &a, compute);
 }
 
-/* every bucket's pieces, from this rank's compact `mine` (zoff) into the
- * whole `full` (lo) */
-static kiln_status zero_allgather(struct kiln_dist *d, const float *mine, float *full,
-				  void *compute)
+/* [dist] timing's host functions for the parameter allgathers (their
+ * ends: stamp_bucket): the first reader's start (compute), and, once the
+ * compute stream waited for bucket b, whether it ended after that start */
+static kiln_status stamp_read(void *arg)
+{
+	struct stamp *s = arg;
+	s->d->t_read = kiln_now_s();
+	return KILN_OK;
+}
+
+static kiln_status stamp_waited(void *arg)
+{
+	struct stamp *s = arg;
+	s->d->glate += s->d->b[s->b].tg > s->d->t_read;
+	s->d->gruns++;
+	return KILN_OK;
+}
+
+/* Make `stream` wait for the parameter allgather of every pending bucket
+ * the forward of layers [0, layer] reads (layer >= n_layers: all of
+ * them).  No-op when none is pending: only the first reader after a
+ * ZeRO-1 step waits. */
+static kiln_status zero_wait_params(struct kiln_dist *d, int layer, void *stream)
 {
 	kiln_status st;
-	for (int i = 0; i < d->n_b; i++) {
-		const struct bucket *b = &d->b[i];
-		if ((st = d->ops->allgather(d->ctx, mine ? mine + b->zoff : full + b->lo +
-						 (size_t)d->env.rank * b->c,
-					    full + b->lo, b->c, KILN_F32, compute, NULL)))
+	int left = 0;
+	if (!d->zpending)
+		return KILN_OK;
+	if (d->timing && !d->read_stamped) {
+		if ((st = kiln_device_host_fn(d->dev, stream, stamp_read, &d->s_read)))
 			return st;
+		d->read_stamped = 1;
+	}
+	for (int i = d->n_b - 1; i >= 0; i--) {
+		struct bucket *b = &d->b[i];
+		if (!b->gpending)
+			continue;
+		if (b->need_layer > layer) {
+			left = 1;
+			continue;
+		}
+		if ((st = kiln_device_stream_wait(d->dev, stream, b->gdone)) ||
+		    (d->timing && (st = kiln_device_host_fn(d->dev, stream, stamp_waited, &b->sw))))
+			return st;
+		b->gpending = 0;
+	}
+	d->zpending = left;
+	return KILN_OK;
+}
+
+static kiln_status fwd_hook(void *user, int layer, void *stream)
+{
+	return zero_wait_params(user, layer, stream);
+}
+
+kiln_status kiln_dist_zero_settle(struct kiln_dist *d, void *stream)
+{
+	return d && d->zero ? zero_wait_params(d, INT_MAX, stream) : KILN_OK;
+}
+
+/* Every bucket's pieces, from this rank's compact `mine` (zoff) into the
+ * whole `full` (lo), or in place (mine NULL), on `stream`, the buckets
+ * the first layers read first.  `params`: the parameters after a step
+ * (and their low-precision compute copy, when there is one); each bucket
+ * then records its gdone and is pending for the next forward
+ * (zero_wait_params). */
+static kiln_status zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
+				  int params)
+{
+	const struct kiln_model *m = d->m;
+	const size_t r = (size_t)d->env.rank;
+	const int lp = params && m->params_c;
+	const size_t cs = lp ? kiln_dtype_size(m->cdtype) : 0;
+	kiln_status st;
+	for (int i = d->n_b - 1; i >= 0; i--) {
+		struct bucket *b = &d->b[i];
+		void *done = params && !d->timing ? b->gdone : NULL;
+		char *pc = lp ? (char *)m->params_c + b->lo * cs : NULL;
+		if ((st = d->ops->allgather(d->ctx, mine ? mine + b->zoff : full + b->lo + r * b->c,
+					    full + b->lo, b->c, KILN_F32, stream, lp ? NULL : done)) ||
+		    (lp && (st = d->ops->allgather(d->ctx, pc + r * b->c * cs, pc, b->c, m->cdtype,
+						   stream, done))))
+			return st;
+		if (params && d->timing &&
+		    ((st = kiln_device_host_fn(d->dev, stream, stamp_bucket, &b->sg)) ||
+		     (st = kiln_device_event_record(d->dev, b->gdone, stream))))
+			return st;
+		b->gpending |= params;
+	}
+	if (params) {
+		d->zpending = d->n_b > 0;
+		d->read_stamped = 0;
 	}
 	return KILN_OK;
 }
@@ -684,9 +815,14 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 	const size_t r = (size_t)d->env.rank;
 	if (!m->n_trainable)
 		return KILN_OK;
-	/* advance first: the op reads the (1-based) number of the step it takes */
-	struct kiln_op_args c = { .out = { m->opt_step_d } };
-	if ((st = kiln_device_run(d->dev, m->step_plan, &c, compute)))
+	/* the previous step's allgathers write the parameters this one
+	 * updates (the forward waited for them all unless it skipped a
+	 * layer) */
+	if ((st = zero_wait_params(d, INT_MAX, compute)))
+		return st;
+	/* advance first (gated like the step: a skipped step is not counted):
+	 * the op reads the (1-based) number of the step it takes */
+	if ((st = kiln_model_opt_step_advance(m, compute)))
 		return st;
 	/* each piece reads the gradients the clip saw (whole, gathered back)
 	 * or its own averaged piece */
@@ -700,16 +836,30 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 	if (d->zt && (st = zero_run(d, d->ztplan, m->grads_d + d->zwc, d->zwc,
 				    d->zstate ? d->zstate + d->zc : NULL, lr, compute)))
 		return st;
-	/* every rank's updated pieces, in place */
-	return zero_allgather(d, NULL, m->params_d, compute);
+	/* every rank's updated pieces, in place: with overlap on the comm
+	 * stream once the update is done, while the compute stream goes on
+	 * to the next forward, whose layers wait for their buckets (fwd_hook);
+	 * without, on the compute stream before it */
+	void *s = compute;
+	if (d->overlap) {
+		if ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+		    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
+			return st;
+		s = d->comm_stream;
+	}
+	return zero_allgather(d, NULL, m->params_d, s, 1);
 }
 
 kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 {
 	struct kiln_model *m = d ? d->m : NULL;
 	kiln_status st;
-	if (!d || !d->zero || !d->zstate)
+	if (!d || !d->zero)
 		return KILN_OK;
+	/* the checkpoint reads the parameters whole, and no collective runs
+	 * on the compute stream while the comm stream's do */
+	if ((st = zero_wait_params(d, INT_MAX, compute)) || !d->zstate)
+		return st;
 	const size_t n = m->n_trainable, L = d->zc + d->zt;
 	const int slots = m->state_slots;
 	if (!d->zfull &&
@@ -717,7 +867,7 @@ kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 		return st;
 	for (int s = 0; s < slots; s++) {
 		float *full = d->zfull + (size_t)s * n, *mine = d->zstate + (size_t)s * L;
-		if ((st = zero_allgather(d, mine, full, compute)) ||
+		if ((st = zero_allgather(d, mine, full, compute, 0)) ||
 		    (d->zt && (st = kiln_device_copy_async(d->dev, full + d->zwc, mine + d->zc,
 							   d->zt * sizeof(float), KILN_COPY_D2D,
 							   compute))))
@@ -768,7 +918,7 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	d->overlap_now = 0;
 	/* ZeRO-1 with a clip: the averaged pieces back into the whole gradient */
 	if (d->zero && d->zero_gather)
-		return zero_allgather(d, d->zgrad, d->m->grads_d, compute);
+		return zero_allgather(d, d->zgrad, d->m->grads_d, compute, 0);
 	return KILN_OK;
 }
 
@@ -777,6 +927,9 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
 	struct kiln_state_buf bufs[KILN_MAX_STATE_BUFS];
 	int n = kiln_model_state_buffers(d->m, bufs, KILN_MAX_STATE_BUFS);
 	kiln_status st;
+	/* (collectives on the compute stream wait for the comm stream's) */
+	if ((st = kiln_dist_zero_settle(d, compute)))
+		return st;
 	for (int i = 0; i < n; i++)
 		if ((st = d->ops->broadcast(d->ctx, bufs[i].ptr, bufs[i].bytes, KILN_U8, 0, compute,
 					    NULL)))
@@ -791,7 +944,8 @@ kiln_status kiln_dist_broadcast_host(struct kiln_dist *d, void *buf, size_t byte
 {
 	void *dev_buf = NULL, *host = NULL;
 	kiln_status st;
-	if ((st = kiln_device_alloc(d->dev, bytes, &dev_buf)) ||
+	if ((st = kiln_dist_zero_settle(d, compute)) ||
+	    (st = kiln_device_alloc(d->dev, bytes, &dev_buf)) ||
 	    (st = kiln_device_host_alloc(d->dev, bytes, &host)))
 		goto out;
 	memcpy(host, buf, bytes);
@@ -818,7 +972,8 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 		return kiln_error(KILN_EINTERNAL, "kiln_dist_sum_host: %d values", n);
 	for (int i = 0; i < n; i++)
 		d->scratch_h[i] = (float)v[i];
-	if ((st = kiln_device_copy_async(d->dev, d->scratch_d, d->scratch_h, (size_t)n * 4,
+	if ((st = kiln_dist_zero_settle(d, compute)) ||
+	    (st = kiln_device_copy_async(d->dev, d->scratch_d, d->scratch_h, (size_t)n * 4,
 					 KILN_COPY_H2D, compute)) ||
 	    (st = d->ops->allreduce(d->ctx, d->scratch_d, (size_t)n, KILN_F32, KILN_REDUCE_SUM,
 				    compute, NULL)) ||

@@ -44,10 +44,24 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute);
 kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip);
 int kiln_dist_zero(const struct kiln_dist *d); /* 0 for NULL */
 /* The optimizer step under ZeRO-1, in place of kiln_model_optim_step:
- * advance the step counter, update this rank's shard and the tail, and
- * allgather the parameters. */
+ * advance the step counter (gated by the finite flag like
+ * kiln_model_optim_step's), update this rank's shard and the tail, and
+ * allgather the parameters (on the comm stream with [dist] overlap: see
+ * kiln_dist_zero_settle). */
 kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *compute);
-/* Before a checkpoint (every rank, collective): gather the optimizer
+/* With [dist] overlap (the default) the step's parameter allgathers run
+ * on the comm stream, one completion event per bucket, and the next
+ * forward waits for each bucket before the first layer that reads it (the
+ * model's fwd_hook, installed by kiln_dist_zero_init).  Anything else that
+ * reads the parameters (or runs a collective on `stream`) first calls
+ * _settle: `stream` waits for every allgather not yet waited for.  No host
+ * synchronisation; a no-op without ZeRO or when none is pending.  The
+ * dist functions below that run collectives on `stream` settle
+ * themselves; a captured step settles before its end, so a replay leaves
+ * no allgather pending (its comm stream rejoins the capture). */
+kiln_status kiln_dist_zero_settle(struct kiln_dist *d, void *stream);
+/* Before a checkpoint (every rank, collective): settle the parameter
+ * allgathers and gather the optimizer
  * state whole into a temporary buffer the model's state_d points at, so
  * kiln_model_state_buffers lists it as without ZeRO; _release frees it.
  * No-ops without ZeRO. */

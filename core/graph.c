@@ -1197,8 +1197,13 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 	struct kiln_profile *prof = kiln_device_profile(p->m->dev);
 	struct kiln_layer_run r;
 	kiln_status st;
-	int n = p->m->n_layers;
-	if ((st = kiln_model_params_sync(p->m, stream)))
+	struct kiln_model *m = p->m;
+	int n = m->n_layers;
+	/* the compute copy's refresh reads every parameter */
+	if (m->fwd_hook && m->pcopy_stale && m->pcast_plan &&
+	    (st = m->fwd_hook(m->fwd_user, n, stream)))
+		return st;
+	if ((st = kiln_model_params_sync(m, stream)))
 		return kiln_error_wrap(st, "the compute copy of the parameters");
 	if (p->in_reorder || p->in_cast) {
 		struct kiln_op_args a = { .in = { x }, .out = { ypos(p, p->data_store, x) },
@@ -1212,6 +1217,8 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 			return kiln_error_wrap(st, "converting the input to the model's layout and dtype");
 	}
 	for (int i = 0; i < n; i++) {
+		if (m->fwd_hook && (st = m->fwd_hook(m->fwd_user, i, stream)))
+			return st;
 		fill_run(p, i, &r, x, labels, metrics, stream, 0);
 		if ((st = run_node(p, i, KILN_PHASE_FORWARD, &r, prof)))
 			return kiln_error_wrap(st, "forward of layer '%s'", p->m->layers[i].name);

@@ -85,6 +85,13 @@ struct kiln_model {
 	 * order), so gradient buckets can start their allreduce.  NULL: none. */
 	kiln_status (*bwd_hook)(void *user, int layer, void *stream);
 	void *bwd_user;
+	/* ... and before layer i's forward ops are issued on `stream` (every
+	 * forward, training or evaluation, layers in order), so ZeRO-1 can
+	 * make the stream wait for the parameter allgathers layer i reads;
+	 * layer = n_layers before an op that reads every parameter (the
+	 * compute copy's refresh).  NULL: none. */
+	kiln_status (*fwd_hook)(void *user, int layer, void *stream);
+	void *fwd_user;
 	/* Low-precision compute (docs/precision.md): the dtype of activations,
 	 * their gradients and the weights layers read (KILN_F32, KILN_BF16,
 	 * KILN_F16).  Not f32: params_c is the compute copy of params_d
@@ -130,6 +137,12 @@ void kiln_model_precision_close(struct kiln_model *m);
 kiln_status kiln_model_optim_configure(struct kiln_model *m);
 kiln_status kiln_model_optim_alloc(struct kiln_model *m);
 void kiln_model_optim_free(struct kiln_model *m);
+/* Enqueue the advance of the optimizer's step count (opt_step_d) by one,
+ * gated by step_ok_d when a finite flag gates the step (a skipped step is
+ * not counted); before the optimizer op, which reads the 1-based number of
+ * the step it takes.  kiln_model_optim_step and ZeRO-1's sharded step
+ * (core/dist.c) both advance it through this. */
+kiln_status kiln_model_opt_step_advance(struct kiln_model *m, void *stream);
 
 /* One device buffer that defines training state: what a checkpoint saves
  * and restores, and a broadcast copies to every rank. */

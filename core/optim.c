@@ -350,12 +350,18 @@ kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *s
 	a.workspace = m->optim_ws;
 	a.workspace_bytes = m->optim_ws_bytes;
 	/* advance first: the op reads the (1-based) number of the step it
-	 * takes; a skipped step (gate 0) is not counted */
-	struct kiln_op_args c = { .in = { m->step_ok_d }, .out = { m->opt_step_d } };
-	if ((st = kiln_device_run(m->dev, m->opt_step_plan ? m->opt_step_plan : m->step_plan, &c,
-				  stream)))
+	 * takes */
+	if ((st = kiln_model_opt_step_advance(m, stream)))
 		return st;
 	return kiln_device_run(m->dev, m->optim_plan, &a, stream);
+}
+
+kiln_status kiln_model_opt_step_advance(struct kiln_model *m, void *stream)
+{
+	/* a skipped step (gate 0) is not counted */
+	struct kiln_op_args c = { .in = { m->step_ok_d }, .out = { m->opt_step_d } };
+	return kiln_device_run(m->dev, m->opt_step_plan ? m->opt_step_plan : m->step_plan, &c,
+			       stream);
 }
 
 int kiln_model_state_buffers(struct kiln_model *m, struct kiln_state_buf *out, int max)

@@ -178,13 +178,13 @@ static const struct kiln_key dist_keys[] = {
 	{ "timeout", KILN_KEY_FLOAT, "300", 0.1, 1e6, NULL,
 	  "Seconds any rendezvous or collective may take: a rank that died or hangs makes the others fail with an error naming it after at most this long, never hang." },
 	{ "overlap", KILN_KEY_BOOL, "1", NOLIM, NULL,
-	  "Start each bucket's allreduce during backward (1), or all of them after backward (0: for measuring what the overlap saves)." },
+	  "Start each bucket's allreduce (ZeRO-1: reduce-scatter) during backward, and with zero = 1 run the parameter allgathers on the comm stream overlapped with the next forward, each layer waiting only for its buckets (1); or start every bucket after backward and allgather on the compute stream before the next forward (0: for measuring what the overlap saves)." },
 	{ "timing", KILN_KEY_BOOL, "0", NOLIM, NULL,
-	  "Measure the overlap without serialising anything: host functions on the streams stamp when backward ends, when each bucket's allreduce runs and when the optimizer can start; each log point's metrics.jsonl gets a `comm` event with the exposed communication (the optimizer's wait after backward) and the allreduce time per step, and the run log a summary. Not with zero = 1." },
+	  "Measure the overlap without serialising anything: host functions on the streams stamp when backward ends, when each bucket's allreduce runs and when the optimizer can start; each log point's metrics.jsonl gets a `comm` event with the exposed communication (the optimizer's wait after backward) and the allreduce time per step, and the run log a summary; with zero = 1 the log also counts the parameter allgathers that completed after the next forward began." },
 	{ "sync_bn", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Synchronised batch normalisation (PyTorch's SyncBatchNorm): in training every batchnorm layer takes its per-channel mean and variance over the global batch (the ranks' statistics are allgathered and merged in the forward, the two per-channel sums of its backward are allreduced), and its running statistics are updated from those, so they stay identical on every rank. 0: each rank normalises its own batch (DDP's default). Costs two small collectives per batchnorm layer per step, which wait for the compute stream." },
 	{ "zero", KILN_KEY_INT, "0", 0, 3, NULL,
-	  "ZeRO stage: 0 = plain data parallelism (every rank holds the whole optimizer state); 1 = ZeRO-1: the optimizer state is sharded across the ranks (each keeps 1/world of it), gradients are reduce-scattered after backward, each rank updates its shard of the parameters and the shards are allgathered. Checkpoints gather the state first, so they resume on any world size. Not with lamb. Stages 2 and 3 are refused (not implemented)." },
+	  "ZeRO stage: 0 = plain data parallelism (every rank holds the whole optimizer state); 1 = ZeRO-1: the optimizer state is sharded across the ranks (each keeps 1/world of it), gradients are reduce-scattered during backward, each rank updates its shard of the parameters and the shards are allgathered (overlapped with the next forward, see overlap). Checkpoints gather the state first, so they resume on any world size. Not with lamb. Stages 2 and 3 are refused (not implemented)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

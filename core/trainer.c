@@ -948,8 +948,12 @@ static kiln_status graph_decide(struct trainer *t, int64_t acc, int *begun)
 	void *g;
 	*begun = 0;
 	t->graph_mode = -1;
+	/* ZeRO-1: the previous step's parameter allgathers were enqueued
+	 * outside the capture, which cannot wait for them */
+	kiln_status st = kiln_dist_zero_settle(t->dist, t->compute);
 	/* (ENOTSUP also while profiling: the profiler times every op) */
-	kiln_status st = kiln_device_capture_begin(t->dev, t->compute);
+	if (!st)
+		st = kiln_device_capture_begin(t->dev, t->compute);
 	if (st == KILN_ENOTSUP) {
 		kiln_log(KILN_LOG_DEBUG, "train", "steps are issued one by one: %s", kiln_last_error());
 		return KILN_OK;
@@ -977,11 +981,18 @@ static kiln_status graph_step(struct trainer *t, struct kiln_plan *p, void *xd, 
 {
 	kiln_status st;
 	if (!t->graph[s]) {
-		if (!begun && (st = kiln_device_capture_begin(t->dev, t->compute)))
+		if (!begun && ((st = kiln_dist_zero_settle(t->dist, t->compute)) ||
+			       (st = kiln_device_capture_begin(t->dev, t->compute))))
 			return st;
 		st = micro_ops(t, p, xd, t->y_dev[s], 0, 1);
 		if (!st)
 			st = optim_ops(t, step);
+		/* ZeRO-1: the comm stream's parameter allgathers rejoin the
+		 * captured stream (a capture cannot end with them pending, nor
+		 * can the next one wait for them): replayed steps do not
+		 * overlap them with the next forward */
+		if (!st)
+			st = kiln_dist_zero_settle(t->dist, t->compute);
 		void *g;
 		kiln_status st2 = kiln_device_capture_end(t->dev, t->compute, &g);
 		if (st || st2) {
@@ -1644,7 +1655,10 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 				   res->train_loss, "test_loss", res->test_loss, "test_acc",
 				   res->test_acc, "train_samples_per_s", res->train_samples_per_s,
 				   "wall_s", res->wall_s));
-	st = kiln_device_stream_sync(t->dev, t->compute);
+	/* the final parameters whole (ZeRO-1) */
+	st = kiln_dist_zero_settle(t->dist, t->compute);
+	if (!st)
+		st = kiln_device_stream_sync(t->dev, t->compute);
 out:
 	st = kiln_dist_explain(t->dist, st);
 	/* draining and freeing may report the same failure again in other

@@ -5,20 +5,36 @@
 # bucket_mb = 0.05, shards of 25440 floats, half of each bucket, and a
 # replicated tail of 16); 64 optimizer steps of a global batch of 64.
 # The reduce-scatters run during backward (overlap), and with
-# dist.overlap=0 after it.  Asserts, to
-# float tolerance (1e-5 relative, ckpt_tool close):
+# dist.overlap=0 after it; the parameter allgathers run on the comm
+# stream overlapped with the next forward (each layer waits for its
+# buckets), and with dist.overlap=0 on the compute stream before it.
+# Asserts, to float tolerance (1e-5 relative, ckpt_tool close):
 #  1. SGD with momentum, [train] skip_nonfinite = 0 (no clip op: the
 #     reduce-scatter-only path): 2 ranks with zero = 1 end with the
 #     parameters and momentum of 2 ranks of plain DDP and of one process
 #     with batch 64; each rank logs its own shard; 4 ranks (batch 16) and
-#     3 ranks (batch 21, against one process with batch 63) too;
+#     3 ranks (batch 21, against one process with batch 63) too; with
+#     overlap, [dist] timing counts parameter allgathers that completed
+#     after the next forward began (some), and none with overlap = 0;
+#     captured steps ([plugin.cpu] graph = 1, CUDA's capture rules: the
+#     comm stream must rejoin) equal DDP too;
 #  2. AdamW with the default skip_nonfinite = 1 (the averaged shards are
 #     gathered back for the finite check) and [train] no_decay groups:
 #     zero = 1 equals DDP and one process in params, exp_avg, exp_avg_sq;
 #  3. a ZeRO-1 checkpoint written by 2 ranks at step 20 (the state
 #     gathered whole: only rank 0 writes) resumes on 1 rank and ends equal
-#     to the uninterrupted one-process run;
-#  4. zero = 2 and zero = 1 with lamb are refused naming the key.
+#     to the uninterrupted one-process run; checkpoints every 24 steps
+#     (taken while allgathers are in flight) leave the run bit-identical,
+#     and the step-24 one resumed on 2 ranks ends bit-identical to it;
+#  4. zero = 2 and zero = 1 with lamb are refused naming the key;
+#  5. steps skipped for non-finite gradients (lr 1e6 on inputs scaled by
+#     1e10) do not advance the optimizer's step count under ZeRO-1, as
+#     under DDP (the checkpoints' optim.step equal);
+#  6. with Open MPI (when mpirun and the mpi plugin are there): 3 and 4
+#     ranks with zero = 1 equal one process, with allgathers overlapped;
+#  7. bf16 and fp16 (loss scaling) compute: the sharded step writes its
+#     pieces' compute copy and the copy is allgathered too: ZeRO-1 equals
+#     DDP (params, momentum; optim.step and amp.scaler the same bytes).
 # Every process runs under `timeout`, so a hang fails the test.
 name=zero needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -40,11 +56,9 @@ run sgd_zero 2 32 $sgd dist.zero=1 dist.timing=1
 close "$(ck sgd_ddp 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs DDP" params optim.momentum
 close "$(ck sgd1 64)" "$(ck sgd_zero 64)" "sgd: ZeRO-1 vs 1 process" params optim.momentum
 # the reduce-scatters overlap backward: [dist] timing counts those that
-# began before it ended (none can without overlap)
+# began before it ended (none can without overlap; some with it, counted
+# over two runs in section 3)
 early() { sed -n 's/.*rank 0: \([0-9]*\) of \([0-9]*\) bucket reduce-scatters began before the backward ended.*/\1 \2/p' "$tmp/$1.log"; }
-set -- $(early sgd_zero)
-echo "ZeRO-1, overlap: ${1:-?} of ${2:-?} bucket reduce-scatters began before the backward ended"
-[ "${1:-0}" -gt 0 ] 2>/dev/null || bad "ZeRO-1 with overlap: no reduce-scatter began during backward"
 run sgd_zero_seq 2 32 $sgd dist.zero=1 dist.timing=1 dist.overlap=0
 close "$(ck sgd1 64)" "$(ck sgd_zero_seq 64)" "sgd: ZeRO-1 without overlap vs 1 process" params optim.momentum
 set -- $(early sgd_zero_seq)
@@ -53,6 +67,19 @@ grep -q "ZeRO-1: rank 0 updates 25440 floats, 1/2 of each of 4 gradient bucket(s
 	grep -q "ZeRO-1: rank 1 updates 25440 floats" "$tmp/sgd_zero.log" ||
 	{ bad "no per-rank shard lines"; grep ZeRO "$tmp/sgd_zero.log"; }
 grep "ZeRO-1: rank 0" "$tmp/sgd_zero.log" | grep -q "gathered whole" && bad "sgd without a clip gathered the gradients"
+# the parameter allgathers: with overlap some complete after the next
+# forward began (its layers wait per bucket), with overlap = 0 none can
+late() { sed -n 's/.*rank 0: \([0-9]*\) of \([0-9]*\) parameter allgathers completed after the next forward began.*/\1 \2/p' "$1"; }
+set -- $(late "$tmp/sgd_zero.log")
+echo "ZeRO-1, overlap: ${1:-?} of ${2:-?} parameter allgathers completed after the next forward began"
+[ "${1:-0}" -gt 0 ] 2>/dev/null || bad "ZeRO-1 with overlap: no parameter allgather overlapped the next forward"
+set -- $(late "$tmp/sgd_zero_seq.log")
+[ "${1:-x}" = 0 ] && [ "${2:-0}" -gt 0 ] || bad "ZeRO-1 with overlap = 0: '${1:-?}' of '${2:-?}' parameter allgathers completed after the next forward began, expected 0"
+# captured steps: the allgathers rejoin the compute stream in the capture
+run sgd_zero_graph 2 32 $sgd dist.zero=1 plugin.cpu.graph=1
+grep -q "captured (input slot" "$tmp/sgd_zero_graph.log" || bad "ZeRO-1 with graph = 1: no step captured"
+"$tool" same "$(ck sgd_ddp 64)" "$(ck sgd_zero_graph 64)" params optim.momentum ||
+	bad "sgd: ZeRO-1 with captured steps differs from DDP"
 # 4 ranks, and 3 (Gloo's halving-doubling reduce-scatter with a
 # non-power-of-two group; global batch 63)
 run sgd_zero4 4 16 $sgd dist.zero=1
@@ -82,6 +109,21 @@ cp -r "$tmp/part" "$tmp/res1"
 run res1 0 64 $sgd dist.zero=1 train.resume=1
 grep -q "written by 2 rank(s), this run has 1" "$tmp/res1.log" || bad "resume on 1 rank not logged"
 close "$(ck sgd1 64)" "$(ck res1 64)" "ZeRO-1 checkpoint resumed on 1 rank" params optim.momentum
+# checkpoints mid-run (each settles the allgathers in flight) change
+# nothing, and one resumed on 2 ranks continues bit for bit
+run ck24 2 32 $sgd dist.zero=1 train.checkpoint_every=24 dist.timing=1
+# (this MLP's backward is short: on 2 busy cores a run now and then has
+# no reduce-scatter begin inside it, 1 in 11 at load 5, so two count)
+set -- $(early sgd_zero) $(early ck24)
+echo "ZeRO-1, overlap: ${1:-?} of ${2:-?} and ${3:-?} of ${4:-?} bucket reduce-scatters began before the backward ended"
+[ $((${1:-0} + ${3:-0})) -gt 0 ] 2>/dev/null || bad "ZeRO-1 with overlap: no reduce-scatter began during backward"
+"$tool" same "$(ck sgd_zero 64)" "$(ck ck24 64)" params optim.momentum ||
+	bad "ZeRO-1 checkpoints every 24 steps changed the run"
+mkdir -p "$tmp/res2/checkpoints"
+cp "$(ck ck24 24)" "$tmp/res2/checkpoints/" || bad "no checkpoint at step 24"
+run res2 2 32 $sgd dist.zero=1 train.resume=1
+"$tool" same "$(ck sgd_zero 64)" "$(ck res2 64)" params optim.momentum ||
+	bad "ZeRO-1 checkpoint of step 24 resumed on 2 ranks differs from the uninterrupted run"
 
 # ---- 4. refusals ----------------------------------------------------------
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/z2" \
@@ -90,4 +132,45 @@ grep -q "\[dist\] zero = 2: only ZeRO stage 1" "$tmp/z2.log" || { bad "zero = 2:
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/zl" \
 	train.batch=32 dist.zero=1 train.optimizer=lamb > "$tmp/zl.log" 2>&1 && bad "zero = 1 with lamb was accepted"
 grep -q "\[dist\] zero = 1 with \[train\] optimizer = lamb" "$tmp/zl.log" || { bad "lamb: no clear refusal"; tail -3 "$tmp/zl.log"; }
+
+# ---- 5. a skipped step is not counted -------------------------------------
+# the logits overflow within a step or two; every later step is skipped
+# (parameters untouched); the final log point sees a finite step among
+# them, so the run ends with a checkpoint
+div="train.lr=1e6 train.momentum=0 data.std=1e-10 train.max_steps=12 train.log_every=100"
+run dv_ddp 2 32 $div
+run dv_zero 2 32 $div dist.zero=1
+grep -q "step 12: 1[01] step(s) of the last 12 skipped" "$tmp/dv_zero.log" ||
+	{ bad "ZeRO-1: the diverging run skipped no steps"; grep skipped "$tmp/dv_zero.log"; }
+"$tool" same "$(ck dv_ddp 12)" "$(ck dv_zero 12)" optim.step step ||
+	bad "ZeRO-1 counted skipped optimizer steps (optim.step differs from DDP's)"
+close "$(ck dv_ddp 12)" "$(ck dv_zero 12)" "skipped steps: ZeRO-1 vs DDP" params
+
+# ---- 6. Open MPI: 3 and 4 ranks -------------------------------------------
+if command -v mpirun > /dev/null && [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ]; then
+	for np in 3 4; do
+		b=$((64 / np))
+		one=sgd1
+		[ $np = 3 ] && one=sgd63
+		timeout 120 mpirun --allow-run-as-root --oversubscribe -np $np \
+			-x KILN_MASTER_PORT=$(free_port $np) -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
+			run.comm=mpi run.out_dir="$tmp/mpi$np" train.batch=$b $sgd dist.zero=1 dist.timing=1 \
+			> "$tmp/mpi$np.log" 2>&1 || { bad "mpirun -np $np ZeRO-1 exited $?"; tail -20 "$tmp/mpi$np.log"; }
+		close "$(ck $one 64)" "$(ck mpi$np 64)" "sgd: ZeRO-1 on $np MPI ranks vs 1 process" params optim.momentum
+		set -- $(late "$tmp/mpi$np.log")
+		[ "${1:-0}" -gt 0 ] 2>/dev/null || bad "ZeRO-1 on $np MPI ranks: no parameter allgather overlapped the next forward"
+	done
+else
+	echo "no mpirun or mpi plugin: the MPI part is not run"
+fi
+
+# ---- 7. low-precision compute ---------------------------------------------
+for p in bf16 fp16; do
+	run ${p}_ddp 2 32 run.precision=$p
+	run ${p}_zero 2 32 run.precision=$p dist.zero=1
+	close "$(ck ${p}_ddp 64)" "$(ck ${p}_zero 64)" "$p: ZeRO-1 vs DDP" params optim.momentum
+	"$tool" same "$(ck ${p}_ddp 64)" "$(ck ${p}_zero 64)" optim.step ||
+		bad "$p: ZeRO-1's optim.step differs from DDP's"
+done
+"$tool" same "$(ck fp16_ddp 64)" "$(ck fp16_zero 64)" amp.scaler || bad "fp16: ZeRO-1's loss scaler differs from DDP's"
 exit $fail
