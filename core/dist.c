@@ -234,6 +234,26 @@ static void free_buckets(struct kiln_dist *d)
 	d->n_b = 0;
 }
 
+kiln_status kiln_dist_finish(struct kiln_dist *d)
+{
+	if (!d || !d->store || d->env.world < 2)
+		return KILN_OK;
+	kiln_status st = d->comm_stream ? kiln_device_stream_sync(d->dev, d->comm_stream) : KILN_OK;
+	int64_t n = 0;
+	void *v = NULL;
+	if (!st)
+		st = kiln_store_add(d->store, "kiln/finished", 1, &n);
+	if (!st && n == d->env.world)
+		st = kiln_store_set(d->store, "kiln/finished_all", "1", 1);
+	if (!st)
+		st = kiln_store_get(d->store, "kiln/finished_all", d->timeout_ms, &v, NULL);
+	free(v);
+	if (st)
+		return kiln_error_wrap(st, "rank %d of %d: waiting for every rank to finish ([dist] timeout = %.0f s)",
+				       d->env.rank, d->env.world, d->timeout_ms / 1000.0);
+	return KILN_OK;
+}
+
 void kiln_dist_close(struct kiln_dist *d)
 {
 	if (!d)

@@ -17,6 +17,12 @@ struct kiln_dist;
  * (and KILN_OK) for a single process without a named communicator. */
 kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			   struct kiln_device *dev, struct kiln_dist **out);
+/* After a run that ended well on this rank: drain the comm stream and
+ * wait, through the store and within [dist] timeout, until every rank has
+ * done so, so that no rank closes the communicator while a peer is still
+ * in the last collective (Gloo fails that peer's wait with "Connection
+ * closed by peer" even when its data arrived).  NULL, world 1: KILN_OK. */
+kiln_status kiln_dist_finish(struct kiln_dist *d);
 /* Wait for every rank (store barrier), leave the group, free. NULL: no-op. */
 void kiln_dist_close(struct kiln_dist *d);
 int kiln_dist_rank(const struct kiln_dist *d);  /* 0 for NULL */

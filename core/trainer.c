@@ -1659,6 +1659,9 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	st = kiln_dist_zero_settle(t->dist, t->compute);
 	if (!st)
 		st = kiln_device_stream_sync(t->dev, t->compute);
+	/* no rank leaves the group while a peer is still in a collective */
+	if (!st)
+		st = kiln_dist_finish(t->dist);
 out:
 	st = kiln_dist_explain(t->dist, st);
 	/* draining and freeing may report the same failure again in other
