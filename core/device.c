@@ -449,6 +449,11 @@ kiln_status kiln_device_capture_begin(struct kiln_device *dev, void *stream)
 	return st;
 }
 
+int kiln_device_capturing(struct kiln_device *dev)
+{
+	return dev && dev->capturing;
+}
+
 kiln_status kiln_device_capture_end(struct kiln_device *dev, void *stream, void **graph)
 {
 	*graph = NULL;

@@ -102,5 +102,8 @@ kiln_status kiln_dist_group_allgather(void *group, const void *send, void *recv,
 kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_status (*fn)(void *),
 				void *arg);
 void kiln_host_fatal(const char *who, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* host->device_capturing (core/device.c): 1 between capture_begin and
+ * capture_end on dev. */
+int kiln_device_capturing(struct kiln_device *dev);
 
 #endif

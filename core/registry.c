@@ -87,6 +87,7 @@ static const struct kiln_host host = {
 	.fatal = kiln_host_fatal,
 	.group_allreduce = kiln_dist_group_allreduce,
 	.group_allgather = kiln_dist_group_allgather,
+	.device_capturing = kiln_device_capturing,
 };
 
 const struct kiln_host *kiln_host_table(void) { return &host; }

@@ -48,6 +48,15 @@ close "$(ck one 64)" "$(ck two 64)" "2 ranks vs 1 process"
 close "$(ck one 64)" "$(ck four 64)" "4 ranks vs 1 process"
 run twobp 2 32 plugin.gloo.busy_poll=1
 close "$(ck one 64)" "$(ck twobp 64)" "2 ranks with busy-polling pairs vs 1 process"
+# captured steps ([plugin.cpu] graph = 1) over more than the communicator's
+# 256 job slots of uncaptured collectives (a log-point sum every step):
+# the replayed bucket allreduces must keep their own jobs, so the run
+# equals the one that issues every step bit for bit
+run gissue 2 8 train.epochs=3 train.log_every=1
+run greplay 2 8 train.epochs=3 train.log_every=1 plugin.cpu.graph=1
+grep -q "captured (input slot" "$tmp/greplay.log" || bad "graph = 1: no step captured"
+"$tool" same "$(ck gissue 384)" "$(ck greplay 384)" params optim.momentum ||
+	bad "graph = 1 over 384 steps with a log-point allreduce each differs from issued steps"
 grep -q "busy-polling pairs" "$tmp/twobp.log" || bad "busy_poll not in the comm's description"
 l1=$(last_loss one) l2=$(last_loss two) l4=$(last_loss four)
 echo "last logged loss: 1 process $l1, 2 ranks $l2, 4 ranks $l4"

@@ -4,7 +4,8 @@
 # batch 32 each, end with the parameters and momentum of one process with
 # batch 64 (1e-5 relative), and the logged losses agree; so do 2 ranks
 # with [dist] zero = 1 (with and without skip_nonfinite), and with each
-# [plugin.mpi] wait policy; a rank stopped with SIGSTOP makes the
+# [plugin.mpi] wait policy; captured steps over 384 steps equal issued
+# ones bit for bit; a rank stopped with SIGSTOP makes the
 # watchdog end the run within [dist] timeout.  Every process runs under
 # `timeout`.
 name=mpi needs=mpi
@@ -52,6 +53,20 @@ for w in block yield sleep meet; do
 	"$tool" close "$tmp/one/checkpoints/ckpt-64.kiln" "$tmp/w$w/checkpoints/ckpt-64.kiln" 1e-5 \
 		params optim.momentum || bad "mpi wait = $w vs 1 process: parameters differ"
 done
+# captured steps ([plugin.cpu] graph = 1) over more uncaptured collectives
+# (a log-point sum every step, 384 steps) than the plugin's 256 job slots:
+# the captured bucket allreduces keep jobs of their own (host table 6), so
+# replays equal issued steps bit for bit
+for g in 0 1; do
+	port=$(free_port 11)
+	timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
+		-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/g$g" train.batch=8 \
+		train.epochs=3 train.log_every=1 plugin.cpu.graph=$g > "$tmp/g$g.log" 2>&1 ||
+		{ bad "mpirun graph = $g exited $?"; tail -20 "$tmp/g$g.log"; }
+done
+grep -q "captured (input slot" "$tmp/g1.log" || bad "mpi, graph = 1: no step captured"
+"$tool" same "$tmp/g0/checkpoints/ckpt-384.kiln" "$tmp/g1/checkpoints/ckpt-384.kiln" params optim.momentum ||
+	bad "mpi, graph = 1 over 384 steps with a log-point allreduce each differs from issued steps"
 # the watchdog: rank 1 stopped (SIGSTOP) while training, rank 0's
 # collective never completes; it must end the run within [dist] timeout
 port=$(free_port 10)

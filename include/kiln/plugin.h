@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 5
+#define KILN_ABI_MINOR 6
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -62,7 +62,7 @@ struct kiln_store;    /* core TCP key-value store (rendezvous) */
 
 /* ---- the host table: what the core offers every plugin ------------------ */
 
-#define KILN_HOST_VERSION 5
+#define KILN_HOST_VERSION 6
 
 struct kiln_host {
 	uint32_t version; /* KILN_HOST_VERSION of the core that loaded the plugin */
@@ -169,6 +169,18 @@ struct kiln_host {
 				       void *stream);
 	kiln_status (*group_allgather)(void *group, const void *send, void *recv, size_t count,
 				       int dtype, void *stream);
+
+	/* ---- version 6 (ABI 1.6) ---- */
+
+	/* 1 while a training step is being captured on dev (between the
+	 * device's capture_begin and capture_end, docs/plugins.md "Captured
+	 * steps"), else 0.  What is enqueued then on any of dev's streams is
+	 * recorded and replayed with the same arguments until the graph is
+	 * freed: a host function's `arg` must stay valid and unchanged that
+	 * long, so a comm plugin gives such a collective storage of its own
+	 * rather than a slot it reuses (kept until close()).  Called on the
+	 * thread that enqueues. */
+	int (*device_capturing)(struct kiln_device *dev);
 };
 
 /* ---- descriptors ------------------------------------------------------ */

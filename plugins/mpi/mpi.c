@@ -61,6 +61,7 @@ struct job {
 	const void *send;
 	size_t count;
 	atomic_int busy;
+	struct job *next_kept; /* a captured job's link in mpi_comm.kept */
 };
 #define JOBS 256
 
@@ -83,6 +84,7 @@ struct mpi_comm {
 	char desc[384];
 	struct job jobs[JOBS];
 	int next_job;
+	struct job *kept; /* jobs of captured steps, replayed until close */
 };
 
 enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER };
@@ -327,16 +329,38 @@ static kiln_status run_job(void *arg)
 }
 
 /* Take a free slot for `want` (the enqueuing thread only). */
+static void job_fill(struct job *j, struct mpi_comm *c, const struct job *want)
+{
+	j->c = c;
+	j->kind = want->kind, j->dtype = want->dtype, j->op = want->op, j->root = want->root;
+	j->buf = want->buf, j->send = want->send, j->count = want->count;
+	atomic_store_explicit(&j->busy, 1, memory_order_relaxed);
+}
+
+/* A job of its own for a collective recorded in a captured step (host
+ * table version 6): replays run it with the captured pointer, so no later
+ * collective may take its place; kept until close. */
+static struct job *job_keep(struct mpi_comm *c, struct job want)
+{
+	struct job *j = calloc(1, sizeof *j);
+	if (!j) {
+		H->error(KILN_ENOMEM, "mpi: rank %d of %d: out of memory for a captured %s",
+			 c->rank, c->world, kind_names[want.kind]);
+		return NULL;
+	}
+	job_fill(j, c, &want);
+	j->next_kept = c->kept;
+	c->kept = j;
+	return j;
+}
+
 static struct job *job_get(struct mpi_comm *c, struct job want)
 {
 	for (int k = 0; k < JOBS; k++) {
 		struct job *j = &c->jobs[(c->next_job + k) % JOBS];
 		if (!atomic_load_explicit(&j->busy, memory_order_acquire)) {
 			c->next_job = (c->next_job + k + 1) % JOBS;
-			j->c = c;
-			j->kind = want.kind, j->dtype = want.dtype, j->op = want.op, j->root = want.root;
-			j->buf = want.buf, j->send = want.send, j->count = want.count;
-			atomic_store_explicit(&j->busy, 1, memory_order_relaxed);
+			job_fill(j, c, &want);
 			return j;
 		}
 	}
@@ -347,9 +371,10 @@ static struct job *job_get(struct mpi_comm *c, struct job want)
 
 static kiln_status enqueue(struct mpi_comm *c, struct job want, void *stream, void *done)
 {
-	struct job *j = job_get(c, want);
+	const int captured = H->version >= 6 && H->device_capturing(c->dev);
+	struct job *j = captured ? job_keep(c, want) : job_get(c, want);
 	if (!j)
-		return KILN_EINTERNAL;
+		return captured ? KILN_ENOMEM : KILN_EINTERNAL;
 	running_inline = 1;
 	kiln_status st = H->device_host_fn(c->dev, stream, run_job, j);
 	running_inline = 0;
@@ -424,6 +449,11 @@ static void mpi_close(void *ctx)
 		MPI_Op_free(&c->sum16[1]);
 		MPI_Type_free(&c->u16);
 		MPI_Finalize();
+	}
+	while (c->kept) {
+		struct job *j = c->kept;
+		c->kept = j->next_kept;
+		free(j);
 	}
 	free(c);
 }
