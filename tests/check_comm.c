@@ -242,6 +242,10 @@ static void *rank_main(void *arg)
 	}
 	atomic_store(&counting, 0);
 	r->allocs = atomic_load(&counted);
+	/* no rank closes its pairs before both have stopped counting (a
+	 * peer's close is an EOF whose error Gloo's event loop allocates);
+	 * the barrier's own failure would be that EOF, after the count */
+	(void)ops->barrier(comm);
 out:
 	atomic_store(&counting, 0);
 	if (comm)

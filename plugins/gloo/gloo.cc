@@ -193,6 +193,10 @@ struct Comm {
 	char desc[160];
 	Job jobs[kJobs];
 	int next_job = 0;
+	/* jobs of collectives recorded in captured steps: replays run them
+	 * through the captured pointer, so they are never reused (host table
+	 * version 6); freed with the communicator */
+	std::vector<std::unique_ptr<Job>> kept;
 	/* bound allreduces and the staging area (host functions only; the
 	 * lock is for collectives enqueued on different streams) */
 	std::mutex bound_lock;
@@ -476,20 +480,35 @@ kiln_status run_job_now(Job *j)
 }
 
 /* A free job slot (the enqueuing thread only), or NULL with the error set. */
+Job *job_fill(Job *j, Comm *c, Kind kind)
+{
+	j->busy.store(1, std::memory_order_relaxed);
+	j->c = c;
+	j->kind = kind;
+	j->buf = nullptr;
+	j->send = nullptr;
+	j->count = 0;
+	j->dtype = j->op = j->root = 0;
+	return j;
+}
+
 Job *job_get(Comm *c, Kind kind)
 {
+	if (H->version >= 6 && H->device_capturing(c->dev)) {
+		try {
+			c->kept.emplace_back(new Job);
+		} catch (const std::bad_alloc &) {
+			H->error(KILN_ENOMEM, "gloo: rank %d of %d: out of memory for a captured %s",
+				 c->rank, c->world, kind_name(kind));
+			return nullptr;
+		}
+		return job_fill(c->kept.back().get(), c, kind);
+	}
 	for (int k = 0; k < kJobs; k++) {
 		Job *j = &c->jobs[(c->next_job + k) % kJobs];
 		if (!j->busy.load(std::memory_order_acquire)) {
 			c->next_job = (c->next_job + k + 1) % kJobs;
-			j->busy.store(1, std::memory_order_relaxed);
-			j->c = c;
-			j->kind = kind;
-			j->buf = nullptr;
-			j->send = nullptr;
-			j->count = 0;
-			j->dtype = j->op = j->root = 0;
-			return j;
+			return job_fill(j, c, kind);
 		}
 	}
 	H->error(KILN_EINTERNAL, "gloo: rank %d of %d: %d collectives are in flight, the most a communicator holds: %s not enqueued",
