@@ -22,6 +22,8 @@ timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT
 	> "$tmp/mpi.log" 2>&1 || { bad "mpirun -np 2 exited $?"; tail -20 "$tmp/mpi.log"; }
 grep -q "rank 1 of 2 (local 1; from Open MPI), comm mpi: Open MPI" "$tmp/mpi.log" ||
 	bad "comm = auto did not pick mpi under mpirun"
+# [plugin.mpi] wait = auto: block for DDP, yield under ZeRO-1 (below)
+grep -q "stream collectives wait: block" "$tmp/mpi.log" || bad "wait = auto without ZeRO: not block"
 "$tool" close "$tmp/one/checkpoints/ckpt-64.kiln" "$tmp/mpi/checkpoints/ckpt-64.kiln" 1e-5 \
 	params optim.momentum || bad "mpi 2 ranks vs 1 process: parameters differ"
 l1=$(grep 'step 32/32' "$tmp/one.log" | tail -1 | sed 's/.*loss \([0-9.]*\).*/\1/')
@@ -37,6 +39,7 @@ for z in "" "train.skip_nonfinite=0"; do
 		-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/zero" train.batch=32 \
 		dist.zero=1 $z > "$tmp/zero.log" 2>&1 || { bad "mpirun ZeRO-1 $z exited $?"; tail -20 "$tmp/zero.log"; }
 	grep -q "ZeRO-1: rank 1 updates" "$tmp/zero.log" || bad "ZeRO-1 $z: no shard line"
+	grep -q "stream collectives wait: yield" "$tmp/zero.log" || bad "ZeRO-1 $z: wait = auto is not yield"
 	"$tool" close "$tmp/one/checkpoints/ckpt-64.kiln" "$tmp/zero/checkpoints/ckpt-64.kiln" 1e-5 \
 		params optim.momentum || bad "mpi ZeRO-1 $z vs 1 process: parameters differ"
 	rm -rf "$tmp/zero"

@@ -14,9 +14,10 @@
  * Waiting.  Open MPI's blocking collectives busy-poll shared memory while
  * the peers are still computing, so a collective on the comm stream's
  * worker holds a core while it waits.  By default ([plugin.mpi] wait =
- * block) that is what runs: on a quiet 2-core machine it gave the lowest
- * exposed communication and the fastest 2-rank step (docs/PERFORMANCE.md
- * part 6).  The other policies run a collective on a stream worker as the
+ * auto) that is what runs: on a quiet 2-core machine it gave the lowest
+ * exposed communication and the fastest 2-rank DDP step (docs/PERFORMANCE.md
+ * part 6); with ZeRO-1, whose overlapped collectives spin longer, auto is
+ * yield.  The other policies run a collective on a stream worker as the
  * nonblocking one (MPI_Iallreduce, ...) completed by MPI_Test with a
  * sched_yield() (yield) or a nap (sleep) between tests, or (meet) a
  * napping MPI_Ibarrier before the blocking call: less CPU when the cores
@@ -501,7 +502,12 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	c->rank = r;
 	c->world = w;
 	c->timeout_ms = timeout_ms;
+	/* auto: block, but yield under ZeRO-1, whose overlapped
+	 * reduce-scatters and allgathers spin longer (PERFORMANCE.md part 6) */
 	const char *wait = host->config_get(cfg, "plugin.mpi", "wait");
+	int64_t zero = 0;
+	host->config_get_int(cfg, "dist", "zero", &zero);
+	c->wait = zero == 1 ? W_YIELD : W_BLOCK;
 	for (int k = 0; k < 4; k++)
 		if (wait && !strcmp(wait, wait_names[k]))
 			c->wait = k;
@@ -565,8 +571,8 @@ static const struct kiln_comm_ops mpi_ops = {
 static const struct kiln_key mpi_keys[] = {
 	{ "thread_level", KILN_KEY_ENUM, "serialized", 0, 0, "serialized|multiple",
 	  "The thread support asked of MPI_Init_thread: `serialized` (MPI_THREAD_SERIALIZED, enough: kiln never runs two collectives at once) or `multiple` (MPI_THREAD_MULTIPLE, which makes Open MPI lock inside every call)." },
-	{ "wait", KILN_KEY_ENUM, "block", 0, 0, "block|yield|sleep|meet",
-	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward; the log-point sums) waits for the other ranks. `block` (default): Open MPI's blocking collective, which busy-polls shared memory: the lowest exposed communication and the fastest 2-rank step on a quiet machine (docs/PERFORMANCE.md, part 6), though it holds a core while it waits. `yield`: the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, back to back for `spin_us`, then with sched_yield() between tests (a free core keeps polling, a busy one goes to the compute threads). `sleep`: the same with a `sleep_us` nap between tests; Open MPI progresses a nonblocking collective only inside MPI_Test, so each nap adds up to its length per protocol round. `meet`: an MPI_Ibarrier tested with naps, then the blocking collective (Open MPI's polling covers only the transfer). Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. Measurements: docs/PERFORMANCE.md, part 6." },
+	{ "wait", KILN_KEY_ENUM, "auto", 0, 0, "auto|block|yield|sleep|meet",
+	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward; the log-point sums) waits for the other ranks. `auto` (default): `block`, or `yield` with [dist] zero = 1 (what measured fastest for each on a quiet 2-core machine). `block`: Open MPI's blocking collective, which busy-polls shared memory: the lowest exposed communication and the fastest 2-rank step on a quiet machine (docs/PERFORMANCE.md, part 6), though it holds a core while it waits. `yield`: the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, back to back for `spin_us`, then with sched_yield() between tests (a free core keeps polling, a busy one goes to the compute threads). `sleep`: the same with a `sleep_us` nap between tests; Open MPI progresses a nonblocking collective only inside MPI_Test, so each nap adds up to its length per protocol round. `meet`: an MPI_Ibarrier tested with naps, then the blocking collective (Open MPI's polling covers only the transfer). Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. Measurements: docs/PERFORMANCE.md, part 6." },
 	{ "spin_us", KILN_KEY_INT, "20", 0, 1000000, NULL,
 	  "With `wait = yield`, `sleep` or `meet`: microseconds of back-to-back MPI_Test calls before the first pause." },
 	{ "sleep_us", KILN_KEY_INT, "50", 1, 1000000, NULL,
