@@ -24,6 +24,9 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 struct bucket {
 	size_t lo, hi;    /* elements of the flat gradient buffer */
@@ -70,6 +73,7 @@ struct kiln_dist {
 	float *scratch_d;  /* device f32[64]: host sums */
 	float *scratch_h;
 	int failed;       /* a collective failed: do not wait for peers */
+	int finished;     /* kiln_dist_finish met every rank */
 	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
 	 * 1/world of every bucket (zc floats in all), and the tail
 	 * [zwc, n_trainable) (zt < 16*world floats) is replicated */
@@ -240,17 +244,46 @@ kiln_status kiln_dist_finish(struct kiln_dist *d)
 		return KILN_OK;
 	kiln_status st = d->comm_stream ? kiln_device_stream_sync(d->dev, d->comm_stream) : KILN_OK;
 	int64_t n = 0;
-	void *v = NULL;
 	if (!st)
 		st = kiln_store_add(d->store, "kiln/finished", 1, &n);
 	if (!st && n == d->env.world)
 		st = kiln_store_set(d->store, "kiln/finished_all", "1", 1);
-	if (!st)
-		st = kiln_store_get(d->store, "kiln/finished_all", d->timeout_ms, &v, NULL);
-	free(v);
+	/* Poll rather than block in a get: a peer that failed after its last
+	 * collective says so in the same key (kiln_dist_close), and one that
+	 * died is recorded lost by the store; neither would wake a get. */
+	const int64_t t0 = kiln_now_ns();
+	useconds_t nap = 500;
+	while (!st) {
+		void *v = NULL;
+		if ((st = kiln_store_check(d->store, "kiln/finished_all", &v, NULL)))
+			break;
+		if (v) {
+			if (!strcmp(v, "1"))
+				d->finished = 1;
+			else
+				st = kiln_error(KILN_EIO, "%s after the last collective", (const char *)v);
+			free(v);
+			break;
+		}
+		if ((st = kiln_store_check(d->store, "kiln/lost", &v, NULL)))
+			break;
+		if (v) {
+			st = kiln_error(KILN_EIO, "rank %s was lost after the last collective (its process exited or its connection closed)",
+					(const char *)v);
+			free(v);
+			break;
+		}
+		if (kiln_now_ns() - t0 > (int64_t)d->timeout_ms * 1000000)
+			st = kiln_error(KILN_ETIMEOUT, "not every rank finished within [dist] timeout = %.0f s",
+					d->timeout_ms / 1000.0);
+		else
+			usleep(nap);
+		if (nap < 50000)
+			nap *= 2;
+	}
 	if (st)
-		return kiln_error_wrap(st, "rank %d of %d: waiting for every rank to finish ([dist] timeout = %.0f s)",
-				       d->env.rank, d->env.world, d->timeout_ms / 1000.0);
+		return kiln_error_wrap(st, "rank %d of %d: waiting for every rank to finish",
+				       d->env.rank, d->env.world);
 	return KILN_OK;
 }
 
@@ -285,6 +318,13 @@ void kiln_dist_close(struct kiln_dist *d)
 	if (d->m && d->zfull && d->m->state_d == d->zfull)
 		d->m->state_d = NULL;
 	kiln_device_free(d->dev, d->zfull);
+	/* a rank leaving without having finished tells the peers waiting
+	 * in kiln_dist_finish, which then fail at once, naming it */
+	if (d->store && d->env.world > 1 && !d->finished) {
+		char why[64];
+		int k = snprintf(why, sizeof why, "rank %d failed", d->env.rank);
+		kiln_store_set(d->store, "kiln/finished_all", why, (size_t)k);
+	}
 	if (d->ctx)
 		d->ops->close(d->ctx);
 	kiln_device_event_destroy(d->dev, d->ready);
@@ -625,15 +665,21 @@ static kiln_status zero_buckets(struct kiln_dist *d)
 		b->s1 = (struct stamp){ d, d->n_b, 1 };
 		b->sg = (struct stamp){ d, d->n_b, 2 };
 		b->sw = (struct stamp){ d, d->n_b, 0 };
+		/* (a failure counts this bucket in, so free_buckets
+		 * releases what it has) */
 		if ((st = kiln_device_event_create(d->dev, &b->done)) ||
-		    (st = kiln_device_event_create(d->dev, &b->gdone)))
+		    (st = kiln_device_event_create(d->dev, &b->gdone))) {
+			d->n_b++;
 			return st;
+		}
 		for (int k = 0; k < d->n_b && !b->plan; k++)
 			if (d->b[k].c == b->c)
 				b->plan = d->b[k].plan;
 		if (!b->plan) {
-			if ((st = zero_plan(d, b->c, &b->plan)))
+			if ((st = zero_plan(d, b->c, &b->plan))) {
+				d->n_b++;
 				return st;
+			}
 			b->own_plan = 1;
 		}
 		hi = b->lo;
@@ -861,7 +907,7 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 	 * to the next forward, whose layers wait for their buckets (fwd_hook);
 	 * without, on the compute stream before it */
 	void *s = compute;
-	if (d->overlap) {
+	if (d->overlap && d->n_b) { /* (no buckets: nothing to gather) */
 		if ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
 		    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
 			return st;

@@ -496,7 +496,7 @@ Job *job_get(Comm *c, Kind kind)
 {
 	if (H->version >= 6 && H->device_capturing(c->dev)) {
 		try {
-			c->kept.emplace_back(new Job);
+			c->kept.push_back(std::make_unique<Job>());
 		} catch (const std::bad_alloc &) {
 			H->error(KILN_ENOMEM, "gloo: rank %d of %d: out of memory for a captured %s",
 				 c->rank, c->world, kind_name(kind));
