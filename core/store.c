@@ -671,13 +671,23 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 
 int kiln_store_lost_rank(struct kiln_store *s, int wait_ms)
 {
-	void *v = NULL;
-	kiln_status st = kiln_store_get(s, "kiln/lost", wait_ms, &v, NULL);
-	if (st == KILN_ETIMEOUT)
-		return -1;
-	if (st)
-		return 0; /* the store is gone: so is rank 0 */
-	int r = atoi(v);
-	free(v);
-	return r;
+	/* polled: a get that times out leaves the connection broken, and
+	 * the caller may still need it (kiln_dist_close tells the peers) */
+	const int64_t end = now_ms() + wait_ms;
+	useconds_t nap = 1000;
+	for (;;) {
+		void *v = NULL;
+		if (kiln_store_check(s, "kiln/lost", &v, NULL))
+			return 0; /* the store is gone: so is rank 0 */
+		if (v) {
+			int r = atoi(v);
+			free(v);
+			return r;
+		}
+		if (now_ms() >= end)
+			return -1;
+		usleep(nap);
+		if (nap < 50000)
+			nap *= 2;
+	}
 }

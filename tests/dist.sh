@@ -7,6 +7,9 @@
 #     momentum equal, to float tolerance (1e-5 relative), to one process
 #     with batch 64; the logged loss of the last step agrees to 4 digits;
 #     so do 2 ranks with [plugin.gloo] busy_poll = 1 (synchronous pairs);
+#  1a. captured steps ([plugin.cpu] graph = 1) over 384 steps with a
+#     log-point allreduce each (more than the plugin's 256 job slots)
+#     equal issued steps bit for bit;
 #  1b. with [dist] timing = 1 and overlap = 0 the comm events of
 #     metrics.jsonl have exposed_ms >= allreduce_ms > 0 (every bucket runs
 #     after backward, so the optimizer waits for all of it);
@@ -18,6 +21,9 @@
 #     resume at step 20 and end equal to the uninterrupted run (1e-5),
 #     rank 1 writing nothing; when rank 0's checkpoint is corrupt both
 #     fail, rank 1 with rank 0's message;
+#  2c. a rank failing after the last collective (rank 1's profile report
+#     cannot be written) makes rank 0, waiting for every rank to finish,
+#     fail within seconds naming rank 1;
 #  3. a rank killed with SIGKILL mid-run makes both other ranks exit
 #     non-zero within [dist] timeout with a message naming rank 1;
 #  4. a rendezvous that never completes (rank 1 of 2 never starts) fails
@@ -113,6 +119,19 @@ echo "not a checkpoint" > "$tmp/bad0/checkpoints/ckpt-20.kiln"
 split_run res3 "$tmp/bad0" "$tmp/r1" && bad "resume from a corrupt checkpoint succeeded"
 grep -q "rank 1 of 2: rank 0 could not resume: .*bad0/checkpoints" "$tmp/res3.log" ||
 	{ bad "rank 1 did not report rank 0's resume failure"; grep -v '^\[' "$tmp/res3.log"; }
+# a rank that fails after the last collective (rank 1's profile report
+# cannot be written: its path is a directory) makes rank 0, already
+# waiting for every rank to finish, fail at once naming it (not after
+# [dist] timeout)
+mkdir -p "$tmp/late0" "$tmp/late1/profile.txt"
+t0=$(date +%s)
+timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
+	exec "$1" train "$0" run.out_dir="$d" train.batch=32 run.profile=1 dist.timeout=60' \
+	"$tmp/mlp.ini" "$kiln" "$tmp/late0" "$tmp/late1" > "$tmp/late.log" 2>&1 && bad "a rank failing after training: the run succeeded"
+dt=$(( $(date +%s) - t0 ))
+grep -q "rank 0 of 2: waiting for every rank to finish: rank 1 failed after the last collective" "$tmp/late.log" ||
+	{ bad "rank 0 did not name rank 1's late failure"; grep -v '^\[' "$tmp/late.log" | tail -8; }
+[ "$dt" -le 40 ] || bad "rank 0 took ${dt}s to see rank 1's late failure ([dist] timeout 60 s)"
 
 # ---- 3. a rank dies: the others fail, naming it --------------------------
 port=$(free_port 0)
