@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct bucket {
 	size_t lo, hi;    /* elements of the flat gradient buffer */
@@ -248,39 +247,22 @@ kiln_status kiln_dist_finish(struct kiln_dist *d)
 		st = kiln_store_add(d->store, "kiln/finished", 1, &n);
 	if (!st && n == d->env.world)
 		st = kiln_store_set(d->store, "kiln/finished_all", "1", 1);
-	/* Poll rather than block in a get: a peer that failed after its last
-	 * collective says so in the same key (kiln_dist_close), and one that
-	 * died is recorded lost by the store; neither would wake a get. */
-	const int64_t t0 = kiln_now_ns();
-	useconds_t nap = 500;
-	while (!st) {
-		void *v = NULL;
-		if ((st = kiln_store_check(d->store, "kiln/finished_all", &v, NULL)))
-			break;
-		if (v) {
-			if (!strcmp(v, "1"))
-				d->finished = 1;
-			else
-				st = kiln_error(KILN_EIO, "%s after the last collective", (const char *)v);
-			free(v);
-			break;
-		}
-		if ((st = kiln_store_check(d->store, "kiln/lost", &v, NULL)))
-			break;
-		if (v) {
-			st = kiln_error(KILN_EIO, "rank %s was lost after the last collective (its process exited or its connection closed)",
-					(const char *)v);
-			free(v);
-			break;
-		}
-		if (kiln_now_ns() - t0 > (int64_t)d->timeout_ms * 1000000)
-			st = kiln_error(KILN_ETIMEOUT, "not every rank finished within [dist] timeout = %.0f s",
-					d->timeout_ms / 1000.0);
-		else
-			usleep(nap);
-		if (nap < 50000)
-			nap *= 2;
-	}
+	/* Polled, not a get: a peer that failed after its last collective
+	 * says so in the same key (kiln_dist_close), and one that died is
+	 * recorded lost by the store; neither would wake a get of "1". */
+	static const char *const keys[] = { "kiln/finished_all", "kiln/lost" };
+	int which = -1;
+	void *v = NULL;
+	if (!st)
+		st = kiln_store_poll(d->store, keys, 2, d->timeout_ms, &which, &v);
+	if (!st && which == 0 && !strcmp(v, "1"))
+		d->finished = 1;
+	else if (!st && which == 0)
+		st = kiln_error(KILN_EIO, "%s after the last collective", (const char *)v);
+	else if (!st)
+		st = kiln_error(KILN_EIO, "rank %s was lost after the last collective (its process exited or its connection closed)",
+				(const char *)v);
+	free(v);
 	if (st)
 		return kiln_error_wrap(st, "rank %d of %d: waiting for every rank to finish",
 				       d->env.rank, d->env.world);

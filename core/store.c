@@ -669,25 +669,43 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 			  count ? "" : "");
 }
 
-int kiln_store_lost_rank(struct kiln_store *s, int wait_ms)
+kiln_status kiln_store_poll(struct kiln_store *s, const char *const *keys, int n, int timeout_ms,
+			    int *which, void **val)
 {
-	/* polled: a get that times out leaves the connection broken, and
-	 * the caller may still need it (kiln_dist_close tells the peers) */
-	const int64_t end = now_ms() + wait_ms;
-	useconds_t nap = 1000;
+	const int64_t end = now_ms() + timeout_ms;
+	useconds_t nap = 500;
+	*which = -1;
+	*val = NULL;
 	for (;;) {
-		void *v = NULL;
-		if (kiln_store_check(s, "kiln/lost", &v, NULL))
-			return 0; /* the store is gone: so is rank 0 */
-		if (v) {
-			int r = atoi(v);
-			free(v);
-			return r;
+		for (int i = 0; i < n; i++) {
+			kiln_status st = kiln_store_check(s, keys[i], val, NULL);
+			if (st)
+				return st;
+			if (*val) {
+				*which = i;
+				return KILN_OK;
+			}
 		}
 		if (now_ms() >= end)
-			return -1;
+			return kiln_error(KILN_ETIMEOUT, "store: none of '%s'%s set within %.1f s",
+					  n ? keys[0] : "", n > 1 ? " ..." : "", timeout_ms / 1000.0);
 		usleep(nap);
 		if (nap < 50000)
 			nap *= 2;
 	}
+}
+
+int kiln_store_lost_rank(struct kiln_store *s, int wait_ms)
+{
+	static const char *const lost[] = { "kiln/lost" };
+	int which;
+	void *v = NULL;
+	kiln_status st = kiln_store_poll(s, lost, 1, wait_ms, &which, &v);
+	if (st == KILN_ETIMEOUT)
+		return -1;
+	if (st)
+		return 0; /* the store is gone: so is rank 0 */
+	int r = atoi(v);
+	free(v);
+	return r;
 }

@@ -105,6 +105,17 @@ START_TEST(test_get_waits)
 	pthread_join(th, NULL);
 	/* a clean close is not a loss */
 	ck_assert_int_eq(kiln_store_lost_rank(s0, 200), -1);
+	/* polling gives up without breaking the connection, and names the
+	 * first key that exists */
+	const char *two[] = { "absent", "late" };
+	int which = 7;
+	ck_assert_int_eq(kiln_store_poll(s0, two, 1, 50, &which, &v), KILN_ETIMEOUT);
+	ck_assert_int_eq(which, -1);
+	ck_assert_ptr_null(v);
+	ck_assert_int_eq(kiln_store_poll(s0, two, 2, 1000, &which, &v), KILN_OK);
+	ck_assert_int_eq(which, 1);
+	ck_assert_str_eq(v, "42");
+	free(v);
 	kiln_store_close(s0);
 }
 END_TEST

@@ -67,6 +67,13 @@ kiln_status kiln_store_get(struct kiln_store *s, const char *key, int timeout_ms
 kiln_status kiln_store_check(struct kiln_store *s, const char *key, void **val, size_t *len);
 /* Add delta to the integer at key (absent = 0) and return the new value. */
 kiln_status kiln_store_add(struct kiln_store *s, const char *key, int64_t delta, int64_t *out);
+/* Wait up to timeout_ms for the first of keys[0..n) that exists, polling
+ * (kiln_store_check with growing pauses, up to 50 ms), so that giving up
+ * leaves the connection usable, which a timed-out get does not: *which =
+ * its index and *val its malloc'd value (the caller frees), or KILN_ETIMEOUT
+ * with *which = -1 and *val = NULL. */
+kiln_status kiln_store_poll(struct kiln_store *s, const char *const *keys, int n, int timeout_ms,
+			    int *which, void **val);
 /* Wait up to timeout_ms (in all) for every key of keys[0..n) to exist. */
 kiln_status kiln_store_wait(struct kiln_store *s, const char *const *keys, int n, int timeout_ms);
 
