@@ -78,7 +78,8 @@ plugins_kiln_gloo_la_LIBADD = $(GLOO_LIBS)
 endif
 if BUILD_MPI
 pkglib_LTLIBRARIES += plugins/kiln-mpi.la
-plugins_kiln_mpi_la_SOURCES = plugins/mpi/mpi.c plugins/common/watchdog.c plugins/common/watchdog.h
+plugins_kiln_mpi_la_SOURCES = plugins/mpi/mpi.c plugins/common/watchdog.c plugins/common/watchdog.h \
+	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/half.h
 plugins_kiln_mpi_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(MPI_CFLAGS)
 plugins_kiln_mpi_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_mpi_la_LIBADD = $(MPI_LIBS)

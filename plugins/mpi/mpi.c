@@ -36,6 +36,8 @@
  */
 #include <kiln/plugin.h>
 
+#include "../common/half.h"
+#include "../common/shmcoll.h"
 #include "../common/watchdog.h"
 
 #include <mpi.h>
@@ -84,10 +86,13 @@ struct mpi_comm {
 	atomic_llong started_ns; /* 0: no collective in progress */
 	atomic_int what;         /* its kind, for the message */
 	atomic_llong count;
-	char desc[384];
+	char desc[640];
 	struct job jobs[JOBS];
 	int next_job;
 	struct job *kept; /* jobs of captured steps, replayed until close */
+	int shm_on;          /* kiln's shared-memory collectives (every rank on this node) */
+	MPI_Win shm_win;     /* their segments */
+	struct shmcoll shm;
 };
 
 enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER };
@@ -96,46 +101,13 @@ static const char *const kind_names[] = { "allreduce", "broadcast", "allgather",
 
 /* ---- 16-bit float arithmetic ------------------------------------------- */
 
-static float bf16_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static uint16_t f32_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-static float f16_f32(uint16_t h)
-{
-	_Float16 x;
-	memcpy(&x, &h, 2);
-	return (float)x;
-}
-
-static uint16_t f32_f16(float f)
-{
-	_Float16 x = (_Float16)f;
-	uint16_t h;
-	memcpy(&h, &x, 2);
-	return h;
-}
-
 static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
 	const uint16_t *a = in;
 	uint16_t *b = inout;
 	(void)dt;
 	for (int i = 0; i < *len; i++)
-		b[i] = f32_bf16(bf16_f32(a[i]) + bf16_f32(b[i]));
+		b[i] = half_f32_bf16(half_bf16_f32(a[i]) + half_bf16_f32(b[i]));
 }
 
 static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
@@ -144,7 +116,7 @@ static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
 	uint16_t *b = inout;
 	(void)dt;
 	for (int i = 0; i < *len; i++)
-		b[i] = f32_f16(f16_f32(a[i]) + f16_f32(b[i]));
+		b[i] = half_f32_f16(half_f16_f32(a[i]) + half_f16_f32(b[i]));
 }
 
 /* p[0..n) *= s at the machine's vector width: the averages' pass over
@@ -174,8 +146,8 @@ static void scale(void *buf, size_t n, int dt, float s)
 	} else {
 		uint16_t *p = buf;
 		for (size_t i = 0; i < n; i++)
-			p[i] = dt == KILN_BF16 ? f32_bf16(bf16_f32(p[i]) * s)
-					       : f32_f16(f16_f32(p[i]) * s);
+			p[i] = dt == KILN_BF16 ? half_f32_bf16(half_bf16_f32(p[i]) * s)
+					       : half_f32_f16(half_f16_f32(p[i]) * s);
 	}
 }
 
@@ -219,6 +191,58 @@ static void watch(struct mpi_comm *c, int kind, size_t count)
 static void unwatch(struct mpi_comm *c)
 {
 	atomic_store(&c->started_ns, 0);
+}
+
+/* Map kiln's shared-memory collectives' segments (plugins/common/shmcoll.h)
+ * in an MPI_Win_allocate_shared window when every rank shares this node;
+ * else leave them off, *why saying why.  Collective: every rank calls it
+ * at open. */
+static void shm_open(struct mpi_comm *c, char *why, size_t n)
+{
+	MPI_Comm node;
+	int nsize = 0;
+	if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+	    MPI_SUCCESS) {
+		snprintf(why, n, "MPI_Comm_split_type failed");
+		return;
+	}
+	MPI_Comm_size(node, &nsize);
+	int all = nsize == c->world && c->world <= SHMCOLL_MAXW, every = 0;
+	MPI_Allreduce(&all, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (!every) {
+		MPI_Comm_free(&node);
+		snprintf(why, n, c->world > SHMCOLL_MAXW ? "more than 64 ranks" : "the ranks span several nodes");
+		return;
+	}
+	void *mem = NULL;
+	int ok = MPI_Win_allocate_shared((MPI_Aint)SHMCOLL_SEGMENT, 64, MPI_INFO_NULL, node, &mem,
+					 &c->shm_win) == MPI_SUCCESS, all_ok = 0;
+	MPI_Comm_free(&node);
+	MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (!all_ok) {
+		if (ok)
+			MPI_Win_free(&c->shm_win);
+		snprintf(why, n, "MPI_Win_allocate_shared failed on a rank");
+		return;
+	}
+	/* one node, split with key 0: the node's ranks are MPI_COMM_WORLD's */
+	void *seg[SHMCOLL_MAXW];
+	for (int r = 0; r < c->world; r++) {
+		MPI_Aint sz = 0;
+		int unit = 0;
+		MPI_Win_shared_query(c->shm_win, r, &sz, &unit, &seg[r]);
+	}
+	kiln_status st = shmcoll_init(&c->shm, H, "mpi", c->rank, c->world, seg, c->timeout_ms,
+				      c->spin_ns, c->nap.tv_sec * 1000000000ll + c->nap.tv_nsec);
+	MPI_Barrier(MPI_COMM_WORLD);
+	c->shm_on = st == KILN_OK;
+}
+
+static void shm_close(struct mpi_comm *c)
+{
+	if (c->shm_on)
+		MPI_Win_free(&c->shm_win);
+	c->shm_on = 0;
 }
 
 /* ---- collectives ---------------------------------------------------------- */
@@ -297,14 +321,26 @@ static kiln_status run_job(void *arg)
 	const int reduces = j->kind == K_ALLREDUCE || j->kind == K_REDUCE_SCATTER;
 	const size_t n = reduces ? j->count : j->count * dtype_size(j->dtype);
 	kiln_status st = KILN_OK;
-	if (n > (size_t)1 << 30) {
+	const int how = running_inline ? W_BLOCK : c->wait;
+	if (c->shm_on && j->kind != K_BROADCAST) {
+		const float sc = reduces && j->op == KILN_REDUCE_AVG ? 1.0f / (float)c->world : 1.0f;
+		const int wait = how == W_BLOCK ? SHMCOLL_SPIN : how == W_YIELD ? SHMCOLL_YIELD
+										: SHMCOLL_SLEEP;
+		watch(c, j->kind, j->count);
+		st = j->kind == K_ALLREDUCE
+			     ? shmcoll_allreduce(&c->shm, wait, j->buf, j->count, j->dtype, sc)
+		     : j->kind == K_REDUCE_SCATTER
+			     ? shmcoll_reduce_scatter(&c->shm, wait, j->send, j->buf, j->count, j->dtype, sc)
+			     : shmcoll_allgather(&c->shm, wait, j->send, j->buf,
+						 j->count * dtype_size(j->dtype));
+		unwatch(c);
+	} else if (n > (size_t)1 << 30) {
 		st = H->error(KILN_ENOTSUP, "mpi: a %s of %zu %s (at most 2^30 per call)",
 			      kind_names[j->kind], n, reduces ? "elements" : "bytes");
 	} else {
 		/* nonblocking with a CPU-friendly wait on a stream worker,
 		 * where the compute threads need the cores; blocking
 		 * (Open MPI's busy poll, its lowest latency) inline */
-		const int how = running_inline ? W_BLOCK : c->wait;
 		MPI_Request req = MPI_REQUEST_NULL;
 		const char *what = "MPI_Ibarrier";
 		int rc = MPI_SUCCESS;
@@ -448,6 +484,7 @@ static void mpi_close(void *ctx)
 	int fin = 0;
 	MPI_Finalized(&fin);
 	if (!fin) {
+		shm_close(c); /* collective, as MPI_Finalize is */
 		MPI_Op_free(&c->sum16[0]);
 		MPI_Op_free(&c->sum16[1]);
 		MPI_Type_free(&c->u16);
@@ -521,6 +558,11 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	MPI_Type_commit(&c->u16);
 	MPI_Op_create(sum_bf16, 1, &c->sum16[0]);
 	MPI_Op_create(sum_f16, 1, &c->sum16[1]);
+	int use_shm = 1;
+	char shm_why[96] = "[plugin.mpi] shm = 0";
+	host->config_get_bool(cfg, "plugin.mpi", "shm", &use_shm);
+	if (use_shm)
+		shm_open(c, shm_why, sizeof shm_why);
 	int rc = watchdog_start(&c->dog, mpi_look, c);
 	if (rc) {
 		mpi_close(c);
@@ -542,8 +584,14 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 		snprintf(how + strlen(how), sizeof how - strlen(how), ", iallreduce algorithm %s (%s)",
 			 alg ? alg : "Open MPI's choice", mca_user ? "the user's" : alg ? "kiln's" : "default");
 	}
-	snprintf(c->desc, sizeof c->desc, "%.100s, thread level %d, stream collectives wait: %s%s, watchdog at %.0f s",
-		 lib, inited ? -1 : provided, wait_names[c->wait], how, timeout_ms / 1000.0);
+	char shm_how[160];
+	if (c->shm_on)
+		snprintf(shm_how, sizeof shm_how, "kiln's shared-memory allreduce, reduce_scatter and allgather (%zu KiB rounds)",
+			 SHMCOLL_CHUNK >> 10);
+	else
+		snprintf(shm_how, sizeof shm_how, "MPI's collectives (kiln's shared memory off: %s)", shm_why);
+	snprintf(c->desc, sizeof c->desc, "%.100s, %s, thread level %d, stream collectives wait: %s%s, watchdog at %.0f s",
+		 lib, shm_how, inited ? -1 : provided, wait_names[c->wait], how, timeout_ms / 1000.0);
 	*out = c;
 	return KILN_OK;
 }
@@ -577,6 +625,8 @@ static const struct kiln_key mpi_keys[] = {
 	  "With `wait = yield`, `sleep` or `meet`: microseconds of back-to-back MPI_Test calls before the first pause." },
 	{ "sleep_us", KILN_KEY_INT, "50", 1, 1000000, NULL,
 	  "With `wait = sleep` or `meet`: microseconds each pause between MPI_Test calls sleeps (nanosleep; the kernel's timer slack, 50 us by default, comes on top)." },
+	{ "shm", KILN_KEY_BOOL, "1", 0, 0, NULL,
+	  "When every rank runs on one node: allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (an MPI_Win_allocate_shared window, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits), faster than Open MPI's at 4 KiB-1 MiB on 2 ranks (docs/PERFORMANCE.md, part 7); the barrier and broadcasts stay MPI's. 0: MPI's collectives throughout. Ranks on several nodes always use MPI's." },
 	{ "nbc_ring", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "Before MPI_Init, set OMPI_MCA_coll_libnbc_iallreduce_algorithm = 1 (libnbc's ring) unless the environment already sets it (mpirun --mca and -x win). Open MPI's own choice for an in-place MPI_Iallreduce is the binomial tree (reduce to rank 0, then broadcast: two sequential full-size transfers), 1.4-2.8x slower than the ring at 1-4 MiB on 2 ranks (docs/PERFORMANCE.md, part 6). Matters only with `wait` = `yield` or `sleep`. 0: leave Open MPI's choice." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }

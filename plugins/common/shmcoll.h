@@ -1,0 +1,96 @@
+/* plugins/common/shmcoll.h - kiln's shared-memory collectives for ranks on
+ * one node, compiled into the communicators that use them (kiln-mpi;
+ * plugins/local.mk), never exported.
+ *
+ * The plugin maps the segments (an MPI_Win_allocate_shared window, or a
+ * POSIX shared-memory object): one per rank, SHMCOLL_SEGMENT bytes, 64-byte
+ * aligned, every rank's visible to every rank; it zeroes its own before
+ * any rank's first collective (a barrier between).  The collectives then
+ * synchronise through flags in the segments alone.
+ *
+ * Layout and protocol.  A segment is a header of two flags and two staging
+ * buffers of SHMCOLL_CHUNK bytes.  A collective runs in rounds of at most
+ * SHMCOLL_CHUNK bytes per rank; round s uses buffer s & 1:
+ *   1. copy the part of this rank's data the others need into its buffer,
+ *      then publish arrive = s (release);
+ *   2. wait until every rank's arrive >= s (acquire);
+ *   3. allreduce: reduce this rank's 1/world part of the round from every
+ *      rank's buffer in rank order (its own part from its own memory),
+ *      write it to its buffer and its output, publish reduced = s, and copy
+ *      the other parts from their owners' buffers once their reduced >= s.
+ *      Rounds of at most SHMCOLL_WHOLE bytes skip the second flag: every
+ *      rank sums the whole round itself, in rank order.
+ * A rank writes buffer b again at round s + 2 only after every rank
+ * published arrive >= s + 1, which each does only after its last read of
+ * round s: two buffers need no other synchronisation.  Sums are taken in
+ * rank order in f32 (16-bit values widened, the result rounded once,
+ * averages scaled before rounding), so every rank gets the same bits, and
+ * the same inputs give the same bits again.
+ *
+ * Threads: one collective at a time per struct shmcoll (the callers'
+ * streams order them); every rank must issue the same collectives in the
+ * same order, as with MPI.  Errors: KILN_ETIMEOUT (with the host's
+ * message) when a peer has not arrived SHMCOLL_GRACE_NS after timeout_ms;
+ * the plugin's own watchdog normally reports first.  Nothing allocates. */
+#ifndef KILN_PLUGINS_COMMON_SHMCOLL_H
+#define KILN_PLUGINS_COMMON_SHMCOLL_H
+
+#include <kiln/plugin.h>
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <time.h>
+
+#define SHMCOLL_CHUNK ((size_t)256 << 10) /* bytes per round and rank (PERFORMANCE.md part 7) */
+#define SHMCOLL_WHOLE ((size_t)16 << 10)  /* rounds up to this size: one flag */
+#define SHMCOLL_MAXW 64                   /* ranks the engine serves */
+#define SHMCOLL_GRACE_NS 5000000000ll
+
+struct shmcoll_hdr {
+	_Alignas(64) atomic_long arrive;
+	_Alignas(64) atomic_long reduced;
+	_Alignas(64) char pad[64];
+};
+
+#define SHMCOLL_SEGMENT (sizeof(struct shmcoll_hdr) + 2 * SHMCOLL_CHUNK)
+
+/* How a rank waits for the others: polls with a pause instruction between
+ * them (SPIN), or, after spin_ns of that, a sched_yield() (YIELD) or a nap
+ * (SLEEP) between polls.  With more ranks than online CPUs, SPIN yields
+ * after spin_ns too (a spinning rank would hold the core its peer needs). */
+enum { SHMCOLL_SPIN, SHMCOLL_YIELD, SHMCOLL_SLEEP };
+
+struct shmcoll {
+	const struct kiln_host *host;
+	const char *who;               /* the plugin's name, for messages */
+	int rank, world, timeout_ms, oversubscribed;
+	long long spin_ns;
+	struct timespec nap;
+	long seq;                      /* the last round this rank started */
+	struct shmcoll_hdr *hdr[SHMCOLL_MAXW];
+	char *buf[SHMCOLL_MAXW];
+};
+
+/* Point s at the mapped segments (seg[r]: rank r's) and zero this rank's;
+ * the caller then makes every rank wait for every other (a barrier) before
+ * the first collective.  KILN_EUSAGE beyond SHMCOLL_MAXW ranks. */
+kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const char *who,
+			 int rank, int world, void *const *seg, int timeout_ms, long long spin_ns,
+			 long long nap_ns);
+
+/* buf[0..count) of dtype (KILN_F32, KILN_BF16, KILN_F16) summed over the
+ * ranks and multiplied by scale, in place. */
+kiln_status shmcoll_allreduce(struct shmcoll *s, int how, void *buf, size_t count, int dtype,
+			      float scale);
+
+/* recv[0..count) = scale * sum over ranks of their send[rank * count ..
+ * + count). */
+kiln_status shmcoll_reduce_scatter(struct shmcoll *s, int how, const void *send, void *recv,
+				   size_t count, int dtype, float scale);
+
+/* recv[r * bytes .. + bytes) = rank r's send, for every r; in place when
+ * send is this rank's block of recv. */
+kiln_status shmcoll_allgather(struct shmcoll *s, int how, const void *send, void *recv,
+			      size_t bytes);
+
+#endif
