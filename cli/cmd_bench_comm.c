@@ -44,7 +44,7 @@ static int cmp_double(const void *a, const void *b)
 
 /* ---- one rank ------------------------------------------------------------- */
 
-static int rank_main(const char *name, size_t max)
+static int rank_main(const char *tool, size_t max)
 {
 	struct kiln_dist_env env;
 	struct kiln_registry *reg = NULL;
@@ -55,8 +55,17 @@ static int rank_main(const char *name, size_t max)
 	void *ctx = NULL, *stream = NULL;
 	float *buf = NULL;
 	kiln_status st;
+	/* COMM-noshm: the communicator with [plugin.COMM] shm = 0 (the
+	 * library's own collectives, not kiln's shared-memory ones) */
+	char name[32], ini[128];
+	snprintf(name, sizeof name, "%s", tool);
+	char *cut = strstr(name, "-noshm");
+	if (cut)
+		*cut = 0;
+	snprintf(ini, sizeof ini, "[run]\nthreads = 1\n%s%s%s", cut ? "[plugin." : "", cut ? name : "",
+		 cut ? "]\nshm = 0\n" : "");
 	if ((st = kiln_dist_env_read(&env)) || (st = kiln_registry_open(NULL, &reg)) ||
-	    (st = kiln_config_load_string("[run]\nthreads = 1\n", "bench comm", &cfg)) ||
+	    (st = kiln_config_load_string(ini, "bench comm", &cfg)) ||
 	    (st = kiln_device_open(reg, cfg, "cpu", 0, &dev)) ||
 	    (st = kiln_device_stream_create(dev, &stream)) ||
 	    (st = kiln_registry_find(reg, KILN_PLUGIN_COMM, name, &p)))
@@ -70,7 +79,7 @@ static int rank_main(const char *name, size_t max)
 		return cli_fail(st);
 	memset(buf, 0, max);
 	if (env.rank == 0)
-		printf("# kiln-%s, %d ranks\n", name, env.world);
+		printf("# kiln-%s, %d ranks\n", tool, env.world);
 	for (size_t bytes = 4096; bytes <= max; bytes *= 4) {
 		int iters = bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 20 : 5;
 		double t[200];
@@ -107,9 +116,10 @@ static int rank_main(const char *name, size_t max)
 
 /* ---- the driver ------------------------------------------------------------ */
 
-enum { T_KILN_MPI, T_RAW_MPI, T_KILN_GLOO, T_RAW_GLOO, T_TORCH, N_TOOLS };
+enum { T_KILN_MPI, T_RAW_MPI, T_KILN_GLOO, T_RAW_GLOO, T_TORCH, T_KILN_MPI_NOSHM,
+       T_KILN_GLOO_NOSHM, N_TOOLS };
 static const char *const tool_names[N_TOOLS] = { "kiln-mpi", "raw-mpi", "kiln-gloo", "raw-gloo",
-						 "torch-gloo" };
+						 "torch-gloo", "kiln-mpi-noshm", "kiln-gloo-noshm" };
 
 struct series {
 	int have, runs;
@@ -187,6 +197,8 @@ static void bench_comm_usage(FILE *f)
 		   "from 4 KiB to BYTES (default 256 MiB, by 4x) of every communicator available:\n"
 		   "kiln-mpi (under mpirun) beside raw MPI (DIR/mpi_raw), kiln-gloo (under kiln\n"
 		   "launch) beside raw Gloo (DIR/gloo_raw), and torch.distributed's gloo\n"
+		   "(kiln-mpi-noshm and kiln-gloo-noshm: the same with [plugin.mpi|gloo] shm = 0,\n"
+		   "the library's own collectives instead of kiln's shared-memory ones)\n"
 		   "(DIR/torch_comm.py with $KILN_PYTHON, python3 or /usr/bin/python3).  Each is run R times (default 3); per size\n"
 		   "the table shows the median over the runs of each run's median latency (us) and\n"
 		   "busbw (GB/s, algbw x 2(n-1)/n), then the ratios against the targets:\n"
@@ -194,8 +206,9 @@ static void bench_comm_usage(FILE *f)
 		   "Gloo, the best kiln communicator >= 5x torch gloo's busbw at 1 MiB.  DIR\n"
 		   "defaults to the bench/ folder beside the kiln binary (the build tree); a\n"
 		   "baseline that is not there is left out, saying why.  --tools keeps only the\n"
-		   "listed ones (comma-separated: kiln-mpi,raw-mpi,kiln-gloo,raw-gloo,torch-gloo).\n"
-		   "Run r starts with the r-th tool (mod 5), so the order rotates between runs.\n");
+		   "listed ones (comma-separated: kiln-mpi,raw-mpi,kiln-gloo,raw-gloo,torch-gloo,\n"
+		   "kiln-mpi-noshm,kiln-gloo-noshm).  Run r starts with the r-th tool (mod 7), so\n"
+		   "the order rotates between runs.\n");
 }
 
 void bench_comm_usage_print(void)
@@ -284,6 +297,8 @@ bad:
 	s[T_KILN_GLOO].have = !kiln_registry_find(reg, KILN_PLUGIN_COMM, "gloo", &p);
 	if (!s[T_KILN_GLOO].have)
 		snprintf(s[T_KILN_GLOO].why, sizeof s->why, "no gloo plugin");
+	s[T_KILN_MPI_NOSHM] = s[T_KILN_MPI];
+	s[T_KILN_GLOO_NOSHM] = s[T_KILN_GLOO];
 	s[T_RAW_GLOO].have = executable(raw_gloo);
 	if (!s[T_RAW_GLOO].have)
 		snprintf(s[T_RAW_GLOO].why, sizeof s->why, "no bench/gloo_raw");
@@ -319,16 +334,18 @@ bad:
 			char tmp[] = "/tmp/kiln-bench-comm.XXXXXX";
 			switch (k) {
 			case T_KILN_MPI:
-				snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np %d -x KILN_MASTER_PORT=%d -x OMP_NUM_THREADS=1 '%s' bench comm --rank mpi %zu 2>/dev/null",
-					 root, nproc, free_port(), self, max);
+			case T_KILN_MPI_NOSHM:
+				snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np %d -x KILN_MASTER_PORT=%d -x OMP_NUM_THREADS=1 '%s' bench comm --rank %s %zu 2>/dev/null",
+					 root, nproc, free_port(), self, tool_names[k] + 5, max);
 				break;
 			case T_RAW_MPI:
 				snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np %d '%s' %zu 2>/dev/null",
 					 root, nproc, raw_mpi, max);
 				break;
 			case T_KILN_GLOO:
-				snprintf(cmd, sizeof cmd, "'%s' launch -n %d -- '%s' bench comm --rank gloo %zu 2>/dev/null",
-					 self, nproc, self, max);
+			case T_KILN_GLOO_NOSHM:
+				snprintf(cmd, sizeof cmd, "'%s' launch -n %d -- '%s' bench comm --rank %s %zu 2>/dev/null",
+					 self, nproc, self, tool_names[k] + 5, max);
 				break;
 			case T_RAW_GLOO:
 				if (!mkdtemp(tmp)) {
@@ -380,19 +397,19 @@ bad:
 		if (!s[k].have)
 			printf("%s: left out (%s)\n", tool_names[k], s[k].why);
 	printf("targets:\n");
-	if (s[T_KILN_MPI].have && s[T_RAW_MPI].have)
-		for (int z = 0; z < n_sizes; z++) {
-			double dlat = s[T_KILN_MPI].med_us[z] - s[T_RAW_MPI].med_us[z];
-			double rb = s[T_KILN_MPI].med_bw[z] / s[T_RAW_MPI].med_bw[z];
-			printf("  kiln-mpi vs raw MPI %10zu B: latency %+8.1f us (%s), busbw %.2fx (%s)\n",
-			       (size_t)4096 << (2 * z), dlat, dlat <= 10 ? "met" : "NOT met", rb,
-			       rb >= 0.9 ? "met" : "NOT met");
-		}
-	if (s[T_KILN_GLOO].have && s[T_RAW_GLOO].have)
-		for (int z = 0; z < n_sizes; z++) {
-			double rb = s[T_KILN_GLOO].med_bw[z] / s[T_RAW_GLOO].med_bw[z];
-			printf("  kiln-gloo vs raw Gloo %10zu B: busbw %.2fx (%s)\n", (size_t)4096 << (2 * z),
+	for (int k = T_KILN_MPI; k <= T_KILN_MPI_NOSHM; k += T_KILN_MPI_NOSHM - T_KILN_MPI)
+		for (int z = 0; z < n_sizes && s[k].have && s[T_RAW_MPI].have; z++) {
+			double dlat = s[k].med_us[z] - s[T_RAW_MPI].med_us[z];
+			double rb = s[k].med_bw[z] / s[T_RAW_MPI].med_bw[z];
+			printf("  %s vs raw MPI %10zu B: latency %+8.1f us (%s), busbw %.2fx (%s)\n",
+			       tool_names[k], (size_t)4096 << (2 * z), dlat, dlat <= 10 ? "met" : "NOT met",
 			       rb, rb >= 0.9 ? "met" : "NOT met");
+		}
+	for (int k = T_KILN_GLOO; k <= T_KILN_GLOO_NOSHM; k += T_KILN_GLOO_NOSHM - T_KILN_GLOO)
+		for (int z = 0; z < n_sizes && s[k].have && s[T_RAW_GLOO].have; z++) {
+			double rb = s[k].med_bw[z] / s[T_RAW_GLOO].med_bw[z];
+			printf("  %s vs raw Gloo %10zu B: busbw %.2fx (%s)\n", tool_names[k],
+			       (size_t)4096 << (2 * z), rb, rb >= 0.9 ? "met" : "NOT met");
 		}
 	const int z1 = 4; /* 1 MiB */
 	if (s[T_TORCH].have && z1 < n_sizes) {
