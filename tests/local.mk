@@ -301,3 +301,12 @@ EXTRA_DIST += tests/dist_syncbn.sh
 # the same equivalence under mpirun with the mpi plugin (skips without it)
 TESTS += tests/dist_mpi.sh
 EXTRA_DIST += tests/dist_mpi.sh
+# the MPI communicator's collectives element by element, under mpirun with
+# 2-4 ranks, kiln's shared-memory collectives on and off (skips without
+# the mpi plugin or mpirun)
+check_PROGRAMS += tests/mpi_coll
+tests_mpi_coll_SOURCES = tests/mpi_coll.c
+tests_mpi_coll_LDADD = libkiln.la -lm
+tests_mpi_coll_LDFLAGS = -rdynamic
+TESTS += tests/mpi_coll.sh
+EXTRA_DIST += tests/mpi_coll.sh

@@ -135,13 +135,13 @@ static size_t esize(int dt)
 	return dt == KILN_F32 ? 4 : 2;
 }
 
-/* where part r of a round of m elements begins, in elements: parts are
- * whole 64-byte lines except the last */
+/* where part r of a round of m elements begins, in elements (r = world:
+ * m): parts are whole 64-byte lines except the last, and cover m */
 static size_t part_at(size_t m, size_t es, int world, int r)
 {
-	const size_t line = 64 / es, per = (m / (size_t)world + line - 1) / line * line;
+	const size_t w = (size_t)world, line = 64 / es, per = ((m + w - 1) / w + line - 1) / line * line;
 	const size_t at = per * (size_t)r;
-	return at < m ? at : m;
+	return at < m && r < world ? at : m;
 }
 
 kiln_status shmcoll_allreduce(struct shmcoll *s, int how, void *buf, size_t count, int dtype,

@@ -1,0 +1,238 @@
+/* tests/mpi_coll.c - the MPI communicator's collectives, element by
+ * element: one rank of `mpirun -np N tests/mpi_coll [KEY=VALUE...]`
+ * (tests/mpi_coll.sh starts it with 2, 3 and 4 ranks, with kiln's
+ * shared-memory collectives on and off, on async and synchronous
+ * streams).  Every rank fills its buffers with values it can compute for
+ * every other rank, so each checks the whole result on its own:
+ *   - allreduce (sum, avg) of f32, bf16 and f16 at counts around the
+ *     engine's boundaries (one-flag rounds up to 16 KiB, 256 KiB rounds,
+ *     a partial last round, parts that are not whole cache lines);
+ *   - reduce_scatter (sum, avg) and allgather (in place and not);
+ *   - 200 small allreduces back to back between large ones (the two
+ *     staging buffers' reuse).
+ * With [plugin.mpi] shm = 1 the results must equal, bit for bit, the sum
+ * in rank order in f32 (16-bit values widened, averages scaled, then
+ * rounded once: plugins/common/shmcoll.h); with shm = 0 (Open MPI's
+ * order, 16-bit sums rounded at each step) they must be within a few
+ * units in the last place of it.  Exit 0 when every check passed; 1 with
+ * each failure printed, naming rank, collective, dtype, count and index. */
+#include <kiln/kiln.h>
+#include <kiln/dist.h>
+#include <kiln/plugin.h>
+
+#include "../plugins/common/half.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const struct kiln_host *kiln_host_table(void);
+
+static int R, W, exact, fails;
+static struct kiln_device *dev;
+static const struct kiln_comm_ops *ops;
+static void *comm, *stream, *done;
+
+#define TRY(x)                                                                             \
+	do {                                                                               \
+		if ((x) != KILN_OK) {                                                      \
+			fprintf(stderr, "rank %d: %s: %s\n", R, #x, kiln_last_error());    \
+			exit(2);                                                           \
+		}                                                                          \
+	} while (0)
+
+static const char *dt_name(int dt)
+{
+	return dt == KILN_F32 ? "f32" : dt == KILN_BF16 ? "bf16" : "f16";
+}
+
+/* rank r's element i, as f32 (exactly representable in dt) */
+static float value(int dt, int r, size_t i)
+{
+	const unsigned h = (unsigned)(i * 2654435761u + (unsigned)r * 40503u) % 2001u;
+	const float v = ((float)h - 1000.0f) * 0.00123f + (float)r * 0.0101f;
+	return dt == KILN_F32 ? v : dt == KILN_BF16 ? half_bf16_f32(half_f32_bf16(v))
+						     : half_f16_f32(half_f32_f16(v));
+}
+
+static void put(void *p, int dt, size_t i, float v)
+{
+	if (dt == KILN_F32)
+		((float *)p)[i] = v;
+	else
+		((uint16_t *)p)[i] = dt == KILN_BF16 ? half_f32_bf16(v) : half_f32_f16(v);
+}
+
+static float get(const void *p, int dt, size_t i)
+{
+	return dt == KILN_F32 ? ((const float *)p)[i]
+	       : dt == KILN_BF16 ? half_bf16_f32(((const uint16_t *)p)[i])
+				 : half_f16_f32(((const uint16_t *)p)[i]);
+}
+
+/* the reference: element i summed over the ranks in rank order in f32,
+ * scaled, rounded once to dt */
+static float reference(int dt, size_t i, float scale)
+{
+	float v = value(dt, 0, i);
+	for (int r = 1; r < W; r++)
+		v += value(dt, r, i);
+	if (scale != 1.0f)
+		v *= scale;
+	uint16_t h;
+	put(&h, dt, 0, v);
+	return dt == KILN_F32 ? v : get(&h, dt, 0);
+}
+
+/* whether got is the reference: bit for bit (shm), or within 4 units of
+ * dt's precision of the sum's magnitude (Open MPI's order) */
+static int agrees(int dt, float got, float want, float mag)
+{
+	if (exact)
+		return memcmp(&got, &want, 4) == 0;
+	const float eps = dt == KILN_F32 ? 0x1p-23f : dt == KILN_BF16 ? 0x1p-8f : 0x1p-11f;
+	return fabsf(got - want) <= 4.0f * eps * (mag + 1e-3f) * (float)W;
+}
+
+static void check(const char *what, int dt, size_t count, size_t i, float got, float want,
+		  float mag)
+{
+	if (agrees(dt, got, want, mag))
+		return;
+	if (fails++ < 20)
+		printf("FAIL rank %d of %d: %s %s count %zu: [%zu] = %.9g, want %.9g\n", R, W, what,
+		       dt_name(dt), count, i, (double)got, (double)want);
+}
+
+static float magnitude(int dt, size_t i)
+{
+	float m = 0;
+	for (int r = 0; r < W; r++)
+		m += fabsf(value(dt, r, i));
+	return m;
+}
+
+static void sync_stream(void)
+{
+	TRY(kiln_device_stream_sync(dev, stream));
+}
+
+static void test_allreduce(void *buf, int dt, size_t count, int op)
+{
+	const float scale = op == KILN_REDUCE_AVG ? 1.0f / (float)W : 1.0f;
+	for (size_t i = 0; i < count; i++)
+		put(buf, dt, i, value(dt, R, i));
+	TRY(ops->allreduce(comm, buf, count, dt, op, stream, done));
+	sync_stream();
+	for (size_t i = 0; i < count; i++)
+		check(op == KILN_REDUCE_AVG ? "allreduce avg" : "allreduce sum", dt, count, i,
+		      get(buf, dt, i), reference(dt, i, scale), magnitude(dt, i) * scale);
+}
+
+static void test_reduce_scatter(void *send, void *recv, int dt, size_t count, int op)
+{
+	const float scale = op == KILN_REDUCE_AVG ? 1.0f / (float)W : 1.0f;
+	for (size_t i = 0; i < count * (size_t)W; i++)
+		put(send, dt, i, value(dt, R, i));
+	TRY(ops->reduce_scatter(comm, send, recv, count, dt, op, stream, done));
+	sync_stream();
+	for (size_t i = 0; i < count; i++) {
+		const size_t g = (size_t)R * count + i;
+		check("reduce_scatter", dt, count, i, get(recv, dt, i), reference(dt, g, scale),
+		      magnitude(dt, g) * scale);
+	}
+}
+
+static void test_allgather(void *send, void *recv, int dt, size_t count, int in_place)
+{
+	const size_t es = dt == KILN_F32 ? 4 : 2;
+	char *mine = in_place ? (char *)recv + (size_t)R * count * es : send;
+	memset(recv, 0xff, count * (size_t)W * es);
+	for (size_t i = 0; i < count; i++)
+		put(mine, dt, i, value(dt, R, i));
+	TRY(ops->allgather(comm, mine, recv, count, dt, stream, done));
+	sync_stream();
+	for (int r = 0; r < W; r++)
+		for (size_t i = 0; i < count; i++) {
+			const float got = get(recv, dt, (size_t)r * count + i), want = value(dt, r, i);
+			if (memcmp(&got, &want, 4) && fails++ < 20)
+				printf("FAIL rank %d of %d: allgather%s %s count %zu: rank %d's [%zu] = %.9g, want %.9g\n",
+				       R, W, in_place ? " in place" : "", dt_name(dt), count, r, i,
+				       (double)got, (double)want);
+		}
+}
+
+int main(int argc, char **argv)
+{
+	struct kiln_dist_env env;
+	struct kiln_registry *reg = NULL;
+	struct kiln_config *cfg = NULL;
+	const struct kiln_plugin *p;
+	TRY(kiln_dist_env_read(&env));
+	R = env.rank, W = env.world;
+	TRY(kiln_registry_open(NULL, &reg));
+	TRY(kiln_config_new(&cfg));
+	TRY(kiln_config_override(cfg, "run.threads=1"));
+	for (int i = 1; i < argc; i++)
+		TRY(kiln_config_override(cfg, argv[i]));
+	TRY(kiln_config_validate(cfg, reg));
+	TRY(kiln_device_open(reg, cfg, "cpu", 0, &dev));
+	TRY(kiln_device_stream_create(dev, &stream));
+	TRY(kiln_device_event_create(dev, &done));
+	TRY(kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p));
+	ops = p->ops;
+	TRY(ops->open(kiln_host_table(), cfg, NULL, dev, R, W, 30000, &comm));
+	const char *desc = ops->describe(comm);
+	exact = strstr(desc, "kiln's shared-memory") != NULL;
+	if (R == 0)
+		printf("%d ranks: %s\n", W, desc);
+	/* counts: one element; a partial line; a whole one; the one-flag
+	 * limit (16 KiB of f32) and one past it; one 256 KiB round of f32;
+	 * two rounds and a bit; several rounds, odd */
+	static const size_t counts[] = { 1, 7, 16, 4096, 4097, 65536, 2 * 65536 + 13, 300001 };
+	const size_t ncounts = sizeof counts / sizeof *counts, max = 300001;
+	void *a = NULL, *b = NULL;
+	TRY(kiln_device_alloc(dev, max * 4 * (size_t)W, &a));
+	TRY(kiln_device_alloc(dev, max * 4 * (size_t)W, &b));
+	static const int dts[] = { KILN_F32, KILN_BF16, KILN_F16 };
+	for (int d = 0; d < 3; d++)
+		for (size_t k = 0; k < ncounts; k++) {
+			const size_t n = counts[k];
+			test_allreduce(a, dts[d], n, KILN_REDUCE_SUM);
+			test_allreduce(a, dts[d], n, KILN_REDUCE_AVG);
+			test_reduce_scatter(a, b, dts[d], n, k & 1 ? KILN_REDUCE_AVG : KILN_REDUCE_SUM);
+			test_allgather(a, b, dts[d], n, 0);
+			test_allgather(NULL, b, dts[d], n, 1);
+		}
+	/* the staging buffers' reuse: small rounds back to back (both
+	 * parities), between multi-round ones, enqueued before any wait */
+	test_allreduce(a, KILN_F32, 300001, KILN_REDUCE_SUM);
+	for (int k = 0; k < 200; k++) {
+		float *v = (float *)b + (size_t)k * 8;
+		for (size_t i = 0; i < 7; i++)
+			v[i] = value(KILN_F32, R, i + (size_t)k);
+		TRY(ops->allreduce(comm, v, 7, KILN_F32, KILN_REDUCE_SUM, stream, NULL));
+	}
+	sync_stream();
+	for (int k = 0; k < 200; k++)
+		for (size_t i = 0; i < 7; i++) {
+			float want = value(KILN_F32, 0, i + (size_t)k);
+			for (int r = 1; r < W; r++)
+				want += value(KILN_F32, r, i + (size_t)k);
+			check("back-to-back allreduce", KILN_F32, 7, (size_t)k * 8 + i,
+			      ((float *)b)[(size_t)k * 8 + i], want, 8.0f * (float)W);
+		}
+	test_allreduce(a, KILN_F32, 2 * 65536 + 13, KILN_REDUCE_AVG);
+	TRY(ops->barrier(comm));
+	kiln_device_free(dev, a);
+	kiln_device_free(dev, b);
+	ops->close(comm);
+	kiln_device_event_destroy(dev, done);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+	printf("rank %d of %d: %s, %d failures\n", R, W, exact ? "shared memory (bit for bit)" : "MPI", fails);
+	return fails ? 1 : 0;
+}

@@ -1,0 +1,37 @@
+#!/bin/sh
+# tests/mpi_coll.sh - tests/mpi_coll (the MPI communicator's collectives,
+# element by element) under mpirun: 2 ranks with kiln's shared-memory
+# collectives on (bit for bit against the sum in rank order) and off (Open
+# MPI's, to a few ulps), on an async stream (a stream worker runs the
+# collectives) and a synchronous one (inline); 3 ranks; 4 ranks on 2 cores
+# (oversubscribed: the shared-memory waits yield) with wait = yield and
+# sleep.  Every run is under `timeout`.
+set -u
+: "${top_builddir:=.}"
+: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
+[ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] || { echo "SKIP: the mpi plugin is not built"; exit 77; }
+command -v mpirun > /dev/null || { echo "SKIP: no mpirun"; exit 77; }
+prog="$abs_top_builddir/tests/mpi_coll"
+fail=0
+run() {
+	np=$1
+	shift
+	echo "== $np ranks: $*"
+	timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$prog" "$@" 2>&1 ||
+		{ echo "FAIL: $np ranks, $*: exit $?"; fail=1; }
+}
+run 2 plugin.cpu.async=1
+run 2 plugin.cpu.async=1 plugin.mpi.shm=0
+run 2 plugin.cpu.async=0
+run 3 plugin.cpu.async=1
+run 3 plugin.cpu.async=1 plugin.mpi.shm=0
+run 4 plugin.cpu.async=1 plugin.mpi.wait=yield
+run 4 plugin.cpu.async=0 plugin.mpi.wait=sleep plugin.mpi.spin_us=0
+# the description says which path ran
+timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" 2>&1 |
+	grep -q "kiln's shared-memory allreduce, reduce_scatter and allgather" ||
+	{ echo "FAIL: shm = 1 (the default) is not described as kiln's shared memory"; fail=1; }
+timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" plugin.mpi.shm=0 2>&1 |
+	grep -q "MPI's collectives (kiln's shared memory off: \[plugin.mpi\] shm = 0)" ||
+	{ echo "FAIL: shm = 0 is not described as MPI's collectives"; fail=1; }
+exit $fail
