@@ -1034,6 +1034,18 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 	return KILN_OK;
 }
 
+/* whether an error message is the communicator's (its plugin's messages
+ * begin "NAME: ", possibly behind a stream's or the store's prefix) or
+ * the store's (a rendezvous or finish that timed out) */
+static int from_comm(const struct kiln_dist *d, const char *msg)
+{
+	char want[64];
+	if (!msg)
+		return 0;
+	snprintf(want, sizeof want, "%s: ", d->plugin->name);
+	return strstr(msg, want) || strstr(msg, "store") || strstr(msg, "collective");
+}
+
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
@@ -1046,9 +1058,11 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	if (lost >= 0)
 		st = kiln_error(st, "rank %d of %d: rank %d was lost (its process exited or its connection closed): %s",
 				d->env.rank, d->env.world, lost, msg ? msg : "");
-	else
+	else if (from_comm(d, msg))
 		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",
 				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");
+	else /* this rank's own failure (a file, the device): as it was */
+		st = kiln_error(st, "rank %d of %d: %s", d->env.rank, d->env.world, msg ? msg : "");
 	free(msg);
 	return st;
 }

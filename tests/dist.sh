@@ -132,6 +132,11 @@ dt=$(( $(date +%s) - t0 ))
 grep -q "rank 0 of 2: waiting for every rank to finish: rank 1 failed after the last collective" "$tmp/late.log" ||
 	{ bad "rank 0 did not name rank 1's late failure"; grep -v '^\[' "$tmp/late.log" | tail -8; }
 [ "$dt" -le 40 ] || bad "rank 0 took ${dt}s to see rank 1's late failure ([dist] timeout 60 s)"
+# rank 1's own error is told as its own, not as a failed collective
+grep -q "rank 1 of 2: .*late1/profile.txt" "$tmp/late.log" ||
+	{ bad "rank 1 did not name its profile report"; grep -v '^\[' "$tmp/late.log" | tail -8; }
+grep -q "rank 1 of 2: a collective failed" "$tmp/late.log" &&
+	bad "rank 1's unwritable profile report was told as a failed collective"
 
 # ---- 3. a rank dies: the others fail, naming it --------------------------
 port=$(free_port 0)
