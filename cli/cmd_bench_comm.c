@@ -56,14 +56,17 @@ static int rank_main(const char *tool, size_t max)
 	float *buf = NULL;
 	kiln_status st;
 	/* COMM-noshm: the communicator with [plugin.COMM] shm = 0 (the
-	 * library's own collectives, not kiln's shared-memory ones) */
+	 * library's own collectives, not kiln's shared-memory ones);
+	 * COMM-staged: zero_copy = 0 (the buffer in device memory, through
+	 * the staging buffers); COMM: the buffer in the communicator's
+	 * shared memory when it has some (alloc_shared), as DDP's gradients */
 	char name[32], ini[128];
 	snprintf(name, sizeof name, "%s", tool);
-	char *cut = strstr(name, "-noshm");
-	if (cut)
-		*cut = 0;
-	snprintf(ini, sizeof ini, "[run]\nthreads = 1\n%s%s%s", cut ? "[plugin." : "", cut ? name : "",
-		 cut ? "]\nshm = 0\n" : "");
+	const char *key = strstr(name, "-noshm") ? "shm" : strstr(name, "-staged") ? "zero_copy" : NULL;
+	if (key)
+		*strchr(name, '-') = 0;
+	snprintf(ini, sizeof ini, "[run]\nthreads = 1\n%s%s%s%s%s", key ? "[plugin." : "", key ? name : "",
+		 key ? "]\n" : "", key ? key : "", key ? " = 0\n" : "");
 	if ((st = kiln_dist_env_read(&env)) || (st = kiln_registry_open(NULL, &reg)) ||
 	    (st = kiln_config_load_string(ini, "bench comm", &cfg)) ||
 	    (st = kiln_device_open(reg, cfg, "cpu", 0, &dev)) ||
@@ -74,12 +77,21 @@ static int rank_main(const char *tool, size_t max)
 	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
 				  env.world, 60000, &store)) ||
 	    (st = kiln_store_rendezvous(store, env.rank, env.world, 60000)) ||
-	    (st = ops->open(kiln_host_table(), cfg, store, dev, env.rank, env.world, 60000, &ctx)) ||
-	    (st = kiln_device_alloc(dev, max, (void **)&buf)))
+	    (st = ops->open(kiln_host_table(), cfg, store, dev, env.rank, env.world, 60000, &ctx)))
+		return cli_fail(st);
+	int shared = 0;
+	if (ops->version >= 3 && ops->alloc_shared) {
+		st = ops->alloc_shared(ctx, max, (void **)&buf);
+		if (st && st != KILN_ENOTSUP)
+			return cli_fail(st);
+		shared = !st;
+	}
+	if (!shared && (st = kiln_device_alloc(dev, max, (void **)&buf)))
 		return cli_fail(st);
 	memset(buf, 0, max);
 	if (env.rank == 0)
-		printf("# kiln-%s, %d ranks\n", tool, env.world);
+		printf("# kiln-%s, %d ranks, buffer in %s\n", tool, env.world,
+		       shared ? "the communicator's shared memory" : "device memory");
 	for (size_t bytes = 4096; bytes <= max; bytes *= 4) {
 		int iters = bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 20 : 5;
 		double t[200];
@@ -104,7 +116,8 @@ static int rank_main(const char *tool, size_t max)
 			       (double)bytes / med * 2.0 * (env.world - 1) / env.world / 1e9);
 		fflush(stdout);
 	}
-	kiln_device_free(dev, buf);
+	if (!shared)
+		kiln_device_free(dev, buf);
 	ops->close(ctx);
 	kiln_store_close(store);
 	kiln_device_stream_destroy(dev, stream);
@@ -117,9 +130,10 @@ static int rank_main(const char *tool, size_t max)
 /* ---- the driver ------------------------------------------------------------ */
 
 enum { T_KILN_MPI, T_RAW_MPI, T_KILN_GLOO, T_RAW_GLOO, T_TORCH, T_KILN_MPI_NOSHM,
-       T_KILN_GLOO_NOSHM, N_TOOLS };
+       T_KILN_GLOO_NOSHM, T_KILN_MPI_STAGED, N_TOOLS };
 static const char *const tool_names[N_TOOLS] = { "kiln-mpi", "raw-mpi", "kiln-gloo", "raw-gloo",
-						 "torch-gloo", "kiln-mpi-noshm", "kiln-gloo-noshm" };
+						 "torch-gloo", "kiln-mpi-noshm", "kiln-gloo-noshm",
+						 "kiln-mpi-staged" };
 
 struct series {
 	int have, runs;
@@ -198,7 +212,9 @@ static void bench_comm_usage(FILE *f)
 		   "kiln-mpi (under mpirun) beside raw MPI (DIR/mpi_raw), kiln-gloo (under kiln\n"
 		   "launch) beside raw Gloo (DIR/gloo_raw), and torch.distributed's gloo\n"
 		   "(kiln-mpi-noshm and kiln-gloo-noshm: the same with [plugin.mpi|gloo] shm = 0,\n"
-		   "the library's own collectives instead of kiln's shared-memory ones)\n"
+		   "the library's own collectives instead of kiln's shared-memory ones;\n"
+		   "kiln-mpi-staged: [plugin.mpi] zero_copy = 0, the buffer in device memory\n"
+		   "rather than the communicator's shared memory that DDP's gradients live in)\n"
 		   "(DIR/torch_comm.py with $KILN_PYTHON, python3 or /usr/bin/python3).  Each is run R times (default 3); per size\n"
 		   "the table shows the median over the runs of each run's median latency (us) and\n"
 		   "busbw (GB/s, algbw x 2(n-1)/n), then the ratios against the targets:\n"
@@ -207,7 +223,8 @@ static void bench_comm_usage(FILE *f)
 		   "defaults to the bench/ folder beside the kiln binary (the build tree); a\n"
 		   "baseline that is not there is left out, saying why.  --tools keeps only the\n"
 		   "listed ones (comma-separated: kiln-mpi,raw-mpi,kiln-gloo,raw-gloo,torch-gloo,\n"
-		   "kiln-mpi-noshm,kiln-gloo-noshm).  Run r starts with the r-th tool (mod 7), so\n"
+		   "kiln-mpi-noshm,kiln-gloo-noshm,kiln-mpi-staged).  Run r starts with the r-th\n"
+		   "tool (mod 8), so\n"
 		   "the order rotates between runs.\n");
 }
 
@@ -297,7 +314,7 @@ bad:
 	s[T_KILN_GLOO].have = !kiln_registry_find(reg, KILN_PLUGIN_COMM, "gloo", &p);
 	if (!s[T_KILN_GLOO].have)
 		snprintf(s[T_KILN_GLOO].why, sizeof s->why, "no gloo plugin");
-	s[T_KILN_MPI_NOSHM] = s[T_KILN_MPI];
+	s[T_KILN_MPI_NOSHM] = s[T_KILN_MPI_STAGED] = s[T_KILN_MPI];
 	s[T_KILN_GLOO_NOSHM] = s[T_KILN_GLOO];
 	s[T_RAW_GLOO].have = executable(raw_gloo);
 	if (!s[T_RAW_GLOO].have)
@@ -335,6 +352,7 @@ bad:
 			switch (k) {
 			case T_KILN_MPI:
 			case T_KILN_MPI_NOSHM:
+			case T_KILN_MPI_STAGED:
 				snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np %d -x KILN_MASTER_PORT=%d -x OMP_NUM_THREADS=1 '%s' bench comm --rank %s %zu 2>/dev/null",
 					 root, nproc, free_port(), self, tool_names[k] + 5, max);
 				break;
@@ -397,7 +415,8 @@ bad:
 		if (!s[k].have)
 			printf("%s: left out (%s)\n", tool_names[k], s[k].why);
 	printf("targets:\n");
-	for (int k = T_KILN_MPI; k <= T_KILN_MPI_NOSHM; k += T_KILN_MPI_NOSHM - T_KILN_MPI)
+	static const int mpi_tools[] = { T_KILN_MPI, T_KILN_MPI_STAGED, T_KILN_MPI_NOSHM };
+	for (int t = 0, k; t < 3 && (k = mpi_tools[t], 1); t++)
 		for (int z = 0; z < n_sizes && s[k].have && s[T_RAW_MPI].have; z++) {
 			double dlat = s[k].med_us[z] - s[T_RAW_MPI].med_us[z];
 			double rb = s[k].med_bw[z] / s[T_RAW_MPI].med_bw[z];

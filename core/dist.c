@@ -1034,6 +1034,33 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 	return KILN_OK;
 }
 
+kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m)
+{
+	void *mem = NULL;
+	if (!d || d->env.world < 2 || d->zero)
+		return KILN_OK;
+	const size_t bytes = m->n_elems * sizeof(float);
+	kiln_status st = d->ops->version >= 3 && d->ops->alloc_shared
+				 ? d->ops->alloc_shared(d->ctx, bytes, &mem)
+				 : kiln_error(KILN_ENOTSUP, "%s: no alloc_shared", d->plugin->name);
+	if (st == KILN_ENOTSUP) {
+		kiln_log(KILN_LOG_INFO, "dist", "gradients in device memory, allreduced through the communicator's own buffers (%s)",
+			 kiln_last_error());
+		return KILN_OK;
+	}
+	if (st)
+		return st;
+	/* the gradients are zero before the first step; copied all the same */
+	memcpy(mem, m->grads_d, bytes);
+	if (!m->grads_foreign)
+		kiln_device_free(m->dev, m->grads_d);
+	m->grads_d = mem;
+	m->grads_foreign = 1;
+	kiln_log(KILN_LOG_INFO, "dist", "gradients (%.3g MiB) in memory every rank's %s reaches: bucket allreduces copy nothing",
+		 (double)bytes / 1048576.0, d->plugin->name);
+	return KILN_OK;
+}
+
 /* whether an error message is the communicator's (its plugin's messages
  * begin "NAME: ", possibly behind a stream's or the store's prefix) or
  * the store's (a rendezvous or finish that timed out) */

@@ -28,6 +28,14 @@ void kiln_dist_close(struct kiln_dist *d);
 int kiln_dist_rank(const struct kiln_dist *d);  /* 0 for NULL */
 int kiln_dist_world(const struct kiln_dist *d); /* 1 for NULL */
 
+/* Move m's gradients into memory every rank's communicator reaches
+ * directly (comm ops alloc_shared: kiln-mpi on one node), so that the
+ * bucket allreduces need no staging copies: right after the model is made,
+ * before any plan or collective.  Collective.  A communicator without such
+ * memory (or ZeRO-1, or one rank) leaves them where they are, saying why
+ * in the log; only other failures are errors.  The memory is freed when
+ * the communicator closes (m->grads_foreign). */
+kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m);
 /* Set up the buckets over m's trainable gradients and hook m's backward.
  * `compute` is the stream backward runs on. */
 kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *compute);

@@ -366,7 +366,8 @@ void kiln_model_free(struct kiln_model *m)
 		kiln_device_free(m->dev, m->buffers_d);
 		kiln_device_free(m->dev, m->step_d);
 		kiln_device_free(m->dev, m->params_d);
-		kiln_device_free(m->dev, m->grads_d);
+		if (!m->grads_foreign)
+			kiln_device_free(m->dev, m->grads_d);
 		kiln_device_free(m->dev, m->params_c);
 		kiln_device_plan_free(m->dev, m->pcast_plan);
 	}

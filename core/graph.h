@@ -44,6 +44,7 @@ struct kiln_model {
 	size_t n_trainable;  /* leading elements the optimizer updates */
 	size_t n_buf_elems;  /* the buffers region (batchnorm running stats) */
 	float *params_d, *grads_d, *buffers_d;
+	int grads_foreign;   /* grads_d is the communicator's (kiln_dist_share_grads): not freed here */
 	int layout;          /* KILN_NCHW or KILN_NHWC, from [model] layout */
 	uint64_t seed;
 	int64_t *step_d;     /* device i64[1]: micro-steps done (dropout's counter) */

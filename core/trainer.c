@@ -1137,7 +1137,8 @@ kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry
 	}
 	size_t rss0;
 	kiln_rss(&rss0, NULL, 1);
-	if ((st = kiln_model_create(cfg, reg, t->dev, &train.input, &t->m)))
+	if ((st = kiln_model_create(cfg, reg, t->dev, &train.input, &t->m)) ||
+	    (st = kiln_dist_share_grads(t->dist, t->m)))
 		goto out;
 	if ((st = kiln_device_stream_create(t->dev, &t->compute)) ||
 	    (st = kiln_device_stream_create(t->dev, &t->copy)))

@@ -2,7 +2,8 @@
 # tests/dist_mpi.sh - the MPI communicator under mpirun (docs/distributed.md):
 # 2 ranks started by `mpirun --allow-run-as-root --oversubscribe -np 2`,
 # batch 32 each, end with the parameters and momentum of one process with
-# batch 64 (1e-5 relative), and the logged losses agree; so do 2 ranks
+# batch 64 (1e-5 relative), and the logged losses agree, with the gradients
+# in kiln-mpi's shared memory (the default) and without (zero_copy = 0); so do 2 ranks
 # with [dist] zero = 1 (with and without skip_nonfinite), and with each
 # [plugin.mpi] wait policy; captured steps over 384 steps equal issued
 # ones bit for bit; a rank stopped with SIGSTOP makes the
@@ -22,6 +23,19 @@ timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT
 	> "$tmp/mpi.log" 2>&1 || { bad "mpirun -np 2 exited $?"; tail -20 "$tmp/mpi.log"; }
 grep -q "rank 1 of 2 (local 1; from Open MPI), comm mpi: Open MPI" "$tmp/mpi.log" ||
 	bad "comm = auto did not pick mpi under mpirun"
+# the gradients live in kiln-mpi's shared memory (comm ops alloc_shared):
+# the bucket allreduces above copied nothing; with zero_copy = 0 they stay
+# in device memory and go through the staging buffers, equal all the same
+grep -q "gradients (0.194 MiB) in memory every rank's mpi reaches" "$tmp/mpi.log" ||
+	bad "the gradients are not in the communicator's shared memory by default"
+port=$(free_port 12)
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
+	-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/staged" train.batch=32 \
+	plugin.mpi.zero_copy=0 > "$tmp/staged.log" 2>&1 || { bad "mpirun zero_copy = 0 exited $?"; tail -20 "$tmp/staged.log"; }
+grep -q "gradients in device memory, allreduced through the communicator's own buffers (mpi: \[plugin.mpi\] zero_copy = 0)" \
+	"$tmp/staged.log" || bad "zero_copy = 0: the log does not say the gradients stay in device memory"
+"$tool" close "$tmp/one/checkpoints/ckpt-64.kiln" "$tmp/staged/checkpoints/ckpt-64.kiln" 1e-5 \
+	params optim.momentum || bad "mpi zero_copy = 0 vs 1 process: parameters differ"
 # [plugin.mpi] wait = auto: block for DDP, yield under ZeRO-1 (below)
 grep -q "stream collectives wait: block" "$tmp/mpi.log" || bad "wait = auto without ZeRO: not block"
 "$tool" close "$tmp/one/checkpoints/ckpt-64.kiln" "$tmp/mpi/checkpoints/ckpt-64.kiln" 1e-5 \

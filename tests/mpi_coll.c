@@ -9,7 +9,11 @@
  *     a partial last round, parts that are not whole cache lines);
  *   - reduce_scatter (sum, avg) and allgather (in place and not);
  *   - 200 small allreduces back to back between large ones (the two
- *     staging buffers' reuse).
+ *     staging buffers' reuse);
+ *   - with shared memory (comm ops alloc_shared, [plugin.mpi] zero_copy =
+ *     1): allreduces of slices of the shared buffer (no staging), every
+ *     dtype, at offsets as DDP's buckets have them, interleaved with
+ *     staged ones; with zero_copy = 0 alloc_shared must say KILN_ENOTSUP.
  * With [plugin.mpi] shm = 1 the results must equal, bit for bit, the sum
  * in rank order in f32 (16-bit values widened, averages scaled, then
  * rounded once: plugins/common/shmcoll.h); with shm = 0 (Open MPI's
@@ -224,6 +228,30 @@ int main(int argc, char **argv)
 			      ((float *)b)[(size_t)k * 8 + i], want, 8.0f * (float)W);
 		}
 	test_allreduce(a, KILN_F32, 2 * 65536 + 13, KILN_REDUCE_AVG);
+	/* the shared buffer */
+	char *sh = NULL;
+	kiln_status st = ops->version >= 3 && ops->alloc_shared
+				 ? ops->alloc_shared(comm, max * 4 + 4096, (void **)&sh)
+				 : KILN_ENOTSUP;
+	if (R == 0)
+		printf("alloc_shared: %s\n", st ? kiln_last_error() : "given");
+	if (st && st != KILN_ENOTSUP) {
+		printf("FAIL rank %d: alloc_shared: %s\n", R, kiln_last_error());
+		fails++;
+	}
+	if (!st) {
+		for (size_t i = 0; i < max * 4 + 4096; i++)
+			if (sh[i] && fails++ < 20)
+				printf("FAIL rank %d: alloc_shared's memory is not zeroed at %zu\n", R, i);
+		for (int d = 0; d < 3; d++)
+			for (size_t k = 0; k < ncounts; k++) {
+				/* a bucket's slice: a multiple of 16 floats in */
+				char *at = sh + (k % 3) * 1024;
+				test_allreduce(at, dts[d], counts[k], KILN_REDUCE_SUM);
+				test_allreduce(at, dts[d], counts[k], KILN_REDUCE_AVG);
+				test_allreduce(a, dts[d], counts[k], KILN_REDUCE_SUM);
+			}
+	}
 	TRY(ops->barrier(comm));
 	kiln_device_free(dev, a);
 	kiln_device_free(dev, b);
@@ -233,6 +261,7 @@ int main(int argc, char **argv)
 	kiln_device_close(dev);
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
-	printf("rank %d of %d: %s, %d failures\n", R, W, exact ? "shared memory (bit for bit)" : "MPI", fails);
+	printf("rank %d of %d: %s%s, %d failures\n", R, W, exact ? "shared memory (bit for bit)" : "MPI",
+	       sh ? ", and the shared buffer" : "", fails);
 	return fails ? 1 : 0;
 }

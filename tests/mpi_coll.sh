@@ -1,8 +1,9 @@
 #!/bin/sh
 # tests/mpi_coll.sh - tests/mpi_coll (the MPI communicator's collectives,
 # element by element) under mpirun: 2 ranks with kiln's shared-memory
-# collectives on (bit for bit against the sum in rank order) and off (Open
-# MPI's, to a few ulps), on an async stream (a stream worker runs the
+# collectives on (bit for bit against the sum in rank order; with and
+# without the shared buffer of alloc_shared) and off (Open MPI's, to a few
+# ulps), on an async stream (a stream worker runs the
 # collectives) and a synchronous one (inline); 3 ranks; 4 ranks on 2 cores
 # (oversubscribed: the shared-memory waits yield) with wait = yield and
 # sleep.  Every run is under `timeout`.
@@ -21,6 +22,7 @@ run() {
 		{ echo "FAIL: $np ranks, $*: exit $?"; fail=1; }
 }
 run 2 plugin.cpu.async=1
+run 2 plugin.cpu.async=1 plugin.mpi.zero_copy=0
 run 2 plugin.cpu.async=1 plugin.mpi.shm=0
 run 2 plugin.cpu.async=0
 run 3 plugin.cpu.async=1
@@ -34,4 +36,10 @@ timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" 2>&1 |
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" plugin.mpi.shm=0 2>&1 |
 	grep -q "MPI's collectives (kiln's shared memory off: \[plugin.mpi\] shm = 0)" ||
 	{ echo "FAIL: shm = 0 is not described as MPI's collectives"; fail=1; }
+# zero_copy: alloc_shared gives memory by default, says no with 0 or shm = 0
+timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" 2>&1 | grep -q "alloc_shared: given" ||
+	{ echo "FAIL: alloc_shared gave no memory by default"; fail=1; }
+timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" plugin.mpi.zero_copy=0 2>&1 |
+	grep -q "alloc_shared: mpi: \[plugin.mpi\] zero_copy = 0" ||
+	{ echo "FAIL: alloc_shared with zero_copy = 0 did not say KILN_ENOTSUP"; fail=1; }
 exit $fail

@@ -42,7 +42,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 6
+#define KILN_ABI_MINOR 7
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -708,7 +708,7 @@ struct kiln_device_ops {
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 2
+#define KILN_COMM_OPS_VERSION 3
 
 struct kiln_comm_ops {
 	uint32_t version;
@@ -744,6 +744,23 @@ struct kiln_comm_ops {
 	/* One line for the run log: library version and transport
 	 * ("gloo 0.5.0, tcp on 127.0.0.1").  (optional) */
 	const char *(*describe)(void *ctx);
+
+	/* ---- version 3 (ABI 1.7) ---- */
+
+	/* Host memory of `bytes` that every rank's collectives can reach
+	 * directly (kiln-mpi: one MPI_Win_allocate_shared window when every
+	 * rank shares the node), zeroed, 64-byte aligned, for a buffer the core
+	 * allreduces slice by slice at the same offsets on every rank (the
+	 * gradients): such an allreduce moves no data through staging
+	 * buffers.  Collective: every rank calls it with the same bytes, from
+	 * the training thread, before any collective is enqueued.  The memory
+	 * belongs to the communicator and is unmapped by close (the caller
+	 * must not free it or touch it after close).  KILN_ENOTSUP (with a
+	 * message saying why) when the communicator has no such memory: ranks
+	 * on several nodes, switched off by its keys, or already given once;
+	 * the caller then keeps its own memory.  Other errors are the same on
+	 * every rank.  (optional: NULL means KILN_ENOTSUP) */
+	kiln_status (*alloc_shared)(void *ctx, size_t bytes, void **ptr);
 };
 
 /* ======================================================================

@@ -4,6 +4,7 @@
 #include "watchdog.h"
 
 #include <sched.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -144,9 +145,50 @@ static size_t part_at(size_t m, size_t es, int world, int r)
 	return at < m && r < world ? at : m;
 }
 
+void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes)
+{
+	for (int r = 0; r < s->world; r++)
+		s->region[r] = base[r];
+	s->region_bytes = bytes;
+}
+
+/* the allreduce of region bytes [off, off + count * es) (shmcoll_region) */
+static kiln_status region_allreduce(struct shmcoll *s, int how, size_t off, size_t count,
+				    int dtype, float scale)
+{
+	const size_t es = esize(dtype), block = SHMCOLL_WHOLE / es;
+	const int R = s->rank, W = s->world;
+	const void *src[SHMCOLL_MAXW];
+	kiln_status st;
+	const long seq = ++s->seq;
+	if ((st = meet(s, how, seq, "allreduce")))
+		return st;
+	/* this rank's share, a block at a time: summed into its own buffer
+	 * (still in cache), then copied into every other rank's */
+	const size_t p0 = part_at(count, es, W, R), p1 = part_at(count, es, W, R + 1);
+	for (size_t i = p0; i < p1; i += block) {
+		const size_t n = p1 - i < block ? p1 - i : block, at = off + i * es;
+		for (int r = 0; r < W; r++)
+			src[r] = s->region[r] + at;
+		sum(s->region[R] + at, src, W, n, scale, dtype);
+		for (int r = 0; r < W; r++)
+			if (r != R)
+				memcpy(s->region[r] + at, s->region[R] + at, n * es);
+	}
+	atomic_store_explicit(&s->hdr[R]->reduced, seq, memory_order_release);
+	for (int r = 0; r < W; r++)
+		if (r != R && (st = wait_flag(s, how, &s->hdr[r]->reduced, seq, r, "allreduce")))
+			return st;
+	return KILN_OK;
+}
+
 kiln_status shmcoll_allreduce(struct shmcoll *s, int how, void *buf, size_t count, int dtype,
 			      float scale)
 {
+	const uintptr_t p = (uintptr_t)buf, base = (uintptr_t)s->region[s->rank];
+	if (base && p >= base && p - base <= s->region_bytes &&
+	    count * esize(dtype) <= s->region_bytes - (p - base))
+		return region_allreduce(s, how, p - base, count, dtype, scale);
 	const size_t es = esize(dtype), chunk = SHMCOLL_CHUNK / es;
 	const int R = s->rank, W = s->world;
 	const void *src[SHMCOLL_MAXW];

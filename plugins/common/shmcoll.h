@@ -69,6 +69,8 @@ struct shmcoll {
 	long seq;                      /* the last round this rank started */
 	struct shmcoll_hdr *hdr[SHMCOLL_MAXW];
 	char *buf[SHMCOLL_MAXW];
+	char *region[SHMCOLL_MAXW];    /* a shared buffer every rank maps (shmcoll_region) */
+	size_t region_bytes;
 };
 
 /* Point s at the mapped segments (seg[r]: rank r's) and zero this rank's;
@@ -78,8 +80,18 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
 			 int rank, int world, void *const *seg, int timeout_ms, long long spin_ns,
 			 long long nap_ns);
 
+/* Declare a buffer every rank has mapped: base[r] is rank r's, `bytes`
+ * each (64-byte aligned).  An allreduce of a range of it (at the same
+ * offset on every rank) then moves no data through the staging buffers:
+ * after every rank has arrived, each sums its 1/world share of the range
+ * from every rank's buffer, in rank order, and writes the result into
+ * every rank's buffer; it returns once every rank has written its share.
+ * Same bits as the staged path.  One region; a second replaces the first. */
+void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes);
+
 /* buf[0..count) of dtype (KILN_F32, KILN_BF16, KILN_F16) summed over the
- * ranks and multiplied by scale, in place. */
+ * ranks and multiplied by scale, in place (without staging when buf lies
+ * in the region: every rank's must then lie at the same offset). */
 kiln_status shmcoll_allreduce(struct shmcoll *s, int how, void *buf, size_t count, int dtype,
 			      float scale);
 

@@ -673,6 +673,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .reduce_scatter = */ gloo_reduce_scatter,
 	/* .barrier = */ gloo_barrier,
 	/* .describe = */ gloo_describe,
+	/* .alloc_shared = */ nullptr,
 };
 
 const struct kiln_key gloo_keys[] = {

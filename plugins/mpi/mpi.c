@@ -93,6 +93,10 @@ struct mpi_comm {
 	int shm_on;          /* kiln's shared-memory collectives (every rank on this node) */
 	MPI_Win shm_win;     /* their segments */
 	struct shmcoll shm;
+	char shm_why[96];    /* why shm_on is 0 */
+	int zero_copy;       /* [plugin.mpi] zero_copy */
+	int region_on;       /* alloc_shared gave region_win's memory */
+	MPI_Win region_win;
 };
 
 enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER };
@@ -240,9 +244,53 @@ static void shm_open(struct mpi_comm *c, char *why, size_t n)
 
 static void shm_close(struct mpi_comm *c)
 {
+	if (c->region_on)
+		MPI_Win_free(&c->region_win);
 	if (c->shm_on)
 		MPI_Win_free(&c->shm_win);
-	c->shm_on = 0;
+	c->shm_on = c->region_on = 0;
+}
+
+/* comm ops version 3: the memory of one MPI_Win_allocate_shared window
+ * (each rank's segment page-aligned: alloc_shared_noncontig), declared to
+ * the shared-memory collectives as their region (shmcoll_region) */
+static kiln_status mpi_alloc_shared(void *ctx, size_t bytes, void **ptr)
+{
+	struct mpi_comm *c = ctx;
+	*ptr = NULL;
+	if (!c->shm_on)
+		return H->error(KILN_ENOTSUP, "mpi: no shared memory (%s)", c->shm_why);
+	if (!c->zero_copy)
+		return H->error(KILN_ENOTSUP, "mpi: [plugin.mpi] zero_copy = 0");
+	if (c->region_on)
+		return H->error(KILN_ENOTSUP, "mpi: the shared buffer was given already");
+	const size_t size = (bytes + 4095) / 4096 * 4096;
+	MPI_Info info;
+	void *mem = NULL;
+	MPI_Info_create(&info);
+	MPI_Info_set(info, "alloc_shared_noncontig", "true");
+	int ok = MPI_Win_allocate_shared((MPI_Aint)size, 64, info, MPI_COMM_WORLD, &mem,
+					 &c->region_win) == MPI_SUCCESS, all_ok = 0;
+	MPI_Info_free(&info);
+	MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (!all_ok) {
+		if (ok)
+			MPI_Win_free(&c->region_win);
+		return H->error(KILN_ENOTSUP, "mpi: MPI_Win_allocate_shared of %zu bytes failed on a rank",
+				size);
+	}
+	void *base[SHMCOLL_MAXW];
+	for (int r = 0; r < c->world; r++) {
+		MPI_Aint sz = 0;
+		int unit = 0;
+		MPI_Win_shared_query(c->region_win, r, &sz, &unit, &base[r]);
+	}
+	memset(mem, 0, size);
+	MPI_Barrier(MPI_COMM_WORLD);
+	shmcoll_region(&c->shm, base, size);
+	c->region_on = 1;
+	*ptr = mem;
+	return KILN_OK;
 }
 
 /* ---- collectives ---------------------------------------------------------- */
@@ -559,10 +607,12 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	MPI_Op_create(sum_bf16, 1, &c->sum16[0]);
 	MPI_Op_create(sum_f16, 1, &c->sum16[1]);
 	int use_shm = 1;
-	char shm_why[96] = "[plugin.mpi] shm = 0";
+	snprintf(c->shm_why, sizeof c->shm_why, "[plugin.mpi] shm = 0");
 	host->config_get_bool(cfg, "plugin.mpi", "shm", &use_shm);
+	c->zero_copy = 1;
+	host->config_get_bool(cfg, "plugin.mpi", "zero_copy", &c->zero_copy);
 	if (use_shm)
-		shm_open(c, shm_why, sizeof shm_why);
+		shm_open(c, c->shm_why, sizeof c->shm_why);
 	int rc = watchdog_start(&c->dog, mpi_look, c);
 	if (rc) {
 		mpi_close(c);
@@ -589,7 +639,7 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 		snprintf(shm_how, sizeof shm_how, "kiln's shared-memory allreduce, reduce_scatter and allgather (%zu KiB rounds)",
 			 SHMCOLL_CHUNK >> 10);
 	else
-		snprintf(shm_how, sizeof shm_how, "MPI's collectives (kiln's shared memory off: %s)", shm_why);
+		snprintf(shm_how, sizeof shm_how, "MPI's collectives (kiln's shared memory off: %s)", c->shm_why);
 	snprintf(c->desc, sizeof c->desc, "%.100s, %s, thread level %d, stream collectives wait: %s%s, watchdog at %.0f s",
 		 lib, shm_how, inited ? -1 : provided, wait_names[c->wait], how, timeout_ms / 1000.0);
 	*out = c;
@@ -614,6 +664,7 @@ static const struct kiln_comm_ops mpi_ops = {
 	.reduce_scatter = mpi_reduce_scatter,
 	.barrier = mpi_barrier,
 	.describe = mpi_describe,
+	.alloc_shared = mpi_alloc_shared,
 };
 
 static const struct kiln_key mpi_keys[] = {
@@ -627,6 +678,8 @@ static const struct kiln_key mpi_keys[] = {
 	  "With `wait = sleep` or `meet`: microseconds each pause between MPI_Test calls sleeps (nanosleep; the kernel's timer slack, 50 us by default, comes on top)." },
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "When every rank runs on one node: allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (an MPI_Win_allocate_shared window, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits), faster than Open MPI's at 4 KiB-1 MiB on 2 ranks (docs/PERFORMANCE.md, part 7); the barrier and broadcasts stay MPI's. 0: MPI's collectives throughout. Ranks on several nodes always use MPI's." },
+	{ "zero_copy", KILN_KEY_BOOL, "1", 0, 0, NULL,
+	  "With `shm` on: give the core shared memory for the gradients of a DDP run (comm ops alloc_shared), so that each bucket's allreduce sums every rank's share straight from every rank's gradients into every rank's, with no staging copies (3-4x faster than the staged path on 2 ranks, docs/PERFORMANCE.md part 7). 0: the gradients stay in the device's memory and go through the staging buffers. Not used under [dist] zero = 1." },
 	{ "nbc_ring", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "Before MPI_Init, set OMPI_MCA_coll_libnbc_iallreduce_algorithm = 1 (libnbc's ring) unless the environment already sets it (mpirun --mca and -x win). Open MPI's own choice for an in-place MPI_Iallreduce is the binomial tree (reduce to rank 0, then broadcast: two sequential full-size transfers), 1.4-2.8x slower than the ring at 1-4 MiB on 2 ranks (docs/PERFORMANCE.md, part 6). Matters only with `wait` = `yield` or `sleep`. 0: leave Open MPI's choice." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
