@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/statvfs.h>
 
 static const struct kiln_host *H;
 
@@ -265,6 +266,18 @@ static kiln_status mpi_alloc_shared(void *ctx, size_t bytes, void **ptr)
 	if (c->region_on)
 		return H->error(KILN_ENOTSUP, "mpi: the shared buffer was given already");
 	const size_t size = (bytes + 4095) / 4096 * 4096;
+	/* Open MPI backs the window with a file in /dev/shm: a tmpfs without
+	 * room for every rank's segment would end the process with SIGBUS at
+	 * the first touch, so ask for room first (and agree on the answer) */
+	struct statvfs fs;
+	const unsigned long long need = (unsigned long long)size * (unsigned)c->world + (64ull << 20);
+	unsigned long long have = statvfs("/dev/shm", &fs) == 0
+					  ? (unsigned long long)fs.f_bavail * fs.f_frsize : need;
+	int room = have >= need, all_room = 0;
+	MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (!all_room)
+		return H->error(KILN_ENOTSUP, "mpi: /dev/shm has %llu MiB free on %s rank, %llu MiB wanted for the shared gradients",
+				have >> 20, room ? "another" : "this", need >> 20);
 	MPI_Info info;
 	void *mem = NULL;
 	MPI_Info_create(&info);
