@@ -71,7 +71,10 @@ EXTRA_DIST += plugins/cuda/kernels.cu plugins/cuda/gemm_map_test.c plugins/cuda/
 # ---- communicators (docs/distributed.md) ----------------------------------
 if BUILD_GLOO
 pkglib_LTLIBRARIES += plugins/kiln-gloo.la
-plugins_kiln_gloo_la_SOURCES = plugins/gloo/gloo.cc
+plugins_kiln_gloo_la_SOURCES = plugins/gloo/gloo.cc plugins/gloo/shm.c plugins/gloo/shm.h \
+	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/watchdog.c \
+	plugins/common/watchdog.h plugins/common/half.h
+plugins_kiln_gloo_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 plugins_kiln_gloo_la_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter -pthread $(PLUGIN_CFLAGS)
 plugins_kiln_gloo_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_gloo_la_LIBADD = $(GLOO_LIBS)

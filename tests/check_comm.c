@@ -15,6 +15,12 @@
  * over glibc's, so libstdc++'s operator new, Gloo and its TCP thread are
  * counted too) is counted during 20 steps: the count must be 0.  Every
  * step's results are checked against the values the two ranks put in.
+ * Each way runs with Gloo's collectives and with kiln's shared-memory
+ * ones ([plugin.gloo] shm, the default on one node: the description must
+ * say which runs, and no segment may be left in /dev/shm after open).
+ * test_gloo_lost: a rank that dies mid-run makes its peer's
+ * shared-memory allreduce fail within seconds naming it, not after the
+ * timeout.
  */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
@@ -22,12 +28,15 @@
 
 #include <check.h>
 #include <errno.h>
+#include <glob.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 const struct kiln_host *kiln_host_table(void);
@@ -99,9 +108,21 @@ static float from_f16(uint16_t h)
 }
 
 struct rank_ctx {
-	int rank, busy;
+	int rank, busy, shm;
+	long pid0; /* rank 0's process: its segments' names start kiln-gloo-<pid0>- */
 	long allocs;
 	char err[512];
+};
+
+/* One rank's communicator and what it needs: made by rank_open, freed by
+ * rank_close. */
+struct rank_env {
+	struct kiln_registry *reg;
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_store *store;
+	const struct kiln_comm_ops *ops;
+	void *comm, *s, *done;
 };
 
 #define TRY(x)                                                                            \
@@ -113,49 +134,97 @@ struct rank_ctx {
 		}                                                                         \
 	} while (0)
 
+/* Open rank r->rank of 2 (async CPU streams, [plugin.gloo] busy_poll and
+ * shm as r says) with a [dist] timeout of timeout_ms; 0, or -1 with r->err
+ * set.  Rank 0 hosts the store and passes its port through port_pipe. */
+static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
+{
+	const struct kiln_plugin *p;
+	const int R = r->rank, W = 2;
+	memset(e, 0, sizeof *e);
+	TRY(kiln_registry_open(NULL, &e->reg));
+	TRY(kiln_config_new(&e->cfg));
+	TRY(kiln_config_override(e->cfg, "plugin.cpu.async=1"));
+	TRY(kiln_config_override(e->cfg, "run.threads=1"));
+	if (r->busy)
+		TRY(kiln_config_override(e->cfg, "plugin.gloo.busy_poll=1"));
+	TRY(kiln_config_override(e->cfg, r->shm ? "plugin.gloo.shm=1" : "plugin.gloo.shm=0"));
+	TRY(kiln_config_validate(e->cfg, e->reg));
+	TRY(kiln_device_open(e->reg, e->cfg, "cpu", 0, &e->dev));
+	TRY(kiln_device_stream_create(e->dev, &e->s));
+	TRY(kiln_device_event_create(e->dev, &e->done));
+	if (R == 0) {
+		TRY(kiln_store_open("127.0.0.1", 0, 1, 0, W, 10000, &e->store));
+		int pt = kiln_store_port(e->store);
+		if (write(port_pipe[1], &pt, sizeof pt) != sizeof pt) {
+			snprintf(r->err, sizeof r->err, "rank 0: cannot pass the port");
+			return -1;
+		}
+	} else {
+		int pt = 0;
+		if (read(port_pipe[0], &pt, sizeof pt) != sizeof pt) {
+			snprintf(r->err, sizeof r->err, "rank 1: no port from rank 0");
+			return -1;
+		}
+		TRY(kiln_store_open("127.0.0.1", pt, 0, R, W, 10000, &e->store));
+	}
+	TRY(kiln_store_rendezvous(e->store, R, W, 10000));
+	TRY(kiln_registry_find(e->reg, KILN_PLUGIN_COMM, "gloo", &p));
+	e->ops = p->ops;
+	TRY(e->ops->open(kiln_host_table(), e->cfg, e->store, e->dev, R, W, timeout_ms, &e->comm));
+	/* the path the description names is the one asked for; the
+	 * segments' name is gone once open returns */
+	const char *d = e->ops->describe(e->comm);
+	const char *want = r->shm ? "kiln's shared-memory allreduce, reduce_scatter and allgather"
+				  : "Gloo's collectives (kiln's shared memory off: [plugin.gloo] shm = 0)";
+	if (!strstr(d, want)) {
+		snprintf(r->err, sizeof r->err, "rank %d: the description '%s' lacks '%s'", R, d, want);
+		return -1;
+	}
+	char pat[64];
+	glob_t g;
+	snprintf(pat, sizeof pat, "/dev/shm/kiln-gloo-%ld-*", r->pid0);
+	if (!glob(pat, 0, NULL, &g)) {
+		snprintf(r->err, sizeof r->err, "rank %d: %s left in /dev/shm after open", R,
+			 g.gl_pathv[0]);
+		globfree(&g);
+		return -1;
+	}
+	return 0;
+out:
+	return -1;
+}
+
+static void rank_close(struct rank_env *e)
+{
+	if (e->comm)
+		e->ops->close(e->comm);
+	if (e->dev) {
+		kiln_device_event_destroy(e->dev, e->done);
+		kiln_device_stream_destroy(e->dev, e->s);
+		kiln_device_close(e->dev);
+	}
+	if (e->store)
+		kiln_store_close(e->store);
+	kiln_config_free(e->cfg);
+	kiln_registry_close(e->reg);
+}
+
 static void *rank_main(void *arg)
 {
 	struct rank_ctx *r = arg;
-	struct kiln_registry *reg = NULL;
-	struct kiln_config *cfg = NULL;
-	struct kiln_device *dev = NULL;
-	struct kiln_store *store = NULL;
-	const struct kiln_plugin *p;
-	const struct kiln_comm_ops *ops = NULL;
-	void *comm = NULL, *s = NULL, *done = NULL;
+	struct rank_env e;
 	float *b[NB] = { 0 }, *ag_send = NULL, *ag_recv = NULL, *z = NULL, *rs_send = NULL,
 	      *rs_recv = NULL;
 	float *h = NULL, *big = NULL, *many = NULL;
 	uint16_t *bf = NULL, *hf = NULL;
 	const int R = r->rank, W = 2;
 	const float v = (float)(R + 1); /* rank 0 puts 1s, rank 1 2s */
-	TRY(kiln_registry_open(NULL, &reg));
-	TRY(kiln_config_new(&cfg));
-	TRY(kiln_config_override(cfg, "plugin.cpu.async=1"));
-	TRY(kiln_config_override(cfg, "run.threads=1"));
-	if (r->busy)
-		TRY(kiln_config_override(cfg, "plugin.gloo.busy_poll=1"));
-	TRY(kiln_config_validate(cfg, reg));
-	TRY(kiln_device_open(reg, cfg, "cpu", 0, &dev));
-	TRY(kiln_device_stream_create(dev, &s));
-	TRY(kiln_device_event_create(dev, &done));
-	if (R == 0) {
-		TRY(kiln_store_open("127.0.0.1", 0, 1, 0, W, 10000, &store));
-		int pt = kiln_store_port(store);
-		if (write(port_pipe[1], &pt, sizeof pt) != sizeof pt)
-			snprintf(r->err, sizeof r->err, "rank 0: cannot pass the port");
-	} else {
-		int pt = 0;
-		if (read(port_pipe[0], &pt, sizeof pt) != sizeof pt) {
-			snprintf(r->err, sizeof r->err, "rank 1: no port from rank 0");
-			goto out;
-		}
-		TRY(kiln_store_open("127.0.0.1", pt, 0, R, W, 10000, &store));
-	}
-	TRY(kiln_store_rendezvous(store, R, W, 10000));
-	TRY(kiln_registry_find(reg, KILN_PLUGIN_COMM, "gloo", &p));
-	ops = p->ops;
-	TRY(ops->open(kiln_host_table(), cfg, store, dev, R, W, 10000, &comm));
+	if (rank_open(r, &e, 10000))
+		goto out;
+	struct kiln_device *dev = e.dev;
+	const struct kiln_comm_ops *ops = e.ops;
+	void *comm = e.comm, *s = e.s, *done = e.done;
 	for (int i = 0; i < NB; i++)
 		TRY(kiln_device_alloc(dev, bucket_n[i] * 4, (void **)&b[i]));
 	TRY(kiln_device_alloc(dev, AG * 4, (void **)&ag_send));
@@ -248,31 +317,28 @@ static void *rank_main(void *arg)
 	(void)ops->barrier(comm);
 out:
 	atomic_store(&counting, 0);
-	if (comm)
-		ops->close(comm);
+	if (e.comm) {
+		e.ops->close(e.comm);
+		e.comm = NULL;
+	}
 	for (int i = 0; i < NB; i++)
-		if (dev)
-			kiln_device_free(dev, b[i]);
-	if (dev) {
-		kiln_device_free(dev, ag_send), kiln_device_free(dev, ag_recv), kiln_device_free(dev, z);
-		kiln_device_free(dev, rs_send), kiln_device_free(dev, rs_recv);
-		kiln_device_free(dev, big), kiln_device_free(dev, many);
-		kiln_device_free(dev, bf), kiln_device_free(dev, hf);
-		kiln_device_event_destroy(dev, done);
-		kiln_device_stream_destroy(dev, s);
-		kiln_device_close(dev);
+		if (e.dev)
+			kiln_device_free(e.dev, b[i]);
+	if (e.dev) {
+		kiln_device_free(e.dev, ag_send), kiln_device_free(e.dev, ag_recv), kiln_device_free(e.dev, z);
+		kiln_device_free(e.dev, rs_send), kiln_device_free(e.dev, rs_recv);
+		kiln_device_free(e.dev, big), kiln_device_free(e.dev, many);
+		kiln_device_free(e.dev, bf), kiln_device_free(e.dev, hf);
 	}
 	free(h);
-	if (store)
-		kiln_store_close(store);
-	kiln_config_free(cfg);
-	kiln_registry_close(reg);
+	rank_close(&e);
 	return NULL;
 }
 
-/* _i = 0: Gloo's event loop; 1: [plugin.gloo] busy_poll (synchronous
- * pairs, every collective old-style) */
-START_TEST(test_gloo_no_alloc)
+/* Run fn as ranks 0 and 1 of 2, forked, each with its rank_ctx (busy and
+ * shm as given) sent back through a pipe into rc[]; *status[i]: rank i's
+ * wait status.  0, or -1 when the gloo plugin is not built. */
+static int run_ranks(void *(*fn)(void *), int busy, int shm, struct rank_ctx rc[2], int status[2])
 {
 	struct kiln_registry *reg;
 	const struct kiln_plugin *p;
@@ -281,9 +347,8 @@ START_TEST(test_gloo_no_alloc)
 	kiln_registry_close(reg);
 	if (!have) {
 		printf("gloo plugin not built: skipped\n");
-		return;
+		return -1;
 	}
-	struct rank_ctx rc[2];
 	int res[2][2];
 	pid_t pid[2];
 	ck_assert_int_eq(pipe(port_pipe), 0);
@@ -292,30 +357,113 @@ START_TEST(test_gloo_no_alloc)
 		if (!(pid[i] = fork())) {
 			memset(&rc[i], 0, sizeof rc[i]);
 			rc[i].rank = i;
-			rc[i].busy = _i;
+			rc[i].busy = busy;
+			rc[i].shm = shm;
+			rc[i].pid0 = i ? (long)pid[0] : (long)getpid();
 			rc[i].allocs = -1;
 			alarm(50);
-			rank_main(&rc[i]);
+			fn(&rc[i]);
 			_exit(write(res[i][1], &rc[i], sizeof rc[i]) == sizeof rc[i] ? 0 : 1);
 		}
 		ck_assert_int_gt(pid[i], 0);
 	}
 	for (int i = 0; i < 2; i++) {
-		int status;
 		memset(&rc[i], 0, sizeof rc[i]);
 		close(res[i][1]);
 		if (read(res[i][0], &rc[i], sizeof rc[i]) != sizeof rc[i])
 			snprintf(rc[i].err, sizeof rc[i].err, "rank %d died without a result", i);
-		waitpid(pid[i], &status, 0);
+		close(res[i][0]);
+		waitpid(pid[i], &status[i], 0);
 	}
+	close(port_pipe[0]);
+	close(port_pipe[1]);
+	return 0;
+}
+
+/* _i bit 0: [plugin.gloo] busy_poll (synchronous pairs, every collective
+ * old-style) instead of Gloo's event loop; bit 1: [plugin.gloo] shm = 0
+ * (Gloo's collectives) instead of kiln's shared-memory ones */
+START_TEST(test_gloo_no_alloc)
+{
+	struct rank_ctx rc[2];
+	int status[2];
+	const int busy = _i & 1, shm = !(_i & 2);
+	if (run_ranks(rank_main, busy, shm, rc, status))
+		return;
 	ck_assert_msg(!*rc[0].err && !*rc[1].err, "%s %s", rc[0].err, rc[1].err);
 	for (int i = 0; i < 2; i++) {
-		printf("gloo%s rank %d: %ld heap allocations in %d steady-state steps (%d collectives each)\n",
-		       _i ? " (busy_poll)" : "", i, rc[i].allocs, STEPS, NB + 6 + NMANY);
+		printf("gloo%s%s rank %d: %ld heap allocations in %d steady-state steps (%d collectives each)\n",
+		       busy ? " (busy_poll)" : "", shm ? " (shared memory)" : " (shm = 0)", i,
+		       rc[i].allocs, STEPS, NB + 6 + NMANY);
 		ck_assert_msg(rc[i].allocs == 0,
 			      "rank %d: %ld heap allocations during %d steady-state steps of collectives (want 0)",
 			      i, rc[i].allocs, STEPS);
 	}
+}
+END_TEST
+
+/* Both ranks allreduce LOSTN floats (two-flag rounds) once; then rank 1
+ * kills itself and rank 0's next allreduce must fail within LOST_S
+ * seconds ([dist] timeout 10 s), naming rank 1. */
+enum { LOSTN = 100000, LOST_S = 3 };
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void *lost_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	float *x = NULL;
+	const int R = r->rank;
+	if (rank_open(r, &e, 10000))
+		goto out;
+	TRY(kiln_device_alloc(e.dev, LOSTN * 4, (void **)&x));
+	for (int k = 0; k < LOSTN; k++)
+		x[k] = (float)(R + 1) * (float)k;
+	TRY(e.ops->allreduce(e.comm, x, LOSTN, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
+	TRY(kiln_device_stream_sync(e.dev, e.s));
+	for (int k = 0; k < LOSTN; k++)
+		if (x[k] != 3.0f * (float)k) {
+			snprintf(r->err, sizeof r->err, "rank %d: [%d] = %g, want %g", R, k, x[k], 3.0 * k);
+			goto out;
+		}
+	if (R == 1)
+		raise(SIGKILL); /* no close, no goodbye: as a crash */
+	const double t0 = now_s();
+	kiln_status st = e.ops->allreduce(e.comm, x, LOSTN, KILN_F32, KILN_REDUCE_SUM, e.s, e.done);
+	if (!st)
+		st = kiln_device_stream_sync(e.dev, e.s);
+	const double dt = now_s() - t0;
+	printf("rank 0: the allreduce after rank 1 died ended in %.3f s: %s\n", dt,
+	       st ? kiln_last_error() : "ok");
+	fflush(stdout);
+	if (st != KILN_EIO || !strstr(kiln_last_error(), "rank 1 is gone"))
+		snprintf(r->err, sizeof r->err, "rank 0: status %d, '%s' (want KILN_EIO naming rank 1)",
+			 (int)st, st ? kiln_last_error() : "");
+	else if (dt > LOST_S)
+		snprintf(r->err, sizeof r->err, "rank 0: noticed rank 1's death after %.1f s (want < %d s)",
+			 dt, LOST_S);
+out:
+	if (x)
+		kiln_device_free(e.dev, x);
+	rank_close(&e);
+	return NULL;
+}
+
+START_TEST(test_gloo_lost)
+{
+	struct rank_ctx rc[2];
+	int status[2];
+	if (run_ranks(lost_main, 0, 1, rc, status))
+		return;
+	ck_assert_msg(!*rc[0].err, "%s", rc[0].err);
+	ck_assert_msg(WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL,
+		      "rank 1 did not die as planned: %s", rc[1].err);
 }
 END_TEST
 
@@ -324,7 +472,8 @@ int main(void)
 	Suite *s = suite_create("comm");
 	TCase *tc = tcase_create("gloo");
 	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_gloo_no_alloc, 0, 2);
+	tcase_add_loop_test(tc, test_gloo_no_alloc, 0, 4);
+	tcase_add_test(tc, test_gloo_lost);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

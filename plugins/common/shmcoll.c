@@ -37,11 +37,17 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
 	return KILN_OK;
 }
 
+void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg)
+{
+	s->lost = lost;
+	s->lost_arg = arg;
+}
+
 /* Wait until *flag >= v (see SHMCOLL_SPIN); what names the collective. */
 static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long v, int peer,
 			     const char *what)
 {
-	long long t0 = 0;
+	long long t0 = 0, ask = 0;
 	if (how == SHMCOLL_SPIN && s->oversubscribed)
 		how = SHMCOLL_YIELD;
 	for (unsigned k = 1; atomic_load_explicit(flag, memory_order_acquire) < v; k++) {
@@ -51,7 +57,14 @@ static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long
 		}
 		const long long t = watchdog_now_ns();
 		if (!t0)
-			t0 = t;
+			t0 = t, ask = t + SHMCOLL_LOST_NS;
+		if (s->lost && t >= ask) {
+			const int gone = s->lost(s->lost_arg);
+			if (gone >= 0)
+				return s->host->error(KILN_EIO, "%s: rank %d of %d: rank %d is gone (its process ended) while this rank waited for rank %d in the shared-memory %s",
+						      s->who, s->rank, s->world, gone, peer, what);
+			ask = t + SHMCOLL_LOST_NS;
+		}
 		if (t - t0 > (long long)s->timeout_ms * 1000000ll + SHMCOLL_GRACE_NS)
 			return s->host->error(KILN_ETIMEOUT, "%s: rank %d of %d: rank %d did not reach the shared-memory %s within [dist] timeout = %.1f s",
 					      s->who, s->rank, s->world, peer, what,

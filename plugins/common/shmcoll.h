@@ -31,7 +31,9 @@
  * streams order them); every rank must issue the same collectives in the
  * same order, as with MPI.  Errors: KILN_ETIMEOUT (with the host's
  * message) when a peer has not arrived SHMCOLL_GRACE_NS after timeout_ms;
- * the plugin's own watchdog normally reports first.  Nothing allocates. */
+ * the plugin's own watchdog normally reports first.  KILN_EIO naming the
+ * rank when the plugin's liveness check (shmcoll_watch) reports a peer
+ * lost.  Nothing allocates. */
 #ifndef KILN_PLUGINS_COMMON_SHMCOLL_H
 #define KILN_PLUGINS_COMMON_SHMCOLL_H
 
@@ -45,6 +47,7 @@
 #define SHMCOLL_WHOLE ((size_t)16 << 10)  /* rounds up to this size: one flag */
 #define SHMCOLL_MAXW 64                   /* ranks the engine serves */
 #define SHMCOLL_GRACE_NS 5000000000ll
+#define SHMCOLL_LOST_NS 20000000ll        /* a wait asks shmcoll.lost this often */
 
 struct shmcoll_hdr {
 	_Alignas(64) atomic_long arrive;
@@ -67,6 +70,8 @@ struct shmcoll {
 	long long spin_ns;
 	struct timespec nap;
 	long seq;                      /* the last round this rank started */
+	int (*lost)(void *arg);        /* shmcoll_watch's check, or NULL */
+	void *lost_arg;
 	struct shmcoll_hdr *hdr[SHMCOLL_MAXW];
 	char *buf[SHMCOLL_MAXW];
 	char *region[SHMCOLL_MAXW];    /* a shared buffer every rank maps (shmcoll_region) */
@@ -88,6 +93,15 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
  * every rank's buffer; it returns once every rank has written its share.
  * Same bits as the staged path.  One region; a second replaces the first. */
 void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes);
+
+/* Give the waits a liveness check: a wait that has lasted SHMCOLL_LOST_NS
+ * calls lost(arg), and again every SHMCOLL_LOST_NS, on the waiting thread;
+ * it returns a rank whose process is gone, or -1.  The wait then fails
+ * with KILN_EIO naming that rank instead of spinning until the timeout
+ * (for ranks no launcher stops when one dies: torchrun, Slurm).  lost must
+ * not allocate and should cost microseconds.  Call after shmcoll_init;
+ * without it (kiln-mpi: mpirun ends the job) only the timeout applies. */
+void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg);
 
 /* buf[0..count) of dtype (KILN_F32, KILN_BF16, KILN_F16) summed over the
  * ranks and multiplied by scale, in place (without staging when buf lies

@@ -45,8 +45,16 @@
  * wrongly).  Broadcast (start-up only) is a
  * BroadcastOneToAll made per call.  tests/check_comm counts every malloc
  * of the process during steady-state collectives.
+ *
+ * One node.  When every rank runs on this node ([plugin.gloo] shm = 1, the
+ * default), allreduce, reduce_scatter and allgather run as kiln's own
+ * shared-memory collectives instead (plugins/common/shmcoll.h on a POSIX
+ * shared-memory object; setup, fallback and the lost-peer check in
+ * shm.h); broadcast and barrier stay Gloo's, over the same TCP mesh.
  */
 #include <kiln/plugin.h>
+
+#include "shm.h"
 
 #include <gloo/barrier_all_to_all.h>
 #include <gloo/config.h>
@@ -190,7 +198,10 @@ struct Comm {
 	 * per count (ZeRO-1's buckets have one or two) */
 	BoundRs rs[kBound];
 	int n_rs = 0;
-	char desc[160];
+	char desc[512];
+	/* kiln's shared-memory collectives (every rank on this node), or
+	 * NULL: Gloo's */
+	struct gloo_shm *shm = nullptr;
 	Job jobs[kJobs];
 	int next_job = 0;
 	/* jobs of collectives recorded in captured steps: replays run them
@@ -418,10 +429,31 @@ kiln_status run_job(void *arg)
 	return st;
 }
 
+/* j through kiln's shared-memory collectives (one at a time: the lock is
+ * for collectives enqueued on different streams); averages scaled once,
+ * by shmcoll, before rounding */
+kiln_status run_shm(Comm *c, Job *j)
+{
+	const float sc = j->op == KILN_REDUCE_AVG ? 1.0f / (float)c->world : 1.0f;
+	std::lock_guard<std::mutex> g(c->bound_lock);
+	switch (j->kind) {
+	case K_ALLREDUCE:
+		return gloo_shm_run(c->shm, GLOO_SHM_ALLREDUCE, nullptr, j->buf, j->count, j->dtype, sc);
+	case K_REDUCE_SCATTER:
+		return gloo_shm_run(c->shm, GLOO_SHM_REDUCE_SCATTER, j->send, j->buf, j->count,
+				    j->dtype, sc);
+	default: /* K_ALLGATHER */
+		return gloo_shm_run(c->shm, GLOO_SHM_ALLGATHER, j->send, j->buf,
+				    j->count * dtype_size(j->dtype), j->dtype, 1.0f);
+	}
+}
+
 kiln_status run_job_now(Job *j)
 {
 	Comm *c = j->c;
 	size_t es = dtype_size(j->dtype);
+	if (c->shm && j->kind != K_BROADCAST)
+		return run_shm(c, j);
 	try {
 		switch (j->kind) {
 		case K_ALLREDUCE:
@@ -544,6 +576,10 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	c->rank = rank;
 	c->world = world;
 	c->timeout_ms = timeout_ms;
+	/* a fresh key space per communicator: every rank opens its
+	 * communicators in the same order */
+	static std::atomic<int> next_generation{ 0 };
+	const int generation = next_generation.fetch_add(1);
 	const char *hostname = host->config_get(cfg, "plugin.gloo", "hostname");
 	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
 	try {
@@ -553,11 +589,8 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 		else
 			attr.hostname = hostname && *hostname ? hostname : "127.0.0.1";
 		auto device = gloo::transport::tcp::CreateDevice(attr);
-		/* a fresh key space per communicator: every rank opens its
-		 * communicators in the same order */
-		static std::atomic<int> generation{ 0 };
 		char prefix[64];
-		std::snprintf(prefix, sizeof prefix, "gloo/%d/", generation.fetch_add(1));
+		std::snprintf(prefix, sizeof prefix, "gloo/%d/", generation);
 		KilnStore ks(store, prefix, timeout_ms);
 		c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
 		c->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
@@ -574,13 +607,37 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 		return host->error(KILN_EIO, "gloo: rank %d of %d: connecting the TCP mesh failed: %s",
 				   rank, world, e.what());
 	}
+	/* one node: kiln's shared-memory collectives (shm.h); any reason not
+	 * to falls back to Gloo's, saying why */
+	int use_shm = 1;
+	char why[320] = "[plugin.gloo] shm = 0";
+	host->config_get_bool(cfg, "plugin.gloo", "shm", &use_shm);
+	if (use_shm) {
+		char prefix[64];
+		std::snprintf(prefix, sizeof prefix, "gloo/shm/%d/", generation);
+		kiln_status st = gloo_shm_open(host, store, prefix, rank, world, timeout_ms, &c->shm,
+					       why, sizeof why);
+		if (st)
+			return st;
+	}
+	const size_t at = std::strlen(c->desc);
+	if (c->shm)
+		std::snprintf(c->desc + at, sizeof c->desc - at,
+			      ", kiln's shared-memory allreduce, reduce_scatter and allgather (%zu KiB rounds)",
+			      gloo_shm_chunk() >> 10);
+	else
+		std::snprintf(c->desc + at, sizeof c->desc - at,
+			      ", Gloo's collectives (kiln's shared memory off: %s)", why);
 	*out = c.release();
 	return KILN_OK;
 }
 
 void gloo_close(void *ctx)
 {
-	delete static_cast<Comm *>(ctx);
+	Comm *c = static_cast<Comm *>(ctx);
+	if (c)
+		gloo_shm_close(c->shm);
+	delete c;
 }
 
 kiln_status gloo_allreduce(void *ctx, void *buf, size_t count, int dtype, int op, void *stream,
@@ -683,6 +740,8 @@ const struct kiln_key gloo_keys[] = {
 	  "Network interface whose address the pairs listen on (e.g. `eth0`); overrides `hostname`." },
 	{ "busy_poll", KILN_KEY_BOOL, "0", 0, 0, nullptr,
 	  "Put the TCP pairs in Gloo's synchronous busy-polling mode: the thread running a collective (the comm stream's worker) reads the sockets itself, spinning, instead of sleeping until Gloo's event-loop thread has read the data and woken it. Removes a thread wake-up per message, so an allreduce overlapped with a busy backward is much faster when a core is free for the spinning, and much slower when the machine is oversubscribed. 0: Gloo's default (event loop)." },
+	{ "shm", KILN_KEY_BOOL, "1", 0, 0, nullptr,
+	  "When every rank runs on one node (the same host name and boot id): allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (a POSIX shared-memory object, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits, waits spinning), faster than Gloo's TCP loopback at every size (docs/PERFORMANCE.md, part 7b); a rank whose process ends is noticed within about 20 ms and named. Broadcasts and the barrier stay Gloo's, and `busy_poll` applies to them only. 0: Gloo's collectives throughout. Ranks on several nodes always use Gloo's." },
 	{ nullptr, 0, nullptr, 0, 0, nullptr, nullptr }
 };
 

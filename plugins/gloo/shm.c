@@ -1,0 +1,322 @@
+/* plugins/gloo/shm.c - kiln-gloo's one-node path (shm.h) */
+#include "shm.h"
+#include "../common/shmcoll.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct gloo_shm {
+	struct shmcoll coll;
+	int fd, rank, world;
+	char name[96]; /* the object's, until unlinked */
+	void *base;
+	size_t size;
+};
+
+/* ---- setup ---------------------------------------------------------------- */
+
+struct setup {
+	const struct kiln_host *h;
+	struct kiln_store *store;
+	const char *prefix;
+	int rank, world, timeout_ms;
+};
+
+static void key(char *k, size_t n, const struct setup *s, const char *what, int i)
+{
+	snprintf(k, n, "%s%s/%d", s->prefix, what, i);
+}
+
+/* "hostname boot_id" into id[0..n); 0, or -1 when the boot id is unreadable */
+static int host_identity(char *id, size_t n)
+{
+	char host[256] = "";
+	char boot[64] = "";
+	gethostname(host, sizeof host - 1);
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	int ok = f && fgets(boot, sizeof boot, f);
+	if (f)
+		fclose(f);
+	boot[strcspn(boot, "\n")] = 0;
+	snprintf(id, n, "%s %s", host, boot);
+	return ok && *boot ? 0 : -1;
+}
+
+/* Step 1: every rank on this node?  Each rank reads the same values, so
+ * every rank decides the same.  1 yes, 0 no (why set), or an error. */
+static kiln_status one_node(const struct setup *s, int *yes, char *why, size_t n)
+{
+	char id[384], k[256], first[384] = "";
+	kiln_status st;
+	*yes = 0;
+	if (host_identity(id, sizeof id))
+		*id = 0; /* an empty identity: no rank can tell */
+	key(k, sizeof k, s, "host", s->rank);
+	if ((st = s->h->store_set(s->store, k, id, strlen(id))))
+		return st;
+	for (int r = 0; r < s->world; r++) {
+		void *v = NULL;
+		size_t len = 0;
+		key(k, sizeof k, s, "host", r);
+		if ((st = s->h->store_get(s->store, k, s->timeout_ms, &v, &len)))
+			return st;
+		char other[384];
+		snprintf(other, sizeof other, "%.*s", (int)len, (const char *)v);
+		s->h->free(v);
+		if (!*other) {
+			snprintf(why, n, "rank %d cannot read /proc/sys/kernel/random/boot_id", r);
+			return KILN_OK;
+		}
+		if (!r)
+			snprintf(first, sizeof first, "%s", other);
+		else if (strcmp(first, other)) {
+			snprintf(why, n, "the ranks span several nodes (rank 0 on '%.100s', rank %d on '%.100s')",
+				 first, r, other);
+			return KILN_OK;
+		}
+	}
+	*yes = 1;
+	return KILN_OK;
+}
+
+/* A store barrier that also agrees: every rank adds whether it failed
+ * (its reason under why/<step>) and waits until all `world` arrived.
+ * *all = 1 when no rank failed, else 0 and why = a failed rank's reason. */
+static kiln_status agree(const struct setup *s, int step, int ok, int *all, char *why, size_t n)
+{
+	char k[256];
+	int64_t in = 0, failed = 0;
+	kiln_status st;
+	if (!ok) {
+		char mine[320];
+		snprintf(mine, sizeof mine, "rank %d: %s", s->rank, why);
+		snprintf(why, n, "%s", mine);
+		key(k, sizeof k, s, "why", step);
+		if ((st = s->h->store_set(s->store, k, mine, strlen(mine))))
+			return st;
+		key(k, sizeof k, s, "failed", step);
+		if ((st = s->h->store_add(s->store, k, 1, NULL)))
+			return st;
+	}
+	key(k, sizeof k, s, "in", step);
+	if ((st = s->h->store_add(s->store, k, 1, &in)))
+		return st;
+	struct timespec nap = { 0, 500000 };
+	for (long long waited = 0; in < s->world; waited += nap.tv_nsec) {
+		if (waited > (long long)s->timeout_ms * 1000000ll)
+			return s->h->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %lld of %d ranks reached the setup of kiln's shared memory within [dist] timeout = %.1f s",
+					   s->rank, s->world, (long long)in, s->world,
+					   s->timeout_ms / 1000.0);
+		nanosleep(&nap, NULL);
+		if (nap.tv_nsec < 16000000)
+			nap.tv_nsec *= 2;
+		if ((st = s->h->store_add(s->store, k, 0, &in)))
+			return st;
+	}
+	key(k, sizeof k, s, "failed", step);
+	if ((st = s->h->store_add(s->store, k, 0, &failed)))
+		return st;
+	*all = failed == 0;
+	if (!*all && ok) {
+		void *v = NULL;
+		size_t len = 0;
+		key(k, sizeof k, s, "why", step);
+		if ((st = s->h->store_get(s->store, k, s->timeout_ms, &v, &len)))
+			return st;
+		snprintf(why, n, "%.*s", (int)len, (const char *)v);
+		s->h->free(v);
+	}
+	return KILN_OK;
+}
+
+/* byte `rank` of the object: rank's liveness lock */
+static int lock_op(int fd, int cmd, int rank, short *type)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = rank, .l_len = 1 };
+	int rc = fcntl(fd, cmd, &fl);
+	*type = fl.l_type;
+	return rc;
+}
+
+/* shmcoll's liveness check: the first peer whose lock is gone, or -1 */
+static int lost(void *arg)
+{
+	const struct gloo_shm *g = arg;
+	for (int r = 0; r < g->world; r++) {
+		short type;
+		if (r != g->rank && !lock_op(g->fd, F_GETLK, r, &type) && type == F_UNLCK)
+			return r;
+	}
+	return -1;
+}
+
+/* Step 2 on this rank: rank 0 makes the object and posts its name, the
+ * others open the one named; every rank maps it and locks its byte.
+ * 0, or -1 with why set. */
+static int map(const struct setup *s, struct gloo_shm *g, char *why, size_t n, kiln_status *st)
+{
+	char *name = g->name, k[256];
+	key(k, sizeof k, s, "name", 0);
+	if (!s->rank) {
+		unsigned long long rnd = 0;
+		if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+			snprintf(why, n, "getrandom: %s", strerror(errno));
+		} else {
+			snprintf(name, sizeof g->name, "/kiln-gloo-%ld-%016llx", (long)getpid(), rnd);
+			g->fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+			if (g->fd < 0)
+				snprintf(why, n, "shm_open(%s): %s", name, strerror(errno));
+			else if (ftruncate(g->fd, (off_t)g->size))
+				snprintf(why, n, "ftruncate(%s, %zu): %s", name, g->size, strerror(errno));
+		}
+		/* an empty name tells the others rank 0 has none */
+		if (*why)
+			*name = 0;
+		const char *post = name;
+		if ((*st = s->h->store_set(s->store, k, post, strlen(post))))
+			return -1;
+		if (*why)
+			return -1;
+	} else {
+		void *v = NULL;
+		size_t len = 0;
+		if ((*st = s->h->store_get(s->store, k, s->timeout_ms, &v, &len)))
+			return -1;
+		snprintf(name, sizeof g->name, "%.*s", (int)len, (const char *)v);
+		s->h->free(v);
+		if (!*name) {
+			snprintf(why, n, "rank 0 could not make the segments");
+			return -1;
+		}
+		struct stat sb;
+		g->fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+		if (g->fd < 0) {
+			snprintf(why, n, "shm_open(%s): %s (is /dev/shm shared between the ranks?)", name,
+				 strerror(errno));
+			return -1;
+		}
+		if (fstat(g->fd, &sb) || (size_t)sb.st_size != g->size) {
+			snprintf(why, n, "%s has %lld bytes, not %zu", name, (long long)sb.st_size, g->size);
+			return -1;
+		}
+	}
+	g->base = mmap(NULL, g->size, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
+	if (g->base == MAP_FAILED) {
+		g->base = NULL;
+		snprintf(why, n, "mmap of %zu bytes: %s", g->size, strerror(errno));
+		return -1;
+	}
+	short type;
+	if (lock_op(g->fd, F_SETLK, s->rank, &type)) {
+		snprintf(why, n, "fcntl(F_SETLK): %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Step 3 on this rank, after every rank mapped: every peer's lock visible,
+ * this rank's header zeroed.  0, or -1 with why set. */
+static int start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
+{
+	void *seg[SHMCOLL_MAXW];
+	for (int r = 0; r < s->world; r++) {
+		short type;
+		if (r == s->rank)
+			continue;
+		if (lock_op(g->fd, F_GETLK, r, &type) || type == F_UNLCK) {
+			snprintf(why, n, "rank %d's lock on the segments is not visible here (file locks do not work on /dev/shm?): a lost rank would go unnoticed",
+				 r);
+			return -1;
+		}
+	}
+	for (int r = 0; r < s->world; r++)
+		seg[r] = (char *)g->base + (size_t)r * SHMCOLL_SEGMENT;
+	if (shmcoll_init(&g->coll, s->h, "gloo", s->rank, s->world, seg, s->timeout_ms, 0, 0)) {
+		snprintf(why, n, "%s", s->h->last_error());
+		return -1;
+	}
+	shmcoll_watch(&g->coll, lost, g);
+	return 0;
+}
+
+kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store,
+			  const char *prefix, int rank, int world, int timeout_ms,
+			  struct gloo_shm **out, char *why, size_t n)
+{
+	const struct setup s = { host, store, prefix, rank, world, timeout_ms };
+	kiln_status st = KILN_OK;
+	int yes = 0, all = 0;
+	*out = NULL;
+	*why = 0;
+	if (world < 2) {
+		snprintf(why, n, "one rank");
+		return KILN_OK;
+	}
+	if (world > SHMCOLL_MAXW) {
+		snprintf(why, n, "more than %d ranks", SHMCOLL_MAXW);
+		return KILN_OK;
+	}
+	if ((st = one_node(&s, &yes, why, n)) || !yes)
+		return st;
+	struct gloo_shm *g = calloc(1, sizeof *g);
+	if (!g)
+		return host->error(KILN_ENOMEM, "gloo: out of memory");
+	g->fd = -1;
+	g->rank = rank;
+	g->world = world;
+	g->size = (size_t)world * SHMCOLL_SEGMENT;
+	int ok = !map(&s, g, why, n, &st);
+	if (!st)
+		st = agree(&s, 1, ok, &all, why, n);
+	/* every rank has opened it or given up: the name can go (a rank that
+	 * finds it gone already is fine; any other failure leaves a file in
+	 * /dev/shm, harmless to this run) */
+	if (*g->name)
+		(void)shm_unlink(g->name);
+	if (!st && all) {
+		ok = ok && !start(&s, g, why, n);
+		st = agree(&s, 2, ok, &all, why, n);
+	}
+	if (st || !all) {
+		gloo_shm_close(g);
+		return st;
+	}
+	*out = g;
+	return KILN_OK;
+}
+
+/* ---- collectives ------------------------------------------------------------ */
+
+kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *buf, size_t count,
+			 int dtype, float scale)
+{
+	if (kind == GLOO_SHM_ALLREDUCE)
+		return shmcoll_allreduce(&g->coll, SHMCOLL_SPIN, buf, count, dtype, scale);
+	if (kind == GLOO_SHM_REDUCE_SCATTER)
+		return shmcoll_reduce_scatter(&g->coll, SHMCOLL_SPIN, send, buf, count, dtype, scale);
+	return shmcoll_allgather(&g->coll, SHMCOLL_SPIN, send, buf, count);
+}
+
+size_t gloo_shm_chunk(void)
+{
+	return SHMCOLL_CHUNK;
+}
+
+void gloo_shm_close(struct gloo_shm *g)
+{
+	if (!g)
+		return;
+	if (g->base)
+		munmap(g->base, g->size);
+	if (g->fd >= 0)
+		close(g->fd); /* drops the lock */
+	free(g);
+}

@@ -1,0 +1,70 @@
+/* plugins/gloo/shm.h - kiln-gloo's one-node path: kiln's shared-memory
+ * collectives (plugins/common/shmcoll.h) on a POSIX shared-memory object,
+ * in C behind an opaque handle so that gloo.cc (C++) can call them.
+ * Compiled into kiln-gloo.so only, never exported.
+ *
+ * Setup (gloo_shm_open, collective: every rank calls it at open, in the
+ * same order as its other communicators):
+ *  1. each rank posts its host identity (gethostname and
+ *     /proc/sys/kernel/random/boot_id) under <prefix>host/<rank> and reads
+ *     every other's: the path is taken only when all are equal and there
+ *     are at most SHMCOLL_MAXW ranks;
+ *  2. rank 0 creates the object (shm_open O_CREAT|O_EXCL, mode 0600, a
+ *     name of its pid and 64 random bits, world x SHMCOLL_SEGMENT bytes)
+ *     and posts its name under <prefix>name; the others open and map it;
+ *     every rank takes a POSIX write lock (fcntl F_SETLK) on byte <rank>
+ *     of the object and keeps the descriptor open;
+ *  3. a store barrier (counters under <prefix>), after which every rank
+ *     shm_unlinks the name (ENOENT ignored), so a crash leaves nothing in
+ *     /dev/shm; each checks that every peer's lock is visible and zeroes
+ *     its header (shmcoll_init);
+ *  4. a second store barrier: no rank's first collective reaches a header
+ *     before its owner zeroed it.
+ * A failure at 2-4 on any rank (its reason posted under <prefix>why/...)
+ * makes every rank fall back to Gloo with that reason; only a barrier that
+ * times out (a rank lost during setup) or a store error fails the open.
+ *
+ * Lost peers.  The kernel drops a process's POSIX locks when it ends,
+ * however it ends (SIGKILL too), and forked children do not inherit them:
+ * a wait longer than SHMCOLL_LOST_NS asks, every SHMCOLL_LOST_NS, whether
+ * each peer's byte is still locked (fcntl F_GETLK, a system call, no
+ * allocation) and fails naming the first peer whose lock is gone. */
+#ifndef KILN_PLUGINS_GLOO_SHM_H
+#define KILN_PLUGINS_GLOO_SHM_H
+
+#include <kiln/plugin.h>
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gloo_shm;
+
+/* Steps 1-4 above; prefix: the communicator's store key space (e.g.
+ * "gloo/shm/0/").  KILN_OK with *out the path, or *out = NULL and why[0..n)
+ * the reason it is off; else the error (host->error set). */
+kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store,
+			  const char *prefix, int rank, int world, int timeout_ms,
+			  struct gloo_shm **out, char *why, size_t n);
+
+enum { GLOO_SHM_ALLREDUCE, GLOO_SHM_REDUCE_SCATTER, GLOO_SHM_ALLGATHER };
+
+/* One collective (SHMCOLL_SPIN waits), as shmcoll_allreduce (buf in
+ * place), shmcoll_reduce_scatter (send -> buf, count per rank) or
+ * shmcoll_allgather (send -> buf, count bytes per rank; dtype unused);
+ * scale multiplies the sums (1/world for averages).  One at a time. */
+kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *buf, size_t count,
+			 int dtype, float scale);
+
+/* SHMCOLL_CHUNK, the bytes per round and rank (for the description). */
+size_t gloo_shm_chunk(void);
+
+/* Unmap, release the lock and free (NULL: nothing). */
+void gloo_shm_close(struct gloo_shm *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
