@@ -7,6 +7,9 @@
 #     momentum equal, to float tolerance (1e-5 relative), to one process
 #     with batch 64; the logged loss of the last step agrees to 4 digits;
 #     so do 2 ranks with [plugin.gloo] busy_poll = 1 (synchronous pairs);
+#     the ranks run kiln's shared-memory collectives by default (every
+#     rank's description says so) and Gloo's with [plugin.gloo] shm = 0,
+#     which end equal to one process too;
 #  1a. captured steps ([plugin.cpu] graph = 1) over 384 steps with a
 #     log-point allreduce each (more than the plugin's 256 job slots)
 #     equal issued steps bit for bit;
@@ -25,7 +28,8 @@
 #     cannot be written) makes rank 0, waiting for every rank to finish,
 #     fail within seconds naming rank 1;
 #  3. a rank killed with SIGKILL mid-run makes both other ranks exit
-#     non-zero within [dist] timeout with a message naming rank 1;
+#     non-zero within [dist] timeout with a message naming rank 1 (the
+#     shared-memory collectives' liveness check: shm is on);
 #  4. a rendezvous that never completes (rank 1 of 2 never starts) fails
 #     within the timeout naming the missing rank;
 #  6. `kiln bench comm --nproc 2` prints a positive busbw for each
@@ -64,6 +68,13 @@ grep -q "captured (input slot" "$tmp/greplay.log" || bad "graph = 1: no step cap
 "$tool" same "$(ck gissue 384)" "$(ck greplay 384)" params optim.momentum ||
 	bad "graph = 1 over 384 steps with a log-point allreduce each differs from issued steps"
 grep -q "busy-polling pairs" "$tmp/twobp.log" || bad "busy_poll not in the comm's description"
+# one node: kiln's shared-memory collectives by default, Gloo's with shm = 0
+run twonoshm 2 32 plugin.gloo.shm=0
+close "$(ck one 64)" "$(ck twonoshm 64)" "2 ranks with Gloo's collectives (shm = 0) vs 1 process"
+n=$(grep -c "rank [01] of 2 .*comm gloo: .*kiln's shared-memory allreduce, reduce_scatter and allgather" "$tmp/two.log")
+[ "$n" = 2 ] || bad "shared-memory path not in both ranks' descriptions by default ($n)"
+n=$(grep -c "rank [01] of 2 .*comm gloo: .*Gloo's collectives (kiln's shared memory off: \[plugin.gloo\] shm = 0)" "$tmp/twonoshm.log")
+[ "$n" = 2 ] || bad "shm = 0: Gloo's collectives not in both ranks' descriptions ($n)"
 l1=$(last_loss one) l2=$(last_loss two) l4=$(last_loss four)
 echo "last logged loss: 1 process $l1, 2 ranks $l2, 4 ranks $l4"
 [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$l1" = "$l4" ] || bad "logged losses differ: $l1 $l2 $l4"
@@ -161,6 +172,7 @@ for r in 0 2; do
 	eval "rc=\$rc$r"
 	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "rank $r exited $rc after rank 1 died"
 	grep -q "rank 1 was lost" "$tmp/dead$r.log" || { bad "rank $r does not name rank 1"; tail -3 "$tmp/dead$r.log"; }
+	grep -q "kiln's shared-memory allreduce" "$tmp/dead$r.log" || bad "rank $r: the kill test ran without shared memory"
 done
 [ "$dt" -le 15 ] || bad "the survivors took ${dt}s (timeout 10 s)"
 
