@@ -9,7 +9,11 @@
 #     so do 2 ranks with [plugin.gloo] busy_poll = 1 (synchronous pairs);
 #     the ranks run kiln's shared-memory collectives by default (every
 #     rank's description says so) and Gloo's with [plugin.gloo] shm = 0,
-#     which end equal to one process too;
+#     which end equal to one process too; where `unshare -u` works (root),
+#     rank 1 under another host name makes both ranks fall back to Gloo's
+#     collectives saying the ranks span several nodes, and end equal too;
+#     and where `unshare -m` can mount a tmpfs, rank 1 with a /dev/shm of
+#     its own cannot open rank 0's segments: both fall back, naming that;
 #  1a. captured steps ([plugin.cpu] graph = 1) over 384 steps with a
 #     log-point allreduce each (more than the plugin's 256 job slots)
 #     equal issued steps bit for bit;
@@ -75,6 +79,31 @@ n=$(grep -c "rank [01] of 2 .*comm gloo: .*kiln's shared-memory allreduce, reduc
 [ "$n" = 2 ] || bad "shared-memory path not in both ranks' descriptions by default ($n)"
 n=$(grep -c "rank [01] of 2 .*comm gloo: .*Gloo's collectives (kiln's shared memory off: \[plugin.gloo\] shm = 0)" "$tmp/twonoshm.log")
 [ "$n" = 2 ] || bad "shm = 0: Gloo's collectives not in both ranks' descriptions ($n)"
+# another host name for rank 1 (its own UTS namespace): "several nodes"
+if unshare -u true 2> /dev/null; then
+	timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 1 ]; then
+			exec unshare -u sh -c "hostname kiln-test-other-node && exec \"\$0\" \"\$@\"" "$@"
+		fi; exec "$@"' sh "$kiln" train "$ini" run.out_dir="$tmp/twohosts" train.batch=32 \
+		> "$tmp/twohosts.log" 2>&1 || { bad "2 ranks under two host names exited $?"; tail -20 "$tmp/twohosts.log"; }
+	n=$(grep -c "rank [01] of 2 .*Gloo's collectives (kiln's shared memory off: the ranks span several nodes (rank 0 on '[^']*', rank 1 on 'kiln-test-other-node " "$tmp/twohosts.log")
+	[ "$n" = 2 ] || { bad "two host names: both ranks should fall back to Gloo's collectives ($n)"; grep "comm gloo" "$tmp/twohosts.log"; }
+	close "$(ck one 64)" "$(ck twohosts 64)" "2 ranks on two host names (Gloo's collectives) vs 1 process"
+else
+	echo "unshare -u not permitted: the several-nodes fallback is not tested"
+fi
+# rank 1 with its own /dev/shm (a mount namespace): the setup fails on
+# rank 1 only, and every rank falls back, naming rank 1's reason
+if unshare -m sh -c 'mount -t tmpfs none /dev/shm' 2> /dev/null; then
+	timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 1 ]; then
+			exec unshare -m sh -c "mount -t tmpfs none /dev/shm && exec \"\$0\" \"\$@\"" "$@"
+		fi; exec "$@"' sh "$kiln" train "$ini" run.out_dir="$tmp/twoshm" train.batch=32 \
+		> "$tmp/twoshm.log" 2>&1 || { bad "2 ranks with two /dev/shm exited $?"; tail -20 "$tmp/twoshm.log"; }
+	n=$(grep -c "rank [01] of 2 .*Gloo's collectives (kiln's shared memory off: rank 1: shm_open(/kiln-gloo-[0-9]*-[0-9a-f]*): No such file or directory" "$tmp/twoshm.log")
+	[ "$n" = 2 ] || { bad "two /dev/shm: both ranks should fall back naming rank 1's shm_open ($n)"; grep "comm gloo" "$tmp/twoshm.log"; }
+	close "$(ck one 64)" "$(ck twoshm 64)" "2 ranks with two /dev/shm (Gloo's collectives) vs 1 process"
+else
+	echo "unshare -m with a tmpfs not permitted: the fallback after a failed setup is not tested"
+fi
 l1=$(last_loss one) l2=$(last_loss two) l4=$(last_loss four)
 echo "last logged loss: 1 process $l1, 2 ranks $l2, 4 ranks $l4"
 [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$l1" = "$l4" ] || bad "logged losses differ: $l1 $l2 $l4"
