@@ -88,8 +88,9 @@ static kiln_status one_node(const struct setup *s, int *yes, char *why, size_t n
 }
 
 /* A store barrier that also agrees: every rank adds whether it failed
- * (its reason under why/<step>) and waits until all `world` arrived.
- * *all = 1 when no rank failed, else 0 and why = a failed rank's reason. */
+ * (the first to fail posts its reason under why/<step>) and waits until
+ * all `world` arrived.  *all = 1 when no rank failed, else 0 and why = the
+ * first failed rank's reason (a failed rank keeps its own). */
 static kiln_status agree(const struct setup *s, int step, int ok, int *all, char *why, size_t n)
 {
 	char k[256];
@@ -99,11 +100,12 @@ static kiln_status agree(const struct setup *s, int step, int ok, int *all, char
 		char mine[320];
 		snprintf(mine, sizeof mine, "rank %d: %s", s->rank, why);
 		snprintf(why, n, "%s", mine);
-		key(k, sizeof k, s, "why", step);
-		if ((st = s->h->store_set(s->store, k, mine, strlen(mine))))
-			return st;
 		key(k, sizeof k, s, "failed", step);
-		if ((st = s->h->store_add(s->store, k, 1, NULL)))
+		if ((st = s->h->store_add(s->store, k, 1, &failed)))
+			return st;
+		/* set before this rank arrives, so before anyone reads it */
+		key(k, sizeof k, s, "why", step);
+		if (failed == 1 && (st = s->h->store_set(s->store, k, mine, strlen(mine))))
 			return st;
 	}
 	key(k, sizeof k, s, "in", step);
@@ -160,7 +162,8 @@ static int lost(void *arg)
 
 /* Step 2 on this rank: rank 0 makes the object and posts its name, the
  * others open the one named; every rank maps it and locks its byte.
- * 0, or -1 with why set. */
+ * 0; -1 with why set; 1 when rank 0 posted no name (its own failure says
+ * why). */
 static int map(const struct setup *s, struct gloo_shm *g, char *why, size_t n, kiln_status *st)
 {
 	char *name = g->name, k[256];
@@ -192,10 +195,8 @@ static int map(const struct setup *s, struct gloo_shm *g, char *why, size_t n, k
 			return -1;
 		snprintf(name, sizeof g->name, "%.*s", (int)len, (const char *)v);
 		s->h->free(v);
-		if (!*name) {
-			snprintf(why, n, "rank 0 could not make the segments");
-			return -1;
-		}
+		if (!*name)
+			return 1;
 		struct stat sb;
 		g->fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
 		if (g->fd < 0) {
@@ -273,7 +274,7 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 	g->rank = rank;
 	g->world = world;
 	g->size = (size_t)world * SHMCOLL_SEGMENT;
-	int ok = !map(&s, g, why, n, &st);
+	int ok = map(&s, g, why, n, &st) >= 0;
 	if (!st)
 		st = agree(&s, 1, ok, &all, why, n);
 	/* every rank has opened it or given up: the name can go (a rank that
