@@ -9,7 +9,9 @@
 #     so do 2 ranks with [plugin.gloo] busy_poll = 1 (synchronous pairs);
 #     the ranks run kiln's shared-memory collectives by default (every
 #     rank's description says so) and Gloo's with [plugin.gloo] shm = 0,
-#     which end equal to one process too; where `unshare -u` works (root),
+#     which end equal to one process too; the gradients live in kiln-gloo's
+#     shared memory by default (alloc_shared, every rank's log says so) and
+#     in device memory with zero_copy = 0, equal to one process too; where `unshare -u` works (root),
 #     rank 1 under another host name makes both ranks fall back to Gloo's
 #     collectives saying the ranks span several nodes, and end equal too;
 #     and where `unshare -m` can mount a tmpfs, rank 1 with a /dev/shm of
@@ -79,6 +81,14 @@ n=$(grep -c "rank [01] of 2 .*comm gloo: .*kiln's shared-memory allreduce, reduc
 [ "$n" = 2 ] || bad "shared-memory path not in both ranks' descriptions by default ($n)"
 n=$(grep -c "rank [01] of 2 .*comm gloo: .*Gloo's collectives (kiln's shared memory off: \[plugin.gloo\] shm = 0)" "$tmp/twonoshm.log")
 [ "$n" = 2 ] || bad "shm = 0: Gloo's collectives not in both ranks' descriptions ($n)"
+# the gradients in kiln-gloo's shared memory (alloc_shared) by default, on
+# 2 and 4 ranks (the runs above); in device memory with zero_copy = 0
+n=$(grep -c "gradients (0.194 MiB) in memory every rank's gloo reaches" "$tmp/two.log" "$tmp/four.log" | awk -F: '{ s += $2 } END { print s }')
+[ "$n" = 6 ] || bad "the gradients of 2 and 4 ranks are not in kiln-gloo's shared memory ($n of 6 ranks)"
+run twostaged 2 32 plugin.gloo.zero_copy=0
+close "$(ck one 64)" "$(ck twostaged 64)" "2 ranks with the gradients in device memory (zero_copy = 0) vs 1 process"
+grep -q "gradients in device memory, allreduced through the communicator's own buffers (gloo: \[plugin.gloo\] zero_copy = 0)" \
+	"$tmp/twostaged.log" || bad "zero_copy = 0: the log does not say the gradients stay in device memory"
 # another host name for rank 1 (its own UTS namespace): "several nodes"
 if unshare -u true 2> /dev/null; then
 	timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 1 ]; then

@@ -202,6 +202,8 @@ struct Comm {
 	/* kiln's shared-memory collectives (every rank on this node), or
 	 * NULL: Gloo's */
 	struct gloo_shm *shm = nullptr;
+	char shm_why[320] = "";  /* why shm is null */
+	int zero_copy = 1;       /* [plugin.gloo] zero_copy */
 	Job jobs[kJobs];
 	int next_job = 0;
 	/* jobs of collectives recorded in captured steps: replays run them
@@ -610,13 +612,16 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	/* one node: kiln's shared-memory collectives (shm.h); any reason not
 	 * to falls back to Gloo's, saying why */
 	int use_shm = 1;
-	char why[320] = "[plugin.gloo] shm = 0";
+	char *why = c->shm_why;
+	std::snprintf(why, sizeof c->shm_why, "[plugin.gloo] shm = 0");
 	host->config_get_bool(cfg, "plugin.gloo", "shm", &use_shm);
+	c->zero_copy = 1;
+	host->config_get_bool(cfg, "plugin.gloo", "zero_copy", &c->zero_copy);
 	if (use_shm) {
 		char prefix[64];
 		std::snprintf(prefix, sizeof prefix, "gloo/shm/%d/", generation);
 		kiln_status st = gloo_shm_open(host, store, prefix, rank, world, timeout_ms, &c->shm,
-					       why, sizeof why);
+					       why, sizeof c->shm_why);
 		if (st)
 			return st;
 	}
@@ -630,6 +635,18 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 			      ", Gloo's collectives (kiln's shared memory off: %s)", why);
 	*out = c.release();
 	return KILN_OK;
+}
+
+/* comm ops version 3: the gradients in shared memory (shm.h) */
+kiln_status gloo_alloc_shared(void *ctx, size_t bytes, void **ptr)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	*ptr = nullptr;
+	if (!c->shm)
+		return H->error(KILN_ENOTSUP, "gloo: no shared memory (%s)", c->shm_why);
+	if (!c->zero_copy)
+		return H->error(KILN_ENOTSUP, "gloo: [plugin.gloo] zero_copy = 0");
+	return gloo_shm_alloc(c->shm, bytes, ptr);
 }
 
 void gloo_close(void *ctx)
@@ -730,7 +747,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .reduce_scatter = */ gloo_reduce_scatter,
 	/* .barrier = */ gloo_barrier,
 	/* .describe = */ gloo_describe,
-	/* .alloc_shared = */ nullptr,
+	/* .alloc_shared = */ gloo_alloc_shared,
 };
 
 const struct kiln_key gloo_keys[] = {
@@ -742,6 +759,8 @@ const struct kiln_key gloo_keys[] = {
 	  "Put the TCP pairs in Gloo's synchronous busy-polling mode: the thread running a collective (the comm stream's worker) reads the sockets itself, spinning, instead of sleeping until Gloo's event-loop thread has read the data and woken it. Removes a thread wake-up per message, so an allreduce overlapped with a busy backward is much faster when a core is free for the spinning, and much slower when the machine is oversubscribed. 0: Gloo's default (event loop)." },
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "When every rank runs on one node (the same host name and boot id): allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (a POSIX shared-memory object, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits, waits spinning), faster than Gloo's TCP loopback at every size (docs/PERFORMANCE.md, part 7b); a rank whose process ends is noticed within about 20 ms and named. Broadcasts and the barrier stay Gloo's, and `busy_poll` applies to them only. 0: Gloo's collectives throughout. Ranks on several nodes always use Gloo's." },
+	{ "zero_copy", KILN_KEY_BOOL, "1", 0, 0, nullptr,
+	  "With `shm` on: give the core shared memory for the gradients of a DDP run (comm ops alloc_shared: a second POSIX shared-memory object, unlinked once mapped), so that each bucket's allreduce sums every rank's share straight from every rank's gradients into every rank's, with no staging copies (docs/distributed.md). 0: the gradients stay in the device's memory and go through the staging buffers. Not used under [dist] zero = 1." },
 	{ nullptr, 0, nullptr, 0, 0, nullptr, nullptr }
 };
 

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +20,16 @@ struct gloo_shm {
 	char name[96]; /* the object's, until unlinked */
 	void *base;
 	size_t size;
+	/* for gloo_shm_alloc: the setup's store, keys, timeout ... */
+	const struct kiln_host *h;
+	struct kiln_store *store;
+	char prefix[64];
+	int timeout_ms;
+	/* ... and the region it made (the gradients) */
+	int rfd;
+	char rname[96];
+	void *rbase;
+	size_t rsize;
 };
 
 /* ---- setup ---------------------------------------------------------------- */
@@ -160,25 +171,27 @@ static int lost(void *arg)
 	return -1;
 }
 
-/* Step 2 on this rank: rank 0 makes the object and posts its name, the
- * others open the one named; every rank maps it and locks its byte.
- * 0; -1 with why set; 1 when rank 0 posted no name (its own failure says
- * why). */
-static int map(const struct setup *s, struct gloo_shm *g, char *why, size_t n, kiln_status *st)
+/* Rank 0 makes an object of `size` bytes (named /kiln-gloo-<pid>-<64
+ * random bits><tag>) and posts its name under <prefix><what>/0, the others
+ * open the one named; every rank maps it (*fd, *base).  0; -1 with why
+ * set; 1 when rank 0 posted no name (its own failure says why). */
+static int open_object(const struct setup *s, const char *what, const char *tag, size_t size,
+		       int *fd, void **base, char *name, size_t name_n, char *why, size_t n,
+		       kiln_status *st)
 {
-	char *name = g->name, k[256];
-	key(k, sizeof k, s, "name", 0);
+	char k[256];
+	key(k, sizeof k, s, what, 0);
 	if (!s->rank) {
 		unsigned long long rnd = 0;
 		if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
 			snprintf(why, n, "getrandom: %s", strerror(errno));
 		} else {
-			snprintf(name, sizeof g->name, "/kiln-gloo-%ld-%016llx", (long)getpid(), rnd);
-			g->fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-			if (g->fd < 0)
+			snprintf(name, name_n, "/kiln-gloo-%ld-%016llx%s", (long)getpid(), rnd, tag);
+			*fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+			if (*fd < 0)
 				snprintf(why, n, "shm_open(%s): %s", name, strerror(errno));
-			else if (ftruncate(g->fd, (off_t)g->size))
-				snprintf(why, n, "ftruncate(%s, %zu): %s", name, g->size, strerror(errno));
+			else if (ftruncate(*fd, (off_t)size))
+				snprintf(why, n, "ftruncate(%s, %zu): %s", name, size, strerror(errno));
 		}
 		/* an empty name tells the others rank 0 has none */
 		if (*why)
@@ -193,28 +206,39 @@ static int map(const struct setup *s, struct gloo_shm *g, char *why, size_t n, k
 		size_t len = 0;
 		if ((*st = s->h->store_get(s->store, k, s->timeout_ms, &v, &len)))
 			return -1;
-		snprintf(name, sizeof g->name, "%.*s", (int)len, (const char *)v);
+		snprintf(name, name_n, "%.*s", (int)len, (const char *)v);
 		s->h->free(v);
 		if (!*name)
 			return 1;
 		struct stat sb;
-		g->fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-		if (g->fd < 0) {
+		*fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+		if (*fd < 0) {
 			snprintf(why, n, "shm_open(%s): %s (is /dev/shm shared between the ranks?)", name,
 				 strerror(errno));
 			return -1;
 		}
-		if (fstat(g->fd, &sb) || (size_t)sb.st_size != g->size) {
-			snprintf(why, n, "%s has %lld bytes, not %zu", name, (long long)sb.st_size, g->size);
+		if (fstat(*fd, &sb) || (size_t)sb.st_size != size) {
+			snprintf(why, n, "%s has %lld bytes, not %zu", name, (long long)sb.st_size, size);
 			return -1;
 		}
 	}
-	g->base = mmap(NULL, g->size, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
-	if (g->base == MAP_FAILED) {
-		g->base = NULL;
-		snprintf(why, n, "mmap of %zu bytes: %s", g->size, strerror(errno));
+	*base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+	if (*base == MAP_FAILED) {
+		*base = NULL;
+		snprintf(why, n, "mmap of %zu bytes: %s", size, strerror(errno));
 		return -1;
 	}
+	return 0;
+}
+
+/* Step 2 on this rank: the object (open_object), and this rank's lock on
+ * its byte.  As open_object. */
+static int map(const struct setup *s, struct gloo_shm *g, char *why, size_t n, kiln_status *st)
+{
+	const int r = open_object(s, "name", "", g->size, &g->fd, &g->base, g->name, sizeof g->name,
+				  why, n, st);
+	if (r)
+		return r;
 	short type;
 	if (lock_op(g->fd, F_SETLK, s->rank, &type)) {
 		snprintf(why, n, "fcntl(F_SETLK): %s", strerror(errno));
@@ -270,9 +294,13 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 	struct gloo_shm *g = calloc(1, sizeof *g);
 	if (!g)
 		return host->error(KILN_ENOMEM, "gloo: out of memory");
-	g->fd = -1;
+	g->fd = g->rfd = -1;
 	g->rank = rank;
 	g->world = world;
+	g->h = host;
+	g->store = store;
+	snprintf(g->prefix, sizeof g->prefix, "%s", prefix);
+	g->timeout_ms = timeout_ms;
 	g->size = (size_t)world * SHMCOLL_SEGMENT;
 	int ok = map(&s, g, why, n, &st) >= 0;
 	if (!st)
@@ -291,6 +319,53 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 		return st;
 	}
 	*out = g;
+	return KILN_OK;
+}
+
+kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, void **ptr)
+{
+	const struct setup s = { g->h, g->store, g->prefix, g->rank, g->world, g->timeout_ms };
+	char why[320] = "";
+	kiln_status st = KILN_OK;
+	int all = 0;
+	*ptr = NULL;
+	if (g->rbase)
+		return g->h->error(KILN_ENOTSUP, "gloo: the shared buffer was given already");
+	const size_t per = (bytes + 4095) / 4096 * 4096;
+	g->rsize = per * (size_t)g->world;
+	/* a tmpfs without room would end the process with SIGBUS at the
+	 * first touch: ask first (every rank, and agree) */
+	struct statvfs fs;
+	const unsigned long long need = (unsigned long long)g->rsize + (64ull << 20);
+	const unsigned long long have = statvfs("/dev/shm", &fs) == 0
+						? (unsigned long long)fs.f_bavail * fs.f_frsize : need;
+	if (have < need)
+		snprintf(why, sizeof why, "/dev/shm has %llu MiB free, %llu MiB wanted for the shared gradients",
+			 have >> 20, need >> 20);
+	if ((st = agree(&s, 3, have >= need, &all, why, sizeof why)))
+		return st;
+	if (all) {
+		const int ok = open_object(&s, "region", "-g", g->rsize, &g->rfd, &g->rbase, g->rname,
+					   sizeof g->rname, why, sizeof why, &st) >= 0;
+		if (!st)
+			st = agree(&s, 4, ok, &all, why, sizeof why);
+		if (*g->rname)
+			(void)shm_unlink(g->rname);
+	}
+	if (st || !all) {
+		if (g->rbase)
+			munmap(g->rbase, g->rsize);
+		if (g->rfd >= 0)
+			close(g->rfd);
+		g->rbase = NULL, g->rfd = -1;
+		return st ? st : g->h->error(KILN_ENOTSUP, "gloo: %s", why);
+	}
+	/* a new object reads as zeros: nothing to clear, nothing to wait for */
+	void *base[SHMCOLL_MAXW];
+	for (int r = 0; r < g->world; r++)
+		base[r] = (char *)g->rbase + (size_t)r * per;
+	shmcoll_region(&g->coll, base, per);
+	*ptr = base[g->rank];
 	return KILN_OK;
 }
 
@@ -315,6 +390,10 @@ void gloo_shm_close(struct gloo_shm *g)
 {
 	if (!g)
 		return;
+	if (g->rbase)
+		munmap(g->rbase, g->rsize);
+	if (g->rfd >= 0)
+		close(g->rfd);
 	if (g->base)
 		munmap(g->base, g->size);
 	if (g->fd >= 0)

@@ -58,6 +58,15 @@ enum { GLOO_SHM_ALLREDUCE, GLOO_SHM_REDUCE_SCATTER, GLOO_SHM_ALLGATHER };
 kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *buf, size_t count,
 			 int dtype, float scale);
 
+/* comm ops alloc_shared (collective): a second object, world x `bytes`
+ * (rounded up to pages) made and shared as in steps 2-3 (store keys
+ * <prefix>region/, <prefix>failed/3.., a room check of /dev/shm first),
+ * declared to the collectives as their region; *ptr is this rank's part.
+ * KILN_ENOTSUP naming the reason when any rank cannot (the same on every
+ * rank), or given already; other errors from the store.  Unmapped by
+ * gloo_shm_close. */
+kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, void **ptr);
+
 /* SHMCOLL_CHUNK, the bytes per round and rank (for the description). */
 size_t gloo_shm_chunk(void);
 
