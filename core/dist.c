@@ -1061,16 +1061,31 @@ kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m)
 	return KILN_OK;
 }
 
+/* whether a message begins with `word` (at its start or after ": ",
+ * where a stream's or the caller's prefix ends) */
+static int begins(const char *msg, const char *word)
+{
+	const size_t n = strlen(word);
+	for (const char *p = msg; p; p = strstr(p, ": ")) {
+		if (p != msg)
+			p += 2;
+		if (!strncmp(p, word, n))
+			return 1;
+	}
+	return 0;
+}
+
 /* whether an error message is the communicator's (its plugin's messages
- * begin "NAME: ", possibly behind a stream's or the store's prefix) or
- * the store's (a rendezvous or finish that timed out) */
+ * begin "NAME: ") or the store's and the rendezvous' ("store ",
+ * "store: ", "rendezvous ") */
 static int from_comm(const struct kiln_dist *d, const char *msg)
 {
 	char want[64];
 	if (!msg)
 		return 0;
 	snprintf(want, sizeof want, "%s: ", d->plugin->name);
-	return strstr(msg, want) || strstr(msg, "store") || strstr(msg, "collective");
+	return begins(msg, want) || begins(msg, "store ") || begins(msg, "store: ") ||
+	       begins(msg, "rendezvous ");
 }
 
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)

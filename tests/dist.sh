@@ -85,9 +85,11 @@ n=$(grep -c "rank [01] of 2 .*comm gloo: .*Gloo's collectives (kiln's shared mem
 # 2 and 4 ranks (the runs above); in device memory with zero_copy = 0
 n=$(grep -c "gradients (0.194 MiB) in memory every rank's gloo reaches" "$tmp/two.log" "$tmp/four.log" | awk -F: '{ s += $2 } END { print s }')
 [ "$n" = 6 ] || bad "the gradients of 2 and 4 ranks are not in kiln-gloo's shared memory ($n of 6 ranks)"
+n=$(grep -c "rank [01] of 2: [1-9][0-9]* allreduces of the shared gradients, copy-free" "$tmp/two.log")
+[ "$n" = 2 ] || bad "2 ranks: the bucket allreduces did not take the copy-free path ($n of 2 ranks say so)"
 run twostaged 2 32 plugin.gloo.zero_copy=0
 close "$(ck one 64)" "$(ck twostaged 64)" "2 ranks with the gradients in device memory (zero_copy = 0) vs 1 process"
-grep -q "gradients in device memory, allreduced through the communicator's own buffers (gloo: \[plugin.gloo\] zero_copy = 0)" \
+grep -q "gradients in device memory, allreduced through the communicator's own buffers (gloo: rank 0: \[plugin.gloo\] zero_copy = 0)" \
 	"$tmp/twostaged.log" || bad "zero_copy = 0: the log does not say the gradients stay in device memory"
 # another host name for rank 1 (its own UTS namespace): "several nodes"
 if unshare -u true 2> /dev/null; then

@@ -28,6 +28,8 @@ grep -q "rank 1 of 2 (local 1; from Open MPI), comm mpi: Open MPI" "$tmp/mpi.log
 # in device memory and go through the staging buffers, equal all the same
 grep -q "gradients (0.194 MiB) in memory every rank's mpi reaches" "$tmp/mpi.log" ||
 	bad "the gradients are not in the communicator's shared memory by default"
+n=$(grep -c "rank [01] of 2: [1-9][0-9]* allreduces of the shared gradients, copy-free" "$tmp/mpi.log")
+[ "$n" = 2 ] || bad "the bucket allreduces did not take the copy-free path ($n of 2 ranks say so)"
 port=$(free_port 12)
 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port \
 	-x OMP_NUM_THREADS=1 "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/staged" train.batch=32 \

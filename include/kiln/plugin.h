@@ -748,8 +748,9 @@ struct kiln_comm_ops {
 	/* ---- version 3 (ABI 1.7) ---- */
 
 	/* Host memory of `bytes` that every rank's collectives can reach
-	 * directly (kiln-mpi: one MPI_Win_allocate_shared window when every
-	 * rank shares the node), zeroed, 64-byte aligned, for a buffer the core
+	 * directly (kiln-mpi: one MPI_Win_allocate_shared window; kiln-gloo: a
+	 * POSIX shared-memory object; both when every rank shares the node),
+	 * zeroed, 64-byte aligned, for a buffer the core
 	 * allreduces slice by slice at the same offsets on every rank (the
 	 * gradients): such an allreduce moves no data through staging
 	 * buffers.  Collective: every rank calls it with the same bytes, from
@@ -758,8 +759,9 @@ struct kiln_comm_ops {
 	 * must not free it or touch it after close).  KILN_ENOTSUP (with a
 	 * message saying why) when the communicator has no such memory: ranks
 	 * on several nodes, switched off by its keys, or already given once;
-	 * the caller then keeps its own memory.  Other errors are the same on
-	 * every rank.  (optional: NULL means KILN_ENOTSUP) */
+	 * the caller then keeps its own memory; the plugin makes every rank
+	 * give the same answer.  Other errors (a store or MPI failure) end the
+	 * run.  (optional: NULL means KILN_ENOTSUP) */
 	kiln_status (*alloc_shared)(void *ctx, size_t bytes, void **ptr);
 };
 

@@ -1,4 +1,7 @@
 /* plugins/common/shmcoll.c - kiln's shared-memory collectives (shmcoll.h) */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* CPU_COUNT */
+#endif
 #include "shmcoll.h"
 #include "half.h"
 #include "watchdog.h"
@@ -27,7 +30,11 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
 	s->timeout_ms = timeout_ms;
 	s->spin_ns = spin_ns;
 	s->nap = (struct timespec){ .tv_sec = nap_ns / 1000000000ll, .tv_nsec = nap_ns % 1000000000ll };
-	const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	/* the CPUs this process may run on (affinity, cpusets), not the
+	 * machine's */
+	cpu_set_t set;
+	const long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+								     : sysconf(_SC_NPROCESSORS_ONLN);
 	s->oversubscribed = cpus > 0 && world > cpus;
 	for (int r = 0; r < world; r++) {
 		s->hdr[r] = seg[r];
@@ -43,11 +50,15 @@ void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg)
 	s->lost_arg = arg;
 }
 
-/* Wait until *flag >= v (see SHMCOLL_SPIN); what names the collective. */
+/* Wait until *flag >= v (see SHMCOLL_SPIN); what names the collective.
+ * *t0 is when this phase of the collective began waiting (0: not yet;
+ * set at the first look at the clock): the waits for every peer of one
+ * phase share it, so a phase ends within the timeout however its peers
+ * arrive. */
 static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long v, int peer,
-			     const char *what)
+			     const char *what, long long *t0)
 {
-	long long t0 = 0, ask = 0;
+	long long ask = 0;
 	if (how == SHMCOLL_SPIN && s->oversubscribed)
 		how = SHMCOLL_YIELD;
 	for (unsigned k = 1; atomic_load_explicit(flag, memory_order_acquire) < v; k++) {
@@ -56,8 +67,10 @@ static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long
 			continue;
 		}
 		const long long t = watchdog_now_ns();
-		if (!t0)
-			t0 = t, ask = t + SHMCOLL_LOST_NS;
+		if (!*t0)
+			*t0 = t;
+		if (!ask)
+			ask = *t0 + SHMCOLL_LOST_NS;
 		if (s->lost && t >= ask) {
 			const int gone = s->lost(s->lost_arg);
 			if (gone >= 0)
@@ -65,11 +78,11 @@ static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long
 						      s->who, s->rank, s->world, gone, peer, what);
 			ask = t + SHMCOLL_LOST_NS;
 		}
-		if (t - t0 > (long long)s->timeout_ms * 1000000ll + SHMCOLL_GRACE_NS)
+		if (t - *t0 > (long long)s->timeout_ms * 1000000ll + SHMCOLL_GRACE_NS)
 			return s->host->error(KILN_ETIMEOUT, "%s: rank %d of %d: rank %d did not reach the shared-memory %s within [dist] timeout = %.1f s",
 					      s->who, s->rank, s->world, peer, what,
 					      s->timeout_ms / 1000.0);
-		if (how == SHMCOLL_SPIN || t - t0 < s->spin_ns)
+		if (how == SHMCOLL_SPIN || t - *t0 < s->spin_ns)
 			cpu_relax();
 		else if (how == SHMCOLL_YIELD)
 			sched_yield();
@@ -82,10 +95,11 @@ static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long
 /* publish this rank's arrive flag for round seq, then wait for every rank's */
 static kiln_status meet(struct shmcoll *s, int how, long seq, const char *what)
 {
+	long long t0 = 0;
 	atomic_store_explicit(&s->hdr[s->rank]->arrive, seq, memory_order_release);
 	for (int r = 0; r < s->world; r++) {
 		kiln_status st;
-		if (r != s->rank && (st = wait_flag(s, how, &s->hdr[r]->arrive, seq, r, what)))
+		if (r != s->rank && (st = wait_flag(s, how, &s->hdr[r]->arrive, seq, r, what, &t0)))
 			return st;
 	}
 	return KILN_OK;
@@ -174,6 +188,7 @@ static kiln_status region_allreduce(struct shmcoll *s, int how, size_t off, size
 	const void *src[SHMCOLL_MAXW];
 	kiln_status st;
 	const long seq = ++s->seq;
+	s->region_calls++;
 	if ((st = meet(s, how, seq, "allreduce")))
 		return st;
 	/* this rank's share, a block at a time: summed into its own buffer
@@ -188,9 +203,10 @@ static kiln_status region_allreduce(struct shmcoll *s, int how, size_t off, size
 			if (r != R)
 				memcpy(s->region[r] + at, s->region[R] + at, n * es);
 	}
+	long long t0 = 0;
 	atomic_store_explicit(&s->hdr[R]->reduced, seq, memory_order_release);
 	for (int r = 0; r < W; r++)
-		if (r != R && (st = wait_flag(s, how, &s->hdr[r]->reduced, seq, r, "allreduce")))
+		if (r != R && (st = wait_flag(s, how, &s->hdr[r]->reduced, seq, r, "allreduce", &t0)))
 			return st;
 	return KILN_OK;
 }
@@ -198,6 +214,8 @@ static kiln_status region_allreduce(struct shmcoll *s, int how, size_t off, size
 kiln_status shmcoll_allreduce(struct shmcoll *s, int how, void *buf, size_t count, int dtype,
 			      float scale)
 {
+	if (!count)
+		return KILN_OK;
 	const uintptr_t p = (uintptr_t)buf, base = (uintptr_t)s->region[s->rank];
 	if (base && p >= base && p - base <= s->region_bytes &&
 	    count * esize(dtype) <= s->region_bytes - (p - base))
@@ -230,12 +248,13 @@ kiln_status shmcoll_allreduce(struct shmcoll *s, int how, void *buf, size_t coun
 			src[r] = r == R ? mine + p0 : s->buf[r] + b + p0;
 		sum(slot + p0, src, W, (p1 - p0) / es, scale, dtype);
 		memcpy(mine + p0, slot + p0, p1 - p0);
+		long long t0 = 0;
 		atomic_store_explicit(&s->hdr[R]->reduced, seq, memory_order_release);
 		for (int r = 0; r < W; r++) {
 			if (r == R)
 				continue;
 			const size_t q0 = part_at(n, es, W, r) * es, q1 = part_at(n, es, W, r + 1) * es;
-			if ((st = wait_flag(s, how, &s->hdr[r]->reduced, seq, r, "allreduce")))
+			if ((st = wait_flag(s, how, &s->hdr[r]->reduced, seq, r, "allreduce", &t0)))
 				return st;
 			memcpy(mine + q0, s->buf[r] + b + q0, q1 - q0);
 		}

@@ -1,6 +1,6 @@
 /* plugins/common/shmcoll.h - kiln's shared-memory collectives for ranks on
- * one node, compiled into the communicators that use them (kiln-mpi;
- * plugins/local.mk), never exported.
+ * one node, compiled into the communicators that use them (kiln-mpi and
+ * kiln-gloo; plugins/local.mk), never exported.
  *
  * The plugin maps the segments (an MPI_Win_allocate_shared window, or a
  * POSIX shared-memory object): one per rank, SHMCOLL_SEGMENT bytes, 64-byte
@@ -76,6 +76,7 @@ struct shmcoll {
 	char *buf[SHMCOLL_MAXW];
 	char *region[SHMCOLL_MAXW];    /* a shared buffer every rank maps (shmcoll_region) */
 	size_t region_bytes;
+	long region_calls;             /* allreduces that took the region's copy-free path */
 };
 
 /* Point s at the mapped segments (seg[r]: rank r's) and zero this rank's;

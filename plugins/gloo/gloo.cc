@@ -644,9 +644,7 @@ kiln_status gloo_alloc_shared(void *ctx, size_t bytes, void **ptr)
 	*ptr = nullptr;
 	if (!c->shm)
 		return H->error(KILN_ENOTSUP, "gloo: no shared memory (%s)", c->shm_why);
-	if (!c->zero_copy)
-		return H->error(KILN_ENOTSUP, "gloo: [plugin.gloo] zero_copy = 0");
-	return gloo_shm_alloc(c->shm, bytes, ptr);
+	return gloo_shm_alloc(c->shm, bytes, c->zero_copy, ptr);
 }
 
 void gloo_close(void *ctx)

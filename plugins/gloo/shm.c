@@ -26,7 +26,7 @@ struct gloo_shm {
 	char prefix[64];
 	int timeout_ms;
 	/* ... and the region it made (the gradients) */
-	int rfd;
+	int rfd, rtried;
 	char rname[96];
 	void *rbase;
 	size_t rsize;
@@ -190,8 +190,10 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 			*fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 			if (*fd < 0)
 				snprintf(why, n, "shm_open(%s): %s", name, strerror(errno));
-			else if (ftruncate(*fd, (off_t)size))
-				snprintf(why, n, "ftruncate(%s, %zu): %s", name, size, strerror(errno));
+			else if ((errno = posix_fallocate(*fd, 0, (off_t)size)))
+				/* the pages reserved now: a full tmpfs fails here
+				 * (ENOSPC), not with SIGBUS at a first touch later */
+				snprintf(why, n, "posix_fallocate(%s, %zu): %s", name, size, strerror(errno));
 		}
 		/* an empty name tells the others rank 0 has none */
 		if (*why)
@@ -217,7 +219,11 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 				 strerror(errno));
 			return -1;
 		}
-		if (fstat(*fd, &sb) || (size_t)sb.st_size != size) {
+		if (fstat(*fd, &sb)) {
+			snprintf(why, n, "fstat(%s): %s", name, strerror(errno));
+			return -1;
+		}
+		if ((size_t)sb.st_size != size) {
 			snprintf(why, n, "%s has %lld bytes, not %zu", name, (long long)sb.st_size, size);
 			return -1;
 		}
@@ -322,15 +328,16 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 	return KILN_OK;
 }
 
-kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, void **ptr)
+kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **ptr)
 {
 	const struct setup s = { g->h, g->store, g->prefix, g->rank, g->world, g->timeout_ms };
 	char why[320] = "";
 	kiln_status st = KILN_OK;
 	int all = 0;
 	*ptr = NULL;
-	if (g->rbase)
-		return g->h->error(KILN_ENOTSUP, "gloo: the shared buffer was given already");
+	if (g->rtried)
+		return g->h->error(KILN_ENOTSUP, "gloo: the shared buffer was asked for already");
+	g->rtried = 1; /* its store keys are used up, whatever the outcome */
 	const size_t per = (bytes + 4095) / 4096 * 4096;
 	g->rsize = per * (size_t)g->world;
 	/* a tmpfs without room would end the process with SIGBUS at the
@@ -339,10 +346,13 @@ kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, void **ptr)
 	const unsigned long long need = (unsigned long long)g->rsize + (64ull << 20);
 	const unsigned long long have = statvfs("/dev/shm", &fs) == 0
 						? (unsigned long long)fs.f_bavail * fs.f_frsize : need;
-	if (have < need)
+	if (!want)
+		snprintf(why, sizeof why, "[plugin.gloo] zero_copy = 0");
+	else if (have < need)
 		snprintf(why, sizeof why, "/dev/shm has %llu MiB free, %llu MiB wanted for the shared gradients",
 			 have >> 20, need >> 20);
-	if ((st = agree(&s, 3, have >= need, &all, why, sizeof why)))
+	/* every rank takes part, so ranks configured apart agree on "no" */
+	if ((st = agree(&s, 3, want && have >= need, &all, why, sizeof why)))
 		return st;
 	if (all) {
 		const int ok = open_object(&s, "region", "-g", g->rsize, &g->rfd, &g->rbase, g->rname,
@@ -390,8 +400,11 @@ void gloo_shm_close(struct gloo_shm *g)
 {
 	if (!g)
 		return;
-	if (g->rbase)
+	if (g->rbase) {
+		g->h->log(KILN_LOG_INFO, "gloo", "rank %d of %d: %ld allreduces of the shared gradients, copy-free",
+			  g->rank, g->world, g->coll.region_calls);
 		munmap(g->rbase, g->rsize);
+	}
 	if (g->rfd >= 0)
 		close(g->rfd);
 	if (g->base)

@@ -62,10 +62,12 @@ kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *b
  * (rounded up to pages) made and shared as in steps 2-3 (store keys
  * <prefix>region/, <prefix>failed/3.., a room check of /dev/shm first),
  * declared to the collectives as their region; *ptr is this rank's part.
+ * want = 0 ([plugin.gloo] zero_copy = 0) takes part in the agreement and
+ * makes every rank say no.
  * KILN_ENOTSUP naming the reason when any rank cannot (the same on every
  * rank), or given already; other errors from the store.  Unmapped by
  * gloo_shm_close. */
-kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, void **ptr);
+kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **ptr);
 
 /* SHMCOLL_CHUNK, the bytes per round and rank (for the description). */
 size_t gloo_shm_chunk(void);

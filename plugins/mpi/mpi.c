@@ -202,7 +202,7 @@ static void unwatch(struct mpi_comm *c)
  * in an MPI_Win_allocate_shared window when every rank shares this node;
  * else leave them off, *why saying why.  Collective: every rank calls it
  * at open. */
-static void shm_open(struct mpi_comm *c, char *why, size_t n)
+static void mpi_shm_setup(struct mpi_comm *c, char *why, size_t n)
 {
 	MPI_Comm node;
 	int nsize = 0;
@@ -243,7 +243,7 @@ static void shm_open(struct mpi_comm *c, char *why, size_t n)
 	c->shm_on = st == KILN_OK;
 }
 
-static void shm_close(struct mpi_comm *c)
+static void mpi_shm_teardown(struct mpi_comm *c)
 {
 	if (c->region_on)
 		MPI_Win_free(&c->region_win);
@@ -251,6 +251,8 @@ static void shm_close(struct mpi_comm *c)
 		MPI_Win_free(&c->shm_win);
 	c->shm_on = c->region_on = 0;
 }
+
+static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr);
 
 /* comm ops version 3: the memory of one MPI_Win_allocate_shared window
  * (each rank's segment page-aligned: alloc_shared_noncontig), declared to
@@ -261,10 +263,26 @@ static kiln_status mpi_alloc_shared(void *ctx, size_t bytes, void **ptr)
 	*ptr = NULL;
 	if (!c->shm_on)
 		return H->error(KILN_ENOTSUP, "mpi: no shared memory (%s)", c->shm_why);
-	if (!c->zero_copy)
-		return H->error(KILN_ENOTSUP, "mpi: [plugin.mpi] zero_copy = 0");
 	if (c->region_on)
 		return H->error(KILN_ENOTSUP, "mpi: the shared buffer was given already");
+	/* watched: a rank that failed before this call never joins it (it
+	 * waits in close's collectives instead), and the watchdog ends this
+	 * one after [dist] timeout rather than let both wait forever */
+	watch(c, K_BARRIER, 0);
+	kiln_status st = shared_window(c, bytes, ptr);
+	unwatch(c);
+	return st;
+}
+
+static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
+{
+	/* every rank's zero_copy, agreed: ranks configured apart do not
+	 * wait for each other in different calls */
+	int want = c->zero_copy, all_want = 0;
+	MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (!all_want)
+		return H->error(KILN_ENOTSUP, "mpi: [plugin.mpi] zero_copy = 0%s",
+				want ? " on another rank" : "");
 	const size_t size = (bytes + 4095) / 4096 * 4096;
 	/* Open MPI backs the window with a file in /dev/shm: a tmpfs without
 	 * room for every rank's segment would end the process with SIGBUS at
@@ -276,8 +294,10 @@ static kiln_status mpi_alloc_shared(void *ctx, size_t bytes, void **ptr)
 	int room = have >= need, all_room = 0;
 	MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 	if (!all_room)
-		return H->error(KILN_ENOTSUP, "mpi: /dev/shm has %llu MiB free on %s rank, %llu MiB wanted for the shared gradients",
-				have >> 20, room ? "another" : "this", need >> 20);
+		return room ? H->error(KILN_ENOTSUP, "mpi: another rank's /dev/shm lacks the %llu MiB wanted for the shared gradients",
+				       need >> 20)
+			    : H->error(KILN_ENOTSUP, "mpi: /dev/shm has %llu MiB free, %llu MiB wanted for the shared gradients",
+				       have >> 20, need >> 20);
 	MPI_Info info;
 	void *mem = NULL;
 	MPI_Info_create(&info);
@@ -541,11 +561,14 @@ static void mpi_close(void *ctx)
 	struct mpi_comm *c = ctx;
 	if (!c)
 		return;
+	if (c->region_on)
+		H->log(KILN_LOG_INFO, "mpi", "rank %d of %d: %ld allreduces of the shared gradients, copy-free",
+		       c->rank, c->world, c->shm.region_calls);
 	watchdog_destroy(&c->dog);
 	int fin = 0;
 	MPI_Finalized(&fin);
 	if (!fin) {
-		shm_close(c); /* collective, as MPI_Finalize is */
+		mpi_shm_teardown(c); /* collective, as MPI_Finalize is */
 		MPI_Op_free(&c->sum16[0]);
 		MPI_Op_free(&c->sum16[1]);
 		MPI_Type_free(&c->u16);
@@ -588,6 +611,9 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	if (!inited && provided < MPI_THREAD_SERIALIZED)
 		return host->error(KILN_ENOTSUP, "mpi: the MPI library offers thread level %d; kiln needs MPI_THREAD_SERIALIZED or better",
 				   provided);
+	/* failures come back as return codes (which every call here checks),
+	 * not as Open MPI's default abort of the job */
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(MPI_COMM_WORLD, &r);
 	MPI_Comm_size(MPI_COMM_WORLD, &w);
 	if (r != rank || w != world)
@@ -625,7 +651,7 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	c->zero_copy = 1;
 	host->config_get_bool(cfg, "plugin.mpi", "zero_copy", &c->zero_copy);
 	if (use_shm)
-		shm_open(c, c->shm_why, sizeof c->shm_why);
+		mpi_shm_setup(c, c->shm_why, sizeof c->shm_why);
 	int rc = watchdog_start(&c->dog, mpi_look, c);
 	if (rc) {
 		mpi_close(c);
