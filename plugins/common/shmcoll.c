@@ -30,17 +30,18 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
 	s->timeout_ms = timeout_ms;
 	s->spin_ns = spin_ns;
 	s->nap = (struct timespec){ .tv_sec = nap_ns / 1000000000ll, .tv_nsec = nap_ns % 1000000000ll };
-	/* the CPUs this process may run on (affinity, cpusets), not the
-	 * machine's */
-	cpu_set_t set;
-	const long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-								     : sysconf(_SC_NPROCESSORS_ONLN);
-	s->oversubscribed = cpus > 0 && world > cpus;
+	s->oversubscribed = -1; /* every rank's CPUs are known after the barrier */
 	for (int r = 0; r < world; r++) {
 		s->hdr[r] = seg[r];
 		s->buf[r] = (char *)seg[r] + sizeof(struct shmcoll_hdr);
 	}
 	memset(seg[rank], 0, sizeof(struct shmcoll_hdr));
+	/* this rank's CPUs, for oversubscribed() */
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) == 0)
+		for (int c = 0; c < 512 && c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &set))
+				s->hdr[rank]->cpus[c / 64] |= 1ull << (c % 64);
 	return KILN_OK;
 }
 
@@ -48,6 +49,26 @@ void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg)
 {
 	s->lost = lost;
 	s->lost_arg = arg;
+}
+
+/* Whether the ranks outnumber the CPUs they may run on together (the
+ * union of the affinity masks each posted at init; the machine's count
+ * when none could). */
+static int oversubscribed(struct shmcoll *s)
+{
+	if (s->oversubscribed < 0) {
+		int n = 0;
+		for (int w = 0; w < 8; w++) {
+			uint64_t m = 0;
+			for (int r = 0; r < s->world; r++)
+				m |= s->hdr[r]->cpus[w];
+			n += __builtin_popcountll(m);
+		}
+		if (!n)
+			n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+		s->oversubscribed = n > 0 && s->world > n;
+	}
+	return s->oversubscribed;
 }
 
 /* Wait until *flag >= v (see SHMCOLL_SPIN); what names the collective.
@@ -59,7 +80,7 @@ static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long
 			     const char *what, long long *t0)
 {
 	long long ask = 0;
-	if (how == SHMCOLL_SPIN && s->oversubscribed)
+	if (how == SHMCOLL_SPIN && oversubscribed(s))
 		how = SHMCOLL_YIELD;
 	for (unsigned k = 1; atomic_load_explicit(flag, memory_order_acquire) < v; k++) {
 		if (k % 256) {

@@ -41,6 +41,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #define SHMCOLL_CHUNK ((size_t)256 << 10) /* bytes per round and rank (PERFORMANCE.md part 7) */
@@ -52,21 +53,24 @@
 struct shmcoll_hdr {
 	_Alignas(64) atomic_long arrive;
 	_Alignas(64) atomic_long reduced;
-	_Alignas(64) char pad[64];
+	_Alignas(64) uint64_t cpus[8]; /* the CPUs (0-511) this rank may run on */
 };
 
 #define SHMCOLL_SEGMENT (sizeof(struct shmcoll_hdr) + 2 * SHMCOLL_CHUNK)
 
 /* How a rank waits for the others: polls with a pause instruction between
  * them (SPIN), or, after spin_ns of that, a sched_yield() (YIELD) or a nap
- * (SLEEP) between polls.  With more ranks than online CPUs, SPIN yields
- * after spin_ns too (a spinning rank would hold the core its peer needs). */
+ * (SLEEP) between polls.  With more ranks than the CPUs the ranks may run
+ * on together (the union of their affinity masks: mpirun binds each rank
+ * to a core of its own, a cpuset limits them all), SPIN yields after
+ * spin_ns too (a spinning rank would hold the core its peer needs). */
 enum { SHMCOLL_SPIN, SHMCOLL_YIELD, SHMCOLL_SLEEP };
 
 struct shmcoll {
 	const struct kiln_host *host;
 	const char *who;               /* the plugin's name, for messages */
-	int rank, world, timeout_ms, oversubscribed;
+	int rank, world, timeout_ms;
+	int oversubscribed;            /* more ranks than the CPUs they may run on; -1: not known yet */
 	long long spin_ns;
 	struct timespec nap;
 	long seq;                      /* the last round this rank started */
