@@ -11,10 +11,21 @@
  * forwarded to every rank.  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
  * exits with that rank's status, naming it.
+ *
+ * Binding (--bind core, the default, as mpirun's for a few ranks): the
+ * CPUs this launcher may run on are split into N contiguous groups and
+ * local rank l is pinned to group l (sched_setaffinity before exec), so a
+ * rank's compute threads and its comm stream's worker share its cores
+ * instead of migrating onto the other ranks'.  With more ranks than CPUs
+ * nothing is bound.  --bind none leaves the ranks free.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_* */
+#endif
 #include "cli.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -50,6 +61,9 @@ static void launch_usage(FILE *f)
 		"                    --nnodes > 1)\n"
 		"  --grace S         seconds the other ranks get to exit after one failed\n"
 		"                    before they are killed (default 10)\n"
+		"  --bind core|none  core (default): pin each rank to its own share of the\n"
+		"                    CPUs this launcher may use (N contiguous groups; none\n"
+		"                    when there are more ranks than CPUs); none: no pinning\n"
 		"\n"
 		"SIGINT, SIGTERM and SIGUSR1 are passed to every rank.  When a rank fails,\n"
 		"the others are stopped and `kiln launch` exits non-zero naming it.\n");
@@ -99,7 +113,7 @@ static void describe_status(int ws, char *buf, size_t n)
 
 int cmd_launch(int argc, char **argv)
 {
-	int nproc = 0, nnodes = 1, node_rank = 0, grace = 10, cmd = -1;
+	int nproc = 0, nnodes = 1, node_rank = 0, grace = 10, cmd = -1, bind = 1;
 	const char *master = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -123,6 +137,13 @@ int cmd_launch(int argc, char **argv)
 					dst == &node_rank ? "non-negative" : "positive");
 				return 2;
 			}
+			i++;
+		} else if (!strcmp(a, "--bind")) {
+			if (!v || (strcmp(v, "core") && strcmp(v, "none"))) {
+				fprintf(stderr, "kiln launch: error: --bind needs core or none\n");
+				return 2;
+			}
+			bind = !strcmp(v, "core");
 			i++;
 		} else if (!strcmp(a, "--master")) {
 			if (!v) {
@@ -184,8 +205,21 @@ int cmd_launch(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
 	pid_t me = getpid();
-	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d: %s ...\n", node_rank * nproc,
-		node_rank * nproc + nproc - 1, world, host, port, argv[cmd]);
+	/* the CPUs to share out (--bind core) */
+	cpu_set_t all;
+	int cpus[CPU_SETSIZE], ncpu = 0, per = 0;
+	if (bind && sched_getaffinity(0, sizeof all, &all) == 0)
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &all))
+				cpus[ncpu++] = c;
+	per = ncpu >= nproc ? ncpu / nproc : 0;
+	char how[96];
+	if (per)
+		snprintf(how, sizeof how, "each rank bound to %d of %d CPUs", per, ncpu);
+	else
+		snprintf(how, sizeof how, "ranks not bound (%s)", bind ? "more ranks than CPUs" : "--bind none");
+	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d, %s: %s ...\n", node_rank * nproc,
+		node_rank * nproc + nproc - 1, world, host, port, how, argv[cmd]);
 	for (int l = 0; l < nproc; l++) {
 		pid_t p = fork();
 		if (p < 0) {
@@ -214,6 +248,15 @@ int cmd_launch(int argc, char **argv)
 			setenv("KILN_MASTER_ADDR", host, 1);
 			snprintf(v, sizeof v, "%d", port);
 			setenv("KILN_MASTER_PORT", v, 1);
+			if (per) {
+				cpu_set_t mine;
+				CPU_ZERO(&mine);
+				for (int k = 0; k < per; k++)
+					CPU_SET(cpus[l * per + k], &mine);
+				if (sched_setaffinity(0, sizeof mine, &mine))
+					fprintf(stderr, "kiln launch: warning: rank %d not bound: %s\n",
+						node_rank * nproc + l, strerror(errno));
+			}
 			execvp(argv[cmd], argv + cmd);
 			fprintf(stderr, "kiln launch: error: cannot run '%s': %s\n", argv[cmd],
 				strerror(errno));

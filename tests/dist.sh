@@ -234,6 +234,20 @@ timeout 30 "$kiln" launch -n 3 -- sh -c 'echo "env $KILN_RANK $KILN_WORLD_SIZE $
 for r in 0 1 2; do
 	grep -q "^env $r 3 $r 3 127.0.0.1$" "$tmp/env.log" || bad "rank $r's environment: $(cat "$tmp/env.log")"
 done
+# --bind core (the default): each of 2 ranks pinned to its own half of the
+# launcher's CPUs, and the CPU device's default thread count follows the
+# pin; --bind none: both free; more ranks than CPUs: none pinned
+cpus() { grep Cpus_allowed_list /proc/self/status | cut -f2; }
+pin() { timeout 30 "$kiln" launch "$@" -- sh -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' 2> /dev/null | sort -u | wc -l; }
+n=$(nproc)
+if [ "$n" -ge 2 ]; then
+	[ "$(pin -n 2)" = 2 ] || bad "--bind core: the 2 ranks share their CPUs"
+	[ "$(pin -n 2 --bind none)" = 1 ] || bad "--bind none: the 2 ranks were pinned"
+	[ "$(pin -n $((n + 1)))" = 1 ] || bad "more ranks than CPUs: ranks were pinned"
+	timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.threads=0 run.out_dir="$tmp/pin" \
+		train.max_steps=2 > "$tmp/pin.log" 2>&1 || { bad "a pinned run with run.threads = 0 failed"; tail "$tmp/pin.log"; }
+	grep -q "each rank bound to $((n / 2)) of $n CPUs" "$tmp/pin.log" || bad "kiln launch did not say how it bound"
+fi
 t0=$(date +%s)
 timeout 60 "$kiln" launch -n 3 -- sh -c 'if [ "$KILN_RANK" = 1 ]; then sleep 0.5; exit 3; fi; sleep 50' \
 	> "$tmp/launch.log" 2>&1

@@ -7,10 +7,14 @@
  * (stream.c), so a missing event or a hidden host sync shows up here as a
  * wrong result or a hang instead of only on a GPU.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_* */
+#endif
 #include "cpu.h"
 
 #include <omp.h>      /* omp_set_num_threads */
 #include <stdarg.h>
+#include <sched.h>
 #include <stdio.h>    /* vsnprintf, snprintf */
 #include <stdlib.h>   /* posix_memalign, free, calloc */
 #include <string.h>
@@ -132,7 +136,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ECONFIG, "cpu: [run] threads = %lld is negative",
 				   (long long)threads);
 	if (threads == 0) {
-		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		/* the CPUs this process may run on (kiln launch and mpirun pin
+		 * ranks; taskset, cpusets), else the machine's */
+		cpu_set_t set;
+		long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+								     : sysconf(_SC_NPROCESSORS_ONLN);
 		threads = n > 0 ? n : 1;
 	}
 
