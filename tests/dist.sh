@@ -91,31 +91,29 @@ run twostaged 2 32 plugin.gloo.zero_copy=0
 close "$(ck one 64)" "$(ck twostaged 64)" "2 ranks with the gradients in device memory (zero_copy = 0) vs 1 process"
 grep -q "gradients in device memory, allreduced through the communicator's own buffers (gloo: rank 0: \[plugin.gloo\] zero_copy = 0)" \
 	"$tmp/twostaged.log" || bad "zero_copy = 0: the log does not say the gradients stay in device memory"
+# fallback NAME OPT SETUP PATTERN WHAT: rank 1 runs in its own namespace
+# (`unshare OPT`, after SETUP there); both ranks must run Gloo's collectives
+# naming a reason that matches PATTERN, and end equal to one process
+fallback() {
+	if ! unshare $2 sh -c "$3" 2> /dev/null; then
+		echo "unshare $2 not permitted: the $5 fallback is not tested"
+		return
+	fi
+	timeout 120 "$kiln" launch -n 2 -- sh -c 'o=$1 c=$2; shift 2
+		if [ "$KILN_RANK" = 1 ]; then exec unshare $o sh -c "$c && exec \"\$0\" \"\$@\"" "$@"; fi
+		exec "$@"' sh "$2" "$3" "$kiln" train "$ini" run.out_dir="$tmp/$1" train.batch=32 \
+		> "$tmp/$1.log" 2>&1 || { bad "2 ranks, $5: exited $?"; tail -20 "$tmp/$1.log"; }
+	n=$(grep -c "rank [01] of 2 .*Gloo's collectives (kiln's shared memory off: $4" "$tmp/$1.log")
+	[ "$n" = 2 ] || { bad "$5: both ranks should fall back to Gloo's collectives naming the reason ($n)"; grep "comm gloo" "$tmp/$1.log"; }
+	close "$(ck one 64)" "$(ck "$1" 64)" "2 ranks, $5 (Gloo's collectives) vs 1 process"
+}
 # another host name for rank 1 (its own UTS namespace): "several nodes"
-if unshare -u true 2> /dev/null; then
-	timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 1 ]; then
-			exec unshare -u sh -c "hostname kiln-test-other-node && exec \"\$0\" \"\$@\"" "$@"
-		fi; exec "$@"' sh "$kiln" train "$ini" run.out_dir="$tmp/twohosts" train.batch=32 \
-		> "$tmp/twohosts.log" 2>&1 || { bad "2 ranks under two host names exited $?"; tail -20 "$tmp/twohosts.log"; }
-	n=$(grep -c "rank [01] of 2 .*Gloo's collectives (kiln's shared memory off: the ranks span several nodes (rank 0 on '[^']*', rank 1 on 'kiln-test-other-node " "$tmp/twohosts.log")
-	[ "$n" = 2 ] || { bad "two host names: both ranks should fall back to Gloo's collectives ($n)"; grep "comm gloo" "$tmp/twohosts.log"; }
-	close "$(ck one 64)" "$(ck twohosts 64)" "2 ranks on two host names (Gloo's collectives) vs 1 process"
-else
-	echo "unshare -u not permitted: the several-nodes fallback is not tested"
-fi
+fallback twohosts -u "hostname kiln-test-other-node" \
+	"the ranks span several nodes (rank 0 on '[^']*', rank 1 on 'kiln-test-other-node " "two host names"
 # rank 1 with its own /dev/shm (a mount namespace): the setup fails on
 # rank 1 only, and every rank falls back, naming rank 1's reason
-if unshare -m sh -c 'mount -t tmpfs none /dev/shm' 2> /dev/null; then
-	timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 1 ]; then
-			exec unshare -m sh -c "mount -t tmpfs none /dev/shm && exec \"\$0\" \"\$@\"" "$@"
-		fi; exec "$@"' sh "$kiln" train "$ini" run.out_dir="$tmp/twoshm" train.batch=32 \
-		> "$tmp/twoshm.log" 2>&1 || { bad "2 ranks with two /dev/shm exited $?"; tail -20 "$tmp/twoshm.log"; }
-	n=$(grep -c "rank [01] of 2 .*Gloo's collectives (kiln's shared memory off: rank 1: shm_open(/kiln-gloo-[0-9]*-[0-9a-f]*): No such file or directory" "$tmp/twoshm.log")
-	[ "$n" = 2 ] || { bad "two /dev/shm: both ranks should fall back naming rank 1's shm_open ($n)"; grep "comm gloo" "$tmp/twoshm.log"; }
-	close "$(ck one 64)" "$(ck twoshm 64)" "2 ranks with two /dev/shm (Gloo's collectives) vs 1 process"
-else
-	echo "unshare -m with a tmpfs not permitted: the fallback after a failed setup is not tested"
-fi
+fallback twoshm -m "mount -t tmpfs none /dev/shm" \
+	"rank 1: shm_open(/kiln-gloo-[0-9]*-[0-9a-f]*): No such file or directory" "two /dev/shm"
 l1=$(last_loss one) l2=$(last_loss two) l4=$(last_loss four)
 echo "last logged loss: 1 process $l1, 2 ranks $l2, 4 ranks $l4"
 [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$l1" = "$l4" ] || bad "logged losses differ: $l1 $l2 $l4"

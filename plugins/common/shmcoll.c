@@ -8,6 +8,7 @@
 
 #include <sched.h>
 #include <stdint.h>
+#include <sys/statvfs.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -111,6 +112,14 @@ static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long
 			nanosleep(&s->nap, NULL);
 	}
 	return KILN_OK;
+}
+
+/* Start this rank's next round: *seq its number, the result the offset of
+ * its staging buffer (seq & 1) in every rank's segment. */
+static size_t next_round(struct shmcoll *s, long *seq)
+{
+	*seq = ++s->seq;
+	return (size_t)(*seq & 1) * SHMCOLL_CHUNK;
 }
 
 /* publish this rank's arrive flag for round seq, then wait for every rank's */
@@ -247,8 +256,8 @@ kiln_status shmcoll_allreduce(struct shmcoll *s, int how, void *buf, size_t coun
 	kiln_status st;
 	for (size_t off = 0; off < count; off += chunk) {
 		const size_t n = count - off < chunk ? count - off : chunk, bytes = n * es;
-		const long seq = ++s->seq;
-		const size_t b = (size_t)(seq & 1) * SHMCOLL_CHUNK;
+		long seq;
+		const size_t b = next_round(s, &seq);
 		char *mine = (char *)buf + off * es, *slot = s->buf[R] + b;
 		if (bytes <= SHMCOLL_WHOLE) {
 			/* one flag: every rank sums the whole round */
@@ -293,8 +302,8 @@ kiln_status shmcoll_reduce_scatter(struct shmcoll *s, int how, const void *send,
 	kiln_status st;
 	for (size_t off = 0; off < count; off += chunk) {
 		const size_t n = count - off < chunk ? count - off : chunk, bytes = n * es;
-		const long seq = ++s->seq;
-		const size_t b = (size_t)(seq & 1) * SHMCOLL_CHUNK;
+		long seq;
+		const size_t b = next_round(s, &seq);
 		/* part r of the round: rank r's block's [off, off + n) */
 		for (int r = 0; r < W; r++)
 			if (r != R)
@@ -320,8 +329,8 @@ kiln_status shmcoll_allgather(struct shmcoll *s, int how, const void *send, void
 		memcpy(out + (size_t)R * bytes, send, bytes);
 	for (size_t off = 0; off < bytes; off += SHMCOLL_CHUNK) {
 		const size_t n = bytes - off < SHMCOLL_CHUNK ? bytes - off : SHMCOLL_CHUNK;
-		const long seq = ++s->seq;
-		const size_t b = (size_t)(seq & 1) * SHMCOLL_CHUNK;
+		long seq;
+		const size_t b = next_round(s, &seq);
 		memcpy(s->buf[R] + b, out + (size_t)R * bytes + off, n);
 		if ((st = meet(s, how, seq, "allgather")))
 			return st;
@@ -330,4 +339,12 @@ kiln_status shmcoll_allgather(struct shmcoll *s, int how, const void *send, void
 				memcpy(out + (size_t)r * bytes + off, s->buf[r] + b, n);
 	}
 	return KILN_OK;
+}
+
+int shmcoll_room(size_t total, unsigned long long *have, unsigned long long *need)
+{
+	struct statvfs fs;
+	*need = (unsigned long long)total + (64ull << 20);
+	*have = statvfs("/dev/shm", &fs) == 0 ? (unsigned long long)fs.f_bavail * fs.f_frsize : *need;
+	return *have >= *need;
 }

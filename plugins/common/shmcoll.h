@@ -108,6 +108,13 @@ void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes);
  * without it (kiln-mpi: mpirun ends the job) only the timeout applies. */
 void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg);
 
+/* Whether /dev/shm has room for `total` more bytes (64 MiB to spare):
+ * the shared objects live there, and a tmpfs that runs out raises SIGBUS
+ * at the first touch, so the plugins ask (and agree) before they map.
+ * *have and *need in bytes for the message; a /dev/shm that cannot be
+ * asked counts as room. */
+int shmcoll_room(size_t total, unsigned long long *have, unsigned long long *need);
+
 /* buf[0..count) of dtype (KILN_F32, KILN_BF16, KILN_F16) summed over the
  * ranks and multiplied by scale, in place (without staging when buf lies
  * in the region: every rank's must then lie at the same offset). */

@@ -10,7 +10,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -342,17 +341,15 @@ kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **pt
 	g->rsize = per * (size_t)g->world;
 	/* a tmpfs without room would end the process with SIGBUS at the
 	 * first touch: ask first (every rank, and agree) */
-	struct statvfs fs;
-	const unsigned long long need = (unsigned long long)g->rsize + (64ull << 20);
-	const unsigned long long have = statvfs("/dev/shm", &fs) == 0
-						? (unsigned long long)fs.f_bavail * fs.f_frsize : need;
+	unsigned long long have, need;
+	const int room = shmcoll_room(g->rsize, &have, &need);
 	if (!want)
 		snprintf(why, sizeof why, "[plugin.gloo] zero_copy = 0");
-	else if (have < need)
+	else if (!room)
 		snprintf(why, sizeof why, "/dev/shm has %llu MiB free, %llu MiB wanted for the shared gradients",
 			 have >> 20, need >> 20);
 	/* every rank takes part, so ranks configured apart agree on "no" */
-	if ((st = agree(&s, 3, want && have >= need, &all, why, sizeof why)))
+	if ((st = agree(&s, 3, want && room, &all, why, sizeof why)))
 		return st;
 	if (all) {
 		const int ok = open_object(&s, "region", "-g", g->rsize, &g->rfd, &g->rbase, g->rname,

@@ -50,7 +50,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/statvfs.h>
 
 static const struct kiln_host *H;
 
@@ -198,6 +197,14 @@ static void unwatch(struct mpi_comm *c)
 	atomic_store(&c->started_ns, 0);
 }
 
+/* Whether `yes` holds on every rank (collective: every rank calls it at
+ * the same point); a failed MPI_Allreduce counts as no. */
+static int every_rank(int yes)
+{
+	int all = 0;
+	return MPI_Allreduce(&yes, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS && all;
+}
+
 /* Map kiln's shared-memory collectives' segments (plugins/common/shmcoll.h)
  * in an MPI_Win_allocate_shared window when every rank shares this node;
  * else leave them off, *why saying why.  Collective: every rank calls it
@@ -212,19 +219,16 @@ static void mpi_shm_setup(struct mpi_comm *c, char *why, size_t n)
 		return;
 	}
 	MPI_Comm_size(node, &nsize);
-	int all = nsize == c->world && c->world <= SHMCOLL_MAXW, every = 0;
-	MPI_Allreduce(&all, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-	if (!every) {
+	if (!every_rank(nsize == c->world && c->world <= SHMCOLL_MAXW)) {
 		MPI_Comm_free(&node);
 		snprintf(why, n, c->world > SHMCOLL_MAXW ? "more than 64 ranks" : "the ranks span several nodes");
 		return;
 	}
 	void *mem = NULL;
-	int ok = MPI_Win_allocate_shared((MPI_Aint)SHMCOLL_SEGMENT, 64, MPI_INFO_NULL, node, &mem,
-					 &c->shm_win) == MPI_SUCCESS, all_ok = 0;
+	const int ok = MPI_Win_allocate_shared((MPI_Aint)SHMCOLL_SEGMENT, 64, MPI_INFO_NULL, node,
+					       &mem, &c->shm_win) == MPI_SUCCESS;
 	MPI_Comm_free(&node);
-	MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-	if (!all_ok) {
+	if (!every_rank(ok)) {
 		if (ok)
 			MPI_Win_free(&c->shm_win);
 		snprintf(why, n, "MPI_Win_allocate_shared failed on a rank");
@@ -278,22 +282,16 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 {
 	/* every rank's zero_copy, agreed: ranks configured apart do not
 	 * wait for each other in different calls */
-	int want = c->zero_copy, all_want = 0;
-	MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-	if (!all_want)
+	if (!every_rank(c->zero_copy))
 		return H->error(KILN_ENOTSUP, "mpi: [plugin.mpi] zero_copy = 0%s",
-				want ? " on another rank" : "");
+				c->zero_copy ? " on another rank" : "");
 	const size_t size = (bytes + 4095) / 4096 * 4096;
 	/* Open MPI backs the window with a file in /dev/shm: a tmpfs without
 	 * room for every rank's segment would end the process with SIGBUS at
 	 * the first touch, so ask for room first (and agree on the answer) */
-	struct statvfs fs;
-	const unsigned long long need = (unsigned long long)size * (unsigned)c->world + (64ull << 20);
-	unsigned long long have = statvfs("/dev/shm", &fs) == 0
-					  ? (unsigned long long)fs.f_bavail * fs.f_frsize : need;
-	int room = have >= need, all_room = 0;
-	MPI_Allreduce(&room, &all_room, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-	if (!all_room)
+	unsigned long long have, need;
+	const int room = shmcoll_room(size * (size_t)c->world, &have, &need);
+	if (!every_rank(room))
 		return room ? H->error(KILN_ENOTSUP, "mpi: another rank's /dev/shm lacks the %llu MiB wanted for the shared gradients",
 				       need >> 20)
 			    : H->error(KILN_ENOTSUP, "mpi: /dev/shm has %llu MiB free, %llu MiB wanted for the shared gradients",
@@ -302,11 +300,10 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 	void *mem = NULL;
 	MPI_Info_create(&info);
 	MPI_Info_set(info, "alloc_shared_noncontig", "true");
-	int ok = MPI_Win_allocate_shared((MPI_Aint)size, 64, info, MPI_COMM_WORLD, &mem,
-					 &c->region_win) == MPI_SUCCESS, all_ok = 0;
+	const int ok = MPI_Win_allocate_shared((MPI_Aint)size, 64, info, MPI_COMM_WORLD, &mem,
+					       &c->region_win) == MPI_SUCCESS;
 	MPI_Info_free(&info);
-	MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-	if (!all_ok) {
+	if (!every_rank(ok)) {
 		if (ok)
 			MPI_Win_free(&c->region_win);
 		return H->error(KILN_ENOTSUP, "mpi: MPI_Win_allocate_shared of %zu bytes failed on a rank",
