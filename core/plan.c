@@ -35,6 +35,60 @@ kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
 	return kiln_model_plan_ex(m, batch, &o, out);
 }
 
+/* Prepare every layer's device ops (sets saved_bytes); one shared
+ * workspace. */
+static kiln_status plan_layers(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	kiln_status st;
+	for (int i = 0; i < m->n_layers; i++) {
+		size_t ws = 0;
+		N[i].l.saved_bytes = 0;
+		if (N[i].ops->plan) {
+			N[i].planned = 1;
+			if ((st = N[i].ops->plan(kiln_host_table(), &N[i].l, m->dev, &ws))) {
+				char d[96];
+				return kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
+						       m->layers[i].type->name,
+						       kiln_tensor_desc_str(&N[i].l.in[0], d, sizeof d));
+			}
+		}
+		if (ws > p->ws_bytes)
+			p->ws_bytes = ws;
+	}
+	return KILN_OK;
+}
+
+/* NHWC with several input channels: the data arrives as NCHW and is
+ * reordered into the arena before the first layer; low-precision
+ * compute: converted into the arena (both at once when both). */
+static kiln_status plan_input(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct kiln_tensor_desc raw = p->data_desc;
+	raw.dtype = m->sample.dtype;
+	const int reorder = p->data_desc.layout == KILN_NHWC && p->data_desc.dims[1] > 1;
+	if (!reorder && raw.dtype == p->data_desc.dtype)
+		return KILN_OK;
+	struct kiln_op op;
+	kiln_status st;
+	memset(&op, 0, sizeof op);
+	op.type = reorder ? KILN_OP_REORDER : KILN_OP_CAST;
+	op.n_in = op.n_out = 1;
+	op.in[0] = raw;
+	op.out[0] = p->data_desc;
+	if (reorder)
+		op.in[0].layout = KILN_NCHW;
+	size_t rws = 0;
+	if ((st = kiln_device_prepare(m->dev, &op, reorder ? &p->in_reorder : &p->in_cast, &rws)))
+		return st;
+	if (rws > p->ws_bytes)
+		p->ws_bytes = rws;
+	p->data_store = p->n_store;
+	return kiln_plan_new_store(p, kiln_tensor_bytes(&p->data_desc), 0, 0);
+}
+
 kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			       const struct kiln_plan_opts *opts, struct kiln_plan **out)
 {
@@ -69,49 +123,8 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			goto fail;
 		}
 
-	/* prepare every layer's device ops (sets saved_bytes); one shared
-	 * workspace */
-	for (int i = 0; i < n; i++) {
-		size_t ws = 0;
-		N[i].l.saved_bytes = 0;
-		if (N[i].ops->plan) {
-			N[i].planned = 1;
-			if ((st = N[i].ops->plan(kiln_host_table(), &N[i].l, m->dev, &ws))) {
-				char d[96];
-				kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
-						m->layers[i].type->name,
-						kiln_tensor_desc_str(&N[i].l.in[0], d, sizeof d));
-				goto fail;
-			}
-		}
-		if (ws > p->ws_bytes)
-			p->ws_bytes = ws;
-	}
-	/* NHWC with several input channels: the data arrives as NCHW and is
-	 * reordered into the arena before the first layer; low-precision
-	 * compute: converted into the arena (both at once when both) */
-	struct kiln_tensor_desc raw = p->data_desc;
-	raw.dtype = m->sample.dtype;
-	const int reorder = p->data_desc.layout == KILN_NHWC && p->data_desc.dims[1] > 1;
-	if (reorder || raw.dtype != p->data_desc.dtype) {
-		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = reorder ? KILN_OP_REORDER : KILN_OP_CAST;
-		op.n_in = op.n_out = 1;
-		op.in[0] = raw;
-		op.out[0] = p->data_desc;
-		if (reorder)
-			op.in[0].layout = KILN_NCHW;
-		size_t rws = 0;
-		if ((st = kiln_device_prepare(m->dev, &op, reorder ? &p->in_reorder : &p->in_cast,
-					      &rws)))
-			goto fail;
-		if (rws > p->ws_bytes)
-			p->ws_bytes = rws;
-		p->data_store = p->n_store;
-		if ((st = kiln_plan_new_store(p, kiln_tensor_bytes(&p->data_desc), 0, 0)))
-			goto fail;
-	}
+	if ((st = plan_layers(p)) || (st = plan_input(p)))
+		goto fail;
 
 	/* which outputs need a gradient: those upstream of trainable params,
 	 * and everything when the data's gradient is asked for */

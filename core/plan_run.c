@@ -90,14 +90,54 @@ static kiln_status run_node(struct kiln_plan *p, int i, int pass, struct kiln_la
 	return st;
 }
 
+/* Schedule positions [from, to): each layer's forward (after the forward
+ * hook), recomputation, or backward (then the backward hook). */
+static kiln_status run_events(struct kiln_plan *p, int from, int to, const void *x,
+			      const void *labels, void *metrics, void *stream)
+{
+	struct kiln_model *m = p->m;
+	struct kiln_profile *prof = kiln_device_profile(m->dev);
+	struct kiln_layer_run r;
+	kiln_status st;
+	for (int e = from; e < to; e++) {
+		const int i = p->sched[e].layer;
+		const char *name = m->layers[i].name;
+		switch (p->sched[e].kind) {
+		case PEV_FWD:
+			if (m->fwd_hook && (st = m->fwd_hook(m->fwd_user, i, stream)))
+				return st;
+			fill_run(p, i, &r, x, labels, metrics, stream, 0);
+			if ((st = run_node(p, i, KILN_PHASE_FORWARD, &r, prof)))
+				return kiln_error_wrap(st, "forward of layer '%s'", name);
+			break;
+		case PEV_RECOMPUTE:
+			fill_run(p, i, &r, x, labels, metrics, stream, 1);
+			r.recompute = 1;
+			if ((st = run_node(p, i, KILN_PROF_RECOMPUTE, &r, prof)))
+				return kiln_error_wrap(st, "recomputing layer '%s'", name);
+			break;
+		default: /* PEV_BWD */
+			if (p->nodes[i].ops->backward) {
+				fill_run(p, i, &r, x, labels, metrics, stream, 1);
+				if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
+					return kiln_error_wrap(st, "backward of layer '%s'", name);
+			}
+			if (m->bwd_hook && (st = m->bwd_hook(m->bwd_user, i, stream)))
+				return st;
+			break;
+		}
+	}
+	return KILN_OK;
+}
+
+/* The parameters' compute copy and the input conversion when needed,
+ * then the forwards: schedule positions 0..n-1. */
 kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *labels,
 			      void *metrics, void *stream)
 {
-	struct kiln_profile *prof = kiln_device_profile(p->m->dev);
-	struct kiln_layer_run r;
-	kiln_status st;
 	struct kiln_model *m = p->m;
-	int n = m->n_layers;
+	const int n = m->n_layers;
+	kiln_status st;
 	/* the compute copy's refresh reads every parameter */
 	if (m->fwd_hook && m->pcopy_stale && m->pcast_plan &&
 	    (st = m->fwd_hook(m->fwd_user, n, stream)))
@@ -105,24 +145,18 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 	if ((st = kiln_model_params_sync(m, stream)))
 		return kiln_error_wrap(st, "the compute copy of the parameters");
 	if (p->in_reorder || p->in_cast) {
+		const int prof = kiln_device_profile(m->dev) != NULL;
 		struct kiln_op_args a = { .in = { x }, .out = { ypos(p, p->data_store, x) },
 					  .workspace = p->ws, .workspace_bytes = p->ws_bytes };
 		if (prof)
 			kiln_profile_label("input", KILN_PHASE_FORWARD);
-		st = kiln_device_run(p->m->dev, p->in_reorder ? p->in_reorder : p->in_cast, &a, stream);
+		st = kiln_device_run(m->dev, p->in_reorder ? p->in_reorder : p->in_cast, &a, stream);
 		if (prof)
 			kiln_profile_label(NULL, 0);
 		if (st)
 			return kiln_error_wrap(st, "converting the input to the model's layout and dtype");
 	}
-	for (int i = 0; i < n; i++) {
-		if (m->fwd_hook && (st = m->fwd_hook(m->fwd_user, i, stream)))
-			return st;
-		fill_run(p, i, &r, x, labels, metrics, stream, 0);
-		if ((st = run_node(p, i, KILN_PHASE_FORWARD, &r, prof)))
-			return kiln_error_wrap(st, "forward of layer '%s'", p->m->layers[i].name);
-	}
-	return KILN_OK;
+	return run_events(p, 0, n, x, labels, metrics, stream);
 }
 
 /* The schedule after the forwards: backwards in reverse layer order, each
@@ -130,27 +164,7 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *labels,
 			       void *metrics, void *stream)
 {
-	struct kiln_profile *prof = kiln_device_profile(p->m->dev);
-	struct kiln_layer_run r;
-	kiln_status st;
 	if (!p->training)
 		return KILN_OK;
-	for (int e = p->m->n_layers; e < p->n_pos; e++) {
-		const int i = p->sched[e].layer;
-		if (p->sched[e].kind == PEV_RECOMPUTE) {
-			fill_run(p, i, &r, x, labels, metrics, stream, 1);
-			r.recompute = 1;
-			if ((st = run_node(p, i, KILN_PROF_RECOMPUTE, &r, prof)))
-				return kiln_error_wrap(st, "recomputing layer '%s'", p->m->layers[i].name);
-			continue;
-		}
-		if (p->nodes[i].ops->backward) {
-			fill_run(p, i, &r, x, labels, metrics, stream, 1);
-			if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
-				return kiln_error_wrap(st, "backward of layer '%s'", p->m->layers[i].name);
-		}
-		if (p->m->bwd_hook && (st = p->m->bwd_hook(p->m->bwd_user, i, stream)))
-			return st;
-	}
-	return KILN_OK;
+	return run_events(p, p->m->n_layers, p->n_pos, x, labels, metrics, stream);
 }
