@@ -194,6 +194,88 @@ static kiln_status layout_params(struct kiln_model *m, struct plan_node *nodes)
 	return KILN_OK;
 }
 
+/* The [layer.NAME] sections in file order: each layer's type (from the
+ * registry), trainable flag and inputs.  m->layers has room for all. */
+static kiln_status read_layers(struct kiln_model *m, const struct kiln_registry *reg)
+{
+	const struct kiln_config *cfg = m->cfg;
+	kiln_status st;
+	for (int i = 0; kiln_config_section(cfg, i); i++) {
+		const char *sec = kiln_config_section(cfg, i);
+		if (strncmp(sec, "layer.", 6))
+			continue;
+		struct model_layer *L = &m->layers[m->n_layers++];
+		L->section = kiln_strdup(sec);
+		L->name = kiln_strdup(sec + 6);
+		const char *type = kiln_config_get(cfg, sec, "type");
+		if (!type)
+			return kiln_error(KILN_ECONFIG, "%s: [%s] needs 'type'",
+					  kiln_config_where(cfg, sec, NULL), sec);
+		if ((st = kiln_registry_find(reg, KILN_PLUGIN_LAYER, type, &L->type))) {
+			kiln_error_wrap(KILN_ECONFIG, "%s: [%s]", kiln_config_where(cfg, sec, "type"), sec);
+			return KILN_ECONFIG;
+		}
+		L->trainable = 1;
+		kiln_config_get_bool(cfg, sec, "trainable", &L->trainable);
+		if ((st = wire_inputs(m, m->n_layers - 1, cfg)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+/* Exactly one loss layer (m->loss_layer), and every other layer leads to
+ * it: a dead end would get no gradient (and is almost always a wiring
+ * mistake). */
+static kiln_status check_wiring(struct kiln_model *m, const struct plan_node *nodes)
+{
+	const struct kiln_config *cfg = m->cfg;
+	for (int i = 0; i < m->n_layers; i++)
+		if (nodes[i].l.is_loss) {
+			if (m->loss_layer >= 0)
+				return kiln_error(KILN_ECONFIG, "%s: a second loss layer '%s' (first: '%s')",
+						  kiln_config_where(cfg, m->layers[i].section, "type"),
+						  m->layers[i].name, m->layers[m->loss_layer].name);
+			m->loss_layer = i;
+		}
+	if (m->loss_layer < 0)
+		return kiln_error(KILN_ECONFIG,
+				  "%s: the model has no loss layer; end it with a [layer.loss] type = softmax_xent",
+				  kiln_config_where(cfg, m->layers[m->n_layers - 1].section, "type"));
+	for (int i = m->n_layers - 1; i >= 0; i--) {
+		if (i == m->loss_layer)
+			continue;
+		int used = 0;
+		for (int j = i + 1; j < m->n_layers && !used; j++)
+			for (int k = 0; k < m->layers[j].n_in; k++)
+				used |= m->layers[j].in[k] == i;
+		if (!used)
+			return kiln_error(KILN_ECONFIG,
+					  "%s: layer '%s' feeds nothing: every layer must lead to the loss (check the input = lines after it)",
+					  kiln_config_where(cfg, m->layers[i].section, "type"),
+					  m->layers[i].name);
+	}
+	return KILN_OK;
+}
+
+/* m->step_plan: the COUNTER_ADD of 1 that advances step_d. */
+static kiln_status prepare_step_counter(struct kiln_model *m)
+{
+	struct kiln_op op;
+	int64_t one = 1;
+	kiln_status st;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_COUNTER_ADD;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
+	op.i[0] = 1;
+	size_t cws = 0;
+	if ((st = kiln_device_prepare(m->dev, &op, &m->step_plan, &cws)))
+		return st;
+	if (cws)
+		return kiln_error(KILN_ENOTSUP, "the device's counter op asks for workspace");
+	return KILN_OK;
+}
+
 kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out)
@@ -232,64 +314,12 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 		kiln_model_free(m);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
-	for (int i = 0; kiln_config_section(cfg, i); i++) {
-		const char *sec = kiln_config_section(cfg, i);
-		if (strncmp(sec, "layer.", 6))
-			continue;
-		struct model_layer *L = &m->layers[m->n_layers++];
-		L->section = kiln_strdup(sec);
-		L->name = kiln_strdup(sec + 6);
-		const char *type = kiln_config_get(cfg, sec, "type");
-		if (!type) {
-			st = kiln_error(KILN_ECONFIG, "%s: [%s] needs 'type'",
-					kiln_config_where(cfg, sec, NULL), sec);
-			goto fail;
-		}
-		if ((st = kiln_registry_find(reg, KILN_PLUGIN_LAYER, type, &L->type))) {
-			kiln_error_wrap(KILN_ECONFIG, "%s: [%s]", kiln_config_where(cfg, sec, "type"), sec);
-			st = KILN_ECONFIG;
-			goto fail;
-		}
-		L->trainable = 1;
-		kiln_config_get_bool(cfg, sec, "trainable", &L->trainable);
-		if ((st = wire_inputs(m, m->n_layers - 1, cfg)))
-			goto fail;
-	}
+	if ((st = read_layers(m, reg)))
+		goto fail;
 	if ((st = kiln_model_infer(m, 1, nodes)))
 		goto fail;
-	for (int i = 0; i < m->n_layers; i++)
-		if (nodes[i].l.is_loss) {
-			if (m->loss_layer >= 0) {
-				st = kiln_error(KILN_ECONFIG, "%s: a second loss layer '%s' (first: '%s')",
-						kiln_config_where(cfg, m->layers[i].section, "type"),
-						m->layers[i].name, m->layers[m->loss_layer].name);
-				goto fail;
-			}
-			m->loss_layer = i;
-		}
-	if (m->loss_layer < 0) {
-		st = kiln_error(KILN_ECONFIG,
-				"%s: the model has no loss layer; end it with a [layer.loss] type = softmax_xent",
-				kiln_config_where(cfg, m->layers[m->n_layers - 1].section, "type"));
+	if ((st = check_wiring(m, nodes)))
 		goto fail;
-	}
-	/* every layer must lead to the loss: a dead end would get no gradient
-	 * (and is almost always a wiring mistake) */
-	for (int i = m->n_layers - 1; i >= 0; i--) {
-		if (i == m->loss_layer)
-			continue;
-		int used = 0;
-		for (int j = i + 1; j < m->n_layers && !used; j++)
-			for (int k = 0; k < m->layers[j].n_in; k++)
-				used |= m->layers[j].in[k] == i;
-		if (!used) {
-			st = kiln_error(KILN_ECONFIG,
-					"%s: layer '%s' feeds nothing: every layer must lead to the loss (check the input = lines after it)",
-					kiln_config_where(cfg, m->layers[i].section, "type"),
-					m->layers[i].name);
-			goto fail;
-		}
-	}
 	if ((st = layout_params(m, nodes)))
 		goto fail;
 	/* the speed guides' rule, applied by the conv layer: a convolution
@@ -314,22 +344,8 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)) ||
 	    (st = kiln_model_optim_alloc(m)))
 		goto fail;
-	{
-		struct kiln_op op;
-		int64_t one = 1;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_COUNTER_ADD;
-		op.n_out = 1;
-		kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
-		op.i[0] = 1;
-		size_t cws = 0;
-		if ((st = kiln_device_prepare(dev, &op, &m->step_plan, &cws)))
-			goto fail;
-		if (cws) {
-			st = kiln_error(KILN_ENOTSUP, "the device's counter op asks for workspace");
-			goto fail;
-		}
-	}
+	if ((st = prepare_step_counter(m)))
+		goto fail;
 	*out = m;
 	return KILN_OK;
 fail:
