@@ -233,32 +233,47 @@ void bench_comm_usage_print(void)
 	bench_comm_usage(stdout);
 }
 
-int cmd_bench_comm(int argc, char **argv)
+/* What the driver was asked for. */
+struct bench_opts {
+	int nproc, runs;
+	size_t max;
+	const char *bench_dir, *only;
+};
+
+/* Where the programs it starts are, and how. */
+struct bench_paths {
+	char self[PATH_MAX + 16];  /* this program (the libtool wrapper in the build tree) */
+	char dir[PATH_MAX + 16];   /* the bench/ folder beside it */
+	char raw_mpi[PATH_MAX + 32], raw_gloo[PATH_MAX + 32], torch_py[PATH_MAX + 32];
+	const char *py;            /* the python with torch */
+	const char *root;          /* mpirun's --allow-run-as-root, or "" */
+};
+
+/* Read the options into *o; returns -1 to go on, else the exit code (a
+ * --rank run is done here). */
+static int bench_comm_args(int argc, char **argv, struct bench_opts *o)
 {
-	int nproc = 2, runs = 3;
-	size_t max = (size_t)256 << 20;
-	const char *bench_dir = NULL, *only = NULL;
 	for (int i = 2; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--rank") && i + 2 < argc)
 			return rank_main(argv[i + 1], (size_t)strtoull(argv[i + 2], NULL, 10));
 		char *end = NULL;
 		if (!strcmp(a, "--nproc") && i + 1 < argc) {
-			nproc = (int)strtol(argv[++i], &end, 10);
-			if (*end || nproc < 2 || nproc > 256)
+			o->nproc = (int)strtol(argv[++i], &end, 10);
+			if (*end || o->nproc < 2 || o->nproc > 256)
 				goto bad;
 		} else if (!strcmp(a, "--runs") && i + 1 < argc) {
-			runs = (int)strtol(argv[++i], &end, 10);
-			if (*end || runs < 1 || runs > MAX_RUNS)
+			o->runs = (int)strtol(argv[++i], &end, 10);
+			if (*end || o->runs < 1 || o->runs > MAX_RUNS)
 				goto bad;
 		} else if (!strcmp(a, "--max") && i + 1 < argc) {
-			max = (size_t)strtoull(argv[++i], &end, 10);
-			if (*end || max < 4096)
+			o->max = (size_t)strtoull(argv[++i], &end, 10);
+			if (*end || o->max < 4096)
 				goto bad;
 		} else if (!strcmp(a, "--bench-dir") && i + 1 < argc) {
-			bench_dir = argv[++i];
+			o->bench_dir = argv[++i];
 		} else if (!strcmp(a, "--tools") && i + 1 < argc) {
-			only = argv[++i];
+			o->only = argv[++i];
 		} else {
 			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", a);
 			bench_comm_usage(stderr);
@@ -270,45 +285,47 @@ bad:
 			a, argv[i], MAX_RUNS);
 		return 2;
 	}
-	/* this program (the libtool wrapper in the build tree) and bench/ */
-	char exe[PATH_MAX], self[PATH_MAX + 16], dir[PATH_MAX + 16];
+	return -1;
+}
+
+/* This program and the bench/ folder beside it; 0 when not found. */
+static int find_self(struct bench_paths *P)
+{
+	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n <= 0) {
 		fprintf(stderr, "kiln: error: cannot find this program (/proc/self/exe)\n");
-		return 1;
+		return 0;
 	}
 	exe[n] = 0;
 	char *d = dirname(exe);
 	size_t dl = strlen(d);
 	if (dl >= 6 && !strcmp(d + dl - 6, "/.libs"))
 		d[dl - 6] = 0;
-	snprintf(self, sizeof self, "%s/kiln", d);
-	snprintf(dir, sizeof dir, "%s/bench", d);
-	if (!bench_dir)
-		bench_dir = dir;
-	int n_sizes = 0;
-	for (size_t b = 4096; b <= max && n_sizes < MAX_SIZES; b *= 4)
-		n_sizes++;
-	struct series *s = calloc(N_TOOLS, sizeof *s);
-	if (!s)
-		return 1;
+	snprintf(P->self, sizeof P->self, "%s/kiln", d);
+	snprintf(P->dir, sizeof P->dir, "%s/bench", d);
+	return 1;
+}
+
+/* Which tools can run (s[k].have, else s[k].why), and the python with
+ * torch; only: the --tools list or NULL. */
+static kiln_status probe_tools(struct series *s, struct bench_paths *P, const char *bench_dir,
+			       const char *only)
+{
 	struct kiln_registry *reg = NULL;
 	const struct kiln_plugin *p;
 	kiln_status st = kiln_registry_open(NULL, &reg);
 	if (st)
-		return cli_fail(st);
+		return st;
 	const int have_mpirun = in_path("mpirun");
-	const char *root = geteuid() == 0 ? "--allow-run-as-root " : "";
-	char cmd[4 * PATH_MAX + 512], raw_mpi[PATH_MAX + 32], raw_gloo[PATH_MAX + 32],
-		torch_py[PATH_MAX + 32];
-	snprintf(raw_mpi, sizeof raw_mpi, "%s/mpi_raw", bench_dir);
-	snprintf(raw_gloo, sizeof raw_gloo, "%s/gloo_raw", bench_dir);
-	snprintf(torch_py, sizeof torch_py, "%s/torch_comm.py", bench_dir);
+	snprintf(P->raw_mpi, sizeof P->raw_mpi, "%s/mpi_raw", bench_dir);
+	snprintf(P->raw_gloo, sizeof P->raw_gloo, "%s/gloo_raw", bench_dir);
+	snprintf(P->torch_py, sizeof P->torch_py, "%s/torch_comm.py", bench_dir);
 	s[T_KILN_MPI].have = !kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p) && have_mpirun;
 	if (!s[T_KILN_MPI].have)
 		snprintf(s[T_KILN_MPI].why, sizeof s->why, "%s",
 			 have_mpirun ? "no mpi plugin" : "no mpirun in PATH");
-	s[T_RAW_MPI].have = have_mpirun && executable(raw_mpi);
+	s[T_RAW_MPI].have = have_mpirun && executable(P->raw_mpi);
 	if (!s[T_RAW_MPI].have)
 		snprintf(s[T_RAW_MPI].why, sizeof s->why, "%s", have_mpirun ? "no bench/mpi_raw" : "no mpirun");
 	s[T_KILN_GLOO].have = !kiln_registry_find(reg, KILN_PLUGIN_COMM, "gloo", &p);
@@ -316,18 +333,19 @@ bad:
 		snprintf(s[T_KILN_GLOO].why, sizeof s->why, "no gloo plugin");
 	s[T_KILN_MPI_NOSHM] = s[T_KILN_MPI_STAGED] = s[T_KILN_MPI];
 	s[T_KILN_GLOO_NOSHM] = s[T_KILN_GLOO];
-	s[T_RAW_GLOO].have = executable(raw_gloo);
+	s[T_RAW_GLOO].have = executable(P->raw_gloo);
 	if (!s[T_RAW_GLOO].have)
 		snprintf(s[T_RAW_GLOO].why, sizeof s->why, "no bench/gloo_raw");
 	/* $KILN_PYTHON, else the first of python3 and /usr/bin/python3 with torch */
 	const char *py = getenv("KILN_PYTHON");
 	char probe[PATH_MAX + 96];
 	const char *const pys[] = { py && *py ? py : "python3", "/usr/bin/python3" };
+	P->py = py;
 	for (int i = 0; i < 2 && !s[T_TORCH].have; i++) {
 		snprintf(probe, sizeof probe, "'%s' -c 'import torch.distributed' > /dev/null 2>&1", pys[i]);
-		if (access(torch_py, R_OK) == 0 && system(probe) == 0) {
+		if (access(P->torch_py, R_OK) == 0 && system(probe) == 0) {
 			s[T_TORCH].have = 1;
-			py = pys[i];
+			P->py = pys[i];
 		}
 	}
 	if (!s[T_TORCH].have)
@@ -338,48 +356,67 @@ bad:
 			s[k].have = 0;
 			snprintf(s[k].why, sizeof s->why, "not in --tools");
 		}
-	kiln_log_set_level(KILN_LOG_WARN);
-	fprintf(stderr, "bench comm: %d ranks, 4 KiB..%zu B, %d run(s) each\n", nproc, max, runs);
-	/* run r starts with tool r mod N_TOOLS: no tool always runs first,
-	 * right after another's ranks exit, or always last */
-	for (int r = 0; r < runs; r++)
+	return KILN_OK;
+}
+
+/* The shell command of one run of tool k into cmd; tmp: a mkdtemp
+ * template for raw Gloo's rendezvous.  0 when it cannot be made (x->why). */
+static int tool_command(int k, const struct bench_opts *o, const struct bench_paths *P,
+			struct series *x, char *tmp, char *cmd, size_t cmd_size)
+{
+	const int nproc = o->nproc;
+	const size_t max = o->max;
+	switch (k) {
+	case T_KILN_MPI:
+	case T_KILN_MPI_NOSHM:
+	case T_KILN_MPI_STAGED:
+		snprintf(cmd, cmd_size, "mpirun %s--oversubscribe -np %d -x KILN_MASTER_PORT=%d -x OMP_NUM_THREADS=1 '%s' bench comm --rank %s %zu 2>/dev/null",
+			 P->root, nproc, free_port(), P->self, tool_names[k] + 5, max);
+		break;
+	case T_RAW_MPI:
+		snprintf(cmd, cmd_size, "mpirun %s--oversubscribe -np %d '%s' %zu 2>/dev/null",
+			 P->root, nproc, P->raw_mpi, max);
+		break;
+	case T_KILN_GLOO:
+	case T_KILN_GLOO_NOSHM:
+		snprintf(cmd, cmd_size, "'%s' launch -n %d -- '%s' bench comm --rank %s %zu 2>/dev/null",
+			 P->self, nproc, P->self, tool_names[k] + 5, max);
+		break;
+	case T_RAW_GLOO:
+		if (!mkdtemp(tmp)) {
+			x->have = 0;
+			snprintf(x->why, sizeof x->why, "mkdtemp failed");
+			return 0;
+		}
+		snprintf(cmd, cmd_size, "'%s' launch -n %d -- '%s' %s %zu 2>/dev/null; rm -rf %s",
+			 P->self, nproc, P->raw_gloo, tmp, max, tmp);
+		break;
+	default:
+		snprintf(cmd, cmd_size, "p=%d; r=1; while [ $r -lt %d ]; do RANK=$r WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu > /dev/null 2>&1 & r=$((r + 1)); done; RANK=0 WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu 2>/dev/null; wait",
+			 free_port(), nproc, nproc, P->py, P->torch_py, max, nproc, P->py,
+			 P->torch_py, max);
+		break;
+	}
+	return 1;
+}
+
+/* Every run of every tool that can run; run r starts with tool r mod
+ * N_TOOLS: no tool always runs first, right after another's ranks exit,
+ * or always last.  Then each size's medians over the runs. */
+static void run_tools(struct series *s, const struct bench_opts *o, const struct bench_paths *P,
+		      int n_sizes)
+{
+	char cmd[4 * PATH_MAX + 512];
+	for (int r = 0; r < o->runs; r++)
 		for (int kk = 0; kk < N_TOOLS; kk++) {
 			const int k = (kk + r) % N_TOOLS;
 			struct series *x = &s[k];
 			if (!x->have)
 				continue;
 			char tmp[] = "/tmp/kiln-bench-comm.XXXXXX";
-			switch (k) {
-			case T_KILN_MPI:
-			case T_KILN_MPI_NOSHM:
-			case T_KILN_MPI_STAGED:
-				snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np %d -x KILN_MASTER_PORT=%d -x OMP_NUM_THREADS=1 '%s' bench comm --rank %s %zu 2>/dev/null",
-					 root, nproc, free_port(), self, tool_names[k] + 5, max);
-				break;
-			case T_RAW_MPI:
-				snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np %d '%s' %zu 2>/dev/null",
-					 root, nproc, raw_mpi, max);
-				break;
-			case T_KILN_GLOO:
-			case T_KILN_GLOO_NOSHM:
-				snprintf(cmd, sizeof cmd, "'%s' launch -n %d -- '%s' bench comm --rank %s %zu 2>/dev/null",
-					 self, nproc, self, tool_names[k] + 5, max);
-				break;
-			case T_RAW_GLOO:
-				if (!mkdtemp(tmp)) {
-					x->have = 0;
-					snprintf(x->why, sizeof x->why, "mkdtemp failed");
-					continue;
-				}
-				snprintf(cmd, sizeof cmd, "'%s' launch -n %d -- '%s' %s %zu 2>/dev/null; rm -rf %s",
-					 self, nproc, raw_gloo, tmp, max, tmp);
-				break;
-			default:
-				snprintf(cmd, sizeof cmd, "p=%d; r=1; while [ $r -lt %d ]; do RANK=$r WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu > /dev/null 2>&1 & r=$((r + 1)); done; RANK=0 WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu 2>/dev/null; wait",
-					 free_port(), nproc, nproc, py, torch_py, max, nproc, py, torch_py, max);
-				break;
-			}
-			fprintf(stderr, "  run %d/%d: %s\n", r + 1, runs, tool_names[k]);
+			if (!tool_command(k, o, P, x, tmp, cmd, sizeof cmd))
+				continue;
+			fprintf(stderr, "  run %d/%d: %s\n", r + 1, o->runs, tool_names[k]);
 			if (!collect(cmd, x, x->runs, n_sizes)) {
 				x->have = 0;
 				snprintf(x->why, sizeof x->why, "run %d failed or printed too little", r + 1);
@@ -397,6 +434,11 @@ bad:
 			s[k].med_us[z] = a[s[k].runs / 2];
 			s[k].med_bw[z] = b[s[k].runs / 2];
 		}
+}
+
+/* The table of medians, then the tools left out and why. */
+static void print_table(const struct series *s, int nproc, int runs, int n_sizes)
+{
 	printf("allreduce f32 sum in place, %d ranks, median of %d run(s): latency us / busbw GB/s\n",
 	       nproc, runs);
 	printf("%10s", "bytes");
@@ -414,6 +456,11 @@ bad:
 	for (int k = 0; k < N_TOOLS; k++)
 		if (!s[k].have)
 			printf("%s: left out (%s)\n", tool_names[k], s[k].why);
+}
+
+/* The ratios against docs/PERFORMANCE.md's targets. */
+static void print_targets(const struct series *s, int n_sizes)
+{
 	printf("targets:\n");
 	static const int mpi_tools[] = { T_KILN_MPI, T_KILN_MPI_STAGED, T_KILN_MPI_NOSHM };
 	for (int t = 0, k; t < 3 && (k = mpi_tools[t], 1); t++)
@@ -442,6 +489,36 @@ bad:
 			       tool_names[best], rb, rb >= 5 ? "met" : "NOT met");
 		}
 	}
+}
+
+int cmd_bench_comm(int argc, char **argv)
+{
+	struct bench_opts o = { .nproc = 2, .runs = 3, .max = (size_t)256 << 20 };
+	struct bench_paths P = { .root = geteuid() == 0 ? "--allow-run-as-root " : "" };
+	int rc = bench_comm_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	if (!find_self(&P))
+		return 1;
+	if (!o.bench_dir)
+		o.bench_dir = P.dir;
+	int n_sizes = 0;
+	for (size_t b = 4096; b <= o.max && n_sizes < MAX_SIZES; b *= 4)
+		n_sizes++;
+	struct series *s = calloc(N_TOOLS, sizeof *s);
+	if (!s)
+		return 1;
+	kiln_status st = probe_tools(s, &P, o.bench_dir, o.only);
+	if (st) {
+		free(s);
+		return cli_fail(st);
+	}
+	kiln_log_set_level(KILN_LOG_WARN);
+	fprintf(stderr, "bench comm: %d ranks, 4 KiB..%zu B, %d run(s) each\n", o.nproc, o.max,
+		o.runs);
+	run_tools(s, &o, &P, n_sizes);
+	print_table(s, o.nproc, o.runs, n_sizes);
+	print_targets(s, n_sizes);
 	free(s);
 	return 0;
 }

@@ -111,30 +111,37 @@ static void describe_status(int ws, char *buf, size_t n)
 		snprintf(buf, n, "status %d", ws);
 }
 
-int cmd_launch(int argc, char **argv)
+/* What `kiln launch` was asked for. */
+struct launch_opts {
+	int nproc, nnodes, node_rank, grace, bind;
+	int cmd;        /* argv index of the command */
+	char host[256]; /* the rendezvous store's address ... */
+	int port;       /* ... and port */
+};
+
+/* Read the options into *o; returns -1 to go on, else the exit code. */
+static int launch_args(int argc, char **argv, struct launch_opts *o, const char **master)
 {
-	int nproc = 0, nnodes = 1, node_rank = 0, grace = 10, cmd = -1, bind = 1;
-	const char *master = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--")) {
-			cmd = i + 1;
+			o->cmd = i + 1;
 			break;
 		}
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			launch_usage(stdout);
 			return 0;
 		}
-		int *dst = !strcmp(a, "-n") || !strcmp(a, "--nproc") ? &nproc
-			   : !strcmp(a, "--nnodes")                 ? &nnodes
-			   : !strcmp(a, "--node-rank")              ? &node_rank
-			   : !strcmp(a, "--grace")                  ? &grace
+		int *dst = !strcmp(a, "-n") || !strcmp(a, "--nproc") ? &o->nproc
+			   : !strcmp(a, "--nnodes")                 ? &o->nnodes
+			   : !strcmp(a, "--node-rank")              ? &o->node_rank
+			   : !strcmp(a, "--grace")                  ? &o->grace
 								    : NULL;
 		if (dst) {
-			if (!v || parse_int(v, dst == &node_rank ? 0 : 1, 1 << 20, dst)) {
+			if (!v || parse_int(v, dst == &o->node_rank ? 0 : 1, 1 << 20, dst)) {
 				fprintf(stderr, "kiln launch: error: %s needs a %s integer\n", a,
-					dst == &node_rank ? "non-negative" : "positive");
+					dst == &o->node_rank ? "non-negative" : "positive");
 				return 2;
 			}
 			i++;
@@ -143,14 +150,14 @@ int cmd_launch(int argc, char **argv)
 				fprintf(stderr, "kiln launch: error: --bind needs core or none\n");
 				return 2;
 			}
-			bind = !strcmp(v, "core");
+			o->bind = !strcmp(v, "core");
 			i++;
 		} else if (!strcmp(a, "--master")) {
 			if (!v) {
 				fprintf(stderr, "kiln launch: error: --master needs HOST:PORT\n");
 				return 2;
 			}
-			master = v;
+			*master = v;
 			i++;
 		} else {
 			fprintf(stderr, "kiln launch: error: unknown option '%s' (the command follows `--`)\n", a);
@@ -158,114 +165,108 @@ int cmd_launch(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!nproc || cmd < 0 || cmd >= argc) {
+	if (!o->nproc || o->cmd < 0 || o->cmd >= argc) {
 		fprintf(stderr, "kiln launch: error: %s\n",
-			!nproc ? "-n N is required" : "no command after `--`");
+			!o->nproc ? "-n N is required" : "no command after `--`");
 		launch_usage(stderr);
 		return 2;
 	}
-	if (node_rank >= nnodes) {
+	if (o->node_rank >= o->nnodes) {
 		fprintf(stderr, "kiln launch: error: --node-rank %d with --nnodes %d (nodes are 0..%d)\n",
-			node_rank, nnodes, nnodes - 1);
+			o->node_rank, o->nnodes, o->nnodes - 1);
 		return 2;
 	}
-	char host[256];
-	int port = 0;
+	return -1;
+}
+
+/* The store's address: --master HOST:PORT, else (one machine) 127.0.0.1
+ * and a free port.  Returns -1 to go on, else the exit code. */
+static int launch_master(struct launch_opts *o, const char *master)
+{
 	if (master) {
 		const char *colon = strrchr(master, ':');
-		if (!colon || colon == master || (size_t)(colon - master) >= sizeof host ||
-		    parse_int(colon + 1, 1, 65535, &port)) {
+		if (!colon || colon == master || (size_t)(colon - master) >= sizeof o->host ||
+		    parse_int(colon + 1, 1, 65535, &o->port)) {
 			fprintf(stderr, "kiln launch: error: --master '%s': expected HOST:PORT\n", master);
 			return 2;
 		}
-		memcpy(host, master, (size_t)(colon - master));
-		host[colon - master] = 0;
-	} else if (nnodes > 1) {
+		memcpy(o->host, master, (size_t)(colon - master));
+		o->host[colon - master] = 0;
+	} else if (o->nnodes > 1) {
 		fprintf(stderr, "kiln launch: error: --nnodes %d needs --master HOST:PORT (node 0's address, the same on every node)\n",
-			nnodes);
+			o->nnodes);
 		return 2;
 	} else {
-		snprintf(host, sizeof host, "127.0.0.1");
-		if ((port = free_port()) < 0) {
+		snprintf(o->host, sizeof o->host, "127.0.0.1");
+		if ((o->port = free_port()) < 0) {
 			fprintf(stderr, "kiln launch: error: no free TCP port on 127.0.0.1: %s\n",
 				strerror(errno));
 			return 1;
 		}
 	}
-	int world = nproc * nnodes;
-	pid_t *pids = calloc((size_t)nproc, sizeof *pids);
-	if (!pids)
-		return 1;
+	return -1;
+}
 
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGUSR1, &sa, NULL);
-	pid_t me = getpid();
-	/* the CPUs to share out (--bind core) */
+/* The CPUs to share out (--bind core): this launcher's, into cpus[];
+ * returns how many each rank gets, 0 for none (more ranks than CPUs, or
+ * --bind none); *ncpu: how many there are. */
+static int launch_cpus(const struct launch_opts *o, int *cpus, int *ncpu)
+{
 	cpu_set_t all;
-	int cpus[CPU_SETSIZE], ncpu = 0, per = 0;
-	if (bind && sched_getaffinity(0, sizeof all, &all) == 0)
+	*ncpu = 0;
+	if (o->bind && sched_getaffinity(0, sizeof all, &all) == 0)
 		for (int c = 0; c < CPU_SETSIZE; c++)
 			if (CPU_ISSET(c, &all))
-				cpus[ncpu++] = c;
-	per = ncpu >= nproc ? ncpu / nproc : 0;
-	char how[96];
-	if (per)
-		snprintf(how, sizeof how, "each rank bound to %d of %d CPUs", per, ncpu);
-	else
-		snprintf(how, sizeof how, "ranks not bound (%s)", bind ? "more ranks than CPUs" : "--bind none");
-	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d, %s: %s ...\n", node_rank * nproc,
-		node_rank * nproc + nproc - 1, world, host, port, how, argv[cmd]);
-	for (int l = 0; l < nproc; l++) {
-		pid_t p = fork();
-		if (p < 0) {
-			fprintf(stderr, "kiln launch: error: fork: %s\n", strerror(errno));
-			for (int k = 0; k < l; k++)
-				kill(pids[k], SIGKILL);
-			return 1;
-		}
-		if (!p) {
-			char v[32];
-			setpgid(0, 0);
-			prctl(PR_SET_PDEATHSIG, SIGTERM);
-			if (getppid() != me)
-				_exit(1); /* the launcher is already gone */
-			signal(SIGINT, SIG_DFL);
-			signal(SIGTERM, SIG_DFL);
-			signal(SIGUSR1, SIG_DFL);
-			snprintf(v, sizeof v, "%d", node_rank * nproc + l);
-			setenv("KILN_RANK", v, 1);
-			snprintf(v, sizeof v, "%d", world);
-			setenv("KILN_WORLD_SIZE", v, 1);
-			snprintf(v, sizeof v, "%d", l);
-			setenv("KILN_LOCAL_RANK", v, 1);
-			snprintf(v, sizeof v, "%d", nproc);
-			setenv("KILN_LOCAL_WORLD_SIZE", v, 1);
-			setenv("KILN_MASTER_ADDR", host, 1);
-			snprintf(v, sizeof v, "%d", port);
-			setenv("KILN_MASTER_PORT", v, 1);
-			if (per) {
-				cpu_set_t mine;
-				CPU_ZERO(&mine);
-				for (int k = 0; k < per; k++)
-					CPU_SET(cpus[l * per + k], &mine);
-				if (sched_setaffinity(0, sizeof mine, &mine))
-					fprintf(stderr, "kiln launch: warning: rank %d not bound: %s\n",
-						node_rank * nproc + l, strerror(errno));
-			}
-			execvp(argv[cmd], argv + cmd);
-			fprintf(stderr, "kiln launch: error: cannot run '%s': %s\n", argv[cmd],
-				strerror(errno));
-			_exit(127);
-		}
-		pids[l] = p;
-	}
+				cpus[(*ncpu)++] = c;
+	return *ncpu >= o->nproc ? *ncpu / o->nproc : 0;
+}
 
-	int alive = nproc, failed = -1, fail_status = 0, rc = 0;
+/* In the child of local rank l: its environment, its CPUs (per of cpus[]
+ * from l * per, none when per is 0), then exec the command. */
+static void launch_rank(const struct launch_opts *o, char **argv, int l, const int *cpus, int per,
+			pid_t launcher)
+{
+	char v[32];
+	const int rank = o->node_rank * o->nproc + l;
+	setpgid(0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != launcher)
+		_exit(1); /* the launcher is already gone */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGUSR1, SIG_DFL);
+	snprintf(v, sizeof v, "%d", rank);
+	setenv("KILN_RANK", v, 1);
+	snprintf(v, sizeof v, "%d", o->nproc * o->nnodes);
+	setenv("KILN_WORLD_SIZE", v, 1);
+	snprintf(v, sizeof v, "%d", l);
+	setenv("KILN_LOCAL_RANK", v, 1);
+	snprintf(v, sizeof v, "%d", o->nproc);
+	setenv("KILN_LOCAL_WORLD_SIZE", v, 1);
+	setenv("KILN_MASTER_ADDR", o->host, 1);
+	snprintf(v, sizeof v, "%d", o->port);
+	setenv("KILN_MASTER_PORT", v, 1);
+	if (per) {
+		cpu_set_t mine;
+		CPU_ZERO(&mine);
+		for (int k = 0; k < per; k++)
+			CPU_SET(cpus[l * per + k], &mine);
+		if (sched_setaffinity(0, sizeof mine, &mine))
+			fprintf(stderr, "kiln launch: warning: rank %d not bound: %s\n", rank,
+				strerror(errno));
+	}
+	execvp(argv[o->cmd], argv + o->cmd);
+	fprintf(stderr, "kiln launch: error: cannot run '%s': %s\n", argv[o->cmd], strerror(errno));
+	_exit(127);
+}
+
+/* Wait for every rank (pids[], 0 once reaped), passing on signals; when
+ * one fails, SIGTERM the others and SIGKILL them after the grace period.
+ * Returns the exit code: the first failed rank's status, else 0. */
+static int launch_wait(const struct launch_opts *o, pid_t *pids)
+{
+	const int nproc = o->nproc;
+	int alive = nproc, failed = -1, fail_status = 0;
 	double kill_at = 0;
 	while (alive) {
 		if (got_signal) {
@@ -281,7 +282,7 @@ int cmd_launch(int argc, char **argv)
 		if (p <= 0) {
 			if (kill_at && mono() >= kill_at) {
 				fprintf(stderr, "kiln launch: the other ranks did not exit within %d s: killing them\n",
-					grace);
+					o->grace);
 				for (int l = 0; l < nproc; l++)
 					if (pids[l])
 						kill(pids[l], SIGKILL);
@@ -301,22 +302,65 @@ int cmd_launch(int argc, char **argv)
 		if (!ok && failed < 0) {
 			char why[96];
 			describe_status(ws, why, sizeof why);
-			failed = node_rank * nproc + l;
+			failed = o->node_rank * nproc + l;
 			fail_status = ws;
 			fprintf(stderr, "kiln launch: rank %d (pid %d) failed with %s%s\n", failed, (int)p,
 				why, alive ? "; stopping the other ranks" : "");
 			for (int k = 0; k < nproc; k++)
 				if (pids[k])
 					kill(pids[k], SIGTERM);
-			kill_at = mono() + grace;
+			kill_at = mono() + o->grace;
 		}
 	}
-	free(pids);
-	if (failed >= 0) {
-		char why[96];
-		describe_status(fail_status, why, sizeof why);
-		fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", failed, why);
-		rc = WIFEXITED(fail_status) ? WEXITSTATUS(fail_status) : 1;
+	if (failed < 0)
+		return 0;
+	char why[96];
+	describe_status(fail_status, why, sizeof why);
+	fprintf(stderr, "kiln launch: error: rank %d failed (%s)\n", failed, why);
+	return WIFEXITED(fail_status) ? WEXITSTATUS(fail_status) : 1;
+}
+
+int cmd_launch(int argc, char **argv)
+{
+	struct launch_opts o = { .nnodes = 1, .grace = 10, .cmd = -1, .bind = 1 };
+	const char *master = NULL;
+	int rc = launch_args(argc, argv, &o, &master);
+	if (rc >= 0 || (rc = launch_master(&o, master)) >= 0)
+		return rc;
+	pid_t *pids = calloc((size_t)o.nproc, sizeof *pids);
+	if (!pids)
+		return 1;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	pid_t me = getpid();
+	int cpus[CPU_SETSIZE], ncpu;
+	const int per = launch_cpus(&o, cpus, &ncpu);
+	char how[96];
+	if (per)
+		snprintf(how, sizeof how, "each rank bound to %d of %d CPUs", per, ncpu);
+	else
+		snprintf(how, sizeof how, "ranks not bound (%s)", o.bind ? "more ranks than CPUs" : "--bind none");
+	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d, %s: %s ...\n",
+		o.node_rank * o.nproc, o.node_rank * o.nproc + o.nproc - 1, o.nproc * o.nnodes, o.host,
+		o.port, how, argv[o.cmd]);
+	for (int l = 0; l < o.nproc; l++) {
+		pid_t p = fork();
+		if (p < 0) {
+			fprintf(stderr, "kiln launch: error: fork: %s\n", strerror(errno));
+			for (int k = 0; k < l; k++)
+				kill(pids[k], SIGKILL);
+			return 1;
+		}
+		if (!p)
+			launch_rank(&o, argv, l, cpus, per, me);
+		pids[l] = p;
 	}
+	rc = launch_wait(&o, pids);
+	free(pids);
 	return rc;
 }

@@ -246,6 +246,14 @@ static kiln_status fsync_dir(const char *dir)
 	return KILN_OK;
 }
 
+/* Section s: `bytes` bytes of host memory at p, tagged `tag`. */
+static void host_section(struct wsec *s, const char *tag, const void *p, size_t bytes)
+{
+	snprintf(s->tag, sizeof s->tag, "%s", tag);
+	s->host = p;
+	s->bytes = bytes;
+}
+
 kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 			   struct kiln_model *m, void *stream, char *path, size_t path_len)
 {
@@ -263,20 +271,12 @@ kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 	for (int i = 0; i < 7; i++)
 		put_u64(tr + 8 * i, (uint64_t)v[i]);
 	memset(s, 0, sizeof s);
-	snprintf(s[n].tag, sizeof s[n].tag, "config");
-	s[n].host = meta->config ? meta->config : "";
-	s[n].bytes = strlen(s[n].host);
-	n++;
-	snprintf(s[n].tag, sizeof s[n].tag, "trainer");
-	s[n].host = tr;
-	s[n++].bytes = sizeof tr;
-	snprintf(s[n].tag, sizeof s[n].tag, "versions");
-	s[n].host = meta->versions ? meta->versions : "";
-	s[n].bytes = strlen(s[n].host);
-	n++;
-	snprintf(s[n].tag, sizeof s[n].tag, "tensors");
-	s[n].host = tensors;
-	s[n++].bytes = strlen(tensors);
+	const char *config = meta->config ? meta->config : "";
+	const char *versions = meta->versions ? meta->versions : "";
+	host_section(&s[n++], "config", config, strlen(config));
+	host_section(&s[n++], "trainer", tr, sizeof tr);
+	host_section(&s[n++], "versions", versions, strlen(versions));
+	host_section(&s[n++], "tensors", tensors, strlen(tensors));
 	int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
 	for (int i = 0; i < nb; i++, n++) {
 		snprintf(s[n].tag, sizeof s[n].tag, "%s", sb[i].name);

@@ -100,37 +100,30 @@ static void list_keys(const struct kiln_key *a, const struct kiln_key *b, char *
  * (without location) and returns KILN_ECONFIG. */
 static kiln_status check_value(const struct kiln_key *k, const char *v);
 
-static int parse_int(const char *v, long long *out)
+/* v, spaces around it allowed, as a whole number into *iout when iout is
+ * set, else as a finite number into *fout.  0, or -1 (nothing written). */
+static int parse_number(const char *v, long long *iout, double *fout)
 {
 	char *end;
+	long long i = 0;
+	double x = 0;
 	errno = 0;
 	while (isspace((unsigned char)*v))
 		v++;
 	if (!*v)
 		return -1;
-	long long x = strtoll(v, &end, 10);
-	while (isspace((unsigned char)*end))
-		end++;
-	if (errno || *end)
-		return -1;
-	*out = x;
-	return 0;
-}
-
-static int parse_float(const char *v, double *out)
-{
-	char *end;
-	errno = 0;
-	while (isspace((unsigned char)*v))
-		v++;
-	if (!*v)
-		return -1;
-	double x = strtod(v, &end);
+	if (iout)
+		i = strtoll(v, &end, 10);
+	else
+		x = strtod(v, &end);
 	while (isspace((unsigned char)*end))
 		end++;
 	if (errno || *end || !isfinite(x))
 		return -1;
-	*out = x;
+	if (iout)
+		*iout = i;
+	else
+		*fout = x;
 	return 0;
 }
 
@@ -189,12 +182,12 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 	case KILN_KEY_INT:
 		if (k->choices && in_choices(k->choices, v))
 			return KILN_OK;
-		if (parse_int(v, &i))
+		if (parse_number(v, &i, NULL))
 			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not an integer%s%s", k->name, v,
 					  k->choices ? " or one of " : "", k->choices ? k->choices : "");
 		return check_number(k, v, (double)i);
 	case KILN_KEY_FLOAT:
-		if (parse_float(v, &x))
+		if (parse_number(v, NULL, &x))
 			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not a number", k->name, v);
 		return check_number(k, v, x);
 	case KILN_KEY_BOOL:
@@ -213,7 +206,7 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 		char *save = NULL;
 		int count = 0;
 		for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-			if (parse_int(t, &i))
+			if (parse_number(t, &i, NULL))
 				return kiln_error(KILN_ECONFIG, "'%s' = '%s': '%s' is not an integer",
 						  k->name, v, t);
 			if (check_number(k, v, (double)i))
@@ -335,45 +328,42 @@ static kiln_status bad(const struct kiln_config *cfg, const char *section, const
 			  kiln_config_where(cfg, section, key), section, key, v, what);
 }
 
-/* The value of a numeric key: parsed (by `parse` into *x), range-checked
- * against its schema row, with file:line on failure. */
+/* The value of a numeric key, an integer into *iout when iout is set, else
+ * a number into *fout: parsed, range-checked against its schema row, with
+ * file:line on failure (nothing written then). */
 static kiln_status get_number(const struct kiln_config *cfg, const char *section, const char *key,
-			      int integer, double *x, long long *ix)
+			      int64_t *iout, double *fout)
 {
 	const char *v = kiln_config_get(cfg, section, key);
+	double x;
+	long long ix;
 	if (!v)
 		return KILN_ENOTFOUND;
-	if (integer ? parse_int(v, ix) : parse_float(v, x))
-		return bad(cfg, section, key, v, integer ? "an integer" : "a number");
-	if (integer)
-		*x = (double)*ix;
+	if (parse_number(v, iout ? &ix : NULL, &x))
+		return bad(cfg, section, key, v, iout ? "an integer" : "a number");
+	if (iout)
+		x = (double)ix;
 	const struct kiln_key *k = lookup_key(cfg, section, key);
-	if (k && check_number(k, v, *x))
+	if (k && check_number(k, v, x))
 		return kiln_error_wrap(KILN_ECONFIG, "%s: [%s]", kiln_config_where(cfg, section, key),
 				       section);
+	if (iout)
+		*iout = ix;
+	else
+		*fout = x;
 	return KILN_OK;
 }
 
 kiln_status kiln_config_get_int(const struct kiln_config *cfg, const char *section,
 				const char *key, int64_t *out)
 {
-	double x;
-	long long ix;
-	kiln_status st = get_number(cfg, section, key, 1, &x, &ix);
-	if (!st)
-		*out = ix;
-	return st;
+	return get_number(cfg, section, key, out, NULL);
 }
 
 kiln_status kiln_config_get_float(const struct kiln_config *cfg, const char *section,
 				  const char *key, double *out)
 {
-	double x;
-	long long ix;
-	kiln_status st = get_number(cfg, section, key, 0, &x, &ix);
-	if (!st)
-		*out = x;
-	return st;
+	return get_number(cfg, section, key, NULL, out);
 }
 
 kiln_status kiln_config_get_bool(const struct kiln_config *cfg, const char *section,

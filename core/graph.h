@@ -216,7 +216,7 @@ struct kiln_plan {
 	int data_store;      /* storage of the reordered data input, -1 = x itself */
 	void *in_reorder;    /* NCHW data -> NHWC arena copy, or NULL */
 	struct kiln_tensor_desc data_desc; /* the data input as layers see it */
-	int n_store;
+	int n_store, store_cap;    /* storages used / allocated */
 	struct storage *store;
 	int n_pos;                 /* schedule length: 2n + recomputations */
 	struct plan_event *sched;
@@ -226,6 +226,52 @@ struct kiln_plan {
 	void *arena, *ws;
 	void *in_cast;       /* data input -> the compute dtype (CAST), or NULL */
 };
+
+/* Byte offsets in the arena and parameter buffers are 64-byte aligned. */
+#define KILN_ARENA_ALIGN 64
+static inline size_t kiln_align_up(size_t n)
+{
+	return (n + KILN_ARENA_ALIGN - 1) & ~(size_t)(KILN_ARENA_ALIGN - 1);
+}
+
+/* core/graph.c, for the planner.  The index of layer `name` among the
+ * first `upto` layers, -2 when there is none. */
+int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name);
+/* The data input as layers see it: [batch, sample...], 4-d inputs in the
+ * model's layout, the compute dtype. */
+void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln_tensor_desc *d);
+/* Configure and infer every layer for `batch` rows into nodes[] (the
+ * caller's, n_layers of them, zeroed); KILN_ECONFIG naming file:line. */
+kiln_status kiln_model_infer(struct kiln_model *m, int64_t batch, struct plan_node *nodes);
+/* Destroy what the layer's plan made (dev: the device it planned on, NULL
+ * when it was never planned); the node itself stays the caller's. */
+void kiln_plan_node_free(struct plan_node *n, struct kiln_device *dev);
+
+/* core/plan_memory.c.  Append a storage of `bytes` living from schedule
+ * position start to end (grows p->store); KILN_ENOMEM. */
+kiln_status kiln_plan_new_store(struct kiln_plan *p, size_t bytes, int start, int end);
+/* Schedule, storages, lifetimes, in-place merges, gradient write/accumulate
+ * decisions and the arena size of plan p with S recompute segments (0:
+ * none), after the layers' device ops are prepared.  May run several times
+ * on one plan; storages past the first `base` are laid out again each time.
+ * wants_grad[i]: layer i's output needs a gradient. */
+kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, int base);
+
+/* The storage layer i's output (i = -1: the data input) is read from in
+ * the forward pass ... */
+static inline int kiln_plan_fwd_store(const struct kiln_plan *p, int i)
+{
+	return i < 0 ? p->data_store : p->nodes[i].ystore;
+}
+
+/* ... and in the recomputation and backward passes: the recomputed copy
+ * when there is one. */
+static inline int kiln_plan_late_store(const struct kiln_plan *p, int i)
+{
+	if (i < 0)
+		return p->data_store;
+	return p->nodes[i].rstore >= 0 ? p->nodes[i].rstore : p->nodes[i].ystore;
+}
 
 /* Room for every kiln_model_state_buffers() entry (a checkpoint section
  * each). */

@@ -8,7 +8,7 @@
  * the op's own (self) time, and the overlap the device would have (copies
  * beside compute, a CPU stream worker beside the host) is lost.  The
  * trainer adds the host-side waits (loader data wait, inline reads) and
- * the step and phase boundaries; graph.c says which layer and pass is
+ * the step and phase boundaries; plan_run.c says which layer and pass is
  * running through a thread-local label.
  *
  * What comes out (kiln_profile_report): a table of self time per (layer,
@@ -39,7 +39,7 @@ enum { KILN_PROF_LOG = 5, KILN_PROF_NONE = 6, KILN_PROF_RECOMPUTE = 7, KILN_PROF
 enum {
 	KILN_PROF_TRACK_STEP = 1,  /* one slice per step */
 	KILN_PROF_TRACK_PHASE = 2, /* data, forward, backward, optimizer, log */
-	KILN_PROF_TRACK_LAYER = 3, /* one slice per layer and pass (graph.c) */
+	KILN_PROF_TRACK_LAYER = 3, /* one slice per layer and pass (plan_run.c) */
 	KILN_PROF_TRACK_WAIT = 4,  /* the training thread waiting for data */
 	KILN_PROF_TRACK_STREAM = 10 /* first device stream; more follow */
 };
@@ -88,7 +88,7 @@ void kiln_profile_phase(struct kiln_profile *p, int phase, int begin);
  * reads): `label` and `what` are static strings. */
 void kiln_profile_span(struct kiln_profile *p, const char *label, const char *what, int pass,
 		       int track, int64_t t0, int64_t t1);
-/* A layer's forward or backward (graph.c), on the layer track only: its
+/* A layer's forward or backward (plan_run.c), on the layer track only: its
  * ops are the table's rows.  `layer` is borrowed for the call. */
 void kiln_profile_layer(struct kiln_profile *p, const char *layer, int pass, int64_t t0,
 			int64_t t1);

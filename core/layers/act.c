@@ -4,6 +4,7 @@
 #include "act.h"
 
 struct act {
+	struct layer_plans plans;
 	int kind;
 	double alpha;
 	void *fwd, *bwd[2];
@@ -12,10 +13,10 @@ struct act {
 kiln_status act_configure(const struct kiln_host *h, struct kiln_layer *l,
 			  const struct kiln_config *cfg, const char *sec, int kind)
 {
-	struct act *s = calloc(1, sizeof *s);
-	if (!s)
-		return h->error(KILN_ENOMEM, "out of memory");
-	l->priv = s;
+	kiln_status st = layer_alloc(h, l, sizeof(struct act));
+	if (st)
+		return st;
+	struct act *s = l->priv;
 	s->kind = kind;
 	s->alpha = 0.01;
 	if (kind == KILN_ACT_LEAKY_RELU)
@@ -42,13 +43,13 @@ kiln_status act_plan(const struct kiln_host *h, struct kiln_layer *l, struct kil
 	op.in[0] = op.out[0] = l->out;
 	op.i[0] = s->kind;
 	op.f[0] = s->alpha;
-	if ((st = prep(h, dev, &op, &s->fwd, ws)))
+	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
 		return st;
 	op_init(&op, KILN_OP_ACT_BWD, 3, 1);
 	op.in[0] = op.in[1] = op.in[2] = op.out[0] = l->out;
 	op.i[0] = s->kind;
 	op.f[0] = s->alpha;
-	return prep_pair(h, dev, &op, s->bwd, ws);
+	return prep_pair(h, l, dev, &op, s->bwd, ws);
 }
 
 kiln_status act_forward(const struct kiln_host *h, struct kiln_layer *l,
@@ -56,29 +57,13 @@ kiln_status act_forward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct act *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, s->fwd, &a, r->stream);
+	return run_op(h, r, s->fwd, &a);
 }
 
 kiln_status act_backward(const struct kiln_host *h, struct kiln_layer *l,
 			 const struct kiln_layer_run *r)
 {
 	struct act *s = l->priv;
-	if (!r->dx[0])
-		return KILN_OK;
-	struct kiln_op_args a = { .in = { r->x[0], r->dy, r->y }, .out = { r->dx[0] } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, s->bwd[r->dx_accum[0] ? 1 : 0], &a, r->stream);
-}
-
-void act_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
-{
-	struct act *s = l->priv;
-	if (s && dev) {
-		h->device_plan_free(dev, s->fwd);
-		h->device_plan_free(dev, s->bwd[0]);
-		h->device_plan_free(dev, s->bwd[1]);
-	}
-	free(s);
-	l->priv = NULL;
+	struct kiln_op_args a = { .in = { r->x[0], r->dy, r->y } };
+	return run_dx(h, r, s->bwd, 0, &a);
 }

@@ -3,13 +3,15 @@
 #include "util.h"
 
 struct add {
+	struct layer_plans plans;
 	void *first, *more, *grad[2];
 };
 
 static kiln_status add_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	if (!l->priv && !(l->priv = calloc(1, sizeof(struct add))))
-		return h->error(KILN_ENOMEM, "out of memory");
+	kiln_status st = layer_alloc(h, l, sizeof(struct add));
+	if (st)
+		return st;
 	for (int k = 1; k < l->n_in; k++) {
 		const struct kiln_tensor_desc *a = &l->in[0], *b = &l->in[k];
 		if (a->ndim != b->ndim || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndim) ||
@@ -35,17 +37,17 @@ static kiln_status add_plan(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st;
 	op_init(&op, KILN_OP_ADD, 2, 1);
 	op.in[0] = op.in[1] = op.out[0] = l->out;
-	if ((st = prep(h, dev, &op, &s->first, ws)))
+	if ((st = prep(h, l, dev, &op, &s->first, ws)))
 		return st;
 	/* y += x_k for a third input and on: y = 1 * x_k + y */
 	op_init(&op, KILN_OP_SCALE, 1, 1);
 	op.flags = KILN_OPF_ACCUMULATE;
 	op.in[0] = op.out[0] = l->out;
 	op.f[0] = 1.0;
-	if ((st = prep(h, dev, &op, &s->more, ws)))
+	if ((st = prep(h, l, dev, &op, &s->more, ws)))
 		return st;
 	/* dx_k (=|+=) dy */
-	return prep_pair(h, dev, &op, s->grad, ws);
+	return prep_pair(h, l, dev, &op, s->grad, ws);
 }
 
 static kiln_status add_forward(const struct kiln_host *h, struct kiln_layer *l,
@@ -54,13 +56,11 @@ static kiln_status add_forward(const struct kiln_host *h, struct kiln_layer *l,
 	struct add *s = l->priv;
 	kiln_status st;
 	struct kiln_op_args a = { .in = { r->x[0], r->x[1] }, .out = { r->y } };
-	args_ws(&a, r);
-	if ((st = h->device_run(r->dev, s->first, &a, r->stream)))
+	if ((st = run_op(h, r, s->first, &a)))
 		return st;
 	for (int k = 2; k < l->n_in; k++) {
 		a = (struct kiln_op_args){ .in = { r->x[k] }, .out = { r->y } };
-		args_ws(&a, r);
-		if ((st = h->device_run(r->dev, s->more, &a, r->stream)))
+		if ((st = run_op(h, r, s->more, &a)))
 			return st;
 	}
 	return KILN_OK;
@@ -72,40 +72,13 @@ static kiln_status add_backward(const struct kiln_host *h, struct kiln_layer *l,
 	struct add *s = l->priv;
 	kiln_status st;
 	for (int k = 0; k < l->n_in; k++) {
-		if (!r->dx[k])
-			continue;
-		struct kiln_op_args a = { .in = { r->dy }, .out = { r->dx[k] } };
-		args_ws(&a, r);
-		if ((st = h->device_run(r->dev, s->grad[r->dx_accum[k] ? 1 : 0], &a, r->stream)))
+		struct kiln_op_args a = { .in = { r->dy } };
+		if ((st = run_dx(h, r, s->grad, k, &a)))
 			return st;
 	}
 	return KILN_OK;
 }
 
-static void add_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
-{
-	struct add *s = l->priv;
-	if (s && dev) {
-		h->device_plan_free(dev, s->first);
-		h->device_plan_free(dev, s->more);
-		h->device_plan_free(dev, s->grad[0]);
-		h->device_plan_free(dev, s->grad[1]);
-	}
-	free(s);
-	l->priv = NULL;
-}
-
-static const struct kiln_layer_ops add_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 2,
-	.max_inputs = KILN_LAYER_MAX_INPUTS,
-	.configure = NULL,
-	.infer = add_infer,
-	.plan = add_plan,
-	.forward = add_forward,
-	.backward = add_backward,
-	.destroy = add_destroy,
-};
-
-LAYER_DESCRIPTOR(kiln_layer_add, "add", "elementwise sum of its inputs (`inputs = a, b`): residual connections",
-		 add_ops, NULL);
+LAYER(add, "add", "elementwise sum of its inputs (`inputs = a, b`): residual connections", NULL,
+      2, KILN_LAYER_MAX_INPUTS, NULL, add_infer, add_plan, add_forward, add_backward,
+      layer_destroy);

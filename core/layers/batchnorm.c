@@ -9,6 +9,7 @@
 #include "bn_sync.h"
 
 struct bn {
+	struct layer_plans plans;
 	double eps, momentum;
 	int64_t C;
 	struct kiln_tensor_desc x, c;
@@ -27,10 +28,10 @@ static const struct kiln_key bn_keys[] = {
 static kiln_status bn_configure(const struct kiln_host *h, struct kiln_layer *l,
 				const struct kiln_config *cfg, const char *sec)
 {
-	struct bn *s = calloc(1, sizeof *s);
-	if (!s)
-		return h->error(KILN_ENOMEM, "out of memory");
-	l->priv = s;
+	kiln_status st = layer_alloc(h, l, sizeof(struct bn));
+	if (st)
+		return st;
+	struct bn *s = l->priv;
 	s->eps = 1e-5;
 	s->momentum = 0.1;
 	h->config_get_float(cfg, sec, "eps", &s->eps);
@@ -72,24 +73,24 @@ static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.in[0] = s->x, op.in[1] = op.in[2] = s->c;
 	op.out[0] = s->x, op.out[1] = saved, op.out[2] = op.out[3] = s->c;
 	op.f[0] = s->eps, op.f[1] = s->momentum;
-	if ((st = prep(h, dev, &op, &s->train, &w)))
+	if ((st = prep(h, l, dev, &op, &s->train, &w)))
 		return st;
 	/* the replay of a recomputed forward: the same op with momentum 0,
 	 * which leaves the running statistics exactly as they are */
 	op.f[1] = 0;
-	if ((st = prep(h, dev, &op, &s->replay, &w)))
+	if ((st = prep(h, l, dev, &op, &s->replay, &w)))
 		return st;
 	op_init(&op, KILN_OP_BN_INFER, 5, 1);
 	op.in[0] = s->x, op.in[1] = op.in[2] = op.in[3] = op.in[4] = s->c;
 	op.out[0] = s->x;
 	op.f[0] = s->eps, op.f[1] = s->momentum;
-	if ((st = prep(h, dev, &op, &s->infer, &w)))
+	if ((st = prep(h, l, dev, &op, &s->infer, &w)))
 		return st;
 	op_init(&op, KILN_OP_BN_BWD, 4, 3);
 	op.in[0] = op.in[1] = s->x, op.in[2] = s->c, op.in[3] = saved;
 	op.out[0] = s->x, op.out[1] = op.out[2] = s->c;
 	op.f[0] = s->eps;
-	if ((st = prep(h, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, dev, &s->x, &s->acc)))
+	if ((st = prep(h, l, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
 	l->saved_bytes = s->stat_bytes;
 	/* scratch: a dx to add into another consumer's, and the gamma/beta
@@ -111,13 +112,11 @@ static kiln_status bn_forward(const struct kiln_host *h, struct kiln_layer *l,
 		/* updates the running statistics (w[2], w[3]) in place */
 		a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1] },
 					   .out = { r->y, r->saved, r->w[2], r->w[3] } };
-		args_ws(&a, r);
-		return h->device_run(r->dev, r->recompute ? s->replay : s->train, &a, r->stream);
+		return run_op(h, r, r->recompute ? s->replay : s->train, &a);
 	}
 	a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1], r->w[2], r->w[3] },
 				   .out = { r->y } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, s->infer, &a, r->stream);
+	return run_op(h, r, s->infer, &a);
 }
 
 static kiln_status bn_backward(const struct kiln_host *h, struct kiln_layer *l,
@@ -143,31 +142,11 @@ static kiln_status bn_backward(const struct kiln_host *h, struct kiln_layer *l,
 static void bn_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
 {
 	struct bn *s = l->priv;
-	if (s && dev) {
-		h->device_plan_free(dev, s->train);
-		h->device_plan_free(dev, s->replay);
-		h->device_plan_free(dev, s->infer);
-		h->device_plan_free(dev, s->bwd);
-		h->device_plan_free(dev, s->acc);
-	}
 	if (s)
-		bn_sync_free(h, dev, s->sync);
-	free(s);
-	l->priv = NULL;
+		bn_sync_free(s->sync);
+	layer_destroy(h, l, dev); /* the sync plans are in the layer's list too */
 }
 
-static const struct kiln_layer_ops bn_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 1,
-	.max_inputs = 1,
-	.configure = bn_configure,
-	.infer = bn_infer,
-	.plan = bn_plan,
-	.forward = bn_forward,
-	.backward = bn_backward,
-	.destroy = bn_destroy,
-};
-
-LAYER_DESCRIPTOR(kiln_layer_batchnorm, "batchnorm",
-		 "batch normalisation over N, H, W per channel (PyTorch BatchNorm1d/2d)", bn_ops,
-		 bn_keys);
+LAYER(batchnorm, "batchnorm",
+      "batch normalisation over N, H, W per channel (PyTorch BatchNorm1d/2d)", bn_keys, 1, 1,
+      bn_configure, bn_infer, bn_plan, bn_forward, bn_backward, bn_destroy);

@@ -51,28 +51,28 @@ kiln_status bn_sync_plan(const struct kiln_host *h, struct kiln_layer *l, struct
 
 	op_init(&op, KILN_OP_BN_STATS, 1, 1);
 	op.in[0] = *x, op.out[0] = st;
-	if ((e = prep(h, dev, &op, &s->stats, &w)))
+	if ((e = prep(h, l, dev, &op, &s->stats, &w)))
 		return e;
 	op_init(&op, KILN_OP_BN_APPLY, 4, 4);
 	op.in[0] = op.out[0] = *x;
 	op.in[1] = op.in[2] = op.out[2] = op.out[3] = c;
 	op.in[3] = all, op.out[1] = st;
 	op.i[0] = s->G, op.f[0] = eps, op.f[1] = momentum;
-	if ((e = prep(h, dev, &op, &s->apply, &w)))
+	if ((e = prep(h, l, dev, &op, &s->apply, &w)))
 		return e;
 	op.f[1] = 0; /* a recomputed forward leaves the running statistics */
-	if ((e = prep(h, dev, &op, &s->replay, &w)))
+	if ((e = prep(h, l, dev, &op, &s->replay, &w)))
 		return e;
 	op_init(&op, KILN_OP_BN_BWD_REDUCE, 3, 3);
 	op.in[0] = op.in[1] = *x, op.in[2] = st;
 	op.out[0] = op.out[1] = c, op.out[2] = st;
-	if ((e = prep(h, dev, &op, &s->reduce, &w)))
+	if ((e = prep(h, l, dev, &op, &s->reduce, &w)))
 		return e;
 	op_init(&op, KILN_OP_BN_BWD_APPLY, 5, 1);
 	op.in[0] = op.in[1] = op.out[0] = *x;
 	op.in[2] = c, op.in[3] = op.in[4] = st;
 	op.i[0] = s->G;
-	if ((e = prep(h, dev, &op, &s->bwd, &w)))
+	if ((e = prep(h, l, dev, &op, &s->bwd, &w)))
 		return e;
 	if (off + s->bytes + w > *ws)
 		*ws = off + s->bytes + w;
@@ -122,16 +122,7 @@ kiln_status bn_sync_backward(const struct kiln_host *h, struct bn_sync *s,
 	return run_maybe_acc(h, r, s->bwd, &a, dx, accum, acc, s->off + s->bytes);
 }
 
-void bn_sync_free(const struct kiln_host *h, struct kiln_device *dev, struct bn_sync *s)
+void bn_sync_free(struct bn_sync *s)
 {
-	if (!s)
-		return;
-	if (dev) {
-		h->device_plan_free(dev, s->stats);
-		h->device_plan_free(dev, s->apply);
-		h->device_plan_free(dev, s->replay);
-		h->device_plan_free(dev, s->reduce);
-		h->device_plan_free(dev, s->bwd);
-	}
-	free(s);
+	free(s); /* its plans are in the layer's list (util.h) */
 }

@@ -24,6 +24,8 @@ kiln_status bn_sync_forward(const struct kiln_host *h, struct bn_sync *s,
 kiln_status bn_sync_backward(const struct kiln_host *h, struct bn_sync *s,
 			     const struct kiln_layer_run *r, void *dg, void *db, void *dx,
 			     int accum, void *acc);
-void bn_sync_free(const struct kiln_host *h, struct kiln_device *dev, struct bn_sync *s);
+/* Free s (NULL: nothing); the plans bn_sync_plan prepared are recorded in
+ * the layer's plan list and freed with the layer (layer_destroy). */
+void bn_sync_free(struct bn_sync *s);
 
 #endif

@@ -3,6 +3,7 @@
 #include "util.h"
 
 struct concat {
+	struct layer_plans plans;
 	void *fwd;
 	void *split[1 << KILN_OP_MAX_OUT]; /* one per write/add pattern of the inputs */
 	size_t off[KILN_OP_MAX_OUT];       /* scratch for gradients nobody needs */
@@ -10,8 +11,9 @@ struct concat {
 
 static kiln_status concat_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	if (!l->priv && !(l->priv = calloc(1, sizeof(struct concat))))
-		return h->error(KILN_ENOMEM, "out of memory");
+	kiln_status st = layer_alloc(h, l, sizeof(struct concat));
+	if (st)
+		return st;
 	if (l->n_in > KILN_OP_MAX_OUT)
 		return h->error(KILN_ECONFIG, "layer '%s' (concat): at most %d inputs", l->name,
 				KILN_OP_MAX_OUT);
@@ -41,7 +43,7 @@ static kiln_status concat_plan(const struct kiln_host *h, struct kiln_layer *l,
 		op.in[k] = l->in[k];
 	op.out[0] = l->out;
 	op.i[0] = 1;
-	if ((st = prep(h, dev, &op, &s->fwd, ws)))
+	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
 		return st;
 	/* dy -> dx_k, each written or added into: prepare every pattern of
 	 * the accumulate bits (at most 16), since nothing is prepared in the
@@ -54,7 +56,7 @@ static kiln_status concat_plan(const struct kiln_host *h, struct kiln_layer *l,
 	size_t w = 0, scratch = 0;
 	for (int bits = 0; bits < 1 << l->n_in; bits++) {
 		op.i[1] = bits;
-		if ((st = prep(h, dev, &op, &s->split[bits], &w)))
+		if ((st = prep(h, l, dev, &op, &s->split[bits], &w)))
 			return st;
 	}
 	for (int k = 0; k < l->n_in; k++) {
@@ -73,8 +75,7 @@ static kiln_status concat_forward(const struct kiln_host *h, struct kiln_layer *
 	struct kiln_op_args a = { .out = { r->y } };
 	for (int k = 0; k < l->n_in; k++)
 		a.in[k] = r->x[k];
-	args_ws(&a, r);
-	return h->device_run(r->dev, s->fwd, &a, r->stream);
+	return run_op(h, r, s->fwd, &a);
 }
 
 static kiln_status concat_backward(const struct kiln_host *h, struct kiln_layer *l,
@@ -98,30 +99,6 @@ static kiln_status concat_backward(const struct kiln_host *h, struct kiln_layer 
 	return h->device_run(r->dev, s->split[bits], &a, r->stream);
 }
 
-static void concat_destroy(const struct kiln_host *h, struct kiln_layer *l,
-			   struct kiln_device *dev)
-{
-	struct concat *s = l->priv;
-	if (s && dev) {
-		h->device_plan_free(dev, s->fwd);
-		for (int b = 0; b < 1 << KILN_OP_MAX_OUT; b++)
-			h->device_plan_free(dev, s->split[b]);
-	}
-	free(s);
-	l->priv = NULL;
-}
-
-static const struct kiln_layer_ops concat_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 2,
-	.max_inputs = KILN_LAYER_MAX_INPUTS,
-	.configure = NULL,
-	.infer = concat_infer,
-	.plan = concat_plan,
-	.forward = concat_forward,
-	.backward = concat_backward,
-	.destroy = concat_destroy,
-};
-
-LAYER_DESCRIPTOR(kiln_layer_concat, "concat", "concatenate inputs along the channels (`inputs = a, b`)",
-		 concat_ops, NULL);
+LAYER(concat, "concat", "concatenate inputs along the channels (`inputs = a, b`)", NULL, 2,
+      KILN_LAYER_MAX_INPUTS, NULL, concat_infer, concat_plan, concat_forward, concat_backward,
+      layer_destroy);

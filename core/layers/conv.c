@@ -7,6 +7,7 @@
 #include "util.h"
 
 struct conv {
+	struct layer_plans plans;
 	int64_t out, k[2], stride[2], pad[2], dil[2], groups;
 	int bias;
 	struct kiln_tensor_desc x, y, w;
@@ -29,11 +30,10 @@ static const struct kiln_key conv_keys[] = {
 static kiln_status conv_configure(const struct kiln_host *h, struct kiln_layer *l,
 				  const struct kiln_config *cfg, const char *sec)
 {
-	struct conv *s = calloc(1, sizeof *s);
-	kiln_status st;
-	if (!s)
-		return h->error(KILN_ENOMEM, "out of memory");
-	l->priv = s;
+	kiln_status st = layer_alloc(h, l, sizeof(struct conv));
+	if (st)
+		return st;
+	struct conv *s = l->priv;
 	if (h->config_get_int(cfg, sec, "out", &s->out))
 		return h->error(KILN_ECONFIG, "%s: [%s] needs 'out' (output channels)",
 				h->config_where(cfg, sec, NULL), sec);
@@ -116,21 +116,21 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
 	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
-	if ((st = prep(h, dev, &op, &s->fwd, &w)))
+	if ((st = prep(h, l, dev, &op, &s->fwd, &w)))
 		return st;
 	/* dx is always written; a second consumer's share is added from
 	 * scratch (oneDNN's backward-data cannot accumulate) */
 	op_init(&op, KILN_OP_CONV_BWD_DATA, 2, 1);
 	op.in[0] = s->y, op.in[1] = wc, op.out[0] = s->x;
 	geometry(&op, s);
-	if ((st = prep(h, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, dev, &s->x, &s->acc)))
+	if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
 	s->dx_bytes = kiln_tensor_bytes(&s->x);
 	if (l->trainable) {
 		op_init(&op, KILN_OP_CONV_BWD_WEIGHTS, 2, s->bias ? 2 : 1);
 		op.in[0] = s->x, op.in[1] = s->y, op.out[0] = s->w, op.out[1] = b;
 		geometry(&op, s);
-		if ((st = prep(h, dev, &op, &s->bwd_w, &w)))
+		if ((st = prep(h, l, dev, &op, &s->bwd_w, &w)))
 			return st;
 	}
 	*ws = ALIGN64(s->dx_bytes) + w;
@@ -143,8 +143,7 @@ static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
 	struct conv *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0], w_compute(r, 0), s->bias ? r->w[1] : NULL },
 				  .out = { r->y } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, s->fwd, &a, r->stream);
+	return run_op(h, r, s->fwd, &a);
 }
 
 static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l,
@@ -156,8 +155,7 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 		/* written on the first micro-step: no zeroing pass */
 		struct kiln_op_args a = { .in = { r->x[0], r->dy },
 					  .out = { r->dw[0], s->bias ? r->dw[1] : NULL } };
-		args_ws(&a, r);
-		if ((st = h->device_run(r->dev, s->bwd_w, &a, r->stream)))
+		if ((st = run_op(h, r, s->bwd_w, &a)))
 			return st;
 	}
 	if (r->dx[0]) {
@@ -168,30 +166,5 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	return KILN_OK;
 }
 
-static void conv_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
-{
-	struct conv *s = l->priv;
-	if (s && dev) {
-		h->device_plan_free(dev, s->fwd);
-		h->device_plan_free(dev, s->bwd_data);
-		h->device_plan_free(dev, s->bwd_w);
-		h->device_plan_free(dev, s->acc);
-	}
-	free(s);
-	l->priv = NULL;
-}
-
-static const struct kiln_layer_ops conv_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 1,
-	.max_inputs = 1,
-	.configure = conv_configure,
-	.infer = conv_infer,
-	.plan = conv_plan,
-	.forward = conv_forward,
-	.backward = conv_backward,
-	.destroy = conv_destroy,
-};
-
-LAYER_DESCRIPTOR(kiln_layer_conv, "conv", "2-d convolution (PyTorch nn.Conv2d; weights OIHW)",
-		 conv_ops, conv_keys);
+LAYER(conv, "conv", "2-d convolution (PyTorch nn.Conv2d; weights OIHW)", conv_keys, 1, 1,
+      conv_configure, conv_infer, conv_plan, conv_forward, conv_backward, layer_destroy);

@@ -9,6 +9,7 @@
 #include "util.h"
 
 struct dropout {
+	struct layer_plans plans;
 	double p;
 	void *fwd, *bwd[2], *copy;
 };
@@ -21,10 +22,10 @@ static const struct kiln_key dropout_keys[] = {
 static kiln_status dropout_configure(const struct kiln_host *h, struct kiln_layer *l,
 				     const struct kiln_config *cfg, const char *sec)
 {
-	struct dropout *s = calloc(1, sizeof *s);
-	if (!s)
-		return h->error(KILN_ENOMEM, "out of memory");
-	l->priv = s;
+	kiln_status st = layer_alloc(h, l, sizeof(struct dropout));
+	if (st)
+		return st;
+	struct dropout *s = l->priv;
 	s->p = 0.5;
 	h->config_get_float(cfg, sec, "p", &s->p);
 	return KILN_OK;
@@ -50,16 +51,16 @@ static kiln_status dropout_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.in[0] = op.out[0] = l->out;
 	op.in[1] = step;
 	op.i[0] = (int64_t)l->seed, op.i[1] = l->index, op.f[0] = s->p;
-	if ((st = prep(h, dev, &op, &s->fwd, ws)))
+	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
 		return st;
 	op.type = KILN_OP_DROPOUT_BWD;
-	if ((st = prep_pair(h, dev, &op, s->bwd, ws)))
+	if ((st = prep_pair(h, l, dev, &op, s->bwd, ws)))
 		return st;
 	/* evaluation: y = x */
 	op_init(&op, KILN_OP_SCALE, 1, 1);
 	op.in[0] = op.out[0] = l->out;
 	op.f[0] = 1.0;
-	return prep(h, dev, &op, &s->copy, ws);
+	return prep(h, l, dev, &op, &s->copy, ws);
 }
 
 static kiln_status dropout_forward(const struct kiln_host *h, struct kiln_layer *l,
@@ -67,47 +68,17 @@ static kiln_status dropout_forward(const struct kiln_host *h, struct kiln_layer 
 {
 	struct dropout *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0], r->step }, .out = { r->y } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, r->training ? s->fwd : s->copy, &a, r->stream);
+	return run_op(h, r, r->training ? s->fwd : s->copy, &a);
 }
 
 static kiln_status dropout_backward(const struct kiln_host *h, struct kiln_layer *l,
 				    const struct kiln_layer_run *r)
 {
 	struct dropout *s = l->priv;
-	if (!r->dx[0])
-		return KILN_OK;
-	struct kiln_op_args a = { .in = { r->dy, r->step }, .out = { r->dx[0] } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, s->bwd[r->dx_accum[0] ? 1 : 0], &a, r->stream);
+	struct kiln_op_args a = { .in = { r->dy, r->step } };
+	return run_dx(h, r, s->bwd, 0, &a);
 }
 
-static void dropout_destroy(const struct kiln_host *h, struct kiln_layer *l,
-			    struct kiln_device *dev)
-{
-	struct dropout *s = l->priv;
-	if (s && dev) {
-		h->device_plan_free(dev, s->fwd);
-		h->device_plan_free(dev, s->bwd[0]);
-		h->device_plan_free(dev, s->bwd[1]);
-		h->device_plan_free(dev, s->copy);
-	}
-	free(s);
-	l->priv = NULL;
-}
-
-static const struct kiln_layer_ops dropout_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 1,
-	.max_inputs = 1,
-	.configure = dropout_configure,
-	.infer = dropout_infer,
-	.plan = dropout_plan,
-	.forward = dropout_forward,
-	.backward = dropout_backward,
-	.destroy = dropout_destroy,
-};
-
-LAYER_DESCRIPTOR(kiln_layer_dropout, "dropout",
-		 "inverted dropout with a counter-based mask (identity in evaluation)", dropout_ops,
-		 dropout_keys);
+LAYER(dropout, "dropout", "inverted dropout with a counter-based mask (identity in evaluation)",
+      dropout_keys, 1, 1, dropout_configure, dropout_infer, dropout_plan, dropout_forward,
+      dropout_backward, layer_destroy);

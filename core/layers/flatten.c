@@ -6,6 +6,7 @@
 #include "util.h"
 
 struct flatten {
+	struct layer_plans plans;
 	int reorder;
 	void *fwd, *bwd[2];
 };
@@ -17,9 +18,10 @@ static int needs_reorder(const struct kiln_tensor_desc *x)
 
 static kiln_status flatten_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
+	kiln_status st = layer_alloc(h, l, sizeof(struct flatten));
+	if (st)
+		return st;
 	struct flatten *s = l->priv;
-	if (!s && !(s = l->priv = calloc(1, sizeof *s)))
-		return h->error(KILN_ENOMEM, "out of memory");
 	f32_desc(&l->out, l->in[0].dims[0], per_sample(&l->in[0]), 0);
 	l->out.dtype = l->in[0].dtype;
 	s->reorder = needs_reorder(&l->in[0]);
@@ -33,7 +35,7 @@ static kiln_status flatten_plan(const struct kiln_host *h, struct kiln_layer *l,
 	struct flatten *s = l->priv;
 	if (!s->reorder)
 		return KILN_OK;
-	return prep_nchw_reorders(h, dev, &l->in[0], &s->fwd, s->bwd, ws);
+	return prep_nchw_reorders(h, l, dev, &l->in[0], &s->fwd, s->bwd, ws);
 }
 
 static kiln_status flatten_forward(const struct kiln_host *h, struct kiln_layer *l,
@@ -43,46 +45,19 @@ static kiln_status flatten_forward(const struct kiln_host *h, struct kiln_layer 
 	if (!s->reorder)
 		return KILN_OK;
 	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, s->fwd, &a, r->stream);
+	return run_op(h, r, s->fwd, &a);
 }
 
 static kiln_status flatten_backward(const struct kiln_host *h, struct kiln_layer *l,
 				    const struct kiln_layer_run *r)
 {
 	struct flatten *s = l->priv;
-	if (!s->reorder || !r->dx[0])
+	if (!s->reorder)
 		return KILN_OK;
-	struct kiln_op_args a = { .in = { r->dy }, .out = { r->dx[0] } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, s->bwd[r->dx_accum[0] ? 1 : 0], &a, r->stream);
+	struct kiln_op_args a = { .in = { r->dy } };
+	return run_dx(h, r, s->bwd, 0, &a);
 }
 
-static void flatten_destroy(const struct kiln_host *h, struct kiln_layer *l,
-			    struct kiln_device *dev)
-{
-	struct flatten *s = l->priv;
-	if (s && dev) {
-		h->device_plan_free(dev, s->fwd);
-		h->device_plan_free(dev, s->bwd[0]);
-		h->device_plan_free(dev, s->bwd[1]);
-	}
-	free(s);
-	l->priv = NULL;
-}
-
-static const struct kiln_layer_ops flatten_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 1,
-	.max_inputs = 1,
-	.configure = NULL,
-	.infer = flatten_infer,
-	.plan = flatten_plan,
-	.forward = flatten_forward,
-	.backward = flatten_backward,
-	.destroy = flatten_destroy,
-};
-
-LAYER_DESCRIPTOR(kiln_layer_flatten, "flatten",
-		 "reshape [B, ...] to [B, features] in C, H, W order (no copy unless channels-last)",
-		 flatten_ops, NULL);
+LAYER(flatten, "flatten",
+      "reshape [B, ...] to [B, features] in C, H, W order (no copy unless channels-last)", NULL, 1,
+      1, NULL, flatten_infer, flatten_plan, flatten_forward, flatten_backward, layer_destroy);

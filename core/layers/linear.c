@@ -9,6 +9,7 @@
 #include "util.h"
 
 struct linear {
+	struct layer_plans plans;
 	int64_t out;
 	int bias;
 	int64_t B, K;
@@ -30,10 +31,10 @@ static const struct kiln_key linear_keys[] = {
 static kiln_status linear_configure(const struct kiln_host *h, struct kiln_layer *l,
 				    const struct kiln_config *cfg, const char *section)
 {
-	struct linear *s = calloc(1, sizeof *s);
-	if (!s)
-		return h->error(KILN_ENOMEM, "out of memory");
-	l->priv = s;
+	kiln_status st = layer_alloc(h, l, sizeof(struct linear));
+	if (st)
+		return st;
+	struct linear *s = l->priv;
 	if (h->config_get_int(cfg, section, "out", &s->out))
 		return h->error(KILN_ECONFIG, "%s: [%s] needs 'out' (number of output features)",
 				h->config_where(cfg, section, NULL), section);
@@ -63,8 +64,20 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 	return KILN_OK;
 }
 
-static kiln_status plan_weight_grads(const struct kiln_host *h, struct kiln_layer *l,
-				     struct kiln_device *dev, size_t *ws);
+/* out[M,N] = op(a) . op(b), op transposing a when ta and b when tb (a is
+ * [M,K] or [K,M], b [K,N] or [N,K]); the operands in dtype dt, out in
+ * out_dt. */
+static void gemm_op(struct kiln_op *op, int n_in, int ta, int tb, int64_t M, int64_t N, int64_t K,
+		    int dt, int out_dt)
+{
+	op_init(op, KILN_OP_GEMM, n_in, 1);
+	f32_desc(&op->in[0], ta ? K : M, ta ? M : K, 0);
+	f32_desc(&op->in[1], tb ? N : K, tb ? K : N, 0);
+	f32_desc(&op->out[0], M, N, 0);
+	op->in[0].dtype = op->in[1].dtype = dt;
+	op->out[0].dtype = out_dt;
+	op->i[0] = ta, op->i[1] = tb, op->i[2] = M, op->i[3] = N, op->i[4] = K, op->f[0] = 1.0;
+}
 
 static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 			       struct kiln_device *dev, size_t *ws)
@@ -76,62 +89,35 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	const int dt = l->in[0].dtype; /* activations and the weight they meet */
 
 	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]); the bias stays f32 */
-	op_init(&op, KILN_OP_GEMM, s->bias ? 3 : 2, 1);
-	f32_desc(&op.in[0], B, K, 0);
-	f32_desc(&op.in[1], N, K, 0);
+	gemm_op(&op, s->bias ? 3 : 2, 0, 1, B, N, K, dt, dt);
 	f32_desc(&op.in[2], N, 0, 0);
-	f32_desc(&op.out[0], B, N, 0);
-	op.in[0].dtype = op.in[1].dtype = op.out[0].dtype = dt;
-	op.i[0] = 0, op.i[1] = 1, op.i[2] = B, op.i[3] = N, op.i[4] = K, op.f[0] = 1.0;
-	if ((st = prep(h, dev, &op, &s->fwd, ws)))
+	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
 		return st;
 	/* dx[B,K] (+)= dy[B,N] . W[N,K] */
-	op_init(&op, KILN_OP_GEMM, 2, 1);
-	f32_desc(&op.in[0], B, N, 0);
-	f32_desc(&op.in[1], N, K, 0);
-	f32_desc(&op.out[0], B, K, 0);
-	op.in[0].dtype = op.in[1].dtype = op.out[0].dtype = dt;
-	op.i[0] = 0, op.i[1] = 0, op.i[2] = B, op.i[3] = K, op.i[4] = N, op.f[0] = 1.0;
-	if ((st = prep_pair(h, dev, &op, s->dx, ws)))
+	gemm_op(&op, 2, 0, 0, B, K, N, dt, dt);
+	if ((st = prep_pair(h, l, dev, &op, s->dx, ws)))
 		return st;
 	if (s->reorder &&
-	    (st = prep_nchw_reorders(h, dev, &l->in[0], &s->to_nchw, s->from_nchw, ws)))
+	    (st = prep_nchw_reorders(h, l, dev, &l->in[0], &s->to_nchw, s->from_nchw, ws)))
 		return st;
 	if (l->trainable) {
-		if ((st = plan_weight_grads(h, l, dev, ws)))
+		/* dW[N,K] = dy[B,N]^T . x[B,K], f32 from compute-dtype operands */
+		gemm_op(&op, 2, 1, 0, N, K, B, dt, KILN_F32);
+		if ((st = prep(h, l, dev, &op, &s->dw, ws)))
+			return st;
+	}
+	if (l->trainable && s->bias) {
+		/* db[N] = sum over rows of dy[B,N] */
+		op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
+		f32_desc(&op.in[0], B, N, 0);
+		op.in[0].dtype = dt;
+		f32_desc(&op.out[0], N, 0, 0);
+		if ((st = prep(h, l, dev, &op, &s->db, ws)))
 			return st;
 	}
 	/* workspace: [x in C,H,W order | dx in C,H,W order | the ops' own] */
 	if (s->reorder)
 		*ws += 2 * s->x_bytes;
-	return KILN_OK;
-}
-
-static kiln_status plan_weight_grads(const struct kiln_host *h, struct kiln_layer *l,
-				     struct kiln_device *dev, size_t *ws)
-{
-	struct linear *s = l->priv;
-	struct kiln_op op;
-	kiln_status st;
-	int64_t B = s->B, K = s->K, N = s->out;
-	/* dW[N,K] = dy[B,N]^T . x[B,K], f32 from compute-dtype operands */
-	op_init(&op, KILN_OP_GEMM, 2, 1);
-	f32_desc(&op.in[0], B, N, 0);
-	f32_desc(&op.in[1], B, K, 0);
-	f32_desc(&op.out[0], N, K, 0);
-	op.in[0].dtype = op.in[1].dtype = l->in[0].dtype;
-	op.i[0] = 1, op.i[1] = 0, op.i[2] = N, op.i[3] = K, op.i[4] = B, op.f[0] = 1.0;
-	if ((st = prep(h, dev, &op, &s->dw, ws)))
-		return st;
-	if (s->bias) {
-		/* db[N] = sum over rows of dy[B,N] */
-		op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
-		f32_desc(&op.in[0], B, N, 0);
-		op.in[0].dtype = l->in[0].dtype;
-		f32_desc(&op.out[0], N, 0, 0);
-		if ((st = prep(h, dev, &op, &s->db, ws)))
-			return st;
-	}
 	return KILN_OK;
 }
 
@@ -213,40 +199,5 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 	return KILN_OK;
 }
 
-static void linear_destroy(const struct kiln_host *h, struct kiln_layer *l,
-			   struct kiln_device *dev);
-
-static const struct kiln_layer_ops linear_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 1,
-	.max_inputs = 1,
-	.configure = linear_configure,
-	.infer = linear_infer,
-	.plan = linear_plan,
-	.forward = linear_forward,
-	.backward = linear_backward,
-	.destroy = linear_destroy,
-};
-
-static void linear_destroy(const struct kiln_host *h, struct kiln_layer *l,
-			   struct kiln_device *dev)
-{
-	struct linear *s = l->priv;
-	if (!s)
-		return;
-	if (dev) {
-		h->device_plan_free(dev, s->fwd);
-		h->device_plan_free(dev, s->dx[0]);
-		h->device_plan_free(dev, s->dx[1]);
-		h->device_plan_free(dev, s->dw);
-		h->device_plan_free(dev, s->db);
-		h->device_plan_free(dev, s->to_nchw);
-		h->device_plan_free(dev, s->from_nchw[0]);
-		h->device_plan_free(dev, s->from_nchw[1]);
-	}
-	free(s);
-	l->priv = NULL;
-}
-
-LAYER_DESCRIPTOR(kiln_layer_linear, "linear", "fully connected: y = x W^T + b", linear_ops,
-		 linear_keys);
+LAYER(linear, "linear", "fully connected: y = x W^T + b", linear_keys, 1, 1, linear_configure,
+      linear_infer, linear_plan, linear_forward, linear_backward, layer_destroy);

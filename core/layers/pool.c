@@ -10,11 +10,10 @@
 kiln_status pool_configure(const struct kiln_host *h, struct kiln_layer *l,
 			   const struct kiln_config *cfg, const char *sec, int kind, int global)
 {
-	struct pool *s = calloc(1, sizeof *s);
-	kiln_status st;
-	if (!s)
-		return h->error(KILN_ENOMEM, "out of memory");
-	l->priv = s;
+	kiln_status st = layer_alloc(h, l, sizeof(struct pool));
+	if (st)
+		return st;
+	struct pool *s = l->priv;
 	s->kind = kind;
 	s->global = global;
 	s->include_pad = 1;
@@ -89,15 +88,15 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 	op_init(&op, KILN_OP_POOL, 1, 2);
 	op.in[0] = s->x, op.out[0] = s->y;
 	pool_op(&op, s);
-	if ((st = prep(h, dev, &op, &s->fwd, &w)))
+	if ((st = prep(h, l, dev, &op, &s->fwd, &w)))
 		return st;
 	op.n_out = 1;
-	if ((st = prep(h, dev, &op, &s->infer, &w)))
+	if ((st = prep(h, l, dev, &op, &s->infer, &w)))
 		return st;
 	op_init(&op, KILN_OP_POOL_BWD, 3, 1);
 	op.in[0] = s->y, op.in[2] = s->x, op.out[0] = s->x;
 	pool_op(&op, s);
-	if ((st = prep(h, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, dev, &s->x, &s->acc)))
+	if ((st = prep(h, l, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
 	l->saved_bytes = h->device_aux_bytes(dev, s->fwd);
 	*ws = ALIGN64(s->dx_bytes) + w;
@@ -109,8 +108,7 @@ kiln_status pool_forward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct pool *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y, r->saved } };
-	args_ws(&a, r);
-	return h->device_run(r->dev, r->training ? s->fwd : s->infer, &a, r->stream);
+	return run_op(h, r, r->training ? s->fwd : s->infer, &a);
 }
 
 kiln_status pool_backward(const struct kiln_host *h, struct kiln_layer *l,
@@ -121,17 +119,4 @@ kiln_status pool_backward(const struct kiln_host *h, struct kiln_layer *l,
 		return KILN_OK;
 	struct kiln_op_args a = { .in = { r->dy, r->saved, r->x[0] } };
 	return run_maybe_acc(h, r, s->bwd, &a, r->dx[0], r->dx_accum[0], s->acc, s->dx_bytes);
-}
-
-void pool_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
-{
-	struct pool *s = l->priv;
-	if (s && dev) {
-		h->device_plan_free(dev, s->fwd);
-		h->device_plan_free(dev, s->infer);
-		h->device_plan_free(dev, s->bwd);
-		h->device_plan_free(dev, s->acc);
-	}
-	free(s);
-	l->priv = NULL;
 }

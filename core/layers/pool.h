@@ -6,6 +6,7 @@
 #include "util.h"
 
 struct pool {
+	struct layer_plans plans;
 	int kind;       /* KILN_POOL_MAX or KILN_POOL_AVG */
 	int global;     /* kernel = the whole input */
 	int64_t k[2], stride[2], pad[2];
@@ -17,21 +18,17 @@ struct pool {
 
 kiln_status pool_configure(const struct kiln_host *h, struct kiln_layer *l,
 			   const struct kiln_config *cfg, const char *sec, int kind, int global);
-kiln_status pool_infer(const struct kiln_host *h, struct kiln_layer *l);
-kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev,
-		      size_t *ws);
-kiln_status pool_forward(const struct kiln_host *h, struct kiln_layer *l,
-			 const struct kiln_layer_run *r);
-kiln_status pool_backward(const struct kiln_host *h, struct kiln_layer *l,
-			  const struct kiln_layer_run *r);
-void pool_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev);
+FAMILY_PASSES(pool);
 
-#define POOL_OPS(configure_fn)                                                            \
-	{                                                                                 \
-		.version = KILN_LAYER_OPS_VERSION, .min_inputs = 1, .max_inputs = 1,      \
-		.configure = configure_fn, .infer = pool_infer, .plan = pool_plan,        \
-		.forward = pool_forward, .backward = pool_backward,                       \
-		.destroy = pool_destroy,                                                  \
-	}
+/* A pooling layer kiln_layer_<var> of `kind` (global: the kernel is the
+ * whole input). */
+#define POOL_LAYER(var, nm, kind, global, summary, keys)                                   \
+	FAMILY_LAYER(var, nm, summary, keys, pool, kind, global)
+
+/* The window keys maxpool and avgpool share (kernel, stride), rows of
+ * their key tables. */
+#define POOL_WINDOW_KEYS                                                                   \
+	{ "kernel", KILN_KEY_INTS, NULL, 1, 1e6, NULL, "Window: `2` or `H,W` (required)." }, \
+	{ "stride", KILN_KEY_INTS, NULL, 1, 1e6, NULL, "Stride: `N` or `H,W`; default: the kernel." }
 
 #endif

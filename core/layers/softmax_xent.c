@@ -12,6 +12,7 @@
 #include "util.h"
 
 struct xent {
+	struct layer_plans plans;
 	int64_t B, C;
 	int kind;          /* enum kiln_loss */
 	double smoothing;  /* label_smoothing (cross-entropy) */
@@ -27,12 +28,13 @@ static const struct kiln_key xent_keys[] = {
 static kiln_status loss_configure(const struct kiln_host *h, struct kiln_layer *l,
 				  const struct kiln_config *cfg, const char *section, int kind)
 {
-	struct xent *s = calloc(1, sizeof(struct xent));
-	if (!(l->priv = s))
-		return h->error(KILN_ENOMEM, "out of memory");
+	kiln_status st = layer_alloc(h, l, sizeof(struct xent));
+	if (st)
+		return st;
+	struct xent *s = l->priv;
 	s->kind = kind;
 	if (kind == KILN_LOSS_XENT) {
-		kiln_status st = h->config_get_float(cfg, section, "label_smoothing", &s->smoothing);
+		st = h->config_get_float(cfg, section, "label_smoothing", &s->smoothing);
 		if (st == KILN_ENOTFOUND)
 			s->smoothing = 0;
 		else if (st)
@@ -42,25 +44,7 @@ static kiln_status loss_configure(const struct kiln_host *h, struct kiln_layer *
 	return KILN_OK;
 }
 
-static kiln_status xent_configure(const struct kiln_host *h, struct kiln_layer *l,
-				  const struct kiln_config *cfg, const char *section)
-{
-	return loss_configure(h, l, cfg, section, KILN_LOSS_XENT);
-}
-
-static kiln_status mse_configure(const struct kiln_host *h, struct kiln_layer *l,
-				 const struct kiln_config *cfg, const char *section)
-{
-	return loss_configure(h, l, cfg, section, KILN_LOSS_MSE);
-}
-
-static kiln_status bce_configure(const struct kiln_host *h, struct kiln_layer *l,
-				 const struct kiln_config *cfg, const char *section)
-{
-	return loss_configure(h, l, cfg, section, KILN_LOSS_BCE);
-}
-
-static kiln_status xent_infer(const struct kiln_host *h, struct kiln_layer *l)
+static kiln_status loss_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
 	struct xent *s = l->priv;
 	if (l->in[0].ndim != 2)
@@ -73,7 +57,7 @@ static kiln_status xent_infer(const struct kiln_host *h, struct kiln_layer *l)
 	return KILN_OK;
 }
 
-static kiln_status xent_plan(const struct kiln_host *h, struct kiln_layer *l,
+static kiln_status loss_plan(const struct kiln_host *h, struct kiln_layer *l,
 			     struct kiln_device *dev, size_t *ws)
 {
 	struct xent *s = l->priv;
@@ -92,96 +76,53 @@ static kiln_status xent_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.f[0] = 1.0 / (double)s->B;
 	op.f[1] = s->smoothing;
 	size_t w = 0;
-	kiln_status st = prep(h, dev, &op, &s->op, &w);
+	kiln_status st = prep(h, l, dev, &op, &s->op, &w);
 	/* evaluation writes the unused gradient at the start of the
 	 * workspace; the op's own workspace follows it */
-	size_t g = ((size_t)(s->B * s->C) * sizeof(float) + 63) & ~(size_t)63;
+	size_t g = ALIGN64((size_t)(s->B * s->C) * sizeof(float));
 	if (*ws < g + w)
 		*ws = g + w;
 	return st;
 }
 
-static kiln_status xent_run(const struct kiln_host *h, struct kiln_layer *l,
+static kiln_status loss_run(const struct kiln_host *h, struct kiln_layer *l,
 			    const struct kiln_layer_run *r, void *grad)
 {
 	struct xent *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0], r->labels, r->loss_scale },
 				  .out = { grad, r->metrics } };
-	args_ws(&a, r);
-	if (grad == r->workspace) {
-		size_t g = ((size_t)(s->B * s->C) * sizeof(float) + 63) & ~(size_t)63;
-		a.workspace = (char *)r->workspace + g;
-		a.workspace_bytes = r->workspace_bytes - g;
-	}
+	if (grad != r->workspace)
+		return run_op(h, r, s->op, &a);
+	size_t g = ALIGN64((size_t)(s->B * s->C) * sizeof(float));
+	a.workspace = (char *)r->workspace + g;
+	a.workspace_bytes = r->workspace_bytes - g;
 	return h->device_run(r->dev, s->op, &a, r->stream);
 }
 
-static kiln_status xent_forward(const struct kiln_host *h, struct kiln_layer *l,
+static kiln_status loss_forward(const struct kiln_host *h, struct kiln_layer *l,
 				const struct kiln_layer_run *r)
 {
 	if (r->training)
 		return KILN_OK; /* fused into backward */
-	return xent_run(h, l, r, r->workspace);
+	return loss_run(h, l, r, r->workspace);
 }
 
-static kiln_status xent_backward(const struct kiln_host *h, struct kiln_layer *l,
+static kiln_status loss_backward(const struct kiln_host *h, struct kiln_layer *l,
 				 const struct kiln_layer_run *r)
 {
 	/* nothing upstream trainable: the gradient goes to workspace, the
 	 * metrics still count (the planner rejects dx_accum) */
-	return xent_run(h, l, r, r->dx[0] ? r->dx[0] : r->workspace);
+	return loss_run(h, l, r, r->dx[0] ? r->dx[0] : r->workspace);
 }
 
-static void xent_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)
-{
-	struct xent *s = l->priv;
-	if (s && dev)
-		h->device_plan_free(dev, s->op);
-	free(s);
-	l->priv = NULL;
-}
+FAMILY_LAYER(softmax_xent, "softmax_xent",
+	     "loss: softmax + cross-entropy, mean over the batch (needs labels)", xent_keys, loss,
+	     KILN_LOSS_XENT);
 
-static const struct kiln_layer_ops xent_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 1,
-	.max_inputs = 1,
-	.configure = xent_configure,
-	.infer = xent_infer,
-	.plan = xent_plan,
-	.forward = xent_forward,
-	.backward = xent_backward,
-	.destroy = xent_destroy,
-};
+FAMILY_LAYER(mse, "mse",
+	     "loss: mean squared error of the outputs against the label's one-hot (nn.MSELoss)",
+	     NULL, loss, KILN_LOSS_MSE);
 
-LAYER_DESCRIPTOR(kiln_layer_softmax_xent, "softmax_xent",
-		 "loss: softmax + cross-entropy, mean over the batch (needs labels)", xent_ops, xent_keys);
-
-static const struct kiln_layer_ops mse_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 1,
-	.max_inputs = 1,
-	.configure = mse_configure,
-	.infer = xent_infer,
-	.plan = xent_plan,
-	.forward = xent_forward,
-	.backward = xent_backward,
-	.destroy = xent_destroy,
-};
-
-LAYER_DESCRIPTOR(kiln_layer_mse, "mse",
-		 "loss: mean squared error of the outputs against the label's one-hot (nn.MSELoss)", mse_ops, NULL);
-
-static const struct kiln_layer_ops bce_ops = {
-	.version = KILN_LAYER_OPS_VERSION,
-	.min_inputs = 1,
-	.max_inputs = 1,
-	.configure = bce_configure,
-	.infer = xent_infer,
-	.plan = xent_plan,
-	.forward = xent_forward,
-	.backward = xent_backward,
-	.destroy = xent_destroy,
-};
-
-LAYER_DESCRIPTOR(kiln_layer_bce_logits, "bce_logits",
-		 "loss: binary cross-entropy with logits per class against the label's one-hot (nn.BCEWithLogitsLoss)", bce_ops, NULL);
+FAMILY_LAYER(bce_logits, "bce_logits",
+	     "loss: binary cross-entropy with logits per class against the label's one-hot (nn.BCEWithLogitsLoss)",
+	     NULL, loss, KILN_LOSS_BCE);

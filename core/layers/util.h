@@ -4,6 +4,8 @@
 
 #include "../internal.h"
 
+#include <stdlib.h>
+
 static inline void op_init(struct kiln_op *op, int type, int n_in, int n_out)
 {
 	memset(op, 0, sizeof *op);
@@ -29,30 +31,94 @@ static inline int64_t per_sample(const struct kiln_tensor_desc *d)
 	return n;
 }
 
-/* Prepare `op` into *plan, growing *ws to the largest workspace seen. */
-static inline kiln_status prep(const struct kiln_host *h, struct kiln_device *dev,
-			       const struct kiln_op *op, void **plan, size_t *ws)
+/* ---- a layer's state and the device plans it prepares ------------------- */
+
+/* Every built-in layer's state (l->priv) starts with the list of the
+ * device plans it prepared: the prep helpers below record each one, so
+ * layer_destroy frees them all and no layer lists its plans twice. */
+#define LAYER_MAX_PLANS 24
+struct layer_plans {
+	int n;
+	void *all[LAYER_MAX_PLANS];
+};
+
+/* Allocate the layer's zeroed state, `size` bytes starting with a struct
+ * layer_plans, into l->priv, unless it has one already (configure or
+ * infer, whichever comes first). */
+static inline kiln_status layer_alloc(const struct kiln_host *h, struct kiln_layer *l, size_t size)
 {
+	if (!l->priv && !(l->priv = calloc(1, size)))
+		return h->error(KILN_ENOMEM, "out of memory");
+	return KILN_OK;
+}
+
+/* Free the plans the layer prepared (when it was planned on dev) and its
+ * state: the destroy of every layer that owns nothing else. */
+static inline void layer_destroy(const struct kiln_host *h, struct kiln_layer *l,
+				 struct kiln_device *dev)
+{
+	struct layer_plans *p = l->priv;
+	for (int i = 0; p && dev && i < p->n; i++)
+		h->device_plan_free(dev, p->all[i]);
+	free(p);
+	l->priv = NULL;
+}
+
+/* Prepare `op` into *plan (recorded in the layer's list), growing *ws to
+ * the largest workspace seen (ws NULL: the op must need none). */
+static inline kiln_status prep(const struct kiln_host *h, struct kiln_layer *l,
+			       struct kiln_device *dev, const struct kiln_op *op, void **plan,
+			       size_t *ws)
+{
+	struct layer_plans *p = l->priv;
 	size_t w = 0;
-	kiln_status st = h->device_prepare(dev, op, plan, &w);
-	if (!st && w > *ws)
+	if (p->n == LAYER_MAX_PLANS)
+		return h->error(KILN_EINTERNAL, "layer '%s': more than %d device plans", l->name,
+				LAYER_MAX_PLANS);
+	kiln_status st = h->device_prepare(dev, op, plan, ws ? &w : NULL);
+	if (st)
+		return st;
+	p->all[p->n++] = *plan;
+	if (ws && w > *ws)
 		*ws = w;
-	return st;
+	return KILN_OK;
 }
 
 /* Prepare `op` twice: plans[0] writes out0, plans[1] adds into it.  The
  * first consumer of a gradient in a step writes it, later ones add (the
  * planner's dx_accum picks the plan at run time). */
-static inline kiln_status prep_pair(const struct kiln_host *h, struct kiln_device *dev,
-				    struct kiln_op *op, void *plans[2], size_t *ws)
+static inline kiln_status prep_pair(const struct kiln_host *h, struct kiln_layer *l,
+				    struct kiln_device *dev, struct kiln_op *op, void *plans[2],
+				    size_t *ws)
 {
 	kiln_status st;
 	for (int acc = 0; acc < 2; acc++) {
 		op->flags = acc ? KILN_OPF_ACCUMULATE : 0;
-		if ((st = prep(h, dev, op, &plans[acc], ws)))
+		if ((st = prep(h, l, dev, op, &plans[acc], ws)))
 			return st;
 	}
 	return KILN_OK;
+}
+
+/* Run `plan` on a's buffers with the layer's workspace. */
+static inline kiln_status run_op(const struct kiln_host *h, const struct kiln_layer_run *r,
+				 void *plan, struct kiln_op_args *a)
+{
+	a->workspace = r->workspace;
+	a->workspace_bytes = r->workspace_bytes;
+	return h->device_run(r->dev, plan, a, r->stream);
+}
+
+/* The backward into input k's gradient from a's inputs: pair[0] writes
+ * dx[k], pair[1] adds into it (dx_accum); nothing when no gradient is
+ * wanted. */
+static inline kiln_status run_dx(const struct kiln_host *h, const struct kiln_layer_run *r,
+				 void *const pair[2], int k, struct kiln_op_args *a)
+{
+	if (!r->dx[k])
+		return KILN_OK;
+	a->out[0] = r->dx[k];
+	return run_op(h, r, pair[r->dx_accum[k] ? 1 : 0], a);
 }
 
 /* Parameter k as the matrix products read it: the compute-dtype copy with
@@ -69,14 +135,6 @@ static inline struct kiln_tensor_desc with_dtype(struct kiln_tensor_desc d, int 
 	return d;
 }
 
-static inline void args_ws(struct kiln_op_args *a, const struct kiln_layer_run *r)
-{
-	a->workspace = r->workspace;
-	a->workspace_bytes = r->workspace_bytes;
-}
-
-
-#include <stdlib.h>
 
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
 
@@ -107,15 +165,16 @@ static inline kiln_status get_pair(const struct kiln_host *h, const struct kiln_
 /* dst (n elements, desc d) += src: how a layer adds a result into a
  * gradient that another consumer already wrote, when the device op that
  * computes it cannot accumulate. */
-static inline kiln_status prep_acc(const struct kiln_host *h, struct kiln_device *dev,
-				   const struct kiln_tensor_desc *d, void **plan)
+static inline kiln_status prep_acc(const struct kiln_host *h, struct kiln_layer *l,
+				   struct kiln_device *dev, const struct kiln_tensor_desc *d,
+				   void **plan)
 {
 	struct kiln_op op;
 	op_init(&op, KILN_OP_SCALE, 1, 1);
 	op.flags = KILN_OPF_ACCUMULATE;
 	op.in[0] = op.out[0] = *d;
 	op.f[0] = 1.0;
-	return h->device_prepare(dev, &op, plan, NULL);
+	return prep(h, l, dev, &op, plan, NULL);
 }
 
 /* Run `plan` writing out0 = target, or, when `accum`, writing out0 to the
@@ -144,7 +203,8 @@ static inline int is_nhwc(const struct kiln_tensor_desc *d)
 /* Reading a channels-last input in PyTorch's C, H, W order (flatten, linear):
  * `to` copies x into NCHW; from[0..1] write or add an NCHW gradient back
  * into x's layout. */
-static inline kiln_status prep_nchw_reorders(const struct kiln_host *h, struct kiln_device *dev,
+static inline kiln_status prep_nchw_reorders(const struct kiln_host *h, struct kiln_layer *l,
+					     struct kiln_device *dev,
 					     const struct kiln_tensor_desc *x, void **to,
 					     void *from[2], size_t *ws)
 {
@@ -154,10 +214,10 @@ static inline kiln_status prep_nchw_reorders(const struct kiln_host *h, struct k
 	nchw.layout = KILN_NCHW;
 	op_init(&op, KILN_OP_REORDER, 1, 1);
 	op.in[0] = *x, op.out[0] = nchw;
-	if ((st = prep(h, dev, &op, to, ws)))
+	if ((st = prep(h, l, dev, &op, to, ws)))
 		return st;
 	op.in[0] = nchw, op.out[0] = *x;
-	return prep_pair(h, dev, &op, from, ws);
+	return prep_pair(h, l, dev, &op, from, ws);
 }
 
 /* 4-d activation descriptor N, C, H, W in `layout`. */
@@ -175,5 +235,41 @@ static inline void act4(struct kiln_tensor_desc *d, int64_t n, int64_t c, int64_
 		.kind = KILN_PLUGIN_LAYER, .name = nm, .summary = sum, .ops = &opsv,      \
 		.keys = keysv, .probe = NULL,                                             \
 	}
+
+/* A built-in layer: its ops table (every member written, NULL where it has
+ * none) and its descriptor kiln_layer_<var>, the row layers.c lists. */
+#define LAYER(var, nm, sum, keysv, min_in, max_in, configure_fn, infer_fn, plan_fn, forward_fn, \
+	      backward_fn, destroy_fn)                                                       \
+	static const struct kiln_layer_ops var##_ops = {                                      \
+		.version = KILN_LAYER_OPS_VERSION, .min_inputs = min_in,                     \
+		.max_inputs = max_in, .configure = configure_fn, .infer = infer_fn,          \
+		.plan = plan_fn, .forward = forward_fn, .backward = backward_fn,             \
+		.destroy = destroy_fn,                                                       \
+	};                                                                                    \
+	LAYER_DESCRIPTOR(kiln_layer_##var, nm, sum, var##_ops, keysv)
+
+/* The passes a family of layers shares (act.h, pool.h): family_infer,
+ * _plan, _forward and _backward, as a layer's ops table wants them. */
+#define FAMILY_PASSES(family)                                                              \
+	kiln_status family##_infer(const struct kiln_host *h, struct kiln_layer *l);         \
+	kiln_status family##_plan(const struct kiln_host *h, struct kiln_layer *l,           \
+				  struct kiln_device *dev, size_t *ws);                       \
+	kiln_status family##_forward(const struct kiln_host *h, struct kiln_layer *l,        \
+				     const struct kiln_layer_run *r);                         \
+	kiln_status family##_backward(const struct kiln_host *h, struct kiln_layer *l,       \
+				      const struct kiln_layer_run *r)
+
+/* A layer of a family that shares one implementation (act.c, pool.c,
+ * softmax_xent.c): the family's passes (FAMILY_PASSES) and a configure
+ * that calls family_configure(h, l, cfg, sec, ...) with the layer's own
+ * arguments (its kind). */
+#define FAMILY_LAYER(var, nm, summary, keys, family, ...)                                  \
+	static kiln_status var##_configure(const struct kiln_host *h, struct kiln_layer *l, \
+					   const struct kiln_config *cfg, const char *sec)  \
+	{                                                                                 \
+		return family##_configure(h, l, cfg, sec, __VA_ARGS__);                   \
+	}                                                                                 \
+	LAYER(var, nm, summary, keys, 1, 1, var##_configure, family##_infer, family##_plan,   \
+	      family##_forward, family##_backward, layer_destroy)
 
 #endif

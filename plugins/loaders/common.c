@@ -92,13 +92,67 @@ kiln_status loaders_out_of_range(const struct kiln_host *host, const char *who,
 			   who, what, v, n, last);
 }
 
-void loaders_varying_info(struct kiln_source_info *info, int64_t n, int64_t classes)
+kiln_status loaders_varying_info(void *ctx, struct kiln_source_info *info)
 {
+	const struct loaders_source *src = ctx;
 	memset(info, 0, sizeof *info);
-	info->len = n;
+	info->len = src->n;
 	/* image sizes vary: sample stays ndim 0 and image_h/w/c 0 */
 	info->label.dtype = KILN_I32;
 	info->label.layout = KILN_ROW;
 	info->label.ndim = 0;
-	info->classes = classes;
+	info->classes = src->classes;
+	return KILN_OK;
+}
+
+void loaders_fixed_info(struct kiln_source_info *info, int dtype, int64_t d0, int64_t d1,
+			int64_t d2, int32_t h, int32_t w, int32_t ch)
+{
+	info->sample.dtype = dtype;
+	info->sample.layout = KILN_ROW;
+	info->sample.ndim = 3;
+	info->sample.dims[0] = d0;
+	info->sample.dims[1] = d1;
+	info->sample.dims[2] = d2;
+	info->image_h = h;
+	info->image_w = w;
+	info->image_c = ch;
+}
+
+kiln_status loaders_check_index(const struct loaders_source *src, int64_t index)
+{
+	if (index < 0 || index >= src->n)
+		return loaders_out_of_range(src->host, src->who, "sample index", index, src->n,
+					    src->n - 1);
+	return KILN_OK;
+}
+
+kiln_status loaders_get_position(void *ctx, int64_t *offset)
+{
+	const struct loaders_source *src = ctx;
+	*offset = src->position;
+	return KILN_OK;
+}
+
+kiln_status loaders_set_position(void *ctx, int64_t offset)
+{
+	struct loaders_source *src = ctx;
+	if (offset < 0 || offset > src->n)
+		return loaders_out_of_range(src->host, src->who, "position", offset, src->n, src->n);
+	src->position = offset;
+	return KILN_OK;
+}
+
+kiln_status loaders_classes_key(const struct kiln_host *host, const struct kiln_config *cfg,
+				const char *section, int64_t *classes)
+{
+	kiln_status st = host->config_get_int(cfg, section, "classes", classes);
+	if (st == KILN_ENOTFOUND)
+		*classes = 0;
+	else if (st)
+		return st;
+	if (*classes < 0 || *classes > INT32_MAX)
+		return host->error(KILN_ECONFIG, "%s: [%s] classes = %" PRId64 ": 0 (from the labels) or a class count",
+				   host->config_where(cfg, section, "classes"), section, *classes);
+	return KILN_OK;
 }

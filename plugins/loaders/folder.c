@@ -48,15 +48,13 @@ struct folder_sample {
 };
 
 struct folder_ctx {
-	const struct kiln_host *host;
+	struct loaders_source src; /* first: host, n, get/set_position */
 	char root[PATH_MAX];
 	char *names;                /* NUL-terminated relative paths */
 	size_t names_len, names_cap;
 	struct folder_sample *s;    /* [n] */
-	int64_t n, cap;
-	int64_t classes;
+	int64_t cap;
 	int64_t skipped;            /* files with other image extensions */
-	int64_t position;           /* global sample offset (get/set_position) */
 };
 
 /* A growable list of strings (directory and file names while listing). */
@@ -111,7 +109,7 @@ static void folder_sort(struct folder_list *l)
 static kiln_status folder_scandir(struct folder_ctx *c, const char *rel,
 				  struct folder_list *dirs, struct folder_list *files)
 {
-	const struct kiln_host *host = c->host;
+	const struct kiln_host *host = c->src.host;
 	char dir[PATH_MAX], p[PATH_MAX];
 	if (*rel ? loaders_join(dir, sizeof dir, c->root, rel) :
 		   snprintf(dir, sizeof dir, "%s", c->root) >= (int)sizeof dir)
@@ -173,21 +171,21 @@ static kiln_status folder_walk(struct folder_ctx *c, const char *rel, struct sta
 	char dir[PATH_MAX];
 	struct stat sb;
 	if (loaders_join(dir, sizeof dir, c->root, rel))
-		return c->host->error(KILN_EIO, "%s/%s: path too long", c->root, rel);
+		return c->src.host->error(KILN_EIO, "%s/%s: path too long", c->root, rel);
 	if (stat(dir, &sb) != 0)
-		return c->host->error(KILN_EIO, "%s: cannot open the directory: %s", dir,
+		return c->src.host->error(KILN_EIO, "%s: cannot open the directory: %s", dir,
 				      strerror(errno));
 	for (int i = 0; i < depth; i++)
 		if (anc[i].st_dev == sb.st_dev && anc[i].st_ino == sb.st_ino) {
-			c->host->log(KILN_LOG_WARN, FOLDER_WHO, "%s: a link back to a directory above it; not followed", dir);
+			c->src.host->log(KILN_LOG_WARN, FOLDER_WHO, "%s: a link back to a directory above it; not followed", dir);
 			return KILN_OK;
 		}
 	if (depth >= FOLDER_MAX_DEPTH)
-		return c->host->error(KILN_EDATA, "%s: more than %d directory levels below the class directory",
+		return c->src.host->error(KILN_EDATA, "%s: more than %d directory levels below the class directory",
 				      dir, FOLDER_MAX_DEPTH);
 	anc[depth] = sb;
 	if (folder_list_add(out, rel))
-		return c->host->error(KILN_ENOMEM, "out of memory listing %s", dir);
+		return c->src.host->error(KILN_ENOMEM, "out of memory listing %s", dir);
 	struct folder_list sub = { 0 };
 	kiln_status st = folder_scandir(c, rel, &sub, NULL);
 	if (!st) {
@@ -204,29 +202,29 @@ static kiln_status folder_add(struct folder_ctx *c, const char *rel, const char 
 {
 	size_t rl = strlen(rel), nl = strlen(name), need = rl + 1 + nl + 1;
 	if (rl + 1 + nl + 1 + strlen(c->root) >= PATH_MAX)
-		return c->host->error(KILN_EIO, "%s/%s/%s: path too long", c->root, rel, name);
+		return c->src.host->error(KILN_EIO, "%s/%s/%s: path too long", c->root, rel, name);
 	if (c->names_len + need > c->names_cap) {
 		size_t nc = c->names_cap ? c->names_cap * 2 : 1 << 16;
 		while (nc < c->names_len + need)
 			nc *= 2;
 		char *nn = realloc(c->names, nc);
 		if (!nn)
-			return c->host->error(KILN_ENOMEM, "out of memory listing %s", c->root);
+			return c->src.host->error(KILN_ENOMEM, "out of memory listing %s", c->root);
 		c->names = nn;
 		c->names_cap = nc;
 	}
-	if (c->n == c->cap) {
+	if (c->src.n == c->cap) {
 		int64_t nc = c->cap ? c->cap * 2 : 1024;
 		struct folder_sample *ns = realloc(c->s, (size_t)nc * sizeof *ns);
 		if (!ns)
-			return c->host->error(KILN_ENOMEM, "out of memory listing %s", c->root);
+			return c->src.host->error(KILN_ENOMEM, "out of memory listing %s", c->root);
 		c->s = ns;
 		c->cap = nc;
 	}
-	c->s[c->n].name = c->names_len;
-	c->s[c->n].label = label;
-	c->s[c->n].reserved = 0;
-	c->n++;
+	c->s[c->src.n].name = c->names_len;
+	c->s[c->src.n].label = label;
+	c->s[c->src.n].reserved = 0;
+	c->src.n++;
 	memcpy(c->names + c->names_len, rel, rl);
 	c->names[c->names_len + rl] = '/';
 	memcpy(c->names + c->names_len + rl + 1, name, nl + 1);
@@ -308,7 +306,7 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 	struct folder_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
-	c->host = host;
+	c->src.host = host;
 	if ((st = loaders_split_root(host, cfg, section, FOLDER_WHO, path, ksplit ? ksplit : split,
 				     ksplit != NULL, c->root, sizeof c->root, &is_dir)))
 		goto fail;
@@ -329,19 +327,19 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 		goto fail;
 	}
 	folder_sort(&classes);
-	c->classes = (int64_t)classes.n;
+	c->src.classes = (int64_t)classes.n;
 	int64_t empty = 0;
 	for (size_t k = 0; k < classes.n; k++) {
-		int64_t before = c->n;
+		int64_t before = c->src.n;
 		if ((st = folder_scan_class(c, classes.v[k], (int32_t)k)))
 			goto fail;
-		if (c->n == before) {
+		if (c->src.n == before) {
 			if (!empty++)
 				host->log(KILN_LOG_WARN, FOLDER_WHO, "%s/%s: class %zu has no .jpg/.jpeg/.png files",
 					  c->root, classes.v[k], k);
 		}
 	}
-	if (c->n == 0) {
+	if (c->src.n == 0) {
 		st = host->error(KILN_EDATA, "%s: no .jpg/.jpeg/.png files in its %zu class subdirectories",
 				 c->root, classes.n);
 		goto fail;
@@ -354,7 +352,8 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 		host->log(KILN_LOG_WARN, FOLDER_WHO, "%s: %" PRId64 " .bmp/.ppm/.pgm/.tif/.webp files skipped (only JPEG and PNG are read)",
 			  c->root, c->skipped);
 	host->log(KILN_LOG_INFO, FOLDER_WHO, "[%s] %s: %" PRId64 " images, %" PRId64 " classes",
-		  section, c->root, c->n, c->classes);
+		  section, c->root, c->src.n, c->src.classes);
+	c->src.who = c->root;
 	*out = c;
 	return KILN_OK;
 
@@ -364,22 +363,16 @@ fail:
 	return st;
 }
 
-static kiln_status folder_info(void *vctx, struct kiln_source_info *info)
-{
-	const struct folder_ctx *c = vctx;
-	loaders_varying_info(info, c->n, c->classes);
-	return KILN_OK;
-}
-
 /* image: u8 [h, w, c] as decoded; label: i32 []. */
 static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_image *img,
 				     void *label)
 {
 	const struct folder_ctx *c = vctx;
-	const struct kiln_host *host = c->host;
+	const struct kiln_host *host = c->src.host;
 	char p[PATH_MAX];
-	if (index < 0 || index >= c->n)
-		return loaders_out_of_range(host, c->root, "sample index", index, c->n, c->n - 1);
+	kiln_status st = loaders_check_index(&c->src, index);
+	if (st)
+		return st;
 	const struct folder_sample *s = &c->s[index];
 	if (loaders_join(p, sizeof p, c->root, c->names + s->name))
 		return host->error(KILN_EIO, "%s/%s: path too long", c->root, c->names + s->name);
@@ -387,7 +380,7 @@ static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_imag
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the image: %s", p, strerror(errno));
 	struct stat sb;
-	kiln_status st = KILN_OK;
+	st = KILN_OK;
 	uint8_t *buf = NULL;
 	if (fstat(fd, &sb) != 0) {
 		st = host->error(KILN_EIO, "%s: cannot read the image: %s", p, strerror(errno));
@@ -431,40 +424,6 @@ out:
 	return st;
 }
 
-static kiln_status folder_get_position(void *vctx, int64_t *offset)
-{
-	const struct folder_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status folder_set_position(void *vctx, int64_t offset)
-{
-	struct folder_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, c->root, "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
-static const struct kiln_source_ops folder_ops = {
-	.version = KILN_SOURCE_OPS_VERSION,
-	.open = folder_open,
-	.close = folder_close,
-	.info = folder_info,
-	.read = NULL,
-	.get_position = folder_get_position,
-	.set_position = folder_set_position,
-	.read_image = folder_read_image,
-};
-
-const struct kiln_plugin loaders_folder_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_SOURCE,
-	.name = "folder",
-	.summary = "torchvision ImageFolder: a directory of class subdirectories of JPEG and PNG files",
-	.ops = &folder_ops,
-	.keys = folder_keys,
-	.probe = NULL,
-};
+LOADERS_SOURCE(folder, "folder",
+	       "torchvision ImageFolder: a directory of class subdirectories of JPEG and PNG files",
+	       folder_keys, folder_open, folder_close, loaders_varying_info, NULL, folder_read_image);

@@ -51,12 +51,11 @@ struct idx_file {
 };
 
 struct idx_ctx {
-	const struct kiln_host *host;
+	struct loaders_source src; /* first: host, n, get/set_position */
 	struct idx_file images; /* u8 [n, rows, cols] */
 	struct idx_file labels; /* u8 [n] */
-	int64_t n, rows, cols, classes;
+	int64_t rows, cols;
 	float lut[256];         /* lut[u] = (u/255 - mean)/std */
-	int64_t position;       /* global sample offset (get/set_position) */
 };
 
 /* ---- reading through zlib --------------------------------------------- */
@@ -402,7 +401,7 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 	struct idx_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
-	c->host = host;
+	c->src.host = host;
 	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, &c->images)) ||
 	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, &c->labels)))
 		goto fail;
@@ -411,19 +410,20 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 				 img, c->images.dims[0], lab, c->labels.dims[0]);
 		goto fail;
 	}
-	c->n = (int64_t)c->images.dims[0];
+	c->src.n = (int64_t)c->images.dims[0];
 	c->rows = (int64_t)c->images.dims[1];
 	c->cols = (int64_t)c->images.dims[2];
 	int max = 0;
-	for (int64_t i = 0; i < c->n; i++)
+	for (int64_t i = 0; i < c->src.n; i++)
 		if (c->labels.data[i] > max)
 			max = c->labels.data[i];
-	c->classes = max + 1;
+	c->src.classes = max + 1;
 	/* The normalisation of every byte value, computed once in double. */
 	for (int u = 0; u < 256; u++)
 		c->lut[u] = (float)((u / 255.0 - mean) / sd);
 	host->log(KILN_LOG_INFO, IDX_WHO, "[%s] %s: %" PRId64 " samples of %" PRId64 "x%" PRId64 ", %" PRId64 " classes",
-		  section, img, c->n, c->rows, c->cols, c->classes);
+		  section, img, c->src.n, c->rows, c->cols, c->src.classes);
+	c->src.who = c->images.path;
 	*out = c;
 	return KILN_OK;
 
@@ -435,21 +435,9 @@ fail:
 static kiln_status idx_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct idx_ctx *c = vctx;
-	memset(info, 0, sizeof *info);
-	info->len = c->n;
-	info->sample.dtype = KILN_F32;
-	info->sample.layout = KILN_ROW;
-	info->sample.ndim = 3;
-	info->sample.dims[0] = 1;
-	info->sample.dims[1] = c->rows;
-	info->sample.dims[2] = c->cols;
-	info->label.dtype = KILN_I32;
-	info->label.layout = KILN_ROW;
-	info->label.ndim = 0;
-	info->classes = c->classes;
-	info->image_h = (int32_t)c->rows;
-	info->image_w = (int32_t)c->cols;
-	info->image_c = 1;
+	loaders_varying_info(vctx, info);
+	loaders_fixed_info(info, KILN_F32, 1, c->rows, c->cols, (int32_t)c->rows, (int32_t)c->cols,
+			   1);
 	return KILN_OK;
 }
 
@@ -457,9 +445,9 @@ static kiln_status idx_info(void *vctx, struct kiln_source_info *info)
 static kiln_status idx_read(void *vctx, int64_t index, void *sample, void *label)
 {
 	const struct idx_ctx *c = vctx;
-	if (index < 0 || index >= c->n)
-		return c->host->error(KILN_EINVAL, "%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      c->images.path, index, c->n, c->n - 1);
+	kiln_status st = loaders_check_index(&c->src, index);
+	if (st)
+		return st;
 	if (sample) {
 		int64_t per = c->rows * c->cols;
 		const uint8_t *src = c->images.data + index * per;
@@ -477,14 +465,14 @@ static kiln_status idx_read_image(void *vctx, int64_t index, struct kiln_image *
 				  void *label)
 {
 	const struct idx_ctx *c = vctx;
-	if (index < 0 || index >= c->n)
-		return c->host->error(KILN_EINVAL, "%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      c->images.path, index, c->n, c->n - 1);
+	kiln_status st = loaders_check_index(&c->src, index);
+	if (st)
+		return st;
 	size_t per = (size_t)(c->rows * c->cols);
 	if (img->cap < per || !img->data) {
 		uint8_t *p = realloc(img->data, per);
 		if (!p)
-			return c->host->error(KILN_ENOMEM, "out of memory");
+			return c->src.host->error(KILN_ENOMEM, "out of memory");
 		img->data = p;
 		img->cap = per;
 	}
@@ -497,41 +485,6 @@ static kiln_status idx_read_image(void *vctx, int64_t index, struct kiln_image *
 	return KILN_OK;
 }
 
-static kiln_status idx_get_position(void *vctx, int64_t *offset)
-{
-	const struct idx_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status idx_set_position(void *vctx, int64_t offset)
-{
-	struct idx_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      c->images.path, offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
-static const struct kiln_source_ops idx_ops = {
-	.version = KILN_SOURCE_OPS_VERSION,
-	.open = idx_open,
-	.close = idx_close,
-	.info = idx_info,
-	.read = idx_read,
-	.get_position = idx_get_position,
-	.set_position = idx_set_position,
-	.read_image = idx_read_image,
-};
-
-const struct kiln_plugin loaders_idx_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_SOURCE,
-	.name = "idx",
-	.summary = "MNIST-format IDX image and label files, gzipped or not",
-	.ops = &idx_ops,
-	.keys = idx_keys,
-	.probe = NULL,
-};
+LOADERS_SOURCE(idx, "idx",
+	       "MNIST-format IDX image and label files, gzipped or not",
+	       idx_keys, idx_open, idx_close, idx_info, idx_read, idx_read_image);

@@ -46,12 +46,10 @@
 #define LMDB_LEN_KEY "__len__"
 
 struct lmdb_ctx {
-	const struct kiln_host *host;
+	struct loaders_source src; /* first: host, n, get/set_position */
 	char path[PATH_MAX];
 	MDB_env *env;
 	MDB_dbi dbi;
-	int64_t n, classes;
-	int64_t position; /* global sample offset (get/set_position) */
 };
 
 /* An LMDB error code as a status: positive codes are errno values (the
@@ -96,20 +94,20 @@ static kiln_status lmdb_get(const struct lmdb_ctx *c, MDB_txn *txn, int64_t inde
 	key.mv_size = strlen(k);
 	int rc = mdb_get(txn, c->dbi, &key, &val);
 	if (rc == MDB_NOTFOUND)
-		return c->host->error(KILN_EDATA, "%s: key %s: missing (the database has %" PRId64 " samples, keys %08d..%08" PRId64 ")",
-				      c->path, k, c->n, 0, c->n - 1);
+		return c->src.host->error(KILN_EDATA, "%s: key %s: missing (the database has %" PRId64 " samples, keys %08d..%08" PRId64 ")",
+				      c->path, k, c->src.n, 0, c->src.n - 1);
 	if (rc)
-		return c->host->error(lmdb_status(rc), "%s: key %s: cannot read: %s", c->path, k,
+		return c->src.host->error(lmdb_status(rc), "%s: key %s: cannot read: %s", c->path, k,
 				      mdb_strerror(rc));
 	if (val.mv_size < 4)
-		return c->host->error(KILN_EDATA, "%s: key %s: value of %zu bytes is shorter than its 4-byte label",
+		return c->src.host->error(KILN_EDATA, "%s: key %s: value of %zu bytes is shorter than its 4-byte label",
 				      c->path, k, val.mv_size);
 	const uint8_t *v = val.mv_data;
 	uint32_t u = (uint32_t)v[0] | (uint32_t)v[1] << 8 | (uint32_t)v[2] << 16 | (uint32_t)v[3] << 24;
 	int32_t y = (int32_t)u;
-	if (y < 0 || (c->classes && y >= c->classes))
-		return c->host->error(KILN_EDATA, "%s: key %s: label %d is out of range (0..%" PRId64 ")",
-				      c->path, k, y, c->classes ? c->classes - 1 : (int64_t)INT32_MAX);
+	if (y < 0 || (c->src.classes && y >= c->src.classes))
+		return c->src.host->error(KILN_EDATA, "%s: key %s: label %d is out of range (0..%" PRId64 ")",
+				      c->path, k, y, c->src.classes ? c->src.classes - 1 : (int64_t)INT32_MAX);
 	*label = y;
 	if (img) {
 		*img = v + 4;
@@ -128,7 +126,7 @@ static kiln_status lmdb_len_key(const struct lmdb_ctx *c, MDB_txn *txn, int *fou
 	if (rc == MDB_NOTFOUND)
 		return KILN_OK;
 	if (rc)
-		return c->host->error(lmdb_status(rc), "%s: key %s: cannot read: %s", c->path,
+		return c->src.host->error(lmdb_status(rc), "%s: key %s: cannot read: %s", c->path,
 				      LMDB_LEN_KEY, mdb_strerror(rc));
 	const char *t = val.mv_data;
 	size_t i = 0, len = val.mv_size, d0;
@@ -142,7 +140,7 @@ static kiln_status lmdb_len_key(const struct lmdb_ctx *c, MDB_txn *txn, int *fou
 	while (i < len && (isspace((unsigned char)t[i]) || t[i] == 0))
 		i++;
 	if (d1 == d0 || i != len || v > ((int64_t)1 << 40))
-		return c->host->error(KILN_EDATA, "%s: key %s: '%.*s' is not a sample count (ASCII decimal)",
+		return c->src.host->error(KILN_EDATA, "%s: key %s: '%.*s' is not a sample count (ASCII decimal)",
 				      c->path, LMDB_LEN_KEY, (int)(len > 40 ? 40 : len), t);
 	*found = 1;
 	*n = v;
@@ -183,19 +181,13 @@ static kiln_status lmdb_open(const struct kiln_host *host, const struct kiln_con
 	*out = NULL;
 	const char *path = host->config_get(cfg, section, "path");
 	const char *ksplit = host->config_get(cfg, section, "split");
-	st = host->config_get_int(cfg, section, "classes", &classes);
-	if (st == KILN_ENOTFOUND)
-		classes = 0;
-	else if (st)
+	if ((st = loaders_classes_key(host, cfg, section, &classes)))
 		return st;
-	if (classes < 0 || classes > INT32_MAX)
-		return host->error(KILN_ECONFIG, "%s: [%s] classes = %" PRId64 ": 0 (from the labels) or a class count",
-				   host->config_where(cfg, section, "classes"), section, classes);
 
 	struct lmdb_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
-	c->host = host;
+	c->src.host = host;
 	if ((st = loaders_split_root(host, cfg, section, LMDB_WHO, path, ksplit ? ksplit : split,
 				     ksplit != NULL, c->path, sizeof c->path, &is_dir)))
 		goto fail;
@@ -219,7 +211,7 @@ static kiln_status lmdb_open(const struct kiln_host *host, const struct kiln_con
 				 mdb_strerror(rc));
 		goto fail;
 	}
-	if ((st = lmdb_len_key(c, txn, &found, &c->n)))
+	if ((st = lmdb_len_key(c, txn, &found, &c->src.n)))
 		goto fail;
 	if (!found) {
 		MDB_stat ms;
@@ -228,9 +220,9 @@ static kiln_status lmdb_open(const struct kiln_host *host, const struct kiln_con
 					 mdb_strerror(rc));
 			goto fail;
 		}
-		c->n = (int64_t)ms.ms_entries;
+		c->src.n = (int64_t)ms.ms_entries;
 	}
-	if (c->n <= 0) {
+	if (c->src.n <= 0) {
 		st = host->error(KILN_EDATA, "%s: no samples (%s)", c->path,
 				 found ? "key " LMDB_LEN_KEY " says 0" : "the database is empty");
 		goto fail;
@@ -238,19 +230,19 @@ static kiln_status lmdb_open(const struct kiln_host *host, const struct kiln_con
 	/* With classes unknown every label is read (and checked); else the two
 	 * ends of the key range show that the count and the keys agree. */
 	int32_t y, max = 0;
-	c->classes = classes;
+	c->src.classes = classes;
 	if (classes) {
 		if ((st = lmdb_get(c, txn, 0, &y, NULL, NULL)) ||
-		    (st = lmdb_get(c, txn, c->n - 1, &y, NULL, NULL)))
+		    (st = lmdb_get(c, txn, c->src.n - 1, &y, NULL, NULL)))
 			goto fail;
 	} else {
-		for (int64_t i = 0; i < c->n; i++) {
+		for (int64_t i = 0; i < c->src.n; i++) {
 			if ((st = lmdb_get(c, txn, i, &y, NULL, NULL)))
 				goto fail;
 			if (y > max)
 				max = y;
 		}
-		c->classes = (int64_t)max + 1;
+		c->src.classes = (int64_t)max + 1;
 	}
 	/* committing a read-only transaction keeps the dbi handle open */
 	rc = mdb_txn_commit(txn);
@@ -261,7 +253,8 @@ static kiln_status lmdb_open(const struct kiln_host *host, const struct kiln_con
 		goto fail;
 	}
 	host->log(KILN_LOG_INFO, LMDB_WHO, "[%s] %s: %" PRId64 " samples, %" PRId64 " classes",
-		  section, c->path, c->n, c->classes);
+		  section, c->path, c->src.n, c->src.classes);
+	c->src.who = c->path;
 	*out = c;
 	return KILN_OK;
 
@@ -272,21 +265,15 @@ fail:
 	return st;
 }
 
-static kiln_status lmdb_info(void *vctx, struct kiln_source_info *info)
-{
-	const struct lmdb_ctx *c = vctx;
-	loaders_varying_info(info, c->n, c->classes);
-	return KILN_OK;
-}
-
 /* image: u8 [h, w, c] as decoded; label: i32 []. */
 static kiln_status lmdb_read_image(void *vctx, int64_t index, struct kiln_image *img,
 				   void *label)
 {
 	const struct lmdb_ctx *c = vctx;
-	const struct kiln_host *host = c->host;
-	if (index < 0 || index >= c->n)
-		return loaders_out_of_range(host, c->path, "sample index", index, c->n, c->n - 1);
+	const struct kiln_host *host = c->src.host;
+	kiln_status st = loaders_check_index(&c->src, index);
+	if (st)
+		return st;
 	MDB_txn *txn;
 	int rc = mdb_txn_begin(c->env, NULL, MDB_RDONLY, &txn);
 	if (rc)
@@ -295,7 +282,7 @@ static kiln_status lmdb_read_image(void *vctx, int64_t index, struct kiln_image 
 	int32_t y;
 	const uint8_t *p;
 	size_t n;
-	kiln_status st = lmdb_get(c, txn, index, &y, &p, &n);
+	st = lmdb_get(c, txn, index, &y, &p, &n);
 	if (!st) {
 		char what[PATH_MAX + 64], k[32];
 		snprintf(what, sizeof what, "%s: key %s", c->path, lmdb_key_name(index, k, sizeof k));
@@ -307,40 +294,6 @@ static kiln_status lmdb_read_image(void *vctx, int64_t index, struct kiln_image 
 	return st;
 }
 
-static kiln_status lmdb_get_position(void *vctx, int64_t *offset)
-{
-	const struct lmdb_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status lmdb_set_position(void *vctx, int64_t offset)
-{
-	struct lmdb_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, c->path, "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
-static const struct kiln_source_ops lmdb_ops = {
-	.version = KILN_SOURCE_OPS_VERSION,
-	.open = lmdb_open,
-	.close = lmdb_close,
-	.info = lmdb_info,
-	.read = NULL,
-	.get_position = lmdb_get_position,
-	.set_position = lmdb_set_position,
-	.read_image = lmdb_read_image,
-};
-
-const struct kiln_plugin loaders_lmdb_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_SOURCE,
-	.name = "lmdb",
-	.summary = "LMDB environment: key %08d -> i32 label + JPEG/PNG bytes",
-	.ops = &lmdb_ops,
-	.keys = lmdb_keys,
-	.probe = NULL,
-};
+LOADERS_SOURCE(lmdb, "lmdb",
+	       "LMDB environment: key %08d -> i32 label + JPEG/PNG bytes",
+	       lmdb_keys, lmdb_open, lmdb_close, loaders_varying_info, NULL, lmdb_read_image);

@@ -49,12 +49,10 @@ struct rec_shard {
 };
 
 struct rec_ctx {
-	const struct kiln_host *host;
+	struct loaders_source src; /* first: host, n, get/set_position */
 	struct rec_shard *shards;
 	int nshards;
-	int64_t n, classes;
 	int32_t h, w, c;        /* common over every shard, 0 when they vary */
-	int64_t position;       /* global sample offset (get/set_position) */
 	float lut[256];         /* lut[u] = u/255, as idx computes it */
 };
 
@@ -87,7 +85,7 @@ static kiln_status rec_fail(const struct rec_ctx *c, const struct rec_shard *s, 
 	va_end(ap);
 	if (c->nshards > 1)
 		snprintf(sample, sizeof sample, " (sample %" PRId64 ")", s->first + (int64_t)rec);
-	return c->host->error(st, "%s: record %" PRIu64 "%s: %s", s->path, rec, sample, why);
+	return c->src.host->error(st, "%s: record %" PRIu64 "%s: %s", s->path, rec, sample, why);
 }
 
 /* ---- opening one shard ------------------------------------------------- */
@@ -427,7 +425,7 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 		st = host->error(KILN_ENOMEM, "out of memory");
 		goto fail_names;
 	}
-	c->host = host;
+	c->src.host = host;
 	for (int u = 0; u < 256; u++)
 		c->lut[u] = (float)(u / 255.0);
 	int sized = 0; /* c->h, w, c hold a shard's size */
@@ -436,14 +434,14 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 		if ((st = rec_shard_open(host, names.v[i], s)))
 			goto fail;
 		c->nshards++;
-		s->first = c->n;
-		if (s->count > (uint64_t)(INT64_MAX - c->n)) {
+		s->first = c->src.n;
+		if (s->count > (uint64_t)(INT64_MAX - c->src.n)) {
 			st = host->error(KILN_EDATA, "%s: too many records", s->path);
 			goto fail;
 		}
-		c->n += (int64_t)s->count;
-		if ((int64_t)s->classes > c->classes)
-			c->classes = s->classes;
+		c->src.n += (int64_t)s->count;
+		if ((int64_t)s->classes > c->src.classes)
+			c->src.classes = s->classes;
 		if (!s->count)
 			continue; /* an empty shard says nothing about sizes */
 		if (!sized) {
@@ -455,7 +453,7 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 		if (c->c != (int32_t)s->c)
 			c->c = 0;
 	}
-	if (c->n == 0)
+	if (c->src.n == 0)
 		c->h = c->w = c->c = 0;
 	char size[64];
 	if (c->h && c->c)
@@ -463,9 +461,10 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 	else
 		snprintf(size, sizeof size, "of varying sizes");
 	host->log(KILN_LOG_INFO, REC_WHO, "[%s] %s%s: %" PRId64 " samples %s in %d shard(s), %" PRId64 " classes",
-		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->n, size, c->nshards,
-		  c->classes);
+		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->src.n, size, c->nshards,
+		  c->src.classes);
 	rec_names_free(&names);
+	c->src.who = c->shards[0].path;
 	*out = c;
 	return KILN_OK;
 
@@ -479,27 +478,17 @@ fail_names:
 static kiln_status rec_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct rec_ctx *c = vctx;
-	memset(info, 0, sizeof *info);
-	info->len = c->n;
+	loaders_varying_info(vctx, info);
 	/* read() yields f32 [c, h, w] when every image has the same size;
 	 * otherwise only read_image() works (the transforms fix a size) */
-	info->sample.dtype = KILN_F32;
-	info->sample.layout = KILN_ROW;
 	if (c->h && c->c) {
-		info->sample.ndim = 3;
-		info->sample.dims[0] = c->c;
-		info->sample.dims[1] = c->h;
-		info->sample.dims[2] = c->w;
+		loaders_fixed_info(info, KILN_F32, c->c, c->h, c->w, c->h, c->w, c->c);
 	} else {
 		info->sample.dtype = KILN_U8; /* no fixed f32 sample: see rec_read */
+		info->image_h = c->h;
+		info->image_w = c->w;
+		info->image_c = c->c;
 	}
-	info->label.dtype = KILN_I32;
-	info->label.layout = KILN_ROW;
-	info->label.ndim = 0;
-	info->classes = c->classes;
-	info->image_h = c->h;
-	info->image_w = c->w;
-	info->image_c = c->c;
 	info->flags = KILN_SOURCE_MAPPED; /* every shard is mmapped */
 	return KILN_OK;
 }
@@ -518,11 +507,11 @@ struct rec_view {
  * index out of range, KILN_EDATA for a corrupt record. */
 static kiln_status rec_fetch(const struct rec_ctx *c, int64_t index, struct rec_view *v)
 {
-	const struct kiln_host *host = c->host;
-	if (index < 0 || index >= c->n)
+	const struct kiln_host *host = c->src.host;
+	if (index < 0 || index >= c->src.n)
 		return host->error(KILN_EINVAL, "%s%s: sample index %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
 				   c->nshards ? c->shards[0].path : "records",
-				   c->nshards > 1 ? " ..." : "", index, c->n, c->n - 1);
+				   c->nshards > 1 ? " ..." : "", index, c->src.n, c->src.n - 1);
 	int lo = 0, hi = c->nshards - 1; /* the last shard whose first <= index */
 	while (lo < hi) {
 		int mid = (lo + hi + 1) / 2;
@@ -579,7 +568,7 @@ static kiln_status rec_fetch(const struct rec_ctx *c, int64_t index, struct rec_
 static kiln_status rec_pixels(const struct rec_ctx *c, const struct rec_view *v,
 			      struct kiln_image *img)
 {
-	const struct kiln_host *host = c->host;
+	const struct kiln_host *host = c->src.host;
 	kiln_status st;
 	size_t bytes = (size_t)v->h * v->w * v->c;
 	if (v->encoding == REC_RAW) {
@@ -627,7 +616,7 @@ static kiln_status rec_read(void *vctx, int64_t index, void *sample, void *label
 	struct rec_view v;
 	kiln_status st;
 	if (sample && !(c->h && c->c))
-		return c->host->error(KILN_ENOTSUP, "%s%s: the images vary in size, so read() has no fixed sample shape; use read_image() with the [data] transforms, or kiln pack --resize to one size",
+		return c->src.host->error(KILN_ENOTSUP, "%s%s: the images vary in size, so read() has no fixed sample shape; use read_image() with the [data] transforms, or kiln pack --resize to one size",
 				      c->shards[0].path, c->nshards > 1 ? " ..." : "");
 	if ((st = rec_fetch(c, index, &v)))
 		return st;
@@ -653,40 +642,6 @@ static kiln_status rec_read(void *vctx, int64_t index, void *sample, void *label
 	return KILN_OK;
 }
 
-static kiln_status rec_get_position(void *vctx, int64_t *offset)
-{
-	const struct rec_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status rec_set_position(void *vctx, int64_t offset)
-{
-	struct rec_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, c->shards[0].path, "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
-static const struct kiln_source_ops rec_ops = {
-	.version = KILN_SOURCE_OPS_VERSION,
-	.open = rec_open,
-	.close = rec_close,
-	.info = rec_info,
-	.read = rec_read,
-	.get_position = rec_get_position,
-	.set_position = rec_set_position,
-	.read_image = rec_read_image,
-};
-
-const struct kiln_plugin loaders_records_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_SOURCE,
-	.name = "records",
-	.summary = "kiln's packed record shards (.krec, written by kiln pack): mmap()ed, CRC32C-checked",
-	.ops = &rec_ops,
-	.keys = rec_keys,
-	.probe = NULL,
-};
+LOADERS_SOURCE(records, "records",
+	       "kiln's packed record shards (.krec, written by kiln pack): mmap()ed, CRC32C-checked",
+	       rec_keys, rec_open, rec_close, rec_info, rec_read, rec_read_image);

@@ -21,11 +21,9 @@
 #define SYN_MAX_SIDE 65536
 
 struct syn_ctx {
-	const struct kiln_host *host;
-	int64_t n, classes;
+	struct loaders_source src; /* first: host, n, get/set_position */
 	int32_t h, w, c;
 	uint64_t salt;    /* the split, mixed into every hash */
-	int64_t position; /* global sample offset (get/set_position) */
 };
 
 /* splitmix64's finaliser: a cheap, well-mixed 64-bit hash. */
@@ -119,9 +117,9 @@ static kiln_status syn_open(const struct kiln_host *host, const struct kiln_conf
 	struct syn_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
-	c->host = host;
-	c->n = n;
-	c->classes = classes;
+	c->src.host = host;
+	c->src.n = n;
+	c->src.classes = classes;
 	if (syn_parse_size(size, &c->h, &c->w)) {
 		st = host->error(KILN_ECONFIG, "%s: [%s] image_size = '%s': expected \"H W\" or one number, each 1..%d",
 				 host->config_where(cfg, section, "image_size"), section, size, SYN_MAX_SIDE);
@@ -145,7 +143,8 @@ static kiln_status syn_open(const struct kiln_host *host, const struct kiln_conf
 		for (const char *p = split; *p; p++)
 			c->salt = syn_mix(c->salt ^ (uint8_t)*p) + 1;
 	host->log(KILN_LOG_INFO, SYN_WHO, "[%s] %" PRId64 " samples of %dx%dx%d, %" PRId64 " classes",
-		  section, c->n, c->h, c->w, c->c, c->classes);
+		  section, c->src.n, c->h, c->w, c->c, c->src.classes);
+	c->src.who = "synthetic";
 	*out = c;
 	return KILN_OK;
 fail:
@@ -156,21 +155,8 @@ fail:
 static kiln_status syn_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct syn_ctx *c = vctx;
-	memset(info, 0, sizeof *info);
-	info->len = c->n;
-	info->sample.dtype = KILN_U8;
-	info->sample.layout = KILN_ROW;
-	info->sample.ndim = 3;
-	info->sample.dims[0] = c->h;
-	info->sample.dims[1] = c->w;
-	info->sample.dims[2] = c->c;
-	info->label.dtype = KILN_I32;
-	info->label.layout = KILN_ROW;
-	info->label.ndim = 0;
-	info->classes = c->classes;
-	info->image_h = c->h;
-	info->image_w = c->w;
-	info->image_c = c->c;
+	loaders_varying_info(vctx, info);
+	loaders_fixed_info(info, KILN_U8, c->h, c->w, c->c, c->h, c->w, c->c);
 	return KILN_OK;
 }
 
@@ -179,10 +165,11 @@ static kiln_status syn_read_image(void *vctx, int64_t index, struct kiln_image *
 				  void *label)
 {
 	const struct syn_ctx *c = vctx;
-	if (index < 0 || index >= c->n)
-		return loaders_out_of_range(c->host, "synthetic", "sample index", index, c->n, c->n - 1);
+	kiln_status st = loaders_check_index(&c->src, index);
+	if (st)
+		return st;
 	size_t bytes = (size_t)c->h * (size_t)c->w * (size_t)c->c;
-	kiln_status st = img_reserve(c->host, img, bytes);
+	st = img_reserve(c->src.host, img, bytes);
 	if (st)
 		return st;
 	uint64_t base = syn_mix((uint64_t)index * 0x9e3779b97f4a7c15ull ^ c->salt);
@@ -198,44 +185,10 @@ static kiln_status syn_read_image(void *vctx, int64_t index, struct kiln_image *
 	img->w = c->w;
 	img->c = c->c;
 	if (label)
-		*(int32_t *)label = (int32_t)(index % c->classes);
+		*(int32_t *)label = (int32_t)(index % c->src.classes);
 	return KILN_OK;
 }
 
-static kiln_status syn_get_position(void *vctx, int64_t *offset)
-{
-	const struct syn_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status syn_set_position(void *vctx, int64_t offset)
-{
-	struct syn_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, "synthetic", "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
-static const struct kiln_source_ops syn_ops = {
-	.version = KILN_SOURCE_OPS_VERSION,
-	.open = syn_open,
-	.close = syn_close,
-	.info = syn_info,
-	.read = NULL,
-	.get_position = syn_get_position,
-	.set_position = syn_set_position,
-	.read_image = syn_read_image,
-};
-
-const struct kiln_plugin loaders_synthetic_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_SOURCE,
-	.name = "synthetic",
-	.summary = "Generated images (a hash of index and position), label = index % classes",
-	.ops = &syn_ops,
-	.keys = syn_keys,
-	.probe = NULL,
-};
+LOADERS_SOURCE(synthetic, "synthetic",
+	       "Generated images (a hash of index and position), label = index % classes",
+	       syn_keys, syn_open, syn_close, syn_info, NULL, syn_read_image);

@@ -72,15 +72,13 @@ struct tar_sample {
 };
 
 struct tar_ctx {
-	const struct kiln_host *host;
+	struct loaders_source src; /* first: host, n, get/set_position */
 	char **shards;             /* [n_shards] paths */
 	int64_t n_shards;
 	char *names;               /* NUL-terminated image member names */
 	size_t names_len, names_cap;
 	struct tar_sample *s;      /* [n] */
-	int64_t n, cap;
-	int64_t classes;
-	int64_t position;          /* global sample offset (get/set_position) */
+	int64_t cap;
 };
 
 /* The sample being assembled while scanning a shard. */
@@ -260,19 +258,19 @@ static kiln_status tar_add(struct tar_ctx *c, const char *shard, uint32_t si,
 			nc *= 2;
 		char *nn = realloc(c->names, nc);
 		if (!nn)
-			return tar_oom(c->host, shard);
+			return tar_oom(c->src.host, shard);
 		c->names = nn;
 		c->names_cap = nc;
 	}
-	if (c->n == c->cap) {
+	if (c->src.n == c->cap) {
 		int64_t nc = c->cap ? c->cap * 2 : 1024;
 		struct tar_sample *ns = realloc(c->s, (size_t)nc * sizeof *ns);
 		if (!ns)
-			return tar_oom(c->host, shard);
+			return tar_oom(c->src.host, shard);
 		c->s = ns;
 		c->cap = nc;
 	}
-	struct tar_sample *s = &c->s[c->n++];
+	struct tar_sample *s = &c->s[c->src.n++];
 	s->off = g->img_off;
 	s->size = g->img_size;
 	s->name = c->names_len;
@@ -290,10 +288,10 @@ static kiln_status tar_flush(struct tar_ctx *c, const char *shard, uint32_t si,
 	if (!g->key)
 		return KILN_OK;
 	if (g->img < 0)
-		return c->host->error(KILN_EDATA, "%s: sample %s (member at offset %" PRIu64 ") has no .jpg, .jpeg or .png member",
+		return c->src.host->error(KILN_EDATA, "%s: sample %s (member at offset %" PRIu64 ") has no .jpg, .jpeg or .png member",
 				      shard, g->key, g->first);
 	if (!g->has_cls)
-		return c->host->error(KILN_EDATA, "%s: sample %s (member at offset %" PRIu64 ") has no .cls member (its label)",
+		return c->src.host->error(KILN_EDATA, "%s: sample %s (member at offset %" PRIu64 ") has no .cls member (its label)",
 				      shard, g->key, g->first);
 	kiln_status st = tar_add(c, shard, si, g);
 	free(g->key);
@@ -308,7 +306,7 @@ static kiln_status tar_flush(struct tar_ctx *c, const char *shard, uint32_t si,
 static kiln_status tar_member(struct tar_ctx *c, const char *shard, uint32_t si, int fd,
 			      const char *name, uint64_t data, uint64_t size, struct tar_group *g)
 {
-	const struct kiln_host *host = c->host;
+	const struct kiln_host *host = c->src.host;
 	uint64_t hdr = data - TAR_BLOCK;
 	const char *base = strrchr(name, '/');
 	base = base ? base + 1 : name;
@@ -382,10 +380,58 @@ static kiln_status tar_member(struct tar_ctx *c, const char *shard, uint32_t si,
 	return KILN_OK;
 }
 
+/* The member name of header h: ustar prefix "/" name, into name[n]. */
+static const char *tar_header_name(const uint8_t *h, char *name, size_t n)
+{
+	size_t nl = strnlen((const char *)h, 100), pl = 0;
+	if (!memcmp(h + 257, "ustar\0", 6))
+		pl = strnlen((const char *)h + 345, 155);
+	if (pl)
+		snprintf(name, n, "%.*s/%.*s", (int)pl, (const char *)h + 345, (int)nl, (const char *)h);
+	else
+		snprintf(name, n, "%.*s", (int)nl, (const char *)h);
+	return name;
+}
+
+/* A GNU long-name ('L') or pax ('x') header at off, its `size` bytes of
+ * data after it: read them (into *buf, grown as needed) and set the next
+ * member's *longname (owned, replaced) and, from pax, *paxsize. */
+static kiln_status tar_ext_header(const struct kiln_host *host, const char *path, int fd,
+				  char type, uint64_t off, uint64_t size, char **buf,
+				  char **longname, int64_t *paxsize)
+{
+	if (size > (type == 'L' ? TAR_MAX_LONGNAME : TAR_MAX_PAX))
+		return host->error(KILN_EDATA, "%s: %s header at offset %" PRIu64 " of %" PRIu64 " bytes is too large",
+				   path, type == 'L' ? "GNU long-name" : "pax", off, size);
+	char *nb = realloc(*buf, (size_t)size + 1);
+	if (!nb)
+		return tar_oom(host, path);
+	*buf = nb;
+	ssize_t r = loaders_pread_full(fd, nb, (size_t)size, off + TAR_BLOCK);
+	if (r < 0)
+		return host->error(KILN_EIO, "%s: cannot read the header data at offset %" PRIu64 ": %s",
+				   path, off, strerror(errno));
+	if ((uint64_t)r < size)
+		return host->error(KILN_EDATA, "%s: truncated header data at offset %" PRIu64, path, off);
+	nb[size] = 0;
+	if (type == 'L') {
+		size_t len = strlen(nb);
+		if (!len)
+			return host->error(KILN_EDATA, "%s: empty GNU long name at offset %" PRIu64, path,
+					   off);
+		free(*longname);
+		if (!(*longname = tar_strndup(nb, len)))
+			return tar_oom(host, path);
+	} else if (tar_pax(nb, (size_t)size, longname, paxsize)) {
+		return host->error(KILN_EDATA, "%s: malformed pax header at offset %" PRIu64, path, off);
+	}
+	return KILN_OK;
+}
+
 /* Index shard `path` (number si). */
 static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
 {
-	const struct kiln_host *host = c->host;
+	const struct kiln_host *host = c->src.host;
 	uint8_t h[TAR_BLOCK];
 	struct stat sb;
 	struct tar_group g = { 0 };
@@ -393,7 +439,7 @@ static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
 	int64_t paxsize = -1;  /* from a pax header, for the next member */
 	char *buf = NULL;
 	kiln_status st = KILN_OK;
-	int64_t before = c->n;
+	int64_t before = c->src.n;
 
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -450,20 +496,7 @@ static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
 		uint64_t data = off + TAR_BLOCK;
 		/* the name, for messages and keys: ustar prefix "/" name */
 		char name[256 + 2];
-		const char *nm;
-		if (longname) {
-			nm = longname;
-		} else {
-			size_t nl = strnlen((const char *)h, 100), pl = 0;
-			if (!memcmp(h + 257, "ustar\0", 6))
-				pl = strnlen((const char *)h + 345, 155);
-			if (pl)
-				snprintf(name, sizeof name, "%.*s/%.*s", (int)pl, (const char *)h + 345,
-					 (int)nl, (const char *)h);
-			else
-				snprintf(name, sizeof name, "%.*s", (int)nl, (const char *)h);
-			nm = name;
-		}
+		const char *nm = longname ? longname : tar_header_name(h, name, sizeof name);
 		if (size > fsz - data) {
 			st = host->error(KILN_EDATA, "%s: member %s (header at offset %" PRIu64 "): its %" PRIu64 " bytes run past the end of the file (%" PRIu64 " bytes): truncated",
 					 path, nm, off, size, fsz);
@@ -471,43 +504,8 @@ static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
 		}
 		char type = (char)h[156];
 		if (type == 'L' || type == 'x') {
-			if (size > (type == 'L' ? TAR_MAX_LONGNAME : TAR_MAX_PAX)) {
-				st = host->error(KILN_EDATA, "%s: %s header at offset %" PRIu64 " of %" PRIu64 " bytes is too large",
-						 path, type == 'L' ? "GNU long-name" : "pax", off, size);
+			if ((st = tar_ext_header(host, path, fd, type, off, size, &buf, &longname, &paxsize)))
 				goto out;
-			}
-			char *nb = realloc(buf, (size_t)size + 1);
-			if (!nb) {
-				st = tar_oom(host, path);
-				goto out;
-			}
-			buf = nb;
-			r = loaders_pread_full(fd, buf, (size_t)size, data);
-			if (r < 0 || (uint64_t)r < size) {
-				st = r < 0 ? host->error(KILN_EIO, "%s: cannot read the header data at offset %" PRIu64 ": %s",
-							 path, off, strerror(errno)) :
-					     host->error(KILN_EDATA, "%s: truncated header data at offset %" PRIu64,
-							 path, off);
-				goto out;
-			}
-			buf[size] = 0;
-			if (type == 'L') {
-				size_t len = strlen(buf);
-				if (!len) {
-					st = host->error(KILN_EDATA, "%s: empty GNU long name at offset %" PRIu64,
-							 path, off);
-					goto out;
-				}
-				free(longname);
-				if (!(longname = tar_strndup(buf, len))) {
-					st = tar_oom(host, path);
-					goto out;
-				}
-			} else if (tar_pax(buf, (size_t)size, &longname, &paxsize)) {
-				st = host->error(KILN_EDATA, "%s: malformed pax header at offset %" PRIu64,
-						 path, off);
-				goto out;
-			}
 		} else if (type == 'K' || type == 'g') {
 			/* long link name, global pax header: nothing we use */
 		} else {
@@ -526,7 +524,7 @@ static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
 	}
 	if ((st = tar_flush(c, path, si, &g)))
 		goto out;
-	if (c->n == before)
+	if (c->src.n == before)
 		host->log(KILN_LOG_WARN, TAR_WHO, "%s: no samples in this shard", path);
 out:
 	free(g.key);
@@ -562,12 +560,12 @@ static kiln_status tar_add_shard(struct tar_ctx *c, const char *p, int64_t *cap)
 		int64_t nc = *cap ? *cap * 2 : 16;
 		char **ns = realloc(c->shards, (size_t)nc * sizeof *ns);
 		if (!ns)
-			return c->host->error(KILN_ENOMEM, "out of memory");
+			return c->src.host->error(KILN_ENOMEM, "out of memory");
 		c->shards = ns;
 		*cap = nc;
 	}
 	if (!(c->shards[c->n_shards] = tar_strndup(p, strlen(p))))
-		return c->host->error(KILN_ENOMEM, "out of memory");
+		return c->src.host->error(KILN_ENOMEM, "out of memory");
 	c->n_shards++;
 	return KILN_OK;
 }
@@ -577,7 +575,7 @@ static kiln_status tar_list_dir(struct tar_ctx *c, const char *dir, int64_t *cap
 {
 	DIR *d = opendir(dir);
 	if (!d)
-		return c->host->error(KILN_EIO, "%s: cannot list the directory of shards: %s", dir,
+		return c->src.host->error(KILN_EIO, "%s: cannot list the directory of shards: %s", dir,
 				      strerror(errno));
 	struct dirent *de;
 	kiln_status st = KILN_OK;
@@ -587,7 +585,7 @@ static kiln_status tar_list_dir(struct tar_ctx *c, const char *dir, int64_t *cap
 		if (l <= 4 || strcmp(de->d_name + l - 4, ".tar"))
 			continue;
 		if (loaders_join(p, sizeof p, dir, de->d_name))
-			st = c->host->error(KILN_EIO, "%s/%s: path too long", dir, de->d_name);
+			st = c->src.host->error(KILN_EIO, "%s/%s: path too long", dir, de->d_name);
 		else
 			st = tar_add_shard(c, p, cap);
 	}
@@ -595,7 +593,7 @@ static kiln_status tar_list_dir(struct tar_ctx *c, const char *dir, int64_t *cap
 	if (st)
 		return st;
 	if (!c->n_shards)
-		return c->host->error(KILN_EDATA, "%s: no .tar shards in this directory", dir);
+		return c->src.host->error(KILN_EDATA, "%s: no .tar shards in this directory", dir);
 	qsort(c->shards, (size_t)c->n_shards, sizeof *c->shards, tar_cmp);
 	return KILN_OK;
 }
@@ -626,19 +624,13 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 	const char *path = host->config_get(cfg, section, "path");
 	const char *shards = host->config_get(cfg, section, "shards");
 	const char *ksplit = host->config_get(cfg, section, "split");
-	st = host->config_get_int(cfg, section, "classes", &classes);
-	if (st == KILN_ENOTFOUND)
-		classes = 0;
-	else if (st)
+	if ((st = loaders_classes_key(host, cfg, section, &classes)))
 		return st;
-	if (classes < 0 || classes > INT32_MAX)
-		return host->error(KILN_ECONFIG, "%s: [%s] classes = %" PRId64 ": 0 (from the labels) or a class count",
-				   host->config_where(cfg, section, "classes"), section, classes);
 
 	struct tar_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
-	c->host = host;
+	c->src.host = host;
 	if (shards && *shards) {
 		/* explicit list; relative names are relative to path (a directory) */
 		struct stat sb;
@@ -690,13 +682,13 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 	for (int64_t i = 0; i < c->n_shards; i++)
 		if ((st = tar_scan(c, c->shards[i], (uint32_t)i)))
 			goto fail;
-	if (c->n == 0) {
+	if (c->src.n == 0) {
 		st = host->error(KILN_EDATA, "%s%s: no samples (no members named <key>.jpg|.jpeg|.png with <key>.cls)",
 				 c->shards[0], c->n_shards > 1 ? " and the other shards" : "");
 		goto fail;
 	}
 	int32_t max = 0;
-	for (int64_t i = 0; i < c->n; i++) {
+	for (int64_t i = 0; i < c->src.n; i++) {
 		if (c->s[i].label > max)
 			max = c->s[i].label;
 		if (classes && c->s[i].label >= classes) {
@@ -706,9 +698,10 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 			goto fail;
 		}
 	}
-	c->classes = classes ? classes : (int64_t)max + 1;
+	c->src.classes = classes ? classes : (int64_t)max + 1;
 	host->log(KILN_LOG_INFO, TAR_WHO, "[%s] %s: %" PRId64 " samples in %" PRId64 " shard%s, %" PRId64 " classes",
-		  section, c->shards[0], c->n, c->n_shards, c->n_shards == 1 ? "" : "s", c->classes);
+		  section, c->shards[0], c->src.n, c->n_shards, c->n_shards == 1 ? "" : "s", c->src.classes);
+	c->src.who = c->shards[0];
 	*out = c;
 	return KILN_OK;
 
@@ -717,28 +710,22 @@ fail:
 	return st;
 }
 
-static kiln_status tar_info(void *vctx, struct kiln_source_info *info)
-{
-	const struct tar_ctx *c = vctx;
-	loaders_varying_info(info, c->n, c->classes);
-	return KILN_OK;
-}
-
 /* image: u8 [h, w, c] as decoded; label: i32 []. */
 static kiln_status tar_read_image(void *vctx, int64_t index, struct kiln_image *img,
 				  void *label)
 {
 	const struct tar_ctx *c = vctx;
-	const struct kiln_host *host = c->host;
-	if (index < 0 || index >= c->n)
-		return loaders_out_of_range(host, c->shards[0], "sample index", index, c->n, c->n - 1);
+	const struct kiln_host *host = c->src.host;
+	kiln_status st = loaders_check_index(&c->src, index);
+	if (st)
+		return st;
 	const struct tar_sample *s = &c->s[index];
 	const char *shard = c->shards[s->shard], *name = c->names + s->name;
 	uint64_t hdr = s->off - TAR_BLOCK;
 	int fd = open(shard, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the shard: %s", shard, strerror(errno));
-	kiln_status st = KILN_OK;
+	st = KILN_OK;
 	uint8_t *buf = malloc((size_t)s->size);
 	if (!buf) {
 		st = host->error(KILN_ENOMEM, "%s: member %s: out of memory for %" PRIu64 " bytes",
@@ -768,40 +755,6 @@ out:
 	return st;
 }
 
-static kiln_status tar_get_position(void *vctx, int64_t *offset)
-{
-	const struct tar_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status tar_set_position(void *vctx, int64_t offset)
-{
-	struct tar_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, c->shards[0], "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
-static const struct kiln_source_ops tar_ops = {
-	.version = KILN_SOURCE_OPS_VERSION,
-	.open = tar_open,
-	.close = tar_close,
-	.info = tar_info,
-	.read = NULL,
-	.get_position = tar_get_position,
-	.set_position = tar_set_position,
-	.read_image = tar_read_image,
-};
-
-const struct kiln_plugin loaders_tar_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_SOURCE,
-	.name = "tar",
-	.summary = "WebDataset .tar shards (KEY.jpg or .png with KEY.cls), indexed for random access",
-	.ops = &tar_ops,
-	.keys = tar_keys,
-	.probe = NULL,
-};
+LOADERS_SOURCE(tar, "tar",
+	       "WebDataset .tar shards (KEY.jpg or .png with KEY.cls), indexed for random access",
+	       tar_keys, tar_open, tar_close, loaders_varying_info, NULL, tar_read_image);

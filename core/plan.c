@@ -1,0 +1,223 @@
+/* core/plan.c - make a plan for one batch size and mode: infer every
+ * layer's shapes, prepare its device ops and the input conversion, decide
+ * which outputs need a gradient and how many recompute segments to use,
+ * then allocate the arena (its layout: core/plan_memory.c); query and free
+ * plans.
+ */
+#include "graph.h"
+
+/* [train] recompute: "none" (0 segments), "auto" (-1: the planner
+ * searches) or a segment count. */
+static kiln_status recompute_segments(const struct kiln_model *m, int *segs)
+{
+	const char *v = kiln_config_get(m->cfg, "train", "recompute");
+	*segs = 0;
+	if (!v || !*v || !strcmp(v, "none"))
+		return KILN_OK;
+	if (!strcmp(v, "auto")) {
+		*segs = -1; /* searched by the planner */
+		return KILN_OK;
+	}
+	char *end;
+	long n = strtol(v, &end, 10);
+	if (end == v || *end || n < 1 || n > KILN_MAX_LAYERS)
+		return kiln_error(KILN_ECONFIG,
+				  "%s: [train] recompute = '%s': expected none, auto or a segment count 1..%d",
+				  kiln_config_where(m->cfg, "train", "recompute"), v, KILN_MAX_LAYERS);
+	*segs = (int)n;
+	return KILN_OK;
+}
+
+kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
+			    struct kiln_plan **out)
+{
+	struct kiln_plan_opts o = { .training = training };
+	return kiln_model_plan_ex(m, batch, &o, out);
+}
+
+/* Prepare every layer's device ops (sets saved_bytes); one shared
+ * workspace. */
+static kiln_status plan_layers(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	kiln_status st;
+	for (int i = 0; i < m->n_layers; i++) {
+		size_t ws = 0;
+		N[i].l.saved_bytes = 0;
+		if (N[i].ops->plan) {
+			N[i].planned = 1;
+			if ((st = N[i].ops->plan(kiln_host_table(), &N[i].l, m->dev, &ws))) {
+				char d[96];
+				return kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
+						       m->layers[i].type->name,
+						       kiln_tensor_desc_str(&N[i].l.in[0], d, sizeof d));
+			}
+		}
+		if (ws > p->ws_bytes)
+			p->ws_bytes = ws;
+	}
+	return KILN_OK;
+}
+
+/* NHWC with several input channels: the data arrives as NCHW and is
+ * reordered into the arena before the first layer; low-precision
+ * compute: converted into the arena (both at once when both). */
+static kiln_status plan_input(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct kiln_tensor_desc raw = p->data_desc;
+	raw.dtype = m->sample.dtype;
+	const int reorder = p->data_desc.layout == KILN_NHWC && p->data_desc.dims[1] > 1;
+	if (!reorder && raw.dtype == p->data_desc.dtype)
+		return KILN_OK;
+	struct kiln_op op;
+	kiln_status st;
+	memset(&op, 0, sizeof op);
+	op.type = reorder ? KILN_OP_REORDER : KILN_OP_CAST;
+	op.n_in = op.n_out = 1;
+	op.in[0] = raw;
+	op.out[0] = p->data_desc;
+	if (reorder)
+		op.in[0].layout = KILN_NCHW;
+	size_t rws = 0;
+	if ((st = kiln_device_prepare(m->dev, &op, reorder ? &p->in_reorder : &p->in_cast, &rws)))
+		return st;
+	if (rws > p->ws_bytes)
+		p->ws_bytes = rws;
+	p->data_store = p->n_store;
+	return kiln_plan_new_store(p, kiln_tensor_bytes(&p->data_desc), 0, 0);
+}
+
+kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
+			       const struct kiln_plan_opts *opts, struct kiln_plan **out)
+{
+	kiln_status st;
+	int n = m->n_layers;
+	const int training = opts->training;
+	*out = NULL;
+	struct kiln_plan *p = calloc(1, sizeof *p);
+	if (!p)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	p->m = m;
+	p->batch = batch;
+	p->training = training;
+	p->input_grad = training && opts->input_grad;
+	p->keep_all = opts->keep_all;
+	p->data_gstore = -2;
+	p->data_store = -1;
+	p->nodes = calloc((size_t)n, sizeof *p->nodes);
+	int *wants_grad = calloc((size_t)n, sizeof(int));
+	if (!p->nodes || !wants_grad) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if ((st = kiln_model_infer(m, batch, p->nodes)))
+		goto fail;
+	struct plan_node *N = p->nodes;
+	kiln_model_data_desc(m, batch, &p->data_desc);
+	for (int i = 0; i < n; i++)
+		if (N[i].l.n_params != m->layers[i].n_params) {
+			st = kiln_error(KILN_EINTERNAL, "layer '%s' changed its parameters with the batch size",
+					m->layers[i].name);
+			goto fail;
+		}
+
+	if ((st = plan_layers(p)) || (st = plan_input(p)))
+		goto fail;
+
+	/* which outputs need a gradient: those upstream of trainable params,
+	 * and everything when the data's gradient is asked for */
+	for (int i = 0; i < n; i++) {
+		int w = (m->layers[i].trainable && m->layers[i].n_params > 0) || p->input_grad;
+		for (int k = 0; k < m->layers[i].n_in; k++)
+			if (m->layers[i].in[k] >= 0 && wants_grad[m->layers[i].in[k]])
+				w = 1;
+		wants_grad[i] = w;
+	}
+
+	/* gradient checkpointing: `auto` tries every segment count and keeps
+	 * the smallest arena (the fewest segments among equals) */
+	int S = 0, base = p->n_store;
+	if (training && (st = recompute_segments(m, &S)))
+		goto fail;
+	if (S < 0) {
+		size_t best = (size_t)-1;
+		int best_s = 0;
+		for (int t = 0; t <= n; t += t ? 1 : 2) {
+			if ((st = kiln_plan_memory(p, t, wants_grad, base)))
+				goto fail;
+			if (p->arena_bytes < best)
+				best = p->arena_bytes, best_s = t;
+		}
+		S = best_s;
+	}
+	if ((st = kiln_plan_memory(p, S, wants_grad, base)))
+		goto fail;
+	if (p->n_recomputed)
+		kiln_log(KILN_LOG_INFO, "core",
+			 "recompute: %d segments, %d layers' outputs recomputed in the backward; activations %.2f MiB",
+			 S, p->n_recomputed, (double)p->arena_bytes / 1048576.0);
+	if (!opts->dry && ((st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena)) ||
+			   (st = kiln_device_alloc(m->dev, kiln_align_up(p->ws_bytes), &p->ws))))
+		goto fail;
+	free(wants_grad);
+	*out = p;
+	return KILN_OK;
+fail:
+	free(wants_grad);
+	kiln_plan_free(p);
+	return st;
+}
+
+kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const char *which,
+			     void **ptr, struct kiln_tensor_desc *desc)
+{
+	int store = -2;
+	if (!layer) {
+		if (strcmp(which, "dx"))
+			return kiln_error(KILN_ENOTFOUND, "the data input has only 'dx'");
+		store = p->data_gstore;
+		*desc = p->data_desc;
+	} else {
+		int i = kiln_model_find_layer(p->m, p->m->n_layers, layer);
+		if (i < 0)
+			return kiln_error(KILN_ENOTFOUND, "no layer '%s'", layer);
+		store = !strcmp(which, "y") ? p->nodes[i].ystore : !strcmp(which, "dy") ? p->nodes[i].gstore : -2;
+		*desc = p->nodes[i].l.out;
+	}
+	if (store < 0)
+		return kiln_error(KILN_ENOTFOUND, "plan keeps no '%s' for %s%s", which,
+				  layer ? "layer " : "the data input", layer ? layer : "");
+	*ptr = (char *)p->arena + p->store[store].off;
+	return KILN_OK;
+}
+
+void kiln_plan_free(struct kiln_plan *p)
+{
+	if (!p)
+		return;
+	for (int i = 0; p->nodes && i < p->m->n_layers; i++)
+		kiln_plan_node_free(&p->nodes[i], p->m->dev);
+	kiln_device_free(p->m->dev, p->arena);
+	kiln_device_free(p->m->dev, p->ws);
+	if (p->in_reorder)
+		kiln_device_plan_free(p->m->dev, p->in_reorder);
+	if (p->in_cast)
+		kiln_device_plan_free(p->m->dev, p->in_cast);
+	free(p->nodes);
+	free(p->store);
+	free(p->sched);
+	free(p);
+}
+
+size_t kiln_plan_arena_bytes(const struct kiln_plan *p) { return p->arena_bytes; }
+int kiln_plan_recomputed(const struct kiln_plan *p) { return p->n_recomputed; }
+
+size_t kiln_plan_naive_bytes(const struct kiln_plan *p)
+{
+	size_t t = 0;
+	for (int i = 0; i < p->n_store; i++)
+		t += kiln_align_up(p->store[i].bytes);
+	return t;
+}

@@ -1,0 +1,407 @@
+/* core/plan_memory.c - the planner's memory plan: the schedule (with
+ * gradient checkpointing), the storages and their lifetimes, in-place
+ * merges, gradient write/accumulate decisions and the arena packing.
+ *
+ * Schedule.  A training plan runs forward of layer i at position i and its
+ * backward at 2n-1-i.  Every activation (a "storage": a layer output, with
+ * views such as flatten sharing their input's storage) lives from its
+ * producer's position to its last reader's; gradients likewise from their
+ * first writer in backward to the producer's backward.  Storages whose
+ * lifetimes do not overlap share arena bytes.
+ */
+#include "graph.h"
+
+static int store_root_y(struct plan_node *nodes, const struct kiln_model *m, int i)
+{
+	/* follow views down to the storage that owns the bytes */
+	while (i >= 0 && nodes[i].l.is_view)
+		i = m->layers[i].in[0];
+	return i; /* -1: the data input */
+}
+
+static void extend(struct storage *s, int pos)
+{
+	if (pos < s->start)
+		s->start = pos;
+	if (pos > s->end)
+		s->end = pos;
+}
+
+/* Greedy packing: biggest first, each at the lowest offset free for its
+ * whole lifetime. */
+static size_t pack(struct storage *s, int n)
+{
+	int *order = malloc(sizeof(int) * (size_t)(n ? n : 1));
+	int *placed = malloc(sizeof(int) * (size_t)(n ? n : 1));
+	size_t top = 0;
+	int np = 0;
+	if (!order || !placed) {
+		free(order);
+		free(placed);
+		return (size_t)-1;
+	}
+	for (int i = 0; i < n; i++)
+		order[i] = i;
+	for (int i = 1; i < n; i++) /* insertion sort by size, descending */
+		for (int j = i; j > 0 && s[order[j]].bytes > s[order[j - 1]].bytes; j--) {
+			int t = order[j];
+			order[j] = order[j - 1];
+			order[j - 1] = t;
+		}
+	for (int oi = 0; oi < n; oi++) {
+		struct storage *a = &s[order[oi]];
+		if (!a->bytes)
+			continue;
+		size_t off = 0;
+		for (int again = 1; again;) {
+			again = 0;
+			for (int k = 0; k < np; k++) {
+				struct storage *b = &s[placed[k]];
+				int live = a->start <= b->end && b->start <= a->end;
+				int mem = off < b->off + b->bytes && b->off < off + a->bytes;
+				if (live && mem) {
+					off = kiln_align_up(b->off + b->bytes);
+					again = 1;
+				}
+			}
+		}
+		a->off = off;
+		placed[np++] = order[oi];
+		if (off + a->bytes > top)
+			top = off + a->bytes;
+	}
+	free(order);
+	free(placed);
+	return kiln_align_up(top);
+}
+
+kiln_status kiln_plan_new_store(struct kiln_plan *p, size_t bytes, int start, int end)
+{
+	if (p->n_store == p->store_cap) {
+		int nc = p->store_cap ? p->store_cap * 2 : 32;
+		struct storage *ns = realloc(p->store, sizeof *ns * (size_t)nc);
+		if (!ns)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		p->store = ns;
+		p->store_cap = nc;
+	}
+	p->store[p->n_store++] = (struct storage){ bytes, 0, start, end };
+	return KILN_OK;
+}
+
+/* Gradient checkpointing: decide which outputs are recomputed and lay out
+ * the schedule.  With S segments (balanced by output bytes) an output is
+ * recomputed when it lies in any segment but the last and only layers of
+ * its own segment read it; `[layer.X] recompute = 1` asks for one layer's
+ * output alone.  A recomputed output is computed again just before the
+ * first backward (or recomputation) that reads it, so the recomputations
+ * of a segment run in layer order right before its first backward needs
+ * them.  Sets nodes[].trig, pos_r, pos_b and p->sched. */
+static kiln_status plan_schedule(struct kiln_plan *p, int S)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	const int n = m->n_layers;
+	kiln_status st;
+	int *seg = calloc((size_t)n, sizeof(int)), *rec = calloc((size_t)n, sizeof(int));
+	if (!seg || !rec) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	size_t total = 0, acc = 0;
+	for (int i = 0; i < n; i++)
+		if (!N[i].l.is_loss && !N[i].l.is_view)
+			total += kiln_tensor_bytes(&N[i].l.out);
+	for (int i = 0, s = 0; i < n; i++) {
+		seg[i] = s;
+		if (!N[i].l.is_loss && !N[i].l.is_view)
+			acc += kiln_tensor_bytes(&N[i].l.out);
+		if (s < S - 1 && (double)acc >= (double)total * (s + 1) / S)
+			s++;
+	}
+	for (int i = 0; i < n && p->training; i++) {
+		int own = 0;
+		kiln_config_get_bool(m->cfg, m->layers[i].section, "recompute", &own);
+		if (N[i].l.is_loss || N[i].l.is_view || store_root_y(N, m, i) != i)
+			continue;
+		int inside = S > 1 && seg[i] < S - 1;
+		for (int j = i + 1; j < n && inside; j++)
+			for (int k = 0; k < m->layers[j].n_in; k++)
+				if (store_root_y(N, m, m->layers[j].in[k]) == i && seg[j] != seg[i])
+					inside = 0;
+		rec[i] = inside || own;
+	}
+	/* triggers, last layer first: a recomputed output is needed by its
+	 * own backward (needs_output), by readers' backwards (needs_input)
+	 * and by readers' recomputations */
+	for (int i = 0; i < n; i++)
+		N[i].trig = -1;
+	for (int j = n - 1; j >= 0; j--) {
+		if (rec[j] && N[j].l.needs_output && j > N[j].trig)
+			N[j].trig = j;
+		for (int k = 0; k < m->layers[j].n_in; k++) {
+			int r = store_root_y(N, m, m->layers[j].in[k]);
+			if (r < 0 || !rec[r])
+				continue;
+			if (N[j].l.needs_input && j > N[r].trig)
+				N[r].trig = j;
+			if (rec[j] && N[j].trig > N[r].trig)
+				N[r].trig = N[j].trig;
+		}
+	}
+	p->n_recomputed = 0;
+	for (int i = 0; i < n; i++)
+		p->n_recomputed += N[i].trig >= 0;
+	p->n_segments = S;
+	p->n_pos = 2 * n + p->n_recomputed;
+	if (!(p->sched = calloc(2 * (size_t)n + (size_t)p->n_recomputed, sizeof *p->sched))) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	int pos = 0;
+	for (int i = 0; i < n; i++)
+		p->sched[pos++] = (struct plan_event){ PEV_FWD, i };
+	for (int j = n - 1; j >= 0; j--) {
+		for (int i = 0; i <= j; i++)
+			if (N[i].trig == j) {
+				N[i].pos_r = pos;
+				p->sched[pos++] = (struct plan_event){ PEV_RECOMPUTE, i };
+			}
+		N[j].pos_b = pos;
+		p->sched[pos++] = (struct plan_event){ PEV_BWD, j };
+	}
+	st = KILN_OK;
+out:
+	free(seg);
+	free(rec);
+	return st;
+}
+
+/* In place: give output storage `mine` (first written at schedule position
+ * pos) the memory of `theirs` when theirs is last read there and the sizes
+ * match; the merged storage lives as long as either did.  Returns 1 when
+ * merged. */
+static int merge_in_place(struct kiln_plan *p, int mine, int theirs, int pos)
+{
+	struct storage *S = p->store;
+	if (mine < 0 || theirs < 0 || mine == theirs || S[theirs].bytes != S[mine].bytes ||
+	    S[theirs].end != pos)
+		return 0;
+	if (S[mine].end > S[theirs].end)
+		S[theirs].end = S[mine].end;
+	S[mine].bytes = 0; /* unused now */
+	S[mine].start = 0;
+	S[mine].end = 0;
+	for (int k = 0; k < p->m->n_layers; k++) {
+		if (p->nodes[k].ystore == mine)
+			p->nodes[k].ystore = theirs;
+		if (p->nodes[k].rstore == mine)
+			p->nodes[k].rstore = theirs;
+	}
+	return 1;
+}
+
+/* Output storages (views share their input's); a recomputed output has a
+ * second storage for its recomputed copy, and so does what its forward
+ * keeps for the backward. */
+static kiln_status plan_output_stores(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	kiln_status st;
+	for (int i = 0; i < m->n_layers; i++) {
+		int r = store_root_y(N, m, i);
+		const int rec = N[i].trig >= 0;
+		N[i].rstore = N[i].rsstore = -2;
+		if (N[i].l.is_loss) {
+			N[i].ystore = -2;
+		} else if (r == i) {
+			N[i].ystore = p->n_store;
+			if ((st = kiln_plan_new_store(p, kiln_tensor_bytes(&N[i].l.out), i, i)))
+				return st;
+			if (rec) {
+				N[i].rstore = p->n_store;
+				if ((st = kiln_plan_new_store(p, kiln_tensor_bytes(&N[i].l.out),
+							      N[i].pos_r, N[i].pos_r)))
+					return st;
+			}
+		} else {
+			N[i].ystore = r < 0 ? p->data_store : N[r].ystore;
+			N[i].rstore = r < 0 ? -2 : N[r].rstore;
+		}
+		N[i].sstore = -2;
+		if (p->training && N[i].l.saved_bytes) {
+			N[i].sstore = p->n_store;
+			if ((st = kiln_plan_new_store(p, N[i].l.saved_bytes, i, rec ? i : N[i].pos_b)))
+				return st;
+			if (rec) {
+				N[i].rsstore = p->n_store;
+				if ((st = kiln_plan_new_store(p, N[i].l.saved_bytes, N[i].pos_r,
+							      N[i].pos_b)))
+					return st;
+			}
+		}
+	}
+	return KILN_OK;
+}
+
+/* Output lifetimes: readers' forwards read the forward copy;
+ * recomputations and backwards read the late copy. */
+static void plan_output_lifetimes(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	const int training = p->training;
+	for (int j = 0; j < m->n_layers; j++) {
+		struct model_layer *L = &m->layers[j];
+		int ls = kiln_plan_late_store(p, j);
+		if (training && N[j].l.needs_output && ls >= 0)
+			extend(&p->store[ls], N[j].pos_b);
+		for (int k = 0; k < L->n_in; k++) {
+			int fs = kiln_plan_fwd_store(p, L->in[k]);
+			if (fs >= 0)
+				extend(&p->store[fs], j);
+			if (!training || (ls = kiln_plan_late_store(p, L->in[k])) < 0)
+				continue;
+			if (N[j].l.needs_input)
+				extend(&p->store[ls], N[j].pos_b);
+			if (N[j].trig >= 0)
+				extend(&p->store[ls], N[j].pos_r);
+		}
+	}
+}
+
+/* In place: a layer that may overwrite an input (inplace_ok bit k) takes
+ * that input's storage when nothing reads the input after this layer's
+ * forward (its lifetime ends here) and the sizes match; the same again for
+ * a recomputed copy at its recomputation.  Decided from the lifetimes
+ * alone, so the arithmetic is unchanged. */
+static void plan_in_place(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	for (int i = 0; i < m->n_layers; i++) {
+		int allow = 1, fwd = 0, late = N[i].rstore < 0;
+		kiln_config_get_bool(m->cfg, m->layers[i].section, "inplace", &allow);
+		if (!allow || !N[i].l.inplace_ok || N[i].l.is_view || store_root_y(N, m, i) != i)
+			continue;
+		for (int k = 0; k < m->layers[i].n_in; k++) {
+			int src = m->layers[i].in[k];
+			if (src < 0 || !(N[i].l.inplace_ok >> k & 1))
+				continue;
+			if (!fwd &&
+			    (fwd = merge_in_place(p, N[i].ystore, kiln_plan_fwd_store(p, src), i)))
+				kiln_log(KILN_LOG_DEBUG, "core", "layer '%s' runs in place on '%s''s output",
+					 m->layers[i].name, m->layers[src].name);
+			if (!late)
+				late = merge_in_place(p, N[i].rstore, kiln_plan_late_store(p, src),
+						      N[i].pos_r);
+		}
+	}
+}
+
+/* Gradient storages of a training plan, walking backward: the first
+ * writer of a gradient writes it, later ones add to it. */
+static kiln_status plan_gradients(struct kiln_plan *p, const int *wants_grad)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	const int n = m->n_layers;
+	kiln_status st;
+	if (p->input_grad) {
+		p->data_gstore = p->n_store;
+		if ((st = kiln_plan_new_store(p, kiln_tensor_bytes(&p->data_desc), 1 << 30, p->n_pos)))
+			return st;
+	}
+	for (int i = 0; i < n; i++) {
+		int r = store_root_y(N, m, i);
+		if (!wants_grad[i] || N[i].l.is_loss) {
+			N[i].gstore = -2;
+		} else if (r == i) {
+			N[i].gstore = p->n_store;
+			if ((st = kiln_plan_new_store(p, kiln_tensor_bytes(&N[i].l.out), 1 << 30, -1)))
+				return st;
+			/* read by the producer's backward */
+			extend(&p->store[N[i].gstore], N[i].pos_b);
+		} else {
+			N[i].gstore = r < 0 ? p->data_gstore : N[r].gstore;
+		}
+	}
+	char *written = calloc((size_t)(p->n_store ? p->n_store : 1), 1);
+	if (!written)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int j = n - 1; j >= 0; j--) {
+		struct model_layer *L = &m->layers[j];
+		for (int k = 0; k < L->n_in; k++) {
+			int src = L->in[k];
+			int gs = src < 0 ? p->data_gstore : N[src].gstore;
+			if (gs < 0 || N[j].l.is_view)
+				continue;
+			N[j].dx_on[k] = 1;
+			N[j].dx_accum[k] = written[gs];
+			written[gs] = 1;
+			extend(&p->store[gs], N[j].pos_b);
+		}
+	}
+	free(written);
+	return KILN_OK;
+}
+
+/* What the plan cannot run: an input gradient without a backward, loss
+ * logits read after the loss, a storage without a lifetime. */
+static kiln_status plan_check(const struct kiln_plan *p)
+{
+	const struct kiln_model *m = p->m;
+	const struct plan_node *N = p->nodes;
+	for (int j = 0; j < m->n_layers && p->training; j++) {
+		for (int k = 0; k < m->layers[j].n_in; k++) {
+			if (N[j].dx_on[k] && !N[j].ops->backward)
+				return kiln_error(KILN_ENOTSUP,
+						  "layer '%s' (%s) has no backward, but its input '%s' needs a gradient",
+						  m->layers[j].name, m->layers[j].type->name,
+						  m->layers[j].in[k] < 0 ? "data" : m->layers[m->layers[j].in[k]].name);
+		}
+		if (N[j].l.is_loss && N[j].dx_accum[0])
+			return kiln_error(KILN_ECONFIG,
+					  "%s: the logits of loss layer '%s' are also read by a later layer; the loss must be their last reader",
+					  kiln_config_where(m->cfg, m->layers[j].section, "type"),
+					  m->layers[j].name);
+	}
+	for (int i = 0; i < p->n_store; i++)
+		if (p->store[i].bytes && p->store[i].start > p->store[i].end)
+			return kiln_error(KILN_EINTERNAL, "planner: storage %d has no lifetime", i);
+	return KILN_OK;
+}
+
+kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, int base)
+{
+	struct plan_node *N = p->nodes;
+	const int n = p->m->n_layers;
+	kiln_status st;
+	p->n_store = base;
+	for (int i = 0; i < base; i++) /* the reordered input, written first */
+		p->store[i].start = p->store[i].end = 0;
+	free(p->sched);
+	p->sched = NULL;
+	p->data_gstore = -2;
+	for (int i = 0; i < n; i++) {
+		for (int k = 0; k < KILN_LAYER_MAX_INPUTS; k++)
+			N[i].dx_on[k] = N[i].dx_accum[k] = 0;
+		N[i].gstore = -2;
+	}
+	if ((st = plan_schedule(p, S)) || (st = plan_output_stores(p)))
+		return st;
+	plan_output_lifetimes(p);
+	plan_in_place(p);
+	if (p->training && (st = plan_gradients(p, wants_grad)))
+		return st;
+	if ((st = plan_check(p)))
+		return st;
+	if (p->keep_all)
+		for (int i = 0; i < p->n_store; i++)
+			p->store[i].start = 0, p->store[i].end = p->n_pos;
+	p->arena_bytes = pack(p->store, p->n_store);
+	if (p->arena_bytes == (size_t)-1)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	return KILN_OK;
+}

@@ -1,0 +1,170 @@
+/* core/plan_run.c - run a plan: the forward of every layer in order, then
+ * the backward schedule (recomputations before the backwards that need
+ * them), each layer's pass with its arena pointers, parameters and
+ * profiling label.
+ */
+#include "graph.h"
+#include "profile.h"
+
+static void *ypos(struct kiln_plan *p, int store, const void *x)
+{
+	if (store == -1)
+		return (void *)x;
+	if (store < 0)
+		return NULL;
+	return (char *)p->arena + p->store[store].off;
+}
+
+/* The arguments of layer i's forward (late = 0) or of its recomputation
+ * or backward (late = 1: recomputed outputs are read from their
+ * recomputed copies). */
+static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const void *x,
+		     const void *labels, void *metrics, void *stream, int late)
+{
+	struct kiln_model *m = p->m;
+	struct model_layer *L = &m->layers[i];
+	struct plan_node *nd = &p->nodes[i];
+	memset(r, 0, sizeof *r);
+	r->dev = m->dev;
+	r->stream = stream;
+	r->training = p->training;
+	r->batch = p->batch;
+	for (int k = 0; k < L->n_in; k++) {
+		int src = L->in[k];
+		r->x[k] = ypos(p, late ? kiln_plan_late_store(p, src) : kiln_plan_fwd_store(p, src), x);
+		if (p->training && nd->dx_on[k]) {
+			r->dx[k] = ypos(p, src < 0 ? p->data_gstore : p->nodes[src].gstore, x);
+			r->dx_accum[k] = nd->dx_accum[k];
+		}
+	}
+	r->y = ypos(p, late ? kiln_plan_late_store(p, i) : nd->ystore, x);
+	if (p->training)
+		r->dy = ypos(p, nd->gstore, x);
+	for (int k = 0; k < L->n_params; k++) {
+		const struct model_param *pm = &m->params[L->pidx[k]];
+		r->w[k] = (pm->buffer ? m->buffers_d : m->params_d) + pm->off;
+		if (m->params_c && !pm->buffer)
+			r->wc[k] = (char *)m->params_c + pm->off * kiln_dtype_size(m->cdtype);
+		r->dw[k] = p->training && pm->trainable
+				   ? (m->grad_out_d ? m->grad_out_d : m->grads_d) + pm->off
+				   : NULL;
+	}
+	r->dw_accum = 0;
+	r->workspace = p->ws;
+	r->workspace_bytes = p->ws_bytes;
+	r->labels = labels;
+	r->metrics = metrics;
+	r->grad_scale = 1.0f / (float)p->batch;
+	int ss = late && nd->rsstore >= 0 ? nd->rsstore : nd->sstore;
+	r->saved = ss >= 0 ? ypos(p, ss, x) : NULL;
+	r->step = m->step_d;
+	r->loss_scale = m->scaler_d; /* the scale is element 0 */
+	r->group = p->training && m->group_ranks > 1 ? m->group : NULL;
+}
+
+kiln_status kiln_plan_run(struct kiln_plan *p, const void *x, const void *labels, void *metrics,
+			  void *stream)
+{
+	kiln_status st = kiln_plan_forward(p, x, labels, metrics, stream);
+	return st ? st : kiln_plan_backward(p, x, labels, metrics, stream);
+}
+
+/* Layer i's forward or backward pass.  When profiling, the layer's name
+ * and pass label the ops it runs (the device wrapper reads the label) and
+ * the pass is a span of the trace's layer track. */
+static kiln_status run_node(struct kiln_plan *p, int i, int pass, struct kiln_layer_run *r,
+			    struct kiln_profile *prof)
+{
+	const struct kiln_host *h = kiln_host_table();
+	struct plan_node *nd = &p->nodes[i];
+	if (!prof)
+		return pass == KILN_PHASE_BACKWARD ? nd->ops->backward(h, &nd->l, r)
+						   : nd->ops->forward(h, &nd->l, r);
+	const char *name = p->m->layers[i].name;
+	kiln_profile_label(name, pass);
+	int64_t t0 = kiln_now_ns();
+	kiln_status st = pass == KILN_PHASE_BACKWARD ? nd->ops->backward(h, &nd->l, r)
+						     : nd->ops->forward(h, &nd->l, r);
+	kiln_profile_layer(prof, name, pass, t0, kiln_now_ns());
+	kiln_profile_label(NULL, 0);
+	return st;
+}
+
+/* Schedule positions [from, to): each layer's forward (after the forward
+ * hook), recomputation, or backward (then the backward hook). */
+static kiln_status run_events(struct kiln_plan *p, int from, int to, const void *x,
+			      const void *labels, void *metrics, void *stream)
+{
+	struct kiln_model *m = p->m;
+	struct kiln_profile *prof = kiln_device_profile(m->dev);
+	struct kiln_layer_run r;
+	kiln_status st;
+	for (int e = from; e < to; e++) {
+		const int i = p->sched[e].layer;
+		const char *name = m->layers[i].name;
+		switch (p->sched[e].kind) {
+		case PEV_FWD:
+			if (m->fwd_hook && (st = m->fwd_hook(m->fwd_user, i, stream)))
+				return st;
+			fill_run(p, i, &r, x, labels, metrics, stream, 0);
+			if ((st = run_node(p, i, KILN_PHASE_FORWARD, &r, prof)))
+				return kiln_error_wrap(st, "forward of layer '%s'", name);
+			break;
+		case PEV_RECOMPUTE:
+			fill_run(p, i, &r, x, labels, metrics, stream, 1);
+			r.recompute = 1;
+			if ((st = run_node(p, i, KILN_PROF_RECOMPUTE, &r, prof)))
+				return kiln_error_wrap(st, "recomputing layer '%s'", name);
+			break;
+		default: /* PEV_BWD */
+			if (p->nodes[i].ops->backward) {
+				fill_run(p, i, &r, x, labels, metrics, stream, 1);
+				if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
+					return kiln_error_wrap(st, "backward of layer '%s'", name);
+			}
+			if (m->bwd_hook && (st = m->bwd_hook(m->bwd_user, i, stream)))
+				return st;
+			break;
+		}
+	}
+	return KILN_OK;
+}
+
+/* The parameters' compute copy and the input conversion when needed,
+ * then the forwards: schedule positions 0..n-1. */
+kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *labels,
+			      void *metrics, void *stream)
+{
+	struct kiln_model *m = p->m;
+	const int n = m->n_layers;
+	kiln_status st;
+	/* the compute copy's refresh reads every parameter */
+	if (m->fwd_hook && m->pcopy_stale && m->pcast_plan &&
+	    (st = m->fwd_hook(m->fwd_user, n, stream)))
+		return st;
+	if ((st = kiln_model_params_sync(m, stream)))
+		return kiln_error_wrap(st, "the compute copy of the parameters");
+	if (p->in_reorder || p->in_cast) {
+		const int prof = kiln_device_profile(m->dev) != NULL;
+		struct kiln_op_args a = { .in = { x }, .out = { ypos(p, p->data_store, x) },
+					  .workspace = p->ws, .workspace_bytes = p->ws_bytes };
+		if (prof)
+			kiln_profile_label("input", KILN_PHASE_FORWARD);
+		st = kiln_device_run(m->dev, p->in_reorder ? p->in_reorder : p->in_cast, &a, stream);
+		if (prof)
+			kiln_profile_label(NULL, 0);
+		if (st)
+			return kiln_error_wrap(st, "converting the input to the model's layout and dtype");
+	}
+	return run_events(p, 0, n, x, labels, metrics, stream);
+}
+
+/* The schedule after the forwards: backwards in reverse layer order, each
+ * preceded by the recomputations it needs. */
+kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *labels,
+			       void *metrics, void *stream)
+{
+	if (!p->training)
+		return KILN_OK;
+	return run_events(p, p->m->n_layers, p->n_pos, x, labels, metrics, stream);
+}
