@@ -17,9 +17,10 @@
 #include <string.h>
 
 #ifdef KILN_WITH_PACK
-#include "core/transform.h"
-#include "plugins/loaders/image.h"
-#include "plugins/loaders/records.h"
+#include <kiln/image.h> /* kiln_xform_resize_box, its scratch */
+
+#include "image.h"   /* plugins/loaders: img_encode_jpeg, img_encode_png */
+#include "records.h" /* plugins/loaders: the shard writer rec_writer_* */
 
 #include <dirent.h>   /* opendir, readdir */
 #include <errno.h>    /* errno */
