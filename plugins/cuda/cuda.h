@@ -195,6 +195,13 @@ kiln_status cuda_dnn_conv_check(struct cuda_ctx *c, const struct kiln_op *op, in
 	  "and cuDNN version, so the next run skips the timing; empty = "                     \
 	  "$XDG_CACHE_HOME/kiln/cudnn_autotune.bin (else ~/.cache/kiln/...), `none` = no file." },
 
+/* ---- bn_pool.c: prepare of batch norm (every BN_* op) and pooling, for
+ * dnn_kernels.cu; the slices of a per-channel sum over M elements (the
+ * shape alone fixes them, so results never depend on the GPU). */
+kiln_status cuda_bn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+kiln_status cuda_pool_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+int cuda_chan_slices(int64_t M);
+
 /* ---- kernels.cu: one launcher per op ---- */
 cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_bias_grad(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);

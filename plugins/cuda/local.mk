@@ -3,13 +3,17 @@
 # hand-written libtool object file (.lo) hands to libtool, so the link,
 # -export-symbols-regex and install stay libtool's.  cudart is static
 # (m4/kiln_cuda.m4).
+
+# The device's C files (tests/check_cuda_conv compiles them too) and its
+# kernel objects.
+CUDA_DEVICE_C = plugins/cuda/cuda.c plugins/cuda/cuda.h plugins/cuda/kern.h \
+	plugins/cuda/ops.c plugins/cuda/gemm.c plugins/cuda/graph.c \
+	plugins/cuda/cudnn.c plugins/cuda/bn_pool.c plugins/cuda/dnn.h \
+	plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h $(PLUGIN_COMMON_H)
 CUDA_KERNEL_OBJS = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo
 if BUILD_CUDA
 pkglib_LTLIBRARIES += plugins/kiln-cuda.la
-plugins_kiln_cuda_la_SOURCES = plugins/cuda/cuda.c plugins/cuda/cuda.h plugins/cuda/kern.h \
-	plugins/cuda/ops.c plugins/cuda/gemm.c plugins/cuda/graph.c \
-	plugins/cuda/cudnn.c plugins/cuda/dnn.h plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h \
-	$(PLUGIN_COMMON_H)
+plugins_kiln_cuda_la_SOURCES = $(CUDA_DEVICE_C)
 plugins_kiln_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) -DKILN_CUDA_MIN_ARCH=$(CUDA_MIN_ARCH)
 plugins_kiln_cuda_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 plugins_kiln_cuda_la_LDFLAGS = $(PLUGIN_LDFLAGS) $(CUDA_LDFLAGS)
