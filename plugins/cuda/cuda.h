@@ -19,6 +19,8 @@
 #ifndef KILN_CUDA_H
 #define KILN_CUDA_H
 
+#include "../common/describe.h" /* common_numel, common_desc_str, common_op_tensors */
+#include "../common/device.h"   /* common_op_name, common_run_args_check, lists */
 #include <kiln/plugin.h>          /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <cuda_runtime_api.h>     /* cudaStream_t, cudaError_t */
 #include <stdint.h>
@@ -93,8 +95,6 @@ struct cuda_plan {
 
 /* ---- cuda.c ---- */
 const char *cuda_op_name(int type);
-char *cuda_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n);
-int64_t cuda_numel(const struct kiln_tensor_desc *d);
 /* EINVAL/ENOTSUP naming the op, what is wrong and every tensor it got. */
 kiln_status cuda_bad(struct cuda_ctx *c, const struct kiln_op *op, kiln_status st,
 		     const char *why);
