@@ -17,9 +17,10 @@
 #include <string.h>
 
 #ifdef KILN_WITH_PACK
-#include "core/transform.h"
-#include "plugins/loaders/image.h"
-#include "plugins/loaders/records.h"
+#include <kiln/image.h> /* kiln_xform_resize_box, its scratch */
+
+#include "image.h"   /* plugins/loaders: img_encode_jpeg, img_encode_png */
+#include "records.h" /* plugins/loaders: the shard writer rec_writer_* */
 
 #include <dirent.h>   /* opendir, readdir */
 #include <errno.h>    /* errno */
@@ -491,6 +492,56 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* mkdir -p --out; an error when it is there but not a directory */
+static kiln_status make_out_dir(const struct pack_opts *o)
+{
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s", o->out);
+	for (char *p = dir + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			mkdir(dir, 0777);
+			*p = '/';
+		}
+	if (mkdir(dir, 0777) && errno != EEXIST)
+		return kiln_error(KILN_EIO, "%s: cannot create the output directory: %s", o->out,
+				  strerror(errno));
+	struct stat sb;
+	if (stat(o->out, &sb) || !S_ISDIR(sb.st_mode))
+		return kiln_error(KILN_EUSAGE, "--out %s is not a directory", o->out);
+	return KILN_OK;
+}
+
+/* Samples a worker handles per round: about ROUND_BYTES of pixels. */
+static int64_t round_per_worker(const struct pack_opts *o, const struct kiln_source_info *info)
+{
+	int64_t img_bytes = info->image_h > 0 && info->image_w > 0 ?
+			    (int64_t)info->image_h * info->image_w * (info->image_c ? info->image_c : 3) :
+			    (int64_t)256 * 256 * 3; /* sizes vary: assume ImageNet-like */
+	if (o->resize) /* the size after resizing a square image */
+		img_bytes = (int64_t)o->resize * o->resize * 3;
+	int64_t per = ROUND_BYTES / (img_bytes > 0 ? img_bytes : 1);
+	return per < ROUND_MIN ? ROUND_MIN : per > ROUND_MAX ? ROUND_MAX : per;
+}
+
+/* Every shard is complete: move them into place (with --force, remove the
+ * split's older shards past the new ones, named into old), then sync the
+ * directory. */
+static kiln_status shards_place(const struct pack_opts *o, const struct shards *sh, char *old,
+				size_t old_size)
+{
+	for (int k = 0; k < sh->n; k++) {
+		char final[4200];
+		shard_name(o, k, 0, final, sizeof final);
+		if (rename(sh->tmp[k], final))
+			return kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", sh->tmp[k], final,
+					  strerror(errno));
+	}
+	if (o->force)
+		existing_shards(o, old, old_size, sh->n);
+	return fsync_dir(o->out);
+}
+
 /* Pack src per o; t0: when the source began to open (the rate counts it). */
 static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, double t0)
 {
@@ -504,23 +555,8 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 	if (info.len <= 0)
 		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples to pack", o->section,
 				  kiln_source_name(src));
-	{
-		/* mkdir -p */
-		char dir[4096];
-		snprintf(dir, sizeof dir, "%s", o->out);
-		for (char *p = dir + 1; *p; p++)
-			if (*p == '/') {
-				*p = 0;
-				mkdir(dir, 0777);
-				*p = '/';
-			}
-		if (mkdir(dir, 0777) && errno != EEXIST)
-			return kiln_error(KILN_EIO, "%s: cannot create the output directory: %s",
-					  o->out, strerror(errno));
-	}
-	struct stat sb;
-	if (stat(o->out, &sb) || !S_ISDIR(sb.st_mode))
-		return kiln_error(KILN_EUSAGE, "--out %s is not a directory", o->out);
+	if ((st = make_out_dir(o)))
+		return st;
 	char old[512];
 	int nold = o->folder ? 0 : existing_shards(o, old, sizeof old, -1);
 	uint8_t *made = NULL; /* --format folder: class directories created */
@@ -538,14 +574,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 				  o->out, nold, o->split, old);
 
 	int T = o->workers;
-	int64_t img_bytes = info.image_h > 0 && info.image_w > 0 ?
-			    (int64_t)info.image_h * info.image_w * (info.image_c ? info.image_c : 3) :
-			    (int64_t)256 * 256 * 3; /* sizes vary: assume ImageNet-like */
-	if (o->resize) /* the size after resizing a square image */
-		img_bytes = (int64_t)o->resize * o->resize * 3;
-	int64_t per = ROUND_BYTES / (img_bytes > 0 ? img_bytes : 1);
-	per = per < ROUND_MIN ? ROUND_MIN : per > ROUND_MAX ? ROUND_MAX : per;
-	int64_t round = per * T;
+	const int64_t per = round_per_worker(o, &info), round = per * T;
 	struct job *jobs = calloc((size_t)T, sizeof *jobs);
 	struct item *items = calloc((size_t)round, sizeof *items);
 	pthread_t *th = calloc((size_t)T, sizeof *th);
@@ -617,19 +646,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 	if ((st = shards_finish(&sh)))
 		goto out;
 
-	/* every shard is complete: move them into place, then sync the directory */
-	for (int k = 0; k < sh.n; k++) {
-		char final[4200];
-		shard_name(o, k, 0, final, sizeof final);
-		if (rename(sh.tmp[k], final)) {
-			st = kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", sh.tmp[k], final,
-					strerror(errno));
-			goto out;
-		}
-	}
-	if (o->force)
-		existing_shards(o, old, sizeof old, sh.n);
-	if ((st = fsync_dir(o->out)))
+	if ((st = shards_place(o, &sh, old, sizeof old)))
 		goto out;
 	if (tty)
 		fprintf(stderr, "\r\033[K");

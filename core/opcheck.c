@@ -20,6 +20,7 @@
  * Thread: any; the checks only read `op`.
  */
 #include "internal.h"
+#include "../plugins/common/describe.h" /* common_op_tensors */
 
 #include <math.h>
 #include <stdarg.h>
@@ -64,24 +65,13 @@ static kiln_status bad(const char *who, const struct kiln_op *op, kiln_status st
 static kiln_status bad(const char *who, const struct kiln_op *op, kiln_status st,
 		       const char *fmt, ...)
 {
-	char why[320], list[640], one[96];
+	char why[320], list[640];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
-	size_t off = 0;
-	list[0] = 0;
-	for (int k = 0; k < 2; k++) {
-		const int n = k ? op->n_out : op->n_in;
-		for (int i = 0; i < n && off < sizeof list; i++) {
-			kiln_tensor_desc_str(k ? &op->out[i] : &op->in[i], one, sizeof one);
-			int w = snprintf(list + off, sizeof list - off, "%s%s%d %s", off ? ", " : "",
-					 k ? "out" : "in", i, one);
-			off += w > 0 ? (size_t)w : 0;
-		}
-	}
 	return kiln_error(st, "%s: %s: %s (%s)", who, kiln_op_name(op->type), why,
-			  off ? list : "no tensors");
+			  common_op_tensors(op, list, sizeof list));
 }
 
 #define BAD(st, ...) return bad(who, op, (st), __VA_ARGS__)

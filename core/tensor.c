@@ -1,5 +1,6 @@
 /* core/tensor.c - tensor descriptor helpers. */
 #include "internal.h"
+#include "../plugins/common/describe.h" /* common_desc_str: the devices' format too */
 
 #include <stdio.h>
 #include <string.h>
@@ -46,16 +47,5 @@ void kiln_tensor_desc_init(struct kiln_tensor_desc *d, int dtype, int ndim,
 
 char *kiln_tensor_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n)
 {
-	size_t off = 0;
-	if (!n)
-		return buf;
-	buf[0] = 0;
-	off += (size_t)snprintf(buf, n, "%s[", kiln_dtype_name(d->dtype));
-	for (int i = 0; i < d->ndim && off < n; i++)
-		off += (size_t)snprintf(buf + off, n - off, i ? ", %lld" : "%lld",
-					(long long)d->dims[i]);
-	if (off < n)
-		off += (size_t)snprintf(buf + off, n - off, "]%s",
-					d->layout == KILN_NHWC ? " nhwc" : "");
-	return buf;
+	return common_desc_str(d, buf, n);
 }

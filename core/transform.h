@@ -39,6 +39,8 @@
 
 #include "internal.h"
 
+#include <kiln/image.h> /* struct kiln_xform_scratch, the resize */
+
 enum kiln_crop { KILN_CROP_NONE = 0, KILN_CROP_CENTER = 1, KILN_CROP_RANDOM = 2,
 		 KILN_CROP_RESIZED = 3 };
 
@@ -53,20 +55,6 @@ struct kiln_xform {
 	int32_t nhwc;                /* 1: HWC output, 0: CHW */
 	int32_t out_dtype;           /* KILN_F32 or KILN_U8 */
 };
-
-/* Per-worker scratch buffers, grown on demand.  Zero-initialise; free with
- * kiln_xform_scratch_free. */
-struct kiln_xform_scratch {
-	uint8_t *a, *b; /* resized images, each followed by its resize's rows */
-	size_t a_cap, b_cap;   /* (capacities in bytes) */
-	float *w;     /* the normalisation table, then one assembled output row */
-	int32_t *wi;  /* filter bounds, fixed-point weights, a row of sums */
-	size_t w_cap, wi_cap;
-	/* the table in w was built for these (rebuilt only when they change) */
-	int lut_c;
-	float lut_mean[3], lut_std[3];
-};
-void kiln_xform_scratch_free(struct kiln_xform_scratch *s);
 
 /* Bytes of one output sample: out_h * out_w * out_c * (4 or 1). */
 size_t kiln_xform_out_bytes(const struct kiln_xform *x);
@@ -88,17 +76,8 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 
 /* Building blocks, exposed for the tests. */
 
-/* torchvision's Resize(int) of an h x w image: the shorter side to n, the
- * longer one to int(n * long / short). */
-void kiln_xform_resize_shorter(int h, int w, int n, int *nh, int *nw);
-
 /* The RandomResizedCrop box {x0, y0, w, h} for an h x w image. */
 void kiln_xform_rrc_box(const struct kiln_xform *x, int h, int w, uint64_t seed,
 			int64_t epoch, int64_t index, int box[4]);
-
-/* Resize box {x0, y0, bw, bh} of `in` (which must lie inside it) to
- * oh x ow with PIL's antialiased bilinear filter: out is u8 [oh, ow, in->c]. */
-kiln_status kiln_xform_resize_box(const struct kiln_image *in, const int box[4], int oh,
-				  int ow, uint8_t *out, struct kiln_xform_scratch *s);
 
 #endif /* KILN_TRANSFORM_H */

@@ -152,12 +152,11 @@ if HAVE_CHECK
 if HAVE_CUDNN
 check_PROGRAMS += tests/check_cuda_conv
 TESTS += tests/check_cuda_conv
-tests_check_cuda_conv_SOURCES = tests/check_cuda_conv.c plugins/cuda/cuda.c plugins/cuda/ops.c plugins/cuda/graph.c \
-	plugins/cuda/gemm.c plugins/cuda/cudnn.c plugins/cuda/dnn_map.c
+tests_check_cuda_conv_SOURCES = tests/check_cuda_conv.c $(CUDA_DEVICE_C)
 tests_check_cuda_conv_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) -I$(srcdir)/plugins/cuda \
 	-DKILN_CUDA_MIN_ARCH=$(CUDA_MIN_ARCH)
 tests_check_cuda_conv_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_cuda_conv_LDADD = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo libkiln.la \
+tests_check_cuda_conv_LDADD = $(CUDA_KERNEL_OBJS) libkiln.la \
 	$(CHECK_LIBS) $(CUDA_LIBS) -lm
 tests_check_cuda_conv_LDFLAGS = $(CUDA_LDFLAGS)
 endif

@@ -1,15 +1,23 @@
 /* plugins/common/half.h - bf16 and f16 <-> f32 for the communicators'
- * reductions (compiled into each plugin; C and C++).  bf16 rounds to
- * nearest even and keeps NaNs quiet; f16 goes through _Float16 (C) or the
- * same bit manipulation's compiler builtin type (C++: _Float16 as well,
- * GCC >= 12). */
+ * reductions and both devices' storage (compiled into each plugin; C, C++
+ * and, for bf16, CUDA device code).  bf16 rounds to nearest even and keeps
+ * NaNs quiet (the CPU device and the CUDA kernels round with this one
+ * function, so they agree bit for bit); f16 goes through _Float16 (C) or
+ * the same bit manipulation's compiler builtin type (C++: _Float16 as well,
+ * GCC >= 12; not in nvcc's device code, which has its own __half). */
 #ifndef KILN_PLUGINS_COMMON_HALF_H
 #define KILN_PLUGINS_COMMON_HALF_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline float half_bf16_f32(uint16_t h)
+#ifdef __CUDACC__
+#define HALF_HD __host__ __device__
+#else
+#define HALF_HD
+#endif
+
+static inline HALF_HD float half_bf16_f32(uint16_t h)
 {
 	uint32_t u = (uint32_t)h << 16;
 	float f;
@@ -17,7 +25,7 @@ static inline float half_bf16_f32(uint16_t h)
 	return f;
 }
 
-static inline uint16_t half_f32_bf16(float f)
+static inline HALF_HD uint16_t half_f32_bf16(float f)
 {
 	uint32_t u;
 	memcpy(&u, &f, 4);
@@ -27,6 +35,7 @@ static inline uint16_t half_f32_bf16(float f)
 	return (uint16_t)(u >> 16);
 }
 
+#ifndef __CUDACC__
 static inline float half_f16_f32(uint16_t h)
 {
 	_Float16 x;
@@ -41,5 +50,6 @@ static inline uint16_t half_f32_f16(float f)
 	memcpy(&h, &x, 2);
 	return h;
 }
+#endif
 
 #endif

@@ -22,6 +22,7 @@
  * coefficients live in the workspace.
  */
 #include "cpu.h"
+#include "../common/scalar_ops.h" /* common_bn_commit: dnn_kernels.cu's code */
 
 #include <math.h>
 #include <stdio.h>
@@ -226,14 +227,8 @@ static kiln_status cpu_bn_train(const struct cpu_plan *p, const struct kiln_op_a
 		double var = S2[c] / M - d * d;
 		if (var < 0)
 			var = 0;
-		const double inv = 1.0 / sqrt(var + eps);
-		saved[c] = (float)mean;
-		saved[C + c] = (float)inv;
-		rm[c] = (float)((1 - mom) * rm[c] + mom * mean);
-		rv[c] = (float)((1 - mom) * rv[c] + mom * var * M / (M - 1));
-		const double sc = gamma[c] * inv;
-		ca[c] = (float)sc;
-		cb[c] = (float)(beta[c] - mean * sc);
+		common_bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rm, rv, ca,
+				 cb);
 	}
 	bn_affine(p, y, x, ca, cb);
 	return KILN_OK;
@@ -336,14 +331,8 @@ static kiln_status cpu_bn_apply(const struct cpu_plan *p, const struct kiln_op_a
 			var += st[g * 2 * C + C + c] + d * d;
 		}
 		var /= (double)G;
-		const double inv = 1.0 / sqrt(var + eps);
-		saved[c] = (float)mean;
-		saved[C + c] = (float)inv;
-		rm[c] = (float)((1 - mom) * rm[c] + mom * mean);
-		rv[c] = (float)((1 - mom) * rv[c] + mom * var * M / (M - 1));
-		const double sc = gamma[c] * inv;
-		ca[c] = (float)sc;
-		cb[c] = (float)(beta[c] - mean * sc);
+		common_bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rm, rv, ca,
+				 cb);
 	}
 	bn_affine(p, y, x, ca, cb);
 	return KILN_OK;

@@ -277,15 +277,11 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s + %d reorders, workspace %zu bytes",
 			     cpu_op_name(type), geom, impl, n_reorder, p->workspace);
 	}
-out:
+out: /* oneDNN's destroy functions take NULL */
 	for (int k = 0; k < 3; k++)
-		if (t[k].rpd)
-			dnnl_primitive_desc_destroy(t[k].rpd);
-	if (pd)
-		dnnl_primitive_desc_destroy(pd);
-	if (fwd)
-		dnnl_primitive_desc_destroy(fwd);
-	if (attr)
-		dnnl_primitive_attr_destroy(attr);
+		dnnl_primitive_desc_destroy(t[k].rpd);
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_primitive_desc_destroy(fwd);
+	dnnl_primitive_attr_destroy(attr);
 	return st;
 }

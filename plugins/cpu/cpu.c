@@ -39,37 +39,7 @@ static const struct kiln_host *cpu_host; /* from kiln_plugin_init */
 const char *cpu_op_name(int type)
 {
 	/* the core's table (host version 3) */
-	return cpu_host && cpu_host->version >= 3 ? cpu_host->op_name(type) : "op";
-}
-
-/* The plugin cannot call libkiln's kiln_tensor_desc_str: plugins only
- * get the host table.  Same format. */
-char *cpu_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n)
-{
-	static const char *const dt[KILN_DTYPE_COUNT] = { "f32", "bf16", "f16", "i8",
-							  "u8",  "i32",  "i64" };
-	size_t off = 0;
-	if (!n)
-		return buf;
-	buf[0] = 0;
-	int w = snprintf(buf, n, "%s[",
-			 d->dtype >= 0 && d->dtype < KILN_DTYPE_COUNT ? dt[d->dtype] : "?");
-	off = w > 0 ? (size_t)w : 0;
-	for (int i = 0; i < d->ndim && i < KILN_MAX_DIMS && off < n; i++) {
-		w = snprintf(buf + off, n - off, "%s%lld", i ? ", " : "", (long long)d->dims[i]);
-		off += w > 0 ? (size_t)w : 0;
-	}
-	if (off < n)
-		snprintf(buf + off, n - off, "]");
-	return buf;
-}
-
-int64_t cpu_numel(const struct kiln_tensor_desc *d)
-{
-	int64_t n = 1;
-	for (int i = 0; i < d->ndim && i < KILN_MAX_DIMS; i++)
-		n *= d->dims[i];
-	return n;
+	return common_op_name(cpu_host, type);
 }
 
 kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -297,10 +267,7 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 		return st;
 	}
 	pthread_mutex_lock(&c->lock);
-	p->next = c->plans;
-	if (c->plans)
-		c->plans->prev = p;
-	c->plans = p;
+	COMMON_LIST_PUSH(c->plans, p);
 	pthread_mutex_unlock(&c->lock);
 	if (workspace)
 		*workspace = p->workspace;
@@ -313,24 +280,7 @@ static kiln_status cpu_run(void *ctx, void *plan, const struct kiln_op_args *arg
 {
 	struct cpu_ctx *c = ctx;
 	const struct cpu_plan *p = plan;
-	if (!p || !args || !stream)
-		return c->host->error(KILN_EINVAL, "cpu: run: NULL %s",
-				      !p ? "plan" : !args ? "args" : "stream");
-	/* Check pointers here, on the caller's thread, so a missing buffer is
-	 * reported by run() itself rather than by a later sync. */
-	for (int i = 0; i < p->n_in; i++)
-		if (!args->in[i])
-			return c->host->error(KILN_EINVAL, "cpu: %s: input %d is NULL",
-					      cpu_op_name(p->op.type), i);
-	for (int i = 0; i < p->n_out; i++)
-		if (!args->out[i])
-			return c->host->error(KILN_EINVAL, "cpu: %s: output %d is NULL",
-					      cpu_op_name(p->op.type), i);
-	if (p->workspace && (!args->workspace || args->workspace_bytes < p->workspace))
-		return c->host->error(KILN_EINVAL,
-				      "cpu: %s: workspace of %zu bytes given, prepare asked for %zu",
-				      cpu_op_name(p->op.type),
-				      args->workspace ? args->workspace_bytes : 0, p->workspace);
+	COMMON_RUN_CHECK(c->host, "cpu", p, args, stream);
 	return cpu_stream_run(c, stream, p, args);
 }
 
@@ -342,12 +292,7 @@ static void cpu_plan_free(void *ctx, void *plan)
 		return;
 	pthread_mutex_lock(&c->lock);
 	cpu_plan_wait_idle(c, p);
-	if (p->prev)
-		p->prev->next = p->next;
-	else
-		c->plans = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
+	COMMON_LIST_UNLINK(c->plans, p);
 	pthread_mutex_unlock(&c->lock);
 	cpu_plan_release(p);
 	free(p);
@@ -421,32 +366,9 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 }
 
 static const struct kiln_device_ops cpu_ops = {
-	.version = KILN_DEVICE_OPS_VERSION,
-	.open = cpu_open,
-	.close = cpu_close,
-	.alloc = cpu_alloc,
-	.free = cpu_free,
-	.host_alloc = cpu_host_alloc, /* no pinning on the CPU: same as alloc */
-	.host_free = cpu_host_free,
-	.stream_create = cpu_stream_create,
-	.stream_destroy = cpu_stream_destroy,
-	.event_create = cpu_event_create,
-	.event_destroy = cpu_event_destroy,
-	.copy_async = cpu_copy_async,
-	.event_record = cpu_event_record,
-	.stream_wait = cpu_stream_wait,
-	.event_sync = cpu_event_sync,
-	.stream_sync = cpu_stream_sync,
-	.prepare = cpu_prepare,
-	.run = cpu_run,
-	.plan_free = cpu_plan_free,
-	.get_proc_address = cpu_get_proc_address,
+	/* cpu_open .. cpu_graph_free; host_alloc is alloc (no pinning here) */
+	COMMON_DEVICE_OPS(cpu),
 	.aux_bytes = cpu_aux_bytes,
-	.mem_info = cpu_mem_info,
-	.capture_begin = cpu_capture_begin,
-	.capture_end = cpu_capture_end,
-	.graph_launch = cpu_graph_launch,
-	.graph_free = cpu_graph_free,
 };
 
 static const struct kiln_key cpu_keys[] = {
@@ -476,22 +398,5 @@ static const struct kiln_key cpu_keys[] = {
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
-static const struct kiln_plugin cpu_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_DEVICE,
-	.name = "cpu",
-	.summary = "host CPU: oneDNN GEMM, convolution and pooling, OpenMP kernels, optional async streams",
-	.ops = &cpu_ops,
-	.keys = cpu_keys,
-	.probe = NULL,
-};
-
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host);
-
-const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
-{
-	static const struct kiln_plugin *const list[] = { &cpu_plugin, NULL };
-	cpu_host = host;
-	return list;
-}
+COMMON_DEVICE_PLUGIN(cpu_host, cpu_plugin, "cpu", &cpu_ops, cpu_keys, NULL,
+		     "host CPU: oneDNN GEMM, convolution and pooling, OpenMP kernels, optional async streams")

@@ -10,6 +10,9 @@
 #ifndef KILN_CPU_H
 #define KILN_CPU_H
 
+#include "../common/describe.h" /* common_numel, common_desc_str, common_op_tensors */
+#include "../common/device.h"   /* common_op_name, common_run_args_check, lists */
+#include "../common/half.h"     /* half_f32_bf16, half_bf16_f32 */
 #include <kiln/plugin.h>      /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <pthread.h>          /* worker threads, the context lock */
 #include <stdint.h>
@@ -97,9 +100,13 @@ struct cpu_plan {
 
 /* ---- cpu.c ---- */
 const char *cpu_op_name(int type);
-/* "f32[128, 784]" into buf; returns buf. */
-char *cpu_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n);
-int64_t cpu_numel(const struct kiln_tensor_desc *d);
+/* the shared helpers (plugins/common/describe.h) under the names the
+ * kernels use */
+static inline int64_t cpu_numel(const struct kiln_tensor_desc *d) { return common_numel(d); }
+static inline char *cpu_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n)
+{
+	return common_desc_str(d, buf, n);
+}
 /* Run a plan on the calling thread with the context's thread count. */
 kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct kiln_op_args *a,
 		     struct cpu_err *e);
@@ -192,23 +199,10 @@ static inline int cpu_lowp(int dtype) { return dtype == KILN_BF16 || dtype == KI
 int cpu_op_lowp(const struct kiln_op *op);
 /* 1 when any tensor of op has `dtype`. */
 int cpu_op_has(const struct kiln_op *op, int dtype);
-/* bf16 from f32, round to nearest even (NaN kept quiet, infinities kept). */
-static inline uint16_t cpu_bf16_round(float f)
-{
-	uint32_t u;
-	__builtin_memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-static inline float cpu_bf16_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	__builtin_memcpy(&f, &u, sizeof f);
-	return f;
-}
+/* bf16 from f32, round to nearest even (NaN kept quiet, infinities kept),
+ * and back: plugins/common/half.h, the CUDA kernels' rounding too. */
+static inline uint16_t cpu_bf16_round(float f) { return half_f32_bf16(f); }
+static inline float cpu_bf16_f32(uint16_t h) { return half_bf16_f32(h); }
 /* y[0..n) = x converted between f32 and `dtype` (bf16, f16; f32 copies),
  * one span per thread.  f32 to bf16/f16 rounds to nearest even. */
 void cpu_cvt_to_f32(float *y, const void *x, int dtype, int64_t n);

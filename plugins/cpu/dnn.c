@@ -18,16 +18,17 @@
 
 const char *cpu_dnnl_str(dnnl_status_t s)
 {
-	switch (s) {
-	case dnnl_success: return "success";
-	case dnnl_out_of_memory: return "out of memory";
-	case dnnl_invalid_arguments: return "invalid arguments";
-	case dnnl_unimplemented: return "unimplemented";
-	case dnnl_iterator_ends: return "iterator ends";
-	case dnnl_runtime_error: return "runtime error";
-	case dnnl_not_required: return "not required";
-	}
-	return "unknown status";
+	static const char *const names[] = {
+		[dnnl_success] = "success",
+		[dnnl_out_of_memory] = "out of memory",
+		[dnnl_invalid_arguments] = "invalid arguments",
+		[dnnl_unimplemented] = "unimplemented",
+		[dnnl_iterator_ends] = "iterator ends",
+		[dnnl_runtime_error] = "runtime error",
+		[dnnl_not_required] = "not required",
+	};
+	const int n = (int)(sizeof names / sizeof names[0]);
+	return (int)s >= 0 && (int)s < n && names[s] ? names[s] : "unknown status";
 }
 
 kiln_status cpu_dnn_new(struct cpu_ctx *c, struct cpu_plan *p)

@@ -39,17 +39,11 @@ const char *cpu_dnnl_str(dnnl_status_t s);
 
 /* A failed oneDNN call in a prepare function that has `st`, `c`, `p` and
  * an `out:` label: status (ENOTSUP for unimplemented) plus file:line. */
-#define CPU_DNN_TRY(call)                                                                 \
-	do {                                                                              \
-		dnnl_status_t s_ = (call);                                                \
-		if (s_ != dnnl_success) {                                                 \
-			st = c->host->error(s_ == dnnl_unimplemented ? KILN_ENOTSUP       \
-								     : KILN_EDEVICE,      \
-					    "cpu: %s %s: %s:%d: %s: %s",                  \
-					    cpu_op_name(p->op.type), geom, __FILE__,      \
-					    __LINE__, #call, cpu_dnnl_str(s_));           \
-			goto out;                                                         \
-		}                                                                         \
+#define CPU_DNN_TRY(call)                                                                      \
+	do {                                                                                   \
+		dnnl_status_t s_ = (call);                                                     \
+		COMMON_TRY(c->host, s_ != dnnl_success, s_ == dnnl_unimplemented, #call,        \
+			   cpu_dnnl_str(s_), "cpu: %s %s", cpu_op_name(p->op.type), geom);       \
 	} while (0)
 
 /* p->dnn with a stream. */

@@ -16,7 +16,7 @@
  * the bias is a broadcast binary-add post-op placed after the sum.
  */
 #include "cpu.h"
-#include "dnn.h" /* cpu_dnn_warm */
+#include "dnn.h" /* cpu_dnn_warm, cpu_dnnl_str */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
 #include <stdlib.h>
@@ -32,49 +32,28 @@ struct cpu_gemm {
 	size_t scratch_bytes;
 };
 
-static const char *cpu_dnnl_status(dnnl_status_t s)
-{
-	switch (s) {
-	case dnnl_success: return "success";
-	case dnnl_out_of_memory: return "out of memory";
-	case dnnl_invalid_arguments: return "invalid arguments";
-	case dnnl_unimplemented: return "unimplemented";
-	case dnnl_iterator_ends: return "iterator ends";
-	case dnnl_runtime_error: return "runtime error";
-	case dnnl_not_required: return "not required";
-	}
-	return "unknown status";
-}
-
 /* A failed oneDNN call in prepare: status plus file:line of the call. */
-#define CPU_DNNL(call)                                                                    \
-	do {                                                                              \
-		dnnl_status_t s_ = (call);                                                \
-		if (s_ != dnnl_success) {                                                 \
-			st = c->host->error(s_ == dnnl_unimplemented ? KILN_ENOTSUP       \
-								     : KILN_EDEVICE,      \
-					    "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: %s: %s",     \
-					    (long long)M, (long long)N, (long long)K, __FILE__, \
-					    __LINE__, #call, cpu_dnnl_status(s_));                 \
-			goto out;                                                         \
-		}                                                                         \
+#define CPU_DNNL(call)                                                                         \
+	do {                                                                                   \
+		dnnl_status_t s_ = (call);                                                     \
+		COMMON_TRY(c->host, s_ != dnnl_success, s_ == dnnl_unimplemented, #call,        \
+			   cpu_dnnl_str(s_), "cpu: GEMM M=%lld N=%lld K=%lld", (long long)M,     \
+			   (long long)N, (long long)K);                                          \
 	} while (0)
 
 kiln_status cpu_engine_create(struct cpu_ctx *c)
 {
-	dnnl_engine_t eng;
-	dnnl_status_t s = dnnl_engine_create(&eng, dnnl_cpu, 0);
-	if (s != dnnl_success)
-		return c->host->error(KILN_EDEVICE, "cpu: %s:%d: dnnl_engine_create: %s", __FILE__,
-				      __LINE__, cpu_dnnl_status(s));
-	c->engine = eng;
-	return KILN_OK;
+	dnnl_engine_t eng = NULL;
+	const dnnl_status_t s = dnnl_engine_create(&eng, dnnl_cpu, 0);
+	c->engine = s == dnnl_success ? eng : NULL;
+	return s == dnnl_success ? KILN_OK
+				 : c->host->error(KILN_EDEVICE, "cpu: %s:%d: dnnl_engine_create: %s",
+						  __FILE__, __LINE__, cpu_dnnl_str(s));
 }
 
 void cpu_engine_destroy(struct cpu_ctx *c)
 {
-	if (c->engine)
-		dnnl_engine_destroy(c->engine);
+	dnnl_engine_destroy(c->engine); /* NULL is fine */
 	c->engine = NULL;
 }
 
@@ -139,7 +118,7 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	if (s != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: dnnl_primitive_execute: %s",
 				(long long)p->op.i[2], (long long)p->op.i[3], (long long)p->op.i[4],
-				__FILE__, __LINE__, cpu_dnnl_status(s));
+				__FILE__, __LINE__, cpu_dnnl_str(s));
 	return KILN_OK;
 }
 
@@ -222,12 +201,9 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld: scratchpad %zu bytes",
 		     (long long)M, (long long)N, (long long)K, (long long)ta, (long long)tb,
 		     g->scratch_bytes);
-out:
-	if (pd)
-		dnnl_primitive_desc_destroy(pd);
-	if (po)
-		dnnl_post_ops_destroy(po);
-	if (attr)
-		dnnl_primitive_attr_destroy(attr);
+out: /* oneDNN's destroy functions take NULL */
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_post_ops_destroy(po);
+	dnnl_primitive_attr_destroy(attr);
 	return st;
 }

@@ -183,13 +183,12 @@ kiln_status cpu_capture_check_sync(struct cpu_ctx *c, struct cpu_stream *s, stru
 kiln_status cpu_capture_begin(void *ctx, void *stream)
 {
 	struct cpu_ctx *c = ctx;
-	if (!c->graph)
-		return c->host->error(KILN_ENOTSUP, "cpu: [plugin.cpu] graph = 0: steps are not captured");
-	if (!stream)
-		return c->host->error(KILN_EINVAL, "cpu: capture_begin: NULL stream");
-	struct cpu_capture *k = calloc(1, sizeof *k);
-	if (!k)
-		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a capture");
+	struct cpu_capture *k = NULL;
+	kiln_status st = common_capture_check(c->host, "cpu", c->graph, stream);
+	if (!st && !(k = calloc(1, sizeof *k)))
+		st = c->host->error(KILN_ENOMEM, "cpu: out of memory for a capture");
+	if (st)
+		return st;
 	pthread_mutex_lock(&c->lock);
 	if (c->cap) {
 		pthread_mutex_unlock(&c->lock);

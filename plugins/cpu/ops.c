@@ -9,6 +9,7 @@
  * reproduce).
  */
 #include "cpu.h"
+#include "../common/scalar_ops.h" /* LR schedule, loss scaler, clip factor: kernels.cu's code */
 
 #include <math.h>     /* expf, log */
 #include <stdio.h>
@@ -402,20 +403,9 @@ static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_
 		part[c] = sumsq_span(g + c * CH, (c + 1) * CH < n ? CH : n - c * CH, inv);
 	for (int64_t c = 0; c < nch; c++)
 		total += part[c];
-	const double norm = sqrt(total);
-	state[0] = (float)norm;
-	if (!isfinite(norm)) {
-		state[1] = 0.0f;
-		state[2] += 1.0f;
-		return KILN_OK;
-	}
-	state[1] = 1.0f;
-	float scale = 1.0f;
-	if (max_norm > 0 && norm > max_norm) {
-		scale = (float)(max_norm / (norm + 1e-6));
-		state[3] += 1.0f;
-	}
-	scale *= inv;
+	float scale;
+	if (!common_clip_factor(state, sqrt(total), max_norm, inv, &scale))
+		return KILN_OK; /* not finite: the gradients stay as they are */
 	if (scale != 1.0f || lim > 0 || y != g)
 		CPU_SPANS(n, b, en, clip_span(y + b, g + b, en - b, scale, (float)lim));
 	return KILN_OK;
@@ -427,28 +417,9 @@ static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_
 static kiln_status cpu_scaler_update(const struct cpu_plan *p, const struct kiln_op_args *a,
 				     struct cpu_err *e)
 {
-	const float *gate = a->in[0];
-	float *st = a->out[0];
-	const double growth = p->op.f[0], backoff = p->op.f[1], lo = p->op.f[2], hi = p->op.f[3];
 	(void)e;
-	if (gate[1] != 0.0f) {
-		st[1] += 1.0f;
-		if (st[1] >= (float)p->op.i[0]) {
-			const float grown = (float)((double)st[0] * growth);
-			if (isfinite(grown) && (hi <= 0 || grown <= hi))
-				st[0] = grown;
-			st[1] = 0.0f;
-			st[2] = (float)p->op.i[1];
-		}
-	} else {
-		st[3] += 1.0f;
-		st[1] = 0.0f;
-		st[2] -= 1.0f;
-		if (st[2] <= 0.0f) {
-			const double s = (double)st[0] * backoff;
-			st[0] = (float)(s > lo ? s : lo);
-		}
-	}
+	common_scaler_update(a->out[0], a->in[0], p->op.f[0], p->op.f[1], p->op.f[2], p->op.f[3],
+			     p->op.i[0], p->op.i[1]);
 	return KILN_OK;
 }
 
@@ -456,36 +427,8 @@ static kiln_status cpu_scaler_update(const struct cpu_plan *p, const struct kiln
 static kiln_status cpu_lr_schedule(const struct cpu_plan *p, const struct kiln_op_args *a,
 				   struct cpu_err *e)
 {
-	const int64_t t = *(const int64_t *)a->in[0];
-	const int64_t T = p->op.i[1], W = p->op.i[2];
-	const double base = p->op.f[0], fin = p->op.f[1];
-	double lr = base;
 	(void)e;
-	const int64_t U = T - W > 1 ? T - W : 1, u = t - W;
-	if (t < W) {
-		lr = base * (double)(t + 1) / (double)W;
-	} else if (p->op.i[0] == KILN_SCHED_COSINE) {
-		int64_t v = u < U ? u : U;
-		lr = fin + (base - fin) * (1.0 + cos(M_PI * (double)v / (double)U)) / 2.0;
-	} else if (p->op.i[0] == KILN_SCHED_STEP) {
-		lr = base * pow(p->op.f[2], (double)(u / p->op.i[3]));
-	} else if (p->op.i[0] == KILN_SCHED_MULTISTEP) {
-		int k = 0;
-		for (int64_t j = 0; j < p->op.i[3]; j++)
-			k += p->op.i[4 + j] <= u;
-		lr = base * pow(p->op.f[2], k);
-	} else if (p->op.i[0] == KILN_SCHED_ONECYCLE) {
-		/* torch.optim.lr_scheduler.OneCycleLR, two phases, cosine */
-		const double init = base / p->op.f[2], end = init / p->op.f[3];
-		const double e1 = p->op.f[4] * (double)U - 1, e2 = (double)U - 1;
-		double from, to, pct;
-		if ((double)u <= e1) {
-			from = init, to = base, pct = (double)u / e1;
-		} else {
-			from = base, to = end, pct = ((double)u - e1) / (e2 - e1);
-		}
-		lr = to + (from - to) / 2.0 * (1.0 + cos(M_PI * pct));
-	}
+	const double lr = common_lr_schedule(*(const int64_t *)a->in[0], p->op.i, p->op.f);
 	*(float *)a->out[0] = (float)lr;
 	return KILN_OK;
 }
@@ -726,33 +669,12 @@ static kiln_status cpu_mul(const struct cpu_plan *p, const struct kiln_op_args *
 
 /* ---- prepare ---------------------------------------------------------- */
 
-/* The stored innermost extent: channels for a 4-d NHWC activation. */
-static int64_t cpu_inner(const struct kiln_tensor_desc *d)
-{
-	if (d->ndim <= 0)
-		return 1;
-	if (d->ndim == 4 && d->layout == KILN_NHWC)
-		return d->dims[1];
-	return d->dims[d->ndim - 1];
-}
-
 kiln_status cpu_bad(struct cpu_ctx *c, const struct kiln_op *op, kiln_status st,
 			   const char *why)
 {
-	char list[640], one[96];
-	size_t off = 0;
-	list[0] = 0;
-	for (int k = 0; k < 2; k++) {
-		const int n = k ? op->n_out : op->n_in;
-		for (int i = 0; i < n && off < sizeof list; i++) {
-			cpu_desc_str(k ? &op->out[i] : &op->in[i], one, sizeof one);
-			int w = snprintf(list + off, sizeof list - off, "%s%s%d %s", off ? ", " : "",
-					 k ? "out" : "in", i, one);
-			off += w > 0 ? (size_t)w : 0;
-		}
-	}
+	char list[640];
 	return c->host->error(st, "cpu: %s: %s (%s)", cpu_op_name(op->type), why,
-			      off ? list : "no tensors");
+			      common_op_tensors(op, list, sizeof list));
 }
 
 int cpu_all_f32(const struct kiln_op *op)
@@ -797,28 +719,22 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	default:
 		return c->host->error(KILN_ENOTSUP, "cpu: unknown op type %d", op->type);
 	}
-	p->n_in = op->n_in;
-	p->n_out = op->n_out;
+	COMMON_PLAN_SIZES(p, op);
 
 	switch (op->type) {
 	case KILN_OP_LR_SCHEDULE:
 	case KILN_OP_COUNTER_ADD:
-		return KILN_OK;
 	case KILN_OP_FILL:
 	case KILN_OP_CAST:
-		p->n = cpu_numel(&op->out[0]);
 		return KILN_OK;
 	case KILN_OP_SOFTMAX_XENT:
 		if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32)
 			return cpu_bad(c, op, KILN_ENOTSUP, "needs f32 logits and gradient");
-		p->cols = cpu_inner(&op->in[0]);
-		p->rows = cpu_numel(&op->in[0]) / p->cols;
-		p->sz[0] = cpu_numel(&op->out[1]); /* 3: also count top-5 */
+		p->sz[0] = common_numel(&op->out[1]); /* 3: also count top-5 */
 		return KILN_OK;
 	case KILN_OP_NORMALIZE_U8:
 		if (op->out[0].dtype != KILN_F32)
 			return cpu_bad(c, op, KILN_ENOTSUP, "writes f32");
-		p->n = cpu_numel(&op->out[0]);
 		p->sz[0] = op->in[0].dims[1];
 		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
 		return KILN_OK;
@@ -848,32 +764,6 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
 	}
 
-	switch (op->type) {
-	case KILN_OP_BIAS_ADD:
-	case KILN_OP_BIAS_GRAD: {
-		/* bias is in0 for ADD, out0 for GRAD; the matrix the other */
-		const struct kiln_tensor_desc *b = op->type == KILN_OP_BIAS_ADD ? &op->in[0] : &op->out[0];
-		const struct kiln_tensor_desc *x = op->type == KILN_OP_BIAS_ADD ? &op->out[0] : &op->in[0];
-		p->cols = cpu_numel(b);
-		p->rows = cpu_numel(x) / p->cols;
-		return KILN_OK;
-	}
-	case KILN_OP_RELU:
-	case KILN_OP_SCALE:
-	case KILN_OP_REDUCE_SUM:
-		p->n = cpu_numel(&op->in[0]);
-		return KILN_OK;
-	case KILN_OP_RELU_BWD:
-	case KILN_OP_ADD:
-	case KILN_OP_MUL:
-		p->n = cpu_numel(&op->out[0]);
-		return KILN_OK;
-	case KILN_OP_GRAD_CLIP:
-	case KILN_OP_UNSCALE:
-		p->n = op->i[0];
-		return KILN_OK;
-	case KILN_OP_SCALER_UPDATE:
-		return KILN_OK;
-	}
-	return c->host->error(KILN_EINTERNAL, "cpu: op %d fell through prepare", op->type);
+	/* every op the table above knows has its extents set */
+	return KILN_OK;
 }

@@ -112,12 +112,9 @@ kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s, aux %zu bytes, workspace %zu bytes",
 			     cpu_op_name(op->type), geom, impl, p->aux, p->workspace);
 	}
-out:
-	if (pd)
-		dnnl_primitive_desc_destroy(pd);
-	if (fwd)
-		dnnl_primitive_desc_destroy(fwd);
-	if (attr)
-		dnnl_primitive_attr_destroy(attr);
+out: /* oneDNN's destroy functions take NULL */
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_primitive_desc_destroy(fwd);
+	dnnl_primitive_attr_destroy(attr);
 	return st;
 }

@@ -62,27 +62,6 @@ uint64_t *cpu_event_cap_id(struct cpu_event *ev) { return &ev->cap_id; }
 struct cpu_stream **cpu_event_cap_stream(struct cpu_event *ev) { return &ev->cap_stream; }
 size_t *cpu_event_cap_cnt(struct cpu_event *ev) { return &ev->cap_cnt; }
 
-/* ---- list helpers (caller holds c->lock) ------------------------------ */
-
-#define CPU_LINK(head, o)                                                                 \
-	do {                                                                              \
-		(o)->prev = NULL;                                                         \
-		(o)->next = (head);                                                       \
-		if (head)                                                                 \
-			(head)->prev = (o);                                               \
-		(head) = (o);                                                             \
-	} while (0)
-
-#define CPU_UNLINK(head, o)                                                               \
-	do {                                                                              \
-		if ((o)->prev)                                                            \
-			(o)->prev->next = (o)->next;                                      \
-		else                                                                      \
-			(head) = (o)->next;                                               \
-		if ((o)->next)                                                            \
-			(o)->next->prev = (o)->prev;                                      \
-	} while (0)
-
 /* ---- the worker ------------------------------------------------------- */
 
 static void cpu_task_done(struct cpu_stream *s)
@@ -233,7 +212,7 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 		s->has_thread = 1;
 	}
 	pthread_mutex_lock(&c->lock);
-	CPU_LINK(c->streams, s);
+	COMMON_LIST_PUSH(c->streams, s);
 	pthread_mutex_unlock(&c->lock);
 	*out = s;
 	return KILN_OK;
@@ -252,7 +231,7 @@ void cpu_stream_destroy(void *ctx, void *stream)
 	if (s->has_thread)
 		pthread_join(s->thread, NULL); /* drains the queue first */
 	pthread_mutex_lock(&c->lock);
-	CPU_UNLINK(c->streams, s);
+	COMMON_LIST_UNLINK(c->streams, s);
 	pthread_mutex_unlock(&c->lock);
 	pthread_cond_destroy(&s->wake);
 	free(s->q);
@@ -354,7 +333,7 @@ kiln_status cpu_event_create(void *ctx, void **out)
 	if (!ev)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an event");
 	pthread_mutex_lock(&c->lock);
-	CPU_LINK(c->events, ev);
+	COMMON_LIST_PUSH(c->events, ev);
 	pthread_mutex_unlock(&c->lock);
 	*out = ev;
 	return KILN_OK;
@@ -370,7 +349,7 @@ void cpu_event_destroy(void *ctx, void *event)
 	/* Queued markers and waits still point at it: let them pass. */
 	while (ev->refs)
 		pthread_cond_wait(&c->cond, &c->lock);
-	CPU_UNLINK(c->events, ev);
+	COMMON_LIST_UNLINK(c->events, ev);
 	pthread_mutex_unlock(&c->lock);
 	free(ev);
 }

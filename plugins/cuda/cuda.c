@@ -44,57 +44,15 @@ static const struct kiln_host *cuda_host; /* from kiln_plugin_init */
 const char *cuda_op_name(int type)
 {
 	/* the core's table (host version 3) */
-	return cuda_host && cuda_host->version >= 3 ? cuda_host->op_name(type) : "op";
-}
-
-/* The plugin cannot call libkiln's kiln_tensor_desc_str: plugins only get
- * the host table.  Same format. */
-char *cuda_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n)
-{
-	static const char *const dt[KILN_DTYPE_COUNT] = { "f32", "bf16", "f16", "i8",
-							  "u8",  "i32",  "i64" };
-	size_t off;
-	if (!n)
-		return buf;
-	buf[0] = 0;
-	int w = snprintf(buf, n, "%s[",
-			 d->dtype >= 0 && d->dtype < KILN_DTYPE_COUNT ? dt[d->dtype] : "?");
-	off = w > 0 ? (size_t)w : 0;
-	for (int i = 0; i < d->ndim && i < KILN_MAX_DIMS && off < n; i++) {
-		w = snprintf(buf + off, n - off, "%s%lld", i ? ", " : "", (long long)d->dims[i]);
-		off += w > 0 ? (size_t)w : 0;
-	}
-	if (off < n)
-		snprintf(buf + off, n - off, "]");
-	return buf;
-}
-
-int64_t cuda_numel(const struct kiln_tensor_desc *d)
-{
-	int64_t n = 1;
-	for (int i = 0; i < d->ndim && i < KILN_MAX_DIMS; i++)
-		n *= d->dims[i];
-	return n;
+	return common_op_name(cuda_host, type);
 }
 
 kiln_status cuda_bad(struct cuda_ctx *c, const struct kiln_op *op, kiln_status st,
 		     const char *why)
 {
-	char list[640], one[96];
-	size_t off = 0;
-	list[0] = 0;
-	for (int k = 0; k < 2; k++) {
-		const int n = k ? op->n_out : op->n_in;
-		for (int i = 0; i < n && i < (k ? KILN_OP_MAX_OUT : KILN_OP_MAX_IN) && off < sizeof list;
-		     i++) {
-			cuda_desc_str(k ? &op->out[i] : &op->in[i], one, sizeof one);
-			int w = snprintf(list + off, sizeof list - off, "%s%s%d %s", off ? ", " : "",
-					 k ? "out" : "in", i, one);
-			off += w > 0 ? (size_t)w : 0;
-		}
-	}
+	char list[640];
 	return c->host->error(st, "cuda: %s: %s (%s)", cuda_op_name(op->type), why,
-			      off ? list : "no tensors");
+			      common_op_tensors(op, list, sizeof list));
 }
 
 kiln_status cuda_fail(struct cuda_ctx *c, kiln_status st, cudaError_t e, const char *call,
@@ -186,23 +144,14 @@ struct cuda_ctx_priv {
 static void obj_link(struct cuda_ctx_priv *x, struct cuda_obj *o)
 {
 	pthread_mutex_lock(&x->lock);
-	o->prev = NULL;
-	o->next = x->live;
-	if (x->live)
-		x->live->prev = o;
-	x->live = o;
+	COMMON_LIST_PUSH(x->live, o);
 	pthread_mutex_unlock(&x->lock);
 }
 
 static void obj_unlink(struct cuda_ctx_priv *x, struct cuda_obj *o)
 {
 	pthread_mutex_lock(&x->lock);
-	if (o->prev)
-		o->prev->next = o->next;
-	else
-		x->live = o->next;
-	if (o->next)
-		o->next->prev = o->prev;
+	COMMON_LIST_UNLINK(x->live, o);
 	pthread_mutex_unlock(&x->lock);
 }
 
@@ -596,22 +545,7 @@ static kiln_status cuda_run(void *ctx, void *plan, const struct kiln_op_args *ar
 {
 	struct cuda_ctx *c = ctx;
 	const struct cuda_plan *p = plan ? ((struct cuda_obj *)plan)->plan : NULL;
-	if (!p || !args || !stream)
-		return c->host->error(KILN_EINVAL, "cuda: run: NULL %s",
-				      !p ? "plan" : !args ? "args" : "stream");
-	for (int i = 0; i < p->n_in; i++)
-		if (!args->in[i])
-			return c->host->error(KILN_EINVAL, "cuda: %s: input %d is NULL",
-					      cuda_op_name(p->op.type), i);
-	for (int i = 0; i < p->n_out; i++)
-		if (!args->out[i])
-			return c->host->error(KILN_EINVAL, "cuda: %s: output %d is NULL",
-					      cuda_op_name(p->op.type), i);
-	if (p->workspace && (!args->workspace || args->workspace_bytes < p->workspace))
-		return c->host->error(KILN_EINVAL,
-				      "cuda: %s: workspace of %zu bytes given, prepare asked for %zu",
-				      cuda_op_name(p->op.type),
-				      args->workspace ? args->workspace_bytes : 0, p->workspace);
+	COMMON_RUN_CHECK(c->host, "cuda", p, args, stream);
 	USE(c);
 	cudaError_t e = p->launch(p, args, S(stream));
 	if (e != cudaSuccess)
@@ -651,32 +585,9 @@ static void *cuda_get_proc_address(void *ctx, const char *name)
 }
 
 static const struct kiln_device_ops cuda_ops = {
-	.version = KILN_DEVICE_OPS_VERSION,
-	.open = cuda_open,
-	.close = cuda_close,
-	.alloc = cuda_alloc,
-	.free = cuda_free,
-	.host_alloc = cuda_host_alloc, /* page-locked */
-	.host_free = cuda_host_free,
-	.stream_create = cuda_stream_create,
-	.stream_destroy = cuda_stream_destroy,
-	.event_create = cuda_event_create,
-	.event_destroy = cuda_event_destroy,
-	.copy_async = cuda_copy_async,
-	.event_record = cuda_event_record,
-	.stream_wait = cuda_stream_wait,
-	.event_sync = cuda_event_sync,
-	.stream_sync = cuda_stream_sync,
-	.prepare = cuda_prepare,
-	.run = cuda_run,
-	.plan_free = cuda_plan_free,
-	.get_proc_address = cuda_get_proc_address,
+	/* cuda_open .. cuda_graph_free; host_alloc is page-locked */
+	COMMON_DEVICE_OPS(cuda),
 	.aux_bytes = NULL, /* no op here leaves state for its backward */
-	.mem_info = cuda_mem_info,
-	.capture_begin = cuda_capture_begin,
-	.capture_end = cuda_capture_end,
-	.graph_launch = cuda_graph_launch,
-	.graph_free = cuda_graph_free,
 	.has_op = cuda_has_op_ctx,
 };
 
@@ -690,22 +601,5 @@ static const struct kiln_key cuda_keys[] = {
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
-static const struct kiln_plugin cuda_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_DEVICE,
-	.name = "cuda",
-	.summary = "NVIDIA GPU: cuBLASLt GEMM, cuDNN convolution, kiln's CUDA kernels, pinned staging, streams and events",
-	.ops = &cuda_ops,
-	.keys = cuda_keys,
-	.probe = cuda_probe,
-};
-
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host);
-
-const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
-{
-	static const struct kiln_plugin *const list[] = { &cuda_plugin, NULL };
-	cuda_host = host;
-	return list;
-}
+COMMON_DEVICE_PLUGIN(cuda_host, cuda_plugin, "cuda", &cuda_ops, cuda_keys, cuda_probe,
+		     "NVIDIA GPU: cuBLASLt GEMM, cuDNN convolution, kiln's CUDA kernels, pinned staging, streams and events")

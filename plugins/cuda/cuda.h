@@ -19,6 +19,8 @@
 #ifndef KILN_CUDA_H
 #define KILN_CUDA_H
 
+#include "../common/describe.h" /* common_numel, common_desc_str, common_op_tensors */
+#include "../common/device.h"   /* common_op_name, common_run_args_check, lists */
 #include <kiln/plugin.h>          /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <cuda_runtime_api.h>     /* cudaStream_t, cudaError_t */
 #include <stdint.h>
@@ -93,8 +95,6 @@ struct cuda_plan {
 
 /* ---- cuda.c ---- */
 const char *cuda_op_name(int type);
-char *cuda_desc_str(const struct kiln_tensor_desc *d, char *buf, size_t n);
-int64_t cuda_numel(const struct kiln_tensor_desc *d);
 /* EINVAL/ENOTSUP naming the op, what is wrong and every tensor it got. */
 kiln_status cuda_bad(struct cuda_ctx *c, const struct kiln_op *op, kiln_status st,
 		     const char *why);
@@ -194,6 +194,13 @@ kiln_status cuda_dnn_conv_check(struct cuda_ctx *c, const struct kiln_op *op, in
 	  "File of the convolution engines `[run] autotune = 1` chose, keyed by GPU, driver " \
 	  "and cuDNN version, so the next run skips the timing; empty = "                     \
 	  "$XDG_CACHE_HOME/kiln/cudnn_autotune.bin (else ~/.cache/kiln/...), `none` = no file." },
+
+/* ---- bn_pool.c: prepare of batch norm (every BN_* op) and pooling, for
+ * dnn_kernels.cu; the slices of a per-channel sum over M elements (the
+ * shape alone fixes them, so results never depend on the GPU). */
+kiln_status cuda_bn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+kiln_status cuda_pool_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+int cuda_chan_slices(int64_t M);
 
 /* ---- kernels.cu: one launcher per op ---- */
 cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);

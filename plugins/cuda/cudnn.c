@@ -1,7 +1,8 @@
 /* plugins/cuda/cudnn.c - the CNN op set of the CUDA device: convolution
  * (CONV, CONV_BWD_DATA, CONV_BWD_WEIGHTS) through cuDNN 9's graph
  * (backend) API, with autotuning and its persistent cache; batch norm and
- * pooling prepared here for kiln's own kernels (dnn_kernels.cu says why).
+ * pooling are prepared in bn_pool.c for kiln's own kernels (dnn_kernels.cu
+ * says why).
  *
  * A convolution plan is built once, in prepare:
  *   tensors   x [N,C,H,W], w [O,C/g,KH,KW], y [N,O,OH,OW] as logical dims
@@ -77,13 +78,6 @@ struct cuda_dnn_ctx {
 	struct cuda_atc atc;
 	int atc_loaded;
 };
-
-/* the slices of a per-channel sum over M elements: the shape alone fixes them */
-static int chan_slices(int64_t M)
-{
-	const int64_t k = M / 4096;
-	return k < 1 ? 1 : k > 64 ? 64 : (int)k;
-}
 
 static const struct kiln_host *dnn_host;
 
@@ -825,7 +819,7 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	/* sizes of the bias kernels (dnn.h): y's N, O, OH*OW */
 	p->rows = g.y[0], p->cols = g.y[1], p->n = g.y[2] * g.y[3];
 	p->sz[0] = g.nhwc;
-	p->sz[1] = chan_slices(g.y[0] * g.y[2] * g.y[3]);
+	p->sz[1] = cuda_chan_slices(g.y[0] * g.y[2] * g.y[3]);
 	/* workspace: [cuDNN's | widened x | widened dy | db partials], aligned */
 #define WS_UP(n) (((n) + DNN_WS_ALIGN - 1) / DNN_WS_ALIGN * DNN_WS_ALIGN)
 	size_t end = d->ws;
@@ -878,75 +872,6 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 }
 #endif
 
-/* ---- batch norm and pooling ------------------------------------------- */
-
-/* 1 when argument k (in0.. then out0..) of a BN op is x, y, dy or dx (the
- * kernels read and write it as x's dtype); the others are per-channel f32 */
-static int bn_like_x(int type, int n_in, int k)
-{
-	const int bwd = type == KILN_OP_BN_BWD || type == KILN_OP_BN_BWD_REDUCE ||
-			type == KILN_OP_BN_BWD_APPLY;
-	if (k < n_in)
-		return k == 0 || (k == 1 && bwd); /* x; dy */
-	/* out0: y or dx, except BN_STATS' statistics and BN_BWD_REDUCE's dgamma */
-	return k == n_in && type != KILN_OP_BN_STATS && type != KILN_OP_BN_BWD_REDUCE;
-}
-
-static kiln_status bn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
-{
-	const struct kiln_op *op = &p->op;
-	const struct kiln_tensor_desc *x = &op->in[0];
-	/* x and the tensors shaped like it (y, dy, dx) share x's dtype, f32,
-	 * bf16 or f16; the per-channel ones are f32 */
-	const int dt = x->dtype;
-	int ok = dt == KILN_F32 || dt == KILN_BF16 || dt == KILN_F16;
-	for (int k = 0; k < op->n_in + op->n_out && ok; k++) {
-		const struct kiln_tensor_desc *t = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
-		ok = t->dtype == (bn_like_x(op->type, op->n_in, k) ? dt : KILN_F32);
-	}
-	if (!ok)
-		return cuda_bad(c, op, KILN_ENOTSUP, "x, y, dy and dx in one of f32, bf16, f16; the per-channel tensors f32");
-	if (x->ndim != 2 && x->ndim != 4)
-		return cuda_bad(c, op, KILN_EINVAL, "wants x [N,C,H,W] or [N,C]");
-	p->rows = x->dims[0];
-	p->cols = x->dims[1];
-	p->n = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
-	p->sz[0] = x->ndim == 2 || x->layout == KILN_NHWC;
-	p->sz[1] = chan_slices(p->rows * p->n);
-	p->sz[2] = 0;
-	p->workspace = cuda_bn_workspace(p->cols, (int)p->sz[1]);
-	p->n_in = op->n_in;
-	p->n_out = op->n_out;
-	p->launch = cuda_launch_bn;
-	return KILN_OK;
-}
-
-static kiln_status pool_prepare(struct cuda_ctx *c, struct cuda_plan *p)
-{
-	const struct kiln_op *op = &p->op;
-	const int bwd = op->type == KILN_OP_POOL_BWD;
-	const struct kiln_tensor_desc *x = bwd ? &op->out[0] : &op->in[0];
-	const struct kiln_tensor_desc *y = bwd ? &op->in[0] : &op->out[0];
-	if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16 && x->dtype != KILN_F16) ||
-	    y->dtype != x->dtype)
-		return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 activations, one dtype");
-	if (x->ndim != 4 || y->ndim != 4)
-		return cuda_bad(c, op, KILN_EINVAL, "wants 4-d activations");
-	if (bwd && op->i[0] == KILN_POOL_MAX && (op->n_in < 3 || op->in[2].dtype != x->dtype))
-		return cuda_bad(c, op, KILN_ENOTSUP,
-				"max pooling's backward reads the forward input x (in2): this device keeps no aux");
-	if (bwd && op->i[0] == KILN_POOL_MAX &&
-	    (op->in[2].ndim != 4 || (op->in[2].layout == KILN_NHWC) != (x->layout == KILN_NHWC) ||
-	     memcmp(op->in[2].dims, x->dims, 4 * sizeof x->dims[0])))
-		return cuda_bad(c, op, KILN_EINVAL,
-				"max pooling's backward wants in2 (the forward input x) of dx's shape and layout");
-	/* max pooling keeps no aux (aux_bytes 0): out1 / in1 are not read */
-	p->n_in = 1;
-	p->n_out = 1;
-	p->launch = cuda_launch_pool;
-	return KILN_OK;
-}
-
 kiln_status cuda_dnn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	switch (p->op.type) {
@@ -954,8 +879,8 @@ kiln_status cuda_dnn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case KILN_OP_CONV_BWD_DATA:
 	case KILN_OP_CONV_BWD_WEIGHTS: return conv_prepare(c, p);
 	case KILN_OP_POOL:
-	case KILN_OP_POOL_BWD: return pool_prepare(c, p);
-	default: return bn_prepare(c, p);
+	case KILN_OP_POOL_BWD: return cuda_pool_prepare(c, p);
+	default: return cuda_bn_prepare(c, p);
 	}
 }
 

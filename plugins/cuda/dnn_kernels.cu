@@ -24,6 +24,7 @@
  */
 #include "cuda.h"
 #include "dnn.h"
+#include "../common/scalar_ops.h" /* common_bn_commit: the CPU device's code */
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -115,23 +116,6 @@ __device__ __forceinline__ void part_sum(const double *part, int64_t c, int K, d
 
 /* ---- pass 2: per-channel finishes --------------------------------------- */
 
-/* A training step's statistics of channel c (over M values): saved
- * (mean, invstd), the running statistics (unbiased variance), and the
- * coefficients of y = x*a + b. */
-__device__ void bn_commit(int64_t c, int64_t C, double mean, double var, double M, double eps,
-			  double mom, const float *gamma, const float *beta, float *saved,
-			  float *rmean, float *rvar, float *coef)
-{
-	const double inv = 1.0 / sqrt(var + eps);
-	saved[c] = (float)mean;
-	saved[C + c] = (float)inv;
-	rmean[c] = (float)((1 - mom) * rmean[c] + mom * mean);
-	rvar[c] = (float)((1 - mom) * rvar[c] + mom * var * M / (M - 1));
-	const double a = gamma[c] * inv;
-	coef[c] = (float)a;
-	coef[C + c] = (float)(beta[c] - mean * a);
-}
-
 /* BN_TRAIN (and BN_STATS with stats != NULL): mean, biased var, invstd,
  * saved, running statistics, y = x*a + b coefficients. */
 template <typename T>
@@ -155,7 +139,8 @@ __global__ void bn_train_finish(const double *part, const T *x, int64_t C, int64
 		stats[C + c] = (float)var;
 		return;
 	}
-	bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rmean, rvar, coef);
+	common_bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rmean, rvar, coef,
+			 coef + C);
 }
 
 /* BN_APPLY: merge G groups' (mean, var) of n elements each. */
@@ -176,7 +161,8 @@ __global__ void bn_apply_finish(const float *gstats, int G, int64_t C, int64_t n
 	}
 	var /= G;
 	const double M = (double)G * n;
-	bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rmean, rvar, coef);
+	common_bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rmean, rvar, coef,
+			 coef + C);
 }
 
 /* BN_INFER: coefficients from the running statistics. */

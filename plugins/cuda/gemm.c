@@ -49,17 +49,12 @@ struct cuda_gemm {
 #define CUDA_GEMM_WS_MAX ((size_t)32 << 20)
 
 /* A failed cuBLASLt call in prepare: status plus file:line of the call. */
-#define CUDA_LT(call)                                                                     \
-	do {                                                                              \
-		cublasStatus_t s_ = (call);                                               \
-		if (s_ != CUBLAS_STATUS_SUCCESS) {                                        \
-			st = c->host->error(s_ == CUBLAS_STATUS_NOT_SUPPORTED ? KILN_ENOTSUP \
-									     : KILN_EDEVICE, \
-					    "cuda: GEMM M=%lld N=%lld K=%lld: %s:%d: %s: %s",    \
-					    (long long)M, (long long)N, (long long)K, __FILE__, \
-					    __LINE__, #call, cublasLt_status_str(s_));            \
-			goto out;                                                         \
-		}                                                                         \
+#define CUDA_LT(call)                                                                          \
+	do {                                                                                   \
+		cublasStatus_t s_ = (call);                                                    \
+		COMMON_TRY(c->host, s_ != CUBLAS_STATUS_SUCCESS, s_ == CUBLAS_STATUS_NOT_SUPPORTED, \
+			   #call, cublasLt_status_str(s_), "cuda: GEMM M=%lld N=%lld K=%lld",    \
+			   (long long)M, (long long)N, (long long)K);                            \
 	} while (0)
 
 static const char *cublasLt_status_str(cublasStatus_t s)

@@ -27,10 +27,9 @@ struct cuda_graph {
 kiln_status cuda_capture_begin(void *ctx, void *stream)
 {
 	struct cuda_ctx *c = ctx;
-	if (!c->graph)
-		return c->host->error(KILN_ENOTSUP, "cuda: [plugin.cuda] graph = 0: steps are not captured");
-	if (!stream)
-		return c->host->error(KILN_EINVAL, "cuda: capture_begin: NULL stream");
+	const kiln_status st = common_capture_check(c->host, "cuda", c->graph, stream);
+	if (st)
+		return st;
 	CUDA_TRY(c, cudaSetDevice(c->ordinal));
 	CUDA_TRY(c, cudaStreamBeginCapture(cuda_stream_of(stream), cudaStreamCaptureModeThreadLocal));
 	return KILN_OK;
@@ -91,9 +90,8 @@ void cuda_graph_free(void *ctx, void *graph)
 {
 	struct cuda_ctx *c = ctx;
 	struct cuda_graph *cg = graph;
-	if (!cg)
-		return;
-	if (cudaSetDevice(c->ordinal) == cudaSuccess) {
+	/* NULL: nothing to free; no device to set: the host part only */
+	if (cg && cudaSetDevice(c->ordinal) == cudaSuccess) {
 		cudaGraphExecDestroy(cg->x);
 		cudaGraphDestroy(cg->g);
 	}

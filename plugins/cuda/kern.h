@@ -13,6 +13,7 @@
 #define KILN_CUDA_KERN_H
 
 #include <kiln/plugin.h>        /* struct kiln_op, dtypes, op types */
+#include "../common/half.h"      /* half_f32_bf16, half_bf16_f32 */
 #include <Random123/philox.h>   /* philox4x32_R: the dropout mask (CUDA and C) */
 #include <math.h>
 #include <stdint.h>
@@ -29,25 +30,10 @@
 
 /* ---- dtypes -------------------------------------------------------------- */
 
-/* bf16 from f32, round to nearest even, NaN kept (quiet): the CPU
- * device's cpu_bf16_round, bit for bit. */
-KERN_HD uint16_t kern_bf16_round(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-KERN_HD float kern_bf16_f32(uint16_t h)
-{
-	const uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
+/* bf16 from f32, round to nearest even, NaN kept (quiet), and back: the
+ * CPU device's functions (plugins/common/half.h), bit for bit. */
+KERN_HD uint16_t kern_bf16_round(float f) { return half_f32_bf16(f); }
+KERN_HD float kern_bf16_f32(uint16_t h) { return half_bf16_f32(h); }
 
 /* The float dtypes a kernel loads and stores through kern_ld/kern_st
  * (kernels.cu): f32, bf16, f16.  Everything is computed in f32 and each

@@ -24,6 +24,7 @@
  */
 #include "cuda.h"
 #include "kern.h"       /* the pure maps, the dropout mask, LAMB's grid (host-tested) */
+#include "../common/scalar_ops.h" /* LR schedule, loss scaler, clip factor: the CPU's code */
 
 #include <cuda_fp16.h>  /* __half, __half2float, __float2half_rn */
 #include <math.h>
@@ -551,34 +552,7 @@ struct sched_k {
  * double like the CPU device's loop. */
 __global__ void k_lr_schedule(float *out, const int64_t *step, struct sched_k k)
 {
-	const int64_t t = *step, T = k.i[1], W = k.i[2];
-	const double base = k.f[0], fin = k.f[1];
-	double lr = base;
-	const int64_t U = T - W > 1 ? T - W : 1, u = t - W;
-	if (t < W) {
-		lr = base * (double)(t + 1) / (double)W;
-	} else if (k.i[0] == KILN_SCHED_COSINE) {
-		const int64_t v = u < U ? u : U;
-		lr = fin + (base - fin) * (1.0 + cos(M_PI * (double)v / (double)U)) / 2.0;
-	} else if (k.i[0] == KILN_SCHED_STEP) {
-		lr = base * pow(k.f[2], (double)(u / k.i[3]));
-	} else if (k.i[0] == KILN_SCHED_MULTISTEP) {
-		int m = 0;
-		for (int64_t j = 0; j < k.i[3]; j++)
-			m += k.i[4 + j] <= u;
-		lr = base * pow(k.f[2], (double)m);
-	} else if (k.i[0] == KILN_SCHED_ONECYCLE) {
-		/* torch.optim.lr_scheduler.OneCycleLR, two phases, cosine */
-		const double init = base / k.f[2], end = init / k.f[3];
-		const double e1 = k.f[4] * (double)U - 1, e2 = (double)U - 1;
-		double from, to, pct;
-		if ((double)u <= e1) {
-			from = init, to = base, pct = (double)u / e1;
-		} else {
-			from = base, to = end, pct = ((double)u - e1) / (e2 - e1);
-		}
-		lr = to + (from - to) / 2.0 * (1.0 + cos(M_PI * pct));
-	}
+	const double lr = common_lr_schedule(*step, k.i, k.f);
 	*out = (float)lr;
 }
 
@@ -778,22 +752,12 @@ __global__ void k_clip_norm(float *state, float *k, const double *part, int nb, 
 	double ss = 0;
 	for (int b = 0; b < nb; b++)
 		ss += part[b];
-	const double norm = sqrt(ss);
-	state[0] = (float)norm;
-	if (!isfinite(norm)) {
-		state[1] = 0.0f;
-		state[2] += 1.0f;
-		k[0] = 1.0f;
+	float scale;
+	if (!common_clip_factor(state, sqrt(ss), max_norm, inv, &scale)) {
+		k[0] = 1.0f; /* not finite: the gradients stay as they are */
 		k[1] = 0.0f;
 		return;
 	}
-	state[1] = 1.0f;
-	float scale = 1.0f;
-	if (max_norm > 0 && norm > max_norm) {
-		scale = (float)(max_norm / (norm + 1e-6));
-		state[3] += 1.0f;
-	}
-	scale *= inv;
 	k[0] = scale;
 	k[1] = scale != 1.0f || lim > 0 || copy ? 1.0f : 0.0f;
 }
@@ -846,24 +810,7 @@ extern "C" cudaError_t cuda_launch_grad_clip(const struct cuda_plan *p,
 __global__ void k_scaler_update(float *st, const float *gate, double growth, double backoff,
 				double lo, double hi, int64_t interval, int64_t hyst)
 {
-	if (gate[1] != 0.0f) {
-		st[1] += 1.0f;
-		if (st[1] >= (float)interval) {
-			const float grown = (float)((double)st[0] * growth);
-			if (isfinite(grown) && (hi <= 0 || grown <= hi))
-				st[0] = grown;
-			st[1] = 0.0f;
-			st[2] = (float)hyst;
-		}
-	} else {
-		st[3] += 1.0f;
-		st[1] = 0.0f;
-		st[2] -= 1.0f;
-		if (st[2] <= 0.0f) {
-			const double v = (double)st[0] * backoff;
-			st[0] = (float)(v > lo ? v : lo);
-		}
-	}
+	common_scaler_update(st, gate, growth, backoff, lo, hi, interval, hyst);
 }
 
 extern "C" cudaError_t cuda_launch_scaler_update(const struct cuda_plan *p,

@@ -27,16 +27,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The stored innermost extent: channels for a 4-d NHWC activation. */
-static int64_t cuda_inner(const struct kiln_tensor_desc *d)
-{
-	if (d->ndim <= 0)
-		return 1;
-	if (d->ndim == 4 && d->layout == KILN_NHWC)
-		return d->dims[1];
-	return d->dims[d->ndim - 1];
-}
-
 /* Every tensor of the op f32, bf16 or f16: what kernels.cu's ld/st take. */
 static int cuda_all_float(const struct kiln_op *op)
 {
@@ -69,7 +59,7 @@ static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		const int bwd = op->type == KILN_OP_ACT_BWD;
 		if (!cuda_all_float(op))
 			return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 tensors only");
-		p->n = cuda_numel(&op->out[0]);
+		p->n = common_numel(&op->out[0]);
 		p->launch = bwd ? cuda_launch_act_bwd : cuda_launch_act;
 		return KILN_OK;
 	}
@@ -78,7 +68,7 @@ static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		if (!kern_float_dtype(op->in[0].dtype) || !kern_float_dtype(op->out[0].dtype))
 			return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 data");
 		const struct kiln_tensor_desc *y = &op->out[0];
-		p->n = cuda_numel(y);
+		p->n = common_numel(y);
 		if (y->ndim == 4 && y->layout == KILN_NHWC) {
 			/* drawn by logical index: kern_nhwc_logical */
 			p->sz[0] = y->dims[1];
@@ -112,7 +102,7 @@ static kiln_status newop_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		p->cols = cuda_esize(op->in[0].dtype); /* element size (sz[3]: scratch) */
 		if (!p->cols)
 			return cuda_bad(c, op, KILN_ENOTSUP, "unknown dtype");
-		p->n = cuda_numel(&op->in[0]);
+		p->n = common_numel(&op->in[0]);
 		kern_reorder_geom(&op->in[0], &op->out[0], &p->sz[0], &p->sz[1], &p->sz[2]);
 		if (p->sz[2] == 0)
 			p->sz[1] = 0; /* empty images: nothing to transpose */
@@ -154,7 +144,7 @@ static kiln_status fill_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	}
 	p->sz[0] = (int64_t)bits;
 	p->sz[1] = width;
-	p->n = cuda_numel(&op->out[0]);
+	p->n = common_numel(&op->out[0]);
 	return KILN_OK;
 }
 
@@ -176,7 +166,7 @@ static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	if (lamb) {
 		/* workspace: the piece sums and per-tensor steps (kern.h);
 		 * scratch: the go flag of k_lamb_check */
-		const int64_t T = cuda_numel(&op->in[3]) - 1;
+		const int64_t T = common_numel(&op->in[3]) - 1;
 		if (kern_lamb_chunks(p->n) > INT32_MAX)
 			return cuda_bad(c, op, KILN_ENOTSUP, "more than 2^31 chunks of parameters");
 		p->sz[0] = T;
@@ -247,28 +237,22 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		return c->host->error(KILN_EINTERNAL, "cuda: %s has no prepare here",
 				      cuda_op_name(op->type));
 	}
-	p->n_in = op->n_in;
-	p->n_out = op->n_out;
+	COMMON_PLAN_SIZES(p, op);
 
 	switch (op->type) {
 	case KILN_OP_LR_SCHEDULE:
 	case KILN_OP_COUNTER_ADD:
+	case KILN_OP_CAST:
 		return KILN_OK;
 	case KILN_OP_FILL:
 		return fill_prepare(c, p);
 	case KILN_OP_SOFTMAX_XENT:
-		p->cols = cuda_inner(&op->in[0]);
-		p->rows = cuda_numel(&op->in[0]) / p->cols;
 		if (p->cols > INT32_MAX - 1)
 			return cuda_bad(c, op, KILN_ENOTSUP, "more than 2^31 - 2 classes");
-		p->sz[0] = cuda_numel(&op->out[1]); /* 3: also count top-5 */
+		p->sz[0] = common_numel(&op->out[1]); /* 3: also count top-5 */
 		p->sz[3] = CUDA_RED_BLOCKS * 4 * sizeof(double); /* block partials (struct xent_part) */
 		return KILN_OK;
-	case KILN_OP_CAST:
-		p->n = cuda_numel(&op->out[0]);
-		return KILN_OK;
 	case KILN_OP_NORMALIZE_U8:
-		p->n = cuda_numel(&op->out[0]);
 		p->sz[0] = op->in[0].dims[1];
 		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
 		if (p->sz[1] < 1)
@@ -290,36 +274,11 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	    (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32))
 		return cuda_bad(c, op, KILN_ENOTSUP, "the gate and scaler states are f32");
 
-	switch (op->type) {
-	case KILN_OP_BIAS_ADD:
-	case KILN_OP_BIAS_GRAD: {
-		/* bias is in0 for ADD, out0 for GRAD; the matrix the other */
-		const struct kiln_tensor_desc *b = op->type == KILN_OP_BIAS_ADD ? &op->in[0] : &op->out[0];
-		const struct kiln_tensor_desc *x = op->type == KILN_OP_BIAS_ADD ? &op->out[0] : &op->in[0];
-		p->cols = cuda_numel(b);
-		p->rows = cuda_numel(x) / p->cols;
-		return KILN_OK;
-	}
-	case KILN_OP_RELU:
-	case KILN_OP_SCALE:
-	case KILN_OP_REDUCE_SUM:
-		p->n = cuda_numel(&op->in[0]);
-		if (op->type == KILN_OP_REDUCE_SUM)
-			p->sz[3] = CUDA_RED_BLOCKS * sizeof(double);
-		return KILN_OK;
-	case KILN_OP_RELU_BWD:
-	case KILN_OP_ADD:
-	case KILN_OP_MUL:
-		p->n = cuda_numel(&op->out[0]);
-		return KILN_OK;
-	case KILN_OP_GRAD_CLIP:
-	case KILN_OP_UNSCALE:
-		p->n = op->i[0];
-		/* block partials, then the scale and the rewrite flag */
+	/* the reductions' block partials (REDUCE_SUM), then the clipping's
+	 * scale and rewrite flag (GRAD_CLIP, UNSCALE) */
+	if (op->type == KILN_OP_REDUCE_SUM)
+		p->sz[3] = CUDA_RED_BLOCKS * sizeof(double);
+	if (op->type == KILN_OP_GRAD_CLIP || op->type == KILN_OP_UNSCALE)
 		p->sz[3] = CUDA_RED_BLOCKS * sizeof(double) + 2 * sizeof(float);
-		return KILN_OK;
-	case KILN_OP_SCALER_UPDATE:
-		return KILN_OK;
-	}
-	return c->host->error(KILN_EINTERNAL, "cuda: op %d fell through prepare", op->type);
+	return KILN_OK;
 }

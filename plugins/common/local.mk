@@ -1,0 +1,13 @@
+# plugins/common: code that more than one plugin (and the core) uses, kept
+# once.  Headers of inline helpers, listed in each user's _SOURCES:
+#   describe.h   tensor and op descriptions for error messages
+#   device.h     what both devices do alike: op names, run()'s argument
+#                check, op extents, lists of live objects
+#   scalar_ops.h the one-thread scalar steps (LR schedule, loss scaler, clip
+#                factor, batch norm's commit), C and CUDA
+PLUGIN_COMMON_H = plugins/common/describe.h plugins/common/device.h plugins/common/scalar_ops.h
+# The communicators' shared pieces, compiled into each of them (hidden there:
+# only kiln_plugin_init is exported): the collective watchdog and the
+# /dev/shm rounds of kiln-mpi and kiln-gloo.
+PLUGIN_COMM_COMMON = plugins/common/watchdog.c plugins/common/watchdog.h \
+	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/half.h

@@ -1,0 +1,130 @@
+/* plugins/common/scalar_ops.h - the one-thread scalar steps both devices
+ * compute (plugin.h gives each op's contract): the learning-rate schedule,
+ * the loss scaler's update, the gradient clipping factor and batch norm's
+ * per-channel commit of its statistics.  One copy, so
+ * the CPU device (plugins/cpu/ops.c) and the CUDA kernels
+ * (plugins/cuda/kernels.cu, __host__ __device__) do the same arithmetic in
+ * the same order, in double where the contract says so.
+ * Header-only (static inline), C and CUDA C++.
+ */
+#ifndef KILN_COMMON_SCALAR_OPS_H
+#define KILN_COMMON_SCALAR_OPS_H
+
+#include <kiln/plugin.h> /* KILN_SCHED_* */
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define COMMON_HD __host__ __device__
+#else
+#define COMMON_HD
+#endif
+
+/* KILN_OP_LR_SCHEDULE: the learning rate at step t (i64), in double, from
+ * the op's i[16] (kind, total steps, warm-up steps, ...) and f[8] (base,
+ * final, gamma, ...). */
+static inline COMMON_HD double common_lr_schedule(int64_t t, const int64_t *i, const double *f)
+{
+	const int64_t T = i[1], W = i[2];
+	const double base = f[0], fin = f[1];
+	double lr = base;
+	const int64_t U = T - W > 1 ? T - W : 1, u = t - W;
+	if (t < W) {
+		lr = base * (double)(t + 1) / (double)W;
+	} else if (i[0] == KILN_SCHED_COSINE) {
+		const int64_t v = u < U ? u : U;
+		lr = fin + (base - fin) * (1.0 + cos(M_PI * (double)v / (double)U)) / 2.0;
+	} else if (i[0] == KILN_SCHED_STEP) {
+		lr = base * pow(f[2], (double)(u / i[3]));
+	} else if (i[0] == KILN_SCHED_MULTISTEP) {
+		int m = 0;
+		for (int64_t j = 0; j < i[3]; j++)
+			m += i[4 + j] <= u;
+		lr = base * pow(f[2], (double)m);
+	} else if (i[0] == KILN_SCHED_ONECYCLE) {
+		/* torch.optim.lr_scheduler.OneCycleLR, two phases, cosine */
+		const double init = base / f[2], end = init / f[3];
+		const double e1 = f[4] * (double)U - 1, e2 = (double)U - 1;
+		double from, to, pct;
+		if ((double)u <= e1) {
+			from = init, to = base, pct = (double)u / e1;
+		} else {
+			from = base, to = end, pct = ((double)u - e1) / (e2 - e1);
+		}
+		lr = to + (from - to) / 2.0 * (1.0 + cos(M_PI * pct));
+	}
+	return lr;
+}
+
+/* KILN_OP_SCALER_UPDATE: gate f32[4] (GRAD_CLIP's: [1] the finite flag),
+ * st f32[4] (scale, growth tracker, hysteresis left, overflows) updated in
+ * place; growth, backoff, lo, hi, interval, hyst: the op's f[0..3], i[0..1]. */
+static inline COMMON_HD void common_scaler_update(float *st, const float *gate, double growth,
+						  double backoff, double lo, double hi,
+						  int64_t interval, int64_t hyst)
+{
+	if (gate[1] != 0.0f) {
+		st[1] += 1.0f;
+		if (st[1] >= (float)interval) {
+			const float grown = (float)((double)st[0] * growth);
+			if (isfinite(grown) && (hi <= 0 || grown <= hi))
+				st[0] = grown;
+			st[1] = 0.0f;
+			st[2] = (float)hyst;
+		}
+	} else {
+		st[3] += 1.0f;
+		st[1] = 0.0f;
+		st[2] -= 1.0f;
+		if (st[2] <= 0.0f) {
+			const double v = (double)st[0] * backoff;
+			st[0] = (float)(v > lo ? v : lo);
+		}
+	}
+}
+
+/* GRAD_CLIP and UNSCALE after the gradients' norm: state f32[4] (norm,
+ * finite flag, non-finite count, clip count) updated; *factor = the clip
+ * factor (max_norm / (norm + 1e-6) when norm > max_norm > 0, else 1) times
+ * inv = 1/s, rounded once.  Returns 0 when the norm is not finite (the
+ * gradients are left as they are), 1 otherwise. */
+static inline COMMON_HD int common_clip_factor(float *state, double norm, double max_norm,
+					       float inv, float *factor)
+{
+	state[0] = (float)norm;
+	if (!isfinite(norm)) {
+		state[1] = 0.0f;
+		state[2] += 1.0f;
+		return 0;
+	}
+	state[1] = 1.0f;
+	float scale = 1.0f;
+	if (max_norm > 0 && norm > max_norm) {
+		scale = (float)(max_norm / (norm + 1e-6));
+		state[3] += 1.0f;
+	}
+	*factor = scale * inv;
+	return 1;
+}
+
+/* Batch norm's training step for channel c of C, from the mean and the
+ * biased variance of its M values: saved (mean, invstd), the running
+ * statistics (momentum mom; the unbiased variance), and the coefficients
+ * of y = x * a[c] + b[c]. */
+static inline COMMON_HD void common_bn_commit(int64_t c, int64_t C, double mean, double var,
+					      double M, double eps, double mom,
+					      const float *gamma, const float *beta, float *saved,
+					      float *rmean, float *rvar, float *a, float *b)
+{
+	const double inv = 1.0 / sqrt(var + eps);
+	saved[c] = (float)mean;
+	saved[C + c] = (float)inv;
+	rmean[c] = (float)((1 - mom) * rmean[c] + mom * mean);
+	rvar[c] = (float)((1 - mom) * rvar[c] + mom * var * M / (M - 1));
+	const double sc = gamma[c] * inv;
+	a[c] = (float)sc;
+	b[c] = (float)(beta[c] - mean * sc);
+}
+
+#endif /* KILN_COMMON_SCALAR_OPS_H */

@@ -1,0 +1,16 @@
+# plugins/cpu: the CPU device on oneDNN (docs/plugins.md).  Every plugin is
+# a libtool module in plugins/, so the build tree has one plugin directory
+# (plugins/.libs) that libkiln searches when uninstalled.
+if BUILD_CPU
+pkglib_LTLIBRARIES += plugins/kiln-cpu.la
+plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/cpu.h plugins/cpu/stream.c \
+	plugins/cpu/graph.c plugins/cpu/ops.c plugins/cpu/optim.c plugins/cpu/lowp.c \
+	plugins/cpu/tune.c plugins/cpu/gemm.c plugins/cpu/dnn.c plugins/cpu/dnn.h \
+	plugins/cpu/conv.c plugins/cpu/pool.c plugins/cpu/bn.c plugins/cpu/act.c \
+	plugins/cpu/layout.c $(PLUGIN_COMMON_H)
+# -fno-math-errno: sqrtf in a loop (Adam, LAMB) vectorises only when it
+# need not set errno; no kernel reads errno, and results are unchanged
+plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS) -fno-math-errno
+plugins_kiln_cpu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENMP_CFLAGS) -lm
+endif

@@ -1,0 +1,11 @@
+# plugins/gloo: the Gloo communicator (TCP), a C++ shim behind the C ABI
+# (docs/distributed.md).
+if BUILD_GLOO
+pkglib_LTLIBRARIES += plugins/kiln-gloo.la
+plugins_kiln_gloo_la_SOURCES = plugins/gloo/gloo.cc plugins/gloo/shm.c plugins/gloo/shm.h \
+	$(PLUGIN_COMM_COMMON)
+plugins_kiln_gloo_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
+plugins_kiln_gloo_la_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter -pthread $(PLUGIN_CFLAGS)
+plugins_kiln_gloo_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_kiln_gloo_la_LIBADD = $(GLOO_LIBS)
+endif
