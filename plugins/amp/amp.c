@@ -126,7 +126,6 @@ static int amp_compute_dtype(void *ctx)
 
 /* Gradients of activations come in the compute dtype; parameter gradients
  * are accumulated into the f32 flat buffer either way. */
-static int amp_grad_dtype(void *ctx) { return amp_compute_dtype(ctx); }
 
 static kiln_status amp_scaling(void *ctx, float *init, float *growth, float *backoff,
 			       int *growth_interval)
@@ -156,7 +155,6 @@ static const struct kiln_precision_ops amp_ops = {
 	.open = amp_open,
 	.close = amp_close,
 	.compute_dtype = amp_compute_dtype,
-	.grad_dtype = amp_grad_dtype,
 	.scaling = amp_scaling,
 	.scaler = amp_scaler,
 	.describe = amp_describe,

@@ -89,11 +89,11 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 
 
 static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_config *cfg,
-			    int ordinal, void **out)
+			    int ordinal, const struct kiln_device_options *opts, void **out)
 {
 	kiln_status st;
-	int64_t threads = 0;
-	int async = 0, deterministic = 0, graph = 0;
+	int64_t threads = opts->threads; /* [run] threads, from the core */
+	int async = 0, deterministic = opts->deterministic, graph = 0;
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	*out = NULL;
 	if (ordinal < 0)
@@ -101,16 +101,10 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	/* Every ordinal is the same host memory: ranks of a multi-process CPU
 	 * run each open their local rank's ordinal. */
 	if (cfg) {
-		st = host->config_get_int(cfg, "run", "threads", &threads);
-		if (st && st != KILN_ENOTFOUND)
-			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "async", &async);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
-		if (st && st != KILN_ENOTFOUND)
-			return st;
-		st = host->config_get_bool(cfg, "run", "deterministic", &deterministic);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		static const char *const key[2] = { "bf16_conv", "bf16_gemm" };
@@ -133,8 +127,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		}
 	}
 	if (threads < 0)
-		return host->error(KILN_ECONFIG, "cpu: [run] threads = %lld is negative",
-				   (long long)threads);
+		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
 	if (threads == 0) {
 		/* the CPUs this process may run on (kiln launch and mpirun pin
 		 * ranks; taskset, cpusets), else the machine's */
@@ -422,6 +415,10 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 
 static const struct kiln_device_ops cpu_ops = {
 	.version = KILN_DEVICE_OPS_VERSION,
+	/* host memory: host communicators take its buffers in place; auto
+	 * prefers any accelerator (a higher score) to it */
+	.traits = { .type = KILN_DEVICE_CPU, .auto_score = 10, .caps = KILN_DEVICE_HOST_MEMORY,
+		    .comm = NULL },
 	.open = cpu_open,
 	.close = cpu_close,
 	.alloc = cpu_alloc,

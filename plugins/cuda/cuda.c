@@ -234,7 +234,7 @@ static void obj_release(struct cuda_obj *o)
 /* ---- open / close ----------------------------------------------------- */
 
 static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_config *cfg,
-			     int ordinal, void **out)
+			     int ordinal, const struct kiln_device_options *opts, void **out)
 {
 	int count = 0;
 	cudaError_t e;
@@ -260,6 +260,7 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 	c->host = host;
 	c->ordinal = ordinal;
 	c->graph = graph;
+	c->opts = *opts;
 	pthread_mutex_init(&x->lock, NULL);
 	if ((e = cudaSetDevice(ordinal)) != cudaSuccess) {
 		st = cuda_fail(c, KILN_EDEVICE, e, "cudaSetDevice", __FILE__, __LINE__);
@@ -652,6 +653,9 @@ static void *cuda_get_proc_address(void *ctx, const char *name)
 
 static const struct kiln_device_ops cuda_ops = {
 	.version = KILN_DEVICE_OPS_VERSION,
+	/* GPU memory, moved between ranks by NCCL; auto prefers it to the
+	 * CPU when a GPU is there (the probe) */
+	.traits = { .type = KILN_DEVICE_GPU, .auto_score = 100, .caps = 0, .comm = "nccl" },
 	.open = cuda_open,
 	.close = cuda_close,
 	.alloc = cuda_alloc,

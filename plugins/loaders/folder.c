@@ -56,7 +56,6 @@ struct folder_ctx {
 	int64_t n, cap;
 	int64_t classes;
 	int64_t skipped;            /* files with other image extensions */
-	int64_t position;           /* global sample offset (get/set_position) */
 };
 
 /* A growable list of strings (directory and file names while listing). */
@@ -431,30 +430,12 @@ out:
 	return st;
 }
 
-static kiln_status folder_get_position(void *vctx, int64_t *offset)
-{
-	const struct folder_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status folder_set_position(void *vctx, int64_t offset)
-{
-	struct folder_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, c->root, "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
 static const struct kiln_source_ops folder_ops = {
 	.version = KILN_SOURCE_OPS_VERSION,
 	.open = folder_open,
 	.close = folder_close,
 	.info = folder_info,
 	.read = NULL,
-	.get_position = folder_get_position,
-	.set_position = folder_set_position,
 	.read_image = folder_read_image,
 };
 

@@ -56,7 +56,6 @@ struct idx_ctx {
 	struct idx_file labels; /* u8 [n] */
 	int64_t n, rows, cols, classes;
 	float lut[256];         /* lut[u] = (u/255 - mean)/std */
-	int64_t position;       /* global sample offset (get/set_position) */
 };
 
 /* ---- reading through zlib --------------------------------------------- */
@@ -497,31 +496,12 @@ static kiln_status idx_read_image(void *vctx, int64_t index, struct kiln_image *
 	return KILN_OK;
 }
 
-static kiln_status idx_get_position(void *vctx, int64_t *offset)
-{
-	const struct idx_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status idx_set_position(void *vctx, int64_t offset)
-{
-	struct idx_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return c->host->error(KILN_EINVAL, "%s: position %" PRId64 " is out of range: the source has %" PRId64 " samples (0..%" PRId64 ")",
-				      c->images.path, offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
 static const struct kiln_source_ops idx_ops = {
 	.version = KILN_SOURCE_OPS_VERSION,
 	.open = idx_open,
 	.close = idx_close,
 	.info = idx_info,
 	.read = idx_read,
-	.get_position = idx_get_position,
-	.set_position = idx_set_position,
 	.read_image = idx_read_image,
 };
 

@@ -51,7 +51,6 @@ struct lmdb_ctx {
 	MDB_env *env;
 	MDB_dbi dbi;
 	int64_t n, classes;
-	int64_t position; /* global sample offset (get/set_position) */
 };
 
 /* An LMDB error code as a status: positive codes are errno values (the
@@ -307,30 +306,12 @@ static kiln_status lmdb_read_image(void *vctx, int64_t index, struct kiln_image 
 	return st;
 }
 
-static kiln_status lmdb_get_position(void *vctx, int64_t *offset)
-{
-	const struct lmdb_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status lmdb_set_position(void *vctx, int64_t offset)
-{
-	struct lmdb_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, c->path, "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
 static const struct kiln_source_ops lmdb_ops = {
 	.version = KILN_SOURCE_OPS_VERSION,
 	.open = lmdb_open,
 	.close = lmdb_close,
 	.info = lmdb_info,
 	.read = NULL,
-	.get_position = lmdb_get_position,
-	.set_position = lmdb_set_position,
 	.read_image = lmdb_read_image,
 };
 

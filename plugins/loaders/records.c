@@ -9,7 +9,7 @@
  * header and payload, label, size) before decoding it, so a flipped bit
  * anywhere is an error naming the shard and the record, never wrong pixels.
  * The source is the shards concatenated in order; after open() nothing is
- * written but the position, so reads are thread-safe.
+ * written, so reads are thread-safe.
  *
  * Nothing in a file is trusted: offsets and lengths are checked against
  * the file's size before anything is read through them.  The files must not
@@ -54,7 +54,6 @@ struct rec_ctx {
 	int nshards;
 	int64_t n, classes;
 	int32_t h, w, c;        /* common over every shard, 0 when they vary */
-	int64_t position;       /* global sample offset (get/set_position) */
 	float lut[256];         /* lut[u] = u/255, as idx computes it */
 };
 
@@ -653,30 +652,12 @@ static kiln_status rec_read(void *vctx, int64_t index, void *sample, void *label
 	return KILN_OK;
 }
 
-static kiln_status rec_get_position(void *vctx, int64_t *offset)
-{
-	const struct rec_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status rec_set_position(void *vctx, int64_t offset)
-{
-	struct rec_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, c->shards[0].path, "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
 static const struct kiln_source_ops rec_ops = {
 	.version = KILN_SOURCE_OPS_VERSION,
 	.open = rec_open,
 	.close = rec_close,
 	.info = rec_info,
 	.read = rec_read,
-	.get_position = rec_get_position,
-	.set_position = rec_set_position,
 	.read_image = rec_read_image,
 };
 

@@ -25,7 +25,6 @@ struct syn_ctx {
 	int64_t n, classes;
 	int32_t h, w, c;
 	uint64_t salt;    /* the split, mixed into every hash */
-	int64_t position; /* global sample offset (get/set_position) */
 };
 
 /* splitmix64's finaliser: a cheap, well-mixed 64-bit hash. */
@@ -202,30 +201,12 @@ static kiln_status syn_read_image(void *vctx, int64_t index, struct kiln_image *
 	return KILN_OK;
 }
 
-static kiln_status syn_get_position(void *vctx, int64_t *offset)
-{
-	const struct syn_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status syn_set_position(void *vctx, int64_t offset)
-{
-	struct syn_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, "synthetic", "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
 static const struct kiln_source_ops syn_ops = {
 	.version = KILN_SOURCE_OPS_VERSION,
 	.open = syn_open,
 	.close = syn_close,
 	.info = syn_info,
 	.read = NULL,
-	.get_position = syn_get_position,
-	.set_position = syn_set_position,
 	.read_image = syn_read_image,
 };
 

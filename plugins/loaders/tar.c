@@ -80,7 +80,6 @@ struct tar_ctx {
 	struct tar_sample *s;      /* [n] */
 	int64_t n, cap;
 	int64_t classes;
-	int64_t position;          /* global sample offset (get/set_position) */
 };
 
 /* The sample being assembled while scanning a shard. */
@@ -768,30 +767,12 @@ out:
 	return st;
 }
 
-static kiln_status tar_get_position(void *vctx, int64_t *offset)
-{
-	const struct tar_ctx *c = vctx;
-	*offset = c->position;
-	return KILN_OK;
-}
-
-static kiln_status tar_set_position(void *vctx, int64_t offset)
-{
-	struct tar_ctx *c = vctx;
-	if (offset < 0 || offset > c->n)
-		return loaders_out_of_range(c->host, c->shards[0], "position", offset, c->n, c->n);
-	c->position = offset;
-	return KILN_OK;
-}
-
 static const struct kiln_source_ops tar_ops = {
 	.version = KILN_SOURCE_OPS_VERSION,
 	.open = tar_open,
 	.close = tar_close,
 	.info = tar_info,
 	.read = NULL,
-	.get_position = tar_get_position,
-	.set_position = tar_set_position,
 	.read_image = tar_read_image,
 };
 
