@@ -1,4 +1,6 @@
 /* kiln/plugin.h - the plugin ABI.  Include this to write a kiln plugin.
+ * The ops a device runs, and their contracts, are in kiln/ops.h, which
+ * this header includes.
  *
  * A plugin file is a shared object named `kiln-<name>.so` that exports exactly
  * one symbol, kiln_plugin_init (build with -fvisibility=hidden and mark it
@@ -518,8 +520,13 @@ struct kiln_scaler_config {
 
 struct kiln_precision_ops {
 	uint32_t version;
+	/* Open the policy `policy`, the value of [run] precision ("fp32",
+	 * "bf16", "fp16", ...; read by the core, borrowed for the call),
+	 * with the plugin's own [plugin.NAME] keys of cfg.  A policy it does
+	 * not know: KILN_ECONFIG naming it (host->config_where(cfg, "run",
+	 * "precision") gives the line for messages). */
 	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
-			    void **ctx);
+			    const char *policy, void **ctx);
 	void (*close)(void *ctx);
 	int (*compute_dtype)(void *ctx); /* dtype of activations and low-precision weights */
 	/* Initial loss scale (1 for no scaling) and the dynamic-scaling rule:
