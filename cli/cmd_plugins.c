@@ -1,12 +1,34 @@
 /* cli/cmd_plugins.c - `kiln plugins`: every plugin file found, and every
- * plugin in them, with kind, ABI and availability. */
+ * plugin in them, with kind, ABI and availability; then what each device
+ * is (its traits: type, auto score, communicator) and what it computes
+ * with. */
 #include "build-config.h"
 #include "cli.h"
 
-#include <kiln/plugin.h> /* KILN_PROC_DESCRIBE */
+#include <kiln/plugin.h> /* KILN_PROC_DESCRIBE, struct kiln_device_ops */
 
 #include <stdio.h>
 #include <string.h>
+
+/* Every device plugin's traits, and what `device = auto` would open. */
+static void print_devices(const struct kiln_registry *reg)
+{
+	const struct kiln_plugin *best = NULL;
+	printf("\n%-10s %-6s %-5s %s\n", "DEVICE", "TYPE", "AUTO", "COMM (auto)");
+	for (int i = 0; i < kiln_registry_plugin_count(reg); i++) {
+		struct kiln_plugin_info p;
+		kiln_registry_plugin_get(reg, i, &p);
+		if (p.kind != KILN_PLUGIN_DEVICE)
+			continue;
+		const struct kiln_device_traits *t =
+			&((const struct kiln_device_ops *)p.desc->ops)->traits;
+		printf("%-10s %-6s %-5d %s\n", p.name, kiln_device_type_name(t->type), t->auto_score,
+		       t->comm ? t->comm : t->caps & KILN_DEVICE_HOST_MEMORY ? "mpi or gloo" : "-");
+	}
+	if (kiln_device_auto(reg, &best))
+		kiln_clear_error();
+	printf("device = auto opens: %s\n", best ? best->name : "(none available)");
+}
 
 int cmd_plugins(int argc, char **argv)
 {
@@ -65,6 +87,7 @@ int cmd_plugins(int argc, char **argv)
 			printf("%-10s %-14s %-5s %-28s %s\n", kiln_plugin_kind_name(p.kind), p.name, abi,
 			       status, p.summary);
 		}
+	print_devices(reg);
 	/* what each available device computes with (the CPU device: the ISA
 	 * oneDNN dispatches to), from its KILN_PROC_DESCRIBE extension; the
 	 * table goes out first, the device may log while it opens */

@@ -107,28 +107,73 @@ kiln_status kiln_device_mem_info(struct kiln_device *dev, size_t *free_bytes, si
 	return dev->ops->mem_info(dev->ctx, free_bytes, total_bytes);
 }
 
-/* `device = auto`: the first available of these, in order (a GPU when the
- * machine has one, else the CPU). */
-static const char *const auto_devices[] = { "cuda", "cpu" };
+/* `device = auto`: the available device plugin with the highest
+ * traits.auto_score (the first found on a tie): the data says which
+ * device is best, the core names none. */
+kiln_status kiln_device_auto(const struct kiln_registry *reg, const struct kiln_plugin **out)
+{
+	const struct kiln_plugin *best = NULL, *p;
+	*out = NULL;
+	for (int i = 0; i < kiln_registry_plugin_count(reg); i++) {
+		struct kiln_plugin_info pi;
+		kiln_registry_plugin_get(reg, i, &pi);
+		if (pi.kind != KILN_PLUGIN_DEVICE || !pi.available ||
+		    kiln_registry_find(reg, KILN_PLUGIN_DEVICE, pi.name, &p))
+			continue;
+		const struct kiln_device_ops *ops = p->ops;
+		if (ops->traits.auto_score > 0 &&
+		    (!best || ops->traits.auto_score >
+				      ((const struct kiln_device_ops *)best->ops)->traits.auto_score))
+			best = p;
+	}
+	if (!best)
+		return kiln_error(KILN_EPLUGIN,
+				  "device = auto: no device plugin that auto may choose is available here (run `kiln plugins`)");
+	*out = best;
+	return KILN_OK;
+}
+
+/* The [run] keys a device acts on, read once here for open()
+ * (struct kiln_device_options); without a config or a key, the schema's
+ * default, 0. */
+static kiln_status device_options_read(const struct kiln_config *cfg,
+				       struct kiln_device_options *o)
+{
+	int64_t threads = 0;
+	kiln_status st;
+	memset(o, 0, sizeof *o);
+	o->version = KILN_DEVICE_OPTIONS_VERSION;
+	if (!cfg)
+		return KILN_OK;
+	if (((st = kiln_config_get_int(cfg, "run", "threads", &threads)) && st != KILN_ENOTFOUND) ||
+	    ((st = kiln_config_get_bool(cfg, "run", "deterministic", &o->deterministic)) &&
+	     st != KILN_ENOTFOUND) ||
+	    ((st = kiln_config_get_bool(cfg, "run", "autotune", &o->autotune)) &&
+	     st != KILN_ENOTFOUND))
+		return st;
+	if (threads < 0 || threads > INT32_MAX)
+		return kiln_error(KILN_ECONFIG, "%s: [run] threads = %lld: expected 0 (every CPU) or a count",
+				  kiln_config_where(cfg, "run", "threads"), (long long)threads);
+	o->threads = (int32_t)threads;
+	return KILN_OK;
+}
 
 kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_config *cfg,
 			     const char *name, int ordinal, struct kiln_device **out)
 {
 	const struct kiln_plugin *p = NULL;
+	struct kiln_device_options opts;
 	kiln_status st;
 	*out = NULL;
 	if (name && !strcmp(name, "auto")) {
-		for (size_t i = 0; i < KILN_ARRAY_LEN(auto_devices) && !p; i++)
-			if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, auto_devices[i], &p))
-				p = NULL;
-		if (!p)
-			return kiln_error(KILN_EPLUGIN,
-					  "device = auto: neither a cuda nor a cpu device is available here (run `kiln plugins`)");
-		kiln_log(KILN_LOG_INFO, "core", "device = auto: using %s", p->name);
-		name = p->name;
-	} else if ((st = kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p))) {
-		return st;
+		if (!(st = kiln_device_auto(reg, &p)))
+			kiln_log(KILN_LOG_INFO, "core", "device = auto: using %s", p->name);
+	} else {
+		st = kiln_registry_find(reg, KILN_PLUGIN_DEVICE, name, &p);
 	}
+	if (st || (st = device_options_read(cfg, &opts)))
+		return st;
+	name = p->name;
 	const struct kiln_device_ops *ops = p->ops;
 	if (!ops->open || !ops->alloc || !ops->free || !ops->stream_create || !ops->copy_async ||
 	    !ops->event_create || !ops->event_record || !ops->stream_wait || !ops->event_sync ||
@@ -140,7 +185,7 @@ kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_
 	dev->plugin = p;
 	dev->ops = ops;
 	pthread_mutex_init(&dev->mem_lock, NULL);
-	if ((st = ops->open(kiln_host_table(), cfg, ordinal, &dev->ctx))) {
+	if ((st = ops->open(kiln_host_table(), cfg, ordinal, &opts, &dev->ctx))) {
 		pthread_mutex_destroy(&dev->mem_lock);
 		free(dev);
 		return kiln_error_wrap(st, "device '%s'", name);
@@ -161,6 +206,21 @@ void kiln_device_close(struct kiln_device *dev)
 }
 
 const char *kiln_device_name(const struct kiln_device *dev) { return dev->plugin->name; }
+
+const struct kiln_device_traits *kiln_device_traits(const struct kiln_device *dev)
+{
+	return &dev->ops->traits;
+}
+
+const char *kiln_device_type_name(int type)
+{
+	switch (type) {
+	case KILN_DEVICE_CPU: return "cpu";
+	case KILN_DEVICE_GPU: return "gpu";
+	case KILN_DEVICE_OTHER: return "other";
+	}
+	return "?";
+}
 
 void kiln_device_counters_get(const struct kiln_device *dev, struct kiln_device_counters *c)
 {
@@ -368,55 +428,6 @@ void *kiln_device_proc(struct kiln_device *dev, const char *name)
 size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)
 {
 	return plan && HAS(dev, aux_bytes) ? dev->ops->aux_bytes(dev->ctx, plan) : 0;
-}
-
-const char *kiln_op_name(int type)
-{
-	static const char *const names[KILN_OP_TYPE_COUNT] = {
-		[KILN_OP_GEMM] = "GEMM",
-		[KILN_OP_BIAS_ADD] = "BIAS_ADD",
-		[KILN_OP_BIAS_GRAD] = "BIAS_GRAD",
-		[KILN_OP_RELU] = "RELU",
-		[KILN_OP_RELU_BWD] = "RELU_BWD",
-		[KILN_OP_SOFTMAX_XENT] = "SOFTMAX_XENT",
-		[KILN_OP_SGD] = "SGD",
-		[KILN_OP_FILL] = "FILL",
-		[KILN_OP_REDUCE_SUM] = "REDUCE_SUM",
-		[KILN_OP_SCALE] = "SCALE",
-		[KILN_OP_ADD] = "ADD",
-		[KILN_OP_NORMALIZE_U8] = "NORMALIZE_U8",
-		[KILN_OP_CONV] = "CONV",
-		[KILN_OP_CONV_BWD_DATA] = "CONV_BWD_DATA",
-		[KILN_OP_CONV_BWD_WEIGHTS] = "CONV_BWD_WEIGHTS",
-		[KILN_OP_BN_TRAIN] = "BN_TRAIN",
-		[KILN_OP_BN_INFER] = "BN_INFER",
-		[KILN_OP_BN_BWD] = "BN_BWD",
-		[KILN_OP_POOL] = "POOL",
-		[KILN_OP_POOL_BWD] = "POOL_BWD",
-		[KILN_OP_ACT] = "ACT",
-		[KILN_OP_ACT_BWD] = "ACT_BWD",
-		[KILN_OP_DROPOUT] = "DROPOUT",
-		[KILN_OP_DROPOUT_BWD] = "DROPOUT_BWD",
-		[KILN_OP_CONCAT] = "CONCAT",
-		[KILN_OP_SPLIT] = "SPLIT",
-		[KILN_OP_REORDER] = "REORDER",
-		[KILN_OP_COUNTER_ADD] = "COUNTER_ADD",
-		[KILN_OP_MUL] = "MUL",
-		[KILN_OP_LR_SCHEDULE] = "LR_SCHEDULE",
-		[KILN_OP_GRAD_CLIP] = "GRAD_CLIP",
-		[KILN_OP_CAST] = "CAST",
-		[KILN_OP_UNSCALE] = "UNSCALE",
-		[KILN_OP_SCALER_UPDATE] = "SCALER_UPDATE",
-		[KILN_OP_BN_STATS] = "BN_STATS",
-		[KILN_OP_BN_APPLY] = "BN_APPLY",
-		[KILN_OP_BN_BWD_REDUCE] = "BN_BWD_REDUCE",
-		[KILN_OP_BN_BWD_APPLY] = "BN_BWD_APPLY",
-		[KILN_OP_ADAMW] = "ADAMW",
-		[KILN_OP_LAMB] = "LAMB",
-	};
-	if (type > 0 && type < KILN_OP_TYPE_COUNT && names[type])
-		return names[type];
-	return "unknown op";
 }
 
 /* host->device_host_fn (ABI 1.3): the device's KILN_PROC_HOST_FN, or, where

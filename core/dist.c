@@ -155,9 +155,15 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 		return kiln_error(KILN_ECONFIG, "%s: [run] comm = none, but this process is rank %d of %d (from %s variables): name a communicator (gloo, mpi, nccl) or auto",
 				  kiln_config_where(cfg, "run", "comm"), env.rank, env.world, env.source);
 	if (!strcmp(comm, "auto")) {
+		/* the device's traits: the communicator that moves its memory,
+		 * else (host memory) mpi under Open MPI's mpirun, gloo otherwise */
+		const struct kiln_device_traits *tr = kiln_device_traits(dev);
 		const struct kiln_plugin *p;
-		if (!strcmp(kiln_device_name(dev), "cuda"))
-			comm = "nccl";
+		if (tr->comm)
+			comm = tr->comm;
+		else if (!(tr->caps & KILN_DEVICE_HOST_MEMORY))
+			return kiln_error(KILN_ECONFIG, "%s: [run] comm = auto: device '%s' names no communicator for its memory; name one",
+					  kiln_config_where(cfg, "run", "comm"), kiln_device_name(dev));
 		else if (!strcmp(env.source, "Open MPI") &&
 			 !kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p))
 			comm = "mpi";

@@ -3,7 +3,7 @@
  * kiln_device_prepare runs kiln_op_check before it calls the device's
  * prepare, so every device refuses a malformed op (wrong operand counts,
  * shapes that do not fit together, out-of-range parameters, the wrong
- * dtype where the op's contract in include/kiln/plugin.h fixes one) with
+ * dtype where the op's contract in include/kiln/ops.h fixes one) with
  * the same status and the same message, written once here.  A device then
  * checks only what it can run: a dtype combination or a size it has no
  * kernel for is KILN_ENOTSUP from the device.
@@ -16,6 +16,8 @@
  * Floating tensors are not restricted to a dtype here (f32, bf16 and f16 are
  * the devices' business); only tensors whose dtype the contract fixes (i32
  * labels, i64 steps and counters, f32 scalars, u8 images) are checked.
+ *
+ * The op table at the end names every op and picks its check.
  *
  * Thread: any; the checks only read `op`.
  */
@@ -549,10 +551,76 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 	return kiln_error(KILN_EINTERNAL, "%s: op %d has no check", who, op->type);
 }
 
+/* ---- the op table ------------------------------------------------------
+ * One row per op type of kiln/ops.h: its name (messages, the profiler's
+ * table) and its check.  Sized by the rows and tied to the enum below, so
+ * an op appended to kiln/ops.h without a row here does not compile (a row
+ * missing in the middle is refused at run time as "has no row"). */
+
+typedef kiln_status (*op_check_fn)(const char *who, const struct kiln_op *op);
+
+static const struct {
+	const char *name;
+	op_check_fn check;
+} op_rows[] = {
+	[KILN_OP_GEMM] = { "GEMM", check_gemm },
+	[KILN_OP_BIAS_ADD] = { "BIAS_ADD", check_small },
+	[KILN_OP_BIAS_GRAD] = { "BIAS_GRAD", check_small },
+	[KILN_OP_RELU] = { "RELU", check_small },
+	[KILN_OP_RELU_BWD] = { "RELU_BWD", check_small },
+	[KILN_OP_SOFTMAX_XENT] = { "SOFTMAX_XENT", check_xent },
+	[KILN_OP_SGD] = { "SGD", check_optim },
+	[KILN_OP_FILL] = { "FILL", check_small },
+	[KILN_OP_REDUCE_SUM] = { "REDUCE_SUM", check_small },
+	[KILN_OP_SCALE] = { "SCALE", check_small },
+	[KILN_OP_ADD] = { "ADD", check_small },
+	[KILN_OP_NORMALIZE_U8] = { "NORMALIZE_U8", check_small },
+	[KILN_OP_CONV] = { "CONV", check_conv },
+	[KILN_OP_CONV_BWD_DATA] = { "CONV_BWD_DATA", check_conv },
+	[KILN_OP_CONV_BWD_WEIGHTS] = { "CONV_BWD_WEIGHTS", check_conv },
+	[KILN_OP_BN_TRAIN] = { "BN_TRAIN", check_bn },
+	[KILN_OP_BN_INFER] = { "BN_INFER", check_bn },
+	[KILN_OP_BN_BWD] = { "BN_BWD", check_bn },
+	[KILN_OP_POOL] = { "POOL", check_pool },
+	[KILN_OP_POOL_BWD] = { "POOL_BWD", check_pool },
+	[KILN_OP_ACT] = { "ACT", check_act },
+	[KILN_OP_ACT_BWD] = { "ACT_BWD", check_act },
+	[KILN_OP_DROPOUT] = { "DROPOUT", check_dropout },
+	[KILN_OP_DROPOUT_BWD] = { "DROPOUT_BWD", check_dropout },
+	[KILN_OP_CONCAT] = { "CONCAT", check_layout },
+	[KILN_OP_SPLIT] = { "SPLIT", check_layout },
+	[KILN_OP_REORDER] = { "REORDER", check_layout },
+	[KILN_OP_COUNTER_ADD] = { "COUNTER_ADD", check_small },
+	[KILN_OP_MUL] = { "MUL", check_small },
+	[KILN_OP_LR_SCHEDULE] = { "LR_SCHEDULE", check_small },
+	[KILN_OP_ADAMW] = { "ADAMW", check_optim },
+	[KILN_OP_LAMB] = { "LAMB", check_optim },
+	[KILN_OP_GRAD_CLIP] = { "GRAD_CLIP", check_small },
+	[KILN_OP_CAST] = { "CAST", check_small },
+	[KILN_OP_UNSCALE] = { "UNSCALE", check_small },
+	[KILN_OP_SCALER_UPDATE] = { "SCALER_UPDATE", check_small },
+	[KILN_OP_BN_STATS] = { "BN_STATS", check_bn_sync },
+	[KILN_OP_BN_APPLY] = { "BN_APPLY", check_bn_sync },
+	[KILN_OP_BN_BWD_REDUCE] = { "BN_BWD_REDUCE", check_bn_sync },
+	[KILN_OP_BN_BWD_APPLY] = { "BN_BWD_APPLY", check_bn_sync },
+};
+_Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
+	       "every op of kiln/ops.h needs a row in op_rows (name and check)");
+
+const char *kiln_op_name(int type)
+{
+	if (type > 0 && type < KILN_OP_TYPE_COUNT && op_rows[type].name)
+		return op_rows[type].name;
+	return "unknown op";
+}
+
 kiln_status kiln_op_check(const struct kiln_op *op, const char *who)
 {
 	if (op->type <= 0 || op->type >= KILN_OP_TYPE_COUNT)
 		return kiln_error(KILN_ENOTSUP, "%s: unknown op type %d", who, op->type);
+	if (!op_rows[op->type].check)
+		return kiln_error(KILN_EINTERNAL, "%s: op %d has no row in the core's op table", who,
+				  op->type);
 	if (op->n_in < 0 || op->n_in > KILN_OP_MAX_IN || op->n_out < 0 ||
 	    op->n_out > KILN_OP_MAX_OUT)
 		return kiln_error(KILN_EINVAL, "%s: %s: n_in %d / n_out %d out of range", who,
@@ -568,31 +636,5 @@ kiln_status kiln_op_check(const struct kiln_op *op, const char *who)
 					  who, kiln_op_name(op->type), k < op->n_in ? "in" : "out",
 					  k < op->n_in ? k : k - op->n_in, d->dtype, d->ndim);
 	}
-	switch (op->type) {
-	case KILN_OP_GEMM: return check_gemm(who, op);
-	case KILN_OP_CONV:
-	case KILN_OP_CONV_BWD_DATA:
-	case KILN_OP_CONV_BWD_WEIGHTS: return check_conv(who, op);
-	case KILN_OP_BN_TRAIN:
-	case KILN_OP_BN_INFER:
-	case KILN_OP_BN_BWD: return check_bn(who, op);
-	case KILN_OP_BN_STATS:
-	case KILN_OP_BN_APPLY:
-	case KILN_OP_BN_BWD_REDUCE:
-	case KILN_OP_BN_BWD_APPLY: return check_bn_sync(who, op);
-	case KILN_OP_POOL:
-	case KILN_OP_POOL_BWD: return check_pool(who, op);
-	case KILN_OP_ACT:
-	case KILN_OP_ACT_BWD: return check_act(who, op);
-	case KILN_OP_DROPOUT:
-	case KILN_OP_DROPOUT_BWD: return check_dropout(who, op);
-	case KILN_OP_CONCAT:
-	case KILN_OP_SPLIT:
-	case KILN_OP_REORDER: return check_layout(who, op);
-	case KILN_OP_SGD:
-	case KILN_OP_ADAMW:
-	case KILN_OP_LAMB: return check_optim(who, op);
-	case KILN_OP_SOFTMAX_XENT: return check_xent(who, op);
-	default: return check_small(who, op);
-	}
+	return op_rows[op->type].check(who, op);
 }

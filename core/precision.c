@@ -32,7 +32,7 @@ kiln_status kiln_model_precision_open(struct kiln_model *m, const struct kiln_re
 				  kiln_config_where(cfg, "run", "precision"), name);
 	}
 	ops = p->ops;
-	if ((st = ops->open(kiln_host_table(), cfg, &m->prec_ctx)))
+	if ((st = ops->open(kiln_host_table(), cfg, name, &m->prec_ctx)))
 		return st;
 	m->prec_ops = ops;
 	struct kiln_scaler_config *sc = &m->scaler;

@@ -385,6 +385,7 @@ void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
 	o->available = r->available;
 	o->why = r->why;
 	o->keys = r->p->keys;
+	o->desc = r->p;
 }
 
 kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const char *name,

@@ -319,18 +319,6 @@ START_TEST(test_read_range_and_position)
 	/* label only */
 	ck_assert_int_eq(ops->read(ctx, 2, NULL, &y), KILN_OK);
 	ck_assert_int_eq(y, 7);
-
-	int64_t off = -1;
-	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
-	ck_assert_int_eq(off, 0);
-	ck_assert_int_eq(ops->set_position(ctx, 3), KILN_OK);
-	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
-	ck_assert_int_eq(off, 3);
-	ck_assert_int_eq(ops->set_position(ctx, N), KILN_OK);
-	ck_assert_int_eq(ops->set_position(ctx, N + 1), KILN_EINVAL);
-	ck_assert_int_eq(ops->set_position(ctx, -1), KILN_EINVAL);
-	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
-	ck_assert_int_eq(off, N);
 }
 END_TEST
 

@@ -345,20 +345,13 @@ START_TEST(test_raw_roundtrip)
 			for (int c = 0; c < 3; c++)
 				ck_assert_float_eq(x[r * 3 + c], (float)(pixel(i, r, c, 0, 0) / 255.0));
 	}
-	/* label only, range, position */
+	/* label only, range */
 	int32_t y = -1;
 	ck_assert_int_eq(ops->read(ctx, 3, NULL, &y), KILN_OK);
 	ck_assert_int_eq(y, 3);
 	ck_assert_int_eq(ops->read_image(ctx, 7, &img, &y), KILN_EINVAL);
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "index 7"));
 	ck_assert_int_eq(ops->read_image(ctx, -1, &img, &y), KILN_EINVAL);
-	int64_t off = -1;
-	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
-	ck_assert_int_eq(off, 0);
-	ck_assert_int_eq(ops->set_position(ctx, 7), KILN_OK);
-	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
-	ck_assert_int_eq(off, 7);
-	ck_assert_int_eq(ops->set_position(ctx, 8), KILN_EINVAL);
 	free(img.data);
 
 	/* the header says what the writer saw: the caller's classes win when

@@ -289,18 +289,10 @@ static void check_all(const struct want *w, int n)
 		snprintf(what, sizeof what, "sample %d", i);
 		check_image(&img, w[i].fmt, w[i].h, w[i].w, w[i].c, w[i].seed, what);
 	}
-	/* out of range, and position */
+	/* out of range */
 	int32_t y;
 	ck_assert_int_eq(read_one(n, &img, &y), KILN_EINVAL);
 	ck_assert_int_eq(read_one(-1, &img, &y), KILN_EINVAL);
-	int64_t off = -1;
-	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
-	ck_assert_int_eq(off, 0);
-	ck_assert_int_eq(ops->set_position(ctx, n), KILN_OK);
-	ck_assert_int_eq(ops->get_position(ctx, &off), KILN_OK);
-	ck_assert_int_eq(off, n);
-	ck_assert_int_eq(ops->set_position(ctx, n + 1), KILN_EINVAL);
-	ck_assert_int_eq(ops->set_position(ctx, 0), KILN_OK);
 	free(img.data);
 }
 
@@ -1292,8 +1284,6 @@ START_TEST(test_synthetic)
 	ck_assert_int_gt(used, 200); /* 4500 bytes spread over the byte values */
 	check_concurrent();
 	ck_assert_int_eq(read_one(50, &a, &y), KILN_EINVAL);
-	ck_assert_int_eq(ops->set_position(ctx, 50), KILN_OK);
-	ck_assert_int_eq(ops->set_position(ctx, 51), KILN_EINVAL);
 	/* the test split has other images; square size */
 	ck_assert_int_eq(read_one(3, &a, &y), KILN_OK);
 	uint8_t keep[90];

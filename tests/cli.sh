@@ -143,6 +143,9 @@ kiln 0 plugins
 stdout_has "search path:"
 stdout_matches "^  /"
 stdout_has "KIND"
+# every device's traits; `device = auto` opens the best available by score
+stdout_matches "^cpu +cpu +10 +mpi or gloo$"
+stdout_matches "^device = auto opens: (cpu|cuda)$"
 # the CPU device names the ISA oneDNN dispatches to (KILN_PROC_DESCRIBE)
 stdout_matches "^device cpu: oneDNN [0-9]+\.[0-9]+\.[0-9]+, ISA [a-z0-9_]+, bf16 "
 # $KILN_PLUGIN_PATH is searched and listed
@@ -157,16 +160,16 @@ stdout_has "search path:"
 stdout_has "  $plugdir"
 stdout_has "$plugdir/kiln-tgood.so: 3 plugin(s)"
 stdout_has "$plugdir/kiln-tbadabi.so: NOT LOADED: "
-stdout_has "ABI 2.0, this kiln is ABI 1."
+stdout_has "ABI 3.0, this kiln is ABI 2.0"
 stdout_has "$plugdir/kiln-tnosym.so: NOT LOADED: "
 stdout_has "no exported symbol kiln_plugin_init"
 stdout_has "$plugdir/kiln-tdlfail.so: NOT LOADED: "
 stdout_has "undefined symbol"
 stdout_has "$plugdir/kiln-tnull.so: NOT LOADED: "
 stdout_has "tnull: refusing to initialise (test)"
-stdout_matches "^optim +tgood +1\.[0-9]+ +available "
-stdout_matches "^source +tsrc +1\.[0-9]+ +available "
-stdout_matches "^source +tprobe +1\.[0-9]+ +unavailable: no test accelerator on this machine \(tprobe\)"
+stdout_matches "^optim +tgood +2\.[0-9]+ +available "
+stdout_matches "^source +tsrc +2\.[0-9]+ +available "
+stdout_matches "^source +tprobe +2\.[0-9]+ +unavailable: no test accelerator on this machine \(tprobe\)"
 [ ! -s "$err" ] || fail "stderr not empty"
 
 kiln 2 plugins --bogus

@@ -64,7 +64,7 @@ fi
 rc=$?
 [ "$rc" -eq 0 ] || { cat "$tmp/plugins.out"; fail "kiln plugins --path exited $rc"; }
 grep -qF "$tmp/plugins/kiln-oot.so: 1 plugin(s)" "$tmp/plugins.out" &&
-	grep -qE "^source +ootsrc +1\.[0-9]+ +available " "$tmp/plugins.out" ||
+	grep -qE "^source +ootsrc +2\.[0-9]+ +available " "$tmp/plugins.out" ||
 	{ cat "$tmp/plugins.out"; fail "kiln plugins does not list ootsrc as available"; }
 echo "ok: kiln plugins lists ootsrc as available"
 
@@ -77,7 +77,7 @@ cp "$srcdir/examples/plugins/swish.c" "$tmp/swish.c" || exit 99
 (cd "$tmp" && $CC -shared -fPIC -fvisibility=hidden -Wall -Werror $cflags \
 	-o plugins/kiln-swish.so swish.c) || fail "building examples/plugins/swish.c failed"
 echo "ok: built $tmp/plugins/kiln-swish.so from examples/plugins/swish.c"
-"$top_builddir/kiln" plugins --path "$tmp/plugins" 2>&1 | grep -qE "^layer +swish +1\.[0-9]+ +available " ||
+"$top_builddir/kiln" plugins --path "$tmp/plugins" 2>&1 | grep -qE "^layer +swish +2\.[0-9]+ +available " ||
 	fail "kiln plugins does not list the swish layer as available"
 "$top_builddir/tests/gradcheck" "$tmp/plugins" "$srcdir/tests/oot/swish.ini" 7 ||
 	fail "the swish layer plugin's gradients disagree with finite differences"

@@ -43,6 +43,7 @@ struct kiln_plugin_info {
 	int available;       /* 1 if usable here */
 	const char *why;     /* reason when not available ("" otherwise) */
 	const struct kiln_key *keys; /* its [plugin.NAME] / layer / source keys, available or not */
+	const struct kiln_plugin *desc; /* its descriptor (ops: a device's traits), available or not */
 };
 
 struct kiln_plugin_file {
@@ -97,11 +98,21 @@ struct kiln_device_counters {
 	uint64_t replays;     /* graph_launch calls: captured steps replayed */
 };
 
-/* Open the available device plugin `name` with [plugin.NAME] of cfg. */
+/* Open the available device plugin `name` ("auto": the available one with
+ * the highest traits.auto_score) with the [run] options of cfg and its
+ * [plugin.NAME] section (cfg may be NULL: defaults). */
 kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_config *cfg,
 			     const char *name, int ordinal, struct kiln_device **out);
 void kiln_device_close(struct kiln_device *dev);
+/* The device plugin `device = auto` opens: the available one with the
+ * highest traits.auto_score.  KILN_EPLUGIN when there is none. */
+kiln_status kiln_device_auto(const struct kiln_registry *reg, const struct kiln_plugin **out);
+/* The device opened ("cuda" when "auto" chose it). */
 const char *kiln_device_name(const struct kiln_device *dev);
+/* Its plugin's traits (type, auto score, caps, communicator); static. */
+const struct kiln_device_traits *kiln_device_traits(const struct kiln_device *dev);
+/* "cpu", "gpu", "other" for an enum kiln_device_type; "?" otherwise. */
+const char *kiln_device_type_name(int type);
 void kiln_device_counters_get(const struct kiln_device *dev, struct kiln_device_counters *c);
 
 kiln_status kiln_device_alloc(struct kiln_device *dev, size_t bytes, void **ptr);

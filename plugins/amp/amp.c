@@ -1,6 +1,7 @@
 /* plugins/amp/amp.c - the mixed-precision plugin (kiln-amp.so): one
- * precision plugin, "amp", whose policy is chosen by [run] precision and
- * whose loss-scaling parameters are the keys of [plugin.amp].
+ * precision plugin, "amp", whose policy is [run] precision (the core
+ * passes it to open()) and whose loss-scaling parameters are the keys of
+ * [plugin.amp].
  *
  *   policy       compute  gradients  loss scale
  *   fp32         f32      f32        none
@@ -59,9 +60,8 @@ static kiln_status amp_int(const struct kiln_config *cfg, const char *key, int64
 }
 
 static kiln_status amp_open(const struct kiln_host *host, const struct kiln_config *cfg,
-			    void **ctx)
+			    const char *name, void **ctx)
 {
-	const char *name = host->config_get(cfg, "run", "precision");
 	struct amp_ctx *c;
 	kiln_status st;
 	int policy = -1;
@@ -126,7 +126,6 @@ static int amp_compute_dtype(void *ctx)
 
 /* Gradients of activations come in the compute dtype; parameter gradients
  * are accumulated into the f32 flat buffer either way. */
-static int amp_grad_dtype(void *ctx) { return amp_compute_dtype(ctx); }
 
 static kiln_status amp_scaling(void *ctx, float *init, float *growth, float *backoff,
 			       int *growth_interval)
@@ -156,7 +155,6 @@ static const struct kiln_precision_ops amp_ops = {
 	.open = amp_open,
 	.close = amp_close,
 	.compute_dtype = amp_compute_dtype,
-	.grad_dtype = amp_grad_dtype,
 	.scaling = amp_scaling,
 	.scaler = amp_scaler,
 	.describe = amp_describe,

@@ -59,11 +59,11 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 
 
 static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_config *cfg,
-			    int ordinal, void **out)
+			    int ordinal, const struct kiln_device_options *opts, void **out)
 {
 	kiln_status st;
-	int64_t threads = 0;
-	int async = 0, deterministic = 0, graph = 0;
+	int64_t threads = opts->threads; /* [run] threads, from the core */
+	int async = 0, deterministic = opts->deterministic, graph = 0;
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	*out = NULL;
 	if (ordinal < 0)
@@ -71,16 +71,10 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	/* Every ordinal is the same host memory: ranks of a multi-process CPU
 	 * run each open their local rank's ordinal. */
 	if (cfg) {
-		st = host->config_get_int(cfg, "run", "threads", &threads);
-		if (st && st != KILN_ENOTFOUND)
-			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "async", &async);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
-		if (st && st != KILN_ENOTFOUND)
-			return st;
-		st = host->config_get_bool(cfg, "run", "deterministic", &deterministic);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		static const char *const key[2] = { "bf16_conv", "bf16_gemm" };
@@ -103,8 +97,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		}
 	}
 	if (threads < 0)
-		return host->error(KILN_ECONFIG, "cpu: [run] threads = %lld is negative",
-				   (long long)threads);
+		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
 	if (threads == 0) {
 		/* the CPUs this process may run on (kiln launch and mpirun pin
 		 * ranks; taskset, cpusets), else the machine's */
@@ -188,6 +181,62 @@ static void cpu_free(void *ctx, void *ptr)
 
 /* ---- prepare / run ---------------------------------------------------- */
 
+/* Which prepare takes each op type, and how it meets bf16/f16 tensors
+ * (`native`): 0 = the f32 kernel between conversions (lowp.c); 1 = the
+ * family's own bf16 kernel; 2 = dtype-generic by contract, or a low-
+ * precision copy output; 3 = dtype-generic moves of any element size.
+ * Sized by its rows and tied to the op count: an op appended to kiln/ops.h
+ * without a row here does not compile. */
+typedef kiln_status (*cpu_family_fn)(struct cpu_ctx *, struct cpu_plan *);
+
+static const struct {
+	cpu_family_fn prepare;
+	int native;
+} cpu_families[] = {
+	[KILN_OP_GEMM] = { cpu_gemm_prepare, 1 },
+	[KILN_OP_CONV] = { cpu_conv_prepare, 1 },
+	[KILN_OP_CONV_BWD_DATA] = { cpu_conv_prepare, 1 },
+	[KILN_OP_CONV_BWD_WEIGHTS] = { cpu_conv_prepare, 1 },
+	[KILN_OP_BN_TRAIN] = { cpu_bn_prepare, 0 },
+	[KILN_OP_BN_INFER] = { cpu_bn_prepare, 0 },
+	[KILN_OP_BN_BWD] = { cpu_bn_prepare, 0 },
+	[KILN_OP_BN_STATS] = { cpu_bn_prepare, 0 },
+	[KILN_OP_BN_APPLY] = { cpu_bn_prepare, 0 },
+	[KILN_OP_BN_BWD_REDUCE] = { cpu_bn_prepare, 0 },
+	[KILN_OP_BN_BWD_APPLY] = { cpu_bn_prepare, 0 },
+	[KILN_OP_POOL] = { cpu_pool_prepare, 1 },
+	[KILN_OP_POOL_BWD] = { cpu_pool_prepare, 1 },
+	[KILN_OP_ACT] = { cpu_act_prepare, 0 },
+	[KILN_OP_ACT_BWD] = { cpu_act_prepare, 0 },
+	[KILN_OP_DROPOUT] = { cpu_dropout_prepare, 1 },
+	[KILN_OP_DROPOUT_BWD] = { cpu_dropout_prepare, 1 },
+	[KILN_OP_CONCAT] = { cpu_layout_prepare, 3 },
+	[KILN_OP_SPLIT] = { cpu_layout_prepare, 3 },
+	[KILN_OP_REORDER] = { cpu_layout_prepare, 3 },
+	[KILN_OP_RELU] = { cpu_ops_prepare, 1 },
+	[KILN_OP_RELU_BWD] = { cpu_ops_prepare, 1 },
+	[KILN_OP_BIAS_GRAD] = { cpu_ops_prepare, 1 },
+	[KILN_OP_BIAS_ADD] = { cpu_ops_prepare, 1 },
+	[KILN_OP_SCALE] = { cpu_ops_prepare, 2 },
+	[KILN_OP_ADD] = { cpu_ops_prepare, 2 },
+	[KILN_OP_MUL] = { cpu_ops_prepare, 2 },
+	[KILN_OP_FILL] = { cpu_ops_prepare, 2 },
+	[KILN_OP_CAST] = { cpu_ops_prepare, 2 },
+	[KILN_OP_SGD] = { cpu_ops_prepare, 2 },
+	[KILN_OP_ADAMW] = { cpu_ops_prepare, 2 },
+	[KILN_OP_LAMB] = { cpu_ops_prepare, 2 },
+	[KILN_OP_SOFTMAX_XENT] = { cpu_ops_prepare, 0 },
+	[KILN_OP_REDUCE_SUM] = { cpu_ops_prepare, 0 },
+	[KILN_OP_NORMALIZE_U8] = { cpu_ops_prepare, 0 },
+	[KILN_OP_COUNTER_ADD] = { cpu_ops_prepare, 0 },
+	[KILN_OP_LR_SCHEDULE] = { cpu_ops_prepare, 0 },
+	[KILN_OP_GRAD_CLIP] = { cpu_ops_prepare, 0 },
+	[KILN_OP_UNSCALE] = { cpu_ops_prepare, 0 },
+	[KILN_OP_SCALER_UPDATE] = { cpu_ops_prepare, 0 },
+};
+_Static_assert(sizeof cpu_families / sizeof cpu_families[0] == KILN_OP_TYPE_COUNT,
+	       "every op of kiln/ops.h needs a row in cpu_families");
+
 static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 			       size_t *workspace)
 {
@@ -196,49 +245,15 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	*plan = NULL;
 	if (workspace)
 		*workspace = 0;
+	if (op->type <= 0 || op->type >= KILN_OP_TYPE_COUNT || !cpu_families[op->type].prepare)
+		return c->host->error(KILN_ENOTSUP, "cpu: op type %d has no prepare here", op->type);
+	const cpu_family_fn family = cpu_families[op->type].prepare;
+	const int native = cpu_families[op->type].native;
 	struct cpu_plan *p = calloc(1, sizeof *p);
 	if (!p)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
 				      cpu_op_name(op->type));
 	p->op = *op;
-	kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *);
-	int native = 0; /* the family takes bf16 tensors itself */
-	switch (op->type) {
-	case KILN_OP_GEMM: family = cpu_gemm_prepare; native = 1; break;
-	case KILN_OP_CONV:
-	case KILN_OP_CONV_BWD_DATA:
-	case KILN_OP_CONV_BWD_WEIGHTS: family = cpu_conv_prepare; native = 1; break;
-	case KILN_OP_BN_TRAIN:
-	case KILN_OP_BN_INFER:
-	case KILN_OP_BN_BWD:
-	case KILN_OP_BN_STATS:
-	case KILN_OP_BN_APPLY:
-	case KILN_OP_BN_BWD_REDUCE:
-	case KILN_OP_BN_BWD_APPLY: family = cpu_bn_prepare; break;
-	case KILN_OP_POOL:
-	case KILN_OP_POOL_BWD: family = cpu_pool_prepare; native = 1; break;
-	case KILN_OP_ACT:
-	case KILN_OP_ACT_BWD: family = cpu_act_prepare; break;
-	case KILN_OP_DROPOUT:
-	case KILN_OP_DROPOUT_BWD: family = cpu_dropout_prepare; native = 1; break;
-	case KILN_OP_CONCAT:
-	case KILN_OP_SPLIT:
-	case KILN_OP_REORDER: family = cpu_layout_prepare; native = 3; break;
-	case KILN_OP_RELU:
-	case KILN_OP_RELU_BWD:
-	case KILN_OP_BIAS_GRAD:
-	case KILN_OP_BIAS_ADD: family = cpu_ops_prepare; native = 1; break;
-	/* dtype-generic by contract, or with a low-precision copy output */
-	case KILN_OP_SCALE:
-	case KILN_OP_ADD:
-	case KILN_OP_MUL:
-	case KILN_OP_FILL:
-	case KILN_OP_CAST:
-	case KILN_OP_SGD:
-	case KILN_OP_ADAMW:
-	case KILN_OP_LAMB: family = cpu_ops_prepare; native = 2; break;
-	default: family = cpu_ops_prepare; break;
-	}
 	/* bf16/f16 tensors: the family's own kernel where it has one (oneDNN's
 	 * bf16 GEMM and convolution, the bf16 loops), else the f32 kernel
 	 * between conversions (lowp.c); f16 is always the latter, except the
@@ -368,6 +383,10 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 static const struct kiln_device_ops cpu_ops = {
 	/* cpu_open .. cpu_graph_free; host_alloc is alloc (no pinning here) */
 	COMMON_DEVICE_OPS(cpu),
+	/* host memory: host communicators take its buffers in place; auto
+	 * prefers any accelerator (a higher score) to it */
+	.traits = { .type = KILN_DEVICE_CPU, .auto_score = 10, .caps = KILN_DEVICE_HOST_MEMORY,
+		    .comm = NULL },
 	.aux_bytes = cpu_aux_bytes,
 };
 

@@ -183,7 +183,7 @@ static void obj_release(struct cuda_obj *o)
 /* ---- open / close ----------------------------------------------------- */
 
 static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_config *cfg,
-			     int ordinal, void **out)
+			     int ordinal, const struct kiln_device_options *opts, void **out)
 {
 	int count = 0;
 	cudaError_t e;
@@ -209,6 +209,7 @@ static kiln_status cuda_open(const struct kiln_host *host, const struct kiln_con
 	c->host = host;
 	c->ordinal = ordinal;
 	c->graph = graph;
+	c->opts = *opts;
 	pthread_mutex_init(&x->lock, NULL);
 	if ((e = cudaSetDevice(ordinal)) != cudaSuccess) {
 		st = cuda_fail(c, KILN_EDEVICE, e, "cudaSetDevice", __FILE__, __LINE__);
@@ -587,6 +588,9 @@ static void *cuda_get_proc_address(void *ctx, const char *name)
 static const struct kiln_device_ops cuda_ops = {
 	/* cuda_open .. cuda_graph_free; host_alloc is page-locked */
 	COMMON_DEVICE_OPS(cuda),
+	/* GPU memory, moved between ranks by NCCL; auto prefers it to the
+	 * CPU when a GPU is there (the probe) */
+	.traits = { .type = KILN_DEVICE_GPU, .auto_score = 100, .caps = 0, .comm = "nccl" },
 	.aux_bytes = NULL, /* no op here leaves state for its backward */
 	.has_op = cuda_has_op_ctx,
 };

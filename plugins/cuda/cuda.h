@@ -60,6 +60,7 @@ struct cuda_ctx {
 	struct cuda_err_rec *err_dev;   /* device memory (see above), passed to kernels */
 	void *err_stream;               /* cudaStream_t: reads and clears the record */
 	int graph;                      /* [plugin.cuda] graph: captured steps (graph.c) */
+	struct kiln_device_options opts; /* the core's [run] options, from open() */
 	struct cuda_dnn_ctx *dnn;       /* cudnn.c */
 };
 
@@ -173,9 +174,10 @@ kiln_status cuda_lt_create(struct cuda_ctx *c);
 void cuda_lt_destroy(struct cuda_ctx *c);
 
 /* ---- cudnn.c: the CNN op set (convolution through cuDNN's graph API,
- * batch norm and pooling through dnn_kernels.cu).  open reads [run]
- * autotune / deterministic and [plugin.cuda] workspace_mb /
- * autotune_cache (the key rows below); prepare handles CONV*, BN_*, POOL*. */
+ * batch norm and pooling through dnn_kernels.cu).  open takes autotune /
+ * deterministic from c->opts (the core's [run] options) and reads
+ * [plugin.cuda] workspace_mb / autotune_cache (the key rows below);
+ * prepare handles CONV*, BN_*, POOL*. */
 kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg);
 void cuda_dnn_close(struct cuda_ctx *c);
 kiln_status cuda_dnn_prepare(struct cuda_ctx *c, struct cuda_plan *p);

@@ -897,18 +897,17 @@ kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg)
 	pthread_mutex_init(&x->lock, NULL);
 	c->dnn = x;
 	dnn_host = h;
+	/* [run] autotune and deterministic: the core's options (open()) */
+	x->autotune = c->opts.autotune;
+	x->deterministic = c->opts.deterministic;
 	if (!cfg)
 		return KILN_OK;
-	/* [run] autotune and deterministic; [plugin.cuda] workspace_mb and
-	 * autotune_cache (docs/config.md).  A key without a value (a config
-	 * not validated against the registry has no [plugin.cuda] defaults)
-	 * keeps the default above, as cuda.c does for `graph`. */
-	if (((st = h->config_get_bool(cfg, "run", "autotune", &x->autotune)) &&
-	     st != KILN_ENOTFOUND) ||
-	    ((st = h->config_get_bool(cfg, "run", "deterministic", &x->deterministic)) &&
-	     st != KILN_ENOTFOUND) ||
-	    ((st = h->config_get_int(cfg, "plugin.cuda", "workspace_mb", &mb)) &&
-	     st != KILN_ENOTFOUND))
+	/* [plugin.cuda] workspace_mb and autotune_cache (docs/config.md).  A
+	 * key without a value (a config not validated against the registry
+	 * has no [plugin.cuda] defaults) keeps the default above, as cuda.c
+	 * does for `graph`. */
+	if ((st = h->config_get_int(cfg, "plugin.cuda", "workspace_mb", &mb)) &&
+	    st != KILN_ENOTFOUND)
 		return st;
 	x->ws_mb = mb;
 	const char *path = h->config_get(cfg, "plugin.cuda", "autotune_cache");

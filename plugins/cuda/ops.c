@@ -178,10 +178,12 @@ static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 
 /* Which prepare takes each op type: one table serves the device table's
  * has_op and the dispatch below.  LAUNCH ops get kiln's launcher from
- * launchers[]; 0 = not implemented. */
+ * launchers[]; F_NONE = not implemented.  Sized by its rows and tied to
+ * the op count: an op appended to kiln/ops.h without a row here does not
+ * compile (F_NONE is a row: the device then says it lacks the op). */
 enum { F_NONE, F_LAUNCH, F_GEMM, F_OPTIM, F_NEWOP, F_DNN, F_CONV };
 
-static const uint8_t family[KILN_OP_TYPE_COUNT] = {
+static const uint8_t family[] = {
 	[KILN_OP_GEMM] = F_GEMM,
 	[KILN_OP_BIAS_ADD] = F_LAUNCH, [KILN_OP_BIAS_GRAD] = F_LAUNCH,
 	[KILN_OP_RELU] = F_LAUNCH, [KILN_OP_RELU_BWD] = F_LAUNCH,
@@ -201,6 +203,8 @@ static const uint8_t family[KILN_OP_TYPE_COUNT] = {
 	[KILN_OP_CONV] = F_CONV, [KILN_OP_CONV_BWD_DATA] = F_CONV,
 	[KILN_OP_CONV_BWD_WEIGHTS] = F_CONV,
 };
+_Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
+	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");
 
 static const cuda_launch_fn launchers[KILN_OP_TYPE_COUNT] = {
 	[KILN_OP_BIAS_ADD] = cuda_launch_bias_add, [KILN_OP_BIAS_GRAD] = cuda_launch_bias_grad,

@@ -127,22 +127,6 @@ kiln_status loaders_check_index(const struct loaders_source *src, int64_t index)
 	return KILN_OK;
 }
 
-kiln_status loaders_get_position(void *ctx, int64_t *offset)
-{
-	const struct loaders_source *src = ctx;
-	*offset = src->position;
-	return KILN_OK;
-}
-
-kiln_status loaders_set_position(void *ctx, int64_t offset)
-{
-	struct loaders_source *src = ctx;
-	if (offset < 0 || offset > src->n)
-		return loaders_out_of_range(src->host, src->who, "position", offset, src->n, src->n);
-	src->position = offset;
-	return KILN_OK;
-}
-
 kiln_status loaders_classes_key(const struct kiln_host *host, const struct kiln_config *cfg,
 				const char *section, int64_t *classes)
 {

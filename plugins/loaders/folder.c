@@ -48,7 +48,7 @@ struct folder_sample {
 };
 
 struct folder_ctx {
-	struct loaders_source src; /* first: host, n, get/set_position */
+	struct loaders_source src; /* first: host, who, n, classes */
 	char root[PATH_MAX];
 	char *names;                /* NUL-terminated relative paths */
 	size_t names_len, names_cap;

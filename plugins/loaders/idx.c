@@ -51,7 +51,7 @@ struct idx_file {
 };
 
 struct idx_ctx {
-	struct loaders_source src; /* first: host, n, get/set_position */
+	struct loaders_source src; /* first: host, who, n, classes */
 	struct idx_file images; /* u8 [n, rows, cols] */
 	struct idx_file labels; /* u8 [n] */
 	int64_t rows, cols;

@@ -46,7 +46,7 @@
 #define LMDB_LEN_KEY "__len__"
 
 struct lmdb_ctx {
-	struct loaders_source src; /* first: host, n, get/set_position */
+	struct loaders_source src; /* first: host, who, n, classes */
 	char path[PATH_MAX];
 	MDB_env *env;
 	MDB_dbi dbi;

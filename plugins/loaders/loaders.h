@@ -27,22 +27,16 @@ extern const struct kiln_plugin loaders_synthetic_plugin;
 
 /* ---- common.c ---------------------------------------------------------- */
 
-/* What every source's context starts with (so get/set_position, which
- * get the context, find it): the host, a name for messages (a path, set
- * by open), the sample count and the read position. */
+/* What every source's context starts with (so the shared helpers below,
+ * which get the context, find it): the host, a name for messages (a path,
+ * set by open), the sample count and the class count. */
 struct loaders_source {
 	const struct kiln_host *host;
 	const char *who;
 	int64_t n;
 	int64_t classes;
-	int64_t position; /* global sample offset (get/set_position) */
 };
 
-/* The get_position and set_position of every source (ctx: a context that
- * starts with a struct loaders_source); a position outside [0, n] is
- * KILN_EINVAL. */
-kiln_status loaders_get_position(void *ctx, int64_t *offset);
-kiln_status loaders_set_position(void *ctx, int64_t offset);
 
 /* Read n bytes at offset `off` of fd with pread(), retrying short reads and
  * EINTR.  Returns the bytes read (less than n only at the end of the file),
@@ -96,14 +90,13 @@ kiln_status loaders_varying_info(void *ctx, struct kiln_source_info *info);
 void loaders_fixed_info(struct kiln_source_info *info, int dtype, int64_t d0, int64_t d1,
 			int64_t d2, int32_t h, int32_t w, int32_t ch);
 
-/* A source's ops table (every member written, NULL where it has none;
- * position kept by loaders_get/set_position) and its descriptor
+/* A source's ops table (every member written, NULL where it has none)
+ * and its descriptor
  * loaders_<var>_plugin, the row loaders.c lists. */
 #define LOADERS_SOURCE(var, nm, sum, keysv, open_fn, close_fn, info_fn, read_fn, read_image_fn) \
 	static const struct kiln_source_ops var##_ops = {                                        \
 		.version = KILN_SOURCE_OPS_VERSION, .open = open_fn, .close = close_fn,         \
-		.info = info_fn, .read = read_fn, .get_position = loaders_get_position,         \
-		.set_position = loaders_set_position, .read_image = read_image_fn,              \
+		.info = info_fn, .read = read_fn, .read_image = read_image_fn,                   \
 	};                                                                                       \
 	const struct kiln_plugin loaders_##var##_plugin = {                                      \
 		.abi_major = KILN_ABI_MAJOR, .abi_minor = KILN_ABI_MINOR,                        \

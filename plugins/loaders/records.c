@@ -9,7 +9,7 @@
  * header and payload, label, size) before decoding it, so a flipped bit
  * anywhere is an error naming the shard and the record, never wrong pixels.
  * The source is the shards concatenated in order; after open() nothing is
- * written but the position, so reads are thread-safe.
+ * written, so reads are thread-safe.
  *
  * Nothing in a file is trusted: offsets and lengths are checked against
  * the file's size before anything is read through them.  The files must not
@@ -49,7 +49,7 @@ struct rec_shard {
 };
 
 struct rec_ctx {
-	struct loaders_source src; /* first: host, n, get/set_position */
+	struct loaders_source src; /* first: host, who, n, classes */
 	struct rec_shard *shards;
 	int nshards;
 	int32_t h, w, c;        /* common over every shard, 0 when they vary */

@@ -21,7 +21,7 @@
 #define SYN_MAX_SIDE 65536
 
 struct syn_ctx {
-	struct loaders_source src; /* first: host, n, get/set_position */
+	struct loaders_source src; /* first: host, who, n, classes */
 	int32_t h, w, c;
 	uint64_t salt;    /* the split, mixed into every hash */
 };

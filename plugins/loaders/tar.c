@@ -72,7 +72,7 @@ struct tar_sample {
 };
 
 struct tar_ctx {
-	struct loaders_source src; /* first: host, n, get/set_position */
+	struct loaders_source src; /* first: host, who, n, classes */
 	char **shards;             /* [n_shards] paths */
 	int64_t n_shards;
 	char *names;               /* NUL-terminated image member names */

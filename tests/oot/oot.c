@@ -72,8 +72,6 @@ static const struct kiln_source_ops oot_source_ops = {
 	.close = oot_source_close,
 	.info = oot_source_info,
 	.read = oot_source_read,
-	.get_position = NULL,
-	.set_position = NULL,
 };
 
 static const struct kiln_plugin oot_source = {

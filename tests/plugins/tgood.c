@@ -157,8 +157,6 @@ static const struct kiln_source_ops tsrc_source_ops = {
 	.close = tsrc_source_close,
 	.info = tsrc_source_info,
 	.read = tsrc_source_read,
-	.get_position = NULL,
-	.set_position = NULL,
 };
 
 static const struct kiln_plugin tsrc_source = {

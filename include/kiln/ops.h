@@ -1,0 +1,360 @@
+/* kiln/ops.h - the device op catalogue: every operation a device runs,
+ * with its exact contract (operands, shapes, math, PyTorch equivalent).
+ *
+ * A device plugin implements these through kiln_device_ops.prepare/run
+ * (kiln/plugin.h, which includes this file); layer and optimizer plugins
+ * compose them through host->device_prepare/run.  The core checks every op
+ * against its contract before prepare (core/opcheck.c).
+ *
+ * Adding an op: append it before KILN_OP_TYPE_COUNT (values never change),
+ * write its contract beside it, then give it a row in the core's op table
+ * (core/opcheck.c: name and check) and in every device's dispatch table;
+ * those tables are sized by the enum and _Static_assert'ed against
+ * KILN_OP_TYPE_COUNT, so an op without a row does not compile.  A new op is
+ * an ABI minor bump: devices that lack it say so through has_op.
+ */
+#ifndef KILN_OPS_H
+#define KILN_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_OP_MAX_IN 6
+#define KILN_OP_MAX_OUT 4
+
+/* Operation types.  Shapes in comments; i[] and f[] are the integer and
+ * real parameters of struct kiln_op.  Unless stated otherwise all tensors
+ * are f32 and contiguous.
+ *
+ * Low-precision compute (ABI 1.3, docs/plugins.md has the table): the
+ * activations and activation gradients of every op may be bf16 or f16
+ * (one low-precision dtype per op, mixed with f32 where the table says):
+ * bf16/f16 storage, f32 arithmetic, the f32 result rounded once to nearest
+ * even.  GEMM: in0/in1 low precision, out0 that or f32, bias f32.
+ * CONV_BWD_WEIGHTS and BIAS_GRAD write f32 gradients from low-precision
+ * inputs.  Batchnorm's parameters and statistics, the loss metrics and
+ * scale stay f32.  The optimizers (SGD, ADAMW, LAMB) take an optional last
+ * output in bf16/f16 [n]: the compute copy of the parameters after the
+ * step, rounded to nearest even, written in the same pass. */
+enum kiln_op_type {
+	/* out0[M,N] = f[0]*op(in0)[M,K] op(in1)[K,N] + beta*out0 (+ in2[N] bias)
+	 * i[0]=transA i[1]=transB i[2]=M i[3]=N i[4]=K, f[0]=alpha,
+	 * beta = 1 if KILN_OPF_ACCUMULATE else 0. in2 optional (n_in = 3).
+	 * i[5] = batch count for batched GEMM (0 or 1: not batched); devices
+	 * may return KILN_ENOTSUP for batches > 1 (the CPU device does). */
+	KILN_OP_GEMM = 1,
+	/* out0[R,N] += in0[N] (bias broadcast over rows; in-place on out0) */
+	KILN_OP_BIAS_ADD = 2,
+	/* out0[N] (=|+=) sum over rows of in0[R,N] */
+	KILN_OP_BIAS_GRAD = 3,
+	/* out0 = max(in0, 0), any shape; may be in-place */
+	KILN_OP_RELU = 4,
+	/* out0 (=|+=) in1 * (in0 > 0): in0 = forward output y, in1 = dy */
+	KILN_OP_RELU_BWD = 5,
+	/* Fused loss over rows of logits against class labels.
+	 * in0 logits[N,C], in1 labels i32[N]; out0 dlogits[N,C]; out1 f32[2]
+	 * or f32[3] += { sum of the rows' losses, count of argmax == label
+	 * (the first maximum), [count of the label among the 5 largest
+	 * logits: top-5, ties broken by index] }.  i[0] = number of valid
+	 * rows (rows past it get zero gradient and are not counted: masked
+	 * padding).  f[0] the gradient scale (usually 1/N_total).  i[1] the
+	 * loss, t = one-hot of the label:
+	 *   0 softmax cross-entropy with label smoothing e = f[1]
+	 *     (nn.CrossEntropyLoss(label_smoothing = e)): q = (1-e) t + e/C,
+	 *     loss = -sum q log softmax, dlogits = f[0] (softmax - q)
+	 *   1 mean squared error against t (nn.MSELoss on one-hot targets):
+	 *     loss = sum (x - t)^2 / C, dlogits = f[0] 2 (x - t) / C
+	 *   2 binary cross-entropy with logits against t, per class
+	 *     (nn.BCEWithLogitsLoss): loss = sum over classes of
+	 *     max(x,0) - x t + log(1 + exp(-|x|)), over C; dlogits =
+	 *     f[0] (sigmoid(x) - t) / C
+	 * in2 (optional, n_in = 3; ABI 1.2): a device f32[1] loss scale s
+	 * (mixed precision's, KILN_OP_SCALER_UPDATE's state[0]): dlogits are
+	 * multiplied by s as well, the loss and counts are not. */
+	KILN_OP_SOFTMAX_XENT = 6,
+	/* SGD with momentum and weight decay over flat buffers of n = i[0]
+	 * elements: in0 grads, in1 lr f32[1] (device scalar), in2 (optional:
+	 * n_in = 3) the per-element weight-decay multiplier d f32[n] (parameter
+	 * groups: 1 decays, 0 does not; absent = 1 everywhere); out0 params,
+	 * out1 momentum (absent, n_out = 1, when f[0] = 0).  f[0] momentum mu,
+	 * f[1] L2 weight decay (PyTorch SGD's weight_decay), f[2] decoupled
+	 * weight decay (SGDW), i[1] nesterov.  Per element, p the params before
+	 * the step:
+	 *   g = grad + f[1]*d*p;  v = mu*v + g
+	 *   p = p - lr*f[2]*d*p - lr * (nesterov ? g + mu*v : v) */
+	KILN_OP_SGD = 7,
+	/* out0 (any dtype) = f[0] */
+	KILN_OP_FILL = 8,
+	/* out0[1] (=|+=) sum of in0 (any shape) */
+	KILN_OP_REDUCE_SUM = 9,
+	/* out0 = f[0] * in0 (+ out0 if accumulate) */
+	KILN_OP_SCALE = 10,
+	/* out0 = in0 + in1 (+ out0 if accumulate) */
+	KILN_OP_ADD = 11,
+	/* out0 f32 [N, C, H, W] = (in0 u8 / 255 - f[c]) / f[3 + c]: ToTensor +
+	 * Normalize on the device (`transform_on = device`), C = 1..3; in and
+	 * out have the same layout (NCHW or NHWC). */
+	KILN_OP_NORMALIZE_U8 = 12,
+
+	/* ---- convolutional networks --------------------------------------
+	 * 4-d activations are described as dims N, C, H, W whatever their
+	 * layout; desc.layout (KILN_NCHW or KILN_NHWC) says how they are stored,
+	 * and every activation of one op has the same layout.  Weights are
+	 * always OIHW (PyTorch's layout).  Convolution geometry, shared by
+	 * the three conv ops: i[0], i[1] stride h, w; i[2], i[3] padding h, w
+	 * (both sides); i[4], i[5] dilation h, w (PyTorch's: 1 = none);
+	 * i[6] groups. */
+	/* out0 y[N,O,OH,OW] = conv(in0 x[N,C,H,W], in1 w[O,C/g,KH,KW]) (+ in2 b[O]) */
+	KILN_OP_CONV = 13,
+	/* out0 dx[N,C,H,W] = conv_backward_data(in0 dy[N,O,OH,OW], in1 w).
+	 * KILN_OPF_ACCUMULATE may be refused (KILN_ENOTSUP): the caller then
+	 * writes to scratch and adds. */
+	KILN_OP_CONV_BWD_DATA = 14,
+	/* out0 dw[O,C/g,KH,KW] (and out1 db[O] when n_out = 2) from in0 x and
+	 * in1 dy.  Always overwrites (oneDNN cannot accumulate here). */
+	KILN_OP_CONV_BWD_WEIGHTS = 15,
+	/* Batch normalisation over N, H, W per channel (2-d [N, C] inputs too).
+	 * f[0] eps, f[1] momentum (PyTorch's: new = (1-m)*old + m*batch).
+	 * Training: in0 x, in1 gamma[C], in2 beta[C]; out0 y; out1 saved
+	 * f32[2,C] (batch mean, then 1/sqrt(var + eps)) for the backward;
+	 * out2 running_mean[C] and out3 running_var[C] (unbiased) updated in
+	 * place. */
+	KILN_OP_BN_TRAIN = 16,
+	/* Inference: in0 x, in1 gamma, in2 beta, in3 running_mean[C],
+	 * in4 running_var[C]; out0 y.  (All three batchnorm ops may ask for
+	 * workspace in prepare, like any op.) */
+	KILN_OP_BN_INFER = 17,
+	/* in0 x, in1 dy, in2 gamma, in3 saved f32[2,C]; out0 dx, out1 dgamma,
+	 * out2 dbeta (all overwritten). */
+	KILN_OP_BN_BWD = 18,
+	/* Pooling.  i[0] kind (KILN_POOL_MAX, KILN_POOL_AVG), i[1], i[2] kernel
+	 * h, w; i[3], i[4] stride; i[5], i[6] padding; i[7] for average:
+	 * count padding in the divisor (PyTorch's count_include_pad, default 1).
+	 * Global average pooling is a kernel of the whole input.
+	 * Forward: in0 x; out0 y; out1 aux (u8[aux_bytes], see the device's
+	 * aux_bytes member) for max pooling's backward, when aux_bytes > 0. */
+	KILN_OP_POOL = 19,
+	/* in0 dy, in1 aux (max; may be NULL for average), in2 x (forward input,
+	 * for devices without aux); out0 dx (overwritten).  A device whose
+	 * library needs the forward output too keeps it in aux. */
+	KILN_OP_POOL_BWD = 20,
+	/* Elementwise activation, any shape.  i[0] kind (enum kiln_act),
+	 * f[0] its alpha (leaky_relu slope).  Forward: out0 = act(in0);
+	 * backward (_BWD): out0 (=|+=) dy * act'(.) with in0 = forward input x,
+	 * in1 = dy, in2 = forward output y (either of x, y may be what the
+	 * derivative is computed from; pass both). */
+	KILN_OP_ACT = 21,
+	KILN_OP_ACT_BWD = 22,
+	/* Dropout with a counter-based mask: keep element e with probability
+	 * 1 - f[0], scaling kept values by 1/(1 - f[0]).  The mask is a pure
+	 * function of (i[0] seed, i[1] layer id, step, e) where step is the
+	 * i64 in device memory in1[0] (the trainer advances it every micro-
+	 * step), so forward and backward agree and no mask is stored.  Every
+	 * device computes exactly this (so runs agree across devices):
+	 *   e    = the element's index in logical N, C, H, W order
+	 *   ctr  = { e & 0xffffffff, e >> 32, layer, step & 0xffffffff }
+	 *   key  = { seed & 0xffffffff, (seed >> 32) ^ 0x44524f50 }
+	 *   v    = Philox4x32-10(ctr, key)          (Random123's philox4x32)
+	 *   keep = (v[0] >> 8) >= ceil(p * 2^24)
+	 *   y    = x * (keep ? (float)(1.0 / (1.0 - p)) : 0)
+	 * Forward: in0 x, in1 step; out0 y.  Backward: in0 dy, in1 step;
+	 * out0 dx (=|+=). */
+	KILN_OP_DROPOUT = 23,
+	KILN_OP_DROPOUT_BWD = 24,
+	/* Concatenate in0..in{n-1} along dimension i[0] into out0 (same layout;
+	 * for 4-d activations dimension 1 is channels).  Backward (SPLIT):
+	 * in0 dy -> out0..out{n-1} (each written, or added into when bit k of
+	 * i[1] is set). */
+	KILN_OP_CONCAT = 25,
+	KILN_OP_SPLIT = 26,
+	/* Copy in0 into out0 with the same dims and dtype but out0's layout
+	 * (NCHW <-> NHWC).  Accumulate adds. */
+	KILN_OP_REORDER = 27,
+	/* out0 i64[1] += i[0] (the trainer's micro-step counter, in device
+	 * memory so captured graphs replay correct values).  With
+	 * KILN_OPF_GATED, in0 is an f32[1] gate and nothing is added when it
+	 * is 0: the optimizer's step count, which a step skipped for
+	 * non-finite gradients does not advance (Adam's bias correction). */
+	KILN_OP_COUNTER_ADD = 28,
+	/* out0 (=|+=) in0 * in1, elementwise, any shape (f32): with ADD, SCALE
+	 * and ACT, the vector ops third-party layers and optimizers compose */
+	KILN_OP_MUL = 29,
+	/* The learning rate of the coming step, on the device: out0 lr f32[1]
+	 * from in0 step i64[1] (micro-steps done so far).  i[0] schedule
+	 * (KILN_SCHED_*), i[1] total steps T, i[2] warmup steps W; f[0] base
+	 * lr, f[1] final lr (cosine's minimum).  With t = step:
+	 *   t < W:    lr = base * (t + 1) / W                 (linear warmup)
+	 *   constant: lr = base
+	 *   cosine:   lr = final + (base - final) * (1 + cos(pi * u / U)) / 2,
+	 *             u = min(t - W, U), U = max(T - W, 1)
+	 *             (PyTorch's CosineAnnealingLR with T_max = U, eta_min = final)
+	 *   step:     lr = base * f[2]^floor(u / i[3])   (StepLR: gamma, step_size)
+	 *   multistep: lr = base * f[2]^(number of milestones m <= u), milestones
+	 *             i[4 .. 4 + i[3]) ascending, at most 12 (MultiStepLR)
+	 *   onecycle: OneCycleLR(max_lr = base, total_steps = U, pct_start =
+	 *             f[4], div_factor = f[2], final_div_factor = f[3],
+	 *             anneal_strategy = cos, three_phase = False)
+	 * where u = t - W counts the steps after the warmup.  Every rule reads
+	 * only the device counter, so a replayed graph stays correct. */
+	KILN_OP_LR_SCHEDULE = 30,
+	/* ---- fused adaptive optimizers --------------------------------------
+	 * Both run over flat buffers of n = i[0] f32 elements and read every
+	 * per-step scalar from device memory, so one prepared plan serves every
+	 * step (and a captured graph replays correct values).  f[0] beta1,
+	 * f[1] beta2, f[2] eps, f[3] weight decay wd (decoupled: never added to
+	 * the gradient).  in2 is the optimizer step count t, i64[1], of the step
+	 * being taken, 1-based (the caller advances it before the run); it
+	 * drives the bias corrections c1 = 1 - beta1^t, c2 = 1 - beta2^t.  The
+	 * per-element weight-decay multiplier d f32[n] (parameter groups: 1
+	 * decays, 0 does not) is always the last input and optional: absent
+	 * (one input fewer) means d = 1 everywhere.  out1 m and out2 v are the
+	 * first and second moments (PyTorch's exp_avg, exp_avg_sq), zero
+	 * before the first step.  Per element, p the params before the step:
+	 *   m = beta1*m + (1-beta1)*g;   v = beta2*v + (1-beta2)*g*g
+	 *   vh = sqrt(v) / sqrt(c2) + eps                (eps outside the root) */
+	/* AdamW exactly as torch.optim.AdamW (amsgrad off): in0 grads [n],
+	 * in1 lr f32[1], in2 t i64[1], in3 (optional) d [n]; out0 params [n],
+	 * out1 m [n], out2 v [n].
+	 *   p = p*(1 - lr*wd*d) - (lr/c1) * m / vh */
+	KILN_OP_ADAMW = 31,
+	/* LAMB (You et al. 2019, Algorithm 2, with the trust ratio on every
+	 * tensor, as NVIDIA apex FusedLAMB with use_nvlamb; no gradient
+	 * clipping): in0 grads [n], in1 lr f32[1], in2 t i64[1], in3 tensor
+	 * offsets i64[T+1] in device memory (tensor k is elements
+	 * [off[k], off[k+1]); off[0] = 0, off[T] = n, nondecreasing; T = in3's
+	 * element count - 1), in4 (optional) d [n]; out0 params, out1 m,
+	 * out2 v.  Needs workspace (prepare reports how much).
+	 *   u = (m/c1) / vh + wd*d*p
+	 *   per tensor k: r = ||p_k|| / ||u_k|| (2-norms over the tensor, p
+	 *                 before the step), r = 1 when either norm is 0
+	 *   p = p - lr * r * u
+	 * One launch: a reduction pass over the tensors, then the update. */
+	KILN_OP_LAMB = 32,
+	/* Gradient clipping and the non-finite check before an optimizer
+	 * step, over the flat gradients: in0 grads f32[n] (n = i[0]), out0
+	 * grads (may alias in0), out1 state f32[4] (device): [0] this step's
+	 * global L2 norm (before clipping), [1] finite flag (1, or 0 when the
+	 * norm is NaN or infinite: the step is to be skipped and the gradients
+	 * are left as they are), [2] skipped steps so far (+1 on a skip),
+	 * [3] clipped steps so far.  When finite: with f[0] > 0 and norm >
+	 * f[0] the gradients are scaled by f[0] / (norm + 1e-6) (PyTorch's
+	 * clip_grad_norm_); then with f[1] > 0 each is clamped to
+	 * [-f[1], f[1]] (clip_grad_value_). */
+	KILN_OP_GRAD_CLIP = 33,
+	/* out0 = in0 converted elementwise between f32 and bf16 or f16 (either
+	 * way; same element count; to bf16/f16 rounds to nearest even, NaN
+	 * stays NaN, f16 overflows to inf): bf16 samples ([data] dtype = bf16)
+	 * widened on the device, the compute copy of the parameters. */
+	KILN_OP_CAST = 34,
+	/* ---- dynamic loss scaling (ABI 1.2) --------------------------------
+	 * The scaler's state is a device f32[4]: [0] the loss scale s, [1] the
+	 * growth tracker (finite steps since the scale last changed), [2] the
+	 * hysteresis left (overflowing steps still tolerated before a backoff),
+	 * [3] overflowing steps so far.  The gate state is GRAD_CLIP's f32[4]
+	 * (norm, finite flag, skipped steps, clipped steps), whose flag
+	 * KILN_OPF_GATED optimizers read. */
+	/* Unscale, non-finite check and clipping, one op: GRAD_CLIP on the
+	 * gradients divided by the loss scale.  in0 grads f32[n] (n = i[0]),
+	 * in1 scaler state f32[4] (reads s = [0]); out0 grads (may alias in0),
+	 * out1 gate state f32[4].  The norm is that of g / s (each element
+	 * multiplied by 1/s before squaring, so it never overflows where the
+	 * unscaled gradients do not).  When it is NaN or infinite: [1] = 0,
+	 * [2] += 1, gradients left as they are.  Otherwise [1] = 1 and every
+	 * element becomes g * (1/s) * c, c = f[0] / (norm + 1e-6) when f[0] > 0
+	 * and norm > f[0] ([3] += 1), else 1; then with f[1] > 0 clamped to
+	 * [-f[1], f[1]].  [0] = the norm of g / s. */
+	KILN_OP_UNSCALE = 35,
+	/* The scale update after a step (torch.cuda.amp.GradScaler's
+	 * _amp_update_scale, with Megatron-LM's hysteresis): in0 gate state
+	 * f32[4] (reads the finite flag [1]); out0 scaler state f32[4], updated
+	 * in place.  f[0] growth factor, f[1] backoff factor, f[2] minimum
+	 * scale, f[3] maximum scale (0: none); i[0] growth interval, i[1]
+	 * hysteresis (>= 1).
+	 *   finite:     [1] += 1; when [1] >= i[0]: s' = s * f[0], taken when
+	 *               finite (and <= f[3] if set); [1] = 0; [2] = i[1]
+	 *   not finite: [3] += 1; [1] = 0; [2] -= 1; when [2] <= 0:
+	 *               s = max(s * f[1], f[2]) */
+	KILN_OP_SCALER_UPDATE = 36,
+	/* ---- batch normalisation over several ranks' batches (ABI 1.4) -----
+	 * SyncBatchNorm as four ops around two collectives: BN_STATS gives
+	 * each rank's statistics, the ranks allgather them, BN_APPLY merges
+	 * them and normalises; in backward BN_BWD_REDUCE gives each rank's
+	 * two per-channel sums, the ranks allreduce (sum) them, BN_BWD_APPLY
+	 * computes dx from the global sums.  With one group and the local
+	 * sums they compute exactly BN_TRAIN and BN_BWD.  Every rank's batch
+	 * has the same N*H*W elements per channel (call it n; M = G*n). */
+	/* in0 x [N,C] or [N,C,H,W]; out0 f32[2,C]: the batch mean per channel,
+	 * then the biased variance. */
+	KILN_OP_BN_STATS = 37,
+	/* in0 x, in1 gamma[C], in2 beta[C], in3 f32[G,2,C] (G = i[0] >= 1
+	 * BN_STATS outputs of batches of n elements per channel, this one's
+	 * among them); out0 y, out1 saved f32[2,C] (mean, 1/sqrt(var + eps)),
+	 * out2 running_mean[C], out3 running_var[C] updated in place as
+	 * BN_TRAIN does, from the merged statistics:
+	 *   mean = sum_g mean_g / G,  var = sum_g (var_g + (mean_g - mean)^2) / G
+	 *   running_var uses var * M / (M - 1).  f[0] eps, f[1] momentum. */
+	KILN_OP_BN_APPLY = 38,
+	/* in0 x, in1 dy, in2 saved f32[2,C]; out0 dgamma[C] = sum(dy * xhat),
+	 * out1 dbeta[C] = sum(dy) over this batch (overwritten), out2 f32[2,C]
+	 * the same two again, contiguous (dgamma, then dbeta: what the ranks
+	 * sum). */
+	KILN_OP_BN_BWD_REDUCE = 39,
+	/* in0 x, in1 dy, in2 gamma, in3 saved, in4 f32[2,C] the sums of every
+	 * group's BN_BWD_REDUCE out2; out0 dx (overwritten); i[0] = G:
+	 *   dx = gamma*invstd * (dy - S_dbeta/M - xhat * S_dgamma/M) */
+	KILN_OP_BN_BWD_APPLY = 40,
+	KILN_OP_TYPE_COUNT
+};
+
+enum kiln_pool_kind { KILN_POOL_MAX = 0, KILN_POOL_AVG = 1 };
+
+enum kiln_act {
+	KILN_ACT_RELU = 0,
+	KILN_ACT_LEAKY_RELU = 1, /* x > 0 ? x : alpha * x */
+	KILN_ACT_GELU = 2,       /* exact (erf) GELU, PyTorch's default */
+	KILN_ACT_SIGMOID = 3,
+	KILN_ACT_TANH = 4
+};
+
+enum kiln_loss { KILN_LOSS_XENT = 0, KILN_LOSS_MSE = 1, KILN_LOSS_BCE = 2 };
+enum kiln_sched { KILN_SCHED_CONSTANT = 0, KILN_SCHED_COSINE = 1, KILN_SCHED_STEP = 2,
+		  KILN_SCHED_MULTISTEP = 3, KILN_SCHED_ONECYCLE = 4 };
+
+enum kiln_op_flags {
+	KILN_OPF_ACCUMULATE = 1, /* add into out0 (beta = 1) instead of overwriting */
+	/* optimizer ops (SGD, ADAMW, LAMB) and COUNTER_ADD: one more input,
+	 * last, a device f32[1] gate; the op changes nothing when it is 0 (a
+	 * step skipped for non-finite gradients: KILN_OP_GRAD_CLIP's finite
+	 * flag) */
+	KILN_OPF_GATED = 2
+};
+
+/* An operation, described once and prepared once per shape. */
+struct kiln_op {
+	int32_t type;   /* enum kiln_op_type */
+	int32_t flags;  /* enum kiln_op_flags */
+	int32_t n_in, n_out;
+	struct kiln_tensor_desc in[KILN_OP_MAX_IN];
+	struct kiln_tensor_desc out[KILN_OP_MAX_OUT];
+	int64_t i[16];
+	double f[8];
+};
+
+/* Pointers for one run of a prepared op.  All device memory except where an
+ * op says host.  workspace: at least the bytes prepare() asked for. */
+struct kiln_op_args {
+	const void *in[KILN_OP_MAX_IN];
+	void *out[KILN_OP_MAX_OUT];
+	void *workspace;
+	size_t workspace_bytes;
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_OPS_H */
