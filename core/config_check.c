@@ -267,6 +267,8 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 			const struct kiln_key *k = find_key(base, e->key);
 			if (!k)
 				k = find_key(ext, e->key);
+			if (!k && !strcmp(s->name, "train"))
+				k = kiln_optim_any_key(e->key); /* another built-in optimizer's */
 			if (!k) {
 				if (!reg && (is_prefixed(s->name, "layer.") ||
 					     is_prefixed(s->name, "plugin.") ||

@@ -316,3 +316,6 @@ check_PROGRAMS += tests/optim_ref
 tests_optim_ref_SOURCES = tests/optim_ref.c
 tests_optim_ref_LDADD = libkiln.la -lm
 EXTRA_DIST += examples/plugins/lion.c tests/data/gen_lion_refs.py tests/data/lion_refs.safetensors
+# ZeRO-1 with that plugin optimizer equals DDP (needs kiln-gloo.so)
+TESTS += tests/dist_zero_lion.sh
+EXTRA_DIST += tests/dist_zero_lion.sh

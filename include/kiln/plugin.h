@@ -193,9 +193,9 @@ struct kiln_plugin {
 	const char *summary; /* one line for `kiln plugins` */
 	const void *ops;     /* struct kiln_<kind>_ops * */
 	/* Keys of the plugin's own config section: [plugin.NAME] for devices,
-	 * comms, precisions and optimizers; the extra [data]/[data.eval] keys
-	 * for a source; the [layer.X] keys for a layer type.  (optional: NULL
-	 * means no keys) */
+	 * comms and precisions; the extra [data]/[data.eval] keys for a
+	 * source; the [layer.X] keys for a layer type; the extra [train] keys
+	 * for the selected optimizer.  (optional: NULL means no keys) */
 	const struct kiln_key *keys;
 	/* Can this plugin run here?  Return 0, or write a reason ("no CUDA
 	 * driver") into why[0..n) and return nonzero.  Must be cheap and
