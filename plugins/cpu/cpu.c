@@ -263,10 +263,12 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	case KILN_OP_ADD:
 	case KILN_OP_MUL:
 	case KILN_OP_FILL:
-	case KILN_OP_CAST:
+	case KILN_OP_CAST: family = cpu_ops_prepare; native = 2; break;
+	/* the fused optimizers (optim.c); their optional bf16/f16 output is
+	 * the compute copy, written by the f32 kernel itself */
 	case KILN_OP_SGD:
 	case KILN_OP_ADAMW:
-	case KILN_OP_LAMB: family = cpu_ops_prepare; native = 2; break;
+	case KILN_OP_LAMB: family = cpu_optim_prepare; native = 2; break;
 	default: family = cpu_ops_prepare; break;
 	}
 	/* bf16/f16 tensors: the family's own kernel where it has one (oneDNN's
