@@ -87,6 +87,9 @@ static int print_doc(void)
 				continue;
 			if (kind == KILN_PLUGIN_LAYER)
 				printf("### type = %s\n\n%s\n\n", pi.name, pi.summary);
+			else if (kind == KILN_PLUGIN_OPTIM)
+				printf("## [train] optimizer = %s\n\n%s. Keys it adds to [train]:\n\n",
+				       pi.name, pi.summary);
 			else if (kind == KILN_PLUGIN_SOURCE)
 				printf("## [data] source = %s\n\n%s. Keys it adds to [data] and [data.eval]:\n\n",
 				       pi.name, pi.summary);

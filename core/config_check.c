@@ -47,7 +47,8 @@ static const struct kiln_key *lookup_key(const struct kiln_config *cfg, const ch
 	if (k)
 		return k;
 	const struct kiln_key *ext = NULL;
-	if (cfg->reg && kiln_config_ext_schema(cfg, cfg->reg, section, &ext) == KILN_OK)
+	if ((cfg->reg || !strcmp(section, "train")) &&
+	    kiln_config_ext_schema(cfg, cfg->reg, section, &ext) == KILN_OK)
 		return find_key(ext, key);
 	return NULL;
 }
@@ -249,7 +250,7 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 					  s->where, s->name, hint);
 		}
 		const struct kiln_key *ext = NULL;
-		if (reg) {
+		if (reg || !strcmp(s->name, "train")) { /* [train]: the optimizer's keys */
 			kiln_status st = kiln_config_ext_schema(cfg, reg, s->name, &ext);
 			if (st)
 				return st;
@@ -259,6 +260,8 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 			const struct kiln_key *k = find_key(base, e->key);
 			if (!k)
 				k = find_key(ext, e->key);
+			if (!k && !strcmp(s->name, "train"))
+				k = kiln_optim_any_key(e->key); /* another built-in optimizer's */
 			if (!k) {
 				if (!reg && (is_prefixed(s->name, "layer.") ||
 					     is_prefixed(s->name, "plugin.") ||
@@ -419,7 +422,7 @@ static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_re
 	int any = 0;
 	fprintf(f, "[%s]\n", name);
 	write_keys(f, s, parent, base_schema(name), &any);
-	if (reg && kiln_config_ext_schema(cfg, reg, name, &ext) == KILN_OK)
+	if ((reg || !strcmp(name, "train")) && kiln_config_ext_schema(cfg, reg, name, &ext) == KILN_OK)
 		write_keys(f, s, parent, ext, &any);
 	fprintf(f, "\n");
 }

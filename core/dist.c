@@ -19,93 +19,13 @@
  * trainer adds and scales afterwards, so every bucket starts after that
  * (kiln_dist_finish_grads), without overlap.
  */
-#include "dist.h"
+#include "dist_impl.h"
 
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct bucket {
-	size_t lo, hi;    /* elements of the flat gradient buffer */
-	/* ZeRO-1: this rank's piece [lo + rank*c, lo + (rank+1)*c) of the
-	 * bucket, at zoff in its compact shard (zgrad, zstate); the
-	 * optimizer over c floats (own_plan: freed with this bucket) */
-	size_t c, zoff;
-	void *plan;
-	int own_plan;
-	int ready_layer;  /* complete after this layer's backward */
-	void *done;       /* event: the allreduce finished (comm stream) */
-	int started;
-	/* ZeRO-1: the first layer whose forward reads a parameter in
-	 * [lo, hi) (n_layers: none, padding only); gdone: the event of the
-	 * bucket's parameter allgather, which the next forward waits for
-	 * before that layer while gpending */
-	int need_layer;
-	void *gdone;
-	int gpending;
-	/* [dist] timing: when the comm stream began and ended its allreduce
-	 * (host clock, seconds; written by host functions on that stream),
-	 * and when the parameter allgather ended (ZeRO-1) */
-	double t0, t1, tg;
-	struct stamp { struct kiln_dist *d; int b, end; } s0, s1, sg, sw;
-};
-
-struct kiln_dist {
-	struct kiln_dist_env env;
-	struct kiln_store *store;
-	const struct kiln_plugin *plugin;
-	const struct kiln_comm_ops *ops;
-	void *ctx;
-	struct kiln_device *dev;
-	struct kiln_model *m;
-	void *comm_stream;
-	void *ready;      /* event on the compute stream, reused per bucket */
-	struct bucket *b;
-	int n_b;
-	double bucket_mb;
-	int overlap, overlap_now;
-	int sync_bn;      /* [dist] sync_bn: layers' collectives (host->group_*) */
-	void *sync_done;  /* event on the comm stream: a layer's collective done */
-	int timeout_ms;
-	float *scratch_d;  /* device f32[64]: host sums */
-	float *scratch_h;
-	int failed;       /* a collective failed: do not wait for peers */
-	int finished;     /* kiln_dist_finish met every rank */
-	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
-	 * 1/world of every bucket (zc floats in all), and the tail
-	 * [zwc, n_trainable) (zt < 16*world floats) is replicated */
-	int zero, zero_gather;  /* zero_gather: the averaged gradient is
-				 * gathered back whole (a clip or the
-				 * non-finite check reads all of it) */
-	size_t zc, zt, zwc;
-	float *zstate;          /* [state_slots][zc + zt]: pieces, then the tail */
-	float *zgrad;           /* f32[zc]: this rank's averaged pieces */
-	void *ztplan;           /* the optimizer over the tail */
-	void *zt_done;          /* event: the tail's allreduce finished */
-	float *zfull;           /* the whole state while a checkpoint is taken */
-	int zpending;           /* some bucket's parameter allgather is not yet
-				 * waited for on the compute stream */
-	/* [dist] timing = 1: host functions stamp, on the streams, when the
-	 * backward ended (compute), when each bucket's allreduce ran (comm)
-	 * and when the optimizer could start (compute, after the waits); the
-	 * last one adds the step into the sums.  No synchronisation added. */
-	int timing;
-	double t_bwd_end;
-	double sum_exposed, sum_comm;  /* seconds, over sum_steps steps */
-	int64_t sum_steps;
-	int64_t early, runs;  /* bucket collectives begun before the backward
-			       * ended (overlapped), of all */
-	struct stamp s_bwd, s_opt;
-	/* ZeRO-1's parameter allgathers: when the compute stream reached the
-	 * first reader of the parameters after them (the next forward), and
-	 * how many of them completed after that (overlapped), of all */
-	double t_read;
-	int read_stamped;
-	int64_t glate, gruns;
-	struct stamp s_read;
-};
 
 static void (*fatal_fn)(const char *msg);
 
@@ -230,13 +150,13 @@ fail:
 	return st;
 }
 
-static void free_buckets(struct kiln_dist *d)
+void dist_free_buckets(struct kiln_dist *d)
 {
 	for (int i = 0; i < d->n_b; i++) {
 		kiln_device_event_destroy(d->dev, d->b[i].done);
 		kiln_device_event_destroy(d->dev, d->b[i].gdone);
 		if (d->b[i].own_plan)
-			kiln_device_plan_free(d->dev, d->b[i].plan);
+			kiln_model_optim_plan_free(d->m, d->b[i].plan);
 	}
 	free(d->b);
 	d->b = NULL;
@@ -298,8 +218,9 @@ void kiln_dist_close(struct kiln_dist *d)
 		d->m->fwd_hook = NULL;
 		d->m->fwd_user = NULL;
 	}
-	free_buckets(d);
-	kiln_device_plan_free(d->dev, d->ztplan);
+	dist_free_buckets(d);
+	if (d->ztplan)
+		kiln_model_optim_plan_free(d->m, d->ztplan);
 	kiln_device_event_destroy(d->dev, d->zt_done);
 	kiln_device_free(d->dev, d->zstate);
 	kiln_device_free(d->dev, d->zgrad);
@@ -400,7 +321,7 @@ kiln_status kiln_dist_group_allgather(void *group, const void *send, void *recv,
 /* ---- buckets ------------------------------------------------------------- */
 
 /* [dist] timing's host functions */
-static kiln_status stamp_bucket(void *arg)
+kiln_status dist_stamp_bucket(void *arg)
 {
 	struct stamp *s = arg;
 	struct bucket *b = &s->d->b[s->b];
@@ -439,7 +360,7 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 	    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
 		return st;
 	b->started = 1;
-	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, stamp_bucket, &b->s0)))
+	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, dist_stamp_bucket, &b->s0)))
 		return st;
 	void *done = d->timing ? NULL : b->done;
 	if ((st = d->zero ? d->ops->reduce_scatter(d->ctx, d->m->grads_d + b->lo, d->zgrad + b->zoff,
@@ -449,7 +370,7 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 					      KILN_REDUCE_AVG, d->comm_stream, done)))
 		return st;
 	if (d->timing &&
-	    ((st = kiln_device_host_fn(d->dev, d->comm_stream, stamp_bucket, &b->s1)) ||
+	    ((st = kiln_device_host_fn(d->dev, d->comm_stream, dist_stamp_bucket, &b->s1)) ||
 	     (st = kiln_device_event_record(d->dev, b->done, d->comm_stream))))
 		return st;
 	return KILN_OK;
@@ -564,385 +485,6 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on)
 }
 
 
-/* ---- ZeRO-1 ---------------------------------------------------------------
- * The trainable range [0, n) is cut into buckets of whole units of
- * 16*world floats covering [0, zwc) (of about [dist] bucket_mb, cut from
- * the end like DDP's, without regard to tensor boundaries) and the
- * replicated tail [zwc, n), zt = n - zwc < 16*world floats.  Rank r
- * owns piece r of every bucket: the c = (hi - lo) / world floats from
- * lo + r*c (lo and c multiples of 16: 64-byte aligned), kept at zoff in
- * its compact shard, zc floats in all.  During
- * backward each bucket's gradients are reduce-scattered (average) into
- * zgrad as soon as they are final (the same hook and comm stream as DDP's
- * allreduces); the tail is allreduced after backward.  Each rank updates
- * its pieces of the parameters (and the tail, identically on every rank)
- * with the fused optimizer op over each piece and its own slice of the
- * state, then every bucket's pieces are allgathered in place.  The
- * optimizer state held is (zc + zt) floats a slot instead of n.
- * Checkpoints gather the state whole first (kiln_dist_zero_gather), so
- * their files do not depend on the world size.  When a clip op runs
- * (GRAD_CLIP or UNSCALE: [train] clip_norm, clip_value, skip_nonfinite,
- * loss scaling) the averaged pieces are allgathered back into the
- * gradient buffer first, so the norm and the finite flag are the global
- * ones and identical on every rank. */
-
-static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
-{
-	struct kiln_model *m = d->m;
-	struct kiln_op op = m->optim_op;
-	const int64_t n = (int64_t)m->n_trainable;
-	/* the per-element inputs and outputs: grads, the multiplier, state */
-	op.i[0] = (int64_t)len;
-	for (int k = 0; k < op.n_in; k++)
-		if (op.in[k].ndim == 1 && op.in[k].dtype == KILN_F32 && op.in[k].dims[0] == n &&
-		    (k == 0 || (m->wd_mult_d && k == op.n_in - 1 - !!(op.flags & KILN_OPF_GATED))))
-			op.in[k].dims[0] = (int64_t)len;
-	for (int k = 0; k < op.n_out; k++)
-		op.out[k].dims[0] = (int64_t)len;
-	size_t ws = 0;
-	kiln_status st = kiln_device_prepare(d->dev, &op, plan, &ws);
-	if (!st && ws)
-		st = kiln_error(KILN_EINTERNAL, "ZeRO-1: the optimizer op asks for workspace");
-	return st;
-}
-
-/* ZeRO-1's buckets in place of DDP's, with their pieces and plans */
-static kiln_status zero_buckets(struct kiln_dist *d)
-{
-	struct kiln_model *m = d->m;
-	const size_t n = m->n_trainable, W = (size_t)d->env.world, u = 16 * W;
-	size_t cap = (size_t)(d->bucket_mb * 1048576.0 / sizeof(float)) / u * u;
-	kiln_status st;
-	if (cap < u)
-		cap = u;
-	free_buckets(d);
-	d->zt = n % u;
-	d->zwc = n - d->zt;
-	d->zc = 0;
-	const size_t nb = (d->zwc + cap - 1) / cap;
-	if (!(d->b = calloc(nb ? nb : 1, sizeof *d->b)))
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	for (size_t hi = d->zwc; hi > 0; d->n_b++) {
-		struct bucket *b = &d->b[d->n_b];
-		b->hi = hi;
-		b->lo = hi > cap ? hi - cap : 0;
-		b->c = (b->hi - b->lo) / W;
-		b->zoff = d->zc;
-		d->zc += b->c;
-		/* final after the backward of the first layer with a tensor
-		 * in it (-1: padding only, started after backward) */
-		b->ready_layer = -1;
-		for (int i = 0; i < m->n_params; i++) {
-			const struct model_param *p = &m->params[i];
-			if (p->trainable && !p->buffer && p->off < b->hi &&
-			    p->off + (size_t)p->numel > b->lo &&
-			    (b->ready_layer < 0 || p->layer < b->ready_layer))
-				b->ready_layer = p->layer;
-		}
-		/* the next forward needs the bucket's parameters whole before
-		 * the first layer that reads one of them (a tied weight's
-		 * readers included) */
-		b->need_layer = m->n_layers;
-		for (int l = 0; l < m->n_layers && b->need_layer == m->n_layers; l++)
-			for (int k = 0; k < m->layers[l].n_params; k++) {
-				const struct model_param *p = &m->params[m->layers[l].pidx[k]];
-				if (!p->buffer && p->off < b->hi && p->off + (size_t)p->numel > b->lo)
-					b->need_layer = l;
-			}
-		b->s0 = (struct stamp){ d, d->n_b, 0 };
-		b->s1 = (struct stamp){ d, d->n_b, 1 };
-		b->sg = (struct stamp){ d, d->n_b, 2 };
-		b->sw = (struct stamp){ d, d->n_b, 0 };
-		/* (a failure counts this bucket in, so free_buckets
-		 * releases what it has) */
-		if ((st = kiln_device_event_create(d->dev, &b->done)) ||
-		    (st = kiln_device_event_create(d->dev, &b->gdone))) {
-			d->n_b++;
-			return st;
-		}
-		for (int k = 0; k < d->n_b && !b->plan; k++)
-			if (d->b[k].c == b->c)
-				b->plan = d->b[k].plan;
-		if (!b->plan) {
-			if ((st = zero_plan(d, b->c, &b->plan))) {
-				d->n_b++;
-				return st;
-			}
-			b->own_plan = 1;
-		}
-		hi = b->lo;
-	}
-	if ((d->zt && (st = zero_plan(d, d->zt, &d->ztplan))) ||
-	    (st = kiln_device_event_create(d->dev, &d->zt_done)))
-		return st;
-	return KILN_OK;
-}
-
-static kiln_status fwd_hook(void *user, int layer, void *stream);
-
-kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
-{
-	kiln_status st;
-	if (!d || !d->zero)
-		return KILN_OK;
-	struct kiln_model *m = d->m;
-	const size_t n = m->n_trainable, r = (size_t)d->env.rank;
-	if (m->optim_op.type == KILN_OP_LAMB)
-		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [train] optimizer = lamb: LAMB's trust ratio needs each tensor whole, and ZeRO-1's shards cut tensors; use sgd or adamw, or zero = 0",
-				  kiln_config_where(m->cfg, "dist", "zero"));
-	if (!d->ops->reduce_scatter || !d->ops->allgather)
-		return kiln_error(KILN_EPLUGIN, "%s: [dist] zero = 1: comm plugin '%s' has no reduce_scatter or allgather",
-				  kiln_config_where(m->cfg, "dist", "zero"), d->plugin->name);
-	d->zero_gather = clip;
-	if ((st = zero_buckets(d)))
-		return kiln_error_wrap(st, "ZeRO-1: the optimizer over a shard");
-	const size_t L = d->zc + d->zt, slots = (size_t)m->state_slots;
-	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
-	    (d->zc && (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
-		return st;
-	/* keep this rank's pieces of the (broadcast) state, free the rest */
-	for (size_t s = 0; s < slots && m->state_d; s++) {
-		const float *src = m->state_d + s * n;
-		float *dst = d->zstate + s * L;
-		for (int i = 0; i < d->n_b; i++) {
-			const struct bucket *b = &d->b[i];
-			if ((st = kiln_device_copy_async(d->dev, dst + b->zoff, src + b->lo + r * b->c,
-							 b->c * sizeof(float), KILN_COPY_D2D, compute)))
-				return st;
-		}
-		if (d->zt && (st = kiln_device_copy_async(d->dev, dst + d->zc, src + d->zwc,
-							   d->zt * sizeof(float), KILN_COPY_D2D,
-							   compute)))
-			return st;
-	}
-	if ((st = kiln_device_stream_sync(d->dev, compute)))
-		return st;
-	kiln_device_free(d->dev, m->state_d);
-	m->state_d = NULL;
-	kiln_device_plan_free(d->dev, m->optim_plan);
-	m->optim_plan = NULL;
-	d->s_read.d = d;
-	m->fwd_hook = fwd_hook;
-	m->fwd_user = d;
-	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%d of each of %d gradient bucket(s), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s; parameters allgathered %s",
-		 d->env.rank, d->zc, d->env.world, d->n_b, d->zwc, n,
-		 (double)(slots * L * sizeof(float)) / 1048576.0,
-		 (double)(slots * n * sizeof(float)) / 1048576.0,
-		 d->overlap ? "overlapped with" : "after",
-		 clip ? ", then gathered whole for the clip / non-finite check" : "",
-		 d->overlap ? "on the comm stream, overlapped with the next forward"
-			    : "after the optimizer, before the next forward");
-	return KILN_OK;
-}
-
-int kiln_dist_zero(const struct kiln_dist *d)
-{
-	return d && d->zero;
-}
-
-/* the optimizer over [lo, ...) of the flat parameters, its state at st0 */
-static kiln_status zero_run(struct kiln_dist *d, void *plan, const float *grads, size_t lo,
-			    float *st0, const float *lr, void *compute)
-{
-	struct kiln_model *m = d->m;
-	const struct kiln_op *op = &m->optim_op;
-	struct kiln_op_args a;
-	int k = 0;
-	memset(&a, 0, sizeof a);
-	a.in[k++] = grads;
-	a.in[k++] = lr;
-	if (op->type != KILN_OP_SGD)
-		a.in[k++] = m->opt_step_d;
-	if (m->wd_mult_d)
-		a.in[k++] = m->wd_mult_d + lo;
-	if (op->flags & KILN_OPF_GATED)
-		a.in[k++] = m->step_ok_d;
-	a.out[0] = m->params_d + lo;
-	for (int s = 0; s < m->state_slots; s++)
-		a.out[1 + s] = st0 ? st0 + (size_t)s * (d->zc + d->zt) : NULL;
-	/* low-precision compute: the piece's compute copy, in the same pass */
-	if (m->params_c)
-		a.out[op->n_out - 1] = (char *)m->params_c + lo * kiln_dtype_size(m->cdtype);
-	return kiln_device_run(d->dev, plan, &a, compute);
-}
-
-/* [dist] timing's host functions for the parameter allgathers (their
- * ends: stamp_bucket): the first reader's start (compute), and, once the
- * compute stream waited for bucket b, whether it ended after that start */
-static kiln_status stamp_read(void *arg)
-{
-	struct stamp *s = arg;
-	s->d->t_read = kiln_now_s();
-	return KILN_OK;
-}
-
-static kiln_status stamp_waited(void *arg)
-{
-	struct stamp *s = arg;
-	s->d->glate += s->d->b[s->b].tg > s->d->t_read;
-	s->d->gruns++;
-	return KILN_OK;
-}
-
-/* Make `stream` wait for the parameter allgather of every pending bucket
- * the forward of layers [0, layer] reads (layer >= n_layers: all of
- * them).  No-op when none is pending: only the first reader after a
- * ZeRO-1 step waits. */
-static kiln_status zero_wait_params(struct kiln_dist *d, int layer, void *stream)
-{
-	kiln_status st;
-	int left = 0;
-	if (!d->zpending)
-		return KILN_OK;
-	if (d->timing && !d->read_stamped) {
-		if ((st = kiln_device_host_fn(d->dev, stream, stamp_read, &d->s_read)))
-			return st;
-		d->read_stamped = 1;
-	}
-	for (int i = d->n_b - 1; i >= 0; i--) {
-		struct bucket *b = &d->b[i];
-		if (!b->gpending)
-			continue;
-		if (b->need_layer > layer) {
-			left = 1;
-			continue;
-		}
-		if ((st = kiln_device_stream_wait(d->dev, stream, b->gdone)) ||
-		    (d->timing && (st = kiln_device_host_fn(d->dev, stream, stamp_waited, &b->sw))))
-			return st;
-		b->gpending = 0;
-	}
-	d->zpending = left;
-	return KILN_OK;
-}
-
-static kiln_status fwd_hook(void *user, int layer, void *stream)
-{
-	return zero_wait_params(user, layer, stream);
-}
-
-kiln_status kiln_dist_zero_settle(struct kiln_dist *d, void *stream)
-{
-	return d && d->zero ? zero_wait_params(d, INT_MAX, stream) : KILN_OK;
-}
-
-/* Every bucket's pieces, from this rank's compact `mine` (zoff) into the
- * whole `full` (lo), or in place (mine NULL), on `stream`, the buckets
- * the first layers read first.  `params`: the parameters after a step
- * (and their low-precision compute copy, when there is one); each bucket
- * then records its gdone and is pending for the next forward
- * (zero_wait_params). */
-static kiln_status zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
-				  int params)
-{
-	const struct kiln_model *m = d->m;
-	const size_t r = (size_t)d->env.rank;
-	const int lp = params && m->params_c;
-	const size_t cs = lp ? kiln_dtype_size(m->cdtype) : 0;
-	kiln_status st;
-	for (int i = d->n_b - 1; i >= 0; i--) {
-		struct bucket *b = &d->b[i];
-		void *done = params && !d->timing ? b->gdone : NULL;
-		char *pc = lp ? (char *)m->params_c + b->lo * cs : NULL;
-		if ((st = d->ops->allgather(d->ctx, mine ? mine + b->zoff : full + b->lo + r * b->c,
-					    full + b->lo, b->c, KILN_F32, stream, lp ? NULL : done)) ||
-		    (lp && (st = d->ops->allgather(d->ctx, pc + r * b->c * cs, pc, b->c, m->cdtype,
-						   stream, done))))
-			return st;
-		if (params && d->timing &&
-		    ((st = kiln_device_host_fn(d->dev, stream, stamp_bucket, &b->sg)) ||
-		     (st = kiln_device_event_record(d->dev, b->gdone, stream))))
-			return st;
-		b->gpending |= params;
-	}
-	if (params) {
-		d->zpending = d->n_b > 0;
-		d->read_stamped = 0;
-	}
-	return KILN_OK;
-}
-
-kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *compute)
-{
-	struct kiln_model *m = d->m;
-	kiln_status st;
-	const size_t r = (size_t)d->env.rank;
-	if (!m->n_trainable)
-		return KILN_OK;
-	/* the previous step's allgathers write the parameters this one
-	 * updates (the forward waited for them all unless it skipped a
-	 * layer) */
-	if ((st = zero_wait_params(d, INT_MAX, compute)))
-		return st;
-	/* advance first (gated like the step: a skipped step is not counted):
-	 * the op reads the (1-based) number of the step it takes */
-	if ((st = kiln_model_opt_step_advance(m, compute)))
-		return st;
-	/* each piece reads the gradients the clip saw (whole, gathered back)
-	 * or its own averaged piece */
-	for (int i = 0; i < d->n_b; i++) {
-		const struct bucket *b = &d->b[i];
-		const size_t lo = b->lo + r * b->c;
-		if ((st = zero_run(d, b->plan, d->zero_gather ? m->grads_d + lo : d->zgrad + b->zoff,
-				   lo, d->zstate ? d->zstate + b->zoff : NULL, lr, compute)))
-			return st;
-	}
-	if (d->zt && (st = zero_run(d, d->ztplan, m->grads_d + d->zwc, d->zwc,
-				    d->zstate ? d->zstate + d->zc : NULL, lr, compute)))
-		return st;
-	/* every rank's updated pieces, in place: with overlap on the comm
-	 * stream once the update is done, while the compute stream goes on
-	 * to the next forward, whose layers wait for their buckets (fwd_hook);
-	 * without, on the compute stream before it */
-	void *s = compute;
-	if (d->overlap && d->n_b) { /* (no buckets: nothing to gather) */
-		if ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
-		    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
-			return st;
-		s = d->comm_stream;
-	}
-	return zero_allgather(d, NULL, m->params_d, s, 1);
-}
-
-kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
-{
-	struct kiln_model *m = d ? d->m : NULL;
-	kiln_status st;
-	if (!d || !d->zero)
-		return KILN_OK;
-	/* the checkpoint reads the parameters whole, and no collective runs
-	 * on the compute stream while the comm stream's do */
-	if ((st = zero_wait_params(d, INT_MAX, compute)) || !d->zstate)
-		return st;
-	const size_t n = m->n_trainable, L = d->zc + d->zt;
-	const int slots = m->state_slots;
-	if (!d->zfull &&
-	    (st = kiln_device_alloc(d->dev, (size_t)slots * n * sizeof(float), (void **)&d->zfull)))
-		return st;
-	for (int s = 0; s < slots; s++) {
-		float *full = d->zfull + (size_t)s * n, *mine = d->zstate + (size_t)s * L;
-		if ((st = zero_allgather(d, mine, full, compute, 0)) ||
-		    (d->zt && (st = kiln_device_copy_async(d->dev, full + d->zwc, mine + d->zc,
-							   d->zt * sizeof(float), KILN_COPY_D2D,
-							   compute))))
-			return st;
-	}
-	if ((st = kiln_device_stream_sync(d->dev, compute)))
-		return kiln_dist_explain(d, st);
-	m->state_d = d->zfull;
-	return KILN_OK;
-}
-
-void kiln_dist_zero_release(struct kiln_dist *d)
-{
-	if (!d || !d->zfull)
-		return;
-	if (d->m && d->m->state_d == d->zfull)
-		d->m->state_d = NULL;
-	kiln_device_free(d->dev, d->zfull);
-	d->zfull = NULL;
-}
-
 kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
@@ -972,7 +514,7 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	d->overlap_now = 0;
 	/* ZeRO-1 with a clip: the averaged pieces back into the whole gradient */
 	if (d->zero && d->zero_gather)
-		return zero_allgather(d, d->zgrad, d->m->grads_d, compute, 0);
+		return dist_zero_allgather(d, d->zgrad, d->m->grads_d, compute, 0);
 	return KILN_OK;
 }
 

@@ -335,7 +335,7 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 		kiln_plan_node_free(&nodes[i], NULL);
 	free(nodes);
 	nodes = NULL;
-	if ((st = kiln_model_optim_configure(m)))
+	if ((st = kiln_model_optim_configure(m, reg)))
 		goto fail;
 	size_t bytes = m->n_elems * sizeof(float);
 	if ((st = kiln_device_alloc(dev, bytes, (void **)&m->params_d)) ||

@@ -52,19 +52,23 @@ struct kiln_model {
 	int64_t tracked_base; /* batchnorm num_batches_tracked loaded with the weights */
 	/* The optimizer ([train] optimizer and its keys), chosen and its
 	 * buffers allocated at create; kiln_model_optim_prepare fills them. */
-	struct kiln_op optim_op;  /* SGD, ADAMW or LAMB over n_trainable */
-	int state_slots;     /* f32 state per trainable element: SGD 1 (0 without
-			      * momentum), AdamW and LAMB 2 (m, then v) */
+	const struct kiln_optim_ops *optim; /* [train] optimizer's table (core/optim/) */
+	void *optim_ctx;
+	const char *optim_name;
+	struct kiln_optim_info optim_info;
+	int state_slots;     /* f32 state per trainable element (optim_info's):
+			      * SGD 1 (0 without momentum), AdamW and LAMB 2 */
 	float *state_d;      /* [state_slots][n_trainable], NULL when no slots */
 	float *wd_mult_d;    /* f32[n_trainable]: 0 for [train] no_decay parameters,
 			      * else 1; NULL without patterns (no groups) */
-	int64_t *offsets_d;  /* LAMB: i64[T+1], the T trainable tensors' starts, then n_trainable */
+	int64_t *offsets_d;  /* needs_offsets (LAMB): i64[T+1], the T trainable tensors' starts, then n_trainable */
 	int64_t n_tensors;   /* T: trainable parameter tensors */
 	int64_t *opt_step_d; /* device i64[1]: optimizer steps taken (Adam's t) */
 	void *opt_step_plan; /* gated COUNTER_ADD of 1 on opt_step_d (with step_ok_d:
 			      * a skipped step is not counted), else NULL */
 	void *optim_plan;
-	void *optim_ws;      /* the optimizer op's workspace (LAMB), optim_ws_bytes */
+	void *optim_ws;      /* the optimizer's workspace, the most any of its
+			      * plans asks for (LAMB), optim_ws_bytes */
 	size_t optim_ws_bytes;
 	/* gradient accumulation ([train] accumulate): backward writes the
 	 * parameter gradients to grad_out_d (NULL: grads_d itself) */
@@ -131,11 +135,11 @@ kiln_status kiln_model_precision_update(struct kiln_model *m, const float *gate,
 /* Free what kiln_model_precision_open and _prepare made; idempotent. */
 void kiln_model_precision_close(struct kiln_model *m);
 
-/* core/optim.c, for kiln_model_create and kiln_model_free: read and check
- * the [train] optimizer keys into m->optim_op (KILN_ECONFIG naming
- * file:line); allocate the optimizer's device buffers; free them and the
- * plan. */
-kiln_status kiln_model_optim_configure(struct kiln_model *m);
+/* core/optim/optim.c, for kiln_model_create and kiln_model_free: find
+ * [train] optimizer in reg and open it (its keys checked, KILN_ECONFIG
+ * naming file:line); allocate the optimizer's device buffers; free them,
+ * the plan and the optimizer. */
+kiln_status kiln_model_optim_configure(struct kiln_model *m, const struct kiln_registry *reg);
 kiln_status kiln_model_optim_alloc(struct kiln_model *m);
 void kiln_model_optim_free(struct kiln_model *m);
 /* Enqueue the advance of the optimizer's step count (opt_step_d) by one,
@@ -144,6 +148,14 @@ void kiln_model_optim_free(struct kiln_model *m);
  * the step it takes.  kiln_model_optim_step and ZeRO-1's sharded step
  * (core/dist.c) both advance it through this. */
 kiln_status kiln_model_opt_step_advance(struct kiln_model *m, void *stream);
+/* The optimizer's plan for n trainable floats (the whole range, or a
+ * ZeRO-1 piece); m->optim_ws grows to the largest workspace asked for. */
+kiln_status kiln_model_optim_plan(struct kiln_model *m, size_t n, void **plan);
+void kiln_model_optim_plan_free(struct kiln_model *m, void *plan);
+/* Enqueue a plan's step over [lo, lo + n) of the flat buffers: gradients
+ * at grads, state slot s at state + s*stride (NULL: no slots). */
+kiln_status kiln_model_optim_run(struct kiln_model *m, void *plan, const float *grads, size_t lo,
+				 float *state, size_t stride, const float *lr, void *stream);
 
 /* One device buffer that defines training state: what a checkpoint saves
  * and restores, and a broadcast copies to every rank. */

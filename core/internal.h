@@ -38,6 +38,13 @@ const char *kiln_schema_fixed_name(int i, const char **doc);
 
 /* NULL-terminated table of the built-in layer types (core/layers/). */
 extern const struct kiln_plugin *const kiln_builtin_layers[];
+/* NULL-terminated table of the built-in optimizers (core/optim/optims.c). */
+extern const struct kiln_plugin *const kiln_builtin_optims[];
+const struct kiln_key *kiln_optim_any_key(const char *key);
+/* The optimizer [train] optimizer names, built-in or plugin, or
+ * KILN_ECONFIG naming file:line and the choices (core/optim/optim.c). */
+kiln_status kiln_optim_find(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			    const struct kiln_plugin **p);
 
 /* ---- counter-based RNG (core/rng.c) ---- */
 enum { KILN_RNG_INIT = 1, KILN_RNG_SHUFFLE = 2, KILN_RNG_DROPOUT = 3, KILN_RNG_AUGMENT = 4,

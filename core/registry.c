@@ -328,6 +328,9 @@ kiln_status kiln_registry_open(const char *plugin_path, struct kiln_registry **o
 	for (int i = 0; kiln_builtin_layers[i]; i++)
 		if ((st = add_plugin(reg, kiln_builtin_layers[i], -1)))
 			goto fail;
+	for (int i = 0; kiln_builtin_optims[i]; i++)
+		if ((st = add_plugin(reg, kiln_builtin_optims[i], -1)))
+			goto fail;
 	for (int i = 0; i < reg->n_dirs; i++)
 		if ((st = scan_dir(reg, reg->dirs[i])))
 			goto fail;
@@ -455,6 +458,20 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 		if ((st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, src, &p)))
 			return kiln_error_wrap(st == KILN_ENOTFOUND ? KILN_ECONFIG : st, "%s: [%s] source",
 					       kiln_config_where(cfg, section, "source"), section);
+	} else if (!strcmp(section, "train")) {
+		/* the selected optimizer's keys ([train] optimizer); without a
+		 * registry, a built-in's (a plugin's are checked once there
+		 * is one) */
+		if (!reg) {
+			const char *name = kiln_config_get(cfg, "train", "optimizer");
+			for (int i = 0; kiln_builtin_optims[i] && !p; i++)
+				if (name && !strcmp(kiln_builtin_optims[i]->name, name))
+					p = kiln_builtin_optims[i];
+			*ext = p ? p->keys : NULL;
+			return KILN_OK;
+		}
+		if ((st = kiln_optim_find(cfg, reg, &p)))
+			return st;
 	} else if (!strncmp(section, "plugin.", 7)) {
 		const char *name = section + 7;
 		static const int kinds[] = { KILN_PLUGIN_DEVICE, KILN_PLUGIN_COMM,

@@ -383,8 +383,8 @@ START_TEST(err_wrong_types)
 	expect_fail("[train]\nlr = 0.1x\n", KILN_ECONFIG, "t.ini:2:", "is not a number", NULL);
 	expect_fail("[train]\nnesterov = maybe\n", KILN_ECONFIG, "t.ini:2:",
 		    "'nesterov' = 'maybe' is not a boolean", "true/false", NULL);
-	expect_fail("[train]\noptimizer = adam\n", KILN_ECONFIG, "t.ini:2:", "[train]",
-		    "'optimizer' = 'adam' is not one of sgd", NULL);
+	/* ([train] optimizer names a built-in or a plugin: an unknown one is
+	 * refused once the registry is known, tests/check_optim.c) */
 	/* fixed keys of layer sections are checked without a registry too */
 	expect_fail("[layer.fc1]\ntype = dense\ntrainable = maybe\n", KILN_ECONFIG, "t.ini:3:",
 		    "[layer.fc1]", "'trainable' = 'maybe' is not a boolean", NULL);

@@ -135,15 +135,16 @@ START_TEST(use_optim)
 	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_OK);
 	ck_assert_str_eq(kiln_config_get(cfg, "plugin.tgood", "slots"), "2");
 	void *ctx = NULL;
-	ck_assert_int_eq(ops->open(kiln_host_table(), cfg, &ctx), KILN_OK);
-	ck_assert_int_eq(ops->state_slots(ctx), 2);
+	struct kiln_optim_info info = { 0 };
+	ck_assert_int_eq(ops->open(kiln_host_table(), cfg, &info, &ctx), KILN_OK);
+	ck_assert_int_eq(info.state_slots, 2);
 	ops->close(ctx);
 	kiln_config_free(cfg);
 
 	cfg = config("[plugin.tgood]\nslots = 5\n");
 	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_OK);
-	ck_assert_int_eq(ops->open(kiln_host_table(), cfg, &ctx), KILN_OK);
-	ck_assert_int_eq(ops->state_slots(ctx), 5);
+	ck_assert_int_eq(ops->open(kiln_host_table(), cfg, &info, &ctx), KILN_OK);
+	ck_assert_int_eq(info.state_slots, 5);
 	ops->close(ctx);
 	kiln_config_free(cfg);
 }

@@ -309,3 +309,12 @@ tests_mpi_coll_LDADD = libkiln.la -lm
 tests_mpi_coll_LDFLAGS = -rdynamic
 TESTS += tests/mpi_coll.sh
 EXTRA_DIST += tests/mpi_coll.sh
+# an optimizer against a PyTorch reference file; tests/oot.sh runs it on
+# the example optimizer plugin examples/plugins/lion.c, built out of tree
+check_PROGRAMS += tests/optim_ref
+tests_optim_ref_SOURCES = tests/optim_ref.c
+tests_optim_ref_LDADD = libkiln.la -lm
+EXTRA_DIST += examples/plugins/lion.c tests/data/gen_lion_refs.py tests/data/lion_refs.safetensors
+# ZeRO-1 with that plugin optimizer equals DDP (needs kiln-gloo.so)
+TESTS += tests/dist_zero_lion.sh
+EXTRA_DIST += tests/dist_zero_lion.sh

@@ -82,5 +82,15 @@ echo "ok: built $tmp/plugins/kiln-swish.so from examples/plugins/swish.c"
 "$top_builddir/tests/gradcheck" "$tmp/plugins" "$srcdir/tests/oot/swish.ini" 7 ||
 	fail "the swish layer plugin's gradients disagree with finite differences"
 echo "ok: swish gradients match finite differences"
+
+# ---- the example optimizer plugin: build, load, check against PyTorch ----
+cp "$srcdir/examples/plugins/lion.c" "$tmp/lion.c" || exit 99
+(cd "$tmp" && $CC -shared -fPIC -fvisibility=hidden -Wall -Werror $cflags \
+	-o plugins/kiln-lion.so lion.c) || fail "building examples/plugins/lion.c failed"
+"$top_builddir/kiln" plugins --path "$tmp/plugins" 2>&1 | grep -qE "^optim +lion +1\.[0-9]+ +available " ||
+	fail "kiln plugins does not list the lion optimizer as available"
+"$top_builddir/tests/optim_ref" "$tmp/plugins" "$srcdir/tests/data/lion_refs.safetensors" ||
+	fail "the lion optimizer plugin disagrees with PyTorch (tests/data/gen_lion_refs.py)"
+echo "ok: [train] optimizer = lion matches PyTorch for 5 steps"
 echo "PASS"
 exit 0

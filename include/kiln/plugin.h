@@ -198,9 +198,9 @@ struct kiln_plugin {
 	const char *summary; /* one line for `kiln plugins` */
 	const void *ops;     /* struct kiln_<kind>_ops * */
 	/* Keys of the plugin's own config section: [plugin.NAME] for devices,
-	 * comms, precisions and optimizers; the extra [data]/[data.eval] keys
-	 * for a source; the [layer.X] keys for a layer type.  (optional: NULL
-	 * means no keys) */
+	 * comms and precisions; the extra [data]/[data.eval] keys for a
+	 * source; the [layer.X] keys for a layer type; the extra [train] keys
+	 * for the selected optimizer.  (optional: NULL means no keys) */
 	const struct kiln_key *keys;
 	/* Can this plugin run here?  Return 0, or write a reason ("no CUDA
 	 * driver") into why[0..n) and return nonzero.  Must be cheap and
@@ -614,24 +614,93 @@ struct kiln_source_ops {
 };
 
 /* ======================================================================
- * Optimizer.  Built-in optimizers are fused device ops; a third-party
- * optimizer composes device ops through host->device_prepare/run.
+ * Optimizer (ops version 2).  `[train] optimizer = NAME` selects one by
+ * name, built-in or plugin alike: the built-ins (core/optim/sgd.c, adamw.c,
+ * lamb.c) are this same table.  An optimizer steps over the flat trainable
+ * buffers (or, under ZeRO-1, over a slice of them) and composes device ops
+ * through host->device_prepare/run, so it runs on any device.  Its
+ * hyper-parameters are the `keys` of its descriptor: [train] keys, checked
+ * and defaulted by the core when it is the one selected.
+ *
+ * Threads: the core calls every member from its training thread.  Errors:
+ * a kiln_status with a message through host->error, naming the [train] key
+ * (host->config_where) for a bad value.  Ownership: the core owns every
+ * buffer in kiln_optim_args; the optimizer owns its ctx and plans.
  * ====================================================================== */
 
-#define KILN_OPTIM_OPS_VERSION 1
+#define KILN_OPTIM_OPS_VERSION 2
+#define KILN_OPTIM_MAX_SLOTS 4
+
+/* How ZeRO-1 ([dist] zero = 1) may shard the optimizer. */
+enum kiln_optim_shard {
+	/* every element's update reads only that element (and device
+	 * scalars): each rank steps its own slice of the flat buffers, with
+	 * its slice of the state */
+	KILN_OPTIM_SHARD_SLICE = 0,
+	/* the update reads whole tensors (LAMB's per-tensor trust ratio):
+	 * ZeRO-1 refuses it */
+	KILN_OPTIM_SHARD_NONE = 1
+};
+
+/* What open() says about the optimizer; the core sizes the state from it. */
+struct kiln_optim_info {
+	int32_t state_slots;   /* f32 state slots per trainable element, 0..KILN_OPTIM_MAX_SLOTS;
+				* the core allocates them zeroed, checkpoints them
+				* and (ZeRO-1) shards them */
+	const char *slot_names[KILN_OPTIM_MAX_SLOTS]; /* their checkpoint names,
+						       * "optim.exp_avg" (static strings) */
+	int32_t needs_step;    /* 1: the step reads args.step */
+	int32_t needs_offsets; /* 1: the step reads args.offsets (whole tensors) */
+	int32_t shard;         /* enum kiln_optim_shard */
+	int32_t decay_modes;   /* 1: the optimizer reads [train] weight_decay_mode
+				* itself; 0: it always decouples the weight decay
+				* (the core refuses weight_decay_mode = l2) */
+};
+
+/* The step a plan is for: plan() is called once for the whole trainable
+ * range and, under ZeRO-1, once per distinct shard length. */
+struct kiln_optim_shape {
+	int64_t n;          /* f32 elements of params, grads, each state slot */
+	int64_t n_tensors;  /* T, when needs_offsets: args.offsets has T+1 */
+	int32_t decay_mult; /* 1: args.decay_mult is given ([train] no_decay) */
+	int32_t gated;      /* 1: args.gate is given: a step with *gate == 0
+			     * must change nothing (params, state, copy) */
+	int32_t copy_dtype; /* 0, or KILN_BF16/KILN_F16: the step also writes
+			     * args.copy, the compute copy of the new params */
+};
+
+/* One step's buffers, all device memory of the shape's sizes. */
+struct kiln_optim_args {
+	const float *grads;      /* [n], averaged over ranks and micro-steps */
+	const float *lr;         /* f32[1]: this step's learning rate */
+	const int64_t *step;     /* i64[1]: the 1-based number of this step (needs_step) */
+	const int64_t *offsets;  /* i64[T+1]: tensor starts, then n (needs_offsets) */
+	const float *decay_mult; /* [n]: 1 decays, 0 does not, or NULL */
+	const float *gate;       /* f32[1]: 0 skips the step, or NULL */
+	float *params;           /* [n], updated in place */
+	float *state[KILN_OPTIM_MAX_SLOTS]; /* [n] each, zero before the first step */
+	void *copy;              /* [n] of copy_dtype, or NULL */
+	void *workspace;         /* what plan() asked for, or NULL */
+	size_t workspace_bytes;
+};
 
 struct kiln_optim_ops {
 	uint32_t version;
+	/* Read the hyper-parameters (host->config_get_* on "train": defaults
+	 * come from the descriptor's keys), fill *info and create *ctx. */
 	kiln_status (*open)(const struct kiln_host *host, const struct kiln_config *cfg,
-			    void **ctx);
+			    struct kiln_optim_info *info, void **ctx);
 	void (*close)(void *ctx);
-	/* Number of f32 state slots per parameter (momentum: 1, Adam: 2). */
-	int (*state_slots)(void *ctx);
-	/* Prepare the step over flat buffers of n elements on dev. */
-	kiln_status (*prepare)(void *ctx, struct kiln_device *dev, int64_t n);
-	/* Enqueue one step: params -= f(grads, state, *lr) (lr: device f32[1]). */
-	kiln_status (*step)(void *ctx, struct kiln_device *dev, void *stream, float *params,
-			    const float *grads, float *state, const float *lr);
+	/* Prepare the device ops of one step of shape *s; *workspace: the
+	 * bytes of scratch device memory each step needs (0: none). */
+	kiln_status (*plan)(void *ctx, struct kiln_device *dev, const struct kiln_optim_shape *s,
+			    void **plan, size_t *workspace);
+	/* Enqueue one step on `stream`: no host sync, nothing per step from
+	 * the host (every per-step scalar is device memory), so a captured
+	 * graph replays it. */
+	kiln_status (*step)(void *ctx, struct kiln_device *dev, void *plan,
+			    const struct kiln_optim_args *a, void *stream);
+	void (*plan_free)(void *ctx, struct kiln_device *dev, void *plan);
 };
 
 /* ======================================================================

@@ -1,5 +1,5 @@
-/* plugins/cpu/ops.c - the plain-C loop ops (with OpenMP); the optimizers
- * are in optim.c, registered in cpu_ops_prepare's switch.
+/* plugins/cpu/ops.c - the plain-C loop ops (with OpenMP); the fused
+ * optimizers are in optim.c, a family of their own in cpu.c's dispatch.
  *
  * prepare checks the shapes once and stores the sizes in the plan; the
  * kernels then trust them.  Shapes in comments: (R, N) is R rows of N
@@ -704,9 +704,6 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_GRAD_CLIP:
 	case KILN_OP_UNSCALE: p->kernel = cpu_grad_clip; break;
 	case KILN_OP_SCALER_UPDATE: p->kernel = cpu_scaler_update; break;
-	case KILN_OP_SGD:
-	case KILN_OP_ADAMW:
-	case KILN_OP_LAMB: return cpu_optim_prepare(c, p); /* optim.c */
 	case KILN_OP_FILL: p->kernel = cpu_fill; break;
 	case KILN_OP_COUNTER_ADD: p->kernel = cpu_counter_add; break;
 	case KILN_OP_LR_SCHEDULE: p->kernel = cpu_lr_schedule; break;

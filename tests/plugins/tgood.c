@@ -2,7 +2,7 @@
  * carrying three plugins, for tests/check_plugin.c and tests/cli.sh:
  *
  *   optim  "tgood"   keys slots (int 1..8, default 2), mode (fast|slow);
- *                    state_slots() returns the configured slots.
+ *                    open() reports the configured state slots.
  *   source "tsrc"    keys count (int 1..1000, default 4); `count` samples of
  *                    f32[3], sample i = { i*10, i*10+1, i*10+2 } (+1000 for
  *                    split "test"), label i32[] = i % 2; bad_every K > 0
@@ -33,8 +33,9 @@ struct tgood_ctx {
 };
 
 static kiln_status tgood_optim_open(const struct kiln_host *host, const struct kiln_config *cfg,
-				    void **ctx)
+				    struct kiln_optim_info *info, void **ctx)
 {
+	static const char *const names[8] = { "optim.t0", "optim.t1", "optim.t2", "optim.t3" };
 	struct tgood_ctx *c = calloc(1, sizeof *c);
 	if (!c)
 		return host->error(KILN_ENOMEM, "tgood: out of memory");
@@ -44,22 +45,25 @@ static kiln_status tgood_optim_open(const struct kiln_host *host, const struct k
 		free(c);
 		return st;
 	}
+	info->state_slots = (int32_t)c->slots;
+	for (int k = 0; k < KILN_OPTIM_MAX_SLOTS; k++)
+		info->slot_names[k] = names[k];
 	*ctx = c;
 	return KILN_OK;
 }
 
 static void tgood_optim_close(void *ctx) { free(ctx); }
 
-static int tgood_optim_state_slots(void *ctx) { return (int)((struct tgood_ctx *)ctx)->slots; }
-
-static kiln_status tgood_optim_prepare(void *ctx, struct kiln_device *dev, int64_t n)
+static kiln_status tgood_optim_plan(void *ctx, struct kiln_device *dev,
+				    const struct kiln_optim_shape *s, void **plan, size_t *ws)
 {
+	*plan = NULL;
+	*ws = 0;
 	return KILN_OK;
 }
 
-static kiln_status tgood_optim_step(void *ctx, struct kiln_device *dev, void *stream,
-				    float *params, const float *grads, float *state,
-				    const float *lr)
+static kiln_status tgood_optim_step(void *ctx, struct kiln_device *dev, void *plan,
+				    const struct kiln_optim_args *a, void *stream)
 {
 	return KILN_OK;
 }
@@ -68,8 +72,7 @@ static const struct kiln_optim_ops tgood_optim_ops = {
 	.version = KILN_OPTIM_OPS_VERSION,
 	.open = tgood_optim_open,
 	.close = tgood_optim_close,
-	.state_slots = tgood_optim_state_slots,
-	.prepare = tgood_optim_prepare,
+	.plan = tgood_optim_plan,
 	.step = tgood_optim_step,
 };
 

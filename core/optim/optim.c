@@ -1,31 +1,29 @@
-/* core/optim.c - the model's optimizer: [train] optimizer and its keys
- * turned into one fused device op (KILN_OP_SGD, KILN_OP_ADAMW or
- * KILN_OP_LAMB, plugin.h) over the trainable range of the flat buffers,
- * its state (state_slots x n_trainable floats), the [train] no_decay
- * weight-decay multiplier, LAMB's tensor offsets and the optimizer's step
- * count, all in device memory; and the list of the buffers that define
- * training state (kiln_model_state_buffers).
+/* core/optim/optim.c - the model's optimizer: [train] optimizer names an
+ * optimizer table (struct kiln_optim_ops, plugin.h) in the registry, a
+ * built-in (core/optim/optims.c) or a plugin's, and this file gives it the
+ * buffers: its state (state_slots x n_trainable floats), the [train]
+ * no_decay weight-decay multiplier, the tensor offsets, the optimizer's
+ * step count and the workspace, all in device memory; and the list of the
+ * buffers that define training state (kiln_model_state_buffers).
  *
- * One step is two launches on the compute stream: COUNTER_ADD advances
- * opt_step_d (the op reads the 1-based number of the step it takes), then
- * the fused op reads lr and the step count from device memory.  Nothing per
- * step comes from the host, so one prepared plan serves the whole run.
- * When a finite flag gates the step ([train] skip_nonfinite, loss
- * scaling), the same flag gates the counter: a skipped step is not
- * counted, as PyTorch's GradScaler skips optimizer.step() and with it
- * Adam's step count (and the schedule, which reads the same count).
+ * One step is two launches or more on the compute stream: COUNTER_ADD
+ * advances opt_step_d (the optimizer reads the 1-based number of the step
+ * it takes), then the optimizer's own ops (one fused op for the built-ins)
+ * read lr and the step count from device memory.  Nothing per step comes
+ * from the host, so one prepared plan serves the whole run.  When a finite
+ * flag gates the step ([train] skip_nonfinite, loss scaling), the same flag
+ * gates the counter: a skipped step is not counted, as PyTorch's
+ * GradScaler skips optimizer.step() and with it Adam's step count (and the
+ * schedule, which reads the same count).
  */
-#include "graph.h"
+#include "../graph.h"
 
 #include <fnmatch.h>  /* [train] no_decay patterns */
 #include <stdio.h>
 
 /* ---- configuration ------------------------------------------------------
- * [train] optimizer picks the fused device op (KILN_OP_SGD, _ADAMW,
- * _LAMB); its constants are fixed here, at create, so a bad value is
- * reported before anything is allocated, and the optimizer state is
- * allocated with the parameters.  The per-step scalars (lr, the step
- * count) stay in device memory and reach the op through its arguments. */
+ * The optimizer is opened at create, so a bad value is reported before
+ * anything is allocated, and its state is allocated with the parameters. */
 
 /* The k-th (from 0) non-empty pattern of a comma-separated list, trimmed,
  * into buf[0..n); 0 when there are fewer. */
@@ -68,83 +66,72 @@ static const char *no_decay_list(const struct kiln_config *cfg)
 	return NULL;
 }
 
-static kiln_status get_float(const struct kiln_config *cfg, const char *key, double *v)
+/* The registry's optimizers as "sgd, adamw, lamb, ..." into buf. */
+static const char *optim_names(const struct kiln_registry *reg, char *buf, size_t n)
 {
-	kiln_status st = kiln_config_get_float(cfg, "train", key, v);
-	return st == KILN_ENOTFOUND ? KILN_OK : st;
+	size_t k = 0;
+	buf[0] = 0;
+	for (int i = 0; i < kiln_registry_plugin_count(reg) && k < n; i++) {
+		struct kiln_plugin_info pi;
+		kiln_registry_plugin_get(reg, i, &pi);
+		if (pi.kind == KILN_PLUGIN_OPTIM && !strstr(buf, pi.name))
+			k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", pi.name);
+	}
+	return buf;
 }
 
-kiln_status kiln_model_optim_configure(struct kiln_model *m)
+kiln_status kiln_optim_find(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			    const struct kiln_plugin **p)
 {
-	const struct kiln_config *cfg = m->cfg;
 	const char *name = kiln_config_get(cfg, "train", "optimizer");
-	const char *mode = kiln_config_get(cfg, "train", "weight_decay_mode");
-	double mu = 0.9, wd = 0, b1 = 0.9, b2 = 0.999, eps = 1e-8;
-	int nesterov = 0;
-	kiln_status st;
-	if ((st = get_float(cfg, "momentum", &mu)) || (st = get_float(cfg, "weight_decay", &wd)) ||
-	    (st = get_float(cfg, "beta1", &b1)) || (st = get_float(cfg, "beta2", &b2)) ||
-	    (st = get_float(cfg, "eps", &eps)))
-		return st;
-	if ((st = kiln_config_get_bool(cfg, "train", "nesterov", &nesterov)) && st != KILN_ENOTFOUND)
-		return st;
+	char names[512];
 	if (!name)
 		name = "sgd";
-	const int decoupled = mode && !strcmp(mode, "decoupled");
-	const int groups = no_decay_list(cfg) != NULL;
-	int64_t n = (int64_t)m->n_trainable, one = 1, T = 0;
+	if (!kiln_registry_find(reg, KILN_PLUGIN_OPTIM, name, p))
+		return KILN_OK;
+	return kiln_error(KILN_ECONFIG, "%s: [train] optimizer = %s: one of %s (built-in or optim plugins: `kiln plugins`)",
+			  kiln_config_where(cfg, "train", "optimizer"), name,
+			  optim_names(reg, names, sizeof names));
+}
+
+kiln_status kiln_model_optim_configure(struct kiln_model *m, const struct kiln_registry *reg)
+{
+	const struct kiln_config *cfg = m->cfg;
+	const struct kiln_plugin *p;
+	const char *mode = kiln_config_get(cfg, "train", "weight_decay_mode");
+	kiln_status st;
+	if ((st = kiln_optim_find(cfg, reg, &p)))
+		return st;
+	const struct kiln_optim_ops *ops = p->ops;
+	if (!ops || ops->version < KILN_OPTIM_OPS_VERSION || !ops->open || !ops->plan || !ops->step)
+		return kiln_error(KILN_EPLUGIN, "optim plugin '%s': ops version %u, not %d, or a member missing (open, plan, step)",
+				  p->name, ops ? ops->version : 0, KILN_OPTIM_OPS_VERSION);
+	memset(&m->optim_info, 0, sizeof m->optim_info);
+	if ((st = ops->open(kiln_host_table(), cfg, &m->optim_info, &m->optim_ctx)))
+		return kiln_error_wrap(st, "[train] optimizer = %s", p->name);
+	m->optim = ops;
+	m->optim_name = p->name;
+	if (m->optim_info.state_slots < 0 || m->optim_info.state_slots > KILN_OPTIM_MAX_SLOTS)
+		return kiln_error(KILN_EPLUGIN, "optim plugin '%s': %d state slots (0..%d)", p->name,
+				  m->optim_info.state_slots, KILN_OPTIM_MAX_SLOTS);
+	if (!m->optim_info.decay_modes && mode && strcmp(mode, "decoupled") &&
+	    strcmp(kiln_config_where(cfg, "train", "weight_decay_mode"), "default"))
+		return kiln_error(KILN_ECONFIG, "%s: [train] weight_decay_mode = %s applies to sgd only: %s always decouples the weight decay",
+				  kiln_config_where(cfg, "train", "weight_decay_mode"), mode,
+				  p->name);
+	for (int k = 0; k < m->optim_info.state_slots; k++)
+		if (!m->optim_info.slot_names[k])
+			return kiln_error(KILN_EPLUGIN, "optim plugin '%s': state slot %d has no name (kiln_optim_info.slot_names)",
+					  p->name, k);
+	m->state_slots = m->optim_info.state_slots;
+	m->n_tensors = 0;
 	for (int i = 0; i < m->n_params; i++)
-		T += m->params[i].trainable;
-	m->n_tensors = T;
-	struct kiln_op *op = &m->optim_op;
-	memset(op, 0, sizeof *op);
-	if (!strcmp(name, "sgd")) {
-		op->type = KILN_OP_SGD;
-		m->state_slots = mu != 0 ? 1 : 0;
-		op->i[1] = nesterov;
-		op->f[0] = mu;
-		op->f[decoupled ? 2 : 1] = wd; /* L2 into the gradient, or SGDW */
-	} else if (!strcmp(name, "adamw") || !strcmp(name, "lamb")) {
-		op->type = !strcmp(name, "adamw") ? KILN_OP_ADAMW : KILN_OP_LAMB;
-		if (!(b1 < 1) || !(b2 < 1))
-			return kiln_error(KILN_ECONFIG, "%s: [train] beta%d = %g: betas must be below 1 (the bias correction divides by 1 - beta^t)",
-					  kiln_config_where(cfg, "train", b1 < 1 ? "beta2" : "beta1"),
-					  b1 < 1 ? 2 : 1, b1 < 1 ? b2 : b1);
-		if (mode && !decoupled)
-			if (strcmp(kiln_config_where(cfg, "train", "weight_decay_mode"), "default"))
-				return kiln_error(KILN_ECONFIG, "%s: [train] weight_decay_mode = %s applies to sgd only: %s always decouples the weight decay",
-						  kiln_config_where(cfg, "train", "weight_decay_mode"),
-						  mode, name);
-		m->state_slots = 2;
-		op->f[0] = b1;
-		op->f[1] = b2;
-		op->f[2] = eps;
-		op->f[3] = wd;
-	} else {
-		return kiln_error(KILN_ECONFIG, "%s: [train] optimizer = %s: one of sgd, adamw, lamb",
-				  kiln_config_where(cfg, "train", "optimizer"), name);
-	}
-	/* grads, lr[, step][, offsets][, multiplier] -> params[, state...] */
-	op->i[0] = n;
-	kiln_tensor_desc_init(&op->in[op->n_in++], KILN_F32, 1, &n);
-	kiln_tensor_desc_init(&op->in[op->n_in++], KILN_F32, 1, &one);
-	if (op->type != KILN_OP_SGD)
-		kiln_tensor_desc_init(&op->in[op->n_in++], KILN_I64, 1, &one);
-	if (op->type == KILN_OP_LAMB) {
-		int64_t t1 = T + 1;
-		kiln_tensor_desc_init(&op->in[op->n_in++], KILN_I64, 1, &t1);
-	}
-	if (groups)
-		kiln_tensor_desc_init(&op->in[op->n_in++], KILN_F32, 1, &n);
-	op->n_out = 1 + m->state_slots;
-	for (int k = 0; k < op->n_out; k++)
-		op->out[k] = op->in[0];
+		m->n_tensors += m->params[i].trainable;
 	return KILN_OK;
 }
 
 kiln_status kiln_model_optim_alloc(struct kiln_model *m)
 {
-	const struct kiln_op *op = &m->optim_op;
 	const size_t n = m->n_trainable;
 	kiln_status st;
 	if ((st = kiln_device_alloc(m->dev, 64, (void **)&m->opt_step_d)))
@@ -155,7 +142,7 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m)
 	    (st = kiln_device_alloc(m->dev, (size_t)m->state_slots * n * sizeof(float),
 				    (void **)&m->state_d)))
 		return st;
-	if (op->type == KILN_OP_LAMB &&
+	if (m->optim_info.needs_offsets &&
 	    (st = kiln_device_alloc(m->dev, (size_t)(m->n_tensors + 1) * sizeof(int64_t),
 				    (void **)&m->offsets_d)))
 		return st;
@@ -167,13 +154,18 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m)
 
 void kiln_model_optim_free(struct kiln_model *m)
 {
-	kiln_device_plan_free(m->dev, m->optim_plan);
+	kiln_model_optim_plan_free(m, m->optim_plan);
+	m->optim_plan = NULL;
 	kiln_device_plan_free(m->dev, m->opt_step_plan);
 	kiln_device_free(m->dev, m->state_d);
 	kiln_device_free(m->dev, m->wd_mult_d);
 	kiln_device_free(m->dev, m->offsets_d);
 	kiln_device_free(m->dev, m->opt_step_d);
 	kiln_device_free(m->dev, m->optim_ws);
+	if (m->optim && m->optim->close)
+		m->optim->close(m->optim_ctx);
+	m->optim = NULL;
+	m->optim_ctx = NULL;
 }
 
 /* ---- prepare and step -------------------------------------------------- */
@@ -218,21 +210,8 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	float *host = NULL;
 	struct kiln_op op;
 
-	/* the finite flag of [train] skip_nonfinite gates the step: the last
-	 * input, once */
-	if (m->step_ok_d && !(m->optim_op.flags & KILN_OPF_GATED)) {
-		int64_t one = 1;
-		m->optim_op.flags |= KILN_OPF_GATED;
-		kiln_tensor_desc_init(&m->optim_op.in[m->optim_op.n_in++], KILN_F32, 1, &one);
-	}
-	/* low-precision compute: the op also writes the compute copy of the
-	 * trainable parameters, the last output, in the same pass */
-	if (m->params_c && m->optim_op.out[m->optim_op.n_out - 1].dtype != m->cdtype) {
-		int64_t nt = (int64_t)n;
-		kiln_tensor_desc_init(&m->optim_op.out[m->optim_op.n_out++], m->cdtype, 1, &nt);
-	}
 	/* a second call replaces the plans */
-	kiln_device_plan_free(m->dev, m->optim_plan);
+	kiln_model_optim_plan_free(m, m->optim_plan);
 	kiln_device_plan_free(m->dev, m->opt_step_plan);
 	kiln_device_free(m->dev, m->optim_ws);
 	m->optim_plan = m->opt_step_plan = m->optim_ws = NULL;
@@ -251,11 +230,9 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 			return kiln_error_wrap(st, "the optimizer's step count, gated by the finite flag");
 	}
 	if (n) {
-		if ((st = kiln_device_prepare(m->dev, &m->optim_op, &m->optim_plan, &m->optim_ws_bytes)))
-			return kiln_error_wrap(st, "[train] optimizer over %zu trainable floats", n);
-		if (m->optim_ws_bytes &&
-		    (st = kiln_device_alloc(m->dev, m->optim_ws_bytes, &m->optim_ws)))
-			return st;
+		if ((st = kiln_model_optim_plan(m, n, &m->optim_plan)))
+			return kiln_error_wrap(st, "[train] optimizer = %s over %zu trainable floats",
+					       m->optim_name, n);
 	}
 	/* host staging: the multiplier, the LAMB offsets, the step count */
 	size_t hb = 64;
@@ -321,39 +298,70 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	return st ? st : st2;
 }
 
+kiln_status kiln_model_optim_plan(struct kiln_model *m, size_t n, void **plan)
+{
+	const struct kiln_optim_shape shape = {
+		.n = (int64_t)n,
+		.n_tensors = m->n_tensors,
+		.decay_mult = m->wd_mult_d != NULL,
+		.gated = m->step_ok_d != NULL,
+		.copy_dtype = m->params_c ? m->cdtype : 0,
+	};
+	size_t ws = 0;
+	kiln_status st = m->optim->plan(m->optim_ctx, m->dev, &shape, plan, &ws);
+	if (st || ws <= m->optim_ws_bytes)
+		return st;
+	/* one workspace serves every plan: they run one after another on the
+	 * compute stream */
+	kiln_device_free(m->dev, m->optim_ws);
+	m->optim_ws = NULL;
+	m->optim_ws_bytes = 0;
+	if ((st = kiln_device_alloc(m->dev, ws, &m->optim_ws)))
+		return st;
+	m->optim_ws_bytes = ws;
+	return KILN_OK;
+}
+
+void kiln_model_optim_plan_free(struct kiln_model *m, void *plan)
+{
+	if (plan && m->optim && m->optim->plan_free)
+		m->optim->plan_free(m->optim_ctx, m->dev, plan);
+}
+
+kiln_status kiln_model_optim_run(struct kiln_model *m, void *plan, const float *grads, size_t lo,
+				 float *state, size_t stride, const float *lr, void *stream)
+{
+	struct kiln_optim_args a;
+	memset(&a, 0, sizeof a);
+	a.grads = grads;
+	a.lr = lr;
+	a.step = m->opt_step_d;
+	a.offsets = m->offsets_d;
+	a.decay_mult = m->wd_mult_d ? m->wd_mult_d + lo : NULL;
+	a.gate = m->step_ok_d;
+	a.params = m->params_d + lo;
+	for (int s = 0; s < m->state_slots; s++)
+		a.state[s] = state ? state + (size_t)s * stride : NULL;
+	if (m->params_c)
+		a.copy = (char *)m->params_c + lo * kiln_dtype_size(m->cdtype);
+	a.workspace = m->optim_ws;
+	a.workspace_bytes = m->optim_ws_bytes;
+	return m->optim->step(m->optim_ctx, m->dev, plan, &a, stream);
+}
+
 kiln_status kiln_model_optim_step(struct kiln_model *m, const float *lr, void *stream)
 {
-	const struct kiln_op *op = &m->optim_op;
-	struct kiln_op_args a;
 	kiln_status st;
-	int k = 0;
 	if (!m->n_trainable)
 		return KILN_OK;
 	if (!m->optim_plan)
 		return kiln_error(KILN_EINVAL, "optimizer step before kiln_model_optim_prepare");
-	memset(&a, 0, sizeof a);
-	a.in[k++] = m->grads_d;
-	a.in[k++] = lr;
-	if (op->type != KILN_OP_SGD)
-		a.in[k++] = m->opt_step_d;
-	if (op->type == KILN_OP_LAMB)
-		a.in[k++] = m->offsets_d;
-	if (m->wd_mult_d)
-		a.in[k++] = m->wd_mult_d;
-	if (op->flags & KILN_OPF_GATED)
-		a.in[k++] = m->step_ok_d;
-	a.out[0] = m->params_d;
-	for (int s = 0; s < m->state_slots; s++)
-		a.out[1 + s] = m->state_d + (size_t)s * m->n_trainable;
-	if (m->params_c)
-		a.out[op->n_out - 1] = m->params_c;
-	a.workspace = m->optim_ws;
-	a.workspace_bytes = m->optim_ws_bytes;
-	/* advance first: the op reads the (1-based) number of the step it
-	 * takes */
+	/* advance first: the optimizer reads the (1-based) number of the step
+	 * it takes */
 	if ((st = kiln_model_opt_step_advance(m, stream)))
 		return st;
-	return kiln_device_run(m->dev, m->optim_plan, &a, stream);
+	return kiln_model_optim_run(m, m->optim_plan, m->grads_d, 0, m->state_d, m->n_trainable,
+				    lr, stream);
 }
 
 kiln_status kiln_model_opt_step_advance(struct kiln_model *m, void *stream)
@@ -366,17 +374,14 @@ kiln_status kiln_model_opt_step_advance(struct kiln_model *m, void *stream)
 
 int kiln_model_state_buffers(struct kiln_model *m, struct kiln_state_buf *out, int max)
 {
-	static const char *const slot_names[2][2] = {
-		{ "optim.momentum", NULL }, { "optim.exp_avg", "optim.exp_avg_sq" }
-	};
-	struct kiln_state_buf all[8];
+	struct kiln_state_buf all[6 + KILN_OPTIM_MAX_SLOTS];
 	int n = 0;
 	const size_t state_bytes = m->state_d ? m->n_trainable * sizeof(float) : 0;
 	m->pcopy_stale = 1; /* the caller may write the parameters (restore) */
 	all[n++] = (struct kiln_state_buf){ "params", m->params_d, m->n_elems * sizeof(float) };
 	all[n++] = (struct kiln_state_buf){ "buffers", m->buffers_d, m->n_buf_elems * sizeof(float) };
-	for (int s = 0; s < m->state_slots && s < 2; s++)
-		all[n++] = (struct kiln_state_buf){ slot_names[m->state_slots - 1][s],
+	for (int s = 0; s < m->state_slots; s++)
+		all[n++] = (struct kiln_state_buf){ m->optim_info.slot_names[s],
 						    m->state_d ? m->state_d + (size_t)s * m->n_trainable : NULL,
 						    state_bytes };
 	all[n++] = (struct kiln_state_buf){ "step", m->step_d, sizeof(int64_t) };

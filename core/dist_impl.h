@@ -1,0 +1,100 @@
+/* core/dist_impl.h - what core/dist.c (joining the group, DDP's buckets)
+ * and core/dist_zero.c (ZeRO-1) share: the communicator's state and its
+ * gradient buckets. */
+#ifndef KILN_DIST_IMPL_H
+#define KILN_DIST_IMPL_H
+
+#include "dist.h"
+
+struct bucket {
+	size_t lo, hi;    /* elements of the flat gradient buffer */
+	/* ZeRO-1: this rank's piece [lo + rank*c, lo + (rank+1)*c) of the
+	 * bucket, at zoff in its compact shard (zgrad, zstate); the
+	 * optimizer over c floats (own_plan: freed with this bucket) */
+	size_t c, zoff;
+	void *plan;
+	int own_plan;
+	int ready_layer;  /* complete after this layer's backward */
+	void *done;       /* event: the allreduce finished (comm stream) */
+	int started;
+	/* ZeRO-1: the first layer whose forward reads a parameter in
+	 * [lo, hi) (n_layers: none, padding only); gdone: the event of the
+	 * bucket's parameter allgather, which the next forward waits for
+	 * before that layer while gpending */
+	int need_layer;
+	void *gdone;
+	int gpending;
+	/* [dist] timing: when the comm stream began and ended its allreduce
+	 * (host clock, seconds; written by host functions on that stream),
+	 * and when the parameter allgather ended (ZeRO-1) */
+	double t0, t1, tg;
+	struct stamp { struct kiln_dist *d; int b, end; } s0, s1, sg, sw;
+};
+
+struct kiln_dist {
+	struct kiln_dist_env env;
+	struct kiln_store *store;
+	const struct kiln_plugin *plugin;
+	const struct kiln_comm_ops *ops;
+	void *ctx;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *comm_stream;
+	void *ready;      /* event on the compute stream, reused per bucket */
+	struct bucket *b;
+	int n_b;
+	double bucket_mb;
+	int overlap, overlap_now;
+	int sync_bn;      /* [dist] sync_bn: layers' collectives (host->group_*) */
+	void *sync_done;  /* event on the comm stream: a layer's collective done */
+	int timeout_ms;
+	float *scratch_d;  /* device f32[64]: host sums */
+	float *scratch_h;
+	int failed;       /* a collective failed: do not wait for peers */
+	int finished;     /* kiln_dist_finish met every rank */
+	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
+	 * 1/world of every bucket (zc floats in all), and the tail
+	 * [zwc, n_trainable) (zt < 16*world floats) is replicated */
+	int zero, zero_gather;  /* zero_gather: the averaged gradient is
+				 * gathered back whole (a clip or the
+				 * non-finite check reads all of it) */
+	size_t zc, zt, zwc;
+	float *zstate;          /* [state_slots][zc + zt]: pieces, then the tail */
+	float *zgrad;           /* f32[zc]: this rank's averaged pieces */
+	void *ztplan;           /* the optimizer over the tail */
+	void *zt_done;          /* event: the tail's allreduce finished */
+	float *zfull;           /* the whole state while a checkpoint is taken */
+	int zpending;           /* some bucket's parameter allgather is not yet
+				 * waited for on the compute stream */
+	/* [dist] timing = 1: host functions stamp, on the streams, when the
+	 * backward ended (compute), when each bucket's allreduce ran (comm)
+	 * and when the optimizer could start (compute, after the waits); the
+	 * last one adds the step into the sums.  No synchronisation added. */
+	int timing;
+	double t_bwd_end;
+	double sum_exposed, sum_comm;  /* seconds, over sum_steps steps */
+	int64_t sum_steps;
+	int64_t early, runs;  /* bucket collectives begun before the backward
+			       * ended (overlapped), of all */
+	struct stamp s_bwd, s_opt;
+	/* ZeRO-1's parameter allgathers: when the compute stream reached the
+	 * first reader of the parameters after them (the next forward), and
+	 * how many of them completed after that (overlapped), of all */
+	double t_read;
+	int read_stamped;
+	int64_t glate, gruns;
+	struct stamp s_read;
+};
+
+/* core/dist.c: free the buckets (and the optimizer plans they own) */
+void dist_free_buckets(struct kiln_dist *d);
+/* core/dist.c: [dist] timing's host function stamping a bucket's
+ * collective (arg: a struct stamp) */
+kiln_status dist_stamp_bucket(void *arg);
+/* core/dist_zero.c: allgather every bucket's pieces (this rank's from
+ * `mine`, NULL: already in place) into `full` on `stream`; params: the
+ * parameters (the next forward waits for them), else the gradients */
+kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
+				int params);
+
+#endif

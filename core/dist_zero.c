@@ -1,0 +1,356 @@
+/* core/dist_zero.c - ZeRO-1 ([dist] zero = 1, docs/distributed.md): the
+ * optimizer state sharded across the ranks, gradients reduce-scattered
+ * during backward, each rank stepping its slice of the parameters with the
+ * [train] optimizer (any optimizer whose kiln_optim_info.shard is
+ * KILN_OPTIM_SHARD_SLICE, plugins included) and the slices allgathered
+ * before the next forward reads them. */
+#include "dist_impl.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- ZeRO-1 ---------------------------------------------------------------
+ * The trainable range [0, n) is cut into buckets of whole units of
+ * 16*world floats covering [0, zwc) (of about [dist] bucket_mb, cut from
+ * the end like DDP's, without regard to tensor boundaries) and the
+ * replicated tail [zwc, n), zt = n - zwc < 16*world floats.  Rank r
+ * owns piece r of every bucket: the c = (hi - lo) / world floats from
+ * lo + r*c (lo and c multiples of 16: 64-byte aligned), kept at zoff in
+ * its compact shard, zc floats in all.  During
+ * backward each bucket's gradients are reduce-scattered (average) into
+ * zgrad as soon as they are final (the same hook and comm stream as DDP's
+ * allreduces); the tail is allreduced after backward.  Each rank updates
+ * its pieces of the parameters (and the tail, identically on every rank)
+ * with the fused optimizer op over each piece and its own slice of the
+ * state, then every bucket's pieces are allgathered in place.  The
+ * optimizer state held is (zc + zt) floats a slot instead of n.
+ * Checkpoints gather the state whole first (kiln_dist_zero_gather), so
+ * their files do not depend on the world size.  When a clip op runs
+ * (GRAD_CLIP or UNSCALE: [train] clip_norm, clip_value, skip_nonfinite,
+ * loss scaling) the averaged pieces are allgathered back into the
+ * gradient buffer first, so the norm and the finite flag are the global
+ * ones and identical on every rank. */
+
+static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
+{
+	return kiln_model_optim_plan(d->m, len, plan);
+}
+
+/* ZeRO-1's buckets in place of DDP's, with their pieces and plans */
+static kiln_status zero_buckets(struct kiln_dist *d)
+{
+	struct kiln_model *m = d->m;
+	const size_t n = m->n_trainable, W = (size_t)d->env.world, u = 16 * W;
+	size_t cap = (size_t)(d->bucket_mb * 1048576.0 / sizeof(float)) / u * u;
+	kiln_status st;
+	if (cap < u)
+		cap = u;
+	dist_free_buckets(d);
+	d->zt = n % u;
+	d->zwc = n - d->zt;
+	d->zc = 0;
+	const size_t nb = (d->zwc + cap - 1) / cap;
+	if (!(d->b = calloc(nb ? nb : 1, sizeof *d->b)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (size_t hi = d->zwc; hi > 0; d->n_b++) {
+		struct bucket *b = &d->b[d->n_b];
+		b->hi = hi;
+		b->lo = hi > cap ? hi - cap : 0;
+		b->c = (b->hi - b->lo) / W;
+		b->zoff = d->zc;
+		d->zc += b->c;
+		/* final after the backward of the first layer with a tensor
+		 * in it (-1: padding only, started after backward) */
+		b->ready_layer = -1;
+		for (int i = 0; i < m->n_params; i++) {
+			const struct model_param *p = &m->params[i];
+			if (p->trainable && !p->buffer && p->off < b->hi &&
+			    p->off + (size_t)p->numel > b->lo &&
+			    (b->ready_layer < 0 || p->layer < b->ready_layer))
+				b->ready_layer = p->layer;
+		}
+		/* the next forward needs the bucket's parameters whole before
+		 * the first layer that reads one of them (a tied weight's
+		 * readers included) */
+		b->need_layer = m->n_layers;
+		for (int l = 0; l < m->n_layers && b->need_layer == m->n_layers; l++)
+			for (int k = 0; k < m->layers[l].n_params; k++) {
+				const struct model_param *p = &m->params[m->layers[l].pidx[k]];
+				if (!p->buffer && p->off < b->hi && p->off + (size_t)p->numel > b->lo)
+					b->need_layer = l;
+			}
+		b->s0 = (struct stamp){ d, d->n_b, 0 };
+		b->s1 = (struct stamp){ d, d->n_b, 1 };
+		b->sg = (struct stamp){ d, d->n_b, 2 };
+		b->sw = (struct stamp){ d, d->n_b, 0 };
+		/* (a failure counts this bucket in, so dist_free_buckets
+		 * releases what it has) */
+		if ((st = kiln_device_event_create(d->dev, &b->done)) ||
+		    (st = kiln_device_event_create(d->dev, &b->gdone))) {
+			d->n_b++;
+			return st;
+		}
+		for (int k = 0; k < d->n_b && !b->plan; k++)
+			if (d->b[k].c == b->c)
+				b->plan = d->b[k].plan;
+		if (!b->plan) {
+			if ((st = zero_plan(d, b->c, &b->plan))) {
+				d->n_b++;
+				return st;
+			}
+			b->own_plan = 1;
+		}
+		hi = b->lo;
+	}
+	if ((d->zt && (st = zero_plan(d, d->zt, &d->ztplan))) ||
+	    (st = kiln_device_event_create(d->dev, &d->zt_done)))
+		return st;
+	return KILN_OK;
+}
+
+static kiln_status fwd_hook(void *user, int layer, void *stream);
+
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
+{
+	kiln_status st;
+	if (!d || !d->zero)
+		return KILN_OK;
+	struct kiln_model *m = d->m;
+	const size_t n = m->n_trainable, r = (size_t)d->env.rank;
+	if (m->optim_info.shard == KILN_OPTIM_SHARD_NONE)
+		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [train] optimizer = %s: its update reads whole tensors (LAMB's trust ratio), and ZeRO-1's shards cut tensors; use an optimizer that shards (sgd, adamw), or zero = 0",
+				  kiln_config_where(m->cfg, "dist", "zero"), m->optim_name);
+	if (!d->ops->reduce_scatter || !d->ops->allgather)
+		return kiln_error(KILN_EPLUGIN, "%s: [dist] zero = 1: comm plugin '%s' has no reduce_scatter or allgather",
+				  kiln_config_where(m->cfg, "dist", "zero"), d->plugin->name);
+	d->zero_gather = clip;
+	if ((st = zero_buckets(d)))
+		return kiln_error_wrap(st, "ZeRO-1: the optimizer over a shard");
+	const size_t L = d->zc + d->zt, slots = (size_t)m->state_slots;
+	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
+	    (d->zc && (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
+		return st;
+	/* keep this rank's pieces of the (broadcast) state, free the rest */
+	for (size_t s = 0; s < slots && m->state_d; s++) {
+		const float *src = m->state_d + s * n;
+		float *dst = d->zstate + s * L;
+		for (int i = 0; i < d->n_b; i++) {
+			const struct bucket *b = &d->b[i];
+			if ((st = kiln_device_copy_async(d->dev, dst + b->zoff, src + b->lo + r * b->c,
+							 b->c * sizeof(float), KILN_COPY_D2D, compute)))
+				return st;
+		}
+		if (d->zt && (st = kiln_device_copy_async(d->dev, dst + d->zc, src + d->zwc,
+							   d->zt * sizeof(float), KILN_COPY_D2D,
+							   compute)))
+			return st;
+	}
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return st;
+	kiln_device_free(d->dev, m->state_d);
+	m->state_d = NULL;
+	kiln_model_optim_plan_free(m, m->optim_plan);
+	m->optim_plan = NULL;
+	d->s_read.d = d;
+	m->fwd_hook = fwd_hook;
+	m->fwd_user = d;
+	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%d of each of %d gradient bucket(s), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s; parameters allgathered %s",
+		 d->env.rank, d->zc, d->env.world, d->n_b, d->zwc, n,
+		 (double)(slots * L * sizeof(float)) / 1048576.0,
+		 (double)(slots * n * sizeof(float)) / 1048576.0,
+		 d->overlap ? "overlapped with" : "after",
+		 clip ? ", then gathered whole for the clip / non-finite check" : "",
+		 d->overlap ? "on the comm stream, overlapped with the next forward"
+			    : "after the optimizer, before the next forward");
+	return KILN_OK;
+}
+
+int kiln_dist_zero(const struct kiln_dist *d)
+{
+	return d && d->zero;
+}
+
+/* the optimizer over [lo, ...) of the flat parameters, its state at st0 */
+static kiln_status zero_run(struct kiln_dist *d, void *plan, const float *grads, size_t lo,
+			    float *st0, const float *lr, void *compute)
+{
+	return kiln_model_optim_run(d->m, plan, grads, lo, st0, d->zc + d->zt, lr, compute);
+}
+
+/* [dist] timing's host functions for the parameter allgathers (their
+ * ends: dist_stamp_bucket): the first reader's start (compute), and, once the
+ * compute stream waited for bucket b, whether it ended after that start */
+static kiln_status stamp_read(void *arg)
+{
+	struct stamp *s = arg;
+	s->d->t_read = kiln_now_s();
+	return KILN_OK;
+}
+
+static kiln_status stamp_waited(void *arg)
+{
+	struct stamp *s = arg;
+	s->d->glate += s->d->b[s->b].tg > s->d->t_read;
+	s->d->gruns++;
+	return KILN_OK;
+}
+
+/* Make `stream` wait for the parameter allgather of every pending bucket
+ * the forward of layers [0, layer] reads (layer >= n_layers: all of
+ * them).  No-op when none is pending: only the first reader after a
+ * ZeRO-1 step waits. */
+static kiln_status zero_wait_params(struct kiln_dist *d, int layer, void *stream)
+{
+	kiln_status st;
+	int left = 0;
+	if (!d->zpending)
+		return KILN_OK;
+	if (d->timing && !d->read_stamped) {
+		if ((st = kiln_device_host_fn(d->dev, stream, stamp_read, &d->s_read)))
+			return st;
+		d->read_stamped = 1;
+	}
+	for (int i = d->n_b - 1; i >= 0; i--) {
+		struct bucket *b = &d->b[i];
+		if (!b->gpending)
+			continue;
+		if (b->need_layer > layer) {
+			left = 1;
+			continue;
+		}
+		if ((st = kiln_device_stream_wait(d->dev, stream, b->gdone)) ||
+		    (d->timing && (st = kiln_device_host_fn(d->dev, stream, stamp_waited, &b->sw))))
+			return st;
+		b->gpending = 0;
+	}
+	d->zpending = left;
+	return KILN_OK;
+}
+
+static kiln_status fwd_hook(void *user, int layer, void *stream)
+{
+	return zero_wait_params(user, layer, stream);
+}
+
+kiln_status kiln_dist_zero_settle(struct kiln_dist *d, void *stream)
+{
+	return d && d->zero ? zero_wait_params(d, INT_MAX, stream) : KILN_OK;
+}
+
+/* Every bucket's pieces, from this rank's compact `mine` (zoff) into the
+ * whole `full` (lo), or in place (mine NULL), on `stream`, the buckets
+ * the first layers read first.  `params`: the parameters after a step
+ * (and their low-precision compute copy, when there is one); each bucket
+ * then records its gdone and is pending for the next forward
+ * (zero_wait_params). */
+kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
+				 int params)
+{
+	const struct kiln_model *m = d->m;
+	const size_t r = (size_t)d->env.rank;
+	const int lp = params && m->params_c;
+	const size_t cs = lp ? kiln_dtype_size(m->cdtype) : 0;
+	kiln_status st;
+	for (int i = d->n_b - 1; i >= 0; i--) {
+		struct bucket *b = &d->b[i];
+		void *done = params && !d->timing ? b->gdone : NULL;
+		char *pc = lp ? (char *)m->params_c + b->lo * cs : NULL;
+		if ((st = d->ops->allgather(d->ctx, mine ? mine + b->zoff : full + b->lo + r * b->c,
+					    full + b->lo, b->c, KILN_F32, stream, lp ? NULL : done)) ||
+		    (lp && (st = d->ops->allgather(d->ctx, pc + r * b->c * cs, pc, b->c, m->cdtype,
+						   stream, done))))
+			return st;
+		if (params && d->timing &&
+		    ((st = kiln_device_host_fn(d->dev, stream, dist_stamp_bucket, &b->sg)) ||
+		     (st = kiln_device_event_record(d->dev, b->gdone, stream))))
+			return st;
+		b->gpending |= params;
+	}
+	if (params) {
+		d->zpending = d->n_b > 0;
+		d->read_stamped = 0;
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *compute)
+{
+	struct kiln_model *m = d->m;
+	kiln_status st;
+	const size_t r = (size_t)d->env.rank;
+	if (!m->n_trainable)
+		return KILN_OK;
+	/* the previous step's allgathers write the parameters this one
+	 * updates (the forward waited for them all unless it skipped a
+	 * layer) */
+	if ((st = zero_wait_params(d, INT_MAX, compute)))
+		return st;
+	/* advance first (gated like the step: a skipped step is not counted):
+	 * the op reads the (1-based) number of the step it takes */
+	if ((st = kiln_model_opt_step_advance(m, compute)))
+		return st;
+	/* each piece reads the gradients the clip saw (whole, gathered back)
+	 * or its own averaged piece */
+	for (int i = 0; i < d->n_b; i++) {
+		const struct bucket *b = &d->b[i];
+		const size_t lo = b->lo + r * b->c;
+		if ((st = zero_run(d, b->plan, d->zero_gather ? m->grads_d + lo : d->zgrad + b->zoff,
+				   lo, d->zstate ? d->zstate + b->zoff : NULL, lr, compute)))
+			return st;
+	}
+	if (d->zt && (st = zero_run(d, d->ztplan, m->grads_d + d->zwc, d->zwc,
+				    d->zstate ? d->zstate + d->zc : NULL, lr, compute)))
+		return st;
+	/* every rank's updated pieces, in place: with overlap on the comm
+	 * stream once the update is done, while the compute stream goes on
+	 * to the next forward, whose layers wait for their buckets (fwd_hook);
+	 * without, on the compute stream before it */
+	void *s = compute;
+	if (d->overlap && d->n_b) { /* (no buckets: nothing to gather) */
+		if ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+		    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
+			return st;
+		s = d->comm_stream;
+	}
+	return dist_zero_allgather(d, NULL, m->params_d, s, 1);
+}
+
+kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
+{
+	struct kiln_model *m = d ? d->m : NULL;
+	kiln_status st;
+	if (!d || !d->zero)
+		return KILN_OK;
+	/* the checkpoint reads the parameters whole, and no collective runs
+	 * on the compute stream while the comm stream's do */
+	if ((st = zero_wait_params(d, INT_MAX, compute)) || !d->zstate)
+		return st;
+	const size_t n = m->n_trainable, L = d->zc + d->zt;
+	const int slots = m->state_slots;
+	if (!d->zfull &&
+	    (st = kiln_device_alloc(d->dev, (size_t)slots * n * sizeof(float), (void **)&d->zfull)))
+		return st;
+	for (int s = 0; s < slots; s++) {
+		float *full = d->zfull + (size_t)s * n, *mine = d->zstate + (size_t)s * L;
+		if ((st = dist_zero_allgather(d, mine, full, compute, 0)) ||
+		    (d->zt && (st = kiln_device_copy_async(d->dev, full + d->zwc, mine + d->zc,
+							   d->zt * sizeof(float), KILN_COPY_D2D,
+							   compute))))
+			return st;
+	}
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return kiln_dist_explain(d, st);
+	m->state_d = d->zfull;
+	return KILN_OK;
+}
+
+void kiln_dist_zero_release(struct kiln_dist *d)
+{
+	if (!d || !d->zfull)
+		return;
+	if (d->m && d->m->state_d == d->zfull)
+		d->m->state_d = NULL;
+	kiln_device_free(d->dev, d->zfull);
+	d->zfull = NULL;
+}

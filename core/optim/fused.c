@@ -1,0 +1,113 @@
+/* core/optim/fused.c - a built-in optimizer's step: one fused device op
+ * over the flat buffers (plugin.h states each op's formula), every
+ * per-step scalar (lr, the step count, the gate) read from device memory.
+ *
+ * The op's inputs, in order: grads [n], lr f32[1], the step count i64[1]
+ * (needs_step), the tensor offsets i64[T+1] (needs_offsets), the weight-
+ * decay multiplier [n] (decay_mult), the gate f32[1] (gated, with
+ * KILN_OPF_GATED); its outputs: params [n], the state slots [n] each, the
+ * compute copy [n] (copy_dtype). */
+#include "optim.h"
+
+#include <stdlib.h>
+
+struct fused_optim *fused_optim_new(const struct kiln_host *h, int type)
+{
+	struct fused_optim *f = calloc(1, sizeof *f);
+	if (!f) {
+		h->error(KILN_ENOMEM, "out of memory");
+		return NULL;
+	}
+	f->h = h;
+	f->op.type = type;
+	return f;
+}
+
+static const struct kiln_key *key_row(const struct kiln_key *keys, const char *key)
+{
+	for (; keys && keys->name; keys++)
+		if (!strcmp(keys->name, key))
+			return keys;
+	return NULL;
+}
+
+kiln_status optim_get_float(const struct kiln_host *h, const struct kiln_config *cfg,
+			    const struct kiln_key *keys, const char *key, double *v)
+{
+	kiln_status st = h->config_get_float(cfg, "train", key, v);
+	const struct kiln_key *k = key_row(keys, key);
+	if (st == KILN_ENOTFOUND && k && k->def)
+		*v = strtod(k->def, NULL), st = KILN_OK;
+	return st;
+}
+
+kiln_status optim_get_bool(const struct kiln_host *h, const struct kiln_config *cfg,
+			   const struct kiln_key *keys, const char *key, int *v)
+{
+	kiln_status st = h->config_get_bool(cfg, "train", key, v);
+	const struct kiln_key *k = key_row(keys, key);
+	if (st == KILN_ENOTFOUND && k && k->def)
+		*v = atoi(k->def), st = KILN_OK;
+	return st;
+}
+
+kiln_status fused_optim_plan(void *ctx, struct kiln_device *dev, const struct kiln_optim_shape *s,
+			     void **plan, size_t *workspace)
+{
+	const struct fused_optim *f = ctx;
+	struct kiln_op op = f->op;
+	int64_t n = s->n, one = 1, t1 = s->n_tensors + 1;
+	op.i[0] = n;
+	kiln_tensor_desc_init(&op.in[op.n_in++], KILN_F32, 1, &n);
+	kiln_tensor_desc_init(&op.in[op.n_in++], KILN_F32, 1, &one);
+	if (f->info.needs_step)
+		kiln_tensor_desc_init(&op.in[op.n_in++], KILN_I64, 1, &one);
+	if (f->info.needs_offsets)
+		kiln_tensor_desc_init(&op.in[op.n_in++], KILN_I64, 1, &t1);
+	if (s->decay_mult)
+		kiln_tensor_desc_init(&op.in[op.n_in++], KILN_F32, 1, &n);
+	if (s->gated) {
+		op.flags |= KILN_OPF_GATED;
+		kiln_tensor_desc_init(&op.in[op.n_in++], KILN_F32, 1, &one);
+	}
+	for (op.n_out = 0; op.n_out < 1 + f->info.state_slots; op.n_out++)
+		op.out[op.n_out] = op.in[0];
+	if (s->copy_dtype)
+		kiln_tensor_desc_init(&op.out[op.n_out++], s->copy_dtype, 1, &n);
+	return f->h->device_prepare(dev, &op, plan, workspace);
+}
+
+kiln_status fused_optim_step(void *ctx, struct kiln_device *dev, void *plan,
+			     const struct kiln_optim_args *a, void *stream)
+{
+	const struct fused_optim *f = ctx;
+	struct kiln_op_args o;
+	int k = 0;
+	memset(&o, 0, sizeof o);
+	o.in[k++] = a->grads;
+	o.in[k++] = a->lr;
+	if (f->info.needs_step)
+		o.in[k++] = a->step;
+	if (f->info.needs_offsets)
+		o.in[k++] = a->offsets;
+	if (a->decay_mult)
+		o.in[k++] = a->decay_mult;
+	if (a->gate)
+		o.in[k++] = a->gate;
+	o.out[0] = a->params;
+	for (k = 0; k < f->info.state_slots; k++)
+		o.out[1 + k] = a->state[k];
+	if (a->copy)
+		o.out[1 + k] = a->copy;
+	o.workspace = a->workspace;
+	o.workspace_bytes = a->workspace_bytes;
+	return f->h->device_run(dev, plan, &o, stream);
+}
+
+void fused_optim_plan_free(void *ctx, struct kiln_device *dev, void *plan)
+{
+	const struct fused_optim *f = ctx;
+	f->h->device_plan_free(dev, plan);
+}
+
+void fused_optim_close(void *ctx) { free(ctx); }

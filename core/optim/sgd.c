@@ -1,0 +1,44 @@
+/* core/optim/sgd.c - SGD with momentum (dampening 0), Nesterov, and L2 or
+ * decoupled (SGDW) weight decay: KILN_OP_SGD.  Plain SGD (momentum 0)
+ * keeps no state. */
+#include "optim.h"
+
+static const struct kiln_key sgd_keys[] = {
+	{ "momentum", KILN_KEY_FLOAT, "0.9", 0, 1, NULL,
+	  "SGD momentum (dampening 0); 0 = plain SGD, which keeps no optimizer state." },
+	{ "nesterov", KILN_KEY_BOOL, "0", 0, 0, NULL, "SGD: Nesterov momentum." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+static kiln_status sgd_open(const struct kiln_host *h, const struct kiln_config *cfg,
+			    struct kiln_optim_info *info, void **ctx)
+{
+	double mu, wd;
+	int nesterov;
+	kiln_status st;
+	if ((st = optim_get_float(h, cfg, sgd_keys, "momentum", &mu)) ||
+	    (st = optim_get_float(h, cfg, sgd_keys, "weight_decay", &wd)) ||
+	    (st = optim_get_bool(h, cfg, sgd_keys, "nesterov", &nesterov)))
+		return st;
+	const char *mode = h->config_get(cfg, "train", "weight_decay_mode");
+	struct fused_optim *f = fused_optim_new(h, KILN_OP_SGD);
+	if (!f)
+		return KILN_ENOMEM;
+	f->info.state_slots = mu != 0 ? 1 : 0;
+	f->info.slot_names[0] = "optim.momentum";
+	f->info.shard = KILN_OPTIM_SHARD_SLICE;
+	f->info.decay_modes = 1;
+	f->op.i[1] = nesterov;
+	f->op.f[0] = mu;
+	/* L2 into the gradient, or SGDW */
+	f->op.f[mode && !strcmp(mode, "decoupled") ? 2 : 1] = wd;
+	*info = f->info;
+	*ctx = f;
+	return KILN_OK;
+}
+
+static const struct kiln_optim_ops sgd_ops = FUSED_OPTIM_OPS(sgd_open);
+
+OPTIM_DESCRIPTOR(kiln_optim_sgd, "sgd",
+		 "SGD with momentum, Nesterov, L2 or decoupled weight decay (torch.optim.SGD)",
+		 sgd_ops, sgd_keys);
