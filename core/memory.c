@@ -78,6 +78,20 @@ fail:
 
 static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_memory *out);
 
+/* The host memory the trainer itself holds besides the loaders' rings
+ * (core/train_setup.c, trainer_open): its two host input slots (x_host, y_host:
+ * `rows` samples and labels each, from kiln_device_host_alloc, which the
+ * CPU device commits like any allocation, whether or not a loader fills
+ * them), the epoch's permutation and order (perm, order: an int64 per
+ * training sample) and, with a loader, the evaluation order (eval_order). */
+static size_t trainer_host_bytes(const struct kiln_dataset *ds, const struct kiln_dataset *es,
+				 int64_t rows, int eval_order)
+{
+	return 2 * (size_t)rows * (ds->sample_bytes + 4) +
+	       2 * (size_t)ds->len * sizeof(int64_t) +
+	       (eval_order ? (size_t)es->len * sizeof(int64_t) : 0);
+}
+
 kiln_status kiln_parse_size(const char *s, size_t *out)
 {
 	char *end;
@@ -256,6 +270,7 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		out->host = (size_t)(workers + prefetch) *
 			    ((size_t)B * (ds->sample_bytes + 4) +
 			     (do_eval ? (size_t)EB * (es->sample_bytes + 4) : 0));
+	out->host += trainer_host_bytes(ds, es, rows, do_eval && workers > 0);
 	out->total = out->params + out->grads + out->optim_state + out->buffers + out->activations +
 		     out->workspace + out->eval + out->inputs + out->other;
 
@@ -294,7 +309,7 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		fprintf(f, "  %-22s %10.2f MiB  optimizer extras, counters, lr, metrics\n", "other",
 			mib(out->other));
 		fprintf(f, "  %-22s %10.2f MiB\n", "total", mib(out->total));
-		fprintf(f, "  %-22s %10.2f MiB  the loaders' pinned staging (host memory)\n",
+		fprintf(f, "  %-22s %10.2f MiB  the loaders' pinned staging, the trainer's host slots and sample orders (host memory)\n",
 			"host staging", mib(out->host));
 		fprintf(f, "  %-22s %10.2f MiB  library objects (host memory; measured while planning)\n",
 			"device library", mib(out->library));

@@ -538,8 +538,10 @@ struct kiln_memory {
 	size_t inputs;               /* device input slots */
 	size_t other;                /* optimizer extras, counters, lr, metrics */
 	size_t total;                /* device memory: the sum of the above */
-	size_t host;                 /* the loaders' pinned staging ring (host
-				      * memory; on the CPU device the same RAM) */
+	size_t host;                 /* the loaders' pinned staging rings, the
+				      * trainer's two host input slots and its
+				      * sample orders (host memory; on the CPU
+				      * device the same RAM) */
 	size_t library;              /* host memory the device's library objects
 				      * took (oneDNN's JIT kernels and primitive
 				      * state): how much the process's resident

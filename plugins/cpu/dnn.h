@@ -60,6 +60,9 @@ dnnl_status_t cpu_dnn_mem(struct cpu_ctx *c, struct cpu_dnn *d, const dnnl_memor
 /* Append a primitive made from pd and its argument list. */
 dnnl_status_t cpu_dnn_step(struct cpu_dnn *d, const_dnnl_primitive_desc_t pd, int n_arg,
 			   const int *arg, const int *mem);
+/* After pd's primitive is made: when it runs on oneDNN's own GEMM
+ * ("gemm:" implementations), have that GEMM's kernels generated now. */
+void cpu_dnn_warm(const_dnnl_primitive_desc_t pd);
 /* Bytes of pd's scratchpad (user mode). */
 size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd);
 /* The kernel of every cpu_dnn plan. */

@@ -16,6 +16,7 @@
  * the bias is a broadcast binary-add post-op placed after the sum.
  */
 #include "cpu.h"
+#include "dnn.h" /* cpu_dnn_warm */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
 #include <stdlib.h>
@@ -202,6 +203,7 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 
 	CPU_DNNL(dnnl_primitive_desc_create(&pd, &desc, attr, c->engine, NULL));
 	CPU_DNNL(dnnl_primitive_create(&g->prim, pd));
+	cpu_dnn_warm(pd);
 	const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
 	g->scratch_bytes = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
 	CPU_DNNL(dnnl_stream_create(&g->stream, c->engine, dnnl_stream_default_flags));
