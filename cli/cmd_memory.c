@@ -24,10 +24,7 @@ int cmd_memory(int argc, char **argv)
 	struct kiln_registry *reg;
 	struct kiln_memory r;
 	kiln_status st = cli_load(argv[1], argc, argv, 2, &cfg, &reg);
-	int64_t batch;
-	if (!st)
-		st = kiln_resolve_batch(cfg, reg, &batch); /* batch = auto */
-	if (!st)
+	if (!st) /* resolves batch = auto */
 		st = kiln_memory_report(cfg, reg, stdout, &r);
 	int rc = 0;
 	if (st)

@@ -160,20 +160,18 @@ int cmd_train(int argc, char **argv)
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	struct kiln_train_result r;
-	struct bar b = { .tty = isatty(2), .last_pct = -1, .epochs = 10 };
+	struct kiln_train_cfg tc;
+	struct bar b = { .tty = isatty(2), .last_pct = -1 };
 	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
-	int64_t batch = 128;
 	if (!st)
-		st = kiln_resolve_batch(cfg, reg, &batch); /* batch = auto */
+		st = kiln_train_cfg_read(cfg, reg, &tc); /* batch = auto resolved */
 	if (!st) {
-		int64_t acc = 1;
-		kiln_config_get_int(cfg, "train", "accumulate", &acc);
-		kiln_config_get_int(cfg, "train", "epochs", &b.epochs);
-		b.samples_per_step = batch * acc;
+		b.epochs = tc.epochs;
+		b.samples_per_step = tc.batch * tc.accumulate;
 	}
 	install_stop_handlers();
 	if (!st)
-		st = kiln_train(cfg, reg, progress, &b, &r);
+		st = kiln_train_run(cfg, reg, &tc, progress, &b, &r);
 	int rc = 0;
 	if (st) {
 		if (b.tty)

@@ -2,6 +2,7 @@
  * drives it (workers, staging ring, copies), with no model. */
 #include "data.h"
 #include "loader.h"
+#include "run_config.h"
 
 #include <stdio.h>
 #include <time.h>
@@ -13,15 +14,22 @@ kiln_status kiln_bench_data(const struct kiln_config *cfg, const struct kiln_reg
 	struct kiln_dataset d;
 	struct kiln_loader *L = NULL;
 	void *copy = NULL, *xd = NULL;
-	int64_t *order = NULL, B = 128, prefetch = 2, ep = 0;
-	int workers = 1;
+	int64_t *order = NULL, B = 0, prefetch, ep = 0;
+	int workers;
+	struct kiln_run_cfg run;
+	struct kiln_train_cfg tc;
+	struct kiln_data_cfg data;
 	kiln_status st;
 
 	memset(out, 0, sizeof *out);
 	memset(&d, 0, sizeof d);
-	kiln_config_get_int(cfg, "data", "prefetch", &prefetch);
-	if ((st = kiln_train_batch(cfg, &B)) || (st = kiln_data_workers(cfg, &workers)) ||
-	    (st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &dev)) ||
+	if ((st = kiln_run_cfg_read(cfg, &run)) || (st = kiln_train_cfg_read(cfg, NULL, &tc)) ||
+	    (st = kiln_data_cfg_read(cfg, &data)) ||
+	    (st = kiln_train_cfg_batch(cfg, &tc, "the loader runs", &B)))
+		return st;
+	prefetch = data.prefetch;
+	workers = data.workers;
+	if ((st = kiln_device_open(reg, cfg, run.device, 0, &dev)) ||
 	    (st = kiln_device_stream_create(dev, &copy)) ||
 	    (st = kiln_dataset_open(cfg, reg, "data", "train", 1, &d)))
 		goto out;

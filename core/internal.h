@@ -80,6 +80,16 @@ const char *kiln_op_name(int type);
  * KILN_EINVAL / KILN_ENOTSUP with the error set; any thread. */
 kiln_status kiln_op_check(const struct kiln_op *op, const char *who);
 
+/* ---- the phases of a training step (the trainer, the profiler's trace
+ * slices and pass attribution; core/profile.h) ---- */
+enum kiln_phase {
+	KILN_PHASE_DATA = 0,      /* waiting for and assembling a batch */
+	KILN_PHASE_FORWARD = 1,
+	KILN_PHASE_BACKWARD = 2,
+	KILN_PHASE_OPTIMIZER = 3,
+	KILN_PHASE_EVAL = 4
+};
+
 /* ---- CRC32C (core/crc32c.c), also host->crc32c ---- */
 uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n);
 

@@ -4,6 +4,7 @@
  * builds; nothing is run. */
 #include "data.h"
 #include "graph.h"
+#include "run_config.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -39,8 +40,9 @@ struct mem_setup {
 	struct kiln_model *m;
 	struct kiln_dataset ds, es;
 	struct kiln_tensor_desc input;
-	int do_eval;
-	int64_t eval_batch, acc;
+	struct kiln_run_cfg run;
+	struct kiln_train_cfg tc;
+	struct kiln_data_cfg data;
 };
 
 static void setup_close(struct mem_setup *s)
@@ -57,14 +59,12 @@ static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_r
 	kiln_status st;
 	memset(s, 0, sizeof *s);
 	s->cfg = cfg;
-	s->do_eval = 1;
-	s->acc = 1;
-	kiln_config_get_bool(cfg, "train", "eval", &s->do_eval);
-	kiln_config_get_int(cfg, "train", "eval_batch", &s->eval_batch);
-	kiln_config_get_int(cfg, "train", "accumulate", &s->acc);
-	if ((st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &s->dev)) ||
+	if ((st = kiln_run_cfg_read(cfg, &s->run)) || (st = kiln_train_cfg_read(cfg, NULL, &s->tc)) ||
+	    (st = kiln_data_cfg_read(cfg, &s->data)))
+		return st;
+	if ((st = kiln_device_open(reg, cfg, s->run.device, 0, &s->dev)) ||
 	    (st = kiln_dataset_open(cfg, reg, "data", "train", 1, &s->ds)) ||
-	    (s->do_eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &s->es))))
+	    (s->tc.eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &s->es))))
 		goto fail;
 	s->input = s->ds.sample;
 	s->input.dtype = KILN_F32;
@@ -79,7 +79,7 @@ fail:
 static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_memory *out);
 
 /* The host memory the trainer itself holds besides the loaders' rings
- * (core/trainer.c, kiln_train): its two host input slots (x_host, y_host:
+ * (core/train_setup.c, trainer_open): its two host input slots (x_host, y_host:
  * `rows` samples and labels each, from kiln_device_host_alloc, which the
  * CPU device commits like any allocation, whether or not a loader fills
  * them), the epoch's permutation and order (perm, order: an int64 per
@@ -90,18 +90,6 @@ static size_t trainer_host_bytes(const struct kiln_dataset *ds, const struct kil
 	return 2 * (size_t)rows * (ds->sample_bytes + 4) +
 	       2 * (size_t)ds->len * sizeof(int64_t) +
 	       (eval_order ? (size_t)es->len * sizeof(int64_t) : 0);
-}
-
-kiln_status kiln_train_batch(const struct kiln_config *cfg, int64_t *B)
-{
-	const char *v = kiln_config_get(cfg, "train", "batch");
-	*B = 128;
-	if (v && !strcmp(v, "auto"))
-		return kiln_error(KILN_ECONFIG,
-				  "%s: [train] batch = auto is chosen before the run starts (kiln_resolve_batch; `kiln train` and `kiln memory` do it)",
-				  kiln_config_where(cfg, "train", "batch"));
-	kiln_status st = kiln_config_get_int(cfg, "train", "batch", B);
-	return st == KILN_ENOTFOUND ? KILN_OK : st;
 }
 
 kiln_status kiln_parse_size(const char *s, size_t *out)
@@ -129,38 +117,31 @@ kiln_status kiln_parse_size(const char *s, size_t *out)
 	return KILN_OK;
 }
 
-kiln_status kiln_resolve_batch(struct kiln_config *cfg, const struct kiln_registry *reg,
-			       int64_t *batch)
+/* batch = auto: the largest multiple of 8 (at most the training set) whose
+ * prediction fits the limit; double while it fits, then bisect (the
+ * prediction grows with the batch).  Logged. */
+static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 {
-	const char *v = kiln_config_get(cfg, "train", "batch");
-	const char *lim = kiln_config_get(cfg, "run", "memory_limit");
-	struct mem_setup s;
+	const struct kiln_config *cfg = s->cfg;
+	const char *lim = s->run.memory_limit;
 	struct kiln_memory mem;
 	size_t limit = 0, total = 0;
 	kiln_status st;
-	if (!v || strcmp(v, "auto"))
-		return kiln_train_batch(cfg, batch);
-	if (lim && *lim && kiln_parse_size(lim, &limit))
+	if (*lim && kiln_parse_size(lim, &limit))
 		return kiln_error(KILN_ECONFIG,
 				  "%s: [run] memory_limit = '%s': expected bytes or a size such as 512M or 2G",
 				  kiln_config_where(cfg, "run", "memory_limit"), lim);
-	if ((st = setup_open(cfg, reg, &s)))
+	if (!limit && (st = kiln_device_mem_info(s->dev, &limit, &total)))
 		return st;
-	if (!limit && (st = kiln_device_mem_info(s.dev, &limit, &total)))
-		goto out;
-	/* the largest multiple of 8 that fits: double while it fits, then
-	 * bisect; the prediction grows with the batch */
-	const int64_t most = s.ds.len / 8 * 8;
-	if (most < 8) {
-		st = kiln_error(KILN_ECONFIG, "%s: [train] batch = auto: the training set has %lld samples, fewer than 8",
-				kiln_config_where(cfg, "train", "batch"), (long long)s.ds.len);
-		goto out;
-	}
+	const int64_t most = s->ds.len / 8 * 8;
+	if (most < 8)
+		return kiln_error(KILN_ECONFIG, "%s: [train] batch = auto: the training set has %lld samples, fewer than 8",
+				  kiln_config_where(cfg, "train", "batch"), (long long)s->ds.len);
 	int64_t lo = 0, hi = 8; /* lo fits (0: none yet), hi does not or is past `most` */
 	size_t lo_bytes = 0;
 	for (;;) {
-		if ((st = predict(&s, hi, NULL, &mem)))
-			goto out;
+		if ((st = predict(s, hi, NULL, &mem)))
+			return st;
 		if (mem.total > limit)
 			break;
 		lo = hi, lo_bytes = mem.total;
@@ -168,31 +149,34 @@ kiln_status kiln_resolve_batch(struct kiln_config *cfg, const struct kiln_regist
 			break;
 		hi = hi * 2 > most ? most : hi * 2;
 	}
-	if (!lo) {
-		st = kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch 8 needs %.1f MiB, more than the %.1f MiB %s",
-				kiln_config_where(cfg, "train", "batch"), (double)mem.total / 1048576.0,
-				(double)limit / 1048576.0, lim && *lim ? "of [run] memory_limit" : "the device has free");
-		goto out;
-	}
+	if (!lo)
+		return kiln_error(KILN_ENOMEM, "%s: [train] batch = auto: batch 8 needs %.1f MiB, more than the %.1f MiB %s",
+				  kiln_config_where(cfg, "train", "batch"), (double)mem.total / 1048576.0,
+				  (double)limit / 1048576.0, *lim ? "of [run] memory_limit" : "the device has free");
 	while (hi != lo && hi - lo > 8) {
 		int64_t mid = (lo + hi) / 2 / 8 * 8;
-		if ((st = predict(&s, mid, NULL, &mem)))
-			goto out;
+		if ((st = predict(s, mid, NULL, &mem)))
+			return st;
 		if (mem.total <= limit)
 			lo = mid, lo_bytes = mem.total;
 		else
 			hi = mid;
 	}
-	char ov[64];
-	snprintf(ov, sizeof ov, "train.batch=%lld", (long long)lo);
-	if ((st = kiln_config_override(cfg, ov)))
-		goto out;
 	kiln_log(KILN_LOG_INFO, "train",
 		 "batch = auto: %lld, predicted to need %.1f MiB of the %.1f MiB %s", (long long)lo,
 		 (double)lo_bytes / 1048576.0, (double)limit / 1048576.0,
-		 lim && *lim ? "[run] memory_limit" : "the device reports free");
+		 *lim ? "[run] memory_limit" : "the device reports free");
 	*batch = lo;
-out:
+	return KILN_OK;
+}
+
+kiln_status kiln_memory_auto_batch(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				   int64_t *batch)
+{
+	struct mem_setup s;
+	kiln_status st = setup_open(cfg, reg, &s);
+	if (!st)
+		st = auto_batch(&s, batch);
 	setup_close(&s);
 	return st;
 }
@@ -201,12 +185,17 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 			       FILE *f, struct kiln_memory *out)
 {
 	struct mem_setup s;
-	int64_t B;
+	int64_t B = 0;
 	kiln_status st;
 	memset(out, 0, sizeof *out);
-	if ((st = kiln_train_batch(cfg, &B)) || (st = setup_open(cfg, reg, &s)))
+	if ((st = setup_open(cfg, reg, &s)))
 		return st;
-	st = predict(&s, B, f, out);
+	if (s.tc.batch_auto)
+		st = auto_batch(&s, &B);
+	else
+		B = s.tc.batch;
+	if (!st)
+		st = predict(&s, B, f, out);
 	setup_close(&s);
 	return st;
 }
@@ -215,11 +204,10 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
  * them), printed to f when f is not NULL. */
 static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_memory *out)
 {
-	const struct kiln_config *cfg = s->cfg;
 	struct kiln_model *m = s->m;
 	struct kiln_plan *ptrain = NULL, *peval = NULL, *prem = NULL;
-	int64_t EB = s->eval_batch ? s->eval_batch : B, acc = s->acc;
-	const int do_eval = s->do_eval;
+	int64_t EB = s->tc.eval_batch ? s->tc.eval_batch : B, acc = s->tc.accumulate;
+	const int do_eval = s->tc.eval;
 	const struct kiln_dataset *ds = &s->ds, *es = &s->es;
 	kiln_status st;
 	struct kiln_plan_opts train = { .training = 1, .dry = 1 }, eval = { .dry = 1 };
@@ -274,10 +262,9 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 	/* the loaders' staging rings: workers + prefetch slots of a batch of
 	 * samples and labels, for training and evaluation (workers = auto:
 	 * at most one per core; 0: no loader) */
-	int workers = 1;
-	int64_t prefetch = 2;
-	kiln_config_get_int(cfg, "data", "prefetch", &prefetch);
-	if (kiln_data_workers(cfg, &workers) == KILN_OK && workers < 0)
+	int workers = s->data.workers;
+	const int64_t prefetch = s->data.prefetch;
+	if (workers < 0)
 		workers = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (workers > 0)
 		out->host = (size_t)(workers + prefetch) *
@@ -301,14 +288,13 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		static const char *const pass_name[] = { "forward", "recomputation", "backward" };
 		const int n = m->n_layers;
 		fprintf(f, "memory of a training run, batch %lld%s (device %s), before any step:\n",
-			(long long)B, acc > 1 ? " per micro-step" : "",
-			kiln_config_get(cfg, "run", "device"));
+			(long long)B, acc > 1 ? " per micro-step" : "", s->run.device);
 		fprintf(f, "  %-22s %10.2f MiB  %zu floats\n", "parameters", mib(out->params),
 			out->params / 4);
 		fprintf(f, "  %-22s %10.2f MiB%s\n", "gradients", mib(out->grads),
 			acc > 1 ? "  (and the accumulation buffer)" : "");
 		fprintf(f, "  %-22s %10.2f MiB  [train] optimizer = %s\n", "optimizer state",
-			mib(out->optim_state), kiln_config_get(cfg, "train", "optimizer"));
+			mib(out->optim_state), s->tc.optimizer);
 		fprintf(f, "  %-22s %10.2f MiB\n", "buffers (batchnorm)", mib(out->buffers));
 		fprintf(f, "  %-22s %10.2f MiB  packed by lifetime (%.2f MiB without packing)\n",
 			"activations", mib(out->activations), mib(out->activations_unpacked));

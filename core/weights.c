@@ -11,6 +11,7 @@
 #include "checkpoint.h"
 #include "graph.h"
 #include "data.h"
+#include "run_config.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -349,14 +350,15 @@ kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 	struct kiln_model *m = NULL;
 	struct kiln_dataset ds;
 	void *stream = NULL;
-	int64_t seed = 0;
+	struct kiln_run_cfg run;
 	struct kiln_ckpt *ck = NULL;
 	kiln_status st;
+	if ((st = kiln_run_cfg_read(cfg, &run)))
+		return st;
 	/* a checkpoint is verified whole before the model is even built */
 	if (checkpoint && (st = kiln_ckpt_open(checkpoint, &ck)))
 		return st;
-	kiln_config_get_int(cfg, "run", "seed", &seed);
-	if ((st = kiln_device_open(reg, cfg, kiln_config_get(cfg, "run", "device"), 0, &dev))) {
+	if ((st = kiln_device_open(reg, cfg, run.device, 0, &dev))) {
 		kiln_ckpt_close(ck);
 		return st;
 	}
@@ -369,7 +371,7 @@ kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 	kiln_dataset_close(&ds);
 	if ((st = kiln_model_create(cfg, reg, dev, &sample, &m)) ||
 	    (st = kiln_device_stream_create(dev, &stream)) ||
-	    (st = kiln_model_init_params(m, (uint64_t)seed, stream)) ||
+	    (st = kiln_model_init_params(m, (uint64_t)run.seed, stream)) ||
 	    (st = kiln_model_init_from(m, stream)) ||
 	    (ck && (st = kiln_ckpt_load_model(ck, m, stream, KILN_CKPT_LOAD_WEIGHTS))) ||
 	    (st = kiln_model_save_safetensors(m, path, stream)))

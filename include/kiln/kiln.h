@@ -332,21 +332,6 @@ struct kiln_train_result {
 	int graphs_captured;        /* graphs captured (one per device input buffer) */
 };
 
-/* Phases the trainer reports to a hook (and, with [run] profile = 1, to
- * the profiler, which records them as trace slices). */
-enum kiln_phase {
-	KILN_PHASE_DATA = 0,      /* waiting for and assembling a batch */
-	KILN_PHASE_FORWARD = 1,
-	KILN_PHASE_BACKWARD = 2,
-	KILN_PHASE_OPTIMIZER = 3,
-	KILN_PHASE_EVAL = 4
-};
-typedef void (*kiln_phase_fn)(void *user, int phase, int begin);
-/* Install a hook called at the start (begin=1) and end of each phase of the
- * host side of a step (enqueue time; device time needs device events).
- * NULL removes it.  Not thread-safe against a running kiln_train. */
-void kiln_set_phase_hook(kiln_phase_fn fn, void *user);
-
 /* Test hook: called on the training thread once per optimizer step, after
  * the backward of its last micro-step and before the non-finite check
  * (clip or unscale), with the device, the compute stream, the flat
@@ -360,6 +345,50 @@ typedef kiln_status (*kiln_grad_hook_fn)(void *user, struct kiln_device *dev, vo
 					 float *grads, size_t n, int64_t step);
 void kiln_set_grad_hook(kiln_grad_hook_fn fn, void *user);
 
+/* [train] as the trainer reads it: every key once, with the schema's
+ * defaults (core/schema.c is the only place a default lives).  The
+ * optimizer's own hyper-parameters are read by the optimizer.  Strings are
+ * borrowed from the config and live as long as it does. */
+struct kiln_train_cfg {
+	int64_t epochs;
+	int64_t batch;            /* samples per step and rank; 0 while `auto` is unresolved */
+	int batch_auto;           /* [train] batch = auto (resolved into `batch`) */
+	int64_t eval_batch;       /* 0: `batch` */
+	int64_t accumulate;
+	int64_t max_steps;        /* 0: no limit */
+	const char *optimizer;
+	double lr;
+	const char *schedule;     /* constant, cosine, step, multistep, onecycle */
+	int64_t warmup, step_size;
+	double lr_min, gamma, pct_start, div_factor, final_div_factor;
+	const char *milestones;   /* multistep: the list as written */
+	const char *lr_scale;     /* none, linear, sqrt */
+	int64_t base_batch;
+	double clip_norm, clip_value;
+	int skip_nonfinite;
+	int64_t log_every;
+	int eval;
+	int64_t eval_every;       /* 0: after every epoch */
+	int64_t keep_best;
+	int best_on_loss;         /* best_metric = loss (else acc) */
+	int64_t early_stop_patience;
+	int early_stop_on_loss;   /* early_stop_metric = loss (else acc) */
+	double early_stop_min_delta;
+	int64_t checkpoint_every, keep_last;
+	int resume;
+};
+
+/* Read cfg's [train] into *out.  `batch = auto` is resolved when reg is
+ * not NULL: the largest multiple of 8 (at most the training set) whose
+ * kiln_memory_report total fits in [run] memory_limit, or in the memory
+ * the device reports free, logged with its prediction (KILN_ENOMEM naming
+ * the limit when even 8 does not fit); with reg NULL it is left at 0 with
+ * batch_auto set.  The config is not changed: the run records the number
+ * it chose (out_dir/config.ini, checkpoints).  KILN_ECONFIG for a bad
+ * value (file:line). */
+kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				struct kiln_train_cfg *out);
+
 /* The whole `kiln train`: open device and data, build, train, evaluate,
  * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may
  * be NULL) is called after every step with (done, total, user).
@@ -367,11 +396,16 @@ void kiln_set_grad_hook(kiln_grad_hook_fn fn, void *user);
  * ckpt-<step>.kiln; [train] resume = 1 continues from the newest usable one
  * there (a fresh start when there is none).  After a stop request the run
  * ends after its current step with a checkpoint, returns KILN_OK and sets
- * res->stopped and res->checkpoint. */
+ * res->stopped and res->checkpoint.  kiln_train reads [train] itself
+ * (kiln_train_cfg_read, resolving batch = auto); kiln_train_run takes it
+ * read (tc is borrowed for the call; its batch must be resolved). */
 typedef void (*kiln_progress_fn)(void *user, int epoch, int64_t step, int64_t steps_per_epoch,
 				 const char *status);
 kiln_status kiln_train(const struct kiln_config *cfg, const struct kiln_registry *reg,
 		       kiln_progress_fn progress, void *user, struct kiln_train_result *res);
+kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			   const struct kiln_train_cfg *tc, kiln_progress_fn progress, void *user,
+			   struct kiln_train_result *res);
 
 /* ---- safetensors files ---------------------------------------------------
  *
@@ -531,25 +565,13 @@ struct kiln_memory {
 	int recomputed;              /* layers whose output is recomputed */
 };
 
-/* [train] batch as a number; KILN_ECONFIG naming file:line for `auto`
- * that kiln_resolve_batch has not replaced yet. */
-kiln_status kiln_train_batch(const struct kiln_config *cfg, int64_t *batch);
-
-/* `[train] batch = auto`: the largest multiple of 8 (at most the training
- * set) whose kiln_memory_report total fits in [run] memory_limit, or in
- * the memory the device reports free; cfg's batch is then overridden with
- * it (so checkpoints and logs see the number) and the choice logged.  A
- * numeric batch is returned unchanged.  KILN_ENOMEM naming the limit when
- * even 8 does not fit. */
-kiln_status kiln_resolve_batch(struct kiln_config *cfg, const struct kiln_registry *reg,
-			       int64_t *batch);
-
 /* "512M", "2G", "1.5GiB", "4096": bytes (K, M, G, T are powers of 1024).
  * KILN_EINVAL for anything else. */
 kiln_status kiln_parse_size(const char *s, size_t *out);
 
 /* Fill *out and, when f is not NULL, print the report (a table per layer:
- * output, saved-for-backward and gradient bytes) to f. */
+ * output, saved-for-backward and gradient bytes) to f.  `batch = auto` is
+ * resolved first, as kiln_train_cfg_read resolves it (and logged). */
 kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			       FILE *f, struct kiln_memory *out);
 

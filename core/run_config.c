@@ -1,0 +1,160 @@
+/* core/run_config.c - [run], [train] and [data] read once into typed
+ * structs (run_config.h, kiln.h's struct kiln_train_cfg).  Every value is
+ * the config's or the schema's default; nothing here knows a default. */
+#include "run_config.h"
+#include "checkpoint.h"
+#include "data.h"
+
+#include <stdio.h>
+
+/* The readers below chain these: the first error wins, later reads are
+ * skipped. */
+static void get_int(const struct kiln_config *cfg, const char *sec, const char *key,
+		    int64_t *out, kiln_status *st)
+{
+	if (!*st)
+		*st = kiln_config_get_int(cfg, sec, key, out);
+}
+
+static void get_float(const struct kiln_config *cfg, const char *sec, const char *key,
+		      double *out, kiln_status *st)
+{
+	if (!*st)
+		*st = kiln_config_get_float(cfg, sec, key, out);
+}
+
+static void get_bool(const struct kiln_config *cfg, const char *sec, const char *key, int *out,
+		     kiln_status *st)
+{
+	if (!*st)
+		*st = kiln_config_get_bool(cfg, sec, key, out);
+}
+
+static void get_str(const struct kiln_config *cfg, const char *sec, const char *key,
+		    const char **out, kiln_status *st)
+{
+	if (!*st)
+		*st = kiln_config_get_str(cfg, sec, key, out);
+}
+
+kiln_status kiln_run_cfg_read(const struct kiln_config *cfg, struct kiln_run_cfg *out)
+{
+	kiln_status st = KILN_OK;
+	memset(out, 0, sizeof *out);
+	get_str(cfg, "run", "device", &out->device, &st);
+	get_str(cfg, "run", "precision", &out->precision, &st);
+	get_str(cfg, "run", "out_dir", &out->out_dir, &st);
+	get_str(cfg, "run", "memory_limit", &out->memory_limit, &st);
+	get_int(cfg, "run", "seed", &out->seed, &st);
+	get_int(cfg, "run", "threads", &out->threads, &st);
+	get_bool(cfg, "run", "deterministic", &out->deterministic, &st);
+	return st;
+}
+
+kiln_status kiln_data_cfg_read(const struct kiln_config *cfg, struct kiln_data_cfg *out)
+{
+	kiln_status st;
+	memset(out, 0, sizeof *out);
+	st = kiln_data_workers(cfg, &out->workers);
+	get_int(cfg, "data", "prefetch", &out->prefetch, &st);
+	get_bool(cfg, "data", "shuffle", &out->shuffle, &st);
+	get_bool(cfg, "data", "resident", &out->resident, &st);
+	return st;
+}
+
+/* The keys of the learning-rate schedule and the gradient clip. */
+static void read_schedule(const struct kiln_config *cfg, struct kiln_train_cfg *o, kiln_status *st)
+{
+	get_float(cfg, "train", "lr", &o->lr, st);
+	get_str(cfg, "train", "schedule", &o->schedule, st);
+	get_int(cfg, "train", "warmup", &o->warmup, st);
+	get_int(cfg, "train", "step_size", &o->step_size, st);
+	get_float(cfg, "train", "lr_min", &o->lr_min, st);
+	get_float(cfg, "train", "gamma", &o->gamma, st);
+	get_float(cfg, "train", "pct_start", &o->pct_start, st);
+	get_float(cfg, "train", "div_factor", &o->div_factor, st);
+	get_float(cfg, "train", "final_div_factor", &o->final_div_factor, st);
+	get_str(cfg, "train", "milestones", &o->milestones, st);
+	get_str(cfg, "train", "lr_scale", &o->lr_scale, st);
+	get_int(cfg, "train", "base_batch", &o->base_batch, st);
+	get_float(cfg, "train", "clip_norm", &o->clip_norm, st);
+	get_float(cfg, "train", "clip_value", &o->clip_value, st);
+	get_bool(cfg, "train", "skip_nonfinite", &o->skip_nonfinite, st);
+}
+
+/* Evaluation, keep_best, early stopping and checkpoints. */
+static void read_eval(const struct kiln_config *cfg, struct kiln_train_cfg *o, kiln_status *st)
+{
+	const char *best = NULL, *stop = NULL;
+	get_bool(cfg, "train", "eval", &o->eval, st);
+	get_int(cfg, "train", "eval_every", &o->eval_every, st);
+	get_int(cfg, "train", "keep_best", &o->keep_best, st);
+	get_str(cfg, "train", "best_metric", &best, st);
+	get_int(cfg, "train", "early_stop_patience", &o->early_stop_patience, st);
+	get_str(cfg, "train", "early_stop_metric", &stop, st);
+	get_float(cfg, "train", "early_stop_min_delta", &o->early_stop_min_delta, st);
+	get_int(cfg, "train", "checkpoint_every", &o->checkpoint_every, st);
+	get_int(cfg, "train", "keep_last", &o->keep_last, st);
+	get_bool(cfg, "train", "resume", &o->resume, st);
+	o->best_on_loss = best && !strcmp(best, "loss");
+	o->early_stop_on_loss = stop && !strcmp(stop, "loss");
+}
+
+kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				struct kiln_train_cfg *out)
+{
+	kiln_status st = KILN_OK;
+	const char *batch = kiln_config_get(cfg, "train", "batch");
+	memset(out, 0, sizeof *out);
+	out->batch_auto = batch && !strcmp(batch, "auto");
+	if (!out->batch_auto)
+		get_int(cfg, "train", "batch", &out->batch, &st);
+	get_int(cfg, "train", "epochs", &out->epochs, &st);
+	get_int(cfg, "train", "eval_batch", &out->eval_batch, &st);
+	get_int(cfg, "train", "accumulate", &out->accumulate, &st);
+	get_int(cfg, "train", "max_steps", &out->max_steps, &st);
+	get_str(cfg, "train", "optimizer", &out->optimizer, &st);
+	get_int(cfg, "train", "log_every", &out->log_every, &st);
+	read_schedule(cfg, out, &st);
+	read_eval(cfg, out, &st);
+	if (!st && out->batch_auto && reg)
+		st = kiln_memory_auto_batch(cfg, reg, &out->batch);
+	return st;
+}
+
+kiln_status kiln_train_cfg_batch(const struct kiln_config *cfg, const struct kiln_train_cfg *tc,
+				 const char *who, int64_t *batch)
+{
+	if (!tc->batch)
+		return kiln_error(KILN_ECONFIG, "%s: [train] batch = auto is chosen before %s (kiln_train_cfg_read with a registry; `kiln train` and `kiln memory` do it)",
+				  kiln_config_where(cfg, "train", "batch"), who);
+	*batch = tc->batch;
+	return KILN_OK;
+}
+
+char *kiln_run_config_text(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			   const struct kiln_train_cfg *tc)
+{
+	char *text = kiln_ckpt_config_text(cfg, reg);
+	if (!text || !tc->batch_auto)
+		return text;
+	/* the [train] section's "batch = auto" line becomes the number */
+	char *sec = strstr(text, "\n[train]\n"), *line = sec ? strstr(sec, "\nbatch = auto\n") : NULL;
+	char *next = sec ? strstr(sec + 1, "\n[") : NULL;
+	if (!line || (next && line > next)) {
+		free(text);
+		kiln_error(KILN_EINTERNAL, "the resolved config has no [train] batch = auto line");
+		return NULL;
+	}
+	size_t head = (size_t)(line - text), n = strlen(text) + 32;
+	char *out = malloc(n);
+	if (!out) {
+		free(text);
+		kiln_error(KILN_ENOMEM, "out of memory");
+		return NULL;
+	}
+	snprintf(out, n, "%.*s\nbatch = %lld%s", (int)head, text, (long long)tc->batch,
+		 line + strlen("\nbatch = auto"));
+	free(text);
+	return out;
+}

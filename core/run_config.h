@@ -1,0 +1,56 @@
+/* core/run_config.h - the fixed config sections the core reads, each read
+ * once into a typed struct.
+ *
+ * The values come from kiln_config_get_*, which fills in the schema's
+ * defaults: core/schema.c is the only place a default lives, and no code
+ * here or at a reader repeats one.  [train] is public (struct
+ * kiln_train_cfg in kiln.h: `kiln train` needs its batch and epochs);
+ * [run] and [data] are the core's.  Strings are borrowed from the config.
+ */
+#ifndef KILN_RUN_CONFIG_H
+#define KILN_RUN_CONFIG_H
+
+#include "internal.h"
+
+/* [run], the keys the core itself reads (plugins and the profiler read
+ * their own). */
+struct kiln_run_cfg {
+	const char *device;       /* a device plugin's name, or `auto` */
+	const char *precision;
+	const char *out_dir;      /* "" = none */
+	const char *memory_limit; /* "" = what the device reports free */
+	int64_t seed;
+	int64_t threads;          /* 0 = one per CPU of the affinity mask */
+	int deterministic;
+};
+
+/* [data], the loader's keys (the source and its transforms are read by
+ * kiln_dataset_open). */
+struct kiln_data_cfg {
+	int workers;              /* loader threads; -1: `auto` (probed) */
+	int64_t prefetch;
+	int shuffle;
+	int resident;
+};
+
+/* KILN_ECONFIG naming file:line for a bad value; else KILN_OK. */
+kiln_status kiln_run_cfg_read(const struct kiln_config *cfg, struct kiln_run_cfg *out);
+kiln_status kiln_data_cfg_read(const struct kiln_config *cfg, struct kiln_data_cfg *out);
+
+/* tc's batch, or KILN_ECONFIG naming file:line when it is an unresolved
+ * `auto` (`who` says what needs it, for the message). */
+kiln_status kiln_train_cfg_batch(const struct kiln_config *cfg, const struct kiln_train_cfg *tc,
+				 const char *who, int64_t *batch);
+
+/* The resolved config text of a run (kiln_ckpt_config_text), with
+ * `batch = auto` replaced by the batch tc resolved it to: what out_dir/
+ * config.ini and every checkpoint record.  malloc'd; NULL with the error
+ * set on failure. */
+char *kiln_run_config_text(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			   const struct kiln_train_cfg *tc);
+
+/* core/memory.c: `batch = auto` resolved (kiln_train_cfg_read). */
+kiln_status kiln_memory_auto_batch(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				   int64_t *batch);
+
+#endif /* KILN_RUN_CONFIG_H */

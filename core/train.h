@@ -1,0 +1,234 @@
+/* core/train.h - the trainer's state and the calls its loop is made of.
+ *
+ * kiln_train (trainer.c) reads like llm.c's main:
+ *   trainer_open       setup: device, data, model, plans, buffers, resume  (train_setup.c)
+ *   trainer_step       one optimizer step: micro-steps, optimizer          (train_step.c)
+ *   trainer_log_point  metrics read back, progress, metrics.jsonl          (train_log.c)
+ *   trainer_evaluate   evaluation, keep_best, early stopping               (train_eval.c)
+ *   trainer_checkpoint a checkpoint after a step                           (train_ckpt.c)
+ *   trainer_close      drain and free                                      (train_setup.c)
+ * with the distributed glue (resume broadcast, the ranks' sums at a log
+ * point) in train_dist.c.  kiln_evaluate (train_eval.c) opens the same
+ * trainer for evaluation only.
+ *
+ * One step (DESIGN.md section 4):
+ *   host:    assemble batch into staging slot s (waits only for slot s's
+ *            previous copy to finish: backpressure, never for compute)
+ *   copy:    waits compute_done[s] -> copy x, y into device slot s -> copy_done[s]
+ *   compute: waits copy_done[s] -> forward -> backward -> fused optimizer -> compute_done[s]
+ * Metrics (loss sum, correct count) accumulate on the device and are read
+ * back every log_every steps and at epoch ends: the only host syncs.
+ * With [run] profile = 1 the steps are bracketed for core/profile.c, which
+ * then times (and serialises) every op of a step; see profile.h.
+ *
+ * Checkpoints (core/checkpoint.h) are written after a step: every
+ * checkpoint_every steps, after the run's last step, and when a stop was
+ * requested (kiln_train_request_stop, from SIGTERM/SIGUSR1).  Each records
+ * the epoch and the global sample offset into the epoch's order, so a
+ * resumed run redraws the epoch's permutation from (seed, epoch), takes
+ * its share from that offset and continues bit-for-bit.
+ */
+#ifndef KILN_TRAIN_H
+#define KILN_TRAIN_H
+
+#include "graph.h"
+#include "checkpoint.h"
+#include "data.h"
+#include "loader.h"
+#include "profile.h"
+#include "dist.h"
+#include "run_config.h"
+
+#include <jansson.h>
+
+#define SLOTS 2
+
+/* transform_on = device: u8 batches normalised by a device op, one plan
+ * per row count */
+#define NORM_PLANS 6
+
+/* A data set the trainer reads. */
+struct train_set {
+	struct kiln_dataset ds;
+	int64_t len;               /* after [data] limit */
+	struct kiln_loader *loader; /* worker threads, or NULL: read inline */
+	struct kiln_tensor_desc input; /* one sample as the model takes it */
+};
+
+/* keep_best: one of the K best evaluations' checkpoints in ckdir/best */
+struct best {
+	double v;
+	int64_t step;
+	char path[4200];
+};
+
+/* Early stopping ([train] early_stop_patience, early_stop_metric,
+ * early_stop_min_delta) over the evaluations. */
+struct stopper {
+	int64_t bad;
+	double best;
+	int have;
+};
+
+/* An evaluation set with its plans and where its results go. */
+struct eval_target {
+	struct train_set *set;
+	struct kiln_plan *rem;     /* the last partial batch's plan, or NULL */
+	double *loss, *acc, *acc5;
+	int64_t *samples;
+	const char *name;          /* "test" or "val" */
+};
+
+struct trainer {
+	/* the config, read once */
+	const struct kiln_config *cfg;
+	const struct kiln_registry *reg;
+	struct kiln_run_cfg run;
+	struct kiln_train_cfg tc;
+	struct kiln_data_cfg data;
+	int training;              /* 0: kiln_evaluate's trainer (evaluation only) */
+	int64_t B, EB, acc;        /* batch, evaluation batch (at most the data), accumulate */
+	struct kiln_train_result *res;
+	kiln_progress_fn progress;
+	void *user;
+	/* data and plans */
+	struct train_set train, test, val;
+	int have_val;              /* the config has [data.val] */
+	struct kiln_plan *ptrain, *peval, *prem, *pvrem;
+	struct eval_target ev;     /* the evaluations during training: val, else test */
+	/* device */
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *compute, *copy;
+	void *copy_done[SLOTS], *compute_done[SLOTS];
+	int slot_used[SLOTS];
+	void *x_host[SLOTS], *y_host[SLOTS];
+	void *x_dev[SLOTS], *y_dev[SLOTS];
+	size_t x_bytes, sample_bytes;
+	float *lr_dev, *metrics_dev, *metrics_host;
+	void *fill_metrics, *sched;
+	int64_t step_counter;      /* slot rotation */
+	int64_t *eval_order;       /* 0, 1, 2, ... for the evaluation loader */
+	FILE *jsonl;
+	struct kiln_data_scratch scratch; /* reads on this thread (workers = 0) */
+	int64_t epoch;             /* of the batches being read */
+	void *x_norm;              /* transform_on = device: f32 input */
+	float *grads_more;         /* accumulate > 1: micro-steps 2.. write here */
+	void *grads_add;           /* grads_d += grads_more */
+	void *grads_mean;          /* grads_d *= 1 / accumulate */
+	void *clip;                /* KILN_OP_GRAD_CLIP, or NULL */
+	float *clip_d;             /* its state f32[4]: norm, finite, skipped, clipped */
+	float *clip_host;
+	float *scaler_host;        /* the loss scaler's state, read at log points */
+	size_t norm_bytes;
+	int64_t norm_rows[NORM_PLANS];
+	const struct train_set *norm_of[NORM_PLANS]; /* each data set has its mean/std */
+	void *norm_plan[NORM_PLANS];
+	struct kiln_profile *prof;  /* [run] profile = 1, else NULL */
+	/* checkpoints */
+	char ckdir[4200];          /* [run] out_dir/checkpoints, "" without out_dir */
+	char *config_text;         /* resolved config, stored in each checkpoint */
+	char *versions;
+	struct kiln_ckpt_trainer pos; /* where the run stands (trainer section) */
+	int resumed;
+	/* keep_best: the K best evaluations' checkpoints in ckdir/best */
+	int n_best;
+	struct best *best;
+	/* data-parallel training (core/dist.c): NULL for one process */
+	struct kiln_dist *dist;
+	int rank, world;
+	int dist_stop;             /* every rank agreed to stop */
+	/* [dist] timing: the sums at the previous log point */
+	double comm_exposed0, comm_total0;
+	int64_t comm_steps0;
+	/* captured steps (device ops version 3): 0 undecided (before the
+	 * first step after the warm-up), 1 captured, -1 issued every step;
+	 * one graph per input slot (its x and y buffers are fixed) */
+	int graph_mode;
+	void *graph[SLOTS];
+	/* the loop: an optimizer step takes G samples over all ranks */
+	int64_t *perm, *order;     /* the epoch's permutation, this rank's share */
+	int64_t G, steps_per_epoch;
+	int64_t ep0, off0;         /* where the run starts: epoch, global sample offset */
+	int64_t ep, k, k0;         /* epoch, step of the epoch, the epoch's first */
+	int64_t step, step0, interval_start; /* optimizer steps done: now, at the start, at the last log */
+	int stopping, stop_early;
+	int res_slot;
+	void *res_x;               /* resident = 1: the one batch's device input */
+	double timed_s;
+	int64_t timed_samples;
+	struct kiln_device_counters c_prev, c_now;
+	int have_prev;
+	/* this epoch's and this log interval's sums */
+	double ep_t0, since_loss, since_correct, ep_loss, ep_correct;
+	int64_t since, ep_samples;
+	struct stopper stopper;
+	size_t rss0;
+	double t_start;
+};
+
+/* Profiling: the phase the host is in, and what the device ops that
+ * follow belong to (NULL: nothing). */
+static inline void trainer_phase(const struct trainer *t, int ph, int begin)
+{
+	if (t->prof)
+		kiln_profile_phase(t->prof, ph, begin);
+}
+
+static inline void trainer_label(const struct trainer *t, const char *name, int pass)
+{
+	if (t->prof)
+		kiln_profile_label(name, pass);
+}
+
+/* train_setup.c: everything a run needs, for training (training = 1,
+ * with res and tc: the loop's state too) or for evaluation only (the
+ * [data.eval] set, its plans and loader; kiln_evaluate).  trainer_close
+ * frees what was set up (any part may be missing) after draining the
+ * streams; it returns st, keeping its message. */
+kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
+			 const struct kiln_registry *reg, const struct kiln_train_cfg *tc,
+			 int training, struct kiln_train_result *res);
+kiln_status trainer_close(struct trainer *t, kiln_status st);
+int trainer_mkdirs(const char *path);
+
+/* train_step.c */
+kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int64_t *idx,
+			       int64_t rows, int *slot_out, void **x_out);
+kiln_status trainer_step(struct trainer *t);
+kiln_status trainer_norm_plan(struct trainer *t, struct train_set *d, int64_t rows, int prep,
+			      int *kout);
+
+/* train_log.c */
+kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
+				 double *correct5);
+void trainer_jsonl(struct trainer *t, json_t *obj);
+void trainer_counters_mark(struct trainer *t);
+void trainer_counters_take(struct trainer *t);
+kiln_status trainer_log_point(struct trainer *t);
+int trainer_epoch_summary(struct trainer *t, char *msg, size_t n);
+void trainer_epoch_report(struct trainer *t, const char *msg);
+kiln_status trainer_finish(struct trainer *t);
+
+/* train_eval.c */
+kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int record);
+kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n);
+kiln_status trainer_final_test(struct trainer *t);
+
+/* train_ckpt.c */
+kiln_status trainer_checkpoint_point(struct trainer *t);
+kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
+kiln_status trainer_resume_read(struct trainer *t, int *found);
+
+/* train_dist.c */
+kiln_status trainer_resume(struct trainer *t, int *found);
+kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct);
+void trainer_dist_comm_event(struct trainer *t);
+void trainer_dist_summary(const struct trainer *t);
+
+/* trainer.c: the stop request (consumed), the test hook on the gradients */
+int trainer_take_stop(void);
+extern kiln_grad_hook_fn trainer_grad_fn;
+extern void *trainer_grad_user;
+
+#endif /* KILN_TRAIN_H */

@@ -1,0 +1,173 @@
+/* core/train_ckpt.c - the trainer's checkpoints: one after a step (every
+ * checkpoint_every steps, after the run's last step, when a stop was
+ * requested), keep_best's after an evaluation, and the resume from the
+ * newest usable one.  The file format is checkpoint.h's; rank 0's resume
+ * reaches the other ranks through train_dist.c.  See train.h. */
+#include "train.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+
+/* Write a checkpoint of the state after the step that ended t->pos (a host
+ * sync point), then delete all but the keep_last newest. */
+static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
+{
+	kiln_status st;
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos };
+	/* ZeRO-1: every rank sends its shard of the optimizer state */
+	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
+		return st;
+	if (t->rank) { /* rank 0 writes for all: the state is the same on every rank */
+		kiln_dist_zero_release(t->dist);
+		return KILN_OK;
+	}
+	if (trainer_mkdirs(t->ckdir))
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
+	st = kiln_ckpt_save(t->ckdir, &meta, t->m, t->compute, path, n);
+	kiln_dist_zero_release(t->dist);
+	if (st)
+		return st;
+	kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
+		 (long long)t->pos.epoch + 1, (long long)t->pos.step);
+	kiln_ckpt_prune(t->ckdir, t->tc.keep_last);
+	trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "checkpoint", "step",
+				   (json_int_t)t->pos.step, "path", path));
+	return KILN_OK;
+}
+
+/* After step t->step: a checkpoint every checkpoint_every steps, after the
+ * run's last one, and when a stop was requested (t->stopping; the ranks
+ * agree on a stop at log points, each reads its own signal at a
+ * different moment). */
+kiln_status trainer_checkpoint_point(struct trainer *t)
+{
+	const struct kiln_train_cfg *tc = &t->tc;
+	const int64_t step = t->step, every = tc->checkpoint_every;
+	int final = (tc->max_steps && step == tc->max_steps) ||
+		    (t->ep + 1 == tc->epochs && t->k + 1 == t->steps_per_epoch);
+	kiln_status st;
+	t->stopping = t->dist ? t->dist_stop : trainer_take_stop();
+	if (!t->stopping && !(every && (step % every == 0 || final)))
+		return KILN_OK;
+	t->pos.epoch = t->ep;
+	t->pos.step = step;
+	t->pos.offset = (t->k + 1) * t->G;
+	/* a host sync point like a log point: not steady state */
+	trainer_counters_take(t);
+	if (!*t->ckdir)
+		kiln_log(KILN_LOG_WARN, "train", "stop requested: [run] out_dir is empty, so no checkpoint is written");
+	else if ((st = checkpoint(t, t->res->checkpoint, sizeof t->res->checkpoint)))
+		return st;
+	trainer_counters_mark(t);
+	return KILN_OK;
+}
+
+static kiln_status keep_best_save(struct trainer *t, double loss, double acc)
+{
+	const int on_loss = t->tc.best_on_loss;
+	double v = on_loss ? -loss : acc;
+	int worst = -1;
+	if (t->n_best == t->tc.keep_best) {
+		worst = 0;
+		for (int i = 1; i < t->n_best; i++)
+			if (t->best[i].v < t->best[worst].v ||
+			    (t->best[i].v == t->best[worst].v && t->best[i].step > t->best[worst].step))
+				worst = i;
+		if (!(v > t->best[worst].v))
+			return KILN_OK;
+	}
+	char dir[4300], path[4200];
+	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
+	if (trainer_mkdirs(dir))
+		return kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos };
+	kiln_status st = kiln_ckpt_save(dir, &meta, t->m, t->compute, path, sizeof path);
+	if (st)
+		return st;
+	struct best *b = &t->best[worst >= 0 ? worst : t->n_best++];
+	if (worst >= 0 && strcmp(b->path, path))
+		unlink(b->path);
+	b->v = v;
+	b->step = t->pos.step;
+	snprintf(b->path, sizeof b->path, "%s", path);
+	kiln_log(KILN_LOG_INFO, "train", "best %s %.4f at step %lld: %s", on_loss ? "loss" : "accuracy",
+		 on_loss ? -v : v, (long long)t->pos.step, path);
+	trainer_jsonl(t, json_pack("{s:s, s:I, s:f, s:s}", "event", "best", "step",
+				   (json_int_t)t->pos.step, on_loss ? "loss" : "acc", on_loss ? -v : v,
+				   "path", path));
+	return KILN_OK;
+}
+
+/* keep_best: after an evaluation, checkpoint the state if it is among the
+ * K best by best_metric so far (ckdir/best/ckpt-<step>.kiln), deleting the
+ * one it displaces.  Ties keep the earlier. */
+kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
+{
+	kiln_status st;
+	if (!t->tc.keep_best || !*t->ckdir)
+		return KILN_OK;
+	/* ZeRO-1: every rank sends its shard of the optimizer state, whatever
+	 * rank 0 decides (the ranks evaluate alike) */
+	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
+		return st;
+	st = t->rank ? KILN_OK : keep_best_save(t, loss, acc);
+	kiln_dist_zero_release(t->dist);
+	return st;
+}
+
+/* Rank 0 (or the only process): find, verify and load the newest
+ * checkpoint of t->ckdir into t->m and t->pos.  *found = 0 when there is
+ * none (a fresh start). */
+kiln_status trainer_resume_read(struct trainer *t, int *found)
+{
+	const int64_t samples = t->train.len, B = t->B, acc = t->acc;
+	struct kiln_ckpt *ck = NULL;
+	struct kiln_ckpt_trainer tr;
+	char *saved = NULL;
+	kiln_status st = kiln_ckpt_newest(t->ckdir, &ck);
+	*found = 0;
+	if (st)
+		return st;
+	if (!ck) {
+		kiln_log(KILN_LOG_INFO, "train", "resume: no checkpoint in %s; starting from the beginning",
+			 t->ckdir);
+		return KILN_OK;
+	}
+	const char *path = kiln_ckpt_path(ck);
+	if ((st = kiln_ckpt_read_text(ck, "config", &saved)) ||
+	    (st = kiln_ckpt_config_check(path, saved, t->config_text, 0)) ||
+	    (st = kiln_ckpt_trainer_get(ck, &tr)))
+		goto out;
+	if (tr.samples != samples) {
+		st = kiln_error(KILN_EDATA, "cannot resume from %s: it was taken with %lld training samples per epoch, [data] now has %lld (the data set changed)",
+				path, (long long)tr.samples, (long long)samples);
+		goto out;
+	}
+	/* the offset is global (any world size), in whole steps of this run:
+	 * batch x accumulate x world samples each */
+	int64_t G = B * acc * t->world;
+	if (tr.offset % G || tr.offset > samples / G * G) {
+		st = kiln_error(KILN_EDATA, "cannot resume from %s: it stopped at sample %lld of an epoch with batch %lld and %lld rank(s), which this run (batch %lld x accumulate %lld x %d rank(s) = %lld samples a step) cannot continue: keep the global batch a divisor of the offset",
+				path, (long long)tr.offset, (long long)tr.batch, (long long)tr.world,
+				(long long)B, (long long)acc, t->world, (long long)G);
+		goto out;
+	}
+	if (tr.world != t->world)
+		kiln_log(KILN_LOG_INFO, "train", "resume: the checkpoint was written by %lld rank(s), this run has %d; the data continue at global sample %lld",
+			 (long long)tr.world, t->world, (long long)tr.offset);
+	if (tr.batch * tr.world != B * t->world)
+		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have",
+			 (long long)(tr.batch * tr.world), (long long)tr.batch, (long long)tr.world,
+			 (long long)(B * t->world), (long long)B, t->world);
+	if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL)))
+		goto out;
+	t->pos = tr;
+	*found = 1;
+	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
+		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);
+out:
+	free(saved);
+	kiln_ckpt_close(ck);
+	return st;
+}

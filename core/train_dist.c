@@ -1,0 +1,110 @@
+/* core/train_dist.c - the trainer's data-parallel glue (core/dist.c does
+ * the collectives): rank 0's resume reaching the other ranks, the ranks'
+ * metric sums and stop requests at a log point, and the [dist] timing
+ * events and summary.  Every function here is called only with t->dist
+ * set, or behaves as for one process without it.  See train.h. */
+#include "train.h"
+
+#include <stdio.h>
+
+/* What rank 0 tells the other ranks about resuming: they never open the
+ * checkpoint (their out_dir need not be shared); the training state
+ * itself follows in kiln_dist_broadcast_state. */
+struct resume_msg {
+	int32_t status;  /* rank 0's kiln_status */
+	int32_t found;
+	struct kiln_ckpt_trainer tr;
+	char error[1024]; /* rank 0's message when status != 0 */
+	char path[1024];
+};
+
+/* [train] resume: restore the newest usable checkpoint of ckdir into t->m
+ * and t->pos, on every rank.  *found = 0 when there is none (a fresh
+ * start). */
+kiln_status trainer_resume(struct trainer *t, int *found)
+{
+	struct resume_msg *msg;
+	kiln_status st;
+	*found = 0;
+	if (t->world == 1)
+		return trainer_resume_read(t, found);
+	if (!(msg = calloc(1, sizeof *msg)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if (!t->rank) {
+		msg->status = trainer_resume_read(t, found);
+		msg->found = *found;
+		msg->tr = t->pos;
+		if (msg->status)
+			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
+		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
+	}
+	if ((st = kiln_dist_broadcast_host(t->dist, msg, sizeof *msg, t->compute))) {
+		free(msg);
+		return kiln_error_wrap(st, "rank %d of %d: receiving rank 0's resume", t->rank,
+				       t->world);
+	}
+	st = msg->status;
+	if (st) {
+		/* every rank has the message before rank 0 fails: its exit must
+		 * not cut a peer's receive short (kiln launch then stops the
+		 * others), so each rank can still name rank 0's error */
+		double one = 1;
+		(void)kiln_dist_sum_host(t->dist, &one, 1, t->compute);
+	}
+	if (t->rank && st)
+		st = kiln_error(st, "rank %d of %d: rank 0 could not resume: %s", t->rank, t->world,
+				msg->error);
+	else if (!t->rank && st)
+		kiln_error(st, "%s", msg->error); /* rank 0's own message, kept */
+	else if (t->rank && msg->found) {
+		t->pos = msg->tr;
+		*found = 1;
+		kiln_log(KILN_LOG_INFO, "train", "rank %d: resuming from rank 0's checkpoint in %s (broadcast): epoch %lld, step %lld, sample %lld of the epoch",
+			 t->rank, msg->path, (long long)msg->tr.epoch + 1, (long long)msg->tr.step,
+			 (long long)msg->tr.offset);
+	}
+	free(msg);
+	return st;
+}
+
+/* At a log point: the interval's loss and correct sums as every rank's
+ * mean (the log shows every rank's samples), and the stop requests: one
+ * on any rank stops all of them after this same step (t->dist_stop). */
+kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct)
+{
+	double v[3] = { *loss, *correct, trainer_take_stop() };
+	kiln_status st = kiln_dist_sum_host(t->dist, v, 3, t->compute);
+	*loss = v[0] / t->world;
+	*correct = v[1] / t->world;
+	t->dist_stop |= v[2] > 0;
+	return st;
+}
+
+/* [dist] timing: the interval's exposed communication and allreduce time
+ * per step, as a metrics.jsonl `comm` event. */
+void trainer_dist_comm_event(struct trainer *t)
+{
+	double ex, cm;
+	int64_t ns;
+	kiln_dist_timing(t->dist, &ex, &cm, &ns);
+	if (ns <= t->comm_steps0)
+		return;
+	double per = 1e3 / (double)(ns - t->comm_steps0);
+	trainer_jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f}", "event", "comm", "step",
+				   (json_int_t)t->step, "steps", (json_int_t)(ns - t->comm_steps0),
+				   "exposed_ms", (ex - t->comm_exposed0) * per, "allreduce_ms",
+				   (cm - t->comm_total0) * per));
+	t->comm_exposed0 = ex, t->comm_total0 = cm, t->comm_steps0 = ns;
+}
+
+/* The run's [dist] timing, in the log. */
+void trainer_dist_summary(const struct trainer *t)
+{
+	double ex, cm;
+	int64_t ns;
+	kiln_dist_timing(t->dist, &ex, &cm, &ns);
+	if (ns)
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d: over %lld steps, exposed communication %.3f ms/step, allreduce %.3f ms/step on the comm stream (%.1f%% exposed)",
+			 t->rank, (long long)ns, ex / (double)ns * 1e3, cm / (double)ns * 1e3,
+			 cm > 0 ? 100 * ex / cm : 0.0);
+}

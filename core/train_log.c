@@ -1,0 +1,227 @@
+/* core/train_log.c - what the trainer reports: the metric sums read back
+ * at a log point, the progress callback, the log, metrics.jsonl, the
+ * device counters of the steady state, and the run's result at the end.
+ * See train.h. */
+#include "train.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* Copy the metric sums back (the host sync of a log point) and reset. */
+kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
+				 double *correct5)
+{
+	kiln_status st;
+	struct kiln_op_args a = { .out = { t->metrics_dev } };
+	trainer_label(t, "metrics", KILN_PROF_LOG);
+	st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev, 3 * sizeof(float),
+				    KILN_COPY_D2H, t->compute);
+	if (!st && t->clip)
+		st = kiln_device_copy_async(t->dev, t->clip_host, t->clip_d, 4 * sizeof(float),
+					    KILN_COPY_D2H, t->compute);
+	if (!st && t->scaler_host)
+		st = kiln_device_copy_async(t->dev, t->scaler_host, t->m->scaler_d,
+					    4 * sizeof(float), KILN_COPY_D2H, t->compute);
+	if (!st)
+		st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
+	trainer_label(t, NULL, 0);
+	if (st || (st = kiln_device_stream_sync(t->dev, t->compute)))
+		return st;
+	*loss_sum = t->metrics_host[0];
+	*correct = t->metrics_host[1];
+	if (correct5)
+		*correct5 = t->metrics_host[2];
+	return KILN_OK;
+}
+
+void trainer_jsonl(struct trainer *t, json_t *obj)
+{
+	if (t->jsonl && obj) {
+		json_dumpf(obj, t->jsonl, JSON_COMPACT | JSON_REAL_PRECISION(7));
+		fputc('\n', t->jsonl);
+		fflush(t->jsonl);
+	}
+	json_decref(obj);
+}
+
+/* The device counters of the steady state (res->steady) count the steps
+ * between host sync points: mark where an interval starts, take it (add
+ * it) where it ends. */
+void trainer_counters_mark(struct trainer *t)
+{
+	kiln_device_counters_get(t->dev, &t->c_prev);
+	t->have_prev = 1;
+}
+
+void trainer_counters_take(struct trainer *t)
+{
+	struct kiln_device_counters *acc = &t->res->steady, *a = &t->c_prev, *b = &t->c_now;
+	kiln_device_counters_get(t->dev, b);
+	if (!t->have_prev)
+		return;
+	acc->host_syncs += b->host_syncs - a->host_syncs;
+	acc->d2h_copies += b->d2h_copies - a->d2h_copies;
+	acc->allocs += b->allocs - a->allocs;
+	acc->runs += b->runs - a->runs;
+	acc->staging_waits += b->staging_waits - a->staging_waits;
+	acc->replays += b->replays - a->replays;
+}
+
+/* The metric sums of the interval since the last log point, every rank's
+ * (a stop requested on any rank stops all of them after this same step). */
+static kiln_status interval_sums(struct trainer *t, double *ls, double *c)
+{
+	kiln_status st;
+	trainer_counters_take(t);
+	trainer_phase(t, KILN_PROF_LOG, 1);
+	st = trainer_read_metrics(t, ls, c, NULL);
+	if (!st && t->dist)
+		st = trainer_dist_sums(t, ls, c);
+	trainer_phase(t, KILN_PROF_LOG, 0);
+	if (st)
+		return st;
+	trainer_counters_mark(t);
+	return KILN_OK;
+}
+
+/* Skipped and clipped steps, the loss scale; a diverged run fails. */
+static kiln_status check_interval(struct trainer *t, double ls)
+{
+	struct kiln_train_result *res = t->res;
+	int64_t skipped = t->clip ? (int64_t)t->clip_host[2] : 0;
+	int64_t new_skips = skipped - res->steps_skipped;
+	res->steps_skipped = skipped;
+	res->steps_clipped = t->clip ? (int64_t)t->clip_host[3] : 0;
+	if (t->scaler_host) {
+		res->loss_scale = t->scaler_host[0];
+		res->overflows = (int64_t)t->scaler_host[3];
+	}
+	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= t->step - t->interval_start))
+		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged%s; lower [train] lr",
+				  ls, (long long)t->step, (long long)t->ep + 1,
+				  t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "");
+	if (new_skips)
+		kiln_log(KILN_LOG_WARN, "train", "step %lld: %lld step(s) of the last %lld skipped: non-finite gradients (parameters untouched)%s",
+			 (long long)t->step, (long long)new_skips,
+			 (long long)(t->step - t->interval_start),
+			 isfinite(ls) ? "" : "; this interval's mean loss is not finite");
+	return KILN_OK;
+}
+
+/* After a step: at a log point (every log_every steps and at the end of
+ * an epoch or the run) the interval's metrics are read back, checked,
+ * shown and recorded; between them the progress callback only counts. */
+kiln_status trainer_log_point(struct trainer *t)
+{
+	const int64_t ep = t->ep, k = t->k, spe = t->steps_per_epoch, max_steps = t->tc.max_steps;
+	int last = k + 1 == spe || (max_steps && t->step == max_steps);
+	double ls, c;
+	kiln_status st;
+	if (t->step % t->tc.log_every && !last) {
+		if (t->progress)
+			t->progress(t->user, (int)ep + 1, k + 1, spe, NULL);
+		return KILN_OK;
+	}
+	if ((st = interval_sums(t, &ls, &c)) || (st = check_interval(t, ls)))
+		return st;
+	t->interval_start = t->step;
+	t->since_loss += ls, t->since_correct += c;
+	t->ep_loss += ls, t->ep_correct += c, t->ep_samples += t->since;
+	const double n = (double)t->since;
+	char msg[200];
+	snprintf(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
+	if (t->progress)
+		t->progress(t->user, (int)ep + 1, k + 1, spe, msg);
+	trainer_jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f, s:I, s:f}", "event", "train", "epoch",
+				   (json_int_t)ep + 1, "step", (json_int_t)t->step, "loss", ls / n,
+				   "acc", c / n, "skipped", (json_int_t)t->res->steps_skipped,
+				   "loss_scale", t->res->loss_scale));
+	t->since = 0, t->since_loss = t->since_correct = 0;
+	if (t->dist) /* [dist] timing: this interval's overlap */
+		trainer_dist_comm_event(t);
+	return KILN_OK;
+}
+
+/* An epoch's training numbers into res and the start of its line in msg;
+ * returns the line's length. */
+int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
+{
+	struct kiln_train_result *res = t->res;
+	const int64_t ep = t->ep;
+	double ep_s = kiln_now_s() - t->ep_t0;
+	/* epoch 1 includes warm-up: once a second epoch has run, time from
+	 * epoch 2 on */
+	if (ep == 1)
+		t->timed_s = 0, t->timed_samples = 0;
+	t->timed_s += ep_s;
+	t->timed_samples += t->ep_samples;
+	res->epochs = (int)ep + 1;
+	res->train_loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : 0;
+	res->train_acc = t->ep_samples ? t->ep_correct / (double)t->ep_samples : 0;
+	return snprintf(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
+			(long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
+			ep_s, (double)t->ep_samples / ep_s);
+}
+
+/* The epoch's line (to the progress callback, else the log), and an early
+ * stop's. */
+void trainer_epoch_report(struct trainer *t, const char *msg)
+{
+	if (t->progress)
+		t->progress(t->user, (int)t->ep + 1, -1, t->steps_per_epoch, msg);
+	else
+		kiln_log(KILN_LOG_INFO, "train", "%s", msg);
+	if (t->stop_early) {
+		const struct kiln_train_cfg *tc = &t->tc;
+		const double best = tc->early_stop_on_loss ? -t->stopper.best : t->stopper.best;
+		kiln_log(KILN_LOG_INFO, "train", "early stop at step %lld: test %s did not improve by more than %g in %lld evaluations (best %.4f)",
+			 (long long)t->step, tc->early_stop_on_loss ? "loss" : "accuracy",
+			 tc->early_stop_min_delta, (long long)tc->early_stop_patience, best);
+		t->res->early_stopped = 1;
+	}
+}
+
+/* The run's result, its last metrics.jsonl line, and the ranks' goodbye. */
+kiln_status trainer_finish(struct trainer *t)
+{
+	struct kiln_train_result *res = t->res;
+	kiln_status st;
+	kiln_device_mem(t->dev, NULL, &res->device_peak_bytes);
+	size_t hwm;
+	kiln_rss(NULL, &hwm, 0);
+	res->rss_growth_bytes = hwm > t->rss0 ? hwm - t->rss0 : 0;
+	res->steps = t->step;
+	for (int s = 0; s < SLOTS; s++)
+		res->graphs_captured += t->graph[s] != NULL;
+	res->stopped = t->stopping;
+	res->data_skipped = atomic_load(&t->train.ds.skipped) + atomic_load(&t->test.ds.skipped) +
+			    (t->have_val ? atomic_load(&t->val.ds.skipped) : 0);
+	res->data_wait_s = kiln_loader_wait_s(t->train.loader);
+	if (res->data_skipped)
+		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced (on_error = skip)",
+			 (long long)res->data_skipped);
+	res->train_samples_per_s = t->timed_s > 0 ? (double)t->timed_samples / t->timed_s : 0;
+	if (t->prof && (st = kiln_profile_report(t->prof, t->run.out_dir)))
+		return st;
+	res->wall_s = kiln_now_s() - t->t_start;
+	if (t->dist)
+		trainer_dist_summary(t);
+	if (t->stopping)
+		trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "stopped", "step",
+					   (json_int_t)t->step, "checkpoint", res->checkpoint));
+	else
+		trainer_jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "event",
+					   "final", "epochs", res->epochs, "steps",
+					   (json_int_t)res->steps, "train_loss", res->train_loss,
+					   "test_loss", res->test_loss, "test_acc", res->test_acc,
+					   "train_samples_per_s", res->train_samples_per_s, "wall_s",
+					   res->wall_s));
+	/* the final parameters whole (ZeRO-1) */
+	st = kiln_dist_zero_settle(t->dist, t->compute);
+	if (!st)
+		st = kiln_device_stream_sync(t->dev, t->compute);
+	/* no rank leaves the group while a peer is still in a collective */
+	if (!st)
+		st = kiln_dist_finish(t->dist);
+	return st;
+}

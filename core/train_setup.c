@@ -1,0 +1,690 @@
+/* core/train_setup.c - trainer_open and trainer_close: what a run sets up
+ * before its first step (the device, the data sets, the model and its
+ * plans, the staging and device buffers, the schedule and clip ops, the
+ * resume, out_dir's files, the loaders) and frees after its last.  The
+ * same setup serves kiln_evaluate (training = 0: the [data.eval] set
+ * alone).  See train.h. */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+int trainer_mkdirs(const char *path)
+{
+	char buf[4096];
+	snprintf(buf, sizeof buf, "%s", path);
+	for (char *p = buf + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(buf, 0777) && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
+}
+
+static kiln_status open_set(struct trainer *t, const char *section, const char *split, int train,
+			    struct train_set *d)
+{
+	kiln_status st = kiln_dataset_open(t->cfg, t->reg, section, split, train, &d->ds);
+	if (st)
+		return st;
+	d->len = d->ds.len;
+	d->input = d->ds.sample;
+	d->input.dtype = KILN_F32; /* u8 samples are normalised on the device */
+	return KILN_OK;
+}
+
+static void close_set(struct train_set *d)
+{
+	kiln_loader_close(d->loader);
+	d->loader = NULL;
+	kiln_dataset_close(&d->ds);
+}
+
+static kiln_status prep_fill(struct kiln_device *dev, int64_t n, double v, void **plan)
+{
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_FILL;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &n);
+	op.f[0] = v;
+	return kiln_device_prepare(dev, &op, plan, NULL);
+}
+
+/* [train] milestones into op.i[4..]: ascending step counts after the
+ * warmup, their number in op.i[3]. */
+static kiln_status parse_milestones(const struct trainer *t, struct kiln_op *op)
+{
+	const char *v = t->tc.milestones;
+	int64_t prev = -1;
+	op->i[3] = 0;
+	while (v && *v) {
+		char *end;
+		while (*v == ' ' || *v == ',')
+			v++;
+		if (!*v)
+			break;
+		long long m = strtoll(v, &end, 10);
+		if (end == v || m <= prev || op->i[3] == 12)
+			return kiln_error(KILN_ECONFIG, "%s: [train] milestones: up to 12 ascending step counts, e.g. `3000, 6000`",
+					  kiln_config_where(t->cfg, "train", "milestones"));
+		op->i[4 + op->i[3]++] = prev = m;
+		v = end;
+	}
+	return KILN_OK;
+}
+
+/* The learning-rate schedule: a device op computing the step's lr from the
+ * model's step counter, so no per-step scalar crosses from the host. */
+static kiln_status prep_schedule(struct trainer *t, double lr, int64_t total)
+{
+	static const char *const kinds[] = { "constant", "cosine", "step", "multistep", "onecycle" };
+	const struct kiln_train_cfg *tc = &t->tc;
+	const char *kind = tc->schedule;
+	struct kiln_op op;
+	int64_t one = 1;
+	kiln_status st;
+	if (tc->max_steps > 0 && tc->max_steps < total)
+		total = tc->max_steps;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_LR_SCHEDULE;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+	op.i[0] = KILN_SCHED_CONSTANT;
+	for (int k = 0; kind && k < 5; k++)
+		if (!strcmp(kind, kinds[k]))
+			op.i[0] = k;
+	op.i[1] = total;
+	op.i[2] = tc->warmup;
+	op.i[3] = tc->step_size;
+	op.f[0] = lr;
+	op.f[1] = tc->lr_min;
+	op.f[2] = tc->gamma;
+	op.f[3] = tc->final_div_factor;
+	op.f[4] = tc->pct_start;
+	if (op.i[0] == KILN_SCHED_ONECYCLE)
+		op.f[2] = tc->div_factor;
+	if (op.i[0] == KILN_SCHED_MULTISTEP && (st = parse_milestones(t, &op)))
+		return st;
+	kiln_log(KILN_LOG_DEBUG, "train", "schedule %s over %lld steps, warmup %lld",
+		 kind ? kind : "constant", (long long)total, (long long)tc->warmup);
+	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);
+}
+
+/* With accumulation: the second gradient buffer, the add that folds it
+ * in and the scale to the mean. */
+static kiln_status prep_accumulate(struct trainer *t)
+{
+	struct kiln_op op;
+	kiln_status st;
+	const int64_t acc = t->acc;
+	if (acc > 1 && t->m->n_trainable) {
+		int64_t n = (int64_t)t->m->n_trainable;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADD;
+		op.n_in = 2;
+		op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+		op.in[1] = op.out[0] = op.in[0];
+		if ((st = kiln_device_alloc(t->dev, t->m->n_elems * sizeof(float),
+					    (void **)&t->grads_more)) ||
+		    (st = kiln_device_prepare(t->dev, &op, &t->grads_add, NULL)))
+			return st;
+		/* each micro-step's loss is a mean over its batch: the sum of
+		 * N of them over N is the mean over the N batches */
+		op.type = KILN_OP_SCALE;
+		op.n_in = 1;
+		op.f[0] = 1.0 / (double)acc;
+		if ((st = kiln_device_prepare(t->dev, &op, &t->grads_mean, NULL)))
+			return st;
+		/* backward never writes the alignment padding between tensors:
+		 * zero it once, so the add folds zeros into it */
+		void *fill;
+		if ((st = prep_fill(t->dev, (int64_t)t->m->n_elems, 0.0, &fill)))
+			return st;
+		struct kiln_op_args a = { .out = { t->grads_more } };
+		st = kiln_device_run(t->dev, fill, &a, t->compute);
+		kiln_status st2 = kiln_device_stream_sync(t->dev, t->compute);
+		kiln_device_plan_free(t->dev, fill);
+		if (st || st2)
+			return st ? st : st2;
+		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld)",
+			 (long long)acc, (long long)acc, (long long)(acc * t->B));
+	}
+	return KILN_OK;
+}
+
+/* Clipping and the non-finite check ([train] clip_norm, clip_value,
+ * skip_nonfinite): one op over the gradients before each optimizer step,
+ * whose finite flag the optimizer reads.  Before optim_prepare. */
+static kiln_status prep_clip(struct trainer *t)
+{
+	const double norm = t->tc.clip_norm, value = t->tc.clip_value;
+	const int skip = t->tc.skip_nonfinite;
+	kiln_status st;
+	if (t->m->scaler_d && !skip)
+		return kiln_error(KILN_ECONFIG, "%s: [train] skip_nonfinite = 0 with loss scaling ([run] precision = %s): a step whose scaled gradients overflow must be skipped",
+				  kiln_config_where(t->cfg, "train", "skip_nonfinite"), t->run.precision);
+	if ((!skip && norm <= 0 && value <= 0) || !t->m->n_trainable)
+		return KILN_OK;
+	struct kiln_op op;
+	int64_t n = (int64_t)t->m->n_trainable, four = 4;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GRAD_CLIP;
+	op.n_in = 1;
+	op.n_out = 2;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+	op.out[0] = op.in[0];
+	kiln_tensor_desc_init(&op.out[1], KILN_F32, 1, &four);
+	op.i[0] = n;
+	op.f[0] = norm;
+	op.f[1] = value;
+	/* with loss scaling the unscale op takes the clip's place: the same
+	 * state and flag, the gradients divided by the device scale first */
+	if (t->m->scaler_d)
+		st = kiln_model_precision_prepare(t->m, norm, value, &t->clip);
+	else
+		st = kiln_device_prepare(t->dev, &op, &t->clip, NULL);
+	if (st || (st = kiln_device_alloc(t->dev, 64, (void **)&t->clip_d)) ||
+	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->clip_host)))
+		return st;
+	memset(t->clip_host, 0, 4 * sizeof(float));
+	t->clip_host[1] = 1.0f;
+	if ((st = kiln_device_copy_async(t->dev, t->clip_d, t->clip_host, 4 * sizeof(float),
+					 KILN_COPY_H2D, t->compute)) ||
+	    (st = kiln_device_stream_sync(t->dev, t->compute)))
+		return st;
+	/* a skip needs the flag; clipping alone never skips */
+	if (skip)
+		t->m->step_ok_d = t->clip_d + 1;
+	return KILN_OK;
+}
+
+/* [train] lr scaled by the global batch (lr_scale, base_batch); logged. */
+static double scaled_lr(const struct trainer *t, int64_t global)
+{
+	const char *how = t->tc.lr_scale;
+	const double lr = t->tc.lr;
+	const int64_t base = t->tc.base_batch;
+	if (!how || !strcmp(how, "none"))
+		return lr;
+	double r = (double)global / (double)base, s = !strcmp(how, "sqrt") ? sqrt(r) : r;
+	kiln_log(KILN_LOG_INFO, "train", "lr_scale = %s: lr %g x %s(%lld / %lld) = %g", how, lr,
+		 !strcmp(how, "sqrt") ? "sqrt" : "", (long long)global, (long long)base, lr * s);
+	return lr * s;
+}
+
+/* The config read once, the result's starting values and the checkpoint
+ * directory. */
+static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *tc)
+{
+	struct kiln_train_result *res = t->res;
+	kiln_status st;
+	memset(res, 0, sizeof *res);
+	res->test_loss = res->test_acc = -1;
+	res->loss_scale = 1;
+	res->val_loss = res->val_acc = -1;
+	res->resumed_step = -1;
+	t->tc = *tc;
+	if ((st = kiln_run_cfg_read(t->cfg, &t->run)) || (st = kiln_data_cfg_read(t->cfg, &t->data)))
+		return st;
+	t->acc = tc->accumulate;
+	t->EB = tc->eval_batch;
+	if (t->EB && !t->training)
+		t->B = t->EB; /* evaluation alone needs no training batch */
+	else if ((st = kiln_train_cfg_batch(t->cfg, tc, t->training ? "the run starts" : "evaluating",
+					    &t->B)))
+		return st;
+	if (!t->EB)
+		t->EB = t->B;
+	if (!t->training)
+		return KILN_OK;
+	if (*t->run.out_dir) {
+		snprintf(t->ckdir, sizeof t->ckdir, "%s/checkpoints", t->run.out_dir);
+	} else if (tc->checkpoint_every || tc->resume) {
+		const char *key = tc->checkpoint_every ? "checkpoint_every" : "resume";
+		return kiln_error(KILN_ECONFIG, "%s: [train] %s needs [run] out_dir (checkpoints go to out_dir/checkpoints)",
+				  kiln_config_where(t->cfg, "train", key), key);
+	}
+	if (t->run.deterministic && !t->run.threads)
+		return kiln_error(KILN_ECONFIG, "%s: [run] deterministic = 1 needs a fixed [run] threads (0 = all cores makes the result depend on the machine)",
+				  kiln_config_where(t->cfg, "run", "deterministic"));
+	return KILN_OK;
+}
+
+/* The device (and, training, the profiler and the data-parallel group). */
+static kiln_status open_device(struct trainer *t)
+{
+	const char *devname = t->run.device;
+	kiln_status st;
+	if (!t->training)
+		return kiln_device_open(t->reg, t->cfg, devname, 0, &t->dev);
+	/* one GPU per rank: the device ordinal is the local rank (the CPU
+	 * device takes any; the environment is read again, and checked, when
+	 * joining) */
+	struct kiln_dist_env env;
+	int ordinal = !kiln_dist_env_read(&env) ? env.local_rank : 0;
+	if ((st = kiln_profile_open(t->cfg, &t->prof)))
+		return st;
+	if ((st = kiln_device_open(t->reg, t->cfg, devname, ordinal, &t->dev)))
+		return ordinal ? kiln_error_wrap(st, "rank %d (local rank %d): opening %s device %d",
+						 env.rank, env.local_rank, devname, ordinal)
+			       : st;
+	/* before any prepare, so that every plan's op type is known */
+	kiln_device_set_profile(t->dev, t->prof);
+	/* what the device computes with (the CPU: oneDNN's ISA) */
+	const char *(*describe)(void) =
+		(const char *(*)(void))kiln_device_proc(t->dev, KILN_PROC_DESCRIBE);
+	if (describe)
+		kiln_log(KILN_LOG_INFO, "train", "device %s: %s", kiln_device_name(t->dev), describe());
+	/* join the data-parallel group, if this is one */
+	if ((st = kiln_dist_open(t->cfg, t->reg, t->dev, &t->dist)))
+		return st;
+	t->rank = kiln_dist_rank(t->dist);
+	t->world = kiln_dist_world(t->dist);
+	return KILN_OK;
+}
+
+/* [data], [data.eval] and [data.val] (training), or [data.eval] alone. */
+static kiln_status open_sets(struct trainer *t)
+{
+	const int do_eval = t->tc.eval;
+	kiln_status st;
+	if (!t->training)
+		return open_set(t, "data.eval", "test", 0, &t->test);
+	if ((st = open_set(t, "data", "train", 1, &t->train)))
+		return st;
+	if (do_eval && (st = open_set(t, "data.eval", "test", 0, &t->test)))
+		return st;
+	for (int i = 0; do_eval && kiln_config_section(t->cfg, i); i++)
+		t->have_val |= !strcmp(kiln_config_section(t->cfg, i), "data.val");
+	if (t->have_val && (st = open_set(t, "data.val", "val", 0, &t->val)))
+		return st;
+	if (t->have_val && memcmp(&t->val.ds.sample, &t->train.ds.sample, sizeof t->train.ds.sample))
+		return kiln_error(KILN_EDATA, "[data.val] samples differ in shape from [data]'s: give both the same `size` (and `channels`)");
+	if (do_eval && memcmp(&t->test.ds.sample, &t->train.ds.sample, sizeof t->train.ds.sample)) {
+		char a[128], b[128];
+		kiln_tensor_desc_str(&t->train.ds.sample, a, sizeof a);
+		kiln_tensor_desc_str(&t->test.ds.sample, b, sizeof b);
+		return kiln_error(KILN_EDATA, "[data.eval] samples are %s but [data]'s are %s: give both the same `size` (and `channels`)",
+				  b, a);
+	}
+	if (t->train.len < t->B)
+		return kiln_error(KILN_ECONFIG, "%s: [train] batch = %lld is larger than the %lld training samples",
+				  kiln_config_where(t->cfg, "train", "batch"), (long long)t->B,
+				  (long long)t->train.len);
+	return KILN_OK;
+}
+
+/* The streams and the slots' events. */
+static kiln_status open_streams(struct trainer *t)
+{
+	kiln_status st;
+	if ((st = kiln_device_stream_create(t->dev, &t->compute)) ||
+	    (st = kiln_device_stream_create(t->dev, &t->copy)))
+		return st;
+	if (t->prof) {
+		kiln_profile_stream_name(t->prof, t->compute, "compute stream");
+		kiln_profile_stream_name(t->prof, t->copy, "copy stream");
+		kiln_log(KILN_LOG_INFO, "profile",
+			 "profiling: every device op of a step is synchronised and timed (the device runs serialised)");
+	}
+	for (int s = 0; s < SLOTS; s++)
+		if ((st = kiln_device_event_create(t->dev, &t->copy_done[s])) ||
+		    (st = kiln_device_event_create(t->dev, &t->compute_done[s])))
+			return st;
+	return KILN_OK;
+}
+
+/* Training: precision, initial parameters, clip, optimizer, sync_bn. */
+static kiln_status prepare_training(struct trainer *t)
+{
+	kiln_status st;
+	if ((st = kiln_model_precision_open(t->m, t->reg, t->compute)) ||
+	    (t->m->scaler_d &&
+	     (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->scaler_host))) ||
+	    (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute)) ||
+	    (st = kiln_model_init_from(t->m, t->compute)) || (st = prep_clip(t)) ||
+	    (st = kiln_model_optim_prepare(t->m, t->compute)))
+		return st;
+	if (kiln_dist_sync_bn(t->dist) && t->world > 1) {
+		/* [dist] sync_bn: batchnorm layers take the global batch's statistics */
+		t->m->group = t->dist;
+		t->m->group_ranks = t->world;
+		kiln_log(KILN_LOG_INFO, "dist", "sync_bn: batch statistics over the %d ranks' batches",
+			 t->world);
+	}
+	return KILN_OK;
+}
+
+/* The model and its plans: training's (batch B) and the evaluation's
+ * (EB, at most the data, and the last partial batch's). */
+static kiln_status build_model(struct trainer *t)
+{
+	const int do_eval = !t->training || t->tc.eval;
+	struct train_set *first = t->training ? &t->train : &t->test;
+	kiln_status st;
+	if (t->training)
+		kiln_rss(&t->rss0, NULL, 1);
+	if ((st = kiln_model_create(t->cfg, t->reg, t->dev, &first->input, &t->m)) ||
+	    (st = kiln_dist_share_grads(t->dist, t->m)) || (st = open_streams(t)))
+		return st;
+	if (t->training && ((st = prepare_training(t)) ||
+			    (st = kiln_model_plan(t->m, t->B, 1, &t->ptrain))))
+		return st;
+	if (!t->training && (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute)))
+		return st;
+	if (do_eval) {
+		if (t->EB > t->test.len)
+			t->EB = t->test.len;
+		if ((st = kiln_model_plan(t->m, t->EB, 0, &t->peval)) ||
+		    (t->test.len % t->EB &&
+		     (st = kiln_model_plan(t->m, t->test.len % t->EB, 0, &t->prem))) ||
+		    (t->have_val && t->val.len % t->EB &&
+		     (st = kiln_model_plan(t->m, t->val.len % t->EB, 0, &t->pvrem))))
+			return st;
+	}
+	/* every label must have a logit */
+	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
+	const struct kiln_tensor_desc *lg = &p->nodes[t->m->loss_layer].l.in[0];
+	if (lg->dims[1] < first->ds.classes)
+		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data has %lld classes: set out = %lld on the last layer",
+				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
+				  (long long)lg->dims[1], (long long)first->ds.classes,
+				  (long long)first->ds.classes);
+	if (t->training)
+		kiln_log(KILN_LOG_INFO, "core",
+			 "model: %d parameters tensors, %zu floats; activation arena %.2f MiB (%.2f MiB without lifetime packing)",
+			 kiln_model_param_count(t->m), kiln_model_param_elems(t->m),
+			 (double)kiln_plan_arena_bytes(t->ptrain) / 1048576.0,
+			 (double)kiln_plan_naive_bytes(t->ptrain) / 1048576.0);
+	return KILN_OK;
+}
+
+/* transform_on = device (or bf16 samples): the f32 input the device
+ * widens into, and every batch size the run will see prepared now:
+ * nothing is prepared inside a step. */
+static kiln_status alloc_norm(struct trainer *t, int64_t rows)
+{
+	const struct train_set *first = t->training ? &t->train : &t->test;
+	const int do_eval = !t->training || t->tc.eval;
+	kiln_status st;
+	t->norm_bytes = (size_t)rows * kiln_tensor_bytes(&first->input);
+	if ((st = kiln_device_alloc(t->dev, t->norm_bytes, &t->x_norm)))
+		return st;
+	if (t->training)
+		kiln_log(KILN_LOG_INFO, "data", "%zu-byte %s samples copied, %s on the device",
+			 t->sample_bytes, kiln_dtype_name(first->ds.sample.dtype),
+			 first->ds.sample.dtype == KILN_U8 ? "normalised" : "widened to f32");
+	struct train_set *const sets[] = { &t->train, &t->test, &t->test, &t->val, &t->val };
+	const int64_t EB = t->EB;
+	const int64_t sizes[] = { t->training ? t->B : 0, do_eval ? EB : 0,
+				  do_eval ? t->test.len % EB : 0, t->have_val ? EB : 0,
+				  t->have_val ? t->val.len % EB : 0 };
+	for (size_t i = 0; i < KILN_ARRAY_LEN(sizes); i++) {
+		int k;
+		if (sizes[i] > 0 && (st = trainer_norm_plan(t, sets[i], sizes[i], 1, &k)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+/* The staging ring and device slots, sized for the larger batch; the
+ * metric sums; training: the schedule and the accumulation buffers. */
+static kiln_status alloc_buffers(struct trainer *t)
+{
+	const struct train_set *first = t->training ? &t->train : &t->test;
+	const int do_eval = !t->training || t->tc.eval;
+	int64_t rows = !t->training || (do_eval && t->EB > t->B) ? t->EB : t->B;
+	kiln_status st;
+	t->sample_bytes = first->ds.sample_bytes;
+	t->x_bytes = (size_t)rows * t->sample_bytes;
+	if (first->ds.sample.dtype != KILN_F32 && (st = alloc_norm(t, rows)))
+		return st;
+	for (int s = 0; s < SLOTS; s++)
+		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
+		    (st = kiln_device_host_alloc(t->dev, (size_t)rows * 4, &t->y_host[s])) ||
+		    (st = kiln_device_alloc(t->dev, t->x_bytes, &t->x_dev[s])) ||
+		    (st = kiln_device_alloc(t->dev, (size_t)rows * 4, &t->y_dev[s])))
+			return st;
+	const int64_t G = t->B * t->acc * t->world;
+	if ((t->training && (st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev))) ||
+	    (st = kiln_device_alloc(t->dev, 64, (void **)&t->metrics_dev)) ||
+	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->metrics_host)) ||
+	    (st = prep_fill(t->dev, 3, 0.0, &t->fill_metrics)) ||
+	    (t->training && (st = prep_schedule(t, scaled_lr(t, G),
+						t->tc.epochs * (t->train.len / G)))) ||
+	    (t->training && (st = prep_accumulate(t))))
+		return st;
+	struct kiln_op_args a = { .out = { t->metrics_dev } };
+	return kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
+}
+
+/* out_dir (rank 0): the resolved config beside the metrics, and
+ * metrics.jsonl (continued by a resumed run). */
+static kiln_status open_out_dir(struct trainer *t)
+{
+	const char *out_dir = t->run.out_dir;
+	char path[4200];
+	if (!*out_dir || t->rank)
+		return KILN_OK;
+	if (trainer_mkdirs(out_dir))
+		return kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
+				  strerror(errno));
+	/* the resolved config (every key, defaults filled in) beside the
+	 * metrics: what this run was */
+	snprintf(path, sizeof path, "%s/config.ini", out_dir);
+	FILE *cf = fopen(path, "w");
+	int bad = !cf || fputs(t->config_text, cf) < 0;
+	if ((cf && fclose(cf)) || bad)
+		return kiln_error(KILN_EIO, "%s: cannot write the resolved config", path);
+	snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
+	if (!(t->jsonl = fopen(path, t->resumed ? "a" : "w")))
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	if (t->resumed)
+		trainer_jsonl(t, json_pack("{s:s, s:I, s:I, s:I}", "event", "resume", "epoch",
+					   (json_int_t)t->pos.epoch + 1, "step",
+					   (json_int_t)t->pos.step, "offset", (json_int_t)t->pos.offset));
+	return KILN_OK;
+}
+
+/* Where the run starts: the beginning, or the newest checkpoint (every
+ * rank from rank 0's state); out_dir's files. */
+static kiln_status open_run(struct trainer *t)
+{
+	kiln_status st;
+	t->pos = (struct kiln_ckpt_trainer){ 0, 0, 0, t->run.seed, t->world, t->B, t->train.len };
+	if (t->tc.keep_best && !(t->best = calloc((size_t)t->tc.keep_best, sizeof *t->best)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if (*t->ckdir) {
+		if (!(t->config_text = kiln_run_config_text(t->cfg, t->reg, &t->tc)))
+			return KILN_EIO;
+		if (!(t->versions = kiln_ckpt_versions(t->reg, t->dev)))
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		if (t->tc.resume && (st = trainer_resume(t, &t->resumed)))
+			return st;
+		if (t->resumed)
+			t->res->resumed_step = t->pos.step;
+		t->pos.world = t->world;
+		t->pos.batch = t->B;
+	}
+	/* every rank starts from rank 0's state (its init, or the checkpoint
+	 * all ranks read), and its gradients are averaged in buckets */
+	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
+			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
+			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL))))
+		return st;
+	return open_out_dir(t);
+}
+
+/* Loader worker threads: [data] workers (0 = read on this thread). */
+static kiln_status open_loaders(struct trainer *t)
+{
+	const int do_eval = !t->training || t->tc.eval;
+	struct train_set *first = t->training ? &t->train : &t->test;
+	int workers = t->data.workers, prefetch = (int)t->data.prefetch;
+	kiln_status st;
+	if (workers < 0 &&
+	    (st = kiln_loader_probe(t->dev, &first->ds, t->training ? t->B : t->EB, prefetch,
+				    t->copy, &workers)))
+		return st;
+	if (t->training && t->data.resident) {
+		kiln_log(KILN_LOG_INFO, "data", "resident = 1: one batch is loaded once; every step trains on it (benchmark mode)");
+		workers = 0;
+	}
+	if (workers <= 0)
+		return KILN_OK;
+	if ((t->training &&
+	     (st = kiln_loader_open(t->dev, &t->train.ds, t->B, workers, prefetch, &t->train.loader))) ||
+	    (do_eval &&
+	     (st = kiln_loader_open(t->dev, &t->test.ds, t->EB, workers, prefetch, &t->test.loader))) ||
+	    (t->have_val &&
+	     (st = kiln_loader_open(t->dev, &t->val.ds, t->EB, workers, prefetch, &t->val.loader))))
+		return st;
+	int64_t n_order = t->have_val && t->val.len > t->test.len ? t->val.len : t->test.len;
+	if (do_eval && !(t->eval_order = malloc(sizeof(int64_t) * (size_t)n_order)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int64_t i = 0; do_eval && i < n_order; i++)
+		t->eval_order[i] = i;
+	if (t->training)
+		kiln_log(KILN_LOG_INFO, "data", "%d loader worker(s), %lld batch(es) ahead", workers,
+			 (long long)prefetch);
+	return KILN_OK;
+}
+
+/* The loop's state: the epoch order buffers, the step size, where it
+ * starts, what the evaluations during training evaluate. */
+static kiln_status open_loop(struct trainer *t)
+{
+	struct kiln_train_result *res = t->res;
+	t->perm = malloc(sizeof(int64_t) * (size_t)t->train.len);
+	t->order = malloc(sizeof(int64_t) * (size_t)t->train.len);
+	if (!t->perm || !t->order)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	/* an optimizer step takes `acc` micro-batches of B (drop_last) */
+	t->G = t->B * t->acc * t->world;
+	t->steps_per_epoch = t->train.len / t->G;
+	if (t->steps_per_epoch < 1)
+		return kiln_error(KILN_ECONFIG, "[train] batch %lld x accumulate %lld x %d rank(s) needs more than the %lld training samples",
+				  (long long)t->B, (long long)t->acc, t->world, (long long)t->train.len);
+	/* the evaluations during training: [data.val] when there is one,
+	 * else [data.eval] */
+	if (t->have_val)
+		t->ev = (struct eval_target){ &t->val, t->pvrem, &res->val_loss, &res->val_acc,
+					      &res->val_acc5, &res->val_samples, "val" };
+	else
+		t->ev = (struct eval_target){ &t->test, t->prem, &res->test_loss, &res->test_acc,
+					      &res->test_acc5, &res->test_samples, "test" };
+	/* where the run starts: 0, or the checkpoint's epoch, step and offset
+	 * (offset = steps_per_epoch * G: only the epoch's evaluation is left) */
+	t->ep0 = t->pos.epoch;
+	t->off0 = t->pos.offset;
+	t->step = t->step0 = t->interval_start = t->pos.step;
+	return KILN_OK;
+}
+
+kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
+			 const struct kiln_registry *reg, const struct kiln_train_cfg *tc,
+			 int training, struct kiln_train_result *res)
+{
+	kiln_status st;
+	t->cfg = cfg;
+	t->reg = reg;
+	t->training = training;
+	t->res = res;
+	t->world = 1;
+	t->t_start = kiln_now_s();
+	if ((st = read_config(t, tc)) || (st = open_device(t)) || (st = open_sets(t)) ||
+	    (st = build_model(t)) || (st = alloc_buffers(t)) ||
+	    (training && (st = open_run(t))) || (st = open_loaders(t)) ||
+	    (training && (st = open_loop(t))))
+		return st;
+	return KILN_OK;
+}
+
+/* Device resources, in the order they may be freed: the streams drained,
+ * the graphs before the plans, buffers and streams they use, the loaders'
+ * workers (they use the device's staging memory) before that memory. */
+static void free_device(struct trainer *t)
+{
+	if (t->compute)
+		kiln_device_stream_sync(t->dev, t->compute);
+	if (t->copy)
+		kiln_device_stream_sync(t->dev, t->copy);
+	for (int s = 0; s < SLOTS; s++) {
+		kiln_device_graph_free(t->dev, t->graph[s]);
+		t->graph[s] = NULL;
+	}
+	kiln_loader_close(t->train.loader);
+	kiln_loader_close(t->test.loader);
+	kiln_loader_close(t->val.loader);
+	t->train.loader = t->test.loader = t->val.loader = NULL;
+	for (int s = 0; s < SLOTS; s++) {
+		kiln_device_host_free(t->dev, t->x_host[s]);
+		kiln_device_host_free(t->dev, t->y_host[s]);
+		kiln_device_free(t->dev, t->x_dev[s]);
+		kiln_device_free(t->dev, t->y_dev[s]);
+		kiln_device_event_destroy(t->dev, t->copy_done[s]);
+		kiln_device_event_destroy(t->dev, t->compute_done[s]);
+	}
+	kiln_device_free(t->dev, t->lr_dev);
+	kiln_device_free(t->dev, t->metrics_dev);
+	kiln_device_host_free(t->dev, t->metrics_host);
+	kiln_device_plan_free(t->dev, t->fill_metrics);
+	kiln_device_plan_free(t->dev, t->sched);
+	kiln_device_free(t->dev, t->x_norm);
+	kiln_device_free(t->dev, t->grads_more);
+	kiln_device_plan_free(t->dev, t->grads_add);
+	kiln_device_plan_free(t->dev, t->grads_mean);
+	kiln_device_plan_free(t->dev, t->clip);
+	kiln_device_free(t->dev, t->clip_d);
+	kiln_device_host_free(t->dev, t->clip_host);
+	kiln_device_host_free(t->dev, t->scaler_host);
+	for (int k = 0; k < NORM_PLANS; k++)
+		kiln_device_plan_free(t->dev, t->norm_plan[k]);
+	kiln_dist_close(t->dist);
+	t->dist = NULL;
+}
+
+kiln_status trainer_close(struct trainer *t, kiln_status st)
+{
+	st = kiln_dist_explain(t->dist, st);
+	/* draining and freeing may report the same failure again in other
+	 * words (a stream's sticky error): the message that counts is this */
+	char *keep = st ? kiln_strdup(kiln_last_error()) : NULL;
+	if (t->dev)
+		free_device(t);
+	kiln_plan_free(t->pvrem);
+	kiln_plan_free(t->ptrain);
+	kiln_plan_free(t->peval);
+	kiln_plan_free(t->prem);
+	kiln_model_free(t->m);
+	if (t->dev) {
+		kiln_device_stream_destroy(t->dev, t->compute);
+		kiln_device_stream_destroy(t->dev, t->copy);
+	}
+	kiln_device_close(t->dev);
+	kiln_profile_free(t->prof);
+	t->prof = NULL;
+	close_set(&t->train);
+	close_set(&t->test);
+	close_set(&t->val);
+	if (t->jsonl)
+		fclose(t->jsonl);
+	free(t->eval_order);
+	kiln_data_scratch_free(&t->scratch);
+	free(t->config_text);
+	free(t->versions);
+	free(t->best);
+	free(t->perm);
+	free(t->order);
+	if (keep)
+		kiln_error(st, "%s", keep);
+	free(keep);
+	return st;
+}
