@@ -87,7 +87,7 @@ echo "ok: swish gradients match finite differences"
 cp "$srcdir/examples/plugins/lion.c" "$tmp/lion.c" || exit 99
 (cd "$tmp" && $CC -shared -fPIC -fvisibility=hidden -Wall -Werror $cflags \
 	-o plugins/kiln-lion.so lion.c) || fail "building examples/plugins/lion.c failed"
-"$top_builddir/kiln" plugins --path "$tmp/plugins" 2>&1 | grep -qE "^optim +lion +1\.[0-9]+ +available " ||
+"$top_builddir/kiln" plugins --path "$tmp/plugins" 2>&1 | grep -qE "^optim +lion +2\.[0-9]+ +available " ||
 	fail "kiln plugins does not list the lion optimizer as available"
 "$top_builddir/tests/optim_ref" "$tmp/plugins" "$srcdir/tests/data/lion_refs.safetensors" ||
 	fail "the lion optimizer plugin disagrees with PyTorch (tests/data/gen_lion_refs.py)"
