@@ -60,10 +60,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 GEMM=${GEMM:-./bench/gemm_peak}
 HERE=$(dirname "$0")
 
-usage() {
-    sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
-    exit 2
-}
+. "$HERE/common.sh"
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -122,32 +119,7 @@ if [ "$KLIMIT" -ge "$TRAIN_SAMPLES" ]; then
     KLIMIT=0
 fi
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-cnn-bench.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# The last JSON line on stdin that holds "train_samples_per_s".
-json_line() {
-    grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1 || true
-}
-
-# median_field FILE FIELD: median of FIELD over the JSON lines in FILE that
-# have it (negative values, and zero rates, mean "not measured"); "n/a" when
-# none has.
-median_field() {
-    "$PYTHON" - "$1" "$2" <<'EOF'
-import json, statistics, sys
-vals = []
-for l in open(sys.argv[1]):
-    if l.strip():
-        v = json.loads(l).get(sys.argv[2])
-        # kiln writes test_acc -1 and eval_samples_per_s 0 when it did not evaluate
-        if isinstance(v, (int, float)) and v >= 0 and not (v == 0 and sys.argv[2].endswith("_per_s")):
-            vals.append(float(v))
-print(statistics.median(vals) if vals else "n/a")
-EOF
-}
+bench_tmpdir cnn-bench
 
 # num_or_na WIDTH PRECISION VALUE: VALUE as %WIDTH.PRECISIONf, or a
 # right-aligned "n/a" when it is not a number.

@@ -52,8 +52,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" | tail -1; }
+. "$HERE/common.sh"
 
 if [ "$PART" != train ] && [ ! -d "$DIR/jpeg/train" ] || [ "$(find "$DIR/jpeg/train" -name '*.jpg' | wc -l)" -ne "$N" ]; then
     rm -rf "$DIR"

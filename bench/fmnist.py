@@ -1,8 +1,10 @@
 """What the PyTorch halves of kiln's benchmarks share: Fashion-MNIST read
-straight from the gzipped IDX files, and which BLAS library is loaded."""
+straight from the gzipped IDX files, which BLAS library is loaded, and the
+timed training loop."""
 import gzip
 import os
 import struct
+import time
 
 import numpy as np
 
@@ -41,3 +43,40 @@ def loaded_blas():
     except OSError:
         pass
     return sorted(libs)
+
+
+def train_loop(model, opt, loss_fn, x, y, batch, total_steps, warmup_steps, amp, fmt=None):
+    """total_steps SGD steps of `batch` samples over shuffled epochs of x, y
+    (torch.randperm each epoch, the last partial batch dropped), the forward
+    and loss under amp(); a batch in memory format fmt when given.  The first
+    warmup_steps are not timed.  Returns (timed samples, their seconds, the
+    last loss)."""
+    import torch  # here: the data helpers above serve scripts without torch too
+    n = x.shape[0]
+    steps_per_epoch = n // batch
+    step = 0
+    t0 = None
+    timed_samples = 0
+    last_loss = float("nan")
+    while step < total_steps:
+        perm = torch.randperm(n)
+        for i in range(steps_per_epoch):
+            if step >= total_steps:
+                break
+            if step == warmup_steps:
+                t0 = time.perf_counter()
+            idx = perm[i * batch:(i + 1) * batch]
+            xb = x.index_select(0, idx)
+            if fmt is not None:
+                xb = xb.contiguous(memory_format=fmt)
+            yb = y.index_select(0, idx)
+            opt.zero_grad(set_to_none=True)
+            with amp():
+                loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+            if step >= warmup_steps:
+                timed_samples += xb.shape[0]
+            step += 1
+        last_loss = loss.item()
+    return timed_samples, time.perf_counter() - t0, last_loss

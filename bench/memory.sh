@@ -37,9 +37,8 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" | tail -1; }
+. "$(dirname "$0")/common.sh"
 calc() { awk "BEGIN { print $1 }"; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-mem.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 

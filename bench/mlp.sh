@@ -39,10 +39,7 @@ KILN=${KILN:-./kiln}
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(dirname "$0")
 
-usage() {
-    sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
-    exit 2
-}
+. "$HERE/common.sh"
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -63,25 +60,10 @@ case $PRECISION in fp32|bf16) ;; *) echo "mlp.sh: --precision must be fp32 or bf
 case $RUNS in ''|*[!0-9]*|0) echo "mlp.sh: --runs must be a positive integer" >&2; exit 2 ;; esac
 case $STEPS in ''|*[!0-9]*) echo "mlp.sh: --steps must be an integer >= 0" >&2; exit 2 ;; esac
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-mlp-bench.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT INT TERM
-
-# The JSON line (last stdout line holding "train_samples_per_s") -> file.
-json_line() {
-    grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1
-}
+bench_tmpdir mlp-bench
 
 json_line_any() {
     grep '^[[:space:]]*{' | tail -n 1
-}
-
-# median_field FILE FIELD: median of FIELD over the JSON lines in FILE.
-median_field() {
-    "$PYTHON" - "$1" "$2" <<'EOF'
-import json, statistics, sys
-vals = [float(json.loads(l)[sys.argv[2]]) for l in open(sys.argv[1]) if l.strip()]
-print(statistics.median(vals) if vals else "nan")
-EOF
 }
 
 run_pytorch() { # name, threads, then env assignments

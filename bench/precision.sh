@@ -44,10 +44,7 @@ KILN=${KILN:-./kiln}
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(dirname "$0")
 
-usage() {
-    sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
-    exit 2
-}
+. "$HERE/common.sh"
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -67,15 +64,11 @@ for v in "$RUNS" "$STEPS" "$THREADS"; do
 done
 [ -x "$KILN" ] || { echo "precision.sh: $KILN not found (set KILN=)" >&2; exit 1; }
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-precision-bench.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+bench_tmpdir precision-bench
 unset OMP_WAIT_POLICY OMP_NUM_THREADS
 
 KSTEPS=$((WARMUP + STEPS))
 echo "load average before: $(cut -d" " -f1-3 /proc/loadavg)" >&2
-json_line() { grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1 || true; }
 
 kiln_once() { # precision [key=value...]
     p=$1; shift

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from fmnist import DEFAULT_DATA, loaded_blas, read_split
+from fmnist import DEFAULT_DATA, loaded_blas, read_split, train_loop
 
 MEAN = 0.286
 STD = 0.353
@@ -102,8 +102,6 @@ def main():
     x_test, y_test = load_split(args.data, "t10k")
     n_eval = min(args.eval_samples, x_test.shape[0])
     x_test, y_test = x_test[:n_eval], y_test[:n_eval]
-    n = x_train.shape[0]
-    steps_per_epoch = n // args.batch  # drop the last partial batch
     total_steps = args.warmup_steps + args.steps
 
     model = CNN().to(memory_format=fmt)
@@ -129,30 +127,9 @@ def main():
             conv_ops.append(ev.key)
     conv_ops = sorted(set(conv_ops))
 
-    step = 0
-    t0 = None
-    timed_samples = 0
-    last_loss = float("nan")
-    while step < total_steps:
-        perm = torch.randperm(n)
-        for i in range(steps_per_epoch):
-            if step >= total_steps:
-                break
-            if step == args.warmup_steps:
-                t0 = time.perf_counter()
-            idx = perm[i * args.batch:(i + 1) * args.batch]
-            xb = x_train.index_select(0, idx).contiguous(memory_format=fmt)
-            yb = y_train.index_select(0, idx)
-            opt.zero_grad(set_to_none=True)
-            with amp():
-                loss = loss_fn(model(xb), yb)
-            loss.backward()
-            opt.step()
-            if step >= args.warmup_steps:
-                timed_samples += xb.shape[0]
-            step += 1
-        last_loss = loss.item()
-    train_s = time.perf_counter() - t0
+    timed_samples, train_s, last_loss = train_loop(model, opt, loss_fn, x_train, y_train,
+                                                   args.batch, total_steps, args.warmup_steps,
+                                                   amp, fmt)
 
     model.eval()
     correct = 0

@@ -12,13 +12,12 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from fmnist import DEFAULT_DATA, loaded_blas, read_split
+from fmnist import DEFAULT_DATA, loaded_blas, read_split, train_loop
 
 
 
@@ -76,38 +75,17 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     model.train()
 
-    step = 0
-    t0 = None
-    timed_samples = 0
-    last_loss = float("nan")
-    while step < total_steps:
-        perm = torch.randperm(n)
-        for i in range(steps_per_epoch):
-            if step >= total_steps:
-                break
-            if step == args.warmup_steps:
-                t0 = time.perf_counter()
-            idx = perm[i * args.batch:(i + 1) * args.batch]
-            xb = x_train.index_select(0, idx)
-            yb = y_train.index_select(0, idx)
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.bfloat16,
-                                enabled=args.precision == "bf16"):
-                loss = loss_fn(model(xb), yb)
-            loss.backward()
-            opt.step()
-            if step >= args.warmup_steps:
-                timed_samples += xb.shape[0]
-            step += 1
-        last_loss = loss.item()
-    elapsed = time.perf_counter() - t0
+    def amp():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
+    timed_samples, elapsed, last_loss = train_loop(model, opt, loss_fn, x_train, y_train,
+                                                   args.batch, total_steps, args.warmup_steps, amp)
 
     model.eval()
     correct = 0
     with torch.no_grad():
         for i in range(0, x_test.shape[0], 1000):
-            with torch.autocast("cpu", dtype=torch.bfloat16,
-                                enabled=args.precision == "bf16"):
+            with amp():
                 pred = model(x_test[i:i + 1000]).argmax(dim=1)
             correct += (pred == y_test[i:i + 1000]).sum().item()
     test_acc = correct / x_test.shape[0]

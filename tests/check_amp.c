@@ -25,6 +25,7 @@
 #include "checkpoint.h"
 
 #include <check.h>
+#include "check_main.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,36 +344,11 @@ END_TEST
 static Suite *make_amp_suite(void)
 {
 	Suite *s = suite_create("amp");
-	TCase *tc = tcase_create("scaler");
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_overflow_skip_backoff_growth);
-	tcase_add_test(tc, test_real_f16_overflow);
-	tcase_add_test(tc, test_checkpoint_resume);
-	tcase_add_test(tc, test_skip_keeps_step_count);
-	tcase_add_test(tc, test_static);
-	tcase_add_test(tc, test_config_errors);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "scaler", 300, NULL, NULL, (const TTest *[]){
+		test_overflow_skip_backoff_growth, test_real_f16_overflow, test_checkpoint_resume,
+		test_skip_keeps_step_count, test_static, test_config_errors, NULL });
 	return s;
 }
 
-int main(void)
-{
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	const struct kiln_plugin *p;
-	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p) ||
-	    kiln_registry_find(reg, KILN_PLUGIN_PRECISION, "amp", &p)) {
-		fprintf(stderr, "skip: %s\n", kiln_last_error());
-		return 77;
-	}
-	SRunner *sr = srunner_create(make_amp_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_amp_suite, .reg = &reg, .need_cpu = 1,
+					       .need_precision = "amp", .omp_passive = 1 };

@@ -15,6 +15,8 @@
 #include "checkpoint.h"
 
 #include <check.h>
+#include "check_main.h"
+#include "test_util.h"
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,30 +25,6 @@
 #include <unistd.h>
 
 static struct kiln_registry *reg;
-
-static struct kiln_config *cfg_from(const char *text)
-{
-	struct kiln_config *cfg;
-	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
-		      kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
-	return cfg;
-}
-
-static char *slurp(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	long len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = malloc((size_t)len + 1);
-	ck_assert(b != NULL);
-	ck_assert(fread(b, 1, (size_t)len, f) == (size_t)len);
-	fclose(f);
-	*n = (size_t)len;
-	return b;
-}
 
 static void spit(const char *path, const void *b, size_t n)
 {
@@ -84,7 +62,7 @@ static void rig_open(struct rig *r, const char *ini, uint64_t seed)
 	int64_t in = RIN;
 	struct kiln_tensor_desc sample;
 	memset(r, 0, sizeof *r);
-	r->cfg = cfg_from(ini);
+	r->cfg = test_config(reg, ini);
 	ck_assert(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0);
 	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
 	ck_assert_msg(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m) == 0, "%s",
@@ -310,7 +288,7 @@ START_TEST(test_truncated)
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 1);
 	save(&a, dir, 1, path, sizeof path);
-	char *b = slurp(path, &n);
+	char *b = test_read_file(path, &n);
 	snprintf(bad, sizeof bad, "%s/cut.kiln", dir);
 	for (size_t len = 0; len < n; len++) {
 		struct kiln_ckpt *ck = NULL;
@@ -346,7 +324,7 @@ START_TEST(test_flipped)
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 2);
 	save(&a, dir, 2, path, sizeof path);
-	char *b = slurp(path, &n);
+	char *b = test_read_file(path, &n);
 	snprintf(bad, sizeof bad, "%s/flip.kiln", dir);
 	int fd = open(bad, O_RDWR | O_CREAT | O_TRUNC, 0644);
 	ck_assert(fd >= 0);
@@ -417,7 +395,7 @@ START_TEST(test_config_check)
 {
 	const char *base = "[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\nepochs = 3\n"
 			   "[layer.fc]\ntype = linear\nout = 3\n[layer.loss]\ntype = softmax_xent\n";
-	struct kiln_config *c0 = cfg_from(base);
+	struct kiln_config *c0 = test_config(reg, base);
 	char *t0 = kiln_ckpt_config_text(c0, reg);
 	static const struct {
 		const char *override;
@@ -455,7 +433,7 @@ START_TEST(test_config_check)
 		kiln_config_free(c);
 	}
 	/* a removed layer: named from the checkpoint's side */
-	struct kiln_config *c1 = cfg_from("[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\n"
+	struct kiln_config *c1 = test_config(reg, "[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\n"
 					  "[layer.loss]\ntype = softmax_xent\n");
 	char *t1 = kiln_ckpt_config_text(c1, reg);
 	ck_assert(kiln_ckpt_config_check("ck.kiln", t0, t1, 0) == KILN_ECONFIG);
@@ -622,7 +600,7 @@ START_TEST(test_keep_best)
 		found++;
 		char ini[4096];
 		snprintf(ini, sizeof ini, cnn_ini, a, "constant");
-		struct kiln_config *cfg = cfg_from(ini);
+		struct kiln_config *cfg = test_config(reg, ini);
 		ck_assert_msg(kiln_evaluate(cfg, reg, path, &re) == 0, "%s", kiln_last_error());
 		ck_assert_msg(fabs(re.test_acc - acc[i]) < 1e-9, "%s: acc %g, the run's %g", path,
 			      re.test_acc, acc[i]);
@@ -671,7 +649,7 @@ START_TEST(test_resume_exact)
 	struct kiln_config *cfg;
 	struct kiln_train_result re;
 	snprintf(ini, sizeof ini, cnn_ini, a, "constant");
-	cfg = cfg_from(ini);
+	cfg = test_config(reg, ini);
 	ck_assert_msg(kiln_evaluate(cfg, reg, fa, &re) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(re.steps, 60);
 	ck_assert_int_eq(re.test_samples, 200);
@@ -715,7 +693,7 @@ START_TEST(test_stop_request)
 	char ini[4096];
 	struct kiln_config *cfg;
 	snprintf(ini, sizeof ini, cnn_ini, b, "cosine");
-	cfg = cfg_from(ini);
+	cfg = test_config(reg, ini);
 	stop_at = 33;
 	ck_assert_msg(kiln_train(cfg, reg, stop_progress, NULL, &r1) == 0, "%s", kiln_last_error());
 	kiln_config_free(cfg);
@@ -740,7 +718,7 @@ START_TEST(test_stop_request)
 	char c[64];
 	tmpdir(c, sizeof c);
 	snprintf(ini, sizeof ini, cnn_ini, c, "cosine");
-	cfg = cfg_from(ini);
+	cfg = test_config(reg, ini);
 	stop_at = 40;
 	ck_assert(kiln_train(cfg, reg, stop_progress, NULL, &r1) == 0);
 	kiln_config_free(cfg);
@@ -791,7 +769,7 @@ START_TEST(test_fallback)
 	/* flip a byte in the middle of the newest; leave a stray temp file */
 	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-33.kiln", b);
 	size_t n;
-	char *bytes = slurp(fb, &n);
+	char *bytes = test_read_file(fb, &n);
 	bytes[n / 2] ^= 0x10;
 	spit(fb, bytes, n);
 	free(bytes);
@@ -815,7 +793,7 @@ START_TEST(test_fallback)
 	ck_assert(access(fb, F_OK) != 0);
 	/* metrics.jsonl continued: both runs' events are there */
 	snprintf(fb, sizeof fb, "%s/metrics.jsonl", b);
-	char *m = slurp(fb, &n);
+	char *m = test_read_file(fb, &n);
 	m[n] = 0;
 	ck_assert(strstr(m, "\"event\":\"resume\"") != NULL);
 	ck_assert(strstr(m, "\"step\":5,") != NULL);
@@ -837,44 +815,14 @@ END_TEST
 static Suite *make_ckpt_suite(void)
 {
 	Suite *s = suite_create("ckpt");
-	TCase *tc = tcase_create("format");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_roundtrip);
-	tcase_add_test(tc, test_other_model);
-	tcase_add_test(tc, test_truncated);
-	tcase_add_test(tc, test_flipped);
-	tcase_add_test(tc, test_not_checkpoints);
-	tcase_add_test(tc, test_config_check);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("resume");
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_resume_exact);
-	tcase_add_test(tc, test_keep_best);
-	tcase_add_test(tc, test_deterministic);
-	tcase_add_test(tc, test_stop_request);
-	tcase_add_test(tc, test_fallback);
-	tcase_add_test(tc, test_needs_out_dir);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "format", 120, NULL, NULL, (const TTest *[]){
+		test_roundtrip, test_other_model, test_truncated, test_flipped,
+		test_not_checkpoints, test_config_check, NULL });
+	check_add_case(s, "resume", 300, NULL, NULL, (const TTest *[]){
+		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,
+		test_fallback, test_needs_out_dir, NULL });
 	return s;
 }
 
-int main(void)
-{
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	const struct kiln_plugin *p;
-	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
-		fprintf(stderr, "skip: %s\n", kiln_last_error());
-		return 77;
-	}
-	SRunner *sr = srunner_create(make_ckpt_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_ckpt_suite, .reg = &reg, .need_cpu = 1,
+					       .omp_passive = 1 };

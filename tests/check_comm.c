@@ -27,6 +27,7 @@
 #include <kiln/plugin.h>
 
 #include <check.h>
+#include "check_main.h"
 #include <errno.h>
 #include <glob.h>
 #include <signal.h>
@@ -467,7 +468,7 @@ START_TEST(test_gloo_lost)
 }
 END_TEST
 
-int main(void)
+static Suite *make_comm_suite(void)
 {
 	Suite *s = suite_create("comm");
 	TCase *tc = tcase_create("gloo");
@@ -475,9 +476,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_gloo_no_alloc, 0, 4);
 	tcase_add_test(tc, test_gloo_lost);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return s;
 }
+
+static const struct check_main check_suite = { .suite = make_comm_suite };

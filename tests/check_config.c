@@ -8,6 +8,8 @@
 #include <kiln/kiln.h>
 
 #include <check.h>   /* Suite, ck_assert_* */
+#include "check_main.h"
+#include "test_util.h"
 #include <stdarg.h>  /* va_list */
 #include <stdio.h>   /* open_memstream, FILE */
 #include <stdlib.h>  /* getenv, malloc */
@@ -77,22 +79,6 @@ static void expect_fail(const char *text, kiln_status want, ...)
 	for (const char *s = va_arg(ap, const char *); s; s = va_arg(ap, const char *))
 		assert_has(last_msg, s);
 	va_end(ap);
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *buf = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = 0;
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
 }
 
 /* The resolved dump of cfg (registry NULL) as a malloc'd string. */
@@ -734,7 +720,7 @@ START_TEST(write_golden)
 	ck_assert_int_eq(kiln_config_validate(cfg, NULL), KILN_OK);
 	char *got = dump(cfg);
 	size_t len;
-	char *want = read_file(config_path("golden_out.ini"), &len);
+	char *want = test_read_file(config_path("golden_out.ini"), &len);
 	if (strcmp(got, want)) {
 		/* leave the output next to the log for a diff */
 		FILE *f = fopen("check_config.golden_out.got", "w");
@@ -845,69 +831,32 @@ Suite *make_config_suite(void);
 Suite *make_config_suite(void)
 {
 	Suite *s = suite_create("config");
-	TCase *tc = tcase_create("parse");
-	tcase_add_test(tc, parse_file_values);
-	tcase_add_test(tc, parse_empty);
-	tcase_add_test(tc, parse_comments);
-	tcase_add_test(tc, parse_crlf);
-	tcase_add_test(tc, parse_long_line);
-	tcase_add_test(tc, parse_too_long_line);
-	tcase_add_test(tc, parse_section_blanks);
-	tcase_add_test(tc, parse_section_long_name);
-	tcase_add_test(tc, parse_utf8_bom);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "parse", 0, NULL, NULL, (const TTest *[]){
+		parse_file_values, parse_empty, parse_comments, parse_crlf, parse_long_line,
+		parse_too_long_line, parse_section_blanks, parse_section_long_name, parse_utf8_bom,
+		NULL });
 
-	tc = tcase_create("errors");
-	tcase_add_test(tc, err_syntax);
-	tcase_add_test(tc, err_first_error_wins);
-	tcase_add_test(tc, err_key_outside_section);
-	tcase_add_test(tc, err_duplicate_section);
-	tcase_add_test(tc, err_duplicate_key);
-	tcase_add_test(tc, err_bad_section_name);
-	tcase_add_test(tc, err_empty_key);
-	tcase_add_test(tc, err_unknown_section);
-	tcase_add_test(tc, err_unknown_key);
-	tcase_add_test(tc, err_unknown_key_suggests_prefix);
-	tcase_add_test(tc, err_wrong_types);
-	tcase_add_test(tc, err_out_of_range);
-	tcase_add_test(tc, err_file);
-	tcase_add_test(tc, err_typo_files);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "errors", 0, NULL, NULL, (const TTest *[]){
+		err_syntax, err_first_error_wins, err_key_outside_section, err_duplicate_section,
+		err_duplicate_key, err_bad_section_name, err_empty_key, err_unknown_section,
+		err_unknown_key, err_unknown_key_suggests_prefix, err_wrong_types, err_out_of_range,
+		err_file, err_typo_files, NULL });
 
-	tc = tcase_create("override");
-	tcase_add_test(tc, override_valid);
-	tcase_add_test(tc, override_invalid);
-	tcase_add_test(tc, override_bad_value);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "override", 0, NULL, NULL, (const TTest *[]){
+		override_valid, override_invalid, override_bad_value, NULL });
 
-	tc = tcase_create("get");
-	tcase_add_test(tc, get_defaults);
-	tcase_add_test(tc, get_values);
-	tcase_add_test(tc, get_notfound);
-	tcase_add_test(tc, get_bad_values);
-	tcase_add_test(tc, get_data_eval_inherits);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "get", 0, NULL, NULL, (const TTest *[]){
+		get_defaults, get_values, get_notfound, get_bad_values, get_data_eval_inherits,
+		NULL });
 
-	tc = tcase_create("write");
-	tcase_add_test(tc, write_golden);
-	tcase_add_test(tc, write_data_eval_inherits);
-	tcase_add_test(tc, write_empty);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "write", 0, NULL, NULL, (const TTest *[]){
+		write_golden, write_data_eval_inherits, write_empty, NULL });
 
-	tc = tcase_create("layer");
-	tcase_add_test(tc, layer_unknown_type);
-	tcase_add_test(tc, layer_no_registry);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "layer", 0, NULL, NULL, (const TTest *[]){
+		layer_unknown_type, layer_no_registry, NULL });
 	return s;
 }
 
-int main(void)
-{
-	/* the test must not depend on the caller's plugins */
-	unsetenv("KILN_PLUGIN_PATH");
-	SRunner *sr = srunner_create(make_config_suite());
-	srunner_run_all(sr, CK_VERBOSE);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+/* the test must not depend on the caller's plugins */
+static const struct check_main check_suite = { .suite = make_config_suite, .verbose = 1,
+					       .own_plugin_path = 1 };

@@ -13,6 +13,8 @@
 #include "cuda.h"
 
 #include <check.h>
+#include "check_main.h"
+#include "test_util.h"
 #include <kiln/kiln.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,15 +34,6 @@ struct conv_g {
 	int N, C, O, H, W, KH, KW, sh, sw, ph, pw, dh, dw, g, bias;
 };
 
-static struct kiln_tensor_desc t4(int dt, int64_t a, int64_t b, int64_t c, int64_t d, int layout)
-{
-	struct kiln_tensor_desc t;
-	memset(&t, 0, sizeof t);
-	t.dtype = dt, t.ndim = 4, t.layout = layout;
-	t.dims[0] = a, t.dims[1] = b, t.dims[2] = c, t.dims[3] = d;
-	return t;
-}
-
 /* op `type` of geometry q; x, y in dt, w in dt (f32 for the weight
  * gradient), bias f32 */
 static void conv_op(struct kiln_op *op, int type, const struct conv_g *q, int nhwc, int dt)
@@ -48,10 +41,11 @@ static void conv_op(struct kiln_op *op, int type, const struct conv_g *q, int nh
 	const int L = nhwc ? KILN_NHWC : KILN_NCHW;
 	const int OH = (q->H + 2 * q->ph - q->dh * (q->KH - 1) - 1) / q->sh + 1;
 	const int OW = (q->W + 2 * q->pw - q->dw * (q->KW - 1) - 1) / q->sw + 1;
-	const struct kiln_tensor_desc x = t4(dt, q->N, q->C, q->H, q->W, L);
-	const struct kiln_tensor_desc y = t4(dt, q->N, q->O, OH, OW, L);
+	const struct kiln_tensor_desc x = test_desc4(dt, q->N, q->C, q->H, q->W, L);
+	const struct kiln_tensor_desc y = test_desc4(dt, q->N, q->O, OH, OW, L);
 	const struct kiln_tensor_desc w =
-		t4(type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : dt, q->O, q->C / q->g, q->KH, q->KW, KILN_ROW);
+		test_desc4(type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : dt, q->O, q->C / q->g, q->KH,
+			   q->KW, KILN_ROW);
 	struct kiln_tensor_desc b;
 	memset(&b, 0, sizeof b);
 	b.dtype = KILN_F32, b.ndim = 1, b.dims[0] = q->O;
@@ -146,8 +140,8 @@ static void prep_layout(struct kiln_op *op, int type, int dt)
 	op->type = type;
 	if (type == KILN_OP_REORDER) {
 		op->n_in = op->n_out = 1;
-		op->in[0] = t4(dt, 2, 3, 4, 5, KILN_NCHW);
-		op->out[0] = t4(dt, 2, 3, 4, 5, KILN_NHWC);
+		op->in[0] = test_desc4(dt, 2, 3, 4, 5, KILN_NCHW);
+		op->out[0] = test_desc4(dt, 2, 3, 4, 5, KILN_NHWC);
 		return;
 	}
 	const int split = type == KILN_OP_SPLIT;
@@ -299,7 +293,7 @@ START_TEST(test_open_unvalidated)
 }
 END_TEST
 
-int main(void)
+static Suite *make_cuda_conv_suite(void)
 {
 	Suite *s = suite_create("cuda_conv");
 	TCase *t = tcase_create("cudnn");
@@ -311,13 +305,8 @@ int main(void)
 	tcase_add_test(t, test_pool_bwd_x);
 	tcase_add_test(t, test_open_unvalidated);
 	suite_add_tcase(s, t);
-	TCase *o = tcase_create("ops");
-	tcase_add_checked_fixture(o, setup, NULL);
-	tcase_add_test(o, test_layout_plans);
-	suite_add_tcase(s, o);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	const int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
+	check_add_case(s, "ops", 0, setup, NULL, (const TTest *[]){ test_layout_plans, NULL });
+	return s;
 }
+
+static const struct check_main check_suite = { .suite = make_cuda_conv_suite };

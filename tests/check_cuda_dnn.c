@@ -7,6 +7,8 @@
 #include "dnn_map.h"
 
 #include <check.h>
+#include "check_main.h"
+#include "test_util.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,15 +59,6 @@ START_TEST(test_strides)
 }
 END_TEST
 
-static struct kiln_tensor_desc t4(int dt, int64_t a, int64_t b, int64_t c, int64_t d, int layout)
-{
-	struct kiln_tensor_desc t;
-	memset(&t, 0, sizeof t);
-	t.dtype = dt, t.ndim = 4, t.layout = layout;
-	t.dims[0] = a, t.dims[1] = b, t.dims[2] = c, t.dims[3] = d;
-	return t;
-}
-
 static struct kiln_tensor_desc t1(int dt, int64_t a)
 {
 	struct kiln_tensor_desc t;
@@ -78,8 +71,8 @@ static struct kiln_tensor_desc t1(int dt, int64_t a)
 static void conv_op(struct kiln_op *op, int type, int nhwc, int dt)
 {
 	const int L = nhwc ? KILN_NHWC : KILN_NCHW;
-	const struct kiln_tensor_desc x = t4(dt, 2, 4, 9, 9, L), y = t4(dt, 2, 6, 5, 5, L);
-	const struct kiln_tensor_desc w = t4(type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : dt, 6, 2, 3, 3, KILN_ROW);
+	const struct kiln_tensor_desc x = test_desc4(dt, 2, 4, 9, 9, L), y = test_desc4(dt, 2, 6, 5, 5, L);
+	const struct kiln_tensor_desc w = test_desc4(type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : dt, 6, 2, 3, 3, KILN_ROW);
 	memset(op, 0, sizeof *op);
 	op->type = type;
 	op->i[0] = op->i[1] = 2, op->i[2] = op->i[3] = 1, op->i[4] = op->i[5] = 1, op->i[6] = 2;
@@ -387,28 +380,12 @@ END_TEST
 static Suite *make_cuda_dnn_suite(void)
 {
 	Suite *s = suite_create("cuda_dnn");
-	TCase *t = tcase_create("map");
-	tcase_add_test(t, test_crc_reference);
-	tcase_add_test(t, test_strides);
-	tcase_add_test(t, test_geom);
-	tcase_add_test(t, test_key);
-	suite_add_tcase(s, t);
-	t = tcase_create("cache");
-	tcase_set_timeout(t, 60);
-	tcase_add_test(t, test_cache_roundtrip);
-	tcase_add_test(t, test_cache_bad_fields);
-	tcase_add_test(t, test_cache_file);
-	tcase_add_test(t, test_default_path);
-	tcase_add_test(t, test_device_string);
-	suite_add_tcase(s, t);
+	check_add_case(s, "map", 0, NULL, NULL, (const TTest *[]){
+		test_crc_reference, test_strides, test_geom, test_key, NULL });
+	check_add_case(s, "cache", 60, NULL, NULL, (const TTest *[]){
+		test_cache_roundtrip, test_cache_bad_fields, test_cache_file, test_default_path,
+		test_device_string, NULL });
 	return s;
 }
 
-int main(void)
-{
-	SRunner *r = srunner_create(make_cuda_dnn_suite());
-	srunner_run_all(r, CK_NORMAL);
-	const int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_cuda_dnn_suite };

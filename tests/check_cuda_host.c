@@ -13,6 +13,7 @@
  *   - the bad-data record's messages and statuses.
  */
 #include <check.h>
+#include "check_main.h"
 #include <kiln/kiln.h>
 #include <math.h>
 #include <stdint.h>
@@ -363,21 +364,13 @@ START_TEST(test_err_message)
 }
 END_TEST
 
-int main(void)
+static Suite *make_cuda_host_suite(void)
 {
 	Suite *s = suite_create("cuda_host");
-	TCase *tc = tcase_create("kern");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_bf16_round);
-	tcase_add_test(tc, test_dropout_mask);
-	tcase_add_test(tc, test_cat_geom);
-	tcase_add_test(tc, test_reorder_geom);
-	tcase_add_test(tc, test_lamb_slots);
-	tcase_add_test(tc, test_err_message);
-	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	const int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	check_add_case(s, "kern", 60, NULL, NULL,
+		       (const TTest *[]){ test_bf16_round, test_dropout_mask, test_cat_geom,
+					  test_reorder_geom, test_lamb_slots, test_err_message, NULL });
+	return s;
 }
+
+static const struct check_main check_suite = { .suite = make_cuda_host_suite };

@@ -14,6 +14,8 @@
 #include "loader.h"
 
 #include <check.h>
+#include "check_main.h"
+#include "test_util.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,15 +25,6 @@
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
 static struct kiln_registry *reg;
-
-static struct kiln_config *cfg_from(const char *text)
-{
-	struct kiln_config *cfg;
-	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
-		      kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
-	return cfg;
-}
 
 /* ---- sharding ------------------------------------------------------------ */
 
@@ -129,7 +122,7 @@ struct rig {
 static kiln_status rig_open(struct rig *r, const char *ini)
 {
 	memset(r, 0, sizeof *r);
-	r->cfg = cfg_from(ini);
+	r->cfg = test_config(reg, ini);
 	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s",
 		      kiln_last_error());
 	ck_assert(kiln_device_stream_create(r->dev, &r->copy) == 0);
@@ -555,15 +548,15 @@ END_TEST
 START_TEST(test_workers_key)
 {
 	int w;
-	struct kiln_config *cfg = cfg_from("[data]\nworkers = auto\n");
+	struct kiln_config *cfg = test_config(reg, "[data]\nworkers = auto\n");
 	ck_assert(kiln_data_workers(cfg, &w) == 0);
 	ck_assert_int_eq(w, -1);
 	kiln_config_free(cfg);
-	cfg = cfg_from("[data]\nworkers = 3\n");
+	cfg = test_config(reg, "[data]\nworkers = 3\n");
 	ck_assert(kiln_data_workers(cfg, &w) == 0);
 	ck_assert_int_eq(w, 3);
 	kiln_config_free(cfg);
-	cfg = cfg_from("[data]\nworkers = many\n");
+	cfg = test_config(reg, "[data]\nworkers = many\n");
 	ck_assert_int_eq(kiln_data_workers(cfg, &w), KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "test.ini:2") && strstr(kiln_last_error(), "auto"),
 		      "%s", kiln_last_error());
@@ -585,38 +578,15 @@ END_TEST
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("data");
-	TCase *tc = tcase_create("shard");
-	tcase_add_test(tc, test_shard_cover_disjoint);
-	tcase_add_test(tc, test_shard_resume_any_world);
-	tcase_add_test(tc, test_workers_key);
-	tcase_add_test(tc, test_u8_planes);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("loader");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_workers_identical);
-	tcase_add_test(tc, test_cache_ram);
-	tcase_add_test(tc, test_on_error);
-	tcase_add_test(tc, test_normalize_on_device);
-	tcase_add_test(tc, test_bf16_samples);
-	tcase_add_test(tc, test_transform_needs_images);
-	tcase_add_test(tc, test_workers_auto_probe);
-	tcase_add_test(tc, test_resume_position);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "shard", 0, NULL, NULL, (const TTest *[]){
+		test_shard_cover_disjoint, test_shard_resume_any_world, test_workers_key,
+		test_u8_planes, NULL });
+	check_add_case(s, "loader", 120, NULL, NULL, (const TTest *[]){
+		test_workers_identical, test_cache_ram, test_on_error, test_normalize_on_device,
+		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
+		test_resume_position, NULL });
 	return s;
 }
 
-int main(void)
-{
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
-	if (kiln_registry_open(TEST_PLUGIN_DIR, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	SRunner *sr = srunner_create(make_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_suite, .reg = &reg,
+					       .plugin_dir = TEST_PLUGIN_DIR, .omp_passive = 1 };

@@ -17,6 +17,8 @@
  *    changes on the host would drift from the plain one.
  */
 #include <check.h>
+#include "check_main.h"
+#include "test_util.h"
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
 #include <math.h>
@@ -25,15 +27,6 @@
 #include <string.h>
 
 static struct kiln_registry *reg;
-
-static struct kiln_config *cfg_from(const char *text)
-{
-	struct kiln_config *cfg;
-	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
-		      kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
-	return cfg;
-}
 
 /* ---- the device's capture rules ------------------------------------------ */
 
@@ -54,7 +47,7 @@ static void dev_open(struct dev *v, int async)
 	memset(v, 0, sizeof *v);
 	snprintf(ini, sizeof ini, "[run]\ndevice = cpu\nthreads = 1\n[plugin.cpu]\ngraph = 1\nasync = %d\n",
 		 async);
-	v->cfg = cfg_from(ini);
+	v->cfg = test_config(reg, ini);
 	ck_assert_msg(kiln_device_open(reg, v->cfg, "cpu", 0, &v->d) == KILN_OK, "%s",
 		      kiln_last_error());
 	v->n = 1000;
@@ -197,7 +190,7 @@ END_TEST
 /* graph = 0: the device declines (KILN_ENOTSUP), the trainer issues steps */
 START_TEST(test_declined)
 {
-	struct kiln_config *cfg = cfg_from("[run]\ndevice = cpu\n");
+	struct kiln_config *cfg = test_config(reg, "[run]\ndevice = cpu\n");
 	struct kiln_device *d;
 	void *s;
 	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &d) == KILN_OK);
@@ -243,7 +236,7 @@ static void train(const char *prec, int workers, int acc, int graph, int async,
 {
 	char ini[4096];
 	snprintf(ini, sizeof ini, cnn_ini, prec, workers, acc, graph, async);
-	struct kiln_config *cfg = cfg_from(ini);
+	struct kiln_config *cfg = test_config(reg, ini);
 	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, res) == 0, "%s", kiln_last_error());
 	kiln_config_free(cfg);
 }
@@ -312,37 +305,12 @@ END_TEST
 static Suite *make_graph_suite(void)
 {
 	Suite *s = suite_create("graph");
-	TCase *tc = tcase_create("rules");
-	tcase_add_test(tc, test_rules_sync);
-	tcase_add_test(tc, test_rules_async);
-	tcase_add_test(tc, test_declined);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("trainer");
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_same_bits_fp32);
-	tcase_add_test(tc, test_same_bits_fp16);
-	tcase_add_test(tc, test_accumulate_issued);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "rules", 0, NULL, NULL, (const TTest *[]){
+		test_rules_sync, test_rules_async, test_declined, NULL });
+	check_add_case(s, "trainer", 300, NULL, NULL, (const TTest *[]){
+		test_same_bits_fp32, test_same_bits_fp16, test_accumulate_issued, NULL });
 	return s;
 }
 
-int main(void)
-{
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	const struct kiln_plugin *p;
-	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
-		fprintf(stderr, "skip: %s\n", kiln_last_error());
-		return 77;
-	}
-	SRunner *sr = srunner_create(make_graph_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_graph_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };

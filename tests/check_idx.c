@@ -11,6 +11,8 @@
 #include <kiln/plugin.h>
 
 #include <check.h>
+#include "check_main.h"
+#include "source_fixture.h"
 #include <dirent.h>
 #include <math.h>
 #include <pthread.h>
@@ -31,12 +33,6 @@
 #define COLS 3
 static const uint8_t small_labels[N] = { 2, 0, 7, 1, 2 }; /* classes = 8 */
 
-static char tmp[512];
-static struct kiln_registry *reg;
-static const struct kiln_source_ops *ops;
-static struct kiln_config *cfg;
-static void *ctx;
-
 static uint8_t pixel(int i, int r, int c)
 {
 	return (uint8_t)((i * 53 + r * 17 + c * 91 + 3) & 0xff);
@@ -46,62 +42,13 @@ static uint8_t pixel(int i, int r, int c)
 
 static void setup(void)
 {
-	const char *t = getenv("TMPDIR");
-	snprintf(tmp, sizeof tmp, "%s/kiln-idx-XXXXXX", t && *t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmp));
-	kiln_log_set_level(KILN_LOG_ERROR);
-	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
-	const struct kiln_plugin *p = NULL;
-	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "idx", &p);
-	ck_assert_msg(st == KILN_OK, "idx source not found: %s", kiln_last_error());
+	source_setup("idx");
+	const struct kiln_plugin *p = source_find("idx");
 	ck_assert_int_eq(p->kind, KILN_PLUGIN_SOURCE);
-	ops = p->ops;
 	ck_assert_uint_ge(ops->version, 1);
-	cfg = NULL;
-	ctx = NULL;
-}
-
-static void teardown(void)
-{
-	if (ctx)
-		ops->close(ctx);
-	ctx = NULL;
-	kiln_config_free(cfg);
-	cfg = NULL;
-	kiln_registry_close(reg);
-	reg = NULL;
-	DIR *d = opendir(tmp);
-	if (d) {
-		struct dirent *de;
-		char p[1024];
-		while ((de = readdir(d)))
-			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-				snprintf(p, sizeof p, "%s/%s", tmp, de->d_name);
-				remove(p);
-			}
-		closedir(d);
-	}
-	rmdir(tmp);
 }
 
 /* ---- writing files ----------------------------------------------------- */
-
-static const char *tpath(const char *name)
-{
-	static char buf[4][1024];
-	static int k;
-	char *b = buf[k++ & 3];
-	snprintf(b, sizeof buf[0], "%s/%s", tmp, name);
-	return b;
-}
-
-static void write_raw(const char *name, const void *buf, size_t n)
-{
-	FILE *f = fopen(tpath(name), "wb");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(buf, 1, n, f), n);
-	ck_assert_int_eq(fclose(f), 0);
-}
 
 static void write_gz(const char *name, const void *buf, size_t n)
 {
@@ -117,20 +64,7 @@ static void write_file(const char *name, const void *buf, size_t n)
 	if (l > 3 && !strcmp(name + l - 3, ".gz"))
 		write_gz(name, buf, n);
 	else
-		write_raw(name, buf, n);
-}
-
-static uint8_t *read_whole(const char *name, size_t *n)
-{
-	FILE *f = fopen(tpath(name), "rb");
-	ck_assert_ptr_nonnull(f);
-	fseek(f, 0, SEEK_END);
-	*n = (size_t)ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *b = malloc(*n + 1);
-	ck_assert_uint_eq(fread(b, 1, *n, f), *n);
-	fclose(f);
-	return b;
+		write_tmp(name, buf, n);
 }
 
 static void put32(uint8_t *p, uint32_t v)
@@ -178,15 +112,9 @@ static void write_small(const char *images, const char *labels)
 static kiln_status open_src(const char *section, const char *split, ...)
 {
 	va_list ap;
-	const char *o;
-	kiln_config_free(cfg);
-	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
 	va_start(ap, split);
-	while ((o = va_arg(ap, const char *)))
-		ck_assert_msg(kiln_config_override(cfg, o) == KILN_OK, "override %s: %s", o,
-			      kiln_last_error());
+	source_config(NULL, ap);
 	va_end(ap);
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "validate: %s", kiln_last_error());
 	ctx = NULL;
 	kiln_clear_error();
 	return ops->open(kiln_host_table(), cfg, section, split, &ctx);
@@ -201,19 +129,6 @@ static kiln_status open_named(const char *images, const char *labels)
 	snprintf(l, sizeof l, "data.labels=%s", labels);
 	return open_src("data", "train", p, i, l, NULL);
 }
-
-#define ASSERT_FAILS(st, want, file, word)                                                   \
-	do {                                                                                 \
-		kiln_status st_ = (st);                                                      \
-		const char *e_ = kiln_last_error();                                          \
-		ck_assert_msg(st_ == (want), "status %s, expected %s (%s)",                  \
-			      kiln_status_name(st_), kiln_status_name(want), e_);            \
-		ck_assert_ptr_null(ctx);                                                     \
-		ck_assert_msg(strstr(e_, (file)) != NULL, "message lacks the path %s: %s",   \
-			      (file), e_);                                                   \
-		ck_assert_msg(strstr(e_, (word)) != NULL, "message lacks '%s': %s", (word),  \
-			      e_);                                                           \
-	} while (0)
 
 /* Check every sample of the small set against mean/std. */
 static void check_small(double mean, double sd)
@@ -393,8 +308,8 @@ START_TEST(test_wrong_image_magic)
 	uint8_t b[512];
 	size_t n = make_images(b);
 	put32(b, 0x12345678);
-	write_raw("img.idx", b, n);
-	write_raw("lab.idx", b, make_labels(b, N));
+	write_tmp("img.idx", b, n);
+	write_tmp("lab.idx", b, make_labels(b, N));
 	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("img.idx"), "magic");
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "0x12345678"));
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "0x00000803"));
@@ -423,8 +338,8 @@ START_TEST(test_truncated_header)
 	uint8_t b[512];
 	size_t n = make_images(b);
 	(void)n;
-	write_raw("img.idx", b, 10);
-	write_raw("lab.idx", b, make_labels(b, N));
+	write_tmp("img.idx", b, 10);
+	write_tmp("lab.idx", b, make_labels(b, N));
 	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("img.idx"),
 		     "truncated header");
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "16"));
@@ -440,17 +355,17 @@ START_TEST(test_truncated_data)
 {
 	uint8_t b[512];
 	size_t n = make_images(b);
-	write_raw("img.idx", b, n - 10);
+	write_tmp("img.idx", b, n - 10);
 	write_gz("img.idx.gz", b, n - 10);
-	write_raw("lab.idx", b, make_labels(b, N));
+	write_tmp("lab.idx", b, make_labels(b, N));
 	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("img.idx"), "truncated");
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "60 bytes"));
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "found 50"));
 	ASSERT_FAILS(open_named("img.idx.gz", "lab.idx"), KILN_EDATA, tpath("img.idx.gz"),
 		     "truncated");
 	/* labels short by one */
-	write_raw("img.idx", b, make_images(b));
-	write_raw("lab.idx", b, make_labels(b, N) - 1);
+	write_tmp("img.idx", b, make_images(b));
+	write_tmp("lab.idx", b, make_labels(b, N) - 1);
 	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("lab.idx"), "truncated");
 }
 END_TEST
@@ -458,8 +373,8 @@ END_TEST
 START_TEST(test_count_mismatch)
 {
 	uint8_t b[512];
-	write_raw("img.idx", b, make_images(b));
-	write_raw("lab.idx", b, make_labels(b, N - 1));
+	write_tmp("img.idx", b, make_images(b));
+	write_tmp("lab.idx", b, make_labels(b, N - 1));
 	ASSERT_FAILS(open_named("img.idx", "lab.idx"), KILN_EDATA, tpath("img.idx"), "mismatch");
 	const char *e = kiln_last_error();
 	ck_assert_ptr_nonnull(strstr(e, tpath("lab.idx")));
@@ -487,7 +402,7 @@ START_TEST(test_corrupt_gzip)
 	uint8_t b[256] = { 0x1f, 0x8b, 0x08, 0x00, 0, 0, 0, 0, 0x00, 0x03 };
 	for (int i = 10; i < 256; i++)
 		b[i] = 0xff;
-	write_raw("img.idx.gz", b, sizeof b);
+	write_tmp("img.idx.gz", b, sizeof b);
 	write_small("unused.idx", "lab.idx");
 	ASSERT_FAILS(open_named("img.idx.gz", "lab.idx"), KILN_EDATA, tpath("img.idx.gz"), "gzip");
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "corrupt"));
@@ -497,15 +412,15 @@ START_TEST(test_corrupt_gzip)
 	write_gz("whole.idx.gz", img, make_images(img));
 	size_t n;
 	uint8_t *z = read_whole("whole.idx.gz", &n);
-	write_raw("cut.idx.gz", z, n / 2);
+	write_tmp("cut.idx.gz", z, n / 2);
 	ASSERT_FAILS(open_named("cut.idx.gz", "lab.idx"), KILN_EDATA, tpath("cut.idx.gz"),
 		     "truncated");
 	/* a flipped CRC in the trailer */
 	z[n - 6] ^= 0x55;
-	write_raw("crc.idx.gz", z, n);
+	write_tmp("crc.idx.gz", z, n);
 	ASSERT_FAILS(open_named("crc.idx.gz", "lab.idx"), KILN_EDATA, tpath("crc.idx.gz"), "gzip");
 	/* the trailer missing */
-	write_raw("notrailer.idx.gz", z, n - 8);
+	write_tmp("notrailer.idx.gz", z, n - 8);
 	ASSERT_FAILS(open_named("notrailer.idx.gz", "lab.idx"), KILN_EDATA,
 		     tpath("notrailer.idx.gz"), "gzip");
 	free(z);
@@ -515,7 +430,7 @@ END_TEST
 START_TEST(test_empty_file)
 {
 	write_small("img.idx", "lab.idx");
-	write_raw("empty.idx", "", 0);
+	write_tmp("empty.idx", "", 0);
 	ASSERT_FAILS(open_named("empty.idx", "lab.idx"), KILN_EDATA, tpath("empty.idx"), "empty");
 	write_gz("empty.idx.gz", "", 0);
 	ASSERT_FAILS(open_named("img.idx", "empty.idx.gz"), KILN_EDATA, tpath("empty.idx.gz"),
@@ -526,12 +441,12 @@ END_TEST
 START_TEST(test_huge_and_zero_dims)
 {
 	uint8_t b[512], l[64];
-	write_raw("lab.idx", l, make_labels(l, N));
+	write_tmp("lab.idx", l, make_labels(l, N));
 	size_t n = make_images(b);
 
 	/* claims 60000 x 28 x 28 (47 MB), holds 60 bytes */
 	put32(b + 4, 60000), put32(b + 8, 28), put32(b + 12, 28);
-	write_raw("big.idx", b, n);
+	write_tmp("big.idx", b, n);
 	ASSERT_FAILS(open_named("big.idx", "lab.idx"), KILN_EDATA, tpath("big.idx"), "truncated");
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "47040000"));
 
@@ -542,32 +457,23 @@ START_TEST(test_huge_and_zero_dims)
 		     "absurd");
 	/* 2^17 x 2^9 x 2^9 = 2^35 bytes: just over the limit */
 	put32(b + 4, 1u << 17), put32(b + 8, 1u << 9), put32(b + 12, 1u << 9);
-	write_raw("absurd2.idx", b, n);
+	write_tmp("absurd2.idx", b, n);
 	ASSERT_FAILS(open_named("absurd2.idx", "lab.idx"), KILN_EDATA, tpath("absurd2.idx"),
 		     "absurd");
 
 	/* zero rows */
 	n = make_images(b);
 	put32(b + 8, 0);
-	write_raw("zero.idx", b, n);
+	write_tmp("zero.idx", b, n);
 	ASSERT_FAILS(open_named("zero.idx", "lab.idx"), KILN_EDATA, tpath("zero.idx"), "zero");
 	/* zero labels */
-	write_raw("img.idx", b, make_images(b));
-	write_raw("lab0.idx", b, make_labels(b, 0));
+	write_tmp("img.idx", b, make_images(b));
+	write_tmp("lab0.idx", b, make_labels(b, 0));
 	ASSERT_FAILS(open_named("img.idx", "lab0.idx"), KILN_EDATA, tpath("lab0.idx"), "zero");
 }
 END_TEST
 
 /* ---- fuzz -------------------------------------------------------------- */
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 11);
-}
 
 /* Mutate `src` (n bytes) into dst: truncate, flip bytes, or rewrite a
  * header word.  Returns the new size. */
@@ -598,24 +504,24 @@ START_TEST(test_fuzz)
 	write_gz("lab.gz", lab, nl);
 	size_t nzi, nzl;
 	uint8_t *zi = read_whole("img.gz", &nzi), *zl = read_whole("lab.gz", &nzl);
-	write_raw("img.idx", img, ni);
-	write_raw("lab.idx", lab, nl);
+	write_tmp("img.idx", img, ni);
+	write_tmp("lab.idx", lab, nl);
 	int ok = 0, failed = 0;
 	for (int it = 0; it < 300; it++) {
 		const char *im = "img.idx", *la = "lab.idx";
 		size_t m;
 		switch (it % 4) {
 		case 0:
-			m = mutate(mut, img, ni), write_raw("m.idx", mut, m), im = "m.idx";
+			m = mutate(mut, img, ni), write_tmp("m.idx", mut, m), im = "m.idx";
 			break;
 		case 1:
-			m = mutate(mut, zi, nzi), write_raw("m.gz", mut, m), im = "m.gz";
+			m = mutate(mut, zi, nzi), write_tmp("m.gz", mut, m), im = "m.gz";
 			break;
 		case 2:
-			m = mutate(mut, lab, nl), write_raw("m.idx", mut, m), la = "m.idx";
+			m = mutate(mut, lab, nl), write_tmp("m.idx", mut, m), la = "m.idx";
 			break;
 		default:
-			m = mutate(mut, zl, nzl), write_raw("m.gz", mut, m), la = "m.gz";
+			m = mutate(mut, zl, nzl), write_tmp("m.gz", mut, m), la = "m.gz";
 			break;
 		}
 		kiln_status st = open_named(im, la);
@@ -703,49 +609,21 @@ END_TEST
 static Suite *make_idx_suite(void)
 {
 	Suite *s = suite_create("idx");
-	TCase *tc = tcase_create("valid");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_raw_normalised);
-	tcase_add_test(tc, test_gz_default_names);
-	tcase_add_test(tc, test_eval_plain_fallback);
-	tcase_add_test(tc, test_absolute_and_mixed);
-	tcase_add_test(tc, test_read_range_and_position);
-	tcase_add_test(tc, test_concurrent_reads);
-	tcase_add_test(tc, test_keys_validated);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "valid", 0, setup, teardown, (const TTest *[]){
+		test_raw_normalised, test_gz_default_names, test_eval_plain_fallback,
+		test_absolute_and_mixed, test_read_range_and_position, test_concurrent_reads,
+		test_keys_validated, NULL });
 
-	tc = tcase_create("corrupt");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_wrong_image_magic);
-	tcase_add_test(tc, test_wrong_label_magic);
-	tcase_add_test(tc, test_truncated_header);
-	tcase_add_test(tc, test_truncated_data);
-	tcase_add_test(tc, test_count_mismatch);
-	tcase_add_test(tc, test_missing_file);
-	tcase_add_test(tc, test_corrupt_gzip);
-	tcase_add_test(tc, test_empty_file);
-	tcase_add_test(tc, test_huge_and_zero_dims);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "corrupt", 0, setup, teardown, (const TTest *[]){
+		test_wrong_image_magic, test_wrong_label_magic, test_truncated_header,
+		test_truncated_data, test_count_mismatch, test_missing_file, test_corrupt_gzip,
+		test_empty_file, test_huge_and_zero_dims, NULL });
 
-	tc = tcase_create("fuzz");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_fuzz);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 
-	tc = tcase_create("fashion_mnist");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_fashion_mnist);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "fashion_mnist", 120, setup, teardown, (const TTest *[]){
+		test_fashion_mnist, NULL });
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(make_idx_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+static const struct check_main check_suite = { .suite = make_idx_suite };

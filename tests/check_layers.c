@@ -22,6 +22,8 @@
  * PyTorch is within a quarter of this of float64); losses: relative 1e-4.
  */
 #include <check.h>   /* START_TEST, ck_assert_msg, tcase_add_loop_test */
+#include "check_main.h"
+#include "test_util.h"
 #include <jansson.h> /* the safetensors header */
 #include <kiln/kiln.h>
 #include <math.h>
@@ -706,33 +708,13 @@ static Suite *make_layers_suite(void)
 	return s;
 }
 
-int main(void)
+/* the references, loaded once here: forked tests inherit them */
+static int layers_setup(void)
 {
-	/* as the CLI does: sleeping OpenMP waiters, so 2 cores are not starved */
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
 	char path[4096];
-	const char *srcdir = getenv("srcdir");
-	snprintf(path, sizeof path, "%s/tests/data/layer_refs.safetensors",
-		 srcdir ? srcdir : ".");
-	if (ref_load(path))
-		return 1;
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	const struct kiln_plugin *p;
-	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
-		fprintf(stderr, "skip: %s\n", kiln_last_error());
-		kiln_registry_close(reg);
-		ref_unload();
-		return 77;
-	}
-	SRunner *sr = srunner_create(make_layers_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	ref_unload();
-	return failed ? 1 : 0;
+	return ref_load(test_data_path(path, sizeof path, "layer_refs.safetensors")) ? 1 : 0;
 }
+
+static const struct check_main check_suite = { .suite = make_layers_suite, .reg = &reg,
+					       .need_cpu = 1, .setup = layers_setup,
+					       .teardown = ref_unload, .omp_passive = 1 };

@@ -5,6 +5,8 @@
  * across thread counts, the training-state accessor, config errors, and an
  * MLP trained with adamw and with lamb on Fashion-MNIST. */
 #include <check.h>
+#include "check_main.h"
+#include "test_util.h"
 #include <kiln/kiln.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,15 +18,6 @@
 static struct kiln_registry *reg;
 
 #define OK(x) ck_assert_msg((x) == KILN_OK, "%s", kiln_last_error())
-
-static struct kiln_config *cfg_from(const char *text)
-{
-	struct kiln_config *cfg;
-	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
-		      kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
-	return cfg;
-}
 
 /* ---- the reference file ------------------------------------------------ */
 
@@ -90,7 +83,7 @@ struct rig {
 static void rig_open(struct rig *r, const char *ini, int64_t in)
 {
 	memset(r, 0, sizeof *r);
-	r->cfg = cfg_from(ini);
+	r->cfg = test_config(reg, ini);
 	OK(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev));
 	struct kiln_tensor_desc sample;
 	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
@@ -229,7 +222,7 @@ static void lamb_device(int threads, const int64_t *off, int T, const float *w0,
 	char ini[256];
 	snprintf(ini, sizeof ini, "[run]\nthreads = %d\n%s", threads,
 		 "[layer.a]\ntype = linear\nout = 2\n[layer.loss]\ntype = softmax_xent\n");
-	struct kiln_config *cfg = cfg_from(ini);
+	struct kiln_config *cfg = test_config(reg, ini);
 	struct kiln_device *dev;
 	void *s, *plan, *ws = NULL, *dw, *dm, *dv, *dg, *dd, *dlr, *dt, *doff;
 	size_t wsb = 0, b = (size_t)n * 4;
@@ -414,7 +407,7 @@ START_TEST(test_config_errors)
 		char ini[512];
 		snprintf(ini, sizeof ini, "[layer.fc]\ntype = linear\nout = 4\n"
 			 "[layer.loss]\ntype = softmax_xent\n[train]\n%s", cases[c].train);
-		struct kiln_config *cfg = cfg_from(ini);
+		struct kiln_config *cfg = test_config(reg, ini);
 		struct kiln_device *dev;
 		struct kiln_model *m;
 		int64_t in = 3;
@@ -467,7 +460,7 @@ START_TEST(test_mlp_adaptive)
 		 "weight_decay = 0.01\nno_decay = *.bias\noptimizer = %s\n"
 		 "[plugin.cpu]\nasync = 1\n",
 		 opt[_i]);
-	struct kiln_config *cfg = cfg_from(ini);
+	struct kiln_config *cfg = test_config(reg, ini);
 	struct kiln_train_result res;
 	OK(kiln_train(cfg, reg, NULL, NULL, &res));
 	printf("check_optim: MLP with %s: train loss %.4f, test accuracy %.4f\n",
@@ -498,24 +491,5 @@ static Suite *make_optim_suite(void)
 	return s;
 }
 
-int main(void)
-{
-	/* as the CLI does: sleeping OpenMP waiters, so 2 cores are not starved */
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	const struct kiln_plugin *p;
-	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
-		fprintf(stderr, "skip: %s\n", kiln_last_error());
-		return 77;
-	}
-	SRunner *sr = srunner_create(make_optim_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_optim_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };

@@ -8,6 +8,7 @@
 #include <kiln/kiln.h>
 
 #include <check.h>   /* Suite, ck_assert_* */
+#include "check_main.h"
 #include <stdio.h>   /* snprintf, open_memstream */
 #include <stdlib.h>  /* unsetenv, setenv */
 #include <string.h>  /* strstr, strcmp */
@@ -449,38 +450,15 @@ Suite *make_plugin_suite(void);
 Suite *make_plugin_suite(void)
 {
 	Suite *s = suite_create("plugin");
-	TCase *tc = tcase_create("load");
-	tcase_add_checked_fixture(tc, open_test_registry, close_registry);
-	tcase_add_test(tc, search_path_first);
-	tcase_add_test(tc, files_listed);
-	tcase_add_test(tc, good_plugins);
-	tcase_add_test(tc, use_optim);
-	tcase_add_test(tc, use_source);
-	tcase_add_test(tc, bad_abi);
-	tcase_add_test(tc, missing_symbol);
-	tcase_add_test(tc, dlopen_failure);
-	tcase_add_test(tc, init_returns_null);
-	tcase_add_test(tc, probe_failure);
-	tcase_add_test(tc, not_found);
-	tcase_add_test(tc, validate_plugin_keys);
-	tcase_add_test(tc, write_plugin_keys);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "load", 0, open_test_registry, close_registry, (const TTest *[]){
+		search_path_first, files_listed, good_plugins, use_optim, use_source, bad_abi,
+		missing_symbol, dlopen_failure, init_returns_null, probe_failure, not_found,
+		validate_plugin_keys, write_plugin_keys, NULL });
 
-	tc = tcase_create("order");
-	tcase_add_test(tc, earlier_directory_wins);
-	tcase_add_test(tc, later_directory_loses);
-	tcase_add_test(tc, env_path);
-	tcase_add_test(tc, host_table);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "order", 0, NULL, NULL, (const TTest *[]){
+		earlier_directory_wins, later_directory_loses, env_path, host_table, NULL });
 	return s;
 }
 
-int main(void)
-{
-	unsetenv("KILN_PLUGIN_PATH");
-	SRunner *sr = srunner_create(make_plugin_suite());
-	srunner_run_all(sr, CK_VERBOSE);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+static const struct check_main check_suite = { .suite = make_plugin_suite, .verbose = 1,
+					       .own_plugin_path = 1 };

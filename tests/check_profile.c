@@ -4,6 +4,7 @@
  * two slices of one track overlap, the table's rows add up to its total,
  * and profiling changes no number of the run. */
 #include <check.h>
+#include "check_main.h"
 #include <jansson.h>
 #include <kiln/kiln.h>
 #include <math.h>
@@ -266,32 +267,10 @@ END_TEST
 static Suite *make_profile_suite(void)
 {
 	Suite *s = suite_create("profile");
-	TCase *tc = tcase_create("cnn");
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_profile_cnn);
-	tcase_add_test(tc, test_profile_inline_nhwc);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "cnn", 300, NULL, NULL, (const TTest *[]){
+		test_profile_cnn, test_profile_inline_nhwc, NULL });
 	return s;
 }
 
-int main(void)
-{
-	/* as the CLI does: sleeping OpenMP waiters, so 2 cores are not starved */
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	const struct kiln_plugin *p;
-	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
-		fprintf(stderr, "skip: %s\n", kiln_last_error());
-		return 77;
-	}
-	SRunner *sr = srunner_create(make_profile_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_profile_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };

@@ -19,6 +19,8 @@
 #include "plugins/loaders/records.h"
 
 #include <check.h>
+#include "check_main.h"
+#include "source_fixture.h"
 #include <dirent.h>
 #include <math.h>
 #include <pthread.h>
@@ -35,94 +37,18 @@
 /* Exported by libkiln (core/crc32c.c), not in the public headers. */
 uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n);
 
-static char tmp[512];
-static struct kiln_registry *reg;
-static const struct kiln_source_ops *ops;
 static const struct kiln_host *host;
-static struct kiln_config *cfg;
-static void *ctx;
 
 /* ---- fixtures ---------------------------------------------------------- */
 
-static void rm_tree(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return;
-	struct dirent *de;
-	char p[1024];
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
-			struct stat sb;
-			snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-			if (!lstat(p, &sb) && S_ISDIR(sb.st_mode))
-				rm_tree(p);
-			else
-				remove(p);
-		}
-	closedir(d);
-	rmdir(dir);
-}
-
 static void setup(void)
 {
-	const char *t = getenv("TMPDIR");
-	snprintf(tmp, sizeof tmp, "%s/kiln-records-XXXXXX", t && *t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmp));
-	kiln_log_set_level(KILN_LOG_ERROR);
-	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
-	const struct kiln_plugin *p = NULL;
-	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, "records", &p);
-	ck_assert_msg(st == KILN_OK, "records source not found: %s", kiln_last_error());
-	ops = p->ops;
+	source_setup("records");
+	source_find("records");
 	ck_assert_uint_ge(ops->version, 2);
 	ck_assert_ptr_nonnull(ops->read_image);
 	host = kiln_host_table();
 	ck_assert_uint_ge(host->version, 2);
-	cfg = NULL;
-	ctx = NULL;
-}
-
-static void teardown(void)
-{
-	if (ctx)
-		ops->close(ctx);
-	ctx = NULL;
-	kiln_config_free(cfg);
-	cfg = NULL;
-	kiln_registry_close(reg);
-	reg = NULL;
-	rm_tree(tmp);
-}
-
-static const char *tpath(const char *name)
-{
-	static char buf[8][1024];
-	static int k;
-	char *b = buf[k++ & 7];
-	snprintf(b, sizeof buf[0], "%s/%s", tmp, name);
-	return b;
-}
-
-static void write_raw(const char *name, const void *buf, size_t n)
-{
-	FILE *f = fopen(tpath(name), "wb");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(buf, 1, n, f), n);
-	ck_assert_int_eq(fclose(f), 0);
-}
-
-static uint8_t *read_whole(const char *name, size_t *n)
-{
-	FILE *f = fopen(tpath(name), "rb");
-	ck_assert_ptr_nonnull(f);
-	fseek(f, 0, SEEK_END);
-	*n = (size_t)ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *b = malloc(*n + 1);
-	ck_assert_uint_eq(fread(b, 1, *n, f), *n);
-	fclose(f);
-	return b;
 }
 
 /* ---- the records of a test ------------------------------------------- */
@@ -195,16 +121,9 @@ static void fixed_specs(struct spec *v, int n, int first, int enc)
 static kiln_status open_src(const char *section, const char *split, ...)
 {
 	va_list ap;
-	const char *o;
-	kiln_config_free(cfg);
-	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
-	ck_assert_int_eq(kiln_config_override(cfg, "data.source=records"), KILN_OK);
 	va_start(ap, split);
-	while ((o = va_arg(ap, const char *)))
-		ck_assert_msg(kiln_config_override(cfg, o) == KILN_OK, "override %s: %s", o,
-			      kiln_last_error());
+	source_config("records", ap);
 	va_end(ap);
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "validate: %s", kiln_last_error());
 	if (ctx)
 		ops->close(ctx);
 	ctx = NULL;
@@ -219,19 +138,6 @@ static kiln_status open_file(const char *name)
 	snprintf(p, sizeof p, "data.path=%s", tpath(name));
 	return open_src("data", "train", p, NULL);
 }
-
-#define ASSERT_FAILS(st, want, file, word)                                                   \
-	do {                                                                                 \
-		kiln_status st_ = (st);                                                      \
-		const char *e_ = kiln_last_error();                                          \
-		ck_assert_msg(st_ == (want), "status %s, expected %s (%s)",                  \
-			      kiln_status_name(st_), kiln_status_name(want), e_);            \
-		ck_assert_ptr_null(ctx);                                                     \
-		ck_assert_msg(strstr(e_, (file)) != NULL, "message lacks the path %s: %s",   \
-			      (file), e_);                                                   \
-		ck_assert_msg(strstr(e_, (word)) != NULL, "message lacks '%s': %s", (word),  \
-			      e_);                                                           \
-	} while (0)
 
 /* Sample i of the open source equals spec s (exactly, or within `tol`
  * levels with a mean error under 2 for JPEG). */
@@ -420,7 +326,7 @@ START_TEST(test_multi_shards)
 	write_shard("train-00001.krec", NULL, 0, 0);
 	write_shard("train-00002.krec", b, 5, 0);
 	write_shard("test-00000.krec", t, 2, 0);
-	write_raw("train-00003.krec.tmp", "junk", 4); /* an unfinished pack: ignored */
+	write_tmp("train-00003.krec.tmp", "junk", 4); /* an unfinished pack: ignored */
 	char p[1100];
 	snprintf(p, sizeof p, "data.path=%s", tmp);
 
@@ -640,7 +546,7 @@ START_TEST(test_header_and_index_flips)
 		for (size_t f = 0; f < sizeof flips; f++) {
 			memcpy(m, good, n);
 			m[at] ^= flips[f];
-			write_raw("m.krec", m, n);
+			write_tmp("m.krec", m, n);
 			kiln_status st = open_file("m.krec");
 			const char *e = kiln_last_error();
 			ck_assert_msg(st == KILN_EDATA, "byte %zu ^ 0x%02x: status %s (%s)", at, flips[f],
@@ -658,7 +564,7 @@ START_TEST(test_header_and_index_flips)
 	memcpy(m, good, n);
 	m[8] = 2;
 	rec_put32(m + REC_HEADER_CRC_AT, host->crc32c(0, m, REC_HEADER_CRC_AT));
-	write_raw("m.krec", m, n);
+	write_tmp("m.krec", m, n);
 	ASSERT_FAILS(open_file("m.krec"), KILN_EDATA, tpath("m.krec"), "version 2");
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "newer kiln"));
 	free(m);
@@ -677,7 +583,7 @@ START_TEST(test_record_flips)
 	for (uint64_t at = off; at < off + len; at++) {
 		memcpy(m, good, n);
 		m[at] ^= 0x10;
-		write_raw("m.krec", m, n);
+		write_tmp("m.krec", m, n);
 		ck_assert_msg(open_file("m.krec") == KILN_OK, "%s", kiln_last_error());
 		int32_t y;
 		ck_assert_int_eq(ops->read_image(ctx, 0, &img, &y), KILN_OK);
@@ -704,7 +610,7 @@ START_TEST(test_truncation)
 	size_t n;
 	uint8_t *good = small_shard(&n);
 	for (size_t len = 0; len < n; len++) {
-		write_raw("m.krec", good, len);
+		write_tmp("m.krec", good, len);
 		kiln_status st = open_file("m.krec");
 		const char *e = kiln_last_error();
 		ck_assert_msg(st == KILN_EDATA, "length %zu: %s (%s)", len, kiln_status_name(st), e);
@@ -717,7 +623,7 @@ START_TEST(test_truncation)
 	uint8_t *longer = malloc(n + 1);
 	memcpy(longer, good, n);
 	longer[n] = 0;
-	write_raw("m.krec", longer, n + 1);
+	write_tmp("m.krec", longer, n + 1);
 	ASSERT_FAILS(open_file("m.krec"), KILN_EDATA, tpath("m.krec"), "1 bytes follow");
 	free(longer);
 	free(good);
@@ -728,13 +634,13 @@ START_TEST(test_wrong_magic)
 {
 	/* an IDX image file where a shard should be */
 	uint8_t idx[16 + 80] = { 0, 0, 8, 3, 0, 0, 0, 5, 0, 0, 0, 4, 0, 0, 0, 4 };
-	write_raw("m.krec", idx, sizeof idx);
+	write_tmp("m.krec", idx, sizeof idx);
 	ASSERT_FAILS(open_file("m.krec"), KILN_EDATA, tpath("m.krec"), "wrong magic");
 	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "00 00 08 03"));
 	/* a few bytes: still "magic" when there are 8, else truncated */
-	write_raw("m.krec", "KILNREX", 8);
+	write_tmp("m.krec", "KILNREX", 8);
 	ASSERT_FAILS(open_file("m.krec"), KILN_EDATA, tpath("m.krec"), "wrong magic");
-	write_raw("m.krec", "KILN", 4);
+	write_tmp("m.krec", "KILN", 4);
 	ASSERT_FAILS(open_file("m.krec"), KILN_EDATA, tpath("m.krec"), "truncated header");
 	/* a directory */
 	ck_assert_int_eq(mkdir(tpath("d.krec"), 0700), 0);
@@ -784,7 +690,7 @@ START_TEST(test_consistent_but_invalid)
 		else
 			rec_put32(m + at, cases[k].value);
 		refresh_crcs(m, n);
-		write_raw("m.krec", m, n);
+		write_tmp("m.krec", m, n);
 		kiln_status st = open_file("m.krec");
 		if (!cases[k].at_open) {
 			ck_assert_msg(st == KILN_OK, "case %zu: %s", k, kiln_last_error());
@@ -806,15 +712,6 @@ START_TEST(test_consistent_but_invalid)
 END_TEST
 
 /* ---- fuzz -------------------------------------------------------------- */
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 11);
-}
 
 /* Recompute every CRC that can be found (header, index, records) so that
  * a mutation gets past the checksums to the checks behind them.  Trusts
@@ -889,7 +786,7 @@ START_TEST(test_fuzz)
 		size_t len = mutate(m, good, n, index_at);
 		if (it % 2)
 			refresh_crcs(m, len); /* half of them get past the CRCs */
-		write_raw("m.krec", m, len);
+		write_tmp("m.krec", m, len);
 		kiln_status st = open_file("m.krec");
 		if (st != KILN_OK) {
 			ck_assert_msg(st == KILN_EDATA || st == KILN_EIO, "iteration %d: %s: %s", it,
@@ -943,7 +840,7 @@ START_TEST(test_fashion_mnist_pack)
 			FMNIST_DIR);
 		return;
 	}
-	write_raw("pack.ini", "[data]\nsource = idx\n", 20);
+	write_tmp("pack.ini", "[data]\nsource = idx\n", 20);
 	char cmd[4096];
 	snprintf(cmd, sizeof cmd, "'%s' pack '%s' --section data.eval --store raw --out '%s' >'%s' 2>&1",
 		 KILN_BIN, tpath("pack.ini"), tpath("out"), tpath("pack.log"));
@@ -1007,51 +904,21 @@ END_TEST
 static Suite *make_records_suite(void)
 {
 	Suite *s = suite_create("records");
-	TCase *tc = tcase_create("crc32c");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_crc32c);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "crc32c", 0, setup, teardown, (const TTest *[]){ test_crc32c, NULL });
 
-	tc = tcase_create("valid");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_raw_roundtrip);
-	tcase_add_test(tc, test_png_roundtrip);
-	tcase_add_test(tc, test_jpeg_roundtrip);
-	tcase_add_test(tc, test_multi_shards);
-	tcase_add_test(tc, test_mixed_sizes);
-	tcase_add_test(tc, test_concurrent_reads);
-	tcase_add_test(tc, test_keys_validated);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "valid", 0, setup, teardown, (const TTest *[]){
+		test_raw_roundtrip, test_png_roundtrip, test_jpeg_roundtrip, test_multi_shards,
+		test_mixed_sizes, test_concurrent_reads, test_keys_validated, NULL });
 
-	tc = tcase_create("corrupt");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_header_and_index_flips);
-	tcase_add_test(tc, test_record_flips);
-	tcase_add_test(tc, test_truncation);
-	tcase_add_test(tc, test_wrong_magic);
-	tcase_add_test(tc, test_consistent_but_invalid);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "corrupt", 60, setup, teardown, (const TTest *[]){
+		test_header_and_index_flips, test_record_flips, test_truncation, test_wrong_magic,
+		test_consistent_but_invalid, NULL });
 
-	tc = tcase_create("fuzz");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_fuzz);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 
-	tc = tcase_create("fashion_mnist");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_fashion_mnist_pack);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "fashion_mnist", 120, setup, teardown, (const TTest *[]){
+		test_fashion_mnist_pack, NULL });
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(make_records_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+static const struct check_main check_suite = { .suite = make_records_suite };

@@ -16,6 +16,7 @@
  *   CK_RUN_CASE=format tests/check_safetensors
  */
 #include <check.h>
+#include "check_main.h"
 #include <kiln/kiln.h>
 #include <math.h>
 #include <stdarg.h>
@@ -763,50 +764,34 @@ END_TEST
 static Suite *make_safetensors_suite(void)
 {
 	Suite *s = suite_create("safetensors");
-	TCase *tc = tcase_create("format");
-	tcase_add_test(tc, test_roundtrip);
-	tcase_add_test(tc, test_corrupt);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("weights");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_torch_nchw);
-	tcase_add_test(tc, test_torch_nhwc);
-	tcase_add_test(tc, test_save_load);
-	tcase_add_test(tc, test_strict);
-	tcase_add_test(tc, test_dtypes);
-	tcase_add_test(tc, test_trainer_init_from);
-	tcase_add_test(tc, test_export_cli);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "format", 0, NULL, NULL, (const TTest *[]){
+		test_roundtrip, test_corrupt, NULL });
+	check_add_case(s, "weights", 120, NULL, NULL, (const TTest *[]){
+		test_torch_nchw, test_torch_nhwc, test_save_load, test_strict, test_dtypes,
+		test_trainer_init_from, test_export_cli, NULL });
 	return s;
 }
 
-int main(void)
+/* before the run: the data directory and a scratch directory */
+static int st_setup(void)
 {
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
 	if (getenv("srcdir"))
 		srcdir = getenv("srcdir");
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");
 		return 1;
 	}
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	const struct kiln_plugin *p;
-	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
-		fprintf(stderr, "skip: %s\n", kiln_last_error());
-		return 77;
-	}
-	SRunner *sr = srunner_create(make_safetensors_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
+	return 0;
+}
+
+static void st_teardown(void)
+{
 	char cmd[1200];
 	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
 	if (system(cmd))
 		fprintf(stderr, "could not remove %s\n", tmpdir);
-	return failed ? 1 : 0;
 }
+
+static const struct check_main check_suite = { .suite = make_safetensors_suite, .reg = &reg,
+					       .need_cpu = 1, .setup = st_setup,
+					       .teardown = st_teardown, .omp_passive = 1 };

@@ -7,6 +7,7 @@
 #include <kiln/plugin.h>
 
 #include <check.h>
+#include "check_main.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,21 +130,12 @@ START_TEST(test_schedule_bad)
 }
 END_TEST
 
-int main(void)
+static Suite *make_sched_suite(void)
 {
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
 	Suite *s = suite_create("sched");
-	TCase *tc = tcase_create("sched");
-	tcase_add_test(tc, test_schedules_vs_pytorch);
-	tcase_add_test(tc, test_schedule_bad);
-	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	return failed ? 1 : 0;
+	check_add_case(s, "sched", 0, NULL, NULL,
+		       (const TTest *[]){ test_schedules_vs_pytorch, test_schedule_bad, NULL });
+	return s;
 }
+
+static const struct check_main check_suite = { .suite = make_sched_suite, .reg = &reg };

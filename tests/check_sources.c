@@ -14,15 +14,15 @@
  * A fuzz case mutates a valid tar 2000 times; Check forks each test, so a
  * crash fails it.
  */
-#define _GNU_SOURCE /* nftw */
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
 
 #include "../plugins/loaders/image.h"
 
 #include <check.h>
+#include "check_main.h"
+#include "source_fixture.h"
 #include <fcntl.h>
-#include <ftw.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -33,65 +33,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char tmp[512];
-static struct kiln_registry *reg;
-static const struct kiln_source_ops *ops;
-static struct kiln_config *cfg;
-static void *ctx;
-
 /* ---- fixtures ---------------------------------------------------------- */
 
 static void setup(void)
 {
-	const char *t = getenv("TMPDIR");
-	snprintf(tmp, sizeof tmp, "%s/kiln-src-XXXXXX", t && *t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmp));
-	kiln_log_set_level(KILN_LOG_ERROR);
-	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
-	cfg = NULL;
-	ctx = NULL;
-	ops = NULL;
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	remove(p);
-	return 0;
-}
-
-static void teardown(void)
-{
-	if (ctx)
-		ops->close(ctx);
-	ctx = NULL;
-	kiln_config_free(cfg);
-	cfg = NULL;
-	kiln_registry_close(reg);
-	reg = NULL;
-	nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	source_setup("src");
 }
 
 static void use(const char *source)
 {
-	const struct kiln_plugin *p = NULL;
-	kiln_status st = kiln_registry_find(reg, KILN_PLUGIN_SOURCE, source, &p);
-	ck_assert_msg(st == KILN_OK, "%s source not found: %s", source, kiln_last_error());
-	ops = p->ops;
+	source_find(source);
 	ck_assert_uint_ge(ops->version, 2);
 	ck_assert_ptr_nonnull(ops->read_image);
 }
 
 /* ---- files ------------------------------------------------------------- */
-
-static const char *tpath(const char *name)
-{
-	static char buf[8][1024];
-	static int k;
-	char *b = buf[k++ & 7];
-	snprintf(b, sizeof buf[0], "%s/%s", tmp, name);
-	return b;
-}
 
 /* mkdir -p of tmp/rel's directory part (or of rel itself when dir). */
 static void mkdirs(const char *rel, int dir)
@@ -183,22 +139,13 @@ static void check_image(const struct kiln_image *img, int fmt, int h, int w, int
 static kiln_status open_src(const char *source, const char *section, const char *split, ...)
 {
 	va_list ap;
-	const char *o;
-	char s[64];
 	use(source);
 	if (ctx)
 		ops->close(ctx);
 	ctx = NULL;
-	kiln_config_free(cfg);
-	ck_assert_int_eq(kiln_config_new(&cfg), KILN_OK);
-	snprintf(s, sizeof s, "data.source=%s", source);
-	ck_assert_int_eq(kiln_config_override(cfg, s), KILN_OK);
 	va_start(ap, split);
-	while ((o = va_arg(ap, const char *)))
-		ck_assert_msg(kiln_config_override(cfg, o) == KILN_OK, "override %s: %s", o,
-			      kiln_last_error());
+	source_config(source, ap);
 	va_end(ap);
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "validate: %s", kiln_last_error());
 	kiln_clear_error();
 	return ops->open(kiln_host_table(), cfg, section, split, &ctx);
 }
@@ -701,15 +648,6 @@ static void make_tar(struct tarbuf *t)
 }
 
 /* ---- fuzz -------------------------------------------------------------- */
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 11);
-}
 
 /* Offsets of the headers of a tar in buf (walks it as written). */
 static int header_offsets(const uint8_t *p, size_t n, size_t *out, int max)
@@ -1352,50 +1290,23 @@ END_TEST
 static Suite *make_sources_suite(void)
 {
 	Suite *s = suite_create("sources");
-	TCase *tc = tcase_create("folder");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_folder_valid);
-	tcase_add_test(tc, test_folder_splits);
-	tcase_add_test(tc, test_folder_concurrent);
-	tcase_add_test(tc, test_folder_corrupt_images);
-	tcase_add_test(tc, test_folder_bad_roots);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "folder", 0, setup, teardown, (const TTest *[]){
+		test_folder_valid, test_folder_splits, test_folder_concurrent,
+		test_folder_corrupt_images, test_folder_bad_roots, NULL });
 
-	tc = tcase_create("tar");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_tar_valid);
-	tcase_add_test(tc, test_tar_shards);
-	tcase_add_test(tc, test_tar_truncated);
-	tcase_add_test(tc, test_tar_checksum);
-	tcase_add_test(tc, test_tar_bad_samples);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "tar", 0, setup, teardown, (const TTest *[]){
+		test_tar_valid, test_tar_shards, test_tar_truncated, test_tar_checksum,
+		test_tar_bad_samples, NULL });
 
-	tc = tcase_create("tar_fuzz");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_tar_fuzz);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "tar_fuzz", 120, setup, teardown, (const TTest *[]){
+		test_tar_fuzz, NULL });
 
-	tc = tcase_create("lmdb");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_lmdb_valid);
-	tcase_add_test(tc, test_lmdb_corrupt);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "lmdb", 0, setup, teardown, (const TTest *[]){
+		test_lmdb_valid, test_lmdb_corrupt, NULL });
 
-	tc = tcase_create("synthetic");
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, test_synthetic);
-	tcase_add_test(tc, test_synthetic_bad_keys);
-	tcase_add_test(tc, test_keys_validated);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "synthetic", 0, setup, teardown, (const TTest *[]){
+		test_synthetic, test_synthetic_bad_keys, test_keys_validated, NULL });
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(make_sources_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+static const struct check_main check_suite = { .suite = make_sources_suite };

@@ -16,6 +16,7 @@
 #include <kiln/dist.h>
 
 #include <check.h>
+#include "check_main.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -314,25 +315,10 @@ END_TEST
 static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
-	TCase *tc = tcase_create("store");
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_set_get_add);
-	tcase_add_test(tc, test_get_waits);
-	tcase_add_test(tc, test_get_timeout);
-	tcase_add_test(tc, test_rendezvous_timeout);
-	tcase_add_test(tc, test_rendezvous_ok);
-	tcase_add_test(tc, test_lost_rank);
-	tcase_add_test(tc, test_nobody_listens);
-	tcase_add_test(tc, test_env);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
+		test_set_get_add, test_get_waits, test_get_timeout, test_rendezvous_timeout,
+		test_rendezvous_ok, test_lost_rank, test_nobody_listens, test_env, NULL });
 	return s;
 }
 
-int main(void)
-{
-	SRunner *sr = srunner_create(make_store_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_store_suite };

@@ -3,6 +3,8 @@
  * SGD steps against a PyTorch dump, a small MLP reaching 82% on Fashion-MNIST,
  * and a steady-state step that allocates nothing and never syncs. */
 #include <check.h>
+#include "check_main.h"
+#include "test_util.h"
 #include <jansson.h>
 #include <kiln/kiln.h>
 #include <math.h>
@@ -11,15 +13,6 @@
 #include <string.h>
 
 static struct kiln_registry *reg;
-
-static struct kiln_config *cfg_from(const char *text)
-{
-	struct kiln_config *cfg;
-	ck_assert_msg(kiln_config_load_string(text, "test.ini", &cfg) == KILN_OK, "%s",
-		      kiln_last_error());
-	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
-	return cfg;
-}
 
 /* ---- a tiny harness around one model ----------------------------------- */
 
@@ -38,7 +31,7 @@ struct rig {
 static void rig_open_shape(struct rig *r, const char *ini, int64_t B, int nd, const int64_t *dims)
 {
 	memset(r, 0, sizeof *r);
-	r->cfg = cfg_from(ini);
+	r->cfg = test_config(reg, ini);
 	r->B = B;
 	r->in = 1;
 	for (int i = 0; i < nd; i++)
@@ -471,7 +464,7 @@ START_TEST(test_graph_errors)
 		  "layer 'aux' feeds nothing" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		cfg = cfg_from(cases[i].ini);
+		cfg = test_config(reg, cases[i].ini);
 		ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
 		kiln_status st = kiln_model_create(cfg, reg, dev, &sample, &m);
 		ck_assert_int_eq(st, KILN_ECONFIG);
@@ -510,7 +503,7 @@ START_TEST(test_mlp_2000)
 	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
 	ck_assert(mkdtemp(dir) != NULL);
 	snprintf(ini, sizeof ini, mlp_ini, dir, 30, 20, 0);
-	struct kiln_config *cfg = cfg_from(ini);
+	struct kiln_config *cfg = test_config(reg, ini);
 	struct kiln_train_result res;
 	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
 	/* 2,000 held-out samples: the first 2,000 of the test split */
@@ -536,7 +529,7 @@ START_TEST(test_steady_state_async)
 	char ini[2048];
 	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 1);
-	struct kiln_config *cfg = cfg_from(ini);
+	struct kiln_config *cfg = test_config(reg, ini);
 	struct kiln_train_result res;
 	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(res.steps, 2 * 62);
@@ -547,7 +540,7 @@ START_TEST(test_steady_state_async)
 	/* identical numbers in sync and async modes */
 	struct kiln_config *cfg2;
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 0);
-	cfg2 = cfg_from(ini);
+	cfg2 = test_config(reg, ini);
 	struct kiln_train_result res2;
 	ck_assert(kiln_train(cfg2, reg, NULL, NULL, &res2) == 0);
 	ck_assert_double_eq(res.test_acc, res2.test_acc);
@@ -903,7 +896,7 @@ START_TEST(test_recompute_deep)
 	ck_assert_int_gt(mem[1].recomputed, 0);
 	ck_assert_uint_ge(mem[0].activations, 3 * mem[1].activations);
 
-	struct kiln_config *cfg = cfg_from("[layer.fc]\ntype = linear\nout = 3\n"
+	struct kiln_config *cfg = test_config(reg, "[layer.fc]\ntype = linear\nout = 3\n"
 					   "[layer.loss]\ntype = softmax_xent\n"
 					   "[train]\nrecompute = lots\n");
 	struct kiln_device *dev;
@@ -975,7 +968,7 @@ START_TEST(test_cnn_e2e)
 			 "[layer.loss]\ntype = softmax_xent\n"
 			 "[train]\nepochs = 3\nbatch = 32\nlr = 0.05\nlog_every = 10\neval_batch = 128\n",
 			 l ? "nhwc" : "nchw");
-		struct kiln_config *cfg = cfg_from(ini);
+		struct kiln_config *cfg = test_config(reg, ini);
 		ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res[l]) == 0, "%s", kiln_last_error());
 		ck_assert_int_eq(res[l].test_samples, 300);
 		ck_assert_msg(res[l].test_acc > 0.5, "test accuracy %.3f", res[l].test_acc);
@@ -990,56 +983,17 @@ END_TEST
 static Suite *make_train_suite(void)
 {
 	Suite *s = suite_create("train");
-	TCase *tc = tcase_create("layers");
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_fd_sync);
-	tcase_add_test(tc, test_fd_async);
-	tcase_add_test(tc, test_fd_cnn_nchw);
-	tcase_add_test(tc, test_fd_cnn_nhwc);
-	tcase_add_test(tc, test_conv_bias_rule);
-	tcase_add_test(tc, test_pytorch_mlp);
-	tcase_add_test(tc, test_arena_packing);
-	tcase_add_test(tc, test_frozen_layer);
-	tcase_add_test(tc, test_graph_errors);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("e2e");
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_mlp_2000);
-	tcase_add_test(tc, test_steady_state_async);
-	tcase_add_test(tc, test_cnn_e2e);
-	tcase_add_test(tc, test_loader_workers);
-	tcase_add_test(tc, test_accumulate);
-	tcase_add_test(tc, test_skip_nonfinite);
-	tcase_add_test(tc, test_eval_every_early_stop);
-	tcase_add_test(tc, test_data_val);
-	tcase_add_test(tc, test_memory_report);
-	tcase_add_test(tc, test_inplace);
-	tcase_add_test(tc, test_recompute_nchw);
-	tcase_add_test(tc, test_recompute_nhwc);
-	tcase_add_test(tc, test_recompute_deep);
-	tcase_add_test(tc, test_memory_accounting);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "layers", 120, NULL, NULL, (const TTest *[]){
+		test_fd_sync, test_fd_async, test_fd_cnn_nchw, test_fd_cnn_nhwc,
+		test_conv_bias_rule, test_pytorch_mlp, test_arena_packing, test_frozen_layer,
+		test_graph_errors, NULL });
+	check_add_case(s, "e2e", 300, NULL, NULL, (const TTest *[]){
+		test_mlp_2000, test_steady_state_async, test_cnn_e2e, test_loader_workers,
+		test_accumulate, test_skip_nonfinite, test_eval_every_early_stop, test_data_val,
+		test_memory_report, test_inplace, test_recompute_nchw, test_recompute_nhwc,
+		test_recompute_deep, test_memory_accounting, NULL });
 	return s;
 }
 
-int main(void)
-{
-	/* as the CLI does: sleeping OpenMP waiters, so 2 cores are not starved */
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", "100000", 0);
-	if (kiln_registry_open(NULL, &reg)) {
-		fprintf(stderr, "%s\n", kiln_last_error());
-		return 1;
-	}
-	const struct kiln_plugin *p;
-	if (kiln_registry_find(reg, KILN_PLUGIN_DEVICE, "cpu", &p)) {
-		fprintf(stderr, "skip: %s\n", kiln_last_error());
-		return 77;
-	}
-	SRunner *sr = srunner_create(make_train_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	kiln_registry_close(reg);
-	return failed ? 1 : 0;
-}
+static const struct check_main check_suite = { .suite = make_train_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };

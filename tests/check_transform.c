@@ -16,6 +16,8 @@
  * epoch, index), and kiln_xform_from_config's defaults and errors.
  */
 #include <check.h>
+#include "check_main.h"
+#include "test_util.h"
 #include <kiln/kiln.h>
 #include <math.h>
 #include <stdio.h>
@@ -859,41 +861,34 @@ static Suite *make_transform_suite(int portable)
 	suite_add_tcase(s, tc);
 	if (portable)
 		return s;
-	tc = tcase_create("random");
-	tcase_add_test(tc, rrc_boxes);
-	tcase_add_test(tc, determinism);
-	tcase_add_test(tc, layouts);
-	tcase_add_test(tc, bad_inputs);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("config");
-	tcase_add_test(tc, config_defaults);
-	tcase_add_test(tc, config_errors);
-	tcase_add_test(tc, config_schema);
-	suite_add_tcase(s, tc);
+	check_add_case(s, "random", 0, NULL, NULL, (const TTest *[]){
+		rrc_boxes, determinism, layouts, bad_inputs, NULL });
+	check_add_case(s, "config", 0, NULL, NULL, (const TTest *[]){
+		config_defaults, config_errors, config_schema, NULL });
 	return s;
 }
 
-int main(void)
+/* the references, loaded once here: forked tests inherit them */
+static int transform_setup(void)
 {
 	char path[4096];
-	const char *srcdir = getenv("srcdir");
-	snprintf(path, sizeof path, "%s/tests/data/transform_refs.safetensors",
-		 srcdir ? srcdir : ".");
-	if (ref_load(path))
-		return 1;
-	SRunner *sr = srunner_create(make_transform_suite(0));
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr), forks = srunner_fork_status(sr) != CK_NOFORK;
+	return ref_load(test_data_path(path, sizeof path, "transform_refs.safetensors")) ? 1 : 0;
+}
+
+/* The suite, then again without the SIMD loops (each test forks, so the
+ * transform code first looks at the variable in the child). */
+static int transform_run(void)
+{
+	int failed = check_run(make_transform_suite(0));
+	SRunner *sr = srunner_create(NULL);
+	int forks = srunner_fork_status(sr) != CK_NOFORK;
 	srunner_free(sr);
-	/* again without the SIMD loops (each test forks, so the transform
-	 * code first looks at the variable in the child) */
 	if (forks) {
 		setenv("KILN_XFORM_SIMD", "0", 1);
-		sr = srunner_create(make_transform_suite(1));
-		srunner_run_all(sr, CK_NORMAL);
-		failed += srunner_ntests_failed(sr);
-		srunner_free(sr);
+		failed += check_run(make_transform_suite(1));
 	}
-	ref_unload();
-	return failed ? 1 : 0;
+	return failed;
 }
+
+static const struct check_main check_suite = { .run = transform_run, .setup = transform_setup,
+					       .teardown = ref_unload };

@@ -3,50 +3,10 @@
 # --help`, `kiln config` and `kiln plugins`, with the test plugins of
 # tests/plugins.  Run by `make check` from the build directory (automake
 # exports srcdir; tests/local.mk exports top_builddir and abs_top_builddir).
-set -u
-
-srcdir=${srcdir:-.}
-top_builddir=${top_builddir:-.}
-abs_top_builddir=${abs_top_builddir:-$(cd "$top_builddir" && pwd)}
-kiln="$top_builddir/kiln"
+name=cli
+. "$(dirname "$0")/lib.sh"
 plugdir="$abs_top_builddir/tests/plugins/.libs"
 cfgdir="$srcdir/tests/config"
-unset KILN_PLUGIN_PATH
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-cli.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-out="$tmp/out"
-err="$tmp/err"
-checks=0
-
-fail() {
-	echo "FAIL: $*"
-	echo "--- command: kiln $last"
-	echo "--- stdout:"; cat "$out"
-	echo "--- stderr:"; cat "$err"
-	exit 1
-}
-
-# kiln EXPECTED_EXIT ARGS...: run kiln, check its exit code and that it
-# did not crash.
-kiln() {
-	want=$1
-	shift
-	last="$*"
-	"$kiln" "$@" >"$out" 2>"$err"
-	rc=$?
-	checks=$((checks + 1))
-	[ "$rc" -lt 128 ] || fail "exit code $rc: killed by a signal"
-	! grep -q Segmentation "$out" "$err" || fail "output mentions Segmentation"
-	[ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
-	echo "ok: kiln $* (exit $rc)"
-}
-
-# stdout_has/stderr_has TEXT: a fixed string in the last run's output.
-stdout_has() { grep -qF -- "$1" "$out" || fail "stdout lacks: $1"; }
-stderr_has() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }
-# stdout_matches REGEX (extended)
-stdout_matches() { grep -qE -- "$1" "$out" || fail "stdout does not match: $1"; }
 
 [ -x "$kiln" ] || { echo "FAIL: $kiln not built"; exit 99; }
 [ -f "$plugdir/kiln-tgood.so" ] || { echo "FAIL: test plugins not built in $plugdir"; exit 99; }

@@ -1,6 +1,6 @@
 # tests/dist_common.sh - what the tests/dist*.sh scripts share; sourced
 # (not run) after setting
-#   name   the temporary directory's prefix (kiln-NAME.XXXXXX)
+#   name   the temporary directory's prefix (kiln-NAME.XXXXXX, tests/lib.sh)
 #   needs  the comm plugin the script needs (gloo, mpi)
 # It skips (exit 77) without Fashion-MNIST or that plugin (or, for mpi,
 # without mpirun), and gives:
@@ -14,17 +14,12 @@
 #                              plain process for NPROC 0; output in
 #                              $tmp/NAME.log, out_dir $tmp/NAME
 #   ck NAME STEP               the path of NAME's checkpoint at STEP
-set -u
-: "${top_builddir:=.}"
-: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
+. "$(dirname "$0")/lib.sh"
 kiln="$abs_top_builddir/kiln"
 tool="$abs_top_builddir/tests/ckpt_tool"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
 [ -f "$abs_top_builddir/plugins/.libs/kiln-$needs.so" ] || { echo "SKIP: the $needs plugin is not built"; exit 77; }
 [ "$needs" != mpi ] || command -v mpirun > /dev/null || { echo "SKIP: no mpirun"; exit 77; }
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$name.XXXXXX")
-trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 

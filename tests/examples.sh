@@ -11,20 +11,9 @@
 #   - examples/fashion_mnist_cnn.ini with run.precision=bf16 (bf16 compute)
 #     learns and ends within 3 points of the same run in fp32.
 # Run by `make check` (tests/local.mk exports top_builddir, abs_top_srcdir).
-set -u
-
-top_builddir=${top_builddir:-.}
-srcdir=${abs_top_srcdir:-.}
-kiln="$top_builddir/kiln"
-unset KILN_PLUGIN_PATH
-FM=/usr/share/datasets/fashion-mnist
-[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-examples.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL: $*"; exit 1; }
-field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | tail -1; }
+name=examples
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 
 short="data.limit=6000 data.eval.limit=1000 train.epochs=2 run.out_dir="
 for sec in data data.eval; do

@@ -1,10 +1,29 @@
-# ---- Foundation I: config, plugin registry, CLI, out-of-tree plugin ---------
+# tests/local.mk - the test suite, by area.  Check suites (tests/check_*.c)
+# share their main() (tests/check_main.h) and fixtures (tests/test_util.h);
+# shell tests share their preamble (tests/lib.sh).  A suite or script that
+# cannot run here (no plugin, no GPU, no mpirun) exits 77: SKIP.
+
 # Shell tests find the build through these; automake's harness sets srcdir.
 AM_TESTS_ENVIRONMENT = top_builddir='$(top_builddir)' abs_top_builddir='$(abs_top_builddir)' \
 	abs_top_srcdir='$(abs_top_srcdir)' MAKE='$(MAKE)' CC='$(CC)' \
 	kiln_includedir='$(includedir)' kiln_pkgconfigdir='$(pkgconfigdir)'; \
 	export top_builddir abs_top_builddir abs_top_srcdir MAKE CC kiln_includedir kiln_pkgconfigdir;
+EXTRA_DIST += tests/check_main.h tests/test_util.h tests/source_fixture.h tests/lib.sh
+CHECK_SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 
+# ---- config: parsing, the schema, overrides, typos -----------------------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_config
+TESTS += tests/check_config
+CLEANFILES += check_config.golden_out.got
+tests_check_config_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_config_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+EXTRA_DIST += tests/config/golden_in.ini tests/config/golden_out.ini tests/config/cli.ini \
+	tests/config/typo_run.ini tests/config/typo_data.ini tests/config/typo_model.ini \
+	tests/config/typo_train.ini
+
+# ---- plugins: the registry, the ABI checks, an out-of-tree plugin ---------
 # Test plugins: built like real plugins (hidden visibility, only
 # kiln_plugin_init exported) but never installed nor in the default search
 # path; they land in tests/plugins/.libs (and tests/plugins/shadow/.libs).
@@ -37,113 +56,125 @@ TEST_PLUGIN_DIRS = -DTEST_PLUGIN_DIR='"$(abs_top_builddir)/tests/plugins/.libs"'
 	-DTEST_SHADOW_DIR='"$(abs_top_builddir)/tests/plugins/shadow/.libs"'
 
 if HAVE_CHECK
-check_PROGRAMS += tests/check_config tests/check_plugin
-TESTS += tests/check_config tests/check_plugin
-CLEANFILES += check_config.golden_out.got
-tests_check_config_SOURCES = tests/check_config.c
-tests_check_config_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_config_LDADD = libkiln.la $(CHECK_LIBS)
-tests_check_plugin_SOURCES = tests/check_plugin.c
+check_PROGRAMS += tests/check_plugin
+TESTS += tests/check_plugin
 tests_check_plugin_CPPFLAGS = $(AM_CPPFLAGS) $(TEST_PLUGIN_DIRS)
-tests_check_plugin_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_plugin_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_plugin_LDADD = libkiln.la $(CHECK_LIBS)
 endif
 
 # The out-of-tree plugin test: tests/oot.sh installs kiln into a DESTDIR,
-# builds tests/oot/oot.c against the installed headers only, and runs
-# tests/oot_test (which loads and reads its source "ootsrc").
+# builds tests/oot/oot.c against the installed headers only, runs
+# tests/oot_test (which loads and reads its source "ootsrc") and
+# tests/gradcheck on the example layer examples/plugins/swish.c.
 check_PROGRAMS += tests/oot_test tests/gradcheck
 tests_oot_test_SOURCES = tests/oot/oot_test.c
 tests_oot_test_LDADD = libkiln.la
-tests_gradcheck_SOURCES = tests/gradcheck.c
 tests_gradcheck_LDADD = libkiln.la -lm
+TESTS += tests/oot.sh
+EXTRA_DIST += tests/oot.sh tests/oot/oot.c tests/oot/swish.ini examples/plugins/swish.c
 
-TESTS += tests/cli.sh tests/oot.sh
-EXTRA_DIST += tests/cli.sh tests/oot.sh tests/oot/oot.c tests/oot/swish.ini examples/plugins/swish.c \
-	tests/config/golden_in.ini tests/config/golden_out.ini tests/config/cli.ini \
-	tests/config/typo_run.ini tests/config/typo_data.ini tests/config/typo_model.ini \
-	tests/config/typo_train.ini
+# an optimizer against a PyTorch reference file; tests/oot.sh runs it on
+# the example optimizer plugin examples/plugins/lion.c, built out of tree
+check_PROGRAMS += tests/optim_ref
+tests_optim_ref_SOURCES = tests/optim_ref.c
+tests_optim_ref_LDADD = libkiln.la -lm
+EXTRA_DIST += examples/plugins/lion.c tests/data/gen_lion_refs.py tests/data/lion_refs.safetensors
 
+# ---- data and loaders: idx, records, folder / tar / lmdb / synthetic
+# sources, transforms against torchvision, the loader, `kiln pack` ---------
 if HAVE_CHECK
-check_PROGRAMS += tests/check_idx
-TESTS += tests/check_idx
-tests_check_idx_SOURCES = tests/check_idx.c
-tests_check_idx_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
+check_PROGRAMS += tests/check_idx tests/check_data tests/check_transform
+TESTS += tests/check_idx tests/check_data tests/check_transform
+tests_check_idx_CFLAGS = $(CHECK_SUITE_CFLAGS) $(ZLIB_CFLAGS)
 tests_check_idx_LDADD = libkiln.la $(CHECK_LIBS) $(ZLIB_LIBS)
+tests_check_data_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core $(TEST_PLUGIN_DIRS)
+tests_check_data_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_data_LDADD = libkiln.la $(CHECK_LIBS) -lm
+tests_check_transform_SOURCES = tests/check_transform.c
+tests_check_transform_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+tests_check_transform_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_transform_LDADD = libkiln.la $(CHECK_LIBS) -lm
+if BUILD_LOADERS
+# the loaders' JPEG/PNG decoder, linked in to compare its pixels with PIL's
+tests_check_transform_SOURCES += plugins/loaders/image.c plugins/loaders/image.h
+tests_check_transform_CPPFLAGS += -DHAVE_IMAGE_CODEC
+tests_check_transform_CFLAGS += $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
+tests_check_transform_LDADD += $(TURBOJPEG_LIBS) $(PNG_LIBS)
 endif
-
+endif
+EXTRA_DIST += tests/data/gen_transform_refs.py tests/data/transform_refs.safetensors
 # The records format and source: shards written with the format's writer
 # and the image codecs (compiled in), `kiln pack` run on Fashion-MNIST.
 if HAVE_CHECK
 if BUILD_LOADERS
-check_PROGRAMS += tests/check_records
-TESTS += tests/check_records
+check_PROGRAMS += tests/check_records tests/check_sources
+TESTS += tests/check_records tests/check_sources
 tests_check_records_SOURCES = tests/check_records.c plugins/loaders/records_write.c \
 	plugins/loaders/image.c
 tests_check_records_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DKILN_BIN='"$(abs_top_builddir)/kiln"'
-tests_check_records_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
+tests_check_records_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
 tests_check_records_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS)
+tests_check_sources_SOURCES = tests/check_sources.c plugins/loaders/image.c
+tests_check_sources_CFLAGS = $(CHECK_SUITE_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
+tests_check_sources_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(LMDB_LIBS)
 endif
 endif
 if BUILD_LOADERS
-TESTS += tests/pack.sh tests/examples.sh
+TESTS += tests/pack.sh
 endif
-EXTRA_DIST += tests/pack.sh tests/examples.sh
+EXTRA_DIST += tests/pack.sh
 
-# ---- Foundation II: graph, layers, planner, trainer -----------------------
+# ---- device: the conformance suites, one per op family around one fixture
+# (tests/device_fixture.c), each op against reference loops; the same
+# suites on the CUDA device (tests/device_cuda.sh: SKIP without a GPU) -----
 if HAVE_CHECK
-check_PROGRAMS += tests/check_sched
-TESTS += tests/check_sched
-tests_check_sched_SOURCES = tests/check_sched.c
-tests_check_sched_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
-tests_check_sched_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_sched_LDADD = libkiln.la $(CHECK_LIBS) -lm
-EXTRA_DIST += tests/data/gen_sched_refs.py tests/data/sched_refs.txt
-check_PROGRAMS += tests/check_data
-TESTS += tests/check_data
-tests_check_data_SOURCES = tests/check_data.c
-tests_check_data_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core $(TEST_PLUGIN_DIRS)
-tests_check_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_data_LDADD = libkiln.la $(CHECK_LIBS) -lm
-check_PROGRAMS += tests/check_train
-TESTS += tests/check_train
-tests_check_train_SOURCES = tests/check_train.c
-tests_check_train_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_check_train_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
-endif
-EXTRA_DIST += tests/data/mlp_ref.safetensors tests/data/gen_mlp_ref.py tests/data/README.md
-
-if HAVE_CHECK
-check_PROGRAMS += tests/check_device
-TESTS += tests/check_device
-tests_check_device_SOURCES = tests/check_device.c
-tests_check_device_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
-tests_check_device_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_device_LDADD = libkiln.la $(CHECK_LIBS) -lm
-# The same suite on the CUDA device: SKIP (77) on a machine without a GPU.
+DEVICE_SUITES = tests/check_device_gemm tests/check_device_loss tests/check_device_optim \
+	tests/check_device_elementwise tests/check_device_conv tests/check_device_norm \
+	tests/check_device_stream tests/check_device_lowp
+check_LTLIBRARIES += tests/libdevice_fixture.la
+tests_libdevice_fixture_la_SOURCES = tests/device_fixture.c tests/device_fixture.h
+tests_libdevice_fixture_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
+tests_libdevice_fixture_la_CFLAGS = $(CHECK_SUITE_CFLAGS)
+DEVICE_SUITE_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
+DEVICE_SUITE_LDADD = tests/libdevice_fixture.la libkiln.la $(CHECK_LIBS) -lm
+check_PROGRAMS += $(DEVICE_SUITES)
+TESTS += $(DEVICE_SUITES)
+tests_check_device_gemm_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_gemm_LDADD = $(DEVICE_SUITE_LDADD)
+tests_check_device_loss_CPPFLAGS = $(DEVICE_SUITE_CPPFLAGS)
+tests_check_device_loss_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_loss_LDADD = $(DEVICE_SUITE_LDADD)
+tests_check_device_optim_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_optim_LDADD = $(DEVICE_SUITE_LDADD)
+tests_check_device_elementwise_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_elementwise_LDADD = $(DEVICE_SUITE_LDADD)
+tests_check_device_conv_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_conv_LDADD = $(DEVICE_SUITE_LDADD)
+tests_check_device_norm_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_norm_LDADD = $(DEVICE_SUITE_LDADD)
+tests_check_device_stream_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_stream_LDADD = $(DEVICE_SUITE_LDADD)
+tests_check_device_lowp_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_lowp_LDADD = $(DEVICE_SUITE_LDADD)
 if BUILD_CUDA
 TESTS += tests/device_cuda.sh
 endif
 endif
-EXTRA_DIST += tests/device_cuda.sh
+EXTRA_DIST += tests/device_cuda.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
 # The CUDA device's pure pieces (plugins/cuda/kern.h) on the host: no GPU,
-# no CUDA headers needed, so it runs on every machine.
+# no CUDA headers needed, so it runs on every machine; and its host-only
+# convolution logic (plugins/cuda/dnn_map.c: strides, geometry, autotune
+# keys and cache file): no CUDA needed either.
 if HAVE_CHECK
-check_PROGRAMS += tests/check_cuda_host
-TESTS += tests/check_cuda_host
+check_PROGRAMS += tests/check_cuda_host tests/check_cuda_dnn
+TESTS += tests/check_cuda_host tests/check_cuda_dnn
 tests_check_cuda_host_SOURCES = tests/check_cuda_host.c plugins/cuda/kern.h
-tests_check_cuda_host_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cuda_host_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cuda_host_LDADD = libkiln.la $(CHECK_LIBS) -lm
-endif
-
-# The CUDA device's host-only convolution logic (plugins/cuda/dnn_map.c:
-# strides, geometry, autotune keys and cache file): no CUDA needed.
-if HAVE_CHECK
-check_PROGRAMS += tests/check_cuda_dnn
-TESTS += tests/check_cuda_dnn
 tests_check_cuda_dnn_SOURCES = tests/check_cuda_dnn.c plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h
 tests_check_cuda_dnn_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/plugins/cuda
-tests_check_cuda_dnn_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cuda_dnn_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cuda_dnn_LDADD = $(CHECK_LIBS)
 endif
 # Its cuDNN descriptors, finalized by cuDNN on a machine without a GPU
@@ -155,136 +186,89 @@ TESTS += tests/check_cuda_conv
 tests_check_cuda_conv_SOURCES = tests/check_cuda_conv.c $(CUDA_DEVICE_C)
 tests_check_cuda_conv_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) -I$(srcdir)/plugins/cuda \
 	-DKILN_CUDA_MIN_ARCH=$(CUDA_MIN_ARCH)
-tests_check_cuda_conv_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cuda_conv_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cuda_conv_LDADD = $(CUDA_KERNEL_OBJS) libkiln.la \
 	$(CHECK_LIBS) $(CUDA_LIBS) -lm
 tests_check_cuda_conv_LDFLAGS = $(CUDA_LDFLAGS)
 endif
 endif
-TESTS += tests/docs.sh
-EXTRA_DIST += tests/docs.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
-
-# ---- convolutional layers against PyTorch (tests/data/layer_refs.safetensors)
-if HAVE_CHECK
-check_PROGRAMS += tests/check_layers
-TESTS += tests/check_layers
-tests_check_layers_SOURCES = tests/check_layers.c
-tests_check_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_check_layers_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
-endif
-EXTRA_DIST += tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors
-
-# ---- image sources: folder, tar, lmdb, synthetic (kiln-loaders.so) --------
-if HAVE_CHECK
-if BUILD_LOADERS
-check_PROGRAMS += tests/check_sources
-TESTS += tests/check_sources
-tests_check_sources_SOURCES = tests/check_sources.c plugins/loaders/image.c
-tests_check_sources_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
-tests_check_sources_LDADD = libkiln.la $(CHECK_LIBS) $(TURBOJPEG_LIBS) $(PNG_LIBS) $(LMDB_LIBS)
-endif
-endif
-# ---- image transforms against torchvision (tests/data/transform_refs.safetensors)
-if HAVE_CHECK
-check_PROGRAMS += tests/check_transform
-TESTS += tests/check_transform
-tests_check_transform_SOURCES = tests/check_transform.c
-tests_check_transform_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
-tests_check_transform_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_transform_LDADD = libkiln.la $(CHECK_LIBS) -lm
-if BUILD_LOADERS
-# the loaders' JPEG/PNG decoder, linked in to compare its pixels with PIL's
-tests_check_transform_SOURCES += plugins/loaders/image.c plugins/loaders/image.h
-tests_check_transform_CPPFLAGS += -DHAVE_IMAGE_CODEC
-tests_check_transform_CFLAGS += $(TURBOJPEG_CFLAGS) $(PNG_CFLAGS)
-tests_check_transform_LDADD += $(TURBOJPEG_LIBS) $(PNG_LIBS)
-endif
-endif
-EXTRA_DIST += tests/data/gen_transform_refs.py tests/data/transform_refs.safetensors
-
-# ---- fused optimizers against PyTorch (tests/data/optim_refs.safetensors)
-if HAVE_CHECK
-check_PROGRAMS += tests/check_optim
-TESTS += tests/check_optim
-tests_check_optim_SOURCES = tests/check_optim.c
-tests_check_optim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
-tests_check_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_optim_LDADD = libkiln.la $(CHECK_LIBS) -lm
-endif
-EXTRA_DIST += tests/data/gen_optim_refs.py tests/data/optim_refs.safetensors
-# ---- safetensors: the format, [model] init_from, kiln export; PyTorch both ways
-if HAVE_CHECK
-check_PROGRAMS += tests/check_safetensors
-TESTS += tests/check_safetensors
-tests_check_safetensors_SOURCES = tests/check_safetensors.c
-tests_check_safetensors_CPPFLAGS = $(AM_CPPFLAGS) -DKILN_BIN='"$(abs_top_builddir)/kiln"'
-tests_check_safetensors_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_safetensors_LDADD = libkiln.la $(CHECK_LIBS) -lm
-endif
-# PyTorch loads kiln's export (skipped without /usr/bin/python3 + torch)
-check_PROGRAMS += tests/st_export_test
-tests_st_export_test_SOURCES = tests/st_export_test.c
-tests_st_export_test_LDADD = libkiln.la -lm
-TESTS += tests/safetensors_torch.sh
-EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
-	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors
-# ---- the profiler ([run] profile = 1) on a tiny CNN
-if HAVE_CHECK
-check_PROGRAMS += tests/check_profile
-TESTS += tests/check_profile
-tests_check_profile_SOURCES = tests/check_profile.c
-tests_check_profile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_check_profile_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
-endif
-TESTS += tests/profile.sh tests/memory.sh
-EXTRA_DIST += tests/profile.sh tests/memory.sh
-# ---- checkpoints: format, resume, kill/resume ---------------------------
-check_PROGRAMS += tests/ckpt_tool
-tests_ckpt_tool_SOURCES = tests/ckpt_tool.c
-tests_ckpt_tool_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
-tests_ckpt_tool_LDADD = libkiln.la
-if HAVE_CHECK
-check_PROGRAMS += tests/check_ckpt
-TESTS += tests/check_ckpt
-tests_check_ckpt_SOURCES = tests/check_ckpt.c
-tests_check_ckpt_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
-tests_check_ckpt_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_ckpt_LDADD = libkiln.la $(CHECK_LIBS)
-endif
-TESTS += tests/resume_kill.sh
-EXTRA_DIST += tests/resume_kill.sh
-
-# ---- mixed precision: the loss scaler through kiln_train ----------------
-if HAVE_CHECK
-check_PROGRAMS += tests/check_graph
-TESTS += tests/check_graph
-tests_check_graph_SOURCES = tests/check_graph.c
-tests_check_graph_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
-
-check_PROGRAMS += tests/check_amp
-TESTS += tests/check_amp
-tests_check_amp_SOURCES = tests/check_amp.c
-tests_check_amp_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
-tests_check_amp_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
-endif
+# The GPU check (tests/gpu/run.sh, docs/gpu.md): the conformance suites,
+# training and timings on a GPU machine.
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/mlp.ini tests/gpu/torch_mlp.py tests/gpu/cnn.ini \
 	tests/gpu/gemm_mlp.ini tests/gpu/torch_bench.py
 
-# ---- distributed: the rendezvous store and the environment ---------------
+# ---- layers and graph: layers against PyTorch, the graph and planner -----
+if HAVE_CHECK
+check_PROGRAMS += tests/check_layers tests/check_graph
+TESTS += tests/check_layers tests/check_graph
+tests_check_layers_CFLAGS = $(CHECK_SUITE_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_layers_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+tests_check_graph_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
+EXTRA_DIST += tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors
+
+# ---- training and checkpoints: the trainer, optimizers and schedules
+# against PyTorch, mixed precision, the profiler, safetensors, checkpoints
+# and kill/resume ------------------------------------------------------------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_train tests/check_optim tests/check_sched tests/check_amp \
+	tests/check_profile tests/check_safetensors tests/check_ckpt
+TESTS += tests/check_train tests/check_optim tests/check_sched tests/check_amp \
+	tests/check_profile tests/check_safetensors tests/check_ckpt
+tests_check_train_CFLAGS = $(CHECK_SUITE_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_train_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+tests_check_optim_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_optim_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_optim_LDADD = libkiln.la $(CHECK_LIBS) -lm
+tests_check_sched_CPPFLAGS = $(AM_CPPFLAGS) -DSRCDIR='"$(abs_top_srcdir)"'
+tests_check_sched_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_sched_LDADD = libkiln.la $(CHECK_LIBS) -lm
+tests_check_amp_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_amp_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_amp_LDADD = libkiln.la $(CHECK_LIBS)
+tests_check_profile_CFLAGS = $(CHECK_SUITE_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_profile_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
+tests_check_safetensors_CPPFLAGS = $(AM_CPPFLAGS) -DKILN_BIN='"$(abs_top_builddir)/kiln"'
+tests_check_safetensors_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_safetensors_LDADD = libkiln.la $(CHECK_LIBS) -lm
+tests_check_ckpt_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_ckpt_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_ckpt_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+EXTRA_DIST += tests/data/mlp_ref.safetensors tests/data/gen_mlp_ref.py tests/data/README.md \
+	tests/data/safetensors_io.py tests/data/gen_sched_refs.py tests/data/sched_refs.txt \
+	tests/data/gen_optim_refs.py tests/data/optim_refs.safetensors
+# PyTorch loads kiln's export (skipped without /usr/bin/python3 + torch);
+# the checkpoint tool of the kill/resume and distributed scripts
+check_PROGRAMS += tests/st_export_test tests/ckpt_tool
+tests_st_export_test_LDADD = libkiln.la -lm
+tests_ckpt_tool_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_ckpt_tool_LDADD = libkiln.la
+TESTS += tests/safetensors_torch.sh tests/profile.sh tests/memory.sh tests/resume_kill.sh
+EXTRA_DIST += tests/safetensors_torch.sh tests/data/gen_safetensors_refs.py tests/data/st_cnn.ini \
+	tests/data/st_cnn_torch.safetensors tests/data/st_cnn_io.safetensors \
+	tests/profile.sh tests/memory.sh tests/resume_kill.sh
+
+# ---- CLI and docs: the commands, the examples, the documents' claims -----
+TESTS += tests/cli.sh tests/docs.sh
+if BUILD_LOADERS
+TESTS += tests/examples.sh
+endif
+EXTRA_DIST += tests/cli.sh tests/docs.sh tests/examples.sh
+
+# ---- distributed: the rendezvous store, the communicators, multi-process
+# training -------------------------------------------------------------------
 if HAVE_CHECK
 check_PROGRAMS += tests/check_store
 TESTS += tests/check_store
-tests_check_store_SOURCES = tests/check_store.c
-tests_check_store_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_store_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_store_LDADD = libkiln.la $(CHECK_LIBS)
 # the Gloo communicator's hot path allocates nothing (counts every malloc
 # of the process: the executable defines the allocator's entry points)
 check_PROGRAMS += tests/check_comm
 TESTS += tests/check_comm
-tests_check_comm_SOURCES = tests/check_comm.c
-tests_check_comm_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_comm_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_comm_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 tests_check_comm_LDFLAGS = -rdynamic
 endif
@@ -309,12 +293,6 @@ tests_mpi_coll_LDADD = libkiln.la -lm
 tests_mpi_coll_LDFLAGS = -rdynamic
 TESTS += tests/mpi_coll.sh
 EXTRA_DIST += tests/mpi_coll.sh
-# an optimizer against a PyTorch reference file; tests/oot.sh runs it on
-# the example optimizer plugin examples/plugins/lion.c, built out of tree
-check_PROGRAMS += tests/optim_ref
-tests_optim_ref_SOURCES = tests/optim_ref.c
-tests_optim_ref_LDADD = libkiln.la -lm
-EXTRA_DIST += examples/plugins/lion.c tests/data/gen_lion_refs.py tests/data/lion_refs.safetensors
 # ZeRO-1 with that plugin optimizer equals DDP (needs kiln-gloo.so)
 TESTS += tests/dist_zero_lion.sh
 EXTRA_DIST += tests/dist_zero_lion.sh

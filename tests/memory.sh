@@ -8,20 +8,9 @@
 #  2. batch = auto under a memory limit picks a multiple of 8 whose
 #     prediction fits while the next multiple of 8 does not, logs it, and
 #     `kiln train` trains with it; a limit too small fails, naming the key.
-set -u
-
-top_builddir=${top_builddir:-.}
-srcdir=${abs_top_srcdir:-.}
-kiln="$top_builddir/kiln"
-unset KILN_PLUGIN_PATH
-FM=/usr/share/datasets/fashion-mnist
-[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-memory.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL: $*"; exit 1; }
-field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | tail -1; }
+name=memory
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 
 cfg="$srcdir/examples/fashion_mnist_resnet.ini"
 for b in 32 128; do

@@ -5,22 +5,18 @@
 # `kiln plugins` lists it as available and tests/oot_test reads its data.
 # Environment (tests/local.mk): top_builddir, abs_top_builddir,
 # abs_top_srcdir, MAKE, CC, kiln_includedir, kiln_pkgconfigdir; srcdir.
-set -u
-
-srcdir=${srcdir:-.}
-top_builddir=${top_builddir:-.}
-abs_top_builddir=${abs_top_builddir:-$(cd "$top_builddir" && pwd)}
+# The scratch directory (tests/lib.sh) is outside the build tree, so `make
+# distcheck` finds nothing left behind.
+name=oot
+. "$(dirname "$0")/lib.sh"
 abs_top_srcdir=${abs_top_srcdir:-$(cd "$srcdir" && pwd)}
 MAKE=${MAKE:-make}
 CC=${CC:-cc}
 : "${kiln_includedir:?set by tests/local.mk}" "${kiln_pkgconfigdir:?set by tests/local.mk}"
-unset KILN_PLUGIN_PATH CPATH C_INCLUDE_PATH
+unset CPATH C_INCLUDE_PATH
 
-fail() { echo "FAIL: $*"; exit 1; }
 command -v pkg-config >/dev/null 2>&1 || { echo "SKIP: no pkg-config"; exit 77; }
-
-# Outside the build tree, so `make distcheck` finds nothing left behind.
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-oot.XXXXXX") || exit 99
+# (the installed tree has read-only parts)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 dest="$tmp/dest"
 

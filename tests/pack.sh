@@ -4,40 +4,11 @@
 # the same bytes for any worker count, and records -> records repacking
 # byte-identical.  The IDX fixtures are generated here at run time.  Run by
 # `make check` (tests/local.mk exports top_builddir).
-set -u
-
-top_builddir=${top_builddir:-.}
-kiln="$top_builddir/kiln"
-unset KILN_PLUGIN_PATH
+name=pack
+. "$(dirname "$0")/lib.sh"
 LC_ALL=C
 export LC_ALL
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pack.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-out="$tmp/stdout"
-err="$tmp/stderr"
-
-fail() {
-	echo "FAIL: $*"
-	echo "--- command: kiln $last"
-	echo "--- stdout:"; cat "$out"
-	echo "--- stderr:"; cat "$err"
-	exit 1
-}
-
-# kiln EXPECTED_EXIT ARGS...
-kiln() {
-	want=$1
-	shift
-	last="$*"
-	"$kiln" "$@" >"$out" 2>"$err"
-	rc=$?
-	[ "$rc" -lt 128 ] || fail "exit code $rc: killed by a signal"
-	[ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
-	echo "ok: kiln $* (exit $rc)"
-}
-stdout_has() { grep -qF -- "$1" "$out" || fail "stdout lacks: $1"; }
-stderr_has() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }
 # u32 at byte OFFSET of FILE, as decimal (little-endian host assumed by od;
 # kiln's formats are little-endian and so are the hosts it builds on)
 u32() { od -An -tu4 -j"$2" -N4 "$1" | tr -d ' '; }

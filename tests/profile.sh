@@ -4,20 +4,9 @@
 # stderr and out_dir/profile.txt, the trace to out_dir/trace.json, and the
 # run's numbers equal the unprofiled run's.  (tests/check_profile checks
 # the table and the trace in depth.)
-set -u
-
-top_builddir=${top_builddir:-.}
-srcdir=${abs_top_srcdir:-.}
-kiln="$top_builddir/kiln"
-unset KILN_PLUGIN_PATH
-FM=/usr/share/datasets/fashion-mnist
-[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-profile.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
-
-fail() { echo "FAIL: $*"; exit 1; }
-field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | tail -1; }
+name=profile
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
 
 cfg="$srcdir/examples/fashion_mnist_mlp.ini"
 short="data.limit=1280 data.eval.limit=500 train.max_steps=8 train.batch=64 run.profile_steps=3"

@@ -13,10 +13,8 @@
 # to ...", and resuming that also ends identical.
 #
 # REPEATS (default 1, as in `make check`): kill/resume repetitions.
-set -u
-
-top_builddir=${top_builddir:-.}
-kiln="$top_builddir/kiln"
+name=kill
+. "$(dirname "$0")/lib.sh"
 tool="$top_builddir/tests/ckpt_tool"
 reps=${1:-1}
 data=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
@@ -25,8 +23,6 @@ if [ ! -r "$data" ]; then
 	echo "SKIP: Fashion-MNIST missing (scripts/install-deps)"
 	exit 77
 fi
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-kill.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
 
 fail() {
 	echo "FAIL: $*"

@@ -12,27 +12,17 @@
 #
 # Needs /usr/bin/python3 with torch (scripts/install-deps --bench);
 # without it the test is skipped (exit 77), and only then.
-set -u
-
-: "${srcdir:=.}"
-: "${top_builddir:=.}"
+name=st
+. "$(dirname "$0")/lib.sh"
 py=/usr/bin/python3
-unset KILN_PLUGIN_PATH
 
 if ! [ -x "$py" ] || ! "$py" -c 'import torch, numpy' 2>/dev/null; then
 	echo "SKIP: $py cannot import torch and numpy (scripts/install-deps --bench installs them)"
 	exit 77
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-st.XXXXXX") || exit 99
-trap 'rm -rf "$tmp"' EXIT
 ini="$srcdir/tests/data/st_cnn.ini"
 gen="$srcdir/tests/data/gen_safetensors_refs.py"
-
-fail() {
-	echo "FAIL: $*"
-	exit 1
-}
 
 for layout in nchw nhwc; do
 	mkdir -p "$tmp/$layout"

@@ -30,14 +30,14 @@ Deterministic: each case seeds torch with crc32(case name), one thread.
 
 Usage: /usr/bin/python3 tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors
 """
-import json
-import struct
 import sys
 import zlib
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from safetensors_io import read_safetensors, write_safetensors
 
 # Tolerance used by tests/check_layers.c: max |got - ref| <= REL * max(FLOOR, max |ref|).
 REL = 1e-4
@@ -451,50 +451,6 @@ def gen_cnn5(tensors, meta):
 
 
 # ---- safetensors -------------------------------------------------------------
-
-
-def write_safetensors(path, tensors, metadata):
-    """tensors: list of (name, np.ndarray float32/int32), kept in order."""
-    header = {}
-    blobs = []
-    offset = 0
-    for name, a in tensors:
-        if a.dtype == np.float32:
-            dtype = "F32"
-        elif a.dtype == np.int32:
-            dtype = "I32"
-        else:
-            raise ValueError("unsupported dtype %s for %s" % (a.dtype, name))
-        assert name not in header, name
-        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = metadata
-    hdr = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hdr += b" " * ((-len(hdr)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hdr)))
-        f.write(hdr)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    """Minimal reader, used to self-check the written file."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    meta = header.pop("__metadata__", {})
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        dt = {"F32": "<f4", "I32": "<i4"}[info["dtype"]]
-        b, e = info["data_offsets"]
-        out[name] = np.frombuffer(raw[base + b:base + e], dtype=dt).reshape(info["shape"])
-    return out, meta
 
 
 def main():

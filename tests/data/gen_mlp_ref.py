@@ -12,13 +12,13 @@ Deterministic: seed 0, one thread, no network, no dataset.
 
 Usage: /usr/bin/python3 tests/data/gen_mlp_ref.py tests/data/mlp_ref.safetensors
 """
-import json
-import struct
 import sys
 
 import numpy as np
 import torch
 import torch.nn as nn
+
+from safetensors_io import read_safetensors, write_safetensors
 
 LR = 0.1
 MOMENTUM = 0.9
@@ -40,52 +40,6 @@ class MLP(nn.Module):
 
 def as_array(t, dtype):
     return np.ascontiguousarray(t.detach().cpu().numpy().astype(dtype))
-
-
-def write_safetensors(path, tensors, metadata):
-    """tensors: list of (name, np.ndarray float32/int32), kept in order."""
-    header = {}
-    blobs = []
-    offset = 0
-    for name, arr in tensors:
-        if arr.dtype == np.float32:
-            dtype = "F32"
-        elif arr.dtype == np.int32:
-            dtype = "I32"
-        else:
-            raise ValueError("unsupported dtype %s for %s" % (arr.dtype, name))
-        data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {
-            "dtype": dtype,
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = metadata
-    hdr = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hdr += b" " * ((-len(hdr)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hdr)))
-        f.write(hdr)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    """Minimal reader, used to self-check the written file."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    meta = header.pop("__metadata__", {})
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        dt = {"F32": "<f4", "I32": "<i4"}[info["dtype"]]
-        b, e = info["data_offsets"]
-        out[name] = np.frombuffer(raw[base + b:base + e], dtype=dt).reshape(info["shape"])
-    return out, meta
 
 
 def main():

@@ -38,12 +38,12 @@ Deterministic: seed 0, one thread, no network, no dataset.
 
 Usage: /usr/bin/python3 tests/data/gen_optim_refs.py tests/data/optim_refs.safetensors
 """
-import json
-import struct
 import sys
 
 import numpy as np
 import torch
+
+from safetensors_io import read_safetensors, write_safetensors
 
 STEPS = 5
 LR_FACTORS = (1.0, 0.5, 0.25, 0.75, 0.1)
@@ -145,42 +145,6 @@ def run_case(name, init, grads, dtype):
         opt.step()
         out.append({n: params[n].detach().clone() for n, _ in SHAPES})
     return out
-
-
-def write_safetensors(path, tensors, metadata):
-    """tensors: list of (name, np.ndarray float32), kept in order."""
-    header = {}
-    blobs = []
-    offset = 0
-    for name, arr in tensors:
-        if arr.dtype != np.float32:
-            raise ValueError("unsupported dtype %s for %s" % (arr.dtype, name))
-        data = arr.astype("<f4", copy=False).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(arr.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = metadata
-    hdr = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hdr += b" " * ((-len(hdr)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hdr)))
-        f.write(hdr)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    meta = header.pop("__metadata__")
-    out = {}
-    for name, h in header.items():
-        b, e = h["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + b:8 + n + e], dtype="<f4").reshape(h["shape"])
-    return out, meta
 
 
 def main():

@@ -24,8 +24,6 @@ Metadata (strings):
 Usage: /usr/bin/python3 tests/data/gen_transform_refs.py tests/data/transform_refs.safetensors
 """
 import io
-import json
-import struct
 import sys
 
 import numpy as np
@@ -35,6 +33,8 @@ import torchvision
 import torchvision.transforms as T
 import torchvision.transforms.functional as F
 from PIL import Image
+
+from safetensors_io import read_safetensors, write_safetensors
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -165,48 +165,6 @@ def run_case(op, src, args, extra):
         dec.load()
         return from_pil(F.resize(dec, args))
     raise ValueError(op)
-
-
-# ---- safetensors -------------------------------------------------------------
-
-DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32", np.dtype(np.uint8): "U8"}
-
-
-def write_safetensors(path, tensors, metadata):
-    """tensors: list of (name, np.ndarray f32/i32/u8), kept in order."""
-    header = {}
-    blobs = []
-    offset = 0
-    for name, a in tensors:
-        dtype = DTYPES[a.dtype]
-        assert name not in header, name
-        data = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    header["__metadata__"] = metadata
-    hdr = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hdr += b" " * ((-len(hdr)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hdr)))
-        f.write(hdr)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n].decode("utf-8"))
-    meta = header.pop("__metadata__", {})
-    out = {}
-    for name, info in header.items():
-        dt = {"F32": "<f4", "I32": "<i4", "U8": "u1"}[info["dtype"]]
-        b, e = info["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=dt).reshape(info["shape"])
-    return out, meta
 
 
 def main():

@@ -6,12 +6,12 @@
 #                                gather what the GPU machine needs into
 #                                _build/gpu/bundle (git-ignored, < 64 MiB):
 #                                the kiln binary, libkiln, the cuda and loaders
-#                                plugins, the conformance suite, the shared
+#                                plugins, the conformance suites, the shared
 #                                libraries they use that a bare GPU machine
 #                                may lack, and the Fashion-MNIST test split.
 #   tests/gpu/run.sh             on the GPU machine, from the repository root,
 #                                with the bundle carried: run the device
-#                                conformance suite on cuda, train the MLP
+#                                conformance suites on cuda, train the MLP
 #                                (tests/gpu/mlp.ini), time its training step
 #                                against the same MLP in PyTorch on the same
 #                                GPU, and write $OUT/gpu_results.txt (plus
@@ -49,7 +49,13 @@ if [ "${1:-}" = "--prepare" ]; then
 		fi
 	fi
 	make -C "$build" -j2
-	make -C "$build" -j2 tests/check_device
+	# the device conformance suites, one per op family (tests/check_device_*.c)
+	suites=
+	for src in "$here"/tests/check_device_*.c; do
+		name=${src##*/}
+		suites="$suites tests/${name%.c}"
+	done
+	make -C "$build" -j2 $suites
 	# the GEMM parameter mapping of the CUDA device (cuda_gemm_map in
 	# plugins/cuda/cuda.h) against a row-major reference: host-only, so
 	# it is checked here, before any GPU time is spent
@@ -65,7 +71,9 @@ if [ "${1:-}" = "--prepare" ]; then
 	mkdir -p "$bundle/bin" "$bundle/lib/kiln" "$bundle/data/fashion-mnist" "$bundle/tests/data"
 	# the real executables (the build tree's are libtool wrapper scripts)
 	cp "$build/.libs/kiln" "$bundle/bin/kiln"
-	cp "$build/tests/.libs/check_device" "$bundle/bin/check_device"
+	for suite in $suites; do
+		cp "$build/$(dirname "$suite")/.libs/${suite##*/}" "$bundle/bin/"
+	done
 	# libkiln under its soname as a plain file: the device tool carries a
 	# symbolic link only as a link
 	cp -L "$build/.libs/libkiln.so.0" "$bundle/lib/libkiln.so.0"
@@ -75,7 +83,7 @@ if [ "${1:-}" = "--prepare" ]; then
 	# shared libraries outside the C runtime and CUDA, which a GPU machine
 	# with no package manager may lack (inih, check, jansson, turbojpeg,
 	# png, lmdb, ...); found with ldd, copied under their sonames
-	for f in "$bundle/bin/kiln" "$bundle/bin/check_device" "$bundle/lib/kiln/"*.so; do
+	for f in "$bundle/bin/kiln" "$bundle/bin/check_device_"* "$bundle/lib/kiln/"*.so; do
 		LD_LIBRARY_PATH="$build/.libs" ldd "$f"
 	done | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
 	while read -r soname path; do
@@ -186,12 +194,19 @@ say "-- kiln plugins"
 "$bundle/bin/kiln" plugins > "$out/plugins.txt" 2>&1
 grep -E "^device|NOT LOADED" "$out/plugins.txt" | tee -a "$res"
 
-# 1. the device conformance suite on cuda
-say "-- conformance suite (tests/check_device, KILN_TEST_DEVICE=cuda)"
-KILN_TEST_DEVICE=cuda KILN_TEST_SRCDIR=$bundle timeout 80 "$bundle/bin/check_device" \
-	> "$out/check_device_cuda.log" 2>&1
+# 1. the device conformance suites on cuda (one per op family), 80 s in all
+say "-- conformance suites (tests/check_device_*, KILN_TEST_DEVICE=cuda)"
+KILN_TEST_DEVICE=cuda KILN_TEST_SRCDIR=$bundle timeout 80 sh -c '
+	rc=0
+	for suite in "$1"/bin/check_device_*; do
+		echo "== ${suite##*/}"
+		"$suite"
+		r=$?
+		case $r in 0) ;; 77) [ $rc -eq 0 ] && rc=77 ;; *) rc=1 ;; esac
+	done
+	exit $rc' sh "$bundle" > "$out/check_device_cuda.log" 2>&1
 rc=$?
-tail -n 40 "$out/check_device_cuda.log" | grep -E "^[0-9]+%|skipping|not available|available:|Failures|Errors" | tee -a "$res"
+grep -E "^== |^[0-9]+%|skipping|not available|available:|Failures|Errors" "$out/check_device_cuda.log" | tee -a "$res"
 case $rc in
 0) say "conformance: PASS" ;;
 77) say "conformance: SKIPPED (exit 77: the cuda device is not available here; see above). Nothing below ran on a GPU."

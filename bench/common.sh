@@ -1,0 +1,45 @@
+# bench/common.sh - what the benchmark scripts share; sourced (not run) as
+#   . "$(dirname "$0")/common.sh"
+# after setting PYTHON (for median_field).  Gives:
+#   usage                  the script's header comment as help; exit 2
+#   bench_tmpdir NAME      TMP, a scratch directory kiln-NAME.XXXXXX removed
+#                          on exit (and on INT / TERM, with 130 / 143)
+#   json_line              the last JSON line on stdin with "train_samples_per_s"
+#   median_field FILE KEY  median of KEY over FILE's JSON lines that have it
+#   field KEY              the last number logged as "KEY": on stdin
+#   median                 the median of the numbers on stdin, one a line
+
+usage() {
+    sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
+    exit 2
+}
+
+bench_tmpdir() {
+    TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$1.XXXXXX")
+    trap 'rm -rf "$TMP"' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+json_line() {
+    grep '^[[:space:]]*{.*"train_samples_per_s"' | tail -n 1 || true
+}
+
+# Negative values, and zero rates, mean "not measured" (kiln writes test_acc
+# -1 and eval_samples_per_s 0 when it did not evaluate); "n/a" when no line
+# has a measured KEY.
+median_field() {
+    "$PYTHON" - "$1" "$2" <<'PY'
+import json, statistics, sys
+vals = []
+for l in open(sys.argv[1]):
+    if l.strip():
+        v = json.loads(l).get(sys.argv[2])
+        if isinstance(v, (int, float)) and v >= 0 and not (v == 0 and sys.argv[2].endswith("_per_s")):
+            vals.append(float(v))
+print(statistics.median(vals) if vals else "n/a")
+PY
+}
+
+field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" | tail -1; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }

@@ -1,0 +1,451 @@
+/* tests/check_device_conv.c - device conformance:
+ * convolution, pooling, concat / split and reorder, in both layouts.
+ *
+ * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
+ */
+#include "device_fixture.h"
+#include "check_main.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- convolution ------------------------------------------------------ */
+
+static void conv_case(struct fx *f, const struct conv_g *q, int nhwc)
+{
+	const int N = q->N, C = q->C, O = q->O, H = q->H, W = q->W, KH = q->KH, KW = q->KW;
+	const int Cg = C / q->g, Og = O / q->g;
+	const int OH = (H + 2 * q->ph - q->dh * (KH - 1) - 1) / q->sh + 1;
+	const int OW = (W + 2 * q->pw - q->dw * (KW - 1) - 1) / q->sw + 1;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * O * OH * OW;
+	const size_t nw = (size_t)O * Cg * KH * KW;
+	float *x = frandv(nx), *w = frandv(nw), *b = frandv((size_t)O), *dy = frandv(ny);
+	double *y = calloc(ny, 8), *ym = calloc(ny, 8), *dx = calloc(nx, 8), *dxm = calloc(nx, 8);
+	double *dw = calloc(nw, 8), *dwm = calloc(nw, 8), *db = calloc((size_t)O, 8);
+	double *dbm = calloc((size_t)O, 8);
+
+	/* the 7-loop definition, every product visited once for all three */
+	for (int n = 0; n < N; n++)
+		for (int o = 0; o < O; o++)
+			for (int oh = 0; oh < OH; oh++)
+				for (int ow = 0; ow < OW; ow++) {
+					const size_t yi = (((size_t)n * O + o) * OH + oh) * OW + ow;
+					const int g = o / Og;
+					for (int cg = 0; cg < Cg; cg++)
+						for (int kh = 0; kh < KH; kh++)
+							for (int kw = 0; kw < KW; kw++) {
+								int ih = oh * q->sh - q->ph + kh * q->dh;
+								int iw = ow * q->sw - q->pw + kw * q->dw;
+								if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+									continue;
+								int c = g * Cg + cg;
+								size_t xi = (((size_t)n * C + c) * H + ih) * W + iw;
+								size_t wi = (((size_t)o * Cg + cg) * KH + kh) * KW + kw;
+								y[yi] += (double)x[xi] * w[wi];
+								ym[yi] += fabs((double)x[xi] * w[wi]);
+								dx[xi] += (double)dy[yi] * w[wi];
+								dxm[xi] += fabs((double)dy[yi] * w[wi]);
+								dw[wi] += (double)dy[yi] * x[xi];
+								dwm[wi] += fabs((double)dy[yi] * x[xi]);
+							}
+					if (q->bias) {
+						y[yi] += b[o], ym[yi] += fabs(b[o]);
+						db[o] += dy[yi], dbm[o] += fabs(dy[yi]);
+					}
+				}
+
+	float *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, nhwc, &k1), *dDY = dput4(f, dy, N, O, OH, OW, nhwc, &k2);
+	void *dW = dput(f, w, nw * 4), *dB = dput(f, b, (size_t)O * 4);
+	void *dY = dput(f, NULL, ny * 4), *dDX = dput(f, NULL, nx * 4);
+	void *dDW = dput(f, NULL, nw * 4), *dDB = dput(f, NULL, (size_t)O * 4);
+	struct kiln_op op;
+	char tag[160];
+	snprintf(tag, sizeof tag,
+		 "%s N%d C%d O%d %dx%d k%dx%d s%d,%d p%d,%d d%d,%d g%d bias%d", nhwc ? "NHWC" : "NCHW",
+		 N, C, O, H, W, KH, KW, q->sh, q->sw, q->ph, q->pw, q->dh, q->dw, q->g, q->bias);
+
+	conv_op(&op, KILN_OP_CONV, q, OH, OW, nhwc);
+	const void *in[3] = { dX, dW, dB };
+	void *out[2] = { dY };
+	OK(run_op(f, &op, in, out));
+	float *got = dget4(f, dY, N, O, OH, OW, nhwc);
+	for (size_t i = 0; i < ny; i++)
+		NEAR(got[i], y[i], ym[i], 1e-4, "CONV %s: y[%zu] = %.7g, want %.7g", tag, i, got[i], y[i]);
+	free(got);
+
+	conv_op(&op, KILN_OP_CONV_BWD_DATA, q, OH, OW, nhwc);
+	in[0] = dDY, in[1] = dW, out[0] = dDX;
+	OK(run_op(f, &op, in, out));
+	got = dget4(f, dDX, N, C, H, W, nhwc);
+	for (size_t i = 0; i < nx; i++)
+		NEAR(got[i], dx[i], dxm[i], 1e-4, "CONV_BWD_DATA %s: dx[%zu] = %.7g, want %.7g", tag, i,
+		     got[i], dx[i]);
+	free(got);
+	op.flags = KILN_OPF_ACCUMULATE; /* refused: the caller adds from scratch */
+	void *plan;
+	ck_assert_int_eq(kiln_device_prepare(f->dev, &op, &plan, NULL), KILN_ENOTSUP);
+
+	conv_op(&op, KILN_OP_CONV_BWD_WEIGHTS, q, OH, OW, nhwc);
+	in[0] = dX, in[1] = dDY, out[0] = dDW, out[1] = dDB;
+	OK(run_op(f, &op, in, out));
+	got = malloc(nw * 4);
+	dget(f, got, dDW, nw * 4);
+	for (size_t i = 0; i < nw; i++)
+		NEAR(got[i], dw[i], dwm[i], 1e-4, "CONV_BWD_WEIGHTS %s: dw[%zu] = %.7g, want %.7g", tag,
+		     i, got[i], dw[i]);
+	if (q->bias) {
+		dget(f, got, dDB, (size_t)O * 4);
+		for (int o = 0; o < O; o++)
+			NEAR(got[o], db[o], dbm[o], 1e-4, "CONV_BWD_WEIGHTS %s: db[%d] = %.7g, want %.7g",
+			     tag, o, got[o], db[o]);
+	}
+	free(got);
+
+	void *d[] = { dX, dDY, dW, dB, dY, dDX, dDW, dDB };
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+		kiln_device_free(f->dev, d[i]);
+	free(x), free(w), free(b), free(dy), free(y), free(ym), free(dx), free(dxm);
+	free(dw), free(dwm), free(db), free(dbm), free(k1), free(k2);
+}
+
+START_TEST(test_conv)
+{
+	/* N C O H W KH KW sh sw ph pw dh dw g bias */
+	static const struct conv_g cases[] = {
+		{ 1, 3, 5, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 },
+		{ 3, 4, 6, 13, 13, 3, 3, 2, 2, 1, 1, 1, 1, 2, 1 },   /* stride 2, groups 2 */
+		{ 3, 4, 8, 13, 13, 5, 5, 1, 1, 2, 2, 1, 1, 1, 0 },   /* 5x5, pad 2, no bias */
+		{ 2, 6, 4, 13, 13, 3, 3, 1, 1, 2, 2, 2, 2, 2, 1 },   /* dilation 2, groups 2 */
+		{ 3, 8, 16, 7, 7, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1 },    /* 1x1 stride 2 */
+		{ 1, 16, 32, 13, 13, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1 }, /* blocked-friendly channels */
+		{ 2, 3, 4, 7, 13, 3, 5, 2, 1, 1, 2, 1, 1, 1, 1 },    /* rectangular everything */
+		{ 2, 8, 8, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1 },   /* depthwise */
+		{ 3, 32, 64, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }, /* bigger: threads, reorders */
+	};
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_CONV);
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+		for (int nhwc = 0; nhwc < 2; nhwc++)
+			conv_case(&f, &cases[k], nhwc);
+	fx_close(&f);
+}
+END_TEST
+
+START_TEST(test_conv_errors)
+{
+	struct fx f;
+	void *plan;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_CONV);
+	struct conv_g q = { 2, 4, 6, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+	struct kiln_op op;
+	conv_op(&op, KILN_OP_CONV, &q, 6, 7, 0); /* OH should be 7 */
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "CONV"), "message: %s", kiln_last_error());
+	q.g = 4; /* O = 6 is not a multiple of 4 groups */
+	conv_op(&op, KILN_OP_CONV, &q, 7, 7, 0);
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	q.g = 1;
+	conv_op(&op, KILN_OP_CONV, &q, 7, 7, 0);
+	op.out[0].layout = KILN_NHWC; /* mixed layouts */
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- pooling ---------------------------------------------------------- */
+
+struct pool_g {
+	int N, C, H, W, kind, KH, KW, sh, sw, ph, pw, cip;
+};
+
+static void pool_op(struct kiln_op *op, int bwd, const struct pool_g *q, int OH, int OW, int nhwc)
+{
+	memset(op, 0, sizeof *op);
+	op->type = bwd ? KILN_OP_POOL_BWD : KILN_OP_POOL;
+	struct kiln_tensor_desc x = td4(q->N, q->C, q->H, q->W, nhwc);
+	struct kiln_tensor_desc y = td4(q->N, q->C, OH, OW, nhwc);
+	if (bwd) {
+		op->n_in = 3, op->n_out = 1;
+		op->in[0] = y, op->in[1] = td(KILN_U8, 1, 1, 0), op->in[2] = x, op->out[0] = x;
+	} else {
+		op->n_in = 1, op->n_out = 2;
+		op->in[0] = x, op->out[0] = y, op->out[1] = td(KILN_U8, 1, 1, 0);
+	}
+	op->i[0] = q->kind, op->i[1] = q->KH, op->i[2] = q->KW, op->i[3] = q->sh, op->i[4] = q->sw;
+	op->i[5] = q->ph, op->i[6] = q->pw, op->i[7] = q->cip;
+}
+
+static void pool_case(struct fx *f, const struct pool_g *q, int nhwc)
+{
+	const int N = q->N, C = q->C, H = q->H, W = q->W;
+	const int OH = (H + 2 * q->ph - q->KH) / q->sh + 1, OW = (W + 2 * q->pw - q->KW) / q->sw + 1;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * C * OH * OW;
+	float *x = frandv(nx), *dy = frandv(ny);
+	double *y = calloc(ny, 8), *dx = calloc(nx, 8), *ym = calloc(ny, 8);
+	for (int nc = 0; nc < N * C; nc++)
+		for (int oh = 0; oh < OH; oh++)
+			for (int ow = 0; ow < OW; ow++) {
+				const size_t yi = ((size_t)nc * OH + oh) * OW + ow;
+				double s = 0, sa = 0, mx = -INFINITY;
+				size_t am = 0;
+				int cnt = 0;
+				for (int kh = 0; kh < q->KH; kh++)
+					for (int kw = 0; kw < q->KW; kw++) {
+						int ih = oh * q->sh - q->ph + kh, iw = ow * q->sw - q->pw + kw;
+						if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+							continue;
+						size_t xi = ((size_t)nc * H + ih) * W + iw;
+						s += x[xi], sa += fabs(x[xi]), cnt++;
+						if (x[xi] > mx)
+							mx = x[xi], am = xi;
+					}
+				if (q->kind == KILN_POOL_MAX) {
+					y[yi] = mx;
+					dx[am] += dy[yi];
+				} else {
+					const int div = q->cip ? q->KH * q->KW : cnt;
+					y[yi] = s / div;
+					ym[yi] = sa / div;
+					for (int kh = 0; kh < q->KH; kh++)
+						for (int kw = 0; kw < q->KW; kw++) {
+							int ih = oh * q->sh - q->ph + kh;
+							int iw = ow * q->sw - q->pw + kw;
+							if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+								dx[((size_t)nc * H + ih) * W + iw] += (double)dy[yi] / div;
+						}
+				}
+			}
+	char tag[160];
+	snprintf(tag, sizeof tag, "%s %s N%d C%d %dx%d k%dx%d s%d,%d p%d,%d cip%d",
+		 nhwc ? "NHWC" : "NCHW", q->kind == KILN_POOL_MAX ? "max" : "avg", N, C, H, W, q->KH,
+		 q->KW, q->sh, q->sw, q->ph, q->pw, q->cip);
+
+	/* forward with aux kept for the backward */
+	struct kiln_op op;
+	void *fplan, *bplan, *ws = NULL, *aux = NULL;
+	size_t wsb = 0, bwsb = 0;
+	pool_op(&op, 0, q, OH, OW, nhwc);
+	OK(kiln_device_prepare(f->dev, &op, &fplan, &wsb));
+	const size_t ab = aux_bytes(f, fplan);
+	if (q->kind == KILN_POOL_AVG)
+		ck_assert_uint_eq(ab, 0);
+	pool_op(&op, 1, q, OH, OW, nhwc);
+	OK(kiln_device_prepare(f->dev, &op, &bplan, &bwsb));
+	if (bwsb > wsb)
+		wsb = bwsb;
+	float *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, nhwc, &k1), *dDY = dput4(f, dy, N, C, OH, OW, nhwc, &k2);
+	void *dY = dput(f, NULL, ny * 4), *dDX = dput(f, NULL, nx * 4);
+	if (wsb)
+		OK(kiln_device_alloc(f->dev, wsb, &ws));
+	if (ab)
+		OK(kiln_device_alloc(f->dev, ab, &aux));
+	struct kiln_op_args a;
+	memset(&a, 0, sizeof a);
+	a.in[0] = dX, a.out[0] = dY, a.out[1] = aux, a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, fplan, &a, f->s));
+	memset(&a, 0, sizeof a);
+	a.in[0] = dDY, a.in[1] = aux, a.in[2] = dX, a.out[0] = dDX;
+	a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, bplan, &a, f->s));
+	OK(kiln_device_stream_sync(f->dev, f->s));
+
+	float *got = dget4(f, dY, N, C, OH, OW, nhwc);
+	for (size_t i = 0; i < ny; i++)
+		NEAR(got[i], y[i], fabs(y[i]) + ym[i], 1e-5, "POOL %s: y[%zu] = %.7g, want %.7g", tag, i, got[i],
+		     y[i]);
+	free(got);
+	got = dget4(f, dDX, N, C, H, W, nhwc);
+	for (size_t i = 0; i < nx; i++)
+		NEAR(got[i], dx[i], fabs(dx[i]) + 1, 1e-5, "POOL_BWD %s: dx[%zu] = %.7g, want %.7g", tag,
+		     i, got[i], dx[i]);
+	free(got);
+	kiln_device_plan_free(f->dev, fplan);
+	kiln_device_plan_free(f->dev, bplan);
+	void *d[] = { dX, dDY, dY, dDX, ws, aux };
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+		kiln_device_free(f->dev, d[i]);
+	free(x), free(dy), free(y), free(dx), free(ym), free(k1), free(k2);
+}
+
+START_TEST(test_pool)
+{
+	/* N C H W kind KH KW sh sw ph pw cip */
+	static const struct pool_g cases[] = {
+		{ 3, 5, 13, 13, KILN_POOL_MAX, 3, 3, 2, 2, 1, 1, 0 },
+		{ 1, 4, 7, 7, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 }, /* floor drops a row */
+		{ 2, 16, 13, 13, KILN_POOL_MAX, 3, 3, 1, 1, 1, 1, 0 },
+		{ 2, 3, 7, 13, KILN_POOL_MAX, 3, 5, 2, 1, 1, 2, 0 },
+		{ 3, 5, 13, 13, KILN_POOL_AVG, 3, 3, 1, 1, 1, 1, 1 },
+		{ 3, 5, 13, 13, KILN_POOL_AVG, 3, 3, 1, 1, 1, 1, 0 },
+		{ 2, 6, 13, 13, KILN_POOL_AVG, 5, 5, 2, 2, 2, 2, 0 },
+		{ 2, 6, 13, 13, KILN_POOL_AVG, 5, 5, 2, 2, 2, 2, 1 },
+		{ 3, 24, 7, 7, KILN_POOL_AVG, 7, 7, 1, 1, 0, 0, 1 }, /* global average */
+		{ 8, 32, 32, 32, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 }, /* threads */
+	};
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_POOL);
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+		for (int nhwc = 0; nhwc < 2; nhwc++)
+			pool_case(&f, &cases[k], nhwc);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- concat / split / reorder ----------------------------------------- */
+
+/* Concat parts of extents ext[0..k) along dim d of a [N,C,H,W] (or 2-d
+ * [N,C]) tensor, then split it back, every other part accumulating. */
+static void concat_case(struct fx *f, const int *dims, int ndim, int nhwc, int d, const int *ext,
+			int k)
+{
+	int full[4] = { dims[0], dims[1], ndim == 4 ? dims[2] : 1, ndim == 4 ? dims[3] : 1 };
+	full[d] = 0;
+	for (int j = 0; j < k; j++)
+		full[d] += ext[j];
+	const size_t nw = (size_t)full[0] * full[1] * full[2] * full[3];
+	float *part[6], *keep[6], *whole = malloc(nw * 4), *acc0[6];
+	void *dpart[6], *dpart2[6];
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CONCAT;
+	op.n_in = k, op.n_out = 1;
+	op.i[0] = d;
+	op.out[0] = ndim == 4 ? td4(full[0], full[1], full[2], full[3], nhwc) : td(KILN_F32, 2, full[0], full[1]);
+	int off = 0;
+	for (int j = 0; j < k; j++) {
+		int pd[4] = { full[0], full[1], full[2], full[3] };
+		pd[d] = ext[j];
+		const size_t np = (size_t)pd[0] * pd[1] * pd[2] * pd[3];
+		part[j] = frandv(np);
+		acc0[j] = frandv(np);
+		op.in[j] = ndim == 4 ? td4(pd[0], pd[1], pd[2], pd[3], nhwc) : td(KILN_F32, 2, pd[0], pd[1]);
+		dpart[j] = dput4(f, part[j], pd[0], pd[1], pd[2], pd[3], nhwc, &keep[j]);
+		/* reference: part j's element (a,b,c,e) is whole's with dim d shifted */
+		size_t i = 0;
+		for (int a = 0; a < pd[0]; a++)
+			for (int b = 0; b < pd[1]; b++)
+				for (int c = 0; c < pd[2]; c++)
+					for (int e = 0; e < pd[3]; e++, i++) {
+						int q[4] = { a, b, c, e };
+						q[d] += off;
+						whole[(((size_t)q[0] * full[1] + q[1]) * full[2] + q[2]) * full[3] + q[3]] = part[j][i];
+					}
+		off += ext[j];
+	}
+	void *dW = dput(f, NULL, nw * 4);
+	void *out[4] = { dW };
+	OK(run_op(f, &op, (const void *const *)dpart, out));
+	float *got = dget4(f, dW, full[0], full[1], full[2], full[3], nhwc && ndim == 4);
+	ck_assert_msg(!memcmp(got, whole, nw * 4), "CONCAT %s d=%d k=%d", nhwc ? "NHWC" : "NCHW", d, k);
+	free(got);
+	if (k <= KILN_OP_MAX_OUT) {
+		/* SPLIT back: parts 0, 2 add into acc0, the others are written */
+		struct kiln_op sp;
+		memset(&sp, 0, sizeof sp);
+		sp.type = KILN_OP_SPLIT;
+		sp.n_in = 1, sp.n_out = k;
+		sp.in[0] = op.out[0];
+		for (int j = 0; j < k; j++)
+			sp.out[j] = op.in[j];
+		sp.i[0] = d, sp.i[1] = 5;
+		float *keep2[6];
+		for (int j = 0; j < k; j++) {
+			int pd[4] = { full[0], full[1], full[2], full[3] };
+			pd[d] = ext[j];
+			dpart2[j] = dput4(f, acc0[j], pd[0], pd[1], pd[2], pd[3], nhwc && ndim == 4, &keep2[j]);
+		}
+		const void *in[1] = { dW };
+		OK(run_op(f, &sp, in, dpart2));
+		for (int j = 0; j < k; j++) {
+			int pd[4] = { full[0], full[1], full[2], full[3] };
+			pd[d] = ext[j];
+			const size_t np = (size_t)pd[0] * pd[1] * pd[2] * pd[3];
+			got = dget4(f, dpart2[j], pd[0], pd[1], pd[2], pd[3], nhwc && ndim == 4);
+			for (size_t i = 0; i < np; i++) {
+				float want = (5 >> j) & 1 ? acc0[j][i] + part[j][i] : part[j][i];
+				ck_assert_msg(got[i] == want, "SPLIT %s d=%d part %d [%zu] = %g, want %g",
+					      nhwc ? "NHWC" : "NCHW", d, j, i, got[i], want);
+			}
+			free(got);
+			kiln_device_free(f->dev, dpart2[j]);
+			free(keep2[j]);
+		}
+	}
+	for (int j = 0; j < k; j++) {
+		kiln_device_free(f->dev, dpart[j]);
+		free(part[j]), free(keep[j]), free(acc0[j]);
+	}
+	kiln_device_free(f->dev, dW);
+	free(whole);
+}
+
+START_TEST(test_concat_split)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_CONCAT);
+	static const int dims[4] = { 3, 5, 7, 13 }, big[4] = { 2, 64, 17, 17 };
+	static const int ext3[3] = { 1, 4, 2 }, ext6[6] = { 2, 1, 3, 1, 5, 2 }, ext2[2] = { 64, 32 };
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		for (int d = 0; d < 4; d++)
+			concat_case(&f, dims, 4, nhwc, d, ext3, 3);
+		concat_case(&f, dims, 4, nhwc, 1, ext6, 6);
+		concat_case(&f, big, 4, nhwc, 1, ext2, 2);
+		concat_case(&f, big, 4, nhwc, 0, ext3, 3); /* few long rows */
+	}
+	concat_case(&f, dims, 2, 0, 0, ext3, 3);
+	concat_case(&f, dims, 2, 0, 1, ext3, 3);
+	fx_close(&f);
+}
+END_TEST
+
+static void reorder_case(struct fx *f, int N, int C, int H, int W, int from, int to, int acc)
+{
+	const size_t n = (size_t)N * C * H * W;
+	float *x = frandv(n), *y0 = frandv(n), *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, from, &k1), *dY = dput4(f, y0, N, C, H, W, to, &k2);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_REORDER;
+	op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+	op.n_in = op.n_out = 1;
+	op.in[0] = td4(N, C, H, W, from);
+	op.out[0] = td4(N, C, H, W, to);
+	const void *in[1] = { dX };
+	void *out[1] = { dY };
+	OK(run_op(f, &op, in, out));
+	float *got = dget4(f, dY, N, C, H, W, to);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(got[i] == (acc ? y0[i] + x[i] : x[i]), "REORDER %d->%d acc %d [%zu] = %g",
+			      from, to, acc, i, got[i]);
+	kiln_device_free(f->dev, dX);
+	kiln_device_free(f->dev, dY);
+	free(x), free(y0), free(got), free(k1), free(k2);
+}
+
+START_TEST(test_reorder)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_REORDER);
+	for (int from = 0; from < 2; from++)
+		for (int to = 0; to < 2; to++)
+			for (int acc = 0; acc < 2; acc++) {
+				reorder_case(&f, 3, 5, 7, 13, from, to, acc);
+				reorder_case(&f, 1, 1, 1, 1, from, to, acc);
+				reorder_case(&f, 4, 40, 15, 15, from, to, acc);
+			}
+	fx_close(&f);
+}
+END_TEST
+
+DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(pool), DFX_CASE(concat_split),
+	     DFX_CASE(reorder));

@@ -1,0 +1,436 @@
+/* tests/check_device_elementwise.c - device conformance:
+ * the elementwise ops: MUL, COUNTER_ADD, LR_SCHEDULE, FILL,
+ * REDUCE_SUM, SCALE, ADD, the activations and dropout.
+ *
+ * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
+ */
+#include "device_fixture.h"
+#include "check_main.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- MUL, COUNTER_ADD, LR_SCHEDULE -------------------------------------- */
+
+START_TEST(test_small_ops)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	struct kiln_op op;
+	void *plan;
+	size_t wsb;
+	/* MUL, written and accumulated */
+	enum { N = 50001 };
+	float *a = frandv(N), *b = frandv(N), *got = malloc(N * 4);
+	void *da = dput(&f, a, N * 4), *db = dput(&f, b, N * 4), *dy = dput(&f, b, N * 4);
+	for (int acc = 0; acc < 2; acc++) {
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_MUL;
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		op.n_in = 2, op.n_out = 1;
+		op.in[0] = op.in[1] = op.out[0] = td(KILN_F32, 1, N, 0);
+		OK(kiln_device_prepare(f.dev, &op, &plan, &wsb));
+		struct kiln_op_args args = { .in = { da, db }, .out = { dy } };
+		OK(kiln_device_run(f.dev, plan, &args, f.s));
+		dget(&f, got, dy, N * 4);
+		for (int i = 0; i < N; i++) {
+			float want = a[i] * b[i] + (acc ? a[i] * b[i] : 0.0f);
+			NEAR(got[i], want, fabs(want), 1e-6, "MUL acc=%d [%d] = %g, want %g", acc, i,
+			     got[i], want);
+		}
+		kiln_device_plan_free(f.dev, plan);
+	}
+	/* COUNTER_ADD and LR_SCHEDULE against the formulas of plugin.h */
+	int64_t zero = 0, one = 1;
+	void *step = dput(&f, &zero, 8), *lr = dput(&f, NULL, 4);
+	void *inc, *sched[2];
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_COUNTER_ADD;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
+	op.i[0] = 1;
+	OK(kiln_device_prepare(f.dev, &op, &inc, &wsb));
+	for (int k = 0; k < 2; k++) {
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_LR_SCHEDULE;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_I64, 1, &one);
+		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+		op.i[0] = k ? KILN_SCHED_COSINE : KILN_SCHED_CONSTANT;
+		op.i[1] = 100, op.i[2] = 10;
+		op.f[0] = 0.1, op.f[1] = 0.001;
+		OK(kiln_device_prepare(f.dev, &op, &sched[k], &wsb));
+	}
+	for (int t = 0; t < 105; t++) {
+		for (int k = 0; k < 2; k++) {
+			struct kiln_op_args args = { .in = { step }, .out = { lr } };
+			float v;
+			OK(kiln_device_run(f.dev, sched[k], &args, f.s));
+			dget(&f, &v, lr, 4);
+			double want = 0.1;
+			if (t < 10)
+				want = 0.1 * (t + 1) / 10.0;
+			else if (k) {
+				int u = t - 10 < 90 ? t - 10 : 90;
+				want = 0.001 + (0.1 - 0.001) * (1 + cos(M_PI * u / 90.0)) / 2;
+			}
+			NEAR(v, want, want, 1e-6, "schedule %d step %d: lr %g, want %g", k, t, v, want);
+		}
+		struct kiln_op_args args = { .out = { step } };
+		OK(kiln_device_run(f.dev, inc, &args, f.s));
+	}
+	int64_t steps;
+	dget(&f, &steps, step, 8);
+	ck_assert_int_eq(steps, 105);
+	/* gated (KILN_OPF_GATED, in0 f32[1]): += 3 where the gate is nonzero
+	 * only, the optimizer's count of steps taken */
+	{
+		void *ginc, *gate = dput(&f, NULL, 4);
+		const float gates[5] = { 1, 0, 1, 0.5f, 0 };
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_COUNTER_ADD;
+		op.flags = KILN_OPF_GATED;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &one);
+		kiln_tensor_desc_init(&op.out[0], KILN_I64, 1, &one);
+		op.i[0] = 3;
+		OK(kiln_device_prepare(f.dev, &op, &ginc, &wsb));
+		for (int k = 0; k < 5; k++) {
+			struct kiln_op_args args = { .in = { gate }, .out = { step } };
+			OK(kiln_device_copy_async(f.dev, gate, &gates[k], 4, KILN_COPY_H2D, f.s));
+			OK(kiln_device_run(f.dev, ginc, &args, f.s));
+		}
+		dget(&f, &steps, step, 8);
+		ck_assert_int_eq(steps, 105 + 3 * 3);
+		kiln_device_plan_free(f.dev, ginc);
+		kiln_device_free(f.dev, gate);
+	}
+	kiln_device_plan_free(f.dev, inc);
+	kiln_device_plan_free(f.dev, sched[0]);
+	kiln_device_plan_free(f.dev, sched[1]);
+	kiln_device_free(f.dev, step);
+	kiln_device_free(f.dev, lr);
+	kiln_device_free(f.dev, da);
+	kiln_device_free(f.dev, db);
+	kiln_device_free(f.dev, dy);
+	free(a), free(b), free(got);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- FILL / REDUCE_SUM / SCALE / ADD ---------------------------------- */
+
+START_TEST(test_fill)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	static const int dt[] = { KILN_F32, KILN_I32, KILN_U8, KILN_I8, KILN_I64, KILN_BF16, KILN_F16 };
+	const int n = 40001;
+	for (size_t k = 0; k < sizeof dt / sizeof *dt; k++) {
+		size_t es = kiln_dtype_size(dt[k]);
+		unsigned char *h = malloc(n * es);
+		void *d = dput(&f, NULL, n * es);
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_FILL;
+		op.n_out = 1;
+		op.out[0] = td(dt[k], 2, 1, n);
+		op.f[0] = dt[k] == KILN_I8 ? -3 : 1.5;
+		void *out[1] = { d };
+		OK(run_op(&f, &op, NULL, out));
+		dget(&f, h, d, n * es);
+		for (int i = 0; i < n; i++) {
+			const unsigned char *e = h + (size_t)i * es;
+			switch (dt[k]) {
+			case KILN_F32: ck_assert_float_eq(((const float *)h)[i], 1.5f); break;
+			case KILN_I32: ck_assert_int_eq(((const int32_t *)h)[i], 1); break;
+			case KILN_I64: ck_assert_int_eq(((const int64_t *)h)[i], 1); break;
+			case KILN_U8: ck_assert_uint_eq(*e, 1); break;
+			case KILN_I8: ck_assert_int_eq(*(const int8_t *)e, -3); break;
+			case KILN_BF16: ck_assert_uint_eq(((const uint16_t *)h)[i], 0x3fc0); break;
+			case KILN_F16: ck_assert_uint_eq(((const uint16_t *)h)[i], 0x3e00); break;
+			}
+		}
+		kiln_device_free(f.dev, d);
+		free(h);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+START_TEST(test_reduce_scale_add)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	static const int sizes[] = { 1, 1000, 100001 };
+	for (int si = 0; si < 3; si++)
+		for (int acc = 0; acc < 2; acc++) {
+			const int n = sizes[si];
+			size_t b = (size_t)n * 4;
+			float *x = frandv((size_t)n), *y = frandv((size_t)n), *o = frandv((size_t)n);
+			float *got = malloc(b), s0 = 2.5f, s;
+			void *dx = dput(&f, x, b), *dy = dput(&f, y, b), *ds = dput(&f, &s0, 4);
+			void *dout = dput(&f, o, b);
+			struct kiln_op op;
+			memset(&op, 0, sizeof op);
+			op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+			op.in[0] = op.in[1] = op.out[0] = td(KILN_F32, 1, n, 0);
+
+			/* REDUCE_SUM */
+			op.type = KILN_OP_REDUCE_SUM;
+			op.n_in = op.n_out = 1;
+			op.out[0] = td(KILN_F32, 1, 1, 0);
+			const void *in[2] = { dx, dy };
+			void *out[1] = { ds };
+			OK(run_op(&f, &op, in, out));
+			dget(&f, &s, ds, 4);
+			double want = acc ? s0 : 0, mag = fabs(want);
+			for (int i = 0; i < n; i++)
+				want += x[i], mag += fabs(x[i]);
+			NEAR(s, want, mag, 1e-6, "REDUCE_SUM n=%d acc=%d: %g want %g", n, acc, s, want);
+
+			/* SCALE */
+			op.type = KILN_OP_SCALE;
+			op.out[0] = td(KILN_F32, 1, n, 0);
+			op.f[0] = -0.75;
+			out[0] = dout;
+			OK(run_op(&f, &op, in, out));
+			dget(&f, got, dout, b);
+			for (int i = 0; i < n; i++) {
+				o[i] = (acc ? o[i] : 0.0f) + -0.75f * x[i];
+				ck_assert_float_eq_tol(got[i], o[i], 1e-6);
+			}
+
+			/* ADD, then ADD in place (out0 = in0) */
+			op.type = KILN_OP_ADD;
+			op.n_in = 2;
+			OK(run_op(&f, &op, in, out));
+			dget(&f, got, dout, b);
+			for (int i = 0; i < n; i++) {
+				o[i] = (acc ? o[i] : 0.0f) + (x[i] + y[i]);
+				ck_assert_float_eq_tol(got[i], o[i], 1e-6);
+			}
+			in[0] = dout;
+			OK(run_op(&f, &op, in, out));
+			dget(&f, got, dout, b);
+			for (int i = 0; i < n; i++) {
+				o[i] = (acc ? o[i] : 0.0f) + (o[i] + y[i]);
+				ck_assert_float_eq_tol(got[i], o[i], 1e-5);
+			}
+			kiln_device_free(f.dev, dx);
+			kiln_device_free(f.dev, dy);
+			kiln_device_free(f.dev, ds);
+			kiln_device_free(f.dev, dout);
+			free(x), free(y), free(o), free(got);
+		}
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- activations ------------------------------------------------------ */
+
+static double act_ref(int kind, double x, double alpha, double *deriv, double *y)
+{
+	double v, d;
+	switch (kind) {
+	case KILN_ACT_RELU: v = x > 0 ? x : 0, d = x > 0; break;
+	case KILN_ACT_LEAKY_RELU: v = x > 0 ? x : alpha * x, d = x > 0 ? 1 : alpha; break;
+	case KILN_ACT_GELU:
+		v = 0.5 * x * (1 + erf(x / sqrt(2.0)));
+		d = 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+		break;
+	case KILN_ACT_SIGMOID: v = 1 / (1 + exp(-x)), d = v * (1 - v); break;
+	default: v = tanh(x), d = 1 - v * v; break;
+	}
+	*deriv = d, *y = v;
+	return v;
+}
+
+static void act_case(struct fx *f, int kind, int n, float alpha)
+{
+	size_t b = (size_t)n * 4;
+	float *x = frandv((size_t)n), *dy = frandv((size_t)n), *dx0 = frandv((size_t)n);
+	float *got = malloc(b), *yh = malloc(b);
+	for (int i = 0; i < n; i++)
+		x[i] *= 4.0f;
+	void *dX = dput(f, x, b), *dYo = dput(f, NULL, b), *dDY = dput(f, dy, b);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ACT;
+	op.n_in = op.n_out = 1;
+	op.in[0] = op.out[0] = td(KILN_F32, 2, 1, n);
+	op.i[0] = kind, op.f[0] = alpha;
+	const void *in[3] = { dX };
+	void *out[1] = { dYo };
+	OK(run_op(f, &op, in, out));
+	dget(f, yh, dYo, b);
+	for (int i = 0; i < n; i++) {
+		double d, y;
+		act_ref(kind, x[i], alpha, &d, &y);
+		NEAR(yh[i], y, fabs(y) + fabs(x[i]) * (kind == KILN_ACT_GELU), 1e-5,
+		     "ACT %d: y(%g) = %.7g, want %.7g", kind, x[i], yh[i], y);
+	}
+	for (int acc = 0; acc < 2; acc++) {
+		void *dDX = dput(f, dx0, b);
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ACT_BWD;
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		op.n_in = 3, op.n_out = 1;
+		op.in[0] = op.in[1] = op.in[2] = op.out[0] = td(KILN_F32, 1, n, 0);
+		op.i[0] = kind, op.f[0] = alpha;
+		in[0] = dX, in[1] = dDY, in[2] = dYo;
+		out[0] = dDX;
+		OK(run_op(f, &op, in, out));
+		dget(f, got, dDX, b);
+		for (int i = 0; i < n; i++) {
+			double d, y;
+			act_ref(kind, x[i], alpha, &d, &y);
+			if (kind == KILN_ACT_SIGMOID || kind == KILN_ACT_TANH) /* from the device's y */
+				d = kind == KILN_ACT_SIGMOID ? yh[i] * (1.0 - yh[i]) : 1.0 - (double)yh[i] * yh[i];
+			double want = (acc ? dx0[i] : 0) + dy[i] * d;
+			NEAR(got[i], want, fabs(want) + fabs(dy[i]) + (acc ? fabs(dx0[i]) : 0), 1e-5,
+			     "ACT_BWD %d acc %d: dx(%g) = %.7g, want %.7g", kind, acc, x[i], got[i], want);
+		}
+		kiln_device_free(f->dev, dDX);
+	}
+	kiln_device_free(f->dev, dX);
+	kiln_device_free(f->dev, dYo);
+	kiln_device_free(f->dev, dDY);
+	free(x), free(dy), free(dx0), free(got), free(yh);
+}
+
+START_TEST(test_act)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ACT);
+	for (int kind = KILN_ACT_RELU; kind <= KILN_ACT_TANH; kind++) {
+		act_case(&f, kind, 17, 0.01f);
+		act_case(&f, kind, 100003, 0.2f);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- dropout ---------------------------------------------------------- */
+
+/* The mask plugin.h's DROPOUT defines (see plugins/cpu/act.c), computed here
+ * independently: every device must match it bit for bit. */
+#include <Random123/philox.h>
+static int drop_ref(uint64_t seed, uint32_t layer, uint64_t step, uint64_t e, double p)
+{
+	philox4x32_ctr_t ctr = { { (uint32_t)e, (uint32_t)(e >> 32), layer, (uint32_t)step } };
+	philox4x32_key_t key = { { (uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x44524f50u } };
+	philox4x32_ctr_t r = philox4x32_R(10, ctr, key);
+	return (double)(r.v[0] >> 8) / 16777216.0 >= p;
+}
+
+/* Dropout of logical [N,C,H,W] x in the given layout; returns logical y. */
+static float *drop_run(struct fx *f, int bwd, const float *x, const float *y0, int N, int C,
+		       int H, int W, int nhwc, double p, int64_t seed, int layer, int64_t step)
+{
+	float *k1, *k2;
+	void *dX = dput4(f, x, N, C, H, W, nhwc, &k1), *dY = dput4(f, y0, N, C, H, W, nhwc, &k2);
+	void *dS = dput(f, &step, 8);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = bwd ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT;
+	op.flags = bwd == 2 ? KILN_OPF_ACCUMULATE : 0;
+	op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.out[0] = td4(N, C, H, W, nhwc);
+	op.in[1] = td(KILN_I64, 1, 1, 0);
+	op.i[0] = seed, op.i[1] = layer, op.f[0] = p;
+	const void *in[2] = { dX, dS };
+	void *out[1] = { dY };
+	OK(run_op(f, &op, in, out));
+	float *got = dget4(f, dY, N, C, H, W, nhwc);
+	kiln_device_free(f->dev, dX);
+	kiln_device_free(f->dev, dY);
+	kiln_device_free(f->dev, dS);
+	free(k1), free(k2);
+	return got;
+}
+
+START_TEST(test_dropout)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_DROPOUT);
+	const int N = 4, C = 25, H = 25, W = 40; /* 100000 elements */
+	const size_t n = (size_t)N * C * H * W;
+	const double p = 0.3;
+	const int64_t seed = 0x123456789abLL, step = 5;
+	const float s = (float)(1.0 / (1.0 - p));
+	float *x = frandv(n), *dy = frandv(n), *dx0 = frandv(n);
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		float *y = drop_run(&f, 0, x, x, N, C, H, W, nhwc, p, seed, 7, step);
+		float *dx = drop_run(&f, 1, dy, dy, N, C, H, W, nhwc, p, seed, 7, step);
+		float *dxa = drop_run(&f, 2, dy, dx0, N, C, H, W, nhwc, p, seed, 7, step);
+		size_t kept = 0;
+		for (size_t i = 0; i < n; i++) {
+			const int keep = drop_ref((uint64_t)seed, 7, step, i, p);
+			kept += keep;
+			ck_assert_msg(y[i] == (keep ? x[i] * s : 0.0f), "DROPOUT %s y[%zu] = %g, keep %d x %g",
+				      nhwc ? "NHWC" : "NCHW", i, y[i], keep, x[i]);
+			ck_assert_msg(dx[i] == (keep ? dy[i] * s : 0.0f), "DROPOUT_BWD dx[%zu] = %g", i, dx[i]);
+			/* the add may be fused (FMA): one rounding less */
+			NEAR(dxa[i], dx0[i] + (keep ? (double)dy[i] * s : 0.0), fabs(dx0[i]) + fabs(dy[i] * s),
+			     1e-6, "DROPOUT_BWD acc dx[%zu] = %g", i, dxa[i]);
+		}
+		const double frac = (double)kept / n, sig = sqrt(p * (1 - p) / n);
+		ck_assert_msg(fabs(frac - (1 - p)) < 3 * sig, "kept %g, want %g +- %g", frac, 1 - p, 3 * sig);
+		free(y), free(dx), free(dxa);
+	}
+	/* another step, another layer: another mask */
+	float *y5 = drop_run(&f, 0, x, x, N, C, H, W, 0, p, seed, 7, step);
+	float *y6 = drop_run(&f, 0, x, x, N, C, H, W, 0, p, seed, 7, step + 1);
+	float *y8 = drop_run(&f, 0, x, x, N, C, H, W, 1, p, seed, 8, step);
+	size_t same6 = 0, same8 = 0;
+	for (size_t i = 0; i < n; i++)
+		same6 += (y5[i] != 0) == (y6[i] != 0), same8 += (y5[i] != 0) == (y8[i] != 0);
+	ck_assert_msg(same6 < n * 0.65 && same8 < n * 0.65, "masks repeat: %zu %zu of %zu", same6, same8, n);
+	/* p = 0 copies */
+	float *y0 = drop_run(&f, 0, x, dy, N, C, H, W, 1, 0.0, seed, 7, step);
+	ck_assert(!memcmp(y0, x, n * 4));
+	free(y5), free(y6), free(y8), free(y0);
+	free(x), free(dy), free(dx0);
+	fx_close(&f);
+}
+END_TEST
+
+/* The same dropout with 1 and 2 threads: identical bytes. */
+START_TEST(test_dropout_threads)
+{
+	const int N = 3, C = 20, H = 33, W = 33;
+	const size_t n = (size_t)N * C * H * W;
+	float *x = frandv(n), *y[2][2];
+	for (int t = 0; t < 2; t++) {
+		struct fx f;
+		memset(&f, 0, sizeof f);
+		OK(kiln_registry_open(NULL, &f.reg));
+		OK(kiln_config_new(&f.cfg));
+		OK(kiln_config_override(f.cfg, t ? "run.threads=2" : "run.threads=1"));
+		OK(kiln_config_validate(f.cfg, f.reg));
+		OK(kiln_device_open(f.reg, f.cfg, g_name, 0, &f.dev));
+		OK(kiln_device_stream_create(f.dev, &f.s));
+		if (unsupported(&f, KILN_OP_DROPOUT)) {
+			fx_close(&f);
+			free(x);
+			return;
+		}
+		for (int nhwc = 0; nhwc < 2; nhwc++)
+			y[t][nhwc] = drop_run(&f, 0, x, x, N, C, H, W, nhwc, 0.5, 42, 3, 11);
+		fx_close(&f);
+	}
+	ck_assert(!memcmp(y[0][0], y[1][0], n * 4));
+	ck_assert(!memcmp(y[0][1], y[1][1], n * 4));
+	ck_assert(!memcmp(y[0][0], y[0][1], n * 4)); /* logical NCHW == NHWC */
+	free(x), free(y[0][0]), free(y[0][1]), free(y[1][0]), free(y[1][1]);
+}
+END_TEST
+
+DEVICE_SUITE(elementwise, DFX_CASE(fill), DFX_CASE(reduce_scale_add), DFX_CASE(small_ops),
+	     DFX_CASE(act), DFX_CASE(dropout), DFX_ONCE(dropout_threads, 60));

@@ -1,0 +1,319 @@
+/* tests/check_device_gemm.c - device conformance:
+ * GEMM (with the core's op checks and its errors), bias and ReLU.
+ *
+ * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
+ */
+#include "device_fixture.h"
+#include "check_main.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- GEMM ------------------------------------------------------------- */
+
+static void gemm_case(struct fx *f, int M, int N, int K, int ta, int tb, float alpha, int beta,
+		      int bias)
+{
+	float *A = frandv((size_t)M * K), *B = frandv((size_t)K * N), *C0 = frandv((size_t)M * N);
+	float *Bi = frandv((size_t)N), *C = malloc((size_t)M * N * sizeof *C);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GEMM;
+	op.flags = beta ? KILN_OPF_ACCUMULATE : 0;
+	op.n_in = bias ? 3 : 2;
+	op.n_out = 1;
+	op.in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
+	op.in[1] = tb ? td(KILN_F32, 2, N, K) : td(KILN_F32, 2, K, N);
+	op.in[2] = td(KILN_F32, 1, N, 0);
+	op.out[0] = td(KILN_F32, 2, M, N);
+	op.i[0] = ta, op.i[1] = tb, op.i[2] = M, op.i[3] = N, op.i[4] = K;
+	op.f[0] = alpha;
+
+	void *dA = dput(f, A, (size_t)M * K * 4), *dB = dput(f, B, (size_t)K * N * 4);
+	void *dBi = dput(f, Bi, (size_t)N * 4), *dC = dput(f, C0, (size_t)M * N * 4);
+	const void *in[3] = { dA, dB, dBi };
+	void *out[1] = { dC };
+	OK(run_op(f, &op, in, out));
+	dget(f, C, dC, (size_t)M * N * 4);
+
+	for (int m = 0; m < M; m++)
+		for (int n = 0; n < N; n++) {
+			double s = 0, mag = 0;
+			for (int k = 0; k < K; k++) {
+				double a = ta ? A[(size_t)k * M + m] : A[(size_t)m * K + k];
+				double b = tb ? B[(size_t)n * K + k] : B[(size_t)k * N + n];
+				s += a * b;
+				mag += fabs(a * b);
+			}
+			double want = alpha * s + (beta ? C0[m * N + n] : 0) + (bias ? Bi[n] : 0);
+			mag = fabs(alpha) * mag + (beta ? fabs(C0[m * N + n]) : 0) +
+			      (bias ? fabs(Bi[n]) : 0);
+			NEAR(C[m * N + n], want, mag, 1e-5,
+			     "GEMM M=%d N=%d K=%d tA=%d tB=%d alpha=%g beta=%d bias=%d: C[%d,%d] = %.7g, want %.7g",
+			     M, N, K, ta, tb, alpha, beta, bias, m, n, C[m * N + n], want);
+		}
+	kiln_device_free(f->dev, dA);
+	kiln_device_free(f->dev, dB);
+	kiln_device_free(f->dev, dBi);
+	kiln_device_free(f->dev, dC);
+	free(A), free(B), free(C0), free(Bi), free(C);
+}
+
+START_TEST(test_gemm)
+{
+	static const int sz[] = { 1, 7, 129 };
+	struct fx f;
+	fx_open(&f, _i);
+	for (int mi = 0; mi < 3; mi++)
+		for (int ni = 0; ni < 3; ni++)
+			for (int ki = 0; ki < 3; ki++)
+				for (int t = 0; t < 4; t++)
+					for (int v = 0; v < 8; v++)
+						gemm_case(&f, sz[mi], sz[ni], sz[ki], t & 1, t >> 1,
+							  v & 1 ? 0.5f : 1.0f, (v >> 1) & 1, v >> 2);
+	fx_close(&f);
+}
+END_TEST
+
+/* The core's op checks (core/opcheck.c), the same for every device: one
+ * malformed op per family, each refused before the device sees it, with
+ * the status and a message naming the device, the op and the fault.  A
+ * device that does not implement a family yet says KILN_ENOTSUP instead. */
+
+START_TEST(test_op_checks)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	struct kiln_op ops[16];
+	struct { kiln_status st; const char *want; } exp[16];
+	int n = 0;
+	memset(ops, 0, sizeof ops);
+#define CASE(st_, want_) (exp[n].st = (st_), exp[n].want = (want_), &ops[n++])
+	struct kiln_op *o;
+	o = CASE(KILN_EINVAL, "takes 3 inputs and 4 outputs, got 2 and 4");
+	o->type = KILN_OP_BN_TRAIN, o->n_in = 2, o->n_out = 4;
+	o = CASE(KILN_EINVAL, "more than one value per channel");
+	o->type = KILN_OP_BN_TRAIN, o->n_in = 3, o->n_out = 4;
+	o->in[0] = td4(1, 3, 1, 1, 0), o->out[0] = o->in[0];
+	o->in[1] = o->in[2] = o->out[2] = o->out[3] = td(KILN_F32, 1, 3, 0);
+	o->out[1] = td(KILN_F32, 1, 6, 0);
+	o = CASE(KILN_EINVAL, "pad must be <= kernel/2");
+	o->type = KILN_OP_POOL, o->n_in = 1, o->n_out = 1;
+	o->in[0] = td4(1, 2, 8, 8, 0), o->out[0] = td4(1, 2, 5, 5, 0);
+	o->i[0] = KILN_POOL_MAX, o->i[1] = o->i[2] = 2, o->i[3] = o->i[4] = 2, o->i[5] = o->i[6] = 2;
+	o = CASE(KILN_EINVAL, "unknown activation");
+	o->type = KILN_OP_ACT, o->n_in = 1, o->n_out = 1, o->i[0] = 99;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0);
+	o = CASE(KILN_EINVAL, "probability f[0] outside [0, 1]");
+	o->type = KILN_OP_DROPOUT, o->n_in = 2, o->n_out = 1, o->f[0] = 1.5;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0), o->in[1] = td(KILN_I64, 1, 1, 0);
+	o = CASE(KILN_EINVAL, "do not add up");
+	o->type = KILN_OP_CONCAT, o->n_in = 2, o->n_out = 1, o->i[0] = 1;
+	o->in[0] = td(KILN_F32, 2, 4, 3), o->in[1] = td(KILN_F32, 2, 4, 2);
+	o->out[0] = td(KILN_F32, 2, 4, 6);
+	o = CASE(KILN_EINVAL, "beta1");
+	o->type = KILN_OP_ADAMW, o->n_in = 3, o->n_out = 3, o->i[0] = 8, o->f[0] = 1.0;
+	o->in[0] = o->out[0] = o->out[1] = o->out[2] = td(KILN_F32, 1, 8, 0);
+	o->in[1] = td(KILN_F32, 1, 1, 0), o->in[2] = td(KILN_I64, 1, 1, 0);
+	o = CASE(KILN_EINVAL, "offsets");
+	o->type = KILN_OP_LAMB, o->n_in = 4, o->n_out = 3, o->i[0] = 8, o->f[0] = 0.9;
+	o->in[0] = o->out[0] = o->out[1] = o->out[2] = td(KILN_F32, 1, 8, 0);
+	o->in[1] = td(KILN_F32, 1, 1, 0), o->in[2] = td(KILN_I64, 1, 1, 0);
+	o->in[3] = td(KILN_I64, 1, 1, 0);
+	o = CASE(KILN_ENOTSUP, "unknown loss");
+	o->type = KILN_OP_SOFTMAX_XENT, o->n_in = 2, o->n_out = 2, o->i[0] = 4, o->i[1] = 99;
+	o->in[0] = o->out[0] = td(KILN_F32, 2, 4, 10), o->in[1] = td(KILN_I32, 1, 4, 0);
+	o->out[1] = td(KILN_F32, 1, 2, 0);
+	o = CASE(KILN_ENOTSUP, "unknown schedule");
+	o->type = KILN_OP_LR_SCHEDULE, o->n_in = 1, o->n_out = 1, o->i[0] = 99;
+	o->in[0] = td(KILN_I64, 1, 1, 0), o->out[0] = td(KILN_F32, 1, 1, 0);
+	o = CASE(KILN_EINVAL, "backoff");
+	o->type = KILN_OP_SCALER_UPDATE, o->n_in = 1, o->n_out = 1, o->i[0] = o->i[1] = 1;
+	o->f[0] = 2, o->f[1] = 0;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 4, 0);
+	o = CASE(KILN_EINVAL, "in0 has a bad descriptor");
+	o->type = KILN_OP_RELU, o->n_in = 1, o->n_out = 1;
+	o->in[0] = o->out[0] = td(KILN_F32, 1, 8, 0), o->in[0].ndim = KILN_MAX_DIMS + 1;
+	o = CASE(KILN_EINVAL, "out of range");
+	o->type = KILN_OP_ADD, o->n_in = KILN_OP_MAX_IN + 1, o->n_out = 1;
+	o = CASE(KILN_EINVAL, "casts f32 to bf16 or f16");
+	o->type = KILN_OP_CAST, o->n_in = 1, o->n_out = 1;
+	o->in[0] = td(KILN_I32, 1, 8, 0), o->out[0] = td(KILN_F32, 1, 8, 0);
+	o = CASE(KILN_EINVAL, "the number of groups");
+	o->type = KILN_OP_BN_APPLY, o->n_in = 4, o->n_out = 4;
+	o = CASE(KILN_EINVAL, "bias [N] does not match");
+	o->type = KILN_OP_BIAS_ADD, o->n_in = 1, o->n_out = 1;
+	o->in[0] = td(KILN_F32, 1, 5, 0), o->out[0] = td(KILN_F32, 2, 4, 6);
+#undef CASE
+	for (int k = 0; k < n; k++) {
+		if (unsupported(&f, ops[k].type))
+			continue;
+		void *plan = NULL;
+		kiln_status st = kiln_device_prepare(f.dev, &ops[k], &plan, NULL);
+		const char *msg = kiln_last_error();
+		ck_assert_msg(st == exp[k].st && !plan, "case %d (op %d): status %d, want %d: %s", k,
+			      ops[k].type, st, exp[k].st, msg);
+		ck_assert_msg(strstr(msg, exp[k].want) && strstr(msg, g_name),
+			      "case %d: message lacks '%s' or the device name: %s", k, exp[k].want, msg);
+		if (ops[k].type != KILN_OP_ADD) /* the op's name, except the counts case */
+			ck_assert_msg(strstr(msg, kiln_op_name(ops[k].type)),
+				      "case %d: message does not name the op: %s", k, msg);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+START_TEST(test_gemm_errors)
+{
+	struct fx f;
+	void *plan;
+	fx_open(&f, _i);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GEMM;
+	op.n_in = 2, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 2, 4, 5);
+	op.in[1] = td(KILN_F32, 2, 6, 3); /* K mismatch: 18 != 5*3 */
+	op.out[0] = td(KILN_F32, 2, 4, 3);
+	op.i[2] = 4, op.i[3] = 3, op.i[4] = 5, op.f[0] = 1;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_ptr_null(plan);
+	ck_assert_msg(strstr(kiln_last_error(), "f32[6, 3]"), "message: %s", kiln_last_error());
+
+	op.type = KILN_OP_NORMALIZE_U8; /* wrong arity and dtypes */
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "NORMALIZE_U8"), "message: %s", kiln_last_error());
+	op.type = 99;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_ENOTSUP);
+	op.type = KILN_OP_RELU; /* f32 in, i32 out */
+	op.n_in = 1, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 1, 8, 0);
+	op.out[0] = td(KILN_I32, 1, 8, 0);
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_ENOTSUP);
+	ck_assert_msg(strstr(kiln_last_error(), "RELU"), "message: %s", kiln_last_error());
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- bias ------------------------------------------------------------- */
+
+static void bias_case(struct fx *f, int R, int N)
+{
+	float *Y = frandv((size_t)R * N), *b = frandv((size_t)N), *db0 = frandv((size_t)N);
+	float *got = malloc((size_t)R * N * 4);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BIAS_ADD;
+	op.n_in = op.n_out = 1;
+	op.in[0] = td(KILN_F32, 1, N, 0);
+	op.out[0] = td(KILN_F32, 2, R, N);
+	void *dY = dput(f, Y, (size_t)R * N * 4), *db = dput(f, b, (size_t)N * 4);
+	const void *in[1] = { db };
+	void *out[1] = { dY };
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dY, (size_t)R * N * 4);
+	for (int i = 0; i < R * N; i++)
+		ck_assert_float_eq(got[i], Y[i] + b[i % N]);
+
+	/* BIAS_GRAD of Y (original values) into db, write then accumulate */
+	for (int acc = 0; acc < 2; acc++) {
+		void *dX = dput(f, Y, (size_t)R * N * 4), *dg = dput(f, db0, (size_t)N * 4);
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_BIAS_GRAD;
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		op.n_in = op.n_out = 1;
+		op.in[0] = td(KILN_F32, 2, R, N);
+		op.out[0] = td(KILN_F32, 1, N, 0);
+		const void *gin[1] = { dX };
+		void *gout[1] = { dg };
+		OK(run_op(f, &op, gin, gout));
+		dget(f, got, dg, (size_t)N * 4);
+		for (int j = 0; j < N; j++) {
+			double s = acc ? db0[j] : 0, mag = fabs(s);
+			for (int r = 0; r < R; r++)
+				s += Y[r * N + j], mag += fabs(Y[r * N + j]);
+			NEAR(got[j], s, mag, 1e-6, "BIAS_GRAD R=%d N=%d acc=%d col %d: %g want %g", R,
+			     N, acc, j, got[j], s);
+		}
+		kiln_device_free(f->dev, dX);
+		kiln_device_free(f->dev, dg);
+	}
+	kiln_device_free(f->dev, dY);
+	kiln_device_free(f->dev, db);
+	free(Y), free(b), free(db0), free(got);
+}
+
+START_TEST(test_bias)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	bias_case(&f, 1, 1);
+	bias_case(&f, 37, 13);
+	bias_case(&f, 700, 130); /* parallel path, two column blocks */
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- ReLU ------------------------------------------------------------- */
+
+static void relu_case(struct fx *f, int n)
+{
+	size_t b = (size_t)n * 4;
+	float *x = frandv((size_t)n), *dy = frandv((size_t)n), *dx0 = frandv((size_t)n);
+	float *got = malloc(b);
+	void *dX = dput(f, x, b), *dYo = dput(f, NULL, b);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_RELU;
+	op.n_in = op.n_out = 1;
+	op.in[0] = op.out[0] = td(KILN_F32, 2, 1, n);
+	const void *in[2] = { dX };
+	void *out[1] = { dYo };
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dYo, b);
+	for (int i = 0; i < n; i++)
+		ck_assert_float_eq(got[i], x[i] > 0 ? x[i] : 0.0f);
+	/* in place */
+	out[0] = dX;
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dX, b);
+	for (int i = 0; i < n; i++)
+		ck_assert_float_eq(got[i], x[i] > 0 ? x[i] : 0.0f);
+
+	/* backward from y = relu(x) (now in dX), write then accumulate */
+	for (int acc = 0; acc < 2; acc++) {
+		void *dDy = dput(f, dy, b), *dDx = dput(f, dx0, b);
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_RELU_BWD;
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		op.n_in = 2, op.n_out = 1;
+		op.in[0] = op.in[1] = op.out[0] = td(KILN_F32, 1, n, 0);
+		const void *bin[2] = { dX, dDy };
+		void *bout[1] = { dDx };
+		OK(run_op(f, &op, bin, bout));
+		dget(f, got, dDx, b);
+		for (int i = 0; i < n; i++)
+			ck_assert_float_eq(got[i], (acc ? dx0[i] : 0.0f) + (x[i] > 0 ? dy[i] : 0.0f));
+		kiln_device_free(f->dev, dDy);
+		kiln_device_free(f->dev, dDx);
+	}
+	kiln_device_free(f->dev, dX);
+	kiln_device_free(f->dev, dYo);
+	free(x), free(dy), free(dx0), free(got);
+}
+
+START_TEST(test_relu)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	relu_case(&f, 17);
+	relu_case(&f, 100003);
+	fx_close(&f);
+}
+END_TEST
+
+DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_errors), DFX_CASE(op_checks), DFX_CASE(bias),
+	     DFX_CASE(relu));

@@ -1,0 +1,287 @@
+/* tests/check_device_loss.c - device conformance:
+ * the losses: softmax cross-entropy (with a loss scale), smoothed
+ * cross-entropy, MSE and BCE against PyTorch.
+ *
+ * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
+ */
+#include "device_fixture.h"
+#include "check_main.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- softmax cross-entropy ------------------------------------------- */
+
+static void xent_case(struct fx *f, int N, int C, int valid, float spread)
+{
+	float *x = frandv((size_t)N * C), *g = malloc((size_t)N * C * 4);
+	int32_t *lab = malloc((size_t)N * 4);
+	float m0[2] = { 1.5f, 2.0f }, m[2];
+	for (int i = 0; i < N * C; i++)
+		x[i] *= spread;
+	for (int r = 0; r < N; r++) {
+		lab[r] = (int32_t)((r * 7 + 3) % C);
+		if (r % 3 == 0) /* make some rows correct */
+			x[r * C + lab[r]] = spread * 2;
+	}
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SOFTMAX_XENT;
+	op.n_in = op.n_out = 2;
+	op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
+	op.in[1] = td(KILN_I32, 1, N, 0);
+	op.out[1] = td(KILN_F32, 1, 2, 0);
+	op.i[0] = valid;
+	op.f[0] = 1.0 / valid;
+	void *dx = dput(f, x, (size_t)N * C * 4), *dl = dput(f, lab, (size_t)N * 4);
+	void *dg = dput(f, x, (size_t)N * C * 4), *dm = dput(f, m0, sizeof m0);
+	const void *in[2] = { dx, dl };
+	void *out[2] = { dg, dm };
+	OK(run_op(f, &op, in, out));
+	dget(f, g, dg, (size_t)N * C * 4);
+	dget(f, m, dm, sizeof m);
+
+	double loss = 0, correct = 0;
+	for (int r = 0; r < N; r++) {
+		const float *xr = x + r * C;
+		if (r >= valid) {
+			for (int j = 0; j < C; j++)
+				ck_assert_msg(g[r * C + j] == 0.0f, "masked row %d has gradient %g", r,
+					      g[r * C + j]);
+			continue;
+		}
+		double mx = xr[0], s = 0;
+		int am = 0;
+		for (int j = 1; j < C; j++)
+			if (xr[j] > mx)
+				mx = xr[j], am = j;
+		for (int j = 0; j < C; j++)
+			s += exp(xr[j] - mx);
+		loss += log(s) - (xr[lab[r]] - mx);
+		correct += am == lab[r];
+		for (int j = 0; j < C; j++) {
+			double want = (exp(xr[j] - mx) / s - (j == lab[r])) / valid;
+			NEAR(g[r * C + j], want, 1.0 / valid, 1e-5, "dlogits[%d,%d] = %g, want %g", r,
+			     j, g[r * C + j], want);
+		}
+	}
+	NEAR(m[0], m0[0] + loss, m0[0] + loss, 1e-5, "loss sum %g, want %g", m[0], m0[0] + loss);
+	ck_assert_float_eq(m[1], m0[1] + correct);
+	kiln_device_free(f->dev, dx);
+	kiln_device_free(f->dev, dl);
+	kiln_device_free(f->dev, dg);
+	kiln_device_free(f->dev, dm);
+	free(x), free(g), free(lab);
+}
+
+START_TEST(test_softmax_xent)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	xent_case(&f, 9, 5, 7, 3.0f);
+	xent_case(&f, 4, 1, 4, 1.0f);
+	xent_case(&f, 6, 10, 6, 200.0f); /* large logits: needs the max shift */
+	xent_case(&f, 300, 200, 257, 5.0f);
+	fx_close(&f);
+}
+END_TEST
+
+/* A label outside [0,C) is KILN_EDATA naming the row: from run() in sync
+ * mode, from the next stream_sync in async mode. */
+START_TEST(test_softmax_bad_label)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int N = 5, C = 10;
+	float x[50] = { 0 }, m[2] = { 0 };
+	int32_t lab[5] = { 1, 2, 3, 12, 4 };
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SOFTMAX_XENT;
+	op.n_in = op.n_out = 2;
+	op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
+	op.in[1] = td(KILN_I32, 1, N, 0);
+	op.out[1] = td(KILN_F32, 1, 2, 0);
+	op.i[0] = N;
+	op.f[0] = 1;
+	void *dx = dput(&f, x, sizeof x), *dl = dput(&f, lab, sizeof lab);
+	void *dg = dput(&f, NULL, sizeof x), *dm = dput(&f, m, sizeof m);
+	const void *in[2] = { dx, dl };
+	void *out[2] = { dg, dm };
+	ck_assert_int_eq(run_op(&f, &op, in, out), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "row 3") && strstr(kiln_last_error(), "12"),
+		      "message: %s", kiln_last_error());
+	/* masked out, the bad row is not read */
+	op.i[0] = 3;
+	if (!f.async) {
+		OK(run_op(&f, &op, in, out));
+		dget(&f, m, dm, sizeof m);
+		ck_assert_float_eq(m[1], 0.0f); /* all-zero logits: argmax 0, labels 1..3 */
+	}
+	kiln_device_free(f.dev, dx);
+	kiln_device_free(f.dev, dl);
+	kiln_device_free(f.dev, dg);
+	kiln_device_free(f.dev, dm);
+	fx_close(&f);
+}
+END_TEST
+
+
+/* ---- the fused loss against PyTorch -------------------------------------- */
+
+/* Cross-entropy with label smoothing, MSE and BCE with logits on one-hot
+ * targets: mean loss and gradient against tests/data/loss_refs.txt (torch
+ * 1.13, tests/data/gen_loss_refs.py); top-1 and top-5 counts against a
+ * reference loop (top-5 ties broken by index). */
+START_TEST(test_losses)
+{
+	enum { N = 6, C = 7 };
+	char path[1024], line[16384];
+	/* KILN_TEST_SRCDIR: the suite run from a carried bundle (tests/gpu/run.sh),
+	 * where the build's source path does not exist */
+	const char *src = getenv("KILN_TEST_SRCDIR");
+	snprintf(path, sizeof path, "%s/tests/data/loss_refs.txt", src && *src ? src : SRCDIR);
+	FILE *fp = fopen(path, "r");
+	ck_assert_msg(fp != NULL, "cannot open %s", path);
+	struct fx f;
+	fx_open(&f, _i);
+	float x[N * C], grad[N * C], m[3];
+	int32_t y[N];
+	int have_x = 0, have_y = 0, cases = 0;
+	while (fgets(line, sizeof line, fp)) {
+		char *p = line, *end;
+		if (line[0] == '#')
+			continue;
+		if (!strncmp(line, "LOGITS ", 7)) {
+			p += 7;
+			for (int i = 0; i < N * C; i++, p = end)
+				x[i] = strtof(p, &end);
+			have_x = 1;
+			continue;
+		}
+		if (!strncmp(line, "LABELS ", 7)) {
+			p += 7;
+			for (int i = 0; i < N; i++, p = end)
+				y[i] = (int32_t)strtol(p, &end, 10);
+			have_y = 1;
+			continue;
+		}
+		ck_assert(have_x && have_y);
+		char kind[16];
+		double e, want_loss;
+		int used;
+		ck_assert(sscanf(line, "%15s %lf %lf ;%n", kind, &e, &want_loss, &used) == 3);
+		p = line + used;
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SOFTMAX_XENT;
+		op.n_in = 2, op.n_out = 2;
+		op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
+		op.in[1] = td(KILN_I32, 1, N, 0);
+		op.out[1] = td(KILN_F32, 1, 3, 0);
+		op.i[0] = N;
+		op.i[1] = !strcmp(kind, "mse") ? KILN_LOSS_MSE : !strcmp(kind, "bce") ? KILN_LOSS_BCE
+										       : KILN_LOSS_XENT;
+		op.f[0] = 1.0 / N;
+		op.f[1] = e;
+		void *plan;
+		OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
+		const float zero[3] = { 0, 0, 0 };
+		void *dx = dput(&f, x, sizeof x), *dy = dput(&f, y, sizeof y),
+		     *dg = dput(&f, NULL, sizeof grad), *dm = dput(&f, zero, sizeof zero);
+		struct kiln_op_args a = { .in = { dx, dy }, .out = { dg, dm } };
+		OK(kiln_device_run(f.dev, plan, &a, f.s));
+		dget(&f, grad, dg, sizeof grad);
+		dget(&f, m, dm, sizeof m);
+		NEAR(m[0] / N, want_loss, fabs(want_loss), 1e-5, "%s e=%g: loss %.8g, PyTorch %.8g",
+		     kind, e, m[0] / N, want_loss);
+		for (int i = 0; i < N * C; i++, p = end) {
+			double want = strtod(p, &end);
+			ck_assert(end != p);
+			NEAR(grad[i], want, 1e-3, 1e-4, "%s e=%g: grad[%d] = %.8g, PyTorch %.8g", kind, e,
+			     i, grad[i], want);
+		}
+		int top1 = 0, top5 = 0;
+		for (int r = 0; r < N; r++) {
+			int am = 0, above = 0;
+			for (int j = 1; j < C; j++)
+				if (x[r * C + j] > x[r * C + am])
+					am = j;
+			for (int j = 0; j < C; j++)
+				above += x[r * C + j] > x[r * C + y[r]] ||
+					 (x[r * C + j] == x[r * C + y[r]] && j < y[r]);
+			top1 += am == y[r];
+			top5 += above < 5;
+		}
+		ck_assert_msg(m[1] == top1 && m[2] == top5, "%s: top-1 %g (want %d), top-5 %g (want %d)",
+			      kind, m[1], top1, m[2], top5);
+		kiln_device_plan_free(f.dev, plan);
+		kiln_device_free(f.dev, dx);
+		kiln_device_free(f.dev, dy);
+		kiln_device_free(f.dev, dg);
+		kiln_device_free(f.dev, dm);
+		cases++;
+	}
+	fclose(fp);
+	ck_assert_int_eq(cases, 5);
+	fx_close(&f);
+}
+END_TEST
+
+/* The loss scale input of SOFTMAX_XENT: dlogits = f[0] s (...), the
+ * metrics unscaled: the same bits as f[0] multiplied by s on the host. */
+START_TEST(test_xent_loss_scale)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int N = 37, C = 11;
+	const size_t b = (size_t)N * C * 4;
+	float *x = frandv((size_t)N * C), *g0 = malloc(b), *g1 = malloc(b);
+	float m0[3], m1[3], zero[3] = { 0, 0, 0 }, s = 4096.0f;
+	int32_t lab[37];
+	for (int r = 0; r < N; r++)
+		lab[r] = (r * 5 + 1) % C;
+	for (int kind = 0; kind < 3; kind++) {
+		void *dx = dput(&f, x, b), *dl = dput(&f, lab, sizeof lab), *ds = dput(&f, &s, 4);
+		void *dg = dput(&f, NULL, b), *dm = dput(&f, zero, 12);
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SOFTMAX_XENT;
+		op.n_in = 3, op.n_out = 2;
+		op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
+		op.in[1] = td(KILN_I32, 1, N, 0);
+		op.in[2] = td(KILN_F32, 1, 1, 0);
+		op.out[1] = td(KILN_F32, 1, 3, 0);
+		op.i[0] = N - 2;
+		op.i[1] = kind;
+		op.f[0] = 1.0 / (N - 2);
+		op.f[1] = kind ? 0 : 0.1;
+		const void *in[3] = { dx, dl, ds };
+		void *out[2] = { dg, dm };
+		OK(run_op(&f, &op, in, out));
+		dget(&f, g1, dg, b);
+		dget(&f, m1, dm, 12);
+		OK(kiln_device_copy_async(f.dev, dm, zero, 12, KILN_COPY_H2D, f.s));
+		op.n_in = 2;
+		op.f[0] = 1.0 / (N - 2) * s;
+		OK(run_op(&f, &op, in, out));
+		dget(&f, g0, dg, b);
+		dget(&f, m0, dm, 12);
+		ck_assert_msg(!memcmp(g0, g1, b), "loss %d: scaled gradients differ", kind);
+		ck_assert(!memcmp(m0, m1, sizeof m0));
+		kiln_device_free(f.dev, dx);
+		kiln_device_free(f.dev, dl);
+		kiln_device_free(f.dev, ds);
+		kiln_device_free(f.dev, dg);
+		kiln_device_free(f.dev, dm);
+	}
+	free(x), free(g0), free(g1);
+	fx_close(&f);
+}
+END_TEST
+
+DEVICE_SUITE(loss, DFX_CASE(softmax_xent), DFX_CASE(softmax_bad_label), DFX_CASE(losses),
+	     DFX_CASE(xent_loss_scale));

@@ -1,0 +1,491 @@
+/* tests/check_device_lowp.c - device conformance:
+ * bf16 and f16 (docs/plugins.md, "Low-precision dtypes"): GEMM,
+ * elementwise ops, casts, SGD, convolution and batchnorm against f32.
+ *
+ * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
+ */
+#include "device_fixture.h"
+#include "check_main.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- bf16 and f16 (docs/plugins.md, "Low-precision dtypes") ------------ */
+
+/* n random values in dtype dt (x 'scale'), and their f32 widening */
+static uint16_t *lp_rand(size_t n, int dt, float scale, float *wide)
+{
+	uint16_t *h = malloc(n * 2);
+	for (size_t i = 0; i < n; i++) {
+		h[i] = h_round(frand() * scale, dt);
+		wide[i] = h_wide(h[i], dt);
+	}
+	return h;
+}
+
+/* GEMM out0[M,N] = A B^T + bias with bf16 (native) or f16 (converted)
+ * operands, out0 in the low dtype or f32 (weight gradients), against a
+ * double loop over the widened operands. */
+static void lp_gemm_case(struct fx *f, int dt, int M, int N, int K, int out_f32)
+{
+	float *aw = malloc(sizeof(float) * M * K), *bw = malloc(sizeof(float) * N * K);
+	uint16_t *a = lp_rand((size_t)M * K, dt, 1, aw), *b = lp_rand((size_t)N * K, dt, 1, bw);
+	float *bias = frandv((size_t)N);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GEMM;
+	op.n_in = 3, op.n_out = 1;
+	op.in[0] = td(dt, 2, M, K), op.in[1] = td(dt, 2, N, K), op.in[2] = td(KILN_F32, 1, N, 0);
+	op.out[0] = td(out_f32 ? KILN_F32 : dt, 2, M, N);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = M, op.i[3] = N, op.i[4] = K, op.f[0] = 1.0;
+	const size_t ob = (size_t)M * N * (out_f32 ? 4 : 2);
+	void *da = dput(f, a, (size_t)M * K * 2), *db = dput(f, b, (size_t)N * K * 2),
+	     *dbias = dput(f, bias, sizeof(float) * N), *dc = dput(f, NULL, ob);
+	const void *in[3] = { da, db, dbias };
+	void *out[1] = { dc };
+	OK(run_op(f, &op, in, out));
+	void *c = malloc(ob);
+	dget(f, c, dc, ob);
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			double ref = bias[j], mag = fabs(bias[j]);
+			for (int k = 0; k < K; k++) {
+				ref += (double)aw[i * K + k] * bw[j * K + k];
+				mag += fabs((double)aw[i * K + k] * bw[j * K + k]);
+			}
+			const double got = out_f32 ? ((float *)c)[i * N + j]
+						   : h_wide(((uint16_t *)c)[i * N + j], dt);
+			/* f32 accumulation; one rounding of the result to dt */
+			const double ulp = out_f32 ? 0 : dt == KILN_F16 ? 0x1p-11 : 0x1p-8;
+			ck_assert_msg(fabs(got - ref) <= ulp * fabs(ref) + 1e-5 * mag,
+				      "%s GEMM %dx%dx%d (out %s) [%d,%d]: %g, reference %g",
+				      dt == KILN_F16 ? "f16" : "bf16", M, N, K, out_f32 ? "f32" : "low",
+				      i, j, got, ref);
+		}
+	kiln_device_free(f->dev, da), kiln_device_free(f->dev, db);
+	kiln_device_free(f->dev, dbias), kiln_device_free(f->dev, dc);
+	free(a), free(b), free(aw), free(bw), free(bias), free(c);
+}
+
+/* Elementwise ops in dt: the result equals the f32 op on the widened
+ * operands, rounded once (bit for bit).  ADD accumulating (y += x0 + x1),
+ * RELU, RELU_BWD, SOFTMAX_XENT (logits and dlogits in dt). */
+static void lp_elementwise(struct fx *f, int dt)
+{
+	const int n = 1000, R = 20, C = 50;
+	float *w0 = malloc(sizeof(float) * n), *w1 = malloc(sizeof(float) * n),
+	      *wy = malloc(sizeof(float) * n);
+	uint16_t *x0 = lp_rand(n, dt, 4, w0), *x1 = lp_rand(n, dt, 4, w1), *y = lp_rand(n, dt, 4, wy);
+	uint16_t *got = malloc(2 * n);
+	struct kiln_op op;
+	/* ADD, accumulate */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ADD, op.flags = KILN_OPF_ACCUMULATE, op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.in[1] = op.out[0] = td(dt, 1, n, 0);
+	void *d0 = dput(f, x0, 2 * n), *d1 = dput(f, x1, 2 * n), *dy = dput(f, y, 2 * n);
+	const void *in[3] = { d0, d1, NULL };
+	void *out[2] = { dy, NULL };
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dy, 2 * n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == h_round(wy[i] + (w0[i] + w1[i]), dt), "ADD %d: %g vs %g", i,
+			      h_wide(got[i], dt), wy[i] + (w0[i] + w1[i]));
+	/* RELU then RELU_BWD (dx = y > 0 ? dy : 0), exact */
+	op.type = KILN_OP_RELU, op.flags = 0, op.n_in = 1;
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dy, 2 * n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == (w0[i] < 0 ? 0 : x0[i]), "RELU %d", i);
+	op.type = KILN_OP_RELU_BWD, op.n_in = 2;
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dy, 2 * n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == (w0[i] > 0 ? x1[i] : 0), "RELU_BWD %d", i);
+	/* SOFTMAX_XENT: the f32 op on the widened logits, rounded */
+	int32_t lab[20];
+	for (int r = 0; r < R; r++)
+		lab[r] = (r * 7) % C;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SOFTMAX_XENT, op.n_in = 2, op.n_out = 2;
+	op.in[0] = op.out[0] = td(dt, 2, R, C), op.in[1] = td(KILN_I32, 1, R, 0);
+	op.out[1] = td(KILN_F32, 1, 3, 0);
+	op.i[0] = R, op.f[0] = 1.0 / R;
+	float zero[3] = { 0 }, m_lp[3], m_32[3], *g32 = malloc(sizeof(float) * n);
+	void *dl = dput(f, lab, sizeof lab), *dm = dput(f, zero, sizeof zero);
+	const void *xin[2] = { d0, dl };
+	void *xout[2] = { dy, dm };
+	OK(run_op(f, &op, xin, xout));
+	dget(f, got, dy, 2 * n);
+	dget(f, m_lp, dm, sizeof m_lp);
+	op.in[0] = op.out[0] = td(KILN_F32, 2, R, C);
+	void *dw = dput(f, w0, sizeof(float) * n), *dg = dput(f, NULL, sizeof(float) * n);
+	OK(kiln_device_copy_async(f->dev, dm, zero, sizeof zero, KILN_COPY_H2D, f->s));
+	const void *xin32[2] = { dw, dl };
+	void *xout32[2] = { dg, dm };
+	OK(run_op(f, &op, xin32, xout32));
+	dget(f, g32, dg, sizeof(float) * n);
+	dget(f, m_32, dm, sizeof m_32);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(got[i] == h_round(g32[i], dt), "SOFTMAX_XENT dlogits %d", i);
+	ck_assert(m_lp[0] == m_32[0] && m_lp[1] == m_32[1] && m_lp[2] == m_32[2]);
+	void *bufs[] = { d0, d1, dy, dl, dm, dw, dg };
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		kiln_device_free(f->dev, bufs[i]);
+	free(w0), free(w1), free(wy), free(x0), free(x1), free(y), free(got), free(g32);
+}
+
+/* CAST both ways (round to nearest even, f16 overflow to inf), and SGD's
+ * compute-copy output: round(params after the step), a gated-off step
+ * leaving both. */
+static void lp_cast_sgd(struct fx *f, int dt)
+{
+	const int n = 777;
+	float *p = frandv(n), *g = frandv(n), lr = 0.1f, after[777], back[777];
+	p[0] = 1.0f + 0x1p-9f;  /* a bf16 tie: rounds to even (1.0) */
+	p[1] = 70000.0f;        /* past f16's range: inf */
+	uint16_t cp[777];
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CAST, op.n_in = op.n_out = 1;
+	op.in[0] = td(KILN_F32, 1, n, 0), op.out[0] = td(dt, 1, n, 0);
+	void *dp = dput(f, p, sizeof(float) * n), *dc = dput(f, NULL, 2 * n),
+	     *dg = dput(f, g, sizeof(float) * n), *dlr = dput(f, &lr, sizeof lr),
+	     *db = dput(f, NULL, sizeof(float) * n);
+	const void *in[2] = { dp, dg };
+	void *out[2] = { dc, NULL };
+	OK(run_op(f, &op, in, out));
+	dget(f, cp, dc, 2 * n);
+	for (int i = 0; i < n; i++)
+		ck_assert_msg(cp[i] == h_round(p[i], dt), "CAST to %d: element %d", dt, i);
+	ck_assert(dt == KILN_F16 ? isinf(h_wide(cp[1], dt)) : h_wide(cp[0], dt) == 1.0f);
+	op.in[0] = op.out[0], op.out[0] = td(KILN_F32, 1, n, 0);
+	in[0] = dc, out[0] = db;
+	OK(run_op(f, &op, in, out));
+	dget(f, back, db, sizeof(float) * n);
+	for (int i = 0; i < n; i++)
+		ck_assert(!memcmp(&back[i], &(float){ h_wide(cp[i], dt) }, 4));
+	/* SGD (no momentum) with the copy */
+	p[1] = 0.5f;
+	OK(kiln_device_copy_async(f->dev, dp, p, sizeof(float) * n, KILN_COPY_H2D, f->s));
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SGD, op.n_in = 2, op.n_out = 2;
+	op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+	op.out[0] = op.in[0], op.out[1] = td(dt, 1, n, 0);
+	op.i[0] = n;
+	in[0] = dg, in[1] = dlr, out[0] = dp, out[1] = dc;
+	OK(run_op(f, &op, in, out));
+	dget(f, after, dp, sizeof(float) * n);
+	dget(f, cp, dc, 2 * n);
+	for (int i = 0; i < n; i++) {
+		ck_assert_msg(fabsf(after[i] - (p[i] - lr * g[i])) <= 1e-6f, "SGD %d", i);
+		ck_assert_msg(cp[i] == h_round(after[i], dt), "SGD copy %d", i);
+	}
+	void *bufs[] = { dp, dc, dg, dlr, db };
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		kiln_device_free(f->dev, bufs[i]);
+	free(p), free(g);
+}
+
+/* Run `op` (its tensors described in dt where lp_in/lp_out bits say) with
+ * lp inputs given as dt bits, then the same op in f32 on the widened
+ * inputs; the dt outputs must equal the f32 ones rounded, the f32 outputs
+ * be equal, bit for bit.  in32[i]: f32 data (widened) or raw bytes of a
+ * non-float input, inlp[i]: dt bits for lp inputs; n_el: element counts. */
+/* 0: bit for bit.  Else the products (GEMM, convolution) accumulate in
+ * another order than the f32 kernel: |got - ref| <= one rounding of dt
+ * + g_lp_tol * max |ref| of the output. */
+static double g_lp_tol;
+
+static void lp_same_as_f32(struct fx *f, struct kiln_op op, int dt, int lp_in, int lp_out,
+			   const void *const *in32, const void *const *inlp, const int64_t *in_n,
+			   const int64_t *out_n, const char *what)
+{
+	void *din[KILN_OP_MAX_IN] = { 0 }, *dout[KILN_OP_MAX_OUT] = { 0 };
+	void *dref[KILN_OP_MAX_OUT] = { 0 }, *dinr[KILN_OP_MAX_IN] = { 0 };
+	for (int i = 0; i < op.n_in; i++) {
+		const size_t es = kiln_dtype_size(op.in[i].dtype);
+		if (lp_in >> i & 1) {
+			op.in[i].dtype = dt;
+			din[i] = dput(f, inlp[i], 2 * (size_t)in_n[i]);
+			dinr[i] = dput(f, in32[i], 4 * (size_t)in_n[i]);
+		} else {
+			din[i] = dinr[i] = dput(f, in32[i], es * (size_t)in_n[i]);
+		}
+	}
+	struct kiln_op op32 = op;
+	for (int i = 0; i < op.n_in; i++)
+		if (lp_in >> i & 1)
+			op32.in[i].dtype = KILN_F32;
+	for (int i = 0; i < op.n_out; i++) {
+		dout[i] = dput(f, NULL, 4 * (size_t)out_n[i]);
+		dref[i] = dput(f, NULL, 4 * (size_t)out_n[i]);
+		if (lp_out >> i & 1)
+			op.out[i].dtype = dt;
+	}
+	OK(run_op(f, &op, (const void *const *)din, dout));
+	OK(run_op(f, &op32, (const void *const *)dinr, dref));
+	for (int i = 0; i < op.n_out; i++) {
+		const size_t nb = 4 * (size_t)out_n[i];
+		float *ref = malloc(nb);
+		void *got = malloc(nb);
+		dget(f, ref, dref[i], nb);
+		dget(f, got, dout[i], nb);
+		double mx = 0;
+		for (int64_t e = 0; e < out_n[i]; e++)
+			mx = fmax(mx, fabs(ref[e]));
+		for (int64_t e = 0; e < out_n[i] && g_lp_tol > 0; e++) {
+			const double g = lp_out >> i & 1 ? h_wide(((uint16_t *)got)[e], dt)
+							 : ((float *)got)[e];
+			const double ulp = lp_out >> i & 1 ? (dt == KILN_F16 ? 0x1p-11 : 0x1p-8) : 0;
+			ck_assert_msg(fabs(g - ref[e]) <= ulp * fabs(ref[e]) + g_lp_tol * mx,
+				      "%s %s out%d[%lld]: %g, f32 op %g", what,
+				      dt == KILN_F16 ? "f16" : "bf16", i, (long long)e, g, ref[e]);
+		}
+		for (int64_t e = 0; e < out_n[i] && g_lp_tol == 0; e++) {
+			if (lp_out >> i & 1)
+				ck_assert_msg(((uint16_t *)got)[e] == h_round(ref[e], dt),
+					      "%s %s out%d[%lld]: %g, f32 op rounded %g", what,
+					      dt == KILN_F16 ? "f16" : "bf16", i, (long long)e,
+					      h_wide(((uint16_t *)got)[e], dt), ref[e]);
+			else if (op.out[i].dtype == KILN_F32)
+				ck_assert_msg(!memcmp((float *)got + e, ref + e, 4),
+					      "%s out%d[%lld]: %g vs f32 op %g", what, i, (long long)e,
+					      ((float *)got)[e], ref[e]);
+		}
+		free(ref), free(got);
+		kiln_device_free(f->dev, dout[i]), kiln_device_free(f->dev, dref[i]);
+	}
+	for (int i = 0; i < op.n_in; i++) {
+		if (dinr[i] != din[i])
+			kiln_device_free(f->dev, dinr[i]);
+		kiln_device_free(f->dev, din[i]);
+	}
+}
+
+/* BIAS_GRAD (bf16 rows into f32), DROPOUT (forward and backward), max and
+ * average POOL forward (non-overlapping windows, both layouts) against
+ * the f32 ops. */
+static void lp_more(struct fx *f, int dt)
+{
+	const int R = 64, N = 40, n = R * N;
+	float *w = malloc(sizeof(float) * n);
+	uint16_t *x = lp_rand(n, dt, 2, w);
+	int64_t step = 7, nn[2] = { n, 1 }, on[2] = { N, 0 };
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BIAS_GRAD, op.n_in = 1, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 2, R, N), op.out[0] = td(KILN_F32, 1, N, 0);
+	lp_same_as_f32(f, op, dt, 1, 0, (const void *const[]){ w }, (const void *const[]){ x }, nn,
+		       on, "BIAS_GRAD");
+	for (int bwd = 0; bwd < 2; bwd++) {
+		memset(&op, 0, sizeof op);
+		op.type = bwd ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
+		op.in[0] = op.out[0] = td(KILN_F32, 2, R, N), op.in[1] = td(KILN_I64, 1, 1, 0);
+		op.i[0] = 1234, op.i[1] = 3, op.f[0] = 0.3;
+		on[0] = n;
+		lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w, &step },
+			       (const void *const[]){ x, NULL }, nn, on, bwd ? "DROPOUT_BWD" : "DROPOUT");
+	}
+	/* (a device without pooling yet skips it) */
+	for (int nhwc = 0; nhwc < 2 && !unsupported(f, KILN_OP_POOL); nhwc++)
+		for (int kind = 0; kind < 2; kind++) {
+			memset(&op, 0, sizeof op);
+			op.type = KILN_OP_POOL, op.n_in = 1, op.n_out = 1;
+			op.in[0] = td4(4, 5, 8, 16, nhwc), op.out[0] = td4(4, 5, 4, 8, nhwc);
+			op.i[0] = kind, op.i[1] = op.i[2] = op.i[3] = op.i[4] = 2, op.i[7] = 1;
+			int64_t pn[1] = { 4 * 5 * 8 * 16 }, po[1] = { 4 * 5 * 4 * 8 };
+			lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ w },
+				       (const void *const[]){ x }, pn, po, kind ? "avg POOL" : "max POOL");
+		}
+	/* REORDER NCHW -> NHWC in dt (a move), and f32 -> dt (the plan's input
+	 * conversion: reordered and rounded) */
+	for (int mixed = 0; mixed < 2; mixed++) {
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_REORDER, op.n_in = 1, op.n_out = 1;
+		op.in[0] = td4(4, 5, 8, 16, 0), op.out[0] = td4(4, 5, 8, 16, 1);
+		int64_t rn[1] = { n };
+		lp_same_as_f32(f, op, dt, !mixed, 1, (const void *const[]){ w },
+			       (const void *const[]){ x }, rn, rn, mixed ? "REORDER f32 in" : "REORDER");
+	}
+	free(w), free(x);
+}
+
+/* Convolution forward, backward data and backward weights (f32 weight
+ * and bias gradients), both layouts; batchnorm training forward and
+ * backward (f32 statistics); GELU and its backward; the bias add (f32
+ * bias into dt rows); SCALE and MUL; CONCAT; AdamW's compute copy. */
+static void lp_conv_bn(struct fx *f, int dt)
+{
+	const struct conv_g q = { 4, 8, 16, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+	const int64_t nx = 4 * 8 * 10 * 10, ny = 4 * 16 * 10 * 10, nw = 16 * 8 * 9;
+	float *wx = malloc(sizeof(float) * nx), *wy = malloc(sizeof(float) * ny),
+	      *ww = malloc(sizeof(float) * nw), *bias = frandv(16);
+	uint16_t *hx = lp_rand(nx, dt, 1, wx), *hy = lp_rand(ny, dt, 1, wy), *hw = lp_rand(nw, dt, 0.3f, ww);
+	struct kiln_op op;
+	/* native bf16 kernels accumulate in their own order; f16 (converted)
+	 * runs the f32 kernel itself: exact on the cpu.  Other devices'
+	 * low-precision engines (cuDNN's tensor cores) accumulate in their own
+	 * order for both. */
+	g_lp_tol = dt == KILN_BF16 || strcmp(g_name, "cpu") ? 1e-5 : 0;
+	/* (a device without convolution or batch norm yet skips them) */
+	const int no_conv = unsupported(f, KILN_OP_CONV), no_bn = unsupported(f, KILN_OP_BN_TRAIN);
+	for (int nhwc = 0; nhwc < 2 && !no_conv; nhwc++) {
+		conv_op(&op, KILN_OP_CONV, &q, 10, 10, nhwc);
+		lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wx, ww, bias },
+			       (const void *const[]){ hx, hw, NULL }, (const int64_t[]){ nx, nw, 16 },
+			       (const int64_t[]){ ny }, "CONV");
+		conv_op(&op, KILN_OP_CONV_BWD_DATA, &q, 10, 10, nhwc);
+		lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wy, ww },
+			       (const void *const[]){ hy, hw }, (const int64_t[]){ ny, nw },
+			       (const int64_t[]){ nx }, "CONV_BWD_DATA");
+		conv_op(&op, KILN_OP_CONV_BWD_WEIGHTS, &q, 10, 10, nhwc);
+		lp_same_as_f32(f, op, dt, 3, 0, (const void *const[]){ wx, wy },
+			       (const void *const[]){ hx, hy }, (const int64_t[]){ nx, ny },
+			       (const int64_t[]){ nw, 16 }, "CONV_BWD_WEIGHTS");
+	}
+	g_lp_tol = 0;
+	/* batchnorm over [4, 16, 10, 10]: x, y, dy, dx in dt; the rest f32 */
+	float *gam = frandv(16), *bet = frandv(16), rm[16] = { 0 }, rv[16], saved[32];
+	for (int c = 0; c < 16; c++)
+		rv[c] = 1, gam[c] += 1.5f;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_TRAIN, op.n_in = 3, op.n_out = 4;
+	op.in[0] = op.out[0] = td4(4, 16, 10, 10, 0);
+	op.in[1] = op.in[2] = op.out[2] = op.out[3] = td(KILN_F32, 1, 16, 0);
+	op.out[1] = td(KILN_F32, 2, 2, 16);
+	op.f[0] = 1e-5, op.f[1] = 0.1;
+	if (!no_bn)
+	lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ wy, gam, bet },
+		       (const void *const[]){ hy, NULL, NULL }, (const int64_t[]){ ny, 16, 16 },
+		       (const int64_t[]){ ny, 32, 16, 16 }, "BN_TRAIN");
+	for (int c = 0; c < 16; c++) /* a mean and 1/std for the backward */
+		saved[c] = 0.01f * c, saved[16 + c] = 1.0f + 0.05f * c;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BN_BWD, op.n_in = 4, op.n_out = 3;
+	op.in[0] = op.in[1] = op.out[0] = td4(4, 16, 10, 10, 0);
+	op.in[2] = op.out[1] = op.out[2] = td(KILN_F32, 1, 16, 0);
+	op.in[3] = td(KILN_F32, 2, 2, 16);
+	op.f[0] = 1e-5;
+	if (!no_bn)
+	lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wy, wy, gam, saved },
+		       (const void *const[]){ hy, hy, NULL, NULL },
+		       (const int64_t[]){ ny, ny, 16, 32 }, (const int64_t[]){ ny, 16, 16 }, "BN_BWD");
+	(void)rm;
+	/* GELU forward and backward */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ACT, op.n_in = 1, op.n_out = 1, op.i[0] = KILN_ACT_GELU;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, ny, 0);
+	lp_same_as_f32(f, op, dt, 1, 1, (const void *const[]){ wy }, (const void *const[]){ hy },
+		       (const int64_t[]){ ny }, (const int64_t[]){ ny }, "ACT gelu");
+	op.type = KILN_OP_ACT_BWD, op.n_in = 3;
+	op.in[1] = op.in[2] = op.in[0];
+	lp_same_as_f32(f, op, dt, 7, 1, (const void *const[]){ wy, wy, wy },
+		       (const void *const[]){ hy, hy, hy }, (const int64_t[]){ ny, ny, ny },
+		       (const int64_t[]){ ny }, "ACT_BWD gelu");
+	/* BIAS_ADD: rows [ny/16, 16] in dt += f32 bias (in place: out0 read) */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_BIAS_ADD, op.n_in = 1, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 1, 16, 0), op.out[0] = td(KILN_F32, 2, ny / 16, 16);
+	{
+		void *dyl = dput(f, hy, 2 * (size_t)ny), *dyr = dput(f, wy, 4 * (size_t)ny),
+		     *db = dput(f, bias, 4 * 16);
+		struct kiln_op o32 = op;
+		op.out[0].dtype = dt;
+		OK(run_op(f, &op, (const void *const[]){ db }, (void *const[]){ dyl }));
+		OK(run_op(f, &o32, (const void *const[]){ db }, (void *const[]){ dyr }));
+		uint16_t *g = malloc(2 * (size_t)ny);
+		float *r = malloc(4 * (size_t)ny);
+		dget(f, g, dyl, 2 * (size_t)ny);
+		dget(f, r, dyr, 4 * (size_t)ny);
+		for (int64_t e = 0; e < ny; e++)
+			ck_assert_msg(g[e] == h_round(r[e], dt), "BIAS_ADD %lld", (long long)e);
+		free(g), free(r);
+		kiln_device_free(f->dev, dyl), kiln_device_free(f->dev, dyr), kiln_device_free(f->dev, db);
+	}
+	/* SCALE (accumulating) and MUL */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_MUL, op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.in[1] = op.out[0] = td(KILN_F32, 1, nx, 0);
+	lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wx, wx }, (const void *const[]){ hx, hx },
+		       (const int64_t[]){ nx, nx }, (const int64_t[]){ nx }, "MUL");
+	/* CONCAT of x and x along channels (a move) */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CONCAT, op.n_in = 2, op.n_out = 1, op.i[0] = 1;
+	op.in[0] = op.in[1] = td4(4, 8, 10, 10, 1), op.out[0] = td4(4, 16, 10, 10, 1);
+	lp_same_as_f32(f, op, dt, 3, 1, (const void *const[]){ wx, wx }, (const void *const[]){ hx, hx },
+		       (const int64_t[]){ nx, nx }, (const int64_t[]){ 2 * nx }, "CONCAT");
+	/* AdamW writes round(p) into its compute copy */
+	{
+		const int n = 300;
+		float *p = frandv(n), *g = frandv(n), lr = 0.01f, zero[300] = { 0 }, after[300];
+		int64_t t = 1;
+		uint16_t cp[300];
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADAMW, op.n_in = 3, op.n_out = 4;
+		op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+		op.in[2] = td(KILN_I64, 1, 1, 0);
+		op.out[0] = op.out[1] = op.out[2] = op.in[0], op.out[3] = td(dt, 1, n, 0);
+		op.i[0] = n, op.f[0] = 0.9, op.f[1] = 0.999, op.f[2] = 1e-8, op.f[3] = 0.01;
+		void *dg = dput(f, g, 4 * n), *dl = dput(f, &lr, 4), *dt1 = dput(f, &t, 8),
+		     *dp = dput(f, p, 4 * n), *dm = dput(f, zero, 4 * n), *dv = dput(f, zero, 4 * n),
+		     *dc = dput(f, NULL, 2 * n);
+		OK(run_op(f, &op, (const void *const[]){ dg, dl, dt1 }, (void *const[]){ dp, dm, dv, dc }));
+		dget(f, after, dp, 4 * n);
+		dget(f, cp, dc, 2 * n);
+		for (int i = 0; i < n; i++) {
+			ck_assert_msg(after[i] != p[i], "ADAMW did not step %d", i);
+			ck_assert_msg(cp[i] == h_round(after[i], dt), "ADAMW copy %d", i);
+		}
+		void *bufs[] = { dg, dl, dt1, dp, dm, dv, dc };
+		for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+			kiln_device_free(f->dev, bufs[i]);
+		free(p), free(g);
+	}
+	free(wx), free(wy), free(ww), free(bias), free(hx), free(hy), free(hw), free(gam), free(bet);
+}
+
+START_TEST(test_lowp)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	for (int k = 0; k < 2; k++) {
+		const int dt = k ? KILN_F16 : KILN_BF16;
+		lp_gemm_case(&f, dt, 33, 40, 50, 0);
+		lp_gemm_case(&f, dt, 16, 24, 64, 1);
+		lp_elementwise(&f, dt);
+		lp_cast_sgd(&f, dt);
+		lp_more(&f, dt);
+		lp_conv_bn(&f, dt);
+	}
+	fx_close(&f);
+	/* the CPU's two kernels for bf16 GEMM and convolution ([plugin.cpu]
+	 * bf16_gemm, bf16_conv; above: `auto`, whichever timed faster): each
+	 * forced, against the same references */
+	if (!strcmp(g_name, "cpu")) {
+		static const char *const kern[] = { "bf16", "f32" };
+		for (int k = 0; k < 2; k++) {
+			struct fx g;
+			char o1[64], o2[64];
+			memset(&g, 0, sizeof g);
+			snprintf(o1, sizeof o1, "plugin.cpu.bf16_conv=%s", kern[k]);
+			snprintf(o2, sizeof o2, "plugin.cpu.bf16_gemm=%s", kern[k]);
+			OK(kiln_registry_open(NULL, &g.reg));
+			OK(kiln_config_new(&g.cfg));
+			OK(kiln_config_override(g.cfg, o1));
+			OK(kiln_config_override(g.cfg, o2));
+			OK(kiln_config_validate(g.cfg, g.reg));
+			OK(kiln_device_open(g.reg, g.cfg, g_name, 0, &g.dev));
+			OK(kiln_device_stream_create(g.dev, &g.s));
+			lp_gemm_case(&g, KILN_BF16, 33, 40, 50, 0);
+			lp_gemm_case(&g, KILN_BF16, 16, 24, 64, 1);
+			lp_conv_bn(&g, KILN_BF16);
+			fx_close(&g);
+		}
+	}
+}
+END_TEST
+
+DEVICE_SUITE(lowp, DFX_CASE(lowp));

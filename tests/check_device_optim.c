@@ -1,0 +1,467 @@
+/* tests/check_device_optim.c - device conformance:
+ * the optimizer ops: SGD, LAMB, GRAD_CLIP and the mixed-precision
+ * UNSCALE and SCALER_UPDATE.
+ *
+ * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
+ */
+#include "device_fixture.h"
+#include "check_main.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- SGD -------------------------------------------------------------- */
+
+static void sgd_case(struct fx *f, int n, float mu, float wd, int nesterov, int with_state)
+{
+	enum { STEPS = 4 };
+	size_t b = (size_t)n * 4;
+	float *w = frandv((size_t)n), *v = calloc((size_t)n, 4), *got = malloc(b);
+	float *grads[STEPS];
+	float lrs[STEPS] = { 0.1f, 0.05f, 0.2f, 0.01f };
+	void *dw = dput(f, w, b), *dv = dput(f, v, b), *dlr = dput(f, NULL, 4), *dg = dput(f, NULL, b);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SGD;
+	op.n_in = 2;
+	op.n_out = with_state ? 2 : 1;
+	op.in[0] = op.out[0] = op.out[1] = td(KILN_F32, 1, n, 0);
+	op.in[1] = td(KILN_F32, 1, 1, 0);
+	op.i[0] = n, op.i[1] = nesterov;
+	op.f[0] = mu, op.f[1] = wd;
+	void *plan;
+	size_t wsb;
+	OK(kiln_device_prepare(f->dev, &op, &plan, &wsb));
+	ck_assert_uint_eq(wsb, 0);
+	for (int s = 0; s < STEPS; s++) {
+		grads[s] = frandv((size_t)n);
+		/* lr lives in device memory: a new value per step, no prepare */
+		OK(kiln_device_copy_async(f->dev, dlr, &lrs[s], 4, KILN_COPY_H2D, f->s));
+		OK(kiln_device_copy_async(f->dev, dg, grads[s], b, KILN_COPY_H2D, f->s));
+		struct kiln_op_args a;
+		memset(&a, 0, sizeof a);
+		a.in[0] = dg, a.in[1] = dlr, a.out[0] = dw, a.out[1] = dv;
+		OK(kiln_device_run(f->dev, plan, &a, f->s));
+		/* the next step's copy into dg must wait for this run: the
+		 * stream orders them, no sync needed */
+	}
+	dget(f, got, dw, b);
+	for (int s = 0; s < STEPS; s++)
+		for (int i = 0; i < n; i++) {
+			float g = grads[s][i] + wd * w[i];
+			float vi = with_state ? mu * v[i] + g : g;
+			v[i] = vi;
+			w[i] -= lrs[s] * (nesterov ? g + mu * vi : vi);
+		}
+	for (int i = 0; i < n; i++)
+		/* the device may fuse multiply-adds (FMA): allow for rounding
+		 * relative to the size of the terms, not of a small result */
+		NEAR(got[i], w[i], fabs(w[i]) + 1.0, 1e-6, "SGD mu=%g wd=%g nesterov=%d: w[%d] = %.8g, want %.8g",
+		     mu, wd, nesterov, i, got[i], w[i]);
+	if (with_state) {
+		dget(f, got, dv, b);
+		for (int i = 0; i < n; i++)
+			NEAR(got[i], v[i], fabs(v[i]) + 1.0, 1e-6, "SGD momentum[%d] = %g, want %g", i, got[i], v[i]);
+	}
+	kiln_device_plan_free(f->dev, plan);
+	for (int s = 0; s < STEPS; s++)
+		free(grads[s]);
+	kiln_device_free(f->dev, dw);
+	kiln_device_free(f->dev, dv);
+	kiln_device_free(f->dev, dlr);
+	kiln_device_free(f->dev, dg);
+	free(w), free(v), free(got);
+}
+
+START_TEST(test_sgd)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	sgd_case(&f, 1000, 0.9f, 1e-4f, 0, 1);
+	sgd_case(&f, 1000, 0.9f, 1e-4f, 1, 1);
+	sgd_case(&f, 70001, 0.5f, 0.01f, 1, 1);
+	sgd_case(&f, 33, 0.0f, 0.0f, 0, 0);
+	fx_close(&f);
+}
+END_TEST
+
+
+/* ---- GRAD_CLIP and the skipped step ------------------------------------- */
+
+/* Norm clipping as clip_grad_norm_ (scale max/(norm+1e-6) when above),
+ * value clamping, and a non-finite gradient: flag 0, skipped + 1, and an
+ * SGD step given the flag leaves params and momentum untouched. */
+START_TEST(test_grad_clip)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int n = 100003;
+	size_t b = (size_t)n * 4;
+	float *g = frandv((size_t)n), *got = malloc(b), st[4];
+	const float st0[4] = { 0, 1, 0, 0 }, lr = 0.1f;
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (double)g[i] * g[i];
+	const double norm = sqrt(ss);
+	void *dg = dput(&f, g, b), *dst = dput(&f, st0, 16);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GRAD_CLIP;
+	op.n_in = 1, op.n_out = 2;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	op.out[1] = td(KILN_F32, 1, 4, 0);
+	op.i[0] = n;
+	op.f[0] = norm / 4; /* clip to a quarter */
+	op.f[1] = 0;
+	void *plan;
+	OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
+	struct kiln_op_args a = { .in = { dg }, .out = { dg, dst } };
+	OK(kiln_device_run(f.dev, plan, &a, f.s));
+	dget(&f, got, dg, b);
+	dget(&f, st, dst, 16);
+	NEAR(st[0], norm, norm, 1e-5, "norm %g, want %g", st[0], norm);
+	ck_assert(st[1] == 1.0f && st[2] == 0.0f && st[3] == 1.0f);
+	const float scale = (float)(norm / 4 / (norm + 1e-6));
+	for (int i = 0; i < n; i++)
+		NEAR(got[i], g[i] * scale, fabs(g[i]) + 1e-3, 1e-6, "clipped g[%d] = %g, want %g", i,
+		     got[i], g[i] * scale);
+	kiln_device_plan_free(f.dev, plan);
+
+	/* value clamping only */
+	op.f[0] = 0;
+	op.f[1] = 0.25;
+	OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
+	OK(kiln_device_copy_async(f.dev, dg, g, b, KILN_COPY_H2D, f.s));
+	OK(kiln_device_run(f.dev, plan, &a, f.s));
+	dget(&f, got, dg, b);
+	for (int i = 0; i < n; i++)
+		ck_assert(got[i] == (g[i] > 0.25f ? 0.25f : g[i] < -0.25f ? -0.25f : g[i]));
+
+	/* a NaN: skipped, flag 0; SGD gated by the flag does nothing */
+	g[777] = NAN;
+	OK(kiln_device_copy_async(f.dev, dg, g, b, KILN_COPY_H2D, f.s));
+	OK(kiln_device_run(f.dev, plan, &a, f.s));
+	dget(&f, st, dst, 16);
+	ck_assert_msg(st[1] == 0.0f && st[2] == 1.0f, "flag %g, skipped %g", st[1], st[2]);
+	float *w = frandv((size_t)n), *v = frandv((size_t)n);
+	void *dw = dput(&f, w, b), *dv = dput(&f, v, b), *dlr = dput(&f, &lr, 4);
+	struct kiln_op sop;
+	memset(&sop, 0, sizeof sop);
+	sop.type = KILN_OP_SGD;
+	sop.flags = KILN_OPF_GATED;
+	sop.n_in = 3, sop.n_out = 2;
+	sop.in[0] = sop.out[0] = sop.out[1] = td(KILN_F32, 1, n, 0);
+	sop.in[1] = sop.in[2] = td(KILN_F32, 1, 1, 0);
+	sop.i[0] = n;
+	sop.f[0] = 0.9;
+	void *splan;
+	OK(kiln_device_prepare(f.dev, &sop, &splan, NULL));
+	struct kiln_op_args sa = { .in = { dg, dlr, (float *)dst + 1 }, .out = { dw, dv } };
+	OK(kiln_device_run(f.dev, splan, &sa, f.s));
+	dget(&f, got, dw, b);
+	ck_assert(!memcmp(got, w, b));
+	dget(&f, got, dv, b);
+	ck_assert(!memcmp(got, v, b));
+	kiln_device_plan_free(f.dev, splan);
+	kiln_device_plan_free(f.dev, plan);
+	kiln_device_free(f.dev, dg);
+	kiln_device_free(f.dev, dst);
+	kiln_device_free(f.dev, dw);
+	kiln_device_free(f.dev, dv);
+	kiln_device_free(f.dev, dlr);
+	free(g), free(got), free(w), free(v);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- mixed precision: UNSCALE, SCALER_UPDATE, the scaled loss --------- */
+
+/* UNSCALE is GRAD_CLIP on g / s: at s = 1 both give the same bits; at a
+ * power of two s the unscaled gradients are exactly g * (1/s) and the norm
+ * that of the unscaled ones; values whose squares overflow f32 before
+ * unscaling still give a finite norm; an infinity or a NaN skips (flag 0,
+ * skipped + 1, gradients untouched). */
+static void unscale_run(struct fx *f, int type, int n, const float *g, float s, double clip,
+			float *got, float st[4])
+{
+	const float st0[4] = { 0, 1, 0, 0 }, sc[4] = { s, 0, 1, 0 };
+	size_t b = (size_t)n * 4;
+	void *dg = dput(f, g, b), *dst = dput(f, st0, 16), *dsc = dput(f, sc, 16);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = type;
+	op.n_in = type == KILN_OP_UNSCALE ? 2 : 1, op.n_out = 2;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	op.in[1] = op.out[1] = td(KILN_F32, 1, 4, 0);
+	op.i[0] = n;
+	op.f[0] = clip;
+	const void *in[2] = { dg, dsc };
+	void *out[2] = { dg, dst };
+	OK(run_op(f, &op, in, out));
+	dget(f, got, dg, b);
+	dget(f, st, dst, 16);
+	kiln_device_free(f->dev, dg);
+	kiln_device_free(f->dev, dst);
+	kiln_device_free(f->dev, dsc);
+}
+
+START_TEST(test_unscale)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int n = 100003;
+	const size_t b = (size_t)n * 4;
+	float *g = frandv((size_t)n), *gs = malloc(b), *got = malloc(b), *ref = malloc(b);
+	float st[4], rst[4];
+	double ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += (double)g[i] * g[i];
+	const double norm = sqrt(ss);
+	/* s = 1: bit-identical to GRAD_CLIP, with and without clipping */
+	for (int c = 0; c < 2; c++) {
+		const double clip = c ? norm / 3 : 0;
+		unscale_run(&f, KILN_OP_GRAD_CLIP, n, g, 1, clip, ref, rst);
+		unscale_run(&f, KILN_OP_UNSCALE, n, g, 1, clip, got, st);
+		ck_assert(!memcmp(got, ref, b));
+		ck_assert(!memcmp(st, rst, sizeof st));
+	}
+	/* s = 65536: exact unscaling, the unscaled norm */
+	for (int i = 0; i < n; i++)
+		gs[i] = g[i] * 65536.0f;
+	unscale_run(&f, KILN_OP_UNSCALE, n, gs, 65536.0f, 0, got, st);
+	ck_assert(!memcmp(got, g, b));
+	NEAR(st[0], norm, norm, 1e-5, "norm %g, want %g", st[0], norm);
+	ck_assert(st[1] == 1.0f && st[2] == 0.0f && st[3] == 0.0f);
+	/* with clipping to a quarter of the unscaled norm */
+	unscale_run(&f, KILN_OP_UNSCALE, n, gs, 65536.0f, norm / 4, got, st);
+	const float c4 = (float)(norm / 4 / (norm + 1e-6));
+	for (int i = 0; i < n; i++)
+		NEAR(got[i], g[i] * c4, fabs(g[i]) + 1e-3, 1e-6, "clipped g[%d] = %g, want %g", i,
+		     got[i], g[i] * c4);
+	ck_assert(st[1] == 1.0f && st[3] == 1.0f);
+	/* s = 2^100, |g s| up to 1.3e30: their squares overflow f32, the
+	 * unscaled ones do not */
+	const float big = 0x1p100f;
+	for (int i = 0; i < n; i++)
+		gs[i] = g[i] * big;
+	unscale_run(&f, KILN_OP_UNSCALE, n, gs, big, 0, got, st);
+	ck_assert_msg(st[1] == 1.0f, "finite gradients flagged non-finite (norm %g)", st[0]);
+	NEAR(st[0], norm, norm, 1e-5, "norm %g, want %g", st[0], norm);
+	ck_assert(!memcmp(got, g, b));
+	/* an overflow (inf) and a NaN: skipped, gradients left as they were */
+	for (int k = 0; k < 2; k++) {
+		memcpy(gs, g, b);
+		gs[k ? 5 : n - 1] = k ? NAN : INFINITY;
+		unscale_run(&f, KILN_OP_UNSCALE, n, gs, 1024.0f, 1.0, got, st);
+		ck_assert_msg(st[1] == 0.0f && st[2] == 1.0f && st[3] == 0.0f,
+			      "flag %g skipped %g clipped %g", st[1], st[2], st[3]);
+		ck_assert(!memcmp(got, gs, b));
+	}
+	free(g), free(gs), free(got), free(ref);
+	fx_close(&f);
+}
+END_TEST
+
+/* The reference of KILN_OP_SCALER_UPDATE (plugin.h), one step. */
+static void scaler_ref(float st[4], int finite, double growth, double backoff, double lo,
+		       double hi, int interval, int hyst)
+{
+	if (finite) {
+		st[1] += 1;
+		if (st[1] >= (float)interval) {
+			const float g = (float)((double)st[0] * growth);
+			if (isfinite(g) && (hi <= 0 || g <= hi))
+				st[0] = g;
+			st[1] = 0;
+			st[2] = (float)hyst;
+		}
+	} else {
+		st[3] += 1;
+		st[1] = 0;
+		st[2] -= 1;
+		if (st[2] <= 0) {
+			const double s = (double)st[0] * backoff;
+			st[0] = (float)(s > lo ? s : lo);
+		}
+	}
+}
+
+/* 200 steps of a pseudo-random overflow pattern against the reference,
+ * for GradScaler's rule (hysteresis 1) and with hysteresis 3, a minimum
+ * and a maximum scale; the expected values of the first steps spelled out;
+ * and growth past f32's range refused. */
+START_TEST(test_scaler_update)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	static const struct {
+		double growth, backoff, lo, hi;
+		int interval, hyst;
+		float init;
+	} cfgs[] = {
+		{ 2, 0.5, 0, 0, 4, 1, 65536 },
+		{ 2, 0.25, 8, 1 << 20, 3, 3, 1024 },
+		{ 2, 0.5, 0, 0, 1, 1, 0x1p126f },
+	};
+	for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+		float gate[4] = { 0, 1, 0, 0 }, st[4], ref[4] = { cfgs[c].init, 0, (float)cfgs[c].hyst, 0 };
+		void *dgate = dput(&f, gate, 16), *dst = dput(&f, ref, 16);
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SCALER_UPDATE;
+		op.n_in = op.n_out = 1;
+		op.in[0] = op.out[0] = td(KILN_F32, 1, 4, 0);
+		op.f[0] = cfgs[c].growth, op.f[1] = cfgs[c].backoff;
+		op.f[2] = cfgs[c].lo, op.f[3] = cfgs[c].hi;
+		op.i[0] = cfgs[c].interval, op.i[1] = cfgs[c].hyst;
+		void *plan;
+		OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
+		uint32_t r = 12345;
+		for (int k = 0; k < 200; k++) {
+			r = r * 1103515245u + 12345u;
+			const int finite = c == 2 || (r >> 16) % 5 != 0; /* 1 in 5 overflows */
+			gate[1] = finite ? 1.0f : 0.0f;
+			OK(kiln_device_copy_async(f.dev, dgate, gate, 16, KILN_COPY_H2D, f.s));
+			struct kiln_op_args a = { .in = { dgate }, .out = { dst } };
+			OK(kiln_device_run(f.dev, plan, &a, f.s));
+			dget(&f, st, dst, 16);
+			scaler_ref(ref, finite, cfgs[c].growth, cfgs[c].backoff, cfgs[c].lo,
+				   cfgs[c].hi, cfgs[c].interval, cfgs[c].hyst);
+			ck_assert_msg(!memcmp(st, ref, 16),
+				      "config %zu step %d: state {%g %g %g %g}, want {%g %g %g %g}", c, k,
+				      st[0], st[1], st[2], st[3], ref[0], ref[1], ref[2], ref[3]);
+			if (c == 0 && k == 3) /* 4 steps: grown once or backed off */
+				ck_assert(st[0] == 131072.0f || st[3] > 0);
+		}
+		if (c == 2) /* 2^127 grows no further: 2^128 is not finite */
+			ck_assert_float_eq(st[0], 0x1p127f);
+		if (c == 1) {
+			ck_assert(st[0] >= 8.0f && st[0] <= (float)(1 << 20));
+			ck_assert_float_eq(st[3], ref[3]);
+		}
+		/* hand-checked sequence for GradScaler's rule: overflow halves,
+		 * 4 finite steps double */
+		if (c == 0) {
+			const float s0[4] = { 1024, 0, 1, 0 };
+			static const int flags[7] = { 0, 1, 1, 1, 1, 0, 1 };
+			static const float want[7] = { 512, 512, 512, 512, 1024, 512, 512 };
+			OK(kiln_device_copy_async(f.dev, dst, s0, 16, KILN_COPY_H2D, f.s));
+			for (int k = 0; k < 7; k++) {
+				gate[1] = (float)flags[k];
+				OK(kiln_device_copy_async(f.dev, dgate, gate, 16, KILN_COPY_H2D, f.s));
+				struct kiln_op_args a = { .in = { dgate }, .out = { dst } };
+				OK(kiln_device_run(f.dev, plan, &a, f.s));
+				dget(&f, st, dst, 16);
+				ck_assert_msg(st[0] == want[k], "step %d: scale %g, want %g", k, st[0],
+					      want[k]);
+			}
+			ck_assert_float_eq(st[3], 2.0f);
+			ck_assert_float_eq(st[1], 1.0f);
+		}
+		kiln_device_plan_free(f.dev, plan);
+		kiln_device_free(f.dev, dgate);
+		kiln_device_free(f.dev, dst);
+	}
+	/* bad parameters are refused at prepare */
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SCALER_UPDATE;
+	op.n_in = op.n_out = 1;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, 4, 0);
+	op.f[0] = 2, op.f[1] = 1.5, op.i[0] = 10, op.i[1] = 1;
+	void *plan = NULL;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- LAMB and the 1-based step count ----------------------------------- */
+
+/* LAMB over 5 tensors (one empty, one spanning several of a device's
+ * reduction chunks), with a weight-decay multiplier and a bf16 compute
+ * copy, two steps, against a double loop of plugin.h's formula; then a
+ * step count of 0 (LAMB and AdamW): EINVAL, nothing changed. */
+START_TEST(test_lamb)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_LAMB);
+	const int64_t T = 5, off[6] = { 0, 100, 100, 9100, 9137, 20000 }, n = 20000;
+	const double b1 = 0.9, b2 = 0.999, eps = 1e-6, wd = 0.01;
+	float *g = frandv(n), *p = frandv(n), *dm = malloc(4 * n), lr = 0.01f;
+	float *m = calloc(n, 4), *v = calloc(n, 4), *got = malloc(4 * n);
+	double *rp = malloc(8 * n), *rm = calloc(n, 8), *rv = calloc(n, 8), *u = malloc(8 * n);
+	uint16_t *cp = malloc(2 * n);
+	for (int64_t i = 0; i < n; i++)
+		rp[i] = p[i], dm[i] = (i % 3) ? 1.0f : 0.0f;
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_LAMB, op.n_in = 5, op.n_out = 4;
+	op.in[0] = td(KILN_F32, 1, n, 0), op.in[1] = td(KILN_F32, 1, 1, 0);
+	op.in[2] = td(KILN_I64, 1, 1, 0), op.in[3] = td(KILN_I64, 1, T + 1, 0), op.in[4] = op.in[0];
+	op.out[0] = op.out[1] = op.out[2] = op.in[0], op.out[3] = td(KILN_BF16, 1, n, 0);
+	op.i[0] = n, op.f[0] = b1, op.f[1] = b2, op.f[2] = eps, op.f[3] = wd;
+	void *dg = dput(&f, g, 4 * n), *dl = dput(&f, &lr, 4), *doff = dput(&f, off, sizeof off),
+	     *dd = dput(&f, dm, 4 * n), *dp = dput(&f, p, 4 * n), *dmm = dput(&f, m, 4 * n),
+	     *dv = dput(&f, v, 4 * n), *dc = dput(&f, NULL, 2 * n), *dt = dput(&f, NULL, 8);
+	for (int64_t t = 1; t <= 2; t++) {
+		OK(kiln_device_copy_async(f.dev, dt, &t, 8, KILN_COPY_H2D, f.s));
+		OK(run_op(&f, &op, (const void *const[]){ dg, dl, dt, doff, dd },
+			  (void *const[]){ dp, dmm, dv, dc }));
+		const double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);
+		for (int64_t k = 0; k < T; k++) {
+			double pp = 0, uu = 0;
+			for (int64_t i = off[k]; i < off[k + 1]; i++) {
+				rm[i] = b1 * rm[i] + (1 - b1) * g[i];
+				rv[i] = b2 * rv[i] + (1 - b2) * (double)g[i] * g[i];
+				u[i] = (rm[i] / c1) / (sqrt(rv[i]) / sqrt(c2) + eps) + wd * dm[i] * rp[i];
+				pp += rp[i] * rp[i], uu += u[i] * u[i];
+			}
+			const double r = pp > 0 && uu > 0 ? sqrt(pp) / sqrt(uu) : 1.0;
+			for (int64_t i = off[k]; i < off[k + 1]; i++)
+				rp[i] -= lr * r * u[i];
+		}
+	}
+	dget(&f, got, dp, 4 * n);
+	dget(&f, cp, dc, 2 * n);
+	for (int64_t i = 0; i < n; i++) {
+		NEAR(got[i], rp[i], fabs(rp[i]), 1e-5, "LAMB p[%lld] = %g, reference %g", (long long)i,
+		     got[i], rp[i]);
+		ck_assert_msg(cp[i] == h_bf16(got[i]), "LAMB copy %lld", (long long)i);
+	}
+	/* step count 0: EINVAL, at the run or the next sync (a device's
+	 * stream error is sticky: each case on a device of its own) */
+	const int64_t zero = 0;
+	for (int adam = 0; adam < 2; adam++) {
+		struct fx e;
+		fx_open(&e, _i);
+		struct kiln_op z = op;
+		if (adam) {
+			z.type = KILN_OP_ADAMW, z.n_in = 3, z.n_out = 3;
+		}
+		void *eg = dput(&e, g, 4 * n), *el = dput(&e, &lr, 4), *et = dput(&e, &zero, 8),
+		     *eo = dput(&e, off, sizeof off), *ep = dput(&e, p, 4 * n),
+		     *em = dput(&e, m, 4 * n), *ev = dput(&e, v, 4 * n), *ec = dput(&e, NULL, 2 * n);
+		OK(kiln_device_stream_sync(e.dev, e.s));
+		const kiln_status st =
+			adam ? run_op(&e, &z, (const void *const[]){ eg, el, et }, (void *const[]){ ep, em, ev })
+			     : run_op(&e, &z, (const void *const[]){ eg, el, et, eo, eg },
+				      (void *const[]){ ep, em, ev, ec });
+		ck_assert_int_eq(st, KILN_EINVAL);
+		ck_assert_msg(strstr(kiln_last_error(), "1-based"), "%s", kiln_last_error());
+		fx_close(&e);
+	}
+	void *bufs[] = { dg, dl, doff, dd, dp, dmm, dv, dc, dt };
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		kiln_device_free(f.dev, bufs[i]);
+	free(g), free(p), free(dm), free(m), free(v), free(got), free(rp), free(rm), free(rv), free(u);
+	free(cp);
+	fx_close(&f);
+}
+END_TEST
+
+DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(scaler_update),
+	     DFX_CASE(lamb));

@@ -1,0 +1,117 @@
+/* tests/check_main.h - the main() and the suite runner every Check suite
+ * shares.
+ *
+ * A suite file includes this header once and defines, anywhere after it,
+ *
+ *     static const struct check_main check_suite = {
+ *             .suite = make_<area>_suite,
+ *             ...what main does around the run (below)...
+ *     };
+ *
+ * main() then: sets the OpenMP waiters to sleep when asked (.omp_passive,
+ * as the CLI does, so 2 cores are not starved), runs .setup, opens the registry when .reg is
+ * given, skips (exit 77) when a plugin the suite needs is missing, runs the
+ * suite (Check's CK_RUN_SUITE / CK_RUN_CASE / CK_FORK apply), closes the
+ * registry, runs .teardown.  Exit status: 0 all passed, 1 a test failed or
+ * the registry did not open, 77 skipped, or what .setup returned.
+ */
+#ifndef KILN_TESTS_CHECK_MAIN_H
+#define KILN_TESTS_CHECK_MAIN_H
+
+#include <check.h>
+#include <kiln/kiln.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct check_main {
+	Suite *(*suite)(void);        /* the suite (unless .run is given) */
+	int (*run)(void);             /* instead of one run of .suite: returns the failures */
+	struct kiln_registry **reg;   /* when set: opened before the run, closed after */
+	const char *plugin_dir;       /* the registry's directory (NULL: the default search) */
+	int need_cpu;                 /* skip without the cpu device */
+	const char *need_precision;   /* skip without this precision plugin */
+	int (*setup)(void);           /* first: a nonzero return is main's exit status */
+	void (*teardown)(void);       /* last, after a run or a skip */
+	int verbose;                  /* CK_VERBOSE instead of CK_NORMAL */
+	int own_plugin_path;          /* unset KILN_PLUGIN_PATH: not the caller's plugins */
+	int omp_passive;              /* OMP_WAIT_POLICY=PASSIVE unless the caller set it */
+};
+
+/* defined by the suite file (a tentative definition here) */
+static const struct check_main check_suite;
+
+/* Runs s once (and frees it): the number of failed tests. */
+static inline int check_run(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, check_suite.verbose ? CK_VERBOSE : CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed;
+}
+
+/* Adds test case `name` to s with its tests (a NULL-terminated list), the
+ * checked fixture (setup and teardown, either NULL) and a timeout in
+ * seconds (0: Check's default). */
+static inline TCase *check_add_case(Suite *s, const char *name, int timeout_s, SFun setup,
+				    SFun teardown, const TTest *const *tests)
+{
+	TCase *tc = tcase_create(name);
+	if (setup || teardown)
+		tcase_add_checked_fixture(tc, setup, teardown);
+	if (timeout_s)
+		tcase_set_timeout(tc, timeout_s);
+	for (; *tests; tests++)
+		tcase_add_test(tc, *tests);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+/* 0 when every plugin the suite needs is in the registry. */
+static int check_plugins_missing(struct kiln_registry *r)
+{
+	const struct kiln_plugin *p;
+	if (check_suite.need_cpu && kiln_registry_find(r, KILN_PLUGIN_DEVICE, "cpu", &p))
+		return 1;
+	if (check_suite.need_precision &&
+	    kiln_registry_find(r, KILN_PLUGIN_PRECISION, check_suite.need_precision, &p))
+		return 1;
+	return 0;
+}
+
+static int check_main_run(void)
+{
+	const struct check_main *m = &check_suite;
+	if (m->omp_passive) {
+		setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+		setenv("GOMP_SPINCOUNT", "100000", 0);
+	}
+	if (m->own_plugin_path)
+		unsetenv("KILN_PLUGIN_PATH");
+	int rc = m->setup ? m->setup() : 0;
+	if (rc)
+		return rc;
+	if (m->reg && kiln_registry_open(m->plugin_dir, m->reg)) {
+		fprintf(stderr, "%s\n", kiln_last_error());
+		rc = 1;
+	} else if (m->reg && check_plugins_missing(*m->reg)) {
+		fprintf(stderr, "skip: %s\n", kiln_last_error());
+		rc = 77;
+	} else {
+		rc = (m->run ? m->run() : check_run(m->suite())) ? 1 : 0;
+	}
+	if (m->reg) {
+		kiln_registry_close(*m->reg);
+		*m->reg = NULL;
+	}
+	if (m->teardown)
+		m->teardown();
+	return rc;
+}
+
+int main(void)
+{
+	return check_main_run();
+}
+
+#endif

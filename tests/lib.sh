@@ -1,0 +1,67 @@
+# tests/lib.sh - the preamble the shell tests share.  A test sources it
+# after naming itself:
+#
+#     name=NAME
+#     . "$(dirname "$0")/lib.sh"
+#
+# and gets: set -u; the build's paths (top_builddir, abs_top_builddir,
+# srcdir: the source tree, absolute under `make check`, which exports them
+# through tests/local.mk); $kiln, the built CLI; no KILN_PLUGIN_PATH of the
+# caller's; a scratch directory $tmp, removed on exit unless KEEP is set;
+# and the helpers below.
+set -u
+
+: "${top_builddir:=.}"
+: "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
+srcdir=${abs_top_srcdir:-${srcdir:-.}}
+kiln="$top_builddir/kiln"
+unset KILN_PLUGIN_PATH
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$name.XXXXXX") || exit 99
+trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+# the last kiln run's output (the kiln function below)
+out="$tmp/stdout"
+err="$tmp/stderr"
+checks=0
+
+# fail MESSAGE: the test fails (after a kiln run: with its command and output)
+fail() {
+	echo "FAIL: $*"
+	if [ -n "${last+x}" ]; then
+		echo "--- command: kiln $last"
+		echo "--- stdout:"; cat "$out"
+		echo "--- stderr:"; cat "$err"
+	fi
+	exit 1
+}
+
+# field KEY FILE: the last number logged as "KEY": in FILE (kiln's JSON lines)
+field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | tail -1; }
+
+# kiln EXPECTED_EXIT ARGS...: run kiln into $out and $err, check its exit
+# code and that it did not crash.
+kiln() {
+	want=$1
+	shift
+	last="$*"
+	"$kiln" "$@" >"$out" 2>"$err"
+	rc=$?
+	checks=$((checks + 1))
+	[ "$rc" -lt 128 ] || fail "exit code $rc: killed by a signal"
+	! grep -q Segmentation "$out" "$err" || fail "output mentions Segmentation"
+	[ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
+	echo "ok: kiln $* (exit $rc)"
+}
+
+# stdout_has/stderr_has TEXT: a fixed string in the last run's output.
+stdout_has() { grep -qF -- "$1" "$out" || fail "stdout lacks: $1"; }
+stderr_has() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }
+# stdout_matches REGEX (extended)
+stdout_matches() { grep -qE -- "$1" "$out" || fail "stdout does not match: $1"; }
+
+# need_fashion_mnist: $FM, the dataset scripts/install-deps puts in place
+# (a test that needs it fails without it)
+FM=/usr/share/datasets/fashion-mnist
+need_fashion_mnist() {
+	[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
+}
