@@ -26,6 +26,15 @@ int cmd_export(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 
+/* The help of the commands whose --help (or -h) the dispatcher answers
+ * (kiln.c): `usage`, a blank line, then `about`. */
+extern const char cmd_train_usage[], cmd_train_about[];
+extern const char cmd_eval_usage[], cmd_eval_about[];
+extern const char cmd_config_usage[], cmd_config_about[];
+extern const char cmd_plugins_usage[], cmd_plugins_about[];
+extern const char cmd_memory_usage[], cmd_memory_about[];
+extern const char cmd_pack_usage[], cmd_pack_about[];
+
 /* Print s as a JSON string literal (quoted, escaped). */
 void cli_json_str(FILE *f, const char *s);
 

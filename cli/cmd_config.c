@@ -106,15 +106,15 @@ static int print_doc(void)
 	return 0;
 }
 
+const char cmd_config_usage[] =
+	"usage: kiln config FILE [section.key=value ...]\n"
+	"       kiln config --doc\n";
+const char cmd_config_about[] =
+	"Check FILE and print the resolved config: every key of every section with\n"
+	"its value or default.  --doc prints the reference of every key (docs/config.md).\n";
+
 int cmd_config(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf("usage: kiln config FILE [section.key=value ...]\n"
-		       "       kiln config --doc\n\n"
-		       "Check FILE and print the resolved config: every key of every section with\n"
-		       "its value or default.  --doc prints the reference of every key (docs/config.md).\n");
-		return 0;
-	}
 	if (argc == 2 && !strcmp(argv[1], "--doc"))
 		return print_doc();
 	if (!cli_args_ok(argc, argv, "config"))

@@ -9,20 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char cmd_eval_usage[] =
+	"usage: kiln eval FILE [--checkpoint CKPT] [section.key=value ...]\n";
+const char cmd_eval_about[] =
+	"Evaluate the parameters and buffers of checkpoint CKPT (a ckpt-<step>.kiln file\n"
+	"written by `kiln train`; default: the newest usable one in [run]\n"
+	"out_dir/checkpoints) on FILE's [data.eval].  The checkpoint is verified\n"
+	"completely first, and its [model] and [layer.*] keys must equal FILE's.\n"
+	"stdout gets one JSON line: checkpoint, step, test_loss, test_acc, test_samples,\n"
+	"eval_samples_per_s.\n"
+	"Exit codes: 0 ok, 1 failure, 2 usage or config error (or another model),\n"
+	"3 data error (a corrupt checkpoint).\n";
+
 int cmd_eval(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf("usage: kiln eval FILE [--checkpoint CKPT] [section.key=value ...]\n\n"
-		       "Evaluate the parameters and buffers of checkpoint CKPT (a ckpt-<step>.kiln file\n"
-		       "written by `kiln train`; default: the newest usable one in [run]\n"
-		       "out_dir/checkpoints) on FILE's [data.eval].  The checkpoint is verified\n"
-		       "completely first, and its [model] and [layer.*] keys must equal FILE's.\n"
-		       "stdout gets one JSON line: checkpoint, step, test_loss, test_acc, test_samples,\n"
-		       "eval_samples_per_s.\n"
-		       "Exit codes: 0 ok, 1 failure, 2 usage or config error (or another model),\n"
-		       "3 data error (a corrupt checkpoint).\n");
-		return 0;
-	}
 	char **args = calloc((size_t)argc + 1, sizeof *args);
 	const char *ckpt = NULL;
 	int n = 0;

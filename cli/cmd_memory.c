@@ -5,19 +5,19 @@
 
 #include <stdio.h>
 
+const char cmd_memory_usage[] =
+	"usage: kiln memory FILE [section.key=value ...]\n";
+const char cmd_memory_about[] =
+	"Build the model, training and evaluation plans FILE describes (as `kiln train`\n"
+	"would, train.batch=N to try another batch) and print, before any step, the bytes\n"
+	"of parameters, gradients, optimizer state, batchnorm buffers, activations (the\n"
+	"lifetime-packed arena, and per layer: output, saved for backward, gradient),\n"
+	"workspace and input buffers, the total, and the layer whose forward or backward\n"
+	"holds the most activations.  The last line on stdout is the same as JSON.\n"
+	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
+
 int cmd_memory(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf("usage: kiln memory FILE [section.key=value ...]\n\n"
-		       "Build the model, training and evaluation plans FILE describes (as `kiln train`\n"
-		       "would, train.batch=N to try another batch) and print, before any step, the bytes\n"
-		       "of parameters, gradients, optimizer state, batchnorm buffers, activations (the\n"
-		       "lifetime-packed arena, and per layer: output, saved for backward, gradient),\n"
-		       "workspace and input buffers, the total, and the layer whose forward or backward\n"
-		       "holds the most activations.  The last line on stdout is the same as JSON.\n"
-		       "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
-		return 0;
-	}
 	if (!cli_args_ok(argc, argv, "memory"))
 		return 2;
 	struct kiln_config *cfg;

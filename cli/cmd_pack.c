@@ -32,11 +32,38 @@
 #include <unistd.h>   /* fsync, sysconf, isatty, unlink */
 #endif
 
-static const char pack_usage[] =
+const char cmd_pack_usage[] =
 	"usage: kiln pack CONFIG --out DIR [--section data|data.eval] [--split NAME]\n"
 	"                 [--shard-size SIZE] [--store raw|jpeg|png] [--quality Q]\n"
 	"                 [--resize N] [--workers N] [--force] [--format records|folder]\n"
 	"                 [section.key=value ...]\n";
+const char cmd_pack_about[] =
+	"Pack the samples of the source CONFIG's [data] section describes (any source with\n"
+	"images: idx, folder, tar, lmdb, records) into kiln's records shards\n"
+	"DIR/<split>-00000.krec, DIR/<split>-00001.krec, ... (docs/formats.md), which the\n"
+	"`records` source reads with `path = DIR`.\n\n"
+	"  --out DIR          output directory (created if missing)\n"
+	"  --section S        data (default) or data.eval: which section's source to read\n"
+	"  --split NAME       the split passed to the source and the shards' name prefix\n"
+	"                     (default: train for data, test for data.eval)\n"
+	"  --shard-size SIZE  start a new shard past about SIZE bytes (default 64M;\n"
+	"                     K, M, G are powers of 1024)\n"
+	"  --store FORMAT     raw (default: u8 pixels as decoded), jpeg or png\n"
+	"  --quality Q        JPEG quality 1..100 (default 90)\n"
+	"  --resize N         resize every image once so its shorter side is N pixels\n"
+	"                     (antialiased bilinear, PIL's filter; the longer side is\n"
+	"                     scaled and truncated as torchvision's Resize(N))\n"
+	"  --workers N        threads that read, resize and encode (default: the cores, at\n"
+	"                     most 16); the shards are the same for any number\n"
+	"  --force            replace the split's shards already in DIR\n"
+	"  --format F         records (default), or folder: an ImageFolder tree\n"
+	"                     DIR/<split>/<class>/<index>.png|jpg (needs --store png or\n"
+	"                     jpeg) that `source = folder` and torchvision read\n\n"
+	"Arguments with '=' override config keys, as for kiln train (data.limit=1000).\n"
+	"Shards are written as *.tmp, fsynced, and renamed into place when all are\n"
+	"complete.  The last line on stdout sums up: samples, shards, bytes, samples/s.\n"
+	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error (naming the\n"
+	"sample).\n";
 
 #ifndef KILN_WITH_PACK
 int cmd_pack(int argc, char **argv)
@@ -44,7 +71,7 @@ int cmd_pack(int argc, char **argv)
 	(void)argc;
 	(void)argv;
 	fprintf(stderr, "%skiln: error: this kiln was built without the data loaders (configure found no libturbojpeg or libpng), so it cannot pack\n",
-		pack_usage);
+		cmd_pack_usage);
 	return 1;
 }
 #else
@@ -115,7 +142,7 @@ static int usage_error(const char *fmt, const char *arg)
 {
 	fprintf(stderr, "kiln: error: ");
 	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n%s(kiln pack --help describes every option)\n", pack_usage);
+	fprintf(stderr, "\n%s(kiln pack --help describes every option)\n", cmd_pack_usage);
 	return 2;
 }
 
@@ -683,37 +710,6 @@ out:
 
 int cmd_pack(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf("%s\n"
-		       "Pack the samples of the source CONFIG's [data] section describes (any source with\n"
-		       "images: idx, folder, tar, lmdb, records) into kiln's records shards\n"
-		       "DIR/<split>-00000.krec, DIR/<split>-00001.krec, ... (docs/formats.md), which the\n"
-		       "`records` source reads with `path = DIR`.\n\n"
-		       "  --out DIR          output directory (created if missing)\n"
-		       "  --section S        data (default) or data.eval: which section's source to read\n"
-		       "  --split NAME       the split passed to the source and the shards' name prefix\n"
-		       "                     (default: train for data, test for data.eval)\n"
-		       "  --shard-size SIZE  start a new shard past about SIZE bytes (default 64M;\n"
-		       "                     K, M, G are powers of 1024)\n"
-		       "  --store FORMAT     raw (default: u8 pixels as decoded), jpeg or png\n"
-		       "  --quality Q        JPEG quality 1..100 (default 90)\n"
-		       "  --resize N         resize every image once so its shorter side is N pixels\n"
-		       "                     (antialiased bilinear, PIL's filter; the longer side is\n"
-		       "                     scaled and truncated as torchvision's Resize(N))\n"
-		       "  --workers N        threads that read, resize and encode (default: the cores, at\n"
-		       "                     most 16); the shards are the same for any number\n"
-		       "  --force            replace the split's shards already in DIR\n"
-		       "  --format F         records (default), or folder: an ImageFolder tree\n"
-		       "                     DIR/<split>/<class>/<index>.png|jpg (needs --store png or\n"
-		       "                     jpeg) that `source = folder` and torchvision read\n\n"
-		       "Arguments with '=' override config keys, as for kiln train (data.limit=1000).\n"
-		       "Shards are written as *.tmp, fsynced, and renamed into place when all are\n"
-		       "complete.  The last line on stdout sums up: samples, shards, bytes, samples/s.\n"
-		       "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error (naming the\n"
-		       "sample).\n",
-		       pack_usage);
-		return 0;
-	}
 	struct pack_opts o;
 	int rc = parse_args(argc, argv, &o);
 	if (rc) {

@@ -30,15 +30,15 @@ static void print_devices(const struct kiln_registry *reg)
 	printf("device = auto opens: %s\n", best ? best->name : "(none available)");
 }
 
+const char cmd_plugins_usage[] =
+	"usage: kiln plugins [--path DIR[:DIR...]]\n";
+const char cmd_plugins_about[] =
+	"List the directories searched, every kiln-*.so found (with the reason when it\n"
+	"does not load), and every plugin: kind, name, ABI, available or why not.\n";
+
 int cmd_plugins(int argc, char **argv)
 {
 	const char *path = NULL;
-	if (cli_wants_help(argc, argv)) {
-		printf("usage: kiln plugins [--path DIR[:DIR...]]\n\n"
-		       "List the directories searched, every kiln-*.so found (with the reason when it\n"
-		       "does not load), and every plugin: kind, name, ABI, available or why not.\n");
-		return 0;
-	}
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--path") && i + 1 < argc)
 			path = argv[++i];

@@ -113,26 +113,26 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 	fflush(stderr);
 }
 
+const char cmd_train_usage[] =
+	"usage: kiln train FILE [--resume] [--profile] [section.key=value ...]\n";
+const char cmd_train_about[] =
+	"Train the model FILE describes (see docs/config.md).  Progress goes to stderr\n"
+	"(a bar on a terminal, plain lines otherwise); the last line on stdout is a JSON\n"
+	"object with the final metrics (train_samples_per_s, test_acc, ...).  Metrics of\n"
+	"every log point also go to [run] out_dir/metrics.jsonl.\n\n"
+	"Checkpoints (docs/checkpoints.md): train.checkpoint_every=N writes the whole\n"
+	"training state to out_dir/checkpoints/ckpt-<step>.kiln every N steps, keeping\n"
+	"the train.keep_last newest.  --resume (train.resume=1) continues from the newest\n"
+	"usable checkpoint there, bit for bit, or starts afresh when there is none.\n"
+	"SIGTERM or SIGUSR1 finishes the current step, writes a checkpoint and exits 0;\n"
+	"a second signal ends the process at once.\n\n"
+	"--profile (= run.profile=1): time every device op, print a table of self time\n"
+	"per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"
+	"out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n\n"
+	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
+
 int cmd_train(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
-		printf("usage: kiln train FILE [--resume] [--profile] [section.key=value ...]\n\n"
-		       "Train the model FILE describes (see docs/config.md).  Progress goes to stderr\n"
-		       "(a bar on a terminal, plain lines otherwise); the last line on stdout is a JSON\n"
-		       "object with the final metrics (train_samples_per_s, test_acc, ...).  Metrics of\n"
-		       "every log point also go to [run] out_dir/metrics.jsonl.\n\n"
-		       "Checkpoints (docs/checkpoints.md): train.checkpoint_every=N writes the whole\n"
-		       "training state to out_dir/checkpoints/ckpt-<step>.kiln every N steps, keeping\n"
-		       "the train.keep_last newest.  --resume (train.resume=1) continues from the newest\n"
-		       "usable checkpoint there, bit for bit, or starts afresh when there is none.\n"
-		       "SIGTERM or SIGUSR1 finishes the current step, writes a checkpoint and exits 0;\n"
-		       "a second signal ends the process at once.\n\n"
-		       "--profile (= run.profile=1): time every device op, print a table of self time\n"
-		       "per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"
-		       "out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n\n"
-		       "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
-		return 0;
-	}
 	/* --resume and --profile (anywhere after FILE) are the overrides
 	 * train.resume=1 and run.profile=1, applied last */
 	char **args = calloc((size_t)argc + 3, sizeof *args);

@@ -98,6 +98,34 @@ kiln_status cli_load(const char *file, int argc, char **argv, int first,
 	return kiln_config_validate(*cfg, *reg);
 }
 
+/* The subcommands: `kiln NAME ...` runs run(argc - 1, argv + 1), or, with
+ * --help or -h among its arguments and help text here, prints usage, a
+ * blank line and about. */
+static const struct command {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *usage, *about; /* NULL: run answers --help itself */
+} commands[] = {
+	{ "train", cmd_train, cmd_train_usage, cmd_train_about },
+	{ "eval", cmd_eval, cmd_eval_usage, cmd_eval_about },
+	{ "config", cmd_config, cmd_config_usage, cmd_config_about },
+	{ "plugins", cmd_plugins, cmd_plugins_usage, cmd_plugins_about },
+	{ "bench", cmd_bench, NULL, NULL },
+	{ "memory", cmd_memory, cmd_memory_usage, cmd_memory_about },
+	{ "pack", cmd_pack, cmd_pack_usage, cmd_pack_about },
+	{ "export", cmd_export, NULL, NULL },
+	{ "launch", cmd_launch, NULL, NULL },
+};
+
+static int run_command(const struct command *c, int argc, char **argv)
+{
+	if (c->usage && cli_wants_help(argc, argv)) {
+		printf("%s\n%s", c->usage, c->about);
+		return 0;
+	}
+	return c->run(argc, argv);
+}
+
 int main(int argc, char **argv)
 {
 	/* OpenMP waiters: spin briefly, then sleep, unless the user chose.
@@ -122,24 +150,9 @@ int main(int argc, char **argv)
 		printf("kiln %s (plugin ABI %d.%d)\n", kiln_version(), KILN_ABI_MAJOR, KILN_ABI_MINOR);
 		return 0;
 	}
-	if (!strcmp(cmd, "train"))
-		return cmd_train(argc - 1, argv + 1);
-	if (!strcmp(cmd, "eval"))
-		return cmd_eval(argc - 1, argv + 1);
-	if (!strcmp(cmd, "config"))
-		return cmd_config(argc - 1, argv + 1);
-	if (!strcmp(cmd, "plugins"))
-		return cmd_plugins(argc - 1, argv + 1);
-	if (!strcmp(cmd, "bench"))
-		return cmd_bench(argc - 1, argv + 1);
-	if (!strcmp(cmd, "memory"))
-		return cmd_memory(argc - 1, argv + 1);
-	if (!strcmp(cmd, "pack"))
-		return cmd_pack(argc - 1, argv + 1);
-	if (!strcmp(cmd, "export"))
-		return cmd_export(argc - 1, argv + 1);
-	if (!strcmp(cmd, "launch"))
-		return cmd_launch(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+		if (!strcmp(cmd, commands[i].name))
+			return run_command(&commands[i], argc - 1, argv + 1);
 	fprintf(stderr, "kiln: error: unknown command '%s'\n\n", cmd);
 	usage(stderr);
 	return 2;

@@ -54,42 +54,8 @@ static uint64_t get_u64(const uint8_t *p)
 	return v;
 }
 
-/* ---- file I/O that survives EINTR and short transfers --------------------- */
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-/* 0, or -1 with errno (0 for end of file) */
-static int pread_all(int fd, void *buf, size_t n, uint64_t off)
-{
-	char *p = buf;
-	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			if (r == 0)
-				errno = 0;
-			return -1;
-		}
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
-}
+/* File I/O goes through kiln_write_all and kiln_pread_all (internal.h),
+ * which survive EINTR and short transfers. */
 
 static kiln_status read_error(const char *path, const char *what)
 {
@@ -208,7 +174,7 @@ static kiln_status write_file(const char *tmp, int fd, const struct wsec *s, int
 	put_u32(h + 28, 0); /* flags */
 	put_u64(h + 32, (uint64_t)step);
 	put_u32(h + 60, kiln_crc32c(0, h, 60));
-	if (write_all(fd, h, sizeof h))
+	if (kiln_write_all(fd, h, sizeof h))
 		return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
 	/* device sections go through one staging buffer, the largest's size */
 	if (stage_bytes && (st = kiln_device_host_alloc(dev, stage_bytes, &stage)))
@@ -224,7 +190,7 @@ static kiln_status write_file(const char *tmp, int fd, const struct wsec *s, int
 			p = stage;
 		}
 		section_header(sh, s[i].tag, s[i].bytes, kiln_crc32c(0, p, s[i].bytes));
-		if (write_all(fd, sh, sizeof sh) || write_all(fd, p, s[i].bytes))
+		if (kiln_write_all(fd, sh, sizeof sh) || kiln_write_all(fd, p, s[i].bytes))
 			st = kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
 	}
 	kiln_device_host_free(dev, stage);
@@ -370,7 +336,7 @@ static int crc_range(int fd, uint64_t off, uint64_t n, uint8_t *buf, size_t cap,
 	uint32_t c = 0;
 	while (n) {
 		size_t k = n < cap ? (size_t)n : cap;
-		if (pread_all(fd, buf, k, off))
+		if (kiln_pread_all(fd, buf, k, off))
 			return -1;
 		c = kiln_crc32c(c, buf, k);
 		off += k;
@@ -385,13 +351,13 @@ static kiln_status verify(struct kiln_ckpt *ck)
 	const char *path = ck->path;
 	uint8_t h[KILN_CKPT_HEADER_BYTES];
 	if (ck->size < KILN_CKPT_HEADER_BYTES) {
-		if (ck->size >= 8 && pread_all(ck->fd, h, 8, 0) == 0 && memcmp(h, MAGIC, 8))
+		if (ck->size >= 8 && kiln_pread_all(ck->fd, h, 8, 0) == 0 && memcmp(h, MAGIC, 8))
 			return kiln_error(KILN_EDATA, "checkpoint %s: not a kiln checkpoint (no KILNCKPT magic)",
 					  path);
 		return kiln_error(KILN_EDATA, "checkpoint %s: truncated: %llu bytes, shorter than the %d-byte header",
 				  path, (unsigned long long)ck->size, KILN_CKPT_HEADER_BYTES);
 	}
-	if (pread_all(ck->fd, h, sizeof h, 0))
+	if (kiln_pread_all(ck->fd, h, sizeof h, 0))
 		return read_error(path, "the header");
 	if (memcmp(h, MAGIC, 8))
 		return kiln_error(KILN_EDATA, "checkpoint %s: not a kiln checkpoint (no KILNCKPT magic)", path);
@@ -444,7 +410,7 @@ static kiln_status verify(struct kiln_ckpt *ck)
 					path, i, n, (unsigned long long)pos, (unsigned long long)ck->size);
 			break;
 		}
-		if (pread_all(ck->fd, sh, sizeof sh, pos)) {
+		if (kiln_pread_all(ck->fd, sh, sizeof sh, pos)) {
 			st = read_error(path, "a section header");
 			break;
 		}
@@ -561,7 +527,7 @@ kiln_status kiln_ckpt_read(struct kiln_ckpt *ck, const char *tag, void *buf, siz
 	if (r->bytes != bytes)
 		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s' has %llu bytes, expected %zu",
 				  ck->path, tag, (unsigned long long)r->bytes, bytes);
-	if (pread_all(ck->fd, buf, bytes, r->off))
+	if (kiln_pread_all(ck->fd, buf, bytes, r->off))
 		return read_error(ck->path, tag);
 	uint32_t c = kiln_crc32c(0, buf, bytes);
 	if (c != r->crc)

@@ -85,14 +85,10 @@ struct entry *kiln_cfg_find_entry(const struct section *s, const char *key)
 
 static struct section *add_section(struct kiln_config *cfg, const char *name, char *where)
 {
-	if (cfg->n == cfg->cap) {
-		int cap = cfg->cap ? cfg->cap * 2 : 16;
-		struct section *s = realloc(cfg->s, (size_t)cap * sizeof *s);
-		if (!s)
-			return NULL;
-		cfg->s = s;
-		cfg->cap = cap;
-	}
+	struct section *grown = kiln_grow(cfg->s, cfg->n, &cfg->cap, sizeof *grown, 16);
+	if (!grown)
+		return NULL;
+	cfg->s = grown;
 	struct section *s = &cfg->s[cfg->n];
 	memset(s, 0, sizeof *s);
 	s->name = kiln_strdup(name);
@@ -118,14 +114,10 @@ static kiln_status set_entry(struct section *s, const char *key, const char *val
 		e->where = where;
 		return KILN_OK;
 	}
-	if (s->n == s->cap) {
-		int cap = s->cap ? s->cap * 2 : 8;
-		struct entry *ne = realloc(s->e, (size_t)cap * sizeof *ne);
-		if (!ne)
-			return kiln_error(KILN_ENOMEM, "out of memory");
-		s->e = ne;
-		s->cap = cap;
-	}
+	struct entry *ne = kiln_grow(s->e, s->n, &s->cap, sizeof *ne, 8);
+	if (!ne)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	s->e = ne;
 	e = &s->e[s->n];
 	e->key = kiln_strdup(key);
 	e->value = kiln_strdup(value);

@@ -72,6 +72,30 @@ int64_t kiln_now_ns(void);
 void kiln_rss(size_t *now, size_t *peak, int reset);
 static inline double kiln_now_s(void) { return 1e-9 * (double)kiln_now_ns(); }
 
+/* ---- whole transfers on a file descriptor (core/status.c) ---- */
+enum { KILN_IO_WRITE, KILN_IO_SEND, KILN_IO_PREAD };
+/* Move all n bytes between buf and fd by write(), send() (MSG_NOSIGNAL:
+ * no SIGPIPE) or pread() at off, retrying EINTR and short transfers: 0,
+ * or -1 with errno (0 at end of file). */
+int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off);
+/* Room for element n of the array arr (*cap elements of size bytes
+ * allocated): arr itself while n < *cap, else arr reallocated to twice
+ * *cap elements (first when *cap is 0) with *cap updated, or NULL when
+ * out of memory (arr and *cap unchanged). */
+void *kiln_grow(void *arr, int n, int *cap, size_t size, int first);
+static inline int kiln_write_all(int fd, const void *buf, size_t n)
+{
+	return kiln_io_all(fd, KILN_IO_WRITE, (void *)buf, n, 0);
+}
+static inline int kiln_send_all(int fd, const void *buf, size_t n)
+{
+	return kiln_io_all(fd, KILN_IO_SEND, (void *)buf, n, 0);
+}
+static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
+{
+	return kiln_io_all(fd, KILN_IO_PREAD, buf, n, off);
+}
+
 /* ---- op names (core/device.c), also host->op_name ---- */
 const char *kiln_op_name(int type);
 /* core/opcheck.c: the device-independent checks of an op (counts, shapes,

@@ -77,14 +77,10 @@ static size_t pack(struct storage *s, int n)
 
 kiln_status kiln_plan_new_store(struct kiln_plan *p, size_t bytes, int start, int end)
 {
-	if (p->n_store == p->store_cap) {
-		int nc = p->store_cap ? p->store_cap * 2 : 32;
-		struct storage *ns = realloc(p->store, sizeof *ns * (size_t)nc);
-		if (!ns)
-			return kiln_error(KILN_ENOMEM, "out of memory");
-		p->store = ns;
-		p->store_cap = nc;
-	}
+	struct storage *ns = kiln_grow(p->store, p->n_store, &p->store_cap, sizeof *ns, 32);
+	if (!ns)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	p->store = ns;
 	p->store[p->n_store++] = (struct storage){ bytes, 0, start, end };
 	return KILN_OK;
 }

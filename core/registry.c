@@ -179,14 +179,10 @@ static int has_file(const struct kiln_registry *reg, const char *base)
 
 static kiln_status add_plugin(struct kiln_registry *reg, const struct kiln_plugin *p, int file)
 {
-	if (reg->n_plugins == reg->cap_plugins) {
-		int cap = reg->cap_plugins ? reg->cap_plugins * 2 : 32;
-		struct reg_plugin *np = realloc(reg->plugins, (size_t)cap * sizeof *np);
-		if (!np)
-			return kiln_error(KILN_ENOMEM, "out of memory");
-		reg->plugins = np;
-		reg->cap_plugins = cap;
-	}
+	struct reg_plugin *np = kiln_grow(reg->plugins, reg->n_plugins, &reg->cap_plugins, sizeof *np, 32);
+	if (!np)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	reg->plugins = np;
 	struct reg_plugin *r = &reg->plugins[reg->n_plugins++];
 	memset(r, 0, sizeof *r);
 	r->p = p;
@@ -213,14 +209,10 @@ static char *dupf(const char *fmt, ...)
 
 static kiln_status load_file(struct kiln_registry *reg, const char *path)
 {
-	if (reg->n_files == reg->cap_files) {
-		int cap = reg->cap_files ? reg->cap_files * 2 : 16;
-		struct loaded_file *nf = realloc(reg->files, (size_t)cap * sizeof *nf);
-		if (!nf)
-			return kiln_error(KILN_ENOMEM, "out of memory");
-		reg->files = nf;
-		reg->cap_files = cap;
-	}
+	struct loaded_file *nf = kiln_grow(reg->files, reg->n_files, &reg->cap_files, sizeof *nf, 16);
+	if (!nf)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	reg->files = nf;
 	int idx = reg->n_files++;
 	struct loaded_file *f = &reg->files[idx];
 	memset(f, 0, sizeof *f);

@@ -1,10 +1,15 @@
-/* core/status.c - thread-local error messages and the log sink. */
+/* core/status.c - thread-local error messages, the log sink, the clock and
+ * small I/O and array helpers. */
 #include "internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---- errors ----------------------------------------------------------- */
 
@@ -155,4 +160,36 @@ int64_t kiln_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int kiln_io_all(int fd, int how, void *buf, size_t n, uint64_t off)
+{
+	char *p = buf;
+	while (n) {
+		ssize_t k = how == KILN_IO_PREAD  ? pread(fd, p, n, (off_t)off)
+			    : how == KILN_IO_SEND ? send(fd, p, n, MSG_NOSIGNAL)
+						  : write(fd, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			if (k == 0)
+				errno = 0;
+			return -1;
+		}
+		p += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
+void *kiln_grow(void *arr, int n, int *cap, size_t size, int first)
+{
+	if (n < *cap)
+		return arr;
+	int c = *cap ? *cap * 2 : first;
+	void *p = realloc(arr, (size_t)c * size);
+	if (p)
+		*cap = c;
+	return p;
 }

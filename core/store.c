@@ -76,22 +76,6 @@ static uint32_t get32(const unsigned char *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Blocking send of all bytes (the server's replies are small). */
-static int send_all(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-	while (n) {
-		ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return -1;
-		p += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 static struct kv *kv_find(struct server *s, const char *key)
 {
 	for (size_t i = 0; i < s->n_kv; i++)
@@ -105,7 +89,7 @@ static int reply(int fd, int status, const void *val, uint32_t len)
 	unsigned char h[5];
 	h[0] = (unsigned char)status;
 	put32(h + 1, len);
-	return send_all(fd, h, 5) || (len && send_all(fd, val, len)) ? -1 : 0;
+	return kiln_send_all(fd, h, 5) || (len && kiln_send_all(fd, val, len)) ? -1 : 0;
 }
 
 static int kv_set(struct server *s, const char *key, const void *val, uint32_t len)
@@ -446,8 +430,8 @@ static kiln_status request(struct kiln_store *s, int op, const char *key, const 
 	unsigned char v4[4];
 	put32(v4, vlen);
 	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
-	if (send_all(s->fd, h, 5) || send_all(s->fd, key, klen) || send_all(s->fd, v4, 4) ||
-	    (vlen && send_all(s->fd, val, vlen))) {
+	if (kiln_send_all(s->fd, h, 5) || kiln_send_all(s->fd, key, klen) || kiln_send_all(s->fd, v4, 4) ||
+	    (vlen && kiln_send_all(s->fd, val, vlen))) {
 		s->broken = 1;
 		st = kiln_error(KILN_EIO, "store %s:%d: connection lost (rank 0, which hosts the store, may have died)",
 				s->host, s->port);

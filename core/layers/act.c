@@ -13,10 +13,9 @@ struct act {
 kiln_status act_configure(const struct kiln_host *h, struct kiln_layer *l,
 			  const struct kiln_config *cfg, const char *sec, int kind)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct act));
-	if (st)
-		return st;
-	struct act *s = l->priv;
+	struct act *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
 	s->kind = kind;
 	s->alpha = 0.01;
 	if (kind == KILN_ACT_LEAKY_RELU)

@@ -9,9 +9,8 @@ struct add {
 
 static kiln_status add_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct add));
-	if (st)
-		return st;
+	if (!layer_alloc(h, l, sizeof(struct add)))
+		return KILN_ENOMEM;
 	for (int k = 1; k < l->n_in; k++) {
 		const struct kiln_tensor_desc *a = &l->in[0], *b = &l->in[k];
 		if (a->ndim != b->ndim || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->ndim) ||

@@ -28,10 +28,9 @@ static const struct kiln_key bn_keys[] = {
 static kiln_status bn_configure(const struct kiln_host *h, struct kiln_layer *l,
 				const struct kiln_config *cfg, const char *sec)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct bn));
-	if (st)
-		return st;
-	struct bn *s = l->priv;
+	struct bn *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
 	s->eps = 1e-5;
 	s->momentum = 0.1;
 	h->config_get_float(cfg, sec, "eps", &s->eps);

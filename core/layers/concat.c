@@ -11,9 +11,8 @@ struct concat {
 
 static kiln_status concat_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct concat));
-	if (st)
-		return st;
+	if (!layer_alloc(h, l, sizeof(struct concat)))
+		return KILN_ENOMEM;
 	if (l->n_in > KILN_OP_MAX_OUT)
 		return h->error(KILN_ECONFIG, "layer '%s' (concat): at most %d inputs", l->name,
 				KILN_OP_MAX_OUT);

@@ -30,16 +30,16 @@ static const struct kiln_key conv_keys[] = {
 static kiln_status conv_configure(const struct kiln_host *h, struct kiln_layer *l,
 				  const struct kiln_config *cfg, const char *sec)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct conv));
-	if (st)
-		return st;
-	struct conv *s = l->priv;
+	struct conv *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
 	if (h->config_get_int(cfg, sec, "out", &s->out))
 		return h->error(KILN_ECONFIG, "%s: [%s] needs 'out' (output channels)",
 				h->config_where(cfg, sec, NULL), sec);
 	if (!h->config_get(cfg, sec, "kernel"))
 		return h->error(KILN_ECONFIG, "%s: [%s] needs 'kernel' (e.g. kernel = 3)",
 				h->config_where(cfg, sec, NULL), sec);
+	kiln_status st;
 	if ((st = get_pair(h, cfg, sec, "kernel", 1, s->k)) ||
 	    (st = get_pair(h, cfg, sec, "stride", 1, s->stride)) ||
 	    (st = get_pair(h, cfg, sec, "padding", 0, s->pad)) ||

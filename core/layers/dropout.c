@@ -22,10 +22,9 @@ static const struct kiln_key dropout_keys[] = {
 static kiln_status dropout_configure(const struct kiln_host *h, struct kiln_layer *l,
 				     const struct kiln_config *cfg, const char *sec)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct dropout));
-	if (st)
-		return st;
-	struct dropout *s = l->priv;
+	struct dropout *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
 	s->p = 0.5;
 	h->config_get_float(cfg, sec, "p", &s->p);
 	return KILN_OK;

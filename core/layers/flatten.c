@@ -18,10 +18,9 @@ static int needs_reorder(const struct kiln_tensor_desc *x)
 
 static kiln_status flatten_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct flatten));
-	if (st)
-		return st;
-	struct flatten *s = l->priv;
+	struct flatten *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
 	f32_desc(&l->out, l->in[0].dims[0], per_sample(&l->in[0]), 0);
 	l->out.dtype = l->in[0].dtype;
 	s->reorder = needs_reorder(&l->in[0]);

@@ -31,10 +31,9 @@ static const struct kiln_key linear_keys[] = {
 static kiln_status linear_configure(const struct kiln_host *h, struct kiln_layer *l,
 				    const struct kiln_config *cfg, const char *section)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct linear));
-	if (st)
-		return st;
-	struct linear *s = l->priv;
+	struct linear *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
 	if (h->config_get_int(cfg, section, "out", &s->out))
 		return h->error(KILN_ECONFIG, "%s: [%s] needs 'out' (number of output features)",
 				h->config_where(cfg, section, NULL), section);

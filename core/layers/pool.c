@@ -10,10 +10,9 @@
 kiln_status pool_configure(const struct kiln_host *h, struct kiln_layer *l,
 			   const struct kiln_config *cfg, const char *sec, int kind, int global)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct pool));
-	if (st)
-		return st;
-	struct pool *s = l->priv;
+	struct pool *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
 	s->kind = kind;
 	s->global = global;
 	s->include_pad = 1;
@@ -22,6 +21,7 @@ kiln_status pool_configure(const struct kiln_host *h, struct kiln_layer *l,
 	if (!h->config_get(cfg, sec, "kernel"))
 		return h->error(KILN_ECONFIG, "%s: [%s] needs 'kernel' (e.g. kernel = 2)",
 				h->config_where(cfg, sec, NULL), sec);
+	kiln_status st;
 	if ((st = get_pair(h, cfg, sec, "kernel", 1, s->k)) ||
 	    (st = get_pair(h, cfg, sec, "padding", 0, s->pad)))
 		return st;

@@ -9,9 +9,8 @@ struct relu {
 
 static kiln_status relu_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct relu));
-	if (st)
-		return st;
+	if (!layer_alloc(h, l, sizeof(struct relu)))
+		return KILN_ENOMEM;
 	l->out = l->in[0];
 	l->needs_output = 1;
 	l->inplace_ok = 1;

@@ -28,13 +28,12 @@ static const struct kiln_key xent_keys[] = {
 static kiln_status loss_configure(const struct kiln_host *h, struct kiln_layer *l,
 				  const struct kiln_config *cfg, const char *section, int kind)
 {
-	kiln_status st = layer_alloc(h, l, sizeof(struct xent));
-	if (st)
-		return st;
-	struct xent *s = l->priv;
+	struct xent *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
 	s->kind = kind;
 	if (kind == KILN_LOSS_XENT) {
-		st = h->config_get_float(cfg, section, "label_smoothing", &s->smoothing);
+		kiln_status st = h->config_get_float(cfg, section, "label_smoothing", &s->smoothing);
 		if (st == KILN_ENOTFOUND)
 			s->smoothing = 0;
 		else if (st)

@@ -42,14 +42,15 @@ struct layer_plans {
 	void *all[LAYER_MAX_PLANS];
 };
 
-/* Allocate the layer's zeroed state, `size` bytes starting with a struct
- * layer_plans, into l->priv, unless it has one already (configure or
- * infer, whichever comes first). */
-static inline kiln_status layer_alloc(const struct kiln_host *h, struct kiln_layer *l, size_t size)
+/* The layer's state l->priv: allocated zeroed, `size` bytes starting with
+ * a struct layer_plans, unless it has one already (configure or infer,
+ * whichever comes first); NULL, the error reported, when out of memory
+ * (the caller returns KILN_ENOMEM). */
+static inline void *layer_alloc(const struct kiln_host *h, struct kiln_layer *l, size_t size)
 {
 	if (!l->priv && !(l->priv = calloc(1, size)))
-		return h->error(KILN_ENOMEM, "out of memory");
-	return KILN_OK;
+		h->error(KILN_ENOMEM, "out of memory");
+	return l->priv;
 }
 
 /* Free the plans the layer prepared (when it was planned on dev) and its

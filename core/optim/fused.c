@@ -31,24 +31,33 @@ static const struct kiln_key *key_row(const struct kiln_key *keys, const char *k
 	return NULL;
 }
 
+/* A [train] key as a float (f) or a bool (b), with its row's default in
+ * keys when the config leaves it unset. */
+static kiln_status optim_get(const struct kiln_host *h, const struct kiln_config *cfg,
+			     const struct kiln_key *keys, const char *key, double *f, int *b)
+{
+	kiln_status st = f ? h->config_get_float(cfg, "train", key, f)
+			   : h->config_get_bool(cfg, "train", key, b);
+	const struct kiln_key *k = key_row(keys, key);
+	if (st != KILN_ENOTFOUND || !k || !k->def)
+		return st;
+	if (f)
+		*f = strtod(k->def, NULL);
+	else
+		*b = atoi(k->def);
+	return KILN_OK;
+}
+
 kiln_status optim_get_float(const struct kiln_host *h, const struct kiln_config *cfg,
 			    const struct kiln_key *keys, const char *key, double *v)
 {
-	kiln_status st = h->config_get_float(cfg, "train", key, v);
-	const struct kiln_key *k = key_row(keys, key);
-	if (st == KILN_ENOTFOUND && k && k->def)
-		*v = strtod(k->def, NULL), st = KILN_OK;
-	return st;
+	return optim_get(h, cfg, keys, key, v, NULL);
 }
 
 kiln_status optim_get_bool(const struct kiln_host *h, const struct kiln_config *cfg,
 			   const struct kiln_key *keys, const char *key, int *v)
 {
-	kiln_status st = h->config_get_bool(cfg, "train", key, v);
-	const struct kiln_key *k = key_row(keys, key);
-	if (st == KILN_ENOTFOUND && k && k->def)
-		*v = atoi(k->def), st = KILN_OK;
-	return st;
+	return optim_get(h, cfg, keys, key, NULL, v);
 }
 
 kiln_status fused_optim_plan(void *ctx, struct kiln_device *dev, const struct kiln_optim_shape *s,
