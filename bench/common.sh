@@ -8,6 +8,7 @@
 #   median_field FILE KEY  median of KEY over FILE's JSON lines that have it
 #   field KEY              the last number logged as "KEY": on stdin
 #   median                 the median of the numbers on stdin, one a line
+#   bench_opt ARGS...      the options cnn.sh and mlp.sh share (see below)
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
@@ -43,3 +44,21 @@ PY
 
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" | tail -1; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# bench_opt "$@": when $1 is --runs, --steps, --threads or --precision (with
+# its value as the next word, or after "="), sets RUNS, STEPS, THREADS or
+# PRECISION and NSHIFT to the number of words used; returns 1 for any other
+# $1, so the caller reports it as unknown.
+bench_opt() {
+    case $1 in
+        --runs|--steps|--threads|--precision) [ $# -ge 2 ] || usage; _bo_v=$2; NSHIFT=2 ;;
+        --runs=*|--steps=*|--threads=*|--precision=*) _bo_v=${1#*=}; NSHIFT=1 ;;
+        *) return 1 ;;
+    esac
+    case ${1%%=*} in
+        --runs) RUNS=$_bo_v ;;
+        --steps) STEPS=$_bo_v ;;
+        --threads) THREADS=$_bo_v ;;
+        --precision) PRECISION=$_bo_v ;;
+    esac
+}
