@@ -9,6 +9,8 @@
 #   field KEY              the last number logged as "KEY": on stdin
 #   median                 the median of the numbers on stdin, one a line
 #   bench_opt ARGS...      the options cnn.sh and mlp.sh share (see below)
+#   collect_runs OUT LABEL CMD...
+#                          CMD's JSON line of each of RUNS runs into OUT
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
@@ -61,4 +63,24 @@ bench_opt() {
         --threads) THREADS=$_bo_v ;;
         --precision) PRECISION=$_bo_v ;;
     esac
+}
+
+# collect_runs OUT LABEL CMD...: runs CMD $RUNS times; each run's json_line
+# goes to OUT (emptied first) and, as "LABEL run I: LINE", to stderr.  A run
+# that prints none ends the script (exit 1) naming LABEL and the run.
+collect_runs() {
+    _cr_out=$1 _cr_label=$2
+    shift 2
+    : > "$_cr_out"
+    _cr_i=1
+    while [ "$_cr_i" -le "$RUNS" ]; do
+        _cr_line=$("$@" | json_line) || true
+        if [ -z "$_cr_line" ]; then
+            echo "$(basename "$0"): $_cr_label run $_cr_i printed no JSON line with train_samples_per_s" >&2
+            exit 1
+        fi
+        echo "$_cr_label run $_cr_i: $_cr_line" >&2
+        printf '%s\n' "$_cr_line" >> "$_cr_out"
+        _cr_i=$((_cr_i + 1))
+    done
 }
