@@ -64,21 +64,14 @@ HERE=$(dirname "$0")
 
 while [ $# -gt 0 ]; do
     case $1 in
-        --runs) [ $# -ge 2 ] || usage; RUNS=$2; shift 2 ;;
-        --runs=*) RUNS=${1#*=}; shift ;;
-        --steps) [ $# -ge 2 ] || usage; STEPS=$2; shift 2 ;;
-        --steps=*) STEPS=${1#*=}; shift ;;
-        --threads) [ $# -ge 2 ] || usage; THREADS=$2; shift 2 ;;
-        --threads=*) THREADS=${1#*=}; shift ;;
         --eval-samples) [ $# -ge 2 ] || usage; EVAL_SAMPLES=$2; shift 2 ;;
         --eval-samples=*) EVAL_SAMPLES=${1#*=}; shift ;;
         --layouts) [ $# -ge 2 ] || usage; LAYOUTS=$2; shift 2 ;;
         --layouts=*) LAYOUTS=${1#*=}; shift ;;
-        --precision) [ $# -ge 2 ] || usage; PRECISION=$2; shift 2 ;;
-        --precision=*) PRECISION=${1#*=}; shift ;;
         --no-kiln) DO_KILN=0; shift ;;
         -h|--help) usage ;;
-        *) echo "cnn.sh: unknown argument: $1" >&2; usage ;;
+        *) bench_opt "$@" || { echo "cnn.sh: unknown argument: $1" >&2; usage; }
+           shift "$NSHIFT" ;;
     esac
 done
 case $PRECISION in fp32|bf16) ;; *) echo "cnn.sh: --precision must be fp32 or bf16" >&2; exit 2 ;; esac

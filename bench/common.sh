@@ -8,6 +8,9 @@
 #   median_field FILE KEY  median of KEY over FILE's JSON lines that have it
 #   field KEY              the last number logged as "KEY": on stdin
 #   median                 the median of the numbers on stdin, one a line
+#   bench_opt ARGS...      the options cnn.sh and mlp.sh share (see below)
+#   collect_runs OUT LABEL CMD...
+#                          CMD's JSON line of each of RUNS runs into OUT
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
@@ -43,3 +46,41 @@ PY
 
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" | tail -1; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# bench_opt "$@": when $1 is --runs, --steps, --threads or --precision (with
+# its value as the next word, or after "="), sets RUNS, STEPS, THREADS or
+# PRECISION and NSHIFT to the number of words used; returns 1 for any other
+# $1, so the caller reports it as unknown.
+bench_opt() {
+    case $1 in
+        --runs|--steps|--threads|--precision) [ $# -ge 2 ] || usage; _bo_v=$2; NSHIFT=2 ;;
+        --runs=*|--steps=*|--threads=*|--precision=*) _bo_v=${1#*=}; NSHIFT=1 ;;
+        *) return 1 ;;
+    esac
+    case ${1%%=*} in
+        --runs) RUNS=$_bo_v ;;
+        --steps) STEPS=$_bo_v ;;
+        --threads) THREADS=$_bo_v ;;
+        --precision) PRECISION=$_bo_v ;;
+    esac
+}
+
+# collect_runs OUT LABEL CMD...: runs CMD $RUNS times; each run's json_line
+# goes to OUT (emptied first) and, as "LABEL run I: LINE", to stderr.  A run
+# that prints none ends the script (exit 1) naming LABEL and the run.
+collect_runs() {
+    _cr_out=$1 _cr_label=$2
+    shift 2
+    : > "$_cr_out"
+    _cr_i=1
+    while [ "$_cr_i" -le "$RUNS" ]; do
+        _cr_line=$("$@" | json_line) || true
+        if [ -z "$_cr_line" ]; then
+            echo "$(basename "$0"): $_cr_label run $_cr_i printed no JSON line with train_samples_per_s" >&2
+            exit 1
+        fi
+        echo "$_cr_label run $_cr_i: $_cr_line" >&2
+        printf '%s\n' "$_cr_line" >> "$_cr_out"
+        _cr_i=$((_cr_i + 1))
+    done
+}

@@ -43,17 +43,10 @@ HERE=$(dirname "$0")
 
 while [ $# -gt 0 ]; do
     case $1 in
-        --runs) [ $# -ge 2 ] || usage; RUNS=$2; shift 2 ;;
-        --runs=*) RUNS=${1#*=}; shift ;;
-        --steps) [ $# -ge 2 ] || usage; STEPS=$2; shift 2 ;;
-        --steps=*) STEPS=${1#*=}; shift ;;
-        --threads) [ $# -ge 2 ] || usage; THREADS=$2; shift 2 ;;
-        --threads=*) THREADS=${1#*=}; shift ;;
-        --precision) [ $# -ge 2 ] || usage; PRECISION=$2; shift 2 ;;
-        --precision=*) PRECISION=${1#*=}; shift ;;
         --no-kiln) DO_KILN=0; shift ;;
         -h|--help) usage ;;
-        *) echo "mlp.sh: unknown argument: $1" >&2; usage ;;
+        *) bench_opt "$@" || { echo "mlp.sh: unknown argument: $1" >&2; usage; }
+           shift "$NSHIFT" ;;
     esac
 done
 case $PRECISION in fp32|bf16) ;; *) echo "mlp.sh: --precision must be fp32 or bf16" >&2; exit 2 ;; esac
@@ -68,20 +61,9 @@ json_line_any() {
 
 run_pytorch() { # name, threads, then env assignments
     name=$1; nthreads=$2; shift 2
-    out="$TMP/pytorch-$name.jsonl"
-    : > "$out"
-    i=1
-    while [ "$i" -le "$RUNS" ]; do
-        line=$(env OPENBLAS_CORETYPE=SkylakeX "$@" "$PYTHON" "$HERE/pytorch_mlp.py" \
-                   --threads "$nthreads" --steps "$STEPS" --precision "$PRECISION" | json_line) || true
-        if [ -z "$line" ]; then
-            echo "mlp.sh: pytorch ($name) run $i printed no JSON line" >&2
-            exit 1
-        fi
-        echo "pytorch $name run $i: $line" >&2
-        printf '%s\n' "$line" >> "$out"
-        i=$((i + 1))
-    done
+    collect_runs "$TMP/pytorch-$name.jsonl" "pytorch $name" \
+        env OPENBLAS_CORETYPE=SkylakeX "$@" "$PYTHON" "$HERE/pytorch_mlp.py" \
+        --threads "$nthreads" --steps "$STEPS" --precision "$PRECISION"
 }
 
 # Unset the variables under test so that the settings are what they say.
@@ -100,20 +82,8 @@ if [ "$DO_KILN" = 1 ]; then
         exit 1
     fi
     out="$TMP/kiln.jsonl"
-    : > "$out"
-    i=1
-    while [ "$i" -le "$RUNS" ]; do
-        line=$(OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$HERE/mlp_bench.ini" train.epochs=1 \
-                   run.precision="$PRECISION" \
-                   | json_line) || true
-        if [ -z "$line" ]; then
-            echo "mlp.sh: kiln run $i printed no JSON line with train_samples_per_s" >&2
-            exit 1
-        fi
-        echo "kiln run $i: $line" >&2
-        printf '%s\n' "$line" >> "$out"
-        i=$((i + 1))
-    done
+    collect_runs "$out" kiln env OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$HERE/mlp_bench.ini" \
+        train.epochs=1 run.precision="$PRECISION"
     KILN_SPS=$(median_field "$out" train_samples_per_s)
     KILN_ACC=$(median_field "$out" test_acc)
 fi

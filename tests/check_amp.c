@@ -26,6 +26,7 @@
 
 #include <check.h>
 #include "check_main.h"
+#include "test_util.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,11 +46,6 @@ static const char *mlp_ini =
 	"[plugin.amp]\ngrowth_interval = 10\n";
 
 #define STEPS 124 /* 2 epochs of 2000 / 32 */
-
-static int have_fashion(void)
-{
-	return access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0;
-}
 
 /* ---- the injection hook ------------------------------------------------ */
 
@@ -169,7 +165,7 @@ START_TEST(test_overflow_skip_backoff_growth)
 	struct kiln_train_result r16, r32;
 	struct inject in16 = { 0 }, in32 = { 0 };
 	float want[4], got[4];
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	tmpdir(dir, sizeof dir);
 	const char *const ck[] = { "train.checkpoint_every=1000", "plugin.amp.init_scale=256", NULL };
 	ck_assert_msg(train(dir, "fp16", ck, &r16, &in16) == 0, "%s", kiln_last_error());
@@ -215,7 +211,7 @@ START_TEST(test_real_f16_overflow)
 	struct kiln_train_result r;
 	struct inject in = { 0 };
 	float want[4], got[4];
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	tmpdir(dir, sizeof dir);
 	const char *const ck[] = { "train.checkpoint_every=1000", NULL };
 	ck_assert_msg(train(dir, "fp16", ck, &r, &in) == 0, "%s", kiln_last_error());
@@ -241,7 +237,7 @@ START_TEST(test_checkpoint_resume)
 	struct kiln_train_result ra, r1, r2;
 	struct inject ia = { 0 }, i1 = { 0 }, i2 = { 0 };
 	float sa[4], sb[4], want[4];
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	tmpdir(a, sizeof a);
 	tmpdir(b, sizeof b);
 	const char *const full[] = { "train.checkpoint_every=1000", NULL };
@@ -275,7 +271,7 @@ START_TEST(test_skip_keeps_step_count)
 {
 	static const char *const opt[] = { "train.optimizer=adamw", "train.optimizer=lamb" };
 	static const char *const lr[] = { "train.lr=0.001", "train.lr=0.01" };
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	for (int k = 0; k < 2; k++)
 		for (int p = 0; p < 2; p++) {
 			char dir[64];
@@ -301,7 +297,7 @@ START_TEST(test_static)
 {
 	struct kiln_train_result r;
 	struct inject in = { 0 };
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	const char *const over[] = { "plugin.amp.loss_scale=1024", "train.epochs=1", NULL };
 	ck_assert_msg(train("", "fp16_static", over, &r, &in) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(r.steps, 62);
@@ -315,7 +311,7 @@ END_TEST
 START_TEST(test_config_errors)
 {
 	struct kiln_train_result r;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	ck_assert_int_eq(train("", "fp16_static", NULL, &r, NULL), KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "amp.ini:4") && strstr(kiln_last_error(), "loss_scale"),
 		      "%s", kiln_last_error());

@@ -79,16 +79,11 @@ static void rig_open(struct rig *r, const char *ini, uint64_t seed)
 
 static void rig_close(struct rig *r)
 {
-	kiln_device_stream_sync(r->dev, r->stream);
-	kiln_device_free(r->dev, r->x);
-	kiln_device_free(r->dev, r->y);
-	kiln_device_free(r->dev, r->lr);
-	kiln_device_free(r->dev, r->metrics);
+	void *bufs[] = { r->x, r->y, r->lr, r->metrics };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 4);
 	kiln_plan_free(r->plan);
 	kiln_model_free(r->m);
-	kiln_device_stream_destroy(r->dev, r->stream);
-	kiln_device_close(r->dev);
-	kiln_config_free(r->cfg);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
 }
 
 /* A few SGD steps, so momentum, running stats and the step counter are
@@ -454,11 +449,6 @@ END_TEST
 
 /* ---- through the trainer ------------------------------------------------- */
 
-static int have_fashion(void)
-{
-	return access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0;
-}
-
 /* 640 samples, batch 16 x accumulate 2 with AdamW: 20 optimizer steps an
  * epoch, 3 epochs = 60 steps. */
 static const char *cnn_ini =
@@ -532,7 +522,7 @@ START_TEST(test_deterministic)
 {
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, rb;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	tmpdir(a, sizeof a);
 	tmpdir(b, sizeof b);
 	const char *const ov[] = { "train.checkpoint_every=1000", "run.deterministic=1",
@@ -557,7 +547,7 @@ START_TEST(test_keep_best)
 {
 	char a[64], path[300];
 	struct kiln_train_result ra, re;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	tmpdir(a, sizeof a);
 	const char *const ov[] = { "train.keep_best=2", "train.eval_every=5", "train.max_steps=30",
 				   NULL };
@@ -621,7 +611,7 @@ START_TEST(test_resume_exact)
 {
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, r1, r2;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	tmpdir(a, sizeof a);
 	tmpdir(b, sizeof b);
 	const char *const full[] = { "train.checkpoint_every=1000", NULL };
@@ -684,7 +674,7 @@ START_TEST(test_stop_request)
 {
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, r1, r2;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	tmpdir(a, sizeof a);
 	tmpdir(b, sizeof b);
 	const char *const full[] = { "train.checkpoint_every=1000", NULL };
@@ -748,7 +738,7 @@ START_TEST(test_fallback)
 {
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, r1, r2;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	tmpdir(a, sizeof a);
 	tmpdir(b, sizeof b);
 	const char *const full[] = { "train.checkpoint_every=1000", NULL };
@@ -806,7 +796,7 @@ START_TEST(test_needs_out_dir)
 {
 	struct kiln_train_result r;
 	const char *const ov[] = { "train.checkpoint_every=5", NULL };
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	ck_assert(train_run("", "constant", ov, &r) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "out_dir"), "%s", kiln_last_error());
 }

@@ -426,8 +426,7 @@ static void reorder_case(struct fx *f, int N, int C, int H, int W, int from, int
 	for (size_t i = 0; i < n; i++)
 		ck_assert_msg(got[i] == (acc ? y0[i] + x[i] : x[i]), "REORDER %d->%d acc %d [%zu] = %g",
 			      from, to, acc, i, got[i]);
-	kiln_device_free(f->dev, dX);
-	kiln_device_free(f->dev, dY);
+	DFREE(f, dX, dY);
 	free(x), free(y0), free(got), free(k1), free(k2);
 }
 

@@ -111,11 +111,7 @@ START_TEST(test_small_ops)
 	kiln_device_plan_free(f.dev, inc);
 	kiln_device_plan_free(f.dev, sched[0]);
 	kiln_device_plan_free(f.dev, sched[1]);
-	kiln_device_free(f.dev, step);
-	kiln_device_free(f.dev, lr);
-	kiln_device_free(f.dev, da);
-	kiln_device_free(f.dev, db);
-	kiln_device_free(f.dev, dy);
+	DFREE(&f, step, lr, da, db, dy);
 	free(a), free(b), free(got);
 	fx_close(&f);
 }
@@ -220,10 +216,7 @@ START_TEST(test_reduce_scale_add)
 				o[i] = (acc ? o[i] : 0.0f) + (o[i] + y[i]);
 				ck_assert_float_eq_tol(got[i], o[i], 1e-5);
 			}
-			kiln_device_free(f.dev, dx);
-			kiln_device_free(f.dev, dy);
-			kiln_device_free(f.dev, ds);
-			kiln_device_free(f.dev, dout);
+			DFREE(&f, dx, dy, ds, dout);
 			free(x), free(y), free(o), free(got);
 		}
 	fx_close(&f);
@@ -296,9 +289,7 @@ static void act_case(struct fx *f, int kind, int n, float alpha)
 		}
 		kiln_device_free(f->dev, dDX);
 	}
-	kiln_device_free(f->dev, dX);
-	kiln_device_free(f->dev, dYo);
-	kiln_device_free(f->dev, dDY);
+	DFREE(f, dX, dYo, dDY);
 	free(x), free(dy), free(dx0), free(got), free(yh);
 }
 
@@ -347,9 +338,7 @@ static float *drop_run(struct fx *f, int bwd, const float *x, const float *y0, i
 	void *out[1] = { dY };
 	OK(run_op(f, &op, in, out));
 	float *got = dget4(f, dY, N, C, H, W, nhwc);
-	kiln_device_free(f->dev, dX);
-	kiln_device_free(f->dev, dY);
-	kiln_device_free(f->dev, dS);
+	DFREE(f, dX, dY, dS);
 	free(k1), free(k2);
 	return got;
 }

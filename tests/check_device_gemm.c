@@ -55,10 +55,7 @@ static void gemm_case(struct fx *f, int M, int N, int K, int ta, int tb, float a
 			     "GEMM M=%d N=%d K=%d tA=%d tB=%d alpha=%g beta=%d bias=%d: C[%d,%d] = %.7g, want %.7g",
 			     M, N, K, ta, tb, alpha, beta, bias, m, n, C[m * N + n], want);
 		}
-	kiln_device_free(f->dev, dA);
-	kiln_device_free(f->dev, dB);
-	kiln_device_free(f->dev, dBi);
-	kiln_device_free(f->dev, dC);
+	DFREE(f, dA, dB, dBi, dC);
 	free(A), free(B), free(C0), free(Bi), free(C);
 }
 
@@ -238,11 +235,9 @@ static void bias_case(struct fx *f, int R, int N)
 			NEAR(got[j], s, mag, 1e-6, "BIAS_GRAD R=%d N=%d acc=%d col %d: %g want %g", R,
 			     N, acc, j, got[j], s);
 		}
-		kiln_device_free(f->dev, dX);
-		kiln_device_free(f->dev, dg);
+		DFREE(f, dX, dg);
 	}
-	kiln_device_free(f->dev, dY);
-	kiln_device_free(f->dev, db);
+	DFREE(f, dY, db);
 	free(Y), free(b), free(db0), free(got);
 }
 
@@ -297,11 +292,9 @@ static void relu_case(struct fx *f, int n)
 		dget(f, got, dDx, b);
 		for (int i = 0; i < n; i++)
 			ck_assert_float_eq(got[i], (acc ? dx0[i] : 0.0f) + (x[i] > 0 ? dy[i] : 0.0f));
-		kiln_device_free(f->dev, dDy);
-		kiln_device_free(f->dev, dDx);
+		DFREE(f, dDy, dDx);
 	}
-	kiln_device_free(f->dev, dX);
-	kiln_device_free(f->dev, dYo);
+	DFREE(f, dX, dYo);
 	free(x), free(dy), free(dx0), free(got);
 }
 

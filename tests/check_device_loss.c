@@ -70,10 +70,7 @@ static void xent_case(struct fx *f, int N, int C, int valid, float spread)
 	}
 	NEAR(m[0], m0[0] + loss, m0[0] + loss, 1e-5, "loss sum %g, want %g", m[0], m0[0] + loss);
 	ck_assert_float_eq(m[1], m0[1] + correct);
-	kiln_device_free(f->dev, dx);
-	kiln_device_free(f->dev, dl);
-	kiln_device_free(f->dev, dg);
-	kiln_device_free(f->dev, dm);
+	DFREE(f, dx, dl, dg, dm);
 	free(x), free(g), free(lab);
 }
 
@@ -121,10 +118,7 @@ START_TEST(test_softmax_bad_label)
 		dget(&f, m, dm, sizeof m);
 		ck_assert_float_eq(m[1], 0.0f); /* all-zero logits: argmax 0, labels 1..3 */
 	}
-	kiln_device_free(f.dev, dx);
-	kiln_device_free(f.dev, dl);
-	kiln_device_free(f.dev, dg);
-	kiln_device_free(f.dev, dm);
+	DFREE(&f, dx, dl, dg, dm);
 	fx_close(&f);
 }
 END_TEST
@@ -219,10 +213,7 @@ START_TEST(test_losses)
 		ck_assert_msg(m[1] == top1 && m[2] == top5, "%s: top-1 %g (want %d), top-5 %g (want %d)",
 			      kind, m[1], top1, m[2], top5);
 		kiln_device_plan_free(f.dev, plan);
-		kiln_device_free(f.dev, dx);
-		kiln_device_free(f.dev, dy);
-		kiln_device_free(f.dev, dg);
-		kiln_device_free(f.dev, dm);
+		DFREE(&f, dx, dy, dg, dm);
 		cases++;
 	}
 	fclose(fp);
@@ -272,11 +263,7 @@ START_TEST(test_xent_loss_scale)
 		dget(&f, m0, dm, 12);
 		ck_assert_msg(!memcmp(g0, g1, b), "loss %d: scaled gradients differ", kind);
 		ck_assert(!memcmp(m0, m1, sizeof m0));
-		kiln_device_free(f.dev, dx);
-		kiln_device_free(f.dev, dl);
-		kiln_device_free(f.dev, ds);
-		kiln_device_free(f.dev, dg);
-		kiln_device_free(f.dev, dm);
+		DFREE(&f, dx, dl, ds, dg, dm);
 	}
 	free(x), free(g0), free(g1);
 	fx_close(&f);

@@ -69,10 +69,7 @@ static void sgd_case(struct fx *f, int n, float mu, float wd, int nesterov, int 
 	kiln_device_plan_free(f->dev, plan);
 	for (int s = 0; s < STEPS; s++)
 		free(grads[s]);
-	kiln_device_free(f->dev, dw);
-	kiln_device_free(f->dev, dv);
-	kiln_device_free(f->dev, dlr);
-	kiln_device_free(f->dev, dg);
+	DFREE(f, dw, dv, dlr, dg);
 	free(w), free(v), free(got);
 }
 
@@ -167,11 +164,7 @@ START_TEST(test_grad_clip)
 	ck_assert(!memcmp(got, v, b));
 	kiln_device_plan_free(f.dev, splan);
 	kiln_device_plan_free(f.dev, plan);
-	kiln_device_free(f.dev, dg);
-	kiln_device_free(f.dev, dst);
-	kiln_device_free(f.dev, dw);
-	kiln_device_free(f.dev, dv);
-	kiln_device_free(f.dev, dlr);
+	DFREE(&f, dg, dst, dw, dv, dlr);
 	free(g), free(got), free(w), free(v);
 	fx_close(&f);
 }
@@ -203,9 +196,7 @@ static void unscale_run(struct fx *f, int type, int n, const float *g, float s, 
 	OK(run_op(f, &op, in, out));
 	dget(f, got, dg, b);
 	dget(f, st, dst, 16);
-	kiln_device_free(f->dev, dg);
-	kiln_device_free(f->dev, dst);
-	kiln_device_free(f->dev, dsc);
+	DFREE(f, dg, dst, dsc);
 }
 
 START_TEST(test_unscale)
@@ -362,8 +353,7 @@ START_TEST(test_scaler_update)
 			ck_assert_float_eq(st[1], 1.0f);
 		}
 		kiln_device_plan_free(f.dev, plan);
-		kiln_device_free(f.dev, dgate);
-		kiln_device_free(f.dev, dst);
+		DFREE(&f, dgate, dst);
 	}
 	/* bad parameters are refused at prepare */
 	struct kiln_op op;

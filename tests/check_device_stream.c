@@ -100,10 +100,7 @@ START_TEST(test_stream_order)
 	kiln_device_plan_free(f.dev, fill1);
 	kiln_device_plan_free(f.dev, add);
 	kiln_device_plan_free(f.dev, twice);
-	kiln_device_free(f.dev, X);
-	kiln_device_free(f.dev, one);
-	kiln_device_free(f.dev, Y1);
-	kiln_device_free(f.dev, Y2);
+	DFREE(&f, X, one, Y1, Y2);
 	kiln_device_event_destroy(f.dev, ev);
 	kiln_device_event_destroy(f.dev, evb);
 	kiln_device_stream_destroy(f.dev, B);
@@ -165,10 +162,7 @@ START_TEST(test_sticky_error)
 	kiln_device_event_destroy(f.dev, ev);
 	kiln_device_stream_destroy(f.dev, B);
 	kiln_device_stream_destroy(f.dev, C);
-	kiln_device_free(f.dev, dx);
-	kiln_device_free(f.dev, dl);
-	kiln_device_free(f.dev, dg);
-	kiln_device_free(f.dev, dm);
+	DFREE(&f, dx, dl, dg, dm);
 	fx_close(&f);
 }
 END_TEST

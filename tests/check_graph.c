@@ -205,14 +205,6 @@ END_TEST
 
 /* ---- the trainer ------------------------------------------------------------ */
 
-static int have_fashion(void)
-{
-	FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
-	if (f)
-		fclose(f);
-	return f != NULL;
-}
-
 /* A small CNN with every per-step value in play: dropout (RNG counter),
  * batchnorm (running statistics), AdamW (step count), warmup + cosine
  * (lr), clip_norm (gate), fp16 dynamic loss scaling (scale, skips). */
@@ -244,7 +236,7 @@ static void train(const char *prec, int workers, int acc, int graph, int async,
 static void same_bits(const char *prec)
 {
 	struct kiln_train_result plain, g_sync, g_async;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	train(prec, 2, 1, 0, 0, &plain);
 	train(prec, 2, 1, 1, 0, &g_sync);
 	train(prec, 2, 1, 1, 1, &g_async);
@@ -293,7 +285,7 @@ END_TEST
 START_TEST(test_accumulate_issued)
 {
 	struct kiln_train_result plain, g;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	train("fp32", 0, 2, 0, 0, &plain);
 	train("fp32", 0, 2, 1, 0, &g);
 	ck_assert_int_eq(g.steps_replayed, 0);

@@ -169,27 +169,10 @@ static void rig_open(struct rig *r, const char *tag, const char *ini, const stru
 
 static void rig_close(struct rig *r)
 {
-	kiln_device_stream_sync(r->dev, r->stream);
-	kiln_device_free(r->dev, r->x);
-	kiln_device_free(r->dev, r->labels);
-	kiln_device_free(r->dev, r->metrics);
-	kiln_device_free(r->dev, r->lr);
+	void *bufs[] = { r->x, r->labels, r->metrics, r->lr };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 4);
 	kiln_model_free(r->m);
-	kiln_device_stream_destroy(r->dev, r->stream);
-	kiln_device_close(r->dev);
-	kiln_config_free(r->cfg);
-}
-
-static void h2d(struct rig *r, void *dst, const void *src, size_t bytes)
-{
-	ck_assert(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_H2D, r->stream) == 0);
-	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
-}
-
-static void d2h(struct rig *r, void *dst, const void *src, size_t bytes)
-{
-	ck_assert(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_D2H, r->stream) == 0);
-	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
 }
 
 /* Copy "<prefix>param/<name>" into every parameter and buffer of the model,
@@ -209,7 +192,7 @@ static void load_params(struct rig *r, const char *prefix)
 			      (long long)kiln_tensor_numel(&info.desc), (long long)t.numel);
 		ck_assert_msg(t.ndim == info.desc.ndim, "%s: %s is %d-d, PyTorch %d-d", r->tag,
 			      info.name, info.desc.ndim, t.ndim);
-		h2d(r, info.param, t.data, sizeof(float) * (size_t)t.numel);
+		TEST_H2D(r, info.param, t.data, sizeof(float) * (size_t)t.numel);
 	}
 	size_t plen = strlen(prefix) + strlen("param/");
 	const char *k;
@@ -259,7 +242,7 @@ static void check_device(struct rig *r, const char *what, const float *dptr, con
 	struct ref_tensor t;
 	ref_get(key, &t);
 	float *h = malloc(sizeof(float) * (size_t)t.numel);
-	d2h(r, h, dptr, sizeof(float) * (size_t)t.numel);
+	TEST_D2H(r, h, dptr, sizeof(float) * (size_t)t.numel);
 	check_close(r->tag, what, h, &t);
 	free(h);
 }
@@ -288,7 +271,7 @@ static void check_plan_tensor(struct rig *r, struct kiln_plan *p, const char *la
 		same = d.dims[i] == t.dims[i];
 	ck_assert_msg(same, "%s: %s is %s, PyTorch %s", r->tag, what, got_s, want_s);
 	float *h = malloc(kiln_tensor_bytes(&d)), *nchw = h;
-	d2h(r, h, ptr, kiln_tensor_bytes(&d));
+	TEST_D2H(r, h, ptr, kiln_tensor_bytes(&d));
 	if (d.ndim == 4 && d.layout == KILN_NHWC) {
 		int64_t N = d.dims[0], C = d.dims[1], H = d.dims[2], W = d.dims[3];
 		nchw = malloc(kiln_tensor_bytes(&d));
@@ -309,10 +292,10 @@ static void check_plan_tensor(struct rig *r, struct kiln_plan *p, const char *la
 static void pass(struct rig *r, struct kiln_plan *p, float m[2])
 {
 	float zero[2] = { 0, 0 };
-	h2d(r, r->metrics, zero, sizeof zero);
+	TEST_H2D(r, r->metrics, zero, sizeof zero);
 	ck_assert_msg(kiln_plan_run(p, r->x, r->labels, r->metrics, r->stream) == 0, "%s: %s",
 		      r->tag, kiln_last_error());
-	d2h(r, m, r->metrics, 2 * sizeof(float));
+	TEST_D2H(r, m, r->metrics, 2 * sizeof(float));
 }
 
 static const char *layout_name(int nhwc)
@@ -363,8 +346,8 @@ START_TEST(test_case)
 	struct rig r;
 	rig_open(&r, tag, ini, &x);
 	load_params(&r, prefix);
-	h2d(&r, r.x, x.data, sizeof(float) * (size_t)x.numel);
-	h2d(&r, r.labels, labels.data, sizeof(int32_t) * (size_t)N);
+	TEST_H2D(&r, r.x, x.data, sizeof(float) * (size_t)x.numel);
+	TEST_H2D(&r, r.labels, labels.data, sizeof(int32_t) * (size_t)N);
 
 	struct kiln_plan *p;
 	ck_assert_msg(kiln_model_plan_ex(r.m, N,
@@ -488,7 +471,7 @@ static float *plan_f32(struct rig *r, struct kiln_plan *p, const char *layer, co
 	const int64_t n = kiln_tensor_numel(&d);
 	void *raw = malloc(kiln_tensor_bytes(&d));
 	float *out = malloc(sizeof(float) * (size_t)n);
-	d2h(r, raw, ptr, kiln_tensor_bytes(&d));
+	TEST_D2H(r, raw, ptr, kiln_tensor_bytes(&d));
 	const int nhwc = d.ndim == 4 && d.layout == KILN_NHWC;
 	const int64_t N = d.dims[0], C = nhwc ? d.dims[1] : 1, HW = nhwc ? d.dims[2] * d.dims[3] : 1;
 	for (int64_t i = 0; i < n; i++) {
@@ -537,8 +520,8 @@ START_TEST(test_lowp)
 		      kiln_last_error());
 	ck_assert_int_eq(kiln_model_compute_dtype(r.m), dtype);
 	load_params(&r, prefix);
-	h2d(&r, r.x, x.data, sizeof(float) * (size_t)x.numel);
-	h2d(&r, r.labels, labels.data, sizeof(int32_t) * (size_t)N);
+	TEST_H2D(&r, r.x, x.data, sizeof(float) * (size_t)x.numel);
+	TEST_H2D(&r, r.labels, labels.data, sizeof(int32_t) * (size_t)N);
 	struct kiln_plan *p;
 	ck_assert_msg(kiln_model_plan_ex(r.m, N,
 					 &(struct kiln_plan_opts){ .training = 1, .input_grad = 1,
@@ -581,7 +564,8 @@ START_TEST(test_lowp)
 		snprintf(key, sizeof key, info.grad ? "%sgrad/%s" : "%safter/%s", prefix, info.name);
 		ref_get(key, &t);
 		float *h = malloc(sizeof(float) * (size_t)t.numel);
-		d2h(&r, h, info.grad ? info.grad : info.param, sizeof(float) * (size_t)t.numel);
+		TEST_D2H(&r, h, info.grad ? info.grad : info.param,
+			 sizeof(float) * (size_t)t.numel);
 		if (!info.grad) {
 			snprintf(what, sizeof what, "%s after the pass", info.name);
 			check_rel(tag, what, h, &t, tol);
@@ -637,7 +621,7 @@ START_TEST(test_cnn5)
 	load_params(&r, "cnn5/");
 	ck_assert_msg(kiln_model_optim_prepare(r.m, r.stream) == 0, "%s: %s", tag,
 		      kiln_last_error());
-	h2d(&r, r.lr, &lr, sizeof lr);
+	TEST_H2D(&r, r.lr, &lr, sizeof lr);
 	struct kiln_plan *p;
 	ck_assert_msg(kiln_model_plan(r.m, N, 1, &p) == 0, "%s: %s", tag, kiln_last_error());
 
@@ -646,8 +630,8 @@ START_TEST(test_cnn5)
 		ref_get(key, &x);
 		snprintf(key, sizeof key, "cnn5/labels%d", s);
 		ref_get(key, &labels);
-		h2d(&r, r.x, x.data, sizeof(float) * (size_t)x.numel);
-		h2d(&r, r.labels, labels.data, sizeof(int32_t) * (size_t)N);
+		TEST_H2D(&r, r.x, x.data, sizeof(float) * (size_t)x.numel);
+		TEST_H2D(&r, r.labels, labels.data, sizeof(int32_t) * (size_t)N);
 		float m[2];
 		pass(&r, p, m);
 		snprintf(key, sizeof key, "cnn5/loss%d", s);

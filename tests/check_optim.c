@@ -96,24 +96,10 @@ static void rig_open(struct rig *r, const char *ini, int64_t in)
 
 static void rig_close(struct rig *r)
 {
-	kiln_device_stream_sync(r->dev, r->stream);
-	kiln_device_free(r->dev, r->lr);
+	void *bufs[] = { r->lr };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 1);
 	kiln_model_free(r->m);
-	kiln_device_stream_destroy(r->dev, r->stream);
-	kiln_device_close(r->dev);
-	kiln_config_free(r->cfg);
-}
-
-static void h2d(struct rig *r, void *dst, const void *src, size_t bytes)
-{
-	OK(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_H2D, r->stream));
-	OK(kiln_device_stream_sync(r->dev, r->stream));
-}
-
-static void d2h(struct rig *r, void *dst, const void *src, size_t bytes)
-{
-	OK(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_D2H, r->stream));
-	OK(kiln_device_stream_sync(r->dev, r->stream));
+	test_rig_close_device(r->dev, r->stream, r->cfg);
 }
 
 /* ---- against PyTorch ---------------------------------------------------- */
@@ -153,7 +139,7 @@ START_TEST(test_pytorch)
 		const float *v = st_get(&f, key, &n);
 		OK(kiln_model_param_find(r.m, ps[p], &info));
 		ck_assert_int_eq(n, kiln_tensor_numel(&info.desc));
-		h2d(&r, info.param, v, sizeof(float) * (size_t)n);
+		TEST_H2D(&r, info.param, v, sizeof(float) * (size_t)n);
 	}
 	snprintf(key, sizeof key, "%s.lr", c);
 	const char *lrs = st_meta(&f, key);
@@ -163,13 +149,13 @@ START_TEST(test_pytorch)
 		float lr = strtof(lrs, &end);
 		ck_assert_msg(end != lrs, "%s: %d lrs for %d steps", c, k, steps);
 		lrs = end;
-		h2d(&r, r.lr, &lr, sizeof lr);
+		TEST_H2D(&r, r.lr, &lr, sizeof lr);
 		for (int p = 0; p < np; p++) {
 			struct kiln_param_info info;
 			snprintf(key, sizeof key, "grad%d/%s", k, ps[p]);
 			const float *g = st_get(&f, key, &n);
 			OK(kiln_model_param_find(r.m, ps[p], &info));
-			h2d(&r, info.grad, g, sizeof(float) * (size_t)n);
+			TEST_H2D(&r, info.grad, g, sizeof(float) * (size_t)n);
 		}
 		/* the same prepared step every time: lr and the step count
 		 * are read from device memory */
@@ -181,7 +167,7 @@ START_TEST(test_pytorch)
 			const float *ref = st_get(&f, key, &n);
 			ck_assert_int_le(n, 64);
 			OK(kiln_model_param_find(r.m, ps[p], &info));
-			d2h(&r, got, info.param, sizeof(float) * (size_t)n);
+			TEST_D2H(&r, got, info.param, sizeof(float) * (size_t)n);
 			double e = max_rel(got, ref, n);
 			ck_assert_msg(e <= 1e-5, "%s step %d %s: relative error %.3g", c, k, ps[p], e);
 			if (e > worst)
@@ -194,7 +180,7 @@ START_TEST(test_pytorch)
 	for (int i = 0; i < ns; i++)
 		if (!strcmp(sb[i].name, "optim.step")) {
 			int64_t t;
-			d2h(&r, &t, sb[i].ptr, sizeof t);
+			TEST_D2H(&r, &t, sb[i].ptr, sizeof t);
 			ck_assert_int_eq(t, steps);
 			found = 1;
 		}
@@ -387,7 +373,7 @@ START_TEST(test_state_buffers)
 		for (int i = 0; i < n; i++)
 			if (!strncmp(sb[i].name, "optim.", 6)) {
 				char *h = malloc(sb[i].bytes), *z = calloc(1, sb[i].bytes);
-				d2h(&r, h, sb[i].ptr, sb[i].bytes);
+				TEST_D2H(&r, h, sb[i].ptr, sb[i].bytes);
 				ck_assert_msg(!memcmp(h, z, sb[i].bytes), "%s is not zero", sb[i].name);
 				free(h), free(z);
 			}
@@ -433,14 +419,6 @@ END_TEST
 
 /* ---- end to end ---------------------------------------------------------- */
 
-static int have_fashion(void)
-{
-	FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
-	if (f)
-		fclose(f);
-	return f != NULL;
-}
-
 /* The MLP of check_train's test_mlp_2000 with adamw (_i = 0) and lamb
  * (_i = 1), biases excluded from weight decay: the training loss falls
  * below 0.45 in 5 epochs of 2,000 samples and the held-out accuracy
@@ -449,7 +427,7 @@ START_TEST(test_mlp_adaptive)
 {
 	static const char *const opt[2] = { "adamw\nlr = 0.002", "lamb\nlr = 0.005" };
 	char ini[2048];
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini,
 		 "[run]\nseed = 3\nout_dir =\n"
 		 "[data]\nsource = idx\nlimit = 2000\nmean = 0.286\nstd = 0.353\n"

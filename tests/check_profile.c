@@ -5,6 +5,7 @@
  * and profiling changes no number of the run. */
 #include <check.h>
 #include "check_main.h"
+#include "test_util.h"
 #include <jansson.h>
 #include <kiln/kiln.h>
 #include <math.h>
@@ -30,14 +31,6 @@ static const char *cnn_ini =
 	"[layer.fc]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n"
 	"[train]\nepochs = 1\nbatch = 32\nmax_steps = 10\nlr = 0.05\nlog_every = 4\n"
 	"eval_batch = 64\n[plugin.cpu]\nasync = %d\n";
-
-static int have_fashion(void)
-{
-	FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
-	if (f)
-		fclose(f);
-	return f != NULL;
-}
 
 static void train(const char *dir, int profile, int steps, int workers, const char *layout,
 		  int async, struct kiln_train_result *res)
@@ -217,7 +210,7 @@ START_TEST(test_profile_cnn)
 {
 	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200];
 	struct kiln_train_result on, off;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	ck_assert(mkdtemp(dir) != NULL);
 	train(dir, 1, 4, 1, "nchw", 1, &on);
 	ck_assert_int_eq(on.steps, 10);
@@ -246,7 +239,7 @@ START_TEST(test_profile_inline_nhwc)
 {
 	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200];
 	struct kiln_train_result on, off;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	ck_assert(mkdtemp(dir) != NULL);
 	train(dir, 1, 0, 0, "nhwc", 0, &on);
 	static const char *const want[] = { "data read inline data", "flat reorder forward",

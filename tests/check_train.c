@@ -60,39 +60,22 @@ static void rig_open(struct rig *r, const char *ini, int64_t B, int64_t in)
 
 static void rig_close(struct rig *r)
 {
-	kiln_device_stream_sync(r->dev, r->stream);
-	kiln_device_free(r->dev, r->x);
-	kiln_device_free(r->dev, r->y);
-	kiln_device_free(r->dev, r->metrics);
-	kiln_device_free(r->dev, r->lr);
+	void *bufs[] = { r->x, r->y, r->metrics, r->lr };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 4);
 	kiln_plan_free(r->train);
 	kiln_plan_free(r->eval);
 	kiln_model_free(r->m);
-	kiln_device_stream_destroy(r->dev, r->stream);
-	kiln_device_close(r->dev);
-	kiln_config_free(r->cfg);
-}
-
-static void h2d(struct rig *r, void *dst, const void *src, size_t bytes)
-{
-	ck_assert(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_H2D, r->stream) == 0);
-	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
-}
-
-static void d2h(struct rig *r, void *dst, const void *src, size_t bytes)
-{
-	ck_assert(kiln_device_copy_async(r->dev, dst, src, bytes, KILN_COPY_D2H, r->stream) == 0);
-	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
 }
 
 /* Run one pass; return the metrics (loss sum, correct). */
 static void pass(struct rig *r, struct kiln_plan *p, float out[2])
 {
 	float zero[2] = { 0, 0 };
-	h2d(r, r->metrics, zero, sizeof zero);
+	TEST_H2D(r, r->metrics, zero, sizeof zero);
 	ck_assert_msg(kiln_plan_run(p, r->x, r->y, r->metrics, r->stream) == 0, "%s",
 		      kiln_last_error());
-	d2h(r, out, r->metrics, 2 * sizeof(float));
+	TEST_D2H(r, out, r->metrics, 2 * sizeof(float));
 }
 
 /* ---- finite differences ------------------------------------------------ */
@@ -113,8 +96,8 @@ static void fd_check(const char *device_async)
 	int32_t y[5] = { 0, 3, 1, 2, 3 };
 	for (int i = 0; i < B * IN; i++)
 		x[i] = (float)sin(1.7 * i + 0.3) * 1.5f;
-	h2d(&r, r.x, x, sizeof x);
-	h2d(&r, r.y, y, sizeof y);
+	TEST_H2D(&r, r.x, x, sizeof x);
+	TEST_H2D(&r, r.y, y, sizeof y);
 
 	/* analytic gradients of the mean loss */
 	float m[2];
@@ -125,18 +108,18 @@ static void fd_check(const char *device_async)
 		kiln_model_param_get(r.m, pi, &info);
 		int64_t n = kiln_tensor_numel(&info.desc);
 		float *w = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
-		d2h(&r, w, info.param, sizeof(float) * (size_t)n);
-		d2h(&r, g, info.grad, sizeof(float) * (size_t)n);
+		TEST_D2H(&r, w, info.param, sizeof(float) * (size_t)n);
+		TEST_D2H(&r, g, info.grad, sizeof(float) * (size_t)n);
 		for (int64_t e = 0; e < n; e++) {
 			const float eps = 1e-3f;
 			float lp[2], lm[2], orig = w[e], v;
 			v = orig + eps;
-			h2d(&r, info.param + e, &v, sizeof v);
+			TEST_H2D(&r, info.param + e, &v, sizeof v);
 			pass(&r, r.eval, lp);
 			v = orig - eps;
-			h2d(&r, info.param + e, &v, sizeof v);
+			TEST_H2D(&r, info.param + e, &v, sizeof v);
 			pass(&r, r.eval, lm);
-			h2d(&r, info.param + e, &orig, sizeof orig);
+			TEST_H2D(&r, info.param + e, &orig, sizeof orig);
 			double fd = ((double)lp[0] - (double)lm[0]) / (2.0 * eps) / (double)B;
 			ck_assert_msg(fabs(fd - g[e]) <= 1e-3 + 1e-2 * fabs(fd),
 				      "%s[%lld]: analytic %g vs finite difference %g", info.name,
@@ -181,8 +164,8 @@ static void fd_cnn_open(struct rig *r, const char *ini)
 	int32_t y[3] = { 4, 0, 2 };
 	for (int i = 0; i < n; i++)
 		x[i] = (float)sin(0.77 * i + 0.1);
-	h2d(r, r->x, x, sizeof x);
-	h2d(r, r->y, y, sizeof y);
+	TEST_H2D(r, r->x, x, sizeof x);
+	TEST_H2D(r, r->y, y, sizeof y);
 }
 
 static void fd_cnn(const char *layout)
@@ -202,19 +185,19 @@ static void fd_cnn(const char *layout)
 			continue;
 		int64_t ne = kiln_tensor_numel(&info.desc);
 		float *g = malloc(sizeof(float) * (size_t)ne);
-		d2h(&r, g, info.grad, sizeof(float) * (size_t)ne);
+		TEST_D2H(&r, g, info.grad, sizeof(float) * (size_t)ne);
 		/* every element of small tensors, a stride of the big ones */
 		for (int64_t e = 0; e < ne; e += ne > 40 ? 7 : 1) {
 			const float eps = 2e-3f;
 			float w, v, lp[2], lm[2];
-			d2h(&r, &w, info.param + e, sizeof w);
+			TEST_D2H(&r, &w, info.param + e, sizeof w);
 			v = w + eps;
-			h2d(&r, info.param + e, &v, sizeof v);
+			TEST_H2D(&r, info.param + e, &v, sizeof v);
 			pass(&r, r.train, lp);
 			v = w - eps;
-			h2d(&r, info.param + e, &v, sizeof v);
+			TEST_H2D(&r, info.param + e, &v, sizeof v);
 			pass(&r, r.train, lm);
-			h2d(&r, info.param + e, &w, sizeof w);
+			TEST_H2D(&r, info.param + e, &w, sizeof w);
 			double fd = ((double)lp[0] - (double)lm[0]) / (2.0 * eps) / (double)B;
 			checked++;
 			if (fabs(fd - g[e]) > 2e-3 + 3e-2 * fabs(fd)) {
@@ -341,18 +324,18 @@ START_TEST(test_pytorch_mlp)
 		const float *src = st_get(&f, key, &n);
 		ck_assert(kiln_model_param_find(r.m, names[i], &info) == 0);
 		ck_assert_int_eq(n, kiln_tensor_numel(&info.desc));
-		h2d(&r, info.param, src, sizeof(float) * (size_t)n);
+		TEST_H2D(&r, info.param, src, sizeof(float) * (size_t)n);
 	}
 	float lr = 0.1f;
-	h2d(&r, r.lr, &lr, sizeof lr);
+	TEST_H2D(&r, r.lr, &lr, sizeof lr);
 	for (int k = 0; k < 3; k++) {
 		char key[64];
 		snprintf(key, sizeof key, "x%d", k);
 		const float *x = st_get(&f, key, &n);
 		ck_assert_int_eq(n, 8 * 784);
-		h2d(&r, r.x, x, sizeof(float) * (size_t)n);
+		TEST_H2D(&r, r.x, x, sizeof(float) * (size_t)n);
 		snprintf(key, sizeof key, "y%d", k);
-		h2d(&r, r.y, st_get(&f, key, &n), 8 * sizeof(int32_t));
+		TEST_H2D(&r, r.y, st_get(&f, key, &n), 8 * sizeof(int32_t));
 		float m[2];
 		pass(&r, r.train, m);
 		snprintf(key, sizeof key, "loss%d", k);
@@ -367,7 +350,7 @@ START_TEST(test_pytorch_mlp)
 			snprintf(key, sizeof key, "grad%d.%s", k, names[i]);
 			const float *ref = st_get(&f, key, &n);
 			float *g = malloc(sizeof(float) * (size_t)n);
-			d2h(&r, g, info.grad, sizeof(float) * (size_t)n);
+			TEST_D2H(&r, g, info.grad, sizeof(float) * (size_t)n);
 			double e = max_rel(g, ref, n);
 			ck_assert_msg(e <= 1e-4, "step %d grad %s: relative error %g", k, names[i], e);
 			free(g);
@@ -381,7 +364,7 @@ START_TEST(test_pytorch_mlp)
 		snprintf(key, sizeof key, "final.%s", names[i]);
 		const float *ref = st_get(&f, key, &n);
 		float *w = malloc(sizeof(float) * (size_t)n);
-		d2h(&r, w, info.param, sizeof(float) * (size_t)n);
+		TEST_D2H(&r, w, info.param, sizeof(float) * (size_t)n);
 		double e = max_rel(w, ref, n);
 		ck_assert_msg(e <= 1e-4, "weights %s after 3 steps: relative error %g", names[i], e);
 		free(w);
@@ -428,17 +411,17 @@ START_TEST(test_frozen_layer)
 	/* trainable parameters come first in the flat buffer */
 	ck_assert((char *)b.param < (char *)a.param);
 	float before[30], after[30], m[2], lr = 0.5f;
-	d2h(&r, before, a.param, sizeof before);
-	h2d(&r, r.lr, &lr, sizeof lr);
+	TEST_D2H(&r, before, a.param, sizeof before);
+	TEST_H2D(&r, r.lr, &lr, sizeof lr);
 	float x[20] = { 0 };
 	int32_t y[4] = { 0, 1, 2, 0 };
 	for (int i = 0; i < 20; i++)
 		x[i] = (float)i / 10;
-	h2d(&r, r.x, x, sizeof x);
-	h2d(&r, r.y, y, sizeof y);
+	TEST_H2D(&r, r.x, x, sizeof x);
+	TEST_H2D(&r, r.y, y, sizeof y);
 	pass(&r, r.train, m);
 	ck_assert(kiln_model_optim_step(r.m, r.lr, r.stream) == 0);
-	d2h(&r, after, a.param, sizeof after);
+	TEST_D2H(&r, after, a.param, sizeof after);
 	ck_assert_mem_eq(before, after, sizeof before);
 	rig_close(&r);
 }
@@ -489,18 +472,10 @@ static const char *mlp_ini =
 	"[train]\nepochs = %d\nbatch = 32\nlr = 0.02\nlog_every = %d\neval_batch = 300\n"
 	"[plugin.cpu]\nasync = %d\n";
 
-static int have_fashion(void)
-{
-	FILE *f = fopen("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", "rb");
-	if (f)
-		fclose(f);
-	return f != NULL;
-}
-
 START_TEST(test_mlp_2000)
 {
 	char ini[2048], dir[] = "/tmp/kiln-train-XXXXXX";
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	ck_assert(mkdtemp(dir) != NULL);
 	snprintf(ini, sizeof ini, mlp_ini, dir, 30, 20, 0);
 	struct kiln_config *cfg = test_config(reg, ini);
@@ -527,7 +502,7 @@ END_TEST
 START_TEST(test_steady_state_async)
 {
 	char ini[2048];
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 1);
 	struct kiln_config *cfg = test_config(reg, ini);
 	struct kiln_train_result res;
@@ -557,7 +532,7 @@ START_TEST(test_loader_workers)
 	char ini[2048];
 	struct kiln_train_result res[3];
 	static const char *const w[3] = { "data.workers=0", "data.workers=1", "data.workers=3" };
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 10, 1);
 	for (int i = 0; i < 3; i++) {
 		struct kiln_config *cfg;
@@ -590,7 +565,7 @@ START_TEST(test_accumulate)
 	struct kiln_train_result res[2];
 	static const char *const over[2][2] = { { "train.batch=128", "train.accumulate=1" },
 						{ "train.batch=32", "train.accumulate=4" } };
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 5, 0);
 	for (int i = 0; i < 2; i++) {
 		struct kiln_config *cfg;
@@ -621,7 +596,7 @@ START_TEST(test_skip_nonfinite)
 {
 	char ini[2048];
 	struct kiln_train_result res;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
 	struct kiln_config *cfg;
 	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
@@ -655,7 +630,7 @@ START_TEST(test_eval_every_early_stop)
 {
 	char ini[2048];
 	struct kiln_train_result res;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 5, 5, 0);
 	struct kiln_config *cfg;
 	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
@@ -679,7 +654,7 @@ START_TEST(test_data_val)
 {
 	char ini[2048];
 	struct kiln_train_result res;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 5, 0);
 	strcat(ini, "[data.val]\nimages = t10k-images-idx3-ubyte.gz\nlabels = t10k-labels-idx1-ubyte.gz\n"
 		    "limit = 300\n[data.eval]\nlimit = 500\n");
@@ -713,7 +688,7 @@ START_TEST(test_memory_report)
 {
 	char ini[2048];
 	struct kiln_memory a, b;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
 	struct kiln_config *cfg;
 	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
@@ -753,7 +728,7 @@ START_TEST(test_inplace)
 	char ini[2048];
 	struct kiln_memory ma, mb;
 	struct kiln_train_result ra, rb;
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
 	for (int forbid = 0; forbid < 2; forbid++) {
 		struct kiln_config *cfg;
@@ -814,7 +789,7 @@ static void recompute_run(const char *layout, const char *extra, float **grads, 
 	*grads = malloc(sizeof(float) * *ng);
 	struct kiln_param_info info;
 	kiln_model_param_get(r.m, 0, &info);
-	d2h(&r, *grads, info.grad, sizeof(float) * *ng);
+	TEST_D2H(&r, *grads, info.grad, sizeof(float) * *ng);
 	/* the batchnorm running statistics: the parameters that are not trained */
 	*nb = 0;
 	*bufs = malloc(sizeof(float) * 4096);
@@ -824,7 +799,7 @@ static void recompute_run(const char *layout, const char *extra, float **grads, 
 			continue;
 		int64_t ne = kiln_tensor_numel(&info.desc);
 		ck_assert(*nb + (size_t)ne <= 4096);
-		d2h(&r, *bufs + *nb, info.param, sizeof(float) * (size_t)ne);
+		TEST_D2H(&r, *bufs + *nb, info.param, sizeof(float) * (size_t)ne);
 		*nb += (size_t)ne;
 	}
 	*nb *= sizeof(float);
@@ -876,7 +851,7 @@ START_TEST(test_recompute_deep)
 {
 	char path[4096];
 	const char *srcdir = getenv("srcdir");
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(path, sizeof path, "%s/examples/fashion_mnist_resnet_deep.ini",
 		 srcdir ? srcdir : ".");
 	struct kiln_memory mem[2];
@@ -922,7 +897,7 @@ END_TEST
 START_TEST(test_memory_accounting)
 {
 	char ini[2048];
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
 	static const char *const batches[] = { "train.batch=16", "train.batch=100" };
 	for (int i = 0; i < 2; i++) {
@@ -952,7 +927,7 @@ START_TEST(test_cnn_e2e)
 {
 	char ini[2048];
 	struct kiln_train_result res[2];
-	ck_assert_msg(have_fashion(), "Fashion-MNIST missing: run scripts/install-deps");
+	TEST_REQUIRE_FASHION();
 	for (int l = 0; l < 2; l++) {
 		snprintf(ini, sizeof ini,
 			 "[run]\nseed = 2\nout_dir =\n"

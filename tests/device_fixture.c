@@ -79,6 +79,12 @@ void dget(struct fx *f, void *h, const void *d, size_t bytes)
 	OK(kiln_device_stream_sync(f->dev, f->s));
 }
 
+void dfree_n(struct fx *f, void *const *d, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		kiln_device_free(f->dev, d[i]);
+}
+
 struct kiln_tensor_desc td(int dtype, int ndim, int64_t d0, int64_t d1)
 {
 	struct kiln_tensor_desc d;

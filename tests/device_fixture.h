@@ -86,6 +86,12 @@ Suite *dfx_suite(const struct dfx_case *cases);
  * unchanged until the next sync of f->s. */
 void *dput(struct fx *f, const void *h, size_t bytes);
 void dget(struct fx *f, void *h, const void *d, size_t bytes);
+/* kiln_device_free of the n device buffers d[]; DFREE(f, a, b, ...) lists
+ * them inline. */
+void dfree_n(struct fx *f, void *const *d, size_t n);
+#define DFREE(f, ...)                                                                     \
+	dfree_n((f), (void *const[]){ __VA_ARGS__ },                                      \
+		sizeof((void *const[]){ __VA_ARGS__ }) / sizeof(void *))
 struct kiln_tensor_desc td(int dtype, int ndim, int64_t d0, int64_t d1);
 
 /* Prepare, run once on f->s with a workspace of the size asked for, sync,

@@ -32,11 +32,7 @@ echo "ok: packed 6000 + 1000 samples as records and as a PNG folder"
 # shellcheck disable=SC2086
 "$kiln" train "$srcdir/examples/fashion_mnist_records.ini" $short "data.path=$tmp/records" \
 	>"$tmp/rec.out" 2>"$tmp/err" || { cat "$tmp/err"; fail "train records"; }
-for k in train_loss test_loss test_acc; do
-	a=$(field $k "$tmp/idx.out")
-	b=$(field $k "$tmp/rec.out")
-	[ -n "$a" ] && [ "$a" = "$b" ] || fail "records $k = $b, idx $k = $a (must be identical)"
-done
+same_metrics idx "$tmp/idx.out" records "$tmp/rec.out"
 echo "ok: records train exactly as idx (test_acc $(field test_acc "$tmp/rec.out"))"
 
 # shellcheck disable=SC2086

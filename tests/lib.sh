@@ -38,6 +38,16 @@ fail() {
 # field KEY FILE: the last number logged as "KEY": in FILE (kiln's JSON lines)
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | tail -1; }
 
+# same_metrics A_LABEL A_FILE B_LABEL B_FILE: train_loss, test_loss and
+# test_acc logged in both files, and identical (fails naming both values)
+same_metrics() {
+	for k in train_loss test_loss test_acc; do
+		_a=$(field $k "$2")
+		_b=$(field $k "$4")
+		[ -n "$_a" ] && [ "$_a" = "$_b" ] || fail "$3 $k = $_b, $1 $k = $_a (must be identical)"
+	done
+}
+
 # kiln EXPECTED_EXIT ARGS...: run kiln into $out and $err, check its exit
 # code and that it did not crash.
 kiln() {

@@ -8,7 +8,8 @@ AM_TESTS_ENVIRONMENT = top_builddir='$(top_builddir)' abs_top_builddir='$(abs_to
 	abs_top_srcdir='$(abs_top_srcdir)' MAKE='$(MAKE)' CC='$(CC)' \
 	kiln_includedir='$(includedir)' kiln_pkgconfigdir='$(pkgconfigdir)'; \
 	export top_builddir abs_top_builddir abs_top_srcdir MAKE CC kiln_includedir kiln_pkgconfigdir;
-EXTRA_DIST += tests/check_main.h tests/test_util.h tests/source_fixture.h tests/lib.sh
+EXTRA_DIST += tests/check_main.h tests/test_util.h tests/source_fixture.h tests/lib.sh \
+	tests/plugins/test_plugin.h
 CHECK_SUITE_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 
 # ---- config: parsing, the schema, overrides, typos -----------------------

@@ -92,4 +92,54 @@ static inline struct kiln_tensor_desc test_desc4(int dt, int64_t a, int64_t b, i
 	return t;
 }
 
+/* Whether the Fashion-MNIST training set scripts/install-deps fetches is
+ * on this machine. */
+static inline int test_have_fashion(void)
+{
+	return access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) == 0;
+}
+
+/* Fails the test, saying how to fix it, when Fashion-MNIST is missing. */
+#define TEST_REQUIRE_FASHION()                                                                  \
+	ck_assert_msg(test_have_fashion(), "Fashion-MNIST missing: run scripts/install-deps")
+
+/* bytes from src to dst in direction kind (KILN_COPY_H2D, _D2H) on stream,
+ * waited for: a failure fails the test. */
+static inline void test_copy_sync(struct kiln_device *dev, void *stream,
+				  void *dst, const void *src, size_t bytes, int kind)
+{
+	ck_assert_msg(kiln_device_copy_async(dev, dst, src, bytes, kind, stream) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert_msg(kiln_device_stream_sync(dev, stream) == KILN_OK, "%s", kiln_last_error());
+}
+
+/* test_copy_sync on the device and stream of a rig R (any struct with
+ * members dev and stream). */
+#define TEST_H2D(r, dst, src, bytes)                                                    \
+	test_copy_sync((r)->dev, (r)->stream, (dst), (src), (bytes), KILN_COPY_H2D)
+#define TEST_D2H(r, dst, src, bytes)                                                    \
+	test_copy_sync((r)->dev, (r)->stream, (dst), (src), (bytes), KILN_COPY_D2H)
+
+/* The first half of a test rig's teardown: waits for stream, then frees
+ * the n device buffers bufs[] (NULL entries skipped). The caller then
+ * frees what needs the device still (plans, the model) and calls
+ * test_rig_close_device. */
+static inline void test_rig_free_bufs(struct kiln_device *dev, void *stream,
+				      void *const *bufs, size_t n)
+{
+	kiln_device_stream_sync(dev, stream);
+	for (size_t i = 0; i < n; i++)
+		if (bufs[i])
+			kiln_device_free(dev, bufs[i]);
+}
+
+/* The second half: destroys stream, closes dev, frees cfg (may be NULL). */
+static inline void test_rig_close_device(struct kiln_device *dev, void *stream,
+					 struct kiln_config *cfg)
+{
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+
 #endif

@@ -12,7 +12,7 @@
  *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
-#include <kiln/plugin.h>
+#include "test_plugin.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,16 +76,9 @@ static const struct kiln_optim_ops tgood_optim_ops = {
 	.step = tgood_optim_step,
 };
 
-static const struct kiln_plugin tgood_optim = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_OPTIM,
-	.name = "tgood",
-	.summary = "test optimizer (tests/plugins/tgood.c)",
-	.ops = &tgood_optim_ops,
-	.keys = tgood_keys,
-	.probe = NULL,
-};
+TEST_PLUGIN(tgood_optim, KILN_ABI_MAJOR, KILN_ABI_MINOR, KILN_PLUGIN_OPTIM, "tgood",
+	    "test optimizer (tests/plugins/tgood.c)",
+	    &tgood_optim_ops, tgood_keys, NULL);
 
 /* ---- source "tsrc" ------------------------------------------------------ */
 
@@ -162,16 +155,9 @@ static const struct kiln_source_ops tsrc_source_ops = {
 	.read = tsrc_source_read,
 };
 
-static const struct kiln_plugin tsrc_source = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_SOURCE,
-	.name = "tsrc",
-	.summary = "test source of counted samples",
-	.ops = &tsrc_source_ops,
-	.keys = tsrc_keys,
-	.probe = NULL,
-};
+TEST_PLUGIN(tsrc_source, KILN_ABI_MAJOR, KILN_ABI_MINOR, KILN_PLUGIN_SOURCE, "tsrc",
+	    "test source of counted samples",
+	    &tsrc_source_ops, tsrc_keys, NULL);
 
 /* ---- source "tprobe": never available ---------------------------------- */
 
@@ -181,23 +167,12 @@ static int tprobe_probe(const struct kiln_host *host, char *why, size_t n)
 	return 1;
 }
 
-static const struct kiln_plugin tprobe_source = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_SOURCE,
-	.name = "tprobe",
-	.summary = "test source whose probe fails",
-	.ops = &tsrc_source_ops,
-	.keys = NULL,
-	.probe = tprobe_probe,
-};
+TEST_PLUGIN(tprobe_source, KILN_ABI_MAJOR, KILN_ABI_MINOR, KILN_PLUGIN_SOURCE, "tprobe",
+	    "test source whose probe fails",
+	    &tsrc_source_ops, NULL, tprobe_probe);
 
 static const struct kiln_plugin *const tgood_plugins[] = {
 	&tgood_optim, &tsrc_source, &tprobe_source, NULL
 };
 
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host);
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
-{
-	return host->version >= 1 ? tgood_plugins : NULL;
-}
+TEST_PLUGIN_INIT(host->version >= 1 ? tgood_plugins : NULL)
