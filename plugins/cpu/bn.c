@@ -198,6 +198,27 @@ CPU_CLONES static void rows_dx(float *dx, const float *x, const float *dy, const
 	}
 }
 
+/* dx (x's shape) from x, dy and the per-channel g, k, s, mean (C each):
+ * bn_bwd's and bn_bwd_apply's last step, over planes or rows. */
+static void bn_dx(const struct cpu_plan *p, float *dx, const float *x, const float *dy,
+		  const float *g, const float *k, const float *s, const float *mean)
+{
+	const int64_t N = p->sz[BN_N], C = p->sz[BN_C], HW = p->sz[BN_HW], M = N * HW;
+	if (!p->sz[BN_ROWS]) {
+#pragma omp parallel for if (M * C >= CPU_PAR_MIN) schedule(static)
+		for (int64_t pl = 0; pl < N * C; pl++) {
+			const int64_t c = pl % C;
+			plane_dx(dx + pl * HW, x + pl * HW, dy + pl * HW, HW, g[c], k[c], s[c], mean[c]);
+		}
+	} else {
+#pragma omp parallel if (M * C >= CPU_PAR_MIN)
+		{
+			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+			rows_dx(dx, x, dy, g, k, s, mean, M * t / T, M * (t + 1) / T, C);
+		}
+	}
+}
+
 /* ---- kernels ----------------------------------------------------------- */
 
 /* Workspace: doubles [partials | S1[C] | S2[C]], then floats [4][C]. */
@@ -270,19 +291,7 @@ static kiln_status cpu_bn_bwd(const struct cpu_plan *p, const struct kiln_op_arg
 		k[c] = (float)(S2[c] * inv * inv / M);
 		s[c] = (float)(gamma[c] * inv);
 	}
-	if (!p->sz[BN_ROWS]) {
-#pragma omp parallel for if (M * C >= CPU_PAR_MIN) schedule(static)
-		for (int64_t pl = 0; pl < N * C; pl++) {
-			const int64_t c = pl % C;
-			plane_dx(dx + pl * HW, x + pl * HW, dy + pl * HW, HW, g[c], k[c], s[c], mean[c]);
-		}
-	} else {
-#pragma omp parallel if (M * C >= CPU_PAR_MIN)
-		{
-			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			rows_dx(dx, x, dy, g, k, s, mean, M * t / T, M * (t + 1) / T, C);
-		}
-	}
+	bn_dx(p, dx, x, dy, g, k, s, mean);
 	return KILN_OK;
 }
 
@@ -372,42 +381,16 @@ static kiln_status cpu_bn_bwd_apply(const struct cpu_plan *p, const struct kiln_
 		k[c] = (float)(sums[c] * inv / Mt);
 		s[c] = (float)(gamma[c] * inv);
 	}
-	if (!p->sz[BN_ROWS]) {
-#pragma omp parallel for if (M * C >= CPU_PAR_MIN) schedule(static)
-		for (int64_t pl = 0; pl < N * C; pl++) {
-			const int64_t c = pl % C;
-			plane_dx(dx + pl * HW, x + pl * HW, dy + pl * HW, HW, g[c], k[c], s[c], mean[c]);
-		}
-	} else {
-#pragma omp parallel if (M * C >= CPU_PAR_MIN)
-		{
-			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			rows_dx(dx, x, dy, g, k, s, mean, M * t / T, M * (t + 1) / T, C);
-		}
-	}
+	bn_dx(p, dx, x, dy, g, k, s, mean);
 	return KILN_OK;
 }
 
-/* Checks and sizes of the four ops above: which tensors are shaped like
- * x, and how many elements (in units of C) the others have. */
-static kiln_status cpu_bn_sync_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+/* The workspace and kernel of the four ops above (cpu_bn_prepare has
+ * checked the dtypes and set the sizes). */
+static void cpu_bn_sync_prepare(struct cpu_plan *p)
 {
-	const struct kiln_op *op = &p->op;
-	const int type = op->type;
-	if (!cpu_all_f32(op))
-		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
-	const struct kiln_tensor_desc *x = &op->in[0];
-	const int64_t N = x->dims[0], C = x->dims[1];
-	const int64_t HW = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
-	const int64_t n = N * C * HW;
-	p->sz[BN_N] = N;
-	p->sz[BN_C] = C;
-	p->sz[BN_HW] = HW;
-	p->sz[BN_ROWS] = x->ndim == 2 || cpu_nhwc(x);
-	p->sz[BN_NCH] = N * HW < CPU_CHUNKS ? N * HW : CPU_CHUNKS;
-	p->n = n;
-	p->n_in = op->n_in;
-	p->n_out = op->n_out;
+	const int type = p->op.type;
+	const int64_t C = p->sz[BN_C];
 	switch (type) {
 	case KILN_OP_BN_STATS:
 		p->workspace = (bn_partials(p) + 2 * (size_t)C) * sizeof(double) + (size_t)C * 4;
@@ -426,7 +409,6 @@ static kiln_status cpu_bn_sync_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		p->kernel = cpu_bn_bwd_apply;
 		break;
 	}
-	return KILN_OK;
 }
 
 /* ---- prepare ----------------------------------------------------------- */
@@ -435,8 +417,6 @@ kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	const int type = op->type;
-	if (type >= KILN_OP_BN_STATS && type <= KILN_OP_BN_BWD_APPLY)
-		return cpu_bn_sync_prepare(c, p);
 	if (!cpu_all_f32(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
 	const struct kiln_tensor_desc *x = &op->in[0];
@@ -451,6 +431,10 @@ kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n = n;
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
+	if (type >= KILN_OP_BN_STATS && type <= KILN_OP_BN_BWD_APPLY) {
+		cpu_bn_sync_prepare(p);
+		return KILN_OK;
+	}
 	if (type == KILN_OP_BN_INFER) {
 		p->workspace = (size_t)(2 * C) * sizeof(float);
 		p->kernel = cpu_bn_infer;
