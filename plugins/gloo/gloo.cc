@@ -752,23 +752,7 @@ const struct kiln_key gloo_keys[] = {
 	{ nullptr, 0, nullptr, 0, 0, nullptr, nullptr }
 };
 
-const struct kiln_plugin gloo_plugin = {
-	/* .abi_major = */ KILN_ABI_MAJOR,
-	/* .abi_minor = */ KILN_ABI_MINOR,
-	/* .kind = */ KILN_PLUGIN_COMM,
-	/* .name = */ "gloo",
-	/* .summary = */ "Gloo collectives over TCP (CPU tensors; any machine)",
-	/* .ops = */ &gloo_ops,
-	/* .keys = */ gloo_keys,
-	/* .probe = */ nullptr,
-};
-
-const struct kiln_plugin *const gloo_plugins[] = { &gloo_plugin, nullptr };
-
 } // namespace
 
-extern "C" KILN_PLUGIN_EXPORT const struct kiln_plugin *const *
-kiln_plugin_init(const struct kiln_host *host)
-{
-	return comm_plugin_init(host, &H, gloo_plugins);
-}
+COMM_PLUGIN(gloo, "gloo", "Gloo collectives over TCP (CPU tensors; any machine)", gloo_ops,
+	    gloo_keys, nullptr)

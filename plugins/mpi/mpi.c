@@ -725,20 +725,5 @@ static const struct kiln_key mpi_keys[] = {
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
-static const struct kiln_plugin mpi_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_COMM,
-	.name = "mpi",
-	.summary = "MPI collectives (Open MPI; CPU tensors; start with mpirun or srun)",
-	.ops = &mpi_ops,
-	.keys = mpi_keys,
-	.probe = mpi_probe,
-};
-
-static const struct kiln_plugin *const mpi_plugins[] = { &mpi_plugin, NULL };
-
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
-{
-	return comm_plugin_init(host, &H, mpi_plugins);
-}
+COMM_PLUGIN(mpi, "mpi", "MPI collectives (Open MPI; CPU tensors; start with mpirun or srun)", mpi_ops,
+	    mpi_keys, mpi_probe)

@@ -444,20 +444,5 @@ static const struct kiln_comm_ops nccl_ops = {
 	.describe = nccl_describe,
 };
 
-static const struct kiln_plugin nccl_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_COMM,
-	.name = "nccl",
-	.summary = "NCCL collectives on CUDA streams (GPU tensors)",
-	.ops = &nccl_ops,
-	.keys = NULL,
-	.probe = nccl_probe,
-};
-
-static const struct kiln_plugin *const nccl_plugins[] = { &nccl_plugin, NULL };
-
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
-{
-	return comm_plugin_init(host, &H, nccl_plugins);
-}
+COMM_PLUGIN(nccl, "nccl", "NCCL collectives on CUDA streams (GPU tensors)", nccl_ops, NULL,
+	    nccl_probe)
