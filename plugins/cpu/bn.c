@@ -228,6 +228,25 @@ static size_t bn_partials(const struct cpu_plan *p)
 				       : p->sz[BN_N] * p->sz[BN_C] * 2);
 }
 
+/* Per-channel mean (into S1) and biased variance, at least 0 (into S2), in
+ * double, of x over its N*HW positions: bn_sums of x shifted by each
+ * channel's first element (sample 0, position 0; k gets the C shifts), so
+ * that a large mean does not cancel the variance away. */
+static void bn_moments(const struct cpu_plan *p, double *ws, const float *x, float *k,
+		       double *S1, double *S2)
+{
+	const int64_t C = p->sz[BN_C], M = p->sz[BN_N] * p->sz[BN_HW];
+	for (int64_t c = 0; c < C; c++)
+		k[c] = p->sz[BN_ROWS] ? x[c] : x[c * p->sz[BN_HW]];
+	bn_sums(p, ws, x, NULL, k, S1, S2);
+	for (int64_t c = 0; c < C; c++) {
+		const double d = S1[c] / M;
+		const double var = S2[c] / M - d * d;
+		S1[c] = k[c] + d;
+		S2[c] = var < 0 ? 0 : var;
+	}
+}
+
 static kiln_status cpu_bn_train(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
@@ -238,19 +257,10 @@ static kiln_status cpu_bn_train(const struct cpu_plan *p, const struct kiln_op_a
 	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
 	float *k = (float *)(S2 + C), *ca = k + C, *cb = ca + C;
 	(void)e;
-	/* shift: the channel's first element (sample 0, position 0) */
+	bn_moments(p, ws, x, k, S1, S2);
 	for (int64_t c = 0; c < C; c++)
-		k[c] = p->sz[BN_ROWS] ? x[c] : x[c * p->sz[BN_HW]];
-	bn_sums(p, ws, x, NULL, k, S1, S2);
-	for (int64_t c = 0; c < C; c++) {
-		const double d = S1[c] / M;
-		const double mean = k[c] + d;
-		double var = S2[c] / M - d * d;
-		if (var < 0)
-			var = 0;
-		common_bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rm, rv, ca,
-				 cb);
-	}
+		common_bn_commit(c, C, S1[c], S2[c], (double)M, eps, mom, gamma, beta, saved, rm, rv,
+				 ca, cb);
 	bn_affine(p, y, x, ca, cb);
 	return KILN_OK;
 }
@@ -304,18 +314,14 @@ static kiln_status cpu_bn_stats(const struct cpu_plan *p, const struct kiln_op_a
 {
 	const float *x = a->in[0];
 	float *st = a->out[0];
-	const int64_t C = p->sz[BN_C], M = p->sz[BN_N] * p->sz[BN_HW];
+	const int64_t C = p->sz[BN_C];
 	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
 	float *k = (float *)(S2 + C);
 	(void)e;
-	for (int64_t c = 0; c < C; c++)
-		k[c] = p->sz[BN_ROWS] ? x[c] : x[c * p->sz[BN_HW]];
-	bn_sums(p, ws, x, NULL, k, S1, S2);
+	bn_moments(p, ws, x, k, S1, S2);
 	for (int64_t c = 0; c < C; c++) {
-		const double d = S1[c] / M;
-		const double var = S2[c] / M - d * d;
-		st[c] = (float)(k[c] + d);
-		st[C + c] = (float)(var < 0 ? 0 : var);
+		st[c] = (float)S1[c];
+		st[C + c] = (float)S2[c];
 	}
 	return KILN_OK;
 }
