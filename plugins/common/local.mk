@@ -8,6 +8,6 @@
 PLUGIN_COMMON_H = plugins/common/describe.h plugins/common/device.h plugins/common/scalar_ops.h
 # The communicators' shared pieces, compiled into each of them (hidden there:
 # only kiln_plugin_init is exported): the collective watchdog and the
-# /dev/shm rounds of kiln-mpi and kiln-gloo.
-PLUGIN_COMM_COMMON = plugins/common/watchdog.c plugins/common/watchdog.h \
+# /dev/shm rounds of kiln-mpi and kiln-gloo, kiln_plugin_init (comm_init.h).
+PLUGIN_COMM_COMMON = plugins/common/watchdog.c plugins/common/watchdog.h plugins/common/comm_init.h \
 	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/half.h

@@ -50,6 +50,18 @@ CPU_CLONES static void act_span(float *restrict y, const float *restrict x, int6
 	}
 }
 
+/* y (n) = x, or += x with acc. */
+CPU_CLONES static void copy_span(float *restrict y, const float *restrict x, int64_t n, int acc)
+{
+	if (acc) {
+#pragma omp simd
+		for (int64_t i = 0; i < n; i++)
+			y[i] += x[i];
+	} else {
+		memcpy(y, x, (size_t)n * sizeof *y);
+	}
+}
+
 /* dy * act'(.) with x for relu/leaky/gelu, y for sigmoid/tanh; acc adds. */
 CPU_CLONES static void act_bwd_span(float *dx, const float *x, const float *y,
 				    const float *dy, int64_t n, int kind, float alpha, int acc)
@@ -90,14 +102,7 @@ CPU_CLONES static void act_bwd_span(float *dx, const float *x, const float *y,
 				g[i] = di[i] * (1.0f - yi[i] * yi[i]);
 			break;
 		}
-		float *o = dx + i0;
-		if (acc) {
-#pragma omp simd
-			for (int64_t i = 0; i < m; i++)
-				o[i] += g[i];
-		} else {
-			memcpy(o, g, (size_t)m * sizeof *o);
-		}
+		copy_span(dx + i0, g, m, acc);
 	}
 }
 
@@ -206,26 +211,27 @@ struct drop {
 		(out) = (v0_ >> 8) >= (d).thr ? (d).s : 0.0f;                             \
 	} while (0)
 
+/* v over [lo, hi): k = the scale of logical element `at` (an expression of
+ * v), then the statement given last (which reads k). */
+#define CPU_DROP_LOOP(v, lo, hi, at, dd, ...)                                             \
+	do {                                                                              \
+		_Pragma("omp simd")                                                       \
+		for (int64_t v = (lo); v < (hi); v++) {                                   \
+			float k;                                                          \
+			CPU_DROP_SCALE(k, at, dd);                                        \
+			__VA_ARGS__;                                                      \
+		}                                                                         \
+	} while (0)
+
 /* Elements [b, e) of a flat tensor (logical = physical index).  x may be y. */
 CPU_CLONES static void drop_flat(float *y, const float *x, int64_t b, int64_t e,
 				 const struct drop *d, int acc)
 {
 	const struct drop dd = *d;
-	if (acc) {
-#pragma omp simd
-		for (int64_t i = b; i < e; i++) {
-			float k;
-			CPU_DROP_SCALE(k, i, dd);
-			y[i] += x[i] * k;
-		}
-	} else {
-#pragma omp simd
-		for (int64_t i = b; i < e; i++) {
-			float k;
-			CPU_DROP_SCALE(k, i, dd);
-			y[i] = x[i] * k;
-		}
-	}
+	if (acc)
+		CPU_DROP_LOOP(i, b, e, i, dd, y[i] += x[i] * k);
+	else
+		CPU_DROP_LOOP(i, b, e, i, dd, y[i] = x[i] * k);
 }
 
 /* The same over bf16 storage: f32 arithmetic, one rounding. */
@@ -233,21 +239,11 @@ CPU_CLONES static void drop_flat_bf16(uint16_t *y, const uint16_t *x, int64_t b,
 				      const struct drop *d, int acc)
 {
 	const struct drop dd = *d;
-	if (acc) {
-#pragma omp simd
-		for (int64_t i = b; i < e; i++) {
-			float k;
-			CPU_DROP_SCALE(k, i, dd);
-			y[i] = cpu_bf16_round(cpu_bf16_f32(y[i]) + cpu_bf16_f32(x[i]) * k);
-		}
-	} else {
-#pragma omp simd
-		for (int64_t i = b; i < e; i++) {
-			float k;
-			CPU_DROP_SCALE(k, i, dd);
-			y[i] = cpu_bf16_round(cpu_bf16_f32(x[i]) * k);
-		}
-	}
+	if (acc)
+		CPU_DROP_LOOP(i, b, e, i, dd,
+			      y[i] = cpu_bf16_round(cpu_bf16_f32(y[i]) + cpu_bf16_f32(x[i]) * k));
+	else
+		CPU_DROP_LOOP(i, b, e, i, dd, y[i] = cpu_bf16_round(cpu_bf16_f32(x[i]) * k));
 }
 
 /* Rows [r0, r1) of an NHWC tensor: row r = n*HW + hw holds C channels whose
@@ -260,32 +256,10 @@ CPU_CLONES static void drop_nhwc(float *y, const float *x, int64_t r0, int64_t r
 		const int64_t base = (r / HW) * C * HW + r % HW;
 		const float *xr = x + r * C;
 		float *yr = y + r * C;
-		if (acc) {
-#pragma omp simd
-			for (int64_t c = 0; c < C; c++) {
-				float k;
-				CPU_DROP_SCALE(k, base + c * HW, dd);
-				yr[c] += xr[c] * k;
-			}
-		} else {
-#pragma omp simd
-			for (int64_t c = 0; c < C; c++) {
-				float k;
-				CPU_DROP_SCALE(k, base + c * HW, dd);
-				yr[c] = xr[c] * k;
-			}
-		}
-	}
-}
-
-CPU_CLONES static void copy_span(float *restrict y, const float *restrict x, int64_t n, int acc)
-{
-	if (acc) {
-#pragma omp simd
-		for (int64_t i = 0; i < n; i++)
-			y[i] += x[i];
-	} else {
-		memcpy(y, x, (size_t)n * sizeof *y);
+		if (acc)
+			CPU_DROP_LOOP(c, 0, C, base + c * HW, dd, yr[c] += xr[c] * k);
+		else
+			CPU_DROP_LOOP(c, 0, C, base + c * HW, dd, yr[c] = xr[c] * k);
 	}
 }
 

@@ -198,6 +198,27 @@ CPU_CLONES static void rows_dx(float *dx, const float *x, const float *dy, const
 	}
 }
 
+/* dx (x's shape) from x, dy and the per-channel g, k, s, mean (C each):
+ * bn_bwd's and bn_bwd_apply's last step, over planes or rows. */
+static void bn_dx(const struct cpu_plan *p, float *dx, const float *x, const float *dy,
+		  const float *g, const float *k, const float *s, const float *mean)
+{
+	const int64_t N = p->sz[BN_N], C = p->sz[BN_C], HW = p->sz[BN_HW], M = N * HW;
+	if (!p->sz[BN_ROWS]) {
+#pragma omp parallel for if (M * C >= CPU_PAR_MIN) schedule(static)
+		for (int64_t pl = 0; pl < N * C; pl++) {
+			const int64_t c = pl % C;
+			plane_dx(dx + pl * HW, x + pl * HW, dy + pl * HW, HW, g[c], k[c], s[c], mean[c]);
+		}
+	} else {
+#pragma omp parallel if (M * C >= CPU_PAR_MIN)
+		{
+			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+			rows_dx(dx, x, dy, g, k, s, mean, M * t / T, M * (t + 1) / T, C);
+		}
+	}
+}
+
 /* ---- kernels ----------------------------------------------------------- */
 
 /* Workspace: doubles [partials | S1[C] | S2[C]], then floats [4][C]. */
@@ -205,6 +226,25 @@ static size_t bn_partials(const struct cpu_plan *p)
 {
 	return (size_t)(p->sz[BN_ROWS] ? p->sz[BN_NCH] * 2 * p->sz[BN_C]
 				       : p->sz[BN_N] * p->sz[BN_C] * 2);
+}
+
+/* Per-channel mean (into S1) and biased variance, at least 0 (into S2), in
+ * double, of x over its N*HW positions: bn_sums of x shifted by each
+ * channel's first element (sample 0, position 0; k gets the C shifts), so
+ * that a large mean does not cancel the variance away. */
+static void bn_moments(const struct cpu_plan *p, double *ws, const float *x, float *k,
+		       double *S1, double *S2)
+{
+	const int64_t C = p->sz[BN_C], M = p->sz[BN_N] * p->sz[BN_HW];
+	for (int64_t c = 0; c < C; c++)
+		k[c] = p->sz[BN_ROWS] ? x[c] : x[c * p->sz[BN_HW]];
+	bn_sums(p, ws, x, NULL, k, S1, S2);
+	for (int64_t c = 0; c < C; c++) {
+		const double d = S1[c] / M;
+		const double var = S2[c] / M - d * d;
+		S1[c] = k[c] + d;
+		S2[c] = var < 0 ? 0 : var;
+	}
 }
 
 static kiln_status cpu_bn_train(const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -217,19 +257,10 @@ static kiln_status cpu_bn_train(const struct cpu_plan *p, const struct kiln_op_a
 	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
 	float *k = (float *)(S2 + C), *ca = k + C, *cb = ca + C;
 	(void)e;
-	/* shift: the channel's first element (sample 0, position 0) */
+	bn_moments(p, ws, x, k, S1, S2);
 	for (int64_t c = 0; c < C; c++)
-		k[c] = p->sz[BN_ROWS] ? x[c] : x[c * p->sz[BN_HW]];
-	bn_sums(p, ws, x, NULL, k, S1, S2);
-	for (int64_t c = 0; c < C; c++) {
-		const double d = S1[c] / M;
-		const double mean = k[c] + d;
-		double var = S2[c] / M - d * d;
-		if (var < 0)
-			var = 0;
-		common_bn_commit(c, C, mean, var, (double)M, eps, mom, gamma, beta, saved, rm, rv, ca,
-				 cb);
-	}
+		common_bn_commit(c, C, S1[c], S2[c], (double)M, eps, mom, gamma, beta, saved, rm, rv,
+				 ca, cb);
 	bn_affine(p, y, x, ca, cb);
 	return KILN_OK;
 }
@@ -270,19 +301,7 @@ static kiln_status cpu_bn_bwd(const struct cpu_plan *p, const struct kiln_op_arg
 		k[c] = (float)(S2[c] * inv * inv / M);
 		s[c] = (float)(gamma[c] * inv);
 	}
-	if (!p->sz[BN_ROWS]) {
-#pragma omp parallel for if (M * C >= CPU_PAR_MIN) schedule(static)
-		for (int64_t pl = 0; pl < N * C; pl++) {
-			const int64_t c = pl % C;
-			plane_dx(dx + pl * HW, x + pl * HW, dy + pl * HW, HW, g[c], k[c], s[c], mean[c]);
-		}
-	} else {
-#pragma omp parallel if (M * C >= CPU_PAR_MIN)
-		{
-			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			rows_dx(dx, x, dy, g, k, s, mean, M * t / T, M * (t + 1) / T, C);
-		}
-	}
+	bn_dx(p, dx, x, dy, g, k, s, mean);
 	return KILN_OK;
 }
 
@@ -295,18 +314,14 @@ static kiln_status cpu_bn_stats(const struct cpu_plan *p, const struct kiln_op_a
 {
 	const float *x = a->in[0];
 	float *st = a->out[0];
-	const int64_t C = p->sz[BN_C], M = p->sz[BN_N] * p->sz[BN_HW];
+	const int64_t C = p->sz[BN_C];
 	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
 	float *k = (float *)(S2 + C);
 	(void)e;
-	for (int64_t c = 0; c < C; c++)
-		k[c] = p->sz[BN_ROWS] ? x[c] : x[c * p->sz[BN_HW]];
-	bn_sums(p, ws, x, NULL, k, S1, S2);
+	bn_moments(p, ws, x, k, S1, S2);
 	for (int64_t c = 0; c < C; c++) {
-		const double d = S1[c] / M;
-		const double var = S2[c] / M - d * d;
-		st[c] = (float)(k[c] + d);
-		st[C + c] = (float)(var < 0 ? 0 : var);
+		st[c] = (float)S1[c];
+		st[C + c] = (float)S2[c];
 	}
 	return KILN_OK;
 }
@@ -372,42 +387,16 @@ static kiln_status cpu_bn_bwd_apply(const struct cpu_plan *p, const struct kiln_
 		k[c] = (float)(sums[c] * inv / Mt);
 		s[c] = (float)(gamma[c] * inv);
 	}
-	if (!p->sz[BN_ROWS]) {
-#pragma omp parallel for if (M * C >= CPU_PAR_MIN) schedule(static)
-		for (int64_t pl = 0; pl < N * C; pl++) {
-			const int64_t c = pl % C;
-			plane_dx(dx + pl * HW, x + pl * HW, dy + pl * HW, HW, g[c], k[c], s[c], mean[c]);
-		}
-	} else {
-#pragma omp parallel if (M * C >= CPU_PAR_MIN)
-		{
-			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			rows_dx(dx, x, dy, g, k, s, mean, M * t / T, M * (t + 1) / T, C);
-		}
-	}
+	bn_dx(p, dx, x, dy, g, k, s, mean);
 	return KILN_OK;
 }
 
-/* Checks and sizes of the four ops above: which tensors are shaped like
- * x, and how many elements (in units of C) the others have. */
-static kiln_status cpu_bn_sync_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+/* The workspace and kernel of the four ops above (cpu_bn_prepare has
+ * checked the dtypes and set the sizes). */
+static void cpu_bn_sync_prepare(struct cpu_plan *p)
 {
-	const struct kiln_op *op = &p->op;
-	const int type = op->type;
-	if (!cpu_all_f32(op))
-		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
-	const struct kiln_tensor_desc *x = &op->in[0];
-	const int64_t N = x->dims[0], C = x->dims[1];
-	const int64_t HW = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
-	const int64_t n = N * C * HW;
-	p->sz[BN_N] = N;
-	p->sz[BN_C] = C;
-	p->sz[BN_HW] = HW;
-	p->sz[BN_ROWS] = x->ndim == 2 || cpu_nhwc(x);
-	p->sz[BN_NCH] = N * HW < CPU_CHUNKS ? N * HW : CPU_CHUNKS;
-	p->n = n;
-	p->n_in = op->n_in;
-	p->n_out = op->n_out;
+	const int type = p->op.type;
+	const int64_t C = p->sz[BN_C];
 	switch (type) {
 	case KILN_OP_BN_STATS:
 		p->workspace = (bn_partials(p) + 2 * (size_t)C) * sizeof(double) + (size_t)C * 4;
@@ -426,7 +415,6 @@ static kiln_status cpu_bn_sync_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		p->kernel = cpu_bn_bwd_apply;
 		break;
 	}
-	return KILN_OK;
 }
 
 /* ---- prepare ----------------------------------------------------------- */
@@ -435,8 +423,6 @@ kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	const int type = op->type;
-	if (type >= KILN_OP_BN_STATS && type <= KILN_OP_BN_BWD_APPLY)
-		return cpu_bn_sync_prepare(c, p);
 	if (!cpu_all_f32(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
 	const struct kiln_tensor_desc *x = &op->in[0];
@@ -451,6 +437,10 @@ kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n = n;
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
+	if (type >= KILN_OP_BN_STATS && type <= KILN_OP_BN_BWD_APPLY) {
+		cpu_bn_sync_prepare(p);
+		return KILN_OK;
+	}
 	if (type == KILN_OP_BN_INFER) {
 		p->workspace = (size_t)(2 * C) * sizeof(float);
 		p->kernel = cpu_bn_infer;

@@ -119,8 +119,16 @@ struct adam_k {
 	float inv_sqrt_c2;        /* 1 / sqrt(1 - beta2^t) */
 };
 
-static void adam_scalars(const struct kiln_op *op, int64_t t, struct adam_k *k)
+/* The constants of step t = in[2] (i64, 1-based) of an Adam-family op
+ * (f: beta1, beta2, eps, wd); KILN_EINVAL naming `name` when t < 1. */
+static kiln_status adam_scalars(const struct cpu_plan *p, const struct kiln_op_args *a,
+				const char *name, struct adam_k *k, struct cpu_err *e)
 {
+	const struct kiln_op *op = &p->op;
+	const int64_t t = *(const int64_t *)a->in[2];
+	if (t < 1)
+		return cpu_fail(e, KILN_EINVAL, "cpu: %s: step count %lld; it is 1-based (advance it before the step)",
+				name, (long long)t);
 	const double b1 = op->f[0], b2 = op->f[1];
 	k->b1 = (float)b1;
 	k->b2 = (float)b2;
@@ -131,6 +139,7 @@ static void adam_scalars(const struct kiln_op *op, int64_t t, struct adam_k *k)
 	/* in double, as PyTorch computes them on the host */
 	k->inv_c1 = (float)(1.0 / (1.0 - pow(b1, (double)t)));
 	k->inv_sqrt_c2 = (float)(1.0 / sqrt(1.0 - pow(b2, (double)t)));
+	return KILN_OK;
 }
 
 /* Moments of one element: m, v updated in place; returns m/c1 / vh. */
@@ -175,18 +184,16 @@ static kiln_status cpu_adamw(const struct cpu_plan *p, const struct kiln_op_args
 {
 	const float *g = a->in[0];
 	const float lr = *(const float *)a->in[1];
-	const int64_t t = *(const int64_t *)a->in[2];
 	const float *d = own_inputs(&p->op) > 3 ? a->in[3] : NULL;
 	if (cpu_optim_gated_off(p, a))
 		return KILN_OK; /* a skipped step */
 	float *w = a->out[0], *m = a->out[1], *v = a->out[2];
 	struct adam_k k;
-	if (t < 1)
-		return cpu_fail(e, KILN_EINVAL, "cpu: ADAMW: step count %lld; it is 1-based (advance it before the step)",
-				(long long)t);
+	kiln_status st = adam_scalars(p, a, "ADAMW", &k, e);
+	if (st)
+		return st;
 	void *cp = OPT_COPY(p, a);
 	const int cdt = (int)p->sz[6];
-	adam_scalars(&p->op, t, &k);
 	CPU_SPANS(p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
 		adamw_span(w + bb, m + bb, v + bb, g + bb, d ? d + bb : NULL, be - bb, lr, k);
 		opt_copy(cp, cdt, w, bb, be);
@@ -270,7 +277,6 @@ static kiln_status cpu_lamb(const struct cpu_plan *p, const struct kiln_op_args 
 {
 	const float *g = a->in[0];
 	const float lr = *(const float *)a->in[1];
-	const int64_t t = *(const int64_t *)a->in[2];
 	const int64_t *off = a->in[3];
 	const float *d = own_inputs(&p->op) > 4 ? a->in[4] : NULL;
 	if (cpu_optim_gated_off(p, a))
@@ -284,9 +290,9 @@ static kiln_status cpu_lamb(const struct cpu_plan *p, const struct kiln_op_args 
 	struct adam_k k;
 	int64_t np = 0;
 
-	if (t < 1)
-		return cpu_fail(e, KILN_EINVAL, "cpu: LAMB: step count %lld; it is 1-based (advance it before the step)",
-				(long long)t);
+	kiln_status st = adam_scalars(p, a, "LAMB", &k, e);
+	if (st)
+		return st;
 	if (off[0] != 0 || off[T] != n)
 		return cpu_fail(e, KILN_EINVAL, "cpu: LAMB: tensor offsets run from %lld to %lld, want 0 to n = %lld",
 				(long long)off[0], (long long)off[T], (long long)n);
@@ -305,7 +311,6 @@ static kiln_status cpu_lamb(const struct cpu_plan *p, const struct kiln_op_args 
 	if (np > cap) /* cannot happen: lamb_max_pieces is an upper bound */
 		return cpu_fail(e, KILN_EINTERNAL, "cpu: LAMB: %lld pieces, workspace for %lld",
 				(long long)np, (long long)cap);
-	adam_scalars(&p->op, t, &k);
 #pragma omp parallel if (n >= CPU_PAR_MIN)
 	{
 #pragma omp for schedule(dynamic)

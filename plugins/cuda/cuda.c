@@ -324,13 +324,23 @@ static kiln_status cuda_alloc(void *ctx, size_t bytes, void **ptr)
 	return KILN_OK;
 }
 
-static void cuda_free(void *ctx, void *ptr)
+/* Device memory (cuda_alloc's) or page-locked host memory (cuda_host_alloc's),
+ * with this context current.  cudaFree waits for the device: never inside a
+ * step. */
+static void mem_free(struct cuda_ctx *c, void *ptr, int pinned)
 {
-	struct cuda_ctx *c = ctx;
 	if (!ptr)
 		return;
 	cuda_use(c);
-	cudaFree(ptr); /* waits for the device: never inside a step */
+	if (pinned)
+		cudaFreeHost(ptr);
+	else
+		cudaFree(ptr);
+}
+
+static void cuda_free(void *ctx, void *ptr)
+{
+	mem_free(ctx, ptr, 0);
 }
 
 static kiln_status cuda_host_alloc(void *ctx, size_t bytes, void **ptr)
@@ -352,73 +362,68 @@ static kiln_status cuda_host_alloc(void *ctx, size_t bytes, void **ptr)
 
 static void cuda_host_free(void *ctx, void *ptr)
 {
-	struct cuda_ctx *c = ctx;
-	if (!ptr)
-		return;
-	cuda_use(c);
-	cudaFreeHost(ptr);
+	mem_free(ctx, ptr, 1);
 }
 
 /* ---- streams and events ----------------------------------------------- */
 
-static kiln_status cuda_stream_create(void *ctx, void **stream)
+/* A stream (non-blocking) or an event (no timing), by kind, linked into the
+ * context's list of live objects. */
+static kiln_status obj_create(void *ctx, int kind, void **out)
 {
 	struct cuda_ctx_priv *x = ctx;
 	struct cuda_ctx *c = &x->c;
-	*stream = NULL;
+	const int is_stream = kind == CUDA_OBJ_STREAM;
+	*out = NULL;
 	USE(c);
 	struct cuda_obj *o = calloc(1, sizeof *o);
 	if (!o)
-		return c->host->error(KILN_ENOMEM, "cuda: out of memory for a stream");
-	o->kind = CUDA_OBJ_STREAM;
-	cudaError_t e = cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking);
+		return c->host->error(KILN_ENOMEM, "cuda: out of memory for %s",
+				      is_stream ? "a stream" : "an event");
+	o->kind = kind;
+	cudaError_t e = is_stream ? cudaStreamCreateWithFlags(&o->stream, cudaStreamNonBlocking)
+				  : cudaEventCreateWithFlags(&o->event, cudaEventDisableTiming);
 	if (e != cudaSuccess) {
 		free(o);
-		return cuda_fail(c, KILN_EDEVICE, e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+		return cuda_fail(c, KILN_EDEVICE, e,
+				 is_stream ? "cudaStreamCreateWithFlags" : "cudaEventCreateWithFlags",
+				 __FILE__, __LINE__);
 	}
 	obj_link(x, o);
-	*stream = o;
+	*out = o;
 	return KILN_OK;
+}
+
+/* A stream, event or plan: unlinked, and released when the last use of it
+ * is done. */
+static void obj_destroy(void *ctx, void *obj)
+{
+	struct cuda_ctx_priv *x = ctx;
+	if (!obj)
+		return;
+	cuda_use(&x->c);
+	obj_unlink(x, obj);
+	obj_release(obj);
+}
+
+static kiln_status cuda_stream_create(void *ctx, void **stream)
+{
+	return obj_create(ctx, CUDA_OBJ_STREAM, stream);
 }
 
 static void cuda_stream_destroy(void *ctx, void *stream)
 {
-	struct cuda_ctx_priv *x = ctx;
-	if (!stream)
-		return;
-	cuda_use(&x->c);
-	obj_unlink(x, stream);
-	obj_release(stream);
+	obj_destroy(ctx, stream);
 }
 
 static kiln_status cuda_event_create(void *ctx, void **event)
 {
-	struct cuda_ctx_priv *x = ctx;
-	struct cuda_ctx *c = &x->c;
-	*event = NULL;
-	USE(c);
-	struct cuda_obj *o = calloc(1, sizeof *o);
-	if (!o)
-		return c->host->error(KILN_ENOMEM, "cuda: out of memory for an event");
-	o->kind = CUDA_OBJ_EVENT;
-	cudaError_t e = cudaEventCreateWithFlags(&o->event, cudaEventDisableTiming);
-	if (e != cudaSuccess) {
-		free(o);
-		return cuda_fail(c, KILN_EDEVICE, e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
-	}
-	obj_link(x, o);
-	*event = o;
-	return KILN_OK;
+	return obj_create(ctx, CUDA_OBJ_EVENT, event);
 }
 
 static void cuda_event_destroy(void *ctx, void *event)
 {
-	struct cuda_ctx_priv *x = ctx;
-	if (!event)
-		return;
-	cuda_use(&x->c);
-	obj_unlink(x, event);
-	obj_release(event);
+	obj_destroy(ctx, event);
 }
 
 static cudaStream_t S(void *stream) { return ((struct cuda_obj *)stream)->stream; }
@@ -558,12 +563,7 @@ static kiln_status cuda_run(void *ctx, void *plan, const struct kiln_op_args *ar
 
 static void cuda_plan_free(void *ctx, void *plan)
 {
-	struct cuda_ctx_priv *x = ctx;
-	if (!plan)
-		return;
-	cuda_use(&x->c);
-	obj_unlink(x, plan);
-	obj_release(plan);
+	obj_destroy(ctx, plan);
 }
 
 /* ---- descriptor ------------------------------------------------------- */

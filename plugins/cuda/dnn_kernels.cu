@@ -334,27 +334,24 @@ static cudaError_t bn_run(const struct cuda_plan *p, const struct kiln_op_args *
 							    coef, eps);
 		bn_y<T><<<eb, CUDA_THREADS, 0, s>>>((T *)a->out[0], x, coef, n, C_, HW_, ROWS_);
 		break;
-	case KILN_OP_BN_BWD: {
-		/* in0 x, in1 dy, in2 gamma, in3 saved; out0 dx, out1 dgamma, out2 dbeta */
+	case KILN_OP_BN_BWD:
+	case KILN_OP_BN_BWD_REDUCE: {
+		/* BN_BWD: in0 x, in1 dy, in2 gamma, in3 saved; out0 dx, out1 dgamma, out2 dbeta.
+		 * BN_BWD_REDUCE: in0 x, in1 dy, in2 saved; out0 dgamma, out1 dbeta, out2 [2,C].
+		 * with_dx is also the index of dgamma among the outputs. */
+		const int with_dx = p->op.type == KILN_OP_BN_BWD;
 		const T *dy = (const T *)a->in[1];
-		const float *saved = (const float *)a->in[3];
+		const float *saved = (const float *)a->in[2 + with_dx];
 		bn_part<T><<<pb, CUDA_THREADS, 0, s>>>(part, x, dy, saved, C_, HW_, M, K_, ROWS_,
 							   PART_BWD);
 		bn_bwd_finish<<<cb, CUDA_THREADS, 0, s>>>(part, K_, NULL, C_, (double)M,
-							  (const float *)a->in[2], saved,
-							  (float *)a->out[1], (float *)a->out[2], NULL, coef);
-		bn_dx<T><<<eb, CUDA_THREADS, 0, s>>>((T *)a->out[0], x, dy, saved, coef, n, C_, HW_, ROWS_);
-		break;
-	}
-	case KILN_OP_BN_BWD_REDUCE: {
-		/* in0 x, in1 dy, in2 saved; out0 dgamma, out1 dbeta, out2 [2,C] */
-		const T *dy = (const T *)a->in[1];
-		const float *saved = (const float *)a->in[2];
-		bn_part<T><<<pb, CUDA_THREADS, 0, s>>>(part, x, dy, saved, C_, HW_, M, K_, ROWS_,
-							   PART_BWD);
-		bn_bwd_finish<<<cb, CUDA_THREADS, 0, s>>>(part, K_, NULL, C_, (double)M, NULL, saved,
-							  (float *)a->out[0], (float *)a->out[1],
-							  (float *)a->out[2], NULL);
+							  with_dx ? (const float *)a->in[2] : NULL, saved,
+							  (float *)a->out[with_dx], (float *)a->out[with_dx + 1],
+							  with_dx ? NULL : (float *)a->out[2],
+							  with_dx ? coef : NULL);
+		if (with_dx)
+			bn_dx<T><<<eb, CUDA_THREADS, 0, s>>>((T *)a->out[0], x, dy, saved, coef, n, C_, HW_,
+							     ROWS_);
 		break;
 	}
 	case KILN_OP_BN_BWD_APPLY: {

@@ -35,33 +35,41 @@ static int dims4(const struct kiln_tensor_desc *t, int64_t out[4])
 	return 0;
 }
 
+/* Where x, w, y and the bias of each convolution op sit among its
+ * tensors, as dnn_map.h's arg_* codes: (0 in, 1 out) << 8 | index; -1
+ * none.  The bias is optional. */
+static const struct conv_roles {
+	int type, x, w, y, b;
+} conv_roles[] = {
+	{ KILN_OP_CONV, 0 << 8 | 0, 0 << 8 | 1, 1 << 8 | 0, 0 << 8 | 2 },
+	{ KILN_OP_CONV_BWD_DATA, 1 << 8 | 0, 0 << 8 | 1, 0 << 8 | 0, -1 },
+	{ KILN_OP_CONV_BWD_WEIGHTS, 0 << 8 | 0, 1 << 8 | 0, 0 << 8 | 1, 1 << 8 | 1 },
+};
+
+static const struct kiln_tensor_desc *conv_tensor(const struct kiln_op *op, int arg)
+{
+	return arg >> 8 ? &op->out[arg & 255] : &op->in[arg & 255];
+}
+
 int cuda_conv_geom(const struct kiln_op *op, struct cuda_conv_geom *g, char *why, size_t n)
 {
 	memset(g, 0, sizeof *g);
 	g->type = op->type;
 	g->arg_b = -1;
-	const struct kiln_tensor_desc *x, *w, *y, *b = NULL;
-	switch (op->type) {
-	case KILN_OP_CONV:
-		x = &op->in[0], w = &op->in[1], y = &op->out[0];
-		g->arg_x = 0 << 8 | 0, g->arg_w = 0 << 8 | 1, g->arg_y = 1 << 8 | 0;
-		if (op->n_in == 3)
-			b = &op->in[2], g->arg_b = 0 << 8 | 2;
-		break;
-	case KILN_OP_CONV_BWD_DATA:
-		y = &op->in[0], w = &op->in[1], x = &op->out[0];
-		g->arg_y = 0 << 8 | 0, g->arg_w = 0 << 8 | 1, g->arg_x = 1 << 8 | 0;
-		break;
-	case KILN_OP_CONV_BWD_WEIGHTS:
-		x = &op->in[0], y = &op->in[1], w = &op->out[0];
-		g->arg_x = 0 << 8 | 0, g->arg_y = 0 << 8 | 1, g->arg_w = 1 << 8 | 0;
-		if (op->n_out == 2)
-			b = &op->out[1], g->arg_b = 1 << 8 | 1;
-		break;
-	default:
+	const struct conv_roles *r = NULL;
+	for (size_t i = 0; i < sizeof conv_roles / sizeof *conv_roles; i++)
+		if (conv_roles[i].type == op->type)
+			r = &conv_roles[i];
+	if (!r) {
 		snprintf(why, n, "not a convolution");
 		return -1;
 	}
+	const struct kiln_tensor_desc *x = conv_tensor(op, r->x), *w = conv_tensor(op, r->w);
+	const struct kiln_tensor_desc *y = conv_tensor(op, r->y), *b = NULL;
+	g->arg_x = r->x, g->arg_w = r->w, g->arg_y = r->y;
+	/* the bias only when the op has exactly that many tensors there */
+	if (r->b >= 0 && (r->b >> 8 ? op->n_out : op->n_in) == (r->b & 255) + 1)
+		b = conv_tensor(op, r->b), g->arg_b = r->b;
 	if (dims4(x, g->x) || dims4(w, g->w) || dims4(y, g->y)) {
 		snprintf(why, n, "wants 4-d activations and 4-d weights [O,C/g,KH,KW]");
 		return -1;

@@ -54,6 +54,7 @@
  */
 #include <kiln/plugin.h>
 
+#include "../common/comm_init.h"
 #include "shm.h"
 
 #include <gloo/barrier_all_to_all.h>
@@ -655,45 +656,42 @@ void gloo_close(void *ctx)
 	delete c;
 }
 
+/* One collective queued on the comm stream: a job carrying the call's arguments (send is
+ * nullptr for the in-place ones, op and root 0 where they do not apply). */
+kiln_status submit(void *ctx, Kind kind, const void *send, void *buf, size_t count, int dtype,
+		   int op, int root, void *stream, void *done)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	Job *j = job_get(c, kind);
+	if (!j)
+		return KILN_EINTERNAL;
+	j->send = send;
+	j->buf = buf;
+	j->count = count;
+	j->dtype = dtype;
+	j->op = op;
+	j->root = root;
+	return enqueue(c, j, stream, done);
+}
+
 kiln_status gloo_allreduce(void *ctx, void *buf, size_t count, int dtype, int op, void *stream,
 			   void *done)
 {
 	if (dtype != KILN_F32 && dtype != KILN_BF16 && dtype != KILN_F16)
 		return H->error(KILN_ENOTSUP, "gloo: allreduce of dtype %d (f32, bf16, f16 only)", dtype);
-	Job *j = job_get(static_cast<Comm *>(ctx), K_ALLREDUCE);
-	if (!j)
-		return KILN_EINTERNAL;
-	j->buf = buf;
-	j->count = count;
-	j->dtype = dtype;
-	j->op = op;
-	return enqueue(static_cast<Comm *>(ctx), j, stream, done);
+	return submit(ctx, K_ALLREDUCE, nullptr, buf, count, dtype, op, 0, stream, done);
 }
 
 kiln_status gloo_broadcast(void *ctx, void *buf, size_t count, int dtype, int root, void *stream,
 			   void *done)
 {
-	Job *j = job_get(static_cast<Comm *>(ctx), K_BROADCAST);
-	if (!j)
-		return KILN_EINTERNAL;
-	j->buf = buf;
-	j->count = count;
-	j->dtype = dtype;
-	j->root = root;
-	return enqueue(static_cast<Comm *>(ctx), j, stream, done);
+	return submit(ctx, K_BROADCAST, nullptr, buf, count, dtype, 0, root, stream, done);
 }
 
 kiln_status gloo_allgather(void *ctx, const void *send, void *recv, size_t count, int dtype,
 			   void *stream, void *done)
 {
-	Job *j = job_get(static_cast<Comm *>(ctx), K_ALLGATHER);
-	if (!j)
-		return KILN_EINTERNAL;
-	j->send = send;
-	j->buf = recv;
-	j->count = count;
-	j->dtype = dtype;
-	return enqueue(static_cast<Comm *>(ctx), j, stream, done);
+	return submit(ctx, K_ALLGATHER, send, recv, count, dtype, 0, 0, stream, done);
 }
 
 kiln_status gloo_reduce_scatter(void *ctx, const void *send, void *recv, size_t count, int dtype,
@@ -702,15 +700,7 @@ kiln_status gloo_reduce_scatter(void *ctx, const void *send, void *recv, size_t 
 	if (dtype != KILN_F32 && dtype != KILN_BF16 && dtype != KILN_F16)
 		return H->error(KILN_ENOTSUP, "gloo: reduce_scatter of dtype %d (f32, bf16, f16 only)",
 				dtype);
-	Job *j = job_get(static_cast<Comm *>(ctx), K_REDUCE_SCATTER);
-	if (!j)
-		return KILN_EINTERNAL;
-	j->send = send;
-	j->buf = recv;
-	j->count = count;
-	j->dtype = dtype;
-	j->op = op;
-	return enqueue(static_cast<Comm *>(ctx), j, stream, done);
+	return submit(ctx, K_REDUCE_SCATTER, send, recv, count, dtype, op, 0, stream, done);
 }
 
 kiln_status gloo_barrier(void *ctx)
@@ -762,29 +752,7 @@ const struct kiln_key gloo_keys[] = {
 	{ nullptr, 0, nullptr, 0, 0, nullptr, nullptr }
 };
 
-const struct kiln_plugin gloo_plugin = {
-	/* .abi_major = */ KILN_ABI_MAJOR,
-	/* .abi_minor = */ KILN_ABI_MINOR,
-	/* .kind = */ KILN_PLUGIN_COMM,
-	/* .name = */ "gloo",
-	/* .summary = */ "Gloo collectives over TCP (CPU tensors; any machine)",
-	/* .ops = */ &gloo_ops,
-	/* .keys = */ gloo_keys,
-	/* .probe = */ nullptr,
-};
-
-const struct kiln_plugin *const gloo_plugins[] = { &gloo_plugin, nullptr };
-
 } // namespace
 
-extern "C" KILN_PLUGIN_EXPORT const struct kiln_plugin *const *
-kiln_plugin_init(const struct kiln_host *host)
-{
-	if (host->version < 4) {
-		host->error(KILN_EABI, "gloo: needs host table version 4 (kiln ABI 1.3), the core offers %u",
-			    host->version);
-		return nullptr;
-	}
-	H = host;
-	return gloo_plugins;
-}
+COMM_PLUGIN(gloo, "gloo", "Gloo collectives over TCP (CPU tensors; any machine)", gloo_ops,
+	    gloo_keys, nullptr)

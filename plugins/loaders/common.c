@@ -6,7 +6,8 @@
 
 #include <errno.h>    /* errno, EINTR */
 #include <stdio.h>    /* snprintf */
-#include <string.h>   /* strcmp, strerror, strlen */
+#include <stdlib.h>   /* malloc, realloc, free, qsort */
+#include <string.h>   /* memcpy, memset, strcmp, strerror, strlen */
 #include <sys/stat.h> /* stat */
 #include <unistd.h>   /* pread */
 
@@ -28,6 +29,47 @@ ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
 		got += (size_t)r;
 	}
 	return (ssize_t)got;
+}
+
+void loaders_names_free(struct loaders_names *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof *l);
+}
+
+int loaders_names_add(struct loaders_names *l, const char *dir, const char *name)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		char **v = realloc(l->v, cap * sizeof *v);
+		if (!v)
+			return -1;
+		l->v = v;
+		l->cap = cap;
+	}
+	size_t dl = dir && name[0] != '/' ? strlen(dir) : 0, nl = strlen(name);
+	char *p = malloc(dl + nl + 2);
+	if (!p)
+		return -1;
+	if (dl)
+		snprintf(p, dl + nl + 2, "%s%s%s", dir, dir[dl - 1] == '/' ? "" : "/", name);
+	else
+		memcpy(p, name, nl + 1);
+	l->v[l->n++] = p;
+	return 0;
+}
+
+static int loaders_names_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void loaders_names_sort(struct loaders_names *l, size_t from)
+{
+	if (l->n - from > 1) /* qsort(NULL, 0, ...) is undefined */
+		qsort(l->v + from, l->n - from, sizeof *l->v, loaders_names_cmp);
 }
 
 int loaders_join(char *out, size_t n, const char *dir, const char *name)

@@ -57,49 +57,6 @@ struct folder_ctx {
 	int64_t skipped;            /* files with other image extensions */
 };
 
-/* A growable list of strings (directory and file names while listing). */
-struct folder_list {
-	char **v;
-	size_t n, cap;
-};
-
-static void folder_list_free(struct folder_list *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		free(l->v[i]);
-	free(l->v);
-	memset(l, 0, sizeof *l);
-}
-
-static int folder_list_add(struct folder_list *l, const char *s)
-{
-	if (l->n == l->cap) {
-		size_t nc = l->cap ? l->cap * 2 : 64;
-		char **nv = realloc(l->v, nc * sizeof *nv);
-		if (!nv)
-			return -1;
-		l->v = nv;
-		l->cap = nc;
-	}
-	size_t len = strlen(s);
-	if (!(l->v[l->n] = malloc(len + 1)))
-		return -1;
-	memcpy(l->v[l->n++], s, len + 1);
-	return 0;
-}
-
-static int folder_cmp(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Sort by strcmp (Python's order of str for UTF-8 names). */
-static void folder_sort(struct folder_list *l)
-{
-	if (l->n > 1) /* qsort(NULL, 0, ...) is undefined */
-		qsort(l->v, l->n, sizeof *l->v, folder_cmp);
-}
-
 /* ---- listing ---------------------------------------------------------- */
 
 /* The entries of directory root/rel: subdirectories into dirs (as rel/name;
@@ -107,7 +64,7 @@ static void folder_sort(struct folder_list *l)
  * follows links, as os.walk(followlinks=True) does; an entry stat cannot
  * reach (a dangling link) counts as a file, as in os.walk. */
 static kiln_status folder_scandir(struct folder_ctx *c, const char *rel,
-				  struct folder_list *dirs, struct folder_list *files)
+				  struct loaders_names *dirs, struct loaders_names *files)
 {
 	const struct kiln_host *host = c->src.host;
 	char dir[PATH_MAX], p[PATH_MAX];
@@ -144,9 +101,9 @@ static kiln_status folder_scandir(struct folder_ctx *c, const char *rel,
 				st = host->error(KILN_EIO, "%s: path too long", p);
 				break;
 			}
-			bad = folder_list_add(dirs, r);
+			bad = loaders_names_add(dirs, NULL, r);
 		} else if (!isdir && files) {
-			bad = folder_list_add(files, de->d_name);
+			bad = loaders_names_add(files, NULL, de->d_name);
 		} else {
 			bad = 0;
 		}
@@ -166,7 +123,7 @@ static kiln_status folder_scandir(struct folder_ctx *c, const char *rel,
  * `anc` holds the (dev, ino) of the directories above, so a link back up
  * the tree is not followed forever (os.walk would loop). */
 static kiln_status folder_walk(struct folder_ctx *c, const char *rel, struct stat *anc,
-			       int depth, struct folder_list *out)
+			       int depth, struct loaders_names *out)
 {
 	char dir[PATH_MAX];
 	struct stat sb;
@@ -184,16 +141,16 @@ static kiln_status folder_walk(struct folder_ctx *c, const char *rel, struct sta
 		return c->src.host->error(KILN_EDATA, "%s: more than %d directory levels below the class directory",
 				      dir, FOLDER_MAX_DEPTH);
 	anc[depth] = sb;
-	if (folder_list_add(out, rel))
+	if (loaders_names_add(out, NULL, rel))
 		return c->src.host->error(KILN_ENOMEM, "out of memory listing %s", dir);
-	struct folder_list sub = { 0 };
+	struct loaders_names sub = { 0 };
 	kiln_status st = folder_scandir(c, rel, &sub, NULL);
 	if (!st) {
-		folder_sort(&sub);
+		loaders_names_sort(&sub, 0);
 		for (size_t i = 0; i < sub.n && !st; i++)
 			st = folder_walk(c, sub.v[i], anc, depth + 1, out);
 	}
-	folder_list_free(&sub);
+	loaders_names_free(&sub);
 	return st;
 }
 
@@ -248,17 +205,17 @@ static int folder_other_image(const char *name)
 /* All samples of class `cls` (label `label`), in make_dataset's order. */
 static kiln_status folder_scan_class(struct folder_ctx *c, const char *cls, int32_t label)
 {
-	struct folder_list dirs = { 0 }, files = { 0 };
+	struct loaders_names dirs = { 0 }, files = { 0 };
 	struct stat anc[FOLDER_MAX_DEPTH];
 	kiln_status st = folder_walk(c, cls, anc, 0, &dirs);
 	if (st)
 		goto out;
-	folder_sort(&dirs);
+	loaders_names_sort(&dirs, 0);
 	for (size_t d = 0; d < dirs.n && !st; d++) {
-		folder_list_free(&files);
+		loaders_names_free(&files);
 		if ((st = folder_scandir(c, dirs.v[d], NULL, &files)))
 			break;
-		folder_sort(&files);
+		loaders_names_sort(&files, 0);
 		for (size_t f = 0; f < files.n && !st; f++) {
 			if (img_format_of_name(files.v[f]) != IMG_UNKNOWN)
 				st = folder_add(c, dirs.v[d], files.v[f], label);
@@ -267,8 +224,8 @@ static kiln_status folder_scan_class(struct folder_ctx *c, const char *cls, int3
 		}
 	}
 out:
-	folder_list_free(&dirs);
-	folder_list_free(&files);
+	loaders_names_free(&dirs);
+	loaders_names_free(&files);
 	return st;
 }
 
@@ -299,7 +256,7 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 {
 	kiln_status st;
 	int is_dir;
-	struct folder_list classes = { 0 };
+	struct loaders_names classes = { 0 };
 	*out = NULL;
 	const char *path = host->config_get(cfg, section, "path");
 	const char *ksplit = host->config_get(cfg, section, "split");
@@ -326,7 +283,7 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 		st = host->error(KILN_EDATA, "%s: %zu class subdirectories", c->root, classes.n);
 		goto fail;
 	}
-	folder_sort(&classes);
+	loaders_names_sort(&classes, 0);
 	c->src.classes = (int64_t)classes.n;
 	int64_t empty = 0;
 	for (size_t k = 0; k < classes.n; k++) {
@@ -344,7 +301,7 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 				 c->root, classes.n);
 		goto fail;
 	}
-	folder_list_free(&classes);
+	loaders_names_free(&classes);
 	if (empty > 1)
 		host->log(KILN_LOG_WARN, FOLDER_WHO, "%s: %" PRId64 " classes have no images", c->root,
 			  empty);
@@ -358,7 +315,7 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 	return KILN_OK;
 
 fail:
-	folder_list_free(&classes);
+	loaders_names_free(&classes);
 	folder_close(c);
 	return st;
 }

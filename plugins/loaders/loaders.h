@@ -38,6 +38,21 @@ struct loaders_source {
 };
 
 
+/* A growable list of strings the list owns (file and directory names while
+ * listing).  Zero-initialise; loaders_names_free frees the strings and v. */
+struct loaders_names {
+	char **v;                   /* [n] */
+	size_t n, cap;
+};
+
+void loaders_names_free(struct loaders_names *l);
+/* Append a copy of dir/name (one '/' between; name alone when dir is NULL
+ * or empty or name is absolute).  Nonzero when out of memory. */
+int loaders_names_add(struct loaders_names *l, const char *dir, const char *name);
+/* Sort v[from, n) by strcmp (Python's order of str for UTF-8 names, and
+ * zero-padded numbers in order). */
+void loaders_names_sort(struct loaders_names *l, size_t from);
+
 /* Read n bytes at offset `off` of fd with pread(), retrying short reads and
  * EINTR.  Returns the bytes read (less than n only at the end of the file),
  * or -1 with errno set.  Thread-safe: uses no file position. */

@@ -232,46 +232,13 @@ static kiln_status rec_shard_open(const struct kiln_host *host, const char *path
 
 /* ---- finding the shards ------------------------------------------------ */
 
-struct rec_names {
-	char **v;
-	int n, cap;
-};
-
-static void rec_names_free(struct rec_names *l)
-{
-	for (int i = 0; i < l->n; i++)
-		free(l->v[i]);
-	free(l->v);
-	memset(l, 0, sizeof *l);
-}
-
 /* Append dir/name (or name alone when dir is NULL or name absolute). */
-static kiln_status rec_names_add(const struct kiln_host *host, struct rec_names *l,
+static kiln_status rec_names_add(const struct kiln_host *host, struct loaders_names *l,
 				 const char *dir, const char *name)
 {
-	if (l->n == l->cap) {
-		int cap = l->cap ? l->cap * 2 : 16;
-		char **v = realloc(l->v, (size_t)cap * sizeof *v);
-		if (!v)
-			return host->error(KILN_ENOMEM, "out of memory");
-		l->v = v;
-		l->cap = cap;
-	}
-	size_t dl = dir && name[0] != '/' ? strlen(dir) : 0, nl = strlen(name);
-	char *p = malloc(dl + nl + 2);
-	if (!p)
+	if (loaders_names_add(l, dir, name))
 		return host->error(KILN_ENOMEM, "out of memory");
-	if (dl)
-		snprintf(p, dl + nl + 2, "%s%s%s", dir, dir[dl - 1] == '/' ? "" : "/", name);
-	else
-		memcpy(p, name, nl + 1);
-	l->v[l->n++] = p;
 	return KILN_OK;
-}
-
-static int rec_cmp_names(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static int rec_ends_with(const char *s, const char *suffix)
@@ -283,7 +250,7 @@ static int rec_ends_with(const char *s, const char *suffix)
 /* The regular files of dir whose names start with `prefix` and end in
  * .krec, sorted by name (strcmp, so zero-padded numbers sort). */
 static kiln_status rec_scan_dir(const struct kiln_host *host, const char *dir,
-				const char *prefix, struct rec_names *out)
+				const char *prefix, struct loaders_names *out)
 {
 	DIR *d = opendir(dir);
 	if (!d)
@@ -291,7 +258,7 @@ static kiln_status rec_scan_dir(const struct kiln_host *host, const char *dir,
 	struct dirent *de;
 	kiln_status st = KILN_OK;
 	size_t pl = strlen(prefix);
-	int first = out->n;
+	size_t first = out->n;
 	while ((de = readdir(d))) {
 		const char *name = de->d_name;
 		if (name[0] == '.' || strncmp(name, prefix, pl) || !rec_ends_with(name, REC_SUFFIX))
@@ -305,14 +272,14 @@ static kiln_status rec_scan_dir(const struct kiln_host *host, const char *dir,
 		}
 	}
 	closedir(d);
-	if (!st && out->n - first > 1) /* (qsort of nothing may be given NULL) */
-		qsort(out->v + first, (size_t)(out->n - first), sizeof *out->v, rec_cmp_names);
+	if (!st)
+		loaders_names_sort(out, first);
 	return st;
 }
 
 /* The `shards` list: comma-separated, spaces around names ignored. */
 static kiln_status rec_parse_list(const struct kiln_host *host, const char *list,
-				  const char *dir, struct rec_names *out)
+				  const char *dir, struct loaders_names *out)
 {
 	kiln_status st;
 	const char *p = list;
@@ -342,7 +309,7 @@ static kiln_status rec_parse_list(const struct kiln_host *host, const char *list
 /* Resolve the section's keys into the list of shard files. */
 static kiln_status rec_find_shards(const struct kiln_host *host, const struct kiln_config *cfg,
 				   const char *section, const char *split,
-				   struct rec_names *out)
+				   struct loaders_names *out)
 {
 	const char *path = host->config_get(cfg, section, "path");
 	const char *list = host->config_get(cfg, section, "shards");
@@ -412,7 +379,7 @@ static void rec_close(void *vctx)
 static kiln_status rec_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    const char *section, const char *split, void **out)
 {
-	struct rec_names names = { 0 };
+	struct loaders_names names = { 0 };
 	kiln_status st;
 	*out = NULL;
 	split = host->config_get(cfg, section, "split") ? host->config_get(cfg, section, "split")
@@ -429,7 +396,7 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 	for (int u = 0; u < 256; u++)
 		c->lut[u] = (float)(u / 255.0);
 	int sized = 0; /* c->h, w, c hold a shard's size */
-	for (int i = 0; i < names.n; i++) {
+	for (size_t i = 0; i < names.n; i++) {
 		struct rec_shard *s = &c->shards[i];
 		if ((st = rec_shard_open(host, names.v[i], s)))
 			goto fail;
@@ -463,7 +430,7 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 	host->log(KILN_LOG_INFO, REC_WHO, "[%s] %s%s: %" PRId64 " samples %s in %d shard(s), %" PRId64 " classes",
 		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->src.n, size, c->nshards,
 		  c->src.classes);
-	rec_names_free(&names);
+	loaders_names_free(&names);
 	c->src.who = c->shards[0].path;
 	*out = c;
 	return KILN_OK;
@@ -471,7 +438,7 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 fail:
 	rec_close(c);
 fail_names:
-	rec_names_free(&names);
+	loaders_names_free(&names);
 	return st;
 }
 

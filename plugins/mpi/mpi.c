@@ -38,6 +38,7 @@
 
 #include "../common/half.h"
 #include "../common/shmcoll.h"
+#include "../common/comm_init.h"
 #include "../common/watchdog.h"
 
 #include <mpi.h>
@@ -105,22 +106,25 @@ static const char *const kind_names[] = { "allreduce", "broadcast", "allgather",
 
 /* ---- 16-bit float arithmetic ------------------------------------------- */
 
+/* b[i] = a[i] + b[i] in bf16 or f16, each sum in f32 and rounded once */
+static void sum16(const uint16_t *a, uint16_t *b, int n, int bf16)
+{
+	for (int i = 0; i < n; i++)
+		b[i] = bf16 ? half_f32_bf16(half_bf16_f32(a[i]) + half_bf16_f32(b[i]))
+			    : half_f32_f16(half_f16_f32(a[i]) + half_f16_f32(b[i]));
+}
+
+/* MPI_User_function for MPI_Op_create */
 static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
-	const uint16_t *a = in;
-	uint16_t *b = inout;
 	(void)dt;
-	for (int i = 0; i < *len; i++)
-		b[i] = half_f32_bf16(half_bf16_f32(a[i]) + half_bf16_f32(b[i]));
+	sum16(in, inout, *len, 1);
 }
 
 static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt)
 {
-	const uint16_t *a = in;
-	uint16_t *b = inout;
 	(void)dt;
-	for (int i = 0; i < *len; i++)
-		b[i] = half_f32_f16(half_f16_f32(a[i]) + half_f16_f32(b[i]));
+	sum16(in, inout, *len, 0);
 }
 
 /* p[0..n) *= s at the machine's vector width: the averages' pass over
@@ -721,26 +725,5 @@ static const struct kiln_key mpi_keys[] = {
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
-static const struct kiln_plugin mpi_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_COMM,
-	.name = "mpi",
-	.summary = "MPI collectives (Open MPI; CPU tensors; start with mpirun or srun)",
-	.ops = &mpi_ops,
-	.keys = mpi_keys,
-	.probe = mpi_probe,
-};
-
-static const struct kiln_plugin *const mpi_plugins[] = { &mpi_plugin, NULL };
-
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
-{
-	if (host->version < 4) {
-		host->error(KILN_EABI, "mpi: needs host table version 4 (kiln ABI 1.3), the core offers %u",
-			    host->version);
-		return NULL;
-	}
-	H = host;
-	return mpi_plugins;
-}
+COMM_PLUGIN(mpi, "mpi", "MPI collectives (Open MPI; CPU tensors; start with mpirun or srun)", mpi_ops,
+	    mpi_keys, mpi_probe)

@@ -33,6 +33,7 @@
  */
 #include <kiln/plugin.h>
 
+#include "../common/comm_init.h"
 #include "../common/watchdog.h"
 
 #include <cuda_runtime_api.h>
@@ -196,63 +197,69 @@ static int nccl_look(void *arg)
 	return 1; /* without a fatal handler: the calls report it */
 }
 
-static kiln_status nccl_allreduce(void *ctx, void *buf, size_t count, int dtype, int op,
-				  void *stream, void *done)
+enum { NCCL_ALLREDUCE, NCCL_BROADCAST, NCCL_ALLGATHER, NCCL_REDUCE_SCATTER };
+
+/* One collective on the caller's stream: the communicator still usable, a dtype NCCL has (for
+ * the allreduce, one of f32, bf16, f16), then NCCL's call. send is buf for the in-place ones;
+ * op and root are used where they apply. */
+static kiln_status collective(void *ctx, int kind, const void *send, void *buf, size_t count,
+			      int dtype, int op, int root, void *stream, void *done)
 {
+	static const char *const what[] = { "allreduce", "broadcast", "allgather", "reduce_scatter" };
+	static const char *const call[] = { "ncclAllReduce", "ncclBroadcast", "ncclAllGather",
+					    "ncclReduceScatter" };
 	struct nccl_comm *c = ctx;
+	const int halves_only = kind == NCCL_ALLREDUCE;
+	const ncclRedOp_t rop = op == KILN_REDUCE_AVG ? ncclAvg : ncclSum;
 	ncclDataType_t t;
+	ncclResult_t r;
 	kiln_status ust;
 	if ((ust = usable(c)))
 		return ust;
-	if (!dtype_of(dtype, &t) || (dtype != KILN_F32 && dtype != KILN_F16 && dtype != KILN_BF16))
-		return H->error(KILN_ENOTSUP, "nccl: allreduce of dtype %d (f32, bf16, f16 only)", dtype);
-	ncclResult_t r = ncclAllReduce(buf, buf, count, t, op == KILN_REDUCE_AVG ? ncclAvg : ncclSum,
-				       c->comm, native(c, stream));
-	return finish(c, r, "ncclAllReduce", count, stream, done);
+	if (!dtype_of(dtype, &t) ||
+	    (halves_only && dtype != KILN_F32 && dtype != KILN_F16 && dtype != KILN_BF16))
+		return H->error(KILN_ENOTSUP, "nccl: %s of dtype %d%s", what[kind], dtype,
+				halves_only ? " (f32, bf16, f16 only)" : "");
+	cudaStream_t s = native(c, stream);
+	switch (kind) {
+	case NCCL_ALLREDUCE:
+		r = ncclAllReduce(send, buf, count, t, rop, c->comm, s);
+		break;
+	case NCCL_BROADCAST:
+		r = ncclBroadcast(send, buf, count, t, root, c->comm, s);
+		break;
+	case NCCL_ALLGATHER:
+		r = ncclAllGather(send, buf, count, t, c->comm, s);
+		break;
+	default:
+		r = ncclReduceScatter(send, buf, count, t, rop, c->comm, s);
+		break;
+	}
+	return finish(c, r, call[kind], count, stream, done);
+}
+
+static kiln_status nccl_allreduce(void *ctx, void *buf, size_t count, int dtype, int op,
+				  void *stream, void *done)
+{
+	return collective(ctx, NCCL_ALLREDUCE, buf, buf, count, dtype, op, 0, stream, done);
 }
 
 static kiln_status nccl_broadcast(void *ctx, void *buf, size_t count, int dtype, int root,
 				  void *stream, void *done)
 {
-	struct nccl_comm *c = ctx;
-	ncclDataType_t t;
-	kiln_status ust;
-	if ((ust = usable(c)))
-		return ust;
-	if (!dtype_of(dtype, &t))
-		return H->error(KILN_ENOTSUP, "nccl: broadcast of dtype %d", dtype);
-	ncclResult_t r = ncclBroadcast(buf, buf, count, t, root, c->comm, native(c, stream));
-	return finish(c, r, "ncclBroadcast", count, stream, done);
+	return collective(ctx, NCCL_BROADCAST, buf, buf, count, dtype, 0, root, stream, done);
 }
 
 static kiln_status nccl_allgather(void *ctx, const void *send, void *recv, size_t count, int dtype,
 				  void *stream, void *done)
 {
-	struct nccl_comm *c = ctx;
-	ncclDataType_t t;
-	kiln_status ust;
-	if ((ust = usable(c)))
-		return ust;
-	if (!dtype_of(dtype, &t))
-		return H->error(KILN_ENOTSUP, "nccl: allgather of dtype %d", dtype);
-	ncclResult_t r = ncclAllGather(send, recv, count, t, c->comm, native(c, stream));
-	return finish(c, r, "ncclAllGather", count, stream, done);
+	return collective(ctx, NCCL_ALLGATHER, send, recv, count, dtype, 0, 0, stream, done);
 }
 
 static kiln_status nccl_reduce_scatter(void *ctx, const void *send, void *recv, size_t count,
 				       int dtype, int op, void *stream, void *done)
 {
-	struct nccl_comm *c = ctx;
-	ncclDataType_t t;
-	kiln_status ust;
-	if ((ust = usable(c)))
-		return ust;
-	if (!dtype_of(dtype, &t))
-		return H->error(KILN_ENOTSUP, "nccl: reduce_scatter of dtype %d", dtype);
-	ncclResult_t r = ncclReduceScatter(send, recv, count, t,
-					   op == KILN_REDUCE_AVG ? ncclAvg : ncclSum, c->comm,
-					   native(c, stream));
-	return finish(c, r, "ncclReduceScatter", count, stream, done);
+	return collective(ctx, NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, 0, stream, done);
 }
 
 /* An allreduce of one float on a private stream, waited for. */
@@ -437,26 +444,5 @@ static const struct kiln_comm_ops nccl_ops = {
 	.describe = nccl_describe,
 };
 
-static const struct kiln_plugin nccl_plugin = {
-	.abi_major = KILN_ABI_MAJOR,
-	.abi_minor = KILN_ABI_MINOR,
-	.kind = KILN_PLUGIN_COMM,
-	.name = "nccl",
-	.summary = "NCCL collectives on CUDA streams (GPU tensors)",
-	.ops = &nccl_ops,
-	.keys = NULL,
-	.probe = nccl_probe,
-};
-
-static const struct kiln_plugin *const nccl_plugins[] = { &nccl_plugin, NULL };
-
-KILN_PLUGIN_EXPORT const struct kiln_plugin *const *kiln_plugin_init(const struct kiln_host *host)
-{
-	if (host->version < 4) {
-		host->error(KILN_EABI, "nccl: needs host table version 4 (kiln ABI 1.3), the core offers %u",
-			    host->version);
-		return NULL;
-	}
-	H = host;
-	return nccl_plugins;
-}
+COMM_PLUGIN(nccl, "nccl", "NCCL collectives on CUDA streams (GPU tensors)", nccl_ops, NULL,
+	    nccl_probe)
