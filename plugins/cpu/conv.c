@@ -55,159 +55,202 @@ static dnnl_status_t wei_md(dnnl_memory_desc_t *md, int64_t O, int64_t Cg, int64
 	return dnnl_memory_desc_init_by_tag(md, 4, d, dt, any ? dnnl_format_tag_any : dnnl_oihw);
 }
 
-kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+/* The three tensors the convolution touches besides the bias: x (src or
+ * diff_src), y (dst or diff_dst), w (weights or diff_weights). */
+struct conv_tens {
+	dnnl_memory_desc_t user, any;   /* the caller's layout; format `any` */
+	const dnnl_memory_desc_t *kern; /* the layout the kernel chose */
+	int in;                         /* read by the convolution (else written) */
+	int bind, idx;                  /* where the caller's bytes are */
+	dnnl_query_t q;
+	int arg;                        /* DNNL_ARG_* of the convolution */
+	dnnl_primitive_desc_t rpd;      /* reorder, when kern != user */
+	size_t off;                     /* workspace offset of the kernel copy */
+	int m_user, m_kern;
+};
+enum { TX, TY, TW };
+
+/* What cpu_conv_prepare's steps share: the op's roles and geometry, the
+ * descriptors, and the primitive descriptors (freed by cpu_conv_prepare). */
+struct conv_build {
+	const struct kiln_tensor_desc *x, *w, *y;
+	int has_bias, nhwc, kf32;
+	dnnl_data_type_t adt, wdd, kdt;
+	int64_t N, C, H, W, O, Cg, KH, KW, OH, OW, g;
+	dnnl_dims_t strides, dil, pad;
+	char geom[200];
+	struct conv_tens t[3];
+	dnnl_memory_desc_t b_md;
+	dnnl_primitive_desc_t fwd, pd;
+	dnnl_primitive_attr_t attr;
+};
+
+/* Which tensor is which, and the dtypes: f32, or bf16 activations and
+ * weights with f32 accumulation (oneDNN's bf16 kernels); the bias is f32,
+ * and the weight gradient (and bias gradient) is f32 so that the flat
+ * gradients stay f32. */
+static kiln_status conv_roles(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b)
 {
 	const struct kiln_op *op = &p->op;
 	const int type = op->type;
-	kiln_status st = KILN_OK;
-	char geom[200];
-	geom[0] = 0;
-
-	/* Which tensor is which. */
-	const struct kiln_tensor_desc *x, *w, *y;
-	int has_bias;
 	if (type == KILN_OP_CONV) {
-		x = &op->in[0], w = &op->in[1], y = &op->out[0];
-		has_bias = op->n_in == 3;
+		b->x = &op->in[0], b->w = &op->in[1], b->y = &op->out[0];
+		b->has_bias = op->n_in == 3;
 	} else if (type == KILN_OP_CONV_BWD_DATA) {
 		if (op->flags & KILN_OPF_ACCUMULATE)
 			/* oneDNN 2.6 has no sum post-op on backward data. */
 			return cpu_bad(c, op, KILN_ENOTSUP,
 				       "cannot accumulate into dx (write to scratch and add)");
-		x = &op->out[0], w = &op->in[1], y = &op->in[0];
-		has_bias = 0;
+		b->x = &op->out[0], b->w = &op->in[1], b->y = &op->in[0];
+		b->has_bias = 0;
 	} else {
-		x = &op->in[0], w = &op->out[0], y = &op->in[1];
-		has_bias = op->n_out == 2;
+		b->x = &op->in[0], b->w = &op->out[0], b->y = &op->in[1];
+		b->has_bias = op->n_out == 2;
 	}
-	/* f32, or bf16 activations and weights with f32 accumulation (oneDNN's
-	 * bf16 kernels): the bias is f32, and the weight gradient (and bias
-	 * gradient) is f32 so that the flat gradients stay f32 */
-	const int lowp = x->dtype == KILN_BF16;
-	const int wdt = type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : x->dtype;
-	if (cpu_op_has(op, KILN_F16) || y->dtype != x->dtype || w->dtype != wdt ||
-	    (has_bias && (type == KILN_OP_CONV ? op->in[2].dtype : op->out[1].dtype) != KILN_F32) ||
+	const int lowp = b->x->dtype == KILN_BF16;
+	const int wdt = type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : b->x->dtype;
+	if (cpu_op_has(op, KILN_F16) || b->y->dtype != b->x->dtype || b->w->dtype != wdt ||
+	    (b->has_bias && (type == KILN_OP_CONV ? op->in[2].dtype : op->out[1].dtype) != KILN_F32) ||
 	    (!lowp && !cpu_all_f32(op)))
 		return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors, or bf16 activations and weights with an f32 bias (weight and bias gradients f32)");
-	const dnnl_data_type_t adt = dnn_dt(x->dtype), wdd = dnn_dt(wdt);
+	b->adt = dnn_dt(b->x->dtype), b->wdd = dnn_dt(wdt);
 	/* p->kern_f32 (tune.c: [plugin.cpu] bf16_conv = f32, or auto found the
 	 * f32 kernel faster): the kernel's tensors are f32 and the reorders
 	 * between the caller's layout and the kernel's convert */
-	const int kf32 = lowp && p->kern_f32;
-	const dnnl_data_type_t kdt = kf32 ? dnnl_f32 : adt;
-	const int nhwc = cpu_nhwc(x);
-	const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
-	const int64_t O = w->dims[0], Cg = w->dims[1], KH = w->dims[2], KW = w->dims[3];
-	const int64_t sh = op->i[0], sw = op->i[1], ph = op->i[2], pw = op->i[3];
-	const int64_t dh = op->i[4], dw = op->i[5], g = op->i[6] ? op->i[6] : 1;
-	snprintf(geom, sizeof geom,
-		 "x [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] stride %lldx%lld pad %lldx%lld dilation %lldx%lld groups %lld %s",
-		 (long long)N, (long long)C, (long long)H, (long long)W, (long long)O, (long long)Cg,
-		 (long long)KH, (long long)KW, (long long)sh, (long long)sw, (long long)ph,
-		 (long long)pw, (long long)dh, (long long)dw, (long long)g, nhwc ? "NHWC" : "NCHW");
-	const int64_t OH = (H + 2 * ph - dh * (KH - 1) - 1) / sh + 1;
-	const int64_t OW = (W + 2 * pw - dw * (KW - 1) - 1) / sw + 1;
-	if ((st = cpu_dnn_new(c, p)))
-		return st;
-	struct cpu_dnn *d = p->dnn;
+	b->kf32 = lowp && p->kern_f32;
+	b->kdt = b->kf32 ? dnnl_f32 : b->adt;
+	return KILN_OK;
+}
 
-	/* The three tensors the convolution touches besides the bias: x (src
-	 * or diff_src), y (dst or diff_dst), w (weights or diff_weights). */
-	struct tens {
-		dnnl_memory_desc_t user, any;   /* the caller's layout; format `any` */
-		const dnnl_memory_desc_t *kern; /* the layout the kernel chose */
-		int in;                         /* read by the convolution (else written) */
-		int bind, idx;                  /* where the caller's bytes are */
-		dnnl_query_t q;
-		int arg;                        /* DNNL_ARG_* of the convolution */
-		dnnl_primitive_desc_t rpd;      /* reorder, when kern != user */
-		size_t off;                     /* workspace offset of the kernel copy */
-		int m_user, m_kern;
-	} t[3];
-	memset(t, 0, sizeof t);
-	enum { TX, TY, TW };
-	dnnl_memory_desc_t b_md;
-	dnnl_primitive_desc_t fwd = NULL, pd = NULL;
-	dnnl_primitive_attr_t attr = NULL;
-	struct {
-		dnnl_convolution_desc_t conv;
-	} desc;
-	const dnnl_dims_t strides = { sh, sw }, dil = { dh - 1, dw - 1 }, pad = { ph, pw };
+/* Sizes, strides and the geometry string of the messages. */
+static void conv_geometry(const struct kiln_op *op, struct conv_build *b)
+{
+	const struct kiln_tensor_desc *x = b->x, *w = b->w;
+	b->nhwc = cpu_nhwc(x);
+	b->N = x->dims[0], b->C = x->dims[1], b->H = x->dims[2], b->W = x->dims[3];
+	b->O = w->dims[0], b->Cg = w->dims[1], b->KH = w->dims[2], b->KW = w->dims[3];
+	const int64_t sh = op->i[0], sw = op->i[1], ph = op->i[2], pw = op->i[3];
+	const int64_t dh = op->i[4], dw = op->i[5];
+	b->g = op->i[6] ? op->i[6] : 1;
+	snprintf(b->geom, sizeof b->geom,
+		 "x [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] stride %lldx%lld pad %lldx%lld dilation %lldx%lld groups %lld %s",
+		 (long long)b->N, (long long)b->C, (long long)b->H, (long long)b->W, (long long)b->O,
+		 (long long)b->Cg, (long long)b->KH, (long long)b->KW, (long long)sh, (long long)sw,
+		 (long long)ph, (long long)pw, (long long)dh, (long long)dw, (long long)b->g,
+		 b->nhwc ? "NHWC" : "NCHW");
+	b->OH = (b->H + 2 * ph - dh * (b->KH - 1) - 1) / sh + 1;
+	b->OW = (b->W + 2 * pw - dw * (b->KW - 1) - 1) / sw + 1;
+	b->strides[0] = sh, b->strides[1] = sw;
+	b->dil[0] = dh - 1, b->dil[1] = dw - 1; /* oneDNN's dilation is PyTorch's minus one */
+	b->pad[0] = ph, b->pad[1] = pw;
+}
+
+/* The memory descriptors (the caller's layouts and the `any` ones the
+ * kernel chooses from) and the attributes (user scratchpad). */
+static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b)
+{
+	kiln_status st = KILN_OK;
+	const char *geom = b->geom;
+	struct conv_tens *t = b->t;
 	/* NCHW: oneDNN's fast kernels want blocked activations (nChw16c), so
 	 * the activations are `any` too and reordered like the weights (what
 	 * PyTorch's ideep does); the gemm-based kernel for plain NCHW is several
 	 * times slower, worst for the weight gradient.  NHWC has direct kernels. */
-	const int act_any = !nhwc;
-	CPU_DNN_TRY(act_md(&t[TX].user, N, C, H, W, nhwc, adt));
-	CPU_DNN_TRY(act_md(&t[TY].user, N, O, OH, OW, nhwc, adt));
-	CPU_DNN_TRY(wei_md(&t[TW].user, O, Cg, KH, KW, g, 0, wdd));
-	CPU_DNN_TRY(wei_md(&t[TW].any, O, Cg, KH, KW, g, 1, kf32 ? dnnl_f32 : wdd));
-	{
-		dnnl_dims_t xd = { N, C, H, W }, yd = { N, O, OH, OW }, bd = { O };
-		if (act_any) {
-			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TX].any, 4, xd, kdt, dnnl_format_tag_any));
-			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TY].any, 4, yd, kdt, dnnl_format_tag_any));
-		} else if (kdt != adt) {
-			CPU_DNN_TRY(act_md(&t[TX].any, N, C, H, W, nhwc, kdt));
-			CPU_DNN_TRY(act_md(&t[TY].any, N, O, OH, OW, nhwc, kdt));
-		} else {
-			t[TX].any = t[TX].user, t[TY].any = t[TY].user;
-		}
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_a));
+	const int act_any = !b->nhwc;
+	CPU_DNN_TRY(act_md(&t[TX].user, b->N, b->C, b->H, b->W, b->nhwc, b->adt));
+	CPU_DNN_TRY(act_md(&t[TY].user, b->N, b->O, b->OH, b->OW, b->nhwc, b->adt));
+	CPU_DNN_TRY(wei_md(&t[TW].user, b->O, b->Cg, b->KH, b->KW, b->g, 0, b->wdd));
+	CPU_DNN_TRY(wei_md(&t[TW].any, b->O, b->Cg, b->KH, b->KW, b->g, 1, b->kf32 ? dnnl_f32 : b->wdd));
+	dnnl_dims_t xd = { b->N, b->C, b->H, b->W }, yd = { b->N, b->O, b->OH, b->OW }, bd = { b->O };
+	if (act_any) {
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TX].any, 4, xd, b->kdt, dnnl_format_tag_any));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TY].any, 4, yd, b->kdt, dnnl_format_tag_any));
+	} else if (b->kdt != b->adt) {
+		CPU_DNN_TRY(act_md(&t[TX].any, b->N, b->C, b->H, b->W, b->nhwc, b->kdt));
+		CPU_DNN_TRY(act_md(&t[TY].any, b->N, b->O, b->OH, b->OW, b->nhwc, b->kdt));
+	} else {
+		t[TX].any = t[TX].user, t[TY].any = t[TY].user;
 	}
-	CPU_DNN_TRY(dnnl_primitive_attr_create(&attr));
-	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+	CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->b_md, 1, bd, dnnl_f32, dnnl_a));
+	CPU_DNN_TRY(dnnl_primitive_attr_create(&b->attr));
+	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(b->attr, dnnl_scratchpad_mode_user));
+out:
+	return st;
+}
 
-	/* The forward primitive descriptor: the op itself, or the hint the
-	 * backward ones need.  Training: the backward follows. */
+/* Where a tensor's bytes are and which argument of the convolution it is. */
+static void conv_bind(struct conv_tens *t, int in, int bind, int idx, dnnl_query_t q, int arg)
+{
+	t->in = in, t->bind = bind, t->idx = idx, t->q = q, t->arg = arg;
+}
+
+/* The convolution's primitive descriptor: the forward one is the op
+ * itself, or the hint the backward ones need. */
+static kiln_status conv_primitive(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b)
+{
+	kiln_status st = KILN_OK;
+	const char *geom = b->geom;
+	const int type = p->op.type;
+	struct conv_tens *t = b->t;
+	dnnl_convolution_desc_t desc;
+	const dnnl_memory_desc_t *bias = b->has_bias ? &b->b_md : NULL;
 	dnnl_memory_desc_t hint_w = t[TW].any;
-	if (wdd != kdt)
-		CPU_DNN_TRY(wei_md(&hint_w, O, Cg, KH, KW, g, 1, kdt));
+	if (b->wdd != b->kdt)
+		CPU_DNN_TRY(wei_md(&hint_w, b->O, b->Cg, b->KH, b->KW, b->g, 1, b->kdt));
 	CPU_DNN_TRY(dnnl_dilated_convolution_forward_desc_init(
-		&desc.conv, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, &hint_w,
-		has_bias ? &b_md : NULL, &t[TY].any, strides, dil, pad, pad));
-	CPU_DNN_TRY(dnnl_primitive_desc_create(&fwd, &desc.conv, attr, c->engine, NULL));
+		&desc, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, &hint_w, bias,
+		&t[TY].any, b->strides, b->dil, b->pad, b->pad));
+	CPU_DNN_TRY(dnnl_primitive_desc_create(&b->fwd, &desc, b->attr, c->engine, NULL));
 	if (type == KILN_OP_CONV) {
-		pd = fwd;
-		fwd = NULL;
-		t[TX].in = 1, t[TX].bind = CPU_BIND_IN, t[TX].idx = 0, t[TX].q = dnnl_query_src_md, t[TX].arg = DNNL_ARG_SRC;
-		t[TW].in = 1, t[TW].bind = CPU_BIND_IN, t[TW].idx = 1, t[TW].q = dnnl_query_weights_md, t[TW].arg = DNNL_ARG_WEIGHTS;
-		t[TY].in = 0, t[TY].bind = CPU_BIND_OUT, t[TY].idx = 0, t[TY].q = dnnl_query_dst_md, t[TY].arg = DNNL_ARG_DST;
+		b->pd = b->fwd;
+		b->fwd = NULL;
+		conv_bind(&t[TX], 1, CPU_BIND_IN, 0, dnnl_query_src_md, DNNL_ARG_SRC);
+		conv_bind(&t[TW], 1, CPU_BIND_IN, 1, dnnl_query_weights_md, DNNL_ARG_WEIGHTS);
+		conv_bind(&t[TY], 0, CPU_BIND_OUT, 0, dnnl_query_dst_md, DNNL_ARG_DST);
 	} else if (type == KILN_OP_CONV_BWD_DATA) {
 		CPU_DNN_TRY(dnnl_dilated_convolution_backward_data_desc_init(
-			&desc.conv, dnnl_convolution_direct, &t[TX].any, &t[TW].any, &t[TY].any, strides,
-			dil, pad, pad));
-		CPU_DNN_TRY(dnnl_primitive_desc_create(&pd, &desc.conv, attr, c->engine, fwd));
-		t[TX].in = 0, t[TX].bind = CPU_BIND_OUT, t[TX].idx = 0, t[TX].q = dnnl_query_diff_src_md, t[TX].arg = DNNL_ARG_DIFF_SRC;
-		t[TW].in = 1, t[TW].bind = CPU_BIND_IN, t[TW].idx = 1, t[TW].q = dnnl_query_weights_md, t[TW].arg = DNNL_ARG_WEIGHTS;
-		t[TY].in = 1, t[TY].bind = CPU_BIND_IN, t[TY].idx = 0, t[TY].q = dnnl_query_diff_dst_md, t[TY].arg = DNNL_ARG_DIFF_DST;
+			&desc, dnnl_convolution_direct, &t[TX].any, &t[TW].any, &t[TY].any, b->strides,
+			b->dil, b->pad, b->pad));
+		CPU_DNN_TRY(dnnl_primitive_desc_create(&b->pd, &desc, b->attr, c->engine, b->fwd));
+		conv_bind(&t[TX], 0, CPU_BIND_OUT, 0, dnnl_query_diff_src_md, DNNL_ARG_DIFF_SRC);
+		conv_bind(&t[TW], 1, CPU_BIND_IN, 1, dnnl_query_weights_md, DNNL_ARG_WEIGHTS);
+		conv_bind(&t[TY], 1, CPU_BIND_IN, 0, dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST);
 	} else {
 		CPU_DNN_TRY(dnnl_dilated_convolution_backward_weights_desc_init(
-			&desc.conv, dnnl_convolution_direct, &t[TX].any, &t[TW].any,
-			has_bias ? &b_md : NULL, &t[TY].any, strides, dil, pad, pad));
-		CPU_DNN_TRY(dnnl_primitive_desc_create(&pd, &desc.conv, attr, c->engine, fwd));
-		t[TX].in = 1, t[TX].bind = CPU_BIND_IN, t[TX].idx = 0, t[TX].q = dnnl_query_src_md, t[TX].arg = DNNL_ARG_SRC;
-		t[TW].in = 0, t[TW].bind = CPU_BIND_OUT, t[TW].idx = 0, t[TW].q = dnnl_query_diff_weights_md, t[TW].arg = DNNL_ARG_DIFF_WEIGHTS;
-		t[TY].in = 1, t[TY].bind = CPU_BIND_IN, t[TY].idx = 1, t[TY].q = dnnl_query_diff_dst_md, t[TY].arg = DNNL_ARG_DIFF_DST;
+			&desc, dnnl_convolution_direct, &t[TX].any, &t[TW].any, bias, &t[TY].any,
+			b->strides, b->dil, b->pad, b->pad));
+		CPU_DNN_TRY(dnnl_primitive_desc_create(&b->pd, &desc, b->attr, c->engine, b->fwd));
+		conv_bind(&t[TX], 1, CPU_BIND_IN, 0, dnnl_query_src_md, DNNL_ARG_SRC);
+		conv_bind(&t[TW], 0, CPU_BIND_OUT, 0, dnnl_query_diff_weights_md, DNNL_ARG_DIFF_WEIGHTS);
+		conv_bind(&t[TY], 1, CPU_BIND_IN, 1, dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST);
 	}
+out:
+	return st;
+}
 
-	/* The layouts the kernel chose; a reorder for each that is not the
-	 * caller's.  Workspace: [scratchpad (shared by every step, they run in
-	 * turn) | kernel copies of the reordered tensors], 64-byte aligned. */
-	size_t scratch = cpu_dnn_scratch(pd);
-	int n_reorder = 0;
+/* The layouts the kernel chose; a reorder for each that is not the
+ * caller's.  Workspace: [scratchpad (shared by every step, they run in
+ * turn) | kernel copies of the reordered tensors], 64-byte aligned. */
+static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b,
+				int *n_reorder)
+{
+	kiln_status st = KILN_OK;
+	const char *geom = b->geom;
+	struct conv_tens *t = b->t;
+	size_t scratch = cpu_dnn_scratch(b->pd);
+	*n_reorder = 0;
 	for (int k = 0; k < 3; k++) {
-		t[k].kern = dnnl_primitive_desc_query_md(pd, t[k].q, 0);
+		t[k].kern = dnnl_primitive_desc_query_md(b->pd, t[k].q, 0);
 		t[k].m_user = t[k].m_kern = -1;
 		if (dnnl_memory_desc_equal(t[k].kern, &t[k].user))
 			continue;
-		n_reorder++;
+		(*n_reorder)++;
 		if (t[k].in)
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, &t[k].user, c->engine,
-								       t[k].kern, c->engine, attr));
+								       t[k].kern, c->engine, b->attr));
 		else
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, t[k].kern, c->engine,
-								       &t[k].user, c->engine, attr));
+								       &t[k].user, c->engine, b->attr));
 		const size_t rs = cpu_dnn_scratch(t[k].rpd);
 		if (rs > scratch)
 			scratch = rs;
@@ -219,9 +262,20 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			off += align_up(dnnl_memory_desc_get_size(t[k].kern));
 		}
 	p->workspace = off;
+out:
+	return st;
+}
 
-	/* Memory objects: the caller's tensors, the kernel copies, the bias,
-	 * one scratchpad object per primitive that has one (all at offset 0). */
+/* Memory objects (the caller's tensors, the kernel copies, the bias, one
+ * scratchpad object per primitive that has one, all at offset 0) and the
+ * steps: reorders in, the convolution, reorders out. */
+static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b)
+{
+	kiln_status st = KILN_OK;
+	const char *geom = b->geom;
+	const int type = p->op.type;
+	struct cpu_dnn *d = p->dnn;
+	struct conv_tens *t = b->t;
 	int m_b = -1, m_sp = -1;
 	for (int k = 0; k < 3; k++) {
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &t[k].user, t[k].bind, t[k].idx, 0, &t[k].m_user));
@@ -229,14 +283,13 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		if (t[k].rpd)
 			CPU_DNN_TRY(cpu_dnn_mem(c, d, t[k].kern, CPU_BIND_WS, 0, t[k].off, &t[k].m_kern));
 	}
-	if (has_bias)
-		CPU_DNN_TRY(cpu_dnn_mem(c, d, &b_md, type == KILN_OP_CONV ? CPU_BIND_IN : CPU_BIND_OUT,
+	if (b->has_bias)
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->b_md, type == KILN_OP_CONV ? CPU_BIND_IN : CPU_BIND_OUT,
 					type == KILN_OP_CONV ? 2 : 1, 0, &m_b));
-	if (cpu_dnn_scratch(pd))
-		CPU_DNN_TRY(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
+	if (cpu_dnn_scratch(b->pd))
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(b->pd, dnnl_query_scratchpad_md, 0),
 					CPU_BIND_WS, 0, 0, &m_sp));
 
-	/* Steps: reorders in, the convolution, reorders out. */
 	int arg[CPU_DNN_ARGS], mem[CPU_DNN_ARGS], n = 0;
 #define ARG(a_, m_) (arg[n] = (a_), mem[n] = (m_), n++)
 	for (int pass = 0; pass < 3; pass++) {
@@ -244,11 +297,11 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			n = 0;
 			for (int k = 0; k < 3; k++)
 				ARG(t[k].arg, t[k].m_kern);
-			if (has_bias)
+			if (b->has_bias)
 				ARG(type == KILN_OP_CONV ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, m_b);
 			if (m_sp >= 0)
 				ARG(DNNL_ARG_SCRATCHPAD, m_sp);
-			CPU_DNN_TRY(cpu_dnn_step(d, pd, n, arg, mem));
+			CPU_DNN_TRY(cpu_dnn_step(d, b->pd, n, arg, mem));
 			continue;
 		}
 		for (int k = 0; k < 3; k++) {
@@ -267,21 +320,35 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		}
 	}
 #undef ARG
+out:
+	return st;
+}
 
-	p->n_in = op->n_in;
-	p->n_out = op->n_out;
+kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	struct conv_build b;
+	kiln_status st;
+	int n_reorder = 0;
+	memset(&b, 0, sizeof b);
+	if ((st = conv_roles(c, p, &b)))
+		return st;
+	conv_geometry(&p->op, &b);
+	if ((st = cpu_dnn_new(c, p)) || (st = conv_descs(c, p, &b)) ||
+	    (st = conv_primitive(c, p, &b)) || (st = conv_layouts(c, p, &b, &n_reorder)) ||
+	    (st = conv_steps(c, p, &b)))
+		goto out;
+	p->n_in = p->op.n_in;
+	p->n_out = p->op.n_out;
 	p->kernel = cpu_dnn_run;
-	{
-		const char *impl = "?";
-		dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-		c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s + %d reorders, workspace %zu bytes",
-			     cpu_op_name(type), geom, impl, n_reorder, p->workspace);
-	}
+	const char *impl = "?";
+	dnnl_primitive_desc_query(b.pd, dnnl_query_impl_info_str, 0, &impl);
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s + %d reorders, workspace %zu bytes",
+		     cpu_op_name(p->op.type), b.geom, impl, n_reorder, p->workspace);
 out: /* oneDNN's destroy functions take NULL */
 	for (int k = 0; k < 3; k++)
-		dnnl_primitive_desc_destroy(t[k].rpd);
-	dnnl_primitive_desc_destroy(pd);
-	dnnl_primitive_desc_destroy(fwd);
-	dnnl_primitive_attr_destroy(attr);
+		dnnl_primitive_desc_destroy(b.t[k].rpd);
+	dnnl_primitive_desc_destroy(b.pd);
+	dnnl_primitive_desc_destroy(b.fwd);
+	dnnl_primitive_attr_destroy(b.attr);
 	return st;
 }
