@@ -41,6 +41,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors_io import write_file  # the bytes every generator writes
 
 REL = 1e-4  # tests/check_safetensors.c and --check: max |a - ref| <= REL * max |ref|
 TRACKED = 7  # num_batches_tracked in the reference state_dict
@@ -101,13 +102,7 @@ def write_safetensors(path, tensors, metadata=None):
                         "data_offsets": [off, off + len(data)]}
         blobs.append(data)
         off += len(data)
-    hdr = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hdr += b" " * ((-len(hdr)) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hdr)))
-        f.write(hdr)
-        for b in blobs:
-            f.write(b)
+    write_file(path, header, blobs)
 
 
 def read_safetensors(path, check_order=False):

@@ -31,6 +31,12 @@ def write_safetensors(path, tensors, metadata):
         blobs.append(data)
         offset += len(data)
     header["__metadata__"] = metadata
+    write_file(path, header, blobs)
+
+
+def write_file(path, header, blobs):
+    """The file itself: the header's length (u64 little-endian), the JSON
+    header padded with spaces to a multiple of 8, then the blobs in order."""
     hdr = json.dumps(header, separators=(",", ":")).encode("utf-8")
     hdr += b" " * ((-len(hdr)) % 8)
     with open(path, "wb") as f:
