@@ -494,6 +494,14 @@ kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *st
 					v = (2.0f * kiln_rng_uniform(seed, KILN_RNG_INIT, key, (uint32_t)e) -
 					     1.0f) * bound;
 					break;
+				case KILN_INIT_NORMAL: {
+					/* Box-Muller on the element's own two uniforms */
+					float u[4];
+					kiln_rng_uniform4(seed, KILN_RNG_INIT, key, (uint32_t)e, u);
+					v = 0.02f * sqrtf(-2.0f * logf(1.0f - u[0])) *
+					    cosf(6.2831853f * u[1]);
+					break;
+				}
 				default: v = 0.0f;
 				}
 				host[p->off + (size_t)e] = v;

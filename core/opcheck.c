@@ -294,7 +294,7 @@ static kiln_status check_act(const char *who, const struct kiln_op *op)
 {
 	const int bwd = op->type == KILN_OP_ACT_BWD;
 	const int kind = (int)op->i[0];
-	if (kind < KILN_ACT_RELU || kind > KILN_ACT_TANH)
+	if (kind < KILN_ACT_RELU || kind > KILN_ACT_GELU_TANH)
 		BAD(KILN_EINVAL, "unknown activation i[0] = %lld", (long long)op->i[0]);
 	const int from_y = kind == KILN_ACT_SIGMOID || kind == KILN_ACT_TANH;
 	if (bwd ? op->n_in < (from_y ? 3 : 2) || op->n_in > 3 || op->n_out != 1
@@ -423,8 +423,12 @@ static kiln_status check_xent(const char *who, const struct kiln_op *op)
 	const int64_t cols = inner(&op->in[0]);
 	const int64_t rows = cols > 0 ? numel(&op->in[0]) / cols : 0;
 	if (cols <= 0 || op->in[0].ndim != 2 || numel(&op->in[1]) != rows ||
-	    numel(&op->out[0]) != rows * cols || numel(&op->out[1]) < 2)
-		BAD(KILN_EINVAL, "wants logits [N,C], labels [N], dlogits [N,C], metrics [2]");
+	    numel(&op->out[0]) != rows * cols || numel(&op->out[1]) < 2 || numel(&op->out[1]) > 4)
+		BAD(KILN_EINVAL, "wants logits [N,C], labels [N], dlogits [N,C], metrics [2..4]");
+	if (op->i[2] != 0 && op->i[2] != 1)
+		BAD(KILN_EINVAL, "ignore flag i[2] = %lld is not 0 or 1", (long long)op->i[2]);
+	if (op->i[4] < 0)
+		BAD(KILN_EINVAL, "metric rows i[4] = %lld is negative", (long long)op->i[4]);
 	if (op->i[0] < 0 || op->i[0] > rows)
 		BAD(KILN_EINVAL, "valid rows i[0] = %lld outside [0, %lld]", (long long)op->i[0],
 		    (long long)rows);
@@ -432,6 +436,53 @@ static kiln_status check_xent(const char *who, const struct kiln_op *op)
 		BAD(KILN_ENOTSUP, "unknown loss i[1] = %lld", (long long)op->i[1]);
 	if (!(op->f[1] >= 0 && op->f[1] <= 1))
 		BAD(KILN_EINVAL, "label smoothing f[1] outside [0, 1]");
+	return KILN_OK;
+}
+
+/* EMBEDDING (idx, table -> y) and EMBEDDING_BWD (idx, dy -> dtable). */
+static kiln_status check_embedding(const char *who, const struct kiln_op *op)
+{
+	const int bwd = op->type == KILN_OP_EMBEDDING_BWD;
+	kiln_status st = counts(who, op, 2, 1);
+	if (st)
+		return st;
+	const struct kiln_tensor_desc *idx = &op->in[0];
+	const struct kiln_tensor_desc *table = bwd ? &op->out[0] : &op->in[1];
+	const struct kiln_tensor_desc *rows = bwd ? &op->in[1] : &op->out[0];
+	if (idx->dtype != KILN_I32 || !is_float(table->dtype) || !is_float(rows->dtype) ||
+	    (bwd && table->dtype != KILN_F32))
+		BAD(KILN_EINVAL, "wants i32 indices, a floating-point table and rows (an f32 table gradient)");
+	const int64_t C = table->ndim == 2 ? table->dims[1] : 0;
+	if (C <= 0 || table->dims[0] <= 0 || numel(rows) != numel(idx) * C || inner(rows) != C)
+		BAD(KILN_EINVAL, "wants a table [V,C] and rows [N,C] (or [B,T,C]) for N indices");
+	return KILN_OK;
+}
+
+/* LAYERNORM (x, [gamma, beta] -> y, saved) and LAYERNORM_BWD (x, dy, saved,
+ * [gamma] -> dx, [dgamma, dbeta]). */
+static kiln_status check_layernorm(const char *who, const struct kiln_op *op)
+{
+	const int bwd = op->type == KILN_OP_LAYERNORM_BWD;
+	const int n_in = bwd ? 3 : 1, n_out = bwd ? 1 : 2;
+	const int aff_in = bwd ? 1 : 2, aff_out = bwd ? 2 : 0;
+	if ((op->n_in != n_in && op->n_in != n_in + aff_in) ||
+	    (op->n_out != n_out && (!aff_out || op->n_out != n_out + aff_out)))
+		BAD(KILN_EINVAL, bwd ? "takes x, dy, saved (, gamma) and gives dx (, dgamma, dbeta)"
+				     : "takes x (, gamma, beta) and gives y, saved");
+	const struct kiln_tensor_desc *x = &op->in[0];
+	const int64_t C = inner(x), R = C > 0 ? numel(x) / C : 0;
+	int ok = C > 0 && R > 0 && x->ndim >= 1 && !nhwc(x) && is_float(x->dtype) &&
+		 like_x(&op->out[0], x) && (!bwd || like_x(&op->in[1], x));
+	const struct kiln_tensor_desc *saved = bwd ? &op->in[2] : &op->out[1];
+	ok = ok && saved->dtype == KILN_F32 && numel(saved) == 2 * R;
+	for (int k = bwd ? 3 : 1; k < op->n_in && ok; k++)
+		ok = op->in[k].dtype == KILN_F32 && numel(&op->in[k]) == C;
+	for (int k = 1; bwd && k < op->n_out && ok; k++)
+		ok = op->out[k].dtype == KILN_F32 && numel(&op->out[k]) == C;
+	if (!ok)
+		BAD(KILN_EINVAL, "wants x of R rows of C (not NHWC), y, dy, dx of its shape and dtype, f32 saved [R,2], f32 gamma, beta, dgamma, dbeta [C]");
+	if (!bwd && !(op->f[0] >= 0))
+		BAD(KILN_EINVAL, "eps f[0] must be >= 0");
 	return KILN_OK;
 }
 
@@ -603,6 +654,10 @@ static const struct {
 	[KILN_OP_BN_APPLY] = { "BN_APPLY", check_bn_sync },
 	[KILN_OP_BN_BWD_REDUCE] = { "BN_BWD_REDUCE", check_bn_sync },
 	[KILN_OP_BN_BWD_APPLY] = { "BN_BWD_APPLY", check_bn_sync },
+	[KILN_OP_EMBEDDING] = { "EMBEDDING", check_embedding },
+	[KILN_OP_EMBEDDING_BWD] = { "EMBEDDING_BWD", check_embedding },
+	[KILN_OP_LAYERNORM] = { "LAYERNORM", check_layernorm },
+	[KILN_OP_LAYERNORM_BWD] = { "LAYERNORM_BWD", check_layernorm },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");

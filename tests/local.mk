@@ -209,6 +209,16 @@ tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 EXTRA_DIST += tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors
 
+# ---- transformers: the layers and their ops against PyTorch and finite
+# differences (tests/check_transformer.c) ------------------------------------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_transformer
+TESTS += tests/check_transformer
+tests_check_transformer_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_transformer_LDADD = $(DEVICE_SUITE_LDADD)
+endif
+EXTRA_DIST += tests/data/gen_transformer_refs.py tests/data/transformer_refs.safetensors
+
 # ---- training and checkpoints: the trainer, optimizers and schedules
 # against PyTorch, mixed precision, the profiler, safetensors, checkpoints
 # and kill/resume ------------------------------------------------------------

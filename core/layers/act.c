@@ -20,6 +20,12 @@ kiln_status act_configure(const struct kiln_host *h, struct kiln_layer *l,
 	s->alpha = 0.01;
 	if (kind == KILN_ACT_LEAKY_RELU)
 		h->config_get_float(cfg, sec, "negative_slope", &s->alpha);
+	const char *approx = kind == KILN_ACT_GELU ? h->config_get(cfg, sec, "approximate") : NULL;
+	if (approx && !strcmp(approx, "tanh"))
+		s->kind = KILN_ACT_GELU_TANH;
+	else if (approx && strcmp(approx, "none"))
+		return h->error(KILN_ECONFIG, "%s: [%s] approximate = %s: expected none or tanh",
+				h->config_where(cfg, sec, "approximate"), sec, approx);
 	return KILN_OK;
 }
 

@@ -1,8 +1,10 @@
 /* core/layers/linear.c - fully connected layer, y = x W^T + b.
  *
- * x: [B, K] (any [B, ...] input is read as [B, K], K = product of the rest),
+ * x: [B, K] (a 4-d [B, C, H, W] input is read as [B, K], K = C*H*W),
  * W: [out, K] (PyTorch's nn.Linear layout, so weights move between the two
- * unchanged), b: [out], y: [B, out].  A channels-last 4-d input is read
+ * unchanged), b: [out], y: [B, out].  Any other input of 3 or more dims
+ * (tokens [B, T, K]) is transformed over its last dimension, as nn.Linear
+ * does: rows = B*T, y [B, T, out].  A channels-last 4-d input is read
  * in PyTorch's C, H, W order: it is reordered into the workspace first, so
  * both layouts give the same numbers.
  */
@@ -12,7 +14,7 @@ struct linear {
 	struct layer_plans plans;
 	int64_t out;
 	int bias;
-	int64_t B, K;
+	int64_t B, K;     /* rows of K features (B*T for tokens) */
 	void *fwd;        /* y = x W^T (+ b) */
 	void *dx[2];      /* dx = dy W, [0] write, [1] accumulate */
 	void *dw;         /* dW = dy^T x */
@@ -48,9 +50,18 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 	s->reorder = is_nhwc(&l->in[0]) && l->in[0].dims[1] > 1 &&
 		     l->in[0].dims[2] * l->in[0].dims[3] > 1;
 	s->x_bytes = ALIGN64(kiln_tensor_bytes(&l->in[0]));
-	s->B = l->in[0].dims[0];
-	s->K = per_sample(&l->in[0]);
-	f32_desc(&l->out, s->B, s->out, 0);
+	const struct kiln_tensor_desc *x = &l->in[0];
+	if (x->ndim == 3 || x->ndim > 4) { /* over the last dimension */
+		s->K = x->dims[x->ndim - 1];
+		s->B = kiln_tensor_numel(x) / s->K;
+		l->out = *x;
+		l->out.dims[x->ndim - 1] = s->out;
+		l->out.layout = KILN_ROW;
+	} else {
+		s->B = x->dims[0];
+		s->K = per_sample(x);
+		f32_desc(&l->out, s->B, s->out, 0);
+	}
 	l->out.dtype = l->in[0].dtype; /* the compute dtype */
 	l->n_params = s->bias ? 2 : 1;
 	l->params[0] = (struct kiln_param_spec){ "weight", { 0 }, KILN_INIT_KAIMING_UNIFORM, s->K, 0 };
@@ -198,5 +209,9 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 	return KILN_OK;
 }
 
-LAYER(linear, "linear", "fully connected: y = x W^T + b", linear_keys, 1, 1, linear_configure,
+LAYER(linear, "linear",
+      "fully connected: y = x W^T + b (nn.Linear): 2-d [B, K] by rows; 4-d [B, C, H, W] flattened per "
+      "sample (K = C*H*W, in C, H, W order) to [B, out]; 3-d [B, T, K] (and 5-d or more) over the "
+      "last dimension to [B, T, out]",
+      linear_keys, 1, 1, linear_configure,
       linear_infer, linear_plan, linear_forward, linear_backward, layer_destroy);

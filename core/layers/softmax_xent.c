@@ -7,13 +7,24 @@
  * its gradient goes to workspace.
  *
  * x: logits [B, C]; labels i32 [B]; metrics f32[3] += {loss sum, correct,
- * top-5 correct}.
+ * top-5 correct}.  Tokens: logits [B, T, V] and labels i32 [B, T] are B*T
+ * rows of V classes; rows labelled ignore_index are left out (zero gradient,
+ * not counted) and the gradient is the mean over the rows counted
+ * (nn.CrossEntropyLoss(ignore_index)); the metrics add B times the batch's
+ * token means, so the trainer's mean over samples is the mean of the
+ * batches' mean token loss (and token accuracy).  Over 2-d logits rows are
+ * ignored only when ignore_index is set in the config (a label outside
+ * [0, C) is otherwise an error, as before).
  */
 #include "util.h"
 
 struct xent {
 	struct layer_plans plans;
 	int64_t B, C;
+	int64_t samples;   /* the batch (rows = B = samples x tokens) */
+	int tokens;        /* 3-d logits [B, T, V] */
+	int ignore;        /* rows labelled ignore_index are left out */
+	int64_t ignore_index;
 	int kind;          /* enum kiln_loss */
 	double smoothing;  /* label_smoothing (cross-entropy) */
 	void *op;
@@ -22,6 +33,8 @@ struct xent {
 static const struct kiln_key xent_keys[] = {
 	{ "label_smoothing", KILN_KEY_FLOAT, "0", 0, 1, NULL,
 	  "Cross-entropy against (1 - e) one-hot + e / classes (nn.CrossEntropyLoss(label_smoothing = e))." },
+	{ "ignore_index", KILN_KEY_INT, "-100", -1e9, 1e9, NULL,
+	  "Rows whose label is this get no gradient and are not counted in the loss mean or the accuracy (nn.CrossEntropyLoss(ignore_index)). Always on for token logits [B, T, V]; over [B, C] logits only when set here." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -38,6 +51,11 @@ static kiln_status loss_configure(const struct kiln_host *h, struct kiln_layer *
 			s->smoothing = 0;
 		else if (st)
 			return st;
+		s->ignore_index = -100;
+		st = h->config_get_int(cfg, section, "ignore_index", &s->ignore_index);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+		s->ignore = st == KILN_OK;
 	}
 	l->is_loss = 1;
 	return KILN_OK;
@@ -46,11 +64,17 @@ static kiln_status loss_configure(const struct kiln_host *h, struct kiln_layer *
 static kiln_status loss_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
 	struct xent *s = l->priv;
-	if (l->in[0].ndim != 2)
-		return h->error(KILN_ECONFIG, "layer '%s' (softmax_xent) needs logits [batch, classes], got %d dims",
-				l->name, l->in[0].ndim);
-	s->B = l->in[0].dims[0];
-	s->C = l->in[0].dims[1];
+	const struct kiln_tensor_desc *x = &l->in[0];
+	if (x->ndim != 2 && (x->ndim != 3 || s->kind != KILN_LOSS_XENT))
+		return h->error(KILN_ECONFIG, "layer '%s' (%s) needs logits [batch, classes]%s, got %d dims",
+				l->name, l->type, s->kind == KILN_LOSS_XENT ? " or [batch, tokens, vocab]" : "",
+				x->ndim);
+	s->tokens = x->ndim == 3;
+	s->samples = x->dims[0];
+	s->B = s->tokens ? x->dims[0] * x->dims[1] : x->dims[0];
+	s->C = x->dims[x->ndim - 1];
+	if (s->tokens)
+		s->ignore = 1;
 	f32_desc(&l->out, 2, 0, 0);
 	l->needs_input = 1;
 	return KILN_OK;
@@ -74,6 +98,9 @@ static kiln_status loss_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.i[1] = s->kind;
 	op.f[0] = 1.0 / (double)s->B;
 	op.f[1] = s->smoothing;
+	op.i[2] = s->ignore;
+	op.i[3] = s->ignore_index;
+	op.i[4] = s->ignore ? s->samples : 0; /* means over the rows counted, B of them */
 	size_t w = 0;
 	kiln_status st = prep(h, l, dev, &op, &s->op, &w);
 	/* evaluation writes the unused gradient at the start of the

@@ -75,7 +75,21 @@ enum kiln_op_type {
 	 *     f[0] (sigmoid(x) - t) / C
 	 * in2 (optional, n_in = 3; ABI 1.2): a device f32[1] loss scale s
 	 * (mixed precision's, KILN_OP_SCALER_UPDATE's state[0]): dlogits are
-	 * multiplied by s as well, the loss and counts are not. */
+	 * multiplied by s as well, the loss and counts are not.
+	 * ignore_index (ABI 2.1): with i[2] = 1, rows whose label equals i[3]
+	 * are ignored as nn.CrossEntropyLoss(ignore_index = i[3]) ignores
+	 * them: zero gradient, not counted in any metric; and the gradient
+	 * scale becomes f[0] * i[0] / n, n = the rows counted in this call
+	 * (with f[0] = 1/i[0], PyTorch's mean over the rows not ignored; all
+	 * zero when n = 0).  i[2] = 0 (every 2-d use before): no row is
+	 * ignored and every label must be in [0, C).  out1 may have a fourth
+	 * element: [3] += n, the rows counted (what a mean divides by).
+	 * i[4] = M > 0 (ABI 2.1): the loss and count metrics are added as M
+	 * times their means over the n rows counted (0 when n = 0): a loss
+	 * over B samples of T tokens sets M = B, so a mean over samples
+	 * (the trainer's) is the mean of the batches' token means, the
+	 * number a PyTorch loop over CrossEntropyLoss(reduction = 'mean')
+	 * reports.  i[4] = 0: plain sums. */
 	KILN_OP_SOFTMAX_XENT = 6,
 	/* SGD with momentum and weight decay over flat buffers of n = i[0]
 	 * elements: in0 grads, in1 lr f32[1] (device scalar), in2 (optional:
@@ -308,6 +322,38 @@ enum kiln_op_type {
 	 * group's BN_BWD_REDUCE out2; out0 dx (overwritten); i[0] = G:
 	 *   dx = gamma*invstd * (dy - S_dbeta/M - xhat * S_dgamma/M) */
 	KILN_OP_BN_BWD_APPLY = 40,
+	/* ---- transformers (ABI 2.1) ----------------------------------------
+	 * Token activations are [B, T, C] row-major (any shape whose last
+	 * dimension is C: R = B*T rows of C). */
+	/* Embedding lookup (nn.Embedding): in0 idx i32[N] (any shape of N
+	 * elements), in1 table [V, C]; out0 y (N*C elements: [N, C] or
+	 * [B, T, C]), row n = table row idx[n].  An index outside [0, V) is
+	 * never read: its row of y is zeroed and the run fails with
+	 * KILN_EDATA naming the first such position and index. */
+	KILN_OP_EMBEDDING = 41,
+	/* Its backward: in0 idx i32[N], in1 dy (N*C elements); out0 dtable
+	 * f32[V, C] (=|+= with KILN_OPF_ACCUMULATE): row v gets the sum of
+	 * dy's rows n with idx[n] = v, added in increasing n whatever the
+	 * thread count (deterministic: no atomics).  Rows of no index are
+	 * zeroed (or left as they are when accumulating).  Bad indices as
+	 * the forward: skipped, KILN_EDATA. */
+	KILN_OP_EMBEDDING_BWD = 42,
+	/* Layer normalisation over the last dimension (nn.LayerNorm(C, eps)):
+	 * in0 x (R rows of C), in1 gamma f32[C], in2 beta f32[C] (both absent,
+	 * n_in = 1: no affine); out0 y (x's shape), out1 saved f32[R, 2]
+	 * (per row the mean, then rstd = 1/sqrt(var + eps), var biased);
+	 * f[0] eps.  y = (x - mean) * rstd * gamma + beta. */
+	KILN_OP_LAYERNORM = 43,
+	/* Its backward: in0 x, in1 dy, in2 saved f32[R, 2] (LAYERNORM's out1),
+	 * in3 gamma f32[C] (absent, n_in = 3: no affine); out0 dx (=|+= with
+	 * KILN_OPF_ACCUMULATE), out1 dgamma f32[C], out2 dbeta f32[C] (both
+	 * absent, n_out = 1: no affine, or parameters not trained; both
+	 * added into when i[0] = 1, else overwritten).  With xh = (x - mean)
+	 * * rstd and g = dy * gamma:
+	 *   dx = rstd * (g - mean_C(g) - xh * mean_C(g * xh))
+	 *   dgamma = sum over rows of dy * xh,  dbeta = sum over rows of dy
+	 * (the sums over rows in a fixed order, whatever the thread count). */
+	KILN_OP_LAYERNORM_BWD = 44,
 	KILN_OP_TYPE_COUNT
 };
 
@@ -318,7 +364,10 @@ enum kiln_act {
 	KILN_ACT_LEAKY_RELU = 1, /* x > 0 ? x : alpha * x */
 	KILN_ACT_GELU = 2,       /* exact (erf) GELU, PyTorch's default */
 	KILN_ACT_SIGMOID = 3,
-	KILN_ACT_TANH = 4
+	KILN_ACT_TANH = 4,
+	/* GELU's tanh approximation (GPT-2's; nn.GELU(approximate='tanh')), ABI 2.1:
+	 * y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
+	KILN_ACT_GELU_TANH = 5
 };
 
 enum kiln_loss { KILN_LOSS_XENT = 0, KILN_LOSS_MSE = 1, KILN_LOSS_BCE = 2 };

@@ -47,9 +47,12 @@ extern "C" {
 /* 2.0: the op catalogue moved to kiln/ops.h; a device's ops table carries
  * its traits (type, auto score, memory, communicator) and open() receives
  * struct kiln_device_options; source get/set_position and precision
- * grad_dtype, which nothing called, are gone (docs/plugins.md, "ABI 2"). */
+ * grad_dtype, which nothing called, are gone (docs/plugins.md, "ABI 2").
+ * 2.1: the transformer ops (kiln/ops.h: EMBEDDING, EMBEDDING_BWD, LAYERNORM,
+ * LAYERNORM_BWD), KILN_ACT_GELU_TANH, SOFTMAX_XENT's ignore_index and row
+ * count, KILN_INIT_NORMAL. */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 0
+#define KILN_ABI_MINOR 1
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -716,7 +719,8 @@ enum kiln_init {
 	KILN_INIT_ZERO = 0,
 	KILN_INIT_ONE = 1,
 	KILN_INIT_KAIMING_UNIFORM = 2, /* U(-b, b), b = 1/sqrt(fan_in): PyTorch Linear/Conv default */
-	KILN_INIT_BIAS_UNIFORM = 3     /* U(-b, b), b = 1/sqrt(fan_in) of the weight */
+	KILN_INIT_BIAS_UNIFORM = 3,    /* U(-b, b), b = 1/sqrt(fan_in) of the weight */
+	KILN_INIT_NORMAL = 4           /* N(0, 0.02^2): GPT-2's embeddings (ABI 2.1) */
 };
 
 /* A parameter the layer asks for in infer(). */

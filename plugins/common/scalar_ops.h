@@ -127,4 +127,20 @@ static inline COMMON_HD void common_bn_commit(int64_t c, int64_t C, double mean,
 	b[c] = (float)(beta[c] - mean * sc);
 }
 
+/* GELU's tanh approximation (KILN_ACT_GELU_TANH, nn.GELU(approximate =
+ * 'tanh')) in f32: y = x/2 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * and its derivative dy/dx = (1 + t)/2 + x/2 (1 - t^2) du/dx, t = tanh(u). */
+static inline COMMON_HD float common_gelu_tanh(float x)
+{
+	const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+	return 0.5f * x * (1.0f + tanhf(u));
+}
+
+static inline COMMON_HD float common_gelu_tanh_grad(float x)
+{
+	const float k = 0.7978845608028654f;
+	const float t = tanhf(k * (x + 0.044715f * x * x * x));
+	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 #endif /* KILN_COMMON_SCALAR_OPS_H */

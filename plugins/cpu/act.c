@@ -6,13 +6,15 @@
  *   relu        y = x > 0 ? x : 0 (NaN passes)   dy * (x > 0)
  *   leaky_relu  y = x > 0 ? x : alpha*x          dy * (x > 0 ? 1 : alpha)
  *   gelu        y = x/2 * (1 + erf(x/sqrt 2))    dy * (Phi(x) + x*phi(x))
+ *   gelu_tanh   y = x/2 * (1 + tanh(u))          common_gelu_tanh_grad (scalar_ops.h)
  *   sigmoid     y = 1/(1 + exp(-x))              dy * y*(1 - y)
  *   tanh        y = tanh(x)                      dy * (1 - y*y)
- * The backward reads x (in0) for relu, leaky_relu and gelu and y (in2) for
+ * The backward reads x (in0) for relu, leaky_relu and both gelus and y (in2) for
  * sigmoid and tanh; only the one it reads must be given (in2 may be absent,
  * n_in = 2, for the first three).
  */
 #include "cpu.h"
+#include "../common/scalar_ops.h" /* the GELU tanh formulas: kernels.cu's too */
 
 #include <Random123/philox.h> /* philox4x32: counter-based RNG, also in CUDA */
 #include <math.h>
@@ -38,6 +40,10 @@ CPU_CLONES static void act_span(float *restrict y, const float *restrict x, int6
 	case KILN_ACT_GELU:
 		for (int64_t i = 0; i < n; i++)
 			y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+		break;
+	case KILN_ACT_GELU_TANH:
+		for (int64_t i = 0; i < n; i++)
+			y[i] = common_gelu_tanh(x[i]);
 		break;
 	case KILN_ACT_SIGMOID:
 		for (int64_t i = 0; i < n; i++)
@@ -90,6 +96,10 @@ CPU_CLONES static void act_bwd_span(float *dx, const float *x, const float *y,
 				const float pdf = k * expf(-0.5f * v * v);
 				g[i] = di[i] * (cdf + v * pdf);
 			}
+			break;
+		case KILN_ACT_GELU_TANH:
+			for (int64_t i = 0; i < m; i++)
+				g[i] = di[i] * common_gelu_tanh_grad(xi[i]);
 			break;
 		case KILN_ACT_SIGMOID:
 #pragma omp simd

@@ -235,10 +235,20 @@ static kiln_status cpu_relu_bwd_bf16(const struct cpu_plan *p, const struct kiln
 	return KILN_OK;
 }
 
-/* The fused loss: see KILN_OP_SOFTMAX_XENT in plugin.h.  x (R, C) logits,
- * label (R) i32, dx (R, C), m [2 or 3] metric sums.  Rows r < V = i[0] are
- * real; rows past V are padding: dx = 0, not counted.  Softmax subtracts
+/* The fused loss: see KILN_OP_SOFTMAX_XENT in kiln/ops.h.  x (R, C) logits,
+ * label (R) i32, dx (R, C), m [2..4] metric sums.  Rows r < V = i[0] are
+ * real; rows past V are padding: dx = 0, not counted.  With i[2] = 1 rows
+ * labelled i[3] are ignored as padding is, and the gradient scale is
+ * divided by the share of rows counted (xent_counted).  Softmax subtracts
  * the row max so exp never overflows; sums are in double. */
+static int64_t xent_counted(const int32_t *label, int64_t V, int ignore, int32_t ignored)
+{
+	int64_t n = 0;
+	for (int64_t r = 0; r < V; r++)
+		n += !ignore || label[r] != ignored;
+	return n;
+}
+
 static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_op_args *a,
 				    struct cpu_err *e)
 {
@@ -250,8 +260,12 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 	const int kind = (int)p->op.i[1], top5 = p->sz[0] >= 3;
 	/* with a loss scale (in2) the gradient is f[0] * s * (...): f[0] * s
 	 * rounded once, so s = 1 changes nothing */
-	const float scale = p->op.n_in == 3 ? (float)(p->op.f[0] * *(const float *)a->in[2])
-					    : (float)p->op.f[0];
+	const int ignore = p->op.i[2] == 1;
+	const int32_t ignored = (int32_t)p->op.i[3];
+	const int64_t counted = xent_counted(label, V, ignore, ignored);
+	const double f0 = counted && counted != V ? p->op.f[0] * (double)V / (double)counted
+						    : p->op.f[0];
+	const float scale = p->op.n_in == 3 ? (float)(f0 * *(const float *)a->in[2]) : (float)f0;
 	const float eps = (float)p->op.f[1];
 	const int nch = V < CPU_CHUNKS ? (int)(V > 0 ? V : 1) : CPU_CHUNKS;
 	double loss[CPU_CHUNKS] = { 0 }, ok[CPU_CHUNKS] = { 0 }, ok5[CPU_CHUNKS] = { 0 };
@@ -265,6 +279,10 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 			const float *xr = x + r * C;
 			float *dr = dx + r * C;
 			const int32_t l = label[r];
+			if (ignore && l == ignored) {
+				memset(dr, 0, (size_t)C * sizeof *dr);
+				continue;
+			}
 			if (l < 0 || l >= C) {
 				if (bad[ch] < 0)
 					bad[ch] = r;
@@ -332,10 +350,16 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 		os += ok[ch];
 		o5 += ok5[ch];
 	}
+	if (p->op.i[4] > 0) { /* M times the means over the rows counted */
+		const double k = counted ? (double)p->op.i[4] / (double)counted : 0.0;
+		ls *= k, os *= k, o5 *= k;
+	}
 	m[0] = (float)(m[0] + ls);
 	m[1] = (float)(m[1] + os);
 	if (top5)
 		m[2] = (float)(m[2] + o5);
+	if (p->sz[0] >= 4)
+		m[3] = (float)(m[3] + (double)counted);
 	return KILN_OK;
 }
 
@@ -727,7 +751,7 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	case KILN_OP_SOFTMAX_XENT:
 		if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32)
 			return cpu_bad(c, op, KILN_ENOTSUP, "needs f32 logits and gradient");
-		p->sz[0] = common_numel(&op->out[1]); /* 3: also count top-5 */
+		p->sz[0] = common_numel(&op->out[1]); /* 3: also count top-5; 4: rows */
 		return KILN_OK;
 	case KILN_OP_NORMALIZE_U8:
 		if (op->out[0].dtype != KILN_F32)

@@ -835,6 +835,7 @@ __global__ void k_act(void *y, int ty, const void *x, int tx, int64_t n, int kin
 		case KILN_ACT_RELU: r = v < 0.0f ? 0.0f : v; break;
 		case KILN_ACT_LEAKY_RELU: r = v > 0.0f ? v : alpha * v; break;
 		case KILN_ACT_GELU: r = 0.5f * v * (1.0f + erff(v * (float)M_SQRT1_2)); break;
+		case KILN_ACT_GELU_TANH: r = common_gelu_tanh(v); break;
 		case KILN_ACT_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
 		default: r = tanhf(v); break;
 		}
@@ -842,7 +843,7 @@ __global__ void k_act(void *y, int ty, const void *x, int tx, int64_t n, int kin
 	}
 }
 
-/* dx (n) (=|+=) dy * act'(.): from x (in0) for relu, leaky_relu and gelu,
+/* dx (n) (=|+=) dy * act'(.): from x (in0) for relu, leaky_relu and the gelus,
  * from y (in2) for sigmoid and tanh */
 __global__ void k_act_bwd(void *dx, int tdx, const void *x, int tx, const void *dy, int tdy,
 			  const void *y, int ty, int64_t n, int kind, float alpha, int acc)
@@ -862,6 +863,7 @@ __global__ void k_act_bwd(void *dx, int tdx, const void *x, int tx, const void *
 			g = d * (cdf + v * pdf);
 			break;
 		}
+		case KILN_ACT_GELU_TANH: g = d * common_gelu_tanh_grad(ld(x, tx, i)); break;
 		case KILN_ACT_SIGMOID: {
 			const float u = ld(y, ty, i);
 			g = d * u * (1.0f - u);
