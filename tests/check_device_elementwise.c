@@ -235,6 +235,12 @@ static double act_ref(int kind, double x, double alpha, double *deriv, double *y
 		v = 0.5 * x * (1 + erf(x / sqrt(2.0)));
 		d = 0.5 * (1 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
 		break;
+	case KILN_ACT_GELU_TANH: { /* GPT-2's approximation, in double */
+		const double k = sqrt(2 / M_PI), t = tanh(k * (x + 0.044715 * x * x * x));
+		v = 0.5 * x * (1 + t);
+		d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+		break;
+	}
 	case KILN_ACT_SIGMOID: v = 1 / (1 + exp(-x)), d = v * (1 - v); break;
 	default: v = tanh(x), d = 1 - v * v; break;
 	}
@@ -263,7 +269,7 @@ static void act_case(struct fx *f, int kind, int n, float alpha)
 	for (int i = 0; i < n; i++) {
 		double d, y;
 		act_ref(kind, x[i], alpha, &d, &y);
-		NEAR(yh[i], y, fabs(y) + fabs(x[i]) * (kind == KILN_ACT_GELU), 1e-5,
+		NEAR(yh[i], y, fabs(y) + fabs(x[i]) * (kind == KILN_ACT_GELU || kind == KILN_ACT_GELU_TANH), 1e-5,
 		     "ACT %d: y(%g) = %.7g, want %.7g", kind, x[i], yh[i], y);
 	}
 	for (int acc = 0; acc < 2; acc++) {
@@ -298,7 +304,7 @@ START_TEST(test_act)
 	struct fx f;
 	fx_open(&f, _i);
 	SKIP_UNSUPPORTED(&f, KILN_OP_ACT);
-	for (int kind = KILN_ACT_RELU; kind <= KILN_ACT_TANH; kind++) {
+	for (int kind = KILN_ACT_RELU; kind <= KILN_ACT_GELU_TANH; kind++) {
 		act_case(&f, kind, 17, 0.01f);
 		act_case(&f, kind, 100003, 0.2f);
 	}

@@ -223,6 +223,50 @@ START_TEST(test_layernorm_fd)
 }
 END_TEST
 
+/* bf16 activations (mixed precision): y is the f32 op's result on the same
+ * values, rounded once; dx likewise, and dgamma, dbeta stay f32. */
+START_TEST(test_layernorm_bf16)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_LAYERNORM);
+	enum { R = 7, C = 64, N = R * C };
+	float x[N], dy[N], g[C], b[C], y32[N], dx32[N], dg32[C], dg16[C];
+	uint16_t x16[N], dy16[N], y16[N], dx16[N];
+	for (int i = 0; i < N; i++) {
+		x16[i] = h_round(2.0f * frand() + 0.3f, KILN_BF16), x[i] = h_wide(x16[i], KILN_BF16);
+		dy16[i] = h_round(frand(), KILN_BF16), dy[i] = h_wide(dy16[i], KILN_BF16);
+	}
+	for (int i = 0; i < C; i++)
+		g[i] = 1.0f + 0.5f * frand(), b[i] = frand();
+	for (int lp = 0; lp < 2; lp++) {
+		struct kiln_op fwd, bwd;
+		ln_ops(&fwd, &bwd, R, C, 1);
+		const size_t eb = lp ? sizeof(uint16_t) : sizeof(float);
+		if (lp)
+			fwd.in[0].dtype = fwd.out[0].dtype = bwd.in[0].dtype = bwd.in[1].dtype =
+				bwd.out[0].dtype = KILN_BF16;
+		void *dx_ = dput(&f, lp ? (void *)x16 : (void *)x, N * eb);
+		void *ddy = dput(&f, lp ? (void *)dy16 : (void *)dy, N * eb);
+		void *dg_ = dput(&f, g, sizeof g), *db_ = dput(&f, b, sizeof b);
+		void *y = dput(&f, NULL, N * eb), *s = dput(&f, NULL, 2 * R * sizeof(float));
+		void *dx = dput(&f, NULL, N * eb), *dg = dput(&f, NULL, sizeof g), *db = dput(&f, NULL, sizeof b);
+		OK(run_op(&f, &fwd, (const void *[]){ dx_, dg_, db_ }, (void *[]){ y, s }));
+		OK(run_op(&f, &bwd, (const void *[]){ dx_, ddy, s, dg_ }, (void *[]){ dx, dg, db }));
+		dget(&f, lp ? (void *)y16 : (void *)y32, y, N * eb);
+		dget(&f, lp ? (void *)dx16 : (void *)dx32, dx, N * eb);
+		dget(&f, lp ? dg16 : dg32, dg, sizeof dg32);
+		DFREE(&f, dx_, ddy, dg_, db_, y, s, dx, dg, db);
+	}
+	for (int i = 0; i < N; i++) {
+		ck_assert_msg(y16[i] == h_round(y32[i], KILN_BF16), "bf16 y[%d]", i);
+		ck_assert_msg(dx16[i] == h_round(dx32[i], KILN_BF16), "bf16 dx[%d]", i);
+	}
+	ck_assert(!memcmp(dg16, dg32, sizeof dg32));
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- gelu, exact and tanh ---------------------------------------------------- */
 
 START_TEST(test_gelu)
@@ -611,7 +655,7 @@ END_TEST
 static Suite *make_transformer_suite(void)
 {
 	Suite *s = dfx_suite((const struct dfx_case[]){
-		DFX_CASE(layernorm), DFX_CASE(layernorm_fd), DFX_CASE(gelu),
+		DFX_CASE(layernorm), DFX_CASE(layernorm_fd), DFX_CASE(layernorm_bf16), DFX_CASE(gelu),
 		DFX_CASE(gelu_tanh_fd), DFX_CASE(embedding), DFX_ONCE(embedding_deterministic, 60),
 		DFX_CASE(xent_ignore), DFX_ONCE(model, 120), DFX_ONCE(model_fd, 300),
 		DFX_ONCE(config_errors, 60), { NULL, NULL, 0 } });
