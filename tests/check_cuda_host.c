@@ -350,6 +350,10 @@ START_TEST(test_err_message)
 	ck_assert_int_eq(kern_err_message(kern_err_key_label(17, -3), 10, KERN_ERR_LABEL,
 					  "SOFTMAX_XENT", buf, sizeof buf), KILN_EDATA);
 	ck_assert_str_eq(buf, "cuda: SOFTMAX_XENT: label -3 of row 17 is outside [0, 10)");
+	/* an embedding id: the CPU device's message, "cuda" for "cpu" */
+	ck_assert_int_eq(kern_err_message(kern_err_key_label(1, 5), 5, KERN_ERR_INDEX, "EMBEDDING",
+					  buf, sizeof buf), KILN_EDATA);
+	ck_assert_str_eq(buf, "cuda: EMBEDDING: index 5 at position 1 is outside [0, 5)");
 	ck_assert_int_eq(kern_err_message(kern_err_key_other(KERN_ERR_STEP), 0, KERN_ERR_STEP, "ADAMW",
 					  buf, sizeof buf), KILN_EINVAL);
 	ck_assert(strstr(buf, "ADAMW: step count 0; it is 1-based"));

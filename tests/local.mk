@@ -132,7 +132,8 @@ EXTRA_DIST += tests/pack.sh
 if HAVE_CHECK
 DEVICE_SUITES = tests/check_device_gemm tests/check_device_loss tests/check_device_optim \
 	tests/check_device_elementwise tests/check_device_conv tests/check_device_norm \
-	tests/check_device_stream tests/check_device_lowp
+	tests/check_device_stream tests/check_device_lowp \
+	tests/check_device_transformer
 check_LTLIBRARIES += tests/libdevice_fixture.la
 tests_libdevice_fixture_la_SOURCES = tests/device_fixture.c tests/device_fixture.h
 tests_libdevice_fixture_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
@@ -158,11 +159,16 @@ tests_check_device_stream_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_device_stream_LDADD = $(DEVICE_SUITE_LDADD)
 tests_check_device_lowp_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_device_lowp_LDADD = $(DEVICE_SUITE_LDADD)
+# the transformer layers and ops against PyTorch and finite differences
+tests_check_device_transformer_CPPFLAGS = $(DEVICE_SUITE_CPPFLAGS)
+tests_check_device_transformer_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_transformer_LDADD = $(DEVICE_SUITE_LDADD)
 if BUILD_CUDA
 TESTS += tests/device_cuda.sh
 endif
 endif
 EXTRA_DIST += tests/device_cuda.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
+EXTRA_DIST += tests/data/gen_transformer_refs.py tests/data/transformer_refs.safetensors
 # The CUDA device's pure pieces (plugins/cuda/kern.h) on the host: no GPU,
 # no CUDA headers needed, so it runs on every machine; and its host-only
 # convolution logic (plugins/cuda/dnn_map.c: strides, geometry, autotune
@@ -208,16 +214,6 @@ tests_check_graph_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 EXTRA_DIST += tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors
-
-# ---- transformers: the layers and their ops against PyTorch and finite
-# differences (tests/check_transformer.c) ------------------------------------
-if HAVE_CHECK
-check_PROGRAMS += tests/check_transformer
-TESTS += tests/check_transformer
-tests_check_transformer_CFLAGS = $(CHECK_SUITE_CFLAGS)
-tests_check_transformer_LDADD = $(DEVICE_SUITE_LDADD)
-endif
-EXTRA_DIST += tests/data/gen_transformer_refs.py tests/data/transformer_refs.safetensors
 
 # ---- training and checkpoints: the trainer, optimizers and schedules
 # against PyTorch, mixed precision, the profiler, safetensors, checkpoints

@@ -229,6 +229,8 @@ cudaError_t cuda_launch_dropout(const struct cuda_plan *p, const struct kiln_op_
 cudaError_t cuda_launch_concat_split(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_reorder(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_lamb(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_embedding(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 /* GEMM with an f32 bias into a bf16/f16 output where cuBLASLt has no
  * such epilogue: out0 [rows, cols] (dtype) += bias f32 [cols] */
 cudaError_t cuda_bias_add_lowp(void *y, int dtype, const float *bias, int64_t rows, int64_t cols,

@@ -202,7 +202,8 @@ KERN_HD int64_t kern_tensor_of(const int64_t *off, int64_t T, int64_t e)
 enum {
 	KERN_ERR_LABEL = 1,   /* SOFTMAX_XENT: a label outside [0, C); val = C */
 	KERN_ERR_STEP = 2,    /* ADAMW/LAMB: a step count < 1; val = the count */
-	KERN_ERR_OFFSETS = 3  /* LAMB: tensor offsets not 0 .. n nondecreasing; val = the first bad index */
+	KERN_ERR_OFFSETS = 3, /* LAMB: tensor offsets not 0 .. n nondecreasing; val = the first bad index */
+	KERN_ERR_INDEX = 4    /* EMBEDDING(_BWD): an id outside [0, V) (keyed as a label); val = V */
 };
 
 /* The record's key orders errors: the smallest key wins (atomicMin), so
@@ -219,7 +220,7 @@ KERN_HD unsigned long long kern_err_key_other(int kind)
 	return (1ull << 63) | (unsigned long long)kind;
 }
 
-/* The message of a record (key != ~0): KILN_EDATA for a bad label,
+/* The message of a record (key != ~0): KILN_EDATA for a bad label or id,
  * KILN_EINVAL for the others.  name: the op's name. */
 static inline kiln_status kern_err_message(unsigned long long key, long long val, int kind,
 					   const char *name, char *buf, size_t n)
@@ -227,6 +228,10 @@ static inline kiln_status kern_err_message(unsigned long long key, long long val
 	switch (kind) {
 	case KERN_ERR_LABEL:
 		snprintf(buf, n, "cuda: %s: label %d of row %lld is outside [0, %lld)", name,
+			 (int)(int32_t)(uint32_t)(key & 0xffffffffu), (long long)(key >> 32), val);
+		return KILN_EDATA;
+	case KERN_ERR_INDEX:
+		snprintf(buf, n, "cuda: %s: index %d at position %lld is outside [0, %lld)", name,
 			 (int)(int32_t)(uint32_t)(key & 0xffffffffu), (long long)(key >> 32), val);
 		return KILN_EDATA;
 	case KERN_ERR_STEP:

@@ -3,8 +3,9 @@
  * forward, backward and the metric counts in one pass), SGD with momentum
  * and AdamW over the flat buffers, fill, sum, the vector ops, the step
  * counter, the learning-rate schedule, u8 normalisation, the casts,
- * gradient clipping, the activations, dropout, concat/split, reorder and
- * LAMB, each over f32, bf16 or f16 storage (ld/st below).  The formulas
+ * gradient clipping, the activations, the embedding and layer norm,
+ * dropout, concat/split, reorder and LAMB, each over f32, bf16 or f16
+ * storage (ld/st below).  The formulas
  * are plugin.h's; the reference loops are plugins/cpu/ops.c, optim.c,
  * act.c and layout.c; the pure maps are kern.h (host-tested).
  *
@@ -208,19 +209,43 @@ struct xent_part {
 };
 static_assert(sizeof(struct xent_part) == 4 * sizeof(double), "ops.c sizes the scratch so");
 
+/* ignore_index: *cnt = the rows r < V whose label is not `ignored` (one
+ * block, per-thread counts added in thread order: exact and fixed). */
+__global__ void k_xent_count(double *cnt, const int32_t *label, int64_t V, int32_t ignored)
+{
+	__shared__ double part[CUDA_THREADS];
+	double n = 0;
+	for (int64_t r = threadIdx.x; r < V; r += blockDim.x)
+		n += label[r] != ignored;
+	part[threadIdx.x] = n;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		double t = 0;
+		for (int k = 0; k < (int)blockDim.x; k++)
+			t += part[k];
+		*cnt = t;
+	}
+}
+
 /* One warp per row: rows r = warp, warp + W, ... with W the warps of the
  * grid (fixed by R).  x (R, C) logits, label (R) i32, dx (R, C), part
  * [gridDim.x] block partials.  Rows >= V are padding: zero gradient, not
- * counted.  A label outside [0, C) zeroes the row and leaves (row, label)
- * in *err (the smallest row wins), reported by the next host sync. */
+ * counted; so are rows labelled `ignored` when cnt (the rows counted,
+ * k_xent_count) is given, and the scale is then f0 * V / *cnt.  A label
+ * outside [0, C) zeroes the row and leaves (row, label) in *err (the
+ * smallest row wins), reported by the next host sync. */
 __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x, int tx,
 		       const int32_t *label,
 		       int64_t R, int64_t C, int64_t V, int kind, double f0, const float *lsp,
-		       float eps, struct cuda_err_rec *err, int op)
+		       float eps, struct cuda_err_rec *err, int op, const double *cnt,
+		       int32_t ignored)
 {
 	__shared__ struct xent_part wp[CUDA_THREADS / 32];
-	/* the gradient scale: f[0], times the device loss scale when in2 is
-	 * given, the product in double rounded once (the CPU device's) */
+	/* the gradient scale: f[0] (over the share of rows counted), times
+	 * the device loss scale when in2 is given, the product in double
+	 * rounded once (the CPU device's) */
+	if (cnt && *cnt > 0 && *cnt != (double)V)
+		f0 = f0 * (double)V / *cnt;
 	const float scale = lsp ? (float)(f0 * (double)*lsp) : (float)f0;
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	const int64_t W = (int64_t)gridDim.x * nw;
@@ -236,6 +261,11 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
 			continue;
 		}
 		const int32_t l = label[r];
+		if (cnt && l == ignored) {
+			for (int64_t j = lane; j < C; j += 32)
+				DR(j, 0.0f);
+			continue;
+		}
 		if (l < 0 || l >= C) {
 			for (int64_t j = lane; j < C; j += 32)
 				DR(j, 0.0f);
@@ -333,10 +363,12 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
 	}
 }
 
-/* m [2 or 3] += the block partials, in block order; left untouched when
+/* m [2..4] += the block partials, in block order; left untouched when
  * a row had a bad label (the run fails with KILN_EDATA at the next sync,
- * and the CPU device leaves the metrics alone then too) */
-__global__ void k_xent_sum(float *m, const struct xent_part *part, int nb, int top5)
+ * and the CPU device leaves the metrics alone then too).  M > 0: as M
+ * times the means over the n rows counted (cnt, or V); m[3] += n. */
+__global__ void k_xent_sum(float *m, const struct xent_part *part, int nb, int slots,
+			   const double *cnt, int64_t V, int64_t M)
 {
 	double l = 0, o = 0, o5 = 0, bad = 0;
 	for (int b = 0; b < nb; b++) {
@@ -347,10 +379,17 @@ __global__ void k_xent_sum(float *m, const struct xent_part *part, int nb, int t
 	}
 	if (bad > 0)
 		return;
+	const double n = cnt ? *cnt : (double)V;
+	if (M > 0) {
+		const double k = n > 0 ? (double)M / n : 0.0;
+		l *= k, o *= k, o5 *= k;
+	}
 	m[0] = (float)(m[0] + l);
 	m[1] = (float)(m[1] + o);
-	if (top5)
+	if (slots >= 3)
 		m[2] = (float)(m[2] + o5);
+	if (slots >= 4)
+		m[3] = (float)(m[3] + n);
 }
 
 extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
@@ -363,15 +402,25 @@ extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
 	if (nb < 1)
 		nb = 1;
 	struct xent_part *part = (struct xent_part *)p->scratch;
+	/* ignore_index: the rows counted, after the block partials */
+	double *cnt = p->op.i[2] == 1 ? (double *)(part + CUDA_RED_BLOCKS) : NULL;
+	const int32_t ignored = (int32_t)p->op.i[3];
+	cudaError_t e;
+	if (cnt) {
+		k_xent_count<<<1, CUDA_THREADS, 0, s>>>(cnt, (const int32_t *)a->in[1], p->op.i[0],
+							 ignored);
+		if ((e = cudaGetLastError()) != cudaSuccess)
+			return e;
+	}
 	k_xent<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(
 		a->out[0], DTO(p, 0), part, a->in[0], DTI(p, 0), (const int32_t *)a->in[1], R,
 		p->cols, p->op.i[0], (int)p->op.i[1], p->op.f[0],
 		p->op.n_in == 3 ? (const float *)a->in[2] : NULL, (float)p->op.f[1], p->err,
-		p->op.type);
-	cudaError_t e = cudaGetLastError();
-	if (e != cudaSuccess)
+		p->op.type, cnt, ignored);
+	if ((e = cudaGetLastError()) != cudaSuccess)
 		return e;
-	k_xent_sum<<<1, 1, 0, s>>>((float *)a->out[1], part, (int)nb, p->sz[0] >= 3);
+	k_xent_sum<<<1, 1, 0, s>>>((float *)a->out[1], part, (int)nb, (int)p->sz[0], cnt,
+				   p->op.i[0], p->op.i[4]);
 	return cudaGetLastError();
 }
 
@@ -896,6 +945,193 @@ extern "C" cudaError_t cuda_launch_act_bwd(const struct cuda_plan *p,
 		a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), a->in[1], DTI(p, 1),
 		has_y ? a->in[2] : NULL, has_y ? DTI(p, 2) : KILN_F32, p->n, (int)p->op.i[0],
 		(float)p->op.f[0], (p->op.flags & KILN_OPF_ACCUMULATE) != 0);
+	return cudaGetLastError();
+}
+
+/* ---- transformers: embedding and layer norm ------------------------------
+ * The CPU device's formulas (plugins/cpu/embedding.c, layernorm.c).  No
+ * float atomics: the embedding's backward gives each thread one column of
+ * the table and walks the ids in order; layer norm's parameter gradients
+ * give each thread one channel and walk the rows in order.  So a run
+ * repeats bit for bit. */
+
+/* An id outside [0, V) at position n: the first position wins. */
+__device__ static void err_index(struct cuda_err_rec *err, int64_t n, int32_t v, int64_t V, int op)
+{
+	const unsigned long long key = kern_err_key_label(n, v);
+	if (atomicMin(&err->key, key) > key) {
+		err->val = V;
+		err->op = op;
+		err->kind = KERN_ERR_INDEX;
+	}
+}
+
+/* y (N, C) = table[idx[n]]; a bad id's row is zeroed and recorded */
+__global__ void k_embedding(void *y, int ty, const void *table, int tt, const int32_t *idx,
+			    int64_t N, int64_t C, int64_t V, struct cuda_err_rec *err, int op)
+{
+	FOR_N(i, N * C)
+	{
+		const int64_t n = i / C, c = i % C;
+		const int32_t v = idx[n];
+		if (v < 0 || v >= V) {
+			st(y, ty, i, 0.0f);
+			if (c == 0)
+				err_index(err, n, v, V, op);
+			continue;
+		}
+		st(y, ty, i, ld(table, tt, (int64_t)v * C + c));
+	}
+}
+
+__global__ void k_zero_f32(float *y, int64_t n)
+{
+	FOR_N(i, n)
+		y[i] = 0.0f;
+}
+
+/* dtable (V, C) += dy rows by id: thread c owns column c and adds the rows
+ * in increasing n (bad ids are skipped and recorded) */
+__global__ void k_embedding_bwd(float *dt, const void *dy, int tdy, const int32_t *idx, int64_t N,
+				int64_t C, int64_t V, struct cuda_err_rec *err, int op)
+{
+	const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= C)
+		return;
+	for (int64_t n = 0; n < N; n++) {
+		const int32_t v = idx[n];
+		if (v < 0 || v >= V) {
+			if (c == 0)
+				err_index(err, n, v, V, op);
+			continue;
+		}
+		dt[(int64_t)v * C + c] += ld(dy, tdy, n * C + c);
+	}
+}
+
+extern "C" cudaError_t cuda_launch_embedding(const struct cuda_plan *p, const struct kiln_op_args *a,
+					     cudaStream_t s)
+{
+	const int64_t N = p->rows, C = p->cols, V = p->sz[0];
+	if (p->op.type == KILN_OP_EMBEDDING) {
+		k_embedding<<<blocks_for(p, N * C), CUDA_THREADS, 0, s>>>(
+			a->out[0], DTO(p, 0), a->in[1], DTI(p, 1), (const int32_t *)a->in[0], N, C, V,
+			p->err, p->op.type);
+		return cudaGetLastError();
+	}
+	float *dt = (float *)a->out[0];
+	if (!(p->op.flags & KILN_OPF_ACCUMULATE)) {
+		k_zero_f32<<<blocks_for(p, V * C), CUDA_THREADS, 0, s>>>(dt, V * C);
+		cudaError_t e = cudaGetLastError();
+		if (e != cudaSuccess)
+			return e;
+	}
+	const int64_t nb = (C + CUDA_THREADS - 1) / CUDA_THREADS;
+	k_embedding_bwd<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(dt, a->in[1], DTI(p, 1),
+							      (const int32_t *)a->in[0], N, C, V,
+							      p->err, p->op.type);
+	return cudaGetLastError();
+}
+
+/* One warp per row of C: mean and variance in double (two passes), then
+ * y and the row's saved (mean, rstd). */
+__global__ void k_layernorm(void *y, int ty, float *saved, const void *x, int tx, const float *g,
+			    const float *b, int64_t R, int64_t C, float eps)
+{
+	const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+	const int64_t W = (int64_t)gridDim.x * nw;
+	for (int64_t r = (int64_t)blockIdx.x * nw + (threadIdx.x >> 5); r < R; r += W) {
+		const int64_t rb = r * C;
+		double s = 0, q = 0;
+		for (int64_t j = lane; j < C; j += 32)
+			s += ld(x, tx, rb + j);
+		const double mean = warp_sum_d(s) / (double)C;
+		for (int64_t j = lane; j < C; j += 32) {
+			const double d = (double)ld(x, tx, rb + j) - mean;
+			q += d * d;
+		}
+		q = warp_sum_d(q);
+		const float m = (float)mean, rs = (float)(1.0 / sqrt(q / (double)C + eps));
+		if (lane == 0)
+			saved[2 * r] = m, saved[2 * r + 1] = rs;
+		for (int64_t j = lane; j < C; j += 32) {
+			const float v = (ld(x, tx, rb + j) - m) * rs;
+			st(y, ty, rb + j, g ? v * g[j] + b[j] : v);
+		}
+	}
+}
+
+/* dx (=|+=) rstd (gd - mean(gd) - xh mean(gd xh)), gd = dy * gamma: one
+ * warp per row */
+__global__ void k_layernorm_dx(void *dx, int tdx, const void *x, int tx, const void *dy, int tdy,
+			       const float *saved, const float *g, int64_t R, int64_t C, int acc)
+{
+	const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+	const int64_t W = (int64_t)gridDim.x * nw;
+	for (int64_t r = (int64_t)blockIdx.x * nw + (threadIdx.x >> 5); r < R; r += W) {
+		const int64_t rb = r * C;
+		const float m = saved[2 * r], rs = saved[2 * r + 1];
+		double s1 = 0, s2 = 0;
+		for (int64_t j = lane; j < C; j += 32) {
+			const float xh = (ld(x, tx, rb + j) - m) * rs;
+			const float gd = g ? ld(dy, tdy, rb + j) * g[j] : ld(dy, tdy, rb + j);
+			s1 += gd, s2 += (double)gd * xh;
+		}
+		const float k1 = (float)(warp_sum_d(s1) / (double)C);
+		const float k2 = (float)(warp_sum_d(s2) / (double)C);
+		for (int64_t j = lane; j < C; j += 32) {
+			const float xh = (ld(x, tx, rb + j) - m) * rs;
+			const float gd = g ? ld(dy, tdy, rb + j) * g[j] : ld(dy, tdy, rb + j);
+			const float v = rs * (gd - k1 - xh * k2);
+			st(dx, tdx, rb + j, acc ? ld(dx, tdx, rb + j) + v : v);
+		}
+	}
+}
+
+/* dgamma, dbeta (C) (=|+=) sums over the rows of dy xh and dy: thread j
+ * owns channel j and adds the rows in order, in double */
+__global__ void k_layernorm_params(float *dg, float *db, const void *x, int tx, const void *dy,
+				   int tdy, const float *saved, int64_t R, int64_t C, int acc)
+{
+	const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= C)
+		return;
+	double sg = 0, sb = 0;
+	for (int64_t r = 0; r < R; r++) {
+		const float d = ld(dy, tdy, r * C + j);
+		sg += (double)d * ((ld(x, tx, r * C + j) - saved[2 * r]) * saved[2 * r + 1]);
+		sb += d;
+	}
+	dg[j] = acc ? dg[j] + (float)sg : (float)sg;
+	db[j] = acc ? db[j] + (float)sb : (float)sb;
+}
+
+extern "C" cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const struct kiln_op_args *a,
+					     cudaStream_t s)
+{
+	const int64_t R = p->rows, C = p->cols, nw = CUDA_THREADS / 32;
+	int64_t nb = (R + nw - 1) / nw;
+	nb = nb > p->grid ? p->grid : nb < 1 ? 1 : nb;
+	const int affine = p->sz[0] != 0;
+	if (p->op.type == KILN_OP_LAYERNORM) {
+		k_layernorm<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(
+			a->out[0], DTO(p, 0), (float *)a->out[1], a->in[0], DTI(p, 0),
+			affine ? (const float *)a->in[1] : NULL, affine ? (const float *)a->in[2] : NULL,
+			R, C, (float)p->op.f[0]);
+		return cudaGetLastError();
+	}
+	const float *saved = (const float *)a->in[2];
+	k_layernorm_dx<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(
+		a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), a->in[1], DTI(p, 1), saved,
+		affine ? (const float *)a->in[3] : NULL, R, C,
+		(p->op.flags & KILN_OPF_ACCUMULATE) != 0);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess || p->op.n_out < 3)
+		return e;
+	const int64_t cb = (C + CUDA_THREADS - 1) / CUDA_THREADS;
+	k_layernorm_params<<<(unsigned)cb, CUDA_THREADS, 0, s>>>(
+		(float *)a->out[1], (float *)a->out[2], a->in[0], DTI(p, 0), a->in[1], DTI(p, 1), saved,
+		R, C, p->op.i[0] == 1);
 	return cudaGetLastError();
 }
 

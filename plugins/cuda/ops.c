@@ -10,7 +10,8 @@
  * LAMB, FILL, REDUCE_SUM, SCALE, ADD, MUL, COUNTER_ADD, LR_SCHEDULE,
  * NORMALIZE_U8, CAST, GRAD_CLIP, dynamic loss scaling (UNSCALE,
  * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2), the activations
- * ACT/ACT_BWD, DROPOUT/DROPOUT_BWD, CONCAT/SPLIT and REORDER.  Their
+ * ACT/ACT_BWD, DROPOUT/DROPOUT_BWD, CONCAT/SPLIT, REORDER, and the
+ * transformer ops EMBEDDING/EMBEDDING_BWD and LAYERNORM/LAYERNORM_BWD.  Their
  * activations may be f32, bf16 or f16 (f32 arithmetic, one rounding:
  * kernels.cu's ld/st).  Convolution, batch norm and pooling go to
  * cudnn.c.  The device table's has_op (cuda_has_op below) lists them all;
@@ -202,9 +203,8 @@ static const uint8_t family[] = {
 	[KILN_OP_BN_BWD_APPLY] = F_DNN, [KILN_OP_POOL] = F_DNN, [KILN_OP_POOL_BWD] = F_DNN,
 	[KILN_OP_CONV] = F_CONV, [KILN_OP_CONV_BWD_DATA] = F_CONV,
 	[KILN_OP_CONV_BWD_WEIGHTS] = F_CONV,
-	/* the transformer ops: not on this device yet (has_op says so) */
-	[KILN_OP_EMBEDDING] = F_NONE, [KILN_OP_EMBEDDING_BWD] = F_NONE,
-	[KILN_OP_LAYERNORM] = F_NONE, [KILN_OP_LAYERNORM_BWD] = F_NONE,
+	[KILN_OP_EMBEDDING] = F_LAUNCH, [KILN_OP_EMBEDDING_BWD] = F_LAUNCH,
+	[KILN_OP_LAYERNORM] = F_LAUNCH, [KILN_OP_LAYERNORM_BWD] = F_LAUNCH,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");
@@ -220,6 +220,8 @@ static const cuda_launch_fn launchers[KILN_OP_TYPE_COUNT] = {
 	[KILN_OP_REDUCE_SUM] = cuda_launch_reduce_sum, [KILN_OP_SCALE] = cuda_launch_scale,
 	[KILN_OP_ADD] = cuda_launch_add, [KILN_OP_MUL] = cuda_launch_mul,
 	[KILN_OP_NORMALIZE_U8] = cuda_launch_normalize_u8, [KILN_OP_CAST] = cuda_launch_cast,
+	[KILN_OP_EMBEDDING] = cuda_launch_embedding, [KILN_OP_EMBEDDING_BWD] = cuda_launch_embedding,
+	[KILN_OP_LAYERNORM] = cuda_launch_layernorm, [KILN_OP_LAYERNORM_BWD] = cuda_launch_layernorm,
 };
 
 /* The op types this device implements (the device table's has_op). */
@@ -253,13 +255,29 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		return KILN_OK;
 	case KILN_OP_FILL:
 		return fill_prepare(c, p);
+	case KILN_OP_EMBEDDING:
+	case KILN_OP_EMBEDDING_BWD: {
+		/* ids [N], table [V, C] (f32 for the gradient: the core's check) */
+		const struct kiln_tensor_desc *t = op->type == KILN_OP_EMBEDDING ? &op->in[1] : &op->out[0];
+		p->rows = common_numel(&op->in[0]);
+		p->cols = t->dims[1];
+		p->sz[0] = t->dims[0];
+		return KILN_OK;
+	}
+	case KILN_OP_LAYERNORM:
+	case KILN_OP_LAYERNORM_BWD: {
+		const struct kiln_tensor_desc *x = &op->in[0];
+		p->cols = x->dims[x->ndim - 1];
+		p->rows = common_numel(x) / p->cols;
+		p->sz[0] = op->type == KILN_OP_LAYERNORM ? op->n_in > 1 : op->n_in > 3; /* affine */
+		return KILN_OK;
+	}
 	case KILN_OP_SOFTMAX_XENT:
 		if (p->cols > INT32_MAX - 1)
 			return cuda_bad(c, op, KILN_ENOTSUP, "more than 2^31 - 2 classes");
-		if (op->i[2] || op->i[4] || common_numel(&op->out[1]) > 3)
-			return cuda_bad(c, op, KILN_ENOTSUP, "ignore_index and the row count (ABI 2.1) are not on this device yet");
-		p->sz[0] = common_numel(&op->out[1]); /* 3: also count top-5 */
-		p->sz[3] = CUDA_RED_BLOCKS * 4 * sizeof(double); /* block partials (struct xent_part) */
+		p->sz[0] = common_numel(&op->out[1]); /* 3: also count top-5; 4: the rows */
+		/* block partials (struct xent_part), then ignore_index's row count */
+		p->sz[3] = CUDA_RED_BLOCKS * 4 * sizeof(double) + sizeof(double);
 		return KILN_OK;
 	case KILN_OP_NORMALIZE_U8:
 		p->sz[0] = op->in[0].dims[1];

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Generate tests/data/transformer_refs.safetensors: PyTorch references for
-kiln's transformer layers and ops (read by tests/check_transformer.c).
+kiln's transformer layers and ops (read by tests/check_device_transformer.c).
 
 Op cases (each name a prefix "CASE/"):
   ln_*      nn.LayerNorm over the last dim of x [B, T, C]: x, weight, bias,

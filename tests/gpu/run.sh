@@ -98,7 +98,8 @@ if [ "${1:-}" = "--prepare" ]; then
 	done
 	src=${KILN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 	cp "$src/t10k-images-idx3-ubyte.gz" "$src/t10k-labels-idx1-ubyte.gz" "$bundle/data/fashion-mnist/"
-	cp "$here/tests/data/loss_refs.txt" "$bundle/tests/data/"
+	cp "$here/tests/data/loss_refs.txt" "$here/tests/data/transformer_refs.safetensors" \
+		"$bundle/tests/data/"
 	# the CPU device's accuracy on the same run, the reference the GPU's
 	# must reach (the GPU machine has no kiln-cpu.so to compute it)
 	echo "training tests/gpu/mlp.ini on the cpu device for the reference accuracy..."

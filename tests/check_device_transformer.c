@@ -1,4 +1,4 @@
-/* tests/check_transformer.c - the transformer layers and their device ops
+/* tests/check_device_transformer.c - the transformer layers and their device ops
  * (EMBEDDING, EMBEDDING_BWD, LAYERNORM, LAYERNORM_BWD, ACT gelu tanh,
  * SOFTMAX_XENT's ignore_index) against PyTorch and finite differences.
  *
@@ -6,9 +6,11 @@
  * the PyTorch tensors: op cases (ln_*, gelu_*, emb_*, xent_*) run the op on
  * the device under test; model cases (gpt_*: embedding, pos_embedding,
  * layernorm, linear on [B, T, C], gelu, dropout, add, softmax_xent with
- * ignored targets) run a training pass on the cpu device through the public
+ * ignored targets) run a training pass on that device through the public
  * model API and compare the loss and every parameter gradient.  Tolerance:
- * max |got - want| <= 1e-5 * max |want| (f32).
+ * max |got - want| <= 1e-5 * max |want| (f32).  A device suite
+ * ($KILN_TEST_DEVICE, tests/device_fixture.h), so tests/gpu/run.sh runs it
+ * on the GPU too, with the reference file from $KILN_TEST_SRCDIR.
  *
  * Finite differences: the layernorm and gelu tanh backward ops against
  * central differences of their forward in double-checked f32, and every
@@ -17,7 +19,6 @@
  */
 #include "check_main.h"
 #include "device_fixture.h"
-#include "test_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,11 @@ static int refs_open(void)
 	int rc = dfx_probe();
 	if (rc)
 		return rc;
-	if (kiln_safetensors_open(test_data_path(path, sizeof path, "transformer_refs.safetensors"),
-				  &refs)) {
+	/* KILN_TEST_SRCDIR: the suite run from a carried bundle (tests/gpu/run.sh) */
+	const char *src = getenv("KILN_TEST_SRCDIR");
+	snprintf(path, sizeof path, "%s/tests/data/transformer_refs.safetensors",
+		 src && *src ? src : SRCDIR);
+	if (kiln_safetensors_open(path, &refs)) {
 		fprintf(stderr, "%s (regenerate: tests/data/gen_transformer_refs.py)\n",
 			kiln_last_error());
 		return 1;
@@ -494,7 +498,7 @@ static void model_open(struct model *r, const char *c)
 	OK(kiln_registry_open(NULL, &r->reg));
 	OK(kiln_config_load_string(ini, c, &r->cfg));
 	OK(kiln_config_validate(r->cfg, r->reg));
-	OK(kiln_device_open(r->reg, r->cfg, "cpu", 0, &r->dev));
+	OK(kiln_device_open(r->reg, r->cfg, g_name, 0, &r->dev));
 	OK(kiln_device_stream_create(r->dev, &r->s));
 	struct kiln_safetensors_tensor x = ref(c, "x");
 	r->B = x.dims[0], r->T = x.dims[1];
@@ -635,7 +639,7 @@ START_TEST(test_config_errors)
 	OK(kiln_registry_open(NULL, &reg));
 	OK(kiln_config_load_string(ini, "errors", &cfg));
 	OK(kiln_config_validate(cfg, reg));
-	OK(kiln_device_open(reg, cfg, "cpu", 0, &dev));
+	OK(kiln_device_open(reg, cfg, g_name, 0, &dev));
 	int64_t T = 5;
 	struct kiln_tensor_desc sample;
 	kiln_tensor_desc_init(&sample, KILN_I32, 1, &T);
