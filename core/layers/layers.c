@@ -7,6 +7,7 @@ extern const struct kiln_plugin kiln_layer_linear, kiln_layer_relu, kiln_layer_f
 	kiln_layer_avgpool, kiln_layer_global_avgpool, kiln_layer_dropout, kiln_layer_add,
 	kiln_layer_concat, kiln_layer_leaky_relu, kiln_layer_gelu, kiln_layer_sigmoid,
 	kiln_layer_tanh, kiln_layer_mse, kiln_layer_bce_logits;
+extern const struct kiln_plugin kiln_layer_attention;
 
 const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_linear,
@@ -27,5 +28,6 @@ const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_softmax_xent,
 	&kiln_layer_mse,
 	&kiln_layer_bce_logits,
+	&kiln_layer_attention,
 	NULL
 };

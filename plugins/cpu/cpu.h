@@ -4,7 +4,7 @@
  * prepare/run dispatch), stream.c (streams, events, the async worker),
  * ops.c (plain-C kernels), optim.c (fused optimizers), gemm.c (oneDNN matmul), dnn.c (the oneDNN plan
  * shared by conv.c and pool.c), bn.c (batch norm), act.c (activations,
- * dropout), layout.c (concat, split, reorder).  Nothing here links libkiln:
+ * dropout), layout.c (concat, split, reorder), attn.c (fused attention).  Nothing here links libkiln:
  * the core is reached only through the host table.
  */
 #ifndef KILN_CPU_H
@@ -192,6 +192,8 @@ kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_act_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_dropout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_layout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+/* attn.c: ATTENTION, ATTENTION_BWD (fused scaled-dot-product attention) */
+kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 
 /* ---- lowp.c: bf16 and f16 storage, f32 arithmetic ---- */
 static inline int cpu_lowp(int dtype) { return dtype == KILN_BF16 || dtype == KILN_F16; }

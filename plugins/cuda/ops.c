@@ -202,6 +202,10 @@ static const uint8_t family[] = {
 	[KILN_OP_BN_BWD_APPLY] = F_DNN, [KILN_OP_POOL] = F_DNN, [KILN_OP_POOL_BWD] = F_DNN,
 	[KILN_OP_CONV] = F_CONV, [KILN_OP_CONV_BWD_DATA] = F_CONV,
 	[KILN_OP_CONV_BWD_WEIGHTS] = F_CONV,
+	/* fused attention: cuDNN's scaled-dot-product attention (graph API)
+	 * is planned, with kiln's own kernel where it refuses a shape; until
+	 * then has_op says no and the core reports it before training */
+	[KILN_OP_ATTENTION] = F_NONE, [KILN_OP_ATTENTION_BWD] = F_NONE,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");
