@@ -11,6 +11,8 @@
  *                 KILN_OP_DROPOUT's on [B, H, T, T] (taken from the DROPOUT
  *                 op itself and fed to the loop), forward and backward agree
  *                 on it, and another step draws another mask
+ *   attn_lowp     bf16 and f16 activations: the f32 op on the widened
+ *                 inputs, rounded once
  *   attn_threads  1 and 3 threads give the same bytes
  *
  * Tolerance: max |got - want| <= 1e-5 * max(1, max |want|) per tensor.
@@ -107,15 +109,16 @@ static void attn_loop(const struct attn_case *c, const float *qkv, const float *
 
 /* ---- the device ops ----------------------------------------------------- */
 
-static void attn_op(struct kiln_op *op, const struct attn_case *c, int bwd, int acc)
+/* ATTENTION (bwd 0) or ATTENTION_BWD of case c, activations in dtype dt. */
+static void attn_op(struct kiln_op *op, const struct attn_case *c, int dt, int bwd, int acc)
 {
 	const int64_t dq[3] = { c->B, c->T, 3 * c->C }, dy[3] = { c->B, c->T, c->C };
 	const int64_t dl[3] = { c->B, c->H, c->T }, one = 1;
 	const int drop = c->p > 0;
 	memset(op, 0, sizeof *op);
 	struct kiln_tensor_desc qkv, y, lse, step;
-	kiln_tensor_desc_init(&qkv, KILN_F32, 3, dq);
-	kiln_tensor_desc_init(&y, KILN_F32, 3, dy);
+	kiln_tensor_desc_init(&qkv, dt, 3, dq);
+	kiln_tensor_desc_init(&y, dt, 3, dy);
 	kiln_tensor_desc_init(&lse, KILN_F32, 3, dl);
 	kiln_tensor_desc_init(&step, KILN_I64, 1, &one);
 	if (bwd) {
@@ -132,7 +135,41 @@ static void attn_op(struct kiln_op *op, const struct attn_case *c, int bwd, int 
 	op->f[0] = attn_scale(c), op->f[1] = c->p;
 }
 
-/* The device's y, lse and dqkv (dqkv0 + the gradient when acc). */
+static size_t attn_nq(const struct attn_case *c) { return (size_t)c->B * c->T * 3 * c->C; }
+static size_t attn_ny(const struct attn_case *c) { return (size_t)c->B * c->T * c->C; }
+static size_t attn_nl(const struct attn_case *c) { return (size_t)c->B * c->H * c->T; }
+
+/* The device's forward of host qkv (elements of es bytes, dtype dt) into
+ * host y and lse. */
+static void attn_fwd_dev(struct fx *f, const struct attn_case *c, int dt, size_t es,
+			 const void *qkv, void *y, float *lse)
+{
+	void *dQ = dput(f, qkv, attn_nq(c) * es), *dY = dput(f, NULL, attn_ny(c) * es);
+	void *dL = dput(f, NULL, attn_nl(c) * 4), *dS = dput(f, &c->step, 8);
+	struct kiln_op op;
+	attn_op(&op, c, dt, 0, 0);
+	OK(run_op(f, &op, (const void *const[]){ dQ, dS }, (void *const[]){ dY, dL }));
+	dget(f, y, dY, attn_ny(c) * es);
+	dget(f, lse, dL, attn_nl(c) * 4);
+	DFREE(f, dQ, dY, dL, dS);
+}
+
+/* The device's backward into host dqkv (added to its contents when acc). */
+static void attn_bwd_dev(struct fx *f, const struct attn_case *c, int dt, size_t es,
+			 const void *dy, const void *qkv, const void *y, const float *lse,
+			 void *dqkv, int acc)
+{
+	void *dDY = dput(f, dy, attn_ny(c) * es), *dQ = dput(f, qkv, attn_nq(c) * es);
+	void *dY = dput(f, y, attn_ny(c) * es), *dL = dput(f, lse, attn_nl(c) * 4);
+	void *dG = dput(f, acc ? dqkv : NULL, attn_nq(c) * es), *dS = dput(f, &c->step, 8);
+	struct kiln_op op;
+	attn_op(&op, c, dt, 1, acc);
+	OK(run_op(f, &op, (const void *const[]){ dDY, dQ, dY, dL, dS }, (void *const[]){ dG }));
+	dget(f, dqkv, dG, attn_nq(c) * es);
+	DFREE(f, dDY, dQ, dY, dL, dG, dS);
+}
+
+/* The device's f32 y, lse and dqkv (dqkv0 + the gradient when given). */
 struct attn_out {
 	float *y, *lse, *dqkv;
 };
@@ -140,20 +177,12 @@ struct attn_out {
 static struct attn_out attn_dev(struct fx *f, const struct attn_case *c, const float *qkv,
 				const float *dy, const float *dqkv0)
 {
-	const size_t nq = (size_t)c->B * c->T * 3 * c->C, ny = (size_t)c->B * c->T * c->C;
-	const size_t nl = (size_t)c->B * c->H * c->T;
-	struct attn_out o = { malloc(ny * 4), malloc(nl * 4), malloc(nq * 4) };
-	void *dQ = dput(f, qkv, nq * 4), *dY = dput(f, NULL, ny * 4), *dL = dput(f, NULL, nl * 4);
-	void *dDY = dput(f, dy, ny * 4), *dG = dput(f, dqkv0, nq * 4), *dS = dput(f, &c->step, 8);
-	struct kiln_op op;
-	attn_op(&op, c, 0, 0);
-	OK(run_op(f, &op, (const void *const[]){ dQ, dS }, (void *const[]){ dY, dL }));
-	attn_op(&op, c, 1, dqkv0 != NULL);
-	OK(run_op(f, &op, (const void *const[]){ dDY, dQ, dY, dL, dS }, (void *const[]){ dG }));
-	dget(f, o.y, dY, ny * 4);
-	dget(f, o.lse, dL, nl * 4);
-	dget(f, o.dqkv, dG, nq * 4);
-	DFREE(f, dQ, dY, dL, dDY, dG, dS);
+	struct attn_out o = { malloc(attn_ny(c) * 4), malloc(attn_nl(c) * 4),
+			      malloc(attn_nq(c) * 4) };
+	attn_fwd_dev(f, c, KILN_F32, 4, qkv, o.y, o.lse);
+	if (dqkv0)
+		memcpy(o.dqkv, dqkv0, attn_nq(c) * 4);
+	attn_bwd_dev(f, c, KILN_F32, 4, dy, qkv, o.y, o.lse, o.dqkv, dqkv0 != NULL);
 	return o;
 }
 
@@ -185,8 +214,7 @@ static void attn_close(const char *tag, const char *what, const float *got, cons
 static void attn_check(struct fx *f, const char *tag, const struct attn_case *c,
 		       const float *mask)
 {
-	const size_t nq = (size_t)c->B * c->T * 3 * c->C, ny = (size_t)c->B * c->T * c->C;
-	const size_t nl = (size_t)c->B * c->H * c->T;
+	const size_t nq = attn_nq(c), ny = attn_ny(c), nl = attn_nl(c);
 	float *qkv = frandv(nq), *dy = frandv(ny), *g0 = frandv(nq);
 	for (size_t i = 0; i < nq; i++)
 		qkv[i] *= 2.0f; /* scores of a few units: a peaked softmax */
@@ -264,8 +292,7 @@ START_TEST(test_attn_torch)
 		ck_assert_msg(shape && sscanf(shape, "%d,%d,%d,%d,%d,%lf", &c.B, &c.T, &c.C, &c.H,
 					      &c.causal, &c.scale) == 6,
 			      "%s: bad shape metadata", cs);
-		const size_t nq = (size_t)c.B * c.T * 3 * c.C, ny = (size_t)c.B * c.T * c.C;
-		const size_t nl = (size_t)c.B * c.H * c.T;
+		const size_t nq = attn_nq(&c), ny = attn_ny(&c), nl = attn_nl(&c);
 		/* the mapping is not aligned: copy */
 		float *qkv = malloc(nq * 4), *dy = malloc(ny * 4), *g0 = frandv(nq);
 		memcpy(qkv, st_f32(st, cs, "qkv", nq), nq * 4);
@@ -344,13 +371,62 @@ START_TEST(test_attn_dropout)
 }
 END_TEST
 
+/* ---- bf16 and f16 -------------------------------------------------------
+ * Low-precision activations (docs/plugins.md): the f32 op on the widened
+ * inputs, each output rounded once; lse stays f32. */
+
+static uint16_t *lowp_of(const float *x, size_t n, int dt, float *wide)
+{
+	uint16_t *h = malloc(n * 2);
+	for (size_t i = 0; i < n; i++)
+		h[i] = h_round(x[i], dt), wide[i] = h_wide(h[i], dt);
+	return h;
+}
+
+START_TEST(test_attn_lowp)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION);
+	const struct attn_case c = { .B = 2, .T = 37, .C = 16, .H = 2, .causal = 1, .p = 0.2,
+				     .seed = 77, .layer = 1, .step = 3 };
+	const size_t nq = attn_nq(&c), ny = attn_ny(&c), nl = attn_nl(&c);
+	for (int dt = KILN_BF16; dt <= KILN_F16; dt++) {
+		const char *name = dt == KILN_BF16 ? "bf16" : "f16";
+		float *qkv = frandv(nq), *dy = frandv(ny), *qw = malloc(nq * 4), *dyw = malloc(ny * 4);
+		uint16_t *q16 = lowp_of(qkv, nq, dt, qw), *dy16 = lowp_of(dy, ny, dt, dyw);
+		/* forward: y16 = round(f32 forward of the widened qkv) */
+		float *y = malloc(ny * 4), *lse = malloc(nl * 4), *lse16 = malloc(nl * 4);
+		uint16_t *y16 = malloc(ny * 2), *g16 = malloc(nq * 2);
+		attn_fwd_dev(&f, &c, KILN_F32, 4, qw, y, lse);
+		attn_fwd_dev(&f, &c, dt, 2, q16, y16, lse16);
+		for (size_t i = 0; i < ny; i++)
+			ck_assert_msg(y16[i] == h_round(y[i], dt), "%s y[%zu] = %g, want %g", name, i,
+				      h_wide(y16[i], dt), h_wide(h_round(y[i], dt), dt));
+		ck_assert(!memcmp(lse, lse16, nl * 4));
+		/* backward from the low-precision y */
+		float *yw = malloc(ny * 4), *g = malloc(nq * 4);
+		for (size_t i = 0; i < ny; i++)
+			yw[i] = h_wide(y16[i], dt);
+		attn_bwd_dev(&f, &c, KILN_F32, 4, dyw, qw, yw, lse, g, 0);
+		attn_bwd_dev(&f, &c, dt, 2, dy16, q16, y16, lse, g16, 0);
+		for (size_t i = 0; i < nq; i++)
+			ck_assert_msg(g16[i] == h_round(g[i], dt), "%s dqkv[%zu] = %g, want %g", name, i,
+				      h_wide(g16[i], dt), g[i]);
+		free(qkv), free(dy), free(qw), free(dyw), free(q16), free(dy16), free(y), free(lse);
+		free(lse16), free(y16), free(g16), free(yw), free(g);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- thread counts ------------------------------------------------------ */
 
 START_TEST(test_attn_threads)
 {
 	const struct attn_case c = { .B = 2, .T = 50, .C = 32, .H = 4, .causal = 1, .p = 0.1,
 				     .seed = 3, .layer = 2, .step = 7 };
-	const size_t nq = (size_t)c.B * c.T * 3 * c.C, ny = (size_t)c.B * c.T * c.C;
+	const size_t nq = attn_nq(&c), ny = attn_ny(&c);
 	float *qkv = frandv(nq), *dy = frandv(ny);
 	struct attn_out o[2];
 	for (int t = 0; t < 2; t++) {
@@ -380,4 +456,4 @@ START_TEST(test_attn_threads)
 END_TEST
 
 DEVICE_SUITE(attention, DFX_CASE(attn_loops), DFX_CASE(attn_torch), DFX_CASE(attn_dropout),
-	     DFX_ONCE(attn_threads, 60));
+	     DFX_CASE(attn_lowp), DFX_ONCE(attn_threads, 60));
