@@ -3,8 +3,8 @@
  * bench/pytorch_attention.py times the same in PyTorch (explicit ops).
  *
  * Usage: bench/attention THREADS B T C H [REPEATS]
- * Prints the median of REPEATS (default 20) forward+backward pairs, after
- * two warm-up pairs, and the forward alone.
+ * Prints the median and the minimum of REPEATS (default 20) forward+backward
+ * pairs, after two warm-up pairs, and of the forward alone.
  */
 #include <kiln/kiln.h>
 #include <math.h>
@@ -103,9 +103,9 @@ int main(int argc, char **argv)
 	}
 	qsort(tf + 2, (size_t)reps, sizeof *tf, cmp);
 	qsort(tb + 2, (size_t)reps, sizeof *tb, cmp);
-	printf("kiln attention B=%lld T=%lld C=%lld H=%lld threads=%s: fwd+bwd %.3f ms (fwd %.3f ms), median of %d\n",
+	printf("kiln attention B=%lld T=%lld C=%lld H=%lld threads=%s: fwd+bwd %.3f ms (fwd %.3f ms), median of %d; min %.3f ms (fwd %.3f ms)\n",
 	       (long long)B, (long long)T, (long long)C, (long long)H, argv[1], tb[2 + reps / 2] * 1e3,
-	       tf[2 + reps / 2] * 1e3, reps);
+	       tf[2 + reps / 2] * 1e3, reps, tb[2] * 1e3, tf[2] * 1e3);
 	void *bufs[] = { ws, dQ, dY, dL, dDY, dG };
 	for (int i = 0; i < 6; i++)
 		kiln_device_free(dev, bufs[i]);
