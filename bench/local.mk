@@ -27,4 +27,4 @@ EXTRA_DIST += bench/comm.sh bench/torch_comm.py bench/overlap.sh bench/mpi_level
 noinst_PROGRAMS += bench/attention
 bench_attention_SOURCES = bench/attention.c
 bench_attention_LDADD = libkiln.la -lm
-EXTRA_DIST += bench/pytorch_attention.py
+EXTRA_DIST += bench/pytorch_attention.py bench/attention.sh
