@@ -23,3 +23,8 @@ bench_gloo_raw_CXXFLAGS = -std=c++17 -Wall -Wextra -pthread
 bench_gloo_raw_LDADD = $(GLOO_LIBS) -lpthread
 endif
 EXTRA_DIST += bench/comm.sh bench/torch_comm.py bench/overlap.sh bench/mpi_levels.sh
+# fused attention forward + backward (bench/pytorch_attention.py: PyTorch's)
+noinst_PROGRAMS += bench/attention
+bench_attention_SOURCES = bench/attention.c
+bench_attention_LDADD = libkiln.la -lm
+EXTRA_DIST += bench/pytorch_attention.py bench/attention.sh

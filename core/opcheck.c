@@ -322,6 +322,44 @@ static kiln_status check_dropout(const char *who, const struct kiln_op *op)
 	return KILN_OK;
 }
 
+/* ATTENTION, ATTENTION_BWD (kiln/ops.h): qkv [B,T,3C], y/dy [B,T,C] of
+ * qkv's dtype, lse f32[B,H,T], and the i64[1] step when dropout is on. */
+static kiln_status check_attention(const char *who, const struct kiln_op *op)
+{
+	const int bwd = op->type == KILN_OP_ATTENTION_BWD;
+	const int drop = op->f[1] != 0.0;
+	kiln_status st = counts(who, op, (bwd ? 4 : 1) + drop, bwd ? 1 : 2);
+	if (st)
+		return st;
+	const struct kiln_tensor_desc *qkv = bwd ? &op->in[1] : &op->in[0];
+	const struct kiln_tensor_desc *y = bwd ? &op->in[2] : &op->out[0];
+	const struct kiln_tensor_desc *lse = bwd ? &op->in[3] : &op->out[1];
+	const int64_t H = op->i[0];
+	if (qkv->ndim != 3 || qkv->dims[0] <= 0 || qkv->dims[1] <= 0 || H <= 0 ||
+	    qkv->dims[2] <= 0 || qkv->dims[2] % (3 * H))
+		BAD(KILN_EINVAL, "wants qkv [B,T,3C] with C a multiple of the heads i[0] = %lld",
+		    (long long)H);
+	const int64_t B = qkv->dims[0], T = qkv->dims[1], C = qkv->dims[2] / 3;
+	const struct kiln_tensor_desc *like_y[2] = { y, bwd ? &op->in[0] : y };
+	for (int k = 0; k < 2; k++)
+		if (like_y[k]->ndim != 3 || like_y[k]->dims[0] != B || like_y[k]->dims[1] != T ||
+		    like_y[k]->dims[2] != C || like_y[k]->dtype != qkv->dtype || !is_float(qkv->dtype))
+			BAD(KILN_EINVAL, "wants y and dy [B,T,C] = [%lld,%lld,%lld] of qkv's floating dtype",
+			    (long long)B, (long long)T, (long long)C);
+	if (bwd && (op->out[0].ndim != 3 || numel(&op->out[0]) != numel(qkv) ||
+		    op->out[0].dtype != qkv->dtype))
+		BAD(KILN_EINVAL, "dqkv (out0) must be qkv's shape and dtype");
+	if (lse->dtype != KILN_F32 || numel(lse) != B * H * T)
+		BAD(KILN_EINVAL, "lse must be f32 [B,H,T] = %lld elements", (long long)(B * H * T));
+	if (op->i[1] != 0 && op->i[1] != 1)
+		BAD(KILN_EINVAL, "causal i[1] must be 0 or 1");
+	if (!(op->f[0] > 0) || !isfinite(op->f[0]) || !(op->f[1] >= 0.0 && op->f[1] < 1.0))
+		BAD(KILN_EINVAL, "wants scale f[0] > 0 and dropout 0 <= f[1] < 1");
+	if (drop && (op->in[op->n_in - 1].dtype != KILN_I64 || numel(&op->in[op->n_in - 1]) != 1))
+		BAD(KILN_EINVAL, "the step (last input, with dropout) must be i64[1]");
+	return KILN_OK;
+}
+
 static kiln_status check_layout(const char *who, const struct kiln_op *op)
 {
 	if (op->type == KILN_OP_REORDER) {
@@ -658,6 +696,8 @@ static const struct {
 	[KILN_OP_EMBEDDING_BWD] = { "EMBEDDING_BWD", check_embedding },
 	[KILN_OP_LAYERNORM] = { "LAYERNORM", check_layernorm },
 	[KILN_OP_LAYERNORM_BWD] = { "LAYERNORM_BWD", check_layernorm },
+	[KILN_OP_ATTENTION] = { "ATTENTION", check_attention },
+	[KILN_OP_ATTENTION_BWD] = { "ATTENTION_BWD", check_attention },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");

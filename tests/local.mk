@@ -133,7 +133,7 @@ if HAVE_CHECK
 DEVICE_SUITES = tests/check_device_gemm tests/check_device_loss tests/check_device_optim \
 	tests/check_device_elementwise tests/check_device_conv tests/check_device_norm \
 	tests/check_device_stream tests/check_device_lowp \
-	tests/check_device_transformer
+	tests/check_device_transformer tests/check_device_attention
 check_LTLIBRARIES += tests/libdevice_fixture.la
 tests_libdevice_fixture_la_SOURCES = tests/device_fixture.c tests/device_fixture.h
 tests_libdevice_fixture_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
@@ -163,12 +163,16 @@ tests_check_device_lowp_LDADD = $(DEVICE_SUITE_LDADD)
 tests_check_device_transformer_CPPFLAGS = $(DEVICE_SUITE_CPPFLAGS)
 tests_check_device_transformer_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_device_transformer_LDADD = $(DEVICE_SUITE_LDADD)
+tests_check_device_attention_CPPFLAGS = $(DEVICE_SUITE_CPPFLAGS)
+tests_check_device_attention_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_attention_LDADD = $(DEVICE_SUITE_LDADD)
 if BUILD_CUDA
 TESTS += tests/device_cuda.sh
 endif
 endif
 EXTRA_DIST += tests/device_cuda.sh tests/data/gen_loss_refs.py tests/data/loss_refs.txt
 EXTRA_DIST += tests/data/gen_transformer_refs.py tests/data/transformer_refs.safetensors
+EXTRA_DIST += tests/data/gen_attention_refs.py tests/data/attention_refs.safetensors
 # The CUDA device's pure pieces (plugins/cuda/kern.h) on the host: no GPU,
 # no CUDA headers needed, so it runs on every machine; and its host-only
 # convolution logic (plugins/cuda/dnn_map.c: strides, geometry, autotune
@@ -214,6 +218,13 @@ tests_check_graph_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 EXTRA_DIST += tests/data/gen_layer_refs.py tests/data/layer_refs.safetensors
+# the attention layer: input gradients by finite differences, its errors
+if HAVE_CHECK
+check_PROGRAMS += tests/check_attention
+TESTS += tests/check_attention
+tests_check_attention_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_attention_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 
 # ---- training and checkpoints: the trainer, optimizers and schedules
 # against PyTorch, mixed precision, the profiler, safetensors, checkpoints

@@ -9,6 +9,7 @@ extern const struct kiln_plugin kiln_layer_linear, kiln_layer_relu, kiln_layer_f
 	kiln_layer_tanh, kiln_layer_mse, kiln_layer_bce_logits;
 extern const struct kiln_plugin kiln_layer_embedding, kiln_layer_pos_embedding,
 	kiln_layer_layernorm;
+extern const struct kiln_plugin kiln_layer_attention;
 
 const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_linear,
@@ -32,5 +33,6 @@ const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_embedding,
 	&kiln_layer_pos_embedding,
 	&kiln_layer_layernorm,
+	&kiln_layer_attention,
 	NULL
 };

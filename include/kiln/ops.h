@@ -354,6 +354,43 @@ enum kiln_op_type {
 	 *   dgamma = sum over rows of dy * xh,  dbeta = sum over rows of dy
 	 * (the sums over rows in a fixed order, whatever the thread count). */
 	KILN_OP_LAYERNORM_BWD = 44,
+	/* ---- fused scaled-dot-product attention ----------------------------
+	 * Multi-head self-attention over token activations, one op each way,
+	 * as PyTorch computes it explicitly (minGPT / GPT-2's CausalSelfAttention
+	 * without the projections):
+	 *   q, k, v = qkv.split(C, dim=2)          each [B,T,C] -> [B,H,T,D]
+	 *   att = (q @ k.transpose(-2,-1)) * scale  (masked_fill(j > i, -inf)
+	 *                                            when causal)
+	 *   P = softmax(att, dim=-1);  P' = dropout(P)
+	 *   y = (P' @ v).transpose(1, 2).reshape(B, T, C)
+	 * with H = i[0] heads, D = C/H, head h of q at columns [h*D, (h+1)*D)
+	 * of qkv's first C, of k of the second C, of v of the third.  Every
+	 * tensor is f32 (or the compute dtype: bf16/f16 activations, f32
+	 * arithmetic; lse is always f32), row-major, contiguous.
+	 * i[0] = H (C % H == 0), i[1] = causal (1: row i sees keys j <= i;
+	 * 0: every key), i[2] = dropout seed, i[3] = dropout layer id;
+	 * f[0] = scale (the layer sets 1/sqrt(D)), f[1] = dropout probability
+	 * p on the attention probabilities (0: none; then there is no step
+	 * input).  The dropout mask is KILN_OP_DROPOUT's, bit for bit, with
+	 * seed = i[2], layer = i[3], the step from the device i64 step input,
+	 * and e the logical index of the probability in [B, H, T, T]:
+	 *   e = ((b*H + h)*T + i)*T + j     (query row i, key column j)
+	 * so P' = P * (keep ? (float)(1/(1-p)) : 0), exactly what DROPOUT on
+	 * the materialised [B, H, T, T] P would give.
+	 * Forward: in0 qkv [B,T,3C], in1 step i64[1] (only when p > 0);
+	 * out0 y [B,T,C], out1 lse f32[B,H,T]: the logsumexp of each
+	 * softmax row (of the scaled, masked scores), saved for the backward.
+	 * A device never materialises more than a [T, T] block per (b, h). */
+	KILN_OP_ATTENTION = 45,
+	/* Backward: in0 dy [B,T,C], in1 qkv, in2 y (the forward's out0), in3
+	 * lse (its out1), in4 step i64[1] (only when p > 0); out0 dqkv
+	 * [B,T,3C] (=|+= with KILN_OPF_ACCUMULATE).  Same i[] and f[].  P is
+	 * recomputed from the saved lse, P = exp(att - lse), M the mask
+	 * scaled by 1/(1-p) (1 without dropout), and with
+	 * Di = sum_d dy[i,d] * y[i,d] (= rowsum(dP' * P')):
+	 *   dv = (P*M)^T dy,  dP = (dy v^T) * M,  dS = P * (dP - Di)
+	 *   dq = scale * dS k,  dk = scale * dS^T q */
+	KILN_OP_ATTENTION_BWD = 46,
 	KILN_OP_TYPE_COUNT
 };
 

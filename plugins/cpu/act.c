@@ -16,7 +16,7 @@
 #include "cpu.h"
 #include "../common/scalar_ops.h" /* the GELU tanh formulas: kernels.cu's too */
 
-#include <Random123/philox.h> /* philox4x32: counter-based RNG, also in CUDA */
+#include "philox.h" /* CPU_DROP_SCALE: the dropout mask, shared with attn.c */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -158,69 +158,7 @@ kiln_status cpu_act_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 
 /* ---- dropout ----------------------------------------------------------- */
 
-/* The mask, which every device must reproduce bit for bit.  With p = f[0],
- * seed = (uint64_t)i[0], layer = (uint32_t)i[1], step = (uint32_t) of the
- * i64 at in1, and e the element's LOGICAL index (row-major over the dims as
- * listed: for a 4-d NHWC activation ((n*C + c)*H + h)*W + w, so NCHW and
- * NHWC runs drop the same elements):
- *
- *   ctr = { (uint32_t)e, (uint32_t)(e >> 32), layer, step }
- *   key = { (uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x44524f50 }  ("DROP")
- *   r   = philox4x32_10(ctr, key)              (Random123, 10 rounds)
- *   keep  iff  (r.v[0] >> 8) >= ceil(p * 2^24)
- *   y   = x * (keep ? s : 0),   s = (float)(1.0 / (1.0 - p))  (double, rounded)
- *
- * The keep rule is u >= p for u = (r.v[0] >> 8) / 2^24 in exact arithmetic
- * (an integer compare, so no float rounding can differ across devices).
- * s is multiplied, as PyTorch does (x * mask * (1/(1-p))), not divided, and
- * like PyTorch a dropped inf or NaN gives NaN (it is a product, not a
- * select).  p = 0 copies; p = 1 gives 0 * x. */
-/* r.v[0] of Philox4x32-10 (Random123's philox4x32_R(10, ctr, key)) into
- * `out`, written out in plain integer operations so `omp simd` vectorises
- * it: Random123's struct-returning rounds, and even a static inline
- * function inlined into a target_clones one, stay scalar with GCC 12.
- * tests/check_device.c checks the result against Random123 itself. */
-#define CPU_PHILOX_ROUND(c0, c1, c2, c3, k0, k1)                                          \
-	do {                                                                              \
-		const uint64_t p0_ = (uint64_t)0xD2511F53u * c0;                          \
-		const uint64_t p1_ = (uint64_t)0xCD9E8D57u * c2;                          \
-		const uint32_t n0_ = (uint32_t)(p1_ >> 32) ^ c1 ^ k0;                     \
-		const uint32_t n2_ = (uint32_t)(p0_ >> 32) ^ c3 ^ k1;                     \
-		c1 = (uint32_t)p1_, c3 = (uint32_t)p0_, c0 = n0_, c2 = n2_;               \
-		k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;                                     \
-	} while (0)
-#define CPU_PHILOX_V0(out, e, layer, step, key0, key1)                                    \
-	do {                                                                              \
-		uint32_t c0_ = (uint32_t)(e), c1_ = (uint32_t)((uint64_t)(e) >> 32);      \
-		uint32_t c2_ = (layer), c3_ = (step), k0_ = (key0), k1_ = (key1);         \
-		/* ten rounds, unrolled by hand: a loop here is not vectorised */         \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		CPU_PHILOX_ROUND(c0_, c1_, c2_, c3_, k0_, k1_);                           \
-		(out) = c0_;                                                              \
-	} while (0)
-
-struct drop {
-	uint32_t k0, k1; /* the key */
-	uint32_t layer, step, thr;
-	float s;
-};
-
-/* s for a kept element e, 0 for a dropped one, into `out`. */
-#define CPU_DROP_SCALE(out, e, d)                                                         \
-	do {                                                                              \
-		uint32_t v0_;                                                             \
-		CPU_PHILOX_V0(v0_, e, (d).layer, (d).step, (d).k0, (d).k1);               \
-		(out) = (v0_ >> 8) >= (d).thr ? (d).s : 0.0f;                             \
-	} while (0)
-
+/* The mask is philox.h's (KILN_OP_DROPOUT in kiln/ops.h). */
 /* v over [lo, hi): k = the scale of logical element `at` (an expression of
  * v), then the statement given last (which reads k). */
 #define CPU_DROP_LOOP(v, lo, hi, at, dd, ...)                                             \
@@ -287,15 +225,8 @@ static kiln_status cpu_dropout(const struct cpu_plan *p, const struct kiln_op_ar
 			CPU_SPANS(p->n, b, en, copy_span(y + b, x + b, en - b, acc));
 		return KILN_OK;
 	}
-	const uint64_t seed = (uint64_t)p->op.i[0];
-	struct drop d = {
-		.k0 = (uint32_t)seed,
-		.k1 = (uint32_t)(seed >> 32) ^ 0x44524f50u,
-		.layer = (uint32_t)p->op.i[1],
-		.step = (uint32_t)*(const int64_t *)a->in[1],
-		.thr = (uint32_t)ceil(pr * 16777216.0),
-		.s = pr >= 1.0 ? 0.0f : (float)(1.0 / (1.0 - pr)),
-	};
+	const struct drop d = cpu_drop_init((uint64_t)p->op.i[0], p->op.i[1],
+					    *(const int64_t *)a->in[1], pr);
 	if (p->op.out[0].dtype == KILN_BF16) {
 		CPU_SPANS(p->n, b, en,
 			  drop_flat_bf16((uint16_t *)a->out[0], (const uint16_t *)a->in[0], b, en, &d, acc));

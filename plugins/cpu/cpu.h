@@ -5,7 +5,7 @@
  * ops.c (plain-C kernels), optim.c (fused optimizers), gemm.c (oneDNN matmul), dnn.c (the oneDNN plan
  * shared by conv.c and pool.c), bn.c (batch norm), act.c (activations,
  * dropout), layout.c (concat, split, reorder), embedding.c and layernorm.c
- * (the transformer ops).  Nothing here links libkiln:
+ * (the transformer ops), attn.c (fused attention).  Nothing here links libkiln:
  * the core is reached only through the host table.
  */
 #ifndef KILN_CPU_H
@@ -196,6 +196,8 @@ kiln_status cpu_layout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 /* embedding.c, layernorm.c: the transformer ops (same contract) */
 kiln_status cpu_embedding_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_layernorm_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+/* attn.c: ATTENTION, ATTENTION_BWD (fused scaled-dot-product attention) */
+kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 
 /* ---- lowp.c: bf16 and f16 storage, f32 arithmetic ---- */
 static inline int cpu_lowp(int dtype) { return dtype == KILN_BF16 || dtype == KILN_F16; }

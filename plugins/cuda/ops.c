@@ -205,6 +205,10 @@ static const uint8_t family[] = {
 	[KILN_OP_CONV_BWD_WEIGHTS] = F_CONV,
 	[KILN_OP_EMBEDDING] = F_LAUNCH, [KILN_OP_EMBEDDING_BWD] = F_LAUNCH,
 	[KILN_OP_LAYERNORM] = F_LAUNCH, [KILN_OP_LAYERNORM_BWD] = F_LAUNCH,
+	/* fused attention: cuDNN's scaled-dot-product attention (graph API)
+	 * is planned, with kiln's own kernel where it refuses a shape; until
+	 * then has_op says no and the core reports it before training */
+	[KILN_OP_ATTENTION] = F_NONE, [KILN_OP_ATTENTION_BWD] = F_NONE,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");

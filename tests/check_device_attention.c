@@ -1,0 +1,459 @@
+/* tests/check_device_attention.c - device conformance: the fused attention
+ * ops KILN_OP_ATTENTION and KILN_OP_ATTENTION_BWD (kiln/ops.h).
+ *
+ *   attn_loops    forward (y, lse) and backward (dqkv, written and
+ *                 accumulated) against a naive double-precision loop, for
+ *                 causal and full attention, T across the CPU's row blocks
+ *   attn_torch    the same against PyTorch 1.13's explicit attention and
+ *                 autograd (tests/data/attention_refs.safetensors, written by
+ *                 tests/data/gen_attention_refs.py)
+ *   attn_dropout  with dropout on the probabilities: the mask is
+ *                 KILN_OP_DROPOUT's on [B, H, T, T] (taken from the DROPOUT
+ *                 op itself and fed to the loop), forward and backward agree
+ *                 on it, and another step draws another mask
+ *   attn_lowp     bf16 and f16 activations: the f32 op on the widened
+ *                 inputs, rounded once
+ *   attn_threads  1 and 3 threads give the same bytes
+ *
+ * Tolerance: max |got - want| <= 1e-5 * max(1, max |want|) per tensor.
+ * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
+ */
+#include "device_fixture.h"
+#include "check_main.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ATTN_TOL 1e-5
+
+struct attn_case {
+	int B, T, C, H, causal;
+	double scale, p; /* scale 0: 1/sqrt(D) */
+	int64_t seed, layer, step;
+};
+
+static double attn_scale(const struct attn_case *c)
+{
+	return c->scale > 0 ? c->scale : 1.0 / sqrt((double)(c->C / c->H));
+}
+
+/* ---- the reference loop ------------------------------------------------- */
+
+/* y [B,T,C], lse [B,H,T], dqkv [B,T,3C] (double) from qkv and dy, with the
+ * dropout scale mask[B,H,T,T] (NULL: none), straight from the definition. */
+static void attn_loop(const struct attn_case *c, const float *qkv, const float *dy,
+		      const float *mask, double *y, double *lse, double *dqkv)
+{
+	const int B = c->B, T = c->T, C = c->C, H = c->H, D = C / H, ld = 3 * C;
+	const double scale = attn_scale(c);
+	double *P = malloc(sizeof(double) * (size_t)T), *dP = malloc(sizeof(double) * (size_t)T);
+	memset(dqkv, 0, sizeof(double) * (size_t)B * T * ld);
+	for (int b = 0; b < B; b++)
+		for (int h = 0; h < H; h++)
+			for (int i = 0; i < T; i++) {
+				const float *q = qkv + ((size_t)b * T + i) * ld + h * D;
+				const int valid = c->causal ? i + 1 : T;
+				const float *mrow = mask ? mask + (((size_t)b * H + h) * T + i) * T : NULL;
+				double mx = -INFINITY, z = 0;
+				for (int j = 0; j < valid; j++) {
+					const float *k = qkv + ((size_t)b * T + j) * ld + C + h * D;
+					double s = 0;
+					for (int d = 0; d < D; d++)
+						s += (double)q[d] * k[d];
+					P[j] = s * scale;
+					mx = P[j] > mx ? P[j] : mx;
+				}
+				for (int j = 0; j < valid; j++)
+					z += exp(P[j] - mx);
+				lse[((size_t)b * H + h) * T + i] = mx + log(z);
+				for (int j = 0; j < valid; j++)
+					P[j] = exp(P[j] - mx) / z;
+				/* y = P' v;  dP = (dy v^T) * M;  Di = sum P * dP */
+				const float *dyi = dy + ((size_t)b * T + i) * C + h * D;
+				double *yi = y + ((size_t)b * T + i) * C + h * D, di = 0;
+				for (int d = 0; d < D; d++)
+					yi[d] = 0;
+				for (int j = 0; j < valid; j++) {
+					const float *v = qkv + ((size_t)b * T + j) * ld + 2 * C + h * D;
+					const double m = mrow ? mrow[j] : 1.0;
+					double g = 0;
+					for (int d = 0; d < D; d++) {
+						yi[d] += P[j] * m * v[d];
+						g += (double)dyi[d] * v[d];
+					}
+					dP[j] = g * m;
+					di += P[j] * dP[j];
+					/* dv_j += P'_ij dy_i */
+					double *dv = dqkv + ((size_t)b * T + j) * ld + 2 * C + h * D;
+					for (int d = 0; d < D; d++)
+						dv[d] += P[j] * m * dyi[d];
+				}
+				/* dS = P (dP - Di): dq_i += scale dS k_j, dk_j += scale dS q_i */
+				double *dq = dqkv + ((size_t)b * T + i) * ld + h * D;
+				for (int j = 0; j < valid; j++) {
+					const double ds = P[j] * (dP[j] - di) * scale;
+					const float *k = qkv + ((size_t)b * T + j) * ld + C + h * D;
+					double *dk = dqkv + ((size_t)b * T + j) * ld + C + h * D;
+					for (int d = 0; d < D; d++) {
+						dq[d] += ds * k[d];
+						dk[d] += ds * q[d];
+					}
+				}
+			}
+	free(P);
+	free(dP);
+}
+
+/* ---- the device ops ----------------------------------------------------- */
+
+/* ATTENTION (bwd 0) or ATTENTION_BWD of case c, activations in dtype dt. */
+static void attn_op(struct kiln_op *op, const struct attn_case *c, int dt, int bwd, int acc)
+{
+	const int64_t dq[3] = { c->B, c->T, 3 * c->C }, dy[3] = { c->B, c->T, c->C };
+	const int64_t dl[3] = { c->B, c->H, c->T }, one = 1;
+	const int drop = c->p > 0;
+	memset(op, 0, sizeof *op);
+	struct kiln_tensor_desc qkv, y, lse, step;
+	kiln_tensor_desc_init(&qkv, dt, 3, dq);
+	kiln_tensor_desc_init(&y, dt, 3, dy);
+	kiln_tensor_desc_init(&lse, KILN_F32, 3, dl);
+	kiln_tensor_desc_init(&step, KILN_I64, 1, &one);
+	if (bwd) {
+		op->type = KILN_OP_ATTENTION_BWD, op->n_in = 4 + drop, op->n_out = 1;
+		op->in[0] = op->in[2] = y, op->in[1] = qkv, op->in[3] = lse, op->out[0] = qkv;
+		op->flags = acc ? KILN_OPF_ACCUMULATE : 0;
+	} else {
+		op->type = KILN_OP_ATTENTION, op->n_in = 1 + drop, op->n_out = 2;
+		op->in[0] = qkv, op->out[0] = y, op->out[1] = lse;
+	}
+	if (drop)
+		op->in[op->n_in - 1] = step;
+	op->i[0] = c->H, op->i[1] = c->causal, op->i[2] = c->seed, op->i[3] = c->layer;
+	op->f[0] = attn_scale(c), op->f[1] = c->p;
+}
+
+static size_t attn_nq(const struct attn_case *c) { return (size_t)c->B * c->T * 3 * c->C; }
+static size_t attn_ny(const struct attn_case *c) { return (size_t)c->B * c->T * c->C; }
+static size_t attn_nl(const struct attn_case *c) { return (size_t)c->B * c->H * c->T; }
+
+/* The device's forward of host qkv (elements of es bytes, dtype dt) into
+ * host y and lse. */
+static void attn_fwd_dev(struct fx *f, const struct attn_case *c, int dt, size_t es,
+			 const void *qkv, void *y, float *lse)
+{
+	void *dQ = dput(f, qkv, attn_nq(c) * es), *dY = dput(f, NULL, attn_ny(c) * es);
+	void *dL = dput(f, NULL, attn_nl(c) * 4), *dS = dput(f, &c->step, 8);
+	struct kiln_op op;
+	attn_op(&op, c, dt, 0, 0);
+	OK(run_op(f, &op, (const void *const[]){ dQ, dS }, (void *const[]){ dY, dL }));
+	dget(f, y, dY, attn_ny(c) * es);
+	dget(f, lse, dL, attn_nl(c) * 4);
+	DFREE(f, dQ, dY, dL, dS);
+}
+
+/* The device's backward into host dqkv (added to its contents when acc). */
+static void attn_bwd_dev(struct fx *f, const struct attn_case *c, int dt, size_t es,
+			 const void *dy, const void *qkv, const void *y, const float *lse,
+			 void *dqkv, int acc)
+{
+	void *dDY = dput(f, dy, attn_ny(c) * es), *dQ = dput(f, qkv, attn_nq(c) * es);
+	void *dY = dput(f, y, attn_ny(c) * es), *dL = dput(f, lse, attn_nl(c) * 4);
+	void *dG = dput(f, acc ? dqkv : NULL, attn_nq(c) * es), *dS = dput(f, &c->step, 8);
+	struct kiln_op op;
+	attn_op(&op, c, dt, 1, acc);
+	OK(run_op(f, &op, (const void *const[]){ dDY, dQ, dY, dL, dS }, (void *const[]){ dG }));
+	dget(f, dqkv, dG, attn_nq(c) * es);
+	DFREE(f, dDY, dQ, dY, dL, dG, dS);
+}
+
+/* The device's f32 y, lse and dqkv (dqkv0 + the gradient when given). */
+struct attn_out {
+	float *y, *lse, *dqkv;
+};
+
+static struct attn_out attn_dev(struct fx *f, const struct attn_case *c, const float *qkv,
+				const float *dy, const float *dqkv0)
+{
+	struct attn_out o = { malloc(attn_ny(c) * 4), malloc(attn_nl(c) * 4),
+			      malloc(attn_nq(c) * 4) };
+	attn_fwd_dev(f, c, KILN_F32, 4, qkv, o.y, o.lse);
+	if (dqkv0)
+		memcpy(o.dqkv, dqkv0, attn_nq(c) * 4);
+	attn_bwd_dev(f, c, KILN_F32, 4, dy, qkv, o.y, o.lse, o.dqkv, dqkv0 != NULL);
+	return o;
+}
+
+static void attn_out_free(struct attn_out *o)
+{
+	free(o->y), free(o->lse), free(o->dqkv);
+}
+
+/* max |got - want| <= ATTN_TOL * max(1, max |want|); want in double, or
+ * in f32 (wantf) when want is NULL.  base: added to want (accumulation). */
+static void attn_close(const char *tag, const char *what, const float *got, const double *want,
+		       const float *wantf, const float *base, size_t n)
+{
+	double mag = 1, err = 0;
+	size_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		const double w = (want ? want[i] : wantf[i]) + (base ? base[i] : 0);
+		mag = fabs(w) > mag ? fabs(w) : mag;
+		const double e = fabs(got[i] - w);
+		if (!(e <= err))
+			err = isnan(e) ? INFINITY : e, at = i;
+	}
+	ck_assert_msg(err <= ATTN_TOL * mag, "%s: %s: max |error| %g at %zu (got %.8g); allowed %g",
+		      tag, what, err, at, got[at], ATTN_TOL * mag);
+}
+
+/* Device against the loop for case c (mask: see attn_loop), written and
+ * accumulated. */
+static void attn_check(struct fx *f, const char *tag, const struct attn_case *c,
+		       const float *mask)
+{
+	const size_t nq = attn_nq(c), ny = attn_ny(c), nl = attn_nl(c);
+	float *qkv = frandv(nq), *dy = frandv(ny), *g0 = frandv(nq);
+	for (size_t i = 0; i < nq; i++)
+		qkv[i] *= 2.0f; /* scores of a few units: a peaked softmax */
+	double *y = malloc(ny * 8), *lse = malloc(nl * 8), *dqkv = malloc(nq * 8);
+	attn_loop(c, qkv, dy, mask, y, lse, dqkv);
+	for (int acc = 0; acc < 2; acc++) {
+		struct attn_out o = attn_dev(f, c, qkv, dy, acc ? g0 : NULL);
+		attn_close(tag, "y", o.y, y, NULL, NULL, ny);
+		attn_close(tag, "lse", o.lse, lse, NULL, NULL, nl);
+		attn_close(tag, acc ? "dqkv (accumulated)" : "dqkv", o.dqkv, dqkv, NULL,
+			   acc ? g0 : NULL, nq);
+		attn_out_free(&o);
+	}
+	free(qkv), free(dy), free(g0), free(y), free(lse), free(dqkv);
+}
+
+START_TEST(test_attn_loops)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION);
+	static const struct attn_case cases[] = {
+		{ .B = 1, .T = 1, .C = 4, .H = 1, .causal = 1 },
+		{ .B = 2, .T = 7, .C = 16, .H = 2, .causal = 1 },
+		{ .B = 3, .T = 33, .C = 24, .H = 3, .causal = 1 },
+		{ .B = 2, .T = 70, .C = 32, .H = 4, .causal = 1, .scale = 0.2 },
+		{ .B = 2, .T = 45, .C = 64, .H = 1, .causal = 0 },
+		{ .B = 1, .T = 100, .C = 128, .H = 2, .causal = 1 },
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		char tag[96];
+		const struct attn_case *c = &cases[k];
+		snprintf(tag, sizeof tag, "B=%d T=%d C=%d H=%d causal=%d", c->B, c->T, c->C, c->H,
+			 c->causal);
+		attn_check(&f, tag, c, NULL);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- against PyTorch ---------------------------------------------------- */
+
+static const float *st_f32(struct kiln_safetensors *st, const char *cs, const char *key, size_t n)
+{
+	char name[128];
+	struct kiln_safetensors_tensor t;
+	snprintf(name, sizeof name, "%s/%s", cs, key);
+	OK(kiln_safetensors_find(st, name, &t));
+	ck_assert_msg(t.dtype == KILN_F32 && (size_t)t.numel == n, "%s: %lld elements, want %zu",
+		      name, (long long)t.numel, n);
+	return t.data;
+}
+
+START_TEST(test_attn_torch)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION);
+	struct kiln_safetensors *st;
+	char path[1024];
+	/* KILN_TEST_SRCDIR: the suite run from a carried bundle (tests/gpu/run.sh) */
+	const char *src = getenv("KILN_TEST_SRCDIR");
+	snprintf(path, sizeof path, "%s/tests/data/attention_refs.safetensors",
+		 src && *src ? src : SRCDIR);
+	OK(kiln_safetensors_open(path, &st));
+	const char *list = kiln_safetensors_meta(st, "cases");
+	ck_assert_ptr_nonnull(list);
+	char *cases = strdup(list), *save = NULL;
+	int n_cases = 0;
+	for (char *cs = strtok_r(cases, ",", &save); cs; cs = strtok_r(NULL, ",", &save)) {
+		char key[96];
+		struct attn_case c = { 0 };
+		snprintf(key, sizeof key, "%s.shape", cs);
+		const char *shape = kiln_safetensors_meta(st, key);
+		ck_assert_msg(shape && sscanf(shape, "%d,%d,%d,%d,%d,%lf", &c.B, &c.T, &c.C, &c.H,
+					      &c.causal, &c.scale) == 6,
+			      "%s: bad shape metadata", cs);
+		const size_t nq = attn_nq(&c), ny = attn_ny(&c), nl = attn_nl(&c);
+		/* the mapping is not aligned: copy */
+		float *qkv = malloc(nq * 4), *dy = malloc(ny * 4), *g0 = frandv(nq);
+		memcpy(qkv, st_f32(st, cs, "qkv", nq), nq * 4);
+		memcpy(dy, st_f32(st, cs, "dy", ny), ny * 4);
+		float *y = malloc(ny * 4), *lse = malloc(nl * 4), *dqkv = malloc(nq * 4);
+		memcpy(y, st_f32(st, cs, "y", ny), ny * 4);
+		memcpy(lse, st_f32(st, cs, "lse", nl), nl * 4);
+		memcpy(dqkv, st_f32(st, cs, "dqkv", nq), nq * 4);
+		for (int acc = 0; acc < 2; acc++) {
+			struct attn_out o = attn_dev(&f, &c, qkv, dy, acc ? g0 : NULL);
+			attn_close(cs, "y vs PyTorch", o.y, NULL, y, NULL, ny);
+			attn_close(cs, "lse vs PyTorch", o.lse, NULL, lse, NULL, nl);
+			attn_close(cs, "dqkv vs PyTorch", o.dqkv, NULL, dqkv, acc ? g0 : NULL, nq);
+			attn_out_free(&o);
+		}
+		free(qkv), free(dy), free(g0), free(y), free(lse), free(dqkv);
+		n_cases++;
+	}
+	ck_assert_int_ge(n_cases, 6);
+	free(cases);
+	kiln_safetensors_close(st);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- dropout ------------------------------------------------------------ */
+
+/* The DROPOUT op's scale (0 or 1/(1-p)) for every element of [B,H,T,T]:
+ * the mask the attention's dropout must be. */
+static float *dropout_mask(struct fx *f, const struct attn_case *c)
+{
+	const int64_t n = (int64_t)c->B * c->H * c->T * c->T;
+	float *ones = malloc((size_t)n * 4), *m = malloc((size_t)n * 4);
+	for (int64_t i = 0; i < n; i++)
+		ones[i] = 1.0f;
+	void *dX = dput(f, ones, (size_t)n * 4), *dS = dput(f, &c->step, 8);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_DROPOUT, op.n_in = 2, op.n_out = 1;
+	op.in[0] = op.out[0] = td(KILN_F32, 1, n, 0);
+	op.in[1] = td(KILN_I64, 1, 1, 0);
+	op.i[0] = c->seed, op.i[1] = c->layer, op.f[0] = c->p;
+	OK(run_op(f, &op, (const void *const[]){ dX, dS }, (void *const[]){ dX }));
+	dget(f, m, dX, (size_t)n * 4);
+	DFREE(f, dX, dS);
+	free(ones);
+	return m;
+}
+
+START_TEST(test_attn_dropout)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION);
+	SKIP_UNSUPPORTED(&f, KILN_OP_DROPOUT);
+	struct attn_case c = { .B = 2, .T = 37, .C = 24, .H = 3, .causal = 1, .p = 0.25,
+			       .seed = 0x5eed1234abcLL, .layer = 9, .step = 41 };
+	float *mask = dropout_mask(&f, &c);
+	const size_t nm = (size_t)c.B * c.H * c.T * c.T;
+	size_t dropped = 0;
+	for (size_t i = 0; i < nm; i++)
+		dropped += mask[i] == 0.0f;
+	ck_assert_msg(dropped > nm / 8 && dropped < nm * 3 / 8, "dropped %zu of %zu", dropped, nm);
+	/* forward and backward both against the loop fed DROPOUT's mask */
+	attn_check(&f, "dropout", &c, mask);
+	c.causal = 0;
+	attn_check(&f, "dropout, full", &c, mask);
+	/* another step: another mask, so the step input is read */
+	c.causal = 1;
+	c.step++;
+	float *mask2 = dropout_mask(&f, &c);
+	ck_assert(memcmp(mask, mask2, nm * 4) != 0);
+	attn_check(&f, "dropout, next step", &c, mask2);
+	free(mask), free(mask2);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- bf16 and f16 -------------------------------------------------------
+ * Low-precision activations (docs/plugins.md): the f32 op on the widened
+ * inputs, each output rounded once; lse stays f32. */
+
+static uint16_t *lowp_of(const float *x, size_t n, int dt, float *wide)
+{
+	uint16_t *h = malloc(n * 2);
+	for (size_t i = 0; i < n; i++)
+		h[i] = h_round(x[i], dt), wide[i] = h_wide(h[i], dt);
+	return h;
+}
+
+START_TEST(test_attn_lowp)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION);
+	const struct attn_case c = { .B = 2, .T = 37, .C = 16, .H = 2, .causal = 1, .p = 0.2,
+				     .seed = 77, .layer = 1, .step = 3 };
+	const size_t nq = attn_nq(&c), ny = attn_ny(&c), nl = attn_nl(&c);
+	for (int dt = KILN_BF16; dt <= KILN_F16; dt++) {
+		const char *name = dt == KILN_BF16 ? "bf16" : "f16";
+		float *qkv = frandv(nq), *dy = frandv(ny), *qw = malloc(nq * 4), *dyw = malloc(ny * 4);
+		uint16_t *q16 = lowp_of(qkv, nq, dt, qw), *dy16 = lowp_of(dy, ny, dt, dyw);
+		/* forward: y16 = round(f32 forward of the widened qkv) */
+		float *y = malloc(ny * 4), *lse = malloc(nl * 4), *lse16 = malloc(nl * 4);
+		uint16_t *y16 = malloc(ny * 2), *g16 = malloc(nq * 2);
+		attn_fwd_dev(&f, &c, KILN_F32, 4, qw, y, lse);
+		attn_fwd_dev(&f, &c, dt, 2, q16, y16, lse16);
+		for (size_t i = 0; i < ny; i++)
+			ck_assert_msg(y16[i] == h_round(y[i], dt), "%s y[%zu] = %g, want %g", name, i,
+				      h_wide(y16[i], dt), h_wide(h_round(y[i], dt), dt));
+		ck_assert(!memcmp(lse, lse16, nl * 4));
+		/* backward from the low-precision y */
+		float *yw = malloc(ny * 4), *g = malloc(nq * 4);
+		for (size_t i = 0; i < ny; i++)
+			yw[i] = h_wide(y16[i], dt);
+		attn_bwd_dev(&f, &c, KILN_F32, 4, dyw, qw, yw, lse, g, 0);
+		attn_bwd_dev(&f, &c, dt, 2, dy16, q16, y16, lse, g16, 0);
+		for (size_t i = 0; i < nq; i++)
+			ck_assert_msg(g16[i] == h_round(g[i], dt), "%s dqkv[%zu] = %g, want %g", name, i,
+				      h_wide(g16[i], dt), g[i]);
+		free(qkv), free(dy), free(qw), free(dyw), free(q16), free(dy16), free(y), free(lse);
+		free(lse16), free(y16), free(g16), free(yw), free(g);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- thread counts ------------------------------------------------------ */
+
+START_TEST(test_attn_threads)
+{
+	const struct attn_case c = { .B = 2, .T = 50, .C = 32, .H = 4, .causal = 1, .p = 0.1,
+				     .seed = 3, .layer = 2, .step = 7 };
+	const size_t nq = attn_nq(&c), ny = attn_ny(&c);
+	float *qkv = frandv(nq), *dy = frandv(ny);
+	struct attn_out o[2];
+	for (int t = 0; t < 2; t++) {
+		struct fx f;
+		memset(&f, 0, sizeof f);
+		OK(kiln_registry_open(NULL, &f.reg));
+		OK(kiln_config_new(&f.cfg));
+		OK(kiln_config_override(f.cfg, t ? "run.threads=3" : "run.threads=1"));
+		OK(kiln_config_validate(f.cfg, f.reg));
+		OK(kiln_device_open(f.reg, f.cfg, g_name, 0, &f.dev));
+		OK(kiln_device_stream_create(f.dev, &f.s));
+		if (unsupported(&f, KILN_OP_ATTENTION)) {
+			fx_close(&f);
+			free(qkv), free(dy);
+			if (t)
+				attn_out_free(&o[0]);
+			return;
+		}
+		o[t] = attn_dev(&f, &c, qkv, dy, NULL);
+		fx_close(&f);
+	}
+	ck_assert(!memcmp(o[0].y, o[1].y, ny * 4));
+	ck_assert(!memcmp(o[0].dqkv, o[1].dqkv, nq * 4));
+	attn_out_free(&o[0]), attn_out_free(&o[1]);
+	free(qkv), free(dy);
+}
+END_TEST
+
+DEVICE_SUITE(attention, DFX_CASE(attn_loops), DFX_CASE(attn_torch), DFX_CASE(attn_dropout),
+	     DFX_CASE(attn_lowp), DFX_ONCE(attn_threads, 60));
