@@ -403,6 +403,18 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	return st;
 }
 
+kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan)
+{
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ADD;
+	op.n_in = 2;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+	op.in[1] = op.out[0] = op.in[0];
+	return kiln_device_prepare(dev, &op, plan, NULL);
+}
+
 kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct kiln_op_args *args,
 			    void *stream)
 {

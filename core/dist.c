@@ -7,7 +7,8 @@
  * holds [dist] bucket_mb; each bucket is one contiguous slice [lo, hi) of
  * the flat buffer (alignment padding included: zero, and averaging zeros
  * keeps it zero).  A bucket is complete once the backward of the
- * lowest-indexed layer with a tensor in it has run; the graph calls our
+ * lowest-indexed layer with a tensor in it (a tied tensor's: grad_layer,
+ * core/tie.c) has run; the graph calls our
  * hook after every layer's backward, and the hook then records an event on
  * the compute stream, makes the comm stream wait for it and enqueues the
  * bucket's allreduce (average) there.  Backward of the earlier layers goes
@@ -429,12 +430,12 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 	for (int k = 0; k < n;) {
 		struct bucket *b = &d->b[d->n_b++];
 		b->hi = hi;
-		b->ready_layer = m->params[idx[k]].layer;
+		b->ready_layer = m->params[idx[k]].grad_layer;
 		do {
 			const struct model_param *p = &m->params[idx[k]];
 			b->lo = p->off;
-			if (p->layer < b->ready_layer)
-				b->ready_layer = p->layer;
+			if (p->grad_layer < b->ready_layer)
+				b->ready_layer = p->grad_layer;
 			k++;
 		} while (k < n && b->hi - b->lo < cap);
 		if (k == n)

@@ -67,8 +67,8 @@ static kiln_status zero_buckets(struct kiln_dist *d)
 			const struct model_param *p = &m->params[i];
 			if (p->trainable && !p->buffer && p->off < b->hi &&
 			    p->off + (size_t)p->numel > b->lo &&
-			    (b->ready_layer < 0 || p->layer < b->ready_layer))
-				b->ready_layer = p->layer;
+			    (b->ready_layer < 0 || p->grad_layer < b->ready_layer))
+				b->ready_layer = p->grad_layer;
 		}
 		/* the next forward needs the bucket's parameters whole before
 		 * the first layer that reads one of them (a tied weight's

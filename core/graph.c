@@ -157,6 +157,9 @@ static kiln_status layout_params(struct kiln_model *m, struct plan_node *nodes)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; i < m->n_layers; i++)
 		m->layers[i].n_params = nodes[i].l.n_params;
+	kiln_status st = kiln_model_tie_slots(m, nodes);
+	if (st)
+		return st;
 	for (int pass = 0; pass < 3; pass++)
 		for (int i = 0; i < m->n_layers; i++) {
 			struct model_layer *L = &m->layers[i];
@@ -165,15 +168,15 @@ static kiln_status layout_params(struct kiln_model *m, struct plan_node *nodes)
 				int buffer = ps->is_buffer != 0;
 				int tr = L->trainable && !buffer;
 				int want = buffer ? 2 : tr ? 0 : 1;
-				if (want != pass)
-					continue;
+				if (want != pass || (L->tie >= 0 && k == L->tie_slot))
+					continue; /* a tied slot reads its Y's tensor */
 				struct model_param *p = &m->params[m->n_params];
 				L->pidx[k] = m->n_params++;
 				snprintf(p->name, sizeof p->name, "%s.%s", L->name, ps->suffix);
 				p->desc = ps->desc;
 				p->init = ps->init;
 				p->fan_in = ps->fan_in;
-				p->layer = i;
+				p->layer = p->grad_layer = i;
 				p->trainable = tr;
 				p->buffer = buffer;
 				p->slot = k;
@@ -191,6 +194,7 @@ static kiln_status layout_params(struct kiln_model *m, struct plan_node *nodes)
 				}
 			}
 		}
+	kiln_model_tie_link(m);
 	return KILN_OK;
 }
 
@@ -220,7 +224,7 @@ static kiln_status read_layers(struct kiln_model *m, const struct kiln_registry 
 		if ((st = wire_inputs(m, m->n_layers - 1, cfg)))
 			return st;
 	}
-	return KILN_OK;
+	return kiln_model_read_ties(m);
 }
 
 /* Exactly one loss layer (m->loss_layer), and every other layer leads to
@@ -342,7 +346,8 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	    (st = kiln_device_alloc(dev, bytes, (void **)&m->grads_d)) ||
 	    (st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
 	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)) ||
-	    (st = kiln_model_optim_alloc(m)))
+	    (st = kiln_model_optim_alloc(m)) ||
+	    (st = kiln_model_tie_prepare(m)))
 		goto fail;
 	if ((st = prepare_step_counter(m)))
 		goto fail;
@@ -369,6 +374,7 @@ void kiln_model_free(struct kiln_model *m)
 	if (m->dev) {
 		kiln_model_precision_close(m);
 		kiln_model_optim_free(m);
+		kiln_model_tie_free(m);
 		kiln_device_plan_free(m->dev, m->step_plan);
 		kiln_device_free(m->dev, m->buffers_d);
 		kiln_device_free(m->dev, m->step_d);
@@ -462,6 +468,11 @@ kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,
 			kiln_model_param_get(m, i, out);
 			return KILN_OK;
 		}
+	int t = kiln_model_tie_alias(m, name);
+	if (t >= 0) { /* "lm_head.weight", tied: the one tensor, named as its owner's */
+		kiln_model_param_get(m, t, out);
+		return KILN_OK;
+	}
 	return kiln_error(KILN_ENOTFOUND, "no parameter named '%s'", name);
 }
 

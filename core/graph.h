@@ -16,6 +16,15 @@ struct model_layer {
 	int trainable;
 	int n_params;
 	int pidx[KILN_LAYER_MAX_PARAMS]; /* model_param index of the layer's k-th */
+	/* weight tying (core/tie.c): [layer.X] tie = Y makes X's `weight`
+	 * Y's tensor.  tie: Y's index in X, else -1.  tie_slot: the slot of
+	 * the layer's shared weight (tied, or tied to), else -1.  tie_grad:
+	 * >= 0 when this layer's backward writes that weight's gradient at
+	 * m->tie_grads_d + tie_grad, for tie_add to add it in after the
+	 * backward of the tensor's grad_layer; -1: in place. */
+	int tie, tie_slot;
+	int64_t tie_grad;
+	void *tie_add;
 };
 
 struct model_param {
@@ -27,6 +36,9 @@ struct model_param {
 	int trainable;
 	int buffer;                   /* 1: non-trained state, in the buffers region */
 	int slot;                     /* k: the layer's k-th parameter */
+	int grad_layer;               /* the layer whose backward completes the
+				       * gradient: `layer`, or for a tied tensor
+				       * its lowest-indexed user (core/tie.c) */
 	size_t off;                   /* elements into params (or buffers) */
 	int64_t numel;
 };
@@ -44,6 +56,8 @@ struct kiln_model {
 	size_t n_trainable;  /* leading elements the optimizer updates */
 	size_t n_buf_elems;  /* the buffers region (batchnorm running stats) */
 	float *params_d, *grads_d, *buffers_d;
+	float *tie_grads_d;  /* the gradients of the tied tensors' other users (core/tie.c) */
+	size_t n_tie_elems;
 	int grads_foreign;   /* grads_d is the communicator's (kiln_dist_share_grads): not freed here */
 	int layout;          /* KILN_NCHW or KILN_NHWC, from [model] layout */
 	uint64_t seed;
@@ -116,6 +130,30 @@ struct kiln_model {
 	void *group;
 	int group_ranks;
 };
+
+/* core/tie.c, weight tying.  Read every [layer.X] tie (layer indices
+ * into tie, KILN_ECONFIG naming file:line); before the layers are
+ * inferred. */
+kiln_status kiln_model_read_ties(struct kiln_model *m);
+struct plan_node;
+/* Find the tied `weight` slots in the inferred layers (tie_slot) and
+ * check that each pair matches in shape, dtype and trainable; before the
+ * parameters are laid out, which leaves X's tied slot to ... */
+kiln_status kiln_model_tie_slots(struct kiln_model *m, const struct plan_node *nodes);
+/* ... this: point it at Y's tensor, set grad_layer and the gradient
+ * slices (tie_grad, n_tie_elems). */
+void kiln_model_tie_link(struct kiln_model *m);
+/* Allocate tie_grads_d and prepare the adds; after the model's buffers. */
+kiln_status kiln_model_tie_prepare(struct kiln_model *m);
+void kiln_model_tie_free(struct kiln_model *m);
+/* Where layer i's backward writes the gradient of its slot k (NULL:
+ * frozen), given the gradient buffer of this micro-step. */
+float *kiln_model_grad_dst(const struct kiln_model *m, float *grads, int i, int k);
+/* Enqueue, after layer i's backward, the adds of the other users'
+ * gradients of the tied tensors whose grad_layer is i. */
+kiln_status kiln_model_tie_grads(struct kiln_model *m, int i, void *stream);
+/* The parameter whose alias `name` is ("X.weight" of a tied X), else -1. */
+int kiln_model_tie_alias(const struct kiln_model *m, const char *name);
 
 /* core/precision.c.  Open [run] precision's policy (the amp plugin) and,
  * when it scales the loss, allocate and set the scaler state; before any

@@ -96,6 +96,10 @@ static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return kiln_io_all(fd, KILN_IO_PREAD, buf, n, off);
 }
 
+/* core/device.c: the plan of out0 = in0 + in1 over n f32 (in place:
+ * out0 may be in0), for gradient sums. */
+kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan);
+
 /* ---- op names (core/device.c), also host->op_name ---- */
 const char *kiln_op_name(int type);
 /* core/opcheck.c: the device-independent checks of an op (counts, shapes,

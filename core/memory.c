@@ -237,7 +237,8 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		else if (!strncmp(sb[i].name, "optim.", 6) && strcmp(sb[i].name, "optim.step"))
 			out->optim_state += sb[i].bytes;
 	}
-	out->grads = m->n_elems * sizeof(float) * (acc > 1 ? 2 : 1);
+	/* (and the tied weights' other users' gradients, core/tie.c) */
+	out->grads = (m->n_elems * (acc > 1 ? 2 : 1) + m->n_tie_elems) * sizeof(float);
 	out->batch = B;
 	out->activations = ptrain->arena_bytes;
 	out->recompute_segments = ptrain->n_segments;
@@ -291,8 +292,9 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 			(long long)B, acc > 1 ? " per micro-step" : "", s->run.device);
 		fprintf(f, "  %-22s %10.2f MiB  %zu floats\n", "parameters", mib(out->params),
 			out->params / 4);
-		fprintf(f, "  %-22s %10.2f MiB%s\n", "gradients", mib(out->grads),
-			acc > 1 ? "  (and the accumulation buffer)" : "");
+		fprintf(f, "  %-22s %10.2f MiB%s%s\n", "gradients", mib(out->grads),
+			acc > 1 ? "  (and the accumulation buffer)" : "",
+			m->n_tie_elems ? "  (and the tied weights' other users')" : "");
 		fprintf(f, "  %-22s %10.2f MiB  [train] optimizer = %s\n", "optimizer state",
 			mib(out->optim_state), s->tc.optimizer);
 		fprintf(f, "  %-22s %10.2f MiB\n", "buffers (batchnorm)", mib(out->buffers));

@@ -45,9 +45,9 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 		r->w[k] = (pm->buffer ? m->buffers_d : m->params_d) + pm->off;
 		if (m->params_c && !pm->buffer)
 			r->wc[k] = (char *)m->params_c + pm->off * kiln_dtype_size(m->cdtype);
-		r->dw[k] = p->training && pm->trainable
-				   ? (m->grad_out_d ? m->grad_out_d : m->grads_d) + pm->off
-				   : NULL;
+		r->dw[k] = p->training ? kiln_model_grad_dst(m, m->grad_out_d ? m->grad_out_d
+									       : m->grads_d, i, k)
+				       : NULL;
 	}
 	r->dw_accum = 0;
 	r->workspace = p->ws;
@@ -122,6 +122,9 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 				if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
 					return kiln_error_wrap(st, "backward of layer '%s'", name);
 			}
+			/* a tied weight's gradient is whole after its last user's */
+			if ((st = kiln_model_tie_grads(m, i, stream)))
+				return st;
 			if (m->bwd_hook && (st = m->bwd_hook(m->bwd_user, i, stream)))
 				return st;
 			break;

@@ -191,6 +191,8 @@ const struct kiln_key kiln_layer_common_keys[] = {
 	  "0 freezes the layer: no weight gradients are computed or stored." },
 	{ "inplace", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "1 lets the planner give the layer's output an input's memory when the layer type allows it (relu; add, on either of its first two inputs) and nothing reads that input afterwards, forward or backward; 0 forbids it. Results are the same either way." },
+	{ "tie", KILN_KEY_STR, NULL, NOLIM, NULL,
+	  "Weight tying: the name of another layer whose `weight` this layer's `weight` is (GPT's `[layer.lm_head] tie = transformer.wte`, PyTorch's shared nn.Parameter). Both must have a parameter `weight` of the same shape and the same `trainable`; only `weight` is tied. The tensor is stored, initialised (as that layer's), decayed, checkpointed and counted once, under that layer's name (`transformer.wte.weight`); both layers' gradients are summed into its gradient (the later layer's is added after the earlier layer's backward, from a gradient buffer of its own, which `kiln memory` counts). Safetensors exports write it once, under that name; imports read it from that name, or from this layer's (`lm_head.weight`) when only that is present, and accept a file with both only when they are equal (docs/safetensors.md). A layer cannot be tied to itself or to a layer that is itself tied (tie every user to the same layer instead)." },
 	{ "recompute", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "1: gradient checkpointing for this layer alone: its output (and what its forward keeps for the backward) is freed after the forward and computed again just before the backward needs it, whatever [train] recompute says. Gradients are the same bit for bit." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }

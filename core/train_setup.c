@@ -125,20 +125,17 @@ static kiln_status prep_accumulate(struct trainer *t)
 	const int64_t acc = t->acc;
 	if (acc > 1 && t->m->n_trainable) {
 		int64_t n = (int64_t)t->m->n_trainable;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_ADD;
-		op.n_in = 2;
-		op.n_out = 1;
-		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
-		op.in[1] = op.out[0] = op.in[0];
 		if ((st = kiln_device_alloc(t->dev, t->m->n_elems * sizeof(float),
 					    (void **)&t->grads_more)) ||
-		    (st = kiln_device_prepare(t->dev, &op, &t->grads_add, NULL)))
+		    (st = kiln_device_prepare_add(t->dev, n, &t->grads_add)))
 			return st;
 		/* each micro-step's loss is a mean over its batch: the sum of
 		 * N of them over N is the mean over the N batches */
+		memset(&op, 0, sizeof op);
 		op.type = KILN_OP_SCALE;
-		op.n_in = 1;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+		op.out[0] = op.in[0];
 		op.f[0] = 1.0 / (double)acc;
 		if ((st = kiln_device_prepare(t->dev, &op, &t->grads_mean, NULL)))
 			return st;

@@ -6,7 +6,11 @@
  * the parameter's (PyTorch's layouts), its bytes f32.  Batchnorm layers
  * also carry PyTorch's "<layer>.num_batches_tracked", an i64 scalar kiln
  * does not use: written as the count loaded with the weights plus the
- * model's micro-steps since, read back into that count.
+ * model's micro-steps since, read back into that count.  A tied tensor
+ * (core/tie.c) is one parameter, written once under its owner's name as
+ * PyTorch and Hugging Face do; it reads from that name, or from a tied
+ * layer's ("lm_head.weight") when the file has only that, and a file with
+ * both must hold the same values under both.
  */
 #include "checkpoint.h"
 #include "graph.h"
@@ -199,6 +203,42 @@ static int is_tracked_name(const char *name)
 	return n > k && !strcmp(name + n - k, suffix);
 }
 
+/* The file's entry for parameter i: its name, else (a tied tensor) an
+ * alias of it ("lm_head.weight" of [layer.lm_head] tie = wte); -1 when
+ * the file has neither. */
+static int find_entry(const struct kiln_model *m, const struct kiln_safetensors *f, int i)
+{
+	int alias = -1;
+	for (int j = 0; j < kiln_safetensors_count(f); j++) {
+		struct kiln_safetensors_tensor t;
+		kiln_safetensors_get(f, j, &t);
+		if (!strcmp(t.name, m->params[i].name))
+			return j;
+		if (alias < 0 && kiln_model_tie_alias(m, t.name) == i)
+			alias = j;
+	}
+	return alias;
+}
+
+/* Do two tensors hold the same shape and the same values, as f32?  (A
+ * tied tensor's two names in one file must.) */
+static int same_values(const struct kiln_safetensors_tensor *a,
+		       const struct kiln_safetensors_tensor *b)
+{
+	int same = a->ndim == b->ndim && a->numel == b->numel;
+	for (int d = 0; same && d < a->ndim; d++)
+		same = a->dims[d] == b->dims[d];
+	if (!same)
+		return 0;
+	float *x = malloc(sizeof(float) * (size_t)(a->numel + 1));
+	float *y = malloc(sizeof(float) * (size_t)(b->numel + 1));
+	same = x && y && !to_f32(x, a) && !to_f32(y, b) &&
+	       !memcmp(x, y, sizeof(float) * (size_t)a->numel);
+	free(x);
+	free(y);
+	return same;
+}
+
 kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, int strict,
 					void *stream)
 {
@@ -221,29 +261,25 @@ kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, 
 	for (int i = 0; i < m->n_params; i++) {
 		const struct model_param *p = &m->params[i];
 		struct kiln_safetensors_tensor t;
-		which[i] = -1;
-		for (int j = 0; j < nf && which[i] < 0; j++) {
-			kiln_safetensors_get(f, j, &t);
-			if (!strcmp(t.name, p->name))
-				which[i] = j;
-		}
+		which[i] = find_entry(m, f, i);
 		if (which[i] < 0) {
 			names_add(&missing, "%s", p->name);
 			continue;
 		}
+		kiln_safetensors_get(f, which[i], &t);
 		used[which[i]] = 1;
 		int same = t.ndim == p->desc.ndim;
 		for (int d = 0; same && d < t.ndim; d++)
 			same = t.dims[d] == p->desc.dims[d];
 		if (!same) {
 			char a[160], b[160];
-			names_add(&bad, "%s is %s in the file but %s in the model", p->name,
+			names_add(&bad, "%s is %s in the file but %s in the model", t.name,
 				  shape_str(t.ndim, t.dims, a, sizeof a),
 				  shape_str(p->desc.ndim, p->desc.dims, b, sizeof b));
 		} else if (strcmp(t.dtype_name, "F32") && strcmp(t.dtype_name, "F16") &&
 			   strcmp(t.dtype_name, "BF16") && strcmp(t.dtype_name, "F64")) {
 			names_add(&bad, "%s is %s (parameters load from F32, F16, BF16 or F64)",
-				  p->name, t.dtype_name);
+				  t.name, t.dtype_name);
 		}
 		if ((size_t)p->numel > most)
 			most = (size_t)p->numel;
@@ -253,6 +289,15 @@ kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, 
 		kiln_safetensors_get(f, j, &t);
 		if (used[j])
 			continue;
+		int tied = kiln_model_tie_alias(m, t.name);
+		if (tied >= 0 && which[tied] >= 0) { /* both names of a tied tensor */
+			struct kiln_safetensors_tensor o;
+			kiln_safetensors_get(f, which[tied], &o);
+			if (!same_values(&t, &o))
+				names_add(&bad, "%s differs from %s, the tensor it is tied to", t.name,
+					  o.name);
+			continue;
+		}
 		if (is_tracked_name(t.name)) {
 			/* PyTorch's batch counter: kept to be written back on export */
 			int64_t v;

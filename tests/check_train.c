@@ -427,14 +427,28 @@ START_TEST(test_frozen_layer)
 }
 END_TEST
 
-START_TEST(test_graph_errors)
+/* Building the model of `ini` for samples of `in` features fails with
+ * KILN_ECONFIG, a message holding `want` and naming file:line. */
+static void graph_error(const char *ini, int64_t in, const char *want)
 {
-	struct kiln_config *cfg;
+	struct kiln_config *cfg = test_config(reg, ini);
 	struct kiln_device *dev;
-	struct kiln_model *m;
-	int64_t in = 4;
+	struct kiln_model *m = NULL;
 	struct kiln_tensor_desc sample;
 	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+	ck_assert_int_eq(kiln_model_create(cfg, reg, dev, &sample, &m), KILN_ECONFIG);
+	ck_assert_ptr_null(m);
+	ck_assert_msg(strstr(kiln_last_error(), want) != NULL, "want '%s': %s", want,
+		      kiln_last_error());
+	ck_assert_msg(strstr(kiln_last_error(), "test.ini:") != NULL, "no file:line in: %s",
+		      kiln_last_error());
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+
+START_TEST(test_graph_errors)
+{
 	static const struct { const char *ini, *want; } cases[] = {
 		{ "[layer.a]\ntype = linear\nout = 3\n", "no loss layer" },
 		{ "[layer.a]\ntype = linear\nout = 3\ninput = b\n[layer.loss]\ntype = softmax_xent\n",
@@ -446,18 +460,8 @@ START_TEST(test_graph_errors)
 		  "[layer.b]\ntype = linear\nout = 4\ninput = a\n[layer.loss]\ntype = softmax_xent\n",
 		  "layer 'aux' feeds nothing" },
 	};
-	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-		cfg = test_config(reg, cases[i].ini);
-		ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
-		kiln_status st = kiln_model_create(cfg, reg, dev, &sample, &m);
-		ck_assert_int_eq(st, KILN_ECONFIG);
-		ck_assert_msg(strstr(kiln_last_error(), cases[i].want) != NULL, "case %zu: %s", i,
-			      kiln_last_error());
-		ck_assert_msg(strstr(kiln_last_error(), "test.ini:") != NULL, "no file:line in: %s",
-			      kiln_last_error());
-		kiln_device_close(dev);
-		kiln_config_free(cfg);
-	}
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		graph_error(cases[i].ini, 4, cases[i].want);
 }
 END_TEST
 
@@ -955,6 +959,192 @@ START_TEST(test_cnn_e2e)
 }
 END_TEST
 
+/* ---- weight tying ([layer.X] tie = Y) ------------------------------------ */
+
+/* 12 -> a (7) -> relu -> c (12) -> relu -> b (7, its weight a's) -> loss:
+ * tests/data/gen_tie_refs.py's model; TIE_B ties b to a (the tensor is
+ * a.weight, b's backward writes beside it), TIE_A a to b (the tensor is
+ * b.weight, a's backward adds b's in). */
+#define TIE_LAYERS(ta, tb)                                                              \
+	"[layer.a]\ntype = linear\nout = 7\n" ta "[layer.r1]\ntype = relu\n"            \
+	"[layer.c]\ntype = linear\nout = 12\n[layer.r2]\ntype = relu\n"                 \
+	"[layer.b]\ntype = linear\nout = 7\n" tb "[layer.loss]\ntype = softmax_xent\n"
+static const char *const tie_ini[2] = { TIE_LAYERS("", "tie = a\n"), TIE_LAYERS("tie = b\n", "") };
+static const char *const tie_params[] = { "a.weight", "a.bias", "c.weight", "c.bias", "b.bias" };
+
+/* A reference tensor of tests/data/tie_refs.safetensors, and its elements. */
+static const float *tie_ref(const struct kiln_safetensors *f, const char *name, int64_t *n)
+{
+	struct kiln_safetensors_tensor t;
+	ck_assert_msg(kiln_safetensors_find(f, name, &t) == 0, "%s", kiln_last_error());
+	*n = t.numel;
+	return t.data;
+}
+
+/* tie_params[i]'s tensor (read) against the reference `key`. */
+static double tie_rel(struct rig *r, const struct kiln_safetensors *f, const char *key, int i,
+		      int grad)
+{
+	struct kiln_param_info info;
+	int64_t n;
+	const float *ref = tie_ref(f, key, &n);
+	ck_assert_msg(kiln_model_param_find(r->m, tie_params[i], &info) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(n, kiln_tensor_numel(&info.desc));
+	float *got = malloc(sizeof(float) * (size_t)n);
+	TEST_D2H(r, got, grad ? info.grad : info.param, sizeof(float) * (size_t)n);
+	double e = max_rel(got, ref, n);
+	free(got);
+	return e;
+}
+
+/* 4 steps of SGD (momentum, weight decay) and of AdamW (no_decay biases)
+ * from PyTorch's initial weights, each tie direction: every loss, gradient
+ * (the tied one summed over its two uses) and final weight to 1e-5; the
+ * tensor is one parameter, named as its owner, and both names find it. */
+START_TEST(test_tie_pytorch)
+{
+	static const char *const optim[2][2] = {
+		{ "sgd", "[train]\nmomentum = 0.9\nweight_decay = 0.01\n" },
+		{ "adamw", "[train]\noptimizer = adamw\nweight_decay = 0.1\nno_decay = *.bias\n" } };
+	static const float lrs[2] = { 0.1f, 0.01f };
+	char path[4096], ini[2048], key[96];
+	struct kiln_safetensors *f;
+	ck_assert_msg(kiln_safetensors_open(test_data_path(path, sizeof path, "tie_refs.safetensors"),
+					    &f) == 0, "%s", kiln_last_error());
+	for (int c = 0; c < 4; c++) {
+		const int o = c / 2, dir = c % 2;
+		struct rig r;
+		int64_t n;
+		snprintf(ini, sizeof ini, "%s%s[plugin.cpu]\nasync = 1\n", tie_ini[dir], optim[o][1]);
+		rig_open(&r, ini, 8, 12);
+		ck_assert_int_eq(kiln_model_param_count(r.m), 5);
+		struct kiln_param_info pa, pb;
+		ck_assert(kiln_model_param_find(r.m, "a.weight", &pa) == 0);
+		ck_assert(kiln_model_param_find(r.m, "b.weight", &pb) == 0);
+		ck_assert(pa.param == pb.param && pa.grad == pb.grad);
+		ck_assert_str_eq(pa.name, dir ? "b.weight" : "a.weight");
+		for (int i = 0; i < 5; i++) {
+			struct kiln_param_info info;
+			snprintf(key, sizeof key, "init.%s", tie_params[i]);
+			const float *src = tie_ref(f, key, &n);
+			ck_assert(kiln_model_param_find(r.m, tie_params[i], &info) == 0);
+			TEST_H2D(&r, info.param, src, sizeof(float) * (size_t)n);
+		}
+		TEST_H2D(&r, r.lr, &lrs[o], sizeof(float));
+		for (int k = 0; k < 4; k++) {
+			float m[2];
+			snprintf(key, sizeof key, "x%d", k);
+			TEST_H2D(&r, r.x, tie_ref(f, key, &n), sizeof(float) * 8 * 12);
+			snprintf(key, sizeof key, "y%d", k);
+			TEST_H2D(&r, r.y, tie_ref(f, key, &n), sizeof(int32_t) * 8);
+			pass(&r, r.train, m);
+			snprintf(key, sizeof key, "%s.loss%d", optim[o][0], k);
+			float ref = *tie_ref(f, key, &n);
+			ck_assert_msg(fabs(m[0] / 8 - ref) <= 1e-5 * fabs(ref),
+				      "%s, tie direction %d, step %d: loss %.9g, PyTorch %.9g",
+				      optim[o][0], dir, k, m[0] / 8, ref);
+			for (int i = 0; i < 5; i++) {
+				snprintf(key, sizeof key, "%s.grad%d.%s", optim[o][0], k, tie_params[i]);
+				double e = tie_rel(&r, f, key, i, 1);
+				ck_assert_msg(e <= 1e-5, "%s, direction %d: %s: relative error %g",
+					      optim[o][0], dir, key, e);
+			}
+			ck_assert(kiln_model_optim_step(r.m, r.lr, r.stream) == 0);
+		}
+		for (int i = 0; i < 5; i++) {
+			snprintf(key, sizeof key, "%s.final.%s", optim[o][0], tie_params[i]);
+			double e = tie_rel(&r, f, key, i, 0);
+			ck_assert_msg(e <= 1e-5, "%s, direction %d: %s: relative error %g", optim[o][0],
+				      dir, key, e);
+		}
+		rig_close(&r);
+	}
+	kiln_safetensors_close(f);
+}
+END_TEST
+
+/* A tie that cannot be: a clean KILN_ECONFIG naming file:line, both
+ * layers and, for a shape mismatch, both shapes. */
+START_TEST(test_tie_errors)
+{
+	static const struct { const char *ini, *want; } cases[] = {
+		{ TIE_LAYERS("", "tie = zz\n"), "tie = zz: there is no layer 'zz'" },
+		{ TIE_LAYERS("", "tie = b\n"), "cannot be tied to itself" },
+		{ TIE_LAYERS("", "tie = c\n"),
+		  "b.weight is f32[7, 12] but c.weight is f32[12, 7]; tied weights must have the same shape" },
+		{ TIE_LAYERS("", "tie = r1\n"), "layer 'r1' (relu) has no 'weight' parameter" },
+		{ TIE_LAYERS("tie = b\n", "tie = a\n"), "'b' is itself tied to 'a'; tie to 'a' directly" },
+		{ TIE_LAYERS("trainable = 0\n", "tie = a\n"), "both layers must be trainable, or both frozen" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		graph_error(cases[i].ini, 12, cases[i].want);
+}
+END_TEST
+
+/* Safetensors: the export writes the tied tensor once, under its owner's
+ * name (5 tensors, no b.weight); a file with only the tied layer's name
+ * loads it from there; a file with both names loads when they are equal
+ * and is refused, naming both, when they differ. */
+START_TEST(test_tie_safetensors)
+{
+	char dir[64], path[200], other[200];
+	struct rig r, r2;
+	struct kiln_safetensors *f;
+	struct kiln_safetensors_tensor t;
+	struct kiln_param_info w;
+	rig_open(&r, tie_ini[0], 4, 12);
+	rig_open(&r2, tie_ini[0], 4, 12);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "tie") != NULL);
+	snprintf(path, sizeof path, "%s/m.safetensors", dir);
+	snprintf(other, sizeof other, "%s/o.safetensors", dir);
+	ck_assert_msg(kiln_model_save_safetensors(r.m, path, r.stream) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_safetensors_open(path, &f) == 0);
+	ck_assert_int_eq(kiln_safetensors_count(f), 5);
+	ck_assert_int_eq(kiln_safetensors_find(f, "b.weight", &t), KILN_ENOTFOUND);
+	ck_assert(kiln_safetensors_find(f, "a.weight", &t) == 0);
+	float wa[84], wb[84], got[84];
+	memcpy(wa, t.data, sizeof wa);
+	for (int i = 0; i < 84; i++)
+		wb[i] = wa[i] + 1.0f;
+	/* the same tensors, with a.weight renamed b.weight, then with both names */
+	const int64_t dims[2] = { 7, 12 };
+	for (int v = 0; v < 3; v++) {
+		struct kiln_safetensors_writer *wr;
+		ck_assert(kiln_safetensors_writer_new(&wr) == 0);
+		for (int j = 0; j < kiln_safetensors_count(f); j++) {
+			kiln_safetensors_get(f, j, &t);
+			int tied = !strcmp(t.name, "a.weight");
+			if (!tied || v)
+				ck_assert(kiln_safetensors_writer_add(wr, t.name, KILN_F32, t.ndim, t.dims,
+								      t.data) == 0);
+		}
+		ck_assert(kiln_safetensors_writer_add(wr, "b.weight", KILN_F32, 2, dims,
+						      v == 2 ? wb : wa) == 0);
+		ck_assert(kiln_safetensors_writer_write(wr, other) == 0);
+		kiln_safetensors_writer_free(wr);
+		kiln_status st = kiln_model_load_safetensors(r2.m, other, 1, r2.stream);
+		if (v == 2) {
+			ck_assert_int_eq(st, KILN_ECONFIG);
+			ck_assert_msg(strstr(kiln_last_error(), "b.weight differs from a.weight"), "%s",
+				      kiln_last_error());
+			continue;
+		}
+		ck_assert_msg(st == 0, "variant %d: %s", v, kiln_last_error());
+		ck_assert(kiln_model_param_find(r2.m, "b.weight", &w) == 0);
+		TEST_D2H(&r2, got, w.param, sizeof got);
+		ck_assert_mem_eq(got, wa, sizeof got);
+		/* the model's other tensor changed for the next variant to load */
+		TEST_H2D(&r2, w.param, wb, sizeof wb);
+	}
+	kiln_safetensors_close(f);
+	remove(path);
+	remove(other);
+	rmdir(dir);
+	rig_close(&r2);
+	rig_close(&r);
+}
+END_TEST
+
 static Suite *make_train_suite(void)
 {
 	Suite *s = suite_create("train");
@@ -962,6 +1152,8 @@ static Suite *make_train_suite(void)
 		test_fd_sync, test_fd_async, test_fd_cnn_nchw, test_fd_cnn_nhwc,
 		test_conv_bias_rule, test_pytorch_mlp, test_arena_packing, test_frozen_layer,
 		test_graph_errors, NULL });
+	check_add_case(s, "tie", 120, NULL, NULL, (const TTest *[]){
+		test_tie_pytorch, test_tie_errors, test_tie_safetensors, NULL });
 	check_add_case(s, "e2e", 300, NULL, NULL, (const TTest *[]){
 		test_mlp_2000, test_steady_state_async, test_cnn_e2e, test_loader_workers,
 		test_accumulate, test_skip_nonfinite, test_eval_every_early_stop, test_data_val,

@@ -314,3 +314,7 @@ EXTRA_DIST += tests/mpi_coll.sh
 # ZeRO-1 with that plugin optimizer equals DDP (needs kiln-gloo.so)
 TESTS += tests/dist_zero_lion.sh
 EXTRA_DIST += tests/dist_zero_lion.sh
+# weight tying ([layer.X] tie = Y): resume, export, DDP and ZeRO-1 with a
+# tied weight (the PyTorch reference is check_train's `tie` case)
+TESTS += tests/tie.sh
+EXTRA_DIST += tests/tie.sh tests/data/gen_tie_refs.py tests/data/tie_refs.safetensors
