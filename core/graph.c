@@ -82,8 +82,8 @@ void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln
 	d->dims[0] = batch;
 	d->ndim = m->sample.ndim + 1;
 	d->layout = d->ndim == 4 ? m->layout : KILN_ROW;
-	if (m->cdtype != KILN_F32)
-		d->dtype = m->cdtype; /* the plan converts the input */
+	if (m->cdtype != KILN_F32 && d->dtype == KILN_F32)
+		d->dtype = m->cdtype; /* the plan converts the input; token ids stay i32 */
 }
 
 /* Is layer i's output read by exactly one layer, of type `type`? */
