@@ -479,6 +479,32 @@ START_TEST(test_dataset_checks_targets)
 }
 END_TEST
 
+/* The graph takes i32 [B, T] token ids as they come (no widening, no cast
+ * to the compute dtype), and refuses, naming the layer, a first layer that
+ * would pass them on as numbers instead of mapping them to vectors. */
+START_TEST(test_graph_token_input)
+{
+	struct rig r;
+	struct kiln_model *m = NULL;
+	struct kiln_tensor_desc in;
+	rig_open(&r);
+	kiln_dataset_input_desc(&r.d, &in);
+	ck_assert_int_eq(kiln_dataset_widened(&r.d), 0);
+	ck_assert_int_eq(in.dtype, KILN_I32);
+	ck_assert_int_eq(in.ndim, 1);
+	ck_assert_int_eq(in.dims[0], 8);
+	struct kiln_config *cfg2 = test_config(reg, "[data]\nsource = tokens\ncontext = 8\n"
+					       "[layer.fc]\ntype = linear\nout = 16\n"
+					       "[layer.loss]\ntype = softmax_xent\n");
+	ck_assert_int_eq(kiln_model_create(cfg2, reg, r.dev, &in, &m), KILN_ECONFIG);
+	ck_assert_ptr_null(m);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "layer 'fc'"));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "embedding"));
+	kiln_config_free(cfg2);
+	rig_close(&r);
+}
+END_TEST
+
 /* ---- tokenizers ------------------------------------------------------- */
 
 START_TEST(test_bytes_round_trip)
@@ -664,7 +690,8 @@ static Suite *make_tokens_suite(void)
 	check_add_case(s, "corrupt", 0, setup, teardown, (const TTest *[]){ test_corrupt, NULL });
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 	check_add_case(s, "loader", 60, setup, teardown, (const TTest *[]){
-		test_loader_workers_world_resume, test_dataset_checks_targets, NULL });
+		test_loader_workers_world_resume, test_dataset_checks_targets, test_graph_token_input,
+		NULL });
 	check_add_case(s, "tokenizer", 0, setup, teardown, (const TTest *[]){
 		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, NULL });
 	check_add_case(s, "pack", 60, setup, teardown, (const TTest *[]){
