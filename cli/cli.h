@@ -22,6 +22,8 @@ int cmd_bench_comm(int argc, char **argv); /* argv[1] is "comm" */
 void bench_comm_usage_print(void);
 int cmd_memory(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
+/* kiln pack --format tokens: text files into token shards (pack_tokens.c) */
+int cmd_pack_tokens(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_launch(int argc, char **argv);

@@ -36,7 +36,10 @@ const char cmd_pack_usage[] =
 	"usage: kiln pack CONFIG --out DIR [--section data|data.eval] [--split NAME]\n"
 	"                 [--shard-size SIZE] [--store raw|jpeg|png] [--quality Q]\n"
 	"                 [--resize N] [--workers N] [--force] [--format records|folder]\n"
-	"                 [section.key=value ...]\n";
+	"                 [section.key=value ...]\n"
+	"       kiln pack --format tokens FILE... --out DIR [--vocab vocab.json --merges merges.txt]\n"
+	"                 [--val-fraction F] [--split NAME] [--val-split NAME]\n"
+	"                 [--shard-tokens N] [--force]\n";
 const char cmd_pack_about[] =
 	"Pack the samples of the source CONFIG's [data] section describes (any source with\n"
 	"images: idx, folder, tar, lmdb, records) into kiln's records shards\n"
@@ -63,10 +66,31 @@ const char cmd_pack_about[] =
 	"Shards are written as *.tmp, fsynced, and renamed into place when all are\n"
 	"complete.  The last line on stdout sums up: samples, shards, bytes, samples/s.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error (naming the\n"
-	"sample).\n";
+	"sample).\n\n"
+	"--format tokens encodes text files (no CONFIG) into token shards in llm.c's format\n"
+	"(docs/formats.md) DIR/<split>-000000.bin, ..., which the `tokens` source reads with\n"
+	"`path = DIR` (cli/pack_tokens.c):\n"
+	"  --vocab, --merges   GPT-2's vocab.json and merges.txt: byte-pair encoding (the\n"
+	"                      pre-tokenizer's approximation for non-ASCII text: docs/data.md;\n"
+	"                      <|endoftext|> precedes each file); without: bytes, vocab 256\n"
+	"  --val-fraction F    the last fraction F (0..0.99) of each file's tokens goes to\n"
+	"                      the held-out shards (default 0)\n"
+	"  --split, --val-split  the shards' name prefixes (default train and val)\n"
+	"  --shard-tokens N    tokens per shard at most (default 100000000)\n"
+	"  --force             replace the shards already in DIR\n";
+
+/* `--format tokens` (or --format=tokens) among the arguments. */
+static int wants_tokens(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--format=tokens") ||
+		    (!strcmp(argv[i], "--format") && i + 1 < argc && !strcmp(argv[i + 1], "tokens")))
+			return 1;
+	return 0;
+}
 
 #ifndef KILN_WITH_PACK
-int cmd_pack(int argc, char **argv)
+static int pack_source(int argc, char **argv)
 {
 	(void)argc;
 	(void)argv;
@@ -708,7 +732,7 @@ out:
 	return st;
 }
 
-int cmd_pack(int argc, char **argv)
+static int pack_source(int argc, char **argv)
 {
 	struct pack_opts o;
 	int rc = parse_args(argc, argv, &o);
@@ -733,3 +757,8 @@ int cmd_pack(int argc, char **argv)
 	return rc;
 }
 #endif /* KILN_WITH_PACK */
+
+int cmd_pack(int argc, char **argv)
+{
+	return wants_tokens(argc, argv) ? cmd_pack_tokens(argc, argv) : pack_source(argc, argv);
+}

@@ -1,8 +1,9 @@
 bin_PROGRAMS += kiln
 kiln_SOURCES = cli/kiln.c cli/cli.h cli/cmd_config.c cli/cmd_plugins.c cli/cmd_train.c cli/cmd_eval.c \
-	cli/cmd_bench.c cli/cmd_bench_comm.c cli/cmd_pack.c cli/cmd_export.c cli/cmd_memory.c cli/cmd_launch.c
-kiln_CPPFLAGS = $(AM_CPPFLAGS) $(PACK_CPPFLAGS)
-kiln_LDADD = libkiln.la
+	cli/cmd_bench.c cli/cmd_bench_comm.c cli/cmd_pack.c cli/cmd_export.c cli/cmd_memory.c cli/cmd_launch.c \
+	cli/pack_tokens.c cli/tokenizer.c cli/tokenizer.h
+kiln_CPPFLAGS = $(AM_CPPFLAGS) $(PACK_CPPFLAGS) $(JANSSON_CFLAGS)
+kiln_LDADD = libkiln.la $(JANSSON_LIBS)
 # `kiln pack` writes records shards with the loaders' image codec and
 # records writer (plugins/loaders/local.mk: libimage_records.la).
 if BUILD_LOADERS

@@ -66,9 +66,12 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 	d->info = d->src->info;
 	if (d->info.len <= 0)
 		return kiln_error(KILN_EDATA, "[%s] source '%s' has no samples", section, name);
-	if (d->info.label.dtype != KILN_I32 || d->info.label.ndim != 0)
-		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': only i32 class labels are supported yet",
+	if (d->info.label.dtype != KILN_I32)
+		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': labels must be i32 (class numbers or token ids)",
 				  section, name);
+	d->label = d->info.label;
+	d->label_elems = kiln_tensor_numel(&d->label);
+	d->label_bytes = (size_t)d->label_elems * sizeof(int32_t);
 	d->classes = d->info.classes;
 	d->len = d->info.len;
 	kiln_config_get_int(cfg, "run", "seed", &seed);
@@ -82,6 +85,9 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 						 : KILN_CACHE_MMAP;
 
 	d->use_image = d->ops->version >= 2 && d->ops->read_image;
+	if (d->use_image && d->label.ndim != 0)
+		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': a source of images has class labels (i32 scalars)",
+				  section, name);
 	if (d->use_image) {
 		if ((st = kiln_xform_from_config(cfg, section, train, d->info.image_h,
 						 d->info.image_w, d->info.image_c, &d->xf)))
@@ -106,8 +112,8 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 				return kiln_error(KILN_ECONFIG, "%s: [%s] %s: source '%s' hands over finished samples, not images; transforms need a source with images",
 						  kiln_config_where(cfg, section, image_keys[i]),
 						  section, image_keys[i], name);
-		if (d->info.sample.dtype != KILN_F32)
-			return kiln_error(KILN_ENOTSUP, "[%s] source '%s': only f32 samples are supported from read()",
+		if (d->info.sample.dtype != KILN_F32 && d->info.sample.dtype != KILN_I32)
+			return kiln_error(KILN_ENOTSUP, "[%s] source '%s': read() must yield f32 samples or i32 token ids",
 					  section, name);
 		d->sample = d->info.sample;
 	}
@@ -217,9 +223,28 @@ static kiln_status read_one(struct kiln_dataset *d, int64_t epoch, int64_t j, vo
 		if (ns)
 			ns[1] += kiln_now_ns() - t1;
 	}
-	if (*y < 0 || *y >= d->classes)
-		return kiln_error(KILN_EDATA, "label %d outside [0, %lld)", *y, (long long)d->classes);
+	for (int64_t k = 0; k < d->label_elems; k++) {
+		if (y[k] >= 0 && y[k] < d->classes)
+			continue;
+		if (d->label_elems == 1)
+			return kiln_error(KILN_EDATA, "label %d outside [0, %lld)", y[k],
+					  (long long)d->classes);
+		return kiln_error(KILN_EDATA, "label %d (target %lld of the sample) outside [0, %lld)",
+				  y[k], (long long)k, (long long)d->classes);
+	}
 	return KILN_OK;
+}
+
+int kiln_dataset_widened(const struct kiln_dataset *d)
+{
+	return d->sample.dtype == KILN_U8 || d->sample.dtype == KILN_BF16;
+}
+
+void kiln_dataset_input_desc(const struct kiln_dataset *d, struct kiln_tensor_desc *out)
+{
+	*out = d->sample;
+	if (kiln_dataset_widened(d))
+		out->dtype = KILN_F32; /* u8 samples are normalised on the device */
 }
 
 kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const int64_t *idx,
@@ -230,8 +255,9 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 	kiln_status st = KILN_OK;
 	for (int64_t i = 0; i < rows && !st; i++) {
 		void *out = (char *)x + (size_t)i * d->sample_bytes;
+		int32_t *yi = y + i * d->label_elems;
 		int64_t j = idx[i];
-		st = read_one(d, epoch, j, out, &y[i], s, ns);
+		st = read_one(d, epoch, j, out, yi, s, ns);
 		if (!st)
 			continue;
 		if (d->on_error != KILN_ON_ERROR_SKIP || st != KILN_EDATA) {
@@ -249,7 +275,7 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 					 d->section, (long long)j, kiln_last_error(), (long long)k,
 					 n == 10 ? " (further skips are counted, not logged)" : "");
 			j = k;
-			st = read_one(d, epoch, j, out, &y[i], s, ns);
+			st = read_one(d, epoch, j, out, yi, s, ns);
 		}
 		if (st == KILN_EDATA)
 			st = kiln_error_wrap(st, "[%s] sample %lld and its %d replacements are all bad (on_error = skip gives up)",

@@ -44,8 +44,13 @@ struct kiln_dataset {
 	int use_image;             /* read_image + transforms, else read() */
 	int bf16;                  /* [data] dtype = bf16: samples rounded to bf16 */
 	struct kiln_xform xf;
-	struct kiln_tensor_desc sample; /* one sample as staged: f32 [C,H,W], or u8 */
+	struct kiln_tensor_desc sample; /* one sample as staged: f32 [C,H,W], or u8;
+					 * i32 [T] token ids (source tokens) */
 	size_t sample_bytes;
+	struct kiln_tensor_desc label;  /* one label: i32 [] (a class), or i32 [T]
+					 * (the targets of a token window) */
+	int64_t label_elems;       /* i32 per label: 1, or T */
+	size_t label_bytes;        /* label_elems * 4 */
 	uint64_t seed;
 	int on_error, cache;
 	/* cache = ram: decoded images and their labels by sample index,
@@ -79,7 +84,7 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 void kiln_dataset_close(struct kiln_dataset *d);
 
 /* Samples idx[0..rows) of `epoch` into x (rows * sample_bytes) and their
- * labels into y.  A bad sample (KILN_EDATA from the source, a label out of
+ * labels into y (rows * label_elems i32, row-major: [rows, T] for tokens).  A bad sample (KILN_EDATA from the source, a label out of
  * range) fails the call with a message naming the section, sample and
  * reason, or with on_error = skip is replaced by another sample chosen by
  * (seed, epoch, index, try): the same replacement on every rank. */
@@ -107,5 +112,14 @@ int64_t kiln_shard(const int64_t *order, int64_t n, int64_t start, int rank, int
 /* [data] workers: "auto" -> -1, else the count.  KILN_ECONFIG naming the
  * line for anything else. */
 kiln_status kiln_data_workers(const struct kiln_config *cfg, int *workers);
+
+/* Whether the staged samples are widened to f32 on the device before the
+ * model (u8 pixels normalised, bf16 cast); f32 and i32 (token ids) samples
+ * go to the model as they are. */
+int kiln_dataset_widened(const struct kiln_dataset *d);
+
+/* The model's input sample as the device hands it over: the staged sample,
+ * f32 when widened. */
+void kiln_dataset_input_desc(const struct kiln_dataset *d, struct kiln_tensor_desc *out);
 
 #endif /* KILN_DATA_H */

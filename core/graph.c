@@ -99,6 +99,21 @@ static int only_consumer_is(const struct kiln_model *m, int i, const char *type)
 	return n == 1 && match;
 }
 
+/* Token ids (i32 data) must meet a layer that turns them into floating
+ * point activations (an embedding): one that passes the integers on would
+ * compute on them as numbers.  Refused here, naming the layer, before any
+ * device op is prepared. */
+static kiln_status check_token_input(const struct kiln_model *m, int i, const struct kiln_layer *l)
+{
+	const struct model_layer *L = &m->layers[i];
+	for (int k = 0; k < L->n_in; k++)
+		if (L->in[k] < 0 && l->in[k].dtype == KILN_I32 && l->out.dtype == KILN_I32)
+			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s) reads the data's token ids (i32): the first layer of a model on tokens must map ids to vectors (type = embedding)",
+					  kiln_config_where(m->cfg, L->section, "type"), L->name,
+					  L->type->name);
+	return KILN_OK;
+}
+
 /* configure + infer every layer for `batch` rows into nodes[]. */
 kiln_status kiln_model_infer(struct kiln_model *m, int64_t batch, struct plan_node *nodes)
 {
@@ -139,6 +154,8 @@ kiln_status kiln_model_infer(struct kiln_model *m, int64_t batch, struct plan_no
 			return kiln_error_wrap(st, "layer '%s'", L->name);
 		if ((st = ops->infer(h, &n->l)))
 			return kiln_error_wrap(st, "layer '%s' (%s)", L->name, L->type->name);
+		if ((st = check_token_input(m, i, &n->l)))
+			return st;
 	}
 	return KILN_OK;
 }

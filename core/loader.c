@@ -120,7 +120,8 @@ kiln_status kiln_loader_open(struct kiln_device *dev, struct kiln_dataset *d, in
 	for (int i = 0; i < L->n_slots; i++) {
 		struct slot *s = &L->slots[i];
 		if ((st = kiln_device_host_alloc(dev, (size_t)max_rows * sample_bytes, &s->x)) ||
-		    (st = kiln_device_host_alloc(dev, (size_t)max_rows * 4, (void **)&s->y)) ||
+		    (st = kiln_device_host_alloc(dev, (size_t)max_rows * d->label_bytes,
+						 (void **)&s->y)) ||
 		    (st = kiln_device_event_create(dev, &s->copied)))
 			goto fail;
 	}

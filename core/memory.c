@@ -66,8 +66,7 @@ static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_r
 	    (st = kiln_dataset_open(cfg, reg, "data", "train", 1, &s->ds)) ||
 	    (s->tc.eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &s->es))))
 		goto fail;
-	s->input = s->ds.sample;
-	s->input.dtype = KILN_F32;
+	kiln_dataset_input_desc(&s->ds, &s->input);
 	if ((st = kiln_model_create(cfg, reg, s->dev, &s->input, &s->m)))
 		goto fail;
 	return KILN_OK;
@@ -87,7 +86,7 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 static size_t trainer_host_bytes(const struct kiln_dataset *ds, const struct kiln_dataset *es,
 				 int64_t rows, int eval_order)
 {
-	return 2 * (size_t)rows * (ds->sample_bytes + 4) +
+	return 2 * (size_t)rows * (ds->sample_bytes + ds->label_bytes) +
 	       2 * (size_t)ds->len * sizeof(int64_t) +
 	       (eval_order ? (size_t)es->len * sizeof(int64_t) : 0);
 }
@@ -257,8 +256,8 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 	/* the trainer's two device input slots (samples and labels), and the
 	 * f32 input the device widens u8/bf16 samples into */
 	int64_t rows = EB > B ? EB : B;
-	out->inputs = 2 * (size_t)rows * (ds->sample_bytes + 4);
-	if (ds->sample.dtype != KILN_F32)
+	out->inputs = 2 * (size_t)rows * (ds->sample_bytes + ds->label_bytes);
+	if (kiln_dataset_widened(ds))
 		out->inputs += (size_t)rows * kiln_tensor_bytes(&s->input);
 	/* the loaders' staging rings: workers + prefetch slots of a batch of
 	 * samples and labels, for training and evaluation (workers = auto:
@@ -269,8 +268,8 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		workers = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (workers > 0)
 		out->host = (size_t)(workers + prefetch) *
-			    ((size_t)B * (ds->sample_bytes + 4) +
-			     (do_eval ? (size_t)EB * (es->sample_bytes + 4) : 0));
+			    ((size_t)B * (ds->sample_bytes + ds->label_bytes) +
+			     (do_eval ? (size_t)EB * (es->sample_bytes + es->label_bytes) : 0));
 	out->host += trainer_host_bytes(ds, es, rows, do_eval && workers > 0);
 	out->total = out->params + out->grads + out->optim_state + out->buffers + out->activations +
 		     out->workspace + out->eval + out->inputs + out->other;

@@ -38,7 +38,7 @@ static const struct kiln_key run_keys[] = {
 
 static const struct kiln_key data_keys[] = {
 	{ "source", KILN_KEY_STR, "idx", NOLIM, NULL,
-	  "Data source plugin: `idx` (MNIST-format files), `records` (kiln's packed shards, from `kiln pack`), `folder` (ImageFolder of JPEG/PNG), `tar` (WebDataset shards), `lmdb`, `synthetic`; its own keys are listed under its name below." },
+	  "Data source plugin: `idx` (MNIST-format files), `records` (kiln's packed shards, from `kiln pack`), `folder` (ImageFolder of JPEG/PNG), `tar` (WebDataset shards), `lmdb`, `synthetic`, `tokens` (token shards in llm.c's format, from `kiln pack --format tokens`); its own keys are listed under its name below." },
 	{ "limit", KILN_KEY_INT, "0", 0, 1e15, NULL,
 	  "Use only the first N samples of the source; 0 = all." },
 	{ "workers", KILN_KEY_STR, "1", NOLIM, NULL,

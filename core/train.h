@@ -105,6 +105,7 @@ struct trainer {
 	void *x_host[SLOTS], *y_host[SLOTS];
 	void *x_dev[SLOTS], *y_dev[SLOTS];
 	size_t x_bytes, sample_bytes;
+	size_t label_bytes;        /* one sample's labels: 4 (a class) or 4 T (tokens) */
 	float *lr_dev, *metrics_dev, *metrics_host;
 	void *fill_metrics, *sched;
 	int64_t step_counter;      /* slot rotation */

@@ -7,7 +7,10 @@
 #include <math.h>
 #include <stdio.h>
 
-/* Copy the metric sums back (the host sync of a log point) and reset. */
+/* Copy the metric sums back (the host sync of a log point) and reset.
+ * The sums come back per sample: a sample with several targets (a token
+ * window's T) counts each target's loss and correctness 1/T, so the loss
+ * and accuracy reported are per token. */
 kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
 				 double *correct5)
 {
@@ -27,10 +30,12 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 	trainer_label(t, NULL, 0);
 	if (st || (st = kiln_device_stream_sync(t->dev, t->compute)))
 		return st;
-	*loss_sum = t->metrics_host[0];
-	*correct = t->metrics_host[1];
+	const double per = t->label_bytes > sizeof(int32_t)
+				   ? (double)(t->label_bytes / sizeof(int32_t)) : 1.0;
+	*loss_sum = t->metrics_host[0] / per;
+	*correct = t->metrics_host[1] / per;
 	if (correct5)
-		*correct5 = t->metrics_host[2];
+		*correct5 = t->metrics_host[2] / per;
 	return KILN_OK;
 }
 

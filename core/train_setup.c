@@ -32,8 +32,7 @@ static kiln_status open_set(struct trainer *t, const char *section, const char *
 	if (st)
 		return st;
 	d->len = d->ds.len;
-	d->input = d->ds.sample;
-	d->input.dtype = KILN_F32; /* u8 samples are normalised on the device */
+	kiln_dataset_input_desc(&d->ds, &d->input);
 	return KILN_OK;
 }
 
@@ -389,10 +388,11 @@ static kiln_status build_model(struct trainer *t)
 	/* every label must have a logit */
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
 	const struct kiln_tensor_desc *lg = &p->nodes[t->m->loss_layer].l.in[0];
-	if (lg->dims[1] < first->ds.classes)
+	const int64_t outs = lg->dims[lg->ndim - 1]; /* [B, C] or [B, T, V] */
+	if (outs < first->ds.classes)
 		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data has %lld classes: set out = %lld on the last layer",
 				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
-				  (long long)lg->dims[1], (long long)first->ds.classes,
+				  (long long)outs, (long long)first->ds.classes,
 				  (long long)first->ds.classes);
 	if (t->training)
 		kiln_log(KILN_LOG_INFO, "core",
@@ -440,14 +440,16 @@ static kiln_status alloc_buffers(struct trainer *t)
 	int64_t rows = !t->training || (do_eval && t->EB > t->B) ? t->EB : t->B;
 	kiln_status st;
 	t->sample_bytes = first->ds.sample_bytes;
+	t->label_bytes = first->ds.label_bytes;
 	t->x_bytes = (size_t)rows * t->sample_bytes;
-	if (first->ds.sample.dtype != KILN_F32 && (st = alloc_norm(t, rows)))
+	if (kiln_dataset_widened(&first->ds) && (st = alloc_norm(t, rows)))
 		return st;
+	const size_t y_bytes = (size_t)rows * t->label_bytes;
 	for (int s = 0; s < SLOTS; s++)
 		if ((st = kiln_device_host_alloc(t->dev, t->x_bytes, &t->x_host[s])) ||
-		    (st = kiln_device_host_alloc(t->dev, (size_t)rows * 4, &t->y_host[s])) ||
+		    (st = kiln_device_host_alloc(t->dev, y_bytes, &t->y_host[s])) ||
 		    (st = kiln_device_alloc(t->dev, t->x_bytes, &t->x_dev[s])) ||
-		    (st = kiln_device_alloc(t->dev, (size_t)rows * 4, &t->y_dev[s])))
+		    (st = kiln_device_alloc(t->dev, y_bytes, &t->y_dev[s])))
 			return st;
 	const int64_t G = t->B * t->acc * t->world;
 	if ((t->training && (st = kiln_device_alloc(t->dev, 64, (void **)&t->lr_dev))) ||

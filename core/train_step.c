@@ -111,8 +111,8 @@ kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int
 	st = kiln_device_copy_async(t->dev, t->x_dev[s], xh, (size_t)rows * t->sample_bytes,
 				    KILN_COPY_H2D, t->copy);
 	if (!st)
-		st = kiln_device_copy_async(t->dev, t->y_dev[s], yh, (size_t)rows * 4, KILN_COPY_H2D,
-					    t->copy);
+		st = kiln_device_copy_async(t->dev, t->y_dev[s], yh, (size_t)rows * t->label_bytes,
+					    KILN_COPY_H2D, t->copy);
 	trainer_label(t, NULL, 0);
 	if (st ||
 	    (st = kiln_device_event_record(t->dev, t->copy_done[s], t->copy)) ||
@@ -123,7 +123,7 @@ kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int
 	t->slot_used[s] = 1;
 	*slot_out = s;
 	*x_out = t->x_dev[s];
-	if (d->ds.sample.dtype != KILN_F32) {
+	if (kiln_dataset_widened(&d->ds)) {
 		if ((st = normalize_on_device(t, d, t->x_dev[s], rows)))
 			return st;
 		*x_out = t->x_norm;

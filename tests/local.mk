@@ -105,6 +105,22 @@ tests_check_transform_LDADD += $(TURBOJPEG_LIBS) $(PNG_LIBS)
 endif
 endif
 EXTRA_DIST += tests/data/gen_transform_refs.py tests/data/transform_refs.safetensors
+# Token data: the tokens source over llm.c-format shards, the loader over
+# it, the tokenizers (cli/tokenizer.c compiled in) against the reference of
+# tests/data/gen_bpe_refs.py, and `kiln pack --format tokens`.
+if HAVE_CHECK
+if BUILD_LOADERS
+check_PROGRAMS += tests/check_tokens
+TESTS += tests/check_tokens
+tests_check_tokens_SOURCES = tests/check_tokens.c cli/tokenizer.c cli/tokenizer.h
+tests_check_tokens_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core \
+	-DKILN_BIN='"$(abs_top_builddir)/kiln"'
+tests_check_tokens_CFLAGS = $(CHECK_SUITE_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_tokens_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS)
+endif
+endif
+EXTRA_DIST += tests/data/gen_bpe_refs.py tests/data/bpe/vocab.json tests/data/bpe/merges.txt \
+	tests/data/bpe/refs.json
 # The records format and source: shards written with the format's writer
 # and the image codecs (compiled in), `kiln pack` run on Fashion-MNIST.
 if HAVE_CHECK

@@ -1,10 +1,13 @@
 /* plugins/loaders/common.c - helpers the file-backed sources share: full
- * preads and the split-directory rule.  See loaders.h. */
+ * preads, the split-directory rule, finding shard files.  See loaders.h. */
 #include "loaders.h"
 
 #include <inttypes.h>
 
+#include <dirent.h>   /* opendir, readdir */
 #include <errno.h>    /* errno, EINTR */
+#include <glob.h>     /* glob: shards patterns */
+#include <limits.h>   /* PATH_MAX */
 #include <stdio.h>    /* snprintf */
 #include <stdlib.h>   /* malloc, realloc, free, qsort */
 #include <string.h>   /* memcpy, memset, strcmp, strerror, strlen */
@@ -180,5 +183,164 @@ kiln_status loaders_classes_key(const struct kiln_host *host, const struct kiln_
 	if (*classes < 0 || *classes > INT32_MAX)
 		return host->error(KILN_ECONFIG, "%s: [%s] classes = %" PRId64 ": 0 (from the labels) or a class count",
 				   host->config_where(cfg, section, "classes"), section, *classes);
+	return KILN_OK;
+}
+/* ---- finding the shards (records, tokens) ------------------------------ */
+
+/* Append dir/name (or name alone when dir is NULL or name absolute). */
+static kiln_status names_add(const struct kiln_host *host, struct loaders_names *l,
+			     const char *dir, const char *name)
+{
+	if (loaders_names_add(l, dir, name))
+		return host->error(KILN_ENOMEM, "out of memory");
+	return KILN_OK;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* The regular files of dir whose names start with `prefix` and end in
+ * `suffix`, sorted by name (strcmp, so zero-padded numbers sort). */
+static kiln_status scan_dir(const struct kiln_host *host, const char *dir, const char *prefix,
+			    const char *suffix, struct loaders_names *out)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return host->error(KILN_EIO, "%s: cannot list the directory: %s", dir, strerror(errno));
+	struct dirent *de;
+	kiln_status st = KILN_OK;
+	size_t pl = strlen(prefix);
+	size_t first = out->n;
+	while ((de = readdir(d))) {
+		const char *name = de->d_name;
+		if (name[0] == '.' || strncmp(name, prefix, pl) || !ends_with(name, suffix))
+			continue;
+		if ((st = names_add(host, out, dir, name)))
+			break;
+		struct stat sb;
+		if (stat(out->v[out->n - 1], &sb) || !S_ISREG(sb.st_mode)) {
+			free(out->v[--out->n]); /* a directory or dangling link named *.suffix */
+			continue;
+		}
+	}
+	closedir(d);
+	if (!st)
+		loaders_names_sort(out, first);
+	return st;
+}
+
+/* One name of the `shards` list: a glob pattern (*, ?, [) expands to the
+ * files it matches, in name order, and must match one; a plain name is
+ * taken as it is (opening it reports a missing file). */
+static kiln_status add_listed(const struct kiln_host *host, struct loaders_names *out,
+			      const char *dir, const char *name)
+{
+	if (!strpbrk(name, "*?["))
+		return names_add(host, out, dir, name);
+	char pat[PATH_MAX];
+	if (loaders_join(pat, sizeof pat, dir && name[0] != '/' ? dir : "", name))
+		return host->error(KILN_ECONFIG, "shards: the pattern %s is too long", name);
+	const char *p = dir && name[0] != '/' ? pat : name;
+	glob_t g;
+	int r = glob(p, 0, NULL, &g);
+	if (r == GLOB_NOMATCH || (r == 0 && g.gl_pathc == 0)) {
+		globfree(&g);
+		return host->error(KILN_EIO, "%s: no file matches this shards pattern", p);
+	}
+	if (r) {
+		globfree(&g);
+		return host->error(KILN_EIO, "%s: cannot expand the shards pattern", p);
+	}
+	kiln_status st = KILN_OK;
+	for (size_t i = 0; i < g.gl_pathc && !st; i++) /* glob sorts */
+		st = names_add(host, out, NULL, g.gl_pathv[i]);
+	globfree(&g);
+	return st;
+}
+
+/* The `shards` list: comma-separated, spaces around names ignored. */
+static kiln_status parse_list(const struct kiln_host *host, const char *list, const char *dir,
+			      struct loaders_names *out)
+{
+	kiln_status st;
+	const char *p = list;
+	while (*p) {
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		const char *q = p;
+		while (*q && *q != ',')
+			q++;
+		const char *e = q;
+		while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+			e--;
+		if (e > p) {
+			char name[PATH_MAX];
+			if ((size_t)(e - p) >= sizeof name)
+				return host->error(KILN_ECONFIG, "shards: a name is too long");
+			memcpy(name, p, (size_t)(e - p));
+			name[e - p] = 0;
+			if ((st = add_listed(host, out, dir, name)))
+				return st;
+		}
+		p = q;
+	}
+	return KILN_OK;
+}
+
+kiln_status loaders_find_shards(const struct kiln_host *host, const struct kiln_config *cfg,
+				const char *section, const char *who, const char *split,
+				const char *suffix, struct loaders_names *out)
+{
+	const char *path = host->config_get(cfg, section, "path");
+	const char *list = host->config_get(cfg, section, "shards");
+	struct stat sb;
+	int is_dir = path && *path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+	kiln_status st;
+
+	if (list && *list) {
+		if ((st = parse_list(host, list, is_dir ? path : NULL, out)))
+			return st;
+		if (!out->n)
+			return host->error(KILN_ECONFIG, "%s: [%s] shards names no file",
+					   host->config_where(cfg, section, "shards"), section);
+		return KILN_OK;
+	}
+	if (!path || !*path)
+		return host->error(KILN_ECONFIG, "[%s] source = %s needs `path` (a %s shard or a directory of them) or `shards`",
+				   section, who, suffix);
+	if (!is_dir) {
+		/* [data.eval] inherits `path` from [data]; when that is one shard,
+		 * evaluating on it would evaluate on the training file.  (An
+		 * inherited value is the very string [data] holds.) */
+		if (strcmp(section, "data") && path == host->config_get(cfg, "data", "path"))
+			return host->error(KILN_ECONFIG, "[%s] inherits path = %s (one shard) from [data] (%s): evaluation would read the training file; set [%s] path or shards, or make path a directory with train and test shards",
+					   section, path, host->config_where(cfg, "data", "path"),
+					   section);
+		return names_add(host, out, NULL, path);
+	}
+
+	/* a directory: path/<split>/ if it is one, else path/<split>-*<suffix> */
+	const char *sp = split && *split ? split : ".";
+	char sub[PATH_MAX];
+	if (loaders_join(sub, sizeof sub, path, sp))
+		return host->error(KILN_ECONFIG, "[%s] path: %s/%s is too long", section, path, sp);
+	if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		if ((st = scan_dir(host, sub, "", suffix, out)))
+			return st;
+		if (!out->n)
+			return host->error(KILN_EIO, "%s: no *%s shards in this directory ([%s] path = %s, split %s)",
+					   sub, suffix, section, path, sp);
+		return KILN_OK;
+	}
+	char prefix[256];
+	snprintf(prefix, sizeof prefix, "%s-", sp);
+	if ((st = scan_dir(host, path, prefix, suffix, out)))
+		return st;
+	if (!out->n)
+		return host->error(KILN_EIO, "%s: no shards for split '%s': neither %s/ nor %s-*%s exists; set [%s] path or shards, or split",
+				   path, sp, sub, sub, suffix, section);
 	return KILN_OK;
 }

@@ -15,6 +15,7 @@ static const struct kiln_plugin *const loaders_list[] = {
 	&loaders_tar_plugin,
 	&loaders_lmdb_plugin,
 	&loaders_synthetic_plugin,
+	&loaders_tokens_plugin,
 	NULL
 };
 

@@ -105,6 +105,22 @@ kiln_status loaders_varying_info(void *ctx, struct kiln_source_info *info);
 void loaders_fixed_info(struct kiln_source_info *info, int dtype, int64_t d0, int64_t d1,
 			int64_t d2, int32_t h, int32_t w, int32_t ch);
 
+/* The shard files of a sharded source (records, tokens), from its keys:
+ *   - `shards` (a list, comma-separated): these files in this order,
+ *     relative to `path` when that is a directory; a name with a glob
+ *     character (*, ?, [) expands to the files it matches, sorted, and must
+ *     match one.  Never inherited by [data.eval] (config).
+ *   - else `path` a file: that shard ([data.eval] inheriting it is an
+ *     error: it would evaluate on the training file);
+ *   - else `path` a directory: every *<suffix> of path/<split>/ when that
+ *     is a directory, else path/<split>-*<suffix>, in name order.
+ * `who` names the source in messages.  out receives the names (the caller
+ * frees them with loaders_names_free, also on failure).  KILN_ECONFIG for
+ * keys, KILN_EIO when nothing is found. */
+kiln_status loaders_find_shards(const struct kiln_host *host, const struct kiln_config *cfg,
+				const char *section, const char *who, const char *split,
+				const char *suffix, struct loaders_names *out);
+
 /* A source's ops table (every member written, NULL where it has none)
  * and its descriptor
  * loaders_<var>_plugin, the row loaders.c lists. */
@@ -121,5 +137,8 @@ void loaders_fixed_info(struct kiln_source_info *info, int dtype, int64_t d0, in
 
 /* kiln's packed record shards (.krec): records.c, format in records.h. */
 extern const struct kiln_plugin loaders_records_plugin;
+
+/* llm.c-format token shards, windows of context+1 tokens: tokens.c. */
+extern const struct kiln_plugin loaders_tokens_plugin;
 
 #endif /* KILN_LOADERS_H */

@@ -20,7 +20,6 @@
 #include "image.h"
 #include "records.h"
 
-#include <dirent.h>   /* opendir, readdir */
 #include <errno.h>    /* errno, ENOENT */
 #include <fcntl.h>    /* open */
 #include <inttypes.h> /* PRIu64, PRId64 */
@@ -62,7 +61,7 @@ static const struct kiln_key rec_keys[] = {
 	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "A records shard (.krec), or a directory of them: for split S it reads every *.krec of the subdirectory `path/S` if that is a directory, else the files `path/S-*.krec` (the names `kiln pack` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file (it would evaluate on the training shard). Format: docs/formats.md." },
 	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
-	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory. Never inherited by [data.eval]." },
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order). Never inherited by [data.eval]." },
 	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
@@ -230,139 +229,6 @@ static kiln_status rec_shard_open(const struct kiln_host *host, const char *path
 	return st;
 }
 
-/* ---- finding the shards ------------------------------------------------ */
-
-/* Append dir/name (or name alone when dir is NULL or name absolute). */
-static kiln_status rec_names_add(const struct kiln_host *host, struct loaders_names *l,
-				 const char *dir, const char *name)
-{
-	if (loaders_names_add(l, dir, name))
-		return host->error(KILN_ENOMEM, "out of memory");
-	return KILN_OK;
-}
-
-static int rec_ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), k = strlen(suffix);
-	return n >= k && !strcmp(s + n - k, suffix);
-}
-
-/* The regular files of dir whose names start with `prefix` and end in
- * .krec, sorted by name (strcmp, so zero-padded numbers sort). */
-static kiln_status rec_scan_dir(const struct kiln_host *host, const char *dir,
-				const char *prefix, struct loaders_names *out)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return host->error(KILN_EIO, "%s: cannot list the directory: %s", dir, strerror(errno));
-	struct dirent *de;
-	kiln_status st = KILN_OK;
-	size_t pl = strlen(prefix);
-	size_t first = out->n;
-	while ((de = readdir(d))) {
-		const char *name = de->d_name;
-		if (name[0] == '.' || strncmp(name, prefix, pl) || !rec_ends_with(name, REC_SUFFIX))
-			continue;
-		if ((st = rec_names_add(host, out, dir, name)))
-			break;
-		struct stat sb;
-		if (stat(out->v[out->n - 1], &sb) || !S_ISREG(sb.st_mode)) {
-			free(out->v[--out->n]); /* a directory or dangling link named *.krec */
-			continue;
-		}
-	}
-	closedir(d);
-	if (!st)
-		loaders_names_sort(out, first);
-	return st;
-}
-
-/* The `shards` list: comma-separated, spaces around names ignored. */
-static kiln_status rec_parse_list(const struct kiln_host *host, const char *list,
-				  const char *dir, struct loaders_names *out)
-{
-	kiln_status st;
-	const char *p = list;
-	while (*p) {
-		while (*p == ' ' || *p == '\t' || *p == ',')
-			p++;
-		const char *q = p;
-		while (*q && *q != ',')
-			q++;
-		const char *e = q;
-		while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
-			e--;
-		if (e > p) {
-			char name[PATH_MAX];
-			if ((size_t)(e - p) >= sizeof name)
-				return host->error(KILN_ECONFIG, "shards: a name is too long");
-			memcpy(name, p, (size_t)(e - p));
-			name[e - p] = 0;
-			if ((st = rec_names_add(host, out, dir, name)))
-				return st;
-		}
-		p = q;
-	}
-	return KILN_OK;
-}
-
-/* Resolve the section's keys into the list of shard files. */
-static kiln_status rec_find_shards(const struct kiln_host *host, const struct kiln_config *cfg,
-				   const char *section, const char *split,
-				   struct loaders_names *out)
-{
-	const char *path = host->config_get(cfg, section, "path");
-	const char *list = host->config_get(cfg, section, "shards");
-	struct stat sb;
-	int is_dir = path && *path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-	kiln_status st;
-
-	if (list && *list) {
-		if ((st = rec_parse_list(host, list, is_dir ? path : NULL, out)))
-			return st;
-		if (!out->n)
-			return host->error(KILN_ECONFIG, "%s: [%s] shards names no file",
-					   host->config_where(cfg, section, "shards"), section);
-		return KILN_OK;
-	}
-	if (!path || !*path)
-		return host->error(KILN_ECONFIG, "[%s] source = records needs `path` (a .krec shard or a directory of them) or `shards`",
-				   section);
-	if (!is_dir) {
-		/* [data.eval] inherits `path` from [data]; when that is one shard,
-		 * evaluating on it would evaluate on the training file.  (An
-		 * inherited value is the very string [data] holds.) */
-		if (!strcmp(section, "data.eval") && path == host->config_get(cfg, "data", "path"))
-			return host->error(KILN_ECONFIG, "[data.eval] inherits path = %s (one shard) from [data] (%s): evaluation would read the training file; set [data.eval] path or shards, or make path a directory with train and test shards",
-					   path, host->config_where(cfg, "data", "path"));
-		return rec_names_add(host, out, NULL, path);
-	}
-
-	/* a directory: path/<split>/ if it is one, else path/<split>-*.krec */
-	const char *sp = split && *split ? split : ".";
-	char sub[PATH_MAX];
-	size_t pl = strlen(path);
-	if (snprintf(sub, sizeof sub, "%s%s%s", path, path[pl - 1] == '/' ? "" : "/", sp) >=
-	    (int)sizeof sub)
-		return host->error(KILN_ECONFIG, "[%s] path: %s/%s is too long", section, path, sp);
-	if (stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		if ((st = rec_scan_dir(host, sub, "", out)))
-			return st;
-		if (!out->n)
-			return host->error(KILN_EIO, "%s: no *.krec shards in this directory ([%s] path = %s, split %s)",
-					   sub, section, path, sp);
-		return KILN_OK;
-	}
-	char prefix[256];
-	snprintf(prefix, sizeof prefix, "%s-", sp);
-	if ((st = rec_scan_dir(host, path, prefix, out)))
-		return st;
-	if (!out->n)
-		return host->error(KILN_EIO, "%s: no shards for split '%s': neither %s/ nor %s-*.krec exists; set [%s] path or shards, or split",
-				   path, sp, sub, sub, section);
-	return KILN_OK;
-}
-
 /* ---- the source ------------------------------------------------------- */
 
 static void rec_close(void *vctx)
@@ -384,7 +250,7 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 	*out = NULL;
 	split = host->config_get(cfg, section, "split") ? host->config_get(cfg, section, "split")
 							 : split;
-	if ((st = rec_find_shards(host, cfg, section, split, &names)))
+	if ((st = loaders_find_shards(host, cfg, section, REC_WHO, split, REC_SUFFIX, &names)))
 		goto fail_names;
 	struct rec_ctx *c = calloc(1, sizeof *c);
 	if (!c || !(c->shards = calloc((size_t)names.n, sizeof *c->shards))) {

@@ -1,0 +1,300 @@
+/* cli/pack_tokens.c - `kiln pack --format tokens IN... --out DIR`: text
+ * files into token shards in llm.c's format (docs/formats.md), which the
+ * `tokens` source reads with `path = DIR`.
+ *
+ * Each input file is read whole and encoded (cli/tokenizer.h: byte level,
+ * or GPT-2 BPE with --vocab and --merges, when <|endoftext|> is in the
+ * vocabulary it precedes each file as llm.c's data scripts put it before
+ * each document); with --val-fraction f the last f of each file's tokens go
+ * to the held-out split.  The tokens stream into DIR/<split>-000000.bin,
+ * -000001.bin, ... of at most --shard-tokens tokens, each written as .tmp
+ * and renamed when complete.
+ */
+#include "cli.h"
+#include "tokenizer.h"
+
+#include <errno.h>    /* errno */
+#include <stdio.h>    /* FILE, fopen, fwrite, rename */
+#include <stdlib.h>   /* malloc, free, strtod, strtoll */
+#include <string.h>   /* strcmp, strncmp, strerror */
+#include <sys/stat.h> /* mkdir, stat */
+
+#define SHARD_MAGIC 20240520
+#define SHARD_VERSION 1
+#define SHARD_HEADER_INTS 256
+
+/* The usage line of tok_usage_error (cmd_pack.c's help describes it all). */
+static const char tok_usage[] =
+	"usage: kiln pack --format tokens FILE... --out DIR [--vocab vocab.json --merges merges.txt]\n"
+	"                 [--val-fraction F] [--split NAME] [--val-split NAME]\n"
+	"                 [--shard-tokens N] [--force]\n";
+
+struct tok_opts {
+	const char *out, *vocab, *merges, *split, *val_split;
+	double val_fraction;
+	long long shard_tokens;
+	int force;
+	char **in;     /* the input files, borrowed from argv */
+	int n_in;
+};
+
+/* ---- a stream of shards ---------------------------------------------- */
+
+struct shard_out {
+	const struct tok_opts *o;
+	const char *split;
+	int k;            /* shards completed */
+	FILE *f;          /* the open .tmp, or NULL */
+	long long n;      /* tokens in it */
+	char tmp[4096];
+	long long total;
+};
+
+static void shard_path(const struct shard_out *s, int k, int tmp, char *out, size_t n)
+{
+	snprintf(out, n, "%s/%s-%06d.bin%s", s->o->out, s->split, k, tmp ? ".tmp" : "");
+}
+
+/* The header of a shard of n tokens. */
+static kiln_status shard_header(struct shard_out *s, long long n)
+{
+	unsigned char h[SHARD_HEADER_INTS * 4] = { 0 };
+	const int32_t v[3] = { SHARD_MAGIC, SHARD_VERSION, (int32_t)n };
+	for (int i = 0; i < 3; i++)
+		for (int b = 0; b < 4; b++)
+			h[4 * i + b] = (unsigned char)((uint32_t)v[i] >> (8 * b));
+	if (fseek(s->f, 0, SEEK_SET) || fwrite(h, 1, sizeof h, s->f) != sizeof h)
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", s->tmp, strerror(errno));
+	return KILN_OK;
+}
+
+/* Finish the open shard: its header, then rename into place. */
+static kiln_status shard_close(struct shard_out *s)
+{
+	char final[4096];
+	if (!s->f)
+		return KILN_OK;
+	kiln_status st = shard_header(s, s->n);
+	if (fclose(s->f) && !st)
+		st = kiln_error(KILN_EIO, "%s: cannot write: %s", s->tmp, strerror(errno));
+	s->f = NULL;
+	shard_path(s, s->k, 0, final, sizeof final);
+	if (!st && rename(s->tmp, final))
+		st = kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", s->tmp, final, strerror(errno));
+	s->k++;
+	s->total += s->n;
+	s->n = 0;
+	return st;
+}
+
+/* Append ids[0..n) (each < 65536), starting new shards as they fill. */
+static kiln_status shard_write(struct shard_out *s, const int32_t *ids, size_t n)
+{
+	kiln_status st;
+	for (size_t i = 0; i < n; i++) {
+		if (!s->f) {
+			shard_path(s, s->k, 1, s->tmp, sizeof s->tmp);
+			if (!(s->f = fopen(s->tmp, "wb")))
+				return kiln_error(KILN_EIO, "%s: cannot create: %s", s->tmp, strerror(errno));
+			if ((st = shard_header(s, 0)))
+				return st;
+		}
+		unsigned char b[2] = { (unsigned char)ids[i], (unsigned char)(ids[i] >> 8) };
+		if (fwrite(b, 1, 2, s->f) != 2)
+			return kiln_error(KILN_EIO, "%s: cannot write: %s", s->tmp, strerror(errno));
+		if (++s->n == s->o->shard_tokens && (st = shard_close(s)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+/* ---- options ---------------------------------------------------------- */
+
+static int tok_usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "kiln pack: error: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n%s(kiln pack --help describes every option)\n",
+		tok_usage);
+	return 2;
+}
+
+/* One option with its value (*i advanced past it). */
+static int tok_option(struct tok_opts *o, const char *name, const char *val)
+{
+	char *end;
+	if (!strcmp(name, "--out"))
+		o->out = val;
+	else if (!strcmp(name, "--vocab"))
+		o->vocab = val;
+	else if (!strcmp(name, "--merges"))
+		o->merges = val;
+	else if (!strcmp(name, "--split"))
+		o->split = val;
+	else if (!strcmp(name, "--val-split"))
+		o->val_split = val;
+	else if (!strcmp(name, "--format")) {
+		if (strcmp(val, "tokens"))
+			return tok_usage_error("--format '%s': text files pack with --format tokens", val);
+	} else if (!strcmp(name, "--val-fraction")) {
+		o->val_fraction = strtod(val, &end);
+		if (end == val || *end || !(o->val_fraction >= 0 && o->val_fraction <= 0.99))
+			return tok_usage_error("--val-fraction '%s': a fraction in 0..0.99", val);
+	} else if (!strcmp(name, "--shard-tokens")) {
+		o->shard_tokens = strtoll(val, &end, 10);
+		if (end == val || *end || o->shard_tokens < 1 || o->shard_tokens > INT32_MAX)
+			return tok_usage_error("--shard-tokens '%s': a count in 1..2147483647", val);
+	} else {
+		return tok_usage_error("unknown option '%s'", name);
+	}
+	return 0;
+}
+
+static int tok_parse_args(int argc, char **argv, struct tok_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->split = "train";
+	o->val_split = "val";
+	o->shard_tokens = 100000000;
+	if (!(o->in = calloc((size_t)argc, sizeof *o->in)))
+		return 1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--force")) {
+			o->force = 1;
+			continue;
+		}
+		if (strncmp(a, "--", 2)) {
+			o->in[o->n_in++] = argv[i];
+			continue;
+		}
+		char name[64];
+		const char *eq = strchr(a, '='), *val;
+		snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+		if (eq)
+			val = eq + 1;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else
+			return tok_usage_error("%s needs a value", a);
+		int rc = tok_option(o, name, val);
+		if (rc)
+			return rc;
+	}
+	if (!o->out)
+		return tok_usage_error("%s", "--out DIR is required");
+	if (!o->n_in)
+		return tok_usage_error("%s", "no input file: name the text files to encode");
+	if (!o->vocab != !o->merges)
+		return tok_usage_error("%s", "byte-pair encoding needs both --vocab and --merges");
+	if (!strcmp(o->split, o->val_split))
+		return tok_usage_error("--split and --val-split are both '%s'", o->split);
+	return 0;
+}
+
+/* ---- packing ---------------------------------------------------------- */
+
+/* The whole file into a new buffer (*n bytes). */
+static kiln_status read_text(const char *path, char **buf, size_t *n)
+{
+	struct stat sb;
+	*buf = NULL;
+	*n = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return kiln_error(KILN_EIO, "%s: cannot read: %s", path, strerror(errno));
+	int err = fstat(fileno(f), &sb) ? errno : S_ISDIR(sb.st_mode) ? EISDIR : 0;
+	if (!err && !(*buf = malloc((size_t)sb.st_size + 1)))
+		err = ENOMEM;
+	if (!err) {
+		*n = fread(*buf, 1, (size_t)sb.st_size, f);
+		if (ferror(f))
+			err = errno ? errno : EIO;
+	}
+	fclose(f);
+	if (err) {
+		free(*buf);
+		*buf = NULL;
+		return kiln_error(KILN_EIO, "%s: cannot read: %s", path, strerror(err));
+	}
+	return KILN_OK;
+}
+
+/* An existing shard of `split` in DIR (without --force: an error). */
+static kiln_status check_existing(const struct tok_opts *o, const char *split)
+{
+	char p[4096];
+	struct stat sb;
+	snprintf(p, sizeof p, "%s/%s-%06d.bin", o->out, split, 0);
+	if (!o->force && stat(p, &sb) == 0)
+		return kiln_error(KILN_EUSAGE, "%s exists: pass --force to replace the shards, or choose another --out",
+				  p);
+	for (int k = 0; o->force; k++) { /* remove the earlier pack's shards */
+		snprintf(p, sizeof p, "%s/%s-%06d.bin", o->out, split, k);
+		if (remove(p))
+			break;
+	}
+	return KILN_OK;
+}
+
+static kiln_status pack_tokens(const struct tok_opts *o, struct tokenizer *tk)
+{
+	struct shard_out tr = { .o = o, .split = o->split }, va = { .o = o, .split = o->val_split };
+	struct token_ids ids = { 0 };
+	kiln_status st = KILN_OK;
+	if (mkdir(o->out, 0777) && errno != EEXIST)
+		return kiln_error(KILN_EIO, "--out %s: cannot create: %s", o->out, strerror(errno));
+	if ((st = check_existing(o, o->split)) || (st = check_existing(o, o->val_split)))
+		return st;
+	for (int i = 0; i < o->n_in && !st; i++) {
+		char *text;
+		size_t n;
+		ids.n = 0;
+		if ((st = read_text(o->in[i], &text, &n)))
+			break;
+		if (tokenizer_eot(tk) >= 0)
+			st = token_ids_push(&ids, tokenizer_eot(tk));
+		if (!st)
+			st = tokenizer_encode(tk, text, n, &ids);
+		free(text);
+		size_t held = (size_t)(o->val_fraction * (double)ids.n + 0.5);
+		if (!st)
+			st = shard_write(&tr, ids.v, ids.n - held);
+		if (!st)
+			st = shard_write(&va, ids.v + ids.n - held, held);
+	}
+	if (!st)
+		st = shard_close(&tr);
+	if (!st)
+		st = shard_close(&va);
+	if (st) {
+		if (tr.f)
+			fclose(tr.f), remove(tr.tmp);
+		if (va.f)
+			fclose(va.f), remove(va.tmp);
+	}
+	free(ids.v);
+	if (!st)
+		printf("packed %d file(s): %lld tokens in %d %s shard(s), %lld in %d %s shard(s), vocab %d\n",
+		       o->n_in, tr.total, tr.k, o->split, va.total, va.k, o->val_split,
+		       tokenizer_vocab(tk));
+	return st;
+}
+
+int cmd_pack_tokens(int argc, char **argv)
+{
+	struct tok_opts o;
+	struct tokenizer *tk = NULL;
+	int rc = tok_parse_args(argc, argv, &o);
+	if (rc) {
+		free(o.in);
+		return rc;
+	}
+	kiln_status st = o.vocab ? tokenizer_open_bpe(o.vocab, o.merges, &tk)
+				 : tokenizer_open_bytes(&tk);
+	if (!st)
+		st = pack_tokens(&o, tk);
+	tokenizer_close(tk);
+	free(o.in);
+	return st ? cli_fail(st) : 0;
+}

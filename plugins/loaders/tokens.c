@@ -1,0 +1,351 @@
+/* plugins/loaders/tokens.c - the `tokens` data source: token shards in
+ * llm.c's format (docs/formats.md), as `kiln pack --format tokens` and
+ * llm.c's data scripts write them.
+ *
+ *   i32 header[256]   little-endian: [0] magic 20240520, [1] version 1,
+ *                     [2] number of tokens N, the rest 0
+ *   u16 tokens[N]     little-endian
+ *
+ * A sample is a window of T+1 consecutive tokens of one shard (T is the
+ * `context` key): sample = i32[T] inputs tokens[w .. w+T), label = i32[T]
+ * targets tokens[w+1 .. w+T+1).  The sample index space is the
+ * non-overlapping windows w = k*T (k = 0, 1, ...) of every shard in turn,
+ * windows never crossing a shard's end; so a sample index names a window by
+ * itself, and the core's sampler (a counter-based permutation of the
+ * indices by (seed, epoch), split across ranks by global position) makes the
+ * windows of a step the same for any worker count and world size, and a
+ * run resumed at a global sample offset continues with the same windows.
+ *
+ * `val_fraction` f holds out the last windows: split train reads the first
+ * n - round(f*n) windows, every other split (val, test) the rest.
+ *
+ * Shards are mmap()ed read-only (cache = mmap for free); open() checks
+ * every header and size, and scans every token once (the largest token is
+ * the class count; `vocab`, when set, bounds them), so read() only copies.
+ * Thread-safe after open().
+ */
+#include "loaders.h"
+
+#include <errno.h>    /* errno */
+#include <fcntl.h>    /* open */
+#include <inttypes.h> /* PRId64, PRIu64 */
+#include <limits.h>   /* PATH_MAX */
+#include <math.h>     /* llround */
+#include <stdio.h>    /* snprintf */
+#include <stdlib.h>   /* calloc, free */
+#include <string.h>   /* memcpy, strcmp, strerror */
+#include <sys/mman.h> /* mmap, munmap */
+#include <sys/stat.h> /* fstat */
+#include <unistd.h>   /* close */
+
+#define TOK_WHO "tokens"
+#define TOK_MAGIC 20240520      /* llm.c's token shard magic */
+#define TOK_MAGIC_MODEL 20240326 /* llm.c's model file magic: a likely mix-up */
+#define TOK_VERSION 1
+#define TOK_HEADER_INTS 256
+#define TOK_HEADER_BYTES (TOK_HEADER_INTS * 4)
+
+/* One mapped shard. */
+struct tok_shard {
+	char path[PATH_MAX];
+	void *map;               /* the whole file, PROT_READ; NULL when empty */
+	size_t size;
+	const uint8_t *tok;      /* u16 LE [ntok], inside map */
+	uint64_t ntok;
+	int64_t first;           /* global window index of this shard's window 0 */
+	int64_t windows;         /* floor((ntok - 1) / T) */
+};
+
+struct tok_ctx {
+	struct loaders_source src; /* first: host, who, n (windows of this split), classes */
+	struct tok_shard *shards;
+	int nshards;
+	int64_t T;                 /* context: tokens per sample */
+	int64_t base;              /* global window index of this split's sample 0 */
+};
+
+/* ---- config ----------------------------------------------------------- */
+
+static const struct kiln_key tok_keys[] = {
+	{ "path", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "A token shard (llm.c's format: docs/formats.md), or a directory of them: for split S it reads every *.bin of the subdirectory `path/S` if that is a directory, else the files `path/S-*.bin` (the names `kiln pack --format tokens` writes), in name order. Required unless `shards` is set. [data.eval] inherits a directory, never a single file." },
+	{ "shards", KILN_KEY_LIST, NULL, 0, 0, NULL,
+	  "Shard files, read in this order (instead of searching `path`); relative names are relative to `path` when that is a directory; a name with *, ? or [ is a glob pattern (its matches in name order, e.g. `fineweb_train_*.bin`). Never inherited by [data.eval]." },
+	{ "split", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "The subdirectory or file-name prefix a directory `path` is searched for (`.` for the directory itself). Unset: the split the run asks for (train for [data], test for [data.eval], val for [data.val]); for test, `val` shards are read when no `test` ones exist." },
+	{ "context", KILN_KEY_INT, NULL, 1, 1048576, NULL,
+	  "T, the tokens of one sample: a sample is a window of T+1 consecutive tokens of a shard, inputs i32[T] and targets (the label) i32[T] shifted by one. The windows are the non-overlapping ones starting at multiples of T. Required." },
+	{ "vocab", KILN_KEY_INT, "0", 0, 65536, NULL,
+	  "The vocabulary size: every token must be below it (checked at open, an error names the shard and the token's offset); it is also the class count the model's output must cover. 0: the largest token + 1." },
+	{ "val_fraction", KILN_KEY_FLOAT, "0", 0, 0.99, NULL,
+	  "Hold out the last fraction of the windows (over all shards, in order): split train reads the others, splits val and test these. 0: every split reads all its shards' windows (name the held-out shards by split or `shards`)." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+/* ---- one shard -------------------------------------------------------- */
+
+static int32_t tok_le32(const uint8_t *p)
+{
+	return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+			 (uint32_t)p[3] << 24);
+}
+
+static uint16_t tok_at(const struct tok_shard *s, uint64_t i)
+{
+	return (uint16_t)(s->tok[2 * i] | s->tok[2 * i + 1] << 8);
+}
+
+/* Why a magic number is wrong, in words. */
+static const char *tok_magic_hint(int32_t found)
+{
+	int32_t swapped = (int32_t)__builtin_bswap32((uint32_t)found);
+	if (found == TOK_MAGIC_MODEL)
+		return " (this is an llm.c model file, not a token shard)";
+	if (swapped == TOK_MAGIC)
+		return " (byte-swapped: the header was written big-endian)";
+	return " (not a token shard: expected llm.c's format, 256 int32 header then uint16 tokens)";
+}
+
+static void tok_shard_unmap(struct tok_shard *s)
+{
+	if (s->map)
+		munmap(s->map, s->size);
+	s->map = NULL;
+}
+
+/* Map `path` into s and check its header and size.  KILN_EIO for an
+ * unreadable file, KILN_EDATA for a malformed one. */
+static kiln_status tok_shard_open(const struct kiln_host *host, const char *path,
+				  struct tok_shard *s)
+{
+	struct stat sb;
+	kiln_status st = KILN_OK;
+	snprintf(s->path, sizeof s->path, "%s", path);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return host->error(KILN_EIO, "%s: cannot open the token shard: %s", path,
+				   strerror(errno));
+	if (fstat(fd, &sb) != 0 || S_ISDIR(sb.st_mode)) {
+		st = host->error(KILN_EIO, "%s: cannot read the token shard: %s", path,
+				 strerror(S_ISDIR(sb.st_mode) ? EISDIR : errno));
+		close(fd);
+		return st;
+	}
+	s->size = (size_t)sb.st_size;
+	if (s->size < TOK_HEADER_BYTES) {
+		close(fd);
+		return host->error(KILN_EDATA, "%s: truncated header: a token shard starts with %d bytes (256 int32), the file has %zu",
+				   path, TOK_HEADER_BYTES, s->size);
+	}
+	s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (s->map == MAP_FAILED) {
+		s->map = NULL;
+		return host->error(KILN_EIO, "%s: cannot map the token shard: %s", path,
+				   strerror(errno));
+	}
+	const uint8_t *h = s->map;
+	int32_t magic = tok_le32(h), version = tok_le32(h + 4), n = tok_le32(h + 8);
+	if (magic != TOK_MAGIC)
+		return host->error(KILN_EDATA, "%s: bad magic number %d, expected %d%s", path, magic,
+				   TOK_MAGIC, tok_magic_hint(magic));
+	if (version != TOK_VERSION)
+		return host->error(KILN_EDATA, "%s: token shard version %d, only version %d (uint16 tokens) is supported",
+				   path, version, TOK_VERSION);
+	if (n < 0)
+		return host->error(KILN_EDATA, "%s: the header's token count is negative (%d)", path, n);
+	uint64_t have = (s->size - TOK_HEADER_BYTES) / 2;
+	if ((uint64_t)n > have || (s->size - TOK_HEADER_BYTES) % 2)
+		return host->error(KILN_EDATA, "%s: truncated: the header promises %d tokens (%" PRIu64 " bytes), the file holds %zu bytes after the header",
+				   path, n, (uint64_t)n * 2, s->size - TOK_HEADER_BYTES);
+	if ((uint64_t)n < have)
+		return host->error(KILN_EDATA, "%s: token count mismatch: the header says %d tokens, the file holds %" PRIu64 "",
+				   path, n, have);
+	s->ntok = (uint64_t)n;
+	s->tok = h + TOK_HEADER_BYTES;
+	return KILN_OK;
+}
+
+/* Every token of s below vocab (when vocab > 0); *max the largest seen. */
+static kiln_status tok_shard_scan(const struct kiln_host *host, const struct tok_shard *s,
+				  int64_t vocab, int64_t *max)
+{
+	for (uint64_t i = 0; i < s->ntok; i++) {
+		int64_t t = tok_at(s, i);
+		if (vocab > 0 && t >= vocab)
+			return host->error(KILN_EDATA, "%s: token %" PRId64 " at token offset %" PRIu64 " (byte %" PRIu64 ") is not below vocab = %" PRId64,
+					   s->path, t, i, (uint64_t)TOK_HEADER_BYTES + 2 * i, vocab);
+		if (t > *max)
+			*max = t;
+	}
+	return KILN_OK;
+}
+
+/* ---- the source ------------------------------------------------------- */
+
+static void tok_close(void *vctx)
+{
+	struct tok_ctx *c = vctx;
+	if (!c)
+		return;
+	for (int i = 0; i < c->nshards; i++)
+		tok_shard_unmap(&c->shards[i]);
+	free(c->shards);
+	free(c);
+}
+
+/* The shard files: the split's, or for the run's own split "test" with no
+ * test shards, the "val" ones (llm.c names its held-out shards val). */
+static kiln_status tok_find(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, struct loaders_names *names)
+{
+	const char *key = host->config_get(cfg, section, "split");
+	kiln_status st = loaders_find_shards(host, cfg, section, TOK_WHO, key ? key : split, ".bin",
+					     names);
+	if (st != KILN_EIO || key || !split || strcmp(split, "test"))
+		return st;
+	loaders_names_free(names);
+	return loaders_find_shards(host, cfg, section, TOK_WHO, "val", ".bin", names);
+}
+
+/* The keys context, vocab and val_fraction into c (vocab in *vocab). */
+static kiln_status tok_keys_read(const struct kiln_host *host, const struct kiln_config *cfg,
+				 const char *section, struct tok_ctx *c, int64_t *vocab,
+				 double *frac)
+{
+	kiln_status st = host->config_get_int(cfg, section, "context", &c->T);
+	if (st == KILN_ENOTFOUND)
+		return host->error(KILN_ECONFIG, "[%s] source = tokens needs `context` (the tokens of one sample, e.g. 128)",
+				   section);
+	if (st)
+		return st;
+	if (c->T < 1)
+		return host->error(KILN_ECONFIG, "%s: [%s] context = %" PRId64 ": at least 1",
+				   host->config_where(cfg, section, "context"), section, c->T);
+	if ((st = host->config_get_int(cfg, section, "vocab", vocab)) == KILN_ENOTFOUND)
+		*vocab = 0;
+	else if (st)
+		return st;
+	if ((st = host->config_get_float(cfg, section, "val_fraction", frac)) == KILN_ENOTFOUND)
+		*frac = 0;
+	else if (st)
+		return st;
+	if (!(*frac >= 0 && *frac < 1))
+		return host->error(KILN_ECONFIG, "%s: [%s] val_fraction = %g: in [0, 1)",
+				   host->config_where(cfg, section, "val_fraction"), section, *frac);
+	return KILN_OK;
+}
+
+/* This split's windows of the total: all, or the train / held-out part. */
+static kiln_status tok_split_range(const struct kiln_host *host, struct tok_ctx *c,
+				   const char *section, const char *split, int64_t total,
+				   double frac)
+{
+	int64_t held = frac > 0 ? (int64_t)llround(frac * (double)total) : 0;
+	if (frac > 0 && (held < 1 || held >= total))
+		return host->error(KILN_EDATA, "%s%s: val_fraction = %g of %" PRId64 " windows leaves %s empty",
+				   c->shards[0].path, c->nshards > 1 ? " ..." : "", frac, total,
+				   held < 1 ? "the held-out part" : "the training part");
+	int train = !split || !strcmp(split, "train");
+	c->base = frac > 0 && !train ? total - held : 0;
+	c->src.n = frac > 0 ? (train ? total - held : held) : total;
+	if (c->src.n < 1)
+		return host->error(KILN_EDATA, "%s%s: no window of context + 1 = %" PRId64 " tokens: the [%s] shards hold fewer tokens",
+				   c->shards[0].path, c->nshards > 1 ? " ..." : "", c->T + 1, section);
+	return KILN_OK;
+}
+
+static kiln_status tok_open(const struct kiln_host *host, const struct kiln_config *cfg,
+			    const char *section, const char *split, void **out)
+{
+	struct loaders_names names = { 0 };
+	int64_t vocab = 0, max = -1, total = 0;
+	double frac = 0;
+	kiln_status st;
+	*out = NULL;
+	struct tok_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		return host->error(KILN_ENOMEM, "out of memory");
+	c->src.host = host;
+	if ((st = tok_keys_read(host, cfg, section, c, &vocab, &frac)) ||
+	    (st = tok_find(host, cfg, section, split, &names)))
+		goto fail;
+	if (!(c->shards = calloc(names.n, sizeof *c->shards))) {
+		st = host->error(KILN_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < names.n; i++) {
+		struct tok_shard *s = &c->shards[c->nshards++];
+		if ((st = tok_shard_open(host, names.v[i], s)) ||
+		    (st = tok_shard_scan(host, s, vocab, &max)))
+			goto fail;
+		s->first = total;
+		s->windows = s->ntok > 0 ? (int64_t)((s->ntok - 1) / (uint64_t)c->T) : 0;
+		total += s->windows;
+	}
+	const char *sp = host->config_get(cfg, section, "split");
+	if ((st = tok_split_range(host, c, section, sp ? sp : split, total, frac)))
+		goto fail;
+	c->src.classes = vocab > 0 ? vocab : max + 1;
+	c->src.who = c->shards[0].path;
+	host->log(KILN_LOG_INFO, TOK_WHO, "[%s] %s%s: %" PRId64 " windows of %" PRId64 "+1 tokens in %d shard(s) (of %" PRId64 "), vocab %" PRId64,
+		  section, c->shards[0].path, c->nshards > 1 ? " ..." : "", c->src.n, c->T,
+		  c->nshards, total, c->src.classes);
+	loaders_names_free(&names);
+	*out = c;
+	return KILN_OK;
+fail:
+	loaders_names_free(&names);
+	tok_close(c);
+	return st;
+}
+
+static kiln_status tok_info(void *vctx, struct kiln_source_info *info)
+{
+	const struct tok_ctx *c = vctx;
+	memset(info, 0, sizeof *info);
+	info->len = c->src.n;
+	/* plugins do not link libkiln: the descriptors by hand */
+	info->sample.dtype = info->label.dtype = KILN_I32;
+	info->sample.layout = info->label.layout = KILN_ROW;
+	info->sample.ndim = info->label.ndim = 1;
+	info->sample.dims[0] = info->label.dims[0] = c->T;
+	info->classes = c->src.classes;
+	info->flags = KILN_SOURCE_MAPPED;
+	return KILN_OK;
+}
+
+/* sample: i32 [T] = tokens [w, w+T); label: i32 [T] = tokens [w+1, w+T+1).
+ * Either may be NULL. */
+static kiln_status tok_read(void *vctx, int64_t index, void *sample, void *label)
+{
+	const struct tok_ctx *c = vctx;
+	kiln_status st = loaders_check_index(&c->src, index);
+	if (st)
+		return st;
+	int64_t g = c->base + index;
+	/* the last shard whose first <= g (an empty shard shares the next
+	 * one's first, so the search passes over it) */
+	int lo = 0, hi = c->nshards - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (c->shards[mid].first <= g)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	const struct tok_shard *s = &c->shards[lo];
+	uint64_t w = (uint64_t)(g - s->first) * (uint64_t)c->T;
+	int32_t *x = sample, *y = label;
+	for (int64_t t = 0; t < c->T; t++) {
+		if (x)
+			x[t] = tok_at(s, w + (uint64_t)t);
+		if (y)
+			y[t] = tok_at(s, w + (uint64_t)t + 1);
+	}
+	return KILN_OK;
+}
+
+LOADERS_SOURCE(tokens, "tokens",
+	       "token shards in llm.c's format (kiln pack --format tokens): windows of context+1 tokens",
+	       tok_keys, tok_open, tok_close, tok_info, tok_read, NULL);

@@ -1,0 +1,702 @@
+/* tests/check_tokens.c - token data: the `tokens` source of kiln-loaders.so
+ * over llm.c-format shards, the loader engine over it (batches i32 [B, T]
+ * of inputs and targets), the tokenizers of `kiln pack --format tokens`
+ * (cli/tokenizer.c, compiled in) and the command itself.
+ *
+ * Shards are written here token by token; every test checks exact tokens.
+ * Checked: windows and their shifted targets across shards (empty ones
+ * too), the split rules (directory, glob, val fraction), the batches of one
+ * epoch identical for 0, 1, 2 and 4 workers, the union over ranks of world
+ * sizes 1 and 2 equal to one process's epoch, a resume mid-epoch; corrupt
+ * shards (bad magic, version, truncated, count mismatch, token >= vocab)
+ * refused at open with a message naming the file, and a fuzz case of 300
+ * mutations.  The tokenizers: bytes round trip exactly; GPT-2 BPE against
+ * tests/data/bpe/refs.json (tests/data/gen_bpe_refs.py's reference
+ * implementation on its own small vocabulary), and decode(encode(t)) == t.
+ */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include "data.h"
+#include "loader.h"
+#include "../cli/tokenizer.h"
+
+#include <check.h>
+#include "check_main.h"
+#include "source_fixture.h"
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- fixtures ---------------------------------------------------------- */
+
+static void setup(void)
+{
+	source_setup("tok");
+	source_find("tokens");
+}
+
+/* A shard of tokens tok[0..n) with header (magic, version, count) and
+ * `extra` bytes of 0x7f after the tokens. */
+static void write_shard_ex(const char *name, const uint16_t *tok, size_t n, int32_t magic,
+			   int32_t version, int32_t count, size_t extra)
+{
+	size_t bytes = 1024 + 2 * n + extra;
+	uint8_t *b = calloc(1, bytes);
+	const int32_t h[3] = { magic, version, count };
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 4; k++)
+			b[4 * i + k] = (uint8_t)((uint32_t)h[i] >> (8 * k));
+	for (size_t i = 0; i < n; i++) {
+		b[1024 + 2 * i] = (uint8_t)tok[i];
+		b[1024 + 2 * i + 1] = (uint8_t)(tok[i] >> 8);
+	}
+	memset(b + 1024 + 2 * n, 0x7f, extra);
+	char p[1024];
+	snprintf(p, sizeof p, "%s", tpath(name));
+	char *slash = strrchr(p, '/');
+	*slash = 0;
+	mkdir(p, 0700);
+	write_tmp(name, b, bytes);
+	free(b);
+}
+
+static void write_shard(const char *name, const uint16_t *tok, size_t n)
+{
+	write_shard_ex(name, tok, n, 20240520, 1, (int32_t)n, 0);
+}
+
+/* tok[i] = (i * mul + add) % mod for i < n */
+static uint16_t *seq(size_t n, unsigned mul, unsigned add, unsigned mod)
+{
+	uint16_t *t = malloc(n * sizeof *t + 2);
+	for (size_t i = 0; i < n; i++)
+		t[i] = (uint16_t)((i * mul + add) % mod);
+	return t;
+}
+
+/* Open [section] with the overrides (up to NULL) for split. */
+static kiln_status open_tokens(const char *section, const char *split, ...)
+{
+	va_list ap;
+	va_start(ap, split);
+	source_config("tokens", ap);
+	va_end(ap);
+	if (ctx)
+		ops->close(ctx);
+	ctx = NULL;
+	return ops->open(kiln_host_table(), cfg, section, split, &ctx);
+}
+
+#define OPEN_OK(...) ck_assert_msg(open_tokens(__VA_ARGS__, NULL) == KILN_OK, "%s", kiln_last_error())
+
+static char ovr[8][1100];
+static int ovr_k;
+/* "data.path=<tmp>/NAME" and friends, in rotating buffers. */
+static const char *kv(const char *key, const char *name)
+{
+	char *b = ovr[ovr_k++ & 7];
+	snprintf(b, sizeof ovr[0], "%s=%s", key, tpath(name));
+	return b;
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+/* Two shards of 10 and 7 tokens, an empty one between: context 3 gives
+ * windows floor(9/3) + floor(6/3) = 5; each window's inputs and shifted
+ * targets are the tokens. */
+START_TEST(test_windows_exact)
+{
+	uint16_t *a = seq(10, 7, 1, 50), *b = seq(7, 3, 100, 1000);
+	write_shard("s/a.bin", a, 10);
+	write_shard("s/b.bin", NULL, 0);
+	write_shard("s/c.bin", b, 7);
+	OPEN_OK("data", "train", kv("data.path", "s"), "data.split=.", "data.context=3");
+	struct kiln_source_info info;
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 5);
+	ck_assert_int_eq(info.sample.dtype, KILN_I32);
+	ck_assert_int_eq(info.sample.ndim, 1);
+	ck_assert_int_eq(info.sample.dims[0], 3);
+	ck_assert_int_eq(info.label.dtype, KILN_I32);
+	ck_assert_int_eq(info.label.dims[0], 3);
+	ck_assert_int_eq(info.classes, 119); /* the largest token (118) + 1 */
+	ck_assert_int_eq(info.flags & KILN_SOURCE_MAPPED, KILN_SOURCE_MAPPED);
+	for (int64_t i = 0; i < 5; i++) {
+		int32_t x[3], y[3];
+		const uint16_t *src = i < 3 ? a + 3 * i : b + 3 * (i - 3);
+		ck_assert_int_eq(ops->read(ctx, i, x, y), KILN_OK);
+		for (int t = 0; t < 3; t++) {
+			ck_assert_int_eq(x[t], src[t]);
+			ck_assert_int_eq(y[t], src[t + 1]);
+		}
+	}
+	int32_t x[3];
+	ck_assert_int_eq(ops->read(ctx, 5, x, NULL), KILN_EINVAL);
+	ck_assert_int_eq(ops->read(ctx, -1, x, NULL), KILN_EINVAL);
+	free(a), free(b);
+}
+END_TEST
+
+/* The directory rule: [data] reads train-*.bin, [data.eval] (split test)
+ * the val-*.bin shards when there are no test ones; a glob in shards. */
+START_TEST(test_splits_and_globs)
+{
+	uint16_t *t = seq(41, 1, 0, 256), *v = seq(9, 1, 200, 256);
+	write_shard("d/train-000000.bin", t, 21);
+	write_shard("d/train-000001.bin", t + 20, 21);
+	write_shard("d/val-000000.bin", v, 9);
+	struct kiln_source_info info;
+	int32_t x[4], y[4];
+	OPEN_OK("data", "train", kv("data.path", "d"), "data.context=4");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 10);
+	ck_assert_int_eq(ops->read(ctx, 5, x, y), KILN_OK); /* shard 1's window 0 */
+	ck_assert_int_eq(x[0], 20);
+	ck_assert_int_eq(y[3], 24);
+	OPEN_OK("data.eval", "test", kv("data.path", "d"), "data.context=4");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 2);
+	ck_assert_int_eq(ops->read(ctx, 1, x, y), KILN_OK);
+	ck_assert_int_eq(x[0], 204);
+	ck_assert_int_eq(y[3], 208);
+	OPEN_OK("data", "train", kv("data.path", "d"), "data.shards=train-*.bin, val-*.bin",
+		"data.context=4");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 12);
+	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"),
+				     "data.shards=nothing-*.bin", "data.context=4", NULL),
+			 KILN_EIO);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "nothing-*.bin"));
+	/* context is required */
+	ck_assert_int_eq(open_tokens("data", "train", kv("data.path", "d"), NULL), KILN_ECONFIG);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "context"));
+	free(t), free(v);
+}
+END_TEST
+
+/* val_fraction: train reads the first windows, val/test the last ones,
+ * together all of them once. */
+START_TEST(test_val_fraction)
+{
+	uint16_t *t = seq(101, 1, 0, 60000);
+	write_shard("one.bin", t, 101); /* 20 windows of 5 */
+	struct kiln_source_info info;
+	int32_t x[5];
+	OPEN_OK("data", "train", kv("data.path", "one.bin"), "data.context=5",
+		"data.val_fraction=0.25");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 15);
+	ck_assert_int_eq(ops->read(ctx, 14, x, NULL), KILN_OK);
+	ck_assert_int_eq(x[0], 70);
+	/* [data.val] with its own path (a single-file path is never inherited) */
+	OPEN_OK("data.val", "val", kv("data.path", "one.bin"), kv("data.val.path", "one.bin"),
+		"data.context=5", "data.val_fraction=0.25");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 5);
+	ck_assert_int_eq(ops->read(ctx, 0, x, NULL), KILN_OK);
+	ck_assert_int_eq(x[0], 75);
+	/* a single file inherited by [data.eval] would evaluate on training data */
+	ck_assert_int_eq(open_tokens("data.eval", "test", kv("data.path", "one.bin"),
+				     "data.context=5", NULL),
+			 KILN_ECONFIG);
+	free(t);
+}
+END_TEST
+
+/* vocab bounds every token; the error names the file and the offset. */
+START_TEST(test_vocab)
+{
+	uint16_t *t = seq(30, 1, 0, 256);
+	t[17] = 300;
+	write_shard("v.bin", t, 30);
+	struct kiln_source_info info;
+	OPEN_OK("data", "train", kv("data.path", "v.bin"), "data.context=4");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.classes, 301);
+	ops->close(ctx);
+	ctx = NULL;
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", "v.bin"), "data.context=4",
+				 "data.vocab=256", NULL),
+		     KILN_EDATA, tpath("v.bin"), "token offset 17");
+	OPEN_OK("data", "train", kv("data.path", "v.bin"), "data.context=4", "data.vocab=512");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.classes, 512);
+	free(t);
+}
+END_TEST
+
+/* ---- corrupt shards --------------------------------------------------- */
+
+START_TEST(test_corrupt)
+{
+	uint16_t *t = seq(40, 1, 0, 256);
+	const char *p = "c.bin";
+	write_shard_ex(p, t, 40, 20240521, 1, 40, 0);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "bad magic");
+	write_shard_ex(p, t, 40, 20240326, 1, 40, 0);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "model file");
+	write_shard_ex(p, t, 40, (int32_t)__builtin_bswap32(20240520), 1, 40, 0);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "byte-swapped");
+	write_shard_ex(p, t, 40, 20240520, 2, 40, 0);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "version 2");
+	write_shard_ex(p, t, 40, 20240520, 1, 41, 0);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "truncated");
+	write_shard_ex(p, t, 40, 20240520, 1, 39, 0);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "count mismatch");
+	write_shard_ex(p, t, 40, 20240520, 1, 40, 1);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "truncated");
+	write_shard_ex(p, t, 40, 20240520, 1, -5, 0);
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "negative");
+	write_tmp(p, t, 100); /* shorter than the header */
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "truncated header");
+	write_shard(p, t, 4); /* no window of 5 tokens */
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+		     KILN_EDATA, tpath(p), "no window");
+	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", "missing.bin"), "data.context=4",
+				 NULL),
+		     KILN_EIO, tpath("missing.bin"), "cannot open");
+	free(t);
+}
+END_TEST
+
+/* Mutate src (n bytes) into dst: truncate, flip bytes, or rewrite one of
+ * the first header words.  Returns the new size. */
+static size_t mutate(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	memcpy(dst, src, n);
+	switch (next() % 4) {
+	case 0:
+		return next() % n;
+	case 1:
+		for (int k = 1 + (int)(next() % 4); k > 0; k--)
+			dst[next() % n] ^= (uint8_t)(1 + next() % 255);
+		return n;
+	case 2: {
+		uint32_t w = next() ^ (next() << 21);
+		memcpy(dst + 4 * (next() % 3), &w, 4);
+		return n;
+	}
+	default:
+		dst[next() % n] ^= 0x80;
+		return n - next() % (n / 2 + 1);
+	}
+}
+
+START_TEST(test_fuzz)
+{
+	uint16_t *t = seq(300, 13, 5, 256);
+	write_shard("f.bin", t, 300);
+	size_t n;
+	uint8_t *orig = read_whole("f.bin", &n), *mut = malloc(n);
+	int opened = 0, refused = 0;
+	for (int it = 0; it < 300; it++) {
+		size_t m = mutate(mut, orig, n);
+		remove(tpath("m.bin"));
+		write_tmp("m.bin", mut, m);
+		kiln_status st = open_tokens("data", "train", kv("data.path", "m.bin"),
+					     "data.context=7", it % 2 ? "data.vocab=256" : "data.vocab=0",
+					     NULL);
+		if (st == KILN_OK) {
+			struct kiln_source_info info;
+			ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+			ck_assert_int_ge(info.len, 1);
+			for (int64_t i = 0; i < info.len; i++) {
+				int32_t x[7], y[7];
+				ck_assert_int_eq(ops->read(ctx, i, x, y), KILN_OK);
+				for (int k = 0; k < 7; k++)
+					ck_assert(x[k] < info.classes && y[k] < info.classes);
+			}
+			opened++;
+		} else {
+			ck_assert_msg(st == KILN_EDATA || st == KILN_EIO, "iteration %d: %s: %s", it,
+				      kiln_status_name(st), kiln_last_error());
+			ck_assert_ptr_null(ctx);
+			ck_assert_ptr_nonnull(strstr(kiln_last_error(), tmp));
+			refused++;
+		}
+	}
+	fprintf(stderr, "check_tokens: fuzz: %d mutations opened, %d refused\n", opened, refused);
+	ck_assert_int_gt(refused, 100);
+	ck_assert_int_gt(opened, 10);
+	free(orig), free(mut), free(t);
+}
+END_TEST
+
+/* ---- the loader: workers, world sizes, resume ------------------------- */
+
+struct rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_dataset d;
+	void *copy;
+};
+
+/* The data set over tmp/l.bin (4001 tokens, T = 8: 500 windows). */
+static void rig_open(struct rig *r)
+{
+	char ini[2048];
+	uint16_t *t = seq(4001, 7919, 3, 65521);
+	write_shard("l.bin", t, 4001);
+	free(t);
+	snprintf(ini, sizeof ini, "[run]\nseed = 11\n[data]\nsource = tokens\npath = %s\ncontext = 8\n",
+		 tpath("l.bin"));
+	memset(r, 0, sizeof *r);
+	r->cfg = test_config(reg, ini);
+	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r->dev, &r->copy) == 0);
+	ck_assert_msg(kiln_dataset_open(r->cfg, reg, "data", "train", 1, &r->d) == 0, "%s",
+		      kiln_last_error());
+}
+
+static void rig_close(struct rig *r)
+{
+	kiln_dataset_close(&r->d);
+	kiln_device_stream_destroy(r->dev, r->copy);
+	kiln_device_close(r->dev);
+	kiln_config_free(r->cfg);
+}
+
+/* Batches of B of order[0..n) with `workers` (0: inline) into x (n x T
+ * i32) and y (n x T). */
+static void read_order(struct rig *r, int workers, int64_t ep, const int64_t *order, int64_t n,
+		       int64_t B, int32_t *x, int32_t *y)
+{
+	const int64_t T = 8;
+	struct kiln_loader *L = NULL;
+	struct kiln_data_scratch scr;
+	memset(&scr, 0, sizeof scr);
+	if (workers) {
+		ck_assert(kiln_loader_open(r->dev, &r->d, B, workers, 2, &L) == 0);
+		ck_assert(kiln_loader_start(L, ep, order, n, B, 0) == 0);
+	}
+	for (int64_t b = 0; b < n / B; b++) {
+		int32_t *xb = x + b * B * T, *yb = y + b * B * T;
+		if (!L) {
+			ck_assert_msg(kiln_dataset_read_rows(&r->d, ep, order + b * B, B, xb, yb,
+							     &scr) == 0, "%s", kiln_last_error());
+			continue;
+		}
+		const void *bx;
+		const int32_t *by;
+		int64_t rows;
+		int slot;
+		ck_assert_msg(kiln_loader_next(L, &bx, &by, &rows, &slot) == 0, "%s",
+			      kiln_last_error());
+		ck_assert_int_eq(rows, B);
+		memcpy(xb, bx, (size_t)(B * T) * 4);
+		memcpy(yb, by, (size_t)(B * T) * 4);
+		ck_assert(kiln_loader_release(L, slot, r->copy) == 0);
+	}
+	kiln_loader_close(L);
+	kiln_data_scratch_free(&scr);
+}
+
+/* One epoch's batches [B, T] are identical for 0, 1, 2, 4 workers; every
+ * row is its window (targets shifted by one); ranks of world 2 together
+ * read exactly world 1's windows, each at its global position; a resume at
+ * a global offset continues with the same windows for world 1 and 2. */
+START_TEST(test_loader_workers_world_resume)
+{
+	struct rig r;
+	rig_open(&r);
+	const int64_t n = r.d.len, T = 8, B = 10, ep = 2;
+	ck_assert_int_eq(n, 500);
+	ck_assert_int_eq(r.d.sample_bytes, T * 4);
+	ck_assert_int_eq(r.d.label_bytes, T * 4);
+	int64_t *perm = malloc(sizeof(int64_t) * (size_t)n), *mine = malloc(sizeof(int64_t) * (size_t)n);
+	size_t bytes = (size_t)(n * T) * 4;
+	int32_t *x0 = malloc(bytes), *y0 = malloc(bytes), *x = malloc(bytes), *y = malloc(bytes);
+	kiln_rng_permutation(r.d.seed, (uint64_t)ep, perm, n);
+	read_order(&r, 0, ep, perm, n, B, x0, y0);
+	for (int64_t i = 0; i < n; i++) /* window perm[i]: tokens from perm[i] * T */
+		for (int64_t t = 0; t < T; t++) {
+			int64_t w = perm[i] * T + t;
+			ck_assert_int_eq(x0[i * T + t], (int32_t)((w * 7919 + 3) % 65521));
+			ck_assert_int_eq(y0[i * T + t], (int32_t)(((w + 1) * 7919 + 3) % 65521));
+		}
+	static const int workers[] = { 1, 2, 4 };
+	for (int k = 0; k < 3; k++) {
+		memset(x, 0xab, bytes);
+		read_order(&r, workers[k], ep, perm, n, B, x, y);
+		ck_assert_msg(!memcmp(x, x0, bytes) && !memcmp(y, y0, bytes),
+			      "%d workers: batches differ", workers[k]);
+	}
+	/* world 2 (and a resume at g as world 1 and 2): rank r's row k is
+	 * global position g + r + k * world */
+	static const int64_t starts[] = { 0, 120 };
+	for (int s = 0; s < 2; s++)
+		for (int world = 1; world <= 2; world++) {
+			int64_t covered = 0;
+			for (int rank = 0; rank < world; rank++) {
+				int64_t len = kiln_shard(perm, n, starts[s], rank, world, 1, mine);
+				read_order(&r, 2, ep, mine, len / B * B, B, x, y);
+				for (int64_t k = 0; k < len / B * B; k++) {
+					int64_t pos = starts[s] + rank + k * world;
+					ck_assert_msg(!memcmp(x + k * T, x0 + pos * T, (size_t)T * 4) &&
+						      !memcmp(y + k * T, y0 + pos * T, (size_t)T * 4),
+						      "world %d rank %d row %lld (global %lld) differs", world,
+						      rank, (long long)k, (long long)pos);
+				}
+				covered += len / B * B;
+			}
+			ck_assert_int_eq(covered, n - starts[s]);
+		}
+	free(perm), free(mine), free(x0), free(y0), free(x), free(y);
+	rig_close(&r);
+}
+END_TEST
+
+/* A label (target) outside [0, classes) names the target. */
+START_TEST(test_dataset_checks_targets)
+{
+	struct rig r;
+	rig_open(&r);
+	r.d.classes = 1000; /* as if the vocabulary were smaller than the data */
+	struct kiln_data_scratch scr;
+	memset(&scr, 0, sizeof scr);
+	int32_t x[8], y[8];
+	int64_t idx = 3;
+	ck_assert_int_eq(kiln_dataset_read_rows(&r.d, 0, &idx, 1, x, y, &scr), KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "target"));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "sample 3"));
+	kiln_data_scratch_free(&scr);
+	rig_close(&r);
+}
+END_TEST
+
+/* The graph takes i32 [B, T] token ids as they come (no widening, no cast
+ * to the compute dtype), and refuses, naming the layer, a first layer that
+ * would pass them on as numbers instead of mapping them to vectors. */
+START_TEST(test_graph_token_input)
+{
+	struct rig r;
+	struct kiln_model *m = NULL;
+	struct kiln_tensor_desc in;
+	rig_open(&r);
+	kiln_dataset_input_desc(&r.d, &in);
+	ck_assert_int_eq(kiln_dataset_widened(&r.d), 0);
+	ck_assert_int_eq(in.dtype, KILN_I32);
+	ck_assert_int_eq(in.ndim, 1);
+	ck_assert_int_eq(in.dims[0], 8);
+	struct kiln_config *cfg2 = test_config(reg, "[data]\nsource = tokens\ncontext = 8\n"
+					       "[layer.fc]\ntype = linear\nout = 16\n"
+					       "[layer.loss]\ntype = softmax_xent\n");
+	ck_assert_int_eq(kiln_model_create(cfg2, reg, r.dev, &in, &m), KILN_ECONFIG);
+	ck_assert_ptr_null(m);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "layer 'fc'"));
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "embedding"));
+	kiln_config_free(cfg2);
+	rig_close(&r);
+}
+END_TEST
+
+/* ---- tokenizers ------------------------------------------------------- */
+
+START_TEST(test_bytes_round_trip)
+{
+	struct tokenizer *tk;
+	ck_assert_int_eq(tokenizer_open_bytes(&tk), KILN_OK);
+	ck_assert_int_eq(tokenizer_vocab(tk), 256);
+	ck_assert_int_eq(tokenizer_eot(tk), -1);
+	char text[512];
+	for (int i = 0; i < 512; i++)
+		text[i] = (char)(i * 37 + 5);
+	struct token_ids ids = { 0 };
+	ck_assert_int_eq(tokenizer_encode(tk, text, sizeof text, &ids), KILN_OK);
+	ck_assert_uint_eq(ids.n, sizeof text);
+	for (size_t i = 0; i < ids.n; i++)
+		ck_assert_int_eq(ids.v[i], (unsigned char)text[i]);
+	char *back;
+	size_t len;
+	ck_assert_int_eq(tokenizer_decode(tk, ids.v, ids.n, &back, &len), KILN_OK);
+	ck_assert_uint_eq(len, sizeof text);
+	ck_assert(!memcmp(back, text, len));
+	free(back);
+	ids.v[3] = 256;
+	ck_assert_int_eq(tokenizer_decode(tk, ids.v, ids.n, &back, &len), KILN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "position 3"));
+	free(ids.v);
+	tokenizer_close(tk);
+}
+END_TEST
+
+static struct tokenizer *open_ref_bpe(void)
+{
+	char v[1024], m[1024];
+	struct tokenizer *tk;
+	test_data_path(v, sizeof v, "bpe/vocab.json");
+	test_data_path(m, sizeof m, "bpe/merges.txt");
+	ck_assert_msg(tokenizer_open_bpe(v, m, &tk) == KILN_OK, "%s", kiln_last_error());
+	return tk;
+}
+
+/* Every reference text encodes to the reference ids and decodes back. */
+START_TEST(test_bpe_refs)
+{
+	char p[1024];
+	json_error_t err;
+	struct tokenizer *tk = open_ref_bpe();
+	json_t *refs = json_load_file(test_data_path(p, sizeof p, "bpe/refs.json"), 0, &err);
+	ck_assert_msg(refs != NULL, "%s: %s", p, err.text);
+	ck_assert_int_eq(tokenizer_vocab(tk), 377);
+	ck_assert_int_eq(tokenizer_eot(tk), 376);
+	size_t i;
+	json_t *ref;
+	json_array_foreach(refs, i, ref) {
+		const char *text = json_string_value(json_object_get(ref, "text"));
+		size_t tl = json_string_length(json_object_get(ref, "text"));
+		json_t *want = json_object_get(ref, "ids");
+		struct token_ids ids = { 0 };
+		ck_assert_int_eq(tokenizer_encode(tk, text, tl, &ids), KILN_OK);
+		ck_assert_msg(ids.n == json_array_size(want), "text %zu: %zu ids, want %zu", i, ids.n,
+			      json_array_size(want));
+		for (size_t k = 0; k < ids.n; k++)
+			ck_assert_msg(ids.v[k] == json_integer_value(json_array_get(want, k)),
+				      "text %zu id %zu: %d, want %lld", i, k, ids.v[k],
+				      (long long)json_integer_value(json_array_get(want, k)));
+		char *back;
+		size_t len;
+		ck_assert_int_eq(tokenizer_decode(tk, ids.v, ids.n, &back, &len), KILN_OK);
+		ck_assert_uint_eq(len, tl);
+		ck_assert(!memcmp(back, text, len));
+		free(back);
+		free(ids.v);
+	}
+	ck_assert_uint_ge(json_array_size(refs), 10);
+	json_decref(refs);
+	tokenizer_close(tk);
+}
+END_TEST
+
+/* Bad vocabularies and merges name the file (and line). */
+START_TEST(test_bpe_errors)
+{
+	char v[1024], m[1024];
+	struct tokenizer *tk = NULL;
+	test_data_path(v, sizeof v, "bpe/vocab.json");
+	test_data_path(m, sizeof m, "bpe/merges.txt");
+	write_tmp("m.txt", "#version: 0.2\nh e\nq zz\n", 23);
+	ck_assert_int_eq(tokenizer_open_bpe(v, tpath("m.txt"), &tk), KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "m.txt:3"));
+	write_tmp("m.txt", "#version: 0.2\nhe\n", 18);
+	ck_assert_int_eq(tokenizer_open_bpe(v, tpath("m.txt"), &tk), KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "m.txt:2"));
+	write_tmp("v.json", "{\"a\": 0}", 8);
+	ck_assert_int_eq(tokenizer_open_bpe(tpath("v.json"), m, &tk), KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "no token"));
+	write_tmp("v.json", "[1, 2", 5);
+	ck_assert_int_eq(tokenizer_open_bpe(tpath("v.json"), m, &tk), KILN_EDATA);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "v.json"));
+	ck_assert_int_eq(tokenizer_open_bpe(tpath("none.json"), m, &tk), KILN_EIO);
+	ck_assert_ptr_null(tk);
+}
+END_TEST
+
+/* ---- kiln pack --format tokens ---------------------------------------- */
+
+/* Pack two text files byte-level with a val fraction and read them back
+ * through the source: every token is the text's byte, in order. */
+START_TEST(test_pack_bytes)
+{
+	char a[300], b[200], cmd[4096];
+	for (size_t i = 0; i < sizeof a; i++)
+		a[i] = (char)('a' + i % 26);
+	for (size_t i = 0; i < sizeof b; i++)
+		b[i] = (char)('0' + i % 10);
+	write_tmp("a.txt", a, sizeof a);
+	write_tmp("b.txt", b, sizeof b);
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s %s --out %s --val-fraction 0.1 --shard-tokens 250 >/dev/null",
+		 KILN_BIN, tpath("a.txt"), tpath("b.txt"), tpath("out"));
+	ck_assert_int_eq(system(cmd), 0);
+	/* train: a[0..270) b[0..180) = 450 tokens in shards of 250, 200; val:
+	 * a[270..300) b[180..200) = 50 */
+	size_t n;
+	uint8_t *s0 = read_whole("out/train-000000.bin", &n);
+	ck_assert_uint_eq(n, 1024 + 500);
+	ck_assert_int_eq(s0[0] | s0[1] << 8 | s0[2] << 16 | s0[3] << 24, 20240520);
+	ck_assert_int_eq(s0[4], 1);
+	ck_assert_int_eq(s0[8] | s0[9] << 8, 250);
+	free(s0);
+	OPEN_OK("data", "train", kv("data.path", "out"), "data.context=1");
+	struct kiln_source_info info;
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 249 + 199);
+	int32_t x, y;
+	ck_assert_int_eq(ops->read(ctx, 0, &x, &y), KILN_OK);
+	ck_assert_int_eq(x, 'a');
+	ck_assert_int_eq(y, 'b');
+	ck_assert_int_eq(ops->read(ctx, 249, &x, &y), KILN_OK); /* shard 1: a[250..270) b... */
+	ck_assert_int_eq(x, a[250]);
+	ck_assert_int_eq(ops->read(ctx, 249 + 20, &x, &y), KILN_OK);
+	ck_assert_int_eq(x, '0');
+	OPEN_OK("data.eval", "test", kv("data.path", "out"), "data.context=1");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 49);
+	ck_assert_int_eq(ops->read(ctx, 0, &x, &y), KILN_OK);
+	ck_assert_int_eq(x, a[270]);
+	/* a second pack refuses to overwrite without --force */
+	ck_assert_int_ne(system(cmd), 0);
+}
+END_TEST
+
+/* With the reference BPE: <|endoftext|> then the file's ids. */
+START_TEST(test_pack_bpe)
+{
+	char v[1024], m[1024], p[1024], cmd[8192];
+	json_error_t err;
+	test_data_path(v, sizeof v, "bpe/vocab.json");
+	test_data_path(m, sizeof m, "bpe/merges.txt");
+	json_t *refs = json_load_file(test_data_path(p, sizeof p, "bpe/refs.json"), 0, &err);
+	ck_assert_ptr_nonnull(refs);
+	json_t *ref = json_array_get(refs, 0);
+	const char *text = json_string_value(json_object_get(ref, "text"));
+	json_t *want = json_object_get(ref, "ids");
+	write_tmp("t.txt", text, strlen(text));
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --vocab %s --merges %s --out %s >/dev/null",
+		 KILN_BIN, tpath("t.txt"), v, m, tpath("o"));
+	ck_assert_int_eq(system(cmd), 0);
+	size_t n;
+	uint8_t *s = read_whole("o/train-000000.bin", &n);
+	ck_assert_uint_eq(n, 1024 + 2 * (json_array_size(want) + 1));
+	ck_assert_int_eq(s[1024] | s[1025] << 8, 376);
+	for (size_t k = 0; k < json_array_size(want); k++)
+		ck_assert_int_eq(s[1026 + 2 * k] | s[1027 + 2 * k] << 8,
+				 json_integer_value(json_array_get(want, k)));
+	free(s);
+	json_decref(refs);
+}
+END_TEST
+
+static Suite *make_tokens_suite(void)
+{
+	Suite *s = suite_create("tokens");
+	check_add_case(s, "source", 0, setup, teardown, (const TTest *[]){
+		test_windows_exact, test_splits_and_globs, test_val_fraction, test_vocab, NULL });
+	check_add_case(s, "corrupt", 0, setup, teardown, (const TTest *[]){ test_corrupt, NULL });
+	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
+	check_add_case(s, "loader", 60, setup, teardown, (const TTest *[]){
+		test_loader_workers_world_resume, test_dataset_checks_targets, test_graph_token_input,
+		NULL });
+	check_add_case(s, "tokenizer", 0, setup, teardown, (const TTest *[]){
+		test_bytes_round_trip, test_bpe_refs, test_bpe_errors, NULL });
+	check_add_case(s, "pack", 60, setup, teardown, (const TTest *[]){
+		test_pack_bytes, test_pack_bpe, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_tokens_suite, .omp_passive = 1 };
