@@ -375,6 +375,7 @@ struct kiln_train_cfg {
 	int early_stop_on_loss;   /* early_stop_metric = loss (else acc) */
 	double early_stop_min_delta;
 	int64_t checkpoint_every, keep_last;
+	int checkpoint_last;      /* a checkpoint after the last step, whatever checkpoint_every */
 	int resume;
 };
 
@@ -393,7 +394,8 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
  * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may
  * be NULL) is called after every step with (done, total, user).
  * Checkpoints: [train] checkpoint_every writes out_dir/checkpoints/
- * ckpt-<step>.kiln; [train] resume = 1 continues from the newest usable one
+ * ckpt-<step>.kiln, and [train] checkpoint_last (default 1) one after the
+ * last step; [train] resume = 1 continues from the newest usable one
  * there (a fresh start when there is none).  After a stop request the run
  * ends after its current step with a checkpoint, returns KILN_OK and sets
  * res->stopped and res->checkpoint.  kiln_train reads [train] itself
