@@ -50,12 +50,15 @@ static int print_doc(void)
 	       "- Sections are unique and each key may appear once. An unknown section or key is an\n"
 	       "  error naming `file:line` and the closest valid key (exit code 2).\n"
 	       "- Any key can be overridden on the command line: `kiln train cfg.ini train.lr=0.05`;\n"
-	       "  the section is everything before the last dot (`layer.fc1.out=10`).\n"
+	       "  the section is everything before the last dot (`layer.fc1.out=10`). Nothing after\n"
+	       "  the `=` unsets the key, so its default applies (`layer.conv1.bias=`), except for a\n"
+	       "  text key with a default, which takes the empty string (`run.out_dir=`: no out_dir).\n"
 	       "- Booleans accept 0/1, true/false, yes/no, on/off. Lines may be of any length up to 1 MiB;\n"
 	       "  comments start with `;` or `#` at the start of a line, or ` ;` after a value.\n"
 	       "- `[data.eval]` takes every key it does not set from `[data]`, except the keys that\n"
 	       "  choose files or the split (`images`, `labels`, `split`), so evaluation never reads the\n"
-	       "  training files by inheritance.\n"
+	       "  training files by inheritance, and `limit`: evaluation uses the whole test set unless\n"
+	       "  `[data.eval] limit` says otherwise (as a PyTorch test loader would).\n"
 	       "- `kiln config FILE` prints the resolved config: every key with its value or default.\n\n");
 	for (int i = 0;; i++) {
 		const char *doc, *name = kiln_config_fixed_section(i, &doc);

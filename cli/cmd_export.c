@@ -12,12 +12,14 @@ static void export_usage(FILE *f)
 {
 	fprintf(f, "usage: kiln export CONFIG --safetensors FILE [--checkpoint CKPT] [section.key=value ...]\n\n"
 		   "Build the model CONFIG describes (the sample shape comes from its [data] source),\n"
-		   "initialise it as `kiln train` would ([run] seed, then [model] init_from) and write\n"
-		   "every parameter and buffer to FILE as safetensors: names `<layer>.<parameter>`\n"
-		   "(conv1.weight, bn1.running_mean, plus bn1.num_batches_tracked), PyTorch's layouts,\n"
-		   "so torch's load_state_dict(strict=True) takes it for a module named alike.\n"
-		   "--checkpoint CKPT: the weights (parameters and buffers) of a checkpoint written\n"
-		   "by `kiln train` (verified whole first; it must be of this model).\n"
+		   "load the weights of its run and write every parameter and buffer to FILE as\n"
+		   "safetensors: names `<layer>.<parameter>` (conv1.weight, bn1.running_mean, plus\n"
+		   "bn1.num_batches_tracked), PyTorch's layouts, so torch's\n"
+		   "load_state_dict(strict=True) takes it for a module named alike.\n"
+		   "The weights: those of checkpoint CKPT (--checkpoint), else of the newest usable\n"
+		   "checkpoint in [run] out_dir/checkpoints (verified whole first; its layer keys\n"
+		   "must be CONFIG's; [model] init_from is not read), else, with a warning, the\n"
+		   "initial ones `kiln train` starts from ([run] seed, then [model] init_from).\n"
 		   "Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n");
 }
 

@@ -131,6 +131,15 @@ const char cmd_train_about[] =
 	"out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
 
+/* "KEY": V, or "KEY": null when V < 0 (not measured) */
+static void print_metric(const char *key, double v)
+{
+	if (v < 0)
+		printf("\"%s\": null, ", key);
+	else
+		printf("\"%s\": %.6f, ", key, v);
+}
+
 int cmd_train(int argc, char **argv)
 {
 	/* --resume and --profile (anywhere after FILE) are the overrides
@@ -178,10 +187,13 @@ int cmd_train(int argc, char **argv)
 			fprintf(stderr, "\n");
 		rc = cli_fail(st);
 	} else {
-		printf("{\"epochs\": %d, \"steps\": %lld, \"train_loss\": %.6f, \"train_acc\": %.6f, "
-		       "\"test_loss\": %.6f, \"test_acc\": %.6f, \"test_samples\": %lld, "
-		       "\"train_samples_per_s\": %.1f, \"eval_samples_per_s\": %.1f, \"wall_s\": %.2f",
-		       r.epochs, (long long)r.steps, r.train_loss, r.train_acc, r.test_loss, r.test_acc,
+		printf("{\"epochs\": %d, \"steps\": %lld, \"train_loss\": %.6f, \"train_acc\": %.6f, ",
+		       r.epochs, (long long)r.steps, r.train_loss, r.train_acc);
+		/* not evaluated (test_loss < 0): null */
+		print_metric("test_loss", r.test_loss);
+		print_metric("test_acc", r.test_acc);
+		printf("\"test_samples\": %lld, \"train_samples_per_s\": %.1f, "
+		       "\"eval_samples_per_s\": %.1f, \"wall_s\": %.2f",
 		       (long long)r.test_samples, r.train_samples_per_s, r.eval_samples_per_s, r.wall_s);
 		if (r.resumed_step >= 0)
 			printf(", \"resumed_step\": %lld", (long long)r.resumed_step);
@@ -204,6 +216,9 @@ int cmd_train(int argc, char **argv)
 		else if (r.test_acc >= 0)
 			fprintf(stderr, "final test accuracy: %.2f%% (%lld samples)\n", 100 * r.test_acc,
 				(long long)r.test_samples);
+		if (!r.stopped && r.checkpoint[0])
+			fprintf(stderr, "trained weights: %s (`kiln export %s --safetensors FILE`, with the same overrides, writes them for PyTorch)\n",
+				r.checkpoint, args[1]);
 	}
 	kiln_registry_close(reg);
 	kiln_config_free(cfg);

@@ -223,26 +223,38 @@ static void host_section(struct wsec *s, const char *tag, const void *p, size_t 
 kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 			   struct kiln_model *m, void *stream, char *path, size_t path_len)
 {
-	struct wsec s[4 + KILN_MAX_STATE_BUFS];
+	struct wsec s[7 + KILN_MAX_STATE_BUFS];
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
-	uint8_t tr[KILN_CKPT_TRAINER_BYTES];
+	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES];
 	char final[4200], tmp[4210];
 	kiln_status st;
 	int n = 0;
-	char *tensors = tensors_text(m);
-	if (!tensors)
+	const char *config = meta->config ? meta->config : "";
+	const char *versions = meta->versions ? meta->versions : "";
+	char *tensors = tensors_text(m), *wkeys = kiln_ckpt_weights_keys(config);
+	if (!tensors || !wkeys) {
+		free(tensors);
+		free(wkeys);
 		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
 	const struct kiln_ckpt_trainer *t = &meta->trainer;
 	const int64_t v[7] = { t->epoch, t->step, t->offset, t->seed, t->world, t->batch, t->samples };
 	for (int i = 0; i < 7; i++)
 		put_u64(tr + 8 * i, (uint64_t)v[i]);
+	put_u64(tracked, (uint64_t)m->tracked_base);
 	memset(s, 0, sizeof s);
-	const char *config = meta->config ? meta->config : "";
-	const char *versions = meta->versions ? meta->versions : "";
 	host_section(&s[n++], "config", config, strlen(config));
 	host_section(&s[n++], "trainer", tr, sizeof tr);
 	host_section(&s[n++], "versions", versions, strlen(versions));
 	host_section(&s[n++], "tensors", tensors, strlen(tensors));
+	host_section(&s[n++], "weights_keys", wkeys, strlen(wkeys));
+	host_section(&s[n++], "tracked", tracked, sizeof tracked);
+	if (meta->epoch) {
+		memcpy(ep, &meta->epoch->loss, 8);
+		memcpy(ep + 8, &meta->epoch->correct, 8);
+		put_u64(ep + 16, (uint64_t)meta->epoch->samples);
+		host_section(&s[n++], "epoch", ep, sizeof ep);
+	}
 	int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
 	for (int i = 0; i < nb; i++, n++) {
 		snprintf(s[n].tag, sizeof s[n].tag, "%s", sb[i].name);
@@ -254,10 +266,12 @@ kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		free(tensors);
+		free(wkeys);
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", tmp, strerror(errno));
 	}
 	st = write_file(tmp, fd, s, n, t->step, m->dev, stream);
 	free(tensors);
+	free(wkeys);
 	if (!st && fsync(fd))
 		st = kiln_error(KILN_EIO, "%s: fsync failed: %s", tmp, strerror(errno));
 	if (close(fd) && !st)
@@ -585,6 +599,63 @@ kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer
 	return KILN_OK;
 }
 
+kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *out)
+{
+	uint8_t b[KILN_CKPT_EPOCH_BYTES];
+	uint64_t n;
+	kiln_status st;
+	if (!find(ck, "epoch"))
+		return KILN_ENOTFOUND;
+	if ((st = kiln_ckpt_read(ck, "epoch", b, sizeof b)))
+		return st;
+	memcpy(&out->loss, b, 8);
+	memcpy(&out->correct, b + 8, 8);
+	n = get_u64(b + 16);
+	if (n > (uint64_t)1 << 62)
+		return kiln_error(KILN_EDATA, "checkpoint %s: epoch sample count out of range (%llu)",
+				  ck->path, (unsigned long long)n);
+	out->samples = (int64_t)n;
+	return KILN_OK;
+}
+
+int kiln_ckpt_is_checkpoint(const char *path)
+{
+	char h[8];
+	int fd = open(path, O_RDONLY | O_CLOEXEC), yes = 0;
+	if (fd < 0)
+		return 0;
+	yes = kiln_pread_all(fd, h, sizeof h, 0) == 0 && !memcmp(h, MAGIC, 8);
+	close(fd);
+	return yes;
+}
+
+/* The batchnorm count the checkpoint's weights stand at: its "tracked"
+ * section, plus the "step" buffer's micro-steps when that is not loaded
+ * with them (what).  A checkpoint of an older kiln has no "tracked": for a
+ * resume (LOAD_ALL) *out is left as it is (the same init_from loaded it),
+ * else it counts from 0. */
+static kiln_status tracked_count(struct kiln_ckpt *ck, int what, int64_t *out)
+{
+	const struct rsec *step = find(ck, "step");
+	uint8_t b[8];
+	kiln_status st;
+	if (find(ck, "tracked")) {
+		if ((st = kiln_ckpt_read(ck, "tracked", b, sizeof b)))
+			return st;
+		*out = (int64_t)get_u64(b);
+	} else if (what == KILN_CKPT_LOAD_WEIGHTS) {
+		*out = 0;
+	}
+	if (what == KILN_CKPT_LOAD_WEIGHTS && step && step->bytes == sizeof b) {
+		if ((st = kiln_ckpt_read(ck, "step", b, sizeof b)))
+			return st;
+		*out += (int64_t)get_u64(b);
+	}
+	if (*out < 0 || *out > (int64_t)1 << 62)
+		return kiln_error(KILN_EDATA, "checkpoint %s: batch count out of range", ck->path);
+	return KILN_OK;
+}
+
 /* The first line where a and b differ, into la/lb (for messages). */
 static void first_diff(const char *a, const char *b, char *la, char *lb, size_t n)
 {
@@ -621,6 +692,9 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 				ck->path, a, b);
 		goto out;
 	}
+	int64_t tracked = m->tracked_base;
+	if ((st = tracked_count(ck, what, &tracked)))
+		goto out;
 	/* every wanted section present with exactly the buffer's length */
 	for (int i = 0; i < nb; i++) {
 		uint64_t bytes;
@@ -666,6 +740,8 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		if (!st)
 			st = st2;
 	}
+	if (!st)
+		m->tracked_base = tracked;
 out:
 	kiln_device_host_free(m->dev, host);
 	free(mine);

@@ -10,6 +10,12 @@
  *   "trainer"   struct kiln_ckpt_trainer, fixed-width little-endian
  *   "versions"  "key = value" lines: kiln, plugin ABI, plugins
  *   "tensors"   one line per parameter: name region offset numel dims
+ *   "weights_keys"  "section key" lines: the config keys that shape the
+ *               stored tensors, the only ones eval and export compare
+ *   "tracked"   i64: batchnorm's num_batches_tracked loaded with the
+ *               weights (kiln_model's tracked_base), before the "step" count
+ *   "epoch"     the epoch's partial training sums (struct kiln_ckpt_epoch),
+ *               so a resumed epoch's summary averages the whole epoch
  *   one section per model state buffer (kiln_model_state_buffers: "params",
  *   "buffers", "momentum", "step"), the device bytes as they are.
  *
@@ -48,12 +54,22 @@ struct kiln_ckpt_trainer {
 
 /* ---- writing ------------------------------------------------------------ */
 
+/* The training sums of the epoch so far (the "epoch" section: 2 x f64,
+ * i64): sum of the per-sample losses, of the correct predictions, and the
+ * samples they cover (per rank: the ranks' sums averaged). */
+struct kiln_ckpt_epoch {
+	double loss, correct;
+	int64_t samples;
+};
+#define KILN_CKPT_EPOCH_BYTES 24
+
 /* What a checkpoint holds besides the model's state buffers.  Strings are
  * borrowed for the call. */
 struct kiln_ckpt_meta {
 	const char *config;   /* resolved config text */
 	const char *versions; /* "key = value" lines (kiln_ckpt_versions) */
 	struct kiln_ckpt_trainer trainer;
+	const struct kiln_ckpt_epoch *epoch; /* NULL: no "epoch" section */
 };
 
 /* Write dir/ckpt-<trainer.step>.kiln: the state buffers of `m` are copied
@@ -103,10 +119,21 @@ kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **ou
 /* The trainer section, with its values range-checked. */
 kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *out);
 
+/* The "epoch" section; KILN_ENOTFOUND when the checkpoint has none (written
+ * by an older kiln). */
+kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *out);
+
+/* 1 when `path` starts with a checkpoint's magic (KILNCKPT), else 0 (also
+ * when it cannot be read: opening it will say why). */
+int kiln_ckpt_is_checkpoint(const char *path);
+
 enum { KILN_CKPT_LOAD_ALL = 0, KILN_CKPT_LOAD_WEIGHTS = 1 };
 
 /* Load the checkpoint's state into `m`: every state buffer (LOAD_ALL, for
- * resuming) or only "params" and "buffers" (LOAD_WEIGHTS, for evaluation).
+ * resuming) or only "params" and "buffers" (LOAD_WEIGHTS: evaluation,
+ * export, [model] init_from).  m's batchnorm count (tracked_base) becomes
+ * the checkpoint's: with LOAD_WEIGHTS its micro-step count is added, as
+ * the "step" buffer stays behind.
  * The "tensors" section must describe the same parameters as m (names,
  * shapes, offsets), and each buffer's section have exactly its length;
  * all of them are read and checked into host memory before the first byte
@@ -117,11 +144,20 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 
 /* Compare the checkpoint's resolved config text with `current` (both
  * kiln_config_write output), key by key in file order.  KILN_ECONFIG naming
- * the checkpoint and the first key that differs (both values), skipping the
- * keys safe to change on resume (kiln_ckpt_safe_key).  model_only compares
- * only [model] and [layer.*] (what evaluation needs). */
+ * the checkpoint and the first key that differs (both values).  For a
+ * resume (weights_keys NULL) every key but those safe to change on resume
+ * (kiln_ckpt_safe_key); for the weights alone (eval, export) only the keys
+ * that shape the stored tensors: those listed in weights_keys (the
+ * checkpoint's "weights_keys" section; "" for a checkpoint without one)
+ * and those kiln_ckpt_weights_keys picks from either text. */
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
-				   int model_only);
+				   const char *weights_keys);
+/* The "section key" lines of the keys of a resolved config text that shape
+ * the stored tensors: every key of [model] and the [layer.*] sections but
+ * those that only say how to compute or where the first values come from
+ * ([model] layout, init_from, init_strict; a layer's inplace, recompute).
+ * malloc'd; NULL with KILN_ENOMEM set. */
+char *kiln_ckpt_weights_keys(const char *config_text);
 /* 1 when [section] key may differ between a checkpoint and the run that
  * resumes it: it changes neither the state nor the path of training. */
 int kiln_ckpt_safe_key(const char *section, const char *key);
@@ -133,6 +169,16 @@ int kiln_ckpt_safe_key(const char *section, const char *key);
  * does not.  *out = NULL and KILN_OK when dir has no checkpoint (or does
  * not exist); KILN_EDATA when it has some but none verifies. */
 kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out);
+
+/* The checkpoint whose weights `kiln eval` and `kiln export` use: `path`,
+ * or (path NULL) the newest usable one in cfg's [run] out_dir/checkpoints,
+ * whose name goes to dir[0..dir_len) for messages.  Its weights keys are
+ * checked against cfg (kiln_ckpt_config_check).  *out = NULL and KILN_OK
+ * when path is NULL and there is none (dir "" when [run] out_dir is
+ * empty). */
+kiln_status kiln_ckpt_open_weights(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				   const char *path, struct kiln_ckpt **out, char *dir,
+				   size_t dir_len);
 
 /* After a successful write: delete all but the `keep` newest ckpt-*.kiln
  * (keep = 0: keep all) and any leftover ckpt-*.kiln.tmp.  Failures to

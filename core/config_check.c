@@ -223,6 +223,24 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 	return kiln_error(KILN_EINTERNAL, "key '%s' has unknown type %d", k->name, k->type);
 }
 
+/* `section.key=` on the command line unsets the key, so its default
+ * applies (docs/config.md), unless the key is text with a default: then
+ * the empty string is its value (`run.out_dir=`: no out_dir).  Removes
+ * entry j of s and returns 1 when it is such an override. */
+static int unset_override(struct section *s, int j, const struct kiln_key *k)
+{
+	struct entry *e = &s->e[j];
+	if (*e->value || strncmp(e->where, "command line", 12) ||
+	    ((k->type == KILN_KEY_STR || k->type == KILN_KEY_LIST) && k->def))
+		return 0;
+	free(e->key);
+	free(e->value);
+	free(e->where);
+	memmove(e, e + 1, sizeof *e * (size_t)(s->n - j - 1));
+	s->n--;
+	return 1;
+}
+
 kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *reg)
 {
 	char sug[200], list[2000];
@@ -273,6 +291,10 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 				return kiln_error(KILN_ECONFIG, "%s: unknown key '%s' in [%s]%s (valid keys: %s)",
 						  e->where, e->key, s->name, sug, list);
 			}
+			if (unset_override(s, j, k)) {
+				j--;
+				continue;
+			}
 			if (check_value(k, e->value))
 				return kiln_error_wrap(KILN_ECONFIG, "%s: in [%s]", e->where, s->name);
 		}
@@ -284,7 +306,9 @@ kiln_status kiln_config_validate(struct kiln_config *cfg, struct kiln_registry *
 
 static int no_inherit(const char *key)
 {
-	static const char *const keys[] = { "images", "labels", "split", "files", "shards" };
+	/* files and split: never the training files by inheritance; limit:
+	 * evaluation takes the whole test set unless its own section says */
+	static const char *const keys[] = { "images", "labels", "split", "files", "shards", "limit" };
 	for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
 		if (!strcmp(key, keys[i]))
 			return 1;

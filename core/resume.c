@@ -1,9 +1,12 @@
-/* core/resume.c - what resuming needs besides the file format
- * (checkpoint.c): the comparison of a checkpoint's config with the run's,
- * with the keys safe to change, and a run's checkpoint directory (the
- * newest usable checkpoint, keep_last).  See checkpoint.h.
+/* core/resume.c - what resuming and reading weights need besides the file
+ * format (checkpoint.c): the comparison of a checkpoint's config with the
+ * run's, with the keys safe to change on resume and the keys that shape
+ * the stored tensors, and a run's checkpoint directory (the newest usable
+ * checkpoint, keep_last, the checkpoint eval and export read).  See
+ * checkpoint.h.
  */
 #include "checkpoint.h"
+#include "run_config.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +24,7 @@ static const struct {
 	{ "train", "epochs" },       { "train", "max_steps" },
 	{ "train", "log_every" },    { "train", "checkpoint_every" },
 	{ "train", "keep_last" },    { "train", "eval" },
+	{ "train", "checkpoint_last" },
 	{ "train", "resume" },
 	/* another world size: the per-rank batch changes with it (resume
 	 * checks that the global step still divides the offset) */
@@ -36,6 +40,29 @@ int kiln_ckpt_safe_key(const char *section, const char *key)
 		if (!strcmp(safe_keys[i].section, section) && !strcmp(safe_keys[i].key, key))
 			return 1;
 	return 0;
+}
+
+/* Keys of [model] and [layer.*] that do not change the stored tensors:
+ * how to compute, where the first values come from.  "layer.*" stands for
+ * every layer. */
+static const struct {
+	const char *section, *key;
+} weightless_keys[] = {
+	{ "model", "layout" },       { "model", "init_from" },
+	{ "model", "init_strict" },  { "layer.*", "inplace" },
+	{ "layer.*", "recompute" },
+};
+
+static int weights_key(const char *section, const char *key)
+{
+	int layer = !strncmp(section, "layer.", 6);
+	if (!layer && strcmp(section, "model"))
+		return 0;
+	for (size_t i = 0; i < KILN_ARRAY_LEN(weightless_keys); i++)
+		if (!strcmp(weightless_keys[i].section, layer ? "layer.*" : section) &&
+		    !strcmp(weightless_keys[i].key, key))
+			return 0;
+	return 1;
 }
 
 /* One "key = value" (or "; key = (unset)") of a resolved config text. */
@@ -103,14 +130,55 @@ static int kv_same_key(const struct kv *a, const struct kv *b)
 	       !memcmp(a->key, b->key, (size_t)a->key_n);
 }
 
-static int kv_wanted(const struct kv *e, int model_only)
+/* Is "section key" a line of list? */
+static int listed(const char *list, const char *sec, const char *key)
+{
+	size_t ns = strlen(sec), nk = strlen(key);
+	for (const char *p = list; *p; p += strcspn(p, "\n"), p += *p != 0)
+		if (!strncmp(p, sec, ns) && p[ns] == ' ' && !strncmp(p + ns + 1, key, nk) &&
+		    (p[ns + 1 + nk] == '\n' || !p[ns + 1 + nk]))
+			return 1;
+	return 0;
+}
+
+/* Is e compared: for a resume (wkeys NULL) unless it is safe to change,
+ * for the weights when it shapes them (listed by the checkpoint, or by
+ * this kiln's rule). */
+static int kv_wanted(const struct kv *e, const char *wkeys)
 {
 	char sec[128], key[128];
 	snprintf(sec, sizeof sec, "%.*s", e->sec_n, e->sec);
 	snprintf(key, sizeof key, "%.*s", e->key_n, e->key);
-	if (model_only)
-		return !strcmp(sec, "model") || !strncmp(sec, "layer.", 6);
+	if (wkeys)
+		return weights_key(sec, key) || listed(wkeys, sec, key);
 	return !kiln_ckpt_safe_key(sec, key);
+}
+
+char *kiln_ckpt_weights_keys(const char *config_text)
+{
+	struct kv *v = NULL;
+	int n = 0;
+	char *text = NULL, sec[128], key[128];
+	size_t len = 0;
+	FILE *f;
+	if (parse_resolved(config_text, &v, &n) || !(f = open_memstream(&text, &len))) {
+		free(v);
+		kiln_error(KILN_ENOMEM, "out of memory");
+		return NULL;
+	}
+	for (int i = 0; i < n; i++) {
+		snprintf(sec, sizeof sec, "%.*s", v[i].sec_n, v[i].sec);
+		snprintf(key, sizeof key, "%.*s", v[i].key_n, v[i].key);
+		if (weights_key(sec, key))
+			fprintf(f, "%s %s\n", sec, key);
+	}
+	free(v);
+	if (fclose(f)) {
+		free(text);
+		kiln_error(KILN_ENOMEM, "out of memory");
+		return NULL;
+	}
+	return text;
 }
 
 static const char *kv_val(const struct kv *e, char *buf, size_t n)
@@ -125,7 +193,7 @@ static const char *kv_val(const struct kv *e, char *buf, size_t n)
 }
 
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
-				   int model_only)
+				   const char *wkeys)
 {
 	struct kv *a = NULL, *b = NULL;
 	int na = 0, nb = 0;
@@ -138,7 +206,7 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 		int nx = pass ? nb : na, ny = pass ? na : nb;
 		for (int i = 0; i < nx; i++) {
 			const struct kv *e = &x[i], *o = NULL;
-			if (!kv_wanted(e, model_only))
+			if (!kv_wanted(e, wkeys))
 				continue;
 			for (int j = 0; j < ny && !o; j++)
 				if (kv_same_key(e, &y[j]))
@@ -156,9 +224,9 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 			for (size_t j = 0; j < KILN_ARRAY_LEN(safe_keys); j++)
 				k += snprintf(safe + k, sizeof safe - (size_t)k, "%s[%s] %s",
 					      j ? ", " : "", safe_keys[j].section, safe_keys[j].key);
-			if (model_only)
+			if (wkeys)
 				st = kiln_error(KILN_ECONFIG,
-						"checkpoint %s holds another model: [%.*s] %.*s is %s in its config but %s here",
+						"checkpoint %s holds another model: [%.*s] %.*s is %s in its config but %s here (the keys that shape the stored tensors must be equal; docs/checkpoints.md)",
 						path, e->sec_n, e->sec, e->key_n, e->key,
 						kv_val(ck, v2, sizeof v2), kv_val(now, v1, sizeof v1));
 			else
@@ -293,4 +361,52 @@ void kiln_ckpt_prune(const char *dir, int64_t keep)
 		}
 		free(steps);
 	}
+}
+
+/* ---- the weights eval and export read -------------------------------------- */
+
+/* ck's weights keys against cfg's resolved config. */
+static kiln_status weights_check(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				 struct kiln_ckpt *ck)
+{
+	char *saved = NULL, *wkeys = NULL, *current = NULL;
+	uint64_t bytes;
+	kiln_status st = kiln_ckpt_read_text(ck, "config", &saved);
+	/* a checkpoint of an older kiln lists none: this kiln's rule alone */
+	if (!st && kiln_ckpt_find(ck, "weights_keys", &bytes) == KILN_OK)
+		st = kiln_ckpt_read_text(ck, "weights_keys", &wkeys);
+	if (!st && !(current = kiln_ckpt_config_text(cfg, reg)))
+		st = KILN_EIO;
+	if (!st)
+		st = kiln_ckpt_config_check(kiln_ckpt_path(ck), saved, current, wkeys ? wkeys : "");
+	free(saved);
+	free(wkeys);
+	free(current);
+	return st;
+}
+
+kiln_status kiln_ckpt_open_weights(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				   const char *path, struct kiln_ckpt **out, char *dir,
+				   size_t dir_len)
+{
+	struct kiln_run_cfg run;
+	kiln_status st;
+	*out = NULL;
+	if (dir_len)
+		dir[0] = 0;
+	if (path) {
+		st = kiln_ckpt_open(path, out);
+	} else if (!(st = kiln_run_cfg_read(cfg, &run))) {
+		if (!*run.out_dir)
+			return KILN_OK; /* no run directory: dir stays "" */
+		snprintf(dir, dir_len, "%s/checkpoints", run.out_dir);
+		st = kiln_ckpt_newest(dir, out);
+	}
+	if (!st && *out)
+		st = weights_check(cfg, reg, *out);
+	if (st) {
+		kiln_ckpt_close(*out);
+		*out = NULL;
+	}
+	return st;
 }

@@ -38,8 +38,11 @@ kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_re
 		return st;
 	}
 	kiln_config_get_int(cfg, section, "limit", &limit);
-	if (limit > 0 && limit < s->info.len)
+	if (limit > 0 && limit < s->info.len) {
+		kiln_log(KILN_LOG_INFO, "data", "[%s] limit = %lld: the first %lld of the source's %lld samples",
+			 section, (long long)limit, (long long)limit, (long long)s->info.len);
 		s->info.len = limit;
+	}
 	*out = s;
 	return KILN_OK;
 }

@@ -46,6 +46,12 @@ kiln_status kiln_error_wrap(kiln_status st, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(head, sizeof head, fmt, ap);
 	va_end(ap);
+	/* a message that already starts with the same context ("layer 'x'"
+	 * before "layer 'x' (conv): ...") keeps it once */
+	size_t n = strlen(head);
+	if (n && !strncmp(err_msg, head, n) &&
+	    (!err_msg[n] || err_msg[n] == ':' || err_msg[n] == ' '))
+		return st;
 	snprintf(tmp, sizeof tmp, "%s: %s", head, err_msg);
 	memcpy(err_msg, tmp, KILN_ERR_MAX - 1);
 	err_msg[KILN_ERR_MAX - 1] = 0;

@@ -132,6 +132,8 @@ struct trainer {
 	char *versions;
 	struct kiln_ckpt_trainer pos; /* where the run stands (trainer section) */
 	int resumed;
+	int64_t ckpt_step;         /* step of the last checkpoint written; -1: none */
+	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best */
 	int n_best;
 	struct best *best;
@@ -218,6 +220,7 @@ kiln_status trainer_final_test(struct trainer *t);
 
 /* train_ckpt.c */
 kiln_status trainer_checkpoint_point(struct trainer *t);
+kiln_status trainer_checkpoint_last(struct trainer *t);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
 

@@ -9,15 +9,43 @@
 #include <stdio.h>
 #include <unistd.h>
 
+/* The training sums of the epoch so far: those of its log points plus the
+ * device's of the steps since the last one (read, not reset: the next log
+ * line still covers its whole interval), every rank's mean. */
+static kiln_status epoch_sums(struct trainer *t, struct kiln_ckpt_epoch *out)
+{
+	double v[2];
+	kiln_status st = kiln_device_copy_async(t->dev, t->metrics_host, t->metrics_dev,
+						2 * sizeof(float), KILN_COPY_D2H, t->compute);
+	if (!st)
+		st = kiln_device_stream_sync(t->dev, t->compute);
+	if (st)
+		return st;
+	v[0] = t->metrics_host[0];
+	v[1] = t->metrics_host[1];
+	if (t->dist) {
+		if ((st = kiln_dist_sum_host(t->dist, v, 2, t->compute)))
+			return st;
+		v[0] /= t->world, v[1] /= t->world;
+	}
+	out->loss = t->ep_loss + v[0];
+	out->correct = t->ep_correct + v[1];
+	out->samples = t->ep_samples + t->since;
+	return KILN_OK;
+}
+
 /* Write a checkpoint of the state after the step that ended t->pos (a host
  * sync point), then delete all but the keep_last newest. */
 static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 {
 	kiln_status st;
-	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos };
-	/* ZeRO-1: every rank sends its shard of the optimizer state */
-	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
+	struct kiln_ckpt_epoch sums;
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, &sums };
+	/* every rank: the sums are a collective, and so is ZeRO-1's gather
+	 * of the optimizer state's shards */
+	if ((st = epoch_sums(t, &sums)) || (st = kiln_dist_zero_gather(t->dist, t->compute)))
 		return st;
+	t->ckpt_step = t->pos.step;
 	if (t->rank) { /* rank 0 writes for all: the state is the same on every rank */
 		kiln_dist_zero_release(t->dist);
 		return KILN_OK;
@@ -37,9 +65,9 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 }
 
 /* After step t->step: a checkpoint every checkpoint_every steps, after the
- * run's last one, and when a stop was requested (t->stopping; the ranks
- * agree on a stop at log points, each reads its own signal at a
- * different moment). */
+ * run's last one (checkpoint_last, or checkpoint_every set), and when a
+ * stop was requested (t->stopping; the ranks agree on a stop at log
+ * points, each reads its own signal at a different moment). */
 kiln_status trainer_checkpoint_point(struct trainer *t)
 {
 	const struct kiln_train_cfg *tc = &t->tc;
@@ -48,19 +76,33 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 		    (t->ep + 1 == tc->epochs && t->k + 1 == t->steps_per_epoch);
 	kiln_status st;
 	t->stopping = t->dist ? t->dist_stop : trainer_take_stop();
-	if (!t->stopping && !(every && (step % every == 0 || final)))
+	if (!t->stopping && !(every && step % every == 0) &&
+	    !(final && (every || tc->checkpoint_last)))
 		return KILN_OK;
 	t->pos.epoch = t->ep;
 	t->pos.step = step;
 	t->pos.offset = (t->k + 1) * t->G;
+	if (!*t->ckdir) {
+		if (t->stopping)
+			kiln_log(KILN_LOG_WARN, "train", "stop requested: [run] out_dir is empty, so no checkpoint is written");
+		return KILN_OK;
+	}
 	/* a host sync point like a log point: not steady state */
 	trainer_counters_take(t);
-	if (!*t->ckdir)
-		kiln_log(KILN_LOG_WARN, "train", "stop requested: [run] out_dir is empty, so no checkpoint is written");
-	else if ((st = checkpoint(t, t->res->checkpoint, sizeof t->res->checkpoint)))
+	if ((st = checkpoint(t, t->res->checkpoint, sizeof t->res->checkpoint)))
 		return st;
 	trainer_counters_mark(t);
 	return KILN_OK;
+}
+
+/* After the loop: an early stop's checkpoint_last (the evaluation that
+ * stopped the run set t->pos), unless that step has one already. */
+kiln_status trainer_checkpoint_last(struct trainer *t)
+{
+	if (!t->stop_early || t->stopping || !t->tc.checkpoint_last || !*t->ckdir ||
+	    t->ckpt_step == t->step)
+		return KILN_OK;
+	return checkpoint(t, t->res->checkpoint, sizeof t->res->checkpoint);
 }
 
 static kiln_status keep_best_save(struct trainer *t, double loss, double acc)
@@ -81,7 +123,7 @@ static kiln_status keep_best_save(struct trainer *t, double loss, double acc)
 	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
 	if (trainer_mkdirs(dir))
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
-	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos };
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, NULL };
 	kiln_status st = kiln_ckpt_save(dir, &meta, t->m, t->compute, path, sizeof path);
 	if (st)
 		return st;
@@ -136,7 +178,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	}
 	const char *path = kiln_ckpt_path(ck);
 	if ((st = kiln_ckpt_read_text(ck, "config", &saved)) ||
-	    (st = kiln_ckpt_config_check(path, saved, t->config_text, 0)) ||
+	    (st = kiln_ckpt_config_check(path, saved, t->config_text, NULL)) ||
 	    (st = kiln_ckpt_trainer_get(ck, &tr)))
 		goto out;
 	if (tr.samples != samples) {
@@ -163,6 +205,16 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL)))
 		goto out;
 	t->pos = tr;
+	t->ckpt_step = tr.step;
+	/* a resume within an epoch: its training sums so far */
+	memset(&t->ep0_sums, 0, sizeof t->ep0_sums);
+	if (tr.offset && (st = kiln_ckpt_epoch_get(ck, &t->ep0_sums))) {
+		if (st != KILN_ENOTFOUND)
+			goto out;
+		st = KILN_OK;
+		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no epoch sums (an older kiln wrote it): epoch %lld's train loss and accuracy will average the steps after the resume only",
+			 path, (long long)tr.epoch + 1);
+	}
 	*found = 1;
 	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);

@@ -14,6 +14,7 @@ struct resume_msg {
 	int32_t status;  /* rank 0's kiln_status */
 	int32_t found;
 	struct kiln_ckpt_trainer tr;
+	struct kiln_ckpt_epoch sums; /* the resumed epoch's training sums */
 	char error[1024]; /* rank 0's message when status != 0 */
 	char path[1024];
 };
@@ -34,6 +35,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->status = trainer_resume_read(t, found);
 		msg->found = *found;
 		msg->tr = t->pos;
+		msg->sums = t->ep0_sums;
 		if (msg->status)
 			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
 		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
@@ -58,6 +60,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		kiln_error(st, "%s", msg->error); /* rank 0's own message, kept */
 	else if (t->rank && msg->found) {
 		t->pos = msg->tr;
+		t->ep0_sums = msg->sums;
 		*found = 1;
 		kiln_log(KILN_LOG_INFO, "train", "rank %d: resuming from rank 0's checkpoint in %s (broadcast): epoch %lld, step %lld, sample %lld of the epoch",
 			 t->rank, msg->path, (long long)msg->tr.epoch + 1, (long long)msg->tr.step,

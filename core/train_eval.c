@@ -138,34 +138,18 @@ kiln_status trainer_final_test(struct trainer *t)
 	return KILN_OK;
 }
 
-/* The checkpoint to evaluate, checked against cfg: `checkpoint`, or the
- * newest usable one of [run] out_dir. */
+/* The checkpoint to evaluate (kiln_ckpt_open_weights): `checkpoint`, or
+ * the newest usable one of [run] out_dir; an error when there is none. */
 static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   const char *checkpoint, struct kiln_ckpt **ck)
 {
-	char *saved = NULL, *current = NULL, ckdir[4200];
-	struct kiln_run_cfg run;
-	kiln_status st;
-	if (checkpoint) {
-		st = kiln_ckpt_open(checkpoint, ck);
-	} else if ((st = kiln_run_cfg_read(cfg, &run))) {
-		return st;
-	} else {
-		const char *out_dir = run.out_dir;
-		if (!*out_dir)
-			return kiln_error(KILN_EUSAGE, "no checkpoint given and [run] out_dir is empty");
-		snprintf(ckdir, sizeof ckdir, "%s/checkpoints", out_dir);
-		if (!(st = kiln_ckpt_newest(ckdir, ck)) && !*ck)
-			st = kiln_error(KILN_ENOTFOUND, "%s: no checkpoint", ckdir);
-	}
-	if (st || (st = kiln_ckpt_read_text(*ck, "config", &saved)))
-		return st;
-	if (!(current = kiln_ckpt_config_text(cfg, reg)))
-		st = KILN_EIO;
-	else
-		st = kiln_ckpt_config_check(kiln_ckpt_path(*ck), saved, current, 1);
-	free(saved);
-	free(current);
+	char dir[4200];
+	kiln_status st = kiln_ckpt_open_weights(cfg, reg, checkpoint, ck, dir, sizeof dir);
+	if (!st && !*ck && !*dir)
+		st = kiln_error(KILN_EUSAGE, "no checkpoint given and [run] out_dir is empty");
+	else if (!st && !*ck)
+		st = kiln_error(KILN_ENOTFOUND, "%s: no checkpoint to evaluate (`kiln train` writes one after its last step; or give --checkpoint CKPT)",
+				dir);
 	return st;
 }
 

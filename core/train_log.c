@@ -154,18 +154,21 @@ int trainer_epoch_summary(struct trainer *t, char *msg, size_t n)
 	struct kiln_train_result *res = t->res;
 	const int64_t ep = t->ep;
 	double ep_s = kiln_now_s() - t->ep_t0;
+	/* a resumed epoch's sums hold the samples before the checkpoint too
+	 * (the loss averages the whole epoch); its time only this run's */
+	int64_t ran = t->ep_samples - (ep == t->ep0 && t->off0 > 0 ? t->ep0_sums.samples : 0);
 	/* epoch 1 includes warm-up: once a second epoch has run, time from
 	 * epoch 2 on */
 	if (ep == 1)
 		t->timed_s = 0, t->timed_samples = 0;
 	t->timed_s += ep_s;
-	t->timed_samples += t->ep_samples;
+	t->timed_samples += ran;
 	res->epochs = (int)ep + 1;
 	res->train_loss = t->ep_samples ? t->ep_loss / (double)t->ep_samples : 0;
 	res->train_acc = t->ep_samples ? t->ep_correct / (double)t->ep_samples : 0;
 	return snprintf(msg, n, "epoch %lld/%lld: train loss %.4f acc %.4f (%.1f s, %.0f samples/s)",
 			(long long)ep + 1, (long long)t->tc.epochs, res->train_loss, res->train_acc,
-			ep_s, (double)t->ep_samples / ep_s);
+			ep_s, (double)ran / ep_s);
 }
 
 /* The epoch's line (to the progress callback, else the log), and an early
@@ -184,6 +187,12 @@ void trainer_epoch_report(struct trainer *t, const char *msg)
 			 tc->early_stop_min_delta, (long long)tc->early_stop_patience, best);
 		t->res->early_stopped = 1;
 	}
+}
+
+/* A metric, or null when it was not measured (< 0: no evaluation). */
+static json_t *metric_or_null(double v)
+{
+	return v < 0 ? json_null() : json_real(v);
 }
 
 /* The run's result, its last metrics.jsonl line, and the ranks' goodbye. */
@@ -215,12 +224,12 @@ kiln_status trainer_finish(struct trainer *t)
 		trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "stopped", "step",
 					   (json_int_t)t->step, "checkpoint", res->checkpoint));
 	else
-		trainer_jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "event",
+		trainer_jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:o, s:o, s:f, s:f}", "event",
 					   "final", "epochs", res->epochs, "steps",
 					   (json_int_t)res->steps, "train_loss", res->train_loss,
-					   "test_loss", res->test_loss, "test_acc", res->test_acc,
-					   "train_samples_per_s", res->train_samples_per_s, "wall_s",
-					   res->wall_s));
+					   "test_loss", metric_or_null(res->test_loss), "test_acc",
+					   metric_or_null(res->test_acc), "train_samples_per_s",
+					   res->train_samples_per_s, "wall_s", res->wall_s));
 	/* the final parameters whole (ZeRO-1) */
 	st = kiln_dist_zero_settle(t->dist, t->compute);
 	if (!st)

@@ -498,6 +498,7 @@ static kiln_status open_run(struct trainer *t)
 {
 	kiln_status st;
 	t->pos = (struct kiln_ckpt_trainer){ 0, 0, 0, t->run.seed, t->world, t->B, t->train.len };
+	t->ckpt_step = -1;
 	if (t->tc.keep_best && !(t->best = calloc((size_t)t->tc.keep_best, sizeof *t->best)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	if (*t->ckdir) {

@@ -52,6 +52,11 @@ static kiln_status epoch_begin(struct trainer *t)
 	t->ep_t0 = kiln_now_s();
 	t->since_loss = t->since_correct = t->ep_loss = t->ep_correct = 0;
 	t->since = t->ep_samples = 0;
+	if (ep == t->ep0 && t->off0 > 0) { /* resumed: the sums up to the checkpoint */
+		t->ep_loss = t->ep0_sums.loss;
+		t->ep_correct = t->ep0_sums.correct;
+		t->ep_samples = t->ep0_sums.samples;
+	}
 	if (t->data.shuffle)
 		kiln_rng_permutation((uint64_t)t->run.seed, (uint64_t)ep, t->perm, n);
 	else
@@ -116,6 +121,8 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 		if (!st)
 			st = epoch_end(t);
 	}
+	if (!st)
+		st = trainer_checkpoint_last(t);
 	if (!st && !(st = trainer_final_test(t)))
 		st = trainer_finish(t);
 	return trainer_close(t, st);

@@ -371,14 +371,33 @@ out:
 	return st;
 }
 
+/* [model] init_from names a kiln checkpoint: its weights alone (params
+ * and buffers), for a new run with its own optimizer and schedule. */
+static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, void *stream)
+{
+	struct kiln_ckpt *ck;
+	kiln_status st = kiln_ckpt_open(path, &ck);
+	if (!st)
+		st = kiln_ckpt_load_model(ck, m, stream, KILN_CKPT_LOAD_WEIGHTS);
+	if (!st)
+		kiln_log(KILN_LOG_INFO, "core", "%s: loaded the weights of step %lld (weights only: optimizer state, step counts and schedule start anew)",
+			 path, (long long)kiln_ckpt_step(ck));
+	kiln_ckpt_close(ck);
+	return st;
+}
+
 kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 {
 	const char *path = kiln_config_get(m->cfg, "model", "init_from");
 	int strict = 1;
+	kiln_status st;
 	if (!path || !*path)
 		return KILN_OK;
 	kiln_config_get_bool(m->cfg, "model", "init_strict", &strict);
-	kiln_status st = kiln_model_load_safetensors(m, path, strict, stream);
+	if (kiln_ckpt_is_checkpoint(path))
+		st = init_from_checkpoint(m, path, stream);
+	else
+		st = kiln_model_load_safetensors(m, path, strict, stream);
 	if (st)
 		return kiln_error_wrap(st, "%s: [model] init_from",
 				       kiln_config_where(m->cfg, "model", "init_from"));
@@ -397,12 +416,21 @@ kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 	void *stream = NULL;
 	struct kiln_run_cfg run;
 	struct kiln_ckpt *ck = NULL;
+	char dir[4200];
 	kiln_status st;
 	if ((st = kiln_run_cfg_read(cfg, &run)))
 		return st;
 	/* a checkpoint is verified whole before the model is even built */
-	if (checkpoint && (st = kiln_ckpt_open(checkpoint, &ck)))
+	if ((st = kiln_ckpt_open_weights(cfg, reg, checkpoint, &ck, dir, sizeof dir)))
 		return st;
+	const char *init = kiln_config_get(cfg, "model", "init_from");
+	if (ck)
+		kiln_log(KILN_LOG_INFO, "core", "exporting the weights of %s (step %lld)",
+			 kiln_ckpt_path(ck), (long long)kiln_ckpt_step(ck));
+	else
+		kiln_log(KILN_LOG_WARN, "core", "%s%s: exporting the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
+			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir,
+			 init && *init ? ", then [model] init_from" : "");
 	if ((st = kiln_device_open(reg, cfg, run.device, 0, &dev))) {
 		kiln_ckpt_close(ck);
 		return st;
@@ -417,7 +445,8 @@ kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 	if ((st = kiln_model_create(cfg, reg, dev, &sample, &m)) ||
 	    (st = kiln_device_stream_create(dev, &stream)) ||
 	    (st = kiln_model_init_params(m, (uint64_t)run.seed, stream)) ||
-	    (st = kiln_model_init_from(m, stream)) ||
+	    /* a checkpoint replaces every weight: init_from is not read */
+	    (!ck && (st = kiln_model_init_from(m, stream))) ||
 	    (ck && (st = kiln_ckpt_load_model(ck, m, stream, KILN_CKPT_LOAD_WEIGHTS))) ||
 	    (st = kiln_model_save_safetensors(m, path, stream)))
 		goto out;

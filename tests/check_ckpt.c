@@ -133,7 +133,7 @@ static void save(struct rig *r, const char *dir, int64_t step, char *path, size_
 	char *config = kiln_ckpt_config_text(r->cfg, reg);
 	char *versions = kiln_ckpt_versions(reg, r->dev);
 	ck_assert(config && versions);
-	struct kiln_ckpt_meta meta = { config, versions, { 1, step, 8, 7, 1, RB, 40 } };
+	struct kiln_ckpt_meta meta = { config, versions, { 1, step, 8, 7, 1, RB, 40 }, NULL };
 	ck_assert_msg(kiln_ckpt_save(dir, &meta, r->m, r->stream, path, n) == 0, "%s",
 		      kiln_last_error());
 	free(config);
@@ -164,10 +164,11 @@ START_TEST(test_roundtrip)
 	ck_assert_int_eq(tr.seed, 7);
 	ck_assert_int_eq(tr.batch, RB);
 	ck_assert_int_eq(tr.samples, 40);
-	static const char *const tags[] = { "config", "trainer", "versions", "tensors", "params",
-					    "buffers", "optim.momentum", "step", "optim.step" };
-	ck_assert_int_eq(kiln_ckpt_section_count(ck), 9);
-	for (int i = 0; i < 9; i++) {
+	static const char *const tags[] = { "config",  "trainer", "versions",       "tensors",
+					    "weights_keys", "tracked", "params",    "buffers",
+					    "optim.momentum", "step", "optim.step" };
+	ck_assert_int_eq(kiln_ckpt_section_count(ck), 11);
+	for (int i = 0; i < 11; i++) {
 		const char *tag;
 		uint64_t bytes;
 		uint32_t crc;
@@ -178,6 +179,13 @@ START_TEST(test_roundtrip)
 	ck_assert(kiln_ckpt_read_text(ck, "tensors", &text) == 0);
 	ck_assert_msg(strstr(text, "fc1.weight params 0 30 f32 5,6\n") != NULL, "%s", text);
 	ck_assert_msg(strstr(text, "bn.running_var buffers") != NULL, "%s", text);
+	free(text);
+	/* the keys that shape the stored tensors: the layers', not the layout */
+	ck_assert(kiln_ckpt_read_text(ck, "weights_keys", &text) == 0);
+	ck_assert_msg(strstr(text, "layer.fc1 out\n") && strstr(text, "layer.fc1 type\n") &&
+			      !strstr(text, "model layout") && !strstr(text, "inplace") &&
+			      !strstr(text, "train "),
+		      "%s", text);
 	free(text);
 	ck_assert(kiln_ckpt_read_text(ck, "versions", &text) == 0);
 	ck_assert_msg(strstr(text, "kiln = ") && strstr(text, "device = cpu"), "%s", text);
@@ -261,7 +269,7 @@ START_TEST(test_other_model)
 	ck_assert(n0 == n1 && memcmp(s0, s1, n0) == 0);
 	/* and the config comparison of evaluation names the key */
 	char *ca = kiln_ckpt_config_text(a.cfg, reg), *cb = kiln_ckpt_config_text(b.cfg, reg);
-	ck_assert(kiln_ckpt_config_check(path, ca, cb, 1) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check(path, ca, cb, "") == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc1] out"), "%s", kiln_last_error());
 	free(ca);
 	free(cb);
@@ -415,7 +423,7 @@ START_TEST(test_config_check)
 		ck_assert(kiln_config_override(c, cases[i].override) == 0);
 		ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s", kiln_last_error());
 		char *t = kiln_ckpt_config_text(c, reg);
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, 0);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, NULL);
 		if (!cases[i].names) {
 			ck_assert_msg(st == 0, "%s: %s", cases[i].override, kiln_last_error());
 		} else {
@@ -427,11 +435,37 @@ START_TEST(test_config_check)
 		free(t);
 		kiln_config_free(c);
 	}
+	/* the weights alone (eval, export): only what shapes the stored
+	 * tensors, plus what the checkpoint lists */
+	static const struct {
+		const char *override, *listed;
+		int refused;
+	} wcases[] = {
+		{ "train.lr=0.2", "", 0 },           { "model.layout=nhwc", "", 0 },
+		{ "model.init_from=/x.safetensors", "", 0 },
+		{ "model.init_strict=0", "", 0 },    { "layer.fc.inplace=0", "", 0 },
+		{ "run.seed=4", "", 0 },             { "data.flip=1", "", 0 },
+		{ "layer.fc.out=4", "", 1 },         { "layer.x.type=relu", "", 1 },
+		/* a key the writer said shapes its tensors, though this kiln would not */
+		{ "run.seed=4", "run seed\n", 1 },
+	};
+	for (size_t i = 0; i < sizeof wcases / sizeof *wcases; i++) {
+		struct kiln_config *c;
+		ck_assert(kiln_config_load_string(base, "test.ini", &c) == 0);
+		ck_assert(kiln_config_override(c, wcases[i].override) == 0);
+		ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s", kiln_last_error());
+		char *t = kiln_ckpt_config_text(c, reg);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wcases[i].listed);
+		ck_assert_msg(st == (wcases[i].refused ? KILN_ECONFIG : KILN_OK), "%s: %s",
+			      wcases[i].override, kiln_last_error());
+		free(t);
+		kiln_config_free(c);
+	}
 	/* a removed layer: named from the checkpoint's side */
 	struct kiln_config *c1 = test_config(reg, "[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\n"
 					  "[layer.loss]\ntype = softmax_xent\n");
 	char *t1 = kiln_ckpt_config_text(c1, reg);
-	ck_assert(kiln_ckpt_config_check("ck.kiln", t0, t1, 0) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", t0, t1, NULL) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc] type is 'linear' in the checkpoint but absent here"),
 		      "%s", kiln_last_error());
 	free(t1);
@@ -441,7 +475,7 @@ START_TEST(test_config_check)
 	static const char *const odd[] = { "", ";", "; ", ";\n", "=", "[", "[x", "[x]\n= 1\n",
 					   "a =", "a=", " = b\n", ";x", "[run]\n;\n; a\n" };
 	for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
-		ck_assert(kiln_ckpt_config_check("ck.kiln", odd[i], t0, 0) == KILN_ECONFIG);
+		ck_assert(kiln_ckpt_config_check("ck.kiln", odd[i], t0, NULL) == KILN_ECONFIG);
 	free(t0);
 	kiln_config_free(c0);
 }

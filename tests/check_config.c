@@ -492,6 +492,62 @@ START_TEST(override_valid)
 }
 END_TEST
 
+/* An error's context is added once: a message that already starts with
+ * it (a layer naming itself) is not prefixed again. */
+START_TEST(err_wrap_once)
+{
+	kiln_error(KILN_ECONFIG, "layer 'conv3' (conv): groups = 3 must divide");
+	ck_assert_int_eq(kiln_error_wrap(KILN_ECONFIG, "layer '%s' (%s)", "conv3", "conv"),
+			 KILN_ECONFIG);
+	ck_assert_str_eq(kiln_last_error(), "layer 'conv3' (conv): groups = 3 must divide");
+	kiln_error_wrap(KILN_ECONFIG, "layer '%s'", "conv3");
+	ck_assert_str_eq(kiln_last_error(), "layer 'conv3' (conv): groups = 3 must divide");
+	/* another context, or a longer name, is still added */
+	kiln_error_wrap(KILN_ECONFIG, "layer '%s'", "conv");
+	ck_assert_str_eq(kiln_last_error(),
+			 "layer 'conv': layer 'conv3' (conv): groups = 3 must divide");
+	kiln_error_wrap(KILN_ECONFIG, "t.ini:3");
+	assert_has(kiln_last_error(), "t.ini:3: layer 'conv': ");
+}
+END_TEST
+
+/* `section.key=` unsets the key (its default applies), but a text key with
+ * a default takes the empty string (run.out_dir=: no out_dir). */
+START_TEST(override_unset)
+{
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg;
+	int64_t e = 0;
+	ck_assert_int_eq(kiln_registry_open(NULL, &reg), KILN_OK);
+	ck_assert_int_eq(kiln_config_load_string("[train]\nepochs = 3\nlr = 0.5\n"
+						 "[data.eval]\nprefetch = 9\n"
+						 "[layer.conv1]\ntype = conv\nout = 4\nbias = 1\n",
+						 "t.ini", &cfg),
+			 KILN_OK);
+	static const char *const unset[] = { "train.epochs=", "layer.conv1.bias=",
+					     "data.eval.prefetch= ", "run.out_dir=",
+					     "train.eval=" };
+	for (size_t i = 0; i < sizeof unset / sizeof *unset; i++)
+		ck_assert_int_eq(kiln_config_override(cfg, unset[i]), KILN_OK);
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "epochs", &e), KILN_OK);
+	ck_assert_int_eq(e, 10); /* the schema's default */
+	ck_assert_str_eq(kiln_config_where(cfg, "train", "epochs"), "default");
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "lr"), "0.5");
+	ck_assert_ptr_null(kiln_config_get(cfg, "layer.conv1", "bias")); /* conv decides */
+	ck_assert_str_eq(kiln_config_get(cfg, "train", "eval"), "1");
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "prefetch"), "2");
+	ck_assert_str_eq(kiln_config_get(cfg, "run", "out_dir"), "");
+	kiln_config_free(cfg);
+	/* in a file an empty typed value is still an error */
+	ck_assert_int_eq(kiln_config_load_string("[train]\nepochs =\n", "t.ini", &cfg), KILN_OK);
+	ck_assert_int_eq(kiln_config_validate(cfg, reg), KILN_ECONFIG);
+	assert_has(kiln_last_error(), "is not an integer");
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+}
+END_TEST
+
 START_TEST(override_invalid)
 {
 	static const char *const bad[] = { "train", "=5", "lr=1", ".x=1", "train.=1",
@@ -680,18 +736,21 @@ END_TEST
 
 START_TEST(get_data_eval_inherits)
 {
-	struct kiln_config *cfg = load_ok("[data]\nlimit = 100\nshuffle = 0\n"
+	struct kiln_config *cfg = load_ok("[data]\nprefetch = 100\nshuffle = 0\nlimit = 160\n"
 					  "[data.eval]\nshuffle = 1\n");
 	int64_t i = 0;
 	int b = -1;
-	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "limit"), "100");
-	ck_assert_int_eq(kiln_config_get_int(cfg, "data.eval", "limit", &i), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "prefetch"), "100");
+	ck_assert_int_eq(kiln_config_get_int(cfg, "data.eval", "prefetch", &i), KILN_OK);
 	ck_assert_int_eq(i, 100);
-	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "limit"), "t.ini:2");
+	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "prefetch"), "t.ini:2");
+	/* but not limit: evaluation takes the whole test set unless told */
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "limit"), "0");
+	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "limit"), "default");
 	/* its own value wins */
 	ck_assert_int_eq(kiln_config_get_bool(cfg, "data.eval", "shuffle", &b), KILN_OK);
 	ck_assert_int_eq(b, 1);
-	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "shuffle"), "t.ini:5");
+	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "shuffle"), "t.ini:6");
 	/* unset in both: the default */
 	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "source"), "idx");
 	/* inheritance is one way */
@@ -706,7 +765,7 @@ START_TEST(get_data_eval_inherits)
 	ck_assert_ptr_null(kiln_config_get(cfg, "data.eval", "images"));
 	ck_assert_ptr_null(kiln_config_get(cfg, "data.eval", "split"));
 	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "images"), "default");
-	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "limit"), "3");
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "limit"), "0");
 	kiln_config_free(cfg);
 }
 END_TEST
@@ -742,14 +801,15 @@ END_TEST
 /* The dump is what the getters return: [data.eval] shows inherited values. */
 START_TEST(write_data_eval_inherits)
 {
-	struct kiln_config *cfg = load_ok("[data]\nlimit = 100\n");
+	struct kiln_config *cfg = load_ok("[data]\nprefetch = 100\nlimit = 160\n");
 	char *got = dump(cfg);
 	char *eval = strstr(got, "[data.eval]\n");
 	ck_assert_ptr_nonnull(eval);
 	char *end = strstr(eval, "\n\n");
 	ck_assert_ptr_nonnull(end);
 	*end = 0;
-	assert_has(eval, "limit = 100\n");
+	assert_has(eval, "prefetch = 100\n");
+	assert_has(eval, "limit = 0\n");
 	free(got);
 	kiln_config_free(cfg);
 }
@@ -840,10 +900,10 @@ Suite *make_config_suite(void)
 		err_syntax, err_first_error_wins, err_key_outside_section, err_duplicate_section,
 		err_duplicate_key, err_bad_section_name, err_empty_key, err_unknown_section,
 		err_unknown_key, err_unknown_key_suggests_prefix, err_wrong_types, err_out_of_range,
-		err_file, err_typo_files, NULL });
+		err_file, err_typo_files, err_wrap_once, NULL });
 
 	check_add_case(s, "override", 0, NULL, NULL, (const TTest *[]){
-		override_valid, override_invalid, override_bad_value, NULL });
+		override_valid, override_unset, override_invalid, override_bad_value, NULL });
 
 	check_add_case(s, "get", 0, NULL, NULL, (const TTest *[]){
 		get_defaults, get_values, get_notfound, get_bad_values, get_data_eval_inherits,

@@ -375,6 +375,7 @@ struct kiln_train_cfg {
 	int early_stop_on_loss;   /* early_stop_metric = loss (else acc) */
 	double early_stop_min_delta;
 	int64_t checkpoint_every, keep_last;
+	int checkpoint_last;      /* a checkpoint after the last step, whatever checkpoint_every */
 	int resume;
 };
 
@@ -393,7 +394,8 @@ kiln_status kiln_train_cfg_read(const struct kiln_config *cfg, const struct kiln
  * write out_dir/metrics.jsonl.  Progress goes to the log; `progress` (may
  * be NULL) is called after every step with (done, total, user).
  * Checkpoints: [train] checkpoint_every writes out_dir/checkpoints/
- * ckpt-<step>.kiln; [train] resume = 1 continues from the newest usable one
+ * ckpt-<step>.kiln, and [train] checkpoint_last (default 1) one after the
+ * last step; [train] resume = 1 continues from the newest usable one
  * there (a fresh start when there is none).  After a stop request the run
  * ends after its current step with a checkpoint, returns KILN_OK and sets
  * res->stopped and res->checkpoint.  kiln_train reads [train] itself
@@ -500,14 +502,20 @@ kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, 
 					void *stream);
 
 /* [model] init_from / init_strict of the model's config: load init_from
- * (after kiln_model_init_params) when it is set; else nothing. */
+ * (after kiln_model_init_params) when it is set; else nothing.  init_from
+ * may be a safetensors file or a kiln checkpoint (told apart by its magic
+ * bytes): a checkpoint gives its parameters and buffers alone, which must
+ * be exactly the model's. */
 kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
 
 /* `kiln export`: open [run] device, read the sample shape from [data] as
- * training would, build the model, initialise it ([run] seed, then [model]
- * init_from) and write it with kiln_model_save_safetensors.  `checkpoint`
- * must be NULL for now (KILN_ENOTSUP otherwise: kiln has no checkpoints
- * yet). */
+ * training would, build the model, load the weights of `checkpoint` (NULL:
+ * the newest usable one in [run] out_dir/checkpoints; [model] init_from is
+ * then not read), or when there is none initialise it ([run] seed, then
+ * [model] init_from, logging a warning), and write it with
+ * kiln_model_save_safetensors.  A checkpoint must hold this model: the
+ * config keys that shape its tensors (checkpoint.h's weights keys) equal
+ * cfg's. */
 kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 				    const struct kiln_registry *reg, const char *checkpoint,
 				    const char *path);
@@ -519,8 +527,8 @@ void kiln_train_request_stop(void);
 /* `kiln eval --checkpoint`: evaluate the parameters and buffers of
  * checkpoint file `checkpoint` (NULL: the newest usable one in [run]
  * out_dir/checkpoints) on cfg's [data.eval].  The checkpoint is
- * verified completely first, and its [model] and [layer.*] keys must equal
- * cfg's.  Fills test_loss, test_acc, test_samples, eval_samples_per_s,
+ * verified completely first, and the keys that shape its tensors (the
+ * [layer.*] keys; not [model] init_from or layout) must equal cfg's.  Fills test_loss, test_acc, test_samples, eval_samples_per_s,
  * wall_s, steps (the checkpoint's) and checkpoint of res. */
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res);

@@ -295,16 +295,37 @@ static const char *idx_key_str(const struct kiln_host *host, const struct kiln_c
 	return v ? v : fallback;
 }
 
-static kiln_status idx_key_float(const struct kiln_host *host, const struct kiln_config *cfg,
-				 const char *section, const char *key, double fallback,
-				 double *out)
+/* `mean` or `std`: one number, the images having one channel ([data]'s
+ * keys, which may list one per channel of 3-channel data: a count that is
+ * not one is named as such). */
+static kiln_status idx_key_channel(const struct kiln_host *host, const struct kiln_config *cfg,
+				   const char *section, const char *key, double fallback,
+				   double *out)
 {
-	kiln_status st = host->config_get_float(cfg, section, key, out);
-	if (st == KILN_ENOTFOUND) {
+	const char *v = host->config_get(cfg, section, key), *p = v;
+	int n = 0;
+	if (!v) {
 		*out = fallback;
 		return KILN_OK;
 	}
-	return st;
+	for (;;) {
+		char *end;
+		while (*p == ' ' || *p == '\t' || *p == ',')
+			p++;
+		if (!*p)
+			break;
+		double d = strtod(p, &end);
+		if (end == p || (*end && *end != ' ' && *end != '\t' && *end != ','))
+			return host->error(KILN_ECONFIG, "%s: [%s] %s = '%s' is not a number",
+					   host->config_where(cfg, section, key), section, key, v);
+		if (!n++)
+			*out = d;
+		p = end;
+	}
+	if (n != 1)
+		return host->error(KILN_ECONFIG, "%s: [%s] %s = '%s' gives %d values, but the idx source's images have 1 channel: give one number",
+				   host->config_where(cfg, section, key), section, key, v, n);
+	return KILN_OK;
 }
 
 /* Join dir and name into out unless name is absolute. */
@@ -382,8 +403,8 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 	*out = NULL;
 	const char *dir = idx_key_str(host, cfg, section, "path", idx_keys[0].def);
 	split = idx_key_str(host, cfg, section, "split", split);
-	if ((st = idx_key_float(host, cfg, section, "mean", 0.0, &mean)) ||
-	    (st = idx_key_float(host, cfg, section, "std", 1.0, &sd)))
+	if ((st = idx_key_channel(host, cfg, section, "mean", 0.0, &mean)) ||
+	    (st = idx_key_channel(host, cfg, section, "std", 1.0, &sd)))
 		return st;
 	if (!isfinite(mean) || !isfinite(sd) || !(sd >= 1e-12))
 		return host->error(KILN_ECONFIG, "%s: [%s] mean = %g, std = %g: both must be finite and std > 0",

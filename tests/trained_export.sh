@@ -1,0 +1,79 @@
+#!/bin/sh
+# tests/trained_export.sh - trained weights are never lost, and what kiln
+# exports after training is what PyTorch trains.
+#
+# tests/data/tr_cnn.ini (conv, batchnorm, relu, pool, linear) starts from
+# PyTorch's weights (tr_cnn_init.safetensors, num_batches_tracked 3) and
+# trains 5 SGD steps with checkpoint_every unset:
+#  1. `kiln train` leaves a checkpoint (checkpoint_last);
+#  2. `kiln export` without --checkpoint writes the newest checkpoint's
+#     weights, and every tensor matches PyTorch's after the same 5 steps
+#     (tr_cnn_trained.safetensors, from tests/data/gen_trained_refs.py),
+#     num_batches_tracked = 3 + 5 included;
+#  3. `kiln export --checkpoint` neither reads [model] init_from (the file
+#     may be gone) nor compares it or the layout: the same bytes;
+#  4. fine-tuning: [model] init_from = the checkpoint, a new lr: the weights
+#     alone (new optimizer, step 0); 2 steps match PyTorch's fine-tuning
+#     (tr_cnn_finetuned.safetensors, num_batches_tracked 10);
+#  5. `kiln eval` accepts another init_from and layout, refuses another
+#     layer shape; with no checkpoint eval fails and export warns that it
+#     writes the initial weights.
+# The comparison needs only python3's standard library.
+name=trained
+. "$(dirname "$0")/lib.sh"
+py=/usr/bin/python3
+data="$srcdir/tests/data"
+ini="$data/tr_cnn.ini"
+gen="$data/gen_trained_refs.py"
+
+if ! [ -x "$py" ]; then
+	echo "SKIP: no $py to read the safetensors files"
+	exit 77
+fi
+if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *idx .*available'; then
+	echo "SKIP: no idx source (configure without loaders)"
+	exit 77
+fi
+common="data.path=$data model.init_from=$data/tr_cnn_init.safetensors"
+
+# 1. the first run leaves its trained weights
+kiln 0 train "$ini" $common "run.out_dir=$tmp/run"
+ck="$tmp/run/checkpoints/ckpt-5.kiln"
+[ -f "$ck" ] || fail "kiln train with checkpoint_every = 0 left no $ck"
+grep -q "trained weights: $ck" "$err" || fail "kiln train does not name its checkpoint"
+
+# 2. export defaults to it, and matches PyTorch
+kiln 0 export "$ini" --safetensors "$tmp/trained.safetensors" $common "run.out_dir=$tmp/run"
+grep -q "exporting the weights of $ck (step 5)" "$err" || fail "export does not name the checkpoint"
+"$py" "$gen" --check "$tmp/trained.safetensors" "$data/tr_cnn_trained.safetensors" ||
+	fail "kiln's 5 trained steps differ from PyTorch's"
+
+# 3. --checkpoint: init_from gone, another layout: the same weights
+kiln 0 export "$ini" --safetensors "$tmp/again.safetensors" --checkpoint "$ck" \
+	"data.path=$data" model.init_from=/nonexistent/w.safetensors model.layout=nhwc \
+	"run.out_dir=$tmp/elsewhere"
+cmp "$tmp/trained.safetensors" "$tmp/again.safetensors" ||
+	fail "export --checkpoint with another init_from and layout wrote other bytes"
+
+# 4. fine-tuning from the checkpoint's weights with a new lr
+kiln 0 train "$ini" "data.path=$data" "model.init_from=$ck" train.lr=0.05 train.max_steps=2 \
+	"run.out_dir=$tmp/ft"
+grep -q "weights only" "$err" || fail "init_from a checkpoint does not say it loads the weights only"
+grep -q '"steps": 2,' "$out" || fail "the fine-tuning run does not start at step 0"
+kiln 0 export "$ini" --safetensors "$tmp/ft.safetensors" "data.path=$data" "run.out_dir=$tmp/ft"
+"$py" "$gen" --check "$tmp/ft.safetensors" "$data/tr_cnn_finetuned.safetensors" ||
+	fail "kiln's fine-tuning differs from PyTorch's"
+
+# 5. eval: what does not shape the stored tensors may change
+kiln 0 eval "$ini" "data.path=$data" model.init_from=/nonexistent/w.safetensors \
+	model.layout=nhwc "run.out_dir=$tmp/run"
+grep -q "\"checkpoint\": \"$ck\", \"step\": 5," "$out" || fail "eval did not take the newest checkpoint"
+kiln 2 eval "$ini" "data.path=$data" layer.fc1.out=6 "run.out_dir=$tmp/run"
+grep -q "holds another model: \[layer.fc1\] out is '5' in its config but '6' here" "$err" ||
+	fail "eval of another layer shape: wrong message"
+mkdir -p "$tmp/none"
+kiln 1 eval "$ini" "data.path=$data" "run.out_dir=$tmp/none"
+grep -q "no checkpoint to evaluate" "$err" || fail "eval without a checkpoint: wrong message"
+kiln 0 export "$ini" --safetensors "$tmp/init.safetensors" $common "run.out_dir=$tmp/none"
+grep -q "exporting the initial weights" "$err" || fail "export of initial weights does not warn"
+echo "PASS: $checks kiln runs; trained and fine-tuned exports match PyTorch's"
