@@ -19,3 +19,24 @@ libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFL
 	-DKILN_BUILD_PLUGINDIR='"$(abs_top_builddir)/plugins/.libs"'
 libkiln_la_LIBADD = $(INIH_LIBS) $(ZLIB_LIBS) $(JANSSON_LIBS) -lm
 libkiln_la_LDFLAGS = -version-info 0:0:0 -export-symbols-regex '^kiln_'
+
+# The loggers (core/logger.h): metrics.jsonl, CSV, TensorBoard event files.
+# TensorBoard's messages (core/proto/*.proto) are compiled by protoc-c into
+# the build tree before anything includes them.
+libkiln_la_SOURCES += core/logger.h core/logger.c core/log_jsonl.c core/log_csv.c \
+	core/log_tensorboard.c
+KILN_PROTO_C = core/proto/event.pb-c.c core/proto/summary.pb-c.c
+KILN_PROTO_H = core/proto/event.pb-c.h core/proto/summary.pb-c.h
+nodist_libkiln_la_SOURCES = $(KILN_PROTO_C) $(KILN_PROTO_H)
+BUILT_SOURCES = $(KILN_PROTO_C) $(KILN_PROTO_H)
+CLEANFILES += $(KILN_PROTO_C) $(KILN_PROTO_H)
+EXTRA_DIST += core/proto/event.proto core/proto/summary.proto
+libkiln_la_CPPFLAGS += $(PROTOBUF_C_CFLAGS)
+libkiln_la_LIBADD += $(PROTOBUF_C_LIBS)
+# one protoc-c run writes both files of a .proto; the .h follows the .c
+core/proto/%.pb-c.c: $(srcdir)/core/proto/%.proto
+	$(AM_V_GEN)$(MKDIR_P) core/proto && \
+	$(PROTOC_C) --proto_path=$(srcdir)/core/proto --c_out=core/proto $<
+core/proto/%.pb-c.h: core/proto/%.pb-c.c
+	@test -f $@ || { rm -f $<; $(MAKE) $(AM_MAKEFLAGS) $<; }
+core/proto/event.pb-c.c: $(srcdir)/core/proto/summary.proto

@@ -32,6 +32,8 @@ static const struct {
 	{ "dist", "bucket_mb" },     { "dist", "timeout" },
 	{ "dist", "overlap" },        { "dist", "zero" },
 	{ "dist", "timing" },
+	{ "log", "tensorboard" },    { "log", "csv" },
+	{ "log", "histograms" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)

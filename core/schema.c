@@ -181,6 +181,17 @@ static const struct kiln_key dist_keys[] = {
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 
+/* The loggers besides metrics.jsonl (core/logger.h, docs/logging.md). */
+static const struct kiln_key log_keys[] = {
+	{ "tensorboard", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "Write TensorBoard event files (out_dir/events.out.tfevents.*; `tensorboard --logdir` on out_dir or a directory above it): every number of metrics.jsonl's train and eval lines as a scalar tagged `train/loss`, `train/lr`, `val/acc`, ... at its step. Rank 0 only." },
+	{ "csv", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "Write the train lines to out_dir/train.csv and the evaluations to out_dir/eval.csv, each with a header naming its columns as metrics.jsonl names the fields. Rank 0 only." },
+	{ "histograms", KILN_KEY_INT, "0", 0, 1e15, NULL,
+	  "With `tensorboard = 1`: every N optimizer steps, a histogram of each parameter tensor (`weights/NAME`) and of each trainable one's gradient (`grads/NAME`); 0 = none. Each costs a host copy of the parameters and gradients at that step." },
+	{ NULL, 0, NULL, NOLIM, NULL, NULL }
+};
+
 /* Keys every [layer.NAME] section has, whatever its type. */
 const struct kiln_key kiln_layer_common_keys[] = {
 	{ "type", KILN_KEY_STR, NULL, NOLIM, NULL,
@@ -212,6 +223,7 @@ static const struct {
 	{ "model", model_keys, "Model-wide settings; layers follow in [layer.NAME] sections." },
 	{ "train", train_keys, "The training loop." },
 	{ "dist", dist_keys, "Data-parallel training across processes (docs/distributed.md): started by `kiln launch`, torchrun, srun or mpirun." },
+	{ "log", log_keys, "Loggers besides out_dir/metrics.jsonl (docs/logging.md)." },
 };
 
 const struct kiln_key *kiln_config_schema(const char *section)

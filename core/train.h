@@ -3,7 +3,7 @@
  * kiln_train (trainer.c) reads like llm.c's main:
  *   trainer_open       setup: device, data, model, plans, buffers, resume  (train_setup.c)
  *   trainer_step       one optimizer step: micro-steps, optimizer          (train_step.c)
- *   trainer_log_point  metrics read back, progress, metrics.jsonl          (train_log.c)
+ *   trainer_log_point  metrics read back, progress, the loggers            (train_log.c)
  *   trainer_evaluate   evaluation, keep_best, early stopping               (train_eval.c)
  *   trainer_checkpoint a checkpoint after a step                           (train_ckpt.c)
  *   trainer_close      drain and free                                      (train_setup.c)
@@ -38,6 +38,7 @@
 #include "profile.h"
 #include "dist.h"
 #include "run_config.h"
+#include "logger.h"
 
 #include <jansson.h>
 
@@ -106,11 +107,12 @@ struct trainer {
 	void *x_dev[SLOTS], *y_dev[SLOTS];
 	size_t x_bytes, sample_bytes;
 	size_t label_bytes;        /* one sample's labels: 4 (a class) or 4 T (tokens) */
-	float *lr_dev, *metrics_dev, *metrics_host;
+	float *lr_dev, *metrics_dev;
+	float *metrics_host;       /* f32[16]: [0..2] the metric sums, [3] the lr */
 	void *fill_metrics, *sched;
 	int64_t step_counter;      /* slot rotation */
 	int64_t *eval_order;       /* 0, 1, 2, ... for the evaluation loader */
-	FILE *jsonl;
+	struct kiln_loggers *log;  /* metrics.jsonl and [log]'s (rank 0), or NULL */
 	struct kiln_data_scratch scratch; /* reads on this thread (workers = 0) */
 	int64_t epoch;             /* of the batches being read */
 	void *x_norm;              /* transform_on = device: f32 input */
@@ -162,6 +164,9 @@ struct trainer {
 	int64_t timed_samples;
 	struct kiln_device_counters c_prev, c_now;
 	int have_prev;
+	/* the log interval's clock: its start, the evaluations in it (not
+	 * counted), the data wait at its start; reads on this thread */
+	double iv_t0, iv_eval_s, iv_wait0, read_s;
 	/* this epoch's and this log interval's sums */
 	double ep_t0, since_loss, since_correct, ep_loss, ep_correct;
 	int64_t since, ep_samples;
@@ -209,6 +214,7 @@ void trainer_jsonl(struct trainer *t, json_t *obj);
 void trainer_counters_mark(struct trainer *t);
 void trainer_counters_take(struct trainer *t);
 kiln_status trainer_log_point(struct trainer *t);
+void trainer_eval_record(struct trainer *t, const struct eval_target *e, int64_t epoch);
 int trainer_epoch_summary(struct trainer *t, char *msg, size_t n);
 void trainer_epoch_report(struct trainer *t, const char *msg);
 kiln_status trainer_finish(struct trainer *t);

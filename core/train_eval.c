@@ -80,6 +80,7 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	if (st)
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);
+	t->iv_eval_s += kiln_now_s() - t0; /* not the log interval's training time */
 	/* evaluation syncs are log points too */
 	trainer_counters_mark(t);
 	if (log)
@@ -87,10 +88,7 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 			 (long long)t->step, e->name, *e->loss, *e->acc, *e->acc5);
 	if (!record)
 		return KILN_OK;
-	trainer_jsonl(t, json_pack("{s:s, s:s, s:I, s:I, s:f, s:f, s:f, s:I}", "event", "eval", "set",
-				   e->name, "epoch", (json_int_t)t->ep + 1, "step",
-				   (json_int_t)t->step, "loss", *e->loss, "acc", *e->acc, "acc5",
-				   *e->acc5, "samples", (json_int_t)e->set->len));
+	trainer_eval_record(t, e, t->ep + 1);
 	t->pos.epoch = t->ep;
 	t->pos.step = t->step;
 	t->pos.offset = offset;
@@ -131,10 +129,7 @@ kiln_status trainer_final_test(struct trainer *t)
 		return st;
 	kiln_log(KILN_LOG_INFO, "train", "final test loss %.4f acc %.4f top-5 %.4f", res->test_loss,
 		 res->test_acc, res->test_acc5);
-	trainer_jsonl(t, json_pack("{s:s, s:s, s:I, s:f, s:f, s:f, s:I}", "event", "eval", "set",
-				   "test", "step", (json_int_t)t->step, "loss", res->test_loss, "acc",
-				   res->test_acc, "acc5", res->test_acc5, "samples",
-				   (json_int_t)t->test.len));
+	trainer_eval_record(t, &e, 0);
 	return KILN_OK;
 }
 

@@ -1,13 +1,15 @@
 /* core/train_log.c - what the trainer reports: the metric sums read back
- * at a log point, the progress callback, the log, metrics.jsonl, the
- * device counters of the steady state, and the run's result at the end.
- * See train.h. */
+ * at a log point, the progress callback, the log, the train line each
+ * logger gets (metrics.jsonl, [log]'s; core/logger.h), the histograms,
+ * the device counters of the steady state, and the run's result at the
+ * end.  See train.h. */
 #include "train.h"
 
 #include <math.h>
 #include <stdio.h>
 
-/* Copy the metric sums back (the host sync of a log point) and reset.
+/* Copy the metric sums back (the host sync of a log point) and reset;
+ * the last step's lr and the clip's and loss scaler's state come along.
  * The sums come back per sample: a sample with several targets (a token
  * window's T) counts each target's loss and correctness 1/T, so the loss
  * and accuracy reported are per token. */
@@ -25,6 +27,9 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 	if (!st && t->scaler_host)
 		st = kiln_device_copy_async(t->dev, t->scaler_host, t->m->scaler_d,
 					    4 * sizeof(float), KILN_COPY_D2H, t->compute);
+	if (!st && t->lr_dev)
+		st = kiln_device_copy_async(t->dev, t->metrics_host + 3, t->lr_dev, sizeof(float),
+					    KILN_COPY_D2H, t->compute);
 	if (!st)
 		st = kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
 	trainer_label(t, NULL, 0);
@@ -41,12 +46,7 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 
 void trainer_jsonl(struct trainer *t, json_t *obj)
 {
-	if (t->jsonl && obj) {
-		json_dumpf(obj, t->jsonl, JSON_COMPACT | JSON_REAL_PRECISION(7));
-		fputc('\n', t->jsonl);
-		fflush(t->jsonl);
-	}
-	json_decref(obj);
+	kiln_loggers_event(t->log, obj);
 }
 
 /* The device counters of the steady state (res->steady) count the steps
@@ -113,15 +113,111 @@ static kiln_status check_interval(struct trainer *t, double ls)
 	return KILN_OK;
 }
 
+/* The interval's wall time (its evaluations left out) and the share of
+ * it the training thread waited for data (the loader's wait, or its own
+ * reads with workers = 0); the clock restarts. */
+static void interval_clock(struct trainer *t, double *wall, double *wait)
+{
+	const double now = kiln_now_s(), w = kiln_loader_wait_s(t->train.loader) + t->read_s;
+	*wall = now - t->iv_t0 - t->iv_eval_s;
+	*wait = *wall > 0 ? (w - t->iv_wait0) / *wall : 0;
+	*wait = *wait < 0 ? 0 : *wait > 1 ? 1 : *wait;
+	t->iv_t0 = now, t->iv_eval_s = 0, t->iv_wait0 = w;
+}
+
+/* The train line of a log point (metrics.jsonl's "train" event; the
+ * loggers' train record): the interval's mean loss and accuracy over n
+ * samples per rank, the last step's lr, gradient norm (when the clip op
+ * computes it: clipping, skip_nonfinite, loss scaling) and loss scale. */
+static void train_record(struct trainer *t, double ls, double c, double n)
+{
+	struct kiln_log_record r = { .event = "train", .step = t->step };
+	double wall, wait;
+	interval_clock(t, &wall, &wait);
+	kiln_log_add(&r, "epoch", (double)t->ep + 1, 1);
+	kiln_log_add(&r, "step", (double)t->step, 1);
+	kiln_log_add(&r, "loss", ls / n, 0);
+	kiln_log_add(&r, "acc", c / n, 0);
+	kiln_log_add(&r, "skipped", (double)t->res->steps_skipped, 1);
+	kiln_log_add(&r, "loss_scale", t->res->loss_scale, 0);
+	kiln_log_add(&r, "time", kiln_now_s() - t->t_start, 0);
+	if (t->lr_dev)
+		kiln_log_add(&r, "lr", t->metrics_host[3], 0);
+	kiln_log_add(&r, "samples_per_s", wall > 0 ? n * t->world / wall : 0, 0);
+	kiln_log_add(&r, "data_wait", wait, 0);
+	if (t->clip)
+		kiln_log_add(&r, "grad_norm", t->clip_host[0], 0);
+	kiln_loggers_record(t->log, &r);
+}
+
+/* An evaluation's line (metrics.jsonl's "eval" event; the loggers' eval
+ * record): e's results after step t->step; epoch 0: none (the final
+ * test). */
+void trainer_eval_record(struct trainer *t, const struct eval_target *e, int64_t epoch)
+{
+	struct kiln_log_record r = { .event = "eval", .set = e->name, .step = t->step };
+	if (epoch)
+		kiln_log_add(&r, "epoch", (double)epoch, 1);
+	kiln_log_add(&r, "step", (double)t->step, 1);
+	kiln_log_add(&r, "loss", *e->loss, 0);
+	kiln_log_add(&r, "acc", *e->acc, 0);
+	kiln_log_add(&r, "acc5", *e->acc5, 0);
+	kiln_log_add(&r, "samples", (double)e->set->len, 1);
+	kiln_loggers_record(t->log, &r);
+}
+
+/* [log] histograms: every parameter tensor and every trainable one's
+ * gradient (not under ZeRO-1: a rank holds only its shard's average),
+ * from a host copy of the flat buffers taken at this step. */
+static kiln_status histograms(struct trainer *t)
+{
+	const struct kiln_model *m = t->m;
+	const size_t np = m->n_elems, ng = kiln_dist_zero(t->dist) ? 0 : m->n_trainable;
+	float *h = malloc(sizeof(float) * (np + ng + 1));
+	kiln_status st;
+	char tag[200];
+	if (!h)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	trainer_counters_take(t); /* a sync of its own: not the steady state's */
+	trainer_phase(t, KILN_PROF_LOG, 1);
+	st = kiln_dist_zero_settle(t->dist, t->compute);
+	if (!st)
+		st = kiln_device_copy_async(t->dev, h, m->params_d, np * sizeof(float),
+					    KILN_COPY_D2H, t->compute);
+	if (!st && ng)
+		st = kiln_device_copy_async(t->dev, h + np, m->grads_d, ng * sizeof(float),
+					    KILN_COPY_D2H, t->compute);
+	if (!st)
+		st = kiln_device_stream_sync(t->dev, t->compute);
+	trainer_phase(t, KILN_PROF_LOG, 0);
+	for (int i = 0; !st && i < m->n_params; i++) {
+		const struct model_param *p = &m->params[i];
+		if (p->buffer)
+			continue;
+		snprintf(tag, sizeof tag, "weights/%s", p->name);
+		kiln_loggers_histogram(t->log, t->step, tag, h + p->off, (size_t)p->numel);
+		if (!p->trainable || p->off >= ng)
+			continue;
+		snprintf(tag, sizeof tag, "grads/%s", p->name);
+		kiln_loggers_histogram(t->log, t->step, tag, h + np + p->off, (size_t)p->numel);
+	}
+	free(h);
+	trainer_counters_mark(t);
+	return st;
+}
+
 /* After a step: at a log point (every log_every steps and at the end of
  * an epoch or the run) the interval's metrics are read back, checked,
- * shown and recorded; between them the progress callback only counts. */
+ * shown and recorded; between them the progress callback only counts.
+ * Histograms, when [log] asks for this step's. */
 kiln_status trainer_log_point(struct trainer *t)
 {
 	const int64_t ep = t->ep, k = t->k, spe = t->steps_per_epoch, max_steps = t->tc.max_steps;
 	int last = k + 1 == spe || (max_steps && t->step == max_steps);
 	double ls, c;
 	kiln_status st;
+	if (kiln_loggers_hist_due(t->log, t->step) && (st = histograms(t)))
+		return st;
 	if (t->step % t->tc.log_every && !last) {
 		if (t->progress)
 			t->progress(t->user, (int)ep + 1, k + 1, spe, NULL);
@@ -137,10 +233,7 @@ kiln_status trainer_log_point(struct trainer *t)
 	snprintf(msg, sizeof msg, "loss %.4f acc %.4f", ls / n, c / n);
 	if (t->progress)
 		t->progress(t->user, (int)ep + 1, k + 1, spe, msg);
-	trainer_jsonl(t, json_pack("{s:s, s:I, s:I, s:f, s:f, s:I, s:f}", "event", "train", "epoch",
-				   (json_int_t)ep + 1, "step", (json_int_t)t->step, "loss", ls / n,
-				   "acc", c / n, "skipped", (json_int_t)t->res->steps_skipped,
-				   "loss_scale", t->res->loss_scale));
+	train_record(t, ls, c, n);
 	t->since = 0, t->since_loss = t->since_correct = 0;
 	if (t->dist) /* [dist] timing: this interval's overlap */
 		trainer_dist_comm_event(t);

@@ -464,8 +464,8 @@ static kiln_status alloc_buffers(struct trainer *t)
 	return kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
 }
 
-/* out_dir (rank 0): the resolved config beside the metrics, and
- * metrics.jsonl (continued by a resumed run). */
+/* out_dir (rank 0): the resolved config beside the metrics, and the
+ * loggers: metrics.jsonl (continued by a resumed run) and [log]'s. */
 static kiln_status open_out_dir(struct trainer *t)
 {
 	const char *out_dir = t->run.out_dir;
@@ -482,9 +482,9 @@ static kiln_status open_out_dir(struct trainer *t)
 	int bad = !cf || fputs(t->config_text, cf) < 0;
 	if ((cf && fclose(cf)) || bad)
 		return kiln_error(KILN_EIO, "%s: cannot write the resolved config", path);
-	snprintf(path, sizeof path, "%s/metrics.jsonl", out_dir);
-	if (!(t->jsonl = fopen(path, t->resumed ? "a" : "w")))
-		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	kiln_status st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
+	if (st)
+		return st;
 	if (t->resumed)
 		trainer_jsonl(t, json_pack("{s:s, s:I, s:I, s:I}", "event", "resume", "epoch",
 					   (json_int_t)t->pos.epoch + 1, "step",
@@ -585,6 +585,7 @@ static kiln_status open_loop(struct trainer *t)
 	t->ep0 = t->pos.epoch;
 	t->off0 = t->pos.offset;
 	t->step = t->step0 = t->interval_start = t->pos.step;
+	t->iv_t0 = kiln_now_s(); /* the first log interval starts */
 	return KILN_OK;
 }
 
@@ -674,8 +675,7 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	close_set(&t->train);
 	close_set(&t->test);
 	close_set(&t->val);
-	if (t->jsonl)
-		fclose(t->jsonl);
+	kiln_loggers_close(t->log);
 	free(t->eval_order);
 	kiln_data_scratch_free(&t->scratch);
 	free(t->config_text);

@@ -79,13 +79,16 @@ static kiln_status host_batch(struct trainer *t, struct train_set *d, const int6
 	}
 	if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
 		return st;
-	int64_t t0 = t->prof ? kiln_now_ns() : 0;
+	int64_t t0 = kiln_now_ns();
 	if ((st = kiln_dataset_read_rows(&d->ds, t->epoch, idx, rows, t->x_host[s], t->y_host[s],
 					 &t->scratch)))
 		return st;
+	int64_t t1 = kiln_now_ns();
+	if (d == &t->train) /* the train line's data_wait */
+		t->read_s += 1e-9 * (double)(t1 - t0);
 	if (t->prof)
 		kiln_profile_span(t->prof, "data read", "inline", KILN_PHASE_DATA,
-				  KILN_PROF_TRACK_WAIT, t0, kiln_now_ns());
+				  KILN_PROF_TRACK_WAIT, t0, t1);
 	*xh = t->x_host[s];
 	*yh = t->y_host[s];
 	return KILN_OK;

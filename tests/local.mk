@@ -339,3 +339,22 @@ EXTRA_DIST += tests/dist_zero_lion.sh
 # tied weight (the PyTorch reference is check_train's `tie` case)
 TESTS += tests/tie.sh
 EXTRA_DIST += tests/tie.sh tests/data/gen_tie_refs.py tests/data/tie_refs.safetensors
+
+# ---- loggers: TensorBoard framing and event files, CSV, metrics.jsonl ----
+# check_log reads the event files back through its own copy of the
+# protobuf-c code generated from core/proto (libkiln exports only kiln_*).
+if HAVE_CHECK
+check_PROGRAMS += tests/check_log
+TESTS += tests/check_log
+tests_check_log_SOURCES = tests/check_log.c
+nodist_tests_check_log_SOURCES = $(KILN_PROTO_C) $(KILN_PROTO_H)
+tests_check_log_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) $(JANSSON_CFLAGS) $(PROTOBUF_C_CFLAGS)
+tests_check_log_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_log_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) $(PROTOBUF_C_LIBS) -lm
+endif
+# a small MLP's run (and a resumed copy) with every logger: CSV and
+# TensorBoard's reader (skipped without the tensorboard package) against
+# metrics.jsonl; a 2-rank run writes one set of files
+TESTS += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh
+EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/log_common.sh \
+	tests/log_check.py

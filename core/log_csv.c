@@ -1,0 +1,141 @@
+/* core/log_csv.c - [log] csv = 1: the records as CSV tables in out_dir,
+ * train.csv (one row per log point) and eval.csv (one row per
+ * evaluation), each with a header line naming its columns as
+ * metrics.jsonl names the fields.  The columns are those of the table's
+ * first record; a resumed run appends to the tables under their header.
+ * A cell a record lacks is empty. */
+#include "logger.h"
+
+#include <errno.h>
+
+#define CSV_COLS (KILN_LOG_FIELDS + 1)
+
+struct csv_table {
+	const char *event; /* the records it holds */
+	FILE *f;           /* opened at its first record */
+	char path[4200];
+	int ncol;          /* 0: no header yet */
+	char col[CSV_COLS][64];
+};
+
+struct csv {
+	int resumed;
+	struct csv_table t[2];
+};
+
+static kiln_status csv_open(const char *dir, int resumed, int64_t step, void **ctx)
+{
+	struct csv *c = calloc(1, sizeof *c);
+	(void)step;
+	if (!c)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	c->resumed = resumed;
+	c->t[0].event = "train";
+	c->t[1].event = "eval";
+	for (int i = 0; i < 2; i++)
+		snprintf(c->t[i].path, sizeof c->t[i].path, "%s/%s.csv", dir, c->t[i].event);
+	*ctx = c;
+	return KILN_OK;
+}
+
+/* Another column, named name (cut to the column's size). */
+static void add_col(struct csv_table *t, const char *name)
+{
+	if (t->ncol == CSV_COLS)
+		return;
+	size_t n = strlen(name) < sizeof t->col[0] - 1 ? strlen(name) : sizeof t->col[0] - 1;
+	memcpy(t->col[t->ncol], name, n);
+	t->col[t->ncol++][n] = 0;
+}
+
+/* The header of an existing table (a resumed run appends under it). */
+static void read_header(struct csv_table *t)
+{
+	char line[CSV_COLS * 64];
+	FILE *f = fopen(t->path, "r");
+	if (!f)
+		return;
+	if (fgets(line, sizeof line, f))
+		for (char *p = strtok(line, ",\r\n"); p; p = strtok(NULL, ",\r\n"))
+			add_col(t, p);
+	fclose(f);
+}
+
+static kiln_status table_open(struct csv *c, struct csv_table *t)
+{
+	if (c->resumed)
+		read_header(t);
+	if (!(t->f = fopen(t->path, c->resumed ? "a" : "w")))
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", t->path, strerror(errno));
+	return KILN_OK;
+}
+
+/* The columns of the table's first record: its set (evaluations), then
+ * its fields. */
+static void write_header(struct csv_table *t, const struct kiln_log_record *r)
+{
+	if (r->set)
+		add_col(t, "set");
+	for (int i = 0; i < r->n; i++)
+		add_col(t, r->f[i].name);
+	for (int k = 0; k < t->ncol; k++)
+		fprintf(t->f, "%s%s", k ? "," : "", t->col[k]);
+	fputc('\n', t->f);
+}
+
+/* Column name's cell of record r. */
+static void write_cell(FILE *f, const struct kiln_log_record *r, const char *name)
+{
+	if (!strcmp(name, "set") && r->set) {
+		fputs(r->set, f);
+		return;
+	}
+	for (int i = 0; i < r->n; i++)
+		if (!strcmp(r->f[i].name, name)) {
+			if (r->f[i].integer)
+				fprintf(f, "%lld", (long long)r->f[i].v);
+			else
+				fprintf(f, "%.9g", r->f[i].v);
+			return;
+		}
+}
+
+static kiln_status csv_record(void *ctx, const struct kiln_log_record *r)
+{
+	struct csv *c = ctx;
+	struct csv_table *t = &c->t[strcmp(r->event, "train") != 0];
+	kiln_status st;
+	if (!t->f && (st = table_open(c, t)))
+		return st;
+	if (!t->ncol)
+		write_header(t, r);
+	for (int k = 0; k < t->ncol; k++) {
+		if (k)
+			fputc(',', t->f);
+		write_cell(t->f, r, t->col[k]);
+	}
+	if (fputc('\n', t->f) < 0 || fflush(t->f))
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", t->path, strerror(errno));
+	return KILN_OK;
+}
+
+static kiln_status csv_close(void *ctx)
+{
+	struct csv *c = ctx;
+	kiln_status st = KILN_OK;
+	for (int i = 0; i < 2; i++)
+		if (c->t[i].f && fclose(c->t[i].f) && !st)
+			st = kiln_error(KILN_EIO, "%s: cannot write: %s", c->t[i].path,
+					strerror(errno));
+	free(c);
+	return st;
+}
+
+const struct kiln_logger_ops kiln_log_csv = {
+	.key = "csv",
+	.open = csv_open,
+	.record = csv_record,
+	.event = NULL,
+	.histogram = NULL,
+	.close = csv_close,
+};

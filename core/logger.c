@@ -1,0 +1,147 @@
+/* core/logger.c - the run's open loggers: metrics.jsonl and those [log]
+ * selects, each record handed to all of them; and the histogram of a
+ * tensor they are given.  See logger.h. */
+#include "logger.h"
+
+#include <math.h>
+
+/* Every logger kiln has: one row each. */
+static const struct kiln_logger_ops *const logger_table[] = {
+	&kiln_log_jsonl,
+	&kiln_log_csv,
+	&kiln_log_tensorboard,
+};
+
+#define N_LOGGERS KILN_ARRAY_LEN(logger_table)
+
+struct kiln_loggers {
+	const struct kiln_logger_ops *ops[N_LOGGERS];
+	void *ctx[N_LOGGERS];
+	int n;
+	int64_t hist_every; /* [log] histograms */
+};
+
+/* Whether [log] selects logger ops (always-open ones: yes). */
+static kiln_status selected(const struct kiln_config *cfg, const struct kiln_logger_ops *ops,
+			    int *on)
+{
+	*on = 1;
+	return ops->key ? kiln_config_get_bool(cfg, "log", ops->key, on) : KILN_OK;
+}
+
+kiln_status kiln_loggers_open(const struct kiln_config *cfg, const char *dir, int resumed,
+			      int64_t step, struct kiln_loggers **out)
+{
+	struct kiln_loggers *L = calloc(1, sizeof *L);
+	kiln_status st;
+	*out = NULL;
+	if (!L)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = kiln_config_get_int(cfg, "log", "histograms", &L->hist_every))) {
+		free(L);
+		return st;
+	}
+	for (size_t i = 0; i < N_LOGGERS; i++) {
+		int on;
+		if ((st = selected(cfg, logger_table[i], &on)))
+			break;
+		if (!on)
+			continue;
+		if ((st = logger_table[i]->open(dir, resumed, step, &L->ctx[L->n])))
+			break;
+		L->ops[L->n++] = logger_table[i];
+	}
+	if (st) {
+		kiln_loggers_close(L);
+		return st;
+	}
+	*out = L;
+	return KILN_OK;
+}
+
+/* A logger whose write failed: warned about and closed; the run goes on. */
+static void drop(struct kiln_loggers *L, int i)
+{
+	const char *name = L->ops[i]->key ? L->ops[i]->key : "metrics.jsonl";
+	kiln_log(KILN_LOG_WARN, "log", "%s: %s; that logger stops here, training goes on", name,
+		 kiln_last_error());
+	(void)L->ops[i]->close(L->ctx[i]);
+	for (int k = i + 1; k < L->n; k++)
+		L->ops[k - 1] = L->ops[k], L->ctx[k - 1] = L->ctx[k];
+	L->n--;
+}
+
+void kiln_loggers_record(struct kiln_loggers *L, const struct kiln_log_record *r)
+{
+	for (int i = 0; L && i < L->n; i++)
+		if (L->ops[i]->record && L->ops[i]->record(L->ctx[i], r))
+			drop(L, i--);
+}
+
+void kiln_loggers_event(struct kiln_loggers *L, json_t *obj)
+{
+	for (int i = 0; L && obj && i < L->n; i++)
+		if (L->ops[i]->event && L->ops[i]->event(L->ctx[i], obj))
+			drop(L, i--);
+	json_decref(obj);
+}
+
+int kiln_loggers_hist_due(const struct kiln_loggers *L, int64_t step)
+{
+	int any = 0;
+	for (int i = 0; L && i < L->n; i++)
+		any |= L->ops[i]->histogram != NULL;
+	return any && L->hist_every > 0 && step % L->hist_every == 0;
+}
+
+void kiln_loggers_histogram(struct kiln_loggers *L, int64_t step, const char *tag,
+			    const float *v, size_t n)
+{
+	struct kiln_log_hist h;
+	kiln_log_hist_of(&h, v, n);
+	for (int i = 0; L && i < L->n; i++)
+		if (L->ops[i]->histogram && L->ops[i]->histogram(L->ctx[i], step, tag, &h))
+			drop(L, i--);
+}
+
+void kiln_loggers_close(struct kiln_loggers *L)
+{
+	for (int i = 0; L && i < L->n; i++)
+		if (L->ops[i]->close(L->ctx[i]))
+			kiln_log(KILN_LOG_WARN, "log", "%s", kiln_last_error());
+	free(L);
+}
+
+/* min, max and the moments over the finite values; then the counts. */
+void kiln_log_hist_of(struct kiln_log_hist *h, const float *v, size_t n)
+{
+	memset(h, 0, sizeof *h);
+	h->min = INFINITY, h->max = -INFINITY;
+	for (size_t i = 0; i < n; i++) {
+		double x = v[i];
+		if (!isfinite(x))
+			continue;
+		h->min = x < h->min ? x : h->min;
+		h->max = x > h->max ? x : h->max;
+		h->num += 1, h->sum += x, h->sum_squares += x * x;
+	}
+	if (!h->num) {
+		h->min = h->max = 0;
+		return;
+	}
+	const double w = (h->max - h->min) / KILN_LOG_BUCKETS;
+	h->n = w > 0 ? KILN_LOG_BUCKETS : 1;
+	for (int b = 0; b < h->n; b++)
+		h->limit[b] = b + 1 == h->n ? h->max : h->min + w * (b + 1);
+	for (size_t i = 0; i < n; i++) {
+		double x = v[i];
+		if (!isfinite(x))
+			continue;
+		int b = w > 0 ? (int)((x - h->min) / w) : 0;
+		b = b < 0 ? 0 : b >= h->n ? h->n - 1 : b;
+		/* (limit[b-1], limit[b]]: a value on a lower limit belongs below */
+		if (b > 0 && x <= h->limit[b - 1])
+			b--;
+		h->count[b] += 1;
+	}
+}

@@ -1,0 +1,102 @@
+/* core/logger.h - where a run's numbers go.
+ *
+ * A logger is a table of ops and a context, as a device is.  metrics.jsonl
+ * (log_jsonl.c) is always open; [log] selects the others: TensorBoard
+ * event files (log_tensorboard.c) and CSV tables (log_csv.c).  Only rank
+ * 0 opens any (the trainer does not call kiln_loggers_open elsewhere).
+ *
+ * At a log point the trainer fills one record (a train line, or an
+ * evaluation's) and hands it to every open logger; metrics.jsonl also
+ * takes the run's other events (checkpoint, resume, final, ...) as JSON
+ * objects, and TensorBoard the histograms of weights and gradients.  A
+ * logger whose write fails is closed with a warning: training goes on.
+ */
+#ifndef KILN_LOGGER_H
+#define KILN_LOGGER_H
+
+#include "internal.h"
+
+#include <jansson.h>
+#include <stdio.h>
+
+/* One number of a record, named as in metrics.jsonl.  integer: printed
+ * as an integer (step, epoch, counts). */
+struct kiln_log_field {
+	const char *name;
+	double v;
+	int integer;
+};
+
+#define KILN_LOG_FIELDS 16
+
+/* One line of metrics.jsonl: {"event": event, "set": set, f[0], ...}.
+ * step: the optimizer steps done (TensorBoard's step; also one of f). */
+struct kiln_log_record {
+	const char *event; /* "train" or "eval" */
+	const char *set;   /* eval: "val" or "test"; NULL: none */
+	int64_t step;
+	int n;
+	struct kiln_log_field f[KILN_LOG_FIELDS];
+};
+
+/* Append a field (silently dropped past KILN_LOG_FIELDS: a programming
+ * error the tests would show as a missing column). */
+static inline void kiln_log_add(struct kiln_log_record *r, const char *name, double v,
+				int integer)
+{
+	if (r->n < KILN_LOG_FIELDS)
+		r->f[r->n++] = (struct kiln_log_field){ name, v, integer };
+}
+
+#define KILN_LOG_BUCKETS 30
+
+/* A histogram of n values: TensorBoard's HistogramProto.  Bucket i counts
+ * the values in (limit[i-1], limit[i]] (bucket 0 from min); the buckets
+ * are equally wide between min and max (one bucket when they are equal).
+ * Non-finite values are left out of every number. */
+struct kiln_log_hist {
+	double min, max, num, sum, sum_squares;
+	int n;
+	double limit[KILN_LOG_BUCKETS], count[KILN_LOG_BUCKETS];
+};
+
+void kiln_log_hist_of(struct kiln_log_hist *h, const float *v, size_t n);
+
+/* A logger's table.  open: the context for a run writing into dir (which
+ * exists); resumed: the run continues one whose optimizer step was
+ * `step`.  record, event, histogram: optional (NULL: ignored). */
+struct kiln_logger_ops {
+	const char *key; /* its [log] key; NULL: always open */
+	kiln_status (*open)(const char *dir, int resumed, int64_t step, void **ctx);
+	kiln_status (*record)(void *ctx, const struct kiln_log_record *r);
+	kiln_status (*event)(void *ctx, json_t *obj); /* borrows obj */
+	kiln_status (*histogram)(void *ctx, int64_t step, const char *tag,
+				 const struct kiln_log_hist *h);
+	kiln_status (*close)(void *ctx);
+};
+
+extern const struct kiln_logger_ops kiln_log_jsonl, kiln_log_csv, kiln_log_tensorboard;
+
+struct kiln_loggers;
+
+/* metrics.jsonl and the loggers [log] selects, writing into dir.  *out
+ * is freed by kiln_loggers_close (NULL is fine everywhere below). */
+kiln_status kiln_loggers_open(const struct kiln_config *cfg, const char *dir, int resumed,
+			      int64_t step, struct kiln_loggers **out);
+void kiln_loggers_record(struct kiln_loggers *L, const struct kiln_log_record *r);
+/* obj: consumed (decref'd), NULL ignored */
+void kiln_loggers_event(struct kiln_loggers *L, json_t *obj);
+/* [log] histograms: 1 when step is one of the steps to histogram */
+int kiln_loggers_hist_due(const struct kiln_loggers *L, int64_t step);
+void kiln_loggers_histogram(struct kiln_loggers *L, int64_t step, const char *tag,
+			    const float *v, size_t n);
+void kiln_loggers_close(struct kiln_loggers *L);
+
+/* ---- TensorBoard's record framing (TFRecord), for log_tensorboard.c and
+ * its test.  CRC32C masked as TensorFlow's crc32c::Mask does. */
+uint32_t kiln_tfrecord_masked_crc(const void *data, size_t n);
+/* One record into f: u64 length, masked CRC of the length's 8 bytes,
+ * data, masked CRC of the data (little-endian). */
+kiln_status kiln_tfrecord_write(FILE *f, const void *data, size_t n);
+
+#endif /* KILN_LOGGER_H */

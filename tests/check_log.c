@@ -1,0 +1,287 @@
+/* tests/check_log.c - the loggers (core/logger.h) without a training run:
+ * TensorBoard's record framing against bytes TensorBoard's own Python
+ * writer produced, the event file read back through the protobuf-c code
+ * of core/proto/event.proto, the histogram, CSV and metrics.jsonl text.
+ * tests/log_tensorboard.sh reads a real run's files with TensorBoard. */
+#include "core/logger.h"
+#include "core/proto/event.pb-c.h"
+
+#include <check.h>
+#include "check_main.h"
+#include "test_util.h"
+#include <math.h>
+
+/* The expected bytes below come from the tensorboard 2.21 Python package:
+ * tensorboard.compat.tensorflow_stub.pywrap_tensorflow.masked_crc32c and
+ * tensorboard.summary.writer.record_writer.RecordWriter over
+ * event_pb2.Event(wall_time=1.5, step=7, file_version="brain.Event:2"). */
+static const char event_hex[] = "09000000000000f83f10071a0d627261696e2e4576656e743a32";
+static const char framed_hex[] = "1a00000000000000129bd82d"
+				 "09000000000000f83f10071a0d627261696e2e4576656e743a32"
+				 "da446486";
+
+static size_t unhex(const char *hex, uint8_t *out)
+{
+	size_t n = strlen(hex) / 2;
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		sscanf(hex + 2 * i, "%2x", &v);
+		out[i] = (uint8_t)v;
+	}
+	return n;
+}
+
+START_TEST(test_masked_crc)
+{
+	ck_assert_uint_eq(kiln_tfrecord_masked_crc("", 0), 0xa282ead8u);
+	ck_assert_uint_eq(kiln_tfrecord_masked_crc("123456789", 9), 0xc78ab0e5u);
+	ck_assert_uint_eq(kiln_tfrecord_masked_crc("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 32),
+			  0x849a5dd9u);
+}
+END_TEST
+
+START_TEST(test_tfrecord_frame)
+{
+	uint8_t ev[64], want[128], got[128];
+	size_t n = unhex(event_hex, ev), nw = unhex(framed_hex, want);
+	FILE *f = tmpfile();
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(kiln_tfrecord_write(f, ev, n), KILN_OK);
+	ck_assert_int_eq(ftell(f), (long)nw);
+	rewind(f);
+	ck_assert_uint_eq(fread(got, 1, sizeof got, f), nw);
+	ck_assert_mem_eq(got, want, nw);
+	fclose(f);
+}
+END_TEST
+
+static char dir[512];
+
+static void dir_setup(void)
+{
+	ck_assert_ptr_nonnull(test_tmpdir_make(dir, sizeof dir, "log"));
+}
+
+static void dir_teardown(void)
+{
+	test_tmpdir_remove(dir);
+}
+
+static struct kiln_loggers *open_loggers(const char *ini, int resumed, int64_t step)
+{
+	struct kiln_config *cfg;
+	struct kiln_loggers *L;
+	ck_assert_int_eq(kiln_config_load_string(ini, "test.ini", &cfg), KILN_OK);
+	ck_assert_msg(kiln_loggers_open(cfg, dir, resumed, step, &L) == KILN_OK, "%s",
+		      kiln_last_error());
+	kiln_config_free(cfg);
+	return L;
+}
+
+static struct kiln_log_record train_rec(int64_t step, double loss, int with_norm)
+{
+	struct kiln_log_record r = { .event = "train", .step = step };
+	kiln_log_add(&r, "epoch", 1, 1);
+	kiln_log_add(&r, "step", (double)step, 1);
+	kiln_log_add(&r, "loss", loss, 0);
+	if (with_norm)
+		kiln_log_add(&r, "grad_norm", 0.5, 0);
+	return r;
+}
+
+/* The events files in dir, in name order, into names (at most 4). */
+static int event_files(char names[][800])
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		if (!strncmp(de->d_name, "events.out.tfevents.", 20) && n < 4)
+			snprintf(names[n++], 800, "%s/%s", dir, de->d_name);
+	closedir(d);
+	if (n == 2 && strcmp(names[0], names[1]) > 0) {
+		char t[800];
+		memcpy(t, names[0], 800), memcpy(names[0], names[1], 800), memcpy(names[1], t, 800);
+	}
+	return n;
+}
+
+/* The events of a file, each record's framing checked. */
+static int read_events(const char *path, Tensorboard__Event **ev, int max)
+{
+	size_t len, at = 0;
+	uint8_t *b = (uint8_t *)test_read_file(path, &len);
+	int n = 0;
+	while (at < len && n < max) {
+		uint64_t m = 0;
+		uint32_t c1 = 0, c2 = 0;
+		ck_assert_uint_ge(len - at, 16);
+		for (int i = 7; i >= 0; i--)
+			m = m << 8 | b[at + i];
+		for (int i = 3; i >= 0; i--)
+			c1 = c1 << 8 | b[at + 8 + i], c2 = c2 << 8 | b[at + 12 + m + i];
+		ck_assert_uint_eq(c1, kiln_tfrecord_masked_crc(b + at, 8));
+		ck_assert_uint_eq(c2, kiln_tfrecord_masked_crc(b + at + 12, m));
+		ev[n] = tensorboard__event__unpack(NULL, m, b + at + 12);
+		ck_assert_ptr_nonnull(ev[n]);
+		n++;
+		at += 16 + m;
+	}
+	ck_assert_uint_eq(at, len);
+	free(b);
+	return n;
+}
+
+START_TEST(test_tensorboard_file)
+{
+	struct kiln_loggers *L = open_loggers("[log]\ntensorboard = 1\nhistograms = 5\n", 0, 0);
+	struct kiln_log_record r = train_rec(5, 0.25, 1);
+	const float w[4] = { -1, 0, 1, 2 };
+	ck_assert_int_eq(kiln_loggers_hist_due(L, 5), 1);
+	ck_assert_int_eq(kiln_loggers_hist_due(L, 6), 0);
+	kiln_loggers_record(L, &r);
+	kiln_loggers_histogram(L, 5, "weights/fc.weight", w, 4);
+	kiln_loggers_close(L);
+	/* a resumed run from step 3: another file, which starts with START at 4 */
+	L = open_loggers("[log]\ntensorboard = 1\n", 1, 3);
+	ck_assert_int_eq(kiln_loggers_hist_due(L, 5), 0);
+	kiln_loggers_close(L);
+
+	char names[4][800];
+	Tensorboard__Event *ev[8];
+	ck_assert_int_eq(event_files(names), 2);
+	ck_assert_int_eq(read_events(names[0], ev, 8), 3);
+	ck_assert_int_eq(ev[0]->what_case, TENSORBOARD__EVENT__WHAT_FILE_VERSION);
+	ck_assert_str_eq(ev[0]->file_version, "brain.Event:2");
+	ck_assert(ev[0]->wall_time > 1.6e9);
+	/* every field but the step, tagged train/NAME */
+	ck_assert_int_eq(ev[1]->what_case, TENSORBOARD__EVENT__WHAT_SUMMARY);
+	ck_assert_int_eq(ev[1]->step, 5);
+	Tensorboard__Summary *s = ev[1]->summary;
+	ck_assert_uint_eq(s->n_value, 3);
+	ck_assert_str_eq(s->value[0]->tag, "train/epoch");
+	ck_assert_str_eq(s->value[1]->tag, "train/loss");
+	ck_assert_str_eq(s->value[2]->tag, "train/grad_norm");
+	ck_assert_int_eq(s->value[1]->value_case, TENSORBOARD__SUMMARY__VALUE__VALUE_SIMPLE_VALUE);
+	ck_assert_float_eq(s->value[1]->simple_value, 0.25f);
+	ck_assert_float_eq(s->value[0]->simple_value, 1.0f);
+	/* the histogram */
+	s = ev[2]->summary;
+	ck_assert_str_eq(s->value[0]->tag, "weights/fc.weight");
+	Tensorboard__HistogramProto *h = s->value[0]->histo;
+	ck_assert_double_eq(h->min, -1);
+	ck_assert_double_eq(h->max, 2);
+	ck_assert_double_eq(h->num, 4);
+	ck_assert_double_eq(h->sum, 2);
+	ck_assert_double_eq(h->sum_squares, 6);
+	ck_assert_uint_eq(h->n_bucket, KILN_LOG_BUCKETS);
+	ck_assert_double_eq(h->bucket_limit[KILN_LOG_BUCKETS - 1], 2);
+	for (int i = 0; i < 3; i++)
+		tensorboard__event__free_unpacked(ev[i], NULL);
+	ck_assert_int_eq(read_events(names[1], ev, 8), 2);
+	ck_assert_int_eq(ev[1]->what_case, TENSORBOARD__EVENT__WHAT_SESSION_LOG);
+	ck_assert_int_eq(ev[1]->session_log->status, TENSORBOARD__SESSION_LOG__SESSION_STATUS__START);
+	ck_assert_int_eq(ev[1]->step, 4);
+	for (int i = 0; i < 2; i++)
+		tensorboard__event__free_unpacked(ev[i], NULL);
+}
+END_TEST
+
+/* Bucket i holds (limit[i-1], limit[i]]; non-finite values count nowhere. */
+START_TEST(test_histogram)
+{
+	float v[7] = { 0, 1, 2, 3, NAN, INFINITY, 0.1f };
+	struct kiln_log_hist h;
+	kiln_log_hist_of(&h, v, 7);
+	ck_assert_double_eq(h.min, 0);
+	ck_assert_double_eq(h.max, 3);
+	ck_assert_double_eq(h.num, 5);
+	ck_assert_double_eq_tol(h.sum, 6.1, 1e-6);
+	ck_assert_int_eq(h.n, KILN_LOG_BUCKETS);
+	double total = 0;
+	for (int i = 0; i < h.n; i++)
+		total += h.count[i];
+	ck_assert_double_eq(total, 5);
+	for (int k = 0; k < 7; k++) {
+		if (!isfinite(v[k]))
+			continue;
+		int b = 0;
+		while (v[k] > h.limit[b])
+			b++;
+		ck_assert_msg(h.count[b] >= 1, "value %g: bucket %d empty", v[k], b);
+	}
+	ck_assert_double_eq(h.count[0], 1); /* 0 */
+	ck_assert_double_eq(h.count[1], 1); /* 0.1f, a little above the limit 0.1 */
+	float same[3] = { 2, 2, 2 };
+	kiln_log_hist_of(&h, same, 3);
+	ck_assert_int_eq(h.n, 1);
+	ck_assert_double_eq(h.count[0], 3);
+	ck_assert_double_eq(h.limit[0], 2);
+}
+END_TEST
+
+START_TEST(test_csv_tables)
+{
+	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 0, 0);
+	struct kiln_log_record r = train_rec(5, 0.25, 1);
+	kiln_loggers_record(L, &r);
+	r = train_rec(10, NAN, 1);
+	kiln_loggers_record(L, &r);
+	struct kiln_log_record e = { .event = "eval", .set = "val", .step = 10 };
+	kiln_log_add(&e, "step", 10, 1);
+	kiln_log_add(&e, "acc", 0.75, 0);
+	kiln_loggers_record(L, &e);
+	kiln_loggers_close(L);
+	/* resumed: appended under the header; a missing field is an empty cell */
+	L = open_loggers("[log]\ncsv = 1\n", 1, 10);
+	r = train_rec(15, 0.125, 0);
+	kiln_loggers_record(L, &r);
+	kiln_loggers_close(L);
+
+	char path[700];
+	size_t n;
+	snprintf(path, sizeof path, "%s/train.csv", dir);
+	char *t = test_read_file(path, &n);
+	ck_assert_str_eq(t, "epoch,step,loss,grad_norm\n1,5,0.25,0.5\n1,10,nan,0.5\n1,15,0.125,\n");
+	free(t);
+	snprintf(path, sizeof path, "%s/eval.csv", dir);
+	t = test_read_file(path, &n);
+	ck_assert_str_eq(t, "set,step,acc\nval,10,0.75\n");
+	free(t);
+}
+END_TEST
+
+/* metrics.jsonl, always open: integers as integers, NaN as null, the
+ * other events as they are. */
+START_TEST(test_jsonl)
+{
+	struct kiln_loggers *L = open_loggers("[log]\n", 0, 0);
+	struct kiln_log_record r = train_rec(5, NAN, 0);
+	kiln_loggers_record(L, &r);
+	kiln_loggers_event(L, json_pack("{s:s, s:I}", "event", "checkpoint", "step", (json_int_t)5));
+	kiln_loggers_event(L, NULL);
+	kiln_loggers_close(L);
+	char path[700];
+	size_t n;
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	char *t = test_read_file(path, &n);
+	ck_assert_str_eq(t, "{\"event\":\"train\",\"epoch\":1,\"step\":5,\"loss\":null}\n"
+			    "{\"event\":\"checkpoint\",\"step\":5}\n");
+	free(t);
+	/* no event files, no tables without [log] asking */
+	snprintf(path, sizeof path, "%s/train.csv", dir);
+	ck_assert_int_ne(access(path, F_OK), 0);
+}
+END_TEST
+
+static Suite *make_log_suite(void)
+{
+	Suite *s = suite_create("log");
+	check_add_case(s, "framing", 0, NULL, NULL,
+		       (const TTest *[]){ test_masked_crc, test_tfrecord_frame, test_histogram, NULL });
+	check_add_case(s, "files", 0, dir_setup, dir_teardown,
+		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_log_suite };
