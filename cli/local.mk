@@ -1,6 +1,7 @@
 bin_PROGRAMS += kiln
 kiln_SOURCES = cli/kiln.c cli/cli.h cli/cmd_config.c cli/cmd_plugins.c cli/cmd_train.c cli/cmd_eval.c \
-	cli/cmd_bench.c cli/cmd_bench_comm.c cli/cmd_pack.c cli/cmd_export.c cli/cmd_memory.c cli/cmd_launch.c
+	cli/cmd_bench.c cli/cmd_bench_comm.c cli/cmd_pack.c cli/cmd_export.c cli/cmd_memory.c cli/cmd_launch.c \
+	cli/cmd_summary.c
 kiln_CPPFLAGS = $(AM_CPPFLAGS) $(PACK_CPPFLAGS)
 kiln_LDADD = libkiln.la
 # `kiln pack` writes records shards with the loaders' image codec and

@@ -297,3 +297,8 @@ EXTRA_DIST += tests/mpi_coll.sh
 # ZeRO-1 with that plugin optimizer equals DDP (needs kiln-gloo.so)
 TESTS += tests/dist_zero_lion.sh
 EXTRA_DIST += tests/dist_zero_lion.sh
+
+# ---- kiln summary (torchinfo's numbers from PyTorch twins of the examples)
+# and kiln report (rendered by headless Chromium; skips without it) ---------
+TESTS += tests/summary.sh
+EXTRA_DIST += tests/summary.sh tests/data/gen_summary_refs.py tests/data/summary_refs.txt
