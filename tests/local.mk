@@ -300,5 +300,5 @@ EXTRA_DIST += tests/dist_zero_lion.sh
 
 # ---- kiln summary (torchinfo's numbers from PyTorch twins of the examples)
 # and kiln report (rendered by headless Chromium; skips without it) ---------
-TESTS += tests/summary.sh
-EXTRA_DIST += tests/summary.sh tests/data/gen_summary_refs.py tests/data/summary_refs.txt
+TESTS += tests/summary.sh tests/report.sh
+EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py tests/data/summary_refs.txt
