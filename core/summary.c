@@ -232,8 +232,10 @@ kiln_status kiln_plan_summary_log(struct kiln_plan *p)
 	struct kiln_summary s;
 	char *buf = NULL;
 	size_t n = 0;
-	if (kiln_log_get_level() < KILN_LOG_INFO)
+	if (kiln_log_get_level() < KILN_LOG_INFO) {
+		kiln_device_flops_count(p->m->dev, NULL); /* forget the notes */
 		return KILN_OK;
+	}
 	kiln_status st = kiln_plan_summary(p, &s);
 	if (st)
 		return st;

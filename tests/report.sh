@@ -6,7 +6,9 @@
 # resource, that text from the config is escaped, that each plot has one
 # circle and one polyline vertex per metrics.jsonl line of its kind (and a
 # note instead of a plot for a field no line has), and that the PNG is a
-# real picture.  Bad input: no metrics.jsonl is a usage error.
+# real picture; that the fields newer trainers log (lr, samples_per_s,
+# data_wait, grad_norm, time) are plotted (a synthetic metrics.jsonl).  Bad
+# input: no metrics.jsonl is a usage error.
 name=report
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -78,6 +80,32 @@ echo "ok: $plots series, one point per metrics line each"
 size=$(wc -c <"$tmp/report.png")
 [ "$size" -gt 50000 ] || fail "the screenshot is only $size bytes: blank?"
 echo "ok: screenshot $size bytes"
+
+# the fields helper-written trainers add to train lines (lr, samples_per_s,
+# data_wait, grad_norm, time): each gets its plot, grad_norm only where
+# logged; a line that is not JSON is skipped
+syn="$tmp/syn"
+mkdir "$syn"
+awk 'BEGIN { for (s = 10; s <= 80; s += 10) {
+	printf "{\"event\":\"train\",\"epoch\":1,\"step\":%d,\"loss\":%g,\"acc\":%g,\"skipped\":0,", s, 2 / s, 1 - 1 / s
+	printf "\"loss_scale\":1.0,\"time\":%g,\"lr\":%g,\"samples_per_s\":%d,\"data_wait\":%g", s / 10, 0.1 / s, 1000 + s, 0.01 * (s % 3)
+	if (s % 20 == 0) printf ",\"grad_norm\":%g", 10 / s
+	print "}" }
+	print "not json"
+	print "{\"event\":\"eval\",\"set\":\"val\",\"epoch\":1,\"step\":40,\"loss\":0.5,\"acc\":0.8,\"acc5\":0.9,\"samples\":10}" }' \
+	>"$syn/metrics.jsonl"
+kiln 0 report "$syn"
+for want in train.lr:8 train.samples_per_s:8 train.data_wait:8 train.time:8 train.grad_norm:4 \
+	val.loss:1 val.acc:1 train.loss:8; do
+	s=${want%:*}
+	n=$(grep -o "<circle class=\"pt\" data-series=\"$s\"" "$syn/report.html" | wc -l)
+	[ "$n" -eq "${want#*:}" ] || fail "synthetic run: $s has $n points, expected ${want#*:}"
+done
+for id in lr throughput data_wait grad_norm time; do
+	grep -q "<svg class=\"plot\" id=\"plot-$id\"" "$syn/report.html" || fail "synthetic run: no plot $id"
+done
+grep -q "some not JSON objects: skipped" "$syn/report.html" || fail "synthetic run: the bad line is not reported"
+echo "ok: lr, throughput, data wait, gradient norm and time plotted when logged"
 
 # -o, a run without config.ini, bad input
 kiln 0 report "$run" -o "$tmp/other.html"
