@@ -27,6 +27,8 @@ int cmd_pack_tokens(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 /* The help of the commands whose --help (or -h) the dispatcher answers
  * (kiln.c): `usage`, a blank line, then `about`. */
@@ -36,6 +38,8 @@ extern const char cmd_config_usage[], cmd_config_about[];
 extern const char cmd_plugins_usage[], cmd_plugins_about[];
 extern const char cmd_memory_usage[], cmd_memory_about[];
 extern const char cmd_pack_usage[], cmd_pack_about[];
+extern const char cmd_summary_usage[], cmd_summary_about[];
+extern const char cmd_report_usage[], cmd_report_about[];
 
 /* Print s as a JSON string literal (quoted, escaped). */
 void cli_json_str(FILE *f, const char *s);

@@ -25,6 +25,8 @@ static void usage(FILE *f)
 		"  pack FILE --out DIR [options]        write [data]'s samples as records shards (.krec)\n"
 		"  export FILE --safetensors OUT        write the model's weights (PyTorch names, layouts)\n"
 		"  launch -n N [...] -- COMMAND...      start N ranks of a data-parallel run (kiln launch --help)\n"
+		"  summary FILE [--batch N] [...]       the model's layers, output shapes, parameters, FLOPs\n"
+		"  report RUN_DIR [-o FILE]             an HTML page of a run: curves, config, summary, memory\n"
 		"\n"
 		"`kiln <command> --help` describes one command.  Exit codes: 0 ok, 1 failure,\n"
 		"2 usage or config error, 3 data error.\n");
@@ -115,6 +117,8 @@ static const struct command {
 	{ "pack", cmd_pack, cmd_pack_usage, cmd_pack_about },
 	{ "export", cmd_export, NULL, NULL },
 	{ "launch", cmd_launch, NULL, NULL },
+	{ "summary", cmd_summary, cmd_summary_usage, cmd_summary_about },
+	{ "report", cmd_report, cmd_report_usage, cmd_report_about },
 };
 
 static int run_command(const struct command *c, int argc, char **argv)

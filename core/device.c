@@ -21,6 +21,12 @@ struct kiln_device {
 	size_t live, peak;
 	struct { void *p; size_t n; } *sizes;
 	size_t cap, used;
+	/* FLOP counting (kiln_model_summary): while flops_rec, every plan
+	 * prepared is noted with its op's FLOPs; while flops_acc is set, runs
+	 * and copies do nothing but add a noted plan's FLOPs to *flops_acc */
+	int flops_rec, flops_n, flops_cap;
+	struct flops_entry { void *plan; double flops; } *flops_tab;
+	double *flops_acc;
 };
 
 static size_t mem_hash(const void *p, size_t cap)
@@ -202,6 +208,7 @@ void kiln_device_close(struct kiln_device *dev)
 		dev->ops->close(dev->ctx);
 	pthread_mutex_destroy(&dev->mem_lock);
 	free(dev->sizes);
+	free(dev->flops_tab);
 	free(dev);
 }
 
@@ -341,6 +348,8 @@ static kiln_status copy_profiled(struct kiln_device *dev, void *dst, const void 
 kiln_status kiln_device_copy_async(struct kiln_device *dev, void *dst, const void *src,
 				   size_t bytes, int kind, void *stream)
 {
+	if (dev->flops_acc)
+		return KILN_OK;
 	if (!stream)
 		return kiln_error(KILN_EINVAL, "copy_async: NULL stream");
 	if (kind == KILN_COPY_D2H)
@@ -380,6 +389,46 @@ kiln_status kiln_device_stream_sync(struct kiln_device *dev, void *stream)
 	return dev->ops->stream_sync(dev->ctx, stream);
 }
 
+/* ---- FLOP counting (kiln_model_summary) --------------------------------- */
+
+static kiln_status flops_note(struct kiln_device *dev, void *plan, double flops)
+{
+	struct flops_entry *t = kiln_grow(dev->flops_tab, dev->flops_n, &dev->flops_cap,
+					 sizeof *t, 64);
+	if (!t)
+		return kiln_error(KILN_ENOMEM, "counting FLOPs: out of memory");
+	dev->flops_tab = t;
+	t[dev->flops_n++] = (struct flops_entry){ plan, flops };
+	return KILN_OK;
+}
+
+static kiln_status flops_add(struct kiln_device *dev, void *plan)
+{
+	for (int i = 0; i < dev->flops_n; i++)
+		if (dev->flops_tab[i].plan == plan) {
+			*dev->flops_acc += dev->flops_tab[i].flops;
+			break;
+		}
+	return KILN_OK;
+}
+
+void kiln_device_flops_record(struct kiln_device *dev, int on)
+{
+	if (on)
+		dev->flops_n = 0;
+	dev->flops_rec = on;
+}
+
+void kiln_device_flops_count(struct kiln_device *dev, double *acc)
+{
+	dev->flops_acc = acc;
+	if (!acc) {
+		free(dev->flops_tab);
+		dev->flops_tab = NULL;
+		dev->flops_n = dev->flops_cap = 0;
+	}
+}
+
 kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan,
 				size_t *workspace)
 {
@@ -398,6 +447,11 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	st = dev->ops->prepare(dev->ctx, op, plan, &ws);
 	if (workspace)
 		*workspace = ws;
+	if (!st && dev->flops_rec && (st = flops_note(dev, *plan, kiln_op_flops(op)))) {
+		if (dev->ops->plan_free)
+			dev->ops->plan_free(dev->ctx, *plan);
+		*plan = NULL;
+	}
 	if (!st && dev->prof)
 		kiln_profile_plan(dev->prof, *plan, op->type);
 	return st;
@@ -418,6 +472,8 @@ kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **p
 kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct kiln_op_args *args,
 			    void *stream)
 {
+	if (dev->flops_acc)
+		return flops_add(dev, plan);
 	atomic_fetch_add(&dev->runs, 1);
 	if (dev->prof)
 		return run_profiled(dev, plan, args, stream);

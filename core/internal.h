@@ -108,6 +108,16 @@ const char *kiln_op_name(int type);
  * KILN_EINVAL / KILN_ENOTSUP with the error set; any thread. */
 kiln_status kiln_op_check(const struct kiln_op *op, const char *who);
 
+/* ---- FLOP counting for kiln_model_summary (core/device.c) ----
+ * on = 1: from now on note every plan kiln_device_prepare makes with its
+ * op's FLOPs (kiln_op_flops), forgetting earlier notes; 0: stop noting
+ * (the notes stay). */
+void kiln_device_flops_record(struct kiln_device *dev, int on);
+/* acc not NULL: runs and copies on dev do nothing but add a noted plan's
+ * FLOPs to *acc (a plan not noted adds 0); NULL: back to running, the
+ * notes forgotten.  One thread, nothing else running on dev. */
+void kiln_device_flops_count(struct kiln_device *dev, double *acc);
+
 /* ---- the phases of a training step (the trainer, the profiler's trace
  * slices and pass attribution; core/profile.h) ---- */
 enum kiln_phase {

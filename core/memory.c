@@ -1,7 +1,8 @@
 /* core/memory.c - `kiln memory`: what a training run will allocate, from
  * the static plans alone, before any training (see kiln.h,
  * kiln_memory_report).  The same model, plans and buffers the trainer
- * builds; nothing is run. */
+ * builds; nothing is run.  kiln_summary_report builds its model the same
+ * way. */
 #include "data.h"
 #include "graph.h"
 #include "run_config.h"
@@ -332,5 +333,22 @@ out:
 	kiln_plan_free(ptrain);
 	kiln_plan_free(peval);
 	kiln_plan_free(prem);
+	return st;
+}
+
+/* `kiln summary`: the same model as `kiln memory` builds (summary.c
+ * counts and prints). */
+kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				int64_t batch, FILE *f, struct kiln_summary *out)
+{
+	struct mem_setup s;
+	kiln_status st;
+	memset(out, 0, sizeof *out);
+	if ((st = setup_open(cfg, reg, &s)))
+		return st;
+	st = kiln_model_summary(s.m, batch > 0 ? batch : 1, out);
+	if (!st && f)
+		kiln_summary_print(out, f);
+	setup_close(&s);
 	return st;
 }

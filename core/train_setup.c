@@ -370,9 +370,15 @@ static kiln_status build_model(struct trainer *t)
 	if ((st = kiln_model_create(t->cfg, t->reg, t->dev, &first->input, &t->m)) ||
 	    (st = kiln_dist_share_grads(t->dist, t->m)) || (st = open_streams(t)))
 		return st;
-	if (t->training && ((st = prepare_training(t)) ||
-			    (st = kiln_model_plan(t->m, t->B, 1, &t->ptrain))))
-		return st;
+	if (t->training) {
+		if ((st = prepare_training(t)))
+			return st;
+		kiln_device_flops_record(t->dev, 1); /* the ops' FLOPs, for the summary */
+		st = kiln_model_plan(t->m, t->B, 1, &t->ptrain);
+		kiln_device_flops_record(t->dev, 0);
+		if (st)
+			return st;
+	}
 	if (!t->training && (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute)))
 		return st;
 	if (do_eval) {
@@ -400,6 +406,8 @@ static kiln_status build_model(struct trainer *t)
 			 kiln_model_param_count(t->m), kiln_model_param_elems(t->m),
 			 (double)kiln_plan_arena_bytes(t->ptrain) / 1048576.0,
 			 (double)kiln_plan_naive_bytes(t->ptrain) / 1048576.0);
+	if (t->training && t->rank == 0 && kiln_plan_summary_log(t->ptrain))
+		kiln_log(KILN_LOG_WARN, "core", "no model summary: %s", kiln_last_error());
 	return KILN_OK;
 }
 

@@ -358,3 +358,8 @@ endif
 TESTS += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh
 EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/log_common.sh \
 	tests/log_check.py
+
+# ---- kiln summary (torchinfo's numbers from PyTorch twins of the examples)
+# and kiln report (rendered by headless Chromium; skips without it) ---------
+TESTS += tests/summary.sh tests/report.sh
+EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py tests/data/summary_refs.txt

@@ -583,6 +583,57 @@ kiln_status kiln_parse_size(const char *s, size_t *out);
 kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			       FILE *f, struct kiln_memory *out);
 
+/* ---- model summary (`kiln summary`, docs/summary.md) ----
+ *
+ * Per layer: output shape, parameters and forward FLOPs, like torchinfo.
+ * FLOPs are counted from the device ops each layer prepares and runs in its
+ * forward (so a plugin layer is counted like a built-in one): a plan's ops
+ * are noted with kiln_op_flops as they are prepared, then the forward is
+ * issued with the device counting instead of running. */
+
+/* The FLOPs of one run of op, a multiply-add counting 2: GEMM 2*M*N*K per
+ * batch (+ M*N with a bias); CONV 2 * numel(y) * C/g*KH*KW (+ numel(y)
+ * with a bias); POOL numel(y)*KH*KW; BN_INFER, BN_APPLY, NORMALIZE_U8
+ * 2 per output element; copies and layout changes (REORDER, CAST, CONCAT,
+ * SPLIT, FILL, COUNTER_ADD) 0; every other op (elementwise, losses,
+ * optimizers, op types the core does not know) one per element of its
+ * first output. */
+double kiln_op_flops(const struct kiln_op *op);
+
+struct kiln_summary_layer {
+	const char *name, *type;  /* the model's: valid while it lives */
+	struct kiln_tensor_desc out; /* the output, batch first (4-d: N, C, H, W) */
+	int is_view;              /* the output is its input reshaped (flatten) */
+	int is_loss;              /* a loss layer (its output: the metric sums) */
+	int64_t trainable, frozen; /* parameter elements ([layer] trainable = 0: frozen) */
+	int64_t buffers;          /* non-trained state (batchnorm running stats) */
+	double flops;             /* the layer's forward at the summary's batch */
+};
+
+struct kiln_summary {
+	int64_t batch;            /* the batch the shapes and FLOPs are for */
+	int training;             /* 1: the forward of a training plan (batch
+				   * statistics, dropout), 0: evaluation */
+	int n_layers;
+	struct kiln_summary_layer *layers;
+	int64_t params, trainable, frozen, buffers; /* totals, elements */
+	double flops;             /* the whole forward (layers only, not the
+				   * input conversion) */
+	double param_mib;         /* parameters' bytes (f32) / 2^20 */
+};
+
+/* The summary of model m at `batch` rows, from a plan of its own (evaluation
+ * mode, nothing allocated for activations); nothing runs on the device. */
+kiln_status kiln_model_summary(struct kiln_model *m, int64_t batch, struct kiln_summary *out);
+/* The table (one row per layer, then the totals) to f. */
+void kiln_summary_print(const struct kiln_summary *s, FILE *f);
+void kiln_summary_free(struct kiln_summary *s);
+/* Build cfg's model as `kiln train` would and print its summary at `batch`
+ * rows to f (when not NULL); *out filled (free with kiln_summary_free, the
+ * names are copies). */
+kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				int64_t batch, FILE *f, struct kiln_summary *out);
+
 /* ---- the loader alone (`kiln bench data`) ---- */
 
 struct kiln_data_bench {

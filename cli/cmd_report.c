@@ -1,0 +1,247 @@
+/* cli/cmd_report.c - `kiln report RUN_DIR [-o FILE]`: one self-contained
+ * HTML page of a run (docs/report.md): its curves as inline SVG (from
+ * metrics.jsonl), the resolved config (config.ini), the model summary and
+ * memory report of that config, and the top of the profile table when the
+ * run was profiled.  No script, no external resource. */
+#include "build-config.h"
+#include "cli.h"
+#include "report.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char cmd_report_usage[] = "usage: kiln report RUN_DIR [-o FILE]\n";
+const char cmd_report_about[] =
+	"Write an HTML report of the run in RUN_DIR (a [run] out_dir) to FILE (default\n"
+	"RUN_DIR/report.html): training and evaluation loss and accuracy, learning rate,\n"
+	"throughput, data wait, gradient norm and loss scale against the step (each plot\n"
+	"only when metrics.jsonl has the field), the resolved config, the model summary\n"
+	"(`kiln summary`) and memory report (`kiln memory`) of RUN_DIR/config.ini, and the\n"
+	"top of RUN_DIR/profile.txt when the run was profiled.  One file, inline SVG, no\n"
+	"script: it opens offline in any browser.\n"
+	"Exit codes: 0 ok, 1 failure, 2 usage error (no RUN_DIR/metrics.jsonl).\n";
+
+/* The plots: y = the field of the train lines and of each evaluation set's
+ * lines, against the step. */
+static const struct chart {
+	const char *id, *title, *field;
+} charts[] = {
+	{ "loss", "Loss", "loss" },
+	{ "acc", "Accuracy (top-1)", "acc" },
+	{ "lr", "Learning rate", "lr" },
+	{ "throughput", "Throughput (training samples/s)", "samples_per_s" },
+	{ "data_wait", "Data wait (fraction of the interval's wall time)", "data_wait" },
+	{ "grad_norm", "Gradient norm", "grad_norm" },
+	{ "loss_scale", "Loss scale", "loss_scale" },
+	{ "time", "Time since the start (s)", "time" },
+};
+static const char *const sets[] = { "train", "val", "test" };
+#define NSETS 3
+
+/* The whole file at path, NUL-terminated (free it); NULL when unreadable. */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *m = open_memstream(&buf, &n);
+	char chunk[8192];
+	size_t got;
+	while (m && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
+		fwrite(chunk, 1, got, m);
+	fclose(f);
+	if (m)
+		fclose(m);
+	return buf;
+}
+
+static void write_head(FILE *f, const char *dir)
+{
+	fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>kiln report: ", f);
+	report_html_text(f, dir);
+	fputs("</title>\n<style>\n"
+	      "body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1100px; }\n"
+	      "pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 12px; }\n"
+	      "svg.plot { display: block; margin: 0.5em 0 1.5em; font-size: 11px; }\n"
+	      "svg .grid { stroke: #e4e4e4; } svg .frame { fill: none; stroke: #888; }\n"
+	      "svg .line { fill: none; stroke-width: 1.5; } svg .title { font-size: 13px; font-weight: bold; }\n"
+	      ".note { color: #777; font-style: italic; } td { padding: 0 1em 0 0; }\n"
+	      "</style></head>\n<body>\n<h1>kiln run report: ", f);
+	report_html_text(f, dir);
+	fputs("</h1>\n", f);
+}
+
+/* The "final" line's numbers, when the run finished. */
+static void write_result(FILE *f, const struct report_metrics *m)
+{
+	fputs("<section id=\"result\"><h2>Result</h2>\n", f);
+	if (!m->have_final) {
+		fputs("<p class=\"note\">No \"final\" line in metrics.jsonl: the run stopped or is still running.</p>\n", f);
+	} else {
+		fprintf(f, "<table><tr><td>epochs</td><td>%g</td></tr><tr><td>steps</td><td>%g</td></tr>\n"
+			   "<tr><td>test loss</td><td>%.4f</td></tr><tr><td>test accuracy</td><td>%.4f</td></tr>\n"
+			   "<tr><td>training samples/s</td><td>%.1f</td></tr><tr><td>wall time</td><td>%.1f s</td></tr></table>\n",
+			m->final_epochs, m->final_steps, m->final_test_loss, m->final_test_acc,
+			m->final_samples_per_s, m->final_wall_s);
+	}
+	fprintf(f, "<p>metrics.jsonl: %ld lines%s</p>\n</section>\n", m->lines,
+		m->bad_lines ? " (some not JSON objects: skipped)" : "");
+}
+
+/* Every chart whose field some line has; a note for the others. */
+static void write_curves(FILE *f, const struct report_metrics *m)
+{
+	fputs("<section id=\"curves\"><h2>Curves</h2>\n", f);
+	for (size_t c = 0; c < sizeof charts / sizeof *charts; c++) {
+		const struct report_series *s[NSETS];
+		int any = 0;
+		for (int k = 0; k < NSETS; k++) {
+			char name[64];
+			snprintf(name, sizeof name, "%s.%s", sets[k], charts[c].field);
+			s[k] = report_series_find(m, name);
+			any |= s[k] != NULL;
+		}
+		if (any)
+			report_svg_chart(f, charts[c].id, charts[c].title, s, sets, NSETS);
+		else
+			fprintf(f, "<p class=\"note\" id=\"missing-%s\">%s: no plot, metrics.jsonl has no \"%s\" field.</p>\n",
+				charts[c].id, charts[c].title, charts[c].field);
+	}
+	fputs("</section>\n", f);
+}
+
+/* A section holding text in <pre>, or a note when text is NULL. */
+static void write_pre(FILE *f, const char *id, const char *title, const char *text,
+		      const char *missing)
+{
+	fprintf(f, "<section id=\"%s\"><h2>%s</h2>\n", id, title);
+	if (text) {
+		fputs("<pre>", f);
+		report_html_text(f, text);
+		fputs("</pre>\n", f);
+	} else {
+		fputs("<p class=\"note\">", f);
+		report_html_text(f, missing);
+		fputs("</p>\n", f);
+	}
+	fputs("</section>\n", f);
+}
+
+/* The model summary and the memory report of the run's config, built as
+ * `kiln summary` and `kiln memory` build them; on failure, why. */
+static void write_model(FILE *f, const char *config)
+{
+	struct kiln_config *cfg;
+	struct kiln_registry *reg;
+	char *sum = NULL, *mem = NULL, why[5000] = "";
+	size_t n;
+	kiln_status st = cli_load(config, 0, NULL, 0, &cfg, &reg);
+	FILE *m = st ? NULL : open_memstream(&sum, &n);
+	if (m) {
+		struct kiln_summary s;
+		if (!(st = kiln_summary_report(cfg, reg, 1, m, &s)))
+			kiln_summary_free(&s);
+		fclose(m);
+	}
+	m = st ? NULL : open_memstream(&mem, &n);
+	if (m) {
+		struct kiln_memory r;
+		st = kiln_memory_report(cfg, reg, m, &r);
+		fclose(m);
+	}
+	if (st)
+		snprintf(why, sizeof why, "Not available: %s: %s", config, kiln_last_error());
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+	write_pre(f, "summary", "Model summary (kiln summary)", st ? NULL : sum, why);
+	write_pre(f, "memory", "Memory (kiln memory)", st ? NULL : mem, why);
+	free(sum);
+	free(mem);
+}
+
+/* The profile table's head and its first rows (the most expensive). */
+static void write_profile(FILE *f, const char *path)
+{
+	enum { ROWS = 24 };
+	char *text = slurp(path);
+	if (text) {
+		char *p = text;
+		for (int line = 0; *p && line < ROWS + 4; line++) {
+			char *nl = strchr(p, '\n');
+			p = nl ? nl + 1 : p + strlen(p);
+		}
+		if (*p)
+			strcpy(p, "...\n(the whole table: profile.txt; the trace: trace.json)\n");
+	}
+	write_pre(f, "profile", "Profile (top rows of profile.txt)", text,
+		  "Not profiled (kiln train --profile writes profile.txt).");
+	free(text);
+}
+
+static int write_report(const char *dir, const char *out, const struct report_metrics *m)
+{
+	char path[4096];
+	FILE *f = fopen(out, "w");
+	if (!f) {
+		fprintf(stderr, "kiln: error: %s: %s\n", out, strerror(errno));
+		return 1;
+	}
+	write_head(f, dir);
+	write_result(f, m);
+	write_curves(f, m);
+	snprintf(path, sizeof path, "%s/config.ini", dir);
+	char *config = slurp(path);
+	write_pre(f, "config", "Config (config.ini, resolved)", config, "No config.ini in the run directory.");
+	if (config)
+		write_model(f, path);
+	else
+		write_pre(f, "summary", "Model summary", NULL, "No config.ini: no summary or memory report.");
+	free(config);
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	write_profile(f, path);
+	fputs("</body></html>\n", f);
+	if (fclose(f)) {
+		fprintf(stderr, "kiln: error: %s: %s\n", out, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+int cmd_report(int argc, char **argv)
+{
+	const char *dir = NULL, *out = NULL;
+	char path[4096], def[4096];
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-o") && i + 1 < argc)
+			out = argv[++i];
+		else if (argv[i][0] != '-' && !dir)
+			dir = argv[i];
+		else {
+			fprintf(stderr, "kiln: error: unexpected argument '%s'\n%s", argv[i], cmd_report_usage);
+			return 2;
+		}
+	}
+	if (!dir) {
+		fputs(cmd_report_usage, stderr);
+		return 2;
+	}
+	struct report_metrics m;
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	if (report_metrics_read(path, &m)) {
+		const int e = errno;
+		fprintf(stderr, "kiln: error: %s: %s (is %s a run's out_dir?)\n", path, strerror(e), dir);
+		return e == ENOMEM ? 1 : 2;
+	}
+	if (!out) {
+		snprintf(def, sizeof def, "%s/report.html", dir);
+		out = def;
+	}
+	int rc = write_report(dir, out, &m);
+	report_metrics_free(&m);
+	if (!rc)
+		printf("report: %s\n", out);
+	return rc;
+}

@@ -1,0 +1,44 @@
+/* cli/report.h - the pieces of `kiln report` (cli/cmd_report.c): a run's
+ * metrics read into named series (report_metrics.c) and SVG line charts
+ * of them (report_svg.c). */
+#ifndef KILN_CLI_REPORT_H
+#define KILN_CLI_REPORT_H
+
+#include <stdio.h>
+
+/* One curve: y against the step.  Named "EVENT.FIELD": "train.loss",
+ * "train.lr", ... for metrics.jsonl's train lines, "SET.FIELD" ("test.acc",
+ * "val.loss") for its eval lines. */
+struct report_series {
+	char name[64];
+	int n, cap;
+	double *x, *y;
+};
+
+struct report_metrics {
+	int n, cap;
+	struct report_series *s;
+	long lines, bad_lines;     /* read, and not a JSON object */
+	int have_final;            /* the "final" line's numbers */
+	double final_epochs, final_steps, final_test_acc, final_test_loss, final_wall_s,
+		final_samples_per_s;
+};
+
+/* Read RUN_DIR/metrics.jsonl (path) into m: every numeric field of every
+ * train and eval line (but epoch and step) as a series against the step.
+ * -1 with errno when the file cannot be read; 0 otherwise. */
+int report_metrics_read(const char *path, struct report_metrics *m);
+void report_metrics_free(struct report_metrics *m);
+/* The series called name, NULL when no line had it. */
+const struct report_series *report_series_find(const struct report_metrics *m, const char *name);
+
+/* Write s as HTML text (&, <, >, " and ' escaped). */
+void report_html_text(FILE *f, const char *s);
+
+/* An inline SVG line chart (id "plot-<id>") of the n series (NULL ones
+ * skipped) labelled labels[i]: axes with ticks, one polyline per series and
+ * one <circle class="pt" data-series="NAME"> per point, a legend. */
+void report_svg_chart(FILE *f, const char *id, const char *title,
+		      const struct report_series *const *series, const char *const *labels, int n);
+
+#endif

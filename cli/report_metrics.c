@@ -1,0 +1,130 @@
+/* cli/report_metrics.c - `kiln report`: a run's metrics.jsonl read into
+ * series (cli/report.h).  Fields the trainer of the day does not write are
+ * simply absent: the report leaves their plots out. */
+#include "build-config.h"
+#include "report.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+void report_metrics_free(struct report_metrics *m)
+{
+	for (int i = 0; i < m->n; i++) {
+		free(m->s[i].x);
+		free(m->s[i].y);
+	}
+	free(m->s);
+	memset(m, 0, sizeof *m);
+}
+
+const struct report_series *report_series_find(const struct report_metrics *m, const char *name)
+{
+	for (int i = 0; i < m->n; i++)
+		if (!strcmp(m->s[i].name, name))
+			return &m->s[i];
+	return NULL;
+}
+
+/* The series `name`, made when new; NULL when out of memory. */
+static struct report_series *series_get(struct report_metrics *m, const char *name)
+{
+	struct report_series *s = (struct report_series *)report_series_find(m, name);
+	if (s)
+		return s;
+	if (m->n == m->cap) {
+		int cap = m->cap ? 2 * m->cap : 16;
+		void *p = realloc(m->s, (size_t)cap * sizeof *m->s);
+		if (!p)
+			return NULL;
+		m->s = p, m->cap = cap;
+	}
+	s = &m->s[m->n++];
+	memset(s, 0, sizeof *s);
+	snprintf(s->name, sizeof s->name, "%s", name);
+	return s;
+}
+
+static int series_add(struct report_series *s, double x, double y)
+{
+	if (s->n == s->cap) {
+		int cap = s->cap ? 2 * s->cap : 64;
+		double *nx = realloc(s->x, (size_t)cap * sizeof *nx);
+		if (!nx)
+			return -1;
+		s->x = nx;
+		double *ny = realloc(s->y, (size_t)cap * sizeof *ny);
+		if (!ny)
+			return -1;
+		s->y = ny, s->cap = cap;
+	}
+	s->x[s->n] = x, s->y[s->n] = y, s->n++;
+	return 0;
+}
+
+/* One train or eval line: its numeric fields under "PREFIX.FIELD". */
+static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
+{
+	json_t *step = json_object_get(o, "step");
+	if (!json_is_number(step))
+		return 0;
+	const char *key;
+	json_t *v;
+	json_object_foreach(o, key, v) {
+		if (!json_is_number(v) || !strcmp(key, "step") || !strcmp(key, "epoch"))
+			continue;
+		char name[64];
+		snprintf(name, sizeof name, "%s.%s", prefix, key);
+		struct report_series *s = series_get(m, name);
+		if (!s || series_add(s, json_number_value(step), json_number_value(v)))
+			return -1;
+	}
+	return 0;
+}
+
+static double num(json_t *o, const char *key)
+{
+	return json_number_value(json_object_get(o, key));
+}
+
+static void read_final(struct report_metrics *m, json_t *o)
+{
+	m->have_final = 1;
+	m->final_epochs = num(o, "epochs");
+	m->final_steps = num(o, "steps");
+	m->final_test_loss = num(o, "test_loss");
+	m->final_test_acc = num(o, "test_acc");
+	m->final_wall_s = num(o, "wall_s");
+	m->final_samples_per_s = num(o, "train_samples_per_s");
+}
+
+int report_metrics_read(const char *path, struct report_metrics *m)
+{
+	memset(m, 0, sizeof *m);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char *line = NULL;
+	size_t cap = 0;
+	int rc = 0;
+	while (!rc && getline(&line, &cap, f) > 0) {
+		m->lines++;
+		json_t *o = json_loads(line, 0, NULL);
+		const char *ev = json_string_value(json_object_get(o, "event"));
+		if (!json_is_object(o) || !ev)
+			m->bad_lines++;
+		else if (!strcmp(ev, "train"))
+			rc = add_line(m, "train", o);
+		else if (!strcmp(ev, "eval") && json_is_string(json_object_get(o, "set")))
+			rc = add_line(m, json_string_value(json_object_get(o, "set")), o);
+		else if (!strcmp(ev, "final"))
+			read_final(m, o);
+		json_decref(o);
+	}
+	free(line);
+	fclose(f);
+	if (rc)
+		errno = ENOMEM;
+	return rc;
+}
