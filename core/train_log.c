@@ -10,9 +10,10 @@
 
 /* Copy the metric sums back (the host sync of a log point) and reset;
  * the last step's lr and the clip's and loss scaler's state come along.
- * The sums come back per sample: a sample with several targets (a token
- * window's T) counts each target's loss and correctness 1/T, so the loss
- * and accuracy reported are per token. */
+ * The sums come back per sample: the loss layer counts a sample with
+ * several targets (a token window's T) as the mean over its counted
+ * targets (ignore_index left out), so the loss and accuracy reported are
+ * per token. */
 kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *correct,
 				 double *correct5)
 {
@@ -35,12 +36,10 @@ kiln_status trainer_read_metrics(struct trainer *t, double *loss_sum, double *co
 	trainer_label(t, NULL, 0);
 	if (st || (st = kiln_device_stream_sync(t->dev, t->compute)))
 		return st;
-	const double per = t->label_bytes > sizeof(int32_t)
-				   ? (double)(t->label_bytes / sizeof(int32_t)) : 1.0;
-	*loss_sum = t->metrics_host[0] / per;
-	*correct = t->metrics_host[1] / per;
+	*loss_sum = t->metrics_host[0];
+	*correct = t->metrics_host[1];
 	if (correct5)
-		*correct5 = t->metrics_host[2] / per;
+		*correct5 = t->metrics_host[2];
 	return KILN_OK;
 }
 
