@@ -122,8 +122,14 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 				if ((st = run_node(p, i, KILN_PHASE_BACKWARD, &r, prof)))
 					return kiln_error_wrap(st, "backward of layer '%s'", name);
 			}
-			/* a tied weight's gradient is whole after its last user's */
-			if ((st = kiln_model_tie_grads(m, i, stream)))
+			/* a tied weight's gradient is whole after its last user's
+			 * (the adds profiled as this layer's backward) */
+			if (prof && m->n_tie_elems)
+				kiln_profile_label(name, KILN_PHASE_BACKWARD);
+			st = kiln_model_tie_grads(m, i, stream);
+			if (prof && m->n_tie_elems)
+				kiln_profile_label(NULL, 0);
+			if (st)
 				return st;
 			if (m->bwd_hook && (st = m->bwd_hook(m->bwd_user, i, stream)))
 				return st;

@@ -1081,7 +1081,9 @@ START_TEST(test_tie_errors)
 }
 END_TEST
 
-/* Safetensors: the export writes the tied tensor once, under its owner's
+/* The tied tensor starts as its owner's weight would untied, and the
+ * other tensors as theirs (initialised once, by the owner's key).
+ * Safetensors: the export writes the tied tensor once, under its owner's
  * name (5 tensors, no b.weight); a file with only the tied layer's name
  * loads it from there; a file with both names loads when they are equal
  * and is refused, naming both, when they differ. */
@@ -1092,7 +1094,19 @@ START_TEST(test_tie_safetensors)
 	struct kiln_safetensors *f;
 	struct kiln_safetensors_tensor t;
 	struct kiln_param_info w;
+	rig_open(&r2, TIE_LAYERS("", ""), 4, 12);
 	rig_open(&r, tie_ini[0], 4, 12);
+	for (int i = 0; i < 5; i++) {
+		struct kiln_param_info pt, pu;
+		float vt[84], vu[84];
+		ck_assert(kiln_model_param_find(r.m, tie_params[i], &pt) == 0);
+		ck_assert(kiln_model_param_find(r2.m, tie_params[i], &pu) == 0);
+		size_t bytes = sizeof(float) * (size_t)kiln_tensor_numel(&pt.desc);
+		TEST_D2H(&r, vt, pt.param, bytes);
+		TEST_D2H(&r2, vu, pu.param, bytes);
+		ck_assert_msg(!memcmp(vt, vu, bytes), "%s starts other than untied", tie_params[i]);
+	}
+	rig_close(&r2);
 	rig_open(&r2, tie_ini[0], 4, 12);
 	ck_assert(test_tmpdir_make(dir, sizeof dir, "tie") != NULL);
 	snprintf(path, sizeof path, "%s/m.safetensors", dir);

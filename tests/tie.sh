@@ -5,7 +5,9 @@
 #           -> b (linear 32, tie = a) -> loss
 # with AdamW (no_decay biases).  Asserts:
 #  1. the log and `kiln memory` count the tied tensor once (5 tensors, 4224
-#     floats: 6272 untied), and `kiln memory` counts the second gradient;
+#     floats: 6272 untied), and `kiln memory` counts the second gradient:
+#     its device total is what the run allocates (to a scalar's bytes);
+#     bf16 compute stays within 2e-3 of fp32 over 4 SGD steps;
 #  2. with gradient accumulation 2, a run stopped at step 5 and resumed
 #     ends byte-identical to the uninterrupted run (params, optimizer
 #     state, step counters);
@@ -78,11 +80,21 @@ state="params optim.exp_avg optim.exp_avg_sq step optim.step"
 kiln 0 memory "$ini"
 stdout_matches "parameters .* 4224 floats"
 stdout_has "(and the tied weights' other users')"
+total=$(field total "$out")
 kiln 0 train "$ini" run.out_dir="$tmp/full"
+peak=$(field device_peak_bytes "$out")
+[ "$peak" -le "$total" ] && [ $((total - peak)) -lt 128 ] ||
+	fail "kiln memory predicts $total device bytes, the run asked for $peak"
 stderr_has "model: 5 parameters tensors, 4224 floats"
 stderr_has "no_decay: 3 of 5 trainable tensors"
 # 512 samples / 32 = 16 steps an epoch
 [ -f "$(ck full 32)" ] || fail "no checkpoint at step 32"
+
+# bf16 compute: the layers read the tied tensor's compute copy; 4 SGD steps
+# stay within bf16's rounding of fp32's
+kiln 0 train "$ini" run.out_dir="$tmp/f32" train.max_steps=4 train.optimizer=sgd train.lr=0.1
+kiln 0 train "$ini" run.out_dir="$tmp/bf16" run.precision=bf16 train.max_steps=4 train.optimizer=sgd train.lr=0.1
+"$tool" close "$(ck f32 4)" "$(ck bf16 4)" 2e-3 params || fail "bf16 strays from fp32"
 
 # ---- 2. stop and resume (with gradient accumulation) ------------------------
 kiln 0 train "$ini" run.out_dir="$tmp/acc" train.accumulate=2
