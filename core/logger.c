@@ -55,6 +55,9 @@ kiln_status kiln_loggers_open(const struct kiln_config *cfg, const char *dir, in
 		kiln_loggers_close(L);
 		return st;
 	}
+	if (L->hist_every > 0 && !kiln_loggers_hist_due(L, 0))
+		kiln_log(KILN_LOG_WARN, "log", "[log] histograms = %lld: no logger writes histograms (set tensorboard = 1)",
+			 (long long)L->hist_every);
 	*out = L;
 	return KILN_OK;
 }

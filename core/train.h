@@ -164,9 +164,10 @@ struct trainer {
 	int64_t timed_samples;
 	struct kiln_device_counters c_prev, c_now;
 	int have_prev;
-	/* the log interval's clock: its start, the evaluations in it (not
-	 * counted), the data wait at its start; reads on this thread */
-	double iv_t0, iv_eval_s, iv_wait0, read_s;
+	/* the log interval's clock: its start, the time set aside in it
+	 * (evaluations, histograms: not training), the data wait at its
+	 * start; the data read on this thread (workers = 0) */
+	double iv_t0, iv_aside_s, iv_wait0, read_s;
 	/* this epoch's and this log interval's sums */
 	double ep_t0, since_loss, since_correct, ep_loss, ep_correct;
 	int64_t since, ep_samples;

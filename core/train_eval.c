@@ -80,7 +80,7 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	if (st)
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);
-	t->iv_eval_s += kiln_now_s() - t0; /* not the log interval's training time */
+	t->iv_aside_s += kiln_now_s() - t0; /* not the log interval's training time */
 	/* evaluation syncs are log points too */
 	trainer_counters_mark(t);
 	if (log)

@@ -112,16 +112,16 @@ static kiln_status check_interval(struct trainer *t, double ls)
 	return KILN_OK;
 }
 
-/* The interval's wall time (its evaluations left out) and the share of
- * it the training thread waited for data (the loader's wait, or its own
- * reads with workers = 0); the clock restarts. */
+/* The interval's wall time (evaluations and histograms left out) and the
+ * share of it the training thread waited for data (the loader's wait, or
+ * its own reads with workers = 0); the clock restarts. */
 static void interval_clock(struct trainer *t, double *wall, double *wait)
 {
 	const double now = kiln_now_s(), w = kiln_loader_wait_s(t->train.loader) + t->read_s;
-	*wall = now - t->iv_t0 - t->iv_eval_s;
+	*wall = now - t->iv_t0 - t->iv_aside_s;
 	*wait = *wall > 0 ? (w - t->iv_wait0) / *wall : 0;
 	*wait = *wait < 0 ? 0 : *wait > 1 ? 1 : *wait;
-	t->iv_t0 = now, t->iv_eval_s = 0, t->iv_wait0 = w;
+	t->iv_t0 = now, t->iv_aside_s = 0, t->iv_wait0 = w;
 }
 
 /* The train line of a log point (metrics.jsonl's "train" event; the
@@ -173,6 +173,7 @@ static kiln_status histograms(struct trainer *t)
 	const struct kiln_model *m = t->m;
 	const size_t np = m->n_elems, ng = kiln_dist_zero(t->dist) ? 0 : m->n_trainable;
 	float *h = malloc(sizeof(float) * (np + ng + 1));
+	const double t0 = kiln_now_s();
 	kiln_status st;
 	char tag[200];
 	if (!h)
@@ -202,6 +203,7 @@ static kiln_status histograms(struct trainer *t)
 	}
 	free(h);
 	trainer_counters_mark(t);
+	t->iv_aside_s += kiln_now_s() - t0;
 	return st;
 }
 
