@@ -593,7 +593,7 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 double kiln_op_flops(const struct kiln_op *op);
 
 struct kiln_summary_layer {
-	const char *name, *type;  /* the model's: valid while it lives */
+	const char *name, *type;  /* copies: freed by kiln_summary_free */
 	struct kiln_tensor_desc out; /* the output, batch first (4-d: N, C, H, W) */
 	int is_view;              /* the output is its input reshaped (flatten) */
 	int is_loss;              /* a loss layer (its output: the metric sums) */
@@ -615,14 +615,14 @@ struct kiln_summary {
 };
 
 /* The summary of model m at `batch` rows, from a plan of its own (evaluation
- * mode, nothing allocated for activations); nothing runs on the device. */
+ * mode, nothing allocated for activations); nothing runs on the device.
+ * Free *out with kiln_summary_free. */
 kiln_status kiln_model_summary(struct kiln_model *m, int64_t batch, struct kiln_summary *out);
 /* The table (one row per layer, then the totals) to f. */
 void kiln_summary_print(const struct kiln_summary *s, FILE *f);
 void kiln_summary_free(struct kiln_summary *s);
 /* Build cfg's model as `kiln train` would and print its summary at `batch`
- * rows to f (when not NULL); *out filled (free with kiln_summary_free, the
- * names are copies). */
+ * rows to f (when not NULL); *out filled (free with kiln_summary_free). */
 kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				int64_t batch, FILE *f, struct kiln_summary *out);
 
