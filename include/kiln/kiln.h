@@ -611,6 +611,8 @@ struct kiln_summary {
 	int64_t params, trainable, frozen, buffers; /* totals, elements */
 	double flops;             /* the whole forward (layers only, not the
 				   * input conversion) */
+	int no_flops;             /* 1: FLOPs not counted (a training plan with
+				   * [dist] sync_bn: its forward calls the group) */
 	double param_mib;         /* parameters' bytes (f32) / 2^20 */
 };
 
