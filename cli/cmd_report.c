@@ -166,19 +166,24 @@ static void write_model(FILE *f, const char *config)
 static void write_profile(FILE *f, const char *path)
 {
 	enum { ROWS = 24 };
-	char *text = slurp(path);
+	static const char more[] = "...\n(the whole table: profile.txt; the trace: trace.json)\n";
+	char *text = slurp(path), *top = NULL;
 	if (text) {
-		char *p = text;
+		const char *p = text;
 		for (int line = 0; *p && line < ROWS + 4; line++) {
-			char *nl = strchr(p, '\n');
+			const char *nl = strchr(p, '\n');
 			p = nl ? nl + 1 : p + strlen(p);
 		}
-		if (*p)
-			strcpy(p, "...\n(the whole table: profile.txt; the trace: trace.json)\n");
+		const size_t keep = (size_t)(p - text);
+		if ((top = malloc(keep + sizeof more))) {
+			memcpy(top, text, keep);
+			strcpy(top + keep, *p ? more : "");
+		}
 	}
-	write_pre(f, "profile", "Profile (top rows of profile.txt)", text,
+	write_pre(f, "profile", "Profile (top rows of profile.txt)", top,
 		  "Not profiled (kiln train --profile writes profile.txt).");
 	free(text);
+	free(top);
 }
 
 static int write_report(const char *dir, const char *out, const struct report_metrics *m)

@@ -393,6 +393,11 @@ kiln_status kiln_device_stream_sync(struct kiln_device *dev, void *stream)
 
 static kiln_status flops_note(struct kiln_device *dev, void *plan, double flops)
 {
+	for (int i = 0; i < dev->flops_n; i++)
+		if (dev->flops_tab[i].plan == plan) { /* an address freed and reused */
+			dev->flops_tab[i].flops = flops;
+			return KILN_OK;
+		}
 	struct flops_entry *t = kiln_grow(dev->flops_tab, dev->flops_n, &dev->flops_cap,
 					 sizeof *t, 64);
 	if (!t)

@@ -326,7 +326,7 @@ static inline int kiln_plan_late_store(const struct kiln_plan *p, int i)
 /* core/summary.c.  The summary of plan p (kiln_model_summary), whose ops
  * were prepared between kiln_device_flops_record(dev, 1) and (dev, 0);
  * forgets the device's notes.  A training plan with synchronised batchnorm
- * across ranks is KILN_ENOTSUP (its forward would call the group). */
+ * across ranks gets no FLOPs (no_flops: its forward would call the group). */
 kiln_status kiln_plan_summary(struct kiln_plan *p, struct kiln_summary *out);
 /* ... and that summary as [summary] log lines at KILN_LOG_INFO (nothing
  * when the log level is lower). */

@@ -30,6 +30,17 @@ double kiln_op_flops(const struct kiln_op *op)
 	}
 	case KILN_OP_POOL:
 		return y * (double)op->i[1] * (double)op->i[2];
+	case KILN_OP_ATTENTION:
+	case KILN_OP_ATTENTION_BWD: {
+		/* the score and value GEMMs of the (b, h) pairs: 2 T T D each,
+		 * over the lower triangle only when causal (what is computed);
+		 * the backward recomputes the scores and has four more */
+		const struct kiln_tensor_desc *qkv = &op->in[op->type == KILN_OP_ATTENTION ? 0 : 1];
+		const double T = (double)qkv->dims[qkv->ndim - 2];
+		const double BC = numel(qkv) / T / 3; /* B * C, C = H * D */
+		const double pairs = op->i[1] ? T * (T + 1) / 2 : T * T;
+		return (op->type == KILN_OP_ATTENTION ? 4 : 10) * BC * pairs;
+	}
 	case KILN_OP_BN_TRAIN:
 	case KILN_OP_BN_INFER:
 	case KILN_OP_BN_APPLY:
@@ -86,8 +97,10 @@ static kiln_status count_layer(void *user, int layer, void *stream)
 static kiln_status count_flops(struct kiln_plan *p, struct kiln_summary *s)
 {
 	struct kiln_model *m = p->m;
-	if (p->training && m->group_ranks > 1)
-		return kiln_error(KILN_ENOTSUP, "the FLOPs of a training plan with [dist] sync_bn are not counted");
+	if (p->training && m->group_ranks > 1) {
+		s->no_flops = 1;
+		return KILN_OK;
+	}
 	struct flops_pass fp = { m, s, 0 };
 	kiln_status (*hook)(void *, int, void *) = m->fwd_hook;
 	void *user = m->fwd_user;
@@ -213,7 +226,7 @@ void kiln_summary_print(const struct kiln_summary *s, FILE *f)
 			L->is_loss ? "--" : shape_str(&L->out, sh, sizeof sh),
 			commas((double)(L->trainable + L->frozen), a, sizeof a),
 			commas((double)L->trainable, b, sizeof b), commas((double)L->frozen, c, sizeof c),
-			commas(L->flops, d, sizeof d));
+			s->no_flops ? "--" : commas(L->flops, d, sizeof d));
 	}
 	fprintf(f, "%s\n", RULE);
 	fprintf(f, "Total params: %s\n", commas((double)s->params, a, sizeof a));
@@ -221,9 +234,12 @@ void kiln_summary_print(const struct kiln_summary *s, FILE *f)
 	fprintf(f, "Non-trainable params: %s\n", commas((double)s->frozen, a, sizeof a));
 	fprintf(f, "Buffers (not parameters: batchnorm running statistics): %s\n",
 		commas((double)s->buffers, a, sizeof a));
-	fprintf(f, "Forward FLOPs (batch %lld, %s; a multiply-add is 2): %s (%.2f MFLOP)\n",
-		(long long)s->batch, s->training ? "training" : "evaluation",
-		commas(s->flops, a, sizeof a), s->flops / 1e6);
+	if (s->no_flops)
+		fprintf(f, "Forward FLOPs: not counted (batchnorm synchronised across ranks)\n");
+	else
+		fprintf(f, "Forward FLOPs (batch %lld, %s; a multiply-add is 2): %s (%.2f MFLOP)\n",
+			(long long)s->batch, s->training ? "training" : "evaluation",
+			commas(s->flops, a, sizeof a), s->flops / 1e6);
 	fprintf(f, "Params size (MiB): %.2f\n%s\n", s->param_mib, RULE);
 }
 

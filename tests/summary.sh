@@ -6,7 +6,8 @@
 # forward hooks and p.numel(), which is what torchinfo reports; the script
 # checks against torchinfo itself where it is installed); the FLOPs of the
 # MLP's and CNN's layers equal their formulas (a multiply-add is 2 FLOPs);
-# --batch scales shapes and FLOPs; frozen layers are counted as such; and
+# --batch scales shapes and FLOPs; frozen layers are counted as such; a
+# plugin layer's FLOPs are counted from the ops it prepares; and
 # `kiln train` prints the summary at the start.
 name=summary
 . "$(dirname "$0")/lib.sh"
@@ -93,6 +94,35 @@ bn=$(awk '$1 == "resnet" && $2 ~ /bn/ { s += $4 } END { print s }' "$refs")
 [ "$(total "Buffers (not parameters: batchnorm running statistics)" "$out")" = "$bn" ] ||
 	fail "resnet buffers: $(total "Buffers (not parameters: batchnorm running statistics)" "$out"), expected $bn"
 echo "ok: --batch, frozen layers, buffers"
+
+# a plugin layer is counted from the ops it prepares: examples/plugins/swish.c
+# (y = x * sigmoid(x): an ACT and a MUL, 2 FLOPs per element)
+mkdir "$tmp/plugins" || exit 99
+${CC:-cc} -shared -fPIC -I"$srcdir/include" -o "$tmp/plugins/kiln-swish.so" \
+	"$srcdir/examples/plugins/swish.c" || fail "building examples/plugins/swish.c failed"
+cat >"$tmp/swish.ini" <<INI
+[run]
+plugin_path = $tmp/plugins
+[data]
+source = idx
+path = $FM
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 32
+[layer.act]
+type = swish
+[layer.fc2]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+INI
+kiln 0 summary "$tmp/swish.ini" --batch 2
+rows "$out" >"$tmp/rows"
+grep -q "^act 2,32 0 0 0 128$" "$tmp/rows" || fail "swish layer row '$(grep "^act " "$tmp/rows")'"
+echo "ok: the swish plugin layer's FLOPs are counted from its ops"
 
 # bad input: clear errors, usage exit codes
 kiln 2 summary

@@ -593,7 +593,9 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 
 /* The FLOPs of one run of op, a multiply-add counting 2: GEMM 2*M*N*K per
  * batch (+ M*N with a bias); CONV 2 * numel(y) * C/g*KH*KW (+ numel(y)
- * with a bias); POOL numel(y)*KH*KW; BN_INFER, BN_APPLY, NORMALIZE_U8
+ * with a bias); POOL numel(y)*KH*KW; ATTENTION 4*B*C*P, its backward
+ * 10*B*C*P, P the (query, key) pairs computed per head: T(T+1)/2 causal,
+ * T*T otherwise; BN_INFER, BN_APPLY, NORMALIZE_U8
  * 2 per output element; copies and layout changes (REORDER, CAST, CONCAT,
  * SPLIT, FILL, COUNTER_ADD) 0; every other op (elementwise, losses,
  * optimizers, op types the core does not know) one per element of its
@@ -601,7 +603,7 @@ kiln_status kiln_memory_report(const struct kiln_config *cfg, const struct kiln_
 double kiln_op_flops(const struct kiln_op *op);
 
 struct kiln_summary_layer {
-	const char *name, *type;  /* the model's: valid while it lives */
+	const char *name, *type;  /* copies: freed by kiln_summary_free */
 	struct kiln_tensor_desc out; /* the output, batch first (4-d: N, C, H, W) */
 	int is_view;              /* the output is its input reshaped (flatten) */
 	int is_loss;              /* a loss layer (its output: the metric sums) */
@@ -619,18 +621,20 @@ struct kiln_summary {
 	int64_t params, trainable, frozen, buffers; /* totals, elements */
 	double flops;             /* the whole forward (layers only, not the
 				   * input conversion) */
+	int no_flops;             /* 1: FLOPs not counted (a training plan with
+				   * [dist] sync_bn: its forward calls the group) */
 	double param_mib;         /* parameters' bytes (f32) / 2^20 */
 };
 
 /* The summary of model m at `batch` rows, from a plan of its own (evaluation
- * mode, nothing allocated for activations); nothing runs on the device. */
+ * mode, nothing allocated for activations); nothing runs on the device.
+ * Free *out with kiln_summary_free. */
 kiln_status kiln_model_summary(struct kiln_model *m, int64_t batch, struct kiln_summary *out);
 /* The table (one row per layer, then the totals) to f. */
 void kiln_summary_print(const struct kiln_summary *s, FILE *f);
 void kiln_summary_free(struct kiln_summary *s);
 /* Build cfg's model as `kiln train` would and print its summary at `batch`
- * rows to f (when not NULL); *out filled (free with kiln_summary_free, the
- * names are copies). */
+ * rows to f (when not NULL); *out filled (free with kiln_summary_free). */
 kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				int64_t batch, FILE *f, struct kiln_summary *out);
 
