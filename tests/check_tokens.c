@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- fixtures ---------------------------------------------------------- */
@@ -633,8 +634,14 @@ START_TEST(test_pack_bytes)
 	ck_assert_int_eq(info.len, 49);
 	ck_assert_int_eq(ops->read(ctx, 0, &x, &y), KILN_OK);
 	ck_assert_int_eq(x, a[270]);
-	/* a second pack refuses to overwrite without --force */
-	ck_assert_int_ne(system(cmd), 0);
+	/* a second pack refuses to overwrite without --force (usage: exit 2);
+	 * an unreadable input is a data error (exit 3) */
+	int rc = system(cmd);
+	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --out %s 2>/dev/null", KILN_BIN,
+		 tpath("none.txt"), tpath("out2"));
+	rc = system(cmd);
+	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 3);
 }
 END_TEST
 
