@@ -201,8 +201,8 @@ static kiln_status read_text(const char *path, char **buf, size_t *n)
 	*buf = NULL;
 	*n = 0;
 	FILE *f = fopen(path, "rb");
-	if (!f)
-		return kiln_error(KILN_EIO, "%s: cannot read: %s", path, strerror(errno));
+	if (!f) /* an input that cannot be read: a data error (exit 3) */
+		return kiln_error(KILN_EDATA, "%s: cannot read: %s", path, strerror(errno));
 	int err = fstat(fileno(f), &sb) ? errno : S_ISDIR(sb.st_mode) ? EISDIR : 0;
 	if (!err && !(*buf = malloc((size_t)sb.st_size + 1)))
 		err = ENOMEM;
@@ -215,7 +215,7 @@ static kiln_status read_text(const char *path, char **buf, size_t *n)
 	if (err) {
 		free(*buf);
 		*buf = NULL;
-		return kiln_error(KILN_EIO, "%s: cannot read: %s", path, strerror(err));
+		return kiln_error(KILN_EDATA, "%s: cannot read: %s", path, strerror(err));
 	}
 	return KILN_OK;
 }
@@ -292,6 +292,8 @@ int cmd_pack_tokens(int argc, char **argv)
 	}
 	kiln_status st = o.vocab ? tokenizer_open_bpe(o.vocab, o.merges, &tk)
 				 : tokenizer_open_bytes(&tk);
+	if (st == KILN_EIO)
+		st = KILN_EDATA; /* an unreadable vocabulary: a data error, exit 3 */
 	if (!st)
 		st = pack_tokens(&o, tk);
 	tokenizer_close(tk);

@@ -133,9 +133,11 @@ static kiln_status load_vocab(struct tokenizer *tk, const int16_t *inv, const ch
 {
 	json_error_t err;
 	json_t *root = json_load_file(path, 0, &err);
+	if (!root && err.line < 1) /* jansson could not open or read it */
+		return kiln_error(KILN_EIO, "%s: cannot read the vocabulary: %s", path, err.text);
 	if (!root)
-		return kiln_error(errno == ENOENT ? KILN_EIO : KILN_EDATA, "%s:%d: cannot read the vocabulary: %s",
-				  path, err.line, err.text);
+		return kiln_error(KILN_EDATA, "%s:%d: the vocabulary is not valid JSON: %s", path,
+				  err.line, err.text);
 	kiln_status st = KILN_OK;
 	const char *key;
 	json_t *v;

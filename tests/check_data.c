@@ -26,6 +26,8 @@
 
 static struct kiln_registry *reg;
 
+#include "data_rig.h" /* struct rig: reads reg */
+
 /* ---- sharding ------------------------------------------------------------ */
 
 START_TEST(test_shard_cover_disjoint)
@@ -111,31 +113,6 @@ START_TEST(test_shard_resume_any_world)
 END_TEST
 
 /* ---- the loader over a data set ------------------------------------------ */
-
-struct rig {
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	struct kiln_dataset d;
-	void *copy;
-};
-
-static kiln_status rig_open(struct rig *r, const char *ini)
-{
-	memset(r, 0, sizeof *r);
-	r->cfg = test_config(reg, ini);
-	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s",
-		      kiln_last_error());
-	ck_assert(kiln_device_stream_create(r->dev, &r->copy) == 0);
-	return kiln_dataset_open(r->cfg, reg, "data", "train", 1, &r->d);
-}
-
-static void rig_close(struct rig *r)
-{
-	kiln_dataset_close(&r->d);
-	kiln_device_stream_destroy(r->dev, r->copy);
-	kiln_device_close(r->dev);
-	kiln_config_free(r->cfg);
-}
 
 /* Read `epochs` epochs of batches of B over the shuffled order with
  * `workers` threads (0: on this thread) into out (epochs * n *

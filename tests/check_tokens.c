@@ -17,8 +17,6 @@
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
 
-#include "data.h"
-#include "loader.h"
 #include "../cli/tokenizer.h"
 
 #include <check.h>
@@ -30,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- fixtures ---------------------------------------------------------- */
@@ -200,7 +199,12 @@ START_TEST(test_val_fraction)
 	ck_assert_int_eq(info.len, 5);
 	ck_assert_int_eq(ops->read(ctx, 0, x, NULL), KILN_OK);
 	ck_assert_int_eq(x[0], 75);
-	/* a single file inherited by [data.eval] would evaluate on training data */
+	/* [data.eval] inheriting the file and the fraction reads the held-out part */
+	OPEN_OK("data.eval", "test", kv("data.path", "one.bin"), "data.context=5",
+		"data.val_fraction=0.25");
+	ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+	ck_assert_int_eq(info.len, 5);
+	/* without a fraction, it would evaluate on the training data: refused */
 	ck_assert_int_eq(open_tokens("data.eval", "test", kv("data.path", "one.bin"),
 				     "data.context=5", NULL),
 			 KILN_ECONFIG);
@@ -338,15 +342,10 @@ END_TEST
 
 /* ---- the loader: workers, world sizes, resume ------------------------- */
 
-struct rig {
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	struct kiln_dataset d;
-	void *copy;
-};
+#include "data_rig.h" /* struct rig, over source_fixture's reg */
 
 /* The data set over tmp/l.bin (4001 tokens, T = 8: 500 windows). */
-static void rig_open(struct rig *r)
+static void rig_open_tokens(struct rig *r)
 {
 	char ini[2048];
 	uint16_t *t = seq(4001, 7919, 3, 65521);
@@ -354,21 +353,7 @@ static void rig_open(struct rig *r)
 	free(t);
 	snprintf(ini, sizeof ini, "[run]\nseed = 11\n[data]\nsource = tokens\npath = %s\ncontext = 8\n",
 		 tpath("l.bin"));
-	memset(r, 0, sizeof *r);
-	r->cfg = test_config(reg, ini);
-	ck_assert_msg(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0, "%s",
-		      kiln_last_error());
-	ck_assert(kiln_device_stream_create(r->dev, &r->copy) == 0);
-	ck_assert_msg(kiln_dataset_open(r->cfg, reg, "data", "train", 1, &r->d) == 0, "%s",
-		      kiln_last_error());
-}
-
-static void rig_close(struct rig *r)
-{
-	kiln_dataset_close(&r->d);
-	kiln_device_stream_destroy(r->dev, r->copy);
-	kiln_device_close(r->dev);
-	kiln_config_free(r->cfg);
+	ck_assert_msg(rig_open(r, ini) == 0, "%s", kiln_last_error());
 }
 
 /* Batches of B of order[0..n) with `workers` (0: inline) into x (n x T
@@ -413,7 +398,7 @@ static void read_order(struct rig *r, int workers, int64_t ep, const int64_t *or
 START_TEST(test_loader_workers_world_resume)
 {
 	struct rig r;
-	rig_open(&r);
+	rig_open_tokens(&r);
 	const int64_t n = r.d.len, T = 8, B = 10, ep = 2;
 	ck_assert_int_eq(n, 500);
 	ck_assert_int_eq(r.d.sample_bytes, T * 4);
@@ -465,7 +450,7 @@ END_TEST
 START_TEST(test_dataset_checks_targets)
 {
 	struct rig r;
-	rig_open(&r);
+	rig_open_tokens(&r);
 	r.d.classes = 1000; /* as if the vocabulary were smaller than the data */
 	struct kiln_data_scratch scr;
 	memset(&scr, 0, sizeof scr);
@@ -487,7 +472,7 @@ START_TEST(test_graph_token_input)
 	struct rig r;
 	struct kiln_model *m = NULL;
 	struct kiln_tensor_desc in;
-	rig_open(&r);
+	rig_open_tokens(&r);
 	kiln_dataset_input_desc(&r.d, &in);
 	ck_assert_int_eq(kiln_dataset_widened(&r.d), 0);
 	ck_assert_int_eq(in.dtype, KILN_I32);
@@ -649,8 +634,14 @@ START_TEST(test_pack_bytes)
 	ck_assert_int_eq(info.len, 49);
 	ck_assert_int_eq(ops->read(ctx, 0, &x, &y), KILN_OK);
 	ck_assert_int_eq(x, a[270]);
-	/* a second pack refuses to overwrite without --force */
-	ck_assert_int_ne(system(cmd), 0);
+	/* a second pack refuses to overwrite without --force (usage: exit 2);
+	 * an unreadable input is a data error (exit 3) */
+	int rc = system(cmd);
+	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+	snprintf(cmd, sizeof cmd, "%s pack --format tokens %s --out %s 2>/dev/null", KILN_BIN,
+		 tpath("none.txt"), tpath("out2"));
+	rc = system(cmd);
+	ck_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 3);
 }
 END_TEST
 

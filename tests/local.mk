@@ -119,8 +119,8 @@ tests_check_tokens_CFLAGS = $(CHECK_SUITE_CFLAGS) $(JANSSON_CFLAGS)
 tests_check_tokens_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS)
 endif
 endif
-EXTRA_DIST += tests/data/gen_bpe_refs.py tests/data/bpe/vocab.json tests/data/bpe/merges.txt \
-	tests/data/bpe/refs.json
+EXTRA_DIST += tests/data_rig.h tests/data/gen_bpe_refs.py tests/data/bpe/vocab.json \
+	tests/data/bpe/merges.txt tests/data/bpe/refs.json
 # The records format and source: shards written with the format's writer
 # and the image codecs (compiled in), `kiln pack` run on Fashion-MNIST.
 if HAVE_CHECK

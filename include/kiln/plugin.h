@@ -558,8 +558,11 @@ struct kiln_precision_ops {
 
 struct kiln_source_info {
 	int64_t len;                    /* samples; -1 for a streamed source */
-	struct kiln_tensor_desc sample; /* one sample of read(), e.g. f32[1,28,28] */
-	struct kiln_tensor_desc label;  /* one label, e.g. i32[] (a scalar) */
+	struct kiln_tensor_desc sample; /* one sample of read(), e.g. f32[1,28,28],
+					 * or i32[T] token ids */
+	struct kiln_tensor_desc label;  /* one label: i32[] (a class), or i32[T]
+					 * (a token window's targets; sources
+					 * without read_image only) */
 	int64_t classes;                /* number of classes, 0 if not a classifier */
 	/* ---- version 2 (the core zeroes the struct before calling info) ---- */
 	/* The images read_image() yields: height, width (0 when they vary

@@ -17,7 +17,8 @@
  * run resumed at a global sample offset continues with the same windows.
  *
  * `val_fraction` f holds out the last windows: split train reads the first
- * n - round(f*n) windows, every other split (val, test) the rest.
+ * n - round(f*n) windows, every other split (val, test) the rest; so
+ * [data.eval] may then inherit a single-file path.
  *
  * Shards are mmap()ed read-only (cache = mmap for free); open() checks
  * every header and size, and scans every token once (the largest token is
@@ -41,6 +42,7 @@
 #define TOK_WHO "tokens"
 #define TOK_MAGIC 20240520      /* llm.c's token shard magic */
 #define TOK_MAGIC_MODEL 20240326 /* llm.c's model file magic: a likely mix-up */
+#define TOK_MAGIC_U32 20240801   /* llm.c's uint32-token shards (Llama 3) */
 #define TOK_VERSION 1
 #define TOK_HEADER_INTS 256
 #define TOK_HEADER_BYTES (TOK_HEADER_INTS * 4)
@@ -78,7 +80,7 @@ static const struct kiln_key tok_keys[] = {
 	{ "vocab", KILN_KEY_INT, "0", 0, 65536, NULL,
 	  "The vocabulary size: every token must be below it (checked at open, an error names the shard and the token's offset); it is also the class count the model's output must cover. 0: the largest token + 1." },
 	{ "val_fraction", KILN_KEY_FLOAT, "0", 0, 0.99, NULL,
-	  "Hold out the last fraction of the windows (over all shards, in order): split train reads the others, splits val and test these. 0: every split reads all its shards' windows (name the held-out shards by split or `shards`)." },
+	  "Hold out the last fraction of the windows (over all shards, in order): split train reads the others, splits val and test these ([data.eval] may then inherit a single-file `path`). 0: every split reads all its shards' windows (name the held-out shards by split or `shards`)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -101,6 +103,8 @@ static const char *tok_magic_hint(int32_t found)
 	int32_t swapped = (int32_t)__builtin_bswap32((uint32_t)found);
 	if (found == TOK_MAGIC_MODEL)
 		return " (this is an llm.c model file, not a token shard)";
+	if (found == TOK_MAGIC_U32)
+		return " (llm.c's shard of uint32 tokens, for Llama 3: only uint16 (GPT-2) shards are read)";
 	if (swapped == TOK_MAGIC)
 		return " (byte-swapped: the header was written big-endian)";
 	return " (not a token shard: expected llm.c's format, 256 int32 header then uint16 tokens)";
@@ -195,11 +199,20 @@ static void tok_close(void *vctx)
 }
 
 /* The shard files: the split's, or for the run's own split "test" with no
- * test shards, the "val" ones (llm.c names its held-out shards val). */
+ * test shards, the "val" ones (llm.c names its held-out shards val).  With
+ * val_fraction a single-file path serves every split (each reads its part
+ * of the windows), inherited by [data.eval] too. */
 static kiln_status tok_find(const struct kiln_host *host, const struct kiln_config *cfg,
-			    const char *section, const char *split, struct loaders_names *names)
+			    const char *section, const char *split, double frac,
+			    struct loaders_names *names)
 {
 	const char *key = host->config_get(cfg, section, "split");
+	const char *path = host->config_get(cfg, section, "path");
+	const char *list = host->config_get(cfg, section, "shards");
+	struct stat sb;
+	if (frac > 0 && !(list && *list) && path && stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+		return loaders_names_add(names, NULL, path)
+			       ? host->error(KILN_ENOMEM, "out of memory") : KILN_OK;
 	kiln_status st = loaders_find_shards(host, cfg, section, TOK_WHO, key ? key : split, ".bin",
 					     names);
 	if (st != KILN_EIO || key || !split || strcmp(split, "test"))
@@ -268,7 +281,7 @@ static kiln_status tok_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ENOMEM, "out of memory");
 	c->src.host = host;
 	if ((st = tok_keys_read(host, cfg, section, c, &vocab, &frac)) ||
-	    (st = tok_find(host, cfg, section, split, &names)))
+	    (st = tok_find(host, cfg, section, split, frac, &names)))
 		goto fail;
 	if (!(c->shards = calloc(names.n, sizeof *c->shards))) {
 		st = host->error(KILN_ENOMEM, "out of memory");
