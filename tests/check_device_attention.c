@@ -13,6 +13,8 @@
  *                 on it, and another step draws another mask
  *   attn_lowp     bf16 and f16 activations: the f32 op on the widened
  *                 inputs, rounded once
+ *   attn_refused  malformed ops (heads not dividing C, a wrong lse, the
+ *                 step's dtype, ...) are EINVAL with the op's name
  *   attn_threads  1 and 3 threads give the same bytes
  *
  * Tolerance: max |got - want| <= 1e-5 * max(1, max |want|) per tensor.
@@ -393,6 +395,16 @@ START_TEST(test_attn_lowp)
 	const size_t nq = attn_nq(&c), ny = attn_ny(&c), nl = attn_nl(&c);
 	for (int dt = KILN_BF16; dt <= KILN_F16; dt++) {
 		const char *name = dt == KILN_BF16 ? "bf16" : "f16";
+		struct kiln_op op;
+		void *plan = NULL;
+		attn_op(&op, &c, dt, 0, 0);
+		kiln_status st = kiln_device_prepare(f.dev, &op, &plan, NULL);
+		if (plan)
+			kiln_device_plan_free(f.dev, plan);
+		if (st == KILN_ENOTSUP && strcmp(g_name, "cpu")) { /* the CUDA kernels: f32 */
+			printf("device '%s': skipping %s attention: %s\n", g_name, name, kiln_last_error());
+			continue;
+		}
 		float *qkv = frandv(nq), *dy = frandv(ny), *qw = malloc(nq * 4), *dyw = malloc(ny * 4);
 		uint16_t *q16 = lowp_of(qkv, nq, dt, qw), *dy16 = lowp_of(dy, ny, dt, dyw);
 		/* forward: y16 = round(f32 forward of the widened qkv) */
@@ -415,6 +427,36 @@ START_TEST(test_attn_lowp)
 				      h_wide(g16[i], dt), g[i]);
 		free(qkv), free(dy), free(qw), free(dyw), free(q16), free(dy16), free(y), free(lse);
 		free(lse16), free(y16), free(g16), free(yw), free(g);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- malformed ops: the core's check refuses them on every device ------- */
+
+START_TEST(test_attn_refused)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION);
+	const struct attn_case c = { .B = 2, .T = 5, .C = 12, .H = 3, .causal = 1, .p = 0.1 };
+	static const char *const why[] = { "heads", "lse", "step", "causal", "scale", "dy" };
+	for (int k = 0; k < 6; k++) {
+		struct kiln_op op;
+		void *plan = NULL;
+		attn_op(&op, &c, KILN_F32, k >= 5, 0);
+		switch (k) {
+		case 0: op.i[0] = 5; break;                   /* 12 % 5 */
+		case 1: op.out[1].dims[2] = 4; break;         /* lse [B,H,T-1] */
+		case 2: op.in[1].dtype = KILN_F32; break;     /* the step */
+		case 3: op.i[1] = 2; break;
+		case 4: op.f[0] = 0; break;
+		case 5: op.in[0].dims[2] = 11; break;         /* dy [B,T,C-1] */
+		}
+		kiln_status st = kiln_device_prepare(f.dev, &op, &plan, NULL);
+		ck_assert_msg(st == KILN_EINVAL && !plan, "case %d (%s): status %d", k, why[k], st);
+		ck_assert_msg(strstr(kiln_last_error(), k == 5 ? "ATTENTION_BWD" : "ATTENTION") != NULL,
+			      "case %d: %s", k, kiln_last_error());
 	}
 	fx_close(&f);
 }
@@ -456,4 +498,4 @@ START_TEST(test_attn_threads)
 END_TEST
 
 DEVICE_SUITE(attention, DFX_CASE(attn_loops), DFX_CASE(attn_torch), DFX_CASE(attn_dropout),
-	     DFX_CASE(attn_lowp), DFX_ONCE(attn_threads, 60));
+	     DFX_CASE(attn_lowp), DFX_CASE(attn_refused), DFX_ONCE(attn_threads, 60));

@@ -226,6 +226,8 @@ cudaError_t cuda_launch_scaler_update(const struct cuda_plan *p, const struct ki
 cudaError_t cuda_launch_act(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_act_bwd(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_dropout(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_attention(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
+cudaError_t cuda_launch_attention_bwd(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_concat_split(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_reorder(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_lamb(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);

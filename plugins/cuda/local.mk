@@ -10,7 +10,7 @@ CUDA_DEVICE_C = plugins/cuda/cuda.c plugins/cuda/cuda.h plugins/cuda/kern.h \
 	plugins/cuda/ops.c plugins/cuda/gemm.c plugins/cuda/graph.c \
 	plugins/cuda/cudnn.c plugins/cuda/bn_pool.c plugins/cuda/dnn.h \
 	plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h $(PLUGIN_COMMON_H)
-CUDA_KERNEL_OBJS = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo
+CUDA_KERNEL_OBJS = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo plugins/cuda/attn.lo
 if BUILD_CUDA
 pkglib_LTLIBRARIES += plugins/kiln-cuda.la
 plugins_kiln_cuda_la_SOURCES = $(CUDA_DEVICE_C)
@@ -20,7 +20,7 @@ plugins_kiln_cuda_la_LDFLAGS = $(PLUGIN_LDFLAGS) $(CUDA_LDFLAGS)
 plugins_kiln_cuda_la_LIBADD = $(CUDA_KERNEL_OBJS) $(CUDA_LIBS)
 EXTRA_plugins_kiln_cuda_la_DEPENDENCIES = $(CUDA_KERNEL_OBJS)
 CLEANFILES += $(CUDA_KERNEL_OBJS) \
-	plugins/cuda/.libs/kernels.o plugins/cuda/.libs/dnn_kernels.o
+	plugins/cuda/.libs/kernels.o plugins/cuda/.libs/dnn_kernels.o plugins/cuda/.libs/attn.o
 
 # -O3 for the kernels; -Xcompiler passes the plugin's PIC and hidden
 # visibility to the host compiler (only kiln_plugin_init is exported).
@@ -40,5 +40,7 @@ plugins/cuda/%.lo: plugins/cuda/%.cu Makefile $(srcdir)/include/kiln/plugin.h \
 # what each kernel file includes beyond the rule's prerequisites
 plugins/cuda/kernels.lo: $(srcdir)/plugins/cuda/kern.h
 plugins/cuda/dnn_kernels.lo: $(srcdir)/plugins/cuda/dnn.h
+plugins/cuda/attn.lo: $(srcdir)/plugins/cuda/kern.h
 endif
-EXTRA_DIST += plugins/cuda/kernels.cu plugins/cuda/dnn_kernels.cu plugins/cuda/gemm_map_test.c
+EXTRA_DIST += plugins/cuda/kernels.cu plugins/cuda/dnn_kernels.cu plugins/cuda/attn.cu \
+	plugins/cuda/gemm_map_test.c

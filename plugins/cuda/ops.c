@@ -10,8 +10,9 @@
  * LAMB, FILL, REDUCE_SUM, SCALE, ADD, MUL, COUNTER_ADD, LR_SCHEDULE,
  * NORMALIZE_U8, CAST, GRAD_CLIP, dynamic loss scaling (UNSCALE,
  * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2), the activations
- * ACT/ACT_BWD, DROPOUT/DROPOUT_BWD, CONCAT/SPLIT, REORDER, and the
- * transformer ops EMBEDDING/EMBEDDING_BWD and LAYERNORM/LAYERNORM_BWD.  Their
+ * ACT/ACT_BWD, DROPOUT/DROPOUT_BWD, CONCAT/SPLIT, REORDER, the
+ * transformer ops EMBEDDING/EMBEDDING_BWD and LAYERNORM/LAYERNORM_BWD, and
+ * the f32 fused attention (attn.cu).  Their
  * activations may be f32, bf16 or f16 (f32 arithmetic, one rounding:
  * kernels.cu's ld/st).  Convolution, batch norm and pooling go to
  * cudnn.c.  The device table's has_op (cuda_has_op below) lists them all;
@@ -177,12 +178,40 @@ static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	return KILN_OK;
 }
 
+/* ATTENTION, ATTENTION_BWD (attn.cu): f32 only; a [T] row of scores (two
+ * in the backward) in shared memory, so T <= 4096; one block row per
+ * (batch, head), at most 65535 of them.  The backward's workspace: the
+ * rows' dy.y, f32 [B, H, T]. */
+static kiln_status attn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	const int bwd = op->type == KILN_OP_ATTENTION_BWD;
+	for (int k = 0; k < op->n_in + op->n_out; k++) {
+		const struct kiln_tensor_desc *t = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
+		if (t->dtype != KILN_F32 && !(t->dtype == KILN_I64 && k == op->n_in - 1))
+			return cuda_bad(c, op, KILN_ENOTSUP, "f32 tensors only (the i64 step aside)");
+	}
+	const struct kiln_tensor_desc *qkv = &op->in[bwd ? 1 : 0];
+	p->rows = qkv->dims[0] * op->i[0]; /* B*H */
+	p->cols = qkv->dims[1];             /* T */
+	p->sz[0] = qkv->dims[2] / 3;        /* C */
+	p->sz[1] = op->i[0];                /* H (sz[3] stays 0: no plan scratch) */
+	if (p->cols > 4096 || p->rows > 65535)
+		return cuda_bad(c, op, KILN_ENOTSUP, "T > 4096 or B*heads > 65535");
+	p->n = common_numel(qkv);
+	p->n_in = op->n_in;
+	p->n_out = op->n_out;
+	p->workspace = bwd ? sizeof(float) * (size_t)(p->rows * p->cols) : 0;
+	p->launch = bwd ? cuda_launch_attention_bwd : cuda_launch_attention;
+	return KILN_OK;
+}
+
 /* Which prepare takes each op type: one table serves the device table's
  * has_op and the dispatch below.  LAUNCH ops get kiln's launcher from
  * launchers[]; F_NONE = not implemented.  Sized by its rows and tied to
  * the op count: an op appended to kiln/ops.h without a row here does not
  * compile (F_NONE is a row: the device then says it lacks the op). */
-enum { F_NONE, F_LAUNCH, F_GEMM, F_OPTIM, F_NEWOP, F_DNN, F_CONV };
+enum { F_NONE, F_LAUNCH, F_GEMM, F_OPTIM, F_NEWOP, F_DNN, F_CONV, F_ATTN };
 
 static const uint8_t family[] = {
 	[KILN_OP_GEMM] = F_GEMM,
@@ -205,10 +234,9 @@ static const uint8_t family[] = {
 	[KILN_OP_CONV_BWD_WEIGHTS] = F_CONV,
 	[KILN_OP_EMBEDDING] = F_LAUNCH, [KILN_OP_EMBEDDING_BWD] = F_LAUNCH,
 	[KILN_OP_LAYERNORM] = F_LAUNCH, [KILN_OP_LAYERNORM_BWD] = F_LAUNCH,
-	/* fused attention: cuDNN's scaled-dot-product attention (graph API)
-	 * is planned, with kiln's own kernel where it refuses a shape; until
-	 * then has_op says no and the core reports it before training */
-	[KILN_OP_ATTENTION] = F_NONE, [KILN_OP_ATTENTION_BWD] = F_NONE,
+	/* fused attention: kiln's own f32 kernels (attn.cu); cuDNN's fused
+	 * scaled-dot-product attention (graph API) is to come in front */
+	[KILN_OP_ATTENTION] = F_ATTN, [KILN_OP_ATTENTION_BWD] = F_ATTN,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");
@@ -244,6 +272,7 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case F_LAUNCH: p->launch = launchers[op->type]; break;
 	case F_OPTIM: return optim_prepare(c, p);
 	case F_NEWOP: return newop_prepare(c, p);
+	case F_ATTN: return attn_prepare(c, p);
 	case F_DNN:
 	case F_CONV: return cuda_dnn_prepare(c, p); /* cudnn.c */
 	default: /* GEMM is gemm.c's; has_op said no to the rest */
