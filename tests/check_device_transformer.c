@@ -227,6 +227,41 @@ START_TEST(test_layernorm_fd)
 }
 END_TEST
 
+/* Without affine parameters (n_in 1 forward, 3 backward): the numbers of
+ * gamma = 1, beta = 0. */
+START_TEST(test_layernorm_plain)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_LAYERNORM);
+	enum { R = 5, C = 37, N = R * C };
+	float x[N], dy[N], one[C], zero[C], y[2][N], dx[2][N];
+	for (int i = 0; i < N; i++)
+		x[i] = 3.0f * frand() - 1.0f, dy[i] = frand();
+	for (int i = 0; i < C; i++)
+		one[i] = 1.0f, zero[i] = 0.0f;
+	for (int affine = 0; affine < 2; affine++) {
+		struct kiln_op fwd, bwd;
+		ln_ops(&fwd, &bwd, R, C, affine);
+		void *dx_ = dput(&f, x, sizeof x), *ddy = dput(&f, dy, sizeof dy);
+		void *g = dput(&f, one, sizeof one), *b = dput(&f, zero, sizeof zero);
+		void *dy_ = dput(&f, NULL, sizeof x), *s = dput(&f, NULL, 2 * R * sizeof(float));
+		void *ddx = dput(&f, NULL, sizeof x), *dg = dput(&f, NULL, sizeof one), *db = dput(&f, NULL, sizeof one);
+		const void *fin[3] = { dx_, g, b }, *bin[4] = { dx_, ddy, s, g };
+		OK(run_op(&f, &fwd, fin, (void *[]){ dy_, s }));
+		OK(run_op(&f, &bwd, bin, (void *[]){ ddx, dg, db }));
+		dget(&f, y[affine], dy_, sizeof x);
+		dget(&f, dx[affine], ddx, sizeof x);
+		DFREE(&f, dx_, ddy, g, b, dy_, s, ddx, dg, db);
+	}
+	for (int i = 0; i < N; i++)
+		ck_assert_msg(y[0][i] == y[1][i] && dx[0][i] == dx[1][i],
+			      "element %d: plain y %g dx %g, affine (1, 0) y %g dx %g", i, y[0][i],
+			      dx[0][i], y[1][i], dx[1][i]);
+	fx_close(&f);
+}
+END_TEST
+
 /* bf16 activations (mixed precision): y is the f32 op's result on the same
  * values, rounded once; dx likewise, and dgamma, dbeta stay f32. */
 START_TEST(test_layernorm_bf16)
@@ -659,7 +694,8 @@ END_TEST
 static Suite *make_transformer_suite(void)
 {
 	Suite *s = dfx_suite((const struct dfx_case[]){
-		DFX_CASE(layernorm), DFX_CASE(layernorm_fd), DFX_CASE(layernorm_bf16), DFX_CASE(gelu),
+		DFX_CASE(layernorm), DFX_CASE(layernorm_fd), DFX_CASE(layernorm_plain),
+		DFX_CASE(layernorm_bf16), DFX_CASE(gelu),
 		DFX_CASE(gelu_tanh_fd), DFX_CASE(embedding), DFX_ONCE(embedding_deterministic, 60),
 		DFX_CASE(xent_ignore), DFX_ONCE(model, 120), DFX_ONCE(model_fd, 300),
 		DFX_ONCE(config_errors, 60), { NULL, NULL, 0 } });
