@@ -133,6 +133,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, int64_t batch, struct plan_no
 		n->l.before_norm = only_consumer_is(m, i, "batchnorm");
 		n->l.loss_scaled = m->scaler_d != NULL; /* read by loss layers only */
 		n->l.sync_ranks = m->group_ranks;       /* read by batchnorm only */
+		n->l.compute_dtype = m->cdtype;         /* read by embedding only */
 		if (L->n_in < ops->min_inputs || L->n_in > ops->max_inputs)
 			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s) takes %d..%d inputs, got %d",
 					  kiln_config_where(m->cfg, L->section, "type"), L->name,

@@ -227,6 +227,41 @@ START_TEST(test_layernorm_fd)
 }
 END_TEST
 
+/* Without affine parameters (n_in 1 forward, 3 backward): the numbers of
+ * gamma = 1, beta = 0. */
+START_TEST(test_layernorm_plain)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_LAYERNORM);
+	enum { R = 5, C = 37, N = R * C };
+	float x[N], dy[N], one[C], zero[C], y[2][N], dx[2][N];
+	for (int i = 0; i < N; i++)
+		x[i] = 3.0f * frand() - 1.0f, dy[i] = frand();
+	for (int i = 0; i < C; i++)
+		one[i] = 1.0f, zero[i] = 0.0f;
+	for (int affine = 0; affine < 2; affine++) {
+		struct kiln_op fwd, bwd;
+		ln_ops(&fwd, &bwd, R, C, affine);
+		void *dx_ = dput(&f, x, sizeof x), *ddy = dput(&f, dy, sizeof dy);
+		void *g = dput(&f, one, sizeof one), *b = dput(&f, zero, sizeof zero);
+		void *dy_ = dput(&f, NULL, sizeof x), *s = dput(&f, NULL, 2 * R * sizeof(float));
+		void *ddx = dput(&f, NULL, sizeof x), *dg = dput(&f, NULL, sizeof one), *db = dput(&f, NULL, sizeof one);
+		const void *fin[3] = { dx_, g, b }, *bin[4] = { dx_, ddy, s, g };
+		OK(run_op(&f, &fwd, fin, (void *[]){ dy_, s }));
+		OK(run_op(&f, &bwd, bin, (void *[]){ ddx, dg, db }));
+		dget(&f, y[affine], dy_, sizeof x);
+		dget(&f, dx[affine], ddx, sizeof x);
+		DFREE(&f, dx_, ddy, g, b, dy_, s, ddx, dg, db);
+	}
+	for (int i = 0; i < N; i++)
+		ck_assert_msg(y[0][i] == y[1][i] && dx[0][i] == dx[1][i],
+			      "element %d: plain y %g dx %g, affine (1, 0) y %g dx %g", i, y[0][i],
+			      dx[0][i], y[1][i], dx[1][i]);
+	fx_close(&f);
+}
+END_TEST
+
 /* bf16 activations (mixed precision): y is the f32 op's result on the same
  * values, rounded once; dx likewise, and dgamma, dbeta stay f32. */
 START_TEST(test_layernorm_bf16)
@@ -488,7 +523,13 @@ struct model {
 	int64_t B, T;
 };
 
-static void model_open(struct model *r, const char *c)
+static void model_open_dt(struct model *r, const char *c, int dtype);
+
+static void model_open(struct model *r, const char *c) { model_open_dt(r, c, KILN_F32); }
+
+/* The model of case c on the device under test, computing in dtype, its
+ * parameters PyTorch's, its batch loaded. */
+static void model_open_dt(struct model *r, const char *c, int dtype)
 {
 	char key[256];
 	memset(r, 0, sizeof *r);
@@ -505,6 +546,8 @@ static void model_open(struct model *r, const char *c)
 	struct kiln_tensor_desc sample;
 	kiln_tensor_desc_init(&sample, KILN_I32, 1, &r->T);
 	OK(kiln_model_create(r->cfg, r->reg, r->dev, &sample, &r->m));
+	if (dtype != KILN_F32)
+		OK(kiln_model_set_compute_dtype(r->m, dtype));
 	OK(kiln_model_plan(r->m, r->B, 1, &r->train));
 	OK(kiln_model_plan(r->m, r->B, 0, &r->eval));
 	OK(kiln_device_alloc(r->dev, x.bytes, &r->x));
@@ -584,6 +627,41 @@ START_TEST(test_model)
 }
 END_TEST
 
+/* bf16 compute (the embedding's rows, every activation and the weights the
+ * products read in bf16, f32 parameters and gradients): the loss within
+ * 2% of PyTorch's f32, every gradient within 10% of its largest element. */
+START_TEST(test_model_bf16)
+{
+	const char *c = "gpt_b3_t13_c64";
+	struct model r;
+	model_open_dt(&r, c, KILN_BF16);
+	const float want = *(const float *)ref(c, "loss").data;
+	const double got = model_loss(&r, r.train, 1);
+	ck_assert_msg(fabs(got - want) <= 2e-2 * fabs(want), "%s bf16: loss %.6g, PyTorch f32 %.6g",
+		      c, got, want);
+	for (int i = 0; i < kiln_model_param_count(r.m); i++) {
+		struct kiln_param_info info;
+		char key[256];
+		kiln_model_param_get(r.m, i, &info);
+		snprintf(key, sizeof key, "grad/%s", info.name);
+		struct kiln_safetensors_tensor t = ref(c, key);
+		float *h = malloc(t.bytes);
+		OK(kiln_device_copy_async(r.dev, h, info.grad, t.bytes, KILN_COPY_D2H, r.s));
+		OK(kiln_device_stream_sync(r.dev, r.s));
+		double mag = 0, err = 0;
+		for (int64_t e = 0; e < t.numel; e++) {
+			const float w = ((const float *)t.data)[e];
+			mag = fmax(mag, fabs(w));
+			err = fmax(err, fabs((double)h[e] - w));
+		}
+		ck_assert_msg(err <= 0.1 * mag, "%s bf16: grad %s off by %g (max |ref| %g)", c,
+			      info.name, err, mag);
+		free(h);
+	}
+	model_close(&r);
+}
+END_TEST
+
 /* Every parameter gradient of the small model against central differences
  * of its evaluation loss. */
 START_TEST(test_model_fd)
@@ -659,9 +737,11 @@ END_TEST
 static Suite *make_transformer_suite(void)
 {
 	Suite *s = dfx_suite((const struct dfx_case[]){
-		DFX_CASE(layernorm), DFX_CASE(layernorm_fd), DFX_CASE(layernorm_bf16), DFX_CASE(gelu),
+		DFX_CASE(layernorm), DFX_CASE(layernorm_fd), DFX_CASE(layernorm_plain),
+		DFX_CASE(layernorm_bf16), DFX_CASE(gelu),
 		DFX_CASE(gelu_tanh_fd), DFX_CASE(embedding), DFX_ONCE(embedding_deterministic, 60),
-		DFX_CASE(xent_ignore), DFX_ONCE(model, 120), DFX_ONCE(model_fd, 300),
+		DFX_CASE(xent_ignore), DFX_ONCE(model, 120), DFX_ONCE(model_bf16, 120),
+		DFX_ONCE(model_fd, 300),
 		DFX_ONCE(config_errors, 60), { NULL, NULL, 0 } });
 	return s;
 }

@@ -25,7 +25,8 @@ struct linear {
 };
 
 static const struct kiln_key linear_keys[] = {
-	{ "out", KILN_KEY_INT, NULL, 1, 1e9, NULL, "Output features (required)." },
+	{ "out", KILN_KEY_INT, NULL, 1, 1e9, NULL,
+	  "Output features (required). Inputs: [B, K] gives [B, out]; [B, C, H, W] is flattened per sample (K = C*H*W, in C, H, W order) to [B, out]; [B, T, K] (3-d, or 5-d and more) is transformed over its last dimension to [B, T, out], as nn.Linear does." },
 	{ "bias", KILN_KEY_BOOL, "1", 0, 0, NULL, "Learn an additive bias." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
@@ -209,9 +210,6 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 	return KILN_OK;
 }
 
-LAYER(linear, "linear",
-      "fully connected: y = x W^T + b (nn.Linear): 2-d [B, K] by rows; 4-d [B, C, H, W] flattened per "
-      "sample (K = C*H*W, in C, H, W order) to [B, out]; 3-d [B, T, K] (and 5-d or more) over the "
-      "last dimension to [B, T, out]",
+LAYER(linear, "linear", "fully connected: y = x W^T + b (nn.Linear; over the last dimension of [B, T, K])",
       linear_keys, 1, 1, linear_configure,
       linear_infer, linear_plan, linear_forward, linear_backward, layer_destroy);

@@ -12,9 +12,9 @@
  * not counted) and the gradient is the mean over the rows counted
  * (nn.CrossEntropyLoss(ignore_index)); the metrics add B times the batch's
  * token means, so the trainer's mean over samples is the mean of the
- * batches' mean token loss (and token accuracy).  Over 2-d logits rows are
- * ignored only when ignore_index is set in the config (a label outside
- * [0, C) is otherwise an error, as before).
+ * batches' mean token loss (and token accuracy).  Over 2-d logits the same
+ * rule (PyTorch's default ignore_index -100 applies there too); with no row
+ * ignored the gradient and metrics are bit for bit what they were before.
  */
 #include "util.h"
 
@@ -23,7 +23,7 @@ struct xent {
 	int64_t B, C;
 	int64_t samples;   /* the batch (rows = B = samples x tokens) */
 	int tokens;        /* 3-d logits [B, T, V] */
-	int ignore;        /* rows labelled ignore_index are left out */
+	int ignore;        /* rows labelled ignore_index are left out (softmax_xent) */
 	int64_t ignore_index;
 	int kind;          /* enum kiln_loss */
 	double smoothing;  /* label_smoothing (cross-entropy) */
@@ -34,7 +34,7 @@ static const struct kiln_key xent_keys[] = {
 	{ "label_smoothing", KILN_KEY_FLOAT, "0", 0, 1, NULL,
 	  "Cross-entropy against (1 - e) one-hot + e / classes (nn.CrossEntropyLoss(label_smoothing = e))." },
 	{ "ignore_index", KILN_KEY_INT, "-100", -1e9, 1e9, NULL,
-	  "Rows whose label is this get no gradient and are not counted in the loss mean or the accuracy (nn.CrossEntropyLoss(ignore_index)). Always on for token logits [B, T, V]; over [B, C] logits only when set here." },
+	  "Rows whose label is this get no gradient and are not counted in the loss mean or the accuracy (nn.CrossEntropyLoss(ignore_index)), over [B, C] and token [B, T, V] logits; any other label outside [0, classes) is an error." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -51,11 +51,11 @@ static kiln_status loss_configure(const struct kiln_host *h, struct kiln_layer *
 			s->smoothing = 0;
 		else if (st)
 			return st;
+		s->ignore = 1;
 		s->ignore_index = -100;
 		st = h->config_get_int(cfg, section, "ignore_index", &s->ignore_index);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
-		s->ignore = st == KILN_OK;
 	}
 	l->is_loss = 1;
 	return KILN_OK;
@@ -73,8 +73,6 @@ static kiln_status loss_infer(const struct kiln_host *h, struct kiln_layer *l)
 	s->samples = x->dims[0];
 	s->B = s->tokens ? x->dims[0] * x->dims[1] : x->dims[0];
 	s->C = x->dims[x->ndim - 1];
-	if (s->tokens)
-		s->ignore = 1;
 	f32_desc(&l->out, 2, 0, 0);
 	l->needs_input = 1;
 	return KILN_OK;

@@ -50,7 +50,7 @@ extern "C" {
  * grad_dtype, which nothing called, are gone (docs/plugins.md, "ABI 2").
  * 2.1: the transformer ops (kiln/ops.h: EMBEDDING, EMBEDDING_BWD, LAYERNORM,
  * LAYERNORM_BWD), KILN_ACT_GELU_TANH, SOFTMAX_XENT's ignore_index and row
- * count, KILN_INIT_NORMAL. */
+ * count, KILN_INIT_NORMAL, kiln_layer.compute_dtype. */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 1
 
@@ -774,6 +774,11 @@ struct kiln_layer {
 			      * of that many ranks together ([dist] sync_bn),
 			      * through host->group_* with kiln_layer_run.group
 			      * in training; 0 or 1: this batch alone */
+	/* ---- ABI 2.1 ---- */
+	int compute_dtype;   /* set by the core before infer: the model's compute
+			      * dtype (KILN_F32, KILN_BF16, KILN_F16), the dtype of
+			      * the activations a layer makes from integer inputs
+			      * (embedding); others follow their inputs' */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
