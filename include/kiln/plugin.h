@@ -49,7 +49,7 @@ extern "C" {
  * struct kiln_device_options; source get/set_position and precision
  * grad_dtype, which nothing called, are gone (docs/plugins.md, "ABI 2").
  * 2.1: the transformer ops (kiln/ops.h: EMBEDDING, EMBEDDING_BWD, LAYERNORM,
- * LAYERNORM_BWD), KILN_ACT_GELU_TANH, SOFTMAX_XENT's ignore_index and row
+ * LAYERNORM_BWD, ATTENTION, ATTENTION_BWD), KILN_ACT_GELU_TANH, SOFTMAX_XENT's ignore_index and row
  * count, KILN_INIT_NORMAL, kiln_layer.compute_dtype. */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 1
