@@ -18,7 +18,8 @@
 #     (tr_cnn_finetuned.safetensors, num_batches_tracked 10);
 #  5. `kiln eval` accepts another init_from and layout, refuses another
 #     layer shape; with no checkpoint eval fails and export warns that it
-#     writes the initial weights.
+#     writes the initial weights; a fresh run into an out_dir holding
+#     checkpoints warns that they mix.
 # The comparison needs only python3's standard library.
 name=trained
 . "$(dirname "$0")/lib.sh"
@@ -84,4 +85,7 @@ kiln 1 eval "$ini" "data.path=$data" "run.out_dir=$tmp/none"
 grep -q "no checkpoint to evaluate" "$err" || fail "eval without a checkpoint: wrong message"
 kiln 0 export "$ini" --safetensors "$tmp/init.safetensors" $common "run.out_dir=$tmp/none"
 grep -q "exporting the initial weights" "$err" || fail "export of initial weights does not warn"
+# a fresh run into an out_dir with checkpoints says that they will mix
+kiln 0 train "$ini" $common train.max_steps=1 "run.out_dir=$tmp/run"
+stderr_has "checkpoints holds checkpoints of an earlier run (the newest: step 5)"
 echo "PASS: $checks kiln runs; trained and fine-tuned exports match PyTorch's"
