@@ -180,6 +180,10 @@ kiln_status kiln_ckpt_open_weights(const struct kiln_config *cfg, const struct k
 				   const char *path, struct kiln_ckpt **out, char *dir,
 				   size_t dir_len);
 
+/* The highest step among dir's ckpt-<step>.kiln names (nothing is opened),
+ * or -1 when there is none. */
+int64_t kiln_ckpt_newest_step(const char *dir);
+
 /* After a successful write: delete all but the `keep` newest ckpt-*.kiln
  * (keep = 0: keep all) and any leftover ckpt-*.kiln.tmp.  Failures to
  * delete are logged, not returned. */

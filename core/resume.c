@@ -342,6 +342,18 @@ kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out)
 	return KILN_OK;
 }
 
+int64_t kiln_ckpt_newest_step(const char *dir)
+{
+	int64_t *steps, newest = -1;
+	int n;
+	if (list_steps(dir, 0, &steps, &n))
+		return -1;
+	if (n)
+		newest = steps[0];
+	free(steps);
+	return newest;
+}
+
 void kiln_ckpt_prune(const char *dir, int64_t keep)
 {
 	char path[4200];

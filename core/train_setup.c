@@ -518,6 +518,9 @@ static kiln_status open_run(struct trainer *t)
 			return st;
 		if (t->resumed)
 			t->res->resumed_step = t->pos.step;
+		else if (!t->rank && kiln_ckpt_newest_step(t->ckdir) >= 0)
+			kiln_log(KILN_LOG_WARN, "train", "%s holds checkpoints of an earlier run (the newest: step %lld): this run's join them, and `kiln eval`/`kiln export` take the highest step; use another [run] out_dir to keep them apart (or --resume to continue that run)",
+				 t->ckdir, (long long)kiln_ckpt_newest_step(t->ckdir));
 		t->pos.world = t->world;
 		t->pos.batch = t->B;
 	}

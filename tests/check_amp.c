@@ -38,6 +38,7 @@ static struct kiln_registry *reg;
 static const char *mlp_ini =
 	"[run]\nseed = 5\nout_dir = %s\nprecision = %s\n"
 	"[data]\nsource = idx\nlimit = 2000\nmean = 0.286\nstd = 0.353\n"
+	"[data.eval]\nlimit = 2000\n"
 	"[layer.flat]\ntype = flatten\n"
 	"[layer.fc1]\ntype = linear\nout = 128\n[layer.r1]\ntype = relu\n"
 	"[layer.fc2]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n"

@@ -209,8 +209,9 @@ END_TEST
  * batchnorm (running statistics), AdamW (step count), warmup + cosine
  * (lr), clip_norm (gate), fp16 dynamic loss scaling (scale, skips). */
 static const char *cnn_ini =
-	"[run]\ndevice = cpu\nseed = 5\nthreads = 1\nprecision = %s\n"
+	"[run]\ndevice = cpu\nseed = 5\nthreads = 1\nprecision = %s\nout_dir =\n"
 	"[data]\nsource = idx\nlimit = 640\nmean = 0.286\nstd = 0.353\nworkers = %d\nprefetch = 2\n"
+	"[data.eval]\nlimit = 640\n"
 	"[layer.conv1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\n"
 	"[layer.bn1]\ntype = batchnorm\n[layer.r1]\ntype = relu\n"
 	"[layer.pool1]\ntype = maxpool\nkernel = 2\n"

@@ -431,6 +431,7 @@ START_TEST(test_mlp_adaptive)
 	snprintf(ini, sizeof ini,
 		 "[run]\nseed = 3\nout_dir =\n"
 		 "[data]\nsource = idx\nlimit = 2000\nmean = 0.286\nstd = 0.353\n"
+		 "[data.eval]\nlimit = 2000\n"
 		 "[layer.flat]\ntype = flatten\n"
 		 "[layer.fc1]\ntype = linear\nout = 256\n[layer.r1]\ntype = relu\n"
 		 "[layer.fc2]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n"

@@ -714,7 +714,8 @@ START_TEST(test_export_cli)
 	if (!has_synthetic())
 		return;
 	char args[8192];
-	const char *data = "data.source=synthetic 'data.image_size=8 8' data.image_channels=3";
+	/* run.out_dir= : no run directory, so the initial weights (init_from) */
+	const char *data = "data.source=synthetic 'data.image_size=8 8' data.image_channels=3 run.out_dir=";
 	snprintf(args, sizeof args, "export '%s' --safetensors '%s' %s 'model.init_from=%s'",
 		 dpath("st_cnn.ini"), tpath("cli.safetensors"), data,
 		 dpath("st_cnn_torch.safetensors"));

@@ -470,6 +470,7 @@ END_TEST
 static const char *mlp_ini =
 	"[run]\nseed = 3\nout_dir = %s\n"
 	"[data]\nsource = idx\nlimit = 2000\nmean = 0.286\nstd = 0.353\n"
+	"[data.eval]\nlimit = 2000\n"
 	"[layer.flat]\ntype = flatten\n"
 	"[layer.fc1]\ntype = linear\nout = 256\n[layer.r1]\ntype = relu\n"
 	"[layer.fc2]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n"
@@ -661,9 +662,10 @@ START_TEST(test_data_val)
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 2, 5, 0);
 	strcat(ini, "[data.val]\nimages = t10k-images-idx3-ubyte.gz\nlabels = t10k-labels-idx1-ubyte.gz\n"
-		    "limit = 300\n[data.eval]\nlimit = 500\n");
+		    "limit = 300\n");
 	struct kiln_config *cfg;
 	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "data.eval.limit=500") == KILN_OK);
 	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
 	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(res.val_samples, 300);
@@ -673,8 +675,8 @@ START_TEST(test_data_val)
 	kiln_config_free(cfg);
 	/* without [data.val] the evaluations are [data.eval]'s, as before */
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
-	strcat(ini, "[data.eval]\nlimit = 500\n");
 	ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
+	ck_assert(kiln_config_override(cfg, "data.eval.limit=500") == KILN_OK);
 	ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
 	ck_assert(kiln_train(cfg, reg, NULL, NULL, &res) == 0);
 	ck_assert_int_eq(res.val_samples, 0);

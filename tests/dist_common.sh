@@ -38,6 +38,8 @@ source = idx
 limit = 2048
 mean = 0.286
 std = 0.353
+[data.eval]
+limit = 2048
 [layer.flat]
 type = flatten
 [layer.fc1]

@@ -32,6 +32,8 @@ source = idx
 limit = 768
 mean = 0.286
 std = 0.353
+[data.eval]
+limit = 768
 [layer.conv1]
 type = conv
 out = 8

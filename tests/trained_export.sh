@@ -5,7 +5,8 @@
 # tests/data/tr_cnn.ini (conv, batchnorm, relu, pool, linear) starts from
 # PyTorch's weights (tr_cnn_init.safetensors, num_batches_tracked 3) and
 # trains 5 SGD steps with checkpoint_every unset:
-#  1. `kiln train` leaves a checkpoint (checkpoint_last);
+#  1. `kiln train` leaves a checkpoint (checkpoint_last), also when it stops
+#     early;
 #  2. `kiln export` without --checkpoint writes the newest checkpoint's
 #     weights, and every tensor matches PyTorch's after the same 5 steps
 #     (tr_cnn_trained.safetensors, from tests/data/gen_trained_refs.py),
@@ -17,7 +18,8 @@
 #     (tr_cnn_finetuned.safetensors, num_batches_tracked 10);
 #  5. `kiln eval` accepts another init_from and layout, refuses another
 #     layer shape; with no checkpoint eval fails and export warns that it
-#     writes the initial weights.
+#     writes the initial weights; a fresh run into an out_dir holding
+#     checkpoints warns that they mix.
 # The comparison needs only python3's standard library.
 name=trained
 . "$(dirname "$0")/lib.sh"
@@ -41,6 +43,13 @@ kiln 0 train "$ini" $common "run.out_dir=$tmp/run"
 ck="$tmp/run/checkpoints/ckpt-5.kiln"
 [ -f "$ck" ] || fail "kiln train with checkpoint_every = 0 left no $ck"
 grep -q "trained weights: $ck" "$err" || fail "kiln train does not name its checkpoint"
+
+# 1b. an early stop (at an eval_every point) leaves its last step's too
+kiln 0 train "$ini" $common train.max_steps=0 train.epochs=5 train.eval_every=1 \
+	train.early_stop_patience=1 train.early_stop_metric=loss train.early_stop_min_delta=100 \
+	"run.out_dir=$tmp/early"
+stderr_has "early stop at step 2"
+[ -f "$tmp/early/checkpoints/ckpt-2.kiln" ] || fail "the early stop at step 2 left no checkpoint"
 
 # 2. export defaults to it, and matches PyTorch
 kiln 0 export "$ini" --safetensors "$tmp/trained.safetensors" $common "run.out_dir=$tmp/run"
@@ -76,4 +85,7 @@ kiln 1 eval "$ini" "data.path=$data" "run.out_dir=$tmp/none"
 grep -q "no checkpoint to evaluate" "$err" || fail "eval without a checkpoint: wrong message"
 kiln 0 export "$ini" --safetensors "$tmp/init.safetensors" $common "run.out_dir=$tmp/none"
 grep -q "exporting the initial weights" "$err" || fail "export of initial weights does not warn"
+# a fresh run into an out_dir with checkpoints says that they will mix
+kiln 0 train "$ini" $common train.max_steps=1 "run.out_dir=$tmp/run"
+stderr_has "checkpoints holds checkpoints of an earlier run (the newest: step 5)"
 echo "PASS: $checks kiln runs; trained and fine-tuned exports match PyTorch's"
