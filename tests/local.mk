@@ -241,6 +241,13 @@ TESTS += tests/check_attention
 tests_check_attention_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_attention_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# generation: the decode plan's logits against the full forward, sampling
+if HAVE_CHECK
+check_PROGRAMS += tests/check_generate
+TESTS += tests/check_generate
+tests_check_generate_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_generate_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 
 # ---- training and checkpoints: the trainer, optimizers and schedules
 # against PyTorch, mixed precision, the profiler, safetensors, checkpoints

@@ -209,6 +209,8 @@ static const uint8_t family[] = {
 	 * is planned, with kiln's own kernel where it refuses a shape; until
 	 * then has_op says no and the core reports it before training */
 	[KILN_OP_ATTENTION] = F_NONE, [KILN_OP_ATTENTION_BWD] = F_NONE,
+	/* decoding with a key/value cache (generation): the CPU's alone so far */
+	[KILN_OP_ATTENTION_DECODE] = F_NONE,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");
