@@ -143,9 +143,18 @@ static kiln_status generate(const struct kiln_config *cfg, const struct kiln_reg
 				tokenizer_vocab(tk), (long long)V);
 		goto out;
 	}
-	if ((int64_t)ids.n > ctx) {
-		st = kiln_error(KILN_EINVAL, "the prompt is %zu tokens, longer than the model's context of %lld",
-				ids.n, (long long)ctx);
+	/* no sliding window: the whole text must fit the context */
+	if ((int64_t)ids.n > ctx || (int64_t)ids.n + o->tokens > ctx) {
+		st = (int64_t)ids.n > ctx
+			     ? kiln_error(KILN_EUSAGE, "the prompt is %zu tokens, longer than the model's context of %lld",
+					  ids.n, (long long)ctx)
+			     : kiln_error(KILN_EUSAGE, "--tokens %lld: the prompt's %zu tokens and %lld new ones exceed the model's context of %lld (at most --tokens %lld)",
+					  o->tokens, ids.n, o->tokens, (long long)ctx,
+					  (long long)(ctx - (int64_t)ids.n));
+		goto out;
+	}
+	if (!ids.n) {
+		st = kiln_error(KILN_EUSAGE, "--prompt is empty: generation starts from at least one token");
 		goto out;
 	}
 	o->s.vocab = tokenizer_vocab(tk); /* never an id the tokenizer lacks (a padded V) */

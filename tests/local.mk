@@ -141,6 +141,11 @@ if BUILD_LOADERS
 TESTS += tests/pack.sh
 endif
 EXTRA_DIST += tests/pack.sh
+# `kiln generate` on a GPT trained for a few steps (the tokens source)
+if BUILD_LOADERS
+TESTS += tests/generate.sh
+endif
+EXTRA_DIST += tests/generate.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same
