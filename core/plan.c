@@ -130,7 +130,12 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		goto fail;
 	}
 	kiln_model_data_desc(m, batch, &p->data_desc);
-	if (!training && opts->decode > 0 && (st = decode_input(p, opts->decode)))
+	if (opts->decode < 0 || (training && opts->decode)) {
+		st = kiln_error(KILN_EINVAL, "kiln_plan_opts.decode = %lld: a count of positions, for plans that do not train",
+				(long long)opts->decode);
+		goto fail;
+	}
+	if (opts->decode > 0 && (st = decode_input(p, opts->decode)))
 		goto fail;
 	if ((st = kiln_model_infer(m, &p->data_desc, p->decode, p->nodes)))
 		goto fail;
