@@ -29,6 +29,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
 
 /* The help of the commands whose --help (or -h) the dispatcher answers
  * (kiln.c): `usage`, a blank line, then `about`. */
@@ -40,6 +41,7 @@ extern const char cmd_memory_usage[], cmd_memory_about[];
 extern const char cmd_pack_usage[], cmd_pack_about[];
 extern const char cmd_summary_usage[], cmd_summary_about[];
 extern const char cmd_report_usage[], cmd_report_about[];
+extern const char cmd_generate_usage[], cmd_generate_about[];
 
 /* Print s as a JSON string literal (quoted, escaped). */
 void cli_json_str(FILE *f, const char *s);

@@ -27,6 +27,7 @@ static void usage(FILE *f)
 		"  launch -n N [...] -- COMMAND...      start N ranks of a data-parallel run (kiln launch --help)\n"
 		"  summary FILE [--batch N] [...]       the model's layers, output shapes, parameters, FLOPs\n"
 		"  report RUN_DIR [-o FILE]             an HTML page of a run: curves, config, summary, memory\n"
+		"  generate FILE --prompt T --tokens N  sample text from the trained model (key/value cached)\n"
 		"\n"
 		"`kiln <command> --help` describes one command.  Exit codes: 0 ok, 1 failure,\n"
 		"2 usage or config error, 3 data error.\n");
@@ -119,6 +120,7 @@ static const struct command {
 	{ "launch", cmd_launch, NULL, NULL },
 	{ "summary", cmd_summary, cmd_summary_usage, cmd_summary_about },
 	{ "report", cmd_report, cmd_report_usage, cmd_report_about },
+	{ "generate", cmd_generate, cmd_generate_usage, cmd_generate_about },
 };
 
 static int run_command(const struct command *c, int argc, char **argv)

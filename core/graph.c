@@ -115,7 +115,8 @@ static kiln_status check_token_input(const struct kiln_model *m, int i, const st
 }
 
 /* configure + infer every layer for `batch` rows into nodes[]. */
-kiln_status kiln_model_infer(struct kiln_model *m, int64_t batch, struct plan_node *nodes)
+kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc *data,
+			     int64_t decode, struct plan_node *nodes)
 {
 	const struct kiln_host *h = kiln_host_table();
 	kiln_status st;
@@ -134,6 +135,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, int64_t batch, struct plan_no
 		n->l.loss_scaled = m->scaler_d != NULL; /* read by loss layers only */
 		n->l.sync_ranks = m->group_ranks;       /* read by batchnorm only */
 		n->l.compute_dtype = m->cdtype;         /* read by embedding only */
+		n->l.decode_len = decode;
 		if (L->n_in < ops->min_inputs || L->n_in > ops->max_inputs)
 			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s) takes %d..%d inputs, got %d",
 					  kiln_config_where(m->cfg, L->section, "type"), L->name,
@@ -145,7 +147,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, int64_t batch, struct plan_no
 						  kiln_config_where(m->cfg, L->section, "type"), L->name,
 						  nodes[j].l.name);
 			if (j < 0) {
-				kiln_model_data_desc(m, batch, &n->l.in[k]);
+				n->l.in[k] = *data;
 			} else {
 				n->l.in[k] = nodes[j].l.out;
 			}
@@ -338,7 +340,9 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	}
 	if ((st = read_layers(m, reg)))
 		goto fail;
-	if ((st = kiln_model_infer(m, 1, nodes)))
+	struct kiln_tensor_desc data;
+	kiln_model_data_desc(m, 1, &data);
+	if ((st = kiln_model_infer(m, &data, 0, nodes)))
 		goto fail;
 	if ((st = check_wiring(m, nodes)))
 		goto fail;

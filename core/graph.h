@@ -275,6 +275,12 @@ struct kiln_plan {
 	size_t arena_bytes, ws_bytes;
 	void *arena, *ws;
 	void *in_cast;       /* data input -> the compute dtype (CAST), or NULL */
+	/* decode plans (kiln_plan_opts.decode, core/generate.c): the cache
+	 * length (0: not a decode plan), the loss layer's input (the logits)
+	 * and, during kiln_plan_decode, the device i32[1] position */
+	int64_t decode;
+	int logits_layer;
+	const void *pos;
 };
 
 /* Byte offsets in the arena and parameter buffers are 64-byte aligned. */
@@ -290,9 +296,12 @@ int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name
 /* The data input as layers see it: [batch, sample...], 4-d inputs in the
  * model's layout, the compute dtype. */
 void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln_tensor_desc *d);
-/* Configure and infer every layer for `batch` rows into nodes[] (the
- * caller's, n_layers of them, zeroed); KILN_ECONFIG naming file:line. */
-kiln_status kiln_model_infer(struct kiln_model *m, int64_t batch, struct plan_node *nodes);
+/* Configure and infer every layer for the data input `data` (the batch
+ * first: kiln_model_data_desc) into nodes[] (the caller's, n_layers of
+ * them, zeroed), with kiln_layer.decode_len = decode; KILN_ECONFIG naming
+ * file:line. */
+kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc *data,
+			     int64_t decode, struct plan_node *nodes);
 /* Destroy what the layer's plan made (dev: the device it planned on, NULL
  * when it was never planned); the node itself stays the caller's. */
 void kiln_plan_node_free(struct plan_node *n, struct kiln_device *dev);
@@ -331,6 +340,25 @@ kiln_status kiln_plan_summary(struct kiln_plan *p, struct kiln_summary *out);
 /* ... and that summary as [summary] log lines at KILN_LOG_INFO (nothing
  * when the log level is lower). */
 kiln_status kiln_plan_summary_log(struct kiln_plan *p);
+
+/* core/weights.c.  A model with its weights, as `kiln export` and
+ * `kiln generate` load it: [run] device opened, the model built for the
+ * sample shape training reads from [data], then the weights of
+ * `checkpoint` (NULL: the newest usable one in [run] out_dir/checkpoints),
+ * else [run] seed and [model] init_from (with a warning; KILN_ECONFIG when
+ * need_trained and there is no init_from either).  `verb` begins the log
+ * line naming them ("exporting").  Close with
+ * kiln_trained_close (also after a failed open). */
+struct kiln_trained {
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *stream;
+	struct kiln_tensor_desc sample;
+};
+kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *checkpoint, const char *verb, int need_trained,
+			      struct kiln_trained *t);
+void kiln_trained_close(struct kiln_trained *t);
 
 /* Room for every kiln_model_state_buffers() entry (a checkpoint section
  * each). */

@@ -48,7 +48,7 @@ kiln_status kiln_optim_find(const struct kiln_config *cfg, const struct kiln_reg
 
 /* ---- counter-based RNG (core/rng.c) ---- */
 enum { KILN_RNG_INIT = 1, KILN_RNG_SHUFFLE = 2, KILN_RNG_DROPOUT = 3, KILN_RNG_AUGMENT = 4,
-       KILN_RNG_SKIP = 5 };
+       KILN_RNG_SKIP = 5, KILN_RNG_SAMPLE = 6 /* generation's draws (core/generate.c) */ };
 uint32_t kiln_rng_u32(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
 float kiln_rng_uniform(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
 void kiln_rng_uniform4(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b, float u[4]);

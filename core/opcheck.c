@@ -360,6 +360,38 @@ static kiln_status check_attention(const char *who, const struct kiln_op *op)
 	return KILN_OK;
 }
 
+/* ATTENTION_DECODE: qkv [B,1,3C], pos i32[1], y [B,1,C] of qkv's dtype,
+ * the caches f32 [B,H,Tmax,D]. */
+static kiln_status check_attention_decode(const char *who, const struct kiln_op *op)
+{
+	kiln_status st = counts(who, op, 2, 3);
+	if (st)
+		return st;
+	const struct kiln_tensor_desc *qkv = &op->in[0], *y = &op->out[0];
+	const int64_t H = op->i[0];
+	if (qkv->ndim != 3 || qkv->dims[0] <= 0 || qkv->dims[1] != 1 || H <= 0 ||
+	    qkv->dims[2] <= 0 || qkv->dims[2] % (3 * H) || !is_float(qkv->dtype))
+		BAD(KILN_EINVAL, "wants qkv [B,1,3C] (floating) with C a multiple of the heads i[0] = %lld",
+		    (long long)H);
+	const int64_t B = qkv->dims[0], C = qkv->dims[2] / 3;
+	if (y->ndim != 3 || y->dims[0] != B || y->dims[1] != 1 || y->dims[2] != C ||
+	    y->dtype != qkv->dtype)
+		BAD(KILN_EINVAL, "wants y [B,1,C] = [%lld,1,%lld] of qkv's dtype", (long long)B,
+		    (long long)C);
+	if (op->in[1].dtype != KILN_I32 || numel(&op->in[1]) != 1)
+		BAD(KILN_EINVAL, "the position (in1) must be i32[1]");
+	for (int k = 1; k < 3; k++) {
+		const struct kiln_tensor_desc *c = &op->out[k];
+		if (c->ndim != 4 || c->dtype != KILN_F32 || c->dims[0] != B || c->dims[1] != H ||
+		    c->dims[2] <= 0 || c->dims[3] != C / H || c->dims[2] != op->out[1].dims[2])
+			BAD(KILN_EINVAL, "wants the caches (out1, out2) f32 [B,H,Tmax,D] = [%lld,%lld,Tmax,%lld]",
+			    (long long)B, (long long)H, (long long)(C / H));
+	}
+	if (!(op->f[0] > 0) || !isfinite(op->f[0]))
+		BAD(KILN_EINVAL, "wants scale f[0] > 0");
+	return KILN_OK;
+}
+
 static kiln_status check_layout(const char *who, const struct kiln_op *op)
 {
 	if (op->type == KILN_OP_REORDER) {
@@ -698,6 +730,7 @@ static const struct {
 	[KILN_OP_LAYERNORM_BWD] = { "LAYERNORM_BWD", check_layernorm },
 	[KILN_OP_ATTENTION] = { "ATTENTION", check_attention },
 	[KILN_OP_ATTENTION_BWD] = { "ATTENTION_BWD", check_attention },
+	[KILN_OP_ATTENTION_DECODE] = { "ATTENTION_DECODE", check_attention_decode },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");

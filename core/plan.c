@@ -89,6 +89,23 @@ static kiln_status plan_input(struct kiln_plan *p)
 	return kiln_plan_new_store(p, kiln_tensor_bytes(&p->data_desc), 0, 0);
 }
 
+/* A decode plan (opts.decode = Tmax positions): the data input is one
+ * token per row, [batch, 1] i32, of a model on token sequences; the loss
+ * layer's input is the output (the logits). */
+static kiln_status decode_input(struct kiln_plan *p, int64_t tmax)
+{
+	struct kiln_model *m = p->m;
+	if (m->sample.dtype != KILN_I32 || m->sample.ndim != 1)
+		return kiln_error(KILN_ECONFIG, "a decode plan (generation) needs a model on token sequences (samples i32[T]), not %s samples",
+				  kiln_dtype_name(m->sample.dtype));
+	if (m->loss_layer < 0 || m->layers[m->loss_layer].in[0] < 0)
+		return kiln_error(KILN_ECONFIG, "a decode plan (generation) needs a loss layer whose input is the logits");
+	p->decode = tmax;
+	p->data_desc.dims[1] = 1;
+	p->logits_layer = m->layers[m->loss_layer].in[0];
+	return KILN_OK;
+}
+
 kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			       const struct kiln_plan_opts *opts, struct kiln_plan **out)
 {
@@ -112,10 +129,17 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if ((st = kiln_model_infer(m, batch, p->nodes)))
+	kiln_model_data_desc(m, batch, &p->data_desc);
+	if (opts->decode < 0 || (training && opts->decode)) {
+		st = kiln_error(KILN_EINVAL, "kiln_plan_opts.decode = %lld: a count of positions, for plans that do not train",
+				(long long)opts->decode);
+		goto fail;
+	}
+	if (opts->decode > 0 && (st = decode_input(p, opts->decode)))
+		goto fail;
+	if ((st = kiln_model_infer(m, &p->data_desc, p->decode, p->nodes)))
 		goto fail;
 	struct plan_node *N = p->nodes;
-	kiln_model_data_desc(m, batch, &p->data_desc);
 	for (int i = 0; i < n; i++)
 		if (N[i].l.n_params != m->layers[i].n_params) {
 			st = kiln_error(KILN_EINTERNAL, "layer '%s' changed its parameters with the batch size",

@@ -226,7 +226,12 @@ static kiln_status plan_output_stores(struct kiln_plan *p)
 			N[i].rstore = r < 0 ? -2 : N[r].rstore;
 		}
 		N[i].sstore = -2;
-		if (p->training && N[i].l.saved_bytes) {
+		if (p->decode && N[i].l.saved_bytes) {
+			/* a decode plan's key/value caches: kept from run to run */
+			N[i].sstore = p->n_store;
+			if ((st = kiln_plan_new_store(p, N[i].l.saved_bytes, 0, p->n_pos)))
+				return st;
+		} else if (p->training && N[i].l.saved_bytes) {
 			N[i].sstore = p->n_store;
 			if ((st = kiln_plan_new_store(p, N[i].l.saved_bytes, i, rec ? i : N[i].pos_b)))
 				return st;
@@ -388,6 +393,8 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	if ((st = plan_schedule(p, S)) || (st = plan_output_stores(p)))
 		return st;
 	plan_output_lifetimes(p);
+	if (p->decode) /* the logits are read after the run */
+		extend(&p->store[kiln_plan_fwd_store(p, p->logits_layer)], p->n_pos);
 	plan_in_place(p);
 	if (p->training && (st = plan_gradients(p, wants_grad)))
 		return st;

@@ -60,6 +60,7 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->step = m->step_d;
 	r->loss_scale = m->scaler_d; /* the scale is element 0 */
 	r->group = p->training && m->group_ranks > 1 ? m->group : NULL;
+	r->pos = p->pos;
 }
 
 kiln_status kiln_plan_run(struct kiln_plan *p, const void *x, const void *labels, void *metrics,
@@ -104,6 +105,8 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 		const char *name = m->layers[i].name;
 		switch (p->sched[e].kind) {
 		case PEV_FWD:
+			if (p->decode && p->nodes[i].l.is_loss)
+				break; /* decoding has no labels: the logits are the output */
 			if (m->fwd_hook && (st = m->fwd_hook(m->fwd_user, i, stream)))
 				return st;
 			fill_run(p, i, &r, x, labels, metrics, stream, 0);
@@ -176,4 +179,24 @@ kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *l
 	if (!p->training)
 		return KILN_OK;
 	return run_events(p, p->m->n_layers, p->n_pos, x, labels, metrics, stream);
+}
+
+kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void *pos,
+			     void *stream)
+{
+	if (!p->decode)
+		return kiln_error(KILN_EINVAL, "kiln_plan_decode: not a decode plan (kiln_plan_opts.decode)");
+	p->pos = pos;
+	kiln_status st = kiln_plan_forward(p, tokens, NULL, NULL, stream);
+	p->pos = NULL;
+	return st;
+}
+
+kiln_status kiln_plan_logits(const struct kiln_plan *p, void **ptr, struct kiln_tensor_desc *desc)
+{
+	if (!p->decode)
+		return kiln_error(KILN_EINVAL, "kiln_plan_logits: not a decode plan (kiln_plan_opts.decode)");
+	*desc = p->nodes[p->logits_layer].l.out;
+	*ptr = ypos((struct kiln_plan *)p, kiln_plan_fwd_store(p, p->logits_layer), NULL);
+	return KILN_OK;
 }

@@ -404,61 +404,79 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 	return KILN_OK;
 }
 
-/* ---- `kiln export` ---------------------------------------------------------- */
+/* ---- a trained model: `kiln export`, `kiln generate` ---------------------- */
 
-kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
-				    const struct kiln_registry *reg, const char *checkpoint,
-				    const char *path)
+kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *checkpoint, const char *verb, int need_trained,
+			      struct kiln_trained *t)
 {
-	struct kiln_device *dev = NULL;
-	struct kiln_model *m = NULL;
 	struct kiln_dataset ds;
-	void *stream = NULL;
 	struct kiln_run_cfg run;
 	struct kiln_ckpt *ck = NULL;
 	char dir[4200];
 	kiln_status st;
+	memset(t, 0, sizeof *t);
 	if ((st = kiln_run_cfg_read(cfg, &run)))
 		return st;
 	/* a checkpoint is verified whole before the model is even built */
 	if ((st = kiln_ckpt_open_weights(cfg, reg, checkpoint, &ck, dir, sizeof dir)))
 		return st;
 	const char *init = kiln_config_get(cfg, "model", "init_from");
+	const int has_init = init && *init;
 	if (ck)
-		kiln_log(KILN_LOG_INFO, "core", "exporting the weights of %s (step %lld)",
+		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s (step %lld)", verb,
 			 kiln_ckpt_path(ck), (long long)kiln_ckpt_step(ck));
+	else if (need_trained && !has_init)
+		return kiln_error(KILN_ECONFIG, "%s%s: no trained weights (give --checkpoint CKPT or [model] init_from, or train first)",
+				  *dir ? "no checkpoint in " : "[run] out_dir is empty", dir);
 	else
-		kiln_log(KILN_LOG_WARN, "core", "%s%s: exporting the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
-			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir,
-			 init && *init ? ", then [model] init_from" : "");
-	if ((st = kiln_device_open(reg, cfg, run.device, 0, &dev))) {
-		kiln_ckpt_close(ck);
-		return st;
-	}
+		kiln_log(KILN_LOG_WARN, "core", "%s%s: %s the initial weights ([run] seed%s), not trained ones (give --checkpoint CKPT, or train first)",
+			 *dir ? "no checkpoint in " : "[run] out_dir is empty", dir, verb,
+			 has_init ? ", then [model] init_from" : "");
+	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
+		goto out;
 	/* the sample shape, as training sees it (u8 samples become f32) */
 	memset(&ds, 0, sizeof ds);
 	if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
 		goto out;
-	struct kiln_tensor_desc sample = ds.sample;
-	sample.dtype = KILN_F32;
+	kiln_dataset_input_desc(&ds, &t->sample);
 	kiln_dataset_close(&ds);
-	if ((st = kiln_model_create(cfg, reg, dev, &sample, &m)) ||
-	    (st = kiln_device_stream_create(dev, &stream)) ||
-	    (st = kiln_model_init_params(m, (uint64_t)run.seed, stream)) ||
+	if ((st = kiln_model_create(cfg, reg, t->dev, &t->sample, &t->m)) ||
+	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
+	    (st = kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
 	    /* a checkpoint replaces every weight: init_from is not read */
-	    (!ck && (st = kiln_model_init_from(m, stream))) ||
-	    (ck && (st = kiln_ckpt_load_model(ck, m, stream, KILN_CKPT_LOAD_WEIGHTS))) ||
-	    (st = kiln_model_save_safetensors(m, path, stream)))
+	    (!ck && (st = kiln_model_init_from(t->m, t->stream))) ||
+	    (ck && (st = kiln_ckpt_load_model(ck, t->m, t->stream, KILN_CKPT_LOAD_WEIGHTS))))
 		goto out;
-	kiln_log(KILN_LOG_DEBUG, "core", "wrote %d parameters and buffers to %s",
-		 kiln_model_param_count(m), path);
 out:
-	if (stream)
-		kiln_device_stream_sync(dev, stream);
-	kiln_model_free(m);
-	if (stream)
-		kiln_device_stream_destroy(dev, stream);
-	kiln_device_close(dev);
 	kiln_ckpt_close(ck);
+	if (st)
+		kiln_trained_close(t);
+	return st;
+}
+
+void kiln_trained_close(struct kiln_trained *t)
+{
+	if (t->stream)
+		kiln_device_stream_sync(t->dev, t->stream);
+	kiln_model_free(t->m);
+	if (t->stream)
+		kiln_device_stream_destroy(t->dev, t->stream);
+	kiln_device_close(t->dev);
+	memset(t, 0, sizeof *t);
+}
+
+kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
+				    const struct kiln_registry *reg, const char *checkpoint,
+				    const char *path)
+{
+	struct kiln_trained t;
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t);
+	if (st)
+		return st;
+	if (!(st = kiln_model_save_safetensors(t.m, path, t.stream)))
+		kiln_log(KILN_LOG_DEBUG, "core", "wrote %d parameters and buffers to %s",
+			 kiln_model_param_count(t.m), path);
+	kiln_trained_close(&t);
 	return st;
 }

@@ -3,3 +3,4 @@ EXTRA_DIST += docs/config.md docs/plugins.md docs/PERFORMANCE.md docs/design-not
 	docs/precision.md docs/gpu.md docs/distributed.md \
 	docs/report.md docs/report.png
 EXTRA_DIST += docs/logging.md
+EXTRA_DIST += docs/generate.md

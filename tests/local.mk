@@ -141,6 +141,11 @@ if BUILD_LOADERS
 TESTS += tests/pack.sh
 endif
 EXTRA_DIST += tests/pack.sh
+# `kiln generate` on a GPT trained for a few steps (the tokens source)
+if BUILD_LOADERS
+TESTS += tests/generate.sh
+endif
+EXTRA_DIST += tests/generate.sh
 
 # ---- device: the conformance suites, one per op family around one fixture
 # (tests/device_fixture.c), each op against reference loops; the same
@@ -240,6 +245,13 @@ check_PROGRAMS += tests/check_attention
 TESTS += tests/check_attention
 tests_check_attention_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_attention_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
+# generation: the decode plan's logits against the full forward, sampling
+if HAVE_CHECK
+check_PROGRAMS += tests/check_generate
+TESTS += tests/check_generate
+tests_check_generate_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_generate_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 
 # ---- training and checkpoints: the trainer, optimizers and schedules

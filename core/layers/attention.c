@@ -23,6 +23,8 @@ struct attention {
 	struct kiln_tensor_desc lse;
 	size_t lse_bytes;
 	void *train, *eval, *bwd[2];
+	void *decode;          /* decode plans: ATTENTION_DECODE */
+	struct kiln_tensor_desc cache; /* its key (and value) cache, f32 [B,H,Tmax,D] */
 };
 
 static const struct kiln_key attention_keys[] = {
@@ -70,6 +72,11 @@ static kiln_status attention_infer(const struct kiln_host *h, struct kiln_layer 
 				"layer '%s' (attention): the input's last dimension %lld is not divisible by 3 * heads = %lld (q, k, v of C = heads * head size each)",
 				l->name, (long long)x->dims[2], (long long)(3 * s->heads));
 	const int64_t B = x->dims[0], T = x->dims[1], C = x->dims[2] / 3;
+	if (l->decode_len && !s->causal)
+		return h->error(KILN_ECONFIG, "layer '%s' (attention): causal = 0 sees later tokens: it cannot be decoded token by token",
+				l->name);
+	int64_t cd[4] = { B, s->heads, l->decode_len, C / s->heads };
+	kiln_tensor_desc_init(&s->cache, KILN_F32, 4, cd);
 	f32_desc(&l->out, B, T, C);
 	l->out.dtype = x->dtype; /* the compute dtype */
 	f32_desc(&s->lse, B, s->heads, T);
@@ -112,6 +119,17 @@ static kiln_status attention_plan(const struct kiln_host *h, struct kiln_layer *
 	struct kiln_op op;
 	kiln_status st;
 	size_t w = 0;
+	if (l->decode_len) { /* one token per row, the caches kept as saved memory */
+		op_init(&op, KILN_OP_ATTENTION_DECODE, 2, 3);
+		op.in[0] = l->in[0];
+		kiln_tensor_desc_init(&op.in[1], KILN_I32, 1, (int64_t[]){ 1 });
+		op.out[0] = l->out;
+		op.out[1] = op.out[2] = s->cache;
+		op.i[0] = s->heads;
+		op.f[0] = s->scale;
+		l->saved_bytes = 2 * ALIGN64(kiln_tensor_bytes(&s->cache));
+		return prep(h, l, dev, &op, &s->decode, ws);
+	}
 	attention_op(l, s, 0, s->dropout, &op);
 	if ((st = prep(h, l, dev, &op, &s->train, &w)))
 		return st;
@@ -133,6 +151,12 @@ static kiln_status attention_forward(const struct kiln_host *h, struct kiln_laye
 	struct attention *s = l->priv;
 	const size_t off = ALIGN64(s->lse_bytes);
 	struct kiln_op_args a = { .in = { r->x[0], r->step }, .out = { r->y, r->saved } };
+	if (s->decode) {
+		char *k = r->saved;
+		a = (struct kiln_op_args){ .in = { r->x[0], r->pos },
+					   .out = { r->y, k, k + ALIGN64(kiln_tensor_bytes(&s->cache)) } };
+		return run_op(h, r, s->decode, &a);
+	}
 	if (r->training)
 		return run_op(h, r, s->train, &a);
 	a = (struct kiln_op_args){ .in = { r->x[0] },

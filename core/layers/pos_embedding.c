@@ -4,7 +4,10 @@
  * x, y: [B, T, C]; weight [max_len, C], initialised N(0, 0.02^2).  The
  * first T rows of the weight are T*C contiguous values, so the add is
  * KILN_OP_BIAS_ADD of a [T*C] bias over B rows of [T*C], and its gradient
- * KILN_OP_BIAS_GRAD; rows T.. of the weight gradient are zeroed.
+ * KILN_OP_BIAS_GRAD; rows T.. of the weight gradient are zeroed.  In a
+ * decode plan (kiln_layer.decode_len > 0, T = 1) the row added is that of
+ * the device position kiln_layer_run.pos: KILN_OP_EMBEDDING of it into the
+ * workspace, then the same BIAS_ADD.
  */
 #include "util.h"
 
@@ -12,6 +15,7 @@ struct pos_embedding {
 	struct layer_plans plans;
 	int64_t max_len, B, T, C;
 	void *copy, *add, *dx[2], *dw, *zero_tail;
+	void *row; /* decode plans: weight[pos] (EMBEDDING of the position) */
 };
 
 static const struct kiln_key pos_embedding_keys[] = {
@@ -42,9 +46,10 @@ static kiln_status pos_infer(const struct kiln_host *h, struct kiln_layer *l)
 				l->name, kiln_tensor_desc_str(x, d, sizeof d));
 	}
 	s->B = x->dims[0], s->T = x->dims[1], s->C = x->dims[2];
-	if (s->T > s->max_len)
+	if (s->T > s->max_len || l->decode_len > s->max_len)
 		return h->error(KILN_ECONFIG, "layer '%s' (pos_embedding): %lld tokens, more than max_len = %lld",
-				l->name, (long long)s->T, (long long)s->max_len);
+				l->name, (long long)(l->decode_len ? l->decode_len : s->T),
+				(long long)s->max_len);
 	l->out = *x;
 	l->n_params = 1;
 	l->params[0] = (struct kiln_param_spec){ "weight", { 0 }, KILN_INIT_NORMAL, 0, 0 };
@@ -71,8 +76,20 @@ static kiln_status pos_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_BIAS_ADD, 1, 1);
 	f32_desc(&op.in[0], s->T * s->C, 0, 0);
 	op.out[0] = rows;
-	if ((st = prep(h, l, dev, &op, &s->add, ws)) || !l->trainable)
+	if ((st = prep(h, l, dev, &op, &s->add, ws)))
 		return st;
+	if (l->decode_len) { /* the row of position pos, into the workspace's head */
+		size_t w = 0;
+		op_init(&op, KILN_OP_EMBEDDING, 2, 1);
+		kiln_tensor_desc_init(&op.in[0], KILN_I32, 1, (int64_t[]){ 1 });
+		f32_desc(&op.in[1], s->max_len, s->C, 0);
+		f32_desc(&op.out[0], 1, s->C, 0);
+		st = prep(h, l, dev, &op, &s->row, &w);
+		*ws = (*ws > w ? *ws : w) + ALIGN64(sizeof(float) * (size_t)s->C);
+		return st;
+	}
+	if (!l->trainable)
+		return KILN_OK;
 	op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
 	op.in[0] = rows;
 	f32_desc(&op.out[0], s->T * s->C, 0, 0);
@@ -93,6 +110,17 @@ static kiln_status pos_forward(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st;
 	if (r->y != r->x[0] && (st = run_op(h, r, s->copy, &a)))
 		return st;
+	if (s->row) { /* decoding: y += weight[pos] */
+		const size_t off = ALIGN64(sizeof(float) * (size_t)s->C);
+		struct kiln_layer_run rr = *r;
+		rr.workspace = (char *)r->workspace + off;
+		rr.workspace_bytes = r->workspace_bytes - off;
+		a = (struct kiln_op_args){ .in = { r->pos, r->w[0] }, .out = { r->workspace } };
+		if ((st = run_op(h, &rr, s->row, &a)))
+			return st;
+		a = (struct kiln_op_args){ .in = { r->workspace }, .out = { r->y } };
+		return run_op(h, &rr, s->add, &a);
+	}
 	a = (struct kiln_op_args){ .in = { r->w[0] }, .out = { r->y } };
 	return run_op(h, r, s->add, &a);
 }

@@ -249,6 +249,12 @@ struct kiln_plan_opts {
 	int keep_all;
 	int dry;        /* lay out the memory, allocate none of it (arena and
 			 * workspace stay NULL: such a plan cannot run) */
+	int64_t decode; /* > 0 (not training): a decode plan for generation
+			 * (docs/generate.md) of a model on token sequences:
+			 * one token per row and run, at the position the run
+			 * names, with the layers' key/value caches of `decode`
+			 * positions kept in the plan from run to run; run it
+			 * with kiln_plan_decode, read kiln_plan_logits */
 };
 kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			       const struct kiln_plan_opts *opts, struct kiln_plan **out);
@@ -260,6 +266,19 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
  * KILN_ENOTFOUND when the plan has no such tensor. */
 kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const char *which,
 			     void **ptr, struct kiln_tensor_desc *desc);
+
+/* Enqueue one step of a decode plan: tokens (device i32[batch]) at
+ * position pos (device i32[1], the same for every row), after the steps
+ * at positions 0..pos-1 of the same sequences ran on this plan (the
+ * caches hold what they wrote; a step at position 0 starts new
+ * sequences).  Loss layers do not run.  A position outside [0, decode)
+ * fails the run (KILN_EDATA). */
+kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void *pos,
+			     void *stream);
+/* A decode plan's output after a step has completed: the device pointer
+ * and descriptor ([batch, 1, V], the compute dtype) of the loss layer's
+ * input, the logits of the next token. */
+kiln_status kiln_plan_logits(const struct kiln_plan *p, void **ptr, struct kiln_tensor_desc *desc);
 
 /* Free a plan.  The caller first synchronises every stream that ran it. */
 void kiln_plan_free(struct kiln_plan *p);
@@ -637,6 +656,66 @@ void kiln_summary_free(struct kiln_summary *s);
  * rows to f (when not NULL); *out filled (free with kiln_summary_free). */
 kiln_status kiln_summary_report(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				int64_t batch, FILE *f, struct kiln_summary *out);
+
+/* ---- text generation (`kiln generate`, docs/generate.md) ----
+ *
+ * A generator holds a model with its weights and a decode plan of it at
+ * batch 1 (kiln_plan_opts.decode = the context): each step feeds one token
+ * at its position and gives the next token's logits, the attention layers
+ * keeping the keys and values of the earlier positions, so the prefix is
+ * never recomputed.  Sampling draws from the core's counter-based RNG
+ * keyed by (seed, the draw's index): the same seed gives the same tokens.
+ * Threads: one thread per generator. */
+struct kiln_generator;
+
+struct kiln_sample_opts {
+	double temperature; /* softmax(logits / temperature); 0: greedy (argmax) */
+	int64_t top_k;      /* draw among the k largest logits only; 0: all */
+	int64_t vocab;      /* draw ids < vocab only (a tokenizer smaller than
+			     * the model's padded output); 0: all */
+	uint64_t seed;
+};
+
+/* Open [run] device, build cfg's model for the sample shape of [data] (a
+ * `tokens` source: i32[T]; the context is T) and load the weights of
+ * `checkpoint` (NULL: the newest usable one in [run] out_dir/checkpoints,
+ * else [model] init_from; neither: KILN_ECONFIG), then plan decoding. */
+kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				const char *checkpoint, struct kiln_generator **out);
+/* A generator of model m (borrowed: it outlives the generator) on stream,
+ * for sequences of up to `context` tokens. */
+kiln_status kiln_generator_new(struct kiln_model *m, void *stream, int64_t context,
+			       struct kiln_generator **out);
+void kiln_generator_close(struct kiln_generator *g);
+int64_t kiln_generator_context(const struct kiln_generator *g);
+int64_t kiln_generator_vocab(const struct kiln_generator *g); /* the logits' V */
+
+/* Feed `token` at position pos (0 <= pos < context; the steps at 0..pos-1
+ * of this sequence came before, pos = 0 starts a new one) and wait for
+ * the logits of the next token: *logits, host f32[V], valid until the
+ * next call. */
+kiln_status kiln_generator_step(struct kiln_generator *g, int64_t pos, int32_t token,
+				const float **logits);
+
+/* Draw a token from logits[0..V) (host): greedy (the first largest) when
+ * temperature is 0 or top_k 1, else from softmax(logits / temperature)
+ * over the top_k largest (ties: the lower id) by inverting the cumulative
+ * distribution at u = kiln_rng_uniform(seed, sampling stream, draw). */
+kiln_status kiln_sample_token(const float *logits, int64_t V, const struct kiln_sample_opts *o,
+			      uint64_t draw, int32_t *token);
+
+/* Called with each new token as it is drawn; nonzero stops generation
+ * with that status. */
+typedef kiln_status (*kiln_token_fn)(void *user, int32_t token);
+
+/* Feed prompt[0..n_prompt) (n_prompt >= 1) from position 0, then draw
+ * n_new tokens into out[] (draw k is the k-th new token), feeding each
+ * back.  prompt + new tokens must fit the context: KILN_EINVAL naming the
+ * most that fit otherwise (no sliding window: the positions of a learned
+ * positional embedding would shift, and the caches with them). */
+kiln_status kiln_generate(struct kiln_generator *g, const int32_t *prompt, int64_t n_prompt,
+			  int64_t n_new, const struct kiln_sample_opts *o, int32_t *out,
+			  kiln_token_fn fn, void *user);
 
 /* ---- the loader alone (`kiln bench data`) ---- */
 

@@ -391,6 +391,19 @@ enum kiln_op_type {
 	 *   dv = (P*M)^T dy,  dP = (dy v^T) * M,  dS = P * (dP - Di)
 	 *   dq = scale * dS k,  dk = scale * dS^T q */
 	KILN_OP_ATTENTION_BWD = 46,
+	/* One decoding step of causal attention with a key/value cache
+	 * (text generation, docs/generate.md): every row of the batch holds
+	 * one new token at position t = *in1 (the same t for every row).
+	 * in0 qkv [B,1,3C] (q, k, v as ATTENTION's), in1 pos i32[1] (device);
+	 * out0 y [B,1,C] (qkv's dtype); out1 kcache, out2 vcache f32
+	 * [B,H,Tmax,D], read and written: row t of head h gets the new k and
+	 * v (converted to f32), rows < t must hold what the steps at those
+	 * positions wrote, rows > t are neither read nor written.  Then
+	 *   y[b,0,h*D:(h+1)*D] = sum_{j<=t} softmax_j(scale * q.K[j]) V[j]
+	 * which is ATTENTION's causal row t of the sequence fed so far.
+	 * i[0] = H, f[0] = scale.  A t outside [0, Tmax) writes nothing and
+	 * fails the run with KILN_EDATA naming it. */
+	KILN_OP_ATTENTION_DECODE = 47,
 	KILN_OP_TYPE_COUNT
 };
 

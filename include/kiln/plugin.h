@@ -49,10 +49,13 @@ extern "C" {
  * struct kiln_device_options; source get/set_position and precision
  * grad_dtype, which nothing called, are gone (docs/plugins.md, "ABI 2").
  * 2.1: the transformer ops (kiln/ops.h: EMBEDDING, EMBEDDING_BWD, LAYERNORM,
- * LAYERNORM_BWD, ATTENTION, ATTENTION_BWD), KILN_ACT_GELU_TANH, SOFTMAX_XENT's ignore_index and row
- * count, KILN_INIT_NORMAL, kiln_layer.compute_dtype. */
+ * LAYERNORM_BWD, ATTENTION, ATTENTION_BWD), KILN_ACT_GELU_TANH,
+ * SOFTMAX_XENT's ignore_index and row count, KILN_INIT_NORMAL,
+ * kiln_layer.compute_dtype.
+ * 2.2: decoding with a key/value cache: KILN_OP_ATTENTION_DECODE,
+ * kiln_layer.decode_len, kiln_layer_run.pos (docs/generate.md). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 1
+#define KILN_ABI_MINOR 2
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -779,6 +782,17 @@ struct kiln_layer {
 			      * dtype (KILN_F32, KILN_BF16, KILN_F16), the dtype of
 			      * the activations a layer makes from integer inputs
 			      * (embedding); others follow their inputs' */
+	/* ---- ABI 2.2 ---- */
+	int64_t decode_len;  /* set by the core before configure: > 0 in a
+			      * decode plan (kiln_plan_opts.decode, text
+			      * generation, docs/generate.md): in[] hold one
+			      * new position per row ([B, 1, ...]), the one
+			      * kiln_layer_run.pos says, and a layer whose
+			      * output depends on other positions keeps what
+			      * it needs of up to decode_len positions in its
+			      * r->saved memory (saved_bytes), which a decode
+			      * plan keeps for the plan's lifetime; 0: the
+			      * whole sequence is in the input */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
@@ -830,6 +844,11 @@ struct kiln_layer_run {
 	/* The data-parallel group for host->group_allreduce/allgather
 	 * (training plans of layers with sync_ranks > 1; NULL otherwise). */
 	void *group;
+	/* ---- ABI 2.2 ---- */
+	/* Decode plans (l->decode_len > 0): device i32[1], the position of
+	 * this step's token in its sequence, 0 <= pos < decode_len (the same
+	 * for every row); NULL otherwise. */
+	const void *pos;
 };
 
 #define KILN_LAYER_OPS_VERSION 1

@@ -1,6 +1,7 @@
 /* plugins/cpu/attn.c - fused scaled-dot-product attention, KILN_OP_ATTENTION
  * and KILN_OP_ATTENTION_BWD (the contract, with PyTorch's equivalent, is in
- * kiln/ops.h).
+ * kiln/ops.h), and its decoding step with a key/value cache,
+ * KILN_OP_ATTENTION_DECODE (one query row per (batch, head), plain loops).
  *
  * Parallel over the B*H (batch, head) pairs with OpenMP; each pair is done
  * by one thread from start to end, so the result does not depend on the
@@ -297,13 +298,59 @@ static kiln_status cpu_attention(const struct cpu_plan *p, const struct kiln_op_
 	return KILN_OK;
 }
 
+/* ---- decoding with a key/value cache (ATTENTION_DECODE) ----------------- */
+
+/* One (b, h) pair of a decoding step at position t: store k and v in the
+ * caches' row t, then y = softmax(scale * q K[0..t]^T) V[0..t].  s: the
+ * thread's Tmax floats. */
+static void attn_decode_head(const struct attn_dims *g, int64_t Tmax, const float *qkv,
+			     float *y, float *kc, float *vc, float *s, int64_t b, int64_t h,
+			     int64_t t)
+{
+	const int64_t C = g->C, D = g->D;
+	const float *q = qkv + b * 3 * C + h * D;
+	float *K = kc + (b * g->H + h) * Tmax * D, *V = vc + (b * g->H + h) * Tmax * D;
+	float *yh = y + b * C + h * D;
+	memcpy(K + t * D, q + C, sizeof(float) * (size_t)D);
+	memcpy(V + t * D, q + 2 * C, sizeof(float) * (size_t)D);
+	for (int64_t j = 0; j <= t; j++)
+		s[j] = g->scale * dot_row(q, K + j * D, D);
+	softmax_row(s, t + 1, t + 1);
+	for (int64_t d = 0; d < D; d++)
+		yh[d] = 0.0f;
+	for (int64_t j = 0; j <= t; j++) {
+		const float pj = s[j];
+		const float *vj = V + j * D;
+#pragma omp simd
+		for (int64_t d = 0; d < D; d++)
+			yh[d] += pj * vj[d];
+	}
+}
+
+static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct kiln_op_args *a,
+					struct cpu_err *e)
+{
+	const struct attn_dims g = attn_dims(p);
+	const int64_t Tmax = p->sz[5], t = *(const int32_t *)a->in[1], pairs = g.B * g.H;
+	if (t < 0 || t >= Tmax)
+		return cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE: position %lld outside the cache's [0, %lld)",
+				(long long)t, (long long)Tmax);
+	const int nt = (int)(pairs < p->sz[4] ? pairs : p->sz[4]);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+	for (int64_t bh = 0; bh < pairs; bh++)
+		attn_decode_head(&g, Tmax, a->in[0], a->out[0], a->out[1], a->out[2],
+				 (float *)a->workspace + Tmax * cpu_thread_num(), bh / g.H, bh % g.H, t);
+	return KILN_OK;
+}
+
 kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	for (int k = 0; k < op->n_in + op->n_out; k++) {
 		const struct kiln_tensor_desc *t = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
-		if (t->dtype != KILN_F32 && !(t->dtype == KILN_I64 && k == op->n_in - 1))
-			return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors (and the i64 step)");
+		if (t->dtype != KILN_F32 && !(t->dtype == KILN_I64 && k == op->n_in - 1) &&
+		    !(t->dtype == KILN_I32 && op->type == KILN_OP_ATTENTION_DECODE && k == 1))
+			return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors (and the i64 step, or i32 position)");
 	}
 	const struct kiln_tensor_desc *qkv = &op->in[op->type == KILN_OP_ATTENTION_BWD ? 1 : 0];
 	p->sz[0] = qkv->dims[0];
@@ -316,5 +363,10 @@ kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
 	p->kernel = cpu_attention;
+	if (op->type == KILN_OP_ATTENTION_DECODE) { /* a row of Tmax scores per thread */
+		p->sz[5] = op->out[1].dims[2];
+		p->workspace = sizeof(float) * (size_t)(p->sz[5] * p->sz[4]);
+		p->kernel = cpu_attention_decode;
+	}
 	return KILN_OK;
 }

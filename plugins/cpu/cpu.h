@@ -196,7 +196,8 @@ kiln_status cpu_layout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 /* embedding.c, layernorm.c: the transformer ops (same contract) */
 kiln_status cpu_embedding_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_layernorm_prepare(struct cpu_ctx *c, struct cpu_plan *p);
-/* attn.c: ATTENTION, ATTENTION_BWD (fused scaled-dot-product attention) */
+/* attn.c: ATTENTION, ATTENTION_BWD (fused scaled-dot-product attention),
+ * ATTENTION_DECODE (one step with a key/value cache) */
 kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 
 /* ---- lowp.c: bf16 and f16 storage, f32 arithmetic ---- */

@@ -1,0 +1,206 @@
+/* cli/cmd_generate.c - `kiln generate CONFIG --prompt TEXT --tokens N`:
+ * load CONFIG's model with its trained weights, encode the prompt with the
+ * byte-level tokenizer (or GPT-2's BPE with --vocab and --merges), draw N
+ * tokens with the key/value-cached decoder (core/generate.c) and print the
+ * text, prompt included, to stdout as the tokens come (docs/generate.md). */
+#include "build-config.h"
+#include "cli.h"
+#include "tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char cmd_generate_usage[] =
+	"usage: kiln generate CONFIG --prompt TEXT --tokens N [--checkpoint CKPT]\n"
+	"                     [--temperature T] [--top-k K] [--seed S]\n"
+	"                     [--vocab vocab.json --merges merges.txt] [section.key=value ...]\n";
+const char cmd_generate_about[] =
+	"Load the model CONFIG describes (a model on token sequences, [data] source =\n"
+	"tokens; the sample shape comes from [data]) with the weights of checkpoint CKPT,\n"
+	"else of the newest usable checkpoint in [run] out_dir/checkpoints, else of\n"
+	"[model] init_from (none of them: an error), feed the prompt's tokens and draw N\n"
+	"more, one at a time, with the attention layers' keys and values cached (the\n"
+	"prefix is never recomputed).  Prints the prompt and the new text to stdout.\n"
+	"  --temperature T  softmax(logits / T); 0 = greedy, the most likely token (default 1)\n"
+	"  --top-k K        draw among the K most likely tokens only (default 0: all)\n"
+	"  --seed S         the draws' seed (default 1): the same seed, the same text\n"
+	"  --vocab, --merges  GPT-2's vocab.json and merges.txt, as given to `kiln pack\n"
+	"                   --format tokens`: byte-pair encoding; without: bytes (vocab 256)\n"
+	"The prompt and the N new tokens must fit the context (the [data] context the\n"
+	"model was trained on): there is no sliding window.\n"
+	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
+
+struct gen_opts {
+	const char *prompt, *ckpt, *vocab, *merges;
+	long long tokens;
+	struct kiln_sample_opts s;
+};
+
+/* A number option's value: 0 when it parses whole and lies in [lo, hi]. */
+static int num_arg(const char *name, const char *v, double lo, double hi, double *out)
+{
+	char *end;
+	*out = strtod(v, &end);
+	if (end == v || *end || !(*out >= lo && *out <= hi)) {
+		fprintf(stderr, "kiln: error: %s '%s': expected a number in [%g, %g]\n", name, v, lo, hi);
+		return -1;
+	}
+	return 0;
+}
+
+/* The options among argv[2..]; the overrides go to over[]. -1: usage error. */
+static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int *n_over)
+{
+	double v;
+	o->s.temperature = 1.0;
+	o->s.seed = 1;
+	o->tokens = -1;
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		int bad = 0;
+		if (!strcmp(a, "--prompt") && val)
+			o->prompt = val;
+		else if (!strcmp(a, "--checkpoint") && val)
+			o->ckpt = val;
+		else if (!strcmp(a, "--vocab") && val)
+			o->vocab = val;
+		else if (!strcmp(a, "--merges") && val)
+			o->merges = val;
+		else if (!strcmp(a, "--tokens") && val)
+			bad = num_arg(a, val, 0, 1e9, &v), o->tokens = (long long)v;
+		else if (!strcmp(a, "--temperature") && val)
+			bad = num_arg(a, val, 0, 1e6, &v), o->s.temperature = v;
+		else if (!strcmp(a, "--top-k") && val)
+			bad = num_arg(a, val, 0, 1e9, &v), o->s.top_k = (int64_t)v;
+		else if (!strcmp(a, "--seed") && val)
+			bad = num_arg(a, val, 0, 9007199254740992.0, &v), o->s.seed = (uint64_t)v;
+		else if (a[0] == '-' || !strchr(a, '=')) {
+			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", a);
+			return -1;
+		} else {
+			over[(*n_over)++] = argv[i];
+			continue;
+		}
+		if (bad)
+			return -1;
+		i++;
+	}
+	if (!o->prompt || o->tokens < 0) {
+		fprintf(stderr, "kiln: error: --prompt TEXT and --tokens N are required\n");
+		return -1;
+	}
+	if (!o->vocab != !o->merges) {
+		fprintf(stderr, "kiln: error: --vocab and --merges go together (GPT-2's vocab.json and merges.txt)\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* What is printed: the prompt before the first new token (so a failure
+ * before it prints nothing), then each token as it is drawn. */
+struct printer {
+	const struct tokenizer *tk;
+	const char *prompt;
+	int started;
+};
+
+static void print_prompt(struct printer *pr)
+{
+	if (!pr->started)
+		fputs(pr->prompt, stdout);
+	pr->started = 1;
+}
+
+static kiln_status print_token(void *user, int32_t id)
+{
+	struct printer *pr = user;
+	size_t n;
+	print_prompt(pr);
+	const char *piece = tokenizer_piece(pr->tk, id, &n);
+	if (!piece)
+		return kiln_error(KILN_EDATA, "token %d is not in the tokenizer's vocabulary", id);
+	fwrite(piece, 1, n, stdout);
+	fflush(stdout);
+	return KILN_OK;
+}
+
+static kiln_status generate(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			    struct gen_opts *o)
+{
+	struct tokenizer *tk = NULL;
+	struct kiln_generator *g = NULL;
+	struct token_ids ids = { 0 };
+	int32_t *out = NULL;
+	kiln_status st = o->vocab ? tokenizer_open_bpe(o->vocab, o->merges, &tk)
+				  : tokenizer_open_bytes(&tk);
+	if (st || (st = tokenizer_encode(tk, o->prompt, strlen(o->prompt), &ids)) ||
+	    (st = kiln_generator_open(cfg, reg, o->ckpt, &g)))
+		goto out;
+	const int64_t V = kiln_generator_vocab(g), ctx = kiln_generator_context(g);
+	if (tokenizer_vocab(tk) > V) {
+		st = kiln_error(KILN_ECONFIG, "the tokenizer has %d ids, more than the model's %lld outputs",
+				tokenizer_vocab(tk), (long long)V);
+		goto out;
+	}
+	/* no sliding window: the whole text must fit the context */
+	if ((int64_t)ids.n > ctx || (int64_t)ids.n + o->tokens > ctx) {
+		st = (int64_t)ids.n > ctx
+			     ? kiln_error(KILN_EUSAGE, "the prompt is %zu tokens, longer than the model's context of %lld",
+					  ids.n, (long long)ctx)
+			     : kiln_error(KILN_EUSAGE, "--tokens %lld: the prompt's %zu tokens and %lld new ones exceed the model's context of %lld (at most --tokens %lld)",
+					  o->tokens, ids.n, o->tokens, (long long)ctx,
+					  (long long)(ctx - (int64_t)ids.n));
+		goto out;
+	}
+	if (!ids.n) {
+		st = kiln_error(KILN_EUSAGE, "--prompt is empty: generation starts from at least one token");
+		goto out;
+	}
+	o->s.vocab = tokenizer_vocab(tk); /* never an id the tokenizer lacks (a padded V) */
+	if (!(out = malloc(sizeof *out * (size_t)(o->tokens + 1)))) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	struct printer pr = { tk, o->prompt, 0 };
+	st = kiln_generate(g, ids.v, (int64_t)ids.n, o->tokens, &o->s, out, print_token, &pr);
+	if (!st)
+		print_prompt(&pr);
+	if (pr.started)
+		fputc('\n', stdout);
+out:
+	kiln_generator_close(g);
+	tokenizer_close(tk);
+	free(ids.v);
+	free(out);
+	return st;
+}
+
+int cmd_generate(int argc, char **argv)
+{
+	if (argc < 2 || argv[1][0] == '-') {
+		fputs(cmd_generate_usage, stderr);
+		return 2;
+	}
+	struct gen_opts o = { 0 };
+	char **over = calloc((size_t)argc, sizeof *over); /* the overrides alone */
+	int n_over = 0;
+	if (!over)
+		return 1;
+	if (gen_args(argc, argv, &o, over, &n_over)) {
+		fputs(cmd_generate_usage, stderr);
+		free(over);
+		return 2;
+	}
+	struct kiln_config *cfg;
+	struct kiln_registry *reg;
+	/* option values (the prompt) may contain '=': pass only the overrides */
+	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
+	if (!st)
+		st = generate(cfg, reg, &o);
+	const int rc = st ? cli_fail(st) : 0;
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+	free(over);
+	return rc;
+}

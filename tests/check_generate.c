@@ -1,0 +1,346 @@
+/* tests/check_generate.c - generation (core/generate.c, docs/generate.md):
+ * the decode plan's logits, one token at a time with the key/value caches,
+ * equal the full-sequence forward's at every position (f32; batch 1 and 3;
+ * bf16 within its rounding); greedy generation continues with the argmax
+ * of the full forward; sampling's draws are deterministic for a seed and
+ * follow softmax(logits / temperature) over the top k; the error cases.
+ *
+ * Model: a 2-block GPT (GPT-2's wiring, tied lm_head) with V = 11, C = 16,
+ * 2 heads, context T = 9 (odd, not a multiple of any block size).
+ */
+#include <check.h>
+#include "check_main.h"
+#include "test_util.h"
+#include <kiln/kiln.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct kiln_registry *reg;
+
+enum { V = 11, T = 9, BMAX = 3 };
+
+static const char block[] =
+	"[layer.h%d.ln_1]\ntype = layernorm\ninput = %s\n"
+	"[layer.h%d.c_attn]\ntype = linear\nout = 48\n"
+	"[layer.h%d.sdpa]\ntype = attention\nheads = 2\n%s"
+	"[layer.h%d.c_proj]\ntype = linear\nout = 16\n"
+	"[layer.h%d.res_1]\ntype = add\ninputs = h%d.c_proj, %s\n"
+	"[layer.h%d.ln_2]\ntype = layernorm\n"
+	"[layer.h%d.c_fc]\ntype = linear\nout = 64\n"
+	"[layer.h%d.gelu]\ntype = gelu\napproximate = tanh\n"
+	"[layer.h%d.mlp_proj]\ntype = linear\nout = 16\n"
+	"[layer.h%d.res_2]\ntype = add\ninputs = h%d.mlp_proj, h%d.res_1\n";
+
+/* The tiny GPT's config; `attn` is extra [layer.hN.sdpa] keys. */
+static void gpt_ini(char *out, size_t n, const char *attn)
+{
+	int k = snprintf(out, n, "[run]\nseed = 3\n"
+				 "[layer.wte]\ntype = embedding\nvocab = %d\ndim = 16\n"
+				 "[layer.wpe]\ntype = pos_embedding\nmax_len = %d\n", V, T + 2);
+	for (int b = 0; b < 2; b++) {
+		char in[16];
+		snprintf(in, sizeof in, b ? "h0.res_2" : "wpe");
+		k += snprintf(out + k, n - (size_t)k, block, b, in, b, b, attn, b, b, b, in, b, b, b,
+			      b, b, b, b);
+	}
+	snprintf(out + k, n - (size_t)k,
+		 "[layer.ln_f]\ntype = layernorm\n"
+		 "[layer.lm_head]\ntype = linear\nout = %d\nbias = 0\ntie = wte\n"
+		 "[layer.loss]\ntype = softmax_xent\n", V);
+}
+
+struct rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *stream;
+	int32_t *tok, *lab, *pos; /* device */
+	float *metrics;
+};
+
+static void rig_open(struct rig *r, const char *attn, int dtype)
+{
+	char ini[8192];
+	memset(r, 0, sizeof *r);
+	gpt_ini(ini, sizeof ini, attn);
+	r->cfg = test_config(reg, ini);
+	const int64_t t = T;
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, KILN_I32, 1, &t);
+	ck_assert(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0);
+	ck_assert_msg(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m) == 0, "%s",
+		      kiln_last_error());
+	if (dtype != KILN_F32)
+		ck_assert(kiln_model_set_compute_dtype(r->m, dtype) == 0);
+	ck_assert(kiln_device_stream_create(r->dev, &r->stream) == 0);
+	ck_assert(kiln_model_init_params(r->m, 7, r->stream) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof(int32_t) * BMAX * T, (void **)&r->tok) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof(int32_t) * BMAX * T, (void **)&r->lab) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->pos) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->metrics) == 0);
+}
+
+static void rig_close(struct rig *r)
+{
+	void *bufs[] = { r->tok, r->lab, r->pos, r->metrics };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 4);
+	kiln_model_free(r->m);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
+}
+
+/* f32 copies of n values of dtype at host src. */
+static void widen(float *y, const void *src, int dtype, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (dtype == KILN_BF16) {
+			uint32_t u = (uint32_t)((const uint16_t *)src)[i] << 16;
+			memcpy(&y[i], &u, sizeof u);
+		} else {
+			y[i] = ((const float *)src)[i];
+		}
+	}
+}
+
+/* The full forward's logits of tokens[B][T] into full[B][T][V]. */
+static void full_logits(struct rig *r, int B, const int32_t *tokens, float *full)
+{
+	struct kiln_plan *p;
+	struct kiln_plan_opts o = { .keep_all = 1 };
+	void *y;
+	struct kiln_tensor_desc d;
+	static char host[sizeof(float) * BMAX * T * V];
+	ck_assert_msg(kiln_model_plan_ex(r->m, B, &o, &p) == 0, "%s", kiln_last_error());
+	TEST_H2D(r, r->tok, tokens, sizeof(int32_t) * (size_t)(B * T));
+	ck_assert(kiln_device_copy_async(r->dev, r->lab, tokens, sizeof(int32_t) * (size_t)(B * T),
+					 KILN_COPY_H2D, r->stream) == 0);
+	ck_assert_msg(kiln_plan_forward(p, r->tok, r->lab, r->metrics, r->stream) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+	ck_assert(kiln_plan_tensor(p, "lm_head", "y", &y, &d) == 0);
+	ck_assert_int_eq(kiln_tensor_numel(&d), B * T * V);
+	TEST_D2H(r, host, y, kiln_tensor_bytes(&d));
+	widen(full, host, d.dtype, (size_t)(B * T * V));
+	kiln_plan_free(p);
+}
+
+/* Decode tokens[B][T] a position at a time; each step's logits against
+ * full[b][t]: |a - b| <= tol * (1 + |b|). */
+static void decode_matches(struct rig *r, int B, const int32_t *tokens, const float *full,
+			   double tol)
+{
+	struct kiln_plan *p;
+	struct kiln_plan_opts o = { .decode = T };
+	void *y;
+	struct kiln_tensor_desc d;
+	char host[sizeof(float) * BMAX * V];
+	float got[BMAX * V];
+	ck_assert_msg(kiln_model_plan_ex(r->m, B, &o, &p) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_plan_logits(p, &y, &d) == 0);
+	ck_assert_int_eq(d.ndim, 3);
+	ck_assert_int_eq(d.dims[0], B);
+	ck_assert_int_eq(d.dims[1], 1);
+	ck_assert_int_eq(d.dims[2], V);
+	double worst = 0;
+	for (int32_t t = 0; t < T; t++) {
+		int32_t col[BMAX];
+		for (int b = 0; b < B; b++)
+			col[b] = tokens[b * T + t];
+		TEST_H2D(r, r->tok, col, sizeof(int32_t) * (size_t)B);
+		TEST_H2D(r, r->pos, &t, sizeof t);
+		ck_assert_msg(kiln_plan_decode(p, r->tok, r->pos, r->stream) == 0, "%s",
+			      kiln_last_error());
+		TEST_D2H(r, host, y, kiln_tensor_bytes(&d));
+		widen(got, host, d.dtype, (size_t)(B * V));
+		for (int b = 0; b < B; b++)
+			for (int v = 0; v < V; v++) {
+				const double want = full[(b * T + t) * V + v], e = fabs(got[b * V + v] - want);
+				ck_assert_msg(e <= tol * (1 + fabs(want)),
+					      "B=%d row %d position %d logit %d: decoded %.7g, full forward %.7g",
+					      B, b, t, v, got[b * V + v], want);
+				worst = e > worst ? e : worst;
+			}
+	}
+	kiln_plan_free(p);
+}
+
+static void tokens_of(int32_t *tok, int n, unsigned seed)
+{
+	for (int i = 0; i < n; i++)
+		tok[i] = (int32_t)((seed * 7919u + (unsigned)i * 104729u + (unsigned)(i * i) * 31u) % V);
+}
+
+START_TEST(test_decode_equals_full)
+{
+	struct rig r;
+	int32_t tok[BMAX * T];
+	float full[BMAX * T * V];
+	rig_open(&r, "", KILN_F32);
+	for (int B = 1; B <= BMAX; B += 2) {
+		tokens_of(tok, B * T, (unsigned)B);
+		full_logits(&r, B, tok, full);
+		decode_matches(&r, B, tok, full, 2e-5);
+	}
+	rig_close(&r);
+}
+END_TEST
+
+/* bf16 compute: the same computation in another order of roundings. */
+START_TEST(test_decode_bf16)
+{
+	struct rig r;
+	int32_t tok[T];
+	float full[T * V];
+	rig_open(&r, "", KILN_BF16);
+	tokens_of(tok, T, 5);
+	full_logits(&r, 1, tok, full);
+	decode_matches(&r, 1, tok, full, 4e-3);
+	rig_close(&r);
+}
+END_TEST
+
+/* Greedy generation from a 3-token prompt to the context: every new token
+ * is the argmax of the full forward's logits at the position before it. */
+START_TEST(test_greedy_is_full_argmax)
+{
+	struct rig r;
+	struct kiln_generator *g;
+	const int32_t prompt[3] = { 4, 1, 7 };
+	int32_t seq[T], out[T];
+	float full[T * V];
+	rig_open(&r, "", KILN_F32);
+	ck_assert_msg(kiln_generator_new(r.m, r.stream, T, &g) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_generator_context(g), T);
+	ck_assert_int_eq(kiln_generator_vocab(g), V);
+	const struct kiln_sample_opts greedy = { .temperature = 0 };
+	ck_assert_msg(kiln_generate(g, prompt, 3, T - 3, &greedy, out, NULL, NULL) == 0, "%s",
+		      kiln_last_error());
+	memcpy(seq, prompt, sizeof prompt);
+	memcpy(seq + 3, out, sizeof(int32_t) * (T - 3));
+	full_logits(&r, 1, seq, full);
+	for (int t = 2; t < T - 1; t++) {
+		int best = 0;
+		for (int v = 1; v < V; v++)
+			if (full[t * V + v] > full[t * V + best])
+				best = v;
+		ck_assert_msg(seq[t + 1] == best, "position %d: generated %d, full forward's argmax %d",
+			      t + 1, seq[t + 1], best);
+	}
+	/* sampled: the same seed, the same tokens; another seed, others */
+	int32_t a[T], b[T], c[T];
+	struct kiln_sample_opts s = { .temperature = 1.5, .seed = 11 };
+	ck_assert(kiln_generate(g, prompt, 3, T - 3, &s, a, NULL, NULL) == 0);
+	ck_assert(kiln_generate(g, prompt, 3, T - 3, &s, b, NULL, NULL) == 0);
+	ck_assert_mem_eq(a, b, sizeof(int32_t) * (T - 3));
+	int differ = 0;
+	for (s.seed = 12; s.seed < 20 && !differ; s.seed++) {
+		ck_assert(kiln_generate(g, prompt, 3, T - 3, &s, c, NULL, NULL) == 0);
+		differ = memcmp(a, c, sizeof(int32_t) * (T - 3)) != 0;
+	}
+	ck_assert_msg(differ, "eight other seeds drew the same tokens");
+	kiln_generator_close(g);
+	rig_close(&r);
+}
+END_TEST
+
+/* The draws follow softmax(logits / temperature) over the top k. */
+START_TEST(test_sampling)
+{
+	const float logits[5] = { 0.5f, 2.0f, -1.0f, 1.0f, 2.0f };
+	const double temp = 0.7;
+	enum { N = 40000 };
+	for (int k = 0; k <= 3; k += 3) {
+		struct kiln_sample_opts o = { .temperature = temp, .top_k = k, .seed = 42 };
+		int counts[5] = { 0 };
+		for (int i = 0; i < N; i++) {
+			int32_t id;
+			ck_assert(kiln_sample_token(logits, 5, &o, (uint64_t)i, &id) == 0);
+			ck_assert(id >= 0 && id < 5);
+			counts[id]++;
+			int32_t again;
+			ck_assert(kiln_sample_token(logits, 5, &o, (uint64_t)i, &again) == 0);
+			ck_assert_int_eq(id, again);
+		}
+		/* top 3: ids 1 and 4 (2.0, the tie both in), then 3 (1.0) */
+		const int in[5] = { k == 0, 1, k == 0, 1, 1 };
+		double z = 0;
+		for (int v = 0; v < 5; v++)
+			z += in[v] ? exp(logits[v] / temp) : 0;
+		for (int v = 0; v < 5; v++) {
+			const double p = in[v] ? exp(logits[v] / temp) / z : 0;
+			const double f = (double)counts[v] / N, sd = sqrt(p * (1 - p) / N);
+			ck_assert_msg(fabs(f - p) <= 5 * sd + 1e-12, "top_k %d id %d: frequency %.4f, probability %.4f",
+				      k, v, f, p);
+		}
+	}
+	/* greedy: the first largest; top_k 1 too; vocab leaves out ids >= it */
+	struct kiln_sample_opts g = { .temperature = 0 };
+	int32_t id;
+	ck_assert(kiln_sample_token(logits, 5, &g, 0, &id) == 0);
+	ck_assert_int_eq(id, 1);
+	g = (struct kiln_sample_opts){ .temperature = 3, .top_k = 1, .seed = 5 };
+	ck_assert(kiln_sample_token(logits, 5, &g, 9, &id) == 0);
+	ck_assert_int_eq(id, 1);
+	g = (struct kiln_sample_opts){ .temperature = 0, .vocab = 1 };
+	ck_assert(kiln_sample_token(logits, 5, &g, 0, &id) == 0);
+	ck_assert_int_eq(id, 0);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+	struct rig r;
+	struct kiln_generator *g;
+	struct kiln_plan *p;
+	const int32_t prompt[T + 1] = { 0 };
+	int32_t out[T + 1];
+	const float *logits;
+	const struct kiln_sample_opts o = { .temperature = 0 };
+	rig_open(&r, "", KILN_F32);
+	ck_assert(kiln_generator_new(r.m, r.stream, T, &g) == 0);
+	ck_assert_int_eq(kiln_generate(g, prompt, 4, T - 3, &o, out, NULL, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "exceed the model's context of 9 tokens (ask for at most 5)"),
+		      "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_generate(g, prompt, T + 1, 0, &o, out, NULL, NULL), KILN_EINVAL);
+	ck_assert_int_eq(kiln_generate(g, prompt, 0, 1, &o, out, NULL, NULL), KILN_EINVAL);
+	ck_assert_int_eq(kiln_generator_step(g, T, 1, &logits), KILN_EINVAL);
+	/* a token outside the vocabulary: the embedding's data error */
+	ck_assert_int_eq(kiln_generator_step(g, 0, V, &logits), KILN_EDATA);
+	ck_assert_int_eq(kiln_generator_step(g, 0, 3, &logits), KILN_OK);
+	kiln_generator_close(g);
+	/* a position past the caches, straight to the plan: the op refuses it */
+	ck_assert(kiln_model_plan_ex(r.m, 1, &(struct kiln_plan_opts){ .decode = 4 }, &p) == 0);
+	const int32_t t = 4, tok = 1;
+	TEST_H2D(&r, r.tok, &tok, sizeof tok);
+	TEST_H2D(&r, r.pos, &t, sizeof t);
+	kiln_status st = kiln_plan_decode(p, r.tok, r.pos, r.stream);
+	if (!st)
+		st = kiln_device_stream_sync(r.dev, r.stream);
+	ck_assert_int_eq(st, KILN_EDATA);
+	kiln_plan_free(p);
+	/* decoding more positions than the positional embedding holds */
+	ck_assert_int_eq(kiln_model_plan_ex(r.m, 1, &(struct kiln_plan_opts){ .decode = T + 3 }, &p),
+			 KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "more than max_len"), "%s", kiln_last_error());
+	rig_close(&r);
+	/* attention that sees later tokens cannot be decoded */
+	rig_open(&r, "causal = 0\n", KILN_F32);
+	ck_assert_int_eq(kiln_generator_new(r.m, r.stream, T, &g), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "cannot be decoded token by token"), "%s",
+		      kiln_last_error());
+	rig_close(&r);
+}
+END_TEST
+
+static Suite *make_generate_suite(void)
+{
+	Suite *s = suite_create("generate");
+	check_add_case(s, "decode", 120, NULL, NULL, (const TTest *[]){
+		test_decode_equals_full, test_decode_bf16, test_greedy_is_full_argmax,
+		test_sampling, test_errors, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_generate_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };

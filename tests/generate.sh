@@ -1,0 +1,134 @@
+#!/bin/sh
+# tests/generate.sh - `kiln generate` (docs/generate.md) on a tiny GPT
+# trained here for a few steps on text packed by `kiln pack --format tokens`:
+#  1. no checkpoint (and no [model] init_from): a clear error, exit 2;
+#  2. after training: the prompt starts the output; the same seed prints
+#     the same text, other seeds other text; greedy (--temperature 0) is
+#     --top-k 1 at any temperature (both the argmax of the logits);
+#  3. the prompt and the new tokens must fit the context (no sliding
+#     window), --vocab goes with --merges, bad numbers: exit 2;
+#  4. BPE: with a vocab.json + merges.txt written here, packing, training
+#     and generating with the same files decode to the vocabulary's pieces.
+# The decode logits themselves are checked against the full forward in
+# tests/check_generate.c.
+name=generate
+. "$(dirname "$0")/lib.sh"
+
+if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *tokens .*available'; then
+	echo "SKIP: no tokens source (configure without loaders)"
+	exit 77
+fi
+
+i=0
+while [ $i -lt 200 ]; do
+	echo "the quick brown fox jumps over the lazy dog $i times; a stitch in time saves nine."
+	i=$((i + 1))
+done >"$tmp/corpus.txt"
+kiln 0 pack --format tokens "$tmp/corpus.txt" --out "$tmp/data" --val-fraction 0.1
+
+# gpt_ini FILE VOCAB: a 2-block GPT, 2 heads of 8, context 24
+gpt_ini() {
+	{
+		printf '[run]\nseed = 1\nout_dir = %s/run\n' "$tmp"
+		printf '[data]\nsource = tokens\npath = %s/data\ncontext = 24\nvocab = %s\n' "$tmp" "$2"
+		printf '[train]\noptimizer = adamw\nlr = 3e-3\nbatch = 8\nepochs = 1\nmax_steps = 15\nlog_every = 5\n'
+		printf '[layer.wte]\ntype = embedding\nvocab = %s\ndim = 16\n' "$2"
+		printf '[layer.wpe]\ntype = pos_embedding\nmax_len = 24\n'
+		prev=wpe
+		for b in 0 1; do
+			printf '[layer.h%s.ln_1]\ntype = layernorm\ninput = %s\n' $b $prev
+			printf '[layer.h%s.c_attn]\ntype = linear\nout = 48\n' $b
+			printf '[layer.h%s.sdpa]\ntype = attention\nheads = 2\n' $b
+			printf '[layer.h%s.c_proj]\ntype = linear\nout = 16\n' $b
+			printf '[layer.h%s.res_1]\ntype = add\ninputs = h%s.c_proj, %s\n' $b $b $prev
+			printf '[layer.h%s.ln_2]\ntype = layernorm\n' $b
+			printf '[layer.h%s.fc]\ntype = linear\nout = 64\n' $b
+			printf '[layer.h%s.gelu]\ntype = gelu\napproximate = tanh\n' $b
+			printf '[layer.h%s.proj]\ntype = linear\nout = 16\n' $b
+			printf '[layer.h%s.res_2]\ntype = add\ninputs = h%s.proj, h%s.res_1\n' $b $b $b
+			prev=h$b.res_2
+		done
+		printf '[layer.ln_f]\ntype = layernorm\n'
+		printf '[layer.lm_head]\ntype = linear\nout = %s\nbias = 0\ntie = wte\n' "$2"
+		printf '[layer.loss]\ntype = softmax_xent\n'
+	} >"$1"
+}
+ini="$tmp/gpt.ini"
+gpt_ini "$ini" 256
+
+# 1. nothing trained yet
+kiln 2 generate "$ini" --prompt "the " --tokens 5
+stderr_has "no trained weights (give --checkpoint CKPT or [model] init_from, or train first)"
+[ ! -s "$out" ] || fail "a failed generate printed text"
+
+# 2. train, then sample
+kiln 0 train "$ini"
+ck="$tmp/run/checkpoints/ckpt-15.kiln"
+[ -f "$ck" ] || fail "training left no $ck"
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8
+stderr_has "generating with the weights of $ck (step 15)"
+head -c 9 "$out" | grep -qx "the quick" || fail "the output does not start with the prompt"
+[ "$(wc -c <"$out")" -eq 24 ] || fail "9 prompt bytes + 14 tokens + newline: $(wc -c <"$out") bytes"
+cp "$out" "$tmp/a.txt"
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --checkpoint "$ck"
+cmp -s "$out" "$tmp/a.txt" || fail "the same seed printed other text"
+differ=0
+for s in 6 7 8 9; do
+	kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed $s --temperature 0.8
+	cmp -s "$out" "$tmp/a.txt" || differ=1
+done
+[ $differ = 1 ] || fail "four other seeds printed the same text"
+kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 0
+cp "$out" "$tmp/greedy.txt"
+kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 5 --top-k 1 --seed 3
+cmp -s "$out" "$tmp/greedy.txt" || fail "--top-k 1 differs from greedy"
+
+# 3. usage errors
+kiln 2 generate "$ini" --prompt "the quick brown fox jumps over" --tokens 1
+stderr_has "the prompt is 30 tokens, longer than the model's context of 24"
+kiln 2 generate "$ini" --prompt "the quick" --tokens 16
+stderr_has "exceed the model's context of 24 (at most --tokens 15)"
+[ ! -s "$out" ] || fail "a refused generate printed text"
+kiln 2 generate "$ini" --prompt "" --tokens 3
+stderr_has "--prompt is empty"
+kiln 2 generate "$ini" --prompt "x" --tokens 3 --vocab "$tmp/vocab.json"
+stderr_has "--vocab and --merges go together"
+kiln 2 generate "$ini" --prompt "x" --tokens -1
+kiln 2 generate "$ini" --prompt "x" --tokens 3 --temperature abc
+kiln 2 generate "$ini" --tokens 3
+kiln 1 generate "$ini" --prompt "x" --tokens 3 --checkpoint "$tmp/none.kiln"
+stderr_has "none.kiln: cannot open"
+
+# 4. BPE: bytes (GPT-2's byte-to-unicode map: printable ASCII as itself,
+# the space as U+0120) plus the merges "t h", "th e", "Ġ t"
+{
+	printf '{'
+	n=0
+	for b in $(seq 33 126); do
+		c=$(printf "\\$(printf %03o $b)")
+		case $c in '"') c='\"' ;; '\') c='\\' ;; esac
+		printf '"%s": %d, ' "$c" $n
+		n=$((n + 1))
+	done
+	# the other bytes: U+0100 + k in GPT-2's order (0..32, 127..160, 173)
+	k=0
+	for b in $(seq 0 32) $(seq 127 160) 173; do
+		printf '"\\u%04x": %d, ' $((256 + k)) $n
+		n=$((n + 1))
+		k=$((k + 1))
+	done
+	for b in $(seq 161 172) $(seq 174 255); do
+		printf '"\\u%04x": %d, ' $b $n
+		n=$((n + 1))
+	done
+	printf '"th": 256, "the": 257, "\\u0120t": 258, "<|endoftext|>": 259}\n'
+} >"$tmp/vocab.json"
+printf '#version: 0.2\nt h\nth e\n\304\240 t\n' >"$tmp/merges.txt"
+kiln 0 pack --format tokens "$tmp/corpus.txt" --out "$tmp/data" --val-fraction 0.1 --force \
+	--vocab "$tmp/vocab.json" --merges "$tmp/merges.txt"
+gpt_ini "$ini" 260
+kiln 0 train "$ini" "run.out_dir=$tmp/bpe"
+kiln 0 generate "$ini" "run.out_dir=$tmp/bpe" --prompt "the" --tokens 10 --seed 2 \
+	--vocab "$tmp/vocab.json" --merges "$tmp/merges.txt"
+stdout_matches '^the'
+echo "generate: $checks checks passed"
