@@ -435,12 +435,13 @@ kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 		kiln_ckpt_close(ck);
 		return st;
 	}
-	/* the sample shape, as training sees it (u8 samples become f32) */
+	/* the sample, as the model sees it (u8 samples become f32, token ids
+	 * stay i32) */
 	memset(&ds, 0, sizeof ds);
 	if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
 		goto out;
-	struct kiln_tensor_desc sample = ds.sample;
-	sample.dtype = KILN_F32;
+	struct kiln_tensor_desc sample;
+	kiln_dataset_input_desc(&ds, &sample);
 	kiln_dataset_close(&ds);
 	if ((st = kiln_model_create(cfg, reg, dev, &sample, &m)) ||
 	    (st = kiln_device_stream_create(dev, &stream)) ||
