@@ -9,7 +9,9 @@
 #   - the folder run learns (accuracy well above chance),
 #   - `kiln bench data` reports a rate for the folder,
 #   - examples/fashion_mnist_cnn.ini with run.precision=bf16 (bf16 compute)
-#     learns and ends within 3 points of the same run in fp32.
+#     learns and ends within 3 points of the same run in fp32,
+#   - examples/gpt_char.ini trains a few steps on the fortunes, and
+#     examples/gpt2_small.ini has GPT-2 124M's parameter count (summary, memory).
 # Run by `make check` (tests/local.mk exports top_builddir, abs_top_srcdir).
 name=examples
 . "$(dirname "$0")/lib.sh"
@@ -65,3 +67,27 @@ a16=$(field test_acc "$tmp/cnn-bf16.out")
 awk -v a="$a16" -v b="$a32" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0.65 && d <= 0.03) }' ||
 	fail "cnn bf16 test_acc $a16 vs fp32 $a32 (want > 0.65 and within 0.03)"
 echo "ok: cnn bf16 test_acc $a16, fp32 $a32"
+
+# the GPT examples: examples/gpt_char.ini on Debian's fortunes for a few
+# steps (scripts/make-gpt-char-data packs them), and GPT-2 small's shape
+# (examples/gpt2_small.ini) through kiln summary and kiln memory on a tiny
+# shard of byte tokens
+[ -d /usr/share/games/fortunes ] || fail "/usr/share/games/fortunes missing: run scripts/install-deps"
+KILN="$kiln" "$srcdir/scripts/make-gpt-char-data" "$tmp/gpt_char" >/dev/null 2>"$tmp/err" ||
+	{ cat "$tmp/err"; fail "make-gpt-char-data"; }
+"$kiln" train "$srcdir/examples/gpt_char.ini" "data.path=$tmp/gpt_char" train.max_steps=3 train.batch=4 \
+	train.eval_every=3 data.eval.limit=8 "run.out_dir=$tmp/gpt_run" >"$tmp/gpt.out" 2>"$tmp/err" ||
+	{ cat "$tmp/err"; fail "train gpt_char"; }
+loss=$(field test_loss "$tmp/gpt.out")
+awk -v l="$loss" 'BEGIN { exit !(l > 2 && l < 6) }' || fail "gpt_char: test_loss '$loss' after 3 steps"
+echo "ok: gpt_char trains 3 steps (test_loss $loss)"
+small="data.path=$tmp/gpt_char data.shards=train-*.bin data.eval.shards=val-*.bin run.device=cpu"
+# shellcheck disable=SC2086
+"$kiln" summary "$srcdir/examples/gpt2_small.ini" $small >"$tmp/g2.out" 2>"$tmp/err" ||
+	{ cat "$tmp/err"; fail "summary gpt2_small"; }
+grep -q '"params": 124475904,' "$tmp/g2.out" || fail "gpt2_small: not GPT-2 124M's 124,475,904 parameters (vocab 50304, tied)"
+# shellcheck disable=SC2086
+"$kiln" memory "$srcdir/examples/gpt2_small.ini" $small >"$tmp/g2m.out" 2>"$tmp/err" ||
+	{ cat "$tmp/err"; fail "memory gpt2_small"; }
+grep -q '"recompute_segments": [1-9]' "$tmp/g2m.out" || fail "gpt2_small: kiln memory shows no recompute = auto segments"
+echo "ok: gpt2_small: 124,475,904 parameters; kiln memory $(field total "$tmp/g2m.out") bytes"

@@ -375,3 +375,11 @@ EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/
 # and kiln report (rendered by headless Chromium; skips without it) ---------
 TESTS += tests/summary.sh tests/report.sh
 EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py tests/data/summary_refs.txt
+
+# a 2-layer GPT-2's first 5 AdamW steps (losses, step-1 gradients, final
+# weights) against PyTorch's (tests/data/gen_gpt_refs.py); the training
+# features (accumulation, recompute, resume, clipping, schedule, bf16,
+# memory, profiler) on it
+TESTS += tests/gpt_steps.sh tests/gpt.sh
+EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
+	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors

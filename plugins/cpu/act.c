@@ -6,7 +6,7 @@
  *   relu        y = x > 0 ? x : 0 (NaN passes)   dy * (x > 0)
  *   leaky_relu  y = x > 0 ? x : alpha*x          dy * (x > 0 ? 1 : alpha)
  *   gelu        y = x/2 * (1 + erf(x/sqrt 2))    dy * (Phi(x) + x*phi(x))
- *   gelu_tanh   y = x/2 * (1 + tanh(u))          common_gelu_tanh_grad (scalar_ops.h)
+ *   gelu_tanh   y = x/2 * (1 + tanh(u))          gelu_tanh_grad below
  *   sigmoid     y = 1/(1 + exp(-x))              dy * y*(1 - y)
  *   tanh        y = tanh(x)                      dy * (1 - y*y)
  * The backward reads x (in0) for relu, leaky_relu and both gelus and y (in2) for
@@ -14,7 +14,7 @@
  * n_in = 2, for the first three).
  */
 #include "cpu.h"
-#include "../common/scalar_ops.h" /* the GELU tanh formulas: kernels.cu's too */
+#include "vexp.h"
 
 #include "philox.h" /* CPU_DROP_SCALE: the dropout mask, shared with attn.c */
 #include <math.h>
@@ -22,6 +22,28 @@
 #include <string.h>
 
 /* ---- activations ------------------------------------------------------- */
+
+/* The tanh GELU through s = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3),
+ * in arithmetic `omp simd` vectorises (tanhf is a scalar libm call, and a
+ * float select stops gcc's if-conversion): 1 + tanh(u) = 2s, so y = x s,
+ * and 1 - tanh(u)^2 = 4 s (1 - s).  With e = e^-2|u| (never overflows),
+ * s = 1/(1+e) for u >= 0 and e/(1+e) below: no cancellation where tanh(u)
+ * nears -1, so y keeps its relative precision for x far below 0. */
+static inline float gelu_tanh_s(float x)
+{
+	const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+	const float e = cpu_exp(-2.0f * fabsf(u));
+	const float neg = (float)(u < 0.0f);
+	return (1.0f + neg * (e - 1.0f)) / (1.0f + e);
+}
+
+/* d/dx of x/2 (1 + tanh(u)) = (1 + t)/2 + x/2 (1 - t^2) u', t = tanh(u) */
+static inline float gelu_tanh_grad(float x)
+{
+	const float s = gelu_tanh_s(x);
+	const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+	return s + 2.0f * x * s * (1.0f - s) * du;
+}
 
 CPU_CLONES static void act_span(float *restrict y, const float *restrict x, int64_t n, int kind,
 				float alpha)
@@ -42,8 +64,9 @@ CPU_CLONES static void act_span(float *restrict y, const float *restrict x, int6
 			y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
 		break;
 	case KILN_ACT_GELU_TANH:
+#pragma omp simd
 		for (int64_t i = 0; i < n; i++)
-			y[i] = common_gelu_tanh(x[i]);
+			y[i] = x[i] * gelu_tanh_s(x[i]);
 		break;
 	case KILN_ACT_SIGMOID:
 		for (int64_t i = 0; i < n; i++)
@@ -98,8 +121,9 @@ CPU_CLONES static void act_bwd_span(float *dx, const float *x, const float *y,
 			}
 			break;
 		case KILN_ACT_GELU_TANH:
+#pragma omp simd
 			for (int64_t i = 0; i < m; i++)
-				g[i] = di[i] * common_gelu_tanh_grad(xi[i]);
+				g[i] = di[i] * gelu_tanh_grad(xi[i]);
 			break;
 		case KILN_ACT_SIGMOID:
 #pragma omp simd

@@ -28,6 +28,7 @@
  * bf16/f16 tensors run this f32 kernel between conversions (lowp.c).
  */
 #include "cpu.h"
+#include "vexp.h"
 #include "dnn.h"    /* cpu_dnnl_str */
 #include "philox.h" /* CPU_DROP_SCALE, cpu_drop_init: the dropout mask */
 
@@ -62,29 +63,9 @@ static int64_t attn_thread_floats(int64_t T)
 
 /* ---- row loops ---------------------------------------------------------- */
 
-/* e^x for x <= 0 (scores minus their row's maximum or logsumexp; a
- * rounding may leave x a little above 0): Cephes' expf (x = n ln2 + r,
- * |r| <= ln2/2, a degree-6 polynomial for e^r: relative error about 1e-7)
- * in plain arithmetic, with no float compare, so `omp simd` vectorises it
- * (libm's expf stays a scalar call without -ffast-math).  n is read from
- * the bits of x*log2(e) + 1.5*2^23, which rounds it to an integer; where
- * 2^n would be subnormal (x below about -87.3) the result is 0. */
-static inline float attn_exp(float x)
-{
-	const union { float f; int32_t i; } m = { x * 1.44269504089f + 12582912.0f };
-	const float n = m.f - 12582912.0f;
-	const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-	float p = 1.9875691500e-4f;
-	p = p * r + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
-	const int32_t e = m.i - 0x4B400000 + 127; /* the biased exponent of 2^n */
-	const union { int32_t i; float f; } two_n = { e > 0 ? e << 23 : 0 };
-	return p * two_n.f;
-}
+/* e^x of x <= 0: scores minus their row's maximum or logsumexp (a rounding
+ * may leave x a little above 0) */
+#define attn_exp cpu_exp
 
 /* s[0..n): the scaled scores of one query row, of which [0, valid) are
  * seen.  Overwrites them with the softmax (0 past valid) and returns the

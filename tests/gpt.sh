@@ -1,0 +1,97 @@
+#!/bin/sh
+# tests/gpt.sh - the training features on a GPT: a few steps of
+# tests/data/gpt_tiny.ini (2 blocks, tied lm_head, tokens source) each.
+#  1. gradient accumulation: batch 1 x accumulate 3 ends where batch 3 does
+#     (parameters within 1e-5);
+#  2. recompute = auto: parameters and optimizer state bit for bit those of
+#     recompute = none;
+#  3. checkpoints: a run stopped at step 7 (shuffled windows, 3 epochs of
+#     5 steps, accumulate 3) and resumed ends byte for byte where the
+#     uninterrupted run does;
+#  4. clip_norm: one SGD step of rate 1 with clip_norm 1e-3 moves the
+#     parameters (the tied one counted once) by a norm of 1e-3;
+#  5. warmup + cosine: the logged rates are 0.005, 0.01 (warmup 2 to
+#     lr 0.01), then CosineAnnealingLR's 0.01, 0.00775, 0.00325 to 0.001;
+#     no_decay: 20 of the 28 tensors (biases, norms, embeddings);
+#  6. bf16 with accumulation, recompute and clipping trains (finite loss);
+#  7. kiln memory: its total covers the run's device peak (within 128
+#     bytes), and recompute = auto needs fewer activation bytes;
+#  8. the profiler times the GPT's ops (attention, layernorm, embedding).
+name=gpt
+. "$(dirname "$0")/lib.sh"
+data="$srcdir/tests/data"
+ini="$data/gpt_tiny.ini"
+tool="$top_builddir/tests/ckpt_tool"
+state="params optim.exp_avg optim.exp_avg_sq step optim.step"
+if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *tokens .*available'; then
+	echo "SKIP: no tokens source (configure without loaders)"
+	exit 77
+fi
+set -- "data.path=$data/gpt_tokens.bin" "model.init_from=$data/gpt_init.safetensors"
+ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
+
+# 1. gradient accumulation
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/b3"
+peak=$(field device_peak_bytes "$out")
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/acc" train.batch=1 train.accumulate=3
+"$tool" close "$(ck b3 5)" "$(ck acc 5)" 1e-5 params || fail "accumulate 3 x batch 1 strays from batch 3"
+
+# 2. recompute
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/rc" train.recompute=auto
+"$tool" same "$(ck b3 5)" "$(ck rc 5)" $state || fail "recompute = auto changed the training"
+
+# 3. stop and resume, shuffled, with accumulation
+long="data.shuffle=1 train.epochs=3 train.max_steps=0 train.batch=1 train.accumulate=3"
+# shellcheck disable=SC2086 # one argument per setting
+kiln 0 train "$ini" "$@" $long "run.out_dir=$tmp/full"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" "$@" $long "run.out_dir=$tmp/part" train.max_steps=7
+# shellcheck disable=SC2086
+kiln 0 train "$ini" "$@" $long "run.out_dir=$tmp/part" train.resume=1
+stderr_has "resum"
+"$tool" same "$(ck full 15)" "$(ck part 15)" $state ||
+	fail "resumed at step 7: the state at step 15 differs from the uninterrupted run"
+
+# 4. clip_norm: the step is the clipped gradient
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/clip" train.optimizer=sgd train.momentum=0 \
+	train.weight_decay=0 train.lr=1 train.clip_norm=1e-3 train.max_steps=1
+kiln 0 export "$ini" --safetensors "$tmp/clip.safetensors" "$@" "run.out_dir=$tmp/clip"
+/usr/bin/python3 - "$data" "$data/gpt_init.safetensors" "$tmp/clip.safetensors" <<'PY' || fail "the clipped step's norm is not clip_norm"
+import math, sys
+sys.path.insert(0, sys.argv[1])
+from gen_trained_refs import read
+a, b = read(sys.argv[2]), read(sys.argv[3])
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+norm = math.sqrt(sum((x - y) ** 2 for n in a for x, y in zip(a[n][2], b[n][2])))
+print("norm of the clipped step: %.7g" % norm)
+sys.exit(0 if abs(norm - 1e-3) <= 1e-3 * 1e-3 else 1)
+PY
+
+# 5. warmup + cosine, no_decay
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/sched" train.warmup=2 train.schedule=cosine train.lr_min=0.001
+lrs=$(sed -n 's/.*"event":"train".*"lr":\([0-9.e-]*\).*/\1/p' "$tmp/sched/metrics.jsonl" | tr '\n' ' ')
+[ "$lrs" = "0.005 0.01 0.01 0.00775 0.00325 " ] || fail "warmup + cosine rates: $lrs"
+stderr_has "no_decay: 20 of 28 trainable tensors"
+
+# 6. bf16 with the rest
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/bf16" run.precision=bf16 train.batch=1 train.accumulate=3 \
+	train.recompute=auto train.clip_norm=1.0
+loss=$(field train_loss "$out")
+awk -v l="$loss" 'BEGIN { exit !(l > 3 && l < 5) }' || fail "bf16 train loss $loss (fp32: 4.22)"
+
+# 7. kiln memory
+kiln 0 memory "$ini" "$@"
+total=$(field total "$out")
+act=$(field activations "$out")
+[ -n "$peak" ] && [ "$peak" -le "$total" ] && [ $((total - peak)) -lt 128 ] ||
+	fail "kiln memory predicts $total device bytes, the run asked for $peak"
+kiln 0 memory "$ini" "$@" train.recompute=auto
+act_rc=$(field activations "$out")
+[ "$act_rc" -lt "$act" ] || fail "recompute = auto: $act_rc activation bytes, none: $act"
+
+# 8. the profiler
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/prof" --profile
+for op in attention attention_bwd layernorm layernorm_bwd embedding_bwd act_bwd; do
+	grep -q " $op " "$tmp/prof/profile.txt" || fail "the profile has no $op row"
+done
+echo "PASS: $checks kiln runs; accumulation, recompute, resume, clipping, schedule, bf16, memory and the profiler on a GPT"

@@ -1,0 +1,57 @@
+#!/bin/sh
+# tests/gpt_steps.sh - a 2-layer GPT-2 trains as PyTorch trains it.
+#
+# tests/data/gpt_tiny.ini (V 64, C 32, 4 heads, T 13, batch 3, tanh GELU,
+# lm_head tied to transformer.wte) starts from PyTorch's weights
+# (gpt_init.safetensors) and reads the token shard gpt_tokens.bin with
+# shuffle = 0, so step k trains on the same 3 windows as the script
+# tests/data/gen_gpt_refs.py, which wrote both and the references:
+#  1. 5 AdamW steps (weight decay with no_decay patterns): every step's
+#     loss (metrics.jsonl) and every final weight (kiln export) match
+#     PyTorch's to relative 1e-4 (max |kiln - torch| <= 1e-4 max |torch|
+#     per tensor);
+#  2. every gradient of step 1, tied weight included: one plain SGD step
+#     (momentum 0, no decay) of rate 1e4, the gradient being
+#     (init - exported) / 1e4, matches PyTorch's to relative 1e-4;
+#  3. [run] precision = bf16: the 5 losses within 2e-2 of PyTorch's fp32
+#     ones (the documented tolerance, docs/precision.md), deterministic.
+# The comparison needs only python3's standard library.
+name=gpt_steps
+. "$(dirname "$0")/lib.sh"
+py=/usr/bin/python3
+data="$srcdir/tests/data"
+ini="$data/gpt_tiny.ini"
+gen="$data/gen_gpt_refs.py"
+
+if ! [ -x "$py" ]; then
+	echo "SKIP: no $py to read the safetensors files"
+	exit 77
+fi
+if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *tokens .*available'; then
+	echo "SKIP: no tokens source (configure without loaders)"
+	exit 77
+fi
+common="data.path=$data/gpt_tokens.bin model.init_from=$data/gpt_init.safetensors"
+
+# 1. five AdamW steps: losses and final weights
+kiln 0 train "$ini" $common "run.out_dir=$tmp/adamw"
+"$py" "$gen" --check loss "$tmp/adamw/metrics.jsonl" || fail "the 5 AdamW losses differ from PyTorch's"
+kiln 0 export "$ini" --safetensors "$tmp/adamw.safetensors" $common "run.out_dir=$tmp/adamw"
+"$py" "$gen" --check adamw "$tmp/adamw.safetensors" || fail "the weights after 5 AdamW steps differ from PyTorch's"
+
+# 2. the gradients of step 1, through one SGD step of rate 1e4
+kiln 0 train "$ini" $common "run.out_dir=$tmp/grad" train.optimizer=sgd train.momentum=0 \
+	train.weight_decay=0 train.lr=1e4 train.max_steps=1
+kiln 0 export "$ini" --safetensors "$tmp/grad.safetensors" $common "run.out_dir=$tmp/grad"
+"$py" "$gen" --check grad "$tmp/grad.safetensors" "$data/gpt_init.safetensors" 1e4 ||
+	fail "the gradients of step 1 differ from PyTorch's"
+
+# 3. bf16 within its tolerance, and deterministic
+for r in 1 2; do
+	kiln 0 train "$ini" $common "run.out_dir=$tmp/bf16_$r" run.precision=bf16
+	kiln 0 export "$ini" --safetensors "$tmp/bf16_$r.safetensors" $common "run.out_dir=$tmp/bf16_$r"
+done
+"$py" "$gen" --check loss "$tmp/bf16_1/metrics.jsonl" 2e-2 || fail "bf16 losses beyond 2e-2 of PyTorch's"
+cmp "$tmp/bf16_1.safetensors" "$tmp/bf16_2.safetensors" ||
+	fail "two bf16 runs of the same config end with different weights"
+echo "PASS: $checks kiln runs; the GPT's losses, gradients and weights match PyTorch's"
