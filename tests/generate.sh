@@ -14,10 +14,7 @@
 name=generate
 . "$(dirname "$0")/lib.sh"
 
-if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *tokens .*available'; then
-	echo "SKIP: no tokens source (configure without loaders)"
-	exit 77
-fi
+need_source tokens
 
 i=0
 while [ $i -lt 200 ]; do

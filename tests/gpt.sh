@@ -23,10 +23,7 @@ data="$srcdir/tests/data"
 ini="$data/gpt_tiny.ini"
 tool="$top_builddir/tests/ckpt_tool"
 state="params optim.exp_avg optim.exp_avg_sq step optim.step"
-if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *tokens .*available'; then
-	echo "SKIP: no tokens source (configure without loaders)"
-	exit 77
-fi
+need_source tokens
 set -- "data.path=$data/gpt_tokens.bin" "model.init_from=$data/gpt_init.safetensors"
 ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
 

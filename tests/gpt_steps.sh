@@ -27,10 +27,7 @@ if ! [ -x "$py" ]; then
 	echo "SKIP: no $py to read the safetensors files"
 	exit 77
 fi
-if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *tokens .*available'; then
-	echo "SKIP: no tokens source (configure without loaders)"
-	exit 77
-fi
+need_source tokens
 common="data.path=$data/gpt_tokens.bin model.init_from=$data/gpt_init.safetensors"
 
 # 1. five AdamW steps: losses and final weights

@@ -75,3 +75,10 @@ FM=/usr/share/datasets/fashion-mnist
 need_fashion_mnist() {
 	[ -d "$FM" ] || { echo "FAIL: $FM missing: run scripts/install-deps"; exit 1; }
 }
+
+# need_source NAME: skip (exit 77) when the loaders plugin that provides the
+# data source NAME was not built
+need_source() {
+	"$kiln" plugins 2>/dev/null | grep -q "^source  *$1 .*available" ||
+		{ echo "SKIP: no $1 source (configure without loaders)"; exit 77; }
+}

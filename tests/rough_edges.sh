@@ -16,10 +16,7 @@ name=rough
 data="$srcdir/tests/data"
 ini="$data/tr_cnn.ini"
 
-if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *idx .*available'; then
-	echo "SKIP: no idx source (configure without loaders)"
-	exit 77
-fi
+need_source idx
 d="data.path=$data"
 
 # 1

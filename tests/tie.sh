@@ -22,10 +22,7 @@
 name=tie
 . "$(dirname "$0")/lib.sh"
 tool="$top_builddir/tests/ckpt_tool"
-if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *synthetic .*available'; then
-	echo "SKIP: no synthetic source (configure without loaders)"
-	exit 77
-fi
+need_source synthetic
 
 # mk_ini FILE TIE_A TIE_B: the model, a's and b's tie lines given
 mk_ini() {

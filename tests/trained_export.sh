@@ -32,10 +32,7 @@ if ! [ -x "$py" ]; then
 	echo "SKIP: no $py to read the safetensors files"
 	exit 77
 fi
-if ! "$kiln" plugins 2>/dev/null | grep -q '^source  *idx .*available'; then
-	echo "SKIP: no idx source (configure without loaders)"
-	exit 77
-fi
+need_source idx
 common="data.path=$data model.init_from=$data/tr_cnn_init.safetensors"
 
 # 1. the first run leaves its trained weights
