@@ -238,32 +238,29 @@ END_TEST
 
 START_TEST(test_corrupt)
 {
+	/* shards written with a wrong header field each: magic, version,
+	 * declared count, trailing bytes; and the message expected */
+	static const struct {
+		int32_t magic, version, count, extra;
+		const char *why;
+	} bad[] = {
+		{ 20240521, 1, 40, 0, "bad magic" },
+		{ 20240326, 1, 40, 0, "model file" },
+		{ 0, 1, 40, 0, "byte-swapped" }, /* magic set below */
+		{ 20240520, 2, 40, 0, "version 2" },
+		{ 20240520, 1, 41, 0, "truncated" },
+		{ 20240520, 1, 39, 0, "count mismatch" },
+		{ 20240520, 1, 40, 1, "truncated" },
+		{ 20240520, 1, -5, 0, "negative" },
+	};
 	uint16_t *t = seq(40, 1, 0, 256);
 	const char *p = "c.bin";
-	write_shard_ex(p, t, 40, 20240521, 1, 40, 0);
-	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
-		     KILN_EDATA, tpath(p), "bad magic");
-	write_shard_ex(p, t, 40, 20240326, 1, 40, 0);
-	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
-		     KILN_EDATA, tpath(p), "model file");
-	write_shard_ex(p, t, 40, (int32_t)__builtin_bswap32(20240520), 1, 40, 0);
-	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
-		     KILN_EDATA, tpath(p), "byte-swapped");
-	write_shard_ex(p, t, 40, 20240520, 2, 40, 0);
-	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
-		     KILN_EDATA, tpath(p), "version 2");
-	write_shard_ex(p, t, 40, 20240520, 1, 41, 0);
-	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
-		     KILN_EDATA, tpath(p), "truncated");
-	write_shard_ex(p, t, 40, 20240520, 1, 39, 0);
-	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
-		     KILN_EDATA, tpath(p), "count mismatch");
-	write_shard_ex(p, t, 40, 20240520, 1, 40, 1);
-	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
-		     KILN_EDATA, tpath(p), "truncated");
-	write_shard_ex(p, t, 40, 20240520, 1, -5, 0);
-	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
-		     KILN_EDATA, tpath(p), "negative");
+	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+		const int32_t magic = k == 2 ? (int32_t)__builtin_bswap32(20240520) : bad[k].magic;
+		write_shard_ex(p, t, 40, magic, bad[k].version, bad[k].count, bad[k].extra);
+		ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
+			     KILN_EDATA, tpath(p), bad[k].why);
+	}
 	write_tmp(p, t, 100); /* shorter than the header */
 	ASSERT_FAILS(open_tokens("data", "train", kv("data.path", p), "data.context=4", NULL),
 		     KILN_EDATA, tpath(p), "truncated header");
