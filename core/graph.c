@@ -114,12 +114,37 @@ static kiln_status check_token_input(const struct kiln_model *m, int i, const st
 	return KILN_OK;
 }
 
+/* Every tensor a layer's shapes make (its output, its parameters) within
+ * KILN_TENSOR_MAX_BYTES: a config whose shapes multiply past it is refused
+ * here, naming the layer, before any count can wrap further on. */
+static kiln_status check_sizes(const struct kiln_model *m, int i, const struct kiln_layer *l)
+{
+	const struct model_layer *L = &m->layers[i];
+	char d[200];
+	for (int k = -1; k < l->n_params; k++) {
+		const struct kiln_tensor_desc *t = k < 0 ? &l->out : &l->params[k].desc;
+		if (kiln_tensor_size(t, NULL, NULL))
+			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s): its %s%s %s is larger than %llu bytes (its size overflows): make the layer smaller",
+					  kiln_config_where(m->cfg, L->section, "type"), L->name,
+					  L->type->name, k < 0 ? "output" : "parameter ",
+					  k < 0 ? "" : l->params[k].suffix,
+					  kiln_tensor_desc_str(t, d, sizeof d),
+					  (unsigned long long)KILN_TENSOR_MAX_BYTES);
+	}
+	return KILN_OK;
+}
+
 /* configure + infer every layer for `batch` rows into nodes[]. */
 kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc *data,
 			     int64_t decode, struct plan_node *nodes)
 {
 	const struct kiln_host *h = kiln_host_table();
 	kiln_status st;
+	char d[200];
+	if (kiln_tensor_size(data, NULL, NULL))
+		return kiln_error(KILN_ECONFIG, "the data batch %s is larger than %llu bytes (its size overflows): make the batch smaller",
+				  kiln_tensor_desc_str(data, d, sizeof d),
+				  (unsigned long long)KILN_TENSOR_MAX_BYTES);
 	for (int i = 0; i < m->n_layers; i++) {
 		struct model_layer *L = &m->layers[i];
 		struct plan_node *n = &nodes[i];
@@ -157,7 +182,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 			return kiln_error_wrap(st, "layer '%s'", L->name);
 		if ((st = ops->infer(h, &n->l)))
 			return kiln_error_wrap(st, "layer '%s' (%s)", L->name, L->type->name);
-		if ((st = check_token_input(m, i, &n->l)))
+		if ((st = check_sizes(m, i, &n->l)) || (st = check_token_input(m, i, &n->l)))
 			return st;
 	}
 	return KILN_OK;

@@ -67,16 +67,22 @@ static size_t pack(struct storage *s, int n)
 		}
 		a->off = off;
 		placed[np++] = order[oi];
-		if (off + a->bytes > top)
-			top = off + a->bytes;
+		size_t end;
+		if (__builtin_add_overflow(off, a->bytes, &end) || end > SIZE_MAX / 2)
+			top = SIZE_MAX; /* an arena no device has: refused by the caller */
+		else if (end > top)
+			top = end;
 	}
 	free(order);
 	free(placed);
-	return kiln_align_up(top);
+	return top == SIZE_MAX ? top : kiln_align_up(top);
 }
 
 kiln_status kiln_plan_new_store(struct kiln_plan *p, size_t bytes, int start, int end)
 {
+	if (bytes > KILN_TENSOR_MAX_BYTES)
+		return kiln_error(KILN_ECONFIG, "a plan needs a buffer of %zu bytes, more than the %llu any tensor may have",
+				  bytes, (unsigned long long)KILN_TENSOR_MAX_BYTES);
 	struct storage *ns = kiln_grow(p->store, p->n_store, &p->store_cap, sizeof *ns, 32);
 	if (!ns)
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -405,6 +411,6 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 			p->store[i].start = 0, p->store[i].end = p->n_pos;
 	p->arena_bytes = pack(p->store, p->n_store);
 	if (p->arena_bytes == (size_t)-1)
-		return kiln_error(KILN_ENOMEM, "out of memory");
+		return kiln_error(KILN_ENOMEM, "out of memory (or a plan whose buffers add up past the address space)");
 	return KILN_OK;
 }

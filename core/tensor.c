@@ -21,17 +21,34 @@ const char *kiln_dtype_name(int dtype)
 	return dtype >= 0 && dtype < KILN_DTYPE_COUNT ? dtypes[dtype].name : "?";
 }
 
-int64_t kiln_tensor_numel(const struct kiln_tensor_desc *d)
+int kiln_tensor_size(const struct kiln_tensor_desc *d, int64_t *numel, size_t *bytes)
 {
 	int64_t n = 1;
-	for (int i = 0; i < d->ndim; i++)
-		n *= d->dims[i];
+	uint64_t b;
+	int bad = d->ndim < 0 || d->ndim > KILN_MAX_DIMS;
+	for (int i = 0; !bad && i < d->ndim; i++)
+		bad = d->dims[i] < 0 || __builtin_mul_overflow(n, d->dims[i], &n);
+	bad = bad || __builtin_mul_overflow((uint64_t)n, (uint64_t)kiln_dtype_size(d->dtype), &b) ||
+	      b > KILN_TENSOR_MAX_BYTES;
+	if (numel)
+		*numel = bad ? INT64_MAX : n;
+	if (bytes)
+		*bytes = bad ? SIZE_MAX : (size_t)b;
+	return bad;
+}
+
+int64_t kiln_tensor_numel(const struct kiln_tensor_desc *d)
+{
+	int64_t n;
+	kiln_tensor_size(d, &n, NULL);
 	return n;
 }
 
 size_t kiln_tensor_bytes(const struct kiln_tensor_desc *d)
 {
-	return (size_t)kiln_tensor_numel(d) * kiln_dtype_size(d->dtype);
+	size_t b;
+	kiln_tensor_size(d, NULL, &b);
+	return b;
 }
 
 void kiln_tensor_desc_init(struct kiln_tensor_desc *d, int dtype, int ndim,

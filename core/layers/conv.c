@@ -82,7 +82,11 @@ static kiln_status conv_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->out = s->y;
 	int64_t wd[4] = { s->out, C / g, s->k[0], s->k[1] };
 	kiln_tensor_desc_init(&s->w, KILN_F32, 4, wd);
-	int64_t fan_in = C / g * s->k[0] * s->k[1];
+	int64_t fan_in;
+	if (__builtin_mul_overflow(C / g, s->k[0] * s->k[1], &fan_in))
+		return h->error(KILN_ECONFIG, "layer '%s' (conv): a weight of %lld x %lld x %lld x %lld overflows",
+				l->name, (long long)s->out, (long long)(C / g), (long long)s->k[0],
+				(long long)s->k[1]);
 	l->n_params = s->bias ? 2 : 1;
 	l->params[0] = (struct kiln_param_spec){ "weight", s->w, KILN_INIT_KAIMING_UNIFORM, fan_in, 0 };
 	if (s->bias) {

@@ -45,7 +45,19 @@ struct kiln_tensor_desc {
 size_t kiln_dtype_size(int dtype);
 const char *kiln_dtype_name(int dtype);
 
-/* Number of elements (1 for a scalar). */
+/* The largest tensor kiln describes: 2^48 bytes (256 TiB).  Any larger
+ * (a config's shapes multiplying past it) is refused where it is made, so
+ * sums of a model's tensor sizes cannot wrap either. */
+#define KILN_TENSOR_MAX_BYTES ((uint64_t)1 << 48)
+
+/* The element count (1 for a scalar) and byte size of d, checked: 0 when
+ * every dimension is >= 0 and the bytes are at most KILN_TENSOR_MAX_BYTES,
+ * nonzero otherwise (then *numel = INT64_MAX, *bytes = SIZE_MAX).  Either
+ * pointer may be NULL. */
+int kiln_tensor_size(const struct kiln_tensor_desc *d, int64_t *numel, size_t *bytes);
+
+/* Number of elements (1 for a scalar) and bytes; saturated (INT64_MAX,
+ * SIZE_MAX: an allocation that fails) where kiln_tensor_size refuses. */
 int64_t kiln_tensor_numel(const struct kiln_tensor_desc *d);
 size_t kiln_tensor_bytes(const struct kiln_tensor_desc *d);
 
