@@ -114,7 +114,7 @@ static void progress(void *user, int epoch, int64_t step, int64_t steps, const c
 }
 
 const char cmd_train_usage[] =
-	"usage: kiln train FILE [--resume] [--profile] [section.key=value ...]\n";
+	"usage: kiln train FILE [--resume | --overwrite] [--profile] [section.key=value ...]\n";
 const char cmd_train_about[] =
 	"Train the model FILE describes (see docs/config.md).  Progress goes to stderr\n"
 	"(a bar on a terminal, plain lines otherwise); the last line on stdout is a JSON\n"
@@ -126,6 +126,9 @@ const char cmd_train_about[] =
 	"train.checkpoint_every=N adds one every N steps, keeping the train.keep_last\n"
 	"newest.  --resume (train.resume=1) continues from the newest\n"
 	"usable checkpoint there, bit for bit, or starts afresh when there is none.\n"
+	"A fresh run refuses an out_dir that holds an earlier run (its metrics, logs or\n"
+	"checkpoints) and changes nothing; --overwrite (train.overwrite=1) deletes\n"
+	"that run's files first (other files stay).\n"
 	"SIGTERM or SIGUSR1 finishes the current step, writes a checkpoint and exits 0;\n"
 	"a second signal ends the process at once.\n\n"
 	"--profile (= run.profile=1): time every device op, print a table of self time\n"
@@ -144,10 +147,11 @@ static void print_metric(const char *key, double v)
 
 int cmd_train(int argc, char **argv)
 {
-	/* --resume and --profile (anywhere after FILE) are the overrides
-	 * train.resume=1 and run.profile=1, applied last */
-	char **args = calloc((size_t)argc + 3, sizeof *args);
-	int n = 0, want_resume = 0, want_profile = 0;
+	/* --resume, --overwrite and --profile (anywhere after FILE) are the
+	 * overrides train.resume=1, train.overwrite=1 and run.profile=1,
+	 * applied last */
+	char **args = calloc((size_t)argc + 4, sizeof *args);
+	int n = 0, want_resume = 0, want_profile = 0, want_overwrite = 0;
 	if (!args) {
 		fprintf(stderr, "kiln: error: out of memory\n");
 		return 1;
@@ -155,6 +159,8 @@ int cmd_train(int argc, char **argv)
 	for (int i = 0; i < argc; i++) {
 		if (i > 0 && !strcmp(argv[i], "--resume"))
 			want_resume = 1;
+		else if (i > 0 && !strcmp(argv[i], "--overwrite"))
+			want_overwrite = 1;
 		else if (i > 0 && !strcmp(argv[i], "--profile"))
 			want_profile = 1;
 		else
@@ -162,6 +168,8 @@ int cmd_train(int argc, char **argv)
 	}
 	if (want_resume)
 		args[n++] = "train.resume=1";
+	if (want_overwrite)
+		args[n++] = "train.overwrite=1";
 	if (want_profile)
 		args[n++] = "run.profile=1";
 	if (!cli_args_ok(n, args, "train")) {

@@ -11,9 +11,11 @@
  * section header).  So any flipped byte and any truncation is refused.
  */
 #include "checkpoint.h"
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -490,23 +492,21 @@ static kiln_status verify(struct kiln_ckpt *ck)
 kiln_status kiln_ckpt_open(const char *path, struct kiln_ckpt **out)
 {
 	struct kiln_ckpt *ck = calloc(1, sizeof *ck);
-	struct stat sb;
+	char kind[64];
+	const char *why;
+	off_t size = 0;
 	kiln_status st;
 	*out = NULL;
 	if (!ck || !(ck->path = kiln_strdup(path))) {
 		free(ck);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
-	ck->fd = open(path, O_RDONLY | O_CLOEXEC);
+	ck->fd = common_open_file(path, kind, sizeof kind, &why, &size);
 	if (ck->fd < 0) {
-		st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+		st = kiln_error(KILN_EIO, "checkpoint %s: cannot open: %s", path, why);
 		goto fail;
 	}
-	if (fstat(ck->fd, &sb) || !S_ISREG(sb.st_mode)) {
-		st = kiln_error(KILN_EIO, "checkpoint %s: not a regular file", path);
-		goto fail;
-	}
-	ck->size = (uint64_t)sb.st_size;
+	ck->size = (uint64_t)size;
 	if ((st = verify(ck)))
 		goto fail;
 	*out = ck;
@@ -615,13 +615,18 @@ kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *ou
 		return kiln_error(KILN_EDATA, "checkpoint %s: epoch sample count out of range (%llu)",
 				  ck->path, (unsigned long long)n);
 	out->samples = (int64_t)n;
+	if (!isfinite(out->correct) || out->correct < 0)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'epoch': the correct count %g is out of range (finite, >= 0)",
+				  ck->path, out->correct);
 	return KILN_OK;
 }
 
 int kiln_ckpt_is_checkpoint(const char *path)
 {
 	char h[8];
-	int fd = open(path, O_RDONLY | O_CLOEXEC), yes = 0;
+	char kind[64];
+	const char *why;
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL), yes = 0;
 	if (fd < 0)
 		return 0;
 	yes = kiln_pread_all(fd, h, sizeof h, 0) == 0 && !memcmp(h, MAGIC, 8);
@@ -653,6 +658,34 @@ static kiln_status tracked_count(struct kiln_ckpt *ck, int what, int64_t *out)
 	}
 	if (*out < 0 || *out > (int64_t)1 << 62)
 		return kiln_error(KILN_EDATA, "checkpoint %s: batch count out of range", ck->path);
+	return KILN_OK;
+}
+
+/* The counters among the state sections, range-checked before any byte
+ * reaches the model (CRCs prove a file whole, not sane): the step counts
+ * ("step", "optim.step": int64 in [0, 2^62], the optimizers' bias
+ * corrections and the schedule add to them) and the loss scaler's state
+ * ("amp.scaler": scale finite and > 0, its counts finite and >= 0).
+ * KILN_EDATA naming the file and section. */
+static kiln_status check_counters(const struct kiln_ckpt *ck, const char *name, const void *p,
+				  size_t bytes)
+{
+	if ((!strcmp(name, "step") || !strcmp(name, "optim.step")) && bytes == 8) {
+		int64_t v;
+		memcpy(&v, p, 8);
+		if (v < 0 || v > (int64_t)1 << 62)
+			return kiln_error(KILN_EDATA, "checkpoint %s: section '%s' = %lld is out of range [0, 2^62]",
+					  ck->path, name, (long long)v);
+	}
+	if (!strcmp(name, "amp.scaler") && bytes == 4 * sizeof(float)) {
+		float v[4];
+		memcpy(v, p, sizeof v);
+		for (int i = 0; i < 4; i++)
+			if (!isfinite(v[i]) || v[i] < 0 || (i == 0 && !(v[0] > 0)))
+				return kiln_error(KILN_EDATA, "checkpoint %s: section 'amp.scaler' value %d (%s) = %g is out of range (%s)",
+						  ck->path, i, i ? "a count" : "the loss scale", v[i],
+						  i ? "finite, >= 0" : "finite, > 0");
+	}
 	return KILN_OK;
 }
 
@@ -720,7 +753,8 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		if (what == KILN_CKPT_LOAD_WEIGHTS && strcmp(sb[i].name, "params") &&
 		    strcmp(sb[i].name, "buffers"))
 			continue;
-		if ((st = kiln_ckpt_read(ck, sb[i].name, (char *)host + off, sb[i].bytes)))
+		if ((st = kiln_ckpt_read(ck, sb[i].name, (char *)host + off, sb[i].bytes)) ||
+		    (st = check_counters(ck, sb[i].name, (char *)host + off, sb[i].bytes)))
 			goto out;
 		off += sb[i].bytes;
 	}

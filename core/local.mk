@@ -41,3 +41,6 @@ core/proto/%.pb-c.c: $(srcdir)/core/proto/%.proto
 core/proto/%.pb-c.h: core/proto/%.pb-c.c
 	@test -f $@ || { rm -f $<; $(MAKE) $(AM_MAKEFLAGS) $<; }
 core/proto/event.pb-c.c: $(srcdir)/core/proto/summary.proto
+
+# A fresh run's out_dir: refused when used, --overwrite (issue 25).
+libkiln_la_SOURCES += core/out_dir.c

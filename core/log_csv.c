@@ -114,7 +114,7 @@ static kiln_status csv_record(void *ctx, const struct kiln_log_record *r)
 			fputc(',', t->f);
 		write_cell(t->f, r, t->col[k]);
 	}
-	if (fputc('\n', t->f) < 0 || fflush(t->f))
+	if (fputc('\n', t->f) < 0 || fflush(t->f) || ferror(t->f))
 		return kiln_error(KILN_EIO, "%s: cannot write: %s", t->path, strerror(errno));
 	return KILN_OK;
 }

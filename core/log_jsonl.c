@@ -32,7 +32,7 @@ static kiln_status jsonl_event(void *ctx, json_t *obj)
 {
 	struct jsonl *j = ctx;
 	if (json_dumpf(obj, j->f, JSON_COMPACT | JSON_REAL_PRECISION(7)) || fputc('\n', j->f) < 0 ||
-	    fflush(j->f))
+	    fflush(j->f) || ferror(j->f))
 		return kiln_error(KILN_EIO, "%s: cannot write: %s", j->path, strerror(errno));
 	return KILN_OK;
 }

@@ -19,6 +19,7 @@ struct kiln_loggers {
 	void *ctx[N_LOGGERS];
 	int n;
 	int64_t hist_every; /* [log] histograms */
+	char *failed;       /* the first failed write's message: the run fails */
 };
 
 /* Whether [log] selects logger ops (always-open ones: yes). */
@@ -62,12 +63,12 @@ kiln_status kiln_loggers_open(const struct kiln_config *cfg, const char *dir, in
 	return KILN_OK;
 }
 
-/* A logger whose write failed: warned about and closed; the run goes on. */
+/* A logger whose write failed: closed, its message kept for
+ * kiln_loggers_status (the run ends with it). */
 static void drop(struct kiln_loggers *L, int i)
 {
-	const char *name = L->ops[i]->key ? L->ops[i]->key : "metrics.jsonl";
-	kiln_log(KILN_LOG_WARN, "log", "%s: %s; that logger stops here, training goes on", name,
-		 kiln_last_error());
+	if (!L->failed)
+		L->failed = kiln_strdup(kiln_last_error());
 	(void)L->ops[i]->close(L->ctx[i]);
 	for (int k = i + 1; k < L->n; k++)
 		L->ops[k - 1] = L->ops[k], L->ctx[k - 1] = L->ctx[k];
@@ -107,12 +108,23 @@ void kiln_loggers_histogram(struct kiln_loggers *L, int64_t step, const char *ta
 			drop(L, i--);
 }
 
-void kiln_loggers_close(struct kiln_loggers *L)
+kiln_status kiln_loggers_status(const struct kiln_loggers *L)
+{
+	if (!L || !L->failed)
+		return KILN_OK;
+	return kiln_error(KILN_EIO, "%s", L->failed);
+}
+
+kiln_status kiln_loggers_close(struct kiln_loggers *L)
 {
 	for (int i = 0; L && i < L->n; i++)
-		if (L->ops[i]->close(L->ctx[i]))
-			kiln_log(KILN_LOG_WARN, "log", "%s", kiln_last_error());
+		if (L->ops[i]->close(L->ctx[i]) && !L->failed)
+			L->failed = kiln_strdup(kiln_last_error());
+	kiln_status st = kiln_loggers_status(L);
+	if (L)
+		free(L->failed);
 	free(L);
+	return st;
 }
 
 /* min, max and the moments over the finite values; then the counts. */

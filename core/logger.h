@@ -9,7 +9,9 @@
  * evaluation's) and hands it to every open logger; metrics.jsonl also
  * takes the run's other events (checkpoint, resume, final, ...) as JSON
  * objects, and TensorBoard the histograms of weights and gradients.  A
- * logger whose write fails is closed with a warning: training goes on.
+ * logger whose write fails (a full disk) is closed and the failure kept:
+ * kiln_loggers_status returns it, and the trainer ends the run with it
+ * (a lost metrics line is an error, not a warning).
  */
 #ifndef KILN_LOGGER_H
 #define KILN_LOGGER_H
@@ -90,7 +92,10 @@ void kiln_loggers_event(struct kiln_loggers *L, json_t *obj);
 int kiln_loggers_hist_due(const struct kiln_loggers *L, int64_t step);
 void kiln_loggers_histogram(struct kiln_loggers *L, int64_t step, const char *tag,
 			    const float *v, size_t n);
-void kiln_loggers_close(struct kiln_loggers *L);
+/* KILN_EIO with the message of the first failed write, KILN_OK if none. */
+kiln_status kiln_loggers_status(const struct kiln_loggers *L);
+/* Close every logger and free L: KILN_EIO when a write or close failed. */
+kiln_status kiln_loggers_close(struct kiln_loggers *L);
 
 /* ---- TensorBoard's record framing (TFRecord), for log_tensorboard.c and
  * its test.  CRC32C masked as TensorFlow's crc32c::Mask does. */

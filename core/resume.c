@@ -25,7 +25,7 @@ static const struct {
 	{ "train", "log_every" },    { "train", "checkpoint_every" },
 	{ "train", "keep_last" },    { "train", "eval" },
 	{ "train", "checkpoint_last" },
-	{ "train", "resume" },
+	{ "train", "resume" },       { "train", "overwrite" },
 	/* another world size: the per-rank batch changes with it (resume
 	 * checks that the global step still divides the offset) */
 	{ "train", "batch" },        { "run", "comm" },

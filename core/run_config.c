@@ -97,6 +97,7 @@ static void read_eval(const struct kiln_config *cfg, struct kiln_train_cfg *o, k
 	get_int(cfg, "train", "keep_last", &o->keep_last, st);
 	get_bool(cfg, "train", "checkpoint_last", &o->checkpoint_last, st);
 	get_bool(cfg, "train", "resume", &o->resume, st);
+	get_bool(cfg, "train", "overwrite", &o->overwrite, st);
 	o->best_on_loss = best && !strcmp(best, "loss");
 	o->early_stop_on_loss = stop && !strcmp(stop, "loss");
 }

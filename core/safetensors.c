@@ -13,6 +13,7 @@
  * a multiple of 8, so every tensor starts aligned to its element size.
  */
 #include "internal.h"
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -265,21 +266,16 @@ kiln_status kiln_safetensors_open(const char *path, struct kiln_safetensors **ou
 		free(f);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat sb;
-	if (fd < 0 || fstat(fd, &sb)) {
-		kiln_status st = kiln_error(KILN_EIO, "%s: cannot open: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	char kind[64];
+	const char *why;
+	off_t size;
+	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
+	if (fd < 0) {
+		kiln_status st = kiln_error(KILN_EIO, "%s: cannot open: %s", path, why);
 		kiln_safetensors_close(f);
 		return st;
 	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		kiln_safetensors_close(f);
-		return kiln_error(KILN_EIO, "%s: not a regular file", path);
-	}
-	f->size = (size_t)sb.st_size;
+	f->size = (size_t)size;
 	if (f->size) {
 		f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (f->map == MAP_FAILED) {

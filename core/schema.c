@@ -51,6 +51,8 @@ static const struct kiln_key data_keys[] = {
 	  "Benchmark mode: copy the first training batch to the device once and train every step on it, so a run measures the step with no data loading (the reference for the loader's overhead; see docs/PERFORMANCE.md)." },
 	{ "on_error", KILN_KEY_ENUM, "fail", NOLIM, "fail|skip",
 	  "A bad sample (corrupt record, truncated file, undecodable image, label out of range): `fail` stops the run (exit 3) naming the file, sample and reason; `skip` replaces it by another sample drawn from (seed, epoch, index), the same on every rank, and counts and reports the skips." },
+	{ "max_image_pixels", KILN_KEY_INT, "89478485", 1, 268435456, NULL,
+	  "An encoded image (JPEG, PNG) whose header declares more pixels (width x height) is refused before it is decoded, as a bad sample (PIL's `Image.MAX_IMAGE_PIXELS`, whose default this is: a decompression bomb guard). At most 2^28." },
 	{ "cache", KILN_KEY_ENUM, "none", NOLIM, "none|ram|mmap",
 	  "`ram` keeps each decoded image after its first read (before the random transforms), so later epochs skip reading and decoding; `mmap` states that the source's files are mapped and shared through the page cache by every worker and process: valid for sources that map their files (records)." },
 	/* image transforms (core/transform.c), in the order they apply */
@@ -162,6 +164,8 @@ static const struct kiln_key train_keys[] = {
 	  "Checkpoints kept: after each successful write all but the newest N are deleted; 0 = keep all." },
 	{ "resume", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Continue from the newest usable checkpoint in out_dir/checkpoints (`kiln train --resume`); a fresh start when there is none. Only the keys listed in docs/checkpoints.md may differ from the checkpoint's config." },
+	{ "overwrite", KILN_KEY_BOOL, "0", NOLIM, NULL,
+	  "Start afresh in an out_dir that holds an earlier run (`kiln train --overwrite`): that run's files (metrics.jsonl, train.csv, eval.csv, events.out.tfevents.*, config.ini, profile.txt, trace.json and every checkpoint in out_dir/checkpoints) are deleted first (logged); other files are left alone. Without it (or `resume`) a used out_dir is refused and left as it is (Hugging Face's `overwrite_output_dir`), except the default out_dir `runs/latest`, which by its name holds the latest run: a fresh run there replaces the earlier one (logged)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

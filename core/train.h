@@ -200,6 +200,14 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 			 int training, struct kiln_train_result *res);
 kiln_status trainer_close(struct trainer *t, kiln_status st);
 int trainer_mkdirs(const char *path);
+/* A fresh run's out_dir (core/out_dir.c): KILN_EUSAGE, naming a file,
+ * when it holds an earlier run's files (metrics, logs, checkpoints in
+ * ckdir) and overwrite is 0; with overwrite, or in the default out_dir
+ * (runs/latest), rank 0 deletes them. */
+kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite, int rank);
+/* Write path whole or not at all: into path.tmp, then renamed over path
+ * (an old path stays intact when the disk is full); KILN_EIO naming it. */
+kiln_status trainer_write_file(const char *path, const char *text, size_t n);
 
 /* train_step.c */
 kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int64_t *idx,

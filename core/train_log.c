@@ -238,7 +238,7 @@ kiln_status trainer_log_point(struct trainer *t)
 	t->since = 0, t->since_loss = t->since_correct = 0;
 	if (t->dist) /* [dist] timing: this interval's overlap */
 		trainer_dist_comm_event(t);
-	return KILN_OK;
+	return kiln_loggers_status(t->log); /* a lost line ends the run */
 }
 
 /* An epoch's training numbers into res and the start of its line in msg;
@@ -331,5 +331,7 @@ kiln_status trainer_finish(struct trainer *t)
 	/* no rank leaves the group while a peer is still in a collective */
 	if (!st)
 		st = kiln_dist_finish(t->dist);
+	if (!st)
+		st = kiln_loggers_status(t->log); /* after the ranks' goodbye */
 	return st;
 }

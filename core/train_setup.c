@@ -486,11 +486,10 @@ static kiln_status open_out_dir(struct trainer *t)
 	/* the resolved config (every key, defaults filled in) beside the
 	 * metrics: what this run was */
 	snprintf(path, sizeof path, "%s/config.ini", out_dir);
-	FILE *cf = fopen(path, "w");
-	int bad = !cf || fputs(t->config_text, cf) < 0;
-	if ((cf && fclose(cf)) || bad)
-		return kiln_error(KILN_EIO, "%s: cannot write the resolved config", path);
-	kiln_status st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
+	kiln_status st = trainer_write_file(path, t->config_text, strlen(t->config_text));
+	if (st)
+		return st;
+	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
 	if (st)
 		return st;
 	if (t->resumed)
@@ -518,9 +517,10 @@ static kiln_status open_run(struct trainer *t)
 			return st;
 		if (t->resumed)
 			t->res->resumed_step = t->pos.step;
-		else if (!t->rank && kiln_ckpt_newest_step(t->ckdir) >= 0)
-			kiln_log(KILN_LOG_WARN, "train", "%s holds checkpoints of an earlier run (the newest: step %lld): this run's join them, and `kiln eval`/`kiln export` take the highest step; use another [run] out_dir to keep them apart (or --resume to continue that run)",
-				 t->ckdir, (long long)kiln_ckpt_newest_step(t->ckdir));
+		else if (t->training && !t->tc.resume &&
+			 (st = trainer_out_dir_check(t->run.out_dir, t->ckdir, t->tc.overwrite,
+						     t->rank)))
+			return st;
 		t->pos.world = t->world;
 		t->pos.batch = t->B;
 	}
@@ -666,6 +666,11 @@ static void free_device(struct trainer *t)
 kiln_status trainer_close(struct trainer *t, kiln_status st)
 {
 	st = kiln_dist_explain(t->dist, st);
+	/* the final line lost (a full disk) fails a run that succeeded */
+	kiln_status lst = kiln_loggers_close(t->log);
+	t->log = NULL;
+	if (!st)
+		st = lst;
 	/* draining and freeing may report the same failure again in other
 	 * words (a stream's sticky error): the message that counts is this */
 	char *keep = st ? kiln_strdup(kiln_last_error()) : NULL;
@@ -686,7 +691,6 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	close_set(&t->train);
 	close_set(&t->test);
 	close_set(&t->val);
-	kiln_loggers_close(t->log);
 	free(t->eval_order);
 	kiln_data_scratch_free(&t->scratch);
 	free(t->config_text);

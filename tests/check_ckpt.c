@@ -244,6 +244,63 @@ START_TEST(test_roundtrip)
 }
 END_TEST
 
+/* Set the int64 state buffer `tag` ("step", "optim.step") of r's model. */
+static void set_counter(struct rig *r, const char *tag, int64_t v)
+{
+	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
+	int k = kiln_model_state_buffers(r->m, sb, KILN_MAX_STATE_BUFS), found = 0;
+	for (int i = 0; i < k; i++)
+		if (!strcmp(sb[i].name, tag)) {
+			ck_assert_uint_eq(sb[i].bytes, 8);
+			ck_assert(kiln_device_copy_async(r->dev, sb[i].ptr, &v, 8, KILN_COPY_H2D,
+							 r->stream) == 0);
+			found = 1;
+		}
+	ck_assert_msg(found, "no state buffer '%s'", tag);
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+}
+
+/* A checkpoint whose CRCs are valid but whose step counters are out of
+ * range (optim.step = INT64_MAX would overflow in the optimizer, a
+ * negative step count) is refused on load, naming the file and the
+ * section, before any byte reaches the model. */
+START_TEST(test_counter_range)
+{
+	static const struct { const char *tag; int64_t v; } bad[] = {
+		{ "optim.step", INT64_MAX }, { "optim.step", -1 }, { "step", INT64_MAX },
+		{ "step", INT64_MIN },
+	};
+	for (size_t t = 0; t < sizeof bad / sizeof bad[0]; t++) {
+		char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200], want[4300];
+		struct rig a, b;
+		ck_assert(mkdtemp(dir) != NULL);
+		rig_open(&a, small_ini, 7);
+		rig_train(&a, 2);
+		set_counter(&a, bad[t].tag, bad[t].v);
+		save(&a, dir, 2, path, sizeof path);
+		rig_open(&b, small_ini, 99);
+		size_t n0, n1;
+		char *before = state_bytes(&b, &n0);
+		struct kiln_ckpt *ck;
+		ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_ALL),
+				 KILN_EDATA);
+		snprintf(want, sizeof want, "checkpoint %s: section '%s' = %lld is out of range", path,
+			 bad[t].tag, (long long)bad[t].v);
+		ck_assert_msg(strstr(kiln_last_error(), want) != NULL, "%s", kiln_last_error());
+		char *after = state_bytes(&b, &n1);
+		ck_assert(n0 == n1 && !memcmp(before, after, n0)); /* nothing loaded */
+		free(before);
+		free(after);
+		kiln_ckpt_close(ck);
+		rig_close(&a);
+		rig_close(&b);
+		unlink(path);
+		rmdir(dir);
+	}
+}
+END_TEST
+
 /* Another model refuses the checkpoint and keeps its bytes. */
 START_TEST(test_other_model)
 {
@@ -841,7 +898,7 @@ static Suite *make_ckpt_suite(void)
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, NULL, NULL, (const TTest *[]){
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
-		test_not_checkpoints, test_config_check, NULL });
+		test_not_checkpoints, test_config_check, test_counter_range, NULL });
 	check_add_case(s, "resume", 300, NULL, NULL, (const TTest *[]){
 		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,
 		test_fallback, test_needs_out_dir, NULL });

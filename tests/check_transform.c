@@ -499,7 +499,7 @@ static int decode_ref(const char *src, struct kiln_image *img)
 	snprintf(k, sizeof k, "jpeg/%s", src);
 	ref_get(k, &t);
 	memset(img, 0, sizeof *img);
-	return img_decode(kiln_host_table(), t.data, (size_t)t.numel, k, img);
+	return img_decode(kiln_host_table(), t.data, (size_t)t.numel, k, IMG_MAX_PIXELS, img);
 }
 
 static void jpeg_case(const char *c, void *u)

@@ -383,3 +383,7 @@ EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py te
 TESTS += tests/gpt_steps.sh tests/gpt.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
+
+# Hostile input and a reused run directory (issue 25: findings 1, 2, 6, 7).
+TESTS += tests/hostile.sh
+EXTRA_DIST += tests/hostile.sh

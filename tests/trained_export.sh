@@ -19,7 +19,8 @@
 #  5. `kiln eval` accepts another init_from and layout, refuses another
 #     layer shape; with no checkpoint eval fails and export warns that it
 #     writes the initial weights; a fresh run into an out_dir holding
-#     checkpoints warns that they mix.
+#     checkpoints is refused (they would mix), and --overwrite replaces
+#     them.
 # The comparison needs only python3's standard library.
 name=trained
 . "$(dirname "$0")/lib.sh"
@@ -82,7 +83,10 @@ kiln 1 eval "$ini" "data.path=$data" "run.out_dir=$tmp/none"
 grep -q "no checkpoint to evaluate" "$err" || fail "eval without a checkpoint: wrong message"
 kiln 0 export "$ini" --safetensors "$tmp/init.safetensors" $common "run.out_dir=$tmp/none"
 grep -q "exporting the initial weights" "$err" || fail "export of initial weights does not warn"
-# a fresh run into an out_dir with checkpoints says that they will mix
-kiln 0 train "$ini" $common train.max_steps=1 "run.out_dir=$tmp/run"
-stderr_has "checkpoints holds checkpoints of an earlier run (the newest: step 5)"
+# a fresh run into an out_dir with checkpoints is refused (they would mix)
+kiln 2 train "$ini" $common train.max_steps=1 "run.out_dir=$tmp/run"
+stderr_has "out_dir '$tmp/run' holds an earlier run"
+[ -f "$tmp/run/checkpoints/ckpt-5.kiln" ] || fail "the refused run deleted ckpt-5"
+kiln 0 train "$ini" $common train.max_steps=1 "run.out_dir=$tmp/run" --overwrite
+[ "$(ls "$tmp/run/checkpoints")" = "ckpt-1.kiln" ] || fail "--overwrite left $(ls "$tmp/run/checkpoints")"
 echo "PASS: $checks kiln runs; trained and fine-tuned exports match PyTorch's"

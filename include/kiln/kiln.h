@@ -396,6 +396,7 @@ struct kiln_train_cfg {
 	int64_t checkpoint_every, keep_last;
 	int checkpoint_last;      /* a checkpoint after the last step, whatever checkpoint_every */
 	int resume;
+	int overwrite;            /* a fresh run deletes an earlier run's files in out_dir */
 };
 
 /* Read cfg's [train] into *out.  `batch = auto` is resolved when reg is

@@ -1,6 +1,7 @@
 /* plugins/loaders/common.c - helpers the file-backed sources share: full
  * preads, the split-directory rule, finding shard files.  See loaders.h. */
 #include "loaders.h"
+#include "image.h" /* IMG_MAX_PIXELS */
 
 #include <inttypes.h>
 
@@ -185,6 +186,22 @@ kiln_status loaders_classes_key(const struct kiln_host *host, const struct kiln_
 				   host->config_where(cfg, section, "classes"), section, *classes);
 	return KILN_OK;
 }
+
+kiln_status loaders_max_pixels_key(const struct kiln_host *host, const struct kiln_config *cfg,
+				   const char *section, struct loaders_source *src)
+{
+	kiln_status st = host->config_get_int(cfg, section, "max_image_pixels", &src->max_pixels);
+	if (st == KILN_ENOTFOUND)
+		src->max_pixels = IMG_MAX_PIXELS;
+	else if (st)
+		return st;
+	if (src->max_pixels < 1 || src->max_pixels > IMG_MAX_PIXELS)
+		return host->error(KILN_ECONFIG, "%s: [%s] max_image_pixels = %" PRId64 ": 1 .. %" PRId64,
+				   host->config_where(cfg, section, "max_image_pixels"), section,
+				   src->max_pixels, (int64_t)IMG_MAX_PIXELS);
+	return KILN_OK;
+}
+
 /* ---- finding the shards (records, tokens) ------------------------------ */
 
 /* Append dir/name (or name alone when dir is NULL or name absolute). */

@@ -23,6 +23,7 @@
  * img_decode.  Nothing is shared but the read-only index: thread-safe.
  */
 #include "loaders.h"
+#include "../common/open_file.h" /* common_open_file */
 #include "image.h"
 
 #include <dirent.h>   /* opendir, readdir */
@@ -264,6 +265,8 @@ static kiln_status folder_open(const struct kiln_host *host, const struct kiln_c
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
 	c->src.host = host;
+	if ((st = loaders_max_pixels_key(host, cfg, section, &c->src)))
+		goto fail;
 	if ((st = loaders_split_root(host, cfg, section, FOLDER_WHO, path, ksplit ? ksplit : split,
 				     ksplit != NULL, c->root, sizeof c->root, &is_dir)))
 		goto fail;
@@ -333,30 +336,24 @@ static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_imag
 	const struct folder_sample *s = &c->s[index];
 	if (loaders_join(p, sizeof p, c->root, c->names + s->name))
 		return host->error(KILN_EIO, "%s/%s: path too long", c->root, c->names + s->name);
-	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	char kind[64];
+	const char *why;
+	off_t size;
+	int fd = common_open_file(p, kind, sizeof kind, &why, &size);
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the image: %s", p, strerror(errno));
-	struct stat sb;
+		return host->error(KILN_EIO, "%s: cannot open the image: %s", p, why);
 	st = KILN_OK;
 	uint8_t *buf = NULL;
-	if (fstat(fd, &sb) != 0) {
-		st = host->error(KILN_EIO, "%s: cannot read the image: %s", p, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		st = host->error(KILN_EIO, "%s: not a regular file", p);
-		goto out;
-	}
-	if (sb.st_size == 0) {
+	if (size == 0) {
 		st = host->error(KILN_EDATA, "%s: empty file (0 bytes): not a JPEG or PNG image", p);
 		goto out;
 	}
-	if ((uint64_t)sb.st_size > FOLDER_MAX_FILE) {
+	if ((uint64_t)size > FOLDER_MAX_FILE) {
 		st = host->error(KILN_EDATA, "%s: %lld bytes is larger than any image this source reads (%llu)",
-				 p, (long long)sb.st_size, (unsigned long long)FOLDER_MAX_FILE);
+				 p, (long long)size, (unsigned long long)FOLDER_MAX_FILE);
 		goto out;
 	}
-	size_t n = (size_t)sb.st_size;
+	size_t n = (size_t)size;
 	if (!(buf = malloc(n))) {
 		st = host->error(KILN_ENOMEM, "%s: out of memory for %zu bytes", p, n);
 		goto out;
@@ -371,7 +368,7 @@ static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_imag
 				 p, got, n);
 		goto out;
 	}
-	if ((st = img_decode(host, buf, n, p, img)))
+	if ((st = img_decode(host, buf, n, p, c->src.max_pixels, img)))
 		goto out;
 	if (label)
 		*(int32_t *)label = s->label;

@@ -17,11 +17,14 @@
  * the loaded arrays, so they are thread-safe.
  *
  * Nothing in a file is trusted: every size is checked against what the
- * header promised, the total against IDX_MAX_BYTES, and buffers grow only
- * as data actually arrives, so a corrupt header cannot make open() allocate
- * more than the file holds.
+ * header promised, the total against IDX_MAX_BYTES and against what the
+ * file can hold (its size, or IDX_GZ_RATIO times it gzipped), bytes after
+ * the promised data are an error, and buffers grow only as data actually
+ * arrives, so a corrupt header cannot make open() allocate more than the
+ * file holds.
  */
 #include "loaders.h"
+#include "../common/open_file.h" /* common_open_file */
 
 #include <errno.h>    /* errno, ENOENT */
 #include <fcntl.h>    /* open */
@@ -40,6 +43,7 @@
 #define IDX_MAGIC_IMAGES 0x00000803u /* u8, 3 dims */
 #define IDX_MAX_BYTES ((uint64_t)1 << 34) /* 16 GiB: anything larger is a corrupt header */
 #define IDX_FIRST_CHUNK ((uint64_t)1 << 20) /* first buffer; doubles as data arrives */
+#define IDX_GZ_RATIO 1032 /* deflate inflates a byte to at most 1032 bytes */
 
 /* One loaded file. */
 struct idx_file {
@@ -152,15 +156,12 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 
 	memset(f, 0, sizeof *f);
 	snprintf(f->path, sizeof f->path, "%s", path);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char kind[64];
+	const char *why;
+	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the %s: %s%s", path, what,
-				   strerror(errno), hint ? hint : "");
-	if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		close(fd);
-		return host->error(KILN_EIO, "%s: cannot read the %s: %s", path, what,
-				   strerror(EISDIR));
-	}
+		return host->error(KILN_EIO, "%s: cannot open the %s: %s%s", path, what, why,
+				   errno == EINVAL || !hint ? "" : hint);
 	gzFile gz = gzdopen(fd, "rb");
 	if (!gz) {
 		close(fd);
@@ -209,6 +210,16 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 			goto fail;
 		}
 		total *= f->dims[d];
+	}
+	/* what the file can hold: its own size plain, at most IDX_GZ_RATIO
+	 * times it gzipped (deflate's limit): a header that claims more is
+	 * refused now, before anything is inflated or allocated */
+	uint64_t fsize = (uint64_t)sb.st_size, most = gzdirect(gz) ? fsize : fsize * IDX_GZ_RATIO;
+	if (total > most - (most < hdr_bytes ? most : hdr_bytes)) {
+		st = host->error(KILN_EDATA, "%s: the header of the %s promises %" PRIu64 " bytes (dims %s), but %s of %" PRIu64 " bytes holds at most %" PRIu64 ": the header is corrupt or the file truncated",
+				 path, what, total, dims, gzdirect(gz) ? "the file" : "a gzip file",
+				 fsize, most - (most < hdr_bytes ? most : hdr_bytes));
+		goto fail;
 	}
 	if (total > SIZE_MAX) {
 		st = host->error(KILN_EDATA, "%s: the %s (%" PRIu64 " bytes) does not fit this address space",
@@ -259,9 +270,11 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 				 path, what);
 		goto fail;
 	}
-	if (got)
-		host->log(KILN_LOG_WARN, IDX_WHO, "%s: bytes after the %" PRIu64 " promised by the header are ignored",
-			  path, total);
+	if (got) {
+		st = host->error(KILN_EDATA, "%s: the %s holds more than the %" PRIu64 " data bytes its header promises (trailing bytes: the header is corrupt, or another file was appended)",
+				 path, what, total);
+		goto fail;
+	}
 	gzclose(gz);
 	return KILN_OK;
 

@@ -43,19 +43,22 @@ kiln_status img_reserve(const struct kiln_host *host, struct kiln_image *img, si
 }
 
 static kiln_status check_dims(const struct kiln_host *host, const char *what, int64_t w,
-			      int64_t h)
+			      int64_t h, int64_t max_pixels)
 {
 	if (w <= 0 || h <= 0)
 		return host->error(KILN_EDATA, "%s: image of %lldx%lld pixels", what, (long long)w,
 				   (long long)h);
-	if (w * h > IMG_MAX_PIXELS)
-		return host->error(KILN_EDATA, "%s: image of %lldx%lld pixels is larger than the limit of %lld pixels",
-				   what, (long long)w, (long long)h, (long long)IMG_MAX_PIXELS);
+	if (max_pixels > IMG_MAX_PIXELS)
+		max_pixels = IMG_MAX_PIXELS;
+	if (w * h > max_pixels)
+		return host->error(KILN_EDATA, "%s: image of %lldx%lld pixels (%lld) is larger than the limit of %lld pixels ([data] max_image_pixels; a decompression bomb?)",
+				   what, (long long)w, (long long)h, (long long)(w * h),
+				   (long long)max_pixels);
 	return KILN_OK;
 }
 
 static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf, size_t n,
-			       const char *what, struct kiln_image *img)
+			       const char *what, int64_t max_pixels, struct kiln_image *img)
 {
 	kiln_status st = KILN_OK;
 	tjhandle tj = tjInitDecompress();
@@ -74,7 +77,7 @@ static kiln_status decode_jpeg(const struct kiln_host *host, const uint8_t *buf,
 				 what);
 		goto out;
 	}
-	if ((st = check_dims(host, what, w, h)))
+	if ((st = check_dims(host, what, w, h, max_pixels)))
 		goto out;
 	if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
 		st = host->error(KILN_EDATA, "%s: CMYK JPEGs are not supported (convert to RGB)", what);
@@ -100,7 +103,7 @@ out:
 }
 
 static kiln_status decode_png(const struct kiln_host *host, const uint8_t *buf, size_t n,
-			      const char *what, struct kiln_image *img)
+			      const char *what, int64_t max_pixels, struct kiln_image *img)
 {
 	kiln_status st;
 	png_image pi;
@@ -108,7 +111,7 @@ static kiln_status decode_png(const struct kiln_host *host, const uint8_t *buf, 
 	pi.version = PNG_IMAGE_VERSION;
 	if (!png_image_begin_read_from_memory(&pi, buf, n))
 		return host->error(KILN_EDATA, "%s: undecodable PNG: %s", what, pi.message);
-	if ((st = check_dims(host, what, pi.width, pi.height))) {
+	if ((st = check_dims(host, what, pi.width, pi.height, max_pixels))) {
 		png_image_free(&pi);
 		return st;
 	}
@@ -133,13 +136,13 @@ static kiln_status decode_png(const struct kiln_host *host, const uint8_t *buf, 
 }
 
 kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
-		       const char *what, struct kiln_image *img)
+		       const char *what, int64_t max_pixels, struct kiln_image *img)
 {
 	switch (img_sniff(buf, n)) {
 	case IMG_JPEG:
-		return decode_jpeg(host, buf, n, what, img);
+		return decode_jpeg(host, buf, n, what, max_pixels, img);
 	case IMG_PNG:
-		return decode_png(host, buf, n, what, img);
+		return decode_png(host, buf, n, what, max_pixels, img);
 	default:
 		return host->error(KILN_EDATA, "%s: not a JPEG or PNG image (%zu bytes)", what, n);
 	}

@@ -30,12 +30,14 @@ int img_format_of_name(const char *name);
 
 /* Decode buf[0..n) (JPEG or PNG, told apart by signature) into *img,
  * growing img->data with realloc() as struct kiln_image says.  Images
- * larger than IMG_MAX_PIXELS are refused.  `what` names the file (and
- * member) in messages: "photos/cat/1.jpg: not a JPEG or PNG image".
- * KILN_EDATA for undecodable input, KILN_ENOMEM. */
+ * whose header declares more than max_pixels (width x height; at most
+ * IMG_MAX_PIXELS) are refused before anything is decoded or allocated
+ * ([data] max_image_pixels, PIL's decompression bomb guard).  `what`
+ * names the file (and member) in messages: "photos/cat/1.jpg: not a JPEG
+ * or PNG image".  KILN_EDATA for undecodable input, KILN_ENOMEM. */
 #define IMG_MAX_PIXELS ((int64_t)1 << 28)
 kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
-		       const char *what, struct kiln_image *img);
+		       const char *what, int64_t max_pixels, struct kiln_image *img);
 
 /* Encode h x w x c (c = 1 or 3) 8-bit pixels as a baseline JPEG of the
  * given quality (1..100, 4:2:0 for colour).  *out is malloc()ed; the

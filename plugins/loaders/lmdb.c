@@ -188,6 +188,8 @@ static kiln_status lmdb_open(const struct kiln_host *host, const struct kiln_con
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
 	c->src.host = host;
+	if ((st = loaders_max_pixels_key(host, cfg, section, &c->src)))
+		goto fail;
 	if ((st = loaders_split_root(host, cfg, section, LMDB_WHO, path, ksplit ? ksplit : split,
 				     ksplit != NULL, c->path, sizeof c->path, &is_dir)))
 		goto fail;
@@ -286,7 +288,7 @@ static kiln_status lmdb_read_image(void *vctx, int64_t index, struct kiln_image 
 	if (!st) {
 		char what[PATH_MAX + 64], k[32];
 		snprintf(what, sizeof what, "%s: key %s", c->path, lmdb_key_name(index, k, sizeof k));
-		st = img_decode(host, p, n, what, img);
+		st = img_decode(host, p, n, what, c->src.max_pixels, img);
 	}
 	mdb_txn_abort(txn);
 	if (!st && label)

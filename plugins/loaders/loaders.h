@@ -35,6 +35,7 @@ struct loaders_source {
 	const char *who;
 	int64_t n;
 	int64_t classes;
+	int64_t max_pixels; /* [data] max_image_pixels: what img_decode accepts */
 };
 
 
@@ -92,6 +93,11 @@ kiln_status loaders_out_of_range(const struct kiln_host *host, const char *who,
  * (KILN_ECONFIG naming file:line). */
 kiln_status loaders_classes_key(const struct kiln_host *host, const struct kiln_config *cfg,
 				const char *section, int64_t *classes);
+
+/* [section] max_image_pixels into src->max_pixels (IMG_MAX_PIXELS when
+ * the config was not validated, so the key has no value). */
+kiln_status loaders_max_pixels_key(const struct kiln_host *host, const struct kiln_config *cfg,
+				   const char *section, struct loaders_source *src);
 
 /* KILN_EINVAL, naming the source, for a sample index outside [0, n). */
 kiln_status loaders_check_index(const struct loaders_source *src, int64_t index);

@@ -17,6 +17,7 @@
  * renames them, which is safe: a mapping keeps the old file).
  */
 #include "loaders.h"
+#include "../common/open_file.h" /* common_open_file */
 #include "image.h"
 #include "records.h"
 
@@ -194,19 +195,11 @@ static kiln_status rec_shard_open(const struct kiln_host *host, const char *path
 	memset(s, 0, sizeof *s);
 	if (snprintf(s->path, sizeof s->path, "%s", path) >= (int)sizeof s->path)
 		return host->error(KILN_EIO, "%s: path too long", path);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char kind[64];
+	const char *why;
+	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, strerror(errno));
-	if (fstat(fd, &sb)) {
-		st = host->error(KILN_EIO, "%s: cannot stat the shard: %s", path, strerror(errno));
-		close(fd);
-		return st;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		return host->error(KILN_EIO, "%s: cannot read the shard: %s", path,
-				   S_ISDIR(sb.st_mode) ? strerror(EISDIR) : "not a regular file");
-	}
+		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, why);
 	if (sb.st_size == 0) {
 		close(fd);
 		return host->error(KILN_EDATA, "%s: the shard is empty (a records header has %u bytes)",
@@ -259,6 +252,8 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 		goto fail_names;
 	}
 	c->src.host = host;
+	if ((st = loaders_max_pixels_key(host, cfg, section, &c->src)))
+		goto fail;
 	for (int u = 0; u < 256; u++)
 		c->lut[u] = (float)(u / 255.0);
 	int sized = 0; /* c->h, w, c hold a shard's size */
@@ -411,7 +406,7 @@ static kiln_status rec_pixels(const struct rec_ctx *c, const struct rec_view *v,
 	} else {
 		char what[PATH_MAX + 64];
 		snprintf(what, sizeof what, "%s: record %" PRIu64, v->s->path, v->rec);
-		if ((st = img_decode(host, v->payload, v->n, what, img)))
+		if ((st = img_decode(host, v->payload, v->n, what, c->src.max_pixels, img)))
 			return st == KILN_ENOMEM ? st : KILN_EDATA;
 		if ((uint32_t)img->h != v->h || (uint32_t)img->w != v->w ||
 		    (uint32_t)img->c != v->c)

@@ -41,6 +41,7 @@
  * an archive cut at a member boundary is truncated, not short.
  */
 #include "loaders.h"
+#include "../common/open_file.h" /* common_open_file */
 #include "image.h"
 
 #include <ctype.h>    /* isspace, isdigit, tolower */
@@ -433,7 +434,6 @@ static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
 {
 	const struct kiln_host *host = c->src.host;
 	uint8_t h[TAR_BLOCK];
-	struct stat sb;
 	struct tar_group g = { 0 };
 	char *longname = NULL; /* from a GNU 'L' or pax header, for the next member */
 	int64_t paxsize = -1;  /* from a pax header, for the next member */
@@ -441,18 +441,13 @@ static kiln_status tar_scan(struct tar_ctx *c, const char *path, uint32_t si)
 	kiln_status st = KILN_OK;
 	int64_t before = c->src.n;
 
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char kind[64];
+	const char *why;
+	off_t shard_size;
+	int fd = common_open_file(path, kind, sizeof kind, &why, &shard_size);
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, strerror(errno));
-	if (fstat(fd, &sb) != 0) {
-		st = host->error(KILN_EIO, "%s: cannot read the shard: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		st = host->error(KILN_EIO, "%s: not a regular file (a .tar shard)", path);
-		goto out;
-	}
-	uint64_t fsz = (uint64_t)sb.st_size, off = 0;
+		return host->error(KILN_EIO, "%s: cannot open the shard: %s", path, why);
+	uint64_t fsz = (uint64_t)shard_size, off = 0;
 	for (;;) {
 		if (off == fsz) {
 			st = host->error(KILN_EDATA, "%s: truncated: the archive ends at offset %" PRIu64 " without its end-of-archive block",
@@ -631,6 +626,8 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
 	c->src.host = host;
+	if ((st = loaders_max_pixels_key(host, cfg, section, &c->src)))
+		goto fail;
 	if (shards && *shards) {
 		/* explicit list; relative names are relative to path (a directory) */
 		struct stat sb;
@@ -722,9 +719,11 @@ static kiln_status tar_read_image(void *vctx, int64_t index, struct kiln_image *
 	const struct tar_sample *s = &c->s[index];
 	const char *shard = c->shards[s->shard], *name = c->names + s->name;
 	uint64_t hdr = s->off - TAR_BLOCK;
-	int fd = open(shard, O_RDONLY | O_CLOEXEC);
+	char kind[64];
+	const char *why;
+	int fd = common_open_file(shard, kind, sizeof kind, &why, NULL);
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the shard: %s", shard, strerror(errno));
+		return host->error(KILN_EIO, "%s: cannot open the shard: %s", shard, why);
 	st = KILN_OK;
 	uint8_t *buf = malloc((size_t)s->size);
 	if (!buf) {
@@ -745,7 +744,7 @@ static kiln_status tar_read_image(void *vctx, int64_t index, struct kiln_image *
 	}
 	char what[PATH_MAX + 300];
 	snprintf(what, sizeof what, "%s: member %s (offset %" PRIu64 ")", shard, name, hdr);
-	if ((st = img_decode(host, buf, (size_t)s->size, what, img)))
+	if ((st = img_decode(host, buf, (size_t)s->size, what, c->src.max_pixels, img)))
 		goto out;
 	if (label)
 		*(int32_t *)label = s->label;

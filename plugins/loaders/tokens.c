@@ -26,6 +26,7 @@
  * Thread-safe after open().
  */
 #include "loaders.h"
+#include "../common/open_file.h" /* common_open_file */
 
 #include <errno.h>    /* errno */
 #include <fcntl.h>    /* open */
@@ -123,18 +124,12 @@ static kiln_status tok_shard_open(const struct kiln_host *host, const char *path
 				  struct tok_shard *s)
 {
 	struct stat sb;
-	kiln_status st = KILN_OK;
 	snprintf(s->path, sizeof s->path, "%s", path);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char kind[64];
+	const char *why;
+	int fd = common_open_file(path, kind, sizeof kind, &why, &sb.st_size);
 	if (fd < 0)
-		return host->error(KILN_EIO, "%s: cannot open the token shard: %s", path,
-				   strerror(errno));
-	if (fstat(fd, &sb) != 0 || S_ISDIR(sb.st_mode)) {
-		st = host->error(KILN_EIO, "%s: cannot read the token shard: %s", path,
-				 strerror(S_ISDIR(sb.st_mode) ? EISDIR : errno));
-		close(fd);
-		return st;
-	}
+		return host->error(KILN_EIO, "%s: cannot open the token shard: %s", path, why);
 	s->size = (size_t)sb.st_size;
 	if (s->size < TOK_HEADER_BYTES) {
 		close(fd);

@@ -1,0 +1,134 @@
+/* core/out_dir.c - whether [run] out_dir holds an earlier run, and
+ * deleting that run's files (`kiln train --overwrite`).  A fresh run in a
+ * used out_dir is refused otherwise (core/train_setup.c): its checkpoints
+ * would join the old run's (and keep_last would delete the new ones, the
+ * old run's steps being higher), metrics.jsonl would be truncated.  The
+ * default out_dir, runs/latest, is the latest run by its name: a fresh run
+ * there replaces the earlier one as --overwrite does (logged).  Also
+ * trainer_write_file, the all-or-nothing write of out_dir's config.ini. */
+#include "train.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The files a run writes into out_dir, and into its checkpoint
+ * directories (docs/checkpoints.md, docs/logging.md, docs/profiler.md). */
+static const char *const run_files[] = {
+	"metrics.jsonl", "train.csv", "eval.csv", "config.ini", "profile.txt", "trace.json",
+	"events.out.tfevents.*", NULL
+};
+static const char *const ckpt_files[] = { "ckpt-*.kiln", "ckpt-*.kiln.tmp", NULL };
+
+static int matches(const char *name, const char *const *pats)
+{
+	for (int i = 0; pats[i]; i++)
+		if (!fnmatch(pats[i], name, FNM_PERIOD))
+			return 1;
+	return 0;
+}
+
+/* Visit dir's entries that match pats: count them (del 0) or delete them
+ * (del 1).  A missing dir has none.  -1 (errno) when dir cannot be read or
+ * an entry cannot be deleted; *first gets the first match's name. */
+static int each_match(const char *dir, const char *const *pats, int del, char *first,
+		      size_t fn)
+{
+	DIR *d = opendir(dir);
+	char path[4400];
+	int n = 0;
+	if (!d)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+	for (struct dirent *e; (e = readdir(d));) {
+		if (!matches(e->d_name, pats))
+			continue;
+		if (!n++ && first)
+			snprintf(first, fn, "%s/%s", dir, e->d_name);
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		if (del && unlink(path) && errno != ENOENT) {
+			int err = errno;
+			closedir(d);
+			snprintf(first, fn, "%s", path);
+			errno = err;
+			return -1;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* Count (del 0) or delete (del 1) the run files of out_dir, its
+ * checkpoints and best checkpoints; -1 on an error, naming the path in
+ * what. */
+static int visit_run(const char *out_dir, const char *ckdir, int del, char *what, size_t n)
+{
+	char best[4400];
+	snprintf(best, sizeof best, "%s/best", ckdir);
+	const char *dirs[3] = { out_dir, ckdir, best };
+	int total = 0;
+	what[0] = 0;
+	for (int i = 0; i < 3; i++) {
+		char first[4400] = "";
+		int k = each_match(dirs[i], i ? ckpt_files : run_files, del, first, sizeof first);
+		if (k < 0) {
+			snprintf(what, n, "%s: %s", first[0] ? first : dirs[i], strerror(errno));
+			return -1;
+		}
+		if (k && !what[0])
+			snprintf(what, n, "%s", first);
+		total += k;
+	}
+	return total;
+}
+
+/* Is dir [run] out_dir's default (runs/latest): the latest run, which a
+ * new one replaces without being asked? */
+static int default_out_dir(const char *dir)
+{
+	for (const struct kiln_key *k = kiln_config_schema("run"); k && k->name; k++)
+		if (!strcmp(k->name, "out_dir"))
+			return k->def && !strcmp(k->def, dir);
+	return 0;
+}
+
+kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite, int rank)
+{
+	char what[4400];
+	int n = visit_run(out_dir, ckdir, 0, what, sizeof what);
+	if (n < 0)
+		return kiln_error(KILN_EIO, "[run] out_dir: cannot read %s", what);
+	if (!n)
+		return KILN_OK;
+	if (!overwrite && !default_out_dir(out_dir))
+		return kiln_error(KILN_EUSAGE, "[run] out_dir '%s' holds an earlier run (%d file(s), e.g. %s): pass --resume to continue it, --overwrite (train.overwrite=1) to delete its files and start afresh, or choose another out_dir; nothing was changed",
+				  out_dir, n, what);
+	if (rank)
+		return KILN_OK; /* rank 0 deletes */
+	if (visit_run(out_dir, ckdir, 1, what, sizeof what) < 0)
+		return kiln_error(KILN_EIO, "--overwrite: cannot delete %s", what);
+	kiln_log(KILN_LOG_WARN, "train", "%s: deleted the earlier run's %d file(s) in %s (metrics, logs, config.ini, checkpoints)",
+		 overwrite ? "--overwrite" : "[run] out_dir is the default, the latest run", n,
+		 out_dir);
+	return KILN_OK;
+}
+
+kiln_status trainer_write_file(const char *path, const char *text, size_t n)
+{
+	char tmp[4400];
+	snprintf(tmp, sizeof tmp, "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	int bad = !f || fwrite(text, 1, n, f) != n;
+	int err = errno;
+	if (f && fclose(f) && !bad)
+		bad = 1, err = errno;
+	if (!bad && rename(tmp, path))
+		bad = 1, err = errno;
+	if (!bad)
+		return KILN_OK;
+	if (f)
+		unlink(tmp);
+	return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(err));
+}

@@ -1,0 +1,163 @@
+#!/bin/sh
+# tests/hostile.sh - hostile input and a reused run directory (issue 25,
+# findings 1, 2, 6 and 7; 9 is tests/check_ckpt.c's counter_range), on the
+# tiny model and data of tests/data/tr_cnn.ini (8x8 images, 48 samples):
+#  1. a conv whose output has 2^62 elements (out = 524288, padding =
+#     524275) is refused by `kiln memory` and `kiln train` alike, naming
+#     the layer, before any byte count can wrap;
+#  2. a fresh run into an out_dir holding an earlier run is refused and
+#     changes nothing; --overwrite deletes that run's files (only those)
+#     and starts afresh; --resume continues it;
+#  6. a log write that fails (metrics.jsonl on /dev/full; a full tmpfs) ends
+#     the run non-zero naming the file, and the earlier run's config.ini
+#     and checkpoint stay intact;
+#  7. resource bombs: a PNG declaring more than [data] max_image_pixels
+#     (PIL's 89,478,485 by default) is refused from its header; an idx.gz
+#     whose header claims 6.5 GB fails at once naming what the file can
+#     hold; an idx file with trailing bytes is refused; a FIFO given as an
+#     image or as [model] init_from is refused instead of blocking open().
+name=hostile
+. "$(dirname "$0")/lib.sh"
+data="$srcdir/tests/data"
+ini="$data/tr_cnn.ini"
+tool="$top_builddir/tests/ckpt_tool"
+
+need_source idx
+d="data.path=$data"
+
+# kiln_t EXPECTED_EXIT ARGS...: kiln under a 60 s timeout (a blocked open()
+# of the old code ends as exit 124, a failure, not a hung test)
+kiln_t() {
+	want=$1
+	shift
+	last="$*"
+	timeout 60 "$kiln" "$@" >"$out" 2>"$err"
+	rc=$?
+	checks=$((checks + 1))
+	[ "$rc" -ne 124 ] || fail "timed out (blocked)"
+	[ "$rc" -lt 128 ] || fail "exit code $rc: killed by a signal"
+	[ "$rc" -eq "$want" ] || fail "exit code $rc, expected $want"
+	echo "ok: kiln $* (exit $rc)"
+}
+
+# ---- 1: overflowing shapes ----
+big="layer.conv1.out=524288 layer.conv1.kernel=3 layer.conv1.padding=524275"
+for cmd in memory train; do
+	kiln 2 $cmd "$ini" "$d" $big run.out_dir=
+	stderr_has "tr_cnn.ini:21: layer 'conv1' (conv): its output f32["
+	stderr_has ", 524288, 1048556, 1048556] is larger than 281474976710656 bytes (its size overflows)"
+done
+
+# ---- 2: a used out_dir ----
+run="$tmp/run"
+twenty="train.epochs=4 train.max_steps=20 train.checkpoint_every=5 train.keep_last=3"
+kiln 0 train "$ini" "$d" $twenty "run.out_dir=$run"
+ls "$run/checkpoints" >"$tmp/ck.before"
+cp "$run/metrics.jsonl" "$tmp/metrics.before"
+cp "$run/config.ini" "$tmp/config.before"
+ten="train.epochs=2 train.max_steps=10 train.checkpoint_every=5 train.keep_last=3 train.lr=0.5"
+kiln 2 train "$ini" "$d" $ten "run.out_dir=$run"
+stderr_has "[run] out_dir '$run' holds an earlier run"
+stderr_has "pass --resume to continue it, --overwrite"
+ls "$run/checkpoints" | cmp -s - "$tmp/ck.before" || fail "the refused run changed checkpoints/"
+cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused run changed metrics.jsonl"
+cmp -s "$run/config.ini" "$tmp/config.before" || fail "the refused run changed config.ini"
+# a checkpoint alone, or metrics.jsonl alone, is an earlier run too
+kiln 0 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics" train.checkpoint_last=0
+kiln 2 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics"
+stderr_has "$tmp/only_metrics/metrics.jsonl"
+# --overwrite: the old run's files go, a user's file stays
+echo keep >"$run/notes.txt"
+kiln 0 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite
+stderr_has "--overwrite: deleted the earlier run's"
+[ "$(ls "$run/checkpoints" | tr '\n' ' ')" = "ckpt-10.kiln ckpt-5.kiln " ] ||
+	fail "checkpoints after --overwrite: $(ls "$run/checkpoints" | tr '\n' ' ') (want ckpt-10, ckpt-5)"
+[ -f "$run/notes.txt" ] || fail "--overwrite deleted a file that is not the run's"
+! grep -q '"step":20' "$run/metrics.jsonl" || fail "the old run's lines are still in metrics.jsonl"
+grep -q '"event":"final","epochs":2,"steps":10' "$run/metrics.jsonl" ||
+	fail "metrics.jsonl lacks the new run's final line"
+grep -q "^lr = 0.5" "$run/config.ini" || fail "config.ini is not the new run's"
+# --resume continues the run there (the new one's checkpoint, not refused)
+kiln 0 train "$ini" "$d" train.epochs=2 train.max_steps=12 train.checkpoint_every=5 train.keep_last=3 \
+	train.lr=0.5 "run.out_dir=$run" --resume
+stdout_has '"resumed_step": 10'
+
+# ---- 6: failed writes ----
+# metrics.jsonl on /dev/full (--resume with no checkpoint: a fresh start
+# that opens it, the link, for writing)
+mkdir "$tmp/full"
+ln -s /dev/full "$tmp/full/metrics.jsonl"
+kiln 1 train "$ini" "$d" train.max_steps=2 train.checkpoint_last=0 "run.out_dir=$tmp/full" --resume
+stderr_has "$tmp/full/metrics.jsonl: cannot write: No space left on device"
+# a full filesystem: the run fails, the earlier run's files stay whole
+mnt="$tmp/mnt"
+mkdir "$mnt"
+if mount -t tmpfs -o size=512k tmpfs "$mnt" 2>/dev/null; then
+	trap 'umount "$mnt" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+	kiln 0 train "$ini" "$d" train.max_steps=2 "run.out_dir=$mnt/r"
+	cp "$mnt/r/config.ini" "$tmp/full_config.before"
+	dd if=/dev/zero of="$mnt/filler" bs=4k 2>/dev/null # until the disk is full
+	kiln 1 train "$ini" "$d" train.max_steps=4 train.log_every=1 "run.out_dir=$mnt/r" --resume
+	stderr_has "No space left on device"
+	cmp -s "$mnt/r/config.ini" "$tmp/full_config.before" || fail "config.ini was damaged"
+	"$tool" check "$mnt/r/checkpoints/ckpt-2.kiln" || fail "the earlier checkpoint was damaged"
+	umount "$mnt"
+else
+	echo "note: mount -t tmpfs not permitted here: the full-filesystem case is skipped (/dev/full ran)"
+fi
+
+# ---- 7: resource bombs and special files ----
+# an idx.gz whose header claims 8,290,000 x 28 x 28 (6.5 GB) over 1 MB of zeros
+python3 - "$tmp" <<'EOF' || fail "python3 could not write the files"
+import gzip, struct, sys, zlib
+t = sys.argv[1]
+with gzip.open(t + "/bomb-images.idx.gz", "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, 8290000, 28, 28) + bytes(1 << 20))
+def png(path, w, h):
+    row = b"\0" + bytes(w)  # filter byte, gray pixels
+    z = zlib.compressobj(9)
+    body = b"".join(z.compress(row) for _ in range(h)) + z.flush()
+    def chunk(k, v):
+        return struct.pack(">I", len(v)) + k + v + struct.pack(">I", zlib.crc32(k + v))
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+                           + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+import os
+os.makedirs(t + "/imgs/a"); os.makedirs(t + "/imgs/b")
+png(t + "/imgs/a/0.png", 8, 8)
+png(t + "/imgs/b/0.png", 8, 8)
+os.makedirs(t + "/bomb/a"); os.makedirs(t + "/bomb/b")
+png(t + "/bomb/a/0.png", 8, 8)
+png(t + "/bomb/b/0.png", 10000, 10000)
+EOF
+kiln 3 train "$ini" "$d" "data.images=$tmp/bomb-images.idx.gz" run.out_dir=
+stderr_has "the header of the image file promises 6499360000 bytes (dims 8290000 x 28 x 28)"
+stderr_has "but a gzip file of"
+stderr_has "the header is corrupt or the file truncated"
+cp "$data/tr_cnn_images.idx" "$tmp/trailing.idx"
+printf 'x' >>"$tmp/trailing.idx"
+kiln 3 train "$ini" "$d" "data.images=$tmp/trailing.idx" run.out_dir=
+stderr_has "$tmp/trailing.idx: the image file holds more than the 3072 data bytes its header promises"
+
+if "$kiln" plugins 2>/dev/null | grep -q "^source  *folder .*available"; then
+	fini="$tmp/folder.ini"
+	printf '[run]\nthreads = 1\nout_dir =\n[data]\nsource = folder\nsize = 8\nchannels = 1\nworkers = 0\nshuffle = 0\n' >"$fini"
+	printf '[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 2\n[layer.loss]\ntype = softmax_xent\n' >>"$fini"
+	printf '[train]\nbatch = 2\nepochs = 1\nmax_steps = 1\neval = 0\n' >>"$fini"
+	kiln 0 train "$fini" "data.path=$tmp/imgs"
+	kiln 3 train "$fini" "data.path=$tmp/bomb"
+	stderr_has "0.png: image of 10000x10000 pixels (100000000) is larger than the limit of 89478485 pixels ([data] max_image_pixels"
+	kiln 3 train "$fini" "data.path=$tmp/imgs" data.max_image_pixels=63
+	stderr_has "image of 8x8 pixels (64) is larger than the limit of 63 pixels"
+	mkfifo "$tmp/imgs/b/1.png"
+	kiln_t 1 train "$fini" "data.path=$tmp/imgs" train.batch=3
+	stderr_has "$tmp/imgs/b/1.png: cannot open the image: a FIFO (named pipe), not a regular file"
+else
+	echo "note: no folder source: its cases are skipped"
+fi
+mkfifo "$tmp/init.fifo"
+kiln_t 1 train "$ini" "$d" "model.init_from=$tmp/init.fifo" run.out_dir=
+stderr_has "$tmp/init.fifo: cannot open: a FIFO (named pipe), not a regular file"
+kiln_t 3 train "$ini" "$d" "data.images=$tmp/init.fifo" run.out_dir=
+stderr_has "$tmp/init.fifo: cannot open the image file: a FIFO (named pipe), not a regular file"
+
+echo "PASS: $checks kiln runs"
