@@ -3,9 +3,12 @@
  * and the resolved dump are in config_check.c.
  *
  * Line numbers.  inih's handler does not receive line numbers in Debian's
- * build, so we feed inih through ini_parse_stream() with our own reader,
- * which counts physical lines and also sees every [section] header (inih
- * does not report empty sections, and we must reject duplicates).
+ * build, so we read the whole input (a capped size) and feed inih through
+ * ini_parse_stream() with our own reader, which sees every physical line
+ * whole before inih does: it counts lines, refuses NUL bytes and
+ * over-long lines, and sees every [section] header (inih does not report
+ * empty sections, and we must reject duplicates).  Sections and keys are
+ * found through a hash index, so a file of many sections stays linear.
  */
 #include "config_impl.h"
 
@@ -16,9 +19,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <strings.h>
+#include <sys/stat.h>
 
-/* Longest accepted physical line. */
+/* Longest accepted physical line, and largest accepted file. */
 #define KILN_CONFIG_MAX_LINE (1 << 20)
+#define KILN_CONFIG_MAX_BYTES (16 << 20)
 
 char *kiln_strdup(const char *s)
 {
@@ -63,40 +68,120 @@ int kiln_edit_distance(const char *a, const char *b)
 	return d[la][lb];
 }
 
-/* ---- building --------------------------------------------------------- */
+/* ---- lookup: a hash index per name array ---------------------------- */
+
+typedef const char *(*name_at_fn)(const void *items, int i);
+
+static const char *section_name_at(const void *items, int i)
+{
+	return ((const struct section *)items)[i].name;
+}
+
+static const char *entry_key_at(const void *items, int i)
+{
+	return ((const struct entry *)items)[i].key;
+}
+
+static size_t name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return (size_t)h;
+}
+
+static int index_find(const struct name_index *x, const void *items, name_at_fn at,
+		      const char *name)
+{
+	if (!x->cap)
+		return -1;
+	size_t mask = (size_t)x->cap - 1;
+	for (size_t h = name_hash(name) & mask;; h = (h + 1) & mask) {
+		int v = x->slot[h];
+		if (!v)
+			return -1;
+		if (!strcmp(at(items, v - 1), name))
+			return v - 1;
+	}
+}
+
+static void index_put(struct name_index *x, const void *items, name_at_fn at, int i)
+{
+	size_t mask = (size_t)x->cap - 1, h = name_hash(at(items, i)) & mask;
+	while (x->slot[h])
+		h = (h + 1) & mask;
+	x->slot[h] = i + 1;
+}
+
+/* Index items 0..n-1 (item n-1 just added), keeping the table at most half
+ * full.  -1 when out of memory. */
+static int index_add(struct name_index *x, const void *items, name_at_fn at, int n)
+{
+	if (2 * (size_t)n <= (size_t)x->cap) {
+		index_put(x, items, at, n - 1);
+		return 0;
+	}
+	int cap = x->cap ? 2 * x->cap : 16;
+	int *slot = calloc((size_t)cap, sizeof *slot);
+	if (!slot)
+		return -1;
+	free(x->slot);
+	x->slot = slot;
+	x->cap = cap;
+	for (int i = 0; i < n; i++)
+		index_put(x, items, at, i);
+	return 0;
+}
 
 struct section *kiln_cfg_find_section(const struct kiln_config *cfg, const char *name)
 {
-	for (int i = 0; i < cfg->n; i++)
-		if (!strcmp(cfg->s[i].name, name))
-			return &cfg->s[i];
-	return NULL;
+	int i = index_find(&cfg->idx, cfg->s, section_name_at, name);
+	return i < 0 ? NULL : &cfg->s[i];
 }
 
 struct entry *kiln_cfg_find_entry(const struct section *s, const char *key)
 {
-	if (!key)
+	if (!s || !key)
 		return NULL;
-	for (int i = 0; s && i < s->n; i++)
-		if (!strcmp(s->e[i].key, key))
-			return &s->e[i];
-	return NULL;
+	int i = index_find(&s->idx, s->e, entry_key_at, key);
+	return i < 0 ? NULL : &s->e[i];
 }
 
+void kiln_cfg_remove_entry(struct section *s, int j)
+{
+	struct entry *e = &s->e[j];
+	free(e->key);
+	free(e->value);
+	free(e->where);
+	memmove(e, e + 1, sizeof *e * (size_t)(s->n - j - 1));
+	s->n--;
+	memset(s->idx.slot, 0, sizeof *s->idx.slot * (size_t)s->idx.cap);
+	for (int i = 0; i < s->n; i++)
+		index_put(&s->idx, s->e, entry_key_at, i);
+}
+
+/* ---- building --------------------------------------------------------- */
+
+/* Append section name; takes ownership of where. */
 static struct section *add_section(struct kiln_config *cfg, const char *name, char *where)
 {
 	struct section *grown = kiln_grow(cfg->s, cfg->n, &cfg->cap, sizeof *grown, 16);
-	if (!grown)
+	if (!grown) {
+		free(where);
 		return NULL;
+	}
 	cfg->s = grown;
 	struct section *s = &cfg->s[cfg->n];
 	memset(s, 0, sizeof *s);
 	s->name = kiln_strdup(name);
 	s->where = where;
-	if (!s->name)
-		return NULL;
-	cfg->n++;
-	return s;
+	if (s->name && !index_add(&cfg->idx, cfg->s, section_name_at, cfg->n + 1)) {
+		cfg->n++;
+		return s;
+	}
+	free(s->name);
+	free(where);
+	return NULL;
 }
 
 /* Set key in s, replacing an existing value.  Takes ownership of where. */
@@ -125,6 +210,8 @@ static kiln_status set_entry(struct section *s, const char *key, const char *val
 	if (!e->key || !e->value)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	s->n++;
+	if (index_add(&s->idx, s->e, entry_key_at, s->n))
+		return kiln_error(KILN_ENOMEM, "out of memory");
 	return KILN_OK;
 }
 
@@ -140,9 +227,11 @@ void kiln_config_free(struct kiln_config *cfg)
 			free(s->e[j].where);
 		}
 		free(s->e);
+		free(s->idx.slot);
 		free(s->name);
 		free(s->where);
 	}
+	free(cfg->idx.slot);
 	free(cfg->s);
 	free(cfg->file);
 	free(cfg);
@@ -163,13 +252,10 @@ kiln_status kiln_config_new(struct kiln_config **out)
 struct parse {
 	struct kiln_config *cfg;
 	const char *name;   /* file name for messages */
-	/* input: a FILE or a string */
-	FILE *f;
-	const char *str;
-	size_t str_off;
+	const char *text;   /* the whole input, len bytes (may hold NULs) */
+	size_t len, pos;
+	size_t line_left;   /* bytes of the current line not yet handed to inih */
 	int line;           /* physical line being parsed (1-based) */
-	int line_done;      /* the last chunk ended a line */
-	size_t line_len;
 	int cur;            /* index of the section the reader is in, -1 before any */
 	kiln_status st;     /* first error */
 };
@@ -199,35 +285,45 @@ static int valid_section_name(const char *s)
 	return 1;
 }
 
-/* Look at the start of a physical line for a [section] header. */
-static void see_header(struct parse *p, const char *chunk)
+/* The [section] header on the physical line s (n bytes, no NUL), if any:
+ * the name trimmed as inih trims it, nothing but a comment after ']'. */
+static void see_header(struct parse *p, const char *s, size_t n)
 {
-	if (p->line == 1 && !strncmp(chunk, "\xEF\xBB\xBF", 3))
-		chunk += 3; /* UTF-8 byte order mark, which inih skips too */
-	while (*chunk == ' ' || *chunk == '\t')
-		chunk++;
-	if (*chunk != '[')
+	const char *end = s + n;
+	if (p->line == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3))
+		s += 3; /* UTF-8 byte order mark, which inih skips too */
+	while (s < end && isspace((unsigned char)*s))
+		s++;
+	if (s == end || *s != '[')
 		return;
-	const char *end = strchr(chunk, ']');
-	if (!end)
+	const char *close = memchr(s, ']', (size_t)(end - s));
+	if (!close)
 		return; /* inih reports the syntax error */
+	const char *b = s + 1, *e = close;
+	while (b < e && isspace((unsigned char)*b))
+		b++;
+	while (e > b && isspace((unsigned char)e[-1]))
+		e--;
 	char name[256];
-	size_t n = (size_t)(end - chunk - 1);
-	/* trim like inih does */
-	const char *b = chunk + 1;
-	while (n && isspace((unsigned char)*b))
-		b++, n--;
-	while (n && isspace((unsigned char)b[n - 1]))
-		n--;
-	if (n >= sizeof name) {
-		parse_fail(p, KILN_ECONFIG, "section name too long");
+	if ((size_t)(e - b) >= sizeof name) {
+		parse_fail(p, KILN_ECONFIG, "section name longer than %zu characters",
+			   sizeof name - 1);
 		return;
 	}
-	memcpy(name, b, n);
-	name[n] = 0;
+	memcpy(name, b, (size_t)(e - b));
+	name[e - b] = 0;
 	if (!valid_section_name(name)) {
 		parse_fail(p, KILN_ECONFIG,
 			   "bad section name '[%s]' (letters, digits, '_', '-' and '.' only)", name);
+		return;
+	}
+	const char *t = close + 1;
+	while (t < end && isspace((unsigned char)*t))
+		t++;
+	if (t < end && *t != ';' && *t != '#') {
+		parse_fail(p, KILN_ECONFIG,
+			   "text after the header '[%s]'; only a comment (';' or '#') may follow it",
+			   name);
 		return;
 	}
 	struct section *old = kiln_cfg_find_section(p->cfg, name);
@@ -242,54 +338,50 @@ static void see_header(struct parse *p, const char *chunk)
 		p->cur = p->cfg->n - 1;
 }
 
-/* fgets-like reader for inih that counts lines and sees headers. */
+/* Start the next physical line: count it, refuse NULs and over-long lines,
+ * see its header.  0 at the end of the input or on an error. */
+static int next_line(struct parse *p)
+{
+	if (p->pos >= p->len)
+		return 0;
+	const char *s = p->text + p->pos;
+	const char *nl = memchr(s, '\n', p->len - p->pos);
+	size_t n = nl ? (size_t)(nl - s) + 1 : p->len - p->pos;
+	p->line++;
+	if (memchr(s, 0, n))
+		return parse_fail(p, KILN_ECONFIG, "NUL byte in the line (not a text file?)");
+	if (n > KILN_CONFIG_MAX_LINE - 2)
+		return parse_fail(p, KILN_ECONFIG, "line longer than %d characters",
+				  KILN_CONFIG_MAX_LINE - 3);
+	see_header(p, s, n);
+	p->line_left = n;
+	return p->st == KILN_OK;
+}
+
+/* fgets-like reader for inih over the whole input, which sees every
+ * physical line whole before inih gets it in pieces of up to num - 1. */
 static char *reader(char *buf, int num, void *user)
 {
 	struct parse *p = user;
-	char *r;
-	if (p->st != KILN_OK)
+	if (p->st != KILN_OK || num < 2)
 		return NULL; /* stop at the first error */
-	if (p->f) {
-		r = fgets(buf, num, p->f);
-	} else {
-		if (!p->str[p->str_off])
-			return NULL;
-		size_t i = 0;
-		while (i + 1 < (size_t)num && p->str[p->str_off]) {
-			char c = p->str[p->str_off++];
-			buf[i++] = c;
-			if (c == '\n')
-				break;
-		}
-		buf[i] = 0;
-		r = buf;
-	}
-	if (!r)
+	if (!p->line_left && !next_line(p))
 		return NULL;
-	size_t len = strlen(buf);
-	if (p->line_done) {
-		p->line++;
-		p->line_len = 0;
-		see_header(p, buf);
-		if (p->st != KILN_OK)
-			return NULL;
-	}
-	p->line_len += len;
-	p->line_done = len > 0 && buf[len - 1] == '\n';
+	size_t k = p->line_left < (size_t)num - 1 ? p->line_left : (size_t)num - 1;
+	memcpy(buf, p->text + p->pos, k);
+	buf[k] = 0;
+	p->pos += k;
+	p->line_left -= k;
 #ifndef HAVE_INIH_RUNTIME_OPTIONS
 	/* An inih without a growing line buffer would parse the rest of a long
 	 * line as a line of its own: refuse instead of guessing. */
-	if (!p->line_done && len + 1 == (size_t)num) {
+	if (p->line_left) {
 		parse_fail(p, KILN_ECONFIG,
 			   "line longer than %d characters (this inih build's limit)", num - 2);
 		return NULL;
 	}
 #endif
-	if (p->line_len >= KILN_CONFIG_MAX_LINE - 2) {
-		parse_fail(p, KILN_ECONFIG, "line longer than %d characters", KILN_CONFIG_MAX_LINE - 3);
-		return NULL;
-	}
-	return r;
+	return buf;
 }
 
 static int handler(void *user, const char *section, const char *name, const char *value)
@@ -331,24 +423,69 @@ static void inih_setup(void)
 #endif
 }
 
-static kiln_status parse(struct parse *p)
+/* Parse p->text into a new config named name. */
+static kiln_status parse(struct parse *p, const char *name, struct kiln_config **out)
 {
+	*out = NULL;
 	pthread_once(&inih_once, inih_setup);
-	p->line_done = 1;
+	struct kiln_config *cfg = calloc(1, sizeof *cfg);
+	if (!cfg || !(cfg->file = kiln_strdup(name))) {
+		free(cfg);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	p->cfg = cfg;
+	p->name = name;
 	p->cur = -1;
 	int rc = ini_parse_stream(reader, p, handler, p);
-	if (p->st != KILN_OK)
-		return p->st;
-	if (rc > 0) {
+	if (p->st == KILN_OK && rc > 0) {
 		p->line = rc;
 		parse_fail(p, KILN_ECONFIG,
 			   "syntax error: expected '[section]', 'key = value' or a comment (';' or '#')");
+	} else if (p->st == KILN_OK && rc < 0) {
+		p->st = kiln_error(rc == -2 ? KILN_ENOMEM : KILN_EIO, "%s: cannot parse (%d)", name, rc);
+	}
+	if (p->st != KILN_OK) {
+		kiln_config_free(cfg);
 		return p->st;
 	}
-	if (rc < 0)
-		return kiln_error(rc == -2 ? KILN_ENOMEM : KILN_EIO, "%s: cannot parse (%d)", p->name, rc);
-	if (p->f && ferror(p->f))
-		return kiln_error(KILN_EIO, "%s: read error: %s", p->name, strerror(errno));
+	*out = cfg;
+	return KILN_OK;
+}
+
+/* The whole of f into *text (*len bytes), refusing more than
+ * KILN_CONFIG_MAX_BYTES; stops early after a NUL, which the parser reports
+ * with its line. */
+static kiln_status read_all(FILE *f, const char *path, char **text, size_t *len)
+{
+	size_t n = 0, cap = 0;
+	char *buf = NULL;
+	for (;;) {
+		if (cap - n < 65536) {
+			cap = cap ? 2 * cap : 65536;
+			char *grown = realloc(buf, cap);
+			if (!grown) {
+				free(buf);
+				return kiln_error(KILN_ENOMEM, "%s: out of memory", path);
+			}
+			buf = grown;
+		}
+		size_t got = fread(buf + n, 1, cap - n, f);
+		int nul = memchr(buf + n, 0, got) != NULL;
+		n += got;
+		if (n > KILN_CONFIG_MAX_BYTES) {
+			free(buf);
+			return kiln_error(KILN_ECONFIG, "%s: config larger than %d MiB", path,
+					  KILN_CONFIG_MAX_BYTES >> 20);
+		}
+		if (nul || got == 0)
+			break;
+	}
+	if (ferror(f)) {
+		free(buf);
+		return kiln_error(KILN_EIO, "%s: read error: %s", path, strerror(errno));
+	}
+	*text = buf;
+	*len = n;
 	return KILN_OK;
 }
 
@@ -358,39 +495,30 @@ kiln_status kiln_config_load(const char *path, struct kiln_config **out)
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return kiln_error(KILN_EIO, "%s: cannot open config: %s", path, strerror(errno));
-	struct kiln_config *cfg = calloc(1, sizeof *cfg);
-	if (!cfg) {
+	struct stat sb;
+	if (fstat(fileno(f), &sb) || S_ISDIR(sb.st_mode) || S_ISCHR(sb.st_mode) ||
+	    S_ISBLK(sb.st_mode)) {
 		fclose(f);
-		return kiln_error(KILN_ENOMEM, "out of memory");
+		return kiln_error(KILN_EIO, "%s: not a config file (a directory or device)",
+				  path);
 	}
-	cfg->file = kiln_strdup(path);
-	struct parse p = { .cfg = cfg, .name = path, .f = f };
-	kiln_status st = parse(&p);
+	struct parse p = { 0 };
+	char *text;
+	kiln_status st = read_all(f, path, &text, &p.len);
 	fclose(f);
-	if (st) {
-		kiln_config_free(cfg);
+	if (st)
 		return st;
-	}
-	*out = cfg;
-	return KILN_OK;
+	p.text = text;
+	st = parse(&p, path, out);
+	free(text);
+	return st;
 }
 
 kiln_status kiln_config_load_string(const char *text, const char *name,
 				    struct kiln_config **out)
 {
-	*out = NULL;
-	struct kiln_config *cfg = calloc(1, sizeof *cfg);
-	if (!cfg)
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	cfg->file = kiln_strdup(name);
-	struct parse p = { .cfg = cfg, .name = name, .str = text };
-	kiln_status st = parse(&p);
-	if (st) {
-		kiln_config_free(cfg);
-		return st;
-	}
-	*out = cfg;
-	return KILN_OK;
+	struct parse p = { .text = text, .len = strlen(text) };
+	return parse(&p, name, out);
 }
 
 kiln_status kiln_config_override(struct kiln_config *cfg, const char *arg)

@@ -101,6 +101,35 @@ static void list_keys(const struct kiln_key *a, const struct kiln_key *b, char *
  * (without location) and returns KILN_ECONFIG. */
 static kiln_status check_value(const struct kiln_key *k, const char *v);
 
+/* 1 when v is a decimal number: [+-]digits[.digits][e[+-]digits] (a
+ * fraction or exponent only when fraction is set), then spaces; no hex,
+ * inf or nan, which strtod would take. */
+static int decimal_syntax(const char *v, int fraction)
+{
+	int digits = 0;
+	if (*v == '+' || *v == '-')
+		v++;
+	for (; isdigit((unsigned char)*v); v++)
+		digits++;
+	if (fraction && *v == '.')
+		for (v++; isdigit((unsigned char)*v); v++)
+			digits++;
+	if (!digits)
+		return 0;
+	if (fraction && (*v == 'e' || *v == 'E')) {
+		v++;
+		if (*v == '+' || *v == '-')
+			v++;
+		if (!isdigit((unsigned char)*v))
+			return 0;
+		while (isdigit((unsigned char)*v))
+			v++;
+	}
+	while (isspace((unsigned char)*v))
+		v++;
+	return !*v;
+}
+
 /* v, spaces around it allowed, as a whole number into *iout when iout is
  * set, else as a finite number into *fout.  0, or -1 (nothing written). */
 static int parse_number(const char *v, long long *iout, double *fout)
@@ -111,7 +140,7 @@ static int parse_number(const char *v, long long *iout, double *fout)
 	errno = 0;
 	while (isspace((unsigned char)*v))
 		v++;
-	if (!*v)
+	if (!decimal_syntax(v, !iout))
 		return -1;
 	if (iout)
 		i = strtoll(v, &end, 10);
@@ -233,11 +262,7 @@ static int unset_override(struct section *s, int j, const struct kiln_key *k)
 	if (*e->value || strncmp(e->where, "command line", 12) ||
 	    ((k->type == KILN_KEY_STR || k->type == KILN_KEY_LIST) && k->def))
 		return 0;
-	free(e->key);
-	free(e->value);
-	free(e->where);
-	memmove(e, e + 1, sizeof *e * (size_t)(s->n - j - 1));
-	s->n--;
+	kiln_cfg_remove_entry(s, j);
 	return 1;
 }
 

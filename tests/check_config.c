@@ -885,6 +885,133 @@ START_TEST(layer_no_registry)
 }
 END_TEST
 
+/* ---- hostile input (issue 25, finding 5) ----------------------------------- */
+
+static char hostile_dir[512];
+
+/* Write n bytes to the file t.ini of a fresh scratch directory: its path
+ * (static); hostile_file_remove removes both. */
+static const char *hostile_file(const void *buf, size_t n)
+{
+	static char path[600];
+	ck_assert_ptr_nonnull(test_tmpdir_make(hostile_dir, sizeof hostile_dir, "cfg"));
+	snprintf(path, sizeof path, "%s/t.ini", hostile_dir);
+	FILE *f = fopen(path, "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(buf, 1, n, f), n);
+	ck_assert_int_eq(fclose(f), 0);
+	return path;
+}
+
+static void hostile_file_remove(void)
+{
+	test_tmpdir_remove(hostile_dir);
+}
+
+/* A NUL byte in a line is refused with its line (it used to hide the next
+ * header, so [data.eval]'s keys joined [data]). */
+START_TEST(hostile_nul_byte)
+{
+	static const char text[] = "[data]\nsource = idx\0junk\n[data.eval]\nlimit = 100\n";
+	const char *path = hostile_file(text, sizeof text - 1);
+	struct kiln_config *cfg = (struct kiln_config *)1;
+	ck_assert_int_eq(kiln_config_load(path, &cfg), KILN_ECONFIG);
+	ck_assert_ptr_null(cfg);
+	assert_has(kiln_last_error(), "t.ini:2:");
+	assert_has(kiln_last_error(), "NUL byte");
+	hostile_file_remove();
+}
+END_TEST
+
+/* A header whose ']' lies far into its line still starts its section. */
+START_TEST(hostile_late_bracket)
+{
+	char text[1200];
+	int n = snprintf(text, sizeof text, "[data]\nsource = idx\n[%*sdata.eval%*s]\nlimit = 100\n",
+			 300, "", 400, "");
+	ck_assert_int_lt(n, (int)sizeof text);
+	struct kiln_config *cfg = load_ok(text);
+	ck_assert_str_eq(kiln_config_section(cfg, 1), "data.eval");
+	ck_assert_str_eq(kiln_config_get(cfg, "data.eval", "limit"), "100");
+	ck_assert_str_eq(kiln_config_where(cfg, "data.eval", "limit"), "t.ini:4");
+	ck_assert_str_eq(kiln_config_where(cfg, "data", "limit"), "default");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* A device is refused at once (/dev/zero used to be read forever). */
+START_TEST(hostile_device)
+{
+	struct kiln_config *cfg = (struct kiln_config *)1;
+	ck_assert_int_eq(kiln_config_load("/dev/zero", &cfg), KILN_EIO);
+	ck_assert_ptr_null(cfg);
+	assert_has(kiln_last_error(), "/dev/zero: not a config file");
+}
+END_TEST
+
+/* Only a comment may follow a header. */
+START_TEST(hostile_header_text)
+{
+	expect_fail("[train]\nlr = 0.5\n[data] source = idx\n", KILN_ECONFIG, "t.ini:3:",
+		    "text after the header '[data]'", NULL);
+	expect_fail("[train] x\n", KILN_ECONFIG, "t.ini:1:", "text after", NULL);
+	expect_fail("[train]]\n", KILN_ECONFIG, "t.ini:1:", "text after", NULL);
+	struct kiln_config *cfg = load_ok("[train] ; the run\nlr = 0.5\n[data] # data\n");
+	ck_assert_str_eq(kiln_config_section(cfg, 1), "data");
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Numbers are decimal: strtod's hexadecimal floats are refused. */
+START_TEST(hostile_numbers)
+{
+	expect_fail("[train]\nepochs = 2\nlr = 0x1p-3\n", KILN_ECONFIG, "t.ini:3", "lr",
+		    "not a number", NULL);
+	expect_fail("[train]\nlr = 0x10\n", KILN_ECONFIG, "t.ini:2", "lr", NULL);
+	expect_fail("[train]\nlr = 1e\n", KILN_ECONFIG, "t.ini:2", "lr", NULL);
+	expect_fail("[train]\nepochs = 0x10\n", KILN_ECONFIG, "t.ini:2", "epochs", NULL);
+	expect_fail("[train]\nepochs = 1e3\n", KILN_ECONFIG, "t.ini:2", "epochs", NULL);
+	struct kiln_config *cfg = load_ok("[train]\nlr = +.5e-1\nepochs = +3\n");
+	double lr;
+	int64_t epochs;
+	ck_assert_int_eq(kiln_config_get_float(cfg, "train", "lr", &lr), KILN_OK);
+	ck_assert_double_eq(lr, 0.05);
+	ck_assert_int_eq(kiln_config_get_int(cfg, "train", "epochs", &epochs), KILN_OK);
+	ck_assert_int_eq(epochs, 3);
+	kiln_config_free(cfg);
+	cfg = load_ok("[train]\nlr = 5.\n");
+	ck_assert_int_eq(kiln_config_get_float(cfg, "train", "lr", &lr), KILN_OK);
+	ck_assert_double_eq(lr, 5.0);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* 200,000 sections and 200,000 keys in one section load and are found
+ * (lookup was linear per header and key: such a file took minutes). */
+START_TEST(hostile_many_sections)
+{
+	enum { N = 200000 };
+	size_t cap = (size_t)N * 64; /* 44 bytes per section and key at most */
+	char *text = malloc(cap), *p = text;
+	ck_assert_ptr_nonnull(text);
+	for (int i = 0; i < N; i++)
+		p += sprintf(p, "[plugin.p%d]\nk = %d\n", i, i);
+	p += sprintf(p, "[plugin.keys]\n");
+	for (int i = 0; i < N; i++)
+		p += sprintf(p, "k%d = %d\n", i, i);
+	struct kiln_config *cfg = NULL;
+	ck_assert_int_eq(kiln_config_load_string(text, "t.ini", &cfg), KILN_OK);
+	ck_assert_str_eq(kiln_config_get(cfg, "plugin.p0", "k"), "0");
+	ck_assert_str_eq(kiln_config_get(cfg, "plugin.p123456", "k"), "123456");
+	ck_assert_str_eq(kiln_config_get(cfg, "plugin.keys", "k199999"), "199999");
+	ck_assert_str_eq(kiln_config_where(cfg, "plugin.keys", "k7"), "t.ini:400009");
+	ck_assert_ptr_null(kiln_config_get(cfg, "plugin.keys", "k200000"));
+	ck_assert_str_eq(kiln_config_section(cfg, N), "plugin.keys");
+	kiln_config_free(cfg);
+	free(text);
+}
+END_TEST
+
 /* ---- suite -------------------------------------------------------------------- */
 
 Suite *make_config_suite(void);
@@ -914,6 +1041,10 @@ Suite *make_config_suite(void)
 
 	check_add_case(s, "layer", 0, NULL, NULL, (const TTest *[]){
 		layer_unknown_type, layer_no_registry, NULL });
+
+	check_add_case(s, "hostile", 0, NULL, NULL, (const TTest *[]){
+		hostile_nul_byte, hostile_late_bracket, hostile_device, hostile_header_text, hostile_numbers,
+		hostile_many_sections, NULL });
 	return s;
 }
 
