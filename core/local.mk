@@ -41,3 +41,9 @@ core/proto/%.pb-c.c: $(srcdir)/core/proto/%.proto
 core/proto/%.pb-c.h: core/proto/%.pb-c.c
 	@test -f $@ || { rm -f $<; $(MAKE) $(AM_MAKEFLAGS) $<; }
 core/proto/event.pb-c.c: $(srcdir)/core/proto/summary.proto
+
+# The rendezvous store's server, wire format and token challenge
+# (core/store.h); HMAC and random nonces from OpenSSL's libcrypto.
+libkiln_la_SOURCES += core/store.h core/store_server.c core/store_msg.c
+libkiln_la_CPPFLAGS += $(CRYPTO_CFLAGS)
+libkiln_la_LIBADD += $(CRYPTO_LIBS)

@@ -383,3 +383,14 @@ EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py te
 TESTS += tests/gpt_steps.sh tests/gpt.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
+
+# Multi-process tests start ranks themselves (torchrun-style variables,
+# mpirun): the store's shared secret they all present (core/store.h).
+AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KILN_STORE_TOKEN;
+
+# One graceful stop per rank under kiln launch; the store under hostile
+# clients (tests/store_client.py speaks its wire format); plugins loaded
+# lazily, a config's plugin_path only with an opt-in.
+TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh
+EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py \
+	tests/plugin_lazy.sh
