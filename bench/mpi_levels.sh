@@ -14,6 +14,8 @@ root=; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 port=$(( 30000 + $$ % 20000 ))
+# the rendezvous store's secret, shared by the ranks mpirun starts
+export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
 for r in $(seq "$runs"); do
 	mpirun $root --oversubscribe -np 2 -x KILN_MASTER_PORT=$port -x OMP_NUM_THREADS=1 \
 		"$b/kiln" bench comm --rank mpi "$max" 2>/dev/null | grep -v '^#' >> "$tmp/kiln"

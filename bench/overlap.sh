@@ -42,6 +42,8 @@ root=; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 port=$(( 30000 + $$ % 20000 ))
+# the rendezvous store's secret, shared by the ranks mpirun starts
+export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
 
 mlp_ini() { # FILE BATCH LIMIT: the model, LIMIT samples per epoch
 	cat > "$1" <<INI

@@ -8,7 +8,7 @@
  * and KILN_MASTER_PORT set: ranks K*N .. K*N+N-1 of N*M.  Each child runs
  * in its own process group (so a terminal's Ctrl-C reaches it once, through
  * us) and dies with us (PR_SET_PDEATHSIG).  SIGINT, SIGTERM and SIGUSR1 are
- * forwarded to every rank.  When a rank exits non-zero or is killed, the
+ * forwarded to every rank, once per --grace seconds (launch_forward).  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
  * exits with that rank's status, naming it.
  *
@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -65,8 +66,10 @@ static void launch_usage(FILE *f)
 		"                    CPUs this launcher may use (N contiguous groups; none\n"
 		"                    when there are more ranks than CPUs); none: no pinning\n"
 		"\n"
-		"SIGINT, SIGTERM and SIGUSR1 are passed to every rank.  When a rank fails,\n"
-		"the others are stopped and `kiln launch` exits non-zero naming it.\n");
+		"SIGINT, SIGTERM and SIGUSR1 are passed to every rank, once: a repeat within\n"
+		"--grace seconds is dropped.  After a stop every rank writes its checkpoint\n"
+		"and `kiln launch` exits 0.  When a rank fails, the others are stopped and\n"
+		"`kiln launch` exits non-zero naming it.\n");
 }
 
 /* A TCP port that was free a moment ago (the store binds it next). */
@@ -207,6 +210,33 @@ static int launch_master(struct launch_opts *o, const char *master)
 	return -1;
 }
 
+/* The store's shared secret for the ranks (core/store.h): the caller's
+ * KILN_STORE_TOKEN or KILN_STORE_TOKEN_FILE when set, else (one machine)
+ * a fresh random one in KILN_STORE_TOKEN, which the ranks inherit.  Every
+ * node of a multi-node run needs the same one: the user sets it.  Returns
+ * -1 to go on, else the exit code. */
+static int launch_token(const struct launch_opts *o)
+{
+	unsigned char r[32];
+	char hex[2 * sizeof r + 1];
+	const char *t = getenv("KILN_STORE_TOKEN"), *f = getenv("KILN_STORE_TOKEN_FILE");
+	if ((t && *t) || (f && *f))
+		return -1;
+	if (o->nnodes > 1) {
+		fprintf(stderr, "kiln launch: error: --nnodes %d needs the same secret on every node: export KILN_STORE_TOKEN=$(openssl rand -hex 32) (or KILN_STORE_TOKEN_FILE=PATH, a file only you can read) before each launch\n",
+			o->nnodes);
+		return 2;
+	}
+	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+		fprintf(stderr, "kiln launch: error: getrandom: %s\n", strerror(errno));
+		return 1;
+	}
+	for (size_t i = 0; i < sizeof r; i++)
+		snprintf(hex + 2 * i, 3, "%02x", r[i]);
+	setenv("KILN_STORE_TOKEN", hex, 1);
+	return -1;
+}
+
 /* The CPUs to share out (--bind core): this launcher's, into cpus[];
  * returns how many each rank gets, 0 for none (more ranks than CPUs, or
  * --bind none); *ncpu: how many there are. */
@@ -260,6 +290,28 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	_exit(127);
 }
 
+/* Pass the signal that arrived on to every rank, once: a repeat within
+ * --grace seconds of the last one passed on is dropped (Slurm, systemd and
+ * `timeout` signal the launcher and, or twice, its group; each rank stops
+ * gracefully on the first, cli/cmd_train.c), a later one is passed on
+ * (the ranks then end at once).  *fwd_at: when one was last passed on. */
+static void launch_forward(const struct launch_opts *o, const pid_t *pids, double *fwd_at)
+{
+	int sig = got_signal;
+	got_signal = 0;
+	double now = mono();
+	if (*fwd_at && now - *fwd_at < o->grace) {
+		fprintf(stderr, "kiln launch: %s again within %d s: already passed on, ignored\n",
+			strsignal(sig), o->grace);
+		return;
+	}
+	*fwd_at = now;
+	fprintf(stderr, "kiln launch: passing %s to every rank\n", strsignal(sig));
+	for (int l = 0; l < o->nproc; l++)
+		if (pids[l])
+			kill(pids[l], sig);
+}
+
 /* Wait for every rank (pids[], 0 once reaped), passing on signals; when
  * one fails, SIGTERM the others and SIGKILL them after the grace period.
  * Returns the exit code: the first failed rank's status, else 0. */
@@ -267,16 +319,10 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 {
 	const int nproc = o->nproc;
 	int alive = nproc, failed = -1, fail_status = 0;
-	double kill_at = 0;
+	double kill_at = 0, fwd_at = 0;
 	while (alive) {
-		if (got_signal) {
-			int sig = got_signal;
-			got_signal = 0;
-			fprintf(stderr, "kiln launch: passing %s to every rank\n", strsignal(sig));
-			for (int l = 0; l < nproc; l++)
-				if (pids[l])
-					kill(pids[l], sig);
-		}
+		if (got_signal)
+			launch_forward(o, pids, &fwd_at);
 		int ws;
 		pid_t p = waitpid(-1, &ws, WNOHANG);
 		if (p <= 0) {
@@ -325,7 +371,7 @@ int cmd_launch(int argc, char **argv)
 	struct launch_opts o = { .nnodes = 1, .grace = 10, .cmd = -1, .bind = 1 };
 	const char *master = NULL;
 	int rc = launch_args(argc, argv, &o, &master);
-	if (rc >= 0 || (rc = launch_master(&o, master)) >= 0)
+	if (rc >= 0 || (rc = launch_master(&o, master)) >= 0 || (rc = launch_token(&o)) >= 0)
 		return rc;
 	pid_t *pids = calloc((size_t)o.nproc, sizeof *pids);
 	if (!pids)

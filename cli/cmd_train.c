@@ -1,7 +1,8 @@
 /* cli/cmd_train.c - `kiln train FILE [--resume] [overrides]`: train, print a
  * progress bar on a terminal (plain lines otherwise) and a final JSON line
  * of metrics on stdout.  SIGTERM and SIGUSR1 stop the run after its current
- * step with a checkpoint (exit 0); a second one ends it at once. */
+ * step with a checkpoint (exit 0); a repeat within 5 s is ignored (the same
+ * stop delivered twice), a later one ends it at once. */
 #include "build-config.h"
 #include "cli.h"
 #include <kiln/dist.h>
@@ -13,13 +14,37 @@
 #include <time.h>
 #include <unistd.h>
 
+/* One graceful stop per process.  The first SIGTERM/SIGUSR1 asks for a
+ * stop (checkpoint, exit 0); a repeat within KILN_STOP_GRACE_S seconds is
+ * the same stop delivered twice (Slurm, systemd and `timeout` signal both
+ * `kiln launch` and its ranks, and the launcher forwards its copy) and is
+ * ignored; a later one ends the process at once. */
+#define KILN_STOP_GRACE_S 5
+static volatile sig_atomic_t stop_at_s; /* CLOCK_MONOTONIC s of the first, 0: none */
+
 static void on_stop_signal(int sig)
 {
-	static const char msg[] = "\nkiln: stop requested: finishing the current step and writing a checkpoint (send the signal again to end at once)\n";
-	(void)sig;
-	kiln_train_request_stop();
+	static const char first[] = "\nkiln: stop requested: finishing the current step and writing a checkpoint (a signal again after 5 s ends the process at once)\n";
+	static const char again[] = "kiln: stop already requested (a repeat within 5 s is ignored)\n";
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
+	long now = (long)ts.tv_sec + 1;       /* never 0 */
+	const char *msg = first;
+	size_t len = sizeof first - 1;
+	if (stop_at_s && now - stop_at_s >= KILN_STOP_GRACE_S) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	if (stop_at_s) {
+		msg = again;
+		len = sizeof again - 1;
+	} else {
+		stop_at_s = now;
+		kiln_train_request_stop();
+	}
 	/* write(2) is async-signal-safe; its result does not matter here */
-	if (write(2, msg, sizeof msg - 1) < 0)
+	if (write(2, msg, len) < 0)
 		return;
 }
 
@@ -33,15 +58,17 @@ static void on_fatal(const char *msg)
 	_exit(1);
 }
 
-/* SA_RESETHAND: the first signal asks for a stop, the second one gets the
- * default action (the process ends). */
+/* SIGTERM and SIGUSR1: on_stop_signal (one stop, repeats within the
+ * grace period ignored, a later one kills). */
 static void install_stop_handlers(void)
 {
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_stop_signal;
 	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = SA_RESTART | SA_RESETHAND;
+	sigaddset(&sa.sa_mask, SIGTERM);
+	sigaddset(&sa.sa_mask, SIGUSR1);
+	sa.sa_flags = SA_RESTART;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
 	kiln_set_fatal_handler(on_fatal);
@@ -130,7 +157,7 @@ const char cmd_train_about[] =
 	"checkpoints) and changes nothing; --overwrite (train.overwrite=1) deletes\n"
 	"that run's files first (other files stay).\n"
 	"SIGTERM or SIGUSR1 finishes the current step, writes a checkpoint and exits 0;\n"
-	"a second signal ends the process at once.\n\n"
+	"a repeat within 5 s is ignored, a later one ends the process at once.\n\n"
 	"--profile (= run.profile=1): time every device op, print a table of self time\n"
 	"per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"
 	"out_dir/trace.json (docs/profiler.md).  The device runs serialised meanwhile.\n\n"

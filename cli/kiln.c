@@ -77,6 +77,24 @@ int cli_wants_help(int argc, char **argv)
 	return 0;
 }
 
+/* [run] plugin_path, when it may be trusted: given on the command line
+ * (run.plugin_path=DIR), or in a config file with
+ * KILN_ALLOW_CONFIG_PLUGIN_PATH=1 in the environment.  A config file's
+ * alone is ignored with a warning: a config someone sends you must not
+ * run their code (docs/plugins.md). */
+static const char *trusted_plugin_path(const struct kiln_config *cfg)
+{
+	const char *path = kiln_config_get(cfg, "run", "plugin_path");
+	const char *where = kiln_config_where(cfg, "run", "plugin_path");
+	const char *allow = getenv("KILN_ALLOW_CONFIG_PLUGIN_PATH");
+	if (!path || !*path || (where && !strncmp(where, "command line", 12)) ||
+	    (allow && !strcmp(allow, "1")))
+		return path;
+	kiln_log(KILN_LOG_WARN, "core", "%s: [run] plugin_path = %s ignored: plugins load from a config file's directory only with KILN_ALLOW_CONFIG_PLUGIN_PATH=1 (or give run.plugin_path=%s on the command line, or set KILN_PLUGIN_PATH)",
+		 where ? where : "config", path, path);
+	return NULL;
+}
+
 kiln_status cli_load(const char *file, int argc, char **argv, int first,
 		     struct kiln_config **cfg, struct kiln_registry **reg)
 {
@@ -95,8 +113,7 @@ kiln_status cli_load(const char *file, int argc, char **argv, int first,
 	 * [run] plugin_path is reported as such. */
 	if ((st = kiln_config_validate(*cfg, NULL)))
 		return st;
-	const char *path = kiln_config_get(*cfg, "run", "plugin_path");
-	if ((st = kiln_registry_open(path, reg)))
+	if ((st = kiln_registry_open(trusted_plugin_path(*cfg), reg)))
 		return st;
 	return kiln_config_validate(*cfg, *reg);
 }

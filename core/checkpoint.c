@@ -98,7 +98,7 @@ char *kiln_ckpt_versions(const struct kiln_registry *reg, const struct kiln_devi
 		KILN_CKPT_VERSION, KILN_ABI_MAJOR, KILN_ABI_MINOR);
 	if (dev)
 		fprintf(f, "device = %s\n", kiln_device_name(dev));
-	for (int i = 0; reg && i < kiln_registry_plugin_count(reg); i++) {
+	for (int i = 0; reg && i < kiln_registry_loaded_count(reg); i++) {
 		struct kiln_plugin_info pi;
 		kiln_registry_plugin_get(reg, i, &pi);
 		if (pi.available && strcmp(pi.file, "(built-in)"))

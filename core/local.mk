@@ -44,3 +44,8 @@ core/proto/event.pb-c.c: $(srcdir)/core/proto/summary.proto
 
 # A fresh run's out_dir: refused when used, --overwrite (issue 25).
 libkiln_la_SOURCES += core/out_dir.c
+# The rendezvous store's server, wire format and token challenge
+# (core/store.h); HMAC and random nonces from OpenSSL's libcrypto.
+libkiln_la_SOURCES += core/store.h core/store_server.c core/store_msg.c
+libkiln_la_CPPFLAGS += $(CRYPTO_CFLAGS)
+libkiln_la_LIBADD += $(CRYPTO_LIBS)

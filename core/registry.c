@@ -4,21 +4,36 @@
  * $KILN_PLUGIN_PATH, the build tree's plugins/.libs when this libkiln is the
  * build tree's own, then the installed $(pkglibdir).  Only files named
  * kiln-<name>.so are considered.
+ *
+ * Loading is lazy: opening the registry only lists the files.  A lookup
+ * by name loads kiln-<name>.so; for a name no file is named after (a
+ * source of kiln-loaders.so) the other files are dlopen()ed and
+ * initialised in a child process (probe_files), which tells which file
+ * provides what, and only the file providing the name is loaded here.
+ * Listing every plugin loads every file the probe survived: a file whose
+ * loading crashes the child is reported and never loaded here.
  */
 #include "internal.h"
 #include "dist.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 struct loaded_file {
 	char *path;
 	char *error;
 	void *handle;
 	int n_plugins;
+	int tried;       /* load_file ran (or the probe refused it) */
+	char *provides;  /* from the probe: "<kind>:<name>\n" per plugin; NULL: not probed */
 };
 
 struct reg_plugin {
@@ -207,17 +222,46 @@ static char *dupf(const char *fmt, ...)
 	return kiln_strdup(buf);
 }
 
-static kiln_status load_file(struct kiln_registry *reg, const char *path)
+/* Keep the first reason a file gave (a later one is counted). */
+static void file_error(struct loaded_file *f, char *msg)
+{
+	if (!msg)
+		return;
+	if (!f->error) {
+		f->error = msg;
+		return;
+	}
+	char *both = dupf("%s (and more: %s)", f->error, msg);
+	free(msg);
+	if (both) {
+		free(f->error);
+		f->error = both;
+	}
+}
+
+/* Record a file found on the search path (not loaded yet). */
+static kiln_status add_file(struct kiln_registry *reg, const char *path)
 {
 	struct loaded_file *nf = kiln_grow(reg->files, reg->n_files, &reg->cap_files, sizeof *nf, 16);
 	if (!nf)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	reg->files = nf;
-	int idx = reg->n_files++;
-	struct loaded_file *f = &reg->files[idx];
+	struct loaded_file *f = &reg->files[reg->n_files];
 	memset(f, 0, sizeof *f);
-	f->path = kiln_strdup(path);
+	if (!(f->path = kiln_strdup(path)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	reg->n_files++;
+	return KILN_OK;
+}
 
+/* dlopen file idx, run its init and register its plugins. */
+static kiln_status load_file(struct kiln_registry *reg, int idx)
+{
+	struct loaded_file *f = &reg->files[idx];
+	const char *path = f->path;
+	if (f->tried)
+		return KILN_OK;
+	f->tried = 1;
 	dlerror();
 	f->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!f->handle) {
@@ -242,21 +286,164 @@ static kiln_status load_file(struct kiln_registry *reg, const char *path)
 	for (int i = 0; list[i]; i++) {
 		const struct kiln_plugin *p = list[i];
 		if (p->abi_major != KILN_ABI_MAJOR) {
-			free(f->error);
-			f->error = dupf("plugin '%s' was built for ABI %u.%u, this kiln is ABI %d.%d; rebuild it against this kiln's headers",
-					p->name ? p->name : "?", p->abi_major, p->abi_minor,
-					KILN_ABI_MAJOR, KILN_ABI_MINOR);
+			file_error(f, dupf("plugin '%s' was built for ABI %u.%u, this kiln is ABI %d.%d; rebuild it against this kiln's headers",
+					   p->name ? p->name : "?", p->abi_major, p->abi_minor,
+					   KILN_ABI_MAJOR, KILN_ABI_MINOR));
 			continue;
 		}
 		if (!p->name || !p->ops || p->kind < KILN_PLUGIN_DEVICE || p->kind > KILN_PLUGIN_LAYER) {
-			free(f->error);
-			f->error = dupf("descriptor %d is malformed (name, kind or ops missing)", i);
+			file_error(f, dupf("descriptor %d is malformed (name, kind or ops missing)", i));
 			continue;
 		}
 		kiln_status st = add_plugin(reg, p, idx);
 		if (st)
 			return st;
-		f->n_plugins++;
+		reg->files[idx].n_plugins++;
+	}
+	return KILN_OK;
+}
+
+/* The probe child: dlopen and initialise files[from..) in turn, writing
+ * "<index> start\n" before each and "<index> <kind>:<name>\n" for each
+ * plugin it registers to fd; it ends when one crashes. */
+static void probe_child(struct kiln_registry *reg, int from, int fd)
+{
+	int null = open("/dev/null", O_WRONLY);
+	if (null >= 0) {
+		dup2(null, 1);
+		dup2(null, 2);
+	}
+	FILE *f = fdopen(fd, "w");
+	if (!f)
+		_exit(1);
+	setvbuf(f, NULL, _IONBF, 0);
+	for (int i = from; i < reg->n_files; i++) {
+		if (reg->files[i].tried || reg->files[i].provides)
+			continue;
+		fprintf(f, "%d start\n", i);
+		void *h = dlopen(reg->files[i].path, RTLD_NOW | RTLD_LOCAL);
+		kiln_plugin_init_fn init = NULL;
+		if (h)
+			*(void **)&init = dlsym(h, KILN_PLUGIN_INIT_SYMBOL);
+		const struct kiln_plugin *const *list = init ? init(&host) : NULL;
+		for (int k = 0; list && list[k]; k++)
+			if (list[k]->name)
+				fprintf(f, "%d %d:%s\n", i, list[k]->kind, list[k]->name);
+		fprintf(f, "%d done\n", i);
+	}
+	_exit(0);
+}
+
+/* Append "<kind>:<name>\n" to what file i provides. */
+static void provides_add(struct loaded_file *f, const char *line)
+{
+	size_t have = f->provides ? strlen(f->provides) : 0, n = strlen(line);
+	char *p = realloc(f->provides, have + n + 1);
+	if (!p)
+		return;
+	memcpy(p + have, line, n + 1);
+	f->provides = p;
+}
+
+/* Learn what every file neither loaded nor probed provides, by loading
+ * them in child processes (probe_child): a file whose loading kills the
+ * child gets its error (and is never loaded here); the next child goes
+ * on after it. */
+static void probe_files(struct kiln_registry *reg)
+{
+	int from = 0;
+	while (from < reg->n_files) {
+		int pfd[2];
+		fflush(NULL);
+		if (pipe2(pfd, O_CLOEXEC))
+			return;
+		pid_t pid = fork();
+		if (pid < 0) {
+			close(pfd[0]);
+			close(pfd[1]);
+			return;
+		}
+		if (!pid)
+			probe_child(reg, from, pfd[1]);
+		close(pfd[1]);
+		FILE *in = fdopen(pfd[0], "r");
+		char line[512];
+		int cur = -1, idx;
+		while (in && fgets(line, sizeof line, in)) {
+			char what[400];
+			if (sscanf(line, "%d %399s", &idx, what) != 2 || idx < 0 || idx >= reg->n_files)
+				continue;
+			if (!strcmp(what, "start")) {
+				cur = idx;
+				provides_add(&reg->files[idx], ""); /* probed, provides nothing yet */
+			} else if (!strcmp(what, "done")) {
+				cur = -1;
+			} else {
+				provides_add(&reg->files[idx], line + strcspn(line, " ") + 1);
+			}
+		}
+		if (in)
+			fclose(in);
+		else
+			close(pfd[0]);
+		int ws;
+		while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+			;
+		if (cur < 0)
+			return; /* the child went through every file */
+		struct loaded_file *f = &reg->files[cur];
+		f->tried = 1;
+		if (WIFSIGNALED(ws))
+			f->error = dupf("loading it killed a test process with signal %d (%s): not loaded",
+					WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+		else
+			f->error = dupf("loading it ended a test process (status %d): not loaded", ws);
+		from = cur + 1;
+	}
+}
+
+/* Load file kiln-<name>.so, if there is one not yet tried. */
+static kiln_status load_named(struct kiln_registry *reg, const char *name)
+{
+	char want[300];
+	snprintf(want, sizeof want, "kiln-%s.so", name);
+	for (int i = 0; i < reg->n_files; i++) {
+		const char *s = strrchr(reg->files[i].path, '/');
+		if (!strcmp(s ? s + 1 : reg->files[i].path, want))
+			return load_file(reg, i);
+	}
+	return KILN_OK;
+}
+
+/* Load every file not yet tried, each probed in a child first. */
+static kiln_status load_all(struct kiln_registry *reg)
+{
+	probe_files(reg);
+	for (int i = 0; i < reg->n_files; i++) {
+		kiln_status st;
+		if (!reg->files[i].tried && (st = load_file(reg, i)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+/* Load the files the probe says provide a plugin called name (kind < 0:
+ * of any kind). */
+static kiln_status load_providers(struct kiln_registry *reg, int kind, const char *name)
+{
+	char want[300];
+	probe_files(reg);
+	snprintf(want, sizeof want, ":%s\n", name);
+	for (int i = 0; i < reg->n_files; i++) {
+		const char *p = reg->files[i].provides;
+		kiln_status st;
+		for (const char *hit = p ? strstr(p, want) : NULL; hit; hit = strstr(hit + 1, want)) {
+			const char *line = hit;
+			while (line > p && line[-1] != '\n')
+				line--;
+			if ((kind < 0 || atoi(line) == kind) && (st = load_file(reg, i)))
+				return st;
+		}
 	}
 	return KILN_OK;
 }
@@ -291,7 +478,7 @@ static kiln_status scan_dir(struct kiln_registry *reg, const char *dir)
 		if (!st && !has_file(reg, names[i])) {
 			char path[PATH_MAX];
 			snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-			st = load_file(reg, path);
+			st = add_file(reg, path);
 		}
 		free(names[i]);
 	}
@@ -345,6 +532,7 @@ void kiln_registry_close(struct kiln_registry *reg)
 		 * unloading libraries like oneDNN mid-process is unsafe. */
 		free(reg->files[i].path);
 		free(reg->files[i].error);
+		free(reg->files[i].provides);
 	}
 	free(reg->dirs);
 	free(reg->files);
@@ -358,7 +546,12 @@ const char *kiln_registry_dir(const struct kiln_registry *reg, int i)
 	return i >= 0 && i < reg->n_dirs ? reg->dirs[i] : NULL;
 }
 
-int kiln_registry_file_count(const struct kiln_registry *reg) { return reg->n_files; }
+/* Listing every file or plugin loads them all (lookups are lazy). */
+int kiln_registry_file_count(const struct kiln_registry *reg)
+{
+	load_all((struct kiln_registry *)reg);
+	return reg->n_files;
+}
 void kiln_registry_file_get(const struct kiln_registry *reg, int i, struct kiln_plugin_file *o)
 {
 	o->path = reg->files[i].path;
@@ -366,7 +559,13 @@ void kiln_registry_file_get(const struct kiln_registry *reg, int i, struct kiln_
 	o->n_plugins = reg->files[i].n_plugins;
 }
 
-int kiln_registry_plugin_count(const struct kiln_registry *reg) { return reg->n_plugins; }
+int kiln_registry_plugin_count(const struct kiln_registry *reg)
+{
+	load_all((struct kiln_registry *)reg);
+	return reg->n_plugins;
+}
+
+int kiln_registry_loaded_count(const struct kiln_registry *reg) { return reg->n_plugins; }
 void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
 			      struct kiln_plugin_info *o)
 {
@@ -383,9 +582,34 @@ void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
 	o->desc = r->p;
 }
 
+/* Is a plugin of kind called name registered (available or not)? */
+static int registered(const struct kiln_registry *reg, int kind, const char *name)
+{
+	for (int i = 0; i < reg->n_plugins; i++)
+		if ((kind < 0 || reg->plugins[i].p->kind == kind) && !strcmp(reg->plugins[i].p->name, name))
+			return 1;
+	return 0;
+}
+
+/* Load what may hold a plugin called name (kind < 0: any): kiln-<name>.so,
+ * then, when that has none, every file (probed). */
+static kiln_status load_for(const struct kiln_registry *creg, int kind, const char *name)
+{
+	struct kiln_registry *reg = (struct kiln_registry *)creg;
+	kiln_status st;
+	if (registered(reg, kind, name))
+		return KILN_OK;
+	if ((st = load_named(reg, name)) || registered(reg, kind, name))
+		return st;
+	return load_providers(reg, kind, name);
+}
+
 kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const char *name,
 			       const struct kiln_plugin **out)
 {
+	kiln_status st = load_for(reg, kind, name);
+	if (st)
+		return st;
 	char names[1024] = "";
 	size_t off = 0;
 	const struct reg_plugin *unavail = NULL;
@@ -466,6 +690,8 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 			return st;
 	} else if (!strncmp(section, "plugin.", 7)) {
 		const char *name = section + 7;
+		if ((st = load_for(reg, -1, name)))
+			return st;
 		static const int kinds[] = { KILN_PLUGIN_DEVICE, KILN_PLUGIN_COMM,
 					     KILN_PLUGIN_PRECISION, KILN_PLUGIN_OPTIM };
 		for (size_t i = 0; i < KILN_ARRAY_LEN(kinds) && !p; i++)

@@ -22,7 +22,7 @@ static const struct kiln_key run_keys[] = {
 	{ "autotune", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Time every engine a convolution can use, once per shape when the model is built, and keep the fastest (PyTorch's cudnn.benchmark). The CUDA device does it within `[plugin.cuda] workspace_mb` and caches the choice in `[plugin.cuda] autotune_cache`, so the next run skips the timing; with `deterministic = 1` only deterministic engines are candidates. The CPU device has nothing to tune (oneDNN picks its kernel when a primitive is created)." },
 	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
-	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory." },
+	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory. Taken from the command line (`run.plugin_path=DIR`); in a config file it is ignored with a warning unless the environment has KILN_ALLOW_CONFIG_PLUGIN_PATH=1 (a config must not run its sender's code: docs/plugins.md)." },
 	{ "memory_limit", KILN_KEY_STR, "", NOLIM, NULL,
 	  "Device memory `[train] batch = auto` may plan for: bytes, or a number with K, M, G or T (powers of 1024; `KiB`, `MB`... read the same), e.g. `2G`; empty = what the device reports free when the run starts (the CPU: MemAvailable)." },
 	{ "out_dir", KILN_KEY_STR, "runs/latest", NOLIM, NULL,

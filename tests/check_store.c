@@ -10,18 +10,29 @@
  *   closes cleanly is not;
  * - connecting where nothing listens times out naming host:port;
  * - rank/world/master from KILN_*, torchrun, Slurm and Open MPI variables,
- *   and clear errors for malformed ones.
+ *   and clear errors for malformed ones;
+ * - a client with a wrong token, none, a short one or a token file others
+ *   can read is refused, a raw client that skips the token is cut off;
+ * - a value over 8 MiB and sets beyond 32 MiB in all are refused;
+ * - a store that never answers: calls end after the store's timeout;
+ * - the request parser (kiln_store_msg_parse) on partial, complete and
+ *   malformed input.
  */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
+#include "../core/store.h"
 
 #include <check.h>
 #include "check_main.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -312,12 +323,175 @@ START_TEST(test_env)
 }
 END_TEST
 
+/* ---- the token, the limits, the timeout, the parser ------------------- */
+
+#define TOKEN_A "kiln-tests-0123456789abcdef"
+
+/* A raw TCP connection to 127.0.0.1:port. */
+static int raw_connect(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+	return fd;
+}
+
+/* Read n bytes (0) or see the connection close first (-1). */
+static int raw_read(int fd, void *buf, size_t n)
+{
+	for (size_t got = 0; got < n;) {
+		ssize_t k = read(fd, (char *)buf + got, n - got);
+		if (k <= 0)
+			return -1;
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+START_TEST(test_token_refused)
+{
+	struct kiln_store *s0, *s1;
+	setenv("KILN_STORE_TOKEN", TOKEN_A, 1);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	/* a wrong token */
+	setenv("KILN_STORE_TOKEN", "kiln-tests-a-wrong-token", 1);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_EIO);
+	ck_assert_msg(strstr(kiln_last_error(), "refused this process's token"), "%s",
+		      kiln_last_error());
+	/* none, a short one */
+	unsetenv("KILN_STORE_TOKEN");
+	unsetenv("KILN_STORE_TOKEN_FILE");
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_EUSAGE);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "KILN_STORE_TOKEN"));
+	setenv("KILN_STORE_TOKEN", "short", 1);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_EUSAGE);
+	unsetenv("KILN_STORE_TOKEN");
+	/* a token file others may read is refused; mode 600 is taken */
+	char path[] = "/tmp/kiln-token-XXXXXX";
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, TOKEN_A "\n", sizeof TOKEN_A), (ssize_t)sizeof TOKEN_A);
+	close(fd);
+	setenv("KILN_STORE_TOKEN_FILE", path, 1);
+	chmod(path, 0644);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_EUSAGE);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "only you can read"));
+	chmod(path, 0600);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_OK);
+	kiln_store_close(s1);
+	unlink(path);
+	unsetenv("KILN_STORE_TOKEN_FILE");
+	setenv("KILN_STORE_TOKEN", TOKEN_A, 1);
+	/* a raw client that skips the token: closed at its first request,
+	 * its set not done */
+	fd = raw_connect(port);
+	unsigned char g[40], req[] = { 2, 1, 0, 0, 0, 'k', 1, 0, 0, 0, 'v' }, r[5];
+	ck_assert_int_eq(raw_read(fd, g, sizeof g), 0);
+	ck_assert_int_eq(memcmp(g, "KILNST1\n", 8), 0);
+	ck_assert_int_eq(write(fd, req, sizeof req), (ssize_t)sizeof req);
+	ck_assert_int_eq(raw_read(fd, r, sizeof r), -1);
+	close(fd);
+	void *v;
+	ck_assert_int_eq(kiln_store_check(s0, "k", &v, NULL), KILN_OK);
+	ck_assert_ptr_null(v);
+	ck_assert_int_eq(kiln_store_lost_rank(s0, 100), -1);
+	kiln_store_close(s0);
+}
+END_TEST
+
+START_TEST(test_limits)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 1, 5000, &s0), KILN_OK);
+	size_t big = 7u << 20;
+	char *b = calloc(1, (64u << 20) + 1);
+	ck_assert_ptr_nonnull(b);
+	/* a value over 8 MiB is refused before it is sent */
+	ck_assert_int_eq(kiln_store_set(s0, "huge", b, 64u << 20), KILN_EINVAL);
+	/* 32 MiB in all: the fifth 7 MiB value is refused, the store goes on */
+	char key[16];
+	for (int i = 0; i < 5; i++) {
+		snprintf(key, sizeof key, "v%d", i);
+		ck_assert_int_eq(kiln_store_set(s0, key, b, big), i < 4 ? KILN_OK : KILN_EIO);
+	}
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "limits"));
+	/* replacing a value by a smaller one is allowed */
+	ck_assert_int_eq(kiln_store_set(s0, "v0", "x", 1), KILN_OK);
+	ck_assert_int_eq(kiln_store_set(s0, "v4", b, big), KILN_OK);
+	free(b);
+	kiln_store_close(s0);
+}
+END_TEST
+
+/* A store that greets, takes the token and HELLO, then never answers. */
+static void *mute_store(void *arg)
+{
+	int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+	unsigned char g[40] = "KILNST1\n", buf[256], ok[5] = { 0 };
+	if (fd < 0)
+		return NULL;
+	/* AUTH is 9 + 32 bytes, HELLO 9 + 8 */
+	if (write(fd, g, sizeof g) != sizeof g || raw_read(fd, buf, 41) || write(fd, ok, 5) != 5 ||
+	    raw_read(fd, buf, 17) || write(fd, ok, 5) != 5)
+		return NULL;
+	while (read(fd, buf, sizeof buf) > 0)
+		;
+	close(fd);
+	return NULL;
+}
+
+START_TEST(test_timeout_honoured)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof a;
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(lfd, 4), 0);
+	ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+	pthread_t th;
+	pthread_create(&th, NULL, mute_store, &lfd);
+	struct kiln_store *s;
+	/* [dist] timeout = 0.3 s: a set, a check and an add the store never
+	 * answers end with KILN_ETIMEOUT naming 300 ms (they waited 60 s) */
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", ntohs(a.sin_port), 0, 1, 2, 300, &s), KILN_OK);
+	ck_assert_int_eq(kiln_store_set(s, "k", "v", 1), KILN_ETIMEOUT);
+	ck_assert_msg(strstr(kiln_last_error(), "within 300 ms"), "%s", kiln_last_error());
+	kiln_store_close(s);
+	pthread_join(th, NULL);
+	close(lfd);
+}
+END_TEST
+
+START_TEST(test_parse)
+{
+	struct kiln_store_msg m;
+	unsigned char req[] = { 2, 1, 0, 0, 0, 'k', 2, 0, 0, 0, 'v', 'w' };
+	for (size_t n = 0; n < sizeof req; n++)
+		ck_assert_int_eq(kiln_store_msg_parse(req, n, 100, &m), 0);
+	ck_assert_int_eq(kiln_store_msg_parse(req, sizeof req, 100, &m), (long)sizeof req);
+	ck_assert_int_eq(m.op, 2);
+	ck_assert_uint_eq(m.klen, 1);
+	ck_assert_uint_eq(m.vlen, 2);
+	ck_assert_int_eq(memcmp(m.val, "vw", 2), 0);
+	/* a value over the limit is told from the header alone */
+	ck_assert_int_eq(kiln_store_msg_parse(req, 10, 1, &m), -1);
+	req[0] = 99;
+	ck_assert_int_eq(kiln_store_msg_parse(req, 1, 100, &m), -1);
+	unsigned char longkey[] = { 3, 0xff, 0xff, 0, 0 };
+	ck_assert_int_eq(kiln_store_msg_parse(longkey, sizeof longkey, 100, &m), -1);
+}
+END_TEST
+
 static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_get_waits, test_get_timeout, test_rendezvous_timeout,
-		test_rendezvous_ok, test_lost_rank, test_nobody_listens, test_env, NULL });
+		test_rendezvous_ok, test_lost_rank, test_nobody_listens, test_env,
+		test_token_refused, test_limits, test_timeout_honoured, test_parse, NULL });
 	return s;
 }
 

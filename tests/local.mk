@@ -387,3 +387,13 @@ EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/d
 # Hostile input and a reused run directory (issue 25: findings 1, 2, 6, 7).
 TESTS += tests/hostile.sh
 EXTRA_DIST += tests/hostile.sh
+# Multi-process tests start ranks themselves (torchrun-style variables,
+# mpirun): the store's shared secret they all present (core/store.h).
+AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KILN_STORE_TOKEN;
+
+# One graceful stop per rank under kiln launch; the store under hostile
+# clients (tests/store_client.py speaks its wire format); plugins loaded
+# lazily, a config's plugin_path only with an opt-in.
+TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh
+EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py \
+	tests/plugin_lazy.sh

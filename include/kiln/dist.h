@@ -45,10 +45,17 @@ struct kiln_dist_env {
 kiln_status kiln_dist_env_read(struct kiln_dist_env *env);
 
 /* Open the store of a group of `world` ranks at host:port.  Rank 0
- * (`host_it`) listens on port (0: an ephemeral port, see kiln_store_port)
- * on every interface and serves in a thread; every rank then connects,
- * retrying until timeout_ms has passed (KILN_ETIMEOUT naming host:port).
- * The caller frees *out with kiln_store_close. */
+ * (`host_it`) listens on host:port (0: an ephemeral port, see
+ * kiln_store_port) only, and serves in a thread; every rank then
+ * connects, retrying until timeout_ms has passed (KILN_ETIMEOUT naming
+ * host:port), and proves it holds the run's token (an HMAC-SHA256 of the
+ * server's random challenge): $KILN_STORE_TOKEN, else the file
+ * $KILN_STORE_TOKEN_FILE (owned by this user, mode 600); KILN_EUSAGE when
+ * there is none, KILN_EIO when the store refuses it.  timeout_ms also
+ * bounds every later call that takes no timeout of its own ([dist]
+ * timeout).  Limits (a value at most 8 MiB, 32 MiB and 65536 keys in
+ * all): docs/distributed.md, "The store".  The caller frees *out with
+ * kiln_store_close. */
 kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, int world,
 			    int timeout_ms, struct kiln_store **out);
 /* Say goodbye (a rank that leaves cleanly is not reported lost), close the
@@ -57,7 +64,8 @@ void kiln_store_close(struct kiln_store *s);
 /* The port the store listens on (rank 0) or was reached at. */
 int kiln_store_port(const struct kiln_store *s);
 
-/* Set key to val[0..len) (replacing any value). */
+/* Set key to val[0..len) (replacing any value); KILN_EIO when the store's
+ * limits refuse it. */
 kiln_status kiln_store_set(struct kiln_store *s, const char *key, const void *val, size_t len);
 /* Wait up to timeout_ms for key to exist and return a malloc'd copy of its
  * value (NUL-terminated beyond len; the caller frees).  KILN_ETIMEOUT. */

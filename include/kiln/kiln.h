@@ -26,11 +26,17 @@ const char *kiln_version(void);
  * file of a given name wins): the directories of `plugin_path` (colon-
  * separated, normally [run] plugin_path), of $KILN_PLUGIN_PATH, the build
  * tree's plugin directory when libkiln itself runs from the build tree, and
- * the installed $(pkglibdir).  Each file is dlopen()ed (RTLD_NOW|RTLD_LOCAL)
- * and initialised; a file that fails is kept in the list with the reason.
- * Built-in layer types are registered as plugins of kind layer with file
+ * the installed $(pkglibdir).  Files are loaded lazily: kiln_registry_find
+ * dlopen()s (RTLD_NOW|RTLD_LOCAL) and initialises kiln-<name>.so for a
+ * plugin called name; only a name no file is named after, and listing
+ * (kiln_registry_file_count, kiln_registry_plugin_count), load the other
+ * files, each first loaded in a child process so that one whose loading
+ * crashes is reported (its error) and never loaded into this one.  A file
+ * that fails is kept in the list with the first reason it gave.  Built-in
+ * layer types are registered as plugins of kind layer with file
  * "(built-in)".  Plugins are never unloaded before kiln_registry_close().
- * Threads: open/close from one thread; lookups are read-only afterwards.
+ * Threads: the registry is used from one thread at a time (lookups may
+ * load files).
  */
 struct kiln_registry;
 
@@ -65,6 +71,9 @@ int kiln_registry_file_count(const struct kiln_registry *reg);
 void kiln_registry_file_get(const struct kiln_registry *reg, int i,
 			    struct kiln_plugin_file *out);
 int kiln_registry_plugin_count(const struct kiln_registry *reg);
+/* The plugins registered so far, loading nothing more (the built-ins and
+ * those lookups loaded); indices as kiln_registry_plugin_get's. */
+int kiln_registry_loaded_count(const struct kiln_registry *reg);
 void kiln_registry_plugin_get(const struct kiln_registry *reg, int i,
 			      struct kiln_plugin_info *out);
 

@@ -2,6 +2,7 @@
 #include "shm.h"
 #include "../common/shmcoll.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -170,6 +171,23 @@ static int lost(void *arg)
 	return -1;
 }
 
+/* Is name what rank 0 makes: /kiln-gloo-<pid>-<16 hex digits><tag>? */
+static int name_ok(const char *name, const char *tag)
+{
+	static const char pre[] = "/kiln-gloo-";
+	const char *p = name + sizeof pre - 1;
+	if (strncmp(name, pre, sizeof pre - 1) || !isdigit((unsigned char)*p))
+		return 0;
+	while (isdigit((unsigned char)*p))
+		p++;
+	if (*p++ != '-')
+		return 0;
+	for (int i = 0; i < 16; i++, p++)
+		if (!isxdigit((unsigned char)*p) || isupper((unsigned char)*p))
+			return 0;
+	return !strcmp(p, tag);
+}
+
 /* Rank 0 makes an object of `size` bytes (named /kiln-gloo-<pid>-<64
  * random bits><tag>) and posts its name under <prefix><what>/0, the others
  * open the one named; every rank maps it (*fd, *base).  0; -1 with why
@@ -211,6 +229,11 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 		s->h->free(v);
 		if (!*name)
 			return 1;
+		if (!name_ok(name, tag)) {
+			snprintf(why, n, "the store names shared-memory object '%.80s', not /kiln-gloo-<pid>-<16 hex digits>%s: not opened",
+				 name, tag);
+			return -1;
+		}
 		struct stat sb;
 		*fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
 		if (*fd < 0) {
@@ -220,6 +243,11 @@ static int open_object(const struct setup *s, const char *what, const char *tag,
 		}
 		if (fstat(*fd, &sb)) {
 			snprintf(why, n, "fstat(%s): %s", name, strerror(errno));
+			return -1;
+		}
+		if (sb.st_uid != geteuid() || (sb.st_mode & 077)) {
+			snprintf(why, n, "%s belongs to uid %u with mode %03o, not to this user (uid %u) with 0600: not used",
+				 name, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777), (unsigned)geteuid());
 			return -1;
 		}
 		if ((size_t)sb.st_size != size) {

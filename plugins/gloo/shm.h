@@ -11,7 +11,8 @@
  *     are at most SHMCOLL_MAXW ranks;
  *  2. rank 0 creates the object (shm_open O_CREAT|O_EXCL, mode 0600, a
  *     name of its pid and 64 random bits, world x SHMCOLL_SEGMENT bytes)
- *     and posts its name under <prefix>name; the others open and map it;
+ *     and posts its name under <prefix>name; the others open and map it,
+ *     only an object of that name pattern owned by this user with mode 0600;
  *     every rank takes a POSIX write lock (fcntl F_SETLK) on byte <rank>
  *     of the object and keeps the descriptor open;
  *  3. a store barrier (counters under <prefix>), after which every rank

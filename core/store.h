@@ -1,0 +1,84 @@
+/* core/store.h - what the rendezvous store's client (core/store.c) and
+ * server (core/store_server.c) share: the wire format, its parser
+ * (core/store_msg.c, a pure function the fuzz targets call), the token
+ * and its HMAC challenge, and the server's limits.
+ *
+ * Wire format, both ways little-endian:
+ *   greeting (server, once):  "KILNST1\n", nonce[32]
+ *   request:  u8 op, u32 klen, key[klen], u32 vlen, val[vlen]
+ *   response: u8 status, u32 vlen, val[vlen]
+ * The first request must be AUTH with val = HMAC-SHA256(token,
+ * "kiln-store-auth-v1" nonce) (OpenSSL); anything else, or a wrong MAC,
+ * closes the connection. */
+#ifndef KILN_CORE_STORE_H
+#define KILN_CORE_STORE_H
+
+#include <kiln/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+	STORE_OP_HELLO = 1,
+	STORE_OP_SET = 2,
+	STORE_OP_GET = 3,
+	STORE_OP_CHECK = 4,
+	STORE_OP_ADD = 5,
+	STORE_OP_BYE = 6,
+	STORE_OP_AUTH = 7,
+};
+
+/* response status */
+enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
+
+#define STORE_MAGIC "KILNST1\n"
+#define STORE_MAGIC_LEN 8
+#define STORE_NONCE_LEN 32
+#define STORE_MAC_LEN 32
+#define STORE_MAX_KEY 4096
+/* the server's limits (docs/distributed.md, "The store") */
+#define STORE_MAX_VALUE (8u << 20)    /* bytes of one value */
+#define STORE_MAX_BYTES (32u << 20)   /* bytes of all keys and values */
+#define STORE_MAX_KEYS 65536
+#define STORE_MAX_CLIENTS 1024        /* connections at once */
+#define STORE_AUTH_MS 10000           /* to present the token after connecting */
+#define STORE_TOKEN_MIN 16            /* characters */
+#define STORE_TOKEN_MAX 1024
+
+/* One request as kiln_store_msg_parse finds it in a buffer: pointers into
+ * that buffer (key is not NUL-terminated). */
+struct kiln_store_msg {
+	int op;
+	const char *key;
+	uint32_t klen;
+	const unsigned char *val;
+	uint32_t vlen;
+};
+
+/* Parse the request at buf[0..have): the bytes it takes (> 0) with *m
+ * filled, 0 when more bytes are needed, -1 when it is malformed (an
+ * unknown op, a key over STORE_MAX_KEY or a value over max_val bytes,
+ * told as soon as the header shows it). */
+long kiln_store_msg_parse(const void *buf, size_t have, uint32_t max_val,
+			  struct kiln_store_msg *m);
+
+/* The store's shared secret, for every rank of a run: $KILN_STORE_TOKEN,
+ * else the first line of the file $KILN_STORE_TOKEN_FILE (owned by this
+ * user, no access for group or others).  KILN_EUSAGE saying how to set
+ * one when neither is set or the token is shorter than STORE_TOKEN_MIN. */
+kiln_status store_token(char *tok, size_t n);
+
+/* mac = HMAC-SHA256(token, "kiln-store-auth-v1" nonce).  0 ok, -1 failed. */
+int store_mac(const char *token, const unsigned char *nonce, unsigned char *mac);
+
+/* Random bytes from OpenSSL's generator.  0 ok, -1 failed. */
+int store_random(unsigned char *buf, size_t n);
+
+/* The server: a thread serving on host:port (the master address; port 0:
+ * ephemeral, *bound says which) to clients that present token. */
+struct store_server;
+kiln_status store_server_start(const char *host, int port, const char *token, int *bound,
+			       struct store_server **out);
+void store_server_stop(struct store_server *s);
+
+#endif

@@ -1,0 +1,477 @@
+/* core/store_server.c - the rendezvous store's server: a thread of rank 0
+ * serving the key-value map to the ranks (core/store.h, kiln/dist.h).
+ *
+ * It listens on the master address only (127.0.0.1 for one machine).  A
+ * client first gets a greeting with a fresh random nonce and must answer
+ * with the token's HMAC of it within STORE_AUTH_MS; until then nothing
+ * else is accepted.  Each client has at most one request outstanding.  A
+ * GET of an absent key parks the client until some SET makes the key
+ * exist; timeouts are the client's business.  Sockets are non-blocking:
+ * a reply waits in the client's own output buffer, and a client with
+ * output pending is not read from, so one that never reads holds only its
+ * one reply and never stops the thread.  Values over STORE_MAX_VALUE close
+ * the connection; sets beyond STORE_MAX_KEYS keys or STORE_MAX_BYTES in
+ * all are refused (STORE_REFUSED).  A client whose connection closes
+ * after HELLO but without BYE has died: the server records it under
+ * "kiln/lost" (the first such rank, decimal) and "kiln/lost/<rank>", so
+ * the survivors can name it.
+ */
+#include "internal.h"
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct kv {
+	char *key;
+	char *val;
+	uint32_t len;
+};
+
+struct client {
+	int fd;
+	int rank;            /* from HELLO, -1 before */
+	int bye, authed;
+	int64_t auth_by;     /* ms: dropped when not authenticated by then */
+	unsigned char nonce[STORE_NONCE_LEN];
+	unsigned char *buf;  /* the request being received */
+	size_t have, cap;
+	unsigned char *out;  /* output not yet sent */
+	size_t out_off, out_len;
+	char *waiting;       /* GET parked on this key, or NULL */
+};
+
+struct store_server {
+	int lfd, wake[2];
+	pthread_t thread;
+	char token[STORE_TOKEN_MAX + 1];
+	struct kv *kv;
+	size_t n_kv, cap_kv, bytes;
+	struct client *cl;
+	size_t n_cl, cap_cl;
+};
+
+static int64_t now_ms(void) { return kiln_now_ns() / 1000000; }
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static struct kv *kv_find(struct store_server *s, const char *key)
+{
+	for (size_t i = 0; i < s->n_kv; i++)
+		if (!strcmp(s->kv[i].key, key))
+			return &s->kv[i];
+	return NULL;
+}
+
+/* Queue bytes for the client (sent as its socket takes them). -1: no memory. */
+static int queue(struct client *c, const void *p, size_t n)
+{
+	unsigned char *o = realloc(c->out, c->out_len + n);
+	if (!o)
+		return -1;
+	memcpy(o + c->out_len, p, n);
+	c->out = o;
+	c->out_len += n;
+	return 0;
+}
+
+static int reply(struct client *c, int status, const void *val, uint32_t len)
+{
+	unsigned char h[5];
+	h[0] = (unsigned char)status;
+	put32(h + 1, len);
+	return queue(c, h, 5) || (len && queue(c, val, len)) ? -1 : 0;
+}
+
+/* Send what the socket takes now.  -1: the connection failed. */
+static int flush_out(struct client *c)
+{
+	while (c->out_off < c->out_len) {
+		ssize_t k = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (k <= 0)
+			return -1;
+		c->out_off += (size_t)k;
+	}
+	free(c->out);
+	c->out = NULL;
+	c->out_off = c->out_len = 0;
+	return 0;
+}
+
+/* Set key; `own`: the server's own records (lost ranks, counters'
+ * text), which the limits do not refuse.  0 ok, 1 refused (a limit), -1
+ * out of memory. */
+static int kv_set(struct store_server *s, const char *key, const void *val, uint32_t len, int own)
+{
+	struct kv *e = kv_find(s, key);
+	size_t klen = strlen(key);
+	size_t grow = (size_t)len + (e ? 0 : klen) - (e ? e->len : 0);
+	if (!own && ((!e && s->n_kv >= STORE_MAX_KEYS) ||
+		     (e && len > e->len && s->bytes + grow > STORE_MAX_BYTES) ||
+		     (!e && s->bytes + grow > STORE_MAX_BYTES)))
+		return 1;
+	char *v = malloc((size_t)len + 1);
+	if (!v)
+		return -1;
+	memcpy(v, val, len);
+	v[len] = 0;
+	if (!e) {
+		if (s->n_kv == s->cap_kv) {
+			size_t nc = s->cap_kv ? 2 * s->cap_kv : 64;
+			struct kv *n = realloc(s->kv, nc * sizeof *n);
+			if (!n) {
+				free(v);
+				return -1;
+			}
+			s->kv = n;
+			s->cap_kv = nc;
+		}
+		e = &s->kv[s->n_kv++];
+		if (!(e->key = kiln_strdup(key))) {
+			s->n_kv--;
+			free(v);
+			return -1;
+		}
+		s->bytes += klen;
+	} else {
+		s->bytes -= e->len;
+		free(e->val);
+	}
+	e->val = v;
+	e->len = len;
+	s->bytes += len;
+	/* wake the clients parked on it */
+	for (size_t i = 0; i < s->n_cl; i++) {
+		struct client *c = &s->cl[i];
+		if (c->waiting && !strcmp(c->waiting, key)) {
+			free(c->waiting);
+			c->waiting = NULL;
+			if (reply(c, STORE_OK, e->val, e->len))
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static void client_free(struct client *c)
+{
+	close(c->fd);
+	free(c->buf);
+	free(c->out);
+	free(c->waiting);
+}
+
+static void client_drop(struct store_server *s, size_t i)
+{
+	struct client *c = &s->cl[i];
+	int rank = c->bye || !c->authed ? -1 : c->rank;
+	client_free(c);
+	s->cl[i] = s->cl[--s->n_cl];
+	if (rank >= 0) {
+		char key[64], v[24];
+		int n = snprintf(v, sizeof v, "%d", rank);
+		snprintf(key, sizeof key, "kiln/lost/%d", rank);
+		kv_set(s, key, v, (uint32_t)n, 1);
+		if (!kv_find(s, "kiln/lost"))
+			kv_set(s, "kiln/lost", v, (uint32_t)n, 1);
+	}
+}
+
+/* AUTH: the token's MAC of this client's nonce, else it is dropped. */
+static int handle_auth(struct store_server *s, struct client *c, const struct kiln_store_msg *m)
+{
+	unsigned char mac[STORE_MAC_LEN];
+	if (m->op != STORE_OP_AUTH || m->vlen != STORE_MAC_LEN || store_mac(s->token, c->nonce, mac) ||
+	    CRYPTO_memcmp(mac, m->val, STORE_MAC_LEN))
+		return -1;
+	c->authed = 1;
+	return reply(c, STORE_OK, NULL, 0);
+}
+
+/* A set's answer: kv_set's r (0 done, 1 refused: the reason, -1 drop). */
+static int set_reply(struct client *c, int r, const void *val, uint32_t len)
+{
+	static const char why[] = "the store's limits are reached (65536 keys, 32 MiB in all)";
+	if (r < 0)
+		return -1;
+	return r ? reply(c, STORE_REFUSED, why, sizeof why - 1) : reply(c, STORE_OK, val, len);
+}
+
+/* Handle one request; -1 drops the client. */
+static int handle(struct store_server *s, struct client *c, const struct kiln_store_msg *m)
+{
+	char key[STORE_MAX_KEY + 1];
+	memcpy(key, m->key, m->klen);
+	key[m->klen] = 0;
+	if (!c->authed)
+		return handle_auth(s, c, m);
+	switch (m->op) {
+	case STORE_OP_HELLO: {
+		int64_t r = 0;
+		if (m->vlen == 8)
+			memcpy(&r, m->val, 8);
+		c->rank = r >= 0 && r <= INT32_MAX ? (int)r : -1;
+		return reply(c, STORE_OK, NULL, 0);
+	}
+	case STORE_OP_BYE:
+		c->bye = 1;
+		return reply(c, STORE_OK, NULL, 0);
+	case STORE_OP_SET:
+		return set_reply(c, kv_set(s, key, m->val, m->vlen, 0), NULL, 0);
+	case STORE_OP_GET:
+	case STORE_OP_CHECK: {
+		struct kv *e = kv_find(s, key);
+		if (e)
+			return reply(c, STORE_OK, e->val, e->len);
+		if (m->op == STORE_OP_CHECK)
+			return reply(c, STORE_ABSENT, NULL, 0);
+		return (c->waiting = kiln_strdup(key)) ? 0 : -1;
+	}
+	case STORE_OP_ADD: {
+		struct kv *e = kv_find(s, key);
+		int64_t d = 0, v = e ? strtoll(e->val, NULL, 10) : 0;
+		char txt[24];
+		if (m->vlen == 8)
+			memcpy(&d, m->val, 8);
+		v = (int64_t)((uint64_t)v + (uint64_t)d); /* wraps, never UB */
+		int n = snprintf(txt, sizeof txt, "%lld", (long long)v);
+		return set_reply(c, kv_set(s, key, txt, (uint32_t)n, !!e), &v, 8);
+	}
+	}
+	return -1;
+}
+
+/* Handle the complete requests buffered, while nothing is queued to send
+ * and no GET is parked.  -1: drop. */
+static int client_work(struct store_server *s, struct client *c)
+{
+	size_t off = 0;
+	int r = 0;
+	while (!c->out_len && off < c->have) {
+		struct kiln_store_msg m;
+		long need = kiln_store_msg_parse(c->buf + off, c->have - off,
+						 c->authed ? STORE_MAX_VALUE : STORE_MAC_LEN, &m);
+		if (need < 0 || (need > 0 && c->waiting)) {
+			r = -1; /* malformed, or a request while parked */
+			break;
+		}
+		if (!need)
+			break;
+		if (handle(s, c, &m)) {
+			r = -1;
+			break;
+		}
+		off += (size_t)need;
+	}
+	memmove(c->buf, c->buf + off, c->have - off);
+	c->have -= off;
+	return r;
+}
+
+/* Read what is there (up to the request being received and 64 KiB), then
+ * handle what is complete.  -1: drop. */
+static int client_read(struct store_server *s, struct client *c)
+{
+	if (c->have + 65536 > c->cap) {
+		size_t nc = c->cap ? c->cap : 65536;
+		while (nc < c->have + 65536)
+			nc *= 2;
+		unsigned char *n = realloc(c->buf, nc);
+		if (!n)
+			return -1;
+		c->buf = n;
+		c->cap = nc;
+	}
+	ssize_t k = recv(c->fd, c->buf + c->have, 65536, 0);
+	if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	if (k <= 0)
+		return -1;
+	c->have += (size_t)k;
+	return client_work(s, c);
+}
+
+static void accept_client(struct store_server *s)
+{
+	int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return;
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	struct client *ncl = s->cl;
+	if (s->n_cl >= STORE_MAX_CLIENTS ||
+	    (s->n_cl == s->cap_cl &&
+	     !(ncl = realloc(s->cl, (s->cap_cl ? 2 * s->cap_cl : 16) * sizeof *ncl)))) {
+		close(fd);
+		return;
+	}
+	if (s->n_cl == s->cap_cl)
+		s->cap_cl = s->cap_cl ? 2 * s->cap_cl : 16;
+	s->cl = ncl;
+	struct client *c = &s->cl[s->n_cl];
+	*c = (struct client){ .fd = fd, .rank = -1, .auth_by = now_ms() + STORE_AUTH_MS };
+	if (store_random(c->nonce, sizeof c->nonce) || queue(c, STORE_MAGIC, STORE_MAGIC_LEN) ||
+	    queue(c, c->nonce, sizeof c->nonce) || flush_out(c)) {
+		client_free(c);
+		return;
+	}
+	s->n_cl++;
+}
+
+/* One client's turn after poll: send, read, or drop it (then the last
+ * client moves into slot i). */
+static void client_turn(struct store_server *s, size_t i, short rev, int64_t now)
+{
+	struct client *c = &s->cl[i];
+	int bad = (!c->authed && now >= c->auth_by) || ((rev & (POLLERR | POLLNVAL)) != 0);
+	if (!bad && (rev & (POLLOUT | POLLHUP)) && c->out_len)
+		bad = flush_out(c) || (!c->out_len && client_work(s, c));
+	if (!bad && (rev & (POLLIN | POLLHUP)) && !c->out_len)
+		bad = client_read(s, c);
+	if (bad)
+		client_drop(s, i);
+}
+
+static void *server_main(void *arg)
+{
+	struct store_server *s = arg;
+	struct pollfd *pf = NULL;
+	size_t cap = 0;
+	for (;;) {
+		size_t n = 2 + s->n_cl;
+		if (n > cap) {
+			struct pollfd *np = realloc(pf, n * 2 * sizeof *np);
+			if (!np)
+				break;
+			pf = np;
+			cap = n * 2;
+		}
+		pf[0] = (struct pollfd){ .fd = s->wake[0], .events = POLLIN };
+		pf[1] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
+		for (size_t i = 0; i < s->n_cl; i++)
+			pf[2 + i] = (struct pollfd){ .fd = s->cl[i].fd,
+						     .events = s->cl[i].out_len ? POLLOUT : POLLIN };
+		if (poll(pf, n, 1000) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pf[0].revents)
+			break;
+		/* clients first (indices shift as they drop: walk backwards) */
+		const int64_t now = now_ms();
+		for (size_t i = s->n_cl; i-- > 0;)
+			client_turn(s, i, pf[2 + i].revents, now);
+		if (pf[1].revents & POLLIN)
+			accept_client(s);
+	}
+	free(pf);
+	return NULL;
+}
+
+static void server_free(struct store_server *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n_cl; i++)
+		client_free(&s->cl[i]);
+	for (size_t i = 0; i < s->n_kv; i++) {
+		free(s->kv[i].key);
+		free(s->kv[i].val);
+	}
+	free(s->cl);
+	free(s->kv);
+	if (s->lfd >= 0)
+		close(s->lfd);
+	if (s->wake[0] >= 0) {
+		close(s->wake[0]);
+		close(s->wake[1]);
+	}
+	OPENSSL_cleanse(s->token, sizeof s->token);
+	free(s);
+}
+
+/* Listen on host:port (the first address it resolves to). */
+static kiln_status server_listen(struct store_server *s, const char *host, int port, int *bound)
+{
+	char ps[16];
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai = NULL;
+	struct sockaddr_storage a;
+	socklen_t al = sizeof a;
+	int one = 1;
+	snprintf(ps, sizeof ps, "%d", port);
+	int rc = getaddrinfo(host, ps, &hints, &ai);
+	if (rc)
+		return kiln_error(KILN_EIO, "store: cannot resolve the master address '%s': %s", host,
+				  gai_strerror(rc));
+	s->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s->lfd < 0) {
+		freeaddrinfo(ai);
+		return kiln_error(KILN_EIO, "store: socket: %s", strerror(errno));
+	}
+	setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(s->lfd, ai->ai_addr, ai->ai_addrlen) || listen(s->lfd, 256) ||
+	    getsockname(s->lfd, (struct sockaddr *)&a, &al)) {
+		freeaddrinfo(ai);
+		return kiln_error(KILN_EIO, "store: cannot listen on %s:%d: %s (another run on this port? set KILN_MASTER_PORT / MASTER_PORT; is %s an address of this machine?)",
+				  host, port, strerror(errno), host);
+	}
+	freeaddrinfo(ai);
+	*bound = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+					       : ((struct sockaddr_in *)&a)->sin_port);
+	return KILN_OK;
+}
+
+kiln_status store_server_start(const char *host, int port, const char *token, int *bound,
+			       struct store_server **out)
+{
+	struct store_server *s = calloc(1, sizeof *s);
+	kiln_status st;
+	if (!s)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	s->lfd = s->wake[0] = s->wake[1] = -1;
+	snprintf(s->token, sizeof s->token, "%s", token);
+	if ((st = server_listen(s, host, port, bound))) {
+		server_free(s);
+		return st;
+	}
+	if (pipe2(s->wake, O_CLOEXEC)) {
+		server_free(s);
+		return kiln_error(KILN_EIO, "store: pipe: %s", strerror(errno));
+	}
+	int rc = pthread_create(&s->thread, NULL, server_main, s);
+	if (rc) {
+		server_free(s);
+		return kiln_error(KILN_EIO, "store: pthread_create: %s", strerror(rc));
+	}
+	*out = s;
+	return KILN_OK;
+}
+
+void store_server_stop(struct store_server *s)
+{
+	if (!s)
+		return;
+	if (write(s->wake[1], "x", 1) != 1) {
+		/* the thread then only ends with the process */
+	}
+	pthread_join(s->thread, NULL);
+	server_free(s);
+}

@@ -1,0 +1,67 @@
+#!/bin/sh
+# tests/store_abuse.sh - the rendezvous store under hostile clients, in a
+# real 2-rank run (kiln launch, gloo, [dist] timeout = 20) whose store
+# listens at a port we choose (docs/distributed.md, "The store"):
+#
+#  - a client without the token, and one with a wrong token, are refused
+#    (the connection closed before any key is read or written);
+#  - a stall client (authenticated: sets a 4 MiB value, then asks for it 16
+#    times and never reads) does not stop the store's thread: the run
+#    finishes and exits 0 (the store used to block in send() on it, and a
+#    finished run then failed after a hard-coded 60 s);
+#  - a hog client's eight 64 MiB sets are all refused and 7 MiB sets stop
+#    at the 32 MiB limit: rank 0's resident memory grows by less than
+#    80 MB over the run (it grew by ~520 MB).
+name=store_abuse
+needs=gloo
+. "$(dirname "$0")/dist_common.sh"
+py=/usr/bin/python3
+[ -x "$py" ] || { echo "SKIP: no python3"; exit 77; }
+client="$srcdir/tests/store_client.py"
+
+mlp_ini "$tmp/mlp.ini" 5 20
+port=$(free_port 5)
+"$kiln" launch -n 2 --master "127.0.0.1:$port" -- "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/run" train.epochs=6 > "$tmp/run.log" 2>&1 &
+lpid=$!
+
+# rank 0's resident memory (kB) once it trains, then the most seen
+i=0
+until grep -q '"event":"train"' "$tmp/run/metrics.jsonl" 2>/dev/null; do
+	i=$((i + 1))
+	[ $i -le 600 ] || { kill -KILL "$lpid"; bad "training did not start"; tail "$tmp/run.log"; exit 1; }
+	sleep 0.1
+done
+rank0=$(cut -d' ' -f1 "/proc/$lpid/task/$lpid/children")
+rss() { sed -n 's/^VmRSS: *\([0-9]*\) kB/\1/p' "/proc/$rank0/status" 2>/dev/null; }
+rss0=$(rss)
+
+for m in noauth badtoken; do
+	r=$("$py" "$client" $m 127.0.0.1 "$port")
+	[ "$r" = refused ] || bad "a client ($m) was $r, expected refused"
+done
+"$py" "$client" stall 127.0.0.1 "$port" > "$tmp/stall.out" 2>&1 &
+spid=$!
+"$py" "$client" hog 127.0.0.1 "$port" > "$tmp/hog.out" 2>&1 &
+hpid=$!
+max=$rss0
+while kill -0 "$lpid" 2>/dev/null; do
+	r=$(rss)
+	[ -z "$r" ] || [ "$r" -le "$max" ] || max=$r
+	sleep 0.2
+done
+wait "$lpid"
+rc=$?
+wait "$hpid"
+kill "$spid" 2>/dev/null
+wait "$spid" 2>/dev/null
+cat "$tmp/hog.out"
+[ $rc = 0 ] || { bad "the run with a stall and a hog client exited $rc"; tail -15 "$tmp/run.log"; }
+grep -q stalling "$tmp/stall.out" || bad "the stall client did not get going: $(cat "$tmp/stall.out")"
+grep -q '^big-accepted 0$' "$tmp/hog.out" || bad "64 MiB values were accepted"
+n=$(sed -n 's/^filled //p' "$tmp/hog.out")
+[ -n "$n" ] && [ "$n" -le 4 ] || bad "7 MiB values accepted: '$n' (the limit is 32 MiB in all)"
+grow=$(( (max - rss0) / 1024 ))
+echo "rank 0: ${rss0} kB resident when training began, at most ${max} kB (+${grow} MB); launch exited $rc"
+[ "$grow" -lt 80 ] || bad "rank 0 grew by $grow MB under the hog client"
+exit $fail
