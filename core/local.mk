@@ -41,3 +41,5 @@ core/proto/%.pb-c.c: $(srcdir)/core/proto/%.proto
 core/proto/%.pb-c.h: core/proto/%.pb-c.c
 	@test -f $@ || { rm -f $<; $(MAKE) $(AM_MAKEFLAGS) $<; }
 core/proto/event.pb-c.c: $(srcdir)/core/proto/summary.proto
+# GPT-2 and llm.c weight files (issue 20)
+libkiln_la_SOURCES += core/weights.h core/weights_gpt2.c

@@ -383,3 +383,9 @@ EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py te
 TESTS += tests/gpt_steps.sh tests/gpt.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
+
+# GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
+# file in (tests/data/gen_gpt2_io_refs.py)
+TESTS += tests/gpt2_io.sh
+EXTRA_DIST += tests/gpt2_io.sh tests/data/gen_gpt2_io_refs.py tests/data/gpt2_hf.safetensors \
+	tests/data/gpt2_hf_bare.safetensors tests/data/gpt2_llmc.bin tests/data/gpt2_io_refs.safetensors
