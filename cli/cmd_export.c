@@ -1,6 +1,7 @@
-/* cli/cmd_export.c - `kiln export CONFIG --safetensors FILE`: build CONFIG's
- * model, load its weights, write every parameter and buffer with PyTorch's
- * names and layouts (docs/safetensors.md). */
+/* cli/cmd_export.c - `kiln export CONFIG --safetensors FILE [--format F]`:
+ * build CONFIG's model, load its weights, write every parameter and buffer
+ * with PyTorch's names and layouts, or the GPT-2 release's
+ * (docs/safetensors.md). */
 #include "build-config.h"
 #include "cli.h"
 
@@ -10,12 +11,18 @@
 
 static void export_usage(FILE *f)
 {
-	fprintf(f, "usage: kiln export CONFIG --safetensors FILE [--checkpoint CKPT] [section.key=value ...]\n\n"
+	fprintf(f, "usage: kiln export CONFIG --safetensors FILE [--format pytorch|gpt2] [--checkpoint CKPT]\n"
+		   "                   [section.key=value ...]\n\n"
 		   "Build the model CONFIG describes (the sample shape comes from its [data] source),\n"
 		   "load the weights of its run and write every parameter and buffer to FILE as\n"
 		   "safetensors: names `<layer>.<parameter>` (conv1.weight, bn1.running_mean, plus\n"
 		   "bn1.num_batches_tracked), PyTorch's layouts, so torch's\n"
 		   "load_state_dict(strict=True) takes it for a module named alike.\n"
+		   "--format gpt2: the GPT-2 release's layouts, as Hugging Face's GPT2LMHeadModel\n"
+		   "saves them: the same names (name the layers transformer.h.0.attn.c_attn, ...,\n"
+		   "as examples/gpt2_small.ini does), the weights of the linear layers named\n"
+		   "c_attn, c_proj, c_fc stored [in, out] (GPT-2's Conv1D), a tied lm_head once,\n"
+		   "as transformer.wte.weight; read back with [model] init_format = gpt2.\n"
 		   "The weights: those of checkpoint CKPT (--checkpoint), else of the newest usable\n"
 		   "checkpoint in [run] out_dir/checkpoints (verified whole first; its layer keys\n"
 		   "must be CONFIG's; [model] init_from is not read), else, with a warning, the\n"
@@ -34,6 +41,7 @@ int cmd_export(int argc, char **argv)
 		return 2;
 	}
 	const char *out = NULL, *ckpt = NULL;
+	int format = KILN_WEIGHTS_PYTORCH;
 	char **over = calloc((size_t)argc, sizeof *over); /* the overrides alone */
 	int n_over = 0;
 	if (!over)
@@ -43,6 +51,13 @@ int cmd_export(int argc, char **argv)
 			out = argv[++i];
 		} else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) {
 			ckpt = argv[++i];
+		} else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+			if ((format = kiln_weights_format(argv[++i])) < 0) {
+				fprintf(stderr, "kiln: error: --format '%s': expected pytorch or gpt2\n",
+					argv[i]);
+				free(over);
+				return 2;
+			}
 		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
 			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", argv[i]);
 			export_usage(stderr);
@@ -63,7 +78,7 @@ int cmd_export(int argc, char **argv)
 	/* option values may contain '=': pass only the overrides */
 	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
 	if (!st)
-		st = kiln_export_safetensors(cfg, reg, ckpt, out);
+		st = kiln_export_safetensors_as(cfg, reg, ckpt, out, format);
 	int rc = 0;
 	if (st)
 		rc = cli_fail(st);

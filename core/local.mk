@@ -49,3 +49,5 @@ libkiln_la_SOURCES += core/out_dir.c
 libkiln_la_SOURCES += core/store.h core/store_server.c core/store_msg.c
 libkiln_la_CPPFLAGS += $(CRYPTO_CFLAGS)
 libkiln_la_LIBADD += $(CRYPTO_LIBS)
+# GPT-2 and llm.c weight files (issue 20)
+libkiln_la_SOURCES += core/weights.h core/weights_gpt2.c

@@ -52,7 +52,7 @@ static const struct {
 } weightless_keys[] = {
 	{ "model", "layout" },       { "model", "init_from" },
 	{ "model", "init_strict" },  { "layer.*", "inplace" },
-	{ "layer.*", "recompute" },
+	{ "layer.*", "recompute" },  { "model", "init_format" },
 };
 
 static int weights_key(const char *section, const char *key)

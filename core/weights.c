@@ -11,8 +11,14 @@
  * PyTorch and Hugging Face do; it reads from that name, or from a tied
  * layer's ("lm_head.weight") when the file has only that, and a file with
  * both must hold the same values under both.
+ *
+ * The GPT-2 format (KILN_WEIGHTS_GPT2, `kiln export --format gpt2`,
+ * [model] init_format = gpt2) keeps these names and stores the blocks'
+ * Conv1D weights [in, out]; llm.c's model files load through the same
+ * loader (core/weights_gpt2.c).
  */
 #include "checkpoint.h"
+#include "weights.h"
 #include "graph.h"
 #include "data.h"
 #include "run_config.h"
@@ -53,10 +59,32 @@ static void config_hash(const struct kiln_model *m, char out[17])
 	snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
+/* The parameters in GPT-2's layouts: host's values, every Conv1D weight
+ * transposed to [in, out] (a copy, out: n_elems floats). */
+static void to_gpt2_layouts(const struct kiln_model *m, const float *host, float *out)
+{
+	memcpy(out, host, sizeof(float) * m->n_elems);
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *p = &m->params[i];
+		if (p->buffer || !kiln_gpt2_conv1d(m, i))
+			continue;
+		const int64_t rows = p->desc.dims[0], cols = p->desc.dims[1];
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t c = 0; c < cols; c++)
+				out[p->off + c * rows + r] = host[p->off + r * cols + c];
+	}
+}
+
 kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, void *stream)
 {
+	return kiln_model_save_safetensors_as(m, path, KILN_WEIGHTS_PYTORCH, stream);
+}
+
+kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *path, int format,
+					   void *stream)
+{
 	const size_t np = m->n_elems, nb = m->n_buf_elems;
-	float *host = NULL;
+	float *host = NULL, *gpt2 = NULL;
 	struct kiln_safetensors_writer *w = NULL;
 	kiln_status st;
 	/* [params | buffers | the i64 step counter] */
@@ -73,12 +101,22 @@ kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, 
 	int64_t steps, tracked;
 	memcpy(&steps, host + np + nb, sizeof steps);
 	tracked = m->tracked_base + steps;
+	if (format == KILN_WEIGHTS_GPT2) {
+		if (!(gpt2 = malloc(sizeof(float) * (np + 1)))) {
+			st = kiln_error(KILN_ENOMEM, "%s: out of memory", path);
+			goto out;
+		}
+		to_gpt2_layouts(m, host, gpt2);
+	}
 	if ((st = kiln_safetensors_writer_new(&w)))
 		goto out;
 	for (int i = 0; i < m->n_params; i++) {
 		const struct model_param *p = &m->params[i];
-		if ((st = kiln_safetensors_writer_add(w, p->name, KILN_F32, p->desc.ndim, p->desc.dims,
-						      (p->buffer ? host + np : host) + p->off)))
+		const int swap = gpt2 && !p->buffer && kiln_gpt2_conv1d(m, i);
+		const int64_t dims[2] = { p->desc.dims[swap], p->desc.dims[!swap] };
+		if ((st = kiln_safetensors_writer_add(w, p->name, KILN_F32, p->desc.ndim,
+						      swap ? dims : p->desc.dims,
+						      (p->buffer ? host + np : gpt2 ? gpt2 : host) + p->off)))
 			goto out;
 	}
 	for (int i = 0; i < m->n_layers; i++) {
@@ -99,6 +137,7 @@ kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, 
 out:
 	kiln_safetensors_writer_free(w);
 	kiln_device_host_free(m->dev, host);
+	free(gpt2);
 	return st;
 }
 
@@ -203,18 +242,25 @@ static int is_tracked_name(const char *name)
 	return n > k && !strcmp(name + n - k, suffix);
 }
 
+/* Does the file's tensor `name` hold parameter i, by the file's names? */
+static int same_name(const struct kiln_model *m, const struct kiln_weights_in *in, int i,
+		     const char *name)
+{
+	if (in->flags & KILN_WF_GPT2_NAMES)
+		return kiln_gpt2_same_name(m, i, name);
+	return !strcmp(m->params[i].name, name);
+}
+
 /* The file's entry for parameter i: its name, else (a tied tensor) an
  * alias of it ("lm_head.weight" of [layer.lm_head] tie = wte); -1 when
  * the file has neither. */
-static int find_entry(const struct kiln_model *m, const struct kiln_safetensors *f, int i)
+static int find_entry(const struct kiln_model *m, const struct kiln_weights_in *in, int i)
 {
 	int alias = -1;
-	for (int j = 0; j < kiln_safetensors_count(f); j++) {
-		struct kiln_safetensors_tensor t;
-		kiln_safetensors_get(f, j, &t);
-		if (!strcmp(t.name, m->params[i].name))
+	for (int j = 0; j < in->n; j++) {
+		if (same_name(m, in, i, in->t[j].name))
 			return j;
-		if (alias < 0 && kiln_model_tie_alias(m, t.name) == i)
+		if (alias < 0 && kiln_model_tie_alias(m, in->t[j].name) == i)
 			alias = j;
 	}
 	return alias;
@@ -239,77 +285,149 @@ static int same_values(const struct kiln_safetensors_tensor *a,
 	return same;
 }
 
-kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, int strict,
-					void *stream)
+/* Is parameter i stored [in, out] in this file (GPT-2's Conv1D)? */
+static int transposed(const struct kiln_model *m, const struct kiln_weights_in *in, int i)
 {
-	struct kiln_safetensors *f;
-	kiln_status st = kiln_safetensors_open(path, &f);
-	if (st)
-		return st;
-	int nf = kiln_safetensors_count(f);
+	return (in->flags & KILN_WF_CONV1D) && kiln_gpt2_conv1d(m, i);
+}
+
+/* Does tensor t fit parameter i: its shape (transposed for a Conv1D
+ * weight; fewer rows for a padded vocabulary) and a float dtype?  Adds
+ * what does not fit to *bad. */
+static void check_fit(const struct kiln_model *m, const struct kiln_weights_in *in, int i,
+		      const struct kiln_safetensors_tensor *t, struct names *bad)
+{
+	const struct model_param *p = &m->params[i];
+	const int swap = transposed(m, in, i);
+	const int fewer = (in->flags & KILN_WF_GPT2_NAMES) && kiln_gpt2_padded_rows(m, i);
+	int same = t->ndim == p->desc.ndim;
+	for (int d = 0; same && d < t->ndim; d++) {
+		int64_t want = p->desc.dims[swap ? t->ndim - 1 - d : d];
+		same = t->dims[d] == want || (fewer && d == 0 && t->dims[d] < want);
+	}
+	if (!same) {
+		char a[160], b[160];
+		int64_t dims[KILN_MAX_DIMS];
+		for (int d = 0; d < p->desc.ndim; d++)
+			dims[d] = p->desc.dims[swap ? p->desc.ndim - 1 - d : d];
+		names_add(bad, "%s is %s in the file but %s%s in the model", t->name,
+			  shape_str(t->ndim, t->dims, a, sizeof a),
+			  swap ? "[in, out] = " : "", shape_str(p->desc.ndim, dims, b, sizeof b));
+	} else if (strcmp(t->dtype_name, "F32") && strcmp(t->dtype_name, "F16") &&
+		   strcmp(t->dtype_name, "BF16") && strcmp(t->dtype_name, "F64")) {
+		names_add(bad, "%s is %s (parameters load from F32, F16, BF16 or F64)", t->name,
+			  t->dtype_name);
+	}
+}
+
+/* Parameter i's values from tensor t into host, in kiln's layout: a
+ * Conv1D weight transposed, missing vocabulary rows 0.  tmp: scratch of
+ * the parameter's size. */
+static void arrange(const struct kiln_model *m, const struct kiln_weights_in *in, int i,
+		    const struct kiln_safetensors_tensor *t, float *tmp, float *host)
+{
+	const struct model_param *p = &m->params[i];
+	if (transposed(m, in, i)) {
+		const int64_t rows = p->desc.dims[0], cols = p->desc.dims[1];
+		to_f32(tmp, t);
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t c = 0; c < cols; c++)
+				host[r * cols + c] = tmp[c * rows + r];
+		return;
+	}
+	to_f32(host, t);
+	memset(host + t->numel, 0, sizeof(float) * (size_t)(p->numel - t->numel));
+}
+
+/* What the file holds beyond the model's parameters: a tied tensor's
+ * second name (must equal the first), PyTorch's batch counter (into
+ * *tracked), GPT-2's causal masks (skipped), else unexpected. */
+static void check_extra(const struct kiln_model *m, const struct kiln_weights_in *in,
+			const int *which, const char *used, int64_t *tracked,
+			struct names *bad, struct names *unexpected)
+{
+	for (int j = 0; j < in->n; j++) {
+		const struct kiln_safetensors_tensor *t = &in->t[j];
+		if (used[j])
+			continue;
+		int tied = kiln_model_tie_alias(m, t->name);
+		if (tied >= 0 && which[tied] >= 0) { /* both names of a tied tensor */
+			const struct kiln_safetensors_tensor *o = &in->t[which[tied]];
+			if (!same_values(t, o))
+				names_add(bad, "%s differs from %s, the tensor it is tied to", t->name,
+					  o->name);
+			continue;
+		}
+		if (is_tracked_name(t->name)) {
+			/* PyTorch's batch counter: kept to be written back on export */
+			int64_t v;
+			if (t->dtype == KILN_I64 && t->numel == 1) {
+				memcpy(&v, t->data, sizeof v);
+				if (v > *tracked)
+					*tracked = v;
+			}
+			continue;
+		}
+		if ((in->flags & KILN_WF_GPT2_NAMES) && kiln_gpt2_skipped(t->name))
+			continue;
+		names_add(unexpected, "%s", t->name);
+	}
+}
+
+/* Copy the matched tensors to the device, one staging buffer. */
+static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *in,
+			   const int *which, size_t most, int *loaded, void *stream)
+{
+	float *host = NULL, *tmp = malloc(sizeof(float) * (most ? most : 1));
+	kiln_status st = tmp ? kiln_device_host_alloc(m->dev, (most ? most : 1) * sizeof(float),
+						       (void **)&host)
+			     : kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; !st && i < m->n_params; i++) {
+		const struct model_param *p = &m->params[i];
+		if (which[i] < 0)
+			continue;
+		arrange(m, in, i, &in->t[which[i]], tmp, host);
+		float *dst = (p->buffer ? m->buffers_d : m->params_d) + p->off;
+		m->pcopy_stale = 1;
+		/* one staging buffer: wait for each copy before the next */
+		if (!(st = kiln_device_copy_async(m->dev, dst, host, (size_t)p->numel * sizeof(float),
+						  KILN_COPY_H2D, stream)) &&
+		    !(st = kiln_device_stream_sync(m->dev, stream)))
+			(*loaded)++;
+	}
+	if (host)
+		kiln_device_host_free(m->dev, host);
+	free(tmp);
+	return st;
+}
+
+kiln_status kiln_weights_load(struct kiln_model *m, const struct kiln_weights_in *in, int strict,
+			      void *stream)
+{
+	const char *path = in->path;
 	int *which = malloc(sizeof(int) * (size_t)(m->n_params + 1)); /* file index or -1 */
-	char *used = calloc((size_t)nf + 1, 1);
-	float *host = NULL;
+	char *used = calloc((size_t)in->n + 1, 1);
 	struct names missing = { "", 0 }, unexpected = { "", 0 }, bad = { "", 0 };
 	int64_t tracked = -1;
 	size_t most = 0;
 	char m1[32], m2[32], m3[32];
+	kiln_status st = KILN_OK;
 	if (!which || !used) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
 	for (int i = 0; i < m->n_params; i++) {
-		const struct model_param *p = &m->params[i];
-		struct kiln_safetensors_tensor t;
-		which[i] = find_entry(m, f, i);
+		which[i] = find_entry(m, in, i);
 		if (which[i] < 0) {
-			names_add(&missing, "%s", p->name);
+			names_add(&missing, "%s", m->params[i].name);
 			continue;
 		}
-		kiln_safetensors_get(f, which[i], &t);
 		used[which[i]] = 1;
-		int same = t.ndim == p->desc.ndim;
-		for (int d = 0; same && d < t.ndim; d++)
-			same = t.dims[d] == p->desc.dims[d];
-		if (!same) {
-			char a[160], b[160];
-			names_add(&bad, "%s is %s in the file but %s in the model", t.name,
-				  shape_str(t.ndim, t.dims, a, sizeof a),
-				  shape_str(p->desc.ndim, p->desc.dims, b, sizeof b));
-		} else if (strcmp(t.dtype_name, "F32") && strcmp(t.dtype_name, "F16") &&
-			   strcmp(t.dtype_name, "BF16") && strcmp(t.dtype_name, "F64")) {
-			names_add(&bad, "%s is %s (parameters load from F32, F16, BF16 or F64)",
-				  t.name, t.dtype_name);
-		}
-		if ((size_t)p->numel > most)
-			most = (size_t)p->numel;
+		check_fit(m, in, i, &in->t[which[i]], &bad);
+		if ((size_t)m->params[i].numel > most)
+			most = (size_t)m->params[i].numel;
 	}
-	for (int j = 0; j < nf; j++) {
-		struct kiln_safetensors_tensor t;
-		kiln_safetensors_get(f, j, &t);
-		if (used[j])
-			continue;
-		int tied = kiln_model_tie_alias(m, t.name);
-		if (tied >= 0 && which[tied] >= 0) { /* both names of a tied tensor */
-			struct kiln_safetensors_tensor o;
-			kiln_safetensors_get(f, which[tied], &o);
-			if (!same_values(&t, &o))
-				names_add(&bad, "%s differs from %s, the tensor it is tied to", t.name,
-					  o.name);
-			continue;
-		}
-		if (is_tracked_name(t.name)) {
-			/* PyTorch's batch counter: kept to be written back on export */
-			int64_t v;
-			if (t.dtype == KILN_I64 && t.numel == 1) {
-				memcpy(&v, t.data, sizeof v);
-				if (v > tracked)
-					tracked = v;
-			}
-			continue;
-		}
-		names_add(&unexpected, "%s", t.name);
-	}
+	check_extra(m, in, which, used, &tracked, &bad, &unexpected);
 	if (bad.n) {
 		st = kiln_error(KILN_ECONFIG, "%s: %d tensor(s) do not fit the model: %s%s", path, bad.n,
 				bad.text, names_more(&bad, m1, sizeof m1));
@@ -328,25 +446,9 @@ kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, 
 				path, a, b);
 		goto out;
 	}
-	if ((st = kiln_device_host_alloc(m->dev, (most ? most : 1) * sizeof(float), (void **)&host)))
-		goto out;
 	int loaded = 0;
-	for (int i = 0; i < m->n_params; i++) {
-		const struct model_param *p = &m->params[i];
-		struct kiln_safetensors_tensor t;
-		if (which[i] < 0)
-			continue;
-		kiln_safetensors_get(f, which[i], &t);
-		to_f32(host, &t);
-		float *dst = (p->buffer ? m->buffers_d : m->params_d) + p->off;
-		m->pcopy_stale = 1;
-		/* one staging buffer: wait for each copy before the next */
-		if ((st = kiln_device_copy_async(m->dev, dst, host, (size_t)p->numel * sizeof(float),
-						 KILN_COPY_H2D, stream)) ||
-		    (st = kiln_device_stream_sync(m->dev, stream)))
-			goto out;
-		loaded++;
-	}
+	if ((st = copy_in(m, in, which, most, &loaded, stream)))
+		goto out;
 	if (tracked >= 0)
 		m->tracked_base = tracked;
 	if (missing.n || unexpected.n) {
@@ -364,11 +466,43 @@ kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, 
 			 loaded);
 	}
 out:
-	kiln_device_host_free(m->dev, host);
 	free(which);
 	free(used);
+	return st;
+}
+
+/* The KILN_WF_* flags of a file format. */
+static int format_flags(int format)
+{
+	return format == KILN_WEIGHTS_GPT2 ? KILN_WF_GPT2_NAMES | KILN_WF_CONV1D : 0;
+}
+
+kiln_status kiln_model_load_safetensors_as(struct kiln_model *m, const char *path, int format,
+					   int strict, void *stream)
+{
+	struct kiln_safetensors *f;
+	kiln_status st = kiln_safetensors_open(path, &f);
+	if (st)
+		return st;
+	int n = kiln_safetensors_count(f);
+	struct kiln_safetensors_tensor *t = calloc((size_t)n + 1, sizeof *t);
+	if (!t) {
+		kiln_safetensors_close(f);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	for (int j = 0; j < n; j++)
+		kiln_safetensors_get(f, j, &t[j]);
+	struct kiln_weights_in in = { path, n, t, format_flags(format) };
+	st = kiln_weights_load(m, &in, strict, stream);
+	free(t);
 	kiln_safetensors_close(f);
 	return st;
+}
+
+kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, int strict,
+					void *stream)
+{
+	return kiln_model_load_safetensors_as(m, path, KILN_WEIGHTS_PYTORCH, strict, stream);
 }
 
 /* [model] init_from names a kiln checkpoint: its weights alone (params
@@ -393,11 +527,15 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 	kiln_status st;
 	if (!path || !*path)
 		return KILN_OK;
+	const char *format = kiln_config_get(m->cfg, "model", "init_format");
 	kiln_config_get_bool(m->cfg, "model", "init_strict", &strict);
 	if (kiln_ckpt_is_checkpoint(path))
 		st = init_from_checkpoint(m, path, stream);
+	else if (kiln_llmc_is_model(path))
+		st = kiln_llmc_load(m, path, strict, stream);
 	else
-		st = kiln_model_load_safetensors(m, path, strict, stream);
+		st = kiln_model_load_safetensors_as(m, path, kiln_weights_format(format), strict,
+						    stream);
 	if (st)
 		return kiln_error_wrap(st, "%s: [model] init_from",
 				       kiln_config_where(m->cfg, "model", "init_from"));
@@ -466,15 +604,31 @@ void kiln_trained_close(struct kiln_trained *t)
 	memset(t, 0, sizeof *t);
 }
 
+int kiln_weights_format(const char *name)
+{
+	if (!name || !strcmp(name, "pytorch"))
+		return KILN_WEIGHTS_PYTORCH;
+	if (!strcmp(name, "gpt2"))
+		return KILN_WEIGHTS_GPT2;
+	return -1;
+}
+
 kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 				    const struct kiln_registry *reg, const char *checkpoint,
 				    const char *path)
+{
+	return kiln_export_safetensors_as(cfg, reg, checkpoint, path, KILN_WEIGHTS_PYTORCH);
+}
+
+kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
+				       const struct kiln_registry *reg, const char *checkpoint,
+				       const char *path, int format)
 {
 	struct kiln_trained t;
 	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t);
 	if (st)
 		return st;
-	if (!(st = kiln_model_save_safetensors(t.m, path, t.stream)))
+	if (!(st = kiln_model_save_safetensors_as(t.m, path, format, t.stream)))
 		kiln_log(KILN_LOG_DEBUG, "core", "wrote %d parameters and buffers to %s",
 			 kiln_model_param_count(t.m), path);
 	kiln_trained_close(&t);

@@ -397,3 +397,8 @@ AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KIL
 TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py \
 	tests/plugin_lazy.sh
+# GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
+# file in (tests/data/gen_gpt2_io_refs.py)
+TESTS += tests/gpt2_io.sh
+EXTRA_DIST += tests/gpt2_io.sh tests/data/gen_gpt2_io_refs.py tests/data/gpt2_hf.safetensors \
+	tests/data/gpt2_hf_bare.safetensors tests/data/gpt2_llmc.bin tests/data/gpt2_io_refs.safetensors

@@ -519,6 +519,23 @@ kiln_status kiln_safetensors_writer_write(struct kiln_safetensors_writer *w, con
  * [layer.*] sections).  Waits for `stream`. */
 kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, void *stream);
 
+/* The names and layouts of a weights file (docs/safetensors.md). */
+enum kiln_weights_format {
+	KILN_WEIGHTS_PYTORCH = 0, /* the layers' names, PyTorch's layouts (linear [out, in]) */
+	/* the GPT-2 release's (Hugging Face's GPT2LMHeadModel): the same names,
+	 * the weights of linear layers named c_attn, c_proj, c_fc or q_attn
+	 * (GPT-2's Conv1D) stored [in, out]; on load the "transformer." prefix
+	 * may be absent, the attention's mask buffers (*.attn.bias,
+	 * *.attn.masked_bias) are skipped and an embedding table may have fewer
+	 * rows than the model's (a padded vocabulary: the rest become 0) */
+	KILN_WEIGHTS_GPT2 = 1,
+};
+/* "pytorch" or NULL -> KILN_WEIGHTS_PYTORCH, "gpt2" -> KILN_WEIGHTS_GPT2, else -1. */
+int kiln_weights_format(const char *name);
+/* kiln_model_save_safetensors in `format` (enum kiln_weights_format). */
+kiln_status kiln_model_save_safetensors_as(struct kiln_model *m, const char *path, int format,
+					   void *stream);
+
 /* Load tensors by name from `path` into m's parameters and buffers (host to
  * device copies on `stream`, waited for).  Tensors may be F32, F16, BF16 or
  * F64 (converted to f32).  A shape that differs from the parameter's is
@@ -529,12 +546,16 @@ kiln_status kiln_model_save_safetensors(struct kiln_model *m, const char *path, 
  * missing, unexpected and mismatched names; nothing is loaded then. */
 kiln_status kiln_model_load_safetensors(struct kiln_model *m, const char *path, int strict,
 					void *stream);
+/* kiln_model_load_safetensors from a file in `format` (enum kiln_weights_format). */
+kiln_status kiln_model_load_safetensors_as(struct kiln_model *m, const char *path, int format,
+					   int strict, void *stream);
 
 /* [model] init_from / init_strict of the model's config: load init_from
  * (after kiln_model_init_params) when it is set; else nothing.  init_from
- * may be a safetensors file or a kiln checkpoint (told apart by its magic
- * bytes): a checkpoint gives its parameters and buffers alone, which must
- * be exactly the model's. */
+ * may be a safetensors file (in [model] init_format), a kiln checkpoint or
+ * llm.c's model file (both told apart by their magic bytes): a checkpoint
+ * gives its parameters and buffers alone, which must be exactly the
+ * model's; llm.c's file GPT-2's parameters, under GPT-2's names. */
 kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
 
 /* `kiln export`: open [run] device, read the sample shape from [data] as
@@ -548,6 +569,10 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream);
 kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 				    const struct kiln_registry *reg, const char *checkpoint,
 				    const char *path);
+/* kiln_export_safetensors in `format` (enum kiln_weights_format). */
+kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
+				       const struct kiln_registry *reg, const char *checkpoint,
+				       const char *path, int format);
 /* Ask the running kiln_train (or, if none runs, the next one) to stop after
  * its current step and write a checkpoint.  Async-signal-safe: call it from
  * a SIGTERM handler.  The request is consumed when honoured. */

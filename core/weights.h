@@ -1,0 +1,51 @@
+/* core/weights.h - the weight files kiln reads and writes besides its
+ * checkpoints (docs/safetensors.md): safetensors in kiln's names and
+ * PyTorch's layouts, in the GPT-2 release's layouts (core/weights_gpt2.c),
+ * and llm.c's model file (core/weights_gpt2.c), all loaded by one loader
+ * (core/weights.c) from a list of tensors.
+ */
+#ifndef KILN_WEIGHTS_H
+#define KILN_WEIGHTS_H
+
+#include "graph.h"
+
+/* How a file's tensors map onto the model's parameters. */
+enum {
+	/* GPT-2's names: "h.0.ln_1.weight" is also "transformer.h.0.ln_1.weight",
+	 * the attention layers' causal-mask buffers ("*.attn.bias",
+	 * "*.attn.masked_bias") are skipped, and an embedding table may have
+	 * fewer rows than the model's (a padded vocabulary: the rest are 0) */
+	KILN_WF_GPT2_NAMES = 1,
+	/* the weight of a linear layer named c_attn, c_proj, c_fc or q_attn is
+	 * [in, out] in the file (GPT-2's Conv1D), [out, in] in kiln */
+	KILN_WF_CONV1D = 2,
+};
+
+/* The tensors of one file, whatever its format. */
+struct kiln_weights_in {
+	const char *path;
+	int n;
+	struct kiln_safetensors_tensor *t;
+	int flags; /* KILN_WF_* */
+};
+
+/* Load `in` into m's parameters and buffers: kiln_model_load_safetensors's
+ * rules (strict, shapes, dtypes), with in->flags' name and layout maps. */
+kiln_status kiln_weights_load(struct kiln_model *m, const struct kiln_weights_in *in, int strict,
+			      void *stream);
+
+/* Is parameter i stored [in, out] in GPT-2's files (a Conv1D weight)? */
+int kiln_gpt2_conv1d(const struct kiln_model *m, int i);
+/* Does the file's tensor `name` hold parameter i under GPT-2's names? */
+int kiln_gpt2_same_name(const struct kiln_model *m, int i, const char *name);
+/* Is `name` one of the GPT-2 release's causal-mask buffers (skipped)? */
+int kiln_gpt2_skipped(const char *name);
+/* May parameter i take a file tensor of fewer rows (a padded vocabulary)? */
+int kiln_gpt2_padded_rows(const struct kiln_model *m, int i);
+
+/* llm.c's model file (gpt2_124M.bin): does `path` start with its magic? */
+int kiln_llmc_is_model(const char *path);
+/* Load llm.c's model file into m (GPT-2's names, kiln's layouts). */
+kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, void *stream);
+
+#endif
