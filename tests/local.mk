@@ -383,3 +383,9 @@ EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py te
 TESTS += tests/gpt_steps.sh tests/gpt.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
+
+# [run] fuse: fused and unfused runs give the same numbers (MLP, CNN in
+# both layouts, conv/linear-batchnorm-ReLU, bf16, recompute; GELU in
+# evaluation), and the profile and `kiln memory` show the fusion happen
+TESTS += tests/fuse.sh
+EXTRA_DIST += tests/fuse.sh
