@@ -446,6 +446,11 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 		return kiln_error(KILN_ENOTSUP,
 				  "%s: %s is not implemented by this device yet (use device = cpu for this model)",
 				  dev->plugin->name, kiln_op_name(op->type));
+	/* a device built before ABI 2.3 would ignore the epilogue: the
+	 * caller falls back to the op and an ACT (kiln/ops.h) */
+	if ((op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 3)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before fused activations",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st)
 		return st;

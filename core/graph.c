@@ -99,6 +99,40 @@ static int only_consumer_is(const struct kiln_model *m, int i, const char *type)
 	return n == 1 && match;
 }
 
+/* The only reader of layer i's output, else -1. */
+static int only_consumer(const struct kiln_model *m, int i)
+{
+	int who = -1;
+	for (int j = i + 1; j < m->n_layers; j++)
+		for (int k = 0; k < m->layers[j].n_in; k++)
+			if (m->layers[j].in[k] == i) {
+				if (who >= 0)
+					return -1;
+				who = j;
+			}
+	return who;
+}
+
+/* 1 + the enum kiln_act of the activation layer that alone reads layer
+ * i's output and may become the epilogue of layer i's ops
+ * (kiln_layer.fuse_act), else 0.  fuse (kiln_model_infer's): ReLU fuses
+ * from KILN_FUSE_RELU on (its backward needs only the fused output), GELU
+ * with KILN_FUSE_ALL (plans without a backward: its derivative needs the
+ * input, which the fused op does not keep). */
+static int fusable_act(const struct kiln_model *m, int i, int fuse)
+{
+	const int j = only_consumer(m, i);
+	if (!m->fuse || !fuse || j < 0 || m->layers[j].n_in != 1)
+		return 0;
+	const char *type = m->layers[j].type->name;
+	if (!strcmp(type, "relu"))
+		return 1 + KILN_ACT_RELU;
+	if (strcmp(type, "gelu") || fuse < KILN_FUSE_ALL)
+		return 0;
+	const char *approx = kiln_config_get(m->cfg, m->layers[j].section, "approximate");
+	return 1 + (approx && !strcmp(approx, "tanh") ? KILN_ACT_GELU_TANH : KILN_ACT_GELU);
+}
+
 /* Token ids (i32 data) must meet a layer that turns them into floating
  * point activations (an embedding): one that passes the integers on would
  * compute on them as numbers.  Refused here, naming the layer, before any
@@ -136,7 +170,7 @@ static kiln_status check_sizes(const struct kiln_model *m, int i, const struct k
 
 /* configure + infer every layer for `batch` rows into nodes[]. */
 kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc *data,
-			     int64_t decode, struct plan_node *nodes)
+			     int64_t decode, int fuse, struct plan_node *nodes)
 {
 	const struct kiln_host *h = kiln_host_table();
 	kiln_status st;
@@ -161,6 +195,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		n->l.sync_ranks = m->group_ranks;       /* read by batchnorm only */
 		n->l.compute_dtype = m->cdtype;         /* read by embedding only */
 		n->l.decode_len = decode;
+		n->l.fuse_act = fusable_act(m, i, fuse);
 		if (L->n_in < ops->min_inputs || L->n_in > ops->max_inputs)
 			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s) takes %d..%d inputs, got %d",
 					  kiln_config_where(m->cfg, L->section, "type"), L->name,
@@ -182,6 +217,8 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 			return kiln_error_wrap(st, "layer '%s'", L->name);
 		if ((st = ops->infer(h, &n->l)))
 			return kiln_error_wrap(st, "layer '%s' (%s)", L->name, L->type->name);
+		if (n->l.fuse_act && n->l.act_fused) /* the activation is now a view */
+			nodes[only_consumer(m, i)].l.act_fused = 1;
 		if ((st = check_sizes(m, i, &n->l)) || (st = check_token_input(m, i, &n->l)))
 			return st;
 	}
@@ -348,6 +385,10 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	m->seed = (uint64_t)seed;
 	const char *layout = kiln_config_get(cfg, "model", "layout");
 	m->layout = layout && !strcmp(layout, "nhwc") ? KILN_NHWC : KILN_NCHW;
+	if ((st = kiln_config_get_bool(cfg, "run", "fuse", &m->fuse)) && st != KILN_ENOTFOUND) {
+		kiln_model_free(m);
+		return st;
+	}
 	int n = 0;
 	for (int i = 0; kiln_config_section(cfg, i); i++)
 		n += !strncmp(kiln_config_section(cfg, i), "layer.", 6);
@@ -367,7 +408,7 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 		goto fail;
 	struct kiln_tensor_desc data;
 	kiln_model_data_desc(m, 1, &data);
-	if ((st = kiln_model_infer(m, &data, 0, nodes)))
+	if ((st = kiln_model_infer(m, &data, 0, KILN_FUSE_RELU, nodes)))
 		goto fail;
 	if ((st = check_wiring(m, nodes)))
 		goto fail;

@@ -60,6 +60,7 @@ struct kiln_model {
 	size_t n_tie_elems;
 	int grads_foreign;   /* grads_d is the communicator's (kiln_dist_share_grads): not freed here */
 	int layout;          /* KILN_NCHW or KILN_NHWC, from [model] layout */
+	int fuse;            /* [run] fuse: activations into the layer before */
 	uint64_t seed;
 	int64_t *step_d;     /* device i64[1]: micro-steps done (dropout's counter) */
 	void *step_plan;     /* COUNTER_ADD of 1 (step_d and opt_step_d) */
@@ -298,10 +299,13 @@ int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name
 void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln_tensor_desc *d);
 /* Configure and infer every layer for the data input `data` (the batch
  * first: kiln_model_data_desc) into nodes[] (the caller's, n_layers of
- * them, zeroed), with kiln_layer.decode_len = decode; KILN_ECONFIG naming
+ * them, zeroed), with kiln_layer.decode_len = decode; with [run] fuse,
+ * the activations `fuse` allows join the layer before them (none; ReLU,
+ * for plans with a backward; ReLU and GELU); KILN_ECONFIG naming
  * file:line. */
+enum { KILN_FUSE_NONE = 0, KILN_FUSE_RELU = 1, KILN_FUSE_ALL = 2 };
 kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc *data,
-			     int64_t decode, struct plan_node *nodes);
+			     int64_t decode, int fuse, struct plan_node *nodes);
 /* Destroy what the layer's plan made (dev: the device it planned on, NULL
  * when it was never planned); the node itself stays the caller's. */
 void kiln_plan_node_free(struct plan_node *n, struct kiln_device *dev);

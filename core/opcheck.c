@@ -172,7 +172,8 @@ static int like_x(const struct kiln_tensor_desc *d, const struct kiln_tensor_des
 static kiln_status check_bn(const char *who, const struct kiln_op *op)
 {
 	const int type = op->type;
-	const int need_in = type == KILN_OP_BN_TRAIN ? 3 : type == KILN_OP_BN_INFER ? 5 : 4;
+	const int fold = type == KILN_OP_BN_BWD && (op->flags & KILN_OPF_ACT); /* in4 = y */
+	const int need_in = type == KILN_OP_BN_TRAIN ? 3 : type == KILN_OP_BN_INFER ? 5 : 4 + fold;
 	const int need_out = type == KILN_OP_BN_TRAIN ? 4 : type == KILN_OP_BN_INFER ? 1 : 3;
 	kiln_status st = counts(who, op, need_in, need_out);
 	if (st)
@@ -181,8 +182,8 @@ static kiln_status check_bn(const char *who, const struct kiln_op *op)
 	int64_t N, C, HW;
 	int ok = bn_x(x, &N, &C, &HW) && is_float(x->dtype) && like_x(&op->out[0], x);
 	if (type == KILN_OP_BN_BWD)
-		ok = ok && like_x(&op->in[1], x);
-	for (int i = 1; i < op->n_in && ok; i++)
+		ok = ok && like_x(&op->in[1], x) && (!fold || like_x(&op->in[4], x));
+	for (int i = 1; i < op->n_in - fold && ok; i++)
 		if (!(type == KILN_OP_BN_BWD && i == 1))
 			ok = numel(&op->in[i]) == (type == KILN_OP_BN_BWD && i == 3 ? 2 * C : C) &&
 			     op->in[i].dtype == KILN_F32;
@@ -742,8 +743,25 @@ const char *kiln_op_name(int type)
 	return "unknown op";
 }
 
+/* KILN_OPF_ACT (kiln/ops.h): only on the ops that take an epilogue, a
+ * known activation, never with accumulation; BN_BWD folds ReLU only. */
+static kiln_status check_act_flag(const char *who, const struct kiln_op *op)
+{
+	const int t = op->type;
+	const int64_t kind = op->i[KILN_OPI_ACT];
+	if (t != KILN_OP_GEMM && t != KILN_OP_CONV && t != KILN_OP_BN_TRAIN && t != KILN_OP_BN_INFER &&
+	    t != KILN_OP_BN_BWD)
+		BAD(KILN_EINVAL, "KILN_OPF_ACT is for GEMM, CONV and the batchnorm ops");
+	if (kind < KILN_ACT_RELU || kind > KILN_ACT_GELU_TANH || (t == KILN_OP_BN_BWD && kind))
+		BAD(KILN_EINVAL, "KILN_OPF_ACT: unknown activation i[15] (BN_BWD folds relu only)");
+	if (op->flags & KILN_OPF_ACCUMULATE)
+		BAD(KILN_EINVAL, "KILN_OPF_ACT cannot accumulate");
+	return KILN_OK;
+}
+
 kiln_status kiln_op_check(const struct kiln_op *op, const char *who)
 {
+	kiln_status st;
 	if (op->type <= 0 || op->type >= KILN_OP_TYPE_COUNT)
 		return kiln_error(KILN_ENOTSUP, "%s: unknown op type %d", who, op->type);
 	if (!op_rows[op->type].check)
@@ -764,5 +782,7 @@ kiln_status kiln_op_check(const struct kiln_op *op, const char *who)
 					  who, kiln_op_name(op->type), k < op->n_in ? "in" : "out",
 					  k < op->n_in ? k : k - op->n_in, d->dtype, d->ndim);
 	}
+	if ((op->flags & KILN_OPF_ACT) && (st = check_act_flag(who, op)))
+		return st;
 	return op_rows[op->type].check(who, op);
 }

@@ -106,6 +106,14 @@ static kiln_status decode_input(struct kiln_plan *p, int64_t tmax)
 	return KILN_OK;
 }
 
+/* What [run] fuse may join in a plan: nothing where every layer's own
+ * output is to be read (keep_all), ReLU where there is a backward, else
+ * GELU too. */
+static int fuse_mode(const struct kiln_plan_opts *o)
+{
+	return o->keep_all ? KILN_FUSE_NONE : o->training ? KILN_FUSE_RELU : KILN_FUSE_ALL;
+}
+
 kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			       const struct kiln_plan_opts *opts, struct kiln_plan **out)
 {
@@ -137,7 +145,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	}
 	if (opts->decode > 0 && (st = decode_input(p, opts->decode)))
 		goto fail;
-	if ((st = kiln_model_infer(m, &p->data_desc, p->decode, p->nodes)))
+	if ((st = kiln_model_infer(m, &p->data_desc, p->decode, fuse_mode(opts), p->nodes)))
 		goto fail;
 	struct plan_node *N = p->nodes;
 	for (int i = 0; i < n; i++)

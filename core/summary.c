@@ -14,7 +14,19 @@ static double numel(const struct kiln_tensor_desc *d)
 	return (double)kiln_tensor_numel(d);
 }
 
+static double op_flops(const struct kiln_op *op);
+
+/* An op's FLOPs, a fused activation's (KILN_OPF_ACT) one per output
+ * element, as the activation's own op would count. */
 double kiln_op_flops(const struct kiln_op *op)
+{
+	const double act = op->type != KILN_OP_BN_BWD && (op->flags & KILN_OPF_ACT) && op->n_out > 0
+				   ? numel(&op->out[0])
+				   : 0;
+	return op_flops(op) + act;
+}
+
+static double op_flops(const struct kiln_op *op)
 {
 	const double y = op->n_out > 0 ? numel(&op->out[0]) : 0;
 	switch (op->type) {
@@ -167,7 +179,11 @@ kiln_status kiln_model_summary(struct kiln_model *m, int64_t batch, struct kiln_
 	struct kiln_plan *p = NULL;
 	memset(out, 0, sizeof *out);
 	kiln_device_flops_record(m->dev, 1);
+	/* one row per layer as PyTorch has them: no activation fused away */
+	const int fuse = m->fuse;
+	m->fuse = 0;
 	kiln_status st = kiln_model_plan_ex(m, batch, &o, &p);
+	m->fuse = fuse;
 	kiln_device_flops_record(m->dev, 0);
 	if (!st)
 		st = kiln_plan_summary(p, out);

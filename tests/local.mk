@@ -402,3 +402,8 @@ EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py 
 TESTS += tests/gpt2_io.sh
 EXTRA_DIST += tests/gpt2_io.sh tests/data/gen_gpt2_io_refs.py tests/data/gpt2_hf.safetensors \
 	tests/data/gpt2_hf_bare.safetensors tests/data/gpt2_llmc.bin tests/data/gpt2_io_refs.safetensors
+# [run] fuse: fused and unfused runs give the same numbers (MLP, CNN in
+# both layouts, conv/linear-batchnorm-ReLU, bf16, recompute; GELU in
+# evaluation), and the profile and `kiln memory` show the fusion happen
+TESTS += tests/fuse.sh
+EXTRA_DIST += tests/fuse.sh

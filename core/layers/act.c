@@ -33,8 +33,9 @@ kiln_status act_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
 	(void)h;
 	l->out = l->in[0];
-	l->needs_input = 1;
-	l->needs_output = 1;
+	/* fused into the layer before ([run] fuse): a view, nothing to run */
+	l->is_view = l->act_fused;
+	l->needs_input = l->needs_output = !l->is_view;
 	return KILN_OK;
 }
 
@@ -44,6 +45,8 @@ kiln_status act_plan(const struct kiln_host *h, struct kiln_layer *l, struct kil
 	struct act *s = l->priv;
 	struct kiln_op op;
 	kiln_status st;
+	if (l->is_view)
+		return KILN_OK;
 	op_init(&op, KILN_OP_ACT, 1, 1);
 	op.in[0] = op.out[0] = l->out;
 	op.i[0] = s->kind;
@@ -62,7 +65,7 @@ kiln_status act_forward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct act *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y } };
-	return run_op(h, r, s->fwd, &a);
+	return l->is_view ? KILN_OK : run_op(h, r, s->fwd, &a);
 }
 
 kiln_status act_backward(const struct kiln_host *h, struct kiln_layer *l,
@@ -70,5 +73,5 @@ kiln_status act_backward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct act *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0], r->dy, r->y } };
-	return run_dx(h, r, s->bwd, 0, &a);
+	return l->is_view ? KILN_OK : run_dx(h, r, s->bwd, 0, &a);
 }

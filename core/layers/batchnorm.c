@@ -14,7 +14,11 @@ struct bn {
 	int64_t C;
 	struct kiln_tensor_desc x, c;
 	void *train, *replay, *infer, *bwd, *acc;
-	size_t dx_bytes, stat_bytes;
+	/* a fused ReLU: the forwards' ACTs where the device ran it apart; its
+	 * backward before bwd where bwd does not fold it (front bytes) */
+	void *act[3], *mask;
+	int fold;         /* bwd takes y and folds the ReLU's backward */
+	size_t dx_bytes, stat_bytes, front;
 	struct bn_sync *sync; /* [dist] sync_bn (bn_sync.c), NULL otherwise */
 };
 
@@ -55,7 +59,33 @@ static kiln_status bn_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->needs_input = 1;
 	s->stat_bytes = 2 * (size_t)s->C * sizeof(float);
 	s->dx_bytes = kiln_tensor_bytes(&s->x);
+	/* ReLU in the normalisation's pass; not across ranks (bn_sync.c) */
+	take_act(l, l->fuse_act == 1 + KILN_ACT_RELU && l->sync_ranks <= 1);
+	l->needs_output = l->act_fused; /* the ReLU's mask */
 	return KILN_OK;
+}
+
+/* BN_BWD, folding the fused ReLU's backward (in4 = y) where the device
+ * can, else after a RELU_BWD of its own (prep_act_bwd). */
+static kiln_status bn_plan_bwd(const struct kiln_host *h, struct kiln_layer *l,
+			       struct kiln_device *dev, struct kiln_op *op, size_t *w)
+{
+	struct bn *s = l->priv;
+	kiln_status st;
+	if (l->act_fused) {
+		op->flags = KILN_OPF_ACT;
+		op->n_in = 5;
+		op->in[4] = s->x;
+		if ((st = prep(h, l, dev, op, &s->bwd, w)) != KILN_ENOTSUP) {
+			s->fold = !st;
+			return st;
+		}
+		op->flags = 0;
+		op->n_in = 4;
+		if ((st = prep_act_bwd(h, l, dev, &s->x, &s->mask, &s->front)))
+			return st;
+	}
+	return prep(h, l, dev, op, &s->bwd, w);
 }
 
 static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
@@ -72,29 +102,30 @@ static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.in[0] = s->x, op.in[1] = op.in[2] = s->c;
 	op.out[0] = s->x, op.out[1] = saved, op.out[2] = op.out[3] = s->c;
 	op.f[0] = s->eps, op.f[1] = s->momentum;
-	if ((st = prep(h, l, dev, &op, &s->train, &w)))
+	if ((st = prep_act(h, l, dev, &op, &s->train, &s->act[0], &w)))
 		return st;
 	/* the replay of a recomputed forward: the same op with momentum 0,
 	 * which leaves the running statistics exactly as they are */
 	op.f[1] = 0;
-	if ((st = prep(h, l, dev, &op, &s->replay, &w)))
+	if ((st = prep_act(h, l, dev, &op, &s->replay, &s->act[1], &w)))
 		return st;
 	op_init(&op, KILN_OP_BN_INFER, 5, 1);
 	op.in[0] = s->x, op.in[1] = op.in[2] = op.in[3] = op.in[4] = s->c;
 	op.out[0] = s->x;
 	op.f[0] = s->eps, op.f[1] = s->momentum;
-	if ((st = prep(h, l, dev, &op, &s->infer, &w)))
+	if ((st = prep_act(h, l, dev, &op, &s->infer, &s->act[2], &w)))
 		return st;
 	op_init(&op, KILN_OP_BN_BWD, 4, 3);
 	op.in[0] = op.in[1] = s->x, op.in[2] = s->c, op.in[3] = saved;
 	op.out[0] = s->x, op.out[1] = op.out[2] = s->c;
 	op.f[0] = s->eps;
-	if ((st = prep(h, l, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
+	if ((st = bn_plan_bwd(h, l, dev, &op, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
 	l->saved_bytes = s->stat_bytes;
-	/* scratch: a dx to add into another consumer's, and the gamma/beta
-	 * gradients of a frozen layer, which the op writes anyway */
-	*ws = ALIGN64(s->dx_bytes + 2 * s->stat_bytes) + w;
+	/* scratch: [masked dy (a fused ReLU not folded) | a dx to add into
+	 * another consumer's, and the gamma/beta gradients of a frozen layer,
+	 * which the op writes anyway | the ops' own] */
+	*ws = s->front + ALIGN64(s->dx_bytes + 2 * s->stat_bytes) + w;
 	if (l->sync_ranks > 1)
 		return bn_sync_plan(h, l, dev, &s->x, s->eps, s->momentum, *ws - w, &s->sync, ws);
 	return KILN_OK;
@@ -110,25 +141,33 @@ static kiln_status bn_forward(const struct kiln_host *h, struct kiln_layer *l,
 	if (r->training) {
 		/* updates the running statistics (w[2], w[3]) in place */
 		a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1] },
-					   .out = { r->y, r->saved, r->w[2], r->w[3] } };
-		return run_op(h, r, r->recompute ? s->replay : s->train, &a);
+					   .out = { r->y, r->saved, r->w[2], r->w[3] },
+					   .workspace = r->workspace, .workspace_bytes = r->workspace_bytes };
+		return r->recompute ? run_then_act(h, r, s->replay, s->act[1], &a)
+				    : run_then_act(h, r, s->train, s->act[0], &a);
 	}
 	a = (struct kiln_op_args){ .in = { r->x[0], r->w[0], r->w[1], r->w[2], r->w[3] },
-				   .out = { r->y } };
-	return run_op(h, r, s->infer, &a);
+				   .out = { r->y }, .workspace = r->workspace,
+				   .workspace_bytes = r->workspace_bytes };
+	return run_then_act(h, r, s->infer, s->act[2], &a);
 }
 
 static kiln_status bn_backward(const struct kiln_host *h, struct kiln_layer *l,
-			       const struct kiln_layer_run *r)
+			       const struct kiln_layer_run *r0)
 {
 	struct bn *s = l->priv;
-	if (!r->dx[0] && !r->dw[0])
+	struct kiln_layer_run rr;
+	const struct kiln_layer_run *r = &rr;
+	if (!r0->dx[0] && !r0->dw[0])
 		return KILN_OK;
+	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
+	if (st)
+		return st;
 	/* scratch layout: [dx (when accumulating) | dgamma dbeta (when frozen)] */
 	char *scr = r->workspace;
 	void *dg = r->dw[0] ? r->dw[0] : scr + s->dx_bytes;
 	void *db = r->dw[1] ? r->dw[1] : scr + s->dx_bytes + s->stat_bytes;
-	struct kiln_op_args a = { .in = { r->x[0], r->dy, r->w[0], r->saved },
+	struct kiln_op_args a = { .in = { r->x[0], r->dy, r->w[0], r->saved, s->fold ? r->y : NULL },
 				  .out = { NULL, dg, db } };
 	int accum = r->dx[0] && r->dx_accum[0];
 	void *dx = r->dx[0] ? r->dx[0] : scr; /* dx unused: write it to scratch */

@@ -12,7 +12,8 @@ struct conv {
 	int bias;
 	struct kiln_tensor_desc x, y, w;
 	void *fwd, *bwd_data, *bwd_w, *acc;
-	size_t dx_bytes;
+	void *act, *mask; /* a fused activation run apart; the fused ReLU's backward */
+	size_t dx_bytes, front;
 };
 
 static const struct kiln_key conv_keys[] = {
@@ -94,6 +95,8 @@ static kiln_status conv_infer(const struct kiln_host *h, struct kiln_layer *l)
 		f32_desc(&l->params[1].desc, s->out, 0, 0);
 	}
 	l->needs_input = 1;
+	take_act(l, 1); /* any activation: the convolution's epilogue */
+	l->needs_output = l->act_fused; /* the fused ReLU's mask */
 	return KILN_OK;
 }
 
@@ -120,7 +123,8 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
 	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
-	if ((st = prep(h, l, dev, &op, &s->fwd, &w)))
+	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w)) ||
+	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front)))
 		return st;
 	/* dx is always written; a second consumer's share is added from
 	 * scratch (oneDNN's backward-data cannot accumulate) */
@@ -137,7 +141,8 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 		if ((st = prep(h, l, dev, &op, &s->bwd_w, &w)))
 			return st;
 	}
-	*ws = ALIGN64(s->dx_bytes) + w;
+	/* [masked dy (fused ReLU; backward) | dx scratch | the ops' own] */
+	*ws = s->front + ALIGN64(s->dx_bytes) + w;
 	return KILN_OK;
 }
 
@@ -147,14 +152,20 @@ static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
 	struct conv *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0], w_compute(r, 0), s->bias ? r->w[1] : NULL },
 				  .out = { r->y } };
-	return run_op(h, r, s->fwd, &a);
+	a.workspace = r->workspace;
+	a.workspace_bytes = r->workspace_bytes;
+	return run_then_act(h, r, s->fwd, s->act, &a);
 }
 
 static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l,
-				 const struct kiln_layer_run *r)
+				 const struct kiln_layer_run *r0)
 {
 	struct conv *s = l->priv;
-	kiln_status st;
+	struct kiln_layer_run rr;
+	const struct kiln_layer_run *r = &rr;
+	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
+	if (st)
+		return st;
 	if (r->dw[0]) {
 		/* written on the first micro-step: no zeroing pass */
 		struct kiln_op_args a = { .in = { r->x[0], r->dy },

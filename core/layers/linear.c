@@ -15,7 +15,10 @@ struct linear {
 	int64_t out;
 	int bias;
 	int64_t B, K;     /* rows of K features (B*T for tokens) */
-	void *fwd;        /* y = x W^T (+ b) */
+	void *fwd;        /* y = x W^T (+ b), or act(that) with a fused activation */
+	void *act;        /* the fused activation when the device ran it apart */
+	void *mask;       /* the fused ReLU's backward, before the others */
+	size_t front;     /* its bytes at the front of the workspace */
 	void *dx[2];      /* dx = dy W, [0] write, [1] accumulate */
 	void *dw;         /* dW = dy^T x */
 	void *db;         /* db = sum_rows dy */
@@ -72,6 +75,8 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 		f32_desc(&l->params[1].desc, s->out, 0, 0);
 	}
 	l->needs_input = 1;
+	take_act(l, 1); /* any activation: the GEMM's epilogue */
+	l->needs_output = l->act_fused; /* the fused ReLU's mask */
 	return KILN_OK;
 }
 
@@ -102,7 +107,8 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]); the bias stays f32 */
 	gemm_op(&op, s->bias ? 3 : 2, 0, 1, B, N, K, dt, dt);
 	f32_desc(&op.in[2], N, 0, 0);
-	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
+	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
+	    (st = prep_act_bwd(h, l, dev, &l->out, &s->mask, &s->front)))
 		return st;
 	/* dx[B,K] (+)= dy[B,N] . W[N,K] */
 	gemm_op(&op, 2, 0, 0, B, K, N, dt, dt);
@@ -126,9 +132,11 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 		if ((st = prep(h, l, dev, &op, &s->db, ws)))
 			return st;
 	}
-	/* workspace: [x in C,H,W order | dx in C,H,W order | the ops' own] */
+	/* workspace: [masked dy (fused ReLU) | x in C,H,W order | dx in C,H,W
+	 * order | the ops' own]; the first part only in the backward */
 	if (s->reorder)
 		*ws += 2 * s->x_bytes;
+	*ws += s->front;
 	return KILN_OK;
 }
 
@@ -167,16 +175,20 @@ static kiln_status linear_forward(const struct kiln_host *h, struct kiln_layer *
 	a = (struct kiln_op_args){ .in = { x, w_compute(r, 0), s->bias ? r->w[1] : NULL },
 				   .out = { r->y } };
 	ops_ws(&a, s, r);
-	return h->device_run(r->dev, s->fwd, &a, r->stream);
+	return run_then_act(h, r, s->fwd, s->act, &a);
 }
 
 static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer *l,
-				   const struct kiln_layer_run *r)
+				   const struct kiln_layer_run *r0)
 {
 	struct linear *s = l->priv;
 	struct kiln_op_args a;
-	kiln_status st;
+	struct kiln_layer_run rr;
+	const struct kiln_layer_run *r = &rr;
+	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
 	const void *x;
+	if (st)
+		return st;
 	if (r->dw[0]) {
 		if ((st = input_rows(h, l, r, &x)))
 			return st;

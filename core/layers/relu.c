@@ -1,5 +1,6 @@
 /* core/layers/relu.c - y = max(x, 0), any shape.  Backward reads y (not x),
- * so the layer could run in place. */
+ * so the layer could run in place.  Fused into the layer before it ([run]
+ * fuse, kiln_layer.act_fused) it is a view of that layer's output. */
 #include "util.h"
 
 struct relu {
@@ -12,8 +13,10 @@ static kiln_status relu_infer(const struct kiln_host *h, struct kiln_layer *l)
 	if (!layer_alloc(h, l, sizeof(struct relu)))
 		return KILN_ENOMEM;
 	l->out = l->in[0];
-	l->needs_output = 1;
-	l->inplace_ok = 1;
+	/* fused into the layer before ([run] fuse): a view, nothing to run */
+	l->is_view = l->act_fused;
+	l->needs_output = !l->is_view;
+	l->inplace_ok = !l->is_view;
 	return KILN_OK;
 }
 
@@ -23,6 +26,8 @@ static kiln_status relu_plan(const struct kiln_host *h, struct kiln_layer *l,
 	struct relu *s = l->priv;
 	struct kiln_op op;
 	kiln_status st;
+	if (l->is_view)
+		return KILN_OK;
 	op_init(&op, KILN_OP_RELU, 1, 1);
 	op.in[0] = op.out[0] = l->out;
 	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
@@ -38,7 +43,7 @@ static kiln_status relu_forward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct relu *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y } };
-	return run_op(h, r, s->fwd, &a);
+	return l->is_view ? KILN_OK : run_op(h, r, s->fwd, &a);
 }
 
 static kiln_status relu_backward(const struct kiln_host *h, struct kiln_layer *l,
@@ -46,7 +51,7 @@ static kiln_status relu_backward(const struct kiln_host *h, struct kiln_layer *l
 {
 	struct relu *s = l->priv;
 	struct kiln_op_args a = { .in = { r->y, r->dy } };
-	return run_dx(h, r, s->bwd, 0, &a);
+	return l->is_view ? KILN_OK : run_dx(h, r, s->bwd, 0, &a);
 }
 
 LAYER(relu, "relu", "rectified linear unit: y = max(x, 0)", NULL, 1, 1, NULL, relu_infer, relu_plan,

@@ -101,6 +101,94 @@ static inline kiln_status prep_pair(const struct kiln_host *h, struct kiln_layer
 	return KILN_OK;
 }
 
+/* ---- a fused activation ([run] fuse, kiln_layer.fuse_act) ------------- */
+
+/* The fused activation of a layer that takes it: a layer whose op can end
+ * in kind (1 + enum kiln_act) sets act_fused when the core offers it. */
+static inline void take_act(struct kiln_layer *l, int can)
+{
+	l->act_fused = l->fuse_act && can;
+}
+
+/* Prepare `op` into *plan with the layer's fused activation as its
+ * epilogue (KILN_OPF_ACT) where the device has it; else (KILN_ENOTSUP)
+ * the op alone and, into *act, an ACT op in place on its out0.  *act stays
+ * NULL when the layer has no fused activation or the device fused it. */
+static inline kiln_status prep_act(const struct kiln_host *h, struct kiln_layer *l,
+				   struct kiln_device *dev, struct kiln_op *op, void **plan,
+				   void **act, size_t *ws)
+{
+	kiln_status st;
+	*act = NULL;
+	if (!l->act_fused)
+		return prep(h, l, dev, op, plan, ws);
+	op->flags |= KILN_OPF_ACT;
+	op->i[KILN_OPI_ACT] = l->fuse_act - 1;
+	if ((st = prep(h, l, dev, op, plan, ws)) != KILN_ENOTSUP)
+		return st;
+	op->flags &= ~KILN_OPF_ACT;
+	op->i[KILN_OPI_ACT] = 0;
+	if ((st = prep(h, l, dev, op, plan, ws)))
+		return st;
+	struct kiln_op a;
+	memset(&a, 0, sizeof a);
+	a.type = KILN_OP_ACT;
+	a.n_in = a.n_out = 1;
+	a.in[0] = a.out[0] = op->out[0];
+	a.i[0] = l->fuse_act - 1;
+	return prep(h, l, dev, &a, act, ws);
+}
+
+/* Run `plan` on a's buffers, then the activation prep_act fell back to (act
+ * non-NULL) in place on out0. */
+static inline kiln_status run_then_act(const struct kiln_host *h, const struct kiln_layer_run *r,
+				       void *plan, void *act, struct kiln_op_args *a)
+{
+	kiln_status st = h->device_run(r->dev, plan, a, r->stream);
+	if (st || !act)
+		return st;
+	struct kiln_op_args b = { .in = { a->out[0] }, .out = { a->out[0] },
+				  .workspace = a->workspace, .workspace_bytes = a->workspace_bytes };
+	return h->device_run(r->dev, act, &b, r->stream);
+}
+
+/* The fused ReLU's backward where the layer's own backward ops cannot
+ * fold it: *plan (NULL without a fused ReLU) = dy * (y > 0) of y's shape,
+ * into the front of the workspace, whose *front bytes it takes. */
+static inline kiln_status prep_act_bwd(const struct kiln_host *h, struct kiln_layer *l,
+				       struct kiln_device *dev, const struct kiln_tensor_desc *y,
+				       void **plan, size_t *front)
+{
+	*plan = NULL;
+	*front = 0;
+	if (!l->act_fused || l->fuse_act != 1 + KILN_ACT_RELU)
+		return KILN_OK;
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_RELU_BWD;
+	op.n_in = 2;
+	op.n_out = 1;
+	op.in[0] = op.in[1] = op.out[0] = *y;
+	*front = (kiln_tensor_bytes(y) + 63) & ~(size_t)63; /* ALIGN64 */
+	return prep(h, l, dev, &op, plan, NULL);
+}
+
+/* Before the layer's backward: r2 = r, or with the fused ReLU's backward
+ * run (plan non-NULL), r2's dy the masked gradient at the front of the
+ * workspace and its workspace the rest. */
+static inline kiln_status run_act_bwd(const struct kiln_host *h, const struct kiln_layer_run *r,
+				      void *plan, size_t front, struct kiln_layer_run *r2)
+{
+	*r2 = *r;
+	if (!plan)
+		return KILN_OK;
+	struct kiln_op_args a = { .in = { r->y, r->dy }, .out = { r->workspace } };
+	r2->dy = r->workspace;
+	r2->workspace = (char *)r->workspace + front;
+	r2->workspace_bytes = r->workspace_bytes - front;
+	return h->device_run(r->dev, plan, &a, r->stream);
+}
+
 /* Run `plan` on a's buffers with the layer's workspace. */
 static inline kiln_status run_op(const struct kiln_host *h, const struct kiln_layer_run *r,
 				 void *plan, struct kiln_op_args *a)

@@ -430,8 +430,25 @@ enum kiln_op_flags {
 	 * last, a device f32[1] gate; the op changes nothing when it is 0 (a
 	 * step skipped for non-finite gradients: KILN_OP_GRAD_CLIP's finite
 	 * flag) */
-	KILN_OPF_GATED = 2
+	KILN_OPF_GATED = 2,
+	/* ABI 2.3, fused epilogue activation: out0 is written as act(result)
+	 * instead of the result, act = enum kiln_act i[KILN_OPI_ACT] with alpha
+	 * f[KILN_OPF_ACT_ALPHA] (KILN_OP_ACT's math), after the bias and before
+	 * any accumulation (not with KILN_OPF_ACCUMULATE).  On GEMM, CONV,
+	 * BN_TRAIN and BN_INFER (nn.Linear/Conv2d/BatchNorm2d followed by the
+	 * activation, one op).  On BN_BWD (ReLU only): one more input, in4 =
+	 * the forward output y (after the ReLU), and dy is taken as
+	 * dy * (y > 0), the ReLU's backward folded in.  A device that cannot
+	 * fuse returns KILN_ENOTSUP from prepare and the caller runs the op and
+	 * then KILN_OP_ACT in place; devices built before ABI 2.3 are never
+	 * asked (the core refuses the flag for them). */
+	KILN_OPF_ACT = 4
 };
+
+/* Where KILN_OPF_ACT's kind and alpha live: the last integer and real
+ * parameters, which no fusable op uses otherwise. */
+#define KILN_OPI_ACT 15
+#define KILN_OPF_ACT_ALPHA 7
 
 /* An operation, described once and prepared once per shape. */
 struct kiln_op {

@@ -53,9 +53,11 @@ extern "C" {
  * SOFTMAX_XENT's ignore_index and row count, KILN_INIT_NORMAL,
  * kiln_layer.compute_dtype.
  * 2.2: decoding with a key/value cache: KILN_OP_ATTENTION_DECODE,
- * kiln_layer.decode_len, kiln_layer_run.pos (docs/generate.md). */
+ * kiln_layer.decode_len, kiln_layer_run.pos (docs/generate.md).
+ * 2.3: fused epilogue activations: KILN_OPF_ACT on GEMM, CONV and the
+ * batchnorm ops (kiln/ops.h); kiln_layer.fuse_act and act_fused. */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 2
+#define KILN_ABI_MINOR 3
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -793,6 +795,19 @@ struct kiln_layer {
 			      * r->saved memory (saved_bytes), which a decode
 			      * plan keeps for the plan's lifetime; 0: the
 			      * whole sequence is in the input */
+	/* ---- ABI 2.3 ---- */
+	int fuse_act;        /* set by the core before configure: 1 + enum
+			      * kiln_act of the activation layer that alone
+			      * reads this layer's output ([run] fuse), 0 when
+			      * none.  A layer that applies it to its own
+			      * output (KILN_OPF_ACT, or its own op) sets
+			      * act_fused in infer; the activation layer then
+			      * becomes a view, and this layer's backward gets
+			      * the gradient of the activation's output. */
+	int act_fused;       /* set by infer: this layer applies fuse_act.  Set
+			      * by the core before configure on an activation
+			      * layer whose producer applied it: that layer is
+			      * a view (is_view) with nothing to run. */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device

@@ -20,6 +20,9 @@
  * are shifted by the channel's first element (sum of x - K) so a large mean
  * does not cancel the variance.  The partial sums and per-channel
  * coefficients live in the workspace.
+ *
+ * A fused ReLU (KILN_OPF_ACT) clamps y in the affine pass; BN_BWD with it
+ * takes dy * (y > 0), y = in4, written into dx first and read from there.
  */
 #include "cpu.h"
 #include "../common/scalar_ops.h" /* common_bn_commit: dnn_kernels.cu's code */
@@ -138,42 +141,59 @@ static void bn_sums(const struct cpu_plan *p, double *ws, const float *x, const 
 
 /* ---- elementwise passes ------------------------------------------------ */
 
-CPU_CLONES static void plane_affine(float *y, const float *x, int64_t n, float a, float b)
+/* lo = 0: the fused ReLU (KILN_OPF_ACT), else -INFINITY (none) */
+CPU_CLONES static void plane_affine(float *y, const float *x, int64_t n, float a, float b,
+				    float lo)
 {
 #pragma omp simd
-	for (int64_t i = 0; i < n; i++)
-		y[i] = x[i] * a + b;
+	for (int64_t i = 0; i < n; i++) {
+		const float v = x[i] * a + b;
+		y[i] = v < lo ? lo : v; /* NaN stays */
+	}
 }
 
 CPU_CLONES static void rows_affine(float *y, const float *x, const float *a, const float *b,
-				   int64_t r0, int64_t r1, int64_t C)
+				   int64_t r0, int64_t r1, int64_t C, float lo)
 {
 	for (int64_t r = r0; r < r1; r++) {
 		const float *xr = x + r * C;
 		float *yr = y + r * C;
 #pragma omp simd
-		for (int64_t c = 0; c < C; c++)
-			yr[c] = xr[c] * a[c] + b[c];
+		for (int64_t c = 0; c < C; c++) {
+			const float v = xr[c] * a[c] + b[c];
+			yr[c] = v < lo ? lo : v;
+		}
 	}
 }
 
-/* y = x*a[c] + b[c] */
+/* y = x*a[c] + b[c], then max(y, 0) with the fused ReLU (KILN_OPF_ACT) */
 static void bn_affine(const struct cpu_plan *p, float *y, const float *x, const float *a,
 		      const float *b)
 {
 	const int64_t N = p->sz[BN_N], C = p->sz[BN_C], HW = p->sz[BN_HW];
+	const float lo = p->op.flags & KILN_OPF_ACT ? 0.0f : -INFINITY;
 	if (!p->sz[BN_ROWS]) {
 #pragma omp parallel for if (N * C * HW >= CPU_PAR_MIN) schedule(static)
 		for (int64_t pl = 0; pl < N * C; pl++)
-			plane_affine(y + pl * HW, x + pl * HW, HW, a[pl % C], b[pl % C]);
+			plane_affine(y + pl * HW, x + pl * HW, HW, a[pl % C], b[pl % C], lo);
 	} else {
 		const int64_t R = N * HW;
 #pragma omp parallel if (R * C >= CPU_PAR_MIN)
 		{
 			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			rows_affine(y, x, a, b, R * t / T, R * (t + 1) / T, C);
+			rows_affine(y, x, a, b, R * t / T, R * (t + 1) / T, C, lo);
 		}
 	}
+}
+
+/* The fused ReLU's backward (BN_BWD with KILN_OPF_ACT): g = dy * (y > 0),
+ * n elements; g may be the buffer dx is written to later. */
+static void bn_relu_mask(const struct cpu_plan *p, float *g, const float *dy, const float *y)
+{
+	const int64_t n = p->n;
+#pragma omp parallel for simd if (n >= CPU_PAR_MIN) schedule(static)
+	for (int64_t i = 0; i < n; i++)
+		g[i] = y[i] > 0 ? dy[i] : 0.0f;
 }
 
 /* dx = (dy - g - (x - mean)*k) * s  with per-channel g, k, s, mean */
@@ -292,6 +312,10 @@ static kiln_status cpu_bn_bwd(const struct cpu_plan *p, const struct kiln_op_arg
 	double *ws = a->workspace, *S1 = ws + bn_partials(p), *S2 = S1 + C;
 	float *g = (float *)(S2 + C), *k = g + C, *s = k + C;
 	(void)e;
+	if (p->op.flags & KILN_OPF_ACT) { /* the ReLU's backward, into dx first */
+		bn_relu_mask(p, dx, dy, a->in[4]);
+		dy = dx;
+	}
 	bn_sums(p, ws, x, dy, mean, S1, S2);
 	for (int64_t c = 0; c < C; c++) {
 		const double inv = invstd[c];
@@ -425,6 +449,8 @@ kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const int type = op->type;
 	if (!cpu_all_f32(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "only f32 tensors are supported");
+	if ((op->flags & KILN_OPF_ACT) && op->i[KILN_OPI_ACT] != KILN_ACT_RELU)
+		return cpu_bad(c, op, KILN_ENOTSUP, "fuses ReLU only");
 	const struct kiln_tensor_desc *x = &op->in[0];
 	const int64_t N = x->dims[0], C = x->dims[1];
 	const int64_t HW = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;

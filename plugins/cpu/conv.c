@@ -146,7 +146,8 @@ static void conv_geometry(const struct kiln_op *op, struct conv_build *b)
 }
 
 /* The memory descriptors (the caller's layouts and the `any` ones the
- * kernel chooses from) and the attributes (user scratchpad). */
+ * kernel chooses from) and the attributes (user scratchpad; a fused
+ * activation as an eltwise post-op). */
 static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b)
 {
 	kiln_status st = KILN_OK;
@@ -174,6 +175,14 @@ static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->b_md, 1, bd, dnnl_f32, dnnl_a));
 	CPU_DNN_TRY(dnnl_primitive_attr_create(&b->attr));
 	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(b->attr, dnnl_scratchpad_mode_user));
+	if (p->op.flags & KILN_OPF_ACT) { /* the fused activation: CONV only (opcheck) */
+		dnnl_post_ops_t po = NULL;
+		CPU_DNN_TRY(dnnl_post_ops_create(&po));
+		dnnl_status_t s1 = cpu_dnn_post_act(po, &p->op);
+		dnnl_status_t s2 = s1 == dnnl_success ? dnnl_primitive_attr_set_post_ops(b->attr, po) : s1;
+		dnnl_post_ops_destroy(po);
+		CPU_DNN_TRY(s2);
+	}
 out:
 	return st;
 }

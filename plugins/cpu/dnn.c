@@ -186,3 +186,15 @@ const char *cpu_dnn_isa(char *buf, size_t n)
 	snprintf(buf, n, "oneDNN %d.%d.%d, ISA %s, bf16 %s", v->major, v->minor, v->patch, isa, bf16);
 	return buf;
 }
+
+dnnl_status_t cpu_dnn_post_act(dnnl_post_ops_t po, const struct kiln_op *op)
+{
+	static const dnnl_alg_kind_t alg[] = {
+		[KILN_ACT_RELU] = dnnl_eltwise_relu,         [KILN_ACT_LEAKY_RELU] = dnnl_eltwise_relu,
+		[KILN_ACT_GELU] = dnnl_eltwise_gelu_erf,     [KILN_ACT_SIGMOID] = dnnl_eltwise_logistic,
+		[KILN_ACT_TANH] = dnnl_eltwise_tanh,         [KILN_ACT_GELU_TANH] = dnnl_eltwise_gelu_tanh,
+	};
+	const int64_t kind = op->i[KILN_OPI_ACT];
+	const float slope = kind == KILN_ACT_LEAKY_RELU ? (float)op->f[KILN_OPF_ACT_ALPHA] : 0.0f;
+	return dnnl_post_ops_append_eltwise(po, 1.0f, alg[kind], slope, 0.0f);
+}

@@ -13,10 +13,11 @@
  * Bias: oneDNN adds the matmul bias *before* the output scale
  * (dst = alpha * (AB + bias)), but kiln's bias is not scaled.  With
  * alpha == 1 the two agree and the native bias argument is used; otherwise
- * the bias is a broadcast binary-add post-op placed after the sum.
+ * the bias is a broadcast binary-add post-op placed after the sum.  A
+ * fused activation (KILN_OPF_ACT) is an eltwise post-op after the bias.
  */
 #include "cpu.h"
-#include "dnn.h" /* cpu_dnn_warm, cpu_dnnl_str */
+#include "dnn.h" /* cpu_dnn_warm, cpu_dnnl_str, cpu_dnn_post_act */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
 #include <stdlib.h>
@@ -129,6 +130,7 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const float alpha = (float)op->f[0];
 	const int beta = !!(op->flags & KILN_OPF_ACCUMULATE);
 	const int has_bias = op->n_in == 3;
+	const int act = (op->flags & KILN_OPF_ACT) != 0;
 	kiln_status st = KILN_OK;
 
 	/* f32 throughout, or bf16 A and B with an f32 or bf16 result and an
@@ -164,7 +166,7 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	CPU_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
 	if (alpha != 1.0f)
 		CPU_DNNL(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
-	if (beta || (has_bias && !native_bias)) {
+	if (beta || (has_bias && !native_bias) || act) {
 		int idx = 0;
 		CPU_DNNL(dnnl_post_ops_create(&po));
 		if (beta) {
@@ -175,6 +177,8 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			CPU_DNNL(dnnl_post_ops_append_binary(po, dnnl_binary_add, &bias_md));
 			g->bias_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
 		}
+		if (act) /* the epilogue, after the bias (opcheck: no sum then) */
+			CPU_DNNL(cpu_dnn_post_act(po, op));
 		CPU_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
 	}
 	if (native_bias)

@@ -514,6 +514,11 @@ static kiln_status cuda_prepare(void *ctx, const struct kiln_op *op, void **plan
 	if (workspace)
 		*workspace = 0;
 	USE(c);
+	/* fused activations (KILN_OPF_ACT): cuBLASLt's epilogues on GEMM; the
+	 * convolution and batchnorm run theirs apart (the layer adds an ACT) */
+	if ((op->flags & KILN_OPF_ACT) && op->type != KILN_OP_GEMM)
+		return c->host->error(KILN_ENOTSUP, "cuda: %s: no fused activation here",
+				      cuda_op_name(op->type));
 	struct cuda_plan *p = calloc(1, sizeof *p);
 	struct cuda_obj *o = calloc(1, sizeof *o);
 	if (!p || !o) {

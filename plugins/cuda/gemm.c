@@ -8,7 +8,8 @@
  * kiln's in1 (transposed as kiln's transB says), Lt's "B" is in0.  kiln's
  * bias[N] then runs along Lt's rows, which is exactly what the BIAS
  * epilogue broadcasts (over columns, added after alpha and beta: kiln's
- * bias is not scaled).  Without a bias the epilogue is DEFAULT.
+ * bias is not scaled).  Without a bias the epilogue is DEFAULT.  A fused
+ * activation (KILN_OPF_ACT) picks RELU(_BIAS) or GELU(_BIAS).
  *
  * Everything Lt creates (descriptors, layouts, the heuristic's algorithm)
  * is made in prepare; run passes the caller's pointers and the plan's
@@ -141,6 +142,28 @@ static cudaError_t cuda_gemm_launch(const struct cuda_plan *p, const struct kiln
 	}
 }
 
+/* The epilogue: the bias, and a fused activation (KILN_OPF_ACT) where
+ * cuBLASLt has it: ReLU, and GELU's tanh form (Lt's GELU); others
+ * KILN_ENOTSUP, for the layer to run apart. */
+static kiln_status cuda_gemm_epilogue(struct cuda_ctx *c, const struct kiln_op *op,
+				      cublasLtEpilogue_t *epi)
+{
+	const int bias = op->n_in == 3;
+	*epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	if (!(op->flags & KILN_OPF_ACT))
+		return KILN_OK;
+	switch (op->i[KILN_OPI_ACT]) {
+	case KILN_ACT_RELU:
+		*epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+		return KILN_OK;
+	case KILN_ACT_GELU_TANH:
+		*epi = bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+		return KILN_OK;
+	default:
+		return cuda_bad(c, op, KILN_ENOTSUP, "cuBLASLt fuses relu and tanh-GELU only");
+	}
+}
+
 kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
@@ -181,7 +204,9 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	CUDA_LT(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
 	CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
 	CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-	const cublasLtEpilogue_t epi = g->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	cublasLtEpilogue_t epi;
+	if ((st = cuda_gemm_epilogue(c, op, &epi)))
+		goto out;
 	CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
 	if (g->has_bias) {
 		const int32_t bt = bias_dt == KILN_F32 ? CUDA_R_32F : (int32_t)cto;
@@ -220,7 +245,12 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	if (g->has_bias && bias_dt != dto &&
 	    (hs != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS)) {
 		/* no f32-bias epilogue into a 16-bit output here: the plain
-		 * GEMM, then kiln's bias kernel */
+		 * GEMM, then kiln's bias kernel (before which no activation
+		 * may run: a fused one is refused, the layer runs it apart) */
+		if (op->flags & KILN_OPF_ACT) {
+			st = cuda_bad(c, op, KILN_ENOTSUP, "no f32-bias epilogue with the activation");
+			goto out;
+		}
 		const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
 		CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none,
 						       sizeof none));

@@ -1,0 +1,112 @@
+#!/bin/sh
+# tests/fuse.sh - [run] fuse (on by default): an activation that alone
+# reads a linear, conv or batchnorm layer runs as that layer's epilogue.
+# The fused and unfused runs give the same numbers (ReLU: identical
+# metrics, bit for bit, for the MLP, the CNN in both layouts, a
+# conv-batchnorm-ReLU net and bf16 compute; GELU, fused in evaluation only,
+# within 1e-5 of the unfused loss); and the fusion really happens: the
+# profile of a fused run has no op of the ReLU layers while the unfused one
+# has, and `kiln memory` shows the fused ReLU as a view.
+name=fuse
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
+
+mlp="$srcdir/examples/fashion_mnist_mlp.ini"
+cnn="$srcdir/examples/fashion_mnist_cnn.ini"
+short="data.limit=640 data.eval.limit=256 train.max_steps=5 train.batch=64 train.epochs=1"
+
+# pair LABEL CONFIG ARGS...: train fused and unfused, metrics identical
+pair() {
+	label=$1 cfg=$2
+	shift 2
+	# shellcheck disable=SC2086
+	kiln 0 train "$cfg" $short "run.out_dir=$tmp/$label.1" run.fuse=1 "$@"
+	cp "$out" "$tmp/$label.1.out"
+	# shellcheck disable=SC2086
+	kiln 0 train "$cfg" $short "run.out_dir=$tmp/$label.0" run.fuse=0 "$@"
+	cp "$out" "$tmp/$label.0.out"
+	same_metrics unfused "$tmp/$label.0.out" fused "$tmp/$label.1.out"
+	echo "ok: $label: fused and unfused runs agree (test_loss $(field test_loss "$tmp/$label.1.out"))"
+}
+
+pair mlp "$mlp"
+pair cnn "$cnn"
+pair cnn_nhwc "$cnn" model.layout=nhwc
+pair mlp_bf16 "$mlp" run.precision=bf16
+
+# conv -> batchnorm -> relu (BN_TRAIN/BN_INFER/BN_BWD with the ReLU), and a
+# linear -> batchnorm -> relu on [N, C]
+cat >"$tmp/bn.ini" <<INI
+[run]
+seed = 3
+[data]
+source = idx
+path = $FM
+mean = 0.286
+std = 0.353
+[layer.conv1]
+type = conv
+out = 8
+kernel = 3
+padding = 1
+[layer.bn1]
+type = batchnorm
+[layer.relu1]
+type = relu
+[layer.pool1]
+type = maxpool
+kernel = 2
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 32
+[layer.bn2]
+type = batchnorm
+[layer.relu2]
+type = relu
+[layer.fc2]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+lr = 0.05
+momentum = 0.9
+INI
+pair bn "$tmp/bn.ini"
+pair bn_nhwc "$tmp/bn.ini" model.layout=nhwc
+pair bn_recompute "$tmp/bn.ini" train.recompute=2
+
+# GELU: fused into the linear layer in evaluation only (oneDNN's erf GELU
+# against kiln's own: equal to float rounding)
+sed -e 's/type = relu/type = gelu/' "$mlp" >"$tmp/gelu.ini"
+for f in 0 1; do
+	# shellcheck disable=SC2086
+	kiln 0 train "$tmp/gelu.ini" $short "run.out_dir=$tmp/gelu.$f" run.fuse=$f
+	cp "$out" "$tmp/gelu.$f.out"
+done
+[ "$(field train_loss "$tmp/gelu.0.out")" = "$(field train_loss "$tmp/gelu.1.out")" ] ||
+	fail "gelu: training is not fused, yet train_loss differs"
+a=$(field test_loss "$tmp/gelu.0.out")
+b=$(field test_loss "$tmp/gelu.1.out")
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a) }' ||
+	fail "gelu: fused test_loss $b, unfused $a"
+echo "ok: gelu: evaluation fused, test_loss $b against $a"
+
+# the fused run's profile has no op of relu1/relu2 (the fc layers' GEMMs
+# end in the ReLU); the unfused run's has them
+for f in 0 1; do
+	# shellcheck disable=SC2086
+	kiln 0 train "$mlp" --profile $short "run.out_dir=$tmp/p.$f" run.fuse=$f run.profile_steps=0
+done
+grep -q '^fc1 ' "$tmp/p.1/profile.txt" || fail "fused profile has no fc1 row"
+! grep -q '^relu[12] ' "$tmp/p.1/profile.txt" || fail "fused profile still runs the ReLU layers"
+grep -q '^relu1 ' "$tmp/p.0/profile.txt" || fail "unfused profile has no relu1 row"
+echo "ok: the fused run's profile has no ReLU op, the unfused one has"
+
+kiln 0 memory "$mlp"
+grep -q '^ *relu1 .*(view)' "$out" || fail "kiln memory: relu1 is not a view when fused"
+kiln 0 memory "$mlp" run.fuse=0
+! grep -q '^ *relu1 .*(view)' "$out" || fail "kiln memory: relu1 a view with fuse = 0"
+echo "ok: fuse.sh: $checks kiln runs"
