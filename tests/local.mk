@@ -383,3 +383,15 @@ EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py te
 TESTS += tests/gpt_steps.sh tests/gpt.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
+
+# ---- the CPU device's team size: cgroup quota parsers, the adaptive
+# controller's decisions on synthetic intervals (plugins/cpu/threads.c
+# compiled in; no clock, no /proc)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_threads
+TESTS += tests/check_cpu_threads
+tests_check_cpu_threads_SOURCES = tests/check_cpu_threads.c plugins/cpu/threads.c \
+	plugins/cpu/threads.h
+tests_check_cpu_threads_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_threads_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
