@@ -28,3 +28,5 @@ noinst_PROGRAMS += bench/attention
 bench_attention_SOURCES = bench/attention.c
 bench_attention_LDADD = libkiln.la -lm
 EXTRA_DIST += bench/pytorch_attention.py bench/attention.sh
+# kiln and PyTorch under contention (a busy core, taskset, a CPU quota)
+EXTRA_DIST += bench/contention.sh

@@ -407,3 +407,14 @@ EXTRA_DIST += tests/gpt2_io.sh tests/data/gen_gpt2_io_refs.py tests/data/gpt2_hf
 # evaluation), and the profile and `kiln memory` show the fusion happen
 TESTS += tests/fuse.sh
 EXTRA_DIST += tests/fuse.sh
+# ---- the CPU device's team size: cgroup quota parsers, the adaptive
+# controller's decisions on synthetic intervals (plugins/cpu/threads.c
+# compiled in; no clock, no /proc)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_threads
+TESTS += tests/check_cpu_threads
+tests_check_cpu_threads_SOURCES = tests/check_cpu_threads.c plugins/cpu/threads.c \
+	plugins/cpu/threads.h
+tests_check_cpu_threads_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_threads_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif

@@ -47,9 +47,16 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 {
 	/* The thread count is an OpenMP per-thread setting, and run() may be
 	 * called from the loader's thread or a stream worker: set it where
-	 * the kernel runs.  oneDNN (OpenMP build) reads the same setting. */
-	if (omp_get_max_threads() != c->threads)
-		omp_set_num_threads(c->threads);
+	 * the kernel runs.  oneDNN (OpenMP build) reads the same setting.
+	 * The team shrinks while its threads wait for a CPU (threads.c). */
+	int from;
+	double load;
+	int n = cpu_team_tick(&c->team, &from, &load);
+	if (from)
+		c->host->log(KILN_LOG_DEBUG, "cpu", "team of %d -> %d threads (%.2f waited for a CPU)",
+			     from, n, load);
+	if (omp_get_max_threads() != n)
+		omp_set_num_threads(n);
 	e->st = KILN_OK;
 	e->msg[0] = 0;
 	return p->kernel(p, a, e);
@@ -98,13 +105,15 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	}
 	if (threads < 0)
 		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
+	const int adapt = threads == 0; /* a team the user set stays as set */
 	if (threads == 0) {
 		/* the CPUs this process may run on (kiln launch and mpirun pin
-		 * ranks; taskset, cpusets), else the machine's */
+		 * ranks; taskset, cpusets), else the machine's, within the
+		 * cgroup's CPU quota (containers, systemd's CPUQuota) */
 		cpu_set_t set;
 		long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
 								     : sysconf(_SC_NPROCESSORS_ONLN);
-		threads = n > 0 ? n : 1;
+		threads = cpu_threads_for(n > 0 ? (int)n : 1, cpu_quota_read());
 	}
 
 	struct cpu_ctx *c = calloc(1, sizeof *c);
@@ -125,9 +134,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return st;
 	}
 	omp_set_num_threads(c->threads);
+	cpu_team_live_init(&c->team, c->threads, adapt);
 	char isa[160];
-	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads, %s streams", ordinal,
-		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->async ? "async" : "sync");
+	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams", ordinal,
+		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->team.adapt ? " (adaptive)" : "",
+		  c->async ? "async" : "sync");
 	*out = c;
 	return KILN_OK;
 }
@@ -145,6 +156,7 @@ static void cpu_close(void *ctx)
 		cpu_plan_free(c, c->plans);
 	cpu_tune_free(c);
 	cpu_engine_destroy(c);
+	cpu_team_live_destroy(&c->team);
 	pthread_cond_destroy(&c->cond);
 	pthread_mutex_destroy(&c->lock);
 	free(c);

@@ -14,6 +14,7 @@
 #include "../common/describe.h" /* common_numel, common_desc_str, common_op_tensors */
 #include "../common/device.h"   /* common_op_name, common_run_args_check, lists */
 #include "../common/half.h"     /* half_f32_bf16, half_bf16_f32 */
+#include "threads.h"            /* struct cpu_team_live */
 #include <kiln/plugin.h>      /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <pthread.h>          /* worker threads, the context lock */
 #include <stdint.h>
@@ -35,6 +36,7 @@ struct cpu_ctx {
 	const struct kiln_host *host;
 	int async;          /* [plugin.cpu] async: worker thread per stream */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
+	struct cpu_team_live team; /* the team now, at most `threads` (threads.c) */
 	/* [plugin.cpu] bf16_conv, bf16_gemm: which kernel computes the bf16
 	 * convolutions and GEMMs (CPU_KERN_*; tune.c) */
 	int bf16_conv, bf16_gemm;

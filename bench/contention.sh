@@ -1,0 +1,263 @@
+#!/bin/sh
+# Training throughput on a shared machine: kiln and PyTorch side by side,
+# each benchmark under each condition.
+#
+# Benchmarks (--benches):
+#   mlp        bench/mlp_bench.ini, one epoch (bench/pytorch_mlp.py --steps 0)
+#   cnn-nchw   bench/cnn_bench.ini, WARMUP+STEPS steps (as bench/cnn.sh)
+#   cnn-nhwc   the same, channels-last
+# Conditions (--conditions):
+#   quiet      nothing else started by this script
+#   busy       a competing process keeps one core busy: a shell busy loop
+#              (`while :; do :; done`), started before each run and killed
+#              after it; its measured CPU share is reported ("spin" column)
+#   core1      the run under `taskset -c 0`: one core
+#   quota      the run in a cgroup with a 1.5-CPU quota (v2 cpu.max
+#              "150000 100000", else v1 cpu.cfs_quota_us 150000); skipped,
+#              saying why, when no cgroup can be created (needs root)
+# Contenders (each run once per round; rounds interleave every contender
+# of every benchmark and condition, so slow drifts of the machine's load
+# fall on all of them alike):
+#   kiln          $KILN train INI run.threads=0 (the default a user gets:
+#                 no thread key set), so kiln picks its own team
+#   kiln-before   $KILN_BEFORE the same way, when KILN_BEFORE is set (e.g.
+#                 a build of main: the before/after of a change)
+#   pt-default, pt-passive, pt-omp1
+#                 PyTorch ($PYTHON) with 2 threads; with OMP_WAIT_POLICY=
+#                 PASSIVE; with OMP_NUM_THREADS=1 (and 1 thread), all with
+#                 OPENBLAS_CORETYPE=SkylakeX, as bench/mlp.sh and cnn.sh
+# Output: each run's JSON line on stderr; then per benchmark a table of
+# medians (samples/s) by condition, "pt-best" (the fastest PyTorch setting
+# in that condition), kiln / pt-best (the issue asks >= 1.2 under
+# contention) and kiln's share of its own quiet rate (>= 0.45 asked with
+# one core taken); /proc/loadavg at the start and end of each condition.
+#
+# Usage: bench/contention.sh [--runs N] [--steps N] [--benches LIST]
+#                            [--conditions LIST]
+#   --runs N         rounds (default 3; medians over them)
+#   --steps N        CNN timed steps after 20 warm-up steps (default 100)
+#   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc)
+#   --conditions L   comma-separated (default quiet,busy,core1,quota)
+# Environment:
+#   KILN         kiln binary (default ./kiln)
+#   KILN_BEFORE  a second kiln binary to compare (default: none)
+#   PYTHON       Python with PyTorch (default /usr/bin/python3; e.g.
+#                /work/scratch/venv/bin/python for PyTorch 2.x)
+# Run from the top of the source tree.
+
+set -eu
+
+RUNS=3
+STEPS=100
+WARMUP=20
+BATCH=128
+BENCHES=mlp,cnn-nchw,cnn-nhwc
+CONDITIONS=quiet,busy,core1,quota
+KILN=${KILN:-./kiln}
+KILN_BEFORE=${KILN_BEFORE:-}
+PYTHON=${PYTHON:-/usr/bin/python3}
+HERE=$(dirname "$0")
+
+. "$HERE/common.sh"
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --benches) [ $# -ge 2 ] || usage; BENCHES=$2; shift 2 ;;
+        --benches=*) BENCHES=${1#*=}; shift ;;
+        --conditions) [ $# -ge 2 ] || usage; CONDITIONS=$2; shift 2 ;;
+        --conditions=*) CONDITIONS=${1#*=}; shift ;;
+        -h|--help) usage ;;
+        *) bench_opt "$@" || { echo "contention.sh: unknown argument: $1" >&2; usage; }
+           shift "$NSHIFT" ;;
+    esac
+done
+for v in "runs:$RUNS" "steps:$STEPS"; do
+    case ${v#*:} in
+        ''|*[!0-9]*|0) echo "contention.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
+    esac
+done
+BENCHES=$(printf '%s' "$BENCHES" | tr ',' ' ')
+CONDITIONS=$(printf '%s' "$CONDITIONS" | tr ',' ' ')
+for b in $BENCHES; do
+    case $b in mlp|cnn-nchw|cnn-nhwc) ;;
+        *) echo "contention.sh: unknown benchmark: $b" >&2; exit 2 ;; esac
+done
+for c in $CONDITIONS; do
+    case $c in quiet|busy|core1|quota) ;;
+        *) echo "contention.sh: unknown condition: $c" >&2; exit 2 ;; esac
+done
+[ -x "$KILN" ] || { echo "contention.sh: $KILN not found or not executable (set KILN=)" >&2; exit 1; }
+if [ -n "$KILN_BEFORE" ] && [ ! -x "$KILN_BEFORE" ]; then
+    echo "contention.sh: KILN_BEFORE=$KILN_BEFORE is not executable" >&2; exit 1
+fi
+CONTENDERS="kiln${KILN_BEFORE:+ kiln-before} pt-default pt-passive pt-omp1"
+
+bench_tmpdir contention
+SPIN_PID=
+CGROUP=
+cleanup() {
+    [ -z "$SPIN_PID" ] || kill "$SPIN_PID" 2>/dev/null || true
+    [ -z "$CGROUP" ] || rmdir "$CGROUP" 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# ---- conditions -------------------------------------------------------------
+
+# make_cgroup: a cgroup with a 1.5-CPU quota into CGROUP, or a reason on
+# stdout and status 1.
+make_cgroup() {
+    d=/sys/fs/cgroup/kiln-contention.$$
+    if [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "$d" 2>/dev/null; then
+        if echo "150000 100000" > "$d/cpu.max" 2>/dev/null; then CGROUP=$d; return 0; fi
+        rmdir "$d"
+    fi
+    d=/sys/fs/cgroup/cpu/kiln-contention.$$
+    if [ -d /sys/fs/cgroup/cpu ] && mkdir "$d" 2>/dev/null; then
+        if echo 100000 > "$d/cpu.cfs_period_us" && echo 150000 > "$d/cpu.cfs_quota_us"; then
+            CGROUP=$d; return 0
+        fi 2>/dev/null
+        rmdir "$d"
+    fi
+    echo "no writable cgroup (v2 cpu.max or v1 cpu.cfs_quota_us; needs root)"
+    return 1
+}
+
+# spin_start / spin_stop: the competing busy loop; spin_stop prints the
+# share of one CPU it got (utime + stime over its lifetime).
+spin_start() {
+    sh -c 'while :; do :; done' &
+    SPIN_PID=$!
+    SPIN_T0=$(date +%s.%N)
+}
+spin_stop() {
+    # fields 14, 15 of /proc/PID/stat: utime, stime in clock ticks
+    ticks=$(awk '{ print $14 + $15 }' "/proc/$SPIN_PID/stat" 2>/dev/null || echo 0)
+    kill "$SPIN_PID" 2>/dev/null || true
+    wait "$SPIN_PID" 2>/dev/null || true
+    SPIN_PID=
+    awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v t0="$SPIN_T0" -v t1="$(date +%s.%N)" \
+        'BEGIN { printf "%.2f\n", (t1 > t0) ? t / hz / (t1 - t0) : 0 }'
+}
+
+# under COND CMD...: CMD in condition COND.
+under() {
+    cond=$1; shift
+    case $cond in
+        quiet|busy) "$@" ;;
+        core1) taskset -c 0 "$@" ;;
+        quota) sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CGROUP" "$@" ;;
+    esac
+}
+
+# ---- contenders ---------------------------------------------------------------
+
+KSTEPS=$((WARMUP + STEPS))
+# run_one BENCH WHO COND: one run of WHO on BENCH under COND
+run_one() {
+    bench=$1; who=$2; cond=$3
+    layout=${bench#cnn-}
+    case $who in
+        kiln|kiln-before)
+            bin=$KILN; [ "$who" = kiln ] || bin=$KILN_BEFORE
+            if [ "$bench" = mlp ]; then
+                under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/mlp_bench.ini" \
+                    train.epochs=1 run.threads=0
+            else
+                under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/cnn_bench.ini" \
+                    model.layout="$layout" run.threads=0 train.batch="$BATCH" \
+                    data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" train.eval=0
+            fi ;;
+        pt-*)
+            case $who in
+                pt-default) set -- 2 ;;
+                pt-passive) set -- 2 OMP_WAIT_POLICY=PASSIVE ;;
+                pt-omp1) set -- 1 OMP_NUM_THREADS=1 ;;
+            esac
+            nt=$1; shift
+            if [ "$bench" = mlp ]; then
+                under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS OPENBLAS_CORETYPE=SkylakeX \
+                    "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps 0
+            else
+                under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS OPENBLAS_CORETYPE=SkylakeX \
+                    "$@" "$PYTHON" "$HERE/pytorch_cnn.py" --layout "$layout" --threads "$nt" \
+                    --steps "$STEPS" --warmup-steps "$WARMUP" --batch "$BATCH" --eval-samples 500
+            fi ;;
+    esac
+}
+
+# ---- the rounds -----------------------------------------------------------------
+
+ACTIVE=
+for c in $CONDITIONS; do
+    if [ "$c" = quota ] && [ -z "$CGROUP" ]; then
+        if ! make_cgroup > "$TMP/why"; then
+            echo "contention.sh: quota condition skipped: $(cat "$TMP/why")" >&2
+            continue
+        fi
+        echo "quota: cgroup $CGROUP" >&2
+    fi
+    ACTIVE="$ACTIVE $c"
+done
+
+echo "start: $(date -u +%H:%M:%S) loadavg $(cat /proc/loadavg); $(nproc) CPUs; python $PYTHON" >&2
+r=1
+while [ "$r" -le "$RUNS" ]; do
+    for c in $ACTIVE; do
+        echo "round $r $c: loadavg $(cat /proc/loadavg)" >&2
+        printf '%s\n' "$(cut -d' ' -f1 /proc/loadavg)" >> "$TMP/load-$c"
+        for b in $BENCHES; do
+            for who in $CONTENDERS; do
+                [ "$c" != busy ] || spin_start
+                rc=0
+                line=$(run_one "$b" "$who" "$c" 2> "$TMP/err" | json_line) || rc=$?
+                [ "$c" != busy ] || printf '%s\n' "$(spin_stop)" >> "$TMP/spin-$c"
+                if [ -z "$line" ]; then
+                    echo "contention.sh: $b $who $c round $r printed no JSON line (exit $rc):" >&2
+                    tail -n 3 "$TMP/err" | sed 's/^/    /' >&2
+                    continue
+                fi
+                echo "$b $who $c round $r: $line" >&2
+                printf '%s\n' "$line" >> "$TMP/$b-$who-$c.jsonl"
+            done
+        done
+    done
+    r=$((r + 1))
+done
+echo "end: $(date -u +%H:%M:%S) loadavg $(cat /proc/loadavg)" >&2
+
+# ---- the tables -------------------------------------------------------------------
+
+med() { # FILE: the median train_samples_per_s, or n/a
+    if [ -s "$1" ]; then median_field "$1" train_samples_per_s; else echo n/a; fi
+}
+num() { case $1 in n/a|'') printf '%11s' n/a ;; *) printf '%11.0f' "$1" ;; esac; }
+ratio() {
+    case "$1$2" in *n/a*) printf '%9s' n/a; return ;; esac
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%9.2f", a / b; else printf "%9s", "n/a" }'
+}
+
+for b in $BENCHES; do
+    echo
+    echo "$b: median samples/s of $RUNS interleaved rounds ($PYTHON)"
+    printf '%-6s %5s %5s' cond load spin
+    for who in $CONTENDERS; do printf ' %11s' "$who"; done
+    printf ' %11s %9s %9s\n' pt-best kiln/best kiln/quiet
+    quiet=$(med "$TMP/$b-kiln-quiet.jsonl")
+    for c in $ACTIVE; do
+        load=$(median < "$TMP/load-$c")
+        spin=-
+        [ ! -s "$TMP/spin-$c" ] || spin=$(median < "$TMP/spin-$c")
+        printf '%-6s %5s %5s' "$c" "$load" "$spin"
+        best=0
+        for who in $CONTENDERS; do
+            m=$(med "$TMP/$b-$who-$c.jsonl")
+            num "$m" | sed 's/^/ /'
+            case $who in pt-*)
+                [ "$m" = n/a ] || best=$(awk -v a="$m" -v b="$best" 'BEGIN { print (a > b) ? a : b }') ;;
+            esac
+        done
+        k=$(med "$TMP/$b-kiln-$c.jsonl")
+        printf ' %11.0f %s %s\n' "$best" "$(ratio "$k" "$best")" "$(ratio "$k" "$quiet")"
+    done
+done

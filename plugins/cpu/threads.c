@@ -1,0 +1,295 @@
+/* plugins/cpu/threads.c - the CPU device's OpenMP team: its starting size
+ * from the affinity mask and the cgroup CPU quota, and the controller that
+ * shrinks it while the process's threads wait for a CPU.
+ *
+ * Why: an OpenMP team is as fast as its slowest thread.  When another
+ * process is busy on one of two cores, one of kiln's two threads is off the
+ * CPU for a time slice (milliseconds) at a time while the other spins and
+ * then sleeps at the barrier of a parallel region that lasts microseconds;
+ * the step ran 3x slower than with one thread.  The kernel reports exactly
+ * that waiting: the run-queue delay of each thread (schedstat).  Over an
+ * interval of about 100 ms of work, the delay summed over the process's
+ * threads divided by the wall time is the number of threads that on
+ * average wanted a CPU and had none.  Above CPU_TEAM_SHRINK the team loses
+ * a thread; after CPU_TEAM_PROBE_MIN calm intervals it tries one more, and
+ * a probe that brings the waiting back doubles the wait before the next
+ * (up to CPU_TEAM_PROBE_MAX intervals, about 8 s).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "threads.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- parsers --------------------------------------------------------------- */
+
+double cpu_quota_v2(const char *cpu_max)
+{
+	long long quota, period;
+	if (!cpu_max || sscanf(cpu_max, "%lld %lld", &quota, &period) != 2)
+		return 0; /* "max PERIOD", or nothing readable: no limit */
+	return quota > 0 && period > 0 ? (double)quota / (double)period : 0;
+}
+
+double cpu_quota_v1(const char *quota_us, const char *period_us)
+{
+	long long quota, period;
+	if (!quota_us || !period_us || sscanf(quota_us, "%lld", &quota) != 1 ||
+	    sscanf(period_us, "%lld", &period) != 1)
+		return 0;
+	return quota > 0 && period > 0 ? (double)quota / (double)period : 0;
+}
+
+/* Does the comma-separated list [s, e) hold `name`? */
+static int list_has(const char *s, const char *e, const char *name)
+{
+	size_t n = strlen(name);
+	while (s < e) {
+		const char *c = memchr(s, ',', (size_t)(e - s));
+		if (!c)
+			c = e;
+		if ((size_t)(c - s) == n && !memcmp(s, name, n))
+			return 1;
+		s = c + 1;
+	}
+	return 0;
+}
+
+int cpu_cgroup_path(const char *text, int v2, char *out, size_t n)
+{
+	/* lines "ID:CONTROLLERS:PATH"; v2's is "0::PATH" */
+	for (const char *l = text; l && *l;) {
+		const char *end = strchr(l, '\n');
+		if (!end)
+			end = l + strlen(l);
+		const char *c1 = memchr(l, ':', (size_t)(end - l));
+		const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
+		if (c2 && (v2 ? c2 == c1 + 1 && c1 - l == 1 && *l == '0'
+			      : list_has(c1 + 1, c2, "cpu"))) {
+			size_t len = (size_t)(end - c2 - 1);
+			if (len + 1 > n)
+				return -1;
+			memcpy(out, c2 + 1, len);
+			out[len] = 0;
+			return 0;
+		}
+		l = *end ? end + 1 : end;
+	}
+	return -1;
+}
+
+int cpu_threads_for(int affinity, double quota)
+{
+	int n = affinity > 0 ? affinity : 1;
+	if (quota > 0) {
+		/* rounded: a thread for half a CPU or more; the controller
+		 * takes it back if it only waits */
+		double q = floor(quota + 0.5);
+		if (q < 1)
+			q = 1;
+		if (q < n)
+			n = (int)q;
+	}
+	return n;
+}
+
+/* ---- reading the quota -------------------------------------------------------- */
+
+/* The first line of a file into buf; -1 when it cannot be read. */
+static int read_line(const char *path, char *buf, size_t n)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	int ok = fgets(buf, (int)n, f) != NULL;
+	fclose(f);
+	return ok ? 0 : -1;
+}
+
+/* The quota in the cgroup directory dir (v2 or v1 files); 0 for none. */
+static double quota_at(const char *dir, int v2)
+{
+	char p[4200], a[64], b[64];
+	if (v2) {
+		snprintf(p, sizeof p, "%s/cpu.max", dir);
+		return read_line(p, a, sizeof a) ? 0 : cpu_quota_v2(a);
+	}
+	snprintf(p, sizeof p, "%s/cpu.cfs_quota_us", dir);
+	if (read_line(p, a, sizeof a))
+		return 0;
+	snprintf(p, sizeof p, "%s/cpu.cfs_period_us", dir);
+	return read_line(p, b, sizeof b) ? 0 : cpu_quota_v1(a, b);
+}
+
+/* The smallest quota from the cgroup `path` under mount point `root` up to
+ * the mount's root (a parent's limit applies to its children). */
+static double quota_up(const char *root, const char *path, int v2)
+{
+	char dir[4096];
+	double best = 0;
+	int len = snprintf(dir, sizeof dir, "%s%s", root, path);
+	if (len <= 0 || (size_t)len >= sizeof dir)
+		return 0;
+	size_t stop = strlen(root);
+	for (;;) {
+		double q = quota_at(dir, v2);
+		if (q > 0 && (best == 0 || q < best))
+			best = q;
+		char *slash = strrchr(dir, '/');
+		if (!slash || (size_t)(slash - dir) < stop)
+			break;
+		*slash = 0;
+	}
+	return best;
+}
+
+double cpu_quota_read(void)
+{
+	char text[4096], path[2048];
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (!f)
+		return 0;
+	size_t got = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[got] = 0;
+	double best = 0;
+	/* v2 at /sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid systems;
+	 * v1's cpu controller alone or joined with cpuacct */
+	static const struct { const char *root; int v2; } at[] = {
+		{ "/sys/fs/cgroup", 1 },
+		{ "/sys/fs/cgroup/unified", 1 },
+		{ "/sys/fs/cgroup/cpu", 0 },
+		{ "/sys/fs/cgroup/cpu,cpuacct", 0 },
+	};
+	for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+		if (cpu_cgroup_path(text, at[i].v2, path, sizeof path))
+			continue;
+		double q = quota_up(at[i].root, strcmp(path, "/") ? path : "", at[i].v2);
+		if (q > 0 && (best == 0 || q < best))
+			best = q;
+	}
+	return best;
+}
+
+/* ---- the controller ------------------------------------------------------------- */
+
+void cpu_team_init(struct cpu_team *t, int max)
+{
+	memset(t, 0, sizeof *t);
+	t->max = t->n = max > 0 ? max : 1;
+	t->probe_wait = CPU_TEAM_PROBE_MIN;
+}
+
+int cpu_team_decide(struct cpu_team *t, const struct cpu_team_sample *s)
+{
+	if (s->wall_ns <= 0 || s->delay_ns < 0)
+		return t->n; /* nothing measured */
+	double load = (double)s->delay_ns / (double)s->wall_ns;
+	if (load > CPU_TEAM_SHRINK) {
+		if (t->probing) /* the step up brought the waiting back */
+			t->probe_wait = t->probe_wait * 2 > CPU_TEAM_PROBE_MAX ? CPU_TEAM_PROBE_MAX
+									: t->probe_wait * 2;
+		t->probing = 0;
+		t->calm = 0;
+		if (t->n > 1)
+			t->n--;
+		return t->n;
+	}
+	if (load >= CPU_TEAM_CALM) {
+		t->calm = 0; /* some waiting: hold */
+		return t->n;
+	}
+	if (t->probing) { /* a calm interval after a step up: it held */
+		t->probing = 0;
+		t->probe_wait = CPU_TEAM_PROBE_MIN;
+	}
+	if (t->n < t->max && ++t->calm >= t->probe_wait) {
+		t->n++;
+		t->probing = 1;
+		t->calm = 0;
+	}
+	return t->n;
+}
+
+/* ---- measuring ------------------------------------------------------------------ */
+
+int64_t cpu_run_delay_ns(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	int64_t sum = 0;
+	int any = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		char p[64], line[128];
+		snprintf(p, sizeof p, "/proc/self/task/%.20s/schedstat", e->d_name);
+		long long run, wait;
+		if (read_line(p, line, sizeof line) || sscanf(line, "%lld %lld", &run, &wait) != 2)
+			continue;
+		sum += wait;
+		any = 1;
+	}
+	closedir(d);
+	return any ? sum : -1;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt)
+{
+	memset(l, 0, sizeof *l);
+	cpu_team_init(&l->team, threads);
+	l->size = l->team.n;
+	/* without schedstat there is nothing to steer by */
+	l->adapt = adapt && threads > 1 && (l->start_delay = cpu_run_delay_ns()) >= 0;
+	l->start_ns = now_ns();
+	pthread_mutex_init(&l->lock, NULL);
+}
+
+void cpu_team_live_destroy(struct cpu_team_live *l)
+{
+	pthread_mutex_destroy(&l->lock);
+}
+
+int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
+{
+	*from = 0;
+	if (!l->adapt)
+		return l->size;
+	int64_t t = now_ns();
+	if (t - __atomic_load_n(&l->start_ns, __ATOMIC_RELAXED) < CPU_TEAM_INTERVAL_NS ||
+	    pthread_mutex_trylock(&l->lock))
+		return __atomic_load_n(&l->size, __ATOMIC_RELAXED);
+	int n = l->size;
+	if (t - l->start_ns >= CPU_TEAM_INTERVAL_NS) { /* not taken by another thread meanwhile */
+		int64_t delay = cpu_run_delay_ns();
+		/* a thread that exited took its delay with it: clamp */
+		struct cpu_team_sample s = { t - l->start_ns,
+					     delay < l->start_delay ? 0 : delay - l->start_delay };
+		n = cpu_team_decide(&l->team, &s);
+		if (n != l->size) {
+			*from = l->size;
+			*load = (double)s.delay_ns / (double)s.wall_ns;
+			__atomic_store_n(&l->size, n, __ATOMIC_RELAXED);
+		}
+		l->start_delay = delay;
+		__atomic_store_n(&l->start_ns, now_ns(), __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&l->lock);
+	return n;
+}

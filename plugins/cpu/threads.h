@@ -1,0 +1,99 @@
+/* plugins/cpu/threads.h - how many OpenMP threads the CPU device's kernels
+ * use: the starting team from the affinity mask and the cgroup CPU quota,
+ * and the controller that shrinks the team while its threads wait for a
+ * CPU (another process is busy on the same cores) and probes back up.
+ *
+ * The parsers and the controller's decision are pure functions of their
+ * inputs (tests/check_cpu_threads.c); cpu_quota_read and cpu_run_delay_ns
+ * read /proc and /sys.  Nothing here calls OpenMP: cpu.c applies the size
+ * (docs/PERFORMANCE.md, "Steady under contention").
+ */
+#ifndef KILN_PLUGINS_CPU_THREADS_H
+#define KILN_PLUGINS_CPU_THREADS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- the starting team --------------------------------------------------- */
+
+/* CPUs allowed by a cgroup v2 cpu.max ("QUOTA PERIOD" or "max PERIOD"):
+ * QUOTA / PERIOD, or 0 for no limit (also for text it cannot read). */
+double cpu_quota_v2(const char *cpu_max);
+/* The same from cgroup v1's cpu.cfs_quota_us and cpu.cfs_period_us
+ * ("-1": no limit). */
+double cpu_quota_v1(const char *quota_us, const char *period_us);
+/* The cgroup path of this process from the text of /proc/self/cgroup:
+ * the v2 line ("0::PATH") when v2 is set, else the v1 line whose
+ * controller list holds "cpu".  Copies PATH into out (size n, without the
+ * newline); returns 0, or -1 when there is no such line or it is too long. */
+int cpu_cgroup_path(const char *proc_cgroup, int v2, char *out, size_t n);
+/* The team for `affinity` CPUs under a quota of `quota` CPUs (0 = none):
+ * the quota rounded to the nearest whole CPU (1.5 -> 2, 1.4 -> 1), at
+ * least 1, at most the affinity count. */
+int cpu_threads_for(int affinity, double quota);
+/* The smallest quota on this process's cgroup path, v2 (cpu.max) or v1
+ * (cpu.cfs_quota_us), walking up to the root; 0 when none limits it. */
+double cpu_quota_read(void);
+
+/* ---- the adaptive team ----------------------------------------------------- */
+
+/* One interval's measurement: wall time and the run-queue delay summed over
+ * the process's threads (time runnable but not running: descheduled). */
+struct cpu_team_sample {
+	int64_t wall_ns;
+	int64_t delay_ns;
+};
+
+/* The controller's state.  `max` is the team the device opened with (oneDNN
+ * primitives may run with fewer threads than at creation, never more). */
+struct cpu_team {
+	int max;        /* the team never grows above this */
+	int n;          /* the team now */
+	int calm;       /* calm intervals in a row at n */
+	int probe_wait; /* calm intervals before the next step up */
+	int probing;    /* the last change was a step up not yet confirmed */
+};
+
+/* Thresholds, in threads waiting for a CPU on average over an interval
+ * (delay_ns / wall_ns): above SHRINK the team loses a thread; below CALM an
+ * interval is calm.  Probe waits start at PROBE_MIN intervals and double
+ * after each failed probe up to PROBE_MAX. */
+#define CPU_TEAM_SHRINK 0.30
+#define CPU_TEAM_CALM 0.10
+#define CPU_TEAM_PROBE_MIN 10
+#define CPU_TEAM_PROBE_MAX 80
+/* the length of an interval: about 100 ms of work */
+#define CPU_TEAM_INTERVAL_NS 100000000LL
+
+void cpu_team_init(struct cpu_team *t, int max);
+/* Feeds one interval; returns the team for the next one (t->n). */
+int cpu_team_decide(struct cpu_team *t, const struct cpu_team_sample *s);
+
+/* Run-queue delay of every thread of this process (the second field of
+ * /proc/self/task/(tid)/schedstat), summed; -1 when the kernel does not
+ * report it. */
+int64_t cpu_run_delay_ns(void);
+
+/* ---- the live controller (one per device context) ------------------------ */
+
+/* Kernels may start on several threads (the caller, stream workers): each
+ * reads `size`; the thread that finds an interval over takes `lock` (try
+ * only: the others go on) to sample and decide. */
+struct cpu_team_live {
+	int adapt;            /* 0: `size` stays the opening team ([run] threads set) */
+	int size;             /* the team kernels use now (atomic) */
+	int64_t start_ns;     /* the interval's start, CLOCK_MONOTONIC (atomic) */
+	int64_t start_delay;  /* cpu_run_delay_ns() then (under lock) */
+	struct cpu_team team; /* under lock */
+	pthread_mutex_t lock;
+};
+
+void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt);
+void cpu_team_live_destroy(struct cpu_team_live *l);
+/* The team for the op about to run: one clock read, and once an interval
+ * is over, a sample and a decision.  When the team changed, *from is the
+ * old size (else 0) and *load the interval's threads waiting for a CPU. */
+int cpu_team_tick(struct cpu_team_live *l, int *from, double *load);
+
+#endif

@@ -1,0 +1,158 @@
+/* tests/check_cpu_threads.c - the CPU device's team size
+ * (plugins/cpu/threads.c, linked into this program): the cgroup quota
+ * parsers, the starting team from affinity and quota, and the adaptive
+ * controller's decisions on synthetic intervals (no clock, no /proc).
+ */
+#include "plugins/cpu/threads.h"
+
+#include <check.h>
+#include "check_main.h"
+
+#define MS 1000000LL
+
+/* One interval of 100 ms in which `waiting` threads on average had no CPU. */
+static int feed(struct cpu_team *t, double waiting)
+{
+	struct cpu_team_sample s = { 100 * MS, (int64_t)(waiting * 100 * MS) };
+	return cpu_team_decide(t, &s);
+}
+
+START_TEST(test_quota_v2)
+{
+	ck_assert_double_eq(cpu_quota_v2("150000 100000\n"), 1.5);
+	ck_assert_double_eq(cpu_quota_v2("50000 100000"), 0.5);
+	ck_assert_double_eq(cpu_quota_v2("max 100000\n"), 0);
+	ck_assert_double_eq(cpu_quota_v2(""), 0);
+	ck_assert_double_eq(cpu_quota_v2("100000"), 0);
+	ck_assert_double_eq(cpu_quota_v2("0 100000"), 0);
+	ck_assert_double_eq(cpu_quota_v2(NULL), 0);
+}
+END_TEST
+
+START_TEST(test_quota_v1)
+{
+	ck_assert_double_eq(cpu_quota_v1("150000\n", "100000\n"), 1.5);
+	ck_assert_double_eq(cpu_quota_v1("-1\n", "100000\n"), 0);
+	ck_assert_double_eq(cpu_quota_v1("200000", "50000"), 4);
+	ck_assert_double_eq(cpu_quota_v1("x", "100000"), 0);
+	ck_assert_double_eq(cpu_quota_v1("100000", NULL), 0);
+}
+END_TEST
+
+START_TEST(test_cgroup_path)
+{
+	char p[64];
+	const char *hybrid = "9:name=systemd:/\n4:memory:/a/b\n2:cpu,cpuacct:/job/7\n0::/user.slice/x\n";
+	ck_assert_int_eq(cpu_cgroup_path(hybrid, 1, p, sizeof p), 0);
+	ck_assert_str_eq(p, "/user.slice/x");
+	ck_assert_int_eq(cpu_cgroup_path(hybrid, 0, p, sizeof p), 0);
+	ck_assert_str_eq(p, "/job/7");
+	/* "cpuacct" and "cpuset" are not "cpu" */
+	const char *v1 = "3:cpuset:/s\n2:cpuacct:/a\n1:cpu:/c";
+	ck_assert_int_eq(cpu_cgroup_path(v1, 0, p, sizeof p), 0);
+	ck_assert_str_eq(p, "/c");
+	ck_assert_int_eq(cpu_cgroup_path(v1, 1, p, sizeof p), -1);
+	/* a v1 id 10 with an empty list is not v2's "0::" */
+	ck_assert_int_eq(cpu_cgroup_path("10::/x\n", 1, p, sizeof p), -1);
+	ck_assert_int_eq(cpu_cgroup_path("0::/\n", 1, p, sizeof p), 0);
+	ck_assert_str_eq(p, "/");
+	ck_assert_int_eq(cpu_cgroup_path("0::/a/long/path\n", 1, p, 8), -1);
+	ck_assert_int_eq(cpu_cgroup_path("", 1, p, sizeof p), -1);
+}
+END_TEST
+
+START_TEST(test_threads_for)
+{
+	ck_assert_int_eq(cpu_threads_for(2, 0), 2);
+	ck_assert_int_eq(cpu_threads_for(2, 1.5), 2);
+	ck_assert_int_eq(cpu_threads_for(2, 1.4), 1);
+	ck_assert_int_eq(cpu_threads_for(2, 1.0), 1);
+	ck_assert_int_eq(cpu_threads_for(2, 0.2), 1);
+	ck_assert_int_eq(cpu_threads_for(8, 3.5), 4);
+	ck_assert_int_eq(cpu_threads_for(4, 16), 4);
+	ck_assert_int_eq(cpu_threads_for(0, 0), 1);
+}
+END_TEST
+
+/* One busy competitor on two cores: 2 threads + it wait ~0.67 threads'
+ * worth; one thread + it fit. */
+START_TEST(test_shrinks_and_holds)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(feed(&t, 0.05), 2); /* quiet: nothing to do at the top */
+	ck_assert_int_eq(feed(&t, 0.67), 1);
+	ck_assert_int_eq(feed(&t, 0.9), 1); /* never below one */
+	/* between the thresholds: no change, and the calm count restarts */
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed(&t, 0.02), 1);
+	ck_assert_int_eq(feed(&t, 0.2), 1);
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed(&t, 0.02), 1);
+	ck_assert_int_eq(feed(&t, 0.02), 2); /* the probe */
+	ck_assert_int_eq(t.probing, 1);
+}
+END_TEST
+
+/* Each failed probe doubles the calm wait before the next, up to the cap;
+ * a probe that holds resets it. */
+START_TEST(test_probe_backoff)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(feed(&t, 0.7), 1);
+	int wait = CPU_TEAM_PROBE_MIN;
+	for (int round = 0; round < 6; round++) {
+		for (int i = 0; i < wait - 1; i++)
+			ck_assert_int_eq(feed(&t, 0), 1);
+		ck_assert_int_eq(feed(&t, 0), 2);
+		ck_assert_int_eq(feed(&t, 0.7), 1); /* still busy */
+		wait = wait * 2 > CPU_TEAM_PROBE_MAX ? CPU_TEAM_PROBE_MAX : wait * 2;
+		ck_assert_int_eq(t.probe_wait, wait);
+	}
+	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MAX);
+	for (int i = 0; i < CPU_TEAM_PROBE_MAX - 1; i++)
+		ck_assert_int_eq(feed(&t, 0), 1);
+	ck_assert_int_eq(feed(&t, 0), 2);
+	ck_assert_int_eq(feed(&t, 0.01), 2); /* the competitor left */
+	ck_assert_int_eq(t.probing, 0);
+	ck_assert_int_eq(t.probe_wait, CPU_TEAM_PROBE_MIN);
+}
+END_TEST
+
+/* A team of 4 steps down one thread an interval and back up one a probe,
+ * never above its opening size; nothing measured changes nothing. */
+START_TEST(test_steps_and_bounds)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 4);
+	ck_assert_int_eq(feed(&t, 2.0), 3);
+	ck_assert_int_eq(feed(&t, 1.5), 2);
+	ck_assert_int_eq(feed(&t, 0.5), 1);
+	for (int up = 2; up <= 4; up++) {
+		for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+			ck_assert_int_eq(feed(&t, 0), up - 1);
+		ck_assert_int_eq(feed(&t, 0), up);
+	}
+	for (int i = 0; i < 3 * CPU_TEAM_PROBE_MAX; i++)
+		ck_assert_int_eq(feed(&t, 0), 4);
+	struct cpu_team_sample none = { 0, 5 * MS }, unknown = { 100 * MS, -1 };
+	ck_assert_int_eq(cpu_team_decide(&t, &none), 4);
+	ck_assert_int_eq(cpu_team_decide(&t, &unknown), 4);
+	cpu_team_init(&t, 0);
+	ck_assert_int_eq(t.n, 1);
+	ck_assert_int_eq(feed(&t, 0), 1);
+}
+END_TEST
+
+static Suite *make_cpu_threads_suite(void)
+{
+	Suite *s = suite_create("cpu_threads");
+	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
+		test_quota_v2, test_quota_v1, test_cgroup_path, test_threads_for, NULL });
+	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
+		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_cpu_threads_suite };
