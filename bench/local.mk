@@ -28,3 +28,5 @@ noinst_PROGRAMS += bench/attention
 bench_attention_SOURCES = bench/attention.c
 bench_attention_LDADD = libkiln.la -lm
 EXTRA_DIST += bench/pytorch_attention.py bench/attention.sh
+# kiln beside PyTorch 2.x eager / torch.compile / Lightning and 1.13
+EXTRA_DIST += bench/anchors.sh bench/anchors_table.py bench/torch_modes.py bench/pytorch_gpt.py
