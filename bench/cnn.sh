@@ -33,6 +33,9 @@
 #                     (bench/pytorch_cnn.py --precision bf16), kiln with
 #                     run.precision=bf16
 #   --no-kiln         run only the PyTorch half
+#   --anchors         instead: bench/anchors.sh for these layouts (or
+#                     cnn-bf16 with --precision bf16): kiln beside PyTorch
+#                     2.x eager, torch.compile, Lightning and 1.13, interleaved
 # Environment:
 #   KILN     kiln binary (default ./kiln)
 #   PYTHON   Python with PyTorch (default /usr/bin/python3)
@@ -52,6 +55,7 @@ THREADS=2
 EVAL_SAMPLES=5000
 LAYOUTS=nchw,nhwc
 DO_KILN=1
+ANCHORS=0
 PRECISION=fp32
 BATCH=128
 TRAIN_SAMPLES=60000
@@ -69,6 +73,7 @@ while [ $# -gt 0 ]; do
         --layouts) [ $# -ge 2 ] || usage; LAYOUTS=$2; shift 2 ;;
         --layouts=*) LAYOUTS=${1#*=}; shift ;;
         --no-kiln) DO_KILN=0; shift ;;
+        --anchors) ANCHORS=1; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "cnn.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -110,6 +115,12 @@ KLIMIT=$((KSTEPS * BATCH))
 if [ "$KLIMIT" -ge "$TRAIN_SAMPLES" ]; then
     KSTEPS=$((TRAIN_SAMPLES / BATCH))
     KLIMIT=0
+fi
+
+if [ "$ANCHORS" = 1 ]; then
+    list=$(for l in $LAYOUTS; do printf 'cnn-%s,' "$l"; done)
+    [ "$PRECISION" = fp32 ] || list=cnn-bf16,
+    exec "$HERE/anchors.sh" --bench "${list%,}" --runs "$RUNS" --threads "$THREADS" --steps "$STEPS"
 fi
 
 bench_tmpdir cnn-bench

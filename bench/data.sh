@@ -21,7 +21,11 @@
 # Every figure is the median of R runs.
 #
 # Usage: bench/data.sh [--runs R] [--workers W] [--n N] [--batches B] [--steps S]
-#                      [--dir DIR] [--part all|loader|train]
+#                      [--dir DIR] [--part all|loader|train|prepare]
+# --anchors: instead bench/anchors.sh --bench data (kiln's folder loader
+# beside PyTorch 2.x's and 1.13's DataLoader, interleaved).
+# --part prepare: only make the JPEG folder and its packed records in DIR
+# (bench/anchors.sh uses it), no measurement.
 # Defaults: R=3, W=2, N=10000, B=40, S=300, DIR=/tmp/kiln-bench-data.
 # Environment: KILN (default ./kiln), PYTHON (default /usr/bin/python3).
 # Run from the top of the source tree after `make`.
@@ -34,6 +38,7 @@ BATCHES=40
 STEPS=300
 DIR=/tmp/kiln-bench-data
 PART=all
+ANCHORS=0
 KILN=${KILN:-./kiln}
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(dirname "$0")
@@ -47,11 +52,13 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --dir) DIR=$2; shift 2 ;;
     --part) PART=$2; shift 2 ;;
+    --anchors) ANCHORS=1; shift ;;
     -h|--help) sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "data.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
     esac
 done
 
+[ "$ANCHORS" = 0 ] || exec "$HERE/anchors.sh" --bench data --runs "$RUNS"
 . "$HERE/common.sh"
 
 if [ "$PART" != train ] && [ ! -d "$DIR/jpeg/train" ] || [ "$(find "$DIR/jpeg/train" -name '*.jpg' | wc -l)" -ne "$N" ]; then
@@ -90,6 +97,7 @@ run_train() {
     done | median
 }
 
+[ "$PART" != prepare ] || exit 0
 pt=0 folder=0 raw=0 raw112=0 real=0 resident=0
 if [ "$PART" != train ]; then
     pt=$(run_pt)

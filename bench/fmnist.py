@@ -45,12 +45,13 @@ def loaded_blas():
     return sorted(libs)
 
 
-def train_loop(model, opt, loss_fn, x, y, batch, total_steps, warmup_steps, amp, fmt=None):
+def train_loop(model, opt, loss_fn, x, y, batch, total_steps, warmup_steps, amp, fmt=None,
+               stats=None):
     """total_steps SGD steps of `batch` samples over shuffled epochs of x, y
     (torch.randperm each epoch, the last partial batch dropped), the forward
     and loss under amp(); a batch in memory format fmt when given.  The first
-    warmup_steps are not timed.  Returns (timed samples, their seconds, the
-    last loss)."""
+    warmup_steps are not timed; their seconds go to stats["warmup_s"] when
+    stats is a dict.  Returns (timed samples, their seconds, the last loss)."""
     import torch  # here: the data helpers above serve scripts without torch too
     n = x.shape[0]
     steps_per_epoch = n // batch
@@ -58,6 +59,7 @@ def train_loop(model, opt, loss_fn, x, y, batch, total_steps, warmup_steps, amp,
     t0 = None
     timed_samples = 0
     last_loss = float("nan")
+    t_start = time.perf_counter()
     while step < total_steps:
         perm = torch.randperm(n)
         for i in range(steps_per_epoch):
@@ -65,6 +67,8 @@ def train_loop(model, opt, loss_fn, x, y, batch, total_steps, warmup_steps, amp,
                 break
             if step == warmup_steps:
                 t0 = time.perf_counter()
+                if stats is not None:
+                    stats["warmup_s"] = t0 - t_start
             idx = perm[i * batch:(i + 1) * batch]
             xb = x.index_select(0, idx)
             if fmt is not None:

@@ -20,6 +20,8 @@
 #                (bench/pytorch_mlp.py --precision bf16), kiln with
 #                run.precision=bf16
 #   --no-kiln    run only the PyTorch half
+#   --anchors    instead: bench/anchors.sh --bench mlp (kiln beside PyTorch
+#                2.x eager, torch.compile, Lightning and 1.13, interleaved)
 # Environment:
 #   KILN     kiln binary (default ./kiln)
 #   PYTHON   Python with PyTorch (default /usr/bin/python3)
@@ -34,6 +36,7 @@ RUNS=3
 STEPS=0
 THREADS=2
 DO_KILN=1
+ANCHORS=0
 PRECISION=fp32
 KILN=${KILN:-./kiln}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -44,6 +47,7 @@ HERE=$(dirname "$0")
 while [ $# -gt 0 ]; do
     case $1 in
         --no-kiln) DO_KILN=0; shift ;;
+        --anchors) ANCHORS=1; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "mlp.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -52,6 +56,8 @@ done
 case $PRECISION in fp32|bf16) ;; *) echo "mlp.sh: --precision must be fp32 or bf16" >&2; exit 2 ;; esac
 case $RUNS in ''|*[!0-9]*|0) echo "mlp.sh: --runs must be a positive integer" >&2; exit 2 ;; esac
 case $STEPS in ''|*[!0-9]*) echo "mlp.sh: --steps must be an integer >= 0" >&2; exit 2 ;; esac
+
+[ "$ANCHORS" = 0 ] || exec "$HERE/anchors.sh" --bench mlp --runs "$RUNS" --threads "$THREADS"
 
 bench_tmpdir mlp-bench
 

@@ -28,6 +28,9 @@
 #   --steps N     timed training steps (default 200; kiln runs N+20)
 #   --threads N   threads of kiln and PyTorch (default 2)
 #   --layout L    the CNN's activation layout (default nchw)
+#   --anchors     instead: bench/anchors.sh --bench cnn-bf16 (kiln bf16
+#                 beside PyTorch 2.x eager, torch.compile, Lightning
+#                 "bf16-mixed" and 1.13, all bf16, interleaved)
 # Environment: KILN (default ./kiln), PYTHON (default /usr/bin/python3).
 # Run from the top of a built source tree.
 
@@ -38,6 +41,7 @@ RUNS=3
 STEPS=200
 THREADS=2
 LAYOUT=nchw
+ANCHORS=0
 WARMUP=20
 BATCH=128
 KILN=${KILN:-./kiln}
@@ -53,6 +57,7 @@ while [ $# -gt 0 ]; do
         --steps) [ $# -ge 2 ] || usage; STEPS=$2; shift 2 ;;
         --threads) [ $# -ge 2 ] || usage; THREADS=$2; shift 2 ;;
         --layout) [ $# -ge 2 ] || usage; LAYOUT=$2; shift 2 ;;
+        --anchors) ANCHORS=1; shift ;;
         -h|--help) usage ;;
         *) echo "precision.sh: unknown argument: $1" >&2; usage ;;
     esac
@@ -63,6 +68,8 @@ for v in "$RUNS" "$STEPS" "$THREADS"; do
     case $v in ''|*[!0-9]*|0) echo "precision.sh: --runs, --steps, --threads: positive integers" >&2; exit 2 ;; esac
 done
 [ -x "$KILN" ] || { echo "precision.sh: $KILN not found (set KILN=)" >&2; exit 1; }
+
+[ "$ANCHORS" = 0 ] || exec "$HERE/anchors.sh" --bench cnn-bf16 --runs "$RUNS" --threads "$THREADS" --steps "$STEPS"
 
 bench_tmpdir precision-bench
 unset OMP_WAIT_POLICY OMP_NUM_THREADS

@@ -17,7 +17,9 @@ passes over the first --eval-samples test samples in batches of --eval-batch
 (one untimed warm-up batch first), reported as eval_samples_per_s together with
 test_acc over those samples. Prints a single JSON line on stdout.
 
-Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_cnn.py [options]
+Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_cnn.py [options];
+with PyTorch 2.x also --mode compile, compile-max or lightning (torch_modes.py;
+lightning: the whole fit of --warmup-steps + --steps steps, all counted).
 """
 import argparse
 import json
@@ -31,6 +33,7 @@ import torch
 import torch.nn as nn
 
 from fmnist import DEFAULT_DATA, loaded_blas, read_split, train_loop
+from torch_modes import add_mode_arg, compile_seconds, compiled, lightning_fit, mode_fields
 
 MEAN = 0.286
 STD = 0.353
@@ -90,6 +93,7 @@ def main():
     ap.add_argument("--eval-batch", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--data", default=DEFAULT_DATA)
+    add_mode_arg(ap)
     args = ap.parse_args()
     if args.steps < 1:
         sys.exit("--steps must be >= 1")
@@ -105,8 +109,10 @@ def main():
     total_steps = args.warmup_steps + args.steps
 
     model = CNN().to(memory_format=fmt)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                          weight_decay=args.weight_decay)
+    def make_opt(m):
+        return torch.optim.SGD(m.parameters(), lr=args.lr, momentum=args.momentum,
+                               weight_decay=args.weight_decay)
+    opt = make_opt(model)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     # fp32: a context that does nothing; bf16: CPU autocast
@@ -127,9 +133,21 @@ def main():
             conv_ops.append(ev.key)
     conv_ops = sorted(set(conv_ops))
 
-    timed_samples, train_s, last_loss = train_loop(model, opt, loss_fn, x_train, y_train,
-                                                   args.batch, total_steps, args.warmup_steps,
-                                                   amp, fmt)
+    extra = {}
+    if args.mode == "lightning":  # every step of the whole fit counts
+        timed_samples, train_s, last_loss, ver = lightning_fit(
+            model, make_opt, loss_fn, x_train, y_train, args.batch, total_steps,
+            args.precision, fmt, seed=args.seed)
+        extra["lightning"] = ver
+    else:
+        stats = {}
+        run = compiled(model, args.mode)
+        timed_samples, train_s, last_loss = train_loop(run, opt, loss_fn, x_train, y_train,
+                                                       args.batch, total_steps,
+                                                       args.warmup_steps, amp, fmt, stats)
+        extra["compile_s"] = compile_seconds(stats["warmup_s"], args.warmup_steps, train_s,
+                                             args.steps)
+        model = run  # evaluation compiled too (its warm-up batch compiles, untimed)
 
     model.eval()
     correct = 0
@@ -161,11 +179,11 @@ def main():
         "final_loss": last_loss,
         "env": {k: os.environ.get(k) for k in
                 ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE")},
-        "torch": torch.__version__,
         "mkldnn": mkldnn_info(),
         "conv_ops": conv_ops,
         "blas": loaded_blas(),
     }
+    out.update(mode_fields(args.mode, extra=extra))
     print(json.dumps(out), flush=True)
 
 

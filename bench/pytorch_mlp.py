@@ -6,7 +6,8 @@ cross-entropy. The whole dataset is preloaded as one float32 tensor (x/255),
 with no DataLoader. Each epoch is shuffled with torch.randperm. The first
 --warmup-steps steps are not timed. Prints a single JSON line on stdout.
 
-Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_mlp.py [options]
+Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_mlp.py [options];
+with PyTorch 2.x also --mode compile, compile-max or lightning (torch_modes.py).
 """
 import argparse
 import json
@@ -18,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from fmnist import DEFAULT_DATA, loaded_blas, read_split, train_loop
+from torch_modes import add_mode_arg, compile_seconds, compiled, lightning_fit, mode_fields
 
 
 
@@ -56,6 +58,7 @@ def main():
                     help="bf16: forward and loss under torch.autocast('cpu', bfloat16), "
                          "f32 master weights (PyTorch's CPU mixed precision)")
     ap.add_argument("--data", default=DEFAULT_DATA)
+    add_mode_arg(ap)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -71,15 +74,27 @@ def main():
                  % (total_steps, args.warmup_steps))
 
     model = MLP()
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    def make_opt(m):
+        return torch.optim.SGD(m.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
 
     def amp():
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
-    timed_samples, elapsed, last_loss = train_loop(model, opt, loss_fn, x_train, y_train,
-                                                   args.batch, total_steps, args.warmup_steps, amp)
+    extra = {}
+    if args.mode == "lightning":  # every step of the whole fit counts
+        timed_samples, elapsed, last_loss, ver = lightning_fit(
+            model, make_opt, loss_fn, x_train, y_train, args.batch, total_steps,
+            args.precision, seed=args.seed)
+        extra["lightning"] = ver
+    else:
+        stats = {}
+        timed_samples, elapsed, last_loss = train_loop(
+            compiled(model, args.mode), make_opt(model), loss_fn, x_train, y_train,
+            args.batch, total_steps, args.warmup_steps, amp, stats=stats)
+        extra["compile_s"] = compile_seconds(stats["warmup_s"], args.warmup_steps, elapsed,
+                                             total_steps - args.warmup_steps)
 
     model.eval()
     correct = 0
@@ -97,15 +112,15 @@ def main():
         "threads": args.threads,
         "batch": args.batch,
         "steps": total_steps,
-        "timed_steps": total_steps - args.warmup_steps,
+        "timed_steps": timed_samples // args.batch,
         "train_s": elapsed,
         "final_loss": last_loss,
         "env": {k: os.environ.get(k) for k in
                 ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE")},
-        "torch": torch.__version__,
         "blas": loaded_blas(),
         "test_acc": test_acc,
     }
+    out.update(mode_fields(args.mode, extra=extra))
     print(json.dumps(out), flush=True)
 
 

@@ -1,0 +1,262 @@
+#!/bin/sh
+# kiln against today's anchors, every benchmark in one command: kiln, PyTorch
+# 2.x eager at its best, PyTorch 2.x with torch.compile, a Lightning
+# Trainer.fit of the same module, and Debian's PyTorch 1.13, side by side,
+# interleaved (each repetition runs every row once, in turn, so that the load
+# of a shared machine falls on all rows alike); medians over the repetitions.
+#
+# Benchmarks (--bench, comma-separated; default all but ddp):
+#   mlp        Fashion-MNIST MLP, one epoch (bench/mlp_bench.ini, pytorch_mlp.py)
+#   cnn-nchw   Fashion-MNIST CNN, fp32, nchw (bench/cnn_bench.ini, pytorch_cnn.py)
+#   cnn-nhwc   the same, channels-last
+#   cnn-bf16   the same, nchw, bf16 (kiln run.precision=bf16; PyTorch CPU
+#              autocast, Lightning precision "bf16-mixed")
+#   gpt        examples/gpt_char.ini's model (pytorch_gpt.py)
+#   data       the data loader: kiln's folder loader vs torchvision's
+#              ImageFolder + DataLoader, 2.x and 1.13 (bench/data.sh's set-up)
+# Rows of a training benchmark:
+#   kiln                $KILN train <ini> ... train.eval=0 (its
+#                       train_samples_per_s counts its warm-up steps; its
+#                       whole-run rate is samples / the process's wall time)
+#   t2-eager-default    $KILN_VENV/bin/python, nothing set
+#   t2-eager-passive    OMP_WAIT_POLICY=PASSIVE
+#   t2-eager-omp1       OMP_NUM_THREADS=1, torch.set_num_threads(1)
+#   t2-compile          torch.compile(model), mode default       } under the
+#   t2-compile-max      mode max-autotune-no-cudagraphs          } --torch-env
+#   t2-lightning        Trainer.fit, rate over the whole fit     } setting
+#   t113-default, t113-passive, t113-omp1: /usr/bin/python3 (Debian's 1.13)
+# All PyTorch rows with OPENBLAS_CORETYPE=SkylakeX (DESIGN.md section 8).
+# compile rows: the first warm-up steps compile and are not timed; compile_s
+# (their time beyond that many steady steps) is reported apart.  Inductor's
+# cache is one fresh directory per invocation unless --inductor-cache names
+# one: run 1 compiles cold, later runs find its cache warm.
+#
+# Usage: bench/anchors.sh [--runs N] [--bench LIST] [--threads N] [--steps N]
+#                         [--torch-env passive|default|omp1] [--out DIR]
+#                         [--rows LIST] [--inductor-cache DIR]
+#   --runs N        repetitions (default 3)
+#   --threads N     threads of every row (default 2)
+#   --steps N       timed steps of the CNN and GPT rows (default 100; kiln
+#                   runs N+20 CNN / N+10 GPT steps, all timed); the MLP runs
+#                   one epoch (468 steps, PyTorch times the last 448)
+#   --torch-env E   the OpenMP setting of the compile and Lightning rows
+#                   (default passive)
+#   --out DIR       keep every run's JSON line in DIR/BENCH.jsonl (default: a
+#                   scratch directory, removed)
+#   --rows LIST     only these rows (comma-separated names above; the data
+#                   benchmark's: kiln-folder, t2-dataloader, t113-dataloader)
+#   --inductor-cache DIR  TORCHINDUCTOR_CACHE_DIR (default: fresh, removed)
+# Environment: KILN (./kiln), KILN_VENV (./.venv; scripts/install-deps
+#   --bench makes it), PYTHON113 (/usr/bin/python3), GEMM (./bench/gemm_peak),
+#   GPT_DATA (data/gpt_char; made by scripts/make-gpt-char-data when missing).
+# A row whose Python is missing is skipped with the reason; a failed run is
+# recorded as failed and the others go on.  Prints one markdown table per
+# benchmark (bench/anchors_table.py) with the load averages.
+# Run from the top of a built source tree.
+
+set -eu
+
+RUNS=3
+THREADS=2
+STEPS=100
+TORCH_ENV=passive
+BENCHES=mlp,cnn-nchw,cnn-nhwc,cnn-bf16,gpt,data
+OUT=
+ROWS=
+ICACHE=
+KILN=${KILN:-./kiln}
+KILN_VENV=${KILN_VENV:-./.venv}
+PYTHON113=${PYTHON113:-/usr/bin/python3}
+GEMM=${GEMM:-./bench/gemm_peak}
+GPT_DATA=${GPT_DATA:-data/gpt_char}
+HERE=$(dirname "$0")
+PYTHON=$PYTHON113 # common.sh's helpers
+
+. "$HERE/common.sh"
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --bench) [ $# -ge 2 ] || usage; BENCHES=$2; shift 2 ;;
+        --torch-env) [ $# -ge 2 ] || usage; TORCH_ENV=$2; shift 2 ;;
+        --out) [ $# -ge 2 ] || usage; OUT=$2; shift 2 ;;
+        --rows) [ $# -ge 2 ] || usage; ROWS=$2; shift 2 ;;
+        --inductor-cache) [ $# -ge 2 ] || usage; ICACHE=$2; shift 2 ;;
+        -h|--help) usage ;;
+        *) bench_opt "$@" || { echo "anchors.sh: unknown argument: $1" >&2; usage; }
+           shift "$NSHIFT" ;;
+    esac
+done
+for v in "runs:$RUNS" "steps:$STEPS" "threads:$THREADS"; do
+    case ${v#*:} in
+        ''|*[!0-9]*|0) echo "anchors.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
+    esac
+done
+case $TORCH_ENV in
+    default) TENV= ;;
+    passive) TENV=OMP_WAIT_POLICY=PASSIVE ;;
+    omp1) TENV=OMP_NUM_THREADS=1 ;;
+    *) echo "anchors.sh: --torch-env passive, default or omp1" >&2; exit 2 ;;
+esac
+[ -x "$KILN" ] || { echo "anchors.sh: $KILN not found (set KILN=)" >&2; exit 1; }
+
+bench_tmpdir anchors
+RES=${OUT:-$TMP/res}
+mkdir -p "$RES"
+export TORCHINDUCTOR_CACHE_DIR="${ICACHE:-$TMP/inductor}"
+unset OMP_WAIT_POLICY OMP_NUM_THREADS
+
+PY2=$KILN_VENV/bin/python
+SKIP2=
+if [ ! -x "$PY2" ]; then
+    SKIP2="no $PY2 (scripts/install-deps --bench makes it; or set KILN_VENV)"
+elif ! "$PY2" -c 'import torch, lightning, torchvision' 2>/dev/null; then
+    SKIP2="$PY2 cannot import torch, lightning and torchvision"
+fi
+SKIP113=
+"$PYTHON113" -c 'import torch' 2>/dev/null || SKIP113="$PYTHON113 cannot import torch (python3-torch)"
+
+# one_run BENCH ROW SAMPLES CMD...: runs CMD once; its last JSON line, with
+# the row, the repetition, the process's wall time and SAMPLES (the samples
+# the whole run trains, for the whole-run rate; 0 = not known) added, goes to
+# $RES/BENCH.jsonl; a run without one is recorded as failed.  A row not in
+# --rows is not run.
+one_run() {
+    b=$1 row=$2 samples=$3
+    shift 3
+    case ",${ROWS:-$row}," in *",$row,"*) ;; *) return 0 ;; esac
+    t0=$(date +%s.%N)
+    rc=0
+    "$@" > "$TMP/run.out" 2> "$TMP/run.err" || rc=$?
+    t1=$(date +%s.%N)
+    line=$(grep '^[[:space:]]*{.*samples_per_s' "$TMP/run.out" | tail -n 1 || true)
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+    head="{\"row\": \"$row\", \"rep\": $rep, \"wall_s\": $wall, \"run_samples\": $samples, "
+    if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
+        why=$(tail -n 1 "$TMP/run.err" | tr -d '"\\' | cut -c1-200)
+        echo "$b $row run $rep: FAILED (exit $rc): $why" >&2
+        printf '%s"failed": "exit %d: %s"}\n' "$head" "$rc" "$why" >> "$RES/$b.jsonl"
+        return 0
+    fi
+    echo "$b $row run $rep: $line" >&2
+    printf '%s\n' "$line" | sed "s/^[[:space:]]*{/$head/" >> "$RES/$b.jsonl"
+}
+
+# torch_rows BENCH SAMPLES_2X SCRIPT ARGS...: the PyTorch rows of one
+# repetition (SAMPLES_2X: what Lightning's whole fit trains).
+torch_rows() {
+    b=$1 lsamples=$2 script=$3
+    shift 3
+    if [ -z "$SKIP2" ]; then
+        one_run "$b" t2-eager-default 0 env OPENBLAS_CORETYPE=SkylakeX \
+            "$PY2" "$HERE/$script" --threads "$THREADS" "$@"
+        one_run "$b" t2-eager-passive 0 env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE \
+            "$PY2" "$HERE/$script" --threads "$THREADS" "$@"
+        one_run "$b" t2-eager-omp1 0 env OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=1 \
+            "$PY2" "$HERE/$script" --threads 1 "$@"
+        nt=$THREADS; [ "$TORCH_ENV" = omp1 ] && nt=1
+        for m in compile compile-max lightning; do
+            one_run "$b" "t2-$m" "$lsamples" env OPENBLAS_CORETYPE=SkylakeX $TENV \
+                "$PY2" "$HERE/$script" --threads "$nt" --mode "$m" "$@"
+        done
+    fi
+    if [ -z "$SKIP113" ]; then
+        one_run "$b" t113-default 0 env OPENBLAS_CORETYPE=SkylakeX \
+            "$PYTHON113" "$HERE/$script" --threads "$THREADS" "$@"
+        one_run "$b" t113-passive 0 env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE \
+            "$PYTHON113" "$HERE/$script" --threads "$THREADS" "$@"
+        one_run "$b" t113-omp1 0 env OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=1 \
+            "$PYTHON113" "$HERE/$script" --threads 1 "$@"
+    fi
+}
+
+kiln_row() { # BENCH SAMPLES INI KEY=VALUE...
+    b=$1 samples=$2 ini=$3
+    shift 3
+    one_run "$b" kiln "$samples" env OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$ini" \
+        run.threads="$THREADS" train.eval=0 run.out_dir= "$@"
+}
+
+BATCH=128
+CNN_KSTEPS=$((STEPS + 20))
+GPT_KSTEPS=$((STEPS + 10))
+MLP_STEPS=$((60000 / BATCH))
+rep_of() { # BENCH: one repetition of its rows
+    case $1 in
+    mlp)
+        kiln_row mlp $((MLP_STEPS * BATCH)) "$HERE/mlp_bench.ini" train.epochs=1
+        torch_rows mlp $((MLP_STEPS * BATCH)) pytorch_mlp.py --steps 0 ;;
+    cnn-nchw|cnn-nhwc|cnn-bf16)
+        layout=nchw prec=fp32
+        [ "$1" = cnn-nhwc ] && layout=nhwc
+        [ "$1" = cnn-bf16 ] && prec=bf16
+        kiln_row "$1" $((CNN_KSTEPS * BATCH)) "$HERE/cnn_bench.ini" model.layout=$layout \
+            run.precision=$prec train.batch=$BATCH data.limit=$((CNN_KSTEPS * BATCH)) \
+            train.max_steps=$CNN_KSTEPS
+        torch_rows "$1" $((CNN_KSTEPS * BATCH)) pytorch_cnn.py --layout $layout \
+            --precision $prec --steps "$STEPS" --warmup-steps 20 --eval-samples 1000 ;;
+    gpt)
+        kiln_row gpt $((GPT_KSTEPS * 16)) examples/gpt_char.ini data.path="$GPT_DATA" \
+            train.max_steps=$GPT_KSTEPS train.checkpoint_every=0
+        torch_rows gpt $((GPT_KSTEPS * 16)) pytorch_gpt.py --data "$GPT_DATA" \
+            --steps "$STEPS" --warmup-steps 10 ;;
+    data)
+        d=$DATA_DIR/jpeg
+        one_run data kiln-folder 0 "$KILN" bench data "$HERE/data_bench.ini" "data.path=$d" \
+            data.workers=2 --batches 40
+        set -- "$d/train" --workers 2 --batch 128 --batches 40 --size 112 --crop resized \
+            --flip --mean 0.5 0.5 0.5 --std 0.25 0.25 0.25
+        [ -n "$SKIP2" ] || one_run data t2-dataloader 0 "$PY2" "$HERE/pytorch_data.py" "$@"
+        [ -n "$SKIP113" ] || one_run data t113-dataloader 0 "$PYTHON113" "$HERE/pytorch_data.py" "$@" ;;
+    *) echo "anchors.sh: unknown benchmark: $1" >&2; exit 2 ;;
+    esac
+}
+
+BENCHES=$(printf '%s' "$BENCHES" | tr ',' ' ')
+for b in $BENCHES; do
+    case $b in
+        mlp|cnn-nchw|cnn-nhwc|cnn-bf16|gpt|data) ;;
+        *) echo "anchors.sh: unknown benchmark: $b (mlp, cnn-nchw, cnn-nhwc, cnn-bf16, gpt, data)" >&2
+           exit 2 ;;
+    esac
+done
+case " $BENCHES " in *" gpt "*)
+    [ -f "$GPT_DATA/train-000000.bin" ] || KILN="$KILN" "$HERE/../scripts/make-gpt-char-data" "$GPT_DATA" >&2 ;;
+esac
+DATA_DIR=/tmp/kiln-bench-data
+case " $BENCHES " in *" data "*)
+    PYTHON="$PYTHON113" "$HERE/data.sh" --part prepare --dir "$DATA_DIR" >&2 ;;
+esac
+
+# The GEMM peak, best of its runs before and after (one low reading on a
+# shared machine would flatter every %pk).
+PEAKS=
+measure_peak() {
+    [ -x "$GEMM" ] || return 0
+    p=$("$GEMM" --threads "$THREADS" 2>/dev/null | grep '^[[:space:]]*{' | head -n 1 |
+        sed -n 's/.*"gflops": *\([0-9.e+-]*\).*/\1/p') || p=
+    PEAKS="$PEAKS ${p:-0}"
+}
+
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+measure_peak
+for b in $BENCHES; do
+    : > "$RES/$b.jsonl"
+    echo "load $(cut -d' ' -f1-3 /proc/loadavg) before $b" > "$RES/$b.load"
+    rep=1
+    while [ "$rep" -le "$RUNS" ]; do
+        rep_of "$b"
+        rep=$((rep + 1))
+    done
+    echo "load $(cut -d' ' -f1-3 /proc/loadavg) after $b" >> "$RES/$b.load"
+done
+measure_peak
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+[ -z "$SKIP2" ] || echo "anchors.sh: PyTorch 2.x rows skipped: $SKIP2"
+[ -z "$SKIP113" ] || echo "anchors.sh: PyTorch 1.13 rows skipped: $SKIP113"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $THREADS threads, median of $RUNS interleaved runs"
+echo "load average before: $LOAD0, after: $LOAD1; compile and Lightning rows under --torch-env $TORCH_ENV"
+echo "command: bench/anchors.sh --runs $RUNS --threads $THREADS --steps $STEPS --torch-env $TORCH_ENV --bench $(echo $BENCHES | tr ' ' ,)"
+for b in $BENCHES; do
+    "$PYTHON113" "$HERE/anchors_table.py" "$b" "$RES/$b.jsonl" "$(cat "$RES/$b.load" | tr '\n' ';')" $PEAKS
+done

@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""bench/anchors.sh's summary: one markdown table for one benchmark.
+
+  anchors_table.py BENCH FILE.jsonl LOAD_NOTE [GEMM_PEAK_GFLOPS...]
+
+FILE holds one JSON line per run (bench/anchors.sh adds row, rep, wall_s and
+run_samples to the benchmark's own line, or "failed").  Prints each row's
+median samples/s over its runs, the runs, kiln / row, the compile time (run 1,
+whose cache was cold, and the median), GFLOP/s against the best GEMM peak,
+and the ratios issue 22 asks for."""
+import json
+import statistics
+import sys
+
+# training FLOPs per sample (a multiply-add = 2): bench/mlp.sh, bench/cnn.sh;
+# the GPT: 6 x the 819,200 weights of its matmuls (the tied lm_head's
+# included) per token x 128 tokens, plus attention's QK^T and AV over the
+# full 128 x 128 (3 x 2 x 2 x T x T x C per layer, the causal half not
+# subtracted), 4 layers
+FLOPS = {"mlp": 2407424, "cnn-nchw": 82049024, "cnn-nhwc": 82049024, "cnn-bf16": 82049024,
+         "gpt": 6 * 819200 * 128 + 4 * 3 * 2 * 2 * 128 * 128 * 128}
+ORDER = ("kiln", "t2-eager-default", "t2-eager-passive", "t2-eager-omp1", "t2-compile",
+         "t2-compile-max", "t2-lightning", "t113-default", "t113-passive", "t113-omp1",
+         "kiln-folder", "t2-dataloader", "t113-dataloader")
+LABEL = {"kiln": "**kiln**", "t2-eager-default": "PyTorch 2.x eager, default OpenMP",
+         "t2-eager-passive": "PyTorch 2.x eager, `OMP_WAIT_POLICY=PASSIVE`",
+         "t2-eager-omp1": "PyTorch 2.x eager, 1 thread",
+         "t2-compile": "PyTorch 2.x `torch.compile` (default)",
+         "t2-compile-max": "PyTorch 2.x `torch.compile` (max-autotune-no-cudagraphs)",
+         "t2-lightning": "Lightning `Trainer.fit` (whole fit)",
+         "t113-default": "PyTorch 1.13, default OpenMP",
+         "t113-passive": "PyTorch 1.13, `OMP_WAIT_POLICY=PASSIVE`",
+         "t113-omp1": "PyTorch 1.13, 1 thread",
+         "kiln-folder": "**kiln** folder loader (libjpeg-turbo)",
+         "t2-dataloader": "PyTorch 2.x DataLoader (torchvision ImageFolder)",
+         "t113-dataloader": "PyTorch 1.13 DataLoader (torchvision ImageFolder)"}
+
+
+def median(v):
+    return statistics.median(v) if v else None
+
+
+def fmt(v, nd=0):
+    return "n/a" if v is None else f"{v:,.{nd}f}"
+
+
+def main():
+    bench, path, load = sys.argv[1:4]
+    peak = max([float(p) for p in sys.argv[4:]] + [0.0]) or None
+    rows = {}
+    for line in open(path):
+        if line.strip():
+            r = json.loads(line)
+            rows.setdefault(r["row"], []).append(r)
+    key = "samples_per_s" if bench == "data" else "train_samples_per_s"
+    med, whole, comp, fails = {}, {}, {}, {}
+    for name, runs in rows.items():
+        ok = [r for r in runs if "failed" not in r]
+        fails[name] = [r["failed"] for r in runs if "failed" in r]
+        med[name] = median([r[key] for r in ok])
+        whole[name] = median([r["run_samples"] / r["wall_s"] for r in ok if r.get("run_samples")])
+        cs = [r["compile_s"] for r in ok if "compile_s" in r]
+        comp[name] = (cs[0], median(cs)) if cs else None
+    kiln = med.get("kiln") or med.get("kiln-folder")
+    flops = FLOPS.get(bench)
+    print(f"\n### {bench}\n")
+    print(f"{load.strip(';').replace(';', ', ')}; GEMM peak {fmt(peak, 1)} GFLOP/s\n")
+    head = "| row | samples/s | runs | kiln / row | compile s (run 1; median) |"
+    if bench == "gpt":
+        head += " tokens/s |"
+    if flops:
+        head += " GFLOP/s (% of GEMM peak) |"
+    print(head)
+    print("|---|" + "---:|" * (head.count(" |") - 1))
+    for name in sorted(rows, key=lambda n: ORDER.index(n) if n in ORDER else 99):
+        runs = ", ".join("failed" if "failed" in r else f"{r[key]:,.0f}" for r in rows[name])
+        ratio = f"{kiln / med[name]:.2f}x" if kiln and med[name] and not name.startswith("kiln") else ""
+        c = comp[name]
+        cs = f"{c[0]:.1f}; {c[1]:.1f}" if c and name.startswith("t2-compile") else ""
+        line = f"| {LABEL.get(name, name)} | {fmt(med[name])} | {runs} | {ratio} | {cs} |"
+        if bench == "gpt":
+            line += f" {fmt(med[name] and med[name] * 128)} |"
+        if flops:
+            g = med[name] and med[name] * flops / 1e9
+            line += f" {fmt(g, 1)}" + (f" ({100 * g / peak:.0f}%)" if g and peak else "") + " |"
+        print(line)
+    for name, f in fails.items():
+        for why in sorted(set(f)):
+            print(f"\n{name} failed: {why}")
+
+    def best(names):
+        have = [(med[n], n) for n in names if med.get(n)]
+        return max(have) if have else (None, None)
+
+    print()
+    if bench == "data":
+        for n in ("t2-dataloader", "t113-dataloader"):
+            if kiln and med.get(n):
+                print(f"- kiln / {LABEL[n]}: **{kiln / med[n]:.2f}x**")
+        return
+    b2, n2 = best(["t2-eager-default", "t2-eager-passive", "t2-eager-omp1", "t2-compile",
+                   "t2-compile-max"])
+    b113, n113 = best(["t113-default", "t113-passive", "t113-omp1"])
+    if kiln and b2:
+        print(f"- kiln / best of PyTorch 2.x eager and compile ({n2}): **{kiln / b2:.2f}x** "
+              f"(target >= 1.3x)")
+    lt = med.get("t2-lightning")
+    if whole.get("kiln") and lt:
+        print(f"- kiln whole run (samples / the process's wall time, start-up included: "
+              f"{fmt(whole['kiln'])}) / Lightning's whole fit: **{whole['kiln'] / lt:.2f}x** "
+              f"(target >= 2x); Lightning counted from its own process start: "
+              f"{fmt(whole.get('t2-lightning'))} samples/s")
+    if kiln and b113:
+        print(f"- kiln / PyTorch 1.13 best ({n113}): **{kiln / b113:.2f}x**")
+
+
+if __name__ == "__main__":
+    main()
