@@ -191,7 +191,8 @@ static int handle(struct server *s, struct client *c)
 		char txt[24];
 		if (vlen == 8)
 			memcpy(&d, val, 8);
-		v += d;
+		if (__builtin_add_overflow(v, d, &v))
+			return -1; /* a counter beyond int64: drop the client */
 		int n = snprintf(txt, sizeof txt, "%lld", (long long)v);
 		if (kv_set(s, key, txt, (uint32_t)n))
 			return -1;
