@@ -250,7 +250,8 @@ static int handle(struct store_server *s, struct client *c, const struct kiln_st
 		char txt[24];
 		if (m->vlen == 8)
 			memcpy(&d, m->val, 8);
-		v = (int64_t)((uint64_t)v + (uint64_t)d); /* wraps, never UB */
+		if (__builtin_add_overflow(v, d, &v))
+			return -1; /* beyond int64: drop the client, keep the counter */
 		int n = snprintf(txt, sizeof txt, "%lld", (long long)v);
 		return set_reply(c, kv_set(s, key, txt, (uint32_t)n, !!e), &v, 8);
 	}

@@ -81,6 +81,30 @@ START_TEST(test_set_get_add)
 }
 END_TEST
 
+/* An add beyond int64 drops that client and leaves the counter as it was
+ * (it was signed overflow in the server). */
+START_TEST(test_add_overflow)
+{
+	struct kiln_store *s0, *s1;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", kiln_store_port(s0), 0, 1, 2, 5000, &s1),
+			 KILN_OK);
+	int64_t c;
+	ck_assert_int_eq(kiln_store_add(s0, "ctr", INT64_MAX, &c), KILN_OK);
+	ck_assert_int_eq(c, INT64_MAX);
+	ck_assert_int_ne(kiln_store_add(s1, "ctr", 1, &c), KILN_OK);
+	void *v;
+	size_t n;
+	ck_assert_int_eq(kiln_store_check(s0, "ctr", &v, &n), KILN_OK);
+	ck_assert_str_eq(v, "9223372036854775807");
+	free(v);
+	ck_assert_int_eq(kiln_store_add(s0, "ctr", INT64_MIN, &c), KILN_OK);
+	ck_assert_int_eq(c, -1);
+	kiln_store_close(s1);
+	kiln_store_close(s0);
+}
+END_TEST
+
 struct later {
 	int port;
 	int delay_ms;
@@ -489,7 +513,7 @@ static Suite *make_store_suite(void)
 {
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
-		test_set_get_add, test_get_waits, test_get_timeout, test_rendezvous_timeout,
+		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_lost_rank, test_nobody_listens, test_env,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, NULL });
 	return s;

@@ -71,6 +71,21 @@ static inline const char *fuzz_file(const char *name, const void *data, size_t s
 	return path;
 }
 
+/* Little-endian fields, for the harnesses that recompute CRCs. */
+static inline uint64_t fuzz_get_le(const uint8_t *p, int bytes)
+{
+	uint64_t v = 0;
+	for (int i = bytes - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static inline void fuzz_put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> 8 * i);
+}
+
 /* st, after printing its message when FUZZ_VERBOSE is set (to see what a
  * corpus file reaches: `FUZZ_VERBOSE=1 tests/fuzz/fuzz_NAME FILE`). */
 static inline kiln_status fuzz_report(const char *what, kiln_status st)

@@ -12,35 +12,21 @@
 #include "checkpoint.h"
 #include "internal.h"
 
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> 8 * i);
-}
-
 /* Recompute the CRCs of the checkpoint in f[0..n), as far as its section
  * lengths stay inside it. */
 static void fix_crcs(uint8_t *f, size_t n)
 {
 	if (n < KILN_CKPT_HEADER_BYTES)
 		return;
-	put32(f + 60, kiln_crc32c(0, f, 60));
+	fuzz_put32(f + 60, kiln_crc32c(0, f, 60));
 	for (size_t off = KILN_CKPT_HEADER_BYTES; n - off >= KILN_CKPT_SECTION_BYTES;) {
 		uint8_t *h = f + off;
-		uint64_t len = get64(h + 32);
+		uint64_t len = fuzz_get_le(h + 32, 8);
 		off += KILN_CKPT_SECTION_BYTES;
 		if (len > n - off)
 			break;
-		put32(h + 40, kiln_crc32c(0, f + off, (size_t)len));
-		put32(h + 44, kiln_crc32c(0, h, 44));
+		fuzz_put32(h + 40, kiln_crc32c(0, f + off, (size_t)len));
+		fuzz_put32(h + 44, kiln_crc32c(0, h, 44));
 		off += (size_t)len;
 	}
 }

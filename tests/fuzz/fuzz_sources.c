@@ -51,20 +51,6 @@ static struct kiln_config *source_config(int kind, const char *path)
 	return cfg;
 }
 
-static uint64_t get_le(const uint8_t *p, int bytes)
-{
-	uint64_t v = 0;
-	for (int i = bytes - 1; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> 8 * i);
-}
-
 /* Recompute the CRCs of the records shard f[0..n): header, index, and
  * every record the index places inside the file. */
 static void fix_record_crcs(uint8_t *f, size_t n)
@@ -72,16 +58,17 @@ static void fix_record_crcs(uint8_t *f, size_t n)
 	uint32_t (*crc)(uint32_t, const void *, size_t) = kiln_host_table()->crc32c;
 	if (n < 64)
 		return;
-	put32(f + 60, crc(0, f, 60));
-	uint64_t count = get_le(f + 16, 8), ioff = get_le(f + 24, 8);
+	fuzz_put32(f + 60, crc(0, f, 60));
+	uint64_t count = fuzz_get_le(f + 16, 8), ioff = fuzz_get_le(f + 24, 8);
 	if (ioff > n || count > (n - ioff) / 16 || n - ioff - 16 * count < 4)
 		return;
-	put32(f + ioff + 16 * count, crc(0, f + ioff, 16 * count));
+	fuzz_put32(f + ioff + 16 * count, crc(0, f + ioff, 16 * count));
 	for (uint64_t i = 0; i < count; i++) {
-		uint64_t off = get_le(f + ioff + 16 * i, 8), len = get_le(f + ioff + 16 * i + 8, 4);
+		const uint8_t *e = f + ioff + 16 * i;
+		uint64_t off = fuzz_get_le(e, 8), len = fuzz_get_le(e + 8, 4);
 		if (len < 24 || off > n || len > n - off)
 			continue;
-		put32(f + off + 20, crc(crc(0, f + off, 20), f + off + 24, len - 24));
+		fuzz_put32(f + off + 20, crc(crc(0, f + off, 20), f + off + 24, len - 24));
 	}
 }
 

@@ -18,14 +18,26 @@
 /* A store that answers nothing for this long is hung. */
 #define FUZZ_STALL_MS 10000
 
+/* A connection to the store; a signal (libFuzzer's timer) may interrupt
+ * connect, which then completes in the background. */
 static int connect_local(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
-		perror("fuzz_store: connect");
+	if (fd < 0) {
+		perror("fuzz_store: socket");
 		abort();
+	}
+	while (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+		if (errno == EISCONN)
+			break;
+		if (errno != EINTR && errno != EALREADY) {
+			perror("fuzz_store: connect");
+			abort();
+		}
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		poll(&p, 1, 100);
 	}
 	return fd;
 }

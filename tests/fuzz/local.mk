@@ -67,7 +67,7 @@ fuzz: $(addprefix fuzz-bin/fuzz_,$(FUZZ_TARGETS))
 	  fuzz-bin/fuzz_$$t -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
 	    -artifact_prefix=fuzz-work/$$t- fuzz-work/$$t $(srcdir)/tests/fuzz/corpus/$$t \
 	    > fuzz-work/$$t.log 2>&1 || { tail -40 fuzz-work/$$t.log; exit 1; }; \
-	  grep -E '^stat::number_of_executed_units|^#[0-9]+ *DONE' fuzz-work/$$t.log; \
+	  grep -E '^stat::number_of_executed_units|^#[0-9]+[[:space:]]+DONE' fuzz-work/$$t.log; \
 	done
 .PHONY: fuzz
 clean-local: clean-fuzz
