@@ -36,6 +36,8 @@
 #                            [--conditions LIST]
 #   --runs N         rounds (default 3; medians over them)
 #   --steps N        CNN timed steps after 20 warm-up steps (default 100)
+#   --mlp-steps N    MLP steps, 20 of them warm-up for PyTorch (default 0:
+#                    one epoch, as `kiln train ... train.epochs=1`)
 #   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc)
 #   --conditions L   comma-separated (default quiet,busy,core1,quota)
 #   --precedence     every run and the busy loop in a cgroup of the maximum
@@ -53,6 +55,7 @@ set -eu
 
 RUNS=3
 STEPS=100
+MLP_STEPS=0
 WARMUP=20
 BATCH=128
 BENCHES=mlp,cnn-nchw,cnn-nhwc
@@ -72,6 +75,8 @@ while [ $# -gt 0 ]; do
         --conditions) [ $# -ge 2 ] || usage; CONDITIONS=$2; shift 2 ;;
         --conditions=*) CONDITIONS=${1#*=}; shift ;;
         --precedence) PRECEDENCE=1; shift ;;
+        --mlp-steps) [ $# -ge 2 ] || usage; MLP_STEPS=$2; shift 2 ;;
+        --mlp-steps=*) MLP_STEPS=${1#*=}; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "contention.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -82,6 +87,7 @@ for v in "runs:$RUNS" "steps:$STEPS"; do
         ''|*[!0-9]*|0) echo "contention.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
     esac
 done
+case $MLP_STEPS in ''|*[!0-9]*) echo "contention.sh: --mlp-steps must be an integer >= 0" >&2; exit 2 ;; esac
 BENCHES=$(printf '%s' "$BENCHES" | tr ',' ' ')
 CONDITIONS=$(printf '%s' "$CONDITIONS" | tr ',' ' ')
 for b in $BENCHES; do
@@ -189,7 +195,7 @@ run_one() {
             bin=$KILN; [ "$who" = kiln ] || bin=$KILN_BEFORE
             if [ "$bench" = mlp ]; then
                 under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/mlp_bench.ini" \
-                    train.epochs=1 run.threads=0
+                    train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0
             else
                 under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/cnn_bench.ini" \
                     model.layout="$layout" run.threads=0 train.batch="$BATCH" \
@@ -204,7 +210,7 @@ run_one() {
             nt=$1; shift
             if [ "$bench" = mlp ]; then
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS OPENBLAS_CORETYPE=SkylakeX \
-                    "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps 0
+                    "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps "$MLP_STEPS"
             else
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS OPENBLAS_CORETYPE=SkylakeX \
                     "$@" "$PYTHON" "$HERE/pytorch_cnn.py" --layout "$layout" --threads "$nt" \
