@@ -36,8 +36,14 @@
 #                            [--conditions LIST]
 #   --runs N         rounds (default 3; medians over them)
 #   --steps N        CNN timed steps after 20 warm-up steps (default 100)
+#   --mlp-steps N    MLP steps, 20 of them warm-up for PyTorch (default 0:
+#                    one epoch, as `kiln train ... train.epochs=1`)
 #   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc)
 #   --conditions L   comma-separated (default quiet,busy,core1,quota)
+#   --precedence     every run and the busy loop in a cgroup of the maximum
+#                    CPU weight, so that on a machine other people load the
+#                    conditions are (nearly) the ones this script sets; with
+#                    autogroups (sched_autogroup_enabled) `nice` cannot do it
 # Environment:
 #   KILN         kiln binary (default ./kiln)
 #   KILN_BEFORE  a second kiln binary to compare (default: none)
@@ -49,10 +55,12 @@ set -eu
 
 RUNS=3
 STEPS=100
+MLP_STEPS=0
 WARMUP=20
 BATCH=128
 BENCHES=mlp,cnn-nchw,cnn-nhwc
 CONDITIONS=quiet,busy,core1,quota
+PRECEDENCE=0
 KILN=${KILN:-./kiln}
 KILN_BEFORE=${KILN_BEFORE:-}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -66,6 +74,9 @@ while [ $# -gt 0 ]; do
         --benches=*) BENCHES=${1#*=}; shift ;;
         --conditions) [ $# -ge 2 ] || usage; CONDITIONS=$2; shift 2 ;;
         --conditions=*) CONDITIONS=${1#*=}; shift ;;
+        --precedence) PRECEDENCE=1; shift ;;
+        --mlp-steps) [ $# -ge 2 ] || usage; MLP_STEPS=$2; shift 2 ;;
+        --mlp-steps=*) MLP_STEPS=${1#*=}; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "contention.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -76,6 +87,7 @@ for v in "runs:$RUNS" "steps:$STEPS"; do
         ''|*[!0-9]*|0) echo "contention.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
     esac
 done
+case $MLP_STEPS in ''|*[!0-9]*) echo "contention.sh: --mlp-steps must be an integer >= 0" >&2; exit 2 ;; esac
 BENCHES=$(printf '%s' "$BENCHES" | tr ',' ' ')
 CONDITIONS=$(printf '%s' "$CONDITIONS" | tr ',' ' ')
 for b in $BENCHES; do
@@ -94,39 +106,60 @@ CONTENDERS="kiln${KILN_BEFORE:+ kiln-before} pt-default pt-passive pt-omp1"
 
 bench_tmpdir contention
 SPIN_PID=
-CGROUP=
+CG=          # the cgroup this script made: CG/run (every run) and CG/quota
 cleanup() {
     [ -z "$SPIN_PID" ] || kill "$SPIN_PID" 2>/dev/null || true
-    [ -z "$CGROUP" ] || rmdir "$CGROUP" 2>/dev/null || true
+    if [ -n "$CG" ]; then
+        rmdir "$CG/run" "$CG/quota" "$CG" 2>/dev/null || true
+    fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT
 
 # ---- conditions -------------------------------------------------------------
 
-# make_cgroup: a cgroup with a 1.5-CPU quota into CGROUP, or a reason on
-# stdout and status 1.
-make_cgroup() {
+# make_cgroups: CG with two leaves, CG/run (every run but the quota
+# condition's, and the busy loop) and CG/quota (a 1.5-CPU quota); with
+# --precedence CG's weight is the maximum.  cgroup v2 (cpu.max, cpu.weight)
+# or v1's cpu controller (cpu.cfs_quota_us, cpu.shares).  Status 1 and the
+# reason on stdout when neither can be made (needs root).
+make_cgroups() {
     d=/sys/fs/cgroup/kiln-contention.$$
-    if [ -f /sys/fs/cgroup/cgroup.controllers ] && mkdir "$d" 2>/dev/null; then
-        if echo "150000 100000" > "$d/cpu.max" 2>/dev/null; then CGROUP=$d; return 0; fi
-        rmdir "$d"
+    if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null && mkdir "$d" 2>/dev/null; then
+        if { grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
+             echo +cpu > /sys/fs/cgroup/cgroup.subtree_control; } 2>/dev/null &&
+           echo +cpu > "$d/cgroup.subtree_control" 2>/dev/null &&
+           mkdir "$d/run" "$d/quota" && echo "150000 100000" > "$d/quota/cpu.max" &&
+           { [ "$PRECEDENCE" = 0 ] || echo 10000 > "$d/cpu.weight"; }; then
+            CG=$d; return 0
+        fi 2>/dev/null
+        rmdir "$d/run" "$d/quota" "$d" 2>/dev/null || true
     fi
     d=/sys/fs/cgroup/cpu/kiln-contention.$$
-    if [ -d /sys/fs/cgroup/cpu ] && mkdir "$d" 2>/dev/null; then
-        if echo 100000 > "$d/cpu.cfs_period_us" && echo 150000 > "$d/cpu.cfs_quota_us"; then
-            CGROUP=$d; return 0
+    if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && mkdir "$d" 2>/dev/null; then
+        if mkdir "$d/run" "$d/quota" && echo 100000 > "$d/quota/cpu.cfs_period_us" &&
+           echo 150000 > "$d/quota/cpu.cfs_quota_us" &&
+           { [ "$PRECEDENCE" = 0 ] || echo 262144 > "$d/cpu.shares"; }; then
+            CG=$d; return 0
         fi 2>/dev/null
-        rmdir "$d"
+        rmdir "$d/run" "$d/quota" "$d" 2>/dev/null || true
     fi
-    echo "no writable cgroup (v2 cpu.max or v1 cpu.cfs_quota_us; needs root)"
+    echo "no writable cgroup (v2 with the cpu controller, or v1's cpu; needs root)"
     return 1
+}
+
+# in_cgroup DIR CMD...: CMD moved into cgroup DIR (none: as it is)
+in_cgroup() {
+    if [ -z "$1" ]; then shift; "$@"; return; fi
+    sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$@"
 }
 
 # spin_start / spin_stop: the competing busy loop; spin_stop prints the
 # share of one CPU it got (utime + stime over its lifetime).
 spin_start() {
-    sh -c 'while :; do :; done' &
+    # a simple command in the background, so that $! is the loop itself
+    sh -c '[ -z "$0" ] || echo $$ > "$0/cgroup.procs"; exec sh -c "while :; do :; done"' \
+        "${CG:+$CG/run}" &
     SPIN_PID=$!
     SPIN_T0=$(date +%s.%N)
 }
@@ -144,9 +177,9 @@ spin_stop() {
 under() {
     cond=$1; shift
     case $cond in
-        quiet|busy) "$@" ;;
-        core1) taskset -c 0 "$@" ;;
-        quota) sh -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$CGROUP" "$@" ;;
+        quiet|busy) in_cgroup "${CG:+$CG/run}" "$@" ;;
+        core1) in_cgroup "${CG:+$CG/run}" taskset -c 0 "$@" ;;
+        quota) in_cgroup "$CG/quota" "$@" ;;
     esac
 }
 
@@ -162,7 +195,7 @@ run_one() {
             bin=$KILN; [ "$who" = kiln ] || bin=$KILN_BEFORE
             if [ "$bench" = mlp ]; then
                 under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/mlp_bench.ini" \
-                    train.epochs=1 run.threads=0
+                    train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0
             else
                 under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/cnn_bench.ini" \
                     model.layout="$layout" run.threads=0 train.batch="$BATCH" \
@@ -177,7 +210,7 @@ run_one() {
             nt=$1; shift
             if [ "$bench" = mlp ]; then
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS OPENBLAS_CORETYPE=SkylakeX \
-                    "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps 0
+                    "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps "$MLP_STEPS"
             else
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS OPENBLAS_CORETYPE=SkylakeX \
                     "$@" "$PYTHON" "$HERE/pytorch_cnn.py" --layout "$layout" --threads "$nt" \
@@ -188,17 +221,22 @@ run_one() {
 
 # ---- the rounds -----------------------------------------------------------------
 
+WHY=
+if [ "$PRECEDENCE" = 1 ] || case " $CONDITIONS " in *" quota "*) true ;; *) false ;; esac; then
+    make_cgroups > "$TMP/why" || WHY=$(cat "$TMP/why")
+fi
+if [ "$PRECEDENCE" = 1 ] && [ -z "$CG" ]; then
+    echo "contention.sh: --precedence: $WHY" >&2; exit 1
+fi
 ACTIVE=
 for c in $CONDITIONS; do
-    if [ "$c" = quota ] && [ -z "$CGROUP" ]; then
-        if ! make_cgroup > "$TMP/why"; then
-            echo "contention.sh: quota condition skipped: $(cat "$TMP/why")" >&2
-            continue
-        fi
-        echo "quota: cgroup $CGROUP" >&2
+    if [ "$c" = quota ] && [ -z "$CG" ]; then
+        echo "contention.sh: quota condition skipped: $WHY" >&2
+        continue
     fi
     ACTIVE="$ACTIVE $c"
 done
+[ -z "$CG" ] || echo "cgroups: $CG/run, $CG/quota$([ "$PRECEDENCE" = 0 ] || echo ' (precedence)')" >&2
 
 echo "start: $(date -u +%H:%M:%S) loadavg $(cat /proc/loadavg); $(nproc) CPUs; python $PYTHON" >&2
 r=1

@@ -16,7 +16,7 @@ static const struct kiln_key run_keys[] = {
 	{ "seed", KILN_KEY_INT, "0", 0, 4294967295.0, NULL,
 	  "Seed of every random draw (init, shuffle, dropout)." },
 	{ "threads", KILN_KEY_INT, "0", 0, 1024, NULL,
-	  "Compute threads of the CPU device; 0 = one per CPU this process may run on (its affinity mask: all cores, or the share `kiln launch` and mpirun pin each rank to, or what taskset and cpusets allow)." },
+	  "Compute threads of the CPU device; 0 = one per CPU this process may run on (its affinity mask: all cores, or the share `kiln launch` and mpirun pin each rank to, or what taskset and cpusets allow), within its cgroup's CPU quota (rounded to the nearest CPU), and fewer while other processes keep its threads waiting for a CPU (the team adapts every ~100 ms: docs/PERFORMANCE.md, steady under contention; the last bits of a result then depend on the load). A count set here is used as it is." },
 	{ "deterministic", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Bit-identical runs for a given seed, thread count and config. On the CPU every kernel kiln runs is already reproducible for a fixed thread count (reductions sum in a fixed order), so this only insists that `threads` be set (0 = all cores would tie the result to the machine); devices with non-deterministic algorithms (atomics, autotuning) are told to avoid them." },
 	{ "autotune", KILN_KEY_BOOL, "0", NOLIM, NULL,

@@ -13,7 +13,7 @@
 /* One interval of 100 ms in which `waiting` threads on average had no CPU. */
 static int feed(struct cpu_team *t, double waiting)
 {
-	struct cpu_team_sample s = { 100 * MS, (int64_t)(waiting * 100 * MS) };
+	struct cpu_team_sample s = { 100 * MS, (int64_t)(waiting * 100 * MS), 0 };
 	return cpu_team_decide(t, &s);
 }
 
@@ -36,6 +36,17 @@ START_TEST(test_quota_v1)
 	ck_assert_double_eq(cpu_quota_v1("200000", "50000"), 4);
 	ck_assert_double_eq(cpu_quota_v1("x", "100000"), 0);
 	ck_assert_double_eq(cpu_quota_v1("100000", NULL), 0);
+}
+END_TEST
+
+START_TEST(test_throttled)
+{
+	ck_assert_int_eq(cpu_throttled_parse("nr_periods 9\nnr_throttled 3\nthrottled_time 1234567\n"),
+			 1234567);
+	ck_assert_int_eq(cpu_throttled_parse("usage_usec 5\nnr_throttled 2\nthrottled_usec 250\n"),
+			 250000);
+	ck_assert_int_eq(cpu_throttled_parse("usage_usec 5\nuser_usec 4\n"), -1);
+	ck_assert_int_eq(cpu_throttled_parse(""), -1);
 }
 END_TEST
 
@@ -136,7 +147,7 @@ START_TEST(test_steps_and_bounds)
 	}
 	for (int i = 0; i < 3 * CPU_TEAM_PROBE_MAX; i++)
 		ck_assert_int_eq(feed(&t, 0), 4);
-	struct cpu_team_sample none = { 0, 5 * MS }, unknown = { 100 * MS, -1 };
+	struct cpu_team_sample none = { 0, 5 * MS, 0 }, unknown = { 100 * MS, -1, 0 };
 	ck_assert_int_eq(cpu_team_decide(&t, &none), 4);
 	ck_assert_int_eq(cpu_team_decide(&t, &unknown), 4);
 	cpu_team_init(&t, 0);
@@ -145,13 +156,32 @@ START_TEST(test_steps_and_bounds)
 }
 END_TEST
 
+/* A quota throttles the whole team at once: a team of 2 whose delay is
+ * all throttling (2 x 40 ms in 100 ms) keeps its size; the same delay
+ * without throttling, or more than the throttling explains, shrinks it. */
+START_TEST(test_throttling_is_not_contention)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	struct cpu_team_sample thr = { 100 * MS, 80 * MS, 40 * MS };
+	ck_assert_int_eq(cpu_team_decide(&t, &thr), 2);
+	ck_assert_int_eq(t.calm, 0); /* at the top: nothing to probe */
+	struct cpu_team_sample more = { 100 * MS, 130 * MS, 40 * MS }; /* 0.5 beyond */
+	ck_assert_int_eq(cpu_team_decide(&t, &more), 1);
+	cpu_team_init(&t, 2);
+	struct cpu_team_sample plain = { 100 * MS, 80 * MS, 0 };
+	ck_assert_int_eq(cpu_team_decide(&t, &plain), 1);
+}
+END_TEST
+
 static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_cgroup_path, test_threads_for, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
-		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds, NULL });
+		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
+		test_throttling_is_not_contention, NULL });
 	return s;
 }
 

@@ -52,9 +52,14 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 	int from;
 	double load;
 	int n = cpu_team_tick(&c->team, &from, &load);
-	if (from)
+	if (from) {
+		/* oneDNN's kernels open their parallel regions with the team
+		 * they were created for (num_threads(2)); only max-active-
+		 * levels 0 makes every region, theirs too, run on one thread */
+		omp_set_max_active_levels(n == 1 ? 0 : c->team.omp_levels);
 		c->host->log(KILN_LOG_DEBUG, "cpu", "team of %d -> %d threads (%.2f waited for a CPU)",
 			     from, n, load);
+	}
 	if (omp_get_max_threads() != n)
 		omp_set_num_threads(n);
 	e->st = KILN_OK;
@@ -106,6 +111,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	if (threads < 0)
 		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
 	const int adapt = threads == 0; /* a team the user set stays as set */
+	char stat[4200] = ""; /* the quota's cgroup's cpu.stat, if any */
 	if (threads == 0) {
 		/* the CPUs this process may run on (kiln launch and mpirun pin
 		 * ranks; taskset, cpusets), else the machine's, within the
@@ -113,7 +119,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		cpu_set_t set;
 		long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
 								     : sysconf(_SC_NPROCESSORS_ONLN);
-		threads = cpu_threads_for(n > 0 ? (int)n : 1, cpu_quota_read());
+		threads = cpu_threads_for(n > 0 ? (int)n : 1, cpu_quota_read(stat, sizeof stat));
 	}
 
 	struct cpu_ctx *c = calloc(1, sizeof *c);
@@ -134,7 +140,8 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return st;
 	}
 	omp_set_num_threads(c->threads);
-	cpu_team_live_init(&c->team, c->threads, adapt);
+	cpu_team_live_init(&c->team, c->threads, adapt, stat);
+	c->team.omp_levels = omp_get_max_active_levels();
 	char isa[160];
 	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams", ordinal,
 		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->team.adapt ? " (adaptive)" : "",

@@ -113,10 +113,26 @@ static int read_line(const char *path, char *buf, size_t n)
 	return ok ? 0 : -1;
 }
 
+int64_t cpu_throttled_parse(const char *text)
+{
+	for (const char *l = text; l && *l;) {
+		long long v;
+		if (sscanf(l, "throttled_time %lld", &v) == 1)
+			return v;
+		if (sscanf(l, "throttled_usec %lld", &v) == 1)
+			return v * 1000;
+		l = strchr(l, '\n');
+		l = l ? l + 1 : NULL;
+	}
+	return -1;
+}
+
+#define DIR_MAX 4096 /* a cgroup directory's path */
+
 /* The quota in the cgroup directory dir (v2 or v1 files); 0 for none. */
 static double quota_at(const char *dir, int v2)
 {
-	char p[4200], a[64], b[64];
+	char p[DIR_MAX + 32], a[64], b[64];
 	if (v2) {
 		snprintf(p, sizeof p, "%s/cpu.max", dir);
 		return read_line(p, a, sizeof a) ? 0 : cpu_quota_v2(a);
@@ -129,10 +145,11 @@ static double quota_at(const char *dir, int v2)
 }
 
 /* The smallest quota from the cgroup `path` under mount point `root` up to
- * the mount's root (a parent's limit applies to its children). */
-static double quota_up(const char *root, const char *path, int v2)
+ * the mount's root (a parent's limit applies to its children); its
+ * directory into at (size DIR_MAX). */
+static double quota_up(const char *root, const char *path, int v2, char *at)
 {
-	char dir[4096];
+	char dir[DIR_MAX];
 	double best = 0;
 	int len = snprintf(dir, sizeof dir, "%s%s", root, path);
 	if (len <= 0 || (size_t)len >= sizeof dir)
@@ -140,8 +157,10 @@ static double quota_up(const char *root, const char *path, int v2)
 	size_t stop = strlen(root);
 	for (;;) {
 		double q = quota_at(dir, v2);
-		if (q > 0 && (best == 0 || q < best))
+		if (q > 0 && (best == 0 || q < best)) {
 			best = q;
+			memcpy(at, dir, strlen(dir) + 1);
+		}
 		char *slash = strrchr(dir, '/');
 		if (!slash || (size_t)(slash - dir) < stop)
 			break;
@@ -150,9 +169,10 @@ static double quota_up(const char *root, const char *path, int v2)
 	return best;
 }
 
-double cpu_quota_read(void)
+double cpu_quota_read(char *stat, size_t n)
 {
-	char text[4096], path[2048];
+	char text[4096], path[2048], at[DIR_MAX];
+	stat[0] = 0;
 	FILE *f = fopen("/proc/self/cgroup", "re");
 	if (!f)
 		return 0;
@@ -162,18 +182,20 @@ double cpu_quota_read(void)
 	double best = 0;
 	/* v2 at /sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid systems;
 	 * v1's cpu controller alone or joined with cpuacct */
-	static const struct { const char *root; int v2; } at[] = {
+	static const struct { const char *root; int v2; } cg[] = {
 		{ "/sys/fs/cgroup", 1 },
 		{ "/sys/fs/cgroup/unified", 1 },
 		{ "/sys/fs/cgroup/cpu", 0 },
 		{ "/sys/fs/cgroup/cpu,cpuacct", 0 },
 	};
-	for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
-		if (cpu_cgroup_path(text, at[i].v2, path, sizeof path))
+	for (size_t i = 0; i < sizeof cg / sizeof *cg; i++) {
+		if (cpu_cgroup_path(text, cg[i].v2, path, sizeof path))
 			continue;
-		double q = quota_up(at[i].root, strcmp(path, "/") ? path : "", at[i].v2);
-		if (q > 0 && (best == 0 || q < best))
+		double q = quota_up(cg[i].root, strcmp(path, "/") ? path : "", cg[i].v2, at);
+		if (q > 0 && (best == 0 || q < best)) {
 			best = q;
+			snprintf(stat, n, "%s/cpu.stat", at);
+		}
 	}
 	return best;
 }
@@ -191,7 +213,8 @@ int cpu_team_decide(struct cpu_team *t, const struct cpu_team_sample *s)
 {
 	if (s->wall_ns <= 0 || s->delay_ns < 0)
 		return t->n; /* nothing measured */
-	double load = (double)s->delay_ns / (double)s->wall_ns;
+	int64_t delay = s->delay_ns - (s->throttled_ns > 0 ? t->n * s->throttled_ns : 0);
+	double load = delay > 0 ? (double)delay / (double)s->wall_ns : 0;
 	if (load > CPU_TEAM_SHRINK) {
 		if (t->probing) /* the step up brought the waiting back */
 			t->probe_wait = t->probe_wait * 2 > CPU_TEAM_PROBE_MAX ? CPU_TEAM_PROBE_MAX
@@ -250,11 +273,29 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt)
+/* The throttled time of the quota's cgroup (0 without one or unreadable). */
+static int64_t throttled_ns(const char *stat)
+{
+	char text[1024];
+	if (!stat[0])
+		return 0;
+	FILE *f = fopen(stat, "re");
+	if (!f)
+		return 0;
+	size_t got = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[got] = 0;
+	int64_t v = cpu_throttled_parse(text);
+	return v > 0 ? v : 0;
+}
+
+void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, const char *stat)
 {
 	memset(l, 0, sizeof *l);
 	cpu_team_init(&l->team, threads);
 	l->size = l->team.n;
+	snprintf(l->stat, sizeof l->stat, "%s", stat ? stat : "");
+	l->start_throttled = throttled_ns(l->stat);
 	/* without schedstat there is nothing to steer by */
 	l->adapt = adapt && threads > 1 && (l->start_delay = cpu_run_delay_ns()) >= 0;
 	l->start_ns = now_ns();
@@ -277,10 +318,11 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
 		return __atomic_load_n(&l->size, __ATOMIC_RELAXED);
 	int n = l->size;
 	if (t - l->start_ns >= CPU_TEAM_INTERVAL_NS) { /* not taken by another thread meanwhile */
-		int64_t delay = cpu_run_delay_ns();
+		int64_t delay = cpu_run_delay_ns(), thr = throttled_ns(l->stat);
 		/* a thread that exited took its delay with it: clamp */
 		struct cpu_team_sample s = { t - l->start_ns,
-					     delay < l->start_delay ? 0 : delay - l->start_delay };
+					     delay < l->start_delay ? 0 : delay - l->start_delay,
+					     thr < l->start_throttled ? 0 : thr - l->start_throttled };
 		n = cpu_team_decide(&l->team, &s);
 		if (n != l->size) {
 			*from = l->size;
@@ -288,6 +330,7 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
 			__atomic_store_n(&l->size, n, __ATOMIC_RELAXED);
 		}
 		l->start_delay = delay;
+		l->start_throttled = thr;
 		__atomic_store_n(&l->start_ns, now_ns(), __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&l->lock);

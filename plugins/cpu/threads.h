@@ -33,16 +33,25 @@ int cpu_cgroup_path(const char *proc_cgroup, int v2, char *out, size_t n);
  * least 1, at most the affinity count. */
 int cpu_threads_for(int affinity, double quota);
 /* The smallest quota on this process's cgroup path, v2 (cpu.max) or v1
- * (cpu.cfs_quota_us), walking up to the root; 0 when none limits it. */
-double cpu_quota_read(void);
+ * (cpu.cfs_quota_us), walking up to the root; 0 when none limits it.
+ * stat (size n) gets the path of that cgroup's cpu.stat ("" for none). */
+double cpu_quota_read(char *stat, size_t n);
+/* Time the cgroup was throttled by its quota, from its cpu.stat text:
+ * v1's "throttled_time NS" or v2's "throttled_usec US", in ns; -1 when
+ * the text has neither. */
+int64_t cpu_throttled_parse(const char *cpu_stat);
 
 /* ---- the adaptive team ----------------------------------------------------- */
 
-/* One interval's measurement: wall time and the run-queue delay summed over
- * the process's threads (time runnable but not running: descheduled). */
+/* One interval's measurement: wall time, the run-queue delay summed over
+ * the process's threads (time runnable but not running: descheduled), and
+ * the time the process's cgroup was throttled by its CPU quota.  A
+ * throttled cgroup stops every thread at once, which stalls no barrier:
+ * the team's share of the delay it adds (n x throttled) is not counted. */
 struct cpu_team_sample {
 	int64_t wall_ns;
 	int64_t delay_ns;
+	int64_t throttled_ns;
 };
 
 /* The controller's state.  `max` is the team the device opened with (oneDNN
@@ -85,11 +94,14 @@ struct cpu_team_live {
 	int size;             /* the team kernels use now (atomic) */
 	int64_t start_ns;     /* the interval's start, CLOCK_MONOTONIC (atomic) */
 	int64_t start_delay;  /* cpu_run_delay_ns() then (under lock) */
+	int64_t start_throttled; /* the quota cgroup's throttled time then */
+	char stat[4200];      /* that cgroup's cpu.stat, "" without a quota */
 	struct cpu_team team; /* under lock */
+	int omp_levels;       /* OpenMP max-active-levels to restore above 1 (cpu.c) */
 	pthread_mutex_t lock;
 };
 
-void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt);
+void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, const char *stat);
 void cpu_team_live_destroy(struct cpu_team_live *l);
 /* The team for the op about to run: one clock read, and once an interval
  * is over, a sample and a decision.  When the team changed, *from is the
