@@ -250,7 +250,8 @@ void kiln_dist_close(struct kiln_dist *d)
 				kiln_store_set(d->store, "kiln/left_all", "1", 1);
 			void *v = NULL;
 			if (d->env.rank == 0 && n < d->env.world && !d->failed &&
-			    !kiln_store_get(d->store, "kiln/left_all", 10000, &v, NULL))
+			    !kiln_store_get(d->store, "kiln/left_all",
+					    d->timeout_ms < 10000 ? d->timeout_ms : 10000, &v, NULL))
 				free(v);
 		}
 		kiln_store_close(d->store);

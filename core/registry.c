@@ -352,7 +352,11 @@ static void provides_add(struct loaded_file *f, const char *line)
 static void probe_files(struct kiln_registry *reg)
 {
 	int from = 0;
-	while (from < reg->n_files) {
+	for (;;) {
+		while (from < reg->n_files && (reg->files[from].tried || reg->files[from].provides))
+			from++;
+		if (from == reg->n_files)
+			return; /* nothing left to probe */
 		int pfd[2];
 		fflush(NULL);
 		if (pipe2(pfd, O_CLOEXEC))
@@ -394,10 +398,9 @@ static void probe_files(struct kiln_registry *reg)
 		struct loaded_file *f = &reg->files[cur];
 		f->tried = 1;
 		if (WIFSIGNALED(ws))
-			f->error = dupf("loading it killed a test process with signal %d (%s): not loaded",
-					WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+			f->error = dupf("loading it killed a test process with signal %d", WTERMSIG(ws));
 		else
-			f->error = dupf("loading it ended a test process (status %d): not loaded", ws);
+			f->error = dupf("loading it ended a test process (wait status %d)", ws);
 		from = cur + 1;
 	}
 }
@@ -609,6 +612,10 @@ kiln_status kiln_registry_find(const struct kiln_registry *reg, int kind, const 
 {
 	kiln_status st = load_for(reg, kind, name);
 	if (st)
+		return st;
+	/* not found: every file loaded (that the probe survived), so the
+	 * message lists all there are */
+	if (!registered(reg, kind, name) && (st = load_all((struct kiln_registry *)reg)))
 		return st;
 	char names[1024] = "";
 	size_t off = 0;

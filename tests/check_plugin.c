@@ -450,7 +450,8 @@ Suite *make_plugin_suite(void);
 Suite *make_plugin_suite(void)
 {
 	Suite *s = suite_create("plugin");
-	check_add_case(s, "load", 0, open_test_registry, close_registry, (const TTest *[]){
+	/* 30 s: listing loads every file, each first in a probe process */
+	check_add_case(s, "load", 30, open_test_registry, close_registry, (const TTest *[]){
 		search_path_first, files_listed, good_plugins, use_optim, use_source, bad_abi,
 		missing_symbol, dlopen_failure, init_returns_null, probe_failure, not_found,
 		validate_plugin_keys, write_plugin_keys, NULL });

@@ -6,9 +6,10 @@
 #  - a client without the token, and one with a wrong token, are refused
 #    (the connection closed before any key is read or written);
 #  - a stall client (authenticated: sets a 4 MiB value, then asks for it 16
-#    times and never reads) does not stop the store's thread: the run
-#    finishes and exits 0 (the store used to block in send() on it, and a
-#    finished run then failed after a hard-coded 60 s);
+#    times and never reads) does not stop the store's thread: the run,
+#    stopped by SIGTERM, agrees on the stop and leaves through the store,
+#    exit 0 with its checkpoint (the store used to block in send() on it,
+#    and store calls then failed after a hard-coded 60 s);
 #  - a hog client's eight 64 MiB sets are all refused and 7 MiB sets stop
 #    at the 32 MiB limit: rank 0's resident memory grows by less than
 #    80 MB over the run (it grew by ~520 MB).
@@ -21,20 +22,22 @@ client="$srcdir/tests/store_client.py"
 
 mlp_ini "$tmp/mlp.ini" 5 20
 port=$(free_port 5)
-"$kiln" launch -n 2 --master "127.0.0.1:$port" -- "$kiln" train "$tmp/mlp.ini" \
-	run.out_dir="$tmp/run" train.epochs=6 > "$tmp/run.log" 2>&1 &
-lpid=$!
+timeout 120 "$kiln" launch -n 2 --master "127.0.0.1:$port" -- "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/run" train.epochs=100000 > "$tmp/run.log" 2>&1 &
+tpid=$!
 
-# rank 0's resident memory (kB) once it trains, then the most seen
+# rank 0's resident memory (kB) once it trains
 i=0
 until grep -q '"event":"train"' "$tmp/run/metrics.jsonl" 2>/dev/null; do
 	i=$((i + 1))
-	[ $i -le 600 ] || { kill -KILL "$lpid"; bad "training did not start"; tail "$tmp/run.log"; exit 1; }
+	[ $i -le 600 ] || { kill -KILL "$tpid"; bad "training did not start"; tail "$tmp/run.log"; exit 1; }
 	sleep 0.1
 done
+lpid=$(cut -d" " -f1 "/proc/$tpid/task/$tpid/children")
 rank0=$(cut -d' ' -f1 "/proc/$lpid/task/$lpid/children")
-rss() { sed -n 's/^VmRSS: *\([0-9]*\) kB/\1/p' "/proc/$rank0/status" 2>/dev/null; }
+rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$rank0/status" 2>/dev/null; }
 rss0=$(rss)
+[ -n "$rss0" ] || bad "no rank 0 (pid '$rank0') to measure"
 
 for m in noauth badtoken; do
 	r=$("$py" "$client" $m 127.0.0.1 "$port")
@@ -44,19 +47,26 @@ done
 spid=$!
 "$py" "$client" hog 127.0.0.1 "$port" > "$tmp/hog.out" 2>&1 &
 hpid=$!
+# the most rank 0 holds while the hog works, and a second after
 max=$rss0
-while kill -0 "$lpid" 2>/dev/null; do
+n=0
+while [ $n -lt 5 ]; do
+	kill -0 "$hpid" 2>/dev/null || n=$((n + 1))
 	r=$(rss)
 	[ -z "$r" ] || [ "$r" -le "$max" ] || max=$r
 	sleep 0.2
 done
-wait "$lpid"
-rc=$?
 wait "$hpid"
+# then the run is stopped (SIGTERM to the launcher): the stop is agreed
+# on, and the ranks leave, through the store the stall client is on
+kill -TERM "$lpid"
+wait "$tpid"
+rc=$?
 kill "$spid" 2>/dev/null
 wait "$spid" 2>/dev/null
 cat "$tmp/hog.out"
 [ $rc = 0 ] || { bad "the run with a stall and a hog client exited $rc"; tail -15 "$tmp/run.log"; }
+grep -q 'checkpoint written to' "$tmp/run.log" || bad "the stopped run wrote no checkpoint"
 grep -q stalling "$tmp/stall.out" || bad "the stall client did not get going: $(cat "$tmp/stall.out")"
 grep -q '^big-accepted 0$' "$tmp/hog.out" || bad "64 MiB values were accepted"
 n=$(sed -n 's/^filled //p' "$tmp/hog.out")
