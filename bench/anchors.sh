@@ -72,7 +72,8 @@ PYTHON113=${PYTHON113:-/usr/bin/python3}
 GEMM=${GEMM:-./bench/gemm_peak}
 GPT_DATA=${GPT_DATA:-data/gpt_char}
 HERE=$(dirname "$0")
-PYTHON=$PYTHON113 # common.sh's helpers
+# shellcheck disable=SC2034 # read by common.sh's helpers
+PYTHON=$PYTHON113
 
 . "$HERE/common.sh"
 
