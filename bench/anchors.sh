@@ -37,8 +37,9 @@
 #   --runs N        repetitions (default 3)
 #   --threads N     threads of every row (default 2)
 #   --steps N       timed steps of the CNN and GPT rows (default 100; kiln
-#                   runs N+20 CNN / N+10 GPT steps, all timed); the MLP runs
-#                   one epoch (468 steps, PyTorch times the last 448)
+#                   runs N+20 CNN / N+10 GPT steps, all timed)
+#   --mlp-steps N   the MLP's timed steps (default 0: one epoch, 468 steps,
+#                   PyTorch timing the last 448; else N+20 steps, as the CNN)
 #   --torch-env E   the OpenMP setting of the compile and Lightning rows
 #                   (default passive)
 #   --out DIR       keep every run's JSON line in DIR/BENCH.jsonl (default: a
@@ -63,6 +64,7 @@ TORCH_ENV=passive
 BENCHES=mlp,cnn-nchw,cnn-nhwc,cnn-bf16,gpt,data
 OUT=
 ROWS=
+MLP_TIMED=0
 ICACHE=
 KILN=${KILN:-./kiln}
 KILN_VENV=${KILN_VENV:-./.venv}
@@ -70,7 +72,8 @@ PYTHON113=${PYTHON113:-/usr/bin/python3}
 GEMM=${GEMM:-./bench/gemm_peak}
 GPT_DATA=${GPT_DATA:-data/gpt_char}
 HERE=$(dirname "$0")
-PYTHON=$PYTHON113 # common.sh's helpers
+# shellcheck disable=SC2034 # read by common.sh's helpers
+PYTHON=$PYTHON113
 
 . "$HERE/common.sh"
 
@@ -80,6 +83,7 @@ while [ $# -gt 0 ]; do
         --torch-env) [ $# -ge 2 ] || usage; TORCH_ENV=$2; shift 2 ;;
         --out) [ $# -ge 2 ] || usage; OUT=$2; shift 2 ;;
         --rows) [ $# -ge 2 ] || usage; ROWS=$2; shift 2 ;;
+        --mlp-steps) [ $# -ge 2 ] || usage; MLP_TIMED=$2; shift 2 ;;
         --inductor-cache) [ $# -ge 2 ] || usage; ICACHE=$2; shift 2 ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "anchors.sh: unknown argument: $1" >&2; usage; }
@@ -130,7 +134,7 @@ one_run() {
     t1=$(date +%s.%N)
     line=$(grep '^[[:space:]]*{.*samples_per_s' "$TMP/run.out" | tail -n 1 || true)
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
-    head="{\"row\": \"$row\", \"rep\": $rep, \"wall_s\": $wall, \"run_samples\": $samples, "
+    head="{\"row\": \"$row\", \"rep\": $rep, \"run_wall_s\": $wall, \"run_samples\": $samples, "
     if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
         why=$(tail -n 1 "$TMP/run.err" | tr -d '"\\' | cut -c1-200)
         echo "$b $row run $rep: FAILED (exit $rc): $why" >&2
@@ -179,12 +183,14 @@ kiln_row() { # BENCH SAMPLES INI KEY=VALUE...
 BATCH=128
 CNN_KSTEPS=$((STEPS + 20))
 GPT_KSTEPS=$((STEPS + 10))
-MLP_STEPS=$((60000 / BATCH))
+MLP_STEPS=$((60000 / BATCH)) MLP_LIMIT=0
+[ "$MLP_TIMED" = 0 ] || MLP_STEPS=$((MLP_TIMED + 20)) MLP_LIMIT=$(((MLP_TIMED + 20) * BATCH))
 rep_of() { # BENCH: one repetition of its rows
     case $1 in
     mlp)
-        kiln_row mlp $((MLP_STEPS * BATCH)) "$HERE/mlp_bench.ini" train.epochs=1
-        torch_rows mlp $((MLP_STEPS * BATCH)) pytorch_mlp.py --steps 0 ;;
+        kiln_row mlp $((MLP_STEPS * BATCH)) "$HERE/mlp_bench.ini" train.epochs=1 \
+            data.limit=$MLP_LIMIT train.max_steps=$MLP_STEPS
+        torch_rows mlp $((MLP_STEPS * BATCH)) pytorch_mlp.py --steps $((MLP_LIMIT / BATCH)) ;;
     cnn-nchw|cnn-nhwc|cnn-bf16)
         layout=nchw prec=fp32
         [ "$1" = cnn-nhwc ] && layout=nhwc
@@ -256,7 +262,7 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -z "$SKIP113" ] || echo "anchors.sh: PyTorch 1.13 rows skipped: $SKIP113"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $THREADS threads, median of $RUNS interleaved runs"
 echo "load average before: $LOAD0, after: $LOAD1; compile and Lightning rows under --torch-env $TORCH_ENV"
-echo "command: bench/anchors.sh --runs $RUNS --threads $THREADS --steps $STEPS --torch-env $TORCH_ENV --bench $(echo $BENCHES | tr ' ' ,)"
+echo "command: bench/anchors.sh --runs $RUNS --threads $THREADS --steps $STEPS --mlp-steps $MLP_TIMED --torch-env $TORCH_ENV --bench $(echo $BENCHES | tr ' ' ,)"
 for b in $BENCHES; do
     "$PYTHON113" "$HERE/anchors_table.py" "$b" "$RES/$b.jsonl" "$(cat "$RES/$b.load" | tr '\n' ';')" $PEAKS
 done

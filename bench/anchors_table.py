@@ -3,7 +3,7 @@
 
   anchors_table.py BENCH FILE.jsonl LOAD_NOTE [GEMM_PEAK_GFLOPS...]
 
-FILE holds one JSON line per run (bench/anchors.sh adds row, rep, wall_s and
+FILE holds one JSON line per run (bench/anchors.sh adds row, rep, run_wall_s and
 run_samples to the benchmark's own line, or "failed").  Prints each row's
 median samples/s over its runs, the runs, kiln / row, the compile time (run 1,
 whose cache was cold, and the median), GFLOP/s against the best GEMM peak,
@@ -58,7 +58,7 @@ def main():
         ok = [r for r in runs if "failed" not in r]
         fails[name] = [r["failed"] for r in runs if "failed" in r]
         med[name] = median([r[key] for r in ok])
-        whole[name] = median([r["run_samples"] / r["wall_s"] for r in ok if r.get("run_samples")])
+        whole[name] = median([r["run_samples"] / r.get("run_wall_s", r.get("wall_s")) for r in ok if r.get("run_samples")])
         cs = [r["compile_s"] for r in ok if "compile_s" in r]
         comp[name] = (cs[0], median(cs)) if cs else None
     kiln = med.get("kiln") or med.get("kiln-folder")
