@@ -61,6 +61,7 @@ struct kiln_store {
 	int port;
 	char host[256];
 	int broken;        /* a request failed midway: the stream is out of step */
+	int call_ms;       /* how long a set, check or add waits: the open's timeout */
 	pthread_mutex_t lock;
 	struct server *srv;
 };
@@ -516,6 +517,7 @@ kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, i
 	pthread_mutex_init(&s->lock, NULL);
 	snprintf(s->host, sizeof s->host, "%s", host_it ? "127.0.0.1" : host);
 	s->port = port;
+	s->call_ms = timeout_ms;
 	if (host_it && (st = server_start(port, &s->srv, &s->port))) {
 		kiln_store_close(s);
 		return st;
@@ -558,7 +560,7 @@ kiln_status kiln_store_set(struct kiln_store *s, const char *key, const void *va
 	int status;
 	if (len > MAX_VAL)
 		return kiln_error(KILN_EINVAL, "store: value of %zu bytes for '%s'", len, key);
-	return request(s, OP_SET, key, val, (uint32_t)len, 60000, &status, NULL, NULL);
+	return request(s, OP_SET, key, val, (uint32_t)len, s->call_ms, &status, NULL, NULL);
 }
 
 kiln_status kiln_store_get(struct kiln_store *s, const char *key, int timeout_ms, void **val,
@@ -575,7 +577,7 @@ kiln_status kiln_store_get(struct kiln_store *s, const char *key, int timeout_ms
 kiln_status kiln_store_check(struct kiln_store *s, const char *key, void **val, size_t *len)
 {
 	int status;
-	kiln_status st = request(s, OP_CHECK, key, NULL, 0, 60000, &status, val, len);
+	kiln_status st = request(s, OP_CHECK, key, NULL, 0, s->call_ms, &status, val, len);
 	if (!st && status) {
 		free(*val);
 		*val = NULL;
@@ -590,7 +592,7 @@ kiln_status kiln_store_add(struct kiln_store *s, const char *key, int64_t delta,
 	int status;
 	void *v;
 	size_t n;
-	kiln_status st = request(s, OP_ADD, key, &delta, 8, 60000, &status, &v, &n);
+	kiln_status st = request(s, OP_ADD, key, &delta, 8, s->call_ms, &status, &v, &n);
 	if (st)
 		return st;
 	if (n == 8 && out)

@@ -383,3 +383,12 @@ EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py te
 TESTS += tests/gpt_steps.sh tests/gpt.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
+# multi-node across network namespaces (root; skips otherwise): 2 and 4
+# hosts equal one process, a delayed link, a cut link, a frozen rank, a
+# killed host (docs/distributed.md "Several machines")
+TESTS += tests/dist_netns.sh
+EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py
+# kiln launch --max-restarts: a killed rank, the job restarted from the
+# newest checkpoint, bit-identical to the uninterrupted run
+TESTS += tests/launch_restart.sh
+EXTRA_DIST += tests/launch_restart.sh

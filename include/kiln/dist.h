@@ -47,7 +47,8 @@ kiln_status kiln_dist_env_read(struct kiln_dist_env *env);
 /* Open the store of a group of `world` ranks at host:port.  Rank 0
  * (`host_it`) listens on port (0: an ephemeral port, see kiln_store_port)
  * on every interface and serves in a thread; every rank then connects,
- * retrying until timeout_ms has passed (KILN_ETIMEOUT naming host:port).
+ * retrying until timeout_ms has passed (KILN_ETIMEOUT naming host:port);
+ * every later set, check and add waits for its answer that long too.
  * The caller frees *out with kiln_store_close. */
 kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, int world,
 			    int timeout_ms, struct kiln_store **out);
