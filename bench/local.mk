@@ -28,3 +28,6 @@ noinst_PROGRAMS += bench/attention
 bench_attention_SOURCES = bench/attention.c
 bench_attention_LDADD = libkiln.la -lm
 EXTRA_DIST += bench/pytorch_attention.py bench/attention.sh
+# multi-node: the hierarchical allreduce against the flat one on network
+# namespaces (root; docs/PERFORMANCE.md)
+EXTRA_DIST += bench/hier_netns.sh

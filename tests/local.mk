@@ -387,7 +387,7 @@ EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/d
 # hosts equal one process, a delayed link, a cut link, a frozen rank, a
 # killed host (docs/distributed.md "Several machines")
 TESTS += tests/dist_netns.sh
-EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py
+EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py tests/netns_lib.sh tests/netns_rsh.sh
 # kiln launch --max-restarts: a killed rank, the job restarted from the
 # newest checkpoint, bit-identical to the uninterrupted run
 TESTS += tests/launch_restart.sh
