@@ -51,7 +51,7 @@ within() {
 # steps NAME H: how many train lines host H's rank 0 logged so far
 steps() { cat "$tmp/$1-h$2/metrics.jsonl" 2> /dev/null | grep -c '"event":"train"'; }
 wait_steps() {
-	for _ in $(seq 300); do [ "$(steps "$1" 0)" -ge "$2" ] && return 0; sleep 0.1; done
+	for _ in $(seq 1200); do [ "$(steps "$1" 0)" -ge "$2" ] && return 0; sleep 0.1; done
 	bad "$1: fewer than $2 steps logged"; return 1
 }
 
