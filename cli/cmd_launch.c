@@ -10,7 +10,9 @@
  * us) and dies with us (PR_SET_PDEATHSIG).  SIGINT, SIGTERM and SIGUSR1 are
  * forwarded to every rank, once per --grace seconds (launch_forward).  When a rank exits non-zero or is killed, the
  * others get SIGTERM, then SIGKILL after a grace period, and `kiln launch`
- * exits with that rank's status, naming it.
+ * exits with that rank's status, naming it; with --max-restarts R it
+ * starts them all again instead, up to R times, with KILN_RESTART set
+ * (`kiln train` then resumes from the newest checkpoint).
  *
  * Binding (--bind core, the default, as mpirun's for a few ranks): the
  * CPUs this launcher may run on are split into N contiguous groups and
@@ -39,16 +41,19 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t got_signal;
+static volatile sig_atomic_t signalled; /* a stop was asked for: no restart */
 
 static void on_signal(int sig)
 {
 	got_signal = sig;
+	signalled = 1;
 }
 
 static void launch_usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kiln launch -n N [--nnodes M --node-rank K] [--master HOST:PORT] [--grace S] -- COMMAND...\n"
+		"usage: kiln launch -n N [--nnodes M --node-rank K] [--master HOST:PORT] [--grace S]\n"
+		"                   [--max-restarts R] -- COMMAND...\n"
 		"\n"
 		"Start N local ranks of a data-parallel run, each running COMMAND (e.g.\n"
 		"`kiln train run.ini`) with KILN_RANK, KILN_WORLD_SIZE, KILN_LOCAL_RANK,\n"
@@ -65,6 +70,9 @@ static void launch_usage(FILE *f)
 		"  --bind core|none  core (default): pin each rank to its own share of the\n"
 		"                    CPUs this launcher may use (N contiguous groups; none\n"
 		"                    when there are more ranks than CPUs); none: no pinning\n"
+		"  --max-restarts R  when a rank fails, start every local rank again, up to R\n"
+		"                    times (default 0), with KILN_RESTART=1, 2, ... set:\n"
+		"                    `kiln train` then resumes from the newest checkpoint\n"
 		"\n"
 		"SIGINT, SIGTERM and SIGUSR1 are passed to every rank, once: a repeat within\n"
 		"--grace seconds is dropped.  After a stop every rank writes its checkpoint\n"
@@ -117,6 +125,7 @@ static void describe_status(int ws, char *buf, size_t n)
 /* What `kiln launch` was asked for. */
 struct launch_opts {
 	int nproc, nnodes, node_rank, grace, bind;
+	int max_restarts, restart; /* --max-restarts; this start's number (0: the first) */
 	int cmd;        /* argv index of the command */
 	char host[256]; /* the rendezvous store's address ... */
 	int port;       /* ... and port */
@@ -140,11 +149,13 @@ static int launch_args(int argc, char **argv, struct launch_opts *o, const char 
 			   : !strcmp(a, "--nnodes")                 ? &o->nnodes
 			   : !strcmp(a, "--node-rank")              ? &o->node_rank
 			   : !strcmp(a, "--grace")                  ? &o->grace
+			   : !strcmp(a, "--max-restarts")           ? &o->max_restarts
 								    : NULL;
 		if (dst) {
-			if (!v || parse_int(v, dst == &o->node_rank ? 0 : 1, 1 << 20, dst)) {
+			const int zero_ok = dst == &o->node_rank || dst == &o->max_restarts;
+			if (!v || parse_int(v, zero_ok ? 0 : 1, 1 << 20, dst)) {
 				fprintf(stderr, "kiln launch: error: %s needs a %s integer\n", a,
-					dst == &o->node_rank ? "non-negative" : "positive");
+					zero_ok ? "non-negative" : "positive");
 				return 2;
 			}
 			i++;
@@ -251,6 +262,18 @@ static int launch_cpus(const struct launch_opts *o, int *cpus, int *ncpu)
 	return *ncpu >= o->nproc ? *ncpu / o->nproc : 0;
 }
 
+/* KILN_RESTART in a rank's environment: which start of the job this is
+ * (--max-restarts; unset on the first). */
+static void launch_restart_env(const struct launch_opts *o)
+{
+	char v[16];
+	snprintf(v, sizeof v, "%d", o->restart);
+	if (o->restart)
+		setenv("KILN_RESTART", v, 1);
+	else
+		unsetenv("KILN_RESTART");
+}
+
 /* In the child of local rank l: its environment, its CPUs (per of cpus[]
  * from l * per, none when per is 0), then exec the command. */
 static void launch_rank(const struct launch_opts *o, char **argv, int l, const int *cpus, int per,
@@ -276,6 +299,7 @@ static void launch_rank(const struct launch_opts *o, char **argv, int l, const i
 	setenv("KILN_MASTER_ADDR", o->host, 1);
 	snprintf(v, sizeof v, "%d", o->port);
 	setenv("KILN_MASTER_PORT", v, 1);
+	launch_restart_env(o);
 	if (per) {
 		cpu_set_t mine;
 		CPU_ZERO(&mine);
@@ -366,6 +390,40 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 	return WIFEXITED(fail_status) ? WEXITSTATUS(fail_status) : 1;
 }
 
+/* Fork the local ranks into pids[]; 0, or -1 (said, the started ones
+ * killed) when a fork fails. */
+static int launch_spawn(const struct launch_opts *o, char **argv, pid_t *pids, const int *cpus,
+			int per, pid_t me)
+{
+	for (int l = 0; l < o->nproc; l++) {
+		pid_t p = fork();
+		if (p < 0) {
+			fprintf(stderr, "kiln launch: error: fork: %s\n", strerror(errno));
+			for (int k = 0; k < l; k++)
+				kill(pids[k], SIGKILL);
+			return -1;
+		}
+		if (!p)
+			launch_rank(o, argv, l, cpus, per, me);
+		pids[l] = p;
+	}
+	return 0;
+}
+
+/* After the ranks ended with exit code rc: whether to start them all
+ * again (--max-restarts left, a failure, no stop asked for by a signal);
+ * counts the restart. */
+static int launch_restart_due(struct launch_opts *o, int rc)
+{
+	if (!rc || signalled || o->restart >= o->max_restarts)
+		return 0;
+	o->restart++;
+	fprintf(stderr, "kiln launch: restart %d of %d: starting ranks %d..%d again (KILN_RESTART=%d: `kiln train` resumes from the newest checkpoint)\n",
+		o->restart, o->max_restarts, o->node_rank * o->nproc,
+		o->node_rank * o->nproc + o->nproc - 1, o->restart);
+	return 1;
+}
+
 int cmd_launch(int argc, char **argv)
 {
 	struct launch_opts o = { .nnodes = 1, .grace = 10, .cmd = -1, .bind = 1 };
@@ -394,19 +452,15 @@ int cmd_launch(int argc, char **argv)
 	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d, %s: %s ...\n",
 		o.node_rank * o.nproc, o.node_rank * o.nproc + o.nproc - 1, o.nproc * o.nnodes, o.host,
 		o.port, how, argv[o.cmd]);
-	for (int l = 0; l < o.nproc; l++) {
-		pid_t p = fork();
-		if (p < 0) {
-			fprintf(stderr, "kiln launch: error: fork: %s\n", strerror(errno));
-			for (int k = 0; k < l; k++)
-				kill(pids[k], SIGKILL);
-			return 1;
+	for (;;) {
+		if (launch_spawn(&o, argv, pids, cpus, per, me)) {
+			rc = 1;
+			break;
 		}
-		if (!p)
-			launch_rank(&o, argv, l, cpus, per, me);
-		pids[l] = p;
+		rc = launch_wait(&o, pids);
+		if (!launch_restart_due(&o, rc))
+			break;
 	}
-	rc = launch_wait(&o, pids);
 	free(pids);
 	return rc;
 }

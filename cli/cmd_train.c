@@ -172,6 +172,18 @@ static void print_metric(const char *key, double v)
 		printf("\"%s\": %.6f, ", key, v);
 }
 
+/* KILN_RESTART > 0: `kiln launch --max-restarts` started this rank again
+ * after a failure, so the run resumes from its newest checkpoint (a fresh
+ * start when there is none). */
+static int restarted(void)
+{
+	const char *v = getenv("KILN_RESTART");
+	if (!v || atoi(v) <= 0)
+		return 0;
+	fprintf(stderr, "kiln: restart %d under kiln launch: resuming from the newest checkpoint\n", atoi(v));
+	return 1;
+}
+
 int cmd_train(int argc, char **argv)
 {
 	/* --resume, --overwrite and --profile (anywhere after FILE) are the
@@ -193,7 +205,7 @@ int cmd_train(int argc, char **argv)
 		else
 			args[n++] = argv[i];
 	}
-	if (want_resume)
+	if (want_resume || restarted())
 		args[n++] = "train.resume=1";
 	if (want_overwrite)
 		args[n++] = "train.overwrite=1";

@@ -57,7 +57,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	kiln_status st;
 	struct kiln_dist_env env;
 	const char *comm = kiln_config_get(cfg, "run", "comm");
-	double timeout = 300;
+	double timeout = 300, heartbeat = 30;
 	*out = NULL;
 	if ((st = kiln_dist_env_read(&env)))
 		return st;
@@ -98,6 +98,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	d->bucket_mb = 25;
 	d->overlap = 1;
 	kiln_config_get_float(cfg, "dist", "timeout", &timeout);
+	kiln_config_get_float(cfg, "dist", "heartbeat", &heartbeat);
 	kiln_config_get_float(cfg, "dist", "bucket_mb", &d->bucket_mb);
 	kiln_config_get_bool(cfg, "dist", "overlap", &d->overlap);
 	kiln_config_get_bool(cfg, "dist", "timing", &d->timing);
@@ -124,6 +125,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	}
 	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
 				  env.world, d->timeout_ms, &d->store)) ||
+	    (st = kiln_heartbeat_post_host(d->store, env.rank)) ||
 	    (st = kiln_store_rendezvous(d->store, env.rank, env.world, d->timeout_ms)))
 		goto fail;
 	if ((st = d->ops->open(kiln_host_table(), cfg, d->store, dev, env.rank, env.world,
@@ -132,6 +134,9 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 				     env.world, comm);
 		goto fail;
 	}
+	if ((st = kiln_heartbeat_start(&env, env.rank ? env.master_addr : "127.0.0.1",
+				       kiln_store_port(d->store), heartbeat, &d->hb)))
+		goto fail;
 	if ((st = kiln_device_stream_create(dev, &d->comm_stream)) ||
 	    (st = kiln_device_event_create(dev, &d->ready)) ||
 	    (st = kiln_device_event_create(dev, &d->sync_done)) ||
@@ -170,6 +175,10 @@ kiln_status kiln_dist_finish(struct kiln_dist *d)
 		return KILN_OK;
 	kiln_status st = d->comm_stream ? kiln_device_stream_sync(d->dev, d->comm_stream) : KILN_OK;
 	int64_t n = 0;
+	/* past its last collective this rank's silence is no fault: the
+	 * finish below is bounded by [dist] timeout */
+	kiln_heartbeat_stop(d->hb, !st);
+	d->hb = NULL;
 	if (!st)
 		st = kiln_store_add(d->store, "kiln/finished", 1, &n);
 	if (!st && n == d->env.world)
@@ -202,6 +211,8 @@ void kiln_dist_close(struct kiln_dist *d)
 		return;
 	/* leaving may fail too (peers gone): keep the message that matters */
 	char *msg = kiln_strdup(kiln_last_error());
+	kiln_heartbeat_stop(d->hb, 0);
+	d->hb = NULL;
 	if (d->comm_stream)
 		kiln_device_stream_sync(d->dev, d->comm_stream);
 	if (d->timing && d->runs)
@@ -647,9 +658,17 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	 * give it a moment to have seen it (the query sets its own message) */
 	char *msg = kiln_strdup(kiln_last_error());
 	int lost = kiln_store_lost_rank(d->store, 3000);
-	if (lost >= 0)
-		st = kiln_error(st, "rank %d of %d: rank %d was lost (its process exited or its connection closed): %s",
-				d->env.rank, d->env.world, lost, msg ? msg : "");
+	char host[64] = "?", key[48];
+	void *v = NULL;
+	snprintf(key, sizeof key, "kiln/host/%d", lost);
+	if (lost >= 0 && !kiln_store_check(d->store, key, &v, NULL) && v)
+		snprintf(host, sizeof host, "%s", (const char *)v);
+	free(v);
+	if (lost >= 0 && msg && strstr(msg, " was lost (host "))
+		st = kiln_error(st, "%s", msg); /* explained already (a stream worker's failure) */
+	else if (lost >= 0)
+		st = kiln_error(st, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed): %s",
+				d->env.rank, d->env.world, lost, host, msg ? msg : "");
 	else if (from_comm(d, msg))
 		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",
 				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");

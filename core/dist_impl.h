@@ -31,9 +31,12 @@ struct bucket {
 	struct stamp { struct kiln_dist *d; int b, end; } s0, s1, sg, sw;
 };
 
+struct kiln_heartbeat;
+
 struct kiln_dist {
 	struct kiln_dist_env env;
 	struct kiln_store *store;
+	struct kiln_heartbeat *hb; /* [dist] heartbeat's watchdog (NULL: off) */
 	const struct kiln_plugin *plugin;
 	const struct kiln_comm_ops *ops;
 	void *ctx;
@@ -96,5 +99,18 @@ kiln_status dist_stamp_bucket(void *arg);
  * parameters (the next forward waits for them), else the gradients */
 kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
 				int params);
+
+/* core/dist_heartbeat.c ([dist] heartbeat): post this rank's host name
+ * (kiln/host/RANK) for the watchdog's messages; before the rendezvous */
+kiln_status kiln_heartbeat_post_host(struct kiln_store *s, int rank);
+/* Start the watchdog thread on its own connection to the store at
+ * master:port; *out = NULL (KILN_OK) when heartbeat_s <= 0 or one rank.
+ * A silent peer or an unanswering store ends the process through the
+ * host's fatal handler, naming the rank and its host. */
+kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *master, int port,
+				 double heartbeat_s, struct kiln_heartbeat **out);
+/* End the thread; finished: mark this rank done so its peers stop
+ * watching it.  NULL: no-op. */
+void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished);
 
 #endif

@@ -186,6 +186,8 @@ static const struct kiln_key dist_keys[] = {
 	  "Synchronised batch normalisation (PyTorch's SyncBatchNorm): in training every batchnorm layer takes its per-channel mean and variance over the global batch (the ranks' statistics are allgathered and merged in the forward, the two per-channel sums of its backward are allreduced), and its running statistics are updated from those, so they stay identical on every rank. 0: each rank normalises its own batch (DDP's default). Costs two small collectives per batchnorm layer per step, which wait for the compute stream." },
 	{ "zero", KILN_KEY_INT, "0", 0, 3, NULL,
 	  "ZeRO stage: 0 = plain data parallelism (every rank holds the whole optimizer state); 1 = ZeRO-1: the optimizer state is sharded across the ranks (each keeps 1/world of it), gradients are reduce-scattered during backward, each rank updates its shard of the parameters and the shards are allgathered (overlapped with the next forward, see overlap). Checkpoints gather the state first, so they resume on any world size. Not with lamb. Stages 2 and 3 are refused (not implemented)." },
+	{ "heartbeat", KILN_KEY_FLOAT, "30", 0, 1e6, NULL,
+	  "Seconds a rank may go without a heartbeat: every rank's watchdog thread beats through the store every heartbeat/4 s and reads its peers'; a peer silent this long (stopped, frozen, its host dead or cut off) or a store that does not answer this long (rank 0 or its link) ends the run on every rank with an error naming the rank and its host name, well before `timeout`. 0 = no watchdog." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -418,3 +418,12 @@ tests_check_cpu_threads_SOURCES = tests/check_cpu_threads.c plugins/cpu/threads.
 tests_check_cpu_threads_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_threads_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# multi-node across network namespaces (root; skips otherwise): 2 and 4
+# hosts equal one process, a delayed link, a cut link, a frozen rank, a
+# killed host (docs/distributed.md "Several machines")
+TESTS += tests/dist_netns.sh
+EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py tests/netns_lib.sh tests/netns_rsh.sh
+# kiln launch --max-restarts: a killed rank, the job restarted from the
+# newest checkpoint, bit-identical to the uninterrupted run
+TESTS += tests/launch_restart.sh
+EXTRA_DIST += tests/launch_restart.sh

@@ -221,6 +221,13 @@ struct Comm {
 	 * busy-polling mode (every collective here is an old-style
 	 * algorithm, which works on such pairs) */
 	int busy = 0;
+	/* several nodes ([plugin.gloo] hierarchical): allreduces sum in
+	 * kiln's shared memory among this node's ranks (node_shm; NULL on a
+	 * node of one rank), then over Gloo among the nodes' first ranks
+	 * (lead, a communicator of its own; NULL on the others) */
+	struct gloo_node nd = {};
+	struct gloo_shm *node_shm = nullptr;
+	struct Comm *lead = nullptr;
 };
 
 size_t dtype_size(int dt)
@@ -451,6 +458,31 @@ kiln_status run_shm(Comm *c, Job *j)
 	}
 }
 
+/* The hierarchical allreduce of j (several nodes): the node's sum in
+ * shared memory, the nodes' sum over Gloo among their first ranks, and that
+ * total back to every rank of the node by a second shared-memory sum to
+ * which the others bring zeros (scaled there once, so every rank gets the
+ * same bits).  Gloo's exceptions go to the caller. */
+kiln_status run_hier(Comm *c, Job *j)
+{
+	const float sc = j->op == KILN_REDUCE_AVG ? 1.0f / (float)c->world : 1.0f;
+	std::lock_guard<std::mutex> g(c->bound_lock);
+	kiln_status st;
+	if (c->node_shm && (st = gloo_shm_run(c->node_shm, GLOO_SHM_ALLREDUCE, nullptr, j->buf,
+					      j->count, j->dtype, 1.0f)))
+		return st;
+	if (c->lead)
+		allreduce_sum(c->lead, j->buf, j->count, j->dtype);
+	else
+		std::memset(j->buf, 0, j->count * dtype_size(j->dtype));
+	if (c->node_shm)
+		return gloo_shm_run(c->node_shm, GLOO_SHM_ALLREDUCE, nullptr, j->buf, j->count, j->dtype,
+				    sc);
+	if (sc != 1.0f)
+		scale(j->buf, j->count, j->dtype, sc);
+	return KILN_OK;
+}
+
 kiln_status run_job_now(Job *j)
 {
 	Comm *c = j->c;
@@ -460,6 +492,8 @@ kiln_status run_job_now(Job *j)
 	try {
 		switch (j->kind) {
 		case K_ALLREDUCE:
+			if (c->nd.on)
+				return run_hier(c, j);
 			if (c->world > 1)
 				allreduce_sum(c, j->buf, j->count, j->dtype);
 			if (j->op == KILN_REDUCE_AVG && c->world > 1)
@@ -565,6 +599,9 @@ kiln_status enqueue(Comm *c, Job *j, void *stream, void *done)
 
 /* ---- ops table ---------------------------------------------------------- */
 
+kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
+		      struct kiln_store *store, int generation, char *why, size_t n);
+
 kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cfg,
 		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
 		      int timeout_ms, void **out)
@@ -585,13 +622,14 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	const int generation = next_generation.fetch_add(1);
 	const char *hostname = host->config_get(cfg, "plugin.gloo", "hostname");
 	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
+	std::shared_ptr<gloo::transport::Device> device;
 	try {
 		gloo::transport::tcp::attr attr;
 		if (iface && *iface)
 			attr.iface = iface;
 		else
 			attr.hostname = hostname && *hostname ? hostname : "127.0.0.1";
-		auto device = gloo::transport::tcp::CreateDevice(attr);
+		device = gloo::transport::tcp::CreateDevice(attr);
 		char prefix[64];
 		std::snprintf(prefix, sizeof prefix, "gloo/%d/", generation);
 		KilnStore ks(store, prefix, timeout_ms);
@@ -626,15 +664,59 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 		if (st)
 			return st;
 	}
+	int hier = 1;
+	host->config_get_bool(cfg, "plugin.gloo", "hierarchical", &hier);
+	char hwhy[320] = "[plugin.gloo] hierarchical = 0";
+	if (use_shm && hier && !c->shm) {
+		kiln_status st = hier_open(c.get(), device, store, generation, hwhy, sizeof hwhy);
+		if (st)
+			return st;
+	}
 	const size_t at = std::strlen(c->desc);
-	if (c->shm)
+	if (c->nd.on)
+		std::snprintf(c->desc + at, sizeof c->desc - at,
+			      ", hierarchical allreduce: kiln's shared memory within node %d of %d (%d ranks), Gloo between the nodes' first ranks; Gloo's reduce_scatter and allgather (%s)",
+			      c->nd.node, c->nd.nodes, c->nd.local_world, why);
+	else if (c->shm)
 		std::snprintf(c->desc + at, sizeof c->desc - at,
 			      ", kiln's shared-memory allreduce, reduce_scatter and allgather (%zu KiB rounds)",
 			      gloo_shm_chunk() >> 10);
 	else
 		std::snprintf(c->desc + at, sizeof c->desc - at,
-			      ", Gloo's collectives (kiln's shared memory off: %s)", why);
+			      ", Gloo's collectives (kiln's shared memory off: %s%s%s)", why,
+			      use_shm && hier ? "; no hierarchical allreduce: " : "",
+			      use_shm && hier ? hwhy : "");
 	*out = c.release();
+	return KILN_OK;
+}
+
+/* Several nodes ([plugin.gloo] hierarchical): each node's shared memory
+ * and the leaders' communicator over `device`, or nothing (c->nd.on = 0,
+ * why set).  Collective. */
+kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
+		      struct kiln_store *store, int generation, char *why, size_t n)
+{
+	char prefix[64];
+	std::snprintf(prefix, sizeof prefix, "gloo/hier/%d/", generation);
+	kiln_status st = gloo_shm_open_node(H, store, prefix, c->rank, c->world, c->timeout_ms,
+					    &c->nd, &c->node_shm, why, n);
+	if (st || !c->nd.on || c->nd.local_rank)
+		return st;
+	c->lead = new Comm;
+	c->lead->dev = c->dev;
+	c->lead->rank = c->nd.node;
+	c->lead->world = c->nd.nodes;
+	c->lead->timeout_ms = c->timeout_ms;
+	try {
+		std::snprintf(prefix, sizeof prefix, "gloo/hier/%d/lead/", generation);
+		KilnStore ks(store, prefix, c->timeout_ms);
+		c->lead->ctx = std::make_shared<gloo::rendezvous::Context>(c->nd.node, c->nd.nodes);
+		c->lead->ctx->setTimeout(std::chrono::milliseconds(c->timeout_ms));
+		c->lead->ctx->connectFullMesh(ks, device);
+	} catch (const std::exception &e) {
+		return H->error(KILN_EIO, "gloo: rank %d of %d: connecting the nodes' first ranks (node %d of %d) failed: %s",
+				c->rank, c->world, c->nd.node, c->nd.nodes, e.what());
+	}
 	return KILN_OK;
 }
 
@@ -651,8 +733,11 @@ kiln_status gloo_alloc_shared(void *ctx, size_t bytes, void **ptr)
 void gloo_close(void *ctx)
 {
 	Comm *c = static_cast<Comm *>(ctx);
-	if (c)
+	if (c) {
 		gloo_shm_close(c->shm);
+		gloo_shm_close(c->node_shm);
+		delete c->lead;
+	}
 	delete c;
 }
 
@@ -747,6 +832,8 @@ const struct kiln_key gloo_keys[] = {
 	  "Put the TCP pairs in Gloo's synchronous busy-polling mode: the thread running a collective (the comm stream's worker) reads the sockets itself, spinning, instead of sleeping until Gloo's event-loop thread has read the data and woken it. Removes a thread wake-up per message, so an allreduce overlapped with a busy backward is much faster when a core is free for the spinning, and much slower when the machine is oversubscribed. 0: Gloo's default (event loop)." },
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "When every rank runs on one node (the same host name and boot id): allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (a POSIX shared-memory object, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits, waits spinning), faster than Gloo's TCP loopback at every size (docs/PERFORMANCE.md, part 7b); a rank whose process ends is noticed within about 20 ms and named. Broadcasts and the barrier stay Gloo's, and `busy_poll` applies to them only. 0: Gloo's collectives throughout. Ranks on several nodes always use Gloo's." },
+	{ "hierarchical", KILN_KEY_BOOL, "1", 0, 0, nullptr,
+	  "With `shm` on and the ranks on several nodes, some with two or more: every allreduce sums in kiln's shared memory among each node's ranks, then over Gloo's TCP among the nodes' first ranks, and shares the total back through shared memory, so each node sends its data across the network once instead of once per rank (docs/distributed.md, \"Several machines\"). Reduce-scatter, allgather, broadcasts and the barrier stay Gloo's over every rank. 0: Gloo's allreduce over every rank." },
 	{ "zero_copy", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "With `shm` on: give the core shared memory for the gradients of a DDP run (comm ops alloc_shared: a second POSIX shared-memory object, unlinked once mapped), so that each bucket's allreduce sums every rank's share straight from every rank's gradients into every rank's, with no staging copies (docs/distributed.md). 0: the gradients stay in the device's memory and go through the staging buffers. Not used under [dist] zero = 1." },
 	{ nullptr, 0, nullptr, 0, 0, nullptr, nullptr }

@@ -16,6 +16,7 @@
 
 struct gloo_shm {
 	struct shmcoll coll;
+	int how;       /* how the waits wait: SHMCOLL_SPIN, or SLEEP (a node's group) */
 	int fd, rank, world;
 	char name[96]; /* the object's, until unlinked */
 	void *base;
@@ -404,16 +405,113 @@ kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **pt
 	return KILN_OK;
 }
 
+/* ---- several nodes: the node groups (gloo_shm_open_node) ------------------- */
+
+/* Every rank's identity from the store (posted under <prefix>host/ by
+ * one_node) into node_of[], numbering the nodes in order of their first
+ * rank; *nodes their count.  0, or -1 when a rank's identity is empty
+ * (why set). */
+static kiln_status node_map(const struct setup *s, int *node_of, int *nodes, char *why, size_t n,
+			    int *bad)
+{
+	char (*ids)[384] = calloc((size_t)s->world, sizeof *ids);
+	char k[256];
+	kiln_status st = KILN_OK;
+	*nodes = 0;
+	*bad = 0;
+	if (!ids)
+		return s->h->error(KILN_ENOMEM, "gloo: out of memory");
+	for (int r = 0; r < s->world && !st && !*bad; r++) {
+		void *v = NULL;
+		size_t len = 0;
+		key(k, sizeof k, s, "host", r);
+		if ((st = s->h->store_get(s->store, k, s->timeout_ms, &v, &len)))
+			break;
+		snprintf(ids[r], sizeof ids[r], "%.*s", (int)len, (const char *)v);
+		s->h->free(v);
+		if (!*ids[r]) {
+			snprintf(why, n, "rank %d cannot read /proc/sys/kernel/random/boot_id", r);
+			*bad = 1;
+		}
+		int q = 0;
+		while (q < r && strcmp(ids[q], ids[r]))
+			q++;
+		node_of[r] = q < r ? node_of[q] : (*nodes)++;
+	}
+	free(ids);
+	return st;
+}
+
+kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *store,
+			       const char *prefix, int rank, int world, int timeout_ms,
+			       struct gloo_node *nd, struct gloo_shm **out, char *why, size_t n)
+{
+	const struct setup s = { host, store, prefix, rank, world, timeout_ms };
+	char id[384], k[256], sub[96];
+	int *node_of = calloc((size_t)world, sizeof *node_of), bad = 0, all = 0, most = 0;
+	kiln_status st;
+	memset(nd, 0, sizeof *nd);
+	*out = NULL;
+	*why = 0;
+	if (!node_of)
+		return host->error(KILN_ENOMEM, "gloo: out of memory");
+	if (host_identity(id, sizeof id))
+		*id = 0;
+	key(k, sizeof k, &s, "host", rank);
+	if ((st = host->store_set(store, k, id, strlen(id))) ||
+	    (st = node_map(&s, node_of, &nd->nodes, why, n, &bad)) || bad)
+		goto out;
+	for (int r = 0; r < world; r++) {
+		int in = 0;
+		for (int q = 0; q < world; q++)
+			in += node_of[q] == node_of[r];
+		most = in > most ? in : most;
+		if (node_of[r] == node_of[rank]) {
+			nd->local_rank += r < rank;
+			nd->local_world++;
+		}
+	}
+	nd->node = node_of[rank];
+	if (nd->nodes < 2 || most < 2 || most > SHMCOLL_MAXW) {
+		snprintf(why, n, "%s", nd->nodes < 2 ? "one node" : most < 2 ? "one rank per node" : "too many ranks on a node");
+		goto out;
+	}
+	/* the node's own shared memory (none for a node of one rank), and
+	 * every rank agrees that every node has it */
+	snprintf(sub, sizeof sub, "%snode/%d/", prefix, nd->node);
+	if (nd->local_world > 1 &&
+	    (st = gloo_shm_open(host, store, sub, nd->local_rank, nd->local_world, timeout_ms, out, why, n)))
+		goto out;
+	if ((st = agree(&s, 1, nd->local_world == 1 || *out, &all, why, n)))
+		goto out;
+	nd->on = all;
+	/* a node's ranks wait for its first rank's allreduce over the
+	 * network: 20 us of spinning, then 50 us naps, so a waiting rank
+	 * leaves the CPU to the first rank's Gloo threads */
+	if (*out) {
+		(*out)->how = SHMCOLL_SLEEP;
+		(*out)->coll.spin_ns = 20000;
+		(*out)->coll.nap = (struct timespec){ 0, 50000 };
+	}
+out:
+	if (!nd->on) {
+		gloo_shm_close(*out);
+		*out = NULL;
+	}
+	free(node_of);
+	return st;
+}
+
 /* ---- collectives ------------------------------------------------------------ */
 
 kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *buf, size_t count,
 			 int dtype, float scale)
 {
 	if (kind == GLOO_SHM_ALLREDUCE)
-		return shmcoll_allreduce(&g->coll, SHMCOLL_SPIN, buf, count, dtype, scale);
+		return shmcoll_allreduce(&g->coll, g->how, buf, count, dtype, scale);
 	if (kind == GLOO_SHM_REDUCE_SCATTER)
-		return shmcoll_reduce_scatter(&g->coll, SHMCOLL_SPIN, send, buf, count, dtype, scale);
-	return shmcoll_allgather(&g->coll, SHMCOLL_SPIN, send, buf, count);
+		return shmcoll_reduce_scatter(&g->coll, g->how, send, buf, count, dtype, scale);
+	return shmcoll_allgather(&g->coll, g->how, send, buf, count);
 }
 
 size_t gloo_shm_chunk(void)

@@ -52,7 +52,7 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 
 enum { GLOO_SHM_ALLREDUCE, GLOO_SHM_REDUCE_SCATTER, GLOO_SHM_ALLGATHER };
 
-/* One collective (SHMCOLL_SPIN waits), as shmcoll_allreduce (buf in
+/* One collective (SHMCOLL_SPIN waits; a node's group: see above), as shmcoll_allreduce (buf in
  * place), shmcoll_reduce_scatter (send -> buf, count per rank) or
  * shmcoll_allgather (send -> buf, count bytes per rank; dtype unused);
  * scale multiplies the sums (1/world for averages).  One at a time. */
@@ -69,6 +69,28 @@ kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *b
  * rank), or given already; other errors from the store.  Unmapped by
  * gloo_shm_close. */
 kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **ptr);
+
+/* Where this rank is among several nodes (gloo_shm_open_node). */
+struct gloo_node {
+	int on;                      /* the hierarchical path is taken */
+	int node, nodes;             /* this rank's node (numbered in order of
+				      * their first rank) of how many */
+	int local_rank, local_world; /* this rank among its node's */
+};
+
+/* Several nodes, the hierarchical path (collective): each rank posts its
+ * host identity under <prefix>host/<rank> and reads every other's; when
+ * the ranks span several nodes and some node has two or more of them,
+ * the ranks of each node open kiln's shared memory among themselves as
+ * gloo_shm_open does (prefix <prefix>node/<node>/, local ranks), and all
+ * agree (a store barrier) that every node did; the node's waits spin
+ * 20 us, then nap 50 us (SHMCOLL_SLEEP: the wait for the first rank's
+ * network allreduce is long).  KILN_OK with nd->on and
+ * *out this node's collectives (NULL on a node of one rank), or nd->on = 0
+ * and why[0..n) the reason it is off; else the error. */
+kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *store,
+			       const char *prefix, int rank, int world, int timeout_ms,
+			       struct gloo_node *nd, struct gloo_shm **out, char *why, size_t n);
 
 /* SHMCOLL_CHUNK, the bytes per round and rank (for the description). */
 size_t gloo_shm_chunk(void);

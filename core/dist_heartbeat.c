@@ -1,0 +1,195 @@
+/* core/dist_heartbeat.c - the heartbeat watchdog of a data-parallel run
+ * ([dist] heartbeat, docs/distributed.md "Failures").
+ *
+ * Every rank runs a thread with a connection of its own to the store.
+ * Every heartbeat/4 seconds it adds 1 to kiln/hb/RANK and reads every
+ * peer's counter.  A peer whose counter has not moved for [dist] heartbeat
+ * seconds is stopped (SIGSTOP), frozen, or cut off from rank 0 by the
+ * network; the store not answering within that time means rank 0 (which
+ * hosts it) or the link to its host is.  Either ends this rank through the
+ * host's fatal handler (`kiln train` exits non-zero) with a message naming
+ * the rank and its host name (each rank posts it as kiln/host/RANK before
+ * the rendezvous), long before [dist] timeout would.  The thread runs
+ * outside the training loop, so a long step is no false alarm; a rank whose
+ * process is alive but whose training thread is stuck is still caught only
+ * by [dist] timeout.  A rank that finished sets its counter negative, and
+ * its peers stop watching it.
+ */
+#include "dist_impl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DONE_MARK (INT64_C(1) << 60) /* subtracted from a finished rank's counter */
+
+struct kiln_heartbeat {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int quit, started;
+	struct kiln_store *q; /* the watchdog's own connection */
+	int rank, world;
+	int limit_ms, period_ms;
+	char master[256];
+	int port;
+	int64_t *count;  /* each rank's last counter seen ... */
+	int64_t *moved;  /* ... and when it last moved (ms) */
+	char (*host)[64];
+};
+
+static int64_t mono_ms(void)
+{
+	return kiln_now_ns() / 1000000;
+}
+
+kiln_status kiln_heartbeat_post_host(struct kiln_store *s, int rank)
+{
+	char key[48], name[64] = "";
+	if (gethostname(name, sizeof name - 1))
+		snprintf(name, sizeof name, "?");
+	snprintf(key, sizeof key, "kiln/host/%d", rank);
+	return kiln_store_set(s, key, name, strlen(name));
+}
+
+/* The peers' host names, posted before the rendezvous ("?" if unread). */
+static void read_hosts(struct kiln_heartbeat *h)
+{
+	for (int r = 0; r < h->world; r++) {
+		char key[48];
+		void *v = NULL;
+		snprintf(key, sizeof key, "kiln/host/%d", r);
+		snprintf(h->host[r], sizeof h->host[r], "?");
+		if (!kiln_store_check(h->q, key, &v, NULL) && v)
+			snprintf(h->host[r], sizeof h->host[r], "%s", (const char *)v);
+		free(v);
+	}
+}
+
+/* One beat: bump this rank's counter, read the peers'.  Returns 0, or 1
+ * after reporting a silent peer or an unreachable store. */
+static int beat(struct kiln_heartbeat *h)
+{
+	char key[48];
+	int64_t v;
+	const double lim = h->limit_ms / 1000.0;
+	snprintf(key, sizeof key, "kiln/hb/%d", h->rank);
+	kiln_status st = kiln_store_add(h->q, key, 1, &v);
+	for (int r = 0; !st && r < h->world; r++) {
+		if (r == h->rank || h->count[r] < 0)
+			continue;
+		snprintf(key, sizeof key, "kiln/hb/%d", r);
+		if ((st = kiln_store_add(h->q, key, 0, &v)))
+			break;
+		const int64_t now = mono_ms();
+		if (v != h->count[r]) {
+			h->count[r] = v;
+			h->moved[r] = now;
+		} else if (now - h->moved[r] > h->limit_ms) {
+			kiln_host_fatal("dist", "rank %d of %d: watchdog: rank %d (host %s) sent no heartbeat for %.1f s ([dist] heartbeat = %g s): it is stopped, frozen or unreachable; ending this rank",
+					h->rank, h->world, r, h->host[r], (now - h->moved[r]) / 1000.0, lim);
+			return 1;
+		}
+	}
+	if (st) {
+		kiln_host_fatal("dist", "rank %d of %d: watchdog: the store on rank 0 (host %s, %s:%d) is gone or did not answer within [dist] heartbeat = %g s: rank 0 or the link to its host is stopped, dead or unreachable; ending this rank (%s)",
+				h->rank, h->world, h->host[0], h->master, h->port, lim, kiln_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+static void *heartbeat_main(void *arg)
+{
+	struct kiln_heartbeat *h = arg;
+	read_hosts(h);
+	pthread_mutex_lock(&h->lock);
+	while (!h->quit) {
+		pthread_mutex_unlock(&h->lock);
+		int stop = beat(h);
+		pthread_mutex_lock(&h->lock);
+		if (stop)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		int64_t ns = ts.tv_nsec + (int64_t)h->period_ms * 1000000;
+		ts.tv_sec += (time_t)(ns / 1000000000);
+		ts.tv_nsec = (long)(ns % 1000000000);
+		while (!h->quit && pthread_cond_timedwait(&h->cond, &h->lock, &ts) != ETIMEDOUT)
+			;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+kiln_status kiln_heartbeat_start(const struct kiln_dist_env *env, const char *master, int port,
+				 double heartbeat_s, struct kiln_heartbeat **out)
+{
+	*out = NULL;
+	if (heartbeat_s <= 0 || env->world < 2)
+		return KILN_OK;
+	struct kiln_heartbeat *h = calloc(1, sizeof *h);
+	kiln_status st;
+	if (!h)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->cond, NULL);
+	if (!(h->count = calloc((size_t)env->world, sizeof *h->count)) ||
+	    !(h->moved = calloc((size_t)env->world, sizeof *h->moved)) ||
+	    !(h->host = calloc((size_t)env->world, sizeof *h->host))) {
+		kiln_heartbeat_stop(h, 0);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	h->rank = env->rank;
+	h->world = env->world;
+	h->limit_ms = (int)(heartbeat_s * 1000);
+	h->period_ms = h->limit_ms / 4 > 0 ? h->limit_ms / 4 : 1;
+	h->port = port;
+	snprintf(h->master, sizeof h->master, "%s", master);
+	if ((st = kiln_store_open(master, port, 0, -1, env->world, h->limit_ms, &h->q))) {
+		kiln_heartbeat_stop(h, 0);
+		return kiln_error_wrap(st, "rank %d of %d: the heartbeat's store connection", env->rank,
+				       env->world);
+	}
+	const int64_t now = mono_ms();
+	for (int r = 0; r < h->world; r++)
+		h->moved[r] = now;
+	int rc = pthread_create(&h->thread, NULL, heartbeat_main, h);
+	if (rc) {
+		kiln_heartbeat_stop(h, 0);
+		return kiln_error(KILN_EIO, "rank %d of %d: starting the heartbeat thread: %s",
+				  env->rank, env->world, strerror(rc));
+	}
+	h->started = 1;
+	*out = h;
+	return KILN_OK;
+}
+
+void kiln_heartbeat_stop(struct kiln_heartbeat *h, int finished)
+{
+	if (!h)
+		return;
+	if (h->started) {
+		pthread_mutex_lock(&h->lock);
+		h->quit = 1;
+		pthread_cond_signal(&h->cond);
+		pthread_mutex_unlock(&h->lock);
+		pthread_join(h->thread, NULL);
+	}
+	if (h->q && finished) {
+		char key[48];
+		snprintf(key, sizeof key, "kiln/hb/%d", h->rank);
+		kiln_store_add(h->q, key, -DONE_MARK, NULL);
+	}
+	pthread_mutex_destroy(&h->lock);
+	pthread_cond_destroy(&h->cond);
+	kiln_store_close(h->q);
+	free(h->count);
+	free(h->moved);
+	free(h->host);
+	free(h);
+}
