@@ -28,3 +28,5 @@ noinst_PROGRAMS += bench/attention
 bench_attention_SOURCES = bench/attention.c
 bench_attention_LDADD = libkiln.la -lm
 EXTRA_DIST += bench/pytorch_attention.py bench/attention.sh
+# GPT-2 training steps: kiln vs PyTorch 2.x vs llm.c (bench/gpt.sh, issue 20)
+EXTRA_DIST += bench/gpt.sh bench/pytorch_gpt.py bench/gpt_inputs.py
