@@ -231,13 +231,6 @@ fi
 
 # The GEMM peak, best of its runs before and after the benchmarks (the
 # machines are shared; one low reading would flatter every %pk).
-PEAK=0
-measure_peak() {
-    [ -x "$GEMM" ] || return 0
-    p=$("$GEMM" --threads "$THREADS" 2>/dev/null | grep '^[[:space:]]*{' | head -n 1 |
-        "$PYTHON" -c 'import json,sys; print(json.loads(sys.stdin.read())["gflops"])' 2>/dev/null) || p=0
-    PEAK=$(awk -v a="$PEAK" -v b="${p:-0}" 'BEGIN { print (b > a ? b : a) }')
-}
 measure_peak
 
 for layout in $LAYOUTS; do

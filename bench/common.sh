@@ -9,6 +9,8 @@
 #   field KEY              the last number logged as "KEY": on stdin
 #   median                 the median of the numbers on stdin, one a line
 #   bench_opt ARGS...      the options cnn.sh and mlp.sh share (see below)
+#   measure_peak           PEAK = the larger of PEAK (0 at first) and the GFLOP/s
+#                          of $GEMM --threads $THREADS (bench/gemm_peak)
 #   collect_runs OUT LABEL CMD...
 #                          CMD's JSON line of each of RUNS runs into OUT
 
@@ -83,4 +85,12 @@ collect_runs() {
         printf '%s\n' "$_cr_line" >> "$_cr_out"
         _cr_i=$((_cr_i + 1))
     done
+}
+
+PEAK=0
+measure_peak() {
+    [ -x "$GEMM" ] || return 0
+    p=$("$GEMM" --threads "$THREADS" 2>/dev/null | grep '^[[:space:]]*{' | head -n 1 |
+        "$PYTHON" -c 'import json,sys; print(json.loads(sys.stdin.read())["gflops"])' 2>/dev/null) || p=0
+    PEAK=$(awk -v a="$PEAK" -v b="${p:-0}" 'BEGIN { print (b > a ? b : a) }')
 }

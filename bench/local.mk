@@ -35,3 +35,5 @@ EXTRA_DIST += bench/anchors.sh bench/anchors_table.py bench/torch_modes.py bench
 # multi-node: the hierarchical allreduce against the flat one on network
 # namespaces (root; docs/PERFORMANCE.md)
 EXTRA_DIST += bench/hier_netns.sh
+# GPT-2 training steps: kiln vs PyTorch 2.x vs llm.c (bench/gpt.sh, issue 20)
+EXTRA_DIST += bench/gpt.sh bench/pytorch_gpt2.py bench/gpt_inputs.py

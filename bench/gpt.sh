@@ -1,0 +1,196 @@
+#!/bin/sh
+# GPT-2 training steps side by side on the CPU: kiln vs PyTorch 2.x (eager
+# and torch.compile) vs llm.c's CPU trainer, on the same GPT-2-shaped model
+# (examples/gpt2_small.ini's blocks: pre-norm, tanh GELU, lm_head tied to
+# wte), the same B x T tokens per step, the same threads, AdamW.
+#
+# bench/gpt_inputs.py writes a random token shard and a randomly initialised
+# model in llm.c's formats (nothing is downloaded).  Then RUNS rounds, each
+# running every system once (interleaved, so load changes hit all alike):
+#   kiln           $KILN train on a config written here (the llm.c model
+#                  file as [model] init_from, the shard as [data] path,
+#                  log_every 1); step time = B / the median samples_per_s of
+#                  its steps after the first WARMUP
+#   torch eager    $TORCH_PYTHON bench/pytorch_gpt2.py (WARMUP untimed steps)
+#   torch compile  the same with --compile (its warm-up compiles)
+#   llm.c          $LLMC MODEL SHARD B T STEPS: a binary built OUTSIDE this
+#                  repository around llm.c's train_gpt2.c (its training loop
+#                  body unchanged; see docs/PERFORMANCE.md for the driver
+#                  and how it was built); median of its "took X ms" after
+#                  the first WARMUP.  Skipped when LLMC is unset.
+# Reported: the median over the rounds of each system's step time, tokens/s,
+# GFLOP/s and % of the GEMM peak (bench/gemm_peak, best before/after).
+# FLOPs per token of a training step: 6 N + 6 L T C (N = 12 L C^2 + V C,
+# the matmul weights with lm_head; the attention's QK^T and PV, causal
+# half, forward and backward), the usual count (Kaplan et al., PaLM).
+#
+# Usage: bench/gpt.sh [--runs N] [--steps N] [--threads N] [--precision P]
+#                     [--layers L] [--dim C] [--heads H] [--vocab V]
+#                     [--context T] [--batch B] [--warmup W]
+#   defaults: 3 runs, 6 steps (of which the first 2 untimed), 2 threads,
+#   fp32, GPT-2 small's shape (12 x 768, 12 heads, V 50304) at B 4, T 64
+#   (llm.c's train_gpt2.c's B and T).
+# Environment:
+#   KILN          kiln binary (default ./kiln)
+#   TORCH_PYTHON  Python with PyTorch 2.x (default /work/scratch/venv/bin/python
+#                 when it has torch, else /usr/bin/python3: PyTorch 1.13, whose
+#                 torch.compile is missing: that column then says n/a)
+#   LLMC          the llm.c driver binary (unset: no llm.c column)
+#   GEMM          GEMM peak probe (default ./bench/gemm_peak)
+# Run from the top of the source tree.
+
+set -eu
+
+RUNS=3
+STEPS=6
+WARMUP=2
+THREADS=2
+PRECISION=fp32
+L=12 C=768 H=12 V=50304 T=64 B=4
+KILN=${KILN:-./kiln}
+PYTHON=/usr/bin/python3
+if [ -z "${TORCH_PYTHON:-}" ]; then
+    TORCH_PYTHON=/usr/bin/python3
+    ls -d /work/scratch/venv/lib/python3*/site-packages/torch/ >/dev/null 2>&1 &&
+        TORCH_PYTHON=/work/scratch/venv/bin/python
+fi
+LLMC=${LLMC:-}
+GEMM=${GEMM:-./bench/gemm_peak}
+HERE=$(dirname "$0")
+
+. "$HERE/common.sh"
+
+while [ $# -gt 0 ]; do
+    case $1 in
+        --layers) L=$2; shift 2 ;;
+        --dim) C=$2; shift 2 ;;
+        --heads) H=$2; shift 2 ;;
+        --vocab) V=$2; shift 2 ;;
+        --context) T=$2; shift 2 ;;
+        --batch) B=$2; shift 2 ;;
+        --warmup) WARMUP=$2; shift 2 ;;
+        -h|--help) usage ;;
+        *) bench_opt "$@" || { echo "gpt.sh: unknown argument: $1" >&2; usage; }
+           shift "$NSHIFT" ;;
+    esac
+done
+case $PRECISION in fp32|bf16) ;; *) echo "gpt.sh: --precision must be fp32 or bf16" >&2; exit 2 ;; esac
+for v in "runs:$RUNS" "steps:$STEPS" "threads:$THREADS" "layers:$L" "dim:$C" "heads:$H" \
+         "vocab:$V" "context:$T" "batch:$B"; do
+    case ${v#*:} in
+        ''|*[!0-9]*|0) echo "gpt.sh: --${v%%:*} must be a positive integer" >&2; exit 2 ;;
+    esac
+done
+[ "$STEPS" -gt "$WARMUP" ] || { echo "gpt.sh: --steps must exceed --warmup ($WARMUP)" >&2; exit 2; }
+[ $((C % H)) -eq 0 ] || { echo "gpt.sh: --dim must be a multiple of --heads" >&2; exit 2; }
+
+bench_tmpdir gpt-bench
+"$PYTHON" "$HERE/gpt_inputs.py" "$TMP" "$L" "$C" "$H" "$V" "$T" $(((STEPS + 1) * B * T + 1))
+
+# kiln's config: examples/gpt2_small.ini's layers at this size
+{
+    printf '[run]\nseed = 1\nthreads = %s\nprecision = %s\n' "$THREADS" "$PRECISION"
+    printf '[model]\ninit_from = %s/model.bin\n' "$TMP"
+    printf '[data]\nsource = tokens\npath = %s/train.bin\ncontext = %s\nvocab = %s\nshuffle = 0\n' "$TMP" "$T" "$V"
+    printf '[train]\noptimizer = adamw\nlr = 1e-4\nweight_decay = 0\nbatch = %s\nepochs = 1\n' "$B"
+    printf 'max_steps = %s\nlog_every = 1\neval = 0\ncheckpoint_last = 0\n' "$STEPS"
+    printf '[layer.transformer.wte]\ntype = embedding\nvocab = %s\ndim = %s\n' "$V" "$C"
+    printf '[layer.transformer.wpe]\ntype = pos_embedding\nmax_len = %s\n' "$T"
+    prev=transformer.wpe
+    i=0
+    while [ $i -lt "$L" ]; do
+        h=transformer.h.$i
+        printf '[layer.%s.ln_1]\ntype = layernorm\ninput = %s\n' $h $prev
+        printf '[layer.%s.attn.c_attn]\ntype = linear\nout = %s\n' $h $((3 * C))
+        printf '[layer.%s.attn.sdpa]\ntype = attention\nheads = %s\n' $h "$H"
+        printf '[layer.%s.attn.c_proj]\ntype = linear\nout = %s\n' $h "$C"
+        printf '[layer.%s.res_1]\ntype = add\ninputs = %s.attn.c_proj, %s\n' $h $h $prev
+        printf '[layer.%s.ln_2]\ntype = layernorm\n' $h
+        printf '[layer.%s.mlp.c_fc]\ntype = linear\nout = %s\n' $h $((4 * C))
+        printf '[layer.%s.mlp.gelu]\ntype = gelu\napproximate = tanh\n' $h
+        printf '[layer.%s.mlp.c_proj]\ntype = linear\nout = %s\n' $h "$C"
+        printf '[layer.%s.res_2]\ntype = add\ninputs = %s.mlp.c_proj, %s.res_1\n' $h $h $h
+        prev=$h.res_2
+        i=$((i + 1))
+    done
+    printf '[layer.transformer.ln_f]\ntype = layernorm\n'
+    printf '[layer.lm_head]\ntype = linear\nout = %s\nbias = 0\ntie = transformer.wte\n' "$V"
+    printf '[layer.loss]\ntype = softmax_xent\n'
+} >"$TMP/gpt.ini"
+
+# FLOPs per token of a training step (see the header)
+FLOPS_TOKEN=$(awk -v L="$L" -v C="$C" -v V="$V" -v T="$T" \
+    'BEGIN { printf "%.0f", 6 * (12 * L * C * C + V * C) + 6 * L * T * C }')
+
+# kiln_step RUN: kiln's median step seconds after WARMUP steps
+kiln_step() {
+    "$KILN" train "$TMP/gpt.ini" "run.out_dir=$TMP/kiln$1" >"$TMP/kiln$1.out" 2>&1 ||
+        { echo "gpt.sh: kiln failed:" >&2; tail -5 "$TMP/kiln$1.out" >&2; echo n/a; return; }
+    "$PYTHON" - "$TMP/kiln$1/metrics.jsonl" "$WARMUP" "$B" <<'PY'
+import json, statistics, sys
+rates = [e["samples_per_s"] for e in map(json.loads, filter(str.strip, open(sys.argv[1])))
+         if e.get("event") == "train"][int(sys.argv[2]):]
+print(int(sys.argv[3]) / statistics.median(rates) if rates else "n/a")
+PY
+}
+
+# torch_step RUN [--compile]
+torch_step() {
+    _r=$1
+    shift
+    "$TORCH_PYTHON" "$HERE/pytorch_gpt2.py" --layers "$L" --dim "$C" --heads "$H" --vocab "$V" \
+        --context "$T" --batch "$B" --steps $((STEPS - WARMUP)) --warmup "$WARMUP" \
+        --threads "$THREADS" --precision "$PRECISION" "$@" >"$TMP/torch$_r$*.out" 2>&1 ||
+        { echo "gpt.sh: PyTorch $* failed:" >&2; tail -3 "$TMP/torch$_r$*.out" >&2; echo n/a; return; }
+    grep '^{' "$TMP/torch$_r$*.out" | tail -n 1 | field step_s
+}
+
+# llmc_step RUN
+llmc_step() {
+    OMP_NUM_THREADS=$THREADS "$LLMC" "$TMP/model.bin" "$TMP/train.bin" "$B" "$T" "$STEPS" \
+        >"$TMP/llmc$1.out" 2>&1 ||
+        { echo "gpt.sh: llm.c failed:" >&2; tail -3 "$TMP/llmc$1.out" >&2; echo n/a; return; }
+    sed -n 's/.*took \([0-9.]*\) ms.*/\1/p' "$TMP/llmc$1.out" | tail -n +$((WARMUP + 1)) |
+        median | awk '{ print $1 / 1000 }'
+}
+
+measure_peak
+: >"$TMP/kiln" >"$TMP/eager" >"$TMP/compile" >"$TMP/llmc"
+r=1
+while [ $r -le "$RUNS" ]; do
+    echo "round $r of $RUNS (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    kiln_step $r >>"$TMP/kiln"
+    torch_step $r >>"$TMP/eager"
+    torch_step $r --compile >>"$TMP/compile"
+    [ -z "$LLMC" ] || [ "$PRECISION" != fp32 ] || llmc_step $r >>"$TMP/llmc"
+    for s in kiln eager compile llmc; do
+        printf '  %-8s %s\n' $s "$(tail -n 1 "$TMP/$s" 2>/dev/null)" >&2
+    done
+    r=$((r + 1))
+done
+measure_peak
+
+med() { grep -v n/a "$1" | median 2>/dev/null || true; }
+TORCH_VERSION=$("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "?")
+echo
+echo "GPT-2 shape: $L layers x $C channels, $H heads, vocab $V; B $B x T $T = $((B * T)) tokens/step;"
+echo "$THREADS threads, $PRECISION, AdamW; median of $RUNS rounds of $((STEPS - WARMUP)) timed steps after $WARMUP;"
+echo "load average now $(cut -d' ' -f1-3 /proc/loadavg); PyTorch $TORCH_VERSION ($TORCH_PYTHON)."
+awk -v f="$FLOPS_TOKEN" 'BEGIN { printf "training FLOPs per token: %.3f G\n", f / 1e9 }'
+if awk -v p="$PEAK" 'BEGIN { exit !(p > 0) }'; then
+    echo "GEMM peak ($GEMM --threads $THREADS, best before/after): $PEAK GFLOP/s"
+fi
+printf '%-16s %10s %10s %10s %7s %10s\n' system step_s tokens/s GFLOP/s %peak kiln_x
+KS=$(med "$TMP/kiln")
+for s in kiln eager compile llmc; do
+    m=$(med "$TMP/$s")
+    [ -n "$m" ] || continue
+    awk -v s="$s" -v m="$m" -v n=$((B * T)) -v f="$FLOPS_TOKEN" -v pk="$PEAK" -v k="${KS:-0}" 'BEGIN {
+        names["kiln"] = "kiln"; names["eager"] = "torch eager"; names["compile"] = "torch compile"
+        names["llmc"] = "llm.c"
+        g = n * f / m / 1e9
+        pct = pk > 0 ? 100 * g / pk : 0
+        x = k > 0 ? m / k : 0
+        printf "%-16s %10.3f %10.1f %10.1f %6.1f%% %9.2fx\n", names[s], m, n / m, g, pct, x }'
+done
+echo "(kiln_x: the system's step time over kiln's: kiln's speed-up over it)"
