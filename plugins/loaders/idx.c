@@ -17,8 +17,8 @@
  * the loaded arrays, so they are thread-safe.
  *
  * Nothing in a file is trusted: every size is checked against what the
- * header promised, the total against IDX_MAX_BYTES and against what the
- * file can hold (its size, or IDX_GZ_RATIO times it gzipped), bytes after
+ * header promised, the total against IDX_MAX_BYTES and, gzipped, against
+ * what the file can inflate to (IDX_GZ_RATIO times its size), bytes after
  * the promised data are an error, and buffers grow only as data actually
  * arrives, so a corrupt header cannot make open() allocate more than the
  * file holds.
@@ -211,14 +211,14 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 		}
 		total *= f->dims[d];
 	}
-	/* what the file can hold: its own size plain, at most IDX_GZ_RATIO
-	 * times it gzipped (deflate's limit): a header that claims more is
-	 * refused now, before anything is inflated or allocated */
-	uint64_t fsize = (uint64_t)sb.st_size, most = gzdirect(gz) ? fsize : fsize * IDX_GZ_RATIO;
-	if (total > most - (most < hdr_bytes ? most : hdr_bytes)) {
-		st = host->error(KILN_EDATA, "%s: the header of the %s promises %" PRIu64 " bytes (dims %s), but %s of %" PRIu64 " bytes holds at most %" PRIu64 ": the header is corrupt or the file truncated",
-				 path, what, total, dims, gzdirect(gz) ? "the file" : "a gzip file",
-				 fsize, most - (most < hdr_bytes ? most : hdr_bytes));
+	/* gzipped, what the file can hold is at most IDX_GZ_RATIO times its
+	 * size (deflate's limit): a header that claims more is refused now,
+	 * before anything is inflated (a plain file's truncation is found by
+	 * the reads below, which never hold more than the file) */
+	uint64_t most = (uint64_t)sb.st_size * IDX_GZ_RATIO;
+	if (!gzdirect(gz) && total > most) {
+		st = host->error(KILN_EDATA, "%s: the header of the %s promises %" PRIu64 " bytes (dims %s), but a gzip file of %lld bytes inflates to at most %" PRIu64 ": the header is corrupt or the file truncated",
+				 path, what, total, dims, (long long)sb.st_size, most);
 		goto fail;
 	}
 	if (total > SIZE_MAX) {
