@@ -69,6 +69,6 @@ for m in $MODELS; do
 	awk -v m="$m" -v a="$a" -v b="$b" -v fw="$fw" -v pk="${peak:-0}" 'BEGIN {
 		t = 3 * fw; ga = a * t / 1e9; gb = b * t / 1e9
 		printf "%-10s %14.0f %14.0f %6.3fx %7.2f / %6.2f %7.1f / %6.1f\n", m, a, b, b / a, ga, gb,
-			pk > 0 ? 100 * ga / pk : 0, pk > 0 ? 100 * gb / pk : 0 }'
+			(pk > 0 ? 100 * ga / pk : 0), (pk > 0 ? 100 * gb / pk : 0) }'
 done
 echo "runs: $RUNS each, interleaved; medians. Training FLOPs per sample: 3 x the forward's (kiln summary)."

@@ -33,7 +33,7 @@ static const struct kiln_key run_keys[] = {
 	  "Communicator of a data-parallel run (docs/distributed.md): `gloo` (TCP, CPU training, works anywhere), `mpi` (Open MPI; under mpirun/srun), `nccl` (CUDA devices); `auto`: none for one process, else nccl on cuda, mpi when started by Open MPI's mpirun, gloo otherwise. Rank and world size come from the environment (`kiln launch`, torchrun, Slurm, Open MPI)." },
 	{ "profile_steps", KILN_KEY_INT, "20", 0, 1e9, NULL,
 	  "Steps the profile's trace covers (the first N, warm-up included), keeping trace.json small; 0 = no trace. The table counts every step after the first." },
-	{ "fuse", KILN_KEY_BOOL, "1", NOLIM, NULL,
+	{ "fuse", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Fuse an activation into the layer before it when that layer alone feeds it: linear, conv or batchnorm followed by `relu` runs as one op with the ReLU as its epilogue (oneDNN post-ops on the CPU, cuBLASLt epilogues on CUDA) and the ReLU's backward folded into the layer's backward (its mask from the fused output); linear followed by `gelu` is fused in evaluation. The activation layer becomes a view (`kiln summary` marks it, the profile shows no ReLU op). Same numbers as `fuse = 0` up to float rounding (ReLU: bit for bit on the CPU)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
