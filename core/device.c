@@ -4,6 +4,8 @@
  * timing of runs and copies (core/profile.h). */
 #include "profile.h"
 
+#include <kiln/dist.h> /* kiln_dist_env_read: the options' ranks */
+
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -147,8 +149,10 @@ static kiln_status device_options_read(const struct kiln_config *cfg,
 {
 	int64_t threads = 0;
 	kiln_status st;
+	struct kiln_dist_env env;
 	memset(o, 0, sizeof *o);
 	o->version = KILN_DEVICE_OPTIONS_VERSION;
+	o->ranks = kiln_dist_env_read(&env) ? 1 : env.world; /* a bad one is reported when joining */
 	if (!cfg)
 		return KILN_OK;
 	if (((st = kiln_config_get_int(cfg, "run", "threads", &threads)) && st != KILN_ENOTFOUND) ||

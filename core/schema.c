@@ -19,8 +19,8 @@ static const struct kiln_key run_keys[] = {
 	  "Compute threads of the CPU device; 0 = one per CPU this process may run on (its affinity mask: all cores, or the share `kiln launch` and mpirun pin each rank to, or what taskset and cpusets allow), within its cgroup's CPU quota (rounded to the nearest CPU), and fewer while other processes keep its threads waiting for a CPU (the team adapts every ~100 ms: docs/PERFORMANCE.md, steady under contention; the last bits of a result then depend on the load). A count set here is used as it is." },
 	{ "deterministic", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Bit-identical runs for a given seed, thread count and config. On the CPU every kernel kiln runs is already reproducible for a fixed thread count (reductions sum in a fixed order), so this only insists that `threads` be set (0 = all cores would tie the result to the machine); devices with non-deterministic algorithms (atomics, autotuning) are told to avoid them." },
-	{ "autotune", KILN_KEY_BOOL, "0", NOLIM, NULL,
-	  "Time every engine a convolution can use, once per shape when the model is built, and keep the fastest (PyTorch's cudnn.benchmark). The CUDA device does it within `[plugin.cuda] workspace_mb` and caches the choice in `[plugin.cuda] autotune_cache`, so the next run skips the timing; with `deterministic = 1` only deterministic engines are candidates. The CPU device has nothing to tune (oneDNN picks its kernel when a primitive is created)." },
+	{ "autotune", KILN_KEY_BOOL, "1", NOLIM, NULL,
+	  "Time every engine a convolution can use, once per shape when the model is built, and keep the fastest (PyTorch's cudnn.benchmark). The CUDA device does it within `[plugin.cuda] workspace_mb` and caches the choice in `[plugin.cuda] autotune_cache`, so the next run skips the timing; with `deterministic = 1` only deterministic engines are candidates. On by default (the cache makes it a one-time cost per shape; 0 takes the library's heuristic choice). The CPU device has nothing to tune (oneDNN picks its kernel when a primitive is created)." },
 	{ "plugin_path", KILN_KEY_STR, "", NOLIM, NULL,
 	  "Colon-separated directories searched for plugins before $KILN_PLUGIN_PATH, the build tree and the install directory. Taken from the command line (`run.plugin_path=DIR`); in a config file it is ignored with a warning unless the environment has KILN_ALLOW_CONFIG_PLUGIN_PATH=1 (a config must not run its sender's code: docs/plugins.md)." },
 	{ "memory_limit", KILN_KEY_STR, "", NOLIM, NULL,
@@ -33,7 +33,7 @@ static const struct kiln_key run_keys[] = {
 	  "Communicator of a data-parallel run (docs/distributed.md): `gloo` (TCP, CPU training, works anywhere), `mpi` (Open MPI; under mpirun/srun), `nccl` (CUDA devices); `auto`: none for one process, else nccl on cuda, mpi when started by Open MPI's mpirun, gloo otherwise. Rank and world size come from the environment (`kiln launch`, torchrun, Slurm, Open MPI)." },
 	{ "profile_steps", KILN_KEY_INT, "20", 0, 1e9, NULL,
 	  "Steps the profile's trace covers (the first N, warm-up included), keeping trace.json small; 0 = no trace. The table counts every step after the first." },
-	{ "fuse", KILN_KEY_BOOL, "1", NOLIM, NULL,
+	{ "fuse", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Fuse an activation into the layer before it when that layer alone feeds it: linear, conv or batchnorm followed by `relu` runs as one op with the ReLU as its epilogue (oneDNN post-ops on the CPU, cuBLASLt epilogues on CUDA) and the ReLU's backward folded into the layer's backward (its mask from the fused output); linear followed by `gelu` is fused in evaluation. The activation layer becomes a view (`kiln summary` marks it, the profile shows no ReLU op). Same numbers as `fuse = 0` up to float rounding (ReLU: bit for bit on the CPU)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };

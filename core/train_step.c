@@ -2,6 +2,7 @@
  * batches loaded, forward, backward, accumulation, then the optimizer),
  * issued op by op or replayed as a captured graph.  See train.h. */
 #include "train.h"
+#include <stdio.h> /* snprintf */
 
 /* transform_on = device: out f32 [rows, C, H, W] = (x u8 / 255 - mean) / std */
 /* The plan for `rows`, prepared at setup (prep) or looked up (the step). */
@@ -249,7 +250,11 @@ static kiln_status graph_decide(struct trainer *t, int *begun)
 		if ((st = kiln_device_capture_end(t->dev, t->compute, &g)))
 			return st;
 		kiln_device_graph_free(t->dev, g);
-		kiln_log(KILN_LOG_WARN, "train", "the %s device captures steps ([plugin.%s] graph), but this run issues them one by one: %s",
+		/* a warning only for a capture asked for (CUDA's is on by default) */
+		char sec[64];
+		snprintf(sec, sizeof sec, "plugin.%s", kiln_device_name(t->dev));
+		const int asked = strcmp(kiln_config_where(t->cfg, sec, "graph"), "default") != 0;
+		kiln_log(asked ? KILN_LOG_WARN : KILN_LOG_INFO, "train", "the %s device captures steps ([plugin.%s] graph), but this run issues them one by one: %s",
 			 kiln_device_name(t->dev), kiln_device_name(t->dev), why);
 		return KILN_OK;
 	}

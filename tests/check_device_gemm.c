@@ -1,5 +1,6 @@
 /* tests/check_device_gemm.c - device conformance:
- * GEMM (with the core's op checks and its errors), bias and ReLU.
+ * GEMM (with the core's op checks and its errors, and fused activations),
+ * bias and ReLU.
  *
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
@@ -58,6 +59,80 @@ static void gemm_case(struct fx *f, int M, int N, int K, int ta, int tb, float a
 	DFREE(f, dA, dB, dBi, dC);
 	free(A), free(B), free(C0), free(Bi), free(C);
 }
+
+/* act(x) of enum kiln_act in double: the references of the fused cases */
+static double act_ref(int kind, double x)
+{
+	switch (kind) {
+	case KILN_ACT_RELU: return x > 0 ? x : 0;
+	case KILN_ACT_LEAKY_RELU: return x > 0 ? x : 0.1 * x;
+	case KILN_ACT_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+	case KILN_ACT_SIGMOID: return 1 / (1 + exp(-x));
+	case KILN_ACT_TANH: return tanh(x);
+	default: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+	}
+}
+
+/* GEMM with a fused activation (KILN_OPF_ACT, ABI 2.3): out0 =
+ * act(op(A) op(B) + bias).  ReLU must fuse on every device; another kind a
+ * device may refuse (KILN_ENOTSUP: the layer then runs an ACT after it). */
+static void gemm_act_case(struct fx *f, int M, int N, int K, int ta, int tb, int bias, int kind)
+{
+	float *A = frandv((size_t)M * K), *B = frandv((size_t)K * N), *Bi = frandv((size_t)N);
+	float *C = calloc((size_t)M * N, sizeof *C);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GEMM;
+	op.flags = KILN_OPF_ACT;
+	op.n_in = bias ? 3 : 2;
+	op.n_out = 1;
+	op.in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
+	op.in[1] = tb ? td(KILN_F32, 2, N, K) : td(KILN_F32, 2, K, N);
+	op.in[2] = td(KILN_F32, 1, N, 0);
+	op.out[0] = td(KILN_F32, 2, M, N);
+	op.i[0] = ta, op.i[1] = tb, op.i[2] = M, op.i[3] = N, op.i[4] = K;
+	op.i[KILN_OPI_ACT] = kind;
+	op.f[0] = 1;
+	op.f[KILN_OPF_ACT_ALPHA] = 0.1;
+	void *dA = dput(f, A, (size_t)M * K * 4), *dB = dput(f, B, (size_t)K * N * 4);
+	void *dBi = dput(f, Bi, (size_t)N * 4), *dC = dput(f, C, (size_t)M * N * 4);
+	const void *in[3] = { dA, dB, dBi };
+	void *out[1] = { dC };
+	kiln_status st = run_op(f, &op, in, out);
+	ck_assert_msg(st == KILN_OK || (st == KILN_ENOTSUP && kind != KILN_ACT_RELU),
+		      "fused GEMM act %d: status %d (%s)", kind, st, kiln_last_error());
+	if (!st)
+		dget(f, C, dC, (size_t)M * N * 4);
+	for (int m = 0; !st && m < M; m++)
+		for (int n = 0; n < N; n++) {
+			double s = bias ? Bi[n] : 0, mag = bias ? fabs(Bi[n]) : 0;
+			for (int k = 0; k < K; k++) {
+				double a = ta ? A[(size_t)k * M + m] : A[(size_t)m * K + k];
+				double b = tb ? B[(size_t)n * K + k] : B[(size_t)k * N + n];
+				s += a * b;
+				mag += fabs(a * b);
+			}
+			NEAR(C[m * N + n], act_ref(kind, s), mag, 1e-5,
+			     "fused GEMM M=%d N=%d K=%d tA=%d tB=%d bias=%d act=%d: C[%d,%d] = %.7g, want %.7g",
+			     M, N, K, ta, tb, bias, kind, m, n, C[m * N + n], act_ref(kind, s));
+		}
+	DFREE(f, dA, dB, dBi, dC);
+	free(A), free(B), free(Bi), free(C);
+}
+
+START_TEST(test_gemm_act)
+{
+	static const int sz[] = { 1, 7, 129 };
+	struct fx f;
+	fx_open(&f, _i);
+	for (int kind = KILN_ACT_RELU; kind <= KILN_ACT_GELU_TANH; kind++)
+		for (int mi = 0; mi < 3; mi++)
+			for (int t = 0; t < 4; t++)
+				for (int bias = 0; bias < 2; bias++)
+					gemm_act_case(&f, sz[mi], sz[2 - mi], 33, t & 1, t >> 1, bias, kind);
+	fx_close(&f);
+}
+END_TEST
 
 START_TEST(test_gemm)
 {
@@ -308,5 +383,5 @@ START_TEST(test_relu)
 }
 END_TEST
 
-DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_errors), DFX_CASE(op_checks), DFX_CASE(bias),
+DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_act), DFX_CASE(gemm_errors), DFX_CASE(op_checks), DFX_CASE(bias),
 	     DFX_CASE(relu));

@@ -327,6 +327,114 @@ START_TEST(test_bn_sync)
 }
 END_TEST
 
+/* Batchnorm with the fused ReLU (KILN_OPF_ACT, ABI 2.3) against the same
+ * device's plain ops: BN_TRAIN and BN_INFER give max(y, 0); BN_BWD with
+ * in4 = that y gives what the plain BN_BWD gives for dy * (y > 0).  Every
+ * comparison is elementwise, so the buffers stay in the stored order.  A
+ * device may refuse the flag (KILN_ENOTSUP: the layer runs an ACT). */
+/* h into device buffer d, synchronously (h may change after) */
+static void hput(struct fx *f, void *d, const void *h, size_t bytes)
+{
+	OK(kiln_device_copy_async(f->dev, d, h, bytes, KILN_COPY_H2D, f->s));
+	OK(kiln_device_stream_sync(f->dev, f->s));
+}
+
+static kiln_status bn_pair(struct fx *f, struct kiln_op *op, const void *const *in,
+			   void *const *out, int fused)
+{
+	op->flags = fused ? KILN_OPF_ACT : 0;
+	op->i[KILN_OPI_ACT] = KILN_ACT_RELU;
+	return run_op(f, op, in, out);
+}
+
+static void bn_act_case(struct fx *f, int N, int C, int H, int W, int nhwc)
+{
+	const size_t n = (size_t)N * C * H * W;
+	float *x = frandv(n), *dy = frandv(n), *g = frandv((size_t)C), *b = frandv((size_t)C);
+	float *rv = frandv((size_t)C), *y[2], *dx[2], *dg[2], *db[2];
+	for (int c = 0; c < C; c++)
+		rv[c] = 1.5f + rv[c];
+	struct kiln_tensor_desc xd = td4(N, C, H, W, nhwc), cd = td(KILN_F32, 1, C, 0);
+	void *dX = dput(f, x, n * 4), *dG = dput(f, g, (size_t)C * 4), *dB = dput(f, b, (size_t)C * 4);
+	void *dRV = dput(f, rv, (size_t)C * 4), *dY = dput(f, NULL, n * 4);
+	void *dS = dput(f, NULL, (size_t)C * 8), *dR[2] = { dput(f, NULL, (size_t)C * 4),
+							    dput(f, NULL, (size_t)C * 4) };
+	void *dDY = dput(f, NULL, n * 4), *dYF = dput(f, NULL, n * 4), *dDX = dput(f, NULL, n * 4);
+	void *dDG = dput(f, NULL, (size_t)C * 4), *dDB = dput(f, NULL, (size_t)C * 4);
+	struct kiln_op op;
+	kiln_status st = KILN_OK;
+	for (int fused = 0; fused < 2 && !st; fused++) {
+		/* training: y; then the backward of dy through the ReLU */
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_BN_TRAIN;
+		op.n_in = 3, op.n_out = 4;
+		op.in[0] = op.out[0] = xd;
+		op.in[1] = op.in[2] = op.out[2] = op.out[3] = cd;
+		op.out[1] = td(KILN_F32, 2, 2, C);
+		op.f[0] = 1e-5, op.f[1] = 0.1;
+		const void *in[5] = { dX, dG, dB };
+		void *out[4] = { dY, dS, dR[0], dR[1] };
+		if ((st = bn_pair(f, &op, in, out, fused)))
+			break;
+		dget(f, y[fused] = malloc(n * 4), dY, n * 4);
+		if (!fused) { /* the plain ReLU's y, and dy through it */
+			float *m = malloc(n * 4);
+			for (size_t i = 0; i < n; i++)
+				y[0][i] = y[0][i] > 0 ? y[0][i] : 0, m[i] = y[0][i] > 0 ? dy[i] : 0;
+			hput(f, dDY, m, n * 4);
+			hput(f, dYF, y[0], n * 4);
+			free(m);
+		} else {
+			hput(f, dDY, dy, n * 4);
+		}
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_BN_BWD;
+		op.n_in = 4 + fused, op.n_out = 3;
+		op.in[0] = op.in[1] = op.in[4] = op.out[0] = xd;
+		op.in[2] = op.out[1] = op.out[2] = cd;
+		op.in[3] = td(KILN_F32, 2, 2, C);
+		const void *bin[5] = { dX, dDY, dG, dS, dYF };
+		void *bout[3] = { dDX, dDG, dDB };
+		if ((st = bn_pair(f, &op, bin, bout, fused)))
+			break;
+		dget(f, dx[fused] = malloc(n * 4), dDX, n * 4);
+		dget(f, dg[fused] = malloc((size_t)C * 4), dDG, (size_t)C * 4);
+		dget(f, db[fused] = malloc((size_t)C * 4), dDB, (size_t)C * 4);
+	}
+	ck_assert_msg(st == KILN_OK || st == KILN_ENOTSUP, "fused batchnorm: %s", kiln_last_error());
+	for (size_t i = 0; !st && i < n; i++) {
+		NEAR(y[1][i], y[0][i], fabs(y[0][i]), 1e-6, "BN_TRAIN+relu y[%zu] %g, want %g", i,
+		     y[1][i], y[0][i]);
+		NEAR(dx[1][i], dx[0][i], fabs(dx[0][i]), 1e-6, "BN_BWD+relu dx[%zu] %g, want %g", i,
+		     dx[1][i], dx[0][i]);
+	}
+	for (int c = 0; !st && c < C; c++) {
+		NEAR(dg[1][c], dg[0][c], fabs(dg[0][c]), 1e-6, "BN_BWD+relu dgamma[%d]", c);
+		NEAR(db[1][c], db[0][c], fabs(db[0][c]), 1e-6, "BN_BWD+relu dbeta[%d]", c);
+	}
+	if (!st) {
+		free(y[0]), free(y[1]), free(dx[0]), free(dx[1]);
+		free(dg[0]), free(dg[1]), free(db[0]), free(db[1]);
+	}
+	void *d[] = { dX, dG, dB, dRV, dY, dS, dR[0], dR[1], dDY, dYF, dDX, dDG, dDB };
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+		kiln_device_free(f->dev, d[i]);
+	free(x), free(dy), free(g), free(b), free(rv);
+}
+
+START_TEST(test_bn_act)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_BN_TRAIN);
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		bn_act_case(&f, 3, 5, 7, 7, nhwc);
+		bn_act_case(&f, 8, 6, 30, 30, nhwc); /* parallel paths */
+	}
+	fx_close(&f);
+}
+END_TEST
+
 START_TEST(test_bn)
 {
 	struct fx f;
@@ -345,4 +453,4 @@ START_TEST(test_bn)
 }
 END_TEST
 
-DEVICE_SUITE(norm, DFX_CASE(bn), DFX_CASE(bn_sync));
+DEVICE_SUITE(norm, DFX_CASE(bn), DFX_CASE(bn_act), DFX_CASE(bn_sync));

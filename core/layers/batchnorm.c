@@ -82,7 +82,7 @@ static kiln_status bn_plan_bwd(const struct kiln_host *h, struct kiln_layer *l,
 		}
 		op->flags = 0;
 		op->n_in = 4;
-		if ((st = prep_act_bwd(h, l, dev, &s->x, &s->mask, &s->front)))
+		if ((st = prep_act_bwd(h, l, dev, &s->x, &s->mask, &s->front, w)))
 			return st;
 	}
 	return prep(h, l, dev, op, &s->bwd, w);

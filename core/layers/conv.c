@@ -124,7 +124,7 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w)) ||
-	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front)))
+	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front, &w)))
 		return st;
 	/* dx is always written; a second consumer's share is added from
 	 * scratch (oneDNN's backward-data cannot accumulate) */

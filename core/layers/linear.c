@@ -108,7 +108,7 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	gemm_op(&op, s->bias ? 3 : 2, 0, 1, B, N, K, dt, dt);
 	f32_desc(&op.in[2], N, 0, 0);
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
-	    (st = prep_act_bwd(h, l, dev, &l->out, &s->mask, &s->front)))
+	    (st = prep_act_bwd(h, l, dev, &l->out, &s->mask, &s->front, ws)))
 		return st;
 	/* dx[B,K] (+)= dy[B,N] . W[N,K] */
 	gemm_op(&op, 2, 0, 0, B, K, N, dt, dt);

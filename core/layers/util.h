@@ -154,10 +154,11 @@ static inline kiln_status run_then_act(const struct kiln_host *h, const struct k
 
 /* The fused ReLU's backward where the layer's own backward ops cannot
  * fold it: *plan (NULL without a fused ReLU) = dy * (y > 0) of y's shape,
- * into the front of the workspace, whose *front bytes it takes. */
+ * into the front of the workspace, whose *front bytes it takes; its own
+ * workspace (*ws grows to it, as in prep) follows them. */
 static inline kiln_status prep_act_bwd(const struct kiln_host *h, struct kiln_layer *l,
 				       struct kiln_device *dev, const struct kiln_tensor_desc *y,
-				       void **plan, size_t *front)
+				       void **plan, size_t *front, size_t *ws)
 {
 	*plan = NULL;
 	*front = 0;
@@ -170,7 +171,7 @@ static inline kiln_status prep_act_bwd(const struct kiln_host *h, struct kiln_la
 	op.n_out = 1;
 	op.in[0] = op.in[1] = op.out[0] = *y;
 	*front = (kiln_tensor_bytes(y) + 63) & ~(size_t)63; /* ALIGN64 */
-	return prep(h, l, dev, &op, plan, NULL);
+	return prep(h, l, dev, &op, plan, ws);
 }
 
 /* Before the layer's backward: r2 = r, or with the fused ReLU's backward
@@ -182,10 +183,11 @@ static inline kiln_status run_act_bwd(const struct kiln_host *h, const struct ki
 	*r2 = *r;
 	if (!plan)
 		return KILN_OK;
-	struct kiln_op_args a = { .in = { r->y, r->dy }, .out = { r->workspace } };
 	r2->dy = r->workspace;
 	r2->workspace = (char *)r->workspace + front;
 	r2->workspace_bytes = r->workspace_bytes - front;
+	struct kiln_op_args a = { .in = { r->y, r->dy }, .out = { r->workspace },
+				  .workspace = r2->workspace, .workspace_bytes = r2->workspace_bytes };
 	return h->device_run(r->dev, plan, &a, r->stream);
 }
 

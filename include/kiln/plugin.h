@@ -273,7 +273,7 @@ struct kiln_device_traits {
 	const char *comm;
 };
 
-#define KILN_DEVICE_OPTIONS_VERSION 1
+#define KILN_DEVICE_OPTIONS_VERSION 2
 
 /* The [run] keys a device acts on, read once by the core (core/device.c)
  * from the config, where the schema holds their defaults, and handed to
@@ -293,6 +293,12 @@ struct kiln_device_options {
 	/* [run] autotune: time the algorithms a shape can use when it is
 	 * prepared and keep the fastest (cudnn.benchmark) */
 	int32_t autotune;
+	/* ---- version 2 (ABI 2.3) ---- */
+	/* processes of the run (the data-parallel world size from the
+	 * environment: kiln launch, torchrun, Slurm, Open MPI); 1 alone.  For
+	 * defaults that pay only with several ranks (the CPU's async streams,
+	 * which let the gradients' allreduce overlap the backward). */
+	int32_t ranks;
 };
 
 #define KILN_DEVICE_OPS_VERSION 3

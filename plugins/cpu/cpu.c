@@ -75,7 +75,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 {
 	kiln_status st;
 	int64_t threads = opts->threads; /* [run] threads, from the core */
-	int async = 0, deterministic = opts->deterministic, graph = 0;
+	int async = -1, deterministic = opts->deterministic, graph = 0;
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	*out = NULL;
 	if (ordinal < 0)
@@ -86,6 +86,8 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		st = host->config_get_bool(cfg, "plugin.cpu", "async", &async);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
+		if (async < 0) /* unset: where the allreduce can overlap the backward */
+			async = opts->version >= 2 && opts->ranks > 1;
 		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
@@ -126,7 +128,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	if (!c)
 		return host->error(KILN_ENOMEM, "cpu: out of memory for the device context");
 	c->host = host;
-	c->async = async;
+	c->async = async > 0; /* -1: no config */
 	c->graph = graph;
 	c->bf16_conv = kern[0];
 	c->bf16_gemm = kern[1];
@@ -431,9 +433,12 @@ static const struct kiln_key cpu_keys[] = {
 	  "f32 matmul and rounds a bf16 result once; `auto` times both once per shape when "
 	  "the op is prepared and keeps the faster (logged). `[run] deterministic = 1` "
 	  "turns `auto` into `bf16`." },
-	{ "async", KILN_KEY_BOOL, "0", 0, 0, NULL,
+	{ "async", KILN_KEY_BOOL, NULL, 0, 0, NULL,
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
-	  "and hidden host syncs show up without a GPU." },
+	  "and hidden host syncs show up without a GPU, and a data-parallel run's "
+	  "allreduce overlaps the backward.  Unset: on when the run has several ranks "
+	  "(DDP overlap out of the box), off for one process (nothing to overlap; "
+	  "docs/PERFORMANCE.md, \"Defaults that help\")." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Capture the training step after a warm-up step and replay it, as [plugin.cuda] "
 	  "graph = 1 does on the GPU: here the step's tasks are recorded once and issued "

@@ -601,11 +601,12 @@ static const struct kiln_device_ops cuda_ops = {
 };
 
 static const struct kiln_key cuda_keys[] = {
-	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
+	{ "graph", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "Capture the whole training step (forward, backward, the gradients' allreduce, "
 	  "the optimizer) as a CUDA graph after a warm-up step and replay it every step: "
-	  "one launch instead of one per op.  Not with [train] accumulate > 1 (the run "
-	  "then issues every step and says why)." },
+	  "one launch instead of one per op.  On by default; where a step cannot be "
+	  "captured ([train] accumulate > 1, a gradient hook, profiling) the run issues "
+	  "every step and says why (a warning when graph = 1 was set)." },
 	CUDA_DNN_KEYS
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
