@@ -503,7 +503,7 @@ kiln_status kiln_config_load(const char *path, struct kiln_config **out)
 				  path);
 	}
 	struct parse p = { 0 };
-	char *text;
+	char *text = NULL;
 	kiln_status st = read_all(f, path, &text, &p.len);
 	fclose(f);
 	if (st)
