@@ -53,10 +53,10 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 	double load;
 	int n = cpu_team_tick(&c->team, &from, &load);
 	if (from) {
-		/* oneDNN's kernels open their parallel regions with the team
-		 * they were created for (num_threads(2)); only max-active-
-		 * levels 0 makes every region, theirs too, run on one thread */
-		omp_set_max_active_levels(n == 1 ? 0 : c->team.omp_levels);
+		/* Only kiln's own loops follow the team: oneDNN's kernels open
+		 * their regions with the team they were created for.  Forcing
+		 * those onto one thread (max-active-levels 0) hung the JIT
+		 * batchnorm, whose threads meet at barriers sized at creation. */
 		c->host->log(KILN_LOG_DEBUG, "cpu", "team of %d -> %d threads (%.2f waited for a CPU)",
 			     from, n, load);
 	}
@@ -143,7 +143,6 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	}
 	omp_set_num_threads(c->threads);
 	cpu_team_live_init(&c->team, c->threads, adapt, stat);
-	c->team.omp_levels = omp_get_max_active_levels();
 	char isa[160];
 	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams", ordinal,
 		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->team.adapt ? " (adaptive)" : "",

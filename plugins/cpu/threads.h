@@ -97,7 +97,6 @@ struct cpu_team_live {
 	int64_t start_throttled; /* the quota cgroup's throttled time then */
 	char stat[4200];      /* that cgroup's cpu.stat, "" without a quota */
 	struct cpu_team team; /* under lock */
-	int omp_levels;       /* OpenMP max-active-levels to restore above 1 (cpu.c) */
 	pthread_mutex_t lock;
 };
 
