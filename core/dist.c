@@ -134,7 +134,7 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 				     env.world, comm);
 		goto fail;
 	}
-	if ((st = kiln_heartbeat_start(&env, env.rank ? env.master_addr : "127.0.0.1",
+	if ((st = kiln_heartbeat_start(&env, env.master_addr,
 				       kiln_store_port(d->store), heartbeat, &d->hb)))
 		goto fail;
 	if ((st = kiln_device_stream_create(dev, &d->comm_stream)) ||

@@ -43,11 +43,16 @@ static int each_match(const char *dir, const char *const *pats, int del, char *f
 	if (!d)
 		return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
 	for (struct dirent *e; (e = readdir(d));) {
+		struct stat sb;
 		if (!matches(e->d_name, pats))
 			continue;
-		if (!n++ && first)
-			snprintf(first, fn, "%s/%s", dir, e->d_name);
 		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		/* a run writes files: a directory (or socket...) of that name
+		 * is not one, and its write fails later, naming it */
+		if (lstat(path, &sb) || !(S_ISREG(sb.st_mode) || S_ISLNK(sb.st_mode)))
+			continue;
+		if (!n++ && first)
+			snprintf(first, fn, "%s", path);
 		if (del && unlink(path) && errno != ENOENT) {
 			int err = errno;
 			closedir(d);

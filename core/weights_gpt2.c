@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 
 /* ---- GPT-2's names and layouts -------------------------------------------- */
 
@@ -129,7 +130,11 @@ static int64_t llmc_dim(const struct llmc_header *h, int d)
 int kiln_llmc_is_model(const char *path)
 {
 	int32_t magic = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC), yes = 0;
+	char kind[64];
+	const char *why;
+	/* a FIFO or device is nobody's model file: refused by the reader
+	 * that opens it next, never blocking here */
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL), yes = 0;
 	if (fd < 0)
 		return 0;
 	yes = kiln_pread_all(fd, &magic, sizeof magic, 0) == 0 && magic == LLMC_MAGIC;
@@ -224,9 +229,11 @@ kiln_status kiln_llmc_load(struct kiln_model *m, const char *path, int strict, v
 	char (*names)[96] = NULL;
 	struct kiln_safetensors_tensor *t = NULL;
 	kiln_status st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	char kind[64];
+	const char *why;
+	int fd = common_open_file(path, kind, sizeof kind, &why, NULL);
 	if (fd < 0)
-		return kiln_error(KILN_EIO, "%s: %s", path, strerror(errno));
+		return kiln_error(KILN_EIO, "%s: %s", path, why);
 	if (fstat(fd, &sb) || sb.st_size < (off_t)sizeof raw ||
 	    kiln_pread_all(fd, raw, sizeof raw, 0)) {
 		st = kiln_error(KILN_EDATA, "%s: shorter than llm.c's %zu-byte header", path, sizeof raw);
