@@ -3,7 +3,7 @@
 # elastic restarts at a fixed world size; docs/distributed.md).  The MLP of
 # tests/dist_common.sh on 2 ranks (Gloo, kiln's shared memory), 64 steps,
 # [run] deterministic = 1, a checkpoint every 8 steps.  Asserts:
-#  1. rank 1 killed with SIGKILL once rank 0 has logged 20 steps: with
+#  1. rank 1 killed with SIGKILL once rank 0 has logged 10 steps: with
 #     --max-restarts 1 the launcher starts both ranks again (KILN_RESTART=1),
 #     `kiln train` resumes from the newest checkpoint, the job exits 0, and
 #     its final state (parameters, momentum, step counters, trainer
@@ -17,20 +17,21 @@ name=launch_restart needs=gloo
 
 ini="$tmp/mlp.ini"
 mlp_ini "$ini" 5 20 gloo
-opts="run.deterministic=1 train.checkpoint_every=8 train.keep_last=0 train.log_every=1"
+# fc1 1024 wide: steps long enough (~10 ms) that the kill lands mid-run
+opts="run.deterministic=1 train.checkpoint_every=8 train.keep_last=0 train.log_every=1 layer.fc1.out=1024"
 STATE="params optim.momentum step optim.step trainer"
 
 # killed NAME [launch options...]: 2 ranks, rank 1 SIGKILLed after rank 0
-# logged 20 steps; the launcher's exit code in $rc
+# logged 10 steps; the launcher's exit code in $rc
 killed() {
 	_n=$1
 	shift
 	timeout 120 "$kiln" launch -n 2 "$@" -- "$kiln" train "$ini" run.out_dir="$tmp/$_n" \
-		train.batch=32 $opts > "$tmp/$_n.log" 2>&1 &
+		train.batch=32 $opts ${extra:-} > "$tmp/$_n.log" 2>&1 &
 	_lp=$!
 	_r1=
 	for _ in $(seq 600); do
-		[ "$(grep -c '"event":"train"' "$tmp/$_n/metrics.jsonl" 2> /dev/null)" -ge 20 ] 2> /dev/null && break
+		[ "$(grep -c '"event":"train"' "$tmp/$_n/metrics.jsonl" 2> /dev/null)" -ge 10 ] 2> /dev/null && break
 		sleep 0.05
 	done
 	# rank 1: the launcher's child with KILN_RANK=1 in its environment
@@ -53,7 +54,8 @@ grep -q '"resumed_step": [1-9]' "$tmp/restart.log" || bad "restart: the restarte
 	bad "killed and restarted run differs from the uninterrupted one"
 
 # ---- 2. no restarts: the job fails naming the rank ----------------------
-killed norestart
+# (a long run: on a quiet machine 64 steps can end before the kill)
+extra="train.epochs=1000" killed norestart
 [ $rc != 0 ] || bad "no restart: exited 0 after a rank was killed"
 grep -q "rank 1 (pid [0-9]*) failed with signal 9" "$tmp/norestart.log" || bad "no restart: rank 1 not named"
 ! grep -q "restart 1" "$tmp/norestart.log" || bad "no restart: the job was started again"
