@@ -18,7 +18,8 @@
 # Contenders (each run once per round; rounds interleave every contender
 # of every benchmark and condition, so slow drifts of the machine's load
 # fall on all of them alike):
-#   kiln          $KILN train INI run.threads=0 (the default a user gets:
+#   kiln          $KILN train INI run.threads=0 plugin.cpu.adaptive=1 (the team a user
+#                 gets, adaptive as [plugin.cpu] adaptive = 1 makes it:
 #                 no thread key set), so kiln picks its own team
 #   kiln-before   $KILN_BEFORE the same way, when KILN_BEFORE is set (e.g.
 #                 a build of main: the before/after of a change)
@@ -192,13 +193,16 @@ run_one() {
     layout=${bench#cnn-}
     case $who in
         kiln|kiln-before)
-            bin=$KILN; [ "$who" = kiln ] || bin=$KILN_BEFORE
+            # the adaptive team is opt-in ([plugin.cpu] adaptive): the kiln row
+            # turns it on (KILN_ADAPT=0 measures the default), kiln-before is main's
+            bin=$KILN; ad=plugin.cpu.adaptive=${KILN_ADAPT:-1}
+            [ "$who" = kiln ] || { bin=$KILN_BEFORE; ad=run.threads=0; }
             if [ "$bench" = mlp ]; then
                 under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/mlp_bench.ini" \
-                    train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0
+                    train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0 "$ad"
             else
                 under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/cnn_bench.ini" \
-                    model.layout="$layout" run.threads=0 train.batch="$BATCH" \
+                    model.layout="$layout" run.threads=0 "$ad" train.batch="$BATCH" \
                     data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" train.eval=0
             fi ;;
         pt-*)

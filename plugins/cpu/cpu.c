@@ -112,7 +112,16 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	}
 	if (threads < 0)
 		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
-	const int adapt = threads == 0; /* a team the user set stays as set */
+	/* the adaptive team is opt-in: a team that changes size mid-run changes
+	 * how kiln's own loops split their sums, so two runs (or a run and its
+	 * resume) could differ in the last bits; a team the user set stays */
+	int adapt = 0;
+	if (cfg) {
+		st = host->config_get_bool(cfg, "plugin.cpu", "adaptive", &adapt);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+	}
+	adapt = adapt && threads == 0;
 	char stat[4200] = ""; /* the quota's cgroup's cpu.stat, if any */
 	if (threads == 0) {
 		/* the CPUs this process may run on (kiln launch and mpirun pin
@@ -438,6 +447,12 @@ static const struct kiln_key cpu_keys[] = {
 	  "allreduce overlaps the backward.  Unset: on when the run has several ranks "
 	  "(DDP overlap out of the box), off for one process (nothing to overlap; "
 	  "docs/PERFORMANCE.md, \"Defaults that help\")." },
+	{ "adaptive", KILN_KEY_BOOL, "0", 0, 0, NULL,
+	  "With `[run] threads = 0`: shrink the OpenMP team of kiln's own loops while its "
+	  "threads wait for a CPU (another process busy on the same cores), probing back "
+	  "when the machine is calm (docs/PERFORMANCE.md, \"Steady under contention\"). "
+	  "Off by default: a team that changes size mid-run splits sums differently, so "
+	  "results are no longer bit-identical between runs or across a resume." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Capture the training step after a warm-up step and replay it, as [plugin.cuda] "
 	  "graph = 1 does on the GPU: here the step's tasks are recorded once and issued "
