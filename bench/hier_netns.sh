@@ -18,6 +18,9 @@
 # Root only.  From the build directory:
 #   sudo sh bench/hier_netns.sh --runs 5
 set -u
+# every node of a multi-node launch presents the same store secret
+: "${KILN_STORE_TOKEN:=$(od -An -tx1 -N32 /dev/urandom | tr -d " \n")}"
+export KILN_STORE_TOKEN
 runs=3 hosts=2 nproc=2 delay= steps=16
 while [ $# -gt 0 ]; do
 	case $1 in
