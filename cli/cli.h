@@ -30,6 +30,7 @@ int cmd_launch(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
 
 /* The help of the commands whose --help (or -h) the dispatcher answers
  * (kiln.c): `usage`, a blank line, then `about`. */
@@ -42,9 +43,12 @@ extern const char cmd_pack_usage[], cmd_pack_about[];
 extern const char cmd_summary_usage[], cmd_summary_about[];
 extern const char cmd_report_usage[], cmd_report_about[];
 extern const char cmd_generate_usage[], cmd_generate_about[];
+extern const char cmd_predict_usage[], cmd_predict_about[];
 
 /* Print s as a JSON string literal (quoted, escaped). */
 void cli_json_str(FILE *f, const char *s);
+/* Print s as a CSV field (quoted when it holds a comma, quote or newline). */
+void cli_csv_str(FILE *f, const char *s);
 
 int cli_wants_help(int argc, char **argv);
 

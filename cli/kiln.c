@@ -16,6 +16,7 @@ static void usage(FILE *f)
 		"  train FILE [section.key=value ...]   train the model FILE describes\n"
 		"  train FILE --resume [...]            continue from the newest checkpoint of the run\n"
 		"  eval FILE [--checkpoint CKPT] [...]  evaluate a checkpoint's weights on [data.eval]\n"
+		"  predict FILE INPUT... [...]         classify images with a trained model's weights\n"
 		"  config FILE [section.key=value ...]  print the resolved config (defaults filled in)\n"
 		"  config --doc                         print the reference of every key (markdown)\n"
 		"  plugins [--path DIRS]                list plugin files and plugins found\n"
@@ -50,6 +51,21 @@ void cli_json_str(FILE *f, const char *s)
 			fprintf(f, "\\u%04x", *p);
 		else
 			fputc(*p, f);
+	}
+	fputc('"', f);
+}
+
+void cli_csv_str(FILE *f, const char *s)
+{
+	if (!strpbrk(s, ",\"\n\r")) {
+		fputs(s, f);
+		return;
+	}
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"')
+			fputc('"', f);
+		fputc(*s, f);
 	}
 	fputc('"', f);
 }
@@ -128,6 +144,7 @@ static const struct command {
 } commands[] = {
 	{ "train", cmd_train, cmd_train_usage, cmd_train_about },
 	{ "eval", cmd_eval, cmd_eval_usage, cmd_eval_about },
+	{ "predict", cmd_predict, cmd_predict_usage, cmd_predict_about },
 	{ "config", cmd_config, cmd_config_usage, cmd_config_about },
 	{ "plugins", cmd_plugins, cmd_plugins_usage, cmd_plugins_about },
 	{ "bench", cmd_bench, NULL, NULL },

@@ -12,3 +12,5 @@ if BUILD_LOADERS
 PACK_CPPFLAGS = -DKILN_WITH_PACK -I$(top_srcdir)/plugins/loaders
 kiln_LDADD += plugins/loaders/libimage_records.la
 endif
+# `kiln predict` (issue 23): the inference API on image files
+kiln_SOURCES += cli/cmd_predict.c cli/predict.h cli/predict_inputs.c

@@ -280,6 +280,7 @@ struct kiln_plan {
 	 * length (0: not a decode plan), the loss layer's input (the logits)
 	 * and, during kiln_plan_decode, the device i32[1] position */
 	int64_t decode;
+	int logits;          /* kiln_plan_opts.logits: an inference plan */
 	int logits_layer;
 	const void *pos;
 };

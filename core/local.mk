@@ -51,3 +51,5 @@ libkiln_la_CPPFLAGS += $(CRYPTO_CFLAGS)
 libkiln_la_LIBADD += $(CRYPTO_LIBS)
 # GPT-2 and llm.c weight files (issue 20)
 libkiln_la_SOURCES += core/weights.h core/weights_gpt2.c
+# the inference API, include/kiln/infer.h (issue 23)
+libkiln_la_SOURCES += core/infer.c

@@ -98,10 +98,18 @@ static kiln_status decode_input(struct kiln_plan *p, int64_t tmax)
 	if (m->sample.dtype != KILN_I32 || m->sample.ndim != 1)
 		return kiln_error(KILN_ECONFIG, "a decode plan (generation) needs a model on token sequences (samples i32[T]), not %s samples",
 				  kiln_dtype_name(m->sample.dtype));
-	if (m->loss_layer < 0 || m->layers[m->loss_layer].in[0] < 0)
-		return kiln_error(KILN_ECONFIG, "a decode plan (generation) needs a loss layer whose input is the logits");
 	p->decode = tmax;
 	p->data_desc.dims[1] = 1;
+	return KILN_OK;
+}
+
+/* A plan whose output is the logits (decode and inference plans): the
+ * loss layer's input, kept after the run; the loss layer does not run. */
+static kiln_status logits_output(struct kiln_plan *p, const char *what)
+{
+	const struct kiln_model *m = p->m;
+	if (m->loss_layer < 0 || m->layers[m->loss_layer].in[0] < 0)
+		return kiln_error(KILN_ECONFIG, "%s needs a loss layer whose input is the logits", what);
 	p->logits_layer = m->layers[m->loss_layer].in[0];
 	return KILN_OK;
 }
@@ -143,7 +151,15 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 				(long long)opts->decode);
 		goto fail;
 	}
-	if (opts->decode > 0 && (st = decode_input(p, opts->decode)))
+	if (training && opts->logits) {
+		st = kiln_error(KILN_EINVAL, "kiln_plan_opts.logits: an inference plan does not train");
+		goto fail;
+	}
+	if (opts->decode > 0 && ((st = decode_input(p, opts->decode)) ||
+				 (st = logits_output(p, "a decode plan (generation)"))))
+		goto fail;
+	p->logits = opts->logits;
+	if (opts->logits && (st = logits_output(p, "an inference plan")))
 		goto fail;
 	if ((st = kiln_model_infer(m, &p->data_desc, p->decode, fuse_mode(opts), p->nodes)))
 		goto fail;

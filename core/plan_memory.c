@@ -399,7 +399,7 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	if ((st = plan_schedule(p, S)) || (st = plan_output_stores(p)))
 		return st;
 	plan_output_lifetimes(p);
-	if (p->decode) /* the logits are read after the run */
+	if (p->decode || p->logits) /* the logits are read after the run */
 		extend(&p->store[kiln_plan_fwd_store(p, p->logits_layer)], p->n_pos);
 	plan_in_place(p);
 	if (p->training && (st = plan_gradients(p, wants_grad)))

@@ -108,8 +108,8 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 		const char *name = m->layers[i].name;
 		switch (p->sched[e].kind) {
 		case PEV_FWD:
-			if (p->decode && p->nodes[i].l.is_loss)
-				break; /* decoding has no labels: the logits are the output */
+			if ((p->decode || p->logits) && p->nodes[i].l.is_loss)
+				break; /* no labels: the logits are the output */
 			if (m->fwd_hook && (st = m->fwd_hook(m->fwd_user, i, stream)))
 				return st;
 			fill_run(p, i, &r, x, labels, metrics, stream, 0);
@@ -197,8 +197,8 @@ kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void
 
 kiln_status kiln_plan_logits(const struct kiln_plan *p, void **ptr, struct kiln_tensor_desc *desc)
 {
-	if (!p->decode)
-		return kiln_error(KILN_EINVAL, "kiln_plan_logits: not a decode plan (kiln_plan_opts.decode)");
+	if (!p->decode && !p->logits)
+		return kiln_error(KILN_EINVAL, "kiln_plan_logits: not a decode or inference plan (kiln_plan_opts.decode, .logits)");
 	*desc = p->nodes[p->logits_layer].l.out;
 	*ptr = ypos((struct kiln_plan *)p, kiln_plan_fwd_store(p, p->logits_layer), NULL);
 	return KILN_OK;

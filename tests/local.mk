@@ -427,3 +427,12 @@ EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py tests/netns_lib.sh tests/n
 # newest checkpoint, bit-identical to the uninterrupted run
 TESTS += tests/launch_restart.sh
 EXTRA_DIST += tests/launch_restart.sh
+
+# ---- inference: kiln predict and the C API (issue 23) ---------------------
+check_PROGRAMS += tests/infer_threads
+tests_infer_threads_SOURCES = tests/infer_threads.c
+tests_infer_threads_LDADD = libkiln.la -lpthread
+if BUILD_LOADERS
+TESTS += tests/predict.sh tests/embed.sh
+endif
+EXTRA_DIST += tests/predict.sh tests/embed.sh

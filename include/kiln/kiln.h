@@ -264,6 +264,10 @@ struct kiln_plan_opts {
 			 * names, with the layers' key/value caches of `decode`
 			 * positions kept in the plan from run to run; run it
 			 * with kiln_plan_decode, read kiln_plan_logits */
+	int logits;     /* 1 (not training): an inference plan (include/kiln/
+			 * infer.h): the loss layer does not run (no labels,
+			 * no metrics) and its input, the logits, is kept
+			 * for kiln_plan_logits after the run */
 };
 kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			       const struct kiln_plan_opts *opts, struct kiln_plan **out);
@@ -284,9 +288,9 @@ kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const
  * fails the run (KILN_EDATA). */
 kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void *pos,
 			     void *stream);
-/* A decode plan's output after a step has completed: the device pointer
- * and descriptor ([batch, 1, V], the compute dtype) of the loss layer's
- * input, the logits of the next token. */
+/* A decode or inference plan's output after a run has completed: the
+ * device pointer and descriptor (the compute dtype; [batch, 1, V] for a
+ * decode plan) of the loss layer's input, the logits (of the next token). */
 kiln_status kiln_plan_logits(const struct kiln_plan *p, void **ptr, struct kiln_tensor_desc *desc);
 
 /* Free a plan.  The caller first synchronises every stream that ran it. */

@@ -1,0 +1,378 @@
+/* cli/cmd_predict.c - `kiln predict CONFIG [--checkpoint F] INPUT...`:
+ * classify image files with a trained model through the inference API
+ * (include/kiln/infer.h): each image decoded and transformed as
+ * [data.eval] says (cli/predict_inputs.c), batches run through the
+ * inference plan, the top-k classes with their probabilities printed as
+ * JSON lines or CSV, or the logits written to .npy or safetensors
+ * (docs/inference.md). */
+#include "build-config.h"
+#include "cli.h"
+#include "predict.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+const char cmd_predict_usage[] =
+	"usage: kiln predict CONFIG [--checkpoint F] INPUT... [--top-k K] [--format jsonl|csv]\n"
+	"                    [--logits OUT.npy|OUT.safetensors] [--batch N] [section.key=value ...]\n"
+	"       kiln predict CONFIG --eval-set [options]\n";
+const char cmd_predict_about[] =
+	"Classify images with the model CONFIG describes and the weights of F (a kiln\n"
+	"checkpoint or a safetensors file; default: the newest usable checkpoint in\n"
+	"[run] out_dir/checkpoints, as `kiln eval`).  INPUT: image files (JPEG, PNG) or\n"
+	"folders (every .jpg/.jpeg/.png below them, sorted), each decoded and\n"
+	"transformed exactly as [data.eval] says, then run in batches on [run] device.\n"
+	"--eval-set instead: the samples of [data.eval]'s source (idx, records, tokens,\n"
+	"folder...) in order, read as `kiln eval` reads them; lines name the sample\n"
+	"index and its label (the first target of a token window).\n"
+	"  --top-k K     the K most likely classes per image (default 5)\n"
+	"  --format F    jsonl (default): {\"file\", \"top\": [{\"index\", \"class\", \"prob\"}...]};\n"
+	"                csv: file,index1,class1,prob1,...  Class names are the class\n"
+	"                folders of a [data.eval] source = folder, else the indices\n"
+	"  --logits OUT  write the logits [N, classes] (f32) to OUT (.npy or .safetensors)\n"
+	"                instead of printing\n"
+	"  --batch N     images per run (default [train] eval_batch, at most 256)\n"
+	"Any error (an unreadable, corrupt or wrong-size image) names the file and\n"
+	"fails the command.  Exit codes: 0 ok, 1 failure, 2 usage or config error,\n"
+	"3 data error.\n";
+
+struct pred_opts {
+	const char *ckpt, *logits;
+	int csv, eval_set;
+	long long top_k, batch;
+};
+
+/* A count option's value in [lo, hi]; -1 with a message otherwise. */
+static int count_arg(const char *name, const char *v, long long lo, long long hi, long long *out)
+{
+	char *end;
+	long long n = strtoll(v, &end, 10);
+	if (end == v || *end || n < lo || n > hi) {
+		fprintf(stderr, "kiln: error: %s '%s': expected a count in [%lld, %lld]\n", name, v, lo, hi);
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+/* argv[2..]: options into o, overrides (KEY=VALUE that is no file) into
+ * over, the rest into inputs.  -1: usage error. */
+static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, int *n_over,
+		     char **inputs, int *n_in)
+{
+	struct stat sb;
+	o->top_k = 5;
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		int bad = 0;
+		if (!strcmp(a, "--checkpoint") && val)
+			o->ckpt = val;
+		else if (!strcmp(a, "--logits") && val)
+			o->logits = val;
+		else if (!strcmp(a, "--format") && val && (!strcmp(val, "csv") || !strcmp(val, "jsonl")))
+			o->csv = !strcmp(val, "csv");
+		else if (!strcmp(a, "--eval-set") && (o->eval_set = 1))
+			continue;
+		else if (!strcmp(a, "--top-k") && val)
+			bad = count_arg(a, val, 1, 1000000, &o->top_k);
+		else if (!strcmp(a, "--batch") && val)
+			bad = count_arg(a, val, 1, 65536, &o->batch);
+		else if (a[0] == '-') {
+			fprintf(stderr, "kiln: error: unexpected argument '%s'%s\n", a,
+				val ? "" : " (without its value)");
+			return -1;
+		} else {
+			if (strchr(a, '=') && stat(a, &sb) != 0)
+				over[(*n_over)++] = argv[i];
+			else
+				inputs[(*n_in)++] = argv[i];
+			continue;
+		}
+		if (bad)
+			return -1;
+		i++;
+	}
+	if (!*n_in == !o->eval_set) {
+		fprintf(stderr, "kiln: error: %s\n", o->eval_set ? "--eval-set reads [data.eval]: no INPUT with it"
+								: "no INPUT: give image files or folders (or --eval-set)");
+		return -1;
+	}
+	if (o->logits) {
+		size_t n = strlen(o->logits);
+		if (!(n > 4 && !strcmp(o->logits + n - 4, ".npy")) &&
+		    !(n > 12 && !strcmp(o->logits + n - 12, ".safetensors"))) {
+			fprintf(stderr, "kiln: error: --logits %s: name a .npy or .safetensors file\n", o->logits);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The logits as NumPy's .npy (format 1.0, little-endian f32, C order). */
+static kiln_status write_npy(const char *path, const float *v, int ndim, const int64_t *dims)
+{
+	char hdr[256], shape[160] = "";
+	size_t len = 0, n = 1;
+	for (int i = 0; i < ndim; i++) {
+		len += (size_t)snprintf(shape + len, sizeof shape - len, "%s%lld%s", i ? ", " : "",
+					(long long)dims[i], ndim == 1 ? "," : ""); /* Python's tuple */
+		n *= (size_t)dims[i];
+	}
+	int h = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }",
+			 shape);
+	int total = (10 + h + 1 + 63) / 64 * 64; /* magic, version, length; padded, '\n' */
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return kiln_error(KILN_EIO, "%s: cannot create the file", path);
+	const unsigned char pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+					(unsigned char)((total - 10) & 0xff),
+					(unsigned char)((total - 10) >> 8) };
+	fwrite(pre, 1, sizeof pre, f);
+	fputs(hdr, f);
+	for (int i = 10 + h; i < total - 1; i++)
+		fputc(' ', f);
+	fputc('\n', f);
+	size_t put = fwrite(v, sizeof *v, n, f);
+	if (fclose(f) || put != n)
+		return kiln_error(KILN_EIO, "%s: cannot write the logits", path);
+	return KILN_OK;
+}
+
+static kiln_status write_logits(const char *path, const float *v, int64_t n,
+				const struct kiln_infer *m)
+{
+	int64_t dims[KILN_MAX_DIMS + 1];
+	int nd = kiln_infer_output_shape(m, dims + 1) + 1;
+	dims[0] = n;
+	if (strlen(path) > 4 && !strcmp(path + strlen(path) - 4, ".npy"))
+		return write_npy(path, v, nd, dims);
+	struct kiln_safetensors_writer *w;
+	kiln_status st = kiln_safetensors_writer_new(&w);
+	if (st)
+		return st;
+	if (!(st = kiln_safetensors_writer_add(w, "logits", KILN_F32, nd, dims, v)))
+		st = kiln_safetensors_writer_write(w, path);
+	kiln_safetensors_writer_free(w);
+	return st;
+}
+
+/* One image's line: the top-k classes of its logits l[0..C) by softmax
+ * probability (ties: the lower index first). */
+static void print_top(const struct pred_opts *o, const char *file, int64_t sample, int32_t label,
+		      const float *l, int64_t C, const struct pred_names *names, int64_t *order)
+{
+	double mx = -INFINITY, sum = 0;
+	for (int64_t c = 0; c < C; c++)
+		mx = l[c] > mx ? l[c] : mx;
+	for (int64_t c = 0; c < C; c++)
+		sum += exp((double)l[c] - mx);
+	int64_t k = o->top_k < C ? o->top_k : C;
+	for (int64_t j = 0; j < k; j++) { /* selection: k is small */
+		int64_t best = -1;
+		for (int64_t c = 0; c < C; c++) {
+			int taken = 0;
+			for (int64_t q = 0; q < j && !taken; q++)
+				taken = order[q] == c;
+			if (!taken && (best < 0 || l[c] > l[best]))
+				best = c;
+		}
+		order[j] = best;
+	}
+	if (o->csv && file)
+		cli_csv_str(stdout, file);
+	else if (o->csv)
+		printf("%lld,%d", (long long)sample, label);
+	else if (file)
+		fputs("{\"file\": ", stdout), cli_json_str(stdout, file), fputs(", \"top\": [", stdout);
+	else
+		printf("{\"sample\": %lld, \"label\": %d, \"top\": [", (long long)sample, label);
+	for (int64_t j = 0; j < k; j++) {
+		const int64_t c = order[j];
+		const double p = exp((double)l[c] - mx) / sum;
+		char idx[32];
+		snprintf(idx, sizeof idx, "%lld", (long long)c);
+		const char *name = (size_t)c < names->n ? names->v[c] : idx;
+		if (o->csv) {
+			printf(",%lld,", (long long)c);
+			cli_csv_str(stdout, name);
+			printf(",%.6g", p);
+		} else {
+			printf("%s{\"index\": %lld, \"class\": ", j ? ", " : "", (long long)c);
+			cli_json_str(stdout, name);
+			printf(", \"prob\": %.6g}", p);
+		}
+	}
+	fputs(o->csv ? "\n" : "]}\n", stdout);
+}
+
+/* What a pass prints or keeps, for the files or the eval set. */
+struct pred_out {
+	const struct pred_opts *o;
+	struct pred_names names;  /* class names, or none */
+	int64_t *order;           /* top-k scratch */
+	size_t C;                 /* floats per sample */
+	float *all;               /* --logits: every row so far */
+	int64_t n, cap;
+};
+
+static kiln_status out_open(struct pred_out *po, const struct pred_opts *o,
+			    const struct kiln_config *cfg, const struct kiln_infer *m, int eval_set)
+{
+	int64_t dims[KILN_MAX_DIMS];
+	memset(po, 0, sizeof *po);
+	po->o = o;
+	po->C = kiln_infer_output_elems(m);
+	if (o->logits)
+		return KILN_OK;
+	if (kiln_infer_output_shape(m, dims) != 1)
+		return kiln_error(KILN_ENOTSUP, "the model's output per sample is not a vector of classes: use --logits");
+	if (!(po->order = malloc(sizeof(int64_t) * po->C)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if (o->csv) {
+		fputs(eval_set ? "sample,label" : "file", stdout);
+		for (long long j = 1; j <= o->top_k && j <= (long long)po->C; j++)
+			printf(",index%lld,class%lld,prob%lld", j, j, j);
+		fputc('\n', stdout);
+	}
+	return pred_class_names(cfg, &po->names);
+}
+
+/* rows samples' logits: printed, or kept for --logits.  files: their
+ * names, else the samples first.. of the eval set with their labels. */
+static kiln_status out_rows(struct pred_out *po, const char *const *files, int64_t first,
+			    int64_t rows, const float *l, const int32_t *labels, int64_t label_elems)
+{
+	if (po->o->logits) {
+		if (po->n + rows > po->cap) {
+			int64_t nc = po->cap ? 2 * po->cap : 1024;
+			while (nc < po->n + rows)
+				nc *= 2;
+			float *a = realloc(po->all, sizeof(float) * po->C * (size_t)nc);
+			if (!a)
+				return kiln_error(KILN_ENOMEM, "out of memory for the logits of %lld samples",
+						  (long long)nc);
+			po->all = a;
+			po->cap = nc;
+		}
+		memcpy(po->all + (size_t)po->n * po->C, l, sizeof(float) * po->C * (size_t)rows);
+		po->n += rows;
+		return KILN_OK;
+	}
+	for (int64_t i = 0; i < rows; i++)
+		print_top(po->o, files ? files[i] : NULL, first + i,
+			  labels ? labels[i * label_elems] : 0, l + (size_t)i * po->C,
+			  (int64_t)po->C, &po->names, po->order);
+	return KILN_OK;
+}
+
+static void out_close(struct pred_out *po)
+{
+	pred_names_free(&po->names);
+	free(po->order);
+	free(po->all);
+}
+
+static kiln_status eval_rows(void *user, int64_t first, int64_t rows, const float *logits,
+			     const int32_t *labels, int64_t label_elems)
+{
+	return out_rows(user, NULL, first, rows, logits, labels, label_elems);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The files (or, files NULL, [data.eval]) through the model, batch by
+ * batch; the rate on stderr. */
+static kiln_status predict(struct kiln_infer *m, const struct kiln_config *cfg,
+			   const struct pred_opts *o, const struct pred_names *files, int64_t batch)
+{
+	struct pred_out po = { 0 };
+	struct kiln_image img = { 0 };
+	const size_t in = kiln_infer_input_bytes(m);
+	int64_t max_pixels = 0;
+	kiln_config_get_int(cfg, "data.eval", "max_image_pixels", &max_pixels);
+	char *x = files ? malloc(in * (size_t)batch) : NULL;
+	float *logits = files ? malloc(sizeof(float) * kiln_infer_output_elems(m) * (size_t)batch) : NULL;
+	kiln_status st = files && (!x || !logits) ? kiln_error(KILN_ENOMEM, "out of memory")
+						  : out_open(&po, o, cfg, m, !files);
+	const double t0 = now_s();
+	if (!st && !files)
+		st = kiln_infer_eval_set(m, eval_rows, &po);
+	for (int64_t off = 0; files && off < (int64_t)files->n && !st; off += batch) {
+		const int64_t N = (int64_t)files->n, rows = N - off < batch ? N - off : batch;
+		for (int64_t i = 0; i < rows && !st; i++)
+			st = pred_load_image(m, files->v[off + i], max_pixels, &img, x + (size_t)i * in);
+		if (!st && !(st = kiln_infer(m, x, rows, logits)))
+			st = out_rows(&po, (const char *const *)files->v + off, off, rows, logits, NULL, 0);
+	}
+	const double wall = now_s() - t0;
+	if (!st && files)
+		kiln_log(KILN_LOG_INFO, "predict", "%zu images in %.3f s: %.1f images/s, %.4f ms per image (batch %lld; read, decode, transform, run)",
+			 files->n, wall, (double)files->n / wall, 1e3 * wall / (double)files->n,
+			 (long long)batch);
+	if (!st && o->logits)
+		st = write_logits(o->logits, po.all, po.n, m);
+	out_close(&po);
+	free(img.data);
+	free(x);
+	free(logits);
+	return st;
+}
+
+int cmd_predict(int argc, char **argv)
+{
+	if (argc < 2 || argv[1][0] == '-') {
+		fputs(cmd_predict_usage, stderr);
+		return 2;
+	}
+	struct pred_opts o = { 0 };
+	char **over = calloc((size_t)argc, sizeof *over), **inputs = calloc((size_t)argc, sizeof *inputs);
+	int n_over = 0, n_in = 0;
+	if (!over || !inputs) {
+		free(over);
+		free(inputs);
+		return 1;
+	}
+	if (pred_args(argc, argv, &o, over, &n_over, inputs, &n_in)) {
+		fputs(cmd_predict_usage, stderr);
+		free(over);
+		free(inputs);
+		return 2;
+	}
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg = NULL;
+	struct kiln_infer *m = NULL;
+	struct pred_names files = { 0 };
+	int64_t eb = 256;
+	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
+	if (!st && n_in)
+		st = pred_list_inputs(inputs, n_in, &files);
+	if (!st && !o.batch) {
+		kiln_config_get_int(cfg, "train", "eval_batch", &eb);
+		o.batch = eb > 0 && eb < 256 ? eb : 256;
+	}
+	/* no more rows per run than there are images */
+	struct kiln_infer_opts io = { .batch = o.batch };
+	if (n_in && io.batch > (int64_t)files.n)
+		io.batch = (int64_t)files.n;
+	if (!st)
+		st = kiln_infer_open(cfg, reg, o.ckpt, &io, &m);
+	if (!st)
+		st = predict(m, cfg, &o, n_in ? &files : NULL, io.batch);
+	int rc = st ? cli_fail(st) : 0;
+	kiln_infer_free(m);
+	pred_names_free(&files);
+	kiln_registry_close(reg);
+	kiln_config_free(cfg);
+	free(over);
+	free(inputs);
+	return rc;
+}

@@ -1,0 +1,184 @@
+/* cli/predict_inputs.c - what `kiln predict` reads: the image files its
+ * INPUT arguments name (a file, or every .jpg/.jpeg/.png below a folder,
+ * sorted), each decoded by the loaders' codec (plugins/loaders/image.c,
+ * the pixels `source = folder` decodes) and transformed by
+ * kiln_infer_image as [data.eval] says; and the class names of a folder
+ * source (its class directories). */
+#include "build-config.h"
+#include "predict.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#ifdef KILN_WITH_PACK
+#include "image.h" /* plugins/loaders: img_decode, img_format_of_name */
+#endif
+
+static int names_add(struct pred_names *l, const char *s)
+{
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? 2 * l->cap : 64;
+		char **v = realloc(l->v, nc * sizeof *v);
+		if (!v)
+			return -1;
+		l->v = v;
+		l->cap = nc;
+	}
+	if (!(l->v[l->n] = strdup(s)))
+		return -1;
+	l->n++;
+	return 0;
+}
+
+void pred_names_free(struct pred_names *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof *l);
+}
+
+static int by_strcmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The entries of dir (no . and ..), sorted by strcmp. */
+static kiln_status list_dir(const char *dir, struct pred_names *out)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	if (!d)
+		return kiln_error(KILN_EIO, "%s: cannot list the directory: %s", dir, strerror(errno));
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && names_add(out, de->d_name)) {
+			closedir(d);
+			return kiln_error(KILN_ENOMEM, "out of memory listing %s", dir);
+		}
+	closedir(d);
+	qsort(out->v, out->n, sizeof *out->v, by_strcmp);
+	return KILN_OK;
+}
+
+static int is_dir(const char *p)
+{
+	struct stat sb;
+	return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Every image file below dir, recursively, in sorted order. */
+static kiln_status walk(const char *dir, int depth, struct pred_names *files)
+{
+	struct pred_names ents = { 0 };
+	char p[4200];
+	kiln_status st = depth > 64 ? kiln_error(KILN_EDATA, "%s: more than 64 directory levels", dir)
+				    : list_dir(dir, &ents);
+	for (size_t i = 0; i < ents.n && !st; i++) {
+		if (snprintf(p, sizeof p, "%s/%s", dir, ents.v[i]) >= (int)sizeof p)
+			st = kiln_error(KILN_EIO, "%s/%s: path too long", dir, ents.v[i]);
+		else if (is_dir(p))
+			st = walk(p, depth + 1, files);
+#ifdef KILN_WITH_PACK
+		else if (img_format_of_name(p) != IMG_UNKNOWN && names_add(files, p))
+			st = kiln_error(KILN_ENOMEM, "out of memory");
+#endif
+	}
+	pred_names_free(&ents);
+	return st;
+}
+
+kiln_status pred_list_inputs(char **inputs, int n, struct pred_names *files)
+{
+	kiln_status st = KILN_OK;
+	for (int i = 0; i < n && !st; i++) {
+		struct stat sb;
+		size_t before = files->n;
+		if (stat(inputs[i], &sb) != 0)
+			st = kiln_error(KILN_EUSAGE, "%s: no such file or folder", inputs[i]);
+		else if (S_ISDIR(sb.st_mode) && !(st = walk(inputs[i], 0, files)) && files->n == before)
+			st = kiln_error(KILN_EUSAGE, "%s: no .jpg/.jpeg/.png files in the folder", inputs[i]);
+		else if (!S_ISDIR(sb.st_mode) && names_add(files, inputs[i]))
+			st = kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	return st;
+}
+
+kiln_status pred_class_names(const struct kiln_config *cfg, struct pred_names *names)
+{
+	const char *src = kiln_config_get(cfg, "data.eval", "source");
+	const char *path = kiln_config_get(cfg, "data.eval", "path");
+	const char *split = kiln_config_get(cfg, "data.eval", "split");
+	char root[4200];
+	if (!src || strcmp(src, "folder") || !path)
+		return KILN_OK; /* indices */
+	/* the folder source's split rule (plugins/loaders/folder.c) */
+	snprintf(root, sizeof root, "%s/%s", path, split ? split : "test");
+	if (!split && !is_dir(root))
+		snprintf(root, sizeof root, "%s", path);
+	struct pred_names ents = { 0 };
+	char p[8400];
+	kiln_status st = list_dir(root, &ents);
+	for (size_t i = 0; i < ents.n && !st; i++) {
+		snprintf(p, sizeof p, "%s/%s", root, ents.v[i]);
+		if (is_dir(p) && names_add(names, ents.v[i]))
+			st = kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	pred_names_free(&ents);
+	return st;
+}
+
+#ifdef KILN_WITH_PACK
+/* The whole of file `path`, malloc()ed. */
+static kiln_status read_file(const char *path, uint8_t **buf, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	long len;
+	if (!f)
+		return kiln_error(KILN_EIO, "%s: cannot open the image: %s", path, strerror(errno));
+	if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+		fclose(f);
+		return kiln_error(KILN_EIO, "%s: cannot read the image: %s", path, strerror(errno));
+	}
+	if (len == 0) {
+		fclose(f);
+		return kiln_error(KILN_EDATA, "%s: empty file (0 bytes): not a JPEG or PNG image", path);
+	}
+	*n = (size_t)len;
+	if (!(*buf = malloc(*n))) {
+		fclose(f);
+		return kiln_error(KILN_ENOMEM, "%s: out of memory for %zu bytes", path, *n);
+	}
+	size_t got = fread(*buf, 1, *n, f);
+	fclose(f);
+	if (got != *n)
+		return kiln_error(KILN_EIO, "%s: cannot read the image: %zu of %zu bytes", path, got, *n);
+	return KILN_OK;
+}
+
+kiln_status pred_load_image(struct kiln_infer *m, const char *path, int64_t max_pixels,
+			    struct kiln_image *img, void *x)
+{
+	uint8_t *buf = NULL;
+	size_t n = 0;
+	kiln_status st = read_file(path, &buf, &n);
+	if (!st)
+		st = img_decode(kiln_host_table(), buf, n, path, max_pixels > 0 ? max_pixels : IMG_MAX_PIXELS,
+				img);
+	if (!st)
+		st = kiln_infer_image(m, img, path, x);
+	free(buf);
+	return st;
+}
+#else
+kiln_status pred_load_image(struct kiln_infer *m, const char *path, int64_t max_pixels,
+			    struct kiln_image *img, void *x)
+{
+	(void)m, (void)max_pixels, (void)img, (void)x;
+	return kiln_error(KILN_ENOTSUP, "%s: this kiln was built without the loaders' image codec (libturbojpeg, libpng)",
+			  path);
+}
+#endif

@@ -1,0 +1,339 @@
+/* core/infer.c - the inference API (include/kiln/infer.h): a trained model
+ * (core/weights.c's kiln_trained_open: device, model, weights) with an
+ * inference plan (kiln_plan_opts.logits: the evaluation forward without
+ * the loss layer, the logits kept), run on host buffers batch by batch
+ * under the model's lock; and the [data.eval] image transforms for
+ * decoded images.  `kiln predict` (cli/cmd_predict.c) is built on it. */
+#include "graph.h"
+#include "checkpoint.h"
+#include "data.h"
+
+#include <kiln/infer.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INFER_BATCH 64
+
+struct kiln_infer {
+	pthread_mutex_t lock;
+	struct kiln_config *own_cfg;     /* kiln_model_load's, else NULL */
+	struct kiln_registry *own_reg;
+	struct kiln_config *cfg;
+	const struct kiln_registry *reg;
+	struct kiln_trained t;           /* device, model, stream, sample */
+	int64_t batch;
+	int prepared;
+	struct kiln_tensor_desc out;     /* one sample's logits */
+	size_t in_bytes, out_elems;
+	struct kiln_plan *p;             /* batch rows */
+	struct kiln_plan *rem;           /* rem_rows rows (a last partial batch), or NULL */
+	int64_t rem_rows;
+	void *x_d;                       /* device input, batch samples */
+	/* kiln_infer_image: [data.eval]'s transforms, read on first use */
+	int have_xf;
+	struct kiln_xform xf;
+	int32_t src_h, src_w, src_c;     /* the images the model was fed (0: any) */
+	struct kiln_xform_scratch xs;
+};
+
+/* A safetensors file is loaded as [model] init_from, with no out_dir so
+ * that no checkpoint there takes its place. */
+static kiln_status weights_config(struct kiln_config *cfg, const char *weights)
+{
+	char arg[4200];
+	kiln_status st;
+	if (!weights || kiln_ckpt_is_checkpoint(weights))
+		return KILN_OK;
+	if (snprintf(arg, sizeof arg, "model.init_from=%s", weights) >= (int)sizeof arg)
+		return kiln_error(KILN_EUSAGE, "%s: path too long", weights);
+	if ((st = kiln_config_override(cfg, arg)) ||
+	    (st = kiln_config_override(cfg, "run.out_dir=")))
+		return st;
+	return KILN_OK;
+}
+
+kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry *reg,
+			    const char *weights, const struct kiln_infer_opts *opts,
+			    struct kiln_infer **out)
+{
+	kiln_status st;
+	*out = NULL;
+	if (opts && opts->batch < 0)
+		return kiln_error(KILN_EINVAL, "kiln_infer_opts.batch = %lld: a row count, or 0 for %d",
+				  (long long)opts->batch, INFER_BATCH);
+	struct kiln_infer *m = calloc(1, sizeof *m);
+	if (!m)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	pthread_mutex_init(&m->lock, NULL);
+	m->cfg = cfg;
+	m->reg = reg;
+	m->batch = opts && opts->batch ? opts->batch : INFER_BATCH;
+	const int is_ckpt = weights && kiln_ckpt_is_checkpoint(weights);
+	if ((st = weights_config(cfg, weights)) ||
+	    (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, "predicting with", 1, &m->t)) ||
+	    (st = kiln_infer_prepare(m))) {
+		kiln_infer_free(m);
+		return st;
+	}
+	*out = m;
+	return KILN_OK;
+}
+
+kiln_status kiln_model_load(const char *config, const char *weights,
+			    const struct kiln_infer_opts *opts, struct kiln_infer **out,
+			    char **err)
+{
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg = NULL;
+	kiln_status st;
+	*out = NULL;
+	if (err)
+		*err = NULL;
+	if (!config)
+		st = kiln_error(KILN_EINVAL, "kiln_model_load: no config");
+	else if (opts && opts->config_is_text)
+		st = kiln_config_load_string(config, "config text", &cfg);
+	else
+		st = kiln_config_load(config, &cfg);
+	if (!st && !(st = kiln_config_validate(cfg, NULL)) &&
+	    !(st = kiln_registry_open(opts ? opts->plugin_path : NULL, &reg)) &&
+	    !(st = kiln_config_validate(cfg, reg)))
+		st = kiln_infer_open(cfg, reg, weights, opts, out);
+	if (st) {
+		if (err)
+			*err = strdup(kiln_last_error());
+		kiln_registry_close(reg);
+		kiln_config_free(cfg);
+		return st;
+	}
+	(*out)->own_cfg = cfg;
+	(*out)->own_reg = reg;
+	return KILN_OK;
+}
+
+kiln_status kiln_infer_prepare(struct kiln_infer *m)
+{
+	struct kiln_plan_opts o = { .logits = 1 };
+	void *ptr;
+	kiln_status st;
+	if (m->prepared)
+		return KILN_OK;
+	m->in_bytes = kiln_tensor_bytes(&m->t.sample);
+	if ((st = kiln_model_plan_ex(m->t.m, m->batch, &o, &m->p)) ||
+	    (st = kiln_plan_logits(m->p, &ptr, &m->out)) ||
+	    (st = kiln_device_alloc(m->t.dev, m->in_bytes * (size_t)m->batch, &m->x_d)))
+		return st;
+	if (m->out.dtype != KILN_F32)
+		return kiln_error(KILN_ENOTSUP, "the model's logits are %s: inference reads f32 logits",
+				  kiln_dtype_name(m->out.dtype));
+	/* one sample's logits: drop the batch dimension */
+	for (int i = 1; i < m->out.ndim; i++)
+		m->out.dims[i - 1] = m->out.dims[i];
+	m->out.ndim--;
+	m->out_elems = (size_t)kiln_tensor_numel(&m->out);
+	m->prepared = 1;
+	return KILN_OK;
+}
+
+int kiln_infer_input_shape(const struct kiln_infer *m, int64_t *dims, int *dtype)
+{
+	for (int i = 0; i < m->t.sample.ndim; i++)
+		dims[i] = m->t.sample.dims[i];
+	if (dtype)
+		*dtype = m->t.sample.dtype;
+	return m->t.sample.ndim;
+}
+
+int kiln_infer_output_shape(const struct kiln_infer *m, int64_t *dims)
+{
+	for (int i = 0; i < m->out.ndim; i++)
+		dims[i] = m->out.dims[i];
+	return m->out.ndim;
+}
+
+size_t kiln_infer_input_bytes(const struct kiln_infer *m) { return m->in_bytes; }
+size_t kiln_infer_output_elems(const struct kiln_infer *m) { return m->out_elems; }
+
+/* The plan for `rows` rows: the model's batch plan, or the remainder's
+ * (made again when a call ends on another row count). */
+static kiln_status rows_plan(struct kiln_infer *m, int64_t rows, struct kiln_plan **p)
+{
+	struct kiln_plan_opts o = { .logits = 1 };
+	kiln_status st;
+	if (rows == m->batch) {
+		*p = m->p;
+		return KILN_OK;
+	}
+	if (m->rem && m->rem_rows != rows) {
+		if ((st = kiln_device_stream_sync(m->t.dev, m->t.stream)))
+			return st;
+		kiln_plan_free(m->rem);
+		m->rem = NULL;
+	}
+	if (!m->rem && (st = kiln_model_plan_ex(m->t.m, rows, &o, &m->rem)))
+		return st;
+	m->rem_rows = rows;
+	*p = m->rem;
+	return KILN_OK;
+}
+
+/* Rows [off, off + rows) of x through the model into out. */
+static kiln_status infer_rows(struct kiln_infer *m, const char *x, int64_t off, int64_t rows,
+			      float *out)
+{
+	struct kiln_device *dev = m->t.dev;
+	struct kiln_plan *p;
+	struct kiln_tensor_desc d;
+	void *logits;
+	kiln_status st;
+	if ((st = rows_plan(m, rows, &p)) ||
+	    (st = kiln_device_copy_async(dev, m->x_d, x + (size_t)off * m->in_bytes,
+					 (size_t)rows * m->in_bytes, KILN_COPY_H2D, m->t.stream)) ||
+	    (st = kiln_plan_forward(p, m->x_d, NULL, NULL, m->t.stream)) ||
+	    (st = kiln_plan_logits(p, &logits, &d)) ||
+	    (st = kiln_device_copy_async(dev, out + (size_t)off * m->out_elems, logits,
+					 sizeof(float) * m->out_elems * (size_t)rows, KILN_COPY_D2H,
+					 m->t.stream)))
+		return kiln_error_wrap(st, "samples %lld..%lld", (long long)off,
+				       (long long)(off + rows - 1));
+	/* the next rows reuse the input buffer: wait for these */
+	return kiln_device_stream_sync(dev, m->t.stream);
+}
+
+kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *out)
+{
+	kiln_status st = KILN_OK;
+	if (!m || n < 0 || (n && (!x || !out)))
+		return kiln_error(KILN_EINVAL, "kiln_infer: %s", !m ? "no model" : n < 0 ? "a negative count" : "a NULL buffer");
+	pthread_mutex_lock(&m->lock);
+	for (int64_t off = 0; off < n && !st; off += m->batch)
+		st = infer_rows(m, x, off, n - off < m->batch ? n - off : m->batch, out);
+	pthread_mutex_unlock(&m->lock);
+	return st;
+}
+
+/* [data.eval]'s transforms for the images of kiln_infer_image: the eval
+ * set opened (as `kiln eval` opens it) for its source's image size and
+ * the transform keys; f32 output (what transform_on = device computes on
+ * the device, computed here). */
+static kiln_status image_xform(struct kiln_infer *m)
+{
+	struct kiln_dataset ds;
+	kiln_status st = kiln_dataset_open(m->cfg, m->reg, "data.eval", "test", 0, &ds);
+	if (!st && !ds.use_image)
+		st = kiln_error(KILN_ENOTSUP, "[data.eval] source '%s' hands over finished samples, not images: this model reads no images",
+				ds.name);
+	if (!st) {
+		m->xf = ds.xf;
+		m->xf.out_dtype = KILN_F32;
+		m->xf.nhwc = 0; /* samples are CHW, as the loader stages them */
+		const int sized = strcmp(kiln_config_where(m->cfg, "data.eval", "size"), "default") ||
+				  strcmp(kiln_config_where(m->cfg, "data.eval", "resize"), "default");
+		m->src_h = sized ? 0 : ds.info.image_h;
+		m->src_w = sized ? 0 : ds.info.image_w;
+		m->src_c = strcmp(kiln_config_where(m->cfg, "data.eval", "channels"), "default") ? 0
+											 : ds.info.image_c;
+		m->have_xf = 1;
+	}
+	kiln_dataset_close(&ds);
+	return st ? kiln_error_wrap(st, "the image transforms of [data.eval]") : KILN_OK;
+}
+
+kiln_status kiln_infer_image(struct kiln_infer *m, const struct kiln_image *img,
+			     const char *what, void *x)
+{
+	kiln_status st = KILN_OK;
+	pthread_mutex_lock(&m->lock);
+	if (!m->have_xf)
+		st = image_xform(m);
+	if (st)
+		goto out;
+	if (img->c != 1 && img->c != 3)
+		st = kiln_error(KILN_EDATA, "%s: %d channels: images have 1 (gray) or 3 (RGB)", what,
+				img->c);
+	else if ((m->src_h && (img->h != m->src_h || img->w != m->src_w)))
+		st = kiln_error(KILN_EDATA, "%s: %dx%d pixels, the model reads %dx%d images ([data.eval] sets no size or resize to resize them)",
+				what, img->w, img->h, m->src_w, m->src_h);
+	else if (m->src_c && img->c != m->src_c)
+		st = kiln_error(KILN_EDATA, "%s: %d channel%s, the model reads %d-channel images ([data.eval] sets no channels to convert them)",
+				what, img->c, img->c == 1 ? "" : "s", m->src_c);
+	else if (kiln_xform_out_bytes(&m->xf) != m->in_bytes)
+		st = kiln_error(KILN_ECONFIG, "[data.eval]'s transforms make %zu-byte samples, the model reads %zu",
+				kiln_xform_out_bytes(&m->xf), m->in_bytes);
+	else if ((st = kiln_xform_apply(&m->xf, img, 0, 0, 0, x, &m->xs)))
+		st = kiln_error_wrap(st, "%s", what);
+out:
+	pthread_mutex_unlock(&m->lock);
+	return st;
+}
+
+/* [data.eval] opened for a pass: samples staged as the model takes them
+ * (u8 pixels or bf16 widened on the host, the values transform_on =
+ * device and dtype = bf16 give on the device). */
+static kiln_status eval_set_open(struct kiln_infer *m, struct kiln_dataset *ds)
+{
+	kiln_status st = kiln_dataset_open(m->cfg, m->reg, "data.eval", "test", 0, ds);
+	if (st)
+		return st;
+	if (ds->use_image && kiln_dataset_widened(ds)) {
+		ds->xf.out_dtype = KILN_F32;
+		ds->bf16 = 0;
+		ds->sample.dtype = KILN_F32;
+		ds->sample_bytes = kiln_tensor_bytes(&ds->sample);
+	}
+	if (ds->sample_bytes != m->in_bytes)
+		return kiln_error(KILN_ECONFIG, "[data.eval] source '%s' gives %zu-byte samples, the model reads %zu",
+				  ds->name, ds->sample_bytes, m->in_bytes);
+	return KILN_OK;
+}
+
+kiln_status kiln_infer_eval_set(struct kiln_infer *m, kiln_infer_rows_fn fn, void *user)
+{
+	struct kiln_dataset ds = { 0 };
+	struct kiln_data_scratch scratch = { 0 };
+	const int64_t B = m->batch;
+	int64_t *idx = malloc(sizeof(int64_t) * (size_t)B);
+	char *x = NULL;
+	int32_t *y = NULL;
+	float *out = malloc(sizeof(float) * m->out_elems * (size_t)B);
+	kiln_status st = idx && out ? eval_set_open(m, &ds) : kiln_error(KILN_ENOMEM, "out of memory");
+	if (!st && (!(x = malloc(m->in_bytes * (size_t)B)) ||
+		    !(y = malloc(ds.label_bytes * (size_t)B))))
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+	for (int64_t off = 0; !st && off < ds.len; off += B) {
+		const int64_t rows = ds.len - off < B ? ds.len - off : B;
+		for (int64_t i = 0; i < rows; i++)
+			idx[i] = off + i;
+		if (!(st = kiln_dataset_read_rows(&ds, 0, idx, rows, x, y, &scratch)) &&
+		    !(st = kiln_infer(m, x, rows, out)))
+			st = fn(user, off, rows, out, y, ds.label_elems);
+	}
+	kiln_dataset_close(&ds);
+	kiln_data_scratch_free(&scratch);
+	free(idx);
+	free(x);
+	free(y);
+	free(out);
+	return st;
+}
+
+void kiln_infer_free(struct kiln_infer *m)
+{
+	if (!m)
+		return;
+	if (m->t.stream)
+		kiln_device_stream_sync(m->t.dev, m->t.stream);
+	kiln_plan_free(m->p);
+	kiln_plan_free(m->rem);
+	if (m->t.dev)
+		kiln_device_free(m->t.dev, m->x_d);
+	kiln_trained_close(&m->t);
+	kiln_xform_scratch_free(&m->xs);
+	pthread_mutex_destroy(&m->lock);
+	kiln_registry_close(m->own_reg);
+	kiln_config_free(m->own_cfg);
+	free(m);
+}

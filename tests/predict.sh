@@ -1,0 +1,166 @@
+#!/bin/sh
+# tests/predict.sh - `kiln predict` (docs/inference.md) against `kiln eval`,
+# and its refusals.
+#
+# tests/data/tr_cnn.ini (conv, batchnorm, relu, pool, linear; 48 8x8 gray
+# images in 5 classes) trains 5 steps; its evaluation set is written as a
+# folder of PNGs (`kiln pack --format folder`).  Then:
+#  1. `kiln eval` of a config whose [data.eval] is that folder, and `kiln
+#     predict` of the same config on the same folder: the loss (mean
+#     -log p[label]) and accuracy computed from predict's probabilities
+#     equal eval's to float tolerance; --logits .npy holds the same
+#     probabilities' logits; csv has a row per image;
+#  2. the idx config (its images have one size: predict checks each PNG
+#     against it) predicts the same; so do the exported safetensors
+#     weights and batch 1 and 7;
+#  3. corrupt, truncated, empty, wrong-size, wrong-channel-count and
+#     non-image files fail with exit 3 and a message naming the file;
+#     a missing path or an image-less folder exit 2;
+#  4. tests/infer_threads: the C API from threads (one shared model, and
+#     a model per thread) gives the single-threaded logits bit for bit.
+# The checks need only python3's standard library.
+name=predict
+. "$(dirname "$0")/lib.sh"
+py=/usr/bin/python3
+[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_source idx
+need_source folder
+data="$srcdir/tests/data"
+ini="$data/tr_cnn.ini"
+common="data.path=$data model.init_from=$data/tr_cnn_init.safetensors"
+
+kiln 0 train "$ini" $common "run.out_dir=$tmp/run"
+ck="$tmp/run/checkpoints/ckpt-5.kiln"
+[ -f "$ck" ] || fail "no checkpoint $ck"
+kiln 0 pack "$ini" --format folder --store png --out "$tmp/png" --section data.eval $common
+pngs="$tmp/png/test"
+[ -d "$pngs" ] || fail "kiln pack wrote no $pngs"
+
+# the same model with [data.eval] = the PNG folder
+awk -v png="$tmp/png" '/^\[/ { ev = $0 == "[data.eval]" }
+	ev && /^(images|labels) =/ { next }
+	{ print }
+	$0 == "[data.eval]" { print "source = folder\npath = " png "\nsize = 8\nchannels = 1" }' \
+	"$ini" >"$tmp/f.ini"
+# and, for the C API (which takes no overrides), [data] path in the file
+awk -v d="$data" '{ print } $0 == "[data]" { print "path = " d }' "$ini" >"$tmp/t.ini"
+
+# ---- 1. predict = eval ------------------------------------------------------
+kiln 0 eval "$tmp/f.ini" --checkpoint "$ck" "data.path=$data"
+cp "$out" "$tmp/eval.json"
+kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$pngs" --top-k 5 "data.path=$data"
+cp "$out" "$tmp/pred.jsonl"
+kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$pngs" --logits "$tmp/logits.npy" "data.path=$data"
+kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$pngs" --format csv --top-k 2 "data.path=$data"
+cp "$out" "$tmp/pred.csv"
+"$py" - "$tmp/eval.json" "$tmp/pred.jsonl" "$tmp/logits.npy" "$tmp/pred.csv" <<'EOF' || fail "predict disagrees with eval"
+import json, math, os, struct, sys
+ev = json.load(open(sys.argv[1]))
+rows = [json.loads(l) for l in open(sys.argv[2])]
+assert len(rows) == ev["test_samples"] == 48, (len(rows), ev["test_samples"])
+loss = acc = 0.0
+names = sorted(os.listdir(os.path.dirname(os.path.dirname(rows[0]["file"]))))
+for r in rows:
+    label = names.index(os.path.basename(os.path.dirname(r["file"])))
+    probs = {t["index"]: t["prob"] for t in r["top"]}
+    assert len(probs) == 5 and abs(sum(probs.values()) - 1) < 1e-4, r
+    assert [t["class"] for t in r["top"]] == [names[t["index"]] for t in r["top"]], r
+    loss -= math.log(probs[label])
+    acc += r["top"][0]["index"] == label
+loss /= len(rows); acc /= len(rows)
+print("eval: loss %.6f acc %.6f; predict: loss %.6f acc %.6f" % (ev["test_loss"], ev["test_acc"], loss, acc))
+assert abs(loss - ev["test_loss"]) <= 1e-4 * max(1, ev["test_loss"]), "loss"
+assert round(acc * 48) == round(ev["test_acc"] * 48), "accuracy"
+raw = open(sys.argv[3], "rb").read()
+assert raw[:6] == b"\x93NUMPY"
+hl = struct.unpack("<H", raw[8:10])[0]
+hdr = raw[10:10 + hl].decode()
+assert "(48, 5)" in hdr and "<f4" in hdr and (10 + hl) % 64 == 0, hdr
+lg = struct.unpack("<240f", raw[10 + hl:])
+for i, r in enumerate(rows):
+    l = lg[5 * i:5 * i + 5]
+    m = max(l); s = sum(math.exp(v - m) for v in l)
+    for t in r["top"]:
+        assert abs(math.exp(l[t["index"]] - m) / s - t["prob"]) < 1e-5, (i, t)
+csv = open(sys.argv[4]).read().splitlines()
+assert csv[0] == "file,index1,class1,prob1,index2,class2,prob2", csv[0]
+assert len(csv) == 49 and csv[1].split(",")[1] == str(rows[0]["top"][0]["index"]), csv[1]
+EOF
+echo "ok: predict's probabilities give eval's loss and accuracy; npy and csv agree"
+
+# ---- 1b. --eval-set: the idx set itself, as eval reads it ----------------
+kiln 0 eval "$ini" --checkpoint "$ck" "data.path=$data"
+cp "$out" "$tmp/eval_idx.json"
+kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --top-k 5 --batch 10 "data.path=$data"
+"$py" - "$tmp/eval_idx.json" "$out" <<'EOF' || fail "predict --eval-set disagrees with eval"
+import json, math, sys
+ev = json.load(open(sys.argv[1]))
+rows = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["sample"] for r in rows] == list(range(48)), "sample order"
+loss = sum(-math.log({t["index"]: t["prob"] for t in r["top"]}[r["label"]]) for r in rows) / 48
+acc = sum(r["top"][0]["index"] == r["label"] for r in rows) / 48
+print("eval: loss %.6f acc %.6f; predict --eval-set: loss %.6f acc %.6f" % (ev["test_loss"], ev["test_acc"], loss, acc))
+assert abs(loss - ev["test_loss"]) <= 1e-4 * max(1, ev["test_loss"]) and round(acc * 48) == round(ev["test_acc"] * 48)
+EOF
+kiln 2 predict "$ini" --checkpoint "$ck" --eval-set "$pngs" "data.path=$data"
+echo "ok: predict --eval-set gives eval's loss and accuracy"
+
+# ---- 2. the idx config, exported weights, other batches -----------------
+kiln 0 predict "$ini" --checkpoint "$ck" "$pngs" --top-k 5 "data.path=$data" --batch 7
+cmp -s "$out" "$tmp/pred.jsonl" || fail "the idx config predicts otherwise than the folder config"
+kiln 0 export "$ini" --checkpoint "$ck" --safetensors "$tmp/w.safetensors" "data.path=$data"
+kiln 0 predict "$ini" --checkpoint "$tmp/w.safetensors" "$pngs" --top-k 5 "data.path=$data" --batch 1
+cmp -s "$out" "$tmp/pred.jsonl" || fail "the exported safetensors predict otherwise"
+# the default checkpoint: the newest in [run] out_dir
+kiln 0 predict "$ini" "$pngs" --top-k 5 "data.path=$data" "run.out_dir=$tmp/run"
+cmp -s "$out" "$tmp/pred.jsonl" || fail "the default checkpoint predicts otherwise"
+echo "ok: the same predictions from the idx config, safetensors, batch 1 and 7"
+
+# ---- 3. bad inputs -------------------------------------------------------
+one=$(find "$pngs" -name '*.png' | sort | head -1)
+"$py" - "$tmp/bad" "$one" <<'EOF' || exit 99
+import os, struct, sys, zlib
+d = sys.argv[1]; os.mkdir(d)
+def png(path, w, h, c):
+    raw = b"".join(b"\0" + bytes((x * 7 + y) % 256 for x in range(w * c)) for y in range(h))
+    chunk = lambda t, b: struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b))
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, {1: 0, 3: 2}[c], 0, 0, 0))
+                           + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+png(d + "/big.png", 16, 16, 1)
+png(d + "/rgb.png", 8, 8, 3)
+png(d + "/ok.png", 8, 8, 1)
+good = open(sys.argv[2], "rb").read()
+open(d + "/trunc.png", "wb").write(good[:len(good) // 2])
+open(d + "/corrupt.png", "wb").write(good[:40] + bytes(range(256)) + good[40:])
+open(d + "/noise.png", "wb").write(bytes((i * 37) % 256 for i in range(300)))
+open(d + "/notes.txt", "w").write("not an image\n")
+open(d + "/empty.png", "wb").close()
+EOF
+kiln 0 predict "$ini" --checkpoint "$ck" "$tmp/bad/ok.png" "data.path=$data"
+stdout_has "ok.png"
+for f in big.png rgb.png trunc.png corrupt.png noise.png notes.txt empty.png; do
+	kiln 3 predict "$ini" --checkpoint "$ck" "$pngs" "$tmp/bad/$f" "data.path=$data"
+	stderr_has "$tmp/bad/$f"
+done
+kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/big.png" "data.path=$data"
+stderr_has "16x16 pixels, the model reads 8x8 images"
+kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/rgb.png" "data.path=$data"
+stderr_has "3 channels, the model reads 1-channel images"
+# a folder config resizes and converts, as eval would
+kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/bad/big.png" "$tmp/bad/rgb.png" "data.path=$data"
+kiln 2 predict "$ini" --checkpoint "$ck" "$tmp/nothing.png" "data.path=$data"
+stderr_has "$tmp/nothing.png: no such file or folder"
+mkdir "$tmp/empty"
+kiln 2 predict "$ini" --checkpoint "$ck" "$tmp/empty" "data.path=$data"
+stderr_has "no .jpg/.jpeg/.png files"
+kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --logits "$tmp/x.bin" "data.path=$data"
+kiln 2 predict "$ini" --checkpoint "$ck" "data.path=$data"
+kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --top-k 0 "data.path=$data"
+kiln 3 predict "$ini" --checkpoint "$tmp/bad/notes.txt" "$pngs" "data.path=$data"
+echo "ok: bad inputs fail naming the file"
+
+# ---- 4. the C API from threads ---------------------------------------------
+"$top_builddir/tests/infer_threads" "$tmp/t.ini" "$ck" ||
+	fail "tests/infer_threads failed"
+echo "PASS ($checks kiln runs)"
+exit 0
