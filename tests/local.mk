@@ -427,3 +427,7 @@ EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py tests/netns_lib.sh tests/n
 # newest checkpoint, bit-identical to the uninterrupted run
 TESTS += tests/launch_restart.sh
 EXTRA_DIST += tests/launch_restart.sh
+# DDP and ZeRO-1 on a GPT (tied lm_head, layernorm, attention, AdamW with
+# no_decay): 2 ranks equal one process (needs kiln-gloo.so)
+TESTS += tests/dist_gpt.sh
+EXTRA_DIST += tests/dist_gpt.sh
