@@ -36,6 +36,7 @@
 #                 when it has torch, else /usr/bin/python3: PyTorch 1.13, whose
 #                 torch.compile is missing: that column then says n/a)
 #   LLMC          the llm.c driver binary (unset: no llm.c column)
+#   KILN_ARGS     extra settings for kiln's run, e.g. train.recompute=auto
 #   GEMM          GEMM peak probe (default ./bench/gemm_peak)
 # Run from the top of the source tree.
 
@@ -124,7 +125,8 @@ FLOPS_TOKEN=$(awk -v L="$L" -v C="$C" -v V="$V" -v T="$T" \
 
 # kiln_step RUN: kiln's median step seconds after WARMUP steps
 kiln_step() {
-    "$KILN" train "$TMP/gpt.ini" "run.out_dir=$TMP/kiln$1" >"$TMP/kiln$1.out" 2>&1 ||
+    # shellcheck disable=SC2086 # one argument per setting
+    "$KILN" train "$TMP/gpt.ini" "run.out_dir=$TMP/kiln$1" ${KILN_ARGS:-} >"$TMP/kiln$1.out" 2>&1 ||
         { echo "gpt.sh: kiln failed:" >&2; tail -5 "$TMP/kiln$1.out" >&2; echo n/a; return; }
     "$PYTHON" - "$TMP/kiln$1/metrics.jsonl" "$WARMUP" "$B" <<'PY'
 import json, statistics, sys

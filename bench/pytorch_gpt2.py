@@ -2,7 +2,7 @@
 """GPT-2 training steps in PyTorch on the CPU, the reference for bench/gpt.sh.
 
 The model is the one bench/gpt.sh gives kiln (examples/gpt2_small.ini's
-blocks at any size): token and learned position embeddings, L pre-norm
+blocks at any size; bench/pytorch_gpt.py's GPT module): token and learned position embeddings, L pre-norm
 blocks (layer norm, causal self-attention with H heads, layer norm, MLP
 4C with tanh GELU, residuals), a final layer norm, lm_head tied to the
 token embedding, mean cross-entropy; torch.optim.AdamW (lr 1e-4, as llm.c's
@@ -18,55 +18,25 @@ compilation), tokens_per_s = B * T / that median, and the versions.
 """
 import argparse
 import json
-import math
 import statistics
 import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
+
+from pytorch_gpt import GPT, lm_loss
 
 
-class Block(nn.Module):
-    def __init__(self, C, H):
-        super().__init__()
-        self.C, self.H = C, H
-        self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.c_attn, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+class GPTLoss(nn.Module):
+    """bench/pytorch_gpt.py's GPT at this size, returning the mean cross-entropy
+    (in f32 under bf16 autocast)."""
 
-    def attention(self, x):
-        b, t, C = x.shape
-        q, k, v = (z.view(b, t, self.H, C // self.H).transpose(1, 2)
-                   for z in self.c_attn(x).split(C, dim=2))
-        if hasattr(F, "scaled_dot_product_attention"):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.H))
-            mask = torch.ones(t, t, dtype=torch.bool).tril()
-            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
-        return self.attn_proj(y.transpose(1, 2).reshape(b, t, C))
-
-    def forward(self, x):
-        x = x + self.attention(self.ln_1(x))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
     def __init__(self, L, C, H, V, T):
         super().__init__()
-        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        self.h = nn.ModuleList([Block(C, H) for _ in range(L)])
-        self.ln_f = nn.LayerNorm(C)
-        self.lm_head = nn.Linear(C, V, bias=False)
-        self.lm_head.weight = self.wte.weight
+        self.gpt = GPT(vocab=V, ctx=T, c=C, layers=L, heads=H)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for block in self.h:
-            x = block(x)
-        logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.view(-1))
+        return lm_loss(self.gpt(idx).float(), targets)
 
 
 def main():
@@ -81,7 +51,7 @@ def main():
     a = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)
-    model = GPT(a.layers, a.dim, a.heads, a.vocab, a.context)
+    model = GPTLoss(a.layers, a.dim, a.heads, a.vocab, a.context)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.0)
     step_fn = torch.compile(model) if a.compile else model
     x = torch.randint(0, a.vocab, (a.batch, a.context))

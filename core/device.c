@@ -218,6 +218,8 @@ void kiln_device_close(struct kiln_device *dev)
 
 const char *kiln_device_name(const struct kiln_device *dev) { return dev->plugin->name; }
 
+unsigned kiln_device_abi_minor(const struct kiln_device *dev) { return dev->plugin->abi_minor; }
+
 const struct kiln_device_traits *kiln_device_traits(const struct kiln_device *dev)
 {
 	return &dev->ops->traits;
@@ -454,6 +456,10 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	 * caller falls back to the op and an ACT (kiln/ops.h) */
 	if ((op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 3)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before fused activations",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and a loss's padded classes (SOFTMAX_XENT's i[5], ABI 2.4) */
+	if (op->type == KILN_OP_SOFTMAX_XENT && op->i[5] && dev->plugin->abi_minor < 4)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a loss's classes",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st)

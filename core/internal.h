@@ -25,6 +25,10 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 
 char *kiln_strdup(const char *s);
 
+/* The ABI minor the device's plugin was built against (core/device.c): what
+ * the planner may ask of its ops. */
+unsigned kiln_device_abi_minor(const struct kiln_device *dev);
+
 /* The resolved [layer.*] sections alone, as kiln_config_write writes them
  * (with the defaults of the registry cfg was validated with): the model's
  * architecture, which core/weights.c hashes into exported files. */

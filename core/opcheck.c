@@ -505,6 +505,9 @@ static kiln_status check_xent(const char *who, const struct kiln_op *op)
 		    (long long)rows);
 	if (op->i[1] < KILN_LOSS_XENT || op->i[1] > KILN_LOSS_BCE)
 		BAD(KILN_ENOTSUP, "unknown loss i[1] = %lld", (long long)op->i[1]);
+	if (op->i[5] < 0 || op->i[5] > cols)
+		BAD(KILN_EINVAL, "classes i[5] = %lld outside [0, %lld]", (long long)op->i[5],
+		    (long long)cols);
 	if (!(op->f[1] >= 0 && op->f[1] <= 1))
 		BAD(KILN_EINVAL, "label smoothing f[1] outside [0, 1]");
 	return KILN_OK;

@@ -354,6 +354,42 @@ static kiln_status plan_gradients(struct kiln_plan *p, const int *wants_grad)
 	return KILN_OK;
 }
 
+/* The gradient over its input: a layer whose backward may write input 0's
+ * gradient over input 0 (dx_over_input: the loss layers) gets that
+ * gradient in the input's storage (the copy its backward reads) when that
+ * backward is the input's last reader, it writes the gradient first and
+ * the sizes match; the merged storage lives until the gradient's last
+ * reader.  The logits and their gradient are then one buffer, as in
+ * llm.c.  Not with [layer.X] inplace = 0, in keep_all plans (their
+ * outputs are read after the step) nor on a device built before ABI 2.4. */
+static void plan_grad_over_input(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	struct storage *S = p->store;
+	if (p->keep_all || !m->dev || kiln_device_abi_minor(m->dev) < 4)
+		return;
+	for (int j = 0; j < m->n_layers; j++) {
+		const int src = m->layers[j].n_in ? m->layers[j].in[0] : -1;
+		int allow = 1;
+		kiln_config_get_bool(m->cfg, m->layers[j].section, "inplace", &allow);
+		if (!allow || !N[j].l.dx_over_input || src < 0 || !N[j].dx_on[0] || N[j].dx_accum[0])
+			continue;
+		const int gs = N[src].gstore, xs = kiln_plan_late_store(p, src);
+		if (gs < 0 || xs < 0 || gs == xs || S[gs].bytes != S[xs].bytes ||
+		    S[xs].end != N[j].pos_b)
+			continue;
+		if (S[gs].end > S[xs].end)
+			S[xs].end = S[gs].end;
+		S[gs] = (struct storage){ 0, 0, 0, 0 };
+		for (int k = 0; k < m->n_layers; k++)
+			if (N[k].gstore == gs)
+				N[k].gstore = xs;
+		kiln_log(KILN_LOG_DEBUG, "core", "layer '%s' writes its input's gradient over '%s''s output",
+			 m->layers[j].name, m->layers[src].name);
+	}
+}
+
 /* What the plan cannot run: an input gradient without a backward, loss
  * logits read after the loss, a storage without a lifetime. */
 static kiln_status plan_check(const struct kiln_plan *p)
@@ -404,6 +440,8 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	plan_in_place(p);
 	if (p->training && (st = plan_gradients(p, wants_grad)))
 		return st;
+	if (p->training)
+		plan_grad_over_input(p);
 	if ((st = plan_check(p)))
 		return st;
 	if (p->keep_all)

@@ -2,8 +2,9 @@
 # (not run) after setting
 #   name   the temporary directory's prefix (kiln-NAME.XXXXXX, tests/lib.sh)
 #   needs  the comm plugin the script needs (gloo, mpi)
-# It skips (exit 77) without Fashion-MNIST or that plugin (or, for mpi,
-# without mpirun), and gives:
+#   fmnist 0 when the script trains no Fashion-MNIST model (optional)
+# It skips (exit 77) without Fashion-MNIST (unless fmnist = 0) or that
+# plugin (or, for mpi, without mpirun), and gives:
 #   $kiln, $tool (tests/ckpt_tool), $tmp (removed on exit unless KEEP is set)
 #   fail, bad MESSAGE          record a failure (the script ends with exit $fail)
 #   free_port K                a TCP port free a moment ago
@@ -17,7 +18,8 @@
 . "$(dirname "$0")/lib.sh"
 kiln="$abs_top_builddir/kiln"
 tool="$abs_top_builddir/tests/ckpt_tool"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || { echo "SKIP: no Fashion-MNIST"; exit 77; }
+[ "${fmnist:-1}" = 0 ] || [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+	{ echo "SKIP: no Fashion-MNIST"; exit 77; }
 [ -f "$abs_top_builddir/plugins/.libs/kiln-$needs.so" ] || { echo "SKIP: the $needs plugin is not built"; exit 77; }
 [ "$needs" != mpi ] || command -v mpirun > /dev/null || { echo "SKIP: no mpirun"; exit 77; }
 fail=0

@@ -16,7 +16,18 @@
 #  6. bf16 with accumulation, recompute and clipping trains (finite loss);
 #  7. kiln memory: its total covers the run's device peak (within 128
 #     bytes), and recompute = auto needs fewer activation bytes;
-#  8. the profiler times the GPT's ops (attention, layernorm, embedding).
+#  8. the profiler times the GPT's ops (attention, layernorm, embedding);
+#  9. the loss's gradient over the logits (one buffer, the default): every
+#     loss, parameter and AdamW moment bit for bit those of two buffers
+#     ([layer.loss] inplace = 0), with and without recompute = auto, and
+#     kiln memory counts the logits' gradient's 9984 bytes fewer (unpacked);
+# 10. a padded vocabulary ([layer.loss] classes): the model padded to 72
+#     tokens (8 more rows of wte, the tied lm_head 72 wide, the padding
+#     rows +-0.5, large enough to move a softmax over them) with classes =
+#     64 trains as the unpadded model does (every loss within 1e-5, every
+#     exported tensor within 1e-5, wte's padding rows unchanged), which
+#     gpt_steps.sh holds to PyTorch's numbers: the loss is over the real
+#     vocabulary, as llm.c's; without classes the first loss differs.
 name=gpt
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -91,4 +102,69 @@ kiln 0 train "$ini" "$@" "run.out_dir=$tmp/prof" --profile
 for op in attention attention_bwd layernorm layernorm_bwd embedding_bwd act_bwd; do
 	grep -q " $op " "$tmp/prof/profile.txt" || fail "the profile has no $op row"
 done
-echo "PASS: $checks kiln runs; accumulation, recompute, resume, clipping, schedule, bf16, memory and the profiler on a GPT"
+# 9. the logits' gradient over the logits, against two buffers
+losses() { sed -n 's/.*"event":"train".*"loss":\([0-9.e-]*\).*/\1/p' "$tmp/$1/metrics.jsonl" | tr '\n' ' '; }
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/two" layer.loss.inplace=0
+"$tool" same "$(ck b3 5)" "$(ck two 5)" $state || fail "the gradient over the logits changed the training"
+[ -n "$(losses b3)" ] && [ "$(losses b3)" = "$(losses two)" ] ||
+	fail "losses with one buffer '$(losses b3)', with two '$(losses two)'"
+kiln 0 train "$ini" "$@" "run.out_dir=$tmp/two_rc" layer.loss.inplace=0 train.recompute=auto
+"$tool" same "$(ck rc 5)" "$(ck two_rc 5)" $state || fail "the gradient over the logits changed recompute = auto"
+kiln 0 memory "$ini" "$@"
+one=$(field activations_unpacked "$out")
+kiln 0 memory "$ini" "$@" layer.loss.inplace=0
+two=$(field activations_unpacked "$out")
+[ $((two - one)) = $((3 * 13 * 64 * 4)) ] ||
+	fail "one buffer for the logits and their gradient: $one activation bytes unpacked, two: $two (the gradient is 9984)"
+# 10. a padded vocabulary, classes = the real one
+/usr/bin/python3 - "$data" "$data/gpt_init.safetensors" "$tmp/pad.safetensors" <<'PY' || fail "no padded weights"
+import json, struct, sys
+sys.path.insert(0, sys.argv[1])
+from gen_trained_refs import read
+t = read(sys.argv[2])
+dt, shape, vals = t["transformer.wte.weight"]
+t["transformer.wte.weight"] = (dt, [72, shape[1]], vals + tuple(
+    0.5 * (-1) ** (i // shape[1]) for i in range(8 * shape[1])))
+head, blob = {}, b""
+for n in sorted(t):
+    d, sh, v = t[n]
+    head[n] = {"dtype": d, "shape": sh, "data_offsets": [len(blob), len(blob) + 4 * len(v)]}
+    blob += struct.pack("<%df" % len(v), *v)
+h = json.dumps(head).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[3], "wb").write(struct.pack("<Q", len(h)) + h + blob)
+PY
+pad="model.init_from=$tmp/pad.safetensors layer.transformer.wte.vocab=72 layer.lm_head.out=72"
+# shellcheck disable=SC2086 # one argument per setting
+kiln 0 train "$ini" "$1" $pad "run.out_dir=$tmp/pad" layer.loss.classes=64
+# shellcheck disable=SC2086
+kiln 0 train "$ini" "$1" $pad "run.out_dir=$tmp/pad_all" train.max_steps=1
+kiln 0 export "$ini" --safetensors "$tmp/b3.safetensors" "$@" "run.out_dir=$tmp/b3"
+# shellcheck disable=SC2086
+kiln 0 export "$ini" --safetensors "$tmp/pad_out.safetensors" "$1" $pad "run.out_dir=$tmp/pad" \
+	layer.loss.classes=64
+/usr/bin/python3 - "$data" "$tmp" "$(losses b3)" "$(losses pad)" "$(losses pad_all)" <<'PY' ||
+import sys
+sys.path.insert(0, sys.argv[1])
+from gen_trained_refs import read
+tmp = sys.argv[2]
+ref, pad, every = ([float(x) for x in a.split()] for a in sys.argv[3:6])
+print("losses: unpadded", ref, "padded, classes = 64", pad, "padded, every column", every)
+assert len(ref) == 5 and len(pad) == 5, "5 losses each"
+assert all(abs(a - b) <= 1e-5 * abs(a) for a, b in zip(ref, pad)), "losses differ"
+assert abs(every[0] - ref[0]) > 1e-3, "the padding columns did not change the loss"
+a, b = read(tmp + "/b3.safetensors"), read(tmp + "/pad_out.safetensors")
+init = read(tmp + "/pad.safetensors")["transformer.wte.weight"][2]
+assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+for n in a:
+    x, y = a[n][2], b[n][2]
+    if n == "transformer.wte.weight":
+        assert y[len(x):] == init[len(x):], "wte's padding rows moved"
+        y = y[:len(x)]
+    assert len(x) == len(y), n
+    err = max(abs(p - q) - 1e-5 * abs(p) for p, q in zip(x, y))
+    assert err <= 1e-6, "%s differs by %g" % (n, err)
+print("the padded model with classes = 64 trained as the unpadded one")
+PY
+	fail "the padded vocabulary with classes = 64 strays from the unpadded model"
+echo "PASS: $checks kiln runs; accumulation, recompute, resume, clipping, schedule, bf16, memory, the profiler, the loss's gradient over the logits and a padded vocabulary on a GPT"

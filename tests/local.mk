@@ -436,3 +436,7 @@ if BUILD_LOADERS
 TESTS += tests/predict.sh tests/embed.sh
 endif
 EXTRA_DIST += tests/predict.sh tests/embed.sh
+# DDP and ZeRO-1 on a GPT (tied lm_head, layernorm, attention, AdamW with
+# no_decay): 2 ranks equal one process (needs kiln-gloo.so)
+TESTS += tests/dist_gpt.sh
+EXTRA_DIST += tests/dist_gpt.sh

@@ -25,6 +25,7 @@ struct xent {
 	int tokens;        /* 3-d logits [B, T, V] */
 	int ignore;        /* rows labelled ignore_index are left out (softmax_xent) */
 	int64_t ignore_index;
+	int64_t classes;   /* the first `classes` logits are classes; 0: all */
 	int kind;          /* enum kiln_loss */
 	double smoothing;  /* label_smoothing (cross-entropy) */
 	void *op;
@@ -35,6 +36,8 @@ static const struct kiln_key xent_keys[] = {
 	  "Cross-entropy against (1 - e) one-hot + e / classes (nn.CrossEntropyLoss(label_smoothing = e))." },
 	{ "ignore_index", KILN_KEY_INT, "-100", -1e9, 1e9, NULL,
 	  "Rows whose label is this get no gradient and are not counted in the loss mean or the accuracy (nn.CrossEntropyLoss(ignore_index)), over [B, C] and token [B, T, V] logits; any other label outside [0, classes) is an error." },
+	{ "classes", KILN_KEY_INT, "0", 0, 1e9, NULL,
+	  "The first N logits of a row are the classes: the softmax, loss and accuracy are over them and the rest (a padded vocabulary's columns, e.g. GPT-2's 50257 of 50304) get no gradient, as llm.c and PyTorch on the real vocabulary; a label must be below N. 0: every logit is a class." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -56,6 +59,9 @@ static kiln_status loss_configure(const struct kiln_host *h, struct kiln_layer *
 		st = h->config_get_int(cfg, section, "ignore_index", &s->ignore_index);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
+		st = h->config_get_int(cfg, section, "classes", &s->classes);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
 	}
 	l->is_loss = 1;
 	return KILN_OK;
@@ -73,8 +79,12 @@ static kiln_status loss_infer(const struct kiln_host *h, struct kiln_layer *l)
 	s->samples = x->dims[0];
 	s->B = s->tokens ? x->dims[0] * x->dims[1] : x->dims[0];
 	s->C = x->dims[x->ndim - 1];
+	if (s->classes > s->C)
+		return h->error(KILN_ECONFIG, "layer '%s' (%s): classes = %lld, but its logits have %lld columns",
+				l->name, l->type, (long long)s->classes, (long long)s->C);
 	f32_desc(&l->out, 2, 0, 0);
 	l->needs_input = 1;
+	l->dx_over_input = 1; /* the op reads a row's logits before its gradient */
 	return KILN_OK;
 }
 
@@ -99,6 +109,7 @@ static kiln_status loss_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.i[2] = s->ignore;
 	op.i[3] = s->ignore_index;
 	op.i[4] = s->ignore ? s->samples : 0; /* means over the rows counted, B of them */
+	op.i[5] = s->classes;
 	size_t w = 0;
 	kiln_status st = prep(h, l, dev, &op, &s->op, &w);
 	/* evaluation writes the unused gradient at the start of the

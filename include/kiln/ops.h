@@ -89,7 +89,12 @@ enum kiln_op_type {
 	 * over B samples of T tokens sets M = B, so a mean over samples
 	 * (the trainer's) is the mean of the batches' token means, the
 	 * number a PyTorch loop over CrossEntropyLoss(reduction = 'mean')
-	 * reports.  i[4] = 0: plain sums. */
+	 * reports.  i[4] = 0: plain sums.  ABI 2.4: out0 may be in0 (the
+	 * gradient written over the logits; a device reads every logit of
+	 * a row before it writes any of that row's gradient); i[5] = K in
+	 * (0, C]: only the first K columns are classes (a padded vocabulary):
+	 * the loss, softmax, accuracy and mean are over them, columns K..C-1
+	 * get a zero gradient, a label must be < K; i[5] = 0: K = C. */
 	KILN_OP_SOFTMAX_XENT = 6,
 	/* SGD with momentum and weight decay over flat buffers of n = i[0]
 	 * elements: in0 grads, in1 lr f32[1] (device scalar), in2 (optional:

@@ -55,9 +55,12 @@ extern "C" {
  * 2.2: decoding with a key/value cache: KILN_OP_ATTENTION_DECODE,
  * kiln_layer.decode_len, kiln_layer_run.pos (docs/generate.md).
  * 2.3: fused epilogue activations: KILN_OPF_ACT on GEMM, CONV and the
- * batchnorm ops (kiln/ops.h); kiln_layer.fuse_act and act_fused. */
+ * batchnorm ops (kiln/ops.h); kiln_layer.fuse_act and act_fused.
+ * 2.4: SOFTMAX_XENT may write its gradient over its logits (out0 = in0)
+ * and takes the class count i[5] (a padded vocabulary);
+ * kiln_layer.dx_over_input. */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 3
+#define KILN_ABI_MINOR 4
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -814,6 +817,14 @@ struct kiln_layer {
 			      * by the core before configure on an activation
 			      * layer whose producer applied it: that layer is
 			      * a view (is_view) with nothing to run. */
+	/* ---- ABI 2.4 ---- */
+	int dx_over_input;   /* set by infer: the backward may write input 0's
+			      * gradient over input 0 (dx[0] == x[0]: the loss
+			      * layers' logits).  The planner decides whether
+			      * it does, from the lifetimes: only when this
+			      * backward is the input's last reader and the
+			      * first writer of its gradient, the sizes match
+			      * and the device is built for ABI 2.4 or later. */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device

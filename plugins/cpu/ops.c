@@ -236,8 +236,8 @@ static kiln_status cpu_relu_bwd_bf16(const struct cpu_plan *p, const struct kiln
 }
 
 /* The fused loss: see KILN_OP_SOFTMAX_XENT in kiln/ops.h.  x (R, C) logits,
- * label (R) i32, dx (R, C), m [2..4] metric sums.  Rows r < V = i[0] are
- * real; rows past V are padding: dx = 0, not counted.  With i[2] = 1 rows
+ * label (R) i32, dx (R, C) (may be x), m [2..4] metric sums.  Rows r < V =
+ * i[0] are real; rows past V are padding: dx = 0, not counted.  With i[2] = 1 rows
  * labelled i[3] are ignored as padding is, and the gradient scale is
  * divided by the share of rows counted (xent_counted).  Softmax subtracts
  * the row max so exp never overflows; sums are in double. */
@@ -257,6 +257,7 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 	float *dx = a->out[0];
 	float *m = a->out[1];
 	const int64_t R = p->rows, C = p->cols, V = p->op.i[0];
+	const int64_t K = p->op.i[5] > 0 ? p->op.i[5] : C; /* the classes; K..C-1 padding */
 	const int kind = (int)p->op.i[1], top5 = p->sz[0] >= 3;
 	/* with a loss scale (in2) the gradient is f[0] * s * (...): f[0] * s
 	 * rounded once, so s = 1 changes nothing */
@@ -283,7 +284,7 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 				memset(dr, 0, (size_t)C * sizeof *dr);
 				continue;
 			}
-			if (l < 0 || l >= C) {
+			if (l < 0 || l >= K) {
 				if (bad[ch] < 0)
 					bad[ch] = r;
 				memset(dr, 0, (size_t)C * sizeof *dr);
@@ -291,50 +292,56 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 			}
 			float mx = xr[0];
 			int64_t am = 0, above = 0;
-			for (int64_t j = 1; j < C; j++)
+			for (int64_t j = 1; j < K; j++)
 				if (xr[j] > mx) {
 					mx = xr[j];
 					am = j;
 				}
-			for (int64_t j = 0; j < C; j++)
+			for (int64_t j = 0; j < K; j++)
 				above += xr[j] > xr[l] || (xr[j] == xr[l] && j < l);
+			if (K < C) /* padded classes: no gradient */
+				memset(dr + K, 0, (size_t)(C - K) * sizeof *dr);
 			ok[ch] += am == l;
 			ok5[ch] += above < 5;
 			if (kind == KILN_LOSS_MSE) {
 				double ls = 0;
-				for (int64_t j = 0; j < C; j++) {
+				for (int64_t j = 0; j < K; j++) {
 					const float d = xr[j] - (j == l ? 1.0f : 0.0f);
 					ls += (double)d * d;
-					dr[j] = scale * 2.0f * d / (float)C;
+					dr[j] = scale * 2.0f * d / (float)K;
 				}
-				loss[ch] += ls / (double)C;
+				loss[ch] += ls / (double)K;
 				continue;
 			}
 			if (kind == KILN_LOSS_BCE) {
 				double ls = 0;
-				for (int64_t j = 0; j < C; j++) {
+				for (int64_t j = 0; j < K; j++) {
 					const float v = xr[j], t = j == l ? 1.0f : 0.0f;
 					ls += (v > 0 ? v : 0) - v * t + log1p(exp(-fabs((double)v)));
 					const float sg = v >= 0 ? 1.0f / (1.0f + expf(-v))
 								: expf(v) / (1.0f + expf(v));
-					dr[j] = scale * (sg - t) / (float)C;
+					dr[j] = scale * (sg - t) / (float)K;
 				}
-				loss[ch] += ls / (double)C;
+				loss[ch] += ls / (double)K;
 				continue;
 			}
+			/* dr may be xr (ABI 2.4): each logit is read before
+			 * its gradient is written, the label's first */
+			const float xl = xr[l];
 			double sum = 0, xsum = 0;
-			for (int64_t j = 0; j < C; j++) {
-				dr[j] = expf(xr[j] - mx);
+			for (int64_t j = 0; j < K; j++) {
+				const float v = xr[j];
+				dr[j] = expf(v - mx);
 				sum += dr[j];
-				xsum += (double)xr[j] - mx;
+				xsum += (double)v - mx;
 			}
 			const float inv = (float)(1.0 / sum);
-			const float off = eps / (float)C, on = 1.0f - eps + off;
-			for (int64_t j = 0; j < C; j++)
+			const float off = eps / (float)K, on = 1.0f - eps + off;
+			for (int64_t j = 0; j < K; j++)
 				dr[j] = scale * (dr[j] * inv - (j == l ? on : off));
 			const double lse = log(sum);
-			loss[ch] += (1.0 - eps) * (lse - ((double)xr[l] - mx)) +
-				    (eps > 0 ? eps * (lse - xsum / (double)C) : 0.0);
+			loss[ch] += (1.0 - eps) * (lse - ((double)xl - mx)) +
+				    (eps > 0 ? eps * (lse - xsum / (double)K) : 0.0);
 		}
 	}
 	if (R > V && V >= 0)
@@ -343,7 +350,7 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 		if (bad[ch] >= 0)
 			return cpu_fail(e, KILN_EDATA,
 					"cpu: SOFTMAX_XENT: label %d of row %lld is outside [0, %lld)",
-					(int)label[bad[ch]], (long long)bad[ch], (long long)C);
+					(int)label[bad[ch]], (long long)bad[ch], (long long)K);
 	double ls = 0, os = 0, o5 = 0;
 	for (int ch = 0; ch < nch; ch++) {
 		ls += loss[ch];

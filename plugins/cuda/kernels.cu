@@ -228,15 +228,17 @@ __global__ void k_xent_count(double *cnt, const int32_t *label, int64_t V, int32
 }
 
 /* One warp per row: rows r = warp, warp + W, ... with W the warps of the
- * grid (fixed by R).  x (R, C) logits, label (R) i32, dx (R, C), part
- * [gridDim.x] block partials.  Rows >= V are padding: zero gradient, not
+ * grid (fixed by R).  x (R, C) logits, label (R) i32, dx (R, C) (may be x:
+ * a lane writes only elements it read, after the row's reductions), part
+ * [gridDim.x] block partials; the first K columns are the classes, the
+ * rest padding (zero gradient, never counted).  Rows >= V are padding: zero gradient, not
  * counted; so are rows labelled `ignored` when cnt (the rows counted,
  * k_xent_count) is given, and the scale is then f0 * V / *cnt.  A label
  * outside [0, C) zeroes the row and leaves (row, label) in *err (the
  * smallest row wins), reported by the next host sync. */
 __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x, int tx,
 		       const int32_t *label,
-		       int64_t R, int64_t C, int64_t V, int kind, double f0, const float *lsp,
+		       int64_t R, int64_t C, int64_t K, int64_t V, int kind, double f0, const float *lsp,
 		       float eps, struct cuda_err_rec *err, int op, const double *cnt,
 		       int32_t ignored)
 {
@@ -266,14 +268,14 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
 				DR(j, 0.0f);
 			continue;
 		}
-		if (l < 0 || l >= C) {
+		if (l < 0 || l >= K) {
 			for (int64_t j = lane; j < C; j += 32)
 				DR(j, 0.0f);
 			if (lane == 0) {
 				/* device memory: atomic among the GPU's threads */
 				const unsigned long long key = kern_err_key_label(r, l);
 				if (atomicMin(&err->key, key) > key) {
-					err->val = C;
+					err->val = K;
 					err->op = op;
 					err->kind = KERN_ERR_LABEL;
 				}
@@ -284,7 +286,7 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
 		/* the row's maximum and its first index */
 		float mx = -INFINITY;
 		int am = (int)C; /* C: this lane saw no element */
-		for (int64_t j = lane; j < C; j += 32)
+		for (int64_t j = lane; j < K; j += 32)
 			if (am == C || XR(j) > mx) {
 				mx = XR(j);
 				am = (int)j;
@@ -300,43 +302,45 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
 		/* top-5: how many logits rank above the label's (ties by index) */
 		const float xl = XR(l);
 		int above = 0;
-		for (int64_t j = lane; j < C; j += 32)
+		for (int64_t j = lane; j < K; j += 32)
 			above += XR(j) > xl || (XR(j) == xl && j < l);
 		above = warp_sum_i(above);
+		for (int64_t j = K + lane; j < C; j += 32) /* padded classes */
+			DR(j, 0.0f);
 		double ls;
 		if (kind == KILN_LOSS_MSE) {
 			double t = 0;
-			for (int64_t j = lane; j < C; j += 32) {
+			for (int64_t j = lane; j < K; j += 32) {
 				const float d = XR(j) - (j == l ? 1.0f : 0.0f);
 				t += (double)d * d;
-				DR(j, scale * 2.0f * d / (float)C);
+				DR(j, scale * 2.0f * d / (float)K);
 			}
-			ls = warp_sum_d(t) / (double)C;
+			ls = warp_sum_d(t) / (double)K;
 		} else if (kind == KILN_LOSS_BCE) {
 			double t = 0;
-			for (int64_t j = lane; j < C; j += 32) {
+			for (int64_t j = lane; j < K; j += 32) {
 				const float v = XR(j), tj = j == l ? 1.0f : 0.0f;
 				t += (v > 0 ? v : 0) - v * tj + log1p(exp(-fabs((double)v)));
 				const float sg = v >= 0 ? 1.0f / (1.0f + expf(-v)) : expf(v) / (1.0f + expf(v));
-				DR(j, scale * (sg - tj) / (float)C);
+				DR(j, scale * (sg - tj) / (float)K);
 			}
-			ls = warp_sum_d(t) / (double)C;
+			ls = warp_sum_d(t) / (double)K;
 		} else {
 			/* softmax with the max subtracted, so exp never overflows */
 			double sum = 0, xsum = 0;
-			for (int64_t j = lane; j < C; j += 32) {
+			for (int64_t j = lane; j < K; j += 32) {
 				sum += expf(XR(j) - mx);
 				xsum += (double)XR(j) - mx;
 			}
 			sum = warp_sum_d(sum);
 			xsum = warp_sum_d(xsum);
 			const float inv = (float)(1.0 / sum);
-			const float off = eps / (float)C, on = 1.0f - eps + off;
-			for (int64_t j = lane; j < C; j += 32)
+			const float off = eps / (float)K, on = 1.0f - eps + off;
+			for (int64_t j = lane; j < K; j += 32)
 				DR(j, scale * (expf(XR(j) - mx) * inv - (j == l ? on : off)));
 			const double lse = log(sum);
 			ls = (1.0 - eps) * (lse - ((double)xl - mx)) +
-			     (eps > 0 ? eps * (lse - xsum / (double)C) : 0.0);
+			     (eps > 0 ? eps * (lse - xsum / (double)K) : 0.0);
 		}
 #undef XR
 #undef DR
@@ -414,7 +418,7 @@ extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
 	}
 	k_xent<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(
 		a->out[0], DTO(p, 0), part, a->in[0], DTI(p, 0), (const int32_t *)a->in[1], R,
-		p->cols, p->op.i[0], (int)p->op.i[1], p->op.f[0],
+		p->cols, p->op.i[5] > 0 ? p->op.i[5] : p->cols, p->op.i[0], (int)p->op.i[1], p->op.f[0],
 		p->op.n_in == 3 ? (const float *)a->in[2] : NULL, (float)p->op.f[1], p->err,
 		p->op.type, cnt, ignored);
 	if ((e = cudaGetLastError()) != cudaSuccess)

@@ -61,6 +61,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_trained_refs import read  # noqa: E402  (standard library only)
+from gen_gpt_refs import gpt_model  # noqa: E402  (imports torch when called)
 
 V, C, H, T, B, LAYERS = 64, 32, 4, 13, 3, 2
 GEN_V = 256
@@ -130,8 +131,6 @@ def check(argv):
 
 
 def generate(out_dir):
-    import math
-
     import numpy as np
     import torch
     import torch.nn as nn
@@ -154,59 +153,8 @@ def generate(out_dir):
             return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(
                 *x.shape[:-1], self.weight.shape[1])
 
-    class Attention(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c_attn = Conv1D(3 * C, C)
-            self.c_proj = Conv1D(C, C)
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.c_attn(x).split(C, dim=2)
-            q, k, v = (z.view(b, t, H, C // H).transpose(1, 2) for z in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
-            mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
-            att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-            return self.c_proj((att @ v).transpose(1, 2).contiguous().view(b, t, C))
-
-    class MLP(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c_fc = Conv1D(4 * C, C)
-            self.c_proj = Conv1D(C, 4 * C)
-
-        def forward(self, x):
-            return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln_1 = nn.LayerNorm(C)
-            self.attn = Attention()
-            self.ln_2 = nn.LayerNorm(C)
-            self.mlp = MLP()
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
-
-    class GPT2LMHeadModel(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.transformer = nn.ModuleDict(dict(
-                wte=nn.Embedding(V, C), wpe=nn.Embedding(T, C),
-                h=nn.ModuleList([Block() for _ in range(LAYERS)]), ln_f=nn.LayerNorm(C)))
-            self.lm_head = nn.Linear(C, V, bias=False)
-            self.lm_head.weight = self.transformer.wte.weight
-
-        def forward(self, idx):
-            tr = self.transformer
-            x = tr.wte(idx) + tr.wpe(torch.arange(idx.shape[1]))
-            for block in tr.h:
-                x = block(x)
-            return self.lm_head(tr.ln_f(x))
-
-    net = GPT2LMHeadModel()
+    # GPT2LMHeadModel's modules, Conv1D(nf = out, nx = in) for the projections
+    net = gpt_model(lambda n_in, n_out: Conv1D(n_out, n_in))
     with torch.no_grad():
         for name, p in net.named_parameters():
             if ".ln_" in name and name.endswith(".weight"):

@@ -131,25 +131,22 @@ def check(argv, refs):
 # ---- generation (torch) --------------------------------------------------------
 
 
-def generate(out_dir):
+def gpt_model(linear):
+    """The model of gpt_tiny.ini (V, C, H, T, LAYERS above) as PyTorch modules
+    under kiln's (GPT-2's) names, explicit attention (PyTorch 1.13 has no
+    F.scaled_dot_product_attention); linear(n_in, n_out) makes the blocks'
+    projections: nn.Linear here, GPT-2's Conv1D in gen_gpt2_io_refs.py."""
     import math
 
-    import numpy as np
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
-    from safetensors_io import write_safetensors
-
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    rng = np.random.default_rng(0)
-
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
-            self.c_attn = nn.Linear(C, 3 * C)
-            self.c_proj = nn.Linear(C, C)
+            self.c_attn = linear(C, 3 * C)
+            self.c_proj = linear(C, C)
 
         def forward(self, x):
             b, t, _ = x.shape
@@ -158,14 +155,13 @@ def generate(out_dir):
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
             mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
             att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
-            y = (att @ v).transpose(1, 2).contiguous().view(b, t, C)
-            return self.c_proj(y)
+            return self.c_proj((att @ v).transpose(1, 2).contiguous().view(b, t, C))
 
     class MLP(nn.Module):
         def __init__(self):
             super().__init__()
-            self.c_fc = nn.Linear(C, 4 * C)
-            self.c_proj = nn.Linear(4 * C, C)
+            self.c_fc = linear(C, 4 * C)
+            self.c_proj = linear(4 * C, C)
 
         def forward(self, x):
             return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
@@ -198,7 +194,22 @@ def generate(out_dir):
                 x = block(x)
             return self.lm_head(tr.ln_f(x))
 
-    net = GPT()
+    return GPT()
+
+
+def generate(out_dir):
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from safetensors_io import write_safetensors
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+
+    net = gpt_model(nn.Linear)
     with torch.no_grad():
         for name, p in net.named_parameters():
             if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or name.endswith("ln_f.weight"):
