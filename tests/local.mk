@@ -427,3 +427,10 @@ EXTRA_DIST += tests/dist_netns.sh tests/netns_wire.py tests/netns_lib.sh tests/n
 # newest checkpoint, bit-identical to the uninterrupted run
 TESTS += tests/launch_restart.sh
 EXTRA_DIST += tests/launch_restart.sh
+
+# recurrent layers (lstm, gru) against PyTorch references (issue 21)
+check_PROGRAMS += tests/check_rnn
+TESTS += tests/check_rnn
+tests_check_rnn_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_rnn_LDADD = libkiln.la $(CHECK_LIBS) -lm
+EXTRA_DIST += tests/data/gen_rnn_refs.py tests/data/rnn_refs.safetensors
