@@ -12,7 +12,7 @@ libkiln_la_SOURCES = core/internal.h core/status.c core/tensor.c core/config.c \
 	core/layers/avgpool.c core/layers/global_avgpool.c core/layers/act.h core/layers/act.c \
 	core/layers/leaky_relu.c core/layers/gelu.c core/layers/sigmoid.c core/layers/tanh.c \
 	core/layers/dropout.c core/layers/add.c core/layers/concat.c \
-	core/layers/embedding.c core/layers/pos_embedding.c core/layers/layernorm.c \
+	core/layers/embedding.c core/layers/pos_embedding.c core/layers/layernorm.c core/layers/rnn.c \
 	core/layers/attention.c
 libkiln_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS) $(JANSSON_CFLAGS) \
 	-DKILN_PKGLIBDIR='"$(pkglibdir)"' \

@@ -560,6 +560,38 @@ static kiln_status check_layernorm(const char *who, const struct kiln_op *op)
 	return KILN_OK;
 }
 
+/* RNN (x, w_ih, w_hh, b_ih, b_hh [, ids] -> y [, saved]) and RNN_BWD (x,
+ * dy, w_ih, w_hh, saved -> dx, dw_ih, dw_hh, db[2, G*H]). */
+static kiln_status check_rnn(const char *who, const struct kiln_op *op)
+{
+	const int bwd = op->type == KILN_OP_RNN_BWD;
+	if (bwd ? op->n_in != 5 || op->n_out != 4
+		: (op->n_in != 5 && op->n_in != 6) || (op->n_out != 1 && op->n_out != 2))
+		BAD(KILN_EINVAL, bwd ? "takes x, dy, w_ih, w_hh, saved and gives dx, dw_ih, dw_hh, db"
+				     : "takes x, w_ih, w_hh, b_ih, b_hh (, ids) and gives y (, saved)");
+	if (op->i[0] != 0 && op->i[0] != 1)
+		BAD(KILN_EINVAL, "cell i[0] must be 0 (LSTM) or 1 (GRU)");
+	const int64_t G = op->i[0] ? 3 : 4;
+	const struct kiln_tensor_desc *x = &op->in[0], *y = bwd ? &op->in[1] : &op->out[0];
+	const struct kiln_tensor_desc *wi = &op->in[bwd ? 2 : 1], *wh = &op->in[bwd ? 3 : 2];
+	const int64_t H = y->ndim == 3 ? y->dims[2] : 0, I = x->ndim == 3 ? x->dims[2] : 0;
+	int ok = x->dtype == KILN_F32 && y->dtype == KILN_F32 && x->ndim == 3 && y->ndim == 3 &&
+		 H > 0 && I > 0 && y->dims[0] == x->dims[0] && y->dims[1] == x->dims[1] &&
+		 wi->dtype == KILN_F32 && numel(wi) == G * H * I && wh->dtype == KILN_F32 &&
+		 numel(wh) == G * H * H;
+	for (int k = 3; !bwd && k < 5 && ok; k++)
+		ok = op->in[k].dtype == KILN_F32 && numel(&op->in[k]) == G * H;
+	if (!bwd && op->n_in == 6)
+		ok = ok && op->in[5].dtype == KILN_I32 && numel(&op->in[5]) == x->dims[0] * x->dims[1];
+	if (bwd)
+		ok = ok && like_x(&op->out[0], x) && numel(&op->out[1]) == numel(wi) &&
+		     numel(&op->out[2]) == numel(wh) && op->out[3].dtype == KILN_F32 &&
+		     numel(&op->out[3]) == 2 * G * H;
+	if (!ok)
+		BAD(KILN_EINVAL, "wants f32 x [B,T,I], y and dy [B,T,H], w_ih [G*H,I], w_hh [G*H,H], biases [G*H] (G = 4 LSTM, 3 GRU), i32 ids [B,T], db [2,G*H]");
+	return KILN_OK;
+}
+
 static kiln_status check_small(const char *who, const struct kiln_op *op)
 {
 	kiln_status st;
@@ -735,6 +767,8 @@ static const struct {
 	[KILN_OP_ATTENTION] = { "ATTENTION", check_attention },
 	[KILN_OP_ATTENTION_BWD] = { "ATTENTION_BWD", check_attention },
 	[KILN_OP_ATTENTION_DECODE] = { "ATTENTION_DECODE", check_attention_decode },
+	[KILN_OP_RNN] = { "RNN", check_rnn },
+	[KILN_OP_RNN_BWD] = { "RNN_BWD", check_rnn },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");

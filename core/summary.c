@@ -53,6 +53,12 @@ static double op_flops(const struct kiln_op *op)
 		const double pairs = op->i[1] ? T * (T + 1) / 2 : T * T;
 		return (op->type == KILN_OP_ATTENTION ? 4 : 10) * BC * pairs;
 	}
+	case KILN_OP_RNN: {
+		/* the input and recurrent GEMMs of every step: 2 B T G H (I + H) */
+		const struct kiln_tensor_desc *x = &op->in[0];
+		const double G = op->i[0] ? 3 : 4, H = (double)op->out[0].dims[2];
+		return 2 * numel(x) / (double)x->dims[2] * G * H * ((double)x->dims[2] + H);
+	}
 	case KILN_OP_BN_TRAIN:
 	case KILN_OP_BN_INFER:
 	case KILN_OP_BN_APPLY:

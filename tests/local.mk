@@ -440,3 +440,9 @@ EXTRA_DIST += tests/predict.sh tests/embed.sh
 # no_decay): 2 ranks equal one process (needs kiln-gloo.so)
 TESTS += tests/dist_gpt.sh
 EXTRA_DIST += tests/dist_gpt.sh
+# recurrent layers (lstm, gru) against PyTorch references (issue 21)
+check_PROGRAMS += tests/check_rnn
+TESTS += tests/check_rnn
+tests_check_rnn_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_rnn_LDADD = libkiln.la $(CHECK_LIBS) -lm
+EXTRA_DIST += tests/data/gen_rnn_refs.py tests/data/rnn_refs.safetensors

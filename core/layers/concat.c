@@ -1,5 +1,7 @@
 /* core/layers/concat.c - concatenate inputs along the channels (dimension
- * 1): [N, C0, ...] + [N, C1, ...] -> [N, C0 + C1, ...]. */
+ * 1): [N, C0, ...] + [N, C1, ...] -> [N, C0 + C1, ...], or with `dim = -1`
+ * along the last dimension ([B, T, H0] + [B, T, H1]: a bidirectional
+ * recurrent layer's two directions). */
 #include "util.h"
 
 struct concat {
@@ -7,12 +9,39 @@ struct concat {
 	void *fwd;
 	void *split[1 << KILN_OP_MAX_OUT]; /* one per write/add pattern of the inputs */
 	size_t off[KILN_OP_MAX_OUT];       /* scratch for gradients nobody needs */
+	int64_t dim;                       /* the `dim` key: 1 or -1 (last) */
+	int d;                             /* the dimension concatenated */
 };
+
+static const struct kiln_key concat_keys[] = {
+	{ "dim", KILN_KEY_INT, "1", -1, 1, NULL,
+	  "Dimension to concatenate along: 1 (channels) or -1 (the last: [B, T, H] sequences)." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+static kiln_status concat_configure(const struct kiln_host *h, struct kiln_layer *l,
+				    const struct kiln_config *cfg, const char *sec)
+{
+	struct concat *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
+	s->dim = 1;
+	kiln_status st = h->config_get_int(cfg, sec, "dim", &s->dim);
+	if (st && st != KILN_ENOTFOUND)
+		return st;
+	if (s->dim != 1 && s->dim != -1)
+		return h->error(KILN_ECONFIG, "%s: [%s] dim must be 1 or -1",
+				h->config_where(cfg, sec, "dim"), sec);
+	return KILN_OK;
+}
 
 static kiln_status concat_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	if (!layer_alloc(h, l, sizeof(struct concat)))
+	struct concat *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
 		return KILN_ENOMEM;
+	const int d = s->dim < 0 ? l->in[0].ndim - 1 : 1;
+	s->d = d;
 	if (l->n_in > KILN_OP_MAX_OUT)
 		return h->error(KILN_ECONFIG, "layer '%s' (concat): at most %d inputs", l->name,
 				KILN_OP_MAX_OUT);
@@ -21,12 +50,12 @@ static kiln_status concat_infer(const struct kiln_host *h, struct kiln_layer *l)
 		const struct kiln_tensor_desc *b = &l->in[k];
 		int same = b->ndim == l->out.ndim && b->layout == l->out.layout &&
 			   b->dims[0] == l->out.dims[0];
-		for (int d = 2; d < b->ndim; d++)
-			same = same && b->dims[d] == l->out.dims[d];
+		for (int e = 1; e < b->ndim; e++)
+			same = same && (e == d || b->dims[e] == l->out.dims[e]);
 		if (!same || b->ndim < 2)
-			return h->error(KILN_ECONFIG, "layer '%s' (concat): input %d differs from input 0 in a dimension other than channels",
-					l->name, k);
-		l->out.dims[1] += b->dims[1];
+			return h->error(KILN_ECONFIG, "layer '%s' (concat): input %d differs from input 0 in a dimension other than %s",
+					l->name, k, s->dim < 0 ? "the last" : "channels");
+		l->out.dims[d] += b->dims[d];
 	}
 	return KILN_OK;
 }
@@ -41,7 +70,7 @@ static kiln_status concat_plan(const struct kiln_host *h, struct kiln_layer *l,
 	for (int k = 0; k < l->n_in; k++)
 		op.in[k] = l->in[k];
 	op.out[0] = l->out;
-	op.i[0] = 1;
+	op.i[0] = s->d;
 	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
 		return st;
 	/* dy -> dx_k, each written or added into: prepare every pattern of
@@ -51,7 +80,7 @@ static kiln_status concat_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.in[0] = l->out;
 	for (int k = 0; k < l->n_in; k++)
 		op.out[k] = l->in[k];
-	op.i[0] = 1;
+	op.i[0] = s->d;
 	size_t w = 0, scratch = 0;
 	for (int bits = 0; bits < 1 << l->n_in; bits++) {
 		op.i[1] = bits;
@@ -98,6 +127,6 @@ static kiln_status concat_backward(const struct kiln_host *h, struct kiln_layer 
 	return h->device_run(r->dev, s->split[bits], &a, r->stream);
 }
 
-LAYER(concat, "concat", "concatenate inputs along the channels (`inputs = a, b`)", NULL, 2,
-      KILN_LAYER_MAX_INPUTS, NULL, concat_infer, concat_plan, concat_forward, concat_backward,
+LAYER(concat, "concat", "concatenate inputs along the channels (`inputs = a, b`)", concat_keys,
+      2, KILN_LAYER_MAX_INPUTS, concat_configure, concat_infer, concat_plan, concat_forward, concat_backward,
       layer_destroy);

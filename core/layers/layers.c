@@ -10,6 +10,7 @@ extern const struct kiln_plugin kiln_layer_linear, kiln_layer_relu, kiln_layer_f
 extern const struct kiln_plugin kiln_layer_embedding, kiln_layer_pos_embedding,
 	kiln_layer_layernorm;
 extern const struct kiln_plugin kiln_layer_attention;
+extern const struct kiln_plugin kiln_layer_lstm, kiln_layer_gru;
 
 const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_linear,
@@ -34,5 +35,7 @@ const struct kiln_plugin *const kiln_builtin_layers[] = {
 	&kiln_layer_pos_embedding,
 	&kiln_layer_layernorm,
 	&kiln_layer_attention,
+	&kiln_layer_lstm,
+	&kiln_layer_gru,
 	NULL
 };

@@ -409,6 +409,29 @@ enum kiln_op_type {
 	 * i[0] = H, f[0] = scale.  A t outside [0, Tmax) writes nothing and
 	 * fails the run with KILN_EDATA naming it. */
 	KILN_OP_ATTENTION_DECODE = 47,
+	/* ---- recurrent layers (ABI 2.4) ------------------------------------
+	 * One direction of one layer of nn.LSTM / nn.GRU (batch_first, zero
+	 * initial state), PyTorch's parameters and gate order: G = 4 gates
+	 * i, f, g, o (LSTM) or G = 3 gates r, z, n (GRU, PyTorch's form:
+	 * n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h' = (1-z) n + z h).
+	 * i[0] cell (0 LSTM, 1 GRU), i[1] reverse (1: the direction that reads
+	 * the sequence backwards, PyTorch's `_reverse` parameters), i[2] pad
+	 * id (with in5).  Forward: in0 x [B,T,I], in1 w_ih [G*H, I], in2 w_hh
+	 * [G*H, H], in3 b_ih [G*H], in4 b_hh [G*H], in5 (optional, n_in = 6)
+	 * token ids i32 [B,T]: the length of row b is the first t with
+	 * ids[b,t] == i[2] (T when none), and the row runs as PyTorch runs a
+	 * pack_padded_sequence of that length: steps t >= len are not run,
+	 * y is 0 there, the reverse direction starts at t = len - 1.  Without
+	 * in5 every row has length T.  out0 y [B,T,H] (every step's h);
+	 * out1 (training, n_out = 2) u8[aux_bytes]: what the backward reads
+	 * (the device's aux_bytes for the plan; inference n_out = 1). */
+	KILN_OP_RNN = 48,
+	/* Its backward: in0 x, in1 dy [B,T,H], in2 w_ih, in3 w_hh, in4 the
+	 * forward's out1 (same i[], same shapes); out0 dx [B,T,I] (=|+= with
+	 * KILN_OPF_ACCUMULATE), out1 dw_ih, out2 dw_hh, out3 f32[2, G*H]: the
+	 * gradients of b_ih, then b_hh (written); out1 and out2 written, or
+	 * added into when i[3] = 1.  Padded steps give dx = 0 and add nothing. */
+	KILN_OP_RNN_BWD = 49,
 	KILN_OP_TYPE_COUNT
 };
 

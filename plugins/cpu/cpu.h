@@ -198,6 +198,8 @@ kiln_status cpu_layout_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 /* embedding.c, layernorm.c: the transformer ops (same contract) */
 kiln_status cpu_embedding_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_layernorm_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+/* rnn.c: RNN, RNN_BWD through oneDNN's LSTM and linear-before-reset GRU */
+kiln_status cpu_rnn_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 /* attn.c: ATTENTION, ATTENTION_BWD (fused scaled-dot-product attention),
  * ATTENTION_DECODE (one step with a key/value cache) */
 kiln_status cpu_attn_prepare(struct cpu_ctx *c, struct cpu_plan *p);

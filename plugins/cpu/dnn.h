@@ -6,9 +6,9 @@
 #include "cpu.h"
 #include <oneapi/dnnl/dnnl.h> /* dnnl_* */
 
-#define CPU_DNN_MEMS 12
+#define CPU_DNN_MEMS 20
 #define CPU_DNN_STEPS 6
-#define CPU_DNN_ARGS 8
+#define CPU_DNN_ARGS 12
 
 /* Where a memory object's bytes are at run time. */
 enum { CPU_BIND_IN = 0, CPU_BIND_OUT = 1, CPU_BIND_WS = 2 };
@@ -33,6 +33,7 @@ struct cpu_dnn {
 	dnnl_memory_t mem[CPU_DNN_MEMS];
 	struct cpu_bind bind[CPU_DNN_MEMS];
 	struct cpu_dnn_step step[CPU_DNN_STEPS];
+	int64_t sz[24]; /* rnn.c: sizes and byte offsets fixed at prepare */
 };
 
 const char *cpu_dnnl_str(dnnl_status_t s);

@@ -16,6 +16,7 @@ static const struct kiln_plugin *const loaders_list[] = {
 	&loaders_lmdb_plugin,
 	&loaders_synthetic_plugin,
 	&loaders_tokens_plugin,
+	&loaders_seq2seq_plugin,
 	NULL
 };
 

@@ -147,4 +147,7 @@ extern const struct kiln_plugin loaders_records_plugin;
 /* llm.c-format token shards, windows of context+1 tokens: tokens.c. */
 extern const struct kiln_plugin loaders_tokens_plugin;
 
+/* Generated digit strings and their reversal or sorting: seq2seq.c. */
+extern const struct kiln_plugin loaders_seq2seq_plugin;
+
 #endif /* KILN_LOADERS_H */

@@ -15,7 +15,8 @@ pkglib_LTLIBRARIES += plugins/kiln-loaders.la
 plugins_kiln_loaders_la_SOURCES = plugins/loaders/loaders.c plugins/loaders/loaders.h \
 	plugins/loaders/common.c plugins/loaders/idx.c plugins/loaders/folder.c \
 	plugins/loaders/tar.c plugins/loaders/lmdb.c plugins/loaders/synthetic.c \
-	plugins/loaders/records.c plugins/loaders/records.h plugins/loaders/tokens.c
+	plugins/loaders/records.c plugins/loaders/records.h plugins/loaders/tokens.c \
+	plugins/loaders/seq2seq.c
 plugins_kiln_loaders_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(ZLIB_CFLAGS)
 plugins_kiln_loaders_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_loaders_la_LIBADD = plugins/loaders/libimage_records.la $(ZLIB_LIBS) $(LMDB_LIBS)

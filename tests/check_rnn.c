@@ -1,0 +1,307 @@
+/* tests/check_rnn.c - the recurrent layers `lstm` and `gru`
+ * (core/layers/rnn.c, KILN_OP_RNN / RNN_BWD on the CPU device) against
+ * PyTorch's nn.LSTM / nn.GRU: the loss, every parameter gradient and the
+ * input gradient of a training pass, for 1 and 2 layers, one and two
+ * directions, with and without masking by a pad id
+ * (tests/data/rnn_refs.safetensors, written by tests/data/gen_rnn_refs.py);
+ * the parameter gradients against central differences of the loss; the
+ * configuration errors.
+ */
+#include <check.h>
+#include "check_main.h"
+#include "test_util.h"
+#include <kiln/kiln.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* max |got - ref| <= REL * max(FLOOR, max |ref|), as tests/check_layers.c */
+#define REL 1e-4
+#define FLOOR 0.1
+
+static struct kiln_registry *reg;
+static struct kiln_safetensors *refs;
+
+struct rig {
+	const char *tag;
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	struct kiln_plan *train, *eval;
+	void *stream;
+	void *x, *labels, *metrics;
+	int64_t B, T, I;
+	int masked;
+};
+
+/* Reference tensor `<tag>/<what>` copied to aligned host memory (free it). */
+static void *ref_copy(const char *tag, const char *what, int64_t *numel)
+{
+	char key[256];
+	struct kiln_safetensors_tensor t;
+	snprintf(key, sizeof key, "%s/%s", tag, what);
+	ck_assert_msg(kiln_safetensors_find(refs, key, &t) == KILN_OK, "no reference %s", key);
+	void *h = malloc(t.bytes);
+	memcpy(h, t.data, t.bytes);
+	if (numel)
+		*numel = t.numel;
+	return h;
+}
+
+static void rig_open(struct rig *r, const char *tag)
+{
+	char key[128];
+	memset(r, 0, sizeof *r);
+	r->tag = tag;
+	snprintf(key, sizeof key, "%s.ini", tag);
+	const char *ini = kiln_safetensors_meta(refs, key);
+	snprintf(key, sizeof key, "%s.masked", tag);
+	const char *masked = kiln_safetensors_meta(refs, key);
+	const char *shape = kiln_safetensors_meta(refs, "shape");
+	ck_assert_msg(ini && masked && shape, "%s: metadata missing", tag);
+	r->masked = atoi(masked);
+	long long B, T, I;
+	ck_assert(sscanf(shape, "%lld,%lld,%lld", &B, &T, &I) == 3);
+	r->B = B, r->T = T, r->I = I;
+	r->cfg = test_config(reg, ini);
+	ck_assert(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0);
+	const int64_t dims[2] = { T, I };
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, r->masked ? KILN_I32 : KILN_F32, r->masked ? 1 : 2, dims);
+	ck_assert_msg(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m) == 0, "%s: %s", tag,
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r->dev, &r->stream) == 0);
+	ck_assert_msg(kiln_model_plan_ex(r->m, B, &(struct kiln_plan_opts){ .training = 1, .input_grad = !r->masked },
+					 &r->train) == 0,
+		      "%s: %s", tag, kiln_last_error());
+	ck_assert_msg(kiln_model_plan(r->m, B, 0, &r->eval) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_alloc(r->dev, sizeof(float) * (size_t)(B * T * I), &r->x) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof(int32_t) * (size_t)B, &r->labels) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, &r->metrics) == 0);
+	/* every parameter from the reference, the input and the labels */
+	for (int i = 0; i < kiln_model_param_count(r->m); i++) {
+		struct kiln_param_info info;
+		int64_t n;
+		kiln_model_param_get(r->m, i, &info);
+		snprintf(key, sizeof key, "param/%s", info.name);
+		float *h = ref_copy(tag, key, &n);
+		ck_assert_msg(n == kiln_tensor_numel(&info.desc), "%s: %s has %lld elements, PyTorch %lld",
+			      tag, info.name, (long long)kiln_tensor_numel(&info.desc), (long long)n);
+		TEST_H2D(r, info.param, h, sizeof(float) * (size_t)n);
+		free(h);
+	}
+	int64_t n;
+	void *x = ref_copy(tag, r->masked ? "ids" : "x", &n), *y = ref_copy(tag, "labels", NULL);
+	TEST_H2D(r, r->x, x, (size_t)n * 4);
+	TEST_H2D(r, r->labels, y, sizeof(int32_t) * (size_t)B);
+	free(x);
+	free(y);
+}
+
+static void rig_close(struct rig *r)
+{
+	void *bufs[] = { r->x, r->labels, r->metrics };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 3);
+	kiln_plan_free(r->train);
+	kiln_plan_free(r->eval);
+	kiln_model_free(r->m);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
+}
+
+/* The mean loss of one pass of p. */
+static double loss_of(struct rig *r, struct kiln_plan *p)
+{
+	float m[2] = { 0, 0 };
+	TEST_H2D(r, r->metrics, m, sizeof m);
+	ck_assert_msg(kiln_plan_run(p, r->x, r->labels, r->metrics, r->stream) == 0, "%s: %s",
+		      r->tag, kiln_last_error());
+	TEST_D2H(r, m, r->metrics, sizeof m);
+	return m[0] / (double)r->B;
+}
+
+/* Device tensor of n floats against reference `<tag>/<what>`. */
+static void check_against(struct rig *r, const char *what, const void *dptr, int64_t n)
+{
+	int64_t rn;
+	float *want = ref_copy(r->tag, what, &rn), *got = malloc(sizeof(float) * (size_t)n);
+	ck_assert_msg(rn == n, "%s: %s has %lld elements, PyTorch %lld", r->tag, what,
+		      (long long)n, (long long)rn);
+	TEST_D2H(r, got, dptr, sizeof(float) * (size_t)n);
+	double scale = FLOOR, err = 0;
+	int64_t at = 0;
+	for (int64_t i = 0; i < n; i++)
+		scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
+	for (int64_t i = 0; i < n; i++) {
+		const double e = fabs((double)got[i] - want[i]);
+		if (!(e <= err)) {
+			err = isnan(e) ? INFINITY : e;
+			at = i;
+		}
+	}
+	ck_assert_msg(err <= REL * scale,
+		      "%s: %s: max |error| %g at element %lld (kiln %.8g, PyTorch %.8g); allowed %g",
+		      r->tag, what, err, (long long)at, got[at], want[at], REL * scale);
+	free(want);
+	free(got);
+}
+
+static const char *const cases[] = { "lstm_l1",      "gru_l1",      "lstm_l2_bi",
+				     "gru_l2_bi",    "lstm_l1_mask", "gru_l1_mask",
+				     "lstm_l2_bi_mask", "gru_l2_bi_mask" };
+
+START_TEST(test_torch)
+{
+	struct rig r;
+	rig_open(&r, cases[_i]);
+	const double loss = loss_of(&r, r.train);
+	float *want = ref_copy(r.tag, "loss", NULL);
+	ck_assert_msg(fabs(loss - want[0]) <= 1e-5 * fabs(want[0]), "%s: loss %.8g vs PyTorch %.8g",
+		      r.tag, loss, want[0]);
+	free(want);
+	char what[160];
+	int rnn_params = 0;
+	for (int i = 0; i < kiln_model_param_count(r.m); i++) {
+		struct kiln_param_info info;
+		kiln_model_param_get(r.m, i, &info);
+		snprintf(what, sizeof what, "grad/%s", info.name);
+		check_against(&r, what, info.grad, kiln_tensor_numel(&info.desc));
+		rnn_params += strstr(info.name, "_l") != NULL;
+	}
+	ck_assert_int_gt(rnn_params, 3);
+	if (!r.masked) {
+		void *dx;
+		struct kiln_tensor_desc d;
+		ck_assert_msg(kiln_plan_tensor(r.train, NULL, "dx", &dx, &d) == 0, "%s",
+			      kiln_last_error());
+		check_against(&r, "dx", dx, kiln_tensor_numel(&d));
+	}
+	/* evaluation runs the same forward */
+	const double le = loss_of(&r, r.eval);
+	ck_assert_msg(fabs(le - loss) <= 1e-6 * fabs(loss), "%s: eval loss %.8g vs train %.8g",
+		      r.tag, le, loss);
+	rig_close(&r);
+}
+END_TEST
+
+/* Every 31st element of every recurrent parameter: the training pass's
+ * gradient against central differences of the evaluation loss. */
+static void fd_case(const char *tag)
+{
+	struct rig r;
+	rig_open(&r, tag);
+	loss_of(&r, r.train);
+	int bad = 0, checked = 0;
+	for (int i = 0; i < kiln_model_param_count(r.m); i++) {
+		struct kiln_param_info info;
+		kiln_model_param_get(r.m, i, &info);
+		if (!strstr(info.name, "_l"))
+			continue;
+		const int64_t n = kiln_tensor_numel(&info.desc);
+		float *g = malloc(sizeof(float) * (size_t)n);
+		TEST_D2H(&r, g, info.grad, sizeof(float) * (size_t)n);
+		for (int64_t e = i % 31; e < n; e += 31) {
+			float v;
+			const float eps = 1e-2f;
+			TEST_D2H(&r, &v, info.param + e, sizeof v);
+			const float vp = v + eps, vm = v - eps;
+			TEST_H2D(&r, info.param + e, &vp, sizeof vp);
+			const double lp = loss_of(&r, r.eval);
+			TEST_H2D(&r, info.param + e, &vm, sizeof vm);
+			const double lm = loss_of(&r, r.eval);
+			TEST_H2D(&r, info.param + e, &v, sizeof v);
+			const double fd = (lp - lm) / (2.0 * eps);
+			checked++;
+			if (fabs(fd - g[e]) > 2e-4 + 2e-2 * fabs(fd)) {
+				bad++;
+				fprintf(stderr, "%s: %s[%lld]: analytic %g vs finite difference %g\n",
+					tag, info.name, (long long)e, g[e], fd);
+			}
+		}
+		free(g);
+	}
+	ck_assert_msg(bad == 0, "%s: %d of %d gradient elements disagree (stderr lists them)", tag,
+		      bad, checked);
+	ck_assert_int_gt(checked, 30);
+	rig_close(&r);
+}
+
+START_TEST(test_fd_lstm) { fd_case("lstm_l2_bi"); }
+END_TEST
+
+START_TEST(test_fd_gru_masked) { fd_case("gru_l2_bi_mask"); }
+END_TEST
+
+/* A model that must not build: the message names the layer and the cause. */
+static void refused(const char *ini, int dtype, int nd, const int64_t *dims, const char *want)
+{
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m = NULL;
+	ck_assert(kiln_config_load_string(ini, "bad.ini", &cfg) == KILN_OK);
+	kiln_status st = kiln_config_validate(cfg, reg);
+	if (!st) {
+		ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+		struct kiln_tensor_desc sample;
+		kiln_tensor_desc_init(&sample, dtype, nd, dims);
+		st = kiln_model_create(cfg, reg, dev, &sample, &m);
+		kiln_model_free(m);
+		kiln_device_close(dev);
+	}
+	ck_assert_msg(st != KILN_OK, "%s: built", ini);
+	ck_assert_msg(strstr(kiln_last_error(), want) != NULL, "message '%s' lacks '%s'",
+		      kiln_last_error(), want);
+	kiln_config_free(cfg);
+}
+
+START_TEST(test_config_errors)
+{
+	const int64_t ti[2] = { 5, 4 }, flat[1] = { 20 };
+	const char *tail = "[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 5\n"
+			   "[layer.loss]\ntype = softmax_xent\n";
+	char ini[512];
+	snprintf(ini, sizeof ini, "[layer.r]\ntype = lstm\n%s", tail);
+	refused(ini, KILN_F32, 2, ti, "needs 'hidden'");
+	snprintf(ini, sizeof ini, "[layer.r]\ntype = gru\nhidden = 3\n%s", tail);
+	refused(ini, KILN_F32, 1, flat, "layer 'r' (gru) needs f32 [batch, time, channels]");
+	snprintf(ini, sizeof ini, "[layer.r]\ntype = lstm\nhidden = 3\ninputs = data, data\n%s", tail);
+	refused(ini, KILN_F32, 2, ti, "layer 'r' (lstm): its second input must be the token ids");
+	snprintf(ini, sizeof ini,
+		 "[layer.a]\ntype = lstm\nhidden = 3\n[layer.b]\ntype = lstm\nhidden = 2\ninput = data\n"
+		 "[layer.c]\ntype = concat\ninputs = a, b\ndim = 2\n%s", tail);
+	refused(ini, KILN_F32, 2, ti, "dim");
+}
+END_TEST
+
+static Suite *make_rnn_suite(void)
+{
+	Suite *s = suite_create("rnn");
+	TCase *tc = tcase_create("torch");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_torch, 0, (int)(sizeof cases / sizeof cases[0]));
+	suite_add_tcase(s, tc);
+	check_add_case(s, "layer", 120, NULL, NULL, (const TTest *[]){
+		test_fd_lstm, test_fd_gru_masked, test_config_errors, NULL });
+	return s;
+}
+
+static int rnn_setup(void)
+{
+	char path[512];
+	test_data_path(path, sizeof path, "rnn_refs.safetensors");
+	if (kiln_safetensors_open(path, &refs)) {
+		fprintf(stderr, "%s (regenerate: /usr/bin/python3 tests/data/gen_rnn_refs.py %s)\n",
+			kiln_last_error(), path);
+		return 1;
+	}
+	return 0;
+}
+
+static void rnn_teardown(void)
+{
+	kiln_safetensors_close(refs);
+}
+
+static const struct check_main check_suite = { .suite = make_rnn_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1,
+					       .setup = rnn_setup, .teardown = rnn_teardown };
