@@ -214,7 +214,9 @@ static kiln_status read_batch(const struct kiln_config *cfg, const struct kiln_r
 			      int64_t rows, void **x, int32_t **y, struct kiln_tensor_desc *d)
 {
 	struct kiln_dataset ds;
+	struct kiln_data_scratch scratch;
 	memset(&ds, 0, sizeof ds);
+	memset(&scratch, 0, sizeof scratch);
 	const char *sec = "data";
 	for (int i = 0; kiln_config_section(cfg, i); i++)
 		if (!strcmp(kiln_config_section(cfg, i), "data.eval"))
@@ -235,7 +237,8 @@ static kiln_status read_batch(const struct kiln_config *cfg, const struct kiln_r
 	if (!idx || !*x || !*y)
 		st = KILN_ENOMEM;
 	else
-		st = kiln_dataset_read_rows(&ds, 0, idx, rows, *x, *y, NULL);
+		st = kiln_dataset_read_rows(&ds, 0, idx, rows, *x, *y, &scratch);
+	kiln_data_scratch_free(&scratch);
 	free(idx);
 	kiln_dataset_close(&ds);
 	return st;
