@@ -1,7 +1,8 @@
 /* cli/cmd_export.c - `kiln export CONFIG --safetensors FILE [--format F]`:
  * build CONFIG's model, load its weights, write every parameter and buffer
  * with PyTorch's names and layouts, or the GPT-2 release's
- * (docs/safetensors.md). */
+ * (docs/safetensors.md); `--onnx FILE`: its evaluation graph as an ONNX
+ * model (docs/inference.md). */
 #include "build-config.h"
 #include "cli.h"
 
@@ -12,7 +13,8 @@
 static void export_usage(FILE *f)
 {
 	fprintf(f, "usage: kiln export CONFIG --safetensors FILE [--format pytorch|gpt2] [--checkpoint CKPT]\n"
-		   "                   [section.key=value ...]\n\n"
+		   "                   [section.key=value ...]\n"
+		   "       kiln export CONFIG --onnx FILE [--checkpoint CKPT] [section.key=value ...]\n\n"
 		   "Build the model CONFIG describes (the sample shape comes from its [data] source),\n"
 		   "load the weights of its run and write every parameter and buffer to FILE as\n"
 		   "safetensors: names `<layer>.<parameter>` (conv1.weight, bn1.running_mean, plus\n"
@@ -23,6 +25,10 @@ static void export_usage(FILE *f)
 		   "as examples/gpt2_small.ini does), the weights of the linear layers named\n"
 		   "c_attn, c_proj, c_fc stored [in, out] (GPT-2's Conv1D), a tied lm_head once,\n"
 		   "as transformer.wte.weight; read back with [model] init_format = gpt2.\n"
+		   "--onnx FILE: the evaluation graph instead, fp32, as an ONNX model (IR version 8,\n"
+		   "opset 17): input \"input\" [N, ...] (images NCHW, normalised as [data] says),\n"
+		   "output \"logits\" (what the loss layer reads), the weights as initializers\n"
+		   "under the names above; a layer with no ONNX mapping fails, named.\n"
 		   "The weights: those of checkpoint CKPT (--checkpoint), else of the newest usable\n"
 		   "checkpoint in [run] out_dir/checkpoints (verified whole first; its layer keys\n"
 		   "must be CONFIG's; [model] init_from is not read), else, with a warning, the\n"
@@ -40,7 +46,7 @@ int cmd_export(int argc, char **argv)
 		export_usage(stderr);
 		return 2;
 	}
-	const char *out = NULL, *ckpt = NULL;
+	const char *out = NULL, *onnx = NULL, *ckpt = NULL;
 	int format = KILN_WEIGHTS_PYTORCH;
 	char **over = calloc((size_t)argc, sizeof *over); /* the overrides alone */
 	int n_over = 0;
@@ -49,6 +55,8 @@ int cmd_export(int argc, char **argv)
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--safetensors") && i + 1 < argc) {
 			out = argv[++i];
+		} else if (!strcmp(argv[i], "--onnx") && i + 1 < argc) {
+			onnx = argv[++i];
 		} else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) {
 			ckpt = argv[++i];
 		} else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
@@ -67,8 +75,8 @@ int cmd_export(int argc, char **argv)
 			over[n_over++] = argv[i];
 		}
 	}
-	if (!out) {
-		fprintf(stderr, "kiln: error: --safetensors FILE is required\n");
+	if (!out == !onnx) {
+		fprintf(stderr, "kiln: error: give one of --safetensors FILE and --onnx FILE\n");
 		export_usage(stderr);
 		free(over);
 		return 2;
@@ -77,13 +85,15 @@ int cmd_export(int argc, char **argv)
 	struct kiln_registry *reg;
 	/* option values may contain '=': pass only the overrides */
 	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
-	if (!st)
+	if (!st && onnx)
+		st = kiln_export_onnx(cfg, reg, ckpt, onnx);
+	else if (!st)
 		st = kiln_export_safetensors_as(cfg, reg, ckpt, out, format);
 	int rc = 0;
 	if (st)
 		rc = cli_fail(st);
 	else
-		fprintf(stderr, "wrote %s\n", out);
+		fprintf(stderr, "wrote %s%s\n", onnx ? onnx : out, onnx ? " (ONNX, opset 17)" : "");
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
 	free(over);

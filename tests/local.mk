@@ -446,3 +446,16 @@ TESTS += tests/check_rnn
 tests_check_rnn_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_rnn_LDADD = libkiln.la $(CHECK_LIBS) -lm
 EXTRA_DIST += tests/data/gen_rnn_refs.py tests/data/rnn_refs.safetensors
+# ONNX export (issue 23): tests/onnx_tool reads an exported model back with
+# protobuf-c and writes kiln's logits of a test batch; onnx_export.sh
+# checks graphs and weights, onnx_ort.sh ONNX Runtime's logits against
+# kiln's (skipped without onnxruntime in $KILN_VENV); bench/onnx.sh times both
+if HAVE_ONNX
+check_PROGRAMS += tests/onnx_tool
+tests_onnx_tool_SOURCES = tests/onnx_tool.c
+nodist_tests_onnx_tool_SOURCES = core/proto/onnx.pb-c.c
+tests_onnx_tool_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_builddir) $(PROTOBUF_C_CFLAGS)
+tests_onnx_tool_LDADD = libkiln.la $(PROTOBUF_C_LIBS)
+TESTS += tests/onnx_export.sh tests/onnx_ort.sh
+endif
+EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py tests/data/onnx_bad_layer.ini

@@ -577,6 +577,15 @@ kiln_status kiln_export_safetensors(const struct kiln_config *cfg,
 kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
 				       const struct kiln_registry *reg, const char *checkpoint,
 				       const char *path, int format);
+/* `kiln export --onnx`: the model of cfg with the weights kiln_export_
+ * safetensors would write, its evaluation graph (fp32, up to the logits the
+ * loss layer reads) written to path as an ONNX model: IR version 8, opset
+ * 17, weights as initializers under their kiln/PyTorch names, images NCHW
+ * (docs/inference.md).  KILN_ECONFIG naming the layer and its config line
+ * for a layer with no ONNX mapping; KILN_ENOTSUP when kiln was built without
+ * libonnx-dev's onnx.proto. */
+kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *checkpoint, const char *path);
 /* Ask the running kiln_train (or, if none runs, the next one) to stop after
  * its current step and write a checkpoint.  Async-signal-safe: call it from
  * a SIGTERM handler.  The request is consumed when honoured. */

@@ -1,0 +1,408 @@
+/* core/onnx_layers.c - each kiln layer of an evaluation graph as standard
+ * ONNX operators (opset 17, core/onnx_export.h), in NCHW whatever [model]
+ * layout trained it: kiln's layers already compute PyTorch's functions in
+ * PyTorch's layouts (a channels-last flatten or linear reads C, H, W
+ * order), so the weights go out unchanged.
+ *
+ *   linear          Gemm (transB), after Flatten for a 4-d input; over the
+ *                   last dimension of [B, T, K]: MatMul(x, Transpose(W)) + b
+ *   conv            Conv;  batchnorm  BatchNormalization (inference mode)
+ *   relu, sigmoid, tanh, leaky_relu   Relu, Sigmoid, Tanh, LeakyRelu
+ *   gelu            as its formula: 0.5 x (1 + Erf(x / sqrt 2)), or the tanh
+ *                   approximation (Gelu is opset 20)
+ *   maxpool, avgpool, global_avgpool  MaxPool, AveragePool, GlobalAveragePool
+ *   flatten         Flatten (axis 1);  add  Add;  concat  Concat (axis 1)
+ *   dropout         nothing (the identity in evaluation)
+ *   embedding       Gather;  pos_embedding  Add of Slice(weight, 0, T)
+ *   layernorm       LayerNormalization (axis -1)
+ *   attention       Reshape/Transpose/Gather to q, k, v [B, H, T, D], MatMul,
+ *                   Mul by the scale, Where with a causal mask, Softmax,
+ *                   MatMul, back to [B, T, C]
+ * Loss layers are not exported (core/onnx_export.c): the graph's output is
+ * the logits, what the loss layer reads.  Any other type fails, naming the
+ * layer and its config line.
+ */
+#include "build-config.h"
+#include "onnx_export.h"
+
+#ifdef KILN_HAVE_ONNX
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the layer's config: its [layer.X] value, else its key's default ---- */
+
+static const char *key_str(const struct onnx_graph *g, int i, const char *key)
+{
+	const struct model_layer *L = &g->m->layers[i];
+	const char *v = kiln_config_get(g->m->cfg, L->section, key);
+	if (v)
+		return v;
+	for (const struct kiln_key *k = L->type->keys; k && k->name; k++)
+		if (!strcmp(k->name, key))
+			return k->def;
+	return NULL;
+}
+
+static double key_num(const struct onnx_graph *g, int i, const char *key, double def)
+{
+	const char *v = key_str(g, i, key);
+	return v ? strtod(v, NULL) : def;
+}
+
+static int key_bool(const struct onnx_graph *g, int i, const char *key)
+{
+	const struct model_layer *L = &g->m->layers[i];
+	int b = 0;
+	if (kiln_config_get(g->m->cfg, L->section, key)) {
+		kiln_config_get_bool(g->m->cfg, L->section, key, &b);
+		return b;
+	}
+	const char *v = key_str(g, i, key);
+	return v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes"));
+}
+
+/* `N` or `H,W` into out[2]; def when unset. */
+static void key_pair(const struct onnx_graph *g, int i, const char *key, int64_t def,
+		     int64_t out[2])
+{
+	const char *v = key_str(g, i, key);
+	out[0] = out[1] = def;
+	if (!v)
+		return;
+	char *end;
+	out[0] = out[1] = strtoll(v, &end, 10);
+	while (*end == ' ')
+		end++;
+	if (*end == ',')
+		out[1] = strtoll(end + 1, NULL, 10);
+}
+
+/* ---- small pieces ----------------------------------------------------------- */
+
+static const char *in_value(const struct onnx_graph *g, int i, int k)
+{
+	const int j = g->m->layers[i].in[k];
+	return j < 0 ? g->input : g->value[j];
+}
+
+static const struct kiln_tensor_desc *in_desc(const struct onnx_graph *g, int i, int k)
+{
+	return &g->nodes[i].l.in[k];
+}
+
+/* A scalar f32 constant of layer i: "<layer>/<what>". */
+static const char *scalar(struct onnx_graph *g, int i, const char *what, float v)
+{
+	return onnx_const_f32(g, onnx_str(g, "%s/%s", g->m->layers[i].name, what), 0, NULL, &v);
+}
+
+/* A node of op with inputs a, b writing "<layer>/<what>" (what NULL: the
+ * layer's own output, named as the layer). */
+static const char *op2(struct onnx_graph *g, int i, const char *op, const char *what,
+		       const char *a, const char *b)
+{
+	const char *name = what ? onnx_str(g, "%s/%s", g->m->layers[i].name, what)
+				: g->m->layers[i].name;
+	const char *in[2] = { a, b };
+	onnx_node(g, op, name, b ? 2 : 1, in);
+	return name;
+}
+
+/* kiln's padding (both sides of H, W) as ONNX's pads (begins, then ends). */
+static void pads_attr(struct onnx_graph *g, Onnx__NodeProto *n, const int64_t p[2])
+{
+	const int64_t pads[4] = { p[0], p[1], p[0], p[1] };
+	onnx_attr_ints(g, n, "pads", 4, pads);
+}
+
+/* ---- the layers ------------------------------------------------------------- */
+
+static kiln_status emit_linear(struct onnx_graph *g, int i)
+{
+	const struct kiln_tensor_desc *x = in_desc(g, i, 0);
+	const char *v = in_value(g, i, 0), *w = onnx_param(g, i, "weight"),
+		   *b = onnx_param(g, i, "bias");
+	if (x->ndim == 3 || x->ndim > 4) { /* over the last dimension */
+		Onnx__NodeProto *t = onnx_node(g, "Transpose",
+					       onnx_str(g, "%s/weight_t", g->m->layers[i].name),
+					       1, &w);
+		const int64_t perm[2] = { 1, 0 };
+		onnx_attr_ints(g, t, "perm", 2, perm);
+		const char *y = op2(g, i, "MatMul", b ? "matmul" : NULL, v, t->output[0]);
+		if (b)
+			op2(g, i, "Add", NULL, y, b);
+		return KILN_OK;
+	}
+	if (x->ndim == 4) {
+		Onnx__NodeProto *f = onnx_node(g, "Flatten",
+					       onnx_str(g, "%s/flat", g->m->layers[i].name), 1, &v);
+		onnx_attr_int(g, f, "axis", 1);
+		v = f->output[0];
+	}
+	const char *in[3] = { v, w, b };
+	Onnx__NodeProto *n = onnx_node(g, "Gemm", g->m->layers[i].name, b ? 3 : 2, in);
+	onnx_attr_int(g, n, "transB", 1);
+	return KILN_OK;
+}
+
+static kiln_status emit_conv(struct onnx_graph *g, int i)
+{
+	const char *b = onnx_param(g, i, "bias");
+	const char *in[3] = { in_value(g, i, 0), onnx_param(g, i, "weight"), b };
+	Onnx__NodeProto *n = onnx_node(g, "Conv", g->m->layers[i].name, b ? 3 : 2, in);
+	int64_t k[2], stride[2], pad[2], dil[2];
+	key_pair(g, i, "kernel", 1, k);
+	key_pair(g, i, "stride", 1, stride);
+	key_pair(g, i, "padding", 0, pad);
+	key_pair(g, i, "dilation", 1, dil);
+	onnx_attr_ints(g, n, "kernel_shape", 2, k);
+	onnx_attr_ints(g, n, "strides", 2, stride);
+	onnx_attr_ints(g, n, "dilations", 2, dil);
+	pads_attr(g, n, pad);
+	onnx_attr_int(g, n, "group", (int64_t)key_num(g, i, "groups", 1));
+	return KILN_OK;
+}
+
+/* The layer's `suffix` parameter, else a constant of C copies of v (a
+ * batchnorm or layernorm without its affine weights). */
+static const char *param_or(struct onnx_graph *g, int i, const char *suffix, int64_t C, float v)
+{
+	const char *p = onnx_param(g, i, suffix);
+	if (p)
+		return p;
+	float *ones = onnx_alloc(g, sizeof(float) * (size_t)(C > 0 ? C : 1));
+	for (int64_t c = 0; ones && c < C; c++)
+		ones[c] = v;
+	return onnx_const_f32(g, onnx_str(g, "%s/%s", g->m->layers[i].name, suffix), 1, &C, ones);
+}
+
+static kiln_status emit_batchnorm(struct onnx_graph *g, int i)
+{
+	const int64_t C = in_desc(g, i, 0)->dims[1];
+	const char *in[5] = { in_value(g, i, 0), param_or(g, i, "weight", C, 1),
+			      param_or(g, i, "bias", C, 0), onnx_param(g, i, "running_mean"),
+			      onnx_param(g, i, "running_var") };
+	if (!in[3] || !in[4])
+		return kiln_error(KILN_ECONFIG, "%s: layer '%s' (batchnorm): no running statistics to export",
+				  kiln_config_where(g->m->cfg, g->m->layers[i].section, "type"),
+				  g->m->layers[i].name);
+	Onnx__NodeProto *n = onnx_node(g, "BatchNormalization", g->m->layers[i].name, 5, in);
+	onnx_attr_float(g, n, "epsilon", (float)key_num(g, i, "eps", 1e-5));
+	return KILN_OK;
+}
+
+static kiln_status emit_pool(struct onnx_graph *g, int i, int avg)
+{
+	const char *x = in_value(g, i, 0);
+	Onnx__NodeProto *n =
+		onnx_node(g, avg ? "AveragePool" : "MaxPool", g->m->layers[i].name, 1, &x);
+	int64_t k[2], stride[2], pad[2];
+	key_pair(g, i, "kernel", 1, k);
+	key_pair(g, i, "stride", 0, stride);
+	if (!key_str(g, i, "stride"))
+		stride[0] = k[0], stride[1] = k[1]; /* PyTorch: stride = kernel */
+	key_pair(g, i, "padding", 0, pad);
+	onnx_attr_ints(g, n, "kernel_shape", 2, k);
+	onnx_attr_ints(g, n, "strides", 2, stride);
+	pads_attr(g, n, pad);
+	if (avg)
+		onnx_attr_int(g, n, "count_include_pad", key_bool(g, i, "count_include_pad"));
+	return KILN_OK;
+}
+
+static kiln_status emit_gelu(struct onnx_graph *g, int i)
+{
+	const char *x = in_value(g, i, 0), *t;
+	const char *approx = key_str(g, i, "approximate");
+	if (approx && !strcmp(approx, "tanh")) {
+		/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+		t = op2(g, i, "Mul", "x2", x, x);
+		t = op2(g, i, "Mul", "x3", t, x);
+		t = op2(g, i, "Mul", "cx3", t, scalar(g, i, "c", 0.044715f));
+		t = op2(g, i, "Add", "inner", x, t);
+		t = op2(g, i, "Mul", "scaled", t, scalar(g, i, "k", (float)sqrt(2.0 / M_PI)));
+		t = op2(g, i, "Tanh", "tanh", t, NULL);
+	} else { /* 0.5 x (1 + erf(x / sqrt 2)) */
+		t = op2(g, i, "Mul", "scaled", x, scalar(g, i, "k", (float)M_SQRT1_2));
+		t = op2(g, i, "Erf", "erf", t, NULL);
+	}
+	t = op2(g, i, "Add", "one_plus", t, scalar(g, i, "one", 1.0f));
+	t = op2(g, i, "Mul", "x_times", x, t);
+	op2(g, i, "Mul", NULL, t, scalar(g, i, "half", 0.5f));
+	return KILN_OK;
+}
+
+static kiln_status emit_add(struct onnx_graph *g, int i)
+{
+	const int n = g->m->layers[i].n_in;
+	const char *acc = in_value(g, i, 0);
+	for (int k = 1; k < n; k++) /* ((x0 + x1) + x2) ..., kiln's order */
+		acc = op2(g, i, "Add", k + 1 < n ? onnx_str(g, "sum%d", k) : NULL, acc,
+			  in_value(g, i, k));
+	if (n == 1)
+		op2(g, i, "Identity", NULL, acc, NULL);
+	return KILN_OK;
+}
+
+static kiln_status emit_concat(struct onnx_graph *g, int i)
+{
+	const int n = g->m->layers[i].n_in;
+	const char *in[KILN_LAYER_MAX_INPUTS];
+	for (int k = 0; k < n; k++)
+		in[k] = in_value(g, i, k);
+	onnx_attr_int(g, onnx_node(g, "Concat", g->m->layers[i].name, n, in), "axis", 1);
+	return KILN_OK;
+}
+
+static kiln_status emit_pos_embedding(struct onnx_graph *g, int i)
+{
+	const int64_t T = in_desc(g, i, 0)->dims[1], one = 1;
+	const int64_t zero = 0;
+	const char *name = g->m->layers[i].name;
+	const char *in[4] = { onnx_param(g, i, "weight"),
+			      onnx_const_i64(g, onnx_str(g, "%s/start", name), 1, &one, &zero),
+			      onnx_const_i64(g, onnx_str(g, "%s/end", name), 1, &one, &T),
+			      onnx_const_i64(g, onnx_str(g, "%s/axis", name), 1, &one, &zero) };
+	const char *rows = onnx_str(g, "%s/rows", name);
+	onnx_node(g, "Slice", rows, 4, in);
+	op2(g, i, "Add", NULL, in_value(g, i, 0), rows);
+	return KILN_OK;
+}
+
+static kiln_status emit_layernorm(struct onnx_graph *g, int i)
+{
+	const struct kiln_tensor_desc *x = in_desc(g, i, 0);
+	const int64_t C = x->dims[x->ndim - 1];
+	const char *in[3] = { in_value(g, i, 0), param_or(g, i, "weight", C, 1),
+			      onnx_param(g, i, "bias") };
+	Onnx__NodeProto *n = onnx_node(g, "LayerNormalization", g->m->layers[i].name,
+				       in[2] ? 3 : 2, in);
+	onnx_attr_int(g, n, "axis", -1);
+	onnx_attr_float(g, n, "epsilon", (float)key_num(g, i, "eps", 1e-5));
+	return KILN_OK;
+}
+
+/* Layer i's Transpose of v by perm[n] into "<layer>/<what>". */
+static const char *transpose(struct onnx_graph *g, int i, const char *what, const char *v,
+			     int n, const int64_t *perm)
+{
+	Onnx__NodeProto *t = onnx_node(g, "Transpose", onnx_str(g, "%s/%s", g->m->layers[i].name,
+							      what), 1, &v);
+	onnx_attr_ints(g, t, "perm", n, perm);
+	return t->output[0];
+}
+
+/* q, k or v (which 0, 1, 2) of [3, B, H, T, D] as [B, H, T, D]. */
+static const char *pick(struct onnx_graph *g, int i, const char *qkv, int which)
+{
+	static const char *const names[] = { "q", "k", "v" };
+	const int64_t idx = which;
+	const char *in[2] = { qkv, onnx_const_i64(g, onnx_str(g, "%s/%s_index", g->m->layers[i].name,
+							      names[which]), 0, NULL, &idx) };
+	const char *out = onnx_str(g, "%s/%s", g->m->layers[i].name, names[which]);
+	onnx_attr_int(g, onnx_node(g, "Gather", out, 2, in), "axis", 0);
+	return out;
+}
+
+static kiln_status emit_attention(struct onnx_graph *g, int i)
+{
+	const struct kiln_tensor_desc *x = in_desc(g, i, 0);
+	const char *name = g->m->layers[i].name;
+	const int64_t T = x->dims[1], C = x->dims[2] / 3, H = (int64_t)key_num(g, i, "heads", 1);
+	const int64_t D = C / H, four = 5, three = 3;
+	double scale = key_num(g, i, "scale", 0);
+	if (!(scale > 0))
+		scale = 1.0 / sqrt((double)D);
+	/* [B, T, 3C] -> [B, T, 3, H, D] -> [3, B, H, T, D] */
+	const int64_t split[5] = { 0, T, 3, H, D }, merge[3] = { 0, T, C };
+	const char *s = op2(g, i, "Reshape", "heads", in_value(g, i, 0),
+			    onnx_const_i64(g, onnx_str(g, "%s/heads_shape", name), 1, &four, split));
+	s = transpose(g, i, "qkv", s, 5, (const int64_t[]){ 2, 0, 3, 1, 4 });
+	const char *q = pick(g, i, s, 0), *k = pick(g, i, s, 1), *v = pick(g, i, s, 2);
+	const char *kt = transpose(g, i, "k_t", k, 4, (const int64_t[]){ 0, 1, 3, 2 });
+	const char *sc = op2(g, i, "MatMul", "qk", q, kt);
+	sc = op2(g, i, "Mul", "scores", sc, scalar(g, i, "scale", (float)scale));
+	if (key_bool(g, i, "causal")) {
+		uint8_t *mask = onnx_alloc(g, (size_t)(T * T));
+		for (int64_t r = 0; mask && r < T; r++)
+			for (int64_t c = 0; c <= r; c++)
+				mask[r * T + c] = 1;
+		const int64_t dims[2] = { T, T };
+		const char *in[3] = { onnx_const_bool(g, onnx_str(g, "%s/causal_mask", name), 2, dims,
+						      mask),
+				      sc, scalar(g, i, "masked", -INFINITY) };
+		sc = onnx_str(g, "%s/masked_scores", name);
+		onnx_node(g, "Where", sc, 3, in);
+	}
+	const char *p = op2(g, i, "Softmax", "probs", sc, NULL);
+	Onnx__NodeProto *sm = g->g->node[g->g->n_node - 1];
+	onnx_attr_int(g, sm, "axis", -1);
+	const char *y = op2(g, i, "MatMul", "context", p, v);
+	y = transpose(g, i, "context_t", y, 4, (const int64_t[]){ 0, 2, 1, 3 });
+	op2(g, i, "Reshape", NULL, y,
+	    onnx_const_i64(g, onnx_str(g, "%s/out_shape", name), 1, &three, merge));
+	return KILN_OK;
+}
+
+/* The one-node layers: kiln's type, ONNX's op. */
+static const struct {
+	const char *type, *op;
+} unary[] = {
+	{ "relu", "Relu" },       { "sigmoid", "Sigmoid" }, { "tanh", "Tanh" },
+	{ "leaky_relu", "LeakyRelu" }, { "global_avgpool", "GlobalAveragePool" },
+	{ "flatten", "Flatten" },
+};
+
+kiln_status onnx_emit_layer(struct onnx_graph *g, int i)
+{
+	const struct model_layer *L = &g->m->layers[i];
+	const char *type = L->type->name;
+	g->value[i] = L->name;
+	for (size_t u = 0; u < sizeof unary / sizeof unary[0]; u++) {
+		if (strcmp(type, unary[u].type))
+			continue;
+		const char *x = in_value(g, i, 0);
+		Onnx__NodeProto *n = onnx_node(g, unary[u].op, L->name, 1, &x);
+		if (!strcmp(type, "leaky_relu"))
+			onnx_attr_float(g, n, "alpha", (float)key_num(g, i, "negative_slope", 0.01));
+		if (!strcmp(type, "flatten"))
+			onnx_attr_int(g, n, "axis", 1);
+		return KILN_OK;
+	}
+	if (!strcmp(type, "dropout")) { /* the identity: its readers read its input */
+		g->value[i] = in_value(g, i, 0);
+		return KILN_OK;
+	}
+	if (!strcmp(type, "embedding")) {
+		const char *in[2] = { onnx_param(g, i, "weight"), in_value(g, i, 0) };
+		onnx_attr_int(g, onnx_node(g, "Gather", L->name, 2, in), "axis", 0);
+		return KILN_OK;
+	}
+	if (!strcmp(type, "linear"))
+		return emit_linear(g, i);
+	if (!strcmp(type, "conv"))
+		return emit_conv(g, i);
+	if (!strcmp(type, "batchnorm"))
+		return emit_batchnorm(g, i);
+	if (!strcmp(type, "maxpool") || !strcmp(type, "avgpool"))
+		return emit_pool(g, i, !strcmp(type, "avgpool"));
+	if (!strcmp(type, "gelu"))
+		return emit_gelu(g, i);
+	if (!strcmp(type, "add"))
+		return emit_add(g, i);
+	if (!strcmp(type, "concat"))
+		return emit_concat(g, i);
+	if (!strcmp(type, "pos_embedding"))
+		return emit_pos_embedding(g, i);
+	if (!strcmp(type, "layernorm"))
+		return emit_layernorm(g, i);
+	if (!strcmp(type, "attention"))
+		return emit_attention(g, i);
+	return kiln_error(KILN_ECONFIG, "%s: layer '%s' (type %s) has no ONNX mapping: kiln export --onnx cannot write it",
+			  kiln_config_where(g->m->cfg, L->section, "type"), L->name, type);
+}
+
+#endif /* KILN_HAVE_ONNX */

@@ -1,0 +1,110 @@
+#!/bin/sh
+# tests/onnx_export.sh - `kiln export --onnx` without ONNX Runtime: each
+# exported model is parsed back with protobuf-c (tests/onnx_tool dump) and
+#  1. the MLP, CNN and ResNet (channels-last) examples: IR version 8, opset
+#     17, input [N, 1, 28, 28] f32, output logits [N, 10], exactly the
+#     expected node ops in order, and every weight and batchnorm statistic
+#     an initializer under its kiln/PyTorch name holding the same bytes as
+#     `kiln export --safetensors` writes for the same model;
+#  2. tests/data/gpt_tiny.ini (embedding, positions, layernorm, causal
+#     attention, GELU, tied head): token input i32 [N, T], logits
+#     [N, T, V], its ops, the tied weight once;
+#  3. a layer with no ONNX mapping (the example swish layer plugin) fails
+#     with exit 2 naming the layer, its type and its config line, and
+#     writes no file; bad command lines exit 2.
+name=onnx_export
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
+tool="$top_builddir/tests/onnx_tool"
+ex="$srcdir/examples"
+
+# export NAME INI [overrides]: $tmp/NAME.onnx and $tmp/NAME.safetensors,
+# then the dump into $tmp/NAME.dump, its weights compared
+export_both() {
+	n=$1 ini=$2
+	shift 2
+	kiln 0 export "$ini" --onnx "$tmp/$n.onnx" run.out_dir="$tmp/run_$n" "$@"
+	stderr_has "wrote $tmp/$n.onnx (ONNX, opset 17)"
+	kiln 0 export "$ini" --safetensors "$tmp/$n.safetensors" run.out_dir="$tmp/run_$n" "$@"
+	"$tool" dump "$tmp/$n.onnx" "$tmp/$n.safetensors" >"$tmp/$n.dump" ||
+		{ cat "$tmp/$n.dump"; fail "$n: the ONNX initializers differ from kiln's weights"; }
+}
+# has NAME LINE: the dump of NAME has exactly this line
+has() { grep -qxF -- "$2" "$tmp/$1.dump" || { cat "$tmp/$1.dump"; fail "$1: dump lacks: $2"; }; }
+
+# ---- 1. MLP, CNN, ResNet ----------------------------------------------------
+export_both mlp "$ex/fashion_mnist_mlp.ini"
+has mlp "ir 8 opset 17 producer kiln"
+has mlp "input input f32 N,1,28,28"
+has mlp "output logits f32 N,10"
+has mlp "ops Flatten Gemm Relu Gemm Relu Gemm Identity"
+has mlp "init fc1.weight f32 512,784"
+has mlp "weights 6 equal"
+echo "ok: MLP graph, shapes and weights"
+
+export_both cnn "$ex/fashion_mnist_cnn.ini"
+has cnn "ops Conv Relu MaxPool Conv Relu MaxPool Flatten Gemm Relu Gemm Identity"
+has cnn "init conv1.weight f32 32,1,5,5"
+has cnn "init fc1.weight f32 1024,3136"
+has cnn "weights 8 equal"
+echo "ok: CNN graph (dropout removed), shapes and weights"
+
+block="Conv BatchNormalization Relu Conv BatchNormalization"
+export_both resnet "$ex/fashion_mnist_resnet.ini"
+has resnet "input input f32 N,1,28,28"
+has resnet "output logits f32 N,10"
+has resnet "ops Conv BatchNormalization Relu $block Add Relu $block Conv BatchNormalization Add Relu $block Conv BatchNormalization Add Relu GlobalAveragePool Flatten Gemm Identity"
+has resnet "init s2_down.weight f32 32,16,1,1"
+has resnet "init s3_bn2.running_var f32 64"
+# 9 convolutions, 9 batchnorms of 4 tensors each, fc weight and bias
+has resnet "weights 47 equal"
+echo "ok: ResNet (trained channels-last) exported NCHW, batchnorm statistics included"
+
+# ---- 2. a GPT-2 style transformer (tests/data/gpt_tiny.ini) ---------------------
+export_both gpt "$srcdir/tests/data/gpt_tiny.ini" data.path="$srcdir/tests/data/gpt_tokens.bin" \
+	model.init_from="$srcdir/tests/data/gpt_init.safetensors"
+has gpt "input input i32 N,13"
+has gpt "output logits f32 N,13,64"
+attn="Reshape Transpose Gather Gather Gather Transpose MatMul Mul Where Softmax MatMul Transpose Reshape"
+gelu="Mul Mul Mul Add Mul Tanh Add Mul Mul"
+lin="Transpose MatMul Add"
+blk="LayerNormalization $lin $attn $lin Add LayerNormalization $lin $gelu $lin Add"
+has gpt "ops Gather Slice Add $blk $blk LayerNormalization Transpose MatMul Identity"
+has gpt "init transformer.wte.weight f32 64,32"
+has gpt "init transformer.h.0.attn.sdpa/causal_mask bool 13,13"
+! grep -q "^init lm_head.weight" "$tmp/gpt.dump" || fail "the tied head is written twice"
+echo "ok: transformer graph: Gather, Slice, LayerNormalization, causal attention, GELU, tied head"
+
+# ---- 3. no mapping, bad command lines ----------------------------------------
+mkdir -p "$tmp/plugins"
+${CC:-cc} -shared -fPIC -I"$srcdir/include" -I"$top_builddir/include" \
+	-o "$tmp/plugins/kiln-swish.so" "$srcdir/examples/plugins/swish.c" ||
+	fail "building examples/plugins/swish.c failed"
+cat >"$tmp/swish.ini" <<INI
+[run]
+device = cpu
+[data]
+source = synthetic
+image_size = 4
+[layer.fc1]
+type = linear
+out = 6
+[layer.act]
+type = swish
+[layer.fc2]
+type = linear
+out = 4
+[layer.loss]
+type = softmax_xent
+INI
+KILN_PLUGIN_PATH="$tmp/plugins"
+export KILN_PLUGIN_PATH
+kiln 2 export "$tmp/swish.ini" --onnx "$tmp/swish.onnx"
+stderr_has "swish.ini:10: layer 'act' (type swish) has no ONNX mapping"
+[ ! -e "$tmp/swish.onnx" ] || fail "a failed export left $tmp/swish.onnx"
+unset KILN_PLUGIN_PATH
+kiln 2 export "$ex/fashion_mnist_mlp.ini" --onnx "$tmp/a.onnx" --safetensors "$tmp/a.st"
+stderr_has "give one of --safetensors FILE and --onnx FILE"
+kiln 2 export "$ex/fashion_mnist_mlp.ini" --onnx
+echo "ok: an unmapped layer fails naming it and its line; bad command lines exit 2"
+echo "PASS"

@@ -1,0 +1,46 @@
+#!/bin/sh
+# tests/onnx_ort.sh - the exported ONNX models of the MLP, CNN and ResNet
+# (channels-last) examples and of tests/data/gpt_tiny.ini, run by ONNX
+# Runtime (CPU, 2 threads) on the first 100 test samples (Fashion-MNIST's
+# test set; the token shard's 15 windows), give kiln's logits of the same batch within
+# 1e-4 relative (the largest difference over the largest logit;
+# tests/onnx_ort.py, which also runs onnx.checker on each model).  The
+# image models start from their seeded initial weights, after 5 training
+# steps for the ResNet so its batchnorm statistics are not the initial
+# ones.  Needs the onnxruntime and onnx packages in $KILN_VENV (default:
+# .venv in the build tree; scripts/install-deps --bench): skipped without.
+name=onnx_ort
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
+venv=${KILN_VENV:-$abs_top_builddir/.venv}
+py="$venv/bin/python"
+if ! [ -x "$py" ] || ! "$py" -c 'import onnxruntime, onnx' 2>/dev/null; then
+	echo "SKIP: no onnxruntime and onnx packages in $venv (scripts/install-deps --bench installs them; or set KILN_VENV)"
+	exit 77
+fi
+tool="$top_builddir/tests/onnx_tool"
+ex="$srcdir/examples"
+rows=100
+
+# check NAME INI [overrides]: export, kiln's logits, ONNX Runtime's
+check() {
+	n=$1 ini=$2
+	shift 2
+	kiln 0 export "$ini" --onnx "$tmp/$n.onnx" run.out_dir="$tmp/run_$n" "$@"
+	"$tool" logits "$ini" $rows "$tmp/$n" run.out_dir="$tmp/run_$n" "$@" ||
+		fail "$n: onnx_tool logits failed"
+	"$py" "$srcdir/tests/onnx_ort.py" "$tmp/$n.onnx" "$tmp/$n" --threads 2 >"$tmp/$n.ort" 2>&1 ||
+		{ cat "$tmp/$n.ort"; fail "$n: ONNX Runtime's logits differ from kiln's"; }
+	echo "ok: $n: $(cat "$tmp/$n.ort")"
+}
+
+check mlp "$ex/fashion_mnist_mlp.ini"
+check cnn "$ex/fashion_mnist_cnn.ini"
+# 5 steps of training, then the newest checkpoint is what both read
+kiln 0 train "$ex/fashion_mnist_resnet.ini" run.out_dir="$tmp/run_resnet" train.max_steps=5 \
+	train.eval=0 train.batch=16 run.threads=2
+check resnet "$ex/fashion_mnist_resnet.ini"
+rows=15 # the token shard's windows
+check gpt "$srcdir/tests/data/gpt_tiny.ini" data.path="$srcdir/tests/data/gpt_tokens.bin" \
+	model.init_from="$srcdir/tests/data/gpt_init.safetensors"
+echo "PASS"

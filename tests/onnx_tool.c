@@ -1,0 +1,344 @@
+/* tests/onnx_tool.c - what tests/onnx_export.sh, tests/onnx_ort.sh and
+ * bench/onnx.sh need around `kiln export --onnx`:
+ *
+ *   onnx_tool dump MODEL.onnx [WEIGHTS.safetensors]
+ *       parse MODEL back with protobuf-c (libonnx-dev's schema) and print
+ *       its IR version and opset, input and output (name, type, shape), the
+ *       node ops in order and its initializers; with WEIGHTS (`kiln export
+ *       --safetensors` of the same model), every initializer named like a
+ *       weight must hold its exact bytes and every weight must be there:
+ *       exit 1 otherwise.
+ *   onnx_tool logits CONFIG ROWS OUT [--time R] [section.key=value ...]
+ *       kiln's evaluation of CONFIG's model (the weights `kiln export`
+ *       takes; [model] init_from as an override) on the first ROWS samples
+ *       of the test split ([data.eval]): OUT.x.f32 / OUT.x.i32 (the input)
+ *       and OUT.logits.f32 (what the loss layer reads), raw little-endian
+ *       with OUT.shape ("x: 1000 1 28 28" / "logits: 1000 10").  --time R:
+ *       then R timed forward passes of an evaluation plan of ROWS rows,
+ *       one line "kiln_ms <median>" on stdout.
+ */
+#include "core/graph.h"
+#include "core/data.h"
+#include "core/proto/onnx.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int fail(const char *what)
+{
+	fprintf(stderr, "onnx_tool: %s\n", what);
+	return 1;
+}
+
+static int fail_st(kiln_status st)
+{
+	fprintf(stderr, "onnx_tool: %s\n", kiln_last_error());
+	return st == KILN_ECONFIG ? 2 : 1;
+}
+
+/* ---- dump ------------------------------------------------------------------- */
+
+static const char *elem_name(int t)
+{
+	return t == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT   ? "f32"
+	       : t == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? "i32"
+	       : t == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? "i64"
+	       : t == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL  ? "bool"
+							   : "other";
+}
+
+static void print_value(const char *what, const Onnx__ValueInfoProto *v)
+{
+	const Onnx__TypeProto__Tensor *t = v->type ? v->type->tensor_type : NULL;
+	printf("%s %s %s", what, v->name, t ? elem_name(t->elem_type) : "?");
+	for (size_t d = 0; t && t->shape && d < t->shape->n_dim; d++) {
+		const Onnx__TensorShapeProto__Dimension *dim = t->shape->dim[d];
+		if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM)
+			printf("%s%s", d ? "," : " ", dim->dim_param);
+		else
+			printf("%s%lld", d ? "," : " ", (long long)dim->dim_value);
+	}
+	printf("\n");
+}
+
+static const Onnx__TensorProto *find_init(const Onnx__GraphProto *g, const char *name)
+{
+	for (size_t k = 0; k < g->n_initializer; k++)
+		if (!strcmp(g->initializer[k]->name, name))
+			return g->initializer[k];
+	return NULL;
+}
+
+/* Every weight of w (num_batches_tracked aside) an initializer of g with
+ * the same shape and bytes; the count compared, -1 on a mismatch. */
+static int compare_weights(const Onnx__GraphProto *g, const char *path)
+{
+	struct kiln_safetensors *f;
+	if (kiln_safetensors_open(path, &f))
+		return fail_st(KILN_EIO), -1;
+	int n = 0, bad = 0;
+	for (int k = 0; k < kiln_safetensors_count(f); k++) {
+		struct kiln_safetensors_tensor t;
+		kiln_safetensors_get(f, k, &t);
+		if (strstr(t.name, "num_batches_tracked"))
+			continue;
+		const Onnx__TensorProto *o = find_init(g, t.name);
+		size_t numel = 1;
+		for (int d = 0; d < t.ndim; d++)
+			numel *= (size_t)t.dims[d];
+		int same = o && o->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
+			   o->n_dims == (size_t)t.ndim && o->has_raw_data &&
+			   o->raw_data.len == numel * sizeof(float) && t.dtype == KILN_F32;
+		for (int d = 0; same && d < t.ndim; d++)
+			same = o->dims[d] == t.dims[d];
+		same = same && !memcmp(o->raw_data.data, t.data, numel * sizeof(float));
+		if (!same) {
+			printf("MISMATCH %s\n", t.name);
+			bad++;
+		}
+		n++;
+	}
+	kiln_safetensors_close(f);
+	return bad ? -1 : n;
+}
+
+static int cmd_dump(int argc, char **argv)
+{
+	if (argc < 3)
+		return fail("usage: onnx_tool dump MODEL.onnx [WEIGHTS.safetensors]");
+	FILE *f = fopen(argv[2], "rb");
+	if (!f)
+		return fail("cannot open the model");
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *buf = malloc((size_t)n + 1);
+	if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		fclose(f);
+		free(buf);
+		return fail("cannot read the model");
+	}
+	fclose(f);
+	Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, (size_t)n, buf);
+	free(buf);
+	if (!m || !m->graph)
+		return fail("not an ONNX model");
+	const Onnx__GraphProto *g = m->graph;
+	printf("ir %lld opset %lld producer %s\n", (long long)m->ir_version,
+	       m->n_opset_import ? (long long)m->opset_import[0]->version : -1LL,
+	       m->producer_name ? m->producer_name : "?");
+	for (size_t k = 0; k < g->n_input; k++)
+		print_value("input", g->input[k]);
+	for (size_t k = 0; k < g->n_output; k++)
+		print_value("output", g->output[k]);
+	printf("ops");
+	for (size_t k = 0; k < g->n_node; k++)
+		printf(" %s", g->node[k]->op_type);
+	printf("\n");
+	for (size_t k = 0; k < g->n_initializer; k++) {
+		const Onnx__TensorProto *t = g->initializer[k];
+		printf("init %s %s", t->name, elem_name(t->data_type));
+		for (size_t d = 0; d < t->n_dims; d++)
+			printf("%s%lld", d ? "," : " ", (long long)t->dims[d]);
+		printf("\n");
+	}
+	int rc = 0;
+	if (argc > 3) {
+		int same = compare_weights(g, argv[3]);
+		if (same < 0)
+			rc = 1;
+		else
+			printf("weights %d equal\n", same);
+	}
+	onnx__model_proto__free_unpacked(m, NULL);
+	return rc;
+}
+
+/* ---- logits ----------------------------------------------------------------- */
+
+static int write_raw(const char *out, const char *ext, const void *p, size_t bytes)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s.%s", out, ext);
+	FILE *f = fopen(path, "wb");
+	int ok = f && fwrite(p, 1, bytes, f) == bytes;
+	if (f && fclose(f))
+		ok = 0;
+	return ok ? 0 : fail("cannot write an output file");
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* R forward passes of an evaluation plan on x_d; the median in ms. */
+static kiln_status time_forward(struct kiln_trained *t, int64_t rows, const void *x_d,
+				const void *y_d, void *metrics_d, int R, double *median)
+{
+	struct kiln_plan *p;
+	kiln_status st = kiln_model_plan(t->m, rows, 0, &p);
+	if (st)
+		return st;
+	double *ms = calloc((size_t)R, sizeof *ms);
+	if (!ms) {
+		kiln_plan_free(p);
+		return KILN_ENOMEM;
+	}
+	for (int r = -2; r < R && !st; r++) { /* two warm-up passes */
+		const double t0 = now_ms();
+		if (!(st = kiln_plan_forward(p, x_d, y_d, metrics_d, t->stream)))
+			st = kiln_device_stream_sync(t->dev, t->stream);
+		if (r >= 0)
+			ms[r] = now_ms() - t0;
+	}
+	qsort(ms, (size_t)R, sizeof *ms, cmp_double);
+	*median = R % 2 ? ms[R / 2] : (ms[R / 2 - 1] + ms[R / 2]) / 2;
+	free(ms);
+	kiln_plan_free(p);
+	return st;
+}
+
+/* The first rows samples of the test split into x (host) and labels. */
+static kiln_status read_batch(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      int64_t rows, void **x, int32_t **y, struct kiln_tensor_desc *d)
+{
+	struct kiln_dataset ds;
+	struct kiln_data_scratch scratch;
+	memset(&ds, 0, sizeof ds);
+	memset(&scratch, 0, sizeof scratch);
+	const char *sec = "data";
+	for (int i = 0; kiln_config_section(cfg, i); i++)
+		if (!strcmp(kiln_config_section(cfg, i), "data.eval"))
+			sec = "data.eval";
+	kiln_status st = kiln_dataset_open(cfg, reg, sec, "test", 0, &ds);
+	if (st)
+		return st;
+	if (kiln_dataset_widened(&ds)) {
+		kiln_dataset_close(&ds);
+		return kiln_error(KILN_ENOTSUP, "onnx_tool: samples widened on the device: use f32 samples");
+	}
+	kiln_dataset_input_desc(&ds, d);
+	int64_t *idx = calloc((size_t)rows, sizeof *idx);
+	*x = calloc((size_t)rows, kiln_tensor_bytes(d));
+	*y = calloc((size_t)rows, sizeof(int32_t) * 4096);
+	for (int64_t r = 0; idx && r < rows; r++)
+		idx[r] = r;
+	if (!idx || !*x || !*y)
+		st = KILN_ENOMEM;
+	else
+		st = kiln_dataset_read_rows(&ds, 0, idx, rows, *x, *y, &scratch);
+	kiln_data_scratch_free(&scratch);
+	free(idx);
+	kiln_dataset_close(&ds);
+	return st;
+}
+
+static int cmd_logits(int argc, char **argv)
+{
+	if (argc < 5)
+		return fail("usage: onnx_tool logits CONFIG ROWS OUT [--time R] [section.key=value ...]");
+	const int64_t rows = strtoll(argv[3], NULL, 10);
+	const char *out = argv[4];
+	int R = 0;
+	struct kiln_config *cfg;
+	struct kiln_registry *reg;
+	kiln_status st = kiln_config_load(argv[2], &cfg);
+	if (st)
+		return fail_st(st);
+	for (int i = 5; i < argc && !st; i++) {
+		if (!strcmp(argv[i], "--time") && i + 1 < argc)
+			R = atoi(argv[++i]);
+		else
+			st = kiln_config_override(cfg, argv[i]);
+	}
+	if (st || (st = kiln_registry_open(NULL, &reg)))
+		return fail_st(st);
+	struct kiln_trained t;
+	void *x = NULL, *x_d = NULL, *y_d = NULL, *metrics_d = NULL;
+	int32_t *y = NULL;
+	float *logits = NULL;
+	struct kiln_plan *p = NULL;
+	struct kiln_tensor_desc sd, ld;
+	if ((st = kiln_trained_open(cfg, reg, NULL, "evaluating", 0, &t)))
+		return fail_st(st);
+	const size_t xb = (size_t)rows * kiln_tensor_bytes(&t.sample);
+	struct kiln_plan_opts o = { .keep_all = 1 };
+	const int out_layer = t.m->layers[t.m->loss_layer].in[0];
+	void *l_d;
+	if ((st = read_batch(cfg, reg, rows, &x, &y, &sd)) ||
+	    (st = kiln_device_alloc(t.dev, xb, &x_d)) ||
+	    (st = kiln_device_alloc(t.dev, (size_t)rows * sizeof(int32_t) * 4096, &y_d)) ||
+	    (st = kiln_device_alloc(t.dev, 64, &metrics_d)) ||
+	    (st = kiln_device_copy_async(t.dev, x_d, x, xb, KILN_COPY_H2D, t.stream)) ||
+	    (st = kiln_device_copy_async(t.dev, y_d, y, (size_t)rows * sizeof(int32_t),
+					 KILN_COPY_H2D, t.stream)) ||
+	    (st = kiln_model_plan_ex(t.m, rows, &o, &p)) ||
+	    (st = kiln_plan_forward(p, x_d, y_d, metrics_d, t.stream)) ||
+	    (st = kiln_device_stream_sync(t.dev, t.stream)) ||
+	    (st = kiln_plan_tensor(p, t.m->layers[out_layer].name, "y", &l_d, &ld)))
+		goto out;
+	if (!(logits = malloc(kiln_tensor_bytes(&ld)))) {
+		st = KILN_ENOMEM;
+		goto out;
+	}
+	if ((st = kiln_device_copy_async(t.dev, logits, l_d, kiln_tensor_bytes(&ld), KILN_COPY_D2H,
+					 t.stream)) ||
+	    (st = kiln_device_stream_sync(t.dev, t.stream)))
+		goto out;
+	char path[4096];
+	snprintf(path, sizeof path, "%s.shape", out);
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		st = kiln_error(KILN_EIO, "%s: cannot write", path);
+		goto out;
+	}
+	fprintf(f, "x:%s %lld", t.sample.dtype == KILN_I32 ? "i32" : "f32", (long long)rows);
+	for (int d = 0; d < t.sample.ndim; d++)
+		fprintf(f, " %lld", (long long)t.sample.dims[d]);
+	fprintf(f, "\nlogits:");
+	for (int d = 0; d < ld.ndim; d++)
+		fprintf(f, " %lld", (long long)ld.dims[d]);
+	fprintf(f, "\n");
+	fclose(f);
+	if (write_raw(out, t.sample.dtype == KILN_I32 ? "x.i32" : "x.f32", x, xb) ||
+	    write_raw(out, "logits.f32", logits, kiln_tensor_bytes(&ld))) {
+		st = KILN_EIO;
+		goto out;
+	}
+	double median;
+	if (R > 0 && !(st = time_forward(&t, rows, x_d, y_d, metrics_d, R, &median)))
+		printf("kiln_ms %.3f\n", median);
+out:
+	if (p)
+		kiln_plan_free(p);
+	kiln_device_free(t.dev, x_d);
+	kiln_device_free(t.dev, y_d);
+	kiln_device_free(t.dev, metrics_d);
+	kiln_trained_close(&t);
+	kiln_registry_close(reg);
+	kiln_config_free(cfg);
+	free(x);
+	free(y);
+	free(logits);
+	return st ? fail_st(st) : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && !strcmp(argv[1], "dump"))
+		return cmd_dump(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "logits"))
+		return cmd_logits(argc, argv);
+	return fail("usage: onnx_tool dump MODEL.onnx [WEIGHTS] | logits CONFIG ROWS OUT [--time R]");
+}
