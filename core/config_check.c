@@ -491,6 +491,7 @@ kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registr
 			write_section(f, cfg, reg, cfg->s[i].name);
 	write_section(f, cfg, reg, "train");
 	write_section(f, cfg, reg, "dist");
+	write_section(f, cfg, reg, "pipeline");
 	for (int i = 0; i < cfg->n; i++)
 		if (is_prefixed(cfg->s[i].name, "plugin."))
 			write_section(f, cfg, reg, cfg->s[i].name);

@@ -130,6 +130,11 @@ struct kiln_model {
 	 * in training runs, kiln_layer_run.group.  0 / NULL: none. */
 	void *group;
 	int group_ranks;
+	/* pipeline stages (core/pipeline.h): stage[i] of layer i, NULL when
+	 * the config places nothing (one stage) */
+	int *stage;
+	int n_stages;
+	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
 };
 
 /* core/tie.c, weight tying.  Read every [layer.X] tie (layer indices
@@ -238,6 +243,8 @@ struct plan_node {
 			   * backward (the forward's is the layer index) */
 	int dx_accum[KILN_LAYER_MAX_INPUTS];
 	int dx_on[KILN_LAYER_MAX_INPUTS];
+	/* input k crosses a stage boundary: 1 + its index in p->xfer, else 0 */
+	int xfer1[KILN_LAYER_MAX_INPUTS];
 	int planned;
 };
 
@@ -256,6 +263,22 @@ struct storage {
 enum { PEV_FWD = 0, PEV_RECOMPUTE = 1, PEV_BWD = 2 };
 struct plan_event {
 	int kind, layer;
+};
+
+/* A tensor read on a later stage than its producer's (core/pipe_xfer.c):
+ * sent after stage `from`'s forward into a receive buffer on stage `to`;
+ * its gradient, written on stage `to`, returned after that stage's
+ * backward into the producer's gradient (written, or added when another
+ * return or reader wrote it first: gadd). */
+struct plan_xfer {
+	int from, to;
+	int src;        /* the producer's storage (-1: the data input x) */
+	int recv;       /* the receive buffer on stage `to` */
+	int gsrc;       /* the producer's gradient storage, -2: none */
+	int grecv;      /* the gradient stage `to` writes, -2: none */
+	int gadd;       /* the return adds into gsrc: through gtmp */
+	int gtmp;       /* where an adding return lands before the add */
+	size_t bytes;
 };
 
 struct kiln_plan {
@@ -283,6 +306,12 @@ struct kiln_plan {
 	int logits;          /* kiln_plan_opts.logits: an inference plan */
 	int logits_layer;
 	const void *pos;
+	/* pipelines (core/pipe_xfer.c, pipe_run.c): the crossing tensors;
+	 * the micro-step counter this plan's layers read (NULL: m->step_d) */
+	int staged;          /* cut at the model's stages (m->plan_staged) */
+	struct plan_xfer *xfer;
+	int n_xfer, xfer_cap;
+	int64_t *step_d;
 };
 
 /* Byte offsets in the arena and parameter buffers are 64-byte aligned. */
@@ -311,7 +340,10 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
  * when it was never planned); the node itself stays the caller's. */
 void kiln_plan_node_free(struct plan_node *n, struct kiln_device *dev);
 
-/* core/plan_memory.c.  Append a storage of `bytes` living from schedule
+/* core/plan_memory.c.  The layer whose output storage layer i's output
+ * is (views followed to their input's; -1: the data input). */
+int kiln_plan_root_y(const struct plan_node *nodes, const struct kiln_model *m, int i);
+/* Append a storage of `bytes` living from schedule
  * position start to end (grows p->store); KILN_ENOMEM. */
 kiln_status kiln_plan_new_store(struct kiln_plan *p, size_t bytes, int start, int end);
 /* Schedule, storages, lifetimes, in-place merges, gradient write/accumulate
@@ -336,6 +368,17 @@ static inline int kiln_plan_late_store(const struct kiln_plan *p, int i)
 		return p->data_store;
 	return p->nodes[i].rstore >= 0 ? p->nodes[i].rstore : p->nodes[i].ystore;
 }
+
+/* core/plan_run.c.  The address of storage `store` of plan p (-1: the
+ * data input x, other negatives: NULL). */
+void *kiln_plan_store_ptr(const struct kiln_plan *p, int store, const void *x);
+/* A pipeline stage's passes (core/pipe_run.c): the forwards of layers
+ * lo..hi-1 (lo = 0: after the compute copy's refresh and the input
+ * conversion), and their backwards in a plan without recomputation. */
+kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const void *x,
+				    const void *labels, void *metrics, void *stream);
+kiln_status kiln_plan_backward_range(struct kiln_plan *p, int lo, int hi, const void *x,
+				     const void *labels, void *metrics, void *stream);
 
 /* core/summary.c.  The summary of plan p (kiln_model_summary), whose ops
  * were prepared between kiln_device_flops_record(dev, 1) and (dev, 0);

@@ -139,6 +139,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	p->keep_all = opts->keep_all;
 	p->data_gstore = -2;
 	p->data_store = -1;
+	p->staged = m->stage && m->plan_staged;
 	p->nodes = calloc((size_t)n, sizeof *p->nodes);
 	int *wants_grad = calloc((size_t)n, sizeof(int));
 	if (!p->nodes || !wants_grad) {
@@ -256,6 +257,7 @@ void kiln_plan_free(struct kiln_plan *p)
 	free(p->nodes);
 	free(p->store);
 	free(p->sched);
+	free(p->xfer);
 	free(p);
 }
 

@@ -9,9 +9,9 @@
  * first writer in backward to the producer's backward.  Storages whose
  * lifetimes do not overlap share arena bytes.
  */
-#include "graph.h"
+#include "pipeline.h"
 
-static int store_root_y(struct plan_node *nodes, const struct kiln_model *m, int i)
+int kiln_plan_root_y(const struct plan_node *nodes, const struct kiln_model *m, int i)
 {
 	/* follow views down to the storage that owns the bytes */
 	while (i >= 0 && nodes[i].l.is_view)
@@ -124,12 +124,12 @@ static kiln_status plan_schedule(struct kiln_plan *p, int S)
 	for (int i = 0; i < n && p->training; i++) {
 		int own = 0;
 		kiln_config_get_bool(m->cfg, m->layers[i].section, "recompute", &own);
-		if (N[i].l.is_loss || N[i].l.is_view || store_root_y(N, m, i) != i)
+		if (N[i].l.is_loss || N[i].l.is_view || kiln_plan_root_y(N, m, i) != i)
 			continue;
 		int inside = S > 1 && seg[i] < S - 1;
 		for (int j = i + 1; j < n && inside; j++)
 			for (int k = 0; k < m->layers[j].n_in; k++)
-				if (store_root_y(N, m, m->layers[j].in[k]) == i && seg[j] != seg[i])
+				if (kiln_plan_root_y(N, m, m->layers[j].in[k]) == i && seg[j] != seg[i])
 					inside = 0;
 		rec[i] = inside || own;
 	}
@@ -142,7 +142,7 @@ static kiln_status plan_schedule(struct kiln_plan *p, int S)
 		if (rec[j] && N[j].l.needs_output && j > N[j].trig)
 			N[j].trig = j;
 		for (int k = 0; k < m->layers[j].n_in; k++) {
-			int r = store_root_y(N, m, m->layers[j].in[k]);
+			int r = kiln_plan_root_y(N, m, m->layers[j].in[k]);
 			if (r < 0 || !rec[r])
 				continue;
 			if (N[j].l.needs_input && j > N[r].trig)
@@ -212,7 +212,7 @@ static kiln_status plan_output_stores(struct kiln_plan *p)
 	struct plan_node *N = p->nodes;
 	kiln_status st;
 	for (int i = 0; i < m->n_layers; i++) {
-		int r = store_root_y(N, m, i);
+		int r = kiln_plan_root_y(N, m, i);
 		const int rec = N[i].trig >= 0;
 		N[i].rstore = N[i].rsstore = -2;
 		if (N[i].l.is_loss) {
@@ -290,11 +290,11 @@ static void plan_in_place(struct kiln_plan *p)
 	for (int i = 0; i < m->n_layers; i++) {
 		int allow = 1, fwd = 0, late = N[i].rstore < 0;
 		kiln_config_get_bool(m->cfg, m->layers[i].section, "inplace", &allow);
-		if (!allow || !N[i].l.inplace_ok || N[i].l.is_view || store_root_y(N, m, i) != i)
+		if (!allow || !N[i].l.inplace_ok || N[i].l.is_view || kiln_plan_root_y(N, m, i) != i)
 			continue;
 		for (int k = 0; k < m->layers[i].n_in; k++) {
 			int src = m->layers[i].in[k];
-			if (src < 0 || !(N[i].l.inplace_ok >> k & 1))
+			if (src < 0 || !(N[i].l.inplace_ok >> k & 1) || !kiln_pipe_same_stage(p, src, i))
 				continue;
 			if (!fwd &&
 			    (fwd = merge_in_place(p, N[i].ystore, kiln_plan_fwd_store(p, src), i)))
@@ -321,7 +321,7 @@ static kiln_status plan_gradients(struct kiln_plan *p, const int *wants_grad)
 			return st;
 	}
 	for (int i = 0; i < n; i++) {
-		int r = store_root_y(N, m, i);
+		int r = kiln_plan_root_y(N, m, i);
 		if (!wants_grad[i] || N[i].l.is_loss) {
 			N[i].gstore = -2;
 		} else if (r == i) {
@@ -334,6 +334,8 @@ static kiln_status plan_gradients(struct kiln_plan *p, const int *wants_grad)
 			N[i].gstore = r < 0 ? p->data_gstore : N[r].gstore;
 		}
 	}
+	if ((st = kiln_pipe_plan_xfer_grads(p)))
+		return st;
 	char *written = calloc((size_t)(p->n_store ? p->n_store : 1), 1);
 	if (!written)
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -344,6 +346,8 @@ static kiln_status plan_gradients(struct kiln_plan *p, const int *wants_grad)
 			int gs = src < 0 ? p->data_gstore : N[src].gstore;
 			if (gs < 0 || N[j].l.is_view)
 				continue;
+			if (N[j].xfer1[k]) /* written on this stage, returned after its backward */
+				gs = kiln_pipe_xfer_grad(p, N[j].xfer1[k] - 1, written);
 			N[j].dx_on[k] = 1;
 			N[j].dx_accum[k] = written[gs];
 			written[gs] = 1;
@@ -427,9 +431,10 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	free(p->sched);
 	p->sched = NULL;
 	p->data_gstore = -2;
+	p->n_xfer = 0;
 	for (int i = 0; i < n; i++) {
 		for (int k = 0; k < KILN_LAYER_MAX_INPUTS; k++)
-			N[i].dx_on[k] = N[i].dx_accum[k] = 0;
+			N[i].dx_on[k] = N[i].dx_accum[k] = N[i].xfer1[k] = 0;
 		N[i].gstore = -2;
 	}
 	if ((st = plan_schedule(p, S)) || (st = plan_output_stores(p)))
@@ -438,6 +443,8 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	if (p->decode || p->logits) /* the logits are read after the run */
 		extend(&p->store[kiln_plan_fwd_store(p, p->logits_layer)], p->n_pos);
 	plan_in_place(p);
+	if (p->staged && (st = kiln_pipe_plan_xfers(p)))
+		return st;
 	if (p->training && (st = plan_gradients(p, wants_grad)))
 		return st;
 	if (p->training)

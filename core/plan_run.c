@@ -6,7 +6,7 @@
 #include "graph.h"
 #include "profile.h"
 
-static void *ypos(struct kiln_plan *p, int store, const void *x)
+void *kiln_plan_store_ptr(const struct kiln_plan *p, int store, const void *x)
 {
 	if (store == -1)
 		return (void *)x;
@@ -31,15 +31,19 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->batch = p->batch;
 	for (int k = 0; k < L->n_in; k++) {
 		int src = L->in[k];
-		r->x[k] = ypos(p, late ? kiln_plan_late_store(p, src) : kiln_plan_fwd_store(p, src), x);
+		/* a tensor from another stage: its receive buffers on this one */
+		const struct plan_xfer *xf = nd->xfer1[k] ? &p->xfer[nd->xfer1[k] - 1] : NULL;
+		int xs = xf ? xf->recv : late ? kiln_plan_late_store(p, src) : kiln_plan_fwd_store(p, src);
+		r->x[k] = kiln_plan_store_ptr(p, xs, x);
 		if (p->training && nd->dx_on[k]) {
-			r->dx[k] = ypos(p, src < 0 ? p->data_gstore : p->nodes[src].gstore, x);
+			int gs = xf ? xf->grecv : src < 0 ? p->data_gstore : p->nodes[src].gstore;
+			r->dx[k] = kiln_plan_store_ptr(p, gs, x);
 			r->dx_accum[k] = nd->dx_accum[k];
 		}
 	}
-	r->y = ypos(p, late ? kiln_plan_late_store(p, i) : nd->ystore, x);
+	r->y = kiln_plan_store_ptr(p, late ? kiln_plan_late_store(p, i) : nd->ystore, x);
 	if (p->training)
-		r->dy = ypos(p, nd->gstore, x);
+		r->dy = kiln_plan_store_ptr(p, nd->gstore, x);
 	for (int k = 0; k < L->n_params; k++) {
 		const struct model_param *pm = &m->params[L->pidx[k]];
 		r->w[k] = (pm->buffer ? m->buffers_d : m->params_d) + pm->off;
@@ -59,8 +63,8 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->metrics = metrics;
 	r->grad_scale = 1.0f / (float)p->batch;
 	int ss = late && nd->rsstore >= 0 ? nd->rsstore : nd->sstore;
-	r->saved = ss >= 0 ? ypos(p, ss, x) : NULL;
-	r->step = m->step_d;
+	r->saved = ss >= 0 ? kiln_plan_store_ptr(p, ss, x) : NULL;
+	r->step = p->step_d ? p->step_d : m->step_d;
 	r->loss_scale = m->scaler_d; /* the scale is element 0 */
 	r->group = p->training && m->group_ranks > 1 ? m->group : NULL;
 	r->pos = p->pos;
@@ -145,14 +149,16 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 	return KILN_OK;
 }
 
-/* The parameters' compute copy and the input conversion when needed,
- * then the forwards: schedule positions 0..n-1. */
-kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *labels,
-			      void *metrics, void *stream)
+/* The parameters' compute copy and the input conversion when needed
+ * (lo = 0), then the forwards of layers lo..hi-1 (schedule positions). */
+kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const void *x,
+				    const void *labels, void *metrics, void *stream)
 {
 	struct kiln_model *m = p->m;
 	const int n = m->n_layers;
 	kiln_status st;
+	if (lo > 0)
+		return run_events(p, lo, hi, x, labels, metrics, stream);
 	/* the compute copy's refresh reads every parameter */
 	if (m->fwd_hook && m->pcopy_stale && m->pcast_plan &&
 	    (st = m->fwd_hook(m->fwd_user, n, stream)))
@@ -161,7 +167,7 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 		return kiln_error_wrap(st, "the compute copy of the parameters");
 	if (p->in_reorder || p->in_cast) {
 		const int prof = kiln_device_profile(m->dev) != NULL;
-		struct kiln_op_args a = { .in = { x }, .out = { ypos(p, p->data_store, x) },
+		struct kiln_op_args a = { .in = { x }, .out = { kiln_plan_store_ptr(p, p->data_store, x) },
 					  .workspace = p->ws, .workspace_bytes = p->ws_bytes };
 		if (prof)
 			kiln_profile_label("input", KILN_PHASE_FORWARD);
@@ -171,7 +177,13 @@ kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *la
 		if (st)
 			return kiln_error_wrap(st, "converting the input to the model's layout and dtype");
 	}
-	return run_events(p, 0, n, x, labels, metrics, stream);
+	return run_events(p, 0, hi, x, labels, metrics, stream);
+}
+
+kiln_status kiln_plan_forward(struct kiln_plan *p, const void *x, const void *labels,
+			      void *metrics, void *stream)
+{
+	return kiln_plan_forward_range(p, 0, p->m->n_layers, x, labels, metrics, stream);
 }
 
 /* The schedule after the forwards: backwards in reverse layer order, each
@@ -182,6 +194,17 @@ kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *l
 	if (!p->training)
 		return KILN_OK;
 	return run_events(p, p->m->n_layers, p->n_pos, x, labels, metrics, stream);
+}
+
+/* The backwards of layers hi-1 down to lo, in a plan without
+ * recomputations (their positions are 2n-1-i). */
+kiln_status kiln_plan_backward_range(struct kiln_plan *p, int lo, int hi, const void *x,
+				     const void *labels, void *metrics, void *stream)
+{
+	const int n = p->m->n_layers;
+	if (!p->training || p->n_recomputed)
+		return kiln_error(KILN_EINTERNAL, "kiln_plan_backward_range: a training plan without recomputation");
+	return run_events(p, 2 * n - hi, 2 * n - lo, x, labels, metrics, stream);
 }
 
 kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void *pos,
@@ -200,6 +223,6 @@ kiln_status kiln_plan_logits(const struct kiln_plan *p, void **ptr, struct kiln_
 	if (!p->decode && !p->logits)
 		return kiln_error(KILN_EINVAL, "kiln_plan_logits: not a decode or inference plan (kiln_plan_opts.decode, .logits)");
 	*desc = p->nodes[p->logits_layer].l.out;
-	*ptr = ypos((struct kiln_plan *)p, kiln_plan_fwd_store(p, p->logits_layer), NULL);
+	*ptr = kiln_plan_store_ptr((struct kiln_plan *)p, kiln_plan_fwd_store(p, p->logits_layer), NULL);
 	return KILN_OK;
 }

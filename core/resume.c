@@ -34,12 +34,18 @@ static const struct {
 	{ "dist", "timing" },
 	{ "log", "tensorboard" },    { "log", "csv" },
 	{ "log", "histograms" },
+	/* the pipeline's cut and schedule (docs/pipeline.md): the weights and
+	 * the optimizer state are laid out the same; "layer.*": every layer */
+	{ "pipeline", "micro_batches" }, { "pipeline", "schedule" },
+	{ "layer.*", "stage" },      { "model", "stages" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)
 {
+	const int layer = !strncmp(section, "layer.", 6);
 	for (size_t i = 0; i < KILN_ARRAY_LEN(safe_keys); i++)
-		if (!strcmp(safe_keys[i].section, section) && !strcmp(safe_keys[i].key, key))
+		if (!strcmp(safe_keys[i].section, layer ? "layer.*" : section) &&
+		    !strcmp(safe_keys[i].key, key))
 			return 1;
 	return 0;
 }
@@ -53,6 +59,7 @@ static const struct {
 	{ "model", "layout" },       { "model", "init_from" },
 	{ "model", "init_strict" },  { "layer.*", "inplace" },
 	{ "layer.*", "recompute" },  { "model", "init_format" },
+	{ "layer.*", "stage" },      { "model", "stages" },
 };
 
 static int weights_key(const char *section, const char *key)

@@ -92,6 +92,8 @@ static const struct kiln_key model_keys[] = {
 	  "A safetensors file whose tensors replace the initial parameters and batchnorm buffers by name (`conv1.weight`: the layer's name and the parameter, PyTorch's names and layouts; see docs/safetensors.md), e.g. a PyTorch state_dict or a `kiln export`; or a kiln checkpoint (`ckpt-<step>.kiln`, told apart by its magic bytes): its parameters and buffers alone, for fine-tuning with a new optimizer, schedule or lr (the optimizer state, step counts and data position start anew; the model's parameters must be the checkpoint's, whatever `init_strict`); empty = none. Read after the initialisation from [run] seed, by `kiln train` and by `kiln export` when it exports initial weights (a checkpoint's weights replace it: `kiln export --checkpoint` and `kiln eval` never read it)." },
 	{ "init_format", KILN_KEY_ENUM, "pytorch", NOLIM, "pytorch|gpt2",
 	  "The names and layouts of a safetensors `init_from`: `pytorch`, the layers' names and PyTorch's layouts (nn.Linear [out, in]); `gpt2`, the GPT-2 release's as Hugging Face's GPT2LMHeadModel saves them: the same names (the `transformer.` prefix may be absent, as in GPT2Model files), the weights of the linear layers named `c_attn`, `c_proj`, `c_fc` (GPT-2's Conv1D) stored [in, out], the attention mask buffers `*.attn.bias` and `*.attn.masked_bias` skipped, and an embedding table that may have fewer rows than the model's (GPT-2's 50257 into a vocabulary padded to 50304: the extra rows become 0). llm.c's model file (`gpt2_124M.bin`, versions 1, 3 and 5) is told apart by its magic number and needs no `init_format`. See docs/safetensors.md." },
+	{ "stages", KILN_KEY_STR, "", NOLIM, NULL,
+	  "Pipeline stages by layer-name boundaries (docs/pipeline.md): `first, last | first, last | ...`, stage k running layers `first` to `last` of the k-th group in file order (one name: a one-layer stage); the groups must tile every layer. Instead of `[layer.X] stage`; empty = one stage (unless layers set `stage`)." },
 	{ "init_strict", KILN_KEY_BOOL, "1", NOLIM, NULL,
 	  "1: every parameter and buffer of the model must be in `init_from`, and the file may hold nothing else but `*.num_batches_tracked` (like PyTorch's load_state_dict(strict=True)); the error names the first missing and unexpected tensors. 0: load the tensors whose names match, keep the initial values of the rest and log what was skipped. A shape that differs is an error either way." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
@@ -202,6 +204,14 @@ static const struct kiln_key log_keys[] = {
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 
+static const struct kiln_key pipeline_keys[] = {
+	{ "micro_batches", KILN_KEY_INT, "1", 1, 65536, NULL,
+	  "Micro-batches per step (docs/pipeline.md): `[train] batch` is cut into this many, which flow through the stages in `schedule`'s order; the gradients are the mean over them (as `[train] accumulate` of batch / micro_batches), with no communication before the last. Batchnorm uses each micro-batch's statistics and updates its running statistics once per micro-batch (PyTorch's semantics with micro-batches). Must divide `[train] batch`; not with `[train] accumulate > 1`." },
+	{ "schedule", KILN_KEY_ENUM, "1f1b", NOLIM, "gpipe|1f1b",
+	  "Order of the micro-batches' forwards and backwards on each stage: `gpipe` (all forwards, then all backwards: every micro-batch's activations alive at once) or `1f1b` (one forward, one backward: at most `stages` micro-batches' activations alive). Both give the same gradients bit for bit (each stage accumulates its micro-batches in the same order)." },
+	{ NULL, 0, NULL, NOLIM, NULL, NULL }
+};
+
 /* Keys every [layer.NAME] section has, whatever its type. */
 const struct kiln_key kiln_layer_common_keys[] = {
 	{ "type", KILN_KEY_STR, NULL, NOLIM, NULL,
@@ -216,6 +226,8 @@ const struct kiln_key kiln_layer_common_keys[] = {
 	  "1 lets the planner give the layer's output an input's memory when the layer type allows it (relu; add, on either of its first two inputs) and nothing reads that input afterwards, forward or backward, and a loss layer's backward write the logits' gradient over the logits when nothing reads them after it; 0 forbids it. Results are the same either way." },
 	{ "tie", KILN_KEY_STR, NULL, NOLIM, NULL,
 	  "Weight tying: the name of another layer whose `weight` this layer's `weight` is (GPT's `[layer.lm_head] tie = transformer.wte`, PyTorch's shared nn.Parameter). Both must have a parameter `weight` of the same shape and the same `trainable`; only `weight` is tied. The tensor is stored, initialised (as that layer's), decayed, checkpointed and counted once, under that layer's name (`transformer.wte.weight`); both layers' gradients are summed into its gradient (the later layer's is added after the earlier layer's backward, from a gradient buffer of its own, which `kiln memory` counts). Safetensors exports write it once, under that name; imports read it from that name, or from this layer's (`lm_head.weight`) when only that is present, and accept a file with both only when they are equal (docs/safetensors.md). A layer cannot be tied to itself or to a layer that is itself tied (tie every user to the same layer instead)." },
+	{ "stage", KILN_KEY_INT, NULL, 0, 63, NULL,
+	  "Pipeline stage of this layer (docs/pipeline.md); default: the previous layer's stage (0 for the first). Stages follow the file order (each next stage one more); every tensor read on a later stage than its producer's (a skip connection too) is sent to it, and its gradient sent back. `[model] stages` is the other way to say it." },
 	{ "recompute", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "1: gradient checkpointing for this layer alone: its output (and what its forward keeps for the backward) is freed after the forward and computed again just before the backward needs it, whatever [train] recompute says. Gradients are the same bit for bit." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
@@ -234,6 +246,7 @@ static const struct {
 	{ "train", train_keys, "The training loop." },
 	{ "dist", dist_keys, "Data-parallel training across processes (docs/distributed.md): started by `kiln launch`, torchrun, srun or mpirun." },
 	{ "log", log_keys, "Loggers besides out_dir/metrics.jsonl (docs/logging.md)." },
+	{ "pipeline", pipeline_keys, "Pipeline parallelism (docs/pipeline.md): micro-batches and their schedule through the stages `[layer.X] stage` or `[model] stages` place." },
 };
 
 const struct kiln_key *kiln_config_schema(const char *section)

@@ -39,6 +39,7 @@
 #include "dist.h"
 #include "run_config.h"
 #include "logger.h"
+#include "pipeline.h"
 
 #include <jansson.h>
 
@@ -96,6 +97,7 @@ struct trainer {
 	struct train_set train, test, val;
 	int have_val;              /* the config has [data.val] */
 	struct kiln_plan *ptrain, *peval, *prem, *pvrem;
+	struct kiln_pipe *pipe;    /* [pipeline]/stages: ptrain is its first plan */
 	struct eval_target ev;     /* the evaluations during training: val, else test */
 	/* device */
 	struct kiln_device *dev;

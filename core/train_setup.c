@@ -373,8 +373,17 @@ static kiln_status build_model(struct trainer *t)
 	if (t->training) {
 		if ((st = prepare_training(t)))
 			return st;
+		int pipe = 0;
+		if ((st = kiln_pipe_wanted(t->cfg, t->m, &pipe)))
+			return st;
 		kiln_device_flops_record(t->dev, 1); /* the ops' FLOPs, for the summary */
-		st = kiln_model_plan(t->m, t->B, 1, &t->ptrain);
+		if (pipe && !(st = kiln_pipe_open(t->m, t->B, t->acc, t->world, t->compute, t->copy,
+						  &t->pipe))) {
+			t->ptrain = kiln_pipe_plan0(t->pipe);
+			t->graph_mode = -1; /* issued op by op */
+		} else if (!pipe) {
+			st = kiln_model_plan(t->m, t->B, 1, &t->ptrain);
+		}
 		kiln_device_flops_record(t->dev, 0);
 		if (st)
 			return st;
@@ -677,7 +686,10 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	if (t->dev)
 		free_device(t);
 	kiln_plan_free(t->pvrem);
-	kiln_plan_free(t->ptrain);
+	if (t->pipe)
+		kiln_pipe_free(t->pipe);
+	else
+		kiln_plan_free(t->ptrain);
 	kiln_plan_free(t->peval);
 	kiln_plan_free(t->prem);
 	kiln_model_free(t->m);

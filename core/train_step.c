@@ -317,7 +317,11 @@ static kiln_status micro_step(struct trainer *t, int64_t j)
 	int begun = 0;
 	if (!t->graph_mode && t->step > t->step0 && (st = graph_decide(t, &begun)))
 		return st;
-	if (t->graph_mode == 1) {
+	if (t->pipe) {
+		trainer_phase(t, KILN_PHASE_FORWARD, 1);
+		st = kiln_pipe_step(t->pipe, xd, t->y_dev[s], t->label_bytes, t->metrics_dev);
+		trainer_phase(t, KILN_PHASE_FORWARD, 0);
+	} else if (t->graph_mode == 1) {
 		st = graph_step(t, xd, s, begun);
 		t->res->steps_replayed++;
 	} else {

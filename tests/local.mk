@@ -381,6 +381,16 @@ EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py te
 # features (accumulation, recompute, resume, clipping, schedule, bf16,
 # memory, profiler) on it
 TESTS += tests/gpt_steps.sh tests/gpt.sh
+# pipeline stages and micro-batches (issue 21, docs/pipeline.md)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_pipeline
+TESTS += tests/check_pipeline
+tests_check_pipeline_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_pipeline_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_pipeline_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+TESTS += tests/pipeline.sh
+EXTRA_DIST += tests/pipeline.sh
 EXTRA_DIST += tests/gpt_steps.sh tests/gpt.sh tests/data/gen_gpt_refs.py tests/data/gpt_tiny.ini \
 	tests/data/gpt_tokens.bin tests/data/gpt_init.safetensors tests/data/gpt_refs.safetensors
 

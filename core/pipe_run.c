@@ -1,0 +1,455 @@
+/* core/pipe_run.c - the pipeline executor: a step's micro-batches run
+ * through the stages in the schedule's order, each micro-batch in flight
+ * with its own plan (activation arena), every crossing tensor moved by
+ * the stage transport, each stage's gradients accumulated over the
+ * micro-batches in its own slice of the flat buffer.  See pipeline.h and
+ * docs/pipeline.md. */
+#include "pipeline.h"
+
+/* ---- the local transport: one process, a copy stream, events --------- */
+
+struct local_msg {
+	uint64_t tag;
+	const void *buf;
+	size_t bytes;
+	void *ev;
+	int used;
+};
+
+struct local_tr {
+	struct kiln_device *dev;
+	void *copy;          /* the copy stream */
+	int n;
+	struct local_msg *msg;
+};
+
+static kiln_status local_send(void *ctx, int from, int to, uint64_t tag, const void *buf,
+			      size_t bytes, void *stream)
+{
+	struct local_tr *L = ctx;
+	(void)from, (void)to;
+	for (int i = 0; i < L->n; i++)
+		if (!L->msg[i].used) {
+			struct local_msg *g = &L->msg[i];
+			*g = (struct local_msg){ tag, buf, bytes, g->ev, 1 };
+			/* the copy starts once the sender's pass is done */
+			return kiln_device_event_record(L->dev, g->ev, stream);
+		}
+	return kiln_error(KILN_EINTERNAL, "pipeline: more than %d messages in flight", L->n);
+}
+
+static kiln_status local_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
+			      void *stream)
+{
+	struct local_tr *L = ctx;
+	kiln_status st;
+	for (int i = 0; i < L->n; i++) {
+		struct local_msg *g = &L->msg[i];
+		if (!g->used || g->tag != tag)
+			continue;
+		if (g->bytes != bytes)
+			return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sent %zu bytes, stage %d expects %zu",
+					  from, g->bytes, to, bytes);
+		g->used = 0;
+		/* copy stream: after the send, copy, then the receiver waits */
+		if ((st = kiln_device_stream_wait(L->dev, L->copy, g->ev)) ||
+		    (st = kiln_device_copy_async(L->dev, buf, g->buf, bytes, KILN_COPY_D2D, L->copy)) ||
+		    (st = kiln_device_event_record(L->dev, g->ev, L->copy)))
+			return st;
+		return kiln_device_stream_wait(L->dev, stream, g->ev);
+	}
+	return kiln_error(KILN_EINTERNAL, "pipeline: stage %d receives message %llx that stage %d never sent",
+			  to, (unsigned long long)tag, from);
+}
+
+static const struct kiln_stage_transport_ops local_ops = { local_send, local_recv };
+
+/* ---- the pipeline ------------------------------------------------------ */
+
+struct kiln_pipe {
+	struct kiln_model *m;
+	struct kiln_device *dev;
+	void *stream;
+	int P, M, K, kind, ticks;
+	int64_t mb;                  /* micro-batch rows */
+	struct kiln_plan **plan;     /* K: one per activation set alive */
+	int64_t *steps_d;            /* K micro-step counters, 8 i64 apart */
+	int *slot;                   /* M: the micro-batch's plan */
+	char *busy;                  /* K */
+	struct kiln_pipe_action *act;
+	int lo[KILN_PIPE_MAX_STAGES], hi[KILN_PIPE_MAX_STAGES]; /* layers */
+	size_t glo[KILN_PIPE_MAX_STAGES], ghi[KILN_PIPE_MAX_STAGES]; /* trainable slice */
+	void *gadd[KILN_PIPE_MAX_STAGES], *gmean[KILN_PIPE_MAX_STAGES];
+	float *grads_more;           /* micro-batches 1.. write here */
+	void **xadd;                 /* per crossing tensor: the gradient return's add */
+	struct kiln_stage_transport tr;
+	struct local_tr local;
+};
+
+kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_model *m, int *yes)
+{
+	int64_t M = 1;
+	kiln_status st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M);
+	if (st && st != KILN_ENOTFOUND)
+		return st;
+	if ((st = kiln_pipe_read_stages((struct kiln_model *)m)))
+		return st;
+	*yes = m->n_stages > 1 || M > 1;
+	return KILN_OK;
+}
+
+/* What a pipeline cannot do yet, named by its key. */
+static kiln_status pipe_supported(const struct kiln_model *m, int64_t accumulate, int world)
+{
+	const struct kiln_config *cfg = m->cfg;
+	const char *rc = kiln_config_get(cfg, "train", "recompute");
+	if (world > 1)
+		return kiln_error(KILN_ENOTSUP, "%s: a pipeline across ranks or combined with data parallelism is not supported yet (docs/pipeline.md): run one process",
+				  kiln_config_where(cfg, "pipeline", "micro_batches"));
+	if (accumulate > 1)
+		return kiln_error(KILN_ENOTSUP, "%s: [train] accumulate > 1 with a pipeline: use [pipeline] micro_batches instead",
+				  kiln_config_where(cfg, "train", "accumulate"));
+	if (m->n_stages > 1 && rc && *rc && strcmp(rc, "none"))
+		return kiln_error(KILN_ENOTSUP, "%s: [train] recompute with pipeline stages is not supported yet",
+				  kiln_config_where(cfg, "train", "recompute"));
+	if (m->n_stages > 1 && m->cdtype != KILN_F32)
+		return kiln_error(KILN_ENOTSUP, "%s: pipeline stages with low-precision compute are not supported yet",
+				  kiln_config_where(cfg, "run", "precision"));
+	for (int i = 0; i < m->n_layers; i++) {
+		const struct model_layer *L = &m->layers[i];
+		if (L->tie >= 0 && kiln_pipe_stage(m, L->tie) != kiln_pipe_stage(m, i))
+			return kiln_error(KILN_ENOTSUP, "%s: layer '%s' (stage %d) ties its weight to '%s' (stage %d): weights shared across stages are not supported yet",
+					  kiln_config_where(cfg, L->section, "tie"), L->name,
+					  kiln_pipe_stage(m, i), m->layers[L->tie].name,
+					  kiln_pipe_stage(m, L->tie));
+		if (L->tie >= 0 && m->n_stages > 1)
+			return kiln_error(KILN_ENOTSUP, "%s: tied weights in a pipeline of several stages are not supported yet",
+					  kiln_config_where(cfg, L->section, "tie"));
+	}
+	return KILN_OK;
+}
+
+/* Each stage's layers and its slice of the trainable parameters (they are
+ * laid out in layer order, so a stage's are contiguous). */
+static void stage_ranges(struct kiln_pipe *pp)
+{
+	const struct kiln_model *m = pp->m;
+	for (int s = 0; s < pp->P; s++) {
+		pp->lo[s] = m->n_layers, pp->hi[s] = 0;
+		pp->glo[s] = m->n_trainable, pp->ghi[s] = 0;
+	}
+	for (int i = 0; i < m->n_layers; i++) {
+		int s = kiln_pipe_stage(m, i);
+		if (i < pp->lo[s])
+			pp->lo[s] = i;
+		pp->hi[s] = i + 1;
+	}
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *q = &m->params[i];
+		if (!q->trainable)
+			continue;
+		int s = kiln_pipe_stage(m, q->layer);
+		size_t end = q->off + kiln_align_up((size_t)q->numel * 4) / 4;
+		if (q->off < pp->glo[s])
+			pp->glo[s] = q->off;
+		if (end > pp->ghi[s])
+			pp->ghi[s] = end;
+	}
+}
+
+/* The adds and the scale to the mean over each stage's slice, the second
+ * gradient buffer (its padding zeroed once), the adds of the gradient
+ * returns. */
+static kiln_status prepare_grads(struct kiln_pipe *pp)
+{
+	kiln_status st;
+	const struct kiln_plan *p0 = pp->plan[0];
+	for (int s = 0; s < pp->P && pp->M > 1; s++) {
+		int64_t n = pp->ghi[s] > pp->glo[s] ? (int64_t)(pp->ghi[s] - pp->glo[s]) : 0;
+		if (!n)
+			continue;
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SCALE;
+		op.n_in = op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+		op.out[0] = op.in[0];
+		op.f[0] = 1.0 / (double)pp->M;
+		if ((st = kiln_device_prepare_add(pp->dev, n, &pp->gadd[s])) ||
+		    (st = kiln_device_prepare(pp->dev, &op, &pp->gmean[s], NULL)))
+			return st;
+	}
+	if (pp->M > 1 && pp->m->n_elems) {
+		if ((st = kiln_device_alloc(pp->dev, pp->m->n_elems * sizeof(float),
+					    (void **)&pp->grads_more)))
+			return st;
+		float *z = calloc(pp->m->n_elems, sizeof(float));
+		if (!z)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		st = kiln_device_copy_async(pp->dev, pp->grads_more, z, pp->m->n_elems * sizeof(float),
+					    KILN_COPY_H2D, pp->stream);
+		if (!st)
+			st = kiln_device_stream_sync(pp->dev, pp->stream);
+		free(z);
+		if (st)
+			return st;
+	}
+	if (p0->n_xfer && !(pp->xadd = calloc((size_t)p0->n_xfer, sizeof(void *))))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int e = 0; e < p0->n_xfer; e++)
+		if (p0->xfer[e].gadd &&
+		    (st = kiln_device_prepare_add(pp->dev, (int64_t)(p0->xfer[e].bytes / 4), &pp->xadd[e])))
+			return st;
+	return KILN_OK;
+}
+
+/* The schedule, its plans (one per activation set alive at once), their
+ * micro-step counters and the transport's messages. */
+static kiln_status open_plans(struct kiln_pipe *pp, void *copy)
+{
+	kiln_status st;
+	const int n_act = 2 * pp->P * pp->M;
+	pp->act = calloc((size_t)n_act, sizeof *pp->act);
+	pp->slot = calloc((size_t)pp->M, sizeof(int));
+	if (!pp->act || !pp->slot)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = kiln_pipe_schedule(pp->kind, pp->P, pp->M, pp->act, &pp->ticks, &pp->K)))
+		return st;
+	pp->plan = calloc((size_t)pp->K, sizeof *pp->plan);
+	pp->busy = calloc((size_t)pp->K, 1);
+	if (!pp->plan || !pp->busy)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = kiln_device_alloc(pp->dev, (size_t)pp->K * 64, (void **)&pp->steps_d)))
+		return st;
+	pp->m->plan_staged = 1;
+	for (int k = 0; k < pp->K && !st; k++) {
+		st = kiln_model_plan(pp->m, pp->mb, 1, &pp->plan[k]);
+		if (!st)
+			pp->plan[k]->step_d = pp->steps_d + 8 * k;
+	}
+	pp->m->plan_staged = 0;
+	if (st)
+		return st;
+	/* every crossing tensor of every plan in flight, both ways */
+	pp->local.dev = pp->dev;
+	pp->local.copy = copy;
+	pp->local.n = 2 * pp->K * (pp->plan[0]->n_xfer ? pp->plan[0]->n_xfer : 1);
+	if (!(pp->local.msg = calloc((size_t)pp->local.n, sizeof *pp->local.msg)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; i < pp->local.n; i++)
+		if ((st = kiln_device_event_create(pp->dev, &pp->local.msg[i].ev)))
+			return st;
+	pp->tr = (struct kiln_stage_transport){ &local_ops, &pp->local };
+	return KILN_OK;
+}
+
+kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
+			   void *stream, void *copy, struct kiln_pipe **out)
+{
+	const struct kiln_config *cfg = m->cfg;
+	int64_t M = 1;
+	const char *sched = kiln_config_get(cfg, "pipeline", "schedule");
+	kiln_status st;
+	*out = NULL;
+	if ((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND)
+		return st;
+	if ((st = pipe_supported(m, accumulate, world)))
+		return st;
+	if (batch % M)
+		return kiln_error(KILN_ECONFIG, "%s: [train] batch = %lld is not a multiple of [pipeline] micro_batches = %lld",
+				  kiln_config_where(cfg, "pipeline", "micro_batches"), (long long)batch,
+				  (long long)M);
+	struct kiln_pipe *pp = calloc(1, sizeof *pp);
+	if (!pp)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	pp->m = m;
+	pp->dev = m->dev;
+	pp->stream = stream;
+	pp->P = m->n_stages;
+	pp->M = (int)M;
+	pp->mb = batch / M;
+	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
+	stage_ranges(pp);
+	if ((st = open_plans(pp, copy)) || (st = prepare_grads(pp))) {
+		kiln_pipe_free(pp);
+		return st;
+	}
+	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s: %d activation sets, %d crossing tensors, bubble %.3f in theory",
+		 pp->P, pp->M, (long long)pp->mb, pp->kind == KILN_PIPE_GPIPE ? "gpipe" : "1f1b", pp->K,
+		 pp->plan[0]->n_xfer, kiln_pipe_bubble(pp->P, pp->M, pp->ticks));
+	*out = pp;
+	return KILN_OK;
+}
+
+static uint64_t tag_of(int mb, int e, int back)
+{
+	return (uint64_t)mb << 32 | (uint64_t)e << 1 | (uint64_t)back;
+}
+
+/* Forward of stage s for micro-batch j on plan p: receive what it reads
+ * from earlier stages, run its layers, send what later stages read. */
+static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
+				 const void *x, const void *y, void *metrics)
+{
+	kiln_status st;
+	for (int e = 0; e < p->n_xfer; e++) {
+		const struct plan_xfer *xf = &p->xfer[e];
+		if (xf->to == s &&
+		    (st = pp->tr.ops->recv(pp->tr.ctx, xf->from, s, tag_of(j, e, 0),
+					   kiln_plan_store_ptr(p, xf->recv, x), xf->bytes, pp->stream)))
+			return st;
+	}
+	if ((st = kiln_plan_forward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->stream)))
+		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);
+	for (int e = 0; e < p->n_xfer; e++) {
+		const struct plan_xfer *xf = &p->xfer[e];
+		if (xf->from == s &&
+		    (st = pp->tr.ops->send(pp->tr.ctx, s, xf->to, tag_of(j, e, 0),
+					   kiln_plan_store_ptr(p, xf->src, x), xf->bytes, pp->stream)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+/* The gradients of stage s's outputs read on later stages, returned:
+ * the latest stage's first (it writes), the others added. */
+static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
+				 const void *x)
+{
+	kiln_status st;
+	for (int to = pp->P - 1; to > s; to--)
+		for (int e = 0; e < p->n_xfer; e++) {
+			const struct plan_xfer *xf = &p->xfer[e];
+			if (xf->from != s || xf->to != to || xf->grecv < 0)
+				continue;
+			void *g = kiln_plan_store_ptr(p, xf->gsrc, x);
+			void *dst = xf->gadd ? kiln_plan_store_ptr(p, xf->gtmp, x) : g;
+			if ((st = pp->tr.ops->recv(pp->tr.ctx, to, s, tag_of(j, e, 1), dst, xf->bytes,
+						   pp->stream)))
+				return st;
+			if (xf->gadd) {
+				struct kiln_op_args a = { .in = { g, dst }, .out = { g } };
+				if ((st = kiln_device_run(pp->dev, pp->xadd[e], &a, pp->stream)))
+					return st;
+			}
+		}
+	return KILN_OK;
+}
+
+/* Backward of stage s for micro-batch j: the returned gradients, its
+ * layers' backwards (micro-batch 0 writes the parameter gradients, the
+ * others write beside them and add into the stage's slice; the last
+ * scales it to the mean), then its inputs' gradients sent back. */
+static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
+				  const void *x, const void *y, void *metrics)
+{
+	struct kiln_model *m = pp->m;
+	kiln_status st;
+	if ((st = receive_grads(pp, p, s, j, x)))
+		return st;
+	m->grad_out_d = j ? pp->grads_more : NULL;
+	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->stream);
+	m->grad_out_d = NULL;
+	if (st)
+		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);
+	float *g = m->grads_d + pp->glo[s];
+	if (j && pp->gadd[s]) {
+		struct kiln_op_args a = { .in = { g, pp->grads_more + pp->glo[s] }, .out = { g } };
+		if ((st = kiln_device_run(pp->dev, pp->gadd[s], &a, pp->stream)))
+			return st;
+	}
+	if (j == pp->M - 1 && pp->gmean[s]) {
+		struct kiln_op_args a = { .in = { g }, .out = { g } };
+		if ((st = kiln_device_run(pp->dev, pp->gmean[s], &a, pp->stream)))
+			return st;
+	}
+	for (int e = 0; e < p->n_xfer; e++) {
+		const struct plan_xfer *xf = &p->xfer[e];
+		if (xf->to == s && xf->grecv >= 0 &&
+		    (st = pp->tr.ops->send(pp->tr.ctx, s, xf->from, tag_of(j, e, 1),
+					   kiln_plan_store_ptr(p, xf->grecv, x), xf->bytes, pp->stream)))
+			return st;
+	}
+	return KILN_OK;
+}
+
+/* Micro-batch j enters the pipeline: a free plan, and its micro-step
+ * counter taken from the model's, which advances (dropout draws as with
+ * [train] accumulate's micro-steps). */
+static kiln_status enter(struct kiln_pipe *pp, int j)
+{
+	int k = 0;
+	while (k < pp->K && pp->busy[k])
+		k++;
+	if (k == pp->K)
+		return kiln_error(KILN_EINTERNAL, "pipeline: no free activation set for micro-batch %d", j);
+	pp->busy[k] = 1;
+	pp->slot[j] = k;
+	kiln_status st = kiln_device_copy_async(pp->dev, pp->plan[k]->step_d, pp->m->step_d,
+						sizeof(int64_t), KILN_COPY_D2D, pp->stream);
+	return st ? st : kiln_model_step_advance(pp->m, pp->stream);
+}
+
+kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
+			   void *metrics)
+{
+	const size_t xrow = kiln_tensor_bytes(&pp->m->sample);
+	kiln_status st;
+	for (int i = 0; i < 2 * pp->P * pp->M; i++) {
+		const struct kiln_pipe_action *a = &pp->act[i];
+		const int j = a->mb;
+		if (a->kind == KILN_PIPE_FWD && a->stage == 0 && (st = enter(pp, j)))
+			return st;
+		struct kiln_plan *p = pp->plan[pp->slot[j]];
+		const char *xj = (const char *)x + (size_t)j * (size_t)pp->mb * xrow;
+		const char *yj = (const char *)y + (size_t)j * (size_t)pp->mb * label_bytes;
+		st = a->kind == KILN_PIPE_FWD ? stage_forward(pp, p, a->stage, j, xj, yj, metrics)
+					      : stage_backward(pp, p, a->stage, j, xj, yj, metrics);
+		if (st)
+			return st;
+		if (a->kind == KILN_PIPE_BWD && a->stage == 0)
+			pp->busy[pp->slot[j]] = 0;
+	}
+	return KILN_OK;
+}
+
+struct kiln_plan *kiln_pipe_plan0(const struct kiln_pipe *pp) { return pp->plan[0]; }
+int kiln_pipe_stages(const struct kiln_pipe *pp) { return pp->P; }
+int kiln_pipe_micro_batches(const struct kiln_pipe *pp) { return pp->M; }
+
+size_t kiln_pipe_arena_bytes(const struct kiln_pipe *pp)
+{
+	size_t t = 0;
+	for (int k = 0; k < pp->K; k++)
+		t += pp->plan[k] ? pp->plan[k]->arena_bytes : 0;
+	return t;
+}
+
+void kiln_pipe_free(struct kiln_pipe *pp)
+{
+	if (!pp)
+		return;
+	for (int s = 0; s < pp->P; s++) {
+		if (pp->gadd[s])
+			kiln_device_plan_free(pp->dev, pp->gadd[s]);
+		if (pp->gmean[s])
+			kiln_device_plan_free(pp->dev, pp->gmean[s]);
+	}
+	for (int e = 0; pp->xadd && pp->plan && pp->plan[0] && e < pp->plan[0]->n_xfer; e++)
+		if (pp->xadd[e])
+			kiln_device_plan_free(pp->dev, pp->xadd[e]);
+	for (int k = 0; pp->plan && k < pp->K; k++)
+		kiln_plan_free(pp->plan[k]);
+	for (int i = 0; pp->local.msg && i < pp->local.n; i++)
+		if (pp->local.msg[i].ev)
+			kiln_device_event_destroy(pp->dev, pp->local.msg[i].ev);
+	kiln_device_free(pp->dev, pp->grads_more);
+	kiln_device_free(pp->dev, pp->steps_d);
+	free(pp->local.msg);
+	free(pp->xadd);
+	free(pp->plan);
+	free(pp->busy);
+	free(pp->slot);
+	free(pp->act);
+	free(pp);
+}

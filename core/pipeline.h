@@ -1,0 +1,141 @@
+/* core/pipeline.h - pipeline parallelism (docs/pipeline.md): a model cut
+ * into stages ([layer.X] stage, [model] stages), a step cut into
+ * micro-batches ([pipeline] micro_batches) run in a schedule ([pipeline]
+ * schedule = gpipe | 1f1b), and every tensor that crosses a stage
+ * boundary sent through a stage transport.
+ *
+ *   pipe_stages.c    placement: each layer's stage, read and checked
+ *   pipe_schedule.c  the schedules: each stage's order of forwards and
+ *                    backwards, and one order that runs them all
+ *   pipe_xfer.c      the planner's part: the crossing tensors of a plan
+ *   pipe_run.c       the executor: micro-batch plans, transports, the
+ *                    gradients accumulated per stage
+ */
+#ifndef KILN_PIPELINE_H
+#define KILN_PIPELINE_H
+
+#include "graph.h"
+
+#define KILN_PIPE_MAX_STAGES 64
+
+/* ---- placement (pipe_stages.c) ------------------------------------- */
+
+/* Read every layer's stage into m->stage (allocated; NULL and
+ * m->n_stages = 1 when the config places nothing) from [layer.X] stage
+ * (default: the previous layer's, 0 for the first) or [model] stages
+ * (`first, last | first, last | ...`: each stage's first and last layer,
+ * in file order, tiling every layer).  KILN_ECONFIG naming file:line when
+ * both are given, a name is unknown, stages do not follow the layers' file
+ * order, a stage is empty or a layer reads a later stage. */
+kiln_status kiln_pipe_read_stages(struct kiln_model *m);
+
+/* The stage of layer i (-1: the data input, on stage 0). */
+static inline int kiln_pipe_stage(const struct kiln_model *m, int i)
+{
+	return !m->stage || i < 0 ? 0 : m->stage[i];
+}
+
+/* ---- schedules (pipe_schedule.c) ----------------------------------- */
+
+enum { KILN_PIPE_GPIPE = 0, KILN_PIPE_1F1B = 1 };
+enum { KILN_PIPE_FWD = 0, KILN_PIPE_BWD = 1 };
+
+struct kiln_pipe_action {
+	int kind;   /* KILN_PIPE_FWD or KILN_PIPE_BWD */
+	int stage;
+	int mb;     /* micro-batch */
+	int tick;   /* time unit it runs in when every action takes one */
+};
+
+/* The schedule of P stages and M micro-batches: 2 P M actions in an order
+ * that respects every dependency (a forward after the previous stage's,
+ * a backward after the next stage's and its own forward), ordered by the
+ * tick each runs in when every stage runs its own list (gpipe: all
+ * forwards, then all backwards; 1f1b: P-1-s forwards, then one forward
+ * and one backward in turn, then the remaining backwards) as early as
+ * its dependencies allow, each action one unit of time.  Stage s's
+ * micro-batches run forward, and backward, in order 0..M-1 in both, so
+ * gradients accumulate in the same order.  *ticks: the schedule's length;
+ * *inflight: the most micro-batches forwarded but not yet backwarded on
+ * stage 0 (gpipe M, 1f1b min(P, M)), the activation sets alive at once.
+ * out: 2 P M entries, the caller's. */
+kiln_status kiln_pipe_schedule(int kind, int P, int M, struct kiln_pipe_action *out,
+			       int *ticks, int *inflight);
+/* The schedule's bubble: the fraction of stage-time idle, 1 - 2M/ticks
+ * (gpipe and 1f1b: (P-1)/(M+P-1)). */
+double kiln_pipe_bubble(int P, int M, int ticks);
+
+/* ---- crossing tensors (pipe_xfer.c, for plan_memory.c) -------------- */
+
+/* For a plan of a model with stages, after the in-place merges (which
+ * kiln_pipe_same_stage keeps within a stage): every tensor read on a
+ * later stage than its producer's gets a receive buffer there (p->xfer,
+ * the readers' nodes[].xfer1).  KILN_ENOTSUP: recomputation across
+ * stages, the data's gradient read across stages. */
+kiln_status kiln_pipe_plan_xfers(struct kiln_plan *p);
+/* ... and, after the gradient storages, their gradients' buffers: each
+ * reader on the later stage writes into one there, returned to the
+ * producer after that stage's backward. */
+kiln_status kiln_pipe_plan_xfer_grads(struct kiln_plan *p);
+/* For plan_gradients' walk (backward order; written[store]: a writer has
+ * been seen): the buffer a reader of crossing tensor e writes its
+ * gradient into; at the first reader, whether e's return writes the
+ * producer's gradient or adds to it. */
+int kiln_pipe_xfer_grad(struct kiln_plan *p, int e, char *written);
+/* Whether the storage of layer src's output and layer i are on one stage
+ * (in-place merges only then). */
+int kiln_pipe_same_stage(const struct kiln_plan *p, int src, int i);
+
+/* ---- stage transport --------------------------------------------------
+ * How a crossing tensor moves from stage `from` to stage `to`: the sender
+ * enqueues `send` on its stream after the producer's pass, the receiver
+ * `recv` on its own before the reader's; `tag` names the message (the
+ * micro-batch, the tensor, the direction) and both sides give the same
+ * bytes.  Neither waits on the host.  The one in pipe_run.c (local) copies
+ * within a process on a copy stream, ordered by events; across ranks a
+ * communicator's point-to-point send/recv (tag -> matching order, stage
+ * -> rank) is the same shape. */
+struct kiln_stage_transport_ops {
+	kiln_status (*send)(void *ctx, int from, int to, uint64_t tag, const void *buf,
+			    size_t bytes, void *stream);
+	kiln_status (*recv)(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
+			    void *stream);
+};
+struct kiln_stage_transport {
+	const struct kiln_stage_transport_ops *ops;
+	void *ctx;
+};
+
+/* ---- the executor (pipe_run.c) ------------------------------------- */
+
+struct kiln_pipe;
+
+/* Whether the config asks for a pipeline: stages placed or micro_batches
+ * > 1.  KILN_ECONFIG for a bad [pipeline] key. */
+kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_model *m,
+			     int *yes);
+/* Open the pipeline of model m (stages read) for a step of `batch` rows
+ * on `stream` (the copy stream: `copy`): the micro-batch size
+ * batch / micro_batches (KILN_ECONFIG when it does not divide), one plan
+ * per activation set the schedule keeps alive (first: *mb_plan, which the
+ * caller may summarise but not free), the transport, and the per-stage
+ * gradient accumulation.  What a pipeline cannot do yet is KILN_ENOTSUP
+ * naming the key: data parallelism, [train] accumulate > 1, recompute,
+ * tied weights across stages, low-precision compute across stages. */
+kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
+			   void *stream, void *copy, struct kiln_pipe **out);
+/* The micro-batch plan that summaries and `kiln memory` describe. */
+struct kiln_plan *kiln_pipe_plan0(const struct kiln_pipe *pp);
+int kiln_pipe_stages(const struct kiln_pipe *pp);
+int kiln_pipe_micro_batches(const struct kiln_pipe *pp);
+/* Activation bytes of the plans the schedule keeps (all arenas). */
+size_t kiln_pipe_arena_bytes(const struct kiln_pipe *pp);
+/* One step's forwards and backwards over the batch x (rows of the
+ * model's sample, as plans take them) and labels y (rows of label_bytes),
+ * gradients left in m->grads_d as the mean over the micro-batches (ready
+ * for the optimizer), the micro-step counter advanced by M. */
+kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
+			   void *metrics);
+void kiln_pipe_free(struct kiln_pipe *pp);
+
+#endif

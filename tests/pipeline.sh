@@ -1,0 +1,177 @@
+#!/bin/sh
+# tests/pipeline.sh - pipeline stages and micro-batches in one process
+# (docs/pipeline.md), each run a few SGD steps with momentum:
+#  1. an MLP cut into 2 stages ends with the parameters of the uncut model
+#     (micro_batches 1); cut into 2 and 4 stages with 4 micro-batches of 8,
+#     with those of batch 8 x accumulate 4 (and of batch 32); gpipe and
+#     1f1b end byte for byte alike;
+#  2. a CNN with batchnorm in 2 and 4 stages ([model] stages), 4
+#     micro-batches: parameters and running statistics those of batch 8 x
+#     accumulate 4 (each micro-batch its own statistics, as PyTorch);
+#  3. a GPT (2 blocks, no tied head) in 2 and 4 stages, the residual stream
+#     crossing each boundary as a skip connection: the parameters of batch
+#     2 x accumulate 2;
+#  4. a checkpoint written by 2 stages resumes on one stage and ends where
+#     the uninterrupted 2-stage run does;
+#  5. bad placements are config errors naming the key.
+name=pipeline
+. "$(dirname "$0")/lib.sh"
+tool="$top_builddir/tests/ckpt_tool"
+need_source synthetic
+need_source tokens
+ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
+near() { # near A B TOL SECTIONS...: checkpoints A and B agree
+	a=$1 b=$2 tol=$3
+	shift 3
+	"$tool" close "$a" "$b" "$tol" "$@" || fail "$(basename "$(dirname "$(dirname "$a")")") and $(basename "$(dirname "$(dirname "$b")")") differ"
+}
+
+cat > "$tmp/mlp.ini" <<EOF
+[run]
+seed = 5
+threads = 1
+[data]
+source = synthetic
+samples = 256
+image_size = 8
+classes = 16
+workers = 0
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 32
+[layer.r1]
+type = relu
+[layer.fc2]
+type = linear
+out = 24
+[layer.r2]
+type = relu
+[layer.fc3]
+type = linear
+out = 16
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1
+max_steps = 6
+batch = 32
+optimizer = sgd
+momentum = 0.9
+lr = 0.05
+log_every = 3
+eval = 0
+EOF
+m="$tmp/mlp.ini"
+# ---- 1. MLP ------------------------------------------------------------------
+kiln 0 train "$m" run.out_dir="$tmp/b32"
+kiln 0 train "$m" run.out_dir="$tmp/p2m1" layer.fc2.stage=1
+stderr_has "2 stages, 1 micro-batches of 32"
+near "$(ck b32 6)" "$(ck p2m1 6)" 1e-6 params optim.momentum
+kiln 0 train "$m" run.out_dir="$tmp/acc" train.batch=8 train.accumulate=4
+for run in "p2g gpipe layer.fc2.stage=1" "p2f 1f1b layer.fc2.stage=1" \
+	"p4f 1f1b model.stages=flat,r1|fc2|r2|fc3,loss"; do
+	set -- $run
+	kiln 0 train "$m" run.out_dir="$tmp/$1" pipeline.micro_batches=4 pipeline.schedule="$2" "$3"
+	near "$(ck acc 6)" "$(ck "$1" 6)" 1e-6 params optim.momentum
+	near "$(ck b32 6)" "$(ck "$1" 6)" 1e-5 params
+done
+stderr_has "4 stages, 4 micro-batches of 8, schedule 1f1b: 4 activation sets"
+"$tool" same "$(ck p2g 6)" "$(ck p2f 6)" params optim.momentum step ||
+	fail "gpipe and 1f1b differ"
+echo "ok: MLP in 2 and 4 stages equals the uncut model; gpipe = 1f1b"
+
+# ---- 2. CNN with batchnorm ---------------------------------------------------
+cat > "$tmp/cnn.ini" <<EOF
+[run]
+seed = 7
+threads = 1
+[data]
+source = synthetic
+samples = 256
+image_size = 8
+image_channels = 3
+classes = 10
+workers = 0
+[layer.conv1]
+type = conv
+out = 6
+kernel = 3
+padding = 1
+[layer.bn1]
+type = batchnorm
+[layer.relu1]
+type = relu
+[layer.pool1]
+type = maxpool
+kernel = 2
+[layer.conv2]
+type = conv
+out = 8
+kernel = 3
+padding = 1
+[layer.bn2]
+type = batchnorm
+[layer.relu2]
+type = relu
+[layer.flat]
+type = flatten
+[layer.fc]
+type = linear
+out = 10
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1
+max_steps = 5
+batch = 32
+optimizer = sgd
+momentum = 0.9
+lr = 0.05
+log_every = 5
+eval = 0
+EOF
+c="$tmp/cnn.ini"
+kiln 0 train "$c" run.out_dir="$tmp/cacc" train.batch=8 train.accumulate=4
+kiln 0 train "$c" run.out_dir="$tmp/c2" pipeline.micro_batches=4 "model.stages=conv1,relu1|pool1,loss"
+near "$(ck cacc 5)" "$(ck c2 5)" 1e-5 params buffers optim.momentum
+kiln 0 train "$c" run.out_dir="$tmp/c4" pipeline.micro_batches=4 pipeline.schedule=gpipe \
+	"model.stages=conv1,bn1|relu1,conv2|bn2,flat|fc,loss"
+near "$(ck cacc 5)" "$(ck c4 5)" 1e-5 params buffers optim.momentum
+echo "ok: CNN with batchnorm in 2 and 4 stages equals accumulation"
+
+# ---- 3. GPT ------------------------------------------------------------------
+data="$srcdir/tests/data"
+grep -v '^tie = ' "$data/gpt_tiny.ini" | sed 's/^no_decay = .*/no_decay = *.bias/' > "$tmp/gpt.ini"
+g="$tmp/gpt.ini"
+set -- "data.path=$data/gpt_tokens.bin" train.max_steps=3 train.optimizer=sgd train.momentum=0.9 train.lr=0.05
+kiln 0 train "$g" "$@" run.out_dir="$tmp/gacc" train.batch=2 train.accumulate=2
+# stage 1 starts at the first block's residual add: the skip from wpe crosses
+kiln 0 train "$g" "$@" run.out_dir="$tmp/g2" train.batch=4 pipeline.micro_batches=2 \
+	"model.stages=transformer.wte,transformer.h.0.attn.c_proj|transformer.h.0.res_1,loss"
+near "$(ck gacc 3)" "$(ck g2 3)" 1e-5 params optim.momentum
+kiln 0 train "$g" "$@" run.out_dir="$tmp/g4" train.batch=4 pipeline.micro_batches=2 \
+	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
+	layer.transformer.h.1.mlp.c_fc.stage=3
+near "$(ck gacc 3)" "$(ck g4 3)" 1e-5 params optim.momentum
+echo "ok: GPT in 2 and 4 stages (residuals crossing) equals accumulation"
+
+# ---- 4. checkpoint: 2 stages -> 1 --------------------------------------------
+set -- pipeline.micro_batches=4 layer.fc2.stage=1
+kiln 0 train "$m" run.out_dir="$tmp/part" "$@" train.max_steps=3
+kiln 0 train "$m" run.out_dir="$tmp/part" pipeline.micro_batches=4 train.resume=1
+stderr_has "resum"
+near "$(ck p2f 6)" "$(ck part 6)" 1e-6 params optim.momentum
+echo "ok: a 2-stage checkpoint resumes on one stage"
+
+# ---- 5. errors -----------------------------------------------------------------
+kiln 2 train "$m" layer.fc2.stage=2
+stderr_has "stages must follow the layers' file order"
+kiln 2 train "$m" layer.fc2.stage=1 "model.stages=flat|fc1,loss"
+stderr_has "[model] stages and [layer.X] stage both place layers"
+kiln 2 train "$m" "model.stages=flat,r1|fc3,loss"
+stderr_has "stage 1 must run from layer 'fc2'"
+kiln 2 train "$m" pipeline.micro_batches=5
+stderr_has "not a multiple of [pipeline] micro_batches = 5"
+echo "ok: placement errors"
