@@ -34,6 +34,7 @@
 
 #include <math.h>
 #include <oneapi/dnnl/dnnl.h> /* dnnl_sgemm */
+#include <omp.h>
 #include <string.h>
 
 /* Query rows per block: the sgemms stay large enough to run near peak,
@@ -240,6 +241,20 @@ static dnnl_status_t attn_bwd_head(const struct attn_dims *g, const float *dy, c
 
 /* ---- kernels ------------------------------------------------------------ */
 
+/* The threads for `pairs` heads: at most the workspace's slots and the
+ * team now (threads.c).  Each head's sgemm runs on one thread, inside the
+ * region or, for a team of one, with the count set to 1: its sums never
+ * depend on the team. */
+static int attn_team(int64_t pairs, int64_t slots)
+{
+	int64_t nt = pairs < slots ? pairs : slots;
+	if (nt > omp_get_max_threads())
+		nt = omp_get_max_threads();
+	if (nt <= 1)
+		omp_set_num_threads(1);
+	return nt < 1 ? 1 : (int)nt;
+}
+
 /* One run, forward or backward: every (b, h) pair once, dynamically
  * spread over at most sz[4] threads (the workspace has a slot per thread). */
 static kiln_status cpu_attention(const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -249,7 +264,7 @@ static kiln_status cpu_attention(const struct cpu_plan *p, const struct kiln_op_
 	const int bwd = p->op.type == KILN_OP_ATTENTION_BWD;
 	const int acc = bwd && (p->op.flags & KILN_OPF_ACCUMULATE);
 	const int64_t pairs = g.B * g.H, per = attn_thread_floats(g.T);
-	const int nt = (int)(pairs < p->sz[4] ? pairs : p->sz[4]);
+	const int nt = attn_team(pairs, p->sz[4]);
 	struct drop dd;
 	const struct drop *d = NULL;
 	if (g.p > 0.0) {
@@ -316,7 +331,7 @@ static kiln_status cpu_attention_decode(const struct cpu_plan *p, const struct k
 	if (t < 0 || t >= Tmax)
 		return cpu_fail(e, KILN_EDATA, "cpu: ATTENTION_DECODE: position %lld outside the cache's [0, %lld)",
 				(long long)t, (long long)Tmax);
-	const int nt = (int)(pairs < p->sz[4] ? pairs : p->sz[4]);
+	const int nt = attn_team(pairs, p->sz[4]);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
 	for (int64_t bh = 0; bh < pairs; bh++)
 		attn_decode_head(&g, Tmax, a->in[0], a->out[0], a->out[1], a->out[2],

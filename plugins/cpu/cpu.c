@@ -112,16 +112,19 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	}
 	if (threads < 0)
 		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
-	/* the adaptive team is opt-in: a team that changes size mid-run changes
-	 * how kiln's own loops split their sums, so two runs (or a run and its
-	 * resume) could differ in the last bits; a team the user set stays */
-	int adapt = 0;
+	/* the adaptive team, with threads unset: kiln's own loops give the same
+	 * bytes for any team, and oneDNN's plans change team only where they
+	 * do too (dnnteam.c); a team the user set stays */
+	int adapt = 1;
 	if (cfg) {
 		st = host->config_get_bool(cfg, "plugin.cpu", "adaptive", &adapt);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 	}
 	adapt = adapt && threads == 0;
+	/* the tests' hook: both teams swap between the opening size and 1
+	 * every N ops, so that a test sees the team change (threads.h) */
+	const char *flip = getenv("KILN_CPU_TEAM_FLIP");
 	char stat[4200] = ""; /* the quota's cgroup's cpu.stat, if any */
 	if (threads == 0) {
 		/* the CPUs this process may run on (kiln launch and mpirun pin
@@ -151,7 +154,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return st;
 	}
 	omp_set_num_threads(c->threads);
-	cpu_team_live_init(&c->team, c->threads, adapt, stat);
+	cpu_team_live_init(&c->team, c->threads, adapt, flip ? atoi(flip) : 0, stat);
 	char isa[160];
 	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams", ordinal,
 		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->team.adapt ? " (adaptive)" : "",
@@ -287,6 +290,10 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 		return c->host->error(KILN_ENOTSUP, "cpu: op type %d has no prepare here", op->type);
 	const cpu_family_fn family = cpu_families[op->type].prepare;
 	const int native = cpu_families[op->type].native;
+	/* oneDNN makes its primitives for the calling thread's count: the
+	 * opening team's, whatever the adaptive team is now (dnnteam.c) */
+	if (omp_get_max_threads() != c->threads)
+		omp_set_num_threads(c->threads);
 	struct cpu_plan *p = calloc(1, sizeof *p);
 	if (!p)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
@@ -314,6 +321,8 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 			st = cpu_lowp_prepare(c, p, family);
 		}
 	}
+	if (!st)
+		st = cpu_variants_attach(c, p);
 	if (st) {
 		cpu_plan_release(p);
 		free(p);
@@ -449,12 +458,13 @@ static const struct kiln_key cpu_keys[] = {
 	  "allreduce overlaps the backward.  Unset: on when the run has several ranks "
 	  "(DDP overlap out of the box), off for one process (nothing to overlap; "
 	  "docs/PERFORMANCE.md, \"Defaults that help\")." },
-	{ "adaptive", KILN_KEY_BOOL, "0", 0, 0, NULL,
-	  "With `[run] threads = 0`: shrink the OpenMP team of kiln's own loops while its "
-	  "threads wait for a CPU (another process busy on the same cores), probing back "
-	  "when the machine is calm (docs/PERFORMANCE.md, \"Steady under contention\"). "
-	  "Off by default: a team that changes size mid-run splits sums differently, so "
-	  "results are no longer bit-identical between runs or across a resume." },
+	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
+	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
+	  "CPU (another process busy on the same cores), probing back when the machine is "
+	  "calm (docs/PERFORMANCE.md, \"Steady under contention\").  Results do not "
+	  "depend on it: kiln's own loops sum in a fixed order for any team, and a oneDNN "
+	  "kernel moves to the smaller team only after a probe showed it gives the same "
+	  "bytes there.  0 keeps the opening team (for measuring)." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Capture the training step after a warm-up step and replay it, as [plugin.cuda] "
 	  "graph = 1 does on the GPU: here the step's tasks are recorded once and issued "

@@ -24,6 +24,7 @@ struct cpu_event;
 struct cpu_gemm;
 struct cpu_dnn;
 struct cpu_choice;
+struct cpu_variants;
 
 /* How a bf16 convolution or GEMM is computed ([plugin.cpu] bf16_conv,
  * bf16_gemm): oneDNN's bf16 kernel, its f32 kernel on the widened bf16
@@ -86,6 +87,9 @@ struct cpu_plan {
 	int64_t sz[8];        /* more kernel-specific sizes (bn.c, layout.c) */
 	struct cpu_gemm *gemm;
 	struct cpu_dnn *dnn;  /* oneDNN primitives (conv.c, pool.c) */
+	/* gemm or dnn with an adaptive team: the versions prepared for a
+	 * smaller team (dnnteam.c) */
+	struct cpu_variants *variants;
 	size_t aux;           /* aux_bytes(): state a forward leaves for its backward */
 	/* bf16/f16 tensors of an op whose kernel is f32 (lowp.c): the f32 plan
 	 * run in between the conversions, and where each converted tensor
@@ -237,6 +241,24 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
+/* One buffer holding scratch tensors of op's shapes and ws bytes of zeroed
+ * workspace, pointed to by *a: float tensors 0.25 each (random = 0, for
+ * timing) or pseudo-random values, the same on every call (random = 1);
+ * other dtypes zero.  out_bytes (NULL, or op->n_out entries): each
+ * output's size.  The caller frees the buffer; NULL when out of memory. */
+char *cpu_scratch_args(const struct kiln_op *op, size_t ws, int random, struct kiln_op_args *a,
+		       size_t *out_bytes);
+
+/* ---- dnnteam.c: oneDNN's plans on a smaller team, same bytes ---- */
+/* With an adaptive team: give p (and its inner plans) that run oneDNN
+ * primitives their table of versions.  ENOMEM on failure. */
+kiln_status cpu_variants_attach(struct cpu_ctx *c, struct cpu_plan *p);
+void cpu_variants_free(struct cpu_variants *v);
+/* The plan to run for p at oneDNN's team now (p itself, or its version
+ * for that team when it gives the same bytes, made on first use), with
+ * the calling thread's OpenMP count set to that plan's team.  gemm.c's
+ * and dnn.c's kernels start with it. */
+const struct cpu_plan *cpu_variant(const struct cpu_plan *p);
 
 /* ---- stream.c: the device ops members for streams and events ---- */
 

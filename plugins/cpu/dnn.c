@@ -127,6 +127,7 @@ size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd)
 kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			struct cpu_err *e)
 {
+	p = cpu_variant(p); /* the version for oneDNN's team now */
 	struct cpu_dnn *d = p->dnn;
 	dnnl_status_t s = dnnl_success;
 	dnnl_exec_arg_t args[CPU_DNN_ARGS];

@@ -92,6 +92,7 @@ static dnnl_status_t cpu_md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, int
 static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
+	p = cpu_variant(p); /* and the thread count oneDNN reads */
 	struct cpu_gemm *g = p->gemm;
 	dnnl_exec_arg_t args[6];
 	int n = 0;

@@ -197,8 +197,10 @@ void cpu_plan_release(struct cpu_plan *p)
 		return;
 	cpu_gemm_free(p->gemm);
 	cpu_dnn_free(p->dnn);
+	cpu_variants_free(p->variants);
 	p->gemm = NULL;
 	p->dnn = NULL;
+	p->variants = NULL;
 	if (p->inner) {
 		cpu_plan_release(p->inner);
 		free(p->inner);

@@ -205,11 +205,12 @@ double cpu_quota_read(char *stat, size_t n)
 void cpu_team_init(struct cpu_team *t, int max)
 {
 	memset(t, 0, sizeof *t);
-	t->max = t->n = max > 0 ? max : 1;
+	t->max = t->n = t->dnn = max > 0 ? max : 1;
 	t->probe_wait = CPU_TEAM_PROBE_MIN;
 }
 
-int cpu_team_decide(struct cpu_team *t, const struct cpu_team_sample *s)
+/* The size for the next interval (t->n), from this one's waiting. */
+static int decide_size(struct cpu_team *t, const struct cpu_team_sample *s)
 {
 	if (s->wall_ns <= 0 || s->delay_ns < 0)
 		return t->n; /* nothing measured */
@@ -238,6 +239,18 @@ int cpu_team_decide(struct cpu_team *t, const struct cpu_team_sample *s)
 		t->probing = 1;
 		t->calm = 0;
 	}
+	return t->n;
+}
+
+int cpu_team_decide(struct cpu_team *t, const struct cpu_team_sample *s)
+{
+	const int was = t->n;
+	decide_size(t, s);
+	t->held = t->n == was ? t->held + 1 : 0;
+	/* oneDNN's plans follow a size that held (a failed probe up, one
+	 * interval long, never re-prepares them) */
+	if (t->held >= CPU_TEAM_DNN_HOLD)
+		t->dnn = t->n;
 	return t->n;
 }
 
@@ -289,15 +302,17 @@ static int64_t throttled_ns(const char *stat)
 	return v > 0 ? v : 0;
 }
 
-void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, const char *stat)
+void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int flip,
+			const char *stat)
 {
 	memset(l, 0, sizeof *l);
 	cpu_team_init(&l->team, threads);
-	l->size = l->team.n;
+	l->size = l->dnn_size = l->team.n;
 	snprintf(l->stat, sizeof l->stat, "%s", stat ? stat : "");
 	l->start_throttled = throttled_ns(l->stat);
 	/* without schedstat there is nothing to steer by */
 	l->adapt = adapt && threads > 1 && (l->start_delay = cpu_run_delay_ns()) >= 0;
+	l->flip = l->adapt && flip > 0 ? flip : 0;
 	l->start_ns = now_ns();
 	pthread_mutex_init(&l->lock, NULL);
 }
@@ -312,6 +327,12 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
 	*from = 0;
 	if (!l->adapt)
 		return l->size;
+	if (l->flip) { /* the test hook: both teams swap every `flip` ops */
+		const int64_t k = __atomic_fetch_add(&l->ticks, 1, __ATOMIC_RELAXED);
+		const int n = (k / l->flip) % 2 ? 1 : l->team.max;
+		__atomic_store_n(&l->dnn_size, (k / l->flip) % 3 ? n : l->team.max, __ATOMIC_RELAXED);
+		return n;
+	}
 	int64_t t = now_ns();
 	if (t - __atomic_load_n(&l->start_ns, __ATOMIC_RELAXED) < CPU_TEAM_INTERVAL_NS ||
 	    pthread_mutex_trylock(&l->lock))
@@ -324,6 +345,7 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
 					     delay < l->start_delay ? 0 : delay - l->start_delay,
 					     thr < l->start_throttled ? 0 : thr - l->start_throttled };
 		n = cpu_team_decide(&l->team, &s);
+		__atomic_store_n(&l->dnn_size, l->team.dnn, __ATOMIC_RELAXED);
 		if (n != l->size) {
 			*from = l->size;
 			*load = (double)s.delay_ns / (double)s.wall_ns;

@@ -62,6 +62,10 @@ struct cpu_team {
 	int calm;       /* calm intervals in a row at n */
 	int probe_wait; /* calm intervals before the next step up */
 	int probing;    /* the last change was a step up not yet confirmed */
+	int held;       /* intervals in a row the team has kept its size */
+	int dnn;        /* the team oneDNN's plans run at: n once n has held
+			 * CPU_TEAM_DNN_HOLD intervals (re-preparing them for a
+			 * new size costs a JIT and a probe, dnnteam.c) */
 };
 
 /* Thresholds, in threads waiting for a CPU on average over an interval
@@ -72,6 +76,8 @@ struct cpu_team {
 #define CPU_TEAM_CALM 0.10
 #define CPU_TEAM_PROBE_MIN 10
 #define CPU_TEAM_PROBE_MAX 80
+/* intervals a new team size must hold before oneDNN's plans follow it */
+#define CPU_TEAM_DNN_HOLD 3
 /* the length of an interval: about 100 ms of work */
 #define CPU_TEAM_INTERVAL_NS 100000000LL
 
@@ -91,7 +97,11 @@ int64_t cpu_run_delay_ns(void);
  * only: the others go on) to sample and decide. */
 struct cpu_team_live {
 	int adapt;            /* 0: `size` stays the opening team ([run] threads set) */
-	int size;             /* the team kernels use now (atomic) */
+	int size;             /* the team kiln's own loops use now (atomic) */
+	int dnn_size;         /* the team oneDNN's plans use now (atomic, dnnteam.c) */
+	int flip;             /* test hook $KILN_CPU_TEAM_FLIP: every `flip` ops
+			       * both teams swap between the opening size and 1 */
+	int64_t ticks;        /* ops seen (atomic; with flip only) */
 	int64_t start_ns;     /* the interval's start, CLOCK_MONOTONIC (atomic) */
 	int64_t start_delay;  /* cpu_run_delay_ns() then (under lock) */
 	int64_t start_throttled; /* the quota cgroup's throttled time then */
@@ -100,11 +110,18 @@ struct cpu_team_live {
 	pthread_mutex_t lock;
 };
 
-void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, const char *stat);
+/* flip: the test hook (0: off), only with adapt. */
+void cpu_team_live_init(struct cpu_team_live *l, int threads, int adapt, int flip,
+			const char *stat);
 void cpu_team_live_destroy(struct cpu_team_live *l);
 /* The team for the op about to run: one clock read, and once an interval
  * is over, a sample and a decision.  When the team changed, *from is the
  * old size (else 0) and *load the interval's threads waiting for a CPU. */
 int cpu_team_tick(struct cpu_team_live *l, int *from, double *load);
+/* The team oneDNN's plans run at now (cpu_team.dnn, or the flip). */
+static inline int cpu_team_dnn(const struct cpu_team_live *l)
+{
+	return __atomic_load_n(&l->dnn_size, __ATOMIC_RELAXED);
+}
 
 #endif

@@ -81,53 +81,72 @@ static kiln_status prepare_kernel(struct cpu_ctx *c, struct cpu_plan *p,
 	return st;
 }
 
+char *cpu_scratch_args(const struct kiln_op *op, size_t ws, int random, struct kiln_op_args *a,
+		       size_t *out_bytes)
+{
+	size_t off[KILN_OP_MAX_IN + KILN_OP_MAX_OUT], total = 0;
+	char *buf = NULL;
+	memset(a, 0, sizeof *a);
+	for (int i = 0; i < op->n_in + op->n_out; i++) {
+		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
+		off[i] = total;
+		if (out_bytes && i >= op->n_in)
+			out_bytes[i - op->n_in] = (size_t)cpu_numel(d) * elem_size(d->dtype);
+		total += ((size_t)cpu_numel(d) * elem_size(d->dtype) + 63) & ~(size_t)63;
+	}
+	if (posix_memalign((void **)&buf, 64, total + ws + 64))
+		return NULL;
+	/* timing: small exact values (0.25 in every dtype the ops take here):
+	 * no denormal or infinity slows a kernel down, accumulation stays
+	 * finite; random: values in [-1, 1) with every mantissa bit set at
+	 * random (an LCG), so that sums taken in another order round
+	 * differently (values with few bits would sum exactly in any order) */
+	uint32_t h = 12345;
+	for (int i = 0; i < op->n_in + op->n_out; i++) {
+		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
+		const int64_t m = cpu_numel(d);
+		char *x = buf + off[i];
+		if (d->dtype == KILN_BF16 || d->dtype == KILN_F16 || d->dtype == KILN_F32) {
+			for (int64_t e = 0; e < m; e++) {
+				h = h * 1664525u + 1013904223u;
+				const float f = random ? (float)((int32_t)h >> 7) * 0x1p-24f : 0.25f;
+				if (d->dtype == KILN_F32)
+					((float *)x)[e] = f;
+				else if (d->dtype == KILN_BF16)
+					((uint16_t *)x)[e] = cpu_bf16_round(f);
+				else
+					((uint16_t *)x)[e] = random ? 0x3400 ^ (uint16_t)(h >> 22) : 0x3400;
+			}
+		} else {
+			memset(x, 0, (size_t)m * elem_size(d->dtype));
+		}
+		if (i < op->n_in)
+			a->in[i] = x;
+		else
+			a->out[i - op->n_in] = x;
+	}
+	memset(buf + total, 0, ws);
+	a->workspace = ws ? buf + total : NULL;
+	a->workspace_bytes = ws;
+	return buf;
+}
+
 /* Seconds of one run of each of the n plans q[] (the minimum over the
  * timed runs, which interleave the candidates so that a load spike hits
  * both), on scratch tensors of op's shapes; t[i] < 0 when a plan failed
  * to run. */
 static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *t)
 {
-	const struct kiln_op *op = &q[0]->op;
 	struct kiln_op_args a;
-	size_t off[KILN_OP_MAX_IN + KILN_OP_MAX_OUT], total = 0, ws = 0;
-	char *buf = NULL;
-	memset(&a, 0, sizeof a);
+	size_t ws = 0;
 	for (int k = 0; k < n; k++) {
 		t[k] = -1;
 		if (q[k]->workspace > ws)
 			ws = q[k]->workspace;
 	}
-	for (int i = 0; i < op->n_in + op->n_out; i++) {
-		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
-		off[i] = total;
-		total += ((size_t)cpu_numel(d) * elem_size(d->dtype) + 63) & ~(size_t)63;
-	}
-	if (posix_memalign((void **)&buf, 64, total + ws + 64))
+	char *buf = cpu_scratch_args(&q[0]->op, ws, 0, &a, NULL);
+	if (!buf)
 		return;
-	/* small exact values (0.25 in every dtype the ops take here): no
-	 * denormal or infinity slows a kernel down, accumulation stays finite */
-	for (int i = 0; i < op->n_in + op->n_out; i++) {
-		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
-		const int64_t m = cpu_numel(d);
-		char *x = buf + off[i];
-		if (d->dtype == KILN_BF16 || d->dtype == KILN_F16) {
-			const uint16_t v = d->dtype == KILN_BF16 ? 0x3e80 : 0x3400;
-			for (int64_t e = 0; e < m; e++)
-				((uint16_t *)x)[e] = v;
-		} else if (d->dtype == KILN_F32) {
-			for (int64_t e = 0; e < m; e++)
-				((float *)x)[e] = 0.25f;
-		} else {
-			memset(x, 0, (size_t)m * elem_size(d->dtype));
-		}
-		if (i < op->n_in)
-			a.in[i] = x;
-		else
-			a.out[i - op->n_in] = x;
-	}
-	memset(buf + total, 0, ws);
-	a.workspace = ws ? buf + total : NULL;
-	a.workspace_bytes = ws;
 
 	struct cpu_err e;
 	double first = 0;

@@ -1,0 +1,192 @@
+/* plugins/cpu/dnnteam.c - oneDNN's plans (GEMM, convolution, pooling) on a
+ * team smaller than the one they were prepared for, with the same bytes.
+ *
+ * oneDNN fixes a primitive's threads when it is made (its convolutions open
+ * their regions with num_threads(that count); its GEMM reads the caller's
+ * count when it runs), and some kernels split a sum differently for another
+ * count.  Measured on Debian's oneDNN 2.6 (AVX2 here): the MLP's
+ * 128x256 -> 10 matmul (K split over 2 threads) and the backward-weights
+ * convolution of 16 samples, 1 -> 4 channels (minibatch split) differ in the
+ * last bits between 1 and 2 threads; every other GEMM, convolution and
+ * pooling of the example models gives the same bytes
+ * (docs/PERFORMANCE.md, "Steady under contention").
+ *
+ * So when the adaptive team (threads.c) has settled on n threads, below the
+ * opening team, a oneDNN plan's next run first prepares the op again for n
+ * threads and runs both versions once on the same pseudo-random tensors of
+ * the op's shapes: identical bytes, and the plan runs on n threads whenever
+ * oneDNN's team is n; different, and it keeps the opening team (marked, not
+ * probed again for n).  Either way a result never depends on the team's
+ * history: a run and its resume, or two runs on a machine busy at different
+ * times, give the same bytes.  The versions live as long as the plan.
+ */
+#include "cpu.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cpu_variants {
+	struct cpu_ctx *c;
+	pthread_mutex_t lock; /* making a version */
+	int max;              /* the opening team, the plan's own */
+	struct cpu_plan **alt; /* [max]: the version for n threads (atomic), or NULL */
+	unsigned char *bad;   /* [max]: n gives other bytes (atomic) */
+};
+
+kiln_status cpu_variants_attach(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	if (!c->team.adapt)
+		return KILN_OK; /* the team never changes */
+	for (struct cpu_plan *x = p; x; x = x->inner) {
+		if (!x->gemm && !x->dnn)
+			continue;
+		struct cpu_variants *v = calloc(1, sizeof *v);
+		if (v) {
+			v->alt = calloc((size_t)c->threads, sizeof *v->alt);
+			v->bad = calloc((size_t)c->threads, 1);
+		}
+		if (!v || !v->alt || !v->bad) {
+			if (v)
+				free(v->alt), free(v->bad);
+			free(v);
+			return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
+					      cpu_op_name(p->op.type));
+		}
+		v->c = c;
+		v->max = c->threads;
+		pthread_mutex_init(&v->lock, NULL);
+		x->variants = v;
+	}
+	return KILN_OK;
+}
+
+void cpu_variants_free(struct cpu_variants *v)
+{
+	if (!v)
+		return;
+	for (int n = 0; n < v->max; n++)
+		if (v->alt[n]) {
+			cpu_plan_release(v->alt[n]);
+			free(v->alt[n]);
+		}
+	pthread_mutex_destroy(&v->lock);
+	free(v->alt);
+	free(v->bad);
+	free(v);
+}
+
+/* The family that prepares op type t. */
+static kiln_status prepare_family(struct cpu_ctx *c, struct cpu_plan *q)
+{
+	switch (q->op.type) {
+	case KILN_OP_GEMM: return cpu_gemm_prepare(c, q);
+	case KILN_OP_CONV:
+	case KILN_OP_CONV_BWD_DATA:
+	case KILN_OP_CONV_BWD_WEIGHTS: return cpu_conv_prepare(c, q);
+	case KILN_OP_POOL:
+	case KILN_OP_POOL_BWD: return cpu_pool_prepare(c, q);
+	default: return KILN_ENOTSUP;
+	}
+}
+
+/* Run plan x on `threads` threads over scratch tensors of its op's shapes
+ * (pseudo-random values, the same for every call); the outputs' bytes are
+ * copied to out (size *n, set), or compared with it: 1 when equal. */
+static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int threads,
+		     char **out, size_t *n)
+{
+	struct kiln_op_args a;
+	size_t bytes[KILN_OP_MAX_OUT], total = 0;
+	char *buf = cpu_scratch_args(&x->op, ws, 1, &a, bytes);
+	struct cpu_err e;
+	int same = 0;
+	if (!buf)
+		return 0;
+	omp_set_num_threads(threads);
+	if (x->kernel(x, &a, &e) != KILN_OK)
+		goto out;
+	for (int i = 0; i < x->op.n_out; i++)
+		total += bytes[i];
+	if (!*out && !(*out = malloc(total ? total : 1)))
+		goto out;
+	same = 1;
+	for (int i = 0, off = 0; i < x->op.n_out; off += (int)bytes[i], i++) {
+		if (!a.out[i])
+			continue;
+		if (!*n)
+			memcpy(*out + off, a.out[i], bytes[i]);
+		else if (memcmp(*out + off, a.out[i], bytes[i]))
+			same = 0;
+	}
+	*n = total;
+out:
+	free(buf);
+	return same;
+}
+
+/* Prepare p's op for n threads and keep that version when it gives p's
+ * bytes (v->alt[n]), else mark n (v->bad[n]).  Under v->lock. */
+static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n)
+{
+	struct cpu_ctx *c = v->c;
+	struct cpu_plan *q = calloc(1, sizeof *q);
+	char *ref = NULL;
+	size_t nref = 0;
+	int same = 0;
+	if (q) {
+		q->op = p->op;
+		q->kern_f32 = p->kern_f32;
+		omp_set_num_threads(n);
+		/* the version must fit p's workspace and leave p's aux */
+		if (prepare_family(c, q) == KILN_OK && q->workspace <= p->workspace &&
+		    q->aux == p->aux && q->n_in == p->n_in && q->n_out == p->n_out) {
+			struct cpu_plan base = *p; /* p itself, without the versions */
+			base.variants = NULL;
+			same = probe_run(c, &base, p->workspace, v->max, &ref, &nref) &&
+			       probe_run(c, q, p->workspace, n, &ref, &nref);
+		}
+	}
+	free(ref);
+	char s0[96];
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s on %d threads: %s", cpu_op_name(p->op.type),
+		     cpu_desc_str(&p->op.in[0], s0, sizeof s0), n,
+		     same ? "the same bytes, prepared for that team"
+			  : "other bytes (or no version): stays on the opening team");
+	if (same) {
+		__atomic_store_n(&v->alt[n], q, __ATOMIC_RELEASE);
+		return;
+	}
+	if (q) {
+		cpu_plan_release(q);
+		free(q);
+	}
+	__atomic_store_n(&v->bad[n], 1, __ATOMIC_RELAXED);
+}
+
+const struct cpu_plan *cpu_variant(const struct cpu_plan *p)
+{
+	struct cpu_variants *v = p->variants;
+	if (!v)
+		return p; /* a version itself, or a team that never changes */
+	int n = cpu_team_dnn(&v->c->team);
+	const struct cpu_plan *run = p;
+	if (n >= 1 && n < v->max && !__atomic_load_n(&v->bad[n], __ATOMIC_RELAXED)) {
+		const struct cpu_plan *q = __atomic_load_n(&v->alt[n], __ATOMIC_ACQUIRE);
+		if (!q) {
+			pthread_mutex_lock(&v->lock);
+			if (!v->alt[n] && !v->bad[n])
+				make_version(v, p, n);
+			q = v->alt[n];
+			pthread_mutex_unlock(&v->lock);
+		}
+		if (q)
+			run = q;
+	}
+	if (run == p)
+		n = v->max;
+	/* oneDNN's GEMM reads the count when it runs */
+	if (omp_get_max_threads() != n)
+		omp_set_num_threads(n);
+	return run;
+}
