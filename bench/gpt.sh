@@ -27,6 +27,11 @@
 # Usage: bench/gpt.sh [--runs N] [--steps N] [--threads N] [--precision P]
 #                     [--layers L] [--dim C] [--heads H] [--vocab V]
 #                     [--context T] [--batch B] [--warmup W]
+#        bench/gpt.sh --suite [--runs N] [--steps N] [--threads N]
+#   --suite: the side by side in one command: the char GPT
+#   (examples/gpt_char.ini's shape: 4 x 128, 4 heads, V 256, T 128, B 16)
+#   and the reduced GPT-2 shape (12 x 768, 12 heads, V 50304, T 64, B 4),
+#   each in fp32 and bf16 (llm.c in fp32 only), one table each.
 #   defaults: 3 runs, 6 steps (of which the first 2 untimed), 2 threads,
 #   fp32, GPT-2 small's shape (12 x 768, 12 heads, V 50304) at B 4, T 64
 #   (llm.c's train_gpt2.c's B and T).
@@ -61,6 +66,14 @@ HERE=$(dirname "$0")
 
 . "$HERE/common.sh"
 
+if [ "${1:-}" = --suite ]; then
+    shift
+    for p in fp32 bf16; do
+        "$0" --layers 4 --dim 128 --heads 4 --vocab 256 --context 128 --batch 16 --precision $p "$@"
+        "$0" --layers 12 --dim 768 --heads 12 --vocab 50304 --context 64 --batch 4 --precision $p "$@"
+    done
+    exit 0
+fi
 while [ $# -gt 0 ]; do
     case $1 in
         --layers) L=$2; shift 2 ;;
