@@ -18,9 +18,9 @@
 # Contenders (each run once per round; rounds interleave every contender
 # of every benchmark and condition, so slow drifts of the machine's load
 # fall on all of them alike):
-#   kiln          $KILN train INI run.threads=0 plugin.cpu.adaptive=1 (the team a user
-#                 gets, adaptive as [plugin.cpu] adaptive = 1 makes it:
-#                 no thread key set), so kiln picks its own team
+#   kiln          $KILN train INI run.threads=0 (the team a user gets: no
+#                 thread key set, so kiln picks its own team and adapts it;
+#                 KILN_ADAPT=0 adds plugin.cpu.adaptive=0)
 #   kiln-before   $KILN_BEFORE the same way, when KILN_BEFORE is set (e.g.
 #                 a build of main: the before/after of a change)
 #   pt-default, pt-passive, pt-omp1
@@ -193,9 +193,10 @@ run_one() {
     layout=${bench#cnn-}
     case $who in
         kiln|kiln-before)
-            # the adaptive team is opt-in ([plugin.cpu] adaptive): the kiln row
-            # turns it on (KILN_ADAPT=0 measures the default), kiln-before is main's
-            bin=$KILN; ad=plugin.cpu.adaptive=${KILN_ADAPT:-1}
+            # both rows as a user runs them (no key: the adaptive team is the
+            # default); KILN_ADAPT=0 measures the kiln row with the team fixed
+            bin=$KILN; ad=run.threads=0
+            [ -z "${KILN_ADAPT:-}" ] || ad=plugin.cpu.adaptive=$KILN_ADAPT
             [ "$who" = kiln ] || { bin=$KILN_BEFORE; ad=run.threads=0; }
             if [ "$bench" = mlp ]; then
                 under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/mlp_bench.ini" \

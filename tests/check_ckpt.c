@@ -630,6 +630,35 @@ START_TEST(test_deterministic)
 }
 END_TEST
 
+/* The adaptive CPU team (the default with threads unset) changing size
+ * mid-run changes no byte: the same 30 steps (convolution, batchnorm, max
+ * pooling, dropout, linear, AdamW) with the team fixed and with both teams
+ * (kiln's loops, oneDNN's plans) swapped between 2 and 1 every 3 ops by the
+ * test hook.  The convolution's weight gradient here is one oneDNN splits
+ * differently for 1 and 2 threads: it must stay on the opening team. */
+START_TEST(test_team_flip)
+{
+	char a[64], b[64], fa[200], fb[200];
+	struct kiln_train_result ra, rb;
+	TEST_REQUIRE_FASHION();
+	tmpdir(a, sizeof a);
+	tmpdir(b, sizeof b);
+	const char *const fixed[] = { "train.checkpoint_every=1000", "run.threads=0",
+				      "plugin.cpu.adaptive=0", "train.max_steps=30", NULL };
+	const char *const flip[] = { "train.checkpoint_every=1000", "run.threads=0",
+				     "train.max_steps=30", NULL };
+	ck_assert_msg(train_run(a, "cosine", fixed, &ra) == 0, "%s", kiln_last_error());
+	setenv("KILN_CPU_TEAM_FLIP", "3", 1);
+	kiln_status st = train_run(b, "cosine", flip, &rb);
+	unsetenv("KILN_CPU_TEAM_FLIP");
+	ck_assert_msg(st == 0, "%s", kiln_last_error());
+	snprintf(fa, sizeof fa, "%s/checkpoints/ckpt-30.kiln", a);
+	snprintf(fb, sizeof fb, "%s/checkpoints/ckpt-30.kiln", b);
+	same_state(fa, fb);
+	ck_assert(ra.test_loss == rb.test_loss && ra.train_loss == rb.train_loss);
+}
+END_TEST
+
 /* keep_best: evaluations every 5 steps, the 2 best by accuracy kept in
  * checkpoints/best (the others deleted), each loadable by kiln_evaluate and
  * giving that evaluation's accuracy; the resolved config is saved as
@@ -901,7 +930,7 @@ static Suite *make_ckpt_suite(void)
 		test_not_checkpoints, test_config_check, test_counter_range, NULL });
 	check_add_case(s, "resume", 300, NULL, NULL, (const TTest *[]){
 		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,
-		test_fallback, test_needs_out_dir, NULL });
+		test_fallback, test_needs_out_dir, test_team_flip, NULL });
 	return s;
 }
 

@@ -174,6 +174,40 @@ START_TEST(test_throttling_is_not_contention)
 }
 END_TEST
 
+/* oneDNN's team follows the team once a size has held CPU_TEAM_DNN_HOLD
+ * intervals: a failed probe (one interval up) never moves it. */
+START_TEST(test_dnn_follows_held_size)
+{
+	struct cpu_team t;
+	cpu_team_init(&t, 2);
+	ck_assert_int_eq(t.dnn, 2);
+	ck_assert_int_eq(feed(&t, 0.67), 1);
+	for (int i = 1; i < CPU_TEAM_DNN_HOLD; i++) {
+		ck_assert_int_eq(feed(&t, 0.5), 1);
+		ck_assert_int_eq(t.dnn, 2);
+	}
+	ck_assert_int_eq(feed(&t, 0.5), 1);
+	ck_assert_int_eq(t.dnn, 1);
+	/* a probe that brings the waiting back: oneDNN stays on one thread */
+	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed(&t, 0), 1);
+	ck_assert_int_eq(feed(&t, 0), 2);
+	ck_assert_int_eq(t.dnn, 1);
+	ck_assert_int_eq(feed(&t, 0.7), 1);
+	ck_assert_int_eq(t.dnn, 1);
+	/* one that holds: oneDNN follows it back up */
+	for (int i = 0; i < 2 * CPU_TEAM_PROBE_MIN - 1; i++)
+		ck_assert_int_eq(feed(&t, 0), 1);
+	ck_assert_int_eq(feed(&t, 0), 2);
+	for (int i = 1; i < CPU_TEAM_DNN_HOLD; i++) {
+		ck_assert_int_eq(feed(&t, 0), 2);
+		ck_assert_int_eq(t.dnn, 1);
+	}
+	ck_assert_int_eq(feed(&t, 0), 2);
+	ck_assert_int_eq(t.dnn, 2);
+}
+END_TEST
+
 static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
@@ -181,7 +215,7 @@ static Suite *make_cpu_threads_suite(void)
 		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
-		test_throttling_is_not_contention, NULL });
+		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });
 	return s;
 }
 

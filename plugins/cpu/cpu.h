@@ -241,12 +241,13 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
-/* One buffer holding scratch tensors of op's shapes and ws bytes of zeroed
+/* One buffer holding scratch tensors of p's op's shapes (max pooling's aux:
+ * p->aux bytes) and ws bytes of zeroed
  * workspace, pointed to by *a: float tensors 0.25 each (random = 0, for
  * timing) or pseudo-random values, the same on every call (random = 1);
  * other dtypes zero.  out_bytes (NULL, or op->n_out entries): each
  * output's size.  The caller frees the buffer; NULL when out of memory. */
-char *cpu_scratch_args(const struct kiln_op *op, size_t ws, int random, struct kiln_op_args *a,
+char *cpu_scratch_args(const struct cpu_plan *p, size_t ws, int random, struct kiln_op_args *a,
 		       size_t *out_bytes);
 
 /* ---- dnnteam.c: oneDNN's plans on a smaller team, same bytes ---- */

@@ -98,7 +98,7 @@ static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int
 {
 	struct kiln_op_args a;
 	size_t bytes[KILN_OP_MAX_OUT], total = 0;
-	char *buf = cpu_scratch_args(&x->op, ws, 1, &a, bytes);
+	char *buf = cpu_scratch_args(x, ws, 1, &a, bytes);
 	struct cpu_err e;
 	int same = 0;
 	if (!buf)

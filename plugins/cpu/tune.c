@@ -81,18 +81,31 @@ static kiln_status prepare_kernel(struct cpu_ctx *c, struct cpu_plan *p,
 	return st;
 }
 
-char *cpu_scratch_args(const struct kiln_op *op, size_t ws, int random, struct kiln_op_args *a,
+/* Bytes of argument i (inputs, then outputs) of plan p: the tensor's, or
+ * for max pooling's aux (out1 of POOL, in1 of POOL_BWD; no shape in the
+ * op) the plan's aux bytes. */
+static size_t arg_bytes(const struct cpu_plan *p, int i)
+{
+	const struct kiln_op *op = &p->op;
+	if (p->aux && ((op->type == KILN_OP_POOL && i == op->n_in + 1) ||
+		       (op->type == KILN_OP_POOL_BWD && i == 1)))
+		return p->aux;
+	const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
+	return (size_t)cpu_numel(d) * elem_size(d->dtype);
+}
+
+char *cpu_scratch_args(const struct cpu_plan *p, size_t ws, int random, struct kiln_op_args *a,
 		       size_t *out_bytes)
 {
+	const struct kiln_op *op = &p->op;
 	size_t off[KILN_OP_MAX_IN + KILN_OP_MAX_OUT], total = 0;
 	char *buf = NULL;
 	memset(a, 0, sizeof *a);
 	for (int i = 0; i < op->n_in + op->n_out; i++) {
-		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
 		off[i] = total;
 		if (out_bytes && i >= op->n_in)
-			out_bytes[i - op->n_in] = (size_t)cpu_numel(d) * elem_size(d->dtype);
-		total += ((size_t)cpu_numel(d) * elem_size(d->dtype) + 63) & ~(size_t)63;
+			out_bytes[i - op->n_in] = arg_bytes(p, i);
+		total += (arg_bytes(p, i) + 63) & ~(size_t)63;
 	}
 	if (posix_memalign((void **)&buf, 64, total + ws + 64))
 		return NULL;
@@ -104,9 +117,11 @@ char *cpu_scratch_args(const struct kiln_op *op, size_t ws, int random, struct k
 	uint32_t h = 12345;
 	for (int i = 0; i < op->n_in + op->n_out; i++) {
 		const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
-		const int64_t m = cpu_numel(d);
+		const size_t bytes = arg_bytes(p, i);
+		const int64_t m = (int64_t)(bytes / elem_size(d->dtype));
 		char *x = buf + off[i];
-		if (d->dtype == KILN_BF16 || d->dtype == KILN_F16 || d->dtype == KILN_F32) {
+		if (bytes == (size_t)cpu_numel(d) * elem_size(d->dtype) &&
+		    (d->dtype == KILN_BF16 || d->dtype == KILN_F16 || d->dtype == KILN_F32)) {
 			for (int64_t e = 0; e < m; e++) {
 				h = h * 1664525u + 1013904223u;
 				const float f = random ? (float)((int32_t)h >> 7) * 0x1p-24f : 0.25f;
@@ -118,7 +133,7 @@ char *cpu_scratch_args(const struct kiln_op *op, size_t ws, int random, struct k
 					((uint16_t *)x)[e] = random ? 0x3400 ^ (uint16_t)(h >> 22) : 0x3400;
 			}
 		} else {
-			memset(x, 0, (size_t)m * elem_size(d->dtype));
+			memset(x, 0, bytes);
 		}
 		if (i < op->n_in)
 			a->in[i] = x;
@@ -144,7 +159,7 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 		if (q[k]->workspace > ws)
 			ws = q[k]->workspace;
 	}
-	char *buf = cpu_scratch_args(&q[0]->op, ws, 0, &a, NULL);
+	char *buf = cpu_scratch_args(q[0], ws, 0, &a, NULL);
 	if (!buf)
 		return;
 
