@@ -362,6 +362,19 @@ static kiln_status prepare_step_counter(struct kiln_model *m)
 	return KILN_OK;
 }
 
+/* [model] layout: nchw, nhwc, or auto (the default): channels-last on a
+ * device whose traits say its 4-d activations run faster so
+ * (KILN_DEVICE_PREFER_NHWC), else nchw. */
+int32_t kiln_model_layout(const struct kiln_config *cfg, const struct kiln_device *dev)
+{
+	const char *v = kiln_config_get(cfg, "model", "layout");
+	if (v && !strcmp(v, "nhwc"))
+		return KILN_NHWC;
+	if (v && !strcmp(v, "nchw"))
+		return KILN_NCHW;
+	return dev && (kiln_device_traits(dev)->caps & KILN_DEVICE_PREFER_NHWC) ? KILN_NHWC : KILN_NCHW;
+}
+
 kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out)
@@ -383,8 +396,7 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	int64_t seed = 0;
 	kiln_config_get_int(cfg, "run", "seed", &seed);
 	m->seed = (uint64_t)seed;
-	const char *layout = kiln_config_get(cfg, "model", "layout");
-	m->layout = layout && !strcmp(layout, "nhwc") ? KILN_NHWC : KILN_NCHW;
+	m->layout = kiln_model_layout(cfg, dev);
 	if ((st = kiln_config_get_bool(cfg, "run", "fuse", &m->fuse)) && st != KILN_ENOTFOUND) {
 		kiln_model_free(m);
 		return st;

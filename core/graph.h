@@ -327,6 +327,9 @@ int kiln_model_find_layer(const struct kiln_model *m, int upto, const char *name
 /* The data input as layers see it: [batch, sample...], 4-d inputs in the
  * model's layout, the compute dtype. */
 void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln_tensor_desc *d);
+/* [model] layout resolved for dev (KILN_NCHW or KILN_NHWC): `auto` follows
+ * the device's KILN_DEVICE_PREFER_NHWC trait. */
+int32_t kiln_model_layout(const struct kiln_config *cfg, const struct kiln_device *dev);
 /* Configure and infer every layer for the data input `data` (the batch
  * first: kiln_model_data_desc) into nodes[] (the caller's, n_layers of
  * them, zeroed), with kiln_layer.decode_len = decode; with [run] fuse,

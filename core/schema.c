@@ -86,8 +86,8 @@ static const struct kiln_key data_keys[] = {
 };
 
 static const struct kiln_key model_keys[] = {
-	{ "layout", KILN_KEY_ENUM, "nchw", NOLIM, "nchw|nhwc",
-	  "Memory layout of 4-d activations: `nchw`, or `nhwc` (channels-last). Results are the same up to float rounding." },
+	{ "layout", KILN_KEY_ENUM, "auto", NOLIM, "auto|nchw|nhwc",
+	  "Memory layout of 4-d activations: `nchw`, `nhwc` (channels-last), or `auto`: the layout the device says its convolutions and pooling run fastest in (the CPU: `nhwc`, where oneDNN has direct kernels and `nchw` needs a reorder to a blocked layout around every convolution; CUDA: `nchw`; docs/PERFORMANCE.md, \"Layout, fusion and the defaults, measured\"). Results are the same up to float rounding; weights are stored alike (PyTorch's OIHW) in every layout." },
 	{ "init_from", KILN_KEY_STR, "", NOLIM, NULL,
 	  "A safetensors file whose tensors replace the initial parameters and batchnorm buffers by name (`conv1.weight`: the layer's name and the parameter, PyTorch's names and layouts; see docs/safetensors.md), e.g. a PyTorch state_dict or a `kiln export`; or a kiln checkpoint (`ckpt-<step>.kiln`, told apart by its magic bytes): its parameters and buffers alone, for fine-tuning with a new optimizer, schedule or lr (the optimizer state, step counts and data position start anew; the model's parameters must be the checkpoint's, whatever `init_strict`); empty = none. Read after the initialisation from [run] seed, by `kiln train` and by `kiln export` when it exports initial weights (a checkpoint's weights replace it: `kiln export --checkpoint` and `kiln eval` never read it)." },
 	{ "init_format", KILN_KEY_ENUM, "pytorch", NOLIM, "pytorch|gpt2",

@@ -830,7 +830,7 @@ START_TEST(write_empty)
 		prev = at;
 	}
 	assert_has(got, "batch = 128\n");
-	assert_has(got, "[model]\nlayout = nchw\n");
+	assert_has(got, "[model]\nlayout = auto\n");
 	/* the dump parses back to the same config */
 	struct kiln_config *again = load_ok(got);
 	char *got2 = dump(again);

@@ -258,7 +258,11 @@ enum kiln_device_type {
 enum kiln_device_caps {
 	/* alloc() returns host memory the CPU reads and writes directly, so
 	 * host communicators (Gloo, MPI) use its buffers in place */
-	KILN_DEVICE_HOST_MEMORY = 1
+	KILN_DEVICE_HOST_MEMORY = 1,
+	/* 4-d activations run faster channels-last (NHWC) than NCHW: what
+	 * `[model] layout = auto` (the default) picks; a plugin that does not
+	 * set it gets NCHW */
+	KILN_DEVICE_PREFER_NHWC = 2
 };
 
 /* What a device is, as data the core chooses by (ABI 2.0): no device is

@@ -432,7 +432,7 @@ static const struct kiln_device_ops cpu_ops = {
 	COMMON_DEVICE_OPS(cpu),
 	/* host memory: host communicators take its buffers in place; auto
 	 * prefers any accelerator (a higher score) to it */
-	.traits = { .type = KILN_DEVICE_CPU, .auto_score = 10, .caps = KILN_DEVICE_HOST_MEMORY,
+	.traits = { .type = KILN_DEVICE_CPU, .auto_score = 10, .caps = KILN_DEVICE_HOST_MEMORY | KILN_DEVICE_PREFER_NHWC,
 		    .comm = NULL },
 	.aux_bytes = cpu_aux_bytes,
 };
