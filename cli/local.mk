@@ -12,3 +12,5 @@ if BUILD_LOADERS
 PACK_CPPFLAGS = -DKILN_WITH_PACK -I$(top_srcdir)/plugins/loaders
 kiln_LDADD += plugins/loaders/libimage_records.la
 endif
+# kiln quantize (issue 23, INT8)
+kiln_SOURCES += cli/cmd_quantize.c

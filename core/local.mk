@@ -51,3 +51,8 @@ libkiln_la_CPPFLAGS += $(CRYPTO_CFLAGS)
 libkiln_la_LIBADD += $(CRYPTO_LIBS)
 # GPT-2 and llm.c weight files (issue 20)
 libkiln_la_SOURCES += core/weights.h core/weights_gpt2.c
+
+# inference graph passes (issue 23: folding)
+libkiln_la_SOURCES += core/infer_passes.h core/infer_passes.c
+libkiln_la_SOURCES += core/quant.h core/quant.c
+libkiln_la_SOURCES += core/quantize.c

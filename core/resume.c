@@ -53,6 +53,7 @@ static const struct {
 	{ "model", "layout" },       { "model", "init_from" },
 	{ "model", "init_strict" },  { "layer.*", "inplace" },
 	{ "layer.*", "recompute" },  { "model", "init_format" },
+	{ "layer.*", "int8_scale" }, { "layer.*", "int8_unsigned" },
 };
 
 static int weights_key(const char *section, const char *key)

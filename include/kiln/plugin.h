@@ -55,9 +55,10 @@ extern "C" {
  * 2.2: decoding with a key/value cache: KILN_OP_ATTENTION_DECODE,
  * kiln_layer.decode_len, kiln_layer_run.pos (docs/generate.md).
  * 2.3: fused epilogue activations: KILN_OPF_ACT on GEMM, CONV and the
- * batchnorm ops (kiln/ops.h); kiln_layer.fuse_act and act_fused. */
+ * batchnorm ops (kiln/ops.h); kiln_layer.fuse_act and act_fused.
+ * 2.4: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 3
+#define KILN_ABI_MINOR 4
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

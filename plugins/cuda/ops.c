@@ -239,6 +239,8 @@ static const uint8_t family[] = {
 	[KILN_OP_ATTENTION] = F_ATTN, [KILN_OP_ATTENTION_BWD] = F_ATTN,
 	/* decoding with a key/value cache (generation): the CPU's alone so far */
 	[KILN_OP_ATTENTION_DECODE] = F_NONE,
+	/* INT8 inference (ABI 2.4): the CPU's alone so far */
+	[KILN_OP_QCONV] = F_NONE, [KILN_OP_QLINEAR] = F_NONE,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");
