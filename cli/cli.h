@@ -26,6 +26,7 @@ int cmd_pack(int argc, char **argv);
 int cmd_pack_tokens(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_summary(int argc, char **argv);
 int cmd_report(int argc, char **argv);
@@ -36,6 +37,7 @@ int cmd_predict(int argc, char **argv);
  * (kiln.c): `usage`, a blank line, then `about`. */
 extern const char cmd_train_usage[], cmd_train_about[];
 extern const char cmd_eval_usage[], cmd_eval_about[];
+extern const char cmd_quantize_usage[], cmd_quantize_about[];
 extern const char cmd_config_usage[], cmd_config_about[];
 extern const char cmd_plugins_usage[], cmd_plugins_about[];
 extern const char cmd_memory_usage[], cmd_memory_about[];

@@ -10,7 +10,7 @@
 #include <string.h>
 
 const char cmd_eval_usage[] =
-	"usage: kiln eval FILE [--checkpoint CKPT] [section.key=value ...]\n";
+	"usage: kiln eval FILE [--checkpoint CKPT] [--fold] [--quantized Q] [section.key=value ...]\n";
 const char cmd_eval_about[] =
 	"Evaluate the parameters and buffers of checkpoint CKPT (a ckpt-<step>.kiln file\n"
 	"written by `kiln train`; default: the newest usable one in [run]\n"
@@ -20,12 +20,18 @@ const char cmd_eval_about[] =
 	"stdout gets one JSON line: checkpoint, step, test_loss, test_acc, test_samples,\n"
 	"eval_samples_per_s.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error (or another model),\n"
-	"3 data error (a corrupt checkpoint).\n";
+	"3 data error (a corrupt checkpoint).\n"
+	"--fold evaluates the inference graph (docs/inference.md, Folding): each\n"
+	"batchnorm folded into the conv or linear before it, dropout removed, bias and\n"
+	"activation in the layer's epilogue ([run] fuse = 1).\n"
+	"--quantized Q evaluates the INT8 model Q written by `kiln quantize` (no checkpoint\n"
+	"is read): FILE's model folded, its conv and linear layers on the INT8 ops.\n";
 
 int cmd_eval(int argc, char **argv)
 {
 	char **args = calloc((size_t)argc + 1, sizeof *args);
 	const char *ckpt = NULL;
+	struct kiln_eval_opts opts = { 0 };
 	int n = 0;
 	if (!args) {
 		fprintf(stderr, "kiln: error: out of memory\n");
@@ -39,6 +45,10 @@ int cmd_eval(int argc, char **argv)
 				return 2;
 			}
 			ckpt = argv[++i];
+		} else if (!strcmp(argv[i], "--fold")) {
+			opts.fold = 1;
+		} else if (!strcmp(argv[i], "--quantized") && i + 1 < argc) {
+			opts.quantized = argv[++i];
 		} else if (!strncmp(argv[i], "--checkpoint=", 13)) {
 			ckpt = argv[i] + 13;
 		} else {
@@ -54,7 +64,7 @@ int cmd_eval(int argc, char **argv)
 	struct kiln_train_result r;
 	kiln_status st = cli_load(args[1], n, args, 2, &cfg, &reg);
 	if (!st)
-		st = kiln_evaluate(cfg, reg, ckpt, &r);
+		st = kiln_evaluate_ex(cfg, reg, ckpt, &opts, &r);
 	int rc = 0;
 	if (st) {
 		rc = cli_fail(st);

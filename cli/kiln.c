@@ -17,6 +17,7 @@ static void usage(FILE *f)
 		"  train FILE --resume [...]            continue from the newest checkpoint of the run\n"
 		"  eval FILE [--checkpoint CKPT] [...]  evaluate a checkpoint's weights on [data.eval]\n"
 		"  predict FILE INPUT... [...]         classify images with a trained model's weights\n"
+		"  quantize FILE --calibrate N --out Q  INT8 post-training quantization (kiln eval --quantized Q)\n"
 		"  config FILE [section.key=value ...]  print the resolved config (defaults filled in)\n"
 		"  config --doc                         print the reference of every key (markdown)\n"
 		"  plugins [--path DIRS]                list plugin files and plugins found\n"
@@ -145,6 +146,7 @@ static const struct command {
 	{ "train", cmd_train, cmd_train_usage, cmd_train_about },
 	{ "eval", cmd_eval, cmd_eval_usage, cmd_eval_about },
 	{ "predict", cmd_predict, cmd_predict_usage, cmd_predict_about },
+	{ "quantize", cmd_quantize, cmd_quantize_usage, cmd_quantize_about },
 	{ "config", cmd_config, cmd_config_usage, cmd_config_about },
 	{ "plugins", cmd_plugins, cmd_plugins_usage, cmd_plugins_about },
 	{ "bench", cmd_bench, NULL, NULL },

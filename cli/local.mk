@@ -14,3 +14,5 @@ kiln_LDADD += plugins/loaders/libimage_records.la
 endif
 # `kiln predict` (issue 23): the inference API on image files
 kiln_SOURCES += cli/cmd_predict.c cli/predict.h cli/predict_inputs.c
+# kiln quantize (issue 23, INT8)
+kiln_SOURCES += cli/cmd_quantize.c

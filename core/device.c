@@ -461,6 +461,10 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_SOFTMAX_XENT && op->i[5] && dev->plugin->abi_minor < 4)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a loss's classes",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* the INT8 ops came with ABI 2.6 */
+	if ((op->type == KILN_OP_QCONV || op->type == KILN_OP_QLINEAR) && dev->plugin->abi_minor < 6)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the INT8 ops",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st)
 		return st;

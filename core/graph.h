@@ -397,7 +397,9 @@ kiln_status kiln_plan_summary_log(struct kiln_plan *p);
  * sample shape training reads from [data], then the weights of
  * `checkpoint` (NULL: the newest usable one in [run] out_dir/checkpoints),
  * else [run] seed and [model] init_from (with a warning; KILN_ECONFIG when
- * need_trained and there is no init_from either).  `verb` begins the log
+ * need_trained and there is no init_from either); need_trained < 0: the
+ * [run] seed weights, no checkpoint or init_from looked for (the model's
+ * shape is what the caller wants: `kiln eval --quantized`).  `verb` begins the log
  * line naming them ("exporting").  Close with
  * kiln_trained_close (also after a failed open). */
 struct kiln_trained {

@@ -69,3 +69,8 @@ core/proto/onnx.pb-c.c: $(ONNX_PROTO)
 	$(AM_V_GEN)$(MKDIR_P) core/proto && \
 	$(PROTOC_C) --proto_path=$(dir $(ONNX_PROTO)) --c_out=core/proto $(ONNX_PROTO)
 endif
+
+# inference graph passes (issue 23: folding)
+libkiln_la_SOURCES += core/infer_passes.h core/infer_passes.c
+libkiln_la_SOURCES += core/quant.h core/quant.c
+libkiln_la_SOURCES += core/quantize.c

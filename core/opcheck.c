@@ -109,7 +109,7 @@ static kiln_status check_conv(const char *who, const struct kiln_op *op)
 {
 	const int type = op->type;
 	const struct kiln_tensor_desc *x, *w, *y, *b = NULL;
-	if (type == KILN_OP_CONV) {
+	if (type == KILN_OP_CONV || type == KILN_OP_QCONV) {
 		if (op->n_in < 2 || op->n_in > 3 || op->n_out != 1)
 			BAD(KILN_EINVAL, "takes x, w (, b) and gives y");
 		x = &op->in[0], w = &op->in[1], y = &op->out[0];
@@ -708,6 +708,35 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 	return kiln_error(KILN_EINTERNAL, "%s: op %d has no check", who, op->type);
 }
 
+/* QCONV and QLINEAR (ABI 2.6): CONV's and GEMM's checks (QLINEAR: x
+ * [M,K] times w [N,K] transposed), all f32, and the input's scale. */
+static kiln_status check_quant_common(const char *who, const struct kiln_op *op)
+{
+	for (int k = 0; k < op->n_in + op->n_out; k++)
+		if ((k < op->n_in ? op->in[k] : op->out[k - op->n_in]).dtype != KILN_F32)
+			BAD(KILN_EINVAL, "wants f32 tensors (the op quantizes them itself)");
+	if (!(op->f[0] > 0) || !isfinite(op->f[0]) || (op->i[8] != 0 && op->i[8] != 1))
+		BAD(KILN_EINVAL, "wants the input's scale f[0] > 0 (got %g) and i[8] = 0 (s8) or 1 (u8)",
+		    op->f[0]);
+	return KILN_OK;
+}
+
+static kiln_status check_qconv(const char *who, const struct kiln_op *op)
+{
+	kiln_status st = check_quant_common(who, op);
+	return st ? st : check_conv(who, op);
+}
+
+static kiln_status check_qlinear(const char *who, const struct kiln_op *op)
+{
+	kiln_status st = check_quant_common(who, op);
+	if (st)
+		return st;
+	if (op->i[0] != 0 || op->i[1] != 1)
+		BAD(KILN_EINVAL, "is x[M,K] w[N,K]^T: i[0] = 0, i[1] = 1");
+	return check_gemm(who, op);
+}
+
 /* ---- the op table ------------------------------------------------------
  * One row per op type of kiln/ops.h: its name (messages, the profiler's
  * table) and its check.  Sized by the rows and tied to the enum below, so
@@ -769,6 +798,8 @@ static const struct {
 	[KILN_OP_ATTENTION_DECODE] = { "ATTENTION_DECODE", check_attention_decode },
 	[KILN_OP_RNN] = { "RNN", check_rnn },
 	[KILN_OP_RNN_BWD] = { "RNN_BWD", check_rnn },
+	[KILN_OP_QCONV] = { "QCONV", check_qconv },
+	[KILN_OP_QLINEAR] = { "QLINEAR", check_qlinear },
 };
 _Static_assert(KILN_ARRAY_LEN(op_rows) == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in op_rows (name and check)");
@@ -787,8 +818,8 @@ static kiln_status check_act_flag(const char *who, const struct kiln_op *op)
 	const int t = op->type;
 	const int64_t kind = op->i[KILN_OPI_ACT];
 	if (t != KILN_OP_GEMM && t != KILN_OP_CONV && t != KILN_OP_BN_TRAIN && t != KILN_OP_BN_INFER &&
-	    t != KILN_OP_BN_BWD)
-		BAD(KILN_EINVAL, "KILN_OPF_ACT is for GEMM, CONV and the batchnorm ops");
+	    t != KILN_OP_BN_BWD && t != KILN_OP_QCONV && t != KILN_OP_QLINEAR)
+		BAD(KILN_EINVAL, "KILN_OPF_ACT is for GEMM, CONV, QCONV, QLINEAR and the batchnorm ops");
 	if (kind < KILN_ACT_RELU || kind > KILN_ACT_GELU_TANH || (t == KILN_OP_BN_BWD && kind))
 		BAD(KILN_EINVAL, "KILN_OPF_ACT: unknown activation i[15] (BN_BWD folds relu only)");
 	if (op->flags & KILN_OPF_ACCUMULATE)

@@ -60,6 +60,7 @@ static const struct {
 	{ "model", "init_strict" },  { "layer.*", "inplace" },
 	{ "layer.*", "recompute" },  { "model", "init_format" },
 	{ "layer.*", "stage" },      { "model", "stages" },
+	{ "layer.*", "int8_scale" }, { "layer.*", "int8_unsigned" },
 };
 
 static int weights_key(const char *section, const char *key)

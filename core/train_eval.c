@@ -5,14 +5,30 @@
  * kiln_evaluate (`kiln eval`), which opens the same trainer for a
  * checkpoint's weights.  See train.h. */
 #include "train.h"
+#include "infer_passes.h"
+#include "quant.h"
 
 #include <stdio.h>
 
-/* One pass over e->set: loss, accuracy and top-5 into e's results. */
-static kiln_status eval_pass(struct trainer *t, const struct eval_target *e)
+/* Calibration (kiln_quantize): the plan of the full batches, the rows to
+ * cover, and a call after each batch's forward. */
+struct eval_calib {
+	struct kiln_plan *full;
+	int64_t max_rows;
+	kiln_status (*each)(void *user, struct kiln_plan *p, const void *x, int64_t rows,
+			    void *stream);
+	void *user;
+};
+
+/* One pass over e->set (or the first cal->max_rows of it, through
+ * cal->full, calling cal->each; cal NULL: the whole set, no call): loss,
+ * accuracy and top-5 into e's results. */
+static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
+				 const struct eval_calib *cal)
 {
 	struct train_set *d = e->set;
 	const int64_t eb = t->EB;
+	const int64_t len = cal && cal->max_rows < d->len ? cal->max_rows : d->len;
 	kiln_status st;
 	int64_t *idx = malloc(sizeof(int64_t) * (size_t)eb);
 	double ls, c;
@@ -23,32 +39,38 @@ static kiln_status eval_pass(struct trainer *t, const struct eval_target *e)
 	if ((st = trainer_read_metrics(t, &ls, &c, NULL)))
 		goto out;
 	t->epoch = 0; /* evaluation has no random transforms */
-	if (d->loader && (st = kiln_loader_start(d->loader, 0, t->eval_order, d->len, eb, 1)))
+	if (d->loader && (st = kiln_loader_start(d->loader, 0, t->eval_order, len, eb, 1)))
 		goto out;
-	for (int64_t off = 0; off < d->len; off += eb) {
-		int64_t rows = d->len - off < eb ? d->len - off : eb;
+	for (int64_t off = 0; off < len; off += eb) {
+		int64_t rows = len - off < eb ? len - off : eb;
 		int s;
 		void *xd;
 		for (int64_t i = 0; i < rows; i++)
 			idx[i] = off + i;
 		if ((st = trainer_load_batch(t, d, idx, rows, &s, &xd)))
 			goto out;
-		struct kiln_plan *p = rows == eb ? t->peval : e->rem;
+		struct kiln_plan *p = rows < eb ? e->rem : cal ? cal->full : t->peval;
 		if ((st = kiln_plan_forward(p, xd, t->y_dev[s], t->metrics_dev, t->compute)) ||
+		    (cal && (st = cal->each(cal->user, p, xd, rows, t->compute))) ||
 		    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 			goto out;
 	}
 	double c5 = 0;
 	if ((st = trainer_read_metrics(t, &ls, &c, &c5)))
 		goto out;
-	*e->loss = ls / (double)d->len;
-	*e->acc = c / (double)d->len;
-	*e->acc5 = c5 / (double)d->len;
-	*e->samples = d->len;
+	*e->loss = ls / (double)len;
+	*e->acc = c / (double)len;
+	*e->acc5 = c5 / (double)len;
+	*e->samples = len;
 out:
 	trainer_phase(t, KILN_PHASE_EVAL, 0);
 	free(idx);
 	return st;
+}
+
+static kiln_status eval_pass(struct trainer *t, const struct eval_target *e)
+{
+	return eval_pass_cal(t, e, NULL);
 }
 
 /* Early stopping: after an evaluation, 1 when the run should stop. */
@@ -148,28 +170,104 @@ static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct k
 	return st;
 }
 
+/* `kiln eval --fold`: the folded config of the checkpoint's model
+ * (*fcfg, the caller's) and that model, open with its weights in *tr
+ * (need_trained < 0: the config's model's shape, no weights read). */
+static kiln_status fold_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *checkpoint, int need_trained, struct kiln_trained *tr,
+			     struct kiln_config **fcfg)
+{
+	int n = 0;
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "folding", need_trained, tr);
+	if (!st)
+		st = kiln_infer_fold_config(tr->m, (struct kiln_registry *)reg, fcfg, &n);
+	if (!st)
+		kiln_log(KILN_LOG_INFO, "eval", "folded: %d layers removed (batchnorm into conv/linear, dropout), [run] fuse = 1", n);
+	return st;
+}
+
+/* `kiln eval --quantized Q`: the folded config of cfg's model with Q's
+ * int8 keys (*fcfg) and Q open (*qf), both the caller's. */
+static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *path, struct kiln_config **fcfg,
+			      struct kiln_safetensors **qf)
+{
+	struct kiln_trained tr = { 0 };
+	kiln_status st = kiln_safetensors_open(path, qf);
+	if (!st)
+		st = fold_open(cfg, reg, NULL, -1, &tr, fcfg);
+	kiln_trained_close(&tr);
+	if (!st && (st = kiln_quant_config(*fcfg, *qf)))
+		st = kiln_error_wrap(st, "%s", path);
+	return st;
+}
+
 /* `kiln eval --checkpoint`: the weights of a checkpoint (params and
  * buffers) evaluated on [data.eval], with the trainer's pipeline. */
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res)
 {
-	struct trainer T = { 0 }, *t = &T;
+	const struct kiln_eval_opts none = { 0 };
+	return kiln_evaluate_ex(cfg, reg, checkpoint, &none, res);
+}
+
+/* The model to evaluate, open in t with its weights: the checkpoint's
+ * (*ck, *step), folded (o->fold), or a quantized file's (o->quantized). */
+static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
+			     const struct kiln_registry *reg, const char *checkpoint,
+			     const struct kiln_eval_opts *o, struct kiln_train_result *res,
+			     struct kiln_ckpt **ck, int64_t *step, struct kiln_config **fcfg)
+{
 	struct kiln_train_cfg tc;
+	struct kiln_trained tr = { 0 };
+	struct kiln_safetensors *qf = NULL;
+	kiln_status st;
+	if ((st = kiln_train_cfg_read(cfg, NULL, &tc)))
+		return st;
+	if (o->quantized) {
+		const char *v;
+		if ((st = quant_open(cfg, reg, o->quantized, fcfg, &qf)) ||
+		    (st = trainer_open(t, *fcfg, reg, &tc, 0, res)) ||
+		    (st = kiln_quant_load(t->m, qf, t->compute)))
+			st = kiln_error_wrap(st, "%s", o->quantized);
+		*step = (v = qf ? kiln_safetensors_meta(qf, "kiln.step") : NULL) ? atoll(v) : -1;
+		snprintf(res->checkpoint, sizeof res->checkpoint, "%s", o->quantized); /* after trainer_open */
+		kiln_safetensors_close(qf);
+		return st;
+	}
+	/* the checkpoint first: verifying it is cheap, and it must hold the
+	 * model this config describes */
+	if ((st = open_checkpoint(cfg, reg, checkpoint, ck)))
+		return st;
+	checkpoint = kiln_ckpt_path(*ck);
+	*step = kiln_ckpt_step(*ck);
+	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
+	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, &tr, fcfg)))
+		return st;
+	if (!(st = trainer_open(t, *fcfg ? *fcfg : cfg, reg, &tc, 0, res)))
+		st = *fcfg ? kiln_infer_fold_weights(tr.m, tr.stream, t->m, t->compute)
+			   : kiln_ckpt_load_model(*ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS);
+	kiln_trained_close(&tr);
+	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint); /* trainer_open cleared it */
+	return st;
+}
+
+kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *checkpoint, const struct kiln_eval_opts *o,
+			     struct kiln_train_result *res)
+{
+	struct trainer T = { 0 }, *t = &T;
 	struct kiln_ckpt *ck = NULL;
+	struct kiln_config *fcfg = NULL;
+	int64_t step = -1;
 	kiln_status st;
 	memset(res, 0, sizeof *res);
 	res->test_loss = res->test_acc = -1;
 	res->resumed_step = -1;
-	/* the checkpoint first: verifying it is cheap, and it must hold the
-	 * model this config describes */
-	if ((st = kiln_train_cfg_read(cfg, NULL, &tc)) ||
-	    (st = open_checkpoint(cfg, reg, checkpoint, &ck)) ||
-	    (st = trainer_open(t, cfg, reg, &tc, 0, res)) ||
-	    (st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS)))
+	if ((st = eval_open(t, cfg, reg, checkpoint, o, res, &ck, &step, &fcfg)))
 		goto out;
-	checkpoint = kiln_ckpt_path(ck);
-	kiln_log(KILN_LOG_INFO, "eval", "%s: the weights of step %lld", checkpoint,
-		 (long long)kiln_ckpt_step(ck));
+	kiln_log(KILN_LOG_INFO, "eval", "%s: the weights of step %lld", res->checkpoint,
+		 (long long)step);
 	const struct eval_target e = { &t->test, t->prem, &res->test_loss, &res->test_acc,
 				       &res->test_acc5, &res->test_samples, "test" };
 	double t0 = kiln_now_s();
@@ -177,12 +275,77 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
 		goto out;
 	res->wall_s = kiln_now_s() - t0;
 	res->eval_samples_per_s = (double)t->test.len / res->wall_s;
-	res->steps = kiln_ckpt_step(ck);
+	res->steps = step;
 	res->data_skipped = atomic_load(&t->test.ds.skipped);
-	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
 	st = kiln_device_stream_sync(t->dev, t->compute);
 out:
 	st = trainer_close(t, st);
 	kiln_ckpt_close(ck);
+	kiln_config_free(fcfg);
+	return st;
+}
+
+/* ---- kiln quantize ------------------------------------------------------ */
+
+static kiln_status calib_each(void *user, struct kiln_plan *p, const void *x, int64_t rows,
+			      void *stream)
+{
+	return kiln_quant_calib_batch(user, p, x, rows, stream);
+}
+
+/* The calibration pass: the first o->batches full batches of [data.eval]
+ * through a keep_all plan of t's (folded) model, observed into q. */
+static kiln_status calibrate(struct trainer *t, const struct kiln_quantize_opts *o,
+			     struct kiln_quant_calib *q)
+{
+	const struct kiln_plan_opts po = { .keep_all = 1 };
+	struct kiln_plan *full = NULL;
+	double loss, acc, acc5;
+	int64_t n;
+	const int64_t rows = (t->test.len / t->EB < o->batches ? t->test.len / t->EB : o->batches) * t->EB;
+	if (rows < 1)
+		return kiln_error(KILN_EUSAGE, "calibration needs a full batch of [train] eval_batch = %lld rows; [data.eval] has %lld",
+				  (long long)t->EB, (long long)t->test.len);
+	kiln_status st = kiln_model_plan_ex(t->m, t->EB, &po, &full);
+	const struct eval_target e = { &t->test, NULL, &loss, &acc, &acc5, &n, "calibration" };
+	const struct eval_calib cal = { full, rows, calib_each, q };
+	if (!st)
+		st = eval_pass_cal(t, &e, &cal);
+	if (!st)
+		kiln_log(KILN_LOG_INFO, "quantize", "calibrated on %lld samples (fp32 folded: loss %.4f acc %.4f)",
+			 (long long)n, loss, acc);
+	if (full)
+		kiln_device_stream_sync(t->dev, t->compute);
+	kiln_plan_free(full);
+	return st;
+}
+
+kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			  const char *checkpoint, const struct kiln_quantize_opts *o)
+{
+	struct trainer T = { 0 }, *t = &T;
+	struct kiln_train_result res;
+	struct kiln_ckpt *ck = NULL;
+	struct kiln_config *fcfg = NULL;
+	struct kiln_quant_calib *q = NULL;
+	const struct kiln_eval_opts fold = { .fold = 1 };
+	int64_t step = -1;
+	const int method = kiln_quant_method_parse(o->method ? o->method : "percentile");
+	kiln_status st;
+	memset(&res, 0, sizeof res);
+	if (method < 0 || o->batches < 1 || !(o->percentile > 0 && o->percentile <= 100) || !o->out)
+		return kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
+				  o->method ? o->method : "(none)", (long long)o->batches, o->percentile);
+	if ((st = eval_open(t, cfg, reg, checkpoint, &fold, &res, &ck, &step, &fcfg)) ||
+	    (st = kiln_quant_calib_new(t->m, &q)) || (st = calibrate(t, o, q)) ||
+	    (st = kiln_quant_write(q, t->m, t->compute, method, o->percentile, step, o->out)))
+		goto out;
+	kiln_log(KILN_LOG_INFO, "quantize", "%s: INT8 model of %s (step %lld), %s ranges", o->out,
+		 res.checkpoint, (long long)step, o->method ? o->method : "percentile");
+out:
+	st = trainer_close(t, st);
+	kiln_quant_calib_free(q);
+	kiln_ckpt_close(ck);
+	kiln_config_free(fcfg);
 	return st;
 }

@@ -556,12 +556,15 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	memset(t, 0, sizeof *t);
 	if ((st = kiln_run_cfg_read(cfg, &run)))
 		return st;
-	/* a checkpoint is verified whole before the model is even built */
-	if ((st = kiln_ckpt_open_weights(cfg, reg, checkpoint, &ck, dir, sizeof dir)))
+	/* a checkpoint is verified whole before the model is even built;
+	 * need_trained < 0: the model's shape alone, no weights looked for */
+	if (need_trained >= 0 && (st = kiln_ckpt_open_weights(cfg, reg, checkpoint, &ck, dir, sizeof dir)))
 		return st;
 	const char *init = kiln_config_get(cfg, "model", "init_from");
 	const int has_init = init && *init;
-	if (ck)
+	if (need_trained < 0)
+		;
+	else if (ck)
 		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s (step %lld)", verb,
 			 kiln_ckpt_path(ck), (long long)kiln_ckpt_step(ck));
 	else if (need_trained && !has_init)
@@ -583,7 +586,7 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
 	    (st = kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
 	    /* a checkpoint replaces every weight: init_from is not read */
-	    (!ck && (st = kiln_model_init_from(t->m, t->stream))) ||
+	    (!ck && need_trained >= 0 && (st = kiln_model_init_from(t->m, t->stream))) ||
 	    (ck && (st = kiln_ckpt_load_model(ck, t->m, t->stream, KILN_CKPT_LOAD_WEIGHTS))))
 		goto out;
 out:

@@ -469,3 +469,26 @@ tests_onnx_tool_LDADD = libkiln.la $(PROTOBUF_C_LIBS)
 TESTS += tests/onnx_export.sh tests/onnx_ort.sh
 endif
 EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py tests/data/onnx_bad_layer.ini
+# ---- inference graph passes: folded logits against the unfolded ---------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_infer_passes
+TESTS += tests/check_infer_passes
+tests_check_infer_passes_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_infer_passes_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_infer_passes_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
+
+# ---- INT8: the calibration rules by hand, the INT8 ops against reference
+# loops (device conformance), the quantized CNN's accuracy ------------------
+if HAVE_CHECK
+check_PROGRAMS += tests/check_quant tests/check_device_int8
+TESTS += tests/check_quant tests/check_device_int8
+tests_check_quant_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_quant_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_quant_LDADD = libkiln.la $(CHECK_LIBS) -lm
+tests_check_device_int8_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_int8_LDADD = $(DEVICE_SUITE_LDADD)
+endif
+
+TESTS += tests/int8.sh
+EXTRA_DIST += tests/int8.sh

@@ -13,7 +13,8 @@ struct conv {
 	struct kiln_tensor_desc x, y, w;
 	void *fwd, *bwd_data, *bwd_w, *acc;
 	void *act, *mask; /* a fused activation run apart; the fused ReLU's backward */
-	size_t dx_bytes, front;
+	size_t dx_bytes, front;	double int8_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
+	int int8_unsigned;
 };
 
 static const struct kiln_key conv_keys[] = {
@@ -25,6 +26,7 @@ static const struct kiln_key conv_keys[] = {
 	{ "groups", KILN_KEY_INT, "1", 1, 1e6, NULL, "Groups: input and output channels must divide by it." },
 	{ "bias", KILN_KEY_BOOL, NULL, 0, 0, NULL,
 	  "Learn a bias. Unset: yes, except for a convolution whose only consumer is a batchnorm, which would cancel it (logged)." },
+	LAYER_INT8_KEYS,
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -55,6 +57,8 @@ static kiln_status conv_configure(const struct kiln_host *h, struct kiln_layer *
 				h->config_where(cfg, sec, NULL), sec);
 	s->bias = !l->before_norm; /* the rule for an unset key */
 	h->config_get_bool(cfg, sec, "bias", &s->bias);
+	h->config_get_float(cfg, sec, "int8_scale", &s->int8_scale);
+	h->config_get_bool(cfg, sec, "int8_unsigned", &s->int8_unsigned);
 	return KILN_OK;
 }
 
@@ -123,6 +127,8 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
 	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
+	if (s->int8_scale > 0) /* the same operands, quantized by the op */
+		quantized(&op, KILN_OP_QCONV, s->int8_scale, s->int8_unsigned);
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w)) ||
 	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front, &w)))
 		return st;
@@ -152,6 +158,8 @@ static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
 	struct conv *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0], w_compute(r, 0), s->bias ? r->w[1] : NULL },
 				  .out = { r->y } };
+	if (r->training && s->int8_scale > 0)
+		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
 	a.workspace = r->workspace;
 	a.workspace_bytes = r->workspace_bytes;
 	return run_then_act(h, r, s->fwd, s->act, &a);

@@ -24,13 +24,15 @@ struct linear {
 	void *db;         /* db = sum_rows dy */
 	int reorder;      /* channels-last input: x is read through a copy */
 	void *to_nchw, *from_nchw[2];
-	size_t x_bytes;
+	size_t x_bytes;	double int8_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
+	int int8_unsigned;
 };
 
 static const struct kiln_key linear_keys[] = {
 	{ "out", KILN_KEY_INT, NULL, 1, 1e9, NULL,
 	  "Output features (required). Inputs: [B, K] gives [B, out]; [B, C, H, W] is flattened per sample (K = C*H*W, in C, H, W order) to [B, out]; [B, T, K] (3-d, or 5-d and more) is transformed over its last dimension to [B, T, out], as nn.Linear does." },
 	{ "bias", KILN_KEY_BOOL, "1", 0, 0, NULL, "Learn an additive bias." },
+	LAYER_INT8_KEYS,
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -45,6 +47,8 @@ static kiln_status linear_configure(const struct kiln_host *h, struct kiln_layer
 				h->config_where(cfg, section, NULL), section);
 	s->bias = 1;
 	h->config_get_bool(cfg, section, "bias", &s->bias);
+	h->config_get_float(cfg, section, "int8_scale", &s->int8_scale);
+	h->config_get_bool(cfg, section, "int8_unsigned", &s->int8_unsigned);
 	return KILN_OK;
 }
 
@@ -107,6 +111,8 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]); the bias stays f32 */
 	gemm_op(&op, s->bias ? 3 : 2, 0, 1, B, N, K, dt, dt);
 	f32_desc(&op.in[2], N, 0, 0);
+	if (s->int8_scale > 0) /* the same operands, quantized by the op */
+		quantized(&op, KILN_OP_QLINEAR, s->int8_scale, s->int8_unsigned);
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
 	    (st = prep_act_bwd(h, l, dev, &l->out, &s->mask, &s->front, ws)))
 		return st;
@@ -170,6 +176,8 @@ static kiln_status linear_forward(const struct kiln_host *h, struct kiln_layer *
 	const void *x;
 	kiln_status st;
 	struct kiln_op_args a;
+	if (r->training && s->int8_scale > 0)
+		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
 	if ((st = input_rows(h, l, r, &x)))
 		return st;
 	a = (struct kiln_op_args){ .in = { x, w_compute(r, 0), s->bias ? r->w[1] : NULL },

@@ -139,6 +139,23 @@ static inline kiln_status prep_act(const struct kiln_host *h, struct kiln_layer 
 	return prep(h, l, dev, &a, act, ws);
 }
 
+/* The keys of the layers that run INT8 (conv, linear), read into their
+ * int8_scale and int8_unsigned. */
+#define LAYER_INT8_KEYS                                                                        \
+	{ "int8_scale", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,                                     \
+	  "INT8 inference (docs/inference.md, INT8): > 0 runs the layer as KILN_OP_QCONV / QLINEAR with this scale of its input (per-output-channel 7-bit weights, exact int32 sums). Set by `kiln eval --quantized` from `kiln quantize`'s file, evaluation only (a training run refuses it); 0: f32." }, \
+	{ "int8_unsigned", KILN_KEY_BOOL, "0", 0, 0, NULL,                                      \
+	  "With int8_scale: the input is quantized to u8 (it was never negative in calibration), else to s8." }
+
+/* A CONV or GEMM op made its INT8 twin (QCONV, QLINEAR: kiln/ops.h):
+ * the input's scale sx and u8 (unsigned) or s8. */
+static inline void quantized(struct kiln_op *op, int type, double sx, int is_unsigned)
+{
+	op->type = type;
+	op->f[0] = sx;
+	op->i[8] = is_unsigned;
+}
+
 /* Run `plan` on a's buffers, then the activation prep_act fell back to (act
  * non-NULL) in place on out0. */
 static inline kiln_status run_then_act(const struct kiln_host *h, const struct kiln_layer_run *r,

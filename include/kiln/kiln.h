@@ -599,6 +599,36 @@ void kiln_train_request_stop(void);
  * wall_s, steps (the checkpoint's) and checkpoint of res. */
 kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			  const char *checkpoint, struct kiln_train_result *res);
+/* kiln_evaluate with inference passes (docs/inference.md).  fold: the
+ * model is evaluated with its batchnorms folded into the conv/linear
+ * before them, dropout removed and bias + activation in the layers'
+ * epilogues ([run] fuse = 1): `kiln eval --fold`. */
+struct kiln_eval_opts {
+	int fold;
+	/* a file of kiln_quantize (docs/formats.md, "INT8 model"): the
+	 * config's model folded, with that file's weights, its conv and
+	 * linear layers run by the INT8 ops (KILN_OP_QCONV, QLINEAR); no
+	 * checkpoint is read.  NULL: none */
+	const char *quantized;
+};
+kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			     const char *checkpoint, const struct kiln_eval_opts *opts,
+			     struct kiln_train_result *res);
+
+/* `kiln quantize`: INT8 post-training quantization (docs/inference.md,
+ * "INT8") of checkpoint `checkpoint` (NULL: the newest in [run] out_dir):
+ * the model folded, per-channel symmetric int8 weights, the input range
+ * of every conv and linear from the first `batches` full batches of
+ * [data.eval] by `method` ("minmax", "percentile" with `percentile`,
+ * "entropy"), written to `out`. */
+struct kiln_quantize_opts {
+	int64_t batches;
+	const char *method;
+	double percentile;
+	const char *out;
+};
+kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			  const char *checkpoint, const struct kiln_quantize_opts *opts);
 
 /* Device bytes allocated through kiln_device_alloc and not yet freed, and
  * their peak since the device was opened: counted at the core's wrapper

@@ -409,7 +409,7 @@ enum kiln_op_type {
 	 * i[0] = H, f[0] = scale.  A t outside [0, Tmax) writes nothing and
 	 * fails the run with KILN_EDATA naming it. */
 	KILN_OP_ATTENTION_DECODE = 47,
-	/* ---- recurrent layers (ABI 2.4) ------------------------------------
+	/* ---- recurrent layers (ABI 2.5) ------------------------------------
 	 * One direction of one layer of nn.LSTM / nn.GRU (batch_first, zero
 	 * initial state), PyTorch's parameters and gate order: G = 4 gates
 	 * i, f, g, o (LSTM) or G = 3 gates r, z, n (GRU, PyTorch's form:
@@ -432,6 +432,29 @@ enum kiln_op_type {
 	 * gradients of b_ih, then b_hh (written); out1 and out2 written, or
 	 * added into when i[3] = 1.  Padded steps give dx = 0 and add nothing. */
 	KILN_OP_RNN_BWD = 49,
+	/* ABI 2.6, INT8 inference (docs/inference.md "INT8"; kiln quantize).
+	 * CONV's operands, geometry (i[0..6]) and fused activation, with the
+	 * input and the weights quantized to 8 bits, exact int32 products:
+	 *   xq = sat(round_half_even(x * r)) in u8 [0, 255] (i[8] = 1) or
+	 *        s8 [-128, 127] (i[8] = 0), r = (float)(1 / sx), sx = f[0] > 0;
+	 *   sw[o] = max|w[o,...]| / 63 (1 for an all-zero filter),
+	 *   wq[o,...] = round_half_even(w[o,...] / sw[o]) in [-63, 63] (7-bit
+	 *   weights: CPUs without VNNI sum u8 x s8 pairs in int16, and
+	 *   255 * 63 * 2 fits);
+	 *   acc[n,o,p,q] = sum over c,kh,kw of xq * wq (int32, exact);
+	 *   y = act(sx * sw[o] * acc + b[o]).
+	 * in0 x f32 [N,C,H,W] (nchw or nhwc), in1 w f32 [O,C/g,KH,KW], in2 b
+	 * f32 [O] (optional), out0 y f32 [N,O,OH,OW] in x's layout.  The
+	 * weights are quantized by the op (the scales follow from them), so
+	 * a model's f32 weights run as they are; `kiln quantize` stores the
+	 * weights as wq * sw, which the op quantizes back to exactly wq. */
+	KILN_OP_QCONV = 50,
+	/* ABI 2.6: GEMM's y[M,N] = x[M,K] w[N,K]^T (+ b[N]) (i[0] = 0, i[1] = 1,
+	 * i[2] = M, i[3] = N, i[4] = K; fused activation as GEMM's) with x
+	 * and w quantized as QCONV's (sw[n] per row n of w, xq by f[0] and
+	 * i[8]): y[m,n] = act(sx * sw[n] * sum_k xq[m,k] wq[n,k] + b[n]).
+	 * All f32 in memory. */
+	KILN_OP_QLINEAR = 51,
 	KILN_OP_TYPE_COUNT
 };
 

@@ -59,9 +59,10 @@ extern "C" {
  * 2.4: SOFTMAX_XENT may write its gradient over its logits (out0 = in0)
  * and takes the class count i[5] (a padded vocabulary);
  * kiln_layer.dx_over_input.
- * 2.5: recurrent layers: KILN_OP_RNN, KILN_OP_RNN_BWD (kiln/ops.h). */
+ * 2.5: recurrent layers: KILN_OP_RNN, KILN_OP_RNN_BWD (kiln/ops.h).
+ * 2.6: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 5
+#define KILN_ABI_MINOR 6
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

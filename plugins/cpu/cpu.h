@@ -194,6 +194,8 @@ void cpu_dnn_free(struct cpu_dnn *d);
 /* ---- conv.c, pool.c, bn.c, act.c, layout.c: prepare one family of ops
  * (same contract as cpu_ops_prepare) ---- */
 kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+/* qconv.c: KILN_OP_QCONV and KILN_OP_QLINEAR (oneDNN int8) */
+kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_bn_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_act_prepare(struct cpu_ctx *c, struct cpu_plan *p);

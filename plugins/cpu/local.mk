@@ -15,3 +15,8 @@ plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS) -fno
 plugins_kiln_cpu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENMP_CFLAGS) -lm
 endif
+
+# INT8 inference ops (issue 23)
+if BUILD_CPU
+plugins_kiln_cpu_la_SOURCES += plugins/cpu/qconv.c
+endif

@@ -241,6 +241,8 @@ static const uint8_t family[] = {
 	[KILN_OP_ATTENTION_DECODE] = F_NONE,
 	[KILN_OP_RNN] = F_NONE, /* not yet: cuDNN's RNN API (docs/rnn.md) */
 	[KILN_OP_RNN_BWD] = F_NONE,
+	/* INT8 inference (ABI 2.6): the CPU's alone so far */
+	[KILN_OP_QCONV] = F_NONE, [KILN_OP_QLINEAR] = F_NONE,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");

@@ -1,0 +1,293 @@
+/* core/infer_passes.c - inference graph passes: batchnorm folded into the
+ * conv or linear before it, dropout removed, bias + activation left to the
+ * layer's epilogue ([run] fuse).  The math and the rules are in
+ * infer_passes.h; docs/inference.md ("Folding") is the user's view. */
+#include "infer_passes.h"
+#include "config_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* ---- which layers fold ------------------------------------------------ */
+
+/* The only reader of layer i's output, else -1 (none or several). */
+static int sole_reader(const struct kiln_model *m, int i)
+{
+	int who = -1;
+	for (int j = i + 1; j < m->n_layers; j++)
+		for (int k = 0; k < m->layers[j].n_in; k++)
+			if (m->layers[j].in[k] == i) {
+				if (who >= 0)
+					return -1;
+				who = j;
+			}
+	return who;
+}
+
+static int is_type(const struct kiln_model *m, int i, const char *type)
+{
+	return i >= 0 && !strcmp(m->layers[i].type->name, type);
+}
+
+/* removed[j]: layer j disappears (a dropout, or a batchnorm folded into
+ * its input); host[i]: the batchnorm folded into layer i, else -1.
+ * Both n_layers long, the caller's. */
+static int fold_plan(const struct kiln_model *m, int *removed, int *host)
+{
+	int n = 0;
+	for (int j = 0; j < m->n_layers; j++) {
+		const int i = m->layers[j].in[0];
+		host[j] = -1;
+		removed[j] = 0;
+		if (m->layers[j].n_in != 1)
+			continue;
+		if (is_type(m, j, "dropout")) {
+			removed[j] = 1;
+		} else if (is_type(m, j, "batchnorm") && (is_type(m, i, "conv") || is_type(m, i, "linear")) &&
+			   sole_reader(m, i) == j && m->layers[i].tie < 0) {
+			removed[j] = 1;
+			host[i] = j;
+		}
+		n += removed[j];
+	}
+	return n;
+}
+
+/* The layer whose output stands for layer k's once the removed layers are
+ * gone (-1: the data). */
+static int resolve(const struct kiln_model *m, const int *removed, int k)
+{
+	while (k >= 0 && removed[k])
+		k = m->layers[k].in[0];
+	return k;
+}
+
+/* ---- the folded config ------------------------------------------------ */
+
+static int layer_index(const struct kiln_model *m, const char *section)
+{
+	for (int i = 0; i < m->n_layers; i++)
+		if (!strcmp(m->layers[i].section, section))
+			return i;
+	return -1;
+}
+
+/* The INI text of layer i's section: its own keys but input(s) and (for a
+ * layer that takes a batchnorm) bias, then its inputs by name. */
+static void write_layer(FILE *f, const struct kiln_model *m, const struct section *s, int i,
+			const int *removed, const int *host)
+{
+	const struct model_layer *L = &m->layers[i];
+	fprintf(f, "[%s]\n", s->name);
+	for (int e = 0; e < s->n; e++) {
+		const char *k = s->e[e].key;
+		if (!strcmp(k, "input") || !strcmp(k, "inputs") || (host[i] >= 0 && !strcmp(k, "bias")))
+			continue;
+		fprintf(f, "%s = %s\n", k, s->e[e].value);
+	}
+	if (host[i] >= 0)
+		fprintf(f, "bias = 1\n");
+	fprintf(f, "inputs = ");
+	for (int k = 0; k < L->n_in; k++) {
+		int p = resolve(m, removed, L->in[k]);
+		fprintf(f, "%s%s", k ? ", " : "", p < 0 ? "data" : m->layers[p].name);
+	}
+	fprintf(f, "\n\n");
+}
+
+/* The whole folded config as INI text into f. */
+static void write_folded(FILE *f, const struct kiln_model *m, const int *removed, const int *host)
+{
+	const struct kiln_config *cfg = m->cfg;
+	for (int si = 0; si < cfg->n; si++) {
+		const struct section *s = &cfg->s[si];
+		const int i = layer_index(m, s->name);
+		if (i >= 0) {
+			if (!removed[i])
+				write_layer(f, m, s, i, removed, host);
+			continue;
+		}
+		fprintf(f, "[%s]\n", s->name);
+		for (int e = 0; e < s->n; e++)
+			if (strcmp(s->name, "run") || strcmp(s->e[e].key, "fuse"))
+				fprintf(f, "%s = %s\n", s->e[e].key, s->e[e].value);
+		if (!strcmp(s->name, "run"))
+			fprintf(f, "fuse = 1\n");
+		fprintf(f, "\n");
+	}
+	if (!kiln_cfg_find_section(cfg, "run"))
+		fprintf(f, "[run]\nfuse = 1\n\n");
+}
+
+kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,
+				   struct kiln_config **out, int *n_folded)
+{
+	int *removed = calloc((size_t)m->n_layers, sizeof *removed);
+	int *host = calloc((size_t)m->n_layers, sizeof *host);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = NULL;
+	kiln_status st;
+	*out = NULL;
+	if (!removed || !host || !(f = open_memstream(&text, &len))) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	int n = fold_plan(m, removed, host);
+	if (n_folded)
+		*n_folded = n;
+	write_folded(f, m, removed, host);
+	if (fclose(f)) {
+		f = NULL;
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	f = NULL;
+	if ((st = kiln_config_load_string(text, m->cfg->file ? m->cfg->file : "folded", out)) ||
+	    (st = kiln_config_validate(*out, reg))) {
+		st = kiln_error_wrap(st, "the folded config");
+		kiln_config_free(*out);
+		*out = NULL;
+	}
+out:
+	if (f)
+		fclose(f);
+	free(text);
+	free(removed);
+	free(host);
+	return st;
+}
+
+/* ---- the folded weights ----------------------------------------------- */
+
+/* The parameter named "<layer>.<suffix>" of m, NULL when there is none. */
+static const struct model_param *param_of(const struct kiln_model *m, const char *layer,
+					  const char *suffix)
+{
+	char name[2 * sizeof m->params[0].name]; /* layer + suffix */
+	snprintf(name, sizeof name, "%s.%s", layer, suffix);
+	for (int i = 0; i < m->n_params; i++)
+		if (!strcmp(m->params[i].name, name))
+			return &m->params[i];
+	return NULL;
+}
+
+/* A parameter's values in the host copies of its model's two regions. */
+static float *host_of(const struct model_param *p, float *params, float *buffers)
+{
+	return (p->buffer ? buffers : params) + p->off;
+}
+
+kiln_status kiln_model_regions_copy(const struct kiln_model *m, float *params, float *buffers, int up,
+				void *stream)
+{
+	const int dir = up ? KILN_COPY_H2D : KILN_COPY_D2H;
+	kiln_status st = KILN_OK;
+	if (m->n_elems)
+		st = kiln_device_copy_async(m->dev, up ? (void *)m->params_d : params,
+					    up ? (void *)params : m->params_d,
+					    m->n_elems * sizeof(float), dir, stream);
+	if (!st && m->n_buf_elems)
+		st = kiln_device_copy_async(m->dev, up ? (void *)m->buffers_d : buffers,
+					    up ? (void *)buffers : m->buffers_d,
+					    m->n_buf_elems * sizeof(float), dir, stream);
+	return st ? st : kiln_device_stream_sync(m->dev, stream);
+}
+
+/* Layer li of src (a conv or linear) with batchnorm bj folded in: its
+ * weight [O, ...] and bias [O] into dst's w and b. */
+static kiln_status fold_one(const struct kiln_model *src, int li, int bj, const float *sp,
+			    const float *sb, float *w, float *b)
+{
+	const char *bn = src->layers[bj].name, *ln = src->layers[li].name;
+	const struct model_param *pw = param_of(src, ln, "weight"), *pb = param_of(src, ln, "bias");
+	const struct model_param *g = param_of(src, bn, "weight"), *beta = param_of(src, bn, "bias");
+	const struct model_param *mu = param_of(src, bn, "running_mean");
+	const struct model_param *var = param_of(src, bn, "running_var");
+	double eps = 1e-5;
+	kiln_config_get_float(src->cfg, src->layers[bj].section, "eps", &eps);
+	if (!pw || !g || !beta || !mu || !var)
+		return kiln_error(KILN_EINVAL, "folding batchnorm '%s' into '%s': a parameter is missing",
+				  bn, ln);
+	const int64_t O = pw->desc.dims[0], per = pw->numel / O;
+	for (int64_t o = 0; o < O; o++) {
+		const float *gp = host_of(g, (float *)sp, (float *)sb);
+		double scale = gp[o] / sqrt((double)host_of(var, (float *)sp, (float *)sb)[o] + eps);
+		double bias = pb ? host_of(pb, (float *)sp, (float *)sb)[o] : 0.0;
+		double mean = host_of(mu, (float *)sp, (float *)sb)[o];
+		const float *wo = host_of(pw, (float *)sp, (float *)sb) + o * per;
+		for (int64_t e = 0; e < per; e++)
+			w[o * per + e] = (float)(wo[e] * scale);
+		b[o] = (float)(host_of(beta, (float *)sp, (float *)sb)[o] + (bias - mean) * scale);
+	}
+	return KILN_OK;
+}
+
+/* dst's parameter p from src's host copies (sp, sb): layer li of src took
+ * batchnorm host[li] (a folded weight or bias), else copied by name. */
+static kiln_status fill_param(const struct kiln_model *src, const struct model_param *p,
+			      const int *host, const float *sp, const float *sb, float *dp, float *db)
+{
+	float *to = host_of(p, dp, db);
+	const char *dot = strrchr(p->name, '.');
+	char layer[sizeof p->name];
+	snprintf(layer, sizeof layer, "%.*s", (int)(dot - p->name), p->name);
+	const int li = kiln_model_find_layer(src, src->n_layers, layer);
+	if (li >= 0 && host[li] >= 0) {
+		/* weight and bias computed together; each fill writes its own */
+		const struct model_param *w = param_of(src, layer, "weight");
+		const int64_t O = w->desc.dims[0];
+		float *wbuf = malloc(sizeof(float) * (size_t)(w->numel + O));
+		if (!wbuf)
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		kiln_status st = fold_one(src, li, host[li], sp, sb, wbuf, wbuf + w->numel);
+		if (!st && !strcmp(dot + 1, "weight"))
+			memcpy(to, wbuf, sizeof(float) * (size_t)w->numel);
+		else if (!st)
+			memcpy(to, wbuf + w->numel, sizeof(float) * (size_t)O);
+		free(wbuf);
+		return st;
+	}
+	const struct model_param *q = NULL;
+	for (int i = 0; i < src->n_params && !q; i++)
+		if (!strcmp(src->params[i].name, p->name))
+			q = &src->params[i];
+	if (!q || q->numel != p->numel)
+		return kiln_error(KILN_EINVAL, "the folded model's parameter '%s' has no match in the trained model",
+				  p->name);
+	memcpy(to, host_of(q, (float *)sp, (float *)sb), sizeof(float) * (size_t)p->numel);
+	return KILN_OK;
+}
+
+kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stream,
+				    struct kiln_model *dst, void *dst_stream)
+{
+	int *removed = calloc((size_t)src->n_layers, sizeof *removed);
+	int *host = calloc((size_t)src->n_layers, sizeof *host);
+	float *sp = malloc(sizeof(float) * (src->n_elems + 1));
+	float *sb = malloc(sizeof(float) * (src->n_buf_elems + 1));
+	float *dp = calloc(dst->n_elems + 1, sizeof(float));
+	float *db = calloc(dst->n_buf_elems + 1, sizeof(float));
+	kiln_status st;
+	if (!removed || !host || !sp || !sb || !dp || !db) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	fold_plan(src, removed, host);
+	if ((st = kiln_model_regions_copy(src, sp, sb, 0, src_stream)))
+		goto out;
+	for (int i = 0; i < dst->n_params && !st; i++)
+		st = fill_param(src, &dst->params[i], host, sp, sb, dp, db);
+	if (!st)
+		st = kiln_model_regions_copy(dst, dp, db, 1, dst_stream);
+	dst->pcopy_stale = 1;
+	dst->tracked_base = src->tracked_base;
+out:
+	free(removed);
+	free(host);
+	free(sp);
+	free(sb);
+	free(dp);
+	free(db);
+	return st;
+}

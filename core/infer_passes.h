@@ -1,0 +1,44 @@
+/* core/infer_passes.h - inference graph passes (core/infer_passes.c):
+ * a trained model rewritten for evaluation only.  See docs/inference.md,
+ * "Folding".
+ *
+ *   conv + batchnorm    -> conv with bias, W' = W * g, b' = beta + (b - mean) * g
+ *   linear + batchnorm  -> linear with bias, the same per output feature
+ *                          (g = gamma / sqrt(running_var + eps))
+ *   dropout             -> removed (identity in evaluation)
+ *   bias + activation   -> the conv/GEMM epilogue: the folded config sets
+ *                          [run] fuse = 1, and a conv or linear now read
+ *                          only by its ReLU/GELU takes it as a post-op
+ *
+ * A batchnorm folds only when it alone reads a conv or linear that feeds
+ * nothing else.  The passes work on the config (the model's [layer.*]
+ * sections) and the weights, so the folded model is an ordinary kiln
+ * model: the same planner, devices and precision policies run it. */
+#ifndef KILN_INFER_PASSES_H
+#define KILN_INFER_PASSES_H
+
+#include "graph.h"
+
+/* The folded config of model m (built from m->cfg): its sections in the
+ * same order, without the folded batchnorms and the dropouts, every
+ * remaining layer's input named explicitly, bias = 1 on the layers that
+ * took a batchnorm, [run] fuse = 1.  *out is new (kiln_config_free),
+ * validated against reg.  *n_folded (may be NULL): layers removed. */
+kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,
+				   struct kiln_config **out, int *n_folded);
+
+/* The weights of dst (a model built from src's folded config) from src's:
+ * every parameter and buffer copied by name, the folded layers' weight
+ * and bias computed in double from the batchnorm they took.  Reads src's
+ * buffers on src_stream, writes dst's on dst_stream (the two models may
+ * live on different devices), and waits for both. */
+kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stream,
+				    struct kiln_model *dst, void *dst_stream);
+
+/* m's params and buffers regions (f32, n_elems and n_buf_elems) copied
+ * to host params/buffers (up = 0) or from them (up = 1) on stream;
+ * waits for it. */
+kiln_status kiln_model_regions_copy(const struct kiln_model *m, float *params, float *buffers,
+				    int up, void *stream);
+
+#endif

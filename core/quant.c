@@ -1,0 +1,152 @@
+/* core/quant.c - calibration observers, the range rules and per-channel
+ * weight quantization (the math is in quant.h). */
+#include "quant.h"
+
+#include <math.h>
+
+int kiln_quant_method_parse(const char *s)
+{
+	static const char *const names[] = { "minmax", "percentile", "entropy" };
+	for (int i = 0; s && i < 3; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+/* Double the histogram's range until v fits: bins merge in pairs. */
+static void grow(struct kiln_quant_observer *o, double v)
+{
+	while (v >= o->hmax) {
+		for (int b = 0; b < KILN_QUANT_BINS / 2; b++)
+			o->hist[b] = o->hist[2 * b] + o->hist[2 * b + 1];
+		memset(o->hist + KILN_QUANT_BINS / 2, 0, sizeof o->hist / 2);
+		o->hmax *= 2;
+	}
+}
+
+void kiln_quant_observe(struct kiln_quant_observer *o, const float *x, int64_t n)
+{
+	float lo = INFINITY, hi = -INFINITY, amax = 0;
+	if (n <= 0)
+		return;
+	for (int64_t i = 0; i < n; i++) {
+		lo = x[i] < lo ? x[i] : lo;
+		hi = x[i] > hi ? x[i] : hi;
+	}
+	amax = fmaxf(fabsf(lo), fabsf(hi));
+	if (!o->count || lo < o->min)
+		o->min = lo;
+	if (!o->count || hi > o->max)
+		o->max = hi;
+	o->count += n;
+	if (amax == 0 && o->hmax == 0) {
+		o->hist[0] += n;
+		return;
+	}
+	if (o->hmax == 0) /* the first nonzero batch: the power of two above it */
+		o->hmax = ldexp(1.0, ilogb(amax) + 1);
+	if (amax >= o->hmax)
+		grow(o, amax);
+	const double per = KILN_QUANT_BINS / o->hmax;
+	for (int64_t i = 0; i < n; i++) {
+		int64_t b = (int64_t)(fabs((double)x[i]) * per);
+		o->hist[b < KILN_QUANT_BINS ? b : KILN_QUANT_BINS - 1]++;
+	}
+}
+
+static double max_abs(const struct kiln_quant_observer *o)
+{
+	return fmax(fabs(o->min), fabs(o->max));
+}
+
+static double percentile_amax(const struct kiln_quant_observer *o, double pct)
+{
+	const double want = pct / 100.0 * (double)o->count, width = o->hmax / KILN_QUANT_BINS;
+	int64_t cum = 0;
+	for (int b = 0; b < KILN_QUANT_BINS; b++) {
+		cum += o->hist[b];
+		if ((double)cum >= want)
+			return fmin((b + 1) * width, max_abs(o));
+	}
+	return max_abs(o);
+}
+
+/* KL(p || q) of two histograms of n bins, each normalised by its sum. */
+static double kl(const double *p, const double *q, int n)
+{
+	double sp = 0, sq = 0, d = 0;
+	for (int i = 0; i < n; i++)
+		sp += p[i], sq += q[i];
+	for (int i = 0; i < n; i++)
+		if (p[i] > 0)
+			d += p[i] / sp * log((p[i] / sp) / (q[i] > 0 ? q[i] / sq : 1e-12));
+	return d;
+}
+
+/* TensorRT's entropy calibration over the |x| histogram: for each cut at
+ * bin i >= 128, P = bins [0, i) with the clipped tail added to bin i-1,
+ * Q = P merged into 128 levels and spread back over each level's nonzero
+ * bins; the cut with the least KL(P || Q) wins, amax = its edge. */
+static double entropy_amax(const struct kiln_quant_observer *o)
+{
+	enum { LEVELS = 128 };
+	double p[KILN_QUANT_BINS], q[KILN_QUANT_BINS], best = INFINITY;
+	const double width = o->hmax / KILN_QUANT_BINS;
+	int cut = KILN_QUANT_BINS;
+	for (int i = LEVELS; i <= KILN_QUANT_BINS; i++) {
+		double tail = 0;
+		for (int b = 0; b < KILN_QUANT_BINS; b++)
+			if (b < i)
+				p[b] = (double)o->hist[b];
+			else
+				tail += (double)o->hist[b];
+		p[i - 1] += tail;
+		for (int l = 0; l < LEVELS; l++) {
+			const int b0 = (int)((int64_t)l * i / LEVELS), b1 = (int)((int64_t)(l + 1) * i / LEVELS);
+			double sum = 0;
+			int nz = 0;
+			for (int b = b0; b < b1; b++)
+				sum += (double)o->hist[b], nz += o->hist[b] > 0;
+			for (int b = b0; b < b1; b++)
+				q[b] = o->hist[b] > 0 ? sum / nz : 0;
+		}
+		const double d = kl(p, q, i);
+		if (d < best)
+			best = d, cut = i;
+	}
+	return fmin(cut * width, max_abs(o));
+}
+
+double kiln_quant_amax(const struct kiln_quant_observer *o, int method, double pct)
+{
+	if (!o->count || o->hmax == 0)
+		return 0;
+	if (method == KILN_QUANT_PERCENTILE)
+		return percentile_amax(o, pct);
+	if (method == KILN_QUANT_ENTROPY)
+		return entropy_amax(o);
+	return max_abs(o);
+}
+
+float kiln_quant_act_scale(const struct kiln_quant_observer *o, double amax, int *is_unsigned)
+{
+	*is_unsigned = o->count > 0 && o->min >= 0;
+	if (amax <= 0)
+		return 1.0f;
+	return (float)(amax / (*is_unsigned ? 255.0 : 127.0));
+}
+
+void kiln_quant_weights(const float *w, int64_t O, int64_t per, int8_t *q, float *scale)
+{
+	for (int64_t o = 0; o < O; o++) {
+		const float *row = w + o * per;
+		float amax = 0;
+		for (int64_t e = 0; e < per; e++)
+			amax = fmaxf(amax, fabsf(row[e]));
+		scale[o] = amax > 0 ? amax / 63.0f : 1.0f;
+		for (int64_t e = 0; e < per; e++) {
+			float v = nearbyintf(row[e] / scale[o]);
+			q[o * per + e] = (int8_t)fmaxf(-63.0f, fminf(63.0f, v));
+		}
+	}
+}

@@ -1,0 +1,88 @@
+/* core/quant.h - INT8 post-training quantization: the calibration
+ * observers and rules, and per-channel symmetric weight quantization
+ * (core/quant.c).  docs/inference.md, "INT8", is the user's view.
+ *
+ *   weights:     scale[o] = max_e |w[o,e]| / 63 (1 for an all-zero row),
+ *                q[o,e] = clamp(round_half_even(w[o,e] / scale[o]), -63, 63):
+ *                7 bits, as KILN_OP_QCONV's contract (kiln/ops.h) says why
+ *   activations: a range amax from the calibration batches by a rule
+ *                (min-max, percentile, entropy); scale = amax / 255 for an
+ *                input never negative in calibration (u8), else amax / 127
+ *                (s8), zero point 0 in both. */
+#ifndef KILN_QUANT_H
+#define KILN_QUANT_H
+
+#include "internal.h"
+
+enum kiln_quant_method {
+	KILN_QUANT_MINMAX = 0,     /* amax = max |x| seen */
+	KILN_QUANT_PERCENTILE = 1, /* the upper edge of the histogram bin where the
+				    * cumulative count of |x| reaches pct % */
+	KILN_QUANT_ENTROPY = 2,    /* TensorRT's rule: the threshold whose 128-level
+				    * quantization of the |x| histogram has the least
+				    * KL divergence from it */
+};
+
+#define KILN_QUANT_BINS 2048
+
+/* What the calibration batches showed of one tensor. */
+struct kiln_quant_observer {
+	double min, max;  /* over every value */
+	double hmax;      /* the histogram's range [0, hmax) of |x|: a power of
+			   * two, doubled (bins merged in pairs) when a larger
+			   * value comes; 0 before the first value */
+	int64_t count;
+	int64_t hist[KILN_QUANT_BINS]; /* bin b: |x| in [b, b+1) * hmax / BINS (the
+					* largest value lands in the last bin) */
+};
+
+/* Parse "minmax", "percentile" or "entropy"; -1 for anything else. */
+int kiln_quant_method_parse(const char *s);
+
+/* Add n host values to the observer (zeroed before the first call). */
+void kiln_quant_observe(struct kiln_quant_observer *o, const float *x, int64_t n);
+
+/* The range amax (> 0 unless nothing nonzero was seen) by `method`; pct
+ * (percentile only) in (0, 100]; the result is at most max |x|. */
+double kiln_quant_amax(const struct kiln_quant_observer *o, int method, double pct);
+
+/* The activation scale of an observed input: amax / 255 when it was never
+ * negative (*is_unsigned = 1), else amax / 127; 1 when amax is 0. */
+float kiln_quant_act_scale(const struct kiln_quant_observer *o, double amax, int *is_unsigned);
+
+/* Per-output-channel symmetric quantization of w[O][per] into q[O][per]
+ * and scale[O] (the caller's). */
+void kiln_quant_weights(const float *w, int64_t O, int64_t per, int8_t *q, float *scale);
+
+/* ---- the model-level pass (core/quantize.c) ----------------------------
+ * The quantized file (docs/formats.md, "INT8 model"): safetensors with
+ * every parameter and buffer of the folded model by name, f32, except
+ * each conv's and linear's "X.weight", I8 [O, ...] with "X.weight_scale"
+ * F32 [O]; "X.input_scale" F32 [1] per conv/linear; metadata
+ * "kiln.format" = "kiln-int8/1", "kiln.method", "kiln.calibrate_batches",
+ * "kiln.step" and "X.input" = "u8" or "s8". */
+
+struct kiln_quant_calib;
+
+/* Observers for every conv and linear input of model m (the folded one). */
+kiln_status kiln_quant_calib_new(const struct kiln_model *m, struct kiln_quant_calib **out);
+void kiln_quant_calib_free(struct kiln_quant_calib *q);
+/* One calibration batch, after a forward of keep_all plan p on the data
+ * x (device, rows full rows) has completed: every observed input copied
+ * to the host and observed. */
+kiln_status kiln_quant_calib_batch(struct kiln_quant_calib *q, struct kiln_plan *p, const void *x,
+				   int64_t rows, void *stream);
+/* Write the quantized file of m (its weights read on stream) with the
+ * activation ranges by method (pct: the percentile rule's). */
+kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln_model *m,
+			     void *stream, int method, double pct, int64_t step, const char *path);
+
+/* `kiln eval --quantized`: the int8 keys of every layer the file
+ * quantized, set on the folded config cfg ([layer.X] int8_scale,
+ * int8_unsigned), and the file's weights into m (built from that config:
+ * I8 weights dequantized, q * scale, which the INT8 ops quantize back to
+ * q exactly). */
+kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safetensors *f);
+kiln_status kiln_quant_load(struct kiln_model *m, const struct kiln_safetensors *f, void *stream);
+
+#endif

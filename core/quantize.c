@@ -1,0 +1,313 @@
+/* core/quantize.c - INT8 post-training quantization of a (folded) model:
+ * observe every conv and linear input over calibration batches, write
+ * the quantized file, and read it back for evaluation.  The math is in
+ * quant.c, the file in quant.h and docs/formats.md. */
+#include "quant.h"
+#include "infer_passes.h"
+
+#include <stdio.h>
+
+struct kiln_quant_calib {
+	int n;
+	int *layer;                      /* the quantized layers' indices */
+	struct kiln_quant_observer *obs; /* [n]: their inputs */
+	int64_t batches;                 /* calibration batches seen */
+	float *host;                     /* the largest input's copy */
+	size_t host_elems;
+};
+
+static int quantizable(const struct kiln_model *m, int i)
+{
+	const char *t = m->layers[i].type->name;
+	return m->layers[i].n_in == 1 && (!strcmp(t, "conv") || !strcmp(t, "linear"));
+}
+
+kiln_status kiln_quant_calib_new(const struct kiln_model *m, struct kiln_quant_calib **out)
+{
+	struct kiln_quant_calib *q = calloc(1, sizeof *q);
+	*out = NULL;
+	if (!q || !(q->layer = calloc((size_t)m->n_layers, sizeof *q->layer)) ||
+	    !(q->obs = calloc((size_t)m->n_layers, sizeof *q->obs))) {
+		kiln_quant_calib_free(q);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < m->n_layers; i++)
+		if (quantizable(m, i))
+			q->layer[q->n++] = i;
+	if (!q->n) {
+		kiln_quant_calib_free(q);
+		return kiln_error(KILN_EINVAL, "the model has no conv or linear layer to quantize");
+	}
+	*out = q;
+	return KILN_OK;
+}
+
+void kiln_quant_calib_free(struct kiln_quant_calib *q)
+{
+	if (!q)
+		return;
+	free(q->layer);
+	free(q->obs);
+	free(q->host);
+	free(q);
+}
+
+/* The input of layer i in plan p: the data x, or its producer's output. */
+static kiln_status input_of(struct kiln_plan *p, int i, const void *x, int64_t rows,
+			    const void **ptr, int64_t *n)
+{
+	const struct kiln_model *m = p->m;
+	const int j = m->layers[i].in[0];
+	struct kiln_tensor_desc d;
+	if (j < 0) {
+		*ptr = x;
+		*n = rows * kiln_tensor_numel(&m->sample);
+		return KILN_OK;
+	}
+	void *y;
+	kiln_status st = kiln_plan_tensor(p, m->layers[j].name, "y", &y, &d);
+	if (st)
+		return st;
+	if (d.dtype != KILN_F32)
+		return kiln_error(KILN_ENOTSUP, "calibration reads f32 activations ([run] precision = fp32); layer '%s' gives %s",
+				  m->layers[j].name, kiln_dtype_name(d.dtype));
+	*ptr = y;
+	*n = kiln_tensor_numel(&d) / d.dims[0] * rows;
+	return KILN_OK;
+}
+
+kiln_status kiln_quant_calib_batch(struct kiln_quant_calib *q, struct kiln_plan *p, const void *x,
+				   int64_t rows, void *stream)
+{
+	struct kiln_device *dev = p->m->dev;
+	kiln_status st;
+	for (int k = 0; k < q->n; k++) {
+		const void *src = NULL;
+		int64_t n = 0;
+		if ((st = input_of(p, q->layer[k], x, rows, &src, &n)))
+			return st;
+		if ((size_t)n > q->host_elems) {
+			free(q->host);
+			q->host_elems = 0;
+			if (!(q->host = malloc(sizeof(float) * (size_t)n)))
+				return kiln_error(KILN_ENOMEM, "out of memory");
+			q->host_elems = (size_t)n;
+		}
+		if ((st = kiln_device_copy_async(dev, q->host, src, sizeof(float) * (size_t)n,
+						 KILN_COPY_D2H, stream)) ||
+		    (st = kiln_device_stream_sync(dev, stream)))
+			return st;
+		kiln_quant_observe(&q->obs[k], q->host, n);
+	}
+	q->batches++;
+	return KILN_OK;
+}
+
+/* ---- the file ----------------------------------------------------------- */
+
+/* f32 host copies of m's params and buffers regions (the caller frees). */
+static kiln_status host_regions(const struct kiln_model *m, void *stream, float **pp, float **bp)
+{
+	*pp = malloc(sizeof(float) * (m->n_elems + 1));
+	*bp = malloc(sizeof(float) * (m->n_buf_elems + 1));
+	if (!*pp || !*bp)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	return kiln_model_regions_copy(m, *pp, *bp, 0, stream);
+}
+
+/* The calibrated layer whose weight p is, else -1. */
+static int quantized_weight(const struct kiln_quant_calib *q, const struct kiln_model *m,
+			    const struct model_param *p)
+{
+	for (int k = 0; k < q->n; k++)
+		if (p->layer == q->layer[k] && p->slot == 0 && !p->buffer)
+			return k;
+	return -1;
+}
+
+/* A layer's weight, quantized, and its scales into w.  The writer borrows
+ * the data until it writes: the buffers go to keep[0..1] (the caller
+ * frees them after the write). */
+static kiln_status add_weight(struct kiln_safetensors_writer *w, const struct model_param *p,
+			      const float *v, void **keep)
+{
+	const int64_t O = p->desc.dims[0], per = p->numel / O;
+	int8_t *q = keep[0] = malloc((size_t)p->numel);
+	float *scale = keep[1] = malloc(sizeof(float) * (size_t)O);
+	char name[sizeof p->name + 8];
+	kiln_status st;
+	if (!q || !scale)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	kiln_quant_weights(v, O, per, q, scale);
+	snprintf(name, sizeof name, "%s_scale", p->name);
+	if (!(st = kiln_safetensors_writer_add(w, p->name, KILN_I8, p->desc.ndim, p->desc.dims, q)))
+		st = kiln_safetensors_writer_add(w, name, KILN_F32, 1, &O, scale);
+	return st;
+}
+
+/* Layer k's input scale (F32 [1], at *sx until the write) and its
+ * "X.input" metadata. */
+static kiln_status add_input(struct kiln_safetensors_writer *w, const struct kiln_quant_calib *q,
+			     const struct kiln_model *m, int k, int method, double pct, float *sx)
+{
+	const struct kiln_quant_observer *o = &q->obs[k];
+	const char *name = m->layers[q->layer[k]].name;
+	char key[200];
+	int is_u;
+	const int64_t one = 1;
+	const double amax = kiln_quant_amax(o, method, pct);
+	kiln_status st;
+	*sx = kiln_quant_act_scale(o, amax, &is_u);
+	snprintf(key, sizeof key, "%s.input_scale", name);
+	if ((st = kiln_safetensors_writer_add(w, key, KILN_F32, 1, &one, sx)))
+		return st;
+	kiln_log(KILN_LOG_INFO, "quantize", "%s: input %s in [%g, %g], amax %g, scale %g", name,
+		 is_u ? "u8" : "s8", o->min, o->max, amax, *sx);
+	snprintf(key, sizeof key, "%s.input", name);
+	return kiln_safetensors_writer_meta(w, key, is_u ? "u8" : "s8");
+}
+
+static kiln_status add_meta(struct kiln_safetensors_writer *w, int method, int64_t batches,
+			    int64_t step)
+{
+	static const char *const names[] = { "minmax", "percentile", "entropy" };
+	char v[32];
+	kiln_status st;
+	if ((st = kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1")) ||
+	    (st = kiln_safetensors_writer_meta(w, "kiln.method", names[method])))
+		return st;
+	snprintf(v, sizeof v, "%lld", (long long)batches);
+	if ((st = kiln_safetensors_writer_meta(w, "kiln.calibrate_batches", v)))
+		return st;
+	snprintf(v, sizeof v, "%lld", (long long)step);
+	return kiln_safetensors_writer_meta(w, "kiln.step", v);
+}
+
+kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln_model *m,
+			     void *stream, int method, double pct, int64_t step, const char *path)
+{
+	struct kiln_safetensors_writer *w = NULL;
+	float *pp = NULL, *bp = NULL, *sx = calloc((size_t)q->n, sizeof *sx);
+	void **keep = calloc(2 * (size_t)q->n, sizeof *keep); /* the borrowed buffers */
+	kiln_status st;
+	if (!sx || !keep) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((st = host_regions(m, stream, &pp, &bp)) || (st = kiln_safetensors_writer_new(&w)))
+		goto out;
+	for (int i = 0; i < m->n_params && !st; i++) {
+		const struct model_param *p = &m->params[i];
+		const float *v = (p->buffer ? bp : pp) + p->off;
+		const int k = quantized_weight(q, m, p);
+		if (k >= 0)
+			st = add_weight(w, p, v, keep + 2 * k);
+		else
+			st = kiln_safetensors_writer_add(w, p->name, KILN_F32, p->desc.ndim, p->desc.dims, v);
+	}
+	for (int k = 0; k < q->n && !st; k++)
+		st = add_input(w, q, m, k, method, pct, &sx[k]);
+	if (!st && !(st = add_meta(w, method, q->batches, step)))
+		st = kiln_safetensors_writer_write(w, path);
+out:
+	kiln_safetensors_writer_free(w);
+	for (int k = 0; keep && k < 2 * q->n; k++)
+		free(keep[k]);
+	free(keep);
+	free(sx);
+	free(pp);
+	free(bp);
+	return st;
+}
+
+/* ---- reading it back ------------------------------------------------------ */
+
+static kiln_status need_format(const struct kiln_safetensors *f)
+{
+	const char *v = kiln_safetensors_meta(f, "kiln.format");
+	if (!v || strcmp(v, "kiln-int8/1"))
+		return kiln_error(KILN_EDATA, "not a quantized kiln model (metadata kiln.format is %s, want kiln-int8/1: write one with kiln quantize)",
+				  v ? v : "missing");
+	return KILN_OK;
+}
+
+kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safetensors *f)
+{
+	kiln_status st = need_format(f);
+	char arg[400];
+	/* the layout for inference: oneDNN's int8 convolutions have direct
+	 * (jit) kernels for channels-last only; NCHW gets its reference loop */
+	if (!st && strcmp(kiln_config_get(cfg, "model", "layout") ? kiln_config_get(cfg, "model", "layout") : "", "nhwc")) {
+		kiln_log(KILN_LOG_INFO, "quantize", "[model] layout = nhwc for the INT8 convolutions (the weights are the same)");
+		st = kiln_config_override(cfg, "model.layout=nhwc");
+	}
+	for (int i = 0; !st && kiln_config_section(cfg, i); i++) {
+		const char *sec = kiln_config_section(cfg, i);
+		struct kiln_safetensors_tensor t;
+		if (strncmp(sec, "layer.", 6))
+			continue;
+		snprintf(arg, sizeof arg, "%s.input_scale", sec + 6);
+		if (kiln_safetensors_find(f, arg, &t))
+			continue;
+		float sx;
+		if (t.dtype != KILN_F32 || t.numel != 1)
+			return kiln_error(KILN_EDATA, "%s: want F32 [1], got %s", arg, t.dtype_name);
+		memcpy(&sx, t.data, sizeof sx);
+		snprintf(arg, sizeof arg, "%s.input", sec + 6);
+		const char *u = kiln_safetensors_meta(f, arg);
+		snprintf(arg, sizeof arg, "%s.int8_scale=%.9g", sec, sx);
+		if (!(st = kiln_config_override(cfg, arg))) {
+			snprintf(arg, sizeof arg, "%s.int8_unsigned=%d", sec, u && !strcmp(u, "u8"));
+			st = kiln_config_override(cfg, arg);
+		}
+	}
+	return st;
+}
+
+/* Parameter p of m from the file into v: F32 as it is, I8 times its
+ * per-row "_scale". */
+static kiln_status load_param(const struct kiln_safetensors *f, const struct model_param *p,
+			      float *v)
+{
+	struct kiln_safetensors_tensor t, s;
+	char name[sizeof p->name + 8];
+	kiln_status st = kiln_safetensors_find(f, p->name, &t);
+	if (st)
+		return kiln_error(KILN_EDATA, "the quantized file has no '%s' (another model?)", p->name);
+	if (t.numel != p->numel || (t.dtype != KILN_F32 && t.dtype != KILN_I8))
+		return kiln_error(KILN_EDATA, "'%s': %s of %lld elements, the model wants %lld f32",
+				  p->name, t.dtype_name, (long long)t.numel, (long long)p->numel);
+	if (t.dtype == KILN_F32) {
+		memcpy(v, t.data, sizeof(float) * (size_t)p->numel);
+		return KILN_OK;
+	}
+	const int64_t O = p->desc.dims[0], per = p->numel / O;
+	snprintf(name, sizeof name, "%s_scale", p->name);
+	if (kiln_safetensors_find(f, name, &s) || s.dtype != KILN_F32 || s.numel != O)
+		return kiln_error(KILN_EDATA, "'%s': no F32 [%lld] scales", name, (long long)O);
+	const int8_t *q = t.data;
+	for (int64_t o = 0; o < O; o++) {
+		float sc;
+		memcpy(&sc, (const char *)s.data + sizeof(float) * (size_t)o, sizeof sc);
+		for (int64_t e = 0; e < per; e++)
+			v[o * per + e] = (float)q[o * per + e] * sc;
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_quant_load(struct kiln_model *m, const struct kiln_safetensors *f, void *stream)
+{
+	float *pp = calloc(m->n_elems + 1, sizeof(float));
+	float *bp = calloc(m->n_buf_elems + 1, sizeof(float));
+	kiln_status st = pp && bp ? need_format(f) : kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; i < m->n_params && !st; i++) {
+		const struct model_param *p = &m->params[i];
+		st = load_param(f, p, (p->buffer ? bp : pp) + p->off);
+	}
+	if (!st)
+		st = kiln_model_regions_copy(m, pp, bp, 1, stream);
+	m->pcopy_stale = 1;
+	free(pp);
+	free(bp);
+	return st;
+}

@@ -1,0 +1,199 @@
+/* tests/check_device_int8.c - device conformance: the INT8 inference ops
+ * KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h) against a reference loop
+ * that quantizes the input and the weights by the contract, accumulates
+ * the products exactly in int32 and then scales: sx * sw[o] * acc + b,
+ * and the fused ReLU.  Both layouts, u8 and s8 inputs, groups, stride and
+ * padding; inputs beyond the range saturate.
+ *
+ * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
+ */
+#include "device_fixture.h"
+#include "check_main.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* round half to even, then saturate to [lo, hi] */
+static int32_t qround(double v, int32_t lo, int32_t hi)
+{
+	double r = nearbyint(v);
+	return r < lo ? lo : r > hi ? hi : (int32_t)r;
+}
+
+/* Per-row symmetric 7-bit weights wq[O][per] and their scales sw[O]. */
+static void ref_weights(const float *w, int O, int per, int32_t *wq, float *sw)
+{
+	for (int o = 0; o < O; o++) {
+		float amax = 0;
+		for (int k = 0; k < per; k++)
+			amax = fmaxf(amax, fabsf(w[o * per + k]));
+		sw[o] = amax > 0 ? amax / 63.0f : 1.0f;
+		for (int k = 0; k < per; k++)
+			wq[o * per + k] = qround(w[o * per + k] / sw[o], -63, 63);
+	}
+}
+
+/* x scaled to go past the quantized range at both ends (saturation), and
+ * never negative for a u8 input. */
+static float *input(size_t n, int is_u, float sx)
+{
+	float *x = frandv(n);
+	for (size_t i = 0; i < n; i++)
+		x[i] = (is_u ? fabsf(x[i]) : x[i]) * sx * 140.0f;
+	return x;
+}
+
+static void qconv_case(struct fx *f, const struct conv_g *q, int nhwc, int is_u, int relu)
+{
+	const int N = q->N, C = q->C, O = q->O, H = q->H, W = q->W, KH = q->KH, KW = q->KW;
+	const int Cg = C / q->g, Og = O / q->g, per = Cg * KH * KW;
+	const int OH = (H + 2 * q->ph - (KH - 1) - 1) / q->sh + 1;
+	const int OW = (W + 2 * q->pw - (KW - 1) - 1) / q->sw + 1;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * O * OH * OW;
+	const float sx = 0.02f;
+	float *x = input(nx, is_u, sx), *w = frandv((size_t)O * per), *b = frandv((size_t)O);
+	float sw[64];
+	int32_t *wq = malloc(sizeof(int32_t) * (size_t)O * per);
+	double *want = calloc(ny, sizeof(double)), *mag = calloc(ny, sizeof(double));
+	ref_weights(w, O, per, wq, sw);
+	for (int n = 0; n < N; n++)
+		for (int o = 0; o < O; o++)
+			for (int p = 0; p < OH; p++)
+				for (int r = 0; r < OW; r++) {
+					int32_t acc = 0; /* exact */
+					const int g = o / Og;
+					for (int c = 0; c < Cg; c++)
+						for (int i = 0; i < KH; i++)
+							for (int j = 0; j < KW; j++) {
+								int h = p * q->sh - q->ph + i, v = r * q->sw - q->pw + j;
+								if (h < 0 || h >= H || v < 0 || v >= W)
+									continue;
+								float xv = x[(((size_t)n * C + g * Cg + c) * H + h) * W + v];
+								acc += qround(xv * (float)(1.0 / sx), is_u ? 0 : -128, is_u ? 255 : 127) *
+								       wq[(o * Cg + c) * KH * KW + i * KW + j];
+							}
+					double y = (double)sx * sw[o] * acc + (q->bias ? b[o] : 0);
+					const size_t at = (((size_t)n * O + o) * OH + p) * OW + r;
+					want[at] = relu && y < 0 ? 0 : y;
+					/* the terms' size: the sum may cancel */
+					mag[at] = fabs((double)sx * sw[o] * acc) + (q->bias ? fabs(b[o]) : 0);
+				}
+	struct kiln_op op;
+	conv_op(&op, KILN_OP_CONV, q, OH, OW, nhwc);
+	op.type = KILN_OP_QCONV;
+	op.f[0] = sx, op.i[8] = is_u;
+	if (relu)
+		op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+	float *keep;
+	void *dx = dput4(f, x, N, C, H, W, nhwc, &keep), *dw = dput(f, w, sizeof(float) * O * per);
+	void *db = dput(f, b, sizeof(float) * O), *dy = dput(f, NULL, sizeof(float) * ny);
+	OK(run_op(f, &op, (const void *[]){ dx, dw, q->bias ? db : NULL }, (void *[]){ dy }));
+	float *got = dget4(f, dy, N, O, OH, OW, nhwc);
+	for (size_t i = 0; i < ny; i++)
+		NEAR(got[i], want[i], mag[i], 1e-5, "QCONV %s %s%s: y[%zu] = %g, want %g",
+		     nhwc ? "nhwc" : "nchw", is_u ? "u8" : "s8", relu ? " relu" : "", i, got[i], want[i]);
+	DFREE(f, dx, dw, db, dy);
+	free(keep), free(got), free(x), free(w), free(b), free(wq), free(want), free(mag);
+}
+
+START_TEST(test_qconv)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QCONV);
+	const struct conv_g plain = { 2, 3, 8, 9, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+	const struct conv_g grouped = { 2, 4, 6, 8, 8, 3, 3, 2, 2, 0, 1, 1, 1, 2, 0 };
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		qconv_case(&f, &plain, nhwc, 1, 0);
+		qconv_case(&f, &plain, nhwc, 0, 1);
+		qconv_case(&f, &grouped, nhwc, 1, 1);
+		qconv_case(&f, &grouped, nhwc, 0, 0);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+static void qlinear_case(struct fx *f, int M, int N, int K, int is_u, int relu, int bias)
+{
+	const float sx = 0.05f;
+	float *x = input((size_t)M * K, is_u, sx), *w = frandv((size_t)N * K), *b = frandv((size_t)N);
+	float sw[64];
+	int32_t *wq = malloc(sizeof(int32_t) * (size_t)N * K);
+	double *want = calloc((size_t)M * N, sizeof(double)), *mag = calloc((size_t)M * N, sizeof(double));
+	ref_weights(w, N, K, wq, sw);
+	for (int m = 0; m < M; m++)
+		for (int n = 0; n < N; n++) {
+			int32_t acc = 0;
+			for (int k = 0; k < K; k++)
+				acc += qround(x[m * K + k] * (float)(1.0 / sx), is_u ? 0 : -128, is_u ? 255 : 127) *
+				       wq[n * K + k];
+			double y = (double)sx * sw[n] * acc + (bias ? b[n] : 0);
+			want[m * N + n] = relu && y < 0 ? 0 : y;
+			mag[m * N + n] = fabs((double)sx * sw[n] * acc) + (bias ? fabs(b[n]) : 0);
+		}
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_QLINEAR;
+	op.n_in = bias ? 3 : 2, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 2, M, K), op.in[1] = td(KILN_F32, 2, N, K);
+	op.in[2] = td(KILN_F32, 1, N, 0), op.out[0] = td(KILN_F32, 2, M, N);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = M, op.i[3] = N, op.i[4] = K;
+	op.f[0] = sx, op.i[8] = is_u;
+	if (relu)
+		op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+	void *dx = dput(f, x, sizeof(float) * M * K), *dw = dput(f, w, sizeof(float) * N * K);
+	void *db = dput(f, b, sizeof(float) * N), *dy = dput(f, NULL, sizeof(float) * M * N);
+	OK(run_op(f, &op, (const void *[]){ dx, dw, bias ? db : NULL }, (void *[]){ dy }));
+	float *got = malloc(sizeof(float) * M * N);
+	dget(f, got, dy, sizeof(float) * M * N);
+	for (int i = 0; i < M * N; i++)
+		NEAR(got[i], want[i], mag[i], 1e-5, "QLINEAR %dx%dx%d %s%s: y[%d] = %g, want %g",
+		     M, N, K, is_u ? "u8" : "s8", relu ? " relu" : "", i, got[i], want[i]);
+	DFREE(f, dx, dw, db, dy);
+	free(got), free(x), free(w), free(b), free(wq), free(want), free(mag);
+}
+
+START_TEST(test_qlinear)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QLINEAR);
+	qlinear_case(&f, 5, 7, 33, 1, 0, 1);
+	qlinear_case(&f, 16, 10, 64, 0, 1, 1);
+	qlinear_case(&f, 3, 12, 9, 0, 0, 0);
+	fx_close(&f);
+}
+END_TEST
+
+/* An all-zero filter row quantizes with scale 1 and gives b exactly. */
+START_TEST(test_qlinear_zero_row)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QLINEAR);
+	float x[4] = { 1, -2, 3, 0.5f }, w[8] = { 0, 0, 0, 0, 0.5f, -1.26f, 0.2f, 0 }, b[2] = { 0.25f, 0 };
+	float got[2];
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_QLINEAR;
+	op.n_in = 3, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 2, 1, 4), op.in[1] = td(KILN_F32, 2, 2, 4);
+	op.in[2] = td(KILN_F32, 1, 2, 0), op.out[0] = td(KILN_F32, 2, 1, 2);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = 1, op.i[3] = 2, op.i[4] = 4;
+	op.f[0] = 0.5; /* xq = 2, -4, 6, 1; row 1: sw 0.02, wq 25, -63, 10, 0 */
+	void *dx = dput(&f, x, sizeof x), *dw = dput(&f, w, sizeof w), *db = dput(&f, b, sizeof b);
+	void *dy = dput(&f, NULL, sizeof got);
+	OK(run_op(&f, &op, (const void *[]){ dx, dw, db }, (void *[]){ dy }));
+	dget(&f, got, dy, sizeof got);
+	ck_assert_float_eq(got[0], 0.25f);
+	/* acc = 50 + 252 + 60 = 362; 0.5 * 0.02 * 362 = 3.62 */
+	ck_assert_float_eq_tol(got[1], 3.62f, 1e-5f);
+	DFREE(&f, dx, dw, db, dy);
+	fx_close(&f);
+}
+END_TEST
+
+DEVICE_SUITE(int8, DFX_CASE(qconv), DFX_CASE(qlinear), DFX_CASE(qlinear_zero_row));

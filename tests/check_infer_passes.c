@@ -1,0 +1,262 @@
+/* tests/check_infer_passes.c - the inference graph passes (core/
+ * infer_passes.c, docs/inference.md "Folding"): for every layer pair that
+ * folds or fuses (conv+bn, conv+bn+relu, conv with bias+bn, grouped
+ * conv+bn, linear+bn, linear+bn+relu, linear+relu, conv+relu, dropout,
+ * a residual block's bn before an add), the folded model's logits equal
+ * the unfolded evaluation's to float tolerance, on MLP, CNN and ResNet
+ * shaped models (random weights and random batchnorm statistics, so no
+ * fold is the identity), in both layouts.  Also: the folded config has
+ * no batchnorm or dropout left, and the folded weights differ from the
+ * unfolded ones. */
+#include <check.h>
+#include "check_main.h"
+#include "test_util.h"
+#include "infer_passes.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct kiln_registry *reg;
+
+#define B 4
+
+/* [run]/[data]/[model] for a 1x12x12 sample, then the layers */
+static const char head[] = "[run]\ndevice = cpu\nseed = 3\nfuse = 0\n[data]\nsource = synthetic\n"
+			   "[model]\nlayout = %s\n";
+
+/* MLP: linear+bn+relu, linear+bn, dropout, linear+relu */
+static const char mlp[] =
+	"[layer.flat]\ntype = flatten\n"
+	"[layer.fc1]\ntype = linear\nout = 24\n[layer.bn1]\ntype = batchnorm\n[layer.r1]\ntype = relu\n"
+	"[layer.drop]\ntype = dropout\np = 0.3\n"
+	"[layer.fc2]\ntype = linear\nout = 16\nbias = 0\n[layer.bn2]\ntype = batchnorm\neps = 0.01\n"
+	"[layer.fc3]\ntype = linear\nout = 12\n[layer.r3]\ntype = relu\n"
+	"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+
+/* CNN: conv+bn+relu, conv (bias) + bn, grouped conv + bn + relu, conv+relu,
+ * pooling, linear+bn+relu, dropout */
+static const char cnn[] =
+	"[layer.c1]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n[layer.b1]\ntype = batchnorm\n"
+	"[layer.r1]\ntype = relu\n"
+	"[layer.c2]\ntype = conv\nout = 8\nkernel = 3\nbias = 1\n[layer.b2]\ntype = batchnorm\n"
+	"[layer.c3]\ntype = conv\nout = 8\nkernel = 3\ngroups = 2\npadding = 1\n[layer.b3]\ntype = batchnorm\n"
+	"[layer.r3]\ntype = relu\n"
+	"[layer.c4]\ntype = conv\nout = 8\nkernel = 1\n[layer.r4]\ntype = relu\n"
+	"[layer.pool]\ntype = maxpool\nkernel = 2\n[layer.flat]\ntype = flatten\n"
+	"[layer.fc1]\ntype = linear\nout = 16\n[layer.fb]\ntype = batchnorm\n[layer.fr]\ntype = relu\n"
+	"[layer.drop]\ntype = dropout\np = 0.4\n"
+	"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+
+/* ResNet: stem conv+bn+relu, a basic block with a strided conv + bn
+ * shortcut, bn before the add, global pooling */
+static const char resnet[] =
+	"[layer.stem]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n[layer.stem_bn]\ntype = batchnorm\n"
+	"[layer.stem_relu]\ntype = relu\n"
+	"[layer.a1]\ntype = conv\nout = 16\nkernel = 3\nstride = 2\npadding = 1\n"
+	"[layer.a1_bn]\ntype = batchnorm\n[layer.a1_relu]\ntype = relu\n"
+	"[layer.a2]\ntype = conv\nout = 16\nkernel = 3\npadding = 1\n[layer.a2_bn]\ntype = batchnorm\n"
+	"[layer.down]\ntype = conv\nout = 16\nkernel = 1\nstride = 2\ninput = stem_relu\n"
+	"[layer.down_bn]\ntype = batchnorm\n"
+	"[layer.add]\ntype = add\ninputs = a2_bn, down_bn\n[layer.out]\ntype = relu\n"
+	"[layer.gap]\ntype = global_avgpool\n[layer.flat]\ntype = flatten\n"
+	"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+
+struct rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *stream;
+	float *x, *metrics; /* device */
+	int32_t *y;
+};
+
+static void rig_open(struct rig *r, struct kiln_config *cfg)
+{
+	const int64_t dims[3] = { 1, 12, 12 };
+	struct kiln_tensor_desc sample;
+	memset(r, 0, sizeof *r);
+	r->cfg = cfg;
+	kiln_tensor_desc_init(&sample, KILN_F32, 3, dims);
+	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &r->dev) == 0);
+	ck_assert_msg(kiln_model_create(cfg, reg, r->dev, &sample, &r->m) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(r->dev, &r->stream) == 0);
+	ck_assert(kiln_model_init_params(r->m, 7, r->stream) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof(float) * B * 144, (void **)&r->x) == 0);
+	ck_assert(kiln_device_alloc(r->dev, sizeof(int32_t) * B, (void **)&r->y) == 0);
+	ck_assert(kiln_device_alloc(r->dev, 64, (void **)&r->metrics) == 0);
+}
+
+static void rig_close(struct rig *r)
+{
+	void *bufs[] = { r->x, r->y, r->metrics };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 3);
+	kiln_model_free(r->m);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
+}
+
+/* A deterministic value in [-1, 1) from (i, salt). */
+static float noise(uint32_t i, uint32_t salt)
+{
+	uint32_t h = (i + 1) * 2654435761u ^ salt * 40503u;
+	h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+	return (float)(h % 20001) / 10000.0f - 1.0f;
+}
+
+/* Every batchnorm's gamma, beta and running statistics random (the
+ * variance in [0.2, 2.2)), so every fold scales and shifts. */
+static void randomize_bn(struct rig *r)
+{
+	for (int i = 0; i < kiln_model_param_count(r->m); i++) {
+		struct kiln_param_info pi;
+		kiln_model_param_get(r->m, i, &pi);
+		const char *s = strrchr(pi.name, '.') + 1;
+		int64_t n = kiln_tensor_numel(&pi.desc);
+		float *h = malloc(sizeof(float) * (size_t)n);
+		TEST_D2H(r, h, pi.param, sizeof(float) * (size_t)n);
+		for (int64_t e = 0; e < n; e++) {
+			float v = noise((uint32_t)e, (uint32_t)i);
+			if (!strcmp(s, "running_var"))
+				h[e] = 1.2f + v;
+			else if (pi.desc.ndim == 1) /* gamma, beta, running_mean, biases */
+				h[e] = (!strcmp(s, "weight") ? 1.0f : 0.0f) + 0.5f * v;
+		}
+		TEST_H2D(r, pi.param, h, sizeof(float) * (size_t)n);
+		free(h);
+	}
+}
+
+/* The logits (layer "logits") of a forward of x[B][144]: host f32[B*10]. */
+static void logits_of(struct rig *r, const float *x, float *out)
+{
+	struct kiln_plan *p;
+	struct kiln_plan_opts o = { .keep_all = 1 };
+	int32_t y[B] = { 0 };
+	void *yp;
+	struct kiln_tensor_desc d;
+	ck_assert_msg(kiln_model_plan_ex(r->m, B, &o, &p) == 0, "%s", kiln_last_error());
+	TEST_H2D(r, r->x, x, sizeof(float) * B * 144);
+	TEST_H2D(r, r->y, y, sizeof y);
+	ck_assert_msg(kiln_plan_forward(p, r->x, r->y, r->metrics, r->stream) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
+	ck_assert(kiln_plan_tensor(p, "logits", "y", &yp, &d) == 0);
+	ck_assert_int_eq(kiln_tensor_numel(&d), B * 10);
+	TEST_D2H(r, out, yp, sizeof(float) * B * 10);
+	kiln_plan_free(p);
+}
+
+/* f32[n] of a parameter of r's model. */
+static void param_host(struct rig *r, const char *name, float *h, int64_t n)
+{
+	struct kiln_param_info pi;
+	ck_assert_msg(kiln_model_param_find(r->m, name, &pi) == 0, "%s", name);
+	ck_assert_int_eq(kiln_tensor_numel(&pi.desc), n);
+	TEST_D2H(r, h, pi.param, sizeof(float) * (size_t)n);
+}
+
+/* Fold model `layers` (in `layout`); removed: the layers the pass must
+ * drop (all its batchnorms and dropouts unless bn_left); wname: a folded
+ * weight of n elements that must change (n = 0: none). */
+static void check_fold(const char *layers, const char *layout, int removed, int bn_left,
+		       const char *wname, int64_t n)
+{
+	char ini[8192];
+	struct rig a, f;
+	struct kiln_config *fcfg;
+	float x[B * 144], ref[B * 10], got[B * 10];
+	int nf = -1;
+	snprintf(ini, sizeof ini, head, layout);
+	strncat(ini, layers, sizeof ini - strlen(ini) - 1);
+	rig_open(&a, test_config(reg, ini));
+	randomize_bn(&a);
+	for (int i = 0; i < B * 144; i++)
+		x[i] = noise((uint32_t)i, 99);
+	logits_of(&a, x, ref);
+
+	ck_assert_msg(kiln_infer_fold_config(a.m, reg, &fcfg, &nf) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(nf, removed);
+	for (int i = 0; kiln_config_section(fcfg, i); i++) {
+		const char *t = kiln_config_get(fcfg, kiln_config_section(fcfg, i), "type");
+		ck_assert_msg(!t || (strcmp(t, "dropout") && (strcmp(t, "batchnorm") || bn_left)),
+			      "%s left in the folded config", kiln_config_section(fcfg, i));
+	}
+	rig_open(&f, fcfg);
+	ck_assert_msg(kiln_infer_fold_weights(a.m, a.stream, f.m, f.stream) == 0, "%s",
+		      kiln_last_error());
+	logits_of(&f, x, got);
+	double worst = 0;
+	for (int i = 0; i < B * 10; i++) {
+		double e = fabs(got[i] - ref[i]) / (1 + fabs(ref[i]));
+		worst = e > worst ? e : worst;
+	}
+	ck_assert_msg(worst < 2e-5, "%s (%s): folded logits differ by %g (relative)", wname,
+		      layout, worst);
+
+	if (!n)
+		goto out;
+	float *w0 = malloc(sizeof(float) * (size_t)n), *w1 = malloc(sizeof(float) * (size_t)n);
+	param_host(&a, wname, w0, n);
+	param_host(&f, wname, w1, n);
+	ck_assert_msg(memcmp(w0, w1, sizeof(float) * (size_t)n), "%s was not folded", wname);
+	free(w0);
+	free(w1);
+out:
+	rig_close(&f);
+	rig_close(&a);
+}
+
+START_TEST(mlp_folds)
+{
+	/* bn1, drop, bn2 */
+	check_fold(mlp, "nchw", 3, 0, "fc2.weight", 16 * 24);
+}
+END_TEST
+
+START_TEST(cnn_folds)
+{
+	/* b1, b2, b3, fb, drop */
+	check_fold(cnn, "nchw", 5, 0, "c3.weight", 8 * 4 * 9);
+	check_fold(cnn, "nhwc", 5, 0, "c2.weight", 8 * 8 * 9);
+}
+END_TEST
+
+START_TEST(resnet_folds)
+{
+	/* stem_bn, a1_bn, a2_bn, down_bn */
+	check_fold(resnet, "nhwc", 4, 0, "down.weight", 16 * 8);
+	check_fold(resnet, "nchw", 4, 0, "a2.weight", 16 * 16 * 9);
+}
+END_TEST
+
+/* A batchnorm whose conv also feeds another layer stays: folding it would
+ * change what the other reader sees. */
+START_TEST(shared_conv_keeps_bn)
+{
+	static const char shared[] =
+		"[layer.c1]\ntype = conv\nout = 4\nkernel = 3\npadding = 1\nbias = 1\n"
+		"[layer.b1]\ntype = batchnorm\n"
+		"[layer.add]\ntype = add\ninputs = b1, c1\n[layer.flat]\ntype = flatten\n"
+		"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+	check_fold(shared, "nchw", 0, 1, NULL, 0);
+}
+END_TEST
+
+static Suite *make_infer_passes_suite(void)
+{
+	Suite *s = suite_create("infer_passes");
+	TCase *tc = tcase_create("fold");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, mlp_folds);
+	tcase_add_test(tc, cnn_folds);
+	tcase_add_test(tc, resnet_folds);
+	suite_add_tcase(s, tc);
+	TCase *keep = tcase_create("keep");
+	tcase_add_test(keep, shared_conv_keeps_bn);
+	suite_add_tcase(s, keep);
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_infer_passes_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };

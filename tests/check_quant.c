@@ -1,0 +1,148 @@
+/* tests/check_quant.c - the INT8 calibration rules and the weight
+ * quantization of core/quant.c against numbers computed by hand
+ * (docs/inference.md, "INT8"). */
+#include <check.h>
+#include "check_main.h"
+#include "quant.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+START_TEST(weights_per_channel)
+{
+	/* row 0: amax 1.26 -> scale 0.02 (7 bits: / 63); row 1: zero -> scale
+	 * 1; row 2: amax 0.252 -> scale 0.004, -0.1 / 0.004 = -25 */
+	const float w[9] = { 0.5f, -1.26f, 0.2f, 0, 0, 0, 0.252f, -0.1f, 0 };
+	const int8_t want[9] = { 25, -63, 10, 0, 0, 0, 63, -25, 0 };
+	int8_t q[9];
+	float s[3];
+	kiln_quant_weights(w, 3, 3, q, s);
+	ck_assert_float_eq_tol(s[0], 0.02f, 1e-8f);
+	ck_assert_float_eq(s[1], 1.0f);
+	ck_assert_float_eq_tol(s[2], 0.004f, 1e-9f);
+	for (int i = 0; i < 9; i++)
+		ck_assert_int_eq(q[i], want[i]);
+}
+END_TEST
+
+START_TEST(weights_round_half_even)
+{
+	/* amax 63 -> scale 1: 2.5 -> 2, 3.5 -> 4, -2.5 -> -2 */
+	const float w[4] = { 63, 2.5f, 3.5f, -2.5f };
+	int8_t q[4];
+	float s;
+	kiln_quant_weights(w, 1, 4, q, &s);
+	ck_assert_float_eq(s, 1.0f);
+	ck_assert_int_eq(q[0], 63);
+	ck_assert_int_eq(q[1], 2);
+	ck_assert_int_eq(q[2], 4);
+	ck_assert_int_eq(q[3], -2);
+}
+END_TEST
+
+START_TEST(minmax)
+{
+	struct kiln_quant_observer o;
+	int u;
+	memset(&o, 0, sizeof o);
+	kiln_quant_observe(&o, (const float[]){ -3, 1, 2 }, 3);
+	kiln_quant_observe(&o, (const float[]){ 0.5f, 4 }, 2);
+	ck_assert_int_eq(o.count, 5);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_MINMAX, 0) == 4.0);
+	ck_assert_float_eq_tol(kiln_quant_act_scale(&o, 4.0, &u), 4.0f / 127, 1e-9f);
+	ck_assert_int_eq(u, 0); /* -3 was seen: s8 */
+
+	memset(&o, 0, sizeof o);
+	kiln_quant_observe(&o, (const float[]){ 0, 1, 2 }, 3);
+	kiln_quant_observe(&o, (const float[]){ 3 }, 1);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_MINMAX, 0) == 3.0);
+	ck_assert_float_eq_tol(kiln_quant_act_scale(&o, 3.0, &u), 3.0f / 255, 1e-9f);
+	ck_assert_int_eq(u, 1); /* never negative: u8 */
+}
+END_TEST
+
+START_TEST(percentile)
+{
+	/* 2048 values k + 0.5: the histogram spans [0, 2048) (the power of two
+	 * above 2047.5), one value per bin of width 1.  99 %: 2027.52 values,
+	 * reached in bin 2027 (2028 values) -> its upper edge 2028; 50 %: bin
+	 * 1023 -> 1024; 100 %: the last bin's edge 2048, capped at the
+	 * largest value 2047.5. */
+	static float x[2048];
+	struct kiln_quant_observer o;
+	memset(&o, 0, sizeof o);
+	for (int k = 0; k < 2048; k++)
+		x[k] = (k % 2 ? -1 : 1) * (k + 0.5f);
+	kiln_quant_observe(&o, x, 2048);
+	ck_assert(o.hmax == 2048.0);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_PERCENTILE, 99) == 2028.0);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_PERCENTILE, 50) == 1024.0);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_PERCENTILE, 100) == 2047.5);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_MINMAX, 0) == 2047.5);
+}
+END_TEST
+
+START_TEST(percentile_grows)
+{
+	/* 1.5 first: range [0, 2); then 5: doubled twice to [0, 8), bins of
+	 * 1/256 (1.5 lands in bin 384 after the merges).  50 % of 2 values is
+	 * reached at 1.5's bin: upper edge 385/256. */
+	struct kiln_quant_observer o;
+	memset(&o, 0, sizeof o);
+	kiln_quant_observe(&o, (const float[]){ 1.5f }, 1);
+	ck_assert(o.hmax == 2.0);
+	kiln_quant_observe(&o, (const float[]){ 5 }, 1);
+	ck_assert(o.hmax == 8.0);
+	ck_assert_int_eq(o.hist[384], 1);
+	ck_assert_int_eq(o.hist[1280], 1);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_PERCENTILE, 50) == 385.0 / 256);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_PERCENTILE, 100) == 5.0);
+}
+END_TEST
+
+START_TEST(entropy_clips_outliers)
+{
+	/* 20000 values falling off over [0, 100) (x = 100 t^2) and one at
+	 * 1000: min-max keeps the outlier, which leaves the bulk 1/10 of the
+	 * levels; the entropy rule cuts near the bulk's top instead (a cut
+	 * below it would clip much of it, a cut above the outlier would merge
+	 * the bulk's shape into a few levels). */
+	struct kiln_quant_observer o;
+	static float x[20001];
+	memset(&o, 0, sizeof o);
+	for (int i = 0; i < 20000; i++)
+		x[i] = 100.0f * ((float)i / 20000) * ((float)i / 20000);
+	x[20000] = 1000;
+	kiln_quant_observe(&o, x, 20001);
+	const double e = kiln_quant_amax(&o, KILN_QUANT_ENTROPY, 0);
+	ck_assert(kiln_quant_amax(&o, KILN_QUANT_MINMAX, 0) == 1000.0);
+	ck_assert_msg(e >= 50 && e < 250, "entropy amax %g", e);
+}
+END_TEST
+
+START_TEST(method_names)
+{
+	ck_assert_int_eq(kiln_quant_method_parse("minmax"), KILN_QUANT_MINMAX);
+	ck_assert_int_eq(kiln_quant_method_parse("percentile"), KILN_QUANT_PERCENTILE);
+	ck_assert_int_eq(kiln_quant_method_parse("entropy"), KILN_QUANT_ENTROPY);
+	ck_assert_int_eq(kiln_quant_method_parse("kl"), -1);
+	ck_assert_int_eq(kiln_quant_method_parse(NULL), -1);
+}
+END_TEST
+
+static Suite *make_quant_suite(void)
+{
+	Suite *s = suite_create("quant");
+	TCase *tc = tcase_create("rules");
+	tcase_add_test(tc, weights_per_channel);
+	tcase_add_test(tc, weights_round_half_even);
+	tcase_add_test(tc, minmax);
+	tcase_add_test(tc, percentile);
+	tcase_add_test(tc, percentile_grows);
+	tcase_add_test(tc, entropy_clips_outliers);
+	tcase_add_test(tc, method_names);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_quant_suite };

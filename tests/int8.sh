@@ -1,0 +1,47 @@
+#!/bin/sh
+# tests/int8.sh - inference passes end to end (docs/inference.md): the
+# Fashion-MNIST CNN trained briefly (6000 samples, 2 epochs), then
+#  - kiln eval --fold: the folded model (dropout removed, ReLUs in the
+#    epilogues) gives the unfolded evaluation's accuracy and loss;
+#  - kiln quantize (percentile and minmax ranges, calibrated on 4 batches of
+#    training data) and kiln eval --quantized: test accuracy within 0.5
+#    points of fp32 on the first 2000 test images;
+#  - a quantized file with another model's config, and a file that is not a
+#    quantized model, are refused with a message naming the problem.
+name=int8
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
+
+cnn="$srcdir/examples/fashion_mnist_cnn.ini"
+run="run.out_dir=$tmp/cnn data.path=$FM"
+ev="data.eval.limit=2000"
+kiln 0 train "$cnn" $run data.limit=6000 data.eval.limit=500 train.epochs=2
+ck=$(ls "$tmp"/cnn/checkpoints/ckpt-*.kiln | tail -1)
+
+kiln 0 eval "$cnn" $run $ev --checkpoint "$ck"
+acc=$(field test_acc "$out") loss=$(field test_loss "$out")
+kiln 0 eval "$cnn" $run $ev --checkpoint "$ck" --fold
+[ "$(field test_acc "$out")" = "$acc" ] || fail "folded acc $(field test_acc "$out"), unfolded $acc"
+awk -v a="$(field test_loss "$out")" -v b="$loss" 'BEGIN { d = a - b; exit !(d < 1e-5 && d > -1e-5) }' ||
+	fail "folded loss $(field test_loss "$out"), unfolded $loss"
+echo "ok: folded = unfolded: acc $acc loss $loss"
+
+for m in percentile minmax; do
+	kiln 0 quantize "$cnn" $run --checkpoint "$ck" --calibrate 4 --method $m \
+		--out "$tmp/cnn.$m.safetensors" data.eval.split=train
+	kiln 0 eval "$cnn" $run $ev --quantized "$tmp/cnn.$m.safetensors"
+	q=$(field test_acc "$out")
+	awk -v q="$q" -v f="$acc" 'BEGIN { d = q - f; exit !(d < 0.005 && d > -0.005) }' ||
+		fail "int8 ($m) acc $q, fp32 $acc: more than 0.5 points apart"
+	echo "ok: int8 ($m) acc $q, fp32 $acc"
+done
+
+# the wrong model: the MLP's config with the CNN's file
+kiln 3 eval "$srcdir/examples/fashion_mnist_mlp.ini" $run $ev --quantized "$tmp/cnn.minmax.safetensors"
+stderr_has "cnn.minmax.safetensors"
+stderr_has "the model wants"
+# not a quantized model: a plain weights export
+kiln 0 export "$cnn" $run --checkpoint "$ck" --safetensors "$tmp/plain.safetensors"
+kiln 3 eval "$cnn" $run $ev --quantized "$tmp/plain.safetensors"
+stderr_has "not a quantized kiln model"
+echo "ok: int8.sh: $checks kiln runs"
