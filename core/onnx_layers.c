@@ -23,9 +23,10 @@
  * layer and its config line.
  */
 #include "build-config.h"
-#include "onnx_export.h"
 
 #ifdef KILN_HAVE_ONNX
+
+#include "onnx_export.h"
 
 #include <math.h>
 #include <stdio.h>
