@@ -439,4 +439,4 @@ tests_onnx_tool_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -I$(top_builddir) $(PR
 tests_onnx_tool_LDADD = libkiln.la $(PROTOBUF_C_LIBS)
 TESTS += tests/onnx_export.sh tests/onnx_ort.sh
 endif
-EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py tests/data/onnx_bad_layer.ini
+EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
