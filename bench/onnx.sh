@@ -13,24 +13,28 @@
 # ms per batch and images/s, and kiln's speed-up.  The first run also
 # checks the logits agree (1e-4 relative).
 #
-# Usage: bench/onnx.sh [RUNS] [THREADS] [BATCH] [ITERS]   (from the top of a built tree)
+# Usage: bench/onnx.sh [RUNS] [THREADS] [BATCH] [ITERS] [section.key=value ...]
+#   (from the top of a built tree; the overrides go to kiln's evaluation, e.g.
+#   run.fuse=1)
 # Environment: KILN_VENV (default .venv): the venv with onnxruntime and onnx
 #   (scripts/install-deps --bench).
 RUNS=${1:-5}
 THREADS=${2:-2}
 BATCH=${3:-1000}
 ITERS=${4:-10}
+[ $# -le 4 ] || { shift 4; OVERRIDES="$*"; }
 PYTHON=${KILN_VENV:-.venv}/bin/python
 . "$(dirname "$0")/common.sh"
 bench_tmpdir onnx-bench
 [ -x tests/onnx_tool ] || make -s tests/onnx_tool || exit 1
 "$PYTHON" -c 'import onnxruntime' || { echo "bench/onnx.sh: no onnxruntime in $PYTHON" >&2; exit 1; }
-echo "# bench/onnx.sh $RUNS $THREADS $BATCH $ITERS; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# bench/onnx.sh $RUNS $THREADS $BATCH $ITERS ${OVERRIDES:-}; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# onnxruntime $("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)'), $(nproc) CPUs"
 printf '%-8s %12s %12s %14s %14s %8s\n' model kiln_ms ort_ms kiln_img_s ort_img_s speedup
 for model in mlp cnn resnet; do
 	ini=examples/fashion_mnist_$model.ini
-	set -- run.out_dir="$TMP/run_$model" run.threads="$THREADS"
+	# shellcheck disable=SC2086 # the overrides are words
+	set -- run.out_dir="$TMP/run_$model" run.threads="$THREADS" ${OVERRIDES:-}
 	./kiln export "$ini" --onnx "$TMP/$model.onnx" "$@" 2>/dev/null || exit 1
 	: >"$TMP/$model.kiln"
 	: >"$TMP/$model.ort"

@@ -327,7 +327,8 @@ static kiln_status build_graph(struct onnx_graph *g)
 	const int in_i32 = in.dtype == KILN_I32;
 	const char *y = "logits";
 	const char *x = g->value[out];
-	onnx_node(g, "Identity", y, 1, &x);
+	if (strcmp(x, y)) /* unless the layer is named so */
+		onnx_node(g, "Identity", y, 1, &x);
 	Onnx__ValueInfoProto *vin = value_info(g, g->input, in_i32 ? ONNX__TENSOR_PROTO__DATA_TYPE__INT32
 							   : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, &in);
 	Onnx__ValueInfoProto *vout = value_info(g, y, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT,

@@ -23,9 +23,10 @@
  * layer and its config line.
  */
 #include "build-config.h"
-#include "onnx_export.h"
 
 #ifdef KILN_HAVE_ONNX
+
+#include "onnx_export.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -337,9 +338,8 @@ static kiln_status emit_attention(struct onnx_graph *g, int i)
 		sc = onnx_str(g, "%s/masked_scores", name);
 		onnx_node(g, "Where", sc, 3, in);
 	}
-	const char *p = op2(g, i, "Softmax", "probs", sc, NULL);
-	Onnx__NodeProto *sm = g->g->node[g->g->n_node - 1];
-	onnx_attr_int(g, sm, "axis", -1);
+	const char *p = onnx_str(g, "%s/probs", name);
+	onnx_attr_int(g, onnx_node(g, "Softmax", p, 1, &sc), "axis", -1);
 	const char *y = op2(g, i, "MatMul", "context", p, v);
 	y = transpose(g, i, "context_t", y, 4, (const int64_t[]){ 0, 2, 1, 3 });
 	op2(g, i, "Reshape", NULL, y,
@@ -356,53 +356,70 @@ static const struct {
 	{ "flatten", "Flatten" },
 };
 
+static kiln_status emit_unary(struct onnx_graph *g, int i)
+{
+	const char *type = g->m->layers[i].type->name, *x = in_value(g, i, 0);
+	size_t u = 0;
+	while (strcmp(type, unary[u].type))
+		u++;
+	Onnx__NodeProto *n = onnx_node(g, unary[u].op, g->m->layers[i].name, 1, &x);
+	if (!strcmp(type, "leaky_relu"))
+		onnx_attr_float(g, n, "alpha", (float)key_num(g, i, "negative_slope", 0.01));
+	if (!strcmp(type, "flatten"))
+		onnx_attr_int(g, n, "axis", 1);
+	return KILN_OK;
+}
+
+/* The identity in evaluation: its readers read its input. */
+static kiln_status emit_dropout(struct onnx_graph *g, int i)
+{
+	g->value[i] = in_value(g, i, 0);
+	return KILN_OK;
+}
+
+static kiln_status emit_embedding(struct onnx_graph *g, int i)
+{
+	const char *in[2] = { onnx_param(g, i, "weight"), in_value(g, i, 0) };
+	onnx_attr_int(g, onnx_node(g, "Gather", g->m->layers[i].name, 2, in), "axis", 0);
+	return KILN_OK;
+}
+
+static kiln_status emit_maxpool(struct onnx_graph *g, int i)
+{
+	return emit_pool(g, i, 0);
+}
+
+static kiln_status emit_avgpool(struct onnx_graph *g, int i)
+{
+	return emit_pool(g, i, 1);
+}
+
+/* Every layer type that has a mapping, and its emitter. */
+static const struct {
+	const char *type;
+	kiln_status (*emit)(struct onnx_graph *g, int i);
+} mappings[] = {
+	{ "relu", emit_unary },        { "sigmoid", emit_unary },
+	{ "tanh", emit_unary },        { "leaky_relu", emit_unary },
+	{ "global_avgpool", emit_unary }, { "flatten", emit_unary },
+	{ "dropout", emit_dropout },   { "embedding", emit_embedding },
+	{ "linear", emit_linear },     { "conv", emit_conv },
+	{ "batchnorm", emit_batchnorm }, { "maxpool", emit_maxpool },
+	{ "avgpool", emit_avgpool },   { "gelu", emit_gelu },
+	{ "add", emit_add },           { "concat", emit_concat },
+	{ "pos_embedding", emit_pos_embedding }, { "layernorm", emit_layernorm },
+	{ "attention", emit_attention },
+};
+
 kiln_status onnx_emit_layer(struct onnx_graph *g, int i)
 {
 	const struct model_layer *L = &g->m->layers[i];
-	const char *type = L->type->name;
 	g->value[i] = L->name;
-	for (size_t u = 0; u < sizeof unary / sizeof unary[0]; u++) {
-		if (strcmp(type, unary[u].type))
-			continue;
-		const char *x = in_value(g, i, 0);
-		Onnx__NodeProto *n = onnx_node(g, unary[u].op, L->name, 1, &x);
-		if (!strcmp(type, "leaky_relu"))
-			onnx_attr_float(g, n, "alpha", (float)key_num(g, i, "negative_slope", 0.01));
-		if (!strcmp(type, "flatten"))
-			onnx_attr_int(g, n, "axis", 1);
-		return KILN_OK;
-	}
-	if (!strcmp(type, "dropout")) { /* the identity: its readers read its input */
-		g->value[i] = in_value(g, i, 0);
-		return KILN_OK;
-	}
-	if (!strcmp(type, "embedding")) {
-		const char *in[2] = { onnx_param(g, i, "weight"), in_value(g, i, 0) };
-		onnx_attr_int(g, onnx_node(g, "Gather", L->name, 2, in), "axis", 0);
-		return KILN_OK;
-	}
-	if (!strcmp(type, "linear"))
-		return emit_linear(g, i);
-	if (!strcmp(type, "conv"))
-		return emit_conv(g, i);
-	if (!strcmp(type, "batchnorm"))
-		return emit_batchnorm(g, i);
-	if (!strcmp(type, "maxpool") || !strcmp(type, "avgpool"))
-		return emit_pool(g, i, !strcmp(type, "avgpool"));
-	if (!strcmp(type, "gelu"))
-		return emit_gelu(g, i);
-	if (!strcmp(type, "add"))
-		return emit_add(g, i);
-	if (!strcmp(type, "concat"))
-		return emit_concat(g, i);
-	if (!strcmp(type, "pos_embedding"))
-		return emit_pos_embedding(g, i);
-	if (!strcmp(type, "layernorm"))
-		return emit_layernorm(g, i);
-	if (!strcmp(type, "attention"))
-		return emit_attention(g, i);
+	for (size_t k = 0; k < sizeof mappings / sizeof mappings[0]; k++)
+		if (!strcmp(L->type->name, mappings[k].type))
+			return mappings[k].emit(g, i);
 	return kiln_error(KILN_ECONFIG, "%s: layer '%s' (type %s) has no ONNX mapping: kiln export --onnx cannot write it",
-			  kiln_config_where(g->m->cfg, L->section, "type"), L->name, type);
+			  kiln_config_where(g->m->cfg, L->section, "type"), L->name, L->type->name);
 }
 
 #endif /* KILN_HAVE_ONNX */

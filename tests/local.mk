@@ -492,3 +492,4 @@ endif
 
 TESTS += tests/int8.sh
 EXTRA_DIST += tests/int8.sh
+EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
