@@ -309,9 +309,10 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 		kiln_pipe_free(pp);
 		return st;
 	}
-	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s: %d activation sets, %d crossing tensors, bubble %.3f in theory",
+	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s: %d activation sets (%.3f MiB), %d crossing tensors, bubble %.3f in theory",
 		 pp->P, pp->M, (long long)pp->mb, pp->kind == KILN_PIPE_GPIPE ? "gpipe" : "1f1b", pp->K,
-		 pp->plan[0]->n_xfer, kiln_pipe_bubble(pp->P, pp->M, pp->ticks));
+		 (double)kiln_pipe_arena_bytes(pp) / 1048576.0, pp->plan[0]->n_xfer,
+		 kiln_pipe_bubble(pp->P, pp->M, pp->ticks));
 	*out = pp;
 	return KILN_OK;
 }

@@ -106,6 +106,14 @@ struct kiln_stage_transport {
 	void *ctx;
 };
 
+/* ---- `kiln memory` (pipe_memory.c) ---------------------------------- */
+
+/* Print to f, for a step of `batch` rows, each stage's layers, parameter
+ * bytes and the activation bytes of one micro-batch on it, and what gpipe
+ * (M micro-batches alive) and 1f1b (min(P - s, M) on stage s, once each
+ * stage has a device of its own) keep. */
+kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f);
+
 /* ---- the executor (pipe_run.c) ------------------------------------- */
 
 struct kiln_pipe;

@@ -14,7 +14,8 @@
 #     2 x accumulate 2;
 #  4. a checkpoint written by 2 stages resumes on one stage and ends where
 #     the uninterrupted 2-stage run does;
-#  5. bad placements are config errors naming the key.
+#  5. `kiln memory` reports each stage's parameters and activations;
+#  6. bad placements are config errors naming the key.
 name=pipeline
 . "$(dirname "$0")/lib.sh"
 tool="$top_builddir/tests/ckpt_tool"
@@ -177,7 +178,15 @@ stderr_has "resum"
 near "$(ck p2f 6)" "$(ck part 6)" 1e-6 params optim.momentum
 echo "ok: a 2-stage checkpoint resumes on one stage"
 
-# ---- 5. errors -----------------------------------------------------------------
+# ---- 5. kiln memory per stage -------------------------------------------------
+kiln 0 memory "$m" pipeline.micro_batches=4 "model.stages=flat,r1|fc2|r2|fc3,loss"
+stdout_has "pipeline: 4 stages, 4 micro-batches of 8"
+# fc1: 64 x 32 + 32 floats; fc3: 24 x 16 + 16
+stdout_matches "^  0 +flat\.\.r1 +0\.008 "
+stdout_matches "^  3 +fc3\.\.loss +0\.002 "
+echo "ok: kiln memory reports each stage"
+
+# ---- 6. errors -----------------------------------------------------------------
 kiln 2 train "$m" layer.fc2.stage=2
 stderr_has "stages must follow the layers' file order"
 kiln 2 train "$m" layer.fc2.stage=1 "model.stages=flat|fc1,loss"
