@@ -5,6 +5,7 @@
  * way. */
 #include "data.h"
 #include "graph.h"
+#include "pipeline.h"
 #include "run_config.h"
 
 #include <errno.h>
@@ -328,6 +329,9 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 				mib(store_bytes(ptrain, nd->gstore)), nd->l.is_view ? "  (view)" : "",
 				nd->trig >= 0 ? "  recomputed" : "");
 		}
+		int pipe = 0;
+		if (!(st = kiln_pipe_wanted(m->cfg, m, &pipe)) && m->n_stages > 1)
+			st = kiln_pipe_memory_print(m, B, f);
 	}
 out:
 	kiln_plan_free(ptrain);

@@ -8,58 +8,64 @@
 
 /* ---- the local transport: one process, a copy stream, events --------- */
 
+/* A message's slot is fixed by its tag (micro-batch, tensor, direction),
+ * with events of its own: an event recorded again on another stream while
+ * an earlier record is pending could complete the wrong wait, and a tag
+ * recurs only a step later, after the stages have joined. */
 struct local_msg {
-	uint64_t tag;
 	const void *buf;
 	size_t bytes;
-	void *ev;
+	void *sent, *copied;
 	int used;
 };
 
 struct local_tr {
 	struct kiln_device *dev;
 	void *copy;          /* the copy stream */
-	int n;
+	int n, n_xfer;       /* slots: micro-batches x tensors x 2 */
 	struct local_msg *msg;
 };
+
+static struct local_msg *local_slot(struct local_tr *L, uint64_t tag)
+{
+	uint64_t j = tag >> 32, e = (tag & 0xffffffffu) >> 1, i = (j * (uint64_t)L->n_xfer + e) * 2 + (tag & 1);
+	return e < (uint64_t)L->n_xfer && i < (uint64_t)L->n ? &L->msg[i] : NULL;
+}
 
 static kiln_status local_send(void *ctx, int from, int to, uint64_t tag, const void *buf,
 			      size_t bytes, void *stream)
 {
 	struct local_tr *L = ctx;
-	(void)from, (void)to;
-	for (int i = 0; i < L->n; i++)
-		if (!L->msg[i].used) {
-			struct local_msg *g = &L->msg[i];
-			*g = (struct local_msg){ tag, buf, bytes, g->ev, 1 };
-			/* the copy starts once the sender's pass is done */
-			return kiln_device_event_record(L->dev, g->ev, stream);
-		}
-	return kiln_error(KILN_EINTERNAL, "pipeline: more than %d messages in flight", L->n);
+	struct local_msg *g = local_slot(L, tag);
+	if (!g || g->used)
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sends message %llx to stage %d twice or out of range",
+				  from, (unsigned long long)tag, to);
+	g->buf = buf;
+	g->bytes = bytes;
+	g->used = 1;
+	/* the copy starts once the sender's pass is done */
+	return kiln_device_event_record(L->dev, g->sent, stream);
 }
 
 static kiln_status local_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
 			      void *stream)
 {
 	struct local_tr *L = ctx;
+	struct local_msg *g = local_slot(L, tag);
 	kiln_status st;
-	for (int i = 0; i < L->n; i++) {
-		struct local_msg *g = &L->msg[i];
-		if (!g->used || g->tag != tag)
-			continue;
-		if (g->bytes != bytes)
-			return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sent %zu bytes, stage %d expects %zu",
-					  from, g->bytes, to, bytes);
-		g->used = 0;
-		/* copy stream: after the send, copy, then the receiver waits */
-		if ((st = kiln_device_stream_wait(L->dev, L->copy, g->ev)) ||
-		    (st = kiln_device_copy_async(L->dev, buf, g->buf, bytes, KILN_COPY_D2D, L->copy)) ||
-		    (st = kiln_device_event_record(L->dev, g->ev, L->copy)))
-			return st;
-		return kiln_device_stream_wait(L->dev, stream, g->ev);
-	}
-	return kiln_error(KILN_EINTERNAL, "pipeline: stage %d receives message %llx that stage %d never sent",
-			  to, (unsigned long long)tag, from);
+	if (!g || !g->used)
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d receives message %llx that stage %d never sent",
+				  to, (unsigned long long)tag, from);
+	if (g->bytes != bytes)
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sent %zu bytes, stage %d expects %zu",
+				  from, g->bytes, to, bytes);
+	g->used = 0;
+	/* copy stream: after the send, copy, then the receiver waits */
+	if ((st = kiln_device_stream_wait(L->dev, L->copy, g->sent)) ||
+	    (st = kiln_device_copy_async(L->dev, buf, g->buf, bytes, KILN_COPY_D2D, L->copy)) ||
+	    (st = kiln_device_event_record(L->dev, g->copied, L->copy)))
+		return st;
+	return kiln_device_stream_wait(L->dev, stream, g->copied);
 }
 
 static const struct kiln_stage_transport_ops local_ops = { local_send, local_recv };
@@ -69,7 +75,14 @@ static const struct kiln_stage_transport_ops local_ops = { local_send, local_rec
 struct kiln_pipe {
 	struct kiln_model *m;
 	struct kiln_device *dev;
-	void *stream;
+	void *stream;                /* the trainer's compute stream */
+	/* each stage's stream (concurrent where the device runs streams
+	 * concurrently: CPU async = 1, CUDA); the step starts after `start`
+	 * on the compute stream and the compute stream waits for each
+	 * stage's `done`; fdone/bdone[k * P + s]: stage s's forward/backward
+	 * of plan k done, which the next stage's pass waits for */
+	void *sst[KILN_PIPE_MAX_STAGES], *done[KILN_PIPE_MAX_STAGES], *start;
+	void **fdone, **bdone;
 	int P, M, K, kind, ticks;
 	int64_t mb;                  /* micro-batch rows */
 	struct kiln_plan **plan;     /* K: one per activation set alive */
@@ -203,9 +216,28 @@ static kiln_status prepare_grads(struct kiln_pipe *pp)
 	return KILN_OK;
 }
 
+/* Each stage's stream and the events that order the stages. */
+static kiln_status open_streams(struct kiln_pipe *pp)
+{
+	kiln_status st;
+	const int n = pp->K * pp->P;
+	if (!(pp->fdone = calloc((size_t)n, sizeof(void *))) ||
+	    !(pp->bdone = calloc((size_t)n, sizeof(void *))))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; i < n; i++)
+		if ((st = kiln_device_event_create(pp->dev, &pp->fdone[i])) ||
+		    (st = kiln_device_event_create(pp->dev, &pp->bdone[i])))
+			return st;
+	for (int s = 0; s < pp->P; s++)
+		if ((st = kiln_device_stream_create(pp->dev, &pp->sst[s])) ||
+		    (st = kiln_device_event_create(pp->dev, &pp->done[s])))
+			return st;
+	return kiln_device_event_create(pp->dev, &pp->start);
+}
+
 /* The schedule, its plans (one per activation set alive at once), their
  * micro-step counters and the transport's messages. */
-static kiln_status open_plans(struct kiln_pipe *pp, void *copy)
+static kiln_status open_plans(struct kiln_pipe *pp)
 {
 	kiln_status st;
 	const int n_act = 2 * pp->P * pp->M;
@@ -232,19 +264,22 @@ static kiln_status open_plans(struct kiln_pipe *pp, void *copy)
 		return st;
 	/* every crossing tensor of every plan in flight, both ways */
 	pp->local.dev = pp->dev;
-	pp->local.copy = copy;
-	pp->local.n = 2 * pp->K * (pp->plan[0]->n_xfer ? pp->plan[0]->n_xfer : 1);
-	if (!(pp->local.msg = calloc((size_t)pp->local.n, sizeof *pp->local.msg)))
+	if ((st = kiln_device_stream_create(pp->dev, &pp->local.copy)))
+		return st;
+	pp->local.n_xfer = pp->plan[0]->n_xfer;
+	pp->local.n = 2 * pp->M * pp->local.n_xfer;
+	if (pp->local.n && !(pp->local.msg = calloc((size_t)pp->local.n, sizeof *pp->local.msg)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; i < pp->local.n; i++)
-		if ((st = kiln_device_event_create(pp->dev, &pp->local.msg[i].ev)))
+		if ((st = kiln_device_event_create(pp->dev, &pp->local.msg[i].sent)) ||
+		    (st = kiln_device_event_create(pp->dev, &pp->local.msg[i].copied)))
 			return st;
 	pp->tr = (struct kiln_stage_transport){ &local_ops, &pp->local };
-	return KILN_OK;
+	return open_streams(pp);
 }
 
 kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
-			   void *stream, void *copy, struct kiln_pipe **out)
+			   void *stream, struct kiln_pipe **out)
 {
 	const struct kiln_config *cfg = m->cfg;
 	int64_t M = 1;
@@ -270,13 +305,14 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->mb = batch / M;
 	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
 	stage_ranges(pp);
-	if ((st = open_plans(pp, copy)) || (st = prepare_grads(pp))) {
+	if ((st = open_plans(pp)) || (st = prepare_grads(pp))) {
 		kiln_pipe_free(pp);
 		return st;
 	}
-	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s: %d activation sets, %d crossing tensors, bubble %.3f in theory",
+	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s: %d activation sets (%.3f MiB), %d crossing tensors, bubble %.3f in theory",
 		 pp->P, pp->M, (long long)pp->mb, pp->kind == KILN_PIPE_GPIPE ? "gpipe" : "1f1b", pp->K,
-		 pp->plan[0]->n_xfer, kiln_pipe_bubble(pp->P, pp->M, pp->ticks));
+		 (double)kiln_pipe_arena_bytes(pp) / 1048576.0, pp->plan[0]->n_xfer,
+		 kiln_pipe_bubble(pp->P, pp->M, pp->ticks));
 	*out = pp;
 	return KILN_OK;
 }
@@ -291,21 +327,27 @@ static uint64_t tag_of(int mb, int e, int back)
 static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				 const void *x, const void *y, void *metrics)
 {
+	void *ss = pp->sst[s];
+	const int k = pp->slot[j];
 	kiln_status st;
+	if (s && (st = kiln_device_stream_wait(pp->dev, ss, pp->fdone[k * pp->P + s - 1])))
+		return st;
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		if (xf->to == s &&
 		    (st = pp->tr.ops->recv(pp->tr.ctx, xf->from, s, tag_of(j, e, 0),
-					   kiln_plan_store_ptr(p, xf->recv, x), xf->bytes, pp->stream)))
+					   kiln_plan_store_ptr(p, xf->recv, x), xf->bytes, ss)))
 			return st;
 	}
-	if ((st = kiln_plan_forward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->stream)))
+	if ((st = kiln_plan_forward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss)))
 		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);
+	if ((st = kiln_device_event_record(pp->dev, pp->fdone[k * pp->P + s], ss)))
+		return st;
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		if (xf->from == s &&
 		    (st = pp->tr.ops->send(pp->tr.ctx, s, xf->to, tag_of(j, e, 0),
-					   kiln_plan_store_ptr(p, xf->src, x), xf->bytes, pp->stream)))
+					   kiln_plan_store_ptr(p, xf->src, x), xf->bytes, ss)))
 			return st;
 	}
 	return KILN_OK;
@@ -325,11 +367,11 @@ static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int 
 			void *g = kiln_plan_store_ptr(p, xf->gsrc, x);
 			void *dst = xf->gadd ? kiln_plan_store_ptr(p, xf->gtmp, x) : g;
 			if ((st = pp->tr.ops->recv(pp->tr.ctx, to, s, tag_of(j, e, 1), dst, xf->bytes,
-						   pp->stream)))
+						   pp->sst[s])))
 				return st;
 			if (xf->gadd) {
 				struct kiln_op_args a = { .in = { g, dst }, .out = { g } };
-				if ((st = kiln_device_run(pp->dev, pp->xadd[e], &a, pp->stream)))
+				if ((st = kiln_device_run(pp->dev, pp->xadd[e], &a, pp->sst[s])))
 					return st;
 			}
 		}
@@ -344,30 +386,37 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 				  const void *x, const void *y, void *metrics)
 {
 	struct kiln_model *m = pp->m;
+	void *ss = pp->sst[s];
+	const int k = pp->slot[j];
 	kiln_status st;
+	if (s < pp->P - 1 &&
+	    (st = kiln_device_stream_wait(pp->dev, ss, pp->bdone[k * pp->P + s + 1])))
+		return st;
 	if ((st = receive_grads(pp, p, s, j, x)))
 		return st;
 	m->grad_out_d = j ? pp->grads_more : NULL;
-	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, pp->stream);
+	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss);
 	m->grad_out_d = NULL;
 	if (st)
 		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);
 	float *g = m->grads_d + pp->glo[s];
 	if (j && pp->gadd[s]) {
 		struct kiln_op_args a = { .in = { g, pp->grads_more + pp->glo[s] }, .out = { g } };
-		if ((st = kiln_device_run(pp->dev, pp->gadd[s], &a, pp->stream)))
+		if ((st = kiln_device_run(pp->dev, pp->gadd[s], &a, ss)))
 			return st;
 	}
 	if (j == pp->M - 1 && pp->gmean[s]) {
 		struct kiln_op_args a = { .in = { g }, .out = { g } };
-		if ((st = kiln_device_run(pp->dev, pp->gmean[s], &a, pp->stream)))
+		if ((st = kiln_device_run(pp->dev, pp->gmean[s], &a, ss)))
 			return st;
 	}
+	if ((st = kiln_device_event_record(pp->dev, pp->bdone[k * pp->P + s], ss)))
+		return st;
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		if (xf->to == s && xf->grecv >= 0 &&
 		    (st = pp->tr.ops->send(pp->tr.ctx, s, xf->from, tag_of(j, e, 1),
-					   kiln_plan_store_ptr(p, xf->grecv, x), xf->bytes, pp->stream)))
+					   kiln_plan_store_ptr(p, xf->grecv, x), xf->bytes, ss)))
 			return st;
 	}
 	return KILN_OK;
@@ -386,8 +435,8 @@ static kiln_status enter(struct kiln_pipe *pp, int j)
 	pp->busy[k] = 1;
 	pp->slot[j] = k;
 	kiln_status st = kiln_device_copy_async(pp->dev, pp->plan[k]->step_d, pp->m->step_d,
-						sizeof(int64_t), KILN_COPY_D2D, pp->stream);
-	return st ? st : kiln_model_step_advance(pp->m, pp->stream);
+						sizeof(int64_t), KILN_COPY_D2D, pp->sst[0]);
+	return st ? st : kiln_model_step_advance(pp->m, pp->sst[0]);
 }
 
 kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
@@ -395,6 +444,12 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 {
 	const size_t xrow = kiln_tensor_bytes(&pp->m->sample);
 	kiln_status st;
+	/* the stages start after the batch's copy and the last optimizer step */
+	if ((st = kiln_device_event_record(pp->dev, pp->start, pp->stream)))
+		return st;
+	for (int s = 0; s < pp->P; s++)
+		if ((st = kiln_device_stream_wait(pp->dev, pp->sst[s], pp->start)))
+			return st;
 	for (int i = 0; i < 2 * pp->P * pp->M; i++) {
 		const struct kiln_pipe_action *a = &pp->act[i];
 		const int j = a->mb;
@@ -410,6 +465,11 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 		if (a->kind == KILN_PIPE_BWD && a->stage == 0)
 			pp->busy[pp->slot[j]] = 0;
 	}
+	/* the optimizer (and the metrics' read-back) after every stage */
+	for (int s = 0; s < pp->P; s++)
+		if ((st = kiln_device_event_record(pp->dev, pp->done[s], pp->sst[s])) ||
+		    (st = kiln_device_stream_wait(pp->dev, pp->stream, pp->done[s])))
+			return st;
 	return KILN_OK;
 }
 
@@ -440,9 +500,22 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 			kiln_device_plan_free(pp->dev, pp->xadd[e]);
 	for (int k = 0; pp->plan && k < pp->K; k++)
 		kiln_plan_free(pp->plan[k]);
-	for (int i = 0; pp->local.msg && i < pp->local.n; i++)
-		if (pp->local.msg[i].ev)
-			kiln_device_event_destroy(pp->dev, pp->local.msg[i].ev);
+	for (int i = 0; pp->fdone && i < pp->K * pp->P; i++)
+		kiln_device_event_destroy(pp->dev, pp->fdone[i]);
+	for (int i = 0; pp->bdone && i < pp->K * pp->P; i++)
+		kiln_device_event_destroy(pp->dev, pp->bdone[i]);
+	for (int s = 0; s < pp->P; s++) {
+		kiln_device_event_destroy(pp->dev, pp->done[s]);
+		kiln_device_stream_destroy(pp->dev, pp->sst[s]);
+	}
+	kiln_device_event_destroy(pp->dev, pp->start);
+	kiln_device_stream_destroy(pp->dev, pp->local.copy);
+	free(pp->fdone);
+	free(pp->bdone);
+	for (int i = 0; pp->local.msg && i < pp->local.n; i++) {
+		kiln_device_event_destroy(pp->dev, pp->local.msg[i].sent);
+		kiln_device_event_destroy(pp->dev, pp->local.msg[i].copied);
+	}
 	kiln_device_free(pp->dev, pp->grads_more);
 	kiln_device_free(pp->dev, pp->steps_d);
 	free(pp->local.msg);

@@ -106,6 +106,14 @@ struct kiln_stage_transport {
 	void *ctx;
 };
 
+/* ---- `kiln memory` (pipe_memory.c) ---------------------------------- */
+
+/* Print to f, for a step of `batch` rows, each stage's layers, parameter
+ * bytes and the activation bytes of one micro-batch on it, and what gpipe
+ * (M micro-batches alive) and 1f1b (min(P - s, M) on stage s, once each
+ * stage has a device of its own) keep. */
+kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f);
+
 /* ---- the executor (pipe_run.c) ------------------------------------- */
 
 struct kiln_pipe;
@@ -115,7 +123,8 @@ struct kiln_pipe;
 kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_model *m,
 			     int *yes);
 /* Open the pipeline of model m (stages read) for a step of `batch` rows
- * on `stream` (the copy stream: `copy`): the micro-batch size
+ * that begins and ends on `stream`: a stream per stage and one for the
+ * transport's copies, the micro-batch size
  * batch / micro_batches (KILN_ECONFIG when it does not divide), one plan
  * per activation set the schedule keeps alive (first: *mb_plan, which the
  * caller may summarise but not free), the transport, and the per-stage
@@ -123,7 +132,7 @@ kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_mo
  * naming the key: data parallelism, [train] accumulate > 1, recompute,
  * tied weights across stages, low-precision compute across stages. */
 kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
-			   void *stream, void *copy, struct kiln_pipe **out);
+			   void *stream, struct kiln_pipe **out);
 /* The micro-batch plan that summaries and `kiln memory` describe. */
 struct kiln_plan *kiln_pipe_plan0(const struct kiln_pipe *pp);
 int kiln_pipe_stages(const struct kiln_pipe *pp);

@@ -377,8 +377,7 @@ static kiln_status build_model(struct trainer *t)
 		if ((st = kiln_pipe_wanted(t->cfg, t->m, &pipe)))
 			return st;
 		kiln_device_flops_record(t->dev, 1); /* the ops' FLOPs, for the summary */
-		if (pipe && !(st = kiln_pipe_open(t->m, t->B, t->acc, t->world, t->compute, t->copy,
-						  &t->pipe))) {
+		if (pipe && !(st = kiln_pipe_open(t->m, t->B, t->acc, t->world, t->compute, &t->pipe))) {
 			t->ptrain = kiln_pipe_plan0(t->pipe);
 			t->graph_mode = -1; /* issued op by op */
 		} else if (!pipe) {

@@ -4,7 +4,8 @@
 #  1. an MLP cut into 2 stages ends with the parameters of the uncut model
 #     (micro_batches 1); cut into 2 and 4 stages with 4 micro-batches of 8,
 #     with those of batch 8 x accumulate 4 (and of batch 32); gpipe and
-#     1f1b end byte for byte alike;
+#     1f1b end byte for byte alike, and so do stages on concurrent streams
+#     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events);
 #  2. a CNN with batchnorm in 2 and 4 stages ([model] stages), 4
 #     micro-batches: parameters and running statistics those of batch 8 x
 #     accumulate 4 (each micro-batch its own statistics, as PyTorch);
@@ -13,7 +14,8 @@
 #     2 x accumulate 2;
 #  4. a checkpoint written by 2 stages resumes on one stage and ends where
 #     the uninterrupted 2-stage run does;
-#  5. bad placements are config errors naming the key.
+#  5. `kiln memory` reports each stage's parameters and activations;
+#  6. bad placements are config errors naming the key.
 name=pipeline
 . "$(dirname "$0")/lib.sh"
 tool="$top_builddir/tests/ckpt_tool"
@@ -81,6 +83,13 @@ stderr_has "4 stages, 4 micro-batches of 8, schedule 1f1b: 4 activation sets"
 "$tool" same "$(ck p2g 6)" "$(ck p2f 6)" params optim.momentum step ||
 	fail "gpipe and 1f1b differ"
 echo "ok: MLP in 2 and 4 stages equals the uncut model; gpipe = 1f1b"
+# the stages on streams of their own that run concurrently (a worker thread
+# each): the events alone order them, and the result is the same
+kiln 0 train "$m" run.out_dir="$tmp/p4a" pipeline.micro_batches=4 plugin.cpu.async=1 \
+	"model.stages=flat,r1|fc2|r2|fc3,loss"
+"$tool" same "$(ck p4f 6)" "$(ck p4a 6)" params optim.momentum step ||
+	fail "concurrent stages (async streams) differ"
+echo "ok: concurrent stages equal serial ones"
 
 # ---- 2. CNN with batchnorm ---------------------------------------------------
 cat > "$tmp/cnn.ini" <<EOF
@@ -155,6 +164,10 @@ kiln 0 train "$g" "$@" run.out_dir="$tmp/g4" train.batch=4 pipeline.micro_batche
 	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
 	layer.transformer.h.1.mlp.c_fc.stage=3
 near "$(ck gacc 3)" "$(ck g4 3)" 1e-5 params optim.momentum
+kiln 0 train "$g" "$@" run.out_dir="$tmp/g4a" train.batch=4 pipeline.micro_batches=2 \
+	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
+	layer.transformer.h.1.mlp.c_fc.stage=3 plugin.cpu.async=1
+"$tool" same "$(ck g4 3)" "$(ck g4a 3)" params optim.momentum || fail "GPT: concurrent stages differ"
 echo "ok: GPT in 2 and 4 stages (residuals crossing) equals accumulation"
 
 # ---- 4. checkpoint: 2 stages -> 1 --------------------------------------------
@@ -165,7 +178,15 @@ stderr_has "resum"
 near "$(ck p2f 6)" "$(ck part 6)" 1e-6 params optim.momentum
 echo "ok: a 2-stage checkpoint resumes on one stage"
 
-# ---- 5. errors -----------------------------------------------------------------
+# ---- 5. kiln memory per stage -------------------------------------------------
+kiln 0 memory "$m" pipeline.micro_batches=4 "model.stages=flat,r1|fc2|r2|fc3,loss"
+stdout_has "pipeline: 4 stages, 4 micro-batches of 8"
+# fc1: 64 x 32 + 32 floats; fc3: 24 x 16 + 16
+stdout_matches "^  0 +flat\.\.r1 +0\.008 "
+stdout_matches "^  3 +fc3\.\.loss +0\.002 "
+echo "ok: kiln memory reports each stage"
+
+# ---- 6. errors -----------------------------------------------------------------
 kiln 2 train "$m" layer.fc2.stage=2
 stderr_has "stages must follow the layers' file order"
 kiln 2 train "$m" layer.fc2.stage=1 "model.stages=flat|fc1,loss"

@@ -1,0 +1,77 @@
+/* core/pipe_memory.c - `kiln memory` for a pipeline: per stage, its
+ * layers, parameters and the activation bytes of one micro-batch (its
+ * layers' outputs, saved state and gradients, and the receive buffers of
+ * the tensors it reads from earlier stages), and how many micro-batches'
+ * worth each schedule keeps alive on it. */
+#include "pipeline.h"
+#include <stdio.h>
+
+static double mib(size_t b) { return (double)b / 1048576.0; }
+
+static size_t store_b(const struct kiln_plan *p, int s)
+{
+	return s >= 0 ? p->store[s].bytes : 0;
+}
+
+/* The bytes of one micro-batch on stage s of plan p (unpacked). */
+static size_t stage_act_bytes(const struct kiln_plan *p, int s)
+{
+	const struct kiln_model *m = p->m;
+	size_t t = 0;
+	for (int i = 0; i < m->n_layers; i++) {
+		const struct plan_node *nd = &p->nodes[i];
+		if (kiln_pipe_stage(m, i) != s)
+			continue;
+		if (kiln_plan_root_y(p->nodes, m, i) == i)
+			t += store_b(p, nd->ystore) + store_b(p, nd->gstore);
+		t += store_b(p, nd->sstore);
+	}
+	for (int e = 0; e < p->n_xfer; e++)
+		if (p->xfer[e].to == s)
+			t += store_b(p, p->xfer[e].recv) + store_b(p, p->xfer[e].grecv) +
+			     store_b(p, p->xfer[e].gtmp);
+	return t;
+}
+
+kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
+{
+	int64_t M = 1;
+	kiln_status st = kiln_config_get_int(m->cfg, "pipeline", "micro_batches", &M);
+	if (st && st != KILN_ENOTFOUND)
+		return st;
+	if (batch % M)
+		return kiln_error(KILN_ECONFIG, "[train] batch = %lld is not a multiple of [pipeline] micro_batches = %lld",
+				  (long long)batch, (long long)M);
+	struct kiln_plan_opts o = { .training = 1, .dry = 1 };
+	struct kiln_plan *p = NULL;
+	m->plan_staged = 1;
+	st = kiln_model_plan_ex(m, batch / M, &o, &p);
+	m->plan_staged = 0;
+	if (st)
+		return st;
+	const int P = m->n_stages;
+	fprintf(f, "\npipeline: %d stages, %lld micro-batches of %lld (activations per stage without lifetime packing)\n",
+		P, (long long)M, (long long)(batch / M));
+	fprintf(f, "  %-5s %-28s %12s %14s %12s %12s\n", "stage", "layers", "params MiB",
+		"per micro MiB", "gpipe MiB", "1f1b MiB");
+	for (int s = 0; s < P; s++) {
+		int lo = -1, hi = -1;
+		size_t par = 0;
+		for (int i = 0; i < m->n_layers; i++)
+			if (kiln_pipe_stage(m, i) == s)
+				hi = i, lo = lo < 0 ? i : lo;
+		for (int i = 0; i < m->n_params; i++)
+			if (!m->params[i].buffer && kiln_pipe_stage(m, m->params[i].layer) == s)
+				par += (size_t)m->params[i].numel * 4;
+		size_t a = stage_act_bytes(p, s);
+		/* micro-batches alive on stage s: gpipe all M, 1f1b min(P - s, M) */
+		int64_t alive = P - s < M ? P - s : M;
+		char names[160];
+		snprintf(names, sizeof names, "%s..%s", m->layers[lo].name, m->layers[hi].name);
+		fprintf(f, "  %-5d %-28s %12.3f %14.3f %12.3f %12.3f\n", s, names, mib(par), mib(a),
+			mib(a * (size_t)M), mib(a * (size_t)alive));
+	}
+	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, once stages have devices of their own; in one process every stage keeps min(P, M) whole-model sets today)\n");
+	kiln_plan_free(p);
+	return KILN_OK;
+}
