@@ -56,7 +56,8 @@ extern "C" {
  * kiln_layer.decode_len, kiln_layer_run.pos (docs/generate.md).
  * 2.3: fused epilogue activations: KILN_OPF_ACT on GEMM, CONV and the
  * batchnorm ops (kiln/ops.h); kiln_layer.fuse_act and act_fused.
- * 2.4: recurrent layers: KILN_OP_RNN, KILN_OP_RNN_BWD (kiln/ops.h). */
+ * 2.4: recurrent layers: KILN_OP_RNN, KILN_OP_RNN_BWD (kiln/ops.h); point-
+ * to-point send and recv in the communicator (comm ops version 4). */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 4
 
@@ -457,7 +458,7 @@ struct kiln_device_ops {
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 3
+#define KILN_COMM_OPS_VERSION 4
 
 struct kiln_comm_ops {
 	uint32_t version;
@@ -512,6 +513,22 @@ struct kiln_comm_ops {
 	 * give the same answer.  Other errors (a store or MPI failure) end the
 	 * run.  (optional: NULL means KILN_ENOTSUP) */
 	kiln_status (*alloc_shared)(void *ctx, size_t bytes, void **ptr);
+
+	/* ---- version 4 (ABI 2.4) ---- */
+
+	/* Point to point (pipeline stages on different ranks): send `count`
+	 * elements of dtype (any) from buf to rank `peer`, or receive them
+	 * from it into buf.  Enqueued on `stream` as the collectives are,
+	 * `done` (may be NULL) recorded after.  Messages between two ranks
+	 * are matched in order: the k-th send from a to b is the k-th recv on
+	 * b from a, with the same count and dtype.  Only the two ranks take
+	 * part.  A peer that is gone, or silent past the communicator's
+	 * timeout, fails the call (KILN_EIO, KILN_ETIMEOUT) with a message
+	 * naming the peer's rank.  (optional: NULL means KILN_ENOTSUP) */
+	kiln_status (*send)(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			    void *stream, void *done);
+	kiln_status (*recv)(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
+			    void *done);
 };
 
 /* ======================================================================
