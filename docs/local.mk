@@ -4,3 +4,4 @@ EXTRA_DIST += docs/config.md docs/plugins.md docs/PERFORMANCE.md docs/design-not
 	docs/report.md docs/report.png
 EXTRA_DIST += docs/logging.md
 EXTRA_DIST += docs/generate.md
+EXTRA_DIST += docs/rnn.md
