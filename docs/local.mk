@@ -5,3 +5,4 @@ EXTRA_DIST += docs/config.md docs/plugins.md docs/PERFORMANCE.md docs/design-not
 EXTRA_DIST += docs/logging.md
 EXTRA_DIST += docs/generate.md
 EXTRA_DIST += docs/inference.md
+EXTRA_DIST += docs/rnn.md

@@ -21,6 +21,9 @@
  * test_gloo_lost: a rank that dies mid-run makes its peer's
  * shared-memory allreduce fail within seconds naming it, not after the
  * timeout.
+ * test_gloo_p2p: point-to-point send and recv both ways between the two
+ * ranks (f32, i32 and u8 buffers, bytes checked), then a receive from a
+ * rank that died failing within the timeout and naming it.
  */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
@@ -468,6 +471,86 @@ START_TEST(test_gloo_lost)
 }
 END_TEST
 
+/* Rank 0 sends P2PN floats and P2PN - 7 bytes to rank 1, rank 1 answers
+ * with P2PN i32s (each way checked byte for byte, one stream); then rank 1
+ * dies and rank 0's recv from it must fail within the [dist] timeout
+ * (P2P_TIMEOUT_MS), naming rank 1. */
+enum { P2PN = 70000, P2P_TIMEOUT_MS = 5000 };
+
+static void *p2p_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	float *f = NULL;
+	int32_t *k = NULL;
+	uint8_t *b = NULL;
+	const int R = r->rank, peer = 1 - R;
+	if (rank_open(r, &e, P2P_TIMEOUT_MS))
+		goto out;
+	TRY(kiln_device_alloc(e.dev, P2PN * 4, (void **)&f));
+	TRY(kiln_device_alloc(e.dev, P2PN * 4, (void **)&k));
+	TRY(kiln_device_alloc(e.dev, P2PN, (void **)&b));
+	for (int i = 0; i < P2PN; i++) {
+		f[i] = R ? 0.0f : 0.5f * (float)i - 3.0f;
+		k[i] = R ? -7 * i + 11 : 0;
+		b[i] = R ? 0 : (uint8_t)(i * 31 + 5);
+	}
+	if (R == 0) {
+		TRY(e.ops->send(e.comm, f, P2PN, KILN_F32, peer, e.s, NULL));
+		TRY(e.ops->send(e.comm, b, P2PN - 7, KILN_U8, peer, e.s, NULL));
+		TRY(e.ops->recv(e.comm, k, P2PN, KILN_I32, peer, e.s, e.done));
+	} else {
+		TRY(e.ops->recv(e.comm, f, P2PN, KILN_F32, peer, e.s, NULL));
+		TRY(e.ops->recv(e.comm, b, P2PN - 7, KILN_U8, peer, e.s, NULL));
+		TRY(e.ops->send(e.comm, k, P2PN, KILN_I32, peer, e.s, e.done));
+	}
+	TRY(kiln_device_stream_sync(e.dev, e.s));
+	for (int i = 0; i < P2PN; i++)
+		if (f[i] != 0.5f * (float)i - 3.0f || k[i] != -7 * i + 11 ||
+		    (i < P2PN - 7 && b[i] != (uint8_t)(i * 31 + 5)) || (i >= P2PN - 7 && b[i] != 0 && R)) {
+			snprintf(r->err, sizeof r->err, "rank %d: element %d: %g %d %d after the exchange",
+				 R, i, f[i], k[i], b[i]);
+			goto out;
+		}
+	if (R == 1)
+		raise(SIGKILL); /* no close, no goodbye: as a crash */
+	const double t0 = now_s();
+	kiln_status st = e.ops->recv(e.comm, k, P2PN, KILN_I32, peer, e.s, e.done);
+	if (!st)
+		st = kiln_device_stream_sync(e.dev, e.s);
+	const double dt = now_s() - t0;
+	printf("rank 0: the recv from rank 1 after it died ended in %.3f s: %s\n", dt,
+	       st ? kiln_last_error() : "ok");
+	fflush(stdout);
+	if (!st || !strstr(kiln_last_error(), "recv from rank 1"))
+		snprintf(r->err, sizeof r->err, "rank 0: status %d, '%s' (want a failure naming rank 1)",
+			 (int)st, st ? kiln_last_error() : "");
+	else if (dt > P2P_TIMEOUT_MS / 1000.0 + 1.0)
+		snprintf(r->err, sizeof r->err, "rank 0: the recv failed after %.1f s (timeout %d ms)",
+			 dt, P2P_TIMEOUT_MS);
+out:
+	if (f)
+		kiln_device_free(e.dev, f);
+	if (k)
+		kiln_device_free(e.dev, k);
+	if (b)
+		kiln_device_free(e.dev, b);
+	rank_close(&e);
+	return NULL;
+}
+
+START_TEST(test_gloo_p2p)
+{
+	struct rank_ctx rc[2];
+	int status[2];
+	if (run_ranks(p2p_main, 0, 1, rc, status))
+		return;
+	ck_assert_msg(!*rc[0].err, "%s", rc[0].err);
+	ck_assert_msg(WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL,
+		      "rank 1 did not die as planned: %s", rc[1].err);
+}
+END_TEST
+
 static Suite *make_comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -475,6 +558,7 @@ static Suite *make_comm_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_gloo_no_alloc, 0, 4);
 	tcase_add_test(tc, test_gloo_lost);
+	tcase_add_test(tc, test_gloo_p2p);
 	suite_add_tcase(s, tc);
 	return s;
 }

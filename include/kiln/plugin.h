@@ -59,7 +59,8 @@ extern "C" {
  * 2.4: SOFTMAX_XENT may write its gradient over its logits (out0 = in0)
  * and takes the class count i[5] (a padded vocabulary);
  * kiln_layer.dx_over_input.
- * 2.5: recurrent layers: KILN_OP_RNN, KILN_OP_RNN_BWD (kiln/ops.h).
+ * 2.5: recurrent layers: KILN_OP_RNN, KILN_OP_RNN_BWD (kiln/ops.h); point-
+ * to-point send and recv in the communicator (comm ops version 4).
  * 2.6: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h). */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 6
@@ -465,7 +466,7 @@ struct kiln_device_ops {
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 3
+#define KILN_COMM_OPS_VERSION 4
 
 struct kiln_comm_ops {
 	uint32_t version;
@@ -520,6 +521,22 @@ struct kiln_comm_ops {
 	 * give the same answer.  Other errors (a store or MPI failure) end the
 	 * run.  (optional: NULL means KILN_ENOTSUP) */
 	kiln_status (*alloc_shared)(void *ctx, size_t bytes, void **ptr);
+
+	/* ---- version 4 (ABI 2.4) ---- */
+
+	/* Point to point (pipeline stages on different ranks): send `count`
+	 * elements of dtype (any) from buf to rank `peer`, or receive them
+	 * from it into buf.  Enqueued on `stream` as the collectives are,
+	 * `done` (may be NULL) recorded after.  Messages between two ranks
+	 * are matched in order: the k-th send from a to b is the k-th recv on
+	 * b from a, with the same count and dtype.  Only the two ranks take
+	 * part.  A peer that is gone, or silent past the communicator's
+	 * timeout, fails the call (KILN_EIO, KILN_ETIMEOUT) with a message
+	 * naming the peer's rank.  (optional: NULL means KILN_ENOTSUP) */
+	kiln_status (*send)(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			    void *stream, void *done);
+	kiln_status (*recv)(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
+			    void *done);
 };
 
 /* ======================================================================

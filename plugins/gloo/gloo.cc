@@ -64,6 +64,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -129,7 +130,7 @@ private:
 
 /* ---- the communicator --------------------------------------------------- */
 
-enum Kind { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER };
+enum Kind { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_SEND, K_RECV };
 
 struct Comm;
 
@@ -425,6 +426,8 @@ const char *kind_name(Kind k)
 	case K_ALLREDUCE: return "allreduce";
 	case K_BROADCAST: return "broadcast";
 	case K_ALLGATHER: return "allgather";
+	case K_SEND: return "send";
+	case K_RECV: return "recv";
 	default: return "reduce_scatter";
 	}
 }
@@ -483,14 +486,37 @@ kiln_status run_hier(Comm *c, Job *j)
 	return KILN_OK;
 }
 
+/* A send or recv (peer j->root) through a Gloo unbound buffer on the
+ * pair's own slot: messages between two ranks are matched in order.  The
+ * wait is bounded by the run's timeout; Gloo throws on a closed pair. */
+void run_p2p(Comm *c, Job *j)
+{
+	constexpr uint64_t kP2pSlot = 0x6b696c6e70327000ull; /* "kilnp2p" */
+	const size_t bytes = j->count * dtype_size(j->dtype);
+	auto ub = c->ctx->createUnboundBuffer(j->buf, bytes);
+	const auto limit = std::chrono::milliseconds(c->timeout_ms);
+	if (j->kind == K_SEND) {
+		ub->send(j->root, kP2pSlot);
+		ub->waitSend(nullptr, limit);
+	} else {
+		ub->recv(j->root, kP2pSlot);
+		ub->waitRecv(nullptr, limit);
+	}
+}
+
 kiln_status run_job_now(Job *j)
 {
 	Comm *c = j->c;
 	size_t es = dtype_size(j->dtype);
-	if (c->shm && j->kind != K_BROADCAST)
+	const bool p2p = j->kind == K_SEND || j->kind == K_RECV;
+	if (c->shm && j->kind != K_BROADCAST && !p2p)
 		return run_shm(c, j);
 	try {
 		switch (j->kind) {
+		case K_SEND:
+		case K_RECV:
+			run_p2p(c, j);
+			break;
 		case K_ALLREDUCE:
 			if (c->nd.on)
 				return run_hier(c, j);
@@ -541,6 +567,11 @@ kiln_status run_job_now(Job *j)
 	} catch (const std::exception &e) {
 		const char *w = e.what();
 		bool timeout = std::strstr(w, "imed out") || std::strstr(w, "imeout");
+		if (p2p)
+			return H->error(timeout ? KILN_ETIMEOUT : KILN_EIO,
+					"gloo: rank %d of %d: %s %s rank %d of %zu elements failed: %s",
+					c->rank, c->world, kind_name(j->kind),
+					j->kind == K_SEND ? "to" : "from", j->root, j->count, w);
 		return H->error(timeout ? KILN_ETIMEOUT : KILN_EIO,
 				"gloo: rank %d of %d: %s of %zu elements failed: %s", c->rank, c->world,
 				kind_name(j->kind), j->count, w);
@@ -788,6 +819,30 @@ kiln_status gloo_reduce_scatter(void *ctx, const void *send, void *recv, size_t 
 	return submit(ctx, K_REDUCE_SCATTER, send, recv, count, dtype, op, 0, stream, done);
 }
 
+/* Point to point: peer rides in the job's root. */
+kiln_status gloo_p2p(void *ctx, Kind kind, void *buf, size_t count, int dtype, int peer,
+		     void *stream, void *done)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	if (peer < 0 || peer >= c->world || peer == c->rank)
+		return H->error(KILN_EINVAL, "gloo: rank %d of %d: %s %s rank %d: no such peer",
+				c->rank, c->world, kind_name(kind), kind == K_SEND ? "to" : "from",
+				peer);
+	return submit(ctx, kind, nullptr, buf, count, dtype, 0, peer, stream, done);
+}
+
+kiln_status gloo_send(void *ctx, const void *buf, size_t count, int dtype, int peer, void *stream,
+		      void *done)
+{
+	return gloo_p2p(ctx, K_SEND, const_cast<void *>(buf), count, dtype, peer, stream, done);
+}
+
+kiln_status gloo_recv(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
+		      void *done)
+{
+	return gloo_p2p(ctx, K_RECV, buf, count, dtype, peer, stream, done);
+}
+
 kiln_status gloo_barrier(void *ctx)
 {
 	Comm *c = static_cast<Comm *>(ctx);
@@ -821,6 +876,8 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .barrier = */ gloo_barrier,
 	/* .describe = */ gloo_describe,
 	/* .alloc_shared = */ gloo_alloc_shared,
+	/* .send = */ gloo_send,
+	/* .recv = */ gloo_recv,
 };
 
 const struct kiln_key gloo_keys[] = {

@@ -87,6 +87,7 @@ struct mpi_comm {
 	atomic_llong started_ns; /* 0: no collective in progress */
 	atomic_int what;         /* its kind, for the message */
 	atomic_llong count;
+	atomic_int peer;         /* a send's or recv's other rank, for the message */
 	char desc[640];
 	struct job jobs[JOBS];
 	int next_job;
@@ -100,9 +101,11 @@ struct mpi_comm {
 	MPI_Win region_win;
 };
 
-enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER };
+enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER, K_SEND, K_RECV };
 static const char *const kind_names[] = { "allreduce", "broadcast", "allgather",
-					  "reduce_scatter", "barrier" };
+					  "reduce_scatter", "barrier", "send", "recv" };
+/* the tag of kiln's point-to-point messages (matched in order per pair) */
+#define P2P_TAG 0x6b70
 
 /* ---- 16-bit float arithmetic ------------------------------------------- */
 
@@ -179,7 +182,14 @@ static int mpi_look(void *arg)
 	long long t0 = atomic_load(&c->started_ns);
 	if (t0 && watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll) {
 		pthread_mutex_unlock(&c->dog.lock);
-		H->fatal("mpi", "rank %d of %d: MPI %s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
+		const int kind = atomic_load(&c->what);
+		if (kind == K_SEND || kind == K_RECV)
+			H->fatal("mpi", "rank %d of %d: MPI %s %s rank %d of %lld elements did not complete within [dist] timeout = %.1f s: rank %d is lost or stuck; ending this rank",
+				 c->rank, c->world, kind_names[kind], kind == K_SEND ? "to" : "from",
+				 atomic_load(&c->peer), (long long)atomic_load(&c->count),
+				 c->timeout_ms / 1000.0, atomic_load(&c->peer));
+		else
+			H->fatal("mpi", "rank %d of %d: MPI %s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
 			 c->rank, c->world, kind_names[atomic_load(&c->what)],
 			 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
 		/* without a fatal handler: report once, keep watching */
@@ -388,6 +398,15 @@ static int start(struct mpi_comm *c, struct job *j, MPI_Request *req, const char
 					    MPI_COMM_WORLD, req)
 			   : MPI_Allgather(send, bytes, MPI_BYTE, j->buf, bytes, MPI_BYTE, MPI_COMM_WORLD);
 	}
+	case K_SEND:
+		*what = "MPI_Send";
+		return req ? MPI_Isend(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, MPI_COMM_WORLD, req)
+			   : MPI_Send(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, MPI_COMM_WORLD);
+	case K_RECV:
+		*what = "MPI_Recv";
+		return req ? MPI_Irecv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, MPI_COMM_WORLD, req)
+			   : MPI_Recv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, MPI_COMM_WORLD,
+				      MPI_STATUS_IGNORE);
 	default: /* K_REDUCE_SCATTER */
 		*what = "MPI_Reduce_scatter_block";
 		return req ? MPI_Ireduce_scatter_block(j->send, j->buf, n, t, op, MPI_COMM_WORLD, req)
@@ -404,7 +423,9 @@ static kiln_status run_job(void *arg)
 	const size_t n = reduces ? j->count : j->count * dtype_size(j->dtype);
 	kiln_status st = KILN_OK;
 	const int how = running_inline ? W_BLOCK : c->wait;
-	if (c->shm_on && j->kind != K_BROADCAST) {
+	const int p2p = j->kind == K_SEND || j->kind == K_RECV;
+	atomic_store(&c->peer, j->root);
+	if (c->shm_on && j->kind != K_BROADCAST && !p2p) {
 		const float sc = reduces && j->op == KILN_REDUCE_AVG ? 1.0f / (float)c->world : 1.0f;
 		const int wait = how == W_BLOCK ? SHMCOLL_SPIN : how == W_YIELD ? SHMCOLL_YIELD
 										: SHMCOLL_SLEEP;
@@ -427,7 +448,7 @@ static kiln_status run_job(void *arg)
 		const char *what = "MPI_Ibarrier";
 		int rc = MPI_SUCCESS;
 		watch(c, j->kind, j->count);
-		if (how == W_MEET) {
+		if (how == W_MEET && !p2p) {
 			/* wait (napping) until every rank has reached this
 			 * collective, then run the blocking one: Open MPI's
 			 * polling covers only the transfer itself */
@@ -436,8 +457,8 @@ static kiln_status run_job(void *arg)
 				rc = wait_req(c, &req);
 		}
 		if (rc == MPI_SUCCESS)
-			rc = start(c, j, how == W_BLOCK || how == W_MEET ? NULL : &req, &what);
-		if (rc == MPI_SUCCESS && (how == W_YIELD || how == W_SLEEP))
+			rc = start(c, j, how == W_BLOCK || (how == W_MEET && !p2p) ? NULL : &req, &what);
+		if (rc == MPI_SUCCESS && (how == W_YIELD || how == W_SLEEP || (p2p && how == W_MEET)))
 			rc = wait_req(c, &req);
 		unwatch(c);
 		if (rc != MPI_SUCCESS)
@@ -541,6 +562,29 @@ static kiln_status mpi_reduce_scatter(void *ctx, const void *send, void *recv, s
 		return H->error(KILN_ENOTSUP, "mpi: reduce_scatter of dtype %d (f32, bf16, f16 only)", dtype);
 	return enqueue(ctx, (struct job){ .kind = K_REDUCE_SCATTER, .send = send, .buf = recv, .count = count,
 						 .dtype = dtype, .op = op }, stream, done);
+}
+
+/* Point to point: the peer rides in the job's root. */
+static kiln_status mpi_p2p(struct mpi_comm *c, int kind, void *buf, size_t count, int dtype,
+			   int peer, void *stream, void *done)
+{
+	if (peer < 0 || peer >= c->world || peer == c->rank)
+		return H->error(KILN_EINVAL, "mpi: rank %d of %d: %s %s rank %d: no such peer", c->rank,
+				c->world, kind_names[kind], kind == K_SEND ? "to" : "from", peer);
+	return enqueue(c, (struct job){ .kind = kind, .buf = buf, .count = count, .dtype = dtype,
+					.root = peer }, stream, done);
+}
+
+static kiln_status mpi_send(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			    void *stream, void *done)
+{
+	return mpi_p2p(ctx, K_SEND, (void *)buf, count, dtype, peer, stream, done);
+}
+
+static kiln_status mpi_recv(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
+			    void *done)
+{
+	return mpi_p2p(ctx, K_RECV, buf, count, dtype, peer, stream, done);
 }
 
 static kiln_status mpi_barrier(void *ctx)
@@ -705,6 +749,8 @@ static const struct kiln_comm_ops mpi_ops = {
 	.barrier = mpi_barrier,
 	.describe = mpi_describe,
 	.alloc_shared = mpi_alloc_shared,
+	.send = mpi_send,
+	.recv = mpi_recv,
 };
 
 static const struct kiln_key mpi_keys[] = {

@@ -197,7 +197,7 @@ static int nccl_look(void *arg)
 	return 1; /* without a fatal handler: the calls report it */
 }
 
-enum { NCCL_ALLREDUCE, NCCL_BROADCAST, NCCL_ALLGATHER, NCCL_REDUCE_SCATTER };
+enum { NCCL_ALLREDUCE, NCCL_BROADCAST, NCCL_ALLGATHER, NCCL_REDUCE_SCATTER, NCCL_SEND, NCCL_RECV };
 
 /* One collective on the caller's stream: the communicator still usable, a dtype NCCL has (for
  * the allreduce, one of f32, bf16, f16), then NCCL's call. send is buf for the in-place ones;
@@ -205,9 +205,10 @@ enum { NCCL_ALLREDUCE, NCCL_BROADCAST, NCCL_ALLGATHER, NCCL_REDUCE_SCATTER };
 static kiln_status collective(void *ctx, int kind, const void *send, void *buf, size_t count,
 			      int dtype, int op, int root, void *stream, void *done)
 {
-	static const char *const what[] = { "allreduce", "broadcast", "allgather", "reduce_scatter" };
+	static const char *const what[] = { "allreduce", "broadcast", "allgather", "reduce_scatter",
+					    "send", "recv" };
 	static const char *const call[] = { "ncclAllReduce", "ncclBroadcast", "ncclAllGather",
-					    "ncclReduceScatter" };
+					    "ncclReduceScatter", "ncclSend", "ncclRecv" };
 	struct nccl_comm *c = ctx;
 	const int halves_only = kind == NCCL_ALLREDUCE;
 	const ncclRedOp_t rop = op == KILN_REDUCE_AVG ? ncclAvg : ncclSum;
@@ -230,6 +231,21 @@ static kiln_status collective(void *ctx, int kind, const void *send, void *buf, 
 		break;
 	case NCCL_ALLGATHER:
 		r = ncclAllGather(send, buf, count, t, c->comm, s);
+		break;
+	case NCCL_SEND:
+	case NCCL_RECV:
+		/* point to point inside a group: NCCL then never blocks on
+		 * the peer's matching call (root is the peer) */
+		if ((r = ncclGroupStart()) != ncclSuccess)
+			break;
+		r = kind == NCCL_SEND ? ncclSend(send, count, t, root, c->comm, s)
+				      : ncclRecv(buf, count, t, root, c->comm, s);
+		if (r == ncclSuccess || r == ncclInProgress) {
+			ncclResult_t e = ncclGroupEnd();
+			r = e != ncclSuccess ? e : r;
+		} else {
+			ncclGroupEnd();
+		}
 		break;
 	default:
 		r = ncclReduceScatter(send, buf, count, t, rop, c->comm, s);
@@ -260,6 +276,29 @@ static kiln_status nccl_reduce_scatter(void *ctx, const void *send, void *recv, 
 				       int dtype, int op, void *stream, void *done)
 {
 	return collective(ctx, NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, 0, stream, done);
+}
+
+static kiln_status nccl_p2p(void *ctx, int kind, void *buf, size_t count, int dtype, int peer,
+			    void *stream, void *done)
+{
+	struct nccl_comm *c = ctx;
+	if (peer < 0 || peer >= c->world || peer == c->rank)
+		return H->error(KILN_EINVAL, "nccl: rank %d of %d: %s %s rank %d: no such peer", c->rank,
+				c->world, kind == NCCL_SEND ? "send" : "recv",
+				kind == NCCL_SEND ? "to" : "from", peer);
+	return collective(ctx, kind, buf, buf, count, dtype, 0, peer, stream, done);
+}
+
+static kiln_status nccl_send(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			     void *stream, void *done)
+{
+	return nccl_p2p(ctx, NCCL_SEND, (void *)buf, count, dtype, peer, stream, done);
+}
+
+static kiln_status nccl_recv(void *ctx, void *buf, size_t count, int dtype, int peer,
+			     void *stream, void *done)
+{
+	return nccl_p2p(ctx, NCCL_RECV, buf, count, dtype, peer, stream, done);
 }
 
 /* An allreduce of one float on a private stream, waited for. */
@@ -442,6 +481,9 @@ static const struct kiln_comm_ops nccl_ops = {
 	.reduce_scatter = nccl_reduce_scatter,
 	.barrier = nccl_barrier,
 	.describe = nccl_describe,
+	.alloc_shared = NULL,
+	.send = nccl_send,
+	.recv = nccl_recv,
 };
 
 COMM_PLUGIN(nccl, "nccl", "NCCL collectives on CUDA streams (GPU tensors)", nccl_ops, NULL,
