@@ -8,6 +8,10 @@
 #  2. batch = auto under a memory limit picks a multiple of 8 whose
 #     prediction fits while the next multiple of 8 does not, logs it, and
 #     `kiln train` trains with it; a limit too small fails, naming the key.
+# The training runs keep the opening thread team (plugin.cpu.adaptive=0):
+# when a busy machine shrinks the adaptive team, the CPU device prepares
+# smaller-team versions of its oneDNN plans, which `kiln memory` does not
+# predict yet (docs/memory.md, "What the prediction leaves out").
 name=memory
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -16,7 +20,7 @@ cfg="$srcdir/examples/fashion_mnist_resnet.ini"
 for b in 32 128; do
 	"$kiln" memory "$cfg" "train.batch=$b" >"$tmp/m.out" 2>"$tmp/m.err" ||
 		{ cat "$tmp/m.err"; fail "kiln memory batch $b"; }
-	"$kiln" train "$cfg" "train.batch=$b" train.max_steps=2 train.epochs=1 data.eval.limit=1000 \
+	"$kiln" train "$cfg" "train.batch=$b" plugin.cpu.adaptive=0 train.max_steps=2 train.epochs=1 data.eval.limit=1000 \
 		run.out_dir= >"$tmp/t.out" 2>"$tmp/t.err" || { cat "$tmp/t.err"; fail "kiln train batch $b"; }
 	pred=$(($(field total "$tmp/m.out") + $(field host "$tmp/m.out") + $(field library "$tmp/m.out")))
 	dev=$(field device_peak_bytes "$tmp/t.out")
