@@ -45,7 +45,8 @@ big="layer.conv1.out=524288 layer.conv1.kernel=3 layer.conv1.padding=524275"
 for cmd in memory train; do
 	kiln 2 $cmd "$ini" "$d" $big run.out_dir=
 	stderr_has "tr_cnn.ini:21: layer 'conv1' (conv): its output f32["
-	stderr_has ", 524288, 1048556, 1048556] is larger than 281474976710656 bytes (its size overflows)"
+	stderr_has ", 524288, 1048556, 1048556]"
+	stderr_has "is larger than 281474976710656 bytes (its size overflows)"
 done
 
 # ---- 2: a used out_dir ----
