@@ -738,12 +738,12 @@ START_TEST(test_export_cli)
 	kiln_safetensors_close(a);
 	kiln_safetensors_close(b);
 
-	/* usage: no --safetensors (2), a missing --checkpoint file (1), a bad
+	/* usage: neither --safetensors nor --onnx (2), a missing --checkpoint file (1), a bad
 	 * init_from (2, naming it) */
 	snprintf(args, sizeof args, "export '%s' %s", dpath("st_cnn.ini"), data);
 	ck_assert_int_eq(run(args, "u1.log"), 2);
 	log = log_text("u1.log");
-	ck_assert_msg(strstr(log, "--safetensors FILE is required"), "%s", log);
+	ck_assert_msg(strstr(log, "give one of --safetensors FILE and --onnx FILE"), "%s", log);
 	free(log);
 	snprintf(args, sizeof args, "export '%s' --safetensors '%s' --checkpoint x.ckpt %s",
 		 dpath("st_cnn.ini"), tpath("u2.safetensors"), data);
