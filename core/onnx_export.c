@@ -389,6 +389,8 @@ static kiln_status write_model(struct onnx_graph *g, const char *path)
 		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
 	if (f && fclose(f) && !st)
 		st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	if (st && f)
+		remove(path); /* no partial model left behind */
 	free(buf);
 	return st;
 }
