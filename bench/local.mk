@@ -37,3 +37,4 @@ EXTRA_DIST += bench/anchors.sh bench/anchors_table.py bench/torch_modes.py bench
 EXTRA_DIST += bench/hier_netns.sh
 # GPT-2 training steps: kiln vs PyTorch 2.x vs llm.c (bench/gpt.sh, issue 20)
 EXTRA_DIST += bench/gpt.sh bench/pytorch_gpt2.py bench/gpt_inputs.py
+EXTRA_DIST += bench/predict.sh bench/pytorch_predict.py
