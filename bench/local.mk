@@ -41,3 +41,4 @@ EXTRA_DIST += bench/gpt.sh bench/pytorch_gpt2.py bench/gpt_inputs.py
 EXTRA_DIST += bench/onnx.sh
 EXTRA_DIST += bench/int8.sh
 EXTRA_DIST += bench/pipeline.sh
+EXTRA_DIST += bench/predict.sh bench/pytorch_predict.py

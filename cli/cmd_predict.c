@@ -81,7 +81,10 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 			bad = count_arg(a, val, 1, 1000000, &o->top_k);
 		else if (!strcmp(a, "--batch") && val)
 			bad = count_arg(a, val, 1, 65536, &o->batch);
-		else if (a[0] == '-') {
+		else if (!strcmp(a, "--format") && val) {
+			fprintf(stderr, "kiln: error: --format '%s': choose jsonl or csv\n", val);
+			return -1;
+		} else if (a[0] == '-') {
 			fprintf(stderr, "kiln: error: unexpected argument '%s'%s\n", a,
 				val ? "" : " (without its value)");
 			return -1;

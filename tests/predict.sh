@@ -156,6 +156,8 @@ stderr_has "no .jpg/.jpeg/.png files"
 kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --logits "$tmp/x.bin" "data.path=$data"
 kiln 2 predict "$ini" --checkpoint "$ck" "data.path=$data"
 kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --top-k 0 "data.path=$data"
+kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --format xml "data.path=$data"
+stderr_has "--format 'xml': choose jsonl or csv"
 kiln 3 predict "$ini" --checkpoint "$tmp/bad/notes.txt" "$pngs" "data.path=$data"
 echo "ok: bad inputs fail naming the file"
 
