@@ -44,7 +44,8 @@ static void use(const char *source)
 {
 	source_find(source);
 	ck_assert_uint_ge(ops->version, 2);
-	ck_assert_ptr_nonnull(ops->read_image);
+	/* image sources decode; seq2seq reads token samples */
+	ck_assert(ops->read_image != NULL || (ops->read != NULL && !strcmp(source, "seq2seq")));
 }
 
 /* ---- files ------------------------------------------------------------- */
@@ -1287,6 +1288,83 @@ START_TEST(test_keys_validated)
 }
 END_TEST
 
+/* ======================================================================
+ * seq2seq: digit strings and their reversal or sorting
+ * ====================================================================== */
+
+/* The string of sample i (ids 1..10, then pads 0) and its label, checked
+ * against the task; returns the string's length. */
+static int s2s_read_checked(int64_t i, int T, int sort, int32_t *x, int32_t *y)
+{
+	ck_assert_int_eq(ops->read(ctx, i, x, y), KILN_OK);
+	int n = 0;
+	while (n < T && x[n])
+		n++;
+	for (int t = n; t < T; t++)
+		ck_assert_msg(x[t] == 0 && y[t] == 0, "sample %lld: padding at %d", (long long)i, t);
+	int counts[11] = { 0 }, prev = 0;
+	for (int t = 0; t < n; t++) {
+		ck_assert(x[t] >= 1 && x[t] <= 10);
+		counts[x[t]]++;
+	}
+	for (int t = 0; t < n; t++) {
+		if (!sort) {
+			ck_assert_int_eq(y[t], x[n - 1 - t]);
+		} else {
+			ck_assert(y[t] >= prev && y[t] >= 1 && y[t] <= 10 && counts[y[t]]-- > 0);
+			prev = y[t];
+		}
+	}
+	return n;
+}
+
+START_TEST(test_seq2seq)
+{
+	enum { N = 400, T = 9 };
+	int32_t x[T], y[T], x2[T], y2[T];
+	static int32_t train[N][T];
+	for (int sort = 0; sort < 2; sort++) {
+		kiln_status st = open_src("seq2seq", "data", "train", "data.samples=400",
+					  "data.length=9", "data.min_length=3",
+					  sort ? "data.task=sort" : "data.task=reverse", NULL);
+		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+		struct kiln_source_info info;
+		memset(&info, 0xab, sizeof info);
+		ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+		ck_assert_int_eq(info.len, N);
+		ck_assert_int_eq(info.classes, 11);
+		ck_assert(info.image_h == 0 && info.flags == 0 && info.label.dtype == KILN_I32);
+		ck_assert(info.sample.dtype == KILN_I32 && info.sample.ndim == 1 &&
+			  info.sample.dims[0] == T && info.label.dims[0] == T);
+		int lens[T + 1] = { 0 };
+		for (int i = 0; i < N; i++) {
+			lens[s2s_read_checked(i, T, sort, x, y)]++;
+			memcpy(train[i], x, sizeof x);
+			ck_assert_int_eq(ops->read(ctx, i, x2, y2), KILN_OK); /* deterministic */
+			ck_assert(!memcmp(x, x2, sizeof x) && !memcmp(y, y2, sizeof y));
+		}
+		for (int n = 3; n <= T; n++) /* every length in [min_length, length] occurs */
+			ck_assert_msg(lens[n] > 20, "length %d: %d strings", n, lens[n]);
+		ck_assert_int_eq(lens[0] + lens[1] + lens[2], 0);
+		ck_assert_int_eq(ops->read(ctx, N, x, y), KILN_EINVAL);
+		/* the held-out split: other strings, none of them a training one */
+		st = open_src("seq2seq", "data.eval", "test", "data.samples=400", "data.length=9",
+			      "data.min_length=3", sort ? "data.task=sort" : "data.task=reverse", NULL);
+		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+		int same = 0;
+		for (int i = 0; i < N; i++) {
+			s2s_read_checked(i, T, sort, x, y);
+			for (int j = 0; j < N; j++) /* plain compares: ck_assert is slow */
+				same += !memcmp(x, train[j], sizeof x);
+		}
+		ck_assert_msg(same == 0, "%d held-out strings are training strings", same);
+	}
+	ck_assert_int_eq(open_src("seq2seq", "data", "train", "data.length=4", "data.min_length=5", NULL),
+			 KILN_ECONFIG);
+	close_src();
+}
+END_TEST
+
 static Suite *make_sources_suite(void)
 {
 	Suite *s = suite_create("sources");
@@ -1306,6 +1384,8 @@ static Suite *make_sources_suite(void)
 
 	check_add_case(s, "synthetic", 0, setup, teardown, (const TTest *[]){
 		test_synthetic, test_synthetic_bad_keys, test_keys_validated, NULL });
+
+	check_add_case(s, "seq2seq", 60, setup, teardown, (const TTest *[]){ test_seq2seq, NULL });
 	return s;
 }
 
