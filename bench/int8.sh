@@ -8,16 +8,18 @@
 # convolution picked (ONEDNN_VERBOSE=1) and the load average before and
 # after.
 #
-# Usage: sh bench/int8.sh [--runs N] [--threads T] [--epochs E] [--dir D] [--models "cnn resnet"]
+# Usage: sh bench/int8.sh [--runs N] [--threads T] [--epochs E] [--limit L] [--dir D] [--models "cnn resnet"]
+#   --limit L  train on the first L training images (default: all 60000)
 # From the top of the build tree.  Environment: KILN (default ./kiln).
 set -eu
-RUNS=5 THREADS=2 EPOCHS=2 DIR= MODELS="cnn resnet"
+RUNS=5 THREADS=2 EPOCHS=2 LIMIT=0 DIR= MODELS="cnn resnet"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) RUNS=$2; shift 2 ;;
 	--threads) THREADS=$2; shift 2 ;;
 	--epochs) EPOCHS=$2; shift 2 ;;
 	--dir) DIR=$2; shift 2 ;;
+	--limit) LIMIT=$2; shift 2 ;;
 	--models) MODELS=$2; shift 2 ;;
 	*) sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 	esac
@@ -35,7 +37,7 @@ for m in $MODELS; do
 	o="run.out_dir=$DIR/$m run.threads=$THREADS"
 	if ! ls "$DIR/$m"/checkpoints/ckpt-*.kiln >/dev/null 2>&1; then
 		# shellcheck disable=SC2086
-		"$KILN" train "$(ex "$m")" $o train.epochs="$EPOCHS" train.eval=0 >/dev/null 2>"$DIR/$m.train.err"
+		"$KILN" train "$(ex "$m")" $o train.epochs="$EPOCHS" data.limit="$LIMIT" train.eval=0 >/dev/null 2>"$DIR/$m.train.err"
 	fi
 	ck=$(ls "$DIR/$m"/checkpoints/ckpt-*.kiln | tail -1)
 	# shellcheck disable=SC2086
