@@ -18,7 +18,8 @@
 
 const char cmd_predict_usage[] =
 	"usage: kiln predict CONFIG [--checkpoint F] INPUT... [--top-k K] [--format jsonl|csv]\n"
-	"                    [--logits OUT.npy|OUT.safetensors] [--batch N] [section.key=value ...]\n"
+	"                    [--logits OUT.npy|OUT.safetensors] [--batch N] [--no-fold]\n"
+	"                    [--quantized Q] [section.key=value ...]\n"
 	"       kiln predict CONFIG --eval-set [options]\n";
 const char cmd_predict_about[] =
 	"Classify images with the model CONFIG describes and the weights of F (a kiln\n"
@@ -36,13 +37,16 @@ const char cmd_predict_about[] =
 	"  --logits OUT  write the logits [N, classes] (f32) to OUT (.npy or .safetensors)\n"
 	"                instead of printing\n"
 	"  --batch N     images per run (default [train] eval_batch, at most 256)\n"
+	"  --no-fold     run the model as trained (default: the inference graph,\n"
+	"                batchnorm folded into its conv/linear, dropout removed)\n"
+	"  --quantized Q run the INT8 model Q of `kiln quantize` (no --checkpoint)\n"
 	"Any error (an unreadable, corrupt or wrong-size image) names the file and\n"
 	"fails the command.  Exit codes: 0 ok, 1 failure, 2 usage or config error,\n"
 	"3 data error.\n";
 
 struct pred_opts {
-	const char *ckpt, *logits;
-	int csv, eval_set;
+	const char *ckpt, *logits, *quantized;
+	int csv, eval_set, no_fold;
 	long long top_k, batch;
 };
 
@@ -75,7 +79,11 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 			o->logits = val;
 		else if (!strcmp(a, "--format") && val && (!strcmp(val, "csv") || !strcmp(val, "jsonl")))
 			o->csv = !strcmp(val, "csv");
+		else if (!strcmp(a, "--quantized") && val)
+			o->quantized = val;
 		else if (!strcmp(a, "--eval-set") && (o->eval_set = 1))
+			continue;
+		else if (!strcmp(a, "--no-fold") && (o->no_fold = 1))
 			continue;
 		else if (!strcmp(a, "--top-k") && val)
 			bad = count_arg(a, val, 1, 1000000, &o->top_k);
@@ -363,7 +371,8 @@ int cmd_predict(int argc, char **argv)
 		o.batch = eb > 0 && eb < 256 ? eb : 256;
 	}
 	/* no more rows per run than there are images */
-	struct kiln_infer_opts io = { .batch = o.batch };
+	struct kiln_infer_opts io = { .batch = o.batch, .no_fold = o.no_fold,
+				      .quantized = o.quantized };
 	if (n_in && io.batch > (int64_t)files.n)
 		io.batch = (int64_t)files.n;
 	if (!st)

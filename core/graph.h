@@ -412,6 +412,8 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 			      const char *checkpoint, const char *verb, int need_trained,
 			      struct kiln_trained *t);
 void kiln_trained_close(struct kiln_trained *t);
+/* core/weights.c: IEEE half to float (subnormals, infinities, NaNs). */
+float kiln_half_to_float(uint16_t h);
 
 /* Room for every kiln_model_state_buffers() entry (a checkpoint section
  * each). */

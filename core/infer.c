@@ -7,6 +7,8 @@
 #include "graph.h"
 #include "checkpoint.h"
 #include "data.h"
+#include "infer_passes.h"
+#include "quant.h"
 
 #include <kiln/infer.h>
 
@@ -26,12 +28,17 @@ struct kiln_infer {
 	struct kiln_trained t;           /* device, model, stream, sample */
 	int64_t batch;
 	int prepared;
+	int no_fold;                     /* kiln_infer_opts.no_fold */
+	char *quantized;                 /* kiln_infer_opts.quantized, or NULL */
+	struct kiln_config *fcfg;        /* the folded model's config, or NULL */
 	struct kiln_tensor_desc out;     /* one sample's logits */
 	size_t in_bytes, out_elems;
 	struct kiln_plan *p;             /* batch rows */
 	struct kiln_plan *rem;           /* rem_rows rows (a last partial batch), or NULL */
 	int64_t rem_rows;
 	void *x_d;                       /* device input, batch samples */
+	int lo_dtype;                    /* the logits' dtype on the device ([run] precision) */
+	uint16_t *lo_h;                  /* bf16/f16 logits on the host, batch rows; else NULL */
 	/* kiln_infer_image: [data.eval]'s transforms, read on first use */
 	int have_xf;
 	struct kiln_xform xf;
@@ -71,9 +78,19 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	m->cfg = cfg;
 	m->reg = reg;
 	m->batch = opts && opts->batch ? opts->batch : INFER_BATCH;
+	m->no_fold = opts && opts->no_fold;
+	if (opts && opts->quantized && weights)
+		st = kiln_error(KILN_EUSAGE, "%s: a quantized model carries its weights: no checkpoint or weights file with it (got %s)",
+				opts->quantized, weights);
+	else if (opts && opts->quantized && !(m->quantized = strdup(opts->quantized)))
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+	else
+		st = KILN_OK;
 	const int is_ckpt = weights && kiln_ckpt_is_checkpoint(weights);
-	if ((st = weights_config(cfg, weights)) ||
-	    (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, "predicting with", 1, &m->t)) ||
+	/* a quantized model: the config's model's shape, its weights the file's */
+	if (st || (st = weights_config(cfg, weights)) ||
+	    (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, "predicting with",
+				    m->quantized ? -1 : 1, &m->t)) ||
 	    (st = kiln_infer_prepare(m))) {
 		kiln_infer_free(m);
 		return st;
@@ -114,6 +131,38 @@ kiln_status kiln_model_load(const char *config, const char *weights,
 	return KILN_OK;
 }
 
+/* The inference graph: the trained model replaced by its folded one
+ * (core/infer_passes.h), with the INT8 keys and weights of m->quantized
+ * (core/quant.h), on the same device; the same steps as `kiln eval
+ * --fold` and `--quantized`. */
+static kiln_status infer_fold(struct kiln_infer *m)
+{
+	struct kiln_safetensors *qf = NULL;
+	struct kiln_model *fm = NULL;
+	int n = 0;
+	kiln_status st = KILN_OK;
+	if (m->quantized && (st = kiln_safetensors_open(m->quantized, &qf)))
+		return st;
+	if (!(st = kiln_infer_fold_config(m->t.m, (struct kiln_registry *)m->reg, &m->fcfg, &n)) &&
+	    !(st = qf ? kiln_quant_config(m->fcfg, qf) : KILN_OK) &&
+	    !(st = kiln_model_create(m->fcfg, m->reg, m->t.dev, &m->t.sample, &fm)) &&
+	    !(st = kiln_model_init_params(fm, 0, m->t.stream)))
+		st = qf ? kiln_quant_load(fm, qf, m->t.stream)
+			: kiln_infer_fold_weights(m->t.m, m->t.stream, fm, m->t.stream);
+	if (!st)
+		st = kiln_device_stream_sync(m->t.dev, m->t.stream);
+	kiln_safetensors_close(qf);
+	if (st) {
+		kiln_model_free(fm);
+		return m->quantized ? kiln_error_wrap(st, "%s", m->quantized) : st;
+	}
+	kiln_log(KILN_LOG_INFO, "infer", "folded: %d layers removed (batchnorm into conv/linear, dropout), [run] fuse = 1%s",
+		 n, qf ? "; INT8 conv/linear" : "");
+	kiln_model_free(m->t.m);
+	m->t.m = fm;
+	return KILN_OK;
+}
+
 kiln_status kiln_infer_prepare(struct kiln_infer *m)
 {
 	struct kiln_plan_opts o = { .logits = 1 };
@@ -122,18 +171,28 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m)
 	if (m->prepared)
 		return KILN_OK;
 	m->in_bytes = kiln_tensor_bytes(&m->t.sample);
+	/* [run] precision's compute dtype, as `kiln eval` runs it (the
+	 * weights are cast before the first forward) */
+	if (((!m->no_fold || m->quantized) && (st = infer_fold(m))) ||
+	    (st = kiln_model_precision_open(m->t.m, m->reg, m->t.stream)))
+		return st;
 	if ((st = kiln_model_plan_ex(m->t.m, m->batch, &o, &m->p)) ||
 	    (st = kiln_plan_logits(m->p, &ptr, &m->out)) ||
 	    (st = kiln_device_alloc(m->t.dev, m->in_bytes * (size_t)m->batch, &m->x_d)))
 		return st;
-	if (m->out.dtype != KILN_F32)
-		return kiln_error(KILN_ENOTSUP, "the model's logits are %s: inference reads f32 logits",
+	m->lo_dtype = m->out.dtype;
+	if (m->lo_dtype != KILN_F32 && m->lo_dtype != KILN_BF16 && m->lo_dtype != KILN_F16)
+		return kiln_error(KILN_ENOTSUP, "the model's logits are %s: inference reads f32, bf16 or f16 logits",
 				  kiln_dtype_name(m->out.dtype));
+	m->out.dtype = KILN_F32; /* what the caller gets */
 	/* one sample's logits: drop the batch dimension */
 	for (int i = 1; i < m->out.ndim; i++)
 		m->out.dims[i - 1] = m->out.dims[i];
 	m->out.ndim--;
 	m->out_elems = (size_t)kiln_tensor_numel(&m->out);
+	if (m->lo_dtype != KILN_F32 &&
+	    !(m->lo_h = malloc(sizeof(uint16_t) * m->out_elems * (size_t)m->batch)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
 	m->prepared = 1;
 	return KILN_OK;
 }
@@ -180,6 +239,22 @@ static kiln_status rows_plan(struct kiln_infer *m, int64_t rows, struct kiln_pla
 	return KILN_OK;
 }
 
+/* bf16/f16 logits ([run] precision) of `rows` rows, staged in lo_h, as
+ * the f32 the caller reads. */
+static void logits_to_f32(const struct kiln_infer *m, int64_t rows, float *out)
+{
+	const size_t n = m->out_elems * (size_t)rows;
+	if (!m->lo_h)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t b = (uint32_t)m->lo_h[i] << 16;
+		if (m->lo_dtype == KILN_F16)
+			out[i] = kiln_half_to_float(m->lo_h[i]);
+		else
+			memcpy(&out[i], &b, sizeof b);
+	}
+}
+
 /* Rows [off, off + rows) of x through the model into out. */
 static kiln_status infer_rows(struct kiln_infer *m, const char *x, int64_t off, int64_t rows,
 			      float *out)
@@ -194,13 +269,15 @@ static kiln_status infer_rows(struct kiln_infer *m, const char *x, int64_t off, 
 					 (size_t)rows * m->in_bytes, KILN_COPY_H2D, m->t.stream)) ||
 	    (st = kiln_plan_forward(p, m->x_d, NULL, NULL, m->t.stream)) ||
 	    (st = kiln_plan_logits(p, &logits, &d)) ||
-	    (st = kiln_device_copy_async(dev, out + (size_t)off * m->out_elems, logits,
-					 sizeof(float) * m->out_elems * (size_t)rows, KILN_COPY_D2H,
-					 m->t.stream)))
+	    (st = kiln_device_copy_async(dev, m->lo_h ? (void *)m->lo_h : (void *)(out + (size_t)off * m->out_elems),
+					 logits, kiln_dtype_size(m->lo_dtype) * m->out_elems * (size_t)rows,
+					 KILN_COPY_D2H, m->t.stream)) ||
+	    /* the next rows reuse the input buffer: wait for these */
+	    (st = kiln_device_stream_sync(dev, m->t.stream)))
 		return kiln_error_wrap(st, "samples %lld..%lld", (long long)off,
 				       (long long)(off + rows - 1));
-	/* the next rows reuse the input buffer: wait for these */
-	return kiln_device_stream_sync(dev, m->t.stream);
+	logits_to_f32(m, rows, out + (size_t)off * m->out_elems);
+	return KILN_OK;
 }
 
 kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *out)
@@ -331,6 +408,9 @@ void kiln_infer_free(struct kiln_infer *m)
 	if (m->t.dev)
 		kiln_device_free(m->t.dev, m->x_d);
 	kiln_trained_close(&m->t);
+	kiln_config_free(m->fcfg);
+	free(m->quantized);
+	free(m->lo_h);
 	kiln_xform_scratch_free(&m->xs);
 	pthread_mutex_destroy(&m->lock);
 	kiln_registry_close(m->own_reg);

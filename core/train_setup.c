@@ -387,7 +387,10 @@ static kiln_status build_model(struct trainer *t)
 		if (st)
 			return st;
 	}
-	if (!t->training && (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute)))
+	/* evaluation alone: [run] precision's compute dtype, as training's
+	 * evaluation has it (the weights, loaded later, are cast then) */
+	if (!t->training && ((st = kiln_model_precision_open(t->m, t->reg, t->compute)) ||
+			     (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute))))
 		return st;
 	if (do_eval) {
 		if (t->EB > t->test.len)

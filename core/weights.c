@@ -144,7 +144,7 @@ out:
 /* ---- load ----------------------------------------------------------------- */
 
 /* IEEE half to float, subnormals, infinities and NaNs included. */
-static float half_to_float(uint16_t h)
+float kiln_half_to_float(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, man = h & 0x3ff, u;
 	if (e == 0x1f) {
@@ -179,7 +179,7 @@ static int to_f32(float *dst, const struct kiln_safetensors_tensor *t)
 			uint16_t v;
 			memcpy(&v, s + 2 * i, 2);
 			if (t->dtype_name[0] == 'F') {
-				dst[i] = half_to_float(v);
+				dst[i] = kiln_half_to_float(v);
 			} else {
 				uint32_t u = (uint32_t)v << 16;
 				memcpy(&dst[i], &u, 4);

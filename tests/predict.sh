@@ -16,6 +16,11 @@
 #  3. corrupt, truncated, empty, wrong-size, wrong-channel-count and
 #     non-image files fail with exit 3 and a message naming the file;
 #     a missing path or an image-less folder exit 2;
+#  3b. folding (the default) against --no-fold: logits within 2e-5 of
+#     the largest, the same argmax; `kiln quantize`, then `predict
+#     --quantized` gives `eval --quantized`'s loss and accuracy;
+#  3c. [run] precision = bf16: eval and predict run bf16 (logits and loss
+#     off fp32's by a bf16-sized amount; predict --no-fold's loss = eval's);
 #  4. tests/infer_threads: the C API from threads (one shared model, and
 #     a model per thread) gives the single-threaded logits bit for bit.
 # The checks need only python3's standard library.
@@ -160,6 +165,77 @@ kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --format xml "data.path=$data"
 stderr_has "--format 'xml': choose jsonl or csv"
 kiln 3 predict "$ini" --checkpoint "$tmp/bad/notes.txt" "$pngs" "data.path=$data"
 echo "ok: bad inputs fail naming the file"
+
+# ---- 3b. folding (the default) and --no-fold; --quantized = eval's ------
+kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --logits "$tmp/fold.npy" "data.path=$data"
+stderr_has "folded: 1 layers removed"
+kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --logits "$tmp/nofold.npy" --no-fold "data.path=$data"
+"$py" - "$tmp/fold.npy" "$tmp/nofold.npy" <<'EOF' || fail "folded predictions differ from unfolded ones"
+import struct, sys
+def npy(p):
+    raw = open(p, "rb").read(); hl = struct.unpack("<H", raw[8:10])[0]
+    return struct.unpack("<240f", raw[10 + hl:])
+a, b = npy(sys.argv[1]), npy(sys.argv[2])
+assert a != b, "folding changed nothing: is it on?"
+big = max(abs(v) for v in b)
+d = max(abs(x - y) for x, y in zip(a, b))
+print("folded vs unfolded: max |diff| %.3g, max |logit| %.3g" % (d, big))
+assert d <= 2e-5 * max(1, big), d
+am = lambda v, i: max(range(5), key=lambda k: v[5 * i + k])
+assert all(am(a, i) == am(b, i) for i in range(48)), "argmax"
+EOF
+kiln 0 quantize "$ini" --checkpoint "$ck" --calibrate 2 --method minmax --out "$tmp/q.safetensors" "data.path=$data"
+kiln 0 eval "$ini" --quantized "$tmp/q.safetensors" "data.path=$data"
+cp "$out" "$tmp/eval_q.json"
+kiln 0 predict "$ini" --quantized "$tmp/q.safetensors" --eval-set --top-k 5 "data.path=$data"
+cp "$out" "$tmp/pred_q.jsonl"
+kiln 0 predict "$ini" --quantized "$tmp/q.safetensors" --eval-set --top-k 5 --no-fold "data.path=$data"
+cmp -s "$out" "$tmp/pred_q.jsonl" || fail "--no-fold changed a quantized model's predictions"
+"$py" - "$tmp/eval_q.json" "$tmp/pred_q.jsonl" <<'EOF' || fail "predict --quantized disagrees with eval --quantized"
+import json, math, sys
+ev = json.load(open(sys.argv[1]))
+rows = [json.loads(l) for l in open(sys.argv[2])]
+loss = sum(-math.log({t["index"]: t["prob"] for t in r["top"]}[r["label"]]) for r in rows) / 48
+acc = sum(r["top"][0]["index"] == r["label"] for r in rows) / 48
+print("eval --quantized: loss %.6f acc %.6f; predict --quantized: loss %.6f acc %.6f" % (ev["test_loss"], ev["test_acc"], loss, acc))
+assert abs(loss - ev["test_loss"]) <= 1e-4 * max(1, ev["test_loss"]) and round(acc * 48) == round(ev["test_acc"] * 48)
+EOF
+kiln 2 predict "$ini" --quantized "$tmp/q.safetensors" --checkpoint "$ck" --eval-set "data.path=$data"
+stderr_has "a quantized model carries its weights"
+echo "ok: folded = unfolded to 2e-5; predict --quantized = eval --quantized"
+
+# ---- 3c. [run] precision = bf16 in eval and predict (as training has it) --
+if "$kiln" plugins 2>/dev/null | grep -qw amp; then
+	kiln 0 eval "$ini" --checkpoint "$ck" "data.path=$data" run.precision=bf16
+	cp "$out" "$tmp/eval_bf16.json"
+	stderr_has "precision = bf16"
+	kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --top-k 5 --no-fold "data.path=$data" run.precision=bf16
+	cp "$out" "$tmp/pred_bf16.jsonl"
+	kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --logits "$tmp/bf16.npy" "data.path=$data" run.precision=bf16
+	"$py" - "$tmp/eval_idx.json" "$tmp/eval_bf16.json" "$tmp/pred_bf16.jsonl" "$tmp/bf16.npy" "$tmp/fold.npy" <<'EOF' || fail "bf16 evaluation"
+import json, math, struct, sys
+f32, b16 = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+rows = [json.loads(l) for l in open(sys.argv[3])]
+def npy(p):
+    raw = open(p, "rb").read(); hl = struct.unpack("<H", raw[8:10])[0]
+    return struct.unpack("<240f", raw[10 + hl:])
+a, b = npy(sys.argv[4]), npy(sys.argv[5])
+big = max(abs(v) for v in b)
+d = max(abs(x - y) for x, y in zip(a, b))
+dl = abs(b16["test_loss"] - f32["test_loss"])
+print("bf16 vs fp32: logits max |diff| %.3g (max |logit| %.3g); eval loss %.6f vs %.6f" % (d, big, b16["test_loss"], f32["test_loss"]))
+# bf16 compute: an 8-bit mantissa (2^-8 relative per rounding), so the
+# logits move, by more than f32 rounding and less than a few bf16 steps
+assert 1e-4 * big < d < 0.05 * max(1, big), d
+assert 0 < dl < 0.02 * max(1, f32["test_loss"]), dl
+loss = sum(-math.log({t["index"]: t["prob"] for t in r["top"]}[r["label"]]) for r in rows) / 48
+print("bf16 predict --eval-set: loss %.6f" % loss)
+assert abs(loss - b16["test_loss"]) <= 1e-4 * max(1, b16["test_loss"]), "predict bf16 vs eval bf16"
+EOF
+	echo "ok: bf16 eval and predict differ from fp32 by a bf16-sized amount, and agree"
+else
+	echo "skip 3c: no amp plugin"
+fi
 
 # ---- 4. the C API from threads ---------------------------------------------
 "$top_builddir/tests/infer_threads" "$tmp/t.ini" "$ck" ||

@@ -46,6 +46,14 @@ struct kiln_infer_opts {
 	const char *plugin_path; /* plugin directories; NULL: KILN_PLUGIN_PATH and
 			       * the installed ones (a config file's [run]
 			       * plugin_path is not trusted: docs/plugins.md) */
+	int no_fold;          /* 1: run the model as trained; 0 (default): the
+			       * inference graph of kiln_infer_prepare (batchnorm
+			       * folded into its conv/linear, dropout removed,
+			       * bias + activation as the epilogue) */
+	const char *quantized; /* an INT8 model written by `kiln quantize`
+			       * (docs/inference.md, "INT8"): the config's model
+			       * folded, its conv/linear layers on the INT8 ops,
+			       * the weights this file's (`weights` must be NULL) */
 };
 
 /* Load `config` (a path, or the INI text with opts->config_is_text) and
@@ -69,9 +77,11 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 			    struct kiln_infer **out);
 
 /* THE place the inference graph is prepared, once, after the weights are
- * loaded and before anything runs: it makes the inference plans (the
- * planner's fusions, one plan of opts->batch rows).  Graph passes that
- * rewrite the model for inference (folding, quantization) belong here.
+ * loaded and before anything runs: the graph passes (core/infer_passes.h:
+ * batchnorm folded into the conv/linear before it, dropout removed, bias
+ * and activation fused; unless opts->no_fold), the INT8 model of
+ * opts->quantized (core/quant.h), then the inference plans (the
+ * planner's fusions, one plan of opts->batch rows).
  * kiln_model_load and kiln_infer_open call it; calling it again is a
  * no-op. */
 kiln_status kiln_infer_prepare(struct kiln_infer *m);
