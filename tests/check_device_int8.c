@@ -196,4 +196,47 @@ START_TEST(test_qlinear_zero_row)
 }
 END_TEST
 
-DEVICE_SUITE(int8, DFX_CASE(qconv), DFX_CASE(qlinear), DFX_CASE(qlinear_zero_row));
+/* One plan run twice with the weights changed in place between the runs
+ * (the CPU plan keeps the quantized weights): the second run quantizes
+ * the new ones.  x = (1, -2, 3, 0.5), sx = 0.5: xq = (2, -4, 6, 1). */
+START_TEST(test_qlinear_weights_change)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QLINEAR);
+	float x[4] = { 1, -2, 3, 0.5f }, w1[4] = { 0.5f, -1.26f, 0.2f, 0 }, w2[4] = { 0, 0, 0, 0.63f };
+	float got[2];
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_QLINEAR;
+	op.n_in = 2, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 2, 1, 4), op.in[1] = td(KILN_F32, 2, 1, 4);
+	op.out[0] = td(KILN_F32, 2, 1, 1);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = 1, op.i[3] = 1, op.i[4] = 4;
+	op.f[0] = 0.5;
+	void *dx = dput(&f, x, sizeof x), *dw = dput(&f, w1, sizeof w1), *dy = dput(&f, NULL, sizeof(float));
+	void *plan = NULL, *ws = NULL;
+	size_t wsb = 0;
+	OK(kiln_device_prepare(f.dev, &op, &plan, &wsb));
+	if (wsb)
+		OK(kiln_device_alloc(f.dev, wsb, &ws));
+	struct kiln_op_args a;
+	memset(&a, 0, sizeof a);
+	a.in[0] = dx, a.in[1] = dw, a.out[0] = dy, a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f.dev, plan, &a, f.s));
+	dget(&f, &got[0], dy, sizeof(float));
+	OK(kiln_device_copy_async(f.dev, dw, w2, sizeof w2, KILN_COPY_H2D, f.s));
+	OK(kiln_device_run(f.dev, plan, &a, f.s));
+	dget(&f, &got[1], dy, sizeof(float));
+	/* w1: sw 0.02, wq (25, -63, 10, 0), acc 362: 0.5 * 0.02 * 362 = 3.62;
+	 * w2: sw 0.01, wq (0, 0, 0, 63), acc 63: 0.5 * 0.01 * 63 = 0.315 */
+	ck_assert_float_eq_tol(got[0], 3.62f, 1e-5f);
+	ck_assert_float_eq_tol(got[1], 0.315f, 1e-6f);
+	kiln_device_plan_free(f.dev, plan);
+	DFREE(&f, dx, dw, dy, ws);
+	fx_close(&f);
+}
+END_TEST
+
+DEVICE_SUITE(int8, DFX_CASE(qconv), DFX_CASE(qlinear), DFX_CASE(qlinear_zero_row),
+	     DFX_CASE(qlinear_weights_change));

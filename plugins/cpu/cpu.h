@@ -100,10 +100,16 @@ struct cpu_plan {
 	/* bf16 convolution: oneDNN's f32 kernel, the bf16 tensors converted by
 	 * the reorders around it (conv.c; chosen by tune.c) */
 	int kern_f32;
+	/* KILN_OP_QCONV/QLINEAR: the weights quantized once, kept until they
+	 * change (qconv.c) */
+	struct cpu_qcache *qcache;
 	/* Queued async runs of this plan (under cpu_ctx.lock): plan_free
 	 * waits for them instead of freeing a plan a worker will run. */
 	int refs;
 };
+
+/* ---- qconv.c ---- */
+void cpu_qcache_free(struct cpu_qcache *q);
 
 /* ---- cpu.c ---- */
 const char *cpu_op_name(int type);

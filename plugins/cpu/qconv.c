@@ -5,9 +5,11 @@
  *   QCONV:   y[N,O,OH,OW] = act(sx * sw[o] * conv(xq, wq)[n,o,p,q] + b[o])
  *   QLINEAR: y[M,N]       = act(sx * sw[n] * (xq . wq^T)[m,n] + b[n])
  *
- * One run: the weights are quantized per output channel here (sw[o] =
- * max|w[o]| / 63, [-63, 63], round half to even) into the
- * workspace with the output scales sx * sw[o]; then the oneDNN steps:
+ * The weights are quantized per output channel (sw[o] = max|w[o]| / 63,
+ * [-63, 63], round half to even) with the output scales sx * sw[o] on the
+ * first run and kept in the plan (struct cpu_qcache) until the f32
+ * weights change; each run copies them into the workspace, then the
+ * oneDNN steps:
  * a reorder of x (f32, the caller's layout) into the kernel's u8/s8
  * layout with the constant scale 1 / sx (round half to even, saturated),
  * a reorder of the plain s8 weights into the kernel's blocked layout, and
@@ -31,6 +33,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -186,13 +189,49 @@ out:
 	return st;
 }
 
-/* The weights quantized per output channel into the workspace: wq
- * plain [O][per] and the output scales sx * sw[o]. */
-static void q_weights(const struct cpu_plan *p, const float *w, void *ws)
+/* The weights quantized per output channel, once: wq plain [O][per]
+ * (doubled where oneDNN halves them) and the output scales sx * sw[o],
+ * kept in the plan with a copy of the f32 weights they came from. */
+struct cpu_qcache {
+	pthread_mutex_t lock;
+	int valid;
+	float *w;   /* the f32 weights quantized last [O][per] */
+	int8_t *wq; /* [O][per] */
+	float *sc;  /* [O] */
+};
+
+void cpu_qcache_free(struct cpu_qcache *q)
+{
+	if (!q)
+		return;
+	pthread_mutex_destroy(&q->lock);
+	free(q->w);
+	free(q->wq);
+	free(q->sc);
+	free(q);
+}
+
+static struct cpu_qcache *q_cache_new(int64_t O, int64_t per)
+{
+	struct cpu_qcache *q = calloc(1, sizeof *q);
+	if (!q)
+		return NULL;
+	pthread_mutex_init(&q->lock, NULL);
+	q->w = malloc(sizeof(float) * (size_t)(O * per));
+	q->wq = malloc((size_t)(O * per));
+	q->sc = malloc(sizeof(float) * (size_t)O);
+	if (!q->w || !q->wq || !q->sc) {
+		cpu_qcache_free(q);
+		return NULL;
+	}
+	return q;
+}
+
+/* Quantize w into the cache (sw[o] = max|w[o]| / 63, [-63, 63], round
+ * half to even). */
+static void q_quantize(const struct cpu_plan *p, const float *w, struct cpu_qcache *q)
 {
 	const int64_t O = p->rows, per = p->cols;
-	int8_t *wq = (int8_t *)((char *)ws + p->sz[OFF_WP]);
-	float *sc = (float *)((char *)ws + p->sz[OFF_SC]);
 	const float sx = (float)p->op.f[0];
 	const int adj = (int)p->sz[7]; /* 2: oneDNN halves the weights (see above) */
 #pragma omp parallel for schedule(static)
@@ -203,27 +242,58 @@ static void q_weights(const struct cpu_plan *p, const float *w, void *ws)
 			amax = fmaxf(amax, fabsf(row[k]));
 		const float sw = amax > 0 ? amax / 63.0f : 1.0f;
 		for (int64_t k = 0; k < per; k++)
-			wq[o * per + k] = (int8_t)(adj * fmaxf(-63.0f, fminf(63.0f, nearbyintf(row[k] / sw))));
-		sc[o] = sx * sw / (float)adj;
+			q->wq[o * per + k] = (int8_t)(adj * fmaxf(-63.0f, fminf(63.0f, nearbyintf(row[k] / sw))));
+		q->sc[o] = sx * sw / (float)adj;
 	}
+	memcpy(q->w, w, sizeof(float) * (size_t)(O * per));
+	q->valid = 1;
+}
+
+/* The quantized weights and scales into the workspace: from the cache,
+ * quantized again only when the f32 weights differ from the ones it was
+ * made from (inference weights do not change: one memcmp a run). */
+static void q_weights(const struct cpu_plan *p, const float *w, void *ws)
+{
+	struct cpu_qcache *q = p->qcache;
+	const size_t per = (size_t)p->cols, O = (size_t)p->rows;
+	pthread_mutex_lock(&q->lock);
+	if (!q->valid || memcmp(q->w, w, sizeof(float) * O * per))
+		q_quantize(p, w, q);
+	memcpy((char *)ws + p->sz[OFF_WP], q->wq, O * per);
+	memcpy((char *)ws + p->sz[OFF_SC], q->sc, sizeof(float) * O);
+	pthread_mutex_unlock(&q->lock);
 }
 
 /* y[i] = act(acc[i] * sc[o] + b[o]), o the channel of element i: the
  * innermost dimension for rows and NHWC (inner = 1), else every
- * inner = OH*OW elements in turn (NCHW). */
+ * inner = OH*OW elements in turn (NCHW).  Loops over (row, channel)
+ * blocks, so no division per element. */
 static void q_epilogue(const struct cpu_plan *p, const struct kiln_op_args *a)
 {
-	const int64_t O = p->rows, inner = p->sz[6], n = p->n;
+	const int64_t O = p->rows, inner = p->sz[6], blocks = p->n / inner;
 	const int32_t *acc = (const int32_t *)((const char *)a->workspace + p->sz[OFF_YK]);
 	const float *sc = (const float *)((const char *)a->workspace + p->sz[OFF_SC]);
 	const float *b = p->op.n_in == 3 ? a->in[2] : NULL;
 	const int relu = (p->op.flags & KILN_OPF_ACT) != 0;
 	float *y = a->out[0];
+	if (inner == 1) {
 #pragma omp parallel for schedule(static)
-	for (int64_t i = 0; i < n; i++) {
-		const int64_t o = (i / inner) % O;
-		float v = (float)acc[i] * sc[o] + (b ? b[o] : 0.0f);
-		y[i] = relu && v < 0 ? 0.0f : v;
+		for (int64_t r = 0; r < blocks / O; r++)
+			for (int64_t o = 0; o < O; o++) {
+				const int64_t i = r * O + o;
+				float v = (float)acc[i] * sc[o] + (b ? b[o] : 0.0f);
+				y[i] = relu && v < 0 ? 0.0f : v;
+			}
+		return;
+	}
+#pragma omp parallel for schedule(static)
+	for (int64_t k = 0; k < blocks; k++) {
+		const int64_t o = k % O;
+		const float s = sc[o], bo = b ? b[o] : 0.0f;
+		for (int64_t i = k * inner; i < (k + 1) * inner; i++) {
+			float v = (float)acc[i] * s + bo;
+			y[i] = relu && v < 0 ? 0.0f : v;
+		}
 	}
 }
 
@@ -268,6 +338,11 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->sz[6] = b.conv && !b.nhwc ? op->out[0].dims[2] * op->out[0].dims[3] : 1;
 	if ((st = q_steps(c, p, &b)))
 		goto out;
+	if (!(p->qcache = q_cache_new(b.O, b.per))) {
+		st = c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the quantized weights",
+				    cpu_op_name(op->type), b.geom);
+		goto out;
+	}
 	p->n_in = op->n_in;
 	p->n_out = 1;
 	p->kernel = q_run;
