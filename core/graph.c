@@ -99,8 +99,8 @@ static int only_consumer_is(const struct kiln_model *m, int i, const char *type)
 	return n == 1 && match;
 }
 
-/* The only reader of layer i's output, else -1. */
-static int only_consumer(const struct kiln_model *m, int i)
+/* The only reader of layer i's output, else -1 (graph.h). */
+int kiln_model_only_consumer(const struct kiln_model *m, int i)
 {
 	int who = -1;
 	for (int j = i + 1; j < m->n_layers; j++)
@@ -121,7 +121,7 @@ static int only_consumer(const struct kiln_model *m, int i)
  * input, which the fused op does not keep). */
 static int fusable_act(const struct kiln_model *m, int i, int fuse)
 {
-	const int j = only_consumer(m, i);
+	const int j = kiln_model_only_consumer(m, i);
 	if (!m->fuse || !fuse || j < 0 || m->layers[j].n_in != 1)
 		return 0;
 	const char *type = m->layers[j].type->name;
@@ -218,7 +218,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		if ((st = ops->infer(h, &n->l)))
 			return kiln_error_wrap(st, "layer '%s' (%s)", L->name, L->type->name);
 		if (n->l.fuse_act && n->l.act_fused) /* the activation is now a view */
-			nodes[only_consumer(m, i)].l.act_fused = 1;
+			nodes[kiln_model_only_consumer(m, i)].l.act_fused = 1;
 		if ((st = check_sizes(m, i, &n->l)) || (st = check_token_input(m, i, &n->l)))
 			return st;
 	}

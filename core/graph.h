@@ -330,6 +330,8 @@ void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln
 /* [model] layout resolved for dev (KILN_NCHW or KILN_NHWC): `auto` follows
  * the device's KILN_DEVICE_PREFER_NHWC trait. */
 int32_t kiln_model_layout(const struct kiln_config *cfg, const struct kiln_device *dev);
+/* The only layer that reads layer i's output, else -1 (none, or several). */
+int kiln_model_only_consumer(const struct kiln_model *m, int i);
 /* Configure and infer every layer for the data input `data` (the batch
  * first: kiln_model_data_desc) into nodes[] (the caller's, n_layers of
  * them, zeroed), with kiln_layer.decode_len = decode; with [run] fuse,

@@ -10,20 +10,6 @@
 
 /* ---- which layers fold ------------------------------------------------ */
 
-/* The only reader of layer i's output, else -1 (none or several). */
-static int sole_reader(const struct kiln_model *m, int i)
-{
-	int who = -1;
-	for (int j = i + 1; j < m->n_layers; j++)
-		for (int k = 0; k < m->layers[j].n_in; k++)
-			if (m->layers[j].in[k] == i) {
-				if (who >= 0)
-					return -1;
-				who = j;
-			}
-	return who;
-}
-
 static int is_type(const struct kiln_model *m, int i, const char *type)
 {
 	return i >= 0 && !strcmp(m->layers[i].type->name, type);
@@ -44,7 +30,7 @@ static int fold_plan(const struct kiln_model *m, int *removed, int *host)
 		if (is_type(m, j, "dropout")) {
 			removed[j] = 1;
 		} else if (is_type(m, j, "batchnorm") && (is_type(m, i, "conv") || is_type(m, i, "linear")) &&
-			   sole_reader(m, i) == j && m->layers[i].tie < 0) {
+			   kiln_model_only_consumer(m, i) == j && m->layers[i].tie < 0) {
 			removed[j] = 1;
 			host[i] = j;
 		}
