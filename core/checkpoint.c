@@ -68,7 +68,8 @@ static kiln_status read_error(const char *path, const char *what)
 
 /* ---- text pieces --------------------------------------------------------- */
 
-char *kiln_ckpt_config_text(const struct kiln_config *cfg, const struct kiln_registry *reg)
+static char *config_text(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			 int defaults)
 {
 	char *text = NULL;
 	size_t len = 0;
@@ -78,13 +79,24 @@ char *kiln_ckpt_config_text(const struct kiln_config *cfg, const struct kiln_reg
 		return NULL;
 	}
 	/* kiln_config_write only reads the registry */
-	kiln_status st = kiln_config_write(cfg, (struct kiln_registry *)reg, f);
+	struct kiln_registry *r = (struct kiln_registry *)reg;
+	kiln_status st = defaults ? kiln_config_write_defaults(cfg, r, f) : kiln_config_write(cfg, r, f);
 	if (fclose(f) || st) {
 		free(text);
 		kiln_error(KILN_EIO, "cannot write the resolved config");
 		return NULL;
 	}
 	return text;
+}
+
+char *kiln_ckpt_config_text(const struct kiln_config *cfg, const struct kiln_registry *reg)
+{
+	return config_text(cfg, reg, 0);
+}
+
+char *kiln_ckpt_config_defaults(const struct kiln_config *cfg, const struct kiln_registry *reg)
+{
+	return config_text(cfg, reg, 1);
 }
 
 char *kiln_ckpt_versions(const struct kiln_registry *reg, const struct kiln_device *dev)

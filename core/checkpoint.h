@@ -88,6 +88,9 @@ char *kiln_ckpt_versions(const struct kiln_registry *reg, const struct kiln_devi
 /* The resolved config of cfg as text (malloc'd; the caller frees), or NULL
  * with KILN_ENOMEM/KILN_EIO set. */
 char *kiln_ckpt_config_text(const struct kiln_config *cfg, const struct kiln_registry *reg);
+/* cfg's sections with every key at its default (kiln_config_write_defaults):
+ * the `defaults` of kiln_ckpt_config_check.  malloc'd; NULL on failure. */
+char *kiln_ckpt_config_defaults(const struct kiln_config *cfg, const struct kiln_registry *reg);
 
 /* ---- reading ------------------------------------------------------------ */
 
@@ -149,9 +152,12 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
  * (kiln_ckpt_safe_key); for the weights alone (eval, export) only the keys
  * that shape the stored tensors: those listed in weights_keys (the
  * checkpoint's "weights_keys" section; "" for a checkpoint without one)
- * and those kiln_ckpt_weights_keys picks from either text. */
+ * and those kiln_ckpt_weights_keys picks from either text.  A key the
+ * checkpoint's text lacks (it was written by a kiln before the key
+ * existed) is equal when its value here is its default in `defaults`
+ * (kiln_ckpt_config_defaults of the current config; NULL: no such rule). */
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
-				   const char *weights_keys);
+				   const char *weights_keys, const char *defaults);
 /* The "section key" lines of the keys of a resolved config text that shape
  * the stored tensors: every key of [model] and the [layer.*] sections but
  * those that only say how to compute or where the first values come from

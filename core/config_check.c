@@ -460,10 +460,12 @@ static void write_keys(FILE *f, const struct section *s, const struct section *p
 	}
 }
 
-static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_registry *reg,
-			  const char *name)
+/* Section `name` as resolved; defaults = 1: every key at its default (what
+ * a key the config does not set reads as), the layer's type kept. */
+static void write_section_as(FILE *f, const struct kiln_config *cfg, struct kiln_registry *reg,
+			     const char *name, int defaults)
 {
-	const struct section *s = kiln_cfg_find_section(cfg, name);
+	const struct section *s = defaults ? NULL : kiln_cfg_find_section(cfg, name);
 	const struct section *parent = strcmp(name, "data.eval") && strcmp(name, "data.val")
 					       ? NULL
 					       : kiln_cfg_find_section(cfg, "data");
@@ -474,6 +476,24 @@ static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_re
 	if ((reg || !strcmp(name, "train")) && kiln_config_ext_schema(cfg, reg, name, &ext) == KILN_OK)
 		write_keys(f, s, parent, ext, &any);
 	fprintf(f, "\n");
+}
+
+static void write_section(FILE *f, const struct kiln_config *cfg, struct kiln_registry *reg,
+			  const char *name)
+{
+	write_section_as(f, cfg, reg, name, 0);
+}
+
+kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kiln_registry *reg,
+				       FILE *f)
+{
+	for (int i = 0; i < cfg->n; i++)
+		write_section_as(f, cfg, reg, cfg->s[i].name, 1);
+	static const char *const fixed[] = { "run", "data", "data.eval", "model", "train", "dist", "log", "pipeline" };
+	for (size_t i = 0; i < KILN_ARRAY_LEN(fixed); i++)
+		if (!kiln_cfg_find_section(cfg, fixed[i]))
+			write_section_as(f, cfg, reg, fixed[i], 1);
+	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }
 
 kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registry *reg,
@@ -491,6 +511,7 @@ kiln_status kiln_config_write(const struct kiln_config *cfg, struct kiln_registr
 			write_section(f, cfg, reg, cfg->s[i].name);
 	write_section(f, cfg, reg, "train");
 	write_section(f, cfg, reg, "dist");
+	write_section(f, cfg, reg, "log");
 	write_section(f, cfg, reg, "pipeline");
 	for (int i = 0; i < cfg->n; i++)
 		if (is_prefixed(cfg->s[i].name, "plugin."))

@@ -253,6 +253,9 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 {
 	int64_t ns_buf[2] = { 0, 0 }, *ns = d->timed ? ns_buf : NULL;
 	kiln_status st = KILN_OK;
+	struct kiln_data_scratch own = { 0 };
+	if (!s)
+		s = &own; /* a one-off read: buffers live for this call only */
 	for (int64_t i = 0; i < rows && !st; i++) {
 		void *out = (char *)x + (size_t)i * d->sample_bytes;
 		int32_t *yi = y + i * d->label_elems;
@@ -287,6 +290,7 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 		atomic_fetch_add(&d->read_ns, ns[0]);
 		atomic_fetch_add(&d->xform_ns, ns[1]);
 	}
+	kiln_data_scratch_free(&own);
 	return st;
 }
 

@@ -33,6 +33,11 @@ unsigned kiln_device_abi_minor(const struct kiln_device *dev);
  * (with the defaults of the registry cfg was validated with): the model's
  * architecture, which core/weights.c hashes into exported files. */
 kiln_status kiln_config_write_layers(const struct kiln_config *cfg, FILE *f);
+/* Every section of cfg (and the fixed ones it lacks) with every key at its
+ * schema default, in kiln_config_write's format: what a key absent from an
+ * older resolved config (one written before the key existed) meant. */
+kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kiln_registry *reg,
+				       FILE *f);
 
 #endif
 

@@ -202,32 +202,45 @@ static const char *kv_val(const struct kv *e, char *buf, size_t n)
 	return buf;
 }
 
-kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
-				   const char *wkeys)
+static int kv_equal(const struct kv *x, const struct kv *y)
 {
-	struct kv *a = NULL, *b = NULL;
-	int na = 0, nb = 0;
+	return x && y && (!x->val) == (!y->val) &&
+	       (!x->val || (x->val_n == y->val_n && !memcmp(x->val, y->val, (size_t)x->val_n)));
+}
+
+static const struct kv *kv_find(const struct kv *v, int n, const struct kv *e)
+{
+	for (int j = 0; j < n; j++)
+		if (kv_same_key(e, &v[j]))
+			return &v[j];
+	return NULL;
+}
+
+kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
+				   const char *wkeys, const char *defaults)
+{
+	struct kv *a = NULL, *b = NULL, *d = NULL;
+	int na = 0, nb = 0, nd = 0;
 	kiln_status st;
-	if ((st = parse_resolved(saved, &a, &na)) || (st = parse_resolved(current, &b, &nb)))
+	if ((st = parse_resolved(saved, &a, &na)) || (st = parse_resolved(current, &b, &nb)) ||
+	    (defaults && (st = parse_resolved(defaults, &d, &nd))))
 		goto out;
 	/* keys of the checkpoint in its order, then keys only the config has */
 	for (int pass = 0; pass < 2 && !st; pass++) {
 		const struct kv *x = pass ? b : a, *y = pass ? a : b;
 		int nx = pass ? nb : na, ny = pass ? na : nb;
 		for (int i = 0; i < nx; i++) {
-			const struct kv *e = &x[i], *o = NULL;
+			const struct kv *e = &x[i];
 			if (!kv_wanted(e, wkeys))
 				continue;
-			for (int j = 0; j < ny && !o; j++)
-				if (kv_same_key(e, &y[j]))
-					o = &y[j];
+			const struct kv *o = kv_find(y, ny, e);
 			if (pass && o)
 				continue; /* compared in the first pass */
 			const struct kv *ck = pass ? o : e, *now = pass ? e : o;
-			int same = ck && now && (!ck->val) == (!now->val) &&
-				   (!ck->val || (ck->val_n == now->val_n &&
-						 !memcmp(ck->val, now->val, (size_t)ck->val_n)));
-			if (same)
+			if (kv_equal(ck, now))
+				continue;
+			/* a key newer than the checkpoint, at its default here */
+			if (!ck && kv_equal(now, kv_find(d, nd, now)))
 				continue;
 			char v1[300], v2[300], safe[600];
 			int k = 0;
@@ -250,6 +263,7 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 out:
 	free(a);
 	free(b);
+	free(d);
 	return st;
 }
 
@@ -391,19 +405,22 @@ void kiln_ckpt_prune(const char *dir, int64_t keep)
 static kiln_status weights_check(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				 struct kiln_ckpt *ck)
 {
-	char *saved = NULL, *wkeys = NULL, *current = NULL;
+	char *saved = NULL, *wkeys = NULL, *current = NULL, *defaults = NULL;
 	uint64_t bytes;
 	kiln_status st = kiln_ckpt_read_text(ck, "config", &saved);
 	/* a checkpoint of an older kiln lists none: this kiln's rule alone */
 	if (!st && kiln_ckpt_find(ck, "weights_keys", &bytes) == KILN_OK)
 		st = kiln_ckpt_read_text(ck, "weights_keys", &wkeys);
-	if (!st && !(current = kiln_ckpt_config_text(cfg, reg)))
+	if (!st && (!(current = kiln_ckpt_config_text(cfg, reg)) ||
+		    !(defaults = kiln_ckpt_config_defaults(cfg, reg))))
 		st = KILN_EIO;
 	if (!st)
-		st = kiln_ckpt_config_check(kiln_ckpt_path(ck), saved, current, wkeys ? wkeys : "");
+		st = kiln_ckpt_config_check(kiln_ckpt_path(ck), saved, current, wkeys ? wkeys : "",
+					    defaults);
 	free(saved);
 	free(wkeys);
 	free(current);
+	free(defaults);
 	return st;
 }
 

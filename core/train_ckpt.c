@@ -166,7 +166,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 	const int64_t samples = t->train.len, B = t->B, acc = t->acc;
 	struct kiln_ckpt *ck = NULL;
 	struct kiln_ckpt_trainer tr;
-	char *saved = NULL;
+	char *saved = NULL, *defaults = NULL;
 	kiln_status st = kiln_ckpt_newest(t->ckdir, &ck);
 	*found = 0;
 	if (st)
@@ -177,8 +177,12 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 		return KILN_OK;
 	}
 	const char *path = kiln_ckpt_path(ck);
+	if (!(defaults = kiln_ckpt_config_defaults(t->cfg, t->reg))) {
+		st = KILN_EIO;
+		goto out;
+	}
 	if ((st = kiln_ckpt_read_text(ck, "config", &saved)) ||
-	    (st = kiln_ckpt_config_check(path, saved, t->config_text, NULL)) ||
+	    (st = kiln_ckpt_config_check(path, saved, t->config_text, NULL, defaults)) ||
 	    (st = kiln_ckpt_trainer_get(ck, &tr)))
 		goto out;
 	if (tr.samples != samples) {
@@ -220,6 +224,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);
 out:
 	free(saved);
+	free(defaults);
 	kiln_ckpt_close(ck);
 	return st;
 }

@@ -326,7 +326,7 @@ START_TEST(test_other_model)
 	ck_assert(n0 == n1 && memcmp(s0, s1, n0) == 0);
 	/* and the config comparison of evaluation names the key */
 	char *ca = kiln_ckpt_config_text(a.cfg, reg), *cb = kiln_ckpt_config_text(b.cfg, reg);
-	ck_assert(kiln_ckpt_config_check(path, ca, cb, "") == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check(path, ca, cb, "", NULL) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc1] out"), "%s", kiln_last_error());
 	free(ca);
 	free(cb);
@@ -480,7 +480,7 @@ START_TEST(test_config_check)
 		ck_assert(kiln_config_override(c, cases[i].override) == 0);
 		ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s", kiln_last_error());
 		char *t = kiln_ckpt_config_text(c, reg);
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, NULL);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, NULL, NULL);
 		if (!cases[i].names) {
 			ck_assert_msg(st == 0, "%s: %s", cases[i].override, kiln_last_error());
 		} else {
@@ -512,7 +512,7 @@ START_TEST(test_config_check)
 		ck_assert(kiln_config_override(c, wcases[i].override) == 0);
 		ck_assert_msg(kiln_config_validate(c, reg) == 0, "%s", kiln_last_error());
 		char *t = kiln_ckpt_config_text(c, reg);
-		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wcases[i].listed);
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t0, t, wcases[i].listed, NULL);
 		ck_assert_msg(st == (wcases[i].refused ? KILN_ECONFIG : KILN_OK), "%s: %s",
 			      wcases[i].override, kiln_last_error());
 		free(t);
@@ -522,7 +522,7 @@ START_TEST(test_config_check)
 	struct kiln_config *c1 = test_config(reg, "[run]\nout_dir = /tmp/a\n[train]\nlr = 0.1\n"
 					  "[layer.loss]\ntype = softmax_xent\n");
 	char *t1 = kiln_ckpt_config_text(c1, reg);
-	ck_assert(kiln_ckpt_config_check("ck.kiln", t0, t1, NULL) == KILN_ECONFIG);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", t0, t1, NULL, NULL) == KILN_ECONFIG);
 	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc] type is 'linear' in the checkpoint but absent here"),
 		      "%s", kiln_last_error());
 	free(t1);
@@ -532,7 +532,31 @@ START_TEST(test_config_check)
 	static const char *const odd[] = { "", ";", "; ", ";\n", "=", "[", "[x", "[x]\n= 1\n",
 					   "a =", "a=", " = b\n", ";x", "[run]\n;\n; a\n" };
 	for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
-		ck_assert(kiln_ckpt_config_check("ck.kiln", odd[i], t0, NULL) == KILN_ECONFIG);
+		ck_assert(kiln_ckpt_config_check("ck.kiln", odd[i], t0, NULL, NULL) == KILN_ECONFIG);
+	/* a checkpoint of an older kiln lacks the keys added since: equal when
+	 * they are at their default here, a change when they are not */
+	char *d0 = kiln_ckpt_config_defaults(c0, reg), *old = strdup(t0);
+	ck_assert(d0 && old);
+	char *line = strstr(strstr(old, "[layer.fc]"), "\ninplace = 1\n");
+	ck_assert(line);
+	memmove(line, line + strlen("\ninplace = 1"), strlen(line + strlen("\ninplace = 1")) + 1);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t0, NULL, NULL) == KILN_ECONFIG);
+	ck_assert_msg(kiln_ckpt_config_check("ck.kiln", old, t0, NULL, d0) == KILN_OK, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t0, "", d0) == KILN_OK);
+	struct kiln_config *c2;
+	ck_assert(kiln_config_load_string(base, "test.ini", &c2) == 0);
+	ck_assert(kiln_config_override(c2, "layer.fc.inplace=0") == 0);
+	ck_assert(kiln_config_validate(c2, reg) == 0);
+	char *t2 = kiln_ckpt_config_text(c2, reg), *d2 = kiln_ckpt_config_defaults(c2, reg);
+	ck_assert(kiln_ckpt_config_check("ck.kiln", old, t2, NULL, d2) == KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "[layer.fc] inplace is absent in the checkpoint but '0' here"),
+		      "%s", kiln_last_error());
+	free(t2);
+	free(d2);
+	kiln_config_free(c2);
+	free(d0);
+	free(old);
 	free(t0);
 	kiln_config_free(c0);
 }
