@@ -199,6 +199,9 @@ START_TEST(test_workers_identical)
 			break;
 	}
 	ck_assert_msg(idx < 20, "epochs 0 and 1 drew the same crops for 20 samples");
+	/* without a scratch: buffers of the call alone, the same sample */
+	ck_assert(kiln_dataset_read_rows(&r.d, 1, &idx, 1, plain, &y, NULL) == 0);
+	ck_assert(!memcmp(plain, aug1, r.d.sample_bytes));
 	kiln_data_scratch_free(&scr);
 	free(plain), free(aug0), free(aug1);
 	free(ref), free(got), free(yref), free(ygot);
