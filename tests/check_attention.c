@@ -159,27 +159,6 @@ START_TEST(test_train_eval)
 END_TEST
 
 /* A model that must not build: the message names the layer and the cause. */
-static void refused(const char *ini, int nd, const int64_t *dims, const char *want)
-{
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	struct kiln_model *m = NULL;
-	ck_assert(kiln_config_load_string(ini, "bad.ini", &cfg) == KILN_OK);
-	kiln_status st = kiln_config_validate(cfg, reg);
-	if (!st) {
-		ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
-		struct kiln_tensor_desc sample;
-		kiln_tensor_desc_init(&sample, KILN_F32, nd, dims);
-		st = kiln_model_create(cfg, reg, dev, &sample, &m);
-		kiln_model_free(m);
-		kiln_device_close(dev);
-	}
-	ck_assert_msg(st != KILN_OK, "%s: built", ini);
-	ck_assert_msg(strstr(kiln_last_error(), want) != NULL, "message '%s' lacks '%s'",
-		      kiln_last_error(), want);
-	kiln_config_free(cfg);
-}
-
 START_TEST(test_config_errors)
 {
 	const int64_t tc[2] = { T, C3 }, flat[1] = { C3 };
@@ -187,13 +166,13 @@ START_TEST(test_config_errors)
 			   "[layer.loss]\ntype = softmax_xent\n";
 	char ini[512];
 	snprintf(ini, sizeof ini, "[layer.att]\ntype = attention\nheads = 3\n%s", tail);
-	refused(ini, 2, tc, "layer 'att' (attention): the input's last dimension 24 is not divisible by 3 * heads = 9");
+	test_model_refused(reg, ini, KILN_F32, 2, tc, "layer 'att' (attention): the input's last dimension 24 is not divisible by 3 * heads = 9");
 	snprintf(ini, sizeof ini, "[layer.att]\ntype = attention\n%s", tail);
-	refused(ini, 2, tc, "needs 'heads'");
+	test_model_refused(reg, ini, KILN_F32, 2, tc, "needs 'heads'");
 	snprintf(ini, sizeof ini, "[layer.att]\ntype = attention\nheads = 2\n%s", tail);
-	refused(ini, 1, flat, "layer 'att' (attention) needs [B, T, 3C] input");
+	test_model_refused(reg, ini, KILN_F32, 1, flat, "layer 'att' (attention) needs [B, T, 3C] input");
 	snprintf(ini, sizeof ini, "[layer.att]\ntype = attention\nheads = 2\ndropout = 1\n%s", tail);
-	refused(ini, 2, tc, "dropout");
+	test_model_refused(reg, ini, KILN_F32, 2, tc, "dropout");
 }
 END_TEST
 

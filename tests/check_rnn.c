@@ -233,27 +233,6 @@ START_TEST(test_fd_gru_masked) { fd_case("gru_l2_bi_mask"); }
 END_TEST
 
 /* A model that must not build: the message names the layer and the cause. */
-static void refused(const char *ini, int dtype, int nd, const int64_t *dims, const char *want)
-{
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	struct kiln_model *m = NULL;
-	ck_assert(kiln_config_load_string(ini, "bad.ini", &cfg) == KILN_OK);
-	kiln_status st = kiln_config_validate(cfg, reg);
-	if (!st) {
-		ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
-		struct kiln_tensor_desc sample;
-		kiln_tensor_desc_init(&sample, dtype, nd, dims);
-		st = kiln_model_create(cfg, reg, dev, &sample, &m);
-		kiln_model_free(m);
-		kiln_device_close(dev);
-	}
-	ck_assert_msg(st != KILN_OK, "%s: built", ini);
-	ck_assert_msg(strstr(kiln_last_error(), want) != NULL, "message '%s' lacks '%s'",
-		      kiln_last_error(), want);
-	kiln_config_free(cfg);
-}
-
 START_TEST(test_config_errors)
 {
 	const int64_t ti[2] = { 5, 4 }, flat[1] = { 20 };
@@ -261,15 +240,15 @@ START_TEST(test_config_errors)
 			   "[layer.loss]\ntype = softmax_xent\n";
 	char ini[512];
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = lstm\n%s", tail);
-	refused(ini, KILN_F32, 2, ti, "needs 'hidden'");
+	test_model_refused(reg, ini, KILN_F32, 2, ti, "needs 'hidden'");
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = gru\nhidden = 3\n%s", tail);
-	refused(ini, KILN_F32, 1, flat, "layer 'r' (gru) needs f32 [batch, time, channels]");
+	test_model_refused(reg, ini, KILN_F32, 1, flat, "layer 'r' (gru) needs f32 [batch, time, channels]");
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = lstm\nhidden = 3\ninputs = data, data\n%s", tail);
-	refused(ini, KILN_F32, 2, ti, "layer 'r' (lstm): its second input must be the token ids");
+	test_model_refused(reg, ini, KILN_F32, 2, ti, "layer 'r' (lstm): its second input must be the token ids");
 	snprintf(ini, sizeof ini,
 		 "[layer.a]\ntype = lstm\nhidden = 3\n[layer.b]\ntype = lstm\nhidden = 2\ninput = data\n"
 		 "[layer.c]\ntype = concat\ninputs = a, b\ndim = 2\n%s", tail);
-	refused(ini, KILN_F32, 2, ti, "dim");
+	test_model_refused(reg, ini, KILN_F32, 2, ti, "dim");
 }
 END_TEST
 
