@@ -168,6 +168,23 @@ static int run_command(const struct command *c, int argc, char **argv)
 	return c->run(argc, argv);
 }
 
+/* KILN_LOG_LEVEL = error | warn | info | debug: how much of the log reaches
+ * stderr (default info).  -1 for another value (named in the message). */
+static int log_level_from_env(void)
+{
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+	const char *v = getenv("KILN_LOG_LEVEL");
+	if (!v || !*v)
+		return 0;
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(v, names[i])) {
+			kiln_log_set_level(KILN_LOG_ERROR + i);
+			return 0;
+		}
+	fprintf(stderr, "kiln: error: KILN_LOG_LEVEL = '%s' is not one of error, warn, info, debug\n", v);
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	/* OpenMP waiters: spin briefly, then sleep, unless the user chose.
@@ -178,6 +195,8 @@ int main(int argc, char **argv)
 	 * plugin loads the OpenMP runtime. */
 	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
 	setenv("GOMP_SPINCOUNT", "100000", 0);
+	if (log_level_from_env())
+		return 2;
 
 	if (argc < 2) {
 		usage(stderr);

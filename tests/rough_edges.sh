@@ -10,7 +10,8 @@
 #  5. [data] limit is logged with the count it keeps, and [data.eval] does
 #     not inherit it: evaluation takes the whole test set;
 #  6. after a resume within an epoch, the epoch's train_loss averages the
-#     whole epoch (the checkpoint's partial sums), as an uninterrupted run's.
+#     whole epoch (the checkpoint's partial sums), as an uninterrupted run's;
+#  7. KILN_LOG_LEVEL shows debug lines or hides info lines.
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -60,4 +61,19 @@ stdout_has '"resumed_step": 2'
 resumed=$(field train_loss "$out")
 awk -v a="$whole" -v b="$resumed" 'BEGIN { d = a - b; exit !(a > 0 && d < 1e-5 && d > -1e-5) }' ||
 	fail "train_loss after the resume is $resumed, the uninterrupted run's $whole"
+# 7: KILN_LOG_LEVEL sets what reaches stderr: debug lines only when asked,
+#    info lines not at "error", another value refused
+export KILN_LOG_LEVEL=debug
+kiln 0 train "$ini" "$d" train.max_steps=1 run.out_dir=
+stderr_has "[train] debug: schedule"
+export KILN_LOG_LEVEL=error
+kiln 0 train "$ini" "$d" train.max_steps=1 run.out_dir=
+! grep -q "gets no bias" "$err" || fail "KILN_LOG_LEVEL=error still prints info lines"
+export KILN_LOG_LEVEL=loud
+kiln 2 --version
+stderr_has "KILN_LOG_LEVEL = 'loud' is not one of error, warn, info, debug"
+unset KILN_LOG_LEVEL
+kiln 0 train "$ini" "$d" train.max_steps=1 run.out_dir=
+! grep -q "debug:" "$err" || fail "debug lines without KILN_LOG_LEVEL=debug"
+stderr_has "gets no bias"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
