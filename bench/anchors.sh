@@ -41,8 +41,8 @@
 #                         [--rows LIST] [--inductor-cache DIR] [--short]
 #                         [--full-epoch]
 #   --short         a quick look: --runs 1 --steps 30 --mlp-steps 60 --bench
-#                   training (every row; about 15 minutes on 2 quiet cores,
-#                   most of it compiling); options after it override it
+#                   training (every row; most of its time is compiling);
+#                   options after it override it
 #   --full-epoch    the CNN rows train one whole epoch too (--steps 448:
 #                   kiln 468 steps, PyTorch 20 + 448), as the MLP's do by
 #                   default
