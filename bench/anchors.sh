@@ -157,7 +157,7 @@ one_run() {
         printf '%s"failed": "exit %d: %s"}\n' "$head" "$rc" "$why" >> "$RES/$b.jsonl"
         return 0
     fi
-    if [ -n "${STEADY:-}" ]; then
+    if [ -n "$STEADY" ]; then
         line=$("$PYTHON113" "$HERE/anchors_table.py" --steady "$TMP/kout/metrics.jsonl" $STEADY "$line") || {
             echo "$b $row run $rep: FAILED: no steady rate in its metrics.jsonl" >&2
             printf '%s"failed": "no steady rate"}\n' "$head" >> "$RES/$b.jsonl"
@@ -196,13 +196,16 @@ torch_rows() {
     fi
 }
 
+STEADY=
 kiln_row() { # BENCH SAMPLES WARM BATCH INI KEY=VALUE...
     b=$1 samples=$2 warm=$3 batch=$4 ini=$5
     shift 5
     rm -rf "$TMP/kout"
-    STEADY="$warm $batch" one_run "$b" kiln "$samples" env OPENBLAS_CORETYPE=SkylakeX \
+    STEADY="$warm $batch"
+    one_run "$b" kiln "$samples" env OPENBLAS_CORETYPE=SkylakeX \
         "$KILN" train "$ini" run.threads="$THREADS" train.eval=0 run.out_dir="$TMP/kout" \
         train.log_every="$warm" "$@"
+    STEADY=
 }
 
 BATCH=128
