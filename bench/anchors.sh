@@ -5,7 +5,8 @@
 # interleaved (each repetition runs every row once, in turn, so that the load
 # of a shared machine falls on all rows alike); medians over the repetitions.
 #
-# Benchmarks (--bench, comma-separated; default all but ddp):
+# Benchmarks (--bench, comma-separated; default all; "training" = mlp,
+# cnn-nchw, cnn-nhwc, cnn-bf16):
 #   mlp        Fashion-MNIST MLP, one epoch (bench/mlp_bench.ini, pytorch_mlp.py)
 #   cnn-nchw   Fashion-MNIST CNN, fp32, nchw (bench/cnn_bench.ini, pytorch_cnn.py)
 #   cnn-nhwc   the same, channels-last
@@ -15,9 +16,13 @@
 #   data       the data loader: kiln's folder loader vs torchvision's
 #              ImageFolder + DataLoader, 2.x and 1.13 (bench/data.sh's set-up)
 # Rows of a training benchmark:
-#   kiln                $KILN train <ini> ... train.eval=0 (its
-#                       train_samples_per_s counts its warm-up steps; its
-#                       whole-run rate is samples / the process's wall time)
+#   kiln                $KILN train <ini> ... train.eval=0; its rate is
+#                       the steady one, as the PyTorch rows': the steps
+#                       after the first 20 (GPT: 10), from the times of its
+#                       metrics.jsonl train lines (log_every = the warm-up
+#                       steps); its train_samples_per_s, which counts the
+#                       warm-up, is kept as kiln_all_steps_per_s; its
+#                       whole-run rate is samples / the process's wall time
 #   t2-eager-default    $KILN_VENV/bin/python, nothing set
 #   t2-eager-passive    OMP_WAIT_POLICY=PASSIVE
 #   t2-eager-omp1       OMP_NUM_THREADS=1, torch.set_num_threads(1)
@@ -33,11 +38,18 @@
 #
 # Usage: bench/anchors.sh [--runs N] [--bench LIST] [--threads N] [--steps N]
 #                         [--torch-env passive|default|omp1] [--out DIR]
-#                         [--rows LIST] [--inductor-cache DIR]
+#                         [--rows LIST] [--inductor-cache DIR] [--short]
+#                         [--full-epoch]
+#   --short         a quick look: --runs 1 --steps 30 --mlp-steps 60 --bench
+#                   training (every row; most of its time is compiling);
+#                   options after it override it
+#   --full-epoch    the CNN rows train one whole epoch too (--steps 448:
+#                   kiln 468 steps, PyTorch 20 + 448), as the MLP's do by
+#                   default
 #   --runs N        repetitions (default 3)
 #   --threads N     threads of every row (default 2)
 #   --steps N       timed steps of the CNN and GPT rows (default 100; kiln
-#                   runs N+20 CNN / N+10 GPT steps, all timed)
+#                   runs N+20 CNN / N+10 GPT steps, the last N timed)
 #   --mlp-steps N   the MLP's timed steps (default 0: one epoch, 468 steps,
 #                   PyTorch timing the last 448; else N+20 steps, as the CNN)
 #   --torch-env E   the OpenMP setting of the compile and Lightning rows
@@ -85,6 +97,8 @@ while [ $# -gt 0 ]; do
         --rows) [ $# -ge 2 ] || usage; ROWS=$2; shift 2 ;;
         --mlp-steps) [ $# -ge 2 ] || usage; MLP_TIMED=$2; shift 2 ;;
         --inductor-cache) [ $# -ge 2 ] || usage; ICACHE=$2; shift 2 ;;
+        --short) RUNS=1 STEPS=30 MLP_TIMED=60 BENCHES=training; shift ;;
+        --full-epoch) STEPS=448 MLP_TIMED=0; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "anchors.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -123,7 +137,9 @@ SKIP113=
 # the row, the repetition, the process's wall time and SAMPLES (the samples
 # the whole run trains, for the whole-run rate; 0 = not known) added, goes to
 # $RES/BENCH.jsonl; a run without one is recorded as failed.  A row not in
-# --rows is not run.
+# --rows is not run.  With STEADY set (kiln's rows: "WARM BATCH"), the
+# line's train_samples_per_s becomes the steady rate of $TMP/kout's
+# metrics.jsonl after WARM steps, the old one kiln_all_steps_per_s.
 one_run() {
     b=$1 row=$2 samples=$3
     shift 3
@@ -140,6 +156,13 @@ one_run() {
         echo "$b $row run $rep: FAILED (exit $rc): $why" >&2
         printf '%s"failed": "exit %d: %s"}\n' "$head" "$rc" "$why" >> "$RES/$b.jsonl"
         return 0
+    fi
+    if [ -n "$STEADY" ]; then
+        line=$("$PYTHON113" "$HERE/anchors_table.py" --steady "$TMP/kout/metrics.jsonl" $STEADY "$line") || {
+            echo "$b $row run $rep: FAILED: no steady rate in its metrics.jsonl" >&2
+            printf '%s"failed": "no steady rate"}\n' "$head" >> "$RES/$b.jsonl"
+            return 0
+        }
     fi
     echo "$b $row run $rep: $line" >&2
     printf '%s\n' "$line" | sed "s/^[[:space:]]*{/$head/" >> "$RES/$b.jsonl"
@@ -173,11 +196,16 @@ torch_rows() {
     fi
 }
 
-kiln_row() { # BENCH SAMPLES INI KEY=VALUE...
-    b=$1 samples=$2 ini=$3
-    shift 3
-    one_run "$b" kiln "$samples" env OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$ini" \
-        run.threads="$THREADS" train.eval=0 run.out_dir= "$@"
+STEADY=
+kiln_row() { # BENCH SAMPLES WARM BATCH INI KEY=VALUE...
+    b=$1 samples=$2 warm=$3 batch=$4 ini=$5
+    shift 5
+    rm -rf "$TMP/kout"
+    STEADY="$warm $batch"
+    one_run "$b" kiln "$samples" env OPENBLAS_CORETYPE=SkylakeX \
+        "$KILN" train "$ini" run.threads="$THREADS" train.eval=0 run.out_dir="$TMP/kout" \
+        train.log_every="$warm" "$@"
+    STEADY=
 }
 
 BATCH=128
@@ -188,20 +216,20 @@ MLP_STEPS=$((60000 / BATCH)) MLP_LIMIT=0
 rep_of() { # BENCH: one repetition of its rows
     case $1 in
     mlp)
-        kiln_row mlp $((MLP_STEPS * BATCH)) "$HERE/mlp_bench.ini" train.epochs=1 \
+        kiln_row mlp $((MLP_STEPS * BATCH)) 20 $BATCH "$HERE/mlp_bench.ini" train.epochs=1 \
             data.limit=$MLP_LIMIT train.max_steps=$MLP_STEPS
         torch_rows mlp $((MLP_STEPS * BATCH)) pytorch_mlp.py --steps $((MLP_LIMIT / BATCH)) ;;
     cnn-nchw|cnn-nhwc|cnn-bf16)
         layout=nchw prec=fp32
         [ "$1" = cnn-nhwc ] && layout=nhwc
         [ "$1" = cnn-bf16 ] && prec=bf16
-        kiln_row "$1" $((CNN_KSTEPS * BATCH)) "$HERE/cnn_bench.ini" model.layout=$layout \
+        kiln_row "$1" $((CNN_KSTEPS * BATCH)) 20 $BATCH "$HERE/cnn_bench.ini" model.layout=$layout \
             run.precision=$prec train.batch=$BATCH data.limit=$((CNN_KSTEPS * BATCH)) \
             train.max_steps=$CNN_KSTEPS
         torch_rows "$1" $((CNN_KSTEPS * BATCH)) pytorch_cnn.py --layout $layout \
             --precision $prec --steps "$STEPS" --warmup-steps 20 --eval-samples 1000 ;;
     gpt)
-        kiln_row gpt $((GPT_KSTEPS * 16)) examples/gpt_char.ini data.path="$GPT_DATA" \
+        kiln_row gpt $((GPT_KSTEPS * 16)) 10 16 examples/gpt_char.ini data.path="$GPT_DATA" \
             train.max_steps=$GPT_KSTEPS train.checkpoint_every=0
         torch_rows gpt $((GPT_KSTEPS * 16)) pytorch_gpt.py --data "$GPT_DATA" \
             --steps "$STEPS" --warmup-steps 10 ;;
@@ -217,7 +245,7 @@ rep_of() { # BENCH: one repetition of its rows
     esac
 }
 
-BENCHES=$(printf '%s' "$BENCHES" | tr ',' ' ')
+BENCHES=$(printf '%s' "$BENCHES" | sed 's/training/mlp,cnn-nchw,cnn-nhwc,cnn-bf16/' | tr ',' ' ')
 for b in $BENCHES; do
     case $b in
         mlp|cnn-nchw|cnn-nhwc|cnn-bf16|gpt|data) ;;

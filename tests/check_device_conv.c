@@ -299,6 +299,83 @@ START_TEST(test_pool)
 }
 END_TEST
 
+/* 2x2 stride-2 max pooling's rule for ties and NaN (PyTorch's): the first
+ * maximum in the window's row-major order wins, and a NaN wins over any
+ * number, the last NaN if there are more (PyTorch's `val > max ||
+ * isnan(val)` scan); the backward sends the whole
+ * gradient to that one position.  Channel 0's windows tie, channel 1's
+ * windows hold a NaN after a larger number, channel 2's two NaNs. */
+static void pool_rule_case(struct fx *f, int nhwc)
+{
+	enum { N = 1, C = 3, H = 2, W = 4, OW = 2 };
+	/* [c][h][w]: window j is columns 2j, 2j+1 of both rows */
+	static const float x[C][H][W] = {
+		{ { 1, 1, 7, 2 }, { 1, 1, 7, 7 } },
+		{ { 0, 5, -1, 4 }, { NAN, 6, 3, NAN } },
+		{ { NAN, 2, 1, NAN }, { NAN, 9, NAN, 1 } },
+	};
+	/* the winning position (h, w) of each output (c, j) */
+	static const int win[C][OW][2] = { { { 0, 0 }, { 0, 2 } }, { { 1, 0 }, { 1, 3 } },
+					   { { 1, 0 }, { 1, 2 } } };
+	const float dy[C * OW] = { 1, 2, 3, 4, 5, 6 };
+	const struct pool_g q = { N, C, H, W, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 };
+	struct kiln_op op;
+	void *fplan, *bplan, *ws = NULL, *aux = NULL;
+	size_t wsb = 0, bwsb = 0;
+	pool_op(&op, 0, &q, 1, OW, nhwc);
+	OK(kiln_device_prepare(f->dev, &op, &fplan, &wsb));
+	pool_op(&op, 1, &q, 1, OW, nhwc);
+	OK(kiln_device_prepare(f->dev, &op, &bplan, &bwsb));
+	wsb = bwsb > wsb ? bwsb : wsb;
+	float *k1, *k2;
+	void *dX = dput4(f, &x[0][0][0], N, C, H, W, nhwc, &k1), *dDY = dput4(f, dy, N, C, 1, OW, nhwc, &k2);
+	void *dY = dput(f, NULL, sizeof dy), *dDX = dput(f, NULL, sizeof x);
+	if (wsb)
+		OK(kiln_device_alloc(f->dev, wsb, &ws));
+	OK(kiln_device_alloc(f->dev, aux_bytes(f, fplan), &aux));
+	struct kiln_op_args a;
+	memset(&a, 0, sizeof a);
+	a.in[0] = dX, a.out[0] = dY, a.out[1] = aux, a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, fplan, &a, f->s));
+	memset(&a, 0, sizeof a);
+	a.in[0] = dDY, a.in[1] = aux, a.in[2] = dX, a.out[0] = dDX;
+	a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, bplan, &a, f->s));
+	OK(kiln_device_stream_sync(f->dev, f->s));
+	float *y = dget4(f, dY, N, C, 1, OW, nhwc), *dx = dget4(f, dDX, N, C, H, W, nhwc);
+	for (int c = 0; c < C; c++)
+		for (int j = 0; j < OW; j++) {
+			const float want = x[c][win[c][j][0]][win[c][j][1]], got = y[c * OW + j];
+			ck_assert_msg(want != want ? got != got : got == want,
+				      "%s max pool c%d window %d: %g, want %g", nhwc ? "NHWC" : "NCHW", c, j,
+				      got, want);
+			for (int h = 0; h < H; h++)
+				for (int w = 2 * j; w < 2 * j + 2; w++) {
+					const int at = h == win[c][j][0] && w == win[c][j][1];
+					ck_assert_msg(dx[(c * H + h) * W + w] == (at ? dy[c * OW + j] : 0.0f),
+						      "%s max pool backward c%d h%d w%d: %g",
+						      nhwc ? "NHWC" : "NCHW", c, h, w, dx[(c * H + h) * W + w]);
+				}
+		}
+	kiln_device_plan_free(f->dev, fplan);
+	kiln_device_plan_free(f->dev, bplan);
+	void *d[] = { dX, dDY, dY, dDX, ws, aux };
+	for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+		kiln_device_free(f->dev, d[i]);
+	free(y), free(dx), free(k1), free(k2);
+}
+
+START_TEST(test_pool_rule)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_POOL);
+	for (int nhwc = 0; nhwc < 2; nhwc++)
+		pool_rule_case(&f, nhwc);
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- concat / split / reorder ----------------------------------------- */
 
 /* Concat parts of extents ext[0..k) along dim d of a [N,C,H,W] (or 2-d
@@ -446,5 +523,6 @@ START_TEST(test_reorder)
 }
 END_TEST
 
-DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(pool), DFX_CASE(concat_split),
+DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(pool), DFX_CASE(pool_rule),
+	     DFX_CASE(concat_split),
 	     DFX_CASE(reorder));

@@ -83,6 +83,7 @@ struct conv_build {
 	dnnl_memory_desc_t b_md;
 	dnnl_primitive_desc_t fwd, pd;
 	dnnl_primitive_attr_t attr;
+	dnnl_primitive_attr_t rattr; /* the reorders': attr without its post-ops */
 };
 
 /* Which tensor is which, and the dtypes: f32, or bf16 activations and
@@ -175,6 +176,10 @@ static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->b_md, 1, bd, dnnl_f32, dnnl_a));
 	CPU_DNN_TRY(dnnl_primitive_attr_create(&b->attr));
 	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(b->attr, dnnl_scratchpad_mode_user));
+	/* a reorder takes no eltwise post-op (oneDNN: unimplemented), so the
+	 * fused activation must not reach the reorders around the kernel */
+	CPU_DNN_TRY(dnnl_primitive_attr_create(&b->rattr));
+	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(b->rattr, dnnl_scratchpad_mode_user));
 	if (p->op.flags & KILN_OPF_ACT) { /* the fused activation: CONV only (opcheck) */
 		dnnl_post_ops_t po = NULL;
 		CPU_DNN_TRY(dnnl_post_ops_create(&po));
@@ -256,10 +261,10 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 		(*n_reorder)++;
 		if (t[k].in)
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, &t[k].user, c->engine,
-								       t[k].kern, c->engine, b->attr));
+								       t[k].kern, c->engine, b->rattr));
 		else
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, t[k].kern, c->engine,
-								       &t[k].user, c->engine, b->attr));
+								       &t[k].user, c->engine, b->rattr));
 		const size_t rs = cpu_dnn_scratch(t[k].rpd);
 		if (rs > scratch)
 			scratch = rs;
@@ -359,5 +364,6 @@ out: /* oneDNN's destroy functions take NULL */
 	dnnl_primitive_desc_destroy(b.pd);
 	dnnl_primitive_desc_destroy(b.fwd);
 	dnnl_primitive_attr_destroy(b.attr);
+	dnnl_primitive_attr_destroy(b.rattr);
 	return st;
 }

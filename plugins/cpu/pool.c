@@ -23,21 +23,26 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* ---- 2x2 stride-2 max pooling of plain NCHW f32 ------------------------
+/* ---- 2x2 stride-2 max pooling of plain f32, NCHW or NHWC ----------------
  * oneDNN 2.6 pools plain NCHW with a scalar kernel (simple_nchw): on the
  * AVX2 EPYC of docs/PERFORMANCE.md ("Layout, fusion and the defaults,
  * measured") 3x its NHWC time, the largest cost of an NCHW CNN step after
- * the convolutions.  This one case (the CNNs' pooling) is two vector rows
- * in, one out.  aux (training): one byte per output, the window position
- * 0..3 (row-major) of the maximum, the first in scan order, a NaN winning
- * (PyTorch's rule; oneDNN's too).  sz[0] N*C planes, sz[1..4] H, W, OH, OW. */
+ * the convolutions; its NHWC kernel (jit:avx2) zero-fills dx and scatters
+ * through a 4-byte-per-output workspace.  This one case (the CNNs' pooling)
+ * is two input rows in, one out, vectorised along W (NCHW) or along C
+ * (NHWC).  aux (training): one byte per output, the window position 0..3
+ * (row-major) of the maximum, the first in scan order, a NaN winning
+ * (PyTorch's rule; oneDNN's too).  A row is one (plane, output row): a plane
+ * is one (n, c) of NCHW or one n of NHWC.  sz[0] planes, sz[1..4] H, W, OH,
+ * OW, sz[5] C of a pixel (1 for NCHW). */
 
-/* the maximum of one window and its position */
-#define MAX2_WINDOW(r0, r1, j, m, k)                                          \
-	float m = r0[2 * (j)];                                                \
+/* the maximum m of the window whose four values are at x0[o], x0[o + s],
+ * x1[o], x1[o + s], and its position k */
+#define MAX2_WINDOW(x0, x1, o, s, m, k)                                       \
+	float m = x0[o];                                                      \
 	int k = 0;                                                            \
 	{                                                                     \
-		const float v1 = r0[2 * (j) + 1], v2 = r1[2 * (j)], v3 = r1[2 * (j) + 1]; \
+		const float v1 = x0[(o) + (s)], v2 = x1[o], v3 = x1[(o) + (s)];   \
 		int t = v1 > m || v1 != v1;                                   \
 		m = t ? v1 : m, k = t ? 1 : k;                                \
 		t = v2 > m || v2 != v2;                                       \
@@ -46,58 +51,97 @@
 		m = t ? v3 : m, k = t ? 3 : k;                                \
 	}
 
+/* one output row of OW windows of C channels from input rows r0, r1 */
 CPU_CLONES static void max2_row(float *restrict y, uint8_t *restrict w, const float *restrict r0,
-				const float *restrict r1, int64_t OW)
+				const float *restrict r1, int64_t OW, int64_t C)
 {
-	if (w) {
+	if (C == 1 && w) {
 #pragma omp simd
 		for (int64_t j = 0; j < OW; j++) {
-			MAX2_WINDOW(r0, r1, j, m, k)
+			MAX2_WINDOW(r0, r1, 2 * j, 1, m, k)
 			y[j] = m, w[j] = (uint8_t)k;
 		}
-	} else {
+	} else if (C == 1) {
 #pragma omp simd
 		for (int64_t j = 0; j < OW; j++) {
-			MAX2_WINDOW(r0, r1, j, m, k)
+			MAX2_WINDOW(r0, r1, 2 * j, 1, m, k)
 			(void)k;
 			y[j] = m;
+		}
+	} else {
+		for (int64_t j = 0; j < OW; j++) {
+			const float *x0 = r0 + 2 * j * C, *x1 = r1 + 2 * j * C;
+			float *yj = y + j * C;
+			if (w) {
+				uint8_t *wj = w + j * C;
+#pragma omp simd
+				for (int64_t c = 0; c < C; c++) {
+					MAX2_WINDOW(x0, x1, c, C, m, k)
+					yj[c] = m, wj[c] = (uint8_t)k;
+				}
+			} else {
+#pragma omp simd
+				for (int64_t c = 0; c < C; c++) {
+					MAX2_WINDOW(x0, x1, c, C, m, k)
+					(void)k;
+					yj[c] = m;
+				}
+			}
 		}
 	}
 }
 #undef MAX2_WINDOW
 
+/* the gradient g to the window position k of four: x0[o], x0[o + s], x1[o],
+ * x1[o + s]; zeros to the other three */
+#define MAX2_SCATTER(d0, d1, o, s, g, k)                                      \
+	d0[o] = k == 0 ? g : 0.0f, d0[(o) + (s)] = k == 1 ? g : 0.0f;         \
+	d1[o] = k == 2 ? g : 0.0f, d1[(o) + (s)] = k == 3 ? g : 0.0f
+
 CPU_CLONES static void max2_bwd_row(float *restrict d0, float *restrict d1, const float *restrict dy,
-				    const uint8_t *restrict w, int64_t OW)
+				    const uint8_t *restrict w, int64_t OW, int64_t C)
 {
+	if (C == 1) {
 #pragma omp simd
+		for (int64_t j = 0; j < OW; j++) {
+			MAX2_SCATTER(d0, d1, 2 * j, 1, dy[j], w[j]);
+		}
+		return;
+	}
 	for (int64_t j = 0; j < OW; j++) {
-		const float g = dy[j];
-		const int k = w[j];
-		d0[2 * j] = k == 0 ? g : 0.0f, d0[2 * j + 1] = k == 1 ? g : 0.0f;
-		d1[2 * j] = k == 2 ? g : 0.0f, d1[2 * j + 1] = k == 3 ? g : 0.0f;
+		float *x0 = d0 + 2 * j * C, *x1 = d1 + 2 * j * C;
+		const float *g = dy + j * C;
+		const uint8_t *wj = w + j * C;
+#pragma omp simd
+		for (int64_t c = 0; c < C; c++) {
+			MAX2_SCATTER(x0, x1, c, C, g[c], wj[c]);
+		}
 	}
 }
+#undef MAX2_SCATTER
 
 static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			    struct cpu_err *e)
 {
 	const int bwd = p->op.type == KILN_OP_POOL_BWD;
-	const int64_t P = p->sz[0], H = p->sz[1], W = p->sz[2], OH = p->sz[3], OW = p->sz[4];
+	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
+	const int64_t W = p->sz[2] * C; /* floats of an input row */
 	(void)e;
 #pragma omp parallel for if (P * H * W >= CPU_PAR_MIN) schedule(static)
 	for (int64_t r = 0; r < P * OH; r++) {
 		const int64_t pl = r / OH, i = r % OH;
-		const int64_t xo = pl * H * W + 2 * i * W, yo = r * OW;
+		const int64_t xo = pl * H * W + 2 * i * W, yo = r * OW * C;
 		if (!bwd) {
 			const float *x = (const float *)a->in[0] + xo;
 			max2_row((float *)a->out[0] + yo, p->aux ? (uint8_t *)a->out[1] + yo : NULL, x,
-				 x + W, OW);
+				 x + W, OW, C);
 			continue;
 		}
 		float *dx = (float *)a->out[0] + xo;
-		max2_bwd_row(dx, dx + W, (const float *)a->in[0] + yo, (const uint8_t *)a->in[1] + yo, OW);
-		if (W > 2 * OW) /* the columns no window reads */
-			for (int64_t q = 2 * OW; q < W; q++)
+		max2_bwd_row(dx, dx + W, (const float *)a->in[0] + yo, (const uint8_t *)a->in[1] + yo, OW,
+			     C);
+		if (W > 2 * OW * C) /* the columns no window reads */
+			for (int64_t q = 2 * OW * C; q < W; q++)
 				dx[q] = dx[W + q] = 0.0f;
 		if (i == OH - 1) /* the rows no window reads */
 			for (int64_t q = (2 * OH) * W; q < H * W; q++)
@@ -106,28 +150,30 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 	return KILN_OK;
 }
 
-/* The case max2_run serves: max, 2x2, stride 2, no padding, plain NCHW f32. */
+/* The case max2_run serves: max, 2x2, stride 2, no padding, plain f32. */
 static int max2_fits(const struct kiln_op *op, const struct kiln_tensor_desc *x)
 {
 	return op->i[0] == KILN_POOL_MAX && op->i[1] == 2 && op->i[2] == 2 && op->i[3] == 2 &&
-	       op->i[4] == 2 && !op->i[5] && !op->i[6] && !cpu_nhwc(x) && x->dtype == KILN_F32 &&
+	       op->i[4] == 2 && !op->i[5] && !op->i[6] && x->dtype == KILN_F32 &&
 	       !(op->flags & KILN_OPF_ACCUMULATE);
 }
 
 static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const struct kiln_tensor_desc *x,
 				const struct kiln_tensor_desc *y)
 {
-	const int bwd = p->op.type == KILN_OP_POOL_BWD;
-	p->sz[0] = x->dims[0] * x->dims[1], p->sz[1] = x->dims[2], p->sz[2] = x->dims[3];
+	const int bwd = p->op.type == KILN_OP_POOL_BWD, nhwc = cpu_nhwc(x);
+	p->sz[0] = nhwc ? x->dims[0] : x->dims[0] * x->dims[1];
+	p->sz[1] = x->dims[2], p->sz[2] = x->dims[3];
 	p->sz[3] = y->dims[2], p->sz[4] = y->dims[3];
-	p->aux = bwd || p->op.n_out == 2 ? (size_t)(p->sz[0] * p->sz[3] * p->sz[4]) : 0;
+	p->sz[5] = nhwc ? x->dims[1] : 1;
+	p->aux = bwd || p->op.n_out == 2 ? (size_t)(p->sz[0] * p->sz[3] * p->sz[4] * p->sz[5]) : 0;
 	p->workspace = 0;
 	p->n_in = bwd ? 2 : 1;
 	p->n_out = !bwd && p->aux ? 2 : 1;
 	p->kernel = max2_run;
-	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 x [%lld,%lld,%lld,%lld] NCHW: kiln's kernel, aux %zu bytes",
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes",
 		     cpu_op_name(p->op.type), (long long)x->dims[0], (long long)x->dims[1],
-		     (long long)x->dims[2], (long long)x->dims[3], p->aux);
+		     (long long)x->dims[2], (long long)x->dims[3], nhwc ? "NHWC" : "NCHW", p->aux);
 	return KILN_OK;
 }
 
