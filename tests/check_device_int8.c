@@ -238,5 +238,54 @@ START_TEST(test_qlinear_weights_change)
 }
 END_TEST
 
+/* The same for QCONV, whose CPU plan also keeps the reordered weights
+ * and a primitive made with the output scales as constants: new weights
+ * (new scales) and then a new bias alone, each run in place, in both
+ * layouts.  A 1x1 convolution of one pixel, x = (1, -2), sx = 0.5 (s8):
+ * xq = (2, -4). */
+START_TEST(test_qconv_params_change)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QCONV);
+	const struct conv_g q = { 1, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1 };
+	float x[2] = { 1, -2 }, w1[2] = { 0.5f, -1.26f }, w2[2] = { 0.63f, 0 };
+	float b1 = 0.25f, b2 = -1.0f, got[3];
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		struct kiln_op op;
+		conv_op(&op, KILN_OP_CONV, &q, 1, 1, nhwc);
+		op.type = KILN_OP_QCONV;
+		op.f[0] = 0.5;
+		void *dx = dput(&f, x, sizeof x), *dw = dput(&f, w1, sizeof w1);
+		void *db = dput(&f, &b1, sizeof b1), *dy = dput(&f, NULL, sizeof(float));
+		void *plan = NULL, *ws = NULL;
+		size_t wsb = 0;
+		OK(kiln_device_prepare(f.dev, &op, &plan, &wsb));
+		if (wsb)
+			OK(kiln_device_alloc(f.dev, wsb, &ws));
+		struct kiln_op_args a;
+		memset(&a, 0, sizeof a);
+		a.in[0] = dx, a.in[1] = dw, a.in[2] = db, a.out[0] = dy;
+		a.workspace = ws, a.workspace_bytes = wsb;
+		OK(kiln_device_run(f.dev, plan, &a, f.s));
+		dget(&f, &got[0], dy, sizeof(float));
+		OK(kiln_device_copy_async(f.dev, dw, w2, sizeof w2, KILN_COPY_H2D, f.s));
+		OK(kiln_device_run(f.dev, plan, &a, f.s));
+		dget(&f, &got[1], dy, sizeof(float));
+		OK(kiln_device_copy_async(f.dev, db, &b2, sizeof b2, KILN_COPY_H2D, f.s));
+		OK(kiln_device_run(f.dev, plan, &a, f.s));
+		dget(&f, &got[2], dy, sizeof(float));
+		/* w1: sw 0.02, wq (25, -63), acc 302: 0.5 * 0.02 * 302 + 0.25 = 3.27;
+		 * w2: sw 0.01, wq (63, 0), acc 126: 0.63 + 0.25 = 0.88; b2: -0.37 */
+		ck_assert_float_eq_tol(got[0], 3.27f, 1e-5f);
+		ck_assert_float_eq_tol(got[1], 0.88f, 1e-6f);
+		ck_assert_float_eq_tol(got[2], -0.37f, 1e-6f);
+		kiln_device_plan_free(f.dev, plan);
+		DFREE(&f, dx, dw, db, dy, ws);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 DEVICE_SUITE(int8, DFX_CASE(qconv), DFX_CASE(qlinear), DFX_CASE(qlinear_zero_row),
-	     DFX_CASE(qlinear_weights_change));
+	     DFX_CASE(qlinear_weights_change), DFX_CASE(qconv_params_change));

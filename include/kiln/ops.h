@@ -442,7 +442,10 @@ enum kiln_op_type {
 	 *   weights: CPUs without VNNI sum u8 x s8 pairs in int16, and
 	 *   255 * 63 * 2 fits);
 	 *   acc[n,o,p,q] = sum over c,kh,kw of xq * wq (int32, exact);
-	 *   y = act(sx * sw[o] * acc + b[o]).
+	 *   y = act(sx * sw[o] * acc + b[o])
+	 *   (up to f32 rounding in the order of the scale and the bias: the
+	 *   CPU device adds b[o] / (sx * sw[o]) to the sums, then scales, as
+	 *   oneDNN orders them; the sums themselves are exact).
 	 * in0 x f32 [N,C,H,W] (nchw or nhwc), in1 w f32 [O,C/g,KH,KW], in2 b
 	 * f32 [O] (optional), out0 y f32 [N,O,OH,OW] in x's layout.  The
 	 * weights are quantized by the op (the scales follow from them), so

@@ -136,6 +136,8 @@ kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 	pthread_mutex_lock(&d->lock);
 	for (int i = 0; i < d->n_mem; i++) {
 		const struct cpu_bind *b = &d->bind[i];
+		if (b->kind == CPU_BIND_FIXED)
+			continue;
 		/* oneDNN takes non-const handles; inputs are only read. */
 		void *h = b->kind == CPU_BIND_IN    ? (void *)a->in[b->idx]
 			  : b->kind == CPU_BIND_OUT ? a->out[b->idx]

@@ -10,8 +10,10 @@
 #define CPU_DNN_STEPS 6
 #define CPU_DNN_ARGS 12
 
-/* Where a memory object's bytes are at run time. */
-enum { CPU_BIND_IN = 0, CPU_BIND_OUT = 1, CPU_BIND_WS = 2 };
+/* Where a memory object's bytes are at run time.  CPU_BIND_FIXED: the
+ * plan's own bytes, pointed to once at prepare and never moved (qconv.c's
+ * cached int8 weights, bias and scales). */
+enum { CPU_BIND_IN = 0, CPU_BIND_OUT = 1, CPU_BIND_WS = 2, CPU_BIND_FIXED = 3 };
 
 struct cpu_bind {
 	int kind;   /* CPU_BIND_* */

@@ -1,33 +1,38 @@
 /* plugins/cpu/qconv.c - KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h):
  * INT8 inference through oneDNN's (2.x C API) int8 convolution and inner
- * product: u8 or s8 input x s8 weights -> s32, then f32 with scales.
+ * product: u8 or s8 input x s8 weights -> exact s32 sums -> f32 y.
  *
  *   QCONV:   y[N,O,OH,OW] = act(sx * sw[o] * conv(xq, wq)[n,o,p,q] + b[o])
  *   QLINEAR: y[M,N]       = act(sx * sw[n] * (xq . wq^T)[m,n] + b[n])
  *
- * The weights are quantized per output channel (sw[o] = max|w[o]| / 63,
- * [-63, 63], round half to even) with the output scales sx * sw[o] on the
- * first run and kept in the plan (struct cpu_qcache) until the f32
- * weights change; each run copies them into the workspace, then the
- * oneDNN steps:
- * a reorder of x (f32, the caller's layout) into the kernel's u8/s8
- * layout with the constant scale 1 / sx (round half to even, saturated),
- * a reorder of the plain s8 weights into the kernel's blocked layout, and
- * the int8 primitive writing the exact s32 sums in the caller's layout;
- * then the epilogue here: y = acc * (sx * sw[o]) + b[o], and the fused
- * ReLU.  (oneDNN 2.6 adds the bias before its output scales, and its
- * runtime per-channel scales are not in every int8 kernel: the epilogue
- * keeps the contract's order and costs one pass over y.)
+ * What a plan keeps (struct cpu_qcache), made on the first run and again
+ * only when the f32 weights or bias differ from the ones it was made from
+ * (inference weights do not change: one memcmp a run):
+ *  - the weights quantized per output channel (sw[o] = max|w[o]| / 63,
+ *    [-63, 63], round half to even), then reordered once by oneDNN into
+ *    the kernel's blocked layout (with the s8-input compensation the
+ *    reorder computes);
+ *  - the output scales sc[o] = sx * sw[o] and the bias in the s32 domain,
+ *    bq[o] = b[o] / sc[o] (f32): oneDNN 2.6 computes
+ *    dst = act(scale * (acc + bias)), so sc[o] * (acc + bq[o]) is the
+ *    contract's sx * sw[o] * acc + b[o] up to f32 rounding.
+ * Each run is then two oneDNN steps, both made at prepare: a reorder of x
+ * (f32, the caller's layout) into the kernel's u8/s8 layout with the
+ * constant scale 1 / sx (round half to even, saturated), and the int8
+ * primitive writing y in f32 in the caller's layout, its scales (runtime,
+ * per channel), bias and fused ReLU applied in its epilogue.  (NCHW: no
+ * int8 kernel writes it, so y comes in the kernel's layout and a third
+ * step reorders it.)
  *
  * Exactness on CPUs without VNNI (AVX2, AVX-512 before VNNI): the int8
  * kernels multiply u8 by s8 with vpmaddubsw, whose pairwise sums saturate
  * at int16; 7-bit weights keep 255 * 63 * 2 inside it.  Where the kernel's
  * weight layout says oneDNN halves the weights on the way in (its
  * scale_adjust 0.5, undone on the sums), the weights go in doubled, so the
- * halving is exact and so are the sums.
+ * halving is exact and so are the sums (and the scales are halved).
  *
- * Workspace: [scratchpad | xq | wq plain | wq kernel | output scales f32[O]
- * | acc s32 (y's shape)], each 64-byte aligned.
+ * Workspace: [scratchpad | xq | y in the kernel's layout (NCHW)], each
+ * 64-byte aligned.
  */
 #include "dnn.h"
 
@@ -38,19 +43,51 @@
 
 static size_t al64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* What the prepare steps share. */
-struct qbuild {
-	int conv, has_bias, nhwc;
-	int64_t O, per; /* output channels, weights per channel */
-	char geom[200];
-	dnnl_memory_desc_t x_user, x_any, w_user, w_any, y_any, s_md;
-	const dnnl_memory_desc_t *x_kern, *w_kern;
-	dnnl_primitive_desc_t pd, rx, rw;
-	dnnl_primitive_attr_t attr, rx_attr;
+/* The operation a primitive is made from. */
+union q_desc {
+	dnnl_convolution_desc_t cd;
+	dnnl_inner_product_desc_t id;
 };
 
-/* Workspace offsets, kept in the plan's sz[]. */
-enum { OFF_XQ, OFF_WP, OFF_WK, OFF_SC, OFF_YK }; /* sz[6]: the NCHW epilogue's OH*OW; sz[7]: 2 when oneDNN halves the weights, else 1 */
+/* What the prepare steps share. */
+struct qbuild {
+	int conv, nhwc;
+	int64_t O, per; /* output channels, weights per channel */
+	char geom[200];
+	dnnl_memory_desc_t x_user, x_any, w_user, w_any, y_user, y_any, o_md; /* o_md: f32 [O] */
+	const dnnl_memory_desc_t *x_kern, *w_kern, *y_kern;
+	dnnl_primitive_desc_t pd, rx, rw, ry;
+	dnnl_primitive_attr_t attr, rx_attr;
+	union q_desc desc;
+};
+
+/* Workspace offsets of xq and of y in the kernel's layout (where that is
+ * not the caller's), kept in the plan's sz[]; sz[7]: 2 when oneDNN halves
+ * the weights, else 1. */
+enum { OFF_XQ, OFF_YK };
+
+/* The primitive's attributes: a user scratchpad, the output scales sc[O]
+ * per channel (oneDNN 2.6's int8 convolutions take them only as
+ * constants: the primitive is made again when they change), the fused
+ * ReLU. */
+static dnnl_status_t q_attr(const struct kiln_op *op, int64_t O, const float *sc, dnnl_primitive_attr_t *attr)
+{
+	dnnl_post_ops_t po = NULL;
+	dnnl_status_t s = dnnl_primitive_attr_create(attr);
+	if (s == dnnl_success)
+		s = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+	if (s == dnnl_success)
+		s = dnnl_primitive_attr_set_output_scales(*attr, O, 1 << 1, sc);
+	if (s == dnnl_success && (op->flags & KILN_OPF_ACT)) {
+		s = dnnl_post_ops_create(&po);
+		if (s == dnnl_success)
+			s = cpu_dnn_post_act(po, op);
+		if (s == dnnl_success)
+			s = dnnl_primitive_attr_set_post_ops(*attr, po);
+	}
+	dnnl_post_ops_destroy(po);
+	return s;
+}
 
 /* The descriptors and the primitive: a convolution (NCHW/NHWC activations,
  * OIHW or GOIHW weights) or an inner product (x [M,K], w [N,K]). */
@@ -60,10 +97,14 @@ static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, stru
 	const struct kiln_op *op = &p->op;
 	const char *geom = b->geom;
 	const dnnl_data_type_t xdt = op->i[8] ? dnnl_u8 : dnnl_s8;
-	CPU_DNN_TRY(dnnl_primitive_attr_create(&b->attr));
-	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(b->attr, dnnl_scratchpad_mode_user));
-	dnnl_dims_t bd = { b->O };
-	CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->s_md, 1, bd, dnnl_f32, dnnl_a));
+	float *ones = malloc(sizeof(float) * (size_t)b->O); /* the scales until the weights come */
+	if (!ones)
+		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory", cpu_op_name(op->type), geom);
+	for (int64_t o = 0; o < b->O; o++)
+		ones[o] = 1.0f;
+	CPU_DNN_TRY(q_attr(op, b->O, ones, &b->attr));
+	dnnl_dims_t od = { b->O };
+	CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->o_md, 1, od, dnnl_f32, dnnl_a));
 	if (b->conv) {
 		const struct kiln_tensor_desc *x = &op->in[0], *w = &op->in[1], *y = &op->out[0];
 		const int64_t g = op->i[6] ? op->i[6] : 1;
@@ -76,7 +117,9 @@ static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, stru
 		dnnl_dims_t dil = { op->i[4] - 1, op->i[5] - 1 };
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_user, 4, xd, dnnl_f32, at));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_any, 4, xd, xdt, dnnl_format_tag_any));
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_any, 4, yd, dnnl_s32, at));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_user, 4, yd, dnnl_f32, at));
+		/* y in the kernel's layout (NHWC: no int8 kernel writes NCHW) */
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_any, 4, yd, dnnl_f32, dnnl_format_tag_any));
 		if (g > 1) {
 			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_user, 5, wd5, dnnl_s8, dnnl_goihw));
 			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_any, 5, wd5, dnnl_s8, dnnl_format_tag_any));
@@ -84,11 +127,9 @@ static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, stru
 			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_user, 4, wd4, dnnl_s8, dnnl_oihw));
 			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_any, 4, wd4, dnnl_s8, dnnl_format_tag_any));
 		}
-		dnnl_convolution_desc_t cd;
 		CPU_DNN_TRY(dnnl_dilated_convolution_forward_desc_init(
-			&cd, dnnl_forward_inference, dnnl_convolution_direct, &b->x_any, &b->w_any, NULL,
-			&b->y_any, s, dil, pad, pad));
-		CPU_DNN_TRY(dnnl_primitive_desc_create(&b->pd, &cd, b->attr, c->engine, NULL));
+			&b->desc.cd, dnnl_forward_inference, dnnl_convolution_direct, &b->x_any, &b->w_any,
+			&b->o_md, &b->y_any, s, dil, pad, pad));
 	} else {
 		const int64_t M = op->i[2], N = op->i[3], K = op->i[4];
 		dnnl_dims_t xd = { M, K }, wd = { N, K }, yd = { M, N };
@@ -96,20 +137,22 @@ static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, stru
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_any, 2, xd, xdt, dnnl_ab));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_user, 2, wd, dnnl_s8, dnnl_ab));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_any, 2, wd, dnnl_s8, dnnl_format_tag_any));
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_any, 2, yd, dnnl_s32, dnnl_ab));
-		dnnl_inner_product_desc_t id;
-		CPU_DNN_TRY(dnnl_inner_product_forward_desc_init(&id, dnnl_forward_inference, &b->x_any,
-								&b->w_any, NULL, &b->y_any));
-		CPU_DNN_TRY(dnnl_primitive_desc_create(&b->pd, &id, b->attr, c->engine, NULL));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_user, 2, yd, dnnl_f32, dnnl_ab));
+		CPU_DNN_TRY(dnnl_inner_product_forward_desc_init(&b->desc.id, dnnl_forward_inference,
+								&b->x_any, &b->w_any, &b->o_md, &b->y_user));
 	}
+	CPU_DNN_TRY(dnnl_primitive_desc_create(&b->pd, &b->desc, b->attr, c->engine, NULL));
 	b->x_kern = dnnl_primitive_desc_query_md(b->pd, dnnl_query_src_md, 0);
 	b->w_kern = dnnl_primitive_desc_query_md(b->pd, dnnl_query_weights_md, 0);
+	b->y_kern = dnnl_primitive_desc_query_md(b->pd, dnnl_query_dst_md, 0);
 out:
+	free(ones);
 	return st;
 }
 
-/* The reorders before the primitive: x with its scale 1 / sx always (it
- * converts); the weights when the kernel's layout is not plain. */
+/* The reorders: x with its scale 1 / sx (every run; it converts); y into
+ * the caller's layout where the kernel's differs (every run); the weights
+ * when the kernel's layout is not plain (when they change). */
 static kiln_status q_reorders(struct cpu_ctx *c, const struct cpu_plan *p, struct qbuild *b)
 {
 	kiln_status st = KILN_OK;
@@ -123,12 +166,15 @@ static kiln_status q_reorders(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	if (!dnnl_memory_desc_equal(b->w_kern, &b->w_user))
 		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->rw, &b->w_user, c->engine, b->w_kern,
 							       c->engine, NULL));
+	if (!dnnl_memory_desc_equal(b->y_kern, &b->y_user))
+		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->ry, b->y_kern, c->engine, &b->y_user,
+							       c->engine, NULL));
 out:
 	return st;
 }
 
 /* Workspace offsets (p->sz) and size: the scratchpad first, shared by the
- * steps (they run in turn). */
+ * steps (they run in turn), then xq, then y in the kernel's layout. */
 static void q_workspace(struct cpu_plan *p, const struct qbuild *b)
 {
 	size_t scratch = cpu_dnn_scratch(b->pd), rs = cpu_dnn_scratch(b->rx);
@@ -136,34 +182,101 @@ static void q_workspace(struct cpu_plan *p, const struct qbuild *b)
 	size_t off = al64(scratch);
 	p->sz[OFF_XQ] = (int64_t)off;
 	off += al64(dnnl_memory_desc_get_size(b->x_kern));
-	p->sz[OFF_WP] = (int64_t)off;
-	off += al64((size_t)(b->O * b->per));
-	p->sz[OFF_WK] = (int64_t)off;
-	off += b->rw ? al64(dnnl_memory_desc_get_size(b->w_kern)) : 0;
-	p->sz[OFF_SC] = (int64_t)off;
-	off += al64(sizeof(float) * (size_t)b->O);
 	p->sz[OFF_YK] = (int64_t)off;
-	off += al64(dnnl_memory_desc_get_size(&b->y_any));
+	off += b->ry ? al64(dnnl_memory_desc_get_size(b->y_kern)) : 0;
 	p->workspace = off;
 	p->rows = b->O, p->cols = b->per;
 }
 
-/* Memory objects and steps: reorder x, (reorder w), the primitive into
- * the s32 sums. */
+/* What the plan keeps of the weights (see the top of the file). */
+struct cpu_qcache {
+	pthread_mutex_t lock;
+	int valid;
+	float *w;   /* the f32 weights quantized last [O][per] */
+	float *b;   /* and their bias [O] (plans with a bias) */
+	int8_t *wq; /* plain [O][per] (doubled where oneDNN halves them) */
+	void *wk;   /* the kernel's layout; wq itself when that is plain */
+	float *sc;  /* output scales [O] */
+	float *bq;  /* the bias over the scales [O] (0 without a bias) */
+	dnnl_primitive_t rw;   /* wq -> wk, or NULL */
+	dnnl_memory_t mwp, mwk; /* its operands */
+	/* what the primitive is made again from, with the scales sc */
+	union q_desc desc;
+	dnnl_engine_t engine;
+	int step;            /* its index in the plan's steps */
+	size_t scratch;      /* the scratchpad bytes the workspace holds */
+	dnnl_memory_desc_t x_kern, w_kern, y_kern; /* the layouts the steps use */
+};
+
+void cpu_qcache_free(struct cpu_qcache *q)
+{
+	if (!q)
+		return;
+	dnnl_primitive_destroy(q->rw);
+	dnnl_memory_destroy(q->mwp);
+	dnnl_memory_destroy(q->mwk);
+	pthread_mutex_destroy(&q->lock);
+	if (q->wk != q->wq)
+		free(q->wk);
+	free(q->w), free(q->b), free(q->wq), free(q->sc), free(q->bq);
+	free(q);
+}
+
+/* The cache's buffers and its weight reorder (b->rw made into a
+ * primitive over them). */
+static kiln_status q_cache_new(struct cpu_ctx *c, struct cpu_plan *p, const struct qbuild *b)
+{
+	kiln_status st = KILN_OK;
+	const char *geom = b->geom;
+	const size_t n = (size_t)(b->O * b->per), O = (size_t)b->O;
+	struct cpu_qcache *q = p->qcache = calloc(1, sizeof *q);
+	if (!q)
+		goto oom;
+	pthread_mutex_init(&q->lock, NULL);
+	q->w = malloc(sizeof(float) * n);
+	q->b = p->op.n_in == 3 ? malloc(sizeof(float) * O) : NULL;
+	q->wq = aligned_alloc(64, al64(n));
+	q->wk = b->rw ? aligned_alloc(64, al64(dnnl_memory_desc_get_size(b->w_kern))) : q->wq;
+	q->sc = malloc(sizeof(float) * O);
+	q->bq = calloc(O, sizeof(float));
+	if (!q->w || (p->op.n_in == 3 && !q->b) || !q->wq || !q->wk || !q->sc || !q->bq)
+		goto oom;
+	q->desc = b->desc;
+	q->engine = c->engine;
+	q->scratch = (size_t)p->sz[OFF_XQ];
+	q->x_kern = *b->x_kern, q->w_kern = *b->w_kern, q->y_kern = *b->y_kern;
+	if (b->rw) {
+		CPU_DNN_TRY(dnnl_primitive_create(&q->rw, b->rw));
+		CPU_DNN_TRY(dnnl_memory_create(&q->mwp, &b->w_user, c->engine, q->wq));
+		CPU_DNN_TRY(dnnl_memory_create(&q->mwk, b->w_kern, c->engine, q->wk));
+	}
+out:
+	return st;
+oom:
+	return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the quantized weights",
+			      cpu_op_name(p->op.type), geom);
+}
+
+/* Memory objects and steps: reorder x, the primitive (its weights, bias
+ * and scales the cache's), reorder y where the kernel's layout differs. */
 static kiln_status q_steps(struct cpu_ctx *c, struct cpu_plan *p, struct qbuild *b)
 {
 	kiln_status st = KILN_OK;
 	const char *geom = b->geom;
 	struct cpu_dnn *d = p->dnn;
-	int mx, mxq, mwp, mwk, myk, msp = -1;
+	struct cpu_qcache *q = p->qcache;
+	int mx, mxq, mwk, mb, my, myk, msp = -1;
 	int arg[CPU_DNN_ARGS], mem[CPU_DNN_ARGS], n;
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->x_user, CPU_BIND_IN, 0, 0, &mx));
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, b->x_kern, CPU_BIND_WS, 0, (size_t)p->sz[OFF_XQ], &mxq));
-	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->w_user, CPU_BIND_WS, 0, (size_t)p->sz[OFF_WP], &mwp));
-	mwk = mwp;
-	if (b->rw)
-		CPU_DNN_TRY(cpu_dnn_mem(c, d, b->w_kern, CPU_BIND_WS, 0, (size_t)p->sz[OFF_WK], &mwk));
-	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->y_any, CPU_BIND_WS, 0, (size_t)p->sz[OFF_YK], &myk));
+	CPU_DNN_TRY(cpu_dnn_mem(c, d, b->w_kern, CPU_BIND_FIXED, 0, 0, &mwk));
+	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->o_md, CPU_BIND_FIXED, 0, 0, &mb));
+	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[mwk], q->wk));
+	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[mb], q->bq));
+	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->y_user, CPU_BIND_OUT, 0, 0, &my));
+	myk = my;
+	if (b->ry)
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, b->y_kern, CPU_BIND_WS, 0, (size_t)p->sz[OFF_YK], &myk));
 	if (cpu_dnn_scratch(b->pd) || cpu_dnn_scratch(b->rx))
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(
 					cpu_dnn_scratch(b->pd) >= cpu_dnn_scratch(b->rx) ? b->pd : b->rx,
@@ -174,62 +287,26 @@ static kiln_status q_steps(struct cpu_ctx *c, struct cpu_plan *p, struct qbuild 
 	if (cpu_dnn_scratch(b->rx))
 		ARG(DNNL_ARG_SCRATCHPAD, msp);
 	CPU_DNN_TRY(cpu_dnn_step(d, b->rx, n, arg, mem));
-	if (b->rw) {
-		n = 0;
-		ARG(DNNL_ARG_FROM, mwp), ARG(DNNL_ARG_TO, mwk);
-		CPU_DNN_TRY(cpu_dnn_step(d, b->rw, n, arg, mem));
-	}
 	n = 0;
-	ARG(DNNL_ARG_SRC, mxq), ARG(DNNL_ARG_WEIGHTS, mwk), ARG(DNNL_ARG_DST, myk);
+	ARG(DNNL_ARG_SRC, mxq), ARG(DNNL_ARG_WEIGHTS, mwk), ARG(DNNL_ARG_BIAS, mb);
+	ARG(DNNL_ARG_DST, myk);
 	if (cpu_dnn_scratch(b->pd))
 		ARG(DNNL_ARG_SCRATCHPAD, msp);
+	q->step = d->n_step;
 	CPU_DNN_TRY(cpu_dnn_step(d, b->pd, n, arg, mem));
+	if (b->ry) {
+		n = 0;
+		ARG(DNNL_ARG_FROM, myk), ARG(DNNL_ARG_TO, my);
+		CPU_DNN_TRY(cpu_dnn_step(d, b->ry, n, arg, mem));
+	}
 #undef ARG
 out:
 	return st;
 }
 
-/* The weights quantized per output channel, once: wq plain [O][per]
- * (doubled where oneDNN halves them) and the output scales sx * sw[o],
- * kept in the plan with a copy of the f32 weights they came from. */
-struct cpu_qcache {
-	pthread_mutex_t lock;
-	int valid;
-	float *w;   /* the f32 weights quantized last [O][per] */
-	int8_t *wq; /* [O][per] */
-	float *sc;  /* [O] */
-};
-
-void cpu_qcache_free(struct cpu_qcache *q)
-{
-	if (!q)
-		return;
-	pthread_mutex_destroy(&q->lock);
-	free(q->w);
-	free(q->wq);
-	free(q->sc);
-	free(q);
-}
-
-static struct cpu_qcache *q_cache_new(int64_t O, int64_t per)
-{
-	struct cpu_qcache *q = calloc(1, sizeof *q);
-	if (!q)
-		return NULL;
-	pthread_mutex_init(&q->lock, NULL);
-	q->w = malloc(sizeof(float) * (size_t)(O * per));
-	q->wq = malloc((size_t)(O * per));
-	q->sc = malloc(sizeof(float) * (size_t)O);
-	if (!q->w || !q->wq || !q->sc) {
-		cpu_qcache_free(q);
-		return NULL;
-	}
-	return q;
-}
-
-/* Quantize w into the cache (sw[o] = max|w[o]| / 63, [-63, 63], round
- * half to even). */
-static void q_quantize(const struct cpu_plan *p, const float *w, struct cpu_qcache *q)
+/* Quantize w (and b) into the cache: sw[o] = max|w[o]| / 63, [-63, 63],
+ * round half to even; the scales and the bias over them. */
+static void q_quantize(const struct cpu_plan *p, const float *w, const float *b, struct cpu_qcache *q)
 {
 	const int64_t O = p->rows, per = p->cols;
 	const float sx = (float)p->op.f[0];
@@ -244,65 +321,77 @@ static void q_quantize(const struct cpu_plan *p, const float *w, struct cpu_qcac
 		for (int64_t k = 0; k < per; k++)
 			q->wq[o * per + k] = (int8_t)(adj * fmaxf(-63.0f, fminf(63.0f, nearbyintf(row[k] / sw))));
 		q->sc[o] = sx * sw / (float)adj;
+		q->bq[o] = b ? b[o] / q->sc[o] : 0.0f;
 	}
 	memcpy(q->w, w, sizeof(float) * (size_t)(O * per));
-	q->valid = 1;
+	if (b)
+		memcpy(q->b, b, sizeof(float) * (size_t)O);
 }
 
-/* The quantized weights and scales into the workspace: from the cache,
- * quantized again only when the f32 weights differ from the ones it was
- * made from (inference weights do not change: one memcmp a run). */
-static void q_weights(const struct cpu_plan *p, const float *w, void *ws)
+/* The primitive made again with the cache's scales, in the plan's step:
+ * the same layouts and no more scratchpad than prepare's (oneDNN picks by
+ * the shapes and the attributes' kinds, not the scales' values). */
+static dnnl_status_t q_remake(const struct cpu_plan *p, struct cpu_qcache *q)
+{
+	struct cpu_dnn *d = p->dnn;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_primitive_t prim = NULL;
+	dnnl_status_t s = q_attr(&p->op, p->rows, q->sc, &attr);
+	if (s == dnnl_success)
+		s = dnnl_primitive_desc_create(&pd, &q->desc, attr, q->engine, NULL);
+	if (s == dnnl_success &&
+	    (!dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), &q->x_kern) ||
+	     !dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &q->w_kern) ||
+	     !dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), &q->y_kern) ||
+	     cpu_dnn_scratch(pd) > q->scratch))
+		s = dnnl_runtime_error;
+	if (s == dnnl_success)
+		s = dnnl_primitive_create(&prim, pd);
+	if (s == dnnl_success) {
+		dnnl_primitive_destroy(d->step[q->step].prim);
+		d->step[q->step].prim = prim;
+	}
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_primitive_attr_destroy(attr);
+	return s;
+}
+
+/* The cache made from w and b unless it was made from these values
+ * already: quantized, then reordered into the kernel's layout on the
+ * plan's stream.  Under q->lock. */
+static kiln_status q_refresh(const struct cpu_plan *p, const float *w, const float *b, struct cpu_err *e)
 {
 	struct cpu_qcache *q = p->qcache;
-	const size_t per = (size_t)p->cols, O = (size_t)p->rows;
-	pthread_mutex_lock(&q->lock);
-	if (!q->valid || memcmp(q->w, w, sizeof(float) * O * per))
-		q_quantize(p, w, q);
-	memcpy((char *)ws + p->sz[OFF_WP], q->wq, O * per);
-	memcpy((char *)ws + p->sz[OFF_SC], q->sc, sizeof(float) * O);
-	pthread_mutex_unlock(&q->lock);
-}
-
-/* y[i] = act(acc[i] * sc[o] + b[o]), o the channel of element i: the
- * innermost dimension for rows and NHWC (inner = 1), else every
- * inner = OH*OW elements in turn (NCHW).  Loops over (row, channel)
- * blocks, so no division per element. */
-static void q_epilogue(const struct cpu_plan *p, const struct kiln_op_args *a)
-{
-	const int64_t O = p->rows, inner = p->sz[6], blocks = p->n / inner;
-	const int32_t *acc = (const int32_t *)((const char *)a->workspace + p->sz[OFF_YK]);
-	const float *sc = (const float *)((const char *)a->workspace + p->sz[OFF_SC]);
-	const float *b = p->op.n_in == 3 ? a->in[2] : NULL;
-	const int relu = (p->op.flags & KILN_OPF_ACT) != 0;
-	float *y = a->out[0];
-	if (inner == 1) {
-#pragma omp parallel for schedule(static)
-		for (int64_t r = 0; r < blocks / O; r++)
-			for (int64_t o = 0; o < O; o++) {
-				const int64_t i = r * O + o;
-				float v = (float)acc[i] * sc[o] + (b ? b[o] : 0.0f);
-				y[i] = relu && v < 0 ? 0.0f : v;
-			}
-		return;
-	}
-#pragma omp parallel for schedule(static)
-	for (int64_t k = 0; k < blocks; k++) {
-		const int64_t o = k % O;
-		const float s = sc[o], bo = b ? b[o] : 0.0f;
-		for (int64_t i = k * inner; i < (k + 1) * inner; i++) {
-			float v = (float)acc[i] * s + bo;
-			y[i] = relu && v < 0 ? 0.0f : v;
-		}
-	}
+	struct cpu_dnn *d = p->dnn;
+	const size_t O = (size_t)p->rows, n = O * (size_t)p->cols;
+	if (q->valid && !memcmp(q->w, w, sizeof(float) * n) && (!b || !memcmp(q->b, b, sizeof(float) * O)))
+		return KILN_OK;
+	q->valid = 0;
+	q_quantize(p, w, b, q);
+	dnnl_exec_arg_t args[2] = { { DNNL_ARG_FROM, q->mwp }, { DNNL_ARG_TO, q->mwk } };
+	pthread_mutex_lock(&d->lock);
+	dnnl_status_t s = q->rw ? dnnl_primitive_execute(q->rw, d->stream, 2, args) : dnnl_success;
+	if (s == dnnl_success)
+		s = dnnl_stream_wait(d->stream);
+	if (s == dnnl_success)
+		s = q_remake(p, q);
+	pthread_mutex_unlock(&d->lock);
+	if (s != dnnl_success)
+		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: the weights' reorder or primitive: %s",
+				cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(s));
+	q->valid = 1;
+	return KILN_OK;
 }
 
 static kiln_status q_run(const struct cpu_plan *p, const struct kiln_op_args *a, struct cpu_err *e)
 {
-	q_weights(p, a->in[1], a->workspace);
-	kiln_status st = cpu_dnn_run(p, a, e);
+	struct cpu_qcache *q = p->qcache;
+	pthread_mutex_lock(&q->lock);
+	kiln_status st = q_refresh(p, a->in[1], p->op.n_in == 3 ? a->in[2] : NULL, e);
 	if (!st)
-		q_epilogue(p, a);
+		st = cpu_dnn_run(p, a, e);
+	pthread_mutex_unlock(&q->lock);
 	return st;
 }
 
@@ -313,7 +402,6 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	memset(&b, 0, sizeof b);
 	b.conv = op->type == KILN_OP_QCONV;
-	b.has_bias = op->n_in == 3;
 	if (!cpu_all_f32(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors (the op quantizes them)");
 	if ((op->flags & KILN_OPF_ACT) && op->i[KILN_OPI_ACT] != KILN_ACT_RELU)
@@ -335,14 +423,8 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->sz[7] = (b.w_kern->extra.flags & dnnl_memory_extra_flag_scale_adjust) &&
 			   b.w_kern->extra.scale_adjust == 0.5f ? 2 : 1;
 	p->n = cpu_numel(&op->out[0]);
-	p->sz[6] = b.conv && !b.nhwc ? op->out[0].dims[2] * op->out[0].dims[3] : 1;
-	if ((st = q_steps(c, p, &b)))
+	if ((st = q_cache_new(c, p, &b)) || (st = q_steps(c, p, &b)))
 		goto out;
-	if (!(p->qcache = q_cache_new(b.O, b.per))) {
-		st = c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the quantized weights",
-				    cpu_op_name(op->type), b.geom);
-		goto out;
-	}
 	p->n_in = op->n_in;
 	p->n_out = 1;
 	p->kernel = q_run;
@@ -354,6 +436,7 @@ out: /* oneDNN's destroy functions take NULL */
 	dnnl_primitive_desc_destroy(b.pd);
 	dnnl_primitive_desc_destroy(b.rx);
 	dnnl_primitive_desc_destroy(b.rw);
+	dnnl_primitive_desc_destroy(b.ry);
 	dnnl_primitive_attr_destroy(b.attr);
 	dnnl_primitive_attr_destroy(b.rx_attr);
 	return st;
