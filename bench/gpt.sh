@@ -18,20 +18,28 @@
 #                  body unchanged; see docs/PERFORMANCE.md for the driver
 #                  and how it was built); median of its "took X ms" after
 #                  the first WARMUP.  Skipped when LLMC is unset.
+#   kiln rc=auto   (--recompute) kiln again with train.recompute=auto: the
+#                  step time recomputation costs, beside recompute=none
 # Reported: the median over the rounds of each system's step time, tokens/s,
-# GFLOP/s and % of the GEMM peak (bench/gemm_peak, best before/after).
+# GFLOP/s and % of the GEMM peak (bench/gemm_peak, best before/after), and
+# torch.compile's compilation time (its warm-up steps' wall time, median over
+# the rounds; never part of its step time).
 # FLOPs per token of a training step: 6 N + 6 L T C (N = 12 L C^2 + V C,
 # the matmul weights with lm_head; the attention's QK^T and PV, causal
 # half, forward and backward), the usual count (Kaplan et al., PaLM).
 #
 # Usage: bench/gpt.sh [--runs N] [--steps N] [--threads N] [--precision P]
 #                     [--layers L] [--dim C] [--heads H] [--vocab V]
-#                     [--context T] [--batch B] [--warmup W]
-#        bench/gpt.sh --suite [--runs N] [--steps N] [--threads N]
+#                     [--context T] [--batch B] [--warmup W] [--short]
+#                     [--recompute]
+#        bench/gpt.sh --suite [--short] [--runs N] [--steps N] [--threads N]
 #   --suite: the issue's side by side in one command: the char GPT
 #   (examples/gpt_char.ini's shape: 4 x 128, 4 heads, V 256, T 128, B 16)
-#   and the reduced GPT-2 shape (12 x 768, 12 heads, V 50304, T 64, B 4),
-#   each in fp32 and bf16 (llm.c in fp32 only), one table each.
+#   and the reduced GPT-2 shape (12 x 768, 12 heads, V 50304, T 64, B 4,
+#   with --recompute in fp32), each in fp32 and bf16 (llm.c in fp32 only),
+#   one table each, then one summary table of the four.
+#   --short: 1 round of 4 steps (the first untimed): a quick look; the
+#   figures want the default 3 rounds.
 #   defaults: 3 runs, 6 steps (of which the first 2 untimed), 2 threads,
 #   fp32, GPT-2 small's shape (12 x 768, 12 heads, V 50304) at B 4, T 64
 #   (llm.c's train_gpt2.c's B and T).
@@ -40,7 +48,8 @@
 #   TORCH_PYTHON  Python with PyTorch 2.x (default /work/scratch/venv/bin/python
 #                 when it has torch, else /usr/bin/python3: PyTorch 1.13, whose
 #                 torch.compile is missing: that column then says n/a)
-#   LLMC          the llm.c driver binary (unset: no llm.c column)
+#   LLMC          the llm.c driver binary (unset or not executable: no llm.c
+#                 row, and the table says why)
 #   KILN_ARGS     extra settings for kiln's run, e.g. train.recompute=auto
 #   GEMM          GEMM peak probe (default ./bench/gemm_peak)
 # Run from the top of the source tree.
@@ -50,6 +59,7 @@ set -eu
 RUNS=3
 STEPS=6
 WARMUP=2
+RECOMPUTE=0
 THREADS=2
 PRECISION=fp32
 L=12 C=768 H=12 V=50304 T=64 B=4
@@ -68,10 +78,20 @@ HERE=$(dirname "$0")
 
 if [ "${1:-}" = --suite ]; then
     shift
+    SUITE_SUMMARY=$(mktemp "${TMPDIR:-/tmp}/kiln-gpt-suite.XXXXXX")
+    export SUITE_SUMMARY
+    trap 'rm -f "$SUITE_SUMMARY"' EXIT
     for p in fp32 bf16; do
         "$0" --layers 4 --dim 128 --heads 4 --vocab 256 --context 128 --batch 16 --precision $p "$@"
-        "$0" --layers 12 --dim 768 --heads 12 --vocab 50304 --context 64 --batch 4 --precision $p "$@"
+        rc=
+        [ $p = fp32 ] && rc=--recompute
+        "$0" --layers 12 --dim 768 --heads 12 --vocab 50304 --context 64 --batch 4 --precision $p $rc "$@"
     done
+    echo
+    echo "Summary (tokens/s; x = kiln's speed-up; best torch = the faster of eager and compile):"
+    printf '%-22s %9s %9s %9s %9s %9s %7s %7s %6s\n' shape kiln eager compile llm.c comp_s \
+        x_torch x_llmc %peak
+    cat "$SUITE_SUMMARY"
     exit 0
 fi
 while [ $# -gt 0 ]; do
@@ -83,6 +103,8 @@ while [ $# -gt 0 ]; do
         --context) T=$2; shift 2 ;;
         --batch) B=$2; shift 2 ;;
         --warmup) WARMUP=$2; shift 2 ;;
+        --short) RUNS=1 STEPS=4 WARMUP=1; shift ;;
+        --recompute) RECOMPUTE=1; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "gpt.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -97,6 +119,15 @@ for v in "runs:$RUNS" "steps:$STEPS" "threads:$THREADS" "layers:$L" "dim:$C" "he
 done
 [ "$STEPS" -gt "$WARMUP" ] || { echo "gpt.sh: --steps must exceed --warmup ($WARMUP)" >&2; exit 2; }
 [ $((C % H)) -eq 0 ] || { echo "gpt.sh: --dim must be a multiple of --heads" >&2; exit 2; }
+
+LLMC_WHY=
+if [ -z "$LLMC" ]; then
+    LLMC_WHY="LLMC is unset (docs/PERFORMANCE.md: how to build llm.c's driver outside the tree)"
+elif [ ! -x "$LLMC" ]; then
+    LLMC_WHY="LLMC=$LLMC is not an executable file"
+elif [ "$PRECISION" != fp32 ]; then
+    LLMC_WHY="llm.c's CPU trainer is fp32 only"
+fi
 
 bench_tmpdir gpt-bench
 "$PYTHON" "$HERE/gpt_inputs.py" "$TMP" "$L" "$C" "$H" "$V" "$T" $(((STEPS + 1) * B * T + 1))
@@ -136,12 +167,15 @@ bench_tmpdir gpt-bench
 FLOPS_TOKEN=$(awk -v L="$L" -v C="$C" -v V="$V" -v T="$T" \
     'BEGIN { printf "%.0f", 6 * (12 * L * C * C + V * C) + 6 * L * T * C }')
 
-# kiln_step RUN: kiln's median step seconds after WARMUP steps
+# kiln_step TAG [SETTING...]: kiln's median step seconds after WARMUP steps
 kiln_step() {
+    _k=$1
+    shift
     # shellcheck disable=SC2086 # one argument per setting
-    "$KILN" train "$TMP/gpt.ini" "run.out_dir=$TMP/kiln$1" ${KILN_ARGS:-} >"$TMP/kiln$1.out" 2>&1 ||
-        { echo "gpt.sh: kiln failed:" >&2; tail -5 "$TMP/kiln$1.out" >&2; echo n/a; return; }
-    "$PYTHON" - "$TMP/kiln$1/metrics.jsonl" "$WARMUP" "$B" <<'PY'
+    "$KILN" train "$TMP/gpt.ini" "run.out_dir=$TMP/kiln$_k" ${KILN_ARGS:-} "$@" \
+        >"$TMP/kiln$_k.out" 2>&1 ||
+        { echo "gpt.sh: kiln failed:" >&2; tail -5 "$TMP/kiln$_k.out" >&2; echo n/a; return; }
+    "$PYTHON" - "$TMP/kiln$_k/metrics.jsonl" "$WARMUP" "$B" <<'PY'
 import json, statistics, sys
 rates = [e["samples_per_s"] for e in map(json.loads, filter(str.strip, open(sys.argv[1])))
          if e.get("event") == "train"][int(sys.argv[2]):]
@@ -158,6 +192,8 @@ torch_step() {
         --threads "$THREADS" --precision "$PRECISION" "$@" >"$TMP/torch$_r$*.out" 2>&1 ||
         { echo "gpt.sh: PyTorch $* failed:" >&2; tail -3 "$TMP/torch$_r$*.out" >&2; echo n/a; return; }
     grep '^{' "$TMP/torch$_r$*.out" | tail -n 1 | field step_s
+    [ "$*" != --compile ] ||
+        grep '^{' "$TMP/torch$_r$*.out" | tail -n 1 | field warmup_s >>"$TMP/compile_s"
 }
 
 # llmc_step RUN
@@ -170,22 +206,24 @@ llmc_step() {
 }
 
 measure_peak
-: >"$TMP/kiln" >"$TMP/eager" >"$TMP/compile" >"$TMP/llmc"
+: >"$TMP/kiln" >"$TMP/kilnrc" >"$TMP/eager" >"$TMP/compile" >"$TMP/llmc" >"$TMP/compile_s"
 r=1
 while [ $r -le "$RUNS" ]; do
     echo "round $r of $RUNS (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
     kiln_step $r >>"$TMP/kiln"
+    [ "$RECOMPUTE" = 0 ] || kiln_step rc$r train.recompute=auto >>"$TMP/kilnrc"
     torch_step $r >>"$TMP/eager"
     torch_step $r --compile >>"$TMP/compile"
-    [ -z "$LLMC" ] || [ "$PRECISION" != fp32 ] || llmc_step $r >>"$TMP/llmc"
-    for s in kiln eager compile llmc; do
+    [ -n "$LLMC_WHY" ] || llmc_step $r >>"$TMP/llmc"
+    for s in kiln kilnrc eager compile llmc; do
         printf '  %-8s %s\n' $s "$(tail -n 1 "$TMP/$s" 2>/dev/null)" >&2
     done
     r=$((r + 1))
 done
 measure_peak
 
-med() { grep -v n/a "$1" | median 2>/dev/null || true; }
+# med FILE: the median of FILE's numbers; empty when it has none
+med() { ! grep -q '^[0-9]' "$1" || grep '^[0-9]' "$1" | median; }
 TORCH_VERSION=$("$TORCH_PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "?")
 echo
 echo "GPT-2 shape: $L layers x $C channels, $H heads, vocab $V; B $B x T $T = $((B * T)) tokens/step;"
@@ -197,11 +235,11 @@ if awk -v p="$PEAK" 'BEGIN { exit !(p > 0) }'; then
 fi
 printf '%-16s %10s %10s %10s %7s %10s\n' system step_s tokens/s GFLOP/s %peak kiln_x
 KS=$(med "$TMP/kiln")
-for s in kiln eager compile llmc; do
+for s in kiln kilnrc eager compile llmc; do
     m=$(med "$TMP/$s")
     [ -n "$m" ] || continue
     awk -v s="$s" -v m="$m" -v n=$((B * T)) -v f="$FLOPS_TOKEN" -v pk="$PEAK" -v k="${KS:-0}" 'BEGIN {
-        names["kiln"] = "kiln"; names["eager"] = "torch eager"; names["compile"] = "torch compile"
+        names["kiln"] = "kiln"; names["kilnrc"] = "kiln rc=auto"; names["eager"] = "torch eager"; names["compile"] = "torch compile"
         names["llmc"] = "llm.c"
         g = n * f / m / 1e9
         pct = pk > 0 ? 100 * g / pk : 0
@@ -209,3 +247,22 @@ for s in kiln eager compile llmc; do
         printf "%-16s %10.3f %10.1f %10.1f %6.1f%% %9.2fx\n", names[s], m, n / m, g, pct, x }'
 done
 echo "(kiln_x: the system's step time over kiln's: kiln's speed-up over it)"
+CS=$(med "$TMP/compile_s")
+[ -z "$CS" ] || echo "torch.compile: compilation (its $WARMUP warm-up steps) ${CS} s, not in its step time"
+[ -z "$LLMC_WHY" ] || echo "llm.c: skipped: $LLMC_WHY"
+RC=$(med "$TMP/kilnrc")
+[ -z "$RC" ] || [ -z "$KS" ] ||
+    awk -v a="$RC" -v n="$KS" 'BEGIN { printf "recompute=auto: %+.1f%% step time over recompute=none\n", 100 * (a / n - 1) }'
+if [ -n "${SUITE_SUMMARY:-}" ]; then
+    awk -v k="${KS:-0}" -v e="$(med "$TMP/eager")" -v c="$(med "$TMP/compile")" \
+        -v l="$(med "$TMP/llmc")" -v cs="${CS:-}" -v n=$((B * T)) -v f="$FLOPS_TOKEN" \
+        -v pk="$PEAK" -v shape="${L}x${C} T$T B$B $PRECISION" 'BEGIN {
+        tk = k > 0 ? n / k : 0
+        best = (e != "" && c != "") ? (e < c ? e : c) : (e != "" ? e : c)
+        printf "%-22s %9.1f %9s %9s %9s %9s %7s %7s %6s\n", shape, tk,
+            e != "" ? sprintf("%.1f", n / e) : "n/a", c != "" ? sprintf("%.1f", n / c) : "n/a",
+            l != "" ? sprintf("%.1f", n / l) : "n/a", cs != "" ? sprintf("%.0f", cs) : "n/a",
+            (best != "" && k > 0) ? sprintf("%.2f", best / k) : "n/a",
+            (l != "" && k > 0) ? sprintf("%.2f", l / k) : "n/a",
+            (pk > 0 && k > 0) ? sprintf("%.1f", 100 * n * f / k / 1e9 / pk) : "n/a" }' >>"$SUITE_SUMMARY"
+fi

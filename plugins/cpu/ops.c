@@ -9,6 +9,7 @@
  * reproduce).
  */
 #include "cpu.h"
+#include "vexp.h" /* cpu_exp: the softmax-xent's exps, vectorised */
 #include "../common/scalar_ops.h" /* LR schedule, loss scaler, clip factor: kernels.cu's code */
 
 #include <math.h>     /* expf, log */
@@ -43,6 +44,12 @@ static kiln_status cpu_bias_add(const struct cpu_plan *p, const struct kiln_op_a
 	return KILN_OK;
 }
 
+/* Columns per block of a bias gradient: 32, so that the blocks of a narrow
+ * dy (N = 128: a GPT's projections) still spread over the threads; a block
+ * sums its columns row by row whatever its width, so the width never
+ * changes a result. */
+#define BIAS_COLS 32
+
 /* s[0..w) = sum over rows r in order of dy[r*N + j0 + j]: the order of the
  * sum never changes with the thread count. */
 CPU_CLONES static void col_sums(float *restrict s, const float *restrict dy, int64_t R, int64_t N,
@@ -65,12 +72,12 @@ static kiln_status cpu_bias_grad(const struct cpu_plan *p, const struct kiln_op_
 {
 	const float *dy = a->in[0];
 	float *db = a->out[0];
-	const int64_t R = p->rows, N = p->cols, B = 128;
+	const int64_t R = p->rows, N = p->cols, B = BIAS_COLS;
 	const int acc = p->op.flags & KILN_OPF_ACCUMULATE;
 	(void)e;
 #pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
 	for (int64_t j0 = 0; j0 < N; j0 += B) {
-		float s[128];
+		float s[BIAS_COLS];
 		const int64_t w = N - j0 < B ? N - j0 : B;
 		col_sums(s, dy, R, N, j0, w);
 		for (int64_t j = 0; j < w; j++)
@@ -173,12 +180,12 @@ static kiln_status cpu_bias_grad_bf16(const struct cpu_plan *p, const struct kil
 {
 	const uint16_t *dy = a->in[0];
 	float *db = a->out[0];
-	const int64_t R = p->rows, N = p->cols, B = 128;
+	const int64_t R = p->rows, N = p->cols, B = BIAS_COLS;
 	const int acc = p->op.flags & KILN_OPF_ACCUMULATE;
 	(void)e;
 #pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
 	for (int64_t j0 = 0; j0 < N; j0 += B) {
-		float s[128];
+		float s[BIAS_COLS];
 		const int64_t w = N - j0 < B ? N - j0 : B;
 		col_sums_bf16(s, dy, R, N, j0, w);
 		for (int64_t j = 0; j < w; j++)
@@ -249,6 +256,66 @@ static int64_t xent_counted(const int32_t *label, int64_t V, int ignore, int32_t
 	return n;
 }
 
+/* The row loops of the cross-entropy, vectorised (`omp simd`, CPU_CLONES):
+ * over the K classes of one row x of logits.  The row's largest logit: */
+CPU_CLONES static float xent_max(const float *restrict x, int64_t K)
+{
+	float mx = x[0];
+#pragma omp simd reduction(max : mx)
+	for (int64_t j = 1; j < K; j++)
+		mx = x[j] > mx ? x[j] : mx;
+	return mx;
+}
+
+/* the first class whose logit is mx (the arg max; 0 if none, a NaN row) */
+static int64_t xent_first(const float *x, int64_t K, float mx)
+{
+	for (int64_t j = 0; j < K; j++)
+		if (x[j] == mx)
+			return j;
+	return 0;
+}
+
+/* the label l's rank: how many classes come before it (a larger logit, or
+ * an equal one at a lower index); top-5 when below 5 */
+CPU_CLONES static int64_t xent_rank(const float *restrict x, int64_t K, int64_t l)
+{
+	const float xl = x[l];
+	int64_t above = 0;
+#pragma omp simd reduction(+ : above)
+	for (int64_t j = 0; j < K; j++)
+		above += (x[j] > xl) | ((x[j] == xl) & (j < l));
+	return above;
+}
+
+/* d[j] = e^(x[j] - mx) (vexp.h; below e^-88 it is 0); returns their sum and
+ * adds sum(x[j] - mx) to *xsum, both in double.  d may be x: each element
+ * is read before it is written. */
+CPU_CLONES static double xent_exp(float *d, const float *x, int64_t K, float mx, double *xsum)
+{
+	double sum = 0, xs = 0;
+#pragma omp simd reduction(+ : sum, xs)
+	for (int64_t j = 0; j < K; j++) {
+		const float v = x[j] - mx;
+		const float e = cpu_exp(v > -88.0f ? v : -88.0f);
+		xs += (double)x[j] - mx;
+		d[j] = e;
+		sum += e;
+	}
+	*xsum += xs;
+	return sum;
+}
+
+/* d[j] (the exps) = scale * (softmax - target), the target `on` at the
+ * label and `off` elsewhere (label smoothing) */
+CPU_CLONES static void xent_grad(float *restrict d, int64_t K, int64_t l, float scale, float inv,
+				 float on, float off)
+{
+#pragma omp simd
+	for (int64_t j = 0; j < K; j++)
+		d[j] = scale * (d[j] * inv - (j == l ? on : off));
+}
+
 static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_op_args *a,
 				    struct cpu_err *e)
 {
@@ -290,15 +357,8 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 				memset(dr, 0, (size_t)C * sizeof *dr);
 				continue;
 			}
-			float mx = xr[0];
-			int64_t am = 0, above = 0;
-			for (int64_t j = 1; j < K; j++)
-				if (xr[j] > mx) {
-					mx = xr[j];
-					am = j;
-				}
-			for (int64_t j = 0; j < K; j++)
-				above += xr[j] > xr[l] || (xr[j] == xr[l] && j < l);
+			const float mx = xent_max(xr, K);
+			const int64_t am = xent_first(xr, K, mx), above = xent_rank(xr, K, l);
 			if (K < C) /* padded classes: no gradient */
 				memset(dr + K, 0, (size_t)(C - K) * sizeof *dr);
 			ok[ch] += am == l;
@@ -328,17 +388,10 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 			/* dr may be xr (ABI 2.4): each logit is read before
 			 * its gradient is written, the label's first */
 			const float xl = xr[l];
-			double sum = 0, xsum = 0;
-			for (int64_t j = 0; j < K; j++) {
-				const float v = xr[j];
-				dr[j] = expf(v - mx);
-				sum += dr[j];
-				xsum += (double)v - mx;
-			}
-			const float inv = (float)(1.0 / sum);
+			double xsum = 0;
+			const double sum = xent_exp(dr, xr, K, mx, &xsum);
 			const float off = eps / (float)K, on = 1.0f - eps + off;
-			for (int64_t j = 0; j < K; j++)
-				dr[j] = scale * (dr[j] * inv - (j == l ? on : off));
+			xent_grad(dr, K, l, scale, (float)(1.0 / sum), on, off);
 			const double lse = log(sum);
 			loss[ch] += (1.0 - eps) * (lse - ((double)xl - mx)) +
 				    (eps > 0 ? eps * (lse - xsum / (double)K) : 0.0);
