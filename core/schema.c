@@ -190,6 +190,8 @@ static const struct kiln_key dist_keys[] = {
 	  "ZeRO stage: 0 = plain data parallelism (every rank holds the whole optimizer state); 1 = ZeRO-1: the optimizer state is sharded across the ranks (each keeps 1/world of it), gradients are reduce-scattered during backward, each rank updates its shard of the parameters and the shards are allgathered (overlapped with the next forward, see overlap). Checkpoints gather the state first, so they resume on any world size. Not with lamb. Stages 2 and 3 are refused (not implemented)." },
 	{ "heartbeat", KILN_KEY_FLOAT, "30", 0, 1e6, NULL,
 	  "Seconds a rank may go without a heartbeat: every rank's watchdog thread beats through the store every heartbeat/4 s and reads its peers'; a peer silent this long (stopped, frozen, its host dead or cut off) or a store that does not answer this long (rank 0 or its link) ends the run on every rank with an error naming the rank and its host name, well before `timeout`. 0 = no watchdog." },
+	{ "pipeline", KILN_KEY_INT, "1", 1, 64, NULL,
+	  "Pipeline stages on ranks (docs/pipeline.md, \"Stages on ranks\"): the world of P x D ranks runs D copies of a pipeline of P = this many stages (the model's `[layer.X] stage` / `[model] stages`, which must make exactly P), rank r being stage r % P of pipe r / P. Each rank runs its stage's layers only, the crossing tensors moving by the communicator's point-to-point send and recv; each stage's D ranks average its gradients (DDP, after the pipeline's last micro-batch); the sampler shards over the D pipes only. 1: every stage in one process (and all ranks data-parallel). Not with `zero = 1`." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 
