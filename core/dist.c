@@ -672,6 +672,10 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	free(v);
 	if (lost >= 0 && msg && strstr(msg, " was lost (host "))
 		st = kiln_error(st, "%s", msg); /* explained already (a stream worker's failure) */
+	else if (lost >= 0 && d->pipe_P) /* [dist] pipeline: name its stage too */
+		st = kiln_error(st, "rank %d of %d (pipeline stage %d): rank %d (stage %d of pipe %d) was lost (host %s: its process exited, its host went down or its connection closed): %s",
+				d->env.rank, d->env.world, d->env.rank % d->pipe_P, lost,
+				lost % d->pipe_P, lost / d->pipe_P, host, msg ? msg : "");
 	else if (lost >= 0)
 		st = kiln_error(st, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed): %s",
 				d->env.rank, d->env.world, lost, host, msg ? msg : "");

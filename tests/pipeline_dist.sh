@@ -9,8 +9,8 @@
 #  3. the same 2 and 4 stages under mpirun (kiln-mpi), where available;
 #  4. a checkpoint written by 2 stages on 2 ranks resumes in one process
 #     (its stages in that process) and ends where one process does;
-#  5. a rank killed (SIGKILL) mid-run makes the other exit non-zero within
-#     [dist] timeout, naming the dead rank and its stage;
+#  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
+#     exit non-zero within [dist] timeout, naming the dead rank and its stage;
 #  6. a world that P does not divide, and P without placed stages, are
 #     config errors naming the key.
 # Every process runs under `timeout`.
@@ -101,25 +101,35 @@ near one part "2 stages on ranks to step 3, then one process"
 echo "ok: a checkpoint of 2 stages on 2 ranks resumes in one process"
 
 # ---- 5. a stage dies ----------------------------------------------------------------
+# P = 2 x D = 2: rank 1 (stage 1 of pipe 0) killed; its pipe peer (rank 0),
+# its stage's other rank (3) and rank 2 must all fail, naming it
 port=$(free_port 5)
-for r in 0 1; do
-	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
-		run.out_dir="$tmp/dead$r" train.batch=32 train.epochs=1000 train.max_steps=0 \
-		train.log_every=1 dist.pipeline=2 "$two" dist.timeout=10 > "$tmp/dead$r.log" 2>&1 &
+for r in 0 1 2 3; do
+	KILN_RANK=$r KILN_WORLD_SIZE=4 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
+		run.out_dir="$tmp/dead$r" train.batch=16 pipeline.micro_batches=2 train.epochs=1000 \
+		train.max_steps=0 train.log_every=1 dist.pipeline=2 "$two" dist.timeout=10 \
+		> "$tmp/dead$r.log" 2>&1 &
 	eval "pid$r=\$!"
 done
 i=0
 while [ $i -lt 300 ] && ! grep -q "step " "$tmp/dead0.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
 t0=$(date +%s)
+pkill -KILL -P "$pid1" 2>/dev/null # kiln under timeout, as tests/dist.sh does
 kill -KILL "$pid1" 2>/dev/null
-wait "$pid0"; rc0=$?
+for r in 0 2 3; do
+	wait "$(eval echo \$pid$r)"
+	eval "rc$r=$?"
+done
 dt=$(( $(date +%s) - t0 ))
 wait "$pid1" 2>/dev/null
-echo "after rank 1 (stage 1) was killed: rank 0 exited $rc0 after ${dt}s"
-[ "$rc0" != 0 ] && [ "$rc0" != 124 ] || bad "rank 0 exited $rc0 after rank 1 died"
-grep -q "rank 1" "$tmp/dead0.log" && grep -q "stage 1" "$tmp/dead0.log" ||
-	{ bad "rank 0 does not name rank 1, stage 1"; grep -v '^\[' "$tmp/dead0.log" | tail -5; }
-[ "$dt" -le 15 ] || bad "rank 0 took ${dt}s (timeout 10 s)"
+echo "after rank 1 (stage 1 of pipe 0) was killed: ranks 0, 2, 3 exited $rc0 $rc2 $rc3 within ${dt}s"
+for r in 0 2 3; do
+	eval "rc=\$rc$r"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "rank $r exited $rc after rank 1 died"
+	grep -q "rank 1 (stage 1 of pipe 0) was lost" "$tmp/dead$r.log" ||
+		{ bad "rank $r does not name rank 1, stage 1"; grep -v '^\[' "$tmp/dead$r.log" | tail -3; }
+done
+[ "$dt" -le 15 ] || bad "the others took ${dt}s (timeout 10 s)"
 
 # ---- 6. errors ----------------------------------------------------------------------
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e3" train.batch=32 \
