@@ -121,11 +121,13 @@ int kiln_device_capturing(struct kiln_device *dev);
  * (the data-parallel group, which DDP's buckets allreduce over from now
  * on); *stage, *pipe and *D say where this rank is.  lo[s], hi[s]:
  * stage s's slice of the flat trainable buffers, for the gather.  KILN_ECONFIG naming
- * the key when the world is not a multiple of P or ZeRO-1 is on;
+ * the key when the world is not a multiple of P, ZeRO-1 is on, or the
+ * communicator is kiln-mpi without [plugin.mpi] thread_level = multiple
+ * (the transport's sends and a stage's receives are two threads in MPI);
  * KILN_ENOTSUP when the communicator cannot split. */
-kiln_status kiln_dist_pipe_open(struct kiln_dist *d, int P, const size_t *lo, const size_t *hi,
-				const struct kiln_comm_ops **ops, void **pcomm, int *stage, int *pipe,
-				int *D);
+kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *cfg, int P,
+				const size_t *lo, const size_t *hi, const struct kiln_comm_ops **ops,
+				void **pcomm, int *stage, int *pipe, int *D);
 /* Every rank gets each stage's training state from the stage's rank in
  * pipe 0 (world rank s): the trainable parameters and the optimizer's
  * state in [lo[s], hi[s]) of the flat buffers, and the non-trained

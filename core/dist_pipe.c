@@ -9,20 +9,23 @@
 #include "dist_impl.h"
 #include "pipeline.h"
 
-kiln_status kiln_dist_pipe_open(struct kiln_dist *d, int P, const size_t *lo, const size_t *hi,
-				const struct kiln_comm_ops **ops, void **pcomm, int *stage, int *pipe,
-				int *D)
+kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *cfg, int P,
+				const size_t *lo, const size_t *hi, const struct kiln_comm_ops **ops,
+				void **pcomm, int *stage, int *pipe, int *D)
 {
 	const int r = d->env.rank, W = d->env.world;
 	int pr = 0, pw = 0, gr = 0, gw = 0;
 	kiln_status st;
-	const struct kiln_config *cfg = d->m ? d->m->cfg : NULL;
+	const char *tl = kiln_config_get(cfg, "plugin.mpi", "thread_level");
 	if (W % P)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d does not divide the world of %d ranks (world = pipeline x data-parallel ranks)",
-				  cfg ? kiln_config_where(cfg, "dist", "pipeline") : "[dist] pipeline", P, W);
+				  kiln_config_where(cfg, "dist", "pipeline"), P, W);
 	if (d->zero)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [dist] pipeline is not supported yet: each stage's ranks run DDP",
-				  cfg ? kiln_config_where(cfg, "dist", "zero") : "[dist] zero");
+				  kiln_config_where(cfg, "dist", "zero"));
+	if (!strcmp(d->plugin->name, "mpi") && (!tl || strcmp(tl, "multiple")))
+		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline on kiln-mpi needs [plugin.mpi] thread_level = multiple (a stage's receives and the transport's sends run on two threads)",
+				  kiln_config_where(cfg, "dist", "pipeline"));
 	if (d->ops->version < 5 || !d->ops->split)
 		return kiln_error(KILN_ENOTSUP, "[dist] pipeline: comm plugin '%s' cannot make sub-communicators (split, comm ops version 5)",
 				  d->plugin->name);

@@ -150,7 +150,7 @@ kiln_status trainer_pipe_ranks(struct trainer *t)
 		kiln_pipe_stage_slice(t->pipe, s, &lo[s], &hi[s]);
 		rank_of[s] = s; /* the pipe's communicator ranks its members by stage */
 	}
-	if ((st = kiln_dist_pipe_open(t->dist, P, lo, hi, &ops, &pcomm, &stage, &pipe, &D)) ||
+	if ((st = kiln_dist_pipe_open(t->dist, t->cfg, P, lo, hi, &ops, &pcomm, &stage, &pipe, &D)) ||
 	    (st = kiln_pipe_use_ranks(t->pipe, ops, pcomm, stage, rank_of)))
 		return st;
 	kiln_log(KILN_LOG_INFO, "pipeline", "rank %d: stage %d of %d (layers' parameters [%zu, %zu) of %zu floats), pipe %d of %d",

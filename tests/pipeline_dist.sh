@@ -6,7 +6,8 @@
 #     parameters and momentum of one process with batch 32 (1e-5);
 #  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
 #     averaging its gradients, each pipe 16 samples of the 32) does too;
-#  3. the same 2 and 4 stages under mpirun (kiln-mpi), where available;
+#  3. the same 2 and 4 stages under mpirun (kiln-mpi, thread_level =
+#     multiple; serialized is refused), where available;
 #  4. a checkpoint written by 2 stages on 2 ranks resumes in one process
 #     (its stages in that process) and ends where one process does;
 #  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
@@ -88,6 +89,12 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 		grep -q "comm mpi" "$tmp/$1.log" || bad "$1 did not run on mpi"
 		near one "$1" "$2 stages on $2 ranks (mpi)"
 	done
+	# two threads in MPI: thread_level = serialized (the default) is refused
+	timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT="$(free_port 4)" \
+		-x OMP_NUM_THREADS=1 "$kiln" train "$ini" run.out_dir="$tmp/mser" train.batch=32 \
+		dist.pipeline=2 "$two" > "$tmp/mser.log" 2>&1 && bad "mpi, thread_level = serialized: ran"
+	grep -q "needs \[plugin.mpi\] thread_level = multiple" "$tmp/mser.log" ||
+		{ bad "mpi, thread_level = serialized: no message"; tail -5 "$tmp/mser.log"; }
 	echo "ok: 2 and 4 stages on ranks equal one process (mpi)"
 else
 	echo "mpi: not built or no mpirun: skipped"
