@@ -246,6 +246,12 @@ void kiln_dist_close(struct kiln_dist *d)
 		int k = snprintf(why, sizeof why, "rank %d failed", d->env.rank);
 		kiln_store_set(d->store, "kiln/finished_all", why, (size_t)k);
 	}
+	free(d->pipe_lo);
+	free(d->pipe_hi);
+	if (d->gctx)
+		d->ops->close(d->gctx);
+	if (d->pctx)
+		d->ops->close(d->pctx);
 	if (d->ctx)
 		d->ops->close(d->ctx);
 	kiln_device_event_destroy(d->dev, d->ready);
@@ -379,7 +385,7 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 	if ((st = d->zero ? d->ops->reduce_scatter(d->ctx, d->m->grads_d + b->lo, d->zgrad + b->zoff,
 						   b->c, KILN_F32, KILN_REDUCE_AVG, d->comm_stream,
 						   done)
-			  : d->ops->allreduce(d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
+			  : d->ops->allreduce(d->gctx ? d->gctx : d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
 					      KILN_REDUCE_AVG, d->comm_stream, done)))
 		return st;
 	if (d->timing &&
@@ -666,6 +672,10 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	free(v);
 	if (lost >= 0 && msg && strstr(msg, " was lost (host "))
 		st = kiln_error(st, "%s", msg); /* explained already (a stream worker's failure) */
+	else if (lost >= 0 && d->pipe_P) /* [dist] pipeline: name its stage too */
+		st = kiln_error(st, "rank %d of %d (pipeline stage %d): rank %d (stage %d of pipe %d) was lost (host %s: its process exited, its host went down or its connection closed): %s",
+				d->env.rank, d->env.world, d->env.rank % d->pipe_P, lost,
+				lost % d->pipe_P, lost / d->pipe_P, host, msg ? msg : "");
 	else if (lost >= 0)
 		st = kiln_error(st, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed): %s",
 				d->env.rank, d->env.world, lost, host, msg ? msg : "");

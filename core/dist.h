@@ -114,4 +114,27 @@ void kiln_host_fatal(const char *who, const char *fmt, ...) KILN_PRINTF(2, 3);
  * capture_end on dev. */
 int kiln_device_capturing(struct kiln_device *dev);
 
+/* [dist] pipeline = P (core/dist_pipe.c, docs/pipeline.md "Stages on
+ * ranks"): the world of P x D ranks as D pipes of P stages, rank r being
+ * stage r % P of pipe r / P.  Collective: splits the communicator into
+ * this pipe's P ranks (*pcomm, ranked by stage) and this stage's D ranks
+ * (the data-parallel group, which DDP's buckets allreduce over from now
+ * on); *stage, *pipe and *D say where this rank is.  lo[s], hi[s]:
+ * stage s's slice of the flat trainable buffers, for the gather.  KILN_ECONFIG naming
+ * the key when the world is not a multiple of P, ZeRO-1 is on, or the
+ * communicator is kiln-mpi without [plugin.mpi] thread_level = multiple
+ * (the transport's sends and a stage's receives are two threads in MPI);
+ * KILN_ENOTSUP when the communicator cannot split. */
+kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *cfg, int P,
+				const size_t *lo, const size_t *hi, const struct kiln_comm_ops **ops,
+				void **pcomm, int *stage, int *pipe, int *D);
+/* Every rank gets each stage's training state from the stage's rank in
+ * pipe 0 (world rank s): the trainable parameters and the optimizer's
+ * state in [lo[s], hi[s]) of the flat buffers, and the non-trained
+ * buffers of the stage's layers (m->stage).  Before a checkpoint (in
+ * kiln_dist_zero_gather), an evaluation and the end of training: what is
+ * written or evaluated is whole.  Collective over the world; waits for
+ * it.  No-op without [dist] pipeline. */
+kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute);
+
 #endif

@@ -40,6 +40,11 @@ struct kiln_dist {
 	const struct kiln_plugin *plugin;
 	const struct kiln_comm_ops *ops;
 	void *ctx;
+	/* [dist] pipeline = P (core/dist_pipe.c): the gradients' communicator
+	 * (this stage's D ranks; NULL: ctx) and this pipe's P ranks */
+	void *gctx, *pctx;
+	int pipe_P, pipe_D;
+	size_t *pipe_lo, *pipe_hi; /* each stage's slice of the trainables */
 	struct kiln_device *dev;
 	struct kiln_model *m;
 	void *comm_stream;

@@ -28,8 +28,8 @@ struct local_tr {
 
 static struct local_msg *local_slot(struct local_tr *L, uint64_t tag)
 {
-	uint64_t j = tag >> 32, e = (tag & 0xffffffffu) >> 1, i = (j * (uint64_t)L->n_xfer + e) * 2 + (tag & 1);
-	return e < (uint64_t)L->n_xfer && i < (uint64_t)L->n ? &L->msg[i] : NULL;
+	const int i = kiln_pipe_tag_slot(tag, L->n_xfer, L->n);
+	return i < 0 ? NULL : &L->msg[i];
 }
 
 static kiln_status local_send(void *ctx, int from, int to, uint64_t tag, const void *buf,
@@ -97,6 +97,9 @@ struct kiln_pipe {
 	void **xadd;                 /* per crossing tensor: the gradient return's add */
 	struct kiln_stage_transport tr;
 	struct local_tr local;
+	/* stages on ranks (pipe_rank.c): this rank's stage, -1 for all */
+	int mine;
+	struct kiln_pipe_rank *rk;
 };
 
 kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_model *m, int *yes)
@@ -116,7 +119,9 @@ static kiln_status pipe_supported(const struct kiln_model *m, int64_t accumulate
 {
 	const struct kiln_config *cfg = m->cfg;
 	const char *rc = kiln_config_get(cfg, "train", "recompute");
-	if (world > 1)
+	int64_t on_ranks = 1;
+	kiln_config_get_int(cfg, "dist", "pipeline", &on_ranks);
+	if (world > 1 && on_ranks <= 1)
 		return kiln_error(KILN_ENOTSUP, "%s: a pipeline across ranks or combined with data parallelism is not supported yet (docs/pipeline.md): run one process",
 				  kiln_config_where(cfg, "pipeline", "micro_batches"));
 	if (accumulate > 1)
@@ -301,6 +306,7 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->dev = m->dev;
 	pp->stream = stream;
 	pp->P = m->n_stages;
+	pp->mine = -1;
 	pp->M = (int)M;
 	pp->mb = batch / M;
 	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
@@ -330,7 +336,8 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 	void *ss = pp->sst[s];
 	const int k = pp->slot[j];
 	kiln_status st;
-	if (s && (st = kiln_device_stream_wait(pp->dev, ss, pp->fdone[k * pp->P + s - 1])))
+	if (s && pp->mine < 0 &&
+	    (st = kiln_device_stream_wait(pp->dev, ss, pp->fdone[k * pp->P + s - 1])))
 		return st;
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
@@ -389,7 +396,7 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	void *ss = pp->sst[s];
 	const int k = pp->slot[j];
 	kiln_status st;
-	if (s < pp->P - 1 &&
+	if (s < pp->P - 1 && pp->mine < 0 &&
 	    (st = kiln_device_stream_wait(pp->dev, ss, pp->bdone[k * pp->P + s + 1])))
 		return st;
 	if ((st = receive_grads(pp, p, s, j, x)))
@@ -434,9 +441,10 @@ static kiln_status enter(struct kiln_pipe *pp, int j)
 		return kiln_error(KILN_EINTERNAL, "pipeline: no free activation set for micro-batch %d", j);
 	pp->busy[k] = 1;
 	pp->slot[j] = k;
+	void *ss = pp->sst[pp->mine < 0 ? 0 : pp->mine];
 	kiln_status st = kiln_device_copy_async(pp->dev, pp->plan[k]->step_d, pp->m->step_d,
-						sizeof(int64_t), KILN_COPY_D2D, pp->sst[0]);
-	return st ? st : kiln_model_step_advance(pp->m, pp->sst[0]);
+						sizeof(int64_t), KILN_COPY_D2D, ss);
+	return st ? st : kiln_model_step_advance(pp->m, ss);
 }
 
 kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
@@ -456,6 +464,12 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 		if (a->kind == KILN_PIPE_FWD && a->stage == 0 && (st = enter(pp, j)))
 			return st;
 		struct kiln_plan *p = pp->plan[pp->slot[j]];
+		if (pp->mine >= 0 && a->stage != pp->mine) {
+			/* another rank's: only the activation sets' bookkeeping */
+			if (a->kind == KILN_PIPE_BWD && a->stage == 0)
+				pp->busy[pp->slot[j]] = 0;
+			continue;
+		}
 		const char *xj = (const char *)x + (size_t)j * (size_t)pp->mb * xrow;
 		const char *yj = (const char *)y + (size_t)j * (size_t)pp->mb * label_bytes;
 		st = a->kind == KILN_PIPE_FWD ? stage_forward(pp, p, a->stage, j, xj, yj, metrics)
@@ -467,10 +481,36 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 	}
 	/* the optimizer (and the metrics' read-back) after every stage */
 	for (int s = 0; s < pp->P; s++)
-		if ((st = kiln_device_event_record(pp->dev, pp->done[s], pp->sst[s])) ||
-		    (st = kiln_device_stream_wait(pp->dev, pp->stream, pp->done[s])))
+		if ((pp->mine < 0 || s == pp->mine) &&
+		    ((st = kiln_device_event_record(pp->dev, pp->done[s], pp->sst[s])) ||
+		     (st = kiln_device_stream_wait(pp->dev, pp->stream, pp->done[s]))))
 			return st;
-	return KILN_OK;
+	return pp->rk ? kiln_pipe_rank_flush(pp->rk, pp->stream) : KILN_OK;
+}
+
+kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
+				int mine, const int *rank_of)
+{
+	kiln_status st = kiln_pipe_rank_open(ops, comm, pp->dev, pp->P, rank_of, pp->M,
+					     pp->plan[0]->n_xfer, &pp->rk, &pp->tr);
+	if (!st)
+		pp->mine = mine;
+	return st;
+}
+
+int kiln_pipe_mine(const struct kiln_pipe *pp, size_t *lo, size_t *hi)
+{
+	if (pp->mine >= 0)
+		kiln_pipe_stage_slice(pp, pp->mine, lo, hi);
+	else
+		*lo = 0, *hi = pp->m->n_trainable;
+	return pp->mine;
+}
+
+void kiln_pipe_stage_slice(const struct kiln_pipe *pp, int s, size_t *lo, size_t *hi)
+{
+	*lo = pp->glo[s];
+	*hi = pp->ghi[s] > pp->glo[s] ? pp->ghi[s] : pp->glo[s];
 }
 
 struct kiln_plan *kiln_pipe_plan0(const struct kiln_pipe *pp) { return pp->plan[0]; }
@@ -498,6 +538,7 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 	for (int e = 0; pp->xadd && pp->plan && pp->plan[0] && e < pp->plan[0]->n_xfer; e++)
 		if (pp->xadd[e])
 			kiln_device_plan_free(pp->dev, pp->xadd[e]);
+	kiln_pipe_rank_free(pp->rk);
 	for (int k = 0; pp->plan && k < pp->K; k++)
 		kiln_plan_free(pp->plan[k]);
 	for (int i = 0; pp->fdone && i < pp->K * pp->P; i++)

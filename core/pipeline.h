@@ -106,6 +106,31 @@ struct kiln_stage_transport {
 	void *ctx;
 };
 
+/* A message's slot among n = 2 M n_xfer (micro-batch, tensor, direction)
+ * from its tag (pipe_run.c's tag_of), or -1 out of range: the transports
+ * keep what a message needs there, since a tag recurs only a step later. */
+static inline int kiln_pipe_tag_slot(uint64_t tag, int n_xfer, int n)
+{
+	uint64_t j = tag >> 32, e = (tag & 0xffffffffu) >> 1;
+	uint64_t i = (j * (uint64_t)n_xfer + e) * 2 + (tag & 1);
+	return e < (uint64_t)n_xfer && i < (uint64_t)n ? (int)i : -1;
+}
+
+/* ---- stages on ranks (pipe_rank.c) ---------------------------------- */
+
+/* The transport across ranks: stage s on rank rank_of[s] of communicator
+ * comm (ops: its plugin's), for M micro-batches of n_xfer crossing
+ * tensors; *tr is set to it.  Sends are staged and run on a stream of the
+ * transport's own, so the sender's stream never waits for its receiver. */
+struct kiln_pipe_rank;
+kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
+				struct kiln_device *dev, int P, const int *rank_of, int M,
+				int n_xfer, struct kiln_pipe_rank **out,
+				struct kiln_stage_transport *tr);
+/* stream waits until every send enqueued so far has completed. */
+kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream);
+void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
+
 /* ---- `kiln memory` (pipe_memory.c) ---------------------------------- */
 
 /* Print to f, for a step of `batch` rows, each stage's layers, parameter
@@ -134,6 +159,17 @@ kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_mo
 kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
 			   void *stream, struct kiln_pipe **out);
 /* The micro-batch plan that summaries and `kiln memory` describe. */
+/* Stages on ranks: from now on this process runs stage `mine` only, its
+ * crossing tensors moved by comm's point-to-point calls (stage s on rank
+ * rank_of[s] of comm); the other stages' parameters here are neither
+ * read nor given gradients (their gradient slices stay zero). */
+kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
+				int mine, const int *rank_of);
+/* This rank's stage (-1: every stage, one process) and its slice
+ * [*lo, *hi) of the flat trainable parameters. */
+int kiln_pipe_mine(const struct kiln_pipe *pp, size_t *lo, size_t *hi);
+/* Stage s's slice of the flat trainable parameters. */
+void kiln_pipe_stage_slice(const struct kiln_pipe *pp, int s, size_t *lo, size_t *hi);
 struct kiln_plan *kiln_pipe_plan0(const struct kiln_pipe *pp);
 int kiln_pipe_stages(const struct kiln_pipe *pp);
 int kiln_pipe_micro_batches(const struct kiln_pipe *pp);

@@ -38,6 +38,8 @@ static const struct {
 	 * the optimizer state are laid out the same; "layer.*": every layer */
 	{ "pipeline", "micro_batches" }, { "pipeline", "schedule" },
 	{ "layer.*", "stage" },      { "model", "stages" },
+	/* stages on ranks: checkpoints hold every stage's state, gathered */
+	{ "dist", "pipeline" },
 };
 
 int kiln_ckpt_safe_key(const char *section, const char *key)

@@ -144,6 +144,10 @@ struct trainer {
 	/* data-parallel training (core/dist.c): NULL for one process */
 	struct kiln_dist *dist;
 	int rank, world;
+	/* [dist] pipeline = P > 1 (pipe_P): world above is the data-parallel
+	 * world D (world ranks / P), drank this rank's pipe (its data shard);
+	 * otherwise drank = rank */
+	int drank, pipe_P;
 	int dist_stop;             /* every rank agreed to stop */
 	/* [dist] timing: the sums at the previous log point */
 	double comm_exposed0, comm_total0;
@@ -243,6 +247,11 @@ kiln_status trainer_resume_read(struct trainer *t, int *found);
 
 /* train_dist.c */
 kiln_status trainer_resume(struct trainer *t, int *found);
+/* core/train_dist.c, [dist] pipeline = P: the layout (t->pipe_P, the
+ * data-parallel world and this rank's pipe), right after joining; then,
+ * once the pipeline is open, its stages on the ranks. */
+kiln_status trainer_pipe_layout(struct trainer *t);
+kiln_status trainer_pipe_ranks(struct trainer *t);
 kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct);
 void trainer_dist_comm_event(struct trainer *t);
 void trainer_dist_summary(const struct trainer *t);

@@ -4,6 +4,7 @@
  * events and summary.  Every function here is called only with t->dist
  * set, or behaves as for one process without it.  See train.h. */
 #include "train.h"
+#include "pipeline.h"
 
 #include <stdio.h>
 
@@ -110,4 +111,49 @@ void trainer_dist_summary(const struct trainer *t)
 		kiln_log(KILN_LOG_INFO, "dist", "rank %d: over %lld steps, exposed communication %.3f ms/step, allreduce %.3f ms/step on the comm stream (%.1f%% exposed)",
 			 t->rank, (long long)ns, ex / (double)ns * 1e3, cm / (double)ns * 1e3,
 			 cm > 0 ? 100 * ex / cm : 0.0);
+}
+
+kiln_status trainer_pipe_layout(struct trainer *t)
+{
+	int64_t P = 1;
+	kiln_status st = kiln_config_get_int(t->cfg, "dist", "pipeline", &P);
+	if (st && st != KILN_ENOTFOUND)
+		return st;
+	t->drank = t->rank;
+	t->pipe_P = 1;
+	if (P <= 1)
+		return KILN_OK;
+	if (t->world % P)
+		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %lld stages, but the world of %d rank(s) is not a multiple of it (world = pipeline x data-parallel ranks)",
+				  kiln_config_where(t->cfg, "dist", "pipeline"), (long long)P, t->world);
+	t->pipe_P = (int)P;
+	t->drank = t->rank / t->pipe_P;
+	t->world /= t->pipe_P; /* the data-parallel world: G, the sampler, the means */
+	return KILN_OK;
+}
+
+kiln_status trainer_pipe_ranks(struct trainer *t)
+{
+	const int P = t->pipe_P;
+	size_t lo[KILN_PIPE_MAX_STAGES], hi[KILN_PIPE_MAX_STAGES];
+	int rank_of[KILN_PIPE_MAX_STAGES], stage, pipe, D;
+	const struct kiln_comm_ops *ops;
+	void *pcomm;
+	kiln_status st;
+	if (P <= 1)
+		return KILN_OK;
+	if (kiln_pipe_stages(t->pipe) != P)
+		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d, but the model is placed in %d stages",
+				  kiln_config_where(t->cfg, "dist", "pipeline"), P,
+				  kiln_pipe_stages(t->pipe));
+	for (int s = 0; s < P; s++) {
+		kiln_pipe_stage_slice(t->pipe, s, &lo[s], &hi[s]);
+		rank_of[s] = s; /* the pipe's communicator ranks its members by stage */
+	}
+	if ((st = kiln_dist_pipe_open(t->dist, t->cfg, P, lo, hi, &ops, &pcomm, &stage, &pipe, &D)) ||
+	    (st = kiln_pipe_use_ranks(t->pipe, ops, pcomm, stage, rank_of)))
+		return st;
+	kiln_log(KILN_LOG_INFO, "pipeline", "rank %d: stage %d of %d (layers' parameters [%zu, %zu) of %zu floats), pipe %d of %d",
+		 t->rank, stage, P, lo[stage], hi[stage], t->m->n_trainable, pipe, D);
+	return KILN_OK;
 }

@@ -98,7 +98,10 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 {
 	const struct eval_target *e = &t->ev;
 	double t0 = kiln_now_s();
-	kiln_status st = eval_pass(t, e);
+	/* [dist] pipeline: every stage's current parameters on every rank */
+	kiln_status st = kiln_dist_pipe_gather(t->dist, t->compute);
+	if (!st)
+		st = eval_pass(t, e);
 	if (st)
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);

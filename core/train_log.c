@@ -324,8 +324,10 @@ kiln_status trainer_finish(struct trainer *t)
 					   "test_loss", metric_or_null(res->test_loss), "test_acc",
 					   metric_or_null(res->test_acc), "train_samples_per_s",
 					   res->train_samples_per_s, "wall_s", res->wall_s));
-	/* the final parameters whole (ZeRO-1) */
+	/* the final parameters whole (ZeRO-1, [dist] pipeline) */
 	st = kiln_dist_zero_settle(t->dist, t->compute);
+	if (!st)
+		st = kiln_dist_pipe_gather(t->dist, t->compute);
 	if (!st)
 		st = kiln_device_stream_sync(t->dev, t->compute);
 	/* no rank leaves the group while a peer is still in a collective */

@@ -283,7 +283,7 @@ static kiln_status open_device(struct trainer *t)
 		return st;
 	t->rank = kiln_dist_rank(t->dist);
 	t->world = kiln_dist_world(t->dist);
-	return KILN_OK;
+	return trainer_pipe_layout(t);
 }
 
 /* [data], [data.eval] and [data.val] (training), or [data.eval] alone. */
@@ -380,6 +380,10 @@ static kiln_status build_model(struct trainer *t)
 		if (pipe && !(st = kiln_pipe_open(t->m, t->B, t->acc, t->world, t->compute, &t->pipe))) {
 			t->ptrain = kiln_pipe_plan0(t->pipe);
 			t->graph_mode = -1; /* issued op by op */
+			st = trainer_pipe_ranks(t);
+		} else if (!pipe && t->pipe_P > 1) {
+			st = kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d, but the model has one stage: place layers with [layer.X] stage or [model] stages",
+					kiln_config_where(t->cfg, "dist", "pipeline"), t->pipe_P);
 		} else if (!pipe) {
 			st = kiln_model_plan(t->m, t->B, 1, &t->ptrain);
 		}

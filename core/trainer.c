@@ -70,7 +70,7 @@ static kiln_status epoch_begin(struct trainer *t)
 		ep_steps = left > 0 ? left : 0;
 	/* this rank's share of the epoch's order from `start`: interleaved,
 	 * equal length, drop_last */
-	kiln_shard(t->perm, n, start, t->rank, t->world, 1, t->order);
+	kiln_shard(t->perm, n, start, t->drank, t->world, 1, t->order);
 	t->res_x = NULL; /* resident: evaluation reused the slots; load anew */
 	t->epoch = ep;
 	if (t->train.loader)

@@ -24,6 +24,7 @@
  * test_gloo_p2p: point-to-point send and recv both ways between the two
  * ranks (f32, i32 and u8 buffers, bytes checked), then a receive from a
  * rank that died failing within the timeout and naming it.
+ * test_gloo_split: sub-communicators (split) on 4 ranks, see split_main.
  */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
@@ -113,6 +114,7 @@ static float from_f16(uint16_t h)
 
 struct rank_ctx {
 	int rank, busy, shm;
+	int world; /* 0: 2 */
 	long pid0; /* rank 0's process: its segments' names start kiln-gloo-<pid0>- */
 	long allocs;
 	char err[512];
@@ -144,7 +146,7 @@ struct rank_env {
 static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 {
 	const struct kiln_plugin *p;
-	const int R = r->rank, W = 2;
+	const int R = r->rank, W = r->world ? r->world : 2;
 	memset(e, 0, sizeof *e);
 	TRY(kiln_registry_open(NULL, &e->reg));
 	TRY(kiln_config_new(&e->cfg));
@@ -160,14 +162,15 @@ static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 	if (R == 0) {
 		TRY(kiln_store_open("127.0.0.1", 0, 1, 0, W, 10000, &e->store));
 		int pt = kiln_store_port(e->store);
-		if (write(port_pipe[1], &pt, sizeof pt) != sizeof pt) {
-			snprintf(r->err, sizeof r->err, "rank 0: cannot pass the port");
-			return -1;
-		}
+		for (int k = 1; k < W; k++)
+			if (write(port_pipe[1], &pt, sizeof pt) != sizeof pt) {
+				snprintf(r->err, sizeof r->err, "rank 0: cannot pass the port");
+				return -1;
+			}
 	} else {
 		int pt = 0;
 		if (read(port_pipe[0], &pt, sizeof pt) != sizeof pt) {
-			snprintf(r->err, sizeof r->err, "rank 1: no port from rank 0");
+			snprintf(r->err, sizeof r->err, "rank %d: no port from rank 0", R);
 			return -1;
 		}
 		TRY(kiln_store_open("127.0.0.1", pt, 0, R, W, 10000, &e->store));
@@ -342,7 +345,17 @@ out:
 /* Run fn as ranks 0 and 1 of 2, forked, each with its rank_ctx (busy and
  * shm as given) sent back through a pipe into rc[]; *status[i]: rank i's
  * wait status.  0, or -1 when the gloo plugin is not built. */
+static int run_ranks_n(void *(*fn)(void *), int W, int busy, int shm, struct rank_ctx *rc,
+		       int *status);
+
 static int run_ranks(void *(*fn)(void *), int busy, int shm, struct rank_ctx rc[2], int status[2])
+{
+	return run_ranks_n(fn, 2, busy, shm, rc, status);
+}
+
+/* ... as ranks 0 .. W-1 of W (W <= 8). */
+static int run_ranks_n(void *(*fn)(void *), int W, int busy, int shm, struct rank_ctx *rc,
+		       int *status)
 {
 	struct kiln_registry *reg;
 	const struct kiln_plugin *p;
@@ -353,14 +366,16 @@ static int run_ranks(void *(*fn)(void *), int busy, int shm, struct rank_ctx rc[
 		printf("gloo plugin not built: skipped\n");
 		return -1;
 	}
-	int res[2][2];
-	pid_t pid[2];
+	int res[8][2];
+	pid_t pid[8];
+	ck_assert_int_le(W, 8);
 	ck_assert_int_eq(pipe(port_pipe), 0);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < W; i++) {
 		ck_assert_int_eq(pipe(res[i]), 0);
 		if (!(pid[i] = fork())) {
 			memset(&rc[i], 0, sizeof rc[i]);
 			rc[i].rank = i;
+			rc[i].world = W;
 			rc[i].busy = busy;
 			rc[i].shm = shm;
 			rc[i].pid0 = i ? (long)pid[0] : (long)getpid();
@@ -371,7 +386,7 @@ static int run_ranks(void *(*fn)(void *), int busy, int shm, struct rank_ctx rc[
 		}
 		ck_assert_int_gt(pid[i], 0);
 	}
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < W; i++) {
 		memset(&rc[i], 0, sizeof rc[i]);
 		close(res[i][1]);
 		if (read(res[i][0], &rc[i], sizeof rc[i]) != sizeof rc[i])
@@ -551,6 +566,157 @@ START_TEST(test_gloo_p2p)
 }
 END_TEST
 
+/* Sub-communicators (comm ops version 5) on 4 ranks.  Split A, color =
+ * rank % 2 with key = -rank: groups {2, 0} and {3, 1} (ranked by key, so
+ * world rank 2 is rank 0 of its group); split B, color = rank / 2: {0, 1}
+ * and {2, 3} (a pipeline's stage groups and pipe groups); split C: rank 3
+ * joins no group and ranks 0-2 form one.  In each group: an f32 allreduce
+ * (sum) of (world rank + 1) * (k + 1), checked against the members' sum;
+ * an allreduce (average) on B; p2p between the group's ranks 0 and 1 (group
+ * ranks, both ways, f32 and i32); then one allreduce on the parent, still
+ * right after the groups were made (and again after they are closed). */
+enum { SPN = 5000 };
+
+static int split_check(struct rank_ctx *r, struct rank_env *e, void *g, int grank, int gworld,
+		       const int *members, int n, float *x, float *k)
+{
+	float want_sum = 0;
+	for (int m = 0; m < n; m++)
+		want_sum += (float)(members[m] + 1);
+	for (int i = 0; i < SPN; i++)
+		x[i] = (float)(r->rank + 1) * (float)(i + 1);
+	if (gworld != n) {
+		snprintf(r->err, sizeof r->err, "rank %d: group of %d ranks, want %d", r->rank, gworld, n);
+		return -1;
+	}
+	TRY(e->ops->allreduce(g, x, SPN, KILN_F32, KILN_REDUCE_SUM, e->s, e->done));
+	TRY(kiln_device_stream_sync(e->dev, e->s));
+	for (int i = 0; i < SPN; i++)
+		if (x[i] != want_sum * (float)(i + 1)) {
+			snprintf(r->err, sizeof r->err, "rank %d (group rank %d of %d): sum[%d] = %g, want %g",
+				 r->rank, grank, gworld, i, x[i], want_sum * (float)(i + 1));
+			return -1;
+		}
+	if (gworld < 2)
+		return 0;
+	/* p2p between group ranks 0 and 1: each sends its world rank's pattern */
+	const int peer = grank == 0 ? 1 : grank == 1 ? 0 : -1;
+	if (peer < 0)
+		return 0;
+	int peer_world = -1;
+	for (int m = 0; m < n; m++)
+		if (members[m] == r->rank)
+			peer_world = members[grank == 0 ? m + 1 : m - 1];
+	for (int i = 0; i < SPN; i++)
+		x[i] = (float)r->rank * 1000.0f + (float)i, k[i] = 0.0f;
+	if (grank == 0) {
+		TRY(e->ops->send(g, x, SPN, KILN_F32, peer, e->s, NULL));
+		TRY(e->ops->recv(g, k, SPN, KILN_F32, peer, e->s, e->done));
+	} else {
+		TRY(e->ops->recv(g, k, SPN, KILN_F32, peer, e->s, NULL));
+		TRY(e->ops->send(g, x, SPN, KILN_F32, peer, e->s, e->done));
+	}
+	TRY(kiln_device_stream_sync(e->dev, e->s));
+	for (int i = 0; i < SPN; i++) {
+		const float f = k[i];
+		if (f != (float)peer_world * 1000.0f + (float)i) {
+			snprintf(r->err, sizeof r->err, "rank %d (group rank %d): p2p element %d = %g, want %g from world rank %d",
+				 r->rank, grank, i, f, (float)peer_world * 1000.0f + (float)i, peer_world);
+			return -1;
+		}
+	}
+	return 0;
+out:
+	return -1;
+}
+
+static void *split_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	float *x = NULL, *k = NULL;
+	void *ga = NULL, *gb = NULL, *gc = NULL;
+	const int R = r->rank;
+	if (rank_open(r, &e, 10000))
+		goto out;
+	if (!e.ops->split || e.ops->version < 5) {
+		snprintf(r->err, sizeof r->err, "rank %d: no split in comm ops version %u", R,
+			 e.ops->version);
+		goto out;
+	}
+	TRY(kiln_device_alloc(e.dev, SPN * 4, (void **)&x));
+	TRY(kiln_device_alloc(e.dev, SPN * 4, (void **)&k));
+	int ra, wa, rb, wb, rcc, wc;
+	TRY(e.ops->split(e.comm, R % 2, -R, &ga, &ra, &wa));
+	TRY(e.ops->split(e.comm, R / 2, R, &gb, &rb, &wb));
+	TRY(e.ops->split(e.comm, R == 3 ? KILN_COMM_NO_GROUP : 0, 0, &gc, &rcc, &wc));
+	/* A: by key = -rank, the higher world rank first */
+	const int ma[2] = { R % 2 + 2, R % 2 }, mb[2] = { R / 2 * 2, R / 2 * 2 + 1 },
+		  mc[3] = { 0, 1, 2 };
+	if (ra != (R >= 2 ? 0 : 1) || rb != R % 2 || (R == 3 ? gc || rcc != -1 || wc
+								: !gc || rcc != R || wc != 3)) {
+		snprintf(r->err, sizeof r->err, "rank %d: group ranks %d/%d %d/%d %d/%d (gc %p)", R, ra,
+			 wa, rb, wb, rcc, wc, gc);
+		goto out;
+	}
+	if (split_check(r, &e, ga, ra, wa, ma, 2, x, k) || split_check(r, &e, gb, rb, wb, mb, 2, x, k) ||
+	    (gc && split_check(r, &e, gc, rcc, wc, mc, 3, x, k)))
+		goto out;
+	/* an average within B */
+	for (int i = 0; i < SPN; i++)
+		x[i] = (float)(R + 1) * 2.0f;
+	TRY(e.ops->allreduce(gb, x, SPN, KILN_F32, KILN_REDUCE_AVG, e.s, e.done));
+	TRY(kiln_device_stream_sync(e.dev, e.s));
+	if (x[7] != (float)(R / 2 * 2 + 1) * 2.0f + 1.0f) {
+		snprintf(r->err, sizeof r->err, "rank %d: group average %g, want %g", R, x[7],
+			 (float)(R / 2 * 2 + 1) * 2.0f + 1.0f);
+		goto out;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass) {
+			e.ops->close(ga), e.ops->close(gb), e.ops->close(gc);
+			ga = gb = gc = NULL;
+		}
+		for (int i = 0; i < SPN; i++)
+			x[i] = (float)(R + 1);
+		TRY(e.ops->allreduce(e.comm, x, SPN, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
+		TRY(kiln_device_stream_sync(e.dev, e.s));
+		if (x[SPN - 1] != 10.0f) {
+			snprintf(r->err, sizeof r->err, "rank %d: the parent's sum %g, want 10 (pass %d)",
+				 R, x[SPN - 1], pass);
+			goto out;
+		}
+	}
+out:
+	if (e.ops) {
+		if (ga)
+			e.ops->close(ga);
+		if (gb)
+			e.ops->close(gb);
+		if (gc)
+			e.ops->close(gc);
+	}
+	if (x)
+		kiln_device_free(e.dev, x);
+	if (k)
+		kiln_device_free(e.dev, k);
+	rank_close(&e);
+	return NULL;
+}
+
+/* _i: [plugin.gloo] shm = 1 (kiln's shared memory in every group), 0 */
+START_TEST(test_gloo_split)
+{
+	struct rank_ctx rc[4];
+	int status[4];
+	if (run_ranks_n(split_main, 4, 0, !_i, rc, status))
+		return;
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(!*rc[i].err && WIFEXITED(status[i]) && !WEXITSTATUS(status[i]),
+			      "rank %d: %s", i, rc[i].err);
+}
+END_TEST
+
 static Suite *make_comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -559,6 +725,7 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_no_alloc, 0, 4);
 	tcase_add_test(tc, test_gloo_lost);
 	tcase_add_test(tc, test_gloo_p2p);
+	tcase_add_loop_test(tc, test_gloo_split, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -493,3 +493,6 @@ endif
 TESTS += tests/int8.sh
 EXTRA_DIST += tests/int8.sh
 EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
+# [dist] pipeline: stages on ranks (gloo, mpi), P x D, resume on 1, a killed stage
+TESTS += tests/pipeline_dist.sh
+EXTRA_DIST += tests/pipeline_dist.sh

@@ -19,7 +19,8 @@
  * rounded once: plugins/common/shmcoll.h); with shm = 0 (Open MPI's
  * order, 16-bit sums rounded at each step) they must be within a few
  * units in the last place of it.  Exit 0 when every check passed; 1 with
- * each failure printed, naming rank, collective, dtype, count and index. */
+ * each failure printed, naming rank, collective, dtype, count and index.
+ * Last, sub-communicators (split): a sum and p2p within each group. */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
 #include <kiln/plugin.h>
@@ -167,6 +168,51 @@ static void test_allgather(void *send, void *recv, int dt, size_t count, int in_
 		}
 }
 
+/* comm ops version 5: split into color R % 2 ranked by -R (the higher
+ * world rank first); within each group a sum of (R + 1) * (i + 1) and,
+ * between group ranks 0 and 1, a send each way of the world rank's
+ * pattern, checked exactly; the group is closed before the parent. */
+static void test_split(float *x, size_t n)
+{
+	void *g = NULL;
+	int gr = -1, gw = 0;
+	float want = 0;
+	TRY(ops->split(comm, R % 2, -R, &g, &gr, &gw));
+	int members[64], nm = 0; /* the group in its rank order */
+	for (int r = W - 1; r >= 0; r--)
+		if (r % 2 == R % 2 && nm < 64)
+			members[nm++] = r, want += (float)(r + 1);
+	if (!g || gw != nm || members[gr] != R) {
+		printf("FAIL rank %d: split gave group rank %d of %d (want %d ranks)\n", R, gr, gw, nm);
+		fails++;
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(R + 1) * (float)(i + 1);
+	TRY(ops->allreduce(g, x, n, KILN_F32, KILN_REDUCE_SUM, stream, done));
+	sync_stream();
+	for (size_t i = 0; i < n; i++)
+		check("split allreduce", KILN_F32, n, i, x[i], want * (float)(i + 1), 0);
+	if (gw >= 2 && gr < 2) {
+		const int peer = 1 - gr;
+		for (size_t i = 0; i < n; i++)
+			x[i] = (float)R * 1000.0f + (float)i;
+		float *y = x + n;
+		if (gr == 0) {
+			TRY(ops->send(g, x, n, KILN_F32, peer, stream, NULL));
+			TRY(ops->recv(g, y, n, KILN_F32, peer, stream, done));
+		} else {
+			TRY(ops->recv(g, y, n, KILN_F32, peer, stream, NULL));
+			TRY(ops->send(g, x, n, KILN_F32, peer, stream, done));
+		}
+		sync_stream();
+		for (size_t i = 0; i < n; i++)
+			check("split p2p", KILN_F32, n, i, y[i],
+			      (float)members[peer] * 1000.0f + (float)i, 0);
+	}
+	ops->close(g);
+}
+
 int main(int argc, char **argv)
 {
 	struct kiln_dist_env env;
@@ -253,6 +299,7 @@ int main(int argc, char **argv)
 				test_allreduce(a, dts[d], counts[k], KILN_REDUCE_SUM);
 			}
 	}
+	test_split((float *)a, 1000);
 	TRY(ops->barrier(comm));
 	kiln_device_free(dev, a);
 	kiln_device_free(dev, b);

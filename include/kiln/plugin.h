@@ -61,9 +61,10 @@ extern "C" {
  * kiln_layer.dx_over_input.
  * 2.5: recurrent layers: KILN_OP_RNN, KILN_OP_RNN_BWD (kiln/ops.h); point-
  * to-point send and recv in the communicator (comm ops version 4).
- * 2.6: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h). */
+ * 2.6: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h).
+ * 2.7: sub-communicators: split in the communicator (comm ops version 5). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 6
+#define KILN_ABI_MINOR 7
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -466,7 +467,10 @@ struct kiln_device_ops {
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 4
+#define KILN_COMM_OPS_VERSION 5
+
+/* split's color for a rank that joins no group (MPI_UNDEFINED) */
+#define KILN_COMM_NO_GROUP (-1)
 
 struct kiln_comm_ops {
 	uint32_t version;
@@ -537,6 +541,22 @@ struct kiln_comm_ops {
 			    void *stream, void *done);
 	kiln_status (*recv)(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
 			    void *done);
+
+	/* ---- version 5 (ABI 2.7) ---- */
+
+	/* Sub-communicators (a pipeline's stages combined with data
+	 * parallelism): as MPI_Comm_split, the ranks of this communicator
+	 * that give the same `color` (>= 0) form a new one, ranked by
+	 * (key, rank here); *rank and *world are this rank's place in it.
+	 * color KILN_COMM_NO_GROUP: this rank joins none (*out = NULL, *rank
+	 * = -1, *world = 0).  Collective over this communicator: every rank
+	 * calls it, from the training thread, in the same order among its
+	 * other calls, with no collective of this communicator in flight.
+	 * The new communicator has this one's device, timeout and plugin
+	 * keys, works as one that open() returned (its ranks in every call
+	 * are its own), and is freed by close(), before or after this one.
+	 * (optional: NULL means KILN_ENOTSUP) */
+	kiln_status (*split)(void *ctx, int color, int key, void **out, int *rank, int *world);
 };
 
 /* ======================================================================

@@ -194,6 +194,9 @@ struct BoundRs {
 struct Comm {
 	struct kiln_device *dev;
 	int rank, world, timeout_ms;
+	/* what split needs to open a group: the run's config and store */
+	const struct kiln_config *cfg;
+	struct kiln_store *store;
 	std::shared_ptr<gloo::rendezvous::Context> ctx;
 	std::vector<char> scratch; /* reduce_scatter of bf16/f16; used on the stream only */
 	/* f32 reduce_scatters: algorithms bound to a buffer of their own, one
@@ -631,26 +634,30 @@ kiln_status enqueue(Comm *c, Job *j, void *stream, void *done)
 /* ---- ops table ---------------------------------------------------------- */
 
 kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
-		      struct kiln_store *store, int generation, char *why, size_t n);
+		      struct kiln_store *store, const char *space, char *why, size_t n);
 
-kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cfg,
-		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
-		      int timeout_ms, void **out)
+/* A fresh key space per communicator ("<n>", a split's group "<n>c<color>"):
+ * every rank opens its communicators, and splits them, in the same order. */
+int next_space()
 {
-	H = host;
+	static std::atomic<int> next_generation{ 0 };
+	return next_generation.fetch_add(1);
+}
+
+/* Open rank `rank` of a communicator of `world` ranks whose store keys lie
+ * under gloo/<space>/ (and gloo/shm/<space>/, gloo/hier/<space>/). */
+kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cfg,
+		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
+		      int timeout_ms, const char *space, Comm **out)
+{
 	*out = nullptr;
-	if (std::strcmp(host->device_name(dev), "cpu"))
-		return host->error(KILN_ENOTSUP, "gloo: collectives on host memory only, and [run] device = %s keeps its tensors elsewhere: use [run] comm = nccl",
-				   host->device_name(dev));
 	std::unique_ptr<Comm> c(new Comm);
 	c->dev = dev;
 	c->rank = rank;
 	c->world = world;
 	c->timeout_ms = timeout_ms;
-	/* a fresh key space per communicator: every rank opens its
-	 * communicators in the same order */
-	static std::atomic<int> next_generation{ 0 };
-	const int generation = next_generation.fetch_add(1);
+	c->cfg = cfg;
+	c->store = store;
 	const char *hostname = host->config_get(cfg, "plugin.gloo", "hostname");
 	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
 	std::shared_ptr<gloo::transport::Device> device;
@@ -662,7 +669,7 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 			attr.hostname = hostname && *hostname ? hostname : "127.0.0.1";
 		device = gloo::transport::tcp::CreateDevice(attr);
 		char prefix[64];
-		std::snprintf(prefix, sizeof prefix, "gloo/%d/", generation);
+		std::snprintf(prefix, sizeof prefix, "gloo/%s/", space);
 		KilnStore ks(store, prefix, timeout_ms);
 		c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
 		c->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
@@ -689,7 +696,7 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	host->config_get_bool(cfg, "plugin.gloo", "zero_copy", &c->zero_copy);
 	if (use_shm) {
 		char prefix[64];
-		std::snprintf(prefix, sizeof prefix, "gloo/shm/%d/", generation);
+		std::snprintf(prefix, sizeof prefix, "gloo/shm/%s/", space);
 		kiln_status st = gloo_shm_open(host, store, prefix, rank, world, timeout_ms, &c->shm,
 					       why, sizeof c->shm_why);
 		if (st)
@@ -699,7 +706,7 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	host->config_get_bool(cfg, "plugin.gloo", "hierarchical", &hier);
 	char hwhy[320] = "[plugin.gloo] hierarchical = 0";
 	if (use_shm && hier && !c->shm) {
-		kiln_status st = hier_open(c.get(), device, store, generation, hwhy, sizeof hwhy);
+		kiln_status st = hier_open(c.get(), device, store, space, hwhy, sizeof hwhy);
 		if (st)
 			return st;
 	}
@@ -721,14 +728,31 @@ kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cf
 	return KILN_OK;
 }
 
+kiln_status gloo_open(const struct kiln_host *host, const struct kiln_config *cfg,
+		      struct kiln_store *store, struct kiln_device *dev, int rank, int world,
+		      int timeout_ms, void **out)
+{
+	H = host;
+	*out = nullptr;
+	if (std::strcmp(host->device_name(dev), "cpu"))
+		return host->error(KILN_ENOTSUP, "gloo: collectives on host memory only, and [run] device = %s keeps its tensors elsewhere: use [run] comm = nccl",
+				   host->device_name(dev));
+	char space[32];
+	std::snprintf(space, sizeof space, "%d", next_space());
+	Comm *c = nullptr;
+	kiln_status st = comm_open(host, cfg, store, dev, rank, world, timeout_ms, space, &c);
+	*out = c;
+	return st;
+}
+
 /* Several nodes ([plugin.gloo] hierarchical): each node's shared memory
  * and the leaders' communicator over `device`, or nothing (c->nd.on = 0,
  * why set).  Collective. */
 kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
-		      struct kiln_store *store, int generation, char *why, size_t n)
+		      struct kiln_store *store, const char *space, char *why, size_t n)
 {
 	char prefix[64];
-	std::snprintf(prefix, sizeof prefix, "gloo/hier/%d/", generation);
+	std::snprintf(prefix, sizeof prefix, "gloo/hier/%s/", space);
 	kiln_status st = gloo_shm_open_node(H, store, prefix, c->rank, c->world, c->timeout_ms,
 					    &c->nd, &c->node_shm, why, n);
 	if (st || !c->nd.on || c->nd.local_rank)
@@ -739,7 +763,7 @@ kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
 	c->lead->world = c->nd.nodes;
 	c->lead->timeout_ms = c->timeout_ms;
 	try {
-		std::snprintf(prefix, sizeof prefix, "gloo/hier/%d/lead/", generation);
+		std::snprintf(prefix, sizeof prefix, "gloo/hier/%s/lead/", space);
 		KilnStore ks(store, prefix, c->timeout_ms);
 		c->lead->ctx = std::make_shared<gloo::rendezvous::Context>(c->nd.node, c->nd.nodes);
 		c->lead->ctx->setTimeout(std::chrono::milliseconds(c->timeout_ms));
@@ -860,6 +884,61 @@ kiln_status gloo_barrier(void *ctx)
 	return KILN_OK;
 }
 
+/* comm ops version 5: every rank posts its color and key under
+ * gloo/split/<n>/<rank>, reads every other's, and the ranks of its color
+ * (ordered by key, then rank) connect a communicator of their own under
+ * gloo/<n>c<color>/. */
+kiln_status gloo_split(void *ctx, int color, int key, void **out, int *rank, int *world)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	const int n = next_space();
+	*out = nullptr;
+	*rank = -1;
+	*world = 0;
+	if (color < KILN_COMM_NO_GROUP)
+		return H->error(KILN_EINVAL, "gloo: rank %d of %d: split color %d (>= 0, or KILN_COMM_NO_GROUP)",
+				c->rank, c->world, color);
+	char k[64], v[64];
+	std::snprintf(k, sizeof k, "gloo/split/%d/%d", n, c->rank);
+	std::snprintf(v, sizeof v, "%d %d", color, key);
+	kiln_status st = H->store_set(c->store, k, v, std::strlen(v));
+	if (st)
+		return st;
+	std::vector<std::pair<int, int>> group; /* (key, rank) of my color */
+	for (int r = 0; r < c->world; r++) {
+		void *val = nullptr;
+		int cr = 0, kr = 0;
+		std::snprintf(k, sizeof k, "gloo/split/%d/%d", n, r);
+		if ((st = H->store_get(c->store, k, c->timeout_ms, &val, nullptr)))
+			return H->error(st, "gloo: rank %d of %d: split: waiting for rank %d's color: %s",
+					c->rank, c->world, r, H->last_error());
+		const int ok = std::sscanf(static_cast<const char *>(val), "%d %d", &cr, &kr) == 2;
+		H->free(val);
+		if (!ok)
+			return H->error(KILN_EIO, "gloo: rank %d of %d: split: rank %d posted no color",
+					c->rank, c->world, r);
+		if (cr == color && color != KILN_COMM_NO_GROUP)
+			group.emplace_back(kr, r);
+	}
+	if (color == KILN_COMM_NO_GROUP)
+		return KILN_OK;
+	std::sort(group.begin(), group.end());
+	int me = 0;
+	while (group[(size_t)me].second != c->rank)
+		me++;
+	char space[32];
+	std::snprintf(space, sizeof space, "%dc%d", n, color);
+	Comm *g = nullptr;
+	if ((st = comm_open(H, c->cfg, c->store, c->dev, me, (int)group.size(), c->timeout_ms, space,
+			    &g)))
+		return H->error(st, "gloo: rank %d of %d: split into group %d (rank %d of %zu): %s",
+				c->rank, c->world, color, me, group.size(), H->last_error());
+	*out = g;
+	*rank = me;
+	*world = (int)group.size();
+	return KILN_OK;
+}
+
 const char *gloo_describe(void *ctx)
 {
 	return static_cast<Comm *>(ctx)->desc;
@@ -878,6 +957,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .alloc_shared = */ gloo_alloc_shared,
 	/* .send = */ gloo_send,
 	/* .recv = */ gloo_recv,
+	/* .split = */ gloo_split,
 };
 
 const struct kiln_key gloo_keys[] = {

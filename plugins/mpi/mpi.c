@@ -78,6 +78,11 @@ static const char *const wait_names[] = { "block", "yield", "sleep", "meet" };
 struct mpi_comm {
 	struct kiln_device *dev;
 	int rank, world, timeout_ms;
+	/* every call's communicator: c->comm, or a split's (sub: it
+	 * is freed by close, which leaves MPI initialised) */
+	MPI_Comm comm;
+	int sub;
+	int use_shm;               /* [plugin.mpi] shm */
 	int wait;                  /* W_* */
 	long long spin_ns;         /* MPI_Test without a pause for this long first */
 	struct timespec nap;       /* W_SLEEP's pause between MPI_Test calls */
@@ -213,10 +218,10 @@ static void unwatch(struct mpi_comm *c)
 
 /* Whether `yes` holds on every rank (collective: every rank calls it at
  * the same point); a failed MPI_Allreduce counts as no. */
-static int every_rank(int yes)
+static int every_rank(const struct mpi_comm *c, int yes)
 {
 	int all = 0;
-	return MPI_Allreduce(&yes, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS && all;
+	return MPI_Allreduce(&yes, &all, 1, MPI_INT, MPI_MIN, c->comm) == MPI_SUCCESS && all;
 }
 
 /* Map kiln's shared-memory collectives' segments (plugins/common/shmcoll.h)
@@ -227,13 +232,13 @@ static void mpi_shm_setup(struct mpi_comm *c, char *why, size_t n)
 {
 	MPI_Comm node;
 	int nsize = 0;
-	if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+	if (MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
 	    MPI_SUCCESS) {
 		snprintf(why, n, "MPI_Comm_split_type failed");
 		return;
 	}
 	MPI_Comm_size(node, &nsize);
-	if (!every_rank(nsize == c->world && c->world <= SHMCOLL_MAXW)) {
+	if (!every_rank(c, nsize == c->world && c->world <= SHMCOLL_MAXW)) {
 		MPI_Comm_free(&node);
 		snprintf(why, n, c->world > SHMCOLL_MAXW ? "more than 64 ranks" : "the ranks span several nodes");
 		return;
@@ -242,13 +247,13 @@ static void mpi_shm_setup(struct mpi_comm *c, char *why, size_t n)
 	const int ok = MPI_Win_allocate_shared((MPI_Aint)SHMCOLL_SEGMENT, 64, MPI_INFO_NULL, node,
 					       &mem, &c->shm_win) == MPI_SUCCESS;
 	MPI_Comm_free(&node);
-	if (!every_rank(ok)) {
+	if (!every_rank(c, ok)) {
 		if (ok)
 			MPI_Win_free(&c->shm_win);
 		snprintf(why, n, "MPI_Win_allocate_shared failed on a rank");
 		return;
 	}
-	/* one node, split with key 0: the node's ranks are MPI_COMM_WORLD's */
+	/* one node, split with key 0: the node's ranks are c->comm's */
 	void *seg[SHMCOLL_MAXW];
 	for (int r = 0; r < c->world; r++) {
 		MPI_Aint sz = 0;
@@ -257,7 +262,7 @@ static void mpi_shm_setup(struct mpi_comm *c, char *why, size_t n)
 	}
 	kiln_status st = shmcoll_init(&c->shm, H, "mpi", c->rank, c->world, seg, c->timeout_ms,
 				      c->spin_ns, c->nap.tv_sec * 1000000000ll + c->nap.tv_nsec);
-	MPI_Barrier(MPI_COMM_WORLD);
+	MPI_Barrier(c->comm);
 	c->shm_on = st == KILN_OK;
 }
 
@@ -296,7 +301,7 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 {
 	/* every rank's zero_copy, agreed: ranks configured apart do not
 	 * wait for each other in different calls */
-	if (!every_rank(c->zero_copy))
+	if (!every_rank(c, c->zero_copy))
 		return H->error(KILN_ENOTSUP, "mpi: [plugin.mpi] zero_copy = 0%s",
 				c->zero_copy ? " on another rank" : "");
 	const size_t size = (bytes + 4095) / 4096 * 4096;
@@ -305,7 +310,7 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 	 * the first touch, so ask for room first (and agree on the answer) */
 	unsigned long long have, need;
 	const int room = shmcoll_room(size * (size_t)c->world, &have, &need);
-	if (!every_rank(room))
+	if (!every_rank(c, room))
 		return room ? H->error(KILN_ENOTSUP, "mpi: another rank's /dev/shm lacks the %llu MiB wanted for the shared gradients",
 				       need >> 20)
 			    : H->error(KILN_ENOTSUP, "mpi: /dev/shm has %llu MiB free, %llu MiB wanted for the shared gradients",
@@ -314,10 +319,10 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 	void *mem = NULL;
 	MPI_Info_create(&info);
 	MPI_Info_set(info, "alloc_shared_noncontig", "true");
-	const int ok = MPI_Win_allocate_shared((MPI_Aint)size, 64, info, MPI_COMM_WORLD, &mem,
+	const int ok = MPI_Win_allocate_shared((MPI_Aint)size, 64, info, c->comm, &mem,
 					       &c->region_win) == MPI_SUCCESS;
 	MPI_Info_free(&info);
-	if (!every_rank(ok)) {
+	if (!every_rank(c, ok)) {
 		if (ok)
 			MPI_Win_free(&c->region_win);
 		return H->error(KILN_ENOTSUP, "mpi: MPI_Win_allocate_shared of %zu bytes failed on a rank",
@@ -330,7 +335,7 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 		MPI_Win_shared_query(c->region_win, r, &sz, &unit, &base[r]);
 	}
 	memset(mem, 0, size);
-	MPI_Barrier(MPI_COMM_WORLD);
+	MPI_Barrier(c->comm);
 	shmcoll_region(&c->shm, base, size);
 	c->region_on = 1;
 	*ptr = mem;
@@ -383,34 +388,34 @@ static int start(struct mpi_comm *c, struct job *j, MPI_Request *req, const char
 	switch (j->kind) {
 	case K_ALLREDUCE:
 		*what = "MPI_Allreduce";
-		return req ? MPI_Iallreduce(MPI_IN_PLACE, j->buf, n, t, op, MPI_COMM_WORLD, req)
-			   : MPI_Allreduce(MPI_IN_PLACE, j->buf, n, t, op, MPI_COMM_WORLD);
+		return req ? MPI_Iallreduce(MPI_IN_PLACE, j->buf, n, t, op, c->comm, req)
+			   : MPI_Allreduce(MPI_IN_PLACE, j->buf, n, t, op, c->comm);
 	case K_BROADCAST:
 		*what = "MPI_Bcast";
-		return req ? MPI_Ibcast(j->buf, bytes, MPI_BYTE, j->root, MPI_COMM_WORLD, req)
-			   : MPI_Bcast(j->buf, bytes, MPI_BYTE, j->root, MPI_COMM_WORLD);
+		return req ? MPI_Ibcast(j->buf, bytes, MPI_BYTE, j->root, c->comm, req)
+			   : MPI_Bcast(j->buf, bytes, MPI_BYTE, j->root, c->comm);
 	case K_ALLGATHER: {
 		/* in place: this rank's slice is already in the output */
 		const void *send = j->send == (char *)j->buf + (size_t)c->rank * j->count * es
 					   ? MPI_IN_PLACE : j->send;
 		*what = "MPI_Allgather";
 		return req ? MPI_Iallgather(send, bytes, MPI_BYTE, j->buf, bytes, MPI_BYTE,
-					    MPI_COMM_WORLD, req)
-			   : MPI_Allgather(send, bytes, MPI_BYTE, j->buf, bytes, MPI_BYTE, MPI_COMM_WORLD);
+					    c->comm, req)
+			   : MPI_Allgather(send, bytes, MPI_BYTE, j->buf, bytes, MPI_BYTE, c->comm);
 	}
 	case K_SEND:
 		*what = "MPI_Send";
-		return req ? MPI_Isend(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, MPI_COMM_WORLD, req)
-			   : MPI_Send(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, MPI_COMM_WORLD);
+		return req ? MPI_Isend(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, c->comm, req)
+			   : MPI_Send(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, c->comm);
 	case K_RECV:
 		*what = "MPI_Recv";
-		return req ? MPI_Irecv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, MPI_COMM_WORLD, req)
-			   : MPI_Recv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, MPI_COMM_WORLD,
+		return req ? MPI_Irecv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, c->comm, req)
+			   : MPI_Recv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, c->comm,
 				      MPI_STATUS_IGNORE);
 	default: /* K_REDUCE_SCATTER */
 		*what = "MPI_Reduce_scatter_block";
-		return req ? MPI_Ireduce_scatter_block(j->send, j->buf, n, t, op, MPI_COMM_WORLD, req)
-			   : MPI_Reduce_scatter_block(j->send, j->buf, n, t, op, MPI_COMM_WORLD);
+		return req ? MPI_Ireduce_scatter_block(j->send, j->buf, n, t, op, c->comm, req)
+			   : MPI_Reduce_scatter_block(j->send, j->buf, n, t, op, c->comm);
 	}
 }
 
@@ -452,7 +457,7 @@ static kiln_status run_job(void *arg)
 			/* wait (napping) until every rank has reached this
 			 * collective, then run the blocking one: Open MPI's
 			 * polling covers only the transfer itself */
-			rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+			rc = MPI_Ibarrier(c->comm, &req);
 			if (rc == MPI_SUCCESS)
 				rc = wait_req(c, &req);
 		}
@@ -591,7 +596,7 @@ static kiln_status mpi_barrier(void *ctx)
 {
 	struct mpi_comm *c = ctx;
 	watch(c, K_BARRIER, 0);
-	int rc = MPI_Barrier(MPI_COMM_WORLD);
+	int rc = MPI_Barrier(c->comm);
 	unwatch(c);
 	return rc == MPI_SUCCESS ? KILN_OK : mpi_fail(c, rc, "MPI_Barrier");
 }
@@ -600,6 +605,10 @@ static const char *mpi_describe(void *ctx)
 {
 	return ((struct mpi_comm *)ctx)->desc;
 }
+
+/* Communicators open in this process (open and split): the last close
+ * finalizes MPI. */
+static atomic_int n_open;
 
 static void mpi_close(void *ctx)
 {
@@ -617,7 +626,10 @@ static void mpi_close(void *ctx)
 		MPI_Op_free(&c->sum16[0]);
 		MPI_Op_free(&c->sum16[1]);
 		MPI_Type_free(&c->u16);
-		MPI_Finalize();
+		if (c->sub)
+			MPI_Comm_free(&c->comm);
+		if (atomic_fetch_sub(&n_open, 1) == 1)
+			MPI_Finalize();
 	}
 	while (c->kept) {
 		struct job *j = c->kept;
@@ -625,6 +637,76 @@ static void mpi_close(void *ctx)
 		free(j);
 	}
 	free(c);
+}
+
+/* What every communicator of c->comm makes for itself (open, split): the
+ * 16-bit reductions, kiln's shared memory where the ranks share a node,
+ * the watchdog.  Collective.  On failure c is closed. */
+static kiln_status comm_setup(struct mpi_comm *c)
+{
+	atomic_fetch_add(&n_open, 1);
+	watchdog_init(&c->dog);
+	MPI_Type_contiguous(2, MPI_BYTE, &c->u16);
+	MPI_Type_commit(&c->u16);
+	MPI_Op_create(sum_bf16, 1, &c->sum16[0]);
+	MPI_Op_create(sum_f16, 1, &c->sum16[1]);
+	snprintf(c->shm_why, sizeof c->shm_why, "[plugin.mpi] shm = 0");
+	if (c->use_shm)
+		mpi_shm_setup(c, c->shm_why, sizeof c->shm_why);
+	int rc = watchdog_start(&c->dog, mpi_look, c);
+	if (rc) {
+		mpi_close(c);
+		return H->error(KILN_EIO, "mpi: starting the watchdog thread: %s", strerror(rc));
+	}
+	return KILN_OK;
+}
+
+/* comm ops version 5: MPI_Comm_split of c's communicator; the group's
+ * communicator waits as c does and sets up its own shared memory. */
+static kiln_status mpi_split(void *ctx, int color, int key, void **out, int *rank, int *world)
+{
+	struct mpi_comm *c = ctx;
+	MPI_Comm nc = MPI_COMM_NULL;
+	*out = NULL;
+	*rank = -1;
+	*world = 0;
+	if (color < KILN_COMM_NO_GROUP)
+		return H->error(KILN_EINVAL, "mpi: rank %d of %d: split color %d (>= 0, or KILN_COMM_NO_GROUP)",
+				c->rank, c->world, color);
+	watch(c, K_BARRIER, 0);
+	int rc = MPI_Comm_split(c->comm, color == KILN_COMM_NO_GROUP ? MPI_UNDEFINED : color, key,
+				&nc);
+	unwatch(c);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(c, rc, "MPI_Comm_split");
+	if (nc == MPI_COMM_NULL)
+		return KILN_OK;
+	struct mpi_comm *g = calloc(1, sizeof *g);
+	if (!g) {
+		MPI_Comm_free(&nc);
+		return H->error(KILN_ENOMEM, "mpi: out of memory");
+	}
+	MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(nc, &g->rank);
+	MPI_Comm_size(nc, &g->world);
+	g->comm = nc;
+	g->sub = 1;
+	g->dev = c->dev;
+	g->timeout_ms = c->timeout_ms;
+	g->wait = c->wait;
+	g->spin_ns = c->spin_ns;
+	g->nap = c->nap;
+	g->use_shm = c->use_shm;
+	g->zero_copy = c->zero_copy;
+	kiln_status st = comm_setup(g);
+	if (st)
+		return st;
+	snprintf(g->desc, sizeof g->desc, "%.400s; group %d of MPI_Comm_split: rank %d of %d",
+		 c->desc, color, g->rank, g->world);
+	*out = g;
+	*rank = g->rank;
+	*world = g->world;
+	return KILN_OK;
 }
 
 /* libnbc's MPI_Iallreduce algorithm: 1 is the ring (mpi_open) */
@@ -671,6 +753,7 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	c->rank = r;
 	c->world = w;
 	c->timeout_ms = timeout_ms;
+	c->comm = MPI_COMM_WORLD;
 	/* auto: block, but yield under ZeRO-1, whose overlapped
 	 * reduce-scatters and allgathers spin longer (PERFORMANCE.md part 6) */
 	const char *wait = host->config_get(cfg, "plugin.mpi", "wait");
@@ -685,23 +768,13 @@ static kiln_status mpi_open(const struct kiln_host *host, const struct kiln_conf
 	host->config_get_int(cfg, "plugin.mpi", "sleep_us", &sleep_us);
 	c->spin_ns = spin_us * 1000;
 	c->nap = (struct timespec){ .tv_sec = sleep_us / 1000000, .tv_nsec = sleep_us % 1000000 * 1000 };
-	watchdog_init(&c->dog);
-	MPI_Type_contiguous(2, MPI_BYTE, &c->u16);
-	MPI_Type_commit(&c->u16);
-	MPI_Op_create(sum_bf16, 1, &c->sum16[0]);
-	MPI_Op_create(sum_f16, 1, &c->sum16[1]);
-	int use_shm = 1;
-	snprintf(c->shm_why, sizeof c->shm_why, "[plugin.mpi] shm = 0");
-	host->config_get_bool(cfg, "plugin.mpi", "shm", &use_shm);
+	c->use_shm = 1;
+	host->config_get_bool(cfg, "plugin.mpi", "shm", &c->use_shm);
 	c->zero_copy = 1;
 	host->config_get_bool(cfg, "plugin.mpi", "zero_copy", &c->zero_copy);
-	if (use_shm)
-		mpi_shm_setup(c, c->shm_why, sizeof c->shm_why);
-	int rc = watchdog_start(&c->dog, mpi_look, c);
-	if (rc) {
-		mpi_close(c);
-		return host->error(KILN_EIO, "mpi: starting the watchdog thread: %s", strerror(rc));
-	}
+	kiln_status st = comm_setup(c);
+	if (st)
+		return st;
 	char lib[MPI_MAX_LIBRARY_VERSION_STRING];
 	int n = 0;
 	MPI_Get_library_version(lib, &n);
@@ -751,6 +824,7 @@ static const struct kiln_comm_ops mpi_ops = {
 	.alloc_shared = mpi_alloc_shared,
 	.send = mpi_send,
 	.recv = mpi_recv,
+	.split = mpi_split,
 };
 
 static const struct kiln_key mpi_keys[] = {

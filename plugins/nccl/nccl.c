@@ -349,6 +349,53 @@ static void nccl_close(void *ctx)
 	free(c);
 }
 
+/* Wait until c->comm (made non-blocking by `what`) is ready, up to the
+ * timeout, then its description, event ring and watchdog.  On failure c
+ * is aborted and freed. */
+static kiln_status comm_ready(struct nccl_comm *c, const char *what)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		ncclResult_t a = ncclSuccess;
+		ncclCommGetAsyncError(c->comm, &a);
+		if (a == ncclSuccess)
+			break;
+		if (a != ncclInProgress) {
+			ncclCommAbort(c->comm);
+			free(c);
+			return H->error(KILN_EIO, "nccl: %s (async) failed: %s", what, ncclGetErrorString(a));
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > c->timeout_ms) {
+			const int rank = c->rank, world = c->world, ms = c->timeout_ms;
+			ncclCommAbort(c->comm);
+			free(c);
+			return H->error(KILN_ETIMEOUT, "nccl: rank %d of %d: the communicator (%s) did not connect within %.1f s",
+					rank, world, what, ms / 1000.0);
+		}
+		usleep(1000);
+	}
+	int v = 0;
+	ncclGetVersion(&v);
+	snprintf(c->desc, sizeof c->desc, "NCCL %d.%d.%d, GPU %d, watchdog at %.0f s", v / 10000,
+		 (v / 100) % 100, v % 100, c->cuda_dev, c->timeout_ms / 1000.0);
+	for (int i = 0; i < PENDING; i++)
+		if (cudaEventCreateWithFlags(&c->ring[i].ev, cudaEventDisableTiming) != cudaSuccess) {
+			const int rank = c->rank, world = c->world;
+			c->ring[i].ev = NULL;
+			nccl_close(c);
+			return H->error(KILN_EDEVICE, "nccl: rank %d of %d: cudaEventCreate failed", rank,
+					world);
+		}
+	int rc = watchdog_start(&c->dog, nccl_look, c);
+	if (rc) {
+		nccl_close(c);
+		return H->error(KILN_EIO, "nccl: starting the watchdog thread: %s", strerror(rc));
+	}
+	return KILN_OK;
+}
+
 static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			     struct kiln_store *store, struct kiln_device *dev, int rank, int world,
 			     int timeout_ms, void **out)
@@ -415,45 +462,62 @@ static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_con
 		free(c);
 		return nccl_fail(r, "ncclCommInitRankConfig", __LINE__);
 	}
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		ncclResult_t a = ncclSuccess;
-		ncclCommGetAsyncError(c->comm, &a);
-		if (a == ncclSuccess)
-			break;
-		if (a != ncclInProgress) {
-			ncclCommAbort(c->comm);
-			free(c);
-			return nccl_fail(a, "ncclCommInitRankConfig (async)", __LINE__);
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > timeout_ms) {
-			ncclCommAbort(c->comm);
-			free(c);
-			return host->error(KILN_ETIMEOUT, "nccl: rank %d of %d: the communicator did not connect within %.1f s",
-					   rank, world, timeout_ms / 1000.0);
-		}
-		usleep(1000);
-	}
-	int v = 0;
-	ncclGetVersion(&v);
-	snprintf(c->desc, sizeof c->desc, "NCCL %d.%d.%d, GPU %d, watchdog at %.0f s", v / 10000,
-		 (v / 100) % 100, v % 100, c->cuda_dev, timeout_ms / 1000.0);
-	for (int i = 0; i < PENDING; i++)
-		if (cudaEventCreateWithFlags(&c->ring[i].ev, cudaEventDisableTiming) != cudaSuccess) {
-			c->ring[i].ev = NULL;
-			nccl_close(c);
-			return host->error(KILN_EDEVICE, "nccl: rank %d of %d: cudaEventCreate failed",
-					   rank, world);
-		}
-	int rc = watchdog_start(&c->dog, nccl_look, c);
-	if (rc) {
-		nccl_close(c);
-		return host->error(KILN_EIO, "nccl: starting the watchdog thread: %s", strerror(rc));
-	}
+	if ((st = comm_ready(c, "ncclCommInitRankConfig")))
+		return st;
 	*out = c;
 	return KILN_OK;
+}
+
+/* comm ops version 5: ncclCommSplit (non-blocking, bounded by the timeout
+ * as open is); the group's communicator is on the same GPU. */
+static kiln_status nccl_split(void *ctx, int color, int key, void **out, int *rank, int *world)
+{
+	struct nccl_comm *c = ctx;
+	*out = NULL;
+	*rank = -1;
+	*world = 0;
+	if (color < KILN_COMM_NO_GROUP)
+		return H->error(KILN_EINVAL, "nccl: rank %d of %d: split color %d (>= 0, or KILN_COMM_NO_GROUP)",
+				c->rank, c->world, color);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+	kiln_status st;
+	if ((st = usable(c)))
+		return st;
+	struct nccl_comm *g = calloc(1, sizeof *g);
+	if (!g)
+		return H->error(KILN_ENOMEM, "nccl: out of memory");
+	g->dev = c->dev;
+	g->cuda_dev = c->cuda_dev;
+	g->native = c->native;
+	g->timeout_ms = c->timeout_ms;
+	watchdog_init(&g->dog);
+	ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
+	conf.blocking = 0;
+	ncclResult_t r = ncclCommSplit(c->comm, color == KILN_COMM_NO_GROUP ? NCCL_SPLIT_NOCOLOR : color,
+				       key, &g->comm, &conf);
+	if (r != ncclSuccess && r != ncclInProgress) {
+		free(g);
+		return nccl_fail(r, "ncclCommSplit", __LINE__);
+	}
+	if (color == KILN_COMM_NO_GROUP || !g->comm) {
+		free(g);
+		return KILN_OK;
+	}
+	g->rank = c->rank; /* for comm_ready's messages until NCCL says */
+	g->world = c->world;
+	if ((st = comm_ready(g, "ncclCommSplit")))
+		return st;
+	ncclCommUserRank(g->comm, &g->rank);
+	ncclCommCount(g->comm, &g->world);
+	*out = g;
+	*rank = g->rank;
+	*world = g->world;
+	return KILN_OK;
+#else
+	(void)key;
+	return H->error(KILN_ENOTSUP, "nccl: split needs NCCL 2.18 or later (ncclCommSplit); this kiln was built with %d.%d",
+			NCCL_MAJOR, NCCL_MINOR);
+#endif
 }
 
 static int nccl_probe(const struct kiln_host *host, char *why, size_t n)
@@ -484,6 +548,7 @@ static const struct kiln_comm_ops nccl_ops = {
 	.alloc_shared = NULL,
 	.send = nccl_send,
 	.recv = nccl_recv,
+	.split = nccl_split,
 };
 
 COMM_PLUGIN(nccl, "nccl", "NCCL collectives on CUDA streams (GPU tensors)", nccl_ops, NULL,

@@ -1,0 +1,97 @@
+/* core/dist_pipe.c - [dist] pipeline = P: a pipeline's stages on ranks
+ * combined with data parallelism (docs/pipeline.md, "Stages on ranks").
+ * The world of P x D ranks is split (comm ops version 5) into D pipes of
+ * P ranks, which move the crossing tensors (core/pipe_rank.c), and P
+ * data-parallel groups of D ranks, one per stage, over which DDP's
+ * buckets (core/dist.c) average that stage's gradients.  A rank keeps
+ * only its stage's state current; kiln_dist_pipe_gather brings every
+ * stage's to every rank before anything is written or evaluated. */
+#include "dist_impl.h"
+#include "pipeline.h"
+
+kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *cfg, int P,
+				const size_t *lo, const size_t *hi, const struct kiln_comm_ops **ops,
+				void **pcomm, int *stage, int *pipe, int *D)
+{
+	const int r = d->env.rank, W = d->env.world;
+	int pr = 0, pw = 0, gr = 0, gw = 0;
+	kiln_status st;
+	const char *tl = kiln_config_get(cfg, "plugin.mpi", "thread_level");
+	if (W % P)
+		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d does not divide the world of %d ranks (world = pipeline x data-parallel ranks)",
+				  kiln_config_where(cfg, "dist", "pipeline"), P, W);
+	if (d->zero)
+		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [dist] pipeline is not supported yet: each stage's ranks run DDP",
+				  kiln_config_where(cfg, "dist", "zero"));
+	if (!strcmp(d->plugin->name, "mpi") && (!tl || strcmp(tl, "multiple")))
+		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline on kiln-mpi needs [plugin.mpi] thread_level = multiple (a stage's receives and the transport's sends run on two threads)",
+				  kiln_config_where(cfg, "dist", "pipeline"));
+	if (d->ops->version < 5 || !d->ops->split)
+		return kiln_error(KILN_ENOTSUP, "[dist] pipeline: comm plugin '%s' cannot make sub-communicators (split, comm ops version 5)",
+				  d->plugin->name);
+	if ((st = d->ops->split(d->ctx, r / P, r % P, &d->pctx, &pr, &pw)) ||
+	    (st = d->ops->split(d->ctx, r % P, r / P, &d->gctx, &gr, &gw)))
+		return kiln_error_wrap(st, "rank %d of %d: [dist] pipeline = %d: splitting the communicator",
+				       r, W, P);
+	if (pr != r % P || pw != P || gr != r / P || gw != W / P)
+		return kiln_error(KILN_EINTERNAL, "rank %d of %d: the split gave pipe rank %d of %d and group rank %d of %d",
+				  r, W, pr, pw, gr, gw);
+	if (!(d->pipe_lo = calloc((size_t)P, sizeof(size_t))) ||
+	    !(d->pipe_hi = calloc((size_t)P, sizeof(size_t))))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	memcpy(d->pipe_lo, lo, (size_t)P * sizeof(size_t));
+	memcpy(d->pipe_hi, hi, (size_t)P * sizeof(size_t));
+	d->pipe_P = P;
+	d->pipe_D = W / P;
+	*ops = d->ops;
+	*pcomm = d->pctx;
+	*stage = r % P;
+	*pipe = r / P;
+	*D = W / P;
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d of %d: pipeline stage %d of %d in pipe %d of %d; the stage's gradients averaged over its %d ranks",
+		 r, W, r % P, P, r / P, W / P, W / P);
+	return KILN_OK;
+}
+
+/* Broadcast n bytes at p from world rank `root` (compute stream). */
+static kiln_status from_rank(struct kiln_dist *d, void *p, size_t n, int root, void *compute,
+			     const char *what, int s)
+{
+	if (!n)
+		return KILN_OK;
+	kiln_status st = d->ops->broadcast(d->ctx, p, n, KILN_U8, root, compute, NULL);
+	return st ? kiln_error_wrap(st, "gathering stage %d's %s from rank %d", s, what, root) : st;
+}
+
+kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
+{
+	kiln_status st;
+	if (!d || !d->pipe_P)
+		return KILN_OK;
+	struct kiln_model *m = d->m;
+	const size_t *lo = d->pipe_lo, *hi = d->pipe_hi;
+	/* (collectives on the compute stream wait for the comm stream's) */
+	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
+			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
+		return st;
+	for (int s = 0; s < d->pipe_P; s++) {
+		const size_t n = hi[s] - lo[s];
+		if ((st = from_rank(d, m->params_d + lo[s], n * 4, s, compute, "parameters", s)))
+			return st;
+		for (int k = 0; m->state_d && k < m->state_slots; k++)
+			if ((st = from_rank(d, m->state_d + (size_t)k * m->n_trainable + lo[s], n * 4, s,
+					    compute, m->optim_info.slot_names[k], s)))
+				return st;
+	}
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *q = &m->params[i];
+		const int s = kiln_pipe_stage(m, q->layer);
+		if (q->buffer && (st = from_rank(d, m->buffers_d + q->off, (size_t)q->numel * 4, s,
+						 compute, q->name, s)))
+			return st;
+	}
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return kiln_dist_explain(d, st);
+	m->pcopy_stale = 1;
+	return KILN_OK;
+}

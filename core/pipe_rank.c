@@ -1,0 +1,141 @@
+/* core/pipe_rank.c - the stage transport across ranks (docs/pipeline.md,
+ * "Stages on ranks"): stage s runs on rank rank_of[s] of a communicator,
+ * and every crossing tensor moves by the communicator's point-to-point
+ * send and recv (comm ops version 4), matched in order per pair of ranks:
+ * both sides issue a pair's messages in the schedule's order.
+ *
+ * A send never makes the sender's stream wait for the receiver.  The
+ * tensor is copied, on the sender's stream, into a staging slot of its
+ * own (one per tag: micro-batch, tensor, direction), and the
+ * communicator's send of that slot runs on the transport's send stream
+ * after the copy.  With the send on the stage's own stream, 1f1b would
+ * deadlock: stage 0 sending micro-batch 1's activation waits until stage 1
+ * posts its receive, which stage 1 reaches only after sending micro-batch
+ * 0's gradient, which waits for stage 0's receive behind that send.  A
+ * recv runs on the receiver's stream: what reads the tensor waits for it.
+ * The step's end waits for the send stream (kiln_pipe_rank_flush), so a
+ * slot is free again when its tag recurs a step later. */
+#include "pipeline.h"
+
+struct rank_msg {
+	void *stage;   /* device memory: the tensor's copy being sent */
+	size_t bytes;
+	void *copied;  /* event: the copy is in stage */
+};
+
+struct kiln_pipe_rank {
+	const struct kiln_comm_ops *ops;
+	void *comm;
+	struct kiln_device *dev;
+	int rank_of[KILN_PIPE_MAX_STAGES];
+	void *send_stream, *flushed;
+	int n, n_xfer;
+	struct rank_msg *msg;
+};
+
+static struct rank_msg *rank_slot(struct kiln_pipe_rank *R, uint64_t tag)
+{
+	const int i = kiln_pipe_tag_slot(tag, R->n_xfer, R->n);
+	return i < 0 ? NULL : &R->msg[i];
+}
+
+static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const void *buf,
+			     size_t bytes, void *stream)
+{
+	struct kiln_pipe_rank *R = ctx;
+	struct rank_msg *g = rank_slot(R, tag);
+	kiln_status st;
+	if (!g)
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sends message %llx to stage %d out of range",
+				  from, (unsigned long long)tag, to);
+	if (g->stage && g->bytes != bytes) {
+		kiln_device_free(R->dev, g->stage);
+		g->stage = NULL;
+	}
+	if (!g->stage) { /* first use of the slot: the first step only */
+		if ((st = kiln_device_alloc(R->dev, bytes ? bytes : 1, &g->stage)))
+			return st;
+		g->bytes = bytes;
+	}
+	if ((st = kiln_device_copy_async(R->dev, g->stage, buf, bytes, KILN_COPY_D2D, stream)) ||
+	    (st = kiln_device_event_record(R->dev, g->copied, stream)) ||
+	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)))
+		return st;
+	if ((st = R->ops->send(R->comm, g->stage, bytes, KILN_U8, R->rank_of[to], R->send_stream,
+			       NULL)))
+		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
+				       from, R->rank_of[from], to, R->rank_of[to]);
+	return KILN_OK;
+}
+
+static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
+			     void *stream)
+{
+	struct kiln_pipe_rank *R = ctx;
+	(void)tag;
+	kiln_status st = R->ops->recv(R->comm, buf, bytes, KILN_U8, R->rank_of[from], stream, NULL);
+	if (st)
+		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving from stage %d (rank %d)",
+				       to, R->rank_of[to], from, R->rank_of[from]);
+	return KILN_OK;
+}
+
+static const struct kiln_stage_transport_ops rank_ops = { rank_send, rank_recv };
+
+kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
+				struct kiln_device *dev, int P, const int *rank_of, int M,
+				int n_xfer, struct kiln_pipe_rank **out,
+				struct kiln_stage_transport *tr)
+{
+	kiln_status st;
+	*out = NULL;
+	if (ops->version < 4 || !ops->send || !ops->recv)
+		return kiln_error(KILN_ENOTSUP, "pipeline stages on ranks need point-to-point send and recv (comm ops version 4); this communicator has version %u",
+				  ops->version);
+	if (P > KILN_PIPE_MAX_STAGES)
+		return kiln_error(KILN_EINVAL, "pipeline: %d stages (at most %d)", P, KILN_PIPE_MAX_STAGES);
+	struct kiln_pipe_rank *R = calloc(1, sizeof *R);
+	if (!R)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	R->ops = ops;
+	R->comm = comm;
+	R->dev = dev;
+	memcpy(R->rank_of, rank_of, (size_t)P * sizeof *rank_of);
+	R->n_xfer = n_xfer;
+	R->n = 2 * M * n_xfer;
+	if (R->n && !(R->msg = calloc((size_t)R->n, sizeof *R->msg))) {
+		free(R);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	*out = R;
+	if ((st = kiln_device_stream_create(dev, &R->send_stream)) ||
+	    (st = kiln_device_event_create(dev, &R->flushed)))
+		return st;
+	for (int i = 0; i < R->n; i++)
+		if ((st = kiln_device_event_create(dev, &R->msg[i].copied)))
+			return st;
+	*tr = (struct kiln_stage_transport){ &rank_ops, R };
+	return KILN_OK;
+}
+
+kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream)
+{
+	kiln_status st = kiln_device_event_record(R->dev, R->flushed, R->send_stream);
+	return st ? st : kiln_device_stream_wait(R->dev, stream, R->flushed);
+}
+
+void kiln_pipe_rank_free(struct kiln_pipe_rank *R)
+{
+	if (!R)
+		return;
+	if (R->send_stream)
+		kiln_device_stream_sync(R->dev, R->send_stream);
+	for (int i = 0; i < R->n; i++) {
+		kiln_device_event_destroy(R->dev, R->msg[i].copied);
+		kiln_device_free(R->dev, R->msg[i].stage);
+	}
+	kiln_device_event_destroy(R->dev, R->flushed);
+	kiln_device_stream_destroy(R->dev, R->send_stream);
+	free(R->msg);
+	free(R);
+}

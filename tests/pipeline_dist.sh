@@ -1,0 +1,151 @@
+#!/bin/sh
+# tests/pipeline_dist.sh - pipeline stages on ranks ([dist] pipeline = P,
+# docs/pipeline.md "Stages on ranks"), an MLP of synthetic data, 6 SGD
+# steps with momentum of a global batch of 32 in 4 micro-batches:
+#  1. 2 stages on 2 ranks (gloo) and 4 stages on 4 ranks end with the
+#     parameters and momentum of one process with batch 32 (1e-5);
+#  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
+#     averaging its gradients, each pipe 16 samples of the 32) does too;
+#  3. the same 2 and 4 stages under mpirun (kiln-mpi, thread_level =
+#     multiple; serialized is refused), where available;
+#  4. a checkpoint written by 2 stages on 2 ranks resumes in one process
+#     (its stages in that process) and ends where one process does;
+#  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
+#     exit non-zero within [dist] timeout, naming the dead rank and its stage;
+#  6. a world that P does not divide, and P without placed stages, are
+#     config errors naming the key.
+# Every process runs under `timeout`.
+name=pipedist needs=gloo fmnist=0
+. "$(dirname "$0")/dist_common.sh"
+ini="$tmp/mlp.ini"
+cat > "$ini" <<EOF
+[run]
+seed = 5
+threads = 1
+[data]
+source = synthetic
+samples = 256
+image_size = 8
+classes = 16
+workers = 0
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 32
+[layer.r1]
+type = relu
+[layer.fc2]
+type = linear
+out = 24
+[layer.r2]
+type = relu
+[layer.fc3]
+type = linear
+out = 16
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1
+max_steps = 6
+optimizer = sgd
+momentum = 0.9
+lr = 0.05
+log_every = 3
+eval = 0
+[pipeline]
+micro_batches = 4
+[dist]
+timeout = 20
+EOF
+two="layer.fc2.stage=1"
+four="model.stages=flat,r1|fc2|r2|fc3,loss"
+near() { # near A B WHAT
+	"$tool" close "$(ck "$1" 6)" "$(ck "$2" 6)" 1e-5 params optim.momentum ||
+		bad "$3: parameters differ from one process"
+}
+
+# ---- 1, 2. gloo ---------------------------------------------------------------
+run one 0 32
+run g2 2 32 dist.pipeline=2 "$two"
+grep -q "rank 1: stage 1 of 2" "$tmp/g2.log" || bad "g2: rank 1 is not stage 1"
+near one g2 "2 stages on 2 ranks (gloo)"
+run g4 4 32 dist.pipeline=4 "$four"
+grep -q "rank 3: stage 3 of 4" "$tmp/g4.log" || bad "g4: rank 3 is not stage 3"
+near one g4 "4 stages on 4 ranks (gloo)"
+run g22 4 16 dist.pipeline=2 "$two" pipeline.micro_batches=2
+grep -q "rank 3 of 4: pipeline stage 1 of 2 in pipe 1 of 2" "$tmp/g22.log" || bad "g22: rank 3's place"
+near one g22 "P = 2 x D = 2 (gloo)"
+echo "ok: 2 and 4 stages on ranks, and 2 x 2, equal one process (gloo)"
+
+# ---- 3. mpi ---------------------------------------------------------------------
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null; then
+	for r in "m2 2 $two" "m4 4 $four"; do
+		set -- $r
+		timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$2" \
+			-x KILN_MASTER_PORT="$(free_port 3)" -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
+			run.out_dir="$tmp/$1" train.batch=32 dist.pipeline="$2" plugin.mpi.thread_level=multiple \
+			"$3" > "$tmp/$1.log" 2>&1 || { bad "mpirun -np $2 exited $?"; tail -20 "$tmp/$1.log"; }
+		grep -q "comm mpi" "$tmp/$1.log" || bad "$1 did not run on mpi"
+		near one "$1" "$2 stages on $2 ranks (mpi)"
+	done
+	# two threads in MPI: thread_level = serialized (the default) is refused
+	timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT="$(free_port 4)" \
+		-x OMP_NUM_THREADS=1 "$kiln" train "$ini" run.out_dir="$tmp/mser" train.batch=32 \
+		dist.pipeline=2 "$two" > "$tmp/mser.log" 2>&1 && bad "mpi, thread_level = serialized: ran"
+	grep -q "needs \[plugin.mpi\] thread_level = multiple" "$tmp/mser.log" ||
+		{ bad "mpi, thread_level = serialized: no message"; tail -5 "$tmp/mser.log"; }
+	echo "ok: 2 and 4 stages on ranks equal one process (mpi)"
+else
+	echo "mpi: not built or no mpirun: skipped"
+fi
+
+# ---- 4. a 2-stage checkpoint resumes in one process -----------------------------
+run part 2 32 dist.pipeline=2 "$two" train.max_steps=3
+run part 0 32 "$two" train.resume=1
+grep -q "resum" "$tmp/part.log" || bad "part: did not resume"
+near one part "2 stages on ranks to step 3, then one process"
+echo "ok: a checkpoint of 2 stages on 2 ranks resumes in one process"
+
+# ---- 5. a stage dies ----------------------------------------------------------------
+# P = 2 x D = 2: rank 1 (stage 1 of pipe 0) killed; its pipe peer (rank 0),
+# its stage's other rank (3) and rank 2 must all fail, naming it
+port=$(free_port 5)
+for r in 0 1 2 3; do
+	KILN_RANK=$r KILN_WORLD_SIZE=4 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
+		run.out_dir="$tmp/dead$r" train.batch=16 pipeline.micro_batches=2 train.epochs=1000 \
+		train.max_steps=0 train.log_every=1 dist.pipeline=2 "$two" dist.timeout=10 \
+		> "$tmp/dead$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+i=0
+while [ $i -lt 300 ] && ! grep -q "step " "$tmp/dead0.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+t0=$(date +%s)
+pkill -KILL -P "$pid1" 2>/dev/null # kiln under timeout, as tests/dist.sh does
+kill -KILL "$pid1" 2>/dev/null
+for r in 0 2 3; do
+	wait "$(eval echo \$pid$r)"
+	eval "rc$r=$?"
+done
+dt=$(( $(date +%s) - t0 ))
+wait "$pid1" 2>/dev/null
+echo "after rank 1 (stage 1 of pipe 0) was killed: ranks 0, 2, 3 exited $rc0 $rc2 $rc3 within ${dt}s"
+for r in 0 2 3; do
+	eval "rc=\$rc$r"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "rank $r exited $rc after rank 1 died"
+	grep -q "rank 1 (stage 1 of pipe 0) was lost" "$tmp/dead$r.log" ||
+		{ bad "rank $r does not name rank 1, stage 1"; grep -v '^\[' "$tmp/dead$r.log" | tail -3; }
+done
+[ "$dt" -le 15 ] || bad "the others took ${dt}s (timeout 10 s)"
+
+# ---- 6. errors ----------------------------------------------------------------------
+timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e3" train.batch=32 \
+	dist.pipeline=4 "$four" > "$tmp/e3.log" 2>&1 && bad "pipeline = 4 on 2 ranks ran"
+grep -q "\[dist\] pipeline = 4 stages, but the world of 2 rank(s) is not a multiple of it" "$tmp/e3.log" ||
+	{ bad "pipeline = 4 on 2 ranks: no message"; tail -5 "$tmp/e3.log"; }
+timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e1" train.batch=32 \
+	dist.pipeline=2 pipeline.micro_batches=1 > "$tmp/e1.log" 2>&1 && bad "pipeline = 2 of one stage ran"
+grep -q "\[dist\] pipeline = 2, but the model has one stage" "$tmp/e1.log" ||
+	{ bad "pipeline = 2 of one stage: no message"; tail -5 "$tmp/e1.log"; }
+echo "ok: errors"
+exit $fail
