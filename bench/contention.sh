@@ -47,7 +47,7 @@
 #   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc)
 #   --conditions L   comma-separated (default quiet,busy,core1,quota,quota1)
 #   --spins LIST     comma-separated spin counts for kiln-sN rows (default none)
-#   --short          a quick look (a few minutes): --runs 1 --steps 20
+#   --short          a quick look (about 15 minutes on 2 cores): --runs 1 --steps 20
 #                    --mlp-steps 300, unless those options come after it
 #   --precedence     every run and the busy loop in a cgroup of the maximum
 #                    CPU weight, so that on a machine other people load the
