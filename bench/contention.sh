@@ -14,7 +14,9 @@
 #   core1      the run under `taskset -c 0`: one core
 #   quota      the run in a cgroup with a 1.5-CPU quota (v2 cpu.max
 #              "150000 100000", else v1 cpu.cfs_quota_us 150000); skipped,
-#              saying why, when no cgroup can be created (needs root)
+#              saying why, when no cgroup can be created (needs root; the
+#              start line says which cgroup version is used)
+#   quota1     the same with a 1-CPU quota (100000 per 100000 us)
 # Contenders (each run once per round; rounds interleave every contender
 # of every benchmark and condition, so slow drifts of the machine's load
 # fall on all of them alike):
@@ -23,6 +25,9 @@
 #                 KILN_ADAPT=0 adds plugin.cpu.adaptive=0)
 #   kiln-before   $KILN_BEFORE the same way, when KILN_BEFORE is set (e.g.
 #                 a build of main: the before/after of a change)
+#   kiln-sN       $KILN with GOMP_SPINCOUNT=N (libgomp's spin before a
+#                 waiting thread sleeps; kiln sets 100000 unless it is set),
+#                 one row per N of --spins
 #   pt-default, pt-passive, pt-omp1
 #                 PyTorch ($PYTHON) with 2 threads; with OMP_WAIT_POLICY=
 #                 PASSIVE; with OMP_NUM_THREADS=1 (and 1 thread), all with
@@ -40,7 +45,10 @@
 #   --mlp-steps N    MLP steps, 20 of them warm-up for PyTorch (default 0:
 #                    one epoch, as `kiln train ... train.epochs=1`)
 #   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc)
-#   --conditions L   comma-separated (default quiet,busy,core1,quota)
+#   --conditions L   comma-separated (default quiet,busy,core1,quota,quota1)
+#   --spins LIST     comma-separated spin counts for kiln-sN rows (default none)
+#   --short          a quick look (about 15 minutes on 2 cores): --runs 1 --steps 20
+#                    --mlp-steps 300, unless those options come after it
 #   --precedence     every run and the busy loop in a cgroup of the maximum
 #                    CPU weight, so that on a machine other people load the
 #                    conditions are (nearly) the ones this script sets; with
@@ -60,8 +68,9 @@ MLP_STEPS=0
 WARMUP=20
 BATCH=128
 BENCHES=mlp,cnn-nchw,cnn-nhwc
-CONDITIONS=quiet,busy,core1,quota
+CONDITIONS=quiet,busy,core1,quota,quota1
 PRECEDENCE=0
+SPINS=
 KILN=${KILN:-./kiln}
 KILN_BEFORE=${KILN_BEFORE:-}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -76,6 +85,9 @@ while [ $# -gt 0 ]; do
         --conditions) [ $# -ge 2 ] || usage; CONDITIONS=$2; shift 2 ;;
         --conditions=*) CONDITIONS=${1#*=}; shift ;;
         --precedence) PRECEDENCE=1; shift ;;
+        --spins) [ $# -ge 2 ] || usage; SPINS=$2; shift 2 ;;
+        --spins=*) SPINS=${1#*=}; shift ;;
+        --short) RUNS=1; STEPS=20; MLP_STEPS=300; shift ;;
         --mlp-steps) [ $# -ge 2 ] || usage; MLP_STEPS=$2; shift 2 ;;
         --mlp-steps=*) MLP_STEPS=${1#*=}; shift ;;
         -h|--help) usage ;;
@@ -96,22 +108,30 @@ for b in $BENCHES; do
         *) echo "contention.sh: unknown benchmark: $b" >&2; exit 2 ;; esac
 done
 for c in $CONDITIONS; do
-    case $c in quiet|busy|core1|quota) ;;
+    case $c in quiet|busy|core1|quota|quota1) ;;
         *) echo "contention.sh: unknown condition: $c" >&2; exit 2 ;; esac
 done
 [ -x "$KILN" ] || { echo "contention.sh: $KILN not found or not executable (set KILN=)" >&2; exit 1; }
 if [ -n "$KILN_BEFORE" ] && [ ! -x "$KILN_BEFORE" ]; then
     echo "contention.sh: KILN_BEFORE=$KILN_BEFORE is not executable" >&2; exit 1
 fi
-CONTENDERS="kiln${KILN_BEFORE:+ kiln-before} pt-default pt-passive pt-omp1"
+SPINROWS=
+for s in $(printf '%s' "$SPINS" | tr ',' ' '); do
+    case $s in ''|*[!0-9]*) echo "contention.sh: --spins: $s is not a count" >&2; exit 2 ;; esac
+    SPINROWS="$SPINROWS kiln-s$s"
+done
+CONTENDERS="kiln${KILN_BEFORE:+ kiln-before}$SPINROWS pt-default pt-passive pt-omp1"
 
 bench_tmpdir contention
 SPIN_PID=
-CG=          # the cgroup this script made: CG/run (every run) and CG/quota
+CG=          # the cgroup this script made: CG/run (every run), CG/quota, CG/quota1
+CGV=         # its version: "v2" or "v1"
 cleanup() {
-    [ -z "$SPIN_PID" ] || kill "$SPIN_PID" 2>/dev/null || true
+    [ -z "$SPIN_PID" ] || { kill "$SPIN_PID" 2>/dev/null; wait "$SPIN_PID" 2>/dev/null; } || true
     if [ -n "$CG" ]; then
-        rmdir "$CG/run" "$CG/quota" "$CG" 2>/dev/null || true
+        # a run interrupted by a signal may still be in a leaf: say so
+        rmdir "$CG/run" "$CG/quota" "$CG/quota1" "$CG" 2>/dev/null ||
+            echo "contention.sh: cgroup $CG not removed (a process still in it?): rmdir its leaves and it" >&2
     fi
     rm -rf "$TMP"
 }
@@ -119,8 +139,9 @@ trap cleanup EXIT
 
 # ---- conditions -------------------------------------------------------------
 
-# make_cgroups: CG with two leaves, CG/run (every run but the quota
-# condition's, and the busy loop) and CG/quota (a 1.5-CPU quota); with
+# make_cgroups: CG with three leaves, CG/run (every run but the quota
+# conditions', and the busy loop), CG/quota (a 1.5-CPU quota) and
+# CG/quota1 (1 CPU); with
 # --precedence CG's weight is the maximum.  cgroup v2 (cpu.max, cpu.weight)
 # or v1's cpu controller (cpu.cfs_quota_us, cpu.shares).  Status 1 and the
 # reason on stdout when neither can be made (needs root).
@@ -130,20 +151,23 @@ make_cgroups() {
         if { grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
              echo +cpu > /sys/fs/cgroup/cgroup.subtree_control; } 2>/dev/null &&
            echo +cpu > "$d/cgroup.subtree_control" 2>/dev/null &&
-           mkdir "$d/run" "$d/quota" && echo "150000 100000" > "$d/quota/cpu.max" &&
+           mkdir "$d/run" "$d/quota" "$d/quota1" && echo "150000 100000" > "$d/quota/cpu.max" &&
+           echo "100000 100000" > "$d/quota1/cpu.max" &&
            { [ "$PRECEDENCE" = 0 ] || echo 10000 > "$d/cpu.weight"; }; then
-            CG=$d; return 0
+            CG=$d; CGV=v2; return 0
         fi 2>/dev/null
-        rmdir "$d/run" "$d/quota" "$d" 2>/dev/null || true
+        rmdir "$d/run" "$d/quota" "$d/quota1" "$d" 2>/dev/null || true
     fi
     d=/sys/fs/cgroup/cpu/kiln-contention.$$
     if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && mkdir "$d" 2>/dev/null; then
-        if mkdir "$d/run" "$d/quota" && echo 100000 > "$d/quota/cpu.cfs_period_us" &&
+        if mkdir "$d/run" "$d/quota" "$d/quota1" && echo 100000 > "$d/quota/cpu.cfs_period_us" &&
            echo 150000 > "$d/quota/cpu.cfs_quota_us" &&
+           echo 100000 > "$d/quota1/cpu.cfs_period_us" &&
+           echo 100000 > "$d/quota1/cpu.cfs_quota_us" &&
            { [ "$PRECEDENCE" = 0 ] || echo 262144 > "$d/cpu.shares"; }; then
-            CG=$d; return 0
+            CG=$d; CGV=v1; return 0
         fi 2>/dev/null
-        rmdir "$d/run" "$d/quota" "$d" 2>/dev/null || true
+        rmdir "$d/run" "$d/quota" "$d/quota1" "$d" 2>/dev/null || true
     fi
     echo "no writable cgroup (v2 with the cpu controller, or v1's cpu; needs root)"
     return 1
@@ -180,7 +204,7 @@ under() {
     case $cond in
         quiet|busy) in_cgroup "${CG:+$CG/run}" "$@" ;;
         core1) in_cgroup "${CG:+$CG/run}" taskset -c 0 "$@" ;;
-        quota) in_cgroup "$CG/quota" "$@" ;;
+        quota|quota1) in_cgroup "$CG/$cond" "$@" ;;
     esac
 }
 
@@ -192,17 +216,20 @@ run_one() {
     bench=$1; who=$2; cond=$3
     layout=${bench#cnn-}
     case $who in
-        kiln|kiln-before)
-            # both rows as a user runs them (no key: the adaptive team is the
+        kiln*)
+            # every row as a user runs it (no key: the adaptive team is the
             # default); KILN_ADAPT=0 measures the kiln row with the team fixed
-            bin=$KILN; ad=run.threads=0
+            bin=$KILN; ad=run.threads=0; spin=
             [ -z "${KILN_ADAPT:-}" ] || ad=plugin.cpu.adaptive=$KILN_ADAPT
-            [ "$who" = kiln ] || { bin=$KILN_BEFORE; ad=run.threads=0; }
+            case $who in
+                kiln-before) bin=$KILN_BEFORE; ad=run.threads=0 ;;
+                kiln-s*) spin=GOMP_SPINCOUNT=${who#kiln-s}; ad=run.threads=0 ;;
+            esac
             if [ "$bench" = mlp ]; then
-                under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/mlp_bench.ini" \
+                under "$cond" env OPENBLAS_CORETYPE=SkylakeX $spin "$bin" train "$HERE/mlp_bench.ini" \
                     train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0 "$ad"
             else
-                under "$cond" env OPENBLAS_CORETYPE=SkylakeX "$bin" train "$HERE/cnn_bench.ini" \
+                under "$cond" env OPENBLAS_CORETYPE=SkylakeX $spin "$bin" train "$HERE/cnn_bench.ini" \
                     model.layout="$layout" run.threads=0 "$ad" train.batch="$BATCH" \
                     data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" train.eval=0
             fi ;;
@@ -227,7 +254,7 @@ run_one() {
 # ---- the rounds -----------------------------------------------------------------
 
 WHY=
-if [ "$PRECEDENCE" = 1 ] || case " $CONDITIONS " in *" quota "*) true ;; *) false ;; esac; then
+if [ "$PRECEDENCE" = 1 ] || case " $CONDITIONS " in *" quota"*) true ;; *) false ;; esac; then
     make_cgroups > "$TMP/why" || WHY=$(cat "$TMP/why")
 fi
 if [ "$PRECEDENCE" = 1 ] && [ -z "$CG" ]; then
@@ -235,13 +262,13 @@ if [ "$PRECEDENCE" = 1 ] && [ -z "$CG" ]; then
 fi
 ACTIVE=
 for c in $CONDITIONS; do
-    if [ "$c" = quota ] && [ -z "$CG" ]; then
-        echo "contention.sh: quota condition skipped: $WHY" >&2
+    if [ "${c%1}" = quota ] && [ -z "$CG" ]; then
+        echo "contention.sh: $c condition skipped: $WHY" >&2
         continue
     fi
     ACTIVE="$ACTIVE $c"
 done
-[ -z "$CG" ] || echo "cgroups: $CG/run, $CG/quota$([ "$PRECEDENCE" = 0 ] || echo ' (precedence)')" >&2
+[ -z "$CG" ] || echo "cgroups ($CGV): $CG/run, $CG/quota, $CG/quota1$([ "$PRECEDENCE" = 0 ] || echo ' (precedence)')" >&2
 
 echo "start: $(date -u +%H:%M:%S) loadavg $(cat /proc/loadavg); $(nproc) CPUs; python $PYTHON" >&2
 r=1
@@ -284,7 +311,7 @@ for b in $BENCHES; do
     echo
     echo "$b: median samples/s of $RUNS interleaved rounds ($PYTHON)"
     printf '%-6s %5s %5s' cond load spin
-    for who in $CONTENDERS; do printf ' %11s' "$who"; done
+    for who in $CONTENDERS; do printf ' %12s' "$who"; done
     printf ' %11s %9s %9s\n' pt-best kiln/best kiln/quiet
     quiet=$(med "$TMP/$b-kiln-quiet.jsonl")
     for c in $ACTIVE; do
@@ -295,7 +322,7 @@ for b in $BENCHES; do
         best=0
         for who in $CONTENDERS; do
             m=$(med "$TMP/$b-$who-$c.jsonl")
-            num "$m" | sed 's/^/ /'
+            num "$m" | sed 's/^/  /'
             case $who in pt-*)
                 [ "$m" = n/a ] || best=$(awk -v a="$m" -v b="$best" 'BEGIN { print (a > b) ? a : b }') ;;
             esac

@@ -1,9 +1,12 @@
 /* tests/check_cpu_threads.c - the CPU device's team size
  * (plugins/cpu/threads.c, linked into this program): the cgroup quota
  * parsers, the starting team from affinity and quota, and the adaptive
- * controller's decisions on synthetic intervals (no clock, no /proc).
+ * controller's decisions on synthetic intervals (no clock, no /proc), and
+ * which GEMMs and convolutions run on one thread on any team.
  */
 #include "plugins/cpu/threads.h"
+
+#include <kiln/plugin.h>
 
 #include <check.h>
 #include "check_main.h"
@@ -208,11 +211,61 @@ START_TEST(test_dnn_follows_held_size)
 }
 END_TEST
 
+/* A 4-d f32 descriptor. */
+static struct kiln_tensor_desc d4(int64_t a, int64_t b, int64_t c, int64_t d)
+{
+	return (struct kiln_tensor_desc){ .dtype = KILN_F32, .ndim = 4, .dims = { a, b, c, d } };
+}
+
+/* The small GEMMs and convolutions (oneDNN splits their sums differently
+ * on 1 and 2 threads) run on one thread; the example models' large ones
+ * keep the team; ops without a sum are never marked. */
+START_TEST(test_one_thread_ops)
+{
+	struct kiln_op g = { .type = KILN_OP_GEMM };
+	const int64_t gemms[][4] = { /* M N K, expected */
+		{ 128, 10, 256, 1 },   /* the MLP's fc3 forward: 0.66 MFLOP */
+		{ 16, 10, 784, 1 },    /* check_ckpt's 16x784 -> 10 */
+		{ 784, 10, 16, 1 },    /* and its weight gradient */
+		{ 128, 10, 1024, 1 },  /* the CNN's fc2 forward: 2.6 MFLOP */
+		{ 128, 512, 784, 0 },  /* the MLP's fc1: 103 MFLOP */
+		{ 128, 256, 512, 0 },  /* fc2: 34 MFLOP */
+		{ 128, 128, 128, 0 },  /* exactly 2^22: not below the bound */
+	};
+	for (size_t i = 0; i < sizeof gemms / sizeof *gemms; i++) {
+		g.i[2] = gemms[i][0], g.i[3] = gemms[i][1], g.i[4] = gemms[i][2];
+		ck_assert_msg(cpu_op_one_thread(&g) == gemms[i][3], "GEMM %lld %lld %lld",
+			      (long long)g.i[2], (long long)g.i[3], (long long)g.i[4]);
+	}
+	/* check_ckpt's first conv, 16 samples 1 -> 4 channels 3x3 at 28x28:
+	 * 2 x 16*4*28*28 x 9 = 0.9 MFLOP in every direction */
+	const struct kiln_tensor_desc x = d4(16, 1, 28, 28), w = d4(4, 1, 3, 3), y = d4(16, 4, 28, 28);
+	struct kiln_op c = { .type = KILN_OP_CONV, .n_in = 2, .n_out = 1 };
+	c.in[0] = x, c.in[1] = w, c.out[0] = y;
+	ck_assert_int_eq(cpu_op_one_thread(&c), 1);
+	c.type = KILN_OP_CONV_BWD_DATA, c.in[0] = y, c.in[1] = w, c.out[0] = x;
+	ck_assert_int_eq(cpu_op_one_thread(&c), 1);
+	c.type = KILN_OP_CONV_BWD_WEIGHTS, c.in[0] = x, c.in[1] = y, c.out[0] = w;
+	ck_assert_int_eq(cpu_op_one_thread(&c), 1);
+	/* the CNN's conv1 at batch 128, 1 -> 32 channels 5x5: 161 MFLOP */
+	const struct kiln_tensor_desc X = d4(128, 1, 28, 28), W = d4(32, 1, 5, 5),
+				      Y = d4(128, 32, 28, 28);
+	c.type = KILN_OP_CONV_BWD_WEIGHTS, c.in[0] = X, c.in[1] = Y, c.out[0] = W;
+	ck_assert_int_eq(cpu_op_one_thread(&c), 0);
+	c.type = KILN_OP_CONV, c.in[0] = X, c.in[1] = W, c.out[0] = Y;
+	ck_assert_int_eq(cpu_op_one_thread(&c), 0);
+	/* no sum to split */
+	struct kiln_op p = { .type = KILN_OP_POOL, .n_in = 1, .n_out = 1 };
+	p.in[0] = x, p.out[0] = d4(16, 1, 14, 14);
+	ck_assert_int_eq(cpu_op_one_thread(&p), 0);
+}
+END_TEST
+
 static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });

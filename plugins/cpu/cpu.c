@@ -293,9 +293,11 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	const cpu_family_fn family = cpu_families[op->type].prepare;
 	const int native = cpu_families[op->type].native;
 	/* oneDNN makes its primitives for the calling thread's count: the
-	 * opening team's, whatever the adaptive team is now (dnnteam.c) */
-	if (omp_get_max_threads() != c->threads)
-		omp_set_num_threads(c->threads);
+	 * opening team's, whatever the adaptive team is now, or one for a
+	 * small op on any team (dnnteam.c) */
+	const int team = cpu_op_one_thread(op) ? 1 : c->threads;
+	if (omp_get_max_threads() != team)
+		omp_set_num_threads(team);
 	struct cpu_plan *p = calloc(1, sizeof *p);
 	if (!p)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",

@@ -19,6 +19,16 @@
  * probed again for n).  Either way a result never depends on the team's
  * history: a run and its resume, or two runs on a machine busy at different
  * times, give the same bytes.  The versions live as long as the plan.
+ *
+ * The ops whose split differs are the small ones (a sum over K shared by
+ * two threads because M x N is too small to share out), and a plan that
+ * stays on the opening team makes every step meet a descheduled thread on
+ * a busy machine.  So a GEMM or convolution below CPU_ONE_THREAD_FLOP runs
+ * on one thread on any team, adaptive or not, from its preparation on: its
+ * bytes never depend on the team, it needs no versions, and it never opens
+ * a parallel region (at that size a second thread saves a few
+ * microseconds; cpu_op_one_thread in threads.c; docs/PERFORMANCE.md,
+ * "Steady with a busy core").
  */
 #include "cpu.h"
 
@@ -40,7 +50,7 @@ kiln_status cpu_variants_attach(struct cpu_ctx *c, struct cpu_plan *p)
 	if (!c->team.adapt)
 		return KILN_OK; /* the team never changes */
 	for (struct cpu_plan *x = p; x; x = x->inner) {
-		if (!x->gemm && !x->dnn)
+		if ((!x->gemm && !x->dnn) || cpu_op_one_thread(&x->op))
 			continue;
 		struct cpu_variants *v = calloc(1, sizeof *v);
 		if (v) {
@@ -171,8 +181,12 @@ static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n
 const struct cpu_plan *cpu_variant(const struct cpu_plan *p)
 {
 	struct cpu_variants *v = p->variants;
-	if (!v)
-		return p; /* a version itself, or a team that never changes */
+	if (!v) {
+		/* a version itself, a team that never changes, or a small op */
+		if (cpu_op_one_thread(&p->op) && omp_get_max_threads() != 1)
+			omp_set_num_threads(1);
+		return p;
+	}
 	int n = cpu_team_dnn(&v->c->team);
 	const struct cpu_plan *run = p;
 	if (n >= 1 && n < v->max && !__atomic_load_n(&v->bad[n], __ATOMIC_RELAXED)) {

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #endif
 #include "threads.h"
+#include "../common/describe.h" /* common_numel */
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -98,6 +99,40 @@ int cpu_threads_for(int affinity, double quota)
 			n = (int)q;
 	}
 	return n;
+}
+
+/* ---- small ops run on one thread ------------------------------------------ */
+
+/* Floating-point operations of a GEMM (2 M N K) or convolution (2 x the
+ * output's elements x the sum's length C/g KH KW), in any direction; 0
+ * for other ops. */
+static double op_flop(const struct kiln_op *op)
+{
+	switch (op->type) {
+	case KILN_OP_GEMM:
+		return 2.0 * (double)op->i[2] * (double)op->i[3] * (double)op->i[4];
+	case KILN_OP_CONV:
+	case KILN_OP_CONV_BWD_DATA:
+	case KILN_OP_CONV_BWD_WEIGHTS: {
+		/* y (or dy) and w: CONV y = out0, w = in1; BWD_DATA dy = in0,
+		 * w = in1; BWD_WEIGHTS dy = in1, dw = out0 */
+		const struct kiln_tensor_desc *y = op->type == KILN_OP_CONV ? &op->out[0]
+					       : op->type == KILN_OP_CONV_BWD_DATA ? &op->in[0]
+										   : &op->in[1];
+		const struct kiln_tensor_desc *w =
+			op->type == KILN_OP_CONV_BWD_WEIGHTS ? &op->out[0] : &op->in[1];
+		const int64_t o = w->ndim > 0 ? w->dims[0] : 0;
+		return o > 0 ? 2.0 * (double)common_numel(y) * (double)(common_numel(w) / o) : 0;
+	}
+	default:
+		return 0;
+	}
+}
+
+int cpu_op_one_thread(const struct kiln_op *op)
+{
+	const double f = op_flop(op);
+	return f > 0 && f < CPU_ONE_THREAD_FLOP;
 }
 
 /* ---- reading the quota -------------------------------------------------------- */

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct kiln_op;
+
 /* ---- the starting team --------------------------------------------------- */
 
 /* CPUs allowed by a cgroup v2 cpu.max ("QUOTA PERIOD" or "max PERIOD"):
@@ -40,6 +42,18 @@ double cpu_quota_read(char *stat, size_t n);
  * v1's "throttled_time NS" or v2's "throttled_usec US", in ns; -1 when
  * the text has neither. */
 int64_t cpu_throttled_parse(const char *cpu_stat);
+
+/* ---- ops that run on one thread on any team ------------------------------ */
+
+/* A GEMM or convolution (any direction) below CPU_ONE_THREAD_FLOP
+ * floating-point operations (2 M N K; 2 x output elements x C/g KH KW):
+ * the CPU device prepares and runs it on one thread whatever the team, so
+ * that its bytes never depend on the team (oneDNN splits a small op's sum
+ * differently on 1 and 2 threads: the MLP's 128x256 -> 10 forward GEMM)
+ * and it never waits at a barrier for a descheduled thread (dnnteam.c).
+ * 1 for such an op, 0 for a larger one or any other op. */
+#define CPU_ONE_THREAD_FLOP 4194304.0
+int cpu_op_one_thread(const struct kiln_op *op);
 
 /* ---- the adaptive team ----------------------------------------------------- */
 
