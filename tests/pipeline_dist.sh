@@ -9,7 +9,8 @@
 #  3. the same 2 and 4 stages under mpirun (kiln-mpi, thread_level =
 #     multiple; serialized is refused), where available;
 #  4. a checkpoint written by 2 stages on 2 ranks resumes in one process
-#     (its stages in that process) and ends where one process does;
+#     (its stages in that process) and ends where one process does, and
+#     one written by one process resumes on 2 stages on 2 ranks;
 #  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
 #     exit non-zero within [dist] timeout, naming the dead rank and its stage;
 #  6. a world that P does not divide, and P without placed stages, are
@@ -105,7 +106,12 @@ run part 2 32 dist.pipeline=2 "$two" train.max_steps=3
 run part 0 32 "$two" train.resume=1
 grep -q "resum" "$tmp/part.log" || bad "part: did not resume"
 near one part "2 stages on ranks to step 3, then one process"
-echo "ok: a checkpoint of 2 stages on 2 ranks resumes in one process"
+# and the reverse: one process to step 3, then 2 stages on 2 ranks
+run back 0 32 train.max_steps=3
+run back 2 32 dist.pipeline=2 "$two" train.resume=1
+grep -q "resuming from .*back/checkpoints/ckpt-3.kiln" "$tmp/back.log" || bad "back: did not resume"
+near one back "one process to step 3, then 2 stages on ranks"
+echo "ok: a checkpoint of 2 stages on 2 ranks resumes in one process, and the reverse"
 
 # ---- 5. a stage dies ----------------------------------------------------------------
 # P = 2 x D = 2: rank 1 (stage 1 of pipe 0) killed; its pipe peer (rank 0),
