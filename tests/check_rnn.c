@@ -1,5 +1,6 @@
 /* tests/check_rnn.c - the recurrent layers `lstm` and `gru`
- * (core/layers/rnn.c, KILN_OP_RNN / RNN_BWD on the CPU device) against
+ * (core/layers/rnn.c, KILN_OP_RNN / RNN_BWD on the CPU device, or on
+ * $KILN_TEST_DEVICE: tests/gpu/run.sh runs it on cuda) against
  * PyTorch's nn.LSTM / nn.GRU: the loss, every parameter gradient and the
  * input gradient of a training pass, for 1 and 2 layers, one and two
  * directions, with and without masking by a pad id
@@ -65,7 +66,8 @@ static void rig_open(struct rig *r, const char *tag)
 	ck_assert(sscanf(shape, "%lld,%lld,%lld", &B, &T, &I) == 3);
 	r->B = B, r->T = T, r->I = I;
 	r->cfg = test_config(reg, ini);
-	ck_assert(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0);
+	ck_assert_msg(kiln_device_open(reg, r->cfg, check_test_device(), 0, &r->dev) == 0, "%s: %s",
+		      check_test_device(), kiln_last_error());
 	const int64_t dims[2] = { T, I };
 	struct kiln_tensor_desc sample;
 	kiln_tensor_desc_init(&sample, r->masked ? KILN_I32 : KILN_F32, r->masked ? 1 : 2, dims);
@@ -241,7 +243,7 @@ static void refused(const char *ini, int dtype, int nd, const int64_t *dims, con
 	ck_assert(kiln_config_load_string(ini, "bad.ini", &cfg) == KILN_OK);
 	kiln_status st = kiln_config_validate(cfg, reg);
 	if (!st) {
-		ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+		ck_assert(kiln_device_open(reg, cfg, check_test_device(), 0, &dev) == 0);
 		struct kiln_tensor_desc sample;
 		kiln_tensor_desc_init(&sample, dtype, nd, dims);
 		st = kiln_model_create(cfg, reg, dev, &sample, &m);
@@ -303,5 +305,5 @@ static void rnn_teardown(void)
 }
 
 static const struct check_main check_suite = { .suite = make_rnn_suite, .reg = &reg,
-					       .need_cpu = 1, .omp_passive = 1,
+					       .need_test_device = 1, .omp_passive = 1,
 					       .setup = rnn_setup, .teardown = rnn_teardown };
