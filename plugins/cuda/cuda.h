@@ -21,6 +21,7 @@
 
 #include "../common/describe.h" /* common_numel, common_desc_str, common_op_tensors */
 #include "../common/device.h"   /* common_op_name, common_run_args_check, lists */
+#include "qkern.h"               /* struct cuda_qgeom (the INT8 ops) */
 #include <kiln/plugin.h>          /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <cuda_runtime_api.h>     /* cudaStream_t, cudaError_t */
 #include <pthread.h>
@@ -225,19 +226,8 @@ kiln_status cuda_rnn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 void cuda_rnn_free(struct cuda_rnn *r);
 size_t cuda_rnn_aux_bytes(const struct cuda_plan *p);
 
-/* ---- int8_kernels.cu: the INT8 ops' kernels (qops.c).  The geometry of
- * one QCONV (QLINEAR: n = M, c = K, h = w = oh = ow = kh = kw = 1, nhwc). */
-struct cuda_qgeom {
-	int64_t n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups;
-	int nhwc, u8, relu;
-	/* padded for cuBLASLt's int8 kernels (zeros past the real sizes): a
-	 * row's bytes in xq and wq (>= c/groups*kh*kw, a multiple of 16), a
-	 * group's output channels in wq and acc (>= o/groups, of 4), a
-	 * group's rows in xq and acc (>= n*oh*ow, of 4) */
-	int64_t kp, ogp, rowsp;
-	float sx;        /* the input's scale, (float)f[0] */
-	float r;         /* its inverse, (float)(1 / f[0]) */
-};
+/* ---- int8_kernels.cu: the INT8 ops' kernels (qops.c), over the pure
+ * pieces of qkern.h (struct cuda_qgeom: the geometry and its padding). */
 /* wq [groups][ogp][kp] = round_half_even(w / sw[o]) in [-63, 63] (0 past
  * the filter; the padding rows are left alone: the caller zeroes them),
  * sc[o] = sx * sw[o], wsum[o] = sum of wq[o] */

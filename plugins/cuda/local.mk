@@ -10,7 +10,7 @@ CUDA_DEVICE_C = plugins/cuda/cuda.c plugins/cuda/cuda.h plugins/cuda/kern.h \
 	plugins/cuda/ops.c plugins/cuda/gemm.c plugins/cuda/graph.c \
 	plugins/cuda/cudnn.c plugins/cuda/bn_pool.c plugins/cuda/dnn.h \
 	plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h $(PLUGIN_COMMON_H) \
-	plugins/cuda/qops.c plugins/cuda/rnn.c
+	plugins/cuda/qops.c plugins/cuda/qkern.h plugins/cuda/rnn.c
 CUDA_KERNEL_OBJS = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo plugins/cuda/attn.lo \
 	plugins/cuda/int8_kernels.lo plugins/cuda/rnn_kernels.lo
 if BUILD_CUDA
@@ -44,6 +44,7 @@ plugins/cuda/%.lo: plugins/cuda/%.cu Makefile $(srcdir)/include/kiln/plugin.h \
 plugins/cuda/kernels.lo: $(srcdir)/plugins/cuda/kern.h
 plugins/cuda/dnn_kernels.lo: $(srcdir)/plugins/cuda/dnn.h
 plugins/cuda/attn.lo: $(srcdir)/plugins/cuda/kern.h
+plugins/cuda/int8_kernels.lo: $(srcdir)/plugins/cuda/qkern.h
 endif
 EXTRA_DIST += plugins/cuda/kernels.cu plugins/cuda/dnn_kernels.cu plugins/cuda/attn.cu \
 	plugins/cuda/int8_kernels.cu plugins/cuda/rnn_kernels.cu \

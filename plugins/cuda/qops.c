@@ -11,7 +11,7 @@
  *   2. the input's patches (im2col) quantized into s8 rows of kp bytes
  *      ([groups][N*OH*OW][kp]; QLINEAR is the 1x1 case, its rows x's);
  *      kp, the rows and each group's output channels are padded with
- *      zeros to multiples of 16, 4 and 4 (cuda_qgeom, cuda.h): sizes and
+ *      zeros to multiples of 16, 4 and 4 (cuda_qgeom, qkern.h): sizes and
  *      16-byte aligned rows that cuBLASLt's int8 kernels take;
  *      a u8 input is stored as xq - 128 (cuBLASLt's int8 operands are
  *      signed) and the epilogue adds 128 * sum wq back: exact;
@@ -20,6 +20,8 @@
  *   4. kiln's epilogue: y = acc * sc[o] + b[o] then the fused ReLU, in
  *      x's layout (NCHW or NHWC), f32 products and sums rounded as the
  *      CPU device's epilogue rounds them.
+ * Each element of steps 1, 2 and 4 is a function of qkern.h, which
+ * tests/check_cuda_host.c runs on the host against the CPU device.
  * The int32 sums are exact on both devices, so the CUDA op equals the CPU
  * op up to the epilogue's f32 rounding (the same expression: equal bits,
  * except where oneDNN's weights were halved and doubled back).
@@ -37,45 +39,15 @@
 #include "cuda.h"
 
 #include <stdint.h>
-#include <string.h>
 
 #define Q_AL(n) (((size_t)(n) + 255) & ~(size_t)255)
 
 enum { Q_LT, Q_XQ, Q_WQ, Q_SC, Q_WSUM, Q_ACC, Q_LTB }; /* p->off[]: offsets, Lt's bytes */
 
-static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-/* The op's geometry (kiln/ops.h: CONV's i[0..6]; QLINEAR's i[2..4]). */
-static void q_geom(const struct kiln_op *op, struct cuda_qgeom *g)
-{
-	memset(g, 0, sizeof *g);
-	if (op->type == KILN_OP_QCONV) {
-		const int64_t *x = op->in[0].dims, *w = op->in[1].dims, *y = op->out[0].dims;
-		g->n = x[0], g->c = x[1], g->h = x[2], g->w = x[3];
-		g->o = w[0], g->kh = w[2], g->kw = w[3];
-		g->oh = y[2], g->ow = y[3];
-		g->sh = op->i[0], g->sw = op->i[1], g->ph = op->i[2], g->pw = op->i[3];
-		g->dh = op->i[4], g->dw = op->i[5], g->groups = op->i[6] > 0 ? op->i[6] : 1;
-		g->nhwc = op->in[0].layout == KILN_NHWC;
-	} else {
-		g->n = op->i[2], g->o = op->i[3], g->c = op->i[4];
-		g->h = g->w = g->oh = g->ow = g->kh = g->kw = 1;
-		g->sh = g->sw = g->dh = g->dw = g->groups = 1;
-		g->nhwc = 1; /* y[m, n]: the channel innermost */
-	}
-	g->u8 = op->i[8] != 0;
-	g->relu = (op->flags & KILN_OPF_ACT) != 0;
-	g->kp = round_up(g->c / g->groups * g->kh * g->kw, 16);
-	g->ogp = round_up(g->o / g->groups, 4);
-	g->rowsp = round_up(g->n * g->oh * g->ow, 4);
-	g->sx = (float)op->f[0];
-	g->r = (float)(1.0 / op->f[0]);
-}
-
 static cudaError_t q_launch(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s)
 {
 	struct cuda_qgeom g;
-	q_geom(&p->op, &g);
+	qkern_geom(&p->op, &g);
 	char *ws = a->workspace;
 	int8_t *xq = (int8_t *)(ws + p->off[Q_XQ]), *wq = (int8_t *)(ws + p->off[Q_WQ]);
 	float *sc = (float *)(ws + p->off[Q_SC]);
@@ -106,7 +78,7 @@ kiln_status cuda_q_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		return cuda_bad(c, op, KILN_ENOTSUP,
 				"a fused ReLU only (the layer runs other activations apart)");
 	struct cuda_qgeom g;
-	q_geom(op, &g);
+	qkern_geom(op, &g);
 	const int64_t per = g.c / g.groups * g.kh * g.kw, rows = g.n * g.oh * g.ow;
 	/* the u8 shift adds 128 * sum wq (at most 128 * 63 * per) in int32 */
 	if (per <= 0 || rows <= 0 || g.o % g.groups || 255LL * 63 * per >= INT32_MAX)
