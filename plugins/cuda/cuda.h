@@ -7,7 +7,10 @@
  * launchers, compiled by nvcc), and the CNN op set: cudnn.c (convolution
  * through cuDNN's graph API, autotuning), dnn_map.c (its pure host
  * logic: strides, keys, the autotune cache file) and dnn_kernels.cu
- * (batch norm, pooling).  This header is read by gcc and by nvcc:
+ * (batch norm, pooling); the INT8 ops: qops.c (int8 im2col and cuBLASLt's
+ * int8 GEMM), int8_kernels.cu and its pure pieces qkern.h; the recurrent
+ * ops: rnn.c (cuDNN's RNN API) and rnn_kernels.cu (lengths, gathers).
+ * This header is read by gcc and by nvcc:
  * it holds only C declarations.  Nothing here links libkiln: the core is
  * reached through the host table.
  *

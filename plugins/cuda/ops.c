@@ -15,7 +15,8 @@
  * the f32 fused attention (attn.cu).  Their
  * activations may be f32, bf16 or f16 (f32 arithmetic, one rounding:
  * kernels.cu's ld/st).  Convolution, batch norm and pooling go to
- * cudnn.c.  The device table's has_op (cuda_has_op below) lists them all;
+ * cudnn.c, QCONV and QLINEAR to qops.c, RNN and RNN_BWD to rnn.c.  The
+ * device table's has_op (cuda_has_op below) lists them all;
  * the core reports any other op before training.
  */
 #include "kern.h" /* kern_cat_geom, kern_reorder_geom, kern_lamb_workspace */
