@@ -166,13 +166,13 @@ START_TEST(test_config_errors)
 			   "[layer.loss]\ntype = softmax_xent\n";
 	char ini[512];
 	snprintf(ini, sizeof ini, "[layer.att]\ntype = attention\nheads = 3\n%s", tail);
-	test_model_refused(reg, ini, KILN_F32, 2, tc, "layer 'att' (attention): the input's last dimension 24 is not divisible by 3 * heads = 9");
+	test_model_refused(reg, "cpu", ini, KILN_F32, 2, tc, "layer 'att' (attention): the input's last dimension 24 is not divisible by 3 * heads = 9");
 	snprintf(ini, sizeof ini, "[layer.att]\ntype = attention\n%s", tail);
-	test_model_refused(reg, ini, KILN_F32, 2, tc, "needs 'heads'");
+	test_model_refused(reg, "cpu", ini, KILN_F32, 2, tc, "needs 'heads'");
 	snprintf(ini, sizeof ini, "[layer.att]\ntype = attention\nheads = 2\n%s", tail);
-	test_model_refused(reg, ini, KILN_F32, 1, flat, "layer 'att' (attention) needs [B, T, 3C] input");
+	test_model_refused(reg, "cpu", ini, KILN_F32, 1, flat, "layer 'att' (attention) needs [B, T, 3C] input");
 	snprintf(ini, sizeof ini, "[layer.att]\ntype = attention\nheads = 2\ndropout = 1\n%s", tail);
-	test_model_refused(reg, ini, KILN_F32, 2, tc, "dropout");
+	test_model_refused(reg, "cpu", ini, KILN_F32, 2, tc, "dropout");
 }
 END_TEST
 

@@ -10,7 +10,12 @@
  *     gives the CPU device's outputs;
  *   - LAMB's piece slots are distinct and within the workspace, and the
  *     tensor search agrees with a linear scan, empty tensors included;
- *   - the bad-data record's messages and statuses.
+ *   - the bad-data record's messages and statuses;
+ *   - the INT8 ops (plugins/cuda/qkern.h): the weights' and the input's
+ *     quantization, the padded im2col, an int32 GEMM per group as
+ *     cuBLASLt computes it and the epilogue, run here element by element,
+ *     equal the CPU device's QCONV and QLINEAR in both layouts, u8 and s8,
+ *     groups, stride, padding, dilation and the fused ReLU.
  */
 #include <check.h>
 #include "check_main.h"
@@ -22,6 +27,7 @@
 #include <string.h>
 
 #include "../plugins/cuda/kern.h"
+#include "../plugins/cuda/qkern.h"
 
 #define OK(x) ck_assert_msg((x) == KILN_OK, "%s failed: %s", #x, kiln_last_error())
 
@@ -368,12 +374,133 @@ START_TEST(test_err_message)
 }
 END_TEST
 
+/* ---- INT8 (qkern.h) --------------------------------------------------------- */
+
+/* What qops.c's launch does, on the host, with qkern.h's functions: the
+ * weights quantized into their padded rows (a filter's scale from its max
+ * |w|, its sum for the u8 shift), the padded im2col, per group the int32
+ * GEMM acc[row][n] = sum_k xq[row][k] wq[n][k] that cuBLASLt computes,
+ * and the epilogue. */
+static void q_host(const struct kiln_op *op, const float *x, const float *w, const float *b,
+		   float *y)
+{
+	struct cuda_qgeom g;
+	qkern_geom(op, &g);
+	const int64_t per = g.c / g.groups * g.kh * g.kw, rows = g.n * g.oh * g.ow;
+	int8_t *wq = calloc((size_t)(g.groups * g.ogp * g.kp), 1);
+	int8_t *xq = malloc((size_t)(g.groups * g.rowsp * g.kp));
+	int32_t *acc = calloc((size_t)(g.groups * g.rowsp * g.ogp), sizeof(int32_t));
+	float *sc = malloc(sizeof(float) * (size_t)g.o);
+	int32_t *wsum = calloc((size_t)g.o, sizeof(int32_t));
+	for (int64_t o = 0; o < g.o; o++) {
+		float amax = 0;
+		for (int64_t k = 0; k < per; k++)
+			amax = fmaxf(amax, fabsf(w[o * per + k]));
+		const float sw = qkern_wscale(amax);
+		for (int64_t k = 0; k < per; k++) {
+			const int q = qkern_wq(w[o * per + k], sw);
+			wq[qkern_wrow(&g, o) * g.kp + k] = (int8_t)q;
+			wsum[o] += q;
+		}
+		sc[o] = g.sx * sw;
+	}
+	for (int64_t e = 0; e < g.groups * g.rowsp * g.kp; e++)
+		xq[e] = qkern_im2col(x, &g, e);
+	for (int64_t grp = 0; grp < g.groups; grp++)
+		for (int64_t r = 0; r < g.rowsp; r++)
+			for (int64_t n = 0; n < g.ogp; n++) {
+				int32_t a = 0;
+				for (int64_t k = 0; k < g.kp; k++)
+					a += xq[(grp * g.rowsp + r) * g.kp + k] *
+					     wq[(grp * g.ogp + n) * g.kp + k];
+				acc[(grp * g.rowsp + r) * g.ogp + n] = a;
+			}
+	for (int64_t e = 0; e < rows * g.o; e++)
+		y[e] = qkern_out(acc, sc, wsum, b, &g, e);
+	free(wq), free(xq), free(acc), free(sc), free(wsum);
+}
+
+/* One op on the cpu device and through q_host: equal within 1e-6 of the
+ * size of the terms (the same int32 sums; the f32 epilogue may differ by a
+ * rounding where the CPU's kernel halves the weights and doubles them back). */
+static void q_case(struct cpu *c, struct kiln_op *op, int64_t nx, int64_t nw, int64_t ny)
+{
+	float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)nw);
+	float b[64], *want = calloc((size_t)ny, sizeof(float)), *got = malloc(sizeof(float) * (size_t)ny);
+	const float sx = (float)op->f[0];
+	for (int64_t i = 0; i < nx; i++) /* past the quantized range at both ends */
+		x[i] = frand() * sx * 140.0f + (op->i[8] ? sx * 120.0f : 0.0f);
+	for (int64_t i = 0; i < nw; i++)
+		w[i] = frand();
+	for (int k = 0; k < 64; k++)
+		b[k] = frand();
+	const size_t in_b[3] = { sizeof(float) * (size_t)nx, sizeof(float) * (size_t)nw, sizeof b };
+	cpu_run(c, op, (const void *[]){ x, w, b }, in_b, (void *[]){ want },
+		(const size_t[]){ sizeof(float) * (size_t)ny });
+	q_host(op, x, w, op->n_in == 3 ? b : NULL, got);
+	for (int64_t i = 0; i < ny; i++)
+		ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-6f * (fabsf(want[i]) + 1.0f),
+			      "%s y[%lld]: qkern %.9g, cpu device %.9g",
+			      op->type == KILN_OP_QCONV ? "QCONV" : "QLINEAR", (long long)i, got[i],
+			      want[i]);
+	free(x), free(w), free(want), free(got);
+}
+
+START_TEST(test_int8_maps)
+{
+	struct cpu c;
+	cpu_open(&c);
+	/* QCONV: N, C, H, W, O, K, stride, pad, dilation, groups */
+	static const int cv[][10] = { { 2, 3, 9, 7, 8, 3, 1, 1, 1, 1 }, { 2, 4, 8, 8, 6, 3, 2, 0, 1, 2 },
+				      { 1, 6, 7, 9, 6, 3, 1, 2, 2, 3 }, { 3, 16, 5, 5, 10, 1, 1, 0, 1, 1 } };
+	for (int k = 0; k < 4; k++)
+		for (int v = 0; v < 4; v++) {
+			const int *q = cv[k], nhwc = v & 1, u8 = v >> 1;
+			const int64_t OH = (q[2] + 2 * q[7] - q[8] * (q[5] - 1) - 1) / q[6] + 1;
+			const int64_t OW = (q[3] + 2 * q[7] - q[8] * (q[5] - 1) - 1) / q[6] + 1;
+			struct kiln_op op;
+			memset(&op, 0, sizeof op);
+			op.type = KILN_OP_QCONV, op.n_in = v == 3 ? 2 : 3, op.n_out = 1;
+			op.in[0] = desc(KILN_F32, 4, (const int64_t[]){ q[0], q[1], q[2], q[3] }, nhwc);
+			op.in[1] = desc(KILN_F32, 4, (const int64_t[]){ q[4], q[1] / q[9], q[5], q[5] }, 0);
+			op.in[2] = desc(KILN_F32, 1, (const int64_t[]){ q[4] }, 0);
+			op.out[0] = desc(KILN_F32, 4, (const int64_t[]){ q[0], q[4], OH, OW }, nhwc);
+			op.i[0] = op.i[1] = q[6], op.i[2] = op.i[3] = q[7], op.i[4] = op.i[5] = q[8];
+			op.i[6] = q[9], op.i[8] = u8, op.f[0] = 0.02;
+			if (k & 1)
+				op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+			q_case(&c, &op, (int64_t)q[0] * q[1] * q[2] * q[3],
+			       (int64_t)q[4] * (q[1] / q[9]) * q[5] * q[5], (int64_t)q[0] * q[4] * OH * OW);
+		}
+	/* QLINEAR: M, N, K (N not a multiple of 4, M of 4, K of 16) */
+	static const int ln[][3] = { { 5, 7, 33 }, { 16, 10, 64 }, { 3, 12, 9 } };
+	for (int k = 0; k < 3; k++)
+		for (int u8 = 0; u8 < 2; u8++) {
+			struct kiln_op op;
+			memset(&op, 0, sizeof op);
+			op.type = KILN_OP_QLINEAR, op.n_in = k == 2 ? 2 : 3, op.n_out = 1;
+			op.in[0] = desc(KILN_F32, 2, (const int64_t[]){ ln[k][0], ln[k][2] }, 0);
+			op.in[1] = desc(KILN_F32, 2, (const int64_t[]){ ln[k][1], ln[k][2] }, 0);
+			op.in[2] = desc(KILN_F32, 1, (const int64_t[]){ ln[k][1] }, 0);
+			op.out[0] = desc(KILN_F32, 2, (const int64_t[]){ ln[k][0], ln[k][1] }, 0);
+			op.i[1] = 1, op.i[2] = ln[k][0], op.i[3] = ln[k][1], op.i[4] = ln[k][2];
+			op.i[8] = u8, op.f[0] = 0.05;
+			if (k == 1)
+				op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+			q_case(&c, &op, (int64_t)ln[k][0] * ln[k][2], (int64_t)ln[k][1] * ln[k][2],
+			       (int64_t)ln[k][0] * ln[k][1]);
+		}
+	cpu_close(&c);
+}
+END_TEST
+
 static Suite *make_cuda_host_suite(void)
 {
 	Suite *s = suite_create("cuda_host");
 	check_add_case(s, "kern", 60, NULL, NULL,
 		       (const TTest *[]){ test_bf16_round, test_dropout_mask, test_cat_geom,
-					  test_reorder_geom, test_lamb_slots, test_err_message, NULL });
+					  test_reorder_geom, test_lamb_slots, test_err_message,
+					  test_int8_maps, NULL });
 	return s;
 }
 

@@ -35,7 +35,16 @@ struct check_main {
 	int verbose;                  /* CK_VERBOSE instead of CK_NORMAL */
 	int own_plugin_path;          /* unset KILN_PLUGIN_PATH: not the caller's plugins */
 	int omp_passive;              /* OMP_WAIT_POLICY=PASSIVE unless the caller set it */
+	int need_test_device;         /* skip without check_test_device()'s device */
 };
+
+/* The device a suite that honours $KILN_TEST_DEVICE runs on (default cpu),
+ * as the device conformance suites do (tests/device_fixture.h). */
+static inline const char *check_test_device(void)
+{
+	const char *d = getenv("KILN_TEST_DEVICE");
+	return d && *d ? d : "cpu";
+}
 
 /* defined by the suite file (a tentative definition here) */
 static const struct check_main check_suite;
@@ -72,6 +81,9 @@ static int check_plugins_missing(struct kiln_registry *r)
 {
 	const struct kiln_plugin *p;
 	if (check_suite.need_cpu && kiln_registry_find(r, KILN_PLUGIN_DEVICE, "cpu", &p))
+		return 1;
+	if (check_suite.need_test_device &&
+	    kiln_registry_find(r, KILN_PLUGIN_DEVICE, check_test_device(), &p))
 		return 1;
 	if (check_suite.need_precision &&
 	    kiln_registry_find(r, KILN_PLUGIN_PRECISION, check_suite.need_precision, &p))

@@ -1,5 +1,6 @@
 /* tests/check_rnn.c - the recurrent layers `lstm` and `gru`
- * (core/layers/rnn.c, KILN_OP_RNN / RNN_BWD on the CPU device) against
+ * (core/layers/rnn.c, KILN_OP_RNN / RNN_BWD on the CPU device, or on
+ * $KILN_TEST_DEVICE: tests/gpu/run.sh runs it on cuda) against
  * PyTorch's nn.LSTM / nn.GRU: the loss, every parameter gradient and the
  * input gradient of a training pass, for 1 and 2 layers, one and two
  * directions, with and without masking by a pad id
@@ -65,7 +66,8 @@ static void rig_open(struct rig *r, const char *tag)
 	ck_assert(sscanf(shape, "%lld,%lld,%lld", &B, &T, &I) == 3);
 	r->B = B, r->T = T, r->I = I;
 	r->cfg = test_config(reg, ini);
-	ck_assert(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev) == 0);
+	ck_assert_msg(kiln_device_open(reg, r->cfg, check_test_device(), 0, &r->dev) == 0, "%s: %s",
+		      check_test_device(), kiln_last_error());
 	const int64_t dims[2] = { T, I };
 	struct kiln_tensor_desc sample;
 	kiln_tensor_desc_init(&sample, r->masked ? KILN_I32 : KILN_F32, r->masked ? 1 : 2, dims);
@@ -240,15 +242,15 @@ START_TEST(test_config_errors)
 			   "[layer.loss]\ntype = softmax_xent\n";
 	char ini[512];
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = lstm\n%s", tail);
-	test_model_refused(reg, ini, KILN_F32, 2, ti, "needs 'hidden'");
+	test_model_refused(reg, check_test_device(), ini, KILN_F32, 2, ti, "needs 'hidden'");
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = gru\nhidden = 3\n%s", tail);
-	test_model_refused(reg, ini, KILN_F32, 1, flat, "layer 'r' (gru) needs f32 [batch, time, channels]");
+	test_model_refused(reg, check_test_device(), ini, KILN_F32, 1, flat, "layer 'r' (gru) needs f32 [batch, time, channels]");
 	snprintf(ini, sizeof ini, "[layer.r]\ntype = lstm\nhidden = 3\ninputs = data, data\n%s", tail);
-	test_model_refused(reg, ini, KILN_F32, 2, ti, "layer 'r' (lstm): its second input must be the token ids");
+	test_model_refused(reg, check_test_device(), ini, KILN_F32, 2, ti, "layer 'r' (lstm): its second input must be the token ids");
 	snprintf(ini, sizeof ini,
 		 "[layer.a]\ntype = lstm\nhidden = 3\n[layer.b]\ntype = lstm\nhidden = 2\ninput = data\n"
 		 "[layer.c]\ntype = concat\ninputs = a, b\ndim = 2\n%s", tail);
-	test_model_refused(reg, ini, KILN_F32, 2, ti, "dim");
+	test_model_refused(reg, check_test_device(), ini, KILN_F32, 2, ti, "dim");
 }
 END_TEST
 
@@ -282,5 +284,5 @@ static void rnn_teardown(void)
 }
 
 static const struct check_main check_suite = { .suite = make_rnn_suite, .reg = &reg,
-					       .need_cpu = 1, .omp_passive = 1,
+					       .need_test_device = 1, .omp_passive = 1,
 					       .setup = rnn_setup, .teardown = rnn_teardown };

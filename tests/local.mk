@@ -201,7 +201,7 @@ EXTRA_DIST += tests/data/gen_attention_refs.py tests/data/attention_refs.safeten
 if HAVE_CHECK
 check_PROGRAMS += tests/check_cuda_host tests/check_cuda_dnn
 TESTS += tests/check_cuda_host tests/check_cuda_dnn
-tests_check_cuda_host_SOURCES = tests/check_cuda_host.c plugins/cuda/kern.h
+tests_check_cuda_host_SOURCES = tests/check_cuda_host.c plugins/cuda/kern.h plugins/cuda/qkern.h
 tests_check_cuda_host_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cuda_host_LDADD = libkiln.la $(CHECK_LIBS) -lm
 tests_check_cuda_dnn_SOURCES = tests/check_cuda_dnn.c plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h

@@ -142,11 +142,12 @@ static inline void test_rig_close_device(struct kiln_device *dev, void *stream,
 	kiln_config_free(cfg);
 }
 
-/* The model `ini` builds on the CPU from a sample of dtype [dims] must be
- * refused (by validation or by kiln_model_create) with a message that
- * contains `want`. */
-static inline void test_model_refused(struct kiln_registry *reg, const char *ini, int dtype,
-				      int nd, const int64_t *dims, const char *want)
+/* The model `ini` builds on device `device` from a sample of dtype [dims]
+ * must be refused (by validation or by kiln_model_create) with a message
+ * that contains `want`. */
+static inline void test_model_refused(struct kiln_registry *reg, const char *device,
+				      const char *ini, int dtype, int nd, const int64_t *dims,
+				      const char *want)
 {
 	struct kiln_config *cfg;
 	struct kiln_device *dev;
@@ -154,7 +155,7 @@ static inline void test_model_refused(struct kiln_registry *reg, const char *ini
 	ck_assert(kiln_config_load_string(ini, "bad.ini", &cfg) == KILN_OK);
 	kiln_status st = kiln_config_validate(cfg, reg);
 	if (!st) {
-		ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0);
+		ck_assert(kiln_device_open(reg, cfg, device, 0, &dev) == 0);
 		struct kiln_tensor_desc sample;
 		kiln_tensor_desc_init(&sample, dtype, nd, dims);
 		st = kiln_model_create(cfg, reg, dev, &sample, &m);

@@ -161,6 +161,7 @@ static void plan_release(struct cuda_plan *p)
 		return;
 	cuda_gemm_free(p->gemm);
 	cuda_dnn_free(p->dnn);
+	cuda_rnn_free(p->rnn);
 	if (p->scratch)
 		cudaFree(p->scratch);
 	free(p);
@@ -514,9 +515,11 @@ static kiln_status cuda_prepare(void *ctx, const struct kiln_op *op, void **plan
 	if (workspace)
 		*workspace = 0;
 	USE(c);
-	/* fused activations (KILN_OPF_ACT): cuBLASLt's epilogues on GEMM; the
-	 * convolution and batchnorm run theirs apart (the layer adds an ACT) */
-	if ((op->flags & KILN_OPF_ACT) && op->type != KILN_OP_GEMM)
+	/* fused activations (KILN_OPF_ACT): cuBLASLt's epilogues on GEMM, the
+	 * INT8 ops' ReLU in their epilogue (qops.c); the convolution and
+	 * batchnorm run theirs apart (the layer adds an ACT) */
+	if ((op->flags & KILN_OPF_ACT) && op->type != KILN_OP_GEMM && op->type != KILN_OP_QCONV &&
+	    op->type != KILN_OP_QLINEAR)
 		return c->host->error(KILN_ENOTSUP, "cuda: %s: no fused activation here",
 				      cuda_op_name(op->type));
 	struct cuda_plan *p = calloc(1, sizeof *p);
@@ -571,6 +574,14 @@ static void cuda_plan_free(void *ctx, void *plan)
 	obj_destroy(ctx, plan);
 }
 
+/* The bytes a prepared training RNN forward leaves for its backward. */
+static size_t cuda_aux_bytes(void *ctx, void *plan)
+{
+	(void)ctx;
+	const struct cuda_plan *p = plan ? ((struct cuda_obj *)plan)->plan : NULL;
+	return p ? cuda_rnn_aux_bytes(p) : 0;
+}
+
 /* ---- descriptor ------------------------------------------------------- */
 
 /* KILN_PROC_NATIVE_STREAM: the cudaStream_t behind a kiln stream, for
@@ -596,7 +607,7 @@ static const struct kiln_device_ops cuda_ops = {
 	/* GPU memory, moved between ranks by NCCL; auto prefers it to the
 	 * CPU when a GPU is there (the probe) */
 	.traits = { .type = KILN_DEVICE_GPU, .auto_score = 100, .caps = 0, .comm = "nccl" },
-	.aux_bytes = NULL, /* no op here leaves state for its backward */
+	.aux_bytes = cuda_aux_bytes, /* the RNN's (rnn.c) */
 	.has_op = cuda_has_op_ctx,
 };
 

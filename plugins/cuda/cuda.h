@@ -7,7 +7,10 @@
  * launchers, compiled by nvcc), and the CNN op set: cudnn.c (convolution
  * through cuDNN's graph API, autotuning), dnn_map.c (its pure host
  * logic: strides, keys, the autotune cache file) and dnn_kernels.cu
- * (batch norm, pooling).  This header is read by gcc and by nvcc:
+ * (batch norm, pooling); the INT8 ops: qops.c (int8 im2col and cuBLASLt's
+ * int8 GEMM), int8_kernels.cu and its pure pieces qkern.h; the recurrent
+ * ops: rnn.c (cuDNN's RNN API) and rnn_kernels.cu (lengths, gathers).
+ * This header is read by gcc and by nvcc:
  * it holds only C declarations.  Nothing here links libkiln: the core is
  * reached through the host table.
  *
@@ -21,8 +24,10 @@
 
 #include "../common/describe.h" /* common_numel, common_desc_str, common_op_tensors */
 #include "../common/device.h"   /* common_op_name, common_run_args_check, lists */
+#include "qkern.h"               /* struct cuda_qgeom (the INT8 ops) */
 #include <kiln/plugin.h>          /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <cuda_runtime_api.h>     /* cudaStream_t, cudaError_t */
+#include <pthread.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -32,6 +37,7 @@ extern "C" {
 struct cuda_gemm;
 struct cuda_dnn;      /* cudnn.c: a convolution's cuDNN plan */
 struct cuda_dnn_ctx;  /* cudnn.c: the cuDNN handle, autotune settings and cache */
+struct cuda_rnn;      /* rnn.c: an RNN op's cuDNN descriptors */
 
 /* The record a kernel leaves when it meets bad data (a label outside
  * [0, C), an optimizer step count < 1, bad LAMB offsets), in DEVICE memory
@@ -92,6 +98,10 @@ struct cuda_plan {
 	void *lt;                  /* the context's cublasLtHandle_t (gemm.c) */
 	float lut[3][256];         /* NORMALIZE_U8: (u/255 - mean)/std per channel */
 	struct cuda_dnn *dnn;      /* cudnn.c: convolutions */
+	struct cuda_rnn *rnn;      /* rnn.c: cuDNN's RNN descriptors */
+	/* byte offsets into the workspace (qops.c: the INT8 ops' buffers) or
+	 * the aux and the plan's scratch (rnn.c) */
+	int64_t off[8];
 };
 
 /* ---- cuda.c ---- */
@@ -196,6 +206,56 @@ kiln_status cuda_dnn_conv_check(struct cuda_ctx *c, const struct kiln_op *op, in
 	  "File of the convolution engines `[run] autotune = 1` chose, keyed by GPU, driver " \
 	  "and cuDNN version, so the next run skips the timing; empty = "                     \
 	  "$XDG_CACHE_HOME/kiln/cudnn_autotune.bin (else ~/.cache/kiln/...), `none` = no file." },
+
+/* The context's cuDNN handle (created on first use) and the lock that
+ * guards its stream: cudnnSetStream and the call that uses it go under
+ * the lock (cudnn.c; rnn.c shares it). */
+kiln_status cuda_dnn_handle(struct cuda_ctx *c, void **handle, pthread_mutex_t **lock);
+
+/* ---- qops.c: KILN_OP_QCONV and KILN_OP_QLINEAR (ABI 2.6) as an int8
+ * im2col and one cuBLASLt int8 GEMM per group, then kiln's epilogue. */
+kiln_status cuda_q_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+/* gemm.c: the exact int8 GEMM under it, acc s32 [rows, ldc] (row-major)
+ * = x s8 [rows, kp] . w s8 [n, kp]^T (CUBLAS_COMPUTE_32I; kp a multiple
+ * of 16, ldc of 4, every pointer 16-byte aligned); *ws: Lt's workspace. */
+kiln_status cuda_gemm_i8_prepare(struct cuda_ctx *c, struct cuda_plan *p, int64_t rows, int64_t n,
+				 int64_t kp, int64_t ldc, size_t *ws);
+cudaError_t cuda_gemm_i8_run(const struct cuda_plan *p, const void *x, const void *w, void *acc,
+			     void *ws, size_t ws_bytes, cudaStream_t s);
+
+/* ---- rnn.c: KILN_OP_RNN and RNN_BWD (ABI 2.5) through cuDNN's RNN API;
+ * aux_bytes: the bytes a training forward leaves for its backward. */
+kiln_status cuda_rnn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+void cuda_rnn_free(struct cuda_rnn *r);
+size_t cuda_rnn_aux_bytes(const struct cuda_plan *p);
+
+/* ---- int8_kernels.cu: the INT8 ops' kernels (qops.c), over the pure
+ * pieces of qkern.h (struct cuda_qgeom: the geometry and its padding). */
+/* wq [groups][ogp][kp] = round_half_even(w / sw[o]) in [-63, 63] (0 past
+ * the filter; the padding rows are left alone: the caller zeroes them),
+ * sc[o] = sx * sw[o], wsum[o] = sum of wq[o] */
+cudaError_t cuda_q_weights(const float *w, const struct cuda_qgeom *g, void *wq, float *sc,
+			   int32_t *wsum, cudaStream_t s);
+/* xq [groups][rowsp][kp]: x's patches quantized (u8 stored as xq - 128;
+ * 0 past the rows and the filter) */
+cudaError_t cuda_q_im2col(const float *x, const struct cuda_qgeom *g, void *xq, int grid,
+			  cudaStream_t s);
+/* y = act(sc[o] * (acc + 128 wsum[o] when u8) + b[o]) in x's layout, acc
+ * [groups][rowsp][ogp] */
+cudaError_t cuda_q_epilogue(const int32_t *acc, const float *sc, const int32_t *wsum,
+			    const float *b, const struct cuda_qgeom *g, float *y, int grid,
+			    cudaStream_t s);
+
+/* ---- rnn_kernels.cu: the rows' lengths and reading order (rnn.c) ---- */
+/* len[b] = the first t with ids[b,t] == pad (T when none; ids NULL: T) */
+cudaError_t cuda_rnn_lengths(const int32_t *ids, int32_t pad, int64_t B, int64_t T, int32_t *len,
+			     cudaStream_t s);
+/* dst[b,t] (=|+=) src[b, reading order t] for t < len[b], else 0 (or
+ * nothing when acc): reverse reads len[b]-1-t; its own inverse */
+cudaError_t cuda_rnn_gather(float *dst, const float *src, int64_t B, int64_t T, int64_t C,
+			    const int32_t *len, int reverse, int acc, int grid, cudaStream_t s);
+/* dst[k] (=|+=) src[k] for k < n: the weight gradients out of cuDNN's */
+cudaError_t cuda_rnn_put(float *dst, const float *src, int64_t n, int acc, int grid, cudaStream_t s);
 
 /* ---- bn_pool.c: prepare of batch norm (every BN_* op) and pooling, for
  * dnn_kernels.cu; the slices of a per-channel sum over M elements (the

@@ -504,6 +504,16 @@ static kiln_status dnn_handle(struct cuda_ctx *c)
 	return KILN_OK;
 }
 
+kiln_status cuda_dnn_handle(struct cuda_ctx *c, void **handle, pthread_mutex_t **lock)
+{
+	kiln_status st = dnn_handle(c);
+	if (!st) {
+		*handle = c->dnn->h;
+		*lock = &c->dnn->lock;
+	}
+	return st;
+}
+
 /* Build the operation graph of g into d (fused: with the bias add); with
  * graph NULL only the operations (no handle needed, so no GPU). */
 static kiln_status conv_graph(struct cuda_ctx *c, const struct kiln_op *op, struct cuda_dnn *d,

@@ -107,6 +107,20 @@ void cuda_gemm_free(struct cuda_gemm *g)
 	free(g);
 }
 
+/* A cublasLtMatmul status as the launch status run() reports with the
+ * op's name: the nearest runtime error.  NOT_SUPPORTED is what Lt says for
+ * pointers less aligned than the 16 bytes the algorithm was chosen for. */
+static cudaError_t lt_error(cublasStatus_t r)
+{
+	switch (r) {
+	case CUBLAS_STATUS_SUCCESS: return cudaGetLastError();
+	case CUBLAS_STATUS_NOT_SUPPORTED: return cudaErrorNotSupported;
+	case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
+	case CUBLAS_STATUS_EXECUTION_FAILED: return cudaErrorLaunchFailure;
+	default: return cudaErrorUnknown;
+	}
+}
+
 static cudaError_t cuda_gemm_launch(const struct cuda_plan *p, const struct kiln_op_args *a,
 				    cudaStream_t s)
 {
@@ -129,17 +143,7 @@ static cudaError_t cuda_gemm_launch(const struct cuda_plan *p, const struct kiln
 	if (r == CUBLAS_STATUS_SUCCESS && g->bias_after)
 		return cuda_bias_add_lowp(a->out[0], g->out_dtype, (const float *)a->in[2], g->M, g->N,
 					  p->grid, s);
-	if (r == CUBLAS_STATUS_SUCCESS)
-		return cudaGetLastError();
-	/* run() reports it with the op's name; the nearest runtime error:
-	 * NOT_SUPPORTED is what Lt says for pointers less aligned than the
-	 * 16 bytes the algorithm was chosen for */
-	switch (r) {
-	case CUBLAS_STATUS_NOT_SUPPORTED: return cudaErrorNotSupported;
-	case CUBLAS_STATUS_INVALID_VALUE: return cudaErrorInvalidValue;
-	case CUBLAS_STATUS_EXECUTION_FAILED: return cudaErrorLaunchFailure;
-	default: return cudaErrorUnknown;
-	}
+	return lt_error(r);
 }
 
 /* The epilogue: the bias, and a fused activation (KILN_OPF_ACT) where
@@ -276,4 +280,71 @@ out:
 	if (pref)
 		cublasLtMatmulPreferenceDestroy(pref);
 	return st; /* on failure the caller frees p->gemm */
+}
+
+/* ---- the INT8 ops' exact int8 GEMM (qops.c) -----------------------------
+ * acc s32 row-major [rows, ldc] = x s8 [rows, kp] . w s8 [n, kp]^T: in
+ * Lt's column-major terms D[n, rows] (ld ldc) = A^T B with A = w stored
+ * [kp, n] (ld kp, transposed) and B = x stored [kp, rows] (ld kp): the
+ * "TN" form cuBLASLt's int8 kernels take, CUBLAS_COMPUTE_32I with int32
+ * alpha 1 and beta 0 (exact: no scaling in Lt; the epilogue is kiln's,
+ * int8_kernels.cu).  qops.c pads kp to 16 bytes, and rows and n to
+ * multiples of 4 (ldc = n), so every row starts 16-byte aligned. */
+kiln_status cuda_gemm_i8_prepare(struct cuda_ctx *c, struct cuda_plan *p, int64_t rows, int64_t n,
+				 int64_t kp, int64_t ldc, size_t *ws)
+{
+	const int64_t M = rows, N = n, K = kp; /* for CUDA_LT's message */
+	kiln_status st = KILN_OK;
+	cublasLtMatmulPreference_t pref = NULL;
+	struct cuda_gemm *g = calloc(1, sizeof *g);
+	if (!g)
+		return c->host->error(KILN_ENOMEM, "cuda: out of memory for an int8 GEMM plan");
+	p->gemm = g;
+	p->lt = c->lt;
+	g->M = rows;
+	g->N = n;
+	const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+	CUDA_LT(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32I, CUDA_R_32I));
+	CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+	CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_8I, (uint64_t)kp, (uint64_t)n, kp));
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_8I, (uint64_t)kp, (uint64_t)rows, kp));
+	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_32I, (uint64_t)n, (uint64_t)rows, ldc));
+	size_t ws_max = CUDA_GEMM_WS_MAX;
+	const uint32_t align = 16;
+	CUDA_LT(cublasLtMatmulPreferenceCreate(&pref));
+	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+						     &ws_max, sizeof ws_max));
+	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+						     &align, sizeof align));
+	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+						     &align, sizeof align));
+	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+						     &align, sizeof align));
+	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+						     &align, sizeof align));
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0;
+	CUDA_LT(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->desc, g->la, g->lb, g->lc,
+					       g->lc, pref, 1, &res, &found));
+	if (found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+		st = cuda_bad(c, &p->op, KILN_ENOTSUP, "cuBLASLt has no int8 algorithm for this shape");
+		goto out;
+	}
+	g->algo = res.algo;
+	*ws = res.workspaceSize;
+out:
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	return st; /* on failure the caller frees p->gemm */
+}
+
+cudaError_t cuda_gemm_i8_run(const struct cuda_plan *p, const void *x, const void *w, void *acc,
+			     void *ws, size_t ws_bytes, cudaStream_t s)
+{
+	const struct cuda_gemm *g = p->gemm;
+	const int32_t one = 1, zero = 0;
+	cublasStatus_t r = cublasLtMatmul((cublasLtHandle_t)p->lt, g->desc, &one, w, g->la, x, g->lb,
+					  &zero, acc, g->lc, acc, g->lc, &g->algo, ws, ws_bytes, s);
+	return lt_error(r);
 }

@@ -9,8 +9,10 @@
 CUDA_DEVICE_C = plugins/cuda/cuda.c plugins/cuda/cuda.h plugins/cuda/kern.h \
 	plugins/cuda/ops.c plugins/cuda/gemm.c plugins/cuda/graph.c \
 	plugins/cuda/cudnn.c plugins/cuda/bn_pool.c plugins/cuda/dnn.h \
-	plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h $(PLUGIN_COMMON_H)
-CUDA_KERNEL_OBJS = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo plugins/cuda/attn.lo
+	plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h $(PLUGIN_COMMON_H) \
+	plugins/cuda/qops.c plugins/cuda/qkern.h plugins/cuda/rnn.c
+CUDA_KERNEL_OBJS = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo plugins/cuda/attn.lo \
+	plugins/cuda/int8_kernels.lo plugins/cuda/rnn_kernels.lo
 if BUILD_CUDA
 pkglib_LTLIBRARIES += plugins/kiln-cuda.la
 plugins_kiln_cuda_la_SOURCES = $(CUDA_DEVICE_C)
@@ -20,7 +22,8 @@ plugins_kiln_cuda_la_LDFLAGS = $(PLUGIN_LDFLAGS) $(CUDA_LDFLAGS)
 plugins_kiln_cuda_la_LIBADD = $(CUDA_KERNEL_OBJS) $(CUDA_LIBS)
 EXTRA_plugins_kiln_cuda_la_DEPENDENCIES = $(CUDA_KERNEL_OBJS)
 CLEANFILES += $(CUDA_KERNEL_OBJS) \
-	plugins/cuda/.libs/kernels.o plugins/cuda/.libs/dnn_kernels.o plugins/cuda/.libs/attn.o
+	plugins/cuda/.libs/kernels.o plugins/cuda/.libs/dnn_kernels.o plugins/cuda/.libs/attn.o \
+	plugins/cuda/.libs/int8_kernels.o plugins/cuda/.libs/rnn_kernels.o
 
 # -O3 for the kernels; -Xcompiler passes the plugin's PIC and hidden
 # visibility to the host compiler (only kiln_plugin_init is exported).
@@ -41,6 +44,8 @@ plugins/cuda/%.lo: plugins/cuda/%.cu Makefile $(srcdir)/include/kiln/plugin.h \
 plugins/cuda/kernels.lo: $(srcdir)/plugins/cuda/kern.h
 plugins/cuda/dnn_kernels.lo: $(srcdir)/plugins/cuda/dnn.h
 plugins/cuda/attn.lo: $(srcdir)/plugins/cuda/kern.h
+plugins/cuda/int8_kernels.lo: $(srcdir)/plugins/cuda/qkern.h
 endif
 EXTRA_DIST += plugins/cuda/kernels.cu plugins/cuda/dnn_kernels.cu plugins/cuda/attn.cu \
+	plugins/cuda/int8_kernels.cu plugins/cuda/rnn_kernels.cu \
 	plugins/cuda/gemm_map_test.c

@@ -15,7 +15,8 @@
  * the f32 fused attention (attn.cu).  Their
  * activations may be f32, bf16 or f16 (f32 arithmetic, one rounding:
  * kernels.cu's ld/st).  Convolution, batch norm and pooling go to
- * cudnn.c.  The device table's has_op (cuda_has_op below) lists them all;
+ * cudnn.c, QCONV and QLINEAR to qops.c, RNN and RNN_BWD to rnn.c.  The
+ * device table's has_op (cuda_has_op below) lists them all;
  * the core reports any other op before training.
  */
 #include "kern.h" /* kern_cat_geom, kern_reorder_geom, kern_lamb_workspace */
@@ -211,7 +212,7 @@ static kiln_status attn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
  * launchers[]; F_NONE = not implemented.  Sized by its rows and tied to
  * the op count: an op appended to kiln/ops.h without a row here does not
  * compile (F_NONE is a row: the device then says it lacks the op). */
-enum { F_NONE, F_LAUNCH, F_GEMM, F_OPTIM, F_NEWOP, F_DNN, F_CONV, F_ATTN };
+enum { F_NONE, F_LAUNCH, F_GEMM, F_OPTIM, F_NEWOP, F_DNN, F_CONV, F_ATTN, F_QUANT, F_RNN };
 
 static const uint8_t family[] = {
 	[KILN_OP_GEMM] = F_GEMM,
@@ -239,10 +240,10 @@ static const uint8_t family[] = {
 	[KILN_OP_ATTENTION] = F_ATTN, [KILN_OP_ATTENTION_BWD] = F_ATTN,
 	/* decoding with a key/value cache (generation): the CPU's alone so far */
 	[KILN_OP_ATTENTION_DECODE] = F_NONE,
-	[KILN_OP_RNN] = F_NONE, /* not yet: cuDNN's RNN API (docs/rnn.md) */
-	[KILN_OP_RNN_BWD] = F_NONE,
-	/* INT8 inference (ABI 2.6): the CPU's alone so far */
-	[KILN_OP_QCONV] = F_NONE, [KILN_OP_QLINEAR] = F_NONE,
+	/* cuDNN's RNN API (rnn.c; docs/rnn.md) */
+	[KILN_OP_RNN] = F_RNN, [KILN_OP_RNN_BWD] = F_RNN,
+	/* INT8 inference (ABI 2.6): int8 im2col + cuBLASLt (qops.c) */
+	[KILN_OP_QCONV] = F_QUANT, [KILN_OP_QLINEAR] = F_QUANT,
 };
 _Static_assert(sizeof family / sizeof family[0] == KILN_OP_TYPE_COUNT,
 	       "every op of kiln/ops.h needs a row in family[] (F_NONE: not implemented)");
@@ -267,7 +268,8 @@ int cuda_has_op(int type)
 {
 	if (type <= 0 || type >= KILN_OP_TYPE_COUNT)
 		return 0;
-	return family[type] == F_CONV ? KILN_HAVE_CUDNN : family[type] != F_NONE;
+	return family[type] == F_CONV || family[type] == F_RNN ? KILN_HAVE_CUDNN
+								: family[type] != F_NONE;
 }
 
 kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
@@ -281,6 +283,10 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case F_ATTN: return attn_prepare(c, p);
 	case F_DNN:
 	case F_CONV: return cuda_dnn_prepare(c, p); /* cudnn.c */
+	case F_QUANT: return cuda_q_prepare(c, p);  /* qops.c */
+#if KILN_HAVE_CUDNN
+	case F_RNN: return cuda_rnn_prepare(c, p);  /* rnn.c */
+#endif
 	default: /* GEMM is gemm.c's; has_op said no to the rest */
 		return c->host->error(KILN_EINTERNAL, "cuda: %s has no prepare here",
 				      cuda_op_name(op->type));
