@@ -41,4 +41,9 @@ kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stre
 kiln_status kiln_model_regions_copy(const struct kiln_model *m, float *params, float *buffers,
 				    int up, void *stream);
 
+/* core/infer.c: the model an inference handle runs (folded, INT8 with
+ * kiln_infer_opts.quantized) and its stream; the handle owns both. */
+struct kiln_infer;
+struct kiln_model *kiln_infer_model(const struct kiln_infer *m, void **stream);
+
 #endif
