@@ -239,7 +239,11 @@ out:
 
 /* The layouts the kernel chose; a reorder for each that is not the
  * caller's.  Workspace: [scratchpad (shared by every step, they run in
- * turn) | kernel copies of the reordered tensors], 64-byte aligned. */
+ * turn) | kernel copies of the reordered tensors], 64-byte aligned.  The
+ * reorders take their own attributes (a user scratchpad): the
+ * convolution's post-ops (the fused activation) are not theirs, and a
+ * reorder refuses them, which sent every fused conv back to a separate
+ * activation pass. */
 static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b,
 				int *n_reorder)
 {
@@ -247,7 +251,10 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 	const char *geom = b->geom;
 	struct conv_tens *t = b->t;
 	size_t scratch = cpu_dnn_scratch(b->pd);
+	dnnl_primitive_attr_t rattr = NULL;
 	*n_reorder = 0;
+	CPU_DNN_TRY(dnnl_primitive_attr_create(&rattr));
+	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(rattr, dnnl_scratchpad_mode_user));
 	for (int k = 0; k < 3; k++) {
 		t[k].kern = dnnl_primitive_desc_query_md(b->pd, t[k].q, 0);
 		t[k].m_user = t[k].m_kern = -1;
@@ -256,10 +263,10 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 		(*n_reorder)++;
 		if (t[k].in)
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, &t[k].user, c->engine,
-								       t[k].kern, c->engine, b->attr));
+								       t[k].kern, c->engine, rattr));
 		else
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, t[k].kern, c->engine,
-								       &t[k].user, c->engine, b->attr));
+								       &t[k].user, c->engine, rattr));
 		const size_t rs = cpu_dnn_scratch(t[k].rpd);
 		if (rs > scratch)
 			scratch = rs;
@@ -272,6 +279,7 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 		}
 	p->workspace = off;
 out:
+	dnnl_primitive_attr_destroy(rattr);
 	return st;
 }
 
