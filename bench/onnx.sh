@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench/onnx.sh - kiln's fp32 inference vs ONNX Runtime on the model `kiln
 # export --onnx` wrote of it: the MLP, CNN and ResNet Fashion-MNIST
-# examples (seeded initial weights: speed does not depend on them), the same
+# examples (seeded initial weights, exported and read back as [model]
+# init_from: speed does not depend on them), the same
 # batch of BATCH test images (default 1000), the same intra-op threads, 1
 # and then 2 (ONNX Runtime: inter-op 1, sequential, all graph optimisations,
 # CPU provider).
@@ -15,7 +16,9 @@
 # Each run times ITERS calls after two warm-ups and prints its median; kiln
 # and ONNX Runtime alternate, RUNS rounds (default 5), and the table gives
 # the medians of the run medians, ms per batch and images/s, and kiln's
-# speed-up (ONNX Runtime's ms / kiln's).  The first round also prints how
+# speed-up (ONNX Runtime's ms / kiln's); then the same for the process CPU
+# time per call (every thread's: on a loaded machine the 1-thread CPU-time
+# ratio is the steadier figure).  The first round also prints how
 # far ONNX Runtime's logits are from kiln's (tests/onnx_ort.py; the test
 # that asserts it is tests/onnx_ort.sh).
 #
@@ -50,30 +53,42 @@ bench_tmpdir onnx-bench
 "$PYTHON" -c 'import onnxruntime' || { echo "bench/onnx.sh: no onnxruntime in $PYTHON" >&2; exit 1; }
 echo "# bench/onnx.sh --runs $RUNS --threads \"$THREADS\" --batch $BATCH --iters $ITERS$OVERRIDES"
 echo "# loadavg before: $(cut -d' ' -f1-3 /proc/loadavg); onnxruntime $("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)'), $(nproc) CPUs"
-printf '%-8s %7s %12s %12s %14s %14s %8s\n' model threads kiln_ms ort_ms kiln_img_s ort_img_s speedup
+printf '%-8s %7s %10s %10s %11s %11s %8s %11s %11s %8s\n' model threads kiln_ms ort_ms kiln_img_s \
+	ort_img_s speedup kiln_cpu_ms ort_cpu_ms cpu_x
 for model in mlp cnn resnet; do
 	ini=examples/fashion_mnist_$model.ini
 	for th in $THREADS; do
 		# shellcheck disable=SC2086 # the overrides are words
 		set -- run.out_dir="$TMP/run_$model" run.threads="$th" $OVERRIDES
+		# the seeded initial weights, as a weights file kiln_infer loads
+		[ -e "$TMP/$model.safetensors" ] ||
+			./kiln export "$ini" --safetensors "$TMP/$model.safetensors" "$@" 2>/dev/null || exit 1
+		set -- "$@" model.init_from="$TMP/$model.safetensors"
 		./kiln export "$ini" --onnx "$TMP/$model.onnx" "$@" 2>/dev/null || exit 1
 		: >"$TMP/$model.kiln"
 		: >"$TMP/$model.ort"
+		: >"$TMP/$model.kcpu"
+		: >"$TMP/$model.ocpu"
 		r=0
 		while [ "$r" -lt "$RUNS" ]; do
-			tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" "$@" 2>/dev/null |
-				sed -n 's/^kiln_ms //p' >>"$TMP/$model.kiln" || exit 1
+			tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" "$@" \
+				>"$TMP/$model.kout" 2>/dev/null || exit 1
+			sed -n 's/^kiln_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kiln"
+			sed -n 's/^kiln_cpu_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kcpu"
 			"$PYTHON" tests/onnx_ort.py "$TMP/$model.onnx" "$TMP/$model" --threads "$th" \
 				--time "$ITERS" >"$TMP/$model.out" || { cat "$TMP/$model.out" >&2; exit 1; }
 			sed -n 's/^ort_ms //p' "$TMP/$model.out" >>"$TMP/$model.ort"
+			sed -n 's/^ort_cpu_ms //p' "$TMP/$model.out" >>"$TMP/$model.ocpu"
 			[ "$r" -gt 0 ] || sed -n 's/^max_abs/# '"$model $th"' threads: max_abs/p' "$TMP/$model.out" >&2
 			r=$((r + 1))
 		done
+		[ -s "$TMP/$model.kiln" ] || { echo "bench/onnx.sh: kiln's $model run failed" >&2; exit 1; }
 		k=$(median <"$TMP/$model.kiln")
 		o=$(median <"$TMP/$model.ort")
-		[ -n "$k" ] || { echo "bench/onnx.sh: kiln's $model run failed" >&2; exit 1; }
-		awk -v m="$model" -v t="$th" -v k="$k" -v o="$o" -v b="$BATCH" \
-			'BEGIN { printf "%-8s %7d %12.2f %12.2f %14.0f %14.0f %7.2fx\n", m, t, k, o, b * 1000 / k, b * 1000 / o, o / k }'
+		kc=$(median <"$TMP/$model.kcpu")
+		oc=$(median <"$TMP/$model.ocpu")
+		awk -v m="$model" -v t="$th" -v k="$k" -v o="$o" -v b="$BATCH" -v kc="$kc" -v oc="$oc" \
+			'BEGIN { printf "%-8s %7d %10.2f %10.2f %11.0f %11.0f %7.2fx %11.2f %11.2f %7.2fx\n", m, t, k, o, b * 1000 / k, b * 1000 / o, o / k, kc, oc, oc / kc }'
 	done
 done
 echo "# loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -22,7 +22,8 @@
 /* The folded config of model m (built from m->cfg): its sections in the
  * same order, without the folded batchnorms and the dropouts, every
  * remaining layer's input named explicitly, bias = 1 on the layers that
- * took a batchnorm, [run] fuse = 1.  *out is new (kiln_config_free),
+ * took a batchnorm, [run] fuse = 1, [model] layout = auto (the device's:
+ * nhwc on the CPU).  *out is new (kiln_config_free),
  * validated against reg.  *n_folded (may be NULL): layers removed. */
 kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,
 				   struct kiln_config **out, int *n_folded);

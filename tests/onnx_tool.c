@@ -16,8 +16,9 @@
  *       with OUT.shape ("x: 1000 1 28 28" / "logits: 1000 10").  --time R:
  *       then R timed kiln_infer calls on those ROWS host samples (the C
  *       inference API, batch ROWS: the folded, fused inference plan `kiln
- *       predict` runs; --no-fold: the model as trained), one line
- *       "kiln_ms <median>" on stdout.  --quantized Q: the logits (and the
+ *       predict` runs; --no-fold: the model as trained), the lines
+ *       "kiln_ms <median>" and "kiln_cpu_ms <median>" (the process's
+ *       CPU time per call: every thread's) on stdout.  --quantized Q: the logits (and the
  *       timing) of the INT8 model Q, through kiln_infer as `kiln eval
  *       --quantized` runs it.
  */
@@ -183,12 +184,14 @@ static int write_raw(const char *out, const char *ext, const void *p, size_t byt
 	return ok ? 0 : fail("cannot write an output file");
 }
 
-static double now_ms(void)
+static double clock_ms(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+static double now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -200,30 +203,39 @@ static int cmp_double(const void *a, const void *b)
  * warm-ups: the C inference API's path (include/kiln/infer.h), as `kiln
  * predict` and an embedding program run it, folded unless `no_fold` and
  * with the INT8 model of `quantized` (NULL: fp32); the median in ms. */
+static double median_of(double *v, int R)
+{
+	qsort(v, (size_t)R, sizeof *v, cmp_double);
+	return R % 2 ? v[R / 2] : (v[R / 2 - 1] + v[R / 2]) / 2;
+}
+
 static kiln_status time_infer(struct kiln_config *cfg, const struct kiln_registry *reg,
 			      int64_t rows, const void *x, int no_fold, const char *quantized,
-			      int R, double *median)
+			      int R, double *median, double *cpu_median)
 {
 	const struct kiln_infer_opts o = { .batch = rows, .no_fold = no_fold, .quantized = quantized };
 	struct kiln_infer *m;
 	kiln_status st = kiln_infer_open(cfg, reg, NULL, &o, &m);
 	if (st)
 		return st;
-	double *ms = calloc((size_t)R, sizeof *ms);
+	double *ms = calloc((size_t)R, sizeof *ms), *cpu = calloc((size_t)R, sizeof *cpu);
 	float *out = malloc(sizeof(float) * kiln_infer_output_elems(m) * (size_t)rows);
-	if (!ms || !out)
+	if (!ms || !cpu || !out)
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 	for (int r = -2; r < R && !st; r++) { /* two warm-up passes */
-		const double t0 = now_ms();
+		const double t0 = now_ms(), c0 = clock_ms(CLOCK_PROCESS_CPUTIME_ID);
 		st = kiln_infer(m, x, rows, out);
-		if (r >= 0)
+		if (r >= 0) {
 			ms[r] = now_ms() - t0;
+			cpu[r] = clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0;
+		}
 	}
 	if (!st) {
-		qsort(ms, (size_t)R, sizeof *ms, cmp_double);
-		*median = R % 2 ? ms[R / 2] : (ms[R / 2 - 1] + ms[R / 2]) / 2;
+		*median = median_of(ms, R);
+		*cpu_median = median_of(cpu, R);
 	}
 	free(ms);
+	free(cpu);
 	free(out);
 	kiln_infer_free(m);
 	return st;
@@ -357,9 +369,9 @@ static int cmd_logits(int argc, char **argv)
 		st = KILN_EIO;
 		goto out;
 	}
-	double median;
-	if (R > 0 && !(st = time_infer(cfg, reg, rows, x, no_fold, quantized, R, &median)))
-		printf("kiln_ms %.3f\n", median);
+	double median, cpu;
+	if (R > 0 && !(st = time_infer(cfg, reg, rows, x, no_fold, quantized, R, &median, &cpu)))
+		printf("kiln_ms %.3f\nkiln_cpu_ms %.3f\n", median, cpu);
 out:
 	if (p)
 		kiln_plan_free(p);
