@@ -1,56 +1,94 @@
 #!/bin/sh
-# kiln's fp32 evaluation vs ONNX Runtime on the model `kiln export --onnx`
-# wrote of it: the MLP, CNN and ResNet Fashion-MNIST examples (seeded
-# initial weights: speed does not depend on them), the same batch of BATCH
-# test images (default 1000, [train] eval_batch of the MLP and CNN), the
-# same THREADS intra-op threads (default 2; ONNX Runtime: inter-op 1,
-# sequential, all graph optimisations, CPU provider).  kiln: an evaluation
-# plan's forward (the loss layer included, as `kiln eval` runs it; input
-# already on the device), tests/onnx_tool logits --time; ONNX Runtime:
-# session.run, tests/onnx_ort.py --time.  Each run times ITERS passes after
-# two warm-ups and prints its median; kiln and ONNX Runtime alternate, RUNS
-# rounds (default 5), and the table gives the medians of the run medians,
-# ms per batch and images/s, and kiln's speed-up.  The first run also
-# checks the logits agree (1e-4 relative).
+# bench/onnx.sh - kiln's fp32 inference vs ONNX Runtime on the model `kiln
+# export --onnx` wrote of it: the MLP, CNN and ResNet Fashion-MNIST
+# examples (seeded initial weights, exported and read back as [model]
+# init_from: speed does not depend on them), the same
+# batch of BATCH test images (default 1000), the same intra-op threads, 1
+# and then 2 (ONNX Runtime: inter-op 1, sequential, all graph optimisations,
+# CPU provider).
+#   kiln: kiln_infer (include/kiln/infer.h) on the host batch, the path
+#     `kiln predict` and an embedding program take: the folded inference
+#     graph (batchnorm into conv/linear, dropout removed, bias + ReLU in the
+#     oneDNN epilogue), the inference plan of BATCH rows; timed by
+#     tests/onnx_tool logits --time (host input to host logits).
+#   ONNX Runtime: session.run on the same host batch, tests/onnx_ort.py
+#     --time.
+# Each run times ITERS calls after two warm-ups and prints its median; kiln
+# and ONNX Runtime alternate, RUNS rounds (default 5), and the table gives
+# the medians of the run medians, ms per batch and images/s, and kiln's
+# speed-up (ONNX Runtime's ms / kiln's); then the same for the process CPU
+# time per call (every thread's: on a loaded machine the 1-thread CPU-time
+# ratio is the steadier figure).  The first round also prints how
+# far ONNX Runtime's logits are from kiln's (tests/onnx_ort.py; the test
+# that asserts it is tests/onnx_ort.sh).
 #
-# Usage: bench/onnx.sh [RUNS] [THREADS] [BATCH] [ITERS] [section.key=value ...]
-#   (from the top of a built tree; the overrides go to kiln's evaluation, e.g.
-#   run.fuse=1)
-# Environment: KILN_VENV (default .venv): the venv with onnxruntime and onnx
-#   (scripts/install-deps --bench).
-RUNS=${1:-5}
-THREADS=${2:-2}
-BATCH=${3:-1000}
-ITERS=${4:-10}
-[ $# -le 4 ] || { shift 4; OVERRIDES="$*"; }
-PYTHON=${KILN_VENV:-.venv}/bin/python
+# Usage: bench/onnx.sh [--short] [--runs N] [--threads "1 2"] [--batch B]
+#                      [--iters R] [section.key=value ...]
+#   --short: 3 rounds of 5 calls.  Run from the top of a built tree; the
+#   overrides go to kiln's side (e.g. model.layout=nchw).
+# Environment: KILN_VENV (default /work/scratch/venv, else .venv): the venv
+#   with onnxruntime and onnx (scripts/install-deps --bench).
+RUNS=5
+THREADS="1 2"
+BATCH=1000
+ITERS=10
+OVERRIDES=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--short) RUNS=3 ITERS=5; shift ;;
+	--runs) RUNS=$2; shift 2 ;;
+	--threads) THREADS=$2; shift 2 ;;
+	--batch) BATCH=$2; shift 2 ;;
+	--iters) ITERS=$2; shift 2 ;;
+	*=*) OVERRIDES="$OVERRIDES $1"; shift ;;
+	*) sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+	esac
+done
+VENV=${KILN_VENV:-/work/scratch/venv}
+[ -x "$VENV/bin/python" ] || VENV=.venv
+PYTHON=$VENV/bin/python
 . "$(dirname "$0")/common.sh"
 bench_tmpdir onnx-bench
 [ -x tests/onnx_tool ] || make -s tests/onnx_tool || exit 1
 "$PYTHON" -c 'import onnxruntime' || { echo "bench/onnx.sh: no onnxruntime in $PYTHON" >&2; exit 1; }
-echo "# bench/onnx.sh $RUNS $THREADS $BATCH $ITERS ${OVERRIDES:-}; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# onnxruntime $("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)'), $(nproc) CPUs"
-printf '%-8s %12s %12s %14s %14s %8s\n' model kiln_ms ort_ms kiln_img_s ort_img_s speedup
+echo "# bench/onnx.sh --runs $RUNS --threads \"$THREADS\" --batch $BATCH --iters $ITERS$OVERRIDES"
+echo "# loadavg before: $(cut -d' ' -f1-3 /proc/loadavg); onnxruntime $("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)'), $(nproc) CPUs"
+printf '%-8s %7s %10s %10s %11s %11s %8s %11s %11s %8s\n' model threads kiln_ms ort_ms kiln_img_s \
+	ort_img_s speedup kiln_cpu_ms ort_cpu_ms cpu_x
 for model in mlp cnn resnet; do
 	ini=examples/fashion_mnist_$model.ini
-	# shellcheck disable=SC2086 # the overrides are words
-	set -- run.out_dir="$TMP/run_$model" run.threads="$THREADS" ${OVERRIDES:-}
-	./kiln export "$ini" --onnx "$TMP/$model.onnx" "$@" 2>/dev/null || exit 1
-	: >"$TMP/$model.kiln"
-	: >"$TMP/$model.ort"
-	r=0
-	while [ "$r" -lt "$RUNS" ]; do
-		tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" "$@" 2>/dev/null |
-			sed -n 's/^kiln_ms //p' >>"$TMP/$model.kiln" || exit 1
-		"$PYTHON" tests/onnx_ort.py "$TMP/$model.onnx" "$TMP/$model" --threads "$THREADS" \
-			--time "$ITERS" >"$TMP/$model.out" || { cat "$TMP/$model.out" >&2; exit 1; }
-		sed -n 's/^ort_ms //p' "$TMP/$model.out" >>"$TMP/$model.ort"
-		[ "$r" -gt 0 ] || sed -n 's/^max_abs/# '"$model"': max_abs/p' "$TMP/$model.out" >&2
-		r=$((r + 1))
+	for th in $THREADS; do
+		# shellcheck disable=SC2086 # the overrides are words
+		set -- run.out_dir="$TMP/run_$model" run.threads="$th" $OVERRIDES
+		# the seeded initial weights, as a weights file kiln_infer loads
+		[ -e "$TMP/$model.safetensors" ] ||
+			./kiln export "$ini" --safetensors "$TMP/$model.safetensors" "$@" 2>/dev/null || exit 1
+		set -- "$@" model.init_from="$TMP/$model.safetensors"
+		./kiln export "$ini" --onnx "$TMP/$model.onnx" "$@" 2>/dev/null || exit 1
+		: >"$TMP/$model.kiln"
+		: >"$TMP/$model.ort"
+		: >"$TMP/$model.kcpu"
+		: >"$TMP/$model.ocpu"
+		r=0
+		while [ "$r" -lt "$RUNS" ]; do
+			tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" "$@" \
+				>"$TMP/$model.kout" 2>/dev/null || exit 1
+			sed -n 's/^kiln_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kiln"
+			sed -n 's/^kiln_cpu_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kcpu"
+			"$PYTHON" tests/onnx_ort.py "$TMP/$model.onnx" "$TMP/$model" --threads "$th" \
+				--time "$ITERS" >"$TMP/$model.out" || { cat "$TMP/$model.out" >&2; exit 1; }
+			sed -n 's/^ort_ms //p' "$TMP/$model.out" >>"$TMP/$model.ort"
+			sed -n 's/^ort_cpu_ms //p' "$TMP/$model.out" >>"$TMP/$model.ocpu"
+			[ "$r" -gt 0 ] || sed -n 's/^max_abs/# '"$model $th"' threads: max_abs/p' "$TMP/$model.out" >&2
+			r=$((r + 1))
+		done
+		[ -s "$TMP/$model.kiln" ] || { echo "bench/onnx.sh: kiln's $model run failed" >&2; exit 1; }
+		k=$(median <"$TMP/$model.kiln")
+		o=$(median <"$TMP/$model.ort")
+		kc=$(median <"$TMP/$model.kcpu")
+		oc=$(median <"$TMP/$model.ocpu")
+		awk -v m="$model" -v t="$th" -v k="$k" -v o="$o" -v b="$BATCH" -v kc="$kc" -v oc="$oc" \
+			'BEGIN { printf "%-8s %7d %10.2f %10.2f %11.0f %11.0f %7.2fx %11.2f %11.2f %7.2fx\n", m, t, k, o, b * 1000 / k, b * 1000 / o, o / k, kc, oc, oc / kc }'
 	done
-	k=$(median <"$TMP/$model.kiln")
-	o=$(median <"$TMP/$model.ort")
-	awk -v m="$model" -v k="$k" -v o="$o" -v b="$BATCH" \
-		'BEGIN { printf "%-8s %12.2f %12.2f %14.0f %14.0f %7.2fx\n", m, k, o, b * 1000 / k, b * 1000 / o, o / k }'
 done
 echo "# loadavg after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -16,7 +16,8 @@
 # s` log line; pytorch_predict.py's JSON line, after one untimed warm-up
 # batch that kiln does not get).  Medians are printed with the load average.
 #
-# Usage: bench/predict.sh [--runs N] [--threads N]
+# Usage: bench/predict.sh [--short] [--runs N] [--threads N]
+#   (one command from anywhere in a built tree; --short: one run of each row)
 #   environment: KILN (default ./kiln), KILN_VENV (default /work/scratch/venv),
 #   FM (default /usr/share/datasets/fashion-mnist)
 set -eu
@@ -27,6 +28,7 @@ RUNS=3
 THREADS=2
 while [ $# -gt 0 ]; do
 	case $1 in
+	--short) RUNS=1; shift ;;
 	--runs) RUNS=$2; shift 2 ;;
 	--threads) THREADS=$2; shift 2 ;;
 	*) usage ;;

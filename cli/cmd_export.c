@@ -2,7 +2,8 @@
  * build CONFIG's model, load its weights, write every parameter and buffer
  * with PyTorch's names and layouts, or the GPT-2 release's
  * (docs/safetensors.md); `--onnx FILE`: its evaluation graph as an ONNX
- * model (docs/inference.md). */
+ * model (docs/inference.md); with `--quantized Q`, the INT8 model Q in
+ * ONNX's QDQ format. */
 #include "build-config.h"
 #include "cli.h"
 
@@ -14,7 +15,8 @@ static void export_usage(FILE *f)
 {
 	fprintf(f, "usage: kiln export CONFIG --safetensors FILE [--format pytorch|gpt2] [--checkpoint CKPT]\n"
 		   "                   [section.key=value ...]\n"
-		   "       kiln export CONFIG --onnx FILE [--checkpoint CKPT] [section.key=value ...]\n\n"
+		   "       kiln export CONFIG --onnx FILE [--checkpoint CKPT | --quantized Q]\n"
+		   "                   [section.key=value ...]\n\n"
 		   "Build the model CONFIG describes (the sample shape comes from its [data] source),\n"
 		   "load the weights of its run and write every parameter and buffer to FILE as\n"
 		   "safetensors: names `<layer>.<parameter>` (conv1.weight, bn1.running_mean, plus\n"
@@ -29,6 +31,10 @@ static void export_usage(FILE *f)
 		   "opset 17): input \"input\" [N, ...] (images NCHW, normalised as [data] says),\n"
 		   "output \"logits\" (what the loss layer reads), the weights as initializers\n"
 		   "under the names above; a layer with no ONNX mapping fails, named.\n"
+		   "--quantized Q (with --onnx): the INT8 model Q of `kiln quantize` (CONFIG's model\n"
+		   "folded, Q's weights) in ONNX's QDQ format: each INT8 conv/linear reads its input\n"
+		   "through QuantizeLinear/DequantizeLinear (the calibrated scale, u8 or i8, zero\n"
+		   "point 0) and its int8 weight through DequantizeLinear (per-channel scales, axis 0).\n"
 		   "The weights: those of checkpoint CKPT (--checkpoint), else of the newest usable\n"
 		   "checkpoint in [run] out_dir/checkpoints (verified whole first; its layer keys\n"
 		   "must be CONFIG's; [model] init_from is not read), else, with a warning, the\n"
@@ -46,7 +52,7 @@ int cmd_export(int argc, char **argv)
 		export_usage(stderr);
 		return 2;
 	}
-	const char *out = NULL, *onnx = NULL, *ckpt = NULL;
+	const char *out = NULL, *onnx = NULL, *ckpt = NULL, *quantized = NULL;
 	int format = KILN_WEIGHTS_PYTORCH;
 	char **over = calloc((size_t)argc, sizeof *over); /* the overrides alone */
 	int n_over = 0;
@@ -59,6 +65,8 @@ int cmd_export(int argc, char **argv)
 			onnx = argv[++i];
 		} else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) {
 			ckpt = argv[++i];
+		} else if (!strcmp(argv[i], "--quantized") && i + 1 < argc) {
+			quantized = argv[++i];
 		} else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
 			if ((format = kiln_weights_format(argv[++i])) < 0) {
 				fprintf(stderr, "kiln: error: --format '%s': expected pytorch or gpt2\n",
@@ -75,8 +83,10 @@ int cmd_export(int argc, char **argv)
 			over[n_over++] = argv[i];
 		}
 	}
-	if (!out == !onnx) {
-		fprintf(stderr, "kiln: error: give one of --safetensors FILE and --onnx FILE\n");
+	if (!out == !onnx || (quantized && (!onnx || ckpt))) {
+		fprintf(stderr, "kiln: error: %s\n",
+			!out == !onnx ? "give one of --safetensors FILE and --onnx FILE"
+				      : "--quantized Q goes with --onnx FILE and no --checkpoint (Q carries the weights)");
 		export_usage(stderr);
 		free(over);
 		return 2;
@@ -85,7 +95,9 @@ int cmd_export(int argc, char **argv)
 	struct kiln_registry *reg;
 	/* option values may contain '=': pass only the overrides */
 	kiln_status st = cli_load(argv[1], n_over, over, 0, &cfg, &reg);
-	if (!st && onnx)
+	if (!st && onnx && quantized)
+		st = kiln_export_onnx_quantized(cfg, reg, quantized, onnx);
+	else if (!st && onnx)
 		st = kiln_export_onnx(cfg, reg, ckpt, onnx);
 	else if (!st)
 		st = kiln_export_safetensors_as(cfg, reg, ckpt, out, format);
@@ -93,7 +105,7 @@ int cmd_export(int argc, char **argv)
 	if (st)
 		rc = cli_fail(st);
 	else
-		fprintf(stderr, "wrote %s%s\n", onnx ? onnx : out, onnx ? " (ONNX, opset 17)" : "");
+		fprintf(stderr, "wrote %s%s\n", onnx ? onnx : out, onnx && quantized ? " (ONNX QDQ INT8, opset 17)" : onnx ? " (ONNX, opset 17)" : "");
 	kiln_config_free(cfg);
 	kiln_registry_close(reg);
 	free(over);

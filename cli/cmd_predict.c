@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 const char cmd_predict_usage[] =
 	"usage: kiln predict CONFIG [--checkpoint F] INPUT... [--top-k K] [--format jsonl|csv]\n"
@@ -300,15 +301,31 @@ static double now_s(void)
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* Threads decoding a batch's images: the loader's ([data] workers, `auto`:
+ * every CPU) or, when more, [run] threads (0: every CPU), which sit idle
+ * while a batch is decoded. */
+static int decode_threads(const struct kiln_config *cfg)
+{
+	const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *w = kiln_config_get(cfg, "data", "workers"); /* validated */
+	int64_t threads = 0;
+	const int workers = w && !strcmp(w, "auto") ? (int)cpus : w ? atoi(w) : 1;
+	kiln_config_get_int(cfg, "run", "threads", &threads);
+	if (threads <= 0)
+		threads = cpus;
+	return threads > workers ? (int)threads : workers;
+}
+
 /* The files (or, files NULL, [data.eval]) through the model, batch by
- * batch; the rate on stderr. */
+ * batch, each batch's images decoded on decode_threads; the rate on
+ * stderr. */
 static kiln_status predict(struct kiln_infer *m, const struct kiln_config *cfg,
 			   const struct pred_opts *o, const struct pred_names *files, int64_t batch)
 {
 	struct pred_out po = { 0 };
-	struct kiln_image img = { 0 };
 	const size_t in = kiln_infer_input_bytes(m);
 	int64_t max_pixels = 0;
+	const int threads = decode_threads(cfg);
 	kiln_config_get_int(cfg, "data.eval", "max_image_pixels", &max_pixels);
 	char *x = files ? malloc(in * (size_t)batch) : NULL;
 	float *logits = files ? malloc(sizeof(float) * kiln_infer_output_elems(m) * (size_t)batch) : NULL;
@@ -319,8 +336,8 @@ static kiln_status predict(struct kiln_infer *m, const struct kiln_config *cfg,
 		st = kiln_infer_eval_set(m, eval_rows, &po);
 	for (int64_t off = 0; files && off < (int64_t)files->n && !st; off += batch) {
 		const int64_t N = (int64_t)files->n, rows = N - off < batch ? N - off : batch;
-		for (int64_t i = 0; i < rows && !st; i++)
-			st = pred_load_image(m, files->v[off + i], max_pixels, &img, x + (size_t)i * in);
+		st = pred_load_images(m, (const char *const *)files->v + off, rows, max_pixels,
+				      threads, x);
 		if (!st && !(st = kiln_infer(m, x, rows, logits)))
 			st = out_rows(&po, (const char *const *)files->v + off, off, rows, logits, NULL, 0);
 	}
@@ -332,7 +349,6 @@ static kiln_status predict(struct kiln_infer *m, const struct kiln_config *cfg,
 	if (!st && o->logits)
 		st = write_logits(o->logits, po.all, po.n, m);
 	out_close(&po);
-	free(img.data);
 	free(x);
 	free(logits);
 	return st;

@@ -27,4 +27,10 @@ kiln_status pred_class_names(const struct kiln_config *cfg, struct pred_names *n
 kiln_status pred_load_image(struct kiln_infer *m, const char *path, int64_t max_pixels,
 			    struct kiln_image *img, void *x);
 
+/* pred_load_image of paths[0..rows) into rows consecutive samples at x,
+ * on up to `threads` threads (each its own rows: i, i + threads, ...);
+ * the error is the first failing file's, as one thread would report. */
+kiln_status pred_load_images(struct kiln_infer *m, const char *const *paths, int64_t rows,
+			     int64_t max_pixels, int threads, char *x);
+
 #endif

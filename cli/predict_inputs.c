@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,3 +183,66 @@ kiln_status pred_load_image(struct kiln_infer *m, const char *path, int64_t max_
 			  path);
 }
 #endif
+
+/* One decoding thread's share of pred_load_images: rows first, first +
+ * stride, ... until its first failure. */
+struct load_share {
+	struct kiln_infer *m;
+	const char *const *paths;
+	int64_t rows, max_pixels, first, stride;
+	char *x;
+	kiln_status st;
+	int64_t bad;       /* the failing row */
+	char msg[1024];    /* its message (errors are per thread) */
+};
+
+static void *load_share_run(void *arg)
+{
+	struct load_share *j = arg;
+	struct kiln_image img = { 0 };
+	const size_t in = kiln_infer_input_bytes(j->m);
+	for (int64_t i = j->first; i < j->rows && !j->st; i += j->stride)
+		if ((j->st = pred_load_image(j->m, j->paths[i], j->max_pixels, &img,
+					     j->x + (size_t)i * in))) {
+			j->bad = i;
+			snprintf(j->msg, sizeof j->msg, "%s", kiln_last_error());
+		}
+	free(img.data);
+	return NULL;
+}
+
+kiln_status pred_load_images(struct kiln_infer *m, const char *const *paths, int64_t rows,
+			     int64_t max_pixels, int threads, char *x)
+{
+	const int T = threads < 1 ? 1 : rows < threads ? (int)rows : threads;
+	struct load_share *j = calloc((size_t)(T ? T : 1), sizeof *j);
+	pthread_t *tid = calloc((size_t)(T ? T : 1), sizeof *tid);
+	int started = 1;
+	kiln_status st = KILN_OK;
+	if (!j || !tid) {
+		free(j);
+		free(tid);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	for (int t = 0; t < T; t++)
+		j[t] = (struct load_share){ .m = m, .paths = paths, .rows = rows, .max_pixels = max_pixels,
+					    .first = t, .stride = T, .x = x };
+	while (started < T && !pthread_create(&tid[started], NULL, load_share_run, &j[started]))
+		started++;
+	if (started < T) /* no more threads: this one takes the rest */
+		for (int t = started; t < T; t++)
+			load_share_run(&j[t]);
+	if (T)
+		load_share_run(&j[0]);
+	for (int t = 1; t < started; t++)
+		pthread_join(tid[t], NULL);
+	int first = -1;
+	for (int t = 0; t < T; t++)
+		if (j[t].st && (first < 0 || j[t].bad < j[first].bad))
+			first = t;
+	if (first >= 0)
+		st = kiln_error(j[first].st, "%s", j[first].msg);
+	free(j);
+	free(tid);
+	return st;
+}

@@ -197,6 +197,12 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m)
 	return KILN_OK;
 }
 
+struct kiln_model *kiln_infer_model(const struct kiln_infer *m, void **stream)
+{
+	*stream = m->t.stream;
+	return m->t.m;
+}
+
 int kiln_infer_input_shape(const struct kiln_infer *m, int64_t *dims, int *dtype)
 {
 	for (int i = 0; i < m->t.sample.ndim; i++)

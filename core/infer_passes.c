@@ -1,6 +1,7 @@
 /* core/infer_passes.c - inference graph passes: batchnorm folded into the
  * conv or linear before it, dropout removed, bias + activation left to the
- * layer's epilogue ([run] fuse).  The math and the rules are in
+ * layer's epilogue ([run] fuse), the device's layout ([model] layout =
+ * auto: nhwc on the CPU).  The math and the rules are in
  * infer_passes.h; docs/inference.md ("Folding") is the user's view. */
 #include "infer_passes.h"
 #include "config_impl.h"
@@ -81,6 +82,23 @@ static void write_layer(FILE *f, const struct kiln_model *m, const struct sectio
 	fprintf(f, "\n\n");
 }
 
+/* The keys the inference graph sets whatever the model trained with:
+ * the epilogue fusion, and the device's own layout (`auto`: nhwc on the
+ * CPU, whose oneDNN convolutions run channels-last without the reorders
+ * around every nchw one; the weights are the same in either layout). */
+static const struct {
+	const char *section, *key, *value;
+} infer_keys[] = { { "run", "fuse", "1" }, { "model", "layout", "auto" } };
+#define N_INFER_KEYS (int)(sizeof infer_keys / sizeof infer_keys[0])
+
+static int infer_key(const char *section, const char *key)
+{
+	for (int k = 0; k < N_INFER_KEYS; k++)
+		if (!strcmp(section, infer_keys[k].section) && !strcmp(key, infer_keys[k].key))
+			return 1;
+	return 0;
+}
+
 /* The whole folded config as INI text into f. */
 static void write_folded(FILE *f, const struct kiln_model *m, const int *removed, const int *host)
 {
@@ -95,14 +113,17 @@ static void write_folded(FILE *f, const struct kiln_model *m, const int *removed
 		}
 		fprintf(f, "[%s]\n", s->name);
 		for (int e = 0; e < s->n; e++)
-			if (strcmp(s->name, "run") || strcmp(s->e[e].key, "fuse"))
+			if (!infer_key(s->name, s->e[e].key))
 				fprintf(f, "%s = %s\n", s->e[e].key, s->e[e].value);
-		if (!strcmp(s->name, "run"))
-			fprintf(f, "fuse = 1\n");
+		for (int k = 0; k < N_INFER_KEYS; k++)
+			if (!strcmp(s->name, infer_keys[k].section))
+				fprintf(f, "%s = %s\n", infer_keys[k].key, infer_keys[k].value);
 		fprintf(f, "\n");
 	}
-	if (!kiln_cfg_find_section(cfg, "run"))
-		fprintf(f, "[run]\nfuse = 1\n\n");
+	for (int k = 0; k < N_INFER_KEYS; k++)
+		if (!kiln_cfg_find_section(cfg, infer_keys[k].section))
+			fprintf(f, "[%s]\n%s = %s\n\n", infer_keys[k].section, infer_keys[k].key,
+				infer_keys[k].value);
 }
 
 kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,

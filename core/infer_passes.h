@@ -22,7 +22,8 @@
 /* The folded config of model m (built from m->cfg): its sections in the
  * same order, without the folded batchnorms and the dropouts, every
  * remaining layer's input named explicitly, bias = 1 on the layers that
- * took a batchnorm, [run] fuse = 1.  *out is new (kiln_config_free),
+ * took a batchnorm, [run] fuse = 1, [model] layout = auto (the device's:
+ * nhwc on the CPU).  *out is new (kiln_config_free),
  * validated against reg.  *n_folded (may be NULL): layers removed. */
 kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,
 				   struct kiln_config **out, int *n_folded);
@@ -40,5 +41,10 @@ kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stre
  * waits for it. */
 kiln_status kiln_model_regions_copy(const struct kiln_model *m, float *params, float *buffers,
 				    int up, void *stream);
+
+/* core/infer.c: the model an inference handle runs (folded, INT8 with
+ * kiln_infer_opts.quantized) and its stream; the handle owns both. */
+struct kiln_infer;
+struct kiln_model *kiln_infer_model(const struct kiln_infer *m, void **stream);
 
 #endif

@@ -11,12 +11,13 @@
  * `kiln eval` computes the loss from).  Weights are initializers under
  * kiln's (and PyTorch's) names and layouts, "fc1.weight", "bn1.running_var".
  *
- * Quantized models: the fp32 graph's two seams are onnx_weight_value (every
- * parameter a node reads) and onnx_activation_value (every layer's output),
- * where a Q/DQ export would put DequantizeLinear after int8 weights and
- * QuantizeLinear/DequantizeLinear pairs on activations.  This branch has no
- * quantized model format to read (issue 23's `kiln quantize`), so both
- * write fp32 only.
+ * Quantized models (`kiln export --onnx F --quantized Q`, the INT8 model
+ * of `kiln quantize`): the folded model with Q's weights, in the QDQ
+ * format: every INT8 conv/linear ([layer.X] int8_scale > 0) reads its input
+ * through QuantizeLinear/DequantizeLinear with the layer's calibrated scale
+ * (u8 or i8, zero point 0) and its weight as an int8 initializer through
+ * DequantizeLinear with per-output-channel scales (axis 0): exactly the
+ * operands KILN_OP_QCONV/QLINEAR quantize (core/onnx_layers.c, qdq_*).
  */
 #include "build-config.h"
 #include "graph.h"
@@ -31,9 +32,20 @@ kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_re
 			  path);
 }
 
+kiln_status kiln_export_onnx_quantized(const struct kiln_config *cfg,
+				       const struct kiln_registry *reg, const char *quantized,
+				       const char *path)
+{
+	(void)quantized;
+	return kiln_export_onnx(cfg, reg, NULL, path);
+}
+
 #else
 
 #include "onnx_export.h"
+#include "infer_passes.h"
+
+#include <kiln/infer.h>
 
 #include <errno.h>
 #include <stdarg.h>
@@ -221,11 +233,18 @@ const char *onnx_const_bool(struct onnx_graph *g, const char *name, int ndim,
 	return constant(g, name, ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, ndim, dims, v);
 }
 
+const char *onnx_const_i8(struct onnx_graph *g, const char *name, int is_unsigned, int ndim,
+			  const int64_t *dims, const void *v)
+{
+	return constant(g, name, is_unsigned ? ONNX__TENSOR_PROTO__DATA_TYPE__UINT8
+					     : ONNX__TENSOR_PROTO__DATA_TYPE__INT8,
+			1, ndim, dims, v);
+}
+
 /* ---- the seams of a quantized export ----------------------------------------- */
 
-/* The value nodes read for model parameter p: its fp32 initializer.  (A
- * Q/DQ export: the int8 initializer, its scale and zero point, and a
- * DequantizeLinear writing the value returned here.) */
+/* The value nodes read for model parameter p: its fp32 initializer.  (An
+ * INT8 layer's weight goes through onnx_layers.c's qdq_weight instead.) */
 static const char *onnx_weight_value(struct onnx_graph *g, int p)
 {
 	const struct model_param *mp = &g->m->params[p];
@@ -238,9 +257,8 @@ static const char *onnx_weight_value(struct onnx_graph *g, int p)
 	return mp->name;
 }
 
-/* The value layer i's readers read: its output.  (A Q/DQ export: a
- * QuantizeLinear/DequantizeLinear pair with the layer's calibrated
- * activation scale.) */
+/* The value layer i's readers read: its output.  (A quantized export
+ * quantizes where the INT8 layers read it: onnx_layers.c's qdq_input.) */
 static const char *onnx_activation_value(struct onnx_graph *g, int i)
 {
 	return g->value[i];
@@ -446,6 +464,25 @@ kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_re
 		kiln_log(KILN_LOG_DEBUG, "core", "wrote %s: ONNX IR %d, opset %d",
 			 path, KILN_ONNX_IR_VERSION, KILN_ONNX_OPSET);
 	kiln_trained_close(&t);
+	return st;
+}
+
+kiln_status kiln_export_onnx_quantized(const struct kiln_config *cfg,
+				       const struct kiln_registry *reg, const char *quantized,
+				       const char *path)
+{
+	const struct kiln_infer_opts o = { .batch = 1, .quantized = quantized };
+	struct kiln_infer *im;
+	void *stream;
+	/* with no weights file, kiln_infer_open leaves the config as it is */
+	kiln_status st = kiln_infer_open((struct kiln_config *)cfg, reg, NULL, &o, &im);
+	if (st)
+		return st;
+	struct kiln_model *m = kiln_infer_model(im, &stream);
+	if (!(st = export_model(m, stream, path)))
+		kiln_log(KILN_LOG_DEBUG, "core", "wrote %s: ONNX IR %d, opset %d, QDQ INT8 of %s",
+			 path, KILN_ONNX_IR_VERSION, KILN_ONNX_OPSET, quantized);
+	kiln_infer_free(im);
 	return st;
 }
 

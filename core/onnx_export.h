@@ -46,6 +46,9 @@ const char *onnx_const_f32(struct onnx_graph *g, const char *name, int ndim,
 			   const int64_t *dims, const float *v);
 const char *onnx_const_bool(struct onnx_graph *g, const char *name, int ndim,
 			    const int64_t *dims, const uint8_t *v);
+/* 8-bit integers (a quantized export): u8 when is_unsigned, else i8. */
+const char *onnx_const_i8(struct onnx_graph *g, const char *name, int is_unsigned, int ndim,
+			  const int64_t *dims, const void *v);
 /* The value a node reads for parameter `suffix` ("weight", "running_mean")
  * of layer i: its initializer, named as kiln and PyTorch name it
  * ("fc1.weight"; a tied weight by its owner's name), written once; NULL

@@ -28,6 +28,8 @@
 
 #include "onnx_export.h"
 
+#include "quant.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,13 +121,74 @@ static void pads_attr(struct onnx_graph *g, Onnx__NodeProto *n, const int64_t p[
 	onnx_attr_ints(g, n, "pads", 4, pads);
 }
 
+/* ---- INT8 layers (a quantized model: [layer.X] int8_scale > 0) ------------ */
+
+static int is_int8(const struct onnx_graph *g, int i)
+{
+	return key_num(g, i, "int8_scale", 0) > 0;
+}
+
+/* Layer i's input v as KILN_OP_QCONV/QLINEAR quantize it: QuantizeLinear
+ * with the calibrated scale "X.input_scale" (the quantized file's name;
+ * u8 for an input never negative in calibration, else i8; zero point 0),
+ * then DequantizeLinear. */
+static const char *qdq_input(struct onnx_graph *g, int i, const char *v)
+{
+	const char *name = g->m->layers[i].name;
+	const uint8_t zero = 0;
+	const char *q = onnx_str(g, "%s/input_q", name), *dq = onnx_str(g, "%s/input_dq", name);
+	const float sx = (float)key_num(g, i, "int8_scale", 0);
+	const char *in[3] = { v, onnx_const_f32(g, onnx_str(g, "%s.input_scale", name), 0, NULL, &sx),
+			      onnx_const_i8(g, onnx_str(g, "%s/input_zero_point", name),
+					    key_bool(g, i, "int8_unsigned"), 0, NULL, &zero) };
+	onnx_node(g, "QuantizeLinear", q, 3, in);
+	in[0] = q;
+	onnx_node(g, "DequantizeLinear", dq, 3, in);
+	return dq;
+}
+
+/* Layer i's weight as the INT8 ops quantize it (core/quant.h: per output
+ * channel, 7 bits, round half to even): the int8 initializer under the
+ * weight's name, "X.weight_scale" f32[O] and a zero point of zeros, and
+ * DequantizeLinear along axis 0 writing "X.weight_dq". */
+static const char *qdq_weight(struct onnx_graph *g, int i)
+{
+	const struct model_layer *L = &g->m->layers[i];
+	int p = -1;
+	for (int k = 0; k < L->n_params; k++)
+		if (!strcmp(g->nodes[i].l.params[k].suffix, "weight"))
+			p = L->pidx[k];
+	if (p < 0)
+		return NULL;
+	const struct model_param *mp = &g->m->params[p];
+	const char *dq = onnx_str(g, "%s_dq", mp->name);
+	if (g->emitted[p]) /* a weight read twice (tied) */
+		return dq;
+	g->emitted[p] = 1;
+	const int64_t O = mp->desc.dims[0], per = mp->numel / O;
+	int8_t *q = onnx_alloc(g, (size_t)mp->numel), *zero = onnx_alloc(g, (size_t)O);
+	float *scale = onnx_alloc(g, sizeof(float) * (size_t)O);
+	if (!q || !zero || !scale)
+		return dq;
+	kiln_quant_weights(g->params + mp->off, O, per, q, scale);
+	const char *in[3] = {
+		onnx_const_i8(g, mp->name, 0, mp->desc.ndim, mp->desc.dims, q),
+		onnx_const_f32(g, onnx_str(g, "%s_scale", mp->name), 1, &O, scale),
+		onnx_const_i8(g, onnx_str(g, "%s_zero_point", mp->name), 0, 1, &O, zero),
+	};
+	onnx_attr_int(g, onnx_node(g, "DequantizeLinear", dq, 3, in), "axis", 0);
+	return dq;
+}
+
 /* ---- the layers ------------------------------------------------------------- */
 
 static kiln_status emit_linear(struct onnx_graph *g, int i)
 {
 	const struct kiln_tensor_desc *x = in_desc(g, i, 0);
-	const char *v = in_value(g, i, 0), *w = onnx_param(g, i, "weight"),
-		   *b = onnx_param(g, i, "bias");
+	const int q = is_int8(g, i);
+	const char *v = q ? qdq_input(g, i, in_value(g, i, 0)) : in_value(g, i, 0);
+	const char *w = q ? qdq_weight(g, i) : onnx_param(g, i, "weight");
+	const char *b = onnx_param(g, i, "bias");
 	if (x->ndim == 3 || x->ndim > 4) { /* over the last dimension */
 		Onnx__NodeProto *t = onnx_node(g, "Transpose",
 					       onnx_str(g, "%s/weight_t", g->m->layers[i].name),
@@ -151,8 +214,11 @@ static kiln_status emit_linear(struct onnx_graph *g, int i)
 
 static kiln_status emit_conv(struct onnx_graph *g, int i)
 {
+	const int q = is_int8(g, i);
+	const char *x = q ? qdq_input(g, i, in_value(g, i, 0)) : in_value(g, i, 0);
+	const char *w = q ? qdq_weight(g, i) : onnx_param(g, i, "weight");
 	const char *b = onnx_param(g, i, "bias");
-	const char *in[3] = { in_value(g, i, 0), onnx_param(g, i, "weight"), b };
+	const char *in[3] = { x, w, b };
 	Onnx__NodeProto *n = onnx_node(g, "Conv", g->m->layers[i].name, b ? 3 : 2, in);
 	int64_t k[2], stride[2], pad[2], dil[2];
 	key_pair(g, i, "kernel", 1, k);

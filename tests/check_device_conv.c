@@ -1,5 +1,6 @@
 /* tests/check_device_conv.c - device conformance:
- * convolution, pooling, concat / split and reorder, in both layouts.
+ * convolution (and its fused ReLU), pooling, concat / split and reorder,
+ * in both layouts.
  *
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
@@ -75,6 +76,21 @@ static void conv_case(struct fx *f, const struct conv_g *q, int nhwc)
 	float *got = dget4(f, dY, N, O, OH, OW, nhwc);
 	for (size_t i = 0; i < ny; i++)
 		NEAR(got[i], y[i], ym[i], 1e-4, "CONV %s: y[%zu] = %.7g, want %.7g", tag, i, got[i], y[i]);
+	free(got);
+
+	/* the fused ReLU (KILN_OPF_ACT): y = max(conv + b, 0) in one op.  The
+	 * CPU must fuse it (its layout reorders once refused the post-op and
+	 * every fused conv fell back to a separate pass); a device may refuse
+	 * it (KILN_ENOTSUP: the layer then runs an ACT after it) */
+	op.flags = KILN_OPF_ACT;
+	op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+	kiln_status st = run_op(f, &op, in, out);
+	ck_assert_msg(st == KILN_OK || (st == KILN_ENOTSUP && strcmp(g_name, "cpu")),
+		      "CONV + ReLU %s on %s: status %d (%s)", tag, g_name, st, kiln_last_error());
+	got = st ? NULL : dget4(f, dY, N, O, OH, OW, nhwc);
+	for (size_t i = 0; got && i < ny; i++)
+		NEAR(got[i], y[i] > 0 ? y[i] : 0, ym[i], 1e-4, "CONV + ReLU %s: y[%zu] = %.7g, want %.7g",
+		     tag, i, got[i], y[i] > 0 ? y[i] : 0);
 	free(got);
 
 	conv_op(&op, KILN_OP_CONV_BWD_DATA, q, OH, OW, nhwc);

@@ -11,7 +11,12 @@
 #     [N, T, V], its ops, the tied weight once;
 #  3. a layer with no ONNX mapping (the example swish layer plugin) fails
 #     with exit 2 naming the layer, its type and its config line, and
-#     writes no file; bad command lines exit 2.
+#     writes no file; bad command lines exit 2;
+#  4. `kiln export --onnx --quantized Q` of the CNN's INT8 model (QDQ):
+#     QuantizeLinear/DequantizeLinear on each INT8 layer's input (u8 after
+#     a ReLU, i8 on the raw image), DequantizeLinear on each int8 weight,
+#     the node ops in order, and the int8 weights, their per-channel scales,
+#     the input scales and the biases byte-identical to Q's tensors.
 name=onnx_export
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -107,4 +112,29 @@ kiln 2 export "$ex/fashion_mnist_mlp.ini" --onnx "$tmp/a.onnx" --safetensors "$t
 stderr_has "give one of --safetensors FILE and --onnx FILE"
 kiln 2 export "$ex/fashion_mnist_mlp.ini" --onnx
 echo "ok: an unmapped layer fails naming it and its line; bad command lines exit 2"
+
+# ---- 4. a quantized model in the QDQ format ------------------------------------
+cnn="$ex/fashion_mnist_cnn.ini"
+qrun="run.out_dir=$tmp/run_q"
+kiln 0 train "$cnn" $qrun train.max_steps=3 train.batch=16 train.eval=0 run.threads=2
+kiln 0 quantize "$cnn" $qrun --calibrate 1 --method minmax --out "$tmp/q.safetensors" data.eval.split=train
+kiln 0 export "$cnn" $qrun --onnx "$tmp/q.onnx" --quantized "$tmp/q.safetensors"
+stderr_has "wrote $tmp/q.onnx (ONNX QDQ INT8, opset 17)"
+"$tool" dump "$tmp/q.onnx" "$tmp/q.safetensors" >"$tmp/q.dump" ||
+	{ cat "$tmp/q.dump"; fail "q: the QDQ initializers differ from the quantized file's"; }
+qdq="QuantizeLinear DequantizeLinear DequantizeLinear"
+has q "ir 8 opset 17 producer kiln"
+has q "ops $qdq Conv Relu MaxPool $qdq Conv Relu MaxPool Flatten $qdq Gemm Relu $qdq Gemm Identity"
+has q "init conv1.weight i8 32,1,5,5"
+has q "init conv1.weight_scale f32 32"
+has q "init conv1.weight_zero_point i8 32"
+has q "init conv1.input_scale f32"
+has q "init conv1/input_zero_point i8"
+has q "init conv2/input_zero_point u8"
+has q "init fc2.weight i8 10,1024"
+# 4 layers: i8 weight, weight scale, input scale, bias
+has q "weights 16 equal"
+kiln 2 export "$cnn" --onnx "$tmp/q2.onnx" --quantized "$tmp/q.safetensors" --checkpoint "$tmp/q.safetensors"
+stderr_has "--quantized Q goes with --onnx FILE and no --checkpoint"
+echo "ok: QDQ export: Q/DQ around each INT8 layer, per-channel int8 weights equal to the file's"
 echo "PASS"

@@ -7,7 +7,9 @@
 # tests/onnx_ort.py, which also runs onnx.checker on each model).  The
 # image models start from their seeded initial weights, after 5 training
 # steps for the ResNet so its batchnorm statistics are not the initial
-# ones.  Needs the onnxruntime and onnx packages in $KILN_VENV (default:
+# ones.  Also the CNN's INT8 model in the QDQ format against `kiln eval
+# --quantized` (1e-3 relative as ONNX defines the nodes, 1e-2 through ONNX
+# Runtime's fused int8 kernels; below).  Needs the onnxruntime and onnx packages in $KILN_VENV (default:
 # .venv in the build tree; scripts/install-deps --bench): skipped without.
 name=onnx_ort
 . "$(dirname "$0")/lib.sh"
@@ -40,6 +42,31 @@ check cnn "$ex/fashion_mnist_cnn.ini"
 kiln 0 train "$ex/fashion_mnist_resnet.ini" run.out_dir="$tmp/run_resnet" train.max_steps=5 \
 	train.eval=0 train.batch=16 run.threads=2
 check resnet "$ex/fashion_mnist_resnet.ini"
+# the CNN's INT8 model (`kiln quantize` after 5 training steps) exported in
+# the QDQ format: ONNX Runtime's logits against `kiln eval --quantized`'s
+# (the same kiln_infer path).  With no graph optimisations ONNX Runtime runs
+# the QuantizeLinear/DequantizeLinear nodes as ONNX defines them: within
+# 1e-3 (measured 1.3e-4: kiln quantizes x * (1 / scale) in oneDNN's reorder,
+# ONNX x / scale, and where the two round to neighbouring levels a logit
+# moves by one step of that input).  With all of them it fuses the QDQ
+# pattern into its own int8 kernels, which requantize in their own way:
+# within 1e-2 (measured 2.1e-3), the same argmax.
+kiln 0 train "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq" train.max_steps=5 \
+	train.eval=0 train.batch=16 run.threads=2
+kiln 0 quantize "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq" --calibrate 2 \
+	--method percentile --out "$tmp/cnnq.safetensors" data.eval.split=train
+kiln 0 export "$ex/fashion_mnist_cnn.ini" --onnx "$tmp/cnnq.onnx" --quantized "$tmp/cnnq.safetensors" \
+	run.out_dir="$tmp/run_cnnq"
+"$tool" logits "$ex/fashion_mnist_cnn.ini" $rows "$tmp/cnnq" run.out_dir="$tmp/run_cnnq" \
+	--quantized "$tmp/cnnq.safetensors" || fail "cnnq: onnx_tool logits failed"
+for opt in none:1e-3 all:1e-2; do
+	"$py" "$srcdir/tests/onnx_ort.py" "$tmp/cnnq.onnx" "$tmp/cnnq" --threads 2 --opt "${opt%:*}" \
+		--tol "${opt#*:}" >"$tmp/cnnq.ort" 2>&1 ||
+		{ cat "$tmp/cnnq.ort"; fail "cnnq: ONNX Runtime's QDQ logits (optimisations ${opt%:*}) differ from kiln eval --quantized's by more than ${opt#*:}"; }
+	grep -q "argmax_agree 1.0000" "$tmp/cnnq.ort" || { cat "$tmp/cnnq.ort"; fail "cnnq: another argmax"; }
+	echo "ok: cnn int8 (QDQ, optimisations ${opt%:*}, tolerance ${opt#*:}): $(cat "$tmp/cnnq.ort")"
+done
+
 rows=15 # the token shard's windows
 check gpt "$srcdir/tests/data/gpt_tiny.ini" data.path="$srcdir/tests/data/gpt_tokens.bin" \
 	model.init_from="$srcdir/tests/data/gpt_init.safetensors"

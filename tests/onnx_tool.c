@@ -8,18 +8,24 @@
  *       --safetensors` of the same model), every initializer named like a
  *       weight must hold its exact bytes and every weight must be there:
  *       exit 1 otherwise.
- *   onnx_tool logits CONFIG ROWS OUT [--time R] [section.key=value ...]
+ *   onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--quantized Q] [section.key=value ...]
  *       kiln's evaluation of CONFIG's model (the weights `kiln export`
  *       takes; [model] init_from as an override) on the first ROWS samples
  *       of the test split ([data.eval]): OUT.x.f32 / OUT.x.i32 (the input)
  *       and OUT.logits.f32 (what the loss layer reads), raw little-endian
  *       with OUT.shape ("x: 1000 1 28 28" / "logits: 1000 10").  --time R:
- *       then R timed forward passes of an evaluation plan of ROWS rows,
- *       one line "kiln_ms <median>" on stdout.
+ *       then R timed kiln_infer calls on those ROWS host samples (the C
+ *       inference API, batch ROWS: the folded, fused inference plan `kiln
+ *       predict` runs; --no-fold: the model as trained), the lines
+ *       "kiln_ms <median>" and "kiln_cpu_ms <median>" (the process's
+ *       CPU time per call: every thread's) on stdout.  --quantized Q: the logits (and the
+ *       timing) of the INT8 model Q, through kiln_infer as `kiln eval
+ *       --quantized` runs it.
  */
 #include "core/graph.h"
 #include "core/data.h"
 #include "core/proto/onnx.pb-c.h"
+#include <kiln/infer.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +52,8 @@ static const char *elem_name(int t)
 	       : t == ONNX__TENSOR_PROTO__DATA_TYPE__INT32 ? "i32"
 	       : t == ONNX__TENSOR_PROTO__DATA_TYPE__INT64 ? "i64"
 	       : t == ONNX__TENSOR_PROTO__DATA_TYPE__BOOL  ? "bool"
+	       : t == ONNX__TENSOR_PROTO__DATA_TYPE__INT8  ? "i8"
+	       : t == ONNX__TENSOR_PROTO__DATA_TYPE__UINT8 ? "u8"
 							   : "other";
 }
 
@@ -72,7 +80,8 @@ static const Onnx__TensorProto *find_init(const Onnx__GraphProto *g, const char 
 }
 
 /* Every weight of w (num_batches_tracked aside) an initializer of g with
- * the same shape and bytes; the count compared, -1 on a mismatch. */
+ * the same shape and bytes (f32; i8 and the scales of an INT8 model's file
+ * too); the count compared, -1 on a mismatch. */
 static int compare_weights(const Onnx__GraphProto *g, const char *path)
 {
 	struct kiln_safetensors *f;
@@ -88,12 +97,18 @@ static int compare_weights(const Onnx__GraphProto *g, const char *path)
 		size_t numel = 1;
 		for (int d = 0; d < t.ndim; d++)
 			numel *= (size_t)t.dims[d];
-		int same = o && o->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
-			   o->n_dims == (size_t)t.ndim && o->has_raw_data &&
-			   o->raw_data.len == numel * sizeof(float) && t.dtype == KILN_F32;
-		for (int d = 0; same && d < t.ndim; d++)
+		/* f32, or an INT8 model's i8 weights; a [1] scale may be a scalar */
+		const int i8 = t.dtype == KILN_I8;
+		const size_t bytes = numel * (i8 ? 1 : sizeof(float));
+		const int scalar = o && o->n_dims == 0 && t.ndim == 1 && numel == 1;
+		int same = o && (t.dtype == KILN_F32 || i8) &&
+			   o->data_type == (i8 ? ONNX__TENSOR_PROTO__DATA_TYPE__INT8
+					       : ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) &&
+			   (o->n_dims == (size_t)t.ndim || scalar) && o->has_raw_data &&
+			   o->raw_data.len == bytes;
+		for (int d = 0; same && !scalar && d < t.ndim; d++)
 			same = o->dims[d] == t.dims[d];
-		same = same && !memcmp(o->raw_data.data, t.data, numel * sizeof(float));
+		same = same && !memcmp(o->raw_data.data, t.data, bytes);
 		if (!same) {
 			printf("MISMATCH %s\n", t.name);
 			bad++;
@@ -169,12 +184,14 @@ static int write_raw(const char *out, const char *ext, const void *p, size_t byt
 	return ok ? 0 : fail("cannot write an output file");
 }
 
-static double now_ms(void)
+static double clock_ms(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
+
+static double now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -182,30 +199,60 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* R forward passes of an evaluation plan on x_d; the median in ms. */
-static kiln_status time_forward(struct kiln_trained *t, int64_t rows, const void *x_d,
-				const void *y_d, void *metrics_d, int R, double *median)
+/* R timed kiln_infer calls on the host batch x (rows rows) after two
+ * warm-ups: the C inference API's path (include/kiln/infer.h), as `kiln
+ * predict` and an embedding program run it, folded unless `no_fold` and
+ * with the INT8 model of `quantized` (NULL: fp32); the median in ms. */
+static double median_of(double *v, int R)
 {
-	struct kiln_plan *p;
-	kiln_status st = kiln_model_plan(t->m, rows, 0, &p);
+	qsort(v, (size_t)R, sizeof *v, cmp_double);
+	return R % 2 ? v[R / 2] : (v[R / 2 - 1] + v[R / 2]) / 2;
+}
+
+static kiln_status time_infer(struct kiln_config *cfg, const struct kiln_registry *reg,
+			      int64_t rows, const void *x, int no_fold, const char *quantized,
+			      int R, double *median, double *cpu_median)
+{
+	const struct kiln_infer_opts o = { .batch = rows, .no_fold = no_fold, .quantized = quantized };
+	struct kiln_infer *m;
+	kiln_status st = kiln_infer_open(cfg, reg, NULL, &o, &m);
 	if (st)
 		return st;
-	double *ms = calloc((size_t)R, sizeof *ms);
-	if (!ms) {
-		kiln_plan_free(p);
-		return KILN_ENOMEM;
-	}
+	double *ms = calloc((size_t)R, sizeof *ms), *cpu = calloc((size_t)R, sizeof *cpu);
+	float *out = malloc(sizeof(float) * kiln_infer_output_elems(m) * (size_t)rows);
+	if (!ms || !cpu || !out)
+		st = kiln_error(KILN_ENOMEM, "out of memory");
 	for (int r = -2; r < R && !st; r++) { /* two warm-up passes */
-		const double t0 = now_ms();
-		if (!(st = kiln_plan_forward(p, x_d, y_d, metrics_d, t->stream)))
-			st = kiln_device_stream_sync(t->dev, t->stream);
-		if (r >= 0)
+		const double t0 = now_ms(), c0 = clock_ms(CLOCK_PROCESS_CPUTIME_ID);
+		st = kiln_infer(m, x, rows, out);
+		if (r >= 0) {
 			ms[r] = now_ms() - t0;
+			cpu[r] = clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0;
+		}
 	}
-	qsort(ms, (size_t)R, sizeof *ms, cmp_double);
-	*median = R % 2 ? ms[R / 2] : (ms[R / 2 - 1] + ms[R / 2]) / 2;
+	if (!st) {
+		*median = median_of(ms, R);
+		*cpu_median = median_of(cpu, R);
+	}
 	free(ms);
-	kiln_plan_free(p);
+	free(cpu);
+	free(out);
+	kiln_infer_free(m);
+	return st;
+}
+
+/* The logits of the INT8 model `quantized` on the host batch x (rows
+ * rows), as `kiln eval --quantized` computes them, into out. */
+static kiln_status infer_logits(struct kiln_config *cfg, const struct kiln_registry *reg,
+				int64_t rows, const void *x, const char *quantized, float *out)
+{
+	const struct kiln_infer_opts o = { .batch = rows, .quantized = quantized };
+	struct kiln_infer *m;
+	kiln_status st = kiln_infer_open(cfg, reg, NULL, &o, &m);
+	if (st)
+		return st;
+	st = kiln_infer(m, x, rows, out);
+	kiln_infer_free(m);
 	return st;
 }
 
@@ -247,10 +294,11 @@ static kiln_status read_batch(const struct kiln_config *cfg, const struct kiln_r
 static int cmd_logits(int argc, char **argv)
 {
 	if (argc < 5)
-		return fail("usage: onnx_tool logits CONFIG ROWS OUT [--time R] [section.key=value ...]");
+		return fail("usage: onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--quantized Q] [section.key=value ...]");
 	const int64_t rows = strtoll(argv[3], NULL, 10);
 	const char *out = argv[4];
-	int R = 0;
+	int R = 0, no_fold = 0;
+	const char *quantized = NULL;
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	kiln_status st = kiln_config_load(argv[2], &cfg);
@@ -259,6 +307,10 @@ static int cmd_logits(int argc, char **argv)
 	for (int i = 5; i < argc && !st; i++) {
 		if (!strcmp(argv[i], "--time") && i + 1 < argc)
 			R = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--no-fold"))
+			no_fold = 1;
+		else if (!strcmp(argv[i], "--quantized") && i + 1 < argc)
+			quantized = argv[++i];
 		else
 			st = kiln_config_override(cfg, argv[i]);
 	}
@@ -294,7 +346,8 @@ static int cmd_logits(int argc, char **argv)
 	}
 	if ((st = kiln_device_copy_async(t.dev, logits, l_d, kiln_tensor_bytes(&ld), KILN_COPY_D2H,
 					 t.stream)) ||
-	    (st = kiln_device_stream_sync(t.dev, t.stream)))
+	    (st = kiln_device_stream_sync(t.dev, t.stream)) ||
+	    (quantized && (st = infer_logits(cfg, reg, rows, x, quantized, logits))))
 		goto out;
 	char path[4096];
 	snprintf(path, sizeof path, "%s.shape", out);
@@ -316,9 +369,9 @@ static int cmd_logits(int argc, char **argv)
 		st = KILN_EIO;
 		goto out;
 	}
-	double median;
-	if (R > 0 && !(st = time_forward(&t, rows, x_d, y_d, metrics_d, R, &median)))
-		printf("kiln_ms %.3f\n", median);
+	double median, cpu;
+	if (R > 0 && !(st = time_infer(cfg, reg, rows, x, no_fold, quantized, R, &median, &cpu)))
+		printf("kiln_ms %.3f\nkiln_cpu_ms %.3f\n", median, cpu);
 out:
 	if (p)
 		kiln_plan_free(p);

@@ -586,6 +586,14 @@ kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
  * libonnx-dev's onnx.proto. */
 kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			     const char *checkpoint, const char *path);
+/* `kiln export --onnx --quantized Q`: the INT8 model Q (`kiln quantize`'s
+ * file; cfg's model, folded) in ONNX's QDQ format: each INT8 conv/linear
+ * reads its input through QuantizeLinear/DequantizeLinear (the calibrated
+ * scale, u8 or i8, zero point 0) and its int8 weight through
+ * DequantizeLinear (per-output-channel scales, axis 0); opset 17. */
+kiln_status kiln_export_onnx_quantized(const struct kiln_config *cfg,
+				       const struct kiln_registry *reg, const char *quantized,
+				       const char *path);
 /* Ask the running kiln_train (or, if none runs, the next one) to stop after
  * its current step and write a checkpoint.  Async-signal-safe: call it from
  * a SIGTERM handler.  The request is consumed when honoured. */

@@ -244,7 +244,11 @@ out:
 
 /* The layouts the kernel chose; a reorder for each that is not the
  * caller's.  Workspace: [scratchpad (shared by every step, they run in
- * turn) | kernel copies of the reordered tensors], 64-byte aligned. */
+ * turn) | kernel copies of the reordered tensors], 64-byte aligned.  The
+ * reorders take their own attributes (a user scratchpad): the
+ * convolution's post-ops (the fused activation) are not theirs, and a
+ * reorder refuses them, which sent every fused conv back to a separate
+ * activation pass. */
 static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b,
 				int *n_reorder)
 {
