@@ -106,6 +106,48 @@ struct kiln_stage_transport {
 	void *ctx;
 };
 
+/* ---- a device per stage (pipe_devices.c) ---------------------------- */
+
+/* The entries of [run] devices (`plugin:ordinal, ...`; 0 when unset).
+ * KILN_ECONFIG naming file:line for a malformed list. */
+kiln_status kiln_pipe_devices_count(const struct kiln_config *cfg, int *n);
+/* Open [run] devices, one instance per stage of model m (stages read),
+ * into m->stage_dev: the run's device plugin ([run] device, m->dev's) at
+ * each ordinal, with stage s's share of the process's threads ([run]
+ * threads, or the CPUs it may run on: T / P each, the first T % P one
+ * more, at least 1) and told it runs beside P - 1 peers; m->dev's
+ * profiler on each.  Nothing to do when the key is unset.  KILN_ECONFIG
+ * naming the key for a count that is not the stages', another plugin or
+ * an ordinal named twice; KILN_ENOTSUP on a device that is not the CPU. */
+kiln_status kiln_pipe_devices_open(const struct kiln_registry *reg, struct kiln_model *m);
+/* Close them (after every plan made on them is freed). */
+void kiln_pipe_devices_close(struct kiln_model *m);
+
+/* ---- the measured bubble (pipe_timing.c) ---------------------------- */
+
+struct kiln_pipe_timing;
+struct kiln_profile;
+/* Stamps for the n_act actions `act` (borrowed) of a schedule of P stages
+ * whose stage s runs on devs[s]; `theory` is its bubble, prof the
+ * profiler or NULL.  *out = NULL (not an error) where a stage's device
+ * has no host functions (KILN_PROC_HOST_FN: stamping would sync). */
+kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
+				  const struct kiln_pipe_action *act, int n_act, double theory,
+				  struct kiln_profile *prof, struct kiln_pipe_timing **out);
+/* Enqueue on stage stream `stream` of `dev` the stamp of action
+ * `action`'s start (end = 0) or end (1).  t NULL: nothing. */
+kiln_status kiln_pipe_timing_mark(struct kiln_pipe_timing *t, struct kiln_device *dev,
+				  void *stream, int action, int end);
+/* Enqueue the step's fold on `stream` (after every stage joined it). */
+kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device *dev,
+				  void *stream);
+/* Log each stage's busy ms per step, the span and the bubble measured
+ * over the steps after the first (also to the profiler's report, when
+ * profiling); *bubble, or -1 when nothing was measured.  Call when the
+ * streams are drained. */
+kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble);
+void kiln_pipe_timing_free(struct kiln_pipe_timing *t);
+
 /* ---- `kiln memory` (pipe_memory.c) ---------------------------------- */
 
 /* Print to f, for a step of `batch` rows, each stage's layers, parameter
@@ -145,6 +187,9 @@ size_t kiln_pipe_arena_bytes(const struct kiln_pipe *pp);
  * for the optimizer), the micro-step counter advanced by M. */
 kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
 			   void *metrics);
+/* The measured busy times and bubble, logged (and given to the profiler):
+ * before the profiler's report, once the streams are drained. */
+kiln_status kiln_pipe_report(struct kiln_pipe *pp);
 void kiln_pipe_free(struct kiln_pipe *pp);
 
 #endif

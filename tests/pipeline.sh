@@ -5,7 +5,8 @@
 #     (micro_batches 1); cut into 2 and 4 stages with 4 micro-batches of 8,
 #     with those of batch 8 x accumulate 4 (and of batch 32); gpipe and
 #     1f1b end byte for byte alike, and so do stages on concurrent streams
-#     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events);
+#     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events)
+#     and stages on device instances of their own ([run] devices);
 #  2. a CNN with batchnorm in 2 and 4 stages ([model] stages), 4
 #     micro-batches: parameters and running statistics those of batch 8 x
 #     accumulate 4 (each micro-batch its own statistics, as PyTorch);
@@ -90,6 +91,24 @@ kiln 0 train "$m" run.out_dir="$tmp/p4a" pipeline.micro_batches=4 plugin.cpu.asy
 "$tool" same "$(ck p4f 6)" "$(ck p4a 6)" params optim.momentum step ||
 	fail "concurrent stages (async streams) differ"
 echo "ok: concurrent stages equal serial ones"
+# a device instance per stage ([run] devices), each with its share of the
+# threads (2 stages of threads = 2, 4 stages of threads = 4: one each) and
+# its own worker threads: byte for byte the one-device pipeline's
+kiln 0 train "$m" run.out_dir="$tmp/p2d" pipeline.micro_batches=4 layer.fc2.stage=1 \
+	"run.devices=cpu:0, cpu:1" run.threads=2
+stderr_has "stage 1 on cpu:1, 1 of 2 threads"
+"$tool" same "$(ck p2f 6)" "$(ck p2d 6)" params optim.momentum step ||
+	fail "2 stages on 2 devices differ from one device"
+kiln 0 train "$m" run.out_dir="$tmp/p4d" pipeline.micro_batches=4 run.threads=4 \
+	"model.stages=flat,r1|fc2|r2|fc3,loss" "run.devices=cpu:0,cpu:1,cpu:2,cpu:3"
+"$tool" same "$(ck p4f 6)" "$(ck p4d 6)" params optim.momentum step ||
+	fail "4 stages on 4 devices differ from one device"
+near "$(ck b32 6)" "$(ck p4d 6)" 1e-5 params
+kiln 2 train "$m" layer.fc2.stage=1 "run.devices=cpu:0,cpu:1,cpu:2"
+stderr_has "[run] devices names 3 devices for 2 pipeline stages"
+kiln 2 train "$m" layer.fc2.stage=1 "run.devices=cpu:0,cpu:0"
+stderr_has "cpu:0 is named twice"
+echo "ok: stages on devices of their own equal one device and the uncut model"
 
 # ---- 2. CNN with batchnorm ---------------------------------------------------
 cat > "$tmp/cnn.ini" <<EOF
@@ -168,6 +187,10 @@ kiln 0 train "$g" "$@" run.out_dir="$tmp/g4a" train.batch=4 pipeline.micro_batch
 	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
 	layer.transformer.h.1.mlp.c_fc.stage=3 plugin.cpu.async=1
 "$tool" same "$(ck g4 3)" "$(ck g4a 3)" params optim.momentum || fail "GPT: concurrent stages differ"
+kiln 0 train "$g" "$@" run.out_dir="$tmp/g4d" train.batch=4 pipeline.micro_batches=2 \
+	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
+	layer.transformer.h.1.mlp.c_fc.stage=3 run.devices=cpu:0,cpu:1,cpu:2,cpu:3
+"$tool" same "$(ck g4 3)" "$(ck g4d 3)" params optim.momentum || fail "GPT: 4 devices differ"
 echo "ok: GPT in 2 and 4 stages (residuals crossing) equals accumulation"
 
 # ---- 4. checkpoint: 2 stages -> 1 --------------------------------------------
