@@ -493,3 +493,6 @@ endif
 TESTS += tests/int8.sh
 EXTRA_DIST += tests/int8.sh
 EXTRA_DIST += tests/onnx_export.sh tests/onnx_ort.sh tests/onnx_ort.py
+# the split examples follow their unsplit originals (issue 21, docs/pipeline.md)
+TESTS += tests/pipeline_examples.sh
+EXTRA_DIST += tests/pipeline_examples.sh
