@@ -1,14 +1,16 @@
 #!/bin/sh
 # Pipeline bubble and activation memory (docs/pipeline.md).
 #
-# Model: an MLP of four equal linear layers (3072 -> 1024 -> 1024 -> 1024
-# -> 16, ReLUs between; synthetic 32x32x3 images), batch 256, cut into 2
-# stages of two layers each (fc1..r2 | fc3..loss), each stage on a CPU
-# device instance of its own with one thread ([run] devices = cpu:0,
-# cpu:1, threads = 2).  A micro-batch's work dominates its overheads: at
-# M = 16 a micro-batch is 16 rows, a 16x1024x1024 GEMM (~34 MFLOP) per
-# layer and pass, milliseconds on one core against tens of microseconds of
-# issue and event overhead.
+# Model: an MLP 1587 -> 1024 -> 1024 -> 1024 -> 1024 -> 16 (ReLUs
+# between; synthetic 23x23 RGB images), batch 256, cut into 2 stages
+# (flat..r2 | fc3..loss) of equal work: stage 0's first layer needs no
+# input gradient, so its 1587-wide fc1 (1.55 + 1.55 GEMM units of
+# 1024x1024) and fc2 (1 + 2) match stage 1's fc3 and fc4 (1 + 2 each;
+# the 16-wide head adds ~1%).  Each stage runs on a CPU device instance of its own with one
+# thread ([run] devices = cpu:0, cpu:1, threads = 2).  A micro-batch's
+# work dominates its overheads: at M = 16 a micro-batch is 16 rows, a
+# 16x1024x1024 GEMM (~34 MFLOP) per layer and pass, milliseconds on one
+# core against tens of microseconds of issue and event overhead.
 #
 # For M = 4, 8, 16 micro-batches (1f1b):
 #   bubble   measured by the pipeline itself: each stage's stream stamps
@@ -44,7 +46,7 @@ out_dir = $tmp/run
 [data]
 source = synthetic
 samples = 8192
-image_size = 32
+image_size = 23
 image_channels = 3
 classes = 16
 workers = 1
@@ -66,6 +68,11 @@ out = 1024
 [layer.r3]
 type = relu
 [layer.fc4]
+type = linear
+out = 1024
+[layer.r4]
+type = relu
+[layer.head]
 type = linear
 out = 16
 [layer.loss]
@@ -92,7 +99,7 @@ bubble() { sed -n 's/.*; bubble \([0-9.-]*\) (schedule \([0-9.]*\)).*/\1/p' "$1.
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
-echo "MLP 3072-1024-1024-1024-16, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b; $RUNS run(s) of $STEPS steps"
+echo "MLP 1587-1024-1024-1024-1024-16, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b; $RUNS run(s) of $STEPS steps"
 printf '%4s %8s %8s %7s %10s %10s %8s %10s %10s\n' M bubble theory rel pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
 for M in 4 8 16; do
 	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"
