@@ -33,8 +33,8 @@ kiln 0 train "$srcdir/examples/seq2seq.ini" "$@" run.out_dir="$tmp/s1"
 cp "$out" "$tmp/s1.out"
 kiln 0 train "$srcdir/examples/seq2seq_split.ini" "$@" run.out_dir="$tmp/s2"
 stderr_has "2 stages, 4 micro-batches of 16, schedule 1f1b"
-stderr_has "stage 1 on cpu:1, 1 of 2 threads"
-near "$(ck s1 24)" "$(ck s2 24)" 2e-4 params
+stderr_has "stage 1 on cpu:1, 1 of 1 threads"
+near "$(ck s1 24)" "$(ck s2 24)" 1e-5 params
 l1=$(field test_loss "$tmp/s1.out"); l2=$(field test_loss "$out")
 a1=$(field test_acc "$tmp/s1.out"); a2=$(field test_acc "$out")
 close "$l1" "$l2" 1e-4 || fail "seq2seq: held-out loss $l1 unsplit, $l2 split"
@@ -51,7 +51,7 @@ kiln 0 train "$srcdir/examples/gpt_char.ini" "$@" run.out_dir="$tmp/g1"
 cp "$out" "$tmp/g1.out"
 kiln 0 train "$srcdir/examples/gpt_char_split.ini" "$@" run.out_dir="$tmp/g2"
 stderr_has "2 stages, 4 micro-batches of 4, schedule 1f1b"
-near "$(ck g1 4)" "$(ck g2 4)" 1e-4 params
+near "$(ck g1 4)" "$(ck g2 4)" 2e-5 params
 l1=$(field test_loss "$tmp/g1.out"); l2=$(field test_loss "$out")
 close "$l1" "$l2" 1e-4 || fail "gpt_char: held-out loss $l1 unsplit, $l2 split"
 echo "ok: gpt_char split in 2 stages (tied lm_head) follows unsplit (loss $l1 / $l2)"
