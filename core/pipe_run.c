@@ -86,6 +86,7 @@ struct kiln_pipe {
 	void *sst[KILN_PIPE_MAX_STAGES], *done[KILN_PIPE_MAX_STAGES], *start;
 	void **fdone, **bdone;
 	int P, M, K, kind, ticks;
+	int A, a;                    /* [train] accumulate: steps per optimizer step, this one's */
 	int64_t mb;                  /* micro-batch rows */
 	struct kiln_plan **plan;     /* K: one per activation set alive */
 	int64_t *steps_d;            /* K micro-step counters, 8 i64 apart */
@@ -123,16 +124,13 @@ kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_mo
 }
 
 /* What a pipeline cannot do yet, named by its key. */
-static kiln_status pipe_supported(const struct kiln_model *m, int64_t accumulate, int world)
+static kiln_status pipe_supported(const struct kiln_model *m, int world)
 {
 	const struct kiln_config *cfg = m->cfg;
 	const char *rc = kiln_config_get(cfg, "train", "recompute");
 	if (world > 1)
 		return kiln_error(KILN_ENOTSUP, "%s: a pipeline across ranks or combined with data parallelism is not supported yet (docs/pipeline.md): run one process",
 				  kiln_config_where(cfg, "pipeline", "micro_batches"));
-	if (accumulate > 1)
-		return kiln_error(KILN_ENOTSUP, "%s: [train] accumulate > 1 with a pipeline: use [pipeline] micro_batches instead",
-				  kiln_config_where(cfg, "train", "accumulate"));
 	if (m->n_stages > 1 && rc && *rc && strcmp(rc, "none"))
 		return kiln_error(KILN_ENOTSUP, "%s: [train] recompute with pipeline stages is not supported yet",
 				  kiln_config_where(cfg, "train", "recompute"));
@@ -177,7 +175,7 @@ static kiln_status prepare_grads(struct kiln_pipe *pp)
 {
 	kiln_status st;
 	const struct kiln_plan *p0 = pp->plan[0];
-	for (int s = 0; s < pp->P && pp->M > 1; s++) {
+	for (int s = 0; s < pp->P && pp->M * pp->A > 1; s++) {
 		int64_t n = pp->ghi[s] > pp->glo[s] ? (int64_t)(pp->ghi[s] - pp->glo[s]) : 0;
 		if (!n)
 			continue;
@@ -187,12 +185,12 @@ static kiln_status prepare_grads(struct kiln_pipe *pp)
 		op.n_in = op.n_out = 1;
 		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
 		op.out[0] = op.in[0];
-		op.f[0] = 1.0 / (double)pp->M;
+		op.f[0] = 1.0 / ((double)pp->M * (double)pp->A);
 		if ((st = kiln_device_prepare_add(sdev(pp, s), n, &pp->gadd[s])) ||
 		    (st = kiln_device_prepare(sdev(pp, s), &op, &pp->gmean[s], NULL)))
 			return st;
 	}
-	if (pp->M > 1 && pp->m->n_elems) {
+	if (pp->M * pp->A > 1 && pp->m->n_elems) {
 		if ((st = kiln_device_alloc(pp->dev, pp->m->n_elems * sizeof(float),
 					    (void **)&pp->grads_more)))
 			return st;
@@ -301,7 +299,11 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	*out = NULL;
 	if ((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND)
 		return st;
-	if ((st = pipe_supported(m, accumulate, world)))
+	if (accumulate < 1 || accumulate > INT32_MAX / M)
+		return kiln_error(KILN_ECONFIG, "%s: [train] accumulate = %lld with %lld micro-batches",
+				  kiln_config_where(cfg, "train", "accumulate"), (long long)accumulate,
+				  (long long)M);
+	if ((st = pipe_supported(m, world)))
 		return st;
 	if (batch % M)
 		return kiln_error(KILN_ECONFIG, "%s: [train] batch = %lld is not a multiple of [pipeline] micro_batches = %lld",
@@ -315,6 +317,7 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->stream = stream;
 	pp->P = m->n_stages;
 	pp->M = (int)M;
+	pp->A = (int)accumulate;
 	pp->mb = batch / M;
 	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
 	stage_ranges(pp);
@@ -418,7 +421,9 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	    (st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 0)))
 		return st;
 	float *tie = m->tie_grads_d;
-	m->grad_out_d = j ? pp->grads_more : NULL;
+	/* the optimizer step's first micro-batch writes, the others add */
+	const int first = !pp->a && !j;
+	m->grad_out_d = first ? NULL : pp->grads_more;
 	if (pp->tie)
 		m->tie_grads_d = pp->tie[k];
 	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss);
@@ -427,12 +432,12 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	if (st)
 		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);
 	float *g = m->grads_d + pp->glo[s];
-	if (j && pp->gadd[s]) {
+	if (!first && pp->gadd[s]) {
 		struct kiln_op_args a = { .in = { g, pp->grads_more + pp->glo[s] }, .out = { g } };
 		if ((st = kiln_device_run(sdev(pp, s), pp->gadd[s], &a, ss)))
 			return st;
 	}
-	if (j == pp->M - 1 && pp->gmean[s]) {
+	if (j == pp->M - 1 && pp->a == pp->A - 1 && pp->gmean[s]) {
 		struct kiln_op_args a = { .in = { g }, .out = { g } };
 		if ((st = kiln_device_run(sdev(pp, s), pp->gmean[s], &a, ss)))
 			return st;
@@ -499,6 +504,7 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 		if ((st = kiln_device_event_record(sdev(pp, s), pp->done[s], pp->sst[s])) ||
 		    (st = kiln_device_stream_wait(pp->dev, pp->stream, pp->done[s])))
 			return st;
+	pp->a = (pp->a + 1) % pp->A;
 	return kiln_pipe_timing_step(pp->timing, pp->dev, pp->stream);
 }
 

@@ -170,9 +170,10 @@ kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_mo
  * batch / micro_batches (KILN_ECONFIG when it does not divide), one plan
  * per activation set the schedule keeps alive (first: *mb_plan, which the
  * caller may summarise but not free), the transport, and the per-stage
- * gradient accumulation.  What a pipeline cannot do yet is KILN_ENOTSUP
- * naming the key: data parallelism, [train] accumulate > 1, recompute,
- * tied weights across stages, low-precision compute across stages. */
+ * gradient accumulation over `accumulate` steps ([train] accumulate: the
+ * trainer calls kiln_pipe_step that many times per optimizer step).  What
+ * a pipeline cannot do yet is KILN_ENOTSUP naming the key: data
+ * parallelism, recompute and low-precision compute across stages. */
 kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
 			   void *stream, struct kiln_pipe **out);
 /* The micro-batch plan that summaries and `kiln memory` describe. */
@@ -183,8 +184,9 @@ int kiln_pipe_micro_batches(const struct kiln_pipe *pp);
 size_t kiln_pipe_arena_bytes(const struct kiln_pipe *pp);
 /* One step's forwards and backwards over the batch x (rows of the
  * model's sample, as plans take them) and labels y (rows of label_bytes),
- * gradients left in m->grads_d as the mean over the micro-batches (ready
- * for the optimizer), the micro-step counter advanced by M. */
+ * gradients accumulated in m->grads_d: the accumulate-th call of an
+ * optimizer step leaves the mean over its accumulate x M micro-batches
+ * (ready for the optimizer); the micro-step counter advanced by M. */
 kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
 			   void *metrics);
 /* The measured busy times and bubble, logged (and given to the profiler):

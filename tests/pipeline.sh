@@ -7,6 +7,7 @@
 #     1f1b end byte for byte alike, and so do stages on concurrent streams
 #     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events)
 #     and stages on device instances of their own ([run] devices);
+#     [train] accumulate on top of the micro-batches equals accumulation;
 #  2. a CNN with batchnorm in 2 and 4 stages ([model] stages), 4
 #     micro-batches: parameters and running statistics those of batch 8 x
 #     accumulate 4 (each micro-batch its own statistics, as PyTorch);
@@ -84,6 +85,12 @@ stderr_has "4 stages, 4 micro-batches of 8, schedule 1f1b: 4 activation sets"
 "$tool" same "$(ck p2g 6)" "$(ck p2f 6)" params optim.momentum step ||
 	fail "gpipe and 1f1b differ"
 echo "ok: MLP in 2 and 4 stages equals the uncut model; gpipe = 1f1b"
+# [train] accumulate on top of micro-batches: 2 steps of 2 micro-batches of
+# 8 per optimizer step are accumulate 4 of batch 8
+kiln 0 train "$m" run.out_dir="$tmp/p2acc" train.batch=16 train.accumulate=2 \
+	pipeline.micro_batches=2 layer.fc2.stage=1
+near "$(ck acc 6)" "$(ck p2acc 6)" 1e-6 params optim.momentum
+echo "ok: accumulate x micro-batches equals accumulate"
 # the stages on streams of their own that run concurrently (a worker thread
 # each): the events alone order them, and the result is the same
 kiln 0 train "$m" run.out_dir="$tmp/p4a" pipeline.micro_batches=4 plugin.cpu.async=1 \
