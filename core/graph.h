@@ -282,6 +282,7 @@ struct plan_xfer {
 	int gadd;       /* the return adds into gsrc: through gtmp */
 	int gtmp;       /* where an adding return lands before the add */
 	size_t bytes;
+	int dtype;      /* the tensor's (and its gradient's) element type */
 };
 
 struct kiln_plan {

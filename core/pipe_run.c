@@ -134,9 +134,6 @@ static kiln_status pipe_supported(const struct kiln_model *m, int world)
 	if (m->n_stages > 1 && rc && *rc && strcmp(rc, "none"))
 		return kiln_error(KILN_ENOTSUP, "%s: [train] recompute with pipeline stages is not supported yet",
 				  kiln_config_where(cfg, "train", "recompute"));
-	if (m->n_stages > 1 && m->cdtype != KILN_F32)
-		return kiln_error(KILN_ENOTSUP, "%s: pipeline stages with low-precision compute are not supported yet",
-				  kiln_config_where(cfg, "run", "precision"));
 	return KILN_OK;
 }
 
@@ -207,11 +204,22 @@ static kiln_status prepare_grads(struct kiln_pipe *pp)
 	}
 	if (p0->n_xfer && !(pp->xadd = calloc((size_t)p0->n_xfer, sizeof(void *))))
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	for (int e = 0; e < p0->n_xfer; e++)
-		if (p0->xfer[e].gadd &&
-		    (st = kiln_device_prepare_add(sdev(pp, p0->xfer[e].from),
-						  (int64_t)(p0->xfer[e].bytes / 4), &pp->xadd[e])))
+	/* a returned gradient adds in its tensor's dtype (bf16/f16 compute) */
+	for (int e = 0; e < p0->n_xfer; e++) {
+		const struct plan_xfer *xf = &p0->xfer[e];
+		if (!xf->gadd)
+			continue;
+		int64_t n = (int64_t)(xf->bytes / kiln_dtype_size(xf->dtype));
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADD;
+		op.n_in = 2;
+		op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], xf->dtype, 1, &n);
+		op.in[1] = op.out[0] = op.in[0];
+		if ((st = kiln_device_prepare(sdev(pp, xf->from), &op, &pp->xadd[e], NULL)))
 			return st;
+	}
 	return KILN_OK;
 }
 

@@ -173,7 +173,7 @@ kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_mo
  * gradient accumulation over `accumulate` steps ([train] accumulate: the
  * trainer calls kiln_pipe_step that many times per optimizer step).  What
  * a pipeline cannot do yet is KILN_ENOTSUP naming the key: data
- * parallelism, recompute and low-precision compute across stages. */
+ * parallelism and recompute across stages. */
 kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
 			   void *stream, struct kiln_pipe **out);
 /* The micro-batch plan that summaries and `kiln memory` describe. */

@@ -7,7 +7,8 @@
 #     1f1b end byte for byte alike, and so do stages on concurrent streams
 #     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events)
 #     and stages on device instances of their own ([run] devices);
-#     [train] accumulate on top of the micro-batches equals accumulation;
+#     [train] accumulate on top of the micro-batches equals accumulation,
+#     and so do bf16 and fp16 compute in 2 stages (a GPT in 4, bf16);
 #  2. a CNN with batchnorm in 2 and 4 stages ([model] stages), 4
 #     micro-batches: parameters and running statistics those of batch 8 x
 #     accumulate 4 (each micro-batch its own statistics, as PyTorch);
@@ -91,6 +92,15 @@ kiln 0 train "$m" run.out_dir="$tmp/p2acc" train.batch=16 train.accumulate=2 \
 	pipeline.micro_batches=2 layer.fc2.stage=1
 near "$(ck acc 6)" "$(ck p2acc 6)" 1e-6 params optim.momentum
 echo "ok: accumulate x micro-batches equals accumulate"
+# low-precision compute across stages: the crossing tensors and their
+# returned gradients in bf16 / f16 (fp16: the loss scaler as one process)
+for pr in bf16 fp16; do
+	kiln 0 train "$m" run.out_dir="$tmp/acc$pr" train.batch=8 train.accumulate=4 run.precision=$pr
+	kiln 0 train "$m" run.out_dir="$tmp/p2$pr" pipeline.micro_batches=4 layer.fc2.stage=1 \
+		run.precision=$pr "run.devices=cpu:0, cpu:1" run.threads=2
+	near "$(ck acc$pr 6)" "$(ck p2$pr 6)" 1e-6 params optim.momentum
+done
+echo "ok: bf16 and fp16 compute in 2 stages equal accumulation"
 # the stages on streams of their own that run concurrently (a worker thread
 # each): the events alone order them, and the result is the same
 kiln 0 train "$m" run.out_dir="$tmp/p4a" pipeline.micro_batches=4 plugin.cpu.async=1 \
@@ -198,6 +208,12 @@ kiln 0 train "$g" "$@" run.out_dir="$tmp/g4d" train.batch=4 pipeline.micro_batch
 	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
 	layer.transformer.h.1.mlp.c_fc.stage=3 run.devices=cpu:0,cpu:1,cpu:2,cpu:3
 "$tool" same "$(ck g4 3)" "$(ck g4d 3)" params optim.momentum || fail "GPT: 4 devices differ"
+# bf16: the residual's returned gradients add in bf16
+kiln 0 train "$g" "$@" run.out_dir="$tmp/gaccb" train.batch=2 train.accumulate=2 run.precision=bf16
+kiln 0 train "$g" "$@" run.out_dir="$tmp/g4b" train.batch=4 pipeline.micro_batches=2 \
+	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
+	layer.transformer.h.1.mlp.c_fc.stage=3 run.devices=cpu:0,cpu:1,cpu:2,cpu:3 run.precision=bf16
+near "$(ck gaccb 3)" "$(ck g4b 3)" 1e-5 params optim.momentum
 echo "ok: GPT in 2 and 4 stages (residuals crossing) equals accumulation"
 
 # ---- 4. checkpoint: 2 stages -> 1 --------------------------------------------
