@@ -1,17 +1,40 @@
 #!/bin/sh
-# Pipeline bubble and activation memory (docs/pipeline.md), on an MLP of
-# four equal 1024x1024 linear layers (synthetic 32x32 images), batch 256,
-# one thread per stage.  For M = 4, 8, 16 micro-batches:
-#   serial  the model on one stage, M micro-batches, [plugin.cpu] async = 0:
-#           the work of a step, T1 = 1 / its steps/s
-#   pipe    2 stages (fc1..r2 | fc3..loss), async = 1: each stage's stream a
-#           worker thread of its own, T2
-#   bubble  measured 1 - T1 / (P T2) beside the schedule's (P-1)/(M+P-1)
-#   memory  the activation arenas of gpipe and 1f1b (from the pipeline's log)
-# Medians of RUNS interleaved runs.  Needs P idle cores to mean anything.
-# Usage: bench/pipeline.sh [RUNS]  (from the top of the build tree)
+# Pipeline bubble and activation memory (docs/pipeline.md).
+#
+# Model: an MLP 1587 -> 1024 -> 1024 -> 1024 -> 1024 -> 16 (ReLUs
+# between; synthetic 23x23 RGB images), batch 256, cut into 2 stages
+# (flat..r2 | fc3..loss) of equal work: stage 0's first layer needs no
+# input gradient, so its 1587-wide fc1 (1.55 + 1.55 GEMM units of
+# 1024x1024) and fc2 (1 + 2) match stage 1's fc3 and fc4 (1 + 2 each;
+# the 16-wide head adds ~1%).  Each stage runs on a CPU device instance of its own with one
+# thread ([run] devices = cpu:0, cpu:1, threads = 2).  A micro-batch's
+# work dominates its overheads: at M = 16 a micro-batch is 16 rows, a
+# 16x1024x1024 GEMM (~34 MFLOP) per layer and pass, milliseconds on one
+# core against tens of microseconds of issue and event overhead.
+#
+# For M = 4, 8, 16 micro-batches (1f1b):
+#   bubble   measured by the pipeline itself: each stage's stream stamps
+#            the start and end of its forwards and backwards, and the log
+#            gives 1 - sum(busy) / (P * span) over the steps after the
+#            first (core/pipe_timing.c)
+#   theory   the schedule's (P-1)/(M+P-1)
+#   rel      |bubble - theory| / theory: the issue's target is <= 10%
+#   pipe_sps, serial_sps  samples/s of the 2-stage run and of the same
+#            model on one stage and one thread (M micro-batches): with
+#            stages that overlap, pipe/serial approaches 2 (1 - bubble) x
+#   gpipe_MiB, 1f1b_MiB   the activation arenas (the pipeline's log)
+# Medians of RUNS interleaved runs.  Needs 2 idle cores to mean anything.
+# Usage: bench/pipeline.sh [--short] [RUNS]   (from the top of the build tree)
+#   --short: one run of 4 steps per point (a smoke test of the script)
 set -eu
-RUNS=${1:-3}
+STEPS=12
+if [ "${1:-}" = "--short" ]; then
+	shift
+	STEPS=4
+	RUNS=${1:-1}
+else
+	RUNS=${1:-3}
+fi
 KILN=${KILN:-./kiln}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -23,7 +46,8 @@ out_dir = $tmp/run
 [data]
 source = synthetic
 samples = 8192
-image_size = 32
+image_size = 23
+image_channels = 3
 classes = 16
 workers = 1
 [layer.flat]
@@ -45,12 +69,17 @@ out = 1024
 type = relu
 [layer.fc4]
 type = linear
+out = 1024
+[layer.r4]
+type = relu
+[layer.head]
+type = linear
 out = 16
 [layer.loss]
 type = softmax_xent
 [train]
 epochs = 1
-max_steps = 24
+max_steps = $STEPS
 batch = 256
 lr = 0.01
 log_every = 1000
@@ -58,22 +87,33 @@ eval = 0
 checkpoint_last = 0
 overwrite = 1
 EOF
-sps() { # sps ARGS...: samples/s of one run
-	"$KILN" train "$tmp/p.ini" "$@" 2>"$tmp/err" | sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' | tail -1
+split="model.stages=flat,r2|fc3,loss"
+# run OUT ARGS...: one training run, its stdout and log in OUT.out/OUT.err
+run() {
+	o=$1
+	shift
+	"$KILN" train "$tmp/p.ini" "$@" >"$o.out" 2>"$o.err" || { cat "$o.err" >&2; exit 1; }
 }
+sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1.out" | tail -1; }
+bubble() { sed -n 's/.*; bubble \([0-9.-]*\) (schedule \([0-9.]*\)).*/\1/p' "$1.err" | tail -1; }
+mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
-printf '%4s %10s %10s %10s %10s %12s %12s\n' M serial_sps pipe_sps bubble theory gpipe_MiB 1f1b_MiB
+echo "MLP 1587-1024-1024-1024-1024-16, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b; $RUNS run(s) of $STEPS steps"
+printf '%4s %8s %8s %7s %10s %10s %8s %10s %10s\n' M bubble theory rel pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
 for M in 4 8 16; do
-	: > "$tmp/s"; : > "$tmp/p"
+	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"
 	for r in $(seq "$RUNS"); do
-		sps pipeline.micro_batches=$M >> "$tmp/s"
-		sps pipeline.micro_batches=$M model.stages="flat,r2|fc3,loss" plugin.cpu.async=1 >> "$tmp/p"
+		run "$tmp/pipe" pipeline.micro_batches=$M "$split" "run.devices=cpu:0, cpu:1" run.threads=2
+		bubble "$tmp/pipe" >> "$tmp/b"
+		sps "$tmp/pipe" >> "$tmp/p"
+		run "$tmp/serial" pipeline.micro_batches=$M
+		sps "$tmp/serial" >> "$tmp/s"
 	done
-	s=$(median < "$tmp/s"); p=$(median < "$tmp/p")
-	mem() { "$KILN" train "$tmp/p.ini" train.max_steps=1 pipeline.micro_batches=$M model.stages="flat,r2|fc3,loss" pipeline.schedule=$1 2>&1 >/dev/null |
-		sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p'; }
-	g=$(mem gpipe); f=$(mem 1f1b)
-	awk -v M=$M -v s="$s" -v p="$p" -v g="$g" -v f="$f" 'BEGIN {
-		printf "%4d %10.0f %10.0f %10.3f %10.3f %12.2f %12.2f\n", M, s, p, 1 - p / (2 * s), 1 / (M + 1), g, f }'
+	b=$(median < "$tmp/b"); p=$(median < "$tmp/p"); s=$(median < "$tmp/s")
+	run "$tmp/g" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=gpipe
+	run "$tmp/f" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=1f1b
+	awk -v M=$M -v b="$b" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" 'BEGIN {
+		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d
+		printf "%4d %8.3f %8.3f %6.0f%% %10.0f %10.0f %8.2f %10.2f %10.2f\n", M, b, t, 100 * d / t, p, s, p / s, g, f }'
 done

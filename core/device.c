@@ -153,6 +153,7 @@ static kiln_status device_options_read(const struct kiln_config *cfg,
 	memset(o, 0, sizeof *o);
 	o->version = KILN_DEVICE_OPTIONS_VERSION;
 	o->ranks = kiln_dist_env_read(&env) ? 1 : env.world; /* a bad one is reported when joining */
+	o->peers = 1;
 	if (!cfg)
 		return KILN_OK;
 	if (((st = kiln_config_get_int(cfg, "run", "threads", &threads)) && st != KILN_ENOTFOUND) ||
@@ -171,6 +172,13 @@ static kiln_status device_options_read(const struct kiln_config *cfg,
 kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_config *cfg,
 			     const char *name, int ordinal, struct kiln_device **out)
 {
+	return kiln_device_open_peer(reg, cfg, name, ordinal, -1, 1, out);
+}
+
+kiln_status kiln_device_open_peer(const struct kiln_registry *reg, const struct kiln_config *cfg,
+				  const char *name, int ordinal, int threads, int peers,
+				  struct kiln_device **out)
+{
 	const struct kiln_plugin *p = NULL;
 	struct kiln_device_options opts;
 	kiln_status st;
@@ -183,6 +191,9 @@ kiln_status kiln_device_open(const struct kiln_registry *reg, const struct kiln_
 	}
 	if (st || (st = device_options_read(cfg, &opts)))
 		return st;
+	if (threads >= 0)
+		opts.threads = threads;
+	opts.peers = peers;
 	name = p->name;
 	const struct kiln_device_ops *ops = p->ops;
 	if (!ops->open || !ops->alloc || !ops->free || !ops->stream_create || !ops->copy_async ||

@@ -135,6 +135,9 @@ struct kiln_model {
 	int *stage;
 	int n_stages;
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
+	/* [run] devices: stage s's device instance (core/pipe_devices.c;
+	 * the pipeline's), NULL when every stage runs on dev */
+	struct kiln_device **stage_dev;
 };
 
 /* core/tie.c, weight tying.  Read every [layer.X] tie (layer indices
@@ -279,6 +282,7 @@ struct plan_xfer {
 	int gadd;       /* the return adds into gsrc: through gtmp */
 	int gtmp;       /* where an adding return lands before the add */
 	size_t bytes;
+	int dtype;      /* the tensor's (and its gradient's) element type */
 };
 
 struct kiln_plan {
@@ -313,6 +317,17 @@ struct kiln_plan {
 	int n_xfer, xfer_cap;
 	int64_t *step_d;
 };
+
+/* The device that runs layer i (-1: the data input) of plan p: its
+ * stage's in a pipeline's plans when stages have devices of their own
+ * ([run] devices, core/pipe_devices.c), else the model's. */
+static inline struct kiln_device *kiln_plan_dev(const struct kiln_plan *p, int i)
+{
+	const struct kiln_model *m = p->m;
+	if (!p->staged || !m->stage_dev)
+		return m->dev;
+	return m->stage_dev[!m->stage || i < 0 ? 0 : m->stage[i]];
+}
 
 /* Byte offsets in the arena and parameter buffers are 64-byte aligned. */
 #define KILN_ARENA_ALIGN 64

@@ -105,6 +105,14 @@ static inline int kiln_pread_all(int fd, void *buf, size_t n, uint64_t off)
 	return kiln_io_all(fd, KILN_IO_PREAD, buf, n, off);
 }
 
+/* core/device.c: kiln_device_open with [run] threads replaced by
+ * `threads` (>= 0; -1 keeps the config's) and the options' peers set:
+ * one of `peers` instances that run at once in this process ([run]
+ * devices, one per pipeline stage: core/pipe_devices.c). */
+kiln_status kiln_device_open_peer(const struct kiln_registry *reg, const struct kiln_config *cfg,
+				  const char *name, int ordinal, int threads, int peers,
+				  struct kiln_device **out);
+
 /* core/device.c: the plan of out0 = in0 + in1 over n f32 (in place:
  * out0 may be in0), for gradient sums. */
 kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan);

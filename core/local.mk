@@ -74,3 +74,7 @@ endif
 libkiln_la_SOURCES += core/infer_passes.h core/infer_passes.c
 libkiln_la_SOURCES += core/quant.h core/quant.c
 libkiln_la_SOURCES += core/quantize.c
+
+# [run] devices: a device instance per pipeline stage (core/pipeline.h).
+libkiln_la_SOURCES += core/pipe_devices.c
+libkiln_la_SOURCES += core/pipe_timing.c

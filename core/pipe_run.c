@@ -5,6 +5,7 @@
  * micro-batches in its own slice of the flat buffer.  See pipeline.h and
  * docs/pipeline.md. */
 #include "pipeline.h"
+#include "profile.h"
 
 /* ---- the local transport: one process, a copy stream, events --------- */
 
@@ -20,7 +21,8 @@ struct local_msg {
 };
 
 struct local_tr {
-	struct kiln_device *dev;
+	struct kiln_device *dev;   /* the copy stream's (stage 0's) */
+	struct kiln_device **sdev; /* each stage's, NULL: all dev */
 	void *copy;          /* the copy stream */
 	int n, n_xfer;       /* slots: micro-batches x tensors x 2 */
 	struct local_msg *msg;
@@ -44,7 +46,7 @@ static kiln_status local_send(void *ctx, int from, int to, uint64_t tag, const v
 	g->bytes = bytes;
 	g->used = 1;
 	/* the copy starts once the sender's pass is done */
-	return kiln_device_event_record(L->dev, g->sent, stream);
+	return kiln_device_event_record(L->sdev ? L->sdev[from] : L->dev, g->sent, stream);
 }
 
 static kiln_status local_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
@@ -65,7 +67,7 @@ static kiln_status local_recv(void *ctx, int from, int to, uint64_t tag, void *b
 	    (st = kiln_device_copy_async(L->dev, buf, g->buf, bytes, KILN_COPY_D2D, L->copy)) ||
 	    (st = kiln_device_event_record(L->dev, g->copied, L->copy)))
 		return st;
-	return kiln_device_stream_wait(L->dev, stream, g->copied);
+	return kiln_device_stream_wait(L->sdev ? L->sdev[to] : L->dev, stream, g->copied);
 }
 
 static const struct kiln_stage_transport_ops local_ops = { local_send, local_recv };
@@ -84,6 +86,7 @@ struct kiln_pipe {
 	void *sst[KILN_PIPE_MAX_STAGES], *done[KILN_PIPE_MAX_STAGES], *start;
 	void **fdone, **bdone;
 	int P, M, K, kind, ticks;
+	int A, a;                    /* [train] accumulate: steps per optimizer step, this one's */
 	int64_t mb;                  /* micro-batch rows */
 	struct kiln_plan **plan;     /* K: one per activation set alive */
 	int64_t *steps_d;            /* K micro-step counters, 8 i64 apart */
@@ -94,13 +97,22 @@ struct kiln_pipe {
 	size_t glo[KILN_PIPE_MAX_STAGES], ghi[KILN_PIPE_MAX_STAGES]; /* trainable slice */
 	void *gadd[KILN_PIPE_MAX_STAGES], *gmean[KILN_PIPE_MAX_STAGES];
 	float *grads_more;           /* micro-batches 1.. write here */
+	float **tie;                 /* K: each plan's gradients of tied weights' other users */
 	void **xadd;                 /* per crossing tensor: the gradient return's add */
 	struct kiln_stage_transport tr;
 	struct local_tr local;
 	/* stages on ranks (pipe_rank.c): this rank's stage, -1 for all */
 	int mine;
 	struct kiln_pipe_rank *rk;
+	struct kiln_pipe_timing *timing; /* the measured bubble, NULL: none */
+	int cur;                     /* the action being issued */
 };
+
+/* Stage s's device: its own ([run] devices) or the model's. */
+static struct kiln_device *sdev(const struct kiln_pipe *pp, int s)
+{
+	return pp->m->stage_dev ? pp->m->stage_dev[s] : pp->dev;
+}
 
 kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_model *m, int *yes)
 {
@@ -115,7 +127,7 @@ kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_mo
 }
 
 /* What a pipeline cannot do yet, named by its key. */
-static kiln_status pipe_supported(const struct kiln_model *m, int64_t accumulate, int world)
+static kiln_status pipe_supported(const struct kiln_model *m, int world)
 {
 	const struct kiln_config *cfg = m->cfg;
 	const char *rc = kiln_config_get(cfg, "train", "recompute");
@@ -124,26 +136,9 @@ static kiln_status pipe_supported(const struct kiln_model *m, int64_t accumulate
 	if (world > 1 && on_ranks <= 1)
 		return kiln_error(KILN_ENOTSUP, "%s: a pipeline across ranks or combined with data parallelism is not supported yet (docs/pipeline.md): run one process",
 				  kiln_config_where(cfg, "pipeline", "micro_batches"));
-	if (accumulate > 1)
-		return kiln_error(KILN_ENOTSUP, "%s: [train] accumulate > 1 with a pipeline: use [pipeline] micro_batches instead",
-				  kiln_config_where(cfg, "train", "accumulate"));
 	if (m->n_stages > 1 && rc && *rc && strcmp(rc, "none"))
 		return kiln_error(KILN_ENOTSUP, "%s: [train] recompute with pipeline stages is not supported yet",
 				  kiln_config_where(cfg, "train", "recompute"));
-	if (m->n_stages > 1 && m->cdtype != KILN_F32)
-		return kiln_error(KILN_ENOTSUP, "%s: pipeline stages with low-precision compute are not supported yet",
-				  kiln_config_where(cfg, "run", "precision"));
-	for (int i = 0; i < m->n_layers; i++) {
-		const struct model_layer *L = &m->layers[i];
-		if (L->tie >= 0 && kiln_pipe_stage(m, L->tie) != kiln_pipe_stage(m, i))
-			return kiln_error(KILN_ENOTSUP, "%s: layer '%s' (stage %d) ties its weight to '%s' (stage %d): weights shared across stages are not supported yet",
-					  kiln_config_where(cfg, L->section, "tie"), L->name,
-					  kiln_pipe_stage(m, i), m->layers[L->tie].name,
-					  kiln_pipe_stage(m, L->tie));
-		if (L->tie >= 0 && m->n_stages > 1)
-			return kiln_error(KILN_ENOTSUP, "%s: tied weights in a pipeline of several stages are not supported yet",
-					  kiln_config_where(cfg, L->section, "tie"));
-	}
 	return KILN_OK;
 }
 
@@ -182,7 +177,7 @@ static kiln_status prepare_grads(struct kiln_pipe *pp)
 {
 	kiln_status st;
 	const struct kiln_plan *p0 = pp->plan[0];
-	for (int s = 0; s < pp->P && pp->M > 1; s++) {
+	for (int s = 0; s < pp->P && pp->M * pp->A > 1; s++) {
 		int64_t n = pp->ghi[s] > pp->glo[s] ? (int64_t)(pp->ghi[s] - pp->glo[s]) : 0;
 		if (!n)
 			continue;
@@ -192,12 +187,12 @@ static kiln_status prepare_grads(struct kiln_pipe *pp)
 		op.n_in = op.n_out = 1;
 		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
 		op.out[0] = op.in[0];
-		op.f[0] = 1.0 / (double)pp->M;
-		if ((st = kiln_device_prepare_add(pp->dev, n, &pp->gadd[s])) ||
-		    (st = kiln_device_prepare(pp->dev, &op, &pp->gmean[s], NULL)))
+		op.f[0] = 1.0 / ((double)pp->M * (double)pp->A);
+		if ((st = kiln_device_prepare_add(sdev(pp, s), n, &pp->gadd[s])) ||
+		    (st = kiln_device_prepare(sdev(pp, s), &op, &pp->gmean[s], NULL)))
 			return st;
 	}
-	if (pp->M > 1 && pp->m->n_elems) {
+	if (pp->M * pp->A > 1 && pp->m->n_elems) {
 		if ((st = kiln_device_alloc(pp->dev, pp->m->n_elems * sizeof(float),
 					    (void **)&pp->grads_more)))
 			return st;
@@ -214,10 +209,22 @@ static kiln_status prepare_grads(struct kiln_pipe *pp)
 	}
 	if (p0->n_xfer && !(pp->xadd = calloc((size_t)p0->n_xfer, sizeof(void *))))
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	for (int e = 0; e < p0->n_xfer; e++)
-		if (p0->xfer[e].gadd &&
-		    (st = kiln_device_prepare_add(pp->dev, (int64_t)(p0->xfer[e].bytes / 4), &pp->xadd[e])))
+	/* a returned gradient adds in its tensor's dtype (bf16/f16 compute) */
+	for (int e = 0; e < p0->n_xfer; e++) {
+		const struct plan_xfer *xf = &p0->xfer[e];
+		if (!xf->gadd)
+			continue;
+		int64_t n = (int64_t)(xf->bytes / kiln_dtype_size(xf->dtype));
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_ADD;
+		op.n_in = 2;
+		op.n_out = 1;
+		kiln_tensor_desc_init(&op.in[0], xf->dtype, 1, &n);
+		op.in[1] = op.out[0] = op.in[0];
+		if ((st = kiln_device_prepare(sdev(pp, xf->from), &op, &pp->xadd[e], NULL)))
 			return st;
+	}
 	return KILN_OK;
 }
 
@@ -230,12 +237,12 @@ static kiln_status open_streams(struct kiln_pipe *pp)
 	    !(pp->bdone = calloc((size_t)n, sizeof(void *))))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; i < n; i++)
-		if ((st = kiln_device_event_create(pp->dev, &pp->fdone[i])) ||
-		    (st = kiln_device_event_create(pp->dev, &pp->bdone[i])))
+		if ((st = kiln_device_event_create(sdev(pp, i % pp->P), &pp->fdone[i])) ||
+		    (st = kiln_device_event_create(sdev(pp, i % pp->P), &pp->bdone[i])))
 			return st;
 	for (int s = 0; s < pp->P; s++)
-		if ((st = kiln_device_stream_create(pp->dev, &pp->sst[s])) ||
-		    (st = kiln_device_event_create(pp->dev, &pp->done[s])))
+		if ((st = kiln_device_stream_create(sdev(pp, s), &pp->sst[s])) ||
+		    (st = kiln_device_event_create(sdev(pp, s), &pp->done[s])))
 			return st;
 	return kiln_device_event_create(pp->dev, &pp->start);
 }
@@ -267,17 +274,29 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	pp->m->plan_staged = 0;
 	if (st)
 		return st;
+	/* a tied weight's other users (GPT's lm_head, on the last stage)
+	 * write their gradient beside it, added after its owner's backward
+	 * (the embedding, stage 0): one buffer per micro-batch in flight, so
+	 * that a later stage's next backward does not overwrite what the
+	 * first stage has not added yet */
+	if (pp->m->n_tie_elems && !(pp->tie = calloc((size_t)pp->K, sizeof *pp->tie)))
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int k = 0; pp->tie && k < pp->K; k++)
+		if ((st = kiln_device_alloc(pp->dev, pp->m->n_tie_elems * sizeof(float),
+					    (void **)&pp->tie[k])))
+			return st;
 	/* every crossing tensor of every plan in flight, both ways */
-	pp->local.dev = pp->dev;
-	if ((st = kiln_device_stream_create(pp->dev, &pp->local.copy)))
+	pp->local.dev = sdev(pp, 0);
+	pp->local.sdev = pp->m->stage_dev;
+	if ((st = kiln_device_stream_create(sdev(pp, 0), &pp->local.copy)))
 		return st;
 	pp->local.n_xfer = pp->plan[0]->n_xfer;
 	pp->local.n = 2 * pp->M * pp->local.n_xfer;
 	if (pp->local.n && !(pp->local.msg = calloc((size_t)pp->local.n, sizeof *pp->local.msg)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; i < pp->local.n; i++)
-		if ((st = kiln_device_event_create(pp->dev, &pp->local.msg[i].sent)) ||
-		    (st = kiln_device_event_create(pp->dev, &pp->local.msg[i].copied)))
+		if ((st = kiln_device_event_create(sdev(pp, 0), &pp->local.msg[i].sent)) ||
+		    (st = kiln_device_event_create(sdev(pp, 0), &pp->local.msg[i].copied)))
 			return st;
 	pp->tr = (struct kiln_stage_transport){ &local_ops, &pp->local };
 	return open_streams(pp);
@@ -293,7 +312,11 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	*out = NULL;
 	if ((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND)
 		return st;
-	if ((st = pipe_supported(m, accumulate, world)))
+	if (accumulate < 1 || accumulate > INT32_MAX / M)
+		return kiln_error(KILN_ECONFIG, "%s: [train] accumulate = %lld with %lld micro-batches",
+				  kiln_config_where(cfg, "train", "accumulate"), (long long)accumulate,
+				  (long long)M);
+	if ((st = pipe_supported(m, world)))
 		return st;
 	if (batch % M)
 		return kiln_error(KILN_ECONFIG, "%s: [train] batch = %lld is not a multiple of [pipeline] micro_batches = %lld",
@@ -308,10 +331,17 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->P = m->n_stages;
 	pp->mine = -1;
 	pp->M = (int)M;
+	pp->A = (int)accumulate;
 	pp->mb = batch / M;
 	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
 	stage_ranges(pp);
-	if ((st = open_plans(pp)) || (st = prepare_grads(pp))) {
+	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
+	for (int s = 0; s < pp->P; s++)
+		devs[s] = sdev(pp, s);
+	if ((st = open_plans(pp)) || (st = prepare_grads(pp)) ||
+	    (st = kiln_pipe_timing_open(devs, pp->P, pp->act, 2 * pp->P * pp->M,
+					kiln_pipe_bubble(pp->P, pp->M, pp->ticks),
+					kiln_device_profile(m->dev), &pp->timing))) {
 		kiln_pipe_free(pp);
 		return st;
 	}
@@ -337,7 +367,7 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 	const int k = pp->slot[j];
 	kiln_status st;
 	if (s && pp->mine < 0 &&
-	    (st = kiln_device_stream_wait(pp->dev, ss, pp->fdone[k * pp->P + s - 1])))
+	    (st = kiln_device_stream_wait(sdev(pp, s), ss, pp->fdone[k * pp->P + s - 1])))
 		return st;
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
@@ -346,9 +376,12 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 					   kiln_plan_store_ptr(p, xf->recv, x), xf->bytes, ss)))
 			return st;
 	}
+	if ((st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 0)))
+		return st;
 	if ((st = kiln_plan_forward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss)))
 		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);
-	if ((st = kiln_device_event_record(pp->dev, pp->fdone[k * pp->P + s], ss)))
+	if ((st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 1)) ||
+	    (st = kiln_device_event_record(sdev(pp, s), pp->fdone[k * pp->P + s], ss)))
 		return st;
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
@@ -378,7 +411,7 @@ static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int 
 				return st;
 			if (xf->gadd) {
 				struct kiln_op_args a = { .in = { g, dst }, .out = { g } };
-				if ((st = kiln_device_run(pp->dev, pp->xadd[e], &a, pp->sst[s])))
+				if ((st = kiln_device_run(sdev(pp, s), pp->xadd[e], &a, pp->sst[s])))
 					return st;
 			}
 		}
@@ -397,27 +430,35 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	const int k = pp->slot[j];
 	kiln_status st;
 	if (s < pp->P - 1 && pp->mine < 0 &&
-	    (st = kiln_device_stream_wait(pp->dev, ss, pp->bdone[k * pp->P + s + 1])))
+	    (st = kiln_device_stream_wait(sdev(pp, s), ss, pp->bdone[k * pp->P + s + 1])))
 		return st;
-	if ((st = receive_grads(pp, p, s, j, x)))
+	if ((st = receive_grads(pp, p, s, j, x)) ||
+	    (st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 0)))
 		return st;
-	m->grad_out_d = j ? pp->grads_more : NULL;
+	float *tie = m->tie_grads_d;
+	/* the optimizer step's first micro-batch writes, the others add */
+	const int first = !pp->a && !j;
+	m->grad_out_d = first ? NULL : pp->grads_more;
+	if (pp->tie)
+		m->tie_grads_d = pp->tie[k];
 	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss);
 	m->grad_out_d = NULL;
+	m->tie_grads_d = tie;
 	if (st)
 		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);
 	float *g = m->grads_d + pp->glo[s];
-	if (j && pp->gadd[s]) {
+	if (!first && pp->gadd[s]) {
 		struct kiln_op_args a = { .in = { g, pp->grads_more + pp->glo[s] }, .out = { g } };
-		if ((st = kiln_device_run(pp->dev, pp->gadd[s], &a, ss)))
+		if ((st = kiln_device_run(sdev(pp, s), pp->gadd[s], &a, ss)))
 			return st;
 	}
-	if (j == pp->M - 1 && pp->gmean[s]) {
+	if (j == pp->M - 1 && pp->a == pp->A - 1 && pp->gmean[s]) {
 		struct kiln_op_args a = { .in = { g }, .out = { g } };
-		if ((st = kiln_device_run(pp->dev, pp->gmean[s], &a, ss)))
+		if ((st = kiln_device_run(sdev(pp, s), pp->gmean[s], &a, ss)))
 			return st;
 	}
-	if ((st = kiln_device_event_record(pp->dev, pp->bdone[k * pp->P + s], ss)))
+	if ((st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 1)) ||
+	    (st = kiln_device_event_record(sdev(pp, s), pp->bdone[k * pp->P + s], ss)))
 		return st;
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
@@ -441,8 +482,9 @@ static kiln_status enter(struct kiln_pipe *pp, int j)
 		return kiln_error(KILN_EINTERNAL, "pipeline: no free activation set for micro-batch %d", j);
 	pp->busy[k] = 1;
 	pp->slot[j] = k;
-	void *ss = pp->sst[pp->mine < 0 ? 0 : pp->mine];
-	kiln_status st = kiln_device_copy_async(pp->dev, pp->plan[k]->step_d, pp->m->step_d,
+	const int s0 = pp->mine < 0 ? 0 : pp->mine;
+	void *ss = pp->sst[s0];
+	kiln_status st = kiln_device_copy_async(sdev(pp, s0), pp->plan[k]->step_d, pp->m->step_d,
 						sizeof(int64_t), KILN_COPY_D2D, ss);
 	return st ? st : kiln_model_step_advance(pp->m, ss);
 }
@@ -456,11 +498,12 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 	if ((st = kiln_device_event_record(pp->dev, pp->start, pp->stream)))
 		return st;
 	for (int s = 0; s < pp->P; s++)
-		if ((st = kiln_device_stream_wait(pp->dev, pp->sst[s], pp->start)))
+		if ((st = kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->start)))
 			return st;
 	for (int i = 0; i < 2 * pp->P * pp->M; i++) {
 		const struct kiln_pipe_action *a = &pp->act[i];
 		const int j = a->mb;
+		pp->cur = i;
 		if (a->kind == KILN_PIPE_FWD && a->stage == 0 && (st = enter(pp, j)))
 			return st;
 		struct kiln_plan *p = pp->plan[pp->slot[j]];
@@ -482,10 +525,20 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 	/* the optimizer (and the metrics' read-back) after every stage */
 	for (int s = 0; s < pp->P; s++)
 		if ((pp->mine < 0 || s == pp->mine) &&
-		    ((st = kiln_device_event_record(pp->dev, pp->done[s], pp->sst[s])) ||
+		    ((st = kiln_device_event_record(sdev(pp, s), pp->done[s], pp->sst[s])) ||
 		     (st = kiln_device_stream_wait(pp->dev, pp->stream, pp->done[s]))))
 			return st;
+	pp->a = (pp->a + 1) % pp->A;
+	if ((st = kiln_pipe_timing_step(pp->timing, pp->dev, pp->stream)))
+		return st;
 	return pp->rk ? kiln_pipe_rank_flush(pp->rk, pp->stream) : KILN_OK;
+}
+
+kiln_status kiln_pipe_report(struct kiln_pipe *pp)
+{
+	double bubble;
+	kiln_status st = pp->timing ? kiln_device_stream_sync(pp->dev, pp->stream) : KILN_OK;
+	return st ? st : kiln_pipe_timing_report(pp->timing, &bubble);
 }
 
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
@@ -531,33 +584,37 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 		return;
 	for (int s = 0; s < pp->P; s++) {
 		if (pp->gadd[s])
-			kiln_device_plan_free(pp->dev, pp->gadd[s]);
+			kiln_device_plan_free(sdev(pp, s), pp->gadd[s]);
 		if (pp->gmean[s])
-			kiln_device_plan_free(pp->dev, pp->gmean[s]);
+			kiln_device_plan_free(sdev(pp, s), pp->gmean[s]);
 	}
 	for (int e = 0; pp->xadd && pp->plan && pp->plan[0] && e < pp->plan[0]->n_xfer; e++)
 		if (pp->xadd[e])
-			kiln_device_plan_free(pp->dev, pp->xadd[e]);
+			kiln_device_plan_free(sdev(pp, pp->plan[0]->xfer[e].from), pp->xadd[e]);
 	kiln_pipe_rank_free(pp->rk);
 	for (int k = 0; pp->plan && k < pp->K; k++)
 		kiln_plan_free(pp->plan[k]);
 	for (int i = 0; pp->fdone && i < pp->K * pp->P; i++)
-		kiln_device_event_destroy(pp->dev, pp->fdone[i]);
+		kiln_device_event_destroy(sdev(pp, i % pp->P), pp->fdone[i]);
 	for (int i = 0; pp->bdone && i < pp->K * pp->P; i++)
-		kiln_device_event_destroy(pp->dev, pp->bdone[i]);
+		kiln_device_event_destroy(sdev(pp, i % pp->P), pp->bdone[i]);
 	for (int s = 0; s < pp->P; s++) {
-		kiln_device_event_destroy(pp->dev, pp->done[s]);
-		kiln_device_stream_destroy(pp->dev, pp->sst[s]);
+		kiln_device_event_destroy(sdev(pp, s), pp->done[s]);
+		kiln_device_stream_destroy(sdev(pp, s), pp->sst[s]);
 	}
 	kiln_device_event_destroy(pp->dev, pp->start);
-	kiln_device_stream_destroy(pp->dev, pp->local.copy);
+	kiln_device_stream_destroy(sdev(pp, 0), pp->local.copy);
 	free(pp->fdone);
 	free(pp->bdone);
 	for (int i = 0; pp->local.msg && i < pp->local.n; i++) {
-		kiln_device_event_destroy(pp->dev, pp->local.msg[i].sent);
-		kiln_device_event_destroy(pp->dev, pp->local.msg[i].copied);
+		kiln_device_event_destroy(sdev(pp, 0), pp->local.msg[i].sent);
+		kiln_device_event_destroy(sdev(pp, 0), pp->local.msg[i].copied);
 	}
+	kiln_pipe_timing_free(pp->timing);
 	kiln_device_free(pp->dev, pp->grads_more);
+	for (int k = 0; pp->tie && k < pp->K; k++)
+		kiln_device_free(pp->dev, pp->tie[k]);
+	free(pp->tie);
 	kiln_device_free(pp->dev, pp->steps_d);
 	free(pp->local.msg);
 	free(pp->xadd);

@@ -17,7 +17,7 @@ int kiln_pipe_same_stage(const struct kiln_plan *p, int src, int i)
 }
 
 /* The crossing tensor of storage fs read on stage `to`, made when new. */
-static kiln_status find_xfer(struct kiln_plan *p, int fs, int from, int to, int *e)
+static kiln_status find_xfer(struct kiln_plan *p, int fs, int from, int to, int dtype, int *e)
 {
 	for (int i = 0; i < p->n_xfer; i++)
 		if (p->xfer[i].src == fs && p->xfer[i].to == to) {
@@ -34,7 +34,7 @@ static kiln_status find_xfer(struct kiln_plan *p, int fs, int from, int to, int 
 		return st;
 	p->xfer[p->n_xfer] = (struct plan_xfer){ .from = from, .to = to, .src = fs,
 						 .recv = p->n_store - 1, .gsrc = -2, .grecv = -2,
-						 .gtmp = -2, .bytes = bytes };
+						 .gtmp = -2, .bytes = bytes, .dtype = dtype };
 	*e = p->n_xfer++;
 	return KILN_OK;
 }
@@ -52,7 +52,8 @@ kiln_status kiln_pipe_plan_xfers(struct kiln_plan *p)
 			int from = store_stage(p, src), to = kiln_pipe_stage(m, j);
 			if (from == to)
 				continue;
-			if ((st = find_xfer(p, kiln_plan_fwd_store(p, src), from, to, &e)))
+			int dtype = src < 0 ? p->data_desc.dtype : p->nodes[src].l.out.dtype;
+			if ((st = find_xfer(p, kiln_plan_fwd_store(p, src), from, to, dtype, &e)))
 				return st;
 			p->nodes[j].xfer1[k] = e + 1;
 		}

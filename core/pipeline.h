@@ -130,6 +130,47 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 /* stream waits until every send enqueued so far has completed. */
 kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream);
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
+/* ---- a device per stage (pipe_devices.c) ---------------------------- */
+
+/* The entries of [run] devices (`plugin:ordinal, ...`; 0 when unset).
+ * KILN_ECONFIG naming file:line for a malformed list. */
+kiln_status kiln_pipe_devices_count(const struct kiln_config *cfg, int *n);
+/* Open [run] devices, one instance per stage of model m (stages read),
+ * into m->stage_dev: the run's device plugin ([run] device, m->dev's) at
+ * each ordinal, with stage s's share of the process's threads ([run]
+ * threads, or the CPUs it may run on: T / P each, the first T % P one
+ * more, at least 1) and told it runs beside P - 1 peers; m->dev's
+ * profiler on each.  Nothing to do when the key is unset.  KILN_ECONFIG
+ * naming the key for a count that is not the stages', another plugin or
+ * an ordinal named twice; KILN_ENOTSUP on a device that is not the CPU. */
+kiln_status kiln_pipe_devices_open(const struct kiln_registry *reg, struct kiln_model *m);
+/* Close them (after every plan made on them is freed). */
+void kiln_pipe_devices_close(struct kiln_model *m);
+
+/* ---- the measured bubble (pipe_timing.c) ---------------------------- */
+
+struct kiln_pipe_timing;
+struct kiln_profile;
+/* Stamps for the n_act actions `act` (borrowed) of a schedule of P stages
+ * whose stage s runs on devs[s]; `theory` is its bubble, prof the
+ * profiler or NULL.  *out = NULL (not an error) where a stage's device
+ * has no host functions (KILN_PROC_HOST_FN: stamping would sync). */
+kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
+				  const struct kiln_pipe_action *act, int n_act, double theory,
+				  struct kiln_profile *prof, struct kiln_pipe_timing **out);
+/* Enqueue on stage stream `stream` of `dev` the stamp of action
+ * `action`'s start (end = 0) or end (1).  t NULL: nothing. */
+kiln_status kiln_pipe_timing_mark(struct kiln_pipe_timing *t, struct kiln_device *dev,
+				  void *stream, int action, int end);
+/* Enqueue the step's fold on `stream` (after every stage joined it). */
+kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device *dev,
+				  void *stream);
+/* Log each stage's busy ms per step, the span and the bubble measured
+ * over the steps after the first (also to the profiler's report, when
+ * profiling); *bubble, or -1 when nothing was measured.  Call when the
+ * streams are drained. */
+kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble);
+void kiln_pipe_timing_free(struct kiln_pipe_timing *t);
 
 /* ---- `kiln memory` (pipe_memory.c) ---------------------------------- */
 
@@ -153,9 +194,10 @@ kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_mo
  * batch / micro_batches (KILN_ECONFIG when it does not divide), one plan
  * per activation set the schedule keeps alive (first: *mb_plan, which the
  * caller may summarise but not free), the transport, and the per-stage
- * gradient accumulation.  What a pipeline cannot do yet is KILN_ENOTSUP
- * naming the key: data parallelism, [train] accumulate > 1, recompute,
- * tied weights across stages, low-precision compute across stages. */
+ * gradient accumulation over `accumulate` steps ([train] accumulate: the
+ * trainer calls kiln_pipe_step that many times per optimizer step).  What
+ * a pipeline cannot do yet is KILN_ENOTSUP naming the key: data
+ * parallelism and recompute across stages. */
 kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumulate, int world,
 			   void *stream, struct kiln_pipe **out);
 /* The micro-batch plan that summaries and `kiln memory` describe. */
@@ -177,10 +219,14 @@ int kiln_pipe_micro_batches(const struct kiln_pipe *pp);
 size_t kiln_pipe_arena_bytes(const struct kiln_pipe *pp);
 /* One step's forwards and backwards over the batch x (rows of the
  * model's sample, as plans take them) and labels y (rows of label_bytes),
- * gradients left in m->grads_d as the mean over the micro-batches (ready
- * for the optimizer), the micro-step counter advanced by M. */
+ * gradients accumulated in m->grads_d: the accumulate-th call of an
+ * optimizer step leaves the mean over its accumulate x M micro-batches
+ * (ready for the optimizer); the micro-step counter advanced by M. */
 kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, size_t label_bytes,
 			   void *metrics);
+/* The measured busy times and bubble, logged (and given to the profiler):
+ * before the profiler's report, once the streams are drained. */
+kiln_status kiln_pipe_report(struct kiln_pipe *pp);
 void kiln_pipe_free(struct kiln_pipe *pp);
 
 #endif

@@ -47,7 +47,7 @@ static kiln_status plan_layers(struct kiln_plan *p)
 		N[i].l.saved_bytes = 0;
 		if (N[i].ops->plan) {
 			N[i].planned = 1;
-			if ((st = N[i].ops->plan(kiln_host_table(), &N[i].l, m->dev, &ws))) {
+			if ((st = N[i].ops->plan(kiln_host_table(), &N[i].l, kiln_plan_dev(p, i), &ws))) {
 				char d[96];
 				return kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
 						       m->layers[i].type->name,
@@ -81,7 +81,7 @@ static kiln_status plan_input(struct kiln_plan *p)
 	if (reorder)
 		op.in[0].layout = KILN_NCHW;
 	size_t rws = 0;
-	if ((st = kiln_device_prepare(m->dev, &op, reorder ? &p->in_reorder : &p->in_cast, &rws)))
+	if ((st = kiln_device_prepare(kiln_plan_dev(p, -1), &op, reorder ? &p->in_reorder : &p->in_cast, &rws)))
 		return st;
 	if (rws > p->ws_bytes)
 		p->ws_bytes = rws;
@@ -247,13 +247,13 @@ void kiln_plan_free(struct kiln_plan *p)
 	if (!p)
 		return;
 	for (int i = 0; p->nodes && i < p->m->n_layers; i++)
-		kiln_plan_node_free(&p->nodes[i], p->m->dev);
+		kiln_plan_node_free(&p->nodes[i], kiln_plan_dev(p, i));
 	kiln_device_free(p->m->dev, p->arena);
 	kiln_device_free(p->m->dev, p->ws);
 	if (p->in_reorder)
-		kiln_device_plan_free(p->m->dev, p->in_reorder);
+		kiln_device_plan_free(kiln_plan_dev(p, -1), p->in_reorder);
 	if (p->in_cast)
-		kiln_device_plan_free(p->m->dev, p->in_cast);
+		kiln_device_plan_free(kiln_plan_dev(p, -1), p->in_cast);
 	free(p->nodes);
 	free(p->store);
 	free(p->sched);

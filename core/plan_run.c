@@ -25,7 +25,7 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	struct model_layer *L = &m->layers[i];
 	struct plan_node *nd = &p->nodes[i];
 	memset(r, 0, sizeof *r);
-	r->dev = m->dev;
+	r->dev = kiln_plan_dev(p, i);
 	r->stream = stream;
 	r->training = p->training;
 	r->batch = p->batch;
@@ -171,7 +171,8 @@ kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const v
 					  .workspace = p->ws, .workspace_bytes = p->ws_bytes };
 		if (prof)
 			kiln_profile_label("input", KILN_PHASE_FORWARD);
-		st = kiln_device_run(m->dev, p->in_reorder ? p->in_reorder : p->in_cast, &a, stream);
+		st = kiln_device_run(kiln_plan_dev(p, -1), p->in_reorder ? p->in_reorder : p->in_cast, &a,
+				    stream);
 		if (prof)
 			kiln_profile_label(NULL, 0);
 		if (st)

@@ -61,6 +61,9 @@ struct kiln_profile {
 	struct prof_stream streams[PROF_STREAMS];
 	int n_streams;
 	int64_t dropped;           /* spans lost to a failed allocation */
+	int n_stages;              /* pipeline stage tracks used (kiln_profile_stage) */
+	char notes[8][256];        /* kiln_profile_note's lines, after the table */
+	int n_notes;
 };
 
 static _Thread_local struct {
@@ -320,11 +323,13 @@ void kiln_profile_span(struct kiln_profile *p, const char *label, const char *wh
 	pthread_mutex_unlock(&p->lock);
 }
 
-void kiln_profile_layer(struct kiln_profile *p, const char *layer, int pass, int64_t t0,
-			int64_t t1)
+/* A named slice on `track` (the trace only; caller holds the lock). */
+static void named_event(struct kiln_profile *p, int track, const char *layer, int pass,
+			int64_t t0, int64_t t1)
 {
-	pthread_mutex_lock(&p->lock);
-	if (p->recording && p->step <= p->trace_steps) {
+	/* a stage's slices arrive from its stream, maybe after the step */
+	const int on = p->recording || track >= KILN_PROF_TRACK_STAGE;
+	if (on && p->step >= 1 && p->step <= p->trace_steps) {
 		const char *name = NULL;
 		for (size_t i = 0; i < p->n_names && !name; i++)
 			if (!strcmp(p->names[i], layer))
@@ -333,10 +338,37 @@ void kiln_profile_layer(struct kiln_profile *p, const char *layer, int pass, int
 		    (p->names[p->n_names] = kiln_strdup(layer)))
 			name = p->names[p->n_names++];
 		if (name)
-			add_event(p, EV_LAYER, KILN_PROF_TRACK_LAYER, pass, name, t0, t1);
+			add_event(p, EV_LAYER, track, pass, name, t0, t1);
 		else
 			p->dropped++;
 	}
+}
+
+void kiln_profile_layer(struct kiln_profile *p, const char *layer, int pass, int64_t t0,
+			int64_t t1)
+{
+	pthread_mutex_lock(&p->lock);
+	named_event(p, KILN_PROF_TRACK_LAYER, layer, pass, t0, t1);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kiln_profile_stage(struct kiln_profile *p, int stage, const char *what, int pass,
+			int64_t t0, int64_t t1)
+{
+	if (stage < 0 || stage >= KILN_PROF_MAX_STAGES)
+		return;
+	pthread_mutex_lock(&p->lock);
+	if (stage >= p->n_stages)
+		p->n_stages = stage + 1;
+	named_event(p, KILN_PROF_TRACK_STAGE + stage, what, pass, t0, t1);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void kiln_profile_note(struct kiln_profile *p, const char *line)
+{
+	pthread_mutex_lock(&p->lock);
+	if (p->n_notes < (int)(sizeof p->notes / sizeof p->notes[0]))
+		snprintf(p->notes[p->n_notes++], sizeof p->notes[0], "%s", line);
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -461,6 +493,8 @@ static void write_table(struct kiln_profile *p, FILE *f)
 	out_line(f, "%s", line);
 	if (p->dropped)
 		out_line(f, "(%lld span(s) lost: out of memory)", (long long)p->dropped);
+	for (int i = 0; i < p->n_notes; i++)
+		out_line(f, "%s", p->notes[i]);
 	free(rows);
 }
 
@@ -507,6 +541,11 @@ static void write_trace(const struct kiln_profile *p, FILE *f)
 	track_meta(f, KILN_PROF_TRACK_PHASE, "phases (host)");
 	track_meta(f, KILN_PROF_TRACK_LAYER, "layers (host)");
 	track_meta(f, KILN_PROF_TRACK_WAIT, "data wait (host)");
+	for (int s = 0; s < p->n_stages; s++) {
+		char name[32];
+		snprintf(name, sizeof name, "pipeline stage %d", s);
+		track_meta(f, KILN_PROF_TRACK_STAGE + s, name);
+	}
 	for (int i = 0; i < p->n_streams; i++)
 		track_meta(f, KILN_PROF_TRACK_STREAM + i, p->streams[i].name);
 	if (p->n_streams == PROF_STREAMS)

@@ -41,8 +41,10 @@ enum {
 	KILN_PROF_TRACK_PHASE = 2, /* data, forward, backward, optimizer, log */
 	KILN_PROF_TRACK_LAYER = 3, /* one slice per layer and pass (plan_run.c) */
 	KILN_PROF_TRACK_WAIT = 4,  /* the training thread waiting for data */
-	KILN_PROF_TRACK_STREAM = 10 /* first device stream; more follow */
+	KILN_PROF_TRACK_STREAM = 10, /* first device stream; more follow */
+	KILN_PROF_TRACK_STAGE = 100  /* pipeline stage 0's busy spans; more follow */
 };
+#define KILN_PROF_MAX_STAGES 64
 
 /* [run] profile and profile_steps of cfg.  *out = NULL when profile = 0
  * (not an error).  The caller frees with kiln_profile_free. */
@@ -92,6 +94,15 @@ void kiln_profile_span(struct kiln_profile *p, const char *label, const char *wh
  * ops are the table's rows.  `layer` is borrowed for the call. */
 void kiln_profile_layer(struct kiln_profile *p, const char *layer, int pass, int64_t t0,
 			int64_t t1);
+
+/* One forward or backward of a pipeline stage (core/pipe_timing.c), as
+ * its stream ran it: a slice named `what` (copied) on the stage's trace
+ * track, not a table row (its ops are those). */
+void kiln_profile_stage(struct kiln_profile *p, int stage, const char *what, int pass,
+			int64_t t0, int64_t t1);
+/* A line printed after the table (the pipeline's busy times and bubble);
+ * up to 8, each cut at 255 characters. */
+void kiln_profile_note(struct kiln_profile *p, const char *line);
 
 /* The table (logged, and out_dir/profile.txt) and out_dir/trace.json;
  * out_dir NULL or "" writes no files. */

@@ -35,6 +35,8 @@ static const struct kiln_key run_keys[] = {
 	  "Steps the profile's trace covers (the first N, warm-up included), keeping trace.json small; 0 = no trace. The table counts every step after the first." },
 	{ "fuse", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Fuse an activation into the layer before it when that layer alone feeds it: linear, conv or batchnorm followed by `relu` runs as one op with the ReLU as its epilogue (oneDNN post-ops on the CPU, cuBLASLt epilogues on CUDA) and the ReLU's backward folded into the layer's backward (its mask from the fused output); linear followed by `gelu` is fused in evaluation. The activation layer becomes a view (`kiln summary` marks it, the profile shows no ReLU op). Same numbers as `fuse = 0` up to float rounding (ReLU: bit for bit on the CPU)." },
+	{ "devices", KILN_KEY_STR, "", NOLIM, NULL,
+	  "Pipeline stages on devices of their own in this process (docs/pipeline.md): one `device:ordinal` per stage in stage order, e.g. `cpu:0, cpu:1`, all of `[run] device`'s plugin. Each stage's layers are prepared and run on its own instance, with its share of `[run] threads` (or of the CPUs the process may use when 0): T/P threads each (rounded down), the first T mod P stages one more, at least 1 each; the optimizer stays on `[run] device` with all of them. On the CPU the instances share host memory and their streams run on worker threads (`[plugin.cpu] async` defaults to on), so the stages run at the same time; the tensors crossing stages are copied on a copy stream ordered by events. Empty: every stage on `[run] device`. CPU only for now (a GPU would need each stage's parameters and arenas in its own device's memory)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

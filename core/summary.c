@@ -115,7 +115,9 @@ static kiln_status count_layer(void *user, int layer, void *stream)
 static kiln_status count_flops(struct kiln_plan *p, struct kiln_summary *s)
 {
 	struct kiln_model *m = p->m;
-	if (p->training && m->group_ranks > 1) {
+	/* stages on devices of their own ([run] devices) would run their
+	 * kernels: only m->dev counts */
+	if ((p->training && m->group_ranks > 1) || (p->staged && m->stage_dev)) {
 		s->no_flops = 1;
 		return KILN_OK;
 	}

@@ -309,6 +309,10 @@ kiln_status trainer_finish(struct trainer *t)
 		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced (on_error = skip)",
 			 (long long)res->data_skipped);
 	res->train_samples_per_s = t->timed_s > 0 ? (double)t->timed_samples / t->timed_s : 0;
+	/* the pipeline's measured busy times and bubble, logged and noted in
+	 * the profile (the streams are drained by now) */
+	if (t->pipe && (st = kiln_pipe_report(t->pipe)))
+		return st;
 	if (t->prof && (st = kiln_profile_report(t->prof, t->run.out_dir)))
 		return st;
 	res->wall_s = kiln_now_s() - t->t_start;

@@ -267,7 +267,13 @@ static kiln_status open_device(struct trainer *t)
 	int ordinal = !kiln_dist_env_read(&env) ? env.local_rank : 0;
 	if ((st = kiln_profile_open(t->cfg, &t->prof)))
 		return st;
-	if ((st = kiln_device_open(t->reg, t->cfg, devname, ordinal, &t->dev)))
+	/* [run] devices: the pipeline's stages run beside this one's streams
+	 * (core/pipe_devices.c), which then wait for theirs */
+	int peers = 0;
+	if ((st = kiln_pipe_devices_count(t->cfg, &peers)))
+		return st;
+	if ((st = kiln_device_open_peer(t->reg, t->cfg, devname, ordinal, -1, peers > 1 ? peers : 1,
+					&t->dev)))
 		return ordinal ? kiln_error_wrap(st, "rank %d (local rank %d): opening %s device %d",
 						 env.rank, env.local_rank, devname, ordinal)
 			       : st;
@@ -377,6 +383,8 @@ static kiln_status build_model(struct trainer *t)
 		if ((st = kiln_pipe_wanted(t->cfg, t->m, &pipe)))
 			return st;
 		kiln_device_flops_record(t->dev, 1); /* the ops' FLOPs, for the summary */
+		if ((st = kiln_pipe_devices_open(t->reg, t->m)))
+			return st;
 		if (pipe && !(st = kiln_pipe_open(t->m, t->B, t->acc, t->world, t->compute, &t->pipe))) {
 			t->ptrain = kiln_pipe_plan0(t->pipe);
 			t->graph_mode = -1; /* issued op by op */
@@ -696,6 +704,8 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 		kiln_pipe_free(t->pipe);
 	else
 		kiln_plan_free(t->ptrain);
+	if (t->m)
+		kiln_pipe_devices_close(t->m);
 	kiln_plan_free(t->peval);
 	kiln_plan_free(t->prem);
 	kiln_model_free(t->m);

@@ -5,7 +5,10 @@
 #     (micro_batches 1); cut into 2 and 4 stages with 4 micro-batches of 8,
 #     with those of batch 8 x accumulate 4 (and of batch 32); gpipe and
 #     1f1b end byte for byte alike, and so do stages on concurrent streams
-#     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events);
+#     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events)
+#     and stages on device instances of their own ([run] devices);
+#     [train] accumulate on top of the micro-batches equals accumulation,
+#     and so do bf16 and fp16 compute in 2 stages (a GPT in 4, bf16);
 #  2. a CNN with batchnorm in 2 and 4 stages ([model] stages), 4
 #     micro-batches: parameters and running statistics those of batch 8 x
 #     accumulate 4 (each micro-batch its own statistics, as PyTorch);
@@ -83,6 +86,21 @@ stderr_has "4 stages, 4 micro-batches of 8, schedule 1f1b: 4 activation sets"
 "$tool" same "$(ck p2g 6)" "$(ck p2f 6)" params optim.momentum step ||
 	fail "gpipe and 1f1b differ"
 echo "ok: MLP in 2 and 4 stages equals the uncut model; gpipe = 1f1b"
+# [train] accumulate on top of micro-batches: 2 steps of 2 micro-batches of
+# 8 per optimizer step are accumulate 4 of batch 8
+kiln 0 train "$m" run.out_dir="$tmp/p2acc" train.batch=16 train.accumulate=2 \
+	pipeline.micro_batches=2 layer.fc2.stage=1
+near "$(ck acc 6)" "$(ck p2acc 6)" 1e-6 params optim.momentum
+echo "ok: accumulate x micro-batches equals accumulate"
+# low-precision compute across stages: the crossing tensors and their
+# returned gradients in bf16 / f16 (fp16: the loss scaler as one process)
+for pr in bf16 fp16; do
+	kiln 0 train "$m" run.out_dir="$tmp/acc$pr" train.batch=8 train.accumulate=4 run.precision=$pr
+	kiln 0 train "$m" run.out_dir="$tmp/p2$pr" pipeline.micro_batches=4 layer.fc2.stage=1 \
+		run.precision=$pr "run.devices=cpu:0, cpu:1" run.threads=2
+	near "$(ck acc$pr 6)" "$(ck p2$pr 6)" 1e-6 params optim.momentum
+done
+echo "ok: bf16 and fp16 compute in 2 stages equal accumulation"
 # the stages on streams of their own that run concurrently (a worker thread
 # each): the events alone order them, and the result is the same
 kiln 0 train "$m" run.out_dir="$tmp/p4a" pipeline.micro_batches=4 plugin.cpu.async=1 \
@@ -90,6 +108,24 @@ kiln 0 train "$m" run.out_dir="$tmp/p4a" pipeline.micro_batches=4 plugin.cpu.asy
 "$tool" same "$(ck p4f 6)" "$(ck p4a 6)" params optim.momentum step ||
 	fail "concurrent stages (async streams) differ"
 echo "ok: concurrent stages equal serial ones"
+# a device instance per stage ([run] devices), each with its share of the
+# threads (2 stages of threads = 2, 4 stages of threads = 4: one each) and
+# its own worker threads: byte for byte the one-device pipeline's
+kiln 0 train "$m" run.out_dir="$tmp/p2d" pipeline.micro_batches=4 layer.fc2.stage=1 \
+	"run.devices=cpu:0, cpu:1" run.threads=2
+stderr_has "stage 1 on cpu:1, 1 of 2 threads"
+"$tool" same "$(ck p2f 6)" "$(ck p2d 6)" params optim.momentum step ||
+	fail "2 stages on 2 devices differ from one device"
+kiln 0 train "$m" run.out_dir="$tmp/p4d" pipeline.micro_batches=4 run.threads=4 \
+	"model.stages=flat,r1|fc2|r2|fc3,loss" "run.devices=cpu:0,cpu:1,cpu:2,cpu:3"
+"$tool" same "$(ck p4f 6)" "$(ck p4d 6)" params optim.momentum step ||
+	fail "4 stages on 4 devices differ from one device"
+near "$(ck b32 6)" "$(ck p4d 6)" 1e-5 params
+kiln 2 train "$m" layer.fc2.stage=1 "run.devices=cpu:0,cpu:1,cpu:2"
+stderr_has "[run] devices names 3 devices for 2 pipeline stages"
+kiln 2 train "$m" layer.fc2.stage=1 "run.devices=cpu:0,cpu:0"
+stderr_has "cpu:0 is named twice"
+echo "ok: stages on devices of their own equal one device and the uncut model"
 
 # ---- 2. CNN with batchnorm ---------------------------------------------------
 cat > "$tmp/cnn.ini" <<EOF
@@ -168,6 +204,16 @@ kiln 0 train "$g" "$@" run.out_dir="$tmp/g4a" train.batch=4 pipeline.micro_batch
 	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
 	layer.transformer.h.1.mlp.c_fc.stage=3 plugin.cpu.async=1
 "$tool" same "$(ck g4 3)" "$(ck g4a 3)" params optim.momentum || fail "GPT: concurrent stages differ"
+kiln 0 train "$g" "$@" run.out_dir="$tmp/g4d" train.batch=4 pipeline.micro_batches=2 \
+	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
+	layer.transformer.h.1.mlp.c_fc.stage=3 run.devices=cpu:0,cpu:1,cpu:2,cpu:3
+"$tool" same "$(ck g4 3)" "$(ck g4d 3)" params optim.momentum || fail "GPT: 4 devices differ"
+# bf16: the residual's returned gradients add in bf16
+kiln 0 train "$g" "$@" run.out_dir="$tmp/gaccb" train.batch=2 train.accumulate=2 run.precision=bf16
+kiln 0 train "$g" "$@" run.out_dir="$tmp/g4b" train.batch=4 pipeline.micro_batches=2 \
+	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
+	layer.transformer.h.1.mlp.c_fc.stage=3 run.devices=cpu:0,cpu:1,cpu:2,cpu:3 run.precision=bf16
+near "$(ck gaccb 3)" "$(ck g4b 3)" 1e-5 params optim.momentum
 echo "ok: GPT in 2 and 4 stages (residuals crossing) equals accumulation"
 
 # ---- 4. checkpoint: 2 stages -> 1 --------------------------------------------

@@ -284,7 +284,7 @@ struct kiln_device_traits {
 	const char *comm;
 };
 
-#define KILN_DEVICE_OPTIONS_VERSION 2
+#define KILN_DEVICE_OPTIONS_VERSION 3
 
 /* The [run] keys a device acts on, read once by the core (core/device.c)
  * from the config, where the schema holds their defaults, and handed to
@@ -310,6 +310,14 @@ struct kiln_device_options {
 	 * defaults that pay only with several ranks (the CPU's async streams,
 	 * which let the gradients' allreduce overlap the backward). */
 	int32_t ranks;
+	/* ---- version 3 ---- */
+	/* device instances of this process that run at the same time, each
+	 * with its own `threads` ([run] devices: one per pipeline stage,
+	 * docs/pipeline.md); 1 alone.  For defaults that pay only then (the
+	 * CPU's async streams, so that the stages overlap).  Streams and
+	 * events of instances of one device plugin in a process may wait on
+	 * each other (a stage's stream waits for its neighbour's event). */
+	int32_t peers;
 };
 
 #define KILN_DEVICE_OPS_VERSION 3

@@ -69,6 +69,15 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 
 /* ---- open / close ----------------------------------------------------- */
 
+/* The lock and condition of every CPU context of the process: a pipeline
+ * stage's stream waits for events its neighbours' contexts record ([run]
+ * devices = cpu:0, cpu:1), so they share one (the broadcasts of one
+ * context's progress wake the waiters of all). */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+} cpu_sync = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER };
+
 
 static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    int ordinal, const struct kiln_device_options *opts, void **out)
@@ -86,8 +95,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		st = host->config_get_bool(cfg, "plugin.cpu", "async", &async);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
-		if (async < 0) /* unset: where the allreduce can overlap the backward */
-			async = opts->version >= 2 && opts->ranks > 1;
+		/* unset: where the allreduce can overlap the backward, or
+		 * pipeline stages on contexts of their own overlap */
+		if (async < 0)
+			async = (opts->version >= 2 && opts->ranks > 1) ||
+				(opts->version >= 3 && opts->peers > 1);
 		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
@@ -145,11 +157,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->bf16_conv = kern[0];
 	c->bf16_gemm = kern[1];
 	c->threads = (int)threads;
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->cond, NULL);
+	c->lock = &cpu_sync.lock;
+	c->cond = &cpu_sync.cond;
 	if ((st = cpu_engine_create(c))) {
-		pthread_cond_destroy(&c->cond);
-		pthread_mutex_destroy(&c->lock);
 		free(c);
 		return st;
 	}
@@ -177,8 +187,6 @@ static void cpu_close(void *ctx)
 	cpu_tune_free(c);
 	cpu_engine_destroy(c);
 	cpu_team_live_destroy(&c->team);
-	pthread_cond_destroy(&c->cond);
-	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
@@ -332,9 +340,9 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 		free(p);
 		return st;
 	}
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	COMMON_LIST_PUSH(c->plans, p);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	if (workspace)
 		*workspace = p->workspace;
 	*plan = p;
@@ -356,10 +364,10 @@ static void cpu_plan_free(void *ctx, void *plan)
 	struct cpu_plan *p = plan;
 	if (!p)
 		return;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	cpu_plan_wait_idle(c, p);
 	COMMON_LIST_UNLINK(c->plans, p);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	cpu_plan_release(p);
 	free(p);
 }
@@ -460,8 +468,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
 	  "and hidden host syncs show up without a GPU, and a data-parallel run's "
 	  "allreduce overlaps the backward.  Unset: on when the run has several ranks "
-	  "(DDP overlap out of the box), off for one process (nothing to overlap; "
-	  "docs/PERFORMANCE.md, \"Defaults that help\")." },
+	  "(DDP overlap out of the box) and on the stage devices of `[run] devices` "
+	  "(the pipeline's stages overlap; docs/pipeline.md), off for one process "
+	  "(nothing to overlap; docs/PERFORMANCE.md, \"Defaults that help\")." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
 	  "CPU (another process busy on the same cores), probing back when the machine is "

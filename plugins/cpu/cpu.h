@@ -44,10 +44,12 @@ struct cpu_ctx {
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
 	void *engine;       /* dnnl_engine_t, shared by every plan */
-	/* One lock for every stream and event of the context (a handful of
-	 * streams); wake-ups are targeted (stream.c). */
-	pthread_mutex_t lock;
-	pthread_cond_t cond;   /* progress: an event completed, a stream went
+	/* One lock for every stream and event of the process's CPU
+	 * contexts (a handful of streams; several contexts when pipeline
+	 * stages each have one and wait on each other's events: cpu.c's
+	 * cpu_sync); wake-ups are targeted (stream.c). */
+	pthread_mutex_t *lock;
+	pthread_cond_t *cond;  /* progress: an event completed, a stream went
 				* idle, an event's or (when plan_waiters) a
 				* plan's last queued use passed; idle workers
 				* sleep on their stream's own `wake` instead */

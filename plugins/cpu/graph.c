@@ -107,10 +107,10 @@ kiln_status cpu_capture_take(struct cpu_ctx *c, struct cpu_stream *s, const stru
 {
 	kiln_status st = KILN_OK;
 	*taken = 0;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	struct cpu_capture *k = c->cap;
 	if (!k) {
-		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(c->lock);
 		return KILN_OK;
 	}
 	int i = cap_index(k, s);
@@ -119,11 +119,11 @@ kiln_status cpu_capture_take(struct cpu_ctx *c, struct cpu_stream *s, const stru
 		/* a stream outside the capture joins it by waiting on an
 		 * event recorded in it; anything else runs as usual */
 		if (t->kind != CPU_T_WAIT || *ev_id != k->id) {
-			pthread_mutex_unlock(&c->lock);
+			pthread_mutex_unlock(c->lock);
 			return KILN_OK;
 		}
 		if (k->n_streams == CAP_STREAMS) {
-			pthread_mutex_unlock(&c->lock);
+			pthread_mutex_unlock(c->lock);
 			*taken = 1;
 			return violate(c, k, "%s: more than 16 streams joined one capture", "stream_wait");
 		}
@@ -136,7 +136,7 @@ kiln_status cpu_capture_take(struct cpu_ctx *c, struct cpu_stream *s, const stru
 		if (*ev_id != k->id) {
 			st = violate(c, k, "%s: a capturing stream waits on an event recorded outside the capture (CUDA: cudaErrorStreamCaptureIsolation); record it inside, or wait before capture_begin",
 				     "stream_wait");
-			pthread_mutex_unlock(&c->lock);
+			pthread_mutex_unlock(c->lock);
 			return st;
 		}
 		/* the recording stream's tail is joined when this waits on
@@ -154,7 +154,7 @@ kiln_status cpu_capture_take(struct cpu_ctx *c, struct cpu_stream *s, const stru
 			*cpu_event_cap_cnt(t->ev) = k->cnt[i];
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return st;
 }
 
@@ -162,7 +162,7 @@ kiln_status cpu_capture_check_sync(struct cpu_ctx *c, struct cpu_stream *s, stru
 				   const char *what)
 {
 	kiln_status st = KILN_OK;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	struct cpu_capture *k = c->cap;
 	uint64_t id = ev ? *cpu_event_cap_id(ev) : 0;
 	if (k && s && !ev && cap_index(k, s) >= 0)
@@ -176,7 +176,7 @@ kiln_status cpu_capture_check_sync(struct cpu_ctx *c, struct cpu_stream *s, stru
 			     what);
 	else if (k && !s && !ev)
 		st = violate(c, k, "%s while capturing (CUDA: cudaErrorStreamCaptureUnsupported): allocate before capture_begin", what);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return st;
 }
 
@@ -189,9 +189,9 @@ kiln_status cpu_capture_begin(void *ctx, void *stream)
 		st = c->host->error(KILN_ENOMEM, "cpu: out of memory for a capture");
 	if (st)
 		return st;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	if (c->cap) {
-		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(c->lock);
 		free(k);
 		return c->host->error(KILN_EINVAL, "cpu: capture_begin: a capture is under way");
 	}
@@ -200,7 +200,7 @@ kiln_status cpu_capture_begin(void *ctx, void *stream)
 	k->streams[0] = stream;
 	k->n_streams = 1;
 	c->cap = k;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return KILN_OK;
 }
 
@@ -209,15 +209,15 @@ kiln_status cpu_capture_end(void *ctx, void *stream, void **graph)
 	struct cpu_ctx *c = ctx;
 	kiln_status st = KILN_OK;
 	*graph = NULL;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	struct cpu_capture *k = c->cap;
 	if (!k || k->origin != stream) {
-		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(c->lock);
 		return c->host->error(KILN_EINVAL, "cpu: capture_end: %s",
 				      k ? "not the stream the capture began on" : "no capture under way");
 	}
 	c->cap = NULL;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	if (k->failed) {
 		st = c->host->error(k->failed, "cpu: the capture is invalid: %s", k->msg);
 	} else {

@@ -76,17 +76,17 @@ static void cpu_task_done(struct cpu_stream *s)
 	if (!--s->count)
 		wake = 1; /* stream_sync waits for this */
 	if (wake)
-		pthread_cond_broadcast(&s->c->cond);
+		pthread_cond_broadcast(s->c->cond);
 }
 
 static void *cpu_worker(void *arg)
 {
 	struct cpu_stream *s = arg;
 	struct cpu_ctx *c = s->c;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	for (;;) {
 		while (!s->count && !s->quit)
-			pthread_cond_wait(&s->wake, &c->lock);
+			pthread_cond_wait(&s->wake, c->lock);
 		if (!s->count)
 			break; /* quit and drained */
 		struct cpu_task *t = &s->q[s->head];
@@ -97,7 +97,7 @@ static void *cpu_worker(void *arg)
 			struct cpu_event *ev = t->ev;
 			const uint64_t gen = t->gen;
 			while (ev->done < gen)
-				pthread_cond_wait(&c->cond, &c->lock);
+				pthread_cond_wait(c->cond, c->lock);
 			if (ev->err.st && !s->err.st)
 				s->err = ev->err;
 			break;
@@ -114,12 +114,12 @@ static void *cpu_worker(void *arg)
 			{
 				kiln_status (*fn)(void *) = t->fn;
 				void *fa = t->arg;
-				pthread_mutex_unlock(&c->lock);
+				pthread_mutex_unlock(c->lock);
 				kiln_status st = fn(fa);
 				struct cpu_err e = { st, "" };
 				if (st)
 					snprintf(e.msg, sizeof e.msg, "%s", c->host->last_error());
-				pthread_mutex_lock(&c->lock);
+				pthread_mutex_lock(c->lock);
 				if (e.st && !s->err.st)
 					s->err = e;
 			}
@@ -133,12 +133,12 @@ static void *cpu_worker(void *arg)
 				 * while we run unlocked. */
 				struct cpu_task task = *t;
 				struct cpu_err e = { KILN_OK, "" };
-				pthread_mutex_unlock(&c->lock);
+				pthread_mutex_unlock(c->lock);
 				if (task.kind == CPU_T_RUN)
 					cpu_exec(c, task.plan, &task.args, &e);
 				else
 					memcpy(task.dst, task.src, task.bytes);
-				pthread_mutex_lock(&c->lock);
+				pthread_mutex_lock(c->lock);
 				if (e.st && !s->err.st)
 					s->err = e;
 			}
@@ -146,7 +146,7 @@ static void *cpu_worker(void *arg)
 		}
 		cpu_task_done(s);
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return NULL;
 }
 
@@ -211,9 +211,9 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 		}
 		s->has_thread = 1;
 	}
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	COMMON_LIST_PUSH(c->streams, s);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	*out = s;
 	return KILN_OK;
 }
@@ -224,15 +224,15 @@ void cpu_stream_destroy(void *ctx, void *stream)
 	struct cpu_stream *s = stream;
 	if (!s)
 		return;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	s->quit = 1;
 	pthread_cond_signal(&s->wake);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	if (s->has_thread)
 		pthread_join(s->thread, NULL); /* drains the queue first */
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	COMMON_LIST_UNLINK(c->streams, s);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	pthread_cond_destroy(&s->wake);
 	free(s->q);
 	free(s);
@@ -249,11 +249,11 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 		return st;
 	if (!c->async)
 		return KILN_OK;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	while (s->count)
-		pthread_cond_wait(&c->cond, &c->lock);
+		pthread_cond_wait(c->cond, c->lock);
 	struct cpu_err e = s->err;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "stream_sync") : KILN_OK;
 }
 
@@ -268,16 +268,20 @@ static kiln_status run_raw(struct cpu_ctx *c, struct cpu_stream *s, const struct
 		return KILN_OK;
 	}
 	struct cpu_task t = { .kind = CPU_T_RUN, .plan = p, .args = *a };
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	struct cpu_err e = s->err;
 	kiln_status st = e.st ? KILN_OK : cpu_push(s, &t);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "run") : st;
 }
 
 /* A capture under way takes the task (graph.c), else it is issued. */
 static kiln_status take_or_issue(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
 {
+	/* the stream's context orders its tasks (sync or async): a plan or
+	 * event of a peer context ([run] devices' stages) may be issued on it */
+	if (s && s->c)
+		c = s->c;
 	if (c->graph) {
 		int taken = 0;
 		kiln_status st = cpu_capture_take(c, s, t, &taken);
@@ -316,10 +320,10 @@ static kiln_status copy_raw(struct cpu_ctx *c, struct cpu_stream *s, void *dst, 
 		return KILN_OK;
 	}
 	struct cpu_task t = { .kind = CPU_T_COPY, .dst = dst, .src = src, .bytes = bytes };
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	struct cpu_err e = s->err;
 	kiln_status st = e.st ? KILN_OK : cpu_push(s, &t);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "copy_async") : st;
 }
 
@@ -332,9 +336,9 @@ kiln_status cpu_event_create(void *ctx, void **out)
 	*out = NULL;
 	if (!ev)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an event");
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	COMMON_LIST_PUSH(c->events, ev);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	*out = ev;
 	return KILN_OK;
 }
@@ -345,12 +349,12 @@ void cpu_event_destroy(void *ctx, void *event)
 	struct cpu_event *ev = event;
 	if (!ev)
 		return;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	/* Queued markers and waits still point at it: let them pass. */
 	while (ev->refs)
-		pthread_cond_wait(&c->cond, &c->lock);
+		pthread_cond_wait(c->cond, c->lock);
 	COMMON_LIST_UNLINK(c->events, ev);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	free(ev);
 }
 
@@ -368,7 +372,7 @@ kiln_status cpu_event_record(void *ctx, void *event, void *stream)
 static kiln_status record_raw(struct cpu_ctx *c, struct cpu_event *ev, struct cpu_stream *s)
 {
 	kiln_status st = KILN_OK;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	ev->cap_id = 0; /* a real record */
 	if (!c->async) {
 		ev->done = ++ev->target;
@@ -377,7 +381,7 @@ static kiln_status record_raw(struct cpu_ctx *c, struct cpu_event *ev, struct cp
 		if (!(st = cpu_push(s, &t)))
 			ev->target++;
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return st;
 }
 
@@ -397,16 +401,24 @@ static kiln_status wait_raw(struct cpu_ctx *c, struct cpu_stream *s, struct cpu_
 	kiln_status st = KILN_OK;
 	if (c->graph && (st = cpu_capture_check_sync(c, s, ev, "stream_wait")))
 		return st;
-	if (!c->async)
-		return KILN_OK; /* everything already happened in call order */
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
+	if (!c->async) {
+		/* everything of this context already happened in call order;
+		 * an event of an async peer context (a pipeline stage's, [run]
+		 * devices) is waited for here */
+		while (ev->done < ev->target)
+			pthread_cond_wait(c->cond, c->lock);
+		struct cpu_err e = ev->err;
+		pthread_mutex_unlock(c->lock);
+		return e.st ? cpu_report(c, &e, "stream_wait") : KILN_OK;
+	}
 	/* A complete event that carries a failure is still queued, so the
 	 * failure reaches this stream in order, after its earlier work. */
 	if (ev->done < ev->target || ev->err.st) {
 		struct cpu_task t = { .kind = CPU_T_WAIT, .ev = ev, .gen = ev->target };
 		st = cpu_push(s, &t);
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return st;
 }
 
@@ -419,12 +431,12 @@ kiln_status cpu_event_sync(void *ctx, void *event)
 	kiln_status st;
 	if (c->graph && (st = cpu_capture_check_sync(c, NULL, ev, "event_sync")))
 		return st;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	uint64_t gen = ev->target;
 	while (ev->done < gen)
-		pthread_cond_wait(&c->cond, &c->lock);
+		pthread_cond_wait(c->cond, c->lock);
 	struct cpu_err e = ev->err;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "event_sync") : KILN_OK;
 }
 
@@ -432,7 +444,7 @@ void cpu_plan_wait_idle(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	c->plan_waiters++;
 	while (p->refs)
-		pthread_cond_wait(&c->cond, &c->lock);
+		pthread_cond_wait(c->cond, c->lock);
 	c->plan_waiters--;
 }
 
@@ -460,10 +472,10 @@ static kiln_status host_raw(struct cpu_ctx *c, struct cpu_stream *s, const struc
 {
 	if (!c->async)
 		return t->fn(t->arg);
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	struct cpu_err e = s->err;
 	kiln_status st = e.st ? KILN_OK : cpu_push(s, t);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "host_fn") : st;
 }
 

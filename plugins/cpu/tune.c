@@ -193,11 +193,11 @@ out:
 static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
 {
 	int f32 = -1;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	for (const struct cpu_choice *h = c->choices; h && f32 < 0; h = h->next)
 		if (!memcmp(&h->op, op, sizeof *op))
 			f32 = h->kern_f32;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 	return f32;
 }
 
@@ -208,10 +208,10 @@ static void keep_choice(struct cpu_ctx *c, const struct kiln_op *op, int f32)
 		return;
 	h->op = *op;
 	h->kern_f32 = f32;
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(c->lock);
 	h->next = c->choices;
 	c->choices = h;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(c->lock);
 }
 
 void cpu_tune_free(struct cpu_ctx *c)

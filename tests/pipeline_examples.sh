@@ -1,0 +1,67 @@
+#!/bin/sh
+# tests/pipeline_examples.sh - the split examples (docs/pipeline.md) follow
+# their unsplit originals, a few steps each:
+#  1. examples/seq2seq_split.ini (encoder on stage 0, decoder on stage 1,
+#     each on a device instance of its own, 4 micro-batches) against
+#     examples/seq2seq.ini: the parameters and the held-out loss and
+#     accuracy agree to float tolerance;
+#  2. examples/gpt_char_split.ini (2 stages, the lm_head tied to the token
+#     embedding across the cut, 4 micro-batches) against
+#     examples/gpt_char.ini on a small shard of Debian's fortunes: the
+#     parameters and the held-out loss agree;
+#  3. the profile of a split run shows each stage's busy time and the
+#     measured bubble, and its trace a track per stage.
+name=pipeline_examples
+. "$(dirname "$0")/lib.sh"
+tool="$top_builddir/tests/ckpt_tool"
+need_source seq2seq
+need_source tokens
+ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
+near() { # near A B TOL SECTIONS...: checkpoints A and B agree
+	a=$1 b=$2 tol=$3
+	shift 3
+	"$tool" close "$a" "$b" "$tol" "$@" || fail "$(basename "$(dirname "$(dirname "$a")")") and $(basename "$(dirname "$(dirname "$b")")") differ"
+}
+close() { # close A B TOL: two numbers agree within TOL
+	awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= t) }'
+}
+
+# ---- 1. seq2seq -------------------------------------------------------------
+set -- data.samples=2048 data.eval.samples=256 train.max_steps=24 train.eval_every=24 \
+	train.log_every=8 train.warmup=4
+kiln 0 train "$srcdir/examples/seq2seq.ini" "$@" run.out_dir="$tmp/s1"
+cp "$out" "$tmp/s1.out"
+kiln 0 train "$srcdir/examples/seq2seq_split.ini" "$@" run.out_dir="$tmp/s2"
+stderr_has "2 stages, 4 micro-batches of 16, schedule 1f1b"
+stderr_has "stage 1 on cpu:1, 1 of 1 threads"
+near "$(ck s1 24)" "$(ck s2 24)" 1e-5 params
+l1=$(field test_loss "$tmp/s1.out"); l2=$(field test_loss "$out")
+a1=$(field test_acc "$tmp/s1.out"); a2=$(field test_acc "$out")
+close "$l1" "$l2" 1e-4 || fail "seq2seq: held-out loss $l1 unsplit, $l2 split"
+close "$a1" "$a2" 1e-3 || fail "seq2seq: held-out accuracy $a1 unsplit, $a2 split"
+echo "ok: seq2seq split follows unsplit (loss $l1 / $l2, accuracy $a1 / $a2)"
+
+# ---- 2. GPT, tied lm_head across the cut ------------------------------------
+[ -d /usr/share/games/fortunes ] || fail "/usr/share/games/fortunes missing: run scripts/install-deps"
+KILN="$kiln" "$srcdir/scripts/make-gpt-char-data" "$tmp/gpt_char" >/dev/null 2>"$tmp/mk.err" ||
+	{ cat "$tmp/mk.err"; fail "make-gpt-char-data"; }
+set -- "data.path=$tmp/gpt_char" train.max_steps=4 train.eval_every=4 data.eval.limit=16 \
+	train.checkpoint_every=0 run.threads=2
+kiln 0 train "$srcdir/examples/gpt_char.ini" "$@" run.out_dir="$tmp/g1"
+cp "$out" "$tmp/g1.out"
+kiln 0 train "$srcdir/examples/gpt_char_split.ini" "$@" run.out_dir="$tmp/g2"
+stderr_has "2 stages, 4 micro-batches of 4, schedule 1f1b"
+near "$(ck g1 4)" "$(ck g2 4)" 2e-5 params
+l1=$(field test_loss "$tmp/g1.out"); l2=$(field test_loss "$out")
+close "$l1" "$l2" 1e-4 || fail "gpt_char: held-out loss $l1 unsplit, $l2 split"
+echo "ok: gpt_char split in 2 stages (tied lm_head) follows unsplit (loss $l1 / $l2)"
+
+# ---- 3. the profile: busy time per stage, the bubble ---------------------------
+kiln 0 train "$srcdir/examples/gpt_char_split.ini" "$@" run.out_dir="$tmp/g3" train.max_steps=3 \
+	train.eval=0 run.profile=1
+stderr_has "pipeline busy ms/step: stage 0 "
+grep -qE "stage 1 [0-9.]+, span [0-9.]+; bubble [0-9.]+ \(schedule 0\.200\) over 2 steps" "$tmp/g3/profile.txt" ||
+	fail "profile.txt lacks the stages' busy times and the bubble"
+grep -q '"pipeline stage 1"' "$tmp/g3/trace.json" || fail "trace.json has no track for stage 1"
+grep -q '"B mb 3"' "$tmp/g3/trace.json" || fail "trace.json has no stage slices"
+echo "ok: the profile shows each stage's busy time and the bubble"
