@@ -16,10 +16,22 @@ struct kiln_quant_calib {
 	size_t host_elems;
 };
 
+/* Convolutions with fewer input channels per group than this stay f32:
+ * oneDNN's int8 kernels take input channels in fours (one vpmaddubsw /
+ * vpmaddwd lane), so an image model's first layer (1 or 3 channels) pads
+ * to 4 and ran 1.3x slower than f32 (docs/PERFORMANCE.md, "INT8
+ * evaluation at 2x"), and its input is the one quantization hurts most. */
+#define QUANT_MIN_CHANNELS 4
+
 static int quantizable(const struct kiln_model *m, int i)
 {
-	const char *t = m->layers[i].type->name;
-	return m->layers[i].n_in == 1 && (!strcmp(t, "conv") || !strcmp(t, "linear"));
+	const struct model_layer *L = &m->layers[i];
+	const char *t = L->type->name;
+	if (L->n_in != 1)
+		return 0;
+	if (!strcmp(t, "conv"))
+		return m->params[L->pidx[0]].desc.dims[1] >= QUANT_MIN_CHANNELS;
+	return !strcmp(t, "linear");
 }
 
 kiln_status kiln_quant_calib_new(const struct kiln_model *m, struct kiln_quant_calib **out)
