@@ -403,9 +403,10 @@ AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KIL
 
 # One graceful stop per rank under kiln launch; the store under hostile
 # clients (tests/store_client.py speaks its wire format); plugins loaded
-# lazily, a config's plugin_path only with an opt-in.
-TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh
-EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py \
+# lazily, a config's plugin_path only with an opt-in; kiln train's stop
+# signals taken by a thread of their own, never by a computing thread.
+TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh
+EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh \
 	tests/plugin_lazy.sh
 # GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
 # file in (tests/data/gen_gpt2_io_refs.py)
