@@ -95,7 +95,8 @@ run() {
 	"$KILN" train "$tmp/p.ini" "$@" >"$o.out" 2>"$o.err" || { cat "$o.err" >&2; exit 1; }
 }
 sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1.out" | tail -1; }
-bubble() { sed -n 's/.*; bubble \([0-9.-]*\) (schedule \([0-9.]*\)).*/\1/p' "$1.err" | tail -1; }
+bubble() { sed -n 's/.*; bubble \([0-9.-]*\) (schedule \([0-9.]*\);.*/\1/p' "$1.err" | tail -1; }
+ideal() { sed -n 's/.*; bubble [0-9.-]* (schedule [0-9.]*; \([0-9.-]*\) with these passes.*/\1/p' "$1.err" | tail -1; }
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"

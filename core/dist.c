@@ -246,6 +246,9 @@ void kiln_dist_close(struct kiln_dist *d)
 		int k = snprintf(why, sizeof why, "rank %d failed", d->env.rank);
 		kiln_store_set(d->store, "kiln/finished_all", why, (size_t)k);
 	}
+	if (d->pipe_measure)
+		kiln_device_plan_free(d->dev, d->pipe_measure);
+	kiln_device_free(d->dev, d->pipe_norms);
 	free(d->pipe_lo);
 	free(d->pipe_hi);
 	if (d->gctx)

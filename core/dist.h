@@ -136,5 +136,16 @@ kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *c
  * written or evaluated is whole.  Collective over the world; waits for
  * it.  No-op without [dist] pipeline. */
 kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute);
+/* Before the clip / non-finite check of an optimizer step ([train]
+ * clip_norm, clip_value, skip_nonfinite) with [dist] pipeline: every rank
+ * of the pipe learns every stage's gradient norm (an allreduce of P
+ * floats over the pipe) and writes the other stages' norms into the first
+ * element of their slices, which are zero here, so that the check's norm
+ * over the whole buffer is the pipe's: every stage clips by the same
+ * factor, and a non-finite gradient on one stage skips the step on all.
+ * kiln_dist_pipe_norms_done (after the check) zeroes those elements
+ * again.  On the compute stream; no-op without [dist] pipeline. */
+kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute);
+kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
 
 #endif

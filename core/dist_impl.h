@@ -45,6 +45,13 @@ struct kiln_dist {
 	void *gctx, *pctx;
 	int pipe_P, pipe_D;
 	size_t *pipe_lo, *pipe_hi; /* each stage's slice of the trainables */
+	int pipe_stage;
+	/* the gradient norm's agreement over the pipe (kiln_dist_pipe_norms):
+	 * GRAD_CLIP over this stage's slice, device f32 [P norms | 4 state | P
+	 * zeros] */
+	void *pipe_measure;
+	float *pipe_norms;
+	int pipe_norms_new; /* not zeroed yet */
 	struct kiln_device *dev;
 	struct kiln_model *m;
 	void *comm_stream;

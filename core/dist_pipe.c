@@ -9,6 +9,31 @@
 #include "dist_impl.h"
 #include "pipeline.h"
 
+/* The measure of this stage's gradient norm: GRAD_CLIP over its slice,
+ * clipping nothing; and the device buffer of the norms. */
+static kiln_status prepare_norms(struct kiln_dist *d)
+{
+	const int s = d->pipe_stage;
+	const int64_t n = (int64_t)(d->pipe_hi[s] - d->pipe_lo[s]), four = 4;
+	kiln_status st;
+	if ((st = kiln_device_alloc(d->dev, (2 * KILN_PIPE_MAX_STAGES + 4) * sizeof(float),
+				    (void **)&d->pipe_norms)))
+		return st;
+	d->pipe_norms_new = 1;
+	if (n <= 0)
+		return KILN_OK;
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GRAD_CLIP;
+	op.n_in = 1;
+	op.n_out = 2;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
+	op.out[0] = op.in[0];
+	kiln_tensor_desc_init(&op.out[1], KILN_F32, 1, &four);
+	op.i[0] = n;
+	return kiln_device_prepare(d->dev, &op, &d->pipe_measure, NULL);
+}
+
 kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *cfg, int P,
 				const size_t *lo, const size_t *hi, const struct kiln_comm_ops **ops,
 				void **pcomm, int *stage, int *pipe, int *D)
@@ -23,6 +48,9 @@ kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *c
 	if (d->zero)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [dist] pipeline is not supported yet: each stage's ranks run DDP",
 				  kiln_config_where(cfg, "dist", "zero"));
+	if (d->sync_bn)
+		return kiln_error(KILN_ECONFIG, "%s: [dist] sync_bn = 1 with [dist] pipeline is not supported yet: a batchnorm's statistics would have to be shared over its stage's data-parallel ranks only",
+				  kiln_config_where(cfg, "dist", "sync_bn"));
 	if (!strcmp(d->plugin->name, "mpi") && (!tl || strcmp(tl, "multiple")))
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline on kiln-mpi needs [plugin.mpi] thread_level = multiple (a stage's receives and the transport's sends run on two threads)",
 				  kiln_config_where(cfg, "dist", "pipeline"));
@@ -43,6 +71,9 @@ kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *c
 	memcpy(d->pipe_hi, hi, (size_t)P * sizeof(size_t));
 	d->pipe_P = P;
 	d->pipe_D = W / P;
+	d->pipe_stage = r % P;
+	if ((st = prepare_norms(d)))
+		return st;
 	*ops = d->ops;
 	*pcomm = d->pctx;
 	*stage = r % P;
@@ -94,4 +125,51 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 		return kiln_dist_explain(d, st);
 	m->pcopy_stale = 1;
 	return KILN_OK;
+}
+
+/* A copy of 4 bytes on the compute stream. */
+static kiln_status copy1(struct kiln_dist *d, float *dst, const float *src, void *compute)
+{
+	return kiln_device_copy_async(d->dev, dst, src, sizeof(float), KILN_COPY_D2D, compute);
+}
+
+kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute)
+{
+	if (!d || !d->pipe_P)
+		return KILN_OK;
+	struct kiln_model *m = d->m;
+	const int P = d->pipe_P, me = d->pipe_stage;
+	float *norms = d->pipe_norms, *state = norms + P, *zeros = state + 4;
+	float *g = m->grads_d + d->pipe_lo[me];
+	static const float none[2 * KILN_PIPE_MAX_STAGES + 4];
+	kiln_status st = KILN_OK;
+	if (d->pipe_norms_new && !(st = kiln_device_copy_async(d->dev, norms, none, sizeof none,
+							       KILN_COPY_H2D, compute)))
+		d->pipe_norms_new = 0;
+	if (!st)
+		st = kiln_device_copy_async(d->dev, norms, zeros, (size_t)P * sizeof(float),
+						KILN_COPY_D2D, compute);
+	if (!st && d->pipe_measure) {
+		struct kiln_op_args a = { .in = { g }, .out = { g, state } };
+		if (!(st = kiln_device_run(d->dev, d->pipe_measure, &a, compute)))
+			st = copy1(d, norms + me, state, compute);
+	}
+	if (!st && (st = d->ops->allreduce(d->pctx, norms, (size_t)P, KILN_F32, KILN_REDUCE_SUM, compute,
+					    NULL)))
+		return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d of %d (pipeline stage %d): the pipe's gradient norms",
+							     d->env.rank, d->env.world, me));
+	for (int s = 0; !st && s < P; s++)
+		if (s != me && d->pipe_hi[s] > d->pipe_lo[s])
+			st = copy1(d, m->grads_d + d->pipe_lo[s], norms + s, compute);
+	return st;
+}
+
+kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute)
+{
+	kiln_status st = KILN_OK;
+	for (int s = 0; d && !st && s < d->pipe_P; s++)
+		if (s != d->pipe_stage && d->pipe_hi[s] > d->pipe_lo[s])
+			st = copy1(d, d->m->grads_d + d->pipe_lo[s], d->pipe_norms + d->pipe_P + 4,
+				   compute);
+	return st;
 }

@@ -358,6 +358,85 @@ static uint64_t tag_of(int mb, int e, int back)
 	return (uint64_t)mb << 32 | (uint64_t)e << 1 | (uint64_t)back;
 }
 
+/* ---- tied weights across ranks ------------------------------------------
+ * A weight tied across stages (GPT's lm_head reading the token embedding)
+ * is its owner's (the first user's stage).  In one process the later
+ * stage reads it in place and writes its gradient into the micro-batch's
+ * tie buffer, which the owner adds.  With stages on ranks each rank has
+ * its own copy: the owner sends the current tensor to the user's rank at
+ * each step's start, and the user returns its gradient for each
+ * micro-batch after its backward, into the owner's tie buffer, before the
+ * owner's backward of that micro-batch adds it as in one process.  Their
+ * messages are crossing tensors n_xfer.. of the rank transport. */
+
+/* The n-th (from 0) tied user on another stage than its tensor's owner:
+ * its layer, or -1 past the last; *su, *so its stage and the owner's. */
+static int tie_user(const struct kiln_pipe *pp, int n, int *su, int *so)
+{
+	const struct kiln_model *m = pp->m;
+	for (int i = 0; pp->tie && i < m->n_layers; i++) {
+		const struct model_layer *L = &m->layers[i];
+		if (L->tie_grad < 0)
+			continue;
+		*su = kiln_pipe_stage(m, i);
+		*so = kiln_pipe_stage(m, m->params[L->pidx[L->tie_slot]].layer);
+		if (*su != *so && n-- == 0)
+			return i;
+	}
+	return -1;
+}
+
+static const struct model_param *tied_param(const struct kiln_pipe *pp, int i)
+{
+	const struct model_layer *L = &pp->m->layers[i];
+	return &pp->m->params[L->pidx[L->tie_slot]];
+}
+
+/* At a step's start on this rank: the tied tensors, from owner to user. */
+static kiln_status tie_weights(struct kiln_pipe *pp)
+{
+	const int n_xfer = pp->plan[0]->n_xfer;
+	kiln_status st;
+	int su, so;
+	for (int t = 0, i; pp->mine >= 0 && (i = tie_user(pp, t, &su, &so)) >= 0; t++) {
+		const struct model_param *q = tied_param(pp, i);
+		float *w = pp->m->params_d + q->off;
+		const size_t bytes = (size_t)q->numel * sizeof(float);
+		if (pp->mine == so &&
+		    (st = pp->tr.ops->send(pp->tr.ctx, so, su, tag_of(0, n_xfer + t, 0), w, bytes,
+					   pp->sst[so])))
+			return st;
+		if (pp->mine == su &&
+		    (st = pp->tr.ops->recv(pp->tr.ctx, so, su, tag_of(0, n_xfer + t, 0), w, bytes,
+					   pp->sst[su])))
+			return st;
+	}
+	return KILN_OK;
+}
+
+/* Stage s's part in micro-batch j's tied gradients: the user sends its
+ * gradient after its backward (after = 1), the owner receives it before
+ * its own (after = 0). */
+static kiln_status tie_grads(struct kiln_pipe *pp, int s, int j, int after)
+{
+	const int n_xfer = pp->plan[0]->n_xfer;
+	kiln_status st;
+	int su, so;
+	for (int t = 0, i; pp->mine >= 0 && (i = tie_user(pp, t, &su, &so)) >= 0; t++) {
+		float *g = pp->tie[pp->slot[j]] + pp->m->layers[i].tie_grad;
+		const size_t bytes = (size_t)tied_param(pp, i)->numel * sizeof(float);
+		if (after && s == su &&
+		    (st = pp->tr.ops->send(pp->tr.ctx, su, so, tag_of(j, n_xfer + t, 1), g, bytes,
+					   pp->sst[su])))
+			return st;
+		if (!after && s == so &&
+		    (st = pp->tr.ops->recv(pp->tr.ctx, su, so, tag_of(j, n_xfer + t, 1), g, bytes,
+					   pp->sst[so])))
+			return st;
+	}
+	return KILN_OK;
+}
+
 /* Forward of stage s for micro-batch j on plan p: receive what it reads
  * from earlier stages, run its layers, send what later stages read. */
 static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
@@ -432,7 +511,7 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	if (s < pp->P - 1 && pp->mine < 0 &&
 	    (st = kiln_device_stream_wait(sdev(pp, s), ss, pp->bdone[k * pp->P + s + 1])))
 		return st;
-	if ((st = receive_grads(pp, p, s, j, x)) ||
+	if ((st = receive_grads(pp, p, s, j, x)) || (st = tie_grads(pp, s, j, 0)) ||
 	    (st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 0)))
 		return st;
 	float *tie = m->tie_grads_d;
@@ -467,7 +546,7 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 					   kiln_plan_store_ptr(p, xf->grecv, x), xf->bytes, ss)))
 			return st;
 	}
-	return KILN_OK;
+	return tie_grads(pp, s, j, 1);
 }
 
 /* Micro-batch j enters the pipeline: a free plan, and its micro-step
@@ -500,6 +579,8 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 	for (int s = 0; s < pp->P; s++)
 		if ((st = kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->start)))
 			return st;
+	if ((st = tie_weights(pp)))
+		return st;
 	for (int i = 0; i < 2 * pp->P * pp->M; i++) {
 		const struct kiln_pipe_action *a = &pp->act[i];
 		const int j = a->mb;
@@ -544,10 +625,15 @@ kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
 				int mine, const int *rank_of)
 {
+	int n_tie = 0, su, so;
+	while (tie_user(pp, n_tie, &su, &so) >= 0)
+		n_tie++;
 	kiln_status st = kiln_pipe_rank_open(ops, comm, pp->dev, pp->P, rank_of, pp->M,
-					     pp->plan[0]->n_xfer, &pp->rk, &pp->tr);
-	if (!st)
+					     pp->plan[0]->n_xfer + n_tie, &pp->rk, &pp->tr);
+	if (!st) {
 		pp->mine = mine;
+		kiln_pipe_timing_only(pp->timing, mine);
+	}
 	return st;
 }
 

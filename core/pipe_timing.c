@@ -11,16 +11,67 @@
 #include "profile.h"
 
 #include <stdio.h>
+#include <time.h>
+
+/* A stamp: the clock, and the CPU time of the thread that runs the
+ * stage's stream (its kernels' with one thread per stage) */
+struct stamp_arg {
+	struct kiln_pipe_timing *t;
+	int i;
+};
 
 struct kiln_pipe_timing {
 	int P, n_act;
 	const struct kiln_pipe_action *act;
 	double theory;
 	int64_t *t;              /* 2 per action: start, end (ns) */
+	int64_t *c;              /* the same in the stamping thread's CPU time */
+	struct stamp_arg *arg;   /* 2 per action: what the stamp writes */
+	int *prev, *dep;         /* per action: the stage's previous action, and
+				  * the other stage's it waits for (-1: none) */
+	int64_t *ideal;          /* per action: its end with instant hand-offs */
+	int mine;                /* stages on ranks: the one stamped here (-1: all) */
 	int64_t steps, counted;  /* folded, and counted (after the first) */
-	double busy_ns[KILN_PIPE_MAX_STAGES], span_ns;
+	double busy_ns[KILN_PIPE_MAX_STAGES], span_ns, ideal_ns;
+	double cpu_ns[KILN_PIPE_MAX_STAGES], cpu_span_ns; /* in CPU time */
 	struct kiln_profile *prof;
 };
+
+/* Each action's predecessor on its stage and the other stage's action it
+ * waits for: a forward the previous stage's forward of its micro-batch, a
+ * backward the next stage's backward (act is in an order that respects
+ * both, pipe_schedule.c). */
+static void link_actions(const struct kiln_pipe_action *act, int n, int *prev, int *dep)
+{
+	int last[KILN_PIPE_MAX_STAGES];
+	for (int s = 0; s < KILN_PIPE_MAX_STAGES; s++)
+		last[s] = -1;
+	for (int i = 0; i < n; i++) {
+		const struct kiln_pipe_action *a = &act[i];
+		const int want = a->kind == KILN_PIPE_FWD ? a->stage - 1 : a->stage + 1;
+		prev[i] = last[a->stage];
+		last[a->stage] = i;
+		dep[i] = -1;
+		for (int k = 0; k < i && dep[i] < 0; k++)
+			if (act[k].kind == a->kind && act[k].mb == a->mb && act[k].stage == want)
+				dep[i] = k;
+	}
+}
+
+/* The step's span had every hand-off been instant: the schedule replayed
+ * with each pass taking the time its stamps st (wall or CPU) give. */
+static int64_t ideal_span(struct kiln_pipe_timing *t, const int64_t *st)
+{
+	int64_t hi = 0;
+	for (int i = 0; i < t->n_act; i++) {
+		int64_t start = t->prev[i] >= 0 ? t->ideal[t->prev[i]] : 0;
+		if (t->dep[i] >= 0 && t->ideal[t->dep[i]] > start)
+			start = t->ideal[t->dep[i]];
+		t->ideal[i] = start + (st[2 * i + 1] - st[2 * i]);
+		hi = t->ideal[i] > hi ? t->ideal[i] : hi;
+	}
+	return hi;
+}
 
 kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
 				  const struct kiln_pipe_action *act, int n_act, double theory,
@@ -32,11 +83,20 @@ kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
 		if (!kiln_device_proc(devs[s], KILN_PROC_HOST_FN))
 			return KILN_OK;
 	struct kiln_pipe_timing *t = calloc(1, sizeof *t);
-	if (!t || !(t->t = calloc((size_t)n_act * 2, sizeof *t->t))) {
-		free(t);
+	if (!t || !(t->t = calloc((size_t)n_act * 2, sizeof *t->t)) ||
+	    !(t->c = calloc((size_t)n_act * 2, sizeof *t->c)) ||
+	    !(t->arg = calloc((size_t)n_act * 2, sizeof *t->arg)) ||
+	    !(t->prev = malloc((size_t)n_act * sizeof *t->prev)) ||
+	    !(t->dep = malloc((size_t)n_act * sizeof *t->dep)) ||
+	    !(t->ideal = malloc((size_t)n_act * sizeof *t->ideal))) {
+		kiln_pipe_timing_free(t);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
+	link_actions(act, n_act, t->prev, t->dep);
+	for (int i = 0; i < 2 * n_act; i++)
+		t->arg[i] = (struct stamp_arg){ t, i };
 	t->P = P;
+	t->mine = -1;
 	t->n_act = n_act;
 	t->act = act;
 	t->theory = theory;
@@ -47,7 +107,11 @@ kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
 
 static kiln_status stamp_now(void *arg)
 {
-	*(int64_t *)arg = kiln_now_ns();
+	const struct stamp_arg *a = arg;
+	struct timespec ts;
+	a->t->t[a->i] = kiln_now_ns();
+	a->t->c[a->i] = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) ? 0
+			: (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 	return KILN_OK;
 }
 
@@ -56,7 +120,7 @@ kiln_status kiln_pipe_timing_mark(struct kiln_pipe_timing *t, struct kiln_device
 {
 	if (!t)
 		return KILN_OK;
-	return kiln_device_host_fn(dev, stream, stamp_now, &t->t[2 * action + end]);
+	return kiln_device_host_fn(dev, stream, stamp_now, &t->arg[2 * action + end]);
 }
 
 /* After every stage's last pass of a step: its busy times and span added
@@ -70,8 +134,12 @@ static kiln_status fold(void *arg)
 	for (int i = 0; i < t->n_act; i++) {
 		const int64_t a = t->t[2 * i], b = t->t[2 * i + 1];
 		const struct kiln_pipe_action *x = &t->act[i];
-		if (count)
+		if (t->mine >= 0 && x->stage != t->mine)
+			continue;
+		if (count) {
 			t->busy_ns[x->stage] += (double)(b - a);
+			t->cpu_ns[x->stage] += (double)(t->c[2 * i + 1] - t->c[2 * i]);
+		}
 		lo = a < lo ? a : lo;
 		hi = b > hi ? b : hi;
 		if (t->prof) {
@@ -84,9 +152,46 @@ static kiln_status fold(void *arg)
 	}
 	if (count) {
 		t->span_ns += (double)(hi - lo);
+		t->ideal_ns += t->mine < 0 ? (double)ideal_span(t, t->t) : 0;
+		t->cpu_span_ns += t->mine < 0 ? (double)ideal_span(t, t->c) : 0;
 		t->counted++;
 	}
 	return KILN_OK;
+}
+
+void kiln_pipe_timing_only(struct kiln_pipe_timing *t, int stage)
+{
+	if (t)
+		t->mine = stage;
+}
+
+/* Stages on ranks: this rank's stage only (the others' clocks are not
+ * here): its busy time, its span and its idle share of it. */
+static void report_mine(const struct kiln_pipe_timing *t, char *line, size_t n)
+{
+	const double busy = t->busy_ns[t->mine], span = t->span_ns;
+	snprintf(line, n, "pipeline busy ms/step: stage %d (this rank) %.3f (CPU %.3f), its span %.3f; idle %.3f of its span (schedule's bubble %.3f) over %lld steps",
+		 t->mine, busy / 1e6 / (double)t->counted, t->cpu_ns[t->mine] / 1e6 / (double)t->counted,
+		 span / 1e6 / (double)t->counted,
+		 span > 0 ? 1.0 - busy / span : 0, t->theory, (long long)t->counted);
+}
+
+/* The same in the stream threads' CPU time, which other processes'
+ * load does not stretch: each stage's CPU ms per step and, had every
+ * hand-off been instant and every stage had a core, the span and bubble. */
+static void report_cpu(const struct kiln_pipe_timing *t, char *line, size_t n)
+{
+	double sum = 0;
+	int k = snprintf(line, n, "pipeline CPU ms/step:");
+	for (int s = 0; s < t->P && k < (int)n; s++) {
+		sum += t->cpu_ns[s];
+		k += snprintf(line + k, n - (size_t)k, " stage %d %.3f,", s,
+			      t->cpu_ns[s] / 1e6 / (double)t->counted);
+	}
+	if (k < (int)n)
+		snprintf(line + k, n - (size_t)k, " span %.3f and bubble %.3f with a core each and instant hand-offs",
+			 t->cpu_span_ns / 1e6 / (double)t->counted,
+			 t->cpu_span_ns > 0 ? 1.0 - sum / ((double)t->P * t->cpu_span_ns) : 0);
 }
 
 kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device *dev, void *stream)
@@ -96,7 +201,7 @@ kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device
 
 kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 {
-	char line[256];
+	char line[512];
 	int k = 0;
 	*bubble = -1;
 	if (!t || !t->counted)
@@ -105,14 +210,25 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 	for (int s = 0; s < t->P; s++)
 		sum += t->busy_ns[s];
 	*bubble = t->span_ns > 0 ? 1.0 - sum / ((double)t->P * t->span_ns) : 0;
+	const double ideal = t->ideal_ns > 0 ? 1.0 - sum / ((double)t->P * t->ideal_ns) : 0;
+	if (t->mine >= 0) {
+		report_mine(t, line, sizeof line);
+		*bubble = -1;
+		kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+		return KILN_OK;
+	}
 	k = snprintf(line, sizeof line, "pipeline busy ms/step:");
 	for (int s = 0; s < t->P && k < (int)sizeof line; s++)
 		k += snprintf(line + k, sizeof line - (size_t)k, " stage %d %.3f,", s,
 			      t->busy_ns[s] / 1e6 / (double)t->counted);
 	if (k < (int)sizeof line)
-		snprintf(line + k, sizeof line - (size_t)k, " span %.3f; bubble %.3f (schedule %.3f) over %lld steps",
-			 t->span_ns / 1e6 / (double)t->counted, *bubble, t->theory,
+		snprintf(line + k, sizeof line - (size_t)k, " span %.3f; bubble %.3f (schedule %.3f; %.3f with these passes and instant hand-offs) over %lld steps",
+			 t->span_ns / 1e6 / (double)t->counted, *bubble, t->theory, ideal,
 			 (long long)t->counted);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
+	report_cpu(t, line, sizeof line);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
@@ -124,5 +240,10 @@ void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 	if (!t)
 		return;
 	free(t->t);
+	free(t->c);
+	free(t->arg);
+	free(t->prev);
+	free(t->dep);
+	free(t->ideal);
 	free(t);
 }

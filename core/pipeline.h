@@ -162,6 +162,10 @@ kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
  * `action`'s start (end = 0) or end (1).  t NULL: nothing. */
 kiln_status kiln_pipe_timing_mark(struct kiln_pipe_timing *t, struct kiln_device *dev,
 				  void *stream, int action, int end);
+/* Stages on ranks: only `stage`'s passes are stamped here; the report
+ * gives its busy time and idle share (the other ranks' clocks are not
+ * here to measure the bubble with). */
+void kiln_pipe_timing_only(struct kiln_pipe_timing *t, int stage);
 /* Enqueue the step's fold on `stream` (after every stage joined it). */
 kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device *dev,
 				  void *stream);

@@ -201,7 +201,12 @@ static kiln_status optim_ops(struct trainer *t)
 		struct kiln_op_args a = { .in = { t->m->grads_d, t->m->scaler_d },
 					  .out = { t->m->grads_d, t->clip_d } };
 		trainer_label(t, "clip", KILN_PHASE_OPTIMIZER);
-		st = kiln_device_run(t->dev, t->clip, &a, t->compute);
+		/* stages on ranks: the norm and the skip are the pipe's */
+		st = kiln_dist_pipe_norms(t->dist, t->compute);
+		if (!st)
+			st = kiln_device_run(t->dev, t->clip, &a, t->compute);
+		if (!st)
+			st = kiln_dist_pipe_norms_done(t->dist, t->compute);
 		trainer_label(t, NULL, 0);
 	}
 	if (!st) {

@@ -13,8 +13,13 @@
 #     one written by one process resumes on 2 stages on 2 ranks;
 #  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
 #     exit non-zero within [dist] timeout, naming the dead rank and its stage;
-#  6. a world that P does not divide, and P without placed stages, are
-#     config errors naming the key.
+#  6. a world that P does not divide, P without placed stages, and
+#     [dist] sync_bn with P are config errors naming the key;
+#  7. the clip and the non-finite check are the pipe's: 2 stages on 2
+#     ranks with [train] clip_norm end where one process does (each stage
+#     clipped by the whole model's norm), and a NaN forced into stage 1's
+#     gradient at step 3 (tests/train_nan, on rank 1 only) skips step 3 on
+#     both ranks: they end where one process with the same NaN does.
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -153,5 +158,27 @@ timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e1" tra
 	dist.pipeline=2 pipeline.micro_batches=1 > "$tmp/e1.log" 2>&1 && bad "pipeline = 2 of one stage ran"
 grep -q "\[dist\] pipeline = 2, but the model has one stage" "$tmp/e1.log" ||
 	{ bad "pipeline = 2 of one stage: no message"; tail -5 "$tmp/e1.log"; }
+timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e4" train.batch=32 \
+	dist.pipeline=2 "$two" dist.sync_bn=1 > "$tmp/e4.log" 2>&1 && bad "pipeline = 2 with sync_bn ran"
+grep -q "\[dist\] sync_bn = 1 with \[dist\] pipeline is not supported yet" "$tmp/e4.log" ||
+	{ bad "pipeline = 2 with sync_bn: no message"; tail -5 "$tmp/e4.log"; }
 echo "ok: errors"
+
+# ---- 7. the pipe's norm: clipping and the non-finite skip -----------------------------
+run oc 0 32 train.clip_norm=0.05
+run gc 2 32 dist.pipeline=2 "$two" train.clip_norm=0.05
+near oc gc "clip_norm 0.05, 2 stages on 2 ranks"
+nan="$abs_top_builddir/tests/train_nan"
+KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" KILN_MASTER_PORT=$(free_port 8) timeout 120 \
+	"$nan" 3 "$ini" run.out_dir="$tmp/n1" train.batch=32 > "$tmp/n1.log" 2>&1 ||
+	{ bad "train_nan, one process: exit $?"; tail -5 "$tmp/n1.log"; }
+KILN_NAN_RANK=1 KILN_PLUGIN_PATH="$abs_top_builddir/plugins/.libs" KILN_MASTER_PORT=$(free_port 9) \
+	timeout 120 "$kiln" launch -n 2 -- "$nan" 3 "$ini" run.out_dir="$tmp/n2" train.batch=32 \
+	dist.pipeline=2 "$two" > "$tmp/n2.log" 2>&1 || { bad "train_nan on 2 ranks: exit $?"; tail -5 "$tmp/n2.log"; }
+[ "$(grep -c "NaN written at step 3" "$tmp/n2.log")" = 1 ] || bad "train_nan: not one rank wrote the NaN"
+grep -q "step 3: 1 step(s) of the last 3 skipped: non-finite gradients" "$tmp/n2.log" ||
+	{ bad "2 ranks: rank 0 did not skip step 3"; grep -i skip "$tmp/n2.log"; }
+near n1 n2 "a NaN on stage 1 at step 3: 2 stages on 2 ranks"
+"$tool" same "$(ck n2 6)" "$(ck one 6)" params > /dev/null 2>&1 && bad "the NaN step changed nothing"
+echo "ok: clipping and the non-finite skip agree over the pipe"
 exit $fail

@@ -1,0 +1,81 @@
+/* tests/train_nan.c - `kiln train` with a forced non-finite gradient, for
+ * the shell tests of the non-finite check (tests/pipeline_dist.sh):
+ *
+ *   train_nan STEP INI [section.key=value ...]
+ *
+ * trains INI with the overrides and, at optimizer step STEP, writes NaN
+ * into the last trainable gradient element (an MLP's head bias: the last
+ * stage's, with stages on ranks) through the gradient hook, after the
+ * backward and before the clip / non-finite check, on the rank that
+ * KILN_NAN_RANK names (unset: every rank, or the one process).  Plugins
+ * come from KILN_PLUGIN_PATH.  Exit 0 when the training succeeded, 1 with
+ * kiln's error otherwise. */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct inject {
+	int64_t step;
+	void *fill;
+};
+
+static kiln_status inject_nan(void *user, struct kiln_device *dev, void *stream, float *grads,
+			      size_t n, int64_t step)
+{
+	struct inject *in = user;
+	kiln_status st;
+	if (step != in->step || !n)
+		return KILN_OK;
+	if (!in->fill) {
+		struct kiln_op op;
+		int64_t one = 1;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_FILL;
+		op.n_out = 1;
+		op.f[0] = NAN;
+		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &one);
+		if ((st = kiln_device_prepare(dev, &op, &in->fill, NULL)))
+			return st;
+	}
+	struct kiln_op_args a = { .out = { grads + n - 1 } };
+	return kiln_device_run(dev, in->fill, &a, stream);
+}
+
+int main(int argc, char **argv)
+{
+	struct kiln_config *cfg = NULL;
+	struct kiln_registry *reg = NULL;
+	struct kiln_train_result res;
+	struct inject in = { 0, NULL };
+	const char *who = getenv("KILN_NAN_RANK"), *rank = getenv("KILN_RANK");
+	kiln_status st;
+	if (argc < 3 || (in.step = strtoll(argv[1], NULL, 10)) < 1) {
+		fprintf(stderr, "usage: train_nan STEP INI [section.key=value ...]\n");
+		return 2;
+	}
+	st = kiln_config_load(argv[2], &cfg);
+	for (int i = 3; !st && i < argc; i++)
+		st = kiln_config_override(cfg, argv[i]);
+	if (!st)
+		st = kiln_registry_open(NULL, &reg);
+	if (!st)
+		st = kiln_config_validate(cfg, reg);
+	if (!st) {
+		if (!who || !strcmp(who, rank ? rank : "0"))
+			kiln_set_grad_hook(inject_nan, &in);
+		memset(&res, 0, sizeof res);
+		st = kiln_train(cfg, reg, NULL, NULL, &res);
+		kiln_set_grad_hook(NULL, NULL);
+	}
+	if (st)
+		fprintf(stderr, "train_nan: %s\n", kiln_last_error());
+	if (in.fill)
+		fprintf(stderr, "train_nan: NaN written at step %lld\n", (long long)in.step);
+	kiln_config_free(cfg);
+	kiln_registry_close(reg);
+	return st ? 1 : 0;
+}
