@@ -18,6 +18,11 @@
 #            gives 1 - sum(busy) / (P * span) over the steps after the
 #            first (core/pipe_timing.c)
 #   theory   the schedule's (P-1)/(M+P-1)
+#   handoff0 the bubble had every hand-off been instant: the schedule
+#            replayed with each pass's measured wall time (what remains
+#            above theory: the passes' unequal times, not the waits)
+#   cpu0     the same with each pass's CPU time (the stage's stream thread):
+#            other processes' load stretches neither
 #   rel      |bubble - theory| / theory: the issue's target is <= 10%
 #   pipe_sps, serial_sps  samples/s of the 2-stage run and of the same
 #            model on one stage and one thread (M micro-batches): with
@@ -96,25 +101,29 @@ run() {
 }
 sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1.out" | tail -1; }
 bubble() { sed -n 's/.*; bubble \([0-9.-]*\) (schedule \([0-9.]*\);.*/\1/p' "$1.err" | tail -1; }
+cpu0() { sed -n 's/.*pipeline CPU ms\/step:.* bubble \([0-9.-]*\) with a core each.*/\1/p' "$1.err" | tail -1; }
 ideal() { sed -n 's/.*; bubble [0-9.-]* (schedule [0-9.]*; \([0-9.-]*\) with these passes.*/\1/p' "$1.err" | tail -1; }
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
 echo "MLP 1587-1024-1024-1024-1024-16, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b; $RUNS run(s) of $STEPS steps"
-printf '%4s %8s %8s %7s %10s %10s %8s %10s %10s\n' M bubble theory rel pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
+printf '%4s %8s %8s %7s %8s %8s %10s %10s %8s %10s %10s\n' M bubble theory rel handoff0 cpu0 pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
 for M in 4 8 16; do
-	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"
+	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"; : > "$tmp/i"; : > "$tmp/c"
 	for r in $(seq "$RUNS"); do
 		run "$tmp/pipe" pipeline.micro_batches=$M "$split" "run.devices=cpu:0, cpu:1" run.threads=2
 		bubble "$tmp/pipe" >> "$tmp/b"
+		ideal "$tmp/pipe" >> "$tmp/i"
+		cpu0 "$tmp/pipe" >> "$tmp/c"
 		sps "$tmp/pipe" >> "$tmp/p"
 		run "$tmp/serial" pipeline.micro_batches=$M
 		sps "$tmp/serial" >> "$tmp/s"
 	done
 	b=$(median < "$tmp/b"); p=$(median < "$tmp/p"); s=$(median < "$tmp/s")
+	i=$(median < "$tmp/i"); c=$(median < "$tmp/c")
 	run "$tmp/g" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=gpipe
 	run "$tmp/f" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=1f1b
-	awk -v M=$M -v b="$b" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" 'BEGIN {
+	awk -v M=$M -v b="$b" -v i="$i" -v c="$c" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" 'BEGIN {
 		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d
-		printf "%4d %8.3f %8.3f %6.0f%% %10.0f %10.0f %8.2f %10.2f %10.2f\n", M, b, t, 100 * d / t, p, s, p / s, g, f }'
+		printf "%4d %8.3f %8.3f %6.0f%% %8.3f %8.3f %10.0f %10.0f %8.2f %10.2f %10.2f\n", M, b, t, 100 * d / t, i, c, p, s, p / s, g, f }'
 done

@@ -24,8 +24,12 @@
 #            not add to
 #   s0_ms, s1_ms  each stage's busy ms per step (the pipeline's stamps:
 #            the sum of its forwards and backwards; on ranks each rank's log)
+#   s0_cpu, s1_cpu  the same in CPU time (the stage's stream thread): load
+#            does not stretch these; their balance is the cut's
 #   bubble   devices: the measured bubble (1 - busy / (2 x span)); ranks:
 #            the idle share of stage 1's span; theory (P-1)/(M+P-1)
+#   cpu0     devices: the bubble with the passes' CPU times, a core each and
+#            instant hand-offs (docs/pipeline.md, "The measured bubble")
 # Needs 2 idle cores: under other load the wall-clock figures are noise
 # (compare the CPU and busy columns then).
 #
@@ -80,6 +84,11 @@ tps() {
 cpu_ms() { awk -v n=$STEPS '{ printf "%.0f\n", ($1 + $2) * 1000 / n }' "$1.cpu"; }
 # a stage's busy ms per step from the pipeline's line (either form)
 busy() { sed -n "s/.*busy ms\/step:.* stage $2 \(([a-z ]*) \)\{0,1\}\([0-9.]*\).*/\2/p" "$1.err" | head -1; }
+cpu() {
+	sed -n -e "s/.*pipeline CPU ms\/step:.* stage $2 \([0-9.]*\).*/\1/p" \
+		-e "s/.*busy ms\/step: stage $2 (this rank) [0-9.]* (CPU \([0-9.]*\)).*/\1/p" "$1.err" | head -1
+}
+cpu0() { sed -n 's/.*pipeline CPU ms\/step:.* bubble \([0-9.-]*\) with a core each.*/\1/p' "$1.err" | head -1; }
 bubble() {
 	sed -n -e 's/.*; bubble \([0-9.-]*\) (schedule.*/\1/p' \
 		-e 's/.*stage 1 (this rank).*idle \([0-9.-]*\) of its span.*/\1/p' "$1.err" | head -1
@@ -98,12 +107,14 @@ done
 # col NAME FN [ARG]: the median over the rounds of FN NAME.r ARG
 col() { for r in $(seq "$RUNS"); do $2 "$tmp/$1.$r" ${3:-}; done | median; }
 base=$(col one tps)
-printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s\n' run M tok/s x1x1 cpu_ms s0_ms s1_ms bubble theory
+printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s\n' run M tok/s x1x1 cpu_ms s0_ms s1_ms \
+	s0_cpu s1_cpu bubble cpu0 theory
 row() { # row NAME LABEL M
 	t=$(col "$1" tps)
-	printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s\n' "$2" "$3" "$t" \
+	printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s\n' "$2" "$3" "$t" \
 		"$(awk -v a="$t" -v b="$base" 'BEGIN { if (b > 0 && a > 0) printf "%.2f", a / b; else print "n/a" }')" \
-		"$(col "$1" cpu_ms)" "$(col "$1" busy 0)" "$(col "$1" busy 1)" "$(col "$1" bubble)" \
+		"$(col "$1" cpu_ms)" "$(col "$1" busy 0)" "$(col "$1" busy 1)" "$(col "$1" cpu 0)" \
+		"$(col "$1" cpu 1)" "$(col "$1" bubble)" "$(col "$1" cpu0)" \
 		"$(awk -v m="$3" 'BEGIN { if (m > 0) printf "%.3f", 1 / (m + 1); else print "-" }')"
 }
 row one 1x1 -

@@ -23,7 +23,7 @@ struct local_msg {
 struct local_tr {
 	struct kiln_device *dev;   /* the copy stream's (stage 0's) */
 	struct kiln_device **sdev; /* each stage's, NULL: all dev */
-	void *copy;          /* the copy stream */
+	void *copy;          /* the copy stream (NULL: on the receiver's) */
 	int n, n_xfer;       /* slots: micro-batches x tensors x 2 */
 	struct local_msg *msg;
 };
@@ -62,12 +62,20 @@ static kiln_status local_recv(void *ctx, int from, int to, uint64_t tag, void *b
 		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sent %zu bytes, stage %d expects %zu",
 				  from, g->bytes, to, bytes);
 	g->used = 0;
+	struct kiln_device *rd = L->sdev ? L->sdev[to] : L->dev;
+	/* host memory (the CPU's): the receiver waits for the send and copies
+	 * itself, one hand-off rather than two through a copy stream's thread */
+	if (!L->copy) {
+		if ((st = kiln_device_stream_wait(rd, stream, g->sent)))
+			return st;
+		return kiln_device_copy_async(rd, buf, g->buf, bytes, KILN_COPY_D2D, stream);
+	}
 	/* copy stream: after the send, copy, then the receiver waits */
 	if ((st = kiln_device_stream_wait(L->dev, L->copy, g->sent)) ||
 	    (st = kiln_device_copy_async(L->dev, buf, g->buf, bytes, KILN_COPY_D2D, L->copy)) ||
 	    (st = kiln_device_event_record(L->dev, g->copied, L->copy)))
 		return st;
-	return kiln_device_stream_wait(L->sdev ? L->sdev[to] : L->dev, stream, g->copied);
+	return kiln_device_stream_wait(rd, stream, g->copied);
 }
 
 static const struct kiln_stage_transport_ops local_ops = { local_send, local_recv };
@@ -288,7 +296,8 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	/* every crossing tensor of every plan in flight, both ways */
 	pp->local.dev = sdev(pp, 0);
 	pp->local.sdev = pp->m->stage_dev;
-	if ((st = kiln_device_stream_create(sdev(pp, 0), &pp->local.copy)))
+	if (kiln_device_traits(pp->dev)->type != KILN_DEVICE_CPU &&
+	    (st = kiln_device_stream_create(sdev(pp, 0), &pp->local.copy)))
 		return st;
 	pp->local.n_xfer = pp->plan[0]->n_xfer;
 	pp->local.n = 2 * pp->M * pp->local.n_xfer;
@@ -689,7 +698,8 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 		kiln_device_stream_destroy(sdev(pp, s), pp->sst[s]);
 	}
 	kiln_device_event_destroy(pp->dev, pp->start);
-	kiln_device_stream_destroy(sdev(pp, 0), pp->local.copy);
+	if (pp->local.copy)
+		kiln_device_stream_destroy(sdev(pp, 0), pp->local.copy);
 	free(pp->fdone);
 	free(pp->bdone);
 	for (int i = 0; pp->local.msg && i < pp->local.n; i++) {

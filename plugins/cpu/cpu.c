@@ -153,6 +153,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ENOMEM, "cpu: out of memory for the device context");
 	c->host = host;
 	c->async = async > 0; /* -1: no config */
+	c->spin = c->async && opts->version >= 3 && opts->peers > 1;
 	c->graph = graph;
 	c->bf16_conv = kern[0];
 	c->bf16_gemm = kern[1];

@@ -36,6 +36,9 @@ enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32 };
 struct cpu_ctx {
 	const struct kiln_host *host;
 	int async;          /* [plugin.cpu] async: worker thread per stream */
+	int spin;           /* a pipeline stage beside peers ([run] devices): a
+			     * stream's wait for an event spins a while before
+			     * sleeping (stream.c) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	struct cpu_team_live team; /* the team now, at most `threads` (threads.c) */
 	/* [plugin.cpu] bf16_conv, bf16_gemm: which kernel computes the bf16

@@ -18,6 +18,14 @@
  * waking up (measured with 2 Gloo ranks on 2 cores: the training thread
  * at ~65% CPU, in futex waits and wakes).
  *
+ * A pipeline stage's stream (a context opened beside peers, [run]
+ * devices) that reaches a wait for an event not yet complete spins on it
+ * for up to CPU_WAIT_SPIN_NS, yielding the core at each turn, before it
+ * sleeps on the condition: the event is usually the neighbouring stage's
+ * pass ending, and the sleep's wake-up came late by tens of microseconds
+ * on an idle machine (a futex wake and a reschedule per hand-off, twice
+ * per micro-batch and direction), which the measured bubble counted.
+ *
  * Errors are sticky: the first kernel failure on a stream is kept, later
  * kernels and copies on that stream are skipped (their inputs are
  * garbage), markers still pass so nobody waits forever, and the error
@@ -26,9 +34,13 @@
  */
 #include "cpu.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#define CPU_WAIT_SPIN_NS 100000
 
 struct cpu_stream {
 	struct cpu_stream *prev, *next;
@@ -64,6 +76,27 @@ size_t *cpu_event_cap_cnt(struct cpu_event *ev) { return &ev->cap_cnt; }
 
 /* ---- the worker ------------------------------------------------------- */
 
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Before sleeping on event ev (caller holds the lock): with c->spin, watch
+ * it reach generation gen for up to CPU_WAIT_SPIN_NS, unlocked, yielding
+ * the core between looks. */
+static void spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen)
+{
+	if (!c->spin || __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen)
+		return;
+	pthread_mutex_unlock(c->lock);
+	const int64_t t0 = mono_ns();
+	while (__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen && mono_ns() - t0 < CPU_WAIT_SPIN_NS)
+		sched_yield();
+	pthread_mutex_lock(c->lock);
+}
+
 static void cpu_task_done(struct cpu_stream *s)
 {
 	struct cpu_task *t = &s->q[s->head];
@@ -96,6 +129,7 @@ static void *cpu_worker(void *arg)
 			 * (move) the ring meanwhile: keep what we need, not t. */
 			struct cpu_event *ev = t->ev;
 			const uint64_t gen = t->gen;
+			spin_wait(c, ev, gen);
 			while (ev->done < gen)
 				pthread_cond_wait(c->cond, c->lock);
 			if (ev->err.st && !s->err.st)
@@ -104,7 +138,7 @@ static void *cpu_worker(void *arg)
 		}
 		case CPU_T_RECORD:
 			if (t->ev->done < t->gen) {
-				t->ev->done = t->gen;
+				__atomic_store_n(&t->ev->done, t->gen, __ATOMIC_RELEASE);
 				t->ev->err = s->err;
 			}
 			break;
@@ -375,7 +409,7 @@ static kiln_status record_raw(struct cpu_ctx *c, struct cpu_event *ev, struct cp
 	pthread_mutex_lock(c->lock);
 	ev->cap_id = 0; /* a real record */
 	if (!c->async) {
-		ev->done = ++ev->target;
+		__atomic_store_n(&ev->done, ++ev->target, __ATOMIC_RELEASE);
 	} else {
 		struct cpu_task t = { .kind = CPU_T_RECORD, .ev = ev, .gen = ev->target + 1 };
 		if (!(st = cpu_push(s, &t)))
