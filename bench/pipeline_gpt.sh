@@ -19,9 +19,10 @@
 #            log's step times: start-up and the first steps left out);
 #            median of RUNS interleaved rounds
 #   x1x1     tok/s over the 1x1 row's (the issue asks >= 1.6 for ranks)
-#   cpu_ms   user + sys CPU ms per step, all processes of the run, over the
-#            whole run (start-up included): what the stages' overlap must
-#            not add to
+#   cpu_ms   user + sys CPU ms per step, all processes of the run: the
+#            run's CPU seconds less those of the same run stopped at step
+#            WARM, over the steps between (start-up left out): the work the
+#            stages' overlap must not add to
 #   s0_ms, s1_ms  each stage's busy ms per step (the pipeline's stamps:
 #            the sum of its forwards and backwards; on ranks each rank's log)
 #   s0_cpu, s1_cpu  the same in CPU time (the stage's stream thread): load
@@ -54,11 +55,12 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pipegpt.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 [ -f "$DATA/train-000000.bin" ] || KILN="$KILN" scripts/make-gpt-char-data "$DATA" > /dev/null
 port=${KILN_MASTER_PORT:-29547}
-# run NAME CMD...: one training run, its log in NAME.err, CPU seconds in NAME.cpu
+# run NAME CMD...: one training run of N steps (default STEPS), its log in
+# NAME.err, CPU seconds in NAME.cpu
 run() {
 	o=$1
 	shift
-	/usr/bin/time -f '%U %S' -o "$o.cpu" "$@" data.path="$DATA" train.max_steps=$STEPS \
+	/usr/bin/time -f '%U %S' -o "$o.cpu" "$@" data.path="$DATA" train.max_steps=${N:-$STEPS} \
 		train.log_every=$WARM train.eval=0 train.checkpoint_every=0 train.checkpoint_last=0 \
 		train.overwrite=1 run.out_dir="$o" > "$o.out" 2> "$o.err" ||
 		{ tail -20 "$o.err" >&2; exit 1; }
@@ -81,7 +83,10 @@ tps() {
 		if (s == n) t1 = t
 	} END { if (t1 > t0) printf "%.0f\n", (n - w) * tok / (t1 - t0) }' "$1/metrics.jsonl"
 }
-cpu_ms() { awk -v n=$STEPS '{ printf "%.0f\n", ($1 + $2) * 1000 / n }' "$1.cpu"; }
+cpu_ms() {
+	awk -v n=$((STEPS - WARM)) 'FNR == 1 { c[NR] = $1 + $2 } END { printf "%.0f\n", (c[1] - c[2]) * 1000 / n }' \
+		"$1.cpu" "$1.w.cpu"
+}
 # a stage's busy ms per step from the pipeline's line (either form)
 busy() { sed -n "s/.*busy ms\/step:.* stage $2 \(([a-z ]*) \)\{0,1\}\([0-9.]*\).*/\2/p" "$1.err" | head -1; }
 cpu() {
@@ -98,10 +103,14 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)
 echo "load average: $(cat /proc/loadavg)"
 echo "$INI: 2,048 tokens a step, $RUNS round(s) of $STEPS steps (tok/s from step $WARM)"
 for r in $(seq "$RUNS"); do
-	one "$tmp/one.$r"
-	for M in 4 8; do
-		ranks "$tmp/ranks$M.$r" $M
-		devices "$tmp/devices$M.$r" $M
+	for w in "" .w; do # the whole run, and the same stopped at step WARM
+		[ -z "$w" ] || export N=$WARM
+		one "$tmp/one.$r$w"
+		for M in 4 8; do
+			ranks "$tmp/ranks$M.$r$w" $M
+			devices "$tmp/devices$M.$r$w" $M
+		done
+		unset N
 	done
 done
 # col NAME FN [ARG]: the median over the rounds of FN NAME.r ARG

@@ -423,6 +423,21 @@ static kiln_status tie_weights(struct kiln_pipe *pp)
 	return KILN_OK;
 }
 
+/* A later stage's rank, with low-precision compute: its compute copy of
+ * the parameters refreshed before its first forward where stale (stage 0
+ * does it in its forward, kiln_plan_forward_range), and each step where
+ * a tied weight was just received into the f32 parameters. */
+static kiln_status refresh_copy(struct kiln_pipe *pp)
+{
+	int su, so;
+	if (pp->mine <= 0 || !pp->m->params_c)
+		return KILN_OK;
+	for (int t = 0; tie_user(pp, t, &su, &so) >= 0; t++)
+		if (su == pp->mine)
+			pp->m->pcopy_stale = 1;
+	return kiln_model_params_sync(pp->m, pp->sst[pp->mine]);
+}
+
 /* Stage s's part in micro-batch j's tied gradients: the user sends its
  * gradient after its backward (after = 1), the owner receives it before
  * its own (after = 0). */
@@ -588,7 +603,7 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 	for (int s = 0; s < pp->P; s++)
 		if ((st = kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->start)))
 			return st;
-	if ((st = tie_weights(pp)))
+	if ((st = tie_weights(pp)) || (st = refresh_copy(pp)))
 		return st;
 	for (int i = 0; i < 2 * pp->P * pp->M; i++) {
 		const struct kiln_pipe_action *a = &pp->act[i];

@@ -19,7 +19,9 @@
 #     ranks with [train] clip_norm end where one process does (each stage
 #     clipped by the whole model's norm), and a NaN forced into stage 1's
 #     gradient at step 3 (tests/train_nan, on rank 1 only) skips step 3 on
-#     both ranks: they end where one process with the same NaN does.
+#     both ranks: they end where one process with the same NaN does;
+#  8. bf16 compute: 2 stages on 2 ranks equal one process (stage 1's rank
+#     refreshes its compute copy of the parameters).
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -181,4 +183,12 @@ grep -q "step 3: 1 step(s) of the last 3 skipped: non-finite gradients" "$tmp/n2
 near n1 n2 "a NaN on stage 1 at step 3: 2 stages on 2 ranks"
 "$tool" same "$(ck n2 6)" "$(ck one 6)" params > /dev/null 2>&1 && bad "the NaN step changed nothing"
 echo "ok: clipping and the non-finite skip agree over the pipe"
+
+# ---- 8. bf16 compute ------------------------------------------------------------------
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-amp.so" ]; then
+	run b1 0 32 run.precision=bf16 "$two"
+	run b2 2 32 dist.pipeline=2 "$two" run.precision=bf16
+	near b1 b2 "bf16, 2 stages on 2 ranks"
+	echo "ok: bf16 on 2 stages on 2 ranks equals one process"
+fi
 exit $fail
