@@ -43,3 +43,10 @@ EXTRA_DIST += bench/int8.sh
 EXTRA_DIST += bench/pipeline.sh
 EXTRA_DIST += bench/predict.sh bench/pytorch_predict.py
 EXTRA_DIST += bench/pipeline_gpt.sh
+# oneDNN's convolutions of the ResNet example per activation layout and
+# post-op (issue 23: kiln's inference vs ONNX Runtime; docs/PERFORMANCE.md)
+if BUILD_CPU
+noinst_PROGRAMS += bench/conv_layouts
+bench_conv_layouts_SOURCES = bench/conv_layouts.c
+bench_conv_layouts_LDADD = $(DNNL_LIBS)
+endif

@@ -13,6 +13,7 @@
 #include <kiln/infer.h>
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +262,22 @@ static void logits_to_f32(const struct kiln_infer *m, int64_t rows, float *out)
 	}
 }
 
+/* Where the plan reads rows starting at host pointer xr: in place when
+ * the device computes on host memory (the CPU) and xr is aligned as the
+ * device's own buffers are, so a batch is not copied before it is read
+ * (3-4% of the MLP's call); else copied into x_d. */
+static kiln_status rows_input(struct kiln_infer *m, const char *xr, int64_t rows, const void **xd)
+{
+	if ((kiln_device_traits(m->t.dev)->caps & KILN_DEVICE_HOST_MEMORY) &&
+	    (uintptr_t)xr % 64 == 0) {
+		*xd = xr;
+		return KILN_OK;
+	}
+	*xd = m->x_d;
+	return kiln_device_copy_async(m->t.dev, m->x_d, xr, (size_t)rows * m->in_bytes,
+				      KILN_COPY_H2D, m->t.stream);
+}
+
 /* Rows [off, off + rows) of x through the model into out. */
 static kiln_status infer_rows(struct kiln_infer *m, const char *x, int64_t off, int64_t rows,
 			      float *out)
@@ -268,17 +285,17 @@ static kiln_status infer_rows(struct kiln_infer *m, const char *x, int64_t off, 
 	struct kiln_device *dev = m->t.dev;
 	struct kiln_plan *p;
 	struct kiln_tensor_desc d;
+	const void *xd;
 	void *logits;
 	kiln_status st;
 	if ((st = rows_plan(m, rows, &p)) ||
-	    (st = kiln_device_copy_async(dev, m->x_d, x + (size_t)off * m->in_bytes,
-					 (size_t)rows * m->in_bytes, KILN_COPY_H2D, m->t.stream)) ||
-	    (st = kiln_plan_forward(p, m->x_d, NULL, NULL, m->t.stream)) ||
+	    (st = rows_input(m, x + (size_t)off * m->in_bytes, rows, &xd)) ||
+	    (st = kiln_plan_forward(p, xd, NULL, NULL, m->t.stream)) ||
 	    (st = kiln_plan_logits(p, &logits, &d)) ||
 	    (st = kiln_device_copy_async(dev, m->lo_h ? (void *)m->lo_h : (void *)(out + (size_t)off * m->out_elems),
 					 logits, kiln_dtype_size(m->lo_dtype) * m->out_elems * (size_t)rows,
 					 KILN_COPY_D2H, m->t.stream)) ||
-	    /* the next rows reuse the input buffer: wait for these */
+	    /* the next rows reuse x_d, and the caller may reuse x: wait */
 	    (st = kiln_device_stream_sync(dev, m->t.stream)))
 		return kiln_error_wrap(st, "samples %lld..%lld", (long long)off,
 				       (long long)(off + rows - 1));
@@ -379,11 +396,11 @@ kiln_status kiln_infer_eval_set(struct kiln_infer *m, kiln_infer_rows_fn fn, voi
 	struct kiln_data_scratch scratch = { 0 };
 	const int64_t B = m->batch;
 	int64_t *idx = malloc(sizeof(int64_t) * (size_t)B);
-	char *x = NULL;
+	void *x = NULL; /* 64-byte aligned: read in place (rows_input) */
 	int32_t *y = NULL;
 	float *out = malloc(sizeof(float) * m->out_elems * (size_t)B);
 	kiln_status st = idx && out ? eval_set_open(m, &ds) : kiln_error(KILN_ENOMEM, "out of memory");
-	if (!st && (!(x = malloc(m->in_bytes * (size_t)B)) ||
+	if (!st && (posix_memalign(&x, 64, m->in_bytes * (size_t)B) ||
 		    !(y = malloc(ds.label_bytes * (size_t)B))))
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 	for (int64_t off = 0; !st && off < ds.len; off += B) {

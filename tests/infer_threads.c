@@ -4,7 +4,9 @@
  * batches and two different remainders), then four threads at once, each
  * inferring 23 and 7 samples alternately 10 times: two share one model
  * (the lock serialises them; their remainder plans alternate), two load
- * a model each.  Every result equals its reference bit for bit.  Also:
+ * a model each.  Every result equals its reference bit for bit, as do the
+ * logits of an input at a 64-byte-aligned address (which the CPU reads in
+ * place) and at an unaligned one (copied), which stay unchanged.  Also:
  * the shapes, n = 0, a negative n, and kiln_model_load's error text. */
 #include <kiln/infer.h>
 
@@ -110,6 +112,28 @@ int main(int argc, char **argv)
 		fprintf(stderr, "the first batch's logits differ between calls\n");
 		return 1;
 	}
+	/* the same samples at a 64-byte-aligned address (read in place on the
+	 * CPU) and at one 4 bytes past it (copied first): the same logits,
+	 * and the caller's buffer left as it was */
+	void *al = NULL;
+	float *y = malloc(sizeof(float) * 5 * 23);
+	if (posix_memalign(&al, 64, 256 * 23 + 64) || !y) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
+	for (int shift = 0; shift <= 4; shift += 4) {
+		char *xa = (char *)al + shift;
+		memcpy(xa, x, 256 * 23);
+		const kiln_status st = kiln_infer(shared, xa, 23, y);
+		if (st || memcmp(y, ref23, sizeof(float) * 5 * 23) || memcmp(xa, x, 256 * 23)) {
+			fprintf(stderr, "kiln_infer on an input %s: %s\n",
+				shift ? "4 bytes past 64-byte alignment" : "64-byte aligned",
+				st ? kiln_last_error() : "logits differ from the reference, or the input changed");
+			return 1;
+		}
+	}
+	free(al);
+	free(y);
 	pthread_t th[4];
 	const char *who[4] = { "shared 1", "shared 2", "own 1", "own 2" };
 	for (int i = 0; i < 4; i++)

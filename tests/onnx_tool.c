@@ -277,7 +277,10 @@ static kiln_status read_batch(const struct kiln_config *cfg, const struct kiln_r
 	}
 	kiln_dataset_input_desc(&ds, d);
 	int64_t *idx = calloc((size_t)rows, sizeof *idx);
-	*x = calloc((size_t)rows, kiln_tensor_bytes(d));
+	/* 64-byte aligned, as a program that wants kiln_infer to read it in
+	 * place allocates it */
+	if (posix_memalign(x, 64, (size_t)rows * kiln_tensor_bytes(d)))
+		*x = NULL;
 	*y = calloc((size_t)rows, sizeof(int32_t) * 4096);
 	for (int64_t r = 0; idx && r < rows; r++)
 		idx[r] = r;

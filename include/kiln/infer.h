@@ -100,7 +100,9 @@ size_t kiln_infer_output_elems(const struct kiln_infer *m);
 /* Run n samples: x holds n input samples back to back (host memory,
  * kiln_infer_input_bytes each), out gets n * kiln_infer_output_elems
  * floats.  Returns when out is written.  KILN_EINVAL for n < 0 or a NULL
- * buffer; n = 0 does nothing. */
+ * buffer; n = 0 does nothing.  On a device that computes on host memory
+ * (the CPU), an x aligned to 64 bytes is read where it is (posix_memalign
+ * or aligned_alloc); any other x is first copied. */
 kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *out);
 
 /* One decoded image (8-bit HWC, 1 or 3 channels) into one input sample
