@@ -30,7 +30,10 @@
 #   t2-compile-max      mode max-autotune-no-cudagraphs          } --torch-env
 #   t2-lightning        Trainer.fit, rate over the whole fit     } setting
 #   t113-default, t113-passive, t113-omp1: /usr/bin/python3 (Debian's 1.13)
-# All PyTorch rows with OPENBLAS_CORETYPE=SkylakeX (DESIGN.md section 8).
+# All PyTorch rows with common.sh's BLAS_ENV: OPENBLAS_CORETYPE=SkylakeX on
+# an AVX-512 CPU (DESIGN.md section 8), OpenBLAS's own choice elsewhere.
+# kiln's row also reports setup_s and fit_s (metrics.jsonl's final line):
+# its fit, first step to final checkpoint, is what Lightning's fit() times.
 # compile rows: the first warm-up steps compile and are not timed; compile_s
 # (their time beyond that many steady steps) is reported apart.  Inductor's
 # cache is one fresh directory per invocation unless --inductor-cache names
@@ -116,6 +119,8 @@ case $TORCH_ENV in
     *) echo "anchors.sh: --torch-env passive, default or omp1" >&2; exit 2 ;;
 esac
 [ -x "$KILN" ] || { echo "anchors.sh: $KILN not found (set KILN=)" >&2; exit 1; }
+# the kiln rows run the binary itself, not libtool's wrapper (real_kiln)
+KILN_RUN=$(real_kiln "$KILN")
 
 bench_tmpdir anchors
 RES=${OUT:-$TMP/res}
@@ -174,24 +179,24 @@ torch_rows() {
     b=$1 lsamples=$2 script=$3
     shift 3
     if [ -z "$SKIP2" ]; then
-        one_run "$b" t2-eager-default 0 env OPENBLAS_CORETYPE=SkylakeX \
+        one_run "$b" t2-eager-default 0 env $BLAS_ENV \
             "$PY2" "$HERE/$script" --threads "$THREADS" "$@"
-        one_run "$b" t2-eager-passive 0 env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE \
+        one_run "$b" t2-eager-passive 0 env $BLAS_ENV OMP_WAIT_POLICY=PASSIVE \
             "$PY2" "$HERE/$script" --threads "$THREADS" "$@"
-        one_run "$b" t2-eager-omp1 0 env OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=1 \
+        one_run "$b" t2-eager-omp1 0 env $BLAS_ENV OMP_NUM_THREADS=1 \
             "$PY2" "$HERE/$script" --threads 1 "$@"
         nt=$THREADS; [ "$TORCH_ENV" = omp1 ] && nt=1
         for m in compile compile-max lightning; do
-            one_run "$b" "t2-$m" "$lsamples" env OPENBLAS_CORETYPE=SkylakeX $TENV \
+            one_run "$b" "t2-$m" "$lsamples" env $BLAS_ENV $TENV \
                 "$PY2" "$HERE/$script" --threads "$nt" --mode "$m" "$@"
         done
     fi
     if [ -z "$SKIP113" ]; then
-        one_run "$b" t113-default 0 env OPENBLAS_CORETYPE=SkylakeX \
+        one_run "$b" t113-default 0 env $BLAS_ENV \
             "$PYTHON113" "$HERE/$script" --threads "$THREADS" "$@"
-        one_run "$b" t113-passive 0 env OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE \
+        one_run "$b" t113-passive 0 env $BLAS_ENV OMP_WAIT_POLICY=PASSIVE \
             "$PYTHON113" "$HERE/$script" --threads "$THREADS" "$@"
-        one_run "$b" t113-omp1 0 env OPENBLAS_CORETYPE=SkylakeX OMP_NUM_THREADS=1 \
+        one_run "$b" t113-omp1 0 env $BLAS_ENV OMP_NUM_THREADS=1 \
             "$PYTHON113" "$HERE/$script" --threads 1 "$@"
     fi
 }
@@ -202,8 +207,8 @@ kiln_row() { # BENCH SAMPLES WARM BATCH INI KEY=VALUE...
     shift 5
     rm -rf "$TMP/kout"
     STEADY="$warm $batch"
-    one_run "$b" kiln "$samples" env OPENBLAS_CORETYPE=SkylakeX \
-        "$KILN" train "$ini" run.threads="$THREADS" train.eval=0 run.out_dir="$TMP/kout" \
+    one_run "$b" kiln "$samples" env $BLAS_ENV \
+        $KILN_RUN train "$ini" run.threads="$THREADS" train.eval=0 run.out_dir="$TMP/kout" \
         train.log_every="$warm" "$@"
     STEADY=
 }

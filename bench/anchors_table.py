@@ -51,11 +51,13 @@ def steady(path, warm, batch, line):
     steps after the first `warm`, from the times of metrics.jsonl's train
     lines (logged every `warm` steps); the old rate, which counts the
     warm-up, as kiln_all_steps_per_s.  Exits 1 when there are too few."""
-    pts = {}
+    pts, final = {}, {}
     for ln in open(path):
         r = json.loads(ln) if ln.strip() else {}
         if r.get("event") == "train" and "time" in r:
             pts[int(r["step"])] = float(r["time"])
+        if r.get("event") == "final":
+            final = r
     last = max(pts, default=0)
     if warm not in pts or last <= warm or pts[last] <= pts[warm]:
         sys.exit(1)
@@ -63,6 +65,9 @@ def steady(path, warm, batch, line):
     out["kiln_all_steps_per_s"] = out.get("train_samples_per_s")
     out["train_samples_per_s"] = (last - warm) * batch / (pts[last] - pts[warm])
     out["timed_steps"] = last - warm
+    for k in ("setup_s", "fit_s"):  # kiln's set-up; first step to the end
+        if k in final:
+            out[k] = final[k]
     print(json.dumps(out))
 
 
@@ -135,6 +140,22 @@ def main():
               f"{fmt(whole['kiln'])}) / Lightning's whole fit: **{whole['kiln'] / lt:.2f}x** "
               f"(target >= 2x); Lightning counted from its own process start: "
               f"{fmt(whole.get('t2-lightning'))} samples/s")
+    kr = [r for r in rows.get("kiln", []) if "failed" not in r and r.get("fit_s") and r.get("run_samples")]
+    if kr and lt:
+        fit = median([r["run_samples"] / r["fit_s"] for r in kr])
+        rest = median([r["run_wall_s"] - r["setup_s"] - r["fit_s"] for r in kr])
+        print(f"- like for like, kiln's fit (its first step to its final checkpoint written, "
+              f"as Lightning's fit: neither validates, both checkpoint once): {fmt(fit)} "
+              f"samples/s, / Lightning's fit: **{fit / lt:.2f}x** (target >= 2x); kiln's "
+              f"set-up before it (config, device, data, model, loaders) "
+              f"{median([r['setup_s'] for r in kr]):.2f} s, the rest of its process "
+              f"(start, plugins, exit) {rest:.2f} s")
+    ref = sorted({n for n in rows if n.startswith("t113") for r in rows[n]
+                  if any("/blas/libblas" in b for b in r.get("blas", []))})
+    if ref:
+        print(f"- **{', '.join(ref)} ran on the reference BLAS** (/usr/lib/.../blas/libblas.so.3, "
+              f"no OpenBLAS installed): not PyTorch 1.13's best; scripts/install-deps --bench "
+              f"installs libopenblas0-pthread")
     if kiln and b113:
         want = {"mlp": " (target >= 1.7x)", "cnn-nchw": " (target >= 2x)",
                 "cnn-nhwc": " (target >= 2x)"}.get(bench, "")

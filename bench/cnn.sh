@@ -5,7 +5,7 @@
 # Model of examples/fashion_mnist_cnn.ini (conv5x5-32, pool, conv5x5-64, pool,
 # fc1024, dropout 0.4, fc10), batch 128, fp32. For each layout:
 # PyTorch (bench/pytorch_cnn.py --layout L) runs under three OpenMP
-# environments, all with OPENBLAS_CORETYPE=SkylakeX:
+# environments, all with common.sh's BLAS_ENV (SkylakeX kernels on AVX-512):
 #   default   nothing else set
 #   passive   OMP_WAIT_POLICY=PASSIVE
 #   omp1      OMP_NUM_THREADS=1 (and torch.set_num_threads(1))
@@ -155,7 +155,7 @@ run_pytorch() { # layout, name, threads, then env assignments
     i=1
     while [ "$i" -le "$RUNS" ]; do
         rc=0
-        env OPENBLAS_CORETYPE=SkylakeX "$@" "$PYTHON" "$HERE/pytorch_cnn.py" \
+        env $BLAS_ENV "$@" "$PYTHON" "$HERE/pytorch_cnn.py" \
             --layout "$layout" --threads "$nthreads" --steps "$STEPS" \
             --warmup-steps "$WARMUP" --batch "$BATCH" \
             --eval-samples "$EVAL_SAMPLES" --precision "$PRECISION" > "$TMP/py.out" || rc=$?
@@ -181,7 +181,7 @@ kiln_runs() {
     i=1
     while [ "$i" -le "$RUNS" ]; do
         rc=0
-        OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$HERE/cnn_bench.ini" \
+        env $BLAS_ENV "$KILN" train "$HERE/cnn_bench.ini" \
             model.layout="$layout" run.threads="$THREADS" train.batch="$BATCH" \
             data.limit="$KLIMIT" train.max_steps="$KSTEPS" \
             data.eval.limit="$EVAL_SAMPLES" run.precision="$PRECISION" "$@" \

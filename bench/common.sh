@@ -13,6 +13,18 @@
 #                          of $GEMM --threads $THREADS (bench/gemm_peak)
 #   collect_runs OUT LABEL CMD...
 #                          CMD's JSON line of each of RUNS runs into OUT
+#   BLAS_ENV               env's arguments for Debian's OpenBLAS (PyTorch 1.13,
+#                          numpy): OPENBLAS_CORETYPE=SkylakeX where the CPU has
+#                          AVX-512 (OpenBLAS 0.3.21 does not recognise some of
+#                          those CPUs and falls back to SSE kernels); elsewhere
+#                          "-u OPENBLAS_CORETYPE", OpenBLAS's own choice (forced
+#                          SkylakeX kernels die with SIGILL on an AVX2-only CPU;
+#                          an empty value is not "unset": it falls back to
+#                          Haswell kernels, not Zen's); use as `env $BLAS_ENV CMD`
+#   real_kiln PATH         PATH, or, when PATH is libtool's wrapper script of an
+#                          uninstalled kiln, "env LD_LIBRARY_PATH=... DIR/.libs/kiln"
+#                          (the wrapper's bash and sed runs cost 10-100 ms of each
+#                          whole-run time that an installed kiln does not pay)
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
@@ -93,4 +105,21 @@ measure_peak() {
     p=$("$GEMM" --threads "$THREADS" 2>/dev/null | grep '^[[:space:]]*{' | head -n 1 |
         "$PYTHON" -c 'import json,sys; print(json.loads(sys.stdin.read())["gflops"])' 2>/dev/null) || p=0
     PEAK=$(awk -v a="$PEAK" -v b="${p:-0}" 'BEGIN { print (b > a ? b : a) }')
+}
+
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+    BLAS_ENV=OPENBLAS_CORETYPE=SkylakeX
+else
+    BLAS_ENV="-u OPENBLAS_CORETYPE"
+fi
+
+real_kiln() {
+    _rk_dir=$(dirname "$1")
+    if [ -x "$_rk_dir/.libs/$(basename "$1")" ] && head -c 200 "$1" 2>/dev/null | grep -q '^#! */bin/bash' &&
+        grep -q 'libtool' "$1" 2>/dev/null; then
+        _rk_abs=$(cd "$_rk_dir" && pwd)
+        echo "env LD_LIBRARY_PATH=$_rk_abs/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $_rk_abs/.libs/$(basename "$1")"
+    else
+        echo "$1"
+    fi
 }

@@ -31,7 +31,7 @@
 #   pt-default, pt-passive, pt-omp1
 #                 PyTorch ($PYTHON) with 2 threads; with OMP_WAIT_POLICY=
 #                 PASSIVE; with OMP_NUM_THREADS=1 (and 1 thread), all with
-#                 OPENBLAS_CORETYPE=SkylakeX, as bench/mlp.sh and cnn.sh
+#                 common.sh's BLAS_ENV, as bench/mlp.sh and cnn.sh
 # Output: each run's JSON line on stderr; then per benchmark a table of
 # medians (samples/s) by condition, "pt-best" (the fastest PyTorch setting
 # in that condition), kiln / pt-best (the issue asks >= 1.2 under
@@ -226,10 +226,10 @@ run_one() {
                 kiln-s*) spin=GOMP_SPINCOUNT=${who#kiln-s}; ad=run.threads=0 ;;
             esac
             if [ "$bench" = mlp ]; then
-                under "$cond" env OPENBLAS_CORETYPE=SkylakeX $spin "$bin" train "$HERE/mlp_bench.ini" \
+                under "$cond" env $BLAS_ENV $spin "$bin" train "$HERE/mlp_bench.ini" \
                     train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0 "$ad"
             else
-                under "$cond" env OPENBLAS_CORETYPE=SkylakeX $spin "$bin" train "$HERE/cnn_bench.ini" \
+                under "$cond" env $BLAS_ENV $spin "$bin" train "$HERE/cnn_bench.ini" \
                     model.layout="$layout" run.threads=0 "$ad" train.batch="$BATCH" \
                     data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" train.eval=0
             fi ;;
@@ -241,10 +241,10 @@ run_one() {
             esac
             nt=$1; shift
             if [ "$bench" = mlp ]; then
-                under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS OPENBLAS_CORETYPE=SkylakeX \
+                under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $BLAS_ENV \
                     "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --threads "$nt" --steps "$MLP_STEPS"
             else
-                under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS OPENBLAS_CORETYPE=SkylakeX \
+                under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $BLAS_ENV \
                     "$@" "$PYTHON" "$HERE/pytorch_cnn.py" --layout "$layout" --threads "$nt" \
                     --steps "$STEPS" --warmup-steps "$WARMUP" --batch "$BATCH" --eval-samples 500
             fi ;;

@@ -2,7 +2,7 @@
 # Side-by-side MLP benchmark on Fashion-MNIST: kiln vs PyTorch (CPU).
 #
 # PyTorch (bench/pytorch_mlp.py) runs under three OpenMP environments, all
-# with OPENBLAS_CORETYPE=SkylakeX:
+# with common.sh's BLAS_ENV (SkylakeX kernels on AVX-512):
 #   default   nothing else set
 #   passive   OMP_WAIT_POLICY=PASSIVE
 #   omp1      OMP_NUM_THREADS=1 (and torch.set_num_threads(1))
@@ -68,7 +68,7 @@ json_line_any() {
 run_pytorch() { # name, threads, then env assignments
     name=$1; nthreads=$2; shift 2
     collect_runs "$TMP/pytorch-$name.jsonl" "pytorch $name" \
-        env OPENBLAS_CORETYPE=SkylakeX "$@" "$PYTHON" "$HERE/pytorch_mlp.py" \
+        env $BLAS_ENV "$@" "$PYTHON" "$HERE/pytorch_mlp.py" \
         --threads "$nthreads" --steps "$STEPS" --precision "$PRECISION"
 }
 
@@ -88,7 +88,7 @@ if [ "$DO_KILN" = 1 ]; then
         exit 1
     fi
     out="$TMP/kiln.jsonl"
-    collect_runs "$out" kiln env OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$HERE/mlp_bench.ini" \
+    collect_runs "$out" kiln env $BLAS_ENV "$KILN" train "$HERE/mlp_bench.ini" \
         train.epochs=1 run.precision="$PRECISION"
     KILN_SPS=$(median_field "$out" train_samples_per_s)
     KILN_ACC=$(median_field "$out" test_acc)

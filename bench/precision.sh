@@ -18,7 +18,7 @@
 #   torch-bf16-*    the PyTorch script with --precision bf16 under the three
 #                   OpenMP settings of cnn.sh/mlp.sh (default, passive =
 #                   OMP_WAIT_POLICY=PASSIVE, omp1 = one thread), all with
-#                   OPENBLAS_CORETYPE=SkylakeX; the best median counts.
+#                   common.sh's BLAS_ENV; the best median counts.
 # kiln's samples/s include its warm-up steps, PyTorch's exclude 20.
 #
 # Usage: bench/precision.sh [--model cnn|mlp] [--runs N] [--steps N]
@@ -86,7 +86,7 @@ kiln_once() { # precision [key=value...]
         set -- "$HERE/mlp_bench.ini" data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" \
             train.eval=0 run.precision="$p" "$@"
     fi
-    OPENBLAS_CORETYPE=SkylakeX "$KILN" train "$@" run.threads="$THREADS" train.batch="$BATCH" \
+    env $BLAS_ENV "$KILN" train "$@" run.threads="$THREADS" train.batch="$BATCH" \
         run.out_dir= 2> "$TMP/kiln.err" | json_line
 }
 
@@ -98,7 +98,7 @@ torch_once() { # threads, env assignments...
     else # --steps: all steps, warm-up included
         set -- "$@" "$PYTHON" "$HERE/pytorch_mlp.py" --steps "$KSTEPS"
     fi
-    env OPENBLAS_CORETYPE=SkylakeX "$@" --threads "$nt" --warmup-steps "$WARMUP" \
+    env $BLAS_ENV "$@" --threads "$nt" --warmup-steps "$WARMUP" \
         --batch "$BATCH" --precision bf16 | json_line
 }
 

@@ -52,7 +52,7 @@ for r in $(seq "$RUNS"); do
 			$common >/dev/null 2>"$TMP/err"
 		sed -n 's/.*\[predict\] \([0-9]*\) images in \([0-9.]*\) s: \([0-9.]*\) images\/s, \([0-9.]*\) ms.*/{"row": "kiln-b'$b'", "images_per_s": \3, "ms_per_image": \4}/p' \
 			"$TMP/err" >>"$TMP/rows.jsonl"
-		(cd bench && OPENBLAS_CORETYPE=SkylakeX "$VENV/bin/python" pytorch_predict.py \
+		(cd bench && env $BLAS_ENV "$VENV/bin/python" pytorch_predict.py \
 			"$TMP/png/test" --weights "$TMP/w.safetensors" --batch $b --threads "$THREADS") |
 			sed 's/^{/{"row": "torch-b'$b'", /' >>"$TMP/rows.jsonl"
 	done

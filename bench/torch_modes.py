@@ -49,9 +49,12 @@ def lightning_fit(model, make_opt, loss_fn, x, y, batch, steps, precision, fmt=N
     shuffling DataLoader over (x, y), the last partial batch dropped.  Trainer
     defaults except: CPU, one device, no progress bar (stdout carries the JSON
     result), no sanity validation (there is no validation loop), its files in
-    a scratch directory.  precision "bf16" is Lightning's "bf16-mixed" (CPU
+    a scratch directory, removed after the fit.  It writes one checkpoint
+    (ModelCheckpoint's default, at the epoch's end) and TensorBoard events;
+    it does not validate.  precision "bf16" is Lightning's "bf16-mixed" (CPU
     autocast).  Returns (samples trained, seconds of the whole fit, last loss,
     the Lightning version)."""
+    import shutil
     import tempfile
 
     import lightning as L
@@ -88,6 +91,7 @@ def lightning_fit(model, make_opt, loss_fn, x, y, batch, steps, precision, fmt=N
     trainer.fit(module, dl)
     fit_s = time.perf_counter() - t0
     done = trainer.global_step
+    shutil.rmtree(root, ignore_errors=True)  # its checkpoint and logs (4 MB for the MLP)
     return done * batch, fit_s, float(module.last_loss), L.__version__
 
 

@@ -50,6 +50,11 @@ struct kiln_registry {
 	int n_files, cap_files;
 	struct reg_plugin *plugins;
 	int n_plugins, cap_plugins;
+	/* probe children that finished their list but were still exiting
+	 * (unmapping what they loaded) when the parent went on: reaped at
+	 * close */
+	pid_t *exiting;
+	int n_exiting;
 };
 
 /* ---- the host table --------------------------------------------------- */
@@ -331,6 +336,7 @@ static void probe_child(struct kiln_registry *reg, int from, int fd)
 				fprintf(f, "%d %d:%s\n", i, list[k]->kind, list[k]->name);
 		fprintf(f, "%d done\n", i);
 	}
+	fprintf(f, "end\n"); /* the parent need not wait for this exit */
 	_exit(0);
 }
 
@@ -372,9 +378,13 @@ static void probe_files(struct kiln_registry *reg)
 		close(pfd[1]);
 		FILE *in = fdopen(pfd[0], "r");
 		char line[512];
-		int cur = -1, idx;
+		int cur = -1, idx, ended = 0;
 		while (in && fgets(line, sizeof line, in)) {
 			char what[400];
+			if (!strcmp(line, "end\n")) {
+				ended = 1;
+				break;
+			}
 			if (sscanf(line, "%d %399s", &idx, what) != 2 || idx < 0 || idx >= reg->n_files)
 				continue;
 			if (!strcmp(what, "start")) {
@@ -391,6 +401,15 @@ static void probe_files(struct kiln_registry *reg)
 		else
 			close(pfd[0]);
 		int ws;
+		if (ended && cur < 0) { /* through every file; reap it now or at close */
+			pid_t *e = waitpid(pid, &ws, WNOHANG) ? NULL :
+				   realloc(reg->exiting, (size_t)(reg->n_exiting + 1) * sizeof *e);
+			if (e) {
+				reg->exiting = e;
+				e[reg->n_exiting++] = pid;
+			}
+			return;
+		}
 		while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
 			;
 		if (cur < 0)
@@ -537,6 +556,10 @@ void kiln_registry_close(struct kiln_registry *reg)
 		free(reg->files[i].error);
 		free(reg->files[i].provides);
 	}
+	for (int i = 0; i < reg->n_exiting; i++)
+		while (waitpid(reg->exiting[i], NULL, 0) < 0 && errno == EINTR)
+			;
+	free(reg->exiting);
 	free(reg->dirs);
 	free(reg->files);
 	free(reg->plugins);

@@ -179,7 +179,9 @@ struct trainer {
 	int64_t since, ep_samples;
 	struct stopper stopper;
 	size_t rss0;
-	double t_start;
+	/* when trainer_open began, and when it ended (the first step may
+	 * start): setup_s and fit_s of the final metrics line */
+	double t_start, t_fit0;
 };
 
 /* Profiling: the phase the host is in, and what the device ops that

@@ -322,12 +322,14 @@ kiln_status trainer_finish(struct trainer *t)
 		trainer_jsonl(t, json_pack("{s:s, s:I, s:s}", "event", "stopped", "step",
 					   (json_int_t)t->step, "checkpoint", res->checkpoint));
 	else
-		trainer_jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:o, s:o, s:f, s:f}", "event",
-					   "final", "epochs", res->epochs, "steps",
+		trainer_jsonl(t, json_pack("{s:s, s:i, s:I, s:f, s:o, s:o, s:f, s:f, s:f, s:f}",
+					   "event", "final", "epochs", res->epochs, "steps",
 					   (json_int_t)res->steps, "train_loss", res->train_loss,
 					   "test_loss", metric_or_null(res->test_loss), "test_acc",
 					   metric_or_null(res->test_acc), "train_samples_per_s",
-					   res->train_samples_per_s, "wall_s", res->wall_s));
+					   res->train_samples_per_s, "wall_s", res->wall_s,
+					   "setup_s", t->t_fit0 - t->t_start, "fit_s",
+					   res->wall_s - (t->t_fit0 - t->t_start)));
 	/* the final parameters whole (ZeRO-1, [dist] pipeline) */
 	st = kiln_dist_zero_settle(t->dist, t->compute);
 	if (!st)

@@ -623,6 +623,23 @@ static kiln_status open_loop(struct trainer *t)
 	return KILN_OK;
 }
 
+/* Now, into *at; 0 (so that it chains in trainer_open's ||). */
+static int stamp(double *at)
+{
+	*at = kiln_now_s();
+	return 0;
+}
+
+/* The set-up's phases (at[i]: when phase i ended), logged at debug level:
+ * what the whole run pays before its first step. */
+static void log_setup_times(double t0, const double at[8])
+{
+	kiln_log(KILN_LOG_DEBUG, "train",
+		 "set-up %.3f s: config %.3f, device %.3f, data %.3f, model %.3f, buffers %.3f, run directory %.3f, loaders %.3f, loop %.3f",
+		 at[7] - t0, at[0] - t0, at[1] - at[0], at[2] - at[1], at[3] - at[2], at[4] - at[3],
+		 at[5] - at[4], at[6] - at[5], at[7] - at[6]);
+}
+
 kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 			 const struct kiln_registry *reg, const struct kiln_train_cfg *tc,
 			 int training, struct kiln_train_result *res)
@@ -634,11 +651,15 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 	t->res = res;
 	t->world = 1;
 	t->t_start = kiln_now_s();
-	if ((st = read_config(t, tc)) || (st = open_device(t)) || (st = open_sets(t)) ||
-	    (st = build_model(t)) || (st = alloc_buffers(t)) ||
-	    (training && (st = open_run(t))) || (st = open_loaders(t)) ||
-	    (training && (st = open_loop(t))))
+	double at[8] = { 0 };
+	if ((st = read_config(t, tc)) || stamp(&at[0]) || (st = open_device(t)) || stamp(&at[1]) ||
+	    (st = open_sets(t)) || stamp(&at[2]) || (st = build_model(t)) || stamp(&at[3]) ||
+	    (st = alloc_buffers(t)) || stamp(&at[4]) || (training && (st = open_run(t))) ||
+	    stamp(&at[5]) || (st = open_loaders(t)) || stamp(&at[6]) ||
+	    (training && (st = open_loop(t))) || stamp(&at[7]))
 		return st;
+	t->t_fit0 = at[7];
+	log_setup_times(t->t_start, at);
 	return KILN_OK;
 }
 
