@@ -500,3 +500,6 @@ EXTRA_DIST += tests/pipeline_dist.sh
 # the split examples follow their unsplit originals (issue 21, docs/pipeline.md)
 TESTS += tests/pipeline_examples.sh
 EXTRA_DIST += tests/pipeline_examples.sh
+
+# the INI writers shared by the shell tests and bench/pipeline.sh
+EXTRA_DIST += tests/config_lib.sh
