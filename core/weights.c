@@ -582,12 +582,16 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 			 has_init ? ", then [model] init_from" : "");
 	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
 		goto out;
-	/* the sample shape, as training sees it (u8 samples become f32) */
-	memset(&ds, 0, sizeof ds);
-	if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
-		goto out;
-	kiln_dataset_input_desc(&ds, &t->sample);
-	kiln_dataset_close(&ds);
+	/* the sample shape, as training saw it (u8 samples become f32): the
+	 * checkpoint's record, else [data]'s (an older kiln's checkpoint, or
+	 * none) */
+	if (!ck || kiln_ckpt_sample(ck, &t->sample)) {
+		memset(&ds, 0, sizeof ds);
+		if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
+			goto out;
+		kiln_dataset_input_desc(&ds, &t->sample);
+		kiln_dataset_close(&ds);
+	}
 	if ((st = kiln_model_create(cfg, reg, t->dev, &t->sample, &t->m)) ||
 	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
 	    /* a checkpoint replaces every weight: init_from is not read; what
