@@ -24,7 +24,8 @@ ini() {
 }
 
 # ini_layers NAME:TYPE[:KEY=VALUE...]...: a [layer.NAME] section a word,
-# its type and keys (conv1:conv:out=6:kernel=3:padding=1)
+# its type and keys (conv1:conv:out=6:kernel=3:padding=1; a value here
+# holds no ':', and no space unless the word is quoted)
 ini_layers() {
 	for _spec in "$@"; do
 		_name=${_spec%%:*}
