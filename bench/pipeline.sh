@@ -43,55 +43,15 @@ fi
 KILN=${KILN:-./kiln}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cat > "$tmp/p.ini" <<EOF
-[run]
-seed = 1
-threads = 1
-out_dir = $tmp/run
-[data]
-source = synthetic
-samples = 8192
-image_size = 23
-image_channels = 3
-classes = 16
-workers = 1
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 1024
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 1024
-[layer.r2]
-type = relu
-[layer.fc3]
-type = linear
-out = 1024
-[layer.r3]
-type = relu
-[layer.fc4]
-type = linear
-out = 1024
-[layer.r4]
-type = relu
-[layer.head]
-type = linear
-out = 16
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-max_steps = $STEPS
-batch = 256
-lr = 0.01
-log_every = 1000
-eval = 0
-checkpoint_last = 0
-overwrite = 1
-EOF
+. "$(dirname "$0")/../tests/config_lib.sh"
+{
+	ini run seed=1 threads=1 out_dir="$tmp/run"
+	ini_synthetic 8192 23 16 image_channels=3 workers=1
+	ini_layers flat:flatten fc1:linear:out=1024 r1:relu fc2:linear:out=1024 r2:relu \
+		fc3:linear:out=1024 r3:relu fc4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
+	ini train epochs=1 max_steps="$STEPS" batch=256 lr=0.01 log_every=1000 eval=0 \
+		checkpoint_last=0 overwrite=1
+} > "$tmp/p.ini"
 split="model.stages=flat,r2|fc3,loss"
 # run OUT ARGS...: one training run, its stdout and log in OUT.out/OUT.err
 run() {

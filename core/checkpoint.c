@@ -147,6 +147,17 @@ static char *tensors_text(const struct kiln_model *m)
 	return text;
 }
 
+/* The "sample" section: one sample of the model's input, "DTYPE D0,D1,...\n"
+ * (f32 1,28,28), so that a model can be rebuilt without its data. */
+static void sample_text(const struct kiln_tensor_desc *d, char *out, size_t len)
+{
+	size_t n = (size_t)snprintf(out, len, "%s ", kiln_dtype_name(d->dtype));
+	for (int i = 0; i < d->ndim && n < len; i++)
+		n += (size_t)snprintf(out + n, len - n, i ? ",%lld" : "%lld", (long long)d->dims[i]);
+	if (n < len)
+		snprintf(out + n, len - n, "\n");
+}
+
 /* ---- writing ------------------------------------------------------------- */
 
 struct wsec {
@@ -237,10 +248,10 @@ static void host_section(struct wsec *s, const char *tag, const void *p, size_t 
 kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 			   struct kiln_model *m, void *stream, char *path, size_t path_len)
 {
-	struct wsec s[7 + KILN_MAX_STATE_BUFS];
+	struct wsec s[8 + KILN_MAX_STATE_BUFS];
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
 	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES];
-	char final[4200], tmp[4210];
+	char final[4200], tmp[4210], sample[160];
 	kiln_status st;
 	int n = 0;
 	const char *config = meta->config ? meta->config : "";
@@ -263,6 +274,8 @@ kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 	host_section(&s[n++], "tensors", tensors, strlen(tensors));
 	host_section(&s[n++], "weights_keys", wkeys, strlen(wkeys));
 	host_section(&s[n++], "tracked", tracked, sizeof tracked);
+	sample_text(&m->sample, sample, sizeof sample);
+	host_section(&s[n++], "sample", sample, strlen(sample));
 	if (meta->epoch) {
 		memcpy(ep, &meta->epoch->loss, 8);
 		memcpy(ep + 8, &meta->epoch->correct, 8);
@@ -584,6 +597,42 @@ kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **ou
 	}
 	*out = t;
 	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
+{
+	char *text = NULL;
+	int64_t dims[KILN_MAX_DIMS];
+	int dtype = -1, nd = 0, ok;
+	uint64_t bytes;
+	if (kiln_ckpt_find(ck, "sample", &bytes))
+		return kiln_error(KILN_ENOTFOUND, "checkpoint %s has no 'sample' section (written by an older kiln)",
+				  ck->path);
+	kiln_status st = kiln_ckpt_read_text(ck, "sample", &text);
+	if (st)
+		return st;
+	/* "f32 1,28,28\n" */
+	char *q = strchr(text, ' '), *end = NULL;
+	if (q) {
+		*q++ = '\0';
+		for (int t = 0; t < KILN_DTYPE_COUNT; t++)
+			if (!strcmp(text, kiln_dtype_name(t)))
+				dtype = t;
+	}
+	for (ok = dtype >= 0; ok; q = end + 1) {
+		long long v = strtoll(q, &end, 10);
+		ok = end != q && v > 0 && nd < KILN_MAX_DIMS && (*end == ',' || *end == '\n');
+		if (ok)
+			dims[nd++] = v;
+		if (!ok || *end == '\n')
+			break;
+	}
+	if (!ok || end[1] != '\0')
+		st = kiln_error(KILN_EDATA, "checkpoint %s: section 'sample' is malformed", ck->path);
+	else
+		kiln_tensor_desc_init(out, dtype, nd, dims);
+	free(text);
+	return st;
 }
 
 kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *out)

@@ -119,6 +119,11 @@ kiln_status kiln_ckpt_read(struct kiln_ckpt *ck, const char *tag, void *buf, siz
 /* Read a text section into a malloc'd NUL-terminated string (the caller
  * frees). */
 kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **out);
+/* The model input's one-sample shape and dtype the checkpoint was trained
+ * with (its "sample" section), so that eval, predict and export need not
+ * open [data] for it; KILN_ENOTFOUND when the file has none (an older
+ * kiln's). */
+kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out);
 /* The trainer section, with its values range-checked. */
 kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *out);
 

@@ -577,6 +577,69 @@ kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,
 	return kiln_error(KILN_ENOTFOUND, "no parameter named '%s'", name);
 }
 
+/* The initial value of element e of parameter p: PyTorch's default init,
+ * keyed by (layer, slot, element): independent of layout order, of which
+ * layers are frozen and of which other parameters are drawn. */
+static float init_value(const struct model_param *p, uint64_t seed, int64_t e)
+{
+	float bound = p->fan_in > 0 ? 1.0f / sqrtf((float)p->fan_in) : 0.0f;
+	uint64_t key = (uint64_t)p->layer << 4 | (uint64_t)p->slot;
+	switch (p->init) {
+	case KILN_INIT_ONE: return 1.0f;
+	case KILN_INIT_KAIMING_UNIFORM:
+	case KILN_INIT_BIAS_UNIFORM:
+		return (2.0f * kiln_rng_uniform(seed, KILN_RNG_INIT, key, (uint32_t)e) - 1.0f) *
+		       bound;
+	case KILN_INIT_NORMAL: {
+		/* Box-Muller on the element's own two uniforms */
+		float u[4];
+		kiln_rng_uniform4(seed, KILN_RNG_INIT, key, (uint32_t)e, u);
+		return 0.02f * sqrtf(-2.0f * logf(1.0f - u[0])) * cosf(6.2831853f * u[1]);
+	}
+	default: return 0.0f;
+	}
+}
+
+/* Copy host[lo, hi) to the region's device bytes (elements). */
+static kiln_status init_copy(struct kiln_model *m, float *dst, const float *host, size_t lo,
+			     size_t hi, void *stream)
+{
+	if (hi <= lo)
+		return KILN_OK;
+	return kiln_device_copy_async(m->dev, dst + lo, host + lo, (hi - lo) * sizeof(float),
+				      KILN_COPY_H2D, stream);
+}
+
+/* One region (params or buffers): draw every tensor not given by a file
+ * and copy the drawn runs (the alignment padding zero) to the device,
+ * leaving the given tensors' bytes as the file wrote them. */
+static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, float *host,
+			       void *stream)
+{
+	const size_t count = region ? m->n_buf_elems : m->n_elems;
+	float *dst = region ? m->buffers_d : m->params_d;
+	size_t run = 0; /* start of the run of drawn elements */
+	kiln_status st = KILN_OK;
+	memset(host, 0, count * sizeof(float));
+	for (int i = 0; i < m->n_params && !st; i++) {
+		const struct model_param *p = &m->params[i];
+		if (p->buffer != region)
+			continue;
+		if (p->given) {
+			st = init_copy(m, dst, host, run, p->off, stream);
+			run = p->off + (size_t)p->numel;
+			continue;
+		}
+		for (int64_t e = 0; e < p->numel; e++)
+			host[p->off + (size_t)e] = init_value(p, seed, e);
+	}
+	if (!st)
+		st = init_copy(m, dst, host, run, count, stream);
+	/* the host buffer is reused: wait for the copies */
+	kiln_status st2 = kiln_device_stream_sync(m->dev, stream);
+	return st ? st : st2;
+}
+
 kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *stream)
 {
 	float *host;
@@ -586,44 +649,10 @@ kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *st
 	kiln_status st = kiln_device_host_alloc(m->dev, n * sizeof(float), (void **)&host);
 	if (st)
 		return st;
-	for (int region = 0; region < 2 && !st; region++) {
-		size_t count = region ? m->n_buf_elems : m->n_elems;
-		memset(host, 0, count * sizeof(float));
-		for (int i = 0; i < m->n_params; i++) {
-			const struct model_param *p = &m->params[i];
-			if (p->buffer != region)
-				continue;
-			float bound = p->fan_in > 0 ? 1.0f / sqrtf((float)p->fan_in) : 0.0f;
-			/* keyed by (layer, slot, element): independent of layout
-			 * order and of which layers are frozen */
-			uint64_t key = (uint64_t)p->layer << 4 | (uint64_t)p->slot;
-			for (int64_t e = 0; e < p->numel; e++) {
-				float v;
-				switch (p->init) {
-				case KILN_INIT_ONE: v = 1.0f; break;
-				case KILN_INIT_KAIMING_UNIFORM:
-				case KILN_INIT_BIAS_UNIFORM:
-					v = (2.0f * kiln_rng_uniform(seed, KILN_RNG_INIT, key, (uint32_t)e) -
-					     1.0f) * bound;
-					break;
-				case KILN_INIT_NORMAL: {
-					/* Box-Muller on the element's own two uniforms */
-					float u[4];
-					kiln_rng_uniform4(seed, KILN_RNG_INIT, key, (uint32_t)e, u);
-					v = 0.02f * sqrtf(-2.0f * logf(1.0f - u[0])) *
-					    cosf(6.2831853f * u[1]);
-					break;
-				}
-				default: v = 0.0f;
-				}
-				host[p->off + (size_t)e] = v;
-			}
-		}
-		st = kiln_device_copy_async(m->dev, region ? m->buffers_d : m->params_d, host,
-					    count * sizeof(float), KILN_COPY_H2D, stream);
-		if (!st)
-			st = kiln_device_stream_sync(m->dev, stream);
-	}
+	for (int region = 0; region < 2 && !st; region++)
+		st = init_region(m, region, seed, host, stream);
+	for (int i = 0; i < m->n_params; i++)
+		m->params[i].given = 0;
 	m->pcopy_stale = 1;
 	/* the micro-step counter starts at 0 */
 	if (!st) {

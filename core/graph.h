@@ -41,6 +41,8 @@ struct model_param {
 				       * its lowest-indexed user (core/tie.c) */
 	size_t off;                   /* elements into params (or buffers) */
 	int64_t numel;
+	int given;                    /* loaded from a file since the last
+				       * kiln_model_init_params: not drawn */
 };
 
 struct kiln_model {

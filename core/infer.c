@@ -88,10 +88,12 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	else
 		st = KILN_OK;
 	const int is_ckpt = weights && kiln_ckpt_is_checkpoint(weights);
-	/* a quantized model: the config's model's shape, its weights the file's */
+	/* a quantized model: the config's model's shape, its weights the file's;
+	 * with no checkpoint, init_from or the seeded initial weights, with a
+	 * warning, as `kiln export` takes them (docs/inference.md) */
 	if (st || (st = weights_config(cfg, weights)) ||
 	    (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, "predicting with",
-				    m->quantized ? -1 : 1, &m->t)) ||
+				    m->quantized ? -1 : 0, &m->t)) ||
 	    (st = kiln_infer_prepare(m))) {
 		kiln_infer_free(m);
 		return st;
@@ -315,29 +317,53 @@ kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *ou
 	return st;
 }
 
+/* [data.eval]'s transform keys and which image sizes and channel counts
+ * they take, for source images of h x w x c (0: any size, any count when
+ * the keys resize or convert them). */
+static void image_xform_keys(struct kiln_infer *m, int32_t h, int32_t w, int32_t c,
+			     const struct kiln_xform *xf)
+{
+	m->xf = *xf;
+	m->xf.out_dtype = KILN_F32;
+	m->xf.nhwc = 0; /* samples are CHW, as the loader stages them */
+	const int sized = strcmp(kiln_config_where(m->cfg, "data.eval", "size"), "default") ||
+			  strcmp(kiln_config_where(m->cfg, "data.eval", "resize"), "default");
+	m->src_h = sized ? 0 : h;
+	m->src_w = sized ? 0 : w;
+	m->src_c = strcmp(kiln_config_where(m->cfg, "data.eval", "channels"), "default") ? 0 : c;
+	m->have_xf = 1;
+}
+
 /* [data.eval]'s transforms for the images of kiln_infer_image: the eval
  * set opened (as `kiln eval` opens it) for its source's image size and
  * the transform keys; f32 output (what transform_on = device computes on
- * the device, computed here). */
+ * the device, computed here).  When [data.eval]'s source cannot be opened
+ * (unreadable or missing files: a model shipped without its data), its
+ * images are taken to be of the model's input size and channels (a
+ * [C, H, W] sample). */
 static kiln_status image_xform(struct kiln_infer *m)
 {
 	struct kiln_dataset ds;
+	struct kiln_xform xf;
+	const struct kiln_tensor_desc *in = &m->t.sample;
 	kiln_status st = kiln_dataset_open(m->cfg, m->reg, "data.eval", "test", 0, &ds);
+	if ((st == KILN_EDATA || st == KILN_EIO || st == KILN_ENOTFOUND) && in->ndim == 3) {
+		kiln_log(KILN_LOG_INFO, "predict", "[data.eval] is not readable (%s): images of the model's input, %lldx%lld with %lld channel(s), through its transform keys",
+			 kiln_last_error(), (long long)in->dims[2], (long long)in->dims[1],
+			 (long long)in->dims[0]);
+		kiln_dataset_close(&ds);
+		st = kiln_xform_from_config(m->cfg, "data.eval", 0, (int32_t)in->dims[1],
+					    (int32_t)in->dims[2], (int32_t)in->dims[0], &xf);
+		if (!st)
+			image_xform_keys(m, (int32_t)in->dims[1], (int32_t)in->dims[2],
+					 (int32_t)in->dims[0], &xf);
+		return st ? kiln_error_wrap(st, "the image transforms of [data.eval]") : KILN_OK;
+	}
 	if (!st && !ds.use_image)
 		st = kiln_error(KILN_ENOTSUP, "[data.eval] source '%s' hands over finished samples, not images: this model reads no images",
 				ds.name);
-	if (!st) {
-		m->xf = ds.xf;
-		m->xf.out_dtype = KILN_F32;
-		m->xf.nhwc = 0; /* samples are CHW, as the loader stages them */
-		const int sized = strcmp(kiln_config_where(m->cfg, "data.eval", "size"), "default") ||
-				  strcmp(kiln_config_where(m->cfg, "data.eval", "resize"), "default");
-		m->src_h = sized ? 0 : ds.info.image_h;
-		m->src_w = sized ? 0 : ds.info.image_w;
-		m->src_c = strcmp(kiln_config_where(m->cfg, "data.eval", "channels"), "default") ? 0
-											 : ds.info.image_c;
-		m->have_xf = 1;
-	}
+	if (!st)
+		image_xform_keys(m, ds.info.image_h, ds.info.image_w, ds.info.image_c, &ds.xf);
 	kiln_dataset_close(&ds);
 	return st ? kiln_error_wrap(st, "the image transforms of [data.eval]") : KILN_OK;
 }

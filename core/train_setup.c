@@ -350,8 +350,10 @@ static kiln_status prepare_training(struct trainer *t)
 	if ((st = kiln_model_precision_open(t->m, t->reg, t->compute)) ||
 	    (t->m->scaler_d &&
 	     (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->scaler_host))) ||
+	    /* init_from first: kiln_model_init_params draws only what it lacks */
+	    (st = kiln_model_init_from(t->m, t->compute)) ||
 	    (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute)) ||
-	    (st = kiln_model_init_from(t->m, t->compute)) || (st = prep_clip(t)) ||
+	    (st = prep_clip(t)) ||
 	    (st = kiln_model_optim_prepare(t->m, t->compute)))
 		return st;
 	if (kiln_dist_sync_bn(t->dist) && t->world > 1) {

@@ -392,8 +392,10 @@ static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *i
 		/* one staging buffer: wait for each copy before the next */
 		if (!(st = kiln_device_copy_async(m->dev, dst, host, (size_t)p->numel * sizeof(float),
 						  KILN_COPY_H2D, stream)) &&
-		    !(st = kiln_device_stream_sync(m->dev, stream)))
+		    !(st = kiln_device_stream_sync(m->dev, stream))) {
 			(*loaded)++;
+			m->params[i].given = 1; /* kiln_model_init_params keeps it */
+		}
 	}
 	if (host)
 		kiln_device_host_free(m->dev, host);
@@ -513,9 +515,13 @@ static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, 
 	kiln_status st = kiln_ckpt_open(path, &ck);
 	if (!st)
 		st = kiln_ckpt_load_model(ck, m, stream, KILN_CKPT_LOAD_WEIGHTS);
-	if (!st)
+	if (!st) {
+		/* every parameter and buffer: kiln_model_init_params draws none */
+		for (int i = 0; i < m->n_params; i++)
+			m->params[i].given = 1;
 		kiln_log(KILN_LOG_INFO, "core", "%s: loaded the weights of step %lld (weights only: optimizer state, step counts and schedule start anew)",
 			 path, (long long)kiln_ckpt_step(ck));
+	}
 	kiln_ckpt_close(ck);
 	return st;
 }
@@ -576,17 +582,22 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 			 has_init ? ", then [model] init_from" : "");
 	if ((st = kiln_device_open(reg, cfg, run.device, 0, &t->dev)))
 		goto out;
-	/* the sample shape, as training sees it (u8 samples become f32) */
-	memset(&ds, 0, sizeof ds);
-	if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
-		goto out;
-	kiln_dataset_input_desc(&ds, &t->sample);
-	kiln_dataset_close(&ds);
+	/* the sample shape, as training saw it (u8 samples become f32): the
+	 * checkpoint's record, else [data]'s (an older kiln's checkpoint, or
+	 * none) */
+	if (!ck || kiln_ckpt_sample(ck, &t->sample)) {
+		memset(&ds, 0, sizeof ds);
+		if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
+			goto out;
+		kiln_dataset_input_desc(&ds, &t->sample);
+		kiln_dataset_close(&ds);
+	}
 	if ((st = kiln_model_create(cfg, reg, t->dev, &t->sample, &t->m)) ||
 	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
-	    (st = kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
-	    /* a checkpoint replaces every weight: init_from is not read */
+	    /* a checkpoint replaces every weight: init_from is not read; what
+	     * init_from gives is not drawn */
 	    (!ck && need_trained >= 0 && (st = kiln_model_init_from(t->m, t->stream))) ||
+	    (st = kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
 	    (ck && (st = kiln_ckpt_load_model(ck, t->m, t->stream, KILN_CKPT_LOAD_WEIGHTS))))
 		goto out;
 out:

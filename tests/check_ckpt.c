@@ -165,10 +165,10 @@ START_TEST(test_roundtrip)
 	ck_assert_int_eq(tr.batch, RB);
 	ck_assert_int_eq(tr.samples, 40);
 	static const char *const tags[] = { "config",  "trainer", "versions",       "tensors",
-					    "weights_keys", "tracked", "params",    "buffers",
+					    "weights_keys", "tracked", "sample", "params",    "buffers",
 					    "optim.momentum", "step", "optim.step" };
-	ck_assert_int_eq(kiln_ckpt_section_count(ck), 11);
-	for (int i = 0; i < 11; i++) {
+	ck_assert_int_eq(kiln_ckpt_section_count(ck), 12);
+	for (int i = 0; i < 12; i++) {
 		const char *tag;
 		uint64_t bytes;
 		uint32_t crc;
@@ -187,6 +187,12 @@ START_TEST(test_roundtrip)
 			      !strstr(text, "train "),
 		      "%s", text);
 	free(text);
+	/* the model's input sample, as [data] gave it */
+	struct kiln_tensor_desc in;
+	ck_assert_msg(kiln_ckpt_sample(ck, &in) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(in.dtype, KILN_F32);
+	ck_assert_int_eq(in.ndim, 1);
+	ck_assert_int_eq(in.dims[0], RIN);
 	ck_assert(kiln_ckpt_read_text(ck, "versions", &text) == 0);
 	ck_assert_msg(strstr(text, "kiln = ") && strstr(text, "device = cpu"), "%s", text);
 	free(text);

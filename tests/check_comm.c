@@ -217,6 +217,16 @@ static void rank_close(struct rank_env *e)
 	kiln_registry_close(e->reg);
 }
 
+/* Free the rank's device buffers (the NULL ones were not allocated), then
+ * close it. */
+static void rank_close_freeing(struct rank_env *e, void *const *bufs, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (bufs[i])
+			kiln_device_free(e->dev, bufs[i]);
+	rank_close(e);
+}
+
 static void *rank_main(void *arg)
 {
 	struct rank_ctx *r = arg;
@@ -468,9 +478,7 @@ static void *lost_main(void *arg)
 		snprintf(r->err, sizeof r->err, "rank 0: noticed rank 1's death after %.1f s (want < %d s)",
 			 dt, LOST_S);
 out:
-	if (x)
-		kiln_device_free(e.dev, x);
-	rank_close(&e);
+	rank_close_freeing(&e, (void *[]){ x }, 1);
 	return NULL;
 }
 
@@ -544,13 +552,7 @@ static void *p2p_main(void *arg)
 		snprintf(r->err, sizeof r->err, "rank 0: the recv failed after %.1f s (timeout %d ms)",
 			 dt, P2P_TIMEOUT_MS);
 out:
-	if (f)
-		kiln_device_free(e.dev, f);
-	if (k)
-		kiln_device_free(e.dev, k);
-	if (b)
-		kiln_device_free(e.dev, b);
-	rank_close(&e);
+	rank_close_freeing(&e, (void *[]){ f, k, b }, 3);
 	return NULL;
 }
 
@@ -696,11 +698,7 @@ out:
 		if (gc)
 			e.ops->close(gc);
 	}
-	if (x)
-		kiln_device_free(e.dev, x);
-	if (k)
-		kiln_device_free(e.dev, k);
-	rank_close(&e);
+	rank_close_freeing(&e, (void *[]){ x, k }, 2);
 	return NULL;
 }
 

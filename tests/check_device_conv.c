@@ -197,6 +197,22 @@ static void pool_op(struct kiln_op *op, int bwd, const struct pool_g *q, int OH,
 	op->i[5] = q->ph, op->i[6] = q->pw, op->i[7] = q->cip;
 }
 
+/* Pooling's forward (dX -> dY, the argmax into aux) then its backward
+ * (dDY -> dDX), on one workspace, and wait. */
+static void pool_fwd_bwd(struct fx *f, void *fplan, void *bplan, void *dX, void *dDY, void *dY,
+			 void *dDX, void *aux, void *ws, size_t wsb)
+{
+	struct kiln_op_args a;
+	memset(&a, 0, sizeof a);
+	a.in[0] = dX, a.out[0] = dY, a.out[1] = aux, a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, fplan, &a, f->s));
+	memset(&a, 0, sizeof a);
+	a.in[0] = dDY, a.in[1] = aux, a.in[2] = dX, a.out[0] = dDX;
+	a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, bplan, &a, f->s));
+	OK(kiln_device_stream_sync(f->dev, f->s));
+}
+
 static void pool_case(struct fx *f, const struct pool_g *q, int nhwc)
 {
 	const int N = q->N, C = q->C, H = q->H, W = q->W;
@@ -262,15 +278,7 @@ static void pool_case(struct fx *f, const struct pool_g *q, int nhwc)
 		OK(kiln_device_alloc(f->dev, wsb, &ws));
 	if (ab)
 		OK(kiln_device_alloc(f->dev, ab, &aux));
-	struct kiln_op_args a;
-	memset(&a, 0, sizeof a);
-	a.in[0] = dX, a.out[0] = dY, a.out[1] = aux, a.workspace = ws, a.workspace_bytes = wsb;
-	OK(kiln_device_run(f->dev, fplan, &a, f->s));
-	memset(&a, 0, sizeof a);
-	a.in[0] = dDY, a.in[1] = aux, a.in[2] = dX, a.out[0] = dDX;
-	a.workspace = ws, a.workspace_bytes = wsb;
-	OK(kiln_device_run(f->dev, bplan, &a, f->s));
-	OK(kiln_device_stream_sync(f->dev, f->s));
+	pool_fwd_bwd(f, fplan, bplan, dX, dDY, dY, dDX, aux, ws, wsb);
 
 	float *got = dget4(f, dY, N, C, OH, OW, nhwc);
 	for (size_t i = 0; i < ny; i++)
@@ -349,15 +357,7 @@ static void pool_rule_case(struct fx *f, int nhwc)
 	if (wsb)
 		OK(kiln_device_alloc(f->dev, wsb, &ws));
 	OK(kiln_device_alloc(f->dev, aux_bytes(f, fplan), &aux));
-	struct kiln_op_args a;
-	memset(&a, 0, sizeof a);
-	a.in[0] = dX, a.out[0] = dY, a.out[1] = aux, a.workspace = ws, a.workspace_bytes = wsb;
-	OK(kiln_device_run(f->dev, fplan, &a, f->s));
-	memset(&a, 0, sizeof a);
-	a.in[0] = dDY, a.in[1] = aux, a.in[2] = dX, a.out[0] = dDX;
-	a.workspace = ws, a.workspace_bytes = wsb;
-	OK(kiln_device_run(f->dev, bplan, &a, f->s));
-	OK(kiln_device_stream_sync(f->dev, f->s));
+	pool_fwd_bwd(f, fplan, bplan, dX, dDY, dY, dDX, aux, ws, wsb);
 	float *y = dget4(f, dY, N, C, 1, OW, nhwc), *dx = dget4(f, dDX, N, C, H, W, nhwc);
 	for (int c = 0; c < C; c++)
 		for (int j = 0; j < OW; j++) {

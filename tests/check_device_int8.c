@@ -196,6 +196,29 @@ START_TEST(test_qlinear_zero_row)
 }
 END_TEST
 
+/* op's plan and its workspace (*ws NULL when it needs none). */
+static void *plan_ws(struct fx *f, const struct kiln_op *op, void **ws, size_t *wsb)
+{
+	void *plan = NULL;
+	OK(kiln_device_prepare(f->dev, op, &plan, wsb));
+	if (*wsb)
+		OK(kiln_device_alloc(f->dev, *wsb, ws));
+	return plan;
+}
+
+/* Copy `bytes` of h to the device's d (none when d is NULL), run the plan
+ * and return its one f32 output dy. */
+static float run_then(struct fx *f, void *plan, const struct kiln_op_args *a, void *dy, void *d,
+		      const void *h, size_t bytes)
+{
+	float y;
+	if (d)
+		OK(kiln_device_copy_async(f->dev, d, h, bytes, KILN_COPY_H2D, f->s));
+	OK(kiln_device_run(f->dev, plan, a, f->s));
+	dget(f, &y, dy, sizeof y);
+	return y;
+}
+
 /* One plan run twice with the weights changed in place between the runs
  * (the CPU plan keeps the quantized weights): the second run quantizes
  * the new ones.  x = (1, -2, 3, 0.5), sx = 0.5: xq = (2, -4, 6, 1). */
@@ -215,19 +238,13 @@ START_TEST(test_qlinear_weights_change)
 	op.i[0] = 0, op.i[1] = 1, op.i[2] = 1, op.i[3] = 1, op.i[4] = 4;
 	op.f[0] = 0.5;
 	void *dx = dput(&f, x, sizeof x), *dw = dput(&f, w1, sizeof w1), *dy = dput(&f, NULL, sizeof(float));
-	void *plan = NULL, *ws = NULL;
+	void *ws = NULL;
 	size_t wsb = 0;
-	OK(kiln_device_prepare(f.dev, &op, &plan, &wsb));
-	if (wsb)
-		OK(kiln_device_alloc(f.dev, wsb, &ws));
-	struct kiln_op_args a;
-	memset(&a, 0, sizeof a);
-	a.in[0] = dx, a.in[1] = dw, a.out[0] = dy, a.workspace = ws, a.workspace_bytes = wsb;
-	OK(kiln_device_run(f.dev, plan, &a, f.s));
-	dget(&f, &got[0], dy, sizeof(float));
-	OK(kiln_device_copy_async(f.dev, dw, w2, sizeof w2, KILN_COPY_H2D, f.s));
-	OK(kiln_device_run(f.dev, plan, &a, f.s));
-	dget(&f, &got[1], dy, sizeof(float));
+	void *plan = plan_ws(&f, &op, &ws, &wsb);
+	const struct kiln_op_args a = { .in = { dx, dw }, .out = { dy }, .workspace = ws,
+					.workspace_bytes = wsb };
+	got[0] = run_then(&f, plan, &a, dy, NULL, NULL, 0);
+	got[1] = run_then(&f, plan, &a, dy, dw, w2, sizeof w2);
 	/* w1: sw 0.02, wq (25, -63, 10, 0), acc 362: 0.5 * 0.02 * 362 = 3.62;
 	 * w2: sw 0.01, wq (0, 0, 0, 63), acc 63: 0.5 * 0.01 * 63 = 0.315 */
 	ck_assert_float_eq_tol(got[0], 3.62f, 1e-5f);
@@ -258,23 +275,14 @@ START_TEST(test_qconv_params_change)
 		op.f[0] = 0.5;
 		void *dx = dput(&f, x, sizeof x), *dw = dput(&f, w1, sizeof w1);
 		void *db = dput(&f, &b1, sizeof b1), *dy = dput(&f, NULL, sizeof(float));
-		void *plan = NULL, *ws = NULL;
+		void *ws = NULL;
 		size_t wsb = 0;
-		OK(kiln_device_prepare(f.dev, &op, &plan, &wsb));
-		if (wsb)
-			OK(kiln_device_alloc(f.dev, wsb, &ws));
-		struct kiln_op_args a;
-		memset(&a, 0, sizeof a);
-		a.in[0] = dx, a.in[1] = dw, a.in[2] = db, a.out[0] = dy;
-		a.workspace = ws, a.workspace_bytes = wsb;
-		OK(kiln_device_run(f.dev, plan, &a, f.s));
-		dget(&f, &got[0], dy, sizeof(float));
-		OK(kiln_device_copy_async(f.dev, dw, w2, sizeof w2, KILN_COPY_H2D, f.s));
-		OK(kiln_device_run(f.dev, plan, &a, f.s));
-		dget(&f, &got[1], dy, sizeof(float));
-		OK(kiln_device_copy_async(f.dev, db, &b2, sizeof b2, KILN_COPY_H2D, f.s));
-		OK(kiln_device_run(f.dev, plan, &a, f.s));
-		dget(&f, &got[2], dy, sizeof(float));
+		void *plan = plan_ws(&f, &op, &ws, &wsb);
+		const struct kiln_op_args a = { .in = { dx, dw, db }, .out = { dy }, .workspace = ws,
+						.workspace_bytes = wsb };
+		got[0] = run_then(&f, plan, &a, dy, NULL, NULL, 0);
+		got[1] = run_then(&f, plan, &a, dy, dw, w2, sizeof w2);
+		got[2] = run_then(&f, plan, &a, dy, db, &b2, sizeof b2);
 		/* w1: sw 0.02, wq (25, -63), acc 302: 0.5 * 0.02 * 302 + 0.25 = 3.27;
 		 * w2: sw 0.01, wq (63, 0), acc 126: 0.63 + 0.25 = 0.88; b2: -0.37 */
 		ck_assert_float_eq_tol(got[0], 3.27f, 1e-5f);

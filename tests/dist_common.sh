@@ -14,8 +14,9 @@
 #                              train $ini: with `kiln launch -n NPROC`, or one
 #                              plain process for NPROC 0; output in
 #                              $tmp/NAME.log, out_dir $tmp/NAME
-#   ck NAME STEP               the path of NAME's checkpoint at STEP
+#   ck NAME STEP               the path of NAME's checkpoint at STEP (tests/lib.sh)
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 kiln="$abs_top_builddir/kiln"
 tool="$abs_top_builddir/tests/ckpt_tool"
 [ "${fmnist:-1}" = 0 ] || [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
@@ -32,42 +33,13 @@ free_port() {
 
 mlp_ini() {
 	{
-		printf '[run]\nseed = %s\nthreads = 1\n' "$2"
-		[ -z "${4:-}" ] || printf 'comm = %s\n' "$4"
-		cat <<'INI'
-[data]
-source = idx
-limit = 2048
-mean = 0.286
-std = 0.353
-[data.eval]
-limit = 2048
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 64
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 2
-batch = 64
-lr = 0.05
-momentum = 0.9
-log_every = 16
-eval = 0
-checkpoint_every = 1000
-[plugin.cpu]
-async = 1
-[dist]
-bucket_mb = 0.05
-INI
-		printf 'timeout = %s\n' "$3"
+		ini run seed="$2" threads=1 ${4:+comm="$4"}
+		ini_fmnist limit=2048
+		ini data.eval limit=2048
+		ini_layers flat:flatten fc1:linear:out=64 r1:relu fc2:linear:out=10 loss:softmax_xent
+		ini train epochs=2 batch=64 lr=0.05 momentum=0.9 log_every=16 eval=0 checkpoint_every=1000
+		ini plugin.cpu async=1
+		ini dist bucket_mb=0.05 timeout="$3"
 	} > "$1"
 }
 
@@ -87,4 +59,3 @@ run() {
 	[ $_rc = 0 ] || { bad "$_name exited $_rc"; tail -20 "$tmp/$_name.log"; }
 }
 
-ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }

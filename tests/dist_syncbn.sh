@@ -21,60 +21,18 @@
 # Every process runs under `timeout`, so a hang fails the test.
 name=syncbn needs=gloo
 . "$(dirname "$0")/dist_common.sh"
+. "$(dirname "$0")/config_lib.sh"
 
-cat > "$tmp/cnn.ini" <<'EOF2'
-[run]
-seed = 11
-threads = 1
-comm = gloo
-[data]
-source = idx
-limit = 768
-mean = 0.286
-std = 0.353
-[data.eval]
-limit = 768
-[layer.conv1]
-type = conv
-out = 8
-kernel = 3
-stride = 2
-padding = 1
-[layer.bn1]
-type = batchnorm
-[layer.r1]
-type = relu
-[layer.pool]
-type = maxpool
-kernel = 2
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 32
-[layer.bn2]
-type = batchnorm
-[layer.r2]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-batch = 32
-lr = 0.05
-momentum = 0.9
-log_every = 8
-eval = 0
-checkpoint_every = 1000
-[plugin.cpu]
-async = 1
-[dist]
-bucket_mb = 0.01
-timeout = 30
-EOF2
+{
+	ini run seed=11 threads=1 comm=gloo
+	ini_fmnist limit=768
+	ini data.eval limit=768
+	ini_layers conv1:conv:out=8:kernel=3:stride=2:padding=1 bn1:batchnorm r1:relu pool:maxpool:kernel=2 \
+		flat:flatten fc1:linear:out=32 bn2:batchnorm r2:relu fc2:linear:out=10 loss:softmax_xent
+	ini train epochs=1 batch=32 lr=0.05 momentum=0.9 log_every=8 eval=0 checkpoint_every=1000
+	ini plugin.cpu async=1
+	ini dist bucket_mb=0.01 timeout=30
+} > "$tmp/cnn.ini"
 ini="$tmp/cnn.ini"
 
 last_loss() { grep 'step 24/24' "$tmp/$1.log" | tail -1 | sed 's/.*loss \([0-9.]*\).*/\1/' | cut -c1-5; }

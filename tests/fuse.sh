@@ -9,6 +9,7 @@
 # has, and `kiln memory` shows the fused ReLU as a view.
 name=fuse
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 need_fashion_mnist
 
 mlp="$srcdir/examples/fashion_mnist_mlp.ini"
@@ -36,44 +37,13 @@ pair mlp_bf16 "$mlp" run.precision=bf16
 
 # conv -> batchnorm -> relu (BN_TRAIN/BN_INFER/BN_BWD with the ReLU), and a
 # linear -> batchnorm -> relu on [N, C]
-cat >"$tmp/bn.ini" <<INI
-[run]
-seed = 3
-[data]
-source = idx
-path = $FM
-mean = 0.286
-std = 0.353
-[layer.conv1]
-type = conv
-out = 8
-kernel = 3
-padding = 1
-[layer.bn1]
-type = batchnorm
-[layer.relu1]
-type = relu
-[layer.pool1]
-type = maxpool
-kernel = 2
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 32
-[layer.bn2]
-type = batchnorm
-[layer.relu2]
-type = relu
-[layer.fc2]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-lr = 0.05
-momentum = 0.9
-INI
+{
+	ini run seed=3
+	ini_fmnist path="$FM"
+	ini_layers conv1:conv:out=8:kernel=3:padding=1 bn1:batchnorm relu1:relu pool1:maxpool:kernel=2 \
+		flat:flatten fc1:linear:out=32 bn2:batchnorm relu2:relu fc2:linear:out=10 loss:softmax_xent
+	ini train lr=0.05 momentum=0.9
+} > "$tmp/bn.ini"
 pair bn "$tmp/bn.ini"
 pair bn_nhwc "$tmp/bn.ini" model.layout=nhwc
 pair bn_recompute "$tmp/bn.ini" train.recompute=2

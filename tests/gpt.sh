@@ -36,7 +36,6 @@ tool="$top_builddir/tests/ckpt_tool"
 state="params optim.exp_avg optim.exp_avg_sq step optim.step"
 need_source tokens
 set -- "data.path=$data/gpt_tokens.bin" "model.init_from=$data/gpt_init.safetensors"
-ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
 
 # 1. gradient accumulation
 kiln 0 train "$ini" "$@" "run.out_dir=$tmp/b3"

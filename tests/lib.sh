@@ -69,6 +69,17 @@ stderr_has() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }
 # stdout_matches REGEX (extended)
 stdout_matches() { grep -qE -- "$1" "$out" || fail "stdout does not match: $1"; }
 
+# ck NAME STEP: the checkpoint at STEP of the run whose out_dir is $tmp/NAME
+ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
+# near A B TOL SECTIONS...: checkpoints A and B agree within TOL in
+# SECTIONS (tests/ckpt_tool close), else the test fails naming both runs
+near() {
+	_a=$1 _b=$2 _tol=$3
+	shift 3
+	"$top_builddir/tests/ckpt_tool" close "$_a" "$_b" "$_tol" "$@" ||
+		fail "$(basename "$(dirname "$(dirname "$_a")")") and $(basename "$(dirname "$(dirname "$_b")")") differ"
+}
+
 # need_fashion_mnist: $FM, the dataset scripts/install-deps puts in place
 # (a test that needs it fails without it)
 FM=/usr/share/datasets/fashion-mnist

@@ -503,3 +503,6 @@ EXTRA_DIST += tests/pipeline_examples.sh
 # tests/pipeline_dist.sh's kiln train with a NaN gradient forced on one rank
 check_PROGRAMS += tests/train_nan
 tests_train_nan_LDADD = libkiln.la -lm
+
+# the INI writers shared by the shell tests and bench/pipeline.sh
+EXTRA_DIST += tests/config_lib.sh

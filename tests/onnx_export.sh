@@ -104,7 +104,7 @@ type = softmax_xent
 INI
 KILN_PLUGIN_PATH="$tmp/plugins"
 export KILN_PLUGIN_PATH
-kiln 2 export "$tmp/swish.ini" --onnx "$tmp/swish.onnx"
+kiln 2 export "$tmp/swish.ini" --onnx "$tmp/swish.onnx" run.out_dir="$tmp/none"
 stderr_has "swish.ini:10: layer 'act' (type swish) has no ONNX mapping"
 [ ! -e "$tmp/swish.onnx" ] || fail "a failed export left $tmp/swish.onnx"
 unset KILN_PLUGIN_PATH

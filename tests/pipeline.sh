@@ -21,53 +21,17 @@
 #  6. bad placements are config errors naming the key.
 name=pipeline
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 tool="$top_builddir/tests/ckpt_tool"
 need_source synthetic
 need_source tokens
-ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
-near() { # near A B TOL SECTIONS...: checkpoints A and B agree
-	a=$1 b=$2 tol=$3
-	shift 3
-	"$tool" close "$a" "$b" "$tol" "$@" || fail "$(basename "$(dirname "$(dirname "$a")")") and $(basename "$(dirname "$(dirname "$b")")") differ"
-}
 
-cat > "$tmp/mlp.ini" <<EOF
-[run]
-seed = 5
-threads = 1
-[data]
-source = synthetic
-samples = 256
-image_size = 8
-classes = 16
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 32
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 24
-[layer.r2]
-type = relu
-[layer.fc3]
-type = linear
-out = 16
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-max_steps = 6
-batch = 32
-optimizer = sgd
-momentum = 0.9
-lr = 0.05
-log_every = 3
-eval = 0
-EOF
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	mlp_synthetic_layers
+	ini_sgd_steps 6 batch=32 log_every=3 eval=0
+} > "$tmp/mlp.ini"
 m="$tmp/mlp.ini"
 # ---- 1. MLP ------------------------------------------------------------------
 kiln 0 train "$m" run.out_dir="$tmp/b32"
@@ -128,55 +92,14 @@ stderr_has "cpu:0 is named twice"
 echo "ok: stages on devices of their own equal one device and the uncut model"
 
 # ---- 2. CNN with batchnorm ---------------------------------------------------
-cat > "$tmp/cnn.ini" <<EOF
-[run]
-seed = 7
-threads = 1
-[data]
-source = synthetic
-samples = 256
-image_size = 8
-image_channels = 3
-classes = 10
-workers = 0
-[layer.conv1]
-type = conv
-out = 6
-kernel = 3
-padding = 1
-[layer.bn1]
-type = batchnorm
-[layer.relu1]
-type = relu
-[layer.pool1]
-type = maxpool
-kernel = 2
-[layer.conv2]
-type = conv
-out = 8
-kernel = 3
-padding = 1
-[layer.bn2]
-type = batchnorm
-[layer.relu2]
-type = relu
-[layer.flat]
-type = flatten
-[layer.fc]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-max_steps = 5
-batch = 32
-optimizer = sgd
-momentum = 0.9
-lr = 0.05
-log_every = 5
-eval = 0
-EOF
+{
+	ini run seed=7 threads=1
+	ini_synthetic 256 8 10 image_channels=3 workers=0
+	ini_layers conv1:conv:out=6:kernel=3:padding=1 bn1:batchnorm relu1:relu pool1:maxpool:kernel=2 \
+		conv2:conv:out=8:kernel=3:padding=1 bn2:batchnorm relu2:relu flat:flatten fc:linear:out=10 \
+		loss:softmax_xent
+	ini_sgd_steps 5 batch=32 log_every=5 eval=0
+} > "$tmp/cnn.ini"
 c="$tmp/cnn.ini"
 kiln 0 train "$c" run.out_dir="$tmp/cacc" train.batch=8 train.accumulate=4
 kiln 0 train "$c" run.out_dir="$tmp/c2" pipeline.micro_batches=4 "model.stages=conv1,relu1|pool1,loss"

@@ -25,47 +25,16 @@
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
+. "$(dirname "$0")/config_lib.sh"
 ini="$tmp/mlp.ini"
-cat > "$ini" <<EOF
-[run]
-seed = 5
-threads = 1
-[data]
-source = synthetic
-samples = 256
-image_size = 8
-classes = 16
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 32
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 24
-[layer.r2]
-type = relu
-[layer.fc3]
-type = linear
-out = 16
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-max_steps = 6
-optimizer = sgd
-momentum = 0.9
-lr = 0.05
-log_every = 3
-eval = 0
-[pipeline]
-micro_batches = 4
-[dist]
-timeout = 20
-EOF
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	mlp_synthetic_layers
+	ini_sgd_steps 6 log_every=3 eval=0
+	ini pipeline micro_batches=4
+	ini dist timeout=20
+} > "$ini"
 two="layer.fc2.stage=1"
 four="model.stages=flat,r1|fc2|r2|fc3,loss"
 near() { # near A B WHAT

@@ -18,15 +18,8 @@
 #     after 4 steps).
 name=pipeline_examples
 . "$(dirname "$0")/lib.sh"
-tool="$top_builddir/tests/ckpt_tool"
 need_source seq2seq
 need_source tokens
-ck() { echo "$tmp/$1/checkpoints/ckpt-$2.kiln"; }
-near() { # near A B TOL SECTIONS...: checkpoints A and B agree
-	a=$1 b=$2 tol=$3
-	shift 3
-	"$tool" close "$a" "$b" "$tol" "$@" || fail "$(basename "$(dirname "$(dirname "$a")")") and $(basename "$(dirname "$(dirname "$b")")") differ"
-}
 close() { # close A B TOL: two numbers agree within TOL
 	awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= t) }'
 }

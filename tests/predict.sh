@@ -137,6 +137,26 @@ kiln 0 predict "$ini" "$pngs" --top-k 5 "data.path=$data" "run.out_dir=$tmp/run"
 cmp -s "$out" "$tmp/pred.jsonl" || fail "the default checkpoint predicts otherwise"
 echo "ok: the same predictions from the idx config, safetensors, batch 7; batch 1 within 2e-6"
 
+# ---- 2b. no data files; no trained weights ------------------------------------
+# the checkpoint records the model's input shape (its "sample" section), so
+# predict opens no [data] file: the PNGs are taken at the model's 8x8x1
+mkdir "$tmp/nodata"
+kiln 0 predict "$ini" --checkpoint "$ck" "$pngs" --top-k 5 "data.path=$tmp/nodata"
+stderr_has "[data.eval] is not readable"
+cmp -s "$out" "$tmp/pred.jsonl" || fail "predict without the data files predicts otherwise"
+kiln 0 export "$ini" --checkpoint "$ck" --safetensors "$tmp/nodata.safetensors" "data.path=$tmp/nodata"
+# no checkpoint: the seeded initial weights with a warning, as `kiln export`
+# takes them; the same predictions as from that export
+kiln 0 export "$ini" --safetensors "$tmp/init.safetensors" "data.path=$data" "run.out_dir=$tmp/none"
+stderr_has "exporting the initial weights"
+kiln 0 predict "$ini" "$pngs" --top-k 5 "data.path=$data" "run.out_dir=$tmp/none"
+stderr_has "predicting with the initial weights ([run] seed)"
+cp "$out" "$tmp/init.jsonl"
+cmp -s "$out" "$tmp/pred.jsonl" && fail "the initial weights predict as the trained ones"
+kiln 0 predict "$ini" --checkpoint "$tmp/init.safetensors" "$pngs" --top-k 5 "data.path=$data"
+cmp -s "$out" "$tmp/init.jsonl" || fail "predict of the initial weights differs from their export's"
+echo "ok: predict without the data files; the initial weights as export takes them"
+
 # ---- 3. bad inputs -------------------------------------------------------
 one=$(find "$pngs" -name '*.png' | sort | head -1)
 "$py" - "$tmp/bad" "$one" <<'EOF' || exit 99
@@ -166,6 +186,11 @@ done
 kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/big.png" "data.path=$data"
 stderr_has "16x16 pixels, the model reads 8x8 images"
 kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/rgb.png" "data.path=$data"
+stderr_has "3 channels, the model reads 1-channel images"
+# without the data files: the same checks against the model's input
+kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/big.png" "data.path=$tmp/nodata"
+stderr_has "16x16 pixels, the model reads 8x8 images"
+kiln 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/rgb.png" "data.path=$tmp/nodata"
 stderr_has "3 channels, the model reads 1-channel images"
 # a folder config resizes and converts, as eval would
 kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$tmp/bad/big.png" "$tmp/bad/rgb.png" "data.path=$data"

@@ -15,6 +15,7 @@
 # REPEATS (default 1, as in `make check`): kill/resume repetitions.
 name=kill
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 tool="$top_builddir/tests/ckpt_tool"
 reps=${1:-1}
 data=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
@@ -32,62 +33,15 @@ fail() {
 	exit 1
 }
 
-cat > "$tmp/run.ini" <<'EOF'
-[run]
-seed = 11
-[data]
-source = idx
-limit = 640
-mean = 0.286
-std = 0.353
-shuffle = 1
-crop = random
-pad = 2
-flip = 1
-workers = 2
-[data.eval]
-limit = 200
-[layer.c1]
-type = conv
-out = 4
-kernel = 3
-padding = 1
-[layer.bn]
-type = batchnorm
-[layer.r]
-type = relu
-[layer.p]
-type = maxpool
-kernel = 2
-[layer.d]
-type = dropout
-p = 0.3
-[layer.f]
-type = flatten
-[layer.fc1]
-type = linear
-out = 512
-[layer.r2]
-type = relu
-[layer.fc]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 3
-batch = 16
-accumulate = 2
-optimizer = adamw
-lr = 0.003
-weight_decay = 0.01
-schedule = cosine
-warmup = 4
-log_every = 5
-eval_batch = 128
-checkpoint_every = 2
-keep_last = 2
-EOF
+{
+	ini run seed=11
+	ini_fmnist limit=640 shuffle=1 crop=random pad=2 flip=1 workers=2
+	ini data.eval limit=200
+	ini_layers c1:conv:out=4:kernel=3:padding=1 bn:batchnorm r:relu p:maxpool:kernel=2 d:dropout:p=0.3 \
+		f:flatten fc1:linear:out=512 r2:relu fc:linear:out=10 loss:softmax_xent
+	ini train epochs=3 batch=16 accumulate=2 optimizer=adamw lr=0.003 weight_decay=0.01 \
+		schedule=cosine warmup=4 log_every=5 eval_batch=128 checkpoint_every=2 keep_last=2
+} > "$tmp/run.ini"
 STATE="params buffers optim.exp_avg optim.exp_avg_sq step optim.step trainer"
 
 # a number in [0, $1) from /dev/urandom, scaled by 1000 (milliseconds)

@@ -14,6 +14,7 @@
 # stops the run with a checkpoint and exit 0.
 name=stopsig
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
 data=/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 if [ ! -r "$data" ]; then
 	echo "SKIP: Fashion-MNIST missing (scripts/install-deps)"
@@ -23,46 +24,14 @@ if [ ! -r /proc/self/status ]; then
 	echo "SKIP: no /proc"
 	exit 77
 fi
-cat > "$tmp/run.ini" <<'INI'
-[run]
-seed = 11
-[data]
-source = idx
-limit = 640
-mean = 0.286
-std = 0.353
-workers = 2
-[data.eval]
-limit = 200
-[layer.c1]
-type = conv
-out = 4
-kernel = 3
-padding = 1
-[layer.r]
-type = relu
-[layer.p]
-type = maxpool
-kernel = 2
-[layer.f]
-type = flatten
-[layer.fc1]
-type = linear
-out = 512
-[layer.r2]
-type = relu
-[layer.fc]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 50
-batch = 16
-optimizer = adamw
-lr = 0.003
-log_every = 2
-INI
+{
+	ini run seed=11
+	ini_fmnist limit=640 workers=2
+	ini data.eval limit=200
+	ini_layers c1:conv:out=4:kernel=3:padding=1 r:relu p:maxpool:kernel=2 f:flatten \
+		fc1:linear:out=512 r2:relu fc:linear:out=10 loss:softmax_xent
+	ini train epochs=50 batch=16 optimizer=adamw lr=0.003 log_every=2
+} > "$tmp/run.ini"
 o="$tmp/run"
 "$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist run.out_dir="$o" \
 	> "$tmp/train.log" 2>&1 &

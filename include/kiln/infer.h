@@ -60,9 +60,12 @@ struct kiln_infer_opts {
  * the weights of `weights`: a kiln checkpoint (ckpt-N.kiln, verified whole;
  * the config's [layer.*] keys must equal the ones it was trained with) or a
  * safetensors file (kiln export's, PyTorch's names and layouts); NULL: the
- * newest usable checkpoint in the config's [run] out_dir.  The config's
- * [data] source must be readable: the model's input shape is the sample
- * shape training reads.  opts may be NULL.  On failure *out is NULL and,
+ * newest usable checkpoint in the config's [run] out_dir, else (none
+ * there) [model] init_from or the seeded initial weights with a warning,
+ * as `kiln export` takes them.  The model's input shape is the one the
+ * checkpoint records; without one (a safetensors file, an older kiln's
+ * checkpoint, opts->quantized) the sample shape training reads, so the
+ * config's [data] source must then be readable.  opts may be NULL.  On failure *out is NULL and,
  * when err is not NULL, *err a malloc()ed copy of the message (free it);
  * on success *err is NULL.  Then kiln_infer_prepare. */
 kiln_status kiln_model_load(const char *config, const char *weights,
@@ -111,7 +114,9 @@ kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *ou
  * pixels `kiln eval` would feed.  When [data.eval]'s source has one image
  * size and the config sets none of size/resize (nor channels), an image
  * of another size (channel count) is refused: KILN_EDATA naming `what`
- * (the file).  KILN_ENOTSUP when the model does not read images. */
+ * (the file).  When that source cannot be opened (its files absent), its
+ * images are taken to be of the model's input size and channels.
+ * KILN_ENOTSUP when the model does not read images. */
 kiln_status kiln_infer_image(struct kiln_infer *m, const struct kiln_image *img,
 			     const char *what, void *x);
 

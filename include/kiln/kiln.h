@@ -237,7 +237,10 @@ kiln_status kiln_model_param_find(const struct kiln_model *m, const char *name,
 size_t kiln_model_param_elems(const struct kiln_model *m);
 
 /* PyTorch's default init (kaiming-uniform weights, uniform biases) drawn
- * from (seed, parameter, element); copies to the device and waits. */
+ * from (seed, parameter, element); copies to the device and waits.  A
+ * parameter or buffer loaded from a file since the last call
+ * (kiln_model_init_from, kiln_model_load_safetensors*) keeps its values
+ * and is not drawn; every other one gets the same values either way. */
 kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *stream);
 
 /* Enqueue the advance of the model's micro-step counter (device i64, the
@@ -555,7 +558,9 @@ kiln_status kiln_model_load_safetensors_as(struct kiln_model *m, const char *pat
 					   int strict, void *stream);
 
 /* [model] init_from / init_strict of the model's config: load init_from
- * (after kiln_model_init_params) when it is set; else nothing.  init_from
+ * when it is set; else nothing.  Called before kiln_model_init_params, it
+ * spares that the draw of what the file gives (the trainer's order);
+ * after it, the file's values replace the drawn ones.  init_from
  * may be a safetensors file (in [model] init_format), a kiln checkpoint or
  * llm.c's model file (both told apart by their magic bytes): a checkpoint
  * gives its parameters and buffers alone, which must be exactly the

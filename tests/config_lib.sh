@@ -1,0 +1,77 @@
+# tests/config_lib.sh - shell functions that write the INI blocks the
+# shell tests and bench/pipeline.sh train with, so that a model, a data
+# set or a [train] section is one line of its test rather than a heredoc
+# repeated from test to test.  Sourced (not run); each function writes to
+# stdout, e.g.
+#
+#     {
+#         ini run seed=5 threads=1
+#         ini_synthetic 256 8 16 workers=0
+#         ini_layers flat:flatten fc1:linear:out=32 r1:relu fc2:linear:out=16 loss:softmax_xent
+#         ini train epochs=1 max_steps=6 batch=32
+#     } > "$tmp/mlp.ini"
+#
+# Keys keep the order given; a value may hold spaces and '=' (everything
+# after the first '=').
+
+# ini SECTION KEY=VALUE...: [SECTION] and one `key = value` line a pair
+ini() {
+	printf '[%s]\n' "$1"
+	shift
+	for _kv in "$@"; do
+		printf '%s = %s\n' "${_kv%%=*}" "${_kv#*=}"
+	done
+}
+
+# ini_layers NAME:TYPE[:KEY=VALUE...]...: a [layer.NAME] section a word,
+# its type and keys (conv1:conv:out=6:kernel=3:padding=1; a value here
+# holds no ':', and no space unless the word is quoted)
+ini_layers() {
+	for _spec in "$@"; do
+		_name=${_spec%%:*}
+		_rest=${_spec#*:}
+		_type=${_rest%%:*}
+		printf '[layer.%s]\ntype = %s\n' "$_name" "$_type"
+		[ "$_rest" != "$_type" ] || continue
+		_rest=${_rest#*:}
+		while [ -n "$_rest" ]; do
+			_kv=${_rest%%:*}
+			printf '%s = %s\n' "${_kv%%=*}" "${_kv#*=}"
+			[ "$_rest" != "$_kv" ] || break
+			_rest=${_rest#*:}
+		done
+	done
+}
+
+# ini_synthetic SAMPLES IMAGE_SIZE CLASSES [KEY=VALUE...]: [data] of the
+# synthetic source (docs/data.md)
+ini_synthetic() {
+	_s=$1 _i=$2 _c=$3
+	shift 3
+	ini data source=synthetic samples="$_s" image_size="$_i" classes="$_c" "$@"
+}
+
+# ini_fmnist [KEY=VALUE...]: [data] of Fashion-MNIST's idx files,
+# normalised as examples/fashion_mnist_*.ini (path= names the folder, else
+# data.path= on the command line)
+ini_fmnist() {
+	ini data source=idx mean=0.286 std=0.353 "$@"
+}
+
+# The models several tests train.
+# mlp_synthetic_layers: flatten, 3 linear layers (32, 24, 16) with ReLUs,
+# softmax cross-entropy: the MLP cut into pipeline stages (tests/pipeline.sh,
+# tests/pipeline_dist.sh)
+mlp_synthetic_layers() {
+	ini_layers flat:flatten fc1:linear:out=32 r1:relu fc2:linear:out=24 r2:relu \
+		fc3:linear:out=16 loss:softmax_xent
+}
+
+# ini_sgd_steps STEPS [KEY=VALUE...]: [train] of the short SGD runs the
+# pipeline tests compare: one epoch, at most STEPS steps, momentum 0.9,
+# lr 0.05, no evaluation
+ini_sgd_steps() {
+	_n=$1
+	shift
+	ini train epochs=1 max_steps="$_n" optimizer=sgd momentum=0.9 lr=0.05 "$@"
+}
