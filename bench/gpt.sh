@@ -12,6 +12,8 @@
 #                  log_every 1); step time = B / the median samples_per_s of
 #                  its steps after the first WARMUP
 #   torch eager    $TORCH_PYTHON bench/pytorch_gpt2.py (WARMUP untimed steps)
+#                  from the same model.bin and the same batches of train.bin
+#                  as kiln (--init, --tokens): the same model, the same losses
 #   torch compile  the same with --compile (its warm-up compiles)
 #   llm.c          $LLMC MODEL SHARD B T STEPS: a binary built OUTSIDE this
 #                  repository around llm.c's train_gpt2.c (its training loop
@@ -32,7 +34,8 @@
 #                     [--layers L] [--dim C] [--heads H] [--vocab V]
 #                     [--context T] [--batch B] [--warmup W] [--short]
 #                     [--recompute]
-#        bench/gpt.sh --suite [--short] [--runs N] [--steps N] [--threads N]
+#        bench/gpt.sh --suite [--short] [--shape S] [--runs N] [--steps N] [--threads N]
+#        bench/gpt.sh --gpt2 [--precision P] [--runs N]
 #   --suite: the issue's side by side in one command: the char GPT
 #   (examples/gpt_char.ini's shape: 4 x 128, 4 heads, V 256, T 128, B 16)
 #   and the reduced GPT-2 shape (12 x 768, 12 heads, V 50304, T 64, B 4,
@@ -40,6 +43,13 @@
 #   one table each, then one summary table of the four.
 #   --short: 1 round of 4 steps (the first untimed): a quick look; the
 #   figures want the default 3 rounds.
+#   --shape char|gpt2: the suite's two shapes by name (char: 4 x 128, 4 heads,
+#   V 256, T 128, B 16; gpt2: 12 x 768, 12 heads, V 50304, T 64, B 4); with
+#   --suite, only that shape (fp32 and bf16).
+#   --gpt2: the quiet multi-round 12 x 768 figure in one command: --shape
+#   gpt2, 3 rounds of 5 steps (the first untimed), kiln, eager, compile and
+#   llm.c (LLMC set) interleaved; about 5 minutes on a quiet 2-core machine
+#   (with --precision bf16: kiln and autocast-bf16 PyTorch).
 #   defaults: 3 runs, 6 steps (of which the first 2 untimed), 2 threads,
 #   fp32, GPT-2 small's shape (12 x 768, 12 heads, V 50304) at B 4, T 64
 #   (llm.c's train_gpt2.c's B and T).
@@ -76,16 +86,39 @@ HERE=$(dirname "$0")
 
 . "$HERE/common.sh"
 
+# shape_args NAME: the options of the suite's shape NAME
+shape_args() {
+    case $1 in
+        char) echo --layers 4 --dim 128 --heads 4 --vocab 256 --context 128 --batch 16 ;;
+        gpt2) echo --layers 12 --dim 768 --heads 12 --vocab 50304 --context 64 --batch 4 ;;
+        *) echo "gpt.sh: --shape must be char or gpt2" >&2; exit 2 ;;
+    esac
+}
+
+if [ "${1:-}" = --gpt2 ]; then
+    shift
+    # shellcheck disable=SC2046 # one word per option
+    exec "$0" $(shape_args gpt2) --runs 3 --steps 5 --warmup 1 "$@"
+fi
 if [ "${1:-}" = --suite ]; then
     shift
+    SHAPES="char gpt2"
+    if [ "${1:-}" = --shape ]; then
+        [ $# -ge 2 ] || usage
+        shape_args "$2" >/dev/null || exit 2
+        SHAPES=$2
+        shift 2
+    fi
     SUITE_SUMMARY=$(mktemp "${TMPDIR:-/tmp}/kiln-gpt-suite.XXXXXX")
     export SUITE_SUMMARY
     trap 'rm -f "$SUITE_SUMMARY"' EXIT
     for p in fp32 bf16; do
-        "$0" --layers 4 --dim 128 --heads 4 --vocab 256 --context 128 --batch 16 --precision $p "$@"
-        rc=
-        [ $p = fp32 ] && rc=--recompute
-        "$0" --layers 12 --dim 768 --heads 12 --vocab 50304 --context 64 --batch 4 --precision $p $rc "$@"
+        for sh in $SHAPES; do
+            rc=
+            [ $p = fp32 ] && [ "$sh" = gpt2 ] && rc=--recompute
+            # shellcheck disable=SC2046 # one word per option
+            "$0" $(shape_args "$sh") --precision $p $rc "$@"
+        done
     done
     echo
     echo "Summary (tokens/s; x = kiln's speed-up; best torch = the faster of eager and compile):"
@@ -104,6 +137,11 @@ while [ $# -gt 0 ]; do
         --batch) B=$2; shift 2 ;;
         --warmup) WARMUP=$2; shift 2 ;;
         --short) RUNS=1 STEPS=4 WARMUP=1; shift ;;
+        --shape) [ $# -ge 2 ] || usage
+                 _sa=$(shape_args "$2") || exit 2
+                 shift 2
+                 # shellcheck disable=SC2086 # one word per option
+                 set -- $_sa "$@" ;;
         --recompute) RECOMPUTE=1; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "gpt.sh: unknown argument: $1" >&2; usage; }
@@ -189,7 +227,8 @@ torch_step() {
     shift
     "$TORCH_PYTHON" "$HERE/pytorch_gpt2.py" --layers "$L" --dim "$C" --heads "$H" --vocab "$V" \
         --context "$T" --batch "$B" --steps $((STEPS - WARMUP)) --warmup "$WARMUP" \
-        --threads "$THREADS" --precision "$PRECISION" "$@" >"$TMP/torch$_r$*.out" 2>&1 ||
+        --threads "$THREADS" --precision "$PRECISION" --init "$TMP/model.bin" \
+        --tokens "$TMP/train.bin" "$@" >"$TMP/torch$_r$*.out" 2>&1 ||
         { echo "gpt.sh: PyTorch $* failed:" >&2; tail -3 "$TMP/torch$_r$*.out" >&2; echo n/a; return; }
     grep '^{' "$TMP/torch$_r$*.out" | tail -n 1 | field step_s
     [ "$*" != --compile ] ||
