@@ -133,6 +133,8 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	geometry(&op, s);
 	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */
 		quantized(&op, KILN_OP_QCONV, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
+		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
+			return st;
 		st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w);
 		*ws = w;
 		return st;

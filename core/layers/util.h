@@ -172,10 +172,20 @@ static inline kiln_status int8_out_dtype(const struct kiln_host *h, const struct
 	if ((u8_in || so > 0) && !(sx > 0))
 		return h->error(KILN_ECONFIG, "layer '%s': a u8 input or int8_out_scale needs int8_scale > 0 (an INT8 layer)",
 				l->name);
+	*dtype = so > 0 ? KILN_U8 : sx > 0 ? KILN_F32 : l->in[0].dtype;
+	return KILN_OK;
+}
+
+/* A u8 output (int8_out_scale so > 0) is planned only with the ReLU that
+ * alone reads the layer fused into it: the u8's saturation at 0 is that
+ * ReLU.  (A graph inferred without fusion, as the ONNX export's, plans
+ * nothing.) */
+static inline kiln_status int8_out_planned(const struct kiln_host *h, const struct kiln_layer *l,
+					   double so)
+{
 	if (so > 0 && !(l->act_fused && l->fuse_act == 1 + KILN_ACT_RELU))
 		return h->error(KILN_ECONFIG, "layer '%s': int8_out_scale wants the ReLU that alone reads the layer fused into it ([run] fuse = 1)",
 				l->name);
-	*dtype = so > 0 ? KILN_U8 : sx > 0 ? KILN_F32 : l->in[0].dtype;
 	return KILN_OK;
 }
 
