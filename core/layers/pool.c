@@ -90,7 +90,9 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 	pool_op(&op, s);
 	if (s->x.dtype == KILN_U8) { /* a chained INT8 model's: inference only */
 		op.n_out = 1;
-		return prep(h, l, dev, &op, &s->infer, ws);
+		st = prep(h, l, dev, &op, &s->infer, &w);
+		*ws = w;
+		return st;
 	}
 	if ((st = prep(h, l, dev, &op, &s->fwd, &w)))
 		return st;
