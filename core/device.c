@@ -476,6 +476,12 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if ((op->type == KILN_OP_QCONV || op->type == KILN_OP_QLINEAR) && dev->plugin->abi_minor < 6)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the INT8 ops",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and their u8 activations, u8 max pooling (chained INT8, 2.8) */
+	if (((op->type == KILN_OP_QCONV || op->type == KILN_OP_QLINEAR || op->type == KILN_OP_POOL) &&
+	     (op->in[0].dtype == KILN_U8 || op->out[0].dtype == KILN_U8)) &&
+	    dev->plugin->abi_minor < 8)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before u8 activations between INT8 layers",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st)
 		return st;

@@ -242,10 +242,14 @@ static kiln_status check_pool(const char *who, const struct kiln_op *op)
 	/* x: the forward input (dx for the backward); y: its output (dy) */
 	const struct kiln_tensor_desc *x = bwd ? &op->out[0] : &op->in[0];
 	const struct kiln_tensor_desc *y = bwd ? &op->in[0] : &op->out[0];
-	if (!is_act(x) || !is_act(y) || nhwc(x) != nhwc(y) || !is_float(x->dtype) ||
-	    !is_float(y->dtype))
-		BAD(KILN_EINVAL, "wants 4-d floating-point activations of one layout");
 	const int kind = (int)op->i[0];
+	/* ABI 2.8: u8 max pooling in inference (a chained INT8 model's) */
+	const int u8 = x->dtype == KILN_U8 && y->dtype == KILN_U8;
+	if (u8 && (bwd || op->n_out != 1 || kind != KILN_POOL_MAX))
+		BAD(KILN_EINVAL, "pools u8 only for max pooling in inference (one output)");
+	if (!is_act(x) || !is_act(y) || nhwc(x) != nhwc(y) ||
+	    (!u8 && (!is_float(x->dtype) || !is_float(y->dtype))))
+		BAD(KILN_EINVAL, "wants 4-d floating-point (or, max in inference, u8) activations of one layout");
 	const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
 	const int64_t KH = op->i[1], KW = op->i[2], sh = op->i[3], sw = op->i[4];
 	const int64_t ph = op->i[5], pw = op->i[6];
@@ -709,32 +713,47 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 }
 
 /* QCONV and QLINEAR (ABI 2.6): CONV's and GEMM's checks (QLINEAR: x
- * [M,K] times w [N,K] transposed), all f32, and the input's scale. */
-static kiln_status check_quant_common(const char *who, const struct kiln_op *op)
+ * [M,K] times w [N,K] transposed), f32 weights and bias, and the input's
+ * scale.  x and y f32, or (ABI 2.8, chained INT8) u8: a u8 x is already
+ * quantized (i[8] = 1), a u8 y has its scale f[1] > 0.  The shapes are
+ * checked on *f: op with its u8 operands described as f32. */
+static kiln_status check_quant_common(const char *who, const struct kiln_op *op, struct kiln_op *f)
 {
-	for (int k = 0; k < op->n_in + op->n_out; k++)
-		if ((k < op->n_in ? op->in[k] : op->out[k - op->n_in]).dtype != KILN_F32)
-			BAD(KILN_EINVAL, "wants f32 tensors (the op quantizes them itself)");
+	const int xd = op->in[0].dtype, yd = op->out[0].dtype;
+	for (int k = 1; k < op->n_in; k++)
+		if (op->in[k].dtype != KILN_F32)
+			BAD(KILN_EINVAL, "wants f32 weights and bias (the op quantizes them itself)");
+	if ((xd != KILN_F32 && xd != KILN_U8) || (yd != KILN_F32 && yd != KILN_U8))
+		BAD(KILN_EINVAL, "wants an f32 or u8 input and output, got %s and %s",
+		    kiln_dtype_name(xd), kiln_dtype_name(yd));
 	if (!(op->f[0] > 0) || !isfinite(op->f[0]) || (op->i[8] != 0 && op->i[8] != 1))
 		BAD(KILN_EINVAL, "wants the input's scale f[0] > 0 (got %g) and i[8] = 0 (s8) or 1 (u8)",
 		    op->f[0]);
+	if (xd == KILN_U8 && op->i[8] != 1)
+		BAD(KILN_EINVAL, "a u8 input (already quantized) wants i[8] = 1");
+	if (yd == KILN_U8 && (!(op->f[1] > 0) || !isfinite(op->f[1])))
+		BAD(KILN_EINVAL, "a u8 output wants its scale f[1] > 0 (got %g)", op->f[1]);
+	*f = *op;
+	f->in[0].dtype = f->out[0].dtype = KILN_F32;
 	return KILN_OK;
 }
 
 static kiln_status check_qconv(const char *who, const struct kiln_op *op)
 {
-	kiln_status st = check_quant_common(who, op);
-	return st ? st : check_conv(who, op);
+	struct kiln_op f;
+	kiln_status st = check_quant_common(who, op, &f);
+	return st ? st : check_conv(who, &f);
 }
 
 static kiln_status check_qlinear(const char *who, const struct kiln_op *op)
 {
-	kiln_status st = check_quant_common(who, op);
+	struct kiln_op f;
+	kiln_status st = check_quant_common(who, op, &f);
 	if (st)
 		return st;
 	if (op->i[0] != 0 || op->i[1] != 1)
 		BAD(KILN_EINVAL, "is x[M,K] w[N,K]^T: i[0] = 0, i[1] = 1");
-	return check_gemm(who, op);
+	return check_gemm(who, &f);
 }
 
 /* ---- the op table ------------------------------------------------------

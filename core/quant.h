@@ -79,7 +79,9 @@ kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln
 
 /* `kiln eval --quantized`: the int8 keys of every layer the file
  * quantized, set on the folded config cfg ([layer.X] int8_scale,
- * int8_unsigned), and the file's weights into m (built from that config:
+ * int8_unsigned, and on the CPU int8_out_scale where the layer's u8
+ * output can go straight to the INT8 layers after it: core/quantize.c,
+ * "chaining"), and the file's weights into m (built from that config:
  * I8 weights dequantized, q * scale, which the INT8 ops quantize back to
  * q exactly). */
 kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safetensors *f);

@@ -6,6 +6,7 @@
 #include "infer_passes.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 struct kiln_quant_calib {
 	int n;
@@ -243,6 +244,113 @@ static kiln_status need_format(const struct kiln_safetensors *f)
 	return KILN_OK;
 }
 
+/* ---- u8 between the INT8 layers (chaining) -------------------------------
+ * An INT8 conv or linear whose output only its fused ReLU reads, and that
+ * ReLU's output (through max pools and flattens) only INT8 layers with u8
+ * inputs of one scale s: the layer writes u8 in s (int8_out_scale), the
+ * pools and flattens carry u8, and the readers take it as their quantized
+ * input.  max(q(y)) = q(max(y)) for a positive scale, so the readers see
+ * what they would have quantized themselves, up to the rounding of the
+ * scales (kiln/ops.h, ABI 2.8).  Works on the folded config, whose layers
+ * all name their inputs. */
+
+/* Does layer section sec read layer `name`? */
+static int reads(const struct kiln_config *cfg, const char *sec, const char *name)
+{
+	const char *v = kiln_config_get(cfg, sec, "inputs");
+	const size_t n = strlen(name);
+	while (v && *v) {
+		v += strspn(v, ", \t");
+		const size_t k = strcspn(v, ", \t");
+		if (k == n && !strncmp(v, name, n))
+			return 1;
+		v += k;
+	}
+	return 0;
+}
+
+static double key_num(const struct kiln_config *cfg, const char *sec, const char *key)
+{
+	const char *v = kiln_config_get(cfg, sec, key);
+	return v ? strtod(v, NULL) : 0;
+}
+
+/* The readers of layer `name`, through max pools and flattens: *ok stays
+ * 1 when every one is an INT8 layer with a u8 input, all of the scale *so
+ * (0 before the first). */
+static void chain_readers(const struct kiln_config *cfg, const char *name, int depth, double *so,
+			  int *ok)
+{
+	const char *sec;
+	int any = 0;
+	for (int i = 0; *ok && (sec = kiln_config_section(cfg, i)); i++) {
+		if (strncmp(sec, "layer.", 6) || !reads(cfg, sec, name))
+			continue;
+		const char *t = kiln_config_get(cfg, sec, "type");
+		const double sx = key_num(cfg, sec, "int8_scale");
+		const char *u = kiln_config_get(cfg, sec, "int8_unsigned");
+		any = 1;
+		if (t && (!strcmp(t, "maxpool") || !strcmp(t, "flatten")) && depth < 32)
+			chain_readers(cfg, sec + 6, depth + 1, so, ok);
+		else if (!(sx > 0) || !u || strcmp(u, "1") || (*so > 0 && sx != *so))
+			*ok = 0;
+		else
+			*so = sx;
+	}
+	*ok = *ok && any;
+}
+
+/* The only reader of layer `name` when it is a ReLU: its section, else NULL. */
+static const char *only_relu(const struct kiln_config *cfg, const char *name)
+{
+	const char *sec, *relu = NULL;
+	for (int i = 0; (sec = kiln_config_section(cfg, i)); i++) {
+		if (strncmp(sec, "layer.", 6) || !reads(cfg, sec, name))
+			continue;
+		const char *t = kiln_config_get(cfg, sec, "type");
+		if (relu || !t || strcmp(t, "relu"))
+			return NULL;
+		relu = sec;
+	}
+	return relu;
+}
+
+/* int8_out_scale on every INT8 layer that can write u8 (see above), on
+ * the CPU device (the CUDA INT8 ops take f32) with the ReLU fused, unless
+ * the config sets it already (`layer.X.int8_out_scale=0`: no chaining). */
+static kiln_status quant_chain(struct kiln_config *cfg)
+{
+	const char *dev = kiln_config_get(cfg, "run", "device"), *sec;
+	int fuse = 0, n = 0;
+	kiln_config_get_bool(cfg, "run", "fuse", &fuse);
+	if (!fuse || (dev && strncmp(dev, "cpu", 3))) {
+		kiln_log(KILN_LOG_INFO, "quantize", "INT8 layers exchange f32 (u8 between them needs the CPU device and [run] fuse = 1)");
+		return KILN_OK;
+	}
+	for (int i = 0; (sec = kiln_config_section(cfg, i)); i++) {
+		const char *relu;
+		double so = 0;
+		int ok = 1;
+		char arg[400];
+		if (strncmp(sec, "layer.", 6) || !(key_num(cfg, sec, "int8_scale") > 0) ||
+		    strcmp(kiln_config_where(cfg, sec, "int8_out_scale"), "default") ||
+		    !(relu = only_relu(cfg, sec + 6)))
+			continue;
+		chain_readers(cfg, relu + 6, 0, &so, &ok);
+		if (!ok || !(so > 0))
+			continue;
+		snprintf(arg, sizeof arg, "%s.int8_out_scale=%.9g", sec, so);
+		kiln_status st = kiln_config_override(cfg, arg);
+		if (st)
+			return st;
+		kiln_log(KILN_LOG_INFO, "quantize", "layer '%s' writes u8 (scale %g) for the INT8 layers after it",
+			 sec + 6, so);
+		n++;
+	}
+	kiln_log(KILN_LOG_INFO, "quantize", "%d INT8 layer(s) write u8 for the INT8 layers after them", n);
+	return KILN_OK;
+}
+
 kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safetensors *f)
 {
 	kiln_status st = need_format(f);
@@ -273,7 +381,7 @@ kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safeten
 			st = kiln_config_override(cfg, arg);
 		}
 	}
-	return st;
+	return st ? st : quant_chain(cfg);
 }
 
 /* Parameter p of m from the file into v: F32 as it is, I8 times its

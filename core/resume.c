@@ -63,6 +63,7 @@ static const struct {
 	{ "layer.*", "recompute" },  { "model", "init_format" },
 	{ "layer.*", "stage" },      { "model", "stages" },
 	{ "layer.*", "int8_scale" }, { "layer.*", "int8_unsigned" },
+	{ "layer.*", "int8_out_scale" },
 };
 
 static int weights_key(const char *section, const char *key)

@@ -295,5 +295,192 @@ START_TEST(test_qconv_params_change)
 }
 END_TEST
 
+/* ---- chained INT8 (ABI 2.8): u8 activations between the INT8 ops ------- */
+
+/* The contract's QCONV of an already quantized input xq (layout order):
+ * y[] and the size of its terms mag[] (layout order), no activation. */
+static void ref_qconv_q(const int32_t *xq, const struct conv_g *q, int OH, int OW, int nhwc,
+			const float *w, float sx, const float *b, double *y, double *mag)
+{
+	const int Cg = q->C / q->g, Og = q->O / q->g, per = Cg * q->KH * q->KW;
+	float sw[64];
+	int32_t *wq = malloc(sizeof(int32_t) * (size_t)q->O * per);
+	ref_weights(w, q->O, per, wq, sw);
+	for (int n = 0; n < q->N; n++)
+		for (int o = 0; o < q->O; o++)
+			for (int p = 0; p < OH; p++)
+				for (int r = 0; r < OW; r++) {
+					int32_t acc = 0;
+					for (int c = 0; c < Cg; c++)
+						for (int i = 0; i < q->KH; i++)
+							for (int j = 0; j < q->KW; j++) {
+								int h = p * q->sh - q->ph + i, v = r * q->sw - q->pw + j;
+								if (h >= 0 && h < q->H && v >= 0 && v < q->W)
+									acc += xq[at4(nhwc, q->C, q->H, q->W, n, o / Og * Cg + c, h, v)] *
+									       wq[(o * Cg + c) * q->KH * q->KW + i * q->KW + j];
+							}
+					const size_t k = at4(nhwc, q->O, OH, OW, n, o, p, r);
+					y[k] = (double)sx * sw[o] * acc + (q->bias ? b[o] : 0);
+					mag[k] = fabs((double)sx * sw[o] * acc) + (q->bias ? fabs(b[o]) : 0);
+				}
+	free(wq);
+}
+
+/* A u8 output against the contract: sat_u8(round_half_even(relu(y) / so)),
+ * exactly, except where y / so is within 1e-3 of a rounding tie (the
+ * device's f32 scales may round it either way): there within 1. */
+static void check_u8(const uint8_t *got, const double *y, size_t n, double so, const char *what)
+{
+	for (size_t i = 0; i < n; i++) {
+		const double v = (y[i] > 0 ? y[i] : 0) / so;
+		const int32_t want = qround(v, 0, 255);
+		const int tie = fabs(v - floor(v) - 0.5) < 1e-3;
+		ck_assert_msg(got[i] == want || (tie && abs((int)got[i] - want) <= 1),
+			      "%s: yq[%zu] = %d, want %d (y / so = %.6f)", what, i, got[i], want, v);
+	}
+}
+
+/* QCONV f32 -> u8 (ReLU, the output's scale so), max POOL 2x2 on the u8,
+ * QCONV u8 -> f32: each step against the contract, the pooling exactly,
+ * in both layouts. */
+START_TEST(test_qchain)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QCONV);
+	const struct conv_g c1 = { 2, 8, 8, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+	const struct conv_g c2 = { 2, 8, 4, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+	const float sx = 0.02f, so = 0.03f;
+	const size_t nx = 2 * 8 * 36, ny = 2 * 8 * 36, np = 2 * 8 * 9, nz = 2 * 4 * 9;
+	for (int nhwc = 0; nhwc < 2; nhwc++) {
+		float *x = input(nx, 0, sx), *w1 = frandv(8 * 72), *b1 = frandv(8);
+		float *w2 = frandv(4 * 72), *b2 = frandv(4);
+		int32_t *xq = malloc(sizeof(int32_t) * nx), *pq = malloc(sizeof(int32_t) * np);
+		double *y = calloc(ny, sizeof(double)), *mag = calloc(ny, sizeof(double));
+		double *z = calloc(nz, sizeof(double)), *zmag = calloc(nz, sizeof(double));
+		uint8_t y8[2 * 8 * 36], p8[2 * 8 * 9];
+		float zg[2 * 4 * 9];
+		for (size_t i = 0; i < nx; i++) /* x is in the layout's order already */
+			xq[i] = qround(x[i] * (float)(1.0 / sx), -128, 127);
+		ref_qconv_q(xq, &c1, 6, 6, nhwc, w1, sx, b1, y, mag);
+
+		struct kiln_op op;
+		conv_op(&op, KILN_OP_CONV, &c1, 6, 6, nhwc);
+		op.type = KILN_OP_QCONV;
+		op.f[0] = sx, op.f[1] = so;
+		op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+		op.out[0].dtype = KILN_U8;
+		void *dx = dput(&f, x, sizeof(float) * nx), *dw1 = dput(&f, w1, sizeof(float) * 8 * 72);
+		void *db1 = dput(&f, b1, sizeof(float) * 8), *dy = dput(&f, NULL, ny);
+		OK(run_op(&f, &op, (const void *[]){ dx, dw1, db1 }, (void *[]){ dy }));
+		dget(&f, y8, dy, ny);
+		check_u8(y8, y, ny, so, nhwc ? "QCONV f32 -> u8 nhwc" : "QCONV f32 -> u8 nchw");
+
+		/* max pooling of the u8, exactly */
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_POOL, op.n_in = 1, op.n_out = 1;
+		const int64_t xd[4] = { 2, 8, 6, 6 }, pd[4] = { 2, 8, 3, 3 };
+		kiln_tensor_desc_init(&op.in[0], KILN_U8, 4, xd);
+		kiln_tensor_desc_init(&op.out[0], KILN_U8, 4, pd);
+		op.in[0].layout = op.out[0].layout = nhwc ? KILN_NHWC : KILN_NCHW;
+		op.i[0] = KILN_POOL_MAX, op.i[1] = op.i[2] = op.i[3] = op.i[4] = 2;
+		void *dp = dput(&f, NULL, np);
+		OK(run_op(&f, &op, (const void *[]){ dy }, (void *[]){ dp }));
+		dget(&f, p8, dp, np);
+		for (int n = 0; n < 2; n++)
+			for (int c = 0; c < 8; c++)
+				for (int h = 0; h < 3; h++)
+					for (int v = 0; v < 3; v++) {
+						int m = 0;
+						for (int i = 0; i < 4; i++)
+{
+							const int e = y8[at4(nhwc, 8, 6, 6, n, c, 2 * h + i / 2, 2 * v + i % 2)];
+							m = e > m ? e : m;
+						}
+						const size_t k = at4(nhwc, 8, 3, 3, n, c, h, v);
+						ck_assert_msg(p8[k] == m, "u8 max pool %s [%d,%d,%d,%d] = %d, want %d",
+							      nhwc ? "nhwc" : "nchw", n, c, h, v, p8[k], m);
+						pq[k] = m;
+					}
+
+		/* the next QCONV reads the u8 as its quantized input (scale so) */
+		ref_qconv_q(pq, &c2, 3, 3, nhwc, w2, so, b2, z, zmag);
+		conv_op(&op, KILN_OP_CONV, &c2, 3, 3, nhwc);
+		op.type = KILN_OP_QCONV;
+		op.f[0] = so, op.i[8] = 1;
+		op.in[0].dtype = KILN_U8;
+		void *dw2 = dput(&f, w2, sizeof(float) * 4 * 72), *db2 = dput(&f, b2, sizeof(float) * 4);
+		void *dz = dput(&f, NULL, sizeof(float) * nz);
+		OK(run_op(&f, &op, (const void *[]){ dp, dw2, db2 }, (void *[]){ dz }));
+		dget(&f, zg, dz, sizeof(float) * nz);
+		for (size_t i = 0; i < nz; i++)
+			NEAR(zg[i], z[i], zmag[i], 1e-5, "QCONV u8 -> f32 %s: z[%zu] = %g, want %g",
+			     nhwc ? "nhwc" : "nchw", i, zg[i], z[i]);
+		DFREE(&f, dx, dw1, db1, dy, dp, dw2, db2, dz);
+		free(x), free(w1), free(b1), free(w2), free(b2), free(xq), free(pq);
+		free(y), free(mag), free(z), free(zmag);
+	}
+	fx_close(&f);
+}
+END_TEST
+
+/* QLINEAR u8 -> u8 with the ReLU and a bias, and a u8 max pool asked to
+ * train (two outputs) or to average: refused. */
+START_TEST(test_qlinear_chain)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QLINEAR);
+	enum { M = 5, K = 40, N = 6 };
+	const float sx = 0.04f, so = 0.1f;
+	uint8_t x[M * K], got[M * N];
+	float *w = frandv(N * K), *b = frandv(N), sw[N];
+	int32_t wq[N * K];
+	double y[M * N];
+	for (int i = 0; i < M * K; i++)
+		x[i] = (uint8_t)(frand() * 127.5f + 127.5f);
+	ref_weights(w, N, K, wq, sw);
+	for (int m = 0; m < M; m++)
+		for (int n = 0; n < N; n++) {
+			int32_t acc = 0;
+			for (int k = 0; k < K; k++)
+				acc += x[m * K + k] * wq[n * K + k];
+			y[m * N + n] = (double)sx * sw[n] * acc + b[n];
+		}
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_QLINEAR;
+	op.n_in = 3, op.n_out = 1;
+	op.in[0] = td(KILN_U8, 2, M, K), op.in[1] = td(KILN_F32, 2, N, K);
+	op.in[2] = td(KILN_F32, 1, N, 0), op.out[0] = td(KILN_U8, 2, M, N);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = M, op.i[3] = N, op.i[4] = K;
+	op.f[0] = sx, op.f[1] = so, op.i[8] = 1;
+	op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+	void *dx = dput(&f, x, sizeof x), *dw = dput(&f, w, sizeof(float) * N * K);
+	void *db = dput(&f, b, sizeof(float) * N), *dy = dput(&f, NULL, sizeof got);
+	OK(run_op(&f, &op, (const void *[]){ dx, dw, db }, (void *[]){ dy }));
+	dget(&f, got, dy, sizeof got);
+	check_u8(got, y, M * N, so, "QLINEAR u8 -> u8");
+	/* a u8 input must say so (i[8] = 1) */
+	op.i[8] = 0;
+	void *plan = NULL;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	/* u8 pooling: max, in inference only */
+	const int64_t xd[4] = { 1, 4, 4, 4 }, pd[4] = { 1, 4, 2, 2 };
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_POOL, op.n_in = 1, op.n_out = 2;
+	kiln_tensor_desc_init(&op.in[0], KILN_U8, 4, xd);
+	kiln_tensor_desc_init(&op.out[0], KILN_U8, 4, pd);
+	op.i[0] = KILN_POOL_MAX, op.i[1] = op.i[2] = op.i[3] = op.i[4] = 2;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	op.n_out = 1, op.i[0] = KILN_POOL_AVG;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	DFREE(&f, dx, dw, db, dy);
+	free(w), free(b);
+	fx_close(&f);
+}
+END_TEST
+
 DEVICE_SUITE(int8, DFX_CASE(qconv), DFX_CASE(qlinear), DFX_CASE(qlinear_zero_row),
-	     DFX_CASE(qlinear_weights_change), DFX_CASE(qconv_params_change));
+	     DFX_CASE(qlinear_weights_change), DFX_CASE(qconv_params_change), DFX_CASE(qchain),
+	     DFX_CASE(qlinear_chain));

@@ -6,6 +6,11 @@
 #  - kiln quantize (percentile and minmax ranges, calibrated on 4 batches of
 #    training data) and kiln eval --quantized: test accuracy within 0.5
 #    points of fp32 on the first 2000 test images;
+#  - u8 between the INT8 layers (chaining, the CPU's default: conv2 writes
+#    u8 for fc1 through pool2 and flatten, fc1 for fc2) against the same
+#    model with f32 between them (int8_out_scale=0): the same accuracy and
+#    the loss within 1e-3; an int8_out_scale without a fused ReLU, or on a
+#    layer that is not INT8, is refused naming the layer;
 #  - a quantized file with another model's config, and a file that is not a
 #    quantized model, are refused with a message naming the problem.
 name=int8
@@ -35,6 +40,27 @@ for m in percentile minmax; do
 		fail "int8 ($m) acc $q, fp32 $acc: more than 0.5 points apart"
 	echo "ok: int8 ($m) acc $q, fp32 $acc"
 done
+
+# chained (u8 between the INT8 layers) vs f32 between them
+q="$tmp/cnn.percentile.safetensors"
+export KILN_LOG_LEVEL=info
+kiln 0 eval "$cnn" $run $ev --quantized "$q"
+stderr_has "layer 'conv2' writes u8"
+stderr_has "layer 'fc1' writes u8"
+ca=$(field test_acc "$out") cl=$(field test_loss "$out")
+kiln 0 eval "$cnn" $run $ev --quantized "$q" layer.conv2.int8_out_scale=0 \
+	layer.fc1.int8_out_scale=0
+stderr_has "0 INT8 layer(s) write u8"
+fa=$(field test_acc "$out") fl=$(field test_loss "$out")
+unset KILN_LOG_LEVEL
+awk -v a="$ca" -v b="$fa" -v l="$cl" -v m="$fl" \
+	'BEGIN { d = a - b; e = l - m; exit !(d <= 0.0005 && d >= -0.0005 && e < 1e-3 && e > -1e-3) }' ||
+	fail "chained acc $ca loss $cl, f32 between the INT8 layers acc $fa loss $fl"
+echo "ok: u8 chained acc $ca loss $cl, f32 between acc $fa loss $fl"
+kiln 2 eval "$cnn" $run $ev --checkpoint "$ck" layer.fc2.int8_scale=0.05 layer.fc2.int8_out_scale=0.1
+stderr_has "layer 'fc2': int8_out_scale wants the ReLU"
+kiln 2 eval "$cnn" $run $ev --checkpoint "$ck" --fold layer.fc1.int8_out_scale=0.1
+stderr_has "layer 'fc1': a u8 input or int8_out_scale needs int8_scale > 0"
 
 # the wrong model: the MLP's config with the CNN's file
 kiln 3 eval "$srcdir/examples/fashion_mnist_mlp.ini" $run $ev --quantized "$tmp/cnn.minmax.safetensors"

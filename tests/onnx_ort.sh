@@ -8,7 +8,7 @@
 # image models start from their seeded initial weights, after 5 training
 # steps for the ResNet so its batchnorm statistics are not the initial
 # ones.  Also the CNN's INT8 model in the QDQ format against `kiln eval
-# --quantized` (1e-3 relative as ONNX defines the nodes, 1e-2 through ONNX
+# --quantized` (2e-3 relative as ONNX defines the nodes, 1e-2 through ONNX
 # Runtime's fused int8 kernels; below).  Needs the onnxruntime and onnx packages in $KILN_VENV (default:
 # .venv in the build tree; scripts/install-deps --bench): skipped without.
 name=onnx_ort
@@ -46,11 +46,14 @@ check resnet "$ex/fashion_mnist_resnet.ini"
 # the QDQ format: ONNX Runtime's logits against `kiln eval --quantized`'s
 # (the same kiln_infer path).  With no graph optimisations ONNX Runtime runs
 # the QuantizeLinear/DequantizeLinear nodes as ONNX defines them: within
-# 1e-3 (measured 1.3e-4: kiln quantizes x * (1 / scale) in oneDNN's reorder,
-# ONNX x / scale, and where the two round to neighbouring levels a logit
-# moves by one step of that input).  With all of them it fuses the QDQ
-# pattern into its own int8 kernels, which requantize in their own way:
-# within 1e-2 (measured 2.1e-3), the same argmax.
+# 2e-3 (kiln quantizes x * (1 / scale) in oneDNN's reorder or, with u8
+# between the INT8 layers, in the conv's epilogue; ONNX x / scale; where the
+# two round to neighbouring levels a logit moves by one step of that input:
+# measured 1.3e-4 in session 5, 1.04e-3 in session 6, where the chained
+# logits were bit-identical to those with f32 between the INT8 layers, so
+# not the chaining's).  With all of them it fuses the QDQ pattern into its
+# own int8 kernels, which requantize in their own way: within 1e-2
+# (measured 2.1e-3), the same argmax.
 kiln 0 train "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq" train.max_steps=5 \
 	train.eval=0 train.batch=16 run.threads=2
 kiln 0 quantize "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq" --calibrate 2 \
@@ -59,7 +62,7 @@ kiln 0 export "$ex/fashion_mnist_cnn.ini" --onnx "$tmp/cnnq.onnx" --quantized "$
 	run.out_dir="$tmp/run_cnnq"
 "$tool" logits "$ex/fashion_mnist_cnn.ini" $rows "$tmp/cnnq" run.out_dir="$tmp/run_cnnq" \
 	--quantized "$tmp/cnnq.safetensors" || fail "cnnq: onnx_tool logits failed"
-for opt in none:1e-3 all:1e-2; do
+for opt in none:2e-3 all:1e-2; do
 	"$py" "$srcdir/tests/onnx_ort.py" "$tmp/cnnq.onnx" "$tmp/cnnq" --threads 2 --opt "${opt%:*}" \
 		--tol "${opt#*:}" >"$tmp/cnnq.ort" 2>&1 ||
 		{ cat "$tmp/cnnq.ort"; fail "cnnq: ONNX Runtime's QDQ logits (optimisations ${opt%:*}) differ from kiln eval --quantized's by more than ${opt#*:}"; }

@@ -13,7 +13,8 @@ struct conv {
 	struct kiln_tensor_desc x, y, w;
 	void *fwd, *bwd_data, *bwd_w, *acc;
 	void *act, *mask; /* a fused activation run apart; the fused ReLU's backward */
-	size_t dx_bytes, front;	double int8_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
+	size_t dx_bytes, front;
+	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
 };
 
@@ -59,6 +60,7 @@ static kiln_status conv_configure(const struct kiln_host *h, struct kiln_layer *
 	h->config_get_bool(cfg, sec, "bias", &s->bias);
 	h->config_get_float(cfg, sec, "int8_scale", &s->int8_scale);
 	h->config_get_bool(cfg, sec, "int8_unsigned", &s->int8_unsigned);
+	h->config_get_float(cfg, sec, "int8_out_scale", &s->int8_out_scale);
 	return KILN_OK;
 }
 
@@ -101,7 +103,9 @@ static kiln_status conv_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->needs_input = 1;
 	take_act(l, 1); /* any activation: the convolution's epilogue */
 	l->needs_output = l->act_fused; /* the fused ReLU's mask */
-	return KILN_OK;
+	kiln_status st = int8_out_dtype(h, l, s->int8_scale, s->int8_out_scale, &s->y.dtype);
+	l->out = s->y;
+	return st;
 }
 
 static void geometry(struct kiln_op *op, const struct conv *s)
@@ -127,8 +131,14 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
 	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
-	if (s->int8_scale > 0) /* the same operands, quantized by the op */
-		quantized(&op, KILN_OP_QCONV, s->int8_scale, s->int8_unsigned);
+	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */
+		quantized(&op, KILN_OP_QCONV, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
+		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
+			return st;
+		st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w);
+		*ws = w;
+		return st;
+	}
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w)) ||
 	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front, &w)))
 		return st;
@@ -171,6 +181,8 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	struct conv *s = l->priv;
 	struct kiln_layer_run rr;
 	const struct kiln_layer_run *r = &rr;
+	if (s->int8_scale > 0) /* no backward was prepared */
+		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
 	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
 	if (st)
 		return st;

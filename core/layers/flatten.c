@@ -34,7 +34,9 @@ static kiln_status flatten_plan(const struct kiln_host *h, struct kiln_layer *l,
 	struct flatten *s = l->priv;
 	if (!s->reorder)
 		return KILN_OK;
-	return prep_nchw_reorders(h, l, dev, &l->in[0], &s->fwd, s->bwd, ws);
+	/* a chained INT8 model's u8: evaluation only, no backward */
+	return prep_nchw_reorders(h, l, dev, &l->in[0], &s->fwd,
+				  l->in[0].dtype == KILN_U8 ? NULL : s->bwd, ws);
 }
 
 static kiln_status flatten_forward(const struct kiln_host *h, struct kiln_layer *l,

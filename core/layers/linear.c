@@ -24,7 +24,8 @@ struct linear {
 	void *db;         /* db = sum_rows dy */
 	int reorder;      /* channels-last input: x is read through a copy */
 	void *to_nchw, *from_nchw[2];
-	size_t x_bytes;	double int8_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
+	size_t x_bytes;
+	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
 };
 
@@ -49,6 +50,7 @@ static kiln_status linear_configure(const struct kiln_host *h, struct kiln_layer
 	h->config_get_bool(cfg, section, "bias", &s->bias);
 	h->config_get_float(cfg, section, "int8_scale", &s->int8_scale);
 	h->config_get_bool(cfg, section, "int8_unsigned", &s->int8_unsigned);
+	h->config_get_float(cfg, section, "int8_out_scale", &s->int8_out_scale);
 	return KILN_OK;
 }
 
@@ -81,7 +83,7 @@ static kiln_status linear_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->needs_input = 1;
 	take_act(l, 1); /* any activation: the GEMM's epilogue */
 	l->needs_output = l->act_fused; /* the fused ReLU's mask */
-	return KILN_OK;
+	return int8_out_dtype(h, l, s->int8_scale, s->int8_out_scale, &l->out.dtype);
 }
 
 /* out[M,N] = op(a) . op(b), op transposing a when ta and b when tb (a is
@@ -111,8 +113,16 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	/* y[B,N] = x[B,K] . W[N,K]^T (+ b[N]); the bias stays f32 */
 	gemm_op(&op, s->bias ? 3 : 2, 0, 1, B, N, K, dt, dt);
 	f32_desc(&op.in[2], N, 0, 0);
-	if (s->int8_scale > 0) /* the same operands, quantized by the op */
-		quantized(&op, KILN_OP_QLINEAR, s->int8_scale, s->int8_unsigned);
+	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */
+		quantized(&op, KILN_OP_QLINEAR, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
+		if ((st = int8_out_planned(h, l, s->int8_out_scale)) ||
+		    (st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
+		    (s->reorder && (st = prep_nchw_reorders(h, l, dev, &l->in[0], &s->to_nchw,
+							    NULL, ws))))
+			return st;
+		*ws += s->reorder ? 2 * s->x_bytes : 0;
+		return KILN_OK;
+	}
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
 	    (st = prep_act_bwd(h, l, dev, &l->out, &s->mask, &s->front, ws)))
 		return st;
@@ -193,6 +203,8 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 	struct kiln_op_args a;
 	struct kiln_layer_run rr;
 	const struct kiln_layer_run *r = &rr;
+	if (s->int8_scale > 0) /* no backward was prepared */
+		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
 	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
 	const void *x;
 	if (st)

@@ -88,6 +88,12 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 	op_init(&op, KILN_OP_POOL, 1, 2);
 	op.in[0] = s->x, op.out[0] = s->y;
 	pool_op(&op, s);
+	if (s->x.dtype == KILN_U8) { /* a chained INT8 model's: inference only */
+		op.n_out = 1;
+		st = prep(h, l, dev, &op, &s->infer, &w);
+		*ws = w;
+		return st;
+	}
 	if ((st = prep(h, l, dev, &op, &s->fwd, &w)))
 		return st;
 	op.n_out = 1;
@@ -108,6 +114,9 @@ kiln_status pool_forward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct pool *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0] }, .out = { r->y, r->saved } };
+	if (r->training && !s->fwd)
+		return h->error(KILN_ECONFIG, "layer '%s': u8 activations (INT8) are for evaluation only",
+				l->name);
 	return run_op(h, r, r->training ? s->fwd : s->infer, &a);
 }
 

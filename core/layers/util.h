@@ -145,15 +145,48 @@ static inline kiln_status prep_act(const struct kiln_host *h, struct kiln_layer 
 	{ "int8_scale", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,                                     \
 	  "INT8 inference (docs/inference.md, INT8): > 0 runs the layer as KILN_OP_QCONV / QLINEAR with this scale of its input (per-output-channel 7-bit weights, exact int32 sums). Set by `kiln eval --quantized` from `kiln quantize`'s file, evaluation only (a training run refuses it); 0: f32." }, \
 	{ "int8_unsigned", KILN_KEY_BOOL, "0", 0, 0, NULL,                                      \
-	  "With int8_scale: the input is quantized to u8 (it was never negative in calibration), else to s8." }
+	  "With int8_scale: the input is quantized to u8 (it was never negative in calibration), else to s8." }, \
+	{ "int8_out_scale", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,                                 \
+	  "With int8_scale: > 0 writes the output as u8 in this scale (after the ReLU, which must be fused: `[run] fuse = 1`), for INT8 layers that read it through max pools and flattens (set by `kiln eval --quantized` on the CPU: docs/inference.md, INT8); 0: f32." }
 
 /* A CONV or GEMM op made its INT8 twin (QCONV, QLINEAR: kiln/ops.h):
- * the input's scale sx and u8 (unsigned) or s8. */
-static inline void quantized(struct kiln_op *op, int type, double sx, int is_unsigned)
+ * the input's scale sx and u8 (unsigned) or s8 (a u8 input is read as
+ * it is), f32 weights, and the output's scale so (> 0: y is u8). */
+static inline void quantized(struct kiln_op *op, int type, double sx, int is_unsigned, double so)
 {
 	op->type = type;
 	op->f[0] = sx;
 	op->i[8] = is_unsigned;
+	op->f[1] = so;
+	op->in[1].dtype = KILN_F32;
+	op->out[0].dtype = so > 0 ? KILN_U8 : KILN_F32;
+}
+
+/* The output dtype of an INT8 layer (int8_scale sx > 0, int8_out_scale
+ * so): u8 when so > 0, else f32; x's (the compute dtype) otherwise.  A
+ * u8 input only an INT8 layer reads. */
+static inline kiln_status int8_out_dtype(const struct kiln_host *h, const struct kiln_layer *l,
+					 double sx, double so, int32_t *dtype)
+{
+	const int u8_in = l->in[0].dtype == KILN_U8;
+	if ((u8_in || so > 0) && !(sx > 0))
+		return h->error(KILN_ECONFIG, "layer '%s': a u8 input or int8_out_scale needs int8_scale > 0 (an INT8 layer)",
+				l->name);
+	*dtype = so > 0 ? KILN_U8 : sx > 0 ? KILN_F32 : l->in[0].dtype;
+	return KILN_OK;
+}
+
+/* A u8 output (int8_out_scale so > 0) is planned only with the ReLU that
+ * alone reads the layer fused into it: the u8's saturation at 0 is that
+ * ReLU.  (A graph inferred without fusion, as the ONNX export's, plans
+ * nothing.) */
+static inline kiln_status int8_out_planned(const struct kiln_host *h, const struct kiln_layer *l,
+					   double so)
+{
+	if (so > 0 && !(l->act_fused && l->fuse_act == 1 + KILN_ACT_RELU))
+		return h->error(KILN_ECONFIG, "layer '%s': int8_out_scale wants the ReLU that alone reads the layer fused into it ([run] fuse = 1)",
+				l->name);
+	return KILN_OK;
 }
 
 /* Run `plan` on a's buffers, then the activation prep_act fell back to (act
@@ -310,7 +343,7 @@ static inline int is_nhwc(const struct kiln_tensor_desc *d)
 
 /* Reading a channels-last input in PyTorch's C, H, W order (flatten, linear):
  * `to` copies x into NCHW; from[0..1] write or add an NCHW gradient back
- * into x's layout. */
+ * into x's layout (from NULL: the forward only, for evaluation). */
 static inline kiln_status prep_nchw_reorders(const struct kiln_host *h, struct kiln_layer *l,
 					     struct kiln_device *dev,
 					     const struct kiln_tensor_desc *x, void **to,
@@ -322,7 +355,7 @@ static inline kiln_status prep_nchw_reorders(const struct kiln_host *h, struct k
 	nchw.layout = KILN_NCHW;
 	op_init(&op, KILN_OP_REORDER, 1, 1);
 	op.in[0] = *x, op.out[0] = nchw;
-	if ((st = prep(h, l, dev, &op, to, ws)))
+	if ((st = prep(h, l, dev, &op, to, ws)) || !from)
 		return st;
 	op.in[0] = nchw, op.out[0] = *x;
 	return prep_pair(h, l, dev, &op, from, ws);

@@ -156,7 +156,10 @@ enum kiln_op_type {
 	 * count padding in the divisor (PyTorch's count_include_pad, default 1).
 	 * Global average pooling is a kernel of the whole input.
 	 * Forward: in0 x; out0 y; out1 aux (u8[aux_bytes], see the device's
-	 * aux_bytes member) for max pooling's backward, when aux_bytes > 0. */
+	 * aux_bytes member) for max pooling's backward, when aux_bytes > 0.
+	 * ABI 2.8: x and y may both be u8 for max pooling in inference
+	 * (n_out = 1): a chained INT8 model's activations (QCONV), pooled as
+	 * they are (max commutes with the positive scale: exact). */
 	KILN_OP_POOL = 19,
 	/* in0 dy, in1 aux (max; may be NULL for average), in2 x (forward input,
 	 * for devices without aux); out0 dx (overwritten).  A device whose
@@ -450,13 +453,25 @@ enum kiln_op_type {
 	 * f32 [O] (optional), out0 y f32 [N,O,OH,OW] in x's layout.  The
 	 * weights are quantized by the op (the scales follow from them), so
 	 * a model's f32 weights run as they are; `kiln quantize` stores the
-	 * weights as wq * sw, which the op quantizes back to exactly wq. */
+	 * weights as wq * sw, which the op quantizes back to exactly wq.
+	 * ABI 2.8, chained INT8 (u8 activations between INT8 layers):
+	 *  - in0 may be u8 (then i[8] = 1): x is xq itself, already quantized
+	 *    by f[0] (a chained INT8 layer's out0), and the op reads it as is;
+	 *  - out0 may be u8, with its scale so = f[1] > 0: the op writes
+	 *      yq = sat_u8(round_half_even(act(sx * sw[o] * acc + b[o]) / so))
+	 *    (0 for a negative value: with or without a fused ReLU, the result
+	 *    is that of the ReLU), up to f32 rounding in the order of the
+	 *    scales and the bias (the CPU device computes
+	 *    (acc + b[o] / (sx * sw[o])) * (sx * sw[o] / so)).
+	 * Both only in inference plans; w and b stay f32.  A device without
+	 * them returns KILN_ENOTSUP from prepare (the core refuses them on a
+	 * device built before 2.8). */
 	KILN_OP_QCONV = 50,
 	/* ABI 2.6: GEMM's y[M,N] = x[M,K] w[N,K]^T (+ b[N]) (i[0] = 0, i[1] = 1,
 	 * i[2] = M, i[3] = N, i[4] = K; fused activation as GEMM's) with x
 	 * and w quantized as QCONV's (sw[n] per row n of w, xq by f[0] and
 	 * i[8]): y[m,n] = act(sx * sw[n] * sum_k xq[m,k] wq[n,k] + b[n]).
-	 * All f32 in memory. */
+	 * f32 in memory, except ABI 2.8's u8 x and u8 y (as QCONV's). */
 	KILN_OP_QLINEAR = 51,
 	KILN_OP_TYPE_COUNT
 };

@@ -62,9 +62,11 @@ extern "C" {
  * 2.5: recurrent layers: KILN_OP_RNN, KILN_OP_RNN_BWD (kiln/ops.h); point-
  * to-point send and recv in the communicator (comm ops version 4).
  * 2.6: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h).
- * 2.7: sub-communicators: split in the communicator (comm ops version 5). */
+ * 2.7: sub-communicators: split in the communicator (comm ops version 5).
+ * 2.8: chained INT8: QCONV/QLINEAR with u8 in0 and/or out0, max POOL on
+ *      u8 in inference (kiln/ops.h). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 7
+#define KILN_ABI_MINOR 8
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

@@ -14,7 +14,8 @@
  * that in its workspace, which is the op's aux (aux_bytes = its size).  A
  * max POOL prepared with one output (n_out = 1: no aux) runs as inference
  * and has aux_bytes 0; with n_out = 2 it runs as training.  Average pooling
- * has no aux: aux_bytes 0 and out1 / in1 are not read (may be NULL).  The
+ * has no aux: aux_bytes 0 and out1 / in1 are not read (may be NULL).  u8
+ * max pooling (inference) runs oneDNN's int8 pooling kernel.  The
  * backward recreates the training forward descriptor as its hint, so its
  * workspace layout is the forward plan's.
  */
@@ -188,10 +189,12 @@ kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	/* x: forward input (dx for the backward); y: forward output (dy). */
 	const struct kiln_tensor_desc *x = bwd ? &op->out[0] : &op->in[0];
 	const struct kiln_tensor_desc *y = bwd ? &op->in[0] : &op->out[0];
-	/* f32, or bf16 (oneDNN's bf16 pooling: averages summed in f32) */
-	if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16) || y->dtype != x->dtype)
-		return cpu_bad(c, op, KILN_ENOTSUP, "f32 or bf16 activations, one dtype");
-	const dnnl_data_type_t dt = x->dtype == KILN_BF16 ? dnnl_bf16 : dnnl_f32;
+	/* f32, or bf16 (oneDNN's bf16 pooling: averages summed in f32), or
+	 * u8 max pooling in inference (ABI 2.8, a chained INT8 model's) */
+	const int u8 = x->dtype == KILN_U8 && !bwd && op->n_out == 1 && op->i[0] == KILN_POOL_MAX;
+	if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16 && !u8) || y->dtype != x->dtype)
+		return cpu_bad(c, op, KILN_ENOTSUP, "f32 or bf16 activations (u8: max in inference), one dtype");
+	const dnnl_data_type_t dt = u8 ? dnnl_u8 : x->dtype == KILN_BF16 ? dnnl_bf16 : dnnl_f32;
 	const int nhwc = cpu_nhwc(x), kind = (int)op->i[0];
 	const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
 	const int64_t KH = op->i[1], KW = op->i[2], sh = op->i[3], sw = op->i[4];

@@ -24,6 +24,13 @@
  * int8 kernel writes it, so y comes in the kernel's layout and a third
  * step reorders it.)
  *
+ * Chained INT8 (ABI 2.8): a u8 x is already quantized (a chained layer's
+ * y): the primitive reads it where it lies, with no reorder (unless the
+ * kernel wants another layout).  A u8 y is written by the primitive
+ * itself, its scales divided by the output's scale so = f[1]:
+ * sat_u8(round((acc + bq[o]) * sc[o] / so)), the ReLU post-op before the
+ * conversion.
+ *
  * Exactness on CPUs without VNNI (AVX2, AVX-512 before VNNI): the int8
  * kernels multiply u8 by s8 with vpmaddubsw, whose pairwise sums saturate
  * at int16; 7-bit weights keep 255 * 63 * 2 inside it.  Where the kernel's
@@ -97,6 +104,9 @@ static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, stru
 	const struct kiln_op *op = &p->op;
 	const char *geom = b->geom;
 	const dnnl_data_type_t xdt = op->i[8] ? dnnl_u8 : dnnl_s8;
+	/* the caller's x and y: f32, or u8 (chained INT8) */
+	const dnnl_data_type_t xu = op->in[0].dtype == KILN_U8 ? dnnl_u8 : dnnl_f32;
+	const dnnl_data_type_t yu = op->out[0].dtype == KILN_U8 ? dnnl_u8 : dnnl_f32;
 	float *ones = malloc(sizeof(float) * (size_t)b->O); /* the scales until the weights come */
 	if (!ones)
 		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory", cpu_op_name(op->type), geom);
@@ -115,11 +125,11 @@ static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, stru
 		dnnl_dims_t wd5 = { g, w->dims[0] / g, w->dims[1], w->dims[2], w->dims[3] };
 		dnnl_dims_t s = { op->i[0], op->i[1] }, pad = { op->i[2], op->i[3] };
 		dnnl_dims_t dil = { op->i[4] - 1, op->i[5] - 1 };
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_user, 4, xd, dnnl_f32, at));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_user, 4, xd, xu, at));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_any, 4, xd, xdt, dnnl_format_tag_any));
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_user, 4, yd, dnnl_f32, at));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_user, 4, yd, yu, at));
 		/* y in the kernel's layout (NHWC: no int8 kernel writes NCHW) */
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_any, 4, yd, dnnl_f32, dnnl_format_tag_any));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_any, 4, yd, yu, dnnl_format_tag_any));
 		if (g > 1) {
 			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_user, 5, wd5, dnnl_s8, dnnl_goihw));
 			CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_any, 5, wd5, dnnl_s8, dnnl_format_tag_any));
@@ -133,11 +143,11 @@ static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, stru
 	} else {
 		const int64_t M = op->i[2], N = op->i[3], K = op->i[4];
 		dnnl_dims_t xd = { M, K }, wd = { N, K }, yd = { M, N };
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_user, 2, xd, dnnl_f32, dnnl_ab));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_user, 2, xd, xu, dnnl_ab));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->x_any, 2, xd, xdt, dnnl_ab));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_user, 2, wd, dnnl_s8, dnnl_ab));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->w_any, 2, wd, dnnl_s8, dnnl_format_tag_any));
-		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_user, 2, yd, dnnl_f32, dnnl_ab));
+		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&b->y_user, 2, yd, yu, dnnl_ab));
 		CPU_DNN_TRY(dnnl_inner_product_forward_desc_init(&b->desc.id, dnnl_forward_inference,
 								&b->x_any, &b->w_any, &b->o_md, &b->y_user));
 	}
@@ -150,19 +160,22 @@ out:
 	return st;
 }
 
-/* The reorders: x with its scale 1 / sx (every run; it converts); y into
- * the caller's layout where the kernel's differs (every run); the weights
- * when the kernel's layout is not plain (when they change). */
+/* The reorders: x with its scale 1 / sx (every run; it converts; a u8 x
+ * only where the kernel's layout differs, scale 1); y into the caller's
+ * layout where the kernel's differs (every run); the weights when the
+ * kernel's layout is not plain (when they change). */
 static kiln_status q_reorders(struct cpu_ctx *c, const struct cpu_plan *p, struct qbuild *b)
 {
 	kiln_status st = KILN_OK;
 	const char *geom = b->geom;
-	const float inv = (float)(1.0 / p->op.f[0]);
+	const int u8_in = p->op.in[0].dtype == KILN_U8;
+	const float inv = u8_in ? 1.0f : (float)(1.0 / p->op.f[0]);
 	CPU_DNN_TRY(dnnl_primitive_attr_create(&b->rx_attr));
 	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(b->rx_attr, dnnl_scratchpad_mode_user));
 	CPU_DNN_TRY(dnnl_primitive_attr_set_output_scales(b->rx_attr, 1, 0, &inv));
-	CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->rx, &b->x_user, c->engine, b->x_kern,
-						       c->engine, b->rx_attr));
+	if (!u8_in || !dnnl_memory_desc_equal(b->x_kern, &b->x_user))
+		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->rx, &b->x_user, c->engine, b->x_kern,
+							       c->engine, b->rx_attr));
 	if (!dnnl_memory_desc_equal(b->w_kern, &b->w_user))
 		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->rw, &b->w_user, c->engine, b->w_kern,
 							       c->engine, NULL));
@@ -177,11 +190,11 @@ out:
  * steps (they run in turn), then xq, then y in the kernel's layout. */
 static void q_workspace(struct cpu_plan *p, const struct qbuild *b)
 {
-	size_t scratch = cpu_dnn_scratch(b->pd), rs = cpu_dnn_scratch(b->rx);
+	size_t scratch = cpu_dnn_scratch(b->pd), rs = b->rx ? cpu_dnn_scratch(b->rx) : 0;
 	scratch = rs > scratch ? rs : scratch;
 	size_t off = al64(scratch);
 	p->sz[OFF_XQ] = (int64_t)off;
-	off += al64(dnnl_memory_desc_get_size(b->x_kern));
+	off += b->rx ? al64(dnnl_memory_desc_get_size(b->x_kern)) : 0;
 	p->sz[OFF_YK] = (int64_t)off;
 	off += b->ry ? al64(dnnl_memory_desc_get_size(b->y_kern)) : 0;
 	p->workspace = off;
@@ -267,8 +280,11 @@ static kiln_status q_steps(struct cpu_ctx *c, struct cpu_plan *p, struct qbuild 
 	struct cpu_qcache *q = p->qcache;
 	int mx, mxq, mwk, mb, my, myk, msp = -1;
 	int arg[CPU_DNN_ARGS], mem[CPU_DNN_ARGS], n;
+	const size_t rxs = b->rx ? cpu_dnn_scratch(b->rx) : 0;
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->x_user, CPU_BIND_IN, 0, 0, &mx));
-	CPU_DNN_TRY(cpu_dnn_mem(c, d, b->x_kern, CPU_BIND_WS, 0, (size_t)p->sz[OFF_XQ], &mxq));
+	mxq = mx; /* a u8 x in the kernel's layout: read where it lies */
+	if (b->rx)
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, b->x_kern, CPU_BIND_WS, 0, (size_t)p->sz[OFF_XQ], &mxq));
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, b->w_kern, CPU_BIND_FIXED, 0, 0, &mwk));
 	CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->o_md, CPU_BIND_FIXED, 0, 0, &mb));
 	CPU_DNN_TRY(dnnl_memory_set_data_handle(d->mem[mwk], q->wk));
@@ -277,16 +293,17 @@ static kiln_status q_steps(struct cpu_ctx *c, struct cpu_plan *p, struct qbuild 
 	myk = my;
 	if (b->ry)
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, b->y_kern, CPU_BIND_WS, 0, (size_t)p->sz[OFF_YK], &myk));
-	if (cpu_dnn_scratch(b->pd) || cpu_dnn_scratch(b->rx))
+	if (cpu_dnn_scratch(b->pd) || rxs)
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(
-					cpu_dnn_scratch(b->pd) >= cpu_dnn_scratch(b->rx) ? b->pd : b->rx,
+					cpu_dnn_scratch(b->pd) >= rxs ? b->pd : b->rx,
 					dnnl_query_scratchpad_md, 0), CPU_BIND_WS, 0, 0, &msp));
 #define ARG(a_, m_) (arg[n] = (a_), mem[n] = (m_), n++)
 	n = 0;
 	ARG(DNNL_ARG_FROM, mx), ARG(DNNL_ARG_TO, mxq);
-	if (cpu_dnn_scratch(b->rx))
+	if (rxs)
 		ARG(DNNL_ARG_SCRATCHPAD, msp);
-	CPU_DNN_TRY(cpu_dnn_step(d, b->rx, n, arg, mem));
+	if (b->rx)
+		CPU_DNN_TRY(cpu_dnn_step(d, b->rx, n, arg, mem));
 	n = 0;
 	ARG(DNNL_ARG_SRC, mxq), ARG(DNNL_ARG_WEIGHTS, mwk), ARG(DNNL_ARG_BIAS, mb);
 	ARG(DNNL_ARG_DST, myk);
@@ -305,11 +322,13 @@ out:
 }
 
 /* Quantize w (and b) into the cache: sw[o] = max|w[o]| / 63, [-63, 63],
- * round half to even; the scales and the bias over them. */
+ * round half to even; the scales and the bias over them (a u8 y: the
+ * scales over its scale so too, the bias still in the sums' domain). */
 static void q_quantize(const struct cpu_plan *p, const float *w, const float *b, struct cpu_qcache *q)
 {
 	const int64_t O = p->rows, per = p->cols;
 	const float sx = (float)p->op.f[0];
+	const float so = p->op.out[0].dtype == KILN_U8 ? (float)p->op.f[1] : 1.0f;
 	const int adj = (int)p->sz[7]; /* 2: oneDNN halves the weights (see above) */
 #pragma omp parallel for schedule(static)
 	for (int64_t o = 0; o < O; o++) {
@@ -320,8 +339,9 @@ static void q_quantize(const struct cpu_plan *p, const float *w, const float *b,
 		const float sw = amax > 0 ? amax / 63.0f : 1.0f;
 		for (int64_t k = 0; k < per; k++)
 			q->wq[o * per + k] = (int8_t)(adj * fmaxf(-63.0f, fminf(63.0f, nearbyintf(row[k] / sw))));
-		q->sc[o] = sx * sw / (float)adj;
-		q->bq[o] = b ? b[o] / q->sc[o] : 0.0f;
+		const float sc = sx * sw / (float)adj;
+		q->bq[o] = b ? b[o] / sc : 0.0f;
+		q->sc[o] = sc / so;
 	}
 	memcpy(q->w, w, sizeof(float) * (size_t)(O * per));
 	if (b)
@@ -402,8 +422,12 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	memset(&b, 0, sizeof b);
 	b.conv = op->type == KILN_OP_QCONV;
-	if (!cpu_all_f32(op))
-		return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors (the op quantizes them)");
+	for (int k = 1; k < op->n_in; k++)
+		if (op->in[k].dtype != KILN_F32)
+			return cpu_bad(c, op, KILN_ENOTSUP, "f32 weights and bias (the op quantizes them)");
+	if ((op->in[0].dtype != KILN_F32 && op->in[0].dtype != KILN_U8) ||
+	    (op->out[0].dtype != KILN_F32 && op->out[0].dtype != KILN_U8))
+		return cpu_bad(c, op, KILN_ENOTSUP, "an f32 or u8 input and output");
 	if ((op->flags & KILN_OPF_ACT) && op->i[KILN_OPI_ACT] != KILN_ACT_RELU)
 		return cpu_bad(c, op, KILN_ENOTSUP, "a fused ReLU only (the layer runs other activations apart)");
 	if (b.conv) {
@@ -414,9 +438,10 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		b.O = op->i[3];
 		b.per = op->i[4];
 	}
-	snprintf(b.geom, sizeof b.geom, "%s O %lld x %lld per channel, input %s scale %g",
+	snprintf(b.geom, sizeof b.geom, "%s O %lld x %lld per channel, input %s%s scale %g, output %s",
 		 b.conv ? (b.nhwc ? "NHWC" : "NCHW") : "rows", (long long)b.O, (long long)b.per,
-		 op->i[8] ? "u8" : "s8", op->f[0]);
+		 op->in[0].dtype == KILN_U8 ? "chained " : "", op->i[8] ? "u8" : "s8", op->f[0],
+		 op->out[0].dtype == KILN_U8 ? "u8" : "f32");
 	if ((st = cpu_dnn_new(c, p)) || (st = q_primitive(c, p, &b)) || (st = q_reorders(c, p, &b)))
 		goto out;
 	q_workspace(p, &b);

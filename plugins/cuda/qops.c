@@ -73,7 +73,10 @@ static cudaError_t q_launch(const struct cuda_plan *p, const struct kiln_op_args
 kiln_status cuda_q_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
-	/* the core checked the shapes, the f32 tensors and f[0] > 0 (opcheck.c) */
+	/* the core checked the shapes, the dtypes and f[0] > 0 (opcheck.c) */
+	if (op->in[0].dtype != KILN_F32 || op->out[0].dtype != KILN_F32)
+		return cuda_bad(c, op, KILN_ENOTSUP,
+				"an f32 input and output only: the u8 activations of chained INT8 (ABI 2.8) run on the CPU device (kiln eval --quantized does not chain on cuda)");
 	if ((op->flags & KILN_OPF_ACT) && op->i[KILN_OPI_ACT] != KILN_ACT_RELU)
 		return cuda_bad(c, op, KILN_ENOTSUP,
 				"a fused ReLU only (the layer runs other activations apart)");
