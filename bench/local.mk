@@ -42,3 +42,4 @@ EXTRA_DIST += bench/onnx.sh
 EXTRA_DIST += bench/int8.sh
 EXTRA_DIST += bench/pipeline.sh
 EXTRA_DIST += bench/predict.sh bench/pytorch_predict.py
+EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
