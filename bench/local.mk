@@ -50,3 +50,4 @@ noinst_PROGRAMS += bench/conv_layouts
 bench_conv_layouts_SOURCES = bench/conv_layouts.c
 bench_conv_layouts_LDADD = $(DNNL_LIBS)
 endif
+EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py

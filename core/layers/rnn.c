@@ -31,7 +31,7 @@ struct rnn {
 	int64_t H, index, pad_id, G;
 	char names[4][40];
 	size_t aux, x_bytes, w_bytes, db_bytes; /* scratch pieces, 64-aligned */
-	void *fwd;
+	void *fwd, *infer; /* the forward in training (saves the aux) and in evaluation */
 	void *bwd[2][2]; /* [dw accumulate][dx accumulate] */
 	void *copy[2];   /* bias gradient into its parameter: [dw accumulate] */
 };
@@ -128,6 +128,9 @@ static kiln_status rnn_plan(const struct kiln_host *h, struct kiln_layer *l,
 		return st;
 	s->aux = ALIGN64(h->device_aux_bytes(dev, s->fwd));
 	l->saved_bytes = s->aux;
+	op.n_out = 1; /* evaluation: the device's inference form, nothing saved */
+	if ((st = prep(h, l, dev, &op, &s->infer, &w)))
+		return st;
 	s->x_bytes = ALIGN64(kiln_tensor_bytes(&l->in[0]));
 	s->w_bytes = ALIGN64(kiln_tensor_bytes(&l->params[0].desc)) +
 		     ALIGN64(kiln_tensor_bytes(&l->params[1].desc));
@@ -153,15 +156,15 @@ static kiln_status rnn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.f[0] = 1.0;
 	if ((st = prep_pair(h, l, dev, &op, s->copy, &w)))
 		return st;
-	/* scratch: the aux in evaluation, or the dx, dw, db nobody wants */
-	*ws = s->aux + s->x_bytes + s->w_bytes + s->db_bytes + w;
+	/* scratch: the dx, dw, db nobody wants */
+	*ws = s->x_bytes + s->w_bytes + s->db_bytes + w;
 	return KILN_OK;
 }
 
 /* The ops' own workspace follows the scratch. */
 static void rnn_ws(struct kiln_op_args *a, const struct rnn *s, const struct kiln_layer_run *r)
 {
-	const size_t off = s->aux + s->x_bytes + s->w_bytes + s->db_bytes;
+	const size_t off = s->x_bytes + s->w_bytes + s->db_bytes;
 	a->workspace = (char *)r->workspace + off;
 	a->workspace_bytes = r->workspace_bytes - off;
 }
@@ -171,9 +174,9 @@ static kiln_status rnn_forward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct rnn *s = l->priv;
 	struct kiln_op_args a = { .in = { r->x[0], r->w[0], r->w[1], r->w[2], r->w[3], r->x[1] },
-				  .out = { r->y, r->saved ? r->saved : r->workspace } };
+				  .out = { r->y, r->saved } };
 	rnn_ws(&a, s, r);
-	return h->device_run(r->dev, s->fwd, &a, r->stream);
+	return h->device_run(r->dev, r->saved ? s->fwd : s->infer, &a, r->stream);
 }
 
 static kiln_status rnn_backward(const struct kiln_host *h, struct kiln_layer *l,
@@ -182,7 +185,7 @@ static kiln_status rnn_backward(const struct kiln_host *h, struct kiln_layer *l,
 	struct rnn *s = l->priv;
 	if (!r->dx[0] && !r->dw[0])
 		return KILN_OK;
-	char *scratch = (char *)r->workspace + s->aux;
+	char *scratch = r->workspace;
 	char *dw = scratch + s->x_bytes, *db = dw + s->w_bytes;
 	const int dw_acc = r->dw[0] && r->dw_accum, dx_acc = r->dx[0] && r->dx_accum[0];
 	struct kiln_op_args a = {

@@ -8,14 +8,17 @@
  *     a fourth bias for the recurrent part of o), so the GRU's first two gate
  *     blocks swap and its biases map to oneDNN's four; oneDNN adds the two
  *     LSTM biases into one;
- *   - the weights: PyTorch's [G*H, I] is oneDNN's ldgoi (L = D = 1),
- *     reordered to whatever layout the primitive chose;
+ *   - the weights: PyTorch's [G*H, I] is oneDNN's ldgoi (L = D = 1): the
+ *     LSTM's are read where they are, the GRU's copied with two gates
+ *     swapped, and reordered only when the primitive chose another layout;
  *   - the direction and the lengths: every row's first len steps are
  *     gathered in reading order (reversed for the reverse direction) into
  *     a zero-padded sequence, run left to right, and scattered back; the
  *     padded steps run after the valid ones, so they never touch a valid
  *     output, their y is zeroed, and their dy is zero in the backward (so
  *     they add nothing to any gradient): pack_padded_sequence's result.
+ *     When every row has length T in the forward direction there is
+ *     nothing to gather: oneDNN reads x and dy and writes dx in place.
  *
  * aux (the forward's out1, the backward's in4): oneDNN's workspace, the
  * sequence oneDNN produced (f32 [B,T,H] in its reading order) and the rows'
@@ -31,10 +34,10 @@
 /* sz[] of an RNN plan: sizes, then byte offsets into the workspace and aux */
 enum {
 	R_B, R_T, R_I, R_H, R_G, R_GB, /* GB: oneDNN's bias gates (4 for lbr_gru) */
-	/* workspace: PyTorch's weights in oneDNN's gate order (ldgoi), the
+	/* workspace: PyTorch's weights in oneDNN's gate order (ldgoi; GRU), the
 	 * primitive's layouts, the gathered input, dst (inference) or dx
-	 * (backward), the gathered dy, the weight gradients both ways, the bias
-	 * gradient, oneDNN's scratchpad */
+	 * (backward), the gathered dy (inference: the lengths), the weight
+	 * gradients both ways, the bias gradient, oneDNN's scratchpad */
 	R_O_WL, R_O_WI, R_O_WLP, R_O_WIP, R_O_SRC, R_O_DST, R_O_DDST, R_O_DWLP, R_O_DWIP,
 	R_O_DB, R_O_DWL, R_O_DWI, R_O_SCR,
 	/* aux after oneDNN's workspace: dst, lengths, oneDNN's bias */
@@ -76,22 +79,43 @@ static void rnn_gather(float *dst, const float *src, int64_t B, int64_t T, int64
 				continue;
 			}
 			const float *x = src + (b * T + s) * C;
-			for (int64_t c = 0; c < C; c++)
-				d[c] = acc ? d[c] + x[c] : x[c];
+			if (!acc)
+				memcpy(d, x, (size_t)C * sizeof *d);
+			else
+				for (int64_t c = 0; c < C; c++)
+					d[c] += x[c];
 		}
 }
 
-/* PyTorch's weights and biases in oneDNN's gate order (ldgoi, ldgo). */
+/* Whether the rows need the gather: a reverse direction, or a row shorter
+ * than T.  When not, oneDNN reads and writes kiln's tensors themselves. */
+static int rnn_needs_gather(const int32_t *len, int64_t B, int64_t T, int reverse)
+{
+	for (int64_t b = 0; b < B && !reverse; b++)
+		if (len[b] != T)
+			return 1;
+	return reverse;
+}
+
+/* PyTorch's weights and biases in oneDNN's gate order (ldgoi, ldgo): the
+ * LSTM's weights are PyTorch's own (the same gate order, nothing to copy);
+ * the GRU's are copied into the workspace with its first two gates
+ * swapped.  in[3], in[4] of b: the weights oneDNN reads. */
 static void rnn_weights_in(const struct cpu_plan *p, const float *wih, const float *whh,
-			   const float *bih, const float *bhh, char *ws, float *bias)
+			   const float *bih, const float *bhh, char *ws, float *bias,
+			   struct kiln_op_args *b)
 {
 	const int64_t *v = p->dnn->sz;
 	const int64_t H = v[R_H], I = v[R_I], gru = p->op.i[0];
 	float *wl = (float *)(ws + v[R_O_WL]), *wi = (float *)(ws + v[R_O_WI]);
+	b->in[3] = gru ? wl : wih;
+	b->in[4] = gru ? wi : whh;
 	for (int g = 0; g < v[R_G]; g++) {
 		const int s = rnn_src_gate((int)gru, g);
-		memcpy(wl + g * H * I, wih + s * H * I, (size_t)(H * I) * sizeof(float));
-		memcpy(wi + g * H * H, whh + s * H * H, (size_t)(H * H) * sizeof(float));
+		if (gru) {
+			memcpy(wl + g * H * I, wih + s * H * I, (size_t)(H * I) * sizeof(float));
+			memcpy(wi + g * H * H, whh + s * H * H, (size_t)(H * H) * sizeof(float));
+		}
 		for (int64_t h = 0; bias && h < H; h++)
 			bias[g * H + h] = gru && g == 2 ? bih[s * H + h] : bih[s * H + h] + bhh[s * H + h];
 	}
@@ -128,18 +152,19 @@ static kiln_status rnn_forward(const struct cpu_plan *p, const struct kiln_op_ar
 	const int64_t *v = p->dnn->sz;
 	const int64_t B = v[R_B], T = v[R_T];
 	char *ws = a->workspace, *aux = p->op.n_out == 2 ? a->out[1] : NULL;
-	int32_t stack_len[1024], *len = aux ? (int32_t *)(aux + v[R_A_LEN]) : stack_len;
-	if (!aux && B > 1024)
-		return cpu_fail(e, KILN_ENOTSUP, "cpu: RNN: inference batches of at most 1024 rows");
+	int32_t *len = (int32_t *)(aux ? aux + v[R_A_LEN] : ws + v[R_O_DDST]);
 	float *bias = aux ? (float *)(aux + v[R_A_B]) : (float *)(ws + v[R_O_DB]);
 	rnn_lengths(p, a, len);
-	rnn_weights_in(p, a->in[1], a->in[2], a->in[3], a->in[4], ws, bias);
-	rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)p->op.i[1], 0);
-	float *dst = aux ? (float *)(aux + v[R_A_DST]) : (float *)(ws + v[R_O_DST]);
+	const int gather = rnn_needs_gather(len, B, T, (int)p->op.i[1]);
+	float *dst = aux ? (float *)(aux + v[R_A_DST]) : gather ? (float *)(ws + v[R_O_DST]) : a->out[0];
 	struct kiln_op_args b = { .in = { dst, aux, bias }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
+	rnn_weights_in(p, a->in[1], a->in[2], a->in[3], a->in[4], ws, bias, &b);
+	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
+	if (gather)
+		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)p->op.i[1], 0);
 	kiln_status st = cpu_dnn_run(p, &b, e);
-	if (!st)
+	if (!st && dst != a->out[0])
 		rnn_gather(a->out[0], dst, B, T, v[R_H], len, (int)p->op.i[1], 0);
 	return st;
 }
@@ -151,18 +176,27 @@ static kiln_status rnn_backward(const struct cpu_plan *p, const struct kiln_op_a
 	const int64_t B = v[R_B], T = v[R_T], rev = p->op.i[1];
 	char *ws = a->workspace, *aux = (char *)a->in[4];
 	const int32_t *len = (const int32_t *)(aux + v[R_A_LEN]);
-	rnn_weights_in(p, a->in[2], a->in[3], NULL, NULL, ws, NULL);
-	rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)rev, 0);
-	rnn_gather((float *)(ws + v[R_O_DDST]), a->in[1], B, T, v[R_H], len, (int)rev, 0);
-	/* oneDNN adds into its weight and bias gradients: start them at zero */
-	memset(ws + v[R_O_DWLP], 0, (size_t)(v[R_O_DWL] - v[R_O_DWLP]));
+	const int gather = rnn_needs_gather(len, B, T, (int)rev);
+	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
 	struct kiln_op_args b = { .in = { aux + v[R_A_DST], aux, aux + v[R_A_B] }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
+	rnn_weights_in(p, a->in[2], a->in[3], NULL, NULL, ws, NULL, &b);
+	/* out[0] of b: dy as oneDNN reads it, out[1]: where it writes dx */
+	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
+	b.out[0] = gather ? ws + v[R_O_DDST] : (void *)a->in[1];
+	b.out[1] = gather || acc ? ws + v[R_O_DST] : a->out[0];
+	if (gather) {
+		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)rev, 0);
+		rnn_gather((float *)(ws + v[R_O_DDST]), a->in[1], B, T, v[R_H], len, (int)rev, 0);
+	}
+	/* oneDNN adds into its weight and bias gradients: start them at zero */
+	memset(ws + v[R_O_DWLP], 0, (size_t)(v[R_O_DWL] - v[R_O_DWLP]));
 	kiln_status st = cpu_dnn_run(p, &b, e);
 	if (st)
 		return st;
-	rnn_gather(a->out[0], (const float *)(ws + v[R_O_DST]), B, T, v[R_I], len, (int)rev,
-		   p->op.flags & KILN_OPF_ACCUMULATE);
+	if (b.out[1] != a->out[0])
+		rnn_gather(a->out[0], (const float *)(ws + v[R_O_DST]), B, T, v[R_I], len, (int)rev,
+			   acc);
 	rnn_grads_out(p, ws, a);
 	return KILN_OK;
 }
@@ -218,6 +252,7 @@ static size_t rnn_offsets(int64_t *v, const_dnnl_primitive_desc_t pd, int bwd)
 	sz[R_O_SRC] = (size_t)(B * T * I) * f;
 	sz[R_O_DST] = (size_t)(B * T * (bwd ? I : H)) * f;
 	sz[R_O_DB] = (size_t)(v[R_GB] * H) * f; /* inference: oneDNN's bias */
+	sz[R_O_DDST] = (size_t)B * sizeof(int32_t); /* inference: the lengths */
 	if (bwd) {
 		sz[R_O_DDST] = (size_t)(B * T * H) * f;
 		sz[R_O_DWLP] = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_diff_weights_md, 0));
@@ -253,20 +288,30 @@ static kiln_status rnn_steps(struct cpu_ctx *c, struct cpu_plan *p, const_dnnl_p
 					(size_t)(off), &m));                                    \
 		arg[n] = (a), mem[n++] = m;                                                     \
 	} while (0)
-	CPU_DNN_TRY(cpu_dnn_mem(c, d, user_wl, CPU_BIND_WS, 0, (size_t)v[R_O_WL], &wl));
-	CPU_DNN_TRY(cpu_dnn_mem(c, d, user_wi, CPU_BIND_WS, 0, (size_t)v[R_O_WI], &wi));
-	RNN_MEM(dnnl_query_weights_md, 0, CPU_BIND_WS, 0, v[R_O_WLP], DNNL_ARG_WEIGHTS_LAYER);
-	CPU_DNN_TRY(rnn_reorder(c, d, wl, m));
-	RNN_MEM(dnnl_query_weights_md, 1, CPU_BIND_WS, 0, v[R_O_WIP], DNNL_ARG_WEIGHTS_ITER);
-	CPU_DNN_TRY(rnn_reorder(c, d, wi, m));
-	RNN_MEM(dnnl_query_src_md, 0, CPU_BIND_WS, 0, v[R_O_SRC], DNNL_ARG_SRC_LAYER);
+	/* the weights in ldgoi (the kernel's in[3], in[4]), reordered when the
+	 * primitive wants another layout */
+	CPU_DNN_TRY(cpu_dnn_mem(c, d, user_wl, CPU_BIND_IN, 3, 0, &wl));
+	CPU_DNN_TRY(cpu_dnn_mem(c, d, user_wi, CPU_BIND_IN, 4, 0, &wi));
+	if (dnnl_memory_desc_equal(user_wl, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0))) {
+		arg[n] = DNNL_ARG_WEIGHTS_LAYER, mem[n++] = wl;
+	} else {
+		RNN_MEM(dnnl_query_weights_md, 0, CPU_BIND_WS, 0, v[R_O_WLP], DNNL_ARG_WEIGHTS_LAYER);
+		CPU_DNN_TRY(rnn_reorder(c, d, wl, m));
+	}
+	if (dnnl_memory_desc_equal(user_wi, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1))) {
+		arg[n] = DNNL_ARG_WEIGHTS_ITER, mem[n++] = wi;
+	} else {
+		RNN_MEM(dnnl_query_weights_md, 1, CPU_BIND_WS, 0, v[R_O_WIP], DNNL_ARG_WEIGHTS_ITER);
+		CPU_DNN_TRY(rnn_reorder(c, d, wi, m));
+	}
+	RNN_MEM(dnnl_query_src_md, 0, CPU_BIND_IN, 5, 0, DNNL_ARG_SRC_LAYER);
 	RNN_MEM(dnnl_query_weights_md, 2, CPU_BIND_IN, 2, 0, DNNL_ARG_BIAS);
 	RNN_MEM(dnnl_query_dst_md, 0, CPU_BIND_IN, 0, 0, DNNL_ARG_DST_LAYER);
 	if (training)
 		RNN_MEM(dnnl_query_workspace_md, 0, CPU_BIND_IN, 1, 0, DNNL_ARG_WORKSPACE);
 	if (bwd) {
-		RNN_MEM(dnnl_query_diff_dst_md, 0, CPU_BIND_WS, 0, v[R_O_DDST], DNNL_ARG_DIFF_DST_LAYER);
-		RNN_MEM(dnnl_query_diff_src_md, 0, CPU_BIND_WS, 0, v[R_O_DST], DNNL_ARG_DIFF_SRC_LAYER);
+		RNN_MEM(dnnl_query_diff_dst_md, 0, CPU_BIND_OUT, 0, 0, DNNL_ARG_DIFF_DST_LAYER);
+		RNN_MEM(dnnl_query_diff_src_md, 0, CPU_BIND_OUT, 1, 0, DNNL_ARG_DIFF_SRC_LAYER);
 		RNN_MEM(dnnl_query_diff_weights_md, 0, CPU_BIND_WS, 0, v[R_O_DWLP],
 			DNNL_ARG_DIFF_WEIGHTS_LAYER);
 		dwl = m;
