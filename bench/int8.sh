@@ -65,6 +65,11 @@ for m in $MODELS; do
 		2>"$DIR/$m.int8.log" | sed -n 's/.*exec,cpu,convolution,\([^,]*\),forward_inference,src_[us]8.*/\1/p' |
 		sort -u | tr '\n' ' ')
 	nochain=$(sed -n "s/.*layer '\([^']*\)' writes u8.*/layer.\1.int8_out_scale=0/p" "$DIR/$m.int8.log" | tr '\n' ' ')
+	# this run's figures only: a --dir reused from an earlier run keeps its
+	# checkpoints, not its per-run rates
+	for v in fp32 fold int8-f32 int8; do
+		rm -f "$DIR/$m.$v.sps" "$DIR/$m.$v.cpu"
+	done
 	for r in $(seq "$RUNS"); do
 		for v in fp32 fold int8-f32 int8; do
 			case $v in
