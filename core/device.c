@@ -498,6 +498,19 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	return st;
 }
 
+void kiln_op_grad_clip(struct kiln_op *op, int64_t n)
+{
+	int64_t four = 4;
+	memset(op, 0, sizeof *op);
+	op->type = KILN_OP_GRAD_CLIP;
+	op->n_in = 1;
+	op->n_out = 2;
+	kiln_tensor_desc_init(&op->in[0], KILN_F32, 1, &n);
+	op->out[0] = op->in[0];
+	kiln_tensor_desc_init(&op->out[1], KILN_F32, 1, &four);
+	op->i[0] = n;
+}
+
 kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan)
 {
 	struct kiln_op op;

@@ -14,7 +14,7 @@
 static kiln_status prepare_norms(struct kiln_dist *d)
 {
 	const int s = d->pipe_stage;
-	const int64_t n = (int64_t)(d->pipe_hi[s] - d->pipe_lo[s]), four = 4;
+	const int64_t n = (int64_t)(d->pipe_hi[s] - d->pipe_lo[s]);
 	kiln_status st;
 	if ((st = kiln_device_alloc(d->dev, (2 * KILN_PIPE_MAX_STAGES + 4) * sizeof(float),
 				    (void **)&d->pipe_norms)))
@@ -23,14 +23,7 @@ static kiln_status prepare_norms(struct kiln_dist *d)
 	if (n <= 0)
 		return KILN_OK;
 	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GRAD_CLIP;
-	op.n_in = 1;
-	op.n_out = 2;
-	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
-	op.out[0] = op.in[0];
-	kiln_tensor_desc_init(&op.out[1], KILN_F32, 1, &four);
-	op.i[0] = n;
+	kiln_op_grad_clip(&op, n);
 	return kiln_device_prepare(d->dev, &op, &d->pipe_measure, NULL);
 }
 

@@ -117,6 +117,11 @@ kiln_status kiln_device_open_peer(const struct kiln_registry *reg, const struct 
  * out0 may be in0), for gradient sums. */
 kiln_status kiln_device_prepare_add(struct kiln_device *dev, int64_t n, void **plan);
 
+/* core/device.c: fill op as GRAD_CLIP over a flat f32 gradient of n
+ * elements with its f32[4] gate state; the caller sets f[0] (max norm) and
+ * f[1] (max value), zero (off) here. */
+void kiln_op_grad_clip(struct kiln_op *op, int64_t n);
+
 /* ---- op names (core/device.c), also host->op_name ---- */
 const char *kiln_op_name(int type);
 /* core/opcheck.c: the device-independent checks of an op (counts, shapes,

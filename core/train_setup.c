@@ -169,15 +169,7 @@ static kiln_status prep_clip(struct trainer *t)
 	if ((!skip && norm <= 0 && value <= 0) || !t->m->n_trainable)
 		return KILN_OK;
 	struct kiln_op op;
-	int64_t n = (int64_t)t->m->n_trainable, four = 4;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GRAD_CLIP;
-	op.n_in = 1;
-	op.n_out = 2;
-	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
-	op.out[0] = op.in[0];
-	kiln_tensor_desc_init(&op.out[1], KILN_F32, 1, &four);
-	op.i[0] = n;
+	kiln_op_grad_clip(&op, (int64_t)t->m->n_trainable);
 	op.f[0] = norm;
 	op.f[1] = value;
 	/* with loss scaling the unscale op takes the clip's place: the same
