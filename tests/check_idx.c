@@ -553,6 +553,162 @@ START_TEST(test_fuzz)
 }
 END_TEST
 
+/* ---- the inflated copy (unzip_cache) ---------------------------------- */
+
+/* Warnings the source logs, kept for the cache test to read. */
+static char warned[4096];
+static void keep_warning(void *user, int level, const char *who, const char *msg)
+{
+	(void)user;
+	(void)who;
+	if (level == KILN_LOG_WARN)
+		snprintf(warned + strlen(warned), sizeof warned - strlen(warned), "%s\n", msg);
+}
+
+/* The one file in dir (a cache file) into out; how many there are. */
+static int only_file(const char *dir, char *out, size_t n)
+{
+	DIR *d = opendir(dir);
+	int count = 0;
+	for (struct dirent *e; d && (e = readdir(d));)
+		if (e->d_name[0] != '.' && ++count == 1)
+			snprintf(out, n, "%s/%s", dir, e->d_name);
+	if (d)
+		closedir(d);
+	return count;
+}
+
+/* Whether this process maps the file `path` (/proc/self/maps). */
+static int mapped(const char *path)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[1400];
+	int hit = 0;
+	while (f && fgets(line, sizeof line, f))
+		hit |= strstr(line, path) != NULL;
+	if (f)
+		fclose(f);
+	return hit;
+}
+
+/* Open big.gz through the cache folder and compare every image with img
+ * byte for byte. */
+static void open_big_check(const char *cache, const uint8_t *img, int n, int rows, int cols)
+{
+	char p[1100], c[1100];
+	snprintf(p, sizeof p, "data.path=%s", tmp);
+	snprintf(c, sizeof c, "data.unzip_cache=%s", cache);
+	kiln_status st = open_src("data", "train", p, "data.images=big.gz",
+				  "data.labels=big_labels", c, NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	struct kiln_image im = { 0 };
+	int32_t y;
+	for (int i = 0; i < n; i++) {
+		ck_assert_int_eq(ops->read_image(ctx, i, &im, &y), KILN_OK);
+		ck_assert_int_eq(im.h, rows);
+		ck_assert_int_eq(im.w, cols);
+		ck_assert_int_eq(memcmp(im.data, img + 16 + (size_t)i * rows * cols,
+					(size_t)rows * cols), 0);
+		ck_assert_int_eq(y, i % 10);
+	}
+	free(im.data);
+}
+
+static void close_src(void)
+{
+	ops->close(ctx);
+	ctx = NULL;
+	kiln_config_free(cfg);
+	cfg = NULL;
+}
+
+/* A gzip file of 1 MiB or more leaves its inflated copy in unzip_cache;
+ * the next open maps it and reads the same bytes; a corrupted or truncated
+ * copy is rebuilt with a warning, never trusted. */
+START_TEST(test_unzip_cache)
+{
+	enum { BN = 1500, BR = 28, BC = 28 }; /* random bytes: 1.1 MB gzipped */
+	size_t bytes = 16 + (size_t)BN * BR * BC;
+	uint8_t *img = malloc(bytes), lab[8 + BN];
+	ck_assert_ptr_nonnull(img);
+	put32(img, 0x803);
+	put32(img + 4, BN);
+	put32(img + 8, BR);
+	put32(img + 12, BC);
+	uint64_t x = 88172645463325252u;
+	for (size_t i = 16; i < bytes; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		img[i] = (uint8_t)(x >> 32);
+	}
+	put32(lab, 0x801);
+	put32(lab + 4, BN);
+	for (int i = 0; i < BN; i++)
+		lab[8 + i] = (uint8_t)(i % 10);
+	write_gz("big.gz", img, bytes);
+	write_tmp("big_labels", lab, sizeof lab);
+	struct stat sb;
+	ck_assert_int_eq(stat(tpath("big.gz"), &sb), 0);
+	ck_assert_int_ge(sb.st_size, 1 << 20);
+
+	char cache[600], file[1200];
+	snprintf(cache, sizeof cache, "%s/cache", tmp);
+	kiln_log_set_sink(keep_warning, NULL);
+	kiln_log_set_level(KILN_LOG_WARN);
+
+	/* first open: inflates and keeps the copy (header, path, raw file) */
+	open_big_check(cache, img, BN, BR, BC);
+	close_src();
+	ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
+	ck_assert_int_eq(stat(file, &sb), 0);
+	off_t copy_size = sb.st_size;
+	ck_assert_int_gt(copy_size, (off_t)bytes);
+	ck_assert_str_eq(warned, "");
+
+	/* second: served from the mapped copy, the same bytes */
+	open_big_check(cache, img, BN, BR, BC);
+	ck_assert_msg(mapped(file), "the second open did not map %s", file);
+	close_src();
+	ck_assert_str_eq(warned, "");
+
+	/* a flipped byte in the data: refused, warned, rebuilt */
+	FILE *f = fopen(file, "r+b");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fseek(f, copy_size - 1000, SEEK_SET), 0);
+	int b = fgetc(f);
+	ck_assert_int_eq(fseek(f, copy_size - 1000, SEEK_SET), 0);
+	fputc(b ^ 0x40, f);
+	ck_assert_int_eq(fclose(f), 0);
+	open_big_check(cache, img, BN, BR, BC);
+	ck_assert_msg(!mapped(file), "a corrupt copy was mapped");
+	close_src();
+	ck_assert_msg(strstr(warned, "corrupt: CRC32C mismatch; rebuilding it"), "%s", warned);
+	ck_assert_int_eq(stat(file, &sb), 0);
+	ck_assert_int_eq(sb.st_size, copy_size);
+	warned[0] = 0;
+	open_big_check(cache, img, BN, BR, BC); /* the rebuilt copy serves */
+	ck_assert(mapped(file));
+	close_src();
+	ck_assert_str_eq(warned, "");
+
+	/* cut short: refused, warned, rebuilt */
+	ck_assert_int_eq(truncate(file, copy_size / 2), 0);
+	open_big_check(cache, img, BN, BR, BC);
+	close_src();
+	ck_assert_msg(strstr(warned, "truncated or padded"), "%s", warned);
+	ck_assert_int_eq(stat(file, &sb), 0);
+	ck_assert_int_eq(sb.st_size, copy_size);
+
+	/* `none`: no copy is read or written */
+	warned[0] = 0;
+	ck_assert_int_eq(unlink(file), 0);
+	open_big_check("none", img, BN, BR, BC);
+	close_src();
+	ck_assert_int_eq(only_file(cache, file, sizeof file), 0);
+	kiln_log_set_sink(NULL, NULL);
+	free(img);
+}
+END_TEST
+
 /* ---- the real Fashion-MNIST ------------------------------------------- */
 
 START_TEST(test_fashion_mnist)
@@ -620,6 +776,9 @@ static Suite *make_idx_suite(void)
 		test_empty_file, test_huge_and_zero_dims, NULL });
 
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
+
+	check_add_case(s, "unzip_cache", 60, setup, teardown, (const TTest *[]){
+		test_unzip_cache, NULL });
 
 	check_add_case(s, "fashion_mnist", 120, setup, teardown, (const TTest *[]){
 		test_fashion_mnist, NULL });

@@ -14,3 +14,7 @@ PLUGIN_COMM_COMMON = plugins/common/watchdog.c plugins/common/watchdog.h plugins
 # open_file.h: opening a file to read, refusing FIFOs and devices before
 # open() can block (the core and kiln-loaders.so; issue 25)
 PLUGIN_COMMON_H += plugins/common/open_file.h
+# cache_file.h: where rebuildable files live ($XDG_CACHE_HOME/kiln) and
+# writing one atomically (the IDX inflated copies, the plugin probe's
+# answers, cuDNN's autotune cache)
+PLUGIN_COMMON_H += plugins/common/cache_file.h

@@ -24,6 +24,8 @@
  * file holds.
  */
 #include "loaders.h"
+#include "idx_cache.h"
+#include "../common/cache_file.h" /* common_cache_path */
 #include "../common/open_file.h" /* common_open_file */
 
 #include <errno.h>    /* errno, ENOENT */
@@ -44,6 +46,7 @@
 #define IDX_MAX_BYTES ((uint64_t)1 << 34) /* 16 GiB: anything larger is a corrupt header */
 #define IDX_FIRST_CHUNK ((uint64_t)1 << 20) /* first buffer; doubles as data arrives */
 #define IDX_GZ_RATIO 1032 /* deflate inflates a byte to at most 1032 bytes */
+#define IDX_CACHE_MIN ((off_t)1 << 20) /* smaller gzip files inflate in a few ms: no copy */
 
 /* One loaded file. */
 struct idx_file {
@@ -52,6 +55,7 @@ struct idx_file {
 	uint64_t dims[3];
 	int ndim;
 	uint64_t bytes;
+	struct idx_cache_map map; /* data lies in map when map.base is set */
 };
 
 struct idx_ctx {
@@ -139,17 +143,108 @@ static const char *idx_magic_hint(uint32_t found, uint32_t expected)
 	return " (not an IDX file)";
 }
 
+/* Check the IDX header hdr (got bytes of it arrived; cut: the gzip stream
+ * ended early) of the file `path` against `magic`, and fill f's dims and
+ * ndim; *total receives the data bytes it promises.  `most` is the most
+ * the file can hold (gzip's limit), UINT64_MAX when not limited. */
+static kiln_status idx_check_header(const struct kiln_host *host, const char *path,
+				    const char *what, const uint8_t *hdr, uint64_t got, int cut,
+				    uint32_t magic, uint64_t most, uint64_t gz_size,
+				    struct idx_file *f, uint64_t *total)
+{
+	int ndim = (int)(magic & 0xff);
+	size_t hdr_bytes = 4 + 4 * (size_t)ndim;
+	if (got == 0)
+		return host->error(KILN_EDATA, "%s: the %s is empty (expected an IDX header of %zu bytes)",
+				   path, what, hdr_bytes);
+	if (got >= 4 && idx_be32(hdr) != magic) {
+		uint32_t found = idx_be32(hdr);
+		return host->error(KILN_EDATA, "%s: wrong magic number for an IDX %s: found 0x%08x, expected 0x%08x%s",
+				   path, what, found, magic, idx_magic_hint(found, magic));
+	}
+	if (got < hdr_bytes)
+		return host->error(KILN_EDATA, "%s: truncated header of the %s: expected %zu bytes, found %" PRIu64 "%s",
+				   path, what, hdr_bytes, got, cut ? " (the gzip stream ends early)" : "");
+	char dims[64];
+	int dl = 0;
+	for (int d = 0; d < ndim; d++)
+		dl += snprintf(dims + dl, sizeof dims - (size_t)dl, "%s%u", d ? " x " : "",
+			       idx_be32(hdr + 4 + 4 * d));
+	*total = 1;
+	f->ndim = ndim;
+	for (int d = 0; d < ndim; d++) {
+		f->dims[d] = idx_be32(hdr + 4 + 4 * d);
+		if (f->dims[d] == 0)
+			return host->error(KILN_EDATA, "%s: the %s has a zero-sized dimension %d (header dims %s)",
+					   path, what, d, dims);
+		/* total <= IDX_MAX_BYTES here; divide rather than multiply so the
+		 * check itself cannot wrap */
+		if (f->dims[d] > IDX_MAX_BYTES / *total)
+			return host->error(KILN_EDATA, "%s: absurd size in the header of the %s: dims %s need more than %" PRIu64 " bytes; the header is corrupt",
+					   path, what, dims, IDX_MAX_BYTES);
+		*total *= f->dims[d];
+	}
+	/* gzipped, what the file can hold is at most IDX_GZ_RATIO times its
+	 * size (deflate's limit): a header that claims more is refused now,
+	 * before anything is inflated (a plain file's truncation is found by
+	 * the reads, which never hold more than the file) */
+	if (*total > most)
+		return host->error(KILN_EDATA, "%s: the header of the %s promises %" PRIu64 " bytes (dims %s), but a gzip file of %" PRIu64 " bytes inflates to at most %" PRIu64 ": the header is corrupt or the file truncated",
+				   path, what, *total, dims, gz_size, most);
+	if (*total > SIZE_MAX)
+		return host->error(KILN_EDATA, "%s: the %s (%" PRIu64 " bytes) does not fit this address space",
+				   path, what, *total);
+	return KILN_OK;
+}
+
+/* Whether fd's file starts with gzip's magic bytes. */
+static int idx_is_gzip(int fd)
+{
+	uint8_t m[2];
+	return loaders_pread_full(fd, m, 2, 0) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+}
+
+/* Serve f from the verified inflated copy of the gzip file `path` kept
+ * under cache_dir: 1 when it did (fd closed), 0 when the caller inflates. */
+static int idx_load_cached(const struct kiln_host *host, const char *path, uint32_t magic,
+			   const char *what, const char *cache_dir, const struct stat *sb,
+			   int fd, struct idx_file *f)
+{
+	size_t hdr_bytes = 4 + 4 * (size_t)(magic & 0xff);
+	uint64_t total = 0;
+	if (!idx_cache_open(host, cache_dir, path, sb, &f->map))
+		return 0;
+	const struct idx_cache_map *m = &f->map;
+	/* the copy's bytes were checked when it was made and match its CRC;
+	 * a header this role refuses falls back to inflating, which names
+	 * the fault in the gzip file itself */
+	if (idx_check_header(host, path, what, m->raw, m->raw_len < hdr_bytes ? m->raw_len : hdr_bytes,
+			     0, magic, UINT64_MAX, 0, f, &total) ||
+	    total != m->raw_len - hdr_bytes) {
+		idx_cache_close(&f->map);
+		return 0;
+	}
+	f->data = (uint8_t *)m->raw + hdr_bytes; /* read only: PROT_READ */
+	f->bytes = total;
+	close(fd);
+	return 1;
+}
+
 /* Load the whole IDX file `path` into f: magic must be `magic` (which
  * fixes ndim), dims non-zero, and the data complete.  `what` names the
  * file's role ("image file") in messages; `hint` is appended to an open
- * failure (other names tried).  On failure f holds nothing to free. */
+ * failure (other names tried).  A gzip file of at least IDX_CACHE_MIN
+ * bytes is served from its inflated copy under cache_dir (NULL: none) when
+ * one is valid, and leaves one there when not.  On failure f holds nothing
+ * to free. */
 static kiln_status idx_load(const struct kiln_host *host, const char *path, uint32_t magic,
-			    const char *what, const char *hint, struct idx_file *f)
+			    const char *what, const char *hint, const char *cache_dir,
+			    struct idx_file *f)
 {
 	int ndim = (int)(magic & 0xff);
 	uint8_t hdr[4 + 4 * 3];
 	size_t hdr_bytes = 4 + 4 * (size_t)ndim;
-	uint64_t got = 0;
+	uint64_t got = 0, total = 0;
 	int cut = 0;
 	kiln_status st;
 	struct stat sb;
@@ -162,6 +257,9 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the %s: %s%s", path, what, why,
 				   errno == EINVAL || !hint ? "" : hint);
+	int cache = cache_dir && !fstat(fd, &sb) && sb.st_size >= IDX_CACHE_MIN && idx_is_gzip(fd);
+	if (cache && idx_load_cached(host, path, magic, what, cache_dir, &sb, fd, f))
+		return KILN_OK;
 	gzFile gz = gzdopen(fd, "rb");
 	if (!gz) {
 		close(fd);
@@ -172,60 +270,10 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 	/* ---- header ---- */
 	if ((st = idx_read_bytes(host, gz, path, what, hdr, hdr_bytes, &got, &cut)))
 		goto fail;
-	if (got == 0) {
-		st = host->error(KILN_EDATA, "%s: the %s is empty (expected an IDX header of %zu bytes)",
-				 path, what, hdr_bytes);
+	uint64_t most = gzdirect(gz) ? UINT64_MAX : (uint64_t)sb.st_size * IDX_GZ_RATIO;
+	if ((st = idx_check_header(host, path, what, hdr, got, cut, magic, most,
+				   (uint64_t)sb.st_size, f, &total)))
 		goto fail;
-	}
-	if (got >= 4 && idx_be32(hdr) != magic) {
-		uint32_t found = idx_be32(hdr);
-		st = host->error(KILN_EDATA, "%s: wrong magic number for an IDX %s: found 0x%08x, expected 0x%08x%s",
-				 path, what, found, magic, idx_magic_hint(found, magic));
-		goto fail;
-	}
-	if (got < hdr_bytes) {
-		st = host->error(KILN_EDATA, "%s: truncated header of the %s: expected %zu bytes, found %" PRIu64 "%s",
-				 path, what, hdr_bytes, got, cut ? " (the gzip stream ends early)" : "");
-		goto fail;
-	}
-	char dims[64];
-	int dl = 0;
-	for (int d = 0; d < ndim; d++)
-		dl += snprintf(dims + dl, sizeof dims - (size_t)dl, "%s%u", d ? " x " : "",
-			       idx_be32(hdr + 4 + 4 * d));
-	uint64_t total = 1;
-	f->ndim = ndim;
-	for (int d = 0; d < ndim; d++) {
-		f->dims[d] = idx_be32(hdr + 4 + 4 * d);
-		if (f->dims[d] == 0) {
-			st = host->error(KILN_EDATA, "%s: the %s has a zero-sized dimension %d (header dims %s)",
-					 path, what, d, dims);
-			goto fail;
-		}
-		/* total <= IDX_MAX_BYTES here; divide rather than multiply so the
-		 * check itself cannot wrap */
-		if (f->dims[d] > IDX_MAX_BYTES / total) {
-			st = host->error(KILN_EDATA, "%s: absurd size in the header of the %s: dims %s need more than %" PRIu64 " bytes; the header is corrupt",
-					 path, what, dims, IDX_MAX_BYTES);
-			goto fail;
-		}
-		total *= f->dims[d];
-	}
-	/* gzipped, what the file can hold is at most IDX_GZ_RATIO times its
-	 * size (deflate's limit): a header that claims more is refused now,
-	 * before anything is inflated (a plain file's truncation is found by
-	 * the reads below, which never hold more than the file) */
-	uint64_t most = (uint64_t)sb.st_size * IDX_GZ_RATIO;
-	if (!gzdirect(gz) && total > most) {
-		st = host->error(KILN_EDATA, "%s: the header of the %s promises %" PRIu64 " bytes (dims %s), but a gzip file of %lld bytes inflates to at most %" PRIu64 ": the header is corrupt or the file truncated",
-				 path, what, total, dims, (long long)sb.st_size, most);
-		goto fail;
-	}
-	if (total > SIZE_MAX) {
-		st = host->error(KILN_EDATA, "%s: the %s (%" PRIu64 " bytes) does not fit this address space",
-				 path, what, total);
-		goto fail;
-	}
 
 	/* ---- data: grow the buffer only as bytes arrive ---- */
 	uint64_t cap = total < IDX_FIRST_CHUNK ? total : IDX_FIRST_CHUNK;
@@ -276,6 +324,8 @@ static kiln_status idx_load(const struct kiln_host *host, const char *path, uint
 		goto fail;
 	}
 	gzclose(gz);
+	if (cache)
+		idx_cache_save(host, cache_dir, path, &sb, hdr, hdr_bytes, f->data, total);
 	return KILN_OK;
 
 fail:
@@ -283,6 +333,22 @@ fail:
 	f->data = NULL;
 	gzclose(gz);
 	return st;
+}
+
+/* The folder of the inflated copies: [section] unzip_cache, else
+ * $XDG_CACHE_HOME/kiln/idx (~/.cache/kiln/idx); NULL for `none` or when
+ * no folder can be named.  buf holds n bytes. */
+static const char *idx_cache_dir(const struct kiln_host *host, const struct kiln_config *cfg,
+				 const char *section, char *buf, size_t n)
+{
+	const char *v = host->config_get(cfg, section, "unzip_cache");
+	if (v && !strcmp(v, "none"))
+		return NULL;
+	if (v && *v) {
+		snprintf(buf, n, "%s", v);
+		return buf;
+	}
+	return common_cache_path(buf, n, "idx") ? NULL : buf;
 }
 
 /* ---- config ----------------------------------------------------------- */
@@ -296,6 +362,8 @@ static const struct kiln_key idx_keys[] = {
 	  "Label file (IDX u8 [N]), relative to `path` or absolute. Unset: train-labels-idx1-ubyte.gz or t10k-labels-idx1-ubyte.gz by split." },
 	{ "split", KILN_KEY_ENUM, NULL, 0, 0, "train|test",
 	  "Which standard file names to use when `images`/`labels` are unset. Unset: the split the run asks for (train for [data], test for [data.eval]); [data.eval] never inherits it from [data]." },
+	{ "unzip_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
+	  "Folder where the inflated copy of a gzipped file of 1 MiB or more is kept, so later runs map it instead of inflating it again (one file per source path, used only when the source's path, size, mtime and inode match and its CRC32C checks; a corrupt or truncated copy is rebuilt with a warning). Unset: $XDG_CACHE_HOME/kiln/idx, else ~/.cache/kiln/idx; `none`: inflate on every run." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -396,13 +464,22 @@ static kiln_status idx_resolve(const struct kiln_host *host, const struct kiln_c
 
 /* ---- the source ------------------------------------------------------- */
 
+static void idx_file_free(struct idx_file *f)
+{
+	if (f->map.base)
+		idx_cache_close(&f->map);
+	else
+		free(f->data);
+	f->data = NULL;
+}
+
 static void idx_close(void *vctx)
 {
 	struct idx_ctx *c = vctx;
 	if (!c)
 		return;
-	free(c->images.data);
-	free(c->labels.data);
+	idx_file_free(&c->images);
+	idx_file_free(&c->labels);
 	free(c);
 }
 
@@ -436,8 +513,12 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 	if (!c)
 		return host->error(KILN_ENOMEM, "out of memory");
 	c->src.host = host;
-	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, &c->images)) ||
-	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, &c->labels)))
+	char cache_buf[PATH_MAX];
+	const char *cache_dir = idx_cache_dir(host, cfg, section, cache_buf, sizeof cache_buf);
+	if ((st = idx_load(host, img, IDX_MAGIC_IMAGES, "image file", ihint, cache_dir,
+			   &c->images)) ||
+	    (st = idx_load(host, lab, IDX_MAGIC_LABELS, "label file", lhint, cache_dir,
+			   &c->labels)))
 		goto fail;
 	if (c->images.dims[0] != c->labels.dims[0]) {
 		st = host->error(KILN_EDATA, "count mismatch: the image file %s has %" PRIu64 " images but the label file %s has %" PRIu64 " labels",

@@ -13,7 +13,8 @@ plugins_loaders_libimage_records_la_LIBADD = $(TURBOJPEG_LIBS) $(PNG_LIBS) -lm
 
 pkglib_LTLIBRARIES += plugins/kiln-loaders.la
 plugins_kiln_loaders_la_SOURCES = plugins/loaders/loaders.c plugins/loaders/loaders.h \
-	plugins/loaders/common.c plugins/loaders/idx.c plugins/loaders/folder.c \
+	plugins/loaders/common.c plugins/loaders/idx.c \
+	plugins/loaders/idx_cache.c plugins/loaders/idx_cache.h plugins/loaders/folder.c \
 	plugins/loaders/tar.c plugins/loaders/lmdb.c plugins/loaders/synthetic.c \
 	plugins/loaders/records.c plugins/loaders/records.h plugins/loaders/tokens.c \
 	plugins/loaders/seq2seq.c

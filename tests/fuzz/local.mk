@@ -24,7 +24,7 @@ tests_fuzz_fuzz_store_SOURCES = tests/fuzz/fuzz_store.c $(FUZZ_DRIVER)
 tests_fuzz_fuzz_store_LDADD = libkiln.la
 
 # the readers of kiln-loaders.so, compiled into the target
-FUZZ_LOADERS_SRC = plugins/loaders/idx.c plugins/loaders/common.c plugins/loaders/records.c \
+FUZZ_LOADERS_SRC = plugins/loaders/idx.c plugins/loaders/idx_cache.c plugins/loaders/common.c plugins/loaders/records.c \
 	plugins/loaders/tar.c plugins/loaders/tokens.c
 if BUILD_LOADERS
 FUZZ_TARGETS += sources

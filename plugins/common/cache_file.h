@@ -1,0 +1,99 @@
+/* plugins/common/cache_file.h - where kiln keeps files it can always
+ * rebuild (the inflated IDX data, the plugin probe's answers, cuDNN's
+ * autotune choices), and how it writes them so a reader never sees half a
+ * file.  One copy for the core and the plugins.  Header-only: static inline.
+ *
+ * A cache file is never trusted: its reader checks that it describes the
+ * same source (path, size, mtime) and, where its contents matter, a
+ * checksum, and rebuilds it otherwise.
+ */
+#ifndef KILN_COMMON_CACHE_FILE_H
+#define KILN_COMMON_CACHE_FILE_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>    /* snprintf, rename */
+#include <stdlib.h>   /* getenv */
+#include <string.h>
+#include <sys/stat.h> /* mkdir */
+#include <unistd.h>   /* write, close, unlink, getpid */
+
+/* $XDG_CACHE_HOME/kiln/<name>, else $HOME/.cache/kiln/<name>, into buf (n
+ * bytes).  -1 when neither variable is set or the path does not fit. */
+static inline int common_cache_path(char *buf, size_t n, const char *name)
+{
+	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+	int len;
+	if (x && *x)
+		len = snprintf(buf, n, "%s/kiln/%s", x, name);
+	else if (h && *h)
+		len = snprintf(buf, n, "%s/.cache/kiln/%s", h, name);
+	else
+		return -1;
+	return len < 0 || (size_t)len >= n ? -1 : 0;
+}
+
+/* mkdir -p of the directories above path.  -1 with errno on failure. */
+static inline int common_make_parents(const char *path)
+{
+	char d[4096];
+	if (strlen(path) >= sizeof d) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(d, path);
+	for (char *p = d + 1; *p; p++)
+		if (*p == '/') {
+			*p = 0;
+			if (mkdir(d, 0755) && errno != EEXIST)
+				return -1;
+			*p = '/';
+		}
+	return 0;
+}
+
+/* Write the n parts (part[i] of len[i] bytes) one after the other to
+ * path.tmp.<pid> and rename it over path, making the parent directories
+ * first: a reader sees the old file or the whole new one.  Not synced: a
+ * cache file's reader verifies it.  -1 with errno on failure (nothing is
+ * left behind). */
+static inline int common_write_atomic(const char *path, const void *const *part,
+				      const size_t *len, int n)
+{
+	char tmp[4200];
+	int len_tmp = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+	if (len_tmp < 0 || (size_t)len_tmp >= sizeof tmp) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if (common_make_parents(path))
+		return -1;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -1;
+	for (int i = 0; i < n; i++)
+		for (size_t done = 0; done < len[i];) {
+			ssize_t w = write(fd, (const char *)part[i] + done, len[i] - done);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w <= 0)
+				goto fail;
+			done += (size_t)w;
+		}
+	if (close(fd)) {
+		fd = -1;
+		goto fail;
+	}
+	if (rename(tmp, path) == 0)
+		return 0;
+	fd = -1;
+fail:;
+	int err = errno ? errno : EIO;
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+	errno = err;
+	return -1;
+}
+
+#endif
