@@ -3,6 +3,7 @@
  * file (dnn_map.h has the contracts and the file format).
  */
 #include "dnn_map.h"
+#include "../common/cache_file.h" /* common_cache_path, common_make_parents */
 
 #include <errno.h>
 #include <stdio.h>
@@ -357,23 +358,6 @@ int cuda_atc_load(struct cuda_atc *a, const char *path, cuda_crc_fn crc, char *w
 	return st;
 }
 
-/* mkdir -p of the directories above path */
-static int make_parents(const char *path)
-{
-	char d[4096];
-	if (strlen(path) >= sizeof d)
-		return -1;
-	strcpy(d, path);
-	for (char *p = d + 1; *p; p++)
-		if (*p == '/') {
-			*p = 0;
-			if (mkdir(d, 0755) && errno != EEXIST)
-				return -1;
-			*p = '/';
-		}
-	return 0;
-}
-
 int cuda_atc_save(const struct cuda_atc *a, const char *path, cuda_crc_fn crc, char *why,
 		  size_t n)
 {
@@ -385,7 +369,7 @@ int cuda_atc_save(const struct cuda_atc *a, const char *path, cuda_crc_fn crc, c
 		return -1;
 	}
 	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-	int ok = make_parents(path) == 0;
+	int ok = common_make_parents(path) == 0;
 	FILE *f = ok ? fopen(tmp, "wb") : NULL;
 	ok = f && fwrite(buf, 1, len, f) == len;
 	if (f) {
@@ -414,12 +398,5 @@ void cuda_atc_device_string(char *buf, size_t n, const char *name, int cc_major,
 
 int cuda_atc_default_path(char *buf, size_t n)
 {
-	const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-	if (x && *x)
-		snprintf(buf, n, "%s/kiln/cudnn_autotune.bin", x);
-	else if (h && *h)
-		snprintf(buf, n, "%s/.cache/kiln/cudnn_autotune.bin", h);
-	else
-		return -1;
-	return 0;
+	return common_cache_path(buf, n, "cudnn_autotune.bin");
 }
