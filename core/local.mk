@@ -78,3 +78,6 @@ libkiln_la_SOURCES += core/quantize.c
 # [run] devices: a device instance per pipeline stage (core/pipeline.h).
 libkiln_la_SOURCES += core/pipe_devices.c
 libkiln_la_SOURCES += core/pipe_timing.c
+
+# the plugin probe's answers kept between runs (core/registry.c's probe)
+libkiln_la_SOURCES += core/probe_cache.c core/probe_cache.h

@@ -15,6 +15,7 @@
  */
 #include "internal.h"
 #include "dist.h"
+#include "probe_cache.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -34,6 +35,7 @@ struct loaded_file {
 	int n_plugins;
 	int tried;       /* load_file ran (or the probe refused it) */
 	char *provides;  /* from the probe: "<kind>:<name>\n" per plugin; NULL: not probed */
+	int probed_ok;   /* a probe child loaded and initialised it (worth keeping) */
 };
 
 struct reg_plugin {
@@ -334,7 +336,7 @@ static void probe_child(struct kiln_registry *reg, int from, int fd)
 		for (int k = 0; list && list[k]; k++)
 			if (list[k]->name)
 				fprintf(f, "%d %d:%s\n", i, list[k]->kind, list[k]->name);
-		fprintf(f, "%d done\n", i);
+		fprintf(f, "%d %s\n", i, list ? "ok" : "done");
 	}
 	fprintf(f, "end\n"); /* the parent need not wait for this exit */
 	_exit(0);
@@ -355,7 +357,7 @@ static void provides_add(struct loaded_file *f, const char *line)
  * them in child processes (probe_child): a file whose loading kills the
  * child gets its error (and is never loaded here); the next child goes
  * on after it. */
-static void probe_files(struct kiln_registry *reg)
+static void probe_children(struct kiln_registry *reg)
 {
 	int from = 0;
 	for (;;) {
@@ -390,7 +392,8 @@ static void probe_files(struct kiln_registry *reg)
 			if (!strcmp(what, "start")) {
 				cur = idx;
 				provides_add(&reg->files[idx], ""); /* probed, provides nothing yet */
-			} else if (!strcmp(what, "done")) {
+			} else if (!strcmp(what, "done") || !strcmp(what, "ok")) {
+				reg->files[idx].probed_ok = what[0] == 'o';
 				cur = -1;
 			} else {
 				provides_add(&reg->files[idx], line + strcspn(line, " ") + 1);
@@ -422,6 +425,31 @@ static void probe_files(struct kiln_registry *reg)
 			f->error = dupf("loading it ended a test process (wait status %d)", ws);
 		from = cur + 1;
 	}
+}
+
+/* What the files neither loaded nor probed provide: the answers kept from
+ * an earlier run for files unchanged since (core/probe_cache.c), else from
+ * probe children; what the children learnt of files that loaded is kept. */
+static void probe_files(struct kiln_registry *reg)
+{
+	struct probe_cache *cache = NULL;
+	for (int i = 0; i < reg->n_files; i++) {
+		struct loaded_file *f = &reg->files[i];
+		if (f->tried || f->provides)
+			continue;
+		if (!cache && !(cache = kiln_probe_cache_open()))
+			break;
+		const char *known = kiln_probe_cache_find(cache, f->path);
+		if (known)
+			f->provides = kiln_strdup(known);
+	}
+	probe_children(reg);
+	for (int i = 0; cache && i < reg->n_files; i++)
+		if (reg->files[i].probed_ok) {
+			kiln_probe_cache_put(cache, reg->files[i].path, reg->files[i].provides);
+			reg->files[i].probed_ok = 0;
+		}
+	kiln_probe_cache_close(cache);
 }
 
 /* Load file kiln-<name>.so, if there is one not yet tried. */

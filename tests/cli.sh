@@ -137,5 +137,40 @@ stderr_has "unexpected argument '--bogus'"
 kiln 2 plugins --path
 stderr_has "unexpected argument '--path'"
 
+# ---- the probe's answers kept between runs (core/probe_cache.c) -----------------
+# finding source tsrc (kiln-tgood.so, not named after it) probes the files;
+# each load of kiln-tgood.so appends "init" to $TGOOD_INIT_LOG
+pdir="$tmp/probe plugins"
+mkdir -p "$pdir"
+cp "$plugdir/kiln-tgood.so" "$plugdir/kiln-tnull.so" "$pdir/"
+KILN_PROBE_CACHE="$tmp/probe_cache" TGOOD_INIT_LOG="$tmp/inits"
+export KILN_PROBE_CACHE TGOOD_INIT_LOG
+inits() { if [ -f "$TGOOD_INIT_LOG" ]; then wc -l < "$TGOOD_INIT_LOG" | tr -d ' '; else echo 0; fi; }
+probe_run() { # probe_run LOADS: a lookup of tsrc loads kiln-tgood.so LOADS times
+	before=$(inits)
+	kiln 0 config "$cfgdir/cli.ini" "run.plugin_path=$pdir" data.source=tsrc
+	stdout_has "source = tsrc"
+	[ $(($(inits) - before)) -eq "$1" ] || fail "kiln-tgood.so loaded $(($(inits) - before)) times, expected $1"
+}
+probe_run 2 # a probe child and this process
+grep -qF "$pdir/kiln-tgood.so	5:tgood 4:tsrc 4:tprobe" "$KILN_PROBE_CACHE" || fail "the probe cache lacks kiln-tgood.so's answer"
+grep -qF "kiln-tnull.so" "$KILN_PROBE_CACHE" && fail "the probe cache keeps a file that failed to load"
+probe_run 1 # the kept answer: no probe child loads it
+kiln 0 plugins --path "$pdir" # a file that fails to load still says so
+stdout_has "$pdir/kiln-tnull.so: NOT LOADED: "
+stdout_has "tnull: refusing to initialise (test)"
+touch -d '2001-01-01' "$pdir/kiln-tgood.so"
+probe_run 2 # the file changed (mtime): probed again
+probe_run 1
+printf 'kiln-probe garbage\n\001\002 %s\t4:tsrc\n' "$pdir/kiln-tgood.so" > "$KILN_PROBE_CACHE"
+probe_run 2 # an unreadable cache is ignored and rewritten
+probe_run 1
+rm -f "$KILN_PROBE_CACHE"
+KILN_PROBE_CACHE=none
+probe_run 2
+probe_run 2
+[ ! -e "$tmp/probe_cache" ] || fail "KILN_PROBE_CACHE=none wrote a cache file"
+unset KILN_PROBE_CACHE TGOOD_INIT_LOG
+
 echo "PASS: $checks kiln runs"
 exit 0

@@ -85,7 +85,9 @@ echo "ok: the ABI mismatch is the message, the malformed descriptor follows it"
 
 # ---- 3. plugin_path from a config file -----------------------------------
 # (a run of a synthetic source loads every file on its path, so the
-# plugin's init runs, in a test process, once its directory is searched)
+# plugin's init runs, in a test process, once its directory is searched;
+# the probe's kept answers would skip that on the later runs)
+export KILN_PROBE_CACHE=none
 sed "s|^threads = 1|threads = 1\nplugin_path = $tmp/evil|" "$tmp/run.ini" > "$tmp/evil.ini"
 kiln 0 train "$tmp/evil.ini" run.out_dir="$tmp/out2"
 [ ! -e "$tmp/evil-ran" ] || fail "a config file's plugin_path ran its plugin's code"

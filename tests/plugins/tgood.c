@@ -10,6 +10,8 @@
  *                    (KILN_EDATA), for the on_error tests.
  *   source "tprobe"  probe fails with the reason TPROBE_WHY.
  *
+ * With TGOOD_INIT_LOG set, each initialisation appends "init" to that file.
+ *
  * Not installed, not in the default search path (check_LTLIBRARIES).
  */
 #include "test_plugin.h"
@@ -175,4 +177,17 @@ static const struct kiln_plugin *const tgood_plugins[] = {
 	&tgood_optim, &tsrc_source, &tprobe_source, NULL
 };
 
-TEST_PLUGIN_INIT(host->version >= 1 ? tgood_plugins : NULL)
+/* Each initialisation appends a line to $TGOOD_INIT_LOG when it is set,
+ * so tests/cli.sh can count the loads (the probe child's among them). */
+static const struct kiln_plugin *const *tgood_init(const struct kiln_host *host)
+{
+	const char *log = getenv("TGOOD_INIT_LOG");
+	FILE *f = log && *log ? fopen(log, "a") : NULL;
+	if (f) {
+		fputs("init\n", f);
+		fclose(f);
+	}
+	return host->version >= 1 ? tgood_plugins : NULL;
+}
+
+TEST_PLUGIN_INIT(tgood_init(host))
