@@ -119,8 +119,8 @@ case $TORCH_ENV in
     *) echo "anchors.sh: --torch-env passive, default or omp1" >&2; exit 2 ;;
 esac
 [ -x "$KILN" ] || { echo "anchors.sh: $KILN not found (set KILN=)" >&2; exit 1; }
-# the kiln rows run the binary itself, not libtool's wrapper (real_kiln)
-KILN_RUN=$(real_kiln "$KILN")
+# the kiln rows run the binary itself, not libtool's wrapper
+real_kiln
 
 bench_tmpdir anchors
 RES=${OUT:-$TMP/res}
@@ -208,7 +208,7 @@ kiln_row() { # BENCH SAMPLES WARM BATCH INI KEY=VALUE...
     rm -rf "$TMP/kout"
     STEADY="$warm $batch"
     one_run "$b" kiln "$samples" env $BLAS_ENV \
-        $KILN_RUN train "$ini" run.threads="$THREADS" train.eval=0 run.out_dir="$TMP/kout" \
+        "$KILN" train "$ini" run.threads="$THREADS" train.eval=0 run.out_dir="$TMP/kout" \
         train.log_every="$warm" "$@"
     STEADY=
 }

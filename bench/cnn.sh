@@ -65,6 +65,7 @@ GEMM=${GEMM:-./bench/gemm_peak}
 HERE=$(dirname "$0")
 
 . "$HERE/common.sh"
+real_kiln # time the binary itself, not libtool's wrapper
 
 while [ $# -gt 0 ]; do
     case $1 in

@@ -21,10 +21,13 @@
 #                          SkylakeX kernels die with SIGILL on an AVX2-only CPU;
 #                          an empty value is not "unset": it falls back to
 #                          Haswell kernels, not Zen's); use as `env $BLAS_ENV CMD`
-#   real_kiln PATH         PATH, or, when PATH is libtool's wrapper script of an
-#                          uninstalled kiln, "env LD_LIBRARY_PATH=... DIR/.libs/kiln"
-#                          (the wrapper's bash and sed runs cost 10-100 ms of each
-#                          whole-run time that an installed kiln does not pay)
+#   real_kiln              when $KILN is libtool's wrapper script of an uninstalled
+#                          kiln, sets KILN to the binary it runs (DIR/.libs/kiln)
+#                          and puts DIR/.libs first in the exported LD_LIBRARY_PATH:
+#                          the wrapper's bash and sed runs cost 10-100 ms of each
+#                          whole-run time that an installed kiln does not pay.
+#                          Paths may hold spaces; every script calls it after
+#                          setting KILN
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
@@ -114,12 +117,13 @@ else
 fi
 
 real_kiln() {
-    _rk_dir=$(dirname "$1")
-    if [ -x "$_rk_dir/.libs/$(basename "$1")" ] && head -c 200 "$1" 2>/dev/null | grep -q '^#! */bin/bash' &&
-        grep -q 'libtool' "$1" 2>/dev/null; then
+    _rk_dir=$(dirname "$KILN")
+    _rk_base=$(basename "$KILN")
+    if [ -x "$_rk_dir/.libs/$_rk_base" ] && head -c 200 "$KILN" 2>/dev/null | grep -q '^#! */bin/bash' &&
+        grep -q 'libtool' "$KILN" 2>/dev/null; then
         _rk_abs=$(cd "$_rk_dir" && pwd)
-        echo "env LD_LIBRARY_PATH=$_rk_abs/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $_rk_abs/.libs/$(basename "$1")"
-    else
-        echo "$1"
+        LD_LIBRARY_PATH="$_rk_abs/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        export LD_LIBRARY_PATH
+        KILN="$_rk_abs/.libs/$_rk_base"
     fi
 }

@@ -77,6 +77,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(dirname "$0")
 
 . "$HERE/common.sh"
+real_kiln # time the binary itself, not libtool's wrapper
 
 while [ $# -gt 0 ]; do
     case $1 in

@@ -60,6 +60,7 @@ done
 
 [ "$ANCHORS" = 0 ] || exec "$HERE/anchors.sh" --bench data --runs "$RUNS"
 . "$HERE/common.sh"
+real_kiln # time the binary itself, not libtool's wrapper
 
 if [ "$PART" != train ] && [ ! -d "$DIR/jpeg/train" ] || [ "$(find "$DIR/jpeg/train" -name '*.jpg' | wc -l)" -ne "$N" ]; then
     rm -rf "$DIR"

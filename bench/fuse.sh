@@ -23,6 +23,8 @@ while [ $# -gt 0 ]; do
 	esac
 done
 KILN=${KILN:-./kiln}
+. "$(dirname "$0")/common.sh" # real_kiln: time the binary, not libtool's wrapper
+real_kiln
 HERE=$(dirname "$0")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -85,6 +85,7 @@ GEMM=${GEMM:-./bench/gemm_peak}
 HERE=$(dirname "$0")
 
 . "$HERE/common.sh"
+real_kiln # time the binary itself, not libtool's wrapper
 
 # shape_args NAME: the options of the suite's shape NAME
 shape_args() {

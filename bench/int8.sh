@@ -38,6 +38,8 @@ while [ $# -gt 0 ]; do
 	esac
 done
 KILN=${KILN:-./kiln}
+. "$(dirname "$0")/common.sh" # real_kiln: time the binary, not libtool's wrapper
+real_kiln
 HERE=$(dirname "$0")
 DIR=${DIR:-$(mktemp -d)}
 mkdir -p "$DIR"

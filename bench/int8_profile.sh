@@ -25,6 +25,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$DIR" ] || { echo "bench/int8_profile.sh: --dir D (bench/int8.sh's) is required" >&2; exit 2; }
 KILN=${KILN:-./kiln}
+. "$(dirname "$0")/common.sh" # real_kiln: time the binary, not libtool's wrapper
+real_kiln
 HERE=$(dirname "$0")
 ex() { echo "$HERE/../examples/fashion_mnist_$1.ini"; }
 export OMP_NUM_THREADS=1

@@ -38,6 +38,7 @@ while [ $# -gt 0 ]; do
 done
 
 . "$(dirname "$0")/common.sh"
+real_kiln # time the binary itself, not libtool's wrapper
 calc() { awk "BEGIN { print $1 }"; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-mem.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

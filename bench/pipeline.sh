@@ -41,6 +41,8 @@ else
 	RUNS=${1:-3}
 fi
 KILN=${KILN:-./kiln}
+. "$(dirname "$0")/common.sh" # real_kiln: time the binary, not libtool's wrapper
+real_kiln
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/../tests/config_lib.sh"

@@ -49,6 +49,8 @@ else
 	RUNS=${1:-3}
 fi
 KILN=${KILN:-./kiln}
+. "$(dirname "$0")/common.sh" # real_kiln: time the binary, not libtool's wrapper
+real_kiln
 DATA=${DATA:-data/gpt_char}
 INI=${INI:-examples/gpt_char_split.ini}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pipegpt.XXXXXX")

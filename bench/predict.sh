@@ -35,6 +35,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 KILN=${KILN:-./kiln}
+real_kiln # time the binary itself, not libtool's wrapper
 VENV=${KILN_VENV:-/work/scratch/venv}
 FM=${FM:-/usr/share/datasets/fashion-mnist}
 bench_tmpdir predict
