@@ -3,11 +3,11 @@
 #include "build-config.h"
 #include "cli.h"
 
-#include <sched.h>  /* sched_getaffinity, CPU_COUNT */
+#include "../plugins/common/spin_rule.h" /* common_spin_count */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h> /* sysconf */
 
 static void usage(FILE *f)
 {
@@ -187,27 +187,6 @@ static int log_level_from_env(void)
 	return -1;
 }
 
-/* libgomp's spin bound for this run: "100000" (about 10-50 us), or "0"
- * when the machine is oversubscribed as kiln starts (the 1-minute load
- * average at least the CPUs of this process's affinity mask).  Then the
- * team's threads are rarely on cores together and each barrier spins
- * against a descheduled partner before it sleeps: at load 15 the MLP burnt
- * 7-8x the CPU and ran 6-12x slower than with 0 (docs/PERFORMANCE.md, "The
- * whole run").  libgomp reads it once, so it is chosen here, at start. */
-static const char *spin_count(void)
-{
-	double load = 0;
-	FILE *f = fopen("/proc/loadavg", "r");
-	if (!f)
-		return "100000";
-	int got = fscanf(f, "%lf", &load);
-	fclose(f);
-	cpu_set_t set;
-	long cpus = sched_getaffinity(0, sizeof set, &set) ? sysconf(_SC_NPROCESSORS_ONLN)
-							   : CPU_COUNT(&set);
-	return got == 1 && cpus > 0 && load >= (double)cpus ? "0" : "100000";
-}
-
 int main(int argc, char **argv)
 {
 	/* OpenMP waiters: spin briefly, then sleep, unless the user chose.
@@ -215,10 +194,10 @@ int main(int argc, char **argv)
 	 * region, which made the MLP step 1.7x slower; spinning forever
 	 * (ACTIVE) starves the loader and stream workers on 2 cores.  A
 	 * bounded spin (about 10-50 us) gets both, except on a machine
-	 * already oversubscribed (spin_count).  Must happen before any
+	 * already oversubscribed (common/spin_rule.h).  Must happen before any
 	 * plugin loads the OpenMP runtime. */
 	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", spin_count(), 0);
+	setenv("GOMP_SPINCOUNT", common_spin_count(), 0);
 	if (log_level_from_env())
 		return 2;
 	kiln_log(KILN_LOG_DEBUG, "cli", "OpenMP: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s",

@@ -261,11 +261,27 @@ START_TEST(test_one_thread_ops)
 }
 END_TEST
 
+/* libgomp's spin (plugins/common/spin_rule.h, kiln's and these suites'):
+ * none once the load average reaches the CPUs of the mask, else 100000. */
+START_TEST(test_spin_rule)
+{
+	ck_assert_str_eq(common_spin_for(2.0, 2), "0");
+	ck_assert_str_eq(common_spin_for(15.3, 2), "0");
+	ck_assert_str_eq(common_spin_for(1.99, 2), "100000");
+	ck_assert_str_eq(common_spin_for(0.0, 16), "100000");
+	ck_assert_str_eq(common_spin_for(16.0, 16), "0");
+	ck_assert_str_eq(common_spin_for(-1.0, 2), "100000"); /* no /proc/loadavg */
+	ck_assert_str_eq(common_spin_for(3.0, 0), "100000"); /* no mask */
+	const char *now = common_spin_count();
+	ck_assert(!strcmp(now, "0") || !strcmp(now, "100000"));
+}
+END_TEST
+
 static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_spin_rule, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });

@@ -18,3 +18,6 @@ PLUGIN_COMMON_H += plugins/common/open_file.h
 # writing one atomically (the IDX inflated copies, the plugin probe's
 # answers, cuDNN's autotune cache)
 PLUGIN_COMMON_H += plugins/common/cache_file.h
+# spin_rule.h: GOMP_SPINCOUNT by the load at start (cli/kiln.c and the Check
+# suites' main)
+PLUGIN_COMMON_H += plugins/common/spin_rule.h

@@ -1,0 +1,49 @@
+/* plugins/common/spin_rule.h - how long libgomp's waiting threads spin
+ * before they sleep (GOMP_SPINCOUNT), chosen as a process starts: one rule
+ * for `kiln` (cli/kiln.c) and the Check suites (tests/check_main.h).
+ * Header-only: static inline.
+ *
+ * "100000" (about 10-50 us), or "0" when the machine is oversubscribed as
+ * the process starts: the 1-minute load average at least the CPUs of its
+ * affinity mask.  Then the team's threads are rarely on cores together and
+ * each barrier spins against a descheduled partner before it sleeps: at
+ * load 15 the MLP burnt 7-8x the CPU and ran 6-12x slower than with 0
+ * (docs/PERFORMANCE.md, "The whole run").  libgomp reads the variable once,
+ * when it loads, so a run keeps the choice of its start.
+ */
+#ifndef KILN_COMMON_SPIN_RULE_H
+#define KILN_COMMON_SPIN_RULE_H
+
+#include <stdio.h>
+#include <sys/syscall.h> /* SYS_sched_getaffinity */
+#include <unistd.h>      /* syscall, sysconf */
+
+/* The rule itself: the spin for a 1-minute load average `load` (negative:
+ * unknown) on `cpus` CPUs. */
+static inline const char *common_spin_for(double load, long cpus)
+{
+	return load >= 0 && cpus > 0 && load >= (double)cpus ? "0" : "100000";
+}
+
+/* The spin for this process now: /proc/loadavg against its affinity mask. */
+static inline const char *common_spin_count(void)
+{
+	double load = -1;
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f) {
+		if (fscanf(f, "%lf", &load) != 1)
+			load = -1;
+		fclose(f);
+	}
+	/* the affinity mask through the system call, which needs no
+	 * _GNU_SOURCE of the including file (the Check suites include it late) */
+	unsigned long mask[64];
+	long bytes = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask), cpus = 0;
+	for (long i = 0; i < bytes / (long)sizeof mask[0]; i++)
+		cpus += __builtin_popcountl(mask[i]);
+	if (bytes <= 0)
+		cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return common_spin_for(load, cpus);
+}
+
+#endif
