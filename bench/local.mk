@@ -51,3 +51,5 @@ bench_conv_layouts_SOURCES = bench/conv_layouts.c
 bench_conv_layouts_LDADD = $(DNNL_LIBS)
 endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
+# the fixed cost of a run, start-up caches off and on (bench/startup.sh)
+EXTRA_DIST += bench/startup.sh
