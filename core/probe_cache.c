@@ -106,7 +106,8 @@ static int probe_parse(char *line, struct probe_entry *e)
 	if (!(e->path = kiln_strdup(path)) || !(e->provides = malloc(len + 2)))
 		goto fail;
 	char *out = e->provides;
-	for (char *w = strtok(tab + 1, " "); w; w = strtok(NULL, " ")) {
+	char *save = NULL;
+	for (char *w = strtok_r(tab + 1, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
 		int kind;
 		char name[256];
 		if (sscanf(w, "%d:%255s", &kind, name) != 2)

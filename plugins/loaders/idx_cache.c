@@ -159,7 +159,7 @@ void idx_cache_save(const struct kiln_host *host, const char *dir, const char *p
 	const void *part[4] = { &h, real, hdr, data };
 	size_t len[4] = { sizeof h, h.path_len, hdr_len, (size_t)data_len };
 	if (common_write_atomic(name, part, len, 4))
-		host->log(KILN_LOG_WARN, "idx", "%s: cannot keep the inflated copy of %s: %s (the next run inflates it again)",
+		host->log(KILN_LOG_WARN, "idx", "%s: cannot keep the inflated copy of %s: %s (the next run inflates it again; [data] unzip_cache names another folder, or `none`)",
 			  name, path, strerror(errno));
 	else
 		host->log(KILN_LOG_DEBUG, "idx", "%s: kept the inflated copy of %s", path, name);
