@@ -14,6 +14,7 @@
 #include "check_main.h"
 #include "source_fixture.h"
 #include <dirent.h>
+#include <fcntl.h> /* AT_FDCWD */
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -697,6 +698,22 @@ START_TEST(test_unzip_cache)
 	ck_assert_msg(strstr(warned, "truncated or padded"), "%s", warned);
 	ck_assert_int_eq(stat(file, &sb), 0);
 	ck_assert_int_eq(sb.st_size, copy_size);
+
+	/* the source changed (new bytes, another mtime): the copy of the old
+	 * one is not served; the new bytes are, and a new copy replaces it */
+	for (size_t i = 16; i < 16 + BR * BC; i++)
+		img[i] ^= 0xff;
+	write_gz("big.gz", img, bytes);
+	struct timespec when[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+	ck_assert_int_eq(utimensat(AT_FDCWD, tpath("big.gz"), when, 0), 0);
+	warned[0] = 0;
+	open_big_check(cache, img, BN, BR, BC);
+	close_src();
+	ck_assert_str_eq(warned, ""); /* stale is not a fault */
+	ck_assert_int_eq(only_file(cache, file, sizeof file), 1);
+	open_big_check(cache, img, BN, BR, BC);
+	ck_assert(mapped(file));
+	close_src();
 
 	/* `none`: no copy is read or written */
 	warned[0] = 0;
