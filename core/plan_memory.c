@@ -377,9 +377,10 @@ static int accum_after(const struct kiln_plan *p, int gs, int pos)
 	return first;
 }
 
-/* Input gradients that are the output's (dx_is_dy: the residual add): input
- * k's gradient storage merges into the output gradient's, so the backward
- * copies nothing, when this backward writes it first and the two stay
+/* Input gradients that are the output's (dx_is_dy: the residual add, the
+ * positional embedding): input k's gradient storage merges into the output
+ * gradient's, so the backward copies nothing, when this backward writes it
+ * first and the two stay
  * equal while both are read: after this backward, no write into one comes
  * before the last read of the other (a gradient is read last by its
  * producer's backward, at its storage's end).  In the GPT's blocks both

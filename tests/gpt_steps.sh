@@ -15,10 +15,11 @@
 #     (init - exported) / 1e4, matches PyTorch's to relative 1e-4;
 #  3. [run] precision = bf16: the 5 losses within 2e-2 of PyTorch's fp32
 #     ones (the documented tolerance, docs/precision.md), deterministic;
-#  4. the residual adds' input gradients share their output gradient's
-#     storage (plan_memory.c plan_grad_alias: both inputs of each of the 4
-#     adds, named in the debug log), and the 5 AdamW steps with every add
-#     at [layer.X] inplace = 0 (each gradient copied, as before) end with
+#  4. the residual adds' and the positional embedding's input gradients
+#     share their output gradient's storage (plan_memory.c plan_grad_alias:
+#     both inputs of each of the 4 adds and transformer.wpe's, 9 named in
+#     the debug log), and the 5 AdamW steps with those 5 layers at
+#     [layer.X] inplace = 0 (each gradient copied, as before) end with
 #     byte-equal weights.
 # The comparison needs only python3's standard library.
 name=gpt_steps
@@ -59,9 +60,9 @@ cmp "$tmp/bf16_1.safetensors" "$tmp/bf16_2.safetensors" ||
 # 4. the adds' gradients without copies: the same weights as with copies
 KILN_LOG_LEVEL=debug kiln 0 train "$ini" $common "run.out_dir=$tmp/alias"
 n=$(grep -c "the gradient of '.*' is its own" "$err")
-[ "$n" -eq 8 ] || fail "expected both inputs of the 4 adds to share their output's gradient, log says $n"
+[ "$n" -eq 9 ] || fail "expected 9 input gradients (4 adds, wpe) to share their output's, log says $n"
 kiln 0 export "$ini" --safetensors "$tmp/alias.safetensors" $common "run.out_dir=$tmp/alias"
-copies=
+copies=layer.transformer.wpe.inplace=0
 for b in 0 1; do
 	for r in res_1 res_2; do copies="$copies layer.transformer.h.$b.$r.inplace=0"; done
 done

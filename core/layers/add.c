@@ -74,8 +74,8 @@ static kiln_status add_backward(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st;
 	for (int k = 0; k < l->n_in; k++) {
 		struct kiln_op_args a = { .in = { r->dy } };
-		if (r->dx[k] == r->dy && !r->dx_accum[k])
-			continue; /* the planner gave dx_k dy's storage */
+		if (dx_shares_dy(r, k))
+			continue;
 		if ((st = run_dx(h, r, s->grad, k, &a)))
 			return st;
 	}

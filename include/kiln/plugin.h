@@ -882,9 +882,10 @@ struct kiln_layer {
 			      * and the device is built for ABI 2.4 or later. */
 	/* ---- ABI 2.9 ---- */
 	int dx_is_dy;        /* set by infer: bit k set = input k's gradient
-			      * is the output's gradient unchanged (add).  The
-			      * planner may then give input k's gradient the
-			      * output gradient's storage (dx[k] == dy with
+			      * is the output's gradient unchanged (add,
+			      * pos_embedding).  The planner may then give
+			      * input k's gradient the output gradient's
+			      * storage (dx[k] == dy with
 			      * dx_accum[k] = 0): the backward skips that
 			      * copy.  It does only when this backward writes
 			      * the input's gradient first and no later write
