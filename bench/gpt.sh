@@ -277,7 +277,8 @@ cpu_step() {
 }
 
 if [ "$CPU" = 1 ]; then
-    : >"$TMP/kiln" >"$TMP/eager"
+    : >"$TMP/kiln"
+    : >"$TMP/eager"
     r=1
     while [ $r -le "$RUNS" ]; do
         echo "round $r of $RUNS (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
