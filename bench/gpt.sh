@@ -36,6 +36,7 @@
 #                     [--recompute]
 #        bench/gpt.sh --suite [--short] [--shape S] [--runs N] [--steps N] [--threads N]
 #        bench/gpt.sh --gpt2 [--precision P] [--runs N]
+#        bench/gpt.sh --cpu [--shape S] [--threads N] [--runs N] [--steps N] [--warmup W]
 #   --suite: the issue's side by side in one command: the char GPT
 #   (examples/gpt_char.ini's shape: 4 x 128, 4 heads, V 256, T 128, B 16)
 #   and the reduced GPT-2 shape (12 x 768, 12 heads, V 50304, T 64, B 4,
@@ -50,6 +51,12 @@
 #   gpt2, 3 rounds of 5 steps (the first untimed), kiln, eager, compile and
 #   llm.c (LLMC set) interleaved; about 5 minutes on a quiet 2-core machine
 #   (with --precision bf16: kiln and autocast-bf16 PyTorch).
+#   --cpu: CPU seconds (user + sys) per step instead of wall time, kiln and
+#   torch eager interleaved: each system runs WARMUP steps and then STEPS
+#   steps as two processes, and the difference of their CPU seconds over
+#   STEPS - WARMUP is its step's CPU (start-up, data and warm-up cancel);
+#   with --threads 1 a figure that a loaded machine leaves nearly intact.
+#   GOMP_SPINCOUNT=0 for kiln, so that waiting at a barrier costs no CPU.
 #   defaults: 3 runs, 6 steps (of which the first 2 untimed), 2 threads,
 #   fp32, GPT-2 small's shape (12 x 768, 12 heads, V 50304) at B 4, T 64
 #   (llm.c's train_gpt2.c's B and T).
@@ -70,6 +77,7 @@ RUNS=3
 STEPS=6
 WARMUP=2
 RECOMPUTE=0
+CPU=0
 THREADS=2
 PRECISION=fp32
 L=12 C=768 H=12 V=50304 T=64 B=4
@@ -144,6 +152,7 @@ while [ $# -gt 0 ]; do
                  # shellcheck disable=SC2086 # one word per option
                  set -- $_sa "$@" ;;
         --recompute) RECOMPUTE=1; shift ;;
+        --cpu) CPU=1; shift ;;
         -h|--help) usage ;;
         *) bench_opt "$@" || { echo "gpt.sh: unknown argument: $1" >&2; usage; }
            shift "$NSHIFT" ;;
@@ -244,6 +253,52 @@ llmc_step() {
     sed -n 's/.*took \([0-9.]*\) ms.*/\1/p' "$TMP/llmc$1.out" | tail -n +$((WARMUP + 1)) |
         median | awk '{ print $1 / 1000 }'
 }
+
+# cpu_s FILE: user + sys seconds in FILE (/usr/bin/time -f '%U %S')
+cpu_s() { awk '{ print $1 + $2 }' "$1"; }
+
+# cpu_step SYSTEM RUN: SYSTEM's (kiln or eager) CPU seconds per step, from
+# a WARMUP-step and a STEPS-step process
+cpu_step() {
+    for _n in "$WARMUP" "$STEPS"; do
+        if [ "$1" = kiln ]; then
+            # shellcheck disable=SC2086 # one argument per setting
+            GOMP_SPINCOUNT=0 /usr/bin/time -f '%U %S' -o "$TMP/cpu_$_n" "$KILN" train "$TMP/gpt.ini" \
+                "run.out_dir=$TMP/cpukiln$2_$_n" train.max_steps="$_n" ${KILN_ARGS:-} \
+                >"$TMP/cpukiln$2_$_n.out" 2>&1
+        else
+            /usr/bin/time -f '%U %S' -o "$TMP/cpu_$_n" "$TORCH_PYTHON" "$HERE/pytorch_gpt2.py" \
+                --layers "$L" --dim "$C" --heads "$H" --vocab "$V" --context "$T" --batch "$B" \
+                --steps "$_n" --warmup 0 --threads "$THREADS" --precision "$PRECISION" \
+                --init "$TMP/model.bin" --tokens "$TMP/train.bin" >"$TMP/cputorch$2_$_n.out" 2>&1
+        fi || { echo "gpt.sh: $1 failed (--cpu)" >&2; echo n/a; return; }
+    done
+    awk -v a="$(cpu_s "$TMP/cpu_$WARMUP")" -v b="$(cpu_s "$TMP/cpu_$STEPS")" -v n=$((STEPS - WARMUP)) \
+        'BEGIN { printf "%.4f\n", (b - a) / n }'
+}
+
+if [ "$CPU" = 1 ]; then
+    : >"$TMP/kiln"
+    : >"$TMP/eager"
+    r=1
+    while [ $r -le "$RUNS" ]; do
+        echo "round $r of $RUNS (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+        cpu_step kiln $r >>"$TMP/kiln"
+        cpu_step eager $r >>"$TMP/eager"
+        printf '  kiln %s  eager %s\n' "$(tail -n 1 "$TMP/kiln")" "$(tail -n 1 "$TMP/eager")" >&2
+        r=$((r + 1))
+    done
+    echo
+    echo "GPT-2 shape: $L layers x $C channels, $H heads, vocab $V; B $B x T $T; $THREADS threads, $PRECISION;"
+    echo "CPU seconds (user + sys) per step: ($STEPS-step run - $WARMUP-step run) / $((STEPS - WARMUP)), median of $RUNS rounds;"
+    echo "load average now $(cut -d' ' -f1-3 /proc/loadavg)."
+    k=$(grep '^[0-9]' "$TMP/kiln" | median) e=$(grep '^[0-9]' "$TMP/eager" | median)
+    printf '%-16s %12s %10s\n' system cpu_s/step kiln_x
+    awk -v k="$k" -v e="$e" 'BEGIN {
+        printf "%-16s %12.4f %9.2fx\n", "kiln", k, 1
+        printf "%-16s %12.4f %9.2fx\n", "torch eager", e, (k > 0 ? e / k : 0) }'
+    exit 0
+fi
 
 measure_peak
 : >"$TMP/kiln" >"$TMP/kilnrc" >"$TMP/eager" >"$TMP/compile" >"$TMP/llmc" >"$TMP/compile_s"

@@ -11,6 +11,8 @@
  */
 #include "pipeline.h"
 
+#include <limits.h>
+
 int kiln_plan_root_y(const struct plan_node *nodes, const struct kiln_model *m, int i)
 {
 	/* follow views down to the storage that owns the bytes */
@@ -358,6 +360,69 @@ static kiln_status plan_gradients(struct kiln_plan *p, const int *wants_grad)
 	return KILN_OK;
 }
 
+/* The earliest backward position after `pos` that adds into gradient
+ * storage gs (a later consumer's accumulate); INT_MAX when none. */
+static int accum_after(const struct kiln_plan *p, int gs, int pos)
+{
+	const struct kiln_model *m = p->m;
+	const struct plan_node *N = p->nodes;
+	int first = INT_MAX;
+	for (int j = 0; j < m->n_layers; j++)
+		for (int k = 0; k < m->layers[j].n_in; k++) {
+			const int src = m->layers[j].in[k];
+			if (src >= 0 && N[j].dx_on[k] && N[j].dx_accum[k] && N[src].gstore == gs &&
+			    N[j].pos_b > pos && N[j].pos_b < first)
+				first = N[j].pos_b;
+		}
+	return first;
+}
+
+/* Input gradients that are the output's (dx_is_dy: the residual add, the
+ * positional embedding): input k's gradient storage merges into the output
+ * gradient's, so the backward copies nothing, when this backward writes it
+ * first and the two stay
+ * equal while both are read: after this backward, no write into one comes
+ * before the last read of the other (a gradient is read last by its
+ * producer's backward, at its storage's end).  In the GPT's blocks both
+ * inputs of each add qualify (the branch's gradient is read by its c_proj
+ * right away; the residual's is first added to by the layernorm before
+ * it), so the residual stream's gradient is one buffer.  Not in keep_all
+ * plans (each gradient is read after the step), pipelined plans (a
+ * gradient crosses stages) nor with [layer.X] inplace = 0. */
+static void plan_grad_alias(struct kiln_plan *p)
+{
+	struct kiln_model *m = p->m;
+	struct plan_node *N = p->nodes;
+	struct storage *S = p->store;
+	if (p->keep_all || p->staged)
+		return;
+	for (int j = m->n_layers - 1; j >= 0; j--) {
+		const struct model_layer *L = &m->layers[j];
+		const int go = N[j].gstore, at = N[j].pos_b;
+		int allow = 1;
+		kiln_config_get_bool(m->cfg, L->section, "inplace", &allow);
+		if (!allow || !N[j].l.dx_is_dy || go < 0)
+			continue;
+		for (int k = 0; k < L->n_in; k++) {
+			const int src = L->in[k];
+			const int gs = src >= 0 ? N[src].gstore : -2;
+			if (!(N[j].l.dx_is_dy >> k & 1) || !N[j].dx_on[k] || N[j].dx_accum[k] ||
+			    N[j].xfer1[k] || gs < 0 || gs == go || gs == p->data_gstore ||
+			    S[gs].bytes != S[go].bytes || accum_after(p, go, at) <= S[gs].end ||
+			    accum_after(p, gs, at) <= S[go].end)
+				continue;
+			extend(&S[go], S[gs].start);
+			extend(&S[go], S[gs].end);
+			S[gs] = (struct storage){ 0, 0, 0, 0 };
+			for (int i = 0; i < m->n_layers; i++)
+				if (N[i].gstore == gs)
+					N[i].gstore = go;
+			kiln_log(KILN_LOG_DEBUG, "core", "layer '%s': the gradient of '%s' is its own",
+				 L->name, m->layers[src].name);
+		}
+	}
+}
+
 /* The gradient over its input: a layer whose backward may write input 0's
  * gradient over input 0 (dx_over_input: the loss layers) gets that
  * gradient in the input's storage (the copy its backward reads) when that
@@ -447,8 +512,10 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 		return st;
 	if (p->training && (st = plan_gradients(p, wants_grad)))
 		return st;
-	if (p->training)
+	if (p->training) {
+		plan_grad_alias(p);
 		plan_grad_over_input(p);
+	}
 	if ((st = plan_check(p)))
 		return st;
 	if (p->keep_all)

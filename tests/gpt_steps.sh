@@ -14,7 +14,13 @@
 #     (momentum 0, no decay) of rate 1e4, the gradient being
 #     (init - exported) / 1e4, matches PyTorch's to relative 1e-4;
 #  3. [run] precision = bf16: the 5 losses within 2e-2 of PyTorch's fp32
-#     ones (the documented tolerance, docs/precision.md), deterministic.
+#     ones (the documented tolerance, docs/precision.md), deterministic;
+#  4. the residual adds' and the positional embedding's input gradients
+#     share their output gradient's storage (plan_memory.c plan_grad_alias:
+#     both inputs of each of the 4 adds and transformer.wpe's, 9 named in
+#     the debug log), and the 5 AdamW steps with those 5 layers at
+#     [layer.X] inplace = 0 (each gradient copied, as before) end with
+#     byte-equal weights.
 # The comparison needs only python3's standard library.
 name=gpt_steps
 . "$(dirname "$0")/lib.sh"
@@ -51,4 +57,31 @@ done
 "$py" "$gen" --check loss "$tmp/bf16_1/metrics.jsonl" 2e-2 || fail "bf16 losses beyond 2e-2 of PyTorch's"
 cmp "$tmp/bf16_1.safetensors" "$tmp/bf16_2.safetensors" ||
 	fail "two bf16 runs of the same config end with different weights"
+# 4. the adds' gradients without copies: the same weights as with copies
+KILN_LOG_LEVEL=debug kiln 0 train "$ini" $common "run.out_dir=$tmp/alias"
+n=$(grep -c "the gradient of '.*' is its own" "$err")
+[ "$n" -eq 9 ] || fail "expected 9 input gradients (4 adds, wpe) to share their output's, log says $n"
+kiln 0 export "$ini" --safetensors "$tmp/alias.safetensors" $common "run.out_dir=$tmp/alias"
+copies=layer.transformer.wpe.inplace=0
+for b in 0 1; do
+	for r in res_1 res_2; do copies="$copies layer.transformer.h.$b.$r.inplace=0"; done
+done
+# shellcheck disable=SC2086 # one argument per setting
+KILN_LOG_LEVEL=debug kiln 0 train "$ini" $common "run.out_dir=$tmp/copies" $copies
+! grep -q "is its own" "$err" || fail "inplace = 0 still shares an add's gradient"
+# shellcheck disable=SC2086
+kiln 0 export "$ini" --safetensors "$tmp/copies.safetensors" $common "run.out_dir=$tmp/copies" $copies
+# the tensors' bytes (the metadata holds the config's hash, which differs)
+"$py" - "$tmp/alias.safetensors" "$tmp/copies.safetensors" <<'PY' ||
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+            for k, v in h.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+sys.exit(0 if a and a == b else 1)
+PY
+	fail "sharing the adds' gradients changed the weights after 5 steps"
 echo "PASS: $checks kiln runs; the GPT's losses, gradients and weights match PyTorch's"

@@ -506,3 +506,6 @@ tests_train_nan_LDADD = libkiln.la -lm
 
 # the INI writers shared by the shell tests and bench/pipeline.sh
 EXTRA_DIST += tests/config_lib.sh
+# shared input gradients of add / pos_embedding (core/plan_memory.c plan_grad_alias)
+TESTS += tests/grad_alias.sh
+EXTRA_DIST += tests/grad_alias.sh

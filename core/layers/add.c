@@ -25,6 +25,8 @@ static kiln_status add_infer(const struct kiln_host *h, struct kiln_layer *l)
 	/* y may take the memory of x0 or x1 (the backward reads neither):
 	 * ADD is elementwise, and a third input is added after both */
 	l->inplace_ok = 3;
+	/* every dx_k is dy: the planner may share its storage */
+	l->dx_is_dy = (1 << l->n_in) - 1;
 	return KILN_OK;
 }
 
@@ -72,6 +74,8 @@ static kiln_status add_backward(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st;
 	for (int k = 0; k < l->n_in; k++) {
 		struct kiln_op_args a = { .in = { r->dy } };
+		if (dx_shares_dy(r, k))
+			continue;
 		if ((st = run_dx(h, r, s->grad, k, &a)))
 			return st;
 	}

@@ -55,6 +55,7 @@ static kiln_status pos_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->params[0] = (struct kiln_param_spec){ "weight", { 0 }, KILN_INIT_NORMAL, 0, 0 };
 	f32_desc(&l->params[0].desc, s->max_len, s->C, 0);
 	l->inplace_ok = 1;
+	l->dx_is_dy = 1; /* dx = dy: the planner may share its storage */
 	return KILN_OK;
 }
 
@@ -130,8 +131,8 @@ static kiln_status pos_backward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct pos_embedding *s = l->priv;
 	struct kiln_op_args a = { .in = { r->dy } };
-	kiln_status st;
-	if ((st = run_dx(h, r, s->dx, 0, &a)) || !r->dw[0])
+	kiln_status st = KILN_OK;
+	if ((!dx_shares_dy(r, 0) && (st = run_dx(h, r, s->dx, 0, &a))) || !r->dw[0])
 		return st;
 	a = (struct kiln_op_args){ .in = { r->dy }, .out = { r->dw[0] } };
 	if ((st = run_op(h, r, s->dw, &a)) || !s->zero_tail)

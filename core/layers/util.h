@@ -262,6 +262,13 @@ static inline kiln_status run_dx(const struct kiln_host *h, const struct kiln_la
 	return run_op(h, r, pair[r->dx_accum[k] ? 1 : 0], a);
 }
 
+/* Input k's gradient is dy's storage (a layer with kiln_layer.dx_is_dy,
+ * when the planner shares it): its copy of dy is already there. */
+static inline int dx_shares_dy(const struct kiln_layer_run *r, int k)
+{
+	return r->dx[k] == r->dy && !r->dx_accum[k];
+}
+
 /* Parameter k as the matrix products read it: the compute-dtype copy with
  * low-precision compute, else the f32 parameter. */
 static inline const void *w_compute(const struct kiln_layer_run *r, int k)

@@ -64,9 +64,11 @@ extern "C" {
  * 2.6: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h).
  * 2.7: sub-communicators: split in the communicator (comm ops version 5).
  * 2.8: chained INT8: QCONV/QLINEAR with u8 in0 and/or out0, max POOL on
- *      u8 in inference (kiln/ops.h). */
+ *      u8 in inference (kiln/ops.h).
+ * 2.9: kiln_layer.dx_is_dy (a residual add's input gradients share its
+ *      output gradient's storage). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 8
+#define KILN_ABI_MINOR 9
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -878,6 +880,17 @@ struct kiln_layer {
 			      * backward is the input's last reader and the
 			      * first writer of its gradient, the sizes match
 			      * and the device is built for ABI 2.4 or later. */
+	/* ---- ABI 2.9 ---- */
+	int dx_is_dy;        /* set by infer: bit k set = input k's gradient
+			      * is the output's gradient unchanged (add,
+			      * pos_embedding).  The planner may then give
+			      * input k's gradient the output gradient's
+			      * storage (dx[k] == dy with
+			      * dx_accum[k] = 0): the backward skips that
+			      * copy.  It does only when this backward writes
+			      * the input's gradient first and no later write
+			      * into either gradient precedes a read of the
+			      * other (plan_memory.c plan_grad_alias). */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device
