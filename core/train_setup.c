@@ -545,7 +545,8 @@ static kiln_status open_run(struct trainer *t)
 	 * all ranks read), and its gradients are averaged in buckets */
 	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
 			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
-			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL))))
+			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL)) ||
+			(st = kiln_dist_pipe_shard(t->dist, t->compute))))
 		return st;
 	return open_out_dir(t);
 }
