@@ -323,7 +323,9 @@ kiln_status kiln_dist_group_allreduce(void *group, void *buf, size_t count, int 
 		return kiln_error(KILN_EINVAL, "group_allreduce: no data-parallel group");
 	if ((st = group_begin(d, stream)))
 		return st;
-	st = d->ops->allreduce(d->ctx, buf, count, dtype, op, d->comm_stream, d->sync_done);
+	/* (with [dist] pipeline: the stage's D ranks) */
+	st = d->ops->allreduce(d->gctx ? d->gctx : d->ctx, buf, count, dtype, op, d->comm_stream,
+			       d->sync_done);
 	return group_end(d, st, "allreduce", count, stream);
 }
 
@@ -339,7 +341,8 @@ kiln_status kiln_dist_group_allgather(void *group, const void *send, void *recv,
 				  d->env.rank, d->env.world, d->plugin->name);
 	if ((st = group_begin(d, stream)))
 		return st;
-	st = d->ops->allgather(d->ctx, send, recv, count, dtype, d->comm_stream, d->sync_done);
+	st = d->ops->allgather(d->gctx ? d->gctx : d->ctx, send, recv, count, dtype, d->comm_stream,
+			       d->sync_done);
 	return group_end(d, st, "allgather", count, stream);
 }
 

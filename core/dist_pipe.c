@@ -43,9 +43,6 @@ kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *c
 	if (d->zero)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [dist] pipeline is not supported yet: each stage's ranks run DDP, and each rank holds the optimizer state of its stage alone (docs/pipeline.md)",
 				  kiln_config_where(cfg, "dist", "zero"));
-	if (d->sync_bn)
-		return kiln_error(KILN_ECONFIG, "%s: [dist] sync_bn = 1 with [dist] pipeline is not supported yet: a batchnorm's statistics would have to be shared over its stage's data-parallel ranks only",
-				  kiln_config_where(cfg, "dist", "sync_bn"));
 	if (!strcmp(d->plugin->name, "mpi") && (!tl || strcmp(tl, "multiple")))
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline on kiln-mpi needs [plugin.mpi] thread_level = multiple (a stage's receives and the transport's sends run on two threads)",
 				  kiln_config_where(cfg, "dist", "pipeline"));

@@ -352,8 +352,8 @@ static kiln_status prepare_training(struct trainer *t)
 		/* [dist] sync_bn: batchnorm layers take the global batch's statistics */
 		t->m->group = t->dist;
 		t->m->group_ranks = t->world;
-		kiln_log(KILN_LOG_INFO, "dist", "sync_bn: batch statistics over the %d ranks' batches",
-			 t->world);
+		kiln_log(KILN_LOG_INFO, "dist", "sync_bn: batch statistics over the %d %s batches",
+			 t->world, t->pipe_P > 1 ? "data-parallel ranks' (the stage's)" : "ranks'");
 	}
 	return KILN_OK;
 }

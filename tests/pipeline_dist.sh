@@ -19,14 +19,19 @@
 #  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
 #     exit non-zero within [dist] timeout, naming the dead rank and its stage;
 #  6. a world that P does not divide, P without placed stages, and
-#     [dist] sync_bn or zero with P are config errors naming the key;
+#     [dist] zero with P are config errors naming the key;
 #  7. the clip and the non-finite check are the pipe's: 2 stages on 2
 #     ranks with [train] clip_norm end where one process does (each stage
 #     clipped by the whole model's norm), and a NaN forced into stage 1's
 #     gradient at step 3 (tests/train_nan, on rank 1 only) skips step 3 on
 #     both ranks: they end where one process with the same NaN does;
 #  8. bf16 compute: 2 stages on 2 ranks equal one process (stage 1's rank
-#     refreshes its compute copy of the parameters).
+#     refreshes its compute copy of the parameters);
+#  9. [dist] sync_bn within each stage's data-parallel ranks: an MLP with a
+#     batchnorm on each stage, P = 2 x D = 2 (batch 16 a pipe, one
+#     micro-batch) ends with the parameters, running statistics and
+#     momentum of one process with batch 32 (2e-5); without sync_bn the
+#     running statistics differ from it, so the check can fail.
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -179,10 +184,6 @@ timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e1" tra
 	dist.pipeline=2 pipeline.micro_batches=1 > "$tmp/e1.log" 2>&1 && bad "pipeline = 2 of one stage ran"
 grep -q "\[dist\] pipeline = 2, but the model has one stage" "$tmp/e1.log" ||
 	{ bad "pipeline = 2 of one stage: no message"; tail -5 "$tmp/e1.log"; }
-timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e4" train.batch=32 \
-	dist.pipeline=2 "$two" dist.sync_bn=1 > "$tmp/e4.log" 2>&1 && bad "pipeline = 2 with sync_bn ran"
-grep -q "\[dist\] sync_bn = 1 with \[dist\] pipeline is not supported yet" "$tmp/e4.log" ||
-	{ bad "pipeline = 2 with sync_bn: no message"; tail -5 "$tmp/e4.log"; }
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e5" train.batch=32 \
 	dist.pipeline=2 "$two" dist.zero=1 > "$tmp/e5.log" 2>&1 && bad "pipeline = 2 with zero ran"
 grep -q "\[dist\] zero = 1 with \[dist\] pipeline is not supported yet" "$tmp/e5.log" ||
@@ -214,4 +215,24 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-amp.so" ]; then
 	near b1 b2 "bf16, 2 stages on 2 ranks"
 	echo "ok: bf16 on 2 stages on 2 ranks equals one process"
 fi
+# ---- 9. sync_bn within a stage's data-parallel ranks ---------------------------
+ini="$tmp/bn.ini"
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	ini_layers flat:flatten fc1:linear:out=32 bn1:batchnorm r1:relu fc2:linear:out=24 \
+		bn2:batchnorm r2:relu fc3:linear:out=16 loss:softmax_xent
+	ini_sgd_steps 6 log_every=3 eval=0
+	ini dist timeout=20
+} > "$ini"
+run bo 0 32 "$two"
+run bs 4 16 dist.pipeline=2 "$two" dist.sync_bn=1
+[ "$(grep -c "sync_bn: batch statistics over the 2 data-parallel ranks' (the stage's) batches" "$tmp/bs.log")" = 4 ] ||
+	bad "sync_bn with pipeline = 2 on 4 ranks: not every rank over its stage's 2 ranks"
+"$tool" close "$(ck bo 6)" "$(ck bs 6)" 2e-5 params buffers optim.momentum ||
+	bad "sync_bn, P = 2 x D = 2: differs from one process"
+run bn 4 16 dist.pipeline=2 "$two"
+"$tool" close "$(ck bo 6)" "$(ck bn 6)" 2e-5 buffers > /dev/null 2>&1 &&
+	bad "without sync_bn, P = 2 x D = 2 equals one process too: the sync_bn check cannot fail"
+echo "ok: sync_bn over each stage's data-parallel ranks equals one process"
 exit $fail
