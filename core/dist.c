@@ -512,7 +512,9 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 	else
 		kiln_log(KILN_LOG_INFO, "dist", "%d gradient bucket(s) of up to %.3g MiB over %zu floats [%zu, %zu); allreduce %s backward",
 			 d->n_b, d->bucket_mb, ghi - glo, glo, ghi,
-			 d->overlap ? "overlapped with" : "after");
+			 d->pipe_P    ? "after the stage's last micro-batch's"
+			 : d->overlap ? "overlapped with"
+				      : "after");
 	for (int i = 0; i < d->n_b; i++)
 		kiln_log(KILN_LOG_DEBUG, "dist", "bucket %d: [%zu, %zu) after the backward of '%s'", i,
 			 d->b[i].lo, d->b[i].hi, m->layers[d->b[i].ready_layer].name);
