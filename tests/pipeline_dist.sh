@@ -142,6 +142,12 @@ run pa 2 32 dist.pipeline=2 "$two" $adam train.max_steps=3
 run pa 0 32 "$two" $adam train.resume=1
 "$tool" close "$(ck oa 6)" "$(ck pa 6)" 1e-5 params optim.exp_avg optim.exp_avg_sq ||
 	bad "adamw: 2 stages on ranks to step 3, then one process: differs from one process"
+# LAMB (its trust ratio reads the whole model's tensor offsets) keeps
+# stepping the whole buffer on every rank, and still equals one process
+run ol 0 32 train.optimizer=lamb train.lr=0.01
+run pl 2 32 dist.pipeline=2 "$two" train.optimizer=lamb train.lr=0.01
+grep -q "optimizer = lamb reads whole tensors" "$tmp/pl.log" || bad "lamb on ranks: not logged"
+"$tool" close "$(ck ol 6)" "$(ck pl 6)" 1e-5 params || bad "lamb, 2 stages on ranks: differs from one process"
 echo "ok: a checkpoint of 2 stages on 2 ranks resumes in one process, and the reverse"
 
 # ---- 5. a stage dies ----------------------------------------------------------------
