@@ -367,8 +367,11 @@ static kiln_status build_model(struct trainer *t)
 	kiln_status st;
 	if (t->training)
 		kiln_rss(&t->rss0, NULL, 1);
+	/* (t->world: the data-parallel world; [dist] pipeline equal to the
+	 * world averages nothing, so its gradients need no shared memory) */
 	if ((st = kiln_model_create(t->cfg, t->reg, t->dev, &first->input, &t->m)) ||
-	    (st = kiln_dist_share_grads(t->dist, t->m)) || (st = open_streams(t)))
+	    (t->world > 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
+	    (st = open_streams(t)))
 		return st;
 	if (t->training) {
 		if ((st = prepare_training(t)))

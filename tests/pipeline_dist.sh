@@ -75,6 +75,9 @@ for r in "g2 0 0 2080 0.00793" "g2 1 1 1200 0.00458" "g4 2 2 0 0" "g4 3 3 400 0.
 done
 [ "$(grep -c "no gradient buckets: pipeline stage [01] has one rank" "$tmp/g2.log")" = 2 ] ||
 	{ bad "g2: a stage of one rank has gradient buckets"; grep "bucket" "$tmp/g2.log"; }
+# (nor gradients in the communicator's shared memory, which 2 x 2 has)
+grep -q "in memory every rank's gloo reaches" "$tmp/g2.log" && bad "g2: gradients in shared memory"
+grep -q "in memory every rank's gloo reaches" "$tmp/g22.log" || bad "g22: gradients not in shared memory"
 grep -q "gradient bucket(s) of up to .* MiB over 1200 floats \[2080, 3280)" "$tmp/g22.log" &&
 	grep -q "gradient bucket(s) of up to .* MiB over 2080 floats \[0, 2080)" "$tmp/g22.log" ||
 	{ bad "g22: the buckets are not each stage's slice"; grep "bucket" "$tmp/g22.log"; }
