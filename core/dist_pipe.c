@@ -141,26 +141,46 @@ kiln_status kiln_dist_pipe_step(struct kiln_dist *d, const float *lr, void *comp
 				    lr, compute);
 }
 
+/* Stage s's optimizer state, slot by slot, from world rank s (its rank in
+ * pipe 0) to rank 0's whole buffer d->zfull (rank 0's own: a copy). */
+static kiln_status state_to_rank0(struct kiln_dist *d, int s, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const int r = d->env.rank;
+	const size_t N = m->n_trainable, lo = d->pipe_lo[s];
+	const size_t n = d->pipe_hi[s] > lo ? d->pipe_hi[s] - lo : 0;
+	kiln_status st = KILN_OK;
+	for (int k = 0; n && !st && k < m->state_slots; k++) {
+		float *whole = r ? NULL : d->zfull + (size_t)k * N + lo;
+		float *mine = r == s ? d->pipe_state + (size_t)k * n : NULL;
+		if (whole && mine)
+			st = kiln_device_copy_async(d->dev, whole, mine, n * sizeof(float),
+						    KILN_COPY_D2D, compute);
+		else if (whole)
+			st = d->ops->recv(d->ctx, whole, n * sizeof(float), KILN_U8, s, compute, NULL);
+		else if (mine)
+			st = d->ops->send(d->ctx, mine, n * sizeof(float), KILN_U8, 0, compute, NULL);
+	}
+	return st ? kiln_error_wrap(st, "gathering stage %d's optimizer state on rank 0", s) : st;
+}
+
 kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute)
 {
 	struct kiln_model *m = d->m;
-	const int me = d->pipe_stage, slots = m->state_slots;
-	const size_t N = m->n_trainable, lo = d->pipe_lo[me];
+	const size_t N = m->n_trainable;
 	kiln_status st;
-	if (d->pipe_own && slots && N) {
-		/* the whole state for the checkpoint: this stage's slice here,
-		 * the others' broadcast by kiln_dist_pipe_gather */
-		if (!d->zfull && (st = kiln_device_alloc(d->dev, (size_t)slots * N * sizeof(float),
-							 (void **)&d->zfull)))
+	/* only rank 0 writes the checkpoint: it alone holds the whole state,
+	 * each stage's slice sent by that stage's rank in pipe 0 */
+	if (d->pipe_own && m->state_slots && N && d->env.rank < d->pipe_P) {
+		if (!d->env.rank && !d->zfull &&
+		    (st = kiln_device_alloc(d->dev, (size_t)m->state_slots * N * sizeof(float),
+					    (void **)&d->zfull)))
 			return st;
-		for (int k = 0; d->pipe_state && k < slots; k++) {
-			const size_t n = d->pipe_hi[me] - lo;
-			if ((st = kiln_device_copy_async(d->dev, d->zfull + (size_t)k * N + lo,
-							 d->pipe_state + (size_t)k * n,
-							 n * sizeof(float), KILN_COPY_D2D, compute)))
-				return st;
-		}
-		m->state_d = d->zfull;
+		for (int s = 0; s < d->pipe_P; s++)
+			if ((st = state_to_rank0(d, s, compute)))
+				return kiln_dist_explain(d, st);
+		if (!d->env.rank)
+			m->state_d = d->zfull;
 	}
 	return kiln_dist_pipe_gather(d, compute);
 }
@@ -180,7 +200,8 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 		const size_t n = hi[s] - lo[s];
 		if ((st = from_rank(d, m->params_d + lo[s], n * 4, s, compute, "parameters", s)))
 			return st;
-		for (int k = 0; m->state_d && k < m->state_slots; k++)
+		/* (the state held per stage went to rank 0 alone: above) */
+		for (int k = 0; !d->pipe_own && m->state_d && k < m->state_slots; k++)
 			if ((st = from_rank(d, m->state_d + (size_t)k * m->n_trainable + lo[s], n * 4, s,
 					    compute, m->optim_info.slot_names[k], s)))
 				return st;
