@@ -53,3 +53,4 @@ endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
 # the fixed cost of a run, start-up caches off and on (bench/startup.sh)
 EXTRA_DIST += bench/startup.sh
+EXTRA_DIST += bench/pipeline_ranks.sh

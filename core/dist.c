@@ -248,6 +248,9 @@ void kiln_dist_close(struct kiln_dist *d)
 	}
 	if (d->pipe_measure)
 		kiln_device_plan_free(d->dev, d->pipe_measure);
+	if (d->pipe_plan)
+		kiln_model_optim_plan_free(d->m, d->pipe_plan);
+	kiln_device_free(d->dev, d->pipe_state);
 	kiln_device_free(d->dev, d->pipe_norms);
 	free(d->pipe_lo);
 	free(d->pipe_hi);
@@ -320,7 +323,9 @@ kiln_status kiln_dist_group_allreduce(void *group, void *buf, size_t count, int 
 		return kiln_error(KILN_EINVAL, "group_allreduce: no data-parallel group");
 	if ((st = group_begin(d, stream)))
 		return st;
-	st = d->ops->allreduce(d->ctx, buf, count, dtype, op, d->comm_stream, d->sync_done);
+	/* (with [dist] pipeline: the stage's D ranks) */
+	st = d->ops->allreduce(d->gctx ? d->gctx : d->ctx, buf, count, dtype, op, d->comm_stream,
+			       d->sync_done);
 	return group_end(d, st, "allreduce", count, stream);
 }
 
@@ -336,7 +341,8 @@ kiln_status kiln_dist_group_allgather(void *group, const void *send, void *recv,
 				  d->env.rank, d->env.world, d->plugin->name);
 	if ((st = group_begin(d, stream)))
 		return st;
-	st = d->ops->allgather(d->ctx, send, recv, count, dtype, d->comm_stream, d->sync_done);
+	st = d->ops->allgather(d->gctx ? d->gctx : d->ctx, send, recv, count, dtype, d->comm_stream,
+			       d->sync_done);
 	return group_end(d, st, "allgather", count, stream);
 }
 
@@ -425,13 +431,21 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 	d->m = m;
 	if (!m->n_trainable)
 		return KILN_OK;
+	/* the gradients averaged: all, or with [dist] pipeline this stage's
+	 * slice over its D ranks (none when the stage has one rank) */
+	size_t glo = 0, ghi = m->n_trainable;
+	if (d->pipe_P) {
+		glo = d->pipe_lo[d->pipe_stage];
+		ghi = d->pipe_D > 1 ? d->pipe_hi[d->pipe_stage] : glo;
+	}
 	/* trainable tensors by descending offset */
 	int n = 0;
 	int *idx = malloc(sizeof(int) * (size_t)(m->n_params ? m->n_params : 1));
 	if (!idx)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	for (int i = 0; i < m->n_params; i++)
-		if (m->params[i].trainable && !m->params[i].buffer)
+		if (m->params[i].trainable && !m->params[i].buffer && m->params[i].off >= glo &&
+		    m->params[i].off < ghi)
 			idx[n++] = i;
 	for (int i = 1; i < n; i++)
 		for (int j = i; j > 0 && m->params[idx[j]].off > m->params[idx[j - 1]].off; j--) {
@@ -447,7 +461,7 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 		free(idx);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
-	size_t hi = m->n_trainable;
+	size_t hi = ghi;
 	for (int k = 0; k < n;) {
 		struct bucket *b = &d->b[d->n_b++];
 		b->hi = hi;
@@ -460,7 +474,7 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 			k++;
 		} while (k < n && b->hi - b->lo < cap);
 		if (k == n)
-			b->lo = 0;
+			b->lo = glo;
 		hi = b->lo;
 	}
 	free(idx);
@@ -492,8 +506,15 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 	}
 	m->bwd_hook = bwd_hook;
 	m->bwd_user = d;
-	kiln_log(KILN_LOG_INFO, "dist", "%d gradient bucket(s) of up to %.3g MiB over %zu floats; allreduce %s backward",
-		 d->n_b, d->bucket_mb, m->n_trainable, d->overlap ? "overlapped with" : "after");
+	if (d->pipe_P && !d->n_b)
+		kiln_log(KILN_LOG_INFO, "dist", "no gradient buckets: pipeline stage %d has %s (nothing to average)",
+			 d->pipe_stage, d->pipe_D > 1 ? "no trainable parameters" : "one rank");
+	else
+		kiln_log(KILN_LOG_INFO, "dist", "%d gradient bucket(s) of up to %.3g MiB over %zu floats [%zu, %zu); allreduce %s backward",
+			 d->n_b, d->bucket_mb, ghi - glo, glo, ghi,
+			 d->pipe_P    ? "after the stage's last micro-batch's"
+			 : d->overlap ? "overlapped with"
+				      : "after");
 	for (int i = 0; i < d->n_b; i++)
 		kiln_log(KILN_LOG_DEBUG, "dist", "bucket %d: [%zu, %zu) after the backward of '%s'", i,
 			 d->b[i].lo, d->b[i].hi, m->layers[d->b[i].ready_layer].name);

@@ -129,13 +129,33 @@ kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *c
 				const size_t *lo, const size_t *hi, const struct kiln_comm_ops **ops,
 				void **pcomm, int *stage, int *pipe, int *D);
 /* Every rank gets each stage's training state from the stage's rank in
- * pipe 0 (world rank s): the trainable parameters and the optimizer's
- * state in [lo[s], hi[s]) of the flat buffers, and the non-trained
+ * pipe 0 (world rank s): the trainable parameters and (when not held per
+ * stage: kiln_dist_pipe_shard) the optimizer's state in [lo[s], hi[s])
+ * of the flat buffers, and the non-trained
  * buffers of the stage's layers (m->stage).  Before a checkpoint (in
  * kiln_dist_zero_gather), an evaluation and the end of training: what is
  * written or evaluated is whole.  Collective over the world; waits for
  * it.  No-op without [dist] pipeline. */
 kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute);
+/* After kiln_dist_broadcast_state (and kiln_dist_pipe_open): the
+ * optimizer steps only this stage's slice [lo, hi) of the flat
+ * trainables, and only that slice's optimizer state is kept (the model's
+ * whole state freed): slots x (hi - lo) floats instead of slots x
+ * n_trainable.  An optimizer that does not shard (LAMB: offsets of the
+ * whole model) keeps stepping the whole model, as before (logged).
+ * No-op without [dist] pipeline. */
+kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute);
+int kiln_dist_pipe_owns(const struct kiln_dist *d); /* _shard kept a slice (0 for NULL) */
+/* The optimizer step when kiln_dist_pipe_owns, in place of
+ * kiln_model_optim_step: the step counter advanced (gated), this stage's
+ * slice updated. */
+kiln_status kiln_dist_pipe_step(struct kiln_dist *d, const float *lr, void *compute);
+/* Before a checkpoint (kiln_dist_zero_gather calls it; every rank): the
+ * optimizer state whole on rank 0, which writes it, in a temporary buffer
+ * its model's state_d points at (freed by kiln_dist_zero_release), each
+ * stage's slice sent to it by the stage's rank in pipe 0 (point-to-point
+ * on the world's communicator); then kiln_dist_pipe_gather. */
+kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute);
 /* Before the clip / non-finite check of an optimizer step ([train]
  * clip_norm, clip_value, skip_nonfinite) with [dist] pipeline: every rank
  * of the pipe learns every stage's gradient norm (an allreduce of P

@@ -52,6 +52,12 @@ struct kiln_dist {
 	void *pipe_measure;
 	float *pipe_norms;
 	int pipe_norms_new; /* not zeroed yet */
+	/* the optimizer over this stage's slice alone (kiln_dist_pipe_shard):
+	 * its state [state_slots][hi - lo] (NULL: no slots) and its plan;
+	 * pipe_own: set up, the whole-model state freed */
+	float *pipe_state;
+	void *pipe_plan;
+	int pipe_own;
 	struct kiln_device *dev;
 	struct kiln_model *m;
 	void *comm_stream;

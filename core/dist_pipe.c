@@ -4,8 +4,10 @@
  * P ranks, which move the crossing tensors (core/pipe_rank.c), and P
  * data-parallel groups of D ranks, one per stage, over which DDP's
  * buckets (core/dist.c) average that stage's gradients.  A rank keeps
- * only its stage's state current; kiln_dist_pipe_gather brings every
- * stage's to every rank before anything is written or evaluated. */
+ * only its stage's state current: its optimizer steps its stage's slice
+ * alone, with the state of that slice alone (kiln_dist_pipe_shard);
+ * kiln_dist_pipe_gather brings every stage's to every rank before
+ * anything is written or evaluated. */
 #include "dist_impl.h"
 #include "pipeline.h"
 
@@ -39,11 +41,8 @@ kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *c
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d does not divide the world of %d ranks (world = pipeline x data-parallel ranks)",
 				  kiln_config_where(cfg, "dist", "pipeline"), P, W);
 	if (d->zero)
-		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [dist] pipeline is not supported yet: each stage's ranks run DDP",
+		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [dist] pipeline is not supported yet: each stage's ranks run DDP, and each rank holds the optimizer state of its stage alone (docs/pipeline.md)",
 				  kiln_config_where(cfg, "dist", "zero"));
-	if (d->sync_bn)
-		return kiln_error(KILN_ECONFIG, "%s: [dist] sync_bn = 1 with [dist] pipeline is not supported yet: a batchnorm's statistics would have to be shared over its stage's data-parallel ranks only",
-				  kiln_config_where(cfg, "dist", "sync_bn"));
 	if (!strcmp(d->plugin->name, "mpi") && (!tl || strcmp(tl, "multiple")))
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline on kiln-mpi needs [plugin.mpi] thread_level = multiple (a stage's receives and the transport's sends run on two threads)",
 				  kiln_config_where(cfg, "dist", "pipeline"));
@@ -87,6 +86,105 @@ static kiln_status from_rank(struct kiln_dist *d, void *p, size_t n, int root, v
 	return st ? kiln_error_wrap(st, "gathering stage %d's %s from rank %d", s, what, root) : st;
 }
 
+kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
+{
+	kiln_status st;
+	if (!d || !d->pipe_P || !d->m->n_trainable)
+		return KILN_OK;
+	struct kiln_model *m = d->m;
+	const int me = d->pipe_stage, slots = m->state_slots;
+	const size_t N = m->n_trainable, lo = d->pipe_lo[me];
+	const size_t n = d->pipe_hi[me] > lo ? d->pipe_hi[me] - lo : 0;
+	if (m->optim_info.shard == KILN_OPTIM_SHARD_NONE) {
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): [train] optimizer = %s reads whole tensors through offsets of the whole model: it steps every stage's parameters here, with the whole model's state",
+			 d->env.rank, me, m->optim_name);
+		return KILN_OK;
+	}
+	if ((n && (st = kiln_model_optim_plan(m, n, &d->pipe_plan))) ||
+	    (n && slots &&
+	     (st = kiln_device_alloc(d->dev, (size_t)slots * n * sizeof(float),
+				     (void **)&d->pipe_state))))
+		return st;
+	/* this stage's slice of the (broadcast or resumed) state; the rest freed */
+	for (int k = 0; d->pipe_state && m->state_d && k < slots; k++)
+		if ((st = kiln_device_copy_async(d->dev, d->pipe_state + (size_t)k * n,
+						 m->state_d + (size_t)k * N + lo, n * sizeof(float),
+						 KILN_COPY_D2D, compute)))
+			return st;
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return st;
+	kiln_device_free(d->dev, m->state_d);
+	m->state_d = NULL;
+	kiln_model_optim_plan_free(m, m->optim_plan);
+	m->optim_plan = NULL;
+	d->pipe_own = 1;
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): the optimizer steps the stage's %zu of %zu floats; optimizer state %.3g MiB instead of %.3g MiB",
+		 d->env.rank, me, n, N, (double)((size_t)slots * n * sizeof(float)) / 1048576.0,
+		 (double)((size_t)slots * N * sizeof(float)) / 1048576.0);
+	return KILN_OK;
+}
+
+int kiln_dist_pipe_owns(const struct kiln_dist *d)
+{
+	return d && d->pipe_own;
+}
+
+kiln_status kiln_dist_pipe_step(struct kiln_dist *d, const float *lr, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const size_t lo = d->pipe_lo[d->pipe_stage], hi = d->pipe_hi[d->pipe_stage];
+	/* advance first (gated like kiln_model_optim_step's) */
+	kiln_status st = kiln_model_opt_step_advance(m, compute);
+	if (st || !d->pipe_plan)
+		return st;
+	return kiln_model_optim_run(m, d->pipe_plan, m->grads_d + lo, lo, d->pipe_state, hi - lo,
+				    lr, compute);
+}
+
+/* Stage s's optimizer state, slot by slot, from world rank s (its rank in
+ * pipe 0) to rank 0's whole buffer d->zfull (rank 0's own: a copy). */
+static kiln_status state_to_rank0(struct kiln_dist *d, int s, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const int r = d->env.rank;
+	const size_t N = m->n_trainable, lo = d->pipe_lo[s];
+	const size_t n = d->pipe_hi[s] > lo ? d->pipe_hi[s] - lo : 0;
+	kiln_status st = KILN_OK;
+	for (int k = 0; n && !st && k < m->state_slots; k++) {
+		float *whole = r ? NULL : d->zfull + (size_t)k * N + lo;
+		float *mine = r == s ? d->pipe_state + (size_t)k * n : NULL;
+		if (whole && mine)
+			st = kiln_device_copy_async(d->dev, whole, mine, n * sizeof(float),
+						    KILN_COPY_D2D, compute);
+		else if (whole)
+			st = d->ops->recv(d->ctx, whole, n * sizeof(float), KILN_U8, s, compute, NULL);
+		else if (mine)
+			st = d->ops->send(d->ctx, mine, n * sizeof(float), KILN_U8, 0, compute, NULL);
+	}
+	return st ? kiln_error_wrap(st, "gathering stage %d's optimizer state on rank 0", s) : st;
+}
+
+kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const size_t N = m->n_trainable;
+	kiln_status st;
+	/* only rank 0 writes the checkpoint: it alone holds the whole state,
+	 * each stage's slice sent by that stage's rank in pipe 0 */
+	if (d->pipe_own && m->state_slots && N && d->env.rank < d->pipe_P) {
+		if (!d->env.rank && !d->zfull &&
+		    (st = kiln_device_alloc(d->dev, (size_t)m->state_slots * N * sizeof(float),
+					    (void **)&d->zfull)))
+			return st;
+		for (int s = 0; s < d->pipe_P; s++)
+			if ((st = state_to_rank0(d, s, compute)))
+				return kiln_dist_explain(d, st);
+		if (!d->env.rank)
+			m->state_d = d->zfull;
+	}
+	return kiln_dist_pipe_gather(d, compute);
+}
+
 kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
@@ -102,7 +200,8 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 		const size_t n = hi[s] - lo[s];
 		if ((st = from_rank(d, m->params_d + lo[s], n * 4, s, compute, "parameters", s)))
 			return st;
-		for (int k = 0; m->state_d && k < m->state_slots; k++)
+		/* (the state held per stage went to rank 0 alone: above) */
+		for (int k = 0; !d->pipe_own && m->state_d && k < m->state_slots; k++)
 			if ((st = from_rank(d, m->state_d + (size_t)k * m->n_trainable + lo[s], n * 4, s,
 					    compute, m->optim_info.slot_names[k], s)))
 				return st;

@@ -321,7 +321,7 @@ kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 	struct kiln_model *m = d ? d->m : NULL;
 	kiln_status st;
 	if (d && d->pipe_P) /* [dist] pipeline: every stage's state (dist_pipe.c) */
-		return kiln_dist_pipe_gather(d, compute);
+		return kiln_dist_pipe_gather_state(d, compute);
 	if (!d || !d->zero)
 		return KILN_OK;
 	/* the checkpoint reads the parameters whole, and no collective runs

@@ -52,8 +52,8 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 	const int P = m->n_stages;
 	fprintf(f, "\npipeline: %d stages, %lld micro-batches of %lld (activations per stage without lifetime packing)\n",
 		P, (long long)M, (long long)(batch / M));
-	fprintf(f, "  %-5s %-28s %12s %14s %12s %12s\n", "stage", "layers", "params MiB",
-		"per micro MiB", "gpipe MiB", "1f1b MiB");
+	fprintf(f, "  %-5s %-28s %12s %14s %12s %12s %12s\n", "stage", "layers", "params MiB",
+		"per micro MiB", "gpipe MiB", "1f1b MiB", "optim MiB");
 	for (int s = 0; s < P; s++) {
 		int lo = -1, hi = -1;
 		size_t par = 0;
@@ -68,9 +68,12 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 		int64_t alive = P - s < M ? P - s : M;
 		char names[160];
 		snprintf(names, sizeof names, "%s..%s", m->layers[lo].name, m->layers[hi].name);
-		fprintf(f, "  %-5d %-28s %12.3f %14.3f %12.3f %12.3f\n", s, names, mib(par), mib(a),
-			mib(a * (size_t)M), mib(a * (size_t)alive));
+		fprintf(f, "  %-5d %-28s %12.3f %14.3f %12.3f %12.3f %12.3f\n", s, names, mib(par),
+			mib(a), mib(a * (size_t)M), mib(a * (size_t)alive),
+			mib(par * (size_t)m->state_slots));
 	}
+	fprintf(f, "  (optim MiB: the optimizer state a rank of the stage holds with [dist] pipeline, %d slot(s) of [train] optimizer = %s; the parameters and the gradient buffer are whole on every rank today)\n",
+		m->state_slots, m->optim_name);
 	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, once stages have devices of their own; in one process every stage keeps min(P, M) whole-model sets today)\n");
 	kiln_plan_free(p);
 	return KILN_OK;

@@ -352,8 +352,8 @@ static kiln_status prepare_training(struct trainer *t)
 		/* [dist] sync_bn: batchnorm layers take the global batch's statistics */
 		t->m->group = t->dist;
 		t->m->group_ranks = t->world;
-		kiln_log(KILN_LOG_INFO, "dist", "sync_bn: batch statistics over the %d ranks' batches",
-			 t->world);
+		kiln_log(KILN_LOG_INFO, "dist", "sync_bn: batch statistics over the %d %s batches",
+			 t->world, t->pipe_P > 1 ? "data-parallel ranks' (the stage's)" : "ranks'");
 	}
 	return KILN_OK;
 }
@@ -367,8 +367,11 @@ static kiln_status build_model(struct trainer *t)
 	kiln_status st;
 	if (t->training)
 		kiln_rss(&t->rss0, NULL, 1);
+	/* (t->world: the data-parallel world; [dist] pipeline equal to the
+	 * world averages nothing, so its gradients need no shared memory) */
 	if ((st = kiln_model_create(t->cfg, t->reg, t->dev, &first->input, &t->m)) ||
-	    (st = kiln_dist_share_grads(t->dist, t->m)) || (st = open_streams(t)))
+	    (t->world > 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
+	    (st = open_streams(t)))
 		return st;
 	if (t->training) {
 		if ((st = prepare_training(t)))
@@ -545,7 +548,8 @@ static kiln_status open_run(struct trainer *t)
 	 * all ranks read), and its gradients are averaged in buckets */
 	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
 			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
-			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL))))
+			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL)) ||
+			(st = kiln_dist_pipe_shard(t->dist, t->compute))))
 		return st;
 	return open_out_dir(t);
 }

@@ -218,6 +218,8 @@ static kiln_status optim_ops(struct trainer *t)
 	trainer_label(t, "optimizer", KILN_PHASE_OPTIMIZER);
 	if (!st && kiln_dist_zero(t->dist)) /* this rank's shard, then allgather */
 		st = kiln_dist_zero_step(t->dist, t->lr_dev, t->compute);
+	else if (!st && kiln_dist_pipe_owns(t->dist)) /* this rank's stage */
+		st = kiln_dist_pipe_step(t->dist, t->lr_dev, t->compute);
 	else if (!st) /* advances the optimizer-step counter too */
 		st = kiln_model_optim_step(t->m, t->lr_dev, t->compute);
 	trainer_label(t, "loss scale", KILN_PHASE_OPTIMIZER);

@@ -3,25 +3,35 @@
 # docs/pipeline.md "Stages on ranks"), an MLP of synthetic data, 6 SGD
 # steps with momentum of a global batch of 32 in 4 micro-batches:
 #  1. 2 stages on 2 ranks (gloo) and 4 stages on 4 ranks end with the
-#     parameters and momentum of one process with batch 32 (1e-5);
+#     parameters and momentum of one process with batch 32 (1e-5), each
+#     rank's optimizer stepping, and holding the state of, its stage's
+#     slice alone, and no gradient buckets for a stage of one rank;
 #  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
-#     averaging its gradients, each pipe 16 samples of the 32) does too;
+#     averaging its gradients, its slice alone, each pipe 16 samples of
+#     the 32) does too;
 #  3. the same 2 and 4 stages under mpirun (kiln-mpi, thread_level =
-#     multiple; serialized is refused), where available;
+#     multiple; serialized is refused), where available, and stage 1's rank
+#     killed mid-run ends the job non-zero within the timeout, naming it;
 #  4. a checkpoint written by 2 stages on 2 ranks resumes in one process
 #     (its stages in that process) and ends where one process does, and
-#     one written by one process resumes on 2 stages on 2 ranks;
+#     one written by one process resumes on 2 stages on 2 ranks; with
+#     AdamW too (both state slots, held per stage on the ranks);
 #  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
 #     exit non-zero within [dist] timeout, naming the dead rank and its stage;
 #  6. a world that P does not divide, P without placed stages, and
-#     [dist] sync_bn with P are config errors naming the key;
+#     [dist] zero with P are config errors naming the key;
 #  7. the clip and the non-finite check are the pipe's: 2 stages on 2
 #     ranks with [train] clip_norm end where one process does (each stage
 #     clipped by the whole model's norm), and a NaN forced into stage 1's
 #     gradient at step 3 (tests/train_nan, on rank 1 only) skips step 3 on
 #     both ranks: they end where one process with the same NaN does;
 #  8. bf16 compute: 2 stages on 2 ranks equal one process (stage 1's rank
-#     refreshes its compute copy of the parameters).
+#     refreshes its compute copy of the parameters);
+#  9. [dist] sync_bn within each stage's data-parallel ranks: an MLP with a
+#     batchnorm on each stage, P = 2 x D = 2 (batch 16 a pipe, one
+#     micro-batch) ends with the parameters, running statistics and
+#     momentum of one process with batch 32 (2e-5); without sync_bn the
+#     running statistics differ from it, so the check can fail.
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -53,6 +63,24 @@ near one g4 "4 stages on 4 ranks (gloo)"
 run g22 4 16 dist.pipeline=2 "$two" pipeline.micro_batches=2
 grep -q "rank 3 of 4: pipeline stage 1 of 2 in pipe 1 of 2" "$tmp/g22.log" || bad "g22: rank 3's place"
 near one g22 "P = 2 x D = 2 (gloo)"
+# each rank's optimizer and its state cover its stage's slice alone
+# (fc1 2080, fc2 800, fc3 400 of the 3280 floats; momentum: one slot, MiB
+# = floats x 4 / 2^20); a stage of one rank averages nothing, a stage of
+# two its own slice
+for r in "g2 0 0 2080 0.00793" "g2 1 1 1200 0.00458" "g4 2 2 0 0" "g4 3 3 400 0.00153" \
+	"g22 2 0 2080 0.00793"; do
+	set -- $r
+	grep -q "rank $2 (pipeline stage $3): the optimizer steps the stage's $4 of 3280 floats; optimizer state $5 MiB instead of 0.0125 MiB" "$tmp/$1.log" ||
+		{ bad "$1: rank $2 does not step its stage's $4 floats alone"; grep "optimizer steps" "$tmp/$1.log"; }
+done
+[ "$(grep -c "no gradient buckets: pipeline stage [01] has one rank" "$tmp/g2.log")" = 2 ] ||
+	{ bad "g2: a stage of one rank has gradient buckets"; grep "bucket" "$tmp/g2.log"; }
+# (nor gradients in the communicator's shared memory, which 2 x 2 has)
+grep -q "in memory every rank's gloo reaches" "$tmp/g2.log" && bad "g2: gradients in shared memory"
+grep -q "in memory every rank's gloo reaches" "$tmp/g22.log" || bad "g22: gradients not in shared memory"
+grep -q "gradient bucket(s) of up to .* MiB over 1200 floats \[2080, 3280)" "$tmp/g22.log" &&
+	grep -q "gradient bucket(s) of up to .* MiB over 2080 floats \[0, 2080)" "$tmp/g22.log" ||
+	{ bad "g22: the buckets are not each stage's slice"; grep "bucket" "$tmp/g22.log"; }
 echo "ok: 2 and 4 stages on ranks, and 2 x 2, equal one process (gloo)"
 
 # ---- 3. mpi ---------------------------------------------------------------------
@@ -73,6 +101,28 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	grep -q "needs \[plugin.mpi\] thread_level = multiple" "$tmp/mser.log" ||
 		{ bad "mpi, thread_level = serialized: no message"; tail -5 "$tmp/mser.log"; }
 	echo "ok: 2 and 4 stages on ranks equal one process (mpi)"
+	# stage 1's rank killed (SIGKILL) mid-run: the job ends non-zero
+	# within [dist] timeout, mpirun naming the rank (it ends the others)
+	timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT="$(free_port 6)" \
+		-x OMP_NUM_THREADS=1 sh -c '[ "$OMPI_COMM_WORLD_RANK" != 1 ] || echo $$ > "$0/mk1.pid"
+		exec "$1" train "$2" run.out_dir="$0/mk" train.batch=16 pipeline.micro_batches=2 \
+			train.epochs=1000 train.max_steps=0 train.log_every=1 dist.pipeline=2 "$3" \
+			plugin.mpi.thread_level=multiple dist.timeout=10' \
+		"$tmp" "$kiln" "$ini" "$two" > "$tmp/mk.log" 2>&1 &
+	mpid=$!
+	i=0
+	while [ $i -lt 300 ] && ! grep -q "step 3/" "$tmp/mk.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+	t0=$(date +%s)
+	r1=$(cat "$tmp/mk1.pid" 2>/dev/null)
+	[ -n "$r1" ] && kill -KILL "$r1" || bad "mpi: the run to kill did not start"
+	wait $mpid
+	rc=$?
+	dt=$(( $(date +%s) - t0 ))
+	echo "mpi: stage 1's rank killed: mpirun exited $rc after ${dt}s"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "mpi: stage 1 killed: mpirun exited $rc"
+	grep -q "process rank 1 .* exited on signal 9" "$tmp/mk.log" ||
+		{ bad "mpi: stage 1 killed: rank 1 not named"; tail -5 "$tmp/mk.log"; }
+	[ "$dt" -le 15 ] || bad "mpi: stage 1 killed: the job took ${dt}s to end (timeout 10 s)"
 else
 	echo "mpi: not built or no mpirun: skipped"
 fi
@@ -87,6 +137,20 @@ run back 0 32 train.max_steps=3
 run back 2 32 dist.pipeline=2 "$two" train.resume=1
 grep -q "resuming from .*back/checkpoints/ckpt-3.kiln" "$tmp/back.log" || bad "back: did not resume"
 near one back "one process to step 3, then 2 stages on ranks"
+# AdamW: two state slots, each held per stage on the ranks, gathered whole
+# into the checkpoint
+adam="train.optimizer=adamw train.lr=0.01"
+run oa 0 32 $adam
+run pa 2 32 dist.pipeline=2 "$two" $adam train.max_steps=3
+run pa 0 32 "$two" $adam train.resume=1
+"$tool" close "$(ck oa 6)" "$(ck pa 6)" 1e-5 params optim.exp_avg optim.exp_avg_sq ||
+	bad "adamw: 2 stages on ranks to step 3, then one process: differs from one process"
+# LAMB (its trust ratio reads the whole model's tensor offsets) keeps
+# stepping the whole buffer on every rank, and still equals one process
+run ol 0 32 train.optimizer=lamb train.lr=0.01
+run pl 2 32 dist.pipeline=2 "$two" train.optimizer=lamb train.lr=0.01
+grep -q "optimizer = lamb reads whole tensors" "$tmp/pl.log" || bad "lamb on ranks: not logged"
+"$tool" close "$(ck ol 6)" "$(ck pl 6)" 1e-5 params || bad "lamb, 2 stages on ranks: differs from one process"
 echo "ok: a checkpoint of 2 stages on 2 ranks resumes in one process, and the reverse"
 
 # ---- 5. a stage dies ----------------------------------------------------------------
@@ -129,10 +193,10 @@ timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e1" tra
 	dist.pipeline=2 pipeline.micro_batches=1 > "$tmp/e1.log" 2>&1 && bad "pipeline = 2 of one stage ran"
 grep -q "\[dist\] pipeline = 2, but the model has one stage" "$tmp/e1.log" ||
 	{ bad "pipeline = 2 of one stage: no message"; tail -5 "$tmp/e1.log"; }
-timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e4" train.batch=32 \
-	dist.pipeline=2 "$two" dist.sync_bn=1 > "$tmp/e4.log" 2>&1 && bad "pipeline = 2 with sync_bn ran"
-grep -q "\[dist\] sync_bn = 1 with \[dist\] pipeline is not supported yet" "$tmp/e4.log" ||
-	{ bad "pipeline = 2 with sync_bn: no message"; tail -5 "$tmp/e4.log"; }
+timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e5" train.batch=32 \
+	dist.pipeline=2 "$two" dist.zero=1 > "$tmp/e5.log" 2>&1 && bad "pipeline = 2 with zero ran"
+grep -q "\[dist\] zero = 1 with \[dist\] pipeline is not supported yet" "$tmp/e5.log" ||
+	{ bad "pipeline = 2 with zero: no message"; tail -5 "$tmp/e5.log"; }
 echo "ok: errors"
 
 # ---- 7. the pipe's norm: clipping and the non-finite skip -----------------------------
@@ -160,4 +224,24 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-amp.so" ]; then
 	near b1 b2 "bf16, 2 stages on 2 ranks"
 	echo "ok: bf16 on 2 stages on 2 ranks equals one process"
 fi
+# ---- 9. sync_bn within a stage's data-parallel ranks ---------------------------
+ini="$tmp/bn.ini"
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	ini_layers flat:flatten fc1:linear:out=32 bn1:batchnorm r1:relu fc2:linear:out=24 \
+		bn2:batchnorm r2:relu fc3:linear:out=16 loss:softmax_xent
+	ini_sgd_steps 6 log_every=3 eval=0
+	ini dist timeout=20
+} > "$ini"
+run bo 0 32 "$two"
+run bs 4 16 dist.pipeline=2 "$two" dist.sync_bn=1
+[ "$(grep -c "sync_bn: batch statistics over the 2 data-parallel ranks' (the stage's) batches" "$tmp/bs.log")" = 4 ] ||
+	bad "sync_bn with pipeline = 2 on 4 ranks: not every rank over its stage's 2 ranks"
+"$tool" close "$(ck bo 6)" "$(ck bs 6)" 2e-5 params buffers optim.momentum ||
+	bad "sync_bn, P = 2 x D = 2: differs from one process"
+run bn 4 16 dist.pipeline=2 "$two"
+"$tool" close "$(ck bo 6)" "$(ck bn 6)" 2e-5 buffers > /dev/null 2>&1 &&
+	bad "without sync_bn, P = 2 x D = 2 equals one process too: the sync_bn check cannot fail"
+echo "ok: sync_bn over each stage's data-parallel ranks equals one process"
 exit $fail
