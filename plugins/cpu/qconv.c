@@ -402,6 +402,21 @@ static dnnl_status_t q_remake(const struct cpu_plan *p, struct cpu_qcache *q)
 	return s;
 }
 
+/* 1 when the n floats at a and b are the same bytes: one memcmp per
+ * 64K-float chunk, the chunks shared by the team (the CNN's fc1 compares
+ * 12.8 MB a batch: 1.3% of its INT8 evaluation on 2 threads, on one). */
+static int q_same(const float *a, const float *b, size_t n)
+{
+	const int64_t chunk = 65536, nc = (int64_t)((n + (size_t)chunk - 1) / (size_t)chunk);
+	int differ = 0;
+#pragma omp parallel for schedule(static) reduction(|| : differ) if (nc > 1)
+	for (int64_t k = 0; k < nc; k++) {
+		const size_t o = (size_t)(k * chunk), m = n - o < (size_t)chunk ? n - o : (size_t)chunk;
+		differ = differ || memcmp(a + o, b + o, sizeof(float) * m) != 0;
+	}
+	return !differ;
+}
+
 /* The cache made from w and b unless it was made from these values
  * already: quantized, then reordered into the kernel's layout on the
  * plan's stream.  Under q->lock. */
@@ -410,7 +425,7 @@ static kiln_status q_refresh(const struct cpu_plan *p, const float *w, const flo
 	struct cpu_qcache *q = p->qcache;
 	struct cpu_dnn *d = p->dnn;
 	const size_t O = (size_t)p->rows, n = O * (size_t)p->cols;
-	if (q->valid && !memcmp(q->w, w, sizeof(float) * n) && (!b || !memcmp(q->b, b, sizeof(float) * O)))
+	if (q->valid && q_same(q->w, w, n) && (!b || !memcmp(q->b, b, sizeof(float) * O)))
 		return KILN_OK;
 	q->valid = 0;
 	q_quantize(p, w, b, q);
