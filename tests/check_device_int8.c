@@ -255,6 +255,45 @@ START_TEST(test_qlinear_weights_change)
 }
 END_TEST
 
+/* The same with a row longer than one of the CPU's comparison chunks
+ * (64K floats, compared by the team): one weight past the first chunk
+ * changes sign and the run must see it.  K = 131072, x = e_{K-1}, sx =
+ * 1/64 (xq 64); w[0] = 0.63 keeps sw = 0.01 (wq 63), so y = +-0.63. */
+START_TEST(test_qlinear_weights_change_far)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QLINEAR);
+	const int64_t K = 131072;
+	float *x = calloc((size_t)K, sizeof *x), *w = calloc((size_t)K, sizeof *w);
+	ck_assert(x && w);
+	x[K - 1] = 1, w[0] = 0.63f, w[K - 1] = 0.63f;
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_QLINEAR;
+	op.n_in = 2, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 2, 1, K), op.in[1] = td(KILN_F32, 2, 1, K);
+	op.out[0] = td(KILN_F32, 2, 1, 1);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = 1, op.i[3] = 1, op.i[4] = K;
+	op.f[0] = 1.0 / 64;
+	void *dx = dput(&f, x, sizeof(float) * (size_t)K), *dw = dput(&f, w, sizeof(float) * (size_t)K);
+	void *dy = dput(&f, NULL, sizeof(float)), *ws = NULL;
+	size_t wsb = 0;
+	void *plan = plan_ws(&f, &op, &ws, &wsb);
+	const struct kiln_op_args a = { .in = { dx, dw }, .out = { dy }, .workspace = ws,
+					.workspace_bytes = wsb };
+	const float y1 = run_then(&f, plan, &a, dy, NULL, NULL, 0);
+	w[K - 1] = -0.63f;
+	const float y2 = run_then(&f, plan, &a, dy, dw, w, sizeof(float) * (size_t)K);
+	ck_assert_float_eq_tol(y1, 0.63f, 1e-5f);
+	ck_assert_float_eq_tol(y2, -0.63f, 1e-5f);
+	kiln_device_plan_free(f.dev, plan);
+	DFREE(&f, dx, dw, dy, ws);
+	free(x), free(w);
+	fx_close(&f);
+}
+END_TEST
+
 /* The same for QCONV, whose CPU plan also keeps the reordered weights
  * and a primitive made with the output scales as constants: new weights
  * (new scales) and then a new bias alone, each run in place, in both
@@ -482,5 +521,6 @@ START_TEST(test_qlinear_chain)
 END_TEST
 
 DEVICE_SUITE(int8, DFX_CASE(qconv), DFX_CASE(qlinear), DFX_CASE(qlinear_zero_row),
-	     DFX_CASE(qlinear_weights_change), DFX_CASE(qconv_params_change), DFX_CASE(qchain),
+	     DFX_CASE(qlinear_weights_change),
+	     DFX_CASE(qlinear_weights_change_far), DFX_CASE(qconv_params_change), DFX_CASE(qchain),
 	     DFX_CASE(qlinear_chain));
