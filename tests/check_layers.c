@@ -21,10 +21,11 @@
  * tensor (accumulation orders differ; the generator checks that float32
  * PyTorch is within a quarter of this of float64); losses: relative 1e-4.
  *
- * Each case then runs its pass again with the layers adding their
- * parameter gradients (kiln_layer_run.dw_accum, ABI 2.9: a micro-step
- * after an optimizer step's first), which must leave twice the gradients
- * the first pass wrote: the write-then-add result, to float rounding.
+ * Each case (and its bf16 and f16 runs) then runs its pass again with
+ * the layers adding their parameter gradients (kiln_layer_run.dw_accum,
+ * ABI 2.9: a micro-step after an optimizer step's first), which must
+ * leave twice the gradients the first pass wrote: the write-then-add
+ * result, to float rounding.
  */
 #include <check.h>   /* START_TEST, ck_assert_msg, tcase_add_loop_test */
 #include "check_main.h"
@@ -650,6 +651,8 @@ START_TEST(test_lowp)
 			      tag, lname[l], e, tol);
 		free((void *)lname[l]);
 	}
+	/* the f32 gradients added from low-precision operands */
+	check_accumulated(&r, p);
 	kiln_plan_free(p);
 	rig_close(&r);
 	free(ini);
