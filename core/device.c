@@ -482,6 +482,12 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	    dev->plugin->abi_minor < 8)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before u8 activations between INT8 layers",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and the accumulated weight gradient of a convolution (2.9):
+	 * an older device would overwrite */
+	if (op->type == KILN_OP_CONV_BWD_WEIGHTS && (op->flags & KILN_OPF_ACCUMULATE) &&
+	    dev->plugin->abi_minor < 9)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before accumulated convolution weight gradients",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st)
 		return st;

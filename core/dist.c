@@ -16,8 +16,9 @@
  * bucket's completion event.  Nothing here synchronises the host.
  *
  * Accumulation: micro-steps before the last do not communicate; with
- * accumulate > 1 the last micro-step writes beside the gradients and the
- * trainer adds and scales afterwards, so every bucket starts after that
+ * accumulate > 1 the last micro-step adds into the gradients (in the
+ * layers' ops, or beside them and then added) and the trainer scales them
+ * to the mean afterwards, so every bucket starts after that
  * (kiln_dist_finish_grads), without overlap.
  */
 #include "dist_impl.h"

@@ -87,9 +87,13 @@ struct kiln_model {
 	void *optim_ws;      /* the optimizer's workspace, the most any of its
 			      * plans asks for (LAMB), optim_ws_bytes */
 	size_t optim_ws_bytes;
-	/* gradient accumulation ([train] accumulate): backward writes the
-	 * parameter gradients to grad_out_d (NULL: grads_d itself) */
+	/* gradient accumulation ([train] accumulate, a pipeline's micro-
+	 * batches): backward writes the parameter gradients to grad_out_d
+	 * (NULL: grads_d itself), or with grad_accum adds them into it (the
+	 * layers' dw_accum, ABI 2.9: beta = 1 in their weight-gradient ops;
+	 * only where kiln_model_grad_accum_ok says every layer can) */
 	float *grad_out_d;
+	int grad_accum;
 	/* device f32[1] set before kiln_model_optim_prepare: the optimizer
 	 * step happens only when it is nonzero (KILN_OP_GRAD_CLIP's flag) */
 	const float *step_ok_d;
@@ -165,6 +169,14 @@ float *kiln_model_grad_dst(const struct kiln_model *m, float *grads, int i, int 
 kiln_status kiln_model_tie_grads(struct kiln_model *m, int i, void *stream);
 /* The parameter whose alias `name` is ("X.weight" of a tied X), else -1. */
 int kiln_model_tie_alias(const struct kiln_model *m, const char *name);
+/* core/plan_run.c.  1 when the backward can add every parameter gradient
+ * into the buffer (grad_accum, kiln_layer_run.dw_accum) on the micro-steps
+ * after an optimizer step's first: every layer with trainable parameters
+ * was built for ABI 2.9 or later (a built-in one always is), and no user
+ * of a tied weight that writes it beside (tie_grad) has another trainable
+ * parameter (one dw_accum covers all of a layer's).  0: the caller writes
+ * beside the gradients and adds. */
+int kiln_model_grad_accum_ok(const struct kiln_model *m);
 
 /* core/precision.c.  Open [run] precision's policy (the amp plugin) and,
  * when it scales the loss, allocate and set the scaler state; before any

@@ -239,7 +239,9 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 			out->optim_state += sb[i].bytes;
 	}
 	/* (and the tied weights' other users' gradients, core/tie.c) */
-	out->grads = (m->n_elems * (acc > 1 ? 2 : 1) + m->n_tie_elems) * sizeof(float);
+	/* (a second buffer only where a layer cannot add in its own ops) */
+	const int second = acc > 1 && !kiln_model_grad_accum_ok(m);
+	out->grads = (m->n_elems * (second ? 2 : 1) + m->n_tie_elems) * sizeof(float);
 	out->batch = B;
 	out->activations = ptrain->arena_bytes;
 	out->recompute_segments = ptrain->n_segments;
@@ -294,7 +296,7 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		fprintf(f, "  %-22s %10.2f MiB  %zu floats\n", "parameters", mib(out->params),
 			out->params / 4);
 		fprintf(f, "  %-22s %10.2f MiB%s%s\n", "gradients", mib(out->grads),
-			acc > 1 ? "  (and the accumulation buffer)" : "",
+			second ? "  (and the accumulation buffer)" : "",
 			m->n_tie_elems ? "  (and the tied weights' other users')" : "");
 		fprintf(f, "  %-22s %10.2f MiB  [train] optimizer = %s\n", "optimizer state",
 			mib(out->optim_state), s->tc.optimizer);

@@ -104,7 +104,8 @@ struct kiln_pipe {
 	int lo[KILN_PIPE_MAX_STAGES], hi[KILN_PIPE_MAX_STAGES]; /* layers */
 	size_t glo[KILN_PIPE_MAX_STAGES], ghi[KILN_PIPE_MAX_STAGES]; /* trainable slice */
 	void *gadd[KILN_PIPE_MAX_STAGES], *gmean[KILN_PIPE_MAX_STAGES];
-	float *grads_more;           /* micro-batches 1.. write here */
+	float *grads_more;           /* micro-batches 1.. write here, where a layer
+				      * cannot add in its ops (NULL: they add) */
 	float **tie;                 /* K: each plan's gradients of tied weights' other users */
 	void **xadd;                 /* per crossing tensor: the gradient return's add */
 	struct kiln_stage_transport tr;
@@ -178,13 +179,15 @@ static void stage_ranges(struct kiln_pipe *pp)
 	}
 }
 
-/* The adds and the scale to the mean over each stage's slice, the second
- * gradient buffer (its padding zeroed once), the adds of the gradient
- * returns. */
+/* The scale to the mean over each stage's slice; where a layer cannot
+ * add its parameter gradients in its own ops (kiln_model_grad_accum_ok),
+ * the second gradient buffer (its padding zeroed once) and the adds from
+ * it; the adds of the gradient returns. */
 static kiln_status prepare_grads(struct kiln_pipe *pp)
 {
 	kiln_status st;
 	const struct kiln_plan *p0 = pp->plan[0];
+	const int beside = !kiln_model_grad_accum_ok(pp->m);
 	for (int s = 0; s < pp->P && pp->M * pp->A > 1; s++) {
 		int64_t n = pp->ghi[s] > pp->glo[s] ? (int64_t)(pp->ghi[s] - pp->glo[s]) : 0;
 		if (!n)
@@ -196,11 +199,11 @@ static kiln_status prepare_grads(struct kiln_pipe *pp)
 		kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &n);
 		op.out[0] = op.in[0];
 		op.f[0] = 1.0 / ((double)pp->M * (double)pp->A);
-		if ((st = kiln_device_prepare_add(sdev(pp, s), n, &pp->gadd[s])) ||
+		if ((beside && (st = kiln_device_prepare_add(sdev(pp, s), n, &pp->gadd[s]))) ||
 		    (st = kiln_device_prepare(sdev(pp, s), &op, &pp->gmean[s], NULL)))
 			return st;
 	}
-	if (pp->M * pp->A > 1 && pp->m->n_elems) {
+	if (beside && pp->M * pp->A > 1 && pp->m->n_elems) {
 		if ((st = kiln_device_alloc(pp->dev, pp->m->n_elems * sizeof(float),
 					    (void **)&pp->grads_more)))
 			return st;
@@ -523,8 +526,9 @@ static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int 
 
 /* Backward of stage s for micro-batch j: the returned gradients, its
  * layers' backwards (micro-batch 0 writes the parameter gradients, the
- * others write beside them and add into the stage's slice; the last
- * scales it to the mean), then its inputs' gradients sent back. */
+ * others add into them in the layers' ops, or where a layer cannot, write
+ * beside them and add into the stage's slice; the last scales it to the
+ * mean), then its inputs' gradients sent back. */
 static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				  const void *x, const void *y, void *metrics)
 {
@@ -542,10 +546,12 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	/* the optimizer step's first micro-batch writes, the others add */
 	const int first = !pp->a && !j;
 	m->grad_out_d = first ? NULL : pp->grads_more;
+	m->grad_accum = !first && !pp->grads_more;
 	if (pp->tie)
 		m->tie_grads_d = pp->tie[k];
 	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss);
 	m->grad_out_d = NULL;
+	m->grad_accum = 0;
 	m->tie_grads_d = tie;
 	if (st)
 		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);

@@ -194,6 +194,23 @@ static void report_cpu(const struct kiln_pipe_timing *t, char *line, size_t n)
 			 t->cpu_span_ns > 0 ? 1.0 - sum / ((double)t->P * t->cpu_span_ns) : 0);
 }
 
+/* At debug level: the last step's passes, per stage in the order they
+ * ran, each in the CPU time of its stream's thread (ms): what makes the
+ * passes unequal, which the schedule's bubble assumes they are not. */
+static void report_passes(const struct kiln_pipe_timing *t)
+{
+	char line[2048];
+	for (int s = 0; s < t->P; s++) {
+		int k = snprintf(line, sizeof line, "last step's passes, stage %d, CPU ms:", s);
+		for (int i = 0; i < t->n_act && k < (int)sizeof line; i++)
+			if (t->act[i].stage == s)
+				k += snprintf(line + k, sizeof line - (size_t)k, " %s%d %.2f",
+					      t->act[i].kind == KILN_PIPE_FWD ? "F" : "B", t->act[i].mb,
+					      (double)(t->c[2 * i + 1] - t->c[2 * i]) / 1e6);
+		kiln_log(KILN_LOG_DEBUG, "pipeline", "%s", line);
+	}
+}
+
 kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device *dev, void *stream)
 {
 	return t ? kiln_device_host_fn(dev, stream, fold, t) : KILN_OK;
@@ -230,6 +247,7 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 		kiln_profile_note(t->prof, line);
 	report_cpu(t, line, sizeof line);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	report_passes(t);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	return KILN_OK;

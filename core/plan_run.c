@@ -56,7 +56,8 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 									       : m->grads_d, i, k)
 				       : NULL;
 	}
-	r->dw_accum = 0;
+	/* a user of a tied weight that writes it beside (tie_grad) writes */
+	r->dw_accum = p->training && m->grad_accum && L->tie_grad < 0;
 	r->workspace = p->ws;
 	r->workspace_bytes = p->ws_bytes;
 	r->labels = labels;
@@ -68,6 +69,21 @@ static void fill_run(struct kiln_plan *p, int i, struct kiln_layer_run *r, const
 	r->loss_scale = m->scaler_d; /* the scale is element 0 */
 	r->group = p->training && m->group_ranks > 1 ? m->group : NULL;
 	r->pos = p->pos;
+}
+
+int kiln_model_grad_accum_ok(const struct kiln_model *m)
+{
+	for (int i = 0; i < m->n_layers; i++) {
+		const struct model_layer *L = &m->layers[i];
+		int trained = 0;
+		for (int k = 0; k < L->n_params; k++)
+			trained += m->params[L->pidx[k]].trainable && !m->params[L->pidx[k]].buffer;
+		if (trained && L->type->abi_minor < 9)
+			return 0;
+		if (L->tie_grad >= 0 && trained > 1)
+			return 0;
+	}
+	return 1;
 }
 
 kiln_status kiln_plan_run(struct kiln_plan *p, const void *x, const void *labels, void *metrics,

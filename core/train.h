@@ -118,7 +118,8 @@ struct trainer {
 	struct kiln_data_scratch scratch; /* reads on this thread (workers = 0) */
 	int64_t epoch;             /* of the batches being read */
 	void *x_norm;              /* transform_on = device: f32 input */
-	float *grads_more;         /* accumulate > 1: micro-steps 2.. write here */
+	float *grads_more;         /* accumulate > 1 where a layer cannot add in its ops
+				    * (kiln_model_grad_accum_ok): micro-steps 2.. write here */
 	void *grads_add;           /* grads_d += grads_more */
 	void *grads_mean;          /* grads_d *= 1 / accumulate */
 	void *clip;                /* KILN_OP_GRAD_CLIP, or NULL */

@@ -115,8 +115,9 @@ static kiln_status prep_schedule(struct trainer *t, double lr, int64_t total)
 	return kiln_device_prepare(t->dev, &op, &t->sched, NULL);
 }
 
-/* With accumulation: the second gradient buffer, the add that folds it
- * in and the scale to the mean. */
+/* With accumulation: the scale to the mean and, where a layer cannot
+ * add its parameter gradients in its own ops (kiln_model_grad_accum_ok),
+ * the second gradient buffer and the add that folds it in. */
 static kiln_status prep_accumulate(struct trainer *t)
 {
 	struct kiln_op op;
@@ -124,9 +125,10 @@ static kiln_status prep_accumulate(struct trainer *t)
 	const int64_t acc = t->acc;
 	if (acc > 1 && t->m->n_trainable) {
 		int64_t n = (int64_t)t->m->n_trainable;
-		if ((st = kiln_device_alloc(t->dev, t->m->n_elems * sizeof(float),
-					    (void **)&t->grads_more)) ||
-		    (st = kiln_device_prepare_add(t->dev, n, &t->grads_add)))
+		const int in_ops = kiln_model_grad_accum_ok(t->m);
+		if (!in_ops && ((st = kiln_device_alloc(t->dev, t->m->n_elems * sizeof(float),
+							(void **)&t->grads_more)) ||
+				(st = kiln_device_prepare_add(t->dev, n, &t->grads_add))))
 			return st;
 		/* each micro-step's loss is a mean over its batch: the sum of
 		 * N of them over N is the mean over the N batches */
@@ -138,6 +140,11 @@ static kiln_status prep_accumulate(struct trainer *t)
 		op.f[0] = 1.0 / (double)acc;
 		if ((st = kiln_device_prepare(t->dev, &op, &t->grads_mean, NULL)))
 			return st;
+		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s",
+			 (long long)acc, (long long)acc, (long long)(acc * t->B),
+			 in_ops ? "by the layers' ops" : "from a second buffer");
+		if (in_ops)
+			return KILN_OK;
 		/* backward never writes the alignment padding between tensors:
 		 * zero it once, so the add folds zeros into it */
 		void *fill;
@@ -149,8 +156,6 @@ static kiln_status prep_accumulate(struct trainer *t)
 		kiln_device_plan_free(t->dev, fill);
 		if (st || st2)
 			return st ? st : st2;
-		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld)",
-			 (long long)acc, (long long)acc, (long long)(acc * t->B));
 	}
 	return KILN_OK;
 }

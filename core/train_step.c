@@ -151,9 +151,11 @@ static kiln_status micro_ops(struct trainer *t, void *xd, void *yd, int64_t j)
 	struct kiln_plan *p = t->ptrain;
 	const int64_t acc = t->acc;
 	kiln_status st;
-	/* the first micro-step writes the gradients, the others write beside
-	 * them and add */
+	/* the first micro-step writes the gradients, the others add into
+	 * them in the layers' ops, or where a layer cannot (no grads_more
+	 * then) write beside them and add */
 	t->m->grad_out_d = j ? t->grads_more : NULL;
+	t->m->grad_accum = j && !t->grads_more;
 	trainer_phase(t, KILN_PHASE_FORWARD, 1);
 	st = kiln_plan_forward(p, xd, yd, t->metrics_dev, t->compute);
 	trainer_phase(t, KILN_PHASE_FORWARD, 0);
@@ -163,8 +165,9 @@ static kiln_status micro_ops(struct trainer *t, void *xd, void *yd, int64_t j)
 	/* buckets start during the backward that makes them final */
 	kiln_dist_overlap_next(t->dist, acc == 1);
 	st = kiln_plan_backward(p, xd, yd, t->metrics_dev, t->compute);
+	t->m->grad_accum = 0;
 	trainer_label(t, "accumulate", KILN_PHASE_BACKWARD);
-	if (!st && j) {
+	if (!st && j && t->grads_more) {
 		struct kiln_op_args a = { .in = { t->m->grads_d, t->grads_more },
 					  .out = { t->m->grads_d } };
 		st = kiln_device_run(t->dev, t->grads_add, &a, t->compute);

@@ -119,6 +119,30 @@ static void conv_case(struct fx *f, const struct conv_g *q, int nhwc)
 			NEAR(got[o], db[o], dbm[o], 1e-4, "CONV_BWD_WEIGHTS %s: db[%d] = %.7g, want %.7g",
 			     tag, o, got[o], db[o]);
 	}
+	/* ABI 2.9: accumulated (dw += ..., db += ...) equals written, then
+	 * added: twice the written gradients.  A device may refuse it (the
+	 * layer then adds from scratch); the CPU adds through its reorder. */
+	float *once = malloc((nw + (size_t)O) * 4);
+	dget(f, once, dDW, nw * 4);
+	dget(f, once + nw, dDB, (size_t)O * 4);
+	op.flags = KILN_OPF_ACCUMULATE;
+	st = run_op(f, &op, in, out);
+	ck_assert_msg(st == KILN_OK || (st == KILN_ENOTSUP && strcmp(g_name, "cpu")),
+		      "CONV_BWD_WEIGHTS accumulated %s on %s: status %d (%s)", tag, g_name, st,
+		      kiln_last_error());
+	if (!st) {
+		dget(f, got, dDW, nw * 4);
+		for (size_t i = 0; i < nw; i++)
+			NEAR(got[i], 2.0 * once[i], 2.0 * dwm[i], 1e-6,
+			     "CONV_BWD_WEIGHTS accumulated %s: dw[%zu] = %.7g, want %.7g", tag, i, got[i],
+			     2.0 * once[i]);
+		dget(f, got, dDB, (size_t)O * 4);
+		for (int o = 0; q->bias && o < O; o++)
+			NEAR(got[o], 2.0 * once[nw + o], 2.0 * dbm[o], 1e-6,
+			     "CONV_BWD_WEIGHTS accumulated %s: db[%d] = %.7g, want %.7g", tag, o, got[o],
+			     2.0 * once[nw + o]);
+	}
+	free(once);
 	free(got);
 
 	void *d[] = { dX, dDY, dW, dB, dY, dDX, dDW, dDB };

@@ -20,10 +20,17 @@
  * Tolerance: max |kiln - PyTorch| <= 1e-4 * max(0.1, max |PyTorch|) per
  * tensor (accumulation orders differ; the generator checks that float32
  * PyTorch is within a quarter of this of float64); losses: relative 1e-4.
+ *
+ * Each case (and its bf16 and f16 runs) then runs its pass again with
+ * the layers adding their parameter gradients (kiln_layer_run.dw_accum,
+ * ABI 2.9: a micro-step after an optimizer step's first), which must
+ * leave twice the gradients the first pass wrote: the write-then-add
+ * result, to float rounding.
  */
 #include <check.h>   /* START_TEST, ck_assert_msg, tcase_add_loop_test */
 #include "check_main.h"
 #include "test_util.h"
+#include "graph.h"   /* kiln_model.grad_accum */
 #include <jansson.h> /* the safetensors header */
 #include <kiln/kiln.h>
 #include <math.h>
@@ -321,6 +328,51 @@ static char *case_ini(const char *key, int nhwc)
 
 /* ---- one training pass per case ------------------------------------------- */
 
+/* The pass again with the layers adding their parameter gradients
+ * (grad_accum: every dw_accum set): each gradient becomes twice what the
+ * first pass wrote, within 1e-6 of its largest magnitude (max 0.1). */
+static void check_accumulated(struct rig *r, struct kiln_plan *p)
+{
+	const int n = kiln_model_param_count(r->m);
+	float **once = calloc((size_t)n, sizeof *once);
+	float m[2];
+	for (int i = 0; i < n; i++) {
+		struct kiln_param_info info;
+		kiln_model_param_get(r->m, i, &info);
+		if (!info.grad)
+			continue;
+		const int64_t k = kiln_tensor_numel(&info.desc);
+		once[i] = malloc(sizeof(float) * (size_t)k);
+		TEST_D2H(r, once[i], info.grad, sizeof(float) * (size_t)k);
+	}
+	ck_assert_msg(kiln_model_grad_accum_ok(r->m), "%s: a built-in layer cannot accumulate", r->tag);
+	r->m->grad_accum = 1;
+	pass(r, p, m);
+	r->m->grad_accum = 0;
+	for (int i = 0; i < n; i++) {
+		struct kiln_param_info info;
+		kiln_model_param_get(r->m, i, &info);
+		if (!once[i])
+			continue;
+		const int64_t k = kiln_tensor_numel(&info.desc);
+		float *got = malloc(sizeof(float) * (size_t)k);
+		TEST_D2H(r, got, info.grad, sizeof(float) * (size_t)k);
+		double scale = 0.1, err = 0;
+		int64_t at = 0;
+		for (int64_t e = 0; e < k; e++)
+			scale = fmax(scale, fabs(2.0 * once[i][e]));
+		for (int64_t e = 0; e < k; e++)
+			if (!(fabs(got[e] - 2.0 * once[i][e]) <= err))
+				err = fabs(got[e] - 2.0 * once[i][e]), at = e;
+		ck_assert_msg(err <= 1e-6 * scale,
+			      "%s: %s accumulated: max |error| %g at %lld (%.8g, want %.8g)", r->tag,
+			      info.name, err, (long long)at, got[at], 2.0 * once[i][at]);
+		free(got);
+		free(once[i]);
+	}
+	free(once);
+}
+
 START_TEST(test_case)
 {
 	const char *name = ref.cases[_i / 2];
@@ -414,6 +466,13 @@ START_TEST(test_case)
 		check_plan_tensor(&r, p, "t", "y", key);
 		kiln_plan_free(p);
 	}
+	/* accumulated gradients: after the evaluation, since the passes move
+	 * batchnorm's running statistics */
+	ck_assert_msg(kiln_model_plan_ex(r.m, N, &(struct kiln_plan_opts){ .training = 1 }, &p) == 0,
+		      "%s: %s", tag, kiln_last_error());
+	pass(&r, p, m);
+	check_accumulated(&r, p);
+	kiln_plan_free(p);
 	rig_close(&r);
 	free(ini);
 }
@@ -592,6 +651,8 @@ START_TEST(test_lowp)
 			      tag, lname[l], e, tol);
 		free((void *)lname[l]);
 	}
+	/* the f32 gradients added from low-precision operands */
+	check_accumulated(&r, p);
 	kiln_plan_free(p);
 	rig_close(&r);
 	free(ini);

@@ -234,6 +234,7 @@ if HAVE_CHECK
 check_PROGRAMS += tests/check_layers tests/check_graph
 TESTS += tests/check_layers tests/check_graph
 tests_check_layers_CFLAGS = $(CHECK_SUITE_CFLAGS) $(JANSSON_CFLAGS)
+tests_check_layers_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_layers_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS) -lm
 tests_check_graph_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_graph_LDADD = libkiln.la $(CHECK_LIBS) -lm

@@ -14,6 +14,7 @@ struct bn {
 	int64_t C;
 	struct kiln_tensor_desc x, c;
 	void *train, *replay, *infer, *bwd, *acc;
+	void *acc_c; /* a [C] gradient added into its parameter's (dw_accum) */
 	/* a fused ReLU: the forwards' ACTs where the device ran it apart; its
 	 * backward before bwd where bwd does not fold it (front bytes) */
 	void *act[3], *mask;
@@ -119,7 +120,8 @@ static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.in[0] = op.in[1] = s->x, op.in[2] = s->c, op.in[3] = saved;
 	op.out[0] = s->x, op.out[1] = op.out[2] = s->c;
 	op.f[0] = s->eps;
-	if ((st = bn_plan_bwd(h, l, dev, &op, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
+	if ((st = bn_plan_bwd(h, l, dev, &op, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)) ||
+	    (l->trainable && (st = prep_acc(h, l, dev, &s->c, &s->acc_c))))
 		return st;
 	l->saved_bytes = s->stat_bytes;
 	/* scratch: [masked dy (a fused ReLU not folded) | a dx to add into
@@ -163,18 +165,26 @@ static kiln_status bn_backward(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
 	if (st)
 		return st;
-	/* scratch layout: [dx (when accumulating) | dgamma dbeta (when frozen)] */
+	/* scratch layout: [dx (when accumulating) | dgamma dbeta (when frozen,
+	 * or added into the parameters' gradients: the op overwrites)] */
 	char *scr = r->workspace;
-	void *dg = r->dw[0] ? r->dw[0] : scr + s->dx_bytes;
-	void *db = r->dw[1] ? r->dw[1] : scr + s->dx_bytes + s->stat_bytes;
+	const int dw_add = r->dw[0] && r->dw_accum;
+	void *dg = r->dw[0] && !dw_add ? r->dw[0] : scr + s->dx_bytes;
+	void *db = r->dw[1] && !dw_add ? r->dw[1] : scr + s->dx_bytes + s->stat_bytes;
 	struct kiln_op_args a = { .in = { r->x[0], r->dy, r->w[0], r->saved, s->fold ? r->y : NULL },
 				  .out = { NULL, dg, db } };
 	int accum = r->dx[0] && r->dx_accum[0];
 	void *dx = r->dx[0] ? r->dx[0] : scr; /* dx unused: write it to scratch */
 	if (s->sync)
-		return bn_sync_backward(h, s->sync, r, dg, db, dx, accum, s->acc);
-	return run_maybe_acc(h, r, s->bwd, &a, dx, accum, s->acc,
-			     s->dx_bytes + 2 * s->stat_bytes);
+		st = bn_sync_backward(h, s->sync, r, dg, db, dx, accum, s->acc);
+	else
+		st = run_maybe_acc(h, r, s->bwd, &a, dx, accum, s->acc,
+				   s->dx_bytes + 2 * s->stat_bytes);
+	for (int k = 0; k < 2 && !st && dw_add; k++) {
+		struct kiln_op_args b = { .in = { k ? db : dg }, .out = { r->dw[k] } };
+		st = h->device_run(r->dev, s->acc_c, &b, r->stream);
+	}
+	return st;
 }
 
 static void bn_destroy(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev)

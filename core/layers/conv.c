@@ -11,9 +11,13 @@ struct conv {
 	int64_t out, k[2], stride[2], pad[2], dil[2], groups;
 	int bias;
 	struct kiln_tensor_desc x, y, w;
-	void *fwd, *bwd_data, *bwd_w, *acc;
+	void *fwd, *bwd_data, *acc;
+	/* the weight (and bias) gradient: [0] written, [1] added into
+	 * (dw_accum; ABI 2.9), or NULL where the device cannot add: then
+	 * written into scratch and added by acc_w, acc_b */
+	void *bwd_w[2], *acc_w, *acc_b;
 	void *act, *mask; /* a fused activation run apart; the fused ReLU's backward */
-	size_t dx_bytes, front;
+	size_t dx_bytes, dw_bytes, front;
 	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
 };
@@ -116,6 +120,31 @@ static void geometry(struct kiln_op *op, const struct conv *s)
 	op->i[6] = s->groups;
 }
 
+/* The weight gradient's ops (bias too): written, and added into where
+ * the device can (KILN_OPF_ACCUMULATE on CONV_BWD_WEIGHTS, ABI 2.9); else
+ * written into scratch (dw_bytes of the workspace) and added. */
+static kiln_status plan_bwd_w(const struct kiln_host *h, struct kiln_layer *l,
+			      struct kiln_device *dev, const struct kiln_tensor_desc *b, size_t *w)
+{
+	struct conv *s = l->priv;
+	struct kiln_op op;
+	kiln_status st;
+	op_init(&op, KILN_OP_CONV_BWD_WEIGHTS, 2, s->bias ? 2 : 1);
+	op.in[0] = s->x, op.in[1] = s->y, op.out[0] = s->w, op.out[1] = *b;
+	geometry(&op, s);
+	if ((st = prep(h, l, dev, &op, &s->bwd_w[0], w)))
+		return st;
+	op.flags = KILN_OPF_ACCUMULATE;
+	if ((st = prep(h, l, dev, &op, &s->bwd_w[1], w)) != KILN_ENOTSUP)
+		return st;
+	s->bwd_w[1] = NULL;
+	s->dw_bytes = ALIGN64(kiln_tensor_bytes(&s->w)) + (s->bias ? kiln_tensor_bytes(b) : 0);
+	if ((st = prep_acc(h, l, dev, &s->w, &s->acc_w)) ||
+	    (s->bias && (st = prep_acc(h, l, dev, b, &s->acc_b))))
+		return st;
+	return KILN_OK;
+}
+
 static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 			     struct kiln_device *dev, size_t *ws)
 {
@@ -150,16 +179,35 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
 	s->dx_bytes = kiln_tensor_bytes(&s->x);
-	if (l->trainable) {
-		op_init(&op, KILN_OP_CONV_BWD_WEIGHTS, 2, s->bias ? 2 : 1);
-		op.in[0] = s->x, op.in[1] = s->y, op.out[0] = s->w, op.out[1] = b;
-		geometry(&op, s);
-		if ((st = prep(h, l, dev, &op, &s->bwd_w, &w)))
-			return st;
-	}
-	/* [masked dy (fused ReLU; backward) | dx scratch | the ops' own] */
-	*ws = s->front + ALIGN64(s->dx_bytes) + w;
+	if (l->trainable && (st = plan_bwd_w(h, l, dev, &b, &w)))
+		return st;
+	/* [masked dy (fused ReLU; backward) | dx scratch, or dw and db
+	 * scratch | the ops' own] */
+	*ws = s->front + ALIGN64(s->dx_bytes > s->dw_bytes ? s->dx_bytes : s->dw_bytes) + w;
 	return KILN_OK;
+}
+
+/* The weight (and bias) gradient, written or added (dw_accum). */
+static kiln_status conv_bwd_w(const struct kiln_host *h, const struct conv *s,
+			      const struct kiln_layer_run *r)
+{
+	struct kiln_op_args a = { .in = { r->x[0], r->dy },
+				  .out = { r->dw[0], s->bias ? r->dw[1] : NULL } };
+	const int beside = r->dw_accum && !s->bwd_w[1];
+	if (!beside)
+		return run_op(h, r, s->bwd_w[r->dw_accum ? 1 : 0], &a);
+	char *scr = r->workspace;
+	const size_t off = ALIGN64(s->dx_bytes > s->dw_bytes ? s->dx_bytes : s->dw_bytes);
+	a.out[0] = scr;
+	a.out[1] = s->bias ? scr + ALIGN64(kiln_tensor_bytes(&s->w)) : NULL;
+	a.workspace = scr + off;
+	a.workspace_bytes = r->workspace_bytes - off;
+	kiln_status st = h->device_run(r->dev, s->bwd_w[0], &a, r->stream);
+	for (int k = 0; k < (s->bias ? 2 : 1) && !st; k++) {
+		struct kiln_op_args b = { .in = { a.out[k] }, .out = { r->dw[k] } };
+		st = h->device_run(r->dev, k ? s->acc_b : s->acc_w, &b, r->stream);
+	}
+	return st;
 }
 
 static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
@@ -186,13 +234,9 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
 	if (st)
 		return st;
-	if (r->dw[0]) {
-		/* written on the first micro-step: no zeroing pass */
-		struct kiln_op_args a = { .in = { r->x[0], r->dy },
-					  .out = { r->dw[0], s->bias ? r->dw[1] : NULL } };
-		if ((st = run_op(h, r, s->bwd_w, &a)))
-			return st;
-	}
+	/* written on the first micro-step (no zeroing pass), then added */
+	if (r->dw[0] && (st = conv_bwd_w(h, s, r)))
+		return st;
 	if (r->dx[0]) {
 		struct kiln_op_args a = { .in = { r->dy, w_compute(r, 0) } };
 		return run_maybe_acc(h, r, s->bwd_data, &a, r->dx[0], r->dx_accum[0], s->acc,

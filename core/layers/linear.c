@@ -20,8 +20,8 @@ struct linear {
 	void *mask;       /* the fused ReLU's backward, before the others */
 	size_t front;     /* its bytes at the front of the workspace */
 	void *dx[2];      /* dx = dy W, [0] write, [1] accumulate */
-	void *dw;         /* dW = dy^T x */
-	void *db;         /* db = sum_rows dy */
+	void *dw[2];      /* dW = dy^T x, [0] write, [1] accumulate (dw_accum) */
+	void *db[2];      /* db = sum_rows dy, the same */
 	int reorder;      /* channels-last input: x is read through a copy */
 	void *to_nchw, *from_nchw[2];
 	size_t x_bytes;
@@ -136,7 +136,7 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	if (l->trainable) {
 		/* dW[N,K] = dy[B,N]^T . x[B,K], f32 from compute-dtype operands */
 		gemm_op(&op, 2, 1, 0, N, K, B, dt, KILN_F32);
-		if ((st = prep(h, l, dev, &op, &s->dw, ws)))
+		if ((st = prep_pair(h, l, dev, &op, s->dw, ws)))
 			return st;
 	}
 	if (l->trainable && s->bias) {
@@ -145,7 +145,7 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 		f32_desc(&op.in[0], B, N, 0);
 		op.in[0].dtype = dt;
 		f32_desc(&op.out[0], N, 0, 0);
-		if ((st = prep(h, l, dev, &op, &s->db, ws)))
+		if ((st = prep_pair(h, l, dev, &op, s->db, ws)))
 			return st;
 	}
 	/* workspace: [masked dy (fused ReLU) | x in C,H,W order | dx in C,H,W
@@ -212,15 +212,17 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 	if (r->dw[0]) {
 		if ((st = input_rows(h, l, r, &x)))
 			return st;
-		/* dW is written on the first micro-step (beta = 0): no memset */
+		/* dW is written on the first micro-step (beta = 0): no memset;
+		 * the later ones add (beta = 1) */
+		const int acc = r->dw_accum != 0;
 		a = (struct kiln_op_args){ .in = { r->dy, x }, .out = { r->dw[0] } };
 		ops_ws(&a, s, r);
-		if ((st = h->device_run(r->dev, s->dw, &a, r->stream)))
+		if ((st = h->device_run(r->dev, s->dw[acc], &a, r->stream)))
 			return st;
 		if (s->bias) {
 			a = (struct kiln_op_args){ .in = { r->dy }, .out = { r->dw[1] } };
 			ops_ws(&a, s, r);
-			if ((st = h->device_run(r->dev, s->db, &a, r->stream)))
+			if ((st = h->device_run(r->dev, s->db[acc], &a, r->stream)))
 				return st;
 		}
 	}

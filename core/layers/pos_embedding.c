@@ -14,7 +14,7 @@
 struct pos_embedding {
 	struct layer_plans plans;
 	int64_t max_len, B, T, C;
-	void *copy, *add, *dx[2], *dw, *zero_tail;
+	void *copy, *add, *dx[2], *dw[2], *zero_tail; /* dw: [dw_accum] */
 	void *row; /* decode plans: weight[pos] (EMBEDDING of the position) */
 };
 
@@ -94,7 +94,7 @@ static kiln_status pos_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
 	op.in[0] = rows;
 	f32_desc(&op.out[0], s->T * s->C, 0, 0);
-	if ((st = prep(h, l, dev, &op, &s->dw, ws)))
+	if ((st = prep_pair(h, l, dev, &op, s->dw, ws)))
 		return st;
 	if (s->T == s->max_len)
 		return KILN_OK;
@@ -134,8 +134,9 @@ static kiln_status pos_backward(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st = KILN_OK;
 	if ((!dx_shares_dy(r, 0) && (st = run_dx(h, r, s->dx, 0, &a))) || !r->dw[0])
 		return st;
+	/* the rows past T: zeroed when written, left (zero) when added into */
 	a = (struct kiln_op_args){ .in = { r->dy }, .out = { r->dw[0] } };
-	if ((st = run_op(h, r, s->dw, &a)) || !s->zero_tail)
+	if ((st = run_op(h, r, s->dw[r->dw_accum ? 1 : 0], &a)) || !s->zero_tail || r->dw_accum)
 		return st;
 	a = (struct kiln_op_args){ .out = { (float *)r->dw[0] + s->T * s->C } };
 	return run_op(h, r, s->zero_tail, &a);

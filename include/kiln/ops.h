@@ -135,7 +135,10 @@ enum kiln_op_type {
 	 * writes to scratch and adds. */
 	KILN_OP_CONV_BWD_DATA = 14,
 	/* out0 dw[O,C/g,KH,KW] (and out1 db[O] when n_out = 2) from in0 x and
-	 * in1 dy.  Always overwrites (oneDNN cannot accumulate here). */
+	 * in1 dy, overwritten; ABI 2.9: with KILN_OPF_ACCUMULATE added into
+	 * (dw += ..., db += ...: gradient accumulation).  A device may refuse
+	 * the flag (KILN_ENOTSUP): the caller then writes to scratch and adds;
+	 * the core never asks a device built before 2.9. */
 	KILN_OP_CONV_BWD_WEIGHTS = 15,
 	/* Batch normalisation over N, H, W per channel (2-d [N, C] inputs too).
 	 * f[0] eps, f[1] momentum (PyTorch's: new = (1-m)*old + m*batch).

@@ -66,7 +66,14 @@ extern "C" {
  * 2.8: chained INT8: QCONV/QLINEAR with u8 in0 and/or out0, max POOL on
  *      u8 in inference (kiln/ops.h).
  * 2.9: kiln_layer.dx_is_dy (a residual add's input gradients share its
- *      output gradient's storage). */
+ *      output gradient's storage).
+ * 2.9: accumulated weight gradients: KILN_OP_CONV_BWD_WEIGHTS takes
+ *      KILN_OPF_ACCUMULATE (adds into dw and db; the core asks no device
+ *      built before 2.9, and a device may refuse it with KILN_ENOTSUP);
+ *      the core sets kiln_layer_run.dw_accum (a layer built for 2.9 or
+ *      later must honour it: add into every dw[k]) on the micro-steps
+ *      after an optimizer step's first, for layers built for 2.9 or later
+ *      (kiln/ops.h, docs/plugins.md "ABI 2.9"). */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 9
 
@@ -895,7 +902,9 @@ struct kiln_layer {
 
 /* Everything one forward or backward call may touch.  Pointers are device
  * memory.  dx_accum[i]/dw_accum: 0 = write, 1 = add into (the first writer
- * of a buffer in a step writes, later ones accumulate). */
+ * of a buffer in a step writes, later ones accumulate).  dw_accum covers
+ * every dw[k]; the core sets it (gradient accumulation, a pipeline's
+ * micro-batches) only for layers built for ABI 2.9 or later, 0 before. */
 struct kiln_layer_run {
 	struct kiln_device *dev;
 	void *stream;

@@ -15,6 +15,13 @@
  * gradient, the workspace into the caller's dw after it).  The scratchpad
  * is user-managed; workspace = [scratchpad | 64-aligned reordered weights].
  *
+ * CONV_BWD_WEIGHTS with KILN_OPF_ACCUMULATE (ABI 2.9) adds into dw and db:
+ * oneDNN 2.6's backward convolutions take no sum post-op, but a reorder
+ * does, so the kernel writes its gradients into the workspace and a
+ * reorder with sum (beta = 1) moves them into the caller's (for dw the
+ * reorder from the kernel's layout there is anyway whenever it is not
+ * OIHW; the bias's is the O floats).
+ *
  * oneDNN's dilation is PyTorch's minus one.  Right padding is given equal
  * to the left one: oneDNN rounds the output size down like PyTorch, so the
  * rows a floor drops are never read.
@@ -75,6 +82,7 @@ enum { TX, TY, TW };
 struct conv_build {
 	const struct kiln_tensor_desc *x, *w, *y;
 	int has_bias, nhwc, kf32;
+	int acc;                       /* BWD_WEIGHTS adds into dw, db */
 	dnnl_data_type_t adt, wdd, kdt;
 	int64_t N, C, H, W, O, Cg, KH, KW, OH, OW, g;
 	dnnl_dims_t strides, dil, pad;
@@ -84,6 +92,9 @@ struct conv_build {
 	dnnl_primitive_desc_t fwd, pd;
 	dnnl_primitive_attr_t attr;
 	dnnl_primitive_attr_t rattr; /* the reorders': attr without its post-ops */
+	dnnl_primitive_attr_t sattr; /* with acc: the reorders out, with a sum */
+	dnnl_primitive_desc_t rpd_b; /* with acc and a bias: db's reorder out */
+	size_t b_off;                /* ... from this workspace offset */
 };
 
 /* Which tensor is which, and the dtypes: f32, or bf16 activations and
@@ -107,6 +118,7 @@ static kiln_status conv_roles(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	} else {
 		b->x = &op->in[0], b->w = &op->out[0], b->y = &op->in[1];
 		b->has_bias = op->n_out == 2;
+		b->acc = (op->flags & KILN_OPF_ACCUMULATE) != 0;
 	}
 	const int lowp = b->x->dtype == KILN_BF16;
 	const int wdt = type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : b->x->dtype;
@@ -180,6 +192,16 @@ static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	 * fused activation must not reach the reorders around the kernel */
 	CPU_DNN_TRY(dnnl_primitive_attr_create(&b->rattr));
 	CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(b->rattr, dnnl_scratchpad_mode_user));
+	if (b->acc) { /* dst = src + dst: the reorders out of the kernel's copies */
+		dnnl_post_ops_t po = NULL;
+		CPU_DNN_TRY(dnnl_primitive_attr_create(&b->sattr));
+		CPU_DNN_TRY(dnnl_primitive_attr_set_scratchpad_mode(b->sattr, dnnl_scratchpad_mode_user));
+		CPU_DNN_TRY(dnnl_post_ops_create(&po));
+		dnnl_status_t s1 = dnnl_post_ops_append_sum(po, 1.0f);
+		dnnl_status_t s2 = s1 == dnnl_success ? dnnl_primitive_attr_set_post_ops(b->sattr, po) : s1;
+		dnnl_post_ops_destroy(po);
+		CPU_DNN_TRY(s2);
+	}
 	if (p->op.flags & KILN_OPF_ACT) { /* the fused activation: CONV only (opcheck) */
 		dnnl_post_ops_t po = NULL;
 		CPU_DNN_TRY(dnnl_post_ops_create(&po));
@@ -260,7 +282,8 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 	for (int k = 0; k < 3; k++) {
 		t[k].kern = dnnl_primitive_desc_query_md(b->pd, t[k].q, 0);
 		t[k].m_user = t[k].m_kern = -1;
-		if (dnnl_memory_desc_equal(t[k].kern, &t[k].user))
+		const int sum = k == TW && b->acc; /* always through a reorder that adds */
+		if (!sum && dnnl_memory_desc_equal(t[k].kern, &t[k].user))
 			continue;
 		(*n_reorder)++;
 		if (t[k].in)
@@ -268,12 +291,24 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 								       t[k].kern, c->engine, b->rattr));
 		else
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, t[k].kern, c->engine,
-								       &t[k].user, c->engine, b->rattr));
+								       &t[k].user, c->engine,
+								       sum ? b->sattr : b->rattr));
 		const size_t rs = cpu_dnn_scratch(t[k].rpd);
 		if (rs > scratch)
 			scratch = rs;
 	}
+	if (b->acc && b->has_bias) {
+		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->rpd_b, &b->b_md, c->engine, &b->b_md,
+							       c->engine, b->sattr));
+		const size_t rs = cpu_dnn_scratch(b->rpd_b);
+		if (rs > scratch)
+			scratch = rs;
+	}
 	size_t off = align_up(scratch);
+	if (b->rpd_b) {
+		b->b_off = off;
+		off += align_up(dnnl_memory_desc_get_size(&b->b_md));
+	}
 	for (int k = 0; k < 3; k++)
 		if (t[k].rpd) {
 			t[k].off = off;
@@ -294,7 +329,7 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 	const int type = p->op.type;
 	struct cpu_dnn *d = p->dnn;
 	struct conv_tens *t = b->t;
-	int m_b = -1, m_sp = -1;
+	int m_b = -1, m_bu = -1, m_sp = -1;
 	for (int k = 0; k < 3; k++) {
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &t[k].user, t[k].bind, t[k].idx, 0, &t[k].m_user));
 		t[k].m_kern = t[k].m_user;
@@ -304,6 +339,10 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 	if (b->has_bias)
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->b_md, type == KILN_OP_CONV ? CPU_BIND_IN : CPU_BIND_OUT,
 					type == KILN_OP_CONV ? 2 : 1, 0, &m_b));
+	if (b->rpd_b) { /* db into the workspace, then added into the caller's */
+		m_bu = m_b;
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->b_md, CPU_BIND_WS, 0, b->b_off, &m_b));
+	}
 	if (cpu_dnn_scratch(b->pd))
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(b->pd, dnnl_query_scratchpad_md, 0),
 					CPU_BIND_WS, 0, 0, &m_sp));
@@ -337,6 +376,18 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 			CPU_DNN_TRY(cpu_dnn_step(d, t[k].rpd, n, arg, mem));
 		}
 	}
+	if (b->rpd_b) {
+		n = 0;
+		ARG(DNNL_ARG_FROM, m_b);
+		ARG(DNNL_ARG_TO, m_bu);
+		if (cpu_dnn_scratch(b->rpd_b)) {
+			int m;
+			CPU_DNN_TRY(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(b->rpd_b, dnnl_query_scratchpad_md, 0),
+						CPU_BIND_WS, 0, 0, &m));
+			ARG(DNNL_ARG_SCRATCHPAD, m);
+		}
+		CPU_DNN_TRY(cpu_dnn_step(d, b->rpd_b, n, arg, mem));
+	}
 #undef ARG
 out:
 	return st;
@@ -367,7 +418,9 @@ out: /* oneDNN's destroy functions take NULL */
 		dnnl_primitive_desc_destroy(b.t[k].rpd);
 	dnnl_primitive_desc_destroy(b.pd);
 	dnnl_primitive_desc_destroy(b.fwd);
+	dnnl_primitive_desc_destroy(b.rpd_b);
 	dnnl_primitive_attr_destroy(b.attr);
 	dnnl_primitive_attr_destroy(b.rattr);
+	dnnl_primitive_attr_destroy(b.sattr);
 	return st;
 }

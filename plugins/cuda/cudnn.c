@@ -36,8 +36,9 @@
  * reused round-robin), so steps over a static memory plan allocate
  * nothing after the first.
  *
- * Accumulation (KILN_OPF_ACCUMULATE) is refused like the CPU device does
- * (the caller writes scratch and adds).
+ * Accumulation (KILN_OPF_ACCUMULATE; on CONV_BWD_WEIGHTS, ABI 2.9) is
+ * refused (KILN_ENOTSUP): the caller writes scratch and adds.  (The graph
+ * API's wgrad takes no beta; not written.)
  */
 #include "cuda.h"
 #include "dnn.h"
