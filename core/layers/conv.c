@@ -13,6 +13,11 @@ struct conv {
 	struct kiln_tensor_desc x, y, w;
 	void *fwd, *bwd_data, *bwd_w, *acc;
 	void *act, *mask; /* a fused activation run apart; the fused ReLU's backward */
+	/* kept copies (KILN_OPF_KEEP, f32 training): fwd and bwd_w write them,
+	 * bwd_w and bwd_data read them; evaluation runs infer (and act_infer),
+	 * a data gradient without the weight gradient bwd_data_plain */
+	void *infer, *act_infer, *bwd_data_plain;
+	size_t kept_x, kept_dy; /* their bytes (0: none) */
 	size_t dx_bytes, front;
 	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
@@ -116,6 +121,49 @@ static void geometry(struct kiln_op *op, const struct conv *s)
 	op->i[6] = s->groups;
 }
 
+/* a u8[n] kept copy, n >= 1 (KILN_OPF_KEEP) */
+static struct kiln_tensor_desc kept_desc(size_t n)
+{
+	struct kiln_tensor_desc d;
+	int64_t dims[1] = { n ? (int64_t)n : 1 };
+	kiln_tensor_desc_init(&d, KILN_U8, 1, dims);
+	return d;
+}
+
+/* The forward and weight gradient with kept copies (f32 training, a device
+ * that has them): *op is the CONV; s->fwd keeps x for s->bwd_w (which
+ * keeps dy for the data gradient), s->infer is the evaluation's CONV.
+ * Leaves s->fwd NULL when the device keeps nothing (the caller then
+ * prepares as without). */
+static kiln_status plan_kept(const struct kiln_host *h, struct kiln_layer *l,
+			     struct kiln_device *dev, struct kiln_op *op, size_t *w)
+{
+	struct conv *s = l->priv;
+	struct kiln_op k = *op;
+	k.flags |= KILN_OPF_KEEP;
+	k.out[k.n_out++] = kept_desc(0);
+	kiln_status st = prep_act(h, l, dev, &k, &s->fwd, &s->act, w);
+	if (st == KILN_ENOTSUP || (!st && !(s->kept_x = h->device_aux_bytes(dev, s->fwd)))) {
+		s->fwd = s->act = NULL; /* freed with the layer's plans */
+		return KILN_OK;
+	}
+	if (st || (st = prep_act(h, l, dev, op, &s->infer, &s->act_infer, w)))
+		return st;
+	struct kiln_tensor_desc b;
+	f32_desc(&b, s->out, 0, 0);
+	op_init(&k, KILN_OP_CONV_BWD_WEIGHTS, 3, s->bias ? 3 : 2);
+	k.flags = KILN_OPF_KEEP;
+	k.in[0] = s->x, k.in[1] = s->y, k.in[2] = kept_desc(s->kept_x);
+	k.out[0] = s->w, k.out[1] = b, k.out[k.n_out - 1] = kept_desc(0);
+	geometry(&k, s);
+	if ((st = prep(h, l, dev, &k, &s->bwd_w, w)) == KILN_ENOTSUP) {
+		s->bwd_w = NULL; /* prepared without: x read as it is, the kept x unread */
+		return KILN_OK;
+	}
+	s->kept_dy = st ? 0 : h->device_aux_bytes(dev, s->bwd_w);
+	return st;
+}
+
 static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 			     struct kiln_device *dev, size_t *ws)
 {
@@ -139,9 +187,12 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 		*ws = w;
 		return st;
 	}
-	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w)) ||
+	if (l->trainable && s->x.dtype == KILN_F32 && (st = plan_kept(h, l, dev, &op, &w)))
+		return st;
+	if ((!s->fwd && (st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w))) ||
 	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front, &w)))
 		return st;
+	l->saved_bytes = s->kept_x;
 	/* dx is always written; a second consumer's share is added from
 	 * scratch (oneDNN's backward-data cannot accumulate) */
 	op_init(&op, KILN_OP_CONV_BWD_DATA, 2, 1);
@@ -149,16 +200,23 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	geometry(&op, s);
 	if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
+	if (s->kept_dy) { /* the data gradient reads the weight gradient's dy */
+		s->bwd_data_plain = s->bwd_data;
+		op.flags = KILN_OPF_KEEP;
+		op.n_in = 3, op.in[2] = kept_desc(s->kept_dy);
+		if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)))
+			return st;
+	}
 	s->dx_bytes = kiln_tensor_bytes(&s->x);
-	if (l->trainable) {
+	if (l->trainable && !s->bwd_w) {
 		op_init(&op, KILN_OP_CONV_BWD_WEIGHTS, 2, s->bias ? 2 : 1);
 		op.in[0] = s->x, op.in[1] = s->y, op.out[0] = s->w, op.out[1] = b;
 		geometry(&op, s);
 		if ((st = prep(h, l, dev, &op, &s->bwd_w, &w)))
 			return st;
 	}
-	/* [masked dy (fused ReLU; backward) | dx scratch | the ops' own] */
-	*ws = s->front + ALIGN64(s->dx_bytes) + w;
+	/* [masked dy (fused ReLU; backward) | dx scratch | kept dy | the ops' own] */
+	*ws = s->front + ALIGN64(s->dx_bytes) + ALIGN64(s->kept_dy) + w;
 	return KILN_OK;
 }
 
@@ -172,6 +230,9 @@ static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
 		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
 	a.workspace = r->workspace;
 	a.workspace_bytes = r->workspace_bytes;
+	if (s->infer && !r->training)
+		return run_then_act(h, r, s->infer, s->act_infer, &a);
+	a.out[1] = r->saved; /* the kept x, with kept copies */
 	return run_then_act(h, r, s->fwd, s->act, &a);
 }
 
@@ -186,17 +247,23 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
 	if (st)
 		return st;
+	/* rr's workspace: [dx scratch | kept dy | the ops' own] */
+	const size_t kept_off = ALIGN64(s->dx_bytes), own = kept_off + ALIGN64(s->kept_dy);
+	void *kept_dy = s->kept_dy ? (char *)r->workspace + kept_off : NULL;
 	if (r->dw[0]) {
 		/* written on the first micro-step: no zeroing pass */
-		struct kiln_op_args a = { .in = { r->x[0], r->dy },
+		struct kiln_op_args a = { .in = { r->x[0], r->dy, r->saved },
 					  .out = { r->dw[0], s->bias ? r->dw[1] : NULL } };
-		if ((st = run_op(h, r, s->bwd_w, &a)))
+		a.out[s->bias ? 2 : 1] = kept_dy;
+		a.workspace = (char *)r->workspace + own;
+		a.workspace_bytes = r->workspace_bytes - own;
+		if ((st = h->device_run(r->dev, s->bwd_w, &a, r->stream)))
 			return st;
 	}
 	if (r->dx[0]) {
-		struct kiln_op_args a = { .in = { r->dy, w_compute(r, 0) } };
-		return run_maybe_acc(h, r, s->bwd_data, &a, r->dx[0], r->dx_accum[0], s->acc,
-				     s->dx_bytes);
+		struct kiln_op_args a = { .in = { r->dy, w_compute(r, 0), kept_dy } };
+		void *plan = r->dw[0] || !s->kept_dy ? s->bwd_data : s->bwd_data_plain;
+		return run_maybe_acc(h, r, plan, &a, r->dx[0], r->dx_accum[0], s->acc, own);
 	}
 	return KILN_OK;
 }

@@ -64,9 +64,12 @@ extern "C" {
  * 2.6: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h).
  * 2.7: sub-communicators: split in the communicator (comm ops version 5).
  * 2.8: chained INT8: QCONV/QLINEAR with u8 in0 and/or out0, max POOL on
- *      u8 in inference (kiln/ops.h). */
+ *      u8 in inference (kiln/ops.h).
+ * 2.9: kept copies between a layer's convolution ops: KILN_OPF_KEEP on
+ *      CONV, CONV_BWD_WEIGHTS and CONV_BWD_DATA (kiln/ops.h), their size
+ *      through aux_bytes. */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 8
+#define KILN_ABI_MINOR 9
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
