@@ -141,6 +141,7 @@ START_TEST(test_conv)
 		{ 2, 3, 4, 7, 13, 3, 5, 2, 1, 1, 2, 1, 1, 1, 1 },    /* rectangular everything */
 		{ 2, 8, 8, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1 },   /* depthwise */
 		{ 3, 32, 64, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }, /* bigger: threads, reorders */
+		{ 4, 1, 32, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 },  /* one input channel (a stem) */
 	};
 	struct fx f;
 	fx_open(&f, _i);

@@ -180,12 +180,21 @@ static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	 * PyTorch's ideep does); the gemm-based kernel for plain NCHW is several
 	 * times slower, worst for the weight gradient.  NHWC has direct kernels. */
 	const int act_any = !b->nhwc;
-	CPU_DNN_TRY(act_md(&t[TX].user, b->N, b->C, b->H, b->W, b->nhwc, b->adt));
+	/* The weight gradient of one input channel (a first layer): NCHW's x is
+	 * NHWC's bytes, and the NHWC kernel takes it as it is, where the
+	 * blocked one pads the channel to 8 (8x the work; the forward reads
+	 * plain x already) */
+	const int flat1 = p->op.type == KILN_OP_CONV_BWD_WEIGHTS && !b->nhwc && b->C == 1 &&
+			  b->g == 1;
+	CPU_DNN_TRY(act_md(&t[TX].user, b->N, b->C, b->H, b->W, b->nhwc || flat1, b->adt));
 	CPU_DNN_TRY(act_md(&t[TY].user, b->N, b->O, b->OH, b->OW, b->nhwc, b->adt));
 	CPU_DNN_TRY(wei_md(&t[TW].user, b->O, b->Cg, b->KH, b->KW, b->g, 0, b->wdd));
 	CPU_DNN_TRY(wei_md(&t[TW].any, b->O, b->Cg, b->KH, b->KW, b->g, 1, b->kf32 ? dnnl_f32 : b->wdd));
 	dnnl_dims_t xd = { b->N, b->C, b->H, b->W }, yd = { b->N, b->O, b->OH, b->OW }, bd = { b->O };
-	if (act_any) {
+	if (flat1) {
+		CPU_DNN_TRY(act_md(&t[TX].any, b->N, b->C, b->H, b->W, 1, b->kdt));
+		CPU_DNN_TRY(act_md(&t[TY].any, b->N, b->O, b->OH, b->OW, 1, b->kdt));
+	} else if (act_any) {
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TX].any, 4, xd, b->kdt, dnnl_format_tag_any));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TY].any, 4, yd, b->kdt, dnnl_format_tag_any));
 	} else if (b->kdt != b->adt) {
