@@ -51,3 +51,5 @@ bench_conv_layouts_SOURCES = bench/conv_layouts.c
 bench_conv_layouts_LDADD = $(DNNL_LIBS)
 endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
+# a CNN step's oneDNN reorders and convolutions, CPU seconds a step, against another cpu plugin
+EXTRA_DIST += bench/conv_steps.sh
