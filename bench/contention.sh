@@ -6,6 +6,8 @@
 #   mlp        bench/mlp_bench.ini, one epoch (bench/pytorch_mlp.py --steps 0)
 #   cnn-nchw   bench/cnn_bench.ini, WARMUP+STEPS steps (as bench/cnn.sh)
 #   cnn-nhwc   the same, channels-last
+#   cnn-bf16   the same, nchw, bf16 (kiln run.precision=bf16; PyTorch under
+#              CPU autocast, bench/pytorch_cnn.py --precision bf16)
 # Conditions (--conditions):
 #   quiet      nothing else started by this script
 #   busy       a competing process keeps one core busy: a shell busy loop
@@ -44,7 +46,7 @@
 #   --steps N        CNN timed steps after 20 warm-up steps (default 100)
 #   --mlp-steps N    MLP steps, 20 of them warm-up for PyTorch (default 0:
 #                    one epoch, as `kiln train ... train.epochs=1`)
-#   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc)
+#   --benches LIST   comma-separated (default mlp,cnn-nchw,cnn-nhwc,cnn-bf16)
 #   --conditions L   comma-separated (default quiet,busy,core1,quota,quota1)
 #   --spins LIST     comma-separated spin counts for kiln-sN rows (default none)
 #   --short          a quick look (about 15 minutes on 2 cores): --runs 1 --steps 20
@@ -67,7 +69,7 @@ STEPS=100
 MLP_STEPS=0
 WARMUP=20
 BATCH=128
-BENCHES=mlp,cnn-nchw,cnn-nhwc
+BENCHES=mlp,cnn-nchw,cnn-nhwc,cnn-bf16
 CONDITIONS=quiet,busy,core1,quota,quota1
 PRECEDENCE=0
 SPINS=
@@ -105,7 +107,7 @@ case $MLP_STEPS in ''|*[!0-9]*) echo "contention.sh: --mlp-steps must be an inte
 BENCHES=$(printf '%s' "$BENCHES" | tr ',' ' ')
 CONDITIONS=$(printf '%s' "$CONDITIONS" | tr ',' ' ')
 for b in $BENCHES; do
-    case $b in mlp|cnn-nchw|cnn-nhwc) ;;
+    case $b in mlp|cnn-nchw|cnn-nhwc|cnn-bf16) ;;
         *) echo "contention.sh: unknown benchmark: $b" >&2; exit 2 ;; esac
 done
 for c in $CONDITIONS; do
@@ -215,7 +217,8 @@ KSTEPS=$((WARMUP + STEPS))
 # run_one BENCH WHO COND: one run of WHO on BENCH under COND
 run_one() {
     bench=$1; who=$2; cond=$3
-    layout=${bench#cnn-}
+    layout=${bench#cnn-} prec=fp32
+    [ "$bench" != cnn-bf16 ] || { layout=nchw; prec=bf16; }
     case $who in
         kiln*)
             # every row as a user runs it (no key: the adaptive team is the
@@ -230,9 +233,11 @@ run_one() {
                 under "$cond" env $BLAS_ENV $spin "$bin" train "$HERE/mlp_bench.ini" \
                     train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0 "$ad"
             else
+                # run.precision=fp32 is the default: the same command line
                 under "$cond" env $BLAS_ENV $spin "$bin" train "$HERE/cnn_bench.ini" \
                     model.layout="$layout" run.threads=0 "$ad" train.batch="$BATCH" \
-                    data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" train.eval=0
+                    data.limit=$((KSTEPS * BATCH)) train.max_steps="$KSTEPS" train.eval=0 \
+                    run.precision="$prec"
             fi ;;
         pt-*)
             case $who in
@@ -247,7 +252,8 @@ run_one() {
             else
                 under "$cond" env -u OMP_WAIT_POLICY -u OMP_NUM_THREADS $BLAS_ENV \
                     "$@" "$PYTHON" "$HERE/pytorch_cnn.py" --layout "$layout" --threads "$nt" \
-                    --steps "$STEPS" --warmup-steps "$WARMUP" --batch "$BATCH" --eval-samples 500
+                    --steps "$STEPS" --warmup-steps "$WARMUP" --batch "$BATCH" --eval-samples 500 \
+                    --precision "$prec"
             fi ;;
     esac
 }

@@ -54,3 +54,5 @@ EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
 # the fixed cost of a run, start-up caches off and on (bench/startup.sh)
 EXTRA_DIST += bench/startup.sh
 EXTRA_DIST += bench/pipeline_ranks.sh
+# a CNN step's oneDNN reorders and convolutions, CPU seconds a step, against another cpu plugin
+EXTRA_DIST += bench/conv_steps.sh

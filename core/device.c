@@ -488,6 +488,10 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	    dev->plugin->abi_minor < 9)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before accumulated convolution weight gradients",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and kept convolution copies (KILN_OPF_KEEP, 2.9) */
+	if ((op->flags & KILN_OPF_KEEP) && dev->plugin->abi_minor < 9)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before kept convolution copies",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st)
 		return st;

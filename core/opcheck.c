@@ -109,21 +109,31 @@ static kiln_status check_conv(const char *who, const struct kiln_op *op)
 {
 	const int type = op->type;
 	const struct kiln_tensor_desc *x, *w, *y, *b = NULL;
+	/* KILN_OPF_KEEP (ABI 2.9): a kept copy in and/or out, u8 */
+	const int keep = type != KILN_OP_QCONV && (op->flags & KILN_OPF_KEEP) != 0;
+	const struct kiln_tensor_desc *kin = NULL, *kout = NULL;
 	if (type == KILN_OP_CONV || type == KILN_OP_QCONV) {
-		if (op->n_in < 2 || op->n_in > 3 || op->n_out != 1)
-			BAD(KILN_EINVAL, "takes x, w (, b) and gives y");
+		if (op->n_in < 2 || op->n_in > 3 || op->n_out != 1 + keep)
+			BAD(KILN_EINVAL, "takes x, w (, b) and gives y (, kept x)");
 		x = &op->in[0], w = &op->in[1], y = &op->out[0];
 		b = op->n_in == 3 ? &op->in[2] : NULL;
+		kout = keep ? &op->out[1] : NULL;
 	} else if (type == KILN_OP_CONV_BWD_DATA) {
-		if (op->n_in != 2 || op->n_out != 1)
-			BAD(KILN_EINVAL, "takes dy, w and gives dx");
+		if (op->n_in != 2 + keep || op->n_out != 1)
+			BAD(KILN_EINVAL, "takes dy, w (, kept dy) and gives dx");
 		x = &op->out[0], w = &op->in[1], y = &op->in[0];
+		kin = keep ? &op->in[2] : NULL;
 	} else {
-		if (op->n_in != 2 || op->n_out < 1 || op->n_out > 2)
-			BAD(KILN_EINVAL, "takes x, dy and gives dw (, db)");
+		if (op->n_in != 2 + keep || op->n_out < 1 + keep || op->n_out > 2 + keep)
+			BAD(KILN_EINVAL, "takes x, dy (, kept x) and gives dw (, db) (, kept dy)");
 		x = &op->in[0], w = &op->out[0], y = &op->in[1];
-		b = op->n_out == 2 ? &op->out[1] : NULL;
+		b = op->n_out - keep == 2 ? &op->out[1] : NULL;
+		kin = keep ? &op->in[2] : NULL;
+		kout = keep ? &op->out[op->n_out - 1] : NULL;
 	}
+	if ((kin && (kin->dtype != KILN_U8 || numel(kin) <= 0)) ||
+	    (kout && (kout->dtype != KILN_U8 || numel(kout) <= 0)))
+		BAD(KILN_EINVAL, "a kept copy (KILN_OPF_KEEP) is a u8 tensor");
 	if (!is_float(x->dtype) || !is_float(y->dtype) || !is_float(w->dtype) ||
 	    (b && !is_float(b->dtype)))
 		BAD(KILN_EINVAL, "wants floating-point tensors");
@@ -871,5 +881,9 @@ kiln_status kiln_op_check(const struct kiln_op *op, const char *who)
 	}
 	if ((op->flags & KILN_OPF_ACT) && (st = check_act_flag(who, op)))
 		return st;
+	if ((op->flags & KILN_OPF_KEEP) && op->type != KILN_OP_CONV &&
+	    op->type != KILN_OP_CONV_BWD_DATA && op->type != KILN_OP_CONV_BWD_WEIGHTS)
+		return kiln_error(KILN_EINVAL, "%s: %s: KILN_OPF_KEEP is for the three convolution ops",
+				  who, kiln_op_name(op->type));
 	return op_rows[op->type].check(who, op);
 }

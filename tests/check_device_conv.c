@@ -165,6 +165,7 @@ START_TEST(test_conv)
 		{ 2, 3, 4, 7, 13, 3, 5, 2, 1, 1, 2, 1, 1, 1, 1 },    /* rectangular everything */
 		{ 2, 8, 8, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1 },   /* depthwise */
 		{ 3, 32, 64, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }, /* bigger: threads, reorders */
+		{ 4, 1, 32, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 },  /* one input channel (a stem) */
 	};
 	struct fx f;
 	fx_open(&f, _i);
@@ -193,6 +194,120 @@ START_TEST(test_conv_errors)
 	q.g = 1;
 	conv_op(&op, KILN_OP_CONV, &q, 7, 7, 0);
 	op.out[0].layout = KILN_NHWC; /* mixed layouts */
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- kept copies (KILN_OPF_KEEP, ABI 2.9) ------------------------------ */
+
+/* The bytes op keeps (its aux_bytes), or -1 when the device refuses it. */
+static long kept_bytes(struct fx *f, const struct kiln_op *op)
+{
+	void *plan;
+	if (kiln_device_prepare(f->dev, op, &plan, NULL) != KILN_OK)
+		return -1;
+	const long n = (long)aux_bytes(f, plan);
+	kiln_device_plan_free(f->dev, plan);
+	return n;
+}
+
+/* n floats of device memory d against want: equal up to rounding order */
+static void same_as(struct fx *f, const void *d, const float *want, size_t n, const char *what,
+		    const char *tag)
+{
+	float *got = malloc(n * 4);
+	dget(f, got, d, n * 4);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(fabsf(got[i] - want[i]) <= 1e-5f * (fabsf(want[i]) + 1.0f),
+			      "kept %s %s: [%zu] = %.9g, without %.9g", what, tag, i, got[i], want[i]);
+	free(got);
+}
+
+/* The layer's three ops with their kept copies give what they give without:
+ * the CONV keeps x, the weight gradient reads it (its x input zeroed, so a
+ * copy not read would show) and keeps dy, the data gradient reads that (its
+ * dy zeroed).  The CPU keeps both for blocked NCHW channels (want_kept). */
+static void kept_case(struct fx *f, const struct conv_g *q, int nhwc, int want_kept)
+{
+	const int N = q->N, C = q->C, O = q->O, H = q->H, W = q->W;
+	const int OH = (H + 2 * q->ph - q->dh * (q->KH - 1) - 1) / q->sh + 1;
+	const int OW = (W + 2 * q->pw - q->dw * (q->KW - 1) - 1) / q->sw + 1;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * O * OH * OW;
+	const size_t nw = (size_t)O * (C / q->g) * q->KH * q->KW;
+	float *x = frandv(nx), *w = frandv(nw), *b = frandv((size_t)O), *dy = frandv(ny);
+	float *y0 = malloc(ny * 4), *dx0 = malloc(nx * 4), *dw0 = malloc(nw * 4), *db0 = malloc((size_t)O * 4);
+	void *dX = dput(f, x, nx * 4), *dDY = dput(f, dy, ny * 4), *dW = dput(f, w, nw * 4);
+	void *dB = dput(f, b, (size_t)O * 4), *dY = dput(f, NULL, ny * 4), *dDX = dput(f, NULL, nx * 4);
+	void *dDW = dput(f, NULL, nw * 4), *dDB = dput(f, NULL, (size_t)O * 4);
+	float *zeros = calloc(nx > ny ? nx : ny, 4);
+	void *z = dput(f, zeros, (nx > ny ? nx : ny) * 4); /* an input not to be read */
+	char tag[96];
+	snprintf(tag, sizeof tag, "%s N%d C%d O%d %dx%d k%dx%d g%d", nhwc ? "NHWC" : "NCHW", N, C, O, H,
+		 W, q->KH, q->KW, q->g);
+	struct kiln_op fw, bw, bd;
+	conv_op(&fw, KILN_OP_CONV, q, OH, OW, nhwc);
+	conv_op(&bw, KILN_OP_CONV_BWD_WEIGHTS, q, OH, OW, nhwc);
+	conv_op(&bd, KILN_OP_CONV_BWD_DATA, q, OH, OW, nhwc);
+	OK(run_op(f, &fw, (const void *[]){ dX, dW, dB }, (void *[]){ dY }));
+	OK(run_op(f, &bw, (const void *[]){ dX, dDY }, (void *[]){ dDW, dDB }));
+	OK(run_op(f, &bd, (const void *[]){ dDY, dW }, (void *[]){ dDX }));
+	dget(f, y0, dY, ny * 4), dget(f, dx0, dDX, nx * 4), dget(f, dw0, dDW, nw * 4);
+	dget(f, db0, dDB, (size_t)O * 4);
+
+	fw.flags = bw.flags = bd.flags = KILN_OPF_KEEP;
+	fw.out[fw.n_out++] = td(KILN_U8, 1, 1, 0);
+	const long kx = kept_bytes(f, &fw);
+	ck_assert_msg(kx >= 0 || strcmp(g_name, "cpu"), "CONV keep %s: %s", tag, kiln_last_error());
+	ck_assert_msg(!want_kept || kx > 0, "CONV keep %s: nothing kept", tag);
+	if (kx > 0) {
+		void *dKX = dput(f, NULL, (size_t)kx), *dKDY = NULL;
+		OK(run_op(f, &fw, (const void *[]){ dX, dW, dB }, (void *[]){ dY, dKX }));
+		same_as(f, dY, y0, ny, "y", tag);
+		bw.in[bw.n_in++] = td(KILN_U8, 1, kx, 0);
+		bw.out[bw.n_out++] = td(KILN_U8, 1, 1, 0);
+		const long kdy = kept_bytes(f, &bw);
+		ck_assert_msg(kdy >= 0, "CONV_BWD_WEIGHTS keep %s: %s", tag, kiln_last_error());
+		ck_assert_msg(!want_kept || kdy > 0, "CONV_BWD_WEIGHTS keep %s: nothing kept", tag);
+		dKDY = dput(f, NULL, kdy > 0 ? (size_t)kdy : 1);
+		OK(run_op(f, &bw, (const void *[]){ z, dDY, dKX }, (void *[]){ dDW, dDB, dKDY }));
+		same_as(f, dDW, dw0, nw, "dw", tag);
+		same_as(f, dDB, db0, (size_t)O, "db", tag);
+		if (kdy > 0) {
+			bd.in[bd.n_in++] = td(KILN_U8, 1, kdy, 0);
+			OK(run_op(f, &bd, (const void *[]){ z, dW, dKDY }, (void *[]){ dDX }));
+			same_as(f, dDX, dx0, nx, "dx", tag);
+			bd.in[2] = td(KILN_U8, 1, kdy + 64, 0); /* not the copy's size */
+			void *plan;
+			ck_assert_int_eq(kiln_device_prepare(f->dev, &bd, &plan, NULL), KILN_EINVAL);
+		}
+		DFREE(f, dKX, dKDY);
+	}
+	DFREE(f, dX, dDY, dW, dB, dY, dDX, dDW, dDB, z);
+	free(x), free(w), free(b), free(dy), free(y0), free(dx0), free(dw0), free(db0), free(zeros);
+}
+
+START_TEST(test_conv_keep)
+{
+	/* N C O H W KH KW sh sw ph pw dh dw g bias */
+	static const struct conv_g cnn2 = { 4, 32, 64, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 };
+	static const struct conv_g g2 = { 3, 16, 32, 13, 13, 3, 3, 2, 2, 1, 1, 1, 1, 2, 1 };
+	static const struct conv_g c1 = { 3, 1, 8, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 };
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_CONV);
+	const int cpu = !strcmp(g_name, "cpu");
+	kept_case(&f, &cnn2, 0, cpu); /* the CNN's conv2: blocked x and dy */
+	kept_case(&f, &cnn2, 1, 0);
+	kept_case(&f, &g2, 0, cpu); /* stride 2, groups */
+	kept_case(&f, &c1, 0, 0);   /* one input channel: x stays plain */
+	/* the flag elsewhere, and a CONV that keeps without its output */
+	struct kiln_op op;
+	void *plan;
+	conv_op(&op, KILN_OP_CONV, &cnn2, 14, 14, 0);
+	op.flags = KILN_OPF_KEEP;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	op.type = KILN_OP_RELU;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 	fx_close(&f);
 }
@@ -563,6 +678,7 @@ START_TEST(test_reorder)
 }
 END_TEST
 
-DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(pool), DFX_CASE(pool_rule),
+DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(conv_keep), DFX_CASE(pool),
+	     DFX_CASE(pool_rule),
 	     DFX_CASE(concat_split),
 	     DFX_CASE(reorder));

@@ -17,6 +17,11 @@ struct conv {
 	 * written into scratch and added by acc_w, acc_b */
 	void *bwd_w[2], *acc_w, *acc_b;
 	void *act, *mask; /* a fused activation run apart; the fused ReLU's backward */
+	/* kept copies (KILN_OPF_KEEP, f32 training): fwd and bwd_w write them,
+	 * bwd_w and bwd_data read them; evaluation runs infer (and act_infer),
+	 * a data gradient without the weight gradient bwd_data_plain */
+	void *infer, *act_infer, *bwd_data_plain;
+	size_t kept_x, kept_dy; /* their bytes (0: none) */
 	size_t dx_bytes, dw_bytes, front;
 	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
@@ -120,29 +125,70 @@ static void geometry(struct kiln_op *op, const struct conv *s)
 	op->i[6] = s->groups;
 }
 
-/* The weight gradient's ops (bias too): written, and added into where
- * the device can (KILN_OPF_ACCUMULATE on CONV_BWD_WEIGHTS, ABI 2.9); else
- * written into scratch (dw_bytes of the workspace) and added. */
+/* The weight gradient's ops (bias too) from *op (its operands and flags):
+ * written, and added into where the device can (KILN_OPF_ACCUMULATE on
+ * CONV_BWD_WEIGHTS, ABI 2.9); else written into scratch (dw_bytes of the
+ * workspace) and added.  KILN_ENOTSUP when the written form is refused. */
 static kiln_status plan_bwd_w(const struct kiln_host *h, struct kiln_layer *l,
-			      struct kiln_device *dev, const struct kiln_tensor_desc *b, size_t *w)
+			      struct kiln_device *dev, const struct kiln_op *op, size_t *w)
 {
 	struct conv *s = l->priv;
-	struct kiln_op op;
+	struct kiln_op k = *op;
 	kiln_status st;
-	op_init(&op, KILN_OP_CONV_BWD_WEIGHTS, 2, s->bias ? 2 : 1);
-	op.in[0] = s->x, op.in[1] = s->y, op.out[0] = s->w, op.out[1] = *b;
-	geometry(&op, s);
-	if ((st = prep(h, l, dev, &op, &s->bwd_w[0], w)))
+	if ((st = prep(h, l, dev, &k, &s->bwd_w[0], w)))
 		return st;
-	op.flags = KILN_OPF_ACCUMULATE;
-	if ((st = prep(h, l, dev, &op, &s->bwd_w[1], w)) != KILN_ENOTSUP)
+	k.flags |= KILN_OPF_ACCUMULATE;
+	if ((st = prep(h, l, dev, &k, &s->bwd_w[1], w)) != KILN_ENOTSUP)
 		return st;
 	s->bwd_w[1] = NULL;
-	s->dw_bytes = ALIGN64(kiln_tensor_bytes(&s->w)) + (s->bias ? kiln_tensor_bytes(b) : 0);
+	s->dw_bytes = ALIGN64(kiln_tensor_bytes(&s->w)) + (s->bias ? kiln_tensor_bytes(&op->out[1]) : 0);
 	if ((st = prep_acc(h, l, dev, &s->w, &s->acc_w)) ||
-	    (s->bias && (st = prep_acc(h, l, dev, b, &s->acc_b))))
+	    (s->bias && (st = prep_acc(h, l, dev, &op->out[1], &s->acc_b))))
 		return st;
 	return KILN_OK;
+}
+
+/* a u8[n] kept copy, n >= 1 (KILN_OPF_KEEP) */
+static struct kiln_tensor_desc kept_desc(size_t n)
+{
+	struct kiln_tensor_desc d;
+	int64_t dims[1] = { n ? (int64_t)n : 1 };
+	kiln_tensor_desc_init(&d, KILN_U8, 1, dims);
+	return d;
+}
+
+/* The forward and weight gradient with kept copies (f32 training, a device
+ * that has them): *op is the CONV; s->fwd keeps x for s->bwd_w (which
+ * keeps dy for the data gradient), s->infer is the evaluation's CONV.
+ * Leaves s->fwd NULL when the device keeps nothing (the caller then
+ * prepares as without). */
+static kiln_status plan_kept(const struct kiln_host *h, struct kiln_layer *l,
+			     struct kiln_device *dev, struct kiln_op *op, size_t *w)
+{
+	struct conv *s = l->priv;
+	struct kiln_op k = *op;
+	k.flags |= KILN_OPF_KEEP;
+	k.out[k.n_out++] = kept_desc(0);
+	kiln_status st = prep_act(h, l, dev, &k, &s->fwd, &s->act, w);
+	if (st == KILN_ENOTSUP || (!st && !(s->kept_x = h->device_aux_bytes(dev, s->fwd)))) {
+		s->fwd = s->act = NULL; /* freed with the layer's plans */
+		return KILN_OK;
+	}
+	if (st || (st = prep_act(h, l, dev, op, &s->infer, &s->act_infer, w)))
+		return st;
+	struct kiln_tensor_desc b;
+	f32_desc(&b, s->out, 0, 0);
+	op_init(&k, KILN_OP_CONV_BWD_WEIGHTS, 3, s->bias ? 3 : 2);
+	k.flags = KILN_OPF_KEEP;
+	k.in[0] = s->x, k.in[1] = s->y, k.in[2] = kept_desc(s->kept_x);
+	k.out[0] = s->w, k.out[1] = b, k.out[k.n_out - 1] = kept_desc(0);
+	geometry(&k, s);
+	if ((st = plan_bwd_w(h, l, dev, &k, w)) == KILN_ENOTSUP) {
+		s->bwd_w[0] = NULL; /* prepared without: x read as it is, the kept x unread */
+		return KILN_OK;
+	}
+	s->kept_dy = st ? 0 : h->device_aux_bytes(dev, s->bwd_w[0]);
+	return st;
 }
 
 static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
@@ -168,9 +214,12 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 		*ws = w;
 		return st;
 	}
-	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w)) ||
+	if (l->trainable && s->x.dtype == KILN_F32 && (st = plan_kept(h, l, dev, &op, &w)))
+		return st;
+	if ((!s->fwd && (st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w))) ||
 	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front, &w)))
 		return st;
+	l->saved_bytes = s->kept_x;
 	/* dx is always written; a second consumer's share is added from
 	 * scratch (oneDNN's backward-data cannot accumulate) */
 	op_init(&op, KILN_OP_CONV_BWD_DATA, 2, 1);
@@ -178,30 +227,45 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	geometry(&op, s);
 	if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
+	if (s->kept_dy) { /* the data gradient reads the weight gradient's dy */
+		s->bwd_data_plain = s->bwd_data;
+		op.flags = KILN_OPF_KEEP;
+		op.n_in = 3, op.in[2] = kept_desc(s->kept_dy);
+		if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)))
+			return st;
+	}
 	s->dx_bytes = kiln_tensor_bytes(&s->x);
-	if (l->trainable && (st = plan_bwd_w(h, l, dev, &b, &w)))
-		return st;
+	if (l->trainable && !s->bwd_w[0]) {
+		op_init(&op, KILN_OP_CONV_BWD_WEIGHTS, 2, s->bias ? 2 : 1);
+		op.in[0] = s->x, op.in[1] = s->y, op.out[0] = s->w, op.out[1] = b;
+		geometry(&op, s);
+		if ((st = plan_bwd_w(h, l, dev, &op, &w)))
+			return st;
+	}
 	/* [masked dy (fused ReLU; backward) | dx scratch, or dw and db
-	 * scratch | the ops' own] */
-	*ws = s->front + ALIGN64(s->dx_bytes > s->dw_bytes ? s->dx_bytes : s->dw_bytes) + w;
+	 * scratch | kept dy | the ops' own] */
+	*ws = s->front + ALIGN64(s->dx_bytes > s->dw_bytes ? s->dx_bytes : s->dw_bytes) +
+	      ALIGN64(s->kept_dy) + w;
 	return KILN_OK;
 }
 
-/* The weight (and bias) gradient, written or added (dw_accum). */
+/* The weight (and bias) gradient, written or added (dw_accum); with kept
+ * copies it reads the forward's x (r->saved) and writes dy's blocked copy
+ * to kept_dy.  The ops' own workspace starts at own. */
 static kiln_status conv_bwd_w(const struct kiln_host *h, const struct conv *s,
-			      const struct kiln_layer_run *r)
+			      const struct kiln_layer_run *r, void *kept_dy, size_t own)
 {
-	struct kiln_op_args a = { .in = { r->x[0], r->dy },
+	struct kiln_op_args a = { .in = { r->x[0], r->dy, r->saved },
 				  .out = { r->dw[0], s->bias ? r->dw[1] : NULL } };
+	a.out[s->bias ? 2 : 1] = kept_dy;
+	a.workspace = (char *)r->workspace + own;
+	a.workspace_bytes = r->workspace_bytes - own;
 	const int beside = r->dw_accum && !s->bwd_w[1];
 	if (!beside)
-		return run_op(h, r, s->bwd_w[r->dw_accum ? 1 : 0], &a);
+		return h->device_run(r->dev, s->bwd_w[r->dw_accum ? 1 : 0], &a, r->stream);
 	char *scr = r->workspace;
-	const size_t off = ALIGN64(s->dx_bytes > s->dw_bytes ? s->dx_bytes : s->dw_bytes);
 	a.out[0] = scr;
 	a.out[1] = s->bias ? scr + ALIGN64(kiln_tensor_bytes(&s->w)) : NULL;
-	a.workspace = scr + off;
-	a.workspace_bytes = r->workspace_bytes - off;
 	kiln_status st = h->device_run(r->dev, s->bwd_w[0], &a, r->stream);
 	for (int k = 0; k < (s->bias ? 2 : 1) && !st; k++) {
 		struct kiln_op_args b = { .in = { a.out[k] }, .out = { r->dw[k] } };
@@ -220,6 +284,9 @@ static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
 		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
 	a.workspace = r->workspace;
 	a.workspace_bytes = r->workspace_bytes;
+	if (s->infer && !r->training)
+		return run_then_act(h, r, s->infer, s->act_infer, &a);
+	a.out[1] = r->saved; /* the kept x, with kept copies */
 	return run_then_act(h, r, s->fwd, s->act, &a);
 }
 
@@ -234,13 +301,18 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
 	if (st)
 		return st;
+	/* rr's workspace: [dx scratch, or dw and db scratch | kept dy | the
+	 * ops' own] */
+	const size_t kept_off = ALIGN64(s->dx_bytes > s->dw_bytes ? s->dx_bytes : s->dw_bytes);
+	const size_t own = kept_off + ALIGN64(s->kept_dy);
+	void *kept_dy = s->kept_dy ? (char *)r->workspace + kept_off : NULL;
 	/* written on the first micro-step (no zeroing pass), then added */
-	if (r->dw[0] && (st = conv_bwd_w(h, s, r)))
+	if (r->dw[0] && (st = conv_bwd_w(h, s, r, kept_dy, own)))
 		return st;
 	if (r->dx[0]) {
-		struct kiln_op_args a = { .in = { r->dy, w_compute(r, 0) } };
-		return run_maybe_acc(h, r, s->bwd_data, &a, r->dx[0], r->dx_accum[0], s->acc,
-				     s->dx_bytes);
+		struct kiln_op_args a = { .in = { r->dy, w_compute(r, 0), kept_dy } };
+		void *plan = r->dw[0] || !s->kept_dy ? s->bwd_data : s->bwd_data_plain;
+		return run_maybe_acc(h, r, plan, &a, r->dx[0], r->dx_accum[0], s->acc, own);
 	}
 	return KILN_OK;
 }

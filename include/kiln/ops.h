@@ -514,7 +514,23 @@ enum kiln_op_flags {
 	 * fuse returns KILN_ENOTSUP from prepare and the caller runs the op and
 	 * then KILN_OP_ACT in place; devices built before ABI 2.3 are never
 	 * asked (the core refuses the flag for them). */
-	KILN_OPF_ACT = 4
+	KILN_OPF_ACT = 4,
+	/* ABI 2.9, kept copies between the convolution ops of one layer (f32):
+	 * the device's copy of an activation in its kernel's layout, written by
+	 * one op and read by the next instead of converting the same tensor
+	 * again.  CONV (training): one more output, last, u8[aux_bytes]: x as
+	 * the kernel read it, kept from forward to backward for
+	 * CONV_BWD_WEIGHTS.  CONV_BWD_WEIGHTS: in2 = that copy (u8[the CONV's
+	 * aux_bytes]; in0 x is then not read) and one more output, last,
+	 * u8[aux_bytes]: dy as its kernel read it, for CONV_BWD_DATA.
+	 * CONV_BWD_DATA: in2 = that copy (u8[the weight gradient's aux_bytes];
+	 * in0 dy is then not read).  The ops must have the same geometry and
+	 * tensors; aux_bytes 0 means nothing is kept (the caller then sets no
+	 * KILN_OPF_KEEP on the reader).  The copy's format is the device's
+	 * business.  A device without it returns KILN_ENOTSUP from prepare and
+	 * the caller prepares the ops without the flag; devices built before
+	 * ABI 2.9 are never asked. */
+	KILN_OPF_KEEP = 8
 };
 
 /* Where KILN_OPF_ACT's kind and alpha live: the last integer and real

@@ -73,7 +73,11 @@ extern "C" {
  *      the core sets kiln_layer_run.dw_accum (a layer built for 2.9 or
  *      later must honour it: add into every dw[k]) on the micro-steps
  *      after an optimizer step's first, for layers built for 2.9 or later
- *      (kiln/ops.h, docs/plugins.md "ABI 2.9"). */
+ *      (kiln/ops.h, docs/plugins.md "ABI 2.9").
+ * 2.9: kept copies between a layer's convolution ops: KILN_OPF_KEEP on
+ *      CONV, CONV_BWD_WEIGHTS and CONV_BWD_DATA (kiln/ops.h), their size
+ *      through aux_bytes; KEEP and ACCUMULATE may be set together on
+ *      CONV_BWD_WEIGHTS. */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 9
 

@@ -22,6 +22,17 @@
  * reorder from the kernel's layout there is anyway whenever it is not
  * OIHW; the bias's is the O floats).
  *
+ * Kept copies (KILN_OPF_KEEP, ABI 2.9; f32): the layer's three ops agree on
+ * the blocked layouts of x and y, those of the forward primitive made
+ * without post-ops (conv_pin), so that one op's reordered copy serves the
+ * next: the CONV writes its blocked x into its last output (aux_bytes) for
+ * the weight gradient, which reads it there instead of reordering x again
+ * and writes its blocked dy into its own last output for the data
+ * gradient, which reads that instead of reordering the same dy a second
+ * time.  A layout that is the caller's is neither kept nor read.  Both
+ * flags may be set on one CONV_BWD_WEIGHTS: the kept copies are of x and
+ * dy, the sum is on dw.
+ *
  * oneDNN's dilation is PyTorch's minus one.  Right padding is given equal
  * to the left one: oneDNN rounds the output size down like PyTorch, so the
  * rows a floor drops are never read.
@@ -71,7 +82,9 @@ struct conv_tens {
 	int bind, idx;                  /* where the caller's bytes are */
 	dnnl_query_t q;
 	int arg;                        /* DNNL_ARG_* of the convolution */
-	dnnl_primitive_desc_t rpd;      /* reorder, when kern != user */
+	dnnl_primitive_desc_t rpd;      /* reorder, when kern != user (and not kept in) */
+	int reord;                      /* kern != user: the kernel has its own copy */
+	int kbind, kidx;                /* where that copy is: CPU_BIND_WS (at off) or a kept */
 	size_t off;                     /* workspace offset of the kernel copy */
 	int m_user, m_kern;
 };
@@ -83,6 +96,7 @@ struct conv_build {
 	const struct kiln_tensor_desc *x, *w, *y;
 	int has_bias, nhwc, kf32;
 	int acc;                       /* BWD_WEIGHTS adds into dw, db */
+	int keep; /* KILN_OPF_KEEP: the kept copies (conv_layouts) */
 	dnnl_data_type_t adt, wdd, kdt;
 	int64_t N, C, H, W, O, Cg, KH, KW, OH, OW, g;
 	dnnl_dims_t strides, dil, pad;
@@ -105,6 +119,7 @@ static kiln_status conv_roles(struct cpu_ctx *c, const struct cpu_plan *p, struc
 {
 	const struct kiln_op *op = &p->op;
 	const int type = op->type;
+	b->keep = (op->flags & KILN_OPF_KEEP) != 0;
 	if (type == KILN_OP_CONV) {
 		b->x = &op->in[0], b->w = &op->in[1], b->y = &op->out[0];
 		b->has_bias = op->n_in == 3;
@@ -117,14 +132,22 @@ static kiln_status conv_roles(struct cpu_ctx *c, const struct cpu_plan *p, struc
 		b->has_bias = 0;
 	} else {
 		b->x = &op->in[0], b->w = &op->out[0], b->y = &op->in[1];
-		b->has_bias = op->n_out == 2;
+		b->has_bias = op->n_out - b->keep == 2;
 		b->acc = (op->flags & KILN_OPF_ACCUMULATE) != 0;
 	}
 	const int lowp = b->x->dtype == KILN_BF16;
+	if (b->keep && b->x->dtype != KILN_F32)
+		return cpu_bad(c, op, KILN_ENOTSUP, "kept copies (KILN_OPF_KEEP) of f32 activations only");
+	/* the op without its kept copies (u8, last in and/or out) */
+	struct kiln_op bare = *op;
+	if (b->keep) {
+		bare.n_in -= type != KILN_OP_CONV;
+		bare.n_out -= type != KILN_OP_CONV_BWD_DATA;
+	}
 	const int wdt = type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : b->x->dtype;
 	if (cpu_op_has(op, KILN_F16) || b->y->dtype != b->x->dtype || b->w->dtype != wdt ||
 	    (b->has_bias && (type == KILN_OP_CONV ? op->in[2].dtype : op->out[1].dtype) != KILN_F32) ||
-	    (!lowp && !cpu_all_f32(op)))
+	    (!lowp && !cpu_all_f32(&bare)))
 		return cpu_bad(c, op, KILN_ENOTSUP, "f32 tensors, or bf16 activations and weights with an f32 bias (weight and bias gradients f32)");
 	b->adt = dnn_dt(b->x->dtype), b->wdd = dnn_dt(wdt);
 	/* p->kern_f32 (tune.c: [plugin.cpu] bf16_conv = f32, or auto found the
@@ -171,12 +194,21 @@ static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	 * PyTorch's ideep does); the gemm-based kernel for plain NCHW is several
 	 * times slower, worst for the weight gradient.  NHWC has direct kernels. */
 	const int act_any = !b->nhwc;
-	CPU_DNN_TRY(act_md(&t[TX].user, b->N, b->C, b->H, b->W, b->nhwc, b->adt));
+	/* The weight gradient of one input channel (a first layer): NCHW's x is
+	 * NHWC's bytes, and the NHWC kernel takes it as it is, where the
+	 * blocked one pads the channel to 8 (8x the work; the forward reads
+	 * plain x already) */
+	const int flat1 = p->op.type == KILN_OP_CONV_BWD_WEIGHTS && !b->nhwc && b->C == 1 &&
+			  b->g == 1;
+	CPU_DNN_TRY(act_md(&t[TX].user, b->N, b->C, b->H, b->W, b->nhwc || flat1, b->adt));
 	CPU_DNN_TRY(act_md(&t[TY].user, b->N, b->O, b->OH, b->OW, b->nhwc, b->adt));
 	CPU_DNN_TRY(wei_md(&t[TW].user, b->O, b->Cg, b->KH, b->KW, b->g, 0, b->wdd));
 	CPU_DNN_TRY(wei_md(&t[TW].any, b->O, b->Cg, b->KH, b->KW, b->g, 1, b->kf32 ? dnnl_f32 : b->wdd));
 	dnnl_dims_t xd = { b->N, b->C, b->H, b->W }, yd = { b->N, b->O, b->OH, b->OW }, bd = { b->O };
-	if (act_any) {
+	if (flat1) {
+		CPU_DNN_TRY(act_md(&t[TX].any, b->N, b->C, b->H, b->W, 1, b->kdt));
+		CPU_DNN_TRY(act_md(&t[TY].any, b->N, b->O, b->OH, b->OW, 1, b->kdt));
+	} else if (act_any) {
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TX].any, 4, xd, b->kdt, dnnl_format_tag_any));
 		CPU_DNN_TRY(dnnl_memory_desc_init_by_tag(&t[TY].any, 4, yd, b->kdt, dnnl_format_tag_any));
 	} else if (b->kdt != b->adt) {
@@ -220,6 +252,29 @@ static void conv_bind(struct conv_tens *t, int in, int bind, int idx, dnnl_query
 	t->in = in, t->bind = bind, t->idx = idx, t->q = q, t->arg = arg;
 }
 
+/* Kept copies: x and y in the layouts of the forward primitive made
+ * without post-ops (the reorders' attributes), which each of the layer's
+ * three ops computes alike, so the copy one writes is the one the next
+ * reads. */
+static kiln_status conv_pin(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b,
+			    const dnnl_memory_desc_t *w, const dnnl_memory_desc_t *bias)
+{
+	kiln_status st = KILN_OK;
+	const char *geom = b->geom;
+	struct conv_tens *t = b->t;
+	dnnl_convolution_desc_t desc;
+	dnnl_primitive_desc_t pin = NULL;
+	CPU_DNN_TRY(dnnl_dilated_convolution_forward_desc_init(
+		&desc, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, w, bias, &t[TY].any,
+		b->strides, b->dil, b->pad, b->pad));
+	CPU_DNN_TRY(dnnl_primitive_desc_create(&pin, &desc, b->rattr, c->engine, NULL));
+	t[TX].any = *dnnl_primitive_desc_query_md(pin, dnnl_query_src_md, 0);
+	t[TY].any = *dnnl_primitive_desc_query_md(pin, dnnl_query_dst_md, 0);
+out:
+	dnnl_primitive_desc_destroy(pin);
+	return st;
+}
+
 /* The convolution's primitive descriptor: the forward one is the op
  * itself, or the hint the backward ones need. */
 static kiln_status conv_primitive(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b)
@@ -233,6 +288,8 @@ static kiln_status conv_primitive(struct cpu_ctx *c, const struct cpu_plan *p, s
 	dnnl_memory_desc_t hint_w = t[TW].any;
 	if (b->wdd != b->kdt)
 		CPU_DNN_TRY(wei_md(&hint_w, b->O, b->Cg, b->KH, b->KW, b->g, 1, b->kdt));
+	if (b->keep && (st = conv_pin(c, p, b, &hint_w, bias)))
+		goto out;
 	CPU_DNN_TRY(dnnl_dilated_convolution_forward_desc_init(
 		&desc, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, &hint_w, bias,
 		&t[TY].any, b->strides, b->dil, b->pad, b->pad));
@@ -264,6 +321,34 @@ out:
 	return st;
 }
 
+/* Where tensor k's kernel copy is with kept copies: the CONV writes x's
+ * into its last output, the weight gradient reads it from in2 and writes
+ * dy's into its last output, the data gradient reads that from in2.  A
+ * kept input must have the copy's bytes. */
+static kiln_status conv_kept(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b, int k)
+{
+	const struct kiln_op *op = &p->op;
+	const int type = op->type;
+	const size_t bytes = dnnl_memory_desc_get_size(b->t[k].kern);
+	const int out = (type == KILN_OP_CONV && k == TX) ||
+			(type == KILN_OP_CONV_BWD_WEIGHTS && k == TY);
+	const int in = (type == KILN_OP_CONV_BWD_WEIGHTS && k == TX) ||
+		       (type == KILN_OP_CONV_BWD_DATA && k == TY);
+	if (out) {
+		b->t[k].kbind = CPU_BIND_OUT, b->t[k].kidx = op->n_out - 1;
+		p->aux = bytes;
+	} else if (in) {
+		if ((size_t)cpu_numel(&op->in[2]) != bytes) {
+			char why[96];
+			snprintf(why, sizeof why, "the kept copy in2 has %lld bytes, the kernel's %zu",
+				 (long long)cpu_numel(&op->in[2]), bytes);
+			return cpu_bad(c, op, KILN_EINVAL, why);
+		}
+		b->t[k].kbind = CPU_BIND_IN, b->t[k].kidx = 2;
+	}
+	return KILN_OK;
+}
+
 /* The layouts the kernel chose; a reorder for each that is not the
  * caller's.  Workspace: [scratchpad (shared by every step, they run in
  * turn) | kernel copies of the reordered tensors], 64-byte aligned.  The
@@ -279,12 +364,19 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 	struct conv_tens *t = b->t;
 	size_t scratch = cpu_dnn_scratch(b->pd);
 	*n_reorder = 0;
+	p->aux = 0;
 	for (int k = 0; k < 3; k++) {
 		t[k].kern = dnnl_primitive_desc_query_md(b->pd, t[k].q, 0);
 		t[k].m_user = t[k].m_kern = -1;
 		const int sum = k == TW && b->acc; /* always through a reorder that adds */
+		t[k].kbind = CPU_BIND_WS, t[k].kidx = 0;
 		if (!sum && dnnl_memory_desc_equal(t[k].kern, &t[k].user))
 			continue;
+		t[k].reord = 1;
+		if (b->keep && (st = conv_kept(c, p, b, k)))
+			goto out;
+		if (t[k].kbind == CPU_BIND_IN)
+			continue; /* the previous op's copy, read as it is */
 		(*n_reorder)++;
 		if (t[k].in)
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, &t[k].user, c->engine,
@@ -310,7 +402,7 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 		off += align_up(dnnl_memory_desc_get_size(&b->b_md));
 	}
 	for (int k = 0; k < 3; k++)
-		if (t[k].rpd) {
+		if (t[k].reord && t[k].kbind == CPU_BIND_WS) {
 			t[k].off = off;
 			off += align_up(dnnl_memory_desc_get_size(t[k].kern));
 		}
@@ -333,8 +425,8 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 	for (int k = 0; k < 3; k++) {
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &t[k].user, t[k].bind, t[k].idx, 0, &t[k].m_user));
 		t[k].m_kern = t[k].m_user;
-		if (t[k].rpd)
-			CPU_DNN_TRY(cpu_dnn_mem(c, d, t[k].kern, CPU_BIND_WS, 0, t[k].off, &t[k].m_kern));
+		if (t[k].reord)
+			CPU_DNN_TRY(cpu_dnn_mem(c, d, t[k].kern, t[k].kbind, t[k].kidx, t[k].off, &t[k].m_kern));
 	}
 	if (b->has_bias)
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->b_md, type == KILN_OP_CONV ? CPU_BIND_IN : CPU_BIND_OUT,
@@ -411,8 +503,8 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->kernel = cpu_dnn_run;
 	const char *impl = "?";
 	dnnl_primitive_desc_query(b.pd, dnnl_query_impl_info_str, 0, &impl);
-	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s + %d reorders, workspace %zu bytes",
-		     cpu_op_name(p->op.type), b.geom, impl, n_reorder, p->workspace);
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s + %d reorders, workspace %zu bytes, kept %zu",
+		     cpu_op_name(p->op.type), b.geom, impl, n_reorder, p->workspace, p->aux);
 out: /* oneDNN's destroy functions take NULL */
 	for (int k = 0; k < 3; k++)
 		dnnl_primitive_desc_destroy(b.t[k].rpd);

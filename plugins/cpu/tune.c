@@ -83,12 +83,15 @@ static kiln_status prepare_kernel(struct cpu_ctx *c, struct cpu_plan *p,
 
 /* Bytes of argument i (inputs, then outputs) of plan p: the tensor's, or
  * for max pooling's aux (out1 of POOL, in1 of POOL_BWD; no shape in the
- * op) the plan's aux bytes. */
+ * op) and a convolution's kept copy the plan's aux bytes. */
 static size_t arg_bytes(const struct cpu_plan *p, int i)
 {
 	const struct kiln_op *op = &p->op;
 	if (p->aux && ((op->type == KILN_OP_POOL && i == op->n_in + 1) ||
 		       (op->type == KILN_OP_POOL_BWD && i == 1)))
+		return p->aux;
+	/* a convolution's kept copy (KILN_OPF_KEEP: its last output) */
+	if (p->aux && (op->flags & KILN_OPF_KEEP) && i == op->n_in + op->n_out - 1)
 		return p->aux;
 	const struct kiln_tensor_desc *d = i < op->n_in ? &op->in[i] : &op->out[i - op->n_in];
 	return (size_t)cpu_numel(d) * elem_size(d->dtype);

@@ -522,6 +522,8 @@ static kiln_status cuda_prepare(void *ctx, const struct kiln_op *op, void **plan
 	    op->type != KILN_OP_QLINEAR)
 		return c->host->error(KILN_ENOTSUP, "cuda: %s: no fused activation here",
 				      cuda_op_name(op->type));
+	if (op->flags & KILN_OPF_KEEP) /* cuDNN's convolutions read the tensors as they are */
+		return c->host->error(KILN_ENOTSUP, "cuda: %s: no kept copies", cuda_op_name(op->type));
 	struct cuda_plan *p = calloc(1, sizeof *p);
 	struct cuda_obj *o = calloc(1, sizeof *o);
 	if (!p || !o) {
