@@ -51,3 +51,4 @@ bench_conv_layouts_SOURCES = bench/conv_layouts.c
 bench_conv_layouts_LDADD = $(DNNL_LIBS)
 endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
+EXTRA_DIST += bench/mlp_step.sh

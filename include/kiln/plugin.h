@@ -64,9 +64,14 @@ extern "C" {
  * 2.6: INT8 inference ops KILN_OP_QCONV and KILN_OP_QLINEAR (kiln/ops.h).
  * 2.7: sub-communicators: split in the communicator (comm ops version 5).
  * 2.8: chained INT8: QCONV/QLINEAR with u8 in0 and/or out0, max POOL on
- *      u8 in inference (kiln/ops.h). */
+ *      u8 in inference (kiln/ops.h).
+ * 2.9:
+ *  - RELU_BWD may take a second output, out1 f32 [N]: the sum over rows of
+ *    the masked gradient (the bias gradient of the layer before the ReLU,
+ *    in the same pass; kiln/ops.h).  A device that has not got it returns
+ *    KILN_ENOTSUP and the caller runs BIAS_GRAD apart. */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 8
+#define KILN_ABI_MINOR 9
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

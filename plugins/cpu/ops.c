@@ -160,6 +160,61 @@ static kiln_status cpu_relu_bwd(const struct cpu_plan *p, const struct kiln_op_a
 	return KILN_OK;
 }
 
+/* Columns [j0, j0 + w) of the ReLU's backward, rows in order: dx (=|+=)
+ * m = y > 0 ? dy : 0, and s = the sum over rows of m, added as col_sums
+ * adds (so s equals BIAS_GRAD of the written m, bit for bit). */
+CPU_CLONES static void relu_bwd_col_sums(float *restrict s, float *restrict dx,
+					 const float *restrict y, const float *restrict dy,
+					 int64_t R, int64_t N, int64_t j0, int64_t w, int acc)
+{
+	if (w == BIAS_COLS) {
+		const cpu_f32x8 zero = {0};
+		cpu_f32x8 a[4] = {{0}};
+		for (int64_t r = 0; r < R; r++) {
+			const size_t o = (size_t)(r * N + j0);
+			const cpu_f32x8 *yr = (const cpu_f32x8 *)(y + o), *gr = (const cpu_f32x8 *)(dy + o);
+			cpu_f32x8 *xr = (cpu_f32x8 *)(dx + o);
+			for (int k = 0; k < 4; k++) {
+				/* a select, as relu_bwd_span: an inf dy at y <= 0 gives 0 */
+				const cpu_f32x8 m = (cpu_f32x8)((cpu_u32x8)gr[k] & (cpu_u32x8)(yr[k] > zero));
+				xr[k] = acc ? xr[k] + m : m;
+				a[k] += m;
+			}
+		}
+		memcpy(s, a, sizeof a);
+		return;
+	}
+	for (int64_t j = 0; j < w; j++)
+		s[j] = 0.0f;
+	for (int64_t r = 0; r < R; r++) {
+		const size_t o = (size_t)(r * N + j0);
+		for (int64_t j = 0; j < w; j++) {
+			const float m = y[o + j] > 0.0f ? dy[o + j] : 0.0f;
+			dx[o + j] = acc ? dx[o + j] + m : m;
+			s[j] += m;
+		}
+	}
+}
+
+/* RELU_BWD with out1 (ABI 2.9): dx (R, N) (=|+=) y > 0 ? dy : 0 and db (N)
+ * = the sum over rows of that mask, in one pass: the bias gradient of the
+ * layer before the ReLU.  Parallel over column blocks, as cpu_bias_grad. */
+static kiln_status cpu_relu_bwd_db(const struct cpu_plan *p, const struct kiln_op_args *a,
+				   struct cpu_err *e)
+{
+	const float *y = a->in[0], *dy = a->in[1];
+	float *dx = a->out[0], *db = a->out[1];
+	const int64_t R = p->rows, N = p->cols, B = BIAS_COLS;
+	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	(void)e;
+#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
+	for (int64_t j0 = 0; j0 < N; j0 += B) {
+		const int64_t w = N - j0 < B ? N - j0 : B;
+		relu_bwd_col_sums(db + j0, dx, y, dy, R, N, j0, w, acc);
+	}
+	return KILN_OK;
+}
+
 /* ---- bf16 activations: bf16 storage, f32 arithmetic, one rounding ---- */
 
 CPU_CLONES static void bias_add_rows_bf16(uint16_t *y, const float *b, int64_t r0, int64_t r1,
@@ -844,6 +899,14 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		return c->host->error(KILN_ENOTSUP, "cpu: unknown op type %d", op->type);
 	}
 	COMMON_PLAN_SIZES(p, op);
+	if (op->type == KILN_OP_RELU_BWD && op->n_out == 2) { /* + the bias gradient */
+		if (!cpu_all_f32(op))
+			return cpu_bad(c, op, KILN_ENOTSUP, "the bias gradient in the ReLU's pass is f32 only");
+		p->kernel = cpu_relu_bwd_db;
+		p->cols = common_numel(&op->out[1]);
+		p->rows = p->n / p->cols;
+		return KILN_OK;
+	}
 
 	switch (op->type) {
 	case KILN_OP_LR_SCHEDULE:
