@@ -160,57 +160,72 @@ static kiln_status cpu_relu_bwd(const struct cpu_plan *p, const struct kiln_op_a
 	return KILN_OK;
 }
 
-/* Columns [j0, j0 + w) of the ReLU's backward, rows in order: dx (=|+=)
- * m = y > 0 ? dy : 0, and s = the sum over rows of m, added as col_sums
- * adds (so s equals BIAS_GRAD of the written m, bit for bit). */
-CPU_CLONES static void relu_bwd_col_sums(float *restrict s, float *restrict dx,
-					 const float *restrict y, const float *restrict dy,
-					 int64_t R, int64_t N, int64_t j0, int64_t w, int acc)
+/* Rows per tile of relu_bwd_rows_db: the tile's row spans stay in L1
+ * while each block of BIAS_COLS columns' sums walks its rows in registers. */
+#define RELU_DB_ROWS 16
+
+/* Columns [j0, j1) of the ReLU's backward: dx (=|+=) m = y > 0 ? dy : 0
+ * (a select, as relu_bwd_span: an inf dy at y <= 0 gives 0) and db = the
+ * sum over rows of m.  Tiles of RELU_DB_ROWS rows; within a tile each
+ * block of 32 columns' sums (4 x 8 lanes, as col_sums) is loaded from db,
+ * takes the tile's rows in order and is stored back, so every column's
+ * rows are added in order from 0, as col_sums adds them: db equals
+ * BIAS_GRAD of the written m, bit for bit. */
+CPU_CLONES static void relu_bwd_rows_db(float *restrict db, float *restrict dx,
+					const float *restrict y, const float *restrict dy,
+					int64_t R, int64_t N, int64_t j0, int64_t j1, int acc)
 {
-	if (w == BIAS_COLS) {
-		const cpu_f32x8 zero = {0};
-		cpu_f32x8 a[4] = {{0}};
-		for (int64_t r = 0; r < R; r++) {
-			const size_t o = (size_t)(r * N + j0);
-			const cpu_f32x8 *yr = (const cpu_f32x8 *)(y + o), *gr = (const cpu_f32x8 *)(dy + o);
-			cpu_f32x8 *xr = (cpu_f32x8 *)(dx + o);
-			for (int k = 0; k < 4; k++) {
-				/* a select, as relu_bwd_span: an inf dy at y <= 0 gives 0 */
-				const cpu_f32x8 m = (cpu_f32x8)((cpu_u32x8)gr[k] & (cpu_u32x8)(yr[k] > zero));
-				xr[k] = acc ? xr[k] + m : m;
-				a[k] += m;
+	const cpu_f32x8 zero = {0};
+	for (int64_t j = j0; j < j1; j++)
+		db[j] = 0.0f;
+	for (int64_t r0 = 0; r0 < R; r0 += RELU_DB_ROWS) {
+		const int64_t r1 = R - r0 < RELU_DB_ROWS ? R : r0 + RELU_DB_ROWS;
+		int64_t j = j0;
+		for (; j + BIAS_COLS <= j1; j += BIAS_COLS) {
+			cpu_f32x8 s[4];
+			memcpy(s, db + j, sizeof s);
+			for (int64_t r = r0; r < r1; r++) {
+				const size_t o = (size_t)(r * N + j);
+				const cpu_f32x8 *yv = (const cpu_f32x8 *)(y + o);
+				const cpu_f32x8 *gv = (const cpu_f32x8 *)(dy + o);
+				cpu_f32x8 *xv = (cpu_f32x8 *)(dx + o);
+				for (int k = 0; k < 4; k++) {
+					const cpu_f32x8 m = (cpu_f32x8)((cpu_u32x8)gv[k] & (cpu_u32x8)(yv[k] > zero));
+					xv[k] = acc ? xv[k] + m : m;
+					s[k] += m;
+				}
 			}
+			memcpy(db + j, s, sizeof s);
 		}
-		memcpy(s, a, sizeof a);
-		return;
-	}
-	for (int64_t j = 0; j < w; j++)
-		s[j] = 0.0f;
-	for (int64_t r = 0; r < R; r++) {
-		const size_t o = (size_t)(r * N + j0);
-		for (int64_t j = 0; j < w; j++) {
-			const float m = y[o + j] > 0.0f ? dy[o + j] : 0.0f;
-			dx[o + j] = acc ? dx[o + j] + m : m;
-			s[j] += m;
-		}
+		for (; j < j1; j++)
+			for (int64_t r = r0; r < r1; r++) {
+				const size_t o = (size_t)(r * N + j);
+				const float m = y[o] > 0.0f ? dy[o] : 0.0f;
+				dx[o] = acc ? dx[o] + m : m;
+				db[j] += m;
+			}
 	}
 }
 
 /* RELU_BWD with out1 (ABI 2.9): dx (R, N) (=|+=) y > 0 ? dy : 0 and db (N)
  * = the sum over rows of that mask, in one pass: the bias gradient of the
- * layer before the ReLU.  Parallel over column blocks, as cpu_bias_grad. */
+ * layer before the ReLU.  Each thread takes a range of the
+ * columns (in whole blocks of BIAS_COLS) over all rows, so the sums' order
+ * never changes with the team. */
 static kiln_status cpu_relu_bwd_db(const struct cpu_plan *p, const struct kiln_op_args *a,
 				   struct cpu_err *e)
 {
 	const float *y = a->in[0], *dy = a->in[1];
 	float *dx = a->out[0], *db = a->out[1];
-	const int64_t R = p->rows, N = p->cols, B = BIAS_COLS;
+	const int64_t R = p->rows, N = p->cols;
 	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
 	(void)e;
-#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
-	for (int64_t j0 = 0; j0 < N; j0 += B) {
-		const int64_t w = N - j0 < B ? N - j0 : B;
-		relu_bwd_col_sums(db + j0, dx, y, dy, R, N, j0, w, acc);
+#pragma omp parallel if (R * N >= CPU_PAR_MIN)
+	{
+		const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+		const int64_t j0 = t ? (N * t / T) & ~(int64_t)(BIAS_COLS - 1) : 0;
+		const int64_t j1 = t + 1 < T ? (N * (t + 1) / T) & ~(int64_t)(BIAS_COLS - 1) : N;
+		relu_bwd_rows_db(db, dx, y, dy, R, N, j0, j1, acc);
 	}
 	return KILN_OK;
 }
