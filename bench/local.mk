@@ -56,3 +56,4 @@ EXTRA_DIST += bench/startup.sh
 EXTRA_DIST += bench/pipeline_ranks.sh
 # a CNN step's oneDNN reorders and convolutions, CPU seconds a step, against another cpu plugin
 EXTRA_DIST += bench/conv_steps.sh
+EXTRA_DIST += bench/mlp_step.sh

@@ -691,8 +691,14 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 	case KILN_OP_RELU_BWD:
 	case KILN_OP_ADD:
 	case KILN_OP_MUL:
-		if ((st = counts(who, op, 2, 1)))
+		if (op->type == KILN_OP_RELU_BWD && op->n_out == 2) { /* + the bias gradient, 2.9 */
+			const int64_t cols = numel(&op->out[1]);
+			if (op->out[1].dtype != KILN_F32 || cols <= 0 || inner(&op->out[0]) != cols)
+				BAD(KILN_EINVAL, "out1 (the bias gradient) must be f32 [N], N the innermost dimension of out0");
+		} else if ((st = counts(who, op, 2, 1)))
 			return st;
+		if (op->n_in != 2)
+			BAD(KILN_EINVAL, "takes 2 inputs, got %d", op->n_in);
 		if (numel(&op->in[0]) != numel(&op->out[0]) || numel(&op->in[1]) != numel(&op->out[0]))
 			BAD(KILN_EINVAL, "input and output sizes differ");
 		return KILN_OK;

@@ -1,6 +1,6 @@
 /* tests/check_device_gemm.c - device conformance:
  * GEMM (with the core's op checks and its errors, and fused activations),
- * bias and ReLU.
+ * bias and ReLU (and the ReLU backward's folded bias gradient).
  *
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
@@ -373,12 +373,94 @@ static void relu_case(struct fx *f, int n)
 	free(x), free(dy), free(dx0), free(got);
 }
 
+/* RELU_BWD with the bias gradient in its pass (out1, ABI 2.9) against the
+ * two ops it folds, RELU_BWD then BIAS_GRAD of what it wrote: dx and db
+ * equal bit for bit (the same selects, the same row order of the sums),
+ * also when dx accumulates (db sums only the new mask) and with an inf dy
+ * where y == 0 (a select gives 0).  A device without the fold refuses it
+ * with KILN_ENOTSUP (never the cpu); a wrong out1 is refused by the core. */
+static void relu_db_case(struct fx *f, int R, int N)
+{
+	const size_t n = (size_t)R * N, b = n * 4;
+	float *y = frandv(n), *dy = frandv(n), *dx0 = frandv(n);
+	float *got = malloc(b), *want = malloc(b), *gdb = malloc((size_t)N * 4);
+	float *wdb = malloc((size_t)N * 4);
+	for (size_t i = 0; i < n; i++) {
+		y[i] = y[i] > 0 ? y[i] : 0.0f; /* a ReLU's output */
+		if (y[i] == 0 && i % 7 == 0)
+			dy[i] = INFINITY;
+	}
+	void *dY = dput(f, y, b), *dDy = dput(f, dy, b);
+	struct kiln_op op, og;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_RELU_BWD;
+	op.n_in = 2, op.n_out = 2;
+	op.in[0] = op.in[1] = op.out[0] = td(KILN_F32, 2, R, N);
+	op.out[1] = td(KILN_F32, 1, N, 0);
+	memset(&og, 0, sizeof og);
+	og.type = KILN_OP_BIAS_GRAD;
+	og.n_in = og.n_out = 1;
+	og.in[0] = td(KILN_F32, 2, R, N);
+	og.out[0] = td(KILN_F32, 1, N, 0);
+	for (int acc = 0; acc < 2; acc++) {
+		/* folded: dx (=|+=) mask, db = its column sums */
+		void *dDx = dput(f, dx0, b), *dDb = dput(f, dx0, (size_t)N * 4);
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		op.n_out = 2;
+		kiln_status st = run_op(f, &op, (const void *[]){ dY, dDy }, (void *[]){ dDx, dDb });
+		ck_assert_msg(st == KILN_OK || (st == KILN_ENOTSUP && strcmp(g_name, "cpu")),
+			      "RELU_BWD with db: status %d (%s)", st, kiln_last_error());
+		if (st) {
+			DFREE(f, dDx, dDb);
+			break;
+		}
+		dget(f, got, dDx, b);
+		dget(f, gdb, dDb, (size_t)N * 4);
+		/* unfolded: the mask alone (written), its BIAS_GRAD, then dx again */
+		void *dM = dput(f, NULL, b), *dWb = dput(f, NULL, (size_t)N * 4);
+		op.flags = 0;
+		op.n_out = 1;
+		OK(run_op(f, &op, (const void *[]){ dY, dDy }, (void *[]){ dM }));
+		OK(run_op(f, &og, (const void *[]){ dM }, (void *[]){ dWb }));
+		dget(f, wdb, dWb, (size_t)N * 4);
+		void *dX2 = dput(f, dx0, b);
+		op.flags = acc ? KILN_OPF_ACCUMULATE : 0;
+		OK(run_op(f, &op, (const void *[]){ dY, dDy }, (void *[]){ dX2 }));
+		dget(f, want, dX2, b);
+		ck_assert_int_eq(memcmp(got, want, b), 0);
+		ck_assert_int_eq(memcmp(gdb, wdb, (size_t)N * 4), 0);
+		for (int j = 0; j < N; j++) { /* and the numbers themselves */
+			double s = 0, mag = 0;
+			for (int r = 0; r < R; r++) {
+				const size_t i = (size_t)r * N + j;
+				s += y[i] > 0 ? dy[i] : 0, mag += y[i] > 0 ? fabs(dy[i]) : 0;
+				ck_assert_float_eq(got[i], (acc ? dx0[i] : 0.0f) + (y[i] > 0 ? dy[i] : 0.0f));
+			}
+			NEAR(gdb[j], s, mag, 1e-6, "RELU_BWD db R=%d N=%d acc=%d col %d: %g want %g", R,
+			     N, acc, j, gdb[j], s);
+		}
+		DFREE(f, dDx, dDb, dM, dWb, dX2);
+	}
+	/* out1 must be f32 [N], N the innermost dimension */
+	void *plan;
+	op.flags = 0;
+	op.n_out = 2;
+	op.out[1] = td(KILN_F32, 1, N + 1, 0);
+	ck_assert_int_eq(kiln_device_prepare(f->dev, &op, &plan, NULL), KILN_EINVAL);
+	ck_assert_msg(strstr(kiln_last_error(), "bias gradient"), "message: %s", kiln_last_error());
+	DFREE(f, dY, dDy);
+	free(y), free(dy), free(dx0), free(got), free(want), free(gdb), free(wdb);
+}
+
 START_TEST(test_relu)
 {
 	struct fx f;
 	fx_open(&f, _i);
 	relu_case(&f, 17);
 	relu_case(&f, 100003);
+	relu_db_case(&f, 5, 3);
+	relu_db_case(&f, 128, 512); /* parallel, full column blocks */
+	relu_db_case(&f, 300, 77);  /* two full blocks and a tail */
 	fx_close(&f);
 }
 END_TEST

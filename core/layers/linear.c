@@ -18,6 +18,7 @@ struct linear {
 	void *fwd;        /* y = x W^T (+ b), or act(that) with a fused activation */
 	void *act;        /* the fused activation when the device ran it apart */
 	void *mask;       /* the fused ReLU's backward, before the others */
+	void *mask_db;    /* ... summing db in the same pass (NULL: db runs apart) */
 	size_t front;     /* its bytes at the front of the workspace */
 	void *dx[2];      /* dx = dy W, [0] write, [1] accumulate */
 	void *dw[2];      /* dW = dy^T x, [0] write, [1] accumulate (dw_accum) */
@@ -124,7 +125,8 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 		return KILN_OK;
 	}
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
-	    (st = prep_act_bwd(h, l, dev, &l->out, &s->mask, &s->front, ws)))
+	    (st = prep_act_bwd_db(h, l, dev, &l->out, l->trainable && s->bias ? N : 0, &s->mask,
+				  &s->mask_db, &s->front, ws)))
 		return st;
 	/* dx[B,K] (+)= dy[B,N] . W[N,K] */
 	gemm_op(&op, 2, 0, 0, B, K, N, dt, dt);
@@ -139,7 +141,7 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 		if ((st = prep_pair(h, l, dev, &op, s->dw, ws)))
 			return st;
 	}
-	if (l->trainable && s->bias) {
+	if (l->trainable && s->bias && !s->mask_db) {
 		/* db[N] = sum over rows of dy[B,N] */
 		op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
 		f32_desc(&op.in[0], B, N, 0);
@@ -205,7 +207,10 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 	const struct kiln_layer_run *r = &rr;
 	if (s->int8_scale > 0) /* no backward was prepared */
 		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
-	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
+	/* with the weights' gradients, the ReLU's pass sums db where it can */
+	const int db_folded = s->mask_db && r0->dw[0] && s->bias;
+	kiln_status st = db_folded ? run_act_bwd_db(h, r0, s->mask_db, s->front, r0->dw[1], &rr)
+				   : run_act_bwd(h, r0, s->mask, s->front, &rr);
 	const void *x;
 	if (st)
 		return st;
@@ -219,7 +224,7 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 		ops_ws(&a, s, r);
 		if ((st = h->device_run(r->dev, s->dw[acc], &a, r->stream)))
 			return st;
-		if (s->bias) {
+		if (s->bias && !db_folded) {
 			a = (struct kiln_op_args){ .in = { r->dy }, .out = { r->dw[1] } };
 			ops_ws(&a, s, r);
 			if ((st = h->device_run(r->dev, s->db[acc], &a, r->stream)))

@@ -205,30 +205,49 @@ static inline kiln_status run_then_act(const struct kiln_host *h, const struct k
 /* The fused ReLU's backward where the layer's own backward ops cannot
  * fold it: *plan (NULL without a fused ReLU) = dy * (y > 0) of y's shape,
  * into the front of the workspace, whose *front bytes it takes; its own
- * workspace (*ws grows to it, as in prep) follows them. */
-static inline kiln_status prep_act_bwd(const struct kiln_host *h, struct kiln_layer *l,
-				       struct kiln_device *dev, const struct kiln_tensor_desc *y,
-				       void **plan, size_t *front, size_t *ws)
+ * workspace (*ws grows to it, as in prep) follows them.  With cols > 0
+ * (the layer's bias, [cols] over y's innermost dimension) also *db_plan:
+ * the same pass summing the masked rows into the bias gradient (RELU_BWD's
+ * out1, ABI 2.9), or NULL where the device has not got it (the layer then
+ * runs BIAS_GRAD). */
+static inline kiln_status prep_act_bwd_db(const struct kiln_host *h, struct kiln_layer *l,
+					  struct kiln_device *dev, const struct kiln_tensor_desc *y,
+					  int64_t cols, void **plan, void **db_plan, size_t *front,
+					  size_t *ws)
 {
-	*plan = NULL;
+	*plan = *db_plan = NULL;
 	*front = 0;
 	if (!l->act_fused || l->fuse_act != 1 + KILN_ACT_RELU)
 		return KILN_OK;
 	struct kiln_op op;
+	kiln_status st;
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_RELU_BWD;
 	op.n_in = 2;
-	op.n_out = 1;
+	op.n_out = 2;
 	op.in[0] = op.in[1] = op.out[0] = *y;
+	f32_desc(&op.out[1], cols, 0, 0);
 	*front = (kiln_tensor_bytes(y) + 63) & ~(size_t)63; /* ALIGN64 */
+	if (cols > 0 && (st = prep(h, l, dev, &op, db_plan, ws)) != KILN_ENOTSUP && st)
+		return st;
+	op.n_out = 1; /* for a step without the weights' gradients, or the device's fallback */
 	return prep(h, l, dev, &op, plan, ws);
+}
+
+static inline kiln_status prep_act_bwd(const struct kiln_host *h, struct kiln_layer *l,
+				       struct kiln_device *dev, const struct kiln_tensor_desc *y,
+				       void **plan, size_t *front, size_t *ws)
+{
+	void *none;
+	return prep_act_bwd_db(h, l, dev, y, 0, plan, &none, front, ws);
 }
 
 /* Before the layer's backward: r2 = r, or with the fused ReLU's backward
  * run (plan non-NULL), r2's dy the masked gradient at the front of the
- * workspace and its workspace the rest. */
-static inline kiln_status run_act_bwd(const struct kiln_host *h, const struct kiln_layer_run *r,
-				      void *plan, size_t front, struct kiln_layer_run *r2)
+ * workspace and its workspace the rest.  db non-NULL: plan is
+ * prep_act_bwd_db's *db_plan and writes the bias gradient there too. */
+static inline kiln_status run_act_bwd_db(const struct kiln_host *h, const struct kiln_layer_run *r,
+					 void *plan, size_t front, void *db, struct kiln_layer_run *r2)
 {
 	*r2 = *r;
 	if (!plan)
@@ -236,9 +255,15 @@ static inline kiln_status run_act_bwd(const struct kiln_host *h, const struct ki
 	r2->dy = r->workspace;
 	r2->workspace = (char *)r->workspace + front;
 	r2->workspace_bytes = r->workspace_bytes - front;
-	struct kiln_op_args a = { .in = { r->y, r->dy }, .out = { r->workspace },
+	struct kiln_op_args a = { .in = { r->y, r->dy }, .out = { r->workspace, db },
 				  .workspace = r2->workspace, .workspace_bytes = r2->workspace_bytes };
 	return h->device_run(r->dev, plan, &a, r->stream);
+}
+
+static inline kiln_status run_act_bwd(const struct kiln_host *h, const struct kiln_layer_run *r,
+				      void *plan, size_t front, struct kiln_layer_run *r2)
+{
+	return run_act_bwd_db(h, r, plan, front, NULL, r2);
 }
 
 /* Run `plan` on a's buffers with the layer's workspace. */

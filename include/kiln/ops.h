@@ -54,7 +54,11 @@ enum kiln_op_type {
 	KILN_OP_BIAS_GRAD = 3,
 	/* out0 = max(in0, 0), any shape; may be in-place */
 	KILN_OP_RELU = 4,
-	/* out0 (=|+=) in1 * (in0 > 0): in0 = forward output y, in1 = dy */
+	/* out0 (=|+=) in1 * (in0 > 0): in0 = forward output y, in1 = dy.
+	 * ABI 2.9: n_out = 2 also writes out1 f32 [N] = sum over rows of
+	 * in1 * (in0 > 0) (not of out0's earlier contents), N = out0's
+	 * innermost dimension (BIAS_GRAD's rows and order), f32 operands;
+	 * a device without it returns KILN_ENOTSUP from prepare. */
 	KILN_OP_RELU_BWD = 5,
 	/* Fused loss over rows of logits against class labels.
 	 * in0 logits[N,C], in1 labels i32[N]; out0 dlogits[N,C]; out1 f32[2]

@@ -77,7 +77,11 @@ extern "C" {
  * 2.9: kept copies between a layer's convolution ops: KILN_OPF_KEEP on
  *      CONV, CONV_BWD_WEIGHTS and CONV_BWD_DATA (kiln/ops.h), their size
  *      through aux_bytes; KEEP and ACCUMULATE may be set together on
- *      CONV_BWD_WEIGHTS. */
+ *      CONV_BWD_WEIGHTS.
+ * 2.9: RELU_BWD may take a second output, out1 f32 [N]: the sum over rows
+ *      of the masked gradient (the bias gradient of the layer before the
+ *      ReLU, in the same pass; kiln/ops.h).  A device that has not got it
+ *      returns KILN_ENOTSUP and the caller runs BIAS_GRAD apart. */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 9
 

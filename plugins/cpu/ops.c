@@ -160,6 +160,76 @@ static kiln_status cpu_relu_bwd(const struct cpu_plan *p, const struct kiln_op_a
 	return KILN_OK;
 }
 
+/* Rows per tile of relu_bwd_rows_db: the tile's row spans stay in L1
+ * while each block of BIAS_COLS columns' sums walks its rows in registers. */
+#define RELU_DB_ROWS 16
+
+/* Columns [j0, j1) of the ReLU's backward: dx (=|+=) m = y > 0 ? dy : 0
+ * (a select, as relu_bwd_span: an inf dy at y <= 0 gives 0) and db = the
+ * sum over rows of m.  Tiles of RELU_DB_ROWS rows; within a tile each
+ * block of 32 columns' sums (4 x 8 lanes, as col_sums) is loaded from db,
+ * takes the tile's rows in order and is stored back, so every column's
+ * rows are added in order from 0, as col_sums adds them: db equals
+ * BIAS_GRAD of the written m, bit for bit. */
+CPU_CLONES static void relu_bwd_rows_db(float *restrict db, float *restrict dx,
+					const float *restrict y, const float *restrict dy,
+					int64_t R, int64_t N, int64_t j0, int64_t j1, int acc)
+{
+	const cpu_f32x8 zero = {0};
+	for (int64_t j = j0; j < j1; j++)
+		db[j] = 0.0f;
+	for (int64_t r0 = 0; r0 < R; r0 += RELU_DB_ROWS) {
+		const int64_t r1 = R - r0 < RELU_DB_ROWS ? R : r0 + RELU_DB_ROWS;
+		int64_t j = j0;
+		for (; j + BIAS_COLS <= j1; j += BIAS_COLS) {
+			cpu_f32x8 s[4];
+			memcpy(s, db + j, sizeof s);
+			for (int64_t r = r0; r < r1; r++) {
+				const size_t o = (size_t)(r * N + j);
+				const cpu_f32x8 *yv = (const cpu_f32x8 *)(y + o);
+				const cpu_f32x8 *gv = (const cpu_f32x8 *)(dy + o);
+				cpu_f32x8 *xv = (cpu_f32x8 *)(dx + o);
+				for (int k = 0; k < 4; k++) {
+					const cpu_f32x8 m = (cpu_f32x8)((cpu_u32x8)gv[k] & (cpu_u32x8)(yv[k] > zero));
+					xv[k] = acc ? xv[k] + m : m;
+					s[k] += m;
+				}
+			}
+			memcpy(db + j, s, sizeof s);
+		}
+		for (; j < j1; j++)
+			for (int64_t r = r0; r < r1; r++) {
+				const size_t o = (size_t)(r * N + j);
+				const float m = y[o] > 0.0f ? dy[o] : 0.0f;
+				dx[o] = acc ? dx[o] + m : m;
+				db[j] += m;
+			}
+	}
+}
+
+/* RELU_BWD with out1 (ABI 2.9): dx (R, N) (=|+=) y > 0 ? dy : 0 and db (N)
+ * = the sum over rows of that mask, in one pass: the bias gradient of the
+ * layer before the ReLU.  Each thread takes a range of the
+ * columns (in whole blocks of BIAS_COLS) over all rows, so the sums' order
+ * never changes with the team. */
+static kiln_status cpu_relu_bwd_db(const struct cpu_plan *p, const struct kiln_op_args *a,
+				   struct cpu_err *e)
+{
+	const float *y = a->in[0], *dy = a->in[1];
+	float *dx = a->out[0], *db = a->out[1];
+	const int64_t R = p->rows, N = p->cols;
+	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
+	(void)e;
+#pragma omp parallel if (R * N >= CPU_PAR_MIN)
+	{
+		const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+		const int64_t j0 = t ? (N * t / T) & ~(int64_t)(BIAS_COLS - 1) : 0;
+		const int64_t j1 = t + 1 < T ? (N * (t + 1) / T) & ~(int64_t)(BIAS_COLS - 1) : N;
+		relu_bwd_rows_db(db, dx, y, dy, R, N, j0, j1, acc);
+	}
+	return KILN_OK;
+}
+
 /* ---- bf16 activations: bf16 storage, f32 arithmetic, one rounding ---- */
 
 CPU_CLONES static void bias_add_rows_bf16(uint16_t *y, const float *b, int64_t r0, int64_t r1,
@@ -844,6 +914,14 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		return c->host->error(KILN_ENOTSUP, "cpu: unknown op type %d", op->type);
 	}
 	COMMON_PLAN_SIZES(p, op);
+	if (op->type == KILN_OP_RELU_BWD && op->n_out == 2) { /* + the bias gradient */
+		if (!cpu_all_f32(op))
+			return cpu_bad(c, op, KILN_ENOTSUP, "the bias gradient in the ReLU's pass is f32 only");
+		p->kernel = cpu_relu_bwd_db;
+		p->cols = common_numel(&op->out[1]);
+		p->rows = p->n / p->cols;
+		return KILN_OK;
+	}
 
 	switch (op->type) {
 	case KILN_OP_LR_SCHEDULE:

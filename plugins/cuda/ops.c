@@ -276,6 +276,9 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 
+	/* RELU_BWD's bias gradient (ABI 2.9) is not here: the layer runs BIAS_GRAD */
+	if (op->type == KILN_OP_RELU_BWD && op->n_out != 1)
+		return c->host->error(KILN_ENOTSUP, "cuda: RELU_BWD: no bias gradient in its pass");
 	switch (op->type > 0 && op->type < KILN_OP_TYPE_COUNT ? family[op->type] : F_NONE) {
 	case F_LAUNCH: p->launch = launchers[op->type]; break;
 	case F_OPTIM: return optim_prepare(c, p);
