@@ -207,8 +207,9 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 	const struct kiln_layer_run *r = &rr;
 	if (s->int8_scale > 0) /* no backward was prepared */
 		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
-	/* with the weights' gradients, the ReLU's pass sums db where it can */
-	const int db_folded = s->mask_db && r0->dw[0] && s->bias;
+	/* with the weights' gradients, the ReLU's pass sums db where it can;
+	 * it writes db, so not on a micro-step that adds (dw_accum) */
+	const int db_folded = s->mask_db && r0->dw[0] && s->bias && !r0->dw_accum;
 	kiln_status st = db_folded ? run_act_bwd_db(h, r0, s->mask_db, s->front, r0->dw[1], &rr)
 				   : run_act_bwd(h, r0, s->mask, s->front, &rr);
 	const void *x;
