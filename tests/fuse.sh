@@ -2,7 +2,7 @@
 # tests/fuse.sh - [run] fuse (off by default): an activation that alone
 # reads a linear, conv or batchnorm layer runs as that layer's epilogue.
 # The fused and unfused runs give the same numbers (ReLU: identical
-# metrics, bit for bit, for the MLP, the CNN in both layouts, a
+# metrics, bit for bit, for the MLP (also with accumulate = 2), the CNN in both layouts, a
 # conv-batchnorm-ReLU net and bf16 compute; GELU, fused in evaluation only,
 # within 1e-5 of the unfused loss); and the fusion really happens: the
 # profile of a fused run has no op of the ReLU layers while the unfused one
@@ -34,6 +34,9 @@ pair mlp "$mlp"
 pair cnn "$cnn"
 pair cnn_nhwc "$cnn" model.layout=nhwc
 pair mlp_bf16 "$mlp" run.precision=bf16
+# accumulation: the ReLU pass that writes the bias gradient (RELU_BWD's
+# out1) must not run on the micro-steps that add
+pair mlp_accum "$mlp" train.accumulate=2
 
 # conv -> batchnorm -> relu (BN_TRAIN/BN_INFER/BN_BWD with the ReLU), and a
 # linear -> batchnorm -> relu on [N, C]

@@ -141,8 +141,9 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 		if ((st = prep_pair(h, l, dev, &op, s->dw, ws)))
 			return st;
 	}
-	if (l->trainable && s->bias && !s->mask_db) {
-		/* db[N] = sum over rows of dy[B,N] */
+	if (l->trainable && s->bias) {
+		/* db[N] = sum over rows of dy[B,N]; with the ReLU pass's fold
+		 * (mask_db) still for the micro-steps that add (dw_accum) */
 		op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
 		f32_desc(&op.in[0], B, N, 0);
 		op.in[0].dtype = dt;
