@@ -157,6 +157,22 @@ fail:
 	return st;
 }
 
+/* After this rank copied its share of the whole optimizer state on
+ * `compute` (ZeRO-1's shard, a pipeline stage's slice): wait for the
+ * copies, then free the whole state and the whole-model optimizer plan. */
+kiln_status dist_drop_whole_state(struct kiln_dist *d, void *compute)
+{
+	struct kiln_model *m = d->m;
+	kiln_status st = kiln_device_stream_sync(d->dev, compute);
+	if (st)
+		return st;
+	kiln_device_free(d->dev, m->state_d);
+	m->state_d = NULL;
+	kiln_model_optim_plan_free(m, m->optim_plan);
+	m->optim_plan = NULL;
+	return KILN_OK;
+}
+
 void dist_free_buckets(struct kiln_dist *d)
 {
 	for (int i = 0; i < d->n_b; i++) {

@@ -107,6 +107,10 @@ struct kiln_dist {
 	struct stamp s_read;
 };
 
+/* core/dist.c: after this rank copied its share of the whole optimizer
+ * state on `compute`, wait for the copies and free the whole state and
+ * the whole-model optimizer plan (ZeRO-1, a pipeline stage on ranks) */
+kiln_status dist_drop_whole_state(struct kiln_dist *d, void *compute);
 /* core/dist.c: free the buckets (and the optimizer plans they own) */
 void dist_free_buckets(struct kiln_dist *d);
 /* core/dist.c: [dist] timing's host function stamping a bucket's

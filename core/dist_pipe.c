@@ -111,12 +111,8 @@ kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
 						 m->state_d + (size_t)k * N + lo, n * sizeof(float),
 						 KILN_COPY_D2D, compute)))
 			return st;
-	if ((st = kiln_device_stream_sync(d->dev, compute)))
+	if ((st = dist_drop_whole_state(d, compute)))
 		return st;
-	kiln_device_free(d->dev, m->state_d);
-	m->state_d = NULL;
-	kiln_model_optim_plan_free(m, m->optim_plan);
-	m->optim_plan = NULL;
 	d->pipe_own = 1;
 	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): the optimizer steps the stage's %zu of %zu floats; optimizer state %.3g MiB instead of %.3g MiB",
 		 d->env.rank, me, n, N, (double)((size_t)slots * n * sizeof(float)) / 1048576.0,

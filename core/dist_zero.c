@@ -146,12 +146,8 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 							   compute)))
 			return st;
 	}
-	if ((st = kiln_device_stream_sync(d->dev, compute)))
+	if ((st = dist_drop_whole_state(d, compute)))
 		return st;
-	kiln_device_free(d->dev, m->state_d);
-	m->state_d = NULL;
-	kiln_model_optim_plan_free(m, m->optim_plan);
-	m->optim_plan = NULL;
 	d->s_read.d = d;
 	m->fwd_hook = fwd_hook;
 	m->fwd_user = d;
