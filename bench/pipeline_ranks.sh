@@ -19,51 +19,23 @@ steps=40
 [ "${1:-}" = --short ] && { steps=12; shift; }
 runs=${1:-3}
 b=$(cd "$(dirname "$0")/.." && pwd)
-kiln="$b/kiln"
+KILN=${KILN:-$b/kiln}
+. "$b/bench/common.sh" # real_kiln: time the binary, not libtool's wrapper
+real_kiln
+kiln=$KILN
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
-cat > "$tmp/mlp.ini" <<INI
-[run]
-seed = 1
-threads = 1
-[data]
-source = synthetic
-samples = 16384
-image_size = 28
-classes = 10
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 1024
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 1024
-[layer.r2]
-type = relu
-[layer.fc3]
-type = linear
-out = 10
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-max_steps = $steps
-lr = 0.01
-momentum = 0.9
-log_every = 1000
-eval = 0
-[plugin.cpu]
-async = 1
-[dist]
-bucket_mb = 1
-timing = 1
-timeout = 120
-INI
+. "$b/tests/config_lib.sh"
+{
+	ini run seed=1 threads=1
+	ini_synthetic 16384 28 10 workers=0
+	ini_layers flat:flatten fc1:linear:out=1024 r1:relu fc2:linear:out=1024 r2:relu \
+		fc3:linear:out=10 loss:softmax_xent
+	ini train epochs=1 max_steps="$steps" lr=0.01 momentum=0.9 log_every=1000 eval=0
+	ini plugin.cpu async=1
+	ini dist bucket_mb=1 timing=1 timeout=120
+} > "$tmp/mlp.ini"
 one() { # NAME ROUND KEY=VALUE...: one run of 4 ranks
 	_n=$1 _r=$2
 	shift 2
