@@ -210,7 +210,7 @@ static const struct kiln_key log_keys[] = {
 
 static const struct kiln_key pipeline_keys[] = {
 	{ "micro_batches", KILN_KEY_INT, "1", 1, 65536, NULL,
-	  "Micro-batches per step (docs/pipeline.md): `[train] batch` is cut into this many, which flow through the stages in `schedule`'s order; the gradients are the mean over them (as `[train] accumulate` of batch / micro_batches), with no communication before the last. Batchnorm uses each micro-batch's statistics and updates its running statistics once per micro-batch (PyTorch's semantics with micro-batches). Must divide `[train] batch`; not with `[train] accumulate > 1`." },
+	  "Micro-batches per step (docs/pipeline.md): `[train] batch` is cut into this many, which flow through the stages in `schedule`'s order; the gradients are the mean over them (as `[train] accumulate` of batch / micro_batches), with no communication before the last. Batchnorm uses each micro-batch's statistics and updates its running statistics once per micro-batch (PyTorch's semantics with micro-batches). Must divide `[train] batch`. With `[train] accumulate = A` each optimizer step runs A pipeline steps, as `accumulate = A M` of batch/M (docs/pipeline.md, Combinations)." },
 	{ "schedule", KILN_KEY_ENUM, "1f1b", NOLIM, "gpipe|1f1b",
 	  "Order of the micro-batches' forwards and backwards on each stage: `gpipe` (all forwards, then all backwards: every micro-batch's activations alive at once) or `1f1b` (one forward, one backward: at most `stages` micro-batches' activations alive). Both give the same gradients bit for bit (each stage accumulates its micro-batches in the same order)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }

@@ -208,7 +208,6 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 			 const struct kiln_registry *reg, const struct kiln_train_cfg *tc,
 			 int training, struct kiln_train_result *res);
 kiln_status trainer_close(struct trainer *t, kiln_status st);
-int trainer_mkdirs(const char *path);
 /* A fresh run's out_dir (core/out_dir.c): KILN_EUSAGE, naming a file,
  * when it holds an earlier run's files (metrics, logs, checkpoints in
  * ckdir) and overwrite is 0; with overwrite, or in the default out_dir

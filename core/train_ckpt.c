@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "../plugins/common/cache_file.h" /* common_mkdirs */
+
 /* The training sums of the epoch so far: those of its log points plus the
  * device's of the steps since the last one (read, not reset: the next log
  * line still covers its whole interval), every rank's mean. */
@@ -50,7 +52,7 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 		kiln_dist_zero_release(t->dist);
 		return KILN_OK;
 	}
-	if (trainer_mkdirs(t->ckdir))
+	if (common_mkdirs(t->ckdir, 0777, 1))
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
 	st = kiln_ckpt_save(t->ckdir, &meta, t->m, t->compute, path, n);
 	kiln_dist_zero_release(t->dist);
@@ -121,7 +123,7 @@ static kiln_status keep_best_save(struct trainer *t, double loss, double acc)
 	}
 	char dir[4300], path[4200];
 	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	if (trainer_mkdirs(dir))
+	if (common_mkdirs(dir, 0777, 1))
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
 	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, NULL };
 	kiln_status st = kiln_ckpt_save(dir, &meta, t->m, t->compute, path, sizeof path);

@@ -11,19 +11,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-int trainer_mkdirs(const char *path)
-{
-	char buf[4096];
-	snprintf(buf, sizeof buf, "%s", path);
-	for (char *p = buf + 1; *p; p++)
-		if (*p == '/') {
-			*p = 0;
-			if (mkdir(buf, 0777) && errno != EEXIST)
-				return -1;
-			*p = '/';
-		}
-	return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
-}
+#include "../plugins/common/cache_file.h" /* common_mkdirs */
 
 static kiln_status open_set(struct trainer *t, const char *section, const char *split, int train,
 			    struct train_set *d)
@@ -505,7 +493,7 @@ static kiln_status open_out_dir(struct trainer *t)
 	char path[4200];
 	if (!*out_dir || t->rank)
 		return KILN_OK;
-	if (trainer_mkdirs(out_dir))
+	if (common_mkdirs(out_dir, 0777, 1))
 		return kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
 				  strerror(errno));
 	/* the resolved config (every key, defaults filled in) beside the

@@ -33,8 +33,11 @@ static inline int common_cache_path(char *buf, size_t n, const char *name)
 	return len < 0 || (size_t)len >= n ? -1 : 0;
 }
 
-/* mkdir -p of the directories above path.  -1 with errno on failure. */
-static inline int common_make_parents(const char *path)
+/* mkdir -p: the directories above path, and path itself too when leaf is
+ * set, each made with mode (less the umask) where missing.  -1 with errno
+ * on failure.  One copy for the caches and a run's directories
+ * (core/train_setup.c, core/train_ckpt.c). */
+static inline int common_mkdirs(const char *path, mode_t mode, int leaf)
 {
 	char d[4096];
 	if (strlen(path) >= sizeof d) {
@@ -45,11 +48,17 @@ static inline int common_make_parents(const char *path)
 	for (char *p = d + 1; *p; p++)
 		if (*p == '/') {
 			*p = 0;
-			if (mkdir(d, 0755) && errno != EEXIST)
+			if (mkdir(d, mode) && errno != EEXIST)
 				return -1;
 			*p = '/';
 		}
-	return 0;
+	return leaf && mkdir(d, mode) && errno != EEXIST ? -1 : 0;
+}
+
+/* mkdir -p of the directories above path.  -1 with errno on failure. */
+static inline int common_make_parents(const char *path)
+{
+	return common_mkdirs(path, 0755, 0);
 }
 
 /* Write the n parts (part[i] of len[i] bytes) one after the other to
