@@ -3,7 +3,7 @@
 #include "build-config.h"
 #include "cli.h"
 
-#include "../plugins/common/spin_rule.h" /* common_spin_count */
+#include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,15 +189,10 @@ static int log_level_from_env(void)
 
 int main(int argc, char **argv)
 {
-	/* OpenMP waiters: spin briefly, then sleep, unless the user chose.
-	 * Sleeping at once (PASSIVE alone) costs a futex wake-up per parallel
-	 * region, which made the MLP step 1.7x slower; spinning forever
-	 * (ACTIVE) starves the loader and stream workers on 2 cores.  A
-	 * bounded spin (about 10-50 us) gets both, except on a machine
-	 * already oversubscribed (common/spin_rule.h).  Must happen before any
-	 * plugin loads the OpenMP runtime. */
-	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-	setenv("GOMP_SPINCOUNT", common_spin_count(), 0);
+	/* OpenMP waiters: spin briefly, then sleep, unless the user chose
+	 * (common/spin_rule.h).  Must happen before any plugin loads the
+	 * OpenMP runtime. */
+	common_omp_env_defaults();
 	if (log_level_from_env())
 		return 2;
 	kiln_log(KILN_LOG_DEBUG, "cli", "OpenMP: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s",

@@ -16,6 +16,7 @@
 #include "internal.h"
 #include "dist.h"
 #include "probe_cache.h"
+#include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
 
 #include <dirent.h>
 #include <errno.h>
@@ -541,6 +542,9 @@ kiln_status kiln_registry_open(const char *plugin_path, struct kiln_registry **o
 	struct kiln_registry *reg = calloc(1, sizeof *reg);
 	kiln_status st;
 	*out = NULL;
+	/* before any plugin brings libgomp in: kiln's OpenMP waiting for a
+	 * program that embeds kiln as for the CLI (common/spin_rule.h) */
+	common_omp_env_defaults();
 	if (!reg)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	if ((st = add_path(reg, plugin_path)) || (st = add_path(reg, getenv("KILN_PLUGIN_PATH"))))

@@ -20,7 +20,7 @@
 
 #include <check.h>
 #include <kiln/kiln.h>
-#include "../plugins/common/spin_rule.h" /* common_spin_count: kiln's OpenMP spin rule */
+#include "../plugins/common/spin_rule.h" /* common_omp_env_defaults: kiln's OpenMP waiting */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -95,10 +95,8 @@ static int check_plugins_missing(struct kiln_registry *r)
 static int check_main_run(void)
 {
 	const struct check_main *m = &check_suite;
-	if (m->omp_passive) {
-		setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-		setenv("GOMP_SPINCOUNT", common_spin_count(), 0); /* kiln's rule */
-	}
+	if (m->omp_passive)
+		common_omp_env_defaults(); /* kiln's rule */
 	if (m->own_plugin_path)
 		unsetenv("KILN_PLUGIN_PATH");
 	int rc = m->setup ? m->setup() : 0;

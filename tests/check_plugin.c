@@ -8,6 +8,7 @@
 #include <kiln/kiln.h>
 
 #include <check.h>   /* Suite, ck_assert_* */
+#include <dlfcn.h>   /* dlopen: is libgomp loaded? */
 #include "check_main.h"
 #include <stdio.h>   /* snprintf, open_memstream */
 #include <stdlib.h>  /* unsetenv, setenv */
@@ -444,6 +445,44 @@ START_TEST(host_table)
 }
 END_TEST
 
+/* kiln_registry_open gives a program that embeds kiln the CLI's OpenMP
+ * waiting (common/spin_rule.h) where the program set none, before a plugin
+ * brings libgomp in; it keeps the program's own values, and changes
+ * nothing once libgomp is loaded (it has read the environment then). */
+START_TEST(omp_env_defaults)
+{
+	struct kiln_registry *r;
+	void *g = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	ck_assert_msg(g == NULL, "libgomp is already in the test process");
+	unsetenv("OMP_WAIT_POLICY");
+	unsetenv("GOMP_SPINCOUNT");
+	ck_assert_int_eq(kiln_registry_open(TEST_PLUGIN_DIR, &r), KILN_OK);
+	kiln_registry_close(r);
+	ck_assert_ptr_nonnull(getenv("OMP_WAIT_POLICY"));
+	ck_assert_str_eq(getenv("OMP_WAIT_POLICY"), "PASSIVE");
+	ck_assert_ptr_nonnull(getenv("GOMP_SPINCOUNT"));
+	ck_assert_msg(!strcmp(getenv("GOMP_SPINCOUNT"), "100000") ||
+			      !strcmp(getenv("GOMP_SPINCOUNT"), "0"),
+		      "GOMP_SPINCOUNT = %s", getenv("GOMP_SPINCOUNT"));
+	setenv("OMP_WAIT_POLICY", "ACTIVE", 1);
+	setenv("GOMP_SPINCOUNT", "7", 1);
+	ck_assert_int_eq(kiln_registry_open(TEST_PLUGIN_DIR, &r), KILN_OK);
+	kiln_registry_close(r);
+	ck_assert_str_eq(getenv("OMP_WAIT_POLICY"), "ACTIVE");
+	ck_assert_str_eq(getenv("GOMP_SPINCOUNT"), "7");
+	/* libgomp in the process first: nothing is set */
+	g = dlopen("libgomp.so.1", RTLD_NOW);
+	ck_assert_msg(g != NULL, "dlopen libgomp: %s", dlerror());
+	unsetenv("OMP_WAIT_POLICY");
+	unsetenv("GOMP_SPINCOUNT");
+	ck_assert_int_eq(kiln_registry_open(TEST_PLUGIN_DIR, &r), KILN_OK);
+	kiln_registry_close(r);
+	ck_assert_ptr_null(getenv("OMP_WAIT_POLICY"));
+	ck_assert_ptr_null(getenv("GOMP_SPINCOUNT"));
+	dlclose(g);
+}
+END_TEST
+
 /* ---- suite ----------------------------------------------------------------- */
 
 Suite *make_plugin_suite(void);
@@ -457,7 +496,8 @@ Suite *make_plugin_suite(void)
 		validate_plugin_keys, write_plugin_keys, NULL });
 
 	check_add_case(s, "order", 0, NULL, NULL, (const TTest *[]){
-		earlier_directory_wins, later_directory_loses, env_path, host_table, NULL });
+		earlier_directory_wins, later_directory_loses, env_path, host_table, omp_env_defaults,
+		NULL });
 	return s;
 }
 

@@ -22,6 +22,13 @@
  * device's own threads, [run] threads, work inside it).  Separate models
  * run in parallel.  Nothing here exits.
  *
+ * OpenMP: loading the first model (kiln_registry_open, before any plugin
+ * brings libgomp in) sets OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT to
+ * kiln's rule (a bounded spin; 0 when the machine is oversubscribed) where
+ * the program set neither, as the `kiln` command does.  Once libgomp is in
+ * the process nothing is changed.  setenv is not thread-safe: load models
+ * before other threads read or write the environment.
+ *
  * Errors: kiln_status (status.h), with a message naming the file, key,
  * layer or sample in kiln_last_error() of the calling thread.  Ownership:
  * the caller owns every buffer it passes; the model owns what it holds

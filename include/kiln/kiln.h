@@ -59,7 +59,10 @@ struct kiln_plugin_file {
 };
 
 /* `plugin_path` may be NULL.  On success *out is a new registry.  Failing
- * files are not an error of this call. */
+ * files are not an error of this call.  Before any plugin loads, and only
+ * while libgomp is not yet in the process, sets OMP_WAIT_POLICY=PASSIVE and
+ * GOMP_SPINCOUNT (kiln's spin rule, plugins/common/spin_rule.h) in the
+ * environment where unset: not thread-safe against other threads' getenv. */
 kiln_status kiln_registry_open(const char *plugin_path, struct kiln_registry **out);
 void kiln_registry_close(struct kiln_registry *reg);
 
