@@ -301,7 +301,7 @@ if [ "$CPU" = 1 ]; then
 fi
 
 measure_peak
-: >"$TMP/kiln" >"$TMP/kilnrc" >"$TMP/eager" >"$TMP/compile" >"$TMP/llmc" >"$TMP/compile_s"
+for f in kiln kilnrc eager compile llmc compile_s; do : >"$TMP/$f"; done
 r=1
 while [ $r -le "$RUNS" ]; do
     echo "round $r of $RUNS (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
