@@ -175,6 +175,22 @@ kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device
  * streams are drained. */
 kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble);
 void kiln_pipe_timing_free(struct kiln_pipe_timing *t);
+/* The schedule `act` (n actions over P stages, kiln_pipe_schedule's order)
+ * replayed with action i taking dur[i]: each starts as soon as its stage's
+ * previous action and the action it waits for (a forward: the previous
+ * stage's forward of its micro-batch; a backward: the next stage's
+ * backward of it) have ended, hand-offs instant.  Returns the span (-1:
+ * out of memory); busy[s] (P entries) the sum of stage s's durations. */
+double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double *dur, int P,
+			double *busy);
+/* The idle share of P stages' time over a span in which stage s was busy
+ * busy[s], 1 - sum(busy) / (P span), split: *bubble = 1 - max(busy) /
+ * span, the busiest stage's idle share (its fill and drain, and any wait
+ * within: what the schedule's (P-1)/(M+P-1) predicts for equal stages),
+ * and *imbalance = (max(busy) - mean(busy)) / span, the other stages'
+ * wait for the busiest; the two add up to the idle share. */
+void kiln_pipe_idle_split(const double *busy, int P, double span, double *bubble,
+			  double *imbalance);
 
 /* ---- `kiln memory` (pipe_memory.c) ---------------------------------- */
 

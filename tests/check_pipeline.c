@@ -1,7 +1,8 @@
 /* tests/check_pipeline.c - the pipeline's schedules (core/pipe_schedule.c):
  * every dependency respected, each stage's micro-batches in order, the
  * length 2(M+P-1) and so the bubble (P-1)/(M+P-1), and the activation sets
- * alive at once: gpipe M, 1f1b min(P, M). */
+ * alive at once: gpipe M, 1f1b min(P, M); the measured bubble's replay and
+ * split (core/pipe_timing.c). */
 #include <check.h>
 #include "check_main.h"
 #include <string.h>
@@ -78,11 +79,84 @@ START_TEST(test_1f1b_order)
 }
 END_TEST
 
+/* The replay (core/pipe_timing.c) of 1f1b, P = 2, with every forward
+ * taking f[s] and every backward b[s] on stage s: the span and the idle
+ * share split into the busiest stage's and the imbalance. */
+static void replay_1f1b(int M, const double *f, const double *b, double *span, double *bubble,
+			double *imbalance, double *idle)
+{
+	struct kiln_pipe_action a[2 * 2 * 32];
+	double dur[2 * 2 * 32], busy[2];
+	int ticks, live;
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 2, M, a, &ticks, &live) == KILN_OK);
+	for (int i = 0; i < 4 * M; i++)
+		dur[i] = a[i].kind == KILN_PIPE_FWD ? f[a[i].stage] : b[a[i].stage];
+	*span = kiln_pipe_replay(a, 4 * M, dur, 2, busy);
+	ck_assert_double_eq_tol(busy[0], M * (f[0] + b[0]), 1e-9);
+	ck_assert_double_eq_tol(busy[1], M * (f[1] + b[1]), 1e-9);
+	kiln_pipe_idle_split(busy, 2, *span, bubble, imbalance);
+	*idle = 1.0 - (busy[0] + busy[1]) / (2 * *span);
+	ck_assert_double_eq_tol(*bubble + *imbalance, *idle, 1e-12);
+}
+
+/* Equal stages (a backward twice a forward, or passes unequal between the
+ * stages but equal in sum): the span is (M + 1) passes of a stage and the
+ * bubble the schedule's 1/(M + 1), all of it the busiest stage's. */
+START_TEST(test_replay_equal)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		double span, bubble, imb, idle;
+		replay_1f1b(M, (const double[]){ 1, 1 }, (const double[]){ 2, 2 }, &span, &bubble,
+			    &imb, &idle);
+		ck_assert_double_eq_tol(span, 3.0 * (M + 1), 1e-9);
+		ck_assert_double_eq_tol(idle, 1.0 / (M + 1), 1e-12);
+		ck_assert_double_eq_tol(bubble, 1.0 / (M + 1), 1e-12);
+		ck_assert_double_eq_tol(imb, 0, 1e-12);
+		/* stage 0's forward longer and its backward shorter (a wide first
+		 * layer that computes no input gradient): the same */
+		replay_1f1b(M, (const double[]){ 1.4, 1 }, (const double[]){ 1.6, 2 }, &span, &bubble,
+			    &imb, &idle);
+		ck_assert_double_eq_tol(span, 3.0 * (M + 1), 1e-9);
+		ck_assert_double_eq_tol(bubble, 1.0 / (M + 1), 1e-12);
+	}
+}
+END_TEST
+
+/* Stage 1 10% heavier (forward 1.1, backward 2.2 against 1 and 2): it
+ * never waits after its first forward, so the span is stage 0's first
+ * forward, stage 1's M passes and stage 0's last backward, 3 + 3.3 M; the
+ * busiest stage's idle is 3 / (3 + 3.3 M), below the schedule's 1/(M+1),
+ * and the idle share over both stages is that plus the imbalance
+ * 0.15 M / (3 + 3.3 M): at M = 8 0.102 + 0.041 = 0.143 against 0.111. */
+START_TEST(test_replay_imbalance)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		double span, bubble, imb, idle;
+		replay_1f1b(M, (const double[]){ 1, 1.1 }, (const double[]){ 2, 2.2 }, &span, &bubble,
+			    &imb, &idle);
+		ck_assert_double_eq_tol(span, 3 + 3.3 * M, 1e-9);
+		ck_assert_double_eq_tol(bubble, 3 / (3 + 3.3 * M), 1e-12);
+		ck_assert_double_eq_tol(imb, 0.15 * M / (3 + 3.3 * M), 1e-12);
+		ck_assert(idle > 1.0 / (M + 1) && bubble < 1.0 / (M + 1));
+	}
+	/* nothing busy, no span: no bubble */
+	double bubble, imb;
+	kiln_pipe_idle_split((const double[]){ 0, 0 }, 2, 0, &bubble, &imb);
+	ck_assert(bubble == 0 && imb == 0);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
 	check_add_case(s, "schedule", 30, NULL, NULL,
 		       (const TTest *[]){ test_schedules, test_1f1b_order, NULL });
+	check_add_case(s, "replay", 30, NULL, NULL,
+		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, NULL });
 	return s;
 }
 
