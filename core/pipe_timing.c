@@ -63,29 +63,30 @@ static void link_actions(const struct kiln_pipe_action *act, int n, int *prev, i
 }
 
 /* The schedule replayed with action i taking dur[i], each as soon as its
- * stage's previous action and the other stage's it waits for have ended
- * (end[i] its end): the span. */
-static double replay(const int *prev, const int *dep, int n, const double *dur, double *end)
+ * stage's previous action and, handoff later, the other stage's it waits
+ * for have ended (end[i] its end): the span. */
+static double replay(const int *prev, const int *dep, int n, const double *dur, double handoff,
+		     double *end)
 {
 	double hi = 0;
 	for (int i = 0; i < n; i++) {
 		double start = prev[i] >= 0 ? end[prev[i]] : 0;
-		if (dep[i] >= 0 && end[dep[i]] > start)
-			start = end[dep[i]];
+		if (dep[i] >= 0 && end[dep[i]] + handoff > start)
+			start = end[dep[i]] + handoff;
 		end[i] = start + dur[i];
 		hi = end[i] > hi ? end[i] : hi;
 	}
 	return hi;
 }
 
-double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double *dur, int P,
-			double *busy)
+double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double *dur,
+			double handoff, int P, double *busy)
 {
 	int *prev = malloc((size_t)n * sizeof *prev), *dep = malloc((size_t)n * sizeof *dep);
 	double *end = malloc((size_t)n * sizeof *end), span = -1;
 	if (prev && dep && end) {
 		link_actions(act, n, prev, dep);
-		span = replay(prev, dep, n, dur, end);
+		span = replay(prev, dep, n, dur, handoff, end);
 		for (int s = 0; s < P; s++)
 			busy[s] = 0;
 		for (int i = 0; i < n; i++)
@@ -115,7 +116,7 @@ static double ideal_span(struct kiln_pipe_timing *t, const int64_t *st)
 {
 	for (int i = 0; i < t->n_act; i++)
 		t->dur[i] = (double)(st[2 * i + 1] - st[2 * i]);
-	return replay(t->prev, t->dep, t->n_act, t->dur, t->ideal);
+	return replay(t->prev, t->dep, t->n_act, t->dur, 0, t->ideal);
 }
 
 kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,

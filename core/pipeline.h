@@ -55,11 +55,13 @@ struct kiln_pipe_action {
  * and one backward in turn, then the remaining backwards) as early as
  * its dependencies allow, each action one unit of time.  Stage s's
  * micro-batches run forward, and backward, in order 0..M-1 in both, so
- * gradients accumulate in the same order.  *ticks: the schedule's length;
+ * gradients accumulate in the same order.  early: 1f1b's extra warm-up
+ * forwards on every stage but the last ([pipeline] early_forwards; 0 for
+ * plain 1f1b, ignored by gpipe).  *ticks: the schedule's length;
  * *inflight: the most micro-batches forwarded but not yet backwarded on
- * stage 0 (gpipe M, 1f1b min(P, M)), the activation sets alive at once.
- * out: 2 P M entries, the caller's. */
-kiln_status kiln_pipe_schedule(int kind, int P, int M, struct kiln_pipe_action *out,
+ * stage 0 (gpipe M, 1f1b min(P + early, M)), the activation sets alive
+ * at once.  out: 2 P M entries, the caller's. */
+kiln_status kiln_pipe_schedule(int kind, int P, int M, int early, struct kiln_pipe_action *out,
 			       int *ticks, int *inflight);
 /* The schedule's bubble: the fraction of stage-time idle, 1 - 2M/ticks
  * (gpipe and 1f1b: (P-1)/(M+P-1)). */
@@ -177,12 +179,13 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble);
 void kiln_pipe_timing_free(struct kiln_pipe_timing *t);
 /* The schedule `act` (n actions over P stages, kiln_pipe_schedule's order)
  * replayed with action i taking dur[i]: each starts as soon as its stage's
- * previous action and the action it waits for (a forward: the previous
- * stage's forward of its micro-batch; a backward: the next stage's
- * backward of it) have ended, hand-offs instant.  Returns the span (-1:
- * out of memory); busy[s] (P entries) the sum of stage s's durations. */
-double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double *dur, int P,
-			double *busy);
+ * previous action has ended and, `handoff` later (0: instant), the action
+ * it waits for (a forward: the previous stage's forward of its
+ * micro-batch; a backward: the next stage's backward of it).  Returns the
+ * span (-1: out of memory); busy[s] (P entries) the sum of stage s's
+ * durations. */
+double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double *dur,
+			double handoff, int P, double *busy);
 /* The idle share of P stages' time over a span in which stage s was busy
  * busy[s], 1 - sum(busy) / (P span), split: *bubble = 1 - max(busy) /
  * span, the busiest stage's idle share (its fill and drain, and any wait
