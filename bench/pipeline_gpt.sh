@@ -11,10 +11,14 @@
 # (scripts/make-gpt-char-data, made here when DATA has no shard).  Rows:
 #   1x1      one process, one thread, the model unsplit (no micro-batches)
 #   ranks    `kiln launch -n 2`, [dist] pipeline = 2: each stage a rank of
-#            one thread (gloo, its shared-memory transport), M micro-batches
+#            one thread (gloo: the crossing tensors by its TCP point-to-point,
+#            the pipe's small allreduce in shared memory), M micro-batches
 #   devices  one process, [run] devices = cpu:0, cpu:1: each stage a CPU
 #            device instance of one thread, M micro-batches
-# for M = 4 and 8 (1f1b).  Columns:
+# for M = 4 and 8 (1f1b; 8 is the example's default), and
+#   ranks+e  ranks at M = 8 with [pipeline] early_forwards = 1 (stage 0 one
+#            forward further ahead: a hand-off's latency hidden behind a pass)
+# Columns:
 #   tok/s    tokens per second from step WARM to the last step (the
 #            log's step times: start-up and the first steps left out);
 #            median of RUNS interleaved rounds
@@ -68,9 +72,11 @@ run() {
 		{ tail -20 "$o.err" >&2; exit 1; }
 }
 one() { run "$1" "$KILN" train "$INI" run.threads=1 run.devices= model.stages= pipeline.micro_batches=1; }
-ranks() {
-	run "$1" env KILN_MASTER_PORT=$port "$KILN" launch -n 2 -- "$KILN" train "$INI" \
-		run.threads=1 run.devices= dist.pipeline=2 pipeline.micro_batches="$2"
+ranks() { # ranks NAME M [KEY=VALUE...]
+	o=$1 m=$2
+	shift 2
+	run "$o" env KILN_MASTER_PORT=$port "$KILN" launch -n 2 -- "$KILN" train "$INI" \
+		run.threads=1 run.devices= dist.pipeline=2 pipeline.micro_batches="$m" "$@"
 }
 devices() { run "$1" "$KILN" train "$INI" run.threads=2 pipeline.micro_batches="$2"; }
 # tokens/s from step WARM to the last step (metrics.jsonl: rank 0's)
@@ -112,6 +118,7 @@ for r in $(seq "$RUNS"); do
 			ranks "$tmp/ranks$M.$r$w" $M
 			devices "$tmp/devices$M.$r$w" $M
 		done
+		ranks "$tmp/ranks8e.$r$w" 8 pipeline.early_forwards=1
 		unset N
 	done
 done
@@ -133,3 +140,4 @@ for M in 4 8; do
 	row ranks$M ranks $M
 	row devices$M devices $M
 done
+row ranks8e ranks+e 8
