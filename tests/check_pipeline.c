@@ -60,36 +60,34 @@ START_TEST(test_schedules)
 }
 END_TEST
 
+/* Stage s's actions of the 64 in a (4 stages, 8 micro-batches) as a
+ * string of F and B, into d (at least 17 chars). */
+static void stage_string(const struct kiln_pipe_action *a, int s, char *d)
+{
+	size_t n = 0;
+	for (int i = 0; i < 64; i++)
+		if (a[i].stage == s)
+			d[n++] = a[i].kind == KILN_PIPE_FWD ? 'F' : 'B';
+	d[n] = 0;
+}
+
 /* 1f1b on 4 stages and 8 micro-batches: stage 0 warms up with three
- * forwards, then alternates; the last stage alternates from the start. */
+ * forwards, then alternates; the last stage alternates from the start.
+ * One early forward: stage 0 runs a fourth forward ahead, the last stage
+ * is as before. */
 START_TEST(test_1f1b_order)
 {
 	struct kiln_pipe_action a[64];
 	int ticks, live;
+	char s0[32], s3[32];
 	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 4, 8, 0, a, &ticks, &live) == KILN_OK);
-	char s0[64] = "", s3[64] = "";
-	for (int i = 0; i < 64; i++) {
-		char *d = a[i].stage == 0 ? s0 : a[i].stage == 3 ? s3 : NULL;
-		if (d) {
-			size_t n = strlen(d);
-			d[n] = a[i].kind == KILN_PIPE_FWD ? 'F' : 'B';
-			d[n + 1] = 0;
-		}
-	}
+	stage_string(a, 0, s0);
+	stage_string(a, 3, s3);
 	ck_assert_str_eq(s0, "FFFFBFBFBFBFBBBB");
 	ck_assert_str_eq(s3, "FBFBFBFBFBFBFBFB");
-	/* one early forward: stage 0 runs a fourth forward ahead, the last
-	 * stage is as before */
 	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 4, 8, 1, a, &ticks, &live) == KILN_OK);
-	s0[0] = s3[0] = 0;
-	for (int i = 0; i < 64; i++) {
-		char *d = a[i].stage == 0 ? s0 : a[i].stage == 3 ? s3 : NULL;
-		if (d) {
-			size_t n = strlen(d);
-			d[n] = a[i].kind == KILN_PIPE_FWD ? 'F' : 'B';
-			d[n + 1] = 0;
-		}
-	}
+	stage_string(a, 0, s0);
+	stage_string(a, 3, s3);
 	ck_assert_str_eq(s0, "FFFFFBFBFBFBBBBB");
 	ck_assert_str_eq(s3, "FBFBFBFBFBFBFBFB");
 	ck_assert_int_eq(live, 5);
