@@ -5,7 +5,8 @@
 #  1. 2 stages on 2 ranks (gloo) and 4 stages on 4 ranks end with the
 #     parameters and momentum of one process with batch 32 (1e-5), each
 #     rank's optimizer stepping, and holding the state of, its stage's
-#     slice alone, and no gradient buckets for a stage of one rank;
+#     slice alone, and no gradient buckets for a stage of one rank; 4
+#     stages with [pipeline] early_forwards = 1 end with 1f1b's bytes;
 #  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
 #     averaging its gradients, its slice alone, each pipe 16 samples of
 #     the 32) does too;
@@ -60,6 +61,11 @@ near one g2 "2 stages on 2 ranks (gloo)"
 run g4 4 32 dist.pipeline=4 "$four"
 grep -q "rank 3: stage 3 of 4" "$tmp/g4.log" || bad "g4: rank 3 is not stage 3"
 near one g4 "4 stages on 4 ranks (gloo)"
+# early forwards: each rank issues its messages in the new order, its
+# micro-batches in 1f1b's: the same bytes
+run g4e 4 32 dist.pipeline=4 "$four" pipeline.early_forwards=1
+"$tool" same "$(ck g4 6)" "$(ck g4e 6)" params optim.momentum ||
+	bad "4 stages on 4 ranks with early forwards differ from 1f1b"
 run g22 4 16 dist.pipeline=2 "$two" pipeline.micro_batches=2
 grep -q "rank 3 of 4: pipeline stage 1 of 2 in pipe 1 of 2" "$tmp/g22.log" || bad "g22: rank 3's place"
 near one g22 "P = 2 x D = 2 (gloo)"
