@@ -23,6 +23,11 @@
 #            log's step times: start-up and the first steps left out);
 #            median of RUNS interleaved rounds
 #   x1x1     tok/s over the 1x1 row's (the issue asks >= 1.6 for ranks)
+#   step_ms  wall ms a step (from tok/s); span: the pipeline's span a step
+#            (devices: first pass to last; ranks: stage 1's rank's own, its
+#            first pass to its last): step_ms - span is what a step spends
+#            outside the passes (optimizer, clipping's allreduce, the tied
+#            weight's send, the batch)
 #   cpu_ms   user + sys CPU ms per step, all processes of the run: the
 #            run's CPU seconds less those of the same run stopped at step
 #            WARM, over the steps between (start-up left out): the work the
@@ -102,6 +107,13 @@ cpu() {
 		-e "s/.*busy ms\/step: stage $2 (this rank) [0-9.]* (CPU \([0-9.]*\)).*/\1/p" "$1.err" | head -1
 }
 cpu0() { sed -n 's/.*pipeline CPU ms\/step:.* bubble \([0-9.-]*\) with a core each.*/\1/p' "$1.err" | head -1; }
+# the span in ms a step: devices the pipeline's, ranks stage 1's rank's
+span() {
+	sed -n -e 's/.*pipeline busy ms\/step:.* span \([0-9.]*\); bubble.*/\1/p' \
+		-e 's/.*stage 1 (this rank).*its span \([0-9.]*\);.*/\1/p' "$1.err" | head -1
+}
+# wall ms a step from tok/s
+step_ms() { tps "$1" | awk '{ if ($1 > 0) printf "%.1f\n", 2048000 / $1 }'; }
 bubble() {
 	sed -n -e 's/.*; bubble \([0-9.-]*\) (schedule.*/\1/p' \
 		-e 's/.*stage 1 (this rank).*idle \([0-9.-]*\) of its span.*/\1/p' "$1.err" | head -1
@@ -125,12 +137,13 @@ done
 # col NAME FN [ARG]: the median over the rounds of FN NAME.r ARG
 col() { for r in $(seq "$RUNS"); do $2 "$tmp/$1.$r" ${3:-}; done | median; }
 base=$(col one tps)
-printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s\n' run M tok/s x1x1 cpu_ms s0_ms s1_ms \
+printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n' run M tok/s x1x1 step_ms span cpu_ms s0_ms s1_ms \
 	s0_cpu s1_cpu bubble cpu0 theory
 row() { # row NAME LABEL M
 	t=$(col "$1" tps)
-	printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s\n' "$2" "$3" "$t" \
+	printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n' "$2" "$3" "$t" \
 		"$(awk -v a="$t" -v b="$base" 'BEGIN { if (b > 0 && a > 0) printf "%.2f", a / b; else print "n/a" }')" \
+		"$(col "$1" step_ms)" "$(col "$1" span)" \
 		"$(col "$1" cpu_ms)" "$(col "$1" busy 0)" "$(col "$1" busy 1)" "$(col "$1" cpu 0)" \
 		"$(col "$1" cpu 1)" "$(col "$1" bubble)" "$(col "$1" cpu0)" \
 		"$(awk -v m="$3" 'BEGIN { if (m > 0) printf "%.3f", 1 / (m + 1); else print "-" }')"
