@@ -653,9 +653,17 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 
 kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 {
-	double bubble;
+	double bubble, mine[2], all[2 * KILN_PIPE_MAX_STAGES];
 	kiln_status st = pp->timing ? kiln_device_stream_sync(pp->dev, pp->stream) : KILN_OK;
-	return st ? st : kiln_pipe_timing_report(pp->timing, &bubble);
+	if (st || (st = kiln_pipe_timing_report(pp->timing, &bubble)) || !pp->timing || !pp->rk)
+		return st;
+	/* stages on ranks: the pipe's bubble at stage 0's rank, from every
+	 * stage's busy time */
+	kiln_pipe_timing_mine(pp->timing, mine);
+	if ((st = kiln_pipe_rank_gather(pp->rk, pp->P, pp->mine, mine, 2, all)))
+		return st;
+	kiln_pipe_timing_report_pipe(pp->timing, all);
+	return KILN_OK;
 }
 
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,

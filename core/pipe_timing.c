@@ -321,6 +321,43 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 	return KILN_OK;
 }
 
+void kiln_pipe_timing_mine(const struct kiln_pipe_timing *t, double *ms)
+{
+	const double n = t && t->counted ? (double)t->counted : 0;
+	ms[0] = n > 0 ? t->busy_ns[t->mine] / 1e6 / n : 0;
+	ms[1] = n > 0 ? t->cpu_ns[t->mine] / 1e6 / n : 0;
+}
+
+/* Stage 0's rank, with every stage's busy and CPU ms a step (ms[2 s],
+ * ms[2 s + 1]): the pipe's bubble over stage 0's span, which is the
+ * step's (stage 0's first forward starts it, its last backward, after
+ * every other stage's, ends it), and its split. */
+void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double *ms)
+{
+	char line[512];
+	double busy[KILN_PIPE_MAX_STAGES], sum = 0, b, i;
+	if (!t || !t->counted || t->mine != 0)
+		return;
+	const double span = t->span_ns / 1e6 / (double)t->counted;
+	int k = snprintf(line, sizeof line, "pipeline busy ms/step, the pipe's ranks:");
+	int most = 0;
+	for (int s = 0; s < t->P; s++) {
+		busy[s] = ms[2 * s];
+		sum += busy[s];
+		most = busy[s] > busy[most] ? s : most;
+		if (k < (int)sizeof line)
+			k += snprintf(line + k, sizeof line - (size_t)k, " stage %d %.3f (CPU %.3f),", s,
+				      ms[2 * s], ms[2 * s + 1]);
+	}
+	kiln_pipe_idle_split(busy, t->P, span, &b, &i);
+	if (k < (int)sizeof line)
+		snprintf(line + k, sizeof line - (size_t)k, " span %.3f (stage 0's); bubble %.3f (schedule %.3f) = busiest stage %d idle %.3f + imbalance %.3f",
+			 span, span > 0 ? 1.0 - sum / ((double)t->P * span) : 0, t->theory, most, b, i);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
+}
+
 void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 {
 	if (!t)

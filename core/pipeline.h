@@ -131,6 +131,10 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 				struct kiln_stage_transport *tr);
 /* stream waits until every send enqueued so far has completed. */
 kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream);
+/* Every stage's n doubles vals (n <= 4) at stage 0's rank, into all[s n ..]
+ * there (stage `mine` here); the host waits.  After the last step. */
+kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, const double *vals,
+				  int n, double *all);
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
 /* ---- a device per stage (pipe_devices.c) ---------------------------- */
 
@@ -177,6 +181,13 @@ kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device
  * streams are drained. */
 kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble);
 void kiln_pipe_timing_free(struct kiln_pipe_timing *t);
+/* Stages on ranks: this rank's stage's busy and CPU ms a step (ms[0],
+ * ms[1]; 0 when nothing was measured). */
+void kiln_pipe_timing_mine(const struct kiln_pipe_timing *t, double *ms);
+/* Stages on ranks, stage 0's rank: log the pipe's bubble and its split
+ * from every stage's busy and CPU ms a step (ms[2 s], ms[2 s + 1]) over
+ * stage 0's span, the step's. */
+void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double *ms);
 /* The schedule `act` (n actions over P stages, kiln_pipe_schedule's order)
  * replayed with action i taking dur[i]: each starts as soon as its stage's
  * previous action has ended and, `handoff` later (0: instant), the action
