@@ -72,7 +72,9 @@ sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1.out" | tail 
 bubble() { sed -n 's/.*; bubble \([0-9.-]*\) (schedule \([0-9.]*\);.*/\1/p' "$1.err" | tail -1; }
 cpu0() { sed -n 's/.*pipeline CPU ms\/step:.* bubble \([0-9.-]*\) with a core each.*/\1/p' "$1.err" | tail -1; }
 ideal() { sed -n 's/.*; bubble [0-9.-]* (schedule [0-9.]*; \([0-9.-]*\) with these passes.*/\1/p' "$1.err" | tail -1; }
-split() { sed -n "s/.*pipeline bubble split: busiest stage [0-9]* idle \([0-9.-]*\) (schedule [0-9.]*, for equal stages) + imbalance \([0-9.-]*\) = [0-9.-]*; with the passes' CPU times and instant hand-offs \([0-9.-]*\) + \([0-9.-]*\)$/\\$2/p" "$1.err" | tail -1; }
+# bsplit NAME K: the K-th figure of the split line (1 the busiest stage's idle, 2 the
+# imbalance; 3, 4 the same replayed with CPU times)
+bsplit() { sed -n "s/.*pipeline bubble split: busiest stage [0-9]* idle \([0-9.-]*\) (schedule [0-9.]*, for equal stages) + imbalance \([0-9.-]*\) = [0-9.-]*; with the passes' CPU times and instant hand-offs \([0-9.-]*\) + \([0-9.-]*\)$/\\$2/p" "$1.err" | tail -1; }
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
@@ -87,7 +89,7 @@ for M in 4 8 16; do
 		bubble "$tmp/pipe" >> "$tmp/b"
 		ideal "$tmp/pipe" >> "$tmp/i"
 		cpu0 "$tmp/pipe" >> "$tmp/c"
-		for k in 1 2 3 4; do split "$tmp/pipe" $k >> "$tmp/x$k"; done
+		for k in 1 2 3 4; do bsplit "$tmp/pipe" $k >> "$tmp/x$k"; done
 		sps "$tmp/pipe" >> "$tmp/p"
 		run "$tmp/serial" pipeline.micro_batches=$M
 		sps "$tmp/serial" >> "$tmp/s"
