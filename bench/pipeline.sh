@@ -23,7 +23,14 @@
 #            above theory: the passes' unequal times, not the waits)
 #   cpu0     the same with each pass's CPU time (the stage's stream thread):
 #            other processes' load stretches neither
+#   cpu0_b, cpu0_i  cpu0 split as busiest + imb: the imbalance in CPU time
 #   rel      |bubble - theory| / theory: the issue's target is <= 10%
+#   busiest  the bubble split (core/pipe_timing.c, docs/pipeline.md): the
+#            busiest stage's idle share of the span, 1 - max(busy) / span,
+#            what the schedule's theory predicts (it assumes equal stages)
+#   rel_b    |busiest - theory| / theory
+#   imb      the rest of the bubble: (max(busy) - mean(busy)) / span, the
+#            other stage waiting for the busiest (bubble = busiest + imb)
 #   pipe_sps, serial_sps  samples/s of the 2-stage run and of the same
 #            model on one stage and one thread (M micro-batches): with
 #            stages that overlap, pipe/serial approaches 2 (1 - bubble) x
@@ -65,27 +72,36 @@ sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1.out" | tail 
 bubble() { sed -n 's/.*; bubble \([0-9.-]*\) (schedule \([0-9.]*\);.*/\1/p' "$1.err" | tail -1; }
 cpu0() { sed -n 's/.*pipeline CPU ms\/step:.* bubble \([0-9.-]*\) with a core each.*/\1/p' "$1.err" | tail -1; }
 ideal() { sed -n 's/.*; bubble [0-9.-]* (schedule [0-9.]*; \([0-9.-]*\) with these passes.*/\1/p' "$1.err" | tail -1; }
+# bsplit NAME K: the K-th figure of the split line (1 the busiest stage's idle, 2 the
+# imbalance; 3, 4 the same replayed with CPU times)
+bsplit() { sed -n "s/.*pipeline bubble split: busiest stage [0-9]* idle \([0-9.-]*\) (schedule [0-9.]*, for equal stages) + imbalance \([0-9.-]*\) = [0-9.-]*; with the passes' CPU times and instant hand-offs \([0-9.-]*\) + \([0-9.-]*\)$/\\$2/p" "$1.err" | tail -1; }
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
 echo "MLP 1587-1024-1024-1024-1024-16, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b; $RUNS run(s) of $STEPS steps"
-printf '%4s %8s %8s %7s %8s %8s %10s %10s %8s %10s %10s\n' M bubble theory rel handoff0 cpu0 pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
+printf '%4s %7s %7s %5s %7s %5s %6s %8s %6s %6s %6s %9s %9s %7s %8s %8s\n' M bubble theory rel busiest rel_b imb \
+	handoff0 cpu0 cpu0_b cpu0_i pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
 for M in 4 8 16; do
 	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"; : > "$tmp/i"; : > "$tmp/c"
+	for k in 1 2 3 4; do : > "$tmp/x$k"; done
 	for r in $(seq "$RUNS"); do
 		run "$tmp/pipe" pipeline.micro_batches=$M "$split" "run.devices=cpu:0, cpu:1" run.threads=2
 		bubble "$tmp/pipe" >> "$tmp/b"
 		ideal "$tmp/pipe" >> "$tmp/i"
 		cpu0 "$tmp/pipe" >> "$tmp/c"
+		for k in 1 2 3 4; do bsplit "$tmp/pipe" $k >> "$tmp/x$k"; done
 		sps "$tmp/pipe" >> "$tmp/p"
 		run "$tmp/serial" pipeline.micro_batches=$M
 		sps "$tmp/serial" >> "$tmp/s"
 	done
 	b=$(median < "$tmp/b"); p=$(median < "$tmp/p"); s=$(median < "$tmp/s")
 	i=$(median < "$tmp/i"); c=$(median < "$tmp/c")
+	x1=$(median < "$tmp/x1"); x2=$(median < "$tmp/x2"); x3=$(median < "$tmp/x3"); x4=$(median < "$tmp/x4")
 	run "$tmp/g" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=gpipe
 	run "$tmp/f" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=1f1b
-	awk -v M=$M -v b="$b" -v i="$i" -v c="$c" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" 'BEGIN {
-		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d
-		printf "%4d %8.3f %8.3f %6.0f%% %8.3f %8.3f %10.0f %10.0f %8.2f %10.2f %10.2f\n", M, b, t, 100 * d / t, i, c, p, s, p / s, g, f }'
+	awk -v M=$M -v b="$b" -v i="$i" -v c="$c" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" \
+		-v x1="$x1" -v x2="$x2" -v x3="$x3" -v x4="$x4" 'BEGIN {
+		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d; e = x1 - t; if (e < 0) e = -e
+		printf "%4d %7.3f %7.3f %4.0f%% %7.3f %4.0f%% %6.3f %8.3f %6.3f %6.3f %6.3f %9.0f %9.0f %7.2f %8.2f %8.2f\n",
+			M, b, t, 100 * d / t, x1, 100 * e / t, x2, i, c, x3, x4, p, s, p / s, g, f }'
 done

@@ -11,14 +11,23 @@
 # (scripts/make-gpt-char-data, made here when DATA has no shard).  Rows:
 #   1x1      one process, one thread, the model unsplit (no micro-batches)
 #   ranks    `kiln launch -n 2`, [dist] pipeline = 2: each stage a rank of
-#            one thread (gloo, its shared-memory transport), M micro-batches
+#            one thread (gloo: the crossing tensors by its TCP point-to-point,
+#            the pipe's small allreduce in shared memory), M micro-batches
 #   devices  one process, [run] devices = cpu:0, cpu:1: each stage a CPU
 #            device instance of one thread, M micro-batches
-# for M = 4 and 8 (1f1b).  Columns:
+# for M = 4 and 8 (1f1b; 8 is the example's default), and
+#   ranks+e  ranks at M = 8 with [pipeline] early_forwards = 1 (stage 0 one
+#            forward further ahead: a hand-off's latency hidden behind a pass)
+# Columns:
 #   tok/s    tokens per second from step WARM to the last step (the
 #            log's step times: start-up and the first steps left out);
 #            median of RUNS interleaved rounds
 #   x1x1     tok/s over the 1x1 row's (the issue asks >= 1.6 for ranks)
+#   step_ms  wall ms a step (from tok/s); span: the pipeline's span a step
+#            (the step's first pass to its last; ranks: stage 0's, logged by
+#            its rank): step_ms - span is what a step spends outside the
+#            passes (optimizer, clipping's allreduce, the tied weight's
+#            send, the batch)
 #   cpu_ms   user + sys CPU ms per step, all processes of the run: the
 #            run's CPU seconds less those of the same run stopped at step
 #            WARM, over the steps between (start-up left out): the work the
@@ -27,8 +36,10 @@
 #            the sum of its forwards and backwards; on ranks each rank's log)
 #   s0_cpu, s1_cpu  the same in CPU time (the stage's stream thread): load
 #            does not stretch these; their balance is the cut's
-#   bubble   devices: the measured bubble (1 - busy / (2 x span)); ranks:
-#            the idle share of stage 1's span; theory (P-1)/(M+P-1)
+#   bubble   the measured bubble, 1 - busy / (2 x span) (ranks: stage 0's
+#            rank's, from every rank's busy time); theory (P-1)/(M+P-1)
+#   busiest  its first part, the busiest stage's idle share of the span (the
+#            rest is the imbalance; docs/pipeline.md, "The measured bubble")
 #   cpu0     devices: the bubble with the passes' CPU times, a core each and
 #            instant hand-offs (docs/pipeline.md, "The measured bubble")
 # Needs 2 idle cores: under other load the wall-clock figures are noise
@@ -68,9 +79,11 @@ run() {
 		{ tail -20 "$o.err" >&2; exit 1; }
 }
 one() { run "$1" "$KILN" train "$INI" run.threads=1 run.devices= model.stages= pipeline.micro_batches=1; }
-ranks() {
-	run "$1" env KILN_MASTER_PORT=$port "$KILN" launch -n 2 -- "$KILN" train "$INI" \
-		run.threads=1 run.devices= dist.pipeline=2 pipeline.micro_batches="$2"
+ranks() { # ranks NAME M [KEY=VALUE...]
+	o=$1 m=$2
+	shift 2
+	run "$o" env KILN_MASTER_PORT=$port "$KILN" launch -n 2 -- "$KILN" train "$INI" \
+		run.threads=1 run.devices= dist.pipeline=2 pipeline.micro_batches="$m" "$@"
 }
 devices() { run "$1" "$KILN" train "$INI" run.threads=2 pipeline.micro_batches="$2"; }
 # tokens/s from step WARM to the last step (metrics.jsonl: rank 0's)
@@ -96,10 +109,16 @@ cpu() {
 		-e "s/.*busy ms\/step: stage $2 (this rank) [0-9.]* (CPU \([0-9.]*\)).*/\1/p" "$1.err" | head -1
 }
 cpu0() { sed -n 's/.*pipeline CPU ms\/step:.* bubble \([0-9.-]*\) with a core each.*/\1/p' "$1.err" | head -1; }
-bubble() {
-	sed -n -e 's/.*; bubble \([0-9.-]*\) (schedule.*/\1/p' \
-		-e 's/.*stage 1 (this rank).*idle \([0-9.-]*\) of its span.*/\1/p' "$1.err" | head -1
+# the pipeline's span in ms a step (ranks: stage 0's, from stage 0's rank)
+span() {
+	sed -n -e 's/.*pipeline busy ms\/step:.* span \([0-9.]*\); bubble.*/\1/p' \
+		-e "s/.*the pipe's ranks:.* span \([0-9.]*\) (stage 0's).*/\1/p" "$1.err" | head -1
 }
+# the bubble's first part: the busiest stage's idle share of the span
+busiest() { sed -n 's/.*busiest stage [0-9]* idle \([0-9.-]*\).*/\1/p' "$1.err" | head -1; }
+# wall ms a step from tok/s
+step_ms() { tps "$1" | awk '{ if ($1 > 0) printf "%.1f\n", 2048000 / $1 }'; }
+bubble() { sed -n 's/.*; bubble \([0-9.-]*\) (schedule.*/\1/p' "$1.err" | head -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)]; else print "n/a" }'; }
 
 echo "load average: $(cat /proc/loadavg)"
@@ -112,20 +131,22 @@ for r in $(seq "$RUNS"); do
 			ranks "$tmp/ranks$M.$r$w" $M
 			devices "$tmp/devices$M.$r$w" $M
 		done
+		ranks "$tmp/ranks8e.$r$w" 8 pipeline.early_forwards=1
 		unset N
 	done
 done
 # col NAME FN [ARG]: the median over the rounds of FN NAME.r ARG
 col() { for r in $(seq "$RUNS"); do $2 "$tmp/$1.$r" ${3:-}; done | median; }
 base=$(col one tps)
-printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s\n' run M tok/s x1x1 cpu_ms s0_ms s1_ms \
-	s0_cpu s1_cpu bubble cpu0 theory
+printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n' run M tok/s x1x1 step_ms span cpu_ms \
+	s0_ms s1_ms s0_cpu s1_cpu bubble busiest cpu0 theory
 row() { # row NAME LABEL M
 	t=$(col "$1" tps)
-	printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s\n' "$2" "$3" "$t" \
+	printf '%-8s %3s %8s %6s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n' "$2" "$3" "$t" \
 		"$(awk -v a="$t" -v b="$base" 'BEGIN { if (b > 0 && a > 0) printf "%.2f", a / b; else print "n/a" }')" \
+		"$(col "$1" step_ms)" "$(col "$1" span)" \
 		"$(col "$1" cpu_ms)" "$(col "$1" busy 0)" "$(col "$1" busy 1)" "$(col "$1" cpu 0)" \
-		"$(col "$1" cpu 1)" "$(col "$1" bubble)" "$(col "$1" cpu0)" \
+		"$(col "$1" cpu 1)" "$(col "$1" bubble)" "$(col "$1" busiest)" "$(col "$1" cpu0)" \
 		"$(awk -v m="$3" 'BEGIN { if (m > 0) printf "%.3f", 1 / (m + 1); else print "-" }')"
 }
 row one 1x1 -
@@ -133,3 +154,4 @@ for M in 4 8; do
 	row ranks$M ranks $M
 	row devices$M devices $M
 done
+row ranks8e ranks+e 8

@@ -35,8 +35,11 @@ static size_t stage_act_bytes(const struct kiln_plan *p, int s)
 
 kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 {
-	int64_t M = 1;
-	kiln_status st = kiln_config_get_int(m->cfg, "pipeline", "micro_batches", &M);
+	int64_t M = 1, early = 0;
+	kiln_status st = kiln_config_get_int(m->cfg, "pipeline", "early_forwards", &early);
+	if (st && st != KILN_ENOTFOUND)
+		return st;
+	st = kiln_config_get_int(m->cfg, "pipeline", "micro_batches", &M);
 	if (st && st != KILN_ENOTFOUND)
 		return st;
 	if (batch % M)
@@ -64,8 +67,10 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 			if (!m->params[i].buffer && kiln_pipe_stage(m, m->params[i].layer) == s)
 				par += (size_t)m->params[i].numel * 4;
 		size_t a = stage_act_bytes(p, s);
-		/* micro-batches alive on stage s: gpipe all M, 1f1b min(P - s, M) */
-		int64_t alive = P - s < M ? P - s : M;
+		/* micro-batches alive on stage s: gpipe all M, 1f1b min(P - s, M),
+		 * with early forwards more on every stage but the last */
+		const int64_t want = P - s + (s < P - 1 ? early : 0);
+		const int64_t alive = want < M ? want : M;
 		char names[160];
 		snprintf(names, sizeof names, "%s..%s", m->layers[lo].name, m->layers[hi].name);
 		fprintf(f, "  %-5d %-28s %12.3f %14.3f %12.3f %12.3f %12.3f\n", s, names, mib(par),
@@ -74,7 +79,8 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 	}
 	fprintf(f, "  (optim MiB: the optimizer state a rank of the stage holds with [dist] pipeline, %d slot(s) of [train] optimizer = %s; the parameters and the gradient buffer are whole on every rank today)\n",
 		m->state_slots, m->optim_name);
-	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, once stages have devices of their own; in one process every stage keeps min(P, M) whole-model sets today)\n");
+	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, %lld more with [pipeline] early_forwards on all but the last, once stages have devices of their own; in one process every stage keeps that of stage 0 in whole-model sets today)\n",
+		(long long)early);
 	kiln_plan_free(p);
 	return KILN_OK;
 }

@@ -124,6 +124,45 @@ kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream)
 	return st ? st : kiln_device_stream_wait(R->dev, stream, R->flushed);
 }
 
+/* stage 0's rank receives each other stage's n doubles in stage order on
+ * the send stream; the others send theirs (nothing else is in flight) */
+static kiln_status gather_run(struct kiln_pipe_rank *R, int P, int mine, int n, double *d)
+{
+	const size_t bytes = (size_t)n * sizeof(double);
+	kiln_status st = KILN_OK;
+	for (int s = 1; s < P && !st; s++) {
+		if (mine == 0)
+			st = R->ops->recv(R->comm, d + (size_t)s * (size_t)n, bytes, KILN_U8, R->rank_of[s],
+					  R->send_stream, NULL);
+		else if (mine == s)
+			st = R->ops->send(R->comm, d + (size_t)s * (size_t)n, bytes, KILN_U8,
+					  R->rank_of[0], R->send_stream, NULL);
+	}
+	return st ? kiln_error_wrap(st, "pipeline: stage %d (rank %d) gathering the stages' busy times",
+				    mine, R->rank_of[mine])
+		  : kiln_device_stream_sync(R->dev, R->send_stream);
+}
+
+kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, const double *vals,
+				  int n, double *all)
+{
+	const size_t bytes = (size_t)P * (size_t)n * sizeof(double);
+	double *d = NULL;
+	kiln_status st = kiln_device_alloc(R->dev, bytes, (void **)&d);
+	if (st)
+		return st;
+	for (int i = 0; i < P * n; i++)
+		all[i] = 0;
+	for (int i = 0; i < n; i++)
+		all[mine * n + i] = vals[i];
+	if (!(st = kiln_device_copy_async(R->dev, d, all, bytes, KILN_COPY_H2D, R->send_stream)) &&
+	    !(st = gather_run(R, P, mine, n, d)) &&
+	    !(st = kiln_device_copy_async(R->dev, all, d, bytes, KILN_COPY_D2H, R->send_stream)))
+		st = kiln_device_stream_sync(R->dev, R->send_stream);
+	kiln_device_free(R->dev, d);
+	return st;
+}
+
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R)
 {
 	if (!R)

@@ -94,6 +94,7 @@ struct kiln_pipe {
 	void *sst[KILN_PIPE_MAX_STAGES], *done[KILN_PIPE_MAX_STAGES], *start;
 	void **fdone, **bdone;
 	int P, M, K, kind, ticks;
+	int early;                   /* [pipeline] early_forwards (1f1b) */
 	int A, a;                    /* [train] accumulate: steps per optimizer step, this one's */
 	int64_t mb;                  /* micro-batch rows */
 	struct kiln_plan **plan;     /* K: one per activation set alive */
@@ -268,7 +269,8 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	pp->slot = calloc((size_t)pp->M, sizeof(int));
 	if (!pp->act || !pp->slot)
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	if ((st = kiln_pipe_schedule(pp->kind, pp->P, pp->M, pp->act, &pp->ticks, &pp->K)))
+	if ((st = kiln_pipe_schedule(pp->kind, pp->P, pp->M, pp->early, pp->act, &pp->ticks,
+				      &pp->K)))
 		return st;
 	pp->plan = calloc((size_t)pp->K, sizeof *pp->plan);
 	pp->busy = calloc((size_t)pp->K, 1);
@@ -318,11 +320,13 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 			   void *stream, struct kiln_pipe **out)
 {
 	const struct kiln_config *cfg = m->cfg;
-	int64_t M = 1;
+	int64_t M = 1, early = 0;
 	const char *sched = kiln_config_get(cfg, "pipeline", "schedule");
 	kiln_status st;
 	*out = NULL;
-	if ((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND)
+	if (((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND) ||
+	    ((st = kiln_config_get_int(cfg, "pipeline", "early_forwards", &early)) &&
+	     st != KILN_ENOTFOUND))
 		return st;
 	if (accumulate < 1 || accumulate > INT32_MAX / M)
 		return kiln_error(KILN_ECONFIG, "%s: [train] accumulate = %lld with %lld micro-batches",
@@ -346,6 +350,7 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->A = (int)accumulate;
 	pp->mb = batch / M;
 	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
+	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
 	stage_ranges(pp);
 	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
 	for (int s = 0; s < pp->P; s++)
@@ -357,8 +362,9 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 		kiln_pipe_free(pp);
 		return st;
 	}
-	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s: %d activation sets (%.3f MiB), %d crossing tensors, bubble %.3f in theory",
-		 pp->P, pp->M, (long long)pp->mb, pp->kind == KILN_PIPE_GPIPE ? "gpipe" : "1f1b", pp->K,
+	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s%s: %d activation sets (%.3f MiB), %d crossing tensors, bubble %.3f in theory",
+		 pp->P, pp->M, (long long)pp->mb, pp->kind == KILN_PIPE_GPIPE ? "gpipe" : "1f1b",
+		 pp->early ? " with early forwards" : "", pp->K,
 		 (double)kiln_pipe_arena_bytes(pp) / 1048576.0, pp->plan[0]->n_xfer,
 		 kiln_pipe_bubble(pp->P, pp->M, pp->ticks));
 	*out = pp;
@@ -647,9 +653,17 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 
 kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 {
-	double bubble;
+	double bubble, mine[2], all[2 * KILN_PIPE_MAX_STAGES];
 	kiln_status st = pp->timing ? kiln_device_stream_sync(pp->dev, pp->stream) : KILN_OK;
-	return st ? st : kiln_pipe_timing_report(pp->timing, &bubble);
+	if (st || (st = kiln_pipe_timing_report(pp->timing, &bubble)) || !pp->timing || !pp->rk)
+		return st;
+	/* stages on ranks: the pipe's bubble at stage 0's rank, from every
+	 * stage's busy time */
+	kiln_pipe_timing_mine(pp->timing, mine);
+	if ((st = kiln_pipe_rank_gather(pp->rk, pp->P, pp->mine, mine, 2, all)))
+		return st;
+	kiln_pipe_timing_report_pipe(pp->timing, all);
+	return KILN_OK;
 }
 
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,

@@ -5,12 +5,12 @@
 #include "pipeline.h"
 
 /* Stage s's own list: gpipe's M forwards then M backwards; 1f1b's
- * warm-up of min(P-1-s, M) forwards, then a forward and a backward in
- * turn, then the backwards left. */
-static void stage_list(int kind, int P, int M, int s, struct kiln_pipe_action *a)
+ * warm-up of min(P-1-s, M) forwards (early more on every stage but the
+ * last), then a forward and a backward in turn, then the backwards left. */
+static void stage_list(int kind, int P, int M, int early, int s, struct kiln_pipe_action *a)
 {
 	int n = 0, f = 0, b = 0;
-	int warm = kind == KILN_PIPE_1F1B ? P - 1 - s : M;
+	int warm = kind == KILN_PIPE_1F1B ? P - 1 - s + (s < P - 1 ? early : 0) : M;
 	if (warm > M)
 		warm = M;
 	while (f < warm)
@@ -36,11 +36,13 @@ static int ready(const struct kiln_pipe_action *a, int P, int M, const int *fdon
 	return s == P - 1 || (bdone[(s + 1) * M + j] >= 0 && bdone[(s + 1) * M + j] < t);
 }
 
-kiln_status kiln_pipe_schedule(int kind, int P, int M, struct kiln_pipe_action *out,
+kiln_status kiln_pipe_schedule(int kind, int P, int M, int early, struct kiln_pipe_action *out,
 			       int *ticks, int *inflight)
 {
-	if (P < 1 || M < 1 || P > KILN_PIPE_MAX_STAGES || (kind != KILN_PIPE_GPIPE && kind != KILN_PIPE_1F1B))
-		return kiln_error(KILN_EINVAL, "pipeline schedule: %d stages, %d micro-batches", P, M);
+	if (P < 1 || M < 1 || P > KILN_PIPE_MAX_STAGES || early < 0 ||
+	    (kind != KILN_PIPE_GPIPE && kind != KILN_PIPE_1F1B))
+		return kiln_error(KILN_EINVAL, "pipeline schedule: %d stages, %d micro-batches, %d early forwards",
+				  P, M, early);
 	const int per = 2 * M, total = P * per;
 	struct kiln_pipe_action *lists = malloc(sizeof *lists * (size_t)total);
 	int *next = calloc((size_t)P, sizeof(int));
@@ -54,7 +56,7 @@ kiln_status kiln_pipe_schedule(int kind, int P, int M, struct kiln_pipe_action *
 	for (int i = 0; i < P * M; i++)
 		fdone[i] = bdone[i] = -1;
 	for (int s = 0; s < P; s++)
-		stage_list(kind, P, M, s, lists + s * per);
+		stage_list(kind, P, M, early, s, lists + s * per);
 	int n = 0, t = 0, live = 0, most = 0;
 	while (n < total) {
 		int moved = 0;

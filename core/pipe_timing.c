@@ -3,9 +3,12 @@
  * backwards (a host function in stream order: no host sync, no
  * serialisation), and the step's stamps are folded after every stage has
  * joined the compute stream.  A stage's busy time is the sum of its
- * passes; the bubble is the idle share of the stages' time over the
- * step's pipeline span, 1 - sum(busy) / (P * span), the quantity the
- * schedule's (P-1)/(M+P-1) predicts.  docs/pipeline.md. */
+ * passes; the idle share of the stages' time over the step's pipeline
+ * span is 1 - sum(busy) / (P * span), which splits into the busiest
+ * stage's idle share 1 - max(busy) / span (its fill and drain and any
+ * wait: the quantity the schedule's (P-1)/(M+P-1) predicts, which assumes
+ * equal stages) and the imbalance (max(busy) - mean(busy)) / span (the
+ * other stages waiting for the busiest).  docs/pipeline.md. */
 #include "dist.h" /* kiln_device_host_fn */
 #include "pipeline.h"
 #include "profile.h"
@@ -29,7 +32,8 @@ struct kiln_pipe_timing {
 	struct stamp_arg *arg;   /* 2 per action: what the stamp writes */
 	int *prev, *dep;         /* per action: the stage's previous action, and
 				  * the other stage's it waits for (-1: none) */
-	int64_t *ideal;          /* per action: its end with instant hand-offs */
+	double *dur, *ideal;     /* per action: its duration, and its end with
+				  * instant hand-offs */
 	int mine;                /* stages on ranks: the one stamped here (-1: all) */
 	int64_t steps, counted;  /* folded, and counted (after the first) */
 	double busy_ns[KILN_PIPE_MAX_STAGES], span_ns, ideal_ns;
@@ -58,19 +62,61 @@ static void link_actions(const struct kiln_pipe_action *act, int n, int *prev, i
 	}
 }
 
-/* The step's span had every hand-off been instant: the schedule replayed
- * with each pass taking the time its stamps st (wall or CPU) give. */
-static int64_t ideal_span(struct kiln_pipe_timing *t, const int64_t *st)
+/* The schedule replayed with action i taking dur[i], each as soon as its
+ * stage's previous action and, handoff later, the other stage's it waits
+ * for have ended (end[i] its end): the span. */
+static double replay(const int *prev, const int *dep, int n, const double *dur, double handoff,
+		     double *end)
 {
-	int64_t hi = 0;
-	for (int i = 0; i < t->n_act; i++) {
-		int64_t start = t->prev[i] >= 0 ? t->ideal[t->prev[i]] : 0;
-		if (t->dep[i] >= 0 && t->ideal[t->dep[i]] > start)
-			start = t->ideal[t->dep[i]];
-		t->ideal[i] = start + (st[2 * i + 1] - st[2 * i]);
-		hi = t->ideal[i] > hi ? t->ideal[i] : hi;
+	double hi = 0;
+	for (int i = 0; i < n; i++) {
+		double start = prev[i] >= 0 ? end[prev[i]] : 0;
+		if (dep[i] >= 0 && end[dep[i]] + handoff > start)
+			start = end[dep[i]] + handoff;
+		end[i] = start + dur[i];
+		hi = end[i] > hi ? end[i] : hi;
 	}
 	return hi;
+}
+
+double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double *dur,
+			double handoff, int P, double *busy)
+{
+	int *prev = malloc((size_t)n * sizeof *prev), *dep = malloc((size_t)n * sizeof *dep);
+	double *end = malloc((size_t)n * sizeof *end), span = -1;
+	if (prev && dep && end) {
+		link_actions(act, n, prev, dep);
+		span = replay(prev, dep, n, dur, handoff, end);
+		for (int s = 0; s < P; s++)
+			busy[s] = 0;
+		for (int i = 0; i < n; i++)
+			busy[act[i].stage] += dur[i];
+	}
+	free(prev);
+	free(dep);
+	free(end);
+	return span;
+}
+
+void kiln_pipe_idle_split(const double *busy, int P, double span, double *bubble,
+			  double *imbalance)
+{
+	double sum = 0, most = 0;
+	for (int s = 0; s < P; s++) {
+		sum += busy[s];
+		most = busy[s] > most ? busy[s] : most;
+	}
+	*bubble = span > 0 ? 1.0 - most / span : 0;
+	*imbalance = span > 0 ? (most - sum / P) / span : 0;
+}
+
+/* The step's span had every hand-off been instant: the schedule replayed
+ * with each pass taking the time its stamps st (wall or CPU) give. */
+static double ideal_span(struct kiln_pipe_timing *t, const int64_t *st)
+{
+	for (int i = 0; i < t->n_act; i++)
+		t->dur[i] = (double)(st[2 * i + 1] - st[2 * i]);
+	return replay(t->prev, t->dep, t->n_act, t->dur, 0, t->ideal);
 }
 
 kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
@@ -88,6 +134,7 @@ kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
 	    !(t->arg = calloc((size_t)n_act * 2, sizeof *t->arg)) ||
 	    !(t->prev = malloc((size_t)n_act * sizeof *t->prev)) ||
 	    !(t->dep = malloc((size_t)n_act * sizeof *t->dep)) ||
+	    !(t->dur = malloc((size_t)n_act * sizeof *t->dur)) ||
 	    !(t->ideal = malloc((size_t)n_act * sizeof *t->ideal))) {
 		kiln_pipe_timing_free(t);
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -152,8 +199,8 @@ static kiln_status fold(void *arg)
 	}
 	if (count) {
 		t->span_ns += (double)(hi - lo);
-		t->ideal_ns += t->mine < 0 ? (double)ideal_span(t, t->t) : 0;
-		t->cpu_span_ns += t->mine < 0 ? (double)ideal_span(t, t->c) : 0;
+		t->ideal_ns += t->mine < 0 ? ideal_span(t, t->t) : 0;
+		t->cpu_span_ns += t->mine < 0 ? ideal_span(t, t->c) : 0;
 		t->counted++;
 	}
 	return KILN_OK;
@@ -192,6 +239,23 @@ static void report_cpu(const struct kiln_pipe_timing *t, char *line, size_t n)
 		snprintf(line + k, n - (size_t)k, " span %.3f and bubble %.3f with a core each and instant hand-offs",
 			 t->cpu_span_ns / 1e6 / (double)t->counted,
 			 t->cpu_span_ns > 0 ? 1.0 - sum / ((double)t->P * t->cpu_span_ns) : 0);
+}
+
+/* The bubble split into the busiest stage's idle share and the imbalance,
+ * measured (wall) and replayed with the passes' CPU times. */
+static void report_split(const struct kiln_pipe_timing *t, char *line, size_t n)
+{
+	double b, i, cb, ci, sum = 0;
+	int most = 0;
+	for (int s = 0; s < t->P; s++) {
+		sum += t->busy_ns[s];
+		most = t->busy_ns[s] > t->busy_ns[most] ? s : most;
+	}
+	kiln_pipe_idle_split(t->busy_ns, t->P, t->span_ns, &b, &i);
+	kiln_pipe_idle_split(t->cpu_ns, t->P, t->cpu_span_ns, &cb, &ci);
+	snprintf(line, n, "pipeline bubble split: busiest stage %d idle %.3f (schedule %.3f, for equal stages) + imbalance %.3f = %.3f; with the passes' CPU times and instant hand-offs %.3f + %.3f",
+		 most, b, t->theory, i, t->span_ns > 0 ? 1.0 - sum / ((double)t->P * t->span_ns) : 0,
+		 cb, ci);
 }
 
 /* At debug level: the last step's passes, per stage in the order they
@@ -247,10 +311,51 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 		kiln_profile_note(t->prof, line);
 	report_cpu(t, line, sizeof line);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
-	report_passes(t);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
+	report_split(t, line, sizeof line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
+	report_passes(t);
 	return KILN_OK;
+}
+
+void kiln_pipe_timing_mine(const struct kiln_pipe_timing *t, double *ms)
+{
+	const double n = t && t->counted ? (double)t->counted : 0;
+	ms[0] = n > 0 ? t->busy_ns[t->mine] / 1e6 / n : 0;
+	ms[1] = n > 0 ? t->cpu_ns[t->mine] / 1e6 / n : 0;
+}
+
+/* Stage 0's rank, with every stage's busy and CPU ms a step (ms[2 s],
+ * ms[2 s + 1]): the pipe's bubble over stage 0's span, which is the
+ * step's (stage 0's first forward starts it, its last backward, after
+ * every other stage's, ends it), and its split. */
+void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double *ms)
+{
+	char line[512];
+	double busy[KILN_PIPE_MAX_STAGES], sum = 0, b, i;
+	if (!t || !t->counted || t->mine != 0)
+		return;
+	const double span = t->span_ns / 1e6 / (double)t->counted;
+	int k = snprintf(line, sizeof line, "pipeline busy ms/step, the pipe's ranks:");
+	int most = 0;
+	for (int s = 0; s < t->P; s++) {
+		busy[s] = ms[2 * s];
+		sum += busy[s];
+		most = busy[s] > busy[most] ? s : most;
+		if (k < (int)sizeof line)
+			k += snprintf(line + k, sizeof line - (size_t)k, " stage %d %.3f (CPU %.3f),", s,
+				      ms[2 * s], ms[2 * s + 1]);
+	}
+	kiln_pipe_idle_split(busy, t->P, span, &b, &i);
+	if (k < (int)sizeof line)
+		snprintf(line + k, sizeof line - (size_t)k, " span %.3f (stage 0's); bubble %.3f (schedule %.3f) = busiest stage %d idle %.3f + imbalance %.3f",
+			 span, span > 0 ? 1.0 - sum / ((double)t->P * span) : 0, t->theory, most, b, i);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
 }
 
 void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
@@ -262,6 +367,7 @@ void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 	free(t->arg);
 	free(t->prev);
 	free(t->dep);
+	free(t->dur);
 	free(t->ideal);
 	free(t);
 }

@@ -55,11 +55,13 @@ struct kiln_pipe_action {
  * and one backward in turn, then the remaining backwards) as early as
  * its dependencies allow, each action one unit of time.  Stage s's
  * micro-batches run forward, and backward, in order 0..M-1 in both, so
- * gradients accumulate in the same order.  *ticks: the schedule's length;
+ * gradients accumulate in the same order.  early: 1f1b's extra warm-up
+ * forwards on every stage but the last ([pipeline] early_forwards; 0 for
+ * plain 1f1b, ignored by gpipe).  *ticks: the schedule's length;
  * *inflight: the most micro-batches forwarded but not yet backwarded on
- * stage 0 (gpipe M, 1f1b min(P, M)), the activation sets alive at once.
- * out: 2 P M entries, the caller's. */
-kiln_status kiln_pipe_schedule(int kind, int P, int M, struct kiln_pipe_action *out,
+ * stage 0 (gpipe M, 1f1b min(P + early, M)), the activation sets alive
+ * at once.  out: 2 P M entries, the caller's. */
+kiln_status kiln_pipe_schedule(int kind, int P, int M, int early, struct kiln_pipe_action *out,
 			       int *ticks, int *inflight);
 /* The schedule's bubble: the fraction of stage-time idle, 1 - 2M/ticks
  * (gpipe and 1f1b: (P-1)/(M+P-1)). */
@@ -129,6 +131,10 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 				struct kiln_stage_transport *tr);
 /* stream waits until every send enqueued so far has completed. */
 kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream);
+/* Every stage's n doubles vals (n <= 4) at stage 0's rank, into all[s n ..]
+ * there (stage `mine` here); the host waits.  After the last step. */
+kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, const double *vals,
+				  int n, double *all);
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
 /* ---- a device per stage (pipe_devices.c) ---------------------------- */
 
@@ -175,6 +181,30 @@ kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device
  * streams are drained. */
 kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble);
 void kiln_pipe_timing_free(struct kiln_pipe_timing *t);
+/* Stages on ranks: this rank's stage's busy and CPU ms a step (ms[0],
+ * ms[1]; 0 when nothing was measured). */
+void kiln_pipe_timing_mine(const struct kiln_pipe_timing *t, double *ms);
+/* Stages on ranks, stage 0's rank: log the pipe's bubble and its split
+ * from every stage's busy and CPU ms a step (ms[2 s], ms[2 s + 1]) over
+ * stage 0's span, the step's. */
+void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double *ms);
+/* The schedule `act` (n actions over P stages, kiln_pipe_schedule's order)
+ * replayed with action i taking dur[i]: each starts as soon as its stage's
+ * previous action has ended and, `handoff` later (0: instant), the action
+ * it waits for (a forward: the previous stage's forward of its
+ * micro-batch; a backward: the next stage's backward of it).  Returns the
+ * span (-1: out of memory); busy[s] (P entries) the sum of stage s's
+ * durations. */
+double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double *dur,
+			double handoff, int P, double *busy);
+/* The idle share of P stages' time over a span in which stage s was busy
+ * busy[s], 1 - sum(busy) / (P span), split: *bubble = 1 - max(busy) /
+ * span, the busiest stage's idle share (its fill and drain, and any wait
+ * within: what the schedule's (P-1)/(M+P-1) predicts for equal stages),
+ * and *imbalance = (max(busy) - mean(busy)) / span, the other stages'
+ * wait for the busiest; the two add up to the idle share. */
+void kiln_pipe_idle_split(const double *busy, int P, double span, double *bubble,
+			  double *imbalance);
 
 /* ---- `kiln memory` (pipe_memory.c) ---------------------------------- */
 

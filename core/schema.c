@@ -213,6 +213,8 @@ static const struct kiln_key pipeline_keys[] = {
 	  "Micro-batches per step (docs/pipeline.md): `[train] batch` is cut into this many, which flow through the stages in `schedule`'s order; the gradients are the mean over them (as `[train] accumulate` of batch / micro_batches), with no communication before the last. Batchnorm uses each micro-batch's statistics and updates its running statistics once per micro-batch (PyTorch's semantics with micro-batches). Must divide `[train] batch`. With `[train] accumulate = A` each optimizer step runs A pipeline steps, as `accumulate = A M` of batch/M (docs/pipeline.md, Combinations)." },
 	{ "schedule", KILN_KEY_ENUM, "1f1b", NOLIM, "gpipe|1f1b",
 	  "Order of the micro-batches' forwards and backwards on each stage: `gpipe` (all forwards, then all backwards: every micro-batch's activations alive at once) or `1f1b` (one forward, one backward: at most `stages` micro-batches' activations alive). Both give the same gradients bit for bit (each stage accumulates its micro-batches in the same order)." },
+	{ "early_forwards", KILN_KEY_INT, "0", 0, 64, NULL,
+	  "`schedule = 1f1b`: forwards each stage but the last runs beyond 1f1b's warm-up (docs/pipeline.md, \"Early forwards\"): stage s runs min(P - 1 - s + N, M) forwards before its first backward, so that the next stage's input of each micro-batch is ready a pass earlier and a hand-off's latency hides behind a pass instead of stalling the busiest stage. The order of each stage's micro-batches, and so the gradients, are 1f1b's bit for bit; each extra forward keeps one more micro-batch's activations alive (min(P + N, M) activation sets). 0: plain 1f1b." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -1,7 +1,8 @@
 /* tests/check_pipeline.c - the pipeline's schedules (core/pipe_schedule.c):
  * every dependency respected, each stage's micro-batches in order, the
  * length 2(M+P-1) and so the bubble (P-1)/(M+P-1), and the activation sets
- * alive at once: gpipe M, 1f1b min(P, M). */
+ * alive at once: gpipe M, 1f1b min(P, M); the measured bubble's replay and
+ * split (core/pipe_timing.c). */
 #include <check.h>
 #include "check_main.h"
 #include <string.h>
@@ -40,41 +41,170 @@ START_TEST(test_schedules)
 	static const int Ps[] = { 1, 2, 4, 8 }, Ms[] = { 1, 2, 4, 8, 16, 32 };
 	struct kiln_pipe_action a[2 * 8 * 32];
 	for (int kind = 0; kind < 2; kind++)
-		for (size_t pi = 0; pi < 4; pi++)
-			for (size_t mi = 0; mi < 6; mi++) {
-				const int P = Ps[pi], M = Ms[mi];
-				int ticks = 0, live = 0;
-				ck_assert(kiln_pipe_schedule(kind, P, M, a, &ticks, &live) == KILN_OK);
-				check_order(a, P, M);
-				/* both reach the ideal length with unit-time passes */
-				ck_assert_int_eq(ticks, 2 * (M + P - 1));
-				double want = (double)(P - 1) / (double)(M + P - 1);
-				ck_assert_double_eq_tol(kiln_pipe_bubble(P, M, ticks), want, 1e-12);
-				ck_assert_int_eq(live, kind == KILN_PIPE_GPIPE ? M : (P < M ? P : M));
-			}
+		for (int early = 0; early < 3; early++)
+			for (size_t pi = 0; pi < 4; pi++)
+				for (size_t mi = 0; mi < 6; mi++) {
+					const int P = Ps[pi], M = Ms[mi];
+					int ticks = 0, live = 0;
+					ck_assert(kiln_pipe_schedule(kind, P, M, early, a, &ticks, &live) ==
+						  KILN_OK);
+					check_order(a, P, M);
+					/* all reach the ideal length with unit-time passes */
+					ck_assert_int_eq(ticks, 2 * (M + P - 1));
+					double want = (double)(P - 1) / (double)(M + P - 1);
+					ck_assert_double_eq_tol(kiln_pipe_bubble(P, M, ticks), want, 1e-12);
+					/* 1f1b: P sets, and one more per early forward */
+					const int sets = P + (P > 1 ? early : 0);
+					ck_assert_int_eq(live, kind == KILN_PIPE_GPIPE ? M : (sets < M ? sets : M));
+				}
 }
 END_TEST
 
+/* Stage s's actions of the 64 in a (4 stages, 8 micro-batches) as a
+ * string of F and B, into d (at least 17 chars). */
+static void stage_string(const struct kiln_pipe_action *a, int s, char *d)
+{
+	size_t n = 0;
+	for (int i = 0; i < 64; i++)
+		if (a[i].stage == s)
+			d[n++] = a[i].kind == KILN_PIPE_FWD ? 'F' : 'B';
+	d[n] = 0;
+}
+
 /* 1f1b on 4 stages and 8 micro-batches: stage 0 warms up with three
- * forwards, then alternates; the last stage alternates from the start. */
+ * forwards, then alternates; the last stage alternates from the start.
+ * One early forward: stage 0 runs a fourth forward ahead, the last stage
+ * is as before. */
 START_TEST(test_1f1b_order)
 {
 	struct kiln_pipe_action a[64];
 	int ticks, live;
-	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 4, 8, a, &ticks, &live) == KILN_OK);
-	char s0[64] = "", s3[64] = "";
-	for (int i = 0; i < 64; i++) {
-		char *d = a[i].stage == 0 ? s0 : a[i].stage == 3 ? s3 : NULL;
-		if (d) {
-			size_t n = strlen(d);
-			d[n] = a[i].kind == KILN_PIPE_FWD ? 'F' : 'B';
-			d[n + 1] = 0;
-		}
-	}
+	char s0[32], s3[32];
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 4, 8, 0, a, &ticks, &live) == KILN_OK);
+	stage_string(a, 0, s0);
+	stage_string(a, 3, s3);
 	ck_assert_str_eq(s0, "FFFFBFBFBFBFBBBB");
 	ck_assert_str_eq(s3, "FBFBFBFBFBFBFBFB");
-	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 0, 8, a, &ticks, &live) != KILN_OK);
-	ck_assert(kiln_pipe_schedule(7, 2, 8, a, &ticks, &live) != KILN_OK);
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 4, 8, 1, a, &ticks, &live) == KILN_OK);
+	stage_string(a, 0, s0);
+	stage_string(a, 3, s3);
+	ck_assert_str_eq(s0, "FFFFFBFBFBFBBBBB");
+	ck_assert_str_eq(s3, "FBFBFBFBFBFBFBFB");
+	ck_assert_int_eq(live, 5);
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 0, 8, 0, a, &ticks, &live) != KILN_OK);
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 2, 8, -1, a, &ticks, &live) != KILN_OK);
+	ck_assert(kiln_pipe_schedule(7, 2, 8, 0, a, &ticks, &live) != KILN_OK);
+}
+END_TEST
+
+/* The replay (core/pipe_timing.c) of 1f1b with `early` early forwards,
+ * P = 2, every forward taking f[s] and every backward b[s] on stage s and
+ * each hand-off `handoff`: the span and the idle share split into the
+ * busiest stage's and the imbalance. */
+static void replay_early(int M, int early, double handoff, const double *f, const double *b,
+			 double *span, double *bubble, double *imbalance, double *idle)
+{
+	struct kiln_pipe_action a[2 * 2 * 32];
+	double dur[2 * 2 * 32], busy[2];
+	int ticks, live;
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 2, M, early, a, &ticks, &live) == KILN_OK);
+	for (int i = 0; i < 4 * M; i++)
+		dur[i] = a[i].kind == KILN_PIPE_FWD ? f[a[i].stage] : b[a[i].stage];
+	*span = kiln_pipe_replay(a, 4 * M, dur, handoff, 2, busy);
+	ck_assert_double_eq_tol(busy[0], M * (f[0] + b[0]), 1e-9);
+	ck_assert_double_eq_tol(busy[1], M * (f[1] + b[1]), 1e-9);
+	kiln_pipe_idle_split(busy, 2, *span, bubble, imbalance);
+	*idle = 1.0 - (busy[0] + busy[1]) / (2 * *span);
+	ck_assert_double_eq_tol(*bubble + *imbalance, *idle, 1e-12);
+}
+
+static void replay_1f1b(int M, const double *f, const double *b, double *span, double *bubble,
+			double *imbalance, double *idle)
+{
+	replay_early(M, 0, 0, f, b, span, bubble, imbalance, idle);
+}
+
+/* Equal stages (a backward twice a forward, or passes unequal between the
+ * stages but equal in sum): the span is (M + 1) passes of a stage and the
+ * bubble the schedule's 1/(M + 1), all of it the busiest stage's. */
+START_TEST(test_replay_equal)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		double span, bubble, imb, idle;
+		replay_1f1b(M, (const double[]){ 1, 1 }, (const double[]){ 2, 2 }, &span, &bubble,
+			    &imb, &idle);
+		ck_assert_double_eq_tol(span, 3.0 * (M + 1), 1e-9);
+		ck_assert_double_eq_tol(idle, 1.0 / (M + 1), 1e-12);
+		ck_assert_double_eq_tol(bubble, 1.0 / (M + 1), 1e-12);
+		ck_assert_double_eq_tol(imb, 0, 1e-12);
+		/* stage 0's forward longer and its backward shorter (a wide first
+		 * layer that computes no input gradient): the same */
+		replay_1f1b(M, (const double[]){ 1.4, 1 }, (const double[]){ 1.6, 2 }, &span, &bubble,
+			    &imb, &idle);
+		ck_assert_double_eq_tol(span, 3.0 * (M + 1), 1e-9);
+		ck_assert_double_eq_tol(bubble, 1.0 / (M + 1), 1e-12);
+	}
+}
+END_TEST
+
+/* Stage 1 10% heavier (forward 1.1, backward 2.2 against 1 and 2): it
+ * never waits after its first forward, so the span is stage 0's first
+ * forward, stage 1's M passes and stage 0's last backward, 3 + 3.3 M; the
+ * busiest stage's idle is 3 / (3 + 3.3 M), below the schedule's 1/(M+1),
+ * and the idle share over both stages is that plus the imbalance
+ * 0.15 M / (3 + 3.3 M): at M = 8 0.102 + 0.041 = 0.143 against 0.111. */
+START_TEST(test_replay_imbalance)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		double span, bubble, imb, idle;
+		replay_1f1b(M, (const double[]){ 1, 1.1 }, (const double[]){ 2, 2.2 }, &span, &bubble,
+			    &imb, &idle);
+		ck_assert_double_eq_tol(span, 3 + 3.3 * M, 1e-9);
+		ck_assert_double_eq_tol(bubble, 3 / (3 + 3.3 * M), 1e-12);
+		ck_assert_double_eq_tol(imb, 0.15 * M / (3 + 3.3 * M), 1e-12);
+		ck_assert(idle > 1.0 / (M + 1) && bubble < 1.0 / (M + 1));
+	}
+	/* nothing busy, no span: no bubble */
+	double bubble, imb;
+	kiln_pipe_idle_split((const double[]){ 0, 0 }, 2, 0, &bubble, &imb);
+	ck_assert(bubble == 0 && imb == 0);
+}
+END_TEST
+
+/* Early forwards hide a hand-off behind a pass.  Stage 1 is 5% heavier
+ * (forward 1.05, backward 2.1 against 1 and 2): with instant hand-offs it
+ * never waits after its first forward, plain 1f1b or not.  With hand-offs
+ * of 0.2, plain 1f1b's loop (stage 1's backward of j - 1, its gradient to
+ * stage 0, stage 0's backward of j - 1 and forward of j + 1, that
+ * activation back: 3 + 2 x 0.2) is longer than stage 1's forward and
+ * backward of j (3.15), so stage 1 waits 0.25 every other micro-batch
+ * after the first two (it runs two per 3.4 + 3.15): 0.125 (M - 2) in all;
+ * one early
+ * forward puts stage 0's forward of j + 1 before its backward of j - 1,
+ * and stage 1 never waits: span 3 + 0.4 + 3.15 M, busiest stage idle
+ * 3.4 / (3.4 + 3.15 M). */
+START_TEST(test_replay_early)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	const double f[2] = { 1, 1.05 }, b[2] = { 2, 2.1 };
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		double span0, span1, bubble0, bubble1, imb, idle;
+		replay_early(M, 0, 0, f, b, &span0, &bubble0, &imb, &idle);
+		replay_early(M, 1, 0, f, b, &span1, &bubble1, &imb, &idle);
+		ck_assert_double_eq_tol(span0, 3 + 3.15 * M, 1e-9);
+		ck_assert_double_eq_tol(span1, 3 + 3.15 * M, 1e-9);
+		replay_early(M, 0, 0.2, f, b, &span0, &bubble0, &imb, &idle);
+		replay_early(M, 1, 0.2, f, b, &span1, &bubble1, &imb, &idle);
+		ck_assert_double_eq_tol(span1, 3.4 + 3.15 * M, 1e-9);
+		ck_assert_double_eq_tol(bubble1, 3.4 / (3.4 + 3.15 * M), 1e-12);
+		ck_assert_double_eq_tol(span0, span1 + 0.125 * (M - 2), 1e-9);
+		ck_assert(bubble0 > bubble1);
+	}
 }
 END_TEST
 
@@ -83,6 +213,9 @@ static Suite *make_pipeline_suite(void)
 	Suite *s = suite_create("pipeline");
 	check_add_case(s, "schedule", 30, NULL, NULL,
 		       (const TTest *[]){ test_schedules, test_1f1b_order, NULL });
+	check_add_case(s, "replay", 30, NULL, NULL,
+		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
+					  NULL });
 	return s;
 }
 

@@ -6,7 +6,8 @@
 #     with those of batch 8 x accumulate 4 (and of batch 32); gpipe and
 #     1f1b end byte for byte alike, and so do stages on concurrent streams
 #     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events)
-#     and stages on device instances of their own ([run] devices);
+#     and stages on device instances of their own ([run] devices), and
+#     1f1b with early forwards;
 #     [train] accumulate on top of the micro-batches equals accumulation,
 #     and so do bf16 and fp16 compute in 2 stages (a GPT in 4, bf16);
 #  2. a CNN with batchnorm in 2 and 4 stages ([model] stages), 4
@@ -85,6 +86,17 @@ kiln 0 train "$m" run.out_dir="$tmp/p4d" pipeline.micro_batches=4 run.threads=4 
 "$tool" same "$(ck p4f 6)" "$(ck p4d 6)" params optim.momentum step ||
 	fail "4 stages on 4 devices differ from one device"
 near "$(ck b32 6)" "$(ck p4d 6)" 1e-5 params
+# early forwards (docs/pipeline.md): each stage's micro-batches in 1f1b's
+# order, so the same bytes; one more activation set
+kiln 0 train "$m" run.out_dir="$tmp/p2e" pipeline.micro_batches=4 layer.fc2.stage=1 \
+	"run.devices=cpu:0, cpu:1" run.threads=2 pipeline.early_forwards=1
+stderr_has "4 micro-batches of 8, schedule 1f1b with early forwards: 3 activation sets"
+"$tool" same "$(ck p2f 6)" "$(ck p2e 6)" params optim.momentum step ||
+	fail "2 stages with early forwards differ from 1f1b"
+kiln 0 train "$m" run.out_dir="$tmp/p4e" pipeline.micro_batches=4 pipeline.early_forwards=2 \
+	"model.stages=flat,r1|fc2|r2|fc3,loss"
+"$tool" same "$(ck p4f 6)" "$(ck p4e 6)" params optim.momentum step ||
+	fail "4 stages with early forwards differ from 1f1b"
 kiln 2 train "$m" layer.fc2.stage=1 "run.devices=cpu:0,cpu:1,cpu:2"
 stderr_has "[run] devices names 3 devices for 2 pipeline stages"
 kiln 2 train "$m" layer.fc2.stage=1 "run.devices=cpu:0,cpu:0"

@@ -5,7 +5,9 @@
 #  1. 2 stages on 2 ranks (gloo) and 4 stages on 4 ranks end with the
 #     parameters and momentum of one process with batch 32 (1e-5), each
 #     rank's optimizer stepping, and holding the state of, its stage's
-#     slice alone, and no gradient buckets for a stage of one rank;
+#     slice alone, and no gradient buckets for a stage of one rank; 4
+#     stages with [pipeline] early_forwards = 1 end with 1f1b's bytes;
+#     stage 0's rank logs the pipe's bubble from every rank's busy time;
 #  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
 #     averaging its gradients, its slice alone, each pipe 16 samples of
 #     the 32) does too;
@@ -60,6 +62,27 @@ near one g2 "2 stages on 2 ranks (gloo)"
 run g4 4 32 dist.pipeline=4 "$four"
 grep -q "rank 3: stage 3 of 4" "$tmp/g4.log" || bad "g4: rank 3 is not stage 3"
 near one g4 "4 stages on 4 ranks (gloo)"
+# the pipe's bubble at stage 0's rank: every stage's busy time there is
+# the one its own rank logged
+for r in "g2 2" "g4 4"; do
+	set -- $r
+	pipe=$(grep "pipeline busy ms/step, the pipe's ranks:" "$tmp/$1.log") ||
+		bad "$1: no pipe-wide busy times and bubble"
+	echo "$pipe" | grep -qE "span [0-9.]+ \(stage 0's\); bubble [0-9.]+ \(schedule [0-9.]+\) = busiest stage [0-9] idle [0-9.]+ \+ imbalance [0-9.]+$" ||
+		bad "$1: the pipe's line lacks the bubble's split: $pipe"
+	s=0
+	while [ $s -lt $2 ]; do
+		own=$(sed -n "s/.*busy ms\/step: stage $s (this rank) \([0-9.]*\) (CPU \([0-9.]*\)).*/\1 (CPU \2)/p" "$tmp/$1.log")
+		[ -n "$own" ] && echo "$pipe" | grep -qF "stage $s $own" ||
+			bad "$1: stage $s's busy time '$own' is not in the pipe's line: $pipe"
+		s=$((s + 1))
+	done
+done
+# early forwards: each rank issues its messages in the new order, its
+# micro-batches in 1f1b's: the same bytes
+run g4e 4 32 dist.pipeline=4 "$four" pipeline.early_forwards=1
+"$tool" same "$(ck g4 6)" "$(ck g4e 6)" params optim.momentum ||
+	bad "4 stages on 4 ranks with early forwards differ from 1f1b"
 run g22 4 16 dist.pipeline=2 "$two" pipeline.micro_batches=2
 grep -q "rank 3 of 4: pipeline stage 1 of 2 in pipe 1 of 2" "$tmp/g22.log" || bad "g22: rank 3's place"
 near one g22 "P = 2 x D = 2 (gloo)"

@@ -48,7 +48,7 @@ set -- "data.path=$tmp/gpt_char" train.max_steps=4 train.eval_every=4 data.eval.
 kiln 0 train "$srcdir/examples/gpt_char.ini" "$@" run.out_dir="$tmp/g1"
 cp "$out" "$tmp/g1.out"
 kiln 0 train "$srcdir/examples/gpt_char_split.ini" "$@" run.out_dir="$tmp/g2"
-stderr_has "2 stages, 4 micro-batches of 4, schedule 1f1b"
+stderr_has "2 stages, 8 micro-batches of 2, schedule 1f1b"
 near "$(ck g1 4)" "$(ck g2 4)" 2e-5 params
 l1=$(field test_loss "$tmp/g1.out"); l2=$(field test_loss "$out")
 close "$l1" "$l2" 1e-4 || fail "gpt_char: held-out loss $l1 unsplit, $l2 split"
@@ -58,8 +58,10 @@ echo "ok: gpt_char split in 2 stages (tied lm_head) follows unsplit (loss $l1 / 
 kiln 0 train "$srcdir/examples/gpt_char_split.ini" "$@" run.out_dir="$tmp/g3" train.max_steps=3 \
 	train.eval=0 run.profile=1
 stderr_has "pipeline busy ms/step: stage 0 "
-grep -qE "stage 1 [0-9.]+, span [0-9.]+; bubble [0-9.]+ \(schedule 0\.200; [0-9.-]+ with these passes and instant hand-offs\) over 2 steps" "$tmp/g3/profile.txt" ||
+grep -qE "stage 1 [0-9.]+, span [0-9.]+; bubble [0-9.]+ \(schedule 0\.111; [0-9.-]+ with these passes and instant hand-offs\) over 2 steps" "$tmp/g3/profile.txt" ||
 	fail "profile.txt lacks the stages' busy times and the bubble"
+grep -qE "pipeline bubble split: busiest stage [01] idle [0-9.]+ \(schedule 0\.111, for equal stages\) \+ imbalance [0-9.-]+ = [0-9.]+; with the passes' CPU times and instant hand-offs [0-9.-]+ \+ [0-9.-]+$" "$tmp/g3/profile.txt" ||
+	fail "profile.txt lacks the bubble's split"
 grep -q '"pipeline stage 1"' "$tmp/g3/trace.json" || fail "trace.json has no track for stage 1"
 grep -q '"B mb 3"' "$tmp/g3/trace.json" || fail "trace.json has no stage slices"
 echo "ok: the profile shows each stage's busy time and the bubble"
