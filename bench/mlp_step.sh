@@ -5,8 +5,8 @@
 # less that of the same run with 1 step (start-up, data, checkpoint), over
 # S, for each variant, interleaved (every variant once per round), medians
 # of the rounds.  Variants:
-#   fuse0   run.fuse=0 (the default): ReLU layers of their own
-#   fuse1   run.fuse=1: the ReLU as the GEMM's epilogue; its backward one
+#   fuse0   run.fuse=0: ReLU layers of their own
+#   fuse1   run.fuse=1 (the CPU's default, fuse = auto): the ReLU as the GEMM's epilogue; its backward one
 #           pass with the bias gradient (RELU_BWD's out1, ABI 2.9)
 # and with KILN_BASE set (another kiln, e.g. a build of the commit before
 # a change), base-fuse0 and base-fuse1 the same way.  Also the whole step's
