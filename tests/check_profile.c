@@ -199,6 +199,42 @@ static void check_table(const char *dir, const char *const *want, int n_want,
 		ck_assert_msg(found[w], "no row starting with '%s'", want[w]);
 }
 
+/* The calls of the table's row "label op pass" in dir/profile.txt, and
+ * the steps the table counts (*steps). */
+static int row_calls(const char *dir, const char *row, int *steps)
+{
+	char path[4200], line[512];
+	int calls = -1;
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "no %s", path);
+	ck_assert(fgets(line, sizeof line, f) && sscanf(line, "%d step(s)", steps) == 1);
+	while (fgets(line, sizeof line, f)) {
+		char a[64], b[64], c[64];
+		int n;
+		if (sscanf(line, "%63s %63s %63s %d", a, b, c, &n) == 4) {
+			char key[200];
+			snprintf(key, sizeof key, "%s %s %s", a, b, c);
+			if (!strcmp(key, row))
+				calls = n;
+		}
+	}
+	fclose(f);
+	return calls;
+}
+
+/* The CPU device reads the batch where the loader (or the inline read)
+ * put it: the input's only copy a step is the labels' (x's too in the
+ * second step, before the trainer knows its steps are not captured). */
+static void check_x_in_place(const char *dir)
+{
+	int steps = 0;
+	const int calls = row_calls(dir, "input copy_h2d data", &steps);
+	ck_assert_int_gt(steps, 2);
+	ck_assert_msg(calls >= steps && calls <= steps + 1,
+		      "%d input copies in %d steps: x copied into device memory", calls, steps);
+}
+
 /* Profiled and plain runs train the same numbers. */
 static void check_same(const struct kiln_train_result *a, const struct kiln_train_result *b)
 {
@@ -229,6 +265,7 @@ START_TEST(test_profile_cnn)
 					    "data wait loader data", "input copy_h2d data",
 					    "r2 relu forward", "r1 relu_bwd backward" };
 	check_table(dir, want, 8, NULL, 0);
+	check_x_in_place(dir);
 	train("", 0, 4, 1, "nchw", 1, unfused, &off);
 	check_same(&on, &off);
 	ck_assert_uint_eq(off.steady.host_syncs, 0); /* profiling off: no sync in a step */
@@ -257,6 +294,7 @@ START_TEST(test_profile_inline_nhwc)
 	 * c2, views with no op of their own */
 	static const char *const absent[] = { "r1 ", "r2 " };
 	check_table(dir, want, 3, absent, 2);
+	check_x_in_place(dir);
 	snprintf(path, sizeof path, "%s/trace.json", dir);
 	ck_assert_msg(access(path, F_OK) != 0, "profile_steps = 0 wrote %s", path);
 	train("", 0, 0, 0, "nhwc", 0, "", &off);
