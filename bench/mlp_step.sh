@@ -5,8 +5,8 @@
 # less that of the same run with 1 step (start-up, data, checkpoint), over
 # S, for each variant, interleaved (every variant once per round), medians
 # of the rounds.  Variants:
-#   fuse0   run.fuse=0 (the default): ReLU layers of their own
-#   fuse1   run.fuse=1: the ReLU as the GEMM's epilogue; its backward one
+#   fuse0   run.fuse=0: ReLU layers of their own
+#   fuse1   run.fuse=1 (the CPU's default, fuse = auto): the ReLU as the GEMM's epilogue; its backward one
 #           pass with the bias gradient (RELU_BWD's out1, ABI 2.9)
 # and with KILN_BASE set (another kiln, e.g. a build of the commit before
 # a change), base-fuse0 and base-fuse1 the same way.  Also the whole step's
@@ -42,9 +42,21 @@ bench_tmpdir mlp-step
 variants="fuse0 fuse1"
 [ -z "${KILN_BASE:-}" ] || variants="$variants base-fuse0 base-fuse1"
 
+# BINARY -> the words that run it: libtool's wrapper's real binary with its
+# own build's libraries (common.sh's real_kiln sets KILN, for one binary)
+run_words() {
+	_d=$(cd "$(dirname "$1")" && pwd)
+	_b=$(basename "$1")
+	if [ -x "$_d/.libs/$_b" ]; then
+		echo "env LD_LIBRARY_PATH=$_d/.libs $_d/.libs/$_b"
+	else
+		echo "$1"
+	fi
+}
+
 timed() { # BINARY STEPS FUSE -> "cpu seconds" (user + sys)
-	# shellcheck disable=SC2046 # real_kiln's words: env, its variable, the path
-	/usr/bin/time -f '%U %S' -o "$TMP/t" $(real_kiln "$1") train "$HERE/mlp_bench.ini" \
+	# shellcheck disable=SC2046 # run_words's words: env, its variable, the path
+	/usr/bin/time -f '%U %S' -o "$TMP/t" $(run_words "$1") train "$HERE/mlp_bench.ini" \
 		data.path="$FMNIST" run.threads="$THREADS" run.fuse="$3" train.eval=0 \
 		train.max_steps="$2" run.out_dir="$TMP/run" --overwrite >/dev/null 2>"$TMP/err" ||
 		{ cat "$TMP/err" >&2; exit 1; }

@@ -31,6 +31,8 @@ static void doc_table(const struct kiln_key *t)
 			snprintf(range, sizeof range, " in [%g, %g]%s%s%s", t->min, t->max,
 				 t->choices ? " or `" : "", t->choices ? t->choices : "",
 				 t->choices ? "`" : "");
+		else if (t->type == KILN_KEY_BOOL && t->choices)
+			snprintf(range, sizeof range, " or `%s`", t->choices);
 		printf("| `%s` | %s%s | %s%s%s | %s |\n", t->name, type_name(t), range,
 		       t->def ? "`" : "", t->def ? (*t->def ? t->def : "\"\"") : "(unset)",
 		       t->def ? "`" : "", t->doc ? t->doc : "");

@@ -221,9 +221,11 @@ static kiln_status check_value(const struct kiln_key *k, const char *v)
 			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not a number", k->name, v);
 		return check_number(k, v, x);
 	case KILN_KEY_BOOL:
+		if (k->choices && in_choices(k->choices, v))
+			return KILN_OK;
 		if (parse_bool(v, &b))
-			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not a boolean (0/1, true/false, yes/no, on/off)",
-					  k->name, v);
+			return kiln_error(KILN_ECONFIG, "'%s' = '%s' is not a boolean (0/1, true/false, yes/no, on/off)%s%s",
+					  k->name, v, k->choices ? " or one of " : "", k->choices ? k->choices : "");
 		return KILN_OK;
 	case KILN_KEY_ENUM:
 		if (!in_choices(k->choices, v))

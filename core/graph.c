@@ -124,6 +124,10 @@ static int fusable_act(const struct kiln_model *m, int i, int fuse)
 	const int j = kiln_model_only_consumer(m, i);
 	if (!m->fuse || !fuse || j < 0 || m->layers[j].n_in != 1)
 		return 0;
+	/* a view cannot cross a pipeline stage: the activation would be
+	 * sent before its epilogue ran, its gradient applied on the wrong side */
+	if (m->stage && m->stage[i] != m->stage[j])
+		return 0;
 	const char *type = m->layers[j].type->name;
 	if (!strcmp(type, "relu"))
 		return 1 + KILN_ACT_RELU;
@@ -375,6 +379,18 @@ int32_t kiln_model_layout(const struct kiln_config *cfg, const struct kiln_devic
 	return dev && (kiln_device_traits(dev)->caps & KILN_DEVICE_PREFER_NHWC) ? KILN_NHWC : KILN_NCHW;
 }
 
+kiln_status kiln_model_fuse(const struct kiln_config *cfg, int cpu, int *out)
+{
+	const char *v = kiln_config_get(cfg, "run", "fuse");
+	*out = 0;
+	if (v && !strcmp(v, "auto")) {
+		*out = cpu;
+		return KILN_OK;
+	}
+	kiln_status st = kiln_config_get_bool(cfg, "run", "fuse", out);
+	return st == KILN_ENOTFOUND ? KILN_OK : st;
+}
+
 kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out)
@@ -397,7 +413,7 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	kiln_config_get_int(cfg, "run", "seed", &seed);
 	m->seed = (uint64_t)seed;
 	m->layout = kiln_model_layout(cfg, dev);
-	if ((st = kiln_config_get_bool(cfg, "run", "fuse", &m->fuse)) && st != KILN_ENOTFOUND) {
+	if ((st = kiln_model_fuse(cfg, dev && kiln_device_traits(dev)->type == KILN_DEVICE_CPU, &m->fuse))) {
 		kiln_model_free(m);
 		return st;
 	}

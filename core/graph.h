@@ -359,6 +359,11 @@ void kiln_model_data_desc(const struct kiln_model *m, int64_t batch, struct kiln
 /* [model] layout resolved for dev (KILN_NCHW or KILN_NHWC): `auto` follows
  * the device's KILN_DEVICE_PREFER_NHWC trait. */
 int32_t kiln_model_layout(const struct kiln_config *cfg, const struct kiln_device *dev);
+/* [run] fuse resolved into *out: 0 or 1 as written, or `auto` (the
+ * default): 1 where cpu is set (a device of type cpu, whose epilogues
+ * the tests check), 0 elsewhere.  KILN_ECONFIG naming file:line for a
+ * value that is neither. */
+kiln_status kiln_model_fuse(const struct kiln_config *cfg, int cpu, int *out);
 /* The only layer that reads layer i's output, else -1 (none, or several). */
 int kiln_model_only_consumer(const struct kiln_model *m, int i);
 /* Configure and infer every layer for the data input `data` (the batch

@@ -76,8 +76,9 @@ static void *worker(void *arg)
 		s->copy_pending = 0;
 		pthread_mutex_unlock(&L->lock);
 
-		/* the previous copy out of this slot must have finished: a wait
-		 * on the copy stream only, never on compute */
+		/* the previous copy out of this slot must have finished (an
+		 * event on the copy stream), or on a device of host memory the
+		 * step that read the slot in place (on compute: train_step.c) */
 		kiln_status st = pending ? kiln_device_staging_wait(L->dev, s->copied) : KILN_OK;
 		if (!st)
 			st = fill(L, s, b, &scr);
@@ -187,12 +188,12 @@ kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_
 	return KILN_OK;
 }
 
-kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *copy_stream)
+kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *stream)
 {
 	struct slot *s = &L->slots[slot];
-	/* recorded after the copies out of the slot: a worker refilling it
-	 * waits for this event */
-	kiln_status st = kiln_device_event_record(L->dev, s->copied, copy_stream);
+	/* recorded after the copies (or in-place reads) out of the slot: a
+	 * worker refilling it waits for this event */
+	kiln_status st = kiln_device_event_record(L->dev, s->copied, stream);
 	pthread_mutex_lock(&L->lock);
 	s->copy_pending = st == KILN_OK;
 	s->state = SLOT_FREE;

@@ -29,13 +29,15 @@ kiln_status kiln_loader_start(struct kiln_loader *L, int64_t epoch, const int64_
 			      int64_t n, int64_t batch, int keep_last);
 
 /* Wait for the next batch: host pointers to its samples and i32 labels,
- * and its row count.  After enqueueing the copies out of it, the caller
- * calls kiln_loader_release() with an event recorded after them.  A
+ * and its row count.  After enqueueing the copies out of it (or the ops
+ * that read it in place, on a device of host memory), the caller calls
+ * kiln_loader_release() with the stream they are on: an event recorded
+ * there after them frees the slot for a worker.  A
  * worker's failure (unreadable sample, bad label) is returned here with the
  * worker's message. */
 kiln_status kiln_loader_next(struct kiln_loader *L, const void **x, const int32_t **y,
 			     int64_t *rows, int *slot);
-kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *copy_stream);
+kiln_status kiln_loader_release(struct kiln_loader *L, int slot, void *stream);
 
 /* Seconds the consumer spent waiting in kiln_loader_next (data wait). */
 double kiln_loader_wait_s(const struct kiln_loader *L);

@@ -321,9 +321,10 @@ static const char *only_relu(const struct kiln_config *cfg, const char *name)
 static kiln_status quant_chain(struct kiln_config *cfg)
 {
 	const char *dev = kiln_config_get(cfg, "run", "device"), *sec;
+	const int cpu = !dev || !strncmp(dev, "cpu", 3);
 	int fuse = 0, n = 0;
-	kiln_config_get_bool(cfg, "run", "fuse", &fuse);
-	if (!fuse || (dev && strncmp(dev, "cpu", 3))) {
+	kiln_model_fuse(cfg, cpu, &fuse);
+	if (!fuse || !cpu) {
 		kiln_log(KILN_LOG_INFO, "quantize", "INT8 layers exchange f32 (u8 between them needs the CPU device and [run] fuse = 1)");
 		return KILN_OK;
 	}

@@ -16,6 +16,11 @@
  *            previous copy to finish: backpressure, never for compute)
  *   copy:    waits compute_done[s] -> copy x, y into device slot s -> copy_done[s]
  *   compute: waits copy_done[s] -> forward -> backward -> fused optimizer -> compute_done[s]
+ * On a device of host memory (the CPU) the compute stream reads x where the
+ * host assembled it, without the copy (train_step.c, read_in_place): the
+ * staging slot is then free once the step that read it is, an event on
+ * compute (the one wait for compute; a CPU device without async streams has
+ * run the step by then).
  * Metrics (loss sum, correct count) accumulate on the device and are read
  * back every log_every steps and at epoch ends: the only host syncs.
  * With [run] profile = 1 the steps are bracketed for core/profile.c, which
@@ -55,6 +60,9 @@ struct train_set {
 	int64_t len;               /* after [data] limit */
 	struct kiln_loader *loader; /* worker threads, or NULL: read inline */
 	struct kiln_tensor_desc input; /* one sample as the model takes it */
+	/* 1 + the loader slot whose x the compute stream reads in place
+	 * (trainer_load_batch), released at the next batch's load; 0: none */
+	int held;
 };
 
 /* keep_best: one of the K best evaluations' checkpoints in ckdir/best */
@@ -105,6 +113,7 @@ struct trainer {
 	void *compute, *copy;
 	void *copy_done[SLOTS], *compute_done[SLOTS];
 	int slot_used[SLOTS];
+	int slot_in_place[SLOTS];  /* x_host[s] read in place by the compute stream */
 	void *x_host[SLOTS], *y_host[SLOTS];
 	void *x_dev[SLOTS], *y_dev[SLOTS];
 	size_t x_bytes, sample_bytes;

@@ -78,7 +78,11 @@ static kiln_status host_batch(struct trainer *t, struct train_set *d, const int6
 		*xh = x;
 		return KILN_OK;
 	}
-	if (t->slot_used[s] && (st = kiln_device_staging_wait(t->dev, t->copy_done[s])))
+	/* x_host[s] is free once its copy is done, or once the step that read
+	 * it in place is */
+	if (t->slot_used[s] &&
+	    (st = kiln_device_staging_wait(t->dev, t->slot_in_place[s] ? t->compute_done[s]
+									: t->copy_done[s])))
 		return st;
 	int64_t t0 = kiln_now_ns();
 	if ((st = kiln_dataset_read_rows(&d->ds, t->epoch, idx, rows, t->x_host[s], t->y_host[s],
@@ -95,9 +99,27 @@ static kiln_status host_batch(struct trainer *t, struct train_set *d, const int6
 	return KILN_OK;
 }
 
+/* Whether the compute stream reads the batch's x where the host
+ * assembled it (the loader's slot or x_host) instead of a copy in device
+ * memory: on a device whose memory is the host's (the CPU), for
+ * evaluation, and for training once its steps are known to be issued op
+ * by op (a captured step replays fixed addresses: x_dev), without a
+ * pipeline (its stages read x on streams of their own) or resident = 1
+ * (which keeps the first batch). */
+static int read_in_place(const struct trainer *t, const struct train_set *d)
+{
+	if (!(kiln_device_traits(t->dev)->caps & KILN_DEVICE_HOST_MEMORY))
+		return 0;
+	return d != &t->train || (t->graph_mode == -1 && !t->pipe && !t->data.resident);
+}
+
 /* Assemble rows idx[0..rows) into staging slot s and enqueue their copy;
  * the compute stream then waits for it.  Rows past `rows` up to `pad` are
- * not touched (a remainder plan has exactly `rows` rows). */
+ * not touched (a remainder plan has exactly `rows` rows).  Read in place
+ * (read_in_place), x is not copied: the labels' copy alone is enqueued,
+ * and the loader's slot is released after the ops of its step, at the
+ * next load (before the loader is asked for the next batch, so a ring of
+ * one slot cannot wait on itself). */
 kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int64_t *idx,
 			       int64_t rows, int *slot_out, void **x_out)
 {
@@ -105,15 +127,24 @@ kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int
 	kiln_status st;
 	const char *xh = NULL;
 	const int32_t *yh = NULL;
+	const int in_place = read_in_place(t, d);
 	trainer_phase(t, KILN_PHASE_DATA, 1);
+	if (d->held) {
+		ls = d->held - 1;
+		d->held = 0;
+		if ((st = kiln_loader_release(d->loader, ls, t->compute)))
+			return st;
+		ls = -1;
+	}
 	if ((st = host_batch(t, d, idx, rows, s, &xh, &yh, &ls)))
 		return st;
 	/* the device slot is free once the step that last read it is done */
 	if (t->slot_used[s] && (st = kiln_device_stream_wait(t->dev, t->copy, t->compute_done[s])))
 		return st;
 	trainer_label(t, "input", KILN_PHASE_DATA);
-	st = kiln_device_copy_async(t->dev, t->x_dev[s], xh, (size_t)rows * t->sample_bytes,
-				    KILN_COPY_H2D, t->copy);
+	st = in_place ? KILN_OK
+		      : kiln_device_copy_async(t->dev, t->x_dev[s], xh,
+					       (size_t)rows * t->sample_bytes, KILN_COPY_H2D, t->copy);
 	if (!st)
 		st = kiln_device_copy_async(t->dev, t->y_dev[s], yh, (size_t)rows * t->label_bytes,
 					    KILN_COPY_H2D, t->copy);
@@ -122,13 +153,17 @@ kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int
 	    (st = kiln_device_event_record(t->dev, t->copy_done[s], t->copy)) ||
 	    (st = kiln_device_stream_wait(t->dev, t->compute, t->copy_done[s])))
 		return st;
-	if (ls >= 0 && (st = kiln_loader_release(d->loader, ls, t->copy)))
+	if (ls >= 0 && in_place)
+		d->held = ls + 1;
+	else if (ls >= 0 && (st = kiln_loader_release(d->loader, ls, t->copy)))
 		return st;
 	t->slot_used[s] = 1;
+	t->slot_in_place[s] = in_place;
 	*slot_out = s;
-	*x_out = t->x_dev[s];
+	void *x = in_place ? (void *)xh : t->x_dev[s];
+	*x_out = x;
 	if (kiln_dataset_widened(&d->ds)) {
-		if ((st = normalize_on_device(t, d, t->x_dev[s], rows)))
+		if ((st = normalize_on_device(t, d, x, rows)))
 			return st;
 		*x_out = t->x_norm;
 	}

@@ -32,14 +32,16 @@ static const char *cnn_ini =
 	"[train]\nepochs = 1\nbatch = 32\nmax_steps = 10\nlr = 0.05\nlog_every = 4\n"
 	"eval_batch = 64\n[plugin.cpu]\nasync = %d\n";
 
+/* over: a command-line override ("" for none) */
 static void train(const char *dir, int profile, int steps, int workers, const char *layout,
-		  int async, struct kiln_train_result *res)
+		  int async, const char *over, struct kiln_train_result *res)
 {
 	char ini[4096];
 	struct kiln_config *cfg;
 	snprintf(ini, sizeof ini, cnn_ini, dir, profile, steps, workers, layout, async);
 	ck_assert_msg(kiln_config_load_string(ini, "profile.ini", &cfg) == KILN_OK, "%s",
 		      kiln_last_error());
+	ck_assert(!*over || kiln_config_override(cfg, over) == KILN_OK);
 	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
 	ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, res) == KILN_OK, "%s", kiln_last_error());
 	kiln_config_free(cfg);
@@ -129,8 +131,10 @@ static void check_trace(const char *dir, int trace_steps)
 /* ---- profile.txt ---------------------------------------------------------- */
 
 /* Rows between the two rules: ... calls total_ms mean_us pct (the host row
- * has "-" for calls and mean); then the total line. */
-static void check_table(const char *dir, const char *const *want, int n_want)
+ * has "-" for calls and mean); then the total line.  A row starts with
+ * each of want[], none with any of absent[]. */
+static void check_table(const char *dir, const char *const *want, int n_want,
+			const char *const *absent, int n_absent)
 {
 	char path[4200], line[512];
 	snprintf(path, sizeof path, "%s/profile.txt", dir);
@@ -173,6 +177,9 @@ static void check_table(const char *dir, const char *const *want, int n_want)
 					 k ? " " : "", tok[k]);
 			for (int w = 0; w < n_want; w++)
 				found[w] |= strstr(key, want[w]) == key;
+			for (int w = 0; w < n_absent; w++)
+				ck_assert_msg(strstr(key, absent[w]) != key, "a row starts with '%s': %s",
+					      absent[w], line);
 		}
 		sum_ms += ms;
 		sum_pct += pct;
@@ -192,6 +199,42 @@ static void check_table(const char *dir, const char *const *want, int n_want)
 		ck_assert_msg(found[w], "no row starting with '%s'", want[w]);
 }
 
+/* The calls of the table's row "label op pass" in dir/profile.txt, and
+ * the steps the table counts (*steps). */
+static int row_calls(const char *dir, const char *row, int *steps)
+{
+	char path[4200], line[512];
+	int calls = -1;
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "no %s", path);
+	ck_assert(fgets(line, sizeof line, f) && sscanf(line, "%d step(s)", steps) == 1);
+	while (fgets(line, sizeof line, f)) {
+		char a[64], b[64], c[64];
+		int n;
+		if (sscanf(line, "%63s %63s %63s %d", a, b, c, &n) == 4) {
+			char key[200];
+			snprintf(key, sizeof key, "%s %s %s", a, b, c);
+			if (!strcmp(key, row))
+				calls = n;
+		}
+	}
+	fclose(f);
+	return calls;
+}
+
+/* The CPU device reads the batch where the loader (or the inline read)
+ * put it: the input's only copy a step is the labels' (x's too in the
+ * second step, before the trainer knows its steps are not captured). */
+static void check_x_in_place(const char *dir)
+{
+	int steps = 0;
+	const int calls = row_calls(dir, "input copy_h2d data", &steps);
+	ck_assert_int_gt(steps, 2);
+	ck_assert_msg(calls >= steps && calls <= steps + 1,
+		      "%d input copies in %d steps: x copied into device memory", calls, steps);
+}
+
 /* Profiled and plain runs train the same numbers. */
 static void check_same(const struct kiln_train_result *a, const struct kiln_train_result *b)
 {
@@ -205,22 +248,25 @@ static void check_same(const struct kiln_train_result *a, const struct kiln_trai
 }
 
 /* Asynchronous streams (the CPU device's async = 1): the profiler's syncs
- * make the slices the ops' own times. */
+ * make the slices the ops' own times.  Unfused: the ReLUs' own ops. */
+static const char unfused[] = "run.fuse=0";
 START_TEST(test_profile_cnn)
 {
 	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200];
 	struct kiln_train_result on, off;
 	TEST_REQUIRE_FASHION();
 	ck_assert(mkdtemp(dir) != NULL);
-	train(dir, 1, 4, 1, "nchw", 1, &on);
+	train(dir, 1, 4, 1, "nchw", 1, unfused, &on);
 	ck_assert_int_eq(on.steps, 10);
 	check_trace(dir, 4);
 	static const char *const want[] = { "c2 conv forward", "c2 conv_bwd_data backward",
 					    "optimizer sgd optimizer",
 					    "schedule lr_schedule optimizer",
-					    "data wait loader data", "input copy_h2d data" };
-	check_table(dir, want, 6);
-	train("", 0, 4, 1, "nchw", 1, &off);
+					    "data wait loader data", "input copy_h2d data",
+					    "r2 relu forward", "r1 relu_bwd backward" };
+	check_table(dir, want, 8, NULL, 0);
+	check_x_in_place(dir);
+	train("", 0, 4, 1, "nchw", 1, unfused, &off);
 	check_same(&on, &off);
 	ck_assert_uint_eq(off.steady.host_syncs, 0); /* profiling off: no sync in a step */
 	snprintf(path, sizeof path, "%s/trace.json", dir);
@@ -241,13 +287,17 @@ START_TEST(test_profile_inline_nhwc)
 	struct kiln_train_result on, off;
 	TEST_REQUIRE_FASHION();
 	ck_assert(mkdtemp(dir) != NULL);
-	train(dir, 1, 0, 0, "nhwc", 0, &on);
+	train(dir, 1, 0, 0, "nhwc", 0, "", &on);
 	static const char *const want[] = { "data read inline data", "flat reorder forward",
 					    "input copy_h2d data" };
-	check_table(dir, want, 3);
+	/* [run] fuse = auto: on the CPU the ReLUs are the epilogues of bn and
+	 * c2, views with no op of their own */
+	static const char *const absent[] = { "r1 ", "r2 " };
+	check_table(dir, want, 3, absent, 2);
+	check_x_in_place(dir);
 	snprintf(path, sizeof path, "%s/trace.json", dir);
 	ck_assert_msg(access(path, F_OK) != 0, "profile_steps = 0 wrote %s", path);
-	train("", 0, 0, 0, "nhwc", 0, &off);
+	train("", 0, 0, 0, "nhwc", 0, "", &off);
 	check_same(&on, &off);
 	snprintf(path, sizeof path, "%s/profile.txt", dir);
 	unlink(path);

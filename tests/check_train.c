@@ -733,24 +733,32 @@ END_TEST
 START_TEST(test_inplace)
 {
 	char ini[2048];
-	struct kiln_memory ma, mb;
-	struct kiln_train_result ra, rb;
+	struct kiln_memory mem[3];
+	struct kiln_train_result res[3];
 	TEST_REQUIRE_FASHION();
 	snprintf(ini, sizeof ini, mlp_ini, "", 1, 5, 0);
-	for (int forbid = 0; forbid < 2; forbid++) {
+	/* 0: in place (unfused), 1: inplace = 0 (unfused), 2: the default
+	 * ([run] fuse = auto: fused on the CPU, the ReLU a view) */
+	static const char *const set[3][2] = { { "run.fuse=0", NULL },
+					       { "run.fuse=0", "layer.r1.inplace=0" },
+					       { NULL, NULL } };
+	for (int v = 0; v < 3; v++) {
 		struct kiln_config *cfg;
 		ck_assert(kiln_config_load_string(ini, "test.ini", &cfg) == KILN_OK);
-		if (forbid)
-			ck_assert(kiln_config_override(cfg, "layer.r1.inplace=0") == KILN_OK);
+		for (int k = 0; k < 2; k++)
+			if (set[v][k])
+				ck_assert(kiln_config_override(cfg, set[v][k]) == KILN_OK);
 		ck_assert(kiln_config_validate(cfg, reg) == KILN_OK);
-		ck_assert(kiln_memory_report(cfg, reg, NULL, forbid ? &mb : &ma) == 0);
-		ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, forbid ? &rb : &ra) == 0, "%s",
+		ck_assert(kiln_memory_report(cfg, reg, NULL, &mem[v]) == 0);
+		ck_assert_msg(kiln_train(cfg, reg, NULL, NULL, &res[v]) == 0, "%s",
 			      kiln_last_error());
 		kiln_config_free(cfg);
 	}
-	ck_assert_uint_lt(ma.activations_unpacked, mb.activations_unpacked);
-	ck_assert_uint_lt(ma.eval, mb.eval);
-	ck_assert(ra.train_loss == rb.train_loss && ra.test_loss == rb.test_loss);
+	ck_assert_uint_lt(mem[0].activations_unpacked, mem[1].activations_unpacked);
+	ck_assert_uint_lt(mem[0].eval, mem[1].eval);
+	ck_assert_uint_le(mem[2].activations_unpacked, mem[0].activations_unpacked);
+	for (int v = 1; v < 3; v++)
+		ck_assert(res[v].train_loss == res[0].train_loss && res[v].test_loss == res[0].test_loss);
 }
 END_TEST
 

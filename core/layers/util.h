@@ -250,7 +250,10 @@ static inline kiln_status run_act_bwd_db(const struct kiln_host *h, const struct
 					 void *plan, size_t front, void *db, struct kiln_layer_run *r2)
 {
 	*r2 = *r;
-	if (!plan)
+	/* no gradient reaches the layer (a frozen first layer: nothing wants
+	 * its output's gradient): nothing to mask, and the layer's own
+	 * backward finds no dw or dx to write */
+	if (!plan || !r->dy)
 		return KILN_OK;
 	r2->dy = r->workspace;
 	r2->workspace = (char *)r->workspace + front;

@@ -106,7 +106,9 @@ struct kiln_device_counters {
 	uint64_t allocs;      /* alloc + host_alloc calls */
 	uint64_t runs;        /* kernel launches */
 	uint64_t staging_waits; /* loader waits for a staging buffer's copy to
-				 * finish (backpressure; never waits on compute) */
+				 * finish (backpressure), or on a device of
+				 * host memory, which reads the batch in place,
+				 * for the step that read it */
 	uint64_t replays;     /* graph_launch calls: captured steps replayed */
 };
 
