@@ -31,6 +31,13 @@
 #                   cell on the reference BLAS (1.8 samples/s at the lm shape)
 # "PyTorch-best" at T threads is the fastest 2.x setting at T threads; the
 # last line compares kiln's best thread count with PyTorch's best setting.
+# A second table gives each row's CPU time per timed step (every thread of
+# the process; the median over the rounds): on a shared, loaded machine the
+# wall-clock rates above are not reliable, the CPU times much less affected;
+# its last column is the least CPU of a PyTorch 2.x setting over kiln's.
+# kiln's is (CPU of its run) - (CPU of a run of the warm-up steps alone),
+# from /usr/bin/time (n/a without it), over the timed steps; PyTorch's the
+# script's process_time over its timed steps.
 #
 # Usage: bench/lstm.sh [--runs N] [--threads "1 2"] [--models seq2seq,lm]
 #                      [--steps N] [--lm-steps N] [--hidden H] [--short]
@@ -127,22 +134,41 @@ record() {
     printf '%s\n' "$4" | sed "s/^[[:space:]]*{/{\"bench\": \"$1\", \"row\": \"$2\", \"nthreads\": $3, \"round\": $round, /" >> "$RES"
 }
 
-# kiln_run MODEL THREADS: kiln's steady rate and first and last losses
+# kiln_train MODEL THREADS STEPS: one kiln run into $TMP/kout, its output in
+# $TMP/kiln.out, its CPU seconds (user + sys) in $TMP/kiln.cpu when
+# /usr/bin/time exists
+kiln_train() {
+    rm -rf "$TMP/kout" "$TMP/kiln.cpu"
+    set -- "$KILN" train "$TMP/$1.ini" run.threads="$2" run.out_dir="$TMP/kout" \
+        data.path="$TMP/$1.bin" model.init_from="$TMP/$1.safetensors" train.max_steps="$3"
+    if [ -x /usr/bin/time ]; then
+        /usr/bin/time -f '%U %S' -o "$TMP/kiln.time" "$@" > "$TMP/kiln.out" 2>&1 || return 1
+        awk '{ print $1 + $2 }' "$TMP/kiln.time" > "$TMP/kiln.cpu"
+    else
+        "$@" > "$TMP/kiln.out" 2>&1
+    fi
+}
+
+# kiln_run MODEL THREADS: kiln's steady rate, CPU per timed step, and first
+# and last losses
 kiln_run() {
-    rm -rf "$TMP/kout"
-    "$KILN" train "$TMP/$1.ini" run.threads="$2" run.out_dir="$TMP/kout" \
-        data.path="$TMP/$1.bin" model.init_from="$TMP/$1.safetensors" \
-        train.max_steps=$(($(steps_of "$1") + $(warm_of "$1"))) > "$TMP/kiln.out" 2>&1 ||
+    cpu_warm=
+    kiln_train "$1" "$2" "$(warm_of "$1")" && [ -f "$TMP/kiln.cpu" ] && cpu_warm=$(cat "$TMP/kiln.cpu")
+    kiln_train "$1" "$2" $(($(steps_of "$1") + $(warm_of "$1"))) ||
         { tail -3 "$TMP/kiln.out" >&2; record "$1" kiln "$2" ""; return 0; }
-    record "$1" kiln "$2" "$("$PYTHON113" - "$TMP/kout/metrics.jsonl" "$(warm_of "$1")" <<'PY'
+    cpu_all=
+    [ -f "$TMP/kiln.cpu" ] && cpu_all=$(cat "$TMP/kiln.cpu")
+    record "$1" kiln "$2" "$("$PYTHON113" - "$TMP/kout/metrics.jsonl" "$(warm_of "$1")" "$cpu_warm" "$cpu_all" <<'PY'
 import json, sys
 tr = [r for r in map(json.loads, filter(str.strip, open(sys.argv[1]))) if r.get("event") == "train"]
 warm = int(sys.argv[2])
 t = {r["step"]: r["time"] for r in tr}
 last = tr[-1]["step"]
-print(json.dumps({"train_samples_per_s": (last - warm) * 64 / (t[last] - t[warm]),
-                  "loss_first": tr[0]["loss"], "loss_last": tr[-1]["loss"],
-                  "timed_steps": last - warm}))
+out = {"train_samples_per_s": (last - warm) * 64 / (t[last] - t[warm]),
+       "loss_first": tr[0]["loss"], "loss_last": tr[-1]["loss"], "timed_steps": last - warm}
+if sys.argv[3] and sys.argv[4]:
+    out["cpu_ms_per_step"] = 1000 * (float(sys.argv[4]) - float(sys.argv[3])) / (last - warm)
+print(json.dumps(out))
 PY
 )"
 }
@@ -236,4 +262,19 @@ for m in dict.fromkeys(r["bench"] for r in rows):
         print("| %s | best | %s (%d thread%s) | %s (%s) | **%.2fx** | | | |" % (
             shape[m], f(kiln_all[0]), kiln_all[1], "s" * (kiln_all[1] > 1), f(best_all[0]),
             best_all[1], kiln_all[0] / best_all[0]))
+names = ["kiln", "t2-omp1", "t2-default", "t2-passive", "t113-omp1", "t113-default", "t113-passive"]
+names = [n for n in names if any(r["row"] == n and "cpu_ms_per_step" in r for r in rows)]
+if names:
+    print()
+    print("CPU ms per timed step (every thread; median over the rounds); the last column: "
+          "the least CPU of a PyTorch 2.x setting over kiln's")
+    print()
+    print("| model | threads | " + " | ".join(names) + " | PyTorch 2.x / kiln |")
+    print("|---|---|" + "---|" * (len(names) + 1))
+    for m in dict.fromkeys(r["bench"] for r in rows):
+        for t in sorted({r["nthreads"] for r in rows if r["bench"] == m}):
+            c = {n: med(m, n, t, "cpu_ms_per_step") for n in names}
+            t2 = [c[n] for n in ("t2-omp1", "t2-default", "t2-passive") if c.get(n)]
+            print("| %s | %d | %s | %s |" % (shape[m], t, " | ".join(f(c[n]) for n in names),
+                  f(min(t2) / c["kiln"], 2) + "x" if t2 and c.get("kiln") else "n/a"))
 PY

@@ -25,7 +25,9 @@ every row of the seq2seq shape has length T, and nn.LSTM needs no packing.
 (tests/data/safetensors_io.py), for kiln's [model] init_from; --write-shard
 writes N random tokens of the model's vocabulary in llm.c's shard format.
 Prints one JSON line: train_samples_per_s over the steps after the warm-up,
-the losses of the first and last step, the threads and PyTorch's version.
+cpu_ms_per_step (the process's CPU time, every thread, over those steps: on
+a shared machine the figure that load changes least), the losses of the
+first and last step, the threads and PyTorch's version.
 """
 import argparse
 import json
@@ -151,10 +153,10 @@ def main():
                             weight_decay=0.0)
     model.train()
     losses = []
-    t0 = None
+    t0 = c0 = None
     for step in range(args.warmup_steps + args.steps):
         if step == args.warmup_steps:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
@@ -164,13 +166,15 @@ def main():
         opt.step()
         losses.append(loss.item())
     train_s = time.perf_counter() - t0
+    cpu_s = time.process_time() - c0
     if not all(math.isfinite(v) for v in losses):
         sys.exit("pytorch_lstm.py: the loss is not finite")
     print(json.dumps({
         "impl": "pytorch", "torch": torch.__version__, "model": args.model,
         "train_samples_per_s": args.steps * args.batch / train_s, "batch": args.batch,
         "threads": args.threads, "steps": args.warmup_steps + args.steps,
-        "timed_steps": args.steps, "train_s": train_s, "loss_first": losses[0],
+        "timed_steps": args.steps, "train_s": train_s,
+        "cpu_ms_per_step": 1000 * cpu_s / args.steps, "loss_first": losses[0],
         "loss_last": losses[-1], "mkldnn": torch.backends.mkldnn.is_available(),
         "env": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}}),
         flush=True)

@@ -403,15 +403,22 @@ CPU_CLONES static int64_t xent_rank(const float *restrict x, int64_t K, int64_t 
 
 /* d[j] = e^(x[j] - mx) (vexp.h; below e^-88 it is 0); returns their sum and
  * adds sum(x[j] - mx) to *xsum, both in double.  d may be x: each element
- * is read before it is written. */
+ * is read before it is written.  Two passes: with the clamp and the
+ * exponential in one loop GCC threads the clamped branch (a known 0)
+ * apart and the loop stays scalar; apart, both are vector loops (4x
+ * faster on the lm's 256 classes, docs/PERFORMANCE.md, issue 21 session 8). */
 CPU_CLONES static double xent_exp(float *d, const float *x, int64_t K, float mx, double *xsum)
 {
 	double sum = 0, xs = 0;
-#pragma omp simd reduction(+ : sum, xs)
+#pragma omp simd reduction(+ : xs)
 	for (int64_t j = 0; j < K; j++) {
 		const float v = x[j] - mx;
-		const float e = cpu_exp(v > -88.0f ? v : -88.0f);
 		xs += (double)x[j] - mx;
+		d[j] = v > -88.0f ? v : -88.0f;
+	}
+#pragma omp simd reduction(+ : sum)
+	for (int64_t j = 0; j < K; j++) {
+		const float e = cpu_exp(d[j]);
 		d[j] = e;
 		sum += e;
 	}

@@ -129,18 +129,30 @@ static void rnn_put(float *dst, const float *src, int64_t n, int acc)
 		dst[k] = acc ? dst[k] + src[k] : src[k];
 }
 
-/* oneDNN's weight and bias gradients (ldgoi, ldgo) back in PyTorch's order. */
+/* Whether the backward's weight gradients are reordered straight into
+ * out[1], out[2]: the LSTM's gate order is PyTorch's, so unless they are
+ * added to (op.i[3]) there is nothing to do to them after the reorder. */
+static int rnn_dw_direct(const struct kiln_op *op)
+{
+	return !op->i[0] && !op->i[3];
+}
+
+/* oneDNN's weight and bias gradients (ldgoi, ldgo) back in PyTorch's order
+ * (the weights' already there when rnn_dw_direct). */
 static void rnn_grads_out(const struct cpu_plan *p, const char *ws, const struct kiln_op_args *a)
 {
 	const int64_t *v = p->dnn->sz;
 	const int64_t H = v[R_H], I = v[R_I], gru = p->op.i[0], acc = p->op.i[3];
+	const int direct = rnn_dw_direct(&p->op);
 	const float *wl = (const float *)(ws + v[R_O_DWL]), *wi = (const float *)(ws + v[R_O_DWI]);
 	const float *db = (const float *)(ws + v[R_O_DB]);
 	float *dwih = a->out[1], *dwhh = a->out[2], *dbih = a->out[3], *dbhh = dbih + v[R_G] * H;
 	for (int g = 0; g < v[R_G]; g++) {
 		const int s = rnn_src_gate((int)gru, g);
-		rnn_put(dwih + s * H * I, wl + g * H * I, H * I, (int)acc);
-		rnn_put(dwhh + s * H * H, wi + g * H * H, H * H, (int)acc);
+		if (!direct) {
+			rnn_put(dwih + s * H * I, wl + g * H * I, H * I, (int)acc);
+			rnn_put(dwhh + s * H * H, wi + g * H * H, H * H, (int)acc);
+		}
 		rnn_put(dbih + s * H, db + g * H, H, 0);
 		rnn_put(dbhh + s * H, db + (gru && g == 2 ? 3 : g) * H, H, 0);
 	}
@@ -181,10 +193,13 @@ static kiln_status rnn_backward(const struct cpu_plan *p, const struct kiln_op_a
 	struct kiln_op_args b = { .in = { aux + v[R_A_DST], aux, aux + v[R_A_B] }, .workspace = ws,
 				  .workspace_bytes = a->workspace_bytes };
 	rnn_weights_in(p, a->in[2], a->in[3], NULL, NULL, ws, NULL, &b);
-	/* out[0] of b: dy as oneDNN reads it, out[1]: where it writes dx */
+	/* out[0] of b: dy as oneDNN reads it, out[1]: where it writes dx,
+	 * out[2], out[3]: the weight gradients' (rnn_dw_direct) */
 	b.in[5] = gather ? ws + v[R_O_SRC] : a->in[0];
 	b.out[0] = gather ? ws + v[R_O_DDST] : (void *)a->in[1];
 	b.out[1] = gather || acc ? ws + v[R_O_DST] : a->out[0];
+	b.out[2] = a->out[1];
+	b.out[3] = a->out[2];
 	if (gather) {
 		rnn_gather((float *)(ws + v[R_O_SRC]), a->in[0], B, T, v[R_I], len, (int)rev, 0);
 		rnn_gather((float *)(ws + v[R_O_DDST]), a->in[1], B, T, v[R_H], len, (int)rev, 0);
@@ -273,7 +288,8 @@ static size_t rnn_offsets(int64_t *v, const_dnnl_primitive_desc_t pd, int bwd)
 }
 
 /* The memory objects and steps of the plan: the weight reorders, the cell,
- * and in the backward the weight gradients' reorders back. */
+ * and in the backward the weight gradients' reorders back (into the op's
+ * outputs when rnn_dw_direct, else into the workspace for rnn_grads_out). */
 static kiln_status rnn_steps(struct cpu_ctx *c, struct cpu_plan *p, const_dnnl_primitive_desc_t pd,
 			     const dnnl_memory_desc_t *user_wl, const dnnl_memory_desc_t *user_wi,
 			     int bwd, int training, const char *geom)
@@ -325,9 +341,12 @@ static kiln_status rnn_steps(struct cpu_ctx *c, struct cpu_plan *p, const_dnnl_p
 #undef RNN_MEM
 	CPU_DNN_TRY(cpu_dnn_step(d, pd, n, arg, mem));
 	if (bwd) {
-		CPU_DNN_TRY(cpu_dnn_mem(c, d, user_wl, CPU_BIND_WS, 0, (size_t)v[R_O_DWL], &m));
+		const int direct = rnn_dw_direct(&p->op);
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, user_wl, direct ? CPU_BIND_OUT : CPU_BIND_WS,
+					direct ? 2 : 0, direct ? 0 : (size_t)v[R_O_DWL], &m));
 		CPU_DNN_TRY(rnn_reorder(c, d, dwl, m));
-		CPU_DNN_TRY(cpu_dnn_mem(c, d, user_wi, CPU_BIND_WS, 0, (size_t)v[R_O_DWI], &m));
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, user_wi, direct ? CPU_BIND_OUT : CPU_BIND_WS,
+					direct ? 3 : 0, direct ? 0 : (size_t)v[R_O_DWI], &m));
 		CPU_DNN_TRY(rnn_reorder(c, d, dwi, m));
 	}
 out:
