@@ -262,16 +262,22 @@ START_TEST(test_one_thread_ops)
 END_TEST
 
 /* libgomp's spin (plugins/common/spin_rule.h, kiln's and these suites'):
- * none once the load average reaches the CPUs of the mask, else 100000. */
+ * none once the load average reaches the CPUs of the mask and as many
+ * threads are runnable, else 100000. */
 START_TEST(test_spin_rule)
 {
-	ck_assert_str_eq(common_spin_for(2.0, 2), "0");
-	ck_assert_str_eq(common_spin_for(15.3, 2), "0");
-	ck_assert_str_eq(common_spin_for(1.99, 2), "100000");
-	ck_assert_str_eq(common_spin_for(0.0, 16), "100000");
-	ck_assert_str_eq(common_spin_for(16.0, 16), "0");
-	ck_assert_str_eq(common_spin_for(-1.0, 2), "100000"); /* no /proc/loadavg */
-	ck_assert_str_eq(common_spin_for(3.0, 0), "100000"); /* no mask */
+	ck_assert_str_eq(common_spin_for(2.0, 2, 2), "0");
+	ck_assert_str_eq(common_spin_for(15.3, 9, 2), "0");
+	ck_assert_str_eq(common_spin_for(1.99, 5, 2), "100000");
+	ck_assert_str_eq(common_spin_for(0.0, 1, 16), "100000");
+	ck_assert_str_eq(common_spin_for(16.0, 16, 16), "0");
+	/* back-to-back runs on a quiet machine: the average still high,
+	 * nothing but this thread runnable */
+	ck_assert_str_eq(common_spin_for(2.1, 1, 2), "100000");
+	ck_assert_str_eq(common_spin_for(20.0, 15, 16), "100000");
+	ck_assert_str_eq(common_spin_for(3.0, -1, 2), "0");   /* no runnable count */
+	ck_assert_str_eq(common_spin_for(-1.0, 4, 2), "100000"); /* no /proc/loadavg */
+	ck_assert_str_eq(common_spin_for(3.0, 4, 0), "100000"); /* no mask */
 	const char *now = common_spin_count();
 	ck_assert(!strcmp(now, "0") || !strcmp(now, "100000"));
 }

@@ -5,7 +5,7 @@
  *
  * "100000" (about 10-50 us), or "0" when the machine is oversubscribed as
  * the process starts: the 1-minute load average at least the CPUs of its
- * affinity mask.  Then the team's threads are rarely on cores together and
+ * affinity mask, and at least that many threads runnable at that moment.  Then the team's threads are rarely on cores together and
  * each barrier spins against a descheduled partner before it sleeps: at
  * load 15 the MLP burnt 7-8x the CPU and ran 6-12x slower than with 0
  * (docs/PERFORMANCE.md, "The whole run").  libgomp reads the variable once,
@@ -25,21 +25,33 @@
 #include <sys/syscall.h> /* SYS_sched_getaffinity */
 #include <unistd.h>      /* syscall, sysconf */
 
-/* The rule itself: the spin for a 1-minute load average `load` (negative:
- * unknown) on `cpus` CPUs. */
-static inline const char *common_spin_for(double load, long cpus)
+/* The rule itself: the spin for a 1-minute load average `load` and
+ * `running` threads runnable right now, this one included (/proc/loadavg's
+ * fourth field; negative: unknown), on `cpus` CPUs.  Both must say the
+ * machine is full: the average alone trails by a minute, so on a quiet
+ * machine running benchmarks back to back (each run's load still in the
+ * average, nothing else runnable) it turned the spin off and made the
+ * 2-thread runs pay a futex wake-up per parallel region. */
+static inline const char *common_spin_for(double load, long running, long cpus)
 {
-	return load >= 0 && cpus > 0 && load >= (double)cpus ? "0" : "100000";
+	const int full = load >= 0 && cpus > 0 && load >= (double)cpus &&
+			 (running < 0 || running >= cpus);
+	return full ? "0" : "100000";
 }
 
 /* The spin for this process now: /proc/loadavg against its affinity mask. */
 static inline const char *common_spin_count(void)
 {
 	double load = -1;
+	long running = -1, total;
 	FILE *f = fopen("/proc/loadavg", "r");
 	if (f) {
-		if (fscanf(f, "%lf", &load) != 1)
+		/* "0.52 0.58 0.59 2/467 12345": 1-minute average, runnable/all */
+		int got = fscanf(f, "%lf %*f %*f %ld/%ld", &load, &running, &total);
+		if (got < 1)
 			load = -1;
+		if (got < 3)
+			running = -1;
 		fclose(f);
 	}
 	/* the affinity mask through the system call, which needs no
@@ -50,7 +62,7 @@ static inline const char *common_spin_count(void)
 		cpus += __builtin_popcountl(mask[i]);
 	if (bytes <= 0)
 		cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return common_spin_for(load, cpus);
+	return common_spin_for(load, running, cpus);
 }
 
 /* Where unset, OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT by the rule:
