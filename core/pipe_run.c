@@ -113,6 +113,9 @@ struct kiln_pipe {
 	/* stages on ranks (pipe_rank.c): this rank's stage, -1 for all */
 	int mine;
 	struct kiln_pipe_rank *rk;
+	/* kiln_pipe_grads_by_hook: the last micro-batch's backward of this
+	 * rank's stage runs with m->grad_final set, and gmean[mine] is gone */
+	int hook_final;
 	struct kiln_pipe_timing *timing; /* the measured bubble, NULL: none */
 	int cur;                     /* the action being issued */
 };
@@ -549,7 +552,9 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	m->grad_accum = !first && !pp->grads_more;
 	if (pp->tie)
 		m->tie_grads_d = pp->tie[k];
+	m->grad_final = pp->hook_final && j == pp->M - 1 && pp->a == pp->A - 1;
 	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss);
+	m->grad_final = 0;
 	m->grad_out_d = NULL;
 	m->grad_accum = 0;
 	m->tie_grads_d = tie;
@@ -665,6 +670,21 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 		kiln_pipe_timing_only(pp->timing, mine);
 	}
 	return st;
+}
+
+int kiln_pipe_hookable(const struct kiln_pipe *pp, double *mean)
+{
+	*mean = 1.0 / ((double)pp->M * (double)pp->A);
+	return pp->mine >= 0 && !pp->gadd[pp->mine];
+}
+
+void kiln_pipe_grads_by_hook(struct kiln_pipe *pp)
+{
+	const int s = pp->mine;
+	if (pp->gmean[s])
+		kiln_device_plan_free(sdev(pp, s), pp->gmean[s]);
+	pp->gmean[s] = NULL;
+	pp->hook_final = 1;
 }
 
 int kiln_pipe_mine(const struct kiln_pipe *pp, size_t *lo, size_t *hi)
