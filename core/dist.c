@@ -271,6 +271,8 @@ void kiln_dist_close(struct kiln_dist *d)
 	}
 	if (d->pipe_measure)
 		kiln_device_plan_free(d->dev, d->pipe_measure);
+	if (d->zt_scale)
+		kiln_device_plan_free(d->dev, d->zt_scale);
 	if (d->pipe_plan)
 		kiln_model_optim_plan_free(d->m, d->pipe_plan);
 	kiln_device_free(d->dev, d->pipe_state);
@@ -417,7 +419,7 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, dist_stamp_bucket, &b->s0)))
 		return st;
 	void *done = d->timing ? NULL : b->done;
-	if ((st = d->zero ? d->ops->reduce_scatter(d->ctx, d->m->grads_d + b->lo, d->zgrad + b->zoff,
+	if ((st = d->zero ? d->ops->reduce_scatter(dist_zero_comm(d), d->m->grads_d + b->lo, d->zgrad + b->zoff,
 						   b->c, KILN_F32, KILN_REDUCE_AVG, d->comm_stream,
 						   done)
 			  : d->ops->allreduce(d->gctx ? d->gctx : d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
@@ -567,11 +569,14 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	for (int i = 0; i < d->n_b; i++)
 		if (!d->b[i].started && (st = start_bucket(d, &d->b[i], compute)))
 			return st;
-	/* ZeRO-1's replicated tail, final now */
+	/* ZeRO-1's replicated tail, final now (scaled to the mean first where
+	 * the buckets are: kiln_dist_pipe_overlap) */
+	struct kiln_op_args ta = { .in = { d->m->grads_d + d->zwc }, .out = { d->m->grads_d + d->zwc } };
 	if (d->zero && d->zt &&
-	    ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+	    ((d->zt_scale && (st = kiln_device_run(d->dev, d->zt_scale, &ta, compute))) ||
+	     (st = kiln_device_event_record(d->dev, d->ready, compute)) ||
 	     (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)) ||
-	     (st = d->ops->allreduce(d->ctx, d->m->grads_d + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
+	     (st = d->ops->allreduce(dist_zero_comm(d), d->m->grads_d + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
 				     d->comm_stream, d->zt_done)) ||
 	     (st = kiln_device_stream_wait(d->dev, compute, d->zt_done))))
 		return st;

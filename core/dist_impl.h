@@ -66,6 +66,7 @@ struct kiln_dist {
 	 * (m->grad_final), each scaled to the mean first (kiln_dist_pipe_overlap) */
 	int pipe_overlap;
 	int64_t pipe_starts, pipe_hooked; /* buckets started, by the hook of those */
+	void *zt_scale;   /* ... and ZeRO-1's tail's SCALE (NULL: none) */
 	struct kiln_device *dev;
 	struct kiln_model *m;
 	void *comm_stream;
@@ -129,6 +130,10 @@ kiln_status dist_stamp_bucket(void *arg);
  * parameters (the next forward waits for them), else the gradients */
 kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
 				int params);
+
+/* core/dist_zero.c: the communicator ZeRO-1's collectives run on: the
+ * world's, or with [dist] pipeline the stage group's */
+void *dist_zero_comm(const struct kiln_dist *d);
 
 /* core/dist_heartbeat.c ([dist] heartbeat): post this rank's host name
  * (kiln/host/RANK) for the watchdog's messages; before the rendezvous */

@@ -40,9 +40,6 @@ kiln_status kiln_dist_pipe_split(struct kiln_dist *d, const struct kiln_config *
 	if (W % P)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d does not divide the world of %d ranks (world = pipeline x data-parallel ranks)",
 				  kiln_config_where(cfg, "dist", "pipeline"), P, W);
-	if (d->zero)
-		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [dist] pipeline is not supported yet: each stage's ranks run DDP, and each rank holds the optimizer state of its stage alone (docs/pipeline.md)",
-				  kiln_config_where(cfg, "dist", "zero"));
 	if (!strcmp(d->plugin->name, "mpi") && (!tl || strcmp(tl, "multiple")))
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline on kiln-mpi needs [plugin.mpi] thread_level = multiple (a stage's receives and the transport's sends run on two threads)",
 				  kiln_config_where(cfg, "dist", "pipeline"));
@@ -102,7 +99,8 @@ static kiln_status from_rank(struct kiln_dist *d, void *p, size_t n, int root, v
 kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
-	if (!d || !d->pipe_P || !d->m->n_trainable)
+	/* (ZeRO-1 shards the stage's slice over its group: kiln_dist_zero_init) */
+	if (!d || !d->pipe_P || !d->m->n_trainable || d->zero)
 		return KILN_OK;
 	struct kiln_model *m = d->m;
 	const int me = d->pipe_stage, slots = m->state_slots;
@@ -161,7 +159,12 @@ static kiln_status state_to_rank0(struct kiln_dist *d, int s, void *compute)
 	kiln_status st = KILN_OK;
 	for (int k = 0; n && !st && k < m->state_slots; k++) {
 		float *whole = r ? NULL : d->zfull + (size_t)k * N + lo;
-		float *mine = r == s ? d->pipe_state + (size_t)k * n : NULL;
+		/* (ZeRO-1: the stage's slice, gathered whole in zfull) */
+		float *mine = r != s ? NULL
+				     : d->zero ? d->zfull + (size_t)k * N + lo
+					       : d->pipe_state + (size_t)k * n;
+		if (whole && whole == mine)
+			continue;
 		if (whole && mine)
 			st = kiln_device_copy_async(d->dev, whole, mine, n * sizeof(float),
 						    KILN_COPY_D2D, compute);
@@ -180,7 +183,8 @@ kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute)
 	kiln_status st;
 	/* only rank 0 writes the checkpoint: it alone holds the whole state,
 	 * each stage's slice sent by that stage's rank in pipe 0 */
-	if (d->pipe_own && m->state_slots && N && d->env.rank < d->pipe_P) {
+	const int held = d->pipe_own || (d->zero && d->zfull);
+	if (held && m->state_slots && N && d->env.rank < d->pipe_P) {
 		if (!d->env.rank && !d->zfull &&
 		    (st = kiln_device_alloc(d->dev, (size_t)m->state_slots * N * sizeof(float),
 					    (void **)&d->zfull)))
@@ -210,7 +214,7 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 		if ((st = from_rank(d, m->params_d + lo[s], n * 4, s, compute, "parameters", s)))
 			return st;
 		/* (the state held per stage went to rank 0 alone: above) */
-		for (int k = 0; !d->pipe_own && m->state_d && k < m->state_slots; k++)
+		for (int k = 0; !d->pipe_own && !d->zero && m->state_d && k < m->state_slots; k++)
 			if ((st = from_rank(d, m->state_d + (size_t)k * m->n_trainable + lo[s], n * 4, s,
 					    compute, m->optim_info.slot_names[k], s)))
 				return st;
@@ -298,6 +302,8 @@ kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on)
 	for (int i = 0; mean != 1.0 && i < d->n_b; i++)
 		if ((st = prepare_scale(d, d->b[i].hi - d->b[i].lo, mean, &d->b[i].scale)))
 			return st;
+	if (mean != 1.0 && d->zero && d->zt && (st = prepare_scale(d, d->zt, mean, &d->zt_scale)))
+		return st;
 	d->pipe_overlap = *on = 1;
 	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %d bucket(s) start during the stage's last micro-batch's backward, each scaled to the mean (x %g) first",
 		 d->env.rank, d->pipe_stage, d->n_b, mean);

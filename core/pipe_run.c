@@ -415,8 +415,13 @@ static kiln_status tie_weights(struct kiln_pipe *pp)
 	int su, so;
 	for (int t = 0, i; pp->mine >= 0 && (i = tie_user(pp, t, &su, &so)) >= 0; t++) {
 		const struct model_param *q = tied_param(pp, i);
-		float *w = pp->m->params_d + q->off;
+		struct kiln_model *m = pp->m;
+		float *w = m->params_d + q->off;
 		const size_t bytes = (size_t)q->numel * sizeof(float);
+		/* (ZeRO-1: after the parameters' allgathers, as a forward reads them) */
+		if (pp->mine == so && m->fwd_hook &&
+		    (st = m->fwd_hook(m->fwd_user, m->n_layers, pp->sst[so])))
+			return st;
 		if (pp->mine == so &&
 		    (st = pp->tr.ops->send(pp->tr.ctx, so, su, tag_of(0, n_xfer + t, 0), w, bytes,
 					   pp->sst[so])))
