@@ -7,6 +7,8 @@
 #   ddp    plain DDP over the 4 ranks, batch 64 a rank
 #   pipe   [dist] pipeline = 2 (P = 2 x D = 2; fc2 onward on stage 1),
 #          batch 128 a pipe in 2 micro-batches (the same global batch)
+#   pipez  the same with [dist] zero = 1 (ZeRO-1 within each stage's 2
+#          ranks; from session 8)
 # each 40 steps (--short: 12), RUNS interleaved rounds (default 3).
 # Columns (medians over the rounds): samples/s (the ranks' epoch lines:
 # the global batch of 256 a step in both rows, per second), the
@@ -47,6 +49,8 @@ r=1
 while [ $r -le "$runs" ]; do
 	one ddp $r train.batch=64
 	one pipe $r train.batch=128 dist.pipeline=2 layer.fc2.stage=1 pipeline.micro_batches=2
+	one pipez $r train.batch=128 dist.pipeline=2 layer.fc2.stage=1 pipeline.micro_batches=2 \
+		dist.zero=1
 	r=$((r + 1))
 done
 med() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; else print "-"}'; }
@@ -58,11 +62,12 @@ rank_ms() { # NAME RANK FIELD(1: allreduce ms, 2: exposed %)
 }
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $runs round(s) of $steps steps"
 printf '%-5s %10s %22s %10s %10s %8s %8s %22s\n' run samples/s "floats allreduced r0/r1" r0_ms r1_ms r0_exp% r1_exp% "optim MiB r0/r1"
-for n in ddp pipe; do
+for n in ddp pipe pipez; do
 	sps=$(cat "$tmp/$n".*.log | sed -n 's/.*epoch 1\/1: .*, \([0-9]*\) samples\/s).*/\1/p' | med)
 	fl=$(sed -n 's/.*\[dist\] \(rank [01]\).*over \([0-9]*\) floats.*/\1 \2/p; s/.*gradient bucket(s) of up to .* over \([0-9]*\) floats.*/x \1/p' "$tmp/$n.1.log" |
 		awk '{print $NF}' | sort -un | tr '\n' '/' | sed 's/\/$//')
-	om=$(sed -n 's/.*rank \([01]\) (pipeline stage .*optimizer state \([0-9.e-]*\) MiB.*/\1 \2/p' "$tmp/$n.1.log" |
+	om=$(sed -n 's/.*rank \([01]\) (pipeline stage .*optimizer state \([0-9.e-]*\) MiB.*/\1 \2/p
+		s/.*ZeRO-1: rank \([01]\) updates .*optimizer state \([0-9.e-]*\) MiB.*/\1 \2/p' "$tmp/$n.1.log" |
 		sort | awk '{print $2}' | tr '\n' '/' | sed 's/\/$//')
 	printf '%-5s %10s %22s %10s %10s %8s %8s %22s\n' "$n" "$sps" "$fl" "$(rank_ms $n 0 1)" \
 		"$(rank_ms $n 1 1)" "$(rank_ms $n 0 2)" "$(rank_ms $n 1 2)" "${om:-whole model}"

@@ -180,6 +180,8 @@ void dist_free_buckets(struct kiln_dist *d)
 		kiln_device_event_destroy(d->dev, d->b[i].gdone);
 		if (d->b[i].own_plan)
 			kiln_model_optim_plan_free(d->m, d->b[i].plan);
+		if (d->b[i].scale)
+			kiln_device_plan_free(d->dev, d->b[i].scale);
 	}
 	free(d->b);
 	d->b = NULL;
@@ -236,6 +238,10 @@ void kiln_dist_close(struct kiln_dist *d)
 		kiln_log(KILN_LOG_INFO, "dist", "rank %d: %lld of %lld bucket %s began before the backward ended",
 			 d->env.rank, (long long)d->early, (long long)d->runs,
 			 d->zero ? "reduce-scatters" : "allreduces");
+	if (d->pipe_starts)
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %lld of %lld bucket %s started during the stage's last micro-batch's backward",
+			 d->env.rank, d->pipe_stage, (long long)d->pipe_hooked, (long long)d->pipe_starts,
+			 d->zero ? "reduce-scatters" : "allreduces");
 	if (d->timing && d->gruns)
 		kiln_log(KILN_LOG_INFO, "dist", "rank %d: %lld of %lld parameter allgathers completed after the next forward began",
 			 d->env.rank, (long long)d->glate, (long long)d->gruns);
@@ -265,6 +271,8 @@ void kiln_dist_close(struct kiln_dist *d)
 	}
 	if (d->pipe_measure)
 		kiln_device_plan_free(d->dev, d->pipe_measure);
+	if (d->zt_scale)
+		kiln_device_plan_free(d->dev, d->zt_scale);
 	if (d->pipe_plan)
 		kiln_model_optim_plan_free(d->m, d->pipe_plan);
 	kiln_device_free(d->dev, d->pipe_state);
@@ -401,14 +409,17 @@ static kiln_status stamp_opt(void *arg)
 static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *compute)
 {
 	kiln_status st;
-	if ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+	struct kiln_op_args sa = { .in = { d->m->grads_d + b->lo }, .out = { d->m->grads_d + b->lo } };
+	if ((b->scale && (st = kiln_device_run(d->dev, b->scale, &sa, compute))) ||
+	    (st = kiln_device_event_record(d->dev, d->ready, compute)) ||
 	    (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)))
 		return st;
 	b->started = 1;
+	d->pipe_starts += d->pipe_P > 0;
 	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, dist_stamp_bucket, &b->s0)))
 		return st;
 	void *done = d->timing ? NULL : b->done;
-	if ((st = d->zero ? d->ops->reduce_scatter(d->ctx, d->m->grads_d + b->lo, d->zgrad + b->zoff,
+	if ((st = d->zero ? d->ops->reduce_scatter(dist_zero_comm(d), d->m->grads_d + b->lo, d->zgrad + b->zoff,
 						   b->c, KILN_F32, KILN_REDUCE_AVG, d->comm_stream,
 						   done)
 			  : d->ops->allreduce(d->gctx ? d->gctx : d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
@@ -431,13 +442,17 @@ void kiln_dist_timing(struct kiln_dist *d, double *exposed_s, double *comm_s, in
 static kiln_status bwd_hook(void *user, int layer, void *stream)
 {
 	struct kiln_dist *d = user;
-	if (!d->overlap_now)
+	/* (a pipeline stage's: during its last micro-batch's backward) */
+	if (!d->overlap_now && !(d->pipe_overlap && d->m->grad_final))
 		return KILN_OK;
 	for (int i = 0; i < d->n_b; i++) {
 		struct bucket *b = &d->b[i];
 		kiln_status st;
-		if (!b->started && b->ready_layer == layer && (st = start_bucket(d, b, stream)))
+		if (b->started || b->ready_layer != layer)
+			continue;
+		if ((st = start_bucket(d, b, stream)))
 			return st;
+		d->pipe_hooked += d->pipe_P > 0;
 	}
 	return KILN_OK;
 }
@@ -529,7 +544,7 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 	else
 		kiln_log(KILN_LOG_INFO, "dist", "%d gradient bucket(s) of up to %.3g MiB over %zu floats [%zu, %zu); allreduce %s backward",
 			 d->n_b, d->bucket_mb, ghi - glo, glo, ghi,
-			 d->pipe_P    ? "after the stage's last micro-batch's"
+			 d->pipe_P    ? "by the end of the stage's last micro-batch's"
 			 : d->overlap ? "overlapped with"
 				      : "after");
 	for (int i = 0; i < d->n_b; i++)
@@ -554,11 +569,14 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	for (int i = 0; i < d->n_b; i++)
 		if (!d->b[i].started && (st = start_bucket(d, &d->b[i], compute)))
 			return st;
-	/* ZeRO-1's replicated tail, final now */
+	/* ZeRO-1's replicated tail, final now (scaled to the mean first where
+	 * the buckets are: kiln_dist_pipe_overlap) */
+	struct kiln_op_args ta = { .in = { d->m->grads_d + d->zwc }, .out = { d->m->grads_d + d->zwc } };
 	if (d->zero && d->zt &&
-	    ((st = kiln_device_event_record(d->dev, d->ready, compute)) ||
+	    ((d->zt_scale && (st = kiln_device_run(d->dev, d->zt_scale, &ta, compute))) ||
+	     (st = kiln_device_event_record(d->dev, d->ready, compute)) ||
 	     (st = kiln_device_stream_wait(d->dev, d->comm_stream, d->ready)) ||
-	     (st = d->ops->allreduce(d->ctx, d->m->grads_d + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
+	     (st = d->ops->allreduce(dist_zero_comm(d), d->m->grads_d + d->zwc, d->zt, KILN_F32, KILN_REDUCE_AVG,
 				     d->comm_stream, d->zt_done)) ||
 	     (st = kiln_device_stream_wait(d->dev, compute, d->zt_done))))
 		return st;
@@ -648,8 +666,9 @@ kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m)
 	if (!d || d->env.world < 2 || d->zero)
 		return KILN_OK;
 	const size_t bytes = m->n_elems * sizeof(float);
+	/* (with [dist] pipeline: the stage group's, which averages them) */
 	kiln_status st = d->ops->version >= 3 && d->ops->alloc_shared
-				 ? d->ops->alloc_shared(d->ctx, bytes, &mem)
+				 ? d->ops->alloc_shared(d->gctx ? d->gctx : d->ctx, bytes, &mem)
 				 : kiln_error(KILN_ENOTSUP, "%s: no alloc_shared", d->plugin->name);
 	if (st == KILN_ENOTSUP) {
 		kiln_log(KILN_LOG_INFO, "dist", "gradients in device memory, allreduced through the communicator's own buffers (%s)",

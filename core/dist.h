@@ -114,6 +114,11 @@ void kiln_host_fatal(const char *who, const char *fmt, ...) KILN_PRINTF(2, 3);
  * capture_end on dev. */
 int kiln_device_capturing(struct kiln_device *dev);
 
+/* [dist] pipeline = P: the communicator's split alone (the checks and the
+ * two groups of kiln_dist_pipe_open below), right after joining, so that
+ * the gradients' shared memory (kiln_dist_share_grads) is the stage
+ * group's; kiln_dist_pipe_open then does not split again. */
+kiln_status kiln_dist_pipe_split(struct kiln_dist *d, const struct kiln_config *cfg, int P);
 /* [dist] pipeline = P (core/dist_pipe.c, docs/pipeline.md "Stages on
  * ranks"): the world of P x D ranks as D pipes of P stages, rank r being
  * stage r % P of pipe r / P.  Collective: splits the communicator into
@@ -166,6 +171,14 @@ kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute);
  * kiln_dist_pipe_norms_done (after the check) zeroes those elements
  * again.  On the compute stream; no-op without [dist] pipeline. */
 kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute);
+/* After kiln_dist_attach (and kiln_dist_zero_init), with [dist] pipeline
+ * and [dist] overlap: this stage's buckets start during its last
+ * micro-batch's backward (the backward hook while m->grad_final), layer by
+ * layer as DDP's do, each first scaled by `mean` (1 / (micro-batches x
+ * accumulate)) on the stage's stream, so the pipeline must not scale the
+ * slice itself (kiln_pipe_grads_by_hook).  *on = 0 (nothing done) without
+ * buckets, pipeline or overlap. */
+kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on);
 kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
 
 #endif

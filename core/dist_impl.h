@@ -17,6 +17,10 @@ struct bucket {
 	int ready_layer;  /* complete after this layer's backward */
 	void *done;       /* event: the allreduce finished (comm stream) */
 	int started;
+	/* [dist] pipeline with the buckets overlapped (kiln_dist_pipe_overlap):
+	 * SCALE of [lo, hi) to the mean over the micro-batches, run on the
+	 * stream that starts the bucket just before it (NULL: none) */
+	void *scale;
 	/* ZeRO-1: the first layer whose forward reads a parameter in
 	 * [lo, hi) (n_layers: none, padding only); gdone: the event of the
 	 * bucket's parameter allgather, which the next forward waits for
@@ -58,6 +62,11 @@ struct kiln_dist {
 	float *pipe_state;
 	void *pipe_plan;
 	int pipe_own;
+	/* the buckets start during the stage's last micro-batch's backward
+	 * (m->grad_final), each scaled to the mean first (kiln_dist_pipe_overlap) */
+	int pipe_overlap;
+	int64_t pipe_starts, pipe_hooked; /* buckets started, by the hook of those */
+	void *zt_scale;   /* ... and ZeRO-1's tail's SCALE (NULL: none) */
 	struct kiln_device *dev;
 	struct kiln_model *m;
 	void *comm_stream;
@@ -121,6 +130,10 @@ kiln_status dist_stamp_bucket(void *arg);
  * parameters (the next forward waits for them), else the gradients */
 kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
 				int params);
+
+/* core/dist_zero.c: the communicator ZeRO-1's collectives run on: the
+ * world's, or with [dist] pipeline the stage group's */
+void *dist_zero_comm(const struct kiln_dist *d);
 
 /* core/dist_heartbeat.c ([dist] heartbeat): post this rank's host name
  * (kiln/host/RANK) for the watchdog's messages; before the rendezvous */

@@ -29,20 +29,17 @@ static kiln_status prepare_norms(struct kiln_dist *d)
 	return kiln_device_prepare(d->dev, &op, &d->pipe_measure, NULL);
 }
 
-kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *cfg, int P,
-				const size_t *lo, const size_t *hi, const struct kiln_comm_ops **ops,
-				void **pcomm, int *stage, int *pipe, int *D)
+kiln_status kiln_dist_pipe_split(struct kiln_dist *d, const struct kiln_config *cfg, int P)
 {
 	const int r = d->env.rank, W = d->env.world;
 	int pr = 0, pw = 0, gr = 0, gw = 0;
 	kiln_status st;
 	const char *tl = kiln_config_get(cfg, "plugin.mpi", "thread_level");
+	if (d->pipe_P)
+		return KILN_OK;
 	if (W % P)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d does not divide the world of %d ranks (world = pipeline x data-parallel ranks)",
 				  kiln_config_where(cfg, "dist", "pipeline"), P, W);
-	if (d->zero)
-		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [dist] pipeline is not supported yet: each stage's ranks run DDP, and each rank holds the optimizer state of its stage alone (docs/pipeline.md)",
-				  kiln_config_where(cfg, "dist", "zero"));
 	if (!strcmp(d->plugin->name, "mpi") && (!tl || strcmp(tl, "multiple")))
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline on kiln-mpi needs [plugin.mpi] thread_level = multiple (a stage's receives and the transport's sends run on two threads)",
 				  kiln_config_where(cfg, "dist", "pipeline"));
@@ -56,23 +53,36 @@ kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *c
 	if (pr != r % P || pw != P || gr != r / P || gw != W / P)
 		return kiln_error(KILN_EINTERNAL, "rank %d of %d: the split gave pipe rank %d of %d and group rank %d of %d",
 				  r, W, pr, pw, gr, gw);
+	d->pipe_P = P;
+	d->pipe_D = W / P;
+	d->pipe_stage = r % P;
+	{
+		const char *desc = d->ops->describe ? d->ops->describe(d->gctx) : NULL;
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d of %d: pipeline stage %d of %d in pipe %d of %d; the stage's gradients averaged over its %d ranks%s%s",
+			 r, W, r % P, P, r / P, W / P, W / P, desc ? ": " : "", desc ? desc : "");
+	}
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_pipe_open(struct kiln_dist *d, const struct kiln_config *cfg, int P,
+				const size_t *lo, const size_t *hi, const struct kiln_comm_ops **ops,
+				void **pcomm, int *stage, int *pipe, int *D)
+{
+	kiln_status st;
+	if ((st = kiln_dist_pipe_split(d, cfg, P)))
+		return st;
 	if (!(d->pipe_lo = calloc((size_t)P, sizeof(size_t))) ||
 	    !(d->pipe_hi = calloc((size_t)P, sizeof(size_t))))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	memcpy(d->pipe_lo, lo, (size_t)P * sizeof(size_t));
 	memcpy(d->pipe_hi, hi, (size_t)P * sizeof(size_t));
-	d->pipe_P = P;
-	d->pipe_D = W / P;
-	d->pipe_stage = r % P;
 	if ((st = prepare_norms(d)))
 		return st;
 	*ops = d->ops;
 	*pcomm = d->pctx;
-	*stage = r % P;
-	*pipe = r / P;
-	*D = W / P;
-	kiln_log(KILN_LOG_INFO, "dist", "rank %d of %d: pipeline stage %d of %d in pipe %d of %d; the stage's gradients averaged over its %d ranks",
-		 r, W, r % P, P, r / P, W / P, W / P);
+	*stage = d->pipe_stage;
+	*pipe = d->env.rank / P;
+	*D = d->pipe_D;
 	return KILN_OK;
 }
 
@@ -89,7 +99,8 @@ static kiln_status from_rank(struct kiln_dist *d, void *p, size_t n, int root, v
 kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
-	if (!d || !d->pipe_P || !d->m->n_trainable)
+	/* (ZeRO-1 shards the stage's slice over its group: kiln_dist_zero_init) */
+	if (!d || !d->pipe_P || !d->m->n_trainable || d->zero)
 		return KILN_OK;
 	struct kiln_model *m = d->m;
 	const int me = d->pipe_stage, slots = m->state_slots;
@@ -148,7 +159,12 @@ static kiln_status state_to_rank0(struct kiln_dist *d, int s, void *compute)
 	kiln_status st = KILN_OK;
 	for (int k = 0; n && !st && k < m->state_slots; k++) {
 		float *whole = r ? NULL : d->zfull + (size_t)k * N + lo;
-		float *mine = r == s ? d->pipe_state + (size_t)k * n : NULL;
+		/* (ZeRO-1: the stage's slice, gathered whole in zfull) */
+		float *mine = r != s ? NULL
+				     : d->zero ? d->zfull + (size_t)k * N + lo
+					       : d->pipe_state + (size_t)k * n;
+		if (whole && whole == mine)
+			continue;
 		if (whole && mine)
 			st = kiln_device_copy_async(d->dev, whole, mine, n * sizeof(float),
 						    KILN_COPY_D2D, compute);
@@ -167,7 +183,8 @@ kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute)
 	kiln_status st;
 	/* only rank 0 writes the checkpoint: it alone holds the whole state,
 	 * each stage's slice sent by that stage's rank in pipe 0 */
-	if (d->pipe_own && m->state_slots && N && d->env.rank < d->pipe_P) {
+	const int held = d->pipe_own || (d->zero && d->zfull);
+	if (held && m->state_slots && N && d->env.rank < d->pipe_P) {
 		if (!d->env.rank && !d->zfull &&
 		    (st = kiln_device_alloc(d->dev, (size_t)m->state_slots * N * sizeof(float),
 					    (void **)&d->zfull)))
@@ -197,7 +214,7 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 		if ((st = from_rank(d, m->params_d + lo[s], n * 4, s, compute, "parameters", s)))
 			return st;
 		/* (the state held per stage went to rank 0 alone: above) */
-		for (int k = 0; !d->pipe_own && m->state_d && k < m->state_slots; k++)
+		for (int k = 0; !d->pipe_own && !d->zero && m->state_d && k < m->state_slots; k++)
 			if ((st = from_rank(d, m->state_d + (size_t)k * m->n_trainable + lo[s], n * 4, s,
 					    compute, m->optim_info.slot_names[k], s)))
 				return st;
@@ -260,4 +277,35 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute)
 			st = copy1(d, d->m->grads_d + d->pipe_lo[s], d->pipe_norms + d->pipe_P + 4,
 				   compute);
 	return st;
+}
+
+/* A SCALE by f of n floats in place. */
+static kiln_status prepare_scale(struct kiln_dist *d, size_t n, double f, void **plan)
+{
+	struct kiln_op op;
+	int64_t ne = (int64_t)n;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_SCALE;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 1, &ne);
+	op.out[0] = op.in[0];
+	op.f[0] = f;
+	return kiln_device_prepare(d->dev, &op, plan, NULL);
+}
+
+kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on)
+{
+	kiln_status st;
+	*on = 0;
+	if (!d || !d->pipe_P || !d->overlap || !d->n_b)
+		return KILN_OK;
+	for (int i = 0; mean != 1.0 && i < d->n_b; i++)
+		if ((st = prepare_scale(d, d->b[i].hi - d->b[i].lo, mean, &d->b[i].scale)))
+			return st;
+	if (mean != 1.0 && d->zero && d->zt && (st = prepare_scale(d, d->zt, mean, &d->zt_scale)))
+		return st;
+	d->pipe_overlap = *on = 1;
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %d bucket(s) start during the stage's last micro-batch's backward, each scaled to the mean (x %g) first",
+		 d->env.rank, d->pipe_stage, d->n_b, mean);
+	return KILN_OK;
 }

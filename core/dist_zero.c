@@ -32,6 +32,32 @@
  * gradient buffer first, so the norm and the finite flag are the global
  * ones and identical on every rank. */
 
+/* What ZeRO-1 shards and over whom: the whole trainable range over the
+ * world, or with [dist] pipeline this stage's slice [lo, hi) over its D
+ * ranks (the stage group, gctx). */
+static void zero_span(const struct kiln_dist *d, size_t *lo, size_t *hi)
+{
+	*lo = d->pipe_P ? d->pipe_lo[d->pipe_stage] : 0;
+	*hi = d->pipe_P ? d->pipe_hi[d->pipe_stage] : d->m->n_trainable;
+	if (*hi < *lo)
+		*hi = *lo;
+}
+
+static size_t zero_rank(const struct kiln_dist *d)
+{
+	return (size_t)(d->pipe_P ? d->env.rank / d->pipe_P : d->env.rank);
+}
+
+static size_t zero_world(const struct kiln_dist *d)
+{
+	return (size_t)(d->pipe_P ? d->pipe_D : d->env.world);
+}
+
+void *dist_zero_comm(const struct kiln_dist *d)
+{
+	return d->gctx ? d->gctx : d->ctx;
+}
+
 static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
 {
 	return kiln_model_optim_plan(d->m, len, plan);
@@ -41,22 +67,24 @@ static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
 static kiln_status zero_buckets(struct kiln_dist *d)
 {
 	struct kiln_model *m = d->m;
-	const size_t n = m->n_trainable, W = (size_t)d->env.world, u = 16 * W;
+	size_t lo0, n;
+	zero_span(d, &lo0, &n);
+	const size_t W = zero_world(d), u = 16 * W;
 	size_t cap = (size_t)(d->bucket_mb * 1048576.0 / sizeof(float)) / u * u;
 	kiln_status st;
 	if (cap < u)
 		cap = u;
 	dist_free_buckets(d);
-	d->zt = n % u;
+	d->zt = (n - lo0) % u;
 	d->zwc = n - d->zt;
 	d->zc = 0;
-	const size_t nb = (d->zwc + cap - 1) / cap;
+	const size_t nb = (d->zwc - lo0 + cap - 1) / cap;
 	if (!(d->b = calloc(nb ? nb : 1, sizeof *d->b)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
-	for (size_t hi = d->zwc; hi > 0; d->n_b++) {
+	for (size_t hi = d->zwc; hi > lo0; d->n_b++) {
 		struct bucket *b = &d->b[d->n_b];
 		b->hi = hi;
-		b->lo = hi > cap ? hi - cap : 0;
+		b->lo = hi - lo0 > cap ? hi - cap : lo0;
 		b->c = (b->hi - b->lo) / W;
 		b->zoff = d->zc;
 		d->zc += b->c;
@@ -117,7 +145,9 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 	if (!d || !d->zero)
 		return KILN_OK;
 	struct kiln_model *m = d->m;
-	const size_t n = m->n_trainable, r = (size_t)d->env.rank;
+	const size_t n = m->n_trainable, r = zero_rank(d);
+	size_t lo0, hi0;
+	zero_span(d, &lo0, &hi0);
 	if (m->optim_info.shard == KILN_OPTIM_SHARD_NONE)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] zero = 1 with [train] optimizer = %s: its update reads whole tensors (LAMB's trust ratio), and ZeRO-1's shards cut tensors; use an optimizer that shards (sgd, adamw), or zero = 0",
 				  kiln_config_where(m->cfg, "dist", "zero"), m->optim_name);
@@ -151,8 +181,8 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 	d->s_read.d = d;
 	m->fwd_hook = fwd_hook;
 	m->fwd_user = d;
-	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%d of each of %d gradient bucket(s), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s; parameters allgathered %s",
-		 d->env.rank, d->zc, d->env.world, d->n_b, d->zwc, n,
+	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%zu of each of %d gradient bucket(s) over [%zu, %zu), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s; parameters allgathered %s",
+		 d->env.rank, d->zc, zero_world(d), d->n_b, lo0, d->zwc, d->zwc, hi0,
 		 (double)(slots * L * sizeof(float)) / 1048576.0,
 		 (double)(slots * n * sizeof(float)) / 1048576.0,
 		 d->overlap ? "overlapped with" : "after",
@@ -244,7 +274,7 @@ kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *f
 				 int params)
 {
 	const struct kiln_model *m = d->m;
-	const size_t r = (size_t)d->env.rank;
+	const size_t r = zero_rank(d);
 	const int lp = params && m->params_c;
 	const size_t cs = lp ? kiln_dtype_size(m->cdtype) : 0;
 	kiln_status st;
@@ -252,9 +282,9 @@ kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *f
 		struct bucket *b = &d->b[i];
 		void *done = params && !d->timing ? b->gdone : NULL;
 		char *pc = lp ? (char *)m->params_c + b->lo * cs : NULL;
-		if ((st = d->ops->allgather(d->ctx, mine ? mine + b->zoff : full + b->lo + r * b->c,
+		if ((st = d->ops->allgather(dist_zero_comm(d), mine ? mine + b->zoff : full + b->lo + r * b->c,
 					    full + b->lo, b->c, KILN_F32, stream, lp ? NULL : done)) ||
-		    (lp && (st = d->ops->allgather(d->ctx, pc + r * b->c * cs, pc, b->c, m->cdtype,
+		    (lp && (st = d->ops->allgather(dist_zero_comm(d), pc + r * b->c * cs, pc, b->c, m->cdtype,
 						   stream, done))))
 			return st;
 		if (params && d->timing &&
@@ -274,7 +304,7 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 {
 	struct kiln_model *m = d->m;
 	kiln_status st;
-	const size_t r = (size_t)d->env.rank;
+	const size_t r = zero_rank(d);
 	if (!m->n_trainable)
 		return KILN_OK;
 	/* the previous step's allgathers write the parameters this one
@@ -312,14 +342,13 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 	return dist_zero_allgather(d, NULL, m->params_d, s, 1);
 }
 
-kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
+/* This rank's ZeRO-1 group's state whole, into d->zfull (the whole
+ * model's layout; with [dist] pipeline only this stage's slice of it is
+ * written). */
+static kiln_status zero_gather_whole(struct kiln_dist *d, void *compute)
 {
-	struct kiln_model *m = d ? d->m : NULL;
+	struct kiln_model *m = d->m;
 	kiln_status st;
-	if (d && d->pipe_P) /* [dist] pipeline: every stage's state (dist_pipe.c) */
-		return kiln_dist_pipe_gather_state(d, compute);
-	if (!d || !d->zero)
-		return KILN_OK;
 	/* the checkpoint reads the parameters whole, and no collective runs
 	 * on the compute stream while the comm stream's do */
 	if ((st = zero_wait_params(d, INT_MAX, compute)) || !d->zstate)
@@ -339,7 +368,20 @@ kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 	}
 	if ((st = kiln_device_stream_sync(d->dev, compute)))
 		return kiln_dist_explain(d, st);
-	m->state_d = d->zfull;
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
+{
+	kiln_status st;
+	if (!d || (!d->zero && !d->pipe_P))
+		return KILN_OK;
+	if (d->zero && (st = zero_gather_whole(d, compute)))
+		return st;
+	if (d->pipe_P) /* [dist] pipeline: every stage's state (dist_pipe.c) */
+		return kiln_dist_pipe_gather_state(d, compute);
+	if (d->zfull)
+		d->m->state_d = d->zfull;
 	return KILN_OK;
 }
 

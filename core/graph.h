@@ -111,6 +111,10 @@ struct kiln_model {
 	 * order), so gradient buckets can start their allreduce.  NULL: none. */
 	kiln_status (*bwd_hook)(void *user, int layer, void *stream);
 	void *bwd_user;
+	/* set while the backward being issued is an optimizer step's last
+	 * accumulation of a pipeline stage's gradients (its last micro-batch,
+	 * kiln_pipe_grads_by_hook): the hook may start their collectives */
+	int grad_final;
 	/* ... and before layer i's forward ops are issued on `stream` (every
 	 * forward, training or evaluation, layers in order), so ZeRO-1 can
 	 * make the stream wait for the parameter allgathers layer i reads;

@@ -114,6 +114,9 @@ struct kiln_pipe {
 	/* stages on ranks (pipe_rank.c): this rank's stage, -1 for all */
 	int mine;
 	struct kiln_pipe_rank *rk;
+	/* kiln_pipe_grads_by_hook: the last micro-batch's backward of this
+	 * rank's stage runs with m->grad_final set, and gmean[mine] is gone */
+	int hook_final;
 	struct kiln_pipe_timing *timing; /* the measured bubble, NULL: none */
 	int cur;                     /* the action being issued */
 };
@@ -418,8 +421,13 @@ static kiln_status tie_weights(struct kiln_pipe *pp)
 	int su, so;
 	for (int t = 0, i; pp->mine >= 0 && (i = tie_user(pp, t, &su, &so)) >= 0; t++) {
 		const struct model_param *q = tied_param(pp, i);
-		float *w = pp->m->params_d + q->off;
+		struct kiln_model *m = pp->m;
+		float *w = m->params_d + q->off;
 		const size_t bytes = (size_t)q->numel * sizeof(float);
+		/* (ZeRO-1: after the parameters' allgathers, as a forward reads them) */
+		if (pp->mine == so && m->fwd_hook &&
+		    (st = m->fwd_hook(m->fwd_user, m->n_layers, pp->sst[so])))
+			return st;
 		if (pp->mine == so &&
 		    (st = pp->tr.ops->send(pp->tr.ctx, so, su, tag_of(0, n_xfer + t, 0), w, bytes,
 					   pp->sst[so])))
@@ -555,7 +563,9 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	m->grad_accum = !first && !pp->grads_more;
 	if (pp->tie)
 		m->tie_grads_d = pp->tie[k];
+	m->grad_final = pp->hook_final && j == pp->M - 1 && pp->a == pp->A - 1;
 	st = kiln_plan_backward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss);
+	m->grad_final = 0;
 	m->grad_out_d = NULL;
 	m->grad_accum = 0;
 	m->tie_grads_d = tie;
@@ -679,6 +689,21 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 		kiln_pipe_timing_only(pp->timing, mine);
 	}
 	return st;
+}
+
+int kiln_pipe_hookable(const struct kiln_pipe *pp, double *mean)
+{
+	*mean = 1.0 / ((double)pp->M * (double)pp->A);
+	return pp->mine >= 0 && !pp->gadd[pp->mine];
+}
+
+void kiln_pipe_grads_by_hook(struct kiln_pipe *pp)
+{
+	const int s = pp->mine;
+	if (pp->gmean[s])
+		kiln_device_plan_free(sdev(pp, s), pp->gmean[s]);
+	pp->gmean[s] = NULL;
+	pp->hook_final = 1;
 }
 
 int kiln_pipe_mine(const struct kiln_pipe *pp, size_t *lo, size_t *hi)

@@ -241,6 +241,16 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
  * read nor given gradients (their gradient slices stay zero). */
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
 				int mine, const int *rank_of);
+/* Stages on ranks: whether this rank's stage's gradients are final at
+ * the backward of each of its layers in the last micro-batch (every layer
+ * accumulates in its own ops: no add after the backward), so that its
+ * data-parallel buckets can start then; *mean: the scale to the mean over
+ * the micro-batches, 1 / (M x accumulate). */
+int kiln_pipe_hookable(const struct kiln_pipe *pp, double *mean);
+/* ... and from now on: the stage's last micro-batch's backward runs with
+ * m->grad_final set (the backward hook starts the buckets), and the stage
+ * leaves the scale to the mean to them (kiln_dist_pipe_overlap). */
+void kiln_pipe_grads_by_hook(struct kiln_pipe *pp);
 /* This rank's stage (-1: every stage, one process) and its slice
  * [*lo, *hi) of the flat trainable parameters. */
 int kiln_pipe_mine(const struct kiln_pipe *pp, size_t *lo, size_t *hi);

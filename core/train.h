@@ -263,6 +263,9 @@ kiln_status trainer_resume(struct trainer *t, int *found);
  * once the pipeline is open, its stages on the ranks. */
 kiln_status trainer_pipe_layout(struct trainer *t);
 kiln_status trainer_pipe_ranks(struct trainer *t);
+/* ... and once the buckets are laid: a stage's buckets start during its
+ * last micro-batch's backward where its gradients are final there */
+kiln_status trainer_pipe_overlap(struct trainer *t);
 kiln_status trainer_dist_sums(struct trainer *t, double *loss, double *correct);
 void trainer_dist_comm_event(struct trainer *t);
 void trainer_dist_summary(const struct trainer *t);

@@ -129,7 +129,8 @@ kiln_status trainer_pipe_layout(struct trainer *t)
 	t->pipe_P = (int)P;
 	t->drank = t->rank / t->pipe_P;
 	t->world /= t->pipe_P; /* the data-parallel world: G, the sampler, the means */
-	return KILN_OK;
+	/* the groups now: the gradients' shared memory is the stage group's */
+	return kiln_dist_pipe_split(t->dist, t->cfg, t->pipe_P);
 }
 
 kiln_status trainer_pipe_ranks(struct trainer *t)
@@ -155,5 +156,19 @@ kiln_status trainer_pipe_ranks(struct trainer *t)
 		return st;
 	kiln_log(KILN_LOG_INFO, "pipeline", "rank %d: stage %d of %d (layers' parameters [%zu, %zu) of %zu floats), pipe %d of %d",
 		 t->rank, stage, P, lo[stage], hi[stage], t->m->n_trainable, pipe, D);
+	return KILN_OK;
+}
+
+kiln_status trainer_pipe_overlap(struct trainer *t)
+{
+	double mean;
+	int on = 0;
+	kiln_status st;
+	if (!t->pipe || !t->dist || !kiln_pipe_hookable(t->pipe, &mean))
+		return KILN_OK;
+	if ((st = kiln_dist_pipe_overlap(t->dist, mean, &on)))
+		return st;
+	if (on)
+		kiln_pipe_grads_by_hook(t->pipe);
 	return KILN_OK;
 }

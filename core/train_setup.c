@@ -542,7 +542,8 @@ static kiln_status open_run(struct trainer *t)
 	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
 			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
 			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL)) ||
-			(st = kiln_dist_pipe_shard(t->dist, t->compute))))
+			(st = kiln_dist_pipe_shard(t->dist, t->compute)) ||
+			(st = trainer_pipe_overlap(t))))
 		return st;
 	return open_out_dir(t);
 }

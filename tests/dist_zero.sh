@@ -63,7 +63,7 @@ run sgd_zero_seq 2 32 $sgd dist.zero=1 dist.timing=1 dist.overlap=0
 close "$(ck sgd1 64)" "$(ck sgd_zero_seq 64)" "sgd: ZeRO-1 without overlap vs 1 process" params optim.momentum
 set -- $(early sgd_zero_seq)
 [ "${1:-x}" = 0 ] && [ "${2:-0}" -gt 0 ] || bad "ZeRO-1 with overlap = 0: '${1:-?}' of '${2:-?}' reduce-scatters began before the backward ended, expected 0"
-grep -q "ZeRO-1: rank 0 updates 25440 floats, 1/2 of each of 4 gradient bucket(s), and the replicated tail \[50880, 50896)" "$tmp/sgd_zero.log" &&
+grep -q "ZeRO-1: rank 0 updates 25440 floats, 1/2 of each of 4 gradient bucket(s) over \[0, 50880), and the replicated tail \[50880, 50896)" "$tmp/sgd_zero.log" &&
 	grep -q "ZeRO-1: rank 1 updates 25440 floats" "$tmp/sgd_zero.log" ||
 	{ bad "no per-rank shard lines"; grep ZeRO "$tmp/sgd_zero.log"; }
 grep "ZeRO-1: rank 0" "$tmp/sgd_zero.log" | grep -q "gathered whole" && bad "sgd without a clip gathered the gradients"

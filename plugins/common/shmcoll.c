@@ -72,6 +72,17 @@ static int oversubscribed(struct shmcoll *s)
 	return s->oversubscribed;
 }
 
+void shmcoll_inherit(struct shmcoll *s, struct shmcoll *parent)
+{
+	if (oversubscribed(parent))
+		s->oversubscribed = 1;
+}
+
+int shmcoll_yields(struct shmcoll *s)
+{
+	return oversubscribed(s);
+}
+
 /* Wait until *flag >= v (see SHMCOLL_SPIN); what names the collective.
  * *t0 is when this phase of the collective began waiting (0: not yet;
  * set at the first look at the clock): the waits for every peer of one

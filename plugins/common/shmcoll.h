@@ -108,6 +108,18 @@ void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes);
  * without it (kiln-mpi: mpirun ends the job) only the timeout applies. */
 void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg);
 
+/* s serves a group split from parent's ranks (comm ops split), on the
+ * same CPUs as all of them: when parent's ranks outnumber their CPUs, s's
+ * waits yield as parent's do, though s's own ranks may not outnumber them
+ * (2 of 4 ranks on 2 CPUs: the group's spinning wait held a CPU that the
+ * other group's ranks needed, and each of a staged allreduce's rounds
+ * could wait out a time slice; docs/PERFORMANCE.md, issue 21 session 8).
+ * Call after both have met (their CPUs posted). */
+void shmcoll_inherit(struct shmcoll *s, struct shmcoll *parent);
+/* Whether s's waits yield the CPU between polls (its ranks, or its
+ * parent's, outnumber their CPUs) rather than spin. */
+int shmcoll_yields(struct shmcoll *s);
+
 /* Whether /dev/shm has room for `total` more bytes (64 MiB to spare):
  * the shared objects live there, and a tmpfs that runs out raises SIGBUS
  * at the first touch, so the plugins ask (and agree) before they map.

@@ -933,6 +933,16 @@ kiln_status gloo_split(void *ctx, int color, int key, void **out, int *rank, int
 			    &g)))
 		return H->error(st, "gloo: rank %d of %d: split into group %d (rank %d of %zu): %s",
 				c->rank, c->world, color, me, group.size(), H->last_error());
+	/* (the group's ranks share the CPUs with the other groups') */
+	if (g->shm && c->shm)
+		gloo_shm_inherit(g->shm, c->shm);
+	if (g->shm) {
+		const size_t at = std::strlen(g->desc);
+		std::snprintf(g->desc + at, sizeof g->desc - at, "; group %d of a split: rank %d of %zu, %s",
+			      color, me, group.size(),
+			      gloo_shm_yields(g->shm) ? "its shared-memory waits yield (the ranks outnumber their CPUs)"
+						      : "its shared-memory waits spin");
+	}
 	*out = g;
 	*rank = me;
 	*world = (int)group.size();

@@ -536,3 +536,13 @@ void gloo_shm_close(struct gloo_shm *g)
 		close(g->fd); /* drops the lock */
 	free(g);
 }
+
+void gloo_shm_inherit(struct gloo_shm *g, struct gloo_shm *parent)
+{
+	shmcoll_inherit(&g->coll, &parent->coll);
+}
+
+int gloo_shm_yields(struct gloo_shm *g)
+{
+	return shmcoll_yields(&g->coll);
+}

@@ -95,6 +95,12 @@ kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *
 /* SHMCOLL_CHUNK, the bytes per round and rank (for the description). */
 size_t gloo_shm_chunk(void);
 
+/* g is a split group of parent's ranks: its waits yield when parent's
+ * ranks outnumber their CPUs (shmcoll_inherit). */
+void gloo_shm_inherit(struct gloo_shm *g, struct gloo_shm *parent);
+/* Whether g's waits yield rather than spin (shmcoll_yields). */
+int gloo_shm_yields(struct gloo_shm *g);
+
 /* Unmap, release the lock and free (NULL: nothing). */
 void gloo_shm_close(struct gloo_shm *g);
 

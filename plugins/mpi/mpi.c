@@ -701,6 +701,9 @@ static kiln_status mpi_split(void *ctx, int color, int key, void **out, int *ran
 	kiln_status st = comm_setup(g);
 	if (st)
 		return st;
+	/* (the group's ranks share the CPUs with the other groups') */
+	if (g->shm_on && c->shm_on)
+		shmcoll_inherit(&g->shm, &c->shm);
 	snprintf(g->desc, sizeof g->desc, "%.400s; group %d of MPI_Comm_split: rank %d of %d",
 		 c->desc, color, g->rank, g->world);
 	*out = g;
