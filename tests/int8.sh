@@ -22,6 +22,7 @@ run="run.out_dir=$tmp/cnn data.path=$FM"
 ev="data.eval.limit=2000"
 kiln 0 train "$cnn" $run data.limit=6000 data.eval.limit=500 train.epochs=2
 ck=$(ls "$tmp"/cnn/checkpoints/ckpt-*.kiln | tail -1)
+tl=$(field test_loss "$out") ta=$(field test_acc "$out")
 
 kiln 0 eval "$cnn" $run $ev --checkpoint "$ck"
 acc=$(field test_acc "$out") loss=$(field test_loss "$out")
@@ -61,6 +62,34 @@ kiln 2 eval "$cnn" $run $ev --checkpoint "$ck" layer.fc2.int8_scale=0.05 layer.f
 stderr_has "layer 'fc2': int8_out_scale wants the ReLU"
 kiln 2 eval "$cnn" $run $ev --checkpoint "$ck" --fold layer.fc1.int8_out_scale=0.1
 stderr_has "layer 'fc1': a u8 input or int8_out_scale needs int8_scale > 0"
+
+# no seeded draw where a file supplies every weight (kiln_model_init_loaded):
+# eval, eval --fold, eval --quantized, quantize and predict log "none drawn"
+# and no draw; the evaluation equals training's last one on the same images;
+# predict with no trained weights still draws them, with its warning
+export KILN_LOG_LEVEL=debug
+no_draw() {
+	stderr_has "initial weights: none drawn"
+	! grep -q "tensors drawn (\[run\] seed" "$err" || fail "$last: drew initial weights a file replaces"
+}
+kiln 0 eval "$cnn" $run data.eval.limit=500 --checkpoint "$ck"
+no_draw
+[ "$(field test_loss "$out")" = "$tl" ] && [ "$(field test_acc "$out")" = "$ta" ] ||
+	fail "eval: loss $(field test_loss "$out") acc $(field test_acc "$out"), training's last: $tl $ta"
+kiln 0 eval "$cnn" $run data.eval.limit=500 --checkpoint "$ck" --fold
+no_draw
+kiln 0 eval "$cnn" $run $ev --quantized "$q"
+no_draw
+[ "$(field test_acc "$out")" = "$ca" ] || fail "quantized acc $(field test_acc "$out"), before $ca"
+kiln 0 quantize "$cnn" $run --checkpoint "$ck" --calibrate 1 --out "$tmp/q1.safetensors" data.eval.split=train
+no_draw
+kiln 0 predict "$cnn" $run --checkpoint "$ck" --eval-set --top-k 1 data.eval.limit=8
+no_draw
+kiln 0 predict "$cnn" data.path=$FM run.out_dir= --eval-set --top-k 1 data.eval.limit=8
+stderr_has "the initial weights ([run] seed)"
+stderr_has "initial weights: 8 of 8 tensors drawn"
+unset KILN_LOG_LEVEL
+echo "ok: no initial draw under a checkpoint or a quantized file; eval = training's loss $tl"
 
 # the wrong model: the MLP's config with the CNN's file
 kiln 3 eval "$srcdir/examples/fashion_mnist_mlp.ini" $run $ev --quantized "$tmp/cnn.minmax.safetensors"
