@@ -16,10 +16,12 @@
 #include "internal.h"
 #include "dist.h"
 #include "probe_cache.h"
+#include "../plugins/common/spin_rule.h" /* common_spin_count: kiln's OpenMP rule */
 
 #include <dirent.h>
 #include <errno.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -261,14 +263,30 @@ static kiln_status add_file(struct kiln_registry *reg, const char *path)
 	return KILN_OK;
 }
 
+/* OpenMP's waiting threads as `kiln` sets them (cli/kiln.c), for a
+ * program that embeds kiln through the C API: before the first plugin
+ * loads libgomp, which reads them once, each unless the program set it.
+ * Without them libgomp's barriers spin 300,000 turns before they sleep:
+ * on a loaded machine kiln_infer of the MLP on 2 threads burnt 4x the CPU
+ * of 1 thread (docs/PERFORMANCE.md, issue 23 session 8). */
+static void omp_env_default(void)
+{
+	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+	setenv("GOMP_SPINCOUNT", common_spin_count(), 0);
+	kiln_log(KILN_LOG_DEBUG, "core", "OpenMP: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s",
+		 getenv("OMP_WAIT_POLICY"), getenv("GOMP_SPINCOUNT"));
+}
+
 /* dlopen file idx, run its init and register its plugins. */
 static kiln_status load_file(struct kiln_registry *reg, int idx)
 {
+	static pthread_once_t omp_once = PTHREAD_ONCE_INIT;
 	struct loaded_file *f = &reg->files[idx];
 	const char *path = f->path;
 	if (f->tried)
 		return KILN_OK;
 	f->tried = 1;
+	pthread_once(&omp_once, omp_env_default);
 	dlerror();
 	f->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!f->handle) {
