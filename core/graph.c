@@ -656,30 +656,51 @@ static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, 
 	return st ? st : st2;
 }
 
+/* The micro-step counter at 0, through host (8 bytes at least); no
+ * parameter is given any more. */
+static kiln_status init_step(struct kiln_model *m, float *host, void *stream)
+{
+	int64_t zero = 0;
+	for (int i = 0; i < m->n_params; i++)
+		m->params[i].given = 0;
+	m->pcopy_stale = 1;
+	memcpy(host, &zero, sizeof zero);
+	kiln_status st = kiln_device_copy_async(m->dev, m->step_d, host, sizeof zero,
+						KILN_COPY_H2D, stream);
+	return st ? st : kiln_device_stream_sync(m->dev, stream);
+}
+
 kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *stream)
 {
 	float *host;
+	int drawn = 0;
 	size_t n = m->n_elems > m->n_buf_elems ? m->n_elems : m->n_buf_elems;
 	if (n < 2)
 		n = 2; /* the step counter's 8 bytes go through this buffer too */
 	kiln_status st = kiln_device_host_alloc(m->dev, n * sizeof(float), (void **)&host);
 	if (st)
 		return st;
+	for (int i = 0; i < m->n_params; i++)
+		drawn += !m->params[i].given;
 	for (int region = 0; region < 2 && !st; region++)
 		st = init_region(m, region, seed, host, stream);
-	for (int i = 0; i < m->n_params; i++)
-		m->params[i].given = 0;
-	m->pcopy_stale = 1;
-	/* the micro-step counter starts at 0 */
-	if (!st) {
-		int64_t zero = 0;
-		memcpy(host, &zero, sizeof zero);
-		st = kiln_device_copy_async(m->dev, m->step_d, host, sizeof zero, KILN_COPY_H2D, stream);
-		if (!st)
-			st = kiln_device_stream_sync(m->dev, stream);
-	}
+	if (!st)
+		st = init_step(m, host, stream);
 	kiln_device_host_free(m->dev, host);
+	/* tests/int8.sh counts these lines: an evaluation of a whole file
+	 * draws nothing (kiln_model_init_loaded) */
+	kiln_log(KILN_LOG_DEBUG, "core", "initial weights: %d of %d tensors drawn ([run] seed %llu)",
+		 drawn, m->n_params, (unsigned long long)seed);
 	return st;
+}
+
+kiln_status kiln_model_init_loaded(struct kiln_model *m, void *stream)
+{
+	uint64_t host[8];
+	kiln_log(KILN_LOG_DEBUG, "core",
+		 "initial weights: none drawn (%d tensors, every one from the file that follows)",
+		 m->n_params);
+	return init_step(m, (float *)host, stream);
 }
 
 kiln_status kiln_model_step_advance(struct kiln_model *m, void *stream)

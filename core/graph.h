@@ -247,6 +247,13 @@ struct kiln_state_buf {
  * prepare zeroes the optimizer's: restore a checkpoint after both. */
 int kiln_model_state_buffers(struct kiln_model *m, struct kiln_state_buf *out, int max);
 
+/* kiln_model_init_params for a model whose params and buffers regions a
+ * loader writes whole next (kiln_ckpt_load_model, kiln_quant_load,
+ * kiln_infer_fold_weights), or whose weights nobody reads (its shape is
+ * what the caller wants): the step counter at 0, nothing drawn or
+ * written, so the regions hold undefined values until that load. */
+kiln_status kiln_model_init_loaded(struct kiln_model *m, void *stream);
+
 struct plan_node {
 	struct kiln_layer l;
 	const struct kiln_layer_ops *ops;
@@ -437,9 +444,11 @@ kiln_status kiln_plan_summary_log(struct kiln_plan *p);
  * sample shape training reads from [data], then the weights of
  * `checkpoint` (NULL: the newest usable one in [run] out_dir/checkpoints),
  * else [run] seed and [model] init_from (with a warning; KILN_ECONFIG when
- * need_trained and there is no init_from either); need_trained < 0: the
- * [run] seed weights, no checkpoint or init_from looked for (the model's
- * shape is what the caller wants: `kiln eval --quantized`).  `verb` begins the log
+ * need_trained and there is no init_from either); need_trained < 0: no
+ * weights at all (undefined values, nothing drawn), no checkpoint or
+ * init_from looked for (the model's shape is what the caller wants:
+ * `kiln eval --quantized`).  A checkpoint's weights are not drawn first
+ * either (kiln_model_init_loaded).  `verb` begins the log
  * line naming them ("exporting").  Close with
  * kiln_trained_close (also after a failed open). */
 struct kiln_trained {

@@ -149,7 +149,7 @@ static kiln_status infer_fold(struct kiln_infer *m)
 	if (!(st = kiln_infer_fold_config(m->t.m, (struct kiln_registry *)m->reg, &m->fcfg, &n)) &&
 	    !(st = qf ? kiln_quant_config(m->fcfg, qf) : KILN_OK) &&
 	    !(st = kiln_model_create(m->fcfg, m->reg, m->t.dev, &m->t.sample, &fm)) &&
-	    !(st = kiln_model_init_params(fm, 0, m->t.stream)))
+	    !(st = kiln_model_init_loaded(fm, m->t.stream)))
 		st = qf ? kiln_quant_load(fm, qf, m->t.stream)
 			: kiln_infer_fold_weights(m->t.m, m->t.stream, fm, m->t.stream);
 	if (!st)

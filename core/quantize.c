@@ -315,8 +315,20 @@ static const char *only_relu(const struct kiln_config *cfg, const char *name)
 	return relu;
 }
 
-/* int8_out_scale on every INT8 layer that can write u8 (see above), on
- * the CPU device (the CUDA INT8 ops take f32) with the ReLU fused, unless
+/* A layer that may write u8 for the INT8 layers after it: an INT8 layer,
+ * or a residual add of two inputs (f32: what an add reads is never u8,
+ * as an add is no INT8 reader), whose ReLU is fused (KILN_OP_ADD's u8
+ * output). */
+static int may_chain(const struct kiln_config *cfg, const char *sec)
+{
+	const char *t = kiln_config_get(cfg, sec, "type"), *in = kiln_config_get(cfg, sec, "inputs");
+	if (key_num(cfg, sec, "int8_scale") > 0)
+		return 1;
+	return t && !strcmp(t, "add") && in && strchr(in, ',') && !strchr(strchr(in, ',') + 1, ',');
+}
+
+/* int8_out_scale on every layer that can write u8 (see above), on the
+ * CPU device (the CUDA INT8 ops take f32) with the ReLU fused, unless
  * the config sets it already (`layer.X.int8_out_scale=0`: no chaining). */
 static kiln_status quant_chain(struct kiln_config *cfg)
 {
@@ -333,7 +345,7 @@ static kiln_status quant_chain(struct kiln_config *cfg)
 		double so = 0;
 		int ok = 1;
 		char arg[400];
-		if (strncmp(sec, "layer.", 6) || !(key_num(cfg, sec, "int8_scale") > 0) ||
+		if (strncmp(sec, "layer.", 6) || !may_chain(cfg, sec) ||
 		    strcmp(kiln_config_where(cfg, sec, "int8_out_scale"), "default") ||
 		    !(relu = only_relu(cfg, sec + 6)))
 			continue;
@@ -348,7 +360,7 @@ static kiln_status quant_chain(struct kiln_config *cfg)
 			 sec + 6, so);
 		n++;
 	}
-	kiln_log(KILN_LOG_INFO, "quantize", "%d INT8 layer(s) write u8 for the INT8 layers after them", n);
+	kiln_log(KILN_LOG_INFO, "quantize", "%d INT8 or add layer(s) write u8 for the INT8 layers after them", n);
 	return KILN_OK;
 }
 

@@ -210,7 +210,8 @@ static inline void trainer_label(const struct trainer *t, const char *name, int 
 
 /* train_setup.c: everything a run needs, for training (training = 1,
  * with res and tc: the loop's state too) or for evaluation only (the
- * [data.eval] set, its plans and loader; kiln_evaluate).  trainer_close
+ * [data.eval] set, its plans and loader; kiln_evaluate: its caller loads
+ * every weight next, so none is drawn, kiln_model_init_loaded).  trainer_close
  * frees what was set up (any part may be missing) after draining the
  * streams; it returns st, keeping its message. */
 kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,

@@ -390,9 +390,11 @@ static kiln_status build_model(struct trainer *t)
 			return st;
 	}
 	/* evaluation alone: [run] precision's compute dtype, as training's
-	 * evaluation has it (the weights, loaded later, are cast then) */
+	 * evaluation has it (the weights, loaded later, are cast then); the
+	 * caller (eval_open) loads every weight after trainer_open: none is
+	 * drawn */
 	if (!t->training && ((st = kiln_model_precision_open(t->m, t->reg, t->compute)) ||
-			     (st = kiln_model_init_params(t->m, (uint64_t)t->run.seed, t->compute))))
+			     (st = kiln_model_init_loaded(t->m, t->compute))))
 		return st;
 	if (do_eval) {
 		if (t->EB > t->test.len)

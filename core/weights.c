@@ -597,7 +597,10 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	    /* a checkpoint replaces every weight: init_from is not read; what
 	     * init_from gives is not drawn */
 	    (!ck && need_trained >= 0 && (st = kiln_model_init_from(t->m, t->stream))) ||
-	    (st = kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
+	    /* nothing drawn where a checkpoint follows or the shape alone is
+	     * wanted */
+	    (st = ck || need_trained < 0 ? kiln_model_init_loaded(t->m, t->stream)
+					 : kiln_model_init_params(t->m, (uint64_t)run.seed, t->stream)) ||
 	    (ck && (st = kiln_ckpt_load_model(ck, t->m, t->stream, KILN_CKPT_LOAD_WEIGHTS))))
 		goto out;
 out:

@@ -520,7 +520,102 @@ START_TEST(test_qlinear_chain)
 }
 END_TEST
 
+/* ADD's u8 output (ABI 2.9): the sum of two f32 inputs, its ReLU and the
+ * quantization by 1 / so in one pass, byte for byte the contract's f32
+ * steps (negative sums, saturation, ties to even), and the INT8 conv that
+ * reads it gives bit for bit what it gives on the f32 ReLU output it
+ * quantizes itself (the f32-between path: ADD, RELU, QCONV); refused with
+ * accumulate, without a scale, on MUL. */
+START_TEST(test_add_u8)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QCONV);
+	const struct conv_g c = { 2, 8, 4, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
+	const size_t n = 2 * 8 * 25;
+	const float so = 0.25f; /* 1 / so = 4 exactly: (2k + 1) / 8 ties */
+	float *x0 = frandv(n), *x1 = frandv(n), *w = frandv(4 * 72), *b = frandv(4);
+	uint8_t got[2 * 8 * 25];
+	for (size_t i = 0; i < n; i++) {
+		x0[i] *= 80.0f; /* sums past 255 * so and below 0 */
+		if (i % 7 == 0) /* exact ties: x1 = 0, x0 * 4 = k + 1/2 */
+			x0[i] = (float)(2 * (int)(i % 50) + 1) / 8.0f, x1[i] = 0.0f;
+	}
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ADD, op.n_in = 2, op.n_out = 1;
+	const int64_t d[4] = { 2, 5, 5, 8 };
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 4, d);
+	op.in[1] = op.in[0];
+	op.out[0] = op.in[0];
+	op.out[0].dtype = KILN_U8;
+	op.f[0] = so;
+	void *plan = NULL;
+	if (kiln_device_prepare(f.dev, &op, &plan, NULL) == KILN_ENOTSUP) {
+		ck_assert_msg(strcmp(g_name, "cpu"), "cpu must have the u8 ADD");
+		printf("device '%s': skipping ADD with a u8 output\n", g_name);
+		free(x0), free(x1), free(w), free(b);
+		fx_close(&f);
+		return;
+	}
+	kiln_device_plan_free(f.dev, plan);
+	plan = NULL;
+	void *d0 = dput(&f, x0, sizeof(float) * n), *d1 = dput(&f, x1, sizeof(float) * n);
+	void *dq = dput(&f, NULL, n), *ds = dput(&f, NULL, sizeof(float) * n);
+	OK(run_op(&f, &op, (const void *[]){ d0, d1 }, (void *[]){ dq }));
+	dget(&f, got, dq, n);
+	int ties = 0, sat = 0, zero = 0;
+	for (size_t i = 0; i < n; i++) {
+		const float v = (x0[i] + x1[i]) * (float)(1.0 / so);
+		const int32_t want = qround(v, 0, 255);
+		ties += v == floorf(v) + 0.5f, sat += want == 255, zero += v < 0;
+		ck_assert_msg(got[i] == want, "ADD -> u8: y[%zu] = %d, want %d ((x0 + x1) / so = %.6f)",
+			      i, got[i], want, v);
+	}
+	ck_assert_msg(ties > 10 && sat > 10 && zero > 10, "the cases: %d ties, %d saturated, %d negative",
+		      ties, sat, zero);
+
+	/* the f32-between path: ADD, RELU, then QCONV quantizes (u8, scale so) */
+	op.out[0].dtype = KILN_F32;
+	OK(run_op(&f, &op, (const void *[]){ d0, d1 }, (void *[]){ ds }));
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_RELU, op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 4, d);
+	op.out[0] = op.in[0];
+	OK(run_op(&f, &op, (const void *[]){ ds }, (void *[]){ ds }));
+	float za[2 * 4 * 25], zb[2 * 4 * 25];
+	void *dw = dput(&f, w, sizeof(float) * 4 * 72), *db = dput(&f, b, sizeof(float) * 4);
+	void *dza = dput(&f, NULL, sizeof za), *dzb = dput(&f, NULL, sizeof zb);
+	conv_op(&op, KILN_OP_CONV, &c, 5, 5, 1);
+	op.type = KILN_OP_QCONV;
+	op.f[0] = so, op.i[8] = 1;
+	OK(run_op(&f, &op, (const void *[]){ ds, dw, db }, (void *[]){ dza }));
+	op.in[0].dtype = KILN_U8;
+	OK(run_op(&f, &op, (const void *[]){ dq, dw, db }, (void *[]){ dzb }));
+	dget(&f, za, dza, sizeof za);
+	dget(&f, zb, dzb, sizeof zb);
+	ck_assert_msg(!memcmp(za, zb, sizeof za), "QCONV on ADD's u8 differs from QCONV on the f32 ReLU output");
+
+	/* refused: accumulate, no scale, a u8 MUL */
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_ADD, op.n_in = 2, op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 4, d);
+	op.in[1] = op.in[0];
+	op.out[0] = op.in[0];
+	op.out[0].dtype = KILN_U8;
+	op.f[0] = so, op.flags = KILN_OPF_ACCUMULATE;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	op.flags = 0, op.f[0] = 0;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	op.f[0] = so, op.type = KILN_OP_MUL;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	DFREE(&f, d0, d1, dq, ds, dw, db, dza, dzb);
+	free(x0), free(x1), free(w), free(b);
+	fx_close(&f);
+}
+END_TEST
+
 DEVICE_SUITE(int8, DFX_CASE(qconv), DFX_CASE(qlinear), DFX_CASE(qlinear_zero_row),
 	     DFX_CASE(qlinear_weights_change),
 	     DFX_CASE(qlinear_weights_change_far), DFX_CASE(qconv_params_change), DFX_CASE(qchain),
-	     DFX_CASE(qlinear_chain));
+	     DFX_CASE(qlinear_chain), DFX_CASE(add_u8));

@@ -58,6 +58,19 @@ static void *own_thread(void *arg)
 	return (void *)(intptr_t)bad;
 }
 
+/* kiln's OpenMP rule in an embedding program (core/registry.c): set by
+ * the library before the CPU plugin loaded OpenMP (predict.sh runs this
+ * program with neither variable set). */
+static int omp_rule(void)
+{
+	const char *w = getenv("OMP_WAIT_POLICY"), *s = getenv("GOMP_SPINCOUNT");
+	if (w && !strcmp(w, "PASSIVE") && s && (!strcmp(s, "0") || !strcmp(s, "100000")))
+		return 0;
+	fprintf(stderr, "OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s after kiln_model_load: want PASSIVE and kiln's spin rule\n",
+		w ? w : "(unset)", s ? s : "(unset)");
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct kiln_infer_opts o = { .batch = 5 };
@@ -82,6 +95,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kiln_model_load: %s\n", err);
 		return 1;
 	}
+	if (omp_rule())
+		return 1;
 	int nd = kiln_infer_input_shape(shared, dims, &dtype);
 	if (nd != 3 || dims[0] != 1 || dims[1] != 8 || dims[2] != 8 || dtype != KILN_F32 ||
 	    kiln_infer_input_bytes(shared) != 256) {

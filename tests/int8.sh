@@ -11,6 +11,10 @@
 #    model with f32 between them (int8_out_scale=0): the same accuracy and
 #    the loss within 1e-3; an int8_out_scale without a fused ReLU, or on a
 #    layer that is not INT8, is refused naming the layer;
+#  - the ResNet's residual adds writing u8 for the INT8 convs after them give
+#    the loss of the adds in f32 to the last digit; training refuses it;
+#  - no seeded initial draw where a checkpoint or quantized file supplies
+#    every weight (debug log), and the evaluation equals training's;
 #  - a quantized file with another model's config, and a file that is not a
 #    quantized model, are refused with a message naming the problem.
 name=int8
@@ -22,6 +26,7 @@ run="run.out_dir=$tmp/cnn data.path=$FM"
 ev="data.eval.limit=2000"
 kiln 0 train "$cnn" $run data.limit=6000 data.eval.limit=500 train.epochs=2
 ck=$(ls "$tmp"/cnn/checkpoints/ckpt-*.kiln | tail -1)
+tl=$(field test_loss "$out") ta=$(field test_acc "$out")
 
 kiln 0 eval "$cnn" $run $ev --checkpoint "$ck"
 acc=$(field test_acc "$out") loss=$(field test_loss "$out")
@@ -50,7 +55,7 @@ stderr_has "layer 'fc1' writes u8"
 ca=$(field test_acc "$out") cl=$(field test_loss "$out")
 kiln 0 eval "$cnn" $run $ev --quantized "$q" layer.conv2.int8_out_scale=0 \
 	layer.fc1.int8_out_scale=0
-stderr_has "0 INT8 layer(s) write u8"
+stderr_has "0 INT8 or add layer(s) write u8"
 fa=$(field test_acc "$out") fl=$(field test_loss "$out")
 unset KILN_LOG_LEVEL
 awk -v a="$ca" -v b="$fa" -v l="$cl" -v m="$fl" \
@@ -61,6 +66,56 @@ kiln 2 eval "$cnn" $run $ev --checkpoint "$ck" layer.fc2.int8_scale=0.05 layer.f
 stderr_has "layer 'fc2': int8_out_scale wants the ReLU"
 kiln 2 eval "$cnn" $run $ev --checkpoint "$ck" --fold layer.fc1.int8_out_scale=0.1
 stderr_has "layer 'fc1': a u8 input or int8_out_scale needs int8_scale > 0"
+
+# the ResNet's residual adds write u8 for the INT8 convs after them (the sum
+# and its ReLU quantized in one pass: KILN_OP_ADD's u8 output): the same
+# bytes as the f32 sum those convs quantize themselves, so the same loss
+res="$srcdir/examples/fashion_mnist_resnet.ini"
+rrun="run.out_dir=$tmp/res data.path=$FM"
+kiln 0 train "$res" $rrun data.limit=1500 train.epochs=1 train.eval=0
+kiln 0 quantize "$res" $rrun --calibrate 2 --out "$tmp/res.int8" data.eval.split=train
+export KILN_LOG_LEVEL=info
+kiln 0 eval "$res" $rrun data.eval.limit=1000 --quantized "$tmp/res.int8"
+stderr_has "layer 's1_add' writes u8"
+stderr_has "layer 's2_add' writes u8"
+ra=$(field test_acc "$out") rl=$(field test_loss "$out")
+kiln 0 eval "$res" $rrun data.eval.limit=1000 --quantized "$tmp/res.int8" \
+	layer.s1_add.int8_out_scale=0 layer.s2_add.int8_out_scale=0
+! grep -q "_add' writes u8" "$err" || fail "the adds write u8 with int8_out_scale=0"
+unset KILN_LOG_LEVEL
+[ "$(field test_loss "$out")" = "$rl" ] && [ "$(field test_acc "$out")" = "$ra" ] ||
+	fail "adds in u8: loss $rl acc $ra; adds in f32: loss $(field test_loss "$out") acc $(field test_acc "$out")"
+echo "ok: ResNet adds in u8 = in f32: loss $rl acc $ra"
+kiln 2 train "$res" $rrun data.limit=500 train.epochs=1 layer.s1_add.int8_out_scale=0.1
+stderr_has "layer 's2_conv1': a u8 input or int8_out_scale needs int8_scale > 0"
+
+# no seeded draw where a file supplies every weight (kiln_model_init_loaded):
+# eval, eval --fold, eval --quantized, quantize and predict log "none drawn"
+# and no draw; the evaluation equals training's last one on the same images;
+# predict with no trained weights still draws them, with its warning
+export KILN_LOG_LEVEL=debug
+no_draw() {
+	stderr_has "initial weights: none drawn"
+	! grep -q "tensors drawn (\[run\] seed" "$err" || fail "$last: drew initial weights a file replaces"
+}
+kiln 0 eval "$cnn" $run data.eval.limit=500 --checkpoint "$ck"
+no_draw
+[ "$(field test_loss "$out")" = "$tl" ] && [ "$(field test_acc "$out")" = "$ta" ] ||
+	fail "eval: loss $(field test_loss "$out") acc $(field test_acc "$out"), training's last: $tl $ta"
+kiln 0 eval "$cnn" $run data.eval.limit=500 --checkpoint "$ck" --fold
+no_draw
+kiln 0 eval "$cnn" $run $ev --quantized "$q"
+no_draw
+[ "$(field test_acc "$out")" = "$ca" ] || fail "quantized acc $(field test_acc "$out"), before $ca"
+kiln 0 quantize "$cnn" $run --checkpoint "$ck" --calibrate 1 --out "$tmp/q1.safetensors" data.eval.split=train
+no_draw
+kiln 0 predict "$cnn" $run --checkpoint "$ck" --eval-set --top-k 1 data.eval.limit=8
+no_draw
+kiln 0 predict "$cnn" data.path=$FM run.out_dir= --eval-set --top-k 1 data.eval.limit=8
+stderr_has "the initial weights ([run] seed)"
+stderr_has "initial weights: 8 of 8 tensors drawn"
+unset KILN_LOG_LEVEL
+echo "ok: no initial draw under a checkpoint or a quantized file; eval = training's loss $tl"
 
 # the wrong model: the MLP's config with the CNN's file
 kiln 3 eval "$srcdir/examples/fashion_mnist_mlp.ini" $run $ev --quantized "$tmp/cnn.minmax.safetensors"

@@ -1,15 +1,48 @@
 /* core/layers/add.c - elementwise sum of its inputs (residual
- * connections): y = x0 + x1 + ...; every input gets dy as its gradient. */
+ * connections): y = x0 + x1 + ...; every input gets dy as its gradient.
+ * Chained INT8 (evaluation): with int8_out_scale, the sum of two f32
+ * inputs and the ReLU that alone reads it are written as u8 for the INT8
+ * layers after it (KILN_OP_ADD's u8 output, kiln/ops.h). */
 #include "util.h"
 
 struct add {
 	struct layer_plans plans;
 	void *first, *more, *grad[2];
+	double int8_out_scale; /* > 0: y is u8 in this scale, the ReLU fused */
 };
+
+static const struct kiln_key add_keys[] = {
+	{ "int8_out_scale", KILN_KEY_FLOAT, "0", 0, 1e30, NULL,
+	  "Evaluation only: > 0 writes the sum of the two f32 inputs, after the ReLU that alone reads it (fused: `[run] fuse = 1`), as u8 in this scale for the INT8 layers after it (set by `kiln eval --quantized` on the CPU: docs/inference.md, INT8); 0: f32." },
+	{ NULL, 0, NULL, 0, 0, NULL, NULL }
+};
+
+static kiln_status add_configure(const struct kiln_host *h, struct kiln_layer *l,
+				 const struct kiln_config *cfg, const char *sec)
+{
+	struct add *s = layer_alloc(h, l, sizeof *s);
+	if (!s)
+		return KILN_ENOMEM;
+	h->config_get_float(cfg, sec, "int8_out_scale", &s->int8_out_scale);
+	return KILN_OK;
+}
+
+/* The u8 output (int8_out_scale): two f32 inputs, the ReLU fused. */
+static kiln_status add_infer_u8(const struct kiln_host *h, struct kiln_layer *l)
+{
+	if (l->n_in != 2 || l->in[0].dtype != KILN_F32 || l->in[1].dtype != KILN_F32)
+		return h->error(KILN_ECONFIG, "layer '%s' (add): int8_out_scale wants two f32 inputs",
+				l->name);
+	take_act(l, l->fuse_act == 1 + KILN_ACT_RELU);
+	l->out.dtype = KILN_U8;
+	l->inplace_ok = 0;
+	return KILN_OK;
+}
 
 static kiln_status add_infer(const struct kiln_host *h, struct kiln_layer *l)
 {
-	if (!layer_alloc(h, l, sizeof(struct add)))
+	struct add *s = layer_alloc(h, l, sizeof(struct add));
+	if (!s)
 		return KILN_ENOMEM;
 	for (int k = 1; k < l->n_in; k++) {
 		const struct kiln_tensor_desc *a = &l->in[0], *b = &l->in[k];
@@ -27,7 +60,7 @@ static kiln_status add_infer(const struct kiln_host *h, struct kiln_layer *l)
 	l->inplace_ok = 3;
 	/* every dx_k is dy: the planner may share its storage */
 	l->dx_is_dy = (1 << l->n_in) - 1;
-	return KILN_OK;
+	return s->int8_out_scale > 0 ? add_infer_u8(h, l) : KILN_OK;
 }
 
 static kiln_status add_plan(const struct kiln_host *h, struct kiln_layer *l,
@@ -38,6 +71,13 @@ static kiln_status add_plan(const struct kiln_host *h, struct kiln_layer *l,
 	kiln_status st;
 	op_init(&op, KILN_OP_ADD, 2, 1);
 	op.in[0] = op.in[1] = op.out[0] = l->out;
+	if (s->int8_out_scale > 0) { /* evaluation only: no backward */
+		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
+			return st;
+		op.in[0].dtype = op.in[1].dtype = KILN_F32;
+		op.f[0] = s->int8_out_scale;
+		return prep(h, l, dev, &op, &s->first, ws);
+	}
 	if ((st = prep(h, l, dev, &op, &s->first, ws)))
 		return st;
 	/* y += x_k for a third input and on: y = 1 * x_k + y */
@@ -57,6 +97,8 @@ static kiln_status add_forward(const struct kiln_host *h, struct kiln_layer *l,
 	struct add *s = l->priv;
 	kiln_status st;
 	struct kiln_op_args a = { .in = { r->x[0], r->x[1] }, .out = { r->y } };
+	if (r->training && s->int8_out_scale > 0)
+		return h->error(KILN_ECONFIG, "layer '%s': int8_out_scale is for evaluation only", l->name);
 	if ((st = run_op(h, r, s->first, &a)))
 		return st;
 	for (int k = 2; k < l->n_in; k++) {
@@ -72,6 +114,8 @@ static kiln_status add_backward(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct add *s = l->priv;
 	kiln_status st;
+	if (s->int8_out_scale > 0) /* no backward was prepared */
+		return h->error(KILN_ECONFIG, "layer '%s': int8_out_scale is for evaluation only", l->name);
 	for (int k = 0; k < l->n_in; k++) {
 		struct kiln_op_args a = { .in = { r->dy } };
 		if (dx_shares_dy(r, k))
@@ -82,6 +126,6 @@ static kiln_status add_backward(const struct kiln_host *h, struct kiln_layer *l,
 	return KILN_OK;
 }
 
-LAYER(add, "add", "elementwise sum of its inputs (`inputs = a, b`): residual connections", NULL,
-      2, KILN_LAYER_MAX_INPUTS, NULL, add_infer, add_plan, add_forward, add_backward,
+LAYER(add, "add", "elementwise sum of its inputs (`inputs = a, b`): residual connections", add_keys,
+      2, KILN_LAYER_MAX_INPUTS, add_configure, add_infer, add_plan, add_forward, add_backward,
       layer_destroy);

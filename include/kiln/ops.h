@@ -117,7 +117,15 @@ enum kiln_op_type {
 	KILN_OP_REDUCE_SUM = 9,
 	/* out0 = f[0] * in0 (+ out0 if accumulate) */
 	KILN_OP_SCALE = 10,
-	/* out0 = in0 + in1 (+ out0 if accumulate) */
+	/* out0 = in0 + in1 (+ out0 if accumulate).
+	 * ABI 2.9 addition (chained INT8, inference plans: a residual sum and
+	 * the ReLU that alone reads it, written for the INT8 layers after it):
+	 * out0 may be u8, with in0 and in1 f32, no accumulate, and out0's
+	 * scale so = f[0] > 0:
+	 *   out0 = sat_u8(round_half_even(max(in0 + in1, 0) * (float)(1 / so)))
+	 * in f32 arithmetic: the bytes QCONV's own quantization of the f32
+	 * ReLU output would give (its xq with r = 1 / so).  A device without
+	 * it returns KILN_ENOTSUP from prepare. */
 	KILN_OP_ADD = 11,
 	/* out0 f32 [N, C, H, W] = (in0 u8 / 255 - f[c]) / f[3 + c]: ToTensor +
 	 * Normalize on the device (`transform_on = device`), C = 1..3; in and

@@ -801,6 +801,33 @@ static void vec_lp_span(const struct cpu_plan *p, const struct kiln_op_args *a, 
 	}
 }
 
+/* ADD's u8 output (kiln/ops.h, ABI 2.9): the sum, its ReLU and the
+ * quantization by r = 1 / so in one pass; the same f32 steps as ADD,
+ * RELU and QCONV's quantizing reorder (x * r, round half to even,
+ * saturated), so the same bytes. */
+CPU_CLONES static void add_u8_span(uint8_t *restrict y, const float *restrict x0,
+				   const float *restrict x1, float r, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		float v = (x0[i] + x1[i]) * r;
+		v = v > 0.0f ? v : 0.0f; /* NaN: 0 */
+		v = v < 255.0f ? v : 255.0f;
+		y[i] = (uint8_t)nearbyintf(v);
+	}
+}
+
+static kiln_status cpu_add_u8(const struct cpu_plan *p, const struct kiln_op_args *a,
+			      struct cpu_err *e)
+{
+	(void)e;
+	const float *x0 = a->in[0], *x1 = a->in[1];
+	uint8_t *y = a->out[0];
+	const float r = (float)(1.0 / p->op.f[0]);
+	CPU_SPANS(p->n, b, en, add_u8_span(y + b, x0 + b, x1 + b, r, en - b));
+	return KILN_OK;
+}
+
 static kiln_status cpu_vec(const struct cpu_plan *p, const struct kiln_op_args *a, int kind)
 {
 	const float *x0 = a->in[0], *x1 = a->in[1];
@@ -946,6 +973,10 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 			return cpu_bad(c, op, KILN_ENOTSUP, "writes f32");
 		p->sz[0] = op->in[0].dims[1];
 		p->sz[1] = op->in[0].dims[2] * op->in[0].dims[3];
+		return KILN_OK;
+	}
+	if (op->type == KILN_OP_ADD && op->out[0].dtype == KILN_U8) { /* the core checked f32 in */
+		p->kernel = cpu_add_u8;
 		return KILN_OK;
 	}
 	/* bf16 loops of their own: ReLU forward and backward, the bias add

@@ -279,6 +279,9 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	/* RELU_BWD's bias gradient (ABI 2.9) is not here: the layer runs BIAS_GRAD */
 	if (op->type == KILN_OP_RELU_BWD && op->n_out != 1)
 		return c->host->error(KILN_ENOTSUP, "cuda: RELU_BWD: no bias gradient in its pass");
+	/* ADD's u8 output (chained INT8 on the CPU) is not here either */
+	if (op->type == KILN_OP_ADD && op->out[0].dtype == KILN_U8)
+		return c->host->error(KILN_ENOTSUP, "cuda: ADD: no u8 output (INT8 layers exchange f32 here)");
 	switch (op->type > 0 && op->type < KILN_OP_TYPE_COUNT ? family[op->type] : F_NONE) {
 	case F_LAUNCH: p->launch = launchers[op->type]; break;
 	case F_OPTIM: return optim_prepare(c, p);
