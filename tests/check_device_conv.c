@@ -166,6 +166,9 @@ START_TEST(test_conv)
 		{ 2, 8, 8, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1 },   /* depthwise */
 		{ 3, 32, 64, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }, /* bigger: threads, reorders */
 		{ 4, 1, 32, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 },  /* one input channel (a stem) */
+		/* the CPU's NHWC bias gradient summed by kiln over 25 chunks of
+		 * rows (the last one partial), threaded */
+		{ 8, 1, 32, 28, 28, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 },
 	};
 	struct fx f;
 	fx_open(&f, _i);
