@@ -135,6 +135,29 @@ MAX2_ROW_VEC(8, ((max2_i8){ 0, 2, 4, 6, 8, 10, 12, 14 }), ((max2_i8){ 1, 3, 5, 7
 MAX2_ROW_VEC(4, ((max2_i4){ 0, 2, 4, 6 }), ((max2_i4){ 1, 3, 5, 7 }), ((max2_i4){ 0, 4, 1, 5 }),
 	     ((max2_i4){ 2, 6, 3, 7 }))
 #undef MAX2_ROW_VEC
+
+/* The backward of one NHWC row of OW windows of C channels, C a multiple of
+ * 8, in vectors of 8 channels: the plain stores of MAX2_SCATTER's selects
+ * (`omp simd` compiled them to masked stores, vmaskmovps, which AMD's Zen
+ * cores run slowly: this row took 4.5x its forward, docs/PERFORMANCE.md,
+ * "Issue 22, session 8"). */
+CPU_CLONES static void max2_bwd_nhwc8(float *restrict d0, float *restrict d1, const float *restrict dy,
+				      const uint8_t *restrict w, int64_t OW, int64_t C)
+{
+	const max2_f8 zero = { 0 };
+	for (int64_t j = 0; j < OW; j++)
+		for (int64_t c = 0; c < C; c += 8) {
+			const int64_t o = j * C + c, x = 2 * j * C + c;
+			const max2_f8 g = *(const max2_f8 *)(dy + o);
+			max2_b8 kb;
+			memcpy(&kb, w + o, 8);
+			const max2_i8 k = __builtin_convertvector(kb, max2_i8);
+			*(max2_f8 *)(d0 + x) = MAX2_SEL(max2_f8, max2_i8, k == 0, g, zero);
+			*(max2_f8 *)(d0 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 1, g, zero);
+			*(max2_f8 *)(d1 + x) = MAX2_SEL(max2_f8, max2_i8, k == 2, g, zero);
+			*(max2_f8 *)(d1 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 3, g, zero);
+		}
+}
 #undef MAX2_SEL
 
 /* one output row of OW windows of C channels from input rows r0, r1 */
@@ -236,6 +259,8 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 			max2_bwd_row8(dx, dx + W, dy, w, OW);
 		else if (C == 1 && OW >= 4)
 			max2_bwd_row4(dx, dx + W, dy, w, OW);
+		else if (C % 8 == 0)
+			max2_bwd_nhwc8(dx, dx + W, dy, w, OW, C);
 		else
 			max2_bwd_row(dx, dx + W, dy, w, OW, C);
 		if (W > 2 * OW * C) /* the columns no window reads */
