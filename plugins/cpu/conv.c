@@ -525,13 +525,6 @@ CPU_CLONES static void conv_db_chunk(float *restrict s, const float *restrict dy
 	}
 }
 
-CPU_CLONES static void conv_db_add(float *restrict s, const float *restrict part, int64_t O)
-{
-#pragma omp simd
-	for (int64_t j = 0; j < O; j++)
-		s[j] += part[j];
-}
-
 /* The weight gradient (oneDNN, without its bias), then db. */
 static kiln_status conv_run_db(const struct cpu_plan *p, const struct kiln_op_args *a,
 			       struct cpu_err *e)
@@ -549,9 +542,9 @@ static kiln_status conv_run_db(const struct cpu_plan *p, const struct kiln_op_ar
 		conv_db_chunk(part + k * O, dy + r0 * O, R - r0 < CONV_DB_ROWS ? R - r0 : CONV_DB_ROWS, O);
 	}
 	for (int64_t k = 1; k < nc; k++)
-		conv_db_add(part, part + k * O, O);
+		cpu_add_row(part, part + k * O, O);
 	if (p->op.flags & KILN_OPF_ACCUMULATE)
-		conv_db_add(db, part, O);
+		cpu_add_row(db, part, O);
 	else
 		memcpy(db, part, (size_t)O * sizeof *db);
 	return KILN_OK;
