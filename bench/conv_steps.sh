@@ -1,16 +1,18 @@
 #!/bin/sh
-# Where a CNN training step's convolution time goes, at 1 thread: oneDNN's
+# Where a CNN training step's convolution time goes, at 1 thread (--threads T:
+# T threads): oneDNN's
 # primitives (ONEDNN_VERBOSE=2: each reorder and convolution of a step, the
 # median over steps 3..S of its wall ms) and the CPU seconds a step (user +
 # sys of a run of S+3 steps minus a run of 3, over S), for this build and,
 # with --before DIR, a second cpu plugin (DIR/kiln-cpu.so, loaded through
 # KILN_PLUGIN_PATH: e.g. the plugin built before a change), alternated.
 #
-# Usage: bench/conv_steps.sh [--ini INI] [--runs N] [--steps S] [--before DIR]
+# Usage: bench/conv_steps.sh [--ini INI] [--runs N] [--steps S] [--threads T] [--before DIR]
 #                            [section.key=value ...]
 #   --ini INI     model (default bench/cnn_bench.ini, batch 128)
 #   --runs N      rounds of the CPU-seconds runs (default 3; medians)
 #   --steps S     steps a run adds over the 3-step run (default 20)
+#   --threads T   threads of every run (default 1)
 #   --before DIR  a directory holding another kiln-cpu.so to compare
 #   overrides     given to every run, e.g. model.layout=nchw (no spaces)
 # Environment: KILN (default ./kiln).  Run from the top of the source tree.
@@ -19,6 +21,7 @@ set -eu
 INI=bench/cnn_bench.ini
 RUNS=3
 STEPS=20
+THREADS=1
 BEFORE=
 KILN=${KILN:-./kiln}
 PYTHON=${PYTHON:-python3}
@@ -35,7 +38,7 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-case "$RUNS:$STEPS" in *[!0-9:]*|:*|*:|0:*|*:0) echo "conv_steps.sh: --runs and --steps are positive integers" >&2; exit 2 ;; esac
+case "$RUNS:$STEPS:$THREADS" in *[!0-9:]*|:*|*:|*::*|0:*|*:0|*:0:*) echo "conv_steps.sh: --runs, --steps and --threads are positive integers" >&2; exit 2 ;; esac
 if [ -n "$BEFORE" ] && [ ! -f "$BEFORE/kiln-cpu.so" ]; then
     echo "conv_steps.sh: no $BEFORE/kiln-cpu.so" >&2; exit 1
 fi
@@ -48,7 +51,7 @@ run() {
     b=$1 n=$2; shift 2
     pp=; [ "$b" = this ] || pp=$BEFORE
     # shellcheck disable=SC2086 # OVERRIDES: the key=value words as given
-    "$@" env ${pp:+KILN_PLUGIN_PATH=$pp} "$KILN" train "$INI" train.batch=128 run.threads=1 \
+    "$@" env ${pp:+KILN_PLUGIN_PATH=$pp} "$KILN" train "$INI" train.batch=128 run.threads="$THREADS" \
         train.eval=0 train.max_steps="$n" data.limit=$((n * 128)) run.out_dir= $OVERRIDES
 }
 OVERRIDES="$*"
@@ -99,7 +102,7 @@ while [ "$r" -le "$RUNS" ]; do
     done
     r=$((r + 1))
 done
-echo "CPU seconds a step at 1 thread ($RUNS rounds of ${STEPS}-step differences; end loadavg $(cut -d' ' -f1-3 /proc/loadavg)):"
+echo "CPU seconds a step at $THREADS thread(s) ($RUNS rounds of ${STEPS}-step differences; end loadavg $(cut -d' ' -f1-3 /proc/loadavg)):"
 for b in $BUILDS; do
     printf '  %-7s median %s  (rounds: %s)\n' "$b" "$(median < "$TMP/cpu-$b")" "$(tr '\n' ' ' < "$TMP/cpu-$b")"
 done

@@ -20,6 +20,9 @@ test_acc over those samples. Prints a single JSON line on stdout.
 Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_cnn.py [options];
 with PyTorch 2.x also --mode compile, compile-max or lightning (torch_modes.py;
 lightning: the whole fit of --warmup-steps + --steps steps, all counted).
+--profile N: after the timed steps, N more steps under torch.profiler, whose
+table of self CPU time per op (ms a step) goes to stderr, beside kiln's
+--profile (docs/PERFORMANCE.md, "Issue 22, session 8").
 """
 import argparse
 import json
@@ -74,6 +77,22 @@ def mkldnn_info():
     }
 
 
+def profile_steps(model, opt, loss_fn, x, y, batch, steps, amp, fmt):
+    """steps training steps under torch.profiler; the self CPU time of each
+    op, ms a step, to stderr (kiln's --profile lists the same per op)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        train_loop(model, opt, loss_fn, x, y, batch, steps, 0, amp, fmt)
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in rows)
+    print("[torch profile] %d steps, self CPU ms a step: %.3f" % (steps, total / 1e3 / steps),
+          file=sys.stderr)
+    for e in rows[:30]:
+        print("[torch profile] %-44s %6d calls %9.3f ms/step %6.2f%%"
+              % (e.key[:44], e.count, e.self_cpu_time_total / 1e3 / steps,
+                 100.0 * e.self_cpu_time_total / total), file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layout", choices=("nchw", "nhwc"), default="nchw")
@@ -93,6 +112,8 @@ def main():
     ap.add_argument("--eval-batch", type=int, default=500)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--data", default=DEFAULT_DATA)
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="N more steps under torch.profiler; the self CPU table to stderr")
     add_mode_arg(ap)
     args = ap.parse_args()
     if args.steps < 1:
@@ -142,11 +163,19 @@ def main():
     else:
         stats = {}
         run = compiled(model, args.mode)
+        cpu0 = time.process_time()
         timed_samples, train_s, last_loss = train_loop(run, opt, loss_fn, x_train, y_train,
                                                        args.batch, total_steps,
                                                        args.warmup_steps, amp, fmt, stats)
+        # the process's CPU seconds over every step, warm-up included: under
+        # load, the difference of two runs' train_cpu_s over their step
+        # difference is the CPU cost of a step (docs/PERFORMANCE.md, "Issue
+        # 22, session 8")
+        extra["train_cpu_s"] = time.process_time() - cpu0
         extra["compile_s"] = compile_seconds(stats["warmup_s"], args.warmup_steps, train_s,
                                              args.steps)
+        if args.profile > 0:
+            profile_steps(run, opt, loss_fn, x_train, y_train, args.batch, args.profile, amp, fmt)
         model = run  # evaluation compiled too (its warm-up batch compiles, untimed)
 
     model.eval()

@@ -166,6 +166,9 @@ START_TEST(test_conv)
 		{ 2, 8, 8, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1 },   /* depthwise */
 		{ 3, 32, 64, 13, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 }, /* bigger: threads, reorders */
 		{ 4, 1, 32, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 },  /* one input channel (a stem) */
+		/* the CPU's NHWC bias gradient summed by kiln over 25 chunks of
+		 * rows (the last one partial), threaded */
+		{ 8, 1, 32, 28, 28, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 },
 	};
 	struct fx f;
 	fx_open(&f, _i);
@@ -451,6 +454,13 @@ START_TEST(test_pool)
 		{ 2, 6, 13, 13, KILN_POOL_AVG, 5, 5, 2, 2, 2, 2, 1 },
 		{ 3, 24, 7, 7, KILN_POOL_AVG, 7, 7, 1, 1, 0, 0, 1 }, /* global average */
 		{ 8, 32, 32, 32, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 }, /* threads */
+		/* NCHW rows in vectors of 8 (OW 14, the CNN's, and 9: the last
+		 * vector overlaps) and 4 (OW 7 and 5), odd sizes dropping a
+		 * column and a row */
+		{ 2, 3, 28, 28, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 },
+		{ 1, 2, 9, 19, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 },
+		{ 2, 5, 14, 14, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 },
+		{ 2, 3, 10, 11, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 },
 	};
 	struct fx f;
 	fx_open(&f, _i);
@@ -467,20 +477,34 @@ END_TEST
  * number, the last NaN if there are more (PyTorch's `val > max ||
  * isnan(val)` scan); the backward sends the whole
  * gradient to that one position.  Channel 0's windows tie, channel 1's
- * windows hold a NaN after a larger number, channel 2's two NaNs. */
-static void pool_rule_case(struct fx *f, int nhwc)
+ * windows hold a NaN after a larger number, channel 2's two NaNs.  The
+ * two windows of a channel repeat REP times along the row (rep 1: 2
+ * windows, NCHW's scalar loop; 3 and 7: 6 and 14, its vectors of 4 and 8). */
+enum { RULE_C = 3, RULE_H = 2, RULE_MAXREP = 7, RULE_MAXW = 4 * RULE_MAXREP };
+static void pool_rule_case(struct fx *f, int nhwc, int rep)
 {
-	enum { N = 1, C = 3, H = 2, W = 4, OW = 2 };
+	enum { N = 1, C = RULE_C, H = RULE_H };
+	const int W = 4 * rep, OW = 2 * rep;
 	/* [c][h][w]: window j is columns 2j, 2j+1 of both rows */
-	static const float x[C][H][W] = {
+	static const float x4[C][H][4] = {
 		{ { 1, 1, 7, 2 }, { 1, 1, 7, 7 } },
 		{ { 0, 5, -1, 4 }, { NAN, 6, 3, NAN } },
 		{ { NAN, 2, 1, NAN }, { NAN, 9, NAN, 1 } },
 	};
-	/* the winning position (h, w) of each output (c, j) */
-	static const int win[C][OW][2] = { { { 0, 0 }, { 0, 2 } }, { { 1, 0 }, { 1, 3 } },
-					   { { 1, 0 }, { 1, 2 } } };
-	const float dy[C * OW] = { 1, 2, 3, 4, 5, 6 };
+	/* the winning position (h, w) of each output (c, j), j < 2 */
+	static const int win[C][2][2] = { { { 0, 0 }, { 0, 2 } }, { { 1, 0 }, { 1, 3 } },
+					  { { 1, 0 }, { 1, 2 } } };
+	float x[C][H][RULE_MAXW], dy[C * RULE_MAXW / 2];
+	for (int c = 0; c < C; c++)
+		for (int h = 0; h < H; h++)
+			for (int w = 0; w < W; w++)
+				x[c][h][w] = x4[c][h][w % 4];
+	for (int i = 0; i < C * OW; i++)
+		dy[i] = (float)(i + 1);
+	float xd[C * H * RULE_MAXW]; /* x without the unused columns */
+	for (int c = 0; c < C; c++)
+		for (int h = 0; h < H; h++)
+			memcpy(&xd[(c * H + h) * W], x[c][h], (size_t)W * sizeof(float));
 	const struct pool_g q = { N, C, H, W, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 };
 	struct kiln_op op;
 	void *fplan, *bplan, *ws = NULL, *aux = NULL;
@@ -491,8 +515,8 @@ static void pool_rule_case(struct fx *f, int nhwc)
 	OK(kiln_device_prepare(f->dev, &op, &bplan, &bwsb));
 	wsb = bwsb > wsb ? bwsb : wsb;
 	float *k1, *k2;
-	void *dX = dput4(f, &x[0][0][0], N, C, H, W, nhwc, &k1), *dDY = dput4(f, dy, N, C, 1, OW, nhwc, &k2);
-	void *dY = dput(f, NULL, sizeof dy), *dDX = dput(f, NULL, sizeof x);
+	void *dX = dput4(f, xd, N, C, H, W, nhwc, &k1), *dDY = dput4(f, dy, N, C, 1, OW, nhwc, &k2);
+	void *dY = dput(f, NULL, (size_t)C * OW * 4), *dDX = dput(f, NULL, (size_t)C * H * W * 4);
 	if (wsb)
 		OK(kiln_device_alloc(f->dev, wsb, &ws));
 	OK(kiln_device_alloc(f->dev, aux_bytes(f, fplan), &aux));
@@ -500,16 +524,17 @@ static void pool_rule_case(struct fx *f, int nhwc)
 	float *y = dget4(f, dY, N, C, 1, OW, nhwc), *dx = dget4(f, dDX, N, C, H, W, nhwc);
 	for (int c = 0; c < C; c++)
 		for (int j = 0; j < OW; j++) {
-			const float want = x[c][win[c][j][0]][win[c][j][1]], got = y[c * OW + j];
+			const int wh = win[c][j % 2][0], ww = win[c][j % 2][1] + 4 * (j / 2);
+			const float want = x[c][wh][ww], got = y[c * OW + j];
 			ck_assert_msg(want != want ? got != got : got == want,
-				      "%s max pool c%d window %d: %g, want %g", nhwc ? "NHWC" : "NCHW", c, j,
-				      got, want);
+				      "%s max pool (rep %d) c%d window %d: %g, want %g",
+				      nhwc ? "NHWC" : "NCHW", rep, c, j, got, want);
 			for (int h = 0; h < H; h++)
 				for (int w = 2 * j; w < 2 * j + 2; w++) {
-					const int at = h == win[c][j][0] && w == win[c][j][1];
+					const int at = h == wh && w == ww;
 					ck_assert_msg(dx[(c * H + h) * W + w] == (at ? dy[c * OW + j] : 0.0f),
-						      "%s max pool backward c%d h%d w%d: %g",
-						      nhwc ? "NHWC" : "NCHW", c, h, w, dx[(c * H + h) * W + w]);
+						      "%s max pool backward (rep %d) c%d h%d w%d: %g",
+						      nhwc ? "NHWC" : "NCHW", rep, c, h, w, dx[(c * H + h) * W + w]);
 				}
 		}
 	kiln_device_plan_free(f->dev, fplan);
@@ -525,8 +550,10 @@ START_TEST(test_pool_rule)
 	struct fx f;
 	fx_open(&f, _i);
 	SKIP_UNSUPPORTED(&f, KILN_OP_POOL);
+	static const int reps[] = { 1, 3, 7 };
 	for (int nhwc = 0; nhwc < 2; nhwc++)
-		pool_rule_case(&f, nhwc);
+		for (size_t r = 0; r < sizeof reps / sizeof *reps; r++)
+			pool_rule_case(&f, nhwc, reps[r]);
 	fx_close(&f);
 }
 END_TEST

@@ -33,6 +33,12 @@
  * flags may be set on one CONV_BWD_WEIGHTS: the kept copies are of x and
  * dy, the sum is on dw.
  *
+ * The bias gradient of a weight gradient whose kernel reads NHWC dy (an
+ * NHWC model's, and the one-channel stem's, f32) is summed by kiln
+ * (conv_run_db), not by oneDNN 2.6, whose NHWC kernel adds it up in a loop
+ * of 4-wide SSE adds after its JIT part, up to 2.5x the op's time at 2
+ * threads (docs/PERFORMANCE.md, "Issue 22, session 8").
+ *
  * oneDNN's dilation is PyTorch's minus one.  Right padding is given equal
  * to the left one: oneDNN rounds the output size down like PyTorch, so the
  * rows a floor drops are never read.
@@ -45,6 +51,11 @@
 #define CPU_WS_ALIGN 64
 
 static size_t align_up(size_t n) { return (n + CPU_WS_ALIGN - 1) & ~(size_t)(CPU_WS_ALIGN - 1); }
+
+/* own_db (conv_run_db): rows of dy a partial bias sum covers */
+#define CONV_DB_ROWS 256
+
+static int64_t conv_db_chunks(int64_t rows) { return (rows + CONV_DB_ROWS - 1) / CONV_DB_ROWS; }
 
 /* A 4-d activation [n,c,h,w] stored in the op's layout. */
 static dnnl_data_type_t dnn_dt(int dtype)
@@ -96,6 +107,7 @@ struct conv_build {
 	const struct kiln_tensor_desc *x, *w, *y;
 	int has_bias, nhwc, kf32;
 	int acc;                       /* BWD_WEIGHTS adds into dw, db */
+	int own_db;                    /* BWD_WEIGHTS: db by conv_run_db, not oneDNN */
 	int keep; /* KILN_OPF_KEEP: the kept copies (conv_layouts) */
 	dnnl_data_type_t adt, wdd, kdt;
 	int64_t N, C, H, W, O, Cg, KH, KW, OH, OW, g;
@@ -200,6 +212,8 @@ static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	 * plain x already) */
 	const int flat1 = p->op.type == KILN_OP_CONV_BWD_WEIGHTS && !b->nhwc && b->C == 1 &&
 			  b->g == 1;
+	b->own_db = b->has_bias && p->op.type == KILN_OP_CONV_BWD_WEIGHTS && (b->nhwc || flat1) &&
+		    b->adt == dnnl_f32 && b->kdt == dnnl_f32;
 	CPU_DNN_TRY(act_md(&t[TX].user, b->N, b->C, b->H, b->W, b->nhwc || flat1, b->adt));
 	CPU_DNN_TRY(act_md(&t[TY].user, b->N, b->O, b->OH, b->OW, b->nhwc, b->adt));
 	CPU_DNN_TRY(wei_md(&t[TW].user, b->O, b->Cg, b->KH, b->KW, b->g, 0, b->wdd));
@@ -310,7 +324,8 @@ static kiln_status conv_primitive(struct cpu_ctx *c, const struct cpu_plan *p, s
 		conv_bind(&t[TY], 1, CPU_BIND_IN, 0, dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST);
 	} else {
 		CPU_DNN_TRY(dnnl_dilated_convolution_backward_weights_desc_init(
-			&desc, dnnl_convolution_direct, &t[TX].any, &t[TW].any, bias, &t[TY].any,
+			&desc, dnnl_convolution_direct, &t[TX].any, &t[TW].any, b->own_db ? NULL : bias,
+			&t[TY].any,
 			b->strides, b->dil, b->pad, b->pad));
 		CPU_DNN_TRY(dnnl_primitive_desc_create(&b->pd, &desc, b->attr, c->engine, b->fwd));
 		conv_bind(&t[TX], 1, CPU_BIND_IN, 0, dnnl_query_src_md, DNNL_ARG_SRC);
@@ -389,7 +404,7 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 		if (rs > scratch)
 			scratch = rs;
 	}
-	if (b->acc && b->has_bias) {
+	if (b->acc && b->has_bias && !b->own_db) {
 		CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&b->rpd_b, &b->b_md, c->engine, &b->b_md,
 							       c->engine, b->sattr));
 		const size_t rs = cpu_dnn_scratch(b->rpd_b);
@@ -406,6 +421,11 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 			t[k].off = off;
 			off += align_up(dnnl_memory_desc_get_size(t[k].kern));
 		}
+	if (b->own_db) { /* conv_run_db's partial sums */
+		p->rows = b->N * b->OH * b->OW, p->cols = b->O;
+		p->sz[2] = (int64_t)off;
+		off += align_up((size_t)conv_db_chunks(p->rows) * (size_t)b->O * sizeof(float));
+	}
 	p->workspace = off;
 out:
 	return st;
@@ -428,7 +448,7 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 		if (t[k].reord)
 			CPU_DNN_TRY(cpu_dnn_mem(c, d, t[k].kern, t[k].kbind, t[k].kidx, t[k].off, &t[k].m_kern));
 	}
-	if (b->has_bias)
+	if (b->has_bias && !b->own_db)
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->b_md, type == KILN_OP_CONV ? CPU_BIND_IN : CPU_BIND_OUT,
 					type == KILN_OP_CONV ? 2 : 1, 0, &m_b));
 	if (b->rpd_b) { /* db into the workspace, then added into the caller's */
@@ -446,7 +466,7 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 			n = 0;
 			for (int k = 0; k < 3; k++)
 				ARG(t[k].arg, t[k].m_kern);
-			if (b->has_bias)
+			if (b->has_bias && !b->own_db)
 				ARG(type == KILN_OP_CONV ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, m_b);
 			if (m_sp >= 0)
 				ARG(DNNL_ARG_SCRATCHPAD, m_sp);
@@ -481,8 +501,53 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 		CPU_DNN_TRY(cpu_dnn_step(d, b->rpd_b, n, arg, mem));
 	}
 #undef ARG
+	p->sz[1] = t[TY].m_kern; /* conv_run_db's dy */
 out:
 	return st;
+}
+
+/* ---- the bias gradient of an NHWC weight gradient (own_db) -------------
+ * db[o] (=|+=) the sum over the R = N*OH*OW rows of dy [R, O], dy being the
+ * tensor the kernel read (the caller's NHWC dy, or the stem's NHWC copy in
+ * the workspace).  Fixed chunks of CONV_DB_ROWS rows, each summed in row
+ * order into a partial row of the workspace (p->sz[2]), the partials added
+ * in chunk order: the bytes do not depend on the team. */
+CPU_CLONES static void conv_db_chunk(float *restrict s, const float *restrict dy, int64_t rows,
+				     int64_t O)
+{
+	for (int64_t j = 0; j < O; j++)
+		s[j] = 0.0f;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *row = dy + r * O;
+#pragma omp simd
+		for (int64_t j = 0; j < O; j++)
+			s[j] += row[j];
+	}
+}
+
+/* The weight gradient (oneDNN, without its bias), then db. */
+static kiln_status conv_run_db(const struct cpu_plan *p, const struct kiln_op_args *a,
+			       struct cpu_err *e)
+{
+	const struct cpu_plan *q = cpu_variant(p); /* the version for oneDNN's team now */
+	kiln_status st = cpu_dnn_exec(q, a, e);
+	if (st)
+		return st;
+	const float *dy = cpu_dnn_handle(q->dnn, (int)q->sz[1], a);
+	float *part = (float *)((char *)a->workspace + q->sz[2]), *db = a->out[1];
+	const int64_t R = p->rows, O = p->cols, nc = conv_db_chunks(R);
+#pragma omp parallel for if (R * O >= CPU_PAR_MIN) schedule(static)
+	for (int64_t k = 0; k < nc; k++) {
+		const int64_t r0 = k * CONV_DB_ROWS;
+		conv_db_chunk(part + k * O, dy + r0 * O, R - r0 < CONV_DB_ROWS ? R - r0 : CONV_DB_ROWS, O);
+	}
+	for (int64_t k = 1; k < nc; k++)
+		cpu_add_row(part, part + k * O, O);
+	if (p->op.flags & KILN_OPF_ACCUMULATE)
+		cpu_add_row(db, part, O);
+	else
+		memcpy(db, part, (size_t)O * sizeof *db);
+	return KILN_OK;
 }
 
 kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
@@ -500,11 +565,14 @@ kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		goto out;
 	p->n_in = p->op.n_in;
 	p->n_out = p->op.n_out;
-	p->kernel = cpu_dnn_run;
+	p->kernel = b.own_db ? conv_run_db : cpu_dnn_run;
 	const char *impl = "?";
 	dnnl_primitive_desc_query(b.pd, dnnl_query_impl_info_str, 0, &impl);
 	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s + %d reorders, workspace %zu bytes, kept %zu",
 		     cpu_op_name(p->op.type), b.geom, impl, n_reorder, p->workspace, p->aux);
+	if (b.own_db)
+		c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: the bias gradient by kiln's sum",
+			     cpu_op_name(p->op.type), b.geom);
 out: /* oneDNN's destroy functions take NULL */
 	for (int k = 0; k < 3; k++)
 		dnnl_primitive_desc_destroy(b.t[k].rpd);

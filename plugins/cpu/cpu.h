@@ -113,6 +113,10 @@ struct cpu_plan {
 	int refs;
 };
 
+/* ---- embedding.c ---- */
+/* d[0..n) += s[0..n) (vectorised; the embedding's and conv.c's bias sums) */
+void cpu_add_row(float *restrict d, const float *restrict s, int64_t n);
+
 /* ---- qconv.c ---- */
 void cpu_qcache_free(struct cpu_qcache *q);
 

@@ -124,26 +124,33 @@ size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd)
 	return md ? dnnl_memory_desc_get_size(md) : 0;
 }
 
+void *cpu_dnn_handle(const struct cpu_dnn *d, int m, const struct kiln_op_args *a)
+{
+	const struct cpu_bind *b = &d->bind[m];
+	/* oneDNN takes non-const handles; inputs are only read. */
+	return b->kind == CPU_BIND_IN    ? (void *)a->in[b->idx]
+	       : b->kind == CPU_BIND_OUT ? a->out[b->idx]
+					 : (char *)a->workspace + b->off;
+}
+
 kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			struct cpu_err *e)
 {
-	p = cpu_variant(p); /* the version for oneDNN's team now */
+	return cpu_dnn_exec(cpu_variant(p), a, e); /* the version for oneDNN's team now */
+}
+
+kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
+			 struct cpu_err *e)
+{
 	struct cpu_dnn *d = p->dnn;
 	dnnl_status_t s = dnnl_success;
 	dnnl_exec_arg_t args[CPU_DNN_ARGS];
 	/* The memory objects hold the current run's pointers: one run of a
 	 * plan at a time, even if two streams share it. */
 	pthread_mutex_lock(&d->lock);
-	for (int i = 0; i < d->n_mem; i++) {
-		const struct cpu_bind *b = &d->bind[i];
-		if (b->kind == CPU_BIND_FIXED)
-			continue;
-		/* oneDNN takes non-const handles; inputs are only read. */
-		void *h = b->kind == CPU_BIND_IN    ? (void *)a->in[b->idx]
-			  : b->kind == CPU_BIND_OUT ? a->out[b->idx]
-						    : (char *)a->workspace + b->off;
-		dnnl_memory_set_data_handle(d->mem[i], h);
-	}
+	for (int i = 0; i < d->n_mem; i++)
+		if (d->bind[i].kind != CPU_BIND_FIXED)
+			dnnl_memory_set_data_handle(d->mem[i], cpu_dnn_handle(d, i, a));
 	for (int k = 0; k < d->n_step && s == dnnl_success; k++) {
 		const struct cpu_dnn_step *st = &d->step[k];
 		for (int i = 0; i < st->n_arg; i++)

@@ -65,8 +65,14 @@ void cpu_dnn_warm(const_dnnl_primitive_desc_t pd);
 dnnl_status_t cpu_dnn_post_act(dnnl_post_ops_t po, const struct kiln_op *op);
 /* Bytes of pd's scratchpad (user mode). */
 size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd);
-/* The kernel of every cpu_dnn plan. */
+/* The kernel of every cpu_dnn plan: cpu_dnn_exec of cpu_variant(p). */
 kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			struct cpu_err *e);
+/* Run plan p's steps as they are (p is the version to run). */
+kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
+			 struct cpu_err *e);
+/* Where memory object m of d points in a run with arguments a (its
+ * CPU_BIND_FIXED bytes are not asked for). */
+void *cpu_dnn_handle(const struct cpu_dnn *d, int m, const struct kiln_op_args *a);
 
 #endif /* KILN_CPU_DNN_H */

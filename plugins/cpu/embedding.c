@@ -44,10 +44,10 @@ static kiln_status cpu_embedding(const struct cpu_plan *p, const struct kiln_op_
 	return first_bad < N ? bad_index(e, p, idx, first_bad, V) : KILN_OK;
 }
 
-CPU_CLONES static void add_row(float *restrict d, const float *restrict s, int64_t C)
+CPU_CLONES void cpu_add_row(float *restrict d, const float *restrict s, int64_t n)
 {
 #pragma omp simd
-	for (int64_t c = 0; c < C; c++)
+	for (int64_t c = 0; c < n; c++)
 		d[c] += s[c];
 }
 
@@ -69,7 +69,7 @@ static kiln_status cpu_embedding_bwd(const struct cpu_plan *p, const struct kiln
 		for (int64_t n = 0; n < N; n++) {
 			const int32_t v = idx[n];
 			if (v >= v0 && v < v1)
-				add_row(dt + (int64_t)v * C, dy + n * C, C);
+				cpu_add_row(dt + (int64_t)v * C, dy + n * C, C);
 			else if ((v < 0 || v >= V) && t == 0 && n < first_bad)
 				first_bad = n;
 		}

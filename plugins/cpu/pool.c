@@ -23,6 +23,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* ---- 2x2 stride-2 max pooling of plain f32, NCHW or NHWC ----------------
  * oneDNN 2.6 pools plain NCHW with a scalar kernel (simple_nchw): on the
@@ -51,6 +52,113 @@
 		t = v3 > m || v3 != v3;                                       \
 		m = t ? v3 : m, k = t ? 3 : k;                                \
 	}
+
+/* ---- NCHW rows in explicit vectors --------------------------------------
+ * In NCHW a row holds OW outputs (14 and 7 in the Fashion-MNIST CNN): fewer
+ * than a vector of AVX-512, so `omp simd` left the C == 1 loops scalar, and
+ * the compares of MAX2_WINDOW became branches that random data mispredicts
+ * (docs/PERFORMANCE.md, "Issue 22, session 8": 5x the NHWC time).  These
+ * run a row in vectors of L = 8 or 4 windows: the even and odd columns of
+ * 2L input floats are split by a shuffle, the rule of MAX2_WINDOW is applied
+ * lane-wise with bit selects, and a row's last vector starts at OW - L,
+ * overlapping the one before it (the same values are written twice), so a
+ * row never reads or writes outside its own columns. */
+#define MAX2_VEC_TYPES(L)                                                     \
+	typedef float max2_f##L __attribute__((vector_size(4 * L), aligned(4))); \
+	typedef int32_t max2_i##L __attribute__((vector_size(4 * L)));        \
+	typedef uint8_t max2_b##L __attribute__((vector_size(L), aligned(1)));
+MAX2_VEC_TYPES(8)
+MAX2_VEC_TYPES(4)
+#undef MAX2_VEC_TYPES
+
+/* lane-wise t ? a : b of float vectors a, b and a mask t of 0 / -1 lanes */
+#define MAX2_SEL(VF, VI, t, a, b) ((VF)(((VI)(a) & (t)) | ((VI)(b) & ~(t))))
+
+/* one NCHW output row of OW >= L windows: y, w (aux, or NULL) from input rows
+ * r0, r1; EVEN / ODD: the shuffle masks picking columns 2j and 2j + 1 of
+ * two vectors, LO / HI: those interleaving the first and the last halves of
+ * two vectors (the backward's) */
+#define MAX2_ROW_VEC(L, EVEN, ODD, LO, HI)                                              \
+	CPU_CLONES static void max2_row##L(float *restrict y, uint8_t *restrict w,    \
+					   const float *restrict r0,                    \
+					   const float *restrict r1, int64_t OW)        \
+	{                                                                           \
+		const max2_i##L even = EVEN, odd = ODD;                             \
+		for (int64_t j0 = 0; j0 < OW; j0 += L) {                            \
+			const int64_t j = j0 + L > OW ? OW - L : j0;                \
+			const max2_f##L a0 = *(const max2_f##L *)(r0 + 2 * j);      \
+			const max2_f##L a1 = *(const max2_f##L *)(r0 + 2 * j + L);  \
+			const max2_f##L b0 = *(const max2_f##L *)(r1 + 2 * j);      \
+			const max2_f##L b1 = *(const max2_f##L *)(r1 + 2 * j + L);  \
+			const max2_f##L v[3] = { __builtin_shuffle(a0, a1, odd),    \
+						 __builtin_shuffle(b0, b1, even),   \
+						 __builtin_shuffle(b0, b1, odd) };  \
+			max2_f##L m = __builtin_shuffle(a0, a1, even);              \
+			max2_i##L k = { 0 };                                        \
+			for (int q = 0; q < 3; q++) {                               \
+				const max2_i##L t = (v[q] > m) | (v[q] != v[q]);    \
+				m = MAX2_SEL(max2_f##L, max2_i##L, t, v[q], m);     \
+				k = (t & (q + 1)) | (k & ~t);                       \
+			}                                                           \
+			*(max2_f##L *)(y + j) = m;                                  \
+			if (w) {                                                    \
+				const max2_b##L kb = __builtin_convertvector(k, max2_b##L); \
+				memcpy(w + j, &kb, L);                              \
+			}                                                           \
+		}                                                                   \
+	}                                                                           \
+                                                                                    \
+	/* the backward of one NCHW row: dy's OW windows to rows d0, d1, by aux w */ \
+	CPU_CLONES static void max2_bwd_row##L(float *restrict d0, float *restrict d1, \
+					       const float *restrict dy,                \
+					       const uint8_t *restrict w, int64_t OW)   \
+	{                                                                           \
+		const max2_i##L lo = LO, hi = HI;                                   \
+		const max2_f##L zero = { 0 };                                       \
+		for (int64_t j0 = 0; j0 < OW; j0 += L) {                            \
+			const int64_t j = j0 + L > OW ? OW - L : j0;                \
+			const max2_f##L g = *(const max2_f##L *)(dy + j);           \
+			max2_b##L kb;                                               \
+			memcpy(&kb, w + j, L);                                      \
+			const max2_i##L k = __builtin_convertvector(kb, max2_i##L); \
+			max2_f##L e[4];                                             \
+			for (int q = 0; q < 4; q++)                                 \
+				e[q] = MAX2_SEL(max2_f##L, max2_i##L, k == q, g, zero); \
+			*(max2_f##L *)(d0 + 2 * j) = __builtin_shuffle(e[0], e[1], lo);     \
+			*(max2_f##L *)(d0 + 2 * j + L) = __builtin_shuffle(e[0], e[1], hi); \
+			*(max2_f##L *)(d1 + 2 * j) = __builtin_shuffle(e[2], e[3], lo);     \
+			*(max2_f##L *)(d1 + 2 * j + L) = __builtin_shuffle(e[2], e[3], hi); \
+		}                                                                   \
+	}
+MAX2_ROW_VEC(8, ((max2_i8){ 0, 2, 4, 6, 8, 10, 12, 14 }), ((max2_i8){ 1, 3, 5, 7, 9, 11, 13, 15 }),
+	     ((max2_i8){ 0, 8, 1, 9, 2, 10, 3, 11 }), ((max2_i8){ 4, 12, 5, 13, 6, 14, 7, 15 }))
+MAX2_ROW_VEC(4, ((max2_i4){ 0, 2, 4, 6 }), ((max2_i4){ 1, 3, 5, 7 }), ((max2_i4){ 0, 4, 1, 5 }),
+	     ((max2_i4){ 2, 6, 3, 7 }))
+#undef MAX2_ROW_VEC
+
+/* The backward of one NHWC row of OW windows of C channels, C a multiple of
+ * 8, in vectors of 8 channels: the plain stores of MAX2_SCATTER's selects
+ * (`omp simd` compiled them to masked stores, vmaskmovps, which AMD's Zen
+ * cores run slowly: this row took 4.5x its forward, docs/PERFORMANCE.md,
+ * "Issue 22, session 8"). */
+CPU_CLONES static void max2_bwd_nhwc8(float *restrict d0, float *restrict d1, const float *restrict dy,
+				      const uint8_t *restrict w, int64_t OW, int64_t C)
+{
+	const max2_f8 zero = { 0 };
+	for (int64_t j = 0; j < OW; j++)
+		for (int64_t c = 0; c < C; c += 8) {
+			const int64_t o = j * C + c, x = 2 * j * C + c;
+			const max2_f8 g = *(const max2_f8 *)(dy + o);
+			max2_b8 kb;
+			memcpy(&kb, w + o, 8);
+			const max2_i8 k = __builtin_convertvector(kb, max2_i8);
+			*(max2_f8 *)(d0 + x) = MAX2_SEL(max2_f8, max2_i8, k == 0, g, zero);
+			*(max2_f8 *)(d0 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 1, g, zero);
+			*(max2_f8 *)(d1 + x) = MAX2_SEL(max2_f8, max2_i8, k == 2, g, zero);
+			*(max2_f8 *)(d1 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 3, g, zero);
+		}
+}
+#undef MAX2_SEL
 
 /* one output row of OW windows of C channels from input rows r0, r1 */
 CPU_CLONES static void max2_row(float *restrict y, uint8_t *restrict w, const float *restrict r0,
@@ -134,13 +242,27 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 		const int64_t xo = pl * H * W + 2 * i * W, yo = r * OW * C;
 		if (!bwd) {
 			const float *x = (const float *)a->in[0] + xo;
-			max2_row((float *)a->out[0] + yo, p->aux ? (uint8_t *)a->out[1] + yo : NULL, x,
-				 x + W, OW, C);
+			float *y = (float *)a->out[0] + yo;
+			uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo : NULL;
+			if (C == 1 && OW >= 8)
+				max2_row8(y, w, x, x + W, OW);
+			else if (C == 1 && OW >= 4)
+				max2_row4(y, w, x, x + W, OW);
+			else
+				max2_row(y, w, x, x + W, OW, C);
 			continue;
 		}
 		float *dx = (float *)a->out[0] + xo;
-		max2_bwd_row(dx, dx + W, (const float *)a->in[0] + yo, (const uint8_t *)a->in[1] + yo, OW,
-			     C);
+		const float *dy = (const float *)a->in[0] + yo;
+		const uint8_t *w = (const uint8_t *)a->in[1] + yo;
+		if (C == 1 && OW >= 8)
+			max2_bwd_row8(dx, dx + W, dy, w, OW);
+		else if (C == 1 && OW >= 4)
+			max2_bwd_row4(dx, dx + W, dy, w, OW);
+		else if (C % 8 == 0)
+			max2_bwd_nhwc8(dx, dx + W, dy, w, OW, C);
+		else
+			max2_bwd_row(dx, dx + W, dy, w, OW, C);
 		if (W > 2 * OW * C) /* the columns no window reads */
 			for (int64_t q = 2 * OW * C; q < W; q++)
 				dx[q] = dx[W + q] = 0.0f;
