@@ -94,6 +94,8 @@ void cpu_gemm_free(struct cpu_gemm *g)
 {
 	if (!g)
 		return;
+	if (g->n_part && g->ctx) /* a late helper may still run a part */
+		cpu_pool_quiesce(g->ctx);
 	gemm_objects_free(g->stream, g->a, g->b, g->bias, g->c, g->scratch);
 	if (g->prim)
 		dnnl_primitive_destroy(g->prim);

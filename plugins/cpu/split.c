@@ -171,27 +171,11 @@ static void *helper_main(void *arg)
 	return NULL;
 }
 
-kiln_status cpu_pool_reserve(struct cpu_ctx *c, size_t bytes)
+/* Each helper's buffer to at least `bytes` (no late helper still in a
+ * part), and the helpers made (threads - 1).  Under P->lock. */
+static kiln_status grow(struct cpu_ctx *c, struct cpu_pool *P, size_t bytes)
 {
-	struct cpu_pool *P = c->pool;
-	if (c->threads < 2)
-		return KILN_OK;
-	if (!P) {
-		P = calloc(1, sizeof *P);
-		if (!P || !(P->state = calloc(CPU_POOL_PARTS, sizeof *P->state))) {
-			if (P)
-				free(P);
-			return c->host->error(KILN_ENOMEM, "cpu: out of memory for the GEMM helpers");
-		}
-		pthread_mutex_init(&P->lock, NULL);
-		const char *late = getenv("KILN_CPU_POOL_LATE_US");
-		P->late_us = late ? atol(late) : 0;
-		c->pool = P;
-	}
-	bytes = (bytes + 4095) / 4096 * 4096;
 	if (bytes > P->buf_bytes) {
-		/* the helpers are between jobs (prepare runs no job) but a late
-		 * one may still be in a part */
 		cpu_pool_quiesce(c);
 		for (int i = 0; i < P->n_help; i++) {
 			void *b = NULL;
@@ -217,11 +201,36 @@ kiln_status cpu_pool_reserve(struct cpu_ctx *c, size_t bytes)
 			free(a);
 			free(b);
 			P->buf[P->n_help] = NULL;
-			break; /* fewer helpers: the master runs more parts */
+			break; /* fewer helpers: the caller runs more parts */
 		}
 		P->n_help++;
 	}
 	return KILN_OK;
+}
+
+kiln_status cpu_pool_reserve(struct cpu_ctx *c, size_t bytes)
+{
+	struct cpu_pool *P = c->pool;
+	if (c->threads < 2)
+		return KILN_OK;
+	if (!P) {
+		P = calloc(1, sizeof *P);
+		if (!P || !(P->state = calloc(CPU_POOL_PARTS, sizeof *P->state))) {
+			if (P)
+				free(P);
+			return c->host->error(KILN_ENOMEM, "cpu: out of memory for the GEMM helpers");
+		}
+		pthread_mutex_init(&P->lock, NULL);
+		const char *late = getenv("KILN_CPU_POOL_LATE_US");
+		P->late_us = late ? atol(late) : 0;
+		c->pool = P;
+	}
+	bytes = (bytes + 4095) / 4096 * 4096;
+	/* no job meanwhile (another stream's GEMM runs alone) */
+	pthread_mutex_lock(&P->lock);
+	kiln_status st = grow(c, P, bytes);
+	pthread_mutex_unlock(&P->lock);
+	return st;
 }
 
 void cpu_pool_quiesce(struct cpu_ctx *c)
