@@ -9,6 +9,7 @@
 #include <kiln/plugin.h>
 
 #include <check.h>
+#include <stdlib.h>
 #include "check_main.h"
 
 #define MS 1000000LL
@@ -261,6 +262,54 @@ START_TEST(test_one_thread_ops)
 }
 END_TEST
 
+/* Which GEMMs are split into parts and how (plugins/cpu/threads.c,
+ * cpu_gemm_split): the MLP's large GEMMs by columns of about 128, a
+ * narrow product by rows, small ones and a team of one not at all; the
+ * parts never depend on the team's size. */
+START_TEST(test_gemm_split)
+{
+	struct kiln_op g = { .type = KILN_OP_GEMM };
+	const int64_t gemms[][6] = { /* tA M N K, expected length, columns */
+		{ 0, 128, 512, 784, 128, 1 }, /* the MLP's fc1 forward: 4 parts */
+		{ 0, 128, 256, 512, 128, 1 }, /* fc2: 2 parts */
+		{ 1, 512, 784, 128, 112, 1 }, /* fc1's weight gradient: 7 x 112 */
+		{ 0, 128, 512, 256, 128, 1 }, /* fc2's data gradient */
+		{ 0, 2048, 100, 512, 128, 0 }, /* narrow: 16 parts of rows */
+		{ 0, 256, 8192, 64, 512, 1 }, /* at most 16 parts */
+		{ 0, 4096, 8192, 64, 256, 0 }, /* 128 MiB of output: rows */
+		{ 0, 128, 10, 256, 0, 0 },    /* fc3: small */
+		{ 0, 256, 200, 128, 0, 0 },   /* 13 MFLOP: below the bound */
+		{ 0, 100, 200, 1000, 0, 0 },  /* too narrow and too short for 2 parts */
+	};
+	unsetenv("KILN_CPU_GEMM_SPLIT");
+	for (size_t i = 0; i < sizeof gemms / sizeof *gemms; i++) {
+		g.i[0] = gemms[i][0], g.i[2] = gemms[i][1], g.i[3] = gemms[i][2], g.i[4] = gemms[i][3];
+		for (int t = 2; t <= 8; t *= 2) {
+			int cols = -1;
+			const int64_t len = cpu_gemm_split(&g, t, &cols);
+			ck_assert_msg(len == gemms[i][4] && (!len || cols == gemms[i][5]),
+				      "GEMM %lld %lld %lld on %d threads: %lld %s", (long long)g.i[2],
+				      (long long)g.i[3], (long long)g.i[4], t, (long long)len,
+				      cols ? "columns" : "rows");
+		}
+		int cols;
+		ck_assert_int_eq(cpu_gemm_split(&g, 1, &cols), 0);
+	}
+	/* the test hook */
+	g.i[0] = 0, g.i[2] = 64, g.i[3] = 48, g.i[4] = 8;
+	int cols;
+	setenv("KILN_CPU_GEMM_SPLIT", "cols:16", 1);
+	ck_assert_int_eq(cpu_gemm_split(&g, 2, &cols), 16);
+	ck_assert_int_eq(cols, 1);
+	setenv("KILN_CPU_GEMM_SPLIT", "rows:8", 1);
+	ck_assert_int_eq(cpu_gemm_split(&g, 2, &cols), 8);
+	ck_assert_int_eq(cols, 0);
+	setenv("KILN_CPU_GEMM_SPLIT", "0", 1);
+	ck_assert_int_eq(cpu_gemm_split(&g, 2, &cols), 0);
+	unsetenv("KILN_CPU_GEMM_SPLIT");
+}
+END_TEST
+
 /* libgomp's spin (plugins/common/spin_rule.h, kiln's and these suites'):
  * none once the load average reaches the CPUs of the mask and as many
  * threads are runnable, else 100000. */
@@ -287,7 +336,7 @@ static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_spin_rule, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_spin_rule, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });

@@ -25,6 +25,7 @@ struct cpu_gemm;
 struct cpu_dnn;
 struct cpu_choice;
 struct cpu_variants;
+struct cpu_pool;
 
 /* How a bf16 convolution or GEMM is computed ([plugin.cpu] bf16_conv,
  * bf16_gemm): oneDNN's bf16 kernel, its f32 kernel on the widened bf16
@@ -41,6 +42,8 @@ struct cpu_ctx {
 			     * sleeping (stream.c) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	struct cpu_team_live team; /* the team now, at most `threads` (threads.c) */
+	struct cpu_pool *pool;     /* helpers for split GEMMs (split.c), made by
+				    * the first such plan */
 	/* [plugin.cpu] bf16_conv, bf16_gemm: which kernel computes the bf16
 	 * convolutions and GEMMs (CPU_KERN_*; tune.c) */
 	int bf16_conv, bf16_gemm;
@@ -198,6 +201,34 @@ int cpu_optim_gated_off(const struct cpu_plan *p, const struct kiln_op_args *a);
 /* ---- gemm.c ---- */
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 void cpu_gemm_free(struct cpu_gemm *g);
+/* 1 when g is split (its bytes never depend on the team: no versions) */
+int cpu_gemm_is_split(const struct cpu_gemm *g);
+
+/* ---- split.c: the helpers that run a split GEMM's parts ---- */
+#define CPU_POOL_MAX 15        /* helper threads */
+#define CPU_POOL_PARTS 64      /* parts of one job, at most */
+#define CPU_POOL_SPIN_NS 20000 /* a helper's spin for the next job before it sleeps */
+#define CPU_JOB_ARGS 6
+/* A job of n parts.  run computes part k on thread `slot` (0: the caller,
+ * straight into the output; a helper: into its buffer priv) and returns 0;
+ * commit copies a helper's part from priv into the output. */
+struct cpu_job {
+	int (*run)(const struct cpu_job *j, int slot, int k, void *priv);
+	void (*commit)(const struct cpu_job *j, int k, void *priv);
+	int n;
+	const void *arg[CPU_JOB_ARGS];
+};
+/* Make the helpers (threads - 1 of them) if not yet made, each with a
+ * buffer of at least `bytes`. */
+kiln_status cpu_pool_reserve(struct cpu_ctx *c, size_t bytes);
+/* Run every part of job, on the caller and the helpers; the caller never
+ * waits much longer than a part for a helper (it runs a late helper's part
+ * itself).  Nonzero when a part's run failed. */
+int cpu_pool_run(struct cpu_ctx *c, const struct cpu_job *job);
+/* Wait until no helper is inside a part (before memory or a plan a late
+ * helper may read is freed). */
+void cpu_pool_quiesce(struct cpu_ctx *c);
+void cpu_pool_destroy(struct cpu_ctx *c);
 kiln_status cpu_engine_create(struct cpu_ctx *c);
 /* dnn.c: "oneDNN 2.6.3, ISA avx512_core_bf16, bf16 AVX512-BF16" into buf. */
 const char *cpu_dnn_isa(char *buf, size_t n);

@@ -50,7 +50,7 @@ kiln_status cpu_variants_attach(struct cpu_ctx *c, struct cpu_plan *p)
 	if (!c->team.adapt)
 		return KILN_OK; /* the team never changes */
 	for (struct cpu_plan *x = p; x; x = x->inner) {
-		if ((!x->gemm && !x->dnn) || cpu_op_one_thread(&x->op))
+		if ((!x->gemm && !x->dnn) || cpu_op_one_thread(&x->op) || cpu_gemm_is_split(x->gemm))
 			continue;
 		struct cpu_variants *v = calloc(1, sizeof *v);
 		if (v) {
@@ -132,6 +132,7 @@ static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int
 	}
 	*n = total;
 out:
+	cpu_pool_quiesce(c); /* a late GEMM helper may still read buf */
 	free(buf);
 	/* the scratch tensors are as large as the op's: hand their pages back,
 	 * or the probe would grow the resident peak kiln memory predicts */

@@ -20,7 +20,16 @@
 #include "dnn.h" /* cpu_dnn_warm, cpu_dnnl_str, cpu_dnn_post_act */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
+#include <omp.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* The objects one thread runs a split GEMM's part with: its own stream and
+ * memory objects, so that the caller and the helpers run parts at once. */
+struct cpu_gemm_objs {
+	dnnl_stream_t stream;
+	dnnl_memory_t a, b, bias, c, scratch;
+};
 
 struct cpu_gemm {
 	/* The memory objects hold the current run's pointers: one run of a
@@ -31,6 +40,18 @@ struct cpu_gemm {
 	dnnl_memory_t a, b, bias, c, scratch; /* handles set per run */
 	int bias_arg;                          /* DNNL_ARG_* the bias binds to */
 	size_t scratch_bytes;
+	/* split (cpu_gemm_split): n_part parts of `len` rows (or columns:
+	 * cols), the last one shorter or as long; part_prim[0] runs the
+	 * others, [1] the last, each on one thread; obj[2 slot + i]: thread
+	 * slot's objects for part_prim[i] (slot 0 the caller, who scratches
+	 * in the plan's workspace; a helper in its buffer, after its copy of
+	 * the output); prim is NULL */
+	struct cpu_ctx *ctx;
+	int n_part, cols, slots;
+	int64_t len;
+	size_t out_bytes, part_ws; /* the output's and a part's scratchpad bytes */
+	dnnl_primitive_t part_prim[2];
+	struct cpu_gemm_objs *obj;
 };
 
 /* A failed oneDNN call in prepare: status plus file:line of the call. */
@@ -58,20 +79,41 @@ void cpu_engine_destroy(struct cpu_ctx *c)
 	c->engine = NULL;
 }
 
+static void gemm_objects_free(dnnl_stream_t stream, dnnl_memory_t a, dnnl_memory_t b,
+			      dnnl_memory_t bias, dnnl_memory_t c, dnnl_memory_t scratch)
+{
+	dnnl_memory_t m[] = { a, b, bias, c, scratch };
+	for (size_t i = 0; i < sizeof m / sizeof *m; i++)
+		if (m[i])
+			dnnl_memory_destroy(m[i]);
+	if (stream)
+		dnnl_stream_destroy(stream);
+}
+
 void cpu_gemm_free(struct cpu_gemm *g)
 {
 	if (!g)
 		return;
-	dnnl_memory_t m[] = { g->a, g->b, g->bias, g->c, g->scratch };
-	for (size_t i = 0; i < sizeof m / sizeof *m; i++)
-		if (m[i])
-			dnnl_memory_destroy(m[i]);
+	if (g->n_part && g->ctx) /* a late helper may still run a part */
+		cpu_pool_quiesce(g->ctx);
+	gemm_objects_free(g->stream, g->a, g->b, g->bias, g->c, g->scratch);
 	if (g->prim)
 		dnnl_primitive_destroy(g->prim);
-	if (g->stream)
-		dnnl_stream_destroy(g->stream);
+	for (int i = 0; g->obj && i < 2 * g->slots; i++) {
+		struct cpu_gemm_objs *q = &g->obj[i];
+		gemm_objects_free(q->stream, q->a, q->b, q->bias, q->c, q->scratch);
+	}
+	for (int i = 0; i < 2; i++)
+		if (g->part_prim[i])
+			dnnl_primitive_destroy(g->part_prim[i]);
+	free(g->obj);
 	pthread_mutex_destroy(&g->lock);
 	free(g);
+}
+
+int cpu_gemm_is_split(const struct cpu_gemm *g)
+{
+	return g && g->n_part > 0;
 }
 
 /* A 2-d f32 (or bf16) descriptor [d0,d1] with element strides s0,s1.  A dimension of
@@ -89,33 +131,145 @@ static dnnl_status_t cpu_md2(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, int
 						strides);
 }
 
+/* Point a's, b's, c's, bias's and scratch's handles at one run's buffers
+ * and execute prim on stream. */
+static dnnl_status_t gemm_exec(dnnl_primitive_t prim, dnnl_stream_t stream, int bias_arg,
+			       dnnl_memory_t a, dnnl_memory_t b, dnnl_memory_t c,
+			       dnnl_memory_t bias, dnnl_memory_t scratch, const void *pa,
+			       const void *pb, void *pc, const void *pbias, void *ws)
+{
+	dnnl_exec_arg_t args[6];
+	int n = 0;
+	/* oneDNN takes non-const handles; inputs are only read. */
+	dnnl_memory_set_data_handle(a, (void *)pa);
+	dnnl_memory_set_data_handle(b, (void *)pb);
+	dnnl_memory_set_data_handle(c, pc);
+	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, a };
+	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, b };
+	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DST, c };
+	if (bias) {
+		dnnl_memory_set_data_handle(bias, (void *)pbias);
+		args[n++] = (dnnl_exec_arg_t){ bias_arg, bias };
+	}
+	if (scratch) {
+		dnnl_memory_set_data_handle(scratch, ws);
+		args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SCRATCHPAD, scratch };
+	}
+	dnnl_status_t s = dnnl_primitive_execute(prim, stream, n, args);
+	return s == dnnl_success ? dnnl_stream_wait(stream) : s;
+}
+
+/* Where part k of a split GEMM starts in in0, in1, in2 and out0 (bytes),
+ * its length (rows or columns) and its primitive (0 or 1). */
+struct part_at {
+	size_t a, b, bias, c;
+	int64_t len;
+	int i;
+};
+
+static struct part_at part_at(const struct cpu_gemm *g, const struct kiln_op *op, int k)
+{
+	const int64_t ta = op->i[0], tb = op->i[1], M = op->i[2], N = op->i[3], K = op->i[4];
+	const size_t at = (size_t)(k * g->len); /* the part's first row or column */
+	const size_t ea = op->in[0].dtype == KILN_BF16 ? 2 : 4;
+	const size_t eb = op->in[1].dtype == KILN_BF16 ? 2 : 4;
+	const size_t ec = op->out[0].dtype == KILN_BF16 ? 2 : 4;
+	const size_t ebias = op->n_in == 3 && op->in[2].dtype == KILN_BF16 ? 2 : 4;
+	struct part_at p;
+	p.i = k == g->n_part - 1;
+	p.len = p.i ? (g->cols ? N : M) - (int64_t)k * g->len : g->len;
+	p.a = g->cols ? 0 : at * (size_t)(ta ? 1 : K) * ea;
+	p.b = g->cols ? at * (size_t)(tb ? K : 1) * eb : 0;
+	p.c = at * (g->cols ? 1 : (size_t)N) * ec;
+	p.bias = g->cols ? at * ebias : 0;
+	return p;
+}
+
+/* Copy part k's block of the output between out and a helper's buffer
+ * priv (back: from priv into out).  A block of rows is contiguous and
+ * sits at the start of priv; a block of columns keeps the output's row
+ * stride, at its own offset in a buffer as large as the output. */
+static void part_copy(const struct cpu_gemm *g, const struct kiln_op *op, int k, char *out,
+		      char *priv, int back)
+{
+	const struct part_at p = part_at(g, op, k);
+	const size_t ec = op->out[0].dtype == KILN_BF16 ? 2 : 4, row = (size_t)op->i[3] * ec;
+	if (!g->cols) {
+		if (back)
+			memcpy(out + p.c, priv, (size_t)p.len * row);
+		else
+			memcpy(priv, out + p.c, (size_t)p.len * row);
+		return;
+	}
+	for (int64_t r = 0; r < op->i[2]; r++) {
+		const size_t at = p.c + (size_t)r * row;
+		if (back)
+			memcpy(out + at, priv + at, (size_t)p.len * ec);
+		else
+			memcpy(priv + at, out + at, (size_t)p.len * ec);
+	}
+}
+
+/* The job's arguments: the plan, in0, in1, in2, out0, workspace. */
+static int part_run(const struct cpu_job *j, int slot, int k, void *priv)
+{
+	const struct cpu_plan *p = j->arg[0];
+	const struct cpu_gemm *g = p->gemm;
+	const struct part_at at = part_at(g, &p->op, k);
+	const struct cpu_gemm_objs *o = &g->obj[2 * slot + at.i];
+	char *out = (char *)j->arg[4] + at.c, *ws = (char *)j->arg[5];
+	if (priv) { /* a helper: into its buffer */
+		if (p->op.flags & KILN_OPF_ACCUMULATE)
+			part_copy(g, &p->op, k, (char *)j->arg[4], priv, 0);
+		out = (char *)priv + (g->cols ? at.c : 0);
+		ws = (char *)priv + g->out_bytes;
+	}
+	return gemm_exec(g->part_prim[at.i], o->stream, g->bias_arg, o->a, o->b, o->c, o->bias,
+			 o->scratch, (const char *)j->arg[1] + at.a, (const char *)j->arg[2] + at.b,
+			 out, o->bias ? (const char *)j->arg[3] + at.bias : NULL,
+			 ws) != dnnl_success;
+}
+
+static void part_commit(const struct cpu_job *j, int k, void *priv)
+{
+	const struct cpu_plan *p = j->arg[0];
+	part_copy(p->gemm, &p->op, k, (char *)j->arg[4], priv, 1);
+}
+
+/* A split GEMM: the caller and the helpers take the next part not yet
+ * taken; a helper that is descheduled takes fewer parts, and a part it
+ * holds too long the caller runs itself (split.c).  Which thread runs a
+ * part never changes its bytes. */
+static int gemm_run_parts(const struct cpu_plan *p, const struct kiln_op_args *a)
+{
+	const struct cpu_gemm *g = p->gemm;
+	struct cpu_job j = { part_run, part_commit, g->n_part,
+			     { p, a->in[0], a->in[1], p->op.n_in == 3 ? a->in[2] : NULL, a->out[0],
+			       a->workspace } };
+	/* oneDNN's GEMM reads the calling thread's count when it runs: one,
+	 * as the parts' primitives were made (a helper sets its own) */
+	const int team = omp_get_max_threads();
+	if (team != 1)
+		omp_set_num_threads(1);
+	const int bad = cpu_pool_run(g->ctx, &j);
+	if (team != 1)
+		omp_set_num_threads(team);
+	return bad;
+}
+
 static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
 	p = cpu_variant(p); /* and the thread count oneDNN reads */
 	struct cpu_gemm *g = p->gemm;
-	dnnl_exec_arg_t args[6];
-	int n = 0;
 	dnnl_status_t s;
 	pthread_mutex_lock(&g->lock);
-	/* oneDNN takes non-const handles; inputs are only read. */
-	dnnl_memory_set_data_handle(g->a, (void *)a->in[0]);
-	dnnl_memory_set_data_handle(g->b, (void *)a->in[1]);
-	dnnl_memory_set_data_handle(g->c, a->out[0]);
-	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, g->a };
-	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, g->b };
-	args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DST, g->c };
-	if (g->bias) {
-		dnnl_memory_set_data_handle(g->bias, (void *)a->in[2]);
-		args[n++] = (dnnl_exec_arg_t){ g->bias_arg, g->bias };
-	}
-	if (g->scratch) {
-		dnnl_memory_set_data_handle(g->scratch, a->workspace);
-		args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SCRATCHPAD, g->scratch };
-	}
-	s = dnnl_primitive_execute(g->prim, g->stream, n, args);
-	if (s == dnnl_success)
-		s = dnnl_stream_wait(g->stream);
+	if (g->n_part)
+		s = gemm_run_parts(p, a) ? dnnl_runtime_error : dnnl_success;
+	else
+		s = gemm_exec(g->prim, g->stream, g->bias_arg, g->a, g->b, g->c, g->bias,
+			      g->scratch, a->in[0], a->in[1], a->out[0],
+			      g->bias ? a->in[2] : NULL, a->workspace);
 	pthread_mutex_unlock(&g->lock);
 	if (s != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: dnnl_primitive_execute: %s",
@@ -124,15 +278,142 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	return KILN_OK;
 }
 
-kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+/* The memory descriptors of a GEMM primitive and its scratchpad's size. */
+struct gemm_mds {
+	dnnl_memory_desc_t a, b, c, bias;
+	dnnl_memory_desc_t scratch; /* the primitive's own (scratch_bytes > 0) */
+	size_t scratch_bytes;
+};
+
+/* Make the primitive for the first m rows and n columns of op's product
+ * (all of it: m = M, n = N) with op's strides, on the calling thread's
+ * OpenMP count. */
+static kiln_status gemm_prim(struct cpu_ctx *c, const struct kiln_op *op, int64_t m, int64_t n,
+			     struct cpu_gemm *g, struct gemm_mds *md, dnnl_primitive_t *prim)
 {
-	const struct kiln_op *op = &p->op;
 	const int64_t ta = op->i[0], tb = op->i[1], M = op->i[2], N = op->i[3], K = op->i[4];
 	const float alpha = (float)op->f[0];
 	const int beta = !!(op->flags & KILN_OPF_ACCUMULATE);
 	const int has_bias = op->n_in == 3;
 	const int act = (op->flags & KILN_OPF_ACT) != 0;
 	kiln_status st = KILN_OK;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_matmul_desc_t desc;
+	/* op(A)[m,k]: A is [M,K] (strides K,1) or stored [K,M] (strides 1,M). */
+	CPU_DNNL(cpu_md2(&md->a, m, K, ta ? 1 : K, ta ? M : 1, op->in[0].dtype));
+	/* op(B)[k,n]: B is [K,N] (strides N,1) or stored [N,K] (strides 1,K). */
+	CPU_DNNL(cpu_md2(&md->b, K, n, tb ? 1 : N, tb ? K : 1, op->in[1].dtype));
+	CPU_DNNL(cpu_md2(&md->c, m, n, N, 1, op->out[0].dtype));
+	CPU_DNNL(cpu_md2(&md->bias, 1, n, n, 1, has_bias ? op->in[2].dtype : KILN_F32));
+	const int native_bias = has_bias && alpha == 1.0f;
+	CPU_DNNL(dnnl_matmul_desc_init(&desc, &md->a, &md->b, native_bias ? &md->bias : NULL, &md->c));
+
+	CPU_DNNL(dnnl_primitive_attr_create(&attr));
+	CPU_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+	if (alpha != 1.0f)
+		CPU_DNNL(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
+	if (beta || (has_bias && !native_bias) || act) {
+		int idx = 0;
+		CPU_DNNL(dnnl_post_ops_create(&po));
+		if (beta) {
+			CPU_DNNL(dnnl_post_ops_append_sum(po, 1.0f));
+			idx++;
+		}
+		if (has_bias && !native_bias) {
+			CPU_DNNL(dnnl_post_ops_append_binary(po, dnnl_binary_add, &md->bias));
+			g->bias_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
+		}
+		if (act) /* the epilogue, after the bias (opcheck: no sum then) */
+			CPU_DNNL(cpu_dnn_post_act(po, op));
+		CPU_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+	}
+	if (native_bias)
+		g->bias_arg = DNNL_ARG_BIAS;
+
+	CPU_DNNL(dnnl_primitive_desc_create(&pd, &desc, attr, c->engine, NULL));
+	CPU_DNNL(dnnl_primitive_create(prim, pd));
+	cpu_dnn_warm(pd);
+	const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+	md->scratch_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
+	if (sp)
+		md->scratch = *sp;
+out: /* oneDNN's destroy functions take NULL */
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_post_ops_destroy(po);
+	dnnl_primitive_attr_destroy(attr);
+	return st;
+}
+
+/* A stream and memory objects for one run at a time of a primitive with
+ * these descriptors. */
+static kiln_status gemm_objects(struct cpu_ctx *c, const struct kiln_op *op,
+				const struct gemm_mds *md, dnnl_stream_t *stream, dnnl_memory_t *a,
+				dnnl_memory_t *b, dnnl_memory_t *bias, dnnl_memory_t *cm,
+				dnnl_memory_t *scratch)
+{
+	const int64_t M = op->i[2], N = op->i[3], K = op->i[4];
+	kiln_status st = KILN_OK;
+	CPU_DNNL(dnnl_stream_create(stream, c->engine, dnnl_stream_default_flags));
+	CPU_DNNL(dnnl_memory_create(a, &md->a, c->engine, DNNL_MEMORY_NONE));
+	CPU_DNNL(dnnl_memory_create(b, &md->b, c->engine, DNNL_MEMORY_NONE));
+	CPU_DNNL(dnnl_memory_create(cm, &md->c, c->engine, DNNL_MEMORY_NONE));
+	if (op->n_in == 3)
+		CPU_DNNL(dnnl_memory_create(bias, &md->bias, c->engine, DNNL_MEMORY_NONE));
+	if (md->scratch_bytes)
+		CPU_DNNL(dnnl_memory_create(scratch, &md->scratch, c->engine, DNNL_MEMORY_NONE));
+out:
+	return st;
+}
+
+/* The split plan: a primitive made for one thread for `len` rows (cols:
+ * columns) and one for the last part's, each thread's objects for them,
+ * and the helpers' buffers (cpu_gemm_split). */
+static kiln_status gemm_prepare_parts(struct cpu_ctx *c, const struct kiln_op *op,
+				      struct cpu_gemm *g, int64_t len, int cols)
+{
+	const int64_t M = op->i[2], N = op->i[3];
+	const int64_t all = cols ? N : M;
+	const int n = (int)((all + len - 1) / len);
+	struct gemm_mds md[2];
+	size_t ws = 0;
+	kiln_status st = KILN_OK;
+	g->slots = c->threads < CPU_POOL_MAX + 1 ? c->threads : CPU_POOL_MAX + 1;
+	g->obj = calloc((size_t)(2 * g->slots), sizeof *g->obj);
+	if (!g->obj)
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a GEMM plan");
+	g->ctx = c;
+	g->n_part = n;
+	g->len = len;
+	g->cols = cols;
+	const int team = omp_get_max_threads();
+	omp_set_num_threads(1); /* the parts run on one thread each */
+	for (int i = 0; i < 2 && !st; i++) {
+		const int64_t l = i ? all - (int64_t)(n - 1) * len : len;
+		st = gemm_prim(c, op, cols ? M : l, cols ? l : N, g, &md[i], &g->part_prim[i]);
+		if (!st && (md[i].scratch_bytes + 63) / 64 * 64 > ws)
+			ws = (md[i].scratch_bytes + 63) / 64 * 64;
+	}
+	omp_set_num_threads(team);
+	for (int k = 0; k < 2 * g->slots && !st; k++) {
+		struct cpu_gemm_objs *o = &g->obj[k];
+		st = gemm_objects(c, op, &md[k & 1], &o->stream, &o->a, &o->b, &o->bias, &o->c,
+				  &o->scratch);
+	}
+	/* a helper's copy of its part: rows at the start of its buffer, or
+	 * columns where they are in the output (cpu_gemm_split bounds M N) */
+	g->out_bytes = ((size_t)((cols ? M : len) * N) * (op->out[0].dtype == KILN_BF16 ? 2 : 4) +
+			63) / 64 * 64;
+	g->part_ws = ws;
+	g->scratch_bytes = ws; /* the caller runs one part at a time */
+	return st ? st : cpu_pool_reserve(c, g->out_bytes + ws);
+}
+
+kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	kiln_status st;
 
 	/* f32 throughout, or bf16 A and B with an f32 or bf16 result and an
 	 * f32 or bf16 bias (oneDNN accumulates in f32) */
@@ -149,66 +430,27 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	pthread_mutex_init(&g->lock, NULL);
 	p->gemm = g; /* freed by the caller on failure */
 
-	dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
-	dnnl_primitive_attr_t attr = NULL;
-	dnnl_post_ops_t po = NULL;
-	dnnl_primitive_desc_t pd = NULL;
-	dnnl_matmul_desc_t desc;
-	/* op(A)[m,k]: A is [M,K] (strides K,1) or stored [K,M] (strides 1,M). */
-	CPU_DNNL(cpu_md2(&a_md, M, K, ta ? 1 : K, ta ? M : 1, op->in[0].dtype));
-	/* op(B)[k,n]: B is [K,N] (strides N,1) or stored [N,K] (strides 1,K). */
-	CPU_DNNL(cpu_md2(&b_md, K, N, tb ? 1 : N, tb ? K : 1, op->in[1].dtype));
-	CPU_DNNL(cpu_md2(&c_md, M, N, N, 1, op->out[0].dtype));
-	CPU_DNNL(cpu_md2(&bias_md, 1, N, N, 1, has_bias ? op->in[2].dtype : KILN_F32));
-	const int native_bias = has_bias && alpha == 1.0f;
-	CPU_DNNL(dnnl_matmul_desc_init(&desc, &a_md, &b_md, native_bias ? &bias_md : NULL, &c_md));
-
-	CPU_DNNL(dnnl_primitive_attr_create(&attr));
-	CPU_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
-	if (alpha != 1.0f)
-		CPU_DNNL(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha));
-	if (beta || (has_bias && !native_bias) || act) {
-		int idx = 0;
-		CPU_DNNL(dnnl_post_ops_create(&po));
-		if (beta) {
-			CPU_DNNL(dnnl_post_ops_append_sum(po, 1.0f));
-			idx++;
-		}
-		if (has_bias && !native_bias) {
-			CPU_DNNL(dnnl_post_ops_append_binary(po, dnnl_binary_add, &bias_md));
-			g->bias_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
-		}
-		if (act) /* the epilogue, after the bias (opcheck: no sum then) */
-			CPU_DNNL(cpu_dnn_post_act(po, op));
-		CPU_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+	int cols = 0;
+	const int64_t len = cpu_op_one_thread(op) ? 0 : cpu_gemm_split(op, c->threads, &cols);
+	if (len) {
+		st = gemm_prepare_parts(c, op, g, len, cols);
+	} else {
+		struct gemm_mds md;
+		st = gemm_prim(c, op, op->i[2], op->i[3], g, &md, &g->prim);
+		g->scratch_bytes = md.scratch_bytes;
+		if (!st)
+			st = gemm_objects(c, op, &md, &g->stream, &g->a, &g->b, &g->bias, &g->c,
+					  &g->scratch);
 	}
-	if (native_bias)
-		g->bias_arg = DNNL_ARG_BIAS;
-
-	CPU_DNNL(dnnl_primitive_desc_create(&pd, &desc, attr, c->engine, NULL));
-	CPU_DNNL(dnnl_primitive_create(&g->prim, pd));
-	cpu_dnn_warm(pd);
-	const dnnl_memory_desc_t *sp_md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-	g->scratch_bytes = sp_md ? dnnl_memory_desc_get_size(sp_md) : 0;
-	CPU_DNNL(dnnl_stream_create(&g->stream, c->engine, dnnl_stream_default_flags));
-	CPU_DNNL(dnnl_memory_create(&g->a, &a_md, c->engine, DNNL_MEMORY_NONE));
-	CPU_DNNL(dnnl_memory_create(&g->b, &b_md, c->engine, DNNL_MEMORY_NONE));
-	CPU_DNNL(dnnl_memory_create(&g->c, &c_md, c->engine, DNNL_MEMORY_NONE));
-	if (has_bias)
-		CPU_DNNL(dnnl_memory_create(&g->bias, &bias_md, c->engine, DNNL_MEMORY_NONE));
-	if (g->scratch_bytes)
-		CPU_DNNL(dnnl_memory_create(&g->scratch, sp_md, c->engine, DNNL_MEMORY_NONE));
-
+	if (st)
+		return st;
 	p->workspace = g->scratch_bytes;
 	p->n_in = op->n_in;
 	p->n_out = 1;
 	p->kernel = cpu_gemm_run;
-	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld: scratchpad %zu bytes",
-		     (long long)M, (long long)N, (long long)K, (long long)ta, (long long)tb,
-		     g->scratch_bytes);
-out: /* oneDNN's destroy functions take NULL */
-	dnnl_primitive_desc_destroy(pd);
-	dnnl_post_ops_destroy(po);
-	dnnl_primitive_attr_destroy(attr);
-	return st;
+	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld: scratchpad %zu bytes, %d parts of %lld %s",
+		     (long long)op->i[2], (long long)op->i[3], (long long)op->i[4],
+		     (long long)op->i[0], (long long)op->i[1], g->scratch_bytes, g->n_part,
+		     (long long)g->len, g->cols ? "columns" : "rows");
+	return KILN_OK;
 }

@@ -135,6 +135,45 @@ int cpu_op_one_thread(const struct kiln_op *op)
 	return f > 0 && f < CPU_ONE_THREAD_FLOP;
 }
 
+/* ---- GEMMs split into parts ------------------------------------------------ */
+
+int64_t cpu_gemm_split(const struct kiln_op *op, int threads, int *cols)
+{
+	const int64_t M = op->i[2], N = op->i[3];
+	const double flop = 2.0 * (double)M * (double)N * (double)op->i[4];
+	const char *hook = getenv("KILN_CPU_GEMM_SPLIT");
+	*cols = 0;
+	if (threads < 2 || op->type != KILN_OP_GEMM)
+		return 0;
+	if (hook && *hook) { /* the test hook: rows:R, cols:C or 0 */
+		long long len = 0;
+		if (sscanf(hook, "cols:%lld", &len) == 1)
+			*cols = 1;
+		else if (sscanf(hook, "rows:%lld", &len) != 1)
+			len = 0;
+		return len > 0 && len < (*cols ? N : M) ? len : 0;
+	}
+	/* columns of op(B) and the product, about CPU_SPLIT_COLS a part (a
+	 * multiple of 16, the vector); else rows of op(A) and the product,
+	 * about CPU_SPLIT_ROWS (a multiple of 8, oneDNN's row block); at
+	 * most CPU_SPLIT_PARTS parts.  Smaller parts run further from the
+	 * core's peak (docs/PERFORMANCE.md, "A late thread"). */
+	if (flop < CPU_SPLIT_FLOP)
+		return 0;
+	/* a block of columns needs a helper buffer as large as the output */
+	*cols = N >= 2 * CPU_SPLIT_COLS && (double)M * (double)N * 4 <= CPU_SPLIT_COLS_BYTES;
+	const int64_t all = *cols ? N : M, want = *cols ? CPU_SPLIT_COLS : CPU_SPLIT_ROWS,
+		      align = *cols ? 16 : 8;
+	if (all < 2 * want)
+		return 0;
+	int64_t parts = (all + want - 1) / want;
+	if (parts > CPU_SPLIT_PARTS)
+		parts = CPU_SPLIT_PARTS;
+	int64_t len = (all + parts - 1) / parts;
+	len = (len + align - 1) / align * align;
+	return len < all ? len : 0;
+}
+
 /* ---- reading the quota -------------------------------------------------------- */
 
 /* The first line of a file into buf; -1 when it cannot be read. */

@@ -55,6 +55,30 @@ int64_t cpu_throttled_parse(const char *cpu_stat);
 #define CPU_ONE_THREAD_FLOP 4194304.0
 int cpu_op_one_thread(const struct kiln_op *op);
 
+/* ---- GEMMs split into parts ---------------------------------------------- */
+
+/* A GEMM of CPU_SPLIT_FLOP or more on a device of 2 or more threads is
+ * split into parts: blocks of about CPU_SPLIT_COLS columns of the product
+ * (when it has at least twice that many and its f32 output fits
+ * CPU_SPLIT_COLS_BYTES: a helper computes a block of columns into a buffer
+ * as large as the output), else of about CPU_SPLIT_ROWS
+ * rows, at most CPU_SPLIT_PARTS of them.  Each part runs on one thread,
+ * by a primitive made for one thread, and the calling thread and the
+ * helpers take the next part not yet taken (gemm.c, split.c;
+ * docs/PERFORMANCE.md, "A late thread does not stall the team").
+ * cpu_gemm_split returns a part's length (rows, or columns when *cols is
+ * set) for op on a device of `threads` threads, or 0: not split.  The
+ * parts depend on the op's shape alone, never on the team's size, so a
+ * product's bytes are the same on any team of 2 or more.  The test hook
+ * $KILN_CPU_GEMM_SPLIT: "rows:R" or "cols:C" splits every GEMM of more
+ * than R rows (C columns) into parts of R (C); "0" splits none. */
+#define CPU_SPLIT_FLOP 16777216.0
+#define CPU_SPLIT_COLS 128
+#define CPU_SPLIT_COLS_BYTES 8388608.0 /* columns only for outputs up to 8 MiB */
+#define CPU_SPLIT_ROWS 64
+#define CPU_SPLIT_PARTS 16
+int64_t cpu_gemm_split(const struct kiln_op *op, int threads, int *cols);
+
 /* ---- the adaptive team ----------------------------------------------------- */
 
 /* One interval's measurement: wall time, the run-queue delay summed over

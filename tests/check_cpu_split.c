@@ -1,0 +1,221 @@
+/* tests/check_cpu_split.c - the CPU device's split GEMMs (plugins/cpu/
+ * gemm.c, split.c): a large GEMM's parts, run by the calling thread and a
+ * helper, give the right product (against a double-precision reference);
+ * its bytes are the same on teams of 2, 3 and 4 threads and whoever runs
+ * which part; and a helper that is late in every part it takes
+ * ($KILN_CPU_POOL_LATE_US, a helper descheduled mid-part) does not hold
+ * the caller: it runs those parts itself, in about the time of the GEMM.
+ */
+#include <kiln/kiln.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "check_main.h"
+
+static struct kiln_registry *reg;
+
+struct gemm {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	void *plan, *stream, *a, *b, *bias, *c, *ws;
+	size_t wsb;
+	int64_t M, N, K;
+};
+
+static float val(uint32_t i, uint32_t salt)
+{
+	uint32_t x = i * 2654435761u ^ salt * 40503u;
+	x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
+	return (float)(x % 2001) / 1000.0f - 1.0f;
+}
+
+/* A GEMM on a cpu device of `threads` threads: C[M,N] = op(A) op(B) + bias
+ * (+ C when beta), A and B filled from val(); C starts as val(salt 3). */
+static void gemm_open(struct gemm *g, int threads, int64_t M, int64_t N, int64_t K, int ta,
+		      int tb, int beta)
+{
+	char ov[64];
+	memset(g, 0, sizeof *g);
+	g->M = M, g->N = N, g->K = K;
+	snprintf(ov, sizeof ov, "run.threads=%d", threads);
+	ck_assert(kiln_config_new(&g->cfg) == 0);
+	ck_assert(kiln_config_override(g->cfg, ov) == 0);
+	ck_assert_msg(kiln_device_open(reg, g->cfg, "cpu", 0, &g->dev) == 0, "%s", kiln_last_error());
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GEMM;
+	op.flags = beta ? KILN_OPF_ACCUMULATE : 0;
+	op.n_in = 3;
+	op.n_out = 1;
+	const int64_t da[2] = { ta ? K : M, ta ? M : K }, db[2] = { tb ? N : K, tb ? K : N },
+		      dc[2] = { M, N }, dbias[1] = { N };
+	kiln_tensor_desc_init(&op.in[0], KILN_F32, 2, da);
+	kiln_tensor_desc_init(&op.in[1], KILN_F32, 2, db);
+	kiln_tensor_desc_init(&op.in[2], KILN_F32, 1, dbias);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 2, dc);
+	op.i[0] = ta, op.i[1] = tb, op.i[2] = M, op.i[3] = N, op.i[4] = K;
+	op.f[0] = 1.0;
+	ck_assert_msg(kiln_device_prepare(g->dev, &op, &g->plan, &g->wsb) == 0, "%s",
+		      kiln_last_error());
+	ck_assert(kiln_device_stream_create(g->dev, &g->stream) == 0);
+	ck_assert(kiln_device_alloc(g->dev, (size_t)(M * K) * 4, &g->a) == 0);
+	ck_assert(kiln_device_alloc(g->dev, (size_t)(K * N) * 4, &g->b) == 0);
+	ck_assert(kiln_device_alloc(g->dev, (size_t)N * 4, &g->bias) == 0);
+	ck_assert(kiln_device_alloc(g->dev, (size_t)(M * N) * 4, &g->c) == 0);
+	if (g->wsb)
+		ck_assert(kiln_device_alloc(g->dev, g->wsb, &g->ws) == 0);
+	for (int64_t i = 0; i < M * K; i++)
+		((float *)g->a)[i] = val((uint32_t)i, 1);
+	for (int64_t i = 0; i < K * N; i++)
+		((float *)g->b)[i] = val((uint32_t)i, 2);
+	for (int64_t i = 0; i < N; i++)
+		((float *)g->bias)[i] = val((uint32_t)i, 4);
+}
+
+/* Run it `times` times from C = val(salt 3); the seconds of the slowest. */
+static double gemm_run(struct gemm *g, int times)
+{
+	struct kiln_op_args args = { .in = { g->a, g->b, g->bias }, .out = { g->c },
+				     .workspace = g->ws, .workspace_bytes = g->wsb };
+	double worst = 0;
+	for (int t = 0; t < times; t++) {
+		for (int64_t i = 0; i < g->M * g->N; i++)
+			((float *)g->c)[i] = val((uint32_t)i, 3);
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		ck_assert_msg(kiln_device_run(g->dev, g->plan, &args, g->stream) == 0, "%s",
+			      kiln_last_error());
+		ck_assert(kiln_device_stream_sync(g->dev, g->stream) == 0);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+		worst = s > worst ? s : worst;
+	}
+	return worst;
+}
+
+static void gemm_close(struct gemm *g)
+{
+	kiln_device_free(g->dev, g->a);
+	kiln_device_free(g->dev, g->b);
+	kiln_device_free(g->dev, g->bias);
+	kiln_device_free(g->dev, g->c);
+	kiln_device_free(g->dev, g->ws);
+	kiln_device_plan_free(g->dev, g->plan);
+	kiln_device_stream_destroy(g->dev, g->stream);
+	kiln_device_close(g->dev);
+	kiln_config_free(g->cfg);
+}
+
+/* The product against a double-precision reference, relative to the sum
+ * of the terms' magnitudes.  ck_abort_msg on a mismatch only: Check
+ * records every ck_assert it passes. */
+static void check_product(const struct gemm *g, int ta, int tb, int beta)
+{
+	const float *A = g->a, *B = g->b, *C = g->c, *bias = g->bias;
+	const int64_t M = g->M, N = g->N, K = g->K;
+	for (int64_t m = 0; m < M; m++)
+		for (int64_t n = 0; n < N; n++) {
+			double s = bias[n] + (beta ? val((uint32_t)(m * N + n), 3) : 0), mag = fabs(s);
+			for (int64_t k = 0; k < K; k++) {
+				const double x = (double)(ta ? A[k * M + m] : A[m * K + k]) *
+						 (double)(tb ? B[n * K + k] : B[k * N + n]);
+				s += x;
+				mag += fabs(x);
+			}
+			if (!(fabs(C[m * N + n] - s) <= 1e-5 * mag + 1e-6))
+				ck_abort_msg("M=%lld N=%lld K=%lld tA=%d tB=%d beta=%d: C[%lld,%lld] = %.7g, want %.7g",
+				      (long long)M, (long long)N, (long long)K, ta, tb, beta,
+				      (long long)m, (long long)n, C[m * N + n], s);
+		}
+}
+
+/* shapes split by columns (3 parts of 112, 112, 96) and by rows (5 parts:
+ * 4 of 64 and 44) */
+static const int64_t shapes[][3] = { { 96, 320, 300 }, { 300, 200, 200 } };
+
+START_TEST(test_split_product)
+{
+	for (int s = 0; s < 2; s++)
+		for (int t = 0; t < 8; t++) {
+			struct gemm g;
+			gemm_open(&g, 2, shapes[s][0], shapes[s][1], shapes[s][2], t & 1, (t >> 1) & 1,
+				  t >> 2);
+			gemm_run(&g, 3);
+			check_product(&g, t & 1, (t >> 1) & 1, t >> 2);
+			gemm_close(&g);
+		}
+}
+END_TEST
+
+/* The bytes of shape s (tA, tB, beta from t) on a team of `threads`. */
+static float *bytes_on(int threads, int s, int t)
+{
+	struct gemm g;
+	const size_t n = (size_t)(shapes[s][0] * shapes[s][1]);
+	float *out = malloc(n * sizeof *out);
+	gemm_open(&g, threads, shapes[s][0], shapes[s][1], shapes[s][2], t & 1, (t >> 1) & 1, t >> 2);
+	gemm_run(&g, 5);
+	memcpy(out, g.c, n * sizeof *out);
+	gemm_close(&g);
+	return out;
+}
+
+START_TEST(test_split_bytes_any_team)
+{
+	for (int s = 0; s < 2; s++)
+		for (int t = 0; t < 8; t += 3) {
+			float *two = bytes_on(2, s, t);
+			for (int threads = 3; threads <= 4; threads++) {
+				float *other = bytes_on(threads, s, t);
+				ck_assert_msg(!memcmp(two, other, sizeof(float) * (size_t)(shapes[s][0] * shapes[s][1])),
+					      "shape %d case %d: other bytes on %d threads than on 2", s, t,
+					      threads);
+				free(other);
+			}
+			free(two);
+		}
+}
+END_TEST
+
+/* A helper that sleeps 300 ms in every part it takes: the caller runs
+ * those parts itself and returns in far less than that, with the same
+ * bytes; the late helper's copies are dropped (the product stays right
+ * after it wakes). */
+START_TEST(test_late_helper)
+{
+	for (int s = 0; s < 2; s++) {
+		const int t = 4; /* accumulate: a dropped copy must not add twice */
+		const size_t bytes = sizeof(float) * (size_t)(shapes[s][0] * shapes[s][1]);
+		float *want = bytes_on(2, s, t);
+		setenv("KILN_CPU_POOL_LATE_US", "300000", 1);
+		struct gemm g;
+		gemm_open(&g, 2, shapes[s][0], shapes[s][1], shapes[s][2], t & 1, (t >> 1) & 1, t >> 2);
+		unsetenv("KILN_CPU_POOL_LATE_US");
+		const double worst = gemm_run(&g, 3);
+		ck_assert_msg(worst < 0.15, "shape %d: a run took %.3f s: the caller waited for the late helper",
+			      s, worst);
+		ck_assert(!memcmp(want, g.c, bytes));
+		struct timespec nap = { 0, 400000000 }; /* the helper wakes, finds its part taken */
+		nanosleep(&nap, NULL);
+		ck_assert(!memcmp(want, g.c, bytes));
+		check_product(&g, t & 1, (t >> 1) & 1, t >> 2);
+		gemm_close(&g);
+		free(want);
+	}
+}
+END_TEST
+
+static Suite *make_cpu_split_suite(void)
+{
+	Suite *s = suite_create("cpu_split");
+	check_add_case(s, "split", 60, NULL, NULL, (const TTest *[]){
+		test_split_product, test_split_bytes_any_team, test_late_helper, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_cpu_split_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };
