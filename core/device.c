@@ -492,8 +492,8 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if ((op->flags & KILN_OPF_KEEP) && dev->plugin->abi_minor < 9)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before kept convolution copies",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
-	/* ... and ADD's u8 output (2.9) */
-	if (op->type == KILN_OP_ADD && op->out[0].dtype == KILN_U8 && dev->plugin->abi_minor < 9)
+	/* ... and ADD's u8 output (2.10) */
+	if (op->type == KILN_OP_ADD && op->out[0].dtype == KILN_U8 && dev->plugin->abi_minor < 10)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADD's u8 output",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	/* ... and the ReLU backward's bias gradient (2.9) */

@@ -701,7 +701,7 @@ static kiln_status check_small(const char *who, const struct kiln_op *op)
 			BAD(KILN_EINVAL, "takes 2 inputs, got %d", op->n_in);
 		if (numel(&op->in[0]) != numel(&op->out[0]) || numel(&op->in[1]) != numel(&op->out[0]))
 			BAD(KILN_EINVAL, "input and output sizes differ");
-		/* ADD's u8 output (2.9): f32 inputs, its scale f[0] */
+		/* ADD's u8 output (2.10): f32 inputs, its scale f[0] */
 		if (op->out[0].dtype == KILN_U8 &&
 		    (op->type != KILN_OP_ADD || op->in[0].dtype != KILN_F32 ||
 		     op->in[1].dtype != KILN_F32 || (op->flags & KILN_OPF_ACCUMULATE) ||

@@ -520,7 +520,7 @@ START_TEST(test_qlinear_chain)
 }
 END_TEST
 
-/* ADD's u8 output (ABI 2.9): the sum of two f32 inputs, its ReLU and the
+/* ADD's u8 output (ABI 2.10): the sum of two f32 inputs, its ReLU and the
  * quantization by 1 / so in one pass, byte for byte the contract's f32
  * steps (negative sums, saturation, ties to even), and the INT8 conv that
  * reads it gives bit for bit what it gives on the f32 ReLU output it

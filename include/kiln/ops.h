@@ -118,7 +118,7 @@ enum kiln_op_type {
 	/* out0 = f[0] * in0 (+ out0 if accumulate) */
 	KILN_OP_SCALE = 10,
 	/* out0 = in0 + in1 (+ out0 if accumulate).
-	 * ABI 2.9 addition (chained INT8, inference plans: a residual sum and
+	 * ABI 2.10 addition (chained INT8, inference plans: a residual sum and
 	 * the ReLU that alone reads it, written for the INT8 layers after it):
 	 * out0 may be u8, with in0 and in1 f32, no accumulate, and out0's
 	 * scale so = f[0] > 0:

@@ -81,9 +81,11 @@ extern "C" {
  * 2.9: RELU_BWD may take a second output, out1 f32 [N]: the sum over rows
  *      of the masked gradient (the bias gradient of the layer before the
  *      ReLU, in the same pass; kiln/ops.h).  A device that has not got it
- *      returns KILN_ENOTSUP and the caller runs BIAS_GRAD apart. */
+ *      returns KILN_ENOTSUP and the caller runs BIAS_GRAD apart.
+ * 2.10: KILN_OP_ADD may write a u8 out0 in inference (two f32 inputs, the
+ *      output scale in f[0], the ReLU implied; kiln/ops.h). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 9
+#define KILN_ABI_MINOR 10
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

@@ -801,7 +801,7 @@ static void vec_lp_span(const struct cpu_plan *p, const struct kiln_op_args *a, 
 	}
 }
 
-/* ADD's u8 output (kiln/ops.h, ABI 2.9): the sum, its ReLU and the
+/* ADD's u8 output (kiln/ops.h, ABI 2.10): the sum, its ReLU and the
  * quantization by r = 1 / so in one pass; the same f32 steps as ADD,
  * RELU and QCONV's quantizing reorder (x * r, round half to even,
  * saturated), so the same bytes. */
