@@ -7,13 +7,13 @@
  * by one thread from start to end, so the result does not depend on the
  * thread count.  A pair is walked in blocks of ATTN_BQ query rows: the
  * block's scores S [m, n] = scale * Q_blk K^T are one small product
- * (attn_mm_run: register tiles of 4 rows by 16 or 32 columns, K^T packed
+ * (attn_mm_run: register tiles of 8 rows by 16 or 32 columns, K^T packed
  * once per pair; q read in place through the leading dimension 3C), the
  * softmax is a vectorised row loop, and y_blk = P V is a second product.
  * These products are too small for oneDNN's sgemm, whose per-call cost was
  * most of the attention's time (docs/PERFORMANCE.md, issue 20, session 8).
  * Causal: a block of rows [r0, r0+m) sees keys [0, r0+m) only, and each
- * tile of 4 rows computes only the columns (or sums only the terms) its
+ * tile of 8 rows computes only the columns (or sums only the terms) its
  * rows can see, to the vector: the upper-right part of the [T, T] matrix is
  * never computed.  At most one [ATTN_BQ, T] block (forward) or two
  * (backward: P and dP) exist per thread, in the workspace prepare asks for.
@@ -291,8 +291,10 @@ static inline __attribute__((always_inline)) void attn_tile(const struct attn_mm
 }
 
 /* The whole product, C [M, n] over k in [0, K), of which `part` is
- * computed (enum attn_part; elements it leaves get k's outside the range
- * as zero: C's columns past a row's causal limit stay as they were). */
+ * computed (enum attn_part), to the tile: a tile of rows sums the k range
+ * its rows need together, so A must hold zeros at the masked (row, k) it
+ * spans (the softmax rows write them); under ATTN_COLS the columns past a
+ * tile's last row's limit (to the vector) are left as they were. */
 CPU_CLONES static void attn_mm_run(const struct attn_mm *g, int64_t M, int64_t K,
 				   enum attn_part part, int64_t off)
 {
@@ -341,13 +343,57 @@ static void attn_pack(float *dst, const float *src, int64_t ld, int64_t rows, in
 	}
 }
 
-/* dst [cols, pad(rows)] = src^T, the padding columns zero. */
-static void attn_pack_t(float *dst, const float *src, int64_t ld, int64_t rows, int64_t cols)
+/* 16 rows of 16 (src, ld floats apart) into dst's 16 rows (w floats apart),
+ * transposed: four rounds of two-vector shuffles, each swapping the
+ * off-diagonal s x s blocks of every 2s x 2s block (s = 8, 4, 2, 1). */
+static inline __attribute__((always_inline)) void attn_t16(float *dst, int64_t w, const float *src,
+							   int64_t ld)
 {
-	const int64_t w = attn_pad(rows);
+	static const attn_ivec lo[4] = {
+		{ 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23 },
+		{ 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27 },
+		{ 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29 },
+		{ 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30 },
+	};
+	static const attn_ivec hi[4] = {
+		{ 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31 },
+		{ 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31 },
+		{ 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31 },
+		{ 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31 },
+	};
+	attn_vec r[ATTN_VL];
+#pragma GCC unroll 16
+	for (int i = 0; i < ATTN_VL; i++)
+		r[i] = *(const attn_vec *)(src + i * ld);
+#pragma GCC unroll 4
+	for (int k = 0; k < 4; k++) {
+		const int sw = 8 >> k;
+#pragma GCC unroll 16
+		for (int i = 0; i < ATTN_VL; i++)
+			if (!(i & sw)) {
+				const attn_vec a = r[i], b = r[i + sw];
+				r[i] = __builtin_shuffle(a, b, lo[k]);
+				r[i + sw] = __builtin_shuffle(a, b, hi[k]);
+			}
+	}
+#pragma GCC unroll 16
+	for (int i = 0; i < ATTN_VL; i++)
+		*(attn_vec *)(dst + i * w) = r[i];
+}
+
+/* dst [cols, pad(rows)] = src^T, the padding columns zero: whole 16 x 16
+ * blocks through attn_t16, the rest element by element. */
+CPU_CLONES static void attn_pack_t(float *dst, const float *src, int64_t ld, int64_t rows,
+				   int64_t cols)
+{
+	const int64_t w = attn_pad(rows), rb = rows / ATTN_VL * ATTN_VL;
+	const int64_t cb = cols / ATTN_VL * ATTN_VL;
+	for (int64_t t = 0; t < rb; t += ATTN_VL)
+		for (int64_t d = 0; d < cb; d += ATTN_VL)
+			attn_t16(dst + d * w + t, w, src + t * ld + d, ld);
 	for (int64_t d = 0; d < cols; d++) {
 		float *o = dst + d * w;
-		for (int64_t t = 0; t < rows; t++)
+		for (int64_t t = d < cb ? rb : 0; t < rows; t++)
 			o[t] = src[t * ld + d];
 		for (int64_t t = rows; t < w; t++)
 			o[t] = 0.0f;
