@@ -70,13 +70,13 @@ static struct attn_dims attn_dims(const struct cpu_plan *p)
 }
 
 /* Floats of one thread's workspace (the layout is in attn_bwd_head, the
- * larger of the two): K^T and V^T [D, pad(T)], K, Q and dY packed
- * [T, pad(D)] when D is not a whole number of vectors, the blocks S and dP
- * [ATTN_BQ, pad(T)]. */
+ * larger of the two): K^T and V^T [D, pad(T)], the blocks S and dP
+ * [ATTN_BQ, pad(T)], and K, Q and dY packed [T, pad(D)] when D is not a
+ * whole number of vectors (else they are read in place). */
 static int64_t attn_thread_floats(int64_t T, int64_t D)
 {
 	const int64_t Tp = attn_pad(T), Dp = attn_pad(D);
-	return 2 * D * Tp + 3 * T * Dp + 2 * ATTN_BQ * Tp;
+	return 2 * D * Tp + 2 * ATTN_BQ * Tp + (D % ATTN_VL ? 3 * T * Dp : 0);
 }
 
 /* ---- row loops ---------------------------------------------------------- */
@@ -451,7 +451,7 @@ static void attn_fwd_head(const struct attn_dims *g, const float *qkv, float *y,
 	const struct attn_head at = attn_head(g, b, h);
 	const int64_t T = g->T, C = g->C, D = g->D, ld = 3 * C, Tp = attn_pad(T);
 	const float *q = qkv + at.q, *k = q + C, *v = q + 2 * C;
-	float *Kt = ws, *Vp = Kt + D * Tp, *S = Vp + T * attn_pad(D);
+	float *Kt = ws, *S = Kt + D * Tp, *Vp = S + ATTN_BQ * Tp;
 	int64_t ldv;
 	attn_pack_t(Kt, k, ld, T, D);
 	const float *vb = attn_rows(Vp, v, ld, T, D, &ldv);
@@ -488,8 +488,8 @@ static void attn_bwd_head(const struct attn_dims *g, const float *dy, const floa
 	const int64_t Dp = attn_pad(D);
 	const float *q = qkv + at.q, *k = q + C, *v = q + 2 * C;
 	float *dq = dqkv + at.q, *dk = dq + C, *dv = dq + 2 * C;
-	float *Kt = ws, *Vt = Kt + D * Tp, *Kp = Vt + D * Tp, *Qp = Kp + T * Dp;
-	float *dYp = Qp + T * Dp, *S = dYp + T * Dp, *dP = S + ATTN_BQ * Tp;
+	float *Kt = ws, *Vt = Kt + D * Tp, *S = Vt + D * Tp, *dP = S + ATTN_BQ * Tp;
+	float *Kp = dP + ATTN_BQ * Tp, *Qp = Kp + T * Dp, *dYp = Qp + T * Dp;
 	int64_t ldk, ldq, lddy;
 	attn_pack_t(Kt, k, ld, T, D);
 	attn_pack_t(Vt, v, ld, T, D);
