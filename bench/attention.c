@@ -4,7 +4,9 @@
  *
  * Usage: bench/attention THREADS B T C H [REPEATS]
  * Prints the median and the minimum of REPEATS (default 20) forward+backward
- * pairs, after two warm-up pairs, and of the forward alone.
+ * pairs, after two warm-up pairs, and of the forward alone; and the process's
+ * CPU time per timed pair (user + sys of all its threads: the figure a loaded
+ * machine leaves nearly intact at THREADS 1).
  */
 #include <kiln/kiln.h>
 #include <math.h>
@@ -25,6 +27,13 @@ static double now(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double cpu_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
 	return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -91,7 +100,10 @@ int main(int argc, char **argv)
 	struct kiln_op_args ab = { .in = { dDY, dQ, dY, dL }, .out = { dG }, .workspace = ws,
 				   .workspace_bytes = wb };
 	double *tf = malloc(sizeof(double) * (size_t)(reps + 2)), *tb = malloc(sizeof(double) * (size_t)(reps + 2));
+	double c0 = 0;
 	for (int r = 0; r < reps + 2; r++) {
+		if (r == 2)
+			c0 = cpu_now();
 		double t0 = now();
 		CHECK(kiln_device_run(dev, pf, &af, s));
 		CHECK(kiln_device_stream_sync(dev, s));
@@ -101,11 +113,12 @@ int main(int argc, char **argv)
 		tf[r] = t1 - t0;
 		tb[r] = now() - t0;
 	}
+	const double cpu = (cpu_now() - c0) / reps;
 	qsort(tf + 2, (size_t)reps, sizeof *tf, cmp);
 	qsort(tb + 2, (size_t)reps, sizeof *tb, cmp);
-	printf("kiln attention B=%lld T=%lld C=%lld H=%lld threads=%s: fwd+bwd %.3f ms (fwd %.3f ms), median of %d; min %.3f ms (fwd %.3f ms)\n",
+	printf("kiln attention B=%lld T=%lld C=%lld H=%lld threads=%s: fwd+bwd %.3f ms (fwd %.3f ms), median of %d; min %.3f ms (fwd %.3f ms); CPU %.3f ms a pair\n",
 	       (long long)B, (long long)T, (long long)C, (long long)H, argv[1], tb[2 + reps / 2] * 1e3,
-	       tf[2 + reps / 2] * 1e3, reps, tb[2] * 1e3, tf[2] * 1e3);
+	       tf[2 + reps / 2] * 1e3, reps, tb[2] * 1e3, tf[2] * 1e3, cpu * 1e3);
 	void *bufs[] = { ws, dQ, dY, dL, dDY, dG };
 	for (int i = 0; i < 6; i++)
 		kiln_device_free(dev, bufs[i]);

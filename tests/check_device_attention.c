@@ -245,6 +245,13 @@ START_TEST(test_attn_loops)
 		{ .B = 2, .T = 70, .C = 32, .H = 4, .causal = 1, .scale = 0.2 },
 		{ .B = 2, .T = 45, .C = 64, .H = 1, .causal = 0 },
 		{ .B = 1, .T = 100, .C = 128, .H = 2, .causal = 1 },
+		/* the CPU kernel's register tiles (8 rows by 16 or 32 columns):
+		 * head dims of 2 vectors and of 1.5 read in place, 3 packed,
+		 * T past 2 row blocks with rows that end inside a vector */
+		{ .B = 2, .T = 130, .C = 96, .H = 3, .causal = 1 },
+		{ .B = 1, .T = 67, .C = 48, .H = 1, .causal = 1 },
+		{ .B = 1, .T = 67, .C = 48, .H = 1, .causal = 0 },
+		{ .B = 1, .T = 19, .C = 6, .H = 2, .causal = 1 },
 	};
 	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
 		char tag[96];

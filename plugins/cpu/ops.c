@@ -401,28 +401,37 @@ CPU_CLONES static int64_t xent_rank(const float *restrict x, int64_t K, int64_t 
 	return above;
 }
 
-/* d[j] = e^(x[j] - mx) (vexp.h; below e^-88 it is 0); returns their sum and
- * adds sum(x[j] - mx) to *xsum, both in double.  d may be x: each element
- * is read before it is written.  Two passes: with the clamp and the
- * exponential in one loop GCC threads the clamped branch (a known 0)
- * apart and the loop stays scalar; apart, both are vector loops (4x
- * faster on the lm's 256 classes, docs/PERFORMANCE.md, issue 21 session 8). */
+/* d[j] = e^(x[j] - mx) (vexp.h; below e^-88 it is 0); returns their sum and,
+ * when xsum is not NULL, adds sum(x[j] - mx) to *xsum, both in double.  d
+ * may be x: each element is read before it is written.  The exps are one
+ * float loop, their sum a second over 8 double lanes (a float loop with
+ * double sums stayed scalar). */
 CPU_CLONES static double xent_exp(float *d, const float *x, int64_t K, float mx, double *xsum)
 {
-	double sum = 0, xs = 0;
-#pragma omp simd reduction(+ : xs)
+	typedef double f64x8 __attribute__((vector_size(64)));
+	if (xsum) {
+		double xs = 0;
+		for (int64_t j = 0; j < K; j++)
+			xs += (double)x[j] - mx;
+		*xsum += xs;
+	}
+#pragma omp simd
 	for (int64_t j = 0; j < K; j++) {
 		const float v = x[j] - mx;
-		xs += (double)x[j] - mx;
-		d[j] = v > -88.0f ? v : -88.0f;
+		d[j] = cpu_exp(v > -88.0f ? v : -88.0f);
 	}
-#pragma omp simd reduction(+ : sum)
-	for (int64_t j = 0; j < K; j++) {
-		const float e = cpu_exp(d[j]);
-		d[j] = e;
-		sum += e;
+	f64x8 acc = { 0 };
+	int64_t j = 0;
+	for (; j + 8 <= K; j += 8) {
+		cpu_f32x8 e;
+		memcpy(&e, d + j, sizeof e);
+		acc += __builtin_convertvector(e, f64x8);
 	}
-	*xsum += xs;
+	double sum = 0;
+	for (int l = 0; l < 8; l++)
+		sum += acc[l];
+	for (; j < K; j++)
+		sum += d[j];
 	return sum;
 }
 
@@ -509,7 +518,7 @@ static kiln_status cpu_softmax_xent(const struct cpu_plan *p, const struct kiln_
 			 * its gradient is written, the label's first */
 			const float xl = xr[l];
 			double xsum = 0;
-			const double sum = xent_exp(dr, xr, K, mx, &xsum);
+			const double sum = xent_exp(dr, xr, K, mx, eps > 0 ? &xsum : NULL);
 			const float off = eps / (float)K, on = 1.0f - eps + off;
 			xent_grad(dr, K, l, scale, (float)(1.0 / sum), on, off);
 			const double lse = log(sum);
