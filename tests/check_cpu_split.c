@@ -217,5 +217,13 @@ static Suite *make_cpu_split_suite(void)
 	return s;
 }
 
+/* the split is off unless asked for (plugins/cpu/threads.h) */
+static int split_on(void)
+{
+	setenv("KILN_CPU_GEMM_SPLIT", "auto", 0);
+	return 0;
+}
+
 static const struct check_main check_suite = { .suite = make_cpu_split_suite, .reg = &reg,
-					       .need_cpu = 1, .omp_passive = 1 };
+					       .need_cpu = 1, .omp_passive = 1,
+					       .setup = split_on };

@@ -281,7 +281,7 @@ START_TEST(test_gemm_split)
 		{ 0, 256, 200, 128, 0, 0 },   /* 13 MFLOP: below the bound */
 		{ 0, 100, 200, 1000, 0, 0 },  /* too narrow and too short for 2 parts */
 	};
-	unsetenv("KILN_CPU_GEMM_SPLIT");
+	setenv("KILN_CPU_GEMM_SPLIT", "auto", 1); /* the shape rule */
 	for (size_t i = 0; i < sizeof gemms / sizeof *gemms; i++) {
 		g.i[0] = gemms[i][0], g.i[2] = gemms[i][1], g.i[3] = gemms[i][2], g.i[4] = gemms[i][3];
 		for (int t = 2; t <= 8; t *= 2) {
@@ -306,6 +306,12 @@ START_TEST(test_gemm_split)
 	ck_assert_int_eq(cols, 0);
 	setenv("KILN_CPU_GEMM_SPLIT", "0", 1);
 	ck_assert_int_eq(cpu_gemm_split(&g, 2, &cols), 0);
+	/* off unless asked for: a 2 GFLOP GEMM is not split */
+	unsetenv("KILN_CPU_GEMM_SPLIT");
+	g.i[2] = g.i[3] = g.i[4] = 1024;
+	ck_assert_int_eq(cpu_gemm_split(&g, 2, &cols), 0);
+	setenv("KILN_CPU_GEMM_SPLIT", "auto", 1);
+	ck_assert_int_gt(cpu_gemm_split(&g, 2, &cols), 0);
 	unsetenv("KILN_CPU_GEMM_SPLIT");
 }
 END_TEST

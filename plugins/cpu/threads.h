@@ -69,9 +69,11 @@ int cpu_op_one_thread(const struct kiln_op *op);
  * cpu_gemm_split returns a part's length (rows, or columns when *cols is
  * set) for op on a device of `threads` threads, or 0: not split.  The
  * parts depend on the op's shape alone, never on the team's size, so a
- * product's bytes are the same on any team of 2 or more.  The test hook
- * $KILN_CPU_GEMM_SPLIT: "rows:R" or "cols:C" splits every GEMM of more
- * than R rows (C columns) into parts of R (C); "0" splits none. */
+ * product's bytes are the same on any team of 2 or more.  Off by default
+ * (it cost 37% of the quiet MLP step); $KILN_CPU_GEMM_SPLIT turns it on:
+ * "auto" by the shape rule below, "rows:R" or "cols:C" splits every GEMM
+ * of more than R rows (C columns) into parts of R (C); unset or "0"
+ * splits none. */
 #define CPU_SPLIT_FLOP 16777216.0
 #define CPU_SPLIT_COLS 128
 #define CPU_SPLIT_COLS_BYTES 8388608.0 /* columns only for outputs up to 8 MiB */
