@@ -129,12 +129,11 @@ kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int
 	const int32_t *yh = NULL;
 	const int in_place = read_in_place(t, d);
 	trainer_phase(t, KILN_PHASE_DATA, 1);
-	if (d->held) {
-		ls = d->held - 1;
+	if (d->held) { /* the slot the last step read in place */
+		const int held = d->held - 1;
 		d->held = 0;
-		if ((st = kiln_loader_release(d->loader, ls, t->compute)))
+		if ((st = kiln_loader_release(d->loader, held, t->compute)))
 			return st;
-		ls = -1;
 	}
 	if ((st = host_batch(t, d, idx, rows, s, &xh, &yh, &ls)))
 		return st;

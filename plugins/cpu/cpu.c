@@ -183,7 +183,7 @@ static void cpu_close(void *ctx)
 		return;
 	/* Streams first: their workers may still be running plans. */
 	cpu_streams_destroy_all(c);
-	cpu_pool_destroy(c); /* the helpers, before the plans they run */
+	cpu_split_destroy(c); /* the helpers, before the plans they run */
 	while (c->plans)
 		cpu_plan_free(c, c->plans);
 	cpu_tune_free(c);
@@ -217,7 +217,7 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 
 static void cpu_free(void *ctx, void *ptr)
 {
-	cpu_pool_quiesce(ctx); /* a late helper may still read it */
+	cpu_split_quiesce(ctx); /* a late helper may still read it */
 	free(ptr);
 }
 
@@ -370,7 +370,7 @@ static void cpu_plan_free(void *ctx, void *plan)
 	cpu_plan_wait_idle(c, p);
 	COMMON_LIST_UNLINK(c->plans, p);
 	pthread_mutex_unlock(c->lock);
-	cpu_pool_quiesce(c);
+	cpu_split_quiesce(c);
 	cpu_plan_release(p);
 	free(p);
 }

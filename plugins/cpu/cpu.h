@@ -25,7 +25,7 @@ struct cpu_gemm;
 struct cpu_dnn;
 struct cpu_choice;
 struct cpu_variants;
-struct cpu_pool;
+struct cpu_split_pool;
 
 /* How a bf16 convolution or GEMM is computed ([plugin.cpu] bf16_conv,
  * bf16_gemm): oneDNN's bf16 kernel, its f32 kernel on the widened bf16
@@ -42,7 +42,7 @@ struct cpu_ctx {
 			     * sleeping (stream.c) */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	struct cpu_team_live team; /* the team now, at most `threads` (threads.c) */
-	struct cpu_pool *pool;     /* helpers for split GEMMs (split.c), made by
+	struct cpu_split_pool *pool;     /* helpers for split GEMMs (split.c), made by
 				    * the first such plan */
 	/* [plugin.cpu] bf16_conv, bf16_gemm: which kernel computes the bf16
 	 * convolutions and GEMMs (CPU_KERN_*; tune.c) */
@@ -220,15 +220,15 @@ struct cpu_job {
 };
 /* Make the helpers (threads - 1 of them) if not yet made, each with a
  * buffer of at least `bytes`. */
-kiln_status cpu_pool_reserve(struct cpu_ctx *c, size_t bytes);
+kiln_status cpu_split_reserve(struct cpu_ctx *c, size_t bytes);
 /* Run every part of job, on the caller and the helpers; the caller never
  * waits much longer than a part for a helper (it runs a late helper's part
  * itself).  Nonzero when a part's run failed. */
-int cpu_pool_run(struct cpu_ctx *c, const struct cpu_job *job);
+int cpu_split_run(struct cpu_ctx *c, const struct cpu_job *job);
 /* Wait until no helper is inside a part (before memory or a plan a late
  * helper may read is freed). */
-void cpu_pool_quiesce(struct cpu_ctx *c);
-void cpu_pool_destroy(struct cpu_ctx *c);
+void cpu_split_quiesce(struct cpu_ctx *c);
+void cpu_split_destroy(struct cpu_ctx *c);
 kiln_status cpu_engine_create(struct cpu_ctx *c);
 /* dnn.c: "oneDNN 2.6.3, ISA avx512_core_bf16, bf16 AVX512-BF16" into buf. */
 const char *cpu_dnn_isa(char *buf, size_t n);

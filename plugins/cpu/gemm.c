@@ -95,7 +95,7 @@ void cpu_gemm_free(struct cpu_gemm *g)
 	if (!g)
 		return;
 	if (g->n_part && g->ctx) /* a late helper may still run a part */
-		cpu_pool_quiesce(g->ctx);
+		cpu_split_quiesce(g->ctx);
 	gemm_objects_free(g->stream, g->a, g->b, g->bias, g->c, g->scratch);
 	if (g->prim)
 		dnnl_primitive_destroy(g->prim);
@@ -251,7 +251,7 @@ static int gemm_run_parts(const struct cpu_plan *p, const struct kiln_op_args *a
 	const int team = omp_get_max_threads();
 	if (team != 1)
 		omp_set_num_threads(1);
-	const int bad = cpu_pool_run(g->ctx, &j);
+	const int bad = cpu_split_run(g->ctx, &j);
 	if (team != 1)
 		omp_set_num_threads(team);
 	return bad;
@@ -407,7 +407,7 @@ static kiln_status gemm_prepare_parts(struct cpu_ctx *c, const struct kiln_op *o
 			63) / 64 * 64;
 	g->part_ws = ws;
 	g->scratch_bytes = ws; /* the caller runs one part at a time */
-	return st ? st : cpu_pool_reserve(c, g->out_bytes + ws);
+	return st ? st : cpu_split_reserve(c, g->out_bytes + ws);
 }
 
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)

@@ -20,7 +20,7 @@
  *
  * A late helper may still be reading the inputs after the master has
  * returned; every device free and plan free first waits for the helpers
- * to be between parts (cpu_pool_quiesce), so what it reads stays mapped.
+ * to be between parts (cpu_split_quiesce), so what it reads stays mapped.
  *
  * The job word packs the job's generation (high 32 bits) and the next part
  * to take (low 32): a helper takes part k with one compare-and-swap of
@@ -42,7 +42,7 @@
 
 enum { PART_PENDING = 1, PART_STOLEN, PART_COMMITTING, PART_DONE };
 
-struct cpu_pool {
+struct cpu_split_pool {
 	int n_help;
 	pthread_t th[CPU_POOL_MAX];
 	void *buf[CPU_POOL_MAX]; /* each helper's output copy and scratchpad */
@@ -81,7 +81,7 @@ static inline void relax(void)
 
 /* A helper's copy of the job of generation gen (it may be stale: the
  * caller's compare-and-swap on the word tells). */
-static void job_load(const struct cpu_pool *P, uint32_t gen, struct cpu_job *j)
+static void job_load(const struct cpu_split_pool *P, uint32_t gen, struct cpu_job *j)
 {
 	const struct cpu_job *s = &P->job[gen & 1];
 	j->run = __atomic_load_n(&s->run, __ATOMIC_RELAXED);
@@ -93,7 +93,7 @@ static void job_load(const struct cpu_pool *P, uint32_t gen, struct cpu_job *j)
 
 /* Take the next part of generation gen: its index, or -1 when none is
  * left or a newer job has been published. */
-static int take(struct cpu_pool *P, uint32_t gen, int n)
+static int take(struct cpu_split_pool *P, uint32_t gen, int n)
 {
 	uint64_t v = __atomic_load_n(&P->word, __ATOMIC_ACQUIRE);
 	for (;;) {
@@ -106,7 +106,7 @@ static int take(struct cpu_pool *P, uint32_t gen, int n)
 }
 
 /* One helper's parts of the job of generation gen. */
-static void help(struct cpu_pool *P, int slot, uint32_t gen)
+static void help(struct cpu_split_pool *P, int slot, uint32_t gen)
 {
 	struct cpu_job j;
 	job_load(P, gen, &j);
@@ -134,7 +134,7 @@ static void help(struct cpu_pool *P, int slot, uint32_t gen)
 }
 
 struct helper_arg {
-	struct cpu_pool *P;
+	struct cpu_split_pool *P;
 	int slot;
 	uint32_t seen; /* the generation when it was made: it helps with the next */
 };
@@ -143,7 +143,7 @@ static void *helper_main(void *arg)
 {
 	struct helper_arg a = *(struct helper_arg *)arg;
 	free(arg);
-	struct cpu_pool *P = a.P;
+	struct cpu_split_pool *P = a.P;
 	omp_set_num_threads(1); /* oneDNN's GEMM reads it: one thread a part */
 	uint32_t seen = a.seen;
 	while (!__atomic_load_n(&P->stop, __ATOMIC_ACQUIRE)) {
@@ -173,10 +173,10 @@ static void *helper_main(void *arg)
 
 /* Each helper's buffer to at least `bytes` (no late helper still in a
  * part), and the helpers made (threads - 1).  Under P->lock. */
-static kiln_status grow(struct cpu_ctx *c, struct cpu_pool *P, size_t bytes)
+static kiln_status grow(struct cpu_ctx *c, struct cpu_split_pool *P, size_t bytes)
 {
 	if (bytes > P->buf_bytes) {
-		cpu_pool_quiesce(c);
+		cpu_split_quiesce(c);
 		for (int i = 0; i < P->n_help; i++) {
 			void *b = NULL;
 			if (posix_memalign(&b, 4096, bytes))
@@ -208,9 +208,9 @@ static kiln_status grow(struct cpu_ctx *c, struct cpu_pool *P, size_t bytes)
 	return KILN_OK;
 }
 
-kiln_status cpu_pool_reserve(struct cpu_ctx *c, size_t bytes)
+kiln_status cpu_split_reserve(struct cpu_ctx *c, size_t bytes)
 {
-	struct cpu_pool *P = c->pool;
+	struct cpu_split_pool *P = c->pool;
 	if (c->threads < 2)
 		return KILN_OK;
 	if (!P) {
@@ -233,18 +233,18 @@ kiln_status cpu_pool_reserve(struct cpu_ctx *c, size_t bytes)
 	return st;
 }
 
-void cpu_pool_quiesce(struct cpu_ctx *c)
+void cpu_split_quiesce(struct cpu_ctx *c)
 {
-	struct cpu_pool *P = c->pool;
+	struct cpu_split_pool *P = c->pool;
 	if (!P)
 		return;
 	while (__atomic_load_n(&P->busy, __ATOMIC_ACQUIRE))
 		sched_yield();
 }
 
-void cpu_pool_destroy(struct cpu_ctx *c)
+void cpu_split_destroy(struct cpu_ctx *c)
 {
-	struct cpu_pool *P = c->pool;
+	struct cpu_split_pool *P = c->pool;
 	if (!P)
 		return;
 	__atomic_store_n(&P->stop, 1, __ATOMIC_SEQ_CST);
@@ -270,9 +270,9 @@ static int run_alone(const struct cpu_job *j)
 	return bad;
 }
 
-int cpu_pool_run(struct cpu_ctx *c, const struct cpu_job *job)
+int cpu_split_run(struct cpu_ctx *c, const struct cpu_job *job)
 {
-	struct cpu_pool *P = c->pool;
+	struct cpu_split_pool *P = c->pool;
 	if (!P || !P->n_help || job->n > CPU_POOL_PARTS || pthread_mutex_trylock(&P->lock))
 		return run_alone(job);
 	const uint32_t gen = (uint32_t)(__atomic_load_n(&P->word, __ATOMIC_RELAXED) >> 32) + 1;

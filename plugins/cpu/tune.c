@@ -190,7 +190,7 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 				t[k] = dt;
 		}
 out:
-	cpu_pool_quiesce(c); /* a late GEMM helper may still read buf */
+	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
 	free(buf);
 }
 
