@@ -19,6 +19,7 @@
  *   k = 11     the flip (word 0 < 0.5: flip).
  */
 #include "transform.h"
+#include "../plugins/common/norm_lut.h" /* common_norm_lut: the devices' table */
 
 #include <math.h>   /* log, exp, sqrt, nearbyint: per sample, never per pixel */
 #include <stdint.h>
@@ -775,8 +776,7 @@ kiln_status kiln_xform_apply(const struct kiln_xform *x, const struct kiln_image
 		same = s->lut_mean[c] == x->mean[c] && s->lut_std[c] == x->std[c];
 	if (!same) {
 		for (int c = 0; c < nc; c++) {
-			for (int u = 0; u < 256; u++)
-				s->w[c * 256 + u] = ((float)u / 255.0f - x->mean[c]) / x->std[c];
+			common_norm_lut(s->w + c * 256, x->mean[c], x->std[c]);
 			s->lut_mean[c] = x->mean[c];
 			s->lut_std[c] = x->std[c];
 		}

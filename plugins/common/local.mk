@@ -21,3 +21,4 @@ PLUGIN_COMMON_H += plugins/common/cache_file.h
 # spin_rule.h: GOMP_SPINCOUNT by the load at start (cli/kiln.c and the Check
 # suites' main)
 PLUGIN_COMMON_H += plugins/common/spin_rule.h
+PLUGIN_COMMON_H += plugins/common/norm_lut.h

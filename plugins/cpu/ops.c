@@ -10,6 +10,7 @@
  */
 #include "cpu.h"
 #include "vexp.h" /* cpu_exp: the softmax-xent's exps, vectorised */
+#include "../common/norm_lut.h"   /* common_norm_lut: the host transforms' table */
 #include "../common/scalar_ops.h" /* LR schedule, loss scaler, clip factor: kernels.cu's code */
 
 #include <math.h>     /* expf, log */
@@ -878,8 +879,7 @@ static kiln_status cpu_normalize_u8(const struct cpu_plan *p, const struct kiln_
 	const int nhwc = p->op.in[0].layout == KILN_NHWC;
 	float lut[3][256];
 	for (int c = 0; c < C; c++)
-		for (int u = 0; u < 256; u++)
-			lut[c][u] = (float)((u / 255.0 - p->op.f[c]) / p->op.f[3 + c]);
+		common_norm_lut(lut[c], (float)p->op.f[c], (float)p->op.f[3 + c]);
 	if (!nhwc || C == 1) {
 		CPU_SPANS(planes, b, en, for (int64_t q = b; q < en; q++)
 			  norm_u8_span(y + q * hw, x + q * hw, hw, lut[nhwc ? 0 : q % C]));

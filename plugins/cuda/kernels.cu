@@ -744,8 +744,9 @@ extern "C" cudaError_t cuda_launch_mul(const struct cuda_plan *p, const struct k
 /* ---- input conversion -------------------------------------------------- */
 
 /* The normalisation table: (u/255 - mean[c]) / std[c] for every u8 value
- * of each channel, computed in double on the host at prepare exactly as
- * the CPU device does, passed by value (3 KiB of kernel parameters). */
+ * of each channel, computed on the host at prepare exactly as
+ * the CPU device does (common/norm_lut.h, f32), passed by value (3 KiB
+ * of kernel parameters). */
 struct norm_lut {
 	float v[3][256];
 };

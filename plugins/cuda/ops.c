@@ -21,6 +21,7 @@
  */
 #include "kern.h" /* kern_cat_geom, kern_reorder_geom, kern_lamb_workspace */
 #include "cuda.h"
+#include "../common/norm_lut.h" /* common_norm_lut: the CPU's table */
 
 #ifndef KILN_HAVE_CUDNN
 #define KILN_HAVE_CUDNN 0 /* configure found no cuDNN: no convolutions */
@@ -337,8 +338,7 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 			return cuda_bad(c, op, KILN_ENOTSUP, "an empty image");
 		/* the same table, computed the same way, as the CPU device */
 		for (int k = 0; k < p->sz[0]; k++)
-			for (int u = 0; u < 256; u++)
-				p->lut[k][u] = (float)((u / 255.0 - op->f[k]) / op->f[3 + k]);
+			common_norm_lut(p->lut[k], (float)op->f[k], (float)op->f[3 + k]);
 		return KILN_OK;
 	}
 	/* f32, bf16 or f16 tensors (f32 arithmetic, one rounding: kernels.cu);

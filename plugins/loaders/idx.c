@@ -27,6 +27,7 @@
 #include "idx_cache.h"
 #include "../common/cache_file.h" /* common_cache_path */
 #include "../common/open_file.h" /* common_open_file */
+#include "../common/norm_lut.h"  /* common_norm_lut */
 
 #include <errno.h>    /* errno, ENOENT */
 #include <fcntl.h>    /* open */
@@ -533,9 +534,9 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 		if (c->labels.data[i] > max)
 			max = c->labels.data[i];
 	c->src.classes = max + 1;
-	/* The normalisation of every byte value, computed once in double. */
-	for (int u = 0; u < 256; u++)
-		c->lut[u] = (float)((u / 255.0 - mean) / sd);
+	/* The normalisation of every byte value, computed once (f32, as
+	 * the host transforms and NORMALIZE_U8 compute it) */
+	common_norm_lut(c->lut, (float)mean, (float)sd);
 	host->log(KILN_LOG_INFO, IDX_WHO, "[%s] %s: %" PRId64 " samples of %" PRId64 "x%" PRId64 ", %" PRId64 " classes",
 		  section, img, c->src.n, c->rows, c->cols, c->src.classes);
 	c->src.who = c->images.path;

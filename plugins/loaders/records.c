@@ -18,6 +18,7 @@
  */
 #include "loaders.h"
 #include "../common/open_file.h" /* common_open_file */
+#include "../common/norm_lut.h"  /* common_norm_lut */
 #include "image.h"
 #include "records.h"
 
@@ -254,8 +255,7 @@ static kiln_status rec_open(const struct kiln_host *host, const struct kiln_conf
 	c->src.host = host;
 	if ((st = loaders_max_pixels_key(host, cfg, section, &c->src)))
 		goto fail;
-	for (int u = 0; u < 256; u++)
-		c->lut[u] = (float)(u / 255.0);
+	common_norm_lut(c->lut, 0.0f, 1.0f);
 	int sized = 0; /* c->h, w, c hold a shard's size */
 	for (size_t i = 0; i < names.n; i++) {
 		struct rec_shard *s = &c->shards[i];
