@@ -549,8 +549,6 @@ static int attn_team(int64_t pairs, int64_t slots)
 	int64_t nt = pairs < slots ? pairs : slots;
 	if (nt > omp_get_max_threads())
 		nt = omp_get_max_threads();
-	if (nt <= 1)
-		omp_set_num_threads(1);
 	return nt < 1 ? 1 : (int)nt;
 }
 
