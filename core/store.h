@@ -42,6 +42,7 @@ enum { STORE_OK = 0, STORE_ABSENT = 1, STORE_REFUSED = 2, STORE_DENIED = 3 };
 #define STORE_MAX_KEYS 65536
 #define STORE_MAX_CLIENTS 1024        /* connections at once */
 #define STORE_AUTH_MS 10000           /* to present the token after connecting */
+#define STORE_LINGER_MS 3000          /* rank 0 serves peers still connected at its close */
 #define STORE_TOKEN_MIN 16            /* characters */
 #define STORE_TOKEN_MAX 1024
 
@@ -79,6 +80,9 @@ int store_random(unsigned char *buf, size_t n);
 struct store_server;
 kiln_status store_server_start(const char *host, int port, const char *token, int *bound,
 			       struct store_server **out);
+/* Stop serving: at once when no client is connected, else once the last
+ * one has closed or after STORE_LINGER_MS, so that ranks that fail after
+ * rank 0 can still read which rank was lost ("kiln/lost"). */
 void store_server_stop(struct store_server *s);
 
 #endif

@@ -14,7 +14,10 @@
  * all are refused (STORE_REFUSED).  A client whose connection closes
  * after HELLO but without BYE has died: the server records it under
  * "kiln/lost" (the first such rank, decimal) and "kiln/lost/<rank>", so
- * the survivors can name it.
+ * the survivors can name it.  Asked to stop while clients are still
+ * connected (rank 0 failing first), it serves them until they close, at
+ * most STORE_LINGER_MS: a survivor that notices the loss after rank 0 did
+ * still reads the lost rank's number, not "the store is gone".
  */
 #include "internal.h"
 #include "store.h"
@@ -355,6 +358,7 @@ static void *server_main(void *arg)
 	struct store_server *s = arg;
 	struct pollfd *pf = NULL;
 	size_t cap = 0;
+	int64_t linger_until = -1; /* stopping: serve the clients left until then */
 	for (;;) {
 		size_t n = 2 + s->n_cl;
 		if (n > cap) {
@@ -364,18 +368,28 @@ static void *server_main(void *arg)
 			pf = np;
 			cap = n * 2;
 		}
-		pf[0] = (struct pollfd){ .fd = s->wake[0], .events = POLLIN };
+		pf[0] = (struct pollfd){ .fd = linger_until < 0 ? s->wake[0] : -1, .events = POLLIN };
 		pf[1] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
 		for (size_t i = 0; i < s->n_cl; i++)
 			pf[2 + i] = (struct pollfd){ .fd = s->cl[i].fd,
 						     .events = s->cl[i].out_len ? POLLOUT : POLLIN };
-		if (poll(pf, n, 1000) < 0) {
+		int wait = 1000;
+		if (linger_until >= 0) {
+			const int64_t left = linger_until - now_ms();
+			if (s->n_cl == 0 || left <= 0)
+				break;
+			wait = left < wait ? (int)left : wait;
+		}
+		if (poll(pf, n, wait) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		if (pf[0].revents)
-			break;
+		if (pf[0].revents) {
+			if (s->n_cl == 0)
+				break;
+			linger_until = now_ms() + STORE_LINGER_MS;
+		}
 		/* clients first (indices shift as they drop: walk backwards) */
 		const int64_t now = now_ms();
 		for (size_t i = s->n_cl; i-- > 0;)

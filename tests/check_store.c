@@ -250,6 +250,49 @@ START_TEST(test_lost_rank)
 }
 END_TEST
 
+/* Rank 0 failing first closes its store while a survivor is still
+ * connected: the server keeps serving it (STORE_LINGER_MS), so the
+ * survivor names the rank that died (3), not rank 0 ("the store is gone");
+ * and it stops as soon as the survivor leaves. */
+static void *close_host(void *arg)
+{
+	kiln_store_close(arg);
+	return NULL;
+}
+
+START_TEST(test_lost_after_host)
+{
+	struct kiln_store *s0, *s2;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 4, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 2, 4, 5000, &s2), KILN_OK);
+	pid_t kid = fork();
+	if (!kid) {
+		struct kiln_store *s;
+		if (kiln_store_open("127.0.0.1", port, 0, 3, 4, 5000, &s))
+			_exit(1);
+		kiln_store_set(s, "ready", "1", 1);
+		pause(); /* killed below: no goodbye */
+		_exit(0);
+	}
+	void *v;
+	ck_assert_int_eq(kiln_store_get(s0, "ready", 5000, &v, NULL), KILN_OK);
+	free(v);
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+	ck_assert_int_eq(kiln_store_lost_rank(s0, 3000), 3);
+	pthread_t t;
+	const double t0 = now();
+	ck_assert_int_eq(pthread_create(&t, NULL, close_host, s0), 0);
+	usleep(300 * 1000); /* rank 0 has said goodbye and is stopping */
+	ck_assert_int_eq(kiln_store_lost_rank(s2, 3000), 3);
+	kiln_store_close(s2);
+	pthread_join(t, NULL);
+	ck_assert_msg(now() - t0 < STORE_LINGER_MS / 1000.0, "the host lingered %.2f s after its last client left",
+		      now() - t0);
+}
+END_TEST
+
 START_TEST(test_nobody_listens)
 {
 	struct kiln_store *s0, *s;
@@ -514,7 +557,7 @@ static Suite *make_store_suite(void)
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
-		test_rendezvous_ok, test_lost_rank, test_nobody_listens, test_env,
+		test_rendezvous_ok, test_lost_rank, test_lost_after_host, test_nobody_listens, test_env,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, NULL });
 	return s;
 }
