@@ -495,7 +495,7 @@ Suite *make_plugin_suite(void)
 		missing_symbol, dlopen_failure, init_returns_null, probe_failure, not_found,
 		validate_plugin_keys, write_plugin_keys, NULL });
 
-	check_add_case(s, "order", 0, NULL, NULL, (const TTest *[]){
+	check_add_case(s, "order", 30, NULL, NULL, (const TTest *[]){
 		earlier_directory_wins, later_directory_loses, env_path, host_table, omp_env_defaults,
 		NULL });
 	return s;
