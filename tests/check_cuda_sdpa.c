@@ -12,10 +12,10 @@
  *                GPT-2 124M's shape, head dims 64 and 128, odd T, 1 token,
  *                causal and full, bf16 and f16.  The operation graph needs
  *                a handle (a GPU): tests/gpu/run.sh.
- *   paths        KILN_CUDA_ATTN: kiln forces attn.cu's kernels (f32 takes
- *                them, bf16 is refused naming f32), a bad value fails
- *                open; cudnn refuses an f32 op naming why (before any GPU
- *                call); auto gives f32 to kiln's kernel.
+ *   paths        KILN_CUDA_ATTN: kiln forces attn.cu's kernels (f32 and
+ *                bf16 alike), a bad value fails open; cudnn refuses an
+ *                f32 op and a dropout op naming why (before any GPU call);
+ *                auto gives f32 to kiln's kernel.
  * Built only when configure found cuDNN.
  */
 #include "cuda.h"
@@ -110,8 +110,12 @@ START_TEST(test_paths)
 	ck_assert_msg(prepare("kiln", &f32, &p) == KILN_OK, "%s", kiln_last_error());
 	ck_assert(p.launch == cuda_launch_attention_bwd && !p.sdpa);
 	ck_assert_uint_eq(p.workspace, 2 * 2 * 37 * 4);
-	ck_assert_int_eq(prepare("kiln", &bf16, &p), KILN_ENOTSUP);
-	ck_assert_msg(strstr(kiln_last_error(), "f32"), "%s", kiln_last_error());
+	ck_assert_msg(prepare("kiln", &bf16, &p) == KILN_OK, "%s", kiln_last_error());
+	ck_assert(p.launch == cuda_launch_attention && !p.sdpa && p.workspace == 0);
+	struct kiln_op bad = bf16;
+	bad.out[1].dtype = KILN_BF16; /* lse must be f32 (the core checks it first) */
+	ck_assert_int_eq(prepare("kiln", &bad, &p), KILN_ENOTSUP);
+	ck_assert_msg(strstr(kiln_last_error(), "f32 lse"), "%s", kiln_last_error());
 	/* auto: f32 is kiln's kernel's */
 	ck_assert_msg(prepare("auto", &f32, &p) == KILN_OK, "%s", kiln_last_error());
 	ck_assert(p.launch == cuda_launch_attention_bwd);

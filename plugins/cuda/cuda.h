@@ -9,7 +9,10 @@
  * logic: strides, keys, the autotune cache file) and dnn_kernels.cu
  * (batch norm, pooling); the INT8 ops: qops.c (int8 im2col and cuBLASLt's
  * int8 GEMM), int8_kernels.cu and its pure pieces qkern.h; the recurrent
- * ops: rnn.c (cuDNN's RNN API) and rnn_kernels.cu (lengths, gathers).
+ * ops: rnn.c (cuDNN's RNN API) and rnn_kernels.cu (lengths, gathers); the
+ * fused attention: sdpa.c (cuDNN's fused SDPA graph; dnn_be.h shares
+ * cudnn.c's plan helpers), attn_map.c (its pure host logic) and attn.cu
+ * (kiln's kernels, where cuDNN does not take an op).
  * This header is read by gcc and by nvcc:
  * it holds only C declarations.  Nothing here links libkiln: the core is
  * reached through the host table.

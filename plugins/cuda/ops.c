@@ -180,7 +180,8 @@ static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 }
 
 /* ATTENTION, ATTENTION_BWD on kiln's kernels (attn.cu), where cuDNN's
- * fused attention does not take the op (sdpa.c decides): f32 only; a [T]
+ * fused attention does not take the op (sdpa.c decides): f32, bf16 or
+ * f16 activations (f32 arithmetic, one rounding); a [T]
  * row of scores (two in the backward) in shared memory, so T <= 4096; one
  * block row per (batch, head), at most 65535 of them.  The backward's
  * workspace: the rows' dy.y, f32 [B, H, T]. */
@@ -188,12 +189,10 @@ kiln_status cuda_attn_kiln_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	const int bwd = op->type == KILN_OP_ATTENTION_BWD;
-	for (int k = 0; k < op->n_in + op->n_out; k++) {
-		const struct kiln_tensor_desc *t = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
-		if (t->dtype != KILN_F32 && !(t->dtype == KILN_I64 && k == op->n_in - 1))
-			return cuda_bad(c, op, KILN_ENOTSUP, "f32 tensors only (the i64 step aside)");
-	}
+	/* qkv, y, dy, dqkv of one float dtype (the core's check), lse f32 */
 	const struct kiln_tensor_desc *qkv = &op->in[bwd ? 1 : 0];
+	if (!kern_float_dtype(qkv->dtype) || (bwd ? op->in[3] : op->out[1]).dtype != KILN_F32)
+		return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 activations and an f32 lse");
 	p->rows = qkv->dims[0] * op->i[0]; /* B*H */
 	p->cols = qkv->dims[1];             /* T */
 	p->sz[0] = qkv->dims[2] / 3;        /* C */

@@ -40,6 +40,7 @@
 #include "attn_map.h"
 
 #include <cuda_runtime_api.h>
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -256,8 +257,9 @@ static cudnnBackendDescriptor_t gb_causal(struct gb *b, const struct cuda_sdpa_g
 	const cudnnDataType_t F = CUDNN_DATA_FLOAT, I = CUDNN_DATA_INT32, B = CUDNN_DATA_BOOLEAN;
 	cudnnBackendDescriptor_t row = gb_virt(b, I, &g->s), col = gb_virt(b, I, &g->s);
 	cudnnBackendDescriptor_t keep = gb_virt(b, B, &g->s), y = gb_virt(b, F, &g->s);
-	gb_pw(b, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, row, I, 2);
-	gb_pw(b, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, col, I, 3);
+	/* int32 indices computed in the graph's f32, as the frontend's mask */
+	gb_pw(b, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, row, F, 2);
+	gb_pw(b, CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, col, F, 3);
 	gb_pw(b, CUDNN_POINTWISE_CMP_GE, row, col, NULL, keep, B, -1);
 	gb_pw(b, CUDNN_POINTWISE_BINARY_SELECT, x, gb_scalar(b, U_NEGINF), keep, y, F, -1);
 	return y;
@@ -433,7 +435,10 @@ static struct cuda_sdpa *sdpa_build(struct cuda_ctx *c, const struct cuda_sdpa_g
 	s->g = *g;
 	snprintf(s->key, sizeof s->key, "%s", key);
 	snprintf(s->d.what, sizeof s->d.what, "%s", g->bwd ? "ATTENTION_BWD (cuDNN)" : "ATTENTION (cuDNN)");
-	s->scale = (float)g->scale, s->neg_inf = -INFINITY, s->one = 1.0f;
+	/* the mask's value: -inf, or the lowest float before cuDNN 9.10 (the
+	 * frontend's get_negative_inf_value: older softmax engines want it) */
+	s->scale = (float)g->scale, s->one = 1.0f;
+	s->neg_inf = cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY;
 	cudnnBackendDescriptor_t graph = NULL;
 	if (sdpa_graph(&s->d, g, x->h, &graph, s->why, sizeof s->why) || !sdpa_choose(x, s, graph))
 		return s; /* s->ok = 0, s->why says why */
@@ -514,6 +519,11 @@ static cudaError_t sdpa_launch(const struct cuda_plan *p, const struct kiln_op_a
 		cudaError_t e = cudaMemsetAsync(ws + s->off_dq, 0, s->ws - s->off_dq, st);
 		if (e != cudaSuccess)
 			return e;
+	}
+	if (n != s->d.n_ptr) { /* sdpa_build's order and this one disagree: a kiln bug */
+		s->d.host->log(KILN_LOG_ERROR, "cuda", "%s: %d pointers for %d unique ids",
+			       s->d.what, n, s->d.n_ptr);
+		return cudaErrorInvalidValue;
 	}
 	/* the plan is shared by every op of its shape: one run at a time
 	 * builds or picks its variant pack */
