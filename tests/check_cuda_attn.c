@@ -17,32 +17,17 @@
  *             aligned, not overlapping
  */
 #include "attn_map.h"
+#include "attn_op.h"
 
 #include <check.h>
 #include "check_main.h"
 #include <stdio.h>
 #include <string.h>
 
-/* An ATTENTION (bwd 0) or ATTENTION_BWD op of qkv [B,T,3C], H heads. */
+/* An ATTENTION (bwd 0) or ATTENTION_BWD op of qkv [B,T,3C], H heads, causal */
 static struct kiln_op attn(int bwd, int dt, int64_t B, int64_t T, int64_t C, int64_t H)
 {
-	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	const int64_t dq[3] = { B, T, 3 * C }, dy[3] = { B, T, C }, dl[3] = { B, H, T };
-	struct kiln_tensor_desc qkv, y, lse;
-	kiln_tensor_desc_init(&qkv, dt, 3, dq);
-	kiln_tensor_desc_init(&y, dt, 3, dy);
-	kiln_tensor_desc_init(&lse, KILN_F32, 3, dl);
-	if (bwd) {
-		op.type = KILN_OP_ATTENTION_BWD, op.n_in = 4, op.n_out = 1;
-		op.in[0] = op.in[2] = y, op.in[1] = qkv, op.in[3] = lse, op.out[0] = qkv;
-	} else {
-		op.type = KILN_OP_ATTENTION, op.n_in = 1, op.n_out = 2;
-		op.in[0] = qkv, op.out[0] = y, op.out[1] = lse;
-	}
-	op.i[0] = H, op.i[1] = 1;
-	op.f[0] = 0.125;
-	return op;
+	return test_attn_op(bwd, dt, B, T, C, H, 1);
 }
 
 START_TEST(test_layout)

@@ -20,6 +20,7 @@
  */
 #include "cuda.h"
 #include "dnn_be.h"
+#include "attn_op.h"
 
 #include <check.h>
 #include "check_main.h"
@@ -40,28 +41,6 @@ static void setup(void)
 	kiln_plugin_init(g_c.host); /* the op names of messages */
 }
 
-/* ATTENTION (bwd 0) or ATTENTION_BWD: qkv [B,T,3C] of dt, H heads */
-static struct kiln_op attn(int bwd, int dt, int64_t B, int64_t T, int64_t C, int64_t H, int causal)
-{
-	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	const int64_t dq[3] = { B, T, 3 * C }, dy[3] = { B, T, C }, dl[3] = { B, H, T };
-	struct kiln_tensor_desc qkv, y, lse;
-	kiln_tensor_desc_init(&qkv, dt, 3, dq);
-	kiln_tensor_desc_init(&y, dt, 3, dy);
-	kiln_tensor_desc_init(&lse, KILN_F32, 3, dl);
-	if (bwd) {
-		op.type = KILN_OP_ATTENTION_BWD, op.n_in = 4, op.n_out = 1;
-		op.in[0] = op.in[2] = y, op.in[1] = qkv, op.in[3] = lse, op.out[0] = qkv;
-	} else {
-		op.type = KILN_OP_ATTENTION, op.n_in = 1, op.n_out = 2;
-		op.in[0] = qkv, op.out[0] = y, op.out[1] = lse;
-	}
-	op.i[0] = H, op.i[1] = causal;
-	op.f[0] = 0.125;
-	return op;
-}
-
 /* B, T, C, H */
 static const int64_t shapes[][4] = {
 	{ 8, 1024, 768, 12 }, /* GPT-2 124M: D 64 */
@@ -77,7 +56,7 @@ START_TEST(test_descriptors)
 	for (int bwd = 0; bwd < 2; bwd++)
 		for (int causal = 0; causal < 2; causal++)
 			for (int dt = KILN_BF16; dt <= KILN_F16; dt++) {
-				struct kiln_op op = attn(bwd, dt, s[0], s[1], s[2], s[3], causal);
+				struct kiln_op op = test_attn_op(bwd, dt, s[0], s[1], s[2], s[3], causal);
 				const kiln_status st = cuda_sdpa_check(&g_c, &op);
 				ck_assert_msg(st == KILN_OK, "B %lld T %lld C %lld H %lld bwd %d causal %d dt %d: %s",
 					      (long long)s[0], (long long)s[1], (long long)s[2],
@@ -104,8 +83,8 @@ static kiln_status prepare(const char *mode, const struct kiln_op *op, struct cu
 START_TEST(test_paths)
 {
 	struct cuda_plan p;
-	struct kiln_op f32 = attn(1, KILN_F32, 2, 37, 128, 2, 1);
-	struct kiln_op bf16 = attn(0, KILN_BF16, 2, 37, 128, 2, 1);
+	struct kiln_op f32 = test_attn_op(1, KILN_F32, 2, 37, 128, 2, 1);
+	struct kiln_op bf16 = test_attn_op(0, KILN_BF16, 2, 37, 128, 2, 1);
 	/* kiln: attn.cu's kernels, f32 only */
 	ck_assert_msg(prepare("kiln", &f32, &p) == KILN_OK, "%s", kiln_last_error());
 	ck_assert(p.launch == cuda_launch_attention_bwd && !p.sdpa);

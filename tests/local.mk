@@ -529,7 +529,8 @@ endif
 if HAVE_CHECK
 check_PROGRAMS += tests/check_cuda_attn
 TESTS += tests/check_cuda_attn
-tests_check_cuda_attn_SOURCES = tests/check_cuda_attn.c plugins/cuda/attn_map.c plugins/cuda/attn_map.h
+tests_check_cuda_attn_SOURCES = tests/check_cuda_attn.c tests/attn_op.h plugins/cuda/attn_map.c \
+	plugins/cuda/attn_map.h
 tests_check_cuda_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/plugins/cuda
 tests_check_cuda_attn_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cuda_attn_LDADD = libkiln.la $(CHECK_LIBS)
@@ -540,7 +541,7 @@ if HAVE_CHECK
 if HAVE_CUDNN
 check_PROGRAMS += tests/check_cuda_sdpa
 TESTS += tests/check_cuda_sdpa
-tests_check_cuda_sdpa_SOURCES = tests/check_cuda_sdpa.c $(CUDA_DEVICE_C)
+tests_check_cuda_sdpa_SOURCES = tests/check_cuda_sdpa.c tests/attn_op.h $(CUDA_DEVICE_C)
 tests_check_cuda_sdpa_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) -I$(srcdir)/plugins/cuda \
 	-DKILN_CUDA_MIN_ARCH=$(CUDA_MIN_ARCH)
 tests_check_cuda_sdpa_CFLAGS = $(CHECK_SUITE_CFLAGS)
