@@ -13,6 +13,9 @@
  *                 on it, and another step draws another mask
  *   attn_lowp     bf16 and f16 activations: the f32 op on the widened
  *                 inputs, rounded once
+ *   attn_lowp_shapes  bf16 and f16 at the shapes cuDNN's fused attention
+ *                 takes (odd T, head dims 64 and 128) against the loop, at
+ *                 low-precision tolerances (its comment)
  *   attn_refused  malformed ops (heads not dividing C, a wrong lse, the
  *                 step's dtype, ...) are EINVAL with the op's name
  *   attn_threads  1 and 3 threads give the same bytes
@@ -408,7 +411,7 @@ START_TEST(test_attn_lowp)
 		kiln_status st = kiln_device_prepare(f.dev, &op, &plan, NULL);
 		if (plan)
 			kiln_device_plan_free(f.dev, plan);
-		if (st == KILN_ENOTSUP && strcmp(g_name, "cpu")) { /* the CUDA kernels: f32 */
+		if (st == KILN_ENOTSUP && strcmp(g_name, "cpu")) { /* a device without lowp attention */
 			printf("device '%s': skipping %s attention: %s\n", g_name, name, kiln_last_error());
 			continue;
 		}
@@ -435,6 +438,85 @@ START_TEST(test_attn_lowp)
 		free(qkv), free(dy), free(qw), free(dyw), free(q16), free(dy16), free(y), free(lse);
 		free(lse16), free(y16), free(g16), free(yw), free(g);
 	}
+	fx_close(&f);
+}
+END_TEST
+
+/* ---- bf16 / f16 at the shapes cuDNN's fused attention takes ----------------
+ * Against the double loop on the rounded inputs, with tolerances of the
+ * low-precision path whichever runs it: on the cuda device cuDNN's fused
+ * attention (P rounded to bf16/f16 before P V, dS before dS^T Q, ...) or
+ * kiln's kernels (f32 on the widened inputs, rounded once), as
+ * KILN_CUDA_ATTN picks (tests/gpu/run.sh runs this case both ways); on the
+ * cpu the f32 op rounded once.  Odd T, head dims 64 and 128, causal and
+ * full, no dropout, written (not accumulated):
+ *   y     max |err| <= 2e-2 * max(1, max |y|)
+ *   lse   max |err| <= 1e-3 * max(1, max |lse|)   (f32 stats)
+ *   dqkv  max |err| <= 4e-2 * max(1, max |dqkv|)
+ * A layout or mask error is off by O(1) of the values. */
+
+static const struct attn_case attn_cudnn_cases[] = {
+	{ .B = 2, .T = 37, .C = 128, .H = 2, .causal = 1 },  /* D 64 */
+	{ .B = 2, .T = 37, .C = 256, .H = 2, .causal = 0 },  /* D 128 */
+	{ .B = 1, .T = 129, .C = 512, .H = 8, .causal = 1 }, /* D 64, past a 128 tile */
+	{ .B = 3, .T = 5, .C = 128, .H = 1, .causal = 1 },   /* D 128, short */
+};
+
+/* max |got - want| <= tol * max(1, max |want|) */
+static void tol_close(const char *tag, const char *what, const float *got, const double *want,
+		      size_t n, double tol)
+{
+	double mag = 1, err = 0;
+	size_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		mag = fabs(want[i]) > mag ? fabs(want[i]) : mag;
+		const double e = fabs(got[i] - want[i]);
+		if (!(e <= err))
+			err = isnan(e) ? INFINITY : e, at = i;
+	}
+	ck_assert_msg(err <= tol * mag, "%s: %s: max |error| %g at %zu (got %.6g, want %.6g); allowed %g",
+		      tag, what, err, at, got[at], want[at], tol * mag);
+}
+
+/* the same of bf16 / f16 (dt) got */
+static void lowp_close(const char *tag, const char *what, const uint16_t *got, int dt,
+		       const double *want, size_t n, double tol)
+{
+	float *w = malloc(n * 4);
+	for (size_t i = 0; i < n; i++)
+		w[i] = h_wide(got[i], dt);
+	tol_close(tag, what, w, want, n, tol);
+	free(w);
+}
+
+START_TEST(test_attn_lowp_shapes)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_ATTENTION);
+	for (size_t k = 0; k < sizeof attn_cudnn_cases / sizeof attn_cudnn_cases[0]; k++)
+		for (int dt = KILN_BF16; dt <= KILN_F16; dt++) {
+			const struct attn_case *c = &attn_cudnn_cases[k];
+			char tag[96];
+			snprintf(tag, sizeof tag, "%s B %d T %d C %d H %d causal %d",
+				 dt == KILN_BF16 ? "bf16" : "f16", c->B, c->T, c->C, c->H, c->causal);
+			const size_t nq = attn_nq(c), ny = attn_ny(c), nl = attn_nl(c);
+			float *qkv = frandv(nq), *dy = frandv(ny), *qw = malloc(nq * 4), *dyw = malloc(ny * 4);
+			for (size_t i = 0; i < nq; i++)
+				qkv[i] *= 2.0f;
+			uint16_t *q16 = lowp_of(qkv, nq, dt, qw), *dy16 = lowp_of(dy, ny, dt, dyw);
+			double *y = malloc(ny * 8), *lse = malloc(nl * 8), *g = malloc(nq * 8);
+			attn_loop(c, qw, dyw, NULL, y, lse, g);
+			uint16_t *y16 = malloc(ny * 2), *g16 = malloc(nq * 2);
+			float *l = malloc(nl * 4);
+			attn_fwd_dev(&f, c, dt, 2, q16, y16, l);
+			lowp_close(tag, "y", y16, dt, y, ny, 2e-2);
+			tol_close(tag, "lse", l, lse, nl, 1e-3);
+			attn_bwd_dev(&f, c, dt, 2, dy16, q16, y16, l, g16, 0);
+			lowp_close(tag, "dqkv", g16, dt, g, nq, 4e-2);
+			free(qkv), free(dy), free(qw), free(dyw), free(q16), free(dy16), free(y);
+			free(lse), free(g), free(y16), free(g16), free(l);
+		}
 	fx_close(&f);
 }
 END_TEST
@@ -505,4 +587,5 @@ START_TEST(test_attn_threads)
 END_TEST
 
 DEVICE_SUITE(attention, DFX_CASE(attn_loops), DFX_CASE(attn_torch), DFX_CASE(attn_dropout),
-	     DFX_CASE(attn_lowp), DFX_CASE(attn_refused), DFX_ONCE(attn_threads, 60));
+	     DFX_CASE(attn_lowp), DFX_CASE(attn_refused), DFX_ONCE(attn_threads, 60),
+	     DFX_CASE(attn_lowp_shapes));

@@ -523,3 +523,30 @@ TESTS += tests/check_cpu_split
 tests_check_cpu_split_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_split_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# the CUDA device's cuDNN attention, its host-only logic (plugins/cuda/
+# attn_map.c: [B,H,T,D] views of kiln's layouts, the cuDNN-or-kiln
+# decision, KILN_CUDA_ATTN, the plan key, the workspace): no CUDA needed
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cuda_attn
+TESTS += tests/check_cuda_attn
+tests_check_cuda_attn_SOURCES = tests/check_cuda_attn.c tests/attn_op.h plugins/cuda/attn_map.c \
+	plugins/cuda/attn_map.h
+tests_check_cuda_attn_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/plugins/cuda
+tests_check_cuda_attn_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cuda_attn_LDADD = libkiln.la $(CHECK_LIBS)
+endif
+# its cuDNN descriptors (plugins/cuda/sdpa.c: the SDPA graphs' operations,
+# finalized by cuDNN on a machine without a GPU) and KILN_CUDA_ATTN's paths
+if HAVE_CHECK
+if HAVE_CUDNN
+check_PROGRAMS += tests/check_cuda_sdpa
+TESTS += tests/check_cuda_sdpa
+tests_check_cuda_sdpa_SOURCES = tests/check_cuda_sdpa.c tests/attn_op.h $(CUDA_DEVICE_C)
+tests_check_cuda_sdpa_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) -I$(srcdir)/plugins/cuda \
+	-DKILN_CUDA_MIN_ARCH=$(CUDA_MIN_ARCH)
+tests_check_cuda_sdpa_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cuda_sdpa_LDADD = $(CUDA_KERNEL_OBJS) libkiln.la \
+	$(CHECK_LIBS) $(CUDA_LIBS) -lm
+tests_check_cuda_sdpa_LDFLAGS = $(CUDA_LDFLAGS)
+endif
+endif

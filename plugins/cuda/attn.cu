@@ -1,10 +1,13 @@
 /* plugins/cuda/attn.cu - fused scaled-dot-product attention, KILN_OP_ATTENTION
  * and KILN_OP_ATTENTION_BWD (kiln/ops.h), kiln's own straightforward
- * kernels: f32, one thread block per (query or key row, batch*head), the
- * row's [T] scores in shared memory.  Deterministic (no atomics).  They are
- * the fallback the issue asks for beside cuDNN's fused attention (graph
- * API), which is not wired yet; they are compiled here but have only run
- * where a GPU is (tests/check_device_attention on the cuda device).
+ * kernels: one thread block per (query or key row, batch*head), the row's
+ * [T] scores in shared memory, f32 arithmetic on f32, bf16 or f16 tensors
+ * (kern_ld / kern_st: bit for bit the f32 op on the widened inputs,
+ * rounded once at the store; lse is f32).  Deterministic (no atomics).
+ * They run what cuDNN's fused attention (sdpa.c) does not take: f32,
+ * dropout (kiln's mask), accumulation, head dims cuDNN refuses, or every
+ * op with KILN_CUDA_ATTN=kiln.  Compiled here; they have only run where a
+ * GPU is (tests/check_device_attention on the cuda device).
  *
  *   forward   block (i, bh): s_j = scale q_i.k_j (j <= i when causal),
  *             lse_i = logsumexp s, P'_j = e^(s_j - lse_i) M_ij,
@@ -19,7 +22,7 @@
  * (kern_drop_scale, the CPU's and the tests' Philox).
  */
 #include "cuda.h"
-#include "kern.h" /* kern_drop, kern_drop_setup, kern_drop_scale */
+#include "kern.h" /* kern_drop*, kern_ld, kern_st */
 
 #include <math.h>
 #include <stdint.h>
@@ -32,6 +35,7 @@ struct attn_k {
 	int64_t T, C, H, D;
 	float scale;
 	int causal, drop;
+	int dt; /* qkv's, y's, dy's and dqkv's dtype */
 	struct kern_drop d;
 };
 
@@ -42,6 +46,7 @@ static struct attn_k attn_k(const struct cuda_plan *p)
 	g.scale = (float)p->op.f[0];
 	g.causal = (int)p->op.i[1];
 	g.drop = p->op.f[1] > 0;
+	g.dt = p->op.in[p->op.type == KILN_OP_ATTENTION_BWD ? 1 : 0].dtype;
 	/* DROPOUT's constants from the attention's seed, layer and p */
 	struct kiln_op o = p->op;
 	o.i[0] = p->op.i[2], o.i[1] = p->op.i[3], o.f[0] = p->op.f[1];
@@ -70,12 +75,13 @@ __device__ static float block_reduce(float v, int is_max, float *red)
 	return v;
 }
 
-/* a[0..D) . b[0..D) */
-__device__ static float dot(const float *a, const float *b, int64_t D)
+/* a[ia..ia+D) . b[ib..ib+D), both of dtype dt */
+__device__ static float dot(const void *a, int64_t ia, const void *b, int64_t ib, int64_t D,
+			    int dt)
 {
 	float s = 0.0f;
 	for (int64_t d = 0; d < D; d++)
-		s += a[d] * b[d];
+		s += kern_ld(a, dt, ia + d) * kern_ld(b, dt, ib + d);
 	return s;
 }
 
@@ -92,7 +98,7 @@ __device__ static float attn_mask(const struct attn_k *g, uint32_t step, int64_t
 #define ATTN_QKV(g, bh, i) ((((bh) / (g).H) * (g).T + (i)) * 3 * (g).C + ((bh) % (g).H) * (g).D)
 #define ATTN_TOK(g, bh, i) ((((bh) / (g).H) * (g).T + (i)) * (g).C + ((bh) % (g).H) * (g).D)
 
-__global__ void k_attn_fwd(struct attn_k g, const float *qkv, float *y, float *lse,
+__global__ void k_attn_fwd(struct attn_k g, const void *qkv, void *y, float *lse,
 			   const int64_t *step)
 {
 	extern __shared__ float sh[]; /* [32 | T] */
@@ -100,10 +106,10 @@ __global__ void k_attn_fwd(struct attn_k g, const float *qkv, float *y, float *l
 	const int64_t i = blockIdx.x, bh = blockIdx.y;
 	const int64_t valid = g.causal ? i + 1 : g.T;
 	const uint32_t t = g.drop ? (uint32_t)*step : 0;
-	const float *q = qkv + ATTN_QKV(g, bh, i);
+	const int64_t q = ATTN_QKV(g, bh, i);
 	float mx = -INFINITY;
 	for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
-		s[j] = g.scale * dot(q, qkv + ATTN_QKV(g, bh, j) + g.C, g.D);
+		s[j] = g.scale * dot(qkv, q, qkv, ATTN_QKV(g, bh, j) + g.C, g.D, g.dt);
 		mx = fmaxf(mx, s[j]);
 	}
 	mx = block_reduce(mx, 1, red);
@@ -118,48 +124,47 @@ __global__ void k_attn_fwd(struct attn_k g, const float *qkv, float *y, float *l
 	for (int64_t d = threadIdx.x; d < g.D; d += blockDim.x) {
 		float acc = 0.0f;
 		for (int64_t j = 0; j < valid; j++)
-			acc += s[j] * qkv[ATTN_QKV(g, bh, j) + 2 * g.C + d];
-		y[ATTN_TOK(g, bh, i) + d] = acc;
+			acc += s[j] * kern_ld(qkv, g.dt, ATTN_QKV(g, bh, j) + 2 * g.C + d);
+		kern_st(y, g.dt, ATTN_TOK(g, bh, i) + d, acc);
 	}
 	if (threadIdx.x == 0)
 		lse[bh * g.T + i] = l;
 }
 
 /* Queries: Di into di[bh*T + i], dq_i (=|+=). */
-__global__ void k_attn_bwd_q(struct attn_k g, const float *dy, const float *qkv, const float *y,
-			     const float *lse, const int64_t *step, float *di, float *dqkv, int acc)
+__global__ void k_attn_bwd_q(struct attn_k g, const void *dy, const void *qkv, const void *y,
+			     const float *lse, const int64_t *step, float *di, void *dqkv, int acc)
 {
 	extern __shared__ float sh[]; /* [32 | T] */
 	float *red = sh, *s = sh + 32;
 	const int64_t i = blockIdx.x, bh = blockIdx.y;
 	const int64_t valid = g.causal ? i + 1 : g.T;
 	const uint32_t t = g.drop ? (uint32_t)*step : 0;
-	const float *q = qkv + ATTN_QKV(g, bh, i), *dyi = dy + ATTN_TOK(g, bh, i);
+	const int64_t q = ATTN_QKV(g, bh, i), dyi = ATTN_TOK(g, bh, i);
 	float part = 0.0f;
 	for (int64_t d = threadIdx.x; d < g.D; d += blockDim.x)
-		part += dyi[d] * y[ATTN_TOK(g, bh, i) + d];
+		part += kern_ld(dy, g.dt, dyi + d) * kern_ld(y, g.dt, dyi + d);
 	const float D_i = block_reduce(part, 0, red), l = lse[bh * g.T + i];
 	for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
-		const float *kj = qkv + ATTN_QKV(g, bh, j) + g.C;
-		const float pij = expf(g.scale * dot(q, kj, g.D) - l);
-		const float dp = dot(dyi, kj + g.C, g.D) * attn_mask(&g, t, bh, i, j);
+		const int64_t kj = ATTN_QKV(g, bh, j) + g.C;
+		const float pij = expf(g.scale * dot(qkv, q, qkv, kj, g.D, g.dt) - l);
+		const float dp = dot(dy, dyi, qkv, kj + g.C, g.D, g.dt) * attn_mask(&g, t, bh, i, j);
 		s[j] = pij * (dp - D_i);
 	}
 	__syncthreads();
-	float *dq = dqkv + ATTN_QKV(g, bh, i);
 	for (int64_t d = threadIdx.x; d < g.D; d += blockDim.x) {
 		float a = 0.0f;
 		for (int64_t j = 0; j < valid; j++)
-			a += s[j] * qkv[ATTN_QKV(g, bh, j) + g.C + d];
-		dq[d] = g.scale * a + (acc ? dq[d] : 0.0f);
+			a += s[j] * kern_ld(qkv, g.dt, ATTN_QKV(g, bh, j) + g.C + d);
+		kern_st(dqkv, g.dt, q + d, g.scale * a + (acc ? kern_ld(dqkv, g.dt, q + d) : 0.0f));
 	}
 	if (threadIdx.x == 0)
 		di[bh * g.T + i] = D_i;
 }
 
 /* Keys: dk_j, dv_j (=|+=) over the rows that see key j. */
-__global__ void k_attn_bwd_kv(struct attn_k g, const float *dy, const float *qkv,
-			      const float *lse, const int64_t *step, const float *di, float *dqkv,
+__global__ void k_attn_bwd_kv(struct attn_k g, const void *dy, const void *qkv,
+			      const float *lse, const int64_t *step, const float *di, void *dqkv,
 			      int acc)
 {
 	extern __shared__ float sh[]; /* [32 | T: P' | T: dS] */
@@ -167,24 +172,24 @@ __global__ void k_attn_bwd_kv(struct attn_k g, const float *dy, const float *qkv
 	const int64_t j = blockIdx.x, bh = blockIdx.y;
 	const int64_t first = g.causal ? j : 0;
 	const uint32_t t = g.drop ? (uint32_t)*step : 0;
-	const float *kj = qkv + ATTN_QKV(g, bh, j) + g.C, *vj = kj + g.C;
+	const int64_t kj = ATTN_QKV(g, bh, j) + g.C, vj = kj + g.C;
 	for (int64_t i = first + threadIdx.x; i < g.T; i += blockDim.x) {
-		const float *dyi = dy + ATTN_TOK(g, bh, i);
-		const float pij = expf(g.scale * dot(qkv + ATTN_QKV(g, bh, i), kj, g.D) - lse[bh * g.T + i]);
+		const int64_t dyi = ATTN_TOK(g, bh, i);
+		const float pij = expf(g.scale * dot(qkv, ATTN_QKV(g, bh, i), qkv, kj, g.D, g.dt) -
+				       lse[bh * g.T + i]);
 		const float m = attn_mask(&g, t, bh, i, j);
 		pm[i] = pij * m;
-		ds[i] = pij * (dot(dyi, vj, g.D) * m - di[bh * g.T + i]);
+		ds[i] = pij * (dot(dy, dyi, qkv, vj, g.D, g.dt) * m - di[bh * g.T + i]);
 	}
 	__syncthreads();
-	float *dk = dqkv + ATTN_QKV(g, bh, j) + g.C, *dv = dk + g.C;
 	for (int64_t d = threadIdx.x; d < g.D; d += blockDim.x) {
 		float ak = 0.0f, av = 0.0f;
 		for (int64_t i = first; i < g.T; i++) {
-			ak += ds[i] * qkv[ATTN_QKV(g, bh, i) + d];
-			av += pm[i] * dy[ATTN_TOK(g, bh, i) + d];
+			ak += ds[i] * kern_ld(qkv, g.dt, ATTN_QKV(g, bh, i) + d);
+			av += pm[i] * kern_ld(dy, g.dt, ATTN_TOK(g, bh, i) + d);
 		}
-		dk[d] = g.scale * ak + (acc ? dk[d] : 0.0f);
-		dv[d] = av + (acc ? dv[d] : 0.0f);
+		kern_st(dqkv, g.dt, kj + d, g.scale * ak + (acc ? kern_ld(dqkv, g.dt, kj + d) : 0.0f));
+		kern_st(dqkv, g.dt, vj + d, av + (acc ? kern_ld(dqkv, g.dt, vj + d) : 0.0f));
 	}
 }
 
@@ -195,8 +200,7 @@ extern "C" cudaError_t cuda_launch_attention(const struct cuda_plan *p,
 	const dim3 grid((unsigned)g.T, (unsigned)p->rows);
 	const size_t sh = sizeof(float) * (size_t)(32 + g.T);
 	const int64_t *step = g.drop ? (const int64_t *)a->in[p->op.n_in - 1] : NULL;
-	k_attn_fwd<<<grid, ATTN_THREADS, sh, s>>>(g, (const float *)a->in[0], (float *)a->out[0],
-						    (float *)a->out[1], step);
+	k_attn_fwd<<<grid, ATTN_THREADS, sh, s>>>(g, a->in[0], a->out[0], (float *)a->out[1], step);
 	return cudaGetLastError();
 }
 
@@ -207,11 +211,12 @@ extern "C" cudaError_t cuda_launch_attention_bwd(const struct cuda_plan *p,
 	const dim3 grid((unsigned)g.T, (unsigned)p->rows);
 	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
 	const int64_t *step = g.drop ? (const int64_t *)a->in[p->op.n_in - 1] : NULL;
-	const float *dy = (const float *)a->in[0], *qkv = (const float *)a->in[1];
+	const void *dy = a->in[0], *qkv = a->in[1];
 	const float *lse = (const float *)a->in[3];
-	float *di = (float *)a->workspace, *dqkv = (float *)a->out[0];
+	float *di = (float *)a->workspace;
+	void *dqkv = a->out[0];
 	k_attn_bwd_q<<<grid, ATTN_THREADS, sizeof(float) * (size_t)(32 + g.T), s>>>(
-		g, dy, qkv, (const float *)a->in[2], lse, step, di, dqkv, acc);
+		g, dy, qkv, a->in[2], lse, step, di, dqkv, acc);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;

@@ -9,7 +9,10 @@
  * logic: strides, keys, the autotune cache file) and dnn_kernels.cu
  * (batch norm, pooling); the INT8 ops: qops.c (int8 im2col and cuBLASLt's
  * int8 GEMM), int8_kernels.cu and its pure pieces qkern.h; the recurrent
- * ops: rnn.c (cuDNN's RNN API) and rnn_kernels.cu (lengths, gathers).
+ * ops: rnn.c (cuDNN's RNN API) and rnn_kernels.cu (lengths, gathers); the
+ * fused attention: sdpa.c (cuDNN's fused SDPA graph; dnn_be.h shares
+ * cudnn.c's plan helpers), attn_map.c (its pure host logic) and attn.cu
+ * (kiln's kernels, where cuDNN does not take an op).
  * This header is read by gcc and by nvcc:
  * it holds only C declarations.  Nothing here links libkiln: the core is
  * reached through the host table.
@@ -36,6 +39,7 @@ extern "C" {
 
 struct cuda_gemm;
 struct cuda_dnn;      /* cudnn.c: a convolution's cuDNN plan */
+struct cuda_sdpa;     /* sdpa.c: a fused attention's cuDNN plan */
 struct cuda_dnn_ctx;  /* cudnn.c: the cuDNN handle, autotune settings and cache */
 struct cuda_rnn;      /* rnn.c: an RNN op's cuDNN descriptors */
 
@@ -99,6 +103,7 @@ struct cuda_plan {
 	float lut[3][256];         /* NORMALIZE_U8: (u/255 - mean)/std per channel */
 	struct cuda_dnn *dnn;      /* cudnn.c: convolutions */
 	struct cuda_rnn *rnn;      /* rnn.c: cuDNN's RNN descriptors */
+	struct cuda_sdpa *sdpa;    /* sdpa.c: the context's cached attention plan (not owned) */
 	/* byte offsets into the workspace (qops.c: the INT8 ops' buffers) or
 	 * the aux and the plan's scratch (rnn.c) */
 	int64_t off[8];
@@ -197,6 +202,17 @@ void cuda_dnn_free(struct cuda_dnn *d);
  * and the shapes there, so tests/check_cuda_conv.c runs this on machines
  * with cuDNN but no GPU.  (Built with cuDNN only.) */
 kiln_status cuda_dnn_conv_check(struct cuda_ctx *c, const struct kiln_op *op, int fused);
+
+/* ---- sdpa.c: ATTENTION / ATTENTION_BWD through cuDNN's fused attention
+ * (graph API), or kiln's kernels (attn.cu, prepared by ops.c's
+ * cuda_attn_kiln_prepare) where cuDNN does not take the op; KILN_CUDA_ATTN
+ * = auto | cudnn | kiln forces a path (plugins/cuda/attn_map.h). */
+kiln_status cuda_sdpa_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+kiln_status cuda_attn_kiln_prepare(struct cuda_ctx *c, struct cuda_plan *p);
+/* The cuDNN operations of an attention op's graph, built and finalized
+ * up to the operation graph (which needs a handle, so a GPU): cuDNN checks
+ * them on a machine without one (tests/check_cuda_sdpa.c). */
+kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op);
 #define CUDA_DNN_KEYS                                                                           \
 	{ "workspace_mb", KILN_KEY_INT, "1024", 0, 1048576, NULL,                              \
 	  "Most device memory one convolution's cuDNN plan may use as workspace, in MiB: "   \

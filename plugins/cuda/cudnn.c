@@ -42,14 +42,10 @@
  */
 #include "cuda.h"
 #include "dnn.h"
+#include "dnn_be.h" /* struct cuda_dnn, cuda_dnn_ctx; the shared helpers */
 #include "dnn_map.h"
+#include "attn_map.h" /* cuda_attn_mode */
 
-#if KILN_HAVE_CUDNN
-#include <cudnn.h>         /* cudnnCreate, cudnnBackend*, cudnnGetVersion */
-typedef cudnnHandle_t dnn_handle_t;
-#else
-typedef void *dnn_handle_t; /* built without cuDNN: convolutions are refused */
-#endif
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -65,52 +61,11 @@ typedef void *dnn_handle_t; /* built without cuDNN: convolutions are refused */
 #define DNN_WS_ALIGN 256
 
 #define DNN_TUNE_MAX 16   /* engines timed per shape at most */
-#define DNN_VP 4          /* variant packs kept per plan */
 #define DNN_MAX_CFG 64    /* heuristics results looked at */
-
-/* ---- the context's part ---------------------------------------------- */
-
-struct cuda_dnn_ctx {
-	dnn_handle_t h;           /* created by the first convolution's prepare */
-	pthread_mutex_t lock;     /* the handle's stream is one per handle */
-	int autotune, deterministic;
-	int64_t ws_mb;
-	char cache_path[4096];    /* "" = no cache file */
-	struct cuda_atc atc;
-	int atc_loaded;
-};
 
 static const struct kiln_host *dnn_host;
 
 #if KILN_HAVE_CUDNN
-/* ---- the plan's part ---------------------------------------------------- */
-
-struct cuda_dnn {
-	const struct kiln_host *host;
-	struct cuda_dnn_ctx *x;
-	cudnnBackendDescriptor_t plan;   /* the execution plan */
-	cudnnBackendDescriptor_t *keep;  /* descriptors the plan was built from */
-	int n_keep, cap_keep;
-	int n_ptr;
-	int64_t uid[4];
-	int arg[4];                      /* (k << 8 | i): k = 0 in, 1 out */
-	size_t ws;                       /* cuDNN's part of the workspace */
-	int bias_kernel;                 /* 1: add b after; 2: db from dy */
-	/* CONV_BWD_WEIGHTS of bf16/f16 x and dy when no engine writes an f32
-	 * dw from them: x and dy widened into the workspace (at off_x, off_y)
-	 * and the f32 convolution run; widen = their dtype, 0 otherwise */
-	int widen;
-	size_t off_x, off_y;
-	int64_t nx, ny;
-	int y_dtype;
-	struct {
-		void *ptr[4], *ws;
-		cudnnBackendDescriptor_t vp;
-	} vp[DNN_VP];
-	int vp_next;
-	char what[64];                   /* for messages: "CONV (engine 12)" */
-};
-
 static void keep_all_free(struct cuda_dnn *d)
 {
 	for (int i = 0; i < d->n_keep; i++)
@@ -136,7 +91,7 @@ void cuda_dnn_free(struct cuda_dnn *d)
 
 /* ---- errors ------------------------------------------------------------ */
 
-static kiln_status dnn_fail(struct cuda_ctx *c, const struct kiln_op *op, cudnnStatus_t s,
+kiln_status cuda_dnn_fail(struct cuda_ctx *c, const struct kiln_op *op, cudnnStatus_t s,
 			    const char *call, int line)
 {
 	char detail[512];
@@ -156,7 +111,7 @@ static kiln_status dnn_fail(struct cuda_ctx *c, const struct kiln_op *op, cudnnS
 	do {                                                            \
 		cudnnStatus_t s_ = (call);                              \
 		if (s_ != CUDNN_STATUS_SUCCESS) {                       \
-			st = dnn_fail(c, op, s_, #call, __LINE__);      \
+			st = cuda_dnn_fail(c, op, s_, #call, __LINE__);      \
 			goto out;                                       \
 		}                                                       \
 	} while (0)
@@ -170,7 +125,7 @@ static cudnnStatus_t set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t
 }
 
 /* a new descriptor, kept with the plan (freed with it) */
-static cudnnStatus_t mk(struct cuda_dnn *d, cudnnBackendDescriptorType_t type,
+cudnnStatus_t cuda_dnn_mk(struct cuda_dnn *d, cudnnBackendDescriptorType_t type,
 			cudnnBackendDescriptor_t *out)
 {
 	*out = NULL;
@@ -201,7 +156,7 @@ static cudnnStatus_t mk_tensor(struct cuda_dnn *d, cudnnBackendDescriptor_t *t, 
 	/* kiln promises 64-byte aligned buffers; the planner's views keep 16 */
 	const int64_t align = 16;
 	cudnnStatus_t s;
-	if ((s = mk(d, CUDNN_BACKEND_TENSOR_DESCRIPTOR, t)) ||
+	if ((s = cuda_dnn_mk(d, CUDNN_BACKEND_TENSOR_DESCRIPTOR, t)) ||
 	    (s = set(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)) ||
 	    (s = set(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims)) ||
 	    (s = set(*t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides)) ||
@@ -215,7 +170,7 @@ static cudnnStatus_t mk_tensor(struct cuda_dnn *d, cudnnBackendDescriptor_t *t, 
 /* the engine behind a config: its global index and whether its notes
  * allow it here (f32: no TF32; never reduced-precision reductions;
  * deterministic: no non-deterministic engine) */
-static cudnnStatus_t engine_ok(struct cuda_dnn *d, cudnnBackendDescriptor_t cfg, int f32,
+cudnnStatus_t cuda_dnn_engine_ok(struct cuda_dnn *d, cudnnBackendDescriptor_t cfg, int f32,
 			       int det, int64_t *index, int *ok)
 {
 	cudnnBackendDescriptor_t e;
@@ -223,7 +178,7 @@ static cudnnStatus_t engine_ok(struct cuda_dnn *d, cudnnBackendDescriptor_t cfg,
 	int64_t n = 0;
 	cudnnStatus_t s;
 	*ok = 0;
-	if ((s = mk(d, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e)) ||
+	if ((s = cuda_dnn_mk(d, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e)) ||
 	    (s = cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
 					  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e)) ||
 	    (s = cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n,
@@ -244,7 +199,7 @@ static cudnnStatus_t engine_ok(struct cuda_dnn *d, cudnnBackendDescriptor_t cfg,
 }
 
 /* an execution plan of cfg (NULL when the engine cannot build it) */
-static cudnnBackendDescriptor_t build_plan(struct cuda_dnn_ctx *x, cudnnBackendDescriptor_t cfg,
+cudnnBackendDescriptor_t cuda_dnn_build_plan(struct cuda_dnn_ctx *x, cudnnBackendDescriptor_t cfg,
 					   size_t *ws)
 {
 	cudnnBackendDescriptor_t p = NULL;
@@ -293,7 +248,7 @@ static cudnnStatus_t cfg_knobs(struct cuda_dnn *d, cudnnBackendDescriptor_t cfg,
 	int64_t n = 0, got = 0;
 	cudnnStatus_t s;
 	for (int i = 0; i < CUDA_ATC_KNOBS; i++)
-		if ((s = mk(d, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k[i])))
+		if ((s = cuda_dnn_mk(d, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k[i])))
 			return s;
 	if ((s = cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
 					  CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDA_ATC_KNOBS, &n, k)))
@@ -319,21 +274,21 @@ static cudnnStatus_t cfg_from_entry(struct cuda_dnn *d, cudnnBackendDescriptor_t
 {
 	cudnnBackendDescriptor_t eng, k[CUDA_ATC_KNOBS];
 	cudnnStatus_t s;
-	if ((s = mk(d, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng)) ||
+	if ((s = cuda_dnn_mk(d, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng)) ||
 	    (s = set(eng, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g)) ||
 	    (s = set(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &e->engine)) ||
 	    (s = cudnnBackendFinalize(eng)))
 		return s;
 	for (uint32_t i = 0; i < e->n_knobs; i++) {
 		const cudnnBackendKnobType_t t = (cudnnBackendKnobType_t)e->knob_type[i];
-		if ((s = mk(d, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k[i])) ||
+		if ((s = cuda_dnn_mk(d, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k[i])) ||
 		    (s = set(k[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &t)) ||
 		    (s = set(k[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1,
 			     &e->knob_value[i])) ||
 		    (s = cudnnBackendFinalize(k[i])))
 			return s;
 	}
-	if ((s = mk(d, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, cfg)) ||
+	if ((s = cuda_dnn_mk(d, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, cfg)) ||
 	    (s = set(*cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &eng)) ||
 	    (e->n_knobs && (s = set(*cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
 				    CUDNN_TYPE_BACKEND_DESCRIPTOR, e->n_knobs, k))))
@@ -428,12 +383,51 @@ static const void *arg_ptr(const struct kiln_op_args *a, int arg)
 	return (arg >> 8) ? a->out[arg & 0xff] : a->in[arg & 0xff];
 }
 
+cudaError_t cuda_dnn_execute(struct cuda_dnn *d, void *const *ptr, void *ws, cudaStream_t s)
+{
+	const size_t bytes = (size_t)d->n_ptr * sizeof *ptr;
+	int slot = -1;
+	for (int k = 0; k < DNN_VP && slot < 0; k++)
+		if (d->vp[k].vp && d->vp[k].ws == ws && !memcmp(d->vp[k].ptr, ptr, bytes))
+			slot = k;
+	if (slot < 0) {
+		/* new pointers: the one host allocation of this plan's pointer set */
+		slot = d->vp_next;
+		d->vp_next = (d->vp_next + 1) % DNN_VP;
+		if (d->vp[slot].vp)
+			cudnnBackendDestroyDescriptor(d->vp[slot].vp);
+		d->vp[slot].vp = NULL;
+		cudnnStatus_t st = mk_vp(d, ptr, ws, &d->vp[slot].vp);
+		if (st) {
+			d->host->log(KILN_LOG_ERROR, "cuda", "%s: variant pack: %s", d->what,
+				     cudnnGetErrorString(st));
+			return cudaErrorInvalidValue;
+		}
+		memcpy(d->vp[slot].ptr, ptr, bytes);
+		d->vp[slot].ws = ws;
+	}
+	pthread_mutex_lock(&d->x->lock);
+	cudnnStatus_t st = cudnnSetStream(d->x->h, s);
+	const char *call = "cudnnSetStream";
+	if (!st)
+		st = cudnnBackendExecute(d->x->h, d->plan, d->vp[slot].vp), call = "cudnnBackendExecute";
+	pthread_mutex_unlock(&d->x->lock);
+	if (st) {
+		char detail[400];
+		detail[0] = 0;
+		cudnnGetLastErrorString(detail, sizeof detail);
+		d->host->log(KILN_LOG_ERROR, "cuda", "%s: %s: %s %s", d->what, call,
+			     cudnnGetErrorString(st), detail);
+		return cudaErrorLaunchFailure;
+	}
+	return cudaSuccess;
+}
+
 static cudaError_t dnn_conv_launch(const struct cuda_plan *p, const struct kiln_op_args *a,
 				   cudaStream_t s)
 {
 	struct cuda_dnn *d = p->dnn;
-	void *ptr[4] = { 0 };
-	int slot = -1;
+	void *ptr[DNN_MAX_PTR] = { 0 };
 	for (int i = 0; i < d->n_ptr; i++)
 		ptr[i] = (void *)arg_ptr(a, d->arg[i]);
 	if (d->widen) { /* x (uid 1) and dy (uid 3) as f32 copies in the workspace */
@@ -445,39 +439,9 @@ static cudaError_t dnn_conv_launch(const struct cuda_plan *p, const struct kiln_
 		if (e != cudaSuccess)
 			return e;
 	}
-	for (int k = 0; k < DNN_VP && slot < 0; k++)
-		if (d->vp[k].vp && d->vp[k].ws == a->workspace &&
-		    !memcmp(d->vp[k].ptr, ptr, sizeof ptr))
-			slot = k;
-	if (slot < 0) {
-		/* new pointers: the one host allocation of this plan's pointer set */
-		slot = d->vp_next;
-		d->vp_next = (d->vp_next + 1) % DNN_VP;
-		if (d->vp[slot].vp)
-			cudnnBackendDestroyDescriptor(d->vp[slot].vp);
-		d->vp[slot].vp = NULL;
-		cudnnStatus_t st = mk_vp(d, ptr, a->workspace, &d->vp[slot].vp);
-		if (st) {
-			d->host->log(KILN_LOG_ERROR, "cuda", "%s: variant pack: %s", d->what,
-				     cudnnGetErrorString(st));
-			return cudaErrorInvalidValue;
-		}
-		memcpy(d->vp[slot].ptr, ptr, sizeof ptr);
-		d->vp[slot].ws = a->workspace;
-	}
-	pthread_mutex_lock(&d->x->lock);
-	cudnnStatus_t st = cudnnSetStream(d->x->h, s);
-	if (!st)
-		st = cudnnBackendExecute(d->x->h, d->plan, d->vp[slot].vp);
-	pthread_mutex_unlock(&d->x->lock);
-	if (st) {
-		char detail[400];
-		detail[0] = 0;
-		cudnnGetLastErrorString(detail, sizeof detail);
-		d->host->log(KILN_LOG_ERROR, "cuda", "%s: cudnnBackendExecute: %s %s", d->what,
-			     cudnnGetErrorString(st), detail);
-		return cudaErrorLaunchFailure;
-	}
+	cudaError_t e = cuda_dnn_execute(d, ptr, a->workspace, s);
+	if (e != cudaSuccess)
+		return e;
 	if (d->bias_kernel == 1) /* CONV: y += b */
 		return cuda_dnn_bias(p, a->out[0], NULL, (float *)a->in[2], d->y_dtype, 0, NULL, s);
 	if (d->bias_kernel == 2) /* CONV_BWD_WEIGHTS: db = sum of dy */
@@ -536,7 +500,7 @@ static kiln_status conv_graph(struct cuda_ctx *c, const struct kiln_op *op, stru
 		DNN_TRY(mk_tensor(d, &tb, 4, KILN_F32, bd, bs, false));
 		DNN_TRY(mk_tensor(d, &tv, 5, KILN_F32, g->y, g->ys, true));
 	}
-	DNN_TRY(mk(d, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv));
+	DNN_TRY(cuda_dnn_mk(d, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv));
 	DNN_TRY(set(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
 	DNN_TRY(set(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
 	DNN_TRY(set(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sdims));
@@ -566,7 +530,7 @@ static kiln_status conv_graph(struct cuda_ctx *c, const struct kiln_op *op, stru
 	};
 	const int t = type - KILN_OP_CONV;
 	const cudnnBackendAttributeType_t D = CUDNN_TYPE_BACKEND_DESCRIPTOR;
-	DNN_TRY(mk(d, opd[t].desc, &cop));
+	DNN_TRY(cuda_dnn_mk(d, opd[t].desc, &cop));
 	DNN_TRY(set(cop, opd[t].x, D, 1, &tx));
 	DNN_TRY(set(cop, opd[t].w, D, 1, &tw));
 	/* the forward's output is the virtual tensor the bias add reads */
@@ -579,11 +543,11 @@ static kiln_status conv_graph(struct cuda_ctx *c, const struct kiln_op *op, stru
 	int n_ops = 1;
 	if (fused) {
 		const cudnnPointwiseMode_t add = CUDNN_POINTWISE_ADD;
-		DNN_TRY(mk(d, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw));
+		DNN_TRY(cuda_dnn_mk(d, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw));
 		DNN_TRY(set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &add));
 		DNN_TRY(set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &comp));
 		DNN_TRY(cudnnBackendFinalize(pw));
-		DNN_TRY(mk(d, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &pop));
+		DNN_TRY(cuda_dnn_mk(d, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &pop));
 		DNN_TRY(set(pop, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw));
 		DNN_TRY(set(pop, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tv));
 		DNN_TRY(set(pop, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tb));
@@ -593,7 +557,7 @@ static kiln_status conv_graph(struct cuda_ctx *c, const struct kiln_op *op, stru
 	}
 	if (!graph) /* cuda_dnn_conv_check: the operations only */
 		goto out;
-	DNN_TRY(mk(d, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, graph));
+	DNN_TRY(cuda_dnn_mk(d, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, graph));
 	DNN_TRY(set(*graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &c->dnn->h));
 	DNN_TRY(set(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops));
 	DNN_TRY(cudnnBackendFinalize(*graph));
@@ -603,7 +567,7 @@ out:
 
 /* The engine configurations of graph, heuristics mode A then the
  * fallback list, in order: up to DNN_MAX_CFG into cfg[]. */
-static int graph_cfgs(struct cuda_dnn *d, cudnnBackendDescriptor_t graph,
+int cuda_dnn_graph_cfgs(struct cuda_dnn *d, cudnnBackendDescriptor_t graph,
 		      cudnnBackendDescriptor_t *cfg)
 {
 	static const cudnnBackendHeurMode_t modes[2] = { CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK };
@@ -611,7 +575,7 @@ static int graph_cfgs(struct cuda_dnn *d, cudnnBackendDescriptor_t graph,
 	for (int m = 0; m < 2 && n < DNN_MAX_CFG; m++) {
 		cudnnBackendDescriptor_t h;
 		int64_t count = 0;
-		if (mk(d, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &h) ||
+		if (cuda_dnn_mk(d, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &h) ||
 		    set(h, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph) ||
 		    set(h, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m]) ||
 		    cudnnBackendFinalize(h) ||
@@ -622,7 +586,7 @@ static int graph_cfgs(struct cuda_dnn *d, cudnnBackendDescriptor_t graph,
 			count = DNN_MAX_CFG - n;
 		int ok = 1;
 		for (int64_t i = 0; i < count && ok; i++)
-			ok = mk(d, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[n + i]) == CUDNN_STATUS_SUCCESS;
+			ok = cuda_dnn_mk(d, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[n + i]) == CUDNN_STATUS_SUCCESS;
 		int64_t got = 0;
 		if (!ok || cudnnBackendGetAttribute(h, CUDNN_ATTR_ENGINEHEUR_RESULTS,
 						    CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
@@ -647,7 +611,7 @@ static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor
 		cache_load(c, x);
 		const struct cuda_atc_entry *e = cuda_atc_find(&x->atc, key);
 		cudnnBackendDescriptor_t one;
-		if (e && !cfg_from_entry(d, graph, e, &one) && (d->plan = build_plan(x, one, &d->ws))) {
+		if (e && !cfg_from_entry(d, graph, e, &one) && (d->plan = cuda_dnn_build_plan(x, one, &d->ws))) {
 			if (d->ws <= limit) {
 				*engine = e->engine;
 				return 1;
@@ -656,7 +620,7 @@ static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor
 			d->plan = NULL;
 		}
 	}
-	const int n = graph_cfgs(d, graph, cfg);
+	const int n = cuda_dnn_graph_cfgs(d, graph, cfg);
 	cudaStream_t s = NULL;
 	float best_ms = -1;
 	int tried = 0, best = -1;
@@ -664,9 +628,9 @@ static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor
 		int64_t idx = -1;
 		int ok = 0;
 		size_t ws = 0;
-		if (engine_ok(d, cfg[i], f32, x->deterministic, &idx, &ok) || !ok)
+		if (cuda_dnn_engine_ok(d, cfg[i], f32, x->deterministic, &idx, &ok) || !ok)
 			continue;
-		cudnnBackendDescriptor_t p = build_plan(x, cfg[i], &ws);
+		cudnnBackendDescriptor_t p = cuda_dnn_build_plan(x, cfg[i], &ws);
 		if (!p)
 			continue;
 		if (ws > limit) {
@@ -906,8 +870,13 @@ kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg)
 	if (!x)
 		return h->error(KILN_ENOMEM, "cuda: out of memory");
 	pthread_mutex_init(&x->lock, NULL);
+	pthread_mutex_init(&x->sdpa_lock, NULL);
 	c->dnn = x;
 	dnn_host = h;
+	/* the fused attention's path (attn_map.h; tests/gpu/run.sh forces each) */
+	char why[120];
+	if ((x->attn_mode = cuda_attn_mode(getenv("KILN_CUDA_ATTN"), why, sizeof why)) < 0)
+		return h->error(KILN_EINVAL, "cuda: %s", why);
 	/* [run] autotune and deterministic: the core's options (open()) */
 	x->autotune = c->opts.autotune;
 	x->deterministic = c->opts.deterministic;
@@ -936,12 +905,14 @@ void cuda_dnn_close(struct cuda_ctx *c)
 	struct cuda_dnn_ctx *x = c->dnn;
 	if (!x)
 		return;
+	cuda_sdpa_close(x); /* its plans, before the handle */
 #if KILN_HAVE_CUDNN
 	if (x->h)
 		cudnnDestroy(x->h);
 #endif
 	cuda_atc_clear(&x->atc);
 	pthread_mutex_destroy(&x->lock);
+	pthread_mutex_destroy(&x->sdpa_lock);
 	free(x);
 	c->dnn = NULL;
 }

@@ -30,6 +30,31 @@
 
 /* ---- dtypes -------------------------------------------------------------- */
 
+#ifdef __CUDACC__
+#include <cuda_fp16.h> /* __half, __half2float, __float2half_rn */
+/* Element i of a float tensor of dtype dt (KILN_F32, _BF16, _F16), widened
+ * exactly, and the store of v rounded to nearest even (f16: past 65504 is
+ * inf, as _Float16): kernels.cu's ld / st, and attn.cu's. */
+KERN_D float kern_ld(const void *p, int dt, int64_t i)
+{
+	if (dt == KILN_BF16)
+		return half_bf16_f32(((const uint16_t *)p)[i]);
+	if (dt == KILN_F16)
+		return __half2float(((const __half *)p)[i]);
+	return ((const float *)p)[i];
+}
+
+KERN_D void kern_st(void *p, int dt, int64_t i, float v)
+{
+	if (dt == KILN_BF16)
+		((uint16_t *)p)[i] = half_f32_bf16(v);
+	else if (dt == KILN_F16)
+		((__half *)p)[i] = __float2half_rn(v);
+	else
+		((float *)p)[i] = v;
+}
+#endif
+
 /* bf16 from f32, round to nearest even, NaN kept (quiet), and back: the
  * CPU device's functions (plugins/common/half.h), bit for bit. */
 KERN_HD uint16_t kern_bf16_round(float f) { return half_f32_bf16(f); }

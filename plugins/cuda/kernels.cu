@@ -39,25 +39,10 @@
  * a low-precision op computes bit for bit what the f32 op computes on the
  * widened operands, rounded once at the store (the CPU device's lowp.c
  * contract, which tests/check_device.c asserts). */
-__device__ __forceinline__ float ld(const void *p, int dt, int64_t i)
-{
-	if (dt == KILN_BF16)
-		return kern_bf16_f32(((const uint16_t *)p)[i]);
-	if (dt == KILN_F16)
-		return __half2float(((const __half *)p)[i]);
-	return ((const float *)p)[i];
-}
+__device__ __forceinline__ float ld(const void *p, int dt, int64_t i) { return kern_ld(p, dt, i); }
 
 /* Store v rounded to nearest even (f16: past 65504 is inf, as _Float16). */
-__device__ __forceinline__ void st(void *p, int dt, int64_t i, float v)
-{
-	if (dt == KILN_BF16)
-		((uint16_t *)p)[i] = kern_bf16_round(v);
-	else if (dt == KILN_F16)
-		((__half *)p)[i] = __float2half_rn(v);
-	else
-		((float *)p)[i] = v;
-}
+__device__ __forceinline__ void st(void *p, int dt, int64_t i, float v) { kern_st(p, dt, i, v); }
 
 /* the dtypes of an op's tensors */
 #define DTI(p, k) ((int)(p)->op.in[k].dtype)

@@ -10,7 +10,8 @@ CUDA_DEVICE_C = plugins/cuda/cuda.c plugins/cuda/cuda.h plugins/cuda/kern.h \
 	plugins/cuda/ops.c plugins/cuda/gemm.c plugins/cuda/graph.c \
 	plugins/cuda/cudnn.c plugins/cuda/bn_pool.c plugins/cuda/dnn.h \
 	plugins/cuda/dnn_map.c plugins/cuda/dnn_map.h $(PLUGIN_COMMON_H) \
-	plugins/cuda/qops.c plugins/cuda/qkern.h plugins/cuda/rnn.c
+	plugins/cuda/qops.c plugins/cuda/qkern.h plugins/cuda/rnn.c \
+	plugins/cuda/sdpa.c plugins/cuda/dnn_be.h plugins/cuda/attn_map.c plugins/cuda/attn_map.h
 CUDA_KERNEL_OBJS = plugins/cuda/kernels.lo plugins/cuda/dnn_kernels.lo plugins/cuda/attn.lo \
 	plugins/cuda/int8_kernels.lo plugins/cuda/rnn_kernels.lo
 if BUILD_CUDA

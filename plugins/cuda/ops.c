@@ -12,7 +12,7 @@
  * SCALER_UPDATE, SOFTMAX_XENT's loss-scale input in2), the activations
  * ACT/ACT_BWD, DROPOUT/DROPOUT_BWD, CONCAT/SPLIT, REORDER, the
  * transformer ops EMBEDDING/EMBEDDING_BWD and LAYERNORM/LAYERNORM_BWD, and
- * the f32 fused attention (attn.cu).  Their
+ * the fused attention (sdpa.c: cuDNN's, or attn.cu's f32 kernels).  Their
  * activations may be f32, bf16 or f16 (f32 arithmetic, one rounding:
  * kernels.cu's ld/st).  Convolution, batch norm and pooling go to
  * cudnn.c, QCONV and QLINEAR to qops.c, RNN and RNN_BWD to rnn.c.  The
@@ -180,20 +180,20 @@ static kiln_status optim_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	return KILN_OK;
 }
 
-/* ATTENTION, ATTENTION_BWD (attn.cu): f32 only; a [T] row of scores (two
- * in the backward) in shared memory, so T <= 4096; one block row per
- * (batch, head), at most 65535 of them.  The backward's workspace: the
- * rows' dy.y, f32 [B, H, T]. */
-static kiln_status attn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
+/* ATTENTION, ATTENTION_BWD on kiln's kernels (attn.cu), where cuDNN's
+ * fused attention does not take the op (sdpa.c decides): f32, bf16 or
+ * f16 activations (f32 arithmetic, one rounding); a [T]
+ * row of scores (two in the backward) in shared memory, so T <= 4096; one
+ * block row per (batch, head), at most 65535 of them.  The backward's
+ * workspace: the rows' dy.y, f32 [B, H, T]. */
+kiln_status cuda_attn_kiln_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	const int bwd = op->type == KILN_OP_ATTENTION_BWD;
-	for (int k = 0; k < op->n_in + op->n_out; k++) {
-		const struct kiln_tensor_desc *t = k < op->n_in ? &op->in[k] : &op->out[k - op->n_in];
-		if (t->dtype != KILN_F32 && !(t->dtype == KILN_I64 && k == op->n_in - 1))
-			return cuda_bad(c, op, KILN_ENOTSUP, "f32 tensors only (the i64 step aside)");
-	}
+	/* qkv, y, dy, dqkv of one float dtype (the core's check), lse f32 */
 	const struct kiln_tensor_desc *qkv = &op->in[bwd ? 1 : 0];
+	if (!kern_float_dtype(qkv->dtype) || (bwd ? op->in[3] : op->out[1]).dtype != KILN_F32)
+		return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 activations and an f32 lse");
 	p->rows = qkv->dims[0] * op->i[0]; /* B*H */
 	p->cols = qkv->dims[1];             /* T */
 	p->sz[0] = qkv->dims[2] / 3;        /* C */
@@ -236,8 +236,8 @@ static const uint8_t family[] = {
 	[KILN_OP_CONV_BWD_WEIGHTS] = F_CONV,
 	[KILN_OP_EMBEDDING] = F_LAUNCH, [KILN_OP_EMBEDDING_BWD] = F_LAUNCH,
 	[KILN_OP_LAYERNORM] = F_LAUNCH, [KILN_OP_LAYERNORM_BWD] = F_LAUNCH,
-	/* fused attention: kiln's own f32 kernels (attn.cu); cuDNN's fused
-	 * scaled-dot-product attention (graph API) is to come in front */
+	/* fused attention: cuDNN's fused scaled-dot-product attention (graph
+	 * API, bf16/f16) with kiln's own f32 kernels (attn.cu) behind it: sdpa.c */
 	[KILN_OP_ATTENTION] = F_ATTN, [KILN_OP_ATTENTION_BWD] = F_ATTN,
 	/* decoding with a key/value cache (generation): the CPU's alone so far */
 	[KILN_OP_ATTENTION_DECODE] = F_NONE,
@@ -287,7 +287,7 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	case F_LAUNCH: p->launch = launchers[op->type]; break;
 	case F_OPTIM: return optim_prepare(c, p);
 	case F_NEWOP: return newop_prepare(c, p);
-	case F_ATTN: return attn_prepare(c, p);
+	case F_ATTN: return cuda_sdpa_prepare(c, p); /* sdpa.c */
 	case F_DNN:
 	case F_CONV: return cuda_dnn_prepare(c, p); /* cudnn.c */
 	case F_QUANT: return cuda_q_prepare(c, p);  /* qops.c */

@@ -9,6 +9,11 @@
 #                                plugins, the conformance suites, the shared
 #                                libraries they use that a bare GPU machine
 #                                may lack, and the Fashion-MNIST test split.
+#   tests/gpu/run.sh --attention on the GPU machine: the fused attention
+#                                alone (about 2 minutes): cuDNN's SDPA graph
+#                                and kiln's kernels on check_device_attention's
+#                                cases, and the GPT-2 124M bf16 training step
+#                                each way (step 1e below)
 #   tests/gpu/run.sh             on the GPU machine, from the repository root,
 #                                with the bundle carried: run the device
 #                                conformance suites on cuda, train the MLP
@@ -18,9 +23,9 @@
 #                                the logs beside it).
 #
 # docs/gpu.md has the exact commands.  The run takes a few minutes on an
-# H200; every step has a timeout and the timeouts add up to 550 s
+# H200; every step has a timeout and the timeouts add up to 566 s
 # (conformance 80, INT8 ops 20, quantized CNN evaluation 30, RNN against
-# PyTorch 40, MLP training 45, MLP step kiln 30 / PyTorch 30 / kiln with
+# PyTorch 40, attention both ways 16, MLP training 45, MLP step kiln 30 / PyTorch 30 / kiln with
 # CUDA graphs 30, CNN training fp32 45 / bf16 45, ResNet-50 kiln 60 /
 # PyTorch 45, GEMM MLP kiln 30, torch.matmul 20), so the run ends within
 # the 10 minutes a device command may take whatever hangs.  The performance targets of
@@ -66,12 +71,28 @@ if [ "${1:-}" = "--prepare" ]; then
 	cc -O1 -I"$here/include" -I"$build" -I"${CUDA_HOME:-/usr/local/cuda}/include" \
 		-o "$here/_build/gpu/gemm_map_test" "$here/plugins/cuda/gemm_map_test.c" -lm
 	"$here/_build/gpu/gemm_map_test"
+	# the fused attention's host-only logic (plugins/cuda/attn_map.c) and
+	# its cuDNN descriptors, finalized by cuDNN without a GPU (sdpa.c)
+	make -C "$build" -j2 tests/check_cuda_attn tests/check_cuda_sdpa
+	"$build/tests/check_cuda_attn"
+	"$build/tests/check_cuda_sdpa"
 	if [ ! -f "$build/plugins/.libs/kiln-cuda.so" ]; then
 		echo "run.sh --prepare: $build has no plugins/.libs/kiln-cuda.so: configure found no CUDA toolkit (see the configure summary; --with-cuda=PATH)" >&2
 		exit 1
 	fi
 	rm -rf "$bundle"
-	mkdir -p "$bundle/bin" "$bundle/lib/kiln" "$bundle/data/fashion-mnist" "$bundle/tests/data"
+	mkdir -p "$bundle/bin" "$bundle/lib/kiln" "$bundle/data/fashion-mnist" "$bundle/tests/data" \
+		"$bundle/data/gpt2"
+	# random GPT-2 tokens in llm.c's shard format (256 int32 header: magic
+	# 20240520, version 1, count; uint16 ids): 5 steps of 8 x 1024 and one
+	# for the last target, for the GPT-2 124M step of --attention
+	python3 -c 'import random, struct, sys
+n = 5 * 8 * 1024 + 1
+random.seed(0)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))' \
+		"$bundle/data/gpt2/train.bin"
 	# the real executables (the build tree's are libtool wrapper scripts)
 	cp "$build/.libs/kiln" "$bundle/bin/kiln"
 	for suite in $suites; do
@@ -214,6 +235,91 @@ say "-- kiln plugins"
 "$bundle/bin/kiln" plugins > "$out/plugins.txt" 2>&1
 grep -E "^device|NOT LOADED" "$out/plugins.txt" | tee -a "$res"
 
+# 1e. the fused attention both ways (plugins/cuda/sdpa.c and attn.cu, never
+# run before this check): check_device_attention's cases on cuda with
+# KILN_CUDA_ATTN=cudnn (cuDNN's fused SDPA graph only: an op it refuses
+# fails the case) and =kiln (attn.cu only), each against the test's
+# double-precision loop (the CPU's reference): attn_lowp_shapes is bf16 and
+# f16 at odd T, head dims 64 and 128, causal and full (tolerances in its
+# comment); with kiln also the f32 loops, dropout and the bit-exact lowp
+# contract (cases: the rest of the suite ran in step 1 with the default,
+# auto).  The whole run takes attn_lowp_shapes only (2 x 8 s); --attention
+# takes every case and the GPT-2 124M bf16 training step both ways
+# (attention_gpt2).
+attention_cases() { # $1: the cases under kiln
+	for mode in cudnn kiln; do
+		cases=attn_lowp_shapes
+		[ $mode = kiln ] && cases=$1
+		for case in $cases; do
+			KILN_CUDA_ATTN=$mode KILN_TEST_DEVICE=cuda KILN_TEST_SRCDIR=$bundle CK_RUN_CASE=$case \
+				timeout 8 "$bundle/bin/check_device_attention" > "$out/attn_${mode}_$case.log" 2>&1
+			rc=$?
+			if [ $rc -eq 0 ] && grep -q "100%" "$out/attn_${mode}_$case.log"; then
+				say "attention $mode $case: PASS"
+			elif [ $rc -eq 77 ]; then
+				say "attention $mode $case: NOT RUN (exit 77: no usable cuda device)"
+				attn_skipped=1
+			else
+				say "attention $mode $case: FAIL (exit $rc; $out/attn_${mode}_$case.log):"
+				grep -E "^[0-9]+%|:[EF]:|skipping" "$out/attn_${mode}_$case.log" | head -5 | tee -a "$res"
+				status=1
+			fi
+		done
+	done
+}
+
+# GPT-2 124M (examples/gpt2_small.ini) bf16 on random tokens, batch 8 x
+# 1024, 3 epochs of 5 steps (timed from epoch 2), once with the default
+# path (cuDNN's fused attention) and once with kiln's kernels: the plans
+# each took (KILN_LOG_LEVEL=debug: "SDPA ... cuDNN engine N" or a refusal),
+# ms per step, and the first step's losses within 0.05 of each other
+attention_gpt2() {
+	say "-- GPT-2 124M bf16 training step, batch 8 x 1024: KILN_CUDA_ATTN=auto (cuDNN) vs kiln (attn.cu)"
+	for mode in auto kiln; do
+		KILN_CUDA_ATTN=$mode KILN_LOG_LEVEL=debug timeout 40 "$bundle/bin/kiln" train \
+			examples/gpt2_small.ini run.device=cuda run.precision=bf16 \
+			data.path="$bundle/data/gpt2" data.shards=train.bin train.batch=8 \
+			train.accumulate=1 train.epochs=3 train.max_steps=15 train.eval=0 \
+			train.log_every=1 train.checkpoint_last=0 run.out_dir="$out/run_gpt2_$mode" \
+			> "$out/gpt2_$mode.log" 2>&1
+		rc=$?
+		grep -E "SDPA |fused attention refused" "$out/gpt2_$mode.log" | sort -u | head -4 | tee -a "$res"
+		sps=$(sed -n 's/.*"train_samples_per_s": \([0-9.]*\).*/\1/p' "$out/gpt2_$mode.log" | tail -1)
+		l1=$(sed -n 's/^epoch 1 step 1\/[0-9]* loss \([0-9.]*\).*/\1/p' "$out/gpt2_$mode.log" | head -1)
+		eval "gpt2_loss_$mode=\$l1"
+		if [ $rc -ne 0 ] || [ -z "$sps" ]; then
+			say "gpt2 $mode: FAIL (exit $rc); last lines:"
+			tail -n 3 "$out/gpt2_$mode.log" | tee -a "$res"
+			status=1
+		else
+			eval "gpt2_ms_$mode=$(awk -v s="$sps" 'BEGIN { printf "%.2f", 8 / s * 1000 }')"
+			say "gpt2 $mode: $(eval echo \$gpt2_ms_$mode) ms/step ($sps sequences/s), step-1 loss $l1"
+		fi
+	done
+	if [ -n "${gpt2_loss_auto:-}" ] && [ -n "${gpt2_loss_kiln:-}" ]; then
+		if awk -v a="$gpt2_loss_auto" -v b="$gpt2_loss_kiln" 'BEGIN { d = a - b; exit !(d <= 0.05 && d >= -0.05) }'; then
+			say "gpt2 losses: PASS (step 1: cuDNN path $gpt2_loss_auto, kiln's $gpt2_loss_kiln, within 0.05)"
+		else
+			say "gpt2 losses: FAIL (step 1: cuDNN path $gpt2_loss_auto, kiln's $gpt2_loss_kiln: more than 0.05 apart)"
+			status=1
+		fi
+	fi
+	[ -n "${gpt2_ms_auto:-}" ] && [ -n "${gpt2_ms_kiln:-}" ] &&
+		say "gpt2 step: kiln's kernels / cuDNN = $(awk -v k="$gpt2_ms_kiln" -v c="$gpt2_ms_auto" 'BEGIN { printf "%.2f", k / c }') (above 1: cuDNN faster)"
+}
+
+if [ "${1:-}" = "--attention" ]; then
+	attn_skipped=0
+	attention_cases "attn_lowp_shapes attn_loops attn_dropout attn_lowp"
+	if [ $attn_skipped = 1 ]; then
+		say "RESULT: NOT RUN: no usable GPU"
+		exit 77
+	fi
+	attention_gpt2
+	if [ $status -eq 0 ]; then say "RESULT: PASS"; else say "RESULT: FAIL"; fi
+	exit $status
+fi
+
 # 1. the device conformance suites on cuda (one per op family), 80 s in all
 say "-- conformance suites (tests/check_device_*, KILN_TEST_DEVICE=cuda)"
 KILN_TEST_DEVICE=cuda KILN_TEST_SRCDIR=$bundle timeout 80 sh -c '
@@ -298,6 +404,10 @@ for case in torch layer; do
 		status=1
 	fi
 done
+
+# 1e. the fused attention both ways (above): the low-precision shapes only
+say "-- fused attention on cuda: cuDNN's SDPA graph (KILN_CUDA_ATTN=cudnn) and kiln's kernels (KILN_CUDA_ATTN=kiln), bf16/f16, odd T, head dims 64 and 128"
+attention_cases attn_lowp_shapes
 
 # 2. train the MLP on the GPU (Fashion-MNIST test split)
 say "-- training tests/gpu/mlp.ini on cuda (5 epochs over the 10,000-image test split)"
