@@ -13,7 +13,9 @@
 #                                alone (about 2 minutes): cuDNN's SDPA graph
 #                                and kiln's kernels on check_device_attention's
 #                                cases, and the GPT-2 124M bf16 training step
-#                                each way (step 1e below)
+#                                each way (step 1e below) and in PyTorch on
+#                                the same GPU, eager and torch.compile (about
+#                                5 minutes in all)
 #   tests/gpu/run.sh             on the GPU machine, from the repository root,
 #                                with the bundle carried: run the device
 #                                conformance suites on cuda, train the MLP
@@ -306,6 +308,32 @@ attention_gpt2() {
 	fi
 	[ -n "${gpt2_ms_auto:-}" ] && [ -n "${gpt2_ms_kiln:-}" ] &&
 		say "gpt2 step: kiln's kernels / cuDNN = $(awk -v k="$gpt2_ms_kiln" -v c="$gpt2_ms_auto" 'BEGIN { printf "%.2f", k / c }') (above 1: cuDNN faster)"
+	attention_gpt2_torch
+}
+
+# The same GPT-2 step in PyTorch on the same GPU (tests/gpu/torch_bench.py
+# gpt2: AMP bf16, SDPA, fused AdamW, batch 8 x 1024), eager and
+# torch.compile (its compile time apart, outside the rate): 150 s each.
+# TARGET lines: kiln's default path against each.
+attention_gpt2_torch() {
+	if ! python3 -c "import torch" 2>/dev/null; then
+		say "pytorch gpt2: not importable here (python3 -c 'import torch' failed): no comparison"
+		return
+	fi
+	for c in none default; do
+		timeout 150 python3 tests/gpu/torch_bench.py gpt2 --batch 8 --warmup 3 --steps 10 \
+			--compile $c > "$out/gpt2_torch_$c.json" 2> "$out/gpt2_torch_$c.err"
+		rc=$?
+		ms=$(sed -n 's/.*"ms_per_step": \([0-9.]*\).*/\1/p' "$out/gpt2_torch_$c.json")
+		first=$(sed -n 's/.*"first_step_s": \([0-9.]*\).*/\1/p' "$out/gpt2_torch_$c.json")
+		if [ $rc -ne 0 ] || [ -z "$ms" ]; then
+			say "pytorch gpt2 compile=$c: FAIL (exit $rc); $(tail -n 2 "$out/gpt2_torch_$c.err" | tr '\n' ' ')"
+			continue
+		fi
+		say "pytorch gpt2 compile=$c: $ms ms/step (first step, with any compile: $first s)"
+		[ -n "${gpt2_ms_auto:-}" ] &&
+			say "TARGET gpt2 124M bf16 step, pytorch (compile=$c) / kiln = $(awk -v t="$ms" -v k="$gpt2_ms_auto" 'BEGIN { printf "%.2f", t / k }')x (above 1: kiln faster)"
+	done
 }
 
 if [ "${1:-}" = "--attention" ]; then

@@ -8,7 +8,15 @@ warm-up).  Prints one JSON line.
             (torch.autocast), channels_last, cudnn.benchmark, SGD momentum:
             images/s.  The model of examples/resnet50_synthetic.ini.
   matmul    torch.matmul bf16 8192^3: TFLOP/s, the rate the GEMM-heavy MLP
-            step (tests/gpu/gemm_mlp.ini) is compared with."""
+            step (tests/gpu/gemm_mlp.ini) is compared with.
+  gpt2      GPT-2 124M as examples/gpt2_small.ini builds it (12 x 768, 12
+            heads, context 1024, vocabulary 50304 with the loss over the first
+            50257, lm_head tied to wte, tanh GELU), batch 8 x 1024 random
+            tokens, AMP bf16, F.scaled_dot_product_attention (causal), fused
+            AdamW (lr 6e-4, betas 0.9/0.95, weight decay 0.1), clip 1.0;
+            eager, or --compile default / max-autotune-no-cudagraphs (the
+            compile's time reported apart, outside the rate): ms per step and
+            the first step's loss."""
 import argparse
 import json
 import sys
@@ -53,6 +61,83 @@ def resnet50(classes=1000):
     return nn.Sequential(*layers)
 
 
+class Block(nn.Module):
+    def __init__(self, c, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = nn.LayerNorm(c)
+        self.c_attn = nn.Linear(c, 3 * c)
+        self.c_proj = nn.Linear(c, c)
+        self.ln_2 = nn.LayerNorm(c)
+        self.c_fc = nn.Linear(c, 4 * c)
+        self.m_proj = nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        h = nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
+        return x + self.m_proj(h)
+
+
+class GPT2(nn.Module):
+    def __init__(self, layers=12, c=768, heads=12, ctx=1024, vocab=50304):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, c)
+        self.wpe = nn.Embedding(ctx, c)
+        self.h = nn.ModuleList(Block(c, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(c)
+        self.lm_head = nn.Linear(c, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as kiln's tie = transformer.wte
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for b in self.h:
+            x = b(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def gpt2_step(a, dev):
+    import time
+    torch.backends.cuda.matmul.allow_tf32 = True
+    model = GPT2().to(dev)
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wpe" not in n and "wte" not in n]
+    other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wpe" not in n and "wte" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), fused=True)
+    fwd = model if a.compile == "none" else torch.compile(
+        model, mode=None if a.compile == "default" else a.compile)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    tok = torch.randint(0, 50257, (a.batch, 1025), generator=g).to(dev)
+    x, y = tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+    losses = []
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = fwd(x)
+        loss = nn.functional.cross_entropy(logits[..., :50257].float().reshape(-1, 50257),
+                                           y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss)
+
+    t0 = time.time()
+    step()  # the first step: compiles (when asked) and warms the allocator
+    torch.cuda.synchronize()
+    first = time.time() - t0
+    ms = timed(step, a.warmup, a.steps)
+    return {"what": "gpt2 124M amp bf16 sdpa fused adamw", "compile": a.compile,
+            "batch": a.batch, "first_step_s": round(first, 2), "ms_per_step": round(ms, 3),
+            "tokens_per_s": round(a.batch * 1024 / ms * 1000.0, 1),
+            "loss_step1": round(float(losses[0]), 5)}
+
+
 def timed(step, warmup, steps):
     for _ in range(warmup):
         step()
@@ -68,7 +153,9 @@ def timed(step, warmup, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["resnet50", "matmul"])
+    ap.add_argument("what", choices=["resnet50", "matmul", "gpt2"])
+    ap.add_argument("--compile", default="none",
+                    choices=["none", "default", "max-autotune-no-cudagraphs"])
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--steps", type=int, default=50)
@@ -79,7 +166,9 @@ def main():
     dev = torch.device("cuda")
     torch.manual_seed(1)
     info = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
-    if a.what == "matmul":
+    if a.what == "gpt2":
+        info.update(gpt2_step(a, dev))
+    elif a.what == "matmul":
         n = 8192
         x = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         y = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
