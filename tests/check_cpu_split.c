@@ -5,11 +5,18 @@
  * which part; and a helper that is late in every part it takes
  * ($KILN_CPU_POOL_LATE_US, a helper descheduled mid-part) does not hold
  * the caller: it runs those parts itself, in about the time of the GEMM.
+ * With $KILN_CPU_GEMM_SPLIT=busy, the adaptive team's GEMMs run in parts
+ * of rows only while the team is shrunk, with the whole GEMM's bytes
+ * ($KILN_CPU_TEAM_FLIP shrinks it every other op).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity */
+#endif
 #include <kiln/kiln.h>
 
 #include <check.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,11 +216,82 @@ START_TEST(test_late_helper)
 }
 END_TEST
 
+/* The debug lines of the cpu device that say a busy split was made. */
+struct busy_log {
+	int same, other;
+};
+
+static void busy_sink(void *user, int level, const char *who, const char *msg)
+{
+	struct busy_log *l = user;
+	(void)level;
+	if (strcmp(who, "cpu") || !strstr(msg, "split for a busy team"))
+		return;
+	if (strstr(msg, "the same bytes"))
+		l->same++;
+	else
+		l->other++;
+}
+
+/* The run-time choice (plugins/cpu/dnnteam.c, cpu_gemm_split_busy): with
+ * $KILN_CPU_GEMM_SPLIT=busy and the adaptive team (run.threads = 0), a
+ * GEMM runs whole while the team is at its opening size and in parts of
+ * rows while it is shrunk.  The flip hook shrinks and restores the team
+ * every op: each run gives the bytes of the fixed 2-thread team's whole
+ * GEMM, the product is right, and the busy split was made and kept. */
+START_TEST(test_busy_split_same_bytes)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) || CPU_COUNT(&set) < 2)
+		return; /* run.threads = 0 opens one thread: nothing adapts */
+	/* the MLP's fc1 forward (2 parts of 64 rows) and weight gradient
+	 * (8 parts), and 5 parts of a shape whose last part is shorter */
+	static const int64_t busy[][5] = { { 128, 512, 784, 0, 1 }, { 512, 784, 128, 1, 0 },
+					   { 300, 200, 200, 0, 0 } };
+	setenv("KILN_CPU_GEMM_SPLIT", "busy", 1);
+	for (int s = 0; s < 3; s++)
+		for (int beta = 0; beta < 2; beta++) {
+			const int64_t M = busy[s][0], N = busy[s][1], K = busy[s][2];
+			const int ta = (int)busy[s][3], tb = (int)busy[s][4];
+			const size_t bytes = sizeof(float) * (size_t)(M * N);
+			struct gemm g;
+			gemm_open(&g, 2, M, N, K, ta, tb, beta); /* threads set: whole */
+			gemm_run(&g, 1);
+			float *want = malloc(bytes);
+			memcpy(want, g.c, bytes);
+			gemm_close(&g);
+
+			struct busy_log log = { 0, 0 };
+			const int level = kiln_log_get_level();
+			kiln_log_set_sink(busy_sink, &log);
+			kiln_log_set_level(KILN_LOG_DEBUG);
+			setenv("KILN_CPU_TEAM_FLIP", "1", 1);
+			gemm_open(&g, 0, M, N, K, ta, tb, beta);
+			unsetenv("KILN_CPU_TEAM_FLIP");
+			for (int r = 0; r < 6; r++) { /* whole, split, whole, ... */
+				gemm_run(&g, 1);
+				ck_assert_msg(!memcmp(want, g.c, bytes),
+					      "%lld %lld %lld beta %d, run %d: other bytes than the whole GEMM's",
+					      (long long)M, (long long)N, (long long)K, beta, r);
+			}
+			check_product(&g, ta, tb, beta);
+			gemm_close(&g);
+			kiln_log_set_sink(NULL, NULL);
+			kiln_log_set_level(level);
+			ck_assert_msg(log.same == 1 && log.other == 0,
+				      "%lld %lld %lld: busy split made %d times with the same bytes, %d with other",
+				      (long long)M, (long long)N, (long long)K, log.same, log.other);
+			free(want);
+		}
+}
+END_TEST
+
 static Suite *make_cpu_split_suite(void)
 {
 	Suite *s = suite_create("cpu_split");
 	check_add_case(s, "split", 60, NULL, NULL, (const TTest *[]){
-		test_split_product, test_split_bytes_any_team, test_late_helper, NULL });
+		test_split_product, test_split_bytes_any_team, test_late_helper,
+		test_busy_split_same_bytes, NULL });
 	return s;
 }
 

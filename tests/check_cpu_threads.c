@@ -178,20 +178,22 @@ START_TEST(test_throttling_is_not_contention)
 }
 END_TEST
 
-/* oneDNN's team follows the team once a size has held CPU_TEAM_DNN_HOLD
- * intervals: a failed probe (one interval up) never moves it. */
+/* oneDNN's team follows a step down at once, and a step up once it has
+ * held CPU_TEAM_DNN_HOLD intervals: a failed probe (one interval up)
+ * never moves it. */
 START_TEST(test_dnn_follows_held_size)
 {
 	struct cpu_team t;
 	cpu_team_init(&t, 2);
 	ck_assert_int_eq(t.dnn, 2);
+	/* a step down: oneDNN follows at once (its plans on two threads are
+	 * what waits for the descheduled one) */
 	ck_assert_int_eq(feed(&t, 0.67), 1);
-	for (int i = 1; i < CPU_TEAM_DNN_HOLD; i++) {
-		ck_assert_int_eq(feed(&t, 0.5), 1);
-		ck_assert_int_eq(t.dnn, 2);
-	}
-	ck_assert_int_eq(feed(&t, 0.5), 1);
 	ck_assert_int_eq(t.dnn, 1);
+	for (int i = 1; i <= CPU_TEAM_DNN_HOLD; i++) {
+		ck_assert_int_eq(feed(&t, 0.5), 1);
+		ck_assert_int_eq(t.dnn, 1);
+	}
 	/* a probe that brings the waiting back: oneDNN stays on one thread */
 	for (int i = 0; i < CPU_TEAM_PROBE_MIN - 1; i++)
 		ck_assert_int_eq(feed(&t, 0), 1);
@@ -316,6 +318,67 @@ START_TEST(test_gemm_split)
 }
 END_TEST
 
+/* The busy team's split (cpu_gemm_split_busy): with $KILN_CPU_GEMM_SPLIT
+ * "busy", the shape rule in rows of about 64 only, for any GEMM the rule
+ * splits, none on a team of one; none by default or with another value
+ * (and "busy" is no split from preparation on); cpu_team_busy follows the
+ * flip hook's team. */
+START_TEST(test_gemm_split_busy)
+{
+	struct kiln_op g = { .type = KILN_OP_GEMM };
+	const int64_t gemms[][5] = { /* tA M N K, expected rows */
+		{ 0, 128, 512, 784, 64 },  /* the MLP's fc1 forward: 2 parts */
+		{ 0, 128, 256, 512, 64 },  /* fc2 */
+		{ 1, 512, 784, 128, 64 },  /* fc1's weight gradient: 8 parts */
+		{ 1, 256, 512, 128, 64 },  /* fc2's: 4 */
+		{ 0, 2048, 100, 512, 128 }, /* at most 16 parts */
+		{ 0, 300, 200, 200, 64 },  /* 4 of 64 and 44 */
+		{ 0, 100, 2000, 1000, 0 }, /* too short for 2 parts of rows */
+		{ 0, 128, 10, 256, 0 },    /* fc3: small */
+		{ 0, 256, 200, 128, 0 },   /* 13 MFLOP: below the bound */
+	};
+	setenv("KILN_CPU_GEMM_SPLIT", "busy", 1);
+	for (size_t i = 0; i < sizeof gemms / sizeof *gemms; i++) {
+		g.i[0] = gemms[i][0], g.i[2] = gemms[i][1], g.i[3] = gemms[i][2], g.i[4] = gemms[i][3];
+		int cols;
+		ck_assert_int_eq(cpu_gemm_split(&g, 2, &cols), 0);
+		for (int t = 2; t <= 8; t *= 2)
+			ck_assert_msg(cpu_gemm_split_busy(&g, t) == gemms[i][4],
+				      "GEMM %lld %lld %lld on %d threads: %lld rows", (long long)g.i[2],
+				      (long long)g.i[3], (long long)g.i[4], t,
+				      (long long)cpu_gemm_split_busy(&g, t));
+		ck_assert_int_eq(cpu_gemm_split_busy(&g, 1), 0);
+	}
+	g.type = KILN_OP_CONV;
+	ck_assert_int_eq(cpu_gemm_split_busy(&g, 2), 0);
+	g.type = KILN_OP_GEMM;
+	g.i[0] = 0, g.i[2] = 128, g.i[3] = 512, g.i[4] = 784;
+	const char *set[] = { "", "0", "auto", "rows:8" };
+	for (int i = 0; i < 4; i++) {
+		setenv("KILN_CPU_GEMM_SPLIT", set[i], 1);
+		ck_assert_int_eq(cpu_gemm_split_busy(&g, 2), 0);
+	}
+	unsetenv("KILN_CPU_GEMM_SPLIT");
+	ck_assert_int_eq(cpu_gemm_split_busy(&g, 2), 0);
+
+	struct cpu_team_live l;
+	cpu_team_live_init(&l, 2, 1, 1, "");
+	if (l.adapt) { /* schedstat readable: the flip swaps every op */
+		for (int k = 0; k < 6; k++) {
+			int from;
+			double load;
+			const int n = cpu_team_tick(&l, &from, &load);
+			ck_assert_int_eq(n, k % 2 ? 1 : 2);
+			ck_assert_int_eq(cpu_team_busy(&l), k % 2);
+		}
+	}
+	cpu_team_live_destroy(&l);
+	cpu_team_live_init(&l, 2, 0, 0, ""); /* a team the user set is never busy */
+	ck_assert_int_eq(cpu_team_busy(&l), 0);
+	cpu_team_live_destroy(&l);
+}
+END_TEST
+
 /* libgomp's spin (plugins/common/spin_rule.h, kiln's and these suites'):
  * none once the load average reaches the CPUs of the mask and as many
  * threads are runnable, else 100000. */
@@ -342,7 +405,7 @@ static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_spin_rule, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });

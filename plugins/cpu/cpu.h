@@ -200,6 +200,9 @@ int cpu_optim_gated_off(const struct cpu_plan *p, const struct kiln_op_args *a);
 
 /* ---- gemm.c ---- */
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+/* p's GEMM in the parts of cpu_gemm_split_busy (run while the team is
+ * busy, dnnteam.c); KILN_ENOTSUP when that rule does not split it. */
+kiln_status cpu_gemm_prepare_busy(struct cpu_ctx *c, struct cpu_plan *p);
 void cpu_gemm_free(struct cpu_gemm *g);
 /* 1 when g is split (its bytes never depend on the team: no versions) */
 int cpu_gemm_is_split(const struct cpu_gemm *g);

@@ -11,8 +11,9 @@
  * pooling of the example models gives the same bytes
  * (docs/PERFORMANCE.md, "Steady under contention").
  *
- * So when the adaptive team (threads.c) has settled on n threads, below the
- * opening team, a oneDNN plan's next run first prepares the op again for n
+ * So when the adaptive team (threads.c) has shrunk to n threads (or grown
+ * back to n and held there), below the opening team, a oneDNN plan's next
+ * run first prepares the op again for n
  * threads and runs both versions once on the same pseudo-random tensors of
  * the op's shapes: identical bytes, and the plan runs on n threads whenever
  * oneDNN's team is n; different, and it keeps the opening team (marked, not
@@ -43,6 +44,10 @@ struct cpu_variants {
 	int max;              /* the opening team, the plan's own */
 	struct cpu_plan **alt; /* [max]: the version for n threads (atomic), or NULL */
 	unsigned char *bad;   /* [max]: n gives other bytes (atomic) */
+	/* a GEMM's busy split (cpu_gemm_split_busy), run while the team is
+	 * below max: made on first use, kept when it gives the plan's bytes */
+	struct cpu_plan *busy; /* (atomic) */
+	int busy_none;        /* not split, or other bytes (atomic) */
 };
 
 kiln_status cpu_variants_attach(struct cpu_ctx *c, struct cpu_plan *p)
@@ -81,6 +86,10 @@ void cpu_variants_free(struct cpu_variants *v)
 			cpu_plan_release(v->alt[n]);
 			free(v->alt[n]);
 		}
+	if (v->busy) {
+		cpu_plan_release(v->busy);
+		free(v->busy);
+	}
 	pthread_mutex_destroy(&v->lock);
 	free(v->alt);
 	free(v->bad);
@@ -140,9 +149,11 @@ out:
 	return same;
 }
 
-/* Prepare p's op for n threads and keep that version when it gives p's
- * bytes (v->alt[n]), else mark n (v->bad[n]).  Under v->lock. */
-static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n)
+/* A version of p's op for n threads (busy: the busy split of its GEMM),
+ * when it fits p's workspace, leaves p's aux and gives p's bytes; else
+ * NULL.  Under v->lock. */
+static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_plan *p, int n,
+				    int busy)
 {
 	struct cpu_ctx *c = v->c;
 	struct cpu_plan *q = calloc(1, sizeof *q);
@@ -153,9 +164,9 @@ static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n
 		q->op = p->op;
 		q->kern_f32 = p->kern_f32;
 		omp_set_num_threads(n);
-		/* the version must fit p's workspace and leave p's aux */
-		if (prepare_family(c, q) == KILN_OK && q->workspace <= p->workspace &&
-		    q->aux == p->aux && q->n_in == p->n_in && q->n_out == p->n_out) {
+		const kiln_status st = busy ? cpu_gemm_prepare_busy(c, q) : prepare_family(c, q);
+		if (st == KILN_OK && q->workspace <= p->workspace && q->aux == p->aux &&
+		    q->n_in == p->n_in && q->n_out == p->n_out) {
 			struct cpu_plan base = *p; /* p itself, without the versions */
 			base.variants = NULL;
 			same = probe_run(c, &base, p->workspace, v->max, &ref, &nref) &&
@@ -163,20 +174,58 @@ static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n
 		}
 	}
 	free(ref);
-	char s0[96];
-	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s on %d threads: %s", cpu_op_name(p->op.type),
-		     cpu_desc_str(&p->op.in[0], s0, sizeof s0), n,
-		     same ? "the same bytes, prepared for that team"
-			  : "other bytes (or no version): stays on the opening team");
-	if (same) {
-		__atomic_store_n(&v->alt[n], q, __ATOMIC_RELEASE);
-		return;
-	}
-	if (q) {
+	if (!same && q) {
 		cpu_plan_release(q);
 		free(q);
+		q = NULL;
 	}
-	__atomic_store_n(&v->bad[n], 1, __ATOMIC_RELAXED);
+	return q;
+}
+
+/* Prepare p's op for n threads and keep that version when it gives p's
+ * bytes (v->alt[n]), else mark n (v->bad[n]).  Under v->lock. */
+static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n)
+{
+	struct cpu_plan *q = version_for(v, p, n, 0);
+	char s0[96];
+	v->c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s on %d threads: %s", cpu_op_name(p->op.type),
+			cpu_desc_str(&p->op.in[0], s0, sizeof s0), n,
+			q ? "the same bytes, prepared for that team"
+			  : "other bytes (or no version): stays on the opening team");
+	if (q)
+		__atomic_store_n(&v->alt[n], q, __ATOMIC_RELEASE);
+	else
+		__atomic_store_n(&v->bad[n], 1, __ATOMIC_RELAXED);
+}
+
+/* p's GEMM split for a busy team (v->busy), made on first use; NULL when
+ * the rule does not split it or its parts give other bytes. */
+static const struct cpu_plan *busy_version(struct cpu_variants *v, const struct cpu_plan *p)
+{
+	const struct cpu_plan *q = __atomic_load_n(&v->busy, __ATOMIC_ACQUIRE);
+	if (q || __atomic_load_n(&v->busy_none, __ATOMIC_RELAXED))
+		return q;
+	pthread_mutex_lock(&v->lock);
+	if (!v->busy && !v->busy_none) {
+		const int n = omp_get_max_threads();
+		struct cpu_plan *b = cpu_gemm_split_busy(&p->op, v->max) ? version_for(v, p, v->max, 1)
+									  : NULL;
+		omp_set_num_threads(n);
+		if (cpu_gemm_split_busy(&p->op, v->max)) {
+			char s0[96];
+			v->c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM %s split for a busy team: %s",
+					cpu_desc_str(&p->op.in[0], s0, sizeof s0),
+					b ? "the same bytes, runs while the team is shrunk"
+					  : "other bytes (or no version): not split");
+		}
+		if (b)
+			__atomic_store_n(&v->busy, b, __ATOMIC_RELEASE);
+		else
+			__atomic_store_n(&v->busy_none, 1, __ATOMIC_RELAXED);
+	}
+	q = v->busy;
+	pthread_mutex_unlock(&v->lock);
+	return q;
 }
 
 const struct cpu_plan *cpu_variant(const struct cpu_plan *p)
@@ -187,6 +236,13 @@ const struct cpu_plan *cpu_variant(const struct cpu_plan *p)
 		if (cpu_op_one_thread(&p->op) && omp_get_max_threads() != 1)
 			omp_set_num_threads(1);
 		return p;
+	}
+	/* a busy team: a GEMM's parts, run by this thread and a helper that
+	 * never holds it (split.c), rather than one thread alone */
+	if (p->gemm && cpu_team_busy(&v->c->team)) {
+		const struct cpu_plan *q = busy_version(v, p);
+		if (q)
+			return q; /* its kernel sets the count its parts run with */
 	}
 	int n = cpu_team_dnn(&v->c->team);
 	const struct cpu_plan *run = p;

@@ -410,11 +410,10 @@ static kiln_status gemm_prepare_parts(struct cpu_ctx *c, const struct kiln_op *o
 	return st ? st : cpu_split_reserve(c, g->out_bytes + ws);
 }
 
-kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+/* A GEMM plan's state for op, after checking its dtypes. */
+static kiln_status gemm_new(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
-	kiln_status st;
-
 	/* f32 throughout, or bf16 A and B with an f32 or bf16 result and an
 	 * f32 or bf16 bias (oneDNN accumulates in f32) */
 	const int lowp = op->in[0].dtype == KILN_BF16;
@@ -429,9 +428,16 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a GEMM plan");
 	pthread_mutex_init(&g->lock, NULL);
 	p->gemm = g; /* freed by the caller on failure */
+	return KILN_OK;
+}
 
-	int cols = 0;
-	const int64_t len = cpu_op_one_thread(op) ? 0 : cpu_gemm_split(op, c->threads, &cols);
+/* p's GEMM (checked by gemm_new) whole (len 0) or in parts of len rows
+ * (columns: cols), and p's kernel. */
+static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_t len, int cols)
+{
+	const struct kiln_op *op = &p->op;
+	struct cpu_gemm *g = p->gemm;
+	kiln_status st;
 	if (len) {
 		st = gemm_prepare_parts(c, op, g, len, cols);
 	} else {
@@ -454,3 +460,22 @@ kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		     (long long)g->len, g->cols ? "columns" : "rows");
 	return KILN_OK;
 }
+
+kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	int cols = 0;
+	const int64_t len =
+		cpu_op_one_thread(&p->op) ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
+	const kiln_status st = gemm_new(c, p);
+	return st ? st : gemm_prepare_as(c, p, len, cols);
+}
+
+kiln_status cpu_gemm_prepare_busy(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const int64_t len = cpu_gemm_split_busy(&p->op, c->threads);
+	if (!len)
+		return KILN_ENOTSUP; /* not split: the plan's versions serve */
+	const kiln_status st = gemm_new(c, p);
+	return st ? st : gemm_prepare_as(c, p, len, 0);
+}
+

@@ -137,37 +137,23 @@ int cpu_op_one_thread(const struct kiln_op *op)
 
 /* ---- GEMMs split into parts ------------------------------------------------ */
 
-int64_t cpu_gemm_split(const struct kiln_op *op, int threads, int *cols)
+/* The shape rule: a part's length (rows, or columns when *cols is set
+ * and columns are allowed) for a GEMM of CPU_SPLIT_FLOP or more, or 0. */
+static int64_t split_rule(const struct kiln_op *op, int allow_cols, int *cols)
 {
 	const int64_t M = op->i[2], N = op->i[3];
 	const double flop = 2.0 * (double)M * (double)N * (double)op->i[4];
-	const char *hook = getenv("KILN_CPU_GEMM_SPLIT");
-	*cols = 0;
-	if (threads < 2 || op->type != KILN_OP_GEMM)
-		return 0;
-	/* off unless asked for: on a quiet machine the split MLP trained at
-	 * 83k samples/s against 131k unsplit, and kiln_infer's 2-thread MLP
-	 * did not scale (4.0 against 2.3 ms a batch); docs/PERFORMANCE.md,
-	 * "Quiet window after the merge of session 8" */
-	if (!hook || !*hook || !strcmp(hook, "0"))
-		return 0;
-	if (strcmp(hook, "auto")) { /* the test hook: rows:R or cols:C */
-		long long len = 0;
-		if (sscanf(hook, "cols:%lld", &len) == 1)
-			*cols = 1;
-		else if (sscanf(hook, "rows:%lld", &len) != 1)
-			len = 0;
-		return len > 0 && len < (*cols ? N : M) ? len : 0;
-	}
 	/* columns of op(B) and the product, about CPU_SPLIT_COLS a part (a
 	 * multiple of 16, the vector); else rows of op(A) and the product,
 	 * about CPU_SPLIT_ROWS (a multiple of 8, oneDNN's row block); at
 	 * most CPU_SPLIT_PARTS parts.  Smaller parts run further from the
 	 * core's peak (docs/PERFORMANCE.md, "A late thread"). */
+	*cols = 0;
 	if (flop < CPU_SPLIT_FLOP)
 		return 0;
 	/* a block of columns needs a helper buffer as large as the output */
-	*cols = N >= 2 * CPU_SPLIT_COLS && (double)M * (double)N * 4 <= CPU_SPLIT_COLS_BYTES;
+	*cols = allow_cols && N >= 2 * CPU_SPLIT_COLS &&
+		(double)M * (double)N * 4 <= CPU_SPLIT_COLS_BYTES;
 	const int64_t all = *cols ? N : M, want = *cols ? CPU_SPLIT_COLS : CPU_SPLIT_ROWS,
 		      align = *cols ? 16 : 8;
 	if (all < 2 * want)
@@ -178,6 +164,45 @@ int64_t cpu_gemm_split(const struct kiln_op *op, int threads, int *cols)
 	int64_t len = (all + parts - 1) / parts;
 	len = (len + align - 1) / align * align;
 	return len < all ? len : 0;
+}
+
+int64_t cpu_gemm_split(const struct kiln_op *op, int threads, int *cols)
+{
+	const int64_t M = op->i[2], N = op->i[3];
+	const char *hook = getenv("KILN_CPU_GEMM_SPLIT");
+	*cols = 0;
+	if (threads < 2 || op->type != KILN_OP_GEMM)
+		return 0;
+	/* not from preparation on unless asked for: on a quiet machine the
+	 * split MLP trained at 83k samples/s against 131k unsplit, and
+	 * kiln_infer's 2-thread MLP did not scale (4.0 against 2.3 ms a
+	 * batch); docs/PERFORMANCE.md, "Quiet window after the merge of
+	 * session 8").  "busy" splits only while the team is shrunk
+	 * (cpu_gemm_split_busy). */
+	if (!hook || !*hook || !strcmp(hook, "0"))
+		return 0;
+	if (strcmp(hook, "auto")) { /* the test hook: rows:R or cols:C */
+		long long len = 0;
+		if (sscanf(hook, "cols:%lld", &len) == 1)
+			*cols = 1;
+		else if (sscanf(hook, "rows:%lld", &len) != 1)
+			len = 0;
+		return len > 0 && len < (*cols ? N : M) ? len : 0;
+	}
+	return split_rule(op, 1, cols);
+}
+
+int64_t cpu_gemm_split_busy(const struct kiln_op *op, int threads)
+{
+	const char *hook = getenv("KILN_CPU_GEMM_SPLIT");
+	int cols;
+	/* only when asked for: with a core busy, the MLP's steady rate was
+	 * 54-73k samples/s split against 70-78k on one thread, for 40% more
+	 * CPU time (docs/PERFORMANCE.md, "The GEMM split chosen at run
+	 * time") */
+	if (threads < 2 || op->type != KILN_OP_GEMM || !hook || strcmp(hook, "busy"))
+		return 0;
+	return split_rule(op, 0, &cols);
 }
 
 /* ---- reading the quota -------------------------------------------------------- */
@@ -327,9 +352,13 @@ int cpu_team_decide(struct cpu_team *t, const struct cpu_team_sample *s)
 	const int was = t->n;
 	decide_size(t, s);
 	t->held = t->n == was ? t->held + 1 : 0;
-	/* oneDNN's plans follow a size that held (a failed probe up, one
-	 * interval long, never re-prepares them) */
-	if (t->held >= CPU_TEAM_DNN_HOLD)
+	/* oneDNN's plans follow a step down at once: a plan on the larger
+	 * team is what waits at its barriers for a descheduled thread (with
+	 * a core busy and libgomp spinning, the MLP's steps ran at a third
+	 * of the 1-thread rate for the 3 intervals of the hold; a version is
+	 * made once per plan and size, dnnteam.c).  A step up they follow
+	 * once it held (a failed probe, one interval long, never moves them) */
+	if (t->held >= CPU_TEAM_DNN_HOLD || t->n < t->dnn)
 		t->dnn = t->n;
 	return t->n;
 }
@@ -410,6 +439,7 @@ int cpu_team_tick(struct cpu_team_live *l, int *from, double *load)
 	if (l->flip) { /* the test hook: both teams swap every `flip` ops */
 		const int64_t k = __atomic_fetch_add(&l->ticks, 1, __ATOMIC_RELAXED);
 		const int n = (k / l->flip) % 2 ? 1 : l->team.max;
+		__atomic_store_n(&l->size, n, __ATOMIC_RELAXED); /* cpu_team_busy */
 		__atomic_store_n(&l->dnn_size, (k / l->flip) % 3 ? n : l->team.max, __ATOMIC_RELAXED);
 		return n;
 	}

@@ -73,13 +73,21 @@ int cpu_op_one_thread(const struct kiln_op *op);
  * (it cost 37% of the quiet MLP step); $KILN_CPU_GEMM_SPLIT turns it on:
  * "auto" by the shape rule below, "rows:R" or "cols:C" splits every GEMM
  * of more than R rows (C columns) into parts of R (C); unset or "0"
- * splits none. */
+ * splits none ("busy": see cpu_gemm_split_busy). */
 #define CPU_SPLIT_FLOP 16777216.0
 #define CPU_SPLIT_COLS 128
 #define CPU_SPLIT_COLS_BYTES 8388608.0 /* columns only for outputs up to 8 MiB */
 #define CPU_SPLIT_ROWS 64
 #define CPU_SPLIT_PARTS 16
 int64_t cpu_gemm_split(const struct kiln_op *op, int threads, int *cols);
+/* The split a GEMM runs with while the adaptive team is smaller than its
+ * opening size (another process is busy on a core; cpu_team_busy): the
+ * same rule in blocks of rows only, whose parts oneDNN computes with the
+ * whole GEMM's kernel, so that they give the unsplit plan's bytes
+ * (dnnteam.c checks that on each plan before using it).  A part's length
+ * in rows, or 0: not split.  Off unless $KILN_CPU_GEMM_SPLIT is "busy":
+ * measured under contention it cost more than it gave. */
+int64_t cpu_gemm_split_busy(const struct kiln_op *op, int threads);
 
 /* ---- the adaptive team ----------------------------------------------------- */
 
@@ -103,7 +111,8 @@ struct cpu_team {
 	int probe_wait; /* calm intervals before the next step up */
 	int probing;    /* the last change was a step up not yet confirmed */
 	int held;       /* intervals in a row the team has kept its size */
-	int dnn;        /* the team oneDNN's plans run at: n once n has held
+	int dnn;        /* the team oneDNN's plans run at: n at once when n
+			 * falls below it, else once n has held
 			 * CPU_TEAM_DNN_HOLD intervals (re-preparing them for a
 			 * new size costs a JIT and a probe, dnnteam.c) */
 };
@@ -116,7 +125,7 @@ struct cpu_team {
 #define CPU_TEAM_CALM 0.10
 #define CPU_TEAM_PROBE_MIN 10
 #define CPU_TEAM_PROBE_MAX 80
-/* intervals a new team size must hold before oneDNN's plans follow it */
+/* intervals a larger team size must hold before oneDNN's plans follow it */
 #define CPU_TEAM_DNN_HOLD 3
 /* the length of an interval: about 100 ms of work */
 #define CPU_TEAM_INTERVAL_NS 100000000LL
@@ -158,6 +167,13 @@ void cpu_team_live_destroy(struct cpu_team_live *l);
  * is over, a sample and a decision.  When the team changed, *from is the
  * old size (else 0) and *load the interval's threads waiting for a CPU. */
 int cpu_team_tick(struct cpu_team_live *l, int *from, double *load);
+/* 1 while the adaptive team is below its opening size: its threads waited
+ * for a CPU (or the flip hook says so); a GEMM then runs its busy split
+ * when there is one (cpu_gemm_split_busy, dnnteam.c). */
+static inline int cpu_team_busy(const struct cpu_team_live *l)
+{
+	return l->adapt && __atomic_load_n(&l->size, __ATOMIC_RELAXED) < l->team.max;
+}
 /* The team oneDNN's plans run at now (cpu_team.dnn, or the flip). */
 static inline int cpu_team_dnn(const struct cpu_team_live *l)
 {
