@@ -30,7 +30,8 @@
  * test_gloo_p2p_channel: the channels' order, sizes (empty, around the
  * 16-byte frame, a message three times the 1 MiB ring, both ways at
  * once), and a recv whose size differs from the message's failing, naming
- * both sizes, and the sender's next send on that channel failing too.
+ * both sizes, and the sender's next send on that channel failing too;
+ * a recv from a live, silent rank ending at the timeout, naming it.
  */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <kiln/kiln.h>
@@ -751,8 +752,9 @@ END_TEST
 /* The channels (test_gloo_p2p_channel): each rank sends NCH messages of
  * ch_bytes[] to the other on one stream while it receives the other's on
  * a second, every byte checked; then rank 0 sends 100 bytes that rank 1
- * receives as 120. */
-enum { NCH = 9 };
+ * receives as 120; then rank 1 stays alive and silent, and rank 0's recv
+ * from it ends at the timeout (CH_TIMEOUT_MS), naming it. */
+enum { NCH = 9, CH_TIMEOUT_MS = 1500 };
 static const size_t ch_bytes[NCH] = { 0, 1, 15, 16, 17, 4095, 65536, 70001, (3u << 20) + 5 };
 
 static uint8_t ch_byte(int from, int m, size_t i)
@@ -767,7 +769,7 @@ static void *channel_main(void *arg)
 	uint8_t *out[NCH] = { 0 }, *in[NCH] = { 0 }, *x = NULL;
 	void *s2 = NULL;
 	const int R = r->rank, peer = 1 - R;
-	if (rank_open(r, &e, P2P_TIMEOUT_MS))
+	if (rank_open(r, &e, CH_TIMEOUT_MS))
 		goto out;
 	TRY(kiln_device_stream_create(e.dev, &s2));
 	TRY(kiln_device_alloc(e.dev, 128, (void **)&x));
@@ -816,7 +818,27 @@ static void *channel_main(void *arg)
 	if (R == 1) {
 		TRY(e.ops->send(e.comm, x, 4, KILN_U8, peer, e.s, NULL));
 		TRY(kiln_device_stream_sync(e.dev, e.s));
+		/* alive and silent past rank 0's timeout */
+		struct timespec nap = { 0, 0 };
+		nap.tv_sec = CH_TIMEOUT_MS / 1000 + 2;
+		nanosleep(&nap, NULL);
+		goto out;
 	}
+	/* rank 0: a recv from a live peer that sends nothing ends at the
+	 * timeout, naming it (the wait asleep on the futex, not spinning) */
+	void *s3 = NULL;
+	TRY(kiln_device_stream_create(e.dev, &s3));
+	const double t0 = now_s();
+	st = e.ops->recv(e.comm, x, 4, KILN_U8, peer, s3, NULL);
+	if (!st)
+		st = kiln_device_stream_sync(e.dev, s3);
+	const double dt = now_s() - t0;
+	kiln_device_stream_destroy(e.dev, s3);
+	want = "recv from rank 1 of 4 bytes: rank 1 did not send within [dist] timeout = 1.5 s";
+	if (st != KILN_ETIMEOUT || !strstr(kiln_last_error(), want) || dt < CH_TIMEOUT_MS / 1000.0 ||
+	    dt > CH_TIMEOUT_MS / 1000.0 + 1.0)
+		snprintf(r->err, sizeof r->err, "rank 0: status %d after %.2f s, '%.200s' (want KILN_ETIMEOUT after %.1f s saying '%s')",
+			 (int)st, dt, st ? kiln_last_error() : "", CH_TIMEOUT_MS / 1000.0, want);
 out:
 	if (s2)
 		kiln_device_stream_destroy(e.dev, s2);
