@@ -25,7 +25,8 @@
  * out of the middle of a message.
  *
  * Waits.  A side that finds no data (the receiver) or no room (the sender)
- * polls for SHMP2P_SPIN_NS (none when the ranks outnumber their CPUs),
+ * polls for spin_ns (kiln-gloo: [plugin.gloo] p2p_spin_us, 2 us by
+ * default; none when the ranks outnumber their CPUs),
  * then sleeps on a futex word in the shared header (FUTEX_WAIT, not
  * private: the peer is another process), woken by the peer's FUTEX_WAKE
  * after it publishes; the peer makes that system call only when the
@@ -44,7 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHMP2P_SPIN_NS 20000ll /* polling before a waiter sleeps */
+#define SHMP2P_SPIN_NS 2000ll /* polling before a waiter sleeps (bench/p2p_channel) */
 #define SHMP2P_FRAME 16        /* bytes of a message's frame */
 
 struct shmp2p_hdr {

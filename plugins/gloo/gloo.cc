@@ -705,6 +705,10 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 					       why, sizeof c->shm_why);
 		if (st)
 			return st;
+		int64_t spin_us = 2;
+		host->config_get_int(cfg, "plugin.gloo", "p2p_spin_us", &spin_us);
+		if (gloo_shm_p2p(c->shm))
+			gloo_shm_p2p_spin(c->shm, (long long)spin_us * 1000);
 	}
 	int hier = 1;
 	host->config_get_bool(cfg, "plugin.gloo", "hierarchical", &hier);
@@ -989,7 +993,9 @@ const struct kiln_key gloo_keys[] = {
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "When every rank runs on one node (the same host name and boot id): allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (a POSIX shared-memory object, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits, waits spinning), faster than Gloo's TCP loopback at every size (docs/PERFORMANCE.md, part 7b); a rank whose process ends is noticed within about 20 ms and named. Broadcasts and the barrier stay Gloo's, and `busy_poll` applies to them only. 0: Gloo's collectives throughout. Ranks on several nodes always use Gloo's." },
 	{ "shm_p2p", KILN_KEY_BOOL, "1", 0, 0, nullptr,
-	  "With `shm` on (every rank on one node) and at most 16 ranks: point-to-point send and recv (a pipeline's crossing tensors) go through a shared-memory channel per ordered pair of ranks (a ring of 1 MiB, less beyond 3 ranks: 8 MiB in all; messages in order, sizes checked; a waiting side polls 20 us, none when the ranks outnumber their CPUs, then sleeps on a futex the other side wakes), instead of a Gloo buffer per message over TCP loopback (docs/distributed.md). A rank whose process ends is noticed within about 20 ms and named. 0: Gloo's send and recv." },
+	  "With `shm` on (every rank on one node) and at most 16 ranks: point-to-point send and recv (a pipeline's crossing tensors) go through a shared-memory channel per ordered pair of ranks (a ring of 1 MiB, less beyond 3 ranks: 8 MiB in all; messages in order, sizes checked; a waiting side polls `p2p_spin_us`, none when the ranks outnumber their CPUs, then sleeps on a futex the other side wakes), instead of a Gloo buffer per message over TCP loopback (docs/distributed.md). A rank whose process ends is noticed within about 20 ms and named. 0: Gloo's send and recv." },
+	{ "p2p_spin_us", KILN_KEY_INT, "2", 0, 1000000, nullptr,
+	  "With `shm_p2p`: microseconds a send or recv on a shared-memory channel polls for its peer before it sleeps on the futex (0: at once). Polling only pays when the peer answers within it: on 2 busy CPUs a 20 us poll made a message's one-way time 25-29 us against 4-6 us without one (bench/p2p_channel, docs/PERFORMANCE.md). No polling while the ranks outnumber their CPUs." },
 	{ "hierarchical", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "With `shm` on and the ranks on several nodes, some with two or more: every allreduce sums in kiln's shared memory among each node's ranks, then over Gloo's TCP among the nodes' first ranks, and shares the total back through shared memory, so each node sends its data across the network once instead of once per rank (docs/distributed.md, \"Several machines\"). Reduce-scatter, allgather, broadcasts and the barrier stay Gloo's over every rank. 0: Gloo's allreduce over every rank." },
 	{ "zero_copy", KILN_KEY_BOOL, "1", 0, 0, nullptr,

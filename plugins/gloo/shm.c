@@ -37,6 +37,7 @@ struct gloo_shm {
 	 * out[p] this rank's channel to p, in[p] p's to this rank, and a lock
 	 * for each (streams that send to one peer take turns) */
 	size_t ring;
+	long long spin_ns; /* [plugin.gloo] p2p_spin_us (gloo_shm_p2p_spin) */
 	struct shmp2p *out, *in;
 	pthread_mutex_t *out_lock, *in_lock;
 };
@@ -337,12 +338,12 @@ static int p2p_start(const struct setup *s, struct gloo_shm *g, char *why, size_
 	return 0;
 }
 
-/* The channels' waits poll SHMP2P_SPIN_NS before they sleep, or not at
- * all when the ranks (or a split's parent's) outnumber their CPUs: known
- * once every rank posted its CPUs (after the second barrier). */
+/* The channels' waits poll spin_ns before they sleep, or not at all when
+ * the ranks (or a split's parent's) outnumber their CPUs: known once every
+ * rank posted its CPUs (after the second barrier). */
 static void p2p_spin(struct gloo_shm *g)
 {
-	const long long spin = shmcoll_yields(&g->coll) ? 0 : SHMP2P_SPIN_NS;
+	const long long spin = shmcoll_yields(&g->coll) ? 0 : g->spin_ns;
 	for (int p = 0; g->ring && p < g->world; p++)
 		g->out[p].spin_ns = g->in[p].spin_ns = spin;
 }
@@ -404,6 +405,7 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 	snprintf(g->prefix, sizeof g->prefix, "%s", prefix);
 	g->timeout_ms = timeout_ms;
 	g->ring = p2p ? p2p_ring(world) : 0;
+	g->spin_ns = SHMP2P_SPIN_NS;
 	g->size = (size_t)world * SHMCOLL_SEGMENT +
 		  (g->ring ? (size_t)world * (size_t)(world - 1) * shmp2p_bytes(g->ring) : 0);
 	int ok = map(&s, g, why, n, &st) >= 0;
@@ -589,6 +591,12 @@ kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *b
 size_t gloo_shm_p2p(const struct gloo_shm *g)
 {
 	return g ? g->ring : 0;
+}
+
+void gloo_shm_p2p_spin(struct gloo_shm *g, long long ns)
+{
+	g->spin_ns = ns;
+	p2p_spin(g);
 }
 
 kiln_status gloo_shm_send(struct gloo_shm *g, int peer, const void *buf, size_t bytes)

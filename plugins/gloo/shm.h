@@ -61,6 +61,9 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 #define GLOO_SHM_P2P_MAXW 16
 /* The channels' ring bytes, or 0: g has none (NULL g: 0). */
 size_t gloo_shm_p2p(const struct gloo_shm *g);
+/* How long the channels' waits poll before they sleep on the futex (after
+ * open: SHMP2P_SPIN_NS; none while the ranks outnumber their CPUs). */
+void gloo_shm_p2p_spin(struct gloo_shm *g, long long ns);
 /* Send buf[0..bytes) to rank peer, or receive the next message from it
  * (which must have `bytes`), through the channels (gloo_shm_p2p(g) != 0);
  * one thread at a time per peer and direction (a lock). */
