@@ -59,3 +59,11 @@ EXTRA_DIST += bench/conv_steps.sh
 EXTRA_DIST += bench/mlp_step.sh
 # the MLP profile per op at 1 and 2 threads, fuse 0 and 1 (where the second thread gains)
 EXTRA_DIST += bench/mlp_ops.sh
+# the one-way latency of kiln-gloo's shared-memory send and recv channels
+# (plugins/common/shmp2p.h; docs/PERFORMANCE.md, issue 21 session 9)
+if BUILD_GLOO
+noinst_PROGRAMS += bench/p2p_channel
+bench_p2p_channel_SOURCES = bench/p2p_channel.c plugins/common/shmp2p.c plugins/common/shmp2p.h \
+	plugins/common/watchdog.c plugins/common/watchdog.h
+bench_p2p_channel_LDADD = libkiln.la -lpthread
+endif

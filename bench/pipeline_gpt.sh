@@ -11,13 +11,16 @@
 # (scripts/make-gpt-char-data, made here when DATA has no shard).  Rows:
 #   1x1      one process, one thread, the model unsplit (no micro-batches)
 #   ranks    `kiln launch -n 2`, [dist] pipeline = 2: each stage a rank of
-#            one thread (gloo: the crossing tensors by its TCP point-to-point,
-#            the pipe's small allreduce in shared memory), M micro-batches
+#            one thread (gloo: the crossing tensors through its shared-memory
+#            channels, the pipe's small allreduce in shared memory), M
+#            micro-batches
 #   devices  one process, [run] devices = cpu:0, cpu:1: each stage a CPU
 #            device instance of one thread, M micro-batches
 # for M = 4 and 8 (1f1b; 8 is the example's default), and
 #   ranks+e  ranks at M = 8 with [pipeline] early_forwards = 1 (stage 0 one
 #            forward further ahead: a hand-off's latency hidden behind a pass)
+#   rank/tcp ranks at M = 8 with [plugin.gloo] shm_p2p = 0: the crossing
+#            tensors by Gloo's TCP point-to-point (before session 9)
 # Columns:
 #   tok/s    tokens per second from step WARM to the last step (the
 #            log's step times: start-up and the first steps left out);
@@ -132,6 +135,7 @@ for r in $(seq "$RUNS"); do
 			devices "$tmp/devices$M.$r$w" $M
 		done
 		ranks "$tmp/ranks8e.$r$w" 8 pipeline.early_forwards=1
+		ranks "$tmp/ranks8t.$r$w" 8 plugin.gloo.shm_p2p=0
 		unset N
 	done
 done
@@ -155,3 +159,4 @@ for M in 4 8; do
 	row devices$M devices $M
 done
 row ranks8e ranks+e 8
+row ranks8t rank/tcp 8

@@ -25,6 +25,13 @@
  * ranks (f32, i32 and u8 buffers, bytes checked), then a receive from a
  * rank that died failing within the timeout and naming it.
  * test_gloo_split: sub-communicators (split) on 4 ranks, see split_main.
+ * test_gloo_p2p runs on kiln's shared-memory channels ([plugin.gloo]
+ * shm_p2p, the default on one node) and on Gloo's TCP (shm_p2p = 0);
+ * test_gloo_p2p_channel: the channels' order, sizes (empty, around the
+ * 16-byte frame, a message three times the 1 MiB ring, both ways at
+ * once), and a recv whose size differs from the message's failing, naming
+ * both sizes, and the sender's next send on that channel failing too;
+ * a recv from a live, silent rank ending at the timeout, naming it.
  */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <kiln/kiln.h>
@@ -115,7 +122,7 @@ static float from_f16(uint16_t h)
 }
 
 struct rank_ctx {
-	int rank, busy, shm;
+	int rank, busy, shm; /* shm 2: on, with [plugin.gloo] shm_p2p = 0 */
 	int world; /* 0: 2 */
 	long pid0; /* rank 0's process: its segments' names start kiln-gloo-<pid0>- */
 	long allocs;
@@ -157,6 +164,8 @@ static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 	if (r->busy)
 		TRY(kiln_config_override(e->cfg, "plugin.gloo.busy_poll=1"));
 	TRY(kiln_config_override(e->cfg, r->shm ? "plugin.gloo.shm=1" : "plugin.gloo.shm=0"));
+	if (r->shm == 2)
+		TRY(kiln_config_override(e->cfg, "plugin.gloo.shm_p2p=0"));
 	TRY(kiln_config_validate(e->cfg, e->reg));
 	TRY(kiln_device_open(e->reg, e->cfg, "cpu", 0, &e->dev));
 	TRY(kiln_device_stream_create(e->dev, &e->s));
@@ -186,8 +195,11 @@ static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 	const char *d = e->ops->describe(e->comm);
 	const char *want = r->shm ? "kiln's shared-memory allreduce, reduce_scatter and allgather"
 				  : "Gloo's collectives (kiln's shared memory off: [plugin.gloo] shm = 0)";
-	if (!strstr(d, want)) {
-		snprintf(r->err, sizeof r->err, "rank %d: the description '%s' lacks '%s'", R, d, want);
+	const char *p2p = r->shm == 1 ? "send and recv (1024 KiB channels)"
+			: r->shm == 2 ? "Gloo's send and recv ([plugin.gloo] shm_p2p = 0)" : "";
+	if (!strstr(d, want) || (W == 2 && !strstr(d, p2p))) {
+		snprintf(r->err, sizeof r->err, "rank %d: the description '%s' lacks '%s' or '%s'", R,
+			 d, want, p2p);
 		return -1;
 	}
 	char pat[64];
@@ -558,11 +570,12 @@ out:
 	return NULL;
 }
 
+/* _i 0: the shared-memory channels; 1: Gloo's TCP (shm_p2p = 0) */
 START_TEST(test_gloo_p2p)
 {
 	struct rank_ctx rc[2];
 	int status[2];
-	if (run_ranks(p2p_main, 0, 1, rc, status))
+	if (run_ranks(p2p_main, 0, _i ? 2 : 1, rc, status))
 		return;
 	ck_assert_msg(!*rc[0].err, "%s", rc[0].err);
 	ck_assert_msg(WIFSIGNALED(status[1]) && WTERMSIG(status[1]) == SIGKILL,
@@ -736,6 +749,122 @@ START_TEST(test_gloo_split)
 }
 END_TEST
 
+/* The channels (test_gloo_p2p_channel): each rank sends NCH messages of
+ * ch_bytes[] to the other on one stream while it receives the other's on
+ * a second, every byte checked; then rank 0 sends 100 bytes that rank 1
+ * receives as 120; then rank 1 stays alive and silent, and rank 0's recv
+ * from it ends at the timeout (CH_TIMEOUT_MS), naming it. */
+enum { NCH = 9, CH_TIMEOUT_MS = 1500 };
+static const size_t ch_bytes[NCH] = { 0, 1, 15, 16, 17, 4095, 65536, 70001, (3u << 20) + 5 };
+
+static uint8_t ch_byte(int from, int m, size_t i)
+{
+	return (uint8_t)(m * 131 + (int)(i % 251) * 7 + from * 13);
+}
+
+static void *channel_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	uint8_t *out[NCH] = { 0 }, *in[NCH] = { 0 }, *x = NULL;
+	void *s2 = NULL;
+	const int R = r->rank, peer = 1 - R;
+	if (rank_open(r, &e, CH_TIMEOUT_MS))
+		goto out;
+	TRY(kiln_device_stream_create(e.dev, &s2));
+	TRY(kiln_device_alloc(e.dev, 128, (void **)&x));
+	for (int m = 0; m < NCH; m++) {
+		TRY(kiln_device_alloc(e.dev, ch_bytes[m] + 1, (void **)&out[m]));
+		TRY(kiln_device_alloc(e.dev, ch_bytes[m] + 1, (void **)&in[m]));
+		for (size_t i = 0; i <= ch_bytes[m]; i++)
+			out[m][i] = ch_byte(R, m, i), in[m][i] = 0xee;
+	}
+	for (int m = 0; m < NCH; m++) {
+		TRY(e.ops->send(e.comm, out[m], ch_bytes[m], KILN_U8, peer, e.s, NULL));
+		TRY(e.ops->recv(e.comm, in[m], ch_bytes[m], KILN_U8, peer, s2, NULL));
+	}
+	TRY(kiln_device_stream_sync(e.dev, e.s));
+	TRY(kiln_device_stream_sync(e.dev, s2));
+	for (int m = 0; m < NCH; m++)
+		for (size_t i = 0; i <= ch_bytes[m]; i++)
+			if (in[m][i] != (i < ch_bytes[m] ? ch_byte(peer, m, i) : 0xee)) {
+				snprintf(r->err, sizeof r->err, "rank %d: message %d (%zu bytes), byte %zu: %d, want %d",
+					 R, m, ch_bytes[m], i, in[m][i],
+					 i < ch_bytes[m] ? ch_byte(peer, m, i) : 0xee);
+				goto out;
+			}
+	/* a size mismatch: rank 1's recv fails naming both sizes, then
+	 * tells rank 0 (the other channel), whose next send fails too */
+	kiln_status st;
+	const char *want;
+	if (R == 0) {
+		TRY(e.ops->send(e.comm, x, 100, KILN_U8, peer, e.s, NULL));
+		TRY(kiln_device_stream_sync(e.dev, e.s));
+		TRY(e.ops->recv(e.comm, x, 4, KILN_U8, peer, s2, NULL));
+		TRY(kiln_device_stream_sync(e.dev, s2));
+		st = e.ops->send(e.comm, x, 100, KILN_U8, peer, e.s, NULL);
+		want = "send to rank 1: rank 0 sent message 10 with 100 bytes where rank 1's recv expected 120";
+	} else {
+		st = e.ops->recv(e.comm, x, 120, KILN_U8, peer, s2, NULL);
+		want = "recv from rank 0: rank 0 sent message 10 with 100 bytes where rank 1's recv expected 120";
+	}
+	if (!st)
+		st = R ? kiln_device_stream_sync(e.dev, s2) : kiln_device_stream_sync(e.dev, e.s);
+	if (!st || !strstr(kiln_last_error(), want)) {
+		snprintf(r->err, sizeof r->err, "rank %d: status %d, '%.200s' (want a failure saying '%s')",
+			 R, (int)st, st ? kiln_last_error() : "", want);
+		goto out;
+	}
+	if (R == 1) {
+		TRY(e.ops->send(e.comm, x, 4, KILN_U8, peer, e.s, NULL));
+		TRY(kiln_device_stream_sync(e.dev, e.s));
+		/* alive and silent past rank 0's timeout */
+		struct timespec nap = { 0, 0 };
+		nap.tv_sec = CH_TIMEOUT_MS / 1000 + 2;
+		nanosleep(&nap, NULL);
+		goto out;
+	}
+	/* rank 0: a recv from a live peer that sends nothing ends at the
+	 * timeout, naming it (the wait asleep on the futex, not spinning) */
+	void *s3 = NULL;
+	TRY(kiln_device_stream_create(e.dev, &s3));
+	const double t0 = now_s();
+	st = e.ops->recv(e.comm, x, 4, KILN_U8, peer, s3, NULL);
+	if (!st)
+		st = kiln_device_stream_sync(e.dev, s3);
+	const double dt = now_s() - t0;
+	kiln_device_stream_destroy(e.dev, s3);
+	want = "recv from rank 1 of 4 bytes: rank 1 did not send within [dist] timeout = 1.5 s";
+	if (st != KILN_ETIMEOUT || !strstr(kiln_last_error(), want) || dt < CH_TIMEOUT_MS / 1000.0 ||
+	    dt > CH_TIMEOUT_MS / 1000.0 + 1.0)
+		snprintf(r->err, sizeof r->err, "rank 0: status %d after %.2f s, '%.200s' (want KILN_ETIMEOUT after %.1f s saying '%s')",
+			 (int)st, dt, st ? kiln_last_error() : "", CH_TIMEOUT_MS / 1000.0, want);
+out:
+	if (s2)
+		kiln_device_stream_destroy(e.dev, s2);
+	for (int m = 0; m < NCH; m++) {
+		if (out[m])
+			kiln_device_free(e.dev, out[m]);
+		if (in[m])
+			kiln_device_free(e.dev, in[m]);
+	}
+	rank_close_freeing(&e, (void *[]){ x }, 1);
+	return NULL;
+}
+
+START_TEST(test_gloo_p2p_channel)
+{
+	struct rank_ctx rc[2];
+	int status[2];
+	if (run_ranks(channel_main, 0, 1, rc, status))
+		return;
+	ck_assert_msg(!*rc[0].err, "%s", rc[0].err);
+	ck_assert_msg(!*rc[1].err, "%s", rc[1].err);
+	ck_assert_int_eq(status[0], 0);
+	ck_assert_int_eq(status[1], 0);
+}
+END_TEST
+
 static Suite *make_comm_suite(void)
 {
 	Suite *s = suite_create("comm");
@@ -743,8 +872,9 @@ static Suite *make_comm_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_gloo_no_alloc, 0, 4);
 	tcase_add_test(tc, test_gloo_lost);
-	tcase_add_test(tc, test_gloo_p2p);
+	tcase_add_loop_test(tc, test_gloo_p2p, 0, 2);
 	tcase_add_loop_test(tc, test_gloo_split, 0, 2);
+	tcase_add_test(tc, test_gloo_p2p_channel);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -7,7 +7,9 @@
 #     rank's optimizer stepping, and holding the state of, its stage's
 #     slice alone, and no gradient buckets for a stage of one rank; 4
 #     stages with [pipeline] early_forwards = 1 end with 1f1b's bytes;
-#     stage 0's rank logs the pipe's bubble from every rank's busy time;
+#     stage 0's rank logs the pipe's bubble from every rank's busy time; the
+#     hand-offs on kiln's shared-memory channels ([plugin.gloo] shm_p2p,
+#     the default), and 2 stages on Gloo's TCP (shm_p2p = 0) equal too;
 #  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
 #     averaging its gradients, its slice alone, each pipe 16 samples of
 #     the 32) does too;
@@ -67,6 +69,17 @@ near one g2 "2 stages on 2 ranks (gloo)"
 run g4 4 32 dist.pipeline=4 "$four"
 grep -q "rank 3: stage 3 of 4" "$tmp/g4.log" || bad "g4: rank 3 is not stage 3"
 near one g4 "4 stages on 4 ranks (gloo)"
+# the hand-offs on kiln's shared-memory channels (the default on one node),
+# and on Gloo's TCP with [plugin.gloo] shm_p2p = 0
+for r in "g2 0 of 2" "g2 1 of 2" "g4 0 of 4" "g4 3 of 4"; do
+	set -- $r
+	grep -q "rank $2 of $4: [1-9][0-9]* messages sent and [1-9][0-9]* received through the shared-memory channels" "$tmp/$1.log" ||
+		bad "$1: rank $2's hand-offs are not on the shared-memory channels"
+done
+run g2t 2 32 dist.pipeline=2 "$two" plugin.gloo.shm_p2p=0
+grep -q "Gloo's send and recv (\[plugin.gloo\] shm_p2p = 0)" "$tmp/g2t.log" || bad "g2t: not on Gloo's TCP"
+grep -q "through the shared-memory channels" "$tmp/g2t.log" && bad "g2t: hand-offs on the shared-memory channels"
+near one g2t "2 stages on 2 ranks (gloo, TCP send and recv)"
 # the pipe's bubble at stage 0's rank: every stage's busy time there is
 # the one its own rank logged
 for r in "g2 2" "g4 4"; do
@@ -231,6 +244,7 @@ for r in 0 2 3; do
 		{ bad "rank $r does not name rank 1, stage 1"; grep -v '^\[' "$tmp/dead$r.log" | tail -3; }
 done
 [ "$dt" -le 15 ] || bad "the others took ${dt}s (timeout 10 s)"
+grep -q "send and recv (512 KiB channels)" "$tmp/dead0.log" || bad "the kill test's ranks were not on the shared-memory channels"
 
 # ---- 6. errors ----------------------------------------------------------------------
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e3" train.batch=32 \

@@ -12,13 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#else
-#define cpu_relax() ((void)0)
-#endif
-
 kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const char *who,
 			 int rank, int world, void *const *seg, int timeout_ms, long long spin_ns,
 			 long long nap_ns)

@@ -44,6 +44,14 @@
 #include <stdint.h>
 #include <time.h>
 
+/* a polling wait's pause between looks (shmcoll.c, shmp2p.c) */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
 #define SHMCOLL_CHUNK ((size_t)256 << 10) /* bytes per round and rank (PERFORMANCE.md part 7) */
 #define SHMCOLL_WHOLE ((size_t)16 << 10)  /* rounds up to this size: one flag */
 #define SHMCOLL_MAXW 64                   /* ranks the engine serves */

@@ -514,6 +514,9 @@ kiln_status run_job_now(Job *j)
 	const bool p2p = j->kind == K_SEND || j->kind == K_RECV;
 	if (c->shm && j->kind != K_BROADCAST && !p2p)
 		return run_shm(c, j);
+	if (p2p && gloo_shm_p2p(c->shm)) /* the shared-memory channels (shm.h) */
+		return j->kind == K_SEND ? gloo_shm_send(c->shm, j->root, j->buf, j->count * es)
+					 : gloo_shm_recv(c->shm, j->root, j->buf, j->count * es);
 	try {
 		switch (j->kind) {
 		case K_SEND:
@@ -688,19 +691,24 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 	}
 	/* one node: kiln's shared-memory collectives (shm.h); any reason not
 	 * to falls back to Gloo's, saying why */
-	int use_shm = 1;
+	int use_shm = 1, use_p2p = 1;
 	char *why = c->shm_why;
 	std::snprintf(why, sizeof c->shm_why, "[plugin.gloo] shm = 0");
 	host->config_get_bool(cfg, "plugin.gloo", "shm", &use_shm);
+	host->config_get_bool(cfg, "plugin.gloo", "shm_p2p", &use_p2p);
 	c->zero_copy = 1;
 	host->config_get_bool(cfg, "plugin.gloo", "zero_copy", &c->zero_copy);
 	if (use_shm) {
 		char prefix[64];
 		std::snprintf(prefix, sizeof prefix, "gloo/shm/%s/", space);
-		kiln_status st = gloo_shm_open(host, store, prefix, rank, world, timeout_ms, &c->shm,
+		kiln_status st = gloo_shm_open(host, store, prefix, rank, world, timeout_ms, use_p2p, &c->shm,
 					       why, sizeof c->shm_why);
 		if (st)
 			return st;
+		int64_t spin_us = 2;
+		host->config_get_int(cfg, "plugin.gloo", "p2p_spin_us", &spin_us);
+		if (gloo_shm_p2p(c->shm))
+			gloo_shm_p2p_spin(c->shm, (long long)spin_us * 1000);
 	}
 	int hier = 1;
 	host->config_get_bool(cfg, "plugin.gloo", "hierarchical", &hier);
@@ -715,10 +723,15 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 		std::snprintf(c->desc + at, sizeof c->desc - at,
 			      ", hierarchical allreduce: kiln's shared memory within node %d of %d (%d ranks), Gloo between the nodes' first ranks; Gloo's reduce_scatter and allgather (%s)",
 			      c->nd.node, c->nd.nodes, c->nd.local_world, why);
+	else if (c->shm && gloo_shm_p2p(c->shm))
+		std::snprintf(c->desc + at, sizeof c->desc - at,
+			      ", kiln's shared-memory allreduce, reduce_scatter and allgather (%zu KiB rounds), send and recv (%zu KiB channels)",
+			      gloo_shm_chunk() >> 10, gloo_shm_p2p(c->shm) >> 10);
 	else if (c->shm)
 		std::snprintf(c->desc + at, sizeof c->desc - at,
-			      ", kiln's shared-memory allreduce, reduce_scatter and allgather (%zu KiB rounds)",
-			      gloo_shm_chunk() >> 10);
+			      ", kiln's shared-memory allreduce, reduce_scatter and allgather (%zu KiB rounds); Gloo's send and recv (%s)",
+			      gloo_shm_chunk() >> 10,
+			      use_p2p ? "more than 16 ranks" : "[plugin.gloo] shm_p2p = 0");
 	else
 		std::snprintf(c->desc + at, sizeof c->desc - at,
 			      ", Gloo's collectives (kiln's shared memory off: %s%s%s)", why,
@@ -979,6 +992,10 @@ const struct kiln_key gloo_keys[] = {
 	  "Put the TCP pairs in Gloo's synchronous busy-polling mode: the thread running a collective (the comm stream's worker) reads the sockets itself, spinning, instead of sleeping until Gloo's event-loop thread has read the data and woken it. Removes a thread wake-up per message, so an allreduce overlapped with a busy backward is much faster when a core is free for the spinning, and much slower when the machine is oversubscribed. 0: Gloo's default (event loop)." },
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "When every rank runs on one node (the same host name and boot id): allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (a POSIX shared-memory object, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits, waits spinning), faster than Gloo's TCP loopback at every size (docs/PERFORMANCE.md, part 7b); a rank whose process ends is noticed within about 20 ms and named. Broadcasts and the barrier stay Gloo's, and `busy_poll` applies to them only. 0: Gloo's collectives throughout. Ranks on several nodes always use Gloo's." },
+	{ "shm_p2p", KILN_KEY_BOOL, "1", 0, 0, nullptr,
+	  "With `shm` on (every rank on one node) and at most 16 ranks: point-to-point send and recv (a pipeline's crossing tensors) go through a shared-memory channel per ordered pair of ranks (a ring of 1 MiB, less beyond 3 ranks: 8 MiB in all; messages in order, sizes checked; a waiting side polls `p2p_spin_us`, none when the ranks outnumber their CPUs, then sleeps on a futex the other side wakes), instead of a Gloo buffer per message over TCP loopback (docs/distributed.md). A rank whose process ends is noticed within about 20 ms and named. 0: Gloo's send and recv." },
+	{ "p2p_spin_us", KILN_KEY_INT, "2", 0, 1000000, nullptr,
+	  "With `shm_p2p`: microseconds a send or recv on a shared-memory channel polls for its peer before it sleeps on the futex (0: at once). Polling only pays when the peer answers within it: on 2 busy CPUs a 20 us poll made a message's one-way time 25-29 us against 4-6 us without one (bench/p2p_channel, docs/PERFORMANCE.md). No polling while the ranks outnumber their CPUs." },
 	{ "hierarchical", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "With `shm` on and the ranks on several nodes, some with two or more: every allreduce sums in kiln's shared memory among each node's ranks, then over Gloo's TCP among the nodes' first ranks, and shares the total back through shared memory, so each node sends its data across the network once instead of once per rank (docs/distributed.md, \"Several machines\"). Reduce-scatter, allgather, broadcasts and the barrier stay Gloo's over every rank. 0: Gloo's allreduce over every rank." },
 	{ "zero_copy", KILN_KEY_BOOL, "1", 0, 0, nullptr,

@@ -1,8 +1,10 @@
 /* plugins/gloo/shm.c - kiln-gloo's one-node path (shm.h) */
 #include "shm.h"
 #include "../common/shmcoll.h"
+#include "../common/shmp2p.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -31,7 +33,36 @@ struct gloo_shm {
 	char rname[96];
 	void *rbase;
 	size_t rsize;
+	/* point to point (gloo_shm_p2p): ring bytes a channel, 0 when off;
+	 * out[p] this rank's channel to p, in[p] p's to this rank, and a lock
+	 * for each (streams that send to one peer take turns) */
+	size_t ring;
+	long long spin_ns; /* [plugin.gloo] p2p_spin_us (gloo_shm_p2p_spin) */
+	struct shmp2p *out, *in;
+	pthread_mutex_t *out_lock, *in_lock;
 };
+
+/* Ring bytes of the point-to-point channels of `world` ranks: 1 MiB,
+ * halved until all world x (world - 1) of them fit in 8 MiB; 0 (no
+ * channels) beyond GLOO_SHM_P2P_MAXW ranks. */
+static size_t p2p_ring(int world)
+{
+	size_t ring = (size_t)1 << 20;
+	const size_t pairs = (size_t)world * (size_t)(world - 1);
+	if (world > GLOO_SHM_P2P_MAXW || world < 2)
+		return 0;
+	while (ring * pairs > ((size_t)8 << 20))
+		ring /= 2;
+	return ring;
+}
+
+/* where channel from -> to lies in the object */
+static char *p2p_at(const struct gloo_shm *g, int from, int to)
+{
+	const int k = from * (g->world - 1) + (to < from ? to : to - 1);
+	return (char *)g->base + (size_t)g->world * SHMCOLL_SEGMENT +
+	       (size_t)k * shmp2p_bytes(g->ring);
+}
 
 /* ---- setup ---------------------------------------------------------------- */
 
@@ -281,6 +312,42 @@ static int map(const struct setup *s, struct gloo_shm *g, char *why, size_t n, k
 	return 0;
 }
 
+/* The point-to-point channels' ends on this rank (the object is new: their
+ * headers read as zeros).  0, or -1 with why set. */
+static int p2p_start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
+{
+	const size_t W = (size_t)s->world;
+	g->out = calloc(W, sizeof *g->out);
+	g->in = calloc(W, sizeof *g->in);
+	g->out_lock = calloc(W, sizeof *g->out_lock);
+	g->in_lock = calloc(W, sizeof *g->in_lock);
+	if (!g->out || !g->in || !g->out_lock || !g->in_lock) {
+		snprintf(why, n, "out of memory");
+		return -1;
+	}
+	for (int p = 0; p < s->world; p++) {
+		pthread_mutex_init(&g->out_lock[p], NULL);
+		pthread_mutex_init(&g->in_lock[p], NULL);
+		if (p == s->rank)
+			continue;
+		shmp2p_init(&g->out[p], s->h, "gloo", s->rank, s->world, p, p2p_at(g, s->rank, p),
+			    g->ring, s->timeout_ms, SHMP2P_SPIN_NS, lost, g);
+		shmp2p_init(&g->in[p], s->h, "gloo", s->rank, s->world, p, p2p_at(g, p, s->rank),
+			    g->ring, s->timeout_ms, SHMP2P_SPIN_NS, lost, g);
+	}
+	return 0;
+}
+
+/* The channels' waits poll spin_ns before they sleep, or not at all when
+ * the ranks (or a split's parent's) outnumber their CPUs: known once every
+ * rank posted its CPUs (after the second barrier). */
+static void p2p_spin(struct gloo_shm *g)
+{
+	const long long spin = shmcoll_yields(&g->coll) ? 0 : g->spin_ns;
+	for (int p = 0; g->ring && p < g->world; p++)
+		g->out[p].spin_ns = g->in[p].spin_ns = spin;
+}
+
 /* Step 3 on this rank, after every rank mapped: every peer's lock visible,
  * this rank's header zeroed.  0, or -1 with why set. */
 static int start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
@@ -303,11 +370,13 @@ static int start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
 		return -1;
 	}
 	shmcoll_watch(&g->coll, lost, g);
+	if (g->ring && p2p_start(s, g, why, n))
+		return -1;
 	return 0;
 }
 
 kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store,
-			  const char *prefix, int rank, int world, int timeout_ms,
+			  const char *prefix, int rank, int world, int timeout_ms, int p2p,
 			  struct gloo_shm **out, char *why, size_t n)
 {
 	const struct setup s = { host, store, prefix, rank, world, timeout_ms };
@@ -335,7 +404,10 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 	g->store = store;
 	snprintf(g->prefix, sizeof g->prefix, "%s", prefix);
 	g->timeout_ms = timeout_ms;
-	g->size = (size_t)world * SHMCOLL_SEGMENT;
+	g->ring = p2p ? p2p_ring(world) : 0;
+	g->spin_ns = SHMP2P_SPIN_NS;
+	g->size = (size_t)world * SHMCOLL_SEGMENT +
+		  (g->ring ? (size_t)world * (size_t)(world - 1) * shmp2p_bytes(g->ring) : 0);
 	int ok = map(&s, g, why, n, &st) >= 0;
 	if (!st)
 		st = agree(&s, 1, ok, &all, why, n);
@@ -352,6 +424,7 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 		gloo_shm_close(g);
 		return st;
 	}
+	p2p_spin(g);
 	*out = g;
 	return KILN_OK;
 }
@@ -480,7 +553,8 @@ kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *
 	 * every rank agrees that every node has it */
 	snprintf(sub, sizeof sub, "%snode/%d/", prefix, nd->node);
 	if (nd->local_world > 1 &&
-	    (st = gloo_shm_open(host, store, sub, nd->local_rank, nd->local_world, timeout_ms, out, why, n)))
+	    (st = gloo_shm_open(host, store, sub, nd->local_rank, nd->local_world, timeout_ms, 0,
+				out, why, n)))
 		goto out;
 	if ((st = agree(&s, 1, nd->local_world == 1 || *out, &all, why, n)))
 		goto out;
@@ -514,6 +588,33 @@ kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *b
 	return shmcoll_allgather(&g->coll, g->how, send, buf, count);
 }
 
+size_t gloo_shm_p2p(const struct gloo_shm *g)
+{
+	return g ? g->ring : 0;
+}
+
+void gloo_shm_p2p_spin(struct gloo_shm *g, long long ns)
+{
+	g->spin_ns = ns;
+	p2p_spin(g);
+}
+
+kiln_status gloo_shm_send(struct gloo_shm *g, int peer, const void *buf, size_t bytes)
+{
+	pthread_mutex_lock(&g->out_lock[peer]);
+	kiln_status st = shmp2p_send(&g->out[peer], buf, bytes);
+	pthread_mutex_unlock(&g->out_lock[peer]);
+	return st;
+}
+
+kiln_status gloo_shm_recv(struct gloo_shm *g, int peer, void *buf, size_t bytes)
+{
+	pthread_mutex_lock(&g->in_lock[peer]);
+	kiln_status st = shmp2p_recv(&g->in[peer], buf, bytes);
+	pthread_mutex_unlock(&g->in_lock[peer]);
+	return st;
+}
+
 size_t gloo_shm_chunk(void)
 {
 	return SHMCOLL_CHUNK;
@@ -530,16 +631,29 @@ void gloo_shm_close(struct gloo_shm *g)
 	}
 	if (g->rfd >= 0)
 		close(g->rfd);
+	unsigned long long sent = 0, received = 0;
+	for (int p = 0; g->ring && g->out && g->in && p < g->world; p++)
+		if (g->out[p].h && g->in[p].h) /* (not this rank's, nor ends never set up) */
+			sent += g->out[p].h->sent, received += g->in[p].h->received;
+	if (sent || received)
+		g->h->log(KILN_LOG_INFO, "gloo", "rank %d of %d: %llu messages sent and %llu received through the shared-memory channels",
+			  g->rank, g->world, sent, received);
 	if (g->base)
 		munmap(g->base, g->size);
 	if (g->fd >= 0)
 		close(g->fd); /* drops the lock */
+	for (int p = 0; g->out_lock && g->in_lock && p < g->world; p++) {
+		pthread_mutex_destroy(&g->out_lock[p]);
+		pthread_mutex_destroy(&g->in_lock[p]);
+	}
+	free(g->out), free(g->in), free(g->out_lock), free(g->in_lock);
 	free(g);
 }
 
 void gloo_shm_inherit(struct gloo_shm *g, struct gloo_shm *parent)
 {
 	shmcoll_inherit(&g->coll, &parent->coll);
+	p2p_spin(g);
 }
 
 int gloo_shm_yields(struct gloo_shm *g)

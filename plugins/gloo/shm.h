@@ -44,11 +44,31 @@ extern "C" {
 struct gloo_shm;
 
 /* Steps 1-4 above; prefix: the communicator's store key space (e.g.
- * "gloo/shm/0/").  KILN_OK with *out the path, or *out = NULL and why[0..n)
+ * "gloo/shm/0/"); p2p: the object holds point-to-point channels too
+ * (gloo_shm_send, beyond the collectives' segments, every rank's ends set
+ * up at step 3).  KILN_OK with *out the path, or *out = NULL and why[0..n)
  * the reason it is off; else the error (host->error set). */
 kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store,
-			  const char *prefix, int rank, int world, int timeout_ms,
+			  const char *prefix, int rank, int world, int timeout_ms, int p2p,
 			  struct gloo_shm **out, char *why, size_t n);
+
+/* Point to point ([plugin.gloo] shm_p2p): a channel for each ordered pair
+ * of ranks (plugins/common/shmp2p.h: a ring in the object, messages in
+ * order, sizes checked, a bounded spin then a futex sleep, a lost peer
+ * named) when there are at most GLOO_SHM_P2P_MAXW ranks; rings of 1 MiB,
+ * halved until the channels take at most 8 MiB (a
+ * container's /dev/shm may hold 64 MiB). */
+#define GLOO_SHM_P2P_MAXW 16
+/* The channels' ring bytes, or 0: g has none (NULL g: 0). */
+size_t gloo_shm_p2p(const struct gloo_shm *g);
+/* How long the channels' waits poll before they sleep on the futex (after
+ * open: SHMP2P_SPIN_NS; none while the ranks outnumber their CPUs). */
+void gloo_shm_p2p_spin(struct gloo_shm *g, long long ns);
+/* Send buf[0..bytes) to rank peer, or receive the next message from it
+ * (which must have `bytes`), through the channels (gloo_shm_p2p(g) != 0);
+ * one thread at a time per peer and direction (a lock). */
+kiln_status gloo_shm_send(struct gloo_shm *g, int peer, const void *buf, size_t bytes);
+kiln_status gloo_shm_recv(struct gloo_shm *g, int peer, void *buf, size_t bytes);
 
 enum { GLOO_SHM_ALLREDUCE, GLOO_SHM_REDUCE_SCATTER, GLOO_SHM_ALLGATHER };
 

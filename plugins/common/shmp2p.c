@@ -1,0 +1,207 @@
+/* plugins/common/shmp2p.c - point-to-point channels in shared memory (shmp2p.h) */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "shmp2p.h"
+#include "shmcoll.h" /* SHMCOLL_LOST_NS, cpu_relax */
+#include "watchdog.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+void shmp2p_init(struct shmp2p *c, const struct kiln_host *host, const char *who, int rank,
+		 int world, int peer, void *mem, size_t ring, int timeout_ms, long long spin_ns,
+		 int (*lost)(void *arg), void *lost_arg)
+{
+	memset(c, 0, sizeof *c);
+	c->host = host, c->who = who;
+	c->rank = rank, c->world = world, c->peer = peer;
+	c->timeout_ms = timeout_ms;
+	c->spin_ns = spin_ns;
+	c->h = mem;
+	c->ring = (char *)mem + SHMP2P_HDR;
+	c->size = ring;
+	c->lost = lost, c->lost_arg = lost_arg;
+}
+
+/* FUTEX_WAIT on a word another process shares (not FUTEX_PRIVATE) */
+static void futex_wait(atomic_uint *w, unsigned v, long long ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ll), (long)(ns % 1000000000ll) };
+	(void)syscall(SYS_futex, (unsigned *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+}
+
+static void futex_wake(atomic_uint *w)
+{
+	(void)syscall(SYS_futex, (unsigned *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* after publishing: bump the peer's futex word, wake it if it sleeps (the
+ * sequentially consistent order of publish, bump and the look at *sleeps
+ * against the sleeper's flag, look at the word and look at the position
+ * means a sleeper either sees the publish or is woken) */
+static void notify(atomic_uint *word, atomic_uint *sleeps)
+{
+	atomic_fetch_add(word, 1);
+	if (atomic_load(sleeps))
+		futex_wake(word);
+}
+
+/* the error of a broken channel (a recv refused a message's size) */
+static kiln_status broken(struct shmp2p *c, int sending)
+{
+	const struct shmp2p_hdr *h = c->h;
+	return c->host->error(KILN_EINVAL, "%s: rank %d of %d: %s rank %d: rank %d sent message %llu with %llu bytes where rank %d's recv expected %llu; the channel is unusable",
+			      c->who, c->rank, c->world, sending ? "send to" : "recv from", c->peer,
+			      sending ? c->rank : c->peer, (unsigned long long)h->bad_msg,
+			      (unsigned long long)h->bad_have, sending ? c->peer : c->rank,
+			      (unsigned long long)h->bad_want);
+}
+
+/* Wait until *pos >= target: poll spin_ns, then sleep on *word (saying so
+ * in *sleeps) in naps of SHMCOLL_LOST_NS, asking the liveness check and
+ * the clock after each.  sending: this side is the sender (for messages);
+ * bytes: the message's. */
+static kiln_status wait_pos(struct shmp2p *c, atomic_ullong *pos, unsigned long long target,
+			    atomic_uint *word, atomic_uint *sleeps, int sending, size_t bytes)
+{
+	long long t0 = 0;
+	for (unsigned k = 1;; k++) {
+		if (atomic_load_explicit(pos, memory_order_acquire) >= target)
+			return KILN_OK;
+		if (k % 64) {
+			cpu_relax();
+			continue;
+		}
+		const long long t = watchdog_now_ns();
+		if (!t0)
+			t0 = t;
+		if (t - t0 >= c->spin_ns)
+			break;
+	}
+	for (;;) {
+		atomic_store(sleeps, 1);
+		const unsigned v = atomic_load(word);
+		if (atomic_load(pos) >= target) {
+			atomic_store(sleeps, 0);
+			return KILN_OK;
+		}
+		if (atomic_load_explicit(&c->h->broken, memory_order_acquire)) {
+			atomic_store(sleeps, 0);
+			return broken(c, sending);
+		}
+		futex_wait(word, v, SHMCOLL_LOST_NS);
+		atomic_store(sleeps, 0);
+		if (atomic_load_explicit(pos, memory_order_acquire) >= target)
+			return KILN_OK;
+		const long long t = watchdog_now_ns();
+		const int gone = c->lost ? c->lost(c->lost_arg) : -1;
+		if (gone >= 0)
+			return c->host->error(KILN_EIO, "%s: rank %d of %d: %s rank %d of %zu bytes: rank %d is gone (its process ended)",
+					      c->who, c->rank, c->world, sending ? "send to" : "recv from",
+					      c->peer, bytes, gone);
+		if (t - t0 > (long long)c->timeout_ms * 1000000ll)
+			return c->host->error(KILN_ETIMEOUT, "%s: rank %d of %d: %s rank %d of %zu bytes: rank %d did not %s within [dist] timeout = %.1f s",
+					      c->who, c->rank, c->world, sending ? "send to" : "recv from",
+					      c->peer, bytes, c->peer, sending ? "make room (receive)" : "send",
+					      c->timeout_ms / 1000.0);
+	}
+}
+
+/* the read position at which the ring has room for bytes up to end */
+static unsigned long long room_at(const struct shmp2p *c, unsigned long long end)
+{
+	return end > c->size ? end - c->size : 0;
+}
+
+/* ring[at .. at + n) = src, wrapping */
+static void ring_put(struct shmp2p *c, unsigned long long at, const void *src, size_t n)
+{
+	const size_t o = (size_t)at & (c->size - 1), first = n < c->size - o ? n : c->size - o;
+	memcpy(c->ring + o, src, first);
+	memcpy(c->ring, (const char *)src + first, n - first);
+}
+
+static void ring_get(struct shmp2p *c, unsigned long long at, void *dst, size_t n)
+{
+	const size_t o = (size_t)at & (c->size - 1), first = n < c->size - o ? n : c->size - o;
+	memcpy(dst, c->ring + o, first);
+	memcpy((char *)dst + first, c->ring, n - first);
+}
+
+kiln_status shmp2p_send(struct shmp2p *c, const void *buf, size_t bytes)
+{
+	struct shmp2p_hdr *h = c->h;
+	const size_t piece = c->size / 4;
+	unsigned long long w = atomic_load_explicit(&h->wpos, memory_order_relaxed);
+	uint64_t frame[2] = { bytes, h->sent + 1 };
+	kiln_status st;
+	if (atomic_load_explicit(&h->broken, memory_order_acquire))
+		return broken(c, 1);
+	/* the frame, published with the first piece */
+	if ((st = wait_pos(c, &h->rpos, room_at(c, w + SHMP2P_FRAME), &h->rfutex, &h->wsleeps, 1,
+			   bytes)))
+		return st;
+	ring_put(c, w, frame, SHMP2P_FRAME);
+	w += SHMP2P_FRAME;
+	size_t done = 0;
+	do {
+		const size_t want = bytes - done < piece ? bytes - done : piece;
+		/* room for `want` bytes: the receiver read up to w + want - size */
+		if ((st = wait_pos(c, &h->rpos, room_at(c, w + want), &h->rfutex, &h->wsleeps, 1, bytes)))
+			return st;
+		ring_put(c, w, (const char *)buf + done, want);
+		w += want, done += want;
+		atomic_store_explicit(&h->wpos, w, memory_order_seq_cst);
+		notify(&h->wfutex, &h->rsleeps);
+	} while (done < bytes);
+	h->sent++;
+	return KILN_OK;
+}
+
+kiln_status shmp2p_recv(struct shmp2p *c, void *buf, size_t bytes)
+{
+	struct shmp2p_hdr *h = c->h;
+	unsigned long long r = atomic_load_explicit(&h->rpos, memory_order_relaxed);
+	uint64_t frame[2];
+	kiln_status st;
+	if (atomic_load_explicit(&h->broken, memory_order_acquire))
+		return broken(c, 0);
+	if ((st = wait_pos(c, &h->wpos, r + SHMP2P_FRAME, &h->wfutex, &h->rsleeps, 0, bytes)))
+		return st;
+	ring_get(c, r, frame, SHMP2P_FRAME);
+	if (frame[0] != bytes || frame[1] != h->received + 1) {
+		h->bad_have = frame[0], h->bad_want = bytes, h->bad_msg = frame[1];
+		atomic_store(&h->broken, 1);
+		notify(&h->rfutex, &h->wsleeps); /* a sender waiting for room fails too */
+		if (frame[1] != h->received + 1)
+			return c->host->error(KILN_EINTERNAL, "%s: rank %d of %d: recv from rank %d: message %llu arrived where message %llu was due",
+					      c->who, c->rank, c->world, c->peer,
+					      (unsigned long long)frame[1],
+					      (unsigned long long)h->received + 1);
+		return broken(c, 0);
+	}
+	r += SHMP2P_FRAME;
+	size_t done = 0;
+	while (done < bytes) {
+		/* whatever the sender published, up to the message's end */
+		if ((st = wait_pos(c, &h->wpos, r + 1, &h->wfutex, &h->rsleeps, 0, bytes)))
+			return st;
+		const unsigned long long have = atomic_load_explicit(&h->wpos, memory_order_acquire) - r;
+		const size_t n = have < bytes - done ? (size_t)have : bytes - done;
+		ring_get(c, r, (char *)buf + done, n);
+		r += n, done += n;
+		atomic_store_explicit(&h->rpos, r, memory_order_seq_cst);
+		notify(&h->rfutex, &h->wsleeps);
+	}
+	if (!bytes) { /* the frame alone: consume it */
+		atomic_store_explicit(&h->rpos, r, memory_order_seq_cst);
+		notify(&h->rfutex, &h->wsleeps);
+	}
+	h->received++;
+	return KILN_OK;
+}
