@@ -36,7 +36,7 @@ awk -v a="$(field test_loss "$out")" -v b="$loss" 'BEGIN { d = a - b; exit !(d <
 	fail "folded loss $(field test_loss "$out"), unfolded $loss"
 echo "ok: folded = unfolded: acc $acc loss $loss"
 
-for m in percentile minmax; do
+for m in percentile minmax entropy; do
 	kiln 0 quantize "$cnn" $run --checkpoint "$ck" --calibrate 4 --method $m \
 		--out "$tmp/cnn.$m.safetensors" data.eval.split=train
 	kiln 0 eval "$cnn" $run $ev --quantized "$tmp/cnn.$m.safetensors"
