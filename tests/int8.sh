@@ -3,7 +3,7 @@
 # Fashion-MNIST CNN trained briefly (6000 samples, 2 epochs), then
 #  - kiln eval --fold: the folded model (dropout removed, ReLUs in the
 #    epilogues) gives the unfolded evaluation's accuracy and loss;
-#  - kiln quantize (percentile and minmax ranges, calibrated on 4 batches of
+#  - kiln quantize (percentile, minmax and entropy ranges, calibrated on 4 batches of
 #    training data) and kiln eval --quantized: test accuracy within 0.5
 #    points of fp32 on the first 2000 test images;
 #  - u8 between the INT8 layers (chaining, the CPU's default: conv2 writes
