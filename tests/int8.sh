@@ -86,6 +86,23 @@ unset KILN_LOG_LEVEL
 [ "$(field test_loss "$out")" = "$rl" ] && [ "$(field test_acc "$out")" = "$ra" ] ||
 	fail "adds in u8: loss $rl acc $ra; adds in f32: loss $(field test_loss "$out") acc $(field test_acc "$out")"
 echo "ok: ResNet adds in u8 = in f32: loss $rl acc $ra"
+# the int8 convolutions take oneDNN's jit_int8 over its first choice
+# brgconv (AVX-512 VNNI; plugins/cpu/qconv.c q_pd_create): the same sums,
+# so the same loss; KILN_CPU_QCONV_BRG=1 keeps brgconv
+if grep -q avx512_vnni /proc/cpuinfo 2>/dev/null; then
+	export KILN_LOG_LEVEL=debug
+	kiln 0 eval "$res" $rrun data.eval.limit=1000 --quantized "$tmp/res.int8"
+	! grep -q "QCONV.*brgconv" "$err" || fail "an int8 convolution ran brgconv: $(grep -m1 "QCONV.*brgconv" "$err")"
+	stderr_has "jit_int8_1x1:avx512_core_vnni"
+	jl=$(field test_loss "$out")
+	export KILN_CPU_QCONV_BRG=1
+	kiln 0 eval "$res" $rrun data.eval.limit=1000 --quantized "$tmp/res.int8"
+	unset KILN_CPU_QCONV_BRG KILN_LOG_LEVEL
+	stderr_has "brgconv_1x1:avx512_core_vnni"
+	[ "$jl" = "$rl" ] && [ "$(field test_loss "$out")" = "$rl" ] ||
+		fail "jit_int8 loss $jl, brgconv $(field test_loss "$out"), before $rl"
+	echo "ok: ResNet int8 convolutions in jit_int8, loss $jl = brgconv's"
+fi
 kiln 2 train "$res" $rrun data.limit=500 train.epochs=1 layer.s1_add.int8_out_scale=0.1
 stderr_has "layer 's2_conv1': a u8 input or int8_out_scale needs int8_scale > 0"
 
