@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench/int8.sh - INT8 inference (docs/inference.md) against fp32: the
 # Fashion-MNIST CNN and ResNet examples trained for --epochs epochs (or the
-# checkpoints in --dir from an earlier run), quantized (percentile ranges,
+# checkpoints in --dir from an earlier run), quantized (minmax ranges, the default,
 # 8 calibration batches of training data), then `kiln eval` on the 10000
 # test images: fp32, fp32 folded, INT8 with f32 between the INT8 layers
 # (int8-f32, every chained layer's int8_out_scale=0) and INT8 as `kiln eval

@@ -19,7 +19,7 @@ const char cmd_quantize_about[] =
 	"per-output-channel symmetric int8, and the range of every conv and linear input is\n"
 	"taken from the first N full batches of [data.eval] ([train] eval_batch rows each;\n"
 	"point it at training data, e.g. data.eval.split=train for idx sources) by the rule\n"
-	"--method: minmax, percentile (default; --percentile P, default 99.99) or entropy\n"
+	"--method: minmax (default), percentile (--percentile P, default 99.99) or entropy\n"
 	"(TensorRT's KL rule).  Q is a safetensors file (docs/formats.md, \"INT8 model\");\n"
 	"evaluate it with `kiln eval FILE --quantized Q`.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
@@ -44,7 +44,7 @@ int cmd_quantize(int argc, char **argv)
 {
 	char **args = calloc((size_t)argc + 1, sizeof *args);
 	const char *ckpt = NULL, *v;
-	struct kiln_quantize_opts o = { .method = "percentile", .percentile = 99.99 };
+	struct kiln_quantize_opts o = { .method = "minmax", .percentile = 99.99 };
 	int n = 0, missing = 0;
 	if (!args) {
 		fprintf(stderr, "kiln: error: out of memory\n");

@@ -71,48 +71,75 @@ static double percentile_amax(const struct kiln_quant_observer *o, double pct)
 	return max_abs(o);
 }
 
-/* KL(p || q) of two histograms of n bins, each normalised by its sum. */
+/* KL(p || q) of two histograms of n bins, each normalised by its sum, as
+ * scipy.stats.entropy: a bin with p > 0 and q = 0 makes it infinite. */
 static double kl(const double *p, const double *q, int n)
 {
 	double sp = 0, sq = 0, d = 0;
 	for (int i = 0; i < n; i++)
 		sp += p[i], sq += q[i];
-	for (int i = 0; i < n; i++)
-		if (p[i] > 0)
-			d += p[i] / sp * log((p[i] / sp) / (q[i] > 0 ? q[i] / sq : 1e-12));
+	for (int i = 0; i < n; i++) {
+		if (p[i] <= 0)
+			continue;
+		if (q[i] <= 0)
+			return INFINITY;
+		d += p[i] / sp * log((p[i] / sp) / (q[i] / sq));
+	}
 	return d;
 }
 
-/* TensorRT's entropy calibration over the |x| histogram: for each cut at
- * bin i >= 128, P = bins [0, i) with the clipped tail added to bin i-1,
- * Q = P merged into 128 levels and spread back over each level's nonzero
- * bins; the cut with the least KL(P || Q) wins, amax = its edge. */
+/* Q of the cut at bin i (entropy_amax): h[0, i) merged into `levels`
+ * levels, each level's sum spread evenly over its nonzero bins.  Bin b is
+ * in level l when l * i / levels <= b < (l + 1) * i / levels (numpy's
+ * digitize over linspace(0, i, levels + 1), exact: levels is a power of
+ * two), so level l starts at bin ceil(l * i / levels). */
+static void entropy_q(const double *h, int i, int levels, double *q)
+{
+	for (int l = 0; l < levels; l++) {
+		const int b0 = (int)(((int64_t)l * i + levels - 1) / levels);
+		const int b1 = (int)(((int64_t)(l + 1) * i + levels - 1) / levels);
+		double sum = 0;
+		int nz = 0;
+		for (int b = b0; b < b1; b++)
+			sum += h[b], nz += h[b] > 0;
+		for (int b = b0; b < b1; b++)
+			q[b] = h[b] > 0 ? sum / nz : 0;
+	}
+}
+
+/* TensorRT's entropy calibration (pytorch-quantization's
+ * _compute_amax_entropy, stride 1, start bin 128) over the |x|
+ * histogram h, whose bin 0 takes bin 1's count first: the zeros a ReLU
+ * writes are no part of the shape to keep (with them, every cut that
+ * merges bin 0 with its neighbours looks far worse than the shortest
+ * cuts, and the rule clipped the ResNet's ReLU outputs to 1/8-1/4 of
+ * their range).  Levels: 256 for a tensor never negative (u8), else 128
+ * (s8 without its sign).  For each cut i from 128 to every bin,
+ * P = h[0, i) with the clipped tail added to bin i - 1, Q = entropy_q;
+ * the cut with the least KL(P || Q) wins (the last of equals), amax =
+ * its upper edge.  tests/data/gen_quant_refs.py is the reference. */
 static double entropy_amax(const struct kiln_quant_observer *o)
 {
-	enum { LEVELS = 128 };
-	double p[KILN_QUANT_BINS], q[KILN_QUANT_BINS], best = INFINITY;
+	enum { START = 128 };
+	const int levels = o->min >= 0 ? 256 : 128;
+	double h[KILN_QUANT_BINS], p[KILN_QUANT_BINS], q[KILN_QUANT_BINS], best = INFINITY;
 	const double width = o->hmax / KILN_QUANT_BINS;
 	int cut = KILN_QUANT_BINS;
-	for (int i = LEVELS; i <= KILN_QUANT_BINS; i++) {
-		double tail = 0;
-		for (int b = 0; b < KILN_QUANT_BINS; b++)
-			if (b < i)
-				p[b] = (double)o->hist[b];
-			else
-				tail += (double)o->hist[b];
+	for (int b = 0; b < KILN_QUANT_BINS; b++)
+		h[b] = (double)o->hist[b];
+	h[0] = h[1];
+	double tail = 0;
+	for (int b = START; b < KILN_QUANT_BINS; b++)
+		tail += h[b];
+	for (int i = START; i <= KILN_QUANT_BINS; i++) {
+		memcpy(p, h, (size_t)i * sizeof *p);
 		p[i - 1] += tail;
-		for (int l = 0; l < LEVELS; l++) {
-			const int b0 = (int)((int64_t)l * i / LEVELS), b1 = (int)((int64_t)(l + 1) * i / LEVELS);
-			double sum = 0;
-			int nz = 0;
-			for (int b = b0; b < b1; b++)
-				sum += (double)o->hist[b], nz += o->hist[b] > 0;
-			for (int b = b0; b < b1; b++)
-				q[b] = o->hist[b] > 0 ? sum / nz : 0;
-		}
+		entropy_q(h, i, levels, q);
 		const double d = kl(p, q, i);
-		if (d < best)
+		if (d <= best)
 			best = d, cut = i;
+		if (i < KILN_QUANT_BINS)
+			tail -= h[i];
 	}
 	return fmin(cut * width, max_abs(o));
 }

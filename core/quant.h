@@ -18,9 +18,10 @@ enum kiln_quant_method {
 	KILN_QUANT_MINMAX = 0,     /* amax = max |x| seen */
 	KILN_QUANT_PERCENTILE = 1, /* the upper edge of the histogram bin where the
 				    * cumulative count of |x| reaches pct % */
-	KILN_QUANT_ENTROPY = 2,    /* TensorRT's rule: the threshold whose 128-level
-				    * quantization of the |x| histogram has the least
-				    * KL divergence from it */
+	KILN_QUANT_ENTROPY = 2,    /* TensorRT's rule: the threshold whose 256-level
+				    * (u8) or 128-level (s8) quantization of the |x|
+				    * histogram, its zero bin set to bin 1's count,
+				    * has the least KL divergence from it */
 };
 
 #define KILN_QUANT_BINS 2048

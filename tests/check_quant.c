@@ -5,6 +5,7 @@
 #include "check_main.h"
 #include "quant.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,49 @@ START_TEST(entropy_clips_outliers)
 }
 END_TEST
 
+/* The entropy rule against tests/data/gen_quant_refs.py, TensorRT's rule
+ * (pytorch-quantization) in numpy, on its histograms: seeded synthetic
+ * ones (ReLU-like with half zeros, outliers, signed, spiky) and three
+ * inputs of the ResNet example.  Each line: NAME HMAX MIN MAX COUNT CUT
+ * AMAX BIN:COUNT...; kiln must pick the same cut. */
+START_TEST(entropy_reference)
+{
+	const char *src = getenv("srcdir");
+	char path[4096], name[64];
+	snprintf(path, sizeof path, "%s/tests/data/quant_refs.txt", src && *src ? src : SRCDIR);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	static struct kiln_quant_observer o;
+	int cases = 0, c;
+	while ((c = fgetc(f)) != EOF) {
+		if (c == '#') {
+			while ((c = fgetc(f)) != EOF && c != '\n')
+				;
+			continue;
+		}
+		ungetc(c, f);
+		long long count, b, n;
+		int cut;
+		double amax;
+		memset(&o, 0, sizeof o);
+		ck_assert_int_eq(fscanf(f, "%63s %lf %lf %lf %lld %d %lf", name, &o.hmax, &o.min, &o.max,
+					&count, &cut, &amax), 7);
+		o.count = count;
+		while ((c = fgetc(f)) == ' ') {
+			ck_assert_int_eq(fscanf(f, "%lld:%lld", &b, &n), 2);
+			ck_assert(b >= 0 && b < KILN_QUANT_BINS);
+			o.hist[b] = n;
+		}
+		const double got = kiln_quant_amax(&o, KILN_QUANT_ENTROPY, 0);
+		ck_assert_msg(fabs(got - amax) <= 1e-12 * amax, "%s: amax %.9g (cut %.2f), reference %.9g (cut %d)",
+			      name, got, got / (o.hmax / KILN_QUANT_BINS), amax, cut);
+		cases++;
+	}
+	fclose(f);
+	ck_assert_int_eq(cases, 10);
+}
+END_TEST
+
 START_TEST(method_names)
 {
 	ck_assert_int_eq(kiln_quant_method_parse("minmax"), KILN_QUANT_MINMAX);
@@ -140,6 +184,7 @@ static Suite *make_quant_suite(void)
 	tcase_add_test(tc, percentile);
 	tcase_add_test(tc, percentile_grows);
 	tcase_add_test(tc, entropy_clips_outliers);
+	tcase_add_test(tc, entropy_reference);
 	tcase_add_test(tc, method_names);
 	suite_add_tcase(s, tc);
 	return s;

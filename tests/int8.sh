@@ -3,7 +3,7 @@
 # Fashion-MNIST CNN trained briefly (6000 samples, 2 epochs), then
 #  - kiln eval --fold: the folded model (dropout removed, ReLUs in the
 #    epilogues) gives the unfolded evaluation's accuracy and loss;
-#  - kiln quantize (percentile and minmax ranges, calibrated on 4 batches of
+#  - kiln quantize (percentile, minmax and entropy ranges, calibrated on 4 batches of
 #    training data) and kiln eval --quantized: test accuracy within 0.5
 #    points of fp32 on the first 2000 test images;
 #  - u8 between the INT8 layers (chaining, the CPU's default: conv2 writes
@@ -36,7 +36,7 @@ awk -v a="$(field test_loss "$out")" -v b="$loss" 'BEGIN { d = a - b; exit !(d <
 	fail "folded loss $(field test_loss "$out"), unfolded $loss"
 echo "ok: folded = unfolded: acc $acc loss $loss"
 
-for m in percentile minmax; do
+for m in percentile minmax entropy; do
 	kiln 0 quantize "$cnn" $run --checkpoint "$ck" --calibrate 4 --method $m \
 		--out "$tmp/cnn.$m.safetensors" data.eval.split=train
 	kiln 0 eval "$cnn" $run $ev --quantized "$tmp/cnn.$m.safetensors"
@@ -86,6 +86,23 @@ unset KILN_LOG_LEVEL
 [ "$(field test_loss "$out")" = "$rl" ] && [ "$(field test_acc "$out")" = "$ra" ] ||
 	fail "adds in u8: loss $rl acc $ra; adds in f32: loss $(field test_loss "$out") acc $(field test_acc "$out")"
 echo "ok: ResNet adds in u8 = in f32: loss $rl acc $ra"
+# the int8 convolutions take oneDNN's jit_int8 over its first choice
+# brgconv (AVX-512 VNNI; plugins/cpu/qconv.c q_pd_create): the same sums,
+# so the same loss; KILN_CPU_QCONV_BRG=1 keeps brgconv
+if grep -q avx512_vnni /proc/cpuinfo 2>/dev/null; then
+	export KILN_LOG_LEVEL=debug
+	kiln 0 eval "$res" $rrun data.eval.limit=1000 --quantized "$tmp/res.int8"
+	! grep -q "QCONV.*brgconv" "$err" || fail "an int8 convolution ran brgconv: $(grep -m1 "QCONV.*brgconv" "$err")"
+	stderr_has "jit_int8_1x1:avx512_core_vnni"
+	jl=$(field test_loss "$out")
+	export KILN_CPU_QCONV_BRG=1
+	kiln 0 eval "$res" $rrun data.eval.limit=1000 --quantized "$tmp/res.int8"
+	unset KILN_CPU_QCONV_BRG KILN_LOG_LEVEL
+	stderr_has "brgconv_1x1:avx512_core_vnni"
+	[ "$jl" = "$rl" ] && [ "$(field test_loss "$out")" = "$rl" ] ||
+		fail "jit_int8 loss $jl, brgconv $(field test_loss "$out"), before $rl"
+	echo "ok: ResNet int8 convolutions in jit_int8, loss $jl = brgconv's"
+fi
 kiln 2 train "$res" $rrun data.limit=500 train.epochs=1 layer.s1_add.int8_out_scale=0.1
 stderr_has "layer 's2_conv1': a u8 input or int8_out_scale needs int8_scale > 0"
 

@@ -96,6 +96,48 @@ static dnnl_status_t q_attr(const struct kiln_op *op, int64_t O, const float *sc
 	return s;
 }
 
+/* The primitive descriptor of an int8 convolution or inner product.  A
+ * convolution takes oneDNN's first jit_* implementation over its first
+ * choice when that is a brgconv (AVX-512 VNNI / AMX): on the ResNet
+ * example's 16-64 channel convolutions brgconv spent as much time in its
+ * C++ driver (per-row brgemm batches) as in its kernels, and jit_int8 cut
+ * the INT8 evaluation's CPU time by a third with the same int32 sums
+ * (docs/PERFORMANCE.md, session 9).  KILN_CPU_QCONV_BRG=1 keeps oneDNN's
+ * first choice. */
+static dnnl_status_t q_pd_create(dnnl_primitive_desc_t *pd, const void *desc, int conv,
+				 dnnl_primitive_attr_t attr, dnnl_engine_t e)
+{
+	const char *keep = getenv("KILN_CPU_QCONV_BRG");
+	dnnl_primitive_desc_iterator_t it = NULL;
+	*pd = NULL;
+	if (!conv || (keep && !strcmp(keep, "1")))
+		return dnnl_primitive_desc_create(pd, desc, attr, e, NULL);
+	dnnl_status_t s = dnnl_primitive_desc_iterator_create(&it, desc, attr, e, NULL);
+	for (int k = 0; s == dnnl_success; k++) {
+		dnnl_primitive_desc_t c = dnnl_primitive_desc_iterator_fetch(it);
+		const char *impl = "";
+		dnnl_primitive_desc_query(c, dnnl_query_impl_info_str, 0, &impl);
+		if (k == 0 && strncmp(impl, "brgconv", 7)) { /* not a brgconv: oneDNN's pick */
+			*pd = c;
+			break;
+		}
+		if (!strncmp(impl, "jit", 3)) {
+			dnnl_primitive_desc_destroy(*pd);
+			*pd = c;
+			break;
+		}
+		if (k == 0)
+			*pd = c; /* the brgconv, unless a jit_* follows */
+		else
+			dnnl_primitive_desc_destroy(c);
+		s = dnnl_primitive_desc_iterator_next(it);
+	}
+	dnnl_primitive_desc_iterator_destroy(it);
+	if (*pd)
+		return dnnl_success;
+	return s == dnnl_iterator_ends ? dnnl_unimplemented : s;
+}
+
 /* The descriptors and the primitive: a convolution (NCHW/NHWC activations,
  * OIHW or GOIHW weights) or an inner product (x [M,K], w [N,K]). */
 static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, struct qbuild *b)
@@ -151,7 +193,7 @@ static kiln_status q_primitive(struct cpu_ctx *c, const struct cpu_plan *p, stru
 		CPU_DNN_TRY(dnnl_inner_product_forward_desc_init(&b->desc.id, dnnl_forward_inference,
 								&b->x_any, &b->w_any, &b->o_md, &b->y_user));
 	}
-	CPU_DNN_TRY(dnnl_primitive_desc_create(&b->pd, &b->desc, b->attr, c->engine, NULL));
+	CPU_DNN_TRY(q_pd_create(&b->pd, &b->desc, b->conv, b->attr, c->engine));
 	b->x_kern = dnnl_primitive_desc_query_md(b->pd, dnnl_query_src_md, 0);
 	b->w_kern = dnnl_primitive_desc_query_md(b->pd, dnnl_query_weights_md, 0);
 	b->y_kern = dnnl_primitive_desc_query_md(b->pd, dnnl_query_dst_md, 0);
@@ -384,7 +426,7 @@ static dnnl_status_t q_remake(const struct cpu_plan *p, struct cpu_qcache *q)
 	dnnl_primitive_t prim = NULL;
 	dnnl_status_t s = q_attr(&p->op, p->rows, q->sc, &attr);
 	if (s == dnnl_success)
-		s = dnnl_primitive_desc_create(&pd, &q->desc, attr, q->engine, NULL);
+		s = q_pd_create(&pd, &q->desc, p->op.type == KILN_OP_QCONV, attr, q->engine);
 	if (s == dnnl_success &&
 	    (!dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0), &q->x_kern) ||
 	     !dnnl_memory_desc_equal(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &q->w_kern) ||

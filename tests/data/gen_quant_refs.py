@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Reference thresholds for the entropy (KL) calibration rule of core/quant.c
+(tests/check_quant.c, entropy_reference): TensorRT's rule as NVIDIA's
+pytorch-quantization implements it (HistogramCalibrator._compute_amax_entropy,
+num_bits 8, stride 1, start_bin 128; `unsigned` for a tensor never negative,
+which kiln quantizes to u8), transcribed below with scipy.stats.entropy
+written out in numpy (normalise both, infinite where q = 0 < p).
+
+The histograms are kiln's observer's (core/quant.h): 2048 bins of |x| over
+[0, HMAX), HMAX a power of two, bin b = floor(|x| * 2048 / HMAX) (the last
+bin takes anything above).  Synthetic ones are drawn here from a seeded
+generator; three real ones (the ResNet example's inputs) are read from
+tests/data/quant_hist_resnet.txt.  Output, one line per case:
+
+    NAME HMAX MIN MAX COUNT CUT AMAX BIN:COUNT...
+
+where CUT is the winning bin count and AMAX = min(CUT * HMAX / 2048,
+max(|MIN|, |MAX|)) the threshold kiln must return.
+Run (numpy only; slow, ~1 minute):
+    python3 tests/data/gen_quant_refs.py > tests/data/quant_refs.txt
+"""
+import os
+import sys
+from collections import Counter
+
+import numpy as np
+
+BINS = 2048
+
+
+def entropy(p, q):
+    """scipy.stats.entropy(p, q): KL(p || q) of the normalised vectors."""
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    p = p / p.sum()
+    q = q / q.sum()
+    if np.any((p > 0) & (q == 0)):
+        return np.inf
+    m = p > 0
+    return float(np.sum(p[m] * np.log(p[m] / q[m])))
+
+
+def compute_amax_entropy(calib_hist, calib_bin_edges, num_bits, unsigned, stride=1, start_bin=128):
+    """pytorch-quantization's _compute_amax_entropy (its logging and count
+    check left out; its _normalize_distr is a no-op, entropy normalises)."""
+    bins = calib_hist[:].astype(np.float64)
+    bins[0] = bins[1]
+    divergences = []
+    nbins = 1 << (num_bits - 1 + int(unsigned))
+    starting = start_bin
+    stop = len(bins)
+    new_density_counts = np.zeros(nbins, dtype=np.float64)
+    for i in range(starting, stop + 1, stride):
+        new_density_counts.fill(0)
+        space = np.linspace(0, i, num=nbins + 1)
+        digitized_space = np.digitize(range(i), space) - 1
+        digitized_space[bins[:i] == 0] = -1
+        for idx, digitized in enumerate(digitized_space):
+            if digitized != -1:
+                new_density_counts[digitized] += bins[idx]
+        counter = Counter(digitized_space)
+        for key, val in counter.items():
+            if key != -1:
+                new_density_counts[key] = new_density_counts[key] / val
+        new_density = np.zeros(i, dtype=np.float64)
+        for idx, digitized in enumerate(digitized_space):
+            if digitized != -1:
+                new_density[idx] = new_density_counts[digitized]
+        reference_density = np.array(bins[:len(digitized_space)])
+        reference_density[-1] += np.sum(bins[i:])
+        divergences.append(entropy(reference_density, new_density))
+    divergences = np.array(divergences)
+    last_argmin = len(divergences) - 1 - np.argmin(divergences[::-1])
+    return calib_bin_edges[last_argmin * stride + starting]
+
+
+def observe(x):
+    """kiln's observer over the values x: (hmax, min, max, count, hist)."""
+    a = np.abs(x.astype(np.float32)).astype(np.float64)
+    hmax = 2.0 ** (np.floor(np.log2(a.max())) + 1)
+    b = np.minimum((a * (BINS / hmax)).astype(np.int64), BINS - 1)
+    return float(hmax), float(x.min()), float(x.max()), len(x), np.bincount(b, minlength=BINS)
+
+
+def synthetic(rng):
+    n = 200000
+    g = np.abs(rng.standard_normal(n))
+    relu = np.where(rng.random(n) < 0.5, 0.0, g)  # half zeros, like a ReLU output
+    yield "relu_halfnormal", relu
+    yield "relu_outliers", np.concatenate([relu, [25.0, 30.0, 40.0]])
+    e = rng.exponential(1.0, n)
+    yield "relu_exponential", np.where(rng.random(n) < 0.3, 0.0, e)
+    yield "signed_normal_outliers", np.concatenate([rng.standard_normal(n), [-12.0, 15.0]])
+    yield "signed_laplace", rng.laplace(0.0, 1.0, n)
+    # a few discrete values with large counts, like a conv of 8-bit images
+    spikes = rng.choice(np.linspace(0.1, 3.0, 17), size=n // 4)
+    yield "relu_spiky", np.concatenate([np.zeros(n // 2), spikes, g[: n // 4]])
+    t = np.arange(20000) / 20000.0
+    yield "quadratic_outlier", np.concatenate([100.0 * t * t, [1000.0]])
+
+
+def cases():
+    rng = np.random.default_rng(23)
+    for name, x in synthetic(rng):
+        yield (name,) + observe(x)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quant_hist_resnet.txt")
+    for line in open(path):
+        if line.startswith("#"):
+            continue
+        f = line.split()
+        hist = np.zeros(BINS, dtype=np.int64)
+        for bc in f[5:]:
+            b, c = bc.split(":")
+            hist[int(b)] = int(c)
+        yield f[0], float(f[1]), float(f[2]), float(f[3]), int(f[4]), hist
+
+
+def main():
+    print("# generated by tests/data/gen_quant_refs.py with numpy %s" % np.__version__)
+    for name, hmax, lo, hi, count, hist in cases():
+        edges = np.arange(BINS + 1) * (hmax / BINS)
+        edge = compute_amax_entropy(hist, edges, 8, unsigned=lo >= 0)
+        cut = int(round(edge / (hmax / BINS)))
+        amax = min(edge, max(abs(lo), abs(hi)))
+        nz = " ".join("%d:%d" % (b, c) for b, c in enumerate(hist) if c)
+        print("%s %r %r %r %d %d %r %s" % (name, hmax, lo, hi, count, cut, float(amax), nz))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
