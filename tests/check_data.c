@@ -209,17 +209,23 @@ START_TEST(test_workers_identical)
 }
 END_TEST
 
+/* aug_ini's data set in a, and with cache = ram in b. */
+static void open_plain_and_ram(struct rig *a, struct rig *b)
+{
+	char ini[1024];
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "");
+	ck_assert(rig_open(a, ini) == 0);
+	snprintf(ini, sizeof ini, aug_ini, "cache = ram");
+	ck_assert_msg(rig_open(b, ini) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(b->d.cache, KILN_CACHE_RAM);
+}
+
 /* cache = ram gives the same bytes as no cache, and holds the images. */
 START_TEST(test_cache_ram)
 {
-	char ini[1024];
 	struct rig a, b;
-	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
-	snprintf(ini, sizeof ini, aug_ini, "");
-	ck_assert(rig_open(&a, ini) == 0);
-	snprintf(ini, sizeof ini, aug_ini, "cache = ram");
-	ck_assert_msg(rig_open(&b, ini) == 0, "%s", kiln_last_error());
-	ck_assert_int_eq(b.d.cache, KILN_CACHE_RAM);
+	open_plain_and_ram(&a, &b);
 	const int64_t B = 60, n = 600;
 	size_t bytes = (size_t)(3 * n) * a.d.sample_bytes;
 	uint8_t *x0 = malloc(bytes), *x1 = malloc(bytes);
@@ -253,15 +259,10 @@ static void record_hint(void *ctx, int64_t index)
 
 START_TEST(test_prefetch_hints)
 {
-	char ini[1024];
 	struct rig a, b;
-	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
-	snprintf(ini, sizeof ini, aug_ini, "");
-	ck_assert(rig_open(&a, ini) == 0);
+	open_plain_and_ram(&a, &b);
 	ck_assert_uint_ge(a.d.ops->version, 3);
 	ck_assert_ptr_nonnull(a.d.prefetch);
-	snprintf(ini, sizeof ini, aug_ini, "cache = ram");
-	ck_assert(rig_open(&b, ini) == 0);
 	ck_assert_ptr_null(b.d.prefetch);
 	enum { B = 11 };
 	const int64_t idx[B] = { 599, 3, 3, 250, 0, 17, 598, 42, 1, 300, 77 };
