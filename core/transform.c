@@ -646,7 +646,7 @@ static void deint3_u8(uint8_t *d0, size_t plane, const uint8_t *p, ptrdiff_t st,
  * subtraction, a division: no product to contract), so bit-equal to
  * lut[u]; 16 pixels a step instead of a table load and a store each
  * (the table walk was ~1 cycle a pixel; AVX-512 gathers are slower still
- * on this Zen 4: docs/PERFORMANCE.md, session 9). */
+ * on this EPYC: docs/PERFORMANCE.md, session 9). */
 #define XF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 XF_AVX512 static void gray_row_avx512(float *d, const uint8_t *p, int n, float mean, float sd)
 {
