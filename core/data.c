@@ -85,6 +85,7 @@ kiln_status kiln_dataset_open(const struct kiln_config *cfg, const struct kiln_r
 						 : KILN_CACHE_MMAP;
 
 	d->use_image = d->ops->version >= 2 && d->ops->read_image;
+	d->prefetch = d->ops->version >= 3 && d->cache != KILN_CACHE_RAM ? d->ops->prefetch : NULL;
 	if (d->use_image && d->label.ndim != 0)
 		return kiln_error(KILN_ENOTSUP, "[%s] source '%s': a source of images has class labels (i32 scalars)",
 				  section, name);
@@ -247,6 +248,21 @@ void kiln_dataset_input_desc(const struct kiln_dataset *d, struct kiln_tensor_de
 		out->dtype = KILN_F32; /* u8 samples are normalised on the device */
 }
 
+/* How far ahead of its read a sample is hinted to the source: a few
+ * images' lines in flight at once (measured for the IDX source's 784-byte
+ * images, docs/PERFORMANCE.md "session 9"). */
+enum { PREFETCH_AHEAD = 4 };
+
+/* The source's hint for sample j; its time (the misses it waits on) counts
+ * as the source's read in ns[0] when timed. */
+static void hint(const struct kiln_dataset *d, int64_t j, int64_t *ns)
+{
+	int64_t t0 = ns ? kiln_now_ns() : 0;
+	d->prefetch(d->ctx, j);
+	if (ns)
+		ns[0] += kiln_now_ns() - t0;
+}
+
 kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const int64_t *idx,
 				   int64_t rows, void *x, int32_t *y,
 				   struct kiln_data_scratch *s)
@@ -256,7 +272,12 @@ kiln_status kiln_dataset_read_rows(struct kiln_dataset *d, int64_t epoch, const 
 	struct kiln_data_scratch own = { 0 };
 	if (!s)
 		s = &own; /* a one-off read: buffers live for this call only */
+	/* the source's hint, PREFETCH_AHEAD samples ahead of the read */
+	for (int64_t i = 0; d->prefetch && i < rows && i < PREFETCH_AHEAD; i++)
+		hint(d, idx[i], ns);
 	for (int64_t i = 0; i < rows && !st; i++) {
+		if (d->prefetch && i + PREFETCH_AHEAD < rows)
+			hint(d, idx[i + PREFETCH_AHEAD], ns);
 		void *out = (char *)x + (size_t)i * d->sample_bytes;
 		int32_t *yi = y + i * d->label_elems;
 		int64_t j = idx[i];

@@ -42,6 +42,9 @@ struct kiln_dataset {
 	int64_t len;               /* after [data] limit */
 	int64_t classes;
 	int use_image;             /* read_image + transforms, else read() */
+	/* the source's prefetch hint (ops version 3), NULL without one or
+	 * with cache = ram */
+	void (*prefetch)(void *ctx, int64_t index);
 	int bf16;                  /* [data] dtype = bf16: samples rounded to bf16 */
 	struct kiln_xform xf;
 	struct kiln_tensor_desc sample; /* one sample as staged: f32 [C,H,W], or u8;

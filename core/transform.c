@@ -641,6 +641,57 @@ static void deint3_u8(uint8_t *d0, size_t plane, const uint8_t *p, ptrdiff_t st,
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* One gray row read forward (st = 1) into f32: (u/255 - mean) / std by the
+ * same three f32 operations that build the table (a division, a
+ * subtraction, a division: no product to contract), so bit-equal to
+ * lut[u]; 16 pixels a step instead of a table load and a store each
+ * (the table walk was ~1 cycle a pixel; AVX-512 gathers are slower still
+ * on this EPYC: docs/PERFORMANCE.md, session 9). */
+#define XF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+XF_AVX512 static void gray_row_avx512(float *d, const uint8_t *p, int n, float mean, float sd)
+{
+	const __m512 k = _mm512_set1_ps(255.0f), m = _mm512_set1_ps(mean), s = _mm512_set1_ps(sd);
+	for (int i = 0; i < n; i += 16) {
+		const __mmask16 live = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+		__m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(live, p + i)));
+		v = _mm512_div_ps(_mm512_sub_ps(_mm512_div_ps(v, k), m), s);
+		_mm512_mask_storeu_ps(d + i, live, v);
+	}
+}
+
+/* have_avx2's rule for the AVX-512 row: the CPU has it and
+ * KILN_XFORM_SIMD is not 0. */
+static int have_avx512bw(void)
+{
+	static int cached = -1;
+	int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+	if (v < 0) {
+		v = have_avx2() && __builtin_cpu_supports("avx512f") &&
+		    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+#endif
+
+/* d[i] = lut[p[i * st]]: one gray row.  mean and std are the ones lut was
+ * built from. */
+static void gray_row(float *restrict d, const uint8_t *restrict p, ptrdiff_t st, int ow,
+		     const float *restrict lut, float mean, float sd)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (st == 1 && have_avx512bw()) {
+		gray_row_avx512(d, p, ow, mean, sd);
+		return;
+	}
+#else
+	(void)mean, (void)sd;
+#endif
+	for (int i = 0; i < ow; i++, p += st)
+		d[i] = lut[p[0]];
+}
+
 static void deint3_f32(float *restrict d0, size_t plane, const uint8_t *restrict p,
 		       ptrdiff_t st, int ow, const float *restrict lut)
 {
@@ -679,9 +730,7 @@ static void emit(const struct kiln_xform *x, const struct view *v, int top, int 
 		}
 		const float *l0 = lut, *l1 = lut + 256, *l2 = lut + 512;
 		if (oc == 1) {
-			float *d = (float *)out + (size_t)y * ow;
-			for (int i = 0; i < ow; i++, p += st)
-				d[i] = l0[p[0]];
+			gray_row((float *)out + (size_t)y * ow, p, st, ow, l0, x->mean[0], x->std[0]);
 		} else if (x->nhwc) {
 			float *d = (float *)out + (size_t)y * ow * 3;
 			for (int i = 0; i < ow; i++, p += st) {

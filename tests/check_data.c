@@ -209,17 +209,23 @@ START_TEST(test_workers_identical)
 }
 END_TEST
 
+/* aug_ini's data set in a, and with cache = ram in b. */
+static void open_plain_and_ram(struct rig *a, struct rig *b)
+{
+	char ini[1024];
+	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
+	snprintf(ini, sizeof ini, aug_ini, "");
+	ck_assert(rig_open(a, ini) == 0);
+	snprintf(ini, sizeof ini, aug_ini, "cache = ram");
+	ck_assert_msg(rig_open(b, ini) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(b->d.cache, KILN_CACHE_RAM);
+}
+
 /* cache = ram gives the same bytes as no cache, and holds the images. */
 START_TEST(test_cache_ram)
 {
-	char ini[1024];
 	struct rig a, b;
-	ck_assert_msg(access(FMNIST_DIR, R_OK) == 0, "Fashion-MNIST missing");
-	snprintf(ini, sizeof ini, aug_ini, "");
-	ck_assert(rig_open(&a, ini) == 0);
-	snprintf(ini, sizeof ini, aug_ini, "cache = ram");
-	ck_assert_msg(rig_open(&b, ini) == 0, "%s", kiln_last_error());
-	ck_assert_int_eq(b.d.cache, KILN_CACHE_RAM);
+	open_plain_and_ram(&a, &b);
 	const int64_t B = 60, n = 600;
 	size_t bytes = (size_t)(3 * n) * a.d.sample_bytes;
 	uint8_t *x0 = malloc(bytes), *x1 = malloc(bytes);
@@ -230,6 +236,53 @@ START_TEST(test_cache_ram)
 	ck_assert(!memcmp(y0, y1, sizeof(int32_t) * 3 * n));
 	ck_assert_int_eq(atomic_load(&b.d.cached_bytes), n * 28 * 28);
 	free(x0), free(x1), free(y0), free(y1);
+	rig_close(&a);
+	rig_close(&b);
+}
+END_TEST
+
+/* The source's prefetch hint (source ops version 3): the idx source has one
+ * (cache = ram none); read_rows hints every row once, in order, ahead of
+ * its read; the bytes are those read without hints; an index out of range
+ * is ignored. */
+static int64_t hinted[64];
+static int n_hinted;
+static void (*idx_hint)(void *, int64_t);
+
+static void record_hint(void *ctx, int64_t index)
+{
+	if (n_hinted < 64)
+		hinted[n_hinted] = index;
+	n_hinted++;
+	idx_hint(ctx, index);
+}
+
+START_TEST(test_prefetch_hints)
+{
+	struct rig a, b;
+	open_plain_and_ram(&a, &b);
+	ck_assert_uint_ge(a.d.ops->version, 3);
+	ck_assert_ptr_nonnull(a.d.prefetch);
+	ck_assert_ptr_null(b.d.prefetch);
+	enum { B = 11 };
+	const int64_t idx[B] = { 599, 3, 3, 250, 0, 17, 598, 42, 1, 300, 77 };
+	float x0[B * 28 * 28], x1[B * 28 * 28];
+	int32_t y0[B], y1[B];
+	idx_hint = a.d.prefetch;
+	a.d.prefetch = record_hint;
+	for (int rows = 1; rows <= B; rows += 5) {
+		n_hinted = 0;
+		ck_assert(kiln_dataset_read_rows(&a.d, 1, idx, rows, x0, y0, NULL) == 0);
+		ck_assert_int_eq(n_hinted, rows);
+		for (int i = 0; i < rows; i++)
+			ck_assert_int_eq(hinted[i], idx[i]);
+		ck_assert(kiln_dataset_read_rows(&b.d, 1, idx, rows, x1, y1, NULL) == 0);
+		ck_assert(!memcmp(x0, x1, sizeof(float) * 28 * 28 * (size_t)rows));
+		ck_assert(!memcmp(y0, y1, sizeof(int32_t) * (size_t)rows));
+	}
+	idx_hint(a.d.ctx, -1);
+	idx_hint(a.d.ctx, INT64_MAX);
+	idx_hint(a.d.ctx, 60000);
 	rig_close(&a);
 	rig_close(&b);
 }
@@ -611,7 +664,7 @@ static Suite *make_suite(void)
 	check_add_case(s, "loader", 120, NULL, NULL, (const TTest *[]){
 		test_workers_identical, test_cache_ram, test_on_error, test_normalize_on_device, test_normalize_rule,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
-		test_resume_position, NULL });
+		test_resume_position, test_prefetch_hints, NULL });
 	return s;
 }
 

@@ -693,6 +693,55 @@ START_TEST(layouts)
 }
 END_TEST
 
+/* Gray rows to f32 (the MLP's normalize, 16 pixels a step where the CPU
+ * has AVX-512): every pixel value, rows of 1 to 40 pixels (the 16-lane
+ * step's tails), read forward and flipped, bit-equal to the table's
+ * (u/255 - mean) / std. */
+START_TEST(gray_rows)
+{
+	static const float ms[][2] = { { 0.286f, 0.353f }, { 0.0f, 1.0f }, { 0.5f, 0.25f },
+				       { 0.1307f, 0.3081f }, { -1.75f, 3.7f } };
+	struct kiln_xform_scratch s = { 0 };
+	uint8_t *px = malloc(9 * 40);
+	float *out = malloc(9 * 40 * sizeof(float));
+	for (int w = 1; w <= 40; w++) {
+		struct kiln_image img = { px, (size_t)9 * 40, 9, w, 1, 0 };
+		for (int k = 0; k < 9 * w; k++)
+			px[k] = (uint8_t)(k * 37 + w); /* all 256 values from w = 29 */
+		for (size_t m = 0; m < sizeof ms / sizeof ms[0]; m++)
+			for (int t = 0; t < 9; t++) {
+				const int flip = t > 0; /* the draw flips about half the indices t */
+				struct kiln_xform x = plain(9, w, 1, KILN_CROP_NONE);
+				x.out_dtype = KILN_F32;
+				x.nhwc = 0;
+				x.mean[0] = ms[m][0];
+				x.std[0] = ms[m][1];
+				x.flip = flip;
+				ck_assert_int_eq(kiln_xform_apply(&x, &img, 3, 0, t, out, &s), KILN_OK);
+				/* the whole image read forward, or (flip) mirrored */
+				int fwd = 1, rev = flip, bad = -1;
+				for (int k = 0; k < 9 * w; k++) {
+					int y = k / w, i = k % w;
+					float want[2];
+					for (int f = 0; f < 2; f++) {
+						uint8_t u = px[y * w + (f ? w - 1 - i : i)];
+						want[f] = ((float)u / 255.0f - x.mean[0]) / x.std[0];
+					}
+					if (fwd && memcmp(&out[k], &want[0], 4))
+						fwd = 0, bad = bad < 0 ? k : bad;
+					if (rev && memcmp(&out[k], &want[1], 4))
+						rev = 0, bad = bad < 0 ? k : bad;
+				}
+				ck_assert_msg(fwd || rev, "w %d, mean %g std %g, flip %d: pixel %d differs (%a)",
+					      w, x.mean[0], x.std[0], flip, bad, out[bad]);
+			}
+	}
+	free(px);
+	free(out);
+	kiln_xform_scratch_free(&s);
+}
+END_TEST
+
 START_TEST(bad_inputs)
 {
 	struct kiln_image img = ref_image("rgb");
@@ -862,7 +911,7 @@ static Suite *make_transform_suite(int portable)
 	if (portable)
 		return s;
 	check_add_case(s, "random", 0, NULL, NULL, (const TTest *[]){
-		rrc_boxes, determinism, layouts, bad_inputs, NULL });
+		rrc_boxes, determinism, layouts, bad_inputs, gray_rows, NULL });
 	check_add_case(s, "config", 0, NULL, NULL, (const TTest *[]){
 		config_defaults, config_errors, config_schema, NULL });
 	return s;

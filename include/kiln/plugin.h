@@ -83,7 +83,9 @@ extern "C" {
  *      ReLU, in the same pass; kiln/ops.h).  A device that has not got it
  *      returns KILN_ENOTSUP and the caller runs BIAS_GRAD apart.
  * 2.10: KILN_OP_ADD may write a u8 out0 in inference (two f32 inputs, the
- *      output scale in f[0], the ReLU implied; kiln/ops.h). */
+ *      output scale in f[0], the ReLU implied; kiln/ops.h).
+ * 2.11: source ops version 3: prefetch (a hint that a sample will be read
+ *      soon; NULL in a source built before). */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 10
 
@@ -675,7 +677,7 @@ struct kiln_image {
 	int32_t reserved;
 };
 
-#define KILN_SOURCE_OPS_VERSION 2
+#define KILN_SOURCE_OPS_VERSION 3
 
 struct kiln_source_ops {
 	uint32_t version;
@@ -703,6 +705,16 @@ struct kiln_source_ops {
 	 * for a corrupt one (bad checksum, truncated, undecodable image), so
 	 * [data] on_error = skip can tell them apart.  Thread-safe. */
 	kiln_status (*read_image)(void *ctx, int64_t index, struct kiln_image *img, void *label);
+
+	/* ---- version 3 (ABI 2.11) ---- */
+
+	/* A hint that sample `index` will be read soon: the core's loader
+	 * calls it a few samples ahead of read/read_image within a batch.  A
+	 * source may start bringing the sample's bytes into the cache (e.g.
+	 * prefetch instructions over a mapped or inflated file); it reads
+	 * nothing the caller sees and cannot fail (an index out of range is
+	 * ignored).  NULL: no hint.  Thread-safe. */
+	void (*prefetch)(void *ctx, int64_t index);
 };
 
 /* ======================================================================

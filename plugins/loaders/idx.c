@@ -601,6 +601,22 @@ static kiln_status idx_read_image(void *vctx, int64_t index, struct kiln_image *
 	return KILN_OK;
 }
 
-LOADERS_SOURCE(idx, "idx",
-	       "MNIST-format IDX image and label files, gzipped or not",
-	       idx_keys, idx_open, idx_close, idx_info, idx_read, idx_read_image);
+/* The hint (source ops version 3): the sample's image lines and its label
+ * brought towards the cache.  A shuffled epoch reads 784-byte images at
+ * random offsets in a 47 MB buffer: without it, the copy above waits on
+ * memory for each one in turn. */
+static void idx_prefetch(void *vctx, int64_t index)
+{
+	const struct idx_ctx *c = vctx;
+	if (index < 0 || index >= c->src.n)
+		return;
+	const size_t per = (size_t)(c->rows * c->cols);
+	const uint8_t *p = c->images.data + (size_t)index * per;
+	for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)(p + per); a += 64)
+		__builtin_prefetch((const void *)a, 0, 3);
+	__builtin_prefetch(c->labels.data + index, 0, 3);
+}
+
+LOADERS_SOURCE_PF(idx, "idx",
+		  "MNIST-format IDX image and label files, gzipped or not",
+		  idx_keys, idx_open, idx_close, idx_info, idx_read, idx_read_image, idx_prefetch);
