@@ -87,7 +87,7 @@ extern "C" {
  * 2.11: source ops version 3: prefetch (a hint that a sample will be read
  *      soon; NULL in a source built before). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 10
+#define KILN_ABI_MINOR 11
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
