@@ -15,23 +15,30 @@
 
 /* ---- GEMM ------------------------------------------------------------- */
 
+/* An f32 GEMM op: out0[M,N] (+= with beta) alpha op(in0) op(in1) (+ in2[N] with bias). */
+static void gemm_f32(struct kiln_op *op, int M, int N, int K, int ta, int tb, float alpha,
+		     int beta, int bias)
+{
+	memset(op, 0, sizeof *op);
+	op->type = KILN_OP_GEMM;
+	op->flags = beta ? KILN_OPF_ACCUMULATE : 0;
+	op->n_in = bias ? 3 : 2;
+	op->n_out = 1;
+	op->in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
+	op->in[1] = tb ? td(KILN_F32, 2, N, K) : td(KILN_F32, 2, K, N);
+	op->in[2] = td(KILN_F32, 1, N, 0);
+	op->out[0] = td(KILN_F32, 2, M, N);
+	op->i[0] = ta, op->i[1] = tb, op->i[2] = M, op->i[3] = N, op->i[4] = K;
+	op->f[0] = alpha;
+}
+
 static void gemm_case(struct fx *f, int M, int N, int K, int ta, int tb, float alpha, int beta,
 		      int bias)
 {
 	float *A = frandv((size_t)M * K), *B = frandv((size_t)K * N), *C0 = frandv((size_t)M * N);
 	float *Bi = frandv((size_t)N), *C = malloc((size_t)M * N * sizeof *C);
 	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GEMM;
-	op.flags = beta ? KILN_OPF_ACCUMULATE : 0;
-	op.n_in = bias ? 3 : 2;
-	op.n_out = 1;
-	op.in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
-	op.in[1] = tb ? td(KILN_F32, 2, N, K) : td(KILN_F32, 2, K, N);
-	op.in[2] = td(KILN_F32, 1, N, 0);
-	op.out[0] = td(KILN_F32, 2, M, N);
-	op.i[0] = ta, op.i[1] = tb, op.i[2] = M, op.i[3] = N, op.i[4] = K;
-	op.f[0] = alpha;
+	gemm_f32(&op, M, N, K, ta, tb, alpha, beta, bias);
 
 	void *dA = dput(f, A, (size_t)M * K * 4), *dB = dput(f, B, (size_t)K * N * 4);
 	void *dBi = dput(f, Bi, (size_t)N * 4), *dC = dput(f, C0, (size_t)M * N * 4);
@@ -163,17 +170,8 @@ static float *dw_steps(struct fx *f, int N, int K, int R, int steps, const float
 	float *dw = malloc((size_t)N * K * sizeof *dw);
 	void *dW = dput(f, NULL, (size_t)N * K * 4);
 	for (int s = 0; s < steps; s++) {
-		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_GEMM;
-		op.flags = s ? KILN_OPF_ACCUMULATE : 0;
-		op.n_in = 2;
-		op.n_out = 1;
-		op.in[0] = td(KILN_F32, 2, R, N); /* dy, read transposed */
-		op.in[1] = td(KILN_F32, 2, R, K);
-		op.out[0] = td(KILN_F32, 2, N, K);
-		op.i[0] = 1, op.i[1] = 0, op.i[2] = N, op.i[3] = K, op.i[4] = R;
-		op.f[0] = 1;
+		struct kiln_op op; /* dy [R,N] read transposed, x [R,K] */
+		gemm_f32(&op, N, K, R, 1, 0, 1.0f, s > 0, 0);
 		void *dY = dput(f, dy + (size_t)s * R * N, (size_t)R * N * 4);
 		void *dX = dput(f, x + (size_t)s * R * K, (size_t)R * K * 4);
 		const void *in[2] = { dY, dX };
