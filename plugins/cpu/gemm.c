@@ -306,9 +306,10 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 			      g->bias ? a->in[2] : NULL, a->workspace);
 	pthread_mutex_unlock(&g->lock);
 	if (s != dnnl_success)
-		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: dnnl_primitive_execute: %s",
+		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: %s: %s",
 				(long long)p->op.i[2], (long long)p->op.i[3], (long long)p->op.i[4],
-				__FILE__, __LINE__, cpu_dnnl_str(s));
+				__FILE__, __LINE__, g->blas ? "dnnl_sgemm" : "dnnl_primitive_execute",
+				cpu_dnnl_str(s));
 	return KILN_OK;
 }
 
