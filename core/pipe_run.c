@@ -542,7 +542,8 @@ static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int 
  * layers' backwards (micro-batch 0 writes the parameter gradients, the
  * others add into them in the layers' ops, or where a layer cannot, write
  * beside them and add into the stage's slice; the last scales it to the
- * mean), then its inputs' gradients sent back. */
+ * mean: stage 0 in the pass, a later stage once its inputs' gradients are
+ * sent), then its inputs' gradients sent back. */
 static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				  const void *x, const void *y, void *metrics)
 {
@@ -577,11 +578,13 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 		if ((st = kiln_device_run(sdev(pp, s), pp->gadd[s], &a, ss)))
 			return st;
 	}
-	if (j == pp->M - 1 && pp->a == pp->A - 1 && pp->gmean[s]) {
-		struct kiln_op_args a = { .in = { g }, .out = { g } };
-		if ((st = kiln_device_run(sdev(pp, s), pp->gmean[s], &a, ss)))
-			return st;
-	}
+	/* the step's mean over the slice: on stage 0 in its last pass; on a
+	 * later stage after the pass's hand-off, so that the stage before it
+	 * runs its last backward meanwhile (outside the pass's stamps) */
+	const int mean = j == pp->M - 1 && pp->a == pp->A - 1 && pp->gmean[s] != NULL;
+	struct kiln_op_args ga = { .in = { g }, .out = { g } };
+	if (mean && !s && (st = kiln_device_run(sdev(pp, s), pp->gmean[s], &ga, ss)))
+		return st;
 	if ((st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 1)) ||
 	    (st = kiln_device_event_record(sdev(pp, s), pp->bdone[k * pp->P + s], ss)))
 		return st;
@@ -592,6 +595,8 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 					   kiln_plan_store_ptr(p, xf->grecv, x), xf->bytes, ss)))
 			return st;
 	}
+	if (mean && s && (st = kiln_device_run(sdev(pp, s), pp->gmean[s], &ga, ss)))
+		return st;
 	return tie_grads(pp, s, j, 1);
 }
 

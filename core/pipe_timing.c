@@ -37,6 +37,9 @@ struct kiln_pipe_timing {
 	int mine;                /* stages on ranks: the one stamped here (-1: all) */
 	int64_t steps, counted;  /* folded, and counted (after the first) */
 	double busy_ns[KILN_PIPE_MAX_STAGES], span_ns, ideal_ns;
+	double gap_ns[2];        /* kiln_pipe_gaps summed: hand-offs, own gaps */
+	int64_t gap_n[2];
+	double gap_cpu_ns;       /* the stage threads' CPU time between their passes */
 	double cpu_ns[KILN_PIPE_MAX_STAGES], cpu_span_ns; /* in CPU time */
 	struct kiln_profile *prof;
 };
@@ -108,6 +111,33 @@ void kiln_pipe_idle_split(const double *busy, int P, double span, double *bubble
 	}
 	*bubble = span > 0 ? 1.0 - most / span : 0;
 	*imbalance = span > 0 ? (most - sum / P) / span : 0;
+}
+
+/* kiln_pipe_gaps with the links made. */
+static void gaps(const int *prev, const int *dep, int n, const int64_t *st, double *gap,
+		 int64_t *cnt)
+{
+	for (int i = 0; i < n; i++) {
+		const int64_t p = prev[i] >= 0 ? st[2 * prev[i] + 1] : INT64_MIN;
+		const int64_t d = dep[i] >= 0 ? st[2 * dep[i] + 1] : INT64_MIN;
+		if (p == INT64_MIN && d == INT64_MIN)
+			continue; /* the step's first pass */
+		const int k = d > p ? 0 : 1;
+		gap[k] += (double)(st[2 * i] - (k ? p : d));
+		cnt[k]++;
+	}
+}
+
+void kiln_pipe_gaps(const struct kiln_pipe_action *act, int n, const int64_t *st, double *gap,
+		    int64_t *cnt)
+{
+	int *prev = malloc((size_t)n * sizeof *prev), *dep = malloc((size_t)n * sizeof *dep);
+	if (prev && dep) {
+		link_actions(act, n, prev, dep);
+		gaps(prev, dep, n, st, gap, cnt);
+	}
+	free(prev);
+	free(dep);
 }
 
 /* The step's span had every hand-off been instant: the schedule replayed
@@ -201,6 +231,11 @@ static kiln_status fold(void *arg)
 		t->span_ns += (double)(hi - lo);
 		t->ideal_ns += t->mine < 0 ? ideal_span(t, t->t) : 0;
 		t->cpu_span_ns += t->mine < 0 ? ideal_span(t, t->c) : 0;
+		if (t->mine < 0)
+			gaps(t->prev, t->dep, t->n_act, t->t, t->gap_ns, t->gap_n);
+		for (int i = 0; t->mine < 0 && i < t->n_act; i++)
+			if (t->prev[i] >= 0)
+				t->gap_cpu_ns += (double)(t->c[2 * i] - t->c[2 * t->prev[i] + 1]);
 		t->counted++;
 	}
 	return KILN_OK;
@@ -256,6 +291,20 @@ static void report_split(const struct kiln_pipe_timing *t, char *line, size_t n)
 	snprintf(line, n, "pipeline bubble split: busiest stage %d idle %.3f (schedule %.3f, for equal stages) + imbalance %.3f = %.3f; with the passes' CPU times and instant hand-offs %.3f + %.3f",
 		 most, b, t->theory, i, t->span_ns > 0 ? 1.0 - sum / ((double)t->P * t->span_ns) : 0,
 		 cb, ci);
+}
+
+/* The wall time between passes (kiln_pipe_gaps), per pass: what a
+ * hand-off costs a stage that waits for it, and what a stage does between
+ * its own passes that no pass's stamps count; and the stage threads' CPU
+ * time between their passes (the crossing tensors' copies, the waits'
+ * spins, the event records), which other processes' load stretches less. */
+static void report_gaps(const struct kiln_pipe_timing *t, char *line, size_t n)
+{
+	const double s = (double)t->counted;
+	snprintf(line, n, "pipeline gaps: a pass that waited for the other stage's started %.1f us after it ended (%.1f a step), one after its own stage's previous %.1f us after it (%.1f a step); ms a step %.3f + %.3f; the stage threads' CPU between passes %.3f ms a step",
+		 t->gap_n[0] ? t->gap_ns[0] / 1e3 / (double)t->gap_n[0] : 0, (double)t->gap_n[0] / s,
+		 t->gap_n[1] ? t->gap_ns[1] / 1e3 / (double)t->gap_n[1] : 0, (double)t->gap_n[1] / s,
+		 t->gap_ns[0] / 1e6 / s, t->gap_ns[1] / 1e6 / s, t->gap_cpu_ns / 1e6 / s);
 }
 
 /* At debug level: the last step's passes, per stage in the order they
@@ -314,6 +363,10 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_split(t, line, sizeof line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
+	report_gaps(t, line, sizeof line);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);

@@ -197,6 +197,15 @@ void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double
  * durations. */
 double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double *dur,
 			double handoff, int P, double *busy);
+/* The gaps of one step's stamps st (start and end of each of the n
+ * actions of `act`, kiln_pipe_schedule's order) before each pass but the
+ * first: measured from the later of the two ends the pass waited for (its
+ * stage's previous pass, and the action kiln_pipe_replay says it waits
+ * for).  Where the other stage's ended later, the gap is a hand-off's
+ * latency and adds to gap[0] (cnt[0]++); else the stage's own time between
+ * passes, to gap[1] (cnt[1]++).  Nothing is added when out of memory. */
+void kiln_pipe_gaps(const struct kiln_pipe_action *act, int n, const int64_t *st, double *gap,
+		    int64_t *cnt);
 /* The idle share of P stages' time over a span in which stage s was busy
  * busy[s], 1 - sum(busy) / (P span), split: *bubble = 1 - max(busy) /
  * span, the busiest stage's idle share (its fill and drain, and any wait

@@ -15,23 +15,30 @@
 
 /* ---- GEMM ------------------------------------------------------------- */
 
+/* An f32 GEMM op: out0[M,N] (+= with beta) alpha op(in0) op(in1) (+ in2[N] with bias). */
+static void gemm_f32(struct kiln_op *op, int M, int N, int K, int ta, int tb, float alpha,
+		     int beta, int bias)
+{
+	memset(op, 0, sizeof *op);
+	op->type = KILN_OP_GEMM;
+	op->flags = beta ? KILN_OPF_ACCUMULATE : 0;
+	op->n_in = bias ? 3 : 2;
+	op->n_out = 1;
+	op->in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
+	op->in[1] = tb ? td(KILN_F32, 2, N, K) : td(KILN_F32, 2, K, N);
+	op->in[2] = td(KILN_F32, 1, N, 0);
+	op->out[0] = td(KILN_F32, 2, M, N);
+	op->i[0] = ta, op->i[1] = tb, op->i[2] = M, op->i[3] = N, op->i[4] = K;
+	op->f[0] = alpha;
+}
+
 static void gemm_case(struct fx *f, int M, int N, int K, int ta, int tb, float alpha, int beta,
 		      int bias)
 {
 	float *A = frandv((size_t)M * K), *B = frandv((size_t)K * N), *C0 = frandv((size_t)M * N);
 	float *Bi = frandv((size_t)N), *C = malloc((size_t)M * N * sizeof *C);
 	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_GEMM;
-	op.flags = beta ? KILN_OPF_ACCUMULATE : 0;
-	op.n_in = bias ? 3 : 2;
-	op.n_out = 1;
-	op.in[0] = ta ? td(KILN_F32, 2, K, M) : td(KILN_F32, 2, M, K);
-	op.in[1] = tb ? td(KILN_F32, 2, N, K) : td(KILN_F32, 2, K, N);
-	op.in[2] = td(KILN_F32, 1, N, 0);
-	op.out[0] = td(KILN_F32, 2, M, N);
-	op.i[0] = ta, op.i[1] = tb, op.i[2] = M, op.i[3] = N, op.i[4] = K;
-	op.f[0] = alpha;
+	gemm_f32(&op, M, N, K, ta, tb, alpha, beta, bias);
 
 	void *dA = dput(f, A, (size_t)M * K * 4), *dB = dput(f, B, (size_t)K * N * 4);
 	void *dBi = dput(f, Bi, (size_t)N * 4), *dC = dput(f, C0, (size_t)M * N * 4);
@@ -146,6 +153,70 @@ START_TEST(test_gemm)
 					for (int v = 0; v < 8; v++)
 						gemm_case(&f, sz[mi], sz[ni], sz[ki], t & 1, t >> 1,
 							  v & 1 ? 0.5f : 1.0f, (v >> 1) & 1, v >> 2);
+	fx_close(&f);
+}
+END_TEST
+
+/* A stage's weight gradient over a step's micro-batches (linear's dW,
+ * core/layers/linear.c): dW[N,K] = dy[R,N]^T x[R,K] written by the first
+ * micro-batch, then added (KILN_OPF_ACCUMULATE) by the others, R rows
+ * each.  Against the sum in double, and on the cpu device against the
+ * matmul's sum post-op it used before session 9 (KILN_CPU_GEMM_SUM; now
+ * dnnl_sgemm with beta = 1, plugins/cpu/gemm.c): equal to float
+ * tolerance. */
+static float *dw_steps(struct fx *f, int N, int K, int R, int steps, const float *dy,
+		       const float *x)
+{
+	float *dw = malloc((size_t)N * K * sizeof *dw);
+	void *dW = dput(f, NULL, (size_t)N * K * 4);
+	for (int s = 0; s < steps; s++) {
+		struct kiln_op op; /* dy [R,N] read transposed, x [R,K] */
+		gemm_f32(&op, N, K, R, 1, 0, 1.0f, s > 0, 0);
+		void *dY = dput(f, dy + (size_t)s * R * N, (size_t)R * N * 4);
+		void *dX = dput(f, x + (size_t)s * R * K, (size_t)R * K * 4);
+		const void *in[2] = { dY, dX };
+		void *out[1] = { dW };
+		OK(run_op(f, &op, in, out));
+		DFREE(f, dY, dX);
+	}
+	dget(f, dw, dW, (size_t)N * K * 4);
+	DFREE(f, dW);
+	return dw;
+}
+
+START_TEST(test_gemm_dw_accum)
+{
+	static const int shape[][4] = { { 1024, 1024, 16, 4 }, { 129, 1587, 32, 3 }, { 7, 33, 1, 3 } };
+	struct fx f;
+	fx_open(&f, _i);
+	for (size_t c = 0; c < sizeof shape / sizeof *shape; c++) {
+		const int N = shape[c][0], K = shape[c][1], R = shape[c][2], S = shape[c][3];
+		float *dy = frandv((size_t)S * R * N), *x = frandv((size_t)S * R * K);
+		float *got = dw_steps(&f, N, K, R, S, dy, x), *sum = NULL;
+		if (!strcmp(g_name, "cpu")) { /* the matmul's sum post-op */
+			setenv("KILN_CPU_GEMM_SUM", "1", 1);
+			sum = dw_steps(&f, N, K, R, S, dy, x);
+			unsetenv("KILN_CPU_GEMM_SUM");
+		}
+		for (int n = 0; n < N; n++)
+			for (int k = 0; k < K; k++) {
+				double want = 0, mag = 0;
+				for (int r = 0; r < S * R; r++) {
+					const double p = (double)dy[(size_t)r * N + n] * x[(size_t)r * K + k];
+					want += p;
+					mag += fabs(p);
+				}
+				const float g = got[(size_t)n * K + k];
+				NEAR(g, want, mag, 1e-5,
+				     "dW %dx%d, %d micro-batches of %d rows: [%d,%d] = %.7g, want %.7g", N,
+				     K, S, R, n, k, g, want);
+				if (sum)
+					NEAR(g, sum[(size_t)n * K + k], mag, 1e-6,
+					     "dW %dx%d, %d micro-batches of %d rows: [%d,%d] = %.7g, the sum post-op's %.7g",
+					     N, K, S, R, n, k, g, sum[(size_t)n * K + k]);
+			}
+		free(dy), free(x), free(got), free(sum);
+	}
 	fx_close(&f);
 }
 END_TEST
@@ -466,4 +537,4 @@ START_TEST(test_relu)
 END_TEST
 
 DEVICE_SUITE(gemm, DFX_CASE(gemm), DFX_CASE(gemm_act), DFX_CASE(gemm_errors), DFX_CASE(op_checks), DFX_CASE(bias),
-	     DFX_CASE(relu));
+	     DFX_CASE(relu), DFX_CASE(gemm_dw_accum));

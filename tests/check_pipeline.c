@@ -208,6 +208,53 @@ START_TEST(test_replay_early)
 }
 END_TEST
 
+/* The gaps between passes (kiln_pipe_gaps): stamps of 1f1b (P = 2, M = 8,
+ * unequal stages) made with every pass starting `handoff` after the pass
+ * of the other stage it waits for and `own` after its stage's previous
+ * one, whichever is later.  With one of the two zero, every gap of that
+ * kind is exactly the other one, and the passes that waited are
+ * recognised as such. */
+static void gap_case(int64_t handoff, int64_t own, double *gap, int64_t *cnt)
+{
+	enum { M = 8, N = 4 * M };
+	struct kiln_pipe_action a[N];
+	int64_t st[2 * N], end[2] = { INT64_MIN, INT64_MIN };
+	const int64_t f[2] = { 1400, 1000 }, b[2] = { 2000, 2200 };
+	int ticks, live;
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 2, M, 0, a, &ticks, &live) == KILN_OK);
+	for (int i = 0; i < N; i++) {
+		const int s = a[i].stage;
+		int64_t start = end[s] == INT64_MIN ? 0 : end[s] + own;
+		for (int k = 0; k < i; k++) /* the other stage's pass it waits for */
+			if (a[k].mb == a[i].mb && a[k].kind == a[i].kind && a[k].stage != s &&
+			    st[2 * k + 1] + handoff > start)
+				start = st[2 * k + 1] + handoff;
+		st[2 * i] = start;
+		st[2 * i + 1] = end[s] = start + (a[i].kind == KILN_PIPE_FWD ? f[s] : b[s]);
+	}
+	gap[0] = gap[1] = 0;
+	cnt[0] = cnt[1] = 0;
+	kiln_pipe_gaps(a, N, st, gap, cnt);
+	ck_assert_int_eq(cnt[0] + cnt[1], N - 1); /* every pass but the step's first */
+}
+
+START_TEST(test_gaps)
+{
+	double gap[2];
+	int64_t cnt[2];
+	gap_case(30, 0, gap, cnt);
+	ck_assert_int_gt(cnt[0], 2); /* stage 1's first forward, stage 0's waits for B0 ... */
+	ck_assert_double_eq_tol(gap[0], 30.0 * (double)cnt[0], 1e-9);
+	ck_assert(gap[1] >= 0 && gap[1] <= 30.0 * (double)cnt[1]);
+	gap_case(0, 25, gap, cnt);
+	ck_assert_int_gt(cnt[1], 2);
+	ck_assert_double_eq_tol(gap[1], 25.0 * (double)cnt[1], 1e-9);
+	ck_assert(gap[0] >= 0 && gap[0] <= 25.0 * (double)cnt[0]);
+	gap_case(0, 0, gap, cnt);
+	ck_assert_double_eq_tol(gap[0] + gap[1], 0, 1e-12);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -215,7 +262,7 @@ static Suite *make_pipeline_suite(void)
 		       (const TTest *[]){ test_schedules, test_1f1b_order, NULL });
 	check_add_case(s, "replay", 30, NULL, NULL,
 		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
-					  NULL });
+					  test_gaps, NULL });
 	return s;
 }
 

@@ -10,6 +10,18 @@
  * sum post-op.  The scratchpad is user-managed and reported as the plan's
  * workspace, so the caller owns every byte a run touches.
  *
+ * Accumulation into an f32 result without bias or activation (the weight
+ * gradients of a step's later micro-batches) runs oneDNN's BLAS-style
+ * dnnl_sgemm with beta = 1 instead of the matmul with a sum post-op: the
+ * brgemm matmul (AVX-512) loads the old result in its epilogue, tile by
+ * tile of rows 4 KiB apart and without prefetch, and where that result is
+ * no longer in cache (a stage's gradients between two micro-batches) the
+ * loads stall: a 1024 x 1024 weight gradient of 16 rows took 0.90 ms
+ * adding against 0.32 ms writing, sgemm's kernel (which prefetches C)
+ * 0.34 ms adding (docs/PERFORMANCE.md, "The adding weight-gradient GEMM",
+ * session 9).  No primitive, no scratchpad; oneDNN's GEMM reads the
+ * calling thread's OpenMP count when it runs, as the matmul's does.
+ *
  * Bias: oneDNN adds the matmul bias *before* the output scale
  * (dst = alpha * (AB + bias)), but kiln's bias is not scaled.  With
  * alpha == 1 the two agree and the native bias argument is used; otherwise
@@ -52,6 +64,7 @@ struct cpu_gemm {
 	size_t out_bytes, part_ws; /* the output's and a part's scratchpad bytes */
 	dnnl_primitive_t part_prim[2];
 	struct cpu_gemm_objs *obj;
+	int blas; /* run by dnnl_sgemm with beta = 1 (gemm_blas_ok); prim is NULL */
 };
 
 /* A failed oneDNN call in prepare: status plus file:line of the call. */
@@ -257,6 +270,25 @@ static int gemm_run_parts(const struct cpu_plan *p, const struct kiln_op_args *a
 	return bad;
 }
 
+/* An adding f32 GEMM without bias or activation, whole (not split): the
+ * form gemm_blas runs.  KILN_CPU_GEMM_SUM set in the environment keeps
+ * the matmul's sum post-op (the A/B hook of one binary). */
+static int gemm_blas_ok(const struct kiln_op *op)
+{
+	return (op->flags & KILN_OPF_ACCUMULATE) && !(op->flags & KILN_OPF_ACT) &&
+	       op->n_in == 2 && op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_F32 &&
+	       op->out[0].dtype == KILN_F32 && getenv("KILN_CPU_GEMM_SUM") == NULL;
+}
+
+/* out0 += alpha op(in0) op(in1), row-major: A is [M,K] (lda K) or stored
+ * [K,M] (lda M), B [K,N] (ldb N) or stored [N,K] (ldb K). */
+static dnnl_status_t gemm_blas(const struct kiln_op *op, const struct kiln_op_args *a)
+{
+	const int64_t ta = op->i[0], tb = op->i[1], M = op->i[2], N = op->i[3], K = op->i[4];
+	return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, (float)op->f[0], a->in[0],
+			  ta ? M : K, a->in[1], tb ? K : N, 1.0f, a->out[0], N);
+}
+
 static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
@@ -264,7 +296,9 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	struct cpu_gemm *g = p->gemm;
 	dnnl_status_t s;
 	pthread_mutex_lock(&g->lock);
-	if (g->n_part)
+	if (g->blas)
+		s = gemm_blas(&p->op, a);
+	else if (g->n_part)
 		s = gemm_run_parts(p, a) ? dnnl_runtime_error : dnnl_success;
 	else
 		s = gemm_exec(g->prim, g->stream, g->bias_arg, g->a, g->b, g->c, g->bias,
@@ -272,9 +306,10 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 			      g->bias ? a->in[2] : NULL, a->workspace);
 	pthread_mutex_unlock(&g->lock);
 	if (s != dnnl_success)
-		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: dnnl_primitive_execute: %s",
+		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: %s: %s",
 				(long long)p->op.i[2], (long long)p->op.i[3], (long long)p->op.i[4],
-				__FILE__, __LINE__, cpu_dnnl_str(s));
+				__FILE__, __LINE__, g->blas ? "dnnl_sgemm" : "dnnl_primitive_execute",
+				cpu_dnnl_str(s));
 	return KILN_OK;
 }
 
@@ -440,6 +475,9 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	kiln_status st;
 	if (len) {
 		st = gemm_prepare_parts(c, op, g, len, cols);
+	} else if (gemm_blas_ok(op)) {
+		g->blas = 1; /* nothing to make: dnnl_sgemm when it runs */
+		st = KILN_OK;
 	} else {
 		struct gemm_mds md;
 		st = gemm_prim(c, op, op->i[2], op->i[3], g, &md, &g->prim);
@@ -454,10 +492,10 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	p->n_in = op->n_in;
 	p->n_out = 1;
 	p->kernel = cpu_gemm_run;
-	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld: scratchpad %zu bytes, %d parts of %lld %s",
+	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld%s: scratchpad %zu bytes, %d parts of %lld %s",
 		     (long long)op->i[2], (long long)op->i[3], (long long)op->i[4],
-		     (long long)op->i[0], (long long)op->i[1], g->scratch_bytes, g->n_part,
-		     (long long)g->len, g->cols ? "columns" : "rows");
+		     (long long)op->i[0], (long long)op->i[1], g->blas ? " (sgemm, beta = 1)" : "",
+		     g->scratch_bytes, g->n_part, (long long)g->len, g->cols ? "columns" : "rows");
 	return KILN_OK;
 }
 
