@@ -80,9 +80,10 @@ int store_random(unsigned char *buf, size_t n);
 struct store_server;
 kiln_status store_server_start(const char *host, int port, const char *token, int *bound,
 			       struct store_server **out);
-/* Stop serving: at once when no client is connected, else once the last
- * one has closed or after STORE_LINGER_MS, so that ranks that fail after
- * rank 0 can still read which rank was lost ("kiln/lost"). */
+/* Stop serving: at once when no client is connected or no rank was lost;
+ * after a loss, once the last client has closed or after STORE_LINGER_MS,
+ * so that ranks that fail after rank 0 can still read which rank was lost
+ * ("kiln/lost"). */
 void store_server_stop(struct store_server *s);
 
 #endif

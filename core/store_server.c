@@ -14,10 +14,11 @@
  * all are refused (STORE_REFUSED).  A client whose connection closes
  * after HELLO but without BYE has died: the server records it under
  * "kiln/lost" (the first such rank, decimal) and "kiln/lost/<rank>", so
- * the survivors can name it.  Asked to stop while clients are still
- * connected (rank 0 failing first), it serves them until they close, at
- * most STORE_LINGER_MS: a survivor that notices the loss after rank 0 did
- * still reads the lost rank's number, not "the store is gone".
+ * the survivors can name it.  Asked to stop after a rank was lost while
+ * clients are still connected (rank 0 failing first), it serves them
+ * until they close, at most STORE_LINGER_MS: a survivor that notices the
+ * loss after rank 0 did still reads the lost rank's number, not "the
+ * store is gone".
  */
 #include "internal.h"
 #include "store.h"
@@ -386,7 +387,10 @@ static void *server_main(void *arg)
 			break;
 		}
 		if (pf[0].revents) {
-			if (s->n_cl == 0)
+			/* only a run that lost a rank has something to tell the
+			 * clients left; a stopped peer (no loss recorded) would
+			 * only hold rank 0's exit back */
+			if (s->n_cl == 0 || !kv_find(s, "kiln/lost"))
 				break;
 			linger_until = now_ms() + STORE_LINGER_MS;
 		}

@@ -293,6 +293,21 @@ START_TEST(test_lost_after_host)
 }
 END_TEST
 
+/* With no rank lost, rank 0's store stops at once though a peer is still
+ * connected (a stopped rank, say): nothing to tell it. */
+START_TEST(test_host_close_no_loss)
+{
+	struct kiln_store *s0, *s2;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s0), KILN_OK);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", kiln_store_port(s0), 0, 1, 2, 5000, &s2), KILN_OK);
+	const double t0 = now();
+	kiln_store_close(s0);
+	ck_assert_msg(now() - t0 < STORE_LINGER_MS / 2000.0, "the host lingered %.2f s with no rank lost",
+		      now() - t0);
+	kiln_store_close(s2);
+}
+END_TEST
+
 START_TEST(test_nobody_listens)
 {
 	struct kiln_store *s0, *s;
@@ -557,7 +572,7 @@ static Suite *make_store_suite(void)
 	Suite *s = suite_create("store");
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
-		test_rendezvous_ok, test_lost_rank, test_lost_after_host, test_nobody_listens, test_env,
+		test_rendezvous_ok, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env,
 		test_token_refused, test_limits, test_timeout_honoured, test_parse, NULL });
 	return s;
 }
