@@ -181,4 +181,34 @@ kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute);
 kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on);
 kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
 
+/* A stage's parameters and gradients on its rank alone (core/dist_pipe_mem.c,
+ * docs/pipeline.md "Stages on ranks").  After kiln_dist_pipe_open, before
+ * anything writes a gradient: this rank's gradients become its stage's
+ * slice [lo, hi) alone (after P slots for the other stages' norms), in
+ * the stage group's shared memory when share (D > 1) and the communicator
+ * has it; m->grads_d keeps the whole model's offsets.  Where the buffers
+ * must stay whole (an optimizer that does not shard, ZeRO-1, low-precision
+ * compute, frozen parameters, a weight tied across stages: logged) it
+ * does what kiln_dist_share_grads does when share. */
+kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
+				     void *compute);
+/* In kiln_dist_pipe_shard (after the broadcast or the resume), where the
+ * gradients were cut: the parameters too; logs the bytes held. */
+kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute);
+/* In kiln_dist_pipe_gather: a whole parameter buffer (this stage's slice
+ * copied in) that m->params_d points at until kiln_dist_pipe_release,
+ * which waits for the compute stream and frees it (after a checkpoint or
+ * an evaluation; no-op when nothing was made whole). */
+kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute);
+kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute);
+/* 1 when this rank holds its stage's parameters and gradients alone (and
+ * they are not whole now): [*lo, *hi) of the flat buffers. */
+int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);
+/* 1 when this rank's gradients are cut: *g, *n the buffer [P slots |
+ * the stage's slice] that the clip and non-finite check run over (0:
+ * untouched, the whole trainables). */
+int kiln_dist_pipe_grad_span(const struct kiln_dist *d, float **g, size_t *n);
+/* In kiln_dist_close: the model's pointers back on the allocations. */
+void kiln_dist_pipe_mem_free(struct kiln_dist *d);
+
 #endif
