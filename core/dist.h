@@ -148,7 +148,9 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute);
  * whole state freed): slots x (hi - lo) floats instead of slots x
  * n_trainable.  An optimizer that does not shard (LAMB: offsets of the
  * whole model) keeps stepping the whole model, as before (logged).
- * No-op without [dist] pipeline. */
+ * Then (also under ZeRO-1, which shards the state itself) the parameters
+ * are cut to the stage's where the gradients were
+ * (kiln_dist_pipe_cut_params).  No-op without [dist] pipeline. */
 kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute);
 int kiln_dist_pipe_owns(const struct kiln_dist *d); /* _shard kept a slice (0 for NULL) */
 /* The optimizer step when kiln_dist_pipe_owns, in place of
@@ -185,15 +187,16 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
  * docs/pipeline.md "Stages on ranks").  After kiln_dist_pipe_open, before
  * anything writes a gradient: this rank's gradients become its stage's
  * slice [lo, hi) alone (after P slots for the other stages' norms), in
- * the stage group's shared memory when share (D > 1) and the communicator
- * has it; m->grads_d keeps the whole model's offsets.  Where the buffers
- * must stay whole (an optimizer that does not shard, ZeRO-1, low-precision
- * compute, frozen parameters, a weight tied across stages: logged) it
- * does what kiln_dist_share_grads does when share. */
+ * the stage group's shared memory when share (D > 1), the communicator
+ * has it and ZeRO-1 is off; m->grads_d keeps the whole model's offsets.
+ * Where the buffers must stay whole (an optimizer that does not shard,
+ * low-precision compute, frozen parameters, a weight tied across stages:
+ * logged) it does what kiln_dist_share_grads does when share. */
 kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
 				     void *compute);
-/* In kiln_dist_pipe_shard (after the broadcast or the resume), where the
- * gradients were cut: the parameters too; logs the bytes held. */
+/* In kiln_dist_pipe_shard (after the broadcast or the resume, and
+ * ZeRO-1's sharding), where the gradients were cut: the parameters too;
+ * logs the bytes held. */
 kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute);
 /* In kiln_dist_pipe_gather: a whole parameter buffer (this stage's slice
  * copied in) that m->params_d points at until kiln_dist_pipe_release,

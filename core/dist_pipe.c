@@ -99,9 +99,12 @@ static kiln_status from_rank(struct kiln_dist *d, void *p, size_t n, int root, v
 kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
-	/* (ZeRO-1 shards the stage's slice over its group: kiln_dist_zero_init) */
-	if (!d || !d->pipe_P || !d->m->n_trainable || d->zero)
+	if (!d || !d->pipe_P || !d->m->n_trainable)
 		return KILN_OK;
+	/* (ZeRO-1 shards the stage's slice over its group: kiln_dist_zero_init;
+	 * the parameters are cut all the same) */
+	if (d->zero)
+		return kiln_dist_pipe_cut_params(d, compute);
 	struct kiln_model *m = d->m;
 	const int me = d->pipe_stage, slots = m->state_slots;
 	const size_t N = m->n_trainable, lo = d->pipe_lo[me];

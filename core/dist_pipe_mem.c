@@ -25,8 +25,6 @@ static const char *whole_why(const struct kiln_dist *d, const struct kiln_model 
 		return "";
 	if (m->optim_info.shard == KILN_OPTIM_SHARD_NONE)
 		return "the optimizer reads whole tensors through the whole model's offsets";
-	if (d->zero)
-		return "ZeRO-1 within the stage's ranks (not cut yet)";
 	if (m->params_c || m->scaler_d || m->cdtype != KILN_F32)
 		return "low-precision compute: the compute copy is cast from the whole buffer";
 	if (m->n_elems != m->n_trainable)
@@ -111,7 +109,8 @@ kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, 
 	const size_t n = slice_n(d), lo = d->pipe_lo[d->pipe_stage];
 	float *g = NULL;
 	int foreign = 0;
-	if ((st = alloc_grads(d, m, share, (size_t)P + n, &g, &foreign)))
+	/* (ZeRO-1 reduce-scatters from device memory: no shared gradients) */
+	if ((st = alloc_grads(d, m, share && !d->zero, (size_t)P + n, &g, &foreign)))
 		return st;
 	if (!foreign && (st = zero_floats(m->dev, g, (size_t)P + n, compute))) {
 		kiln_device_free(m->dev, g);

@@ -38,7 +38,8 @@
 #     [dist] zero = 1 (each rank updating and holding half its stage's
 #     slice) equals one process with SGD, AdamW and clip_norm, and its
 #     checkpoints resume in one process and on 2 stages on 2 ranks, and
-#     one process's resumes on it (before session 8: refused);
+#     one process's resumes on it (before session 8: refused), each rank
+#     holding its stage's parameters and gradients alone (session 9);
 # 11. a rank holds its stage's parameters and gradients alone (session 9):
 #     each rank's log says its stage's floats (section 1's runs), and on an
 #     MLP whose stage 1 holds 99% of the weights, stage 0's rank has less
@@ -297,6 +298,9 @@ for r in "0 1040 0 2080 2080" "2 1040 0 2080 2080" "1 592 2080 3264 3280" "3 592
 	grep -q "ZeRO-1: rank $1 updates $2 floats, 1/2 of each of [0-9]* gradient bucket(s) over \[$3, $4), and the replicated tail \[$4, $5)" "$tmp/z22.log" ||
 		{ bad "z22: rank $1 does not update half its stage's slice"; grep "ZeRO-1:" "$tmp/z22.log"; }
 done
+# ... and holds its stage's parameters and gradients alone (session 9)
+[ "$(grep -c "rank [0-3] (pipeline stage [01]): holds the stage's parameters and gradients alone" "$tmp/z22.log")" = 4 ] ||
+	{ bad "z22: not every rank holds its stage's parameters and gradients alone"; grep "holds the stage's\|stay allocated" "$tmp/z22.log"; }
 run zc 4 16 $z train.clip_norm=0.05
 near oc zc "ZeRO-1, P = 2 x D = 2, clip_norm 0.05"
 # AdamW: a P = 2 x D = 2 ZeRO-1 checkpoint at step 3 resumes in one
