@@ -189,14 +189,15 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
  * slice [lo, hi) alone (after P slots for the other stages' norms), in
  * the stage group's shared memory when share (D > 1), the communicator
  * has it and ZeRO-1 is off; m->grads_d keeps the whole model's offsets.
- * Where the buffers must stay whole (an optimizer that does not shard,
- * low-precision compute, frozen parameters, a weight tied across stages:
- * logged) it does what kiln_dist_share_grads does when share. */
+ * Where the gradients must stay whole (an optimizer that does not shard,
+ * loss scaling: logged) it does what kiln_dist_share_grads does when
+ * share. */
 kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
 				     void *compute);
 /* In kiln_dist_pipe_shard (after the broadcast or the resume, and
- * ZeRO-1's sharding), where the gradients were cut: the parameters too;
- * logs the bytes held. */
+ * ZeRO-1's sharding), where the gradients were cut: the parameters too,
+ * unless low-precision compute, frozen parameters or a weight tied across
+ * stages need them whole; logs what is held. */
 kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute);
 /* In kiln_dist_pipe_gather: a whole parameter buffer (this stage's slice
  * copied in) that m->params_d points at until kiln_dist_pipe_release,

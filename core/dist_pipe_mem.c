@@ -1,6 +1,6 @@
 /* core/dist_pipe_mem.c - [dist] pipeline = P: a rank holds its stage's
  * parameters and gradients alone (docs/pipeline.md, "Stages on ranks",
- * "Memory per stage").
+ * "Parameters and gradients per stage").
  *
  * The flat buffers keep the whole model's offsets: every plan, bucket and
  * optimizer view addresses a stage's tensors by them.  A rank allocates
@@ -14,18 +14,27 @@
  * start-up broadcast or the resume (kiln_dist_pipe_shard), which work on
  * the whole model.  kiln_dist_pipe_gather makes them whole again for a
  * checkpoint, an evaluation and the end of training, in a buffer that
- * kiln_dist_pipe_release frees. */
+ * kiln_dist_pipe_release frees.  Which combinations keep which buffer
+ * whole: grads_why, params_why. */
 #include "dist_impl.h"
 #include "pipeline.h"
 
-/* Why this rank keeps the whole flat buffers (NULL: it can cut them). */
-static const char *whole_why(const struct kiln_dist *d, const struct kiln_model *m)
+/* Why this rank keeps the whole gradient buffer (NULL: it can cut it). */
+static const char *grads_why(const struct kiln_dist *d, const struct kiln_model *m)
 {
 	if (!d->pipe_P || !m->n_trainable)
 		return "";
 	if (m->optim_info.shard == KILN_OPTIM_SHARD_NONE)
 		return "the optimizer reads whole tensors through the whole model's offsets";
-	if (m->params_c || m->scaler_d || m->cdtype != KILN_F32)
+	if (m->scaler_d)
+		return "loss scaling: the unscale op runs over the whole buffer";
+	return NULL;
+}
+
+/* ... and the whole parameters, where the gradients are cut. */
+static const char *params_why(const struct kiln_model *m)
+{
+	if (m->params_c || m->cdtype != KILN_F32)
 		return "low-precision compute: the compute copy is cast from the whole buffer";
 	if (m->n_elems != m->n_trainable)
 		return "frozen parameters, laid out after every stage's trainable ones";
@@ -94,7 +103,7 @@ static kiln_status alloc_grads(struct kiln_dist *d, struct kiln_model *m, int sh
 kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
 				     void *compute)
 {
-	const char *why = d ? whole_why(d, m) : "";
+	const char *why = d ? grads_why(d, m) : "";
 	kiln_status st;
 	if (d)
 		d->m = m;
@@ -150,8 +159,15 @@ kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute)
 	const size_t held = (n + (n + (size_t)d->pipe_P)) * sizeof(float);
 	float *p = NULL;
 	kiln_status st;
+	const char *why = params_why(m);
 	if (!d->pipe_cut || d->pipe_pbuf)
 		return KILN_OK;
+	if (why) {
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): holds the stage's gradients alone: %zu floats, %zu bytes allocated (the whole model's: %zu floats); the whole parameters stay allocated here: %s",
+			 d->env.rank, d->pipe_stage, n + (size_t)d->pipe_P,
+			 (n + (size_t)d->pipe_P) * sizeof(float), m->n_elems, why);
+		return KILN_OK;
+	}
 	if ((st = alloc_copy(d, n, 0, m->params_d + lo, n, compute, &p)))
 		return st;
 	if ((st = kiln_device_stream_sync(d->dev, compute))) {

@@ -28,7 +28,8 @@
 #     gradient at step 3 (tests/train_nan, on rank 1 only) skips step 3 on
 #     both ranks: they end where one process with the same NaN does;
 #  8. bf16 compute: 2 stages on 2 ranks equal one process (stage 1's rank
-#     refreshes its compute copy of the parameters);
+#     refreshes its compute copy of the parameters), each rank holding its
+#     stage's gradients alone (session 9; the parameters whole);
 #  9. [dist] sync_bn within each stage's data-parallel ranks: an MLP with a
 #     batchnorm on each stage, P = 2 x D = 2 (batch 16 a pipe, one
 #     micro-batch) ends with the parameters, running statistics and
@@ -283,6 +284,10 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-amp.so" ]; then
 	run b1 0 32 run.precision=bf16 "$two"
 	run b2 2 32 dist.pipeline=2 "$two" run.precision=bf16
 	near b1 b2 "bf16, 2 stages on 2 ranks"
+	# the gradients are the stage's; the parameters whole (the compute
+	# copy's cast reads the whole buffer; session 9)
+	grep -q "rank 0 (pipeline stage 0): holds the stage's gradients alone: 2082 floats, 8328 bytes allocated (the whole model's: 3280 floats); the whole parameters stay allocated here: low-precision compute" "$tmp/b2.log" ||
+		{ bad "b2: rank 0 does not hold stage 0's gradients alone"; grep "holds the\|stay allocated" "$tmp/b2.log"; }
 	echo "ok: bf16 on 2 stages on 2 ranks equals one process"
 fi
 # ---- 10. ZeRO-1 within each stage's data-parallel ranks -------------------------------
