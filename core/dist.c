@@ -277,6 +277,7 @@ void kiln_dist_close(struct kiln_dist *d)
 		kiln_model_optim_plan_free(d->m, d->pipe_plan);
 	kiln_device_free(d->dev, d->pipe_state);
 	kiln_device_free(d->dev, d->pipe_norms);
+	kiln_dist_pipe_mem_free(d);
 	free(d->pipe_lo);
 	free(d->pipe_hi);
 	if (d->gctx)
@@ -522,14 +523,17 @@ kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *co
 	{
 		struct kiln_op op;
 		void *fill;
-		int64_t ne = (int64_t)m->n_trainable;
+		float *g = m->grads_d;
+		size_t gn = m->n_trainable;
+		kiln_dist_pipe_grad_span(d, &g, &gn); /* (the stage's, when cut) */
+		int64_t ne = (int64_t)gn;
 		memset(&op, 0, sizeof op);
 		op.type = KILN_OP_FILL;
 		op.n_out = 1;
 		kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &ne);
 		if ((st = kiln_device_prepare(d->dev, &op, &fill, NULL)))
 			return st;
-		struct kiln_op_args a = { .out = { m->grads_d } };
+		struct kiln_op_args a = { .out = { g } };
 		st = kiln_device_run(d->dev, fill, &a, compute);
 		kiln_status st2 = kiln_device_stream_sync(d->dev, compute);
 		kiln_device_plan_free(d->dev, fill);

@@ -148,7 +148,9 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute);
  * whole state freed): slots x (hi - lo) floats instead of slots x
  * n_trainable.  An optimizer that does not shard (LAMB: offsets of the
  * whole model) keeps stepping the whole model, as before (logged).
- * No-op without [dist] pipeline. */
+ * Then (also under ZeRO-1, which shards the state itself) the parameters
+ * are cut to the stage's where the gradients were
+ * (kiln_dist_pipe_cut_params).  No-op without [dist] pipeline. */
 kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute);
 int kiln_dist_pipe_owns(const struct kiln_dist *d); /* _shard kept a slice (0 for NULL) */
 /* The optimizer step when kiln_dist_pipe_owns, in place of
@@ -180,5 +182,37 @@ kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute);
  * buckets, pipeline or overlap. */
 kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on);
 kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
+
+/* A stage's parameters and gradients on its rank alone (core/dist_pipe_mem.c,
+ * docs/pipeline.md "Stages on ranks").  After kiln_dist_pipe_open, before
+ * anything writes a gradient: this rank's gradients become its stage's
+ * slice [lo, hi) alone (after P slots for the other stages' norms), in
+ * the stage group's shared memory when share (D > 1), the communicator
+ * has it and ZeRO-1 is off; m->grads_d keeps the whole model's offsets.
+ * Where the gradients must stay whole (an optimizer that does not shard,
+ * loss scaling: logged) it does what kiln_dist_share_grads does when
+ * share. */
+kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
+				     void *compute);
+/* In kiln_dist_pipe_shard (after the broadcast or the resume, and
+ * ZeRO-1's sharding), where the gradients were cut: the parameters too,
+ * unless low-precision compute, frozen parameters or a weight tied across
+ * stages need them whole; logs what is held. */
+kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute);
+/* In kiln_dist_pipe_gather: a whole parameter buffer (this stage's slice
+ * copied in) that m->params_d points at until kiln_dist_pipe_release,
+ * which waits for the compute stream and frees it (after a checkpoint or
+ * an evaluation; no-op when nothing was made whole). */
+kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute);
+kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute);
+/* 1 when this rank holds its stage's parameters and gradients alone (and
+ * they are not whole now): [*lo, *hi) of the flat buffers. */
+int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);
+/* 1 when this rank's gradients are cut: *g, *n the buffer [P slots |
+ * the stage's slice] that the clip and non-finite check run over (0:
+ * untouched, the whole trainables). */
+int kiln_dist_pipe_grad_span(const struct kiln_dist *d, float **g, size_t *n);
+/* In kiln_dist_close: the model's pointers back on the allocations. */
+void kiln_dist_pipe_mem_free(struct kiln_dist *d);
 
 #endif

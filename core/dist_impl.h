@@ -62,6 +62,13 @@ struct kiln_dist {
 	float *pipe_state;
 	void *pipe_plan;
 	int pipe_own;
+	/* the stage's parameters and gradients alone (core/dist_pipe_mem.c):
+	 * pipe_cut: m->grads_d is pipe_gbuf [P norm slots | hi - lo] shifted
+	 * to the whole model's offsets, and (pipe_pbuf) m->params_d the
+	 * stage's hi - lo; pipe_pwhole: the whole parameters a gather made,
+	 * until kiln_dist_pipe_release */
+	int pipe_cut;
+	float *pipe_gbuf, *pipe_pbuf, *pipe_pwhole;
 	/* the buckets start during the stage's last micro-batch's backward
 	 * (m->grad_final), each scaled to the mean first (kiln_dist_pipe_overlap) */
 	int pipe_overlap;

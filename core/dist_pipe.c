@@ -99,9 +99,12 @@ static kiln_status from_rank(struct kiln_dist *d, void *p, size_t n, int root, v
 kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;
-	/* (ZeRO-1 shards the stage's slice over its group: kiln_dist_zero_init) */
-	if (!d || !d->pipe_P || !d->m->n_trainable || d->zero)
+	if (!d || !d->pipe_P || !d->m->n_trainable)
 		return KILN_OK;
+	/* (ZeRO-1 shards the stage's slice over its group: kiln_dist_zero_init;
+	 * the parameters are cut all the same) */
+	if (d->zero)
+		return kiln_dist_pipe_cut_params(d, compute);
 	struct kiln_model *m = d->m;
 	const int me = d->pipe_stage, slots = m->state_slots;
 	const size_t N = m->n_trainable, lo = d->pipe_lo[me];
@@ -128,7 +131,8 @@ kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
 	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): the optimizer steps the stage's %zu of %zu floats; optimizer state %.3g MiB instead of %.3g MiB",
 		 d->env.rank, me, n, N, (double)((size_t)slots * n * sizeof(float)) / 1048576.0,
 		 (double)((size_t)slots * N * sizeof(float)) / 1048576.0);
-	return KILN_OK;
+	/* the parameters too, where the gradients were cut (dist_pipe_mem.c) */
+	return kiln_dist_pipe_cut_params(d, compute);
 }
 
 int kiln_dist_pipe_owns(const struct kiln_dist *d)
@@ -205,6 +209,9 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 		return KILN_OK;
 	struct kiln_model *m = d->m;
 	const size_t *lo = d->pipe_lo, *hi = d->pipe_hi;
+	/* (a rank holding its stage's parameters alone: a whole buffer) */
+	if ((st = kiln_dist_pipe_whole(d, compute)))
+		return st;
 	/* (collectives on the compute stream wait for the comm stream's) */
 	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
 			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
@@ -230,6 +237,14 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 		return kiln_dist_explain(d, st);
 	m->pcopy_stale = 1;
 	return KILN_OK;
+}
+
+/* Where stage s's norm goes on this rank: the first element of its slice
+ * (zero here), or its slot before the stage's gradients when they are
+ * held alone (dist_pipe_mem.c). */
+static float *norm_slot(struct kiln_dist *d, int s)
+{
+	return d->pipe_cut ? d->pipe_gbuf + s : d->m->grads_d + d->pipe_lo[s];
 }
 
 /* A copy of 4 bytes on the compute stream. */
@@ -265,7 +280,7 @@ kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute)
 							     d->env.rank, d->env.world, me));
 	for (int s = 0; !st && s < P; s++)
 		if (s != me && d->pipe_hi[s] > d->pipe_lo[s])
-			st = copy1(d, m->grads_d + d->pipe_lo[s], norms + s, compute);
+			st = copy1(d, norm_slot(d, s), norms + s, compute);
 	return st;
 }
 
@@ -274,8 +289,7 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute)
 	kiln_status st = KILN_OK;
 	for (int s = 0; d && !st && s < d->pipe_P; s++)
 		if (s != d->pipe_stage && d->pipe_hi[s] > d->pipe_lo[s])
-			st = copy1(d, d->m->grads_d + d->pipe_lo[s], d->pipe_norms + d->pipe_P + 4,
-				   compute);
+			st = copy1(d, norm_slot(d, s), d->pipe_norms + d->pipe_P + 4, compute);
 	return st;
 }
 

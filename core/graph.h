@@ -424,7 +424,9 @@ static inline int kiln_plan_late_store(const struct kiln_plan *p, int i)
 void *kiln_plan_store_ptr(const struct kiln_plan *p, int store, const void *x);
 /* A pipeline stage's passes (core/pipe_run.c): the forwards of layers
  * lo..hi-1 (lo = 0: after the compute copy's refresh and the input
- * conversion), and their backwards in a plan without recomputation. */
+ * conversion), and their backwards, each after the recomputations it
+ * triggers (a pipeline's plan recomputes within a stage only; KILN_EINTERNAL
+ * when the range's events are not one run of the schedule). */
 kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const void *x,
 				    const void *labels, void *metrics, void *stream);
 kiln_status kiln_plan_backward_range(struct kiln_plan *p, int lo, int hi, const void *x,

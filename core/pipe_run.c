@@ -143,15 +143,11 @@ kiln_status kiln_pipe_wanted(const struct kiln_config *cfg, const struct kiln_mo
 static kiln_status pipe_supported(const struct kiln_model *m, int world)
 {
 	const struct kiln_config *cfg = m->cfg;
-	const char *rc = kiln_config_get(cfg, "train", "recompute");
 	int64_t on_ranks = 1;
 	kiln_config_get_int(cfg, "dist", "pipeline", &on_ranks);
 	if (world > 1 && on_ranks <= 1)
 		return kiln_error(KILN_ENOTSUP, "%s: a pipeline across ranks or combined with data parallelism is not supported yet (docs/pipeline.md): run one process",
 				  kiln_config_where(cfg, "pipeline", "micro_batches"));
-	if (m->n_stages > 1 && rc && *rc && strcmp(rc, "none"))
-		return kiln_error(KILN_ENOTSUP, "%s: [train] recompute with pipeline stages is not supported yet",
-				  kiln_config_where(cfg, "train", "recompute"));
 	return KILN_OK;
 }
 

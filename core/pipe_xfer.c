@@ -43,9 +43,6 @@ kiln_status kiln_pipe_plan_xfers(struct kiln_plan *p)
 {
 	struct kiln_model *m = p->m;
 	kiln_status st;
-	if (p->n_recomputed)
-		return kiln_error(KILN_ENOTSUP, "%s: gradient checkpointing in a pipeline ([layer.X] stage, [model] stages) is not supported yet",
-				  kiln_config_where(m->cfg, "train", "recompute"));
 	for (int j = 0; j < m->n_layers; j++)
 		for (int k = 0; k < m->layers[j].n_in; k++) {
 			int src = m->layers[j].in[k], e = -1;

@@ -6,6 +6,26 @@
  */
 #include "graph.h"
 
+/* The plan's recomputation, and with pipeline stages each stage's share
+ * (a stage recomputes only its own layers' outputs: plan_schedule). */
+static void log_recompute(const struct kiln_plan *p, int S)
+{
+	const struct kiln_model *m = p->m;
+	char per[160] = "";
+	size_t k = 0;
+	for (int s = 0; p->staged && s < m->n_stages && k + 16 < sizeof per; s++) {
+		int c = 0;
+		for (int i = 0; i < m->n_layers; i++)
+			c += m->stage[i] == s && p->nodes[i].trig >= 0;
+		k += (size_t)snprintf(per + k, sizeof per - k, "%s%d", s ? ", " : " (by stage: ", c);
+	}
+	if (k && k + 2 < sizeof per)
+		strcat(per, ")");
+	kiln_log(KILN_LOG_INFO, "core",
+		 "recompute: %d segments, %d layers' outputs recomputed in the backward%s; activations %.2f MiB",
+		 S, p->n_recomputed, per, (double)p->arena_bytes / 1048576.0);
+}
+
 /* [train] recompute: "none" (0 segments), "auto" (-1: the planner
  * searches) or a segment count. */
 static kiln_status recompute_segments(const struct kiln_model *m, int *segs)
@@ -204,9 +224,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	if ((st = kiln_plan_memory(p, S, wants_grad, base)))
 		goto fail;
 	if (p->n_recomputed)
-		kiln_log(KILN_LOG_INFO, "core",
-			 "recompute: %d segments, %d layers' outputs recomputed in the backward; activations %.2f MiB",
-			 S, p->n_recomputed, (double)p->arena_bytes / 1048576.0);
+		log_recompute(p, S);
 	if (!opts->dry && ((st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena)) ||
 			   (st = kiln_device_alloc(m->dev, kiln_align_up(p->ws_bytes), &p->ws))))
 		goto fail;

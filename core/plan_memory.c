@@ -128,12 +128,17 @@ static kiln_status plan_schedule(struct kiln_plan *p, int S)
 		kiln_config_get_bool(m->cfg, m->layers[i].section, "recompute", &own);
 		if (N[i].l.is_loss || N[i].l.is_view || kiln_plan_root_y(N, m, i) != i)
 			continue;
-		int inside = S > 1 && seg[i] < S - 1;
-		for (int j = i + 1; j < n && inside; j++)
+		int inside = S > 1 && seg[i] < S - 1, staged = 1;
+		for (int j = i + 1; j < n; j++)
 			for (int k = 0; k < m->layers[j].n_in; k++)
-				if (kiln_plan_root_y(N, m, m->layers[j].in[k]) == i && seg[j] != seg[i])
-					inside = 0;
-		rec[i] = inside || own;
+				if (kiln_plan_root_y(N, m, m->layers[j].in[k]) == i) {
+					inside = inside && seg[j] == seg[i];
+					/* a pipeline's stage recomputes only what its own
+					 * layers read: an output read on a later stage is
+					 * sent there, and kept */
+					staged = staged && (!p->staged || m->stage[j] == m->stage[i]);
+				}
+		rec[i] = (inside || own) && staged;
 	}
 	/* triggers, last layer first: a recomputed output is needed by its
 	 * own backward (needs_output), by readers' backwards (needs_input)

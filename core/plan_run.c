@@ -213,15 +213,38 @@ kiln_status kiln_plan_backward(struct kiln_plan *p, const void *x, const void *l
 	return run_events(p, p->m->n_layers, p->n_pos, x, labels, metrics, stream);
 }
 
-/* The backwards of layers hi-1 down to lo, in a plan without
- * recomputations (their positions are 2n-1-i). */
+/* The backwards of layers hi-1 down to lo, each after the recomputations
+ * it triggers: the schedule's positions from the first event of layer
+ * hi-1's backward to layer lo's backward.  A pipeline's plan recomputes
+ * within a stage only (plan_schedule), so a stage's events are one run. */
 kiln_status kiln_plan_backward_range(struct kiln_plan *p, int lo, int hi, const void *x,
 				     const void *labels, void *metrics, void *stream)
 {
 	const int n = p->m->n_layers;
-	if (!p->training || p->n_recomputed)
-		return kiln_error(KILN_EINTERNAL, "kiln_plan_backward_range: a training plan without recomputation");
-	return run_events(p, 2 * n - hi, 2 * n - lo, x, labels, metrics, stream);
+	int from = -1, to = -1;
+	if (!p->training)
+		return kiln_error(KILN_EINTERNAL, "kiln_plan_backward_range: not a training plan");
+	if (lo >= hi)
+		return KILN_OK;
+	for (int e = n; e < p->n_pos; e++) {
+		const struct plan_event *ev = &p->sched[e];
+		const int j = ev->kind == PEV_RECOMPUTE ? p->nodes[ev->layer].trig : ev->layer;
+		if (j >= lo && j < hi) {
+			if (from < 0)
+				from = e;
+			else if (to != e)
+				return kiln_error(KILN_EINTERNAL, "kiln_plan_backward_range: layers %d..%d's backward is not one run of the schedule",
+						  lo, hi - 1);
+			to = e + 1;
+		}
+	}
+	if (from < 0)
+		return KILN_OK;
+	for (int e = from; e < to; e++) /* (recomputing a layer of the range only) */
+		if (p->sched[e].layer < lo || p->sched[e].layer >= hi)
+			return kiln_error(KILN_EINTERNAL, "kiln_plan_backward_range: layer %d recomputed in layers %d..%d's backward",
+					  p->sched[e].layer, lo, hi - 1);
+	return run_events(p, from, to, x, labels, metrics, stream);
 }
 
 kiln_status kiln_plan_decode(struct kiln_plan *p, const void *tokens, const void *pos,

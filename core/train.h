@@ -264,6 +264,9 @@ kiln_status trainer_resume(struct trainer *t, int *found);
  * once the pipeline is open, its stages on the ranks. */
 kiln_status trainer_pipe_layout(struct trainer *t);
 kiln_status trainer_pipe_ranks(struct trainer *t);
+/* t->clip as GRAD_CLIP over n floats ([train] clip_norm, clip_value; the
+ * previous plan freed): the trainables, or a stage's cut gradients. */
+kiln_status trainer_clip_over(struct trainer *t, size_t n);
 /* ... and once the buckets are laid: a stage's buckets start during its
  * last micro-batch's backward where its gradients are final there */
 kiln_status trainer_pipe_overlap(struct trainer *t);

@@ -50,12 +50,14 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 	t->ckpt_step = t->pos.step;
 	if (t->rank) { /* rank 0 writes for all: the state is the same on every rank */
 		kiln_dist_zero_release(t->dist);
-		return KILN_OK;
+		return kiln_dist_pipe_release(t->dist, t->compute);
 	}
 	if (common_mkdirs(t->ckdir, 0777, 1))
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
 	st = kiln_ckpt_save(t->ckdir, &meta, t->m, t->compute, path, n);
 	kiln_dist_zero_release(t->dist);
+	if (!st)
+		st = kiln_dist_pipe_release(t->dist, t->compute);
 	if (st)
 		return st;
 	kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
@@ -157,7 +159,7 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 		return st;
 	st = t->rank ? KILN_OK : keep_best_save(t, loss, acc);
 	kiln_dist_zero_release(t->dist);
-	return st;
+	return st ? st : kiln_dist_pipe_release(t->dist, t->compute);
 }
 
 /* Rank 0 (or the only process): find, verify and load the newest

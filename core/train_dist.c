@@ -156,6 +156,14 @@ kiln_status trainer_pipe_ranks(struct trainer *t)
 		return st;
 	kiln_log(KILN_LOG_INFO, "pipeline", "rank %d: stage %d of %d (layers' parameters [%zu, %zu) of %zu floats), pipe %d of %d",
 		 t->rank, stage, P, lo[stage], hi[stage], t->m->n_trainable, pipe, D);
+	/* the stage's gradients alone (its parameters: kiln_dist_pipe_shard);
+	 * the clip and non-finite check over them */
+	float *g;
+	size_t gn;
+	if ((st = kiln_dist_pipe_cut_grads(t->dist, t->m, t->world > 1, t->compute)))
+		return st;
+	if (t->clip && !t->m->scaler_d && kiln_dist_pipe_grad_span(t->dist, &g, &gn))
+		return trainer_clip_over(t, gn);
 	return KILN_OK;
 }
 

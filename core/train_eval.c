@@ -102,6 +102,8 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	kiln_status st = kiln_dist_pipe_gather(t->dist, t->compute);
 	if (!st)
 		st = eval_pass(t, e);
+	if (!st) /* (held per stage again) */
+		st = kiln_dist_pipe_release(t->dist, t->compute);
 	if (st)
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);

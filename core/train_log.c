@@ -172,6 +172,9 @@ static kiln_status histograms(struct trainer *t)
 {
 	const struct kiln_model *m = t->m;
 	const size_t np = m->n_elems, ng = kiln_dist_zero(t->dist) ? 0 : m->n_trainable;
+	/* a rank holding its stage's alone: that stage's tensors (from lo) */
+	size_t lo = 0, hi = np;
+	const int held = kiln_dist_pipe_held(t->dist, &lo, &hi);
 	float *h = malloc(sizeof(float) * (np + ng + 1));
 	const double t0 = kiln_now_s();
 	kiln_status st;
@@ -182,17 +185,18 @@ static kiln_status histograms(struct trainer *t)
 	trainer_phase(t, KILN_PROF_LOG, 1);
 	st = kiln_dist_zero_settle(t->dist, t->compute);
 	if (!st)
-		st = kiln_device_copy_async(t->dev, h, m->params_d, np * sizeof(float),
-					    KILN_COPY_D2H, t->compute);
+		st = kiln_device_copy_async(t->dev, h + lo, m->params_d + lo,
+					    (hi - lo) * sizeof(float), KILN_COPY_D2H, t->compute);
 	if (!st && ng)
-		st = kiln_device_copy_async(t->dev, h + np, m->grads_d, ng * sizeof(float),
-					    KILN_COPY_D2H, t->compute);
+		st = kiln_device_copy_async(t->dev, h + np + lo, m->grads_d + lo,
+					    ((held ? hi : ng) - lo) * sizeof(float), KILN_COPY_D2H,
+					    t->compute);
 	if (!st)
 		st = kiln_device_stream_sync(t->dev, t->compute);
 	trainer_phase(t, KILN_PROF_LOG, 0);
 	for (int i = 0; !st && i < m->n_params; i++) {
 		const struct model_param *p = &m->params[i];
-		if (p->buffer)
+		if (p->buffer || (held && (p->off < lo || p->off >= hi)))
 			continue;
 		snprintf(tag, sizeof tag, "weights/%s", p->name);
 		kiln_loggers_histogram(t->log, t->step, tag, h + p->off, (size_t)p->numel);
@@ -294,8 +298,12 @@ kiln_status trainer_finish(struct trainer *t)
 {
 	struct kiln_train_result *res = t->res;
 	kiln_status st;
-	kiln_device_mem(t->dev, NULL, &res->device_peak_bytes);
-	size_t hwm;
+	size_t live = 0, hwm;
+	kiln_device_mem(t->dev, &live, &res->device_peak_bytes);
+	/* (stages on ranks: what a stage's rank holds while it trains) */
+	if (t->pipe_P > 1)
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): device memory live after the last step %zu bytes (peak %zu)",
+			 t->rank, t->rank % t->pipe_P, live, res->device_peak_bytes);
 	kiln_rss(NULL, &hwm, 0);
 	res->rss_growth_bytes = hwm > t->rss0 ? hwm - t->rss0 : 0;
 	res->steps = t->step;

@@ -148,6 +148,21 @@ static kiln_status prep_accumulate(struct trainer *t)
 	return KILN_OK;
 }
 
+kiln_status trainer_clip_over(struct trainer *t, size_t n)
+{
+	struct kiln_op op;
+	void *plan = NULL;
+	kiln_op_grad_clip(&op, (int64_t)n);
+	op.f[0] = t->tc.clip_norm;
+	op.f[1] = t->tc.clip_value;
+	kiln_status st = kiln_device_prepare(t->dev, &op, &plan, NULL);
+	if (st)
+		return st;
+	kiln_device_plan_free(t->dev, t->clip);
+	t->clip = plan;
+	return KILN_OK;
+}
+
 /* Clipping and the non-finite check ([train] clip_norm, clip_value,
  * skip_nonfinite): one op over the gradients before each optimizer step,
  * whose finite flag the optimizer reads.  Before optim_prepare. */
@@ -161,16 +176,12 @@ static kiln_status prep_clip(struct trainer *t)
 				  kiln_config_where(t->cfg, "train", "skip_nonfinite"), t->run.precision);
 	if ((!skip && norm <= 0 && value <= 0) || !t->m->n_trainable)
 		return KILN_OK;
-	struct kiln_op op;
-	kiln_op_grad_clip(&op, (int64_t)t->m->n_trainable);
-	op.f[0] = norm;
-	op.f[1] = value;
 	/* with loss scaling the unscale op takes the clip's place: the same
 	 * state and flag, the gradients divided by the device scale first */
 	if (t->m->scaler_d)
 		st = kiln_model_precision_prepare(t->m, norm, value, &t->clip);
 	else
-		st = kiln_device_prepare(t->dev, &op, &t->clip, NULL);
+		st = trainer_clip_over(t, t->m->n_trainable);
 	if (st || (st = kiln_device_alloc(t->dev, 64, (void **)&t->clip_d)) ||
 	    (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->clip_host)))
 		return st;
@@ -363,7 +374,8 @@ static kiln_status build_model(struct trainer *t)
 	/* (t->world: the data-parallel world; [dist] pipeline equal to the
 	 * world averages nothing, so its gradients need no shared memory) */
 	if ((st = kiln_model_create(t->cfg, t->reg, t->dev, &first->input, &t->m)) ||
-	    (t->world > 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
+	    /* ([dist] pipeline: the stage's, kiln_dist_pipe_cut_grads) */
+	    (t->world > 1 && t->pipe_P <= 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
 	    (st = open_streams(t)))
 		return st;
 	if (t->training) {

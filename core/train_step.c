@@ -235,8 +235,10 @@ static kiln_status optim_ops(struct trainer *t)
 		st = trainer_grad_fn(trainer_grad_user, t->dev, t->compute, t->m->grads_d,
 				     t->m->n_trainable, t->step + 1);
 	if (!st && t->clip) { /* GRAD_CLIP, or UNSCALE reading the loss scale */
-		struct kiln_op_args a = { .in = { t->m->grads_d, t->m->scaler_d },
-					  .out = { t->m->grads_d, t->clip_d } };
+		float *g = t->m->grads_d;
+		size_t gn;
+		kiln_dist_pipe_grad_span(t->dist, &g, &gn); /* (a stage's alone) */
+		struct kiln_op_args a = { .in = { g, t->m->scaler_d }, .out = { g, t->clip_d } };
 		trainer_label(t, "clip", KILN_PHASE_OPTIMIZER);
 		/* stages on ranks: the norm and the skip are the pipe's */
 		st = kiln_dist_pipe_norms(t->dist, t->compute);

@@ -19,7 +19,11 @@
 #  4. a checkpoint written by 2 stages resumes on one stage and ends where
 #     the uninterrupted 2-stage run does;
 #  5. `kiln memory` reports each stage's parameters and activations;
-#  6. bad placements are config errors naming the key.
+#  6. bad placements are config errors naming the key;
+#  7. [train] recompute with stages (before session 9: refused): each stage
+#     recomputes its own layers' outputs (an output read on a later stage
+#     is kept), on one device and on device instances of their own, per
+#     layer and by segments: the bytes of the run without recomputation.
 name=pipeline
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -164,9 +168,10 @@ kiln 0 memory "$m" pipeline.micro_batches=4 "model.stages=flat,r1|fc2|r2|fc3,los
 stdout_has "pipeline: 4 stages, 4 micro-batches of 8"
 # fc1: 64 x 32 + 32 floats; fc3: 24 x 16 + 16
 # and the optimizer state a rank of the stage holds (momentum: one slot)
-stdout_matches "^  0 +flat\.\.r1 +0\.008 .* 0\.008$"
-stdout_matches "^  3 +fc3\.\.loss +0\.002 .* 0\.002$"
-stdout_matches "^  2 +r2\.\.r2 +0\.000 .* 0\.000$"
+# and the gradients a rank of the stage holds (its slice + 4 norm slots)
+stdout_matches "^  0 +flat\.\.r1 +0\.008 +0\.008 .* 0\.008$"
+stdout_matches "^  3 +fc3\.\.loss +0\.002 +0\.002 .* 0\.002$"
+stdout_matches "^  2 +r2\.\.r2 +0\.000 +0\.000 .* 0\.000$"
 echo "ok: kiln memory reports each stage"
 
 # ---- 6. errors -----------------------------------------------------------------
@@ -179,3 +184,24 @@ stderr_has "stage 1 must run from layer 'fc2'"
 kiln 2 train "$m" pipeline.micro_batches=5
 stderr_has "not a multiple of [pipeline] micro_batches = 5"
 echo "ok: placement errors"
+
+# ---- 7. recompute with stages --------------------------------------------------
+# stage 0 flat..r2, stage 1 fc3..loss: fc1's output (relu fused) is read by
+# fc2 on stage 0 and recomputed there, fc3's by the loss on stage 1; fc2's
+# is read on stage 1, so it is kept (a replay across the cut would read
+# stage 0's activations on stage 1)
+set -- pipeline.micro_batches=4 "model.stages=flat,r2|fc3,loss"
+rcl="layer.fc1.recompute=1 layer.fc2.recompute=1 layer.fc3.recompute=1"
+kiln 0 train "$m" run.out_dir="$tmp/rc0" "$@"
+kiln 0 train "$m" run.out_dir="$tmp/rc1" "$@" $rcl
+stderr_has "2 layers' outputs recomputed in the backward (by stage: 1, 1)"
+kiln 0 train "$m" run.out_dir="$tmp/rc2" "$@" $rcl run.devices=cpu:0,cpu:1 run.threads=2
+stderr_has "2 layers' outputs recomputed in the backward (by stage: 1, 1)"
+kiln 0 train "$m" run.out_dir="$tmp/rc3" "$@" $rcl pipeline.schedule=gpipe
+kiln 0 train "$m" run.out_dir="$tmp/rc4" "$@" train.recompute=2
+stderr_has "recompute: 2 segments"
+for r in rc1 rc2 rc3 rc4; do
+	"$tool" same "$(ck rc0 6)" "$(ck $r 6)" params optim.momentum ||
+		fail "$r: recomputation in stages differs from none"
+done
+echo "ok: recompute with stages equals none"

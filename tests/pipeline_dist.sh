@@ -30,7 +30,8 @@
 #     gradient at step 3 (tests/train_nan, on rank 1 only) skips step 3 on
 #     both ranks: they end where one process with the same NaN does;
 #  8. bf16 compute: 2 stages on 2 ranks equal one process (stage 1's rank
-#     refreshes its compute copy of the parameters);
+#     refreshes its compute copy of the parameters), each rank holding its
+#     stage's gradients alone (session 9; the parameters whole);
 #  9. [dist] sync_bn within each stage's data-parallel ranks: an MLP with a
 #     batchnorm on each stage, P = 2 x D = 2 (batch 16 a pipe, one
 #     micro-batch) ends with the parameters, running statistics and
@@ -40,7 +41,16 @@
 #     [dist] zero = 1 (each rank updating and holding half its stage's
 #     slice) equals one process with SGD, AdamW and clip_norm, and its
 #     checkpoints resume in one process and on 2 stages on 2 ranks, and
-#     one process's resumes on it (before session 8: refused).
+#     one process's resumes on it (before session 8: refused), each rank
+#     holding its stage's parameters and gradients alone (session 9);
+# 11. a rank holds its stage's parameters and gradients alone (session 9):
+#     each rank's log says its stage's floats (section 1's runs), and on an
+#     MLP whose stage 1 holds 99% of the weights, stage 0's rank has less
+#     device memory live after the last step than the whole model's
+#     parameters alone; with evaluations, checkpoints and keep_best every 2
+#     steps (each a gather of the whole parameters, released after) the run
+#     equals one process (test losses too); and [train] recompute on 2
+#     stages on 2 ranks, each recomputing its own layers, equals it too.
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -113,6 +123,14 @@ for r in "g2 0 0 2080 0.00793" "g2 1 1 1200 0.00458" "g4 2 2 0 0" "g4 3 3 400 0.
 	set -- $r
 	grep -q "rank $2 (pipeline stage $3): the optimizer steps the stage's $4 of 3280 floats; optimizer state $5 MiB instead of 0.0125 MiB" "$tmp/$1.log" ||
 		{ bad "$1: rank $2 does not step its stage's $4 floats alone"; grep "optimizer steps" "$tmp/$1.log"; }
+done
+# ... and its parameters and gradients its stage's alone (+ P norm slots;
+# bytes = floats x 4; before session 9 every rank held 3280 + 3280)
+for r in "g2 0 0 2080 2082 16648" "g2 1 1 1200 1202 9608" "g4 2 2 0 4 16" \
+	"g4 3 3 400 404 3216" "g22 3 1 1200 1202 9608"; do
+	set -- $r
+	grep -q "rank $2 (pipeline stage $3): holds the stage's parameters and gradients alone: $4 + $5 floats, $6 bytes allocated (the whole model's: 3280 + 3280 floats)" "$tmp/$1.log" ||
+		{ bad "$1: rank $2 does not hold its stage's parameters and gradients alone"; grep "holds the stage's\|stay allocated" "$tmp/$1.log"; }
 done
 [ "$(grep -c "no gradient buckets: pipeline stage [01] has one rank" "$tmp/g2.log")" = 2 ] ||
 	{ bad "g2: a stage of one rank has gradient buckets"; grep "bucket" "$tmp/g2.log"; }
@@ -280,6 +298,10 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-amp.so" ]; then
 	run b1 0 32 run.precision=bf16 "$two"
 	run b2 2 32 dist.pipeline=2 "$two" run.precision=bf16
 	near b1 b2 "bf16, 2 stages on 2 ranks"
+	# the gradients are the stage's; the parameters whole (the compute
+	# copy's cast reads the whole buffer; session 9)
+	grep -q "rank 0 (pipeline stage 0): holds the stage's gradients alone: 2082 floats, 8328 bytes allocated (the whole model's: 3280 floats); the whole parameters stay allocated here: low-precision compute" "$tmp/b2.log" ||
+		{ bad "b2: rank 0 does not hold stage 0's gradients alone"; grep "holds the\|stay allocated" "$tmp/b2.log"; }
 	echo "ok: bf16 on 2 stages on 2 ranks equals one process"
 fi
 # ---- 10. ZeRO-1 within each stage's data-parallel ranks -------------------------------
@@ -295,6 +317,9 @@ for r in "0 1040 0 2080 2080" "2 1040 0 2080 2080" "1 592 2080 3264 3280" "3 592
 	grep -q "ZeRO-1: rank $1 updates $2 floats, 1/2 of each of [0-9]* gradient bucket(s) over \[$3, $4), and the replicated tail \[$4, $5)" "$tmp/z22.log" ||
 		{ bad "z22: rank $1 does not update half its stage's slice"; grep "ZeRO-1:" "$tmp/z22.log"; }
 done
+# ... and holds its stage's parameters and gradients alone (session 9)
+[ "$(grep -c "rank [0-3] (pipeline stage [01]): holds the stage's parameters and gradients alone" "$tmp/z22.log")" = 4 ] ||
+	{ bad "z22: not every rank holds its stage's parameters and gradients alone"; grep "holds the stage's\|stay allocated" "$tmp/z22.log"; }
 run zc 4 16 $z train.clip_norm=0.05
 near oc zc "ZeRO-1, P = 2 x D = 2, clip_norm 0.05"
 # AdamW: a P = 2 x D = 2 ZeRO-1 checkpoint at step 3 resumes in one
@@ -334,4 +359,41 @@ run bn 4 16 dist.pipeline=2 "$two"
 "$tool" close "$(ck bo 6)" "$(ck bn 6)" 2e-5 buffers > /dev/null 2>&1 &&
 	bad "without sync_bn, P = 2 x D = 2 equals one process too: the sync_bn check cannot fail"
 echo "ok: sync_bn over each stage's data-parallel ranks equals one process"
+
+# ---- 11. parameters and gradients per stage; recompute on ranks ------------------------
+ini="$tmp/wide.ini"
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	ini_layers flat:flatten fc1:linear:out=32 r1:relu fc2:linear:out=512:stage=1 r2:relu \
+		fc3:linear:out=512 r3:relu fc4:linear:out=16 loss:softmax_xent
+	ini_sgd_steps 4 log_every=2 eval=1 eval_every=2 checkpoint_every=2 keep_best=1
+	ini pipeline micro_batches=4
+	ini dist timeout=20
+} > "$ini"
+run wo 0 32
+run wr 2 32 dist.pipeline=2
+"$tool" same "$(ck wo 4)" "$(ck wr 4)" params optim.momentum ||
+	bad "2 stages on 2 ranks with evaluations and checkpoints differ from one process"
+[ "$(grep "test loss" "$tmp/wo.log" | sort -u)" = "$(grep "test loss" "$tmp/wr.log" | sort -u)" ] ||
+	{ bad "the ranks' test losses differ from one process's"; grep "test loss" "$tmp/wo.log" "$tmp/wr.log"; }
+# stage 0 holds fc1's 2080 floats; the whole model's parameters alone are
+# 289840 floats, 1159360 bytes (before session 9 every rank held them and
+# their gradients, 2318720 bytes, besides its activations)
+grep -q "rank 0 (pipeline stage 0): holds the stage's parameters and gradients alone: 2080 + 2082 floats, 16648 bytes allocated (the whole model's: 289840 + 289840 floats)" "$tmp/wr.log" ||
+	bad "wr: rank 0 does not hold stage 0's parameters and gradients alone"
+live=$(sed -n 's/.*rank 0 (pipeline stage 0): device memory live after the last step \([0-9]*\) bytes.*/\1/p' "$tmp/wr.log")
+[ -n "$live" ] && [ "$live" -lt 1159360 ] ||
+	{ bad "wr: stage 0's rank has '$live' bytes live after the last step, not below the whole model's parameters (1159360)"; grep "live after" "$tmp/wr.log"; }
+# recompute: fc1's output (relu fused) read on stage 0 is recomputed there,
+# fc3's on stage 1; fc2's, read across the cut, is kept
+cut="layer.fc2.stage=0 layer.fc3.stage=1"
+rcl="layer.fc1.recompute=1 layer.fc2.recompute=1 layer.fc3.recompute=1"
+run wc 0 32 $cut
+run wrc 2 32 dist.pipeline=2 $cut $rcl
+[ "$(grep -c "2 layers' outputs recomputed in the backward (by stage: 1, 1)" "$tmp/wrc.log")" -ge 2 ] ||
+	{ bad "wrc: each stage does not recompute its own layer"; grep "recompute" "$tmp/wrc.log"; }
+"$tool" same "$(ck wc 4)" "$(ck wrc 4)" params optim.momentum ||
+	bad "recompute on 2 stages on 2 ranks differs from one process without"
+echo "ok: a rank holds its stage's parameters and gradients alone; recompute on ranks equals none"
 exit $fail

@@ -379,7 +379,10 @@ struct kiln_train_result {
  * number.  It may enqueue device ops on the stream (tests inject an
  * overflow this way) and must not wait for the device.  A nonzero return
  * stops the run with that status.  NULL removes it.  Not thread-safe
- * against a running kiln_train. */
+ * against a running kiln_train.  With [dist] pipeline a rank holds its
+ * stage's gradients alone: only that stage's elements of grads[0, n) are
+ * allocated there (docs/pipeline.md, "Parameters and gradients per
+ * stage"). */
 struct kiln_device;
 typedef kiln_status (*kiln_grad_hook_fn)(void *user, struct kiln_device *dev, void *stream,
 					 float *grads, size_t n, int64_t step);

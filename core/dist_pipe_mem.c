@@ -1,0 +1,247 @@
+/* core/dist_pipe_mem.c - [dist] pipeline = P: a rank holds its stage's
+ * parameters and gradients alone (docs/pipeline.md, "Stages on ranks",
+ * "Parameters and gradients per stage").
+ *
+ * The flat buffers keep the whole model's offsets: every plan, bucket and
+ * optimizer view addresses a stage's tensors by them.  A rank allocates
+ * only its stage's slice [lo, hi) and points m->params_d and m->grads_d
+ * lo floats before it (the stage's own layers, the only ones it runs,
+ * read and write inside the slice; nothing below lo or from hi on is
+ * touched while training).  The gradients are cut when the pipe opens,
+ * before anything writes them: [P norm slots | hi - lo floats], the slots
+ * holding the other stages' gradient norms for the clip and non-finite
+ * check (kiln_dist_pipe_norms).  The parameters are cut after the
+ * start-up broadcast or the resume (kiln_dist_pipe_shard), which work on
+ * the whole model.  kiln_dist_pipe_gather makes them whole again for a
+ * checkpoint, an evaluation and the end of training, in a buffer that
+ * kiln_dist_pipe_release frees.  Which combinations keep which buffer
+ * whole: grads_why, params_why. */
+#include "dist_impl.h"
+#include "pipeline.h"
+
+/* Why this rank keeps the whole gradient buffer (NULL: it can cut it). */
+static const char *grads_why(const struct kiln_dist *d, const struct kiln_model *m)
+{
+	if (!d->pipe_P || !m->n_trainable)
+		return "";
+	if (m->optim_info.shard == KILN_OPTIM_SHARD_NONE)
+		return "the optimizer reads whole tensors through the whole model's offsets";
+	if (m->scaler_d)
+		return "loss scaling: the unscale op runs over the whole buffer";
+	return NULL;
+}
+
+/* ... and the whole parameters, where the gradients are cut. */
+static const char *params_why(const struct kiln_model *m)
+{
+	if (m->params_c || m->cdtype != KILN_F32)
+		return "low-precision compute: the compute copy is cast from the whole buffer";
+	if (m->n_elems != m->n_trainable)
+		return "frozen parameters, laid out after every stage's trainable ones";
+	for (int i = 0; i < m->n_layers; i++)
+		if (m->layers[i].tie >= 0 && kiln_pipe_stage(m, i) != kiln_pipe_stage(m, m->layers[i].tie))
+			return "a weight tied across stages (its user's rank receives it at the owner's offset)";
+	return NULL;
+}
+
+static size_t slice_n(const struct kiln_dist *d)
+{
+	const int s = d->pipe_stage;
+	return d->pipe_hi[s] > d->pipe_lo[s] ? d->pipe_hi[s] - d->pipe_lo[s] : 0;
+}
+
+/* n floats at p set to 0 on the compute stream, waited for. */
+static kiln_status zero_floats(struct kiln_device *dev, float *p, size_t n, void *compute)
+{
+	struct kiln_op op;
+	void *fill = NULL;
+	int64_t ne = (int64_t)n;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_FILL;
+	op.n_out = 1;
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &ne);
+	kiln_status st = kiln_device_prepare(dev, &op, &fill, NULL);
+	if (st)
+		return st;
+	struct kiln_op_args a = { .out = { p } };
+	st = kiln_device_run(dev, fill, &a, compute);
+	kiln_status st2 = kiln_device_stream_sync(dev, compute);
+	kiln_device_plan_free(dev, fill);
+	return st ? st : st2;
+}
+
+/* The stage's gradients: [P slots | n] in the stage group's shared memory
+ * (share: D > 1 and the communicator has it) or the device's. */
+static kiln_status alloc_grads(struct kiln_dist *d, struct kiln_model *m, int share,
+			       size_t floats, float **out, int *foreign)
+{
+	void *mem = NULL;
+	kiln_status st = KILN_ENOTSUP;
+	*foreign = 0;
+	if (share && d->ops->version >= 3 && d->ops->alloc_shared) {
+		st = d->ops->alloc_shared(d->gctx ? d->gctx : d->ctx, floats * sizeof(float), &mem);
+		if (st && st != KILN_ENOTSUP)
+			return st;
+		if (st)
+			kiln_log(KILN_LOG_INFO, "dist", "the stage's gradients in device memory, allreduced through the communicator's own buffers (%s)",
+				 kiln_last_error());
+	}
+	if (!st) {
+		memset(mem, 0, floats * sizeof(float));
+		*foreign = 1;
+		*out = mem;
+		kiln_log(KILN_LOG_INFO, "dist", "the stage's gradients (%.3g MiB) in memory every rank's %s reaches: bucket allreduces copy nothing",
+			 (double)(floats * sizeof(float)) / 1048576.0, d->plugin->name);
+		return KILN_OK;
+	}
+	if ((st = kiln_device_alloc(m->dev, floats * sizeof(float), &mem)))
+		return st;
+	*out = mem;
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
+				     void *compute)
+{
+	const char *why = d ? grads_why(d, m) : "";
+	kiln_status st;
+	if (d)
+		d->m = m;
+	if (why) {
+		if (*why)
+			kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): the whole model's parameters and gradients stay allocated here: %s",
+				 d->env.rank, d->pipe_stage, why);
+		/* (the gradients' shared memory, as without a pipeline) */
+		return share ? kiln_dist_share_grads(d, m) : KILN_OK;
+	}
+	const int P = d->pipe_P;
+	const size_t n = slice_n(d), lo = d->pipe_lo[d->pipe_stage];
+	float *g = NULL;
+	int foreign = 0;
+	/* (ZeRO-1 reduce-scatters from device memory: no shared gradients) */
+	if ((st = alloc_grads(d, m, share && !d->zero, (size_t)P + n, &g, &foreign)))
+		return st;
+	if (!foreign && (st = zero_floats(m->dev, g, (size_t)P + n, compute))) {
+		kiln_device_free(m->dev, g);
+		return st;
+	}
+	if (!m->grads_foreign)
+		kiln_device_free(m->dev, m->grads_d);
+	d->pipe_gbuf = g;
+	m->grads_d = g + P - lo; /* (offsets in [lo, hi) only) */
+	m->grads_foreign = foreign;
+	d->pipe_cut = 1;
+	return KILN_OK;
+}
+
+/* *out: `floats` new floats, n of them from src copied in at `at` on the
+ * compute stream (freed again on failure). */
+static kiln_status alloc_copy(struct kiln_dist *d, size_t floats, size_t at, const float *src,
+			      size_t n, void *compute, float **out)
+{
+	float *p = NULL;
+	kiln_status st = kiln_device_alloc(d->dev, (floats ? floats : 1) * sizeof(float), (void **)&p);
+	if (st)
+		return st;
+	if (n && (st = kiln_device_copy_async(d->dev, p + at, src, n * sizeof(float), KILN_COPY_D2D,
+					      compute))) {
+		kiln_device_free(d->dev, p);
+		return st;
+	}
+	*out = p;
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const size_t n = slice_n(d), lo = d->pipe_lo[d->pipe_stage];
+	const size_t held = (n + (n + (size_t)d->pipe_P)) * sizeof(float);
+	float *p = NULL;
+	kiln_status st;
+	const char *why = params_why(m);
+	if (!d->pipe_cut || d->pipe_pbuf)
+		return KILN_OK;
+	if (why) {
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): holds the stage's gradients alone: %zu floats, %zu bytes allocated (the whole model's: %zu floats); the whole parameters stay allocated here: %s",
+			 d->env.rank, d->pipe_stage, n + (size_t)d->pipe_P,
+			 (n + (size_t)d->pipe_P) * sizeof(float), m->n_elems, why);
+		return KILN_OK;
+	}
+	if ((st = alloc_copy(d, n, 0, m->params_d + lo, n, compute, &p)))
+		return st;
+	if ((st = kiln_device_stream_sync(d->dev, compute))) {
+		kiln_device_free(d->dev, p);
+		return st;
+	}
+	kiln_device_free(d->dev, m->params_d);
+	d->pipe_pbuf = p;
+	m->params_d = p - lo;
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): holds the stage's parameters and gradients alone: %zu + %zu floats, %zu bytes allocated (the whole model's: %zu + %zu floats)",
+		 d->env.rank, d->pipe_stage, n, n + (size_t)d->pipe_P, held, m->n_elems, m->n_elems);
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute)
+{
+	const size_t n = slice_n(d), lo = d->pipe_lo[d->pipe_stage];
+	kiln_status st;
+	if (!d->pipe_pbuf || d->pipe_pwhole)
+		return KILN_OK;
+	/* the other stages' parameters are overwritten by the gather */
+	if ((st = alloc_copy(d, d->m->n_elems, lo, d->pipe_pbuf, n, compute, &d->pipe_pwhole)))
+		return st;
+	d->m->params_d = d->pipe_pwhole;
+	return KILN_OK;
+}
+
+kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute)
+{
+	if (!d || !d->pipe_pwhole)
+		return KILN_OK;
+	/* what read the whole buffer (a checkpoint's copy, an evaluation) is
+	 * done with it once the stream is */
+	kiln_status st = kiln_device_stream_sync(d->dev, compute);
+	if (st)
+		return st;
+	d->m->params_d = d->pipe_pbuf - d->pipe_lo[d->pipe_stage];
+	kiln_device_free(d->dev, d->pipe_pwhole);
+	d->pipe_pwhole = NULL;
+	return KILN_OK;
+}
+
+int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi)
+{
+	if (!d || !d->pipe_cut || d->pipe_pwhole)
+		return 0;
+	*lo = d->pipe_lo[d->pipe_stage];
+	*hi = d->pipe_hi[d->pipe_stage];
+	return 1;
+}
+
+int kiln_dist_pipe_grad_span(const struct kiln_dist *d, float **g, size_t *n)
+{
+	if (!d || !d->pipe_cut)
+		return 0;
+	*g = d->pipe_gbuf;
+	*n = (size_t)d->pipe_P + slice_n(d);
+	return 1;
+}
+
+void kiln_dist_pipe_mem_free(struct kiln_dist *d)
+{
+	struct kiln_model *m = d->m;
+	if (!d->pipe_cut)
+		return;
+	/* the model frees what its pointers address: give it the buffers */
+	if (m && d->pipe_pwhole) {
+		kiln_device_free(d->dev, d->pipe_pbuf);
+		m->params_d = d->pipe_pwhole;
+	} else if (m && d->pipe_pbuf) {
+		m->params_d = d->pipe_pbuf;
+	}
+	if (m)
+		m->grads_d = d->pipe_gbuf;
+	d->pipe_pbuf = d->pipe_pwhole = d->pipe_gbuf = NULL;
+	d->pipe_cut = 0;
+}
