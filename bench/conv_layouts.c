@@ -9,6 +9,9 @@
  *   blocked          activations `any` (oneDNN picks, nChw8c on AVX2) with
  *                    bias + ReLU: the layout ONNX Runtime keeps (NCHWc)
  *   blocked+sum      the same with the sum post-op
+ *   nhwc+add         nhwc with a binary add post-op of a whole nhwc tensor
+ *                    (the residual read from its own buffer: what kiln's
+ *                    KILN_OPF_RESIDUAL runs) before the ReLU
  *
  * forward_inference, weights in the kernel's own layout (reordered once,
  * untimed); activations are already in the layout measured (no reorders
@@ -34,8 +37,9 @@
 		}                                                                              \
 	} while (0)
 
-enum { V_NHWC, V_NHWC_SUM, V_BLOCKED, V_BLOCKED_SUM, N_VARIANT };
-static const char *const variant_name[N_VARIANT] = { "nhwc", "nhwc+sum", "blocked", "blocked+sum" };
+enum { V_NHWC, V_NHWC_SUM, V_BLOCKED, V_BLOCKED_SUM, V_NHWC_ADD, N_VARIANT };
+static const char *const variant_name[N_VARIANT] = { "nhwc", "nhwc+sum", "blocked", "blocked+sum",
+						     "nhwc+add" };
 
 /* The ResNet example's convolutions: in channels, in size, out channels,
  * kernel, stride (padding kernel / 2). */
@@ -98,6 +102,8 @@ static dnnl_primitive_desc_t conv_pd(const struct conv_shape *s, int N, int v)
 	TRY(dnnl_post_ops_create(&po));
 	if (v == V_NHWC_SUM || v == V_BLOCKED_SUM)
 		TRY(dnnl_post_ops_append_sum(po, 1.0f));
+	if (v == V_NHWC_ADD)
+		TRY(dnnl_post_ops_append_binary(po, dnnl_binary_add, &y));
 	TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
 	TRY(dnnl_primitive_attr_set_post_ops(attr, po));
 	TRY(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL));
@@ -119,19 +125,23 @@ static double conv_ms(const struct conv_shape *s, int N, int v, int iters, char 
 	const dnnl_query_t q[4] = { dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md,
 				    dnnl_query_weights_md };
 	const int arg[4] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS };
-	dnnl_exec_arg_t args[4];
+	dnnl_exec_arg_t args[5];
+	const int n_args = v == V_NHWC_ADD ? 5 : 4;
 	for (int k = 0; k < 4; k++)
 		args[k] = (dnnl_exec_arg_t){ arg[k], filled(dnnl_primitive_desc_query_md(pd, q[k], k == 3 ? 1 : 0)) };
+	if (v == V_NHWC_ADD) /* the residual: y's shape and layout */
+		args[4] = (dnnl_exec_arg_t){ DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+					     filled(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)) };
 	double best = 1e300;
 	for (int r = -2; r < iters; r++) { /* two warm-up calls */
 		const double t0 = cpu_ms();
-		TRY(dnnl_primitive_execute(prim, stream, 4, args));
+		TRY(dnnl_primitive_execute(prim, stream, n_args, args));
 		TRY(dnnl_stream_wait(stream));
 		const double t = cpu_ms() - t0;
 		if (r >= 0 && t < best)
 			best = t;
 	}
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < n_args; k++)
 		dnnl_memory_destroy(args[k].memory);
 	dnnl_primitive_destroy(prim);
 	dnnl_primitive_desc_destroy(pd);
@@ -171,7 +181,8 @@ int main(int argc, char **argv)
 			sum[v] += ms;
 			printf(" %11.2f", ms);
 		}
-		printf("  %s / %s\n", impl[V_NHWC], impl[V_BLOCKED]);
+		printf("  %s / %s / %s / %s\n", impl[V_NHWC], impl[V_NHWC_SUM], impl[V_BLOCKED],
+		       impl[V_NHWC_ADD]);
 		fflush(stdout);
 	}
 	printf("%-9s %7.2f", "total", gflop);

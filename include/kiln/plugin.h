@@ -83,7 +83,10 @@ extern "C" {
  *      ReLU, in the same pass; kiln/ops.h).  A device that has not got it
  *      returns KILN_ENOTSUP and the caller runs BIAS_GRAD apart.
  * 2.10: KILN_OP_ADD may write a u8 out0 in inference (two f32 inputs, the
- *      output scale in f[0], the ReLU implied; kiln/ops.h). */
+ *      output scale in f[0], the ReLU implied; kiln/ops.h).
+ * 2.11 (pending: the coordinator bumps the minor): KILN_OPF_RESIDUAL on
+ *      CONV, a residual input added before the fused activation
+ *      (inference; kiln/ops.h). */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 10
 

@@ -39,6 +39,12 @@
  * of 4-wide SSE adds after its JIT part, up to 2.5x the op's time at 2
  * threads (docs/PERFORMANCE.md, "Issue 22, session 8").
  *
+ * A residual in the epilogue (KILN_OPF_RESIDUAL, inference; f32 NHWC):
+ * oneDNN's binary add post-op reads the last input r, in y's layout,
+ * before the eltwise one of a fused activation, so a ResNet block's
+ * conv, add and ReLU are one pass over y.  Elsewhere KILN_ENOTSUP (the
+ * layer runs the CONV, an ADD and the ACT).
+ *
  * oneDNN's dilation is PyTorch's minus one.  Right padding is given equal
  * to the left one: oneDNN rounds the output size down like PyTorch, so the
  * rows a floor drops are never read.
@@ -109,6 +115,7 @@ struct conv_build {
 	int acc;                       /* BWD_WEIGHTS adds into dw, db */
 	int own_db;                    /* BWD_WEIGHTS: db by conv_run_db, not oneDNN */
 	int keep; /* KILN_OPF_KEEP: the kept copies (conv_layouts) */
+	int res;  /* KILN_OPF_RESIDUAL: in[n_in - 1] added before the activation */
 	dnnl_data_type_t adt, wdd, kdt;
 	int64_t N, C, H, W, O, Cg, KH, KW, OH, OW, g;
 	dnnl_dims_t strides, dil, pad;
@@ -132,9 +139,14 @@ static kiln_status conv_roles(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	const struct kiln_op *op = &p->op;
 	const int type = op->type;
 	b->keep = (op->flags & KILN_OPF_KEEP) != 0;
+	b->res = (op->flags & KILN_OPF_RESIDUAL) != 0;
 	if (type == KILN_OP_CONV) {
 		b->x = &op->in[0], b->w = &op->in[1], b->y = &op->out[0];
-		b->has_bias = op->n_in == 3;
+		b->has_bias = op->n_in - b->res == 3;
+		/* the binary post-op reads r as y is stored: plain NHWC f32, which
+		 * the kernel writes as it is (a blocked NCHW y would not match) */
+		if (b->res && (b->x->dtype != KILN_F32 || !cpu_nhwc(b->x) || b->keep))
+			return cpu_bad(c, op, KILN_ENOTSUP, "a residual epilogue on f32 NHWC only");
 	} else if (type == KILN_OP_CONV_BWD_DATA) {
 		if (op->flags & KILN_OPF_ACCUMULATE)
 			/* oneDNN 2.6 has no sum post-op on backward data. */
@@ -248,10 +260,14 @@ static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struc
 		dnnl_post_ops_destroy(po);
 		CPU_DNN_TRY(s2);
 	}
-	if (p->op.flags & KILN_OPF_ACT) { /* the fused activation: CONV only (opcheck) */
+	if ((p->op.flags & KILN_OPF_ACT) || b->res) { /* CONV only (opcheck) */
+		/* the residual (binary add of r, y's layout), then the fused activation */
 		dnnl_post_ops_t po = NULL;
 		CPU_DNN_TRY(dnnl_post_ops_create(&po));
-		dnnl_status_t s1 = cpu_dnn_post_act(po, &p->op);
+		dnnl_status_t s1 = b->res ? dnnl_post_ops_append_binary(po, dnnl_binary_add, &t[TY].user)
+					  : dnnl_success;
+		if (s1 == dnnl_success && (p->op.flags & KILN_OPF_ACT))
+			s1 = cpu_dnn_post_act(po, &p->op);
 		dnnl_status_t s2 = s1 == dnnl_success ? dnnl_primitive_attr_set_post_ops(b->attr, po) : s1;
 		dnnl_post_ops_destroy(po);
 		CPU_DNN_TRY(s2);
@@ -441,7 +457,7 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 	const int type = p->op.type;
 	struct cpu_dnn *d = p->dnn;
 	struct conv_tens *t = b->t;
-	int m_b = -1, m_bu = -1, m_sp = -1;
+	int m_b = -1, m_bu = -1, m_sp = -1, m_r = -1;
 	for (int k = 0; k < 3; k++) {
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &t[k].user, t[k].bind, t[k].idx, 0, &t[k].m_user));
 		t[k].m_kern = t[k].m_user;
@@ -458,6 +474,8 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 	if (cpu_dnn_scratch(b->pd))
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(b->pd, dnnl_query_scratchpad_md, 0),
 					CPU_BIND_WS, 0, 0, &m_sp));
+	if (b->res) /* the residual: the last input, y's layout */
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, &t[TY].user, CPU_BIND_IN, p->op.n_in - 1, 0, &m_r));
 
 	int arg[CPU_DNN_ARGS], mem[CPU_DNN_ARGS], n = 0;
 #define ARG(a_, m_) (arg[n] = (a_), mem[n] = (m_), n++)
@@ -470,6 +488,8 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 				ARG(type == KILN_OP_CONV ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, m_b);
 			if (m_sp >= 0)
 				ARG(DNNL_ARG_SCRATCHPAD, m_sp);
+			if (m_r >= 0)
+				ARG(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, m_r);
 			CPU_DNN_TRY(cpu_dnn_step(d, b->pd, n, arg, mem));
 			continue;
 		}
