@@ -89,6 +89,10 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 	else
 		st = KILN_OK;
+	/* the CPU's fastest convolution kernels, timed once per shape when the
+	 * plan is prepared, unless the config chose ([plugin.cpu] conv_impl) */
+	if (!st && !kiln_config_get(cfg, "plugin.cpu", "conv_impl"))
+		st = kiln_config_override(cfg, "plugin.cpu.conv_impl=auto");
 	const int is_ckpt = weights && kiln_ckpt_is_checkpoint(weights);
 	/* a quantized model: the config's model's shape, its weights the file's;
 	 * with no checkpoint, init_from or the seeded initial weights, with a
@@ -164,8 +168,8 @@ static kiln_status infer_fold(struct kiln_infer *m)
 		kiln_model_free(fm);
 		return m->quantized ? kiln_error_wrap(st, "%s", m->quantized) : st;
 	}
-	kiln_log(KILN_LOG_INFO, "infer", "folded: %d layers removed (batchnorm into conv/linear, dropout), [run] fuse = 1%s",
-		 n, qf ? "; INT8 conv/linear" : "");
+	kiln_log(KILN_LOG_INFO, "infer", "folded: %d layers removed (batchnorm into conv/linear, dropout%s), [run] fuse = 1%s",
+		 n, qf || m->no_residual ? "" : ", residual add into conv", qf ? "; INT8 conv/linear" : "");
 	kiln_model_free(m->t.m);
 	m->t.m = fm;
 	return KILN_OK;

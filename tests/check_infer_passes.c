@@ -176,12 +176,14 @@ static int count_type(struct kiln_config *cfg, const char *type)
 
 /* Fold model `layers` (in `layout`) with kiln_infer_fold_config_ex's
  * flags, the folded config then run in layout `run_as` (NULL: the
- * device's, as folded); removed: the layers the pass must drop (all its
+ * device's, as folded) with the CPU's [plugin.cpu] conv_impl = impl
+ * (NULL: unset); removed: the layers the pass must drop (all its
  * batchnorms and dropouts unless bn_left, and with KILN_FOLD_RESIDUAL
  * adds, of which adds_left must stay); wname: a folded weight of n
  * elements that must change (n = 0: none). */
 static void check_fold_ex(const char *layers, const char *layout, int flags, const char *run_as,
-			  int removed, int bn_left, int adds_left, const char *wname, int64_t n)
+			  const char *impl, int removed, int bn_left, int adds_left, const char *wname,
+			  int64_t n)
 {
 	char ini[8192];
 	struct rig a, f;
@@ -204,6 +206,11 @@ static void check_fold_ex(const char *layers, const char *layout, int flags, con
 	if (run_as) {
 		char kv[64];
 		snprintf(kv, sizeof kv, "model.layout=%s", run_as);
+		ck_assert(kiln_config_override(fcfg, kv) == 0);
+	}
+	if (impl) { /* [plugin.cpu] conv_impl: another of oneDNN's kernels */
+		char kv[64];
+		snprintf(kv, sizeof kv, "plugin.cpu.conv_impl=%s", impl);
 		ck_assert(kiln_config_override(fcfg, kv) == 0);
 	}
 	for (int i = 0; kiln_config_section(fcfg, i); i++) {
@@ -242,7 +249,7 @@ out:
 static void check_fold(const char *layers, const char *layout, int removed, int bn_left,
 		       const char *wname, int64_t n)
 {
-	check_fold_ex(layers, layout, 0, NULL, removed, bn_left, 0, wname, n);
+	check_fold_ex(layers, layout, 0, NULL, NULL, removed, bn_left, 0, wname, n);
 }
 
 START_TEST(mlp_folds)
@@ -288,16 +295,21 @@ static const char resnet2[] =
 
 START_TEST(resnet_residual_folds)
 {
-	/* 4 batchnorms and the add */
-	check_fold_ex(resnet, "nhwc", KILN_FOLD_RESIDUAL, NULL, 5, 0, 0, "down.weight", 16 * 8);
-	check_fold_ex(resnet, "nchw", KILN_FOLD_RESIDUAL, NULL, 5, 0, 0, "a2.weight", 16 * 16 * 9);
+	/* 4 batchnorms and the add; oneDNN's first kernels, then its second
+	 * and third (the residual and ReLU post-ops on each), then the timed
+	 * choice */
+	static const char *const impl[] = { NULL, "1", "2", "auto" };
+	for (int k = 0; k < 4; k++) {
+		check_fold_ex(resnet, "nhwc", KILN_FOLD_RESIDUAL, NULL, impl[k], 5, 0, 0, "down.weight", 16 * 8);
+		check_fold_ex(resnet2, "nhwc", KILN_FOLD_RESIDUAL, NULL, impl[k], 5, 0, 0, "b2.weight", 8 * 8 * 9);
+	}
+	check_fold_ex(resnet, "nchw", KILN_FOLD_RESIDUAL, NULL, NULL, 5, 0, 0, "a2.weight", 16 * 16 * 9);
 	/* the fallback: the CPU takes KILN_OPF_RESIDUAL on NHWC only */
-	check_fold_ex(resnet, "nchw", KILN_FOLD_RESIDUAL, "nchw", 5, 0, 0, "a2.weight", 16 * 16 * 9);
+	check_fold_ex(resnet, "nchw", KILN_FOLD_RESIDUAL, "nchw", NULL, 5, 0, 0, "a2.weight", 16 * 16 * 9);
 	/* stem_bn, b1_bn, b2_bn and both adds (add2: into c1, without a ReLU) */
-	check_fold_ex(resnet2, "nhwc", KILN_FOLD_RESIDUAL, NULL, 5, 0, 0, "b2.weight", 8 * 8 * 9);
-	check_fold_ex(resnet2, "nhwc", KILN_FOLD_RESIDUAL, "nchw", 5, 0, 0, "b2.weight", 8 * 8 * 9);
+	check_fold_ex(resnet2, "nhwc", KILN_FOLD_RESIDUAL, "nchw", NULL, 5, 0, 0, "b2.weight", 8 * 8 * 9);
 	/* without the flag the adds stay */
-	check_fold_ex(resnet2, "nhwc", 0, NULL, 3, 0, 2, "b2.weight", 8 * 8 * 9);
+	check_fold_ex(resnet2, "nhwc", 0, NULL, NULL, 3, 0, 2, "b2.weight", 8 * 8 * 9);
 }
 END_TEST
 

@@ -305,6 +305,49 @@ out:
 	return st;
 }
 
+/* An implementation oneDNN would not be asked for by choice: its
+ * reference loops, and the im2col + GEMM one. */
+static int conv_impl_skipped(const char *name)
+{
+	return !strncmp(name, "ref", 3) || strstr(name, "gemm") != NULL;
+}
+
+/* b->fwd: oneDNN's p->conv_impl-th distinct implementation of desc (0:
+ * its first; tune.c times them); KILN_ENOTSUP, with no message, when it
+ * offers fewer. */
+static kiln_status conv_pick(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b,
+			     const dnnl_convolution_desc_t *desc)
+{
+	kiln_status st = KILN_OK;
+	const char *geom = b->geom;
+	dnnl_primitive_desc_iterator_t it = NULL;
+	char seen[CPU_CONV_IMPLS][64];
+	int n = 0;
+	CPU_DNN_TRY(dnnl_primitive_desc_iterator_create(&it, desc, b->attr, c->engine, NULL));
+	do {
+		dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+		const char *name = "?";
+		if (!pd)
+			break;
+		dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+		int dup = conv_impl_skipped(name);
+		for (int k = 0; k < n && !dup; k++)
+			dup = !strcmp(seen[k], name);
+		if (!dup && n == p->conv_impl) {
+			b->fwd = pd;
+			break;
+		}
+		if (!dup && n < CPU_CONV_IMPLS)
+			snprintf(seen[n++], sizeof seen[0], "%s", name);
+		dnnl_primitive_desc_destroy(pd);
+	} while (n < CPU_CONV_IMPLS && dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+	if (!b->fwd)
+		st = KILN_ENOTSUP;
+out:
+	dnnl_primitive_desc_iterator_destroy(it);
+	return st;
+}
+
 /* The convolution's primitive descriptor: the forward one is the op
  * itself, or the hint the backward ones need. */
 static kiln_status conv_primitive(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b)
@@ -323,7 +366,12 @@ static kiln_status conv_primitive(struct cpu_ctx *c, const struct cpu_plan *p, s
 	CPU_DNN_TRY(dnnl_dilated_convolution_forward_desc_init(
 		&desc, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, &hint_w, bias,
 		&t[TY].any, b->strides, b->dil, b->pad, b->pad));
-	CPU_DNN_TRY(dnnl_primitive_desc_create(&b->fwd, &desc, b->attr, c->engine, NULL));
+	if (type == KILN_OP_CONV && p->conv_impl > 0) {
+		if ((st = conv_pick(c, p, b, &desc)))
+			goto out;
+	} else {
+		CPU_DNN_TRY(dnnl_primitive_desc_create(&b->fwd, &desc, b->attr, c->engine, NULL));
+	}
 	if (type == KILN_OP_CONV) {
 		b->pd = b->fwd;
 		b->fwd = NULL;

@@ -152,6 +152,7 @@ static void make_version(struct cpu_variants *v, const struct cpu_plan *p, int n
 	if (q) {
 		q->op = p->op;
 		q->kern_f32 = p->kern_f32;
+		q->conv_impl = p->conv_impl;
 		omp_set_num_threads(n);
 		/* the version must fit p's workspace and leave p's aux */
 		if (prepare_family(c, q) == KILN_OK && q->workspace <= p->workspace &&
