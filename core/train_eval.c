@@ -247,7 +247,8 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 	checkpoint = kiln_ckpt_path(*ck);
 	*step = kiln_ckpt_step(*ck);
 	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
-	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, KILN_FOLD_RESIDUAL, &tr, fcfg)))
+	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, o->no_residual ? 0 : KILN_FOLD_RESIDUAL,
+				       &tr, fcfg)))
 		return st;
 	if (!(st = trainer_open(t, *fcfg ? *fcfg : cfg, reg, &tc, 0, res)))
 		st = *fcfg ? kiln_infer_fold_weights(tr.m, tr.stream, t->m, t->compute)
@@ -333,7 +334,8 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 	struct kiln_ckpt *ck = NULL;
 	struct kiln_config *fcfg = NULL;
 	struct kiln_quant_calib *q = NULL;
-	const struct kiln_eval_opts fold = { .fold = 1 };
+	/* the adds stay layers: their ranges go into the INT8 model */
+	const struct kiln_eval_opts fold = { .fold = 1, .no_residual = 1 };
 	int64_t step = -1;
 	const int method = kiln_quant_method_parse(o->method ? o->method : "percentile");
 	kiln_status st;
