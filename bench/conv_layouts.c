@@ -9,6 +9,11 @@
  *   blocked          activations `any` (oneDNN picks, nChw8c on AVX2) with
  *                    bias + ReLU: the layout ONNX Runtime keeps (NCHWc)
  *   blocked+sum      the same with the sum post-op
+ *   nhwc+add         nhwc with a binary add post-op of a whole nhwc tensor
+ *                    (the residual read from its own buffer: what kiln's
+ *                    KILN_OPF_RESIDUAL runs) before the ReLU
+ *   wino             blocked, oneDNN's Winograd algorithm (3x3 stride 1
+ *                    only; AVX-512); "-" where oneDNN has none
  *
  * forward_inference, weights in the kernel's own layout (reordered once,
  * untimed); activations are already in the layout measured (no reorders
@@ -34,8 +39,9 @@
 		}                                                                              \
 	} while (0)
 
-enum { V_NHWC, V_NHWC_SUM, V_BLOCKED, V_BLOCKED_SUM, N_VARIANT };
-static const char *const variant_name[N_VARIANT] = { "nhwc", "nhwc+sum", "blocked", "blocked+sum" };
+enum { V_NHWC, V_NHWC_SUM, V_BLOCKED, V_BLOCKED_SUM, V_NHWC_ADD, V_WINO, N_VARIANT };
+static const char *const variant_name[N_VARIANT] = { "nhwc", "nhwc+sum", "blocked", "blocked+sum",
+						     "nhwc+add", "wino" };
 
 /* The ResNet example's convolutions: in channels, in size, out channels,
  * kernel, stride (padding kernel / 2). */
@@ -78,8 +84,9 @@ static dnnl_memory_t filled(const dnnl_memory_desc_t *md)
 static dnnl_primitive_desc_t conv_pd(const struct conv_shape *s, int N, int v)
 {
 	const int P = s->K / 2, OH = (s->H + 2 * P - s->K) / s->S + 1;
-	const dnnl_format_tag_t tag = v == V_BLOCKED || v == V_BLOCKED_SUM ? dnnl_format_tag_any
-									      : dnnl_nhwc;
+	const dnnl_format_tag_t tag = v == V_BLOCKED || v == V_BLOCKED_SUM || v == V_WINO
+					      ? dnnl_format_tag_any
+					      : dnnl_nhwc;
 	dnnl_dims_t xd = { N, s->C, s->H, s->H }, yd = { N, s->O, OH, OH };
 	dnnl_dims_t wd = { s->O, s->C, s->K, s->K }, bd = { s->O };
 	dnnl_dims_t strides = { s->S, s->S }, pad = { P, P };
@@ -92,15 +99,22 @@ static dnnl_primitive_desc_t conv_pd(const struct conv_shape *s, int N, int v)
 	TRY(dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, tag));
 	TRY(dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_f32, dnnl_format_tag_any));
 	TRY(dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_a));
-	TRY(dnnl_convolution_forward_desc_init(&desc, dnnl_forward_inference, dnnl_convolution_direct,
+	TRY(dnnl_convolution_forward_desc_init(&desc, dnnl_forward_inference,
+					       v == V_WINO ? dnnl_convolution_winograd : dnnl_convolution_direct,
 					       &x, &w, &b, &y, strides, pad, pad));
 	TRY(dnnl_primitive_attr_create(&attr));
 	TRY(dnnl_post_ops_create(&po));
 	if (v == V_NHWC_SUM || v == V_BLOCKED_SUM)
 		TRY(dnnl_post_ops_append_sum(po, 1.0f));
+	if (v == V_NHWC_ADD)
+		TRY(dnnl_post_ops_append_binary(po, dnnl_binary_add, &y));
 	TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
 	TRY(dnnl_primitive_attr_set_post_ops(attr, po));
-	TRY(dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL));
+	dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL);
+	if (st != dnnl_success && v == V_WINO)
+		pd = NULL; /* no Winograd kernel for this shape */
+	else
+		TRY(st);
 	dnnl_post_ops_destroy(po);
 	dnnl_primitive_attr_destroy(attr);
 	return pd;
@@ -113,25 +127,33 @@ static double conv_ms(const struct conv_shape *s, int N, int v, int iters, char 
 	dnnl_primitive_desc_t pd = conv_pd(s, N, v);
 	dnnl_primitive_t prim;
 	const char *str = "?";
+	if (!pd) {
+		snprintf(impl, n, "-");
+		return -1;
+	}
 	dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &str);
 	snprintf(impl, n, "%s", str);
 	TRY(dnnl_primitive_create(&prim, pd));
 	const dnnl_query_t q[4] = { dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md,
 				    dnnl_query_weights_md };
 	const int arg[4] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS };
-	dnnl_exec_arg_t args[4];
+	dnnl_exec_arg_t args[5];
+	const int n_args = v == V_NHWC_ADD ? 5 : 4;
 	for (int k = 0; k < 4; k++)
 		args[k] = (dnnl_exec_arg_t){ arg[k], filled(dnnl_primitive_desc_query_md(pd, q[k], k == 3 ? 1 : 0)) };
+	if (v == V_NHWC_ADD) /* the residual: y's shape and layout */
+		args[4] = (dnnl_exec_arg_t){ DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+					     filled(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)) };
 	double best = 1e300;
 	for (int r = -2; r < iters; r++) { /* two warm-up calls */
 		const double t0 = cpu_ms();
-		TRY(dnnl_primitive_execute(prim, stream, 4, args));
+		TRY(dnnl_primitive_execute(prim, stream, n_args, args));
 		TRY(dnnl_stream_wait(stream));
 		const double t = cpu_ms() - t0;
 		if (r >= 0 && t < best)
 			best = t;
 	}
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < n_args; k++)
 		dnnl_memory_destroy(args[k].memory);
 	dnnl_primitive_destroy(prim);
 	dnnl_primitive_desc_destroy(pd);
@@ -166,12 +188,19 @@ int main(int argc, char **argv)
 		char impl[N_VARIANT][64];
 		gflop += gf;
 		printf("%-9s %7.2f", s->layer, gf);
+		double ms[N_VARIANT];
 		for (int v = 0; v < N_VARIANT; v++) {
-			const double ms = conv_ms(s, N, v, iters, impl[v], sizeof impl[v]);
-			sum[v] += ms;
-			printf(" %11.2f", ms);
+			ms[v] = conv_ms(s, N, v, iters, impl[v], sizeof impl[v]);
+			if (ms[v] < 0) { /* no Winograd: the blocked direct one counts in the sum */
+				sum[v] += ms[V_BLOCKED];
+				printf(" %11s", "-");
+				continue;
+			}
+			sum[v] += ms[v];
+			printf(" %11.2f", ms[v]);
 		}
-		printf("  %s / %s\n", impl[V_NHWC], impl[V_BLOCKED]);
+		printf("  %s / %s / %s / %s / %s\n", impl[V_NHWC], impl[V_NHWC_SUM], impl[V_BLOCKED],
+		       impl[V_NHWC_ADD], impl[V_WINO]);
 		fflush(stdout);
 	}
 	printf("%-9s %7.2f", "total", gflop);

@@ -9,8 +9,10 @@
 #   kiln: kiln_infer (include/kiln/infer.h) on the host batch, the path
 #     `kiln predict` and an embedding program take: the folded inference
 #     graph (batchnorm into conv/linear, dropout removed, bias + ReLU in the
-#     oneDNN epilogue), the inference plan of BATCH rows; timed by
-#     tests/onnx_tool logits --time (host input to host logits).
+#     oneDNN epilogue, a residual add and its ReLU in the conv's; each
+#     convolution on the fastest of oneDNN's kernels, timed at prepare:
+#     [plugin.cpu] conv_impl = auto), the inference plan of BATCH rows;
+#     timed by tests/onnx_tool logits --time (host input to host logits).
 #   ONNX Runtime: session.run on the same host batch, tests/onnx_ort.py
 #     --time.
 # Each run times ITERS calls after two warm-ups and prints its median; kiln
@@ -23,13 +25,18 @@
 # that asserts it is tests/onnx_ort.sh).
 #
 # Usage: bench/onnx.sh [--short] [--runs N] [--threads "1 2"] [--batch B]
-#                      [--iters R] [section.key=value ...]
+#                      [--iters R] [--models "mlp cnn resnet"] [--no-residual]
+#                      [section.key=value ...]
 #   --short: 3 rounds of 5 calls.  Run from the top of a built tree; the
-#   overrides go to kiln's side (e.g. model.layout=nchw).
+#   overrides go to kiln's side (e.g. model.layout=nchw).  --no-residual
+#   keeps the residual adds as layers (tests/onnx_tool --no-residual); with
+#   plugin.cpu.conv_impl=first it is the path before session 9.
 # Environment: KILN_VENV (default /work/scratch/venv, else .venv): the venv
 #   with onnxruntime and onnx (scripts/install-deps --bench).
 RUNS=5
 THREADS="1 2"
+MODELS="mlp cnn resnet"
+TOOL_FLAGS=
 BATCH=1000
 ITERS=10
 OVERRIDES=
@@ -40,6 +47,8 @@ while [ $# -gt 0 ]; do
 	--threads) THREADS=$2; shift 2 ;;
 	--batch) BATCH=$2; shift 2 ;;
 	--iters) ITERS=$2; shift 2 ;;
+	--models) MODELS=$2; shift 2 ;;
+	--no-residual) TOOL_FLAGS="$TOOL_FLAGS --no-residual"; shift ;;
 	*=*) OVERRIDES="$OVERRIDES $1"; shift ;;
 	*) sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
 	esac
@@ -51,11 +60,11 @@ PYTHON=$VENV/bin/python
 bench_tmpdir onnx-bench
 [ -x tests/onnx_tool ] || make -s tests/onnx_tool || exit 1
 "$PYTHON" -c 'import onnxruntime' || { echo "bench/onnx.sh: no onnxruntime in $PYTHON" >&2; exit 1; }
-echo "# bench/onnx.sh --runs $RUNS --threads \"$THREADS\" --batch $BATCH --iters $ITERS$OVERRIDES"
+echo "# bench/onnx.sh --runs $RUNS --threads \"$THREADS\" --batch $BATCH --iters $ITERS --models \"$MODELS\"$TOOL_FLAGS$OVERRIDES"
 echo "# loadavg before: $(cut -d' ' -f1-3 /proc/loadavg); onnxruntime $("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)'), $(nproc) CPUs"
 printf '%-8s %7s %10s %10s %11s %11s %8s %11s %11s %8s\n' model threads kiln_ms ort_ms kiln_img_s \
 	ort_img_s speedup kiln_cpu_ms ort_cpu_ms cpu_x
-for model in mlp cnn resnet; do
+for model in $MODELS; do
 	ini=examples/fashion_mnist_$model.ini
 	for th in $THREADS; do
 		# shellcheck disable=SC2086 # the overrides are words
@@ -71,7 +80,8 @@ for model in mlp cnn resnet; do
 		: >"$TMP/$model.ocpu"
 		r=0
 		while [ "$r" -lt "$RUNS" ]; do
-			tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" "$@" \
+			# shellcheck disable=SC2086 # the flags are words
+			tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" $TOOL_FLAGS "$@" \
 				>"$TMP/$model.kout" 2>/dev/null || exit 1
 			sed -n 's/^kiln_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kiln"
 			sed -n 's/^kiln_cpu_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kcpu"

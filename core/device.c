@@ -496,6 +496,11 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_ADD && op->out[0].dtype == KILN_U8 && dev->plugin->abi_minor < 10)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before ADD's u8 output",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and the residual in a convolution's epilogue (KILN_OPF_RESIDUAL,
+	 * 2.11) */
+	if ((op->flags & KILN_OPF_RESIDUAL) && dev->plugin->abi_minor < 11)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a convolution's residual epilogue",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	/* ... and the ReLU backward's bias gradient (2.9) */
 	if (op->type == KILN_OP_RELU_BWD && op->n_out == 2 && dev->plugin->abi_minor < 9)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before RELU_BWD's bias gradient",

@@ -30,6 +30,7 @@ struct kiln_infer {
 	int64_t batch;
 	int prepared;
 	int no_fold;                     /* kiln_infer_opts.no_fold */
+	int no_residual;                 /* kiln_infer_opts.no_residual */
 	char *quantized;                 /* kiln_infer_opts.quantized, or NULL */
 	struct kiln_config *fcfg;        /* the folded model's config, or NULL */
 	struct kiln_tensor_desc out;     /* one sample's logits */
@@ -80,6 +81,7 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	m->reg = reg;
 	m->batch = opts && opts->batch ? opts->batch : INFER_BATCH;
 	m->no_fold = opts && opts->no_fold;
+	m->no_residual = opts && opts->no_residual;
 	if (opts && opts->quantized && weights)
 		st = kiln_error(KILN_EUSAGE, "%s: a quantized model carries its weights: no checkpoint or weights file with it (got %s)",
 				opts->quantized, weights);
@@ -87,6 +89,10 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 	else
 		st = KILN_OK;
+	/* the CPU's fastest convolution kernels, timed once per shape when the
+	 * plan is prepared, unless the config chose ([plugin.cpu] conv_impl) */
+	if (!st && !kiln_config_get(cfg, "plugin.cpu", "conv_impl"))
+		st = kiln_config_override(cfg, "plugin.cpu.conv_impl=auto");
 	const int is_ckpt = weights && kiln_ckpt_is_checkpoint(weights);
 	/* a quantized model: the config's model's shape, its weights the file's;
 	 * with no checkpoint, init_from or the seeded initial weights, with a
@@ -146,7 +152,10 @@ static kiln_status infer_fold(struct kiln_infer *m)
 	kiln_status st = KILN_OK;
 	if (m->quantized && (st = kiln_safetensors_open(m->quantized, &qf)))
 		return st;
-	if (!(st = kiln_infer_fold_config(m->t.m, (struct kiln_registry *)m->reg, &m->fcfg, &n)) &&
+	/* the residual adds into the convs' epilogues in f32 (the INT8 path
+	 * quantizes the adds themselves) */
+	if (!(st = kiln_infer_fold_config_ex(m->t.m, (struct kiln_registry *)m->reg,
+					     qf || m->no_residual ? 0 : KILN_FOLD_RESIDUAL, &m->fcfg, &n)) &&
 	    !(st = qf ? kiln_quant_config(m->fcfg, qf) : KILN_OK) &&
 	    !(st = kiln_model_create(m->fcfg, m->reg, m->t.dev, &m->t.sample, &fm)) &&
 	    !(st = kiln_model_init_loaded(fm, m->t.stream)))
@@ -159,8 +168,8 @@ static kiln_status infer_fold(struct kiln_infer *m)
 		kiln_model_free(fm);
 		return m->quantized ? kiln_error_wrap(st, "%s", m->quantized) : st;
 	}
-	kiln_log(KILN_LOG_INFO, "infer", "folded: %d layers removed (batchnorm into conv/linear, dropout), [run] fuse = 1%s",
-		 n, qf ? "; INT8 conv/linear" : "");
+	kiln_log(KILN_LOG_INFO, "infer", "folded: %d layers removed (batchnorm into conv/linear, dropout%s), [run] fuse = 1%s",
+		 n, qf || m->no_residual ? "" : ", residual add into conv", qf ? "; INT8 conv/linear" : "");
 	kiln_model_free(m->t.m);
 	m->t.m = fm;
 	return KILN_OK;

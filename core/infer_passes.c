@@ -41,12 +41,59 @@ static int fold_plan(const struct kiln_model *m, int *removed, int *host)
 }
 
 /* The layer whose output stands for layer k's once the removed layers are
- * gone (-1: the data). */
-static int resolve(const struct kiln_model *m, const int *removed, int k)
+ * gone (-1: the data): a removed layer's first input, or the conv that
+ * took a removed add (into[k] >= 0; into may be NULL: none). */
+static int resolve(const struct kiln_model *m, const int *removed, const int *into, int k)
 {
 	while (k >= 0 && removed[k])
-		k = m->layers[k].in[0];
+		k = into && into[k] >= 0 ? into[k] : m->layers[k].in[0];
 	return k;
+}
+
+/* ---- the residual add in the conv's epilogue (KILN_FOLD_RESIDUAL) ------- */
+
+/* Does layer c's output reach layer j only through removed layers, each
+ * (and c) read by the next alone? */
+static int feeds_only(const struct kiln_model *m, const int *removed, int c, int j)
+{
+	for (int k = c; k != j;) {
+		const int n = kiln_model_only_consumer(m, k);
+		if (n < 0 || (n != j && !removed[n]))
+			return 0;
+		k = n;
+	}
+	return 1;
+}
+
+/* A two-input add whose later input (after the folds) is a one-input conv
+ * that feeds only it: the add goes (removed, into[add] = conv) and the
+ * conv takes the other input as its residual (resid[conv], a layer index
+ * of m, -1 the data; -2 none), the sum before the conv's fused
+ * activation, so the ReLU that reads the add becomes the conv's epilogue.
+ * The other input comes earlier, so the conv still runs after it.
+ * Returns the adds removed. */
+static int residual_plan(const struct kiln_model *m, int *removed, int *into, int *resid)
+{
+	int n = 0;
+	for (int j = 0; j < m->n_layers; j++)
+		into[j] = -1, resid[j] = -2;
+	for (int j = 0; j < m->n_layers; j++) {
+		const struct model_layer *L = &m->layers[j];
+		double u8 = 0; /* an INT8 add's u8 output stays the add's */
+		kiln_config_get_float(m->cfg, L->section, "int8_out_scale", &u8);
+		if (!is_type(m, j, "add") || L->n_in != 2 || u8 > 0)
+			continue;
+		const int a = resolve(m, removed, into, L->in[0]), b = resolve(m, removed, into, L->in[1]);
+		const int c = a > b ? a : b, other = a > b ? L->in[1] : L->in[0];
+		if (a == b || !is_type(m, c, "conv") || m->layers[c].n_in != 1 || m->layers[c].tie >= 0 ||
+		    resid[c] != -2 || !feeds_only(m, removed, c, j))
+			continue;
+		removed[j] = 1;
+		into[j] = c;
+		resid[c] = other;
+		n++;
+	}
+	return n;
 }
 
 /* ---- the folded config ------------------------------------------------ */
@@ -62,7 +109,7 @@ static int layer_index(const struct kiln_model *m, const char *section)
 /* The INI text of layer i's section: its own keys but input(s) and (for a
  * layer that takes a batchnorm) bias, then its inputs by name. */
 static void write_layer(FILE *f, const struct kiln_model *m, const struct section *s, int i,
-			const int *removed, const int *host)
+			const int *removed, const int *host, const int *into, const int *resid)
 {
 	const struct model_layer *L = &m->layers[i];
 	fprintf(f, "[%s]\n", s->name);
@@ -75,8 +122,10 @@ static void write_layer(FILE *f, const struct kiln_model *m, const struct sectio
 	if (host[i] >= 0)
 		fprintf(f, "bias = 1\n");
 	fprintf(f, "inputs = ");
-	for (int k = 0; k < L->n_in; k++) {
-		int p = resolve(m, removed, L->in[k]);
+	for (int k = 0; k <= L->n_in; k++) {
+		if (k == L->n_in && resid[i] == -2)
+			break;
+		int p = resolve(m, removed, into, k < L->n_in ? L->in[k] : resid[i]);
 		fprintf(f, "%s%s", k ? ", " : "", p < 0 ? "data" : m->layers[p].name);
 	}
 	fprintf(f, "\n\n");
@@ -100,7 +149,8 @@ static int infer_key(const char *section, const char *key)
 }
 
 /* The whole folded config as INI text into f. */
-static void write_folded(FILE *f, const struct kiln_model *m, const int *removed, const int *host)
+static void write_folded(FILE *f, const struct kiln_model *m, const int *removed, const int *host,
+			 const int *into, const int *resid)
 {
 	const struct kiln_config *cfg = m->cfg;
 	for (int si = 0; si < cfg->n; si++) {
@@ -108,7 +158,7 @@ static void write_folded(FILE *f, const struct kiln_model *m, const int *removed
 		const int i = layer_index(m, s->name);
 		if (i >= 0) {
 			if (!removed[i])
-				write_layer(f, m, s, i, removed, host);
+				write_layer(f, m, s, i, removed, host, into, resid);
 			continue;
 		}
 		fprintf(f, "[%s]\n", s->name);
@@ -129,21 +179,33 @@ static void write_folded(FILE *f, const struct kiln_model *m, const int *removed
 kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,
 				   struct kiln_config **out, int *n_folded)
 {
-	int *removed = calloc((size_t)m->n_layers, sizeof *removed);
-	int *host = calloc((size_t)m->n_layers, sizeof *host);
+	return kiln_infer_fold_config_ex(m, reg, 0, out, n_folded);
+}
+
+kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_registry *reg,
+				      int flags, struct kiln_config **out, int *n_folded)
+{
+	const size_t nl = (size_t)m->n_layers + 1;
+	int *removed = calloc(nl, sizeof *removed), *host = calloc(nl, sizeof *host);
+	int *into = calloc(nl, sizeof *into), *resid = calloc(nl, sizeof *resid);
 	char *text = NULL;
 	size_t len = 0;
 	FILE *f = NULL;
 	kiln_status st;
 	*out = NULL;
-	if (!removed || !host || !(f = open_memstream(&text, &len))) {
+	if (!removed || !host || !into || !resid || !(f = open_memstream(&text, &len))) {
 		st = kiln_error(KILN_ENOMEM, "out of memory");
 		goto out;
 	}
 	int n = fold_plan(m, removed, host);
+	if (flags & KILN_FOLD_RESIDUAL)
+		n += residual_plan(m, removed, into, resid);
+	else
+		for (int j = 0; j < m->n_layers; j++)
+			into[j] = -1, resid[j] = -2;
 	if (n_folded)
 		*n_folded = n;
-	write_folded(f, m, removed, host);
+	write_folded(f, m, removed, host, into, resid);
 	if (fclose(f)) {
 		f = NULL;
 		st = kiln_error(KILN_ENOMEM, "out of memory");
@@ -162,6 +224,8 @@ out:
 	free(text);
 	free(removed);
 	free(host);
+	free(into);
+	free(resid);
 	return st;
 }
 

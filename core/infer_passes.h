@@ -9,6 +9,10 @@
  *   bias + activation   -> the conv/GEMM epilogue: the folded config sets
  *                          [run] fuse = 1, and a conv or linear now read
  *                          only by its ReLU/GELU takes it as a post-op
+ *   conv (+ bn) + add   -> with KILN_FOLD_RESIDUAL: the conv takes the
+ *                          add's other input as its residual (`inputs =
+ *                          x, r`: y = act(conv(x) + b + r)), the add goes,
+ *                          and the ReLU after it fuses into the conv
  *
  * A batchnorm folds only when it alone reads a conv or linear that feeds
  * nothing else.  The passes work on the config (the model's [layer.*]
@@ -27,6 +31,13 @@
  * validated against reg.  *n_folded (may be NULL): layers removed. */
 kiln_status kiln_infer_fold_config(const struct kiln_model *m, struct kiln_registry *reg,
 				   struct kiln_config **out, int *n_folded);
+/* The same with flags: KILN_FOLD_RESIDUAL also moves each two-input add
+ * whose later input is a conv (after the folds) that feeds only it into
+ * that conv (its second input, the residual; evaluation only), and counts
+ * the adds in *n_folded.  Not for the INT8 path, which quantizes the adds. */
+#define KILN_FOLD_RESIDUAL 1
+kiln_status kiln_infer_fold_config_ex(const struct kiln_model *m, struct kiln_registry *reg,
+				      int flags, struct kiln_config **out, int *n_folded);
 
 /* The weights of dst (a model built from src's folded config) from src's:
  * every parameter and buffer copied by name, the folded layers' weight

@@ -6,7 +6,7 @@
  *
  *   linear          Gemm (transB), after Flatten for a 4-d input; over the
  *                   last dimension of [B, T, K]: MatMul(x, Transpose(W)) + b
- *   conv            Conv;  batchnorm  BatchNormalization (inference mode)
+ *   conv            Conv (+ Add of a residual input);  batchnorm  BatchNormalization (inference mode)
  *   relu, sigmoid, tanh, leaky_relu   Relu, Sigmoid, Tanh, LeakyRelu
  *   gelu            as its formula: 0.5 x (1 + Erf(x / sqrt 2)), or the tanh
  *                   approximation (Gelu is opset 20)
@@ -219,7 +219,12 @@ static kiln_status emit_conv(struct onnx_graph *g, int i)
 	const char *w = q ? qdq_weight(g, i) : onnx_param(g, i, "weight");
 	const char *b = onnx_param(g, i, "bias");
 	const char *in[3] = { x, w, b };
-	Onnx__NodeProto *n = onnx_node(g, "Conv", g->m->layers[i].name, b ? 3 : 2, in);
+	/* a residual input (the folded inference graph's): Conv, then Add */
+	const int res = g->m->layers[i].n_in == 2;
+	const char *name = res ? onnx_str(g, "%s/conv", g->m->layers[i].name) : g->m->layers[i].name;
+	Onnx__NodeProto *n = onnx_node(g, "Conv", name, b ? 3 : 2, in);
+	if (res)
+		op2(g, i, "Add", NULL, n->output[0], in_value(g, i, 1));
 	int64_t k[2], stride[2], pad[2], dil[2];
 	key_pair(g, i, "kernel", 1, k);
 	key_pair(g, i, "stride", 1, stride);

@@ -112,12 +112,20 @@ static kiln_status check_conv(const char *who, const struct kiln_op *op)
 	/* KILN_OPF_KEEP (ABI 2.9): a kept copy in and/or out, u8 */
 	const int keep = type != KILN_OP_QCONV && (op->flags & KILN_OPF_KEEP) != 0;
 	const struct kiln_tensor_desc *kin = NULL, *kout = NULL;
+	/* KILN_OPF_RESIDUAL (ABI 2.11): CONV's last input r, y's descriptor */
+	const int res = (op->flags & KILN_OPF_RESIDUAL) != 0;
+	if (res && (type != KILN_OP_CONV || keep || (op->flags & KILN_OPF_ACCUMULATE)))
+		BAD(KILN_EINVAL, "KILN_OPF_RESIDUAL is for CONV, without KILN_OPF_KEEP or KILN_OPF_ACCUMULATE");
 	if (type == KILN_OP_CONV || type == KILN_OP_QCONV) {
-		if (op->n_in < 2 || op->n_in > 3 || op->n_out != 1 + keep)
-			BAD(KILN_EINVAL, "takes x, w (, b) and gives y (, kept x)");
+		if (op->n_in < 2 + res || op->n_in > 3 + res || op->n_out != 1 + keep)
+			BAD(KILN_EINVAL, "takes x, w (, b) (, residual) and gives y (, kept x)");
 		x = &op->in[0], w = &op->in[1], y = &op->out[0];
-		b = op->n_in == 3 ? &op->in[2] : NULL;
+		b = op->n_in - res == 3 ? &op->in[2] : NULL;
 		kout = keep ? &op->out[1] : NULL;
+		const struct kiln_tensor_desc *r = res ? &op->in[op->n_in - 1] : NULL;
+		if (r && (r->ndim != y->ndim || r->dtype != y->dtype || r->layout != y->layout ||
+			  memcmp(r->dims, y->dims, sizeof(int64_t) * (size_t)y->ndim)))
+			BAD(KILN_EINVAL, "the residual (KILN_OPF_RESIDUAL, last input) must have y's shape, layout and dtype");
 	} else if (type == KILN_OP_CONV_BWD_DATA) {
 		if (op->n_in != 2 + keep || op->n_out != 1)
 			BAD(KILN_EINVAL, "takes dy, w (, kept dy) and gives dx");

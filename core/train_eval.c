@@ -177,17 +177,19 @@ static kiln_status open_checkpoint(const struct kiln_config *cfg, const struct k
 
 /* `kiln eval --fold`: the folded config of the checkpoint's model
  * (*fcfg, the caller's) and that model, open with its weights in *tr
- * (need_trained < 0: the config's model's shape, no weights read). */
+ * (need_trained < 0: the config's model's shape, no weights read);
+ * flags: kiln_infer_fold_config_ex's (the residual adds, f32 only). */
 static kiln_status fold_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			     const char *checkpoint, int need_trained, struct kiln_trained *tr,
-			     struct kiln_config **fcfg)
+			     const char *checkpoint, int need_trained, int flags,
+			     struct kiln_trained *tr, struct kiln_config **fcfg)
 {
 	int n = 0;
 	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "folding", need_trained, tr);
 	if (!st)
-		st = kiln_infer_fold_config(tr->m, (struct kiln_registry *)reg, fcfg, &n);
+		st = kiln_infer_fold_config_ex(tr->m, (struct kiln_registry *)reg, flags, fcfg, &n);
 	if (!st)
-		kiln_log(KILN_LOG_INFO, "eval", "folded: %d layers removed (batchnorm into conv/linear, dropout), [run] fuse = 1", n);
+		kiln_log(KILN_LOG_INFO, "eval", "folded: %d layers removed (batchnorm into conv/linear, dropout%s), [run] fuse = 1",
+			 n, flags & KILN_FOLD_RESIDUAL ? ", residual add into conv" : "");
 	return st;
 }
 
@@ -200,7 +202,7 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 	struct kiln_trained tr = { 0 };
 	kiln_status st = kiln_safetensors_open(path, qf);
 	if (!st)
-		st = fold_open(cfg, reg, NULL, -1, &tr, fcfg);
+		st = fold_open(cfg, reg, NULL, -1, 0, &tr, fcfg);
 	kiln_trained_close(&tr);
 	if (!st && (st = kiln_quant_config(*fcfg, *qf)))
 		st = kiln_error_wrap(st, "%s", path);
@@ -247,7 +249,8 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 	checkpoint = kiln_ckpt_path(*ck);
 	*step = kiln_ckpt_step(*ck);
 	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
-	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, &tr, fcfg)))
+	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, o->no_residual ? 0 : KILN_FOLD_RESIDUAL,
+				       &tr, fcfg)))
 		return st;
 	if (!(st = trainer_open(t, *fcfg ? *fcfg : cfg, reg, &tc, 0, res)))
 		st = *fcfg ? kiln_infer_fold_weights(tr.m, tr.stream, t->m, t->compute)
@@ -333,7 +336,8 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 	struct kiln_ckpt *ck = NULL;
 	struct kiln_config *fcfg = NULL;
 	struct kiln_quant_calib *q = NULL;
-	const struct kiln_eval_opts fold = { .fold = 1 };
+	/* the adds stay layers: their ranges go into the INT8 model */
+	const struct kiln_eval_opts fold = { .fold = 1, .no_residual = 1 };
 	int64_t step = -1;
 	/* minmax by default: the only rule within 0.5 points of fp32 on every
 	 * example model measured (docs/PERFORMANCE.md, session 9) */

@@ -7,7 +7,11 @@
  * shaped models (random weights and random batchnorm statistics, so no
  * fold is the identity), in both layouts.  Also: the folded config has
  * no batchnorm or dropout left, and the folded weights differ from the
- * unfolded ones. */
+ * unfolded ones.  With KILN_FOLD_RESIDUAL (kiln_infer_fold_config_ex) the
+ * residual adds go into the convs that feed them (conv + add + ReLU as
+ * one op, KILN_OPF_RESIDUAL): no add is left, and the logits still equal
+ * the unfolded ones, in NHWC (the op's epilogue on the CPU) and NCHW
+ * (where the CPU refuses it: the CONV, ADD and ACT of the fallback). */
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
@@ -127,11 +131,14 @@ static void randomize_bn(struct rig *r)
 	}
 }
 
-/* The logits (layer "logits") of a forward of x[B][144]: host f32[B*10]. */
-static void logits_of(struct rig *r, const float *x, float *out)
+/* The logits (layer "logits") of a forward of x[B][144]: host f32[B*10];
+ * infer: through an inference plan (kiln_infer's: the activations fused
+ * into their layers' epilogues, which a keep_all plan never does), else a
+ * keep_all one. */
+static void logits_of(struct rig *r, const float *x, float *out, int infer)
 {
 	struct kiln_plan *p;
-	struct kiln_plan_opts o = { .keep_all = 1 };
+	struct kiln_plan_opts o = { .keep_all = !infer, .logits = infer };
 	int32_t y[B] = { 0 };
 	void *yp;
 	struct kiln_tensor_desc d;
@@ -141,7 +148,7 @@ static void logits_of(struct rig *r, const float *x, float *out)
 	ck_assert_msg(kiln_plan_forward(p, r->x, r->y, r->metrics, r->stream) == 0, "%s",
 		      kiln_last_error());
 	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
-	ck_assert(kiln_plan_tensor(p, "logits", "y", &yp, &d) == 0);
+	ck_assert(infer ? kiln_plan_logits(p, &yp, &d) == 0 : kiln_plan_tensor(p, "logits", "y", &yp, &d) == 0);
 	ck_assert_int_eq(kiln_tensor_numel(&d), B * 10);
 	TEST_D2H(r, out, yp, sizeof(float) * B * 10);
 	kiln_plan_free(p);
@@ -156,11 +163,27 @@ static void param_host(struct rig *r, const char *name, float *h, int64_t n)
 	TEST_D2H(r, h, pi.param, sizeof(float) * (size_t)n);
 }
 
-/* Fold model `layers` (in `layout`); removed: the layers the pass must
- * drop (all its batchnorms and dropouts unless bn_left); wname: a folded
- * weight of n elements that must change (n = 0: none). */
-static void check_fold(const char *layers, const char *layout, int removed, int bn_left,
-		       const char *wname, int64_t n)
+/* Sections of type `type` in cfg. */
+static int count_type(struct kiln_config *cfg, const char *type)
+{
+	int n = 0;
+	for (int i = 0; kiln_config_section(cfg, i); i++) {
+		const char *t = kiln_config_get(cfg, kiln_config_section(cfg, i), "type");
+		n += t && !strcmp(t, type);
+	}
+	return n;
+}
+
+/* Fold model `layers` (in `layout`) with kiln_infer_fold_config_ex's
+ * flags, the folded config then run in layout `run_as` (NULL: the
+ * device's, as folded) with the CPU's [plugin.cpu] conv_impl = impl
+ * (NULL: unset); removed: the layers the pass must drop (all its
+ * batchnorms and dropouts unless bn_left, and with KILN_FOLD_RESIDUAL
+ * adds, of which adds_left must stay); wname: a folded weight of n
+ * elements that must change (n = 0: none). */
+static void check_fold_ex(const char *layers, const char *layout, int flags, const char *run_as,
+			  const char *impl, int removed, int bn_left, int adds_left, const char *wname,
+			  int64_t n)
 {
 	char ini[8192];
 	struct rig a, f;
@@ -173,10 +196,23 @@ static void check_fold(const char *layers, const char *layout, int removed, int 
 	randomize_bn(&a);
 	for (int i = 0; i < B * 144; i++)
 		x[i] = noise((uint32_t)i, 99);
-	logits_of(&a, x, ref);
+	logits_of(&a, x, ref, 0);
 
-	ck_assert_msg(kiln_infer_fold_config(a.m, reg, &fcfg, &nf) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_infer_fold_config_ex(a.m, reg, flags, &fcfg, &nf) == 0, "%s",
+		      kiln_last_error());
 	ck_assert_int_eq(nf, removed);
+	if ((flags & KILN_FOLD_RESIDUAL) || adds_left)
+		ck_assert_int_eq(count_type(fcfg, "add"), adds_left);
+	if (run_as) {
+		char kv[64];
+		snprintf(kv, sizeof kv, "model.layout=%s", run_as);
+		ck_assert(kiln_config_override(fcfg, kv) == 0);
+	}
+	if (impl) { /* [plugin.cpu] conv_impl: another of oneDNN's kernels */
+		char kv[64];
+		snprintf(kv, sizeof kv, "plugin.cpu.conv_impl=%s", impl);
+		ck_assert(kiln_config_override(fcfg, kv) == 0);
+	}
 	for (int i = 0; kiln_config_section(fcfg, i); i++) {
 		const char *t = kiln_config_get(fcfg, kiln_config_section(fcfg, i), "type");
 		ck_assert_msg(!t || (strcmp(t, "dropout") && (strcmp(t, "batchnorm") || bn_left)),
@@ -185,14 +221,17 @@ static void check_fold(const char *layers, const char *layout, int removed, int 
 	rig_open(&f, fcfg);
 	ck_assert_msg(kiln_infer_fold_weights(a.m, a.stream, f.m, f.stream) == 0, "%s",
 		      kiln_last_error());
-	logits_of(&f, x, got);
-	double worst = 0;
-	for (int i = 0; i < B * 10; i++) {
-		double e = fabs(got[i] - ref[i]) / (1 + fabs(ref[i]));
-		worst = e > worst ? e : worst;
+	for (int infer = 0; infer < 2; infer++) { /* the keep_all plan, then the fused one */
+		logits_of(&f, x, got, infer);
+		double worst = 0;
+		for (int i = 0; i < B * 10; i++) {
+			double e = fabs(got[i] - ref[i]) / (1 + fabs(ref[i]));
+			worst = e > worst ? e : worst;
+		}
+		ck_assert_msg(worst < 2e-5, "%s (%s%s, %s plan): folded logits differ by %g (relative)",
+			      wname, layout, run_as ? ", run as the other" : "",
+			      infer ? "inference" : "keep_all", worst);
 	}
-	ck_assert_msg(worst < 2e-5, "%s (%s): folded logits differ by %g (relative)", wname,
-		      layout, worst);
 
 	if (!n)
 		goto out;
@@ -205,6 +244,12 @@ static void check_fold(const char *layers, const char *layout, int removed, int 
 out:
 	rig_close(&f);
 	rig_close(&a);
+}
+
+static void check_fold(const char *layers, const char *layout, int removed, int bn_left,
+		       const char *wname, int64_t n)
+{
+	check_fold_ex(layers, layout, 0, NULL, NULL, removed, bn_left, 0, wname, n);
 }
 
 START_TEST(mlp_folds)
@@ -230,6 +275,44 @@ START_TEST(resnet_folds)
 }
 END_TEST
 
+/* ResNet blocks with their residual adds in the convs: the block above
+ * (the add's later input the shortcut's 1x1 conv, the residual the
+ * block's second conv), and an identity block (no shortcut conv: the add
+ * goes into the block's second conv, the residual the block's input),
+ * then an add of a conv's input and its output without a ReLU after it
+ * (the conv's input is its residual too). */
+static const char resnet2[] =
+	"[layer.stem]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n[layer.stem_bn]\ntype = batchnorm\n"
+	"[layer.stem_relu]\ntype = relu\n"
+	"[layer.b1]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n[layer.b1_bn]\ntype = batchnorm\n"
+	"[layer.b1_relu]\ntype = relu\n"
+	"[layer.b2]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n[layer.b2_bn]\ntype = batchnorm\n"
+	"[layer.add1]\ntype = add\ninputs = b2_bn, stem_relu\n[layer.out1]\ntype = relu\n"
+	"[layer.c1]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\nbias = 1\n"
+	"[layer.add2]\ntype = add\ninputs = out1, c1\n"
+	"[layer.gap]\ntype = global_avgpool\n[layer.flat]\ntype = flatten\n"
+	"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+
+START_TEST(resnet_residual_folds)
+{
+	/* 4 batchnorms and the add; oneDNN's first kernels, then its second
+	 * and third (the residual and ReLU post-ops on each), then the timed
+	 * choice */
+	static const char *const impl[] = { NULL, "1", "2", "auto" };
+	for (int k = 0; k < 4; k++) {
+		check_fold_ex(resnet, "nhwc", KILN_FOLD_RESIDUAL, NULL, impl[k], 5, 0, 0, "down.weight", 16 * 8);
+		check_fold_ex(resnet2, "nhwc", KILN_FOLD_RESIDUAL, NULL, impl[k], 5, 0, 0, "b2.weight", 8 * 8 * 9);
+	}
+	check_fold_ex(resnet, "nchw", KILN_FOLD_RESIDUAL, NULL, NULL, 5, 0, 0, "a2.weight", 16 * 16 * 9);
+	/* the fallback: the CPU takes KILN_OPF_RESIDUAL on NHWC only */
+	check_fold_ex(resnet, "nchw", KILN_FOLD_RESIDUAL, "nchw", NULL, 5, 0, 0, "a2.weight", 16 * 16 * 9);
+	/* stem_bn, b1_bn, b2_bn and both adds (add2: into c1, without a ReLU) */
+	check_fold_ex(resnet2, "nhwc", KILN_FOLD_RESIDUAL, "nchw", NULL, 5, 0, 0, "b2.weight", 8 * 8 * 9);
+	/* without the flag the adds stay */
+	check_fold_ex(resnet2, "nhwc", 0, NULL, NULL, 3, 0, 2, "b2.weight", 8 * 8 * 9);
+}
+END_TEST
+
 /* A batchnorm whose conv also feeds another layer stays: folding it would
  * change what the other reader sees. */
 START_TEST(shared_conv_keeps_bn)
@@ -251,6 +334,7 @@ static Suite *make_infer_passes_suite(void)
 	tcase_add_test(tc, mlp_folds);
 	tcase_add_test(tc, cnn_folds);
 	tcase_add_test(tc, resnet_folds);
+	tcase_add_test(tc, resnet_residual_folds);
 	suite_add_tcase(s, tc);
 	TCase *keep = tcase_create("keep");
 	tcase_add_test(keep, shared_conv_keeps_bn);

@@ -42,6 +42,8 @@ check cnn "$ex/fashion_mnist_cnn.ini"
 kiln 0 train "$ex/fashion_mnist_resnet.ini" run.out_dir="$tmp/run_resnet" train.max_steps=5 \
 	train.eval=0 train.batch=16 run.threads=2
 check resnet "$ex/fashion_mnist_resnet.ini"
+# a conv with a residual input (the folded inference graph's form): Conv, Add
+check rconv "$srcdir/tests/data/onnx_residual_conv.ini"
 # the CNN's INT8 model (`kiln quantize` after 5 training steps) exported in
 # the QDQ format: ONNX Runtime's logits against `kiln eval --quantized`'s
 # (the same kiln_infer path).  With no graph optimisations ONNX Runtime runs

@@ -8,7 +8,7 @@
  *       --safetensors` of the same model), every initializer named like a
  *       weight must hold its exact bytes and every weight must be there:
  *       exit 1 otherwise.
- *   onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--quantized Q] [section.key=value ...]
+ *   onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--no-residual] [--quantized Q] [section.key=value ...]
  *       kiln's evaluation of CONFIG's model (the weights `kiln export`
  *       takes; [model] init_from as an override) on the first ROWS samples
  *       of the test split ([data.eval]): OUT.x.f32 / OUT.x.i32 (the input)
@@ -16,7 +16,8 @@
  *       with OUT.shape ("x: 1000 1 28 28" / "logits: 1000 10").  --time R:
  *       then R timed kiln_infer calls on those ROWS host samples (the C
  *       inference API, batch ROWS: the folded, fused inference plan `kiln
- *       predict` runs; --no-fold: the model as trained), the lines
+ *       predict` runs; --no-fold: the model as trained; --no-residual:
+ *       folded, but each residual add a layer of its own), the lines
  *       "kiln_ms <median>" and "kiln_cpu_ms <median>" (the process's
  *       CPU time per call: every thread's) on stdout.  --quantized Q: the logits (and the
  *       timing) of the INT8 model Q, through kiln_infer as `kiln eval
@@ -201,8 +202,8 @@ static int cmp_double(const void *a, const void *b)
 
 /* R timed kiln_infer calls on the host batch x (rows rows) after two
  * warm-ups: the C inference API's path (include/kiln/infer.h), as `kiln
- * predict` and an embedding program run it, folded unless `no_fold` and
- * with the INT8 model of `quantized` (NULL: fp32); the median in ms. */
+ * predict` and an embedding program run it, with o's no_fold,
+ * no_residual and quantized; the median in ms. */
 static double median_of(double *v, int R)
 {
 	qsort(v, (size_t)R, sizeof *v, cmp_double);
@@ -210,10 +211,11 @@ static double median_of(double *v, int R)
 }
 
 static kiln_status time_infer(struct kiln_config *cfg, const struct kiln_registry *reg,
-			      int64_t rows, const void *x, int no_fold, const char *quantized,
+			      int64_t rows, const void *x, const struct kiln_infer_opts *base,
 			      int R, double *median, double *cpu_median)
 {
-	const struct kiln_infer_opts o = { .batch = rows, .no_fold = no_fold, .quantized = quantized };
+	struct kiln_infer_opts o = *base;
+	o.batch = rows;
 	struct kiln_infer *m;
 	kiln_status st = kiln_infer_open(cfg, reg, NULL, &o, &m);
 	if (st)
@@ -297,11 +299,11 @@ static kiln_status read_batch(const struct kiln_config *cfg, const struct kiln_r
 static int cmd_logits(int argc, char **argv)
 {
 	if (argc < 5)
-		return fail("usage: onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--quantized Q] [section.key=value ...]");
+		return fail("usage: onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--no-residual] [--quantized Q] [section.key=value ...]");
 	const int64_t rows = strtoll(argv[3], NULL, 10);
 	const char *out = argv[4];
-	int R = 0, no_fold = 0;
-	const char *quantized = NULL;
+	int R = 0;
+	struct kiln_infer_opts io = { 0 };
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
 	kiln_status st = kiln_config_load(argv[2], &cfg);
@@ -311,9 +313,11 @@ static int cmd_logits(int argc, char **argv)
 		if (!strcmp(argv[i], "--time") && i + 1 < argc)
 			R = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--no-fold"))
-			no_fold = 1;
+			io.no_fold = 1;
+		else if (!strcmp(argv[i], "--no-residual"))
+			io.no_residual = 1;
 		else if (!strcmp(argv[i], "--quantized") && i + 1 < argc)
-			quantized = argv[++i];
+			io.quantized = argv[++i];
 		else
 			st = kiln_config_override(cfg, argv[i]);
 	}
@@ -350,7 +354,7 @@ static int cmd_logits(int argc, char **argv)
 	if ((st = kiln_device_copy_async(t.dev, logits, l_d, kiln_tensor_bytes(&ld), KILN_COPY_D2H,
 					 t.stream)) ||
 	    (st = kiln_device_stream_sync(t.dev, t.stream)) ||
-	    (quantized && (st = infer_logits(cfg, reg, rows, x, quantized, logits))))
+	    (io.quantized && (st = infer_logits(cfg, reg, rows, x, io.quantized, logits))))
 		goto out;
 	char path[4096];
 	snprintf(path, sizeof path, "%s.shape", out);
@@ -373,7 +377,7 @@ static int cmd_logits(int argc, char **argv)
 		goto out;
 	}
 	double median, cpu;
-	if (R > 0 && !(st = time_infer(cfg, reg, rows, x, no_fold, quantized, R, &median, &cpu)))
+	if (R > 0 && !(st = time_infer(cfg, reg, rows, x, &io, R, &median, &cpu)))
 		printf("kiln_ms %.3f\nkiln_cpu_ms %.3f\n", median, cpu);
 out:
 	if (p)

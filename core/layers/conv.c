@@ -3,6 +3,12 @@
  * x: [N, C, H, W] in the model's layout, w: [O, C/g, KH, KW] (OIHW, as
  * PyTorch stores it), b: [O], y: [N, O, OH, OW] in x's layout, with
  * OH = (H + 2*pad - dil*(KH-1) - 1) / stride + 1 (floor).
+ *
+ * A second input r (`inputs = x, r`; evaluation only) is a residual
+ * added before the fused activation: y = act(conv(x) + b + r), a ResNet
+ * block's conv, add and ReLU in one op (KILN_OPF_RESIDUAL, kiln/ops.h),
+ * or the CONV, an ADD and the ACT where the device has not got it.  The
+ * inference passes write it (core/infer_passes.c, "residual").
  */
 #include "util.h"
 
@@ -25,6 +31,8 @@ struct conv {
 	size_t dx_bytes, dw_bytes, front;
 	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
+	int res;     /* a residual input (in[1]): evaluation only */
+	void *radd;  /* its ADD where the device took no KILN_OPF_RESIDUAL */
 };
 
 static const struct kiln_key conv_keys[] = {
@@ -110,6 +118,16 @@ static kiln_status conv_infer(const struct kiln_host *h, struct kiln_layer *l)
 		f32_desc(&l->params[1].desc, s->out, 0, 0);
 	}
 	l->needs_input = 1;
+	if ((s->res = l->n_in == 2)) {
+		const struct kiln_tensor_desc *r = &l->in[1];
+		if (r->ndim != 4 || r->dtype != s->y.dtype || r->layout != s->y.layout ||
+		    memcmp(r->dims, s->y.dims, sizeof r->dims[0] * 4) || s->int8_scale > 0) {
+			char dr[96], dy[96];
+			return h->error(KILN_ECONFIG, "layer '%s' (conv): the residual input must be f32 like the output %s (and no int8_scale), got %s",
+					l->name, kiln_tensor_desc_str(&s->y, dy, sizeof dy),
+					kiln_tensor_desc_str(r, dr, sizeof dr));
+		}
+	}
 	take_act(l, 1); /* any activation: the convolution's epilogue */
 	l->needs_output = l->act_fused; /* the fused ReLU's mask */
 	kiln_status st = int8_out_dtype(h, l, s->int8_scale, s->int8_out_scale, &s->y.dtype);
@@ -191,6 +209,39 @@ static kiln_status plan_kept(const struct kiln_host *h, struct kiln_layer *l,
 	return st;
 }
 
+/* The residual's forward (evaluation only), *op the plain CONV: one op
+ * with the residual and the fused activation in its epilogue, or where the
+ * device refuses that (KILN_ENOTSUP) the CONV, then the ADD of r into y and
+ * the activation in place. */
+static kiln_status plan_residual(const struct kiln_host *h, struct kiln_layer *l,
+				 struct kiln_device *dev, struct kiln_op *op, size_t *ws)
+{
+	struct conv *s = l->priv;
+	struct kiln_op k = *op;
+	size_t w = 0;
+	k.in[k.n_in++] = s->y;
+	k.flags = KILN_OPF_RESIDUAL;
+	if (l->act_fused) {
+		k.flags |= KILN_OPF_ACT;
+		k.i[KILN_OPI_ACT] = l->fuse_act - 1;
+	}
+	kiln_status st = prep(h, l, dev, &k, &s->fwd, &w);
+	if (st == KILN_ENOTSUP) {
+		struct kiln_op a;
+		op_init(&a, KILN_OP_ADD, 2, 1);
+		a.in[0] = a.in[1] = a.out[0] = s->y;
+		if (!(st = prep(h, l, dev, op, &s->fwd, &w)) && !(st = prep(h, l, dev, &a, &s->radd, &w)) &&
+		    l->act_fused) {
+			op_init(&a, KILN_OP_ACT, 1, 1);
+			a.in[0] = a.out[0] = s->y;
+			a.i[0] = l->fuse_act - 1;
+			st = prep(h, l, dev, &a, &s->act, &w);
+		}
+	}
+	*ws = w;
+	return st;
+}
+
 static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 			     struct kiln_device *dev, size_t *ws)
 {
@@ -206,6 +257,8 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
 	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
+	if (s->res) /* evaluation only: no backward */
+		return plan_residual(h, l, dev, &op, ws);
 	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */
 		quantized(&op, KILN_OP_QCONV, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
 		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
@@ -282,8 +335,22 @@ static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
 				  .out = { r->y } };
 	if (r->training && s->int8_scale > 0)
 		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
+	if (r->training && s->res)
+		return h->error(KILN_ECONFIG, "layer '%s': a residual input is for evaluation only", l->name);
 	a.workspace = r->workspace;
 	a.workspace_bytes = r->workspace_bytes;
+	if (s->res && !s->radd) /* the residual in the op's epilogue: last input */
+		a.in[s->bias ? 3 : 2] = r->x[1];
+	if (s->radd) { /* y = conv(x), y += r, then the activation */
+		kiln_status st = h->device_run(r->dev, s->fwd, &a, r->stream);
+		struct kiln_op_args b = { .in = { r->y, r->x[1] }, .out = { r->y },
+					  .workspace = a.workspace, .workspace_bytes = a.workspace_bytes };
+		if (!st)
+			st = h->device_run(r->dev, s->radd, &b, r->stream);
+		b = (struct kiln_op_args){ .in = { r->y }, .out = { r->y }, .workspace = a.workspace,
+					   .workspace_bytes = a.workspace_bytes };
+		return st || !s->act ? st : h->device_run(r->dev, s->act, &b, r->stream);
+	}
 	if (s->infer && !r->training)
 		return run_then_act(h, r, s->infer, s->act_infer, &a);
 	a.out[1] = r->saved; /* the kept x, with kept copies */
@@ -296,8 +363,9 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	struct conv *s = l->priv;
 	struct kiln_layer_run rr;
 	const struct kiln_layer_run *r = &rr;
-	if (s->int8_scale > 0) /* no backward was prepared */
-		return h->error(KILN_ECONFIG, "layer '%s': int8_scale is for evaluation only", l->name);
+	if (s->int8_scale > 0 || s->res) /* no backward was prepared */
+		return h->error(KILN_ECONFIG, "layer '%s': %s is for evaluation only", l->name,
+				s->res ? "a residual input" : "int8_scale");
 	kiln_status st = run_act_bwd(h, r0, s->mask, s->front, &rr);
 	if (st)
 		return st;
@@ -317,5 +385,5 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	return KILN_OK;
 }
 
-LAYER(conv, "conv", "2-d convolution (PyTorch nn.Conv2d; weights OIHW)", conv_keys, 1, 1,
+LAYER(conv, "conv", "2-d convolution (PyTorch nn.Conv2d; weights OIHW)", conv_keys, 1, 2,
       conv_configure, conv_infer, conv_plan, conv_forward, conv_backward, layer_destroy);

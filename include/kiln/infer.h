@@ -61,6 +61,11 @@ struct kiln_infer_opts {
 			       * (docs/inference.md, "INT8"): the config's model
 			       * folded, its conv/linear layers on the INT8 ops,
 			       * the weights this file's (`weights` must be NULL) */
+	int no_residual;      /* 1: with the folds, keep each residual add a layer
+			       * of its own; 0 (default): a conv that alone feeds
+			       * a two-input add takes the add's other input as
+			       * its residual, the add and the ReLU after it in
+			       * the conv's epilogue (f32; core/infer_passes.h) */
 };
 
 /* Load `config` (a path, or the INI text with opts->config_is_text) and

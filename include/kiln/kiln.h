@@ -626,6 +626,10 @@ kiln_status kiln_evaluate(const struct kiln_config *cfg, const struct kiln_regis
  * epilogues ([run] fuse = 1): `kiln eval --fold`. */
 struct kiln_eval_opts {
 	int fold;
+	/* with fold: keep each residual add a layer of its own (kiln_quantize
+	 * calibrates the adds); 0: a conv that alone feeds a two-input add
+	 * takes it into its epilogue (core/infer_passes.h) */
+	int no_residual;
 	/* a file of kiln_quantize (docs/formats.md, "INT8 model"): the
 	 * config's model folded, with that file's weights, its conv and
 	 * linear layers run by the INT8 ops (KILN_OP_QCONV, QLINEAR); no

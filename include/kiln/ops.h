@@ -542,7 +542,16 @@ enum kiln_op_flags {
 	 * business.  A device without it returns KILN_ENOTSUP from prepare and
 	 * the caller prepares the ops without the flag; devices built before
 	 * ABI 2.9 are never asked. */
-	KILN_OPF_KEEP = 8
+	KILN_OPF_KEEP = 8,
+	/* ABI 2.11:
+	 * a residual add in the convolution's epilogue (inference): CONV takes
+	 * one more input, last, r with out0's descriptor, and writes out0 =
+	 * act(conv(x, w) + b + r): the sum before the fused activation
+	 * (KILN_OPF_ACT), as in a ResNet block's conv, add and ReLU.  The bias
+	 * is there when n_in = 4.  Not with KILN_OPF_ACCUMULATE or
+	 * KILN_OPF_KEEP.  A device without it returns KILN_ENOTSUP from
+	 * prepare and the caller runs the CONV, KILN_OP_ADD and KILN_OP_ACT. */
+	KILN_OPF_RESIDUAL = 16
 };
 
 /* Where KILN_OPF_ACT's kind and alpha live: the last integer and real

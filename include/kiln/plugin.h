@@ -85,7 +85,9 @@ extern "C" {
  * 2.10: KILN_OP_ADD may write a u8 out0 in inference (two f32 inputs, the
  *      output scale in f[0], the ReLU implied; kiln/ops.h).
  * 2.11: source ops version 3: prefetch (a hint that a sample will be read
- *      soon; NULL in a source built before). */
+ *      soon; NULL in a source built before); KILN_OPF_RESIDUAL on CONV, a
+ *      residual input added before the fused activation (inference;
+ *      kiln/ops.h). */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 11
 

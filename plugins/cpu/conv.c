@@ -39,6 +39,12 @@
  * of 4-wide SSE adds after its JIT part, up to 2.5x the op's time at 2
  * threads (docs/PERFORMANCE.md, "Issue 22, session 8").
  *
+ * A residual in the epilogue (KILN_OPF_RESIDUAL, inference; f32 NHWC):
+ * oneDNN's binary add post-op reads the last input r, in y's layout,
+ * before the eltwise one of a fused activation, so a ResNet block's
+ * conv, add and ReLU are one pass over y.  Elsewhere KILN_ENOTSUP (the
+ * layer runs the CONV, an ADD and the ACT).
+ *
  * oneDNN's dilation is PyTorch's minus one.  Right padding is given equal
  * to the left one: oneDNN rounds the output size down like PyTorch, so the
  * rows a floor drops are never read.
@@ -109,6 +115,7 @@ struct conv_build {
 	int acc;                       /* BWD_WEIGHTS adds into dw, db */
 	int own_db;                    /* BWD_WEIGHTS: db by conv_run_db, not oneDNN */
 	int keep; /* KILN_OPF_KEEP: the kept copies (conv_layouts) */
+	int res;  /* KILN_OPF_RESIDUAL: in[n_in - 1] added before the activation */
 	dnnl_data_type_t adt, wdd, kdt;
 	int64_t N, C, H, W, O, Cg, KH, KW, OH, OW, g;
 	dnnl_dims_t strides, dil, pad;
@@ -132,9 +139,14 @@ static kiln_status conv_roles(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	const struct kiln_op *op = &p->op;
 	const int type = op->type;
 	b->keep = (op->flags & KILN_OPF_KEEP) != 0;
+	b->res = (op->flags & KILN_OPF_RESIDUAL) != 0;
 	if (type == KILN_OP_CONV) {
 		b->x = &op->in[0], b->w = &op->in[1], b->y = &op->out[0];
-		b->has_bias = op->n_in == 3;
+		b->has_bias = op->n_in - b->res == 3;
+		/* the binary post-op reads r as y is stored: plain NHWC f32, which
+		 * the kernel writes as it is (a blocked NCHW y would not match) */
+		if (b->res && (b->x->dtype != KILN_F32 || !cpu_nhwc(b->x) || b->keep))
+			return cpu_bad(c, op, KILN_ENOTSUP, "a residual epilogue on f32 NHWC only");
 	} else if (type == KILN_OP_CONV_BWD_DATA) {
 		if (op->flags & KILN_OPF_ACCUMULATE)
 			/* oneDNN 2.6 has no sum post-op on backward data. */
@@ -248,10 +260,14 @@ static kiln_status conv_descs(struct cpu_ctx *c, const struct cpu_plan *p, struc
 		dnnl_post_ops_destroy(po);
 		CPU_DNN_TRY(s2);
 	}
-	if (p->op.flags & KILN_OPF_ACT) { /* the fused activation: CONV only (opcheck) */
+	if ((p->op.flags & KILN_OPF_ACT) || b->res) { /* CONV only (opcheck) */
+		/* the residual (binary add of r, y's layout), then the fused activation */
 		dnnl_post_ops_t po = NULL;
 		CPU_DNN_TRY(dnnl_post_ops_create(&po));
-		dnnl_status_t s1 = cpu_dnn_post_act(po, &p->op);
+		dnnl_status_t s1 = b->res ? dnnl_post_ops_append_binary(po, dnnl_binary_add, &t[TY].user)
+					  : dnnl_success;
+		if (s1 == dnnl_success && (p->op.flags & KILN_OPF_ACT))
+			s1 = cpu_dnn_post_act(po, &p->op);
 		dnnl_status_t s2 = s1 == dnnl_success ? dnnl_primitive_attr_set_post_ops(b->attr, po) : s1;
 		dnnl_post_ops_destroy(po);
 		CPU_DNN_TRY(s2);
@@ -289,6 +305,49 @@ out:
 	return st;
 }
 
+/* An implementation oneDNN would not be asked for by choice: its
+ * reference loops, and the im2col + GEMM one. */
+static int conv_impl_skipped(const char *name)
+{
+	return !strncmp(name, "ref", 3) || strstr(name, "gemm") != NULL;
+}
+
+/* b->fwd: oneDNN's p->conv_impl-th distinct implementation of desc (0:
+ * its first; tune.c times them); KILN_ENOTSUP, with no message, when it
+ * offers fewer. */
+static kiln_status conv_pick(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b,
+			     const dnnl_convolution_desc_t *desc)
+{
+	kiln_status st = KILN_OK;
+	const char *geom = b->geom;
+	dnnl_primitive_desc_iterator_t it = NULL;
+	char seen[CPU_CONV_IMPLS][64];
+	int n = 0;
+	CPU_DNN_TRY(dnnl_primitive_desc_iterator_create(&it, desc, b->attr, c->engine, NULL));
+	do {
+		dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+		const char *name = "?";
+		if (!pd)
+			break;
+		dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+		int dup = conv_impl_skipped(name);
+		for (int k = 0; k < n && !dup; k++)
+			dup = !strcmp(seen[k], name);
+		if (!dup && n == p->conv_impl) {
+			b->fwd = pd;
+			break;
+		}
+		if (!dup && n < CPU_CONV_IMPLS)
+			snprintf(seen[n++], sizeof seen[0], "%s", name);
+		dnnl_primitive_desc_destroy(pd);
+	} while (n < CPU_CONV_IMPLS && dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+	if (!b->fwd)
+		st = KILN_ENOTSUP;
+out:
+	dnnl_primitive_desc_iterator_destroy(it);
+	return st;
+}
+
 /* The convolution's primitive descriptor: the forward one is the op
  * itself, or the hint the backward ones need. */
 static kiln_status conv_primitive(struct cpu_ctx *c, const struct cpu_plan *p, struct conv_build *b)
@@ -307,7 +366,12 @@ static kiln_status conv_primitive(struct cpu_ctx *c, const struct cpu_plan *p, s
 	CPU_DNN_TRY(dnnl_dilated_convolution_forward_desc_init(
 		&desc, dnnl_forward_training, dnnl_convolution_direct, &t[TX].any, &hint_w, bias,
 		&t[TY].any, b->strides, b->dil, b->pad, b->pad));
-	CPU_DNN_TRY(dnnl_primitive_desc_create(&b->fwd, &desc, b->attr, c->engine, NULL));
+	if (type == KILN_OP_CONV && p->conv_impl > 0) {
+		if ((st = conv_pick(c, p, b, &desc)))
+			goto out;
+	} else {
+		CPU_DNN_TRY(dnnl_primitive_desc_create(&b->fwd, &desc, b->attr, c->engine, NULL));
+	}
 	if (type == KILN_OP_CONV) {
 		b->pd = b->fwd;
 		b->fwd = NULL;
@@ -441,7 +505,7 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 	const int type = p->op.type;
 	struct cpu_dnn *d = p->dnn;
 	struct conv_tens *t = b->t;
-	int m_b = -1, m_bu = -1, m_sp = -1;
+	int m_b = -1, m_bu = -1, m_sp = -1, m_r = -1;
 	for (int k = 0; k < 3; k++) {
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &t[k].user, t[k].bind, t[k].idx, 0, &t[k].m_user));
 		t[k].m_kern = t[k].m_user;
@@ -458,6 +522,8 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 	if (cpu_dnn_scratch(b->pd))
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, dnnl_primitive_desc_query_md(b->pd, dnnl_query_scratchpad_md, 0),
 					CPU_BIND_WS, 0, 0, &m_sp));
+	if (b->res) /* the residual: the last input, y's layout */
+		CPU_DNN_TRY(cpu_dnn_mem(c, d, &t[TY].user, CPU_BIND_IN, p->op.n_in - 1, 0, &m_r));
 
 	int arg[CPU_DNN_ARGS], mem[CPU_DNN_ARGS], n = 0;
 #define ARG(a_, m_) (arg[n] = (a_), mem[n] = (m_), n++)
@@ -470,6 +536,8 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 				ARG(type == KILN_OP_CONV ? DNNL_ARG_BIAS : DNNL_ARG_DIFF_BIAS, m_b);
 			if (m_sp >= 0)
 				ARG(DNNL_ARG_SCRATCHPAD, m_sp);
+			if (m_r >= 0)
+				ARG(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, m_r);
 			CPU_DNN_TRY(cpu_dnn_step(d, b->pd, n, arg, mem));
 			continue;
 		}

@@ -86,6 +86,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	int64_t threads = opts->threads; /* [run] threads, from the core */
 	int async = -1, deterministic = opts->deterministic, graph = 0;
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
+	int conv_impl = 0;
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -121,6 +122,12 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 			if (kern[i] == CPU_KERN_AUTO && deterministic)
 				kern[i] = CPU_KERN_BF16;
 		}
+		const char *ci = host->config_get(cfg, "plugin.cpu", "conv_impl");
+		if (ci && strcmp(ci, "first") && strcmp(ci, "auto") && strcmp(ci, "1") && strcmp(ci, "2"))
+			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_impl = %s: expected first, auto, 1 or 2", ci);
+		conv_impl = !ci || !strcmp(ci, "first") ? 0 : !strcmp(ci, "auto") ? CPU_CONV_AUTO : atoi(ci);
+		if (conv_impl == CPU_CONV_AUTO && deterministic) /* not a timed choice */
+			conv_impl = 0;
 	}
 	if (threads < 0)
 		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
@@ -157,6 +164,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->graph = graph;
 	c->bf16_conv = kern[0];
 	c->bf16_gemm = kern[1];
+	c->conv_impl = conv_impl;
 	c->threads = (int)threads;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
@@ -317,7 +325,11 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	 * bf16 GEMM and convolution, the bf16 loops), else the f32 kernel
 	 * between conversions (lowp.c); f16 is always the latter, except the
 	 * ops that are dtype-generic by contract */
-	if (!cpu_op_lowp(op) || native == 2) {
+	if (family == cpu_conv_prepare && !cpu_op_lowp(op)) {
+		/* f32 convolutions: oneDNN's first kernel, or the fastest
+		 * ([plugin.cpu] conv_impl) */
+		st = cpu_tune_conv_impl(c, p);
+	} else if (!cpu_op_lowp(op) || native == 2) {
 		st = family(c, p);
 	} else if (family == cpu_gemm_prepare || family == cpu_conv_prepare) {
 		/* bf16 (or f16) GEMM and convolution: oneDNN's bf16 kernel or
@@ -467,6 +479,16 @@ static const struct kiln_key cpu_keys[] = {
 	  "f32 matmul and rounds a bf16 result once; `auto` times both once per shape when "
 	  "the op is prepared and keeps the faster (logged). `[run] deterministic = 1` "
 	  "turns `auto` into `bf16`." },
+	{ "conv_impl", KILN_KEY_ENUM, NULL, 0, 0, "first|auto|1|2",
+	  "Which of oneDNN's implementations runs an f32 forward convolution (without "
+	  "kept copies: inference and evaluation): `first` the one oneDNN lists first "
+	  "(its own preference), `auto` the fastest of the first 3 distinct ones, timed once "
+	  "per shape when the op is prepared (logged); `1`, `2` the second or third distinct "
+	  "one (the first where there is none; for tests).  On AVX-512 oneDNN 2.6 prefers its "
+	  "brgconv kernels, which its older jit kernel beats on few channels (the ResNet "
+	  "example's 28x28 layers; docs/PERFORMANCE.md, issue 23, session 9).  Unset: "
+	  "`auto` in the inference API's plans (kiln_infer, `kiln predict`), `first` "
+	  "elsewhere.  `[run] deterministic = 1` turns `auto` into `first`." },
 	{ "async", KILN_KEY_BOOL, NULL, 0, 0, NULL,
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
 	  "and hidden host syncs show up without a GPU, and a data-parallel run's "

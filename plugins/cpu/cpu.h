@@ -33,6 +33,13 @@ struct cpu_split_pool;
  * once at prepare (tune.c). */
 enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32 };
 
+/* Which of oneDNN's implementations runs an f32 forward convolution
+ * ([plugin.cpu] conv_impl): the fastest of the first CPU_CONV_IMPLS
+ * distinct ones, timed once at prepare (tune.c), else the k-th (0: the
+ * first it offers). */
+#define CPU_CONV_AUTO (-1)
+#define CPU_CONV_IMPLS 3
+
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
 	const struct kiln_host *host;
@@ -47,6 +54,7 @@ struct cpu_ctx {
 	/* [plugin.cpu] bf16_conv, bf16_gemm: which kernel computes the bf16
 	 * convolutions and GEMMs (CPU_KERN_*; tune.c) */
 	int bf16_conv, bf16_gemm;
+	int conv_impl;      /* [plugin.cpu] conv_impl: CPU_CONV_AUTO or an index (tune.c) */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
 	void *engine;       /* dnnl_engine_t, shared by every plan */
@@ -108,6 +116,9 @@ struct cpu_plan {
 	/* bf16 convolution: oneDNN's f32 kernel, the bf16 tensors converted by
 	 * the reorders around it (conv.c; chosen by tune.c) */
 	int kern_f32;
+	/* f32 CONV: oneDNN's conv_impl-th distinct implementation (0: its
+	 * first; conv.c, chosen by tune.c) */
+	int conv_impl;
 	/* KILN_OP_QCONV/QLINEAR: the weights quantized once, kept until they
 	 * change (qconv.c) */
 	struct cpu_qcache *qcache;
@@ -290,6 +301,11 @@ void cpu_plan_release(struct cpu_plan *p);
  * cpu_ops_prepare. */
 kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
+/* Prepare p (an f32 CONV*) with oneDNN's first implementation, or for a
+ * forward CONV without kept copies under [plugin.cpu] conv_impl = auto,
+ * the fastest of its first CPU_CONV_IMPLS distinct ones (timed on scratch
+ * buffers, remembered per op, logged). */
+kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
 /* One buffer holding scratch tensors of p's op's shapes (max pooling's aux:

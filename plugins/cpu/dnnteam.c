@@ -163,6 +163,7 @@ static struct cpu_plan *version_for(struct cpu_variants *v, const struct cpu_pla
 	if (q) {
 		q->op = p->op;
 		q->kern_f32 = p->kern_f32;
+		q->conv_impl = p->conv_impl;
 		omp_set_num_threads(n);
 		const kiln_status st = busy ? cpu_gemm_prepare_busy(c, q) : prepare_family(c, q);
 		if (st == KILN_OK && q->workspace <= p->workspace && q->aux == p->aux &&

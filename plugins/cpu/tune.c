@@ -1,4 +1,5 @@
-/* plugins/cpu/tune.c - which kernel computes a bf16 convolution or GEMM.
+/* plugins/cpu/tune.c - which kernel computes a bf16 convolution or GEMM,
+ * and which implementation an f32 forward convolution.
  *
  * oneDNN has bf16 kernels for both, but whether they beat its f32 kernels
  * depends on the CPU: with AMX tiles they do by far; with AVX512-BF16 dot
@@ -26,6 +27,14 @@
  * (tests/check_device.c checks both); they differ in rounding order only.
  * `[run] deterministic = 1` turns `auto` into `bf16` (cpu.c), so that a
  * result never depends on a timing.
+ *
+ * f32 forward convolutions ([plugin.cpu] conv_impl = auto; set by the
+ * inference API): oneDNN lists several implementations for one op, and
+ * on AVX-512 its first (brgconv) is not always its fastest (its jit
+ * kernel runs the ResNet example's 28x28, 16-channel layers in 60-75% of
+ * the time).  The first CPU_CONV_IMPLS distinct ones are prepared and
+ * timed the same way, the fastest kept (conv.c, p->conv_impl).  Kernels
+ * differ in summation order only.
  */
 #include "cpu.h"
 
@@ -37,7 +46,7 @@
 struct cpu_choice {
 	struct cpu_choice *next;
 	struct kiln_op op;
-	int kern_f32;
+	int kern_f32;  /* a bf16 op's choice, or an f32 CONV's conv_impl */
 };
 
 static double now_s(void)
@@ -216,6 +225,68 @@ static void keep_choice(struct cpu_ctx *c, const struct kiln_op *op, int f32)
 	h->next = c->choices;
 	c->choices = h;
 	pthread_mutex_unlock(c->lock);
+}
+
+kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op op = p->op;
+	if (op.type != KILN_OP_CONV || (op.flags & KILN_OPF_KEEP) || !c->conv_impl)
+		return cpu_conv_prepare(c, p);
+	if (c->conv_impl > 0) { /* the one named, else the first */
+		p->conv_impl = c->conv_impl;
+		const kiln_status st = cpu_conv_prepare(c, p);
+		if (st != KILN_ENOTSUP)
+			return st;
+		cpu_plan_release(p);
+		memset(p, 0, sizeof *p);
+		p->op = op;
+		return cpu_conv_prepare(c, p);
+	}
+	int best = find_choice(c, &op);
+	if (best >= 0) {
+		p->conv_impl = best;
+		return cpu_conv_prepare(c, p);
+	}
+	kiln_status st = cpu_conv_prepare(c, p);
+	if (st)
+		return st;
+	struct cpu_plan *cand[CPU_CONV_IMPLS] = { p };
+	int n = 1;
+	for (; n < CPU_CONV_IMPLS; n++) { /* KILN_ENOTSUP: no n-th implementation */
+		if (!(cand[n] = calloc(1, sizeof *cand[n])))
+			break;
+		cand[n]->op = op;
+		cand[n]->conv_impl = n;
+		if (cpu_conv_prepare(c, cand[n]) != KILN_OK) {
+			cpu_plan_release(cand[n]);
+			free(cand[n]);
+			break;
+		}
+	}
+	double t[CPU_CONV_IMPLS];
+	best = 0;
+	if (n > 1) {
+		time_plans(c, cand, n, t);
+		for (int k = 1; k < n; k++)
+			if (t[k] >= 0 && t[best] >= 0 && t[k] < t[best])
+				best = k;
+		char s0[96], s2[96];
+		c->host->log(KILN_LOG_INFO, "cpu",
+			     "f32 CONV %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest: implementation %d",
+			     cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
+			     n, 1e3 * t[0], 1e3 * t[best], best);
+	}
+	keep_choice(c, &op, best);
+	if (best) { /* the faster candidate replaces the first in p */
+		cpu_plan_release(p);
+		memcpy(p, cand[best], sizeof *p);
+	}
+	for (int k = 1; k < n; k++) {
+		if (k != best)
+			cpu_plan_release(cand[k]);
+		free(cand[k]);
+	}
+	return KILN_OK;
 }
 
 void cpu_tune_free(struct cpu_ctx *c)

@@ -524,6 +524,8 @@ static kiln_status cuda_prepare(void *ctx, const struct kiln_op *op, void **plan
 				      cuda_op_name(op->type));
 	if (op->flags & KILN_OPF_KEEP) /* cuDNN's convolutions read the tensors as they are */
 		return c->host->error(KILN_ENOTSUP, "cuda: %s: no kept copies", cuda_op_name(op->type));
+	if (op->flags & KILN_OPF_RESIDUAL) /* the layer runs the CONV, an ADD and the ACT */
+		return c->host->error(KILN_ENOTSUP, "cuda: %s: no residual epilogue", cuda_op_name(op->type));
 	struct cuda_plan *p = calloc(1, sizeof *p);
 	struct cuda_obj *o = calloc(1, sizeof *o);
 	if (!p || !o) {
