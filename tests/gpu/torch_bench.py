@@ -61,49 +61,19 @@ def resnet50(classes=1000):
     return nn.Sequential(*layers)
 
 
-class Block(nn.Module):
-    def __init__(self, c, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln_1 = nn.LayerNorm(c)
-        self.c_attn = nn.Linear(c, 3 * c)
-        self.c_proj = nn.Linear(c, c)
-        self.ln_2 = nn.LayerNorm(c)
-        self.c_fc = nn.Linear(c, 4 * c)
-        self.m_proj = nn.Linear(4 * c, c)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-        h = nn.functional.gelu(self.c_fc(self.ln_2(x)), approximate="tanh")
-        return x + self.m_proj(h)
-
-
-class GPT2(nn.Module):
-    def __init__(self, layers=12, c=768, heads=12, ctx=1024, vocab=50304):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, c)
-        self.wpe = nn.Embedding(ctx, c)
-        self.h = nn.ModuleList(Block(c, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(c)
-        self.lm_head = nn.Linear(c, vocab, bias=False)
-        self.lm_head.weight = self.wte.weight  # tied, as kiln's tie = transformer.wte
-
-    def forward(self, idx):
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.wte(idx) + self.wpe(pos)
-        for b in self.h:
-            x = b(x)
-        return self.lm_head(self.ln_f(x))
+def gpt2_model():
+    """GPT-2 124M: bench/pytorch_gpt.py's GPT (the char GPT benchmark's model,
+    kiln's layer names) in examples/gpt2_small.ini's shape."""
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+    from pytorch_gpt import GPT
+    return GPT(vocab=50304, ctx=1024, c=768, layers=12, heads=12)
 
 
 def gpt2_step(a, dev):
     import time
     torch.backends.cuda.matmul.allow_tf32 = True
-    model = GPT2().to(dev)
+    model = gpt2_model().to(dev)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wpe" not in n and "wte" not in n]
     other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wpe" not in n and "wte" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
