@@ -226,11 +226,10 @@ START_TEST(test_rendezvous_ok)
 }
 END_TEST
 
-START_TEST(test_lost_rank)
+/* Rank 3 of 4 joins s0's store on port, says it is ready, and is killed
+ * (no goodbye): the store records it lost. */
+static void kill_rank3(struct kiln_store *s0, int port)
 {
-	struct kiln_store *s0;
-	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 4, 5000, &s0), KILN_OK);
-	int port = kiln_store_port(s0);
 	pid_t kid = fork();
 	if (!kid) {
 		struct kiln_store *s;
@@ -245,6 +244,14 @@ START_TEST(test_lost_rank)
 	free(v);
 	kill(kid, SIGKILL);
 	waitpid(kid, NULL, 0);
+}
+
+START_TEST(test_lost_rank)
+{
+	struct kiln_store *s0;
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 4, 5000, &s0), KILN_OK);
+	int port = kiln_store_port(s0);
+	kill_rank3(s0, port);
 	ck_assert_int_eq(kiln_store_lost_rank(s0, 3000), 3);
 	kiln_store_close(s0);
 }
@@ -266,20 +273,7 @@ START_TEST(test_lost_after_host)
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", 0, 1, 0, 4, 5000, &s0), KILN_OK);
 	int port = kiln_store_port(s0);
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 2, 4, 5000, &s2), KILN_OK);
-	pid_t kid = fork();
-	if (!kid) {
-		struct kiln_store *s;
-		if (kiln_store_open("127.0.0.1", port, 0, 3, 4, 5000, &s))
-			_exit(1);
-		kiln_store_set(s, "ready", "1", 1);
-		pause(); /* killed below: no goodbye */
-		_exit(0);
-	}
-	void *v;
-	ck_assert_int_eq(kiln_store_get(s0, "ready", 5000, &v, NULL), KILN_OK);
-	free(v);
-	kill(kid, SIGKILL);
-	waitpid(kid, NULL, 0);
+	kill_rank3(s0, port);
 	ck_assert_int_eq(kiln_store_lost_rank(s0, 3000), 3);
 	pthread_t t;
 	const double t0 = now();
