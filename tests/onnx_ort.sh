@@ -42,6 +42,14 @@ check cnn "$ex/fashion_mnist_cnn.ini"
 kiln 0 train "$ex/fashion_mnist_resnet.ini" run.out_dir="$tmp/run_resnet" train.max_steps=5 \
 	train.eval=0 train.batch=16 run.threads=2
 check resnet "$ex/fashion_mnist_resnet.ini"
+# the same export against kiln_infer's plan (`kiln predict`'s: batchnorm
+# folded into the convs, each residual add and its ReLU in a conv's
+# epilogue), not only against the evaluation's
+"$tool" logits "$ex/fashion_mnist_resnet.ini" $rows "$tmp/resnet_infer" run.out_dir="$tmp/run_resnet" \
+	--infer || fail "resnet (kiln_infer): onnx_tool logits failed"
+"$py" "$srcdir/tests/onnx_ort.py" "$tmp/resnet.onnx" "$tmp/resnet_infer" --threads 2 >"$tmp/resnet_infer.ort" 2>&1 ||
+	{ cat "$tmp/resnet_infer.ort"; fail "resnet: ONNX Runtime's logits differ from kiln_infer's"; }
+echo "ok: resnet (kiln_infer's folded plan): $(cat "$tmp/resnet_infer.ort")"
 # a conv with a residual input (the folded inference graph's form): Conv, Add
 check rconv "$srcdir/tests/data/onnx_residual_conv.ini"
 # the CNN's INT8 model (`kiln quantize` after 5 training steps) exported in

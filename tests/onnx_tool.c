@@ -8,7 +8,7 @@
  *       --safetensors` of the same model), every initializer named like a
  *       weight must hold its exact bytes and every weight must be there:
  *       exit 1 otherwise.
- *   onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--no-residual] [--quantized Q] [section.key=value ...]
+ *   onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--no-residual] [--quantized Q] [--infer] [section.key=value ...]
  *       kiln's evaluation of CONFIG's model (the weights `kiln export`
  *       takes; [model] init_from as an override) on the first ROWS samples
  *       of the test split ([data.eval]): OUT.x.f32 / OUT.x.i32 (the input)
@@ -21,7 +21,9 @@
  *       "kiln_ms <median>" and "kiln_cpu_ms <median>" (the process's
  *       CPU time per call: every thread's) on stdout.  --quantized Q: the logits (and the
  *       timing) of the INT8 model Q, through kiln_infer as `kiln eval
- *       --quantized` runs it.
+ *       --quantized` runs it.  --infer: the logits of kiln_infer's fp32
+ *       plan (folded, the residuals in the convs: what `kiln predict`
+ *       runs) instead of the evaluation's.
  */
 #include "core/graph.h"
 #include "core/data.h"
@@ -243,8 +245,9 @@ static kiln_status time_infer(struct kiln_config *cfg, const struct kiln_registr
 	return st;
 }
 
-/* The logits of the INT8 model `quantized` on the host batch x (rows
- * rows), as `kiln eval --quantized` computes them, into out. */
+/* The logits of kiln_infer's plan on the host batch x (rows rows) into
+ * out: the INT8 model `quantized`, as `kiln eval --quantized` computes
+ * them, or (NULL) the folded fp32 plan `kiln predict` runs. */
 static kiln_status infer_logits(struct kiln_config *cfg, const struct kiln_registry *reg,
 				int64_t rows, const void *x, const char *quantized, float *out)
 {
@@ -299,10 +302,10 @@ static kiln_status read_batch(const struct kiln_config *cfg, const struct kiln_r
 static int cmd_logits(int argc, char **argv)
 {
 	if (argc < 5)
-		return fail("usage: onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--no-residual] [--quantized Q] [section.key=value ...]");
+		return fail("usage: onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--no-residual] [--quantized Q] [--infer] [section.key=value ...]");
 	const int64_t rows = strtoll(argv[3], NULL, 10);
 	const char *out = argv[4];
-	int R = 0;
+	int R = 0, infer = 0;
 	struct kiln_infer_opts io = { 0 };
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;
@@ -318,6 +321,8 @@ static int cmd_logits(int argc, char **argv)
 			io.no_residual = 1;
 		else if (!strcmp(argv[i], "--quantized") && i + 1 < argc)
 			io.quantized = argv[++i];
+		else if (!strcmp(argv[i], "--infer"))
+			infer = 1;
 		else
 			st = kiln_config_override(cfg, argv[i]);
 	}
@@ -354,7 +359,7 @@ static int cmd_logits(int argc, char **argv)
 	if ((st = kiln_device_copy_async(t.dev, logits, l_d, kiln_tensor_bytes(&ld), KILN_COPY_D2H,
 					 t.stream)) ||
 	    (st = kiln_device_stream_sync(t.dev, t.stream)) ||
-	    (io.quantized && (st = infer_logits(cfg, reg, rows, x, io.quantized, logits))))
+	    ((io.quantized || infer) && (st = infer_logits(cfg, reg, rows, x, io.quantized, logits))))
 		goto out;
 	char path[4096];
 	snprintf(path, sizeof path, "%s.shape", out);
