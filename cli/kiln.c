@@ -5,6 +5,7 @@
 
 #include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,12 @@ int main(int argc, char **argv)
 	 * (common/spin_rule.h).  Must happen before any plugin loads the
 	 * OpenMP runtime. */
 	common_omp_env_defaults();
+	/* A write to a closed socket or pipe is an error to report, not a
+	 * signal that kills the run: Gloo's TCP pairs write with writev()
+	 * (a thawed rank whose peer exited died of SIGPIPE instead of naming
+	 * it), and a `kiln train | head` would lose the run with its reader.
+	 * Python ignores SIGPIPE the same way, so PyTorch's Gloo does too. */
+	signal(SIGPIPE, SIG_IGN);
 	if (log_level_from_env())
 		return 2;
 	kiln_log(KILN_LOG_DEBUG, "cli", "OpenMP: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s",

@@ -11,7 +11,7 @@
 # but one that sigwait()s for them.  While a small CNN trains, every thread
 # of the process but exactly one must block both (read from
 # /proc/PID/task/*/status), the main thread among them; then SIGTERM still
-# stops the run with a checkpoint and exit 0.
+# stops the run with a checkpoint and exit 0.  And SIGPIPE ends no run.
 name=stopsig
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -65,4 +65,15 @@ grep -q 'stop requested' "$tmp/train.log" || fail "SIGTERM: no 'stop requested'"
 grep -q 'checkpoint written to' "$tmp/train.log" || fail "SIGTERM: no checkpoint written"
 grep -q '"stopped": true' "$tmp/train.log" || fail "SIGTERM: no \"stopped\" in the JSON line"
 echo "$threads threads, one takes the stop signals; SIGTERM stopped the run with a checkpoint"
+
+# A reader of kiln's output that goes away (`kiln train 2>&1 | head`) does
+# not end the run: SIGPIPE is ignored (cli/kiln.c), the writes fail, the
+# run finishes and writes its checkpoint.  Here the reader (`true`) is gone
+# before the first progress line; killed by SIGPIPE kiln exits 141 there.
+("$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist run.out_dir="$tmp/piped" \
+	train.epochs=2 2>&1; echo $? > "$tmp/piped.rc") | true
+rc=$(cat "$tmp/piped.rc")
+[ "$rc" = 0 ] || fail "kiln train 2>&1 | true: exit $rc, expected 0 (141: killed by SIGPIPE)"
+ls "$tmp/piped/checkpoints/"*.kiln > /dev/null 2>&1 || fail "kiln train 2>&1 | true: no checkpoint written"
+echo "a reader that went away: the run finished with a checkpoint"
 echo "PASS"
