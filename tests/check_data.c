@@ -325,6 +325,34 @@ START_TEST(test_on_error)
 }
 END_TEST
 
+/* NORMALIZE_U8 on rig d's device: u8 [N, C, H, W] (dims) with per-channel
+ * mean and std (C of each) into y (host, f32). */
+static void normalize_on(struct rig *d, const int64_t dims[4], const float *mean,
+			 const float *sd, const uint8_t *u8, float *y)
+{
+	const size_t n = (size_t)(dims[0] * dims[1] * dims[2] * dims[3]);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_NORMALIZE_U8;
+	op.n_in = op.n_out = 1;
+	kiln_tensor_desc_init(&op.in[0], KILN_U8, 4, dims);
+	kiln_tensor_desc_init(&op.out[0], KILN_F32, 4, dims);
+	for (int c = 0; c < dims[1]; c++)
+		op.f[c] = mean[c], op.f[3 + c] = sd[c];
+	void *plan, *u8d, *yd;
+	ck_assert_msg(kiln_device_prepare(d->dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_alloc(d->dev, n, &u8d) == 0);
+	ck_assert(kiln_device_alloc(d->dev, n * sizeof(float), &yd) == 0);
+	ck_assert(kiln_device_copy_async(d->dev, u8d, u8, n, KILN_COPY_H2D, d->copy) == 0);
+	struct kiln_op_args a = { .in = { u8d }, .out = { yd } };
+	ck_assert(kiln_device_run(d->dev, plan, &a, d->copy) == 0);
+	ck_assert(kiln_device_copy_async(d->dev, y, yd, n * sizeof(float), KILN_COPY_D2H, d->copy) == 0);
+	ck_assert(kiln_device_stream_sync(d->dev, d->copy) == 0);
+	kiln_device_plan_free(d->dev, plan);
+	kiln_device_free(d->dev, u8d);
+	kiln_device_free(d->dev, yd);
+}
+
 /* transform_on = device ships u8 and the NORMALIZE_U8 op gives the host's
  * f32 samples. */
 START_TEST(test_normalize_on_device)
@@ -342,37 +370,18 @@ START_TEST(test_normalize_on_device)
 	int64_t idx[B];
 	for (int i = 0; i < B; i++)
 		idx[i] = i * 3;
-	float *xh = malloc(B * h.d.sample_bytes), *xd;
-	uint8_t *u8 = malloc(B * d.d.sample_bytes), *u8d;
+	float *xh = malloc(B * h.d.sample_bytes), *back = malloc(B * h.d.sample_bytes);
+	uint8_t *u8 = malloc(B * d.d.sample_bytes);
 	int32_t y[B];
 	struct kiln_data_scratch scr;
 	memset(&scr, 0, sizeof scr);
 	ck_assert(kiln_dataset_read_rows(&h.d, 0, idx, B, xh, y, &scr) == 0);
 	ck_assert(kiln_dataset_read_rows(&d.d, 0, idx, B, u8, y, &scr) == 0);
-	struct kiln_op op;
-	int64_t dims[4] = { B, 1, 28, 28 };
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_NORMALIZE_U8;
-	op.n_in = op.n_out = 1;
-	kiln_tensor_desc_init(&op.in[0], KILN_U8, 4, dims);
-	kiln_tensor_desc_init(&op.out[0], KILN_F32, 4, dims);
-	op.f[0] = 0.286;
-	op.f[3] = 0.353;
-	void *plan;
-	ck_assert_msg(kiln_device_prepare(d.dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
-	ck_assert(kiln_device_alloc(d.dev, B * d.d.sample_bytes, (void **)&u8d) == 0);
-	ck_assert(kiln_device_alloc(d.dev, B * h.d.sample_bytes, (void **)&xd) == 0);
-	ck_assert(kiln_device_copy_async(d.dev, u8d, u8, B * d.d.sample_bytes, KILN_COPY_H2D, d.copy) == 0);
-	struct kiln_op_args a = { .in = { u8d }, .out = { xd } };
-	ck_assert(kiln_device_run(d.dev, plan, &a, d.copy) == 0);
-	float *back = malloc(B * h.d.sample_bytes);
-	ck_assert(kiln_device_copy_async(d.dev, back, xd, B * h.d.sample_bytes, KILN_COPY_D2H, d.copy) == 0);
-	ck_assert(kiln_device_stream_sync(d.dev, d.copy) == 0);
+	static const int64_t dims[4] = { B, 1, 28, 28 };
+	static const float mean = 0.286f, sd = 0.353f;
+	normalize_on(&d, dims, &mean, &sd, u8, back);
 	for (int i = 0; i < B * 28 * 28; i++) /* one rule, one rounding: equal bits */
 		ck_assert_msg(back[i] == xh[i], "%d: %.9g vs %.9g", i, back[i], xh[i]);
-	kiln_device_plan_free(d.dev, plan);
-	kiln_device_free(d.dev, u8d);
-	kiln_device_free(d.dev, xd);
 	kiln_data_scratch_free(&scr);
 	free(xh), free(u8), free(back);
 	rig_close(&h);
@@ -393,37 +402,18 @@ START_TEST(test_normalize_rule)
 	ck_assert_msg(rig_open(&d, ini) == 0, "%s", kiln_last_error());
 	static const float mean[3] = { 0.485f, 0.456f, 0.406f }, sd[3] = { 0.229f, 0.224f, 0.225f };
 	enum { C = 3, HW = 256 };
-	uint8_t u8[C * HW], *u8d;
-	float y[C * HW], *yd;
+	uint8_t u8[C * HW];
+	float y[C * HW];
 	for (int i = 0; i < C * HW; i++)
 		u8[i] = (uint8_t)((i % HW) * 7 + i / HW); /* every value, per plane */
-	struct kiln_op op;
-	int64_t dims[4] = { 1, C, 16, 16 };
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_NORMALIZE_U8;
-	op.n_in = op.n_out = 1;
-	kiln_tensor_desc_init(&op.in[0], KILN_U8, 4, dims);
-	kiln_tensor_desc_init(&op.out[0], KILN_F32, 4, dims);
-	for (int c = 0; c < C; c++)
-		op.f[c] = mean[c], op.f[3 + c] = sd[c];
-	void *plan;
-	ck_assert_msg(kiln_device_prepare(d.dev, &op, &plan, NULL) == 0, "%s", kiln_last_error());
-	ck_assert(kiln_device_alloc(d.dev, sizeof u8, (void **)&u8d) == 0);
-	ck_assert(kiln_device_alloc(d.dev, sizeof y, (void **)&yd) == 0);
-	ck_assert(kiln_device_copy_async(d.dev, u8d, u8, sizeof u8, KILN_COPY_H2D, d.copy) == 0);
-	struct kiln_op_args a = { .in = { u8d }, .out = { yd } };
-	ck_assert(kiln_device_run(d.dev, plan, &a, d.copy) == 0);
-	ck_assert(kiln_device_copy_async(d.dev, y, yd, sizeof y, KILN_COPY_D2H, d.copy) == 0);
-	ck_assert(kiln_device_stream_sync(d.dev, d.copy) == 0);
+	static const int64_t dims[4] = { 1, C, 16, 16 };
+	normalize_on(&d, dims, mean, sd, u8, y);
 	for (int i = 0; i < C * HW; i++) {
 		volatile float x = (float)u8[i] / 255.0f; /* no contraction, no excess precision */
 		const float want = (x - mean[i / HW]) / sd[i / HW];
 		ck_assert_msg(y[i] == want, "channel %d, u8 %d: %.9g, torchvision's rule %.9g", i / HW,
 			      u8[i], y[i], want);
 	}
-	kiln_device_plan_free(d.dev, plan);
-	kiln_device_free(d.dev, u8d);
-	kiln_device_free(d.dev, yd);
 	rig_close(&d);
 }
 END_TEST
