@@ -208,11 +208,10 @@ static const struct cpu_plan *busy_version(struct cpu_variants *v, const struct 
 		return q;
 	pthread_mutex_lock(&v->lock);
 	if (!v->busy && !v->busy_none) {
-		const int n = omp_get_max_threads();
-		struct cpu_plan *b = cpu_gemm_split_busy(&p->op, v->max) ? version_for(v, p, v->max, 1)
-									  : NULL;
+		const int n = omp_get_max_threads(), split = cpu_gemm_split_busy(&p->op, v->max) > 0;
+		struct cpu_plan *b = split ? version_for(v, p, v->max, 1) : NULL;
 		omp_set_num_threads(n);
-		if (cpu_gemm_split_busy(&p->op, v->max)) {
+		if (split) {
 			char s0[96];
 			v->c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM %s split for a busy team: %s",
 					cpu_desc_str(&p->op.in[0], s0, sizeof s0),
