@@ -21,6 +21,13 @@
 #     the debug log), and the 5 AdamW steps with those 5 layers at
 #     [layer.X] inplace = 0 (each gradient copied, as before) end with
 #     byte-equal weights.
+#  5. [run] precision = fp16 (f16 compute, the dynamic loss scale): the 5
+#     losses within 2e-2 of PyTorch's fp32 ones; started at a scale of 2^24
+#     (GradScaler's init_scale 2^24, growth_interval 2) the first steps'
+#     f16 gradients overflow: each such step is skipped (the first ones'
+#     losses those of the initial weights, as an lr = 0 run logs them,
+#     within 1e-4) and halves the scale, 2 finite steps in a row double it, and the run
+#     goes on with finite losses.
 # The comparison needs only python3's standard library.
 name=gpt_steps
 . "$(dirname "$0")/lib.sh"
@@ -84,4 +91,40 @@ a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
 sys.exit(0 if a and a == b else 1)
 PY
 	fail "sharing the adds' gradients changed the weights after 5 steps"
+
+# 5. fp16 with the dynamic loss scale
+kiln 0 train "$ini" $common "run.out_dir=$tmp/fp16" run.precision=fp16
+"$py" "$gen" --check loss "$tmp/fp16/metrics.jsonl" 2e-2 || fail "fp16 losses beyond 2e-2 of PyTorch's"
+two="train.epochs=2 train.max_steps=10"
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $common $two "run.out_dir=$tmp/lr0" train.lr=0
+# shellcheck disable=SC2086
+kiln 0 train "$ini" $common $two "run.out_dir=$tmp/scale" run.precision=fp16 \
+	plugin.amp.init_scale=16777216 plugin.amp.growth_interval=2
+steps() { # step loss skipped loss_scale, one train event a line
+	sed -n 's/.*"event":"train".*"step":\([0-9]*\),"loss":\([^,]*\),.*"skipped":\([0-9]*\),"loss_scale":\([^,]*\),.*/\1 \2 \3 \4/p' "$1"
+}
+steps "$tmp/lr0/metrics.jsonl" >"$tmp/lr0.txt"
+steps "$tmp/scale/metrics.jsonl" >"$tmp/scale.txt"
+awk 'NR == FNR { l0[$1] = $2; next }
+	function fail(m) { print "step " $1 ": " m; bad = 1; exit }
+	{
+		n++; skip = $3 - prev; prev = $3
+		if (skip == 1) { skips++; want = scale * 0.5; good = 0
+			d = $2 - l0[$1]; if (d < 0) d = -d
+			if (!moved && d > 1e-4) fail("skipped, but its loss " $2 " is not the initial weights\047 " l0[$1])
+		} else if (skip == 0) { good++; want = scale; moved = 1
+			if (good == 2) { want = scale * 2; good = 0; grows++ }
+		} else fail("skipped count went from " prev - skip " to " $3)
+		if (n == 1) want = 16777216 * (skip ? 0.5 : 1)
+		if ($4 + 0 != want) fail("loss scale " $4 ", GradScaler\047s rule gives " want)
+		if ($2 != $2 + 0 || $2 > 10) fail("loss " $2)
+		scale = $4
+	}
+	END { if (bad) exit 1
+		if (n != 10 || skips < 1 || grows < 1 || skips == n) {
+			print n " steps, " skips " skipped, " grows " growths: want 10, some of each"; exit 1 }
+		print "fp16 scale: " skips " skipped steps, " grows " growths over " n " steps" }' \
+	"$tmp/lr0.txt" "$tmp/scale.txt" || fail "fp16's dynamic loss scale on the GPT"
+
 echo "PASS: $checks kiln runs; the GPT's losses, gradients and weights match PyTorch's"
