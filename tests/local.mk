@@ -552,3 +552,7 @@ tests_check_cuda_sdpa_LDADD = $(CUDA_KERNEL_OBJS) libkiln.la \
 tests_check_cuda_sdpa_LDFLAGS = $(CUDA_LDFLAGS)
 endif
 endif
+# The GPU check's harness (tests/gpu/run.sh's stages, budget, $OUT and
+# progressive results) with a fake bundle: no GPU needed
+TESTS += tests/gpu_stages.sh
+EXTRA_DIST += tests/gpu_stages.sh
