@@ -12,6 +12,12 @@
  *                GPT-2 124M's shape, head dims 64 and 128, odd T, 1 token,
  *                causal and full, bf16 and f16.  The operation graph needs
  *                a handle (a GPU): tests/gpu/run.sh.
+ *   order        the operations in the order of cuDNN's documented
+ *                pattern (the frontend's SDPA nodes): the causal mask
+ *                before the softmax / before the stats are subtracted
+ *   notes        the verdict on an engine's numerical notes: reduced-
+ *                precision reduction usable second, TF32 on f32 and
+ *                non-determinism under deterministic = 1 never
  *   paths        KILN_CUDA_ATTN: kiln forces attn.cu's kernels (f32 and
  *                bf16 alike), a bad value fails open; cudnn refuses an
  *                f32 op and a dropout op naming why (before any GPU call);
@@ -57,7 +63,7 @@ START_TEST(test_descriptors)
 		for (int causal = 0; causal < 2; causal++)
 			for (int dt = KILN_BF16; dt <= KILN_F16; dt++) {
 				struct kiln_op op = test_attn_op(bwd, dt, s[0], s[1], s[2], s[3], causal);
-				const kiln_status st = cuda_sdpa_check(&g_c, &op);
+				const kiln_status st = cuda_sdpa_check(&g_c, &op, NULL, 0);
 				ck_assert_msg(st == KILN_OK, "B %lld T %lld C %lld H %lld bwd %d causal %d dt %d: %s",
 					      (long long)s[0], (long long)s[1], (long long)s[2],
 					      (long long)s[3], bwd, causal, dt, kiln_last_error());
@@ -114,6 +120,57 @@ START_TEST(test_paths)
 }
 END_TEST
 
+/* The operations' order, against the cudnn-frontend's SDPA composite
+ * nodes (scaled_dot_product_flash_attention.h: forward and backward),
+ * whose graphs are the patterns cuDNN's fused engines match: the causal
+ * mask comes right after the scale, before the softmax (forward) and
+ * before the stats are subtracted (backward). */
+START_TEST(test_order)
+{
+	static const char *const want[2][2] = {
+		{ "matmul mul max sub exp sum log add div matmul",
+		  "matmul mul index index ge select max sub exp sum log add div matmul" },
+		{ "mul sum mul matmul mul sub exp reshape matmul matmul sub mul mul reshape matmul reshape matmul identity",
+		  "mul sum mul matmul mul index index ge select sub exp reshape matmul matmul sub mul mul reshape matmul reshape matmul identity" },
+	};
+	char trace[512];
+	for (int bwd = 0; bwd < 2; bwd++)
+		for (int causal = 0; causal < 2; causal++) {
+			struct kiln_op op = test_attn_op(bwd, KILN_BF16, 2, 37, 128, 2, causal);
+			ck_assert_msg(cuda_sdpa_check(&g_c, &op, trace, sizeof trace) == KILN_OK, "%s",
+				      kiln_last_error());
+			ck_assert_msg(!strcmp(trace, want[bwd][causal]),
+				      "bwd %d causal %d: the operations are\n  %s\nwant\n  %s", bwd,
+				      causal, trace, want[bwd][causal]);
+		}
+}
+END_TEST
+
+/* The verdict on an engine's numerical notes (dnn_be.h): a reduced-precision
+ * reduction alone leaves an engine usable second (the fused attention
+ * takes it when nothing else builds), TF32 on f32 tensors and
+ * non-determinism under deterministic = 1 never. */
+START_TEST(test_notes)
+{
+	const cudnnBackendNumericalNote_t tc = CUDNN_NUMERICAL_NOTE_TENSOR_CORE,
+					  rpr = CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
+					  nd = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC,
+					  dc = CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
+	const cudnnBackendNumericalNote_t fused[] = { tc, rpr }, plain[] = { tc }, racy[] = { tc, nd };
+	const cudnnBackendNumericalNote_t down[] = { dc };
+	ck_assert_int_eq(cuda_dnn_notes_verdict(NULL, 0, 0, 0), DNN_NOTES_OK);
+	ck_assert_int_eq(cuda_dnn_notes_verdict(plain, 1, 0, 0), DNN_NOTES_OK);
+	ck_assert_int_eq(cuda_dnn_notes_verdict(fused, 2, 0, 0), DNN_NOTES_RPR);
+	ck_assert_int_eq(cuda_dnn_notes_verdict(fused, 2, 0, 1), DNN_NOTES_RPR);
+	ck_assert_int_eq(cuda_dnn_notes_verdict(fused, 2, 1, 0), DNN_NOTES_NO); /* TF32 on f32 */
+	ck_assert_int_eq(cuda_dnn_notes_verdict(plain, 1, 1, 0), DNN_NOTES_NO);
+	ck_assert_int_eq(cuda_dnn_notes_verdict(down, 1, 1, 0), DNN_NOTES_NO);
+	ck_assert_int_eq(cuda_dnn_notes_verdict(down, 1, 0, 0), DNN_NOTES_OK);
+	ck_assert_int_eq(cuda_dnn_notes_verdict(racy, 2, 0, 0), DNN_NOTES_OK);
+	ck_assert_int_eq(cuda_dnn_notes_verdict(racy, 2, 0, 1), DNN_NOTES_NO);
+}
+END_TEST
+
 static Suite *make_cuda_sdpa_suite(void)
 {
 	Suite *s = suite_create("cuda_sdpa");
@@ -122,6 +179,8 @@ static Suite *make_cuda_sdpa_suite(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_loop_test(t, test_descriptors, 0, (int)(sizeof shapes / sizeof *shapes));
 	tcase_add_test(t, test_paths);
+	tcase_add_test(t, test_order);
+	tcase_add_test(t, test_notes);
 	suite_add_tcase(s, t);
 	return s;
 }

@@ -552,3 +552,11 @@ tests_check_cuda_sdpa_LDADD = $(CUDA_KERNEL_OBJS) libkiln.la \
 tests_check_cuda_sdpa_LDFLAGS = $(CUDA_LDFLAGS)
 endif
 endif
+# The GPU check's harness (tests/gpu/run.sh's stages, budget, $OUT and
+# progressive results) with a fake bundle: no GPU needed
+TESTS += tests/gpu_stages.sh
+EXTRA_DIST += tests/gpu_stages.sh
+# A suite on $KILN_TEST_DEVICE loads a GPU device's plugin (and its CUDA
+# probe) only in a child, never in the process Check forks tests from
+TESTS += tests/device_probe_fork.sh
+EXTRA_DIST += tests/device_probe_fork.sh

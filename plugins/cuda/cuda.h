@@ -211,8 +211,10 @@ kiln_status cuda_sdpa_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 kiln_status cuda_attn_kiln_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 /* The cuDNN operations of an attention op's graph, built and finalized
  * up to the operation graph (which needs a handle, so a GPU): cuDNN checks
- * them on a machine without one (tests/check_cuda_sdpa.c). */
-kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op);
+ * them on a machine without one (tests/check_cuda_sdpa.c).  trace (n
+ * bytes, may be NULL) gets the operations' names in order ("matmul mul
+ * index index ge select max ..."), for the test of their order. */
+kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op, char *trace, size_t n);
 #define CUDA_DNN_KEYS                                                                           \
 	{ "workspace_mb", KILN_KEY_INT, "1024", 0, 1048576, NULL,                              \
 	  "Most device memory one convolution's cuDNN plan may use as workspace, in MiB: "   \

@@ -167,9 +167,23 @@ static cudnnStatus_t mk_tensor(struct cuda_dnn *d, cudnnBackendDescriptor_t *t, 
 	return cudnnBackendFinalize(*t);
 }
 
-/* the engine behind a config: its global index and whether its notes
- * allow it here (f32: no TF32; never reduced-precision reductions;
- * deterministic: no non-deterministic engine) */
+/* What kiln makes of an engine's numerical notes (dnn_be.h) */
+int cuda_dnn_notes_verdict(const cudnnBackendNumericalNote_t *notes, int64_t n, int f32, int det)
+{
+	int v = DNN_NOTES_OK;
+	for (int64_t i = 0; i < n; i++) {
+		if ((f32 && (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
+			     notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)) ||
+		    (det && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC))
+			return DNN_NOTES_NO;
+		if (notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+			v = DNN_NOTES_RPR;
+	}
+	return v;
+}
+
+/* the engine behind a config: its global index and the verdict on its
+ * notes (cuda_dnn_notes_verdict) */
 cudnnStatus_t cuda_dnn_engine_ok(struct cuda_dnn *d, cudnnBackendDescriptor_t cfg, int f32,
 			       int det, int64_t *index, int *ok)
 {
@@ -177,7 +191,7 @@ cudnnStatus_t cuda_dnn_engine_ok(struct cuda_dnn *d, cudnnBackendDescriptor_t cf
 	cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
 	int64_t n = 0;
 	cudnnStatus_t s;
-	*ok = 0;
+	*ok = DNN_NOTES_NO;
 	if ((s = cuda_dnn_mk(d, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &e)) ||
 	    (s = cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
 					  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e)) ||
@@ -187,14 +201,8 @@ cudnnStatus_t cuda_dnn_engine_ok(struct cuda_dnn *d, cudnnBackendDescriptor_t cf
 					  CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT,
 					  &n, notes)))
 		return s;
-	*ok = 1;
-	for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
-		if (notes[i] == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION ||
-		    (f32 && (notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE ||
-			     notes[i] == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS)) ||
-		    (det && notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC))
-			*ok = 0;
-	}
+	*ok = cuda_dnn_notes_verdict(notes, n < CUDNN_NUMERICAL_NOTE_TYPE_COUNT ? n
+							: CUDNN_NUMERICAL_NOTE_TYPE_COUNT, f32, det);
 	return CUDNN_STATUS_SUCCESS;
 }
 
@@ -597,10 +605,13 @@ int cuda_dnn_graph_cfgs(struct cuda_dnn *d, cudnnBackendDescriptor_t graph,
 	return n;
 }
 
-/* Choose a plan for graph into d->plan (and d->ws); 0 when none passed. */
+/* Choose a plan for graph into d->plan (and d->ws); 0 when none passed.
+ * cnt[]: the heuristics' configurations, those skipped for their notes,
+ * those whose plan failed to build, those over workspace_mb (for the
+ * message when none passed). */
 static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor_t graph,
 		  const struct cuda_conv_geom *g, const char *key, struct tune_bufs *bufs,
-		  int64_t *engine)
+		  int64_t *engine, int cnt[4])
 {
 	struct cuda_dnn_ctx *x = c->dnn;
 	const size_t limit = (size_t)x->ws_mb << 20;
@@ -624,17 +635,26 @@ static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor
 	cudaStream_t s = NULL;
 	float best_ms = -1;
 	int tried = 0, best = -1;
+	cnt[0] = n, cnt[1] = cnt[2] = cnt[3] = 0;
 	for (int i = 0; i < n; i++) {
 		int64_t idx = -1;
 		int ok = 0;
 		size_t ws = 0;
-		if (cuda_dnn_engine_ok(d, cfg[i], f32, x->deterministic, &idx, &ok) || !ok)
+		/* a convolution keeps its f32 accumulation: no reduced-precision
+		 * reduction, ever */
+		if (cuda_dnn_engine_ok(d, cfg[i], f32, x->deterministic, &idx, &ok) ||
+		    ok != DNN_NOTES_OK) {
+			cnt[1]++;
 			continue;
+		}
 		cudnnBackendDescriptor_t p = cuda_dnn_build_plan(x, cfg[i], &ws);
-		if (!p)
+		if (!p) {
+			cnt[2]++;
 			continue;
+		}
 		if (ws > limit) {
 			cudnnBackendDestroyDescriptor(p);
+			cnt[3]++;
 			continue;
 		}
 		if (!x->autotune) { /* the heuristics' first choice that passed */
@@ -697,7 +717,7 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
 	struct cuda_conv_geom g;
-	char why[200], key[CUDA_ATC_KEY];
+	char why[400], key[CUDA_ATC_KEY];
 	kiln_status st = KILN_OK;
 	struct tune_bufs bufs;
 	memset(&bufs, 0, sizeof bufs);
@@ -746,14 +766,14 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	d->uid[0] = 1, d->uid[1] = 2, d->uid[2] = 3, d->uid[3] = 4;
 	d->arg[0] = g.arg_x, d->arg[1] = g.arg_w, d->arg[2] = g.arg_y, d->arg[3] = g.arg_b;
 	int64_t engine = -1;
-	int found = 0;
+	int found = 0, cnt[4] = { 0, 0, 0, 0 };
 	cudnnBackendDescriptor_t graph;
 	if (op->type == KILN_OP_CONV && g.bias) { /* conv + bias, fused */
 		char fkey[CUDA_ATC_KEY];
 		snprintf(fkey, sizeof fkey, "%.240s fused", key);
 		d->n_ptr = 4;
 		if (!conv_graph(c, op, d, &g, 1, &graph))
-			found = choose(c, d, graph, &g, fkey, &bufs, &engine);
+			found = choose(c, d, graph, &g, fkey, &bufs, &engine, cnt);
 	}
 	const int widenable = op->type == KILN_OP_CONV_BWD_WEIGHTS && lowp;
 	if (!found) {
@@ -761,7 +781,7 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		d->bias_kernel = !g.bias ? 0 : op->type == KILN_OP_CONV ? 1 : 2;
 		st = conv_graph(c, op, d, &g, 0, &graph);
 		if (!st)
-			found = choose(c, d, graph, &g, key, &bufs, &engine);
+			found = choose(c, d, graph, &g, key, &bufs, &engine, cnt);
 		else if (!widenable)
 			goto out;
 		st = KILN_OK;
@@ -776,16 +796,17 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		cuda_conv_key(&g32, c->dnn->deterministic, c->dnn->ws_mb, k32, sizeof k32);
 		if ((st = conv_graph(c, op, d, &g32, 0, &graph)))
 			goto out;
-		found = choose(c, d, graph, &g32, k32, &bufs, &engine);
+		found = choose(c, d, graph, &g32, k32, &bufs, &engine, cnt);
 		d->widen = g.dt_x;
 		d->nx = g.x[0] * g.x[1] * g.x[2] * g.x[3];
 		d->ny = g.y[0] * g.y[1] * g.y[2] * g.y[3];
 	}
 	if (!found) {
 		snprintf(why, sizeof why,
-			 "no cuDNN engine runs this convolution within workspace_mb = %lld%s%s",
+			 "no cuDNN engine runs this convolution within workspace_mb = %lld%s%s (%d configurations from the heuristics: %d skipped for their numerical notes, %d failed to build a plan, %d over the workspace)",
 			 (long long)c->dnn->ws_mb, g.dt_x == KILN_F32 ? " without TF32" : "",
-			 c->dnn->deterministic ? " deterministically" : "");
+			 c->dnn->deterministic ? " deterministically" : "", cnt[0], cnt[1], cnt[2],
+			 cnt[3]);
 		st = cuda_bad(c, op, KILN_ENOTSUP, why);
 		goto out;
 	}

@@ -81,9 +81,16 @@ kiln_status cuda_dnn_fail(struct cuda_ctx *c, const struct kiln_op *op, cudnnSta
 /* A new descriptor, kept with d (destroyed by cuda_dnn_free). */
 cudnnStatus_t cuda_dnn_mk(struct cuda_dnn *d, cudnnBackendDescriptorType_t type,
 			  cudnnBackendDescriptor_t *out);
-/* The engine behind cfg: its global index and whether its numerical
- * notes allow it (f32: no TF32; never reduced-precision reductions; det:
- * no non-deterministic engine). */
+/* What kiln makes of an engine's numerical notes[n]: DNN_NOTES_NO when
+ * one breaks a promise (f32 tensors: TF32 or down-converted inputs; det:
+ * a non-deterministic engine), else DNN_NOTES_RPR when it reduces in
+ * reduced precision (a convolution never takes it; the fused attention,
+ * whose P is rounded to bf16/f16 anyway, takes it when no engine without
+ * it builds a plan), else DNN_NOTES_OK. */
+enum { DNN_NOTES_NO, DNN_NOTES_OK, DNN_NOTES_RPR };
+int cuda_dnn_notes_verdict(const cudnnBackendNumericalNote_t *notes, int64_t n, int f32, int det);
+/* The engine behind cfg: its global index and, in *ok, the verdict on its
+ * numerical notes (cuda_dnn_notes_verdict). */
 cudnnStatus_t cuda_dnn_engine_ok(struct cuda_dnn *d, cudnnBackendDescriptor_t cfg, int f32,
 				 int det, int64_t *index, int *ok);
 /* An execution plan of cfg and its workspace (NULL when the engine cannot

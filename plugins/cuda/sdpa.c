@@ -21,7 +21,7 @@
  *             stats = m + log z (kiln's lse), P = E / z (qkv's dtype);
  *             O = P V
  *   backward  sum = rowsum(dO * O) (kiln's Di; f32 in the workspace);
- *             P = exp(scale Q K^T (masked) - stats); dV = P^T dO;
+ *             P = exp(mask(scale Q K^T) - stats); dV = P^T dO;
  *             dP = dO V^T; dS = P (dP - sum) scale; dK = dS^T Q;
  *             dq_acc = dS K (f32, workspace, zeroed first); dQ = dq_acc
  * The scalars (scale, -inf, 1) are by-value tensors whose variant-pack
@@ -67,6 +67,7 @@ struct cuda_sdpa {
 	float scale, neg_inf, one;  /* the by-value scalars' host memory */
 	size_t ws, off_sum, off_dq; /* the workspace (cuda_sdpa_workspace) */
 	int64_t engine;
+	int rpr;                    /* 1: the engine reduces in reduced precision */
 	int ok;                     /* 0: cuDNN refused the shape (why) */
 	int logged;
 	char why[600];
@@ -87,6 +88,7 @@ struct gb {
 	cudnnStatus_t st;
 	const char *what, *call;
 	int line;
+	char trace[512];            /* the operations' names, in order (cuda_sdpa_trace) */
 };
 
 #define GB(b, call_)                                                  \
@@ -149,7 +151,7 @@ static cudnnBackendDescriptor_t gb_scalar(struct gb *b, int64_t uid)
 	return gb_tensor(b, uid, CUDNN_DATA_FLOAT, one, one, 16, false, true);
 }
 
-static void gb_op(struct gb *b, cudnnBackendDescriptor_t op)
+static void gb_op(struct gb *b, cudnnBackendDescriptor_t op, const char *name)
 {
 	GB(b, cudnnBackendFinalize(op));
 	if (b->st)
@@ -159,6 +161,26 @@ static void gb_op(struct gb *b, cudnnBackendDescriptor_t op)
 		return;
 	}
 	b->ops[b->n_ops++] = op;
+	const size_t l = strlen(b->trace);
+	snprintf(b->trace + l, sizeof b->trace - l, "%s%s", l ? " " : "", name);
+}
+
+/* a pointwise mode's name in the trace */
+static const char *pw_name(cudnnPointwiseMode_t mode)
+{
+	switch (mode) {
+	case CUDNN_POINTWISE_MUL: return "mul";
+	case CUDNN_POINTWISE_SUB: return "sub";
+	case CUDNN_POINTWISE_ADD: return "add";
+	case CUDNN_POINTWISE_DIV: return "div";
+	case CUDNN_POINTWISE_EXP: return "exp";
+	case CUDNN_POINTWISE_LOG: return "log";
+	case CUDNN_POINTWISE_GEN_INDEX: return "index";
+	case CUDNN_POINTWISE_CMP_GE: return "ge";
+	case CUDNN_POINTWISE_BINARY_SELECT: return "select";
+	case CUDNN_POINTWISE_IDENTITY: return "identity";
+	default: return "pointwise";
+	}
 }
 
 /* y = mode(x[, b2][, t]) in f32 (prec), GEN_INDEX along axis (>= 0) */
@@ -183,7 +205,7 @@ static void gb_pw(struct gb *b, cudnnPointwiseMode_t mode, cudnnBackendDescripto
 	if (t)
 		SET(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, D, 1, &t);
 	SET(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, D, 1, &y);
-	gb_op(b, op);
+	gb_op(b, op, pw_name(mode));
 }
 
 #define PW(b, mode, x, b2, y) gb_pw(b, mode, x, b2, NULL, y, CUDNN_DATA_FLOAT, -1)
@@ -204,7 +226,7 @@ static void gb_mm(struct gb *b, cudnnBackendDescriptor_t a, cudnnBackendDescript
 	SET(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, D, 1, &bb);
 	SET(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, D, 1, &c);
 	SET(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, D, 1, &mm);
-	gb_op(b, op);
+	gb_op(b, op, "matmul");
 }
 
 /* y = the max / sum of x over the dims where y is 1, f32 */
@@ -223,7 +245,7 @@ static void gb_red(struct gb *b, cudnnReduceTensorOp_t how, cudnnBackendDescript
 	SET(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, D, 1, &x);
 	SET(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, D, 1, &y);
 	SET(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, D, 1, &r);
-	gb_op(b, op);
+	gb_op(b, op, how == CUDNN_REDUCE_TENSOR_MAX ? "max" : "sum");
 }
 
 /* y = x seen with other dims / strides (a transpose) */
@@ -235,7 +257,7 @@ static void gb_reshape(struct gb *b, cudnnBackendDescriptor_t x, cudnnBackendDes
 	GB(b, cuda_dnn_mk(b->d, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, &op));
 	SET(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, D, 1, &x);
 	SET(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, D, 1, &y);
-	gb_op(b, op);
+	gb_op(b, op, "reshape");
 }
 
 /* The scaled (and causally masked) scores of q and kt: S = scale Q K^T,
@@ -306,11 +328,14 @@ static void gb_backward(struct gb *b, const struct cuda_sdpa_geom *g)
 	PW(b, CUDNN_POINTWISE_MUL, dO, o, doo);
 	gb_red(b, CUDNN_REDUCE_TENSOR_ADD, doo, rs);
 	PW(b, CUDNN_POINTWISE_MUL, rs, gb_scalar(b, U_ONE), sum);
-	/* P = exp(S - stats), S scaled and masked as the forward's */
+	/* P = exp(S - stats), S scaled and masked as the forward's: the mask
+	 * before the subtraction, in the order of cuDNN's documented pattern
+	 * (the frontend's SDPA backward: scale, mask, sub stats, exp); a
+	 * graph in another order matches no fused engine */
 	cudnnBackendDescriptor_t s = gb_scores(b, g, q, kt), sm = gb_virt(b, F, &g->s);
-	PW(b, CUDNN_POINTWISE_SUB, s, stats, sm);
 	if (g->causal)
-		sm = gb_causal(b, g, sm);
+		s = gb_causal(b, g, s);
+	PW(b, CUDNN_POINTWISE_SUB, s, stats, sm);
 	cudnnBackendDescriptor_t p = gb_virt(b, F, &g->s), pt = gb_virt(b, X, &g->st);
 	PW(b, CUDNN_POINTWISE_EXP, sm, NULL, p);
 	/* dV = P^T dO */
@@ -339,7 +364,7 @@ static void gb_backward(struct gb *b, const struct cuda_sdpa_geom *g)
  * the context's handle).  0, or the status with why. */
 static cudnnStatus_t sdpa_graph(struct cuda_dnn *d, const struct cuda_sdpa_geom *g,
 				dnn_handle_t h, cudnnBackendDescriptor_t *graph, char *why,
-				size_t n)
+				size_t n, char *trace, size_t tn)
 {
 	struct gb b;
 	memset(&b, 0, sizeof b);
@@ -357,6 +382,8 @@ static cudnnStatus_t sdpa_graph(struct cuda_dnn *d, const struct cuda_sdpa_geom 
 		    b.ops);
 		GB(&b, cudnnBackendFinalize(*graph));
 	}
+	if (trace)
+		snprintf(trace, tn, "%s", b.trace);
 	if (b.st) {
 		char detail[400];
 		detail[0] = 0;
@@ -386,38 +413,51 @@ static void sdpa_free(struct cuda_sdpa *s)
 
 /* The first engine of the heuristics that builds a plan of graph within
  * the workspace limit (and deterministic when [run] deterministic = 1):
- * 1 with s->d.plan, or 0 with why (what was skipped for what). */
+ * 1 with s->d.plan, or 0 with why (what was skipped for what).  Engines
+ * whose notes say reduced-precision reduction are tried second, in the
+ * heuristics' order, when none without that note builds a plan: P is
+ * rounded to qkv's dtype before P V in every fused attention engine, the
+ * op's tolerance is the low-precision one, and refusing them all would
+ * leave every shape to kiln's slower kernel. */
 static int sdpa_choose(struct cuda_dnn_ctx *x, struct cuda_sdpa *s, cudnnBackendDescriptor_t graph)
 {
 	cudnnBackendDescriptor_t cfg[64];
+	int verdict[64];
+	int64_t idx[64];
 	const size_t limit = (size_t)x->ws_mb << 20;
 	const int n = cuda_dnn_graph_cfgs(&s->d, graph, cfg);
-	int notes = 0, failed = 0, big = 0;
+	int notes = 0, rpr = 0, failed = 0, big = 0;
 	for (int i = 0; i < n; i++) {
-		int64_t idx = -1;
-		int ok = 0;
-		size_t ws = 0;
-		if (cuda_dnn_engine_ok(&s->d, cfg[i], 0, x->deterministic, &idx, &ok) || !ok) {
-			notes++;
-			continue;
+		idx[i] = -1;
+		if (cuda_dnn_engine_ok(&s->d, cfg[i], 0, x->deterministic, &idx[i], &verdict[i]))
+			verdict[i] = DNN_NOTES_NO;
+		notes += verdict[i] == DNN_NOTES_NO;
+		rpr += verdict[i] == DNN_NOTES_RPR;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		const int want = pass ? DNN_NOTES_RPR : DNN_NOTES_OK;
+		for (int i = 0; i < n; i++) {
+			size_t ws = 0;
+			if (verdict[i] != want)
+				continue;
+			cudnnBackendDescriptor_t p = cuda_dnn_build_plan(x, cfg[i], &ws);
+			if (!p) {
+				failed++;
+				continue;
+			}
+			if (ws > limit) {
+				cudnnBackendDestroyDescriptor(p);
+				big++;
+				continue;
+			}
+			s->d.plan = p, s->d.ws = ws, s->engine = idx[i], s->rpr = pass;
+			return 1;
 		}
-		cudnnBackendDescriptor_t p = cuda_dnn_build_plan(x, cfg[i], &ws);
-		if (!p) {
-			failed++;
-			continue;
-		}
-		if (ws > limit) {
-			cudnnBackendDestroyDescriptor(p);
-			big++;
-			continue;
-		}
-		s->d.plan = p, s->d.ws = ws, s->engine = idx;
-		return 1;
 	}
 	snprintf(s->why, sizeof s->why,
-		 "no cuDNN engine runs the graph: %d configurations from the heuristics, %d skipped for their numerical notes%s, %d failed to build a plan, %d over workspace_mb = %lld",
+		 "no cuDNN engine runs the graph: %d configurations from the heuristics, %d skipped for their numerical notes%s, %d failed to build a plan, %d over workspace_mb = %lld (%d reduce in reduced precision: tried last)",
 		 n, notes, x->deterministic ? " (deterministic = 1)" : "", failed, big,
-		 (long long)x->ws_mb);
+		 (long long)x->ws_mb, rpr);
 	return 0;
 }
 
@@ -440,7 +480,8 @@ static struct cuda_sdpa *sdpa_build(struct cuda_ctx *c, const struct cuda_sdpa_g
 	s->scale = (float)g->scale, s->one = 1.0f;
 	s->neg_inf = cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY;
 	cudnnBackendDescriptor_t graph = NULL;
-	if (sdpa_graph(&s->d, g, x->h, &graph, s->why, sizeof s->why) || !sdpa_choose(x, s, graph))
+	if (sdpa_graph(&s->d, g, x->h, &graph, s->why, sizeof s->why, NULL, 0) ||
+	    !sdpa_choose(x, s, graph))
 		return s; /* s->ok = 0, s->why says why */
 	s->ws = cuda_sdpa_workspace(g, s->d.ws, &s->off_sum, &s->off_dq);
 	/* the variant pack's order (sdpa_launch fills the pointers alike) */
@@ -453,8 +494,9 @@ static struct cuda_sdpa *sdpa_build(struct cuda_ctx *c, const struct cuda_sdpa_g
 		if (u[i] != U_NEGINF || g->causal)
 			s->d.uid[s->d.n_ptr++] = u[i];
 	s->ok = 1;
-	snprintf(s->d.what, sizeof s->d.what, "%s (cuDNN engine %lld)",
-		 g->bwd ? "ATTENTION_BWD" : "ATTENTION", (long long)s->engine);
+	snprintf(s->d.what, sizeof s->d.what, "%s (cuDNN engine %lld%s)",
+		 g->bwd ? "ATTENTION_BWD" : "ATTENTION", (long long)s->engine,
+		 s->rpr ? ", reduced-precision reduction" : "");
 	return s;
 }
 
@@ -600,17 +642,19 @@ kiln_status cuda_sdpa_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	return cuda_attn_kiln_prepare(c, p);
 }
 
-kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op)
+kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op, char *trace, size_t n)
 {
 	struct cuda_sdpa_geom g;
 	char why[700];
+	if (trace && n)
+		trace[0] = 0;
 	if (cuda_sdpa_geom(op, &g, why, sizeof why))
 		return cuda_bad(c, op, KILN_EINVAL, why);
 	struct cuda_sdpa *s = calloc(1, sizeof *s);
 	if (!s)
 		return c->host->error(KILN_ENOMEM, "cuda: out of memory");
 	s->d.host = c->host;
-	const cudnnStatus_t cs = sdpa_graph(&s->d, &g, NULL, NULL, why, sizeof why);
+	const cudnnStatus_t cs = sdpa_graph(&s->d, &g, NULL, NULL, why, sizeof why, trace, n);
 	sdpa_free(s);
 	if (cs)
 		return cuda_bad(c, op, CUDNN_STATUS_CATEGORY(cs) == CUDNN_STATUS_BAD_PARAM ? KILN_EINVAL : KILN_ENOTSUP, why);
@@ -632,8 +676,10 @@ void cuda_sdpa_close(struct cuda_dnn_ctx *x)
 	(void)x; /* no cuDNN plan was made */
 }
 
-kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op)
+kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op, char *trace, size_t n)
 {
+	if (trace && n)
+		trace[0] = 0;
 	return cuda_bad(c, op, KILN_ENOTSUP, "built without cuDNN");
 }
 #endif

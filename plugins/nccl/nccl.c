@@ -335,6 +335,27 @@ static const char *nccl_describe(void *ctx)
 	return ((struct nccl_comm *)ctx)->desc;
 }
 
+/* The end of a healthy non-blocking communicator, as nccl.h says:
+ * ncclCommFinalize flushes what was issued and leaves the state
+ * ncclInProgress until the ranks are quiescent; then ncclCommDestroy frees
+ * the rest without blocking.  A finalize that fails or outlasts [dist]
+ * timeout (a peer gone) ends in ncclCommAbort instead. */
+static void comm_end(struct nccl_comm *c)
+{
+	ncclResult_t r = ncclCommFinalize(c->comm);
+	const long long t0 = watchdog_now_ns();
+	while (r == ncclInProgress) {
+		if (watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll)
+			break;
+		usleep(1000);
+		ncclCommGetAsyncError(c->comm, &r);
+	}
+	if (r == ncclSuccess)
+		ncclCommDestroy(c->comm);
+	else
+		ncclCommAbort(c->comm);
+}
+
 static void nccl_close(void *ctx)
 {
 	struct nccl_comm *c = ctx;
@@ -342,7 +363,7 @@ static void nccl_close(void *ctx)
 		return;
 	watchdog_destroy(&c->dog);
 	if (c->comm && !atomic_load(&c->aborted))
-		ncclCommDestroy(c->comm);
+		comm_end(c);
 	for (int i = 0; i < PENDING; i++)
 		if (c->ring[i].ev)
 			cudaEventDestroy(c->ring[i].ev);

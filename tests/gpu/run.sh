@@ -1,43 +1,50 @@
 #!/bin/sh
 # tests/gpu/run.sh - the GPU check of the CUDA device, in two halves.
 #
-#   tests/gpu/run.sh --prepare   here (a machine with the CUDA toolkit, no GPU
-#                                needed): build kiln with the CUDA device and
-#                                gather what the GPU machine needs into
-#                                _build/gpu/bundle (git-ignored, < 64 MiB):
-#                                the kiln binary, libkiln, the cuda and loaders
-#                                plugins, the conformance suites, the shared
-#                                libraries they use that a bare GPU machine
-#                                may lack, and the Fashion-MNIST test split.
-#   tests/gpu/run.sh --attention on the GPU machine: the fused attention
-#                                alone (about 2 minutes): cuDNN's SDPA graph
-#                                and kiln's kernels on check_device_attention's
-#                                cases, and the GPT-2 124M bf16 training step
-#                                each way (step 1e below) and in PyTorch on
-#                                the same GPU, eager and torch.compile (about
-#                                5 minutes in all)
-#   tests/gpu/run.sh             on the GPU machine, from the repository root,
-#                                with the bundle carried: run the device
-#                                conformance suites on cuda, train the MLP
-#                                (tests/gpu/mlp.ini), time its training step
-#                                against the same MLP in PyTorch on the same
-#                                GPU, and write $OUT/gpu_results.txt (plus
-#                                the logs beside it).
+#   tests/gpu/run.sh --prepare      here (a machine with the CUDA toolkit, no
+#                                   GPU needed): build kiln with the CUDA
+#                                   device and gather what the GPU machine
+#                                   needs into _build/gpu/bundle (git-ignored,
+#                                   < 64 MiB): the kiln binary, libkiln, the
+#                                   cuda and loaders plugins, the conformance
+#                                   suites, the shared libraries they use that
+#                                   a bare GPU machine may lack, the
+#                                   Fashion-MNIST test split and the cpu
+#                                   device's reference accuracies.
+#   tests/gpu/run.sh --stage LIST   on the GPU machine, from the repository
+#                                   root, with the bundle carried: the stages
+#                                   of LIST (comma-separated, in that order):
+#       1  correctness (budget 300 s): the machine, `kiln plugins`, every
+#          device conformance suite on cuda against the reference loops
+#          (4 suites at a time), the RNN against PyTorch's numbers, the fused
+#          attention forced both ways, the MLP and the CNN (fp32, bf16)
+#          trained to the cpu device's accuracy, the INT8 CNN evaluated
+#       2  performance (budget 240 s): the MLP step against PyTorch and as
+#          a CUDA graph, ResNet-50 against PyTorch, the GEMM-heavy MLP
+#          against torch.matmul
+#       3  attention (budget 240 s): every attention case forced both ways,
+#          GPT-2 124M bf16 both ways (losses, ms per step), PyTorch's
+#          eager step (and torch.compile's with KILN_GPU_TORCH_COMPILE=1)
+#   tests/gpu/run.sh                the same as --stage 1
+#   tests/gpu/run.sh --attention    the same as --stage 3
 #
-# docs/gpu.md has the exact commands.  The run takes a few minutes on an
-# H200; every step has a timeout and the timeouts add up to 566 s
-# (conformance 80, INT8 ops 20, quantized CNN evaluation 30, RNN against
-# PyTorch 40, attention both ways 16, MLP training 45, MLP step kiln 30 / PyTorch 30 / kiln with
-# CUDA graphs 30, CNN training fp32 45 / bf16 45, ResNet-50 kiln 60 /
-# PyTorch 45, GEMM MLP kiln 30, torch.matmul 20), so the run ends within
-# the 10 minutes a device command may take whatever hangs.  The performance targets of
-# issue #11 are reported as TARGET lines; RESULT is about correctness.  Exit
-# status: 0 when every check passed, 77 when no usable GPU was found (the
-# results say why; nothing is claimed), 1 when a check failed.
+# Each stage keeps to a budget (KILN_GPU_BUDGET seconds for the whole run,
+# default the sum of its stages' budgets): a step starts only when what is
+# left covers its minimum, its timeout is cut to what is left, and the rest
+# is reported as SKIPPED, so the command ends before the device tool's
+# limit and what ran comes back.  Results go to $OUT progressively:
+# gpu_results.txt gets a line as each step ends (and is printed, so the
+# tool's output tail has it too) and logs.tar.gz, the logs so far, is
+# rewritten after each step; nothing else is written under $OUT (the
+# device tool returns at most 8 files).  docs/gpu.md has the calls.
+# Exit status: 0 when every check that ran passed, 77 when no usable GPU
+# was found (the results say why; nothing is claimed), 1 when a check
+# failed.  TARGET lines report the performance targets; RESULT is about
+# correctness.
 set -u
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
-bundle=$here/_build/gpu/bundle
+bundle=${KILN_GPU_BUNDLE:-$here/_build/gpu/bundle}
 
 # ---- prepare (here) ---------------------------------------------------------
 if [ "${1:-}" = "--prepare" ]; then
@@ -162,18 +169,107 @@ with open(sys.argv[1], "wb") as f:
 	echo "cpu reference CNN INT8 accuracy: $(cat "$bundle/cpu_cnn_int8_acc.txt")"
 	[ -s "$bundle/cpu_cnn_int8_acc.txt" ]
 	echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1))"
+	# the commit the bundle was built from (the GPU machine may get no .git)
+	echo "$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$here" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo ' (with uncommitted changes)')" \
+		> "$bundle/commit.txt"
 	ls -R "$bundle"
-	echo "now, for the device tool: command 'tests/gpu/run.sh', carry ['_build/gpu/bundle'] (docs/gpu.md)"
+	echo "now, for the device tool: command 'tests/gpu/run.sh --stage 1', carry ['_build/gpu/bundle'], timeout_s 330 (docs/gpu.md, the calls)"
 	exit 0
 fi
 
 # ---- the GPU run --------------------------------------------------------------
 cd "$here"
 out=${OUT:-$here/_build/gpu/out}
-mkdir -p "$out"
 res=$out/gpu_results.txt
-: > "$res"
+reserve=10 # seconds each budget keeps back for the last lines and the logs' packing
 say() { echo "$*" | tee -a "$res"; }
+# what is left of the stage's budget (and of the whole run's), seconds
+left() {
+	now=$(date +%s)
+	a=$((stage_budget - (now - stage_t0)))
+	b=$((run_budget - (now - run_t0)))
+	[ $a -lt $b ] && echo $a || echo $b
+}
+# fit WANT [MIN]: the timeout of a step that wants WANT seconds, cut to what
+# is left (less the reserve); fails when less than MIN (default 10) is left
+fit() {
+	l=$(($(left) - reserve))
+	[ $l -ge "${2:-10}" ] || return 1
+	[ "$1" -le $l ] && echo "$1" || echo $l
+}
+skipped() {
+	say "$1: SKIPPED (the budget: $(left) s of the stage's $stage_budget s left)"
+}
+fail() { say "$1: FAIL ($2)"; status=1; }
+
+# A device conformance suite (the worker xargs starts, 4 at a time: the
+# environment comes exported from the main run): one line in the results
+if [ "${1:-}" = "--suite" ]; then
+	name=$2
+	case $name in
+	check_device_transformer) want=150 ;; # model_fd: central differences of a model
+	check_device_attention|check_device_conv) want=120 ;; # cuDNN's plans (runtime-compiled)
+	*) want=60 ;;
+	esac
+	if ! to=$(fit $want 15); then
+		echo skip > "$logs/$name.rc"
+		skipped "conformance $name"
+		exit 0
+	fi
+	s0=$(date +%s)
+	KILN_TEST_DEVICE=cuda KILN_TEST_SRCDIR=$bundle timeout "$to" "$bundle/bin/$name" > "$logs/$name.log" 2>&1
+	rc=$?
+	echo $rc > "$logs/$name.rc"
+	sum=$(grep -E '^[0-9]+%:' "$logs/$name.log" | tail -1)
+	nsk=$(grep -c 'skipping' "$logs/$name.log")
+	t="$(($(date +%s) - s0)) s"
+	case $rc in
+	0) say "conformance $name: PASS (${sum:-no summary}; $nsk op families skipped as not implemented) [$t]" ;;
+	77) say "conformance $name: NOT RUN (exit 77: $(grep -m1 'not available' "$logs/$name.log"))" ;;
+	124) say "conformance $name: FAIL (timed out after $to s; ${sum:-no summary}) [$t]" ;;
+	*) say "conformance $name: FAIL (exit $rc; ${sum:-no summary}) [$t]"
+	   grep -E ':[EF]:' "$logs/$name.log" | head -6 | sed 's/^/    /' | tee -a "$res" ;;
+	esac
+	exit 0
+fi
+
+stages=1
+case "${1:-}" in
+"") ;;
+--attention) stages=3 ;;
+--stage) stages=$(echo "${2:-}" | tr ',' ' ') ;;
+*) echo "usage: tests/gpu/run.sh --prepare | --stage 1[,2[,3]] | --attention" >&2; exit 2 ;;
+esac
+stage_default() { # a stage's budget, seconds
+	case $1 in 1) echo 330 ;; 2) echo 260 ;; 3) echo 270 ;; *) echo 0 ;; esac
+}
+total=0
+for s in $stages; do
+	b=$(stage_default "$s")
+	if [ "$b" = 0 ]; then
+		echo "run.sh: no stage '$s' (1: correctness, 2: performance, 3: attention)" >&2
+		exit 2
+	fi
+	total=$((total + b))
+done
+[ $total -gt 540 ] && total=540
+run_budget=${KILN_GPU_BUDGET:-$total}
+run_t0=$(date +%s)
+stage_t0=$run_t0
+stage_budget=$run_budget
+
+work=${KILN_GPU_WORK:-${TMPDIR:-/tmp}/kiln_gpu.$$}
+logs=$work/logs # packed into $out/logs.tar.gz after each step
+runs=$work/runs # run directories (checkpoints): not packed
+mkdir -p "$out" "$logs" "$runs"
+: > "$res"
+rm -f "$out/logs.tar.gz"
+# the logs so far, replacing the last pack whole (a rename), so a run
+# stopped in the middle still returns them
+pack() {
+	tar -C "$work" -czf "$out/.logs.tar.gz.part" logs 2>/dev/null &&
+		mv -f "$out/.logs.tar.gz.part" "$out/logs.tar.gz"
+}
 status=0
 targets_met=0
 targets_tried=0
@@ -187,87 +283,332 @@ target() {
 		say "TARGET NOT MET: $1"
 	fi
 }
+# a value of "key": number in a log's JSON lines (the last one)
+json() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2" | tail -1; }
+# |a - b| <= d
+near() { awk -v a="$1" -v b="$2" -v d="$3" 'BEGIN { x = a - b; exit !(x <= d && x >= -d) }'; }
 
 if [ ! -x "$bundle/bin/kiln" ]; then
 	say "FAIL: no bundle at $bundle: run tests/gpu/run.sh --prepare first and carry _build/gpu/bundle"
 	exit 1
 fi
 # The bundle's libraries first, then the CUDA libraries wherever this machine
-# keeps them (kiln-cuda.so's own runpath names the build machine's toolkit).
+# keeps them (kiln-cuda.so's own runpath names the build machine's toolkit):
+# the toolkit, then the pip wheels' nvidia/*/lib folders (PyTorch's).
+pip_lib() { # the folder of library $1 in the Python packages, if any
+	python3 -c 'import glob, os, site, sys
+for d in site.getsitepackages():
+    for p in sorted(glob.glob(os.path.join(d, "nvidia", "**", sys.argv[1]), recursive=True)) + \
+             sorted(glob.glob(os.path.join(d, "torch", "lib", sys.argv[1]))):
+        print(os.path.dirname(p)); sys.exit(0)' "$1" 2>/dev/null
+}
 cuda_lib=
-for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 "$(dirname "$(command -v nvcc 2>/dev/null || echo /nonexistent/bin/nvcc)")/../lib64"; do
+for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 \
+	"$(dirname "$(command -v nvcc 2>/dev/null || echo /nonexistent/bin/nvcc)")/../lib64"; do
 	[ -e "$d/libcublasLt.so.13" ] && { cuda_lib=$d; break; }
 done
+[ -n "$cuda_lib" ] || cuda_lib=$(pip_lib libcublasLt.so.13)
 # cuDNN 9 (kiln-cuda.so links libcudnn.so.9, which loads its engine
 # libraries from the library path): the toolkit, PyTorch's pip packages
 # (nvidia-cudnn-cu*, or torch/lib), then whatever ldconfig knows.
 cudnn_lib=
-for d in "$cuda_lib" "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 \
-	$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null) \
-	$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null) \
-	$(ldconfig -p 2>/dev/null | awk '/libcudnn\.so\.9 / { sub("/libcudnn.so.9$", "", $NF); print $NF; exit }'); do
+for d in "$cuda_lib" "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64; do
 	[ -n "$d" ] && [ -e "$d/libcudnn.so.9" ] && { cudnn_lib=$d; break; }
 done
+[ -n "$cudnn_lib" ] || cudnn_lib=$(pip_lib libcudnn.so.9)
+[ -n "$cudnn_lib" ] ||
+	cudnn_lib=$(ldconfig -p 2>/dev/null | awk '/libcudnn\.so\.9 / { sub("/libcudnn.so.9$", "", $NF); print $NF; exit }')
 LD_LIBRARY_PATH="$bundle/lib${cuda_lib:+:$cuda_lib}${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 KILN_PLUGIN_PATH=$bundle/lib/kiln
-export LD_LIBRARY_PATH KILN_PLUGIN_PATH
+export LD_LIBRARY_PATH KILN_PLUGIN_PATH bundle logs res run_t0 run_budget stage_t0 stage_budget reserve
 
-say "== kiln GPU check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-say "-- machine"
-if command -v nvidia-smi > /dev/null 2>&1; then
-	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$res"
-else
-	say "nvidia-smi: not available"
-fi
-if command -v nvcc > /dev/null 2>&1; then
-	nvcc --version 2>&1 | tail -1 | tee -a "$res"
-else
-	say "nvcc: not on PATH"
-fi
-say "CUDA libraries for kiln-cuda.so: ${cuda_lib:-not found (no libcublasLt.so.13 under \$CUDA_HOME/lib64 or /usr/local/cuda/lib64)}"
-if [ -n "$cudnn_lib" ]; then
-	say "cuDNN for kiln-cuda.so: $cudnn_lib ($(cd "$cudnn_lib" && ls libcudnn.so.9* libcudnn_graph.so.9* 2>/dev/null | tr '\n' ' '))"
-else
-	say "cuDNN for kiln-cuda.so: libcudnn.so.9 NOT FOUND (toolkit lib64, pip nvidia.cudnn, torch/lib, ldconfig): kiln-cuda.so cannot load, every cuda step below fails"
-fi
-ldd "$bundle/lib/kiln/kiln-cuda.so" > "$out/ldd_kiln_cuda.txt" 2>&1
-grep "not found" "$out/ldd_kiln_cuda.txt" | sed 's/^/ldd kiln-cuda.so: /' | tee -a "$res"
+# ---- the stages' steps ------------------------------------------------------
 
-say "-- kiln plugins"
-"$bundle/bin/kiln" plugins > "$out/plugins.txt" 2>&1
-grep -E "^device|NOT LOADED" "$out/plugins.txt" | tee -a "$res"
+machine() {
+	say "== kiln GPU check, stages $stages: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), bundle of commit $(cat "$bundle/commit.txt" 2>/dev/null || echo unknown), budget $run_budget s"
+	say "-- machine"
+	if command -v nvidia-smi > /dev/null 2>&1; then
+		nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | tee -a "$res"
+	else
+		say "nvidia-smi: not available"
+	fi
+	if command -v nvcc > /dev/null 2>&1; then
+		nvcc --version 2>&1 | tail -1 | tee -a "$res"
+	else
+		say "nvcc: not on PATH"
+	fi
+	say "CUDA libraries for kiln-cuda.so: ${cuda_lib:-not found (no libcublasLt.so.13 under \$CUDA_HOME/lib64, /usr/local/cuda/lib64 or the pip nvidia packages)}"
+	if [ -n "$cudnn_lib" ]; then
+		say "cuDNN for kiln-cuda.so: $cudnn_lib ($(cd "$cudnn_lib" && ls libcudnn.so.9* libcudnn_graph.so.9* 2>/dev/null | tr '\n' ' '))"
+	else
+		say "cuDNN for kiln-cuda.so: libcudnn.so.9 NOT FOUND (toolkit lib64, pip nvidia.cudnn, torch/lib, ldconfig): kiln-cuda.so cannot load, every cuda step below fails"
+	fi
+	ldd "$bundle/bin/kiln" "$bundle/lib/kiln/kiln-cuda.so" > "$logs/ldd.txt" 2>&1
+	grep "not found" "$logs/ldd.txt" | sort -u | sed 's/^/ldd: /' | tee -a "$res"
+	"$bundle/bin/kiln" plugins > "$logs/plugins.txt" 2>&1
+	rc=$?
+	cudaline=$(grep -E "^device +cuda " "$logs/plugins.txt")
+	say "kiln plugins (exit $rc): ${cudaline:-no cuda device listed}"
+	grep -E "NOT LOADED" "$logs/plugins.txt" | tee -a "$res"
+	pack
+	# the STATUS column: "available", or "unavailable: why"
+	[ "$(echo "$cudaline" | awk '{ print $4 }')" = available ] && return 0
+	tail -n 3 "$logs/plugins.txt" | tee -a "$res"
+	say "RESULT: NOT RUN: no usable GPU (the cuda device is not available: above)"
+	exit 77
+}
 
-# 1e. the fused attention both ways (plugins/cuda/sdpa.c and attn.cu, never
-# run before this check): check_device_attention's cases on cuda with
-# KILN_CUDA_ATTN=cudnn (cuDNN's fused SDPA graph only: an op it refuses
-# fails the case) and =kiln (attn.cu only), each against the test's
-# double-precision loop (the CPU's reference): attn_lowp_shapes is bf16 and
-# f16 at odd T, head dims 64 and 128, causal and full (tolerances in its
-# comment); with kiln also the f32 loops, dropout and the bit-exact lowp
-# contract (cases: the rest of the suite ran in step 1 with the default,
-# auto).  The whole run takes attn_lowp_shapes only (2 x 8 s); --attention
-# takes every case and the GPT-2 124M bf16 training step both ways
-# (attention_gpt2).
-attention_cases() { # $1: the cases under kiln
+# every device conformance suite on cuda, 4 at a time (KILN_GPU_JOBS)
+conformance() {
+	say "-- conformance suites (tests/check_device_*, KILN_TEST_DEVICE=cuda; each against the reference loops)"
+	if ! fit 30 20 > /dev/null; then
+		skipped "conformance"
+		return
+	fi
+	rm -f "$logs"/check_device_*.rc
+	(cd "$bundle/bin" && ls check_device_*) |
+		xargs -P "${KILN_GPU_JOBS:-4}" -n 1 sh "$here/tests/gpu/run.sh" --suite
+	n=0 pass=0 skip=0 nr=0
+	for f in "$logs"/check_device_*.rc; do
+		[ -e "$f" ] || continue
+		n=$((n + 1))
+		case $(cat "$f") in
+		0) pass=$((pass + 1)) ;;
+		77) nr=$((nr + 1)) ;;
+		skip) skip=$((skip + 1)) ;;
+		*) status=1 ;;
+		esac
+	done
+	say "conformance: $pass of $n suites passed ($skip skipped for the budget, $nr not run)"
+	pack
+	if [ $n -gt 0 ] && [ $nr -eq $n ]; then
+		say "RESULT: NOT RUN: no usable GPU (every suite exited 77; see above)"
+		exit 77
+	fi
+}
+
+# check_device_attention's cases with the path forced (KILN_CUDA_ATTN):
+# cudnn = cuDNN's fused SDPA graph only (an op it refuses fails the case),
+# kiln = attn.cu only; $1: the cases under kiln.  The first cuDNN plans of
+# a process compile their kernels at run time: 60 s a case.
+attention_cases() {
 	for mode in cudnn kiln; do
 		cases=attn_lowp_shapes
 		[ $mode = kiln ] && cases=$1
 		for case in $cases; do
-			KILN_CUDA_ATTN=$mode KILN_TEST_DEVICE=cuda KILN_TEST_SRCDIR=$bundle CK_RUN_CASE=$case \
-				timeout 8 "$bundle/bin/check_device_attention" > "$out/attn_${mode}_$case.log" 2>&1
-			rc=$?
-			if [ $rc -eq 0 ] && grep -q "100%" "$out/attn_${mode}_$case.log"; then
-				say "attention $mode $case: PASS"
-			elif [ $rc -eq 77 ]; then
-				say "attention $mode $case: NOT RUN (exit 77: no usable cuda device)"
-				attn_skipped=1
-			else
-				say "attention $mode $case: FAIL (exit $rc; $out/attn_${mode}_$case.log):"
-				grep -E "^[0-9]+%|:[EF]:|skipping" "$out/attn_${mode}_$case.log" | head -5 | tee -a "$res"
-				status=1
+			if ! to=$(fit 60 20); then
+				skipped "attention $mode $case"
+				continue
 			fi
+			KILN_CUDA_ATTN=$mode KILN_TEST_DEVICE=cuda KILN_TEST_SRCDIR=$bundle CK_RUN_CASE=$case \
+				timeout "$to" "$bundle/bin/check_device_attention" > "$logs/attn_${mode}_$case.log" 2>&1
+			rc=$?
+			if [ $rc -eq 0 ] && grep -q "100%" "$logs/attn_${mode}_$case.log"; then
+				say "attention $mode $case: PASS"
+			else
+				fail "attention $mode $case" "exit $rc; logs/attn_${mode}_$case.log"
+				grep -E "^[0-9]+%|:[EF]:|skipping" "$logs/attn_${mode}_$case.log" | head -5 | tee -a "$res"
+			fi
+			pack
 		done
 	done
+}
+
+# the recurrent layers through cuDNN's RNN API (rnn.c): tests/check_rnn on
+# cuda, its 8 PyTorch reference cases (LSTM and GRU, 1-2 layers, 1-2
+# directions, masked or not: the loss within 1e-5 relative, every gradient
+# within 1e-4 of max(0.1, max |reference|)), then its layer case (central
+# differences, configuration errors)
+rnn() {
+	for case in torch layer; do
+		if ! to=$(fit 20 10); then
+			skipped "rnn $case"
+			continue
+		fi
+		KILN_TEST_DEVICE=cuda CK_RUN_CASE=$case srcdir=$bundle timeout "$to" "$bundle/bin/check_rnn" \
+			> "$logs/rnn_$case.log" 2>&1
+		rc=$?
+		if [ $rc -eq 0 ] && grep -q "100%" "$logs/rnn_$case.log"; then
+			say "rnn $case: PASS ($(grep -E '^[0-9]+%' "$logs/rnn_$case.log"))"
+		else
+			fail "rnn $case" "exit $rc; logs/rnn_$case.log"
+			grep -E "^[0-9]+%|:[EF]:" "$logs/rnn_$case.log" | head -9 | tee -a "$res"
+		fi
+		pack
+	done
+}
+
+# train NAME CONFIG WANT REF TOL [KEY=VALUE...]: `kiln train` on cuda
+# (Fashion-MNIST's test split, the only one carried: it is also the
+# evaluation set, so the accuracy shows that training works), its test
+# accuracy within TOL of the cpu device's on the same run (file REF in the
+# bundle, measured by --prepare)
+train() {
+	name=$1 cfg=$2 want=$3 ref=$4 tol=$5
+	shift 5
+	if ! to=$(fit "$want" 20); then
+		skipped "$name"
+		return
+	fi
+	timeout "$to" "$bundle/bin/kiln" train "$cfg" data.path="$bundle/data/fashion-mnist" \
+		run.out_dir="$runs/$name" "$@" > "$logs/$name.log" 2>&1
+	rc=$?
+	grep -E "^epoch [0-9]+/" "$logs/$name.log" | tail -3 | tee -a "$res"
+	acc=$(json test_acc "$logs/$name.log")
+	r=$(cat "$bundle/$ref" 2>/dev/null)
+	if [ $rc -ne 0 ] || [ -z "$acc" ]; then
+		fail "$name" "exit $rc$([ $rc = 124 ] && echo ": timed out after $to s"); logs/$name.log"
+		tail -n 3 "$logs/$name.log" | tee -a "$res"
+	elif [ -z "$r" ]; then
+		fail "$name" "no $ref in the bundle: rerun --prepare"
+	elif near "$acc" "$r" "$tol"; then
+		say "$name: PASS (test accuracy $acc; the cpu device's $r, within $tol)"
+	else
+		fail "$name" "test accuracy $acc; the cpu device's $r: more than $tol apart"
+	fi
+	pack
+}
+
+# `kiln eval --quantized` of the CNN --prepare trained and quantized on the
+# cpu: the int32 sums are exact on both devices and the epilogue rounds
+# alike, so only the f32 layers between differ in their last bits: the
+# accuracy within 0.003 (30 of the 10,000 images) of the cpu's
+int8_eval() {
+	if ! to=$(fit 30 15); then
+		skipped "int8 eval"
+		return
+	fi
+	timeout "$to" "$bundle/bin/kiln" eval tests/gpu/cnn.ini data.path="$bundle/data/fashion-mnist" \
+		run.out_dir="$runs/int8" --quantized "$bundle/cnn_int8.safetensors" > "$logs/eval_int8.log" 2>&1
+	rc=$?
+	acc=$(json test_acc "$logs/eval_int8.log")
+	ref=$(cat "$bundle/cpu_cnn_int8_acc.txt" 2>/dev/null)
+	if [ $rc -ne 0 ] || [ -z "$acc" ]; then
+		fail "int8 eval" "exit $rc; logs/eval_int8.log"
+		tail -n 3 "$logs/eval_int8.log" | tee -a "$res"
+	elif [ -z "$ref" ]; then
+		fail "int8 eval" "no cpu_cnn_int8_acc.txt in the bundle: rerun --prepare"
+	elif near "$acc" "$ref" 0.003; then
+		say "int8 eval: PASS (test accuracy $acc; the cpu device's INT8 $ref, within 0.003)"
+	else
+		fail "int8 eval" "test accuracy $acc; the cpu device's INT8 $ref: more than 0.003 apart"
+	fi
+	pack
+}
+
+stage1() {
+	conformance
+	say "-- end to end on cuda: training to the cpu device's accuracy"
+	train train_mlp tests/gpu/mlp.ini 45 cpu_test_acc.txt 0.02
+	train cnn_fp32 tests/gpu/cnn.ini 45 cpu_cnn_fp32_acc.txt 0.02 run.precision=fp32
+	say "-- fused attention on cuda: cuDNN's SDPA graph (KILN_CUDA_ATTN=cudnn) and kiln's kernels (=kiln), bf16/f16, odd T, head dims 64 and 128"
+	attention_cases attn_lowp_shapes
+	say "-- lstm/gru on cuda (tests/check_rnn: PyTorch references, loss 1e-5 rel, gradients 1e-4 x max(0.1, |ref|))"
+	rnn
+	train cnn_bf16 tests/gpu/cnn.ini 45 cpu_cnn_bf16_acc.txt 0.02 run.precision=bf16
+	say "-- quantized CNN: kiln eval --quantized on cuda vs the cpu device's INT8 accuracy"
+	int8_eval
+}
+
+# kiln_sps NAME WANT KEY=VALUE...: a timed `kiln train` (train_samples_per_s
+# from epoch 2 on) into $sps; empty when it failed
+kiln_sps() {
+	name=$1 want=$2 cfg=$3
+	shift 3
+	sps=
+	if ! to=$(fit "$want" 20); then
+		skipped "$name"
+		return
+	fi
+	timeout "$to" "$bundle/bin/kiln" train "$cfg" run.out_dir="$runs/$name" "$@" > "$logs/$name.log" 2>&1
+	rc=$?
+	sps=$(json train_samples_per_s "$logs/$name.log")
+	if [ $rc -ne 0 ] || [ -z "$sps" ]; then
+		fail "$name" "exit $rc$([ $rc = 124 ] && echo ": timed out after $to s"); logs/$name.log"
+		tail -n 3 "$logs/$name.log" | tee -a "$res"
+		sps=
+	fi
+	pack
+}
+
+# torch_json NAME WANT KEY ARGS...: a PyTorch comparison's JSON line into
+# logs/NAME.json, its KEY into $tv (empty when it failed or PyTorch is not
+# there)
+torch_json() {
+	name=$1 want=$2 key=$3
+	shift 3
+	tv=
+	if ! python3 -c "import torch" 2>/dev/null; then
+		say "$name: not run (python3 -c 'import torch' failed)"
+		return
+	fi
+	if ! to=$(fit "$want" 15); then
+		skipped "$name"
+		return
+	fi
+	timeout "$to" python3 "$@" > "$logs/$name.json" 2> "$logs/$name.err"
+	rc=$?
+	tv=$(json "$key" "$logs/$name.json")
+	if [ $rc -ne 0 ] || [ -z "$tv" ]; then
+		fail "$name" "exit $rc; $(tail -n 2 "$logs/$name.err" | tr '\n' ' ')"
+		tv=
+	fi
+	pack
+}
+
+stage2() {
+	say "-- training step, batch 128, data resident on the GPU (fp32, no TF32): kiln, kiln as a CUDA graph, PyTorch"
+	mlp="data.path=$bundle/data/fashion-mnist data.resident=1 train.eval=0 train.epochs=100 train.max_steps=3000 train.log_every=1000"
+	# issuing every op ([plugin.cuda] graph defaults to 1: off here), then
+	# the step captured once and replayed
+	# shellcheck disable=SC2086 # $mlp: the overrides, one word each
+	kiln_sps step_kiln 30 tests/gpu/mlp.ini $mlp plugin.cuda.graph=0
+	kiln_ms=
+	if [ -n "$sps" ]; then
+		kiln_ms=$(awk -v s="$sps" 'BEGIN { printf "%.4f", 128 / s * 1000 }')
+		say "kiln:       $kiln_ms ms/step ($sps samples/s, from epoch 2 on)"
+	fi
+	# shellcheck disable=SC2086
+	kiln_sps step_graph 30 tests/gpu/mlp.ini $mlp plugin.cuda.graph=1
+	grep -E "captured|issues them one by one" "$logs/step_graph.log" 2>/dev/null | head -2 | tee -a "$res"
+	if [ -n "$sps" ]; then
+		graph_ms=$(awk -v s="$sps" 'BEGIN { printf "%.4f", 128 / s * 1000 }')
+		say "kiln graph: $graph_ms ms/step ($sps samples/s)"
+		[ -n "$kiln_ms" ] && target "CUDA graphs speed the MLP step up $(awk -v a="$kiln_ms" -v b="$graph_ms" 'BEGIN { printf "%.2f", a / b }')x (want >= 2)" \
+			"$(awk -v a="$kiln_ms" -v b="$graph_ms" 'BEGIN { printf "%.4f", a / b }')" 2
+	fi
+	torch_json step_torch 30 ms_per_step tests/gpu/torch_mlp.py --data "$bundle/data/fashion-mnist" --steps 3000
+	if [ -n "$tv" ]; then
+		say "pytorch:    $tv ms/step ($(cat "$logs/step_torch.json"))"
+		[ -n "$kiln_ms" ] &&
+			say "ratio:      kiln / pytorch = $(awk -v k="$kiln_ms" -v t="$tv" 'BEGIN { printf "%.2f", k / t }') (below 1: kiln faster)"
+	fi
+
+	say "-- ResNet-50 224x224 batch 256 bf16 channels-last (examples/resnet50_synthetic.ini) vs PyTorch eager AMP"
+	kiln_sps r50_kiln 90 examples/resnet50_synthetic.ini data.resident=1 data.samples=5120 train.epochs=3
+	r50=$sps
+	[ -n "$r50" ] && say "resnet50 kiln:    $r50 images/s (epochs 2-3, 40 steps)"
+	torch_json r50_torch 45 images_per_s tests/gpu/torch_bench.py resnet50
+	if [ -n "$tv" ]; then
+		say "resnet50 pytorch: $tv images/s ($(cat "$logs/r50_torch.json"))"
+		[ -n "$r50" ] && target "ResNet-50 kiln / PyTorch = $(awk -v k="$r50" -v t="$tv" 'BEGIN { printf "%.2f", k / t }') (want >= 1.0)" \
+			"$(awk -v k="$r50" -v t="$tv" 'BEGIN { printf "%.4f", k / t }')" 1.0
+	fi
+
+	say "-- GEMM-heavy MLP step (tests/gpu/gemm_mlp.ini, bf16, batch 4096) vs torch.matmul bf16 8192^3"
+	kiln_sps gemm_kiln 30 tests/gpu/gemm_mlp.ini data.resident=1 data.samples=204800 train.epochs=3 train.max_steps=150
+	gemm_tf=
+	if [ -n "$sps" ]; then
+		# FLOPs per sample of a training step: 3 GEMMs (forward, dx, dw) of 2*in*out each
+		gemm_tf=$(awk -v s="$sps" 'BEGIN { printf "%.1f", s * 6 * (4096*8192 + 8192*8192 + 8192*4096 + 4096*1000) / 1e12 }')
+		say "gemm mlp kiln: $sps samples/s = $gemm_tf TFLOP/s over the whole step"
+	fi
+	torch_json matmul_torch 20 tflops tests/gpu/torch_bench.py matmul
+	if [ -n "$tv" ]; then
+		say "torch.matmul bf16 8192^3: $tv TFLOP/s"
+		[ -n "$gemm_tf" ] && target "GEMM MLP step at $(awk -v a="$gemm_tf" -v b="$tv" 'BEGIN { printf "%.0f", 100 * a / b }')% of torch.matmul's rate (want >= 60%)" \
+			"$(awk -v a="$gemm_tf" -v b="$tv" 'BEGIN { printf "%.4f", a / b }')" 0.6
+	fi
 }
 
 # GPT-2 124M (examples/gpt2_small.ini) bf16 on random tokens, batch 8 x
@@ -278,323 +619,78 @@ attention_cases() { # $1: the cases under kiln
 attention_gpt2() {
 	say "-- GPT-2 124M bf16 training step, batch 8 x 1024: KILN_CUDA_ATTN=auto (cuDNN) vs kiln (attn.cu)"
 	for mode in auto kiln; do
-		KILN_CUDA_ATTN=$mode KILN_LOG_LEVEL=debug timeout 40 "$bundle/bin/kiln" train \
+		eval "gpt2_loss_$mode= gpt2_ms_$mode="
+		if ! to=$(fit 60 25); then
+			skipped "gpt2 $mode"
+			continue
+		fi
+		KILN_CUDA_ATTN=$mode KILN_LOG_LEVEL=debug timeout "$to" "$bundle/bin/kiln" train \
 			examples/gpt2_small.ini run.device=cuda run.precision=bf16 \
 			data.path="$bundle/data/gpt2" data.shards=train.bin train.batch=8 \
 			train.accumulate=1 train.epochs=3 train.max_steps=15 train.eval=0 \
-			train.log_every=1 train.checkpoint_last=0 run.out_dir="$out/run_gpt2_$mode" \
-			> "$out/gpt2_$mode.log" 2>&1
+			train.log_every=1 train.checkpoint_last=0 run.out_dir="$runs/gpt2_$mode" \
+			> "$logs/gpt2_$mode.log" 2>&1
 		rc=$?
-		grep -E "SDPA |fused attention refused" "$out/gpt2_$mode.log" | sort -u | head -4 | tee -a "$res"
-		sps=$(sed -n 's/.*"train_samples_per_s": \([0-9.]*\).*/\1/p' "$out/gpt2_$mode.log" | tail -1)
-		l1=$(sed -n 's/^epoch 1 step 1\/[0-9]* loss \([0-9.]*\).*/\1/p' "$out/gpt2_$mode.log" | head -1)
+		grep -E "SDPA |fused attention refused" "$logs/gpt2_$mode.log" | sort -u | head -4 | tee -a "$res"
+		sps=$(json train_samples_per_s "$logs/gpt2_$mode.log")
+		l1=$(sed -n 's/^epoch 1 step 1\/[0-9]* loss \([0-9.]*\).*/\1/p' "$logs/gpt2_$mode.log" | head -1)
 		eval "gpt2_loss_$mode=\$l1"
 		if [ $rc -ne 0 ] || [ -z "$sps" ]; then
-			say "gpt2 $mode: FAIL (exit $rc); last lines:"
-			tail -n 3 "$out/gpt2_$mode.log" | tee -a "$res"
-			status=1
+			fail "gpt2 $mode" "exit $rc; logs/gpt2_$mode.log"
+			tail -n 3 "$logs/gpt2_$mode.log" | tee -a "$res"
 		else
 			eval "gpt2_ms_$mode=$(awk -v s="$sps" 'BEGIN { printf "%.2f", 8 / s * 1000 }')"
 			say "gpt2 $mode: $(eval echo \$gpt2_ms_$mode) ms/step ($sps sequences/s), step-1 loss $l1"
 		fi
+		pack
 	done
-	if [ -n "${gpt2_loss_auto:-}" ] && [ -n "${gpt2_loss_kiln:-}" ]; then
-		if awk -v a="$gpt2_loss_auto" -v b="$gpt2_loss_kiln" 'BEGIN { d = a - b; exit !(d <= 0.05 && d >= -0.05) }'; then
+	if [ -n "$gpt2_loss_auto" ] && [ -n "$gpt2_loss_kiln" ]; then
+		if near "$gpt2_loss_auto" "$gpt2_loss_kiln" 0.05; then
 			say "gpt2 losses: PASS (step 1: cuDNN path $gpt2_loss_auto, kiln's $gpt2_loss_kiln, within 0.05)"
 		else
-			say "gpt2 losses: FAIL (step 1: cuDNN path $gpt2_loss_auto, kiln's $gpt2_loss_kiln: more than 0.05 apart)"
-			status=1
+			fail "gpt2 losses" "step 1: cuDNN path $gpt2_loss_auto, kiln's $gpt2_loss_kiln: more than 0.05 apart"
 		fi
 	fi
-	[ -n "${gpt2_ms_auto:-}" ] && [ -n "${gpt2_ms_kiln:-}" ] &&
+	[ -n "$gpt2_ms_auto" ] && [ -n "$gpt2_ms_kiln" ] &&
 		say "gpt2 step: kiln's kernels / cuDNN = $(awk -v k="$gpt2_ms_kiln" -v c="$gpt2_ms_auto" 'BEGIN { printf "%.2f", k / c }') (above 1: cuDNN faster)"
-	attention_gpt2_torch
-}
-
-# The same GPT-2 step in PyTorch on the same GPU (tests/gpu/torch_bench.py
-# gpt2: AMP bf16, SDPA, fused AdamW, batch 8 x 1024), eager and
-# torch.compile (its compile time apart, outside the rate): 150 s each.
-# TARGET lines: kiln's default path against each.
-attention_gpt2_torch() {
-	if ! python3 -c "import torch" 2>/dev/null; then
-		say "pytorch gpt2: not importable here (python3 -c 'import torch' failed): no comparison"
-		return
-	fi
-	for c in none default; do
-		timeout 150 python3 tests/gpu/torch_bench.py gpt2 --batch 8 --warmup 3 --steps 10 \
-			--compile $c > "$out/gpt2_torch_$c.json" 2> "$out/gpt2_torch_$c.err"
-		rc=$?
-		ms=$(sed -n 's/.*"ms_per_step": \([0-9.]*\).*/\1/p' "$out/gpt2_torch_$c.json")
-		first=$(sed -n 's/.*"first_step_s": \([0-9.]*\).*/\1/p' "$out/gpt2_torch_$c.json")
-		if [ $rc -ne 0 ] || [ -z "$ms" ]; then
-			say "pytorch gpt2 compile=$c: FAIL (exit $rc); $(tail -n 2 "$out/gpt2_torch_$c.err" | tr '\n' ' ')"
-			continue
-		fi
-		say "pytorch gpt2 compile=$c: $ms ms/step (first step, with any compile: $first s)"
-		[ -n "${gpt2_ms_auto:-}" ] &&
-			say "TARGET gpt2 124M bf16 step, pytorch (compile=$c) / kiln = $(awk -v t="$ms" -v k="$gpt2_ms_auto" 'BEGIN { printf "%.2f", t / k }')x (above 1: kiln faster)"
+	# the same step in PyTorch on the same GPU (tests/gpu/torch_bench.py
+	# gpt2: AMP bf16, SDPA, fused AdamW, batch 8 x 1024): eager, and
+	# torch.compile (its compile time apart) with KILN_GPU_TORCH_COMPILE=1
+	modes=none
+	[ "${KILN_GPU_TORCH_COMPILE:-0}" = 1 ] && modes="none default"
+	for c in $modes; do
+		want=90
+		[ $c = default ] && want=180
+		torch_json "gpt2_torch_$c" $want ms_per_step tests/gpu/torch_bench.py gpt2 --batch 8 \
+			--warmup 3 --steps 10 --compile $c
+		[ -n "$tv" ] || continue
+		say "pytorch gpt2 compile=$c: $tv ms/step (first step, with any compile: $(json first_step_s "$logs/gpt2_torch_$c.json") s)"
+		[ -n "$gpt2_ms_auto" ] &&
+			say "TARGET gpt2 124M bf16 step, pytorch (compile=$c) / kiln = $(awk -v t="$tv" -v k="$gpt2_ms_auto" 'BEGIN { printf "%.2f", t / k }')x (above 1: kiln faster)"
 	done
 }
 
-if [ "${1:-}" = "--attention" ]; then
-	attn_skipped=0
+stage3() {
+	say "-- fused attention on cuda, every case: cuDNN's SDPA graph (cudnn: the bf16/f16 shapes) and kiln's kernels (kiln: f32 loops, dropout, the lowp contract too)"
 	attention_cases "attn_lowp_shapes attn_loops attn_dropout attn_lowp"
-	if [ $attn_skipped = 1 ]; then
-		say "RESULT: NOT RUN: no usable GPU"
-		exit 77
-	fi
 	attention_gpt2
-	if [ $status -eq 0 ]; then say "RESULT: PASS"; else say "RESULT: FAIL"; fi
-	exit $status
-fi
+}
 
-# 1. the device conformance suites on cuda (one per op family), 80 s in all
-say "-- conformance suites (tests/check_device_*, KILN_TEST_DEVICE=cuda)"
-KILN_TEST_DEVICE=cuda KILN_TEST_SRCDIR=$bundle timeout 80 sh -c '
-	rc=0
-	for suite in "$1"/bin/check_device_*; do
-		echo "== ${suite##*/}"
-		"$suite"
-		r=$?
-		case $r in 0) ;; 77) [ $rc -eq 0 ] && rc=77 ;; *) rc=1 ;; esac
-	done
-	exit $rc' sh "$bundle" > "$out/check_device_cuda.log" 2>&1
-rc=$?
-grep -E "^== |^[0-9]+%|skipping|not available|available:|Failures|Errors" "$out/check_device_cuda.log" | tee -a "$res"
-case $rc in
-0) say "conformance: PASS" ;;
-77) say "conformance: SKIPPED (exit 77: the cuda device is not available here; see above). Nothing below ran on a GPU."
-    say "RESULT: NOT RUN: no usable GPU"
-    exit 77 ;;
-124) say "conformance: FAIL (timed out after 80 s)"; status=1 ;;
-*) say "conformance: FAIL (exit $rc; $out/check_device_cuda.log)"; status=1 ;;
-esac
+# ---- the run ------------------------------------------------------------------
 
-# 1b. the INT8 ops (qops.c, never run before this check): check_device_int8's
-# cases one by one on cuda, each against its exact reference loop (round
-# half to even, int32 sums, then sx * sw[o] * acc + b and the ReLU), every
-# element within 1e-5 of the size of its terms
-say "-- INT8 ops on cuda (tests/check_device_int8.c: exact int32 reference, |error| <= 1e-5 x |terms|)"
-for case in qconv qlinear qlinear_zero_row qlinear_weights_change; do
-	KILN_TEST_DEVICE=cuda CK_RUN_CASE=$case timeout 20 "$bundle/bin/check_device_int8" \
-		> "$out/int8_$case.log" 2>&1
-	rc=$?
-	if [ $rc -eq 0 ] && grep -q "100%" "$out/int8_$case.log"; then
-		say "int8 op $case: PASS"
-	else
-		say "int8 op $case: FAIL (exit $rc; $out/int8_$case.log):"
-		grep -E "^[0-9]+%|:[EF]:" "$out/int8_$case.log" | head -3 | tee -a "$res"
-		status=1
-	fi
+machine
+for s in $stages; do
+	stage_t0=$(date +%s)
+	stage_budget=$(stage_default "$s")
+	export stage_t0 stage_budget
+	say "== stage $s (budget $stage_budget s; $(left) s left of the run's $run_budget s)"
+	stage$s
+	say "== stage $s done in $(($(date +%s) - stage_t0)) s"
+	pack
 done
-
-# 1c. a quantized CNN end to end: `kiln eval --quantized` of the CNN that
-# --prepare trained and quantized on the cpu; the int32 sums are exact on
-# both devices and the epilogue rounds alike, so only the f32 layers between
-# (pooling, the loss) differ in their last bits: the accuracy within 0.003
-# (30 of the 10,000 test images) of the cpu's
-say "-- quantized CNN: kiln eval --quantized on cuda vs the cpu device's INT8 accuracy"
-timeout 30 "$bundle/bin/kiln" eval tests/gpu/cnn.ini data.path="$bundle/data/fashion-mnist" \
-	run.out_dir="$out/run_int8" --quantized "$bundle/cnn_int8.safetensors" > "$out/eval_int8.log" 2>&1
-rc=$?
-acc=$(sed -n 's/.*"test_acc": \([0-9.]*\).*/\1/p' "$out/eval_int8.log" | tail -1)
-ref=$(cat "$bundle/cpu_cnn_int8_acc.txt" 2>/dev/null)
-if [ $rc -ne 0 ] || [ -z "$acc" ]; then
-	say "int8 eval: FAIL (exit $rc); last lines:"
-	tail -n 3 "$out/eval_int8.log" | tee -a "$res"
-	status=1
-elif [ -z "$ref" ]; then
-	say "int8 eval: FAIL (no cpu_cnn_int8_acc.txt in the bundle: rerun --prepare)"
-	status=1
-elif awk -v a="$acc" -v r="$ref" 'BEGIN { d = a - r; exit !(d <= 0.003 && d >= -0.003) }'; then
-	say "int8 eval: PASS (test accuracy $acc; the cpu device's INT8 $ref, within 0.003)"
-else
-	say "int8 eval: FAIL (test accuracy $acc; the cpu device's INT8 $ref: more than 0.003 apart)"
-	status=1
-fi
-
-# 1d. the recurrent layers through cuDNN's RNN API (rnn.c, never run before
-# this check): tests/check_rnn on cuda, its 8 PyTorch reference cases (LSTM
-# and GRU, 1-2 layers, 1-2 directions, masked by a pad id or not: the loss
-# within 1e-5 relative, every parameter gradient and dx within 1e-4 of
-# max(0.1, max |reference|)), then the central differences (2e-4 + 2e-2
-# relative) and the configuration errors
-say "-- lstm/gru on cuda (tests/check_rnn: PyTorch references, loss 1e-5 rel, gradients 1e-4 x max(0.1, |ref|))"
-for case in torch layer; do
-	KILN_TEST_DEVICE=cuda CK_RUN_CASE=$case srcdir=$bundle timeout 20 "$bundle/bin/check_rnn" \
-		> "$out/rnn_$case.log" 2>&1
-	rc=$?
-	if [ $rc -eq 0 ] && grep -q "100%" "$out/rnn_$case.log"; then
-		say "rnn $case: PASS ($(grep -E '^[0-9]+%' "$out/rnn_$case.log"))"
-	else
-		say "rnn $case: FAIL (exit $rc; $out/rnn_$case.log):"
-		grep -E "^[0-9]+%|:[EF]:" "$out/rnn_$case.log" | head -9 | tee -a "$res"
-		status=1
-	fi
-done
-
-# 1e. the fused attention both ways (above): the low-precision shapes only
-say "-- fused attention on cuda: cuDNN's SDPA graph (KILN_CUDA_ATTN=cudnn) and kiln's kernels (KILN_CUDA_ATTN=kiln), bf16/f16, odd T, head dims 64 and 128"
-attention_cases attn_lowp_shapes
-
-# 2. train the MLP on the GPU (Fashion-MNIST test split)
-say "-- training tests/gpu/mlp.ini on cuda (5 epochs over the 10,000-image test split)"
-timeout 45 "$bundle/bin/kiln" train tests/gpu/mlp.ini data.path="$bundle/data/fashion-mnist" \
-	run.out_dir="$out/run_mlp" > "$out/train_mlp.log" 2>&1
-rc=$?
-grep -E "^epoch [0-9]+/|final test accuracy" "$out/train_mlp.log" | tee -a "$res"
-if [ $rc -ne 0 ]; then
-	say "training: FAIL (exit $rc); last lines:"
-	tail -n 5 "$out/train_mlp.log" | tee -a "$res"
-	status=1
-else
-	acc=$(sed -n 's/.*"test_acc": \([0-9.]*\).*/\1/p' "$out/train_mlp.log" | tail -1)
-	# the CPU device's accuracy on the same run (measured by --prepare);
-	# the GPU's sums run in another order, so allow 0.02 either way
-	ref=$(cat "$bundle/cpu_test_acc.txt" 2>/dev/null)
-	if [ -z "$ref" ]; then
-		say "training: FAIL (no cpu_test_acc.txt in the bundle: rerun tests/gpu/run.sh --prepare)"
-		status=1
-	elif awk -v a="${acc:-0}" -v r="$ref" 'BEGIN { d = a - r; exit !(d <= 0.02 && d >= -0.02) }'; then
-		say "training: PASS (test accuracy $acc; the cpu device's $ref, within 0.02)"
-	else
-		say "training: FAIL (test accuracy ${acc:-?}; the cpu device's $ref: more than 0.02 apart)"
-		status=1
-	fi
-fi
-
-# 3. the training step, kiln vs PyTorch, one fixed batch resident on the GPU
-say "-- training step, batch 128, data resident on the GPU (fp32, no TF32)"
-timeout 30 "$bundle/bin/kiln" train tests/gpu/mlp.ini data.path="$bundle/data/fashion-mnist" \
-	run.out_dir="$out/run_step" data.resident=1 train.eval=0 train.epochs=100 \
-	train.max_steps=3000 train.log_every=1000 > "$out/step_kiln.log" 2>&1
-rc=$?
-kiln_sps=$(sed -n 's/.*"train_samples_per_s": \([0-9.]*\).*/\1/p' "$out/step_kiln.log" | tail -1)
-if [ $rc -ne 0 ] || [ -z "$kiln_sps" ]; then
-	say "kiln step: FAIL (exit $rc; $out/step_kiln.log)"
-	status=1
-else
-	kiln_ms=$(awk -v s="$kiln_sps" 'BEGIN { printf "%.4f", 128 / s * 1000 }')
-	say "kiln:    $kiln_ms ms/step ($kiln_sps samples/s; kiln times from epoch 2 on, the first epoch's warm-up excluded)"
-fi
-if python3 -c "import torch" 2>/dev/null; then
-	timeout 30 python3 tests/gpu/torch_mlp.py --data "$bundle/data/fashion-mnist" --steps 3000 \
-		> "$out/step_torch.json" 2> "$out/step_torch.err"
-	rc=$?
-	torch_ms=$(sed -n 's/.*"ms_per_step": \([0-9.]*\).*/\1/p' "$out/step_torch.json")
-	if [ $rc -ne 0 ] || [ -z "$torch_ms" ]; then
-		say "pytorch step: FAIL (exit $rc; $out/step_torch.err)"
-		status=1
-	else
-		say "pytorch: $torch_ms ms/step ($(cat "$out/step_torch.json"))"
-		[ -n "${kiln_ms:-}" ] &&
-			say "ratio:   kiln / pytorch = $(awk -v k="$kiln_ms" -v t="$torch_ms" 'BEGIN { printf "%.2f", k / t }') (below 1: kiln faster)"
-	fi
-else
-	say "pytorch: not importable here (python3 -c 'import torch' failed): no comparison"
-fi
-
-# 4. the same MLP step as one CUDA graph replay ([plugin.cuda] graph = 1)
-say "-- training step with [plugin.cuda] graph = 1 (the step captured once, replayed)"
-timeout 30 "$bundle/bin/kiln" train tests/gpu/mlp.ini data.path="$bundle/data/fashion-mnist" \
-	run.out_dir="$out/run_graph" data.resident=1 train.eval=0 train.epochs=100 \
-	train.max_steps=3000 train.log_every=1000 plugin.cuda.graph=1 > "$out/step_graph.log" 2>&1
-rc=$?
-graph_sps=$(sed -n 's/.*"train_samples_per_s": \([0-9.]*\).*/\1/p' "$out/step_graph.log" | tail -1)
-grep -E "captured|issues them one by one" "$out/step_graph.log" | head -2 | tee -a "$res"
-if [ $rc -ne 0 ] || [ -z "$graph_sps" ]; then
-	say "graph step: FAIL (exit $rc; $out/step_graph.log)"
-	status=1
-else
-	graph_ms=$(awk -v s="$graph_sps" 'BEGIN { printf "%.4f", 128 / s * 1000 }')
-	say "kiln graph: $graph_ms ms/step ($graph_sps samples/s)"
-	if [ -n "${kiln_ms:-}" ]; then
-		r=$(awk -v a="$kiln_ms" -v b="$graph_ms" 'BEGIN { printf "%.2f", a / b }')
-		target "CUDA graphs speed the MLP step up ${r}x (want >= 2)" "$r" 2
-	fi
-fi
-
-# 5. the CNN in fp32 and bf16 (cuDNN convolution, batchnorm, pooling)
-for prec in fp32 bf16; do
-	say "-- training tests/gpu/cnn.ini on cuda, $prec (3 epochs over the test split)"
-	timeout 45 "$bundle/bin/kiln" train tests/gpu/cnn.ini data.path="$bundle/data/fashion-mnist" \
-		run.precision=$prec run.out_dir="$out/run_cnn_$prec" > "$out/train_cnn_$prec.log" 2>&1
-	rc=$?
-	grep -E "^epoch [0-9]+/" "$out/train_cnn_$prec.log" | tee -a "$res"
-	acc=$(sed -n 's/.*"test_acc": \([0-9.]*\).*/\1/p' "$out/train_cnn_$prec.log" | tail -1)
-	ref=$(cat "$bundle/cpu_cnn_${prec}_acc.txt" 2>/dev/null)
-	if [ $rc -ne 0 ] || [ -z "$acc" ]; then
-		say "cnn $prec: FAIL (exit $rc); last lines:"
-		tail -n 3 "$out/train_cnn_$prec.log" | tee -a "$res"
-		status=1
-	elif [ -z "$ref" ]; then
-		say "cnn $prec: FAIL (no cpu_cnn_${prec}_acc.txt in the bundle: rerun --prepare)"
-		status=1
-	elif awk -v a="$acc" -v r="$ref" 'BEGIN { d = a - r; exit !(d <= 0.02 && d >= -0.02) }'; then
-		say "cnn $prec: PASS (test accuracy $acc; the cpu device's $ref, within 0.02)"
-	else
-		say "cnn $prec: FAIL (test accuracy $acc; the cpu device's $ref: more than 0.02 apart)"
-		status=1
-	fi
-done
-
-# 6. ResNet-50, batch 256, bf16, channels-last, synthetic data resident on the GPU
-say "-- ResNet-50 224x224 batch 256 bf16 channels-last (examples/resnet50_synthetic.ini) vs PyTorch eager AMP"
-timeout 60 "$bundle/bin/kiln" train examples/resnet50_synthetic.ini run.out_dir="$out/run_r50" \
-	data.resident=1 data.samples=5120 train.epochs=3 > "$out/r50_kiln.log" 2>&1
-rc=$?
-r50_kiln=$(sed -n 's/.*"train_samples_per_s": \([0-9.]*\).*/\1/p' "$out/r50_kiln.log" | tail -1)
-if [ $rc -ne 0 ] || [ -z "$r50_kiln" ]; then
-	say "resnet50 kiln: FAIL (exit $rc); last lines:"
-	tail -n 3 "$out/r50_kiln.log" | tee -a "$res"
-	status=1
-else
-	say "resnet50 kiln:    $r50_kiln images/s (epochs 2-3, 40 steps)"
-fi
-timeout 45 python3 tests/gpu/torch_bench.py resnet50 > "$out/r50_torch.json" 2> "$out/r50_torch.err"
-rc=$?
-r50_torch=$(sed -n 's/.*"images_per_s": \([0-9.]*\).*/\1/p' "$out/r50_torch.json")
-if [ $rc -ne 0 ] || [ -z "$r50_torch" ]; then
-	say "resnet50 pytorch: FAIL (exit $rc; $out/r50_torch.err)"
-	status=1
-else
-	say "resnet50 pytorch: $r50_torch images/s ($(cat "$out/r50_torch.json"))"
-	[ -n "$r50_kiln" ] && target "ResNet-50 kiln / PyTorch = $(awk -v k="$r50_kiln" -v t="$r50_torch" 'BEGIN { printf "%.2f", k / t }') (want >= 1.0)" \
-		"$(awk -v k="$r50_kiln" -v t="$r50_torch" 'BEGIN { printf "%.4f", k / t }')" 1.0
-fi
-
-# 7. the GEMM-heavy MLP's whole step against torch.matmul's bf16 rate
-say "-- GEMM-heavy MLP step (tests/gpu/gemm_mlp.ini, bf16, batch 4096) vs torch.matmul bf16 8192^3"
-timeout 30 "$bundle/bin/kiln" train tests/gpu/gemm_mlp.ini run.out_dir="$out/run_gemm" \
-	data.resident=1 data.samples=204800 train.epochs=3 train.max_steps=150 > "$out/gemm_kiln.log" 2>&1
-rc=$?
-gemm_sps=$(sed -n 's/.*"train_samples_per_s": \([0-9.]*\).*/\1/p' "$out/gemm_kiln.log" | tail -1)
-# FLOPs per sample of a training step: 3 GEMMs (forward, dx, dw) of 2*in*out each
-gemm_flop=$(awk 'BEGIN { printf "%.0f", 6 * (4096*8192 + 8192*8192 + 8192*4096 + 4096*1000) }')
-if [ $rc -ne 0 ] || [ -z "$gemm_sps" ]; then
-	say "gemm mlp kiln: FAIL (exit $rc); last lines:"
-	tail -n 3 "$out/gemm_kiln.log" | tee -a "$res"
-	status=1
-else
-	gemm_tf=$(awk -v s="$gemm_sps" -v f="$gemm_flop" 'BEGIN { printf "%.1f", s * f / 1e12 }')
-	say "gemm mlp kiln: $gemm_sps samples/s = $gemm_tf TFLOP/s over the whole step"
-fi
-timeout 20 python3 tests/gpu/torch_bench.py matmul > "$out/matmul_torch.json" 2> "$out/matmul_torch.err"
-rc=$?
-mm_tf=$(sed -n 's/.*"tflops": \([0-9.]*\).*/\1/p' "$out/matmul_torch.json")
-if [ $rc -ne 0 ] || [ -z "$mm_tf" ]; then
-	say "torch.matmul: FAIL (exit $rc; $out/matmul_torch.err)"
-	status=1
-else
-	say "torch.matmul bf16 8192^3: $mm_tf TFLOP/s"
-	[ -n "${gemm_tf:-}" ] && target "GEMM MLP step at $(awk -v a="$gemm_tf" -v b="$mm_tf" 'BEGIN { printf "%.0f", 100 * a / b }')% of torch.matmul's rate (want >= 60%)" \
-		"$(awk -v a="$gemm_tf" -v b="$mm_tf" 'BEGIN { printf "%.4f", a / b }')" 0.6
-fi
-
-say "TARGETS: $targets_met of $targets_tried measured targets met"
-if [ $status -eq 0 ]; then
-	say "RESULT: PASS"
-else
-	say "RESULT: FAIL"
-fi
+[ $targets_tried -gt 0 ] && say "TARGETS: $targets_met of $targets_tried measured targets met"
+if [ $status -eq 0 ]; then say "RESULT: PASS"; else say "RESULT: FAIL"; fi
+say "run took $(($(date +%s) - run_t0)) s"
+pack
+rm -rf "$work"
 exit $status

@@ -1,0 +1,126 @@
+#!/bin/sh
+# The GPU check's harness (tests/gpu/run.sh, GPU half) on a machine without
+# a GPU, with a fake bundle: shell scripts in place of kiln and the suites.
+# What a device call needs from it, checked here before any device time:
+#   budget    a run keeps to KILN_GPU_BUDGET: a hanging suite is cut to
+#             what is left, the later steps are reported SKIPPED, and the
+#             run ends within the budget
+#   results   a failing suite's line names the failed check (its :F: line);
+#             RESULT: FAIL, exit 1
+#   $OUT      holds gpu_results.txt and logs.tar.gz and nothing else (the
+#             device tool returns at most 8 files), the logs inside
+#   progress  a run killed in the middle has left the lines and the logs
+#             of the steps that ended
+#   no GPU    `kiln plugins` saying cuda is unavailable: exit 77, RESULT:
+#             NOT RUN, in seconds
+: "${abs_top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
+run=$abs_top_srcdir/tests/gpu/run.sh
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln_gpu_stages.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# the fake bundle
+b=$tmp/bundle
+mkdir -p "$b/bin" "$b/lib/kiln" "$b/data/fashion-mnist"
+: > "$b/lib/kiln/kiln-cuda.so"
+echo 0.85 > "$b/cpu_test_acc.txt"
+echo 0.84 > "$b/cpu_cnn_fp32_acc.txt"
+echo 0.86 > "$b/cpu_cnn_bf16_acc.txt"
+echo 0.79 > "$b/cpu_cnn_int8_acc.txt"
+echo fake > "$b/commit.txt"
+cat > "$b/bin/kiln" <<'EOF'
+#!/bin/sh
+case $1 in
+plugins)
+	echo "KIND       NAME           ABI   STATUS                       SUMMARY"
+	echo "device     cuda           2.11  ${FAKE_CUDA:-available}                    NVIDIA GPU: fake"
+	;;
+train)
+	sleep "${FAKE_TRAIN_S:-0}"
+	echo "epoch 1/1 loss 0.5"
+	echo '{"test_acc": 0.851, "train_samples_per_s": 1000}'
+	;;
+*) echo '{"test_acc": 0.79}' ;;
+esac
+EOF
+pass_suite='#!/bin/sh
+echo "100%: Checks: 4, Failures: 0, Errors: 0"'
+printf '%s\n' "$pass_suite" > "$b/bin/check_device_a"
+printf '%s\n' "$pass_suite" > "$b/bin/check_device_attention"
+printf '%s\n' "$pass_suite" > "$b/bin/check_rnn"
+cat > "$b/bin/check_device_b" <<'EOF'
+#!/bin/sh
+echo "tests/check_device_b.c:12:F:gemm:test_gemm:0: y[3] = 2, want 1"
+echo "75%: Checks: 4, Failures: 1, Errors: 0"
+exit 1
+EOF
+cat > "$b/bin/check_device_c" <<'EOF'
+#!/bin/sh
+exec sleep "${FAKE_HANG_S:-0}"
+EOF
+chmod +x "$b/bin/"*
+export KILN_GPU_BUNDLE="$b"
+
+# 1. budget, results, $OUT: suite c hangs, a 40 s budget (the first
+# steps may take seconds on a loaded machine)
+OUT=$tmp/out1
+export OUT
+t0=$(date +%s)
+FAKE_HANG_S=300 KILN_GPU_BUDGET=40 KILN_GPU_WORK=$tmp/w1 sh "$run" --stage 1 > "$tmp/run1.txt" 2>&1
+rc=$?
+dt=$(($(date +%s) - t0))
+r=$OUT/gpu_results.txt
+[ $rc -eq 1 ] || bad "run 1: exit $rc, want 1"
+[ $dt -le 44 ] || bad "run 1 took $dt s: over its 40 s budget"
+grep -q "^conformance check_device_a: PASS" "$r" || bad "run 1: no PASS line for suite a"
+grep -q "^conformance check_device_b: FAIL (exit 1" "$r" || bad "run 1: no FAIL line for suite b"
+grep -q "check_device_b.c:12:F:gemm" "$r" || bad "run 1: suite b's failed check not in the results"
+grep -q "^conformance check_device_c: FAIL (timed out after" "$r" || bad "run 1: suite c not cut by the budget"
+grep -q "^train_mlp: SKIPPED (the budget" "$r" || bad "run 1: training not skipped when the budget was spent"
+grep -q "^RESULT: FAIL" "$r" || bad "run 1: no RESULT: FAIL"
+files=$(cd "$OUT" && ls -A | tr '\n' ' ')
+[ "$files" = "gpu_results.txt logs.tar.gz " ] || bad "run 1: \$OUT holds '$files', want gpu_results.txt logs.tar.gz"
+tar -tzf "$OUT/logs.tar.gz" 2>/dev/null | grep -q "^logs/check_device_b.log$" || bad "run 1: logs.tar.gz lacks logs/check_device_b.log"
+[ -e "$tmp/w1" ] && bad "run 1: its work folder was left behind"
+
+# 2. a passing run with every stage-1 step (the budget ample)
+OUT=$tmp/out2
+rm "$b/bin/check_device_b" "$b/bin/check_device_c"
+KILN_GPU_WORK=$tmp/w2 sh "$run" --stage 1 > "$tmp/run2.txt" 2>&1
+rc=$?
+r=$OUT/gpu_results.txt
+[ $rc -eq 0 ] || bad "run 2: exit $rc, want 0"
+for l in "conformance: 2 of 2 suites passed" "train_mlp: PASS (test accuracy 0.851; the cpu device's 0.85" \
+	"cnn_fp32: PASS" "cnn_bf16: PASS" "attention cudnn attn_lowp_shapes: PASS" \
+	"attention kiln attn_lowp_shapes: PASS" "rnn torch: PASS" "rnn layer: PASS" "int8 eval: PASS"; do
+	grep -qF "$l" "$r" || bad "run 2: no line '$l'"
+done
+grep -q "SKIPPED" "$r" && bad "run 2: a step skipped with the whole budget"
+
+# 3. progress: killed while training, the lines and logs so far are there
+OUT=$tmp/out3
+FAKE_TRAIN_S=6 KILN_GPU_WORK=$tmp/w3 timeout 3 sh "$run" --stage 1 > "$tmp/run3.txt" 2>&1
+r=$OUT/gpu_results.txt
+grep -q "^conformance: 2 of 2 suites passed" "$r" || bad "run 3: the conformance line is not there after the kill"
+tar -tzf "$OUT/logs.tar.gz" 2>/dev/null | grep -q "^logs/check_device_a.log$" || bad "run 3: the logs so far are not in \$OUT after the kill"
+
+# 4. no usable GPU: 77 at once
+OUT=$tmp/out4
+t0=$(date +%s)
+FAKE_CUDA="unavailable: no CUDA driver, none available" KILN_GPU_WORK=$tmp/w4 sh "$run" --stage 1,2 > "$tmp/run4.txt" 2>&1
+rc=$?
+[ $rc -eq 77 ] || bad "run 4: exit $rc, want 77"
+grep -q "^RESULT: NOT RUN" "$OUT/gpu_results.txt" || bad "run 4: no RESULT: NOT RUN"
+[ $(($(date +%s) - t0)) -le 10 ] || bad "run 4: took more than 10 s to say there is no GPU"
+
+# 5. a bad stage
+sh "$run" --stage 4 > /dev/null 2>&1
+[ $? -eq 2 ] || bad "--stage 4 was not refused"
+
+if [ $fails -ne 0 ]; then
+	for f in "$tmp"/run*.txt; do echo "== $f"; cat "$f"; done
+	exit 1
+fi
+echo "gpu_stages: budget, results, \$OUT, progress, no GPU: ok"
+exit 0
