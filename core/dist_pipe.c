@@ -253,6 +253,33 @@ static kiln_status copy1(struct kiln_dist *d, float *dst, const float *src, void
 	return kiln_device_copy_async(d->dev, dst, src, sizeof(float), KILN_COPY_D2D, compute);
 }
 
+/* The pipe's sum of the stages' norms (norms[s] stage s's, zero
+ * elsewhere, P floats) on every rank, in place.  A communicator that
+ * sends now (comm ops version 6: kiln-gloo) sleeps in its point-to-point
+ * waits but spins in its collectives, and the last stage's rank reaches
+ * this a backward pass ahead of stage 0's: there stage 0's rank gathers
+ * the norms and sends them back (the same sums: each adds zeros), so the
+ * early ranks wait asleep instead of holding a CPU that stage 0 may need
+ * (docs/PERFORMANCE.md, issue 21, session 10). */
+static kiln_status pipe_sum(struct kiln_dist *d, float *norms, void *compute)
+{
+	const int P = d->pipe_P, me = d->pipe_stage;
+	kiln_status st = KILN_OK;
+	if (d->ops->version < 6 || !d->ops->send_now)
+		return d->ops->allreduce(d->pctx, norms, (size_t)P, KILN_F32, KILN_REDUCE_SUM,
+					 compute, NULL);
+	if (me) {
+		if (!(st = d->ops->send(d->pctx, norms + me, 1, KILN_F32, 0, compute, NULL)))
+			st = d->ops->recv(d->pctx, norms, (size_t)P, KILN_F32, 0, compute, NULL);
+		return st;
+	}
+	for (int s = 1; s < P && !st; s++)
+		st = d->ops->recv(d->pctx, norms + s, 1, KILN_F32, s, compute, NULL);
+	for (int s = 1; s < P && !st; s++)
+		st = d->ops->send(d->pctx, norms, (size_t)P, KILN_F32, s, compute, NULL);
+	return st;
+}
+
 kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute)
 {
 	if (!d || !d->pipe_P)
@@ -274,8 +301,7 @@ kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute)
 		if (!(st = kiln_device_run(d->dev, d->pipe_measure, &a, compute)))
 			st = copy1(d, norms + me, state, compute);
 	}
-	if (!st && (st = d->ops->allreduce(d->pctx, norms, (size_t)P, KILN_F32, KILN_REDUCE_SUM, compute,
-					    NULL)))
+	if (!st && (st = pipe_sum(d, norms, compute)))
 		return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d of %d (pipeline stage %d): the pipe's gradient norms",
 							     d->env.rank, d->env.world, me));
 	for (int s = 0; !st && s < P; s++)

@@ -14,13 +14,35 @@
  * 0's gradient, which waits for stage 0's receive behind that send.  A
  * recv runs on the receiver's stream: what reads the tensor waits for it.
  * The step's end waits for the send stream (kiln_pipe_rank_flush), so a
- * slot is free again when its tag recurs a step later. */
+ * slot is free again when its tag recurs a step later.
+ *
+ * Sent now (a communicator with send_now, comm ops version 6, on a device
+ * whose memory is the host's and which runs host functions): the stage's
+ * stream itself hands the tensor to the transport when that need not wait
+ * (kiln-gloo: the shared-memory channel to the peer has room for the whole
+ * message), so the receiver has it as the pass ends, without a wake-up of
+ * the send stream's thread and a copy on it first.  Otherwise (no room,
+ * or an earlier message to that peer still queued: messages stay in
+ * order) the stage's stream copies it into the slot and the send stream
+ * sends it from there, waiting as it may.  The send stream gets a host
+ * function per message either way, which does nothing for one already
+ * sent. */
+#include "dist.h" /* kiln_device_host_fn */
 #include "pipeline.h"
+
+#include <stdatomic.h>
+
+struct kiln_pipe_rank;
 
 struct rank_msg {
 	void *stage;   /* device memory: the tensor's copy being sent */
 	size_t bytes;
-	void *copied;  /* event: the copy is in stage */
+	void *copied;  /* event: the copy is in stage (sent now: the attempt made) */
+	/* sent now: what the stage's stream sends, and whether it left the
+	 * message to the send stream (written before `copied`) */
+	struct kiln_pipe_rank *R;
+	const void *buf;
+	int to, deferred;
 };
 
 struct kiln_pipe_rank {
@@ -31,7 +53,63 @@ struct kiln_pipe_rank {
 	void *send_stream, *flushed;
 	int n, n_xfer;
 	struct rank_msg *msg;
+	int now; /* messages sent now where they can be (above) */
+	/* per stage: messages to it left to the send stream, not yet sent */
+	atomic_int queued[KILN_PIPE_MAX_STAGES];
+	long n_now, n_late; /* messages sent now / by the send stream (the stage's thread's) */
 };
+
+/* On the stage's stream: the message out now if the transport need not
+ * wait and nothing to that stage is queued before it, else into its slot
+ * for the send stream (send_late). */
+static kiln_status send_try(void *arg)
+{
+	struct rank_msg *g = arg;
+	struct kiln_pipe_rank *R = g->R;
+	int sent = 0;
+	if (!atomic_load_explicit(&R->queued[g->to], memory_order_acquire)) {
+		kiln_status st = R->ops->send_now(R->comm, g->buf, g->bytes, KILN_U8,
+						  R->rank_of[g->to], 0, &sent);
+		if (st)
+			return st;
+	}
+	g->deferred = !sent;
+	if (sent) {
+		R->n_now++;
+		return KILN_OK;
+	}
+	R->n_late++;
+	memcpy(g->stage, g->buf, g->bytes);
+	atomic_fetch_add_explicit(&R->queued[g->to], 1, memory_order_release);
+	return KILN_OK;
+}
+
+/* On the send stream, after send_try: a message it left, sent from its slot. */
+static kiln_status send_late(void *arg)
+{
+	struct rank_msg *g = arg;
+	struct kiln_pipe_rank *R = g->R;
+	int sent = 0;
+	if (!g->deferred)
+		return KILN_OK;
+	kiln_status st = R->ops->send_now(R->comm, g->stage, g->bytes, KILN_U8, R->rank_of[g->to],
+					  1, &sent);
+	atomic_fetch_sub_explicit(&R->queued[g->to], 1, memory_order_release);
+	return st;
+}
+
+/* rank_send's way when sending now is possible */
+static kiln_status send_now_or_late(struct kiln_pipe_rank *R, struct rank_msg *g, int to,
+				    const void *buf, void *stream)
+{
+	kiln_status st;
+	g->R = R, g->buf = buf, g->to = to;
+	if ((st = kiln_device_host_fn(R->dev, stream, send_try, g)) ||
+	    (st = kiln_device_event_record(R->dev, g->copied, stream)) ||
+	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)))
+		return st;
+	return kiln_device_host_fn(R->dev, R->send_stream, send_late, g);
+}
 
 static struct rank_msg *rank_slot(struct kiln_pipe_rank *R, uint64_t tag)
 {
@@ -56,6 +134,12 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 		if ((st = kiln_device_alloc(R->dev, bytes ? bytes : 1, &g->stage)))
 			return st;
 		g->bytes = bytes;
+	}
+	if (R->now) {
+		if ((st = send_now_or_late(R, g, to, buf, stream)))
+			return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
+					       from, R->rank_of[from], to, R->rank_of[to]);
+		return KILN_OK;
 	}
 	if ((st = kiln_device_copy_async(R->dev, g->stage, buf, bytes, KILN_COPY_D2D, stream)) ||
 	    (st = kiln_device_event_record(R->dev, g->copied, stream)) ||
@@ -103,6 +187,9 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 	memcpy(R->rank_of, rank_of, (size_t)P * sizeof *rank_of);
 	R->n_xfer = n_xfer;
 	R->n = 2 * M * n_xfer;
+	R->now = ops->version >= 6 && ops->send_now &&
+		 (kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY) &&
+		 kiln_device_proc(dev, KILN_PROC_HOST_FN);
 	if (R->n && !(R->msg = calloc((size_t)R->n, sizeof *R->msg))) {
 		free(R);
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -169,6 +256,9 @@ void kiln_pipe_rank_free(struct kiln_pipe_rank *R)
 		return;
 	if (R->send_stream)
 		kiln_device_stream_sync(R->dev, R->send_stream);
+	if (R->now && (R->n_now || R->n_late))
+		kiln_log(KILN_LOG_INFO, "pipeline", "this rank: %ld crossing tensors sent by the stage's stream at once, %ld by the send stream (no room in the channel, or one queued before)",
+			 R->n_now, R->n_late);
 	for (int i = 0; i < R->n; i++) {
 		kiln_device_event_destroy(R->dev, R->msg[i].copied);
 		kiln_device_free(R->dev, R->msg[i].stage);

@@ -32,6 +32,9 @@
  * once), and a recv whose size differs from the message's failing, naming
  * both sizes, and the sender's next send on that channel failing too;
  * a recv from a live, silent rank ending at the timeout, naming it.
+ * test_gloo_send_now: a send on the calling thread (comm ops version 6)
+ * that never waits goes while the channel has room and not after, and
+ * its messages and those that waited arrive in order (send_now_main).
  */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <kiln/kiln.h>
@@ -852,16 +855,113 @@ out:
 	return NULL;
 }
 
-START_TEST(test_gloo_p2p_channel)
+/* fn on 2 ranks (shm as rank_ctx's), both ending without an error */
+static void two_ranks_clean(void *(*fn)(void *), int shm)
 {
 	struct rank_ctx rc[2];
 	int status[2];
-	if (run_ranks(channel_main, 0, 1, rc, status))
+	if (run_ranks(fn, 0, shm, rc, status))
 		return;
 	ck_assert_msg(!*rc[0].err, "%s", rc[0].err);
 	ck_assert_msg(!*rc[1].err, "%s", rc[1].err);
 	ck_assert_int_eq(status[0], 0);
 	ck_assert_int_eq(status[1], 0);
+}
+
+START_TEST(test_gloo_p2p_channel)
+{
+	two_ranks_clean(channel_main, 1);
+}
+END_TEST
+
+/* send_now (comm ops version 6, test_gloo_send_now): rank 0 sends NOW_N
+ * messages of now_bytes[] with wait = 0 until one does not go, before rank
+ * 1 receives anything (a barrier between them): on the 1 MiB channel the
+ * first 4 go (64 KiB and 3 x 256 KiB, with their 16-byte frames) and the
+ * fifth 256 KiB does not, nothing of it sent; on Gloo's TCP (shm_p2p = 0)
+ * none goes.  Then the rest go with wait = 1, and rank 1 receives all six
+ * in order, every byte checked; after rank 1's word back (the channel
+ * empty), a message longer than the ring does not go with wait = 0 and
+ * goes with wait = 1. */
+enum { NOW_N = 6, NOW_BIG = (3 << 20) + 5 };
+static const size_t now_bytes[NOW_N] = { 65536, 262144, 262144, 262144, 262144, 1000 };
+
+static void *send_now_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	uint8_t *m[NOW_N + 1] = { 0 }, *x = NULL;
+	const int R = r->rank, peer = 1 - R, want_now = r->shm == 1 ? 4 : 0;
+	if (rank_open(r, &e, 10000))
+		goto out;
+	if (e.ops->version < 6 || !e.ops->send_now) {
+		snprintf(r->err, sizeof r->err, "rank %d: gloo has no send_now (version %u)", R,
+			 e.ops->version);
+		goto out;
+	}
+	TRY(kiln_device_alloc(e.dev, 4, (void **)&x));
+	for (int k = 0; k <= NOW_N; k++) {
+		const size_t n = k < NOW_N ? now_bytes[k] : NOW_BIG;
+		TRY(kiln_device_alloc(e.dev, n, (void **)&m[k]));
+		for (size_t i = 0; i < n; i++)
+			m[k][i] = R ? 0xee : ch_byte(0, k, i);
+	}
+	int sent = 1, now = 0;
+	if (R == 0) {
+		for (now = 0; now < NOW_N && sent; now += sent)
+			TRY(e.ops->send_now(e.comm, m[now], now_bytes[now], KILN_U8, peer, 0, &sent));
+		TRY(e.ops->barrier(e.comm));
+		if (now != want_now) {
+			snprintf(r->err, sizeof r->err, "rank 0: %d messages went with wait = 0, want %d",
+				 now, want_now);
+			goto out;
+		}
+		for (int k = now; k < NOW_N; k++) {
+			TRY(e.ops->send_now(e.comm, m[k], now_bytes[k], KILN_U8, peer, 1, &sent));
+			if (!sent) {
+				snprintf(r->err, sizeof r->err, "rank 0: message %d did not go with wait = 1", k);
+				goto out;
+			}
+		}
+		TRY(e.ops->recv(e.comm, x, 4, KILN_U8, peer, e.s, NULL));
+		TRY(kiln_device_stream_sync(e.dev, e.s));
+		TRY(e.ops->send_now(e.comm, m[NOW_N], NOW_BIG, KILN_U8, peer, 0, &sent));
+		if (sent) {
+			snprintf(r->err, sizeof r->err, "rank 0: %d bytes went with wait = 0 past a 1 MiB ring", NOW_BIG);
+			goto out;
+		}
+		TRY(e.ops->send_now(e.comm, m[NOW_N], NOW_BIG, KILN_U8, peer, 1, &sent));
+		TRY(e.ops->recv(e.comm, x, 4, KILN_U8, peer, e.s, NULL)); /* rank 1 has it */
+		TRY(kiln_device_stream_sync(e.dev, e.s));
+		goto out;
+	}
+	TRY(e.ops->barrier(e.comm));
+	for (int k = 0; k < NOW_N; k++)
+		TRY(e.ops->recv(e.comm, m[k], now_bytes[k], KILN_U8, peer, e.s, NULL));
+	TRY(kiln_device_stream_sync(e.dev, e.s));
+	TRY(e.ops->send(e.comm, x, 4, KILN_U8, peer, e.s, NULL));
+	TRY(e.ops->recv(e.comm, m[NOW_N], NOW_BIG, KILN_U8, peer, e.s, NULL));
+	TRY(kiln_device_stream_sync(e.dev, e.s));
+	for (int k = 0; k <= NOW_N; k++) {
+		const size_t n = k < NOW_N ? now_bytes[k] : NOW_BIG;
+		for (size_t i = 0; i < n; i++)
+			if (m[k][i] != ch_byte(0, k, i)) {
+				snprintf(r->err, sizeof r->err, "rank 1: message %d (%zu bytes), byte %zu: %d, want %d",
+					 k, n, i, m[k][i], ch_byte(0, k, i));
+				goto out;
+			}
+	}
+	TRY(e.ops->send(e.comm, x, 4, KILN_U8, peer, e.s, NULL));
+	TRY(kiln_device_stream_sync(e.dev, e.s));
+out:
+	rank_close_freeing(&e, (void *[]){ x, m[0], m[1], m[2], m[3], m[4], m[5], m[6] }, NOW_N + 2);
+	return NULL;
+}
+
+/* _i 0: the shared-memory channels; 1: Gloo's TCP (shm_p2p = 0) */
+START_TEST(test_gloo_send_now)
+{
+	two_ranks_clean(send_now_main, _i ? 2 : 1);
 }
 END_TEST
 
@@ -875,6 +975,7 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_p2p, 0, 2);
 	tcase_add_loop_test(tc, test_gloo_split, 0, 2);
 	tcase_add_test(tc, test_gloo_p2p_channel);
+	tcase_add_loop_test(tc, test_gloo_send_now, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

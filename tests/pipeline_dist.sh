@@ -10,6 +10,8 @@
 #     stage 0's rank logs the pipe's bubble from every rank's busy time; the
 #     hand-offs on kiln's shared-memory channels ([plugin.gloo] shm_p2p,
 #     the default), and 2 stages on Gloo's TCP (shm_p2p = 0) equal too;
+#     on the channels each stage's own stream sends its tensors (send_now),
+#     on TCP the send stream;
 #  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
 #     averaging its gradients, its slice alone, each pipe 16 samples of
 #     the 32) does too;
@@ -90,6 +92,16 @@ run g2t 2 32 dist.pipeline=2 "$two" plugin.gloo.shm_p2p=0
 grep -q "Gloo's send and recv (\[plugin.gloo\] shm_p2p = 0)" "$tmp/g2t.log" || bad "g2t: not on Gloo's TCP"
 grep -q "through the shared-memory channels" "$tmp/g2t.log" && bad "g2t: hand-offs on the shared-memory channels"
 near one g2t "2 stages on 2 ranks (gloo, TCP send and recv)"
+# each stage's own stream sends its crossing tensors where the channel has
+# room for them (send_now, session 10): every rank here, and none over
+# Gloo's TCP, which cannot tell that a send need not wait
+for r in "g2 2" "g4 4"; do
+	set -- $r
+	[ "$(grep -c "this rank: [1-9][0-9]* crossing tensors sent by the stage's stream at once" "$tmp/$1.log")" = "$2" ] ||
+		{ bad "$1: not every rank sends from its stage's stream"; grep "crossing tensors sent" "$tmp/$1.log"; }
+done
+[ "$(grep -c "this rank: 0 crossing tensors sent by the stage's stream at once, [1-9][0-9]* by the send stream" "$tmp/g2t.log")" = 2 ] ||
+	{ bad "g2t: Gloo's TCP sends are not the send stream's"; grep "crossing tensors sent" "$tmp/g2t.log"; }
 # the pipe's bubble at stage 0's rank: every stage's busy time there is
 # the one its own rank logged
 for r in "g2 2" "g4 4"; do

@@ -500,7 +500,7 @@ struct kiln_device_ops {
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 5
+#define KILN_COMM_OPS_VERSION 6
 
 /* split's color for a rank that joins no group (MPI_UNDEFINED) */
 #define KILN_COMM_NO_GROUP (-1)
@@ -590,6 +590,22 @@ struct kiln_comm_ops {
 	 * are its own), and is freed by close(), before or after this one.
 	 * (optional: NULL means KILN_ENOTSUP) */
 	kiln_status (*split)(void *ctx, int color, int key, void **out, int *rank, int *world);
+
+	/* ---- version 6 (ABI 2.12, to be numbered at the merge) ---- */
+
+	/* A send run now on the calling thread, not enqueued (a host function
+	 * may call it; buf is host memory, so only for a device with
+	 * KILN_DEVICE_HOST_MEMORY): matched in order with send and recv as a
+	 * send is.  wait = 1: returns once the message is handed over, as an
+	 * enqueued send's host function does, *sent = 1.  wait = 0: never
+	 * waits for the peer: *sent = 1 when the whole message went now (into
+	 * a shared-memory channel with room for it), *sent = 0 and nothing
+	 * sent when it would have waited or the transport cannot tell (the
+	 * caller then sends it otherwise).  The caller orders it against its
+	 * other sends to `peer`: none of them may be in flight.  (optional:
+	 * NULL means the core enqueues every send) */
+	kiln_status (*send_now)(void *ctx, const void *buf, size_t count, int dtype, int peer,
+				int wait, int *sent);
 };
 
 /* ======================================================================

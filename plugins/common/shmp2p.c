@@ -163,6 +163,23 @@ kiln_status shmp2p_send(struct shmp2p *c, const void *buf, size_t bytes)
 	return KILN_OK;
 }
 
+int shmp2p_try_send(struct shmp2p *c, const void *buf, size_t bytes)
+{
+	struct shmp2p_hdr *h = c->h;
+	const unsigned long long w = atomic_load_explicit(&h->wpos, memory_order_relaxed);
+	const unsigned long long end = w + SHMP2P_FRAME + bytes;
+	uint64_t frame[2] = { bytes, h->sent + 1 };
+	if (bytes > c->size - SHMP2P_FRAME || atomic_load_explicit(&h->broken, memory_order_acquire) ||
+	    atomic_load_explicit(&h->rpos, memory_order_acquire) < room_at(c, end))
+		return 0;
+	ring_put(c, w, frame, SHMP2P_FRAME);
+	ring_put(c, w + SHMP2P_FRAME, buf, bytes);
+	atomic_store_explicit(&h->wpos, end, memory_order_seq_cst);
+	notify(&h->wfutex, &h->rsleeps);
+	h->sent++;
+	return 1;
+}
+
 kiln_status shmp2p_recv(struct shmp2p *c, void *buf, size_t bytes)
 {
 	struct shmp2p_hdr *h = c->h;

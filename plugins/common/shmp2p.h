@@ -94,6 +94,12 @@ void shmp2p_init(struct shmp2p *c, const struct kiln_host *host, const char *who
  * once the last byte is in the ring (the receiver need not have read it). */
 kiln_status shmp2p_send(struct shmp2p *c, const void *buf, size_t bytes);
 
+/* Send buf[0..bytes) now if the ring has room for the whole message and
+ * its frame: 1 when it went (as shmp2p_send would have sent it), 0 when
+ * nothing was sent (no room yet, a message longer than the ring, a broken
+ * channel: shmp2p_send then waits or reports).  Never waits. */
+int shmp2p_try_send(struct shmp2p *c, const void *buf, size_t bytes);
+
 /* Receive the next message from the peer (c: its channel to this rank)
  * into buf, which holds `bytes`: the message must have as many. */
 kiln_status shmp2p_recv(struct shmp2p *c, void *buf, size_t bytes);

@@ -880,6 +880,33 @@ kiln_status gloo_recv(void *ctx, void *buf, size_t count, int dtype, int peer, v
 	return gloo_p2p(ctx, K_RECV, buf, count, dtype, peer, stream, done);
 }
 
+/* comm ops version 6: a send on the calling thread.  wait = 0: into the
+ * shared-memory channel if it has room now, else nothing (*sent = 0; over
+ * TCP always nothing: a Gloo send cannot say that it would wait). */
+kiln_status gloo_send_now(void *ctx, const void *buf, size_t count, int dtype, int peer, int wait,
+			  int *sent)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	*sent = 0;
+	if (peer < 0 || peer >= c->world || peer == c->rank)
+		return H->error(KILN_EINVAL, "gloo: rank %d of %d: send to rank %d: no such peer",
+				c->rank, c->world, peer);
+	if (!wait) {
+		*sent = gloo_shm_p2p(c->shm) &&
+			gloo_shm_try_send(c->shm, peer, buf, count * dtype_size(dtype));
+		return KILN_OK;
+	}
+	Job j;
+	job_fill(&j, c, K_SEND);
+	j.buf = const_cast<void *>(buf);
+	j.count = count;
+	j.dtype = dtype;
+	j.root = peer;
+	kiln_status st = run_job_now(&j);
+	*sent = !st;
+	return st;
+}
+
 kiln_status gloo_barrier(void *ctx)
 {
 	Comm *c = static_cast<Comm *>(ctx);
@@ -981,6 +1008,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .send = */ gloo_send,
 	/* .recv = */ gloo_recv,
 	/* .split = */ gloo_split,
+	/* .send_now = */ gloo_send_now,
 };
 
 const struct kiln_key gloo_keys[] = {

@@ -607,6 +607,14 @@ kiln_status gloo_shm_send(struct gloo_shm *g, int peer, const void *buf, size_t 
 	return st;
 }
 
+int gloo_shm_try_send(struct gloo_shm *g, int peer, const void *buf, size_t bytes)
+{
+	pthread_mutex_lock(&g->out_lock[peer]);
+	const int sent = shmp2p_try_send(&g->out[peer], buf, bytes);
+	pthread_mutex_unlock(&g->out_lock[peer]);
+	return sent;
+}
+
 kiln_status gloo_shm_recv(struct gloo_shm *g, int peer, void *buf, size_t bytes)
 {
 	pthread_mutex_lock(&g->in_lock[peer]);

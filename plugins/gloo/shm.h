@@ -69,6 +69,8 @@ void gloo_shm_p2p_spin(struct gloo_shm *g, long long ns);
  * one thread at a time per peer and direction (a lock). */
 kiln_status gloo_shm_send(struct gloo_shm *g, int peer, const void *buf, size_t bytes);
 kiln_status gloo_shm_recv(struct gloo_shm *g, int peer, void *buf, size_t bytes);
+/* gloo_shm_send if it need not wait (shmp2p_try_send): 1 sent, 0 not. */
+int gloo_shm_try_send(struct gloo_shm *g, int peer, const void *buf, size_t bytes);
 
 enum { GLOO_SHM_ALLREDUCE, GLOO_SHM_REDUCE_SCATTER, GLOO_SHM_ALLGATHER };
 
