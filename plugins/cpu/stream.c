@@ -19,12 +19,16 @@
  * at ~65% CPU, in futex waits and wakes).
  *
  * A pipeline stage's stream (a context opened beside peers, [run]
- * devices) that reaches a wait for an event not yet complete spins on it
- * for up to CPU_WAIT_SPIN_NS, yielding the core at each turn, before it
- * sleeps on the condition: the event is usually the neighbouring stage's
- * pass ending, and the sleep's wake-up came late by tens of microseconds
- * on an idle machine (a futex wake and a reschedule per hand-off, twice
- * per micro-batch and direction), which the measured bubble counted.
+ * devices) that reaches a wait for an event not yet complete spins on it,
+ * yielding the core at each turn, before it sleeps on the condition: the
+ * event is usually the neighbouring stage's pass ending, and the sleep's
+ * wake-up came late by tens to hundreds of microseconds (a futex wake and
+ * a reschedule per hand-off, twice per micro-batch; on a virtual machine
+ * whose idle CPU halts, the wake-up of a halted CPU), which the measured
+ * bubble counted.  It spins 100 us, and on to [plugin.cpu] stage_spin_us
+ * while each turn gets the core straight back (cpu_spin_on, threads.h):
+ * a stage with a core of its own waits for the whole fill and drain
+ * without sleeping, one that shares its core sleeps as before.
  *
  * Errors are sticky: the first kernel failure on a stream is kept, later
  * kernels and copies on that stream are skipped (their inputs are
@@ -33,14 +37,13 @@
  * stream_sync/event_sync that depends on it returns it.
  */
 #include "cpu.h"
+#include "threads.h"
 
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CPU_WAIT_SPIN_NS 100000
 
 struct cpu_stream {
 	struct cpu_stream *prev, *next;
@@ -83,17 +86,22 @@ static int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Before sleeping on event ev (caller holds the lock): with c->spin, watch
- * it reach generation gen for up to CPU_WAIT_SPIN_NS, unlocked, yielding
- * the core between looks. */
+/* Before sleeping on event ev (caller holds the lock): with c->spin_ns,
+ * watch it reach generation gen, unlocked, yielding the core between
+ * looks, for as long as cpu_spin_on says. */
 static void spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen)
 {
-	if (!c->spin || __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen)
+	if (!c->spin_ns || __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen)
 		return;
 	pthread_mutex_unlock(c->lock);
 	const int64_t t0 = mono_ns();
-	while (__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen && mono_ns() - t0 < CPU_WAIT_SPIN_NS)
+	int64_t t = t0, turn = 0;
+	while (__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen && cpu_spin_on(t - t0, turn, c->spin_ns)) {
 		sched_yield();
+		const int64_t now = mono_ns();
+		turn = now - t;
+		t = now;
+	}
 	pthread_mutex_lock(c->lock);
 }
 
