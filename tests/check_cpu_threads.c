@@ -401,22 +401,20 @@ START_TEST(test_spin_rule)
 }
 END_TEST
 
-/* A pipeline stage's wait for its neighbour (cpu_spin_on): the first
- * 100 us whatever the turns take; past them, up to [plugin.cpu]
- * stage_spin_us only while each turn (a sched_yield) comes back within
- * 50 us, a core of its own; 0 never spins. */
+/* A pipeline stage's wait for its neighbour (cpu_spin_on): up to
+ * [plugin.cpu] stage_spin_us, only while each turn (a sched_yield) comes
+ * back within 50 us, a core of its own; 0 never spins. */
 START_TEST(test_stage_spin)
 {
 	const int64_t us = 1000, lim = 5000 * us;
 	ck_assert(cpu_spin_on(0, 0, lim));
-	ck_assert(cpu_spin_on(99 * us, 2000 * us, lim)); /* a long turn in the first 100 us */
-	ck_assert(!cpu_spin_on(100 * us, 2000 * us, lim)); /* ... and past them */
+	ck_assert(!cpu_spin_on(20 * us, 2000 * us, lim)); /* the core went elsewhere */
 	ck_assert(!cpu_spin_on(3000 * us, 51 * us, lim));
 	ck_assert(cpu_spin_on(3000 * us, 49 * us, lim));
 	ck_assert(cpu_spin_on(4999 * us, 1 * us, lim));
 	ck_assert(!cpu_spin_on(5000 * us, 1 * us, lim)); /* the limit */
 	ck_assert(!cpu_spin_on(0, 0, 0));                /* stage_spin_us = 0 */
-	ck_assert(cpu_spin_on(50 * us, 0, 100 * us));    /* 100: the old poll, to its end */
+	ck_assert(cpu_spin_on(99 * us, 1 * us, 100 * us)); /* 100: the old poll's length */
 	ck_assert(!cpu_spin_on(100 * us, 0, 100 * us));
 }
 END_TEST

@@ -511,13 +511,13 @@ static const struct kiln_key cpu_keys[] = {
 	  "With `[run] devices` (pipeline stages on CPU instances of their own): how long, "
 	  "in microseconds, a stage's stream that waits for another stage's pass (a "
 	  "hand-off) watches for it, yielding the core at each turn, before it sleeps. "
-	  "Past the first 100 us it keeps watching only while each turn gets the core "
-	  "straight back, that is while the stage has a core to itself; once another "
-	  "thread or process takes the core it sleeps, and the other stage's wake-up "
-	  "preempts sooner than a yielding watcher gets its turn back.  A sleeper's "
-	  "wake-up costs tens to hundreds of microseconds on a virtual machine whose idle "
-	  "CPU halts; each micro-batch crosses twice (docs/PERFORMANCE.md, issue 21, "
-	  "session 10).  0: sleep at once; 100: the poll before this key." },
+	  "It keeps watching only while each turn gets the core straight back (within "
+	  "50 us), that is while the stage has a core to itself; once another thread or "
+	  "process takes the core it sleeps, as the other stage's wake-up then preempts "
+	  "sooner than a yielding watcher gets its turn back.  A sleeper's wake-up costs "
+	  "tens to hundreds of microseconds, more on a virtual machine whose idle CPU "
+	  "halts, and each micro-batch crosses twice (docs/PERFORMANCE.md, issue 21, "
+	  "session 10).  0: sleep at once; 100: the length of the poll before this key." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Capture the training step after a warm-up step and replay it, as [plugin.cuda] "
 	  "graph = 1 does on the GPU: here the step's tasks are recorded once and issued "

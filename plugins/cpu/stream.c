@@ -25,10 +25,10 @@
  * wake-up came late by tens to hundreds of microseconds (a futex wake and
  * a reschedule per hand-off, twice per micro-batch; on a virtual machine
  * whose idle CPU halts, the wake-up of a halted CPU), which the measured
- * bubble counted.  It spins 100 us, and on to [plugin.cpu] stage_spin_us
- * while each turn gets the core straight back (cpu_spin_on, threads.h):
- * a stage with a core of its own waits for the whole fill and drain
- * without sleeping, one that shares its core sleeps as before.
+ * bubble counted.  It spins up to [plugin.cpu] stage_spin_us while each
+ * turn gets the core straight back (cpu_spin_on, threads.h): a stage with
+ * a core of its own waits through the fill and drain without sleeping,
+ * one that shares its core sleeps at its first late turn.
  *
  * Errors are sticky: the first kernel failure on a stream is kept, later
  * kernels and copies on that stream are skipped (their inputs are
