@@ -3,10 +3,13 @@
 #
 # Model: an MLP 1587 -> 1024 -> 1024 -> 1024 -> 1024 -> 16 (ReLUs
 # between; synthetic 23x23 RGB images), batch 256, cut into 2 stages
-# (flat..r2 | fc3..loss) of equal work: stage 0's first layer needs no
+# (flat..r2 | fc3..loss) of equal FLOPs: stage 0's first layer needs no
 # input gradient, so its 1587-wide fc1 (1.55 + 1.55 GEMM units of
 # 1024x1024) and fc2 (1 + 2) match stage 1's fc3 and fc4 (1 + 2 each;
-# the 16-wide head adds ~1%).  Each stage runs on a CPU device instance of its own with one
+# the 16-wide head adds ~1%).  Not of equal time: at 16-64 rows a
+# micro-batch the passes read the weights more than they compute, and
+# stage 0 takes 1.04-1.12x stage 1's CPU time; IMAGE=21 (below) makes
+# the two equal.  Each stage runs on a CPU device instance of its own with one
 # thread ([run] devices = cpu:0, cpu:1, threads = 2).  A micro-batch's
 # work dominates its overheads: at M = 16 a micro-batch is 16 rows, a
 # 16x1024x1024 GEMM (~34 MFLOP) per layer and pass, milliseconds on one

@@ -64,6 +64,7 @@ struct cpu_event {
 	uint64_t target; /* generation of the latest record */
 	uint64_t done;   /* highest generation whose marker was reached */
 	int refs;        /* queued tasks that point at this event */
+	int waiters;     /* threads asleep until it completes (event_sleep) */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
 	/* graph.c: the capture its latest record belongs to (0: none, a real
 	 * record), the stream and that stream's recorded-task count then */
@@ -105,10 +106,27 @@ static void spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t ge
 	pthread_mutex_lock(c->lock);
 }
 
+/* Sleep until event ev reaches generation gen (caller holds the lock),
+ * counted in ev->waiters, so that its record wakes the sleepers only when
+ * there are some (cpu_task_done). */
+static void event_sleep(struct cpu_ctx *c, struct cpu_event *ev, uint64_t gen)
+{
+	if (ev->done >= gen)
+		return;
+	ev->waiters++;
+	while (ev->done < gen)
+		pthread_cond_wait(c->cond, c->lock);
+	ev->waiters--;
+}
+
 static void cpu_task_done(struct cpu_stream *s)
 {
 	struct cpu_task *t = &s->q[s->head];
-	int wake = t->kind == CPU_T_RECORD; /* an event may have completed */
+	/* an event completed that someone sleeps on: a broadcast per record
+	 * woke every sleeper of the process (the training thread in its
+	 * step's sync, the compute stream's wait for the stages) some 130
+	 * times a pipeline step at 16 micro-batches */
+	int wake = t->kind == CPU_T_RECORD && t->ev->waiters;
 	if (t->ev && !--t->ev->refs)
 		wake = 1; /* event_destroy waits for this */
 	if (t->plan && !--((struct cpu_plan *)t->plan)->refs && s->c->plan_waiters)
@@ -138,8 +156,7 @@ static void *cpu_worker(void *arg)
 			struct cpu_event *ev = t->ev;
 			const uint64_t gen = t->gen;
 			spin_wait(c, ev, gen);
-			while (ev->done < gen)
-				pthread_cond_wait(c->cond, c->lock);
+			event_sleep(c, ev, gen);
 			if (ev->err.st && !s->err.st)
 				s->err = ev->err;
 			break;
@@ -448,8 +465,7 @@ static kiln_status wait_raw(struct cpu_ctx *c, struct cpu_stream *s, struct cpu_
 		/* everything of this context already happened in call order;
 		 * an event of an async peer context (a pipeline stage's, [run]
 		 * devices) is waited for here */
-		while (ev->done < ev->target)
-			pthread_cond_wait(c->cond, c->lock);
+		event_sleep(c, ev, ev->target);
 		struct cpu_err e = ev->err;
 		pthread_mutex_unlock(c->lock);
 		return e.st ? cpu_report(c, &e, "stream_wait") : KILN_OK;
@@ -474,9 +490,7 @@ kiln_status cpu_event_sync(void *ctx, void *event)
 	if (c->graph && (st = cpu_capture_check_sync(c, NULL, ev, "event_sync")))
 		return st;
 	pthread_mutex_lock(c->lock);
-	uint64_t gen = ev->target;
-	while (ev->done < gen)
-		pthread_cond_wait(c->cond, c->lock);
+	event_sleep(c, ev, ev->target);
 	struct cpu_err e = ev->err;
 	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "event_sync") : KILN_OK;
