@@ -11,9 +11,9 @@
  *
  * Wake-ups are targeted: an idle worker sleeps on its own stream's
  * condition, which only a push to that stream signals; the context's
- * condition is broadcast only on progress someone can wait for (an
- * event's marker, a stream going idle, the last queued use of an event or
- * of a plan being freed).  A broadcast per task to every thread made the
+ * condition is broadcast only on progress someone can wait for (the
+ * marker of an event that has sleepers, a stream going idle, the last
+ * queued use of an event or of a plan being freed).  A broadcast per task to every thread made the
  * workers and the training thread of a busy process spend their time
  * waking up (measured with 2 Gloo ranks on 2 cores: the training thread
  * at ~65% CPU, in futex waits and wakes).
