@@ -3,10 +3,13 @@
 #
 # Model: an MLP 1587 -> 1024 -> 1024 -> 1024 -> 1024 -> 16 (ReLUs
 # between; synthetic 23x23 RGB images), batch 256, cut into 2 stages
-# (flat..r2 | fc3..loss) of equal work: stage 0's first layer needs no
+# (flat..r2 | fc3..loss) of equal FLOPs: stage 0's first layer needs no
 # input gradient, so its 1587-wide fc1 (1.55 + 1.55 GEMM units of
 # 1024x1024) and fc2 (1 + 2) match stage 1's fc3 and fc4 (1 + 2 each;
-# the 16-wide head adds ~1%).  Each stage runs on a CPU device instance of its own with one
+# the 16-wide head adds ~1%).  Not of equal time: at 16-64 rows a
+# micro-batch the passes read the weights more than they compute, and
+# stage 0 takes 1.04-1.12x stage 1's CPU time; IMAGE=21 (below) makes
+# the two equal.  Each stage runs on a CPU device instance of its own with one
 # thread ([run] devices = cpu:0, cpu:1, threads = 2).  A micro-batch's
 # work dominates its overheads: at M = 16 a micro-batch is 16 rows, a
 # 16x1024x1024 GEMM (~34 MFLOP) per layer and pass, milliseconds on one
@@ -33,7 +36,8 @@
 #            other stage waiting for the busiest (bubble = busiest + imb)
 #   ho_us    a hand-off's latency: the mean wall time from a pass's end to
 #            the start of the other stage's pass that waited for it (the
-#            log's "pipeline gaps", core/pipe_timing.c)
+#            log's "pipeline gaps", core/pipe_timing.c); ho_med its median
+#            (1 us bins), which another process's time slices move less
 #   gcpu     the stage threads' CPU ms a step between their passes (the
 #            crossing tensors' copies, the waits' spins, event records)
 #   pipe_sps, serial_sps  samples/s of the 2-stage run and of the same
@@ -43,6 +47,13 @@
 # Medians of RUNS interleaved runs.  Needs 2 idle cores to mean anything.
 # Usage: bench/pipeline.sh [--short] [RUNS]   (from the top of the build tree)
 #   --short: one run of 4 steps per point (a smoke test of the script)
+# Environment:
+#   IMAGE=21   21x21 images (1323 inputs) instead of 23x23: the two stages
+#              equal in measured CPU time (stage 0 / stage 1 0.97-1.03
+#              against 1.06-1.12 at 23; docs/PERFORMANCE.md, issue 21,
+#              session 10), where the default's cut balances FLOPs
+#   PIPE_ARGS  more KEY=VALUE for the 2-stage runs (e.g.
+#              plugin.cpu.stage_spin_us=100, the hand-offs' old wait)
 set -eu
 STEPS=12
 if [ "${1:-}" = "--short" ]; then
@@ -60,7 +71,7 @@ trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/../tests/config_lib.sh"
 {
 	ini run seed=1 threads=1 out_dir="$tmp/run"
-	ini_synthetic 8192 23 16 image_channels=3 workers=1
+	ini_synthetic 8192 "${IMAGE:-23}" 16 image_channels=3 workers=1
 	ini_layers flat:flatten fc1:linear:out=1024 r1:relu fc2:linear:out=1024 r2:relu \
 		fc3:linear:out=1024 r3:relu fc4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
 	ini train epochs=1 max_steps="$STEPS" batch=256 lr=0.01 log_every=1000 eval=0 \
@@ -80,25 +91,27 @@ ideal() { sed -n 's/.*; bubble [0-9.-]* (schedule [0-9.]*; \([0-9.-]*\) with the
 # bsplit NAME K: the K-th figure of the split line (1 the busiest stage's idle, 2 the
 # imbalance; 3, 4 the same replayed with CPU times)
 bsplit() { sed -n "s/.*pipeline bubble split: busiest stage [0-9]* idle \([0-9.-]*\) (schedule [0-9.]*, for equal stages) + imbalance \([0-9.-]*\) = [0-9.-]*; with the passes' CPU times and instant hand-offs \([0-9.-]*\) + \([0-9.-]*\)$/\\$2/p" "$1.err" | tail -1; }
-# gaps NAME K: 1 the hand-off latency (us), 2 the stage threads' CPU between passes (ms a step)
-gaps() { sed -n "s/.*pipeline gaps: a pass that waited for the other stage's started \([0-9.]*\) us after.*the stage threads' CPU between passes \([0-9.]*\) ms a step$/\\$2/p" "$1.err" | tail -1; }
+# gaps NAME K: 1 the hand-off latency (us), 2 the stage threads' CPU between passes (ms a
+# step), 3 the hand-offs' median latency (us)
+gaps() { sed -n "s/.*pipeline gaps: a pass that waited for the other stage's started \([0-9.]*\) us after it ended (median \([0-9]*\),.*the stage threads' CPU between passes \([0-9.]*\) ms a step$/\\1 \\3 \\2/p" "$1.err" | tail -1 | cut -d' ' -f"$2"; }
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
-echo "MLP 1587-1024-1024-1024-1024-16, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b; $RUNS run(s) of $STEPS steps"
-printf '%4s %7s %7s %5s %7s %5s %6s %8s %6s %6s %6s %7s %6s %9s %9s %7s %8s %8s\n' M bubble theory rel busiest rel_b imb \
-	handoff0 cpu0 cpu0_b cpu0_i ho_us gcpu pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
+echo "MLP $((${IMAGE:-23} * ${IMAGE:-23} * 3))-1024-1024-1024-1024-16, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b ${PIPE_ARGS:-}; $RUNS run(s) of $STEPS steps"
+printf '%4s %7s %7s %5s %7s %5s %6s %8s %6s %6s %6s %7s %6s %6s %9s %9s %7s %8s %8s\n' M bubble theory rel busiest rel_b imb \
+	handoff0 cpu0 cpu0_b cpu0_i ho_us ho_med gcpu pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
 for M in 4 8 16; do
 	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"; : > "$tmp/i"; : > "$tmp/c"
 	for k in 1 2 3 4; do : > "$tmp/x$k"; done
-	: > "$tmp/h1"; : > "$tmp/h2"
+	: > "$tmp/h1"; : > "$tmp/h2"; : > "$tmp/h3"
 	for r in $(seq "$RUNS"); do
-		run "$tmp/pipe" pipeline.micro_batches=$M "$split" "run.devices=cpu:0, cpu:1" run.threads=2
+		# shellcheck disable=SC2086 # PIPE_ARGS: words
+		run "$tmp/pipe" pipeline.micro_batches=$M "$split" "run.devices=cpu:0, cpu:1" run.threads=2 ${PIPE_ARGS:-}
 		bubble "$tmp/pipe" >> "$tmp/b"
 		ideal "$tmp/pipe" >> "$tmp/i"
 		cpu0 "$tmp/pipe" >> "$tmp/c"
 		for k in 1 2 3 4; do bsplit "$tmp/pipe" $k >> "$tmp/x$k"; done
-		for k in 1 2; do gaps "$tmp/pipe" $k >> "$tmp/h$k"; done
+		for k in 1 2 3; do gaps "$tmp/pipe" $k >> "$tmp/h$k"; done
 		sps "$tmp/pipe" >> "$tmp/p"
 		run "$tmp/serial" pipeline.micro_batches=$M
 		sps "$tmp/serial" >> "$tmp/s"
@@ -106,12 +119,12 @@ for M in 4 8 16; do
 	b=$(median < "$tmp/b"); p=$(median < "$tmp/p"); s=$(median < "$tmp/s")
 	i=$(median < "$tmp/i"); c=$(median < "$tmp/c")
 	x1=$(median < "$tmp/x1"); x2=$(median < "$tmp/x2"); x3=$(median < "$tmp/x3"); x4=$(median < "$tmp/x4")
-	h1=$(median < "$tmp/h1"); h2=$(median < "$tmp/h2")
+	h1=$(median < "$tmp/h1"); h2=$(median < "$tmp/h2"); h3=$(median < "$tmp/h3")
 	run "$tmp/g" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=gpipe
 	run "$tmp/f" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=1f1b
 	awk -v M=$M -v b="$b" -v i="$i" -v c="$c" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" \
-		-v x1="$x1" -v x2="$x2" -v x3="$x3" -v x4="$x4" -v h1="$h1" -v h2="$h2" 'BEGIN {
+		-v x1="$x1" -v x2="$x2" -v x3="$x3" -v x4="$x4" -v h1="$h1" -v h2="$h2" -v h3="$h3" 'BEGIN {
 		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d; e = x1 - t; if (e < 0) e = -e
-		printf "%4d %7.3f %7.3f %4.0f%% %7.3f %4.0f%% %6.3f %8.3f %6.3f %6.3f %6.3f %7.1f %6.3f %9.0f %9.0f %7.2f %8.2f %8.2f\n",
-			M, b, t, 100 * d / t, x1, 100 * e / t, x2, i, c, x3, x4, h1, h2, p, s, p / s, g, f }'
+		printf "%4d %7.3f %7.3f %4.0f%% %7.3f %4.0f%% %6.3f %8.3f %6.3f %6.3f %6.3f %7.1f %6.0f %6.3f %9.0f %9.0f %7.2f %8.2f %8.2f\n",
+			M, b, t, 100 * d / t, x1, 100 * e / t, x2, i, c, x3, x4, h1, h3, h2, p, s, p / s, g, f }'
 done

@@ -39,6 +39,7 @@ struct kiln_pipe_timing {
 	double busy_ns[KILN_PIPE_MAX_STAGES], span_ns, ideal_ns;
 	double gap_ns[2];        /* kiln_pipe_gaps summed: hand-offs, own gaps */
 	int64_t gap_n[2];
+	int64_t *ho_hist;        /* the hand-offs' latencies (GAP_BINS, gap_bin) */
 	double gap_cpu_ns;       /* the stage threads' CPU time between their passes */
 	double cpu_ns[KILN_PIPE_MAX_STAGES], cpu_span_ns; /* in CPU time */
 	struct kiln_profile *prof;
@@ -113,9 +114,25 @@ void kiln_pipe_idle_split(const double *busy, int P, double span, double *bubble
 	*imbalance = span > 0 ? (most - sum / P) / span : 0;
 }
 
-/* kiln_pipe_gaps with the links made. */
+/* A hand-off's latency in the histogram (KILN_PIPE_GAP_BINS): bins of 1 us
+ * to 1 ms, of 100 us to 100 ms, the last one everything beyond; gap_us the
+ * bin's lower end. */
+#define GAP_BINS KILN_PIPE_GAP_BINS
+static int gap_bin(int64_t ns)
+{
+	const int64_t us = ns > 0 ? ns / 1000 : 0;
+	return us < 1000 ? (int)us : us < 100900 ? 1000 + (int)((us - 1000) / 100) : GAP_BINS - 1;
+}
+
+static double gap_us(int b)
+{
+	return b < 1000 ? (double)b : 1000.0 + 100.0 * (double)(b - 1000);
+}
+
+/* kiln_pipe_gaps with the links made; hist (NULL: none) counts the
+ * hand-offs' latencies by gap_bin. */
 static void gaps(const int *prev, const int *dep, int n, const int64_t *st, double *gap,
-		 int64_t *cnt)
+		 int64_t *cnt, int64_t *hist)
 {
 	for (int i = 0; i < n; i++) {
 		const int64_t p = prev[i] >= 0 ? st[2 * prev[i] + 1] : INT64_MIN;
@@ -125,16 +142,27 @@ static void gaps(const int *prev, const int *dep, int n, const int64_t *st, doub
 		const int k = d > p ? 0 : 1;
 		gap[k] += (double)(st[2 * i] - (k ? p : d));
 		cnt[k]++;
+		if (!k && hist)
+			hist[gap_bin(st[2 * i] - d)]++;
 	}
 }
 
+double kiln_pipe_gap_quantile(const int64_t *hist, int64_t n, double q)
+{
+	int64_t seen = 0;
+	for (int b = 0; b < GAP_BINS; b++)
+		if ((seen += hist[b]) > (int64_t)(q * (double)n))
+			return gap_us(b);
+	return 0;
+}
+
 void kiln_pipe_gaps(const struct kiln_pipe_action *act, int n, const int64_t *st, double *gap,
-		    int64_t *cnt)
+		    int64_t *cnt, int64_t *hist)
 {
 	int *prev = malloc((size_t)n * sizeof *prev), *dep = malloc((size_t)n * sizeof *dep);
 	if (prev && dep) {
 		link_actions(act, n, prev, dep);
-		gaps(prev, dep, n, st, gap, cnt);
+		gaps(prev, dep, n, st, gap, cnt, hist);
 	}
 	free(prev);
 	free(dep);
@@ -165,7 +193,8 @@ kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
 	    !(t->prev = malloc((size_t)n_act * sizeof *t->prev)) ||
 	    !(t->dep = malloc((size_t)n_act * sizeof *t->dep)) ||
 	    !(t->dur = malloc((size_t)n_act * sizeof *t->dur)) ||
-	    !(t->ideal = malloc((size_t)n_act * sizeof *t->ideal))) {
+	    !(t->ideal = malloc((size_t)n_act * sizeof *t->ideal)) ||
+	    !(t->ho_hist = calloc(GAP_BINS, sizeof *t->ho_hist))) {
 		kiln_pipe_timing_free(t);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
@@ -232,7 +261,7 @@ static kiln_status fold(void *arg)
 		t->ideal_ns += t->mine < 0 ? ideal_span(t, t->t) : 0;
 		t->cpu_span_ns += t->mine < 0 ? ideal_span(t, t->c) : 0;
 		if (t->mine < 0)
-			gaps(t->prev, t->dep, t->n_act, t->t, t->gap_ns, t->gap_n);
+			gaps(t->prev, t->dep, t->n_act, t->t, t->gap_ns, t->gap_n, t->ho_hist);
 		for (int i = 0; t->mine < 0 && i < t->n_act; i++)
 			if (t->prev[i] >= 0)
 				t->gap_cpu_ns += (double)(t->c[2 * i] - t->c[2 * t->prev[i] + 1]);
@@ -301,8 +330,10 @@ static void report_split(const struct kiln_pipe_timing *t, char *line, size_t n)
 static void report_gaps(const struct kiln_pipe_timing *t, char *line, size_t n)
 {
 	const double s = (double)t->counted;
-	snprintf(line, n, "pipeline gaps: a pass that waited for the other stage's started %.1f us after it ended (%.1f a step), one after its own stage's previous %.1f us after it (%.1f a step); ms a step %.3f + %.3f; the stage threads' CPU between passes %.3f ms a step",
-		 t->gap_n[0] ? t->gap_ns[0] / 1e3 / (double)t->gap_n[0] : 0, (double)t->gap_n[0] / s,
+	snprintf(line, n, "pipeline gaps: a pass that waited for the other stage's started %.1f us after it ended (median %.0f, 90%% %.0f; %.1f a step), one after its own stage's previous %.1f us after it (%.1f a step); ms a step %.3f + %.3f; the stage threads' CPU between passes %.3f ms a step",
+		 t->gap_n[0] ? t->gap_ns[0] / 1e3 / (double)t->gap_n[0] : 0,
+		 kiln_pipe_gap_quantile(t->ho_hist, t->gap_n[0], 0.5), kiln_pipe_gap_quantile(t->ho_hist, t->gap_n[0], 0.9),
+		 (double)t->gap_n[0] / s,
 		 t->gap_n[1] ? t->gap_ns[1] / 1e3 / (double)t->gap_n[1] : 0, (double)t->gap_n[1] / s,
 		 t->gap_ns[0] / 1e6 / s, t->gap_ns[1] / 1e6 / s, t->gap_cpu_ns / 1e6 / s);
 }
@@ -422,5 +453,6 @@ void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 	free(t->dep);
 	free(t->dur);
 	free(t->ideal);
+	free(t->ho_hist);
 	free(t);
 }

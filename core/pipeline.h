@@ -202,10 +202,16 @@ double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double 
  * first: measured from the later of the two ends the pass waited for (its
  * stage's previous pass, and the action kiln_pipe_replay says it waits
  * for).  Where the other stage's ended later, the gap is a hand-off's
- * latency and adds to gap[0] (cnt[0]++); else the stage's own time between
+ * latency and adds to gap[0] (cnt[0]++), and where hist is not NULL, 1 to
+ * its bin of hist (KILN_PIPE_GAP_BINS: 1 us wide below 1 ms, 100 us wide
+ * below 100 ms, the last one beyond); else the stage's own time between
  * passes, to gap[1] (cnt[1]++).  Nothing is added when out of memory. */
+#define KILN_PIPE_GAP_BINS 2000
 void kiln_pipe_gaps(const struct kiln_pipe_action *act, int n, const int64_t *st, double *gap,
-		    int64_t *cnt);
+		    int64_t *cnt, int64_t *hist);
+/* The latency in us (its bin's lower end) below which more than a share q
+ * of the n hand-offs counted in hist fell: q = 0.5 the median. */
+double kiln_pipe_gap_quantile(const int64_t *hist, int64_t n, double q);
 /* The idle share of P stages' time over a span in which stage s was busy
  * busy[s], 1 - sum(busy) / (P span), split: *bubble = 1 - max(busy) /
  * span, the busiest stage's idle share (its fill and drain, and any wait

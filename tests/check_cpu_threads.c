@@ -401,11 +401,29 @@ START_TEST(test_spin_rule)
 }
 END_TEST
 
+/* A pipeline stage's wait for its neighbour (cpu_spin_on): up to
+ * [plugin.cpu] stage_spin_us, only while each turn (a sched_yield) comes
+ * back within 50 us, a core of its own; 0 never spins. */
+START_TEST(test_stage_spin)
+{
+	const int64_t us = 1000, lim = 5000 * us;
+	ck_assert(cpu_spin_on(0, 0, lim));
+	ck_assert(!cpu_spin_on(20 * us, 2000 * us, lim)); /* the core went elsewhere */
+	ck_assert(!cpu_spin_on(3000 * us, 51 * us, lim));
+	ck_assert(cpu_spin_on(3000 * us, 49 * us, lim));
+	ck_assert(cpu_spin_on(4999 * us, 1 * us, lim));
+	ck_assert(!cpu_spin_on(5000 * us, 1 * us, lim)); /* the limit */
+	ck_assert(!cpu_spin_on(0, 0, 0));                /* stage_spin_us = 0 */
+	ck_assert(cpu_spin_on(99 * us, 1 * us, 100 * us)); /* 100: the old poll's length */
+	ck_assert(!cpu_spin_on(100 * us, 0, 100 * us));
+}
+END_TEST
+
 static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });

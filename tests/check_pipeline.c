@@ -214,12 +214,13 @@ END_TEST
  * one, whichever is later.  With one of the two zero, every gap of that
  * kind is exactly the other one, and the passes that waited are
  * recognised as such. */
-static void gap_case(int64_t handoff, int64_t own, double *gap, int64_t *cnt)
+static void gap_case(int64_t handoff, int64_t own, double *gap, int64_t *cnt, int64_t *hist,
+		     int64_t unit)
 {
 	enum { M = 8, N = 4 * M };
 	struct kiln_pipe_action a[N];
 	int64_t st[2 * N], end[2] = { INT64_MIN, INT64_MIN };
-	const int64_t f[2] = { 1400, 1000 }, b[2] = { 2000, 2200 };
+	const int64_t f[2] = { 1400 * unit, 1000 * unit }, b[2] = { 2000 * unit, 2200 * unit };
 	int ticks, live;
 	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 2, M, 0, a, &ticks, &live) == KILN_OK);
 	for (int i = 0; i < N; i++) {
@@ -234,7 +235,7 @@ static void gap_case(int64_t handoff, int64_t own, double *gap, int64_t *cnt)
 	}
 	gap[0] = gap[1] = 0;
 	cnt[0] = cnt[1] = 0;
-	kiln_pipe_gaps(a, N, st, gap, cnt);
+	kiln_pipe_gaps(a, N, st, gap, cnt, hist);
 	ck_assert_int_eq(cnt[0] + cnt[1], N - 1); /* every pass but the step's first */
 }
 
@@ -242,16 +243,40 @@ START_TEST(test_gaps)
 {
 	double gap[2];
 	int64_t cnt[2];
-	gap_case(30, 0, gap, cnt);
+	gap_case(30, 0, gap, cnt, NULL, 1);
 	ck_assert_int_gt(cnt[0], 2); /* stage 1's first forward, stage 0's waits for B0 ... */
 	ck_assert_double_eq_tol(gap[0], 30.0 * (double)cnt[0], 1e-9);
 	ck_assert(gap[1] >= 0 && gap[1] <= 30.0 * (double)cnt[1]);
-	gap_case(0, 25, gap, cnt);
+	gap_case(0, 25, gap, cnt, NULL, 1);
 	ck_assert_int_gt(cnt[1], 2);
 	ck_assert_double_eq_tol(gap[1], 25.0 * (double)cnt[1], 1e-9);
 	ck_assert(gap[0] >= 0 && gap[0] <= 25.0 * (double)cnt[0]);
-	gap_case(0, 0, gap, cnt);
+	gap_case(0, 0, gap, cnt, NULL, 1);
 	ck_assert_double_eq_tol(gap[0] + gap[1], 0, 1e-12);
+}
+END_TEST
+
+/* The hand-offs' latencies by bin (kiln_pipe_gaps' hist) and their
+ * quantiles: every hand-off 37 us (passes of milliseconds) lands in bin
+ * 37; hand-made counts give the median and the 90% of the bins' lower
+ * ends, the coarse bins past 1 ms included. */
+START_TEST(test_gap_quantiles)
+{
+	static int64_t hist[KILN_PIPE_GAP_BINS];
+	double gap[2];
+	int64_t cnt[2];
+	gap_case(37000, 0, gap, cnt, hist, 1000);
+	ck_assert_int_gt(cnt[0], 2);
+	ck_assert_int_eq(hist[37], cnt[0]);
+	ck_assert_double_eq(kiln_pipe_gap_quantile(hist, cnt[0], 0.5), 37.0);
+	ck_assert_double_eq(kiln_pipe_gap_quantile(hist, cnt[0], 0.9), 37.0);
+	memset(hist, 0, sizeof hist);
+	/* 10 hand-offs: 5 at 5 us, 3 at 7 us, one at 1,250 us, one past 100 ms */
+	hist[5] = 5, hist[7] = 3, hist[1000 + 2] = 1, hist[KILN_PIPE_GAP_BINS - 1] = 1;
+	ck_assert_double_eq(kiln_pipe_gap_quantile(hist, 10, 0.5), 7.0); /* 5 of 10 is not more than half */
+	ck_assert_double_eq(kiln_pipe_gap_quantile(hist, 10, 0.4), 5.0);
+	ck_assert_double_eq(kiln_pipe_gap_quantile(hist, 10, 0.8), 1200.0);
+	ck_assert_double_eq(kiln_pipe_gap_quantile(hist, 10, 0.9), 1000.0 + 100.0 * (KILN_PIPE_GAP_BINS - 1001));
 }
 END_TEST
 
@@ -262,7 +287,7 @@ static Suite *make_pipeline_suite(void)
 		       (const TTest *[]){ test_schedules, test_1f1b_order, NULL });
 	check_add_case(s, "replay", 30, NULL, NULL,
 		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
-					  test_gaps, NULL });
+					  test_gaps, test_gap_quantiles, NULL });
 	return s;
 }
 

@@ -85,6 +85,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	kiln_status st;
 	int64_t threads = opts->threads; /* [run] threads, from the core */
 	int async = -1, deterministic = opts->deterministic, graph = 0;
+	int64_t spin_us = 5000; /* [plugin.cpu] stage_spin_us, unset (no config) */
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	int conv_impl = 0;
 	*out = NULL;
@@ -101,6 +102,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		if (async < 0)
 			async = (opts->version >= 2 && opts->ranks > 1) ||
 				(opts->version >= 3 && opts->peers > 1);
+		st = host->config_get_int(cfg, "plugin.cpu", "stage_spin_us", &spin_us);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
@@ -160,7 +164,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ENOMEM, "cpu: out of memory for the device context");
 	c->host = host;
 	c->async = async > 0; /* -1: no config */
-	c->spin = c->async && opts->version >= 3 && opts->peers > 1;
+	c->spin_ns = c->async && opts->version >= 3 && opts->peers > 1 ? (int64_t)spin_us * 1000 : 0;
 	c->graph = graph;
 	c->bf16_conv = kern[0];
 	c->bf16_gemm = kern[1];
@@ -503,6 +507,17 @@ static const struct kiln_key cpu_keys[] = {
 	  "depend on it: kiln's own loops sum in a fixed order for any team, and a oneDNN "
 	  "kernel moves to the smaller team only after a probe showed it gives the same "
 	  "bytes there.  0 keeps the opening team (for measuring)." },
+	{ "stage_spin_us", KILN_KEY_INT, "5000", 0, 1000000, NULL,
+	  "With `[run] devices` (pipeline stages on CPU instances of their own): how long, "
+	  "in microseconds, a stage's stream that waits for another stage's pass (a "
+	  "hand-off) watches for it, yielding the core at each turn, before it sleeps. "
+	  "It keeps watching only while each turn gets the core straight back (within "
+	  "50 us), that is while the stage has a core to itself; once another thread or "
+	  "process takes the core it sleeps, as the other stage's wake-up then preempts "
+	  "sooner than a yielding watcher gets its turn back.  A sleeper's wake-up costs "
+	  "tens to hundreds of microseconds, more on a virtual machine whose idle CPU "
+	  "halts, and each micro-batch crosses twice (docs/PERFORMANCE.md, issue 21, "
+	  "session 10).  0: sleep at once; 100: the length of the poll before this key." },
 	{ "graph", KILN_KEY_BOOL, "0", 0, 0, NULL,
 	  "Capture the training step after a warm-up step and replay it, as [plugin.cuda] "
 	  "graph = 1 does on the GPU: here the step's tasks are recorded once and issued "

@@ -44,9 +44,10 @@ enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32 };
 struct cpu_ctx {
 	const struct kiln_host *host;
 	int async;          /* [plugin.cpu] async: worker thread per stream */
-	int spin;           /* a pipeline stage beside peers ([run] devices): a
-			     * stream's wait for an event spins a while before
-			     * sleeping (stream.c) */
+	int64_t spin_ns;    /* a pipeline stage beside peers ([run] devices): a
+			     * stream's wait for an event spins up to this
+			     * long before sleeping ([plugin.cpu] stage_spin_us,
+			     * cpu_spin_on; stream.c), 0: it sleeps at once */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
 	struct cpu_team_live team; /* the team now, at most `threads` (threads.c) */
 	struct cpu_split_pool *pool;     /* helpers for split GEMMs (split.c), made by

@@ -11,20 +11,24 @@
  *
  * Wake-ups are targeted: an idle worker sleeps on its own stream's
  * condition, which only a push to that stream signals; the context's
- * condition is broadcast only on progress someone can wait for (an
- * event's marker, a stream going idle, the last queued use of an event or
- * of a plan being freed).  A broadcast per task to every thread made the
+ * condition is broadcast only on progress someone can wait for (the
+ * marker of an event that has sleepers, a stream going idle, the last
+ * queued use of an event or of a plan being freed).  A broadcast per task to every thread made the
  * workers and the training thread of a busy process spend their time
  * waking up (measured with 2 Gloo ranks on 2 cores: the training thread
  * at ~65% CPU, in futex waits and wakes).
  *
  * A pipeline stage's stream (a context opened beside peers, [run]
- * devices) that reaches a wait for an event not yet complete spins on it
- * for up to CPU_WAIT_SPIN_NS, yielding the core at each turn, before it
- * sleeps on the condition: the event is usually the neighbouring stage's
- * pass ending, and the sleep's wake-up came late by tens of microseconds
- * on an idle machine (a futex wake and a reschedule per hand-off, twice
- * per micro-batch and direction), which the measured bubble counted.
+ * devices) that reaches a wait for an event not yet complete spins on it,
+ * yielding the core at each turn, before it sleeps on the condition: the
+ * event is usually the neighbouring stage's pass ending, and the sleep's
+ * wake-up came late by tens to hundreds of microseconds (a futex wake and
+ * a reschedule per hand-off, twice per micro-batch; on a virtual machine
+ * whose idle CPU halts, the wake-up of a halted CPU), which the measured
+ * bubble counted.  It spins up to [plugin.cpu] stage_spin_us while each
+ * turn gets the core straight back (cpu_spin_on, threads.h): a stage with
+ * a core of its own waits through the fill and drain without sleeping,
+ * one that shares its core sleeps at its first late turn.
  *
  * Errors are sticky: the first kernel failure on a stream is kept, later
  * kernels and copies on that stream are skipped (their inputs are
@@ -33,14 +37,13 @@
  * stream_sync/event_sync that depends on it returns it.
  */
 #include "cpu.h"
+#include "threads.h"
 
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define CPU_WAIT_SPIN_NS 100000
 
 struct cpu_stream {
 	struct cpu_stream *prev, *next;
@@ -61,6 +64,7 @@ struct cpu_event {
 	uint64_t target; /* generation of the latest record */
 	uint64_t done;   /* highest generation whose marker was reached */
 	int refs;        /* queued tasks that point at this event */
+	int waiters;     /* threads asleep until it completes (event_sleep) */
 	struct cpu_err err; /* the recording stream's error when `done` was set */
 	/* graph.c: the capture its latest record belongs to (0: none, a real
 	 * record), the stream and that stream's recorded-task count then */
@@ -83,24 +87,46 @@ static int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Before sleeping on event ev (caller holds the lock): with c->spin, watch
- * it reach generation gen for up to CPU_WAIT_SPIN_NS, unlocked, yielding
- * the core between looks. */
+/* Before sleeping on event ev (caller holds the lock): with c->spin_ns,
+ * watch it reach generation gen, unlocked, yielding the core between
+ * looks, for as long as cpu_spin_on says. */
 static void spin_wait(struct cpu_ctx *c, const struct cpu_event *ev, uint64_t gen)
 {
-	if (!c->spin || __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen)
+	if (!c->spin_ns || __atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) >= gen)
 		return;
 	pthread_mutex_unlock(c->lock);
 	const int64_t t0 = mono_ns();
-	while (__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen && mono_ns() - t0 < CPU_WAIT_SPIN_NS)
+	int64_t t = t0, turn = 0;
+	while (__atomic_load_n(&ev->done, __ATOMIC_ACQUIRE) < gen && cpu_spin_on(t - t0, turn, c->spin_ns)) {
 		sched_yield();
+		const int64_t now = mono_ns();
+		turn = now - t;
+		t = now;
+	}
 	pthread_mutex_lock(c->lock);
+}
+
+/* Sleep until event ev reaches generation gen (caller holds the lock),
+ * counted in ev->waiters, so that its record wakes the sleepers only when
+ * there are some (cpu_task_done). */
+static void event_sleep(struct cpu_ctx *c, struct cpu_event *ev, uint64_t gen)
+{
+	if (ev->done >= gen)
+		return;
+	ev->waiters++;
+	while (ev->done < gen)
+		pthread_cond_wait(c->cond, c->lock);
+	ev->waiters--;
 }
 
 static void cpu_task_done(struct cpu_stream *s)
 {
 	struct cpu_task *t = &s->q[s->head];
-	int wake = t->kind == CPU_T_RECORD; /* an event may have completed */
+	/* an event completed that someone sleeps on: a broadcast per record
+	 * woke every sleeper of the process (the training thread in its
+	 * step's sync, the compute stream's wait for the stages) some 130
+	 * times a pipeline step at 16 micro-batches */
+	int wake = t->kind == CPU_T_RECORD && t->ev->waiters;
 	if (t->ev && !--t->ev->refs)
 		wake = 1; /* event_destroy waits for this */
 	if (t->plan && !--((struct cpu_plan *)t->plan)->refs && s->c->plan_waiters)
@@ -130,8 +156,7 @@ static void *cpu_worker(void *arg)
 			struct cpu_event *ev = t->ev;
 			const uint64_t gen = t->gen;
 			spin_wait(c, ev, gen);
-			while (ev->done < gen)
-				pthread_cond_wait(c->cond, c->lock);
+			event_sleep(c, ev, gen);
 			if (ev->err.st && !s->err.st)
 				s->err = ev->err;
 			break;
@@ -440,8 +465,7 @@ static kiln_status wait_raw(struct cpu_ctx *c, struct cpu_stream *s, struct cpu_
 		/* everything of this context already happened in call order;
 		 * an event of an async peer context (a pipeline stage's, [run]
 		 * devices) is waited for here */
-		while (ev->done < ev->target)
-			pthread_cond_wait(c->cond, c->lock);
+		event_sleep(c, ev, ev->target);
 		struct cpu_err e = ev->err;
 		pthread_mutex_unlock(c->lock);
 		return e.st ? cpu_report(c, &e, "stream_wait") : KILN_OK;
@@ -466,9 +490,7 @@ kiln_status cpu_event_sync(void *ctx, void *event)
 	if (c->graph && (st = cpu_capture_check_sync(c, NULL, ev, "event_sync")))
 		return st;
 	pthread_mutex_lock(c->lock);
-	uint64_t gen = ev->target;
-	while (ev->done < gen)
-		pthread_cond_wait(c->cond, c->lock);
+	event_sleep(c, ev, ev->target);
 	struct cpu_err e = ev->err;
 	pthread_mutex_unlock(c->lock);
 	return e.st ? cpu_report(c, &e, "event_sync") : KILN_OK;

@@ -180,4 +180,21 @@ static inline int cpu_team_dnn(const struct cpu_team_live *l)
 	return __atomic_load_n(&l->dnn_size, __ATOMIC_RELAXED);
 }
 
+/* ---- a pipeline stage's wait for its neighbour ---------------------------- */
+
+/* A turn (one sched_yield) longer than this gave the core to another
+ * thread: the core is not the stage's alone, and a sleeper's wake-up
+ * preempts that thread sooner than a yielding watcher gets its turn back
+ * (under load the watchers saw their event a median 1.5-5 ms after it
+ * completed, the sleepers woke 31-49 us after it; docs/PERFORMANCE.md,
+ * issue 21, session 10). */
+#define CPU_WAIT_TURN_NS 50000
+/* Whether a stage's stream keeps spinning on an event it has watched for
+ * spun_ns, its last turn having taken turn_ns ([plugin.cpu] stage_spin_us
+ * = limit_ns / 1000): within limit_ns, while the turns come back at once. */
+static inline int cpu_spin_on(int64_t spun_ns, int64_t turn_ns, int64_t limit_ns)
+{
+	return spun_ns < limit_ns && turn_ns < CPU_WAIT_TURN_NS;
+}
+
 #endif
