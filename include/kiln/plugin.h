@@ -87,9 +87,11 @@ extern "C" {
  * 2.11: source ops version 3: prefetch (a hint that a sample will be read
  *      soon; NULL in a source built before); KILN_OPF_RESIDUAL on CONV, a
  *      residual input added before the fused activation (inference;
- *      kiln/ops.h). */
+ *      kiln/ops.h).
+ * 2.12: comm ops version 6: send_now (a send on the calling thread that
+ *      need not wait for the peer; NULL in a communicator built before). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 11
+#define KILN_ABI_MINOR 12
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -591,7 +593,7 @@ struct kiln_comm_ops {
 	 * (optional: NULL means KILN_ENOTSUP) */
 	kiln_status (*split)(void *ctx, int color, int key, void **out, int *rank, int *world);
 
-	/* ---- version 6 (ABI 2.12, to be numbered at the merge) ---- */
+	/* ---- version 6 (ABI 2.12) ---- */
 
 	/* A send run now on the calling thread, not enqueued (a host function
 	 * may call it; buf is host memory, so only for a device with
