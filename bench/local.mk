@@ -67,3 +67,5 @@ bench_p2p_channel_SOURCES = bench/p2p_channel.c plugins/common/shmp2p.c plugins/
 	plugins/common/watchdog.c plugins/common/watchdog.h
 bench_p2p_channel_LDADD = libkiln.la -lpthread
 endif
+# ONNX Runtime's per-node profile of bench/onnx.sh's exported model and batch
+EXTRA_DIST += bench/ort_profile.py

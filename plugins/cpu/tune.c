@@ -16,11 +16,11 @@
  *
  * [plugin.cpu] bf16_conv / bf16_gemm pick one, or `auto` (the default)
  * prepares both, runs each on scratch buffers of the op's shapes (one
- * warm-up run each, then 5 to 30 interleaved timed runs, the minimum of
- * each) and
- * keeps the faster.  This happens once per op in prepare, never in a step;
- * the choice is remembered per op descriptor for the context, so the
- * training and evaluation plans of one shape agree, and is logged.
+ * warm-up run each, then 5 to 31 interleaved timed runs, the median of
+ * each one's process CPU time) and keeps the faster.  This happens once
+ * per op in prepare, never in a step; the choice is remembered per op
+ * descriptor for the context, so the training and evaluation plans of one
+ * shape agree, and is logged.
  *
  * Both candidates compute with the same bf16 input values and f32
  * accumulation, so either is within the op's documented bound
@@ -158,14 +158,40 @@ char *cpu_scratch_args(const struct cpu_plan *p, size_t ws, int random, struct k
 	return buf;
 }
 
-/* Seconds of one run of each of the n plans q[] (the minimum over the
- * timed runs, which interleave the candidates so that a load spike hits
- * both), on scratch tensors of op's shapes; t[i] < 0 when a plan failed
- * to run. */
+/* The process's CPU time (every thread's), seconds. */
+static double cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The median of v[0..n) (sorts v). */
+static double median(double *v, int n)
+{
+	for (int i = 1; i < n; i++) /* insertion sort: n <= TUNE_ROUNDS */
+		for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+			const double t = v[j];
+			v[j] = v[j - 1], v[j - 1] = t;
+		}
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define TUNE_ROUNDS 31
+
+/* Seconds of one run of each of the n plans q[] on scratch tensors of
+ * op's shapes, t[i] < 0 when a plan failed to run: the median over the
+ * timed runs (5 to 31, which interleave the candidates so that a load
+ * spike hits each) of the process CPU time a run took.  The minimum of
+ * wall times, taken before, flipped the choice on a loaded machine (one
+ * lucky run decides; a preempted run counts its wait): CPU time leaves
+ * the preemptions out, the median one run's luck (docs/PERFORMANCE.md,
+ * "Issue 23, session 10"). */
 static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *t)
 {
 	struct kiln_op_args a;
 	size_t ws = 0;
+	double runs[CPU_CONV_IMPLS > 2 ? CPU_CONV_IMPLS : 2][TUNE_ROUNDS];
 	for (int k = 0; k < n; k++) {
 		t[k] = -1;
 		if (q[k]->workspace > ws)
@@ -185,19 +211,18 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 		if (dt > first)
 			first = dt;
 	}
-	/* at least 5 rounds, more for short ops: about 30 ms per candidate
-	 * (the minimum is what survives a shared machine's preemptions) */
-	int rounds = first > 0 ? (int)(0.03 / first) : 30;
-	rounds = rounds < 5 ? 5 : rounds > 30 ? 30 : rounds;
+	/* at least 5 rounds, more for short ops: about 30 ms per candidate */
+	int rounds = first > 0 ? (int)(0.03 / first) : TUNE_ROUNDS;
+	rounds = rounds < 5 ? 5 : rounds > TUNE_ROUNDS ? TUNE_ROUNDS : rounds;
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < n; k++) {
-			const double t0 = now_s();
+			const double t0 = cpu_s();
 			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
 				goto out;
-			const double dt = now_s() - t0;
-			if (t[k] < 0 || dt < t[k])
-				t[k] = dt;
+			runs[k][r] = cpu_s() - t0;
 		}
+	for (int k = 0; k < n; k++)
+		t[k] = median(runs[k], rounds);
 out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
 	free(buf);
