@@ -608,8 +608,13 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
 	/* (collectives on the compute stream wait for the comm stream's) */
 	if ((st = kiln_dist_zero_settle(d, compute)))
 		return st;
+	/* (a stage's rank holding its slice since start-up drew it as every
+	 * rank of its stage did, and rank 0 has no other stage's) */
+	size_t lo, hi;
+	const int held = d->m->held && kiln_dist_pipe_held(d, &lo, &hi);
 	for (int i = 0; i < n; i++)
-		if ((st = d->ops->broadcast(d->ctx, bufs[i].ptr, bufs[i].bytes, KILN_U8, 0, compute,
+		if ((!held || strcmp(bufs[i].name, "params")) &&
+		    (st = d->ops->broadcast(d->ctx, bufs[i].ptr, bufs[i].bytes, KILN_U8, 0, compute,
 					    NULL)))
 			return kiln_error_wrap(st, "broadcasting '%s' from rank 0", bufs[i].name);
 	if ((st = kiln_device_stream_sync(d->dev, compute)))

@@ -192,6 +192,22 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
  * Where the gradients must stay whole (an optimizer that does not shard,
  * loss scaling: logged) it does what kiln_dist_share_grads does when
  * share. */
+/* At start-up, for a model made with kiln_model_create_bare after its
+ * precision is open, before anything reads its parameters: with [dist]
+ * pipeline, where the stage's parameters and gradients can be held alone
+ * (as kiln_dist_pipe_cut_grads and _cut_params would cut them, no ZeRO-1)
+ * and `whole` (the caller's reason for the whole model, or NULL) does
+ * not ask for the whole model, they are allocated for the stage's slice
+ * alone ([P norm slots | slice] gradients, zeroed; as _cut_grads: share)
+ * and the model marked held (m->held: kiln_model_init_params draws the
+ * slice, the optimizer state is the stage's, from kiln_dist_pipe_shard);
+ * the cuts then find them cut.  Else kiln_model_alloc_whole (the reason
+ * logged).  Without a pipeline (d NULL too): kiln_model_alloc_whole. */
+kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, const char *whole,
+				int share, void *compute);
+/* n floats at p (device memory) set to zero on the compute stream,
+ * waited for. */
+kiln_status kiln_dist_pipe_zero(struct kiln_dist *d, float *p, size_t n, void *compute);
 kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
 				     void *compute);
 /* In kiln_dist_pipe_shard (after the broadcast or the resume, and

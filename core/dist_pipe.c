@@ -119,7 +119,11 @@ kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
 	     (st = kiln_device_alloc(d->dev, (size_t)slots * n * sizeof(float),
 				     (void **)&d->pipe_state))))
 		return st;
-	/* this stage's slice of the (broadcast or resumed) state; the rest freed */
+	/* this stage's slice of the (broadcast or resumed) state, the rest
+	 * freed; or zeros (held since start-up: there is none) */
+	if (d->pipe_state && !m->state_d &&
+	    (st = kiln_dist_pipe_zero(d, d->pipe_state, (size_t)slots * n, compute)))
+		return st;
 	for (int k = 0; d->pipe_state && m->state_d && k < slots; k++)
 		if ((st = kiln_device_copy_async(d->dev, d->pipe_state + (size_t)k * n,
 						 m->state_d + (size_t)k * N + lo, n * sizeof(float),
