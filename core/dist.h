@@ -205,6 +205,20 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
  * logged).  Without a pipeline (d NULL too): kiln_model_alloc_whole. */
 kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, const char *whole,
 				int share, void *compute);
+/* An evaluation per stage (core/dist_pipe_eval.c): 1 when this rank
+ * holds its stage's parameters alone since start-up (kiln_dist_pipe_hold),
+ * so that its evaluation plans are staged and run per stage instead of on
+ * a gathered whole model. */
+int kiln_dist_pipe_eval_staged(const struct kiln_dist *d);
+/* One batch's forward of staged plan p, this rank's stage's layers: the
+ * crossing tensors from earlier stages' ranks received, the ones later
+ * stages read sent, all on the compute stream; the last stage's loss
+ * layer adds to metrics. */
+kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_plan *p, const void *x,
+				   const void *labels, void *metrics, void *compute);
+/* After an evaluation's batches: the n metric sums (device f32) summed
+ * over the pipe, so every rank reads the last stage's. */
+kiln_status kiln_dist_pipe_eval_sums(struct kiln_dist *d, float *metrics, int n, void *compute);
 /* n floats at p (device memory) set to zero on the compute stream,
  * waited for. */
 kiln_status kiln_dist_pipe_zero(struct kiln_dist *d, float *p, size_t n, void *compute);

@@ -431,12 +431,16 @@ static kiln_status build_model(struct trainer *t)
 	if (do_eval) {
 		if (t->EB > t->test.len)
 			t->EB = t->test.len;
+		/* (a stage's rank holding its stage's alone evaluates per stage:
+		 * core/dist_pipe_eval.c) */
+		t->m->plan_staged = t->eval_staged = t->training && kiln_dist_pipe_eval_staged(t->dist);
 		if ((st = kiln_model_plan(t->m, t->EB, 0, &t->peval)) ||
 		    (t->test.len % t->EB &&
 		     (st = kiln_model_plan(t->m, t->test.len % t->EB, 0, &t->prem))) ||
 		    (t->have_val && t->val.len % t->EB &&
 		     (st = kiln_model_plan(t->m, t->val.len % t->EB, 0, &t->pvrem))))
 			return st;
+		t->m->plan_staged = 0;
 	}
 	/* every label must have a logit */
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;

@@ -53,12 +53,16 @@
 #     stages on 2 ranks, each recomputing its own layers, equals it too;
 # 12. from start-up on (session 10): each rank creates and initialises its
 #     stage's parameters alone (sections 1 and 11 end with one process's
-#     bytes, so the draws are one process's), so on section 11's MLP
-#     without evaluations or checkpoints the PEAK device memory of stage
-#     0's rank stays below the whole model's parameters alone (before:
-#     the model was made whole, then cut: 3.9 MB); with AdamW (2 state
-#     slots) too; [train] resume makes the model whole at start-up (rank 0
-#     reads a checkpoint whole), logged, and its run equals one process.
+#     bytes, so the draws are one process's), and evaluates per stage
+#     (activations handed on as in training's forward, no whole model
+#     gathered), so on section 11's MLP with evaluations every 2 steps but
+#     no checkpoints the PEAK device memory of stage 0's rank stays below
+#     the whole model's parameters alone (before: the model was made
+#     whole, then cut, and each evaluation gathered it: 3.9 MB), and the
+#     test losses are one process's; with AdamW (2 state slots) too; with
+#     [data.val] the final test equals one process's;
+#     [train] resume makes the model whole at start-up (rank 0 reads a
+#     checkpoint whole), logged, and its run equals one process.
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -412,7 +416,7 @@ peak() {
 }
 held="from start-up on: created and initialised as the stage's alone"
 for o in sgd adamw; do
-	run "p$o" 2 32 dist.pipeline=2 train.optimizer=$o train.eval=0 train.checkpoint_every=0 \
+	run "p$o" 2 32 dist.pipeline=2 train.optimizer=$o train.checkpoint_every=0 \
 		train.checkpoint_last=0 train.keep_best=0
 	[ "$(grep -c "$held" "$tmp/p$o.log")" = 2 ] ||
 		{ bad "p$o: not every rank holds its stage's alone from start-up"; grep "start-up" "$tmp/p$o.log"; }
@@ -421,6 +425,19 @@ for o in sgd adamw; do
 	[ -n "$pk" ] && [ "$pk" -lt 1159360 ] ||
 		{ bad "p$o: stage 0's rank peaks at '$pk' device bytes, not below the whole model's parameters (1159360)"; grep "live after" "$tmp/p$o.log"; }
 done
+# (the evaluations ran per stage: one process's test losses)
+[ "$(grep "test loss" "$tmp/wo.log" | sort -u)" = "$(grep "test loss" "$tmp/psgd.log" | sort -u)" ] ||
+	{ bad "psgd: the test losses evaluated per stage differ from one process's"; grep "test loss" "$tmp/wo.log" "$tmp/psgd.log"; }
+# with [data.val]: the final test on the test set, per stage too (before
+# session 10 it read the other stages' parameters cut away: 5e30)
+{ cat "$ini"; ini data.val source=synthetic samples=96 image_size=8 classes=16; } > "$tmp/val.ini"
+ini="$tmp/val.ini"
+run vo 0 32 train.checkpoint_last=0
+run vr 2 32 dist.pipeline=2 train.checkpoint_last=0
+ini="$tmp/wide.ini"
+[ -n "$(grep "final test loss" "$tmp/vo.log")" ] &&
+	[ "$(grep "test loss" "$tmp/vo.log" | sort -u)" = "$(grep "test loss" "$tmp/vr.log" | sort -u)" ] ||
+	{ bad "vr: the final test on 2 stages on 2 ranks differs from one process's"; grep "test loss" "$tmp/vo.log" "$tmp/vr.log"; }
 run wres 2 32 dist.pipeline=2 train.resume=1
 grep -q "rank 0 (pipeline stage 0): the model is created and initialised whole at start-up: \[train\] resume" "$tmp/wres.log" ||
 	bad "wres: [train] resume does not make the model whole at start-up"
