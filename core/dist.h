@@ -235,6 +235,11 @@ kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute);
  * an evaluation; no-op when nothing was made whole). */
 kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute);
 kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute);
+/* For a checkpoint, which rank 0 alone writes, on ranks holding their
+ * stage's alone since start-up: every stage's parameters and layer buffers
+ * at rank 0 alone (its whole buffer, as kiln_dist_pipe_whole's; each stage
+ * sent by its rank in pipe 0); the other ranks make nothing whole. */
+kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute);
 /* 1 when this rank holds its stage's parameters and gradients alone (and
  * they are not whole now): [*lo, *hi) of the flat buffers. */
 int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);

@@ -203,7 +203,8 @@ kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute)
 		if (!d->env.rank)
 			m->state_d = d->zfull;
 	}
-	return kiln_dist_pipe_gather(d, compute);
+	/* (held since start-up: the parameters at rank 0 alone, dist_pipe_mem.c) */
+	return m->held ? kiln_dist_pipe_gather_to0(d, compute) : kiln_dist_pipe_gather(d, compute);
 }
 
 kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)

@@ -296,6 +296,51 @@ kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute)
 	return KILN_OK;
 }
 
+/* Stage s's parameters and layer buffers from world rank s (its rank in
+ * pipe 0) to rank 0's whole buffers, point-to-point; nothing on the other
+ * ranks. */
+static kiln_status slice_to_rank0(struct kiln_dist *d, int s, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const int r = d->env.rank;
+	const size_t lo = d->pipe_lo[s], n = d->pipe_hi[s] > lo ? d->pipe_hi[s] - lo : 0;
+	kiln_status st = KILN_OK;
+	if (r && r != s)
+		return KILN_OK;
+	if (n)
+		st = r ? d->ops->send(d->ctx, m->params_d + lo, n * 4, KILN_U8, 0, compute, NULL)
+		       : d->ops->recv(d->ctx, m->params_d + lo, n * 4, KILN_U8, s, compute, NULL);
+	for (int i = 0; !st && i < m->n_params; i++) {
+		const struct model_param *q = &m->params[i];
+		float *b = m->buffers_d + q->off;
+		const size_t bytes = (size_t)q->numel * 4;
+		if (!q->buffer || kiln_pipe_stage(m, q->layer) != s)
+			continue;
+		st = r ? d->ops->send(d->ctx, b, bytes, KILN_U8, 0, compute, NULL)
+		       : d->ops->recv(d->ctx, b, bytes, KILN_U8, s, compute, NULL);
+	}
+	return st ? kiln_error_wrap(st, "gathering stage %d's parameters on rank 0", s) : st;
+}
+
+kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute)
+{
+	kiln_status st;
+	/* (rank 0: a whole buffer, its own stage's slice copied in) */
+	if (!d->env.rank && (st = kiln_dist_pipe_whole(d, compute)))
+		return st;
+	/* (point-to-point on the compute stream after the comm stream's) */
+	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
+			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
+		return st;
+	for (int s = 1; s < d->pipe_P; s++)
+		if ((st = slice_to_rank0(d, s, compute)))
+			return kiln_dist_explain(d, st);
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return kiln_dist_explain(d, st);
+	d->m->pcopy_stale = 1;
+	return KILN_OK;
+}
+
 kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute)
 {
 	if (!d || !d->pipe_pwhole)

@@ -60,7 +60,9 @@
 #     the whole model's parameters alone (before: the model was made
 #     whole, then cut, and each evaluation gathered it: 3.9 MB), and the
 #     test losses are one process's; with AdamW (2 state slots) too; with
-#     [data.val] the final test equals one process's;
+#     [data.val] the final test equals one process's; a checkpoint gathers
+#     the parameters at rank 0 alone, so stage 1's rank (which does not
+#     write) makes nothing whole: its peak is its bytes after the last step;
 #     [train] resume makes the model whole at start-up (rank 0 reads a
 #     checkpoint whole), logged, and its run equals one process.
 # Every process runs under `timeout`.
@@ -428,6 +430,12 @@ done
 # (the evaluations ran per stage: one process's test losses)
 [ "$(grep "test loss" "$tmp/wo.log" | sort -u)" = "$(grep "test loss" "$tmp/psgd.log" | sort -u)" ] ||
 	{ bad "psgd: the test losses evaluated per stage differ from one process's"; grep "test loss" "$tmp/wo.log" "$tmp/psgd.log"; }
+# the checkpoints (and keep_best's) of section 11's run gathered at rank 0
+# alone: stage 1's rank, which does not write, made nothing whole (before:
+# its peak was its bytes after the last step plus the whole parameters)
+r1=$(sed -n 's/.*rank 1 (pipeline stage 1): device memory live after the last step \([0-9]*\) bytes (peak \([0-9]*\)).*/\2 - \1/p' "$tmp/wr.log")
+[ -n "$r1" ] && [ $(($r1)) -lt 1159360 ] ||
+	{ bad "wr: stage 1's rank peaked the whole parameters above its end ($r1 bytes) at a checkpoint it does not write"; grep "live after" "$tmp/wr.log"; }
 # with [data.val]: the final test on the test set, per stage too (before
 # session 10 it read the other stages' parameters cut away: 5e30)
 { cat "$ini"; ini data.val source=synthetic samples=96 image_size=8 classes=16; } > "$tmp/val.ini"
