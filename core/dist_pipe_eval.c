@@ -42,6 +42,33 @@ static kiln_status after_comm(struct kiln_dist *d, void *compute)
 	return st;
 }
 
+/* The crossing tensors of p this rank's stage receives from earlier
+ * stages into their receive buffers (out = 0), or sends to later stages
+ * (1), on the compute stream. */
+static kiln_status hand_off(struct kiln_dist *d, struct kiln_plan *p, const void *x, int out,
+			    void *compute)
+{
+	const int s = d->pipe_stage;
+	/* (the pipe's communicator ranks its members by stage) */
+	for (int e = 0; e < p->n_xfer; e++) {
+		const struct plan_xfer *xf = &p->xfer[e];
+		const int peer = out ? xf->to : xf->from;
+		kiln_status st;
+		if ((out ? xf->from : xf->to) != s)
+			continue;
+		st = out ? d->ops->send(d->pctx, kiln_plan_store_ptr(p, xf->src, x), xf->bytes,
+					KILN_U8, peer, compute, NULL)
+			 : d->ops->recv(d->pctx, kiln_plan_store_ptr(p, xf->recv, x), xf->bytes,
+					KILN_U8, peer, compute, NULL);
+		if (st)
+			return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d (pipeline stage %d): evaluating, %s stage %d",
+								     d->env.rank, s,
+								     out ? "sending to" : "receiving from",
+								     peer));
+	}
+	return KILN_OK;
+}
+
 kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_plan *p, const void *x,
 				   const void *labels, void *metrics, void *compute)
 {
@@ -49,28 +76,11 @@ kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_plan *p, con
 	int lo, hi;
 	kiln_status st;
 	stage_layers(p->m, s, &lo, &hi);
-	if ((st = after_comm(d, compute)))
+	if ((st = after_comm(d, compute)) || (st = hand_off(d, p, x, 0, compute)))
 		return st;
-	/* (the pipe's communicator ranks its members by stage) */
-	for (int e = 0; e < p->n_xfer; e++) {
-		const struct plan_xfer *xf = &p->xfer[e];
-		if (xf->to == s &&
-		    (st = d->ops->recv(d->pctx, kiln_plan_store_ptr(p, xf->recv, x), xf->bytes,
-				       KILN_U8, xf->from, compute, NULL)))
-			return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d (pipeline stage %d): evaluating, receiving from stage %d",
-								     d->env.rank, s, xf->from));
-	}
 	if (lo < hi && (st = kiln_plan_forward_range(p, lo, hi, x, labels, metrics, compute)))
 		return kiln_error_wrap(st, "pipeline stage %d, evaluating", s);
-	for (int e = 0; e < p->n_xfer; e++) {
-		const struct plan_xfer *xf = &p->xfer[e];
-		if (xf->from == s &&
-		    (st = d->ops->send(d->pctx, kiln_plan_store_ptr(p, xf->src, x), xf->bytes,
-				       KILN_U8, xf->to, compute, NULL)))
-			return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d (pipeline stage %d): evaluating, sending to stage %d",
-								     d->env.rank, s, xf->to));
-	}
-	return KILN_OK;
+	return hand_off(d, p, x, 1, compute);
 }
 
 kiln_status kiln_dist_pipe_eval_sums(struct kiln_dist *d, float *metrics, int n, void *compute)

@@ -491,10 +491,11 @@ static kiln_status model_create(const struct kiln_config *cfg, const struct kiln
 	nodes = NULL;
 	if ((st = kiln_model_optim_configure(m, reg)))
 		goto fail;
-	if ((!bare && (st = kiln_model_alloc_whole(m))) ||
-	    (st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
+	/* (the optimizer's buffers but its state: kiln_model_alloc_whole's) */
+	if ((st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
 	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)) ||
 	    (st = kiln_model_optim_alloc(m)) ||
+	    (!bare && (st = kiln_model_alloc_whole(m))) ||
 	    (st = kiln_model_tie_prepare(m)))
 		goto fail;
 	if ((st = prepare_step_counter(m)))

@@ -210,8 +210,9 @@ void kiln_model_precision_close(struct kiln_model *m);
 
 /* core/optim/optim.c, for kiln_model_create and kiln_model_free: find
  * [train] optimizer in reg and open it (its keys checked, KILN_ECONFIG
- * naming file:line); allocate the optimizer's device buffers; free them,
- * the plan and the optimizer. */
+ * naming file:line); allocate the optimizer's device buffers but its
+ * state (kiln_model_alloc_whole's); free them, the plan and the
+ * optimizer. */
 kiln_status kiln_model_optim_configure(struct kiln_model *m, const struct kiln_registry *reg);
 kiln_status kiln_model_optim_alloc(struct kiln_model *m);
 /* kiln_model_create without the parameters', gradients' and optimizer

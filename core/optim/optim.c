@@ -138,11 +138,8 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m)
 		return st;
 	if (!n)
 		return KILN_OK; /* nothing to train: no state */
-	/* (a bare model's state comes with its parameters: kiln_model_alloc_whole) */
-	if (m->state_slots && !m->bare &&
-	    (st = kiln_device_alloc(m->dev, (size_t)m->state_slots * n * sizeof(float),
-				    (void **)&m->state_d)))
-		return st;
+	/* (the state comes with the parameters: kiln_model_alloc_whole, or a
+	 * stage's alone, kiln_dist_pipe_hold) */
 	if (m->optim_info.needs_offsets &&
 	    (st = kiln_device_alloc(m->dev, (size_t)(m->n_tensors + 1) * sizeof(int64_t),
 				    (void **)&m->offsets_d)))
