@@ -608,12 +608,24 @@ kiln_status kiln_dist_broadcast_state(struct kiln_dist *d, void *compute)
 	/* (collectives on the compute stream wait for the comm stream's) */
 	if ((st = kiln_dist_zero_settle(d, compute)))
 		return st;
+	/* (a stage's rank holding its slice since start-up drew it as every
+	 * rank of its stage did, and rank 0 has no other stage's) */
+	size_t lo, hi;
+	const int held = d->m->held && kiln_dist_pipe_held(d, &lo, &hi);
 	for (int i = 0; i < n; i++)
-		if ((st = d->ops->broadcast(d->ctx, bufs[i].ptr, bufs[i].bytes, KILN_U8, 0, compute,
+		if ((!held || strcmp(bufs[i].name, "params")) &&
+		    (st = d->ops->broadcast(d->ctx, bufs[i].ptr, bufs[i].bytes, KILN_U8, 0, compute,
 					    NULL)))
 			return kiln_error_wrap(st, "broadcasting '%s' from rank 0", bufs[i].name);
 	if ((st = kiln_device_stream_sync(d->dev, compute)))
 		return kiln_dist_explain(d, st);
+	/* (held: no rank starts its stage's hand-offs while another is still
+	 * in these collectives, as the parameters' broadcast made them wait
+	 * before: without, 4 stages on kiln-mpi hung at times under load,
+	 * tests/pipeline_dist.sh section 3; not diagnosed further) */
+	if (held && d->ops->barrier && (st = d->ops->barrier(d->ctx)))
+		return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d of %d: the barrier after rank 0's training state",
+							     d->env.rank, d->env.world));
 	kiln_log(KILN_LOG_INFO, "dist", "rank 0's training state broadcast (%d buffers)", n);
 	return KILN_OK;
 }

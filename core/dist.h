@@ -192,6 +192,36 @@ kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);
  * Where the gradients must stay whole (an optimizer that does not shard,
  * loss scaling: logged) it does what kiln_dist_share_grads does when
  * share. */
+/* At start-up, for a model made with kiln_model_create_bare after its
+ * precision is open, before anything reads its parameters: with [dist]
+ * pipeline, where the stage's parameters and gradients can be held alone
+ * (as kiln_dist_pipe_cut_grads and _cut_params would cut them, no ZeRO-1)
+ * and `whole` (the caller's reason for the whole model, or NULL) does
+ * not ask for the whole model, they are allocated for the stage's slice
+ * alone ([P norm slots | slice] gradients, zeroed; as _cut_grads: share)
+ * and the model marked held (m->held: kiln_model_init_params draws the
+ * slice, the optimizer state is the stage's, from kiln_dist_pipe_shard);
+ * the cuts then find them cut.  Else kiln_model_alloc_whole (the reason
+ * logged).  Without a pipeline (d NULL too): kiln_model_alloc_whole. */
+kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, const char *whole,
+				int share, void *compute);
+/* An evaluation per stage (core/dist_pipe_eval.c): 1 when this rank
+ * holds its stage's parameters alone since start-up (kiln_dist_pipe_hold),
+ * so that its evaluation plans are staged and run per stage instead of on
+ * a gathered whole model. */
+int kiln_dist_pipe_eval_staged(const struct kiln_dist *d);
+/* One batch's forward of staged plan p, this rank's stage's layers: the
+ * crossing tensors from earlier stages' ranks received, the ones later
+ * stages read sent, all on the compute stream; the last stage's loss
+ * layer adds to metrics. */
+kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_plan *p, const void *x,
+				   const void *labels, void *metrics, void *compute);
+/* After an evaluation's batches: the n metric sums (device f32) summed
+ * over the pipe, so every rank reads the last stage's. */
+kiln_status kiln_dist_pipe_eval_sums(struct kiln_dist *d, float *metrics, int n, void *compute);
+/* n floats at p (device memory) set to zero on the compute stream,
+ * waited for. */
+kiln_status kiln_dist_pipe_zero(struct kiln_dist *d, float *p, size_t n, void *compute);
 kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
 				     void *compute);
 /* In kiln_dist_pipe_shard (after the broadcast or the resume, and
@@ -205,6 +235,11 @@ kiln_status kiln_dist_pipe_cut_params(struct kiln_dist *d, void *compute);
  * an evaluation; no-op when nothing was made whole). */
 kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute);
 kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute);
+/* For a checkpoint, which rank 0 alone writes, on ranks holding their
+ * stage's alone since start-up: every stage's parameters and layer buffers
+ * at rank 0 alone (its whole buffer, as kiln_dist_pipe_whole's; each stage
+ * sent by its rank in pipe 0); the other ranks make nothing whole. */
+kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute);
 /* 1 when this rank holds its stage's parameters and gradients alone (and
  * they are not whole now): [*lo, *hi) of the flat buffers. */
 int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);

@@ -119,7 +119,11 @@ kiln_status kiln_dist_pipe_shard(struct kiln_dist *d, void *compute)
 	     (st = kiln_device_alloc(d->dev, (size_t)slots * n * sizeof(float),
 				     (void **)&d->pipe_state))))
 		return st;
-	/* this stage's slice of the (broadcast or resumed) state; the rest freed */
+	/* this stage's slice of the (broadcast or resumed) state, the rest
+	 * freed; or zeros (held since start-up: there is none) */
+	if (d->pipe_state && !m->state_d &&
+	    (st = kiln_dist_pipe_zero(d, d->pipe_state, (size_t)slots * n, compute)))
+		return st;
 	for (int k = 0; d->pipe_state && m->state_d && k < slots; k++)
 		if ((st = kiln_device_copy_async(d->dev, d->pipe_state + (size_t)k * n,
 						 m->state_d + (size_t)k * N + lo, n * sizeof(float),
@@ -199,7 +203,8 @@ kiln_status kiln_dist_pipe_gather_state(struct kiln_dist *d, void *compute)
 		if (!d->env.rank)
 			m->state_d = d->zfull;
 	}
-	return kiln_dist_pipe_gather(d, compute);
+	/* (held since start-up: the parameters at rank 0 alone, dist_pipe_mem.c) */
+	return m->held ? kiln_dist_pipe_gather_to0(d, compute) : kiln_dist_pipe_gather(d, compute);
 }
 
 kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)

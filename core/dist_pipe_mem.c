@@ -15,7 +15,15 @@
  * the whole model.  kiln_dist_pipe_gather makes them whole again for a
  * checkpoint, an evaluation and the end of training, in a buffer that
  * kiln_dist_pipe_release frees.  Which combinations keep which buffer
- * whole: grads_why, params_why. */
+ * whole: grads_why, params_why.
+ *
+ * Where neither needs the whole model, nothing whole is made at start-up
+ * either (kiln_dist_pipe_hold): the model is created bare, and the rank
+ * allocates and draws its stage's slice alone (the draws are keyed by the
+ * tensors, so the bytes are one process's), its optimizer state comes
+ * zeroed per stage (kiln_dist_pipe_shard), and the cuts above find the
+ * buffers already cut.  A resume or [model] init_from still start whole
+ * (rank 0 reads the whole checkpoint, a file's loader writes whole). */
 #include "dist_impl.h"
 #include "pipeline.h"
 
@@ -100,6 +108,91 @@ static kiln_status alloc_grads(struct kiln_dist *d, struct kiln_model *m, int sh
 	return KILN_OK;
 }
 
+kiln_status kiln_dist_pipe_zero(struct kiln_dist *d, float *p, size_t n, void *compute)
+{
+	return n ? zero_floats(d->dev, p, n, compute) : KILN_OK;
+}
+
+/* Stage s's slice [*lo, *hi) of the trainables (its layers' tensors are
+ * laid out in layer order: contiguous), as kiln_pipe_open finds it;
+ * *lo = *hi = n_trainable for a stage without any. */
+static void stage_slice(const struct kiln_model *m, int s, size_t *lo, size_t *hi)
+{
+	*lo = m->n_trainable, *hi = 0;
+	for (int i = 0; i < m->n_params; i++) {
+		const struct model_param *q = &m->params[i];
+		if (!q->trainable || kiln_pipe_stage(m, q->layer) != s)
+			continue;
+		const size_t end = q->off + kiln_align_up((size_t)q->numel * 4) / 4;
+		if (q->off < *lo)
+			*lo = q->off;
+		if (end > *hi)
+			*hi = end;
+	}
+	if (*hi < *lo)
+		*hi = *lo;
+}
+
+/* Why this rank's start-up makes the whole model (NULL: the stage's
+ * slice alone will do). */
+static const char *hold_why(struct kiln_dist *d, struct kiln_model *m, const char *why)
+{
+	kiln_status st;
+	if (why)
+		return why;
+	if ((st = kiln_pipe_read_stages(m)))
+		return "the stages are read again, and checked, when the pipeline opens";
+	if (m->n_stages != d->pipe_P)
+		return "the model's stages are not [dist] pipeline's (an error when the pipeline opens)";
+	if (d->zero)
+		return "ZeRO-1 shards the optimizer state from the whole model's";
+	if ((why = grads_why(d, m)) || (why = params_why(m)))
+		return *why ? why : "nothing to train";
+	return NULL;
+}
+
+kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, const char *whole,
+				int share, void *compute)
+{
+	const char *why = d && d->pipe_P ? hold_why(d, m, whole) : "";
+	kiln_status st;
+	if (why) {
+		if (*why)
+			kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): the model is created and initialised whole at start-up: %s",
+				 d->env.rank, d->pipe_stage, why);
+		return kiln_model_alloc_whole(m);
+	}
+	const int P = d->pipe_P;
+	size_t lo, hi;
+	stage_slice(m, d->pipe_stage, &lo, &hi);
+	const size_t n = hi - lo;
+	float *g = NULL, *p = NULL;
+	int foreign = 0;
+	if ((st = alloc_grads(d, m, share, (size_t)P + n, &g, &foreign)))
+		return st;
+	if ((!foreign && (st = zero_floats(m->dev, g, (size_t)P + n, compute))) ||
+	    (st = kiln_device_alloc(d->dev, (n ? n : 1) * sizeof(float), (void **)&p))) {
+		if (!foreign)
+			kiln_device_free(m->dev, g);
+		return st;
+	}
+	d->m = m;
+	d->pipe_gbuf = g;
+	d->pipe_pbuf = p;
+	d->pipe_cut = 1;
+	m->grads_d = g + P - lo; /* (offsets in [lo, hi) only) */
+	m->params_d = p - lo;
+	m->grads_foreign = foreign;
+	m->held = 1;
+	m->held_lo = lo;
+	m->held_hi = hi;
+	m->bare = 0;
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): holds the stage's parameters and gradients alone: %zu + %zu floats, %zu bytes allocated (the whole model's: %zu + %zu floats), from start-up on: created and initialised as the stage's alone, its optimizer state the stage's",
+		 d->env.rank, d->pipe_stage, n, n + (size_t)P, (n + n + (size_t)P) * sizeof(float),
+		 m->n_elems, m->n_elems);
+	return KILN_OK;
+}
+
 kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, int share,
 				     void *compute)
 {
@@ -107,6 +200,14 @@ kiln_status kiln_dist_pipe_cut_grads(struct kiln_dist *d, struct kiln_model *m, 
 	kiln_status st;
 	if (d)
 		d->m = m;
+	if (m->held) { /* (cut since start-up: kiln_dist_pipe_hold) */
+		const int s = d->pipe_stage;
+		if (d->pipe_lo[s] != m->held_lo || slice_n(d) != m->held_hi - m->held_lo)
+			return kiln_error(KILN_EINTERNAL, "rank %d (pipeline stage %d): the stage's slice [%zu, %zu) is not the one held since start-up [%zu, %zu)",
+					  d->env.rank, s, d->pipe_lo[s], d->pipe_hi[s], m->held_lo,
+					  m->held_hi);
+		return KILN_OK;
+	}
 	if (why) {
 		if (*why)
 			kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): the whole model's parameters and gradients stay allocated here: %s",
@@ -195,6 +296,51 @@ kiln_status kiln_dist_pipe_whole(struct kiln_dist *d, void *compute)
 	return KILN_OK;
 }
 
+/* Stage s's parameters and layer buffers from world rank s (its rank in
+ * pipe 0) to rank 0's whole buffers, point-to-point; nothing on the other
+ * ranks. */
+static kiln_status slice_to_rank0(struct kiln_dist *d, int s, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const int r = d->env.rank;
+	const size_t lo = d->pipe_lo[s], n = d->pipe_hi[s] > lo ? d->pipe_hi[s] - lo : 0;
+	kiln_status st = KILN_OK;
+	if (r && r != s)
+		return KILN_OK;
+	if (n)
+		st = r ? d->ops->send(d->ctx, m->params_d + lo, n * 4, KILN_U8, 0, compute, NULL)
+		       : d->ops->recv(d->ctx, m->params_d + lo, n * 4, KILN_U8, s, compute, NULL);
+	for (int i = 0; !st && i < m->n_params; i++) {
+		const struct model_param *q = &m->params[i];
+		float *b = m->buffers_d + q->off;
+		const size_t bytes = (size_t)q->numel * 4;
+		if (!q->buffer || kiln_pipe_stage(m, q->layer) != s)
+			continue;
+		st = r ? d->ops->send(d->ctx, b, bytes, KILN_U8, 0, compute, NULL)
+		       : d->ops->recv(d->ctx, b, bytes, KILN_U8, s, compute, NULL);
+	}
+	return st ? kiln_error_wrap(st, "gathering stage %d's parameters on rank 0", s) : st;
+}
+
+kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute)
+{
+	kiln_status st;
+	/* (rank 0: a whole buffer, its own stage's slice copied in) */
+	if (!d->env.rank && (st = kiln_dist_pipe_whole(d, compute)))
+		return st;
+	/* (point-to-point on the compute stream after the comm stream's) */
+	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
+			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
+		return st;
+	for (int s = 1; s < d->pipe_P; s++)
+		if ((st = slice_to_rank0(d, s, compute)))
+			return kiln_dist_explain(d, st);
+	if ((st = kiln_device_stream_sync(d->dev, compute)))
+		return kiln_dist_explain(d, st);
+	d->m->pcopy_stale = 1;
+	return KILN_OK;
+}
+
 kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute)
 {
 	if (!d || !d->pipe_pwhole)
@@ -240,8 +386,10 @@ void kiln_dist_pipe_mem_free(struct kiln_dist *d)
 	} else if (m && d->pipe_pbuf) {
 		m->params_d = d->pipe_pbuf;
 	}
-	if (m)
+	if (m) {
 		m->grads_d = d->pipe_gbuf;
+		m->held = 0;
+	}
 	d->pipe_pbuf = d->pipe_pwhole = d->pipe_gbuf = NULL;
 	d->pipe_cut = 0;
 }

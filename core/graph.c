@@ -391,9 +391,42 @@ kiln_status kiln_model_fuse(const struct kiln_config *cfg, int cpu, int *out)
 	return st == KILN_ENOTFOUND ? KILN_OK : st;
 }
 
+kiln_status kiln_model_alloc_whole(struct kiln_model *m)
+{
+	const size_t bytes = m->n_elems * sizeof(float);
+	const size_t state = (size_t)m->state_slots * m->n_trainable * sizeof(float);
+	kiln_status st;
+	if (!m->bare)
+		return KILN_OK;
+	if ((st = kiln_device_alloc(m->dev, bytes, (void **)&m->params_d)) ||
+	    (st = kiln_device_alloc(m->dev, bytes, (void **)&m->grads_d)) ||
+	    (state && (st = kiln_device_alloc(m->dev, state, (void **)&m->state_d))))
+		return st;
+	m->bare = 0;
+	return KILN_OK;
+}
+
+static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				int bare, struct kiln_model **out);
+
 kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out)
+{
+	return model_create(cfg, reg, dev, sample, 0, out);
+}
+
+kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				   struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				   struct kiln_model **out)
+{
+	return model_create(cfg, reg, dev, sample, 1, out);
+}
+
+static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				int bare, struct kiln_model **out)
 {
 	kiln_status st;
 	*out = NULL;
@@ -401,6 +434,7 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	if (!m)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	m->cfg = cfg;
+	m->bare = 1; /* (kiln_model_alloc_whole below, unless bare) */
 	m->dev = dev;
 	m->sample = *sample;
 	if (sample->ndim < 1 || sample->ndim >= KILN_MAX_DIMS) {
@@ -457,12 +491,11 @@ kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_r
 	nodes = NULL;
 	if ((st = kiln_model_optim_configure(m, reg)))
 		goto fail;
-	size_t bytes = m->n_elems * sizeof(float);
-	if ((st = kiln_device_alloc(dev, bytes, (void **)&m->params_d)) ||
-	    (st = kiln_device_alloc(dev, bytes, (void **)&m->grads_d)) ||
-	    (st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
+	/* (the optimizer's buffers but its state: kiln_model_alloc_whole's) */
+	if ((st = kiln_device_alloc(dev, m->n_buf_elems * sizeof(float), (void **)&m->buffers_d)) ||
 	    (st = kiln_device_alloc(dev, 64, (void **)&m->step_d)) ||
 	    (st = kiln_model_optim_alloc(m)) ||
+	    (!bare && (st = kiln_model_alloc_whole(m))) ||
 	    (st = kiln_model_tie_prepare(m)))
 		goto fail;
 	if ((st = prepare_step_counter(m)))
@@ -626,29 +659,42 @@ static kiln_status init_copy(struct kiln_model *m, float *dst, const float *host
 				      KILN_COPY_H2D, stream);
 }
 
-/* One region (params or buffers): draw every tensor not given by a file
- * and copy the drawn runs (the alignment padding zero) to the device,
- * leaving the given tensors' bytes as the file wrote them. */
+/* The elements [*lo, *hi) of a region (0 params, 1 buffers) this model
+ * holds: all, or a stage's rank's slice of the params (m->held). */
+static void region_span(const struct kiln_model *m, int region, size_t *lo, size_t *hi)
+{
+	*lo = !region && m->held ? m->held_lo : 0;
+	*hi = region ? m->n_buf_elems : m->held ? m->held_hi : m->n_elems;
+}
+
+/* One region (params or buffers): draw every tensor held here and not
+ * given by a file, and copy the drawn runs (the alignment padding zero) to
+ * the device, leaving the given tensors' bytes as the file wrote them.
+ * host[k] stands for element lo + k: a stage's rank draws its slice with
+ * the draws of one process (init_value's keys are the tensors' own). */
 static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, float *host,
 			       void *stream)
 {
-	const size_t count = region ? m->n_buf_elems : m->n_elems;
-	float *dst = region ? m->buffers_d : m->params_d;
-	size_t run = 0; /* start of the run of drawn elements */
+	size_t lo, count;
+	region_span(m, region, &lo, &count);
+	float *dst = (region ? m->buffers_d : m->params_d) + lo;
+	size_t run = 0; /* start of the run of drawn elements (from lo) */
 	kiln_status st = KILN_OK;
-	memset(host, 0, count * sizeof(float));
+	memset(host, 0, (count - lo) * sizeof(float));
 	for (int i = 0; i < m->n_params && !st; i++) {
 		const struct model_param *p = &m->params[i];
-		if (p->buffer != region)
+		if (p->buffer != region || p->off < lo || p->off >= count)
 			continue;
+		const size_t off = p->off - lo;
 		if (p->given) {
-			st = init_copy(m, dst, host, run, p->off, stream);
-			run = p->off + (size_t)p->numel;
+			st = init_copy(m, dst, host, run, off, stream);
+			run = off + (size_t)p->numel;
 			continue;
 		}
 		for (int64_t e = 0; e < p->numel; e++)
-			host[p->off + (size_t)e] = init_value(p, seed, e);
+			host[off + (size_t)e] = init_value(p, seed, e);
 	}
+	count -= lo;
 	if (!st)
 		st = init_copy(m, dst, host, run, count, stream);
 	/* the host buffer is reused: wait for the copies */
@@ -674,14 +720,17 @@ kiln_status kiln_model_init_params(struct kiln_model *m, uint64_t seed, void *st
 {
 	float *host;
 	int drawn = 0;
-	size_t n = m->n_elems > m->n_buf_elems ? m->n_elems : m->n_buf_elems;
+	size_t lo, hi;
+	region_span(m, 0, &lo, &hi);
+	size_t n = hi - lo > m->n_buf_elems ? hi - lo : m->n_buf_elems;
 	if (n < 2)
 		n = 2; /* the step counter's 8 bytes go through this buffer too */
 	kiln_status st = kiln_device_host_alloc(m->dev, n * sizeof(float), (void **)&host);
 	if (st)
 		return st;
-	for (int i = 0; i < m->n_params; i++)
-		drawn += !m->params[i].given;
+	for (int i = 0; i < m->n_params; i++) /* (a held slice: its tensors) */
+		drawn += !m->params[i].given &&
+			 (m->params[i].buffer || (m->params[i].off >= lo && m->params[i].off < hi));
 	for (int region = 0; region < 2 && !st; region++)
 		st = init_region(m, region, seed, host, stream);
 	if (!st)

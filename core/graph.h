@@ -61,6 +61,14 @@ struct kiln_model {
 	float *tie_grads_d;  /* the gradients of the tied tensors' other users (core/tie.c) */
 	size_t n_tie_elems;
 	int grads_foreign;   /* grads_d is the communicator's (kiln_dist_share_grads): not freed here */
+	/* bare: created without params_d, grads_d and state_d yet
+	 * (kiln_model_create_bare).  held: a pipeline stage's rank created
+	 * with its stage's slice alone (core/dist_pipe_mem.c): params_d and
+	 * grads_d keep the whole model's offsets but address [held_lo,
+	 * held_hi) only, state_d is NULL (the dist holds the stage's), and
+	 * the dist owns the allocations until kiln_dist_pipe_mem_free */
+	int bare, held;
+	size_t held_lo, held_hi;
 	int layout;          /* KILN_NCHW or KILN_NHWC, from [model] layout */
 	int fuse;            /* [run] fuse: activations into the layer before */
 	uint64_t seed;
@@ -202,10 +210,20 @@ void kiln_model_precision_close(struct kiln_model *m);
 
 /* core/optim/optim.c, for kiln_model_create and kiln_model_free: find
  * [train] optimizer in reg and open it (its keys checked, KILN_ECONFIG
- * naming file:line); allocate the optimizer's device buffers; free them,
- * the plan and the optimizer. */
+ * naming file:line); allocate the optimizer's device buffers but its
+ * state (kiln_model_alloc_whole's); free them, the plan and the
+ * optimizer. */
 kiln_status kiln_model_optim_configure(struct kiln_model *m, const struct kiln_registry *reg);
 kiln_status kiln_model_optim_alloc(struct kiln_model *m);
+/* kiln_model_create without the parameters', gradients' and optimizer
+ * state's buffers (m->bare): before anything reads them the caller gives
+ * them, kiln_model_alloc_whole's or a stage's slice alone
+ * (kiln_dist_pipe_hold).  Ownership as kiln_model_create's. */
+kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				   struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				   struct kiln_model **out);
+/* A bare model's whole buffers, as kiln_model_create allocates them. */
+kiln_status kiln_model_alloc_whole(struct kiln_model *m);
 void kiln_model_optim_free(struct kiln_model *m);
 /* Enqueue the advance of the optimizer's step count (opt_step_d) by one,
  * gated by step_ok_d when a finite flag gates the step (a skipped step is

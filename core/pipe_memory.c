@@ -55,8 +55,9 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 	const int P = m->n_stages;
 	fprintf(f, "\npipeline: %d stages, %lld micro-batches of %lld (activations per stage without lifetime packing)\n",
 		P, (long long)M, (long long)(batch / M));
-	fprintf(f, "  %-5s %-28s %12s %12s %14s %12s %12s %12s\n", "stage", "layers", "params MiB",
-		"grads MiB", "per micro MiB", "gpipe MiB", "1f1b MiB", "optim MiB");
+	fprintf(f, "  %-5s %-28s %12s %12s %14s %12s %12s %12s %12s\n", "stage", "layers",
+		"params MiB", "grads MiB", "per micro MiB", "gpipe MiB", "1f1b MiB", "rank MiB",
+		"optim MiB");
 	for (int s = 0; s < P; s++) {
 		int lo = -1, hi = -1;
 		size_t par = 0;
@@ -73,13 +74,17 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 		const int64_t alive = want < M ? want : M;
 		char names[160];
 		snprintf(names, sizeof names, "%s..%s", m->layers[lo].name, m->layers[hi].name);
-		/* (the gradients: the stage's and a slot per stage's norm) */
-		fprintf(f, "  %-5d %-28s %12.3f %12.3f %14.3f %12.3f %12.3f %12.3f\n", s, names,
+		/* (the gradients: the stage's and a slot per stage's norm; a
+		 * rank: those, the optimizer state and 1f1b's activations) */
+		const size_t held = par + (par + (size_t)P * 4) + par * (size_t)m->state_slots;
+		fprintf(f, "  %-5d %-28s %12.3f %12.3f %14.3f %12.3f %12.3f %12.3f %12.3f\n", s, names,
 			mib(par), mib(par + (size_t)P * 4), mib(a), mib(a * (size_t)M),
-			mib(a * (size_t)alive), mib(par * (size_t)m->state_slots));
+			mib(a * (size_t)alive), mib(held + a * (size_t)alive),
+			mib(par * (size_t)m->state_slots));
 	}
-	fprintf(f, "  (params, grads and optim MiB: what a rank of the stage holds with [dist] pipeline, its stage's alone; optim: %d slot(s) of [train] optimizer = %s. The parameters and gradients stay whole on every rank with an optimizer that does not shard, ZeRO-1, bf16/fp16 compute, frozen parameters or a weight tied across stages, and are whole at start-up and during a checkpoint or an evaluation)\n",
-		m->state_slots, m->optim_name);
+	fprintf(f, "  (params, grads and optim MiB: what a rank of the stage holds with [dist] pipeline, its stage's alone, from start-up on; optim: %d slot(s) of [train] optimizer = %s. rank MiB: those and 1f1b's activations, a stage's rank's peak in training and per-stage evaluation (besides its evaluation plans, staging and workspaces). A checkpoint gathers the whole model's parameters and optimizer state on rank 0, which writes it (+%.3f MiB, +%.3f MiB). The parameters and gradients stay whole on every rank with an optimizer that does not shard, ZeRO-1, bf16/fp16 compute, frozen parameters or a weight tied across stages, and at start-up with [train] resume or [model] init_from)\n",
+		m->state_slots, m->optim_name, mib(m->n_elems * sizeof(float)),
+		mib(m->n_trainable * sizeof(float) * (size_t)m->state_slots));
 	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, %lld more with [pipeline] early_forwards on all but the last, once stages have devices of their own; in one process every stage keeps that of stage 0 in whole-model sets today)\n",
 		(long long)early);
 	kiln_plan_free(p);

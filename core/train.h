@@ -165,6 +165,7 @@ struct trainer {
 	/* captured steps (device ops version 3): 0 undecided (before the
 	 * first step after the warm-up), 1 captured, -1 issued every step;
 	 * one graph per input slot (its x and y buffers are fixed) */
+	int eval_staged;     /* evaluation plans run per stage (kiln_dist_pipe_forward) */
 	int graph_mode;
 	void *graph[SLOTS];
 	/* the loop: an optimizer step takes G samples over all ranks */

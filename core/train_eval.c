@@ -50,13 +50,18 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		if ((st = trainer_load_batch(t, d, idx, rows, &s, &xd)))
 			goto out;
 		struct kiln_plan *p = rows < eb ? e->rem : cal ? cal->full : t->peval;
-		if ((st = kiln_plan_forward(p, xd, t->y_dev[s], t->metrics_dev, t->compute)) ||
+		if ((st = t->eval_staged ? kiln_dist_pipe_forward(t->dist, p, xd, t->y_dev[s],
+								  t->metrics_dev, t->compute)
+					 : kiln_plan_forward(p, xd, t->y_dev[s], t->metrics_dev,
+							     t->compute)) ||
 		    (cal && (st = cal->each(cal->user, p, xd, rows, t->compute))) ||
 		    (st = kiln_device_event_record(t->dev, t->compute_done[s], t->compute)))
 			goto out;
 	}
 	double c5 = 0;
-	if ((st = trainer_read_metrics(t, &ls, &c, &c5)))
+	if ((t->eval_staged &&
+	     (st = kiln_dist_pipe_eval_sums(t->dist, t->metrics_dev, 3, t->compute))) ||
+	    (st = trainer_read_metrics(t, &ls, &c, &c5)))
 		goto out;
 	*e->loss = ls / (double)len;
 	*e->acc = c / (double)len;
@@ -71,6 +76,19 @@ out:
 static kiln_status eval_pass(struct trainer *t, const struct eval_target *e)
 {
 	return eval_pass_cal(t, e, NULL);
+}
+
+/* ... during training: [dist] pipeline, every stage's current parameters
+ * on every rank first (gathered, released after), unless it runs per
+ * stage (core/dist_pipe_eval.c). */
+static kiln_status eval_now(struct trainer *t, const struct eval_target *e)
+{
+	kiln_status st = t->eval_staged ? KILN_OK : kiln_dist_pipe_gather(t->dist, t->compute);
+	if (!st)
+		st = eval_pass(t, e);
+	if (!st) /* (held per stage again) */
+		st = kiln_dist_pipe_release(t->dist, t->compute);
+	return st;
 }
 
 /* Early stopping: after an evaluation, 1 when the run should stop. */
@@ -98,12 +116,7 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 {
 	const struct eval_target *e = &t->ev;
 	double t0 = kiln_now_s();
-	/* [dist] pipeline: every stage's current parameters on every rank */
-	kiln_status st = kiln_dist_pipe_gather(t->dist, t->compute);
-	if (!st)
-		st = eval_pass(t, e);
-	if (!st) /* (held per stage again) */
-		st = kiln_dist_pipe_release(t->dist, t->compute);
+	kiln_status st = eval_now(t, e);
 	if (st)
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);
@@ -152,7 +165,7 @@ kiln_status trainer_final_test(struct trainer *t)
 	kiln_status st;
 	if (!t->have_val || t->stopping)
 		return KILN_OK;
-	if ((st = eval_pass(t, &e)))
+	if ((st = eval_now(t, &e)))
 		return st;
 	kiln_log(KILN_LOG_INFO, "train", "final test loss %.4f acc %.4f top-5 %.4f", res->test_loss,
 		 res->test_acc, res->test_acc5);

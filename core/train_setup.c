@@ -113,8 +113,9 @@ static kiln_status prep_accumulate(struct trainer *t)
 	const int64_t acc = t->acc;
 	if (acc > 1 && t->m->n_trainable) {
 		int64_t n = (int64_t)t->m->n_trainable;
+		/* (a pipeline accumulates in kiln_pipe_step: no second buffer here) */
 		const int in_ops = kiln_model_grad_accum_ok(t->m);
-		if (!in_ops && ((st = kiln_device_alloc(t->dev, t->m->n_elems * sizeof(float),
+		if (!in_ops && !t->pipe && ((st = kiln_device_alloc(t->dev, t->m->n_elems * sizeof(float),
 							(void **)&t->grads_more)) ||
 				(st = kiln_device_prepare_add(t->dev, n, &t->grads_add))))
 			return st;
@@ -131,7 +132,7 @@ static kiln_status prep_accumulate(struct trainer *t)
 		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s",
 			 (long long)acc, (long long)acc, (long long)(acc * t->B),
 			 in_ops ? "by the layers' ops" : "from a second buffer");
-		if (in_ops)
+		if (in_ops || t->pipe)
 			return KILN_OK;
 		/* backward never writes the alignment padding between tensors:
 		 * zero it once, so the add folds zeros into it */
@@ -339,11 +340,27 @@ static kiln_status open_streams(struct trainer *t)
 	return KILN_OK;
 }
 
-/* Training: precision, initial parameters, clip, optimizer, sync_bn. */
+/* Why a stage's rank ([dist] pipeline) starts with the whole model here,
+ * whatever its stage (NULL: its stage's alone may do). */
+static const char *whole_at_start(const struct trainer *t)
+{
+	const char *init = kiln_config_get(t->cfg, "model", "init_from");
+	if (t->tc.resume)
+		return "[train] resume: rank 0 reads a checkpoint whole";
+	if (init && *init)
+		return "[model] init_from: the file's weights are loaded whole";
+	return NULL;
+}
+
+/* Training: precision, the parameters' buffers (a stage's rank: its
+ * stage's alone where it can, kiln_dist_pipe_hold), initial parameters,
+ * clip, optimizer, sync_bn. */
 static kiln_status prepare_training(struct trainer *t)
 {
 	kiln_status st;
 	if ((st = kiln_model_precision_open(t->m, t->reg, t->compute)) ||
+	    (t->m->bare && (st = kiln_dist_pipe_hold(t->dist, t->m, whole_at_start(t),
+						     t->world > 1, t->compute))) ||
 	    (t->m->scaler_d &&
 	     (st = kiln_device_host_alloc(t->dev, 64, (void **)&t->scaler_host))) ||
 	    /* init_from first: kiln_model_init_params draws only what it lacks */
@@ -373,7 +390,10 @@ static kiln_status build_model(struct trainer *t)
 		kiln_rss(&t->rss0, NULL, 1);
 	/* (t->world: the data-parallel world; [dist] pipeline equal to the
 	 * world averages nothing, so its gradients need no shared memory) */
-	if ((st = kiln_model_create(t->cfg, t->reg, t->dev, &first->input, &t->m)) ||
+	/* (stages on ranks: the buffers of the parameters come in
+	 * prepare_training, the stage's alone where they can) */
+	if ((st = (t->training && t->pipe_P > 1 ? kiln_model_create_bare : kiln_model_create)(
+		     t->cfg, t->reg, t->dev, &first->input, &t->m)) ||
 	    /* ([dist] pipeline: the stage's, kiln_dist_pipe_cut_grads) */
 	    (t->world > 1 && t->pipe_P <= 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
 	    (st = open_streams(t)))
@@ -411,12 +431,16 @@ static kiln_status build_model(struct trainer *t)
 	if (do_eval) {
 		if (t->EB > t->test.len)
 			t->EB = t->test.len;
+		/* (a stage's rank holding its stage's alone evaluates per stage:
+		 * core/dist_pipe_eval.c) */
+		t->m->plan_staged = t->eval_staged = t->training && kiln_dist_pipe_eval_staged(t->dist);
 		if ((st = kiln_model_plan(t->m, t->EB, 0, &t->peval)) ||
 		    (t->test.len % t->EB &&
 		     (st = kiln_model_plan(t->m, t->test.len % t->EB, 0, &t->prem))) ||
 		    (t->have_val && t->val.len % t->EB &&
 		     (st = kiln_model_plan(t->m, t->val.len % t->EB, 0, &t->pvrem))))
 			return st;
+		t->m->plan_staged = 0;
 	}
 	/* every label must have a logit */
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;

@@ -18,7 +18,8 @@
 #     2 x accumulate 2;
 #  4. a checkpoint written by 2 stages resumes on one stage and ends where
 #     the uninterrupted 2-stage run does;
-#  5. `kiln memory` reports each stage's parameters and activations;
+#  5. `kiln memory` reports each stage's parameters and activations, and
+#     what a rank of the stage holds at its peak;
 #  6. bad placements are config errors naming the key;
 #  7. [train] recompute with stages (before session 9: refused): each stage
 #     recomputes its own layers' outputs (an output read on a later stage
@@ -172,6 +173,10 @@ stdout_has "pipeline: 4 stages, 4 micro-batches of 8"
 stdout_matches "^  0 +flat\.\.r1 +0\.008 +0\.008 .* 0\.008$"
 stdout_matches "^  3 +fc3\.\.loss +0\.002 +0\.002 .* 0\.002$"
 stdout_matches "^  2 +r2\.\.r2 +0\.000 +0\.000 .* 0\.000$"
+# a rank of the stage at its peak (session 10): its params, grads and
+# optimizer state and 1f1b's activations (fc3: 1600 + 1616 + 1600 bytes
+# and 0.003 MiB), then the optim column
+stdout_matches "^  3 +fc3\.\.loss .* 0\.003 +0\.008 +0\.002$"
 echo "ok: kiln memory reports each stage"
 
 # ---- 6. errors -----------------------------------------------------------------

@@ -52,7 +52,21 @@
 #     parameters alone; with evaluations, checkpoints and keep_best every 2
 #     steps (each a gather of the whole parameters, released after) the run
 #     equals one process (test losses too); and [train] recompute on 2
-#     stages on 2 ranks, each recomputing its own layers, equals it too.
+#     stages on 2 ranks, each recomputing its own layers, equals it too;
+# 12. from start-up on (session 10): each rank creates and initialises its
+#     stage's parameters alone (sections 1 and 11 end with one process's
+#     bytes, so the draws are one process's), and evaluates per stage
+#     (activations handed on as in training's forward, no whole model
+#     gathered), so on section 11's MLP with evaluations every 2 steps but
+#     no checkpoints the PEAK device memory of stage 0's rank stays below
+#     the whole model's parameters alone (before: the model was made
+#     whole, then cut, and each evaluation gathered it: 3.9 MB), and the
+#     test losses are one process's; with AdamW (2 state slots) too; with
+#     [data.val] the final test equals one process's; a checkpoint gathers
+#     the parameters at rank 0 alone, so stage 1's rank (which does not
+#     write) makes nothing whole: its peak is its bytes after the last step;
+#     [train] resume makes the model whole at start-up (rank 0 reads a
+#     checkpoint whole), logged, and its run equals one process.
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -408,4 +422,46 @@ run wrc 2 32 dist.pipeline=2 $cut $rcl
 "$tool" same "$(ck wc 4)" "$(ck wrc 4)" params optim.momentum ||
 	bad "recompute on 2 stages on 2 ranks differs from one process without"
 echo "ok: a rank holds its stage's parameters and gradients alone; recompute on ranks equals none"
+
+# ---- 12. a stage's parameters alone from start-up: the peak ------------------------
+# peak PEAK_NAME: rank 0's peak device bytes (its log line after the last step)
+peak() {
+	sed -n 's/.*rank 0 (pipeline stage 0): device memory live after the last step [0-9]* bytes (peak \([0-9]*\)).*/\1/p' "$tmp/$1.log"
+}
+held="from start-up on: created and initialised as the stage's alone"
+for o in sgd adamw; do
+	run "p$o" 2 32 dist.pipeline=2 train.optimizer=$o train.checkpoint_every=0 \
+		train.checkpoint_last=0 train.keep_best=0
+	[ "$(grep -c "$held" "$tmp/p$o.log")" = 2 ] ||
+		{ bad "p$o: not every rank holds its stage's alone from start-up"; grep "start-up" "$tmp/p$o.log"; }
+	# the whole model's parameters alone: 289840 floats, 1159360 bytes
+	pk=$(peak "p$o")
+	[ -n "$pk" ] && [ "$pk" -lt 1159360 ] ||
+		{ bad "p$o: stage 0's rank peaks at '$pk' device bytes, not below the whole model's parameters (1159360)"; grep "live after" "$tmp/p$o.log"; }
+done
+# (the evaluations ran per stage: one process's test losses)
+[ "$(grep "test loss" "$tmp/wo.log" | sort -u)" = "$(grep "test loss" "$tmp/psgd.log" | sort -u)" ] ||
+	{ bad "psgd: the test losses evaluated per stage differ from one process's"; grep "test loss" "$tmp/wo.log" "$tmp/psgd.log"; }
+# the checkpoints (and keep_best's) of section 11's run gathered at rank 0
+# alone: stage 1's rank, which does not write, made nothing whole (before:
+# its peak was its bytes after the last step plus the whole parameters)
+r1=$(sed -n 's/.*rank 1 (pipeline stage 1): device memory live after the last step \([0-9]*\) bytes (peak \([0-9]*\)).*/\2 - \1/p' "$tmp/wr.log")
+[ -n "$r1" ] && [ $(($r1)) -lt 1159360 ] ||
+	{ bad "wr: stage 1's rank peaked the whole parameters above its end ($r1 bytes) at a checkpoint it does not write"; grep "live after" "$tmp/wr.log"; }
+# with [data.val]: the final test on the test set, per stage too (before
+# session 10 it read the other stages' parameters cut away: 5e30)
+{ cat "$ini"; ini data.val source=synthetic samples=96 image_size=8 classes=16; } > "$tmp/val.ini"
+ini="$tmp/val.ini"
+run vo 0 32 train.checkpoint_last=0
+run vr 2 32 dist.pipeline=2 train.checkpoint_last=0
+ini="$tmp/wide.ini"
+[ -n "$(grep "final test loss" "$tmp/vo.log")" ] &&
+	[ "$(grep "test loss" "$tmp/vo.log" | sort -u)" = "$(grep "test loss" "$tmp/vr.log" | sort -u)" ] ||
+	{ bad "vr: the final test on 2 stages on 2 ranks differs from one process's"; grep "test loss" "$tmp/vo.log" "$tmp/vr.log"; }
+run wres 2 32 dist.pipeline=2 train.resume=1
+grep -q "rank 0 (pipeline stage 0): the model is created and initialised whole at start-up: \[train\] resume" "$tmp/wres.log" ||
+	bad "wres: [train] resume does not make the model whole at start-up"
+"$tool" same "$(ck wo 4)" "$(ck wres 4)" params optim.momentum ||
+	bad "2 stages on 2 ranks starting whole ([train] resume) differ from one process"
+echo "ok: stage 0's rank peaks below the whole model's parameters: its stage's alone from start-up"
 exit $fail

@@ -138,10 +138,8 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m)
 		return st;
 	if (!n)
 		return KILN_OK; /* nothing to train: no state */
-	if (m->state_slots &&
-	    (st = kiln_device_alloc(m->dev, (size_t)m->state_slots * n * sizeof(float),
-				    (void **)&m->state_d)))
-		return st;
+	/* (the state comes with the parameters: kiln_model_alloc_whole, or a
+	 * stage's alone, kiln_dist_pipe_hold) */
 	if (m->optim_info.needs_offsets &&
 	    (st = kiln_device_alloc(m->dev, (size_t)(m->n_tensors + 1) * sizeof(int64_t),
 				    (void **)&m->offsets_d)))
@@ -270,12 +268,15 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 						  KILN_COPY_H2D, stream)))
 			st = kiln_device_stream_sync(m->dev, stream);
 	}
-	/* zero the state (and the grads, so frozen or unused slots are defined) */
+	/* zero the state (and the grads, so frozen or unused slots are defined;
+	 * a stage's rank holding its slice alone: that slice, and no state) */
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_FILL;
 	op.n_out = 1;
 	op.f[0] = 0;
-	int64_t all = (int64_t)m->n_elems, ns = (int64_t)nst;
+	const size_t glo = m->held ? m->held_lo : 0;
+	int64_t all = (int64_t)(m->held ? m->held_hi - glo : m->n_elems);
+	int64_t ns = m->state_d ? (int64_t)nst : 0;
 	kiln_tensor_desc_init(&op.out[0], KILN_F32, 1, &all);
 	if (!st && all)
 		st = kiln_device_prepare(m->dev, &op, &fill_grads, NULL);
@@ -283,7 +284,7 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	if (!st && ns)
 		st = kiln_device_prepare(m->dev, &op, &fill_state, NULL);
 	if (!st && fill_grads) {
-		struct kiln_op_args a = { .out = { m->grads_d } };
+		struct kiln_op_args a = { .out = { m->grads_d + glo } };
 		st = kiln_device_run(m->dev, fill_grads, &a, stream);
 	}
 	if (!st && fill_state) {
