@@ -763,6 +763,12 @@ static void *split_main(void *arg)
 			goto out;
 		}
 	}
+	/* no rank closes the parent before every rank's last allreduce is
+	 * done: a closed pair is an EOF that failed a peer's Gloo allreduce
+	 * still in flight ("Connection closed by peer", shm = 0: 3 runs in
+	 * 60-80 under two busy loops); the barrier's own failure would be
+	 * that EOF, after the checks */
+	(void)e.ops->barrier(e.comm);
 out:
 	if (e.ops) {
 		if (ga)
