@@ -552,3 +552,11 @@ tests_check_cuda_sdpa_LDADD = $(CUDA_KERNEL_OBJS) libkiln.la \
 tests_check_cuda_sdpa_LDFLAGS = $(CUDA_LDFLAGS)
 endif
 endif
+# the CPU device's convolution weight gradient in blocks of the minibatch
+# (plugins/cpu/convsplit.c): dw and db right, the same bytes on any team
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_convsplit
+TESTS += tests/check_cpu_convsplit
+tests_check_cpu_convsplit_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_convsplit_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
