@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 #include "check_main.h"
+#include "test_util.h"
 
 static struct kiln_registry *reg;
 
@@ -33,12 +34,7 @@ struct gemm {
 	int64_t M, N, K;
 };
 
-static float val(uint32_t i, uint32_t salt)
-{
-	uint32_t x = i * 2654435761u ^ salt * 40503u;
-	x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
-	return (float)(x % 2001) / 1000.0f - 1.0f;
-}
+static float val(uint32_t i, uint32_t salt) { return test_hash_val(i, salt); }
 
 /* A GEMM on a cpu device of `threads` threads: C[M,N] = op(A) op(B) + bias
  * (+ C when beta), A and B filled from val(); C starts as val(salt 3). */

@@ -419,11 +419,49 @@ START_TEST(test_stage_spin)
 }
 END_TEST
 
+/* Which weight gradients run in blocks of the minibatch (cpu_conv_wsplit):
+ * the CNN's two at batch 128 in 8, a batch of 100 in 5, a prime batch, a
+ * team of one, bf16 and small ops not at all; never by the team's size;
+ * $KILN_CPU_CONV_SPLIT off or a number of blocks that divides N. */
+START_TEST(test_conv_wsplit)
+{
+	struct kiln_op c = { .type = KILN_OP_CONV_BWD_WEIGHTS, .n_in = 2, .n_out = 2 };
+	c.in[0] = d4(128, 32, 14, 14), c.in[1] = d4(128, 64, 14, 14), c.out[0] = d4(64, 32, 5, 5);
+	unsetenv("KILN_CPU_CONV_SPLIT");
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 8);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 4), 8);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 1), 0);
+	c.in[0] = d4(128, 1, 28, 28), c.in[1] = d4(128, 32, 28, 28), c.out[0] = d4(32, 1, 5, 5);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 8);
+	c.in[0].dims[0] = c.in[1].dims[0] = 100;
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 5);
+	c.in[0].dims[0] = c.in[1].dims[0] = 127;
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
+	c.in[0].dims[0] = c.in[1].dims[0] = 128;
+	c.in[0].dtype = c.in[1].dtype = KILN_BF16;
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
+	c.in[0].dtype = c.in[1].dtype = KILN_F32;
+	setenv("KILN_CPU_CONV_SPLIT", "0", 1);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
+	setenv("KILN_CPU_CONV_SPLIT", "4", 1);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 4);
+	setenv("KILN_CPU_CONV_SPLIT", "3", 1);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
+	unsetenv("KILN_CPU_CONV_SPLIT");
+	/* check_ckpt's small one runs on one thread: not split */
+	c.in[0] = d4(16, 1, 28, 28), c.in[1] = d4(16, 4, 28, 28), c.out[0] = d4(4, 1, 3, 3);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
+	c.type = KILN_OP_CONV;
+	c.in[0] = d4(128, 32, 14, 14), c.in[1] = d4(64, 32, 5, 5), c.out[0] = d4(128, 64, 14, 14);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
+}
+END_TEST
+
 static Suite *make_cpu_threads_suite(void)
 {
 	Suite *s = suite_create("cpu_threads");
 	check_add_case(s, "start", 0, NULL, NULL, (const TTest *[]){
-		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, NULL });
+		test_quota_v2, test_quota_v1, test_throttled, test_cgroup_path, test_threads_for, test_one_thread_ops, test_gemm_split, test_gemm_split_busy, test_spin_rule, test_stage_spin, test_conv_wsplit, NULL });
 	check_add_case(s, "adapt", 0, NULL, NULL, (const TTest *[]){
 		test_shrinks_and_holds, test_probe_backoff, test_steps_and_bounds,
 		test_throttling_is_not_contention, test_dnn_follows_held_size, NULL });

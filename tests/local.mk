@@ -560,3 +560,11 @@ EXTRA_DIST += tests/gpu_stages.sh
 # probe) only in a child, never in the process Check forks tests from
 TESTS += tests/device_probe_fork.sh
 EXTRA_DIST += tests/device_probe_fork.sh
+# the CPU device's convolution weight gradient in blocks of the minibatch
+# (plugins/cpu/convsplit.c): dw and db right, the same bytes on any team
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_convsplit
+TESTS += tests/check_cpu_convsplit
+tests_check_cpu_convsplit_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_convsplit_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif

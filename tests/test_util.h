@@ -81,6 +81,15 @@ static inline struct kiln_config *test_config(struct kiln_registry *reg, const c
 	return cfg;
 }
 
+/* A pseudo-random value in [-1, 1] in steps of 0.001 for element i of
+ * the tensor numbered salt: the same on every machine. */
+static inline float test_hash_val(uint32_t i, uint32_t salt)
+{
+	uint32_t x = i * 2654435761u ^ salt * 40503u;
+	x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
+	return (float)(x % 2001) / 1000.0f - 1.0f;
+}
+
 /* A 4-d tensor description [a, b, c, d] of dtype dt in layout. */
 static inline struct kiln_tensor_desc test_desc4(int dt, int64_t a, int64_t b, int64_t c, int64_t d,
 						 int layout)

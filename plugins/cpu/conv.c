@@ -618,7 +618,42 @@ static kiln_status conv_run_db(const struct cpu_plan *p, const struct kiln_op_ar
 	return KILN_OK;
 }
 
+kiln_status cpu_conv_act_layouts(struct cpu_ctx *c, const struct cpu_plan *p,
+				 dnnl_memory_desc_t *x, dnnl_memory_desc_t *y)
+{
+	struct conv_build b;
+	kiln_status st;
+	memset(&b, 0, sizeof b);
+	if ((st = conv_roles(c, p, &b)))
+		return st;
+	conv_geometry(&p->op, &b);
+	if (!(st = conv_descs(c, p, &b)) && !(st = conv_primitive(c, p, &b))) {
+		*x = *dnnl_primitive_desc_query_md(b.pd, b.t[TX].q, 0);
+		*y = *dnnl_primitive_desc_query_md(b.pd, b.t[TY].q, 0);
+	}
+	dnnl_primitive_desc_destroy(b.pd);
+	dnnl_primitive_desc_destroy(b.fwd);
+	dnnl_primitive_attr_destroy(b.attr);
+	dnnl_primitive_attr_destroy(b.rattr);
+	dnnl_primitive_attr_destroy(b.sattr);
+	return st;
+}
+
 kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	/* a weight gradient in blocks of the minibatch (convsplit.c), unless
+	 * it cannot keep the layouts its kept copies are in */
+	const int k = p->kern_f32 ? 0 : cpu_conv_wsplit(&p->op, c->threads);
+	if (k > 0) {
+		const kiln_status st = cpu_conv_wsplit_prepare(c, p, k);
+		if (st != KILN_ENOTSUP)
+			return st;
+		cpu_plan_release(p);
+	}
+	return cpu_conv_prepare_whole(c, p);
+}
+
+kiln_status cpu_conv_prepare_whole(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	struct conv_build b;
 	kiln_status st;

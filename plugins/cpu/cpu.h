@@ -26,6 +26,7 @@ struct cpu_dnn;
 struct cpu_choice;
 struct cpu_variants;
 struct cpu_split_pool;
+struct cpu_wsplit;
 
 /* How a bf16 convolution or GEMM is computed ([plugin.cpu] bf16_conv,
  * bf16_gemm): oneDNN's bf16 kernel, its f32 kernel on the widened bf16
@@ -107,6 +108,8 @@ struct cpu_plan {
 	/* gemm or dnn with an adaptive team: the versions prepared for a
 	 * smaller team (dnnteam.c) */
 	struct cpu_variants *variants;
+	/* a weight gradient in blocks of the minibatch (convsplit.c) */
+	struct cpu_wsplit *wsplit;
 	size_t aux;           /* aux_bytes(): state a forward leaves for its backward */
 	/* bf16/f16 tensors of an op whose kernel is f32 (lowp.c): the f32 plan
 	 * run in between the conversions, and where each converted tensor
@@ -255,6 +258,13 @@ void cpu_dnn_free(struct cpu_dnn *d);
 /* ---- conv.c, pool.c, bn.c, act.c, layout.c: prepare one family of ops
  * (same contract as cpu_ops_prepare) ---- */
 kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+/* conv.c: the op as one oneDNN convolution (never in blocks) */
+kiln_status cpu_conv_prepare_whole(struct cpu_ctx *c, struct cpu_plan *p);
+/* convsplit.c: a CONV_BWD_WEIGHTS in k blocks of the minibatch
+ * (cpu_conv_wsplit); KILN_ENOTSUP, with no message, when the blocks'
+ * kernels would read or leave kept copies in other layouts. */
+kiln_status cpu_conv_wsplit_prepare(struct cpu_ctx *c, struct cpu_plan *p, int k);
+void cpu_wsplit_free(struct cpu_wsplit *w);
 /* qconv.c: KILN_OP_QCONV and KILN_OP_QLINEAR (oneDNN int8) */
 kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p);

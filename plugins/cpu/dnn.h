@@ -75,4 +75,9 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
  * CPU_BIND_FIXED bytes are not asked for). */
 void *cpu_dnn_handle(const struct cpu_dnn *d, int m, const struct kiln_op_args *a);
 
+/* conv.c: the layouts the kernel of p's convolution reads x (src) and
+ * y (dst or diff_dst) in, made for the calling thread's OpenMP count. */
+kiln_status cpu_conv_act_layouts(struct cpu_ctx *c, const struct cpu_plan *p,
+				 dnnl_memory_desc_t *x, dnnl_memory_desc_t *y);
+
 #endif /* KILN_CPU_DNN_H */

@@ -19,4 +19,6 @@ endif
 # INT8 inference ops (issue 23)
 if BUILD_CPU
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/qconv.c
+# convolution weight gradients in blocks of the minibatch (issue 22, session 10)
+plugins_kiln_cpu_la_SOURCES += plugins/cpu/convsplit.c
 endif

@@ -198,6 +198,8 @@ void cpu_plan_release(struct cpu_plan *p)
 	cpu_gemm_free(p->gemm);
 	cpu_dnn_free(p->dnn);
 	cpu_variants_free(p->variants);
+	cpu_wsplit_free(p->wsplit);
+	p->wsplit = NULL;
 	cpu_qcache_free(p->qcache);
 	p->qcache = NULL;
 	p->gemm = NULL;

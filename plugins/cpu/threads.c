@@ -135,6 +135,25 @@ int cpu_op_one_thread(const struct kiln_op *op)
 	return f > 0 && f < CPU_ONE_THREAD_FLOP;
 }
 
+/* ---- convolution weight gradients in blocks of the minibatch ------------- */
+
+int cpu_conv_wsplit(const struct kiln_op *op, int threads)
+{
+	const char *hook = getenv("KILN_CPU_CONV_SPLIT");
+	if (threads < 2 || op->type != KILN_OP_CONV_BWD_WEIGHTS || op->in[0].dtype != KILN_F32 ||
+	    op->in[0].ndim != 4 || cpu_op_one_thread(op) || (hook && !strcmp(hook, "0")))
+		return 0;
+	const int64_t N = op->in[0].dims[0];
+	if (hook && *hook) {
+		const long k = atol(hook);
+		return k > 1 && k <= N && N % k == 0 ? (int)k : 0;
+	}
+	for (int k = CPU_WSPLIT_BLOCKS; k > 1; k--)
+		if (N % k == 0)
+			return k;
+	return 0;
+}
+
 /* ---- GEMMs split into parts ------------------------------------------------ */
 
 /* The shape rule: a part's length (rows, or columns when *cols is set
