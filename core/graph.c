@@ -675,15 +675,16 @@ static void region_span(const struct kiln_model *m, int region, size_t *lo, size
 static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, float *host,
 			       void *stream)
 {
-	size_t lo, count;
-	region_span(m, region, &lo, &count);
+	size_t lo, hi;
+	region_span(m, region, &lo, &hi);
+	const size_t count = hi - lo;
 	float *dst = (region ? m->buffers_d : m->params_d) + lo;
 	size_t run = 0; /* start of the run of drawn elements (from lo) */
 	kiln_status st = KILN_OK;
-	memset(host, 0, (count - lo) * sizeof(float));
+	memset(host, 0, count * sizeof(float));
 	for (int i = 0; i < m->n_params && !st; i++) {
 		const struct model_param *p = &m->params[i];
-		if (p->buffer != region || p->off < lo || p->off >= count)
+		if (p->buffer != region || p->off < lo || p->off >= hi)
 			continue;
 		const size_t off = p->off - lo;
 		if (p->given) {
@@ -694,7 +695,6 @@ static kiln_status init_region(struct kiln_model *m, int region, uint64_t seed, 
 		for (int64_t e = 0; e < p->numel; e++)
 			host[off + (size_t)e] = init_value(p, seed, e);
 	}
-	count -= lo;
 	if (!st)
 		st = init_copy(m, dst, host, run, count, stream);
 	/* the host buffer is reused: wait for the copies */
