@@ -106,6 +106,13 @@ kiln_status kiln_dist_group_allreduce(void *group, void *buf, size_t count, int 
 kiln_status kiln_dist_group_allgather(void *group, const void *send, void *recv, size_t count,
 				      int dtype, void *stream);
 
+/* comm ops sendrecv (core/comm_p2p.c): ops->sendrecv where the
+ * communicator has it (version 7), else a send and a recv on `stream` in
+ * rank order (rank: this rank's in comm), KILN_ENOTSUP when dst != src. */
+kiln_status kiln_comm_sendrecv(const struct kiln_comm_ops *ops, void *comm, int rank,
+			       const void *send_buf, size_t send_count, int dst, void *recv_buf,
+			       size_t recv_count, int src, int dtype, void *stream, void *done);
+
 /* host->device_host_fn (core/device.c) and host->fatal. */
 kiln_status kiln_device_host_fn(struct kiln_device *dev, void *stream, kiln_status (*fn)(void *),
 				void *arg);

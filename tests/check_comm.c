@@ -35,6 +35,14 @@
  * test_gloo_send_now: a send on the calling thread (comm ops version 6)
  * that never waits goes while the channel has room and not after, and
  * its messages and those that waited arrive in order (send_now_main).
+ * test_gloo_sendrecv: comm ops version 7's sendrecv, a send and a recv
+ * that progress together: two ranks exchange 3 MiB at once (three times
+ * the channel's ring: a send before the recv on both would wait for
+ * ever), on the channels and on TCP, and three ranks shift 3 MiB around
+ * a ring; one-sided halves keep the pair's order with plain send and
+ * recv; bad ranks and an empty call are refused; the core's emulation
+ * for a communicator without it (kiln_comm_sendrecv on a version-6
+ * table) exchanges in rank order and refuses dst != src (sendrecv_main).
  */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <kiln/kiln.h>
@@ -58,6 +66,10 @@
 #include <unistd.h>
 
 const struct kiln_host *kiln_host_table(void);
+/* core/comm_p2p.c (core/dist.h, exported as every kiln_ symbol) */
+kiln_status kiln_comm_sendrecv(const struct kiln_comm_ops *ops, void *comm, int rank,
+			       const void *send_buf, size_t send_count, int dst, void *recv_buf,
+			       size_t recv_count, int src, int dtype, void *stream, void *done);
 
 /* ---- counting allocator ------------------------------------------------ */
 
@@ -1021,6 +1033,153 @@ END_TEST
  * the warm-up steps had grew it again, counted by test_gloo_no_alloc once
  * in a while under load.) */
 enum { QN = 300 };
+/* sendrecv (comm ops version 7, test_gloo_sendrecv), on W ranks: each
+ * sends SR_N floats to rank + 1 and receives SR_N from rank - 1 (mod W; on
+ * 2 ranks the same peer) in one call, done recorded, every value checked.
+ * SR_N floats are 3 MiB and a bit, three times the channels' ring: each
+ * rank's send must be under way while it receives.  On 2 ranks, then:
+ * one-sided halves between plain p2p (rank 0 sends 100 i32s by send and
+ * SR_N floats by a sendrecv with no recv; rank 1 receives the first by a
+ * sendrecv with no send, the second by recv), bad calls refused, and
+ * the core's emulation on a copy of the table as a version-6 plugin
+ * has it (no sendrecv): the same 3 MiB exchange, and a ring refused. */
+enum { SR_N = (3 << 18) + 1001, SR_TIMEOUT_MS = 8000 };
+
+static float sr_val(int from, int m, size_t i)
+{
+	return (float)(from * 100000 + m * 1000) + (float)(i % 997) * 0.5f;
+}
+
+/* x[0..n) == sr_val(from, m, .) or r->err set; 0 or -1 */
+static int sr_check(struct rank_ctx *r, const char *what, const float *x, size_t n, int from,
+		    int m)
+{
+	for (size_t i = 0; i < n; i++)
+		if (x[i] != sr_val(from, m, i)) {
+			snprintf(r->err, sizeof r->err, "rank %d: %s: element %zu of %zu is %g, want %g",
+				 r->rank, what, i, n, x[i], sr_val(from, m, i));
+			return -1;
+		}
+	return 0;
+}
+
+/* 2 ranks: one-sided halves in order with send and recv, then bad calls */
+static int sr_halves(struct rank_ctx *r, struct rank_env *e, float *a, float *b, int32_t *k)
+{
+	const int R = r->rank, peer = 1 - R;
+	kiln_status st;
+	for (int i = 0; i < 100; i++)
+		k[i] = R ? 0 : 7 * i - 3;
+	for (size_t i = 0; i < SR_N; i++)
+		a[i] = sr_val(R, 2, i), b[i] = -1.0f;
+	if (R == 0) {
+		TRY(e->ops->send(e->comm, k, 100, KILN_I32, peer, e->s, NULL));
+		TRY(e->ops->sendrecv(e->comm, a, SR_N, peer, NULL, 0, -1, KILN_F32, e->s, e->done));
+	} else {
+		TRY(e->ops->sendrecv(e->comm, NULL, 0, -1, k, 100, peer, KILN_I32, e->s, NULL));
+		TRY(e->ops->recv(e->comm, b, SR_N, KILN_F32, peer, e->s, e->done));
+	}
+	TRY(kiln_device_event_sync(e->dev, e->done));
+	TRY(kiln_device_stream_sync(e->dev, e->s));
+	for (int i = 0; i < 100; i++)
+		if (k[i] != 7 * i - 3) {
+			snprintf(r->err, sizeof r->err, "rank %d: one-sided: k[%d] = %d", R, i, k[i]);
+			return -1;
+		}
+	if (R == 1 && sr_check(r, "one-sided sendrecv then recv", b, SR_N, 0, 2))
+		return -1;
+	st = e->ops->sendrecv(e->comm, a, 1, R, b, 1, peer, KILN_F32, e->s, NULL);
+	if (st != KILN_EINVAL || !strstr(kiln_last_error(), "no such peer")) {
+		snprintf(r->err, sizeof r->err, "rank %d: sendrecv to itself: %d '%s'", R, (int)st,
+			 kiln_last_error());
+		return -1;
+	}
+	st = e->ops->sendrecv(e->comm, a, 0, peer, b, 0, peer, KILN_F32, e->s, NULL);
+	if (st != KILN_EINVAL || !strstr(kiln_last_error(), "nothing to send or receive")) {
+		snprintf(r->err, sizeof r->err, "rank %d: empty sendrecv: %d '%s'", R, (int)st,
+			 kiln_last_error());
+		return -1;
+	}
+	return 0;
+out:
+	return -1;
+}
+
+/* 2 ranks: the core's emulation for a communicator built before version 7 */
+static int sr_emulated(struct rank_ctx *r, struct rank_env *e, float *a, float *b)
+{
+	const int R = r->rank, peer = 1 - R;
+	struct kiln_comm_ops old = *e->ops;
+	old.version = 6;
+	old.sendrecv = NULL;
+	for (size_t i = 0; i < SR_N; i++)
+		a[i] = sr_val(R, 3, i), b[i] = -1.0f;
+	TRY(kiln_comm_sendrecv(&old, e->comm, R, a, SR_N, peer, b, SR_N, peer, KILN_F32, e->s,
+			       e->done));
+	TRY(kiln_device_event_sync(e->dev, e->done));
+	if (sr_check(r, "the core's ordered send and recv", b, SR_N, peer, 3))
+		return -1;
+	kiln_status st = kiln_comm_sendrecv(&old, e->comm, R, a, 1, peer, b, 1, R, KILN_F32, e->s,
+					    NULL);
+	if (st != KILN_ENOTSUP || !strstr(kiln_last_error(), "comm ops version 7")) {
+		snprintf(r->err, sizeof r->err, "rank %d: emulated ring: %d '%s'", R, (int)st,
+			 kiln_last_error());
+		return -1;
+	}
+	return 0;
+out:
+	return -1;
+}
+
+static void *sendrecv_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	float *a = NULL, *b = NULL;
+	int32_t *k = NULL;
+	const int R = r->rank, W = r->world, dst = (R + 1) % W, src = (R + W - 1) % W;
+	if (rank_open(r, &e, SR_TIMEOUT_MS))
+		goto out;
+	if (e.ops->version < 7 || !e.ops->sendrecv) {
+		snprintf(r->err, sizeof r->err, "rank %d: gloo has no sendrecv (version %u)", R,
+			 e.ops->version);
+		goto out;
+	}
+	TRY(kiln_device_alloc(e.dev, SR_N * 4, (void **)&a));
+	TRY(kiln_device_alloc(e.dev, SR_N * 4, (void **)&b));
+	TRY(kiln_device_alloc(e.dev, 100 * 4, (void **)&k));
+	for (int m = 0; m < 2; m++) {
+		for (size_t i = 0; i < SR_N; i++)
+			a[i] = sr_val(R, m, i), b[i] = -1.0f;
+		TRY(kiln_comm_sendrecv(e.ops, e.comm, R, a, SR_N, dst, b, SR_N, src, KILN_F32, e.s,
+				       e.done));
+		TRY(kiln_device_event_sync(e.dev, e.done));
+		if (sr_check(r, "the exchange", b, SR_N, src, m))
+			goto out;
+	}
+	if (W == 2 && !sr_halves(r, &e, a, b, k))
+		sr_emulated(r, &e, a, b);
+out:
+	rank_close_freeing(&e, (void *[]){ a, b, k }, 3);
+	return NULL;
+}
+
+/* _i 0: 2 ranks on the shared-memory channels; 1: on Gloo's TCP
+ * (shm_p2p = 0); 2: 3 ranks around a ring on the channels */
+START_TEST(test_gloo_sendrecv)
+{
+	struct rank_ctx rc[3];
+	int status[3];
+	const int W = _i == 2 ? 3 : 2;
+	if (run_ranks_n(sendrecv_main, W, 0, _i == 1 ? 2 : 1, rc, status))
+		return;
+	for (int i = 0; i < W; i++) {
+		ck_assert_msg(!*rc[i].err, "%s", rc[i].err);
+		ck_assert_int_eq(status[i], 0);
+	}
+}
+END_TEST
+
 static atomic_int q_ran, q_go;
 
 static kiln_status q_task(void *arg)
@@ -1095,6 +1254,7 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_split, 0, 2);
 	tcase_add_test(tc, test_gloo_p2p_channel);
 	tcase_add_loop_test(tc, test_gloo_send_now, 0, 2);
+	tcase_add_loop_test(tc, test_gloo_sendrecv, 0, 3);
 	tcase_add_test(tc, test_stream_queue_no_alloc);
 	suite_add_tcase(s, tc);
 	return s;

@@ -89,9 +89,12 @@ extern "C" {
  *      residual input added before the fused activation (inference;
  *      kiln/ops.h).
  * 2.12: comm ops version 6: send_now (a send on the calling thread that
- *      need not wait for the peer; NULL in a communicator built before). */
+ *      need not wait for the peer; NULL in a communicator built before).
+ * 2.13: comm ops version 7: sendrecv (a send and a recv that progress
+ *      together, one NCCL group; NULL in a communicator built before: the
+ *      core pairs a send and a recv in rank order). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 12
+#define KILN_ABI_MINOR 13
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -502,7 +505,7 @@ struct kiln_device_ops {
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 6
+#define KILN_COMM_OPS_VERSION 7
 
 /* split's color for a rank that joins no group (MPI_UNDEFINED) */
 #define KILN_COMM_NO_GROUP (-1)
@@ -608,6 +611,32 @@ struct kiln_comm_ops {
 	 * NULL means the core enqueues every send) */
 	kiln_status (*send_now)(void *ctx, const void *buf, size_t count, int dtype, int peer,
 				int wait, int *sent);
+
+	/* ---- version 7 (ABI 2.13) ---- */
+
+	/* A send of send_count elements of dtype from send_buf to rank dst and
+	 * a recv of recv_count from rank src into recv_buf, enqueued on
+	 * `stream` as one operation whose two halves progress together: it
+	 * completes (and `done`, may be NULL, is recorded) when both have,
+	 * and neither waits for the other to finish first, so two ranks that
+	 * exchange messages of any size at once (1f1b's steady state, a ring
+	 * shift) cannot deadlock.  (NCCL: ncclSend and ncclRecv in one
+	 * ncclGroupStart/End, which NCCL requires of p2p calls that must
+	 * progress together.)  In the per-pair order of send and recv the
+	 * send counts as this rank's next send to dst and the recv as its
+	 * next recv from src; dst may equal src.  Either count may be 0 (that
+	 * half is skipped: no message, its rank not looked at), not both.  The buffers belong to the caller and must not
+	 * overlap or be touched until the stream passes the call; the
+	 * communicator keeps no pointer after.  Called from the thread that
+	 * drives the communicator, as send and recv.  Errors as send and
+	 * recv: a bad rank KILN_EINVAL; a peer gone or silent past the
+	 * timeout fails the call or the stream (KILN_EIO, KILN_ETIMEOUT)
+	 * naming it.  (optional: NULL means the core issues a send and a recv
+	 * in rank order, which is deadlock-free only for dst == src: core/
+	 * comm_p2p.c, kiln_comm_sendrecv) */
+	kiln_status (*sendrecv)(void *ctx, const void *send_buf, size_t send_count, int dst,
+				void *recv_buf, size_t recv_count, int src, int dtype, void *stream,
+				void *done);
 };
 
 /* ======================================================================

@@ -78,6 +78,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -130,7 +132,7 @@ private:
 
 /* ---- the communicator --------------------------------------------------- */
 
-enum Kind { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_SEND, K_RECV };
+enum Kind { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_SEND, K_RECV, K_SENDRECV };
 
 struct Comm;
 
@@ -144,6 +146,10 @@ struct Job {
 	const void *send;
 	size_t count;
 	int dtype, op, root;
+	/* K_SENDRECV: the recv half (into buf, rcount elements from rank
+	 * src); send, count and root are the send half */
+	size_t rcount;
+	int src;
 	std::atomic<int> busy{ 0 };
 };
 
@@ -431,6 +437,7 @@ const char *kind_name(Kind k)
 	case K_ALLGATHER: return "allgather";
 	case K_SEND: return "send";
 	case K_RECV: return "recv";
+	case K_SENDRECV: return "sendrecv";
 	default: return "reduce_scatter";
 	}
 }
@@ -507,13 +514,70 @@ void run_p2p(Comm *c, Job *j)
 	}
 }
 
+/* K_SENDRECV over Gloo's TCP: both unbound buffers posted before either
+ * is waited for (the same slot as run_p2p: one order per pair). */
+void run_sendrecv_tcp(Comm *c, Job *j)
+{
+	constexpr uint64_t kP2pSlot = 0x6b696c6e70327000ull; /* run_p2p's */
+	const size_t es = dtype_size(j->dtype);
+	const auto limit = std::chrono::milliseconds(c->timeout_ms);
+	std::unique_ptr<gloo::transport::UnboundBuffer> sb, rb;
+	if (j->rcount) {
+		rb = c->ctx->createUnboundBuffer(j->buf, j->rcount * es);
+		rb->recv(j->src, kP2pSlot);
+	}
+	if (j->count) {
+		sb = c->ctx->createUnboundBuffer(const_cast<void *>(j->send), j->count * es);
+		sb->send(j->root, kP2pSlot);
+	}
+	if (rb)
+		rb->waitRecv(nullptr, limit);
+	if (sb)
+		sb->waitSend(nullptr, limit);
+}
+
+/* K_SENDRECV on the shared-memory channels: the send goes now if the
+ * channel has room for all of it, else on a thread of its own while this
+ * one receives (the channel's ring is smaller than a large message: a
+ * send before the recv on both ranks would wait forever). */
+kiln_status run_sendrecv_shm(Comm *c, Job *j)
+{
+	const size_t es = dtype_size(j->dtype);
+	if (!j->count)
+		return gloo_shm_recv(c->shm, j->src, j->buf, j->rcount * es);
+	if (!j->rcount)
+		return gloo_shm_send(c->shm, j->root, j->send, j->count * es);
+	if (gloo_shm_try_send(c->shm, j->root, j->send, j->count * es))
+		return gloo_shm_recv(c->shm, j->src, j->buf, j->rcount * es);
+	kiln_status sst = KILN_OK;
+	std::string why;
+	std::thread t;
+	try {
+		t = std::thread([&] {
+			sst = gloo_shm_send(c->shm, j->root, j->send, j->count * es);
+			if (sst && H->last_error)
+				why = H->last_error();
+		});
+	} catch (const std::system_error &e) {
+		return H->error(KILN_EIO, "gloo: rank %d of %d: sendrecv: no thread for the send to rank %d: %s",
+				c->rank, c->world, j->root, e.what());
+	}
+	kiln_status rst = gloo_shm_recv(c->shm, j->src, j->buf, j->rcount * es);
+	t.join();
+	if (sst && !rst)
+		return H->error(sst, "%s", why.c_str());
+	return rst;
+}
+
 kiln_status run_job_now(Job *j)
 {
 	Comm *c = j->c;
 	size_t es = dtype_size(j->dtype);
-	const bool p2p = j->kind == K_SEND || j->kind == K_RECV;
+	const bool p2p = j->kind == K_SEND || j->kind == K_RECV || j->kind == K_SENDRECV;
 	if (c->shm && j->kind != K_BROADCAST && !p2p)
 		return run_shm(c, j);
+	if (j->kind == K_SENDRECV && gloo_shm_p2p(c->shm))
+		return run_sendrecv_shm(c, j);
 	if (p2p && gloo_shm_p2p(c->shm)) /* the shared-memory channels (shm.h) */
 		return j->kind == K_SEND ? gloo_shm_send(c->shm, j->root, j->buf, j->count * es)
 					 : gloo_shm_recv(c->shm, j->root, j->buf, j->count * es);
@@ -522,6 +586,9 @@ kiln_status run_job_now(Job *j)
 		case K_SEND:
 		case K_RECV:
 			run_p2p(c, j);
+			break;
+		case K_SENDRECV:
+			run_sendrecv_tcp(c, j);
 			break;
 		case K_ALLREDUCE:
 			if (c->nd.on)
@@ -573,6 +640,10 @@ kiln_status run_job_now(Job *j)
 	} catch (const std::exception &e) {
 		const char *w = e.what();
 		bool timeout = std::strstr(w, "imed out") || std::strstr(w, "imeout");
+		if (j->kind == K_SENDRECV)
+			return H->error(timeout ? KILN_ETIMEOUT : KILN_EIO,
+					"gloo: rank %d of %d: sendrecv to rank %d, from rank %d, of %zu and %zu elements failed: %s",
+					c->rank, c->world, j->root, j->src, j->count, j->rcount, w);
 		if (p2p)
 			return H->error(timeout ? KILN_ETIMEOUT : KILN_EIO,
 					"gloo: rank %d of %d: %s %s rank %d of %zu elements failed: %s",
@@ -593,8 +664,8 @@ Job *job_fill(Job *j, Comm *c, Kind kind)
 	j->kind = kind;
 	j->buf = nullptr;
 	j->send = nullptr;
-	j->count = 0;
-	j->dtype = j->op = j->root = 0;
+	j->count = j->rcount = 0;
+	j->dtype = j->op = j->root = j->src = 0;
 	return j;
 }
 
@@ -880,6 +951,33 @@ kiln_status gloo_recv(void *ctx, void *buf, size_t count, int dtype, int peer, v
 	return gloo_p2p(ctx, K_RECV, buf, count, dtype, peer, stream, done);
 }
 
+/* comm ops version 7: one job, its send and recv progressing together
+ * (run_sendrecv_shm, run_sendrecv_tcp). */
+kiln_status gloo_sendrecv(void *ctx, const void *send_buf, size_t send_count, int dst,
+			  void *recv_buf, size_t recv_count, int src, int dtype, void *stream,
+			  void *done)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	if (!send_count && !recv_count)
+		return H->error(KILN_EINVAL, "gloo: rank %d of %d: a sendrecv with nothing to send or receive",
+				c->rank, c->world);
+	if ((send_count && (dst < 0 || dst >= c->world || dst == c->rank)) ||
+	    (recv_count && (src < 0 || src >= c->world || src == c->rank)))
+		return H->error(KILN_EINVAL, "gloo: rank %d of %d: sendrecv to rank %d, from rank %d: no such peer",
+				c->rank, c->world, dst, src);
+	Job *j = job_get(c, K_SENDRECV);
+	if (!j)
+		return KILN_EINTERNAL;
+	j->send = send_buf;
+	j->count = send_count;
+	j->root = dst;
+	j->buf = recv_buf;
+	j->rcount = recv_count;
+	j->src = src;
+	j->dtype = dtype;
+	return enqueue(c, j, stream, done);
+}
+
 /* comm ops version 6: a send on the calling thread.  wait = 0: into the
  * shared-memory channel if it has room now, else nothing (*sent = 0; over
  * TCP always nothing: a Gloo send cannot say that it would wait). */
@@ -1009,6 +1107,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .recv = */ gloo_recv,
 	/* .split = */ gloo_split,
 	/* .send_now = */ gloo_send_now,
+	/* .sendrecv = */ gloo_sendrecv,
 };
 
 const struct kiln_key gloo_keys[] = {

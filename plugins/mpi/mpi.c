@@ -66,6 +66,10 @@ struct job {
 	void *buf;
 	const void *send;
 	size_t count;
+	/* K_SENDRECV: the recv half (buf, from rank src, rcount elements);
+	 * send, count and root are the send half */
+	size_t rcount;
+	int src;
 	atomic_int busy;
 	struct job *next_kept; /* a captured job's link in mpi_comm.kept */
 };
@@ -106,9 +110,11 @@ struct mpi_comm {
 	MPI_Win region_win;
 };
 
-enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER, K_SEND, K_RECV };
+enum { K_ALLREDUCE, K_BROADCAST, K_ALLGATHER, K_REDUCE_SCATTER, K_BARRIER, K_SEND, K_RECV,
+       K_SENDRECV };
 static const char *const kind_names[] = { "allreduce", "broadcast", "allgather",
-					  "reduce_scatter", "barrier", "send", "recv" };
+					  "reduce_scatter", "barrier", "send", "recv",
+					  "sendrecv" };
 /* the tag of kiln's point-to-point messages (matched in order per pair) */
 #define P2P_TAG 0x6b70
 
@@ -188,9 +194,9 @@ static int mpi_look(void *arg)
 	if (t0 && watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll) {
 		pthread_mutex_unlock(&c->dog.lock);
 		const int kind = atomic_load(&c->what);
-		if (kind == K_SEND || kind == K_RECV)
+		if (kind == K_SEND || kind == K_RECV || kind == K_SENDRECV)
 			H->fatal("mpi", "rank %d of %d: MPI %s %s rank %d of %lld elements did not complete within [dist] timeout = %.1f s: rank %d is lost or stuck; ending this rank",
-				 c->rank, c->world, kind_names[kind], kind == K_SEND ? "to" : "from",
+				 c->rank, c->world, kind_names[kind], kind == K_RECV ? "from" : "to",
 				 atomic_load(&c->peer), (long long)atomic_load(&c->count),
 				 c->timeout_ms / 1000.0, atomic_load(&c->peer));
 		else
@@ -377,14 +383,35 @@ static int wait_req(struct mpi_comm *c, MPI_Request *req)
 	return rc;
 }
 
+/* K_SENDRECV (comm ops version 7): MPI_Sendrecv, or MPI_Isend and
+ * MPI_Irecv (req[0], req[1]) both posted before either is waited for; a
+ * half with count 0 talks to MPI_PROC_NULL (nothing). */
+static int start_sendrecv(struct mpi_comm *c, struct job *j, MPI_Request *req, const char **what)
+{
+	const size_t es = dtype_size(j->dtype);
+	const int sb = (int)(j->count * es), rb = (int)(j->rcount * es);
+	const int dst = j->count ? j->root : MPI_PROC_NULL, src = j->rcount ? j->src : MPI_PROC_NULL;
+	int rc;
+	*what = req ? "MPI_Isend+MPI_Irecv" : "MPI_Sendrecv";
+	if (!req)
+		return MPI_Sendrecv(j->send, sb, MPI_BYTE, dst, P2P_TAG, j->buf, rb, MPI_BYTE, src,
+				    P2P_TAG, c->comm, MPI_STATUS_IGNORE);
+	rc = MPI_Irecv(j->buf, rb, MPI_BYTE, src, P2P_TAG, c->comm, &req[1]);
+	return rc != MPI_SUCCESS ? rc
+				 : MPI_Isend(j->send, sb, MPI_BYTE, dst, P2P_TAG, c->comm, &req[0]);
+}
+
 /* Run job j: the blocking MPI collective when req is NULL, else the
- * nonblocking one (MPI-3), its request in *req. */
+ * nonblocking one (MPI-3), its request in *req (K_SENDRECV: req[0] and
+ * req[1]). */
 static int start(struct mpi_comm *c, struct job *j, MPI_Request *req, const char **what)
 {
 	const size_t es = dtype_size(j->dtype);
 	const int n = (int)j->count, bytes = (int)(j->count * es);
 	MPI_Datatype t = j->dtype == KILN_F32 ? MPI_FLOAT : c->u16;
 	MPI_Op op = j->dtype == KILN_F32 ? MPI_SUM : c->sum16[j->dtype == KILN_F16];
+	if (j->kind == K_SENDRECV)
+		return start_sendrecv(c, j, req, what);
 	switch (j->kind) {
 	case K_ALLREDUCE:
 		*what = "MPI_Allreduce";
@@ -425,11 +452,12 @@ static kiln_status run_job(void *arg)
 	struct mpi_comm *c = j->c;
 	/* MPI counts are ints: reductions count elements, the rest bytes */
 	const int reduces = j->kind == K_ALLREDUCE || j->kind == K_REDUCE_SCATTER;
-	const size_t n = reduces ? j->count : j->count * dtype_size(j->dtype);
+	const size_t n = reduces ? j->count
+				 : (j->count > j->rcount ? j->count : j->rcount) * dtype_size(j->dtype);
 	kiln_status st = KILN_OK;
 	const int how = running_inline ? W_BLOCK : c->wait;
-	const int p2p = j->kind == K_SEND || j->kind == K_RECV;
-	atomic_store(&c->peer, j->root);
+	const int p2p = j->kind == K_SEND || j->kind == K_RECV || j->kind == K_SENDRECV;
+	atomic_store(&c->peer, j->kind == K_SENDRECV && !j->count ? j->src : j->root);
 	if (c->shm_on && j->kind != K_BROADCAST && !p2p) {
 		const float sc = reduces && j->op == KILN_REDUCE_AVG ? 1.0f / (float)c->world : 1.0f;
 		const int wait = how == W_BLOCK ? SHMCOLL_SPIN : how == W_YIELD ? SHMCOLL_YIELD
@@ -449,7 +477,7 @@ static kiln_status run_job(void *arg)
 		/* nonblocking with a CPU-friendly wait on a stream worker,
 		 * where the compute threads need the cores; blocking
 		 * (Open MPI's busy poll, its lowest latency) inline */
-		MPI_Request req = MPI_REQUEST_NULL;
+		MPI_Request req[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL };
 		const char *what = "MPI_Ibarrier";
 		int rc = MPI_SUCCESS;
 		watch(c, j->kind, j->count);
@@ -457,14 +485,16 @@ static kiln_status run_job(void *arg)
 			/* wait (napping) until every rank has reached this
 			 * collective, then run the blocking one: Open MPI's
 			 * polling covers only the transfer itself */
-			rc = MPI_Ibarrier(c->comm, &req);
+			rc = MPI_Ibarrier(c->comm, &req[0]);
 			if (rc == MPI_SUCCESS)
-				rc = wait_req(c, &req);
+				rc = wait_req(c, &req[0]);
 		}
 		if (rc == MPI_SUCCESS)
-			rc = start(c, j, how == W_BLOCK || (how == W_MEET && !p2p) ? NULL : &req, &what);
+			rc = start(c, j, how == W_BLOCK || (how == W_MEET && !p2p) ? NULL : req, &what);
 		if (rc == MPI_SUCCESS && (how == W_YIELD || how == W_SLEEP || (p2p && how == W_MEET)))
-			rc = wait_req(c, &req);
+			rc = wait_req(c, &req[0]);
+		if (rc == MPI_SUCCESS && (how == W_YIELD || how == W_SLEEP || (p2p && how == W_MEET)))
+			rc = wait_req(c, &req[1]); /* MPI_REQUEST_NULL but for K_SENDRECV */
 		unwatch(c);
 		if (rc != MPI_SUCCESS)
 			st = mpi_fail(c, rc, what);
@@ -481,6 +511,7 @@ static void job_fill(struct job *j, struct mpi_comm *c, const struct job *want)
 	j->c = c;
 	j->kind = want->kind, j->dtype = want->dtype, j->op = want->op, j->root = want->root;
 	j->buf = want->buf, j->send = want->send, j->count = want->count;
+	j->rcount = want->rcount, j->src = want->src;
 	atomic_store_explicit(&j->busy, 1, memory_order_relaxed);
 }
 
@@ -590,6 +621,24 @@ static kiln_status mpi_recv(void *ctx, void *buf, size_t count, int dtype, int p
 			    void *done)
 {
 	return mpi_p2p(ctx, K_RECV, buf, count, dtype, peer, stream, done);
+}
+
+/* comm ops version 7: one job, both halves posted before either waits */
+static kiln_status mpi_sendrecv(void *ctx, const void *send_buf, size_t send_count, int dst,
+				void *recv_buf, size_t recv_count, int src, int dtype, void *stream,
+				void *done)
+{
+	struct mpi_comm *c = ctx;
+	if (!send_count && !recv_count)
+		return H->error(KILN_EINVAL, "mpi: rank %d of %d: a sendrecv with nothing to send or receive",
+				c->rank, c->world);
+	if ((send_count && (dst < 0 || dst >= c->world || dst == c->rank)) ||
+	    (recv_count && (src < 0 || src >= c->world || src == c->rank)))
+		return H->error(KILN_EINVAL, "mpi: rank %d of %d: sendrecv to rank %d, from rank %d: no such peer",
+				c->rank, c->world, dst, src);
+	return enqueue(c, (struct job){ .kind = K_SENDRECV, .send = send_buf, .count = send_count,
+					.root = dst, .buf = recv_buf, .rcount = recv_count,
+					.src = src, .dtype = dtype }, stream, done);
 }
 
 static kiln_status mpi_barrier(void *ctx)
@@ -828,6 +877,8 @@ static const struct kiln_comm_ops mpi_ops = {
 	.send = mpi_send,
 	.recv = mpi_recv,
 	.split = mpi_split,
+	.send_now = NULL,
+	.sendrecv = mpi_sendrecv,
 };
 
 static const struct kiln_key mpi_keys[] = {

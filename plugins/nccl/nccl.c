@@ -301,6 +301,43 @@ static kiln_status nccl_recv(void *ctx, void *buf, size_t count, int dtype, int 
 	return nccl_p2p(ctx, NCCL_RECV, buf, count, dtype, peer, stream, done);
 }
 
+/* comm ops version 7: the send and the recv in one group.  NCCL requires
+ * point-to-point calls that must progress together to share a group:
+ * each in a group of its own, two ranks that send to each other before
+ * receiving (1f1b's steady state) can wait on each other forever. */
+static kiln_status nccl_sendrecv(void *ctx, const void *send_buf, size_t send_count, int dst,
+				 void *recv_buf, size_t recv_count, int src, int dtype, void *stream,
+				 void *done)
+{
+	struct nccl_comm *c = ctx;
+	ncclDataType_t t;
+	kiln_status ust;
+	if ((ust = usable(c)))
+		return ust;
+	if (!send_count && !recv_count)
+		return H->error(KILN_EINVAL, "nccl: rank %d of %d: a sendrecv with nothing to send or receive",
+				c->rank, c->world);
+	if ((send_count && (dst < 0 || dst >= c->world || dst == c->rank)) ||
+	    (recv_count && (src < 0 || src >= c->world || src == c->rank)))
+		return H->error(KILN_EINVAL, "nccl: rank %d of %d: sendrecv to rank %d, from rank %d: no such peer",
+				c->rank, c->world, dst, src);
+	if (!dtype_of(dtype, &t))
+		return H->error(KILN_ENOTSUP, "nccl: sendrecv of dtype %d", dtype);
+	cudaStream_t s = native(c, stream);
+	ncclResult_t r = ncclGroupStart();
+	if (r != ncclSuccess)
+		return finish(c, r, "ncclGroupStart", send_count + recv_count, stream, done);
+	if (send_count)
+		r = ncclSend(send_buf, send_count, t, dst, c->comm, s);
+	if ((r == ncclSuccess || r == ncclInProgress) && recv_count)
+		r = ncclRecv(recv_buf, recv_count, t, src, c->comm, s);
+	/* the group is closed whatever happened inside it */
+	ncclResult_t e = ncclGroupEnd();
+	if (r == ncclSuccess || r == ncclInProgress)
+		r = e != ncclSuccess ? e : r;
+	return finish(c, r, "ncclSend+ncclRecv", send_count + recv_count, stream, done);
+}
+
 /* An allreduce of one float on a private stream, waited for. */
 static kiln_status nccl_barrier(void *ctx)
 {
@@ -570,6 +607,8 @@ static const struct kiln_comm_ops nccl_ops = {
 	.send = nccl_send,
 	.recv = nccl_recv,
 	.split = nccl_split,
+	.send_now = NULL,
+	.sendrecv = nccl_sendrecv,
 };
 
 COMM_PLUGIN(nccl, "nccl", "NCCL collectives on CUDA streams (GPU tensors)", nccl_ops, NULL,
