@@ -213,6 +213,16 @@ tests_check_cuda_dnn_SOURCES = tests/check_cuda_dnn.c plugins/cuda/dnn_map.c plu
 tests_check_cuda_dnn_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/plugins/cuda
 tests_check_cuda_dnn_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cuda_dnn_LDADD = $(CHECK_LIBS)
+# kiln-nccl's point-to-point calls (plugins/nccl/nccl.c compiled in) against
+# a recording NCCL and CUDA defined by the test: no GPU, no libnccl.
+if BUILD_NCCL
+check_PROGRAMS += tests/check_nccl_group
+TESTS += tests/check_nccl_group
+tests_check_nccl_group_SOURCES = tests/check_nccl_group.c plugins/common/watchdog.c
+tests_check_nccl_group_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_check_nccl_group_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_nccl_group_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
+endif
 endif
 # Its cuDNN descriptors, finalized by cuDNN on a machine without a GPU
 # (cuda_dnn_conv_check): built when configure found cuDNN.

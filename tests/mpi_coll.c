@@ -20,7 +20,11 @@
  * order, 16-bit sums rounded at each step) they must be within a few
  * units in the last place of it.  Exit 0 when every check passed; 1 with
  * each failure printed, naming rank, collective, dtype, count and index.
- * Last, sub-communicators (split): a sum and p2p within each group. */
+ * Then sub-communicators (split): a sum and p2p within each group.
+ * Last, sendrecv (comm ops version 7): every rank sends 3 MiB to the next
+ * and receives 3 MiB from the one before at once (a ring shift, past any
+ * eager limit: a blocking send first would wait for ever), twice, then a
+ * one-sided sendrecv in order with plain p2p between ranks 0 and 1. */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
 #include <kiln/plugin.h>
@@ -213,6 +217,67 @@ static void test_split(float *x, size_t n)
 	ops->close(g);
 }
 
+/* comm ops version 7 (see the top) */
+enum { SRN = (3 << 18) + 77 };
+
+static float sr_val(int from, int m, size_t i)
+{
+	return (float)(from * 100000 + m * 1000) + (float)(i % 991) * 0.25f;
+}
+
+static void sr_expect(const char *what, const float *y, int from, int m)
+{
+	for (size_t i = 0; i < SRN; i++)
+		if (y[i] != sr_val(from, m, i)) {
+			if (fails++ < 20)
+				printf("FAIL rank %d of %d: %s: [%zu] = %.9g, want %.9g\n", R, W, what, i,
+				       (double)y[i], (double)sr_val(from, m, i));
+			return;
+		}
+}
+
+/* test_sendrecv's checks; x, y: SRN floats each */
+static void sendrecv_run(float *x, float *y)
+{
+	const int dst = (R + 1) % W, src = (R + W - 1) % W;
+	if (ops->version < 7 || !ops->sendrecv) {
+		printf("FAIL rank %d: no sendrecv (comm ops version %u)\n", R, ops->version);
+		fails++;
+		return;
+	}
+	for (int m = 0; m < 2; m++) {
+		for (size_t i = 0; i < SRN; i++)
+			x[i] = sr_val(R, m, i), y[i] = -1.0f;
+		TRY(ops->sendrecv(comm, x, SRN, dst, y, SRN, src, KILN_F32, stream, done));
+		TRY(kiln_device_event_sync(dev, done));
+		sr_expect("sendrecv ring", y, src, m);
+	}
+	if (R > 1)
+		return;
+	for (size_t i = 0; i < SRN; i++)
+		x[i] = sr_val(R, 2, i), y[i] = -1.0f;
+	if (R == 0) { /* a plain send, then a sendrecv with no recv */
+		TRY(ops->send(comm, x, 10, KILN_F32, 1, stream, NULL));
+		TRY(ops->sendrecv(comm, x + 10, SRN - 10, 1, NULL, 0, -1, KILN_F32, stream, done));
+	} else { /* a sendrecv with no send, then a plain recv */
+		TRY(ops->sendrecv(comm, NULL, 0, -1, y, 10, 0, KILN_F32, stream, NULL));
+		TRY(ops->recv(comm, y + 10, SRN - 10, KILN_F32, 0, stream, done));
+	}
+	sync_stream();
+	if (R == 1)
+		sr_expect("one-sided sendrecv between send and recv", y, 0, 2);
+}
+
+static void test_sendrecv(void)
+{
+	float *x = NULL, *y = NULL;
+	TRY(kiln_device_alloc(dev, SRN * 4, (void **)&x));
+	TRY(kiln_device_alloc(dev, SRN * 4, (void **)&y));
+	sendrecv_run(x, y);
+	kiln_device_free(dev, x);
+	kiln_device_free(dev, y);
+}
+
 int main(int argc, char **argv)
 {
 	struct kiln_dist_env env;
@@ -300,6 +365,7 @@ int main(int argc, char **argv)
 			}
 	}
 	test_split((float *)a, 1000);
+	test_sendrecv();
 	TRY(ops->barrier(comm));
 	kiln_device_free(dev, a);
 	kiln_device_free(dev, b);
