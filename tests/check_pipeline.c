@@ -2,11 +2,20 @@
  * every dependency respected, each stage's micro-batches in order, the
  * length 2(M+P-1) and so the bubble (P-1)/(M+P-1), and the activation sets
  * alive at once: gpipe M, 1f1b min(P, M); the measured bubble's replay and
- * split (core/pipe_timing.c). */
+ * split (core/pipe_timing.c); the step's mean folded into the loss
+ * layers' gradient seed (core/pipe_run.c, seed_mean). */
 #include <check.h>
 #include "check_main.h"
+#include "test_util.h"
+#include <kiln/kiln.h>
+#include <math.h>
 #include <string.h>
+#include "graph.h"
 #include "pipeline.h"
+
+static struct kiln_registry *reg;
+
+#define OK(x) ck_assert_msg((x) == KILN_OK, "%s", kiln_last_error())
 
 /* Check schedule `a` of P stages and M micro-batches against the rules. */
 static void check_order(const struct kiln_pipe_action *a, int P, int M)
@@ -280,6 +289,126 @@ START_TEST(test_gap_quantiles)
 }
 END_TEST
 
+/* ---- the mean in the loss layers' seed ---------------------------------- */
+
+/* A linear layer of 3 inputs and 4 classes under softmax_xent, batch 8 in
+ * M = 4 micro-batches of 2 (one stage: the pipeline's plans are whole
+ * plans, which kiln_plan_run runs alone). */
+struct seed_rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *stream;
+	float *x, *metrics;
+	int32_t *y;
+	size_t n;          /* the gradients' elements */
+};
+
+enum { SEED_B = 8, SEED_M = 4, SEED_IN = 3 };
+
+static void seed_open(struct seed_rig *r, const char *extra)
+{
+	char ini[512];
+	memset(r, 0, sizeof *r);
+	snprintf(ini, sizeof ini, "[layer.fc]\ntype = linear\nout = 4\n[layer.loss]\ntype = softmax_xent\n"
+		 "[pipeline]\nmicro_batches = %d\n%s", SEED_M, extra);
+	r->cfg = test_config(reg, ini);
+	OK(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev));
+	int64_t in = SEED_IN;
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	OK(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m));
+	OK(kiln_device_stream_create(r->dev, &r->stream));
+	OK(kiln_model_init_params(r->m, 1, r->stream));
+	r->n = r->m->n_elems;
+	float x[SEED_B * SEED_IN];
+	int32_t y[SEED_B];
+	for (int i = 0; i < SEED_B * SEED_IN; i++)
+		x[i] = test_hash_val((uint32_t)i, 7);
+	for (int i = 0; i < SEED_B; i++)
+		y[i] = (i * 3) % 4;
+	OK(kiln_device_alloc(r->dev, sizeof x, (void **)&r->x));
+	OK(kiln_device_alloc(r->dev, sizeof y, (void **)&r->y));
+	OK(kiln_device_alloc(r->dev, 64, (void **)&r->metrics));
+	TEST_H2D(r, r->x, x, sizeof x);
+	TEST_H2D(r, r->y, y, sizeof y);
+}
+
+static void seed_close(struct seed_rig *r)
+{
+	void *bufs[] = { r->x, r->y, r->metrics };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 3);
+	kiln_model_free(r->m);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
+}
+
+/* The parameters' gradients after plan p's run over `rows` rows from row 0. */
+static void seed_grads(struct seed_rig *r, struct kiln_plan *p, float *g)
+{
+	static const float zero[16];
+	TEST_H2D(r, r->metrics, zero, 64);
+	OK(kiln_plan_run(p, r->x, r->y, r->metrics, r->stream));
+	TEST_D2H(r, g, r->m->grads_d, r->n * sizeof *g);
+}
+
+/* max |a - k b| / max |k b| */
+static double seed_rel(const float *a, const float *b, double k, size_t n)
+{
+	double err = 0, scale = 0;
+	for (size_t i = 0; i < n; i++) {
+		err = fmax(err, fabs((double)a[i] - k * b[i]));
+		scale = fmax(scale, fabs(k * b[i]));
+	}
+	ck_assert(scale > 0);
+	return err / scale;
+}
+
+/* A pipeline plan's loss seed is 1 / (M x micro-batch) (the one-process
+ * batch's 1 / B), not 1 / micro-batch: its gradients over a micro-batch
+ * are a plain plan's over the same rows divided by M (reverting seed_mean
+ * gives them undivided); and a pipeline step's gradients are the batch's
+ * plain ones (with the old scale pass after the last micro-batch as well
+ * they come out M times too small, with neither M times too large). */
+START_TEST(test_loss_grad_mean)
+{
+	struct seed_rig r;
+	seed_open(&r, "");
+	float *plain = calloc(r.n, sizeof(float)), *piped = calloc(r.n, sizeof(float));
+	ck_assert(plain && piped);
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
+	ck_assert_int_eq(yes, 1);
+	struct kiln_pipe *pp;
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	double mean;
+	ck_assert(!kiln_pipe_hookable(pp, &mean)); /* (one process) */
+	ck_assert_double_eq(mean, 1.0); /* a data-parallel hook scales nothing */
+	struct kiln_plan *mb;
+	OK(kiln_model_plan(r.m, SEED_B / SEED_M, 1, &mb));
+	seed_grads(&r, mb, plain);
+	seed_grads(&r, kiln_pipe_plan0(pp), piped);
+	ck_assert_double_le(seed_rel(piped, plain, 1.0 / SEED_M, r.n), 1e-6);
+	kiln_plan_free(mb);
+	/* the whole step against the batch's plain plan */
+	struct kiln_plan *all;
+	OK(kiln_model_plan(r.m, SEED_B, 1, &all));
+	seed_grads(&r, all, plain);
+	static const float zero[16];
+	TEST_H2D(&r, r.metrics, zero, 64);
+	for (size_t i = 0; i < r.n; i++) /* what the step must overwrite (not the padding) */
+		piped[i] = plain[i] != 0 ? 1e3f : 0;
+	TEST_H2D(&r, r.m->grads_d, piped, r.n * sizeof(float));
+	OK(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics));
+	TEST_D2H(&r, piped, r.m->grads_d, r.n * sizeof(float));
+	ck_assert_double_le(seed_rel(piped, plain, 1.0, r.n), 1e-6);
+	kiln_plan_free(all);
+	kiln_pipe_free(pp);
+	free(plain);
+	free(piped);
+	seed_close(&r);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -288,7 +417,9 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "replay", 30, NULL, NULL,
 		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
 					  test_gaps, test_gap_quantiles, NULL });
+	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
 	return s;
 }
 
-static const struct check_main check_suite = { .suite = make_pipeline_suite };
+static const struct check_main check_suite = { .suite = make_pipeline_suite, .reg = &reg,
+					       .need_cpu = 1 };
