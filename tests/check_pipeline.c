@@ -289,6 +289,81 @@ START_TEST(test_gap_quantiles)
 }
 END_TEST
 
+/* 1f1b, P = 2, M micro-batches: the schedule in a[] and each pass's
+ * duration in dur[]: stage s's forwards f[s] and backwards b[s], those of
+ * micro-batch j plus jit[0] (forwards) and jit[1] (backwards) for even j,
+ * minus them for odd j (M even: the means stay f and b). */
+static int jittered(int M, const double *f, const double *b, const double *jit,
+		    struct kiln_pipe_action *a, double *dur)
+{
+	int ticks, live;
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 2, M, 0, a, &ticks, &live) == KILN_OK);
+	for (int i = 0; i < 4 * M; i++) {
+		const int fwd = a[i].kind == KILN_PIPE_FWD, sign = a[i].mb % 2 ? -1 : 1;
+		dur[i] = (fwd ? f[a[i].stage] : b[a[i].stage]) + sign * jit[!fwd];
+	}
+	return 4 * M;
+}
+
+/* Passes of equal stages that vary from micro-batch to micro-batch: the
+ * replay as measured is longer than the schedule's; the smooth replay
+ * (every pass at its stage's mean) gives back the schedule's span 3 (M + 1)
+ * and bubble 1 / (M + 1) exactly.  Stage 1 10% heavier and jittered:
+ * smooth, the imbalance's span 3 + 3.3 M (test_replay_imbalance). */
+START_TEST(test_smooth)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	struct kiln_pipe_action a[4 * 16];
+	double dur[4 * 16], busy[2];
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		const int n = jittered(M, (const double[]){ 1, 1 }, (const double[]){ 2, 2 },
+				       (const double[]){ 0.3, 0.5 }, a, dur);
+		const double span = kiln_pipe_replay(a, n, dur, 0, 2, busy);
+		const double smooth = kiln_pipe_smooth(a, n, dur, 0);
+		ck_assert_double_eq_tol(smooth, 3.0 * (M + 1), 1e-9);
+		ck_assert(span > smooth + 0.1);
+		ck_assert_double_eq_tol(1.0 - (busy[0] + busy[1]) / (2 * smooth), 1.0 / (M + 1), 1e-12);
+		jittered(M, (const double[]){ 1, 1.1 }, (const double[]){ 2, 2.2 },
+			 (const double[]){ 0.3, 0.5 }, a, dur);
+		ck_assert_double_eq_tol(kiln_pipe_smooth(a, n, dur, 0), 3 + 3.3 * M, 1e-9);
+	}
+}
+END_TEST
+
+/* Equal stages whose end passes are longer: the step's first forward
+ * (stage 0's of micro-batch 0) by 0.5 and its last backward (stage 0's of
+ * micro-batch M - 1) by 0.7.  Both are on the critical path, so the span
+ * is the schedule's 3 (M + 1) + 1.2, which the smooth replay that keeps
+ * the end passes gives (the one that smooths them into stage 0's means
+ * gives no more: stage 0, now the busier, stays on the critical path). */
+START_TEST(test_end_passes)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	struct kiln_pipe_action a[4 * 16];
+	double dur[4 * 16], busy[2];
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		const int n = jittered(M, (const double[]){ 1, 1 }, (const double[]){ 2, 2 },
+				       (const double[]){ 0, 0 }, a, dur);
+		ck_assert(a[0].kind == KILN_PIPE_FWD && a[0].stage == 0 && a[0].mb == 0);
+		ck_assert(a[n - 1].kind == KILN_PIPE_BWD && a[n - 1].stage == 0 && a[n - 1].mb == M - 1);
+		dur[0] += 0.5;
+		dur[n - 1] += 0.7;
+		const double span = kiln_pipe_replay(a, n, dur, 0, 2, busy);
+		const double ends = kiln_pipe_smooth(a, n, dur, 1);
+		ck_assert_double_eq_tol(span, 3.0 * (M + 1) + 1.2, 1e-9);
+		ck_assert_double_eq_tol(ends, span, 1e-9);
+		ck_assert(kiln_pipe_smooth(a, n, dur, 0) <= ends + 1e-9);
+		/* the bubble: the schedule's plus the end passes' 1.2 idle on
+		 * stage 1 and 1.2 busy on stage 0 over the span */
+		ck_assert_double_eq_tol(1.0 - (busy[0] + busy[1]) / (2 * ends),
+					1.0 - (6.0 * M + 1.2) / (2 * (3.0 * (M + 1) + 1.2)), 1e-12);
+		ck_assert(1.0 - (busy[0] + busy[1]) / (2 * ends) > 1.0 / (M + 1));
+	}
+}
+END_TEST
+
 /* ---- the mean in the loss layers' seed ---------------------------------- */
 
 /* A linear layer of 3 inputs and 4 classes under softmax_xent, batch 8 in
@@ -416,7 +491,8 @@ static Suite *make_pipeline_suite(void)
 		       (const TTest *[]){ test_schedules, test_1f1b_order, NULL });
 	check_add_case(s, "replay", 30, NULL, NULL,
 		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
-					  test_gaps, test_gap_quantiles, NULL });
+					  test_gaps, test_gap_quantiles, test_smooth, test_end_passes,
+					  NULL });
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
 	return s;
 }
