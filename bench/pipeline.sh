@@ -144,7 +144,7 @@ mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
 echo "$what, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b ${PIPE_ARGS:-}; $RUNS run(s) of $STEPS steps"
-printf '%4s %7s %7s %5s %7s %5s %6s %6s %6s %6s %6s %8s %6s %6s %6s %7s %6s %6s %9s %9s %7s %8s %8s\n' M bubble theory rel busiest rel_b imb \
+printf '%4s %7s %7s %5s %7s %5s %6s %6s %6s %6s %6s %6s %8s %6s %6s %6s %7s %6s %6s %9s %9s %7s %8s %8s\n' M bubble theory rel busiest rel_b imb \
 	smooth ends e1_ms eN_ms cpu_sm handoff0 cpu0 cpu0_b cpu0_i ho_us ho_med gcpu pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
 for M in 4 8 16; do
 	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"; : > "$tmp/i"; : > "$tmp/c"
