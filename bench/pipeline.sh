@@ -38,12 +38,13 @@
 #            above theory: the passes' unequal times, not the waits)
 #   smooth   the schedule replayed with each pass at its stage's mean
 #            (wall) for its kind and instant hand-offs: the schedule's
-#            bubble plus the stages' imbalance ("pipeline end passes" log
-#            line, core/pipe_timing.c); cpu_sm the same in CPU time
+#            bubble plus the stages' imbalance (the log's "pipeline smooth
+#            replay" line, core/pipe_timing.c); cpu_sm the same in CPU time
 #   ends     smooth, but the step's end passes (its first forward, the
 #            fill; its last backward, the drain) as measured: ends - smooth
 #            is what the end passes' extra work costs; e1_ms, eN_ms those
 #            passes' excess over their stage's other passes of their kind
+#            (the "pipeline end passes" line)
 #   cpu0     the same with each pass's CPU time (the stage's stream thread):
 #            other processes' load stretches neither
 #   cpu0_b, cpu0_i  cpu0 split as busiest + imb: the imbalance in CPU time
@@ -67,7 +68,7 @@
 # Medians of RUNS interleaved runs.  Needs 2 idle cores to mean anything.
 # Usage: bench/pipeline.sh [--short] [RUNS]   (from the top of the build tree)
 #   KILN=/work/main/kiln KILN_PLUGIN_PATH=/work/main/plugins/.libs: another build
-#   (an A/B; a build without the "end passes" line leaves smooth and ends empty)
+#   (an A/B; a build without the end-passes and smooth-replay lines prints - there)
 #   --short: one run of 4 steps per point (a smoke test of the script)
 # Environment:
 #   MODEL      blocks (default) or mlp
@@ -134,11 +135,20 @@ bsplit() { sed -n "s/.*pipeline bubble split: busiest stage [0-9]* idle \([0-9.-
 # gaps NAME K: 1 the hand-off latency (us), 2 the stage threads' CPU between passes (ms a
 # step), 3 the hand-offs' median latency (us)
 gaps() { sed -n "s/.*pipeline gaps: a pass that waited for the other stage's started \([0-9.]*\) us after it ended (median \([0-9]*\),.*the stage threads' CPU between passes \([0-9.]*\) ms a step$/\\1 \\3 \\2/p" "$1.err" | tail -1 | cut -d' ' -f"$2"; }
-# ends NAME K: the "end passes" line's 1 smooth, 2 ends, 3 smooth in CPU time, 4 and 5 the
-# first forward's and last backward's excess over their stage's others (ms)
+# ends NAME K: the "smooth replay" line's 1 smooth, 2 ends, 3 smooth in CPU time; the "end
+# passes" line's 4 and 5, the first forward's and last backward's excess over their
+# stage's others (ms)
 ends() {
-	sed -n "s/.*pipeline end passes: the step's first forward (stage [0-9]*) \([0-9.]*\) ms against \([0-9.]*\) for its stage's others, its last backward (stage [0-9]*) \([0-9.]*\) ms against \([0-9.]*\); bubble \([0-9.-]*\) smooth .*, \([0-9.-]*\) with the end passes as measured, .*; smooth in CPU time \([0-9.-]*\)$/\5 \6 \7 \1 \2 \3 \4/p" "$1.err" |
-		tail -1 | awk -v k="$2" '{ print k <= 3 ? $k : k == 4 ? $4 - $5 : $6 - $7 }'
+	case $2 in
+	[123])
+		sed -n "s/.*pipeline smooth replay: bubble \([0-9.-]*\) (schedule [0-9.]* + the stages' imbalance), \([0-9.-]*\) with the end passes as measured, .*; \([0-9.-]*\) in CPU time$/\1 \2 \3/p" "$1.err" |
+			tail -1 | cut -d' ' -f"$2"
+		;;
+	*)
+		sed -n "s/.*pipeline end passes: the step's first forward (stage [0-9]*) \([0-9.]*\) ms against \([0-9.]*\) for its stage's others, its last backward (stage [0-9]*) \([0-9.]*\) ms against \([0-9.]*\)$/\1 \2 \3 \4/p" "$1.err" |
+			tail -1 | awk -v k="$2" '{ print k == 4 ? $1 - $2 : $3 - $4 }'
+		;;
+	esac
 }
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }

@@ -407,23 +407,31 @@ static void report_split(const struct kiln_pipe_timing *t, char *line, size_t n)
 		 cb, ci);
 }
 
+/* The end passes, the first forward of the fill and the last backward of
+ * the drain (the step's first-touch and tail work), against their stage's
+ * other passes of their kind: ms a step. */
+static void report_ends(const struct kiln_pipe_timing *t, char *line, size_t n)
+{
+	const double s = (double)t->counted;
+	const struct kiln_pipe_action *a = &t->act[0], *z = &t->act[t->n_act - 1];
+	snprintf(line, n, "pipeline end passes: the step's first forward (stage %d) %.3f ms against %.3f for its stage's others, its last backward (stage %d) %.3f ms against %.3f",
+		 a->stage, t->first_ns / 1e6 / s, t->first_rest_ns / 1e6 / s, z->stage,
+		 t->last_ns / 1e6 / s, t->last_rest_ns / 1e6 / s);
+}
+
 /* What is the schedule's bubble and what is not, each a bubble over the
  * step replayed with the passes' busy times: every pass smoothed to its
  * stage's mean for its kind (what remains above the schedule's is the
- * stages' imbalance), then with the end passes as measured (the first
- * forward of the fill, the last backward of the drain: the step's
- * first-touch and tail work), then every pass as measured (instant
- * hand-offs), then the measured bubble (the hand-offs' latency too). */
-static void report_ends(const struct kiln_pipe_timing *t, char *line, size_t n)
+ * stages' imbalance), then with the end passes as measured, then every
+ * pass as measured (instant hand-offs), then the measured bubble (the
+ * hand-offs' latency too); the first in CPU time. */
+static void report_smooth(const struct kiln_pipe_timing *t, char *line, size_t n)
 {
-	const double s = (double)t->counted, P = (double)t->P;
+	const double P = (double)t->P;
 	double sum = 0, csum = 0;
 	for (int i = 0; i < t->P; i++)
 		sum += t->busy_ns[i], csum += t->cpu_ns[i];
-	const struct kiln_pipe_action *a = &t->act[0], *z = &t->act[t->n_act - 1];
-	snprintf(line, n, "pipeline end passes: the step's first forward (stage %d) %.3f ms against %.3f for its stage's others, its last backward (stage %d) %.3f ms against %.3f; bubble %.3f smooth (every pass at its stage's mean: schedule %.3f + the stages' imbalance), %.3f with the end passes as measured, %.3f with every pass as measured, %.3f measured; smooth in CPU time %.3f",
-		 a->stage, t->first_ns / 1e6 / s, t->first_rest_ns / 1e6 / s, z->stage,
-		 t->last_ns / 1e6 / s, t->last_rest_ns / 1e6 / s,
+	snprintf(line, n, "pipeline smooth replay: bubble %.3f (schedule %.3f + the stages' imbalance), %.3f with the end passes as measured, %.3f with every pass as measured, %.3f measured; %.3f in CPU time",
 		 t->smooth_ns > 0 ? 1.0 - sum / (P * t->smooth_ns) : 0, t->theory,
 		 t->ends_ns > 0 ? 1.0 - sum / (P * t->ends_ns) : 0,
 		 t->ideal_ns > 0 ? 1.0 - sum / (P * t->ideal_ns) : 0,
@@ -511,6 +519,10 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_ends(t, line, sizeof line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
+	report_smooth(t, line, sizeof line);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
