@@ -1,7 +1,17 @@
 #!/bin/sh
 # Pipeline bubble and activation memory (docs/pipeline.md).
 #
-# Model: an MLP 1587 -> 1024 -> 1024 -> 1024 -> 1024 -> 16 (ReLUs
+# MODEL=blocks (the default): stages of identical shapes, so that the
+# schedule's (P-1)/(M+P-1), which assumes equal stages, is what the
+# measured bubble can be held to.  32x32 one-channel synthetic images
+# (1024 inputs), batch 256, two blocks of linear 1024 -> 1024 + ReLU per
+# stage: flat, ln (a layernorm of the input, whose parameters make stage
+# 0's first linear compute its input's gradient as every other one does),
+# b1, r1, b2, r2 | b3, r3, b4, r4, head (1024 -> 16), loss.  The stages
+# differ by the layernorm against the 16-wide head and the loss: each well
+# under 1% of a stage's GEMMs.
+#
+# MODEL=mlp (the model of sessions 9-11): an MLP 1587 -> 1024 -> 1024 -> 1024 -> 1024 -> 16 (ReLUs
 # between; synthetic 23x23 RGB images), batch 256, cut into 2 stages
 # (flat..r2 | fc3..loss) of equal FLOPs: stage 0's first layer needs no
 # input gradient, so its 1587-wide fc1 (1.55 + 1.55 GEMM units of
@@ -15,7 +25,9 @@
 # 16x1024x1024 GEMM (~34 MFLOP) per layer and pass, milliseconds on one
 # core against tens of microseconds of issue and event overhead.
 #
-# For M = 4, 8, 16 micro-batches (1f1b):
+# For M = 4, 8, 16 micro-batches (1f1b), the columns (each a bubble unless
+# said otherwise; smooth, ends and handoff0 add up what the measured
+# bubble is made of, from the schedule's up):
 #   bubble   measured by the pipeline itself: each stage's stream stamps
 #            the start and end of its forwards and backwards, and the log
 #            gives 1 - sum(busy) / (P * span) over the steps after the
@@ -24,6 +36,15 @@
 #   handoff0 the bubble had every hand-off been instant: the schedule
 #            replayed with each pass's measured wall time (what remains
 #            above theory: the passes' unequal times, not the waits)
+#   smooth   the schedule replayed with each pass at its stage's mean
+#            (wall) for its kind and instant hand-offs: the schedule's
+#            bubble plus the stages' imbalance (the log's "pipeline smooth
+#            replay" line, core/pipe_timing.c); cpu_sm the same in CPU time
+#   ends     smooth, but the step's end passes (its first forward, the
+#            fill; its last backward, the drain) as measured: ends - smooth
+#            is what the end passes' extra work costs; e1_ms, eN_ms those
+#            passes' excess over their stage's other passes of their kind
+#            (the "pipeline end passes" line)
 #   cpu0     the same with each pass's CPU time (the stage's stream thread):
 #            other processes' load stretches neither
 #   cpu0_b, cpu0_i  cpu0 split as busiest + imb: the imbalance in CPU time
@@ -46,9 +67,12 @@
 #   gpipe_MiB, 1f1b_MiB   the activation arenas (the pipeline's log)
 # Medians of RUNS interleaved runs.  Needs 2 idle cores to mean anything.
 # Usage: bench/pipeline.sh [--short] [RUNS]   (from the top of the build tree)
+#   KILN=/work/main/kiln KILN_PLUGIN_PATH=/work/main/plugins/.libs: another build
+#   (an A/B; a build without the end-passes and smooth-replay lines prints - there)
 #   --short: one run of 4 steps per point (a smoke test of the script)
 # Environment:
-#   IMAGE=21   21x21 images (1323 inputs) instead of 23x23: the two stages
+#   MODEL      blocks (default) or mlp
+#   IMAGE=21   (MODEL=mlp) 21x21 images (1323 inputs) instead of 23x23: the two stages
 #              equal in measured CPU time (stage 0 / stage 1 0.97-1.03
 #              against 1.06-1.12 at 23; docs/PERFORMANCE.md, issue 21,
 #              session 10), where the default's cut balances FLOPs
@@ -69,15 +93,32 @@ real_kiln
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 . "$(dirname "$0")/../tests/config_lib.sh"
+MODEL=${MODEL:-blocks}
 {
 	ini run seed=1 threads=1 out_dir="$tmp/run"
-	ini_synthetic 8192 "${IMAGE:-23}" 16 image_channels=3 workers=1
-	ini_layers flat:flatten fc1:linear:out=1024 r1:relu fc2:linear:out=1024 r2:relu \
-		fc3:linear:out=1024 r3:relu fc4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
+	case $MODEL in
+	blocks)
+		ini_synthetic 8192 32 16 image_channels=1 workers=1
+		ini_layers flat:flatten ln:layernorm b1:linear:out=1024 r1:relu b2:linear:out=1024 r2:relu \
+			b3:linear:out=1024 r3:relu b4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
+		split="model.stages=flat,r2|b3,loss"
+		what="blocks 1024 (layernorm) 2 x (linear 1024 + relu) | 2 x (linear 1024 + relu), linear 16"
+		;;
+	mlp)
+		ini_synthetic 8192 "${IMAGE:-23}" 16 image_channels=3 workers=1
+		ini_layers flat:flatten fc1:linear:out=1024 r1:relu fc2:linear:out=1024 r2:relu \
+			fc3:linear:out=1024 r3:relu fc4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
+		split="model.stages=flat,r2|fc3,loss"
+		what="MLP $((${IMAGE:-23} * ${IMAGE:-23} * 3))-1024-1024-1024-1024-16"
+		;;
+	*)
+		echo "bench/pipeline.sh: MODEL=$MODEL: blocks or mlp" >&2
+		exit 2
+		;;
+	esac
 	ini train epochs=1 max_steps="$STEPS" batch=256 lr=0.01 log_every=1000 eval=0 \
 		checkpoint_last=0 overwrite=1
 } > "$tmp/p.ini"
-split="model.stages=flat,r2|fc3,loss"
 # run OUT ARGS...: one training run, its stdout and log in OUT.out/OUT.err
 run() {
 	o=$1
@@ -94,15 +135,31 @@ bsplit() { sed -n "s/.*pipeline bubble split: busiest stage [0-9]* idle \([0-9.-
 # gaps NAME K: 1 the hand-off latency (us), 2 the stage threads' CPU between passes (ms a
 # step), 3 the hand-offs' median latency (us)
 gaps() { sed -n "s/.*pipeline gaps: a pass that waited for the other stage's started \([0-9.]*\) us after it ended (median \([0-9]*\),.*the stage threads' CPU between passes \([0-9.]*\) ms a step$/\\1 \\3 \\2/p" "$1.err" | tail -1 | cut -d' ' -f"$2"; }
+# ends NAME K: the "smooth replay" line's 1 smooth, 2 ends, 3 smooth in CPU time; the "end
+# passes" line's 4 and 5, the first forward's and last backward's excess over their
+# stage's others (ms)
+ends() {
+	case $2 in
+	[123])
+		sed -n "s/.*pipeline smooth replay: bubble \([0-9.-]*\) (schedule [0-9.]* + the stages' imbalance), \([0-9.-]*\) with the end passes as measured, .*; \([0-9.-]*\) in CPU time$/\1 \2 \3/p" "$1.err" |
+			tail -1 | cut -d' ' -f"$2"
+		;;
+	*)
+		sed -n "s/.*pipeline end passes: the step's first forward (stage [0-9]*) \([0-9.]*\) ms against \([0-9.]*\) for its stage's others, its last backward (stage [0-9]*) \([0-9.]*\) ms against \([0-9.]*\)$/\1 \2 \3 \4/p" "$1.err" |
+			tail -1 | awk -v k="$2" '{ print k == 4 ? $1 - $2 : $3 - $4 }'
+		;;
+	esac
+}
 mib() { sed -n 's/.*activation sets (\([0-9.]*\) MiB).*/\1/p' "$1.err" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 echo "load average: $(cat /proc/loadavg)"
-echo "MLP $((${IMAGE:-23} * ${IMAGE:-23} * 3))-1024-1024-1024-1024-16, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b ${PIPE_ARGS:-}; $RUNS run(s) of $STEPS steps"
-printf '%4s %7s %7s %5s %7s %5s %6s %8s %6s %6s %6s %7s %6s %6s %9s %9s %7s %8s %8s\n' M bubble theory rel busiest rel_b imb \
-	handoff0 cpu0 cpu0_b cpu0_i ho_us ho_med gcpu pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
+echo "$what, batch 256, 2 stages on cpu:0, cpu:1 (1 thread each), 1f1b ${PIPE_ARGS:-}; $RUNS run(s) of $STEPS steps"
+printf '%4s %7s %7s %5s %7s %5s %6s %6s %6s %6s %6s %6s %8s %6s %6s %6s %7s %6s %6s %9s %9s %7s %8s %8s\n' M bubble theory rel busiest rel_b imb \
+	smooth ends e1_ms eN_ms cpu_sm handoff0 cpu0 cpu0_b cpu0_i ho_us ho_med gcpu pipe_sps serial_sps speedup gpipe_MiB 1f1b_MiB
 for M in 4 8 16; do
 	: > "$tmp/b"; : > "$tmp/p"; : > "$tmp/s"; : > "$tmp/i"; : > "$tmp/c"
 	for k in 1 2 3 4; do : > "$tmp/x$k"; done
+	for k in 1 2 3 4 5; do : > "$tmp/e$k"; done
 	: > "$tmp/h1"; : > "$tmp/h2"; : > "$tmp/h3"
 	for r in $(seq "$RUNS"); do
 		# shellcheck disable=SC2086 # PIPE_ARGS: words
@@ -112,6 +169,7 @@ for M in 4 8 16; do
 		cpu0 "$tmp/pipe" >> "$tmp/c"
 		for k in 1 2 3 4; do bsplit "$tmp/pipe" $k >> "$tmp/x$k"; done
 		for k in 1 2 3; do gaps "$tmp/pipe" $k >> "$tmp/h$k"; done
+		for k in 1 2 3 4 5; do ends "$tmp/pipe" $k >> "$tmp/e$k"; done
 		sps "$tmp/pipe" >> "$tmp/p"
 		run "$tmp/serial" pipeline.micro_batches=$M
 		sps "$tmp/serial" >> "$tmp/s"
@@ -120,11 +178,16 @@ for M in 4 8 16; do
 	i=$(median < "$tmp/i"); c=$(median < "$tmp/c")
 	x1=$(median < "$tmp/x1"); x2=$(median < "$tmp/x2"); x3=$(median < "$tmp/x3"); x4=$(median < "$tmp/x4")
 	h1=$(median < "$tmp/h1"); h2=$(median < "$tmp/h2"); h3=$(median < "$tmp/h3")
+	e1=$(median < "$tmp/e1"); e2=$(median < "$tmp/e2"); e3=$(median < "$tmp/e3")
+	e4=$(median < "$tmp/e4"); e5=$(median < "$tmp/e5")
 	run "$tmp/g" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=gpipe
 	run "$tmp/f" train.max_steps=1 pipeline.micro_batches=$M "$split" pipeline.schedule=1f1b
 	awk -v M=$M -v b="$b" -v i="$i" -v c="$c" -v p="$p" -v s="$s" -v g="$(mib "$tmp/g")" -v f="$(mib "$tmp/f")" \
-		-v x1="$x1" -v x2="$x2" -v x3="$x3" -v x4="$x4" -v h1="$h1" -v h2="$h2" -v h3="$h3" 'BEGIN {
+		-v x1="$x1" -v x2="$x2" -v x3="$x3" -v x4="$x4" -v h1="$h1" -v h2="$h2" -v h3="$h3" \
+		-v e1="$e1" -v e2="$e2" -v e3="$e3" -v e4="$e4" -v e5="$e5" '
+		function f3(v) { return v == "" ? "-" : sprintf("%.3f", v) }
+		BEGIN {
 		t = 1 / (M + 1); d = b - t; if (d < 0) d = -d; e = x1 - t; if (e < 0) e = -e
-		printf "%4d %7.3f %7.3f %4.0f%% %7.3f %4.0f%% %6.3f %8.3f %6.3f %6.3f %6.3f %7.1f %6.0f %6.3f %9.0f %9.0f %7.2f %8.2f %8.2f\n",
-			M, b, t, 100 * d / t, x1, 100 * e / t, x2, i, c, x3, x4, h1, h3, h2, p, s, p / s, g, f }'
+		printf "%4d %7.3f %7.3f %4.0f%% %7.3f %4.0f%% %6.3f %6s %6s %6s %6s %6s %8.3f %6.3f %6.3f %6.3f %7.1f %6.0f %6.3f %9.0f %9.0f %7.2f %8.2f %8.2f\n",
+			M, b, t, 100 * d / t, x1, 100 * e / t, x2, f3(e1), f3(e2), f3(e4), f3(e5), f3(e3), i, c, x3, x4, h1, h3, h2, p, s, p / s, g, f }'
 done

@@ -184,8 +184,9 @@ kiln_status kiln_dist_pipe_norms(struct kiln_dist *d, void *compute);
  * and [dist] overlap: this stage's buckets start during its last
  * micro-batch's backward (the backward hook while m->grad_final), layer by
  * layer as DDP's do, each first scaled by `mean` (1 / (micro-batches x
- * accumulate)) on the stage's stream, so the pipeline must not scale the
- * slice itself (kiln_pipe_grads_by_hook).  *on = 0 (nothing done) without
+ * accumulate); 1, no scale, where the loss seed holds the mean:
+ * kiln_pipe_hookable) on the stage's stream, so the pipeline must not
+ * scale the slice itself (kiln_pipe_grads_by_hook).  *on = 0 (nothing done) without
  * buckets, pipeline or overlap. */
 kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on);
 kiln_status kiln_dist_pipe_norms_done(struct kiln_dist *d, void *compute);

@@ -350,7 +350,11 @@ kiln_status kiln_dist_pipe_overlap(struct kiln_dist *d, double mean, int *on)
 	if (mean != 1.0 && d->zero && d->zt && (st = prepare_scale(d, d->zt, mean, &d->zt_scale)))
 		return st;
 	d->pipe_overlap = *on = 1;
-	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %d bucket(s) start during the stage's last micro-batch's backward, each scaled to the mean (x %g) first",
-		 d->env.rank, d->pipe_stage, d->n_b, mean);
+	if (mean != 1.0)
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %d bucket(s) start during the stage's last micro-batch's backward, each scaled to the mean (x %g) first",
+			 d->env.rank, d->pipe_stage, d->n_b, mean);
+	else
+		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): %d bucket(s) start during the stage's last micro-batch's backward (the loss seed holds the mean)",
+			 d->env.rank, d->pipe_stage, d->n_b);
 	return KILN_OK;
 }

@@ -195,7 +195,9 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		n->l.index = i;
 		n->l.seed = m->seed;
 		n->l.before_norm = only_consumer_is(m, i, "batchnorm");
-		n->l.loss_scaled = m->scaler_d != NULL; /* read by loss layers only */
+		/* read by loss layers only: the scaler's scale or the
+		 * pipeline's mean (kiln_layer_run.loss_scale, plan_run.c) */
+		n->l.loss_scaled = m->scaler_d != NULL || m->seed_d != NULL;
 		n->l.sync_ranks = m->group_ranks;       /* read by batchnorm only */
 		n->l.compute_dtype = m->cdtype;         /* read by embedding only */
 		n->l.decode_len = decode;

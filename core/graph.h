@@ -153,6 +153,12 @@ struct kiln_model {
 	int *stage;
 	int n_stages;
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
+	/* set while a pipeline makes its plans (pipe_run.c): device f32[1],
+	 * 1 / (micro-batches x accumulate), that their loss layers multiply
+	 * their gradient seed by (as by the scaler's scale, which excludes
+	 * it), so that the stages' gradients come out as the step's mean
+	 * with no scale pass after the last micro-batch; NULL: none */
+	const float *seed_d;
 	/* [run] devices: stage s's device instance (core/pipe_devices.c;
 	 * the pipeline's), NULL when every stage runs on dev */
 	struct kiln_device **stage_dev;
@@ -359,6 +365,8 @@ struct kiln_plan {
 	struct plan_xfer *xfer;
 	int n_xfer, xfer_cap;
 	int64_t *step_d;
+	const float *seed_d; /* m->seed_d when the plan was made: the loss
+			      * layers' seed scale (NULL: m->scaler_d's) */
 };
 
 /* The device that runs layer i (-1: the data input) of plan p: its

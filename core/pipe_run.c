@@ -119,6 +119,8 @@ struct kiln_pipe {
 	int hook_final;
 	struct kiln_pipe_timing *timing; /* the measured bubble, NULL: none */
 	int cur;                     /* the action being issued */
+	float *seed_d;               /* the loss layers' seed scale (seed_mean),
+				      * NULL: the stages scale to the mean */
 };
 
 /* Stage s's device: its own ([run] devices) or the model's. */
@@ -258,6 +260,35 @@ static kiln_status open_streams(struct kiln_pipe *pp)
 	return kiln_device_event_create(pp->dev, &pp->start);
 }
 
+/* The step's mean over its micro-batches folded into the loss layers'
+ * gradient seed: device f32[1] 1 / (M x accumulate), which the plans made
+ * now multiply their loss gradient by (m->seed_d, graph.h), so that every
+ * gradient a stage computes, and returns, is already the mean's share and
+ * no stage scales its slice after its last backward (a pass at the
+ * drain, on stage 0 inside the pipeline's span).  Not with a loss scaler,
+ * whose scale the loss layers multiply by instead: the stages then scale
+ * their slices (gmean, prepare_grads). */
+static kiln_status seed_mean(struct kiln_pipe *pp)
+{
+	kiln_status st;
+	if (pp->M * pp->A == 1 || pp->m->scaler_d)
+		return KILN_OK;
+	const float mean = (float)(1.0 / ((double)pp->M * (double)pp->A));
+	if ((st = kiln_device_alloc(pp->dev, 64, (void **)&pp->seed_d)) ||
+	    (st = kiln_device_copy_async(pp->dev, pp->seed_d, &mean, sizeof mean, KILN_COPY_H2D,
+					 pp->stream)))
+		return st;
+	return kiln_device_stream_sync(pp->dev, pp->stream);
+}
+
+/* The scale to the mean that seed_mean makes needless: gone. */
+static void drop_mean(struct kiln_pipe *pp, int s)
+{
+	if (pp->gmean[s])
+		kiln_device_plan_free(sdev(pp, s), pp->gmean[s]);
+	pp->gmean[s] = NULL;
+}
+
 /* The schedule, its plans (one per activation set alive at once), their
  * micro-step counters and the transport's messages. */
 static kiln_status open_plans(struct kiln_pipe *pp)
@@ -278,11 +309,13 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	if ((st = kiln_device_alloc(pp->dev, (size_t)pp->K * 64, (void **)&pp->steps_d)))
 		return st;
 	pp->m->plan_staged = 1;
+	pp->m->seed_d = pp->seed_d;
 	for (int k = 0; k < pp->K && !st; k++) {
 		st = kiln_model_plan(pp->m, pp->mb, 1, &pp->plan[k]);
 		if (!st)
 			pp->plan[k]->step_d = pp->steps_d + 8 * k;
 	}
+	pp->m->seed_d = NULL;
 	pp->m->plan_staged = 0;
 	if (st)
 		return st;
@@ -354,13 +387,15 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
 	for (int s = 0; s < pp->P; s++)
 		devs[s] = sdev(pp, s);
-	if ((st = open_plans(pp)) || (st = prepare_grads(pp)) ||
+	if ((st = seed_mean(pp)) || (st = open_plans(pp)) || (st = prepare_grads(pp)) ||
 	    (st = kiln_pipe_timing_open(devs, pp->P, pp->act, 2 * pp->P * pp->M,
 					kiln_pipe_bubble(pp->P, pp->M, pp->ticks),
 					kiln_device_profile(m->dev), &pp->timing))) {
 		kiln_pipe_free(pp);
 		return st;
 	}
+	for (int s = 0; pp->seed_d && s < pp->P; s++)
+		drop_mean(pp, s);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%d stages, %d micro-batches of %lld, schedule %s%s: %d activation sets (%.3f MiB), %d crossing tensors, bubble %.3f in theory",
 		 pp->P, pp->M, (long long)pp->mb, pp->kind == KILN_PIPE_GPIPE ? "gpipe" : "1f1b",
 		 pp->early ? " with early forwards" : "", pp->K,
@@ -539,7 +574,8 @@ static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int 
  * others add into them in the layers' ops, or where a layer cannot, write
  * beside them and add into the stage's slice; the last scales it to the
  * mean: stage 0 in the pass, a later stage once its inputs' gradients are
- * sent), then its inputs' gradients sent back. */
+ * sent, unless the loss layers' seed holds the mean, seed_mean), then its
+ * inputs' gradients sent back. */
 static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				  const void *x, const void *y, void *metrics)
 {
@@ -694,16 +730,13 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 
 int kiln_pipe_hookable(const struct kiln_pipe *pp, double *mean)
 {
-	*mean = 1.0 / ((double)pp->M * (double)pp->A);
+	*mean = pp->seed_d ? 1.0 : 1.0 / ((double)pp->M * (double)pp->A);
 	return pp->mine >= 0 && !pp->gadd[pp->mine];
 }
 
 void kiln_pipe_grads_by_hook(struct kiln_pipe *pp)
 {
-	const int s = pp->mine;
-	if (pp->gmean[s])
-		kiln_device_plan_free(sdev(pp, s), pp->gmean[s]);
-	pp->gmean[s] = NULL;
+	drop_mean(pp, pp->mine);
 	pp->hook_final = 1;
 }
 
@@ -748,6 +781,7 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 		if (pp->xadd[e])
 			kiln_device_plan_free(sdev(pp, pp->plan[0]->xfer[e].from), pp->xadd[e]);
 	kiln_pipe_rank_free(pp->rk);
+	kiln_device_free(pp->dev, pp->seed_d);
 	for (int k = 0; pp->plan && k < pp->K; k++)
 		kiln_plan_free(pp->plan[k]);
 	for (int i = 0; pp->fdone && i < pp->K * pp->P; i++)

@@ -8,7 +8,10 @@
  * stage's idle share 1 - max(busy) / span (its fill and drain and any
  * wait: the quantity the schedule's (P-1)/(M+P-1) predicts, which assumes
  * equal stages) and the imbalance (max(busy) - mean(busy)) / span (the
- * other stages waiting for the busiest).  docs/pipeline.md. */
+ * other stages waiting for the busiest).  The step replayed with smoothed
+ * passes (each at its stage's mean for its kind) tells the stages'
+ * imbalance from the end passes (the step's first forward, its last
+ * backward) and the hand-offs.  docs/pipeline.md. */
 #include "dist.h" /* kiln_device_host_fn */
 #include "pipeline.h"
 #include "profile.h"
@@ -42,6 +45,13 @@ struct kiln_pipe_timing {
 	int64_t *ho_hist;        /* the hand-offs' latencies (GAP_BINS, gap_bin) */
 	double gap_cpu_ns;       /* the stage threads' CPU time between their passes */
 	double cpu_ns[KILN_PIPE_MAX_STAGES], cpu_span_ns; /* in CPU time */
+	/* the spans replayed with smoothed passes (smooth_span): all of them,
+	 * all but the end passes, and all of them in CPU time */
+	double smooth_ns, ends_ns, cpu_smooth_ns;
+	/* the end passes (the step's first and last action) and their
+	 * stage's other passes of their kind, on average */
+	double first_ns, first_rest_ns, last_ns, last_rest_ns;
+	double *sm;              /* per action: a smoothed duration */
 	struct kiln_profile *prof;
 };
 
@@ -98,6 +108,58 @@ double kiln_pipe_replay(const struct kiln_pipe_action *act, int n, const double 
 	}
 	free(prev);
 	free(dep);
+	free(end);
+	return span;
+}
+
+/* The mean duration of each stage's forwards (mean[2 s]) and backwards
+ * (mean[2 s + 1]) among the n actions, the step's first and last (its end
+ * passes) left out when `ends`. */
+static void pass_means(const struct kiln_pipe_action *act, int n, const double *dur, int ends,
+		       double *mean)
+{
+	double sum[2 * KILN_PIPE_MAX_STAGES] = { 0 };
+	int cnt[2 * KILN_PIPE_MAX_STAGES] = { 0 };
+	for (int i = 0; i < n; i++) {
+		if (ends && (i == 0 || i == n - 1))
+			continue;
+		const int k = 2 * act[i].stage + (act[i].kind != KILN_PIPE_FWD);
+		sum[k] += dur[i];
+		cnt[k]++;
+	}
+	for (int k = 0; k < 2 * KILN_PIPE_MAX_STAGES; k++)
+		mean[k] = cnt[k] ? sum[k] / cnt[k] : 0;
+}
+
+/* The schedule replayed with instant hand-offs and smoothed passes: each
+ * at its stage's mean for its kind (pass_means), the end passes at their
+ * own duration when `ends` (sm: n scratch, end: n); the span.  The
+ * stages' busy times are dur's, so the bubble over it is the stages'
+ * imbalance alone (ends = 0: the schedule's for equal stages) or that and
+ * the end passes' excess (ends = 1). */
+static double smooth_span(const struct kiln_pipe_action *act, const int *prev, const int *dep,
+			  int n, const double *dur, int ends, double *sm, double *end)
+{
+	double mean[2 * KILN_PIPE_MAX_STAGES];
+	pass_means(act, n, dur, ends, mean);
+	for (int i = 0; i < n; i++)
+		sm[i] = ends && (i == 0 || i == n - 1)
+			? dur[i] : mean[2 * act[i].stage + (act[i].kind != KILN_PIPE_FWD)];
+	return replay(prev, dep, n, sm, 0, end);
+}
+
+double kiln_pipe_smooth(const struct kiln_pipe_action *act, int n, const double *dur, int ends)
+{
+	int *prev = malloc((size_t)n * sizeof *prev), *dep = malloc((size_t)n * sizeof *dep);
+	double *sm = malloc((size_t)n * sizeof *sm), *end = malloc((size_t)n * sizeof *end);
+	double span = -1;
+	if (prev && dep && sm && end) {
+		link_actions(act, n, prev, dep);
+		span = smooth_span(act, prev, dep, n, dur, ends, sm, end);
+	}
+	free(prev);
+	free(dep);
+	free(sm);
 	free(end);
 	return span;
 }
@@ -194,6 +256,7 @@ kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
 	    !(t->dep = malloc((size_t)n_act * sizeof *t->dep)) ||
 	    !(t->dur = malloc((size_t)n_act * sizeof *t->dur)) ||
 	    !(t->ideal = malloc((size_t)n_act * sizeof *t->ideal)) ||
+	    !(t->sm = malloc((size_t)n_act * sizeof *t->sm)) ||
 	    !(t->ho_hist = calloc(GAP_BINS, sizeof *t->ho_hist))) {
 		kiln_pipe_timing_free(t);
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -229,6 +292,26 @@ kiln_status kiln_pipe_timing_mark(struct kiln_pipe_timing *t, struct kiln_device
 	return kiln_device_host_fn(dev, stream, stamp_now, &t->arg[2 * action + end]);
 }
 
+/* One step's smoothed replays (smooth_span) and end passes added, from
+ * its wall and CPU stamps (all stages here). */
+static void fold_smooth(struct kiln_pipe_timing *t)
+{
+	const int n = t->n_act;
+	double mean[2 * KILN_PIPE_MAX_STAGES];
+	for (int i = 0; i < n; i++)
+		t->dur[i] = (double)(t->t[2 * i + 1] - t->t[2 * i]);
+	t->smooth_ns += smooth_span(t->act, t->prev, t->dep, n, t->dur, 0, t->sm, t->ideal);
+	t->ends_ns += smooth_span(t->act, t->prev, t->dep, n, t->dur, 1, t->sm, t->ideal);
+	pass_means(t->act, n, t->dur, 1, mean);
+	t->first_ns += t->dur[0];
+	t->first_rest_ns += mean[2 * t->act[0].stage + (t->act[0].kind != KILN_PIPE_FWD)];
+	t->last_ns += t->dur[n - 1];
+	t->last_rest_ns += mean[2 * t->act[n - 1].stage + (t->act[n - 1].kind != KILN_PIPE_FWD)];
+	for (int i = 0; i < n; i++)
+		t->dur[i] = (double)(t->c[2 * i + 1] - t->c[2 * i]);
+	t->cpu_smooth_ns += smooth_span(t->act, t->prev, t->dep, n, t->dur, 0, t->sm, t->ideal);
+}
+
 /* After every stage's last pass of a step: its busy times and span added
  * (the first step, which prepares kernels, is left out), and its passes
  * given to the profiler's trace. */
@@ -260,6 +343,8 @@ static kiln_status fold(void *arg)
 		t->span_ns += (double)(hi - lo);
 		t->ideal_ns += t->mine < 0 ? ideal_span(t, t->t) : 0;
 		t->cpu_span_ns += t->mine < 0 ? ideal_span(t, t->c) : 0;
+		if (t->mine < 0)
+			fold_smooth(t);
 		if (t->mine < 0)
 			gaps(t->prev, t->dep, t->n_act, t->t, t->gap_ns, t->gap_n, t->ho_hist);
 		for (int i = 0; t->mine < 0 && i < t->n_act; i++)
@@ -322,6 +407,38 @@ static void report_split(const struct kiln_pipe_timing *t, char *line, size_t n)
 		 cb, ci);
 }
 
+/* The end passes, the first forward of the fill and the last backward of
+ * the drain (the step's first-touch and tail work), against their stage's
+ * other passes of their kind: ms a step. */
+static void report_ends(const struct kiln_pipe_timing *t, char *line, size_t n)
+{
+	const double s = (double)t->counted;
+	const struct kiln_pipe_action *a = &t->act[0], *z = &t->act[t->n_act - 1];
+	snprintf(line, n, "pipeline end passes: the step's first forward (stage %d) %.3f ms against %.3f for its stage's others, its last backward (stage %d) %.3f ms against %.3f",
+		 a->stage, t->first_ns / 1e6 / s, t->first_rest_ns / 1e6 / s, z->stage,
+		 t->last_ns / 1e6 / s, t->last_rest_ns / 1e6 / s);
+}
+
+/* What is the schedule's bubble and what is not, each a bubble over the
+ * step replayed with the passes' busy times: every pass smoothed to its
+ * stage's mean for its kind (what remains above the schedule's is the
+ * stages' imbalance), then with the end passes as measured, then every
+ * pass as measured (instant hand-offs), then the measured bubble (the
+ * hand-offs' latency too); the first in CPU time. */
+static void report_smooth(const struct kiln_pipe_timing *t, char *line, size_t n)
+{
+	const double P = (double)t->P;
+	double sum = 0, csum = 0;
+	for (int i = 0; i < t->P; i++)
+		sum += t->busy_ns[i], csum += t->cpu_ns[i];
+	snprintf(line, n, "pipeline smooth replay: bubble %.3f (schedule %.3f + the stages' imbalance), %.3f with the end passes as measured, %.3f with every pass as measured, %.3f measured; %.3f in CPU time",
+		 t->smooth_ns > 0 ? 1.0 - sum / (P * t->smooth_ns) : 0, t->theory,
+		 t->ends_ns > 0 ? 1.0 - sum / (P * t->ends_ns) : 0,
+		 t->ideal_ns > 0 ? 1.0 - sum / (P * t->ideal_ns) : 0,
+		 t->span_ns > 0 ? 1.0 - sum / (P * t->span_ns) : 0,
+		 t->cpu_smooth_ns > 0 ? 1.0 - csum / (P * t->cpu_smooth_ns) : 0);
+}
+
 /* The wall time between passes (kiln_pipe_gaps), per pass: what a
  * hand-off costs a stage that waits for it, and what a stage does between
  * its own passes that no pass's stamps count; and the stage threads' CPU
@@ -362,7 +479,7 @@ kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device
 
 kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 {
-	char line[512];
+	char line[1024];
 	int k = 0;
 	*bubble = -1;
 	if (!t || !t->counted)
@@ -398,6 +515,14 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_gaps(t, line, sizeof line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
+	report_ends(t, line, sizeof line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
+	report_smooth(t, line, sizeof line);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
@@ -453,6 +578,7 @@ void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 	free(t->dep);
 	free(t->dur);
 	free(t->ideal);
+	free(t->sm);
 	free(t->ho_hist);
 	free(t);
 }

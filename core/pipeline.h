@@ -218,6 +218,15 @@ double kiln_pipe_gap_quantile(const int64_t *hist, int64_t n, double q);
  * within: what the schedule's (P-1)/(M+P-1) predicts for equal stages),
  * and *imbalance = (max(busy) - mean(busy)) / span, the other stages'
  * wait for the busiest; the two add up to the idle share. */
+/* The schedule `act` replayed (as kiln_pipe_replay, instant hand-offs)
+ * with smoothed passes: each at its stage's mean duration (dur[i]) among
+ * its passes of its kind; when `ends`, the end passes (act[0], the step's
+ * first forward, and act[n - 1], its last backward) keep their own and
+ * are left out of the means.  The stages' busy times are dur's, so
+ * 1 - sum(dur) / (P span) is the bubble of the stages' imbalance alone
+ * (equal stages: the schedule's), and with ends that of the end passes
+ * too.  Returns the span (-1: out of memory). */
+double kiln_pipe_smooth(const struct kiln_pipe_action *act, int n, const double *dur, int ends);
 void kiln_pipe_idle_split(const double *busy, int P, double span, double *bubble,
 			  double *imbalance);
 
@@ -260,7 +269,8 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
  * the backward of each of its layers in the last micro-batch (every layer
  * accumulates in its own ops: no add after the backward), so that its
  * data-parallel buckets can start then; *mean: the scale to the mean over
- * the micro-batches, 1 / (M x accumulate). */
+ * the micro-batches, 1 / (M x accumulate), or 1 when the loss layers'
+ * gradient seed holds it already (pipe_run.c, seed_mean). */
 int kiln_pipe_hookable(const struct kiln_pipe *pp, double *mean);
 /* ... and from now on: the stage's last micro-batch's backward runs with
  * m->grad_final set (the backward hook starts the buckets), and the stage

@@ -160,6 +160,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	p->data_gstore = -2;
 	p->data_store = -1;
 	p->staged = m->stage && m->plan_staged;
+	p->seed_d = m->seed_d;
 	p->nodes = calloc((size_t)n, sizeof *p->nodes);
 	int *wants_grad = calloc((size_t)n, sizeof(int));
 	if (!p->nodes || !wants_grad) {

@@ -2,11 +2,20 @@
  * every dependency respected, each stage's micro-batches in order, the
  * length 2(M+P-1) and so the bubble (P-1)/(M+P-1), and the activation sets
  * alive at once: gpipe M, 1f1b min(P, M); the measured bubble's replay and
- * split (core/pipe_timing.c). */
+ * split (core/pipe_timing.c); the step's mean folded into the loss
+ * layers' gradient seed (core/pipe_run.c, seed_mean). */
 #include <check.h>
 #include "check_main.h"
+#include "test_util.h"
+#include <kiln/kiln.h>
+#include <math.h>
 #include <string.h>
+#include "graph.h"
 #include "pipeline.h"
+
+static struct kiln_registry *reg;
+
+#define OK(x) ck_assert_msg((x) == KILN_OK, "%s", kiln_last_error())
 
 /* Check schedule `a` of P stages and M micro-batches against the rules. */
 static void check_order(const struct kiln_pipe_action *a, int P, int M)
@@ -280,6 +289,201 @@ START_TEST(test_gap_quantiles)
 }
 END_TEST
 
+/* 1f1b, P = 2, M micro-batches: the schedule in a[] and each pass's
+ * duration in dur[]: stage s's forwards f[s] and backwards b[s], those of
+ * micro-batch j plus jit[0] (forwards) and jit[1] (backwards) for even j,
+ * minus them for odd j (M even: the means stay f and b). */
+static int jittered(int M, const double *f, const double *b, const double *jit,
+		    struct kiln_pipe_action *a, double *dur)
+{
+	int ticks, live;
+	ck_assert(kiln_pipe_schedule(KILN_PIPE_1F1B, 2, M, 0, a, &ticks, &live) == KILN_OK);
+	for (int i = 0; i < 4 * M; i++) {
+		const int fwd = a[i].kind == KILN_PIPE_FWD, sign = a[i].mb % 2 ? -1 : 1;
+		dur[i] = (fwd ? f[a[i].stage] : b[a[i].stage]) + sign * jit[!fwd];
+	}
+	return 4 * M;
+}
+
+/* Passes of equal stages that vary from micro-batch to micro-batch: the
+ * replay as measured is longer than the schedule's; the smooth replay
+ * (every pass at its stage's mean) gives back the schedule's span 3 (M + 1)
+ * and bubble 1 / (M + 1) exactly.  Stage 1 10% heavier and jittered:
+ * smooth, the imbalance's span 3 + 3.3 M (test_replay_imbalance). */
+START_TEST(test_smooth)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	struct kiln_pipe_action a[4 * 16];
+	double dur[4 * 16], busy[2];
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		const int n = jittered(M, (const double[]){ 1, 1 }, (const double[]){ 2, 2 },
+				       (const double[]){ 0.3, 0.5 }, a, dur);
+		const double span = kiln_pipe_replay(a, n, dur, 0, 2, busy);
+		const double smooth = kiln_pipe_smooth(a, n, dur, 0);
+		ck_assert_double_eq_tol(smooth, 3.0 * (M + 1), 1e-9);
+		ck_assert(span > smooth + 0.1);
+		ck_assert_double_eq_tol(1.0 - (busy[0] + busy[1]) / (2 * smooth), 1.0 / (M + 1), 1e-12);
+		jittered(M, (const double[]){ 1, 1.1 }, (const double[]){ 2, 2.2 },
+			 (const double[]){ 0.3, 0.5 }, a, dur);
+		ck_assert_double_eq_tol(kiln_pipe_smooth(a, n, dur, 0), 3 + 3.3 * M, 1e-9);
+	}
+}
+END_TEST
+
+/* Equal stages whose end passes are longer: the step's first forward
+ * (stage 0's of micro-batch 0) by 0.5 and its last backward (stage 0's of
+ * micro-batch M - 1) by 0.7.  Both are on the critical path, so the span
+ * is the schedule's 3 (M + 1) + 1.2, which the smooth replay that keeps
+ * the end passes gives (the one that smooths them into stage 0's means
+ * gives no more: stage 0, now the busier, stays on the critical path). */
+START_TEST(test_end_passes)
+{
+	static const int Ms[] = { 4, 8, 16 };
+	struct kiln_pipe_action a[4 * 16];
+	double dur[4 * 16], busy[2];
+	for (int k = 0; k < 3; k++) {
+		const int M = Ms[k];
+		const int n = jittered(M, (const double[]){ 1, 1 }, (const double[]){ 2, 2 },
+				       (const double[]){ 0, 0 }, a, dur);
+		ck_assert(a[0].kind == KILN_PIPE_FWD && a[0].stage == 0 && a[0].mb == 0);
+		ck_assert(a[n - 1].kind == KILN_PIPE_BWD && a[n - 1].stage == 0 && a[n - 1].mb == M - 1);
+		dur[0] += 0.5;
+		dur[n - 1] += 0.7;
+		const double span = kiln_pipe_replay(a, n, dur, 0, 2, busy);
+		const double ends = kiln_pipe_smooth(a, n, dur, 1);
+		ck_assert_double_eq_tol(span, 3.0 * (M + 1) + 1.2, 1e-9);
+		ck_assert_double_eq_tol(ends, span, 1e-9);
+		ck_assert(kiln_pipe_smooth(a, n, dur, 0) <= ends + 1e-9);
+		/* the bubble: the schedule's plus the end passes' 1.2 idle on
+		 * stage 1 and 1.2 busy on stage 0 over the span */
+		ck_assert_double_eq_tol(1.0 - (busy[0] + busy[1]) / (2 * ends),
+					1.0 - (6.0 * M + 1.2) / (2 * (3.0 * (M + 1) + 1.2)), 1e-12);
+		ck_assert(1.0 - (busy[0] + busy[1]) / (2 * ends) > 1.0 / (M + 1));
+	}
+}
+END_TEST
+
+/* ---- the mean in the loss layers' seed ---------------------------------- */
+
+/* A linear layer of 3 inputs and 4 classes under softmax_xent, batch 8 in
+ * M = 4 micro-batches of 2 (one stage: the pipeline's plans are whole
+ * plans, which kiln_plan_run runs alone). */
+struct seed_rig {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	struct kiln_model *m;
+	void *stream;
+	float *x, *metrics;
+	int32_t *y;
+	size_t n;          /* the gradients' elements */
+};
+
+enum { SEED_B = 8, SEED_M = 4, SEED_IN = 3 };
+
+static void seed_open(struct seed_rig *r, const char *extra)
+{
+	char ini[512];
+	memset(r, 0, sizeof *r);
+	snprintf(ini, sizeof ini, "[layer.fc]\ntype = linear\nout = 4\n[layer.loss]\ntype = softmax_xent\n"
+		 "[pipeline]\nmicro_batches = %d\n%s", SEED_M, extra);
+	r->cfg = test_config(reg, ini);
+	OK(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev));
+	int64_t in = SEED_IN;
+	struct kiln_tensor_desc sample;
+	kiln_tensor_desc_init(&sample, KILN_F32, 1, &in);
+	OK(kiln_model_create(r->cfg, reg, r->dev, &sample, &r->m));
+	OK(kiln_device_stream_create(r->dev, &r->stream));
+	OK(kiln_model_init_params(r->m, 1, r->stream));
+	r->n = r->m->n_elems;
+	float x[SEED_B * SEED_IN];
+	int32_t y[SEED_B];
+	for (int i = 0; i < SEED_B * SEED_IN; i++)
+		x[i] = test_hash_val((uint32_t)i, 7);
+	for (int i = 0; i < SEED_B; i++)
+		y[i] = (i * 3) % 4;
+	OK(kiln_device_alloc(r->dev, sizeof x, (void **)&r->x));
+	OK(kiln_device_alloc(r->dev, sizeof y, (void **)&r->y));
+	OK(kiln_device_alloc(r->dev, 64, (void **)&r->metrics));
+	TEST_H2D(r, r->x, x, sizeof x);
+	TEST_H2D(r, r->y, y, sizeof y);
+}
+
+static void seed_close(struct seed_rig *r)
+{
+	void *bufs[] = { r->x, r->y, r->metrics };
+	test_rig_free_bufs(r->dev, r->stream, bufs, 3);
+	kiln_model_free(r->m);
+	test_rig_close_device(r->dev, r->stream, r->cfg);
+}
+
+/* The parameters' gradients after plan p's run over `rows` rows from row 0. */
+static void seed_grads(struct seed_rig *r, struct kiln_plan *p, float *g)
+{
+	static const float zero[16];
+	TEST_H2D(r, r->metrics, zero, 64);
+	OK(kiln_plan_run(p, r->x, r->y, r->metrics, r->stream));
+	TEST_D2H(r, g, r->m->grads_d, r->n * sizeof *g);
+}
+
+/* max |a - k b| / max |k b| */
+static double seed_rel(const float *a, const float *b, double k, size_t n)
+{
+	double err = 0, scale = 0;
+	for (size_t i = 0; i < n; i++) {
+		err = fmax(err, fabs((double)a[i] - k * b[i]));
+		scale = fmax(scale, fabs(k * b[i]));
+	}
+	ck_assert(scale > 0);
+	return err / scale;
+}
+
+/* A pipeline plan's loss seed is 1 / (M x micro-batch) (the one-process
+ * batch's 1 / B), not 1 / micro-batch: its gradients over a micro-batch
+ * are a plain plan's over the same rows divided by M (reverting seed_mean
+ * gives them undivided); and a pipeline step's gradients are the batch's
+ * plain ones (with the old scale pass after the last micro-batch as well
+ * they come out M times too small, with neither M times too large). */
+START_TEST(test_loss_grad_mean)
+{
+	struct seed_rig r;
+	seed_open(&r, "");
+	float *plain = calloc(r.n, sizeof(float)), *piped = calloc(r.n, sizeof(float));
+	ck_assert(plain && piped);
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
+	ck_assert_int_eq(yes, 1);
+	struct kiln_pipe *pp;
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	double mean;
+	ck_assert(!kiln_pipe_hookable(pp, &mean)); /* (one process) */
+	ck_assert_double_eq(mean, 1.0); /* a data-parallel hook scales nothing */
+	struct kiln_plan *mb;
+	OK(kiln_model_plan(r.m, SEED_B / SEED_M, 1, &mb));
+	seed_grads(&r, mb, plain);
+	seed_grads(&r, kiln_pipe_plan0(pp), piped);
+	ck_assert_double_le(seed_rel(piped, plain, 1.0 / SEED_M, r.n), 1e-6);
+	kiln_plan_free(mb);
+	/* the whole step against the batch's plain plan */
+	struct kiln_plan *all;
+	OK(kiln_model_plan(r.m, SEED_B, 1, &all));
+	seed_grads(&r, all, plain);
+	static const float zero[16];
+	TEST_H2D(&r, r.metrics, zero, 64);
+	for (size_t i = 0; i < r.n; i++) /* what the step must overwrite (not the padding) */
+		piped[i] = plain[i] != 0 ? 1e3f : 0;
+	TEST_H2D(&r, r.m->grads_d, piped, r.n * sizeof(float));
+	OK(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics));
+	TEST_D2H(&r, piped, r.m->grads_d, r.n * sizeof(float));
+	ck_assert_double_le(seed_rel(piped, plain, 1.0, r.n), 1e-6);
+	kiln_plan_free(all);
+	kiln_pipe_free(pp);
+	free(plain);
+	free(piped);
+	seed_close(&r);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -287,8 +491,11 @@ static Suite *make_pipeline_suite(void)
 		       (const TTest *[]){ test_schedules, test_1f1b_order, NULL });
 	check_add_case(s, "replay", 30, NULL, NULL,
 		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
-					  test_gaps, test_gap_quantiles, NULL });
+					  test_gaps, test_gap_quantiles, test_smooth, test_end_passes,
+					  NULL });
+	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
 	return s;
 }
 
-static const struct check_main check_suite = { .suite = make_pipeline_suite };
+static const struct check_main check_suite = { .suite = make_pipeline_suite, .reg = &reg,
+					       .need_cpu = 1 };

@@ -176,14 +176,17 @@ for r in 0 1 2 3; do
 done
 [ "$(grep -c "rank [01] of 2: 6 allreduces of the shared gradients, copy-free" "$tmp/g22.log")" = 4 ] ||
 	{ bad "g22: the stages' allreduces are not copy-free"; grep "copy-free" "$tmp/g22.log"; }
-# ... each scaled to the mean (over 2 micro-batches x accumulate 2) first:
-# with a bucket a tensor, equal to the buckets after the pipeline
+# ... the mean (over 2 micro-batches x accumulate 2) in the loss seed (since
+# session 12; before, each bucket scaled first): with a bucket a tensor,
+# equal to the buckets after the pipeline
 for o in 1 0; do
 	run "a22o$o" 4 8 dist.pipeline=2 "$two" pipeline.micro_batches=2 train.accumulate=2 \
 		dist.bucket_mb=0.001 dist.overlap=$o
 done
 grep -q "rank 1 (pipeline stage 1): 12 of 12 bucket allreduces started during" "$tmp/a22o1.log" ||
 	{ bad "a22o1: stage 1's 2 buckets did not start during the backward"; grep "bucket" "$tmp/a22o1.log"; }
+grep -q "rank 1 (pipeline stage 1): [0-9]* bucket(s) start during the stage's last micro-batch's backward (the loss seed holds the mean)" "$tmp/a22o1.log" ||
+	{ bad "a22o1: the buckets scale to the mean, or the log does not say the loss seed holds it"; grep "bucket" "$tmp/a22o1.log"; }
 "$tool" close "$(ck a22o1 6)" "$(ck a22o0 6)" 1e-6 params optim.momentum ||
 	bad "P = 2 x D = 2, accumulate 2: the buckets started during the backward end elsewhere"
 echo "ok: 2 and 4 stages on ranks, and 2 x 2, equal one process (gloo)"

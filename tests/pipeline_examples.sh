@@ -62,6 +62,16 @@ grep -qE "stage 1 [0-9.]+, span [0-9.]+; bubble [0-9.]+ \(schedule 0\.111; [0-9.
 	fail "profile.txt lacks the stages' busy times and the bubble"
 grep -qE "pipeline bubble split: busiest stage [01] idle [0-9.]+ \(schedule 0\.111, for equal stages\) \+ imbalance [0-9.-]+ = [0-9.]+; with the passes' CPU times and instant hand-offs [0-9.-]+ \+ [0-9.-]+$" "$tmp/g3/profile.txt" ||
 	fail "profile.txt lacks the bubble's split"
+# the end passes and the smooth replays (since session 12): for P = 2 the
+# smooth bubble is never below the schedule's (the span is at least stage
+# 1's passes plus stage 0's first forward and last backward, and at least
+# stage 0's passes plus stage 1's first pair: their mean is (M + 1) passes)
+grep -qE "pipeline end passes: the step's first forward \(stage 0\) [0-9.]+ ms against [0-9.]+ for its stage's others, its last backward \(stage 0\) [0-9.]+ ms against [0-9.]+$" "$tmp/g3/profile.txt" ||
+	fail "profile.txt lacks the end passes"
+sm=$(sed -n "s/.*pipeline smooth replay: bubble \([0-9.-]*\) (schedule 0\.111 + the stages' imbalance), [0-9.-]* with the end passes as measured, [0-9.-]* with every pass as measured, [0-9.-]* measured; \([0-9.-]*\) in CPU time$/\1 \2/p" "$tmp/g3/profile.txt")
+[ -n "$sm" ] || fail "profile.txt lacks the smooth replay"
+echo "$sm" | awk '{ exit !($1 >= 0.1105 && $1 < 1 && $2 >= 0.1105 && $2 < 1) }' ||
+	fail "smooth bubbles $sm: not in [the schedule's 0.111, 1)"
 grep -q '"pipeline stage 1"' "$tmp/g3/trace.json" || fail "trace.json has no track for stage 1"
 grep -q '"B mb 3"' "$tmp/g3/trace.json" || fail "trace.json has no stage slices"
 echo "ok: the profile shows each stage's busy time and the bubble"
