@@ -81,6 +81,31 @@ struct kiln_ckpt_meta {
 kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 			   struct kiln_model *m, void *stream, char *path, size_t path_len);
 
+/* The piece a device section goes to the file in, through one host buffer
+ * of this size (and a source's reads). */
+#define KILN_CKPT_PIECE_BYTES ((size_t)256 * 1024)
+
+/* A source of state sections other than the model's own device buffers
+ * (core/dist_pipe_ckpt.c: a pipeline stage's rank holds its slice alone,
+ * the others' slices come from their ranks).  owns(ctx, tag): nonzero
+ * when section `tag` is read through read(ctx, tag, off, host, n), bytes
+ * [off, off + n) into host memory, in order from offset 0 in pieces of
+ * KILN_CKPT_PIECE_BYTES (the last shorter); the optimizer's slots, which
+ * a model without its whole state (state_d NULL) does not list, are
+ * written from the source at slot_bytes each (0: none). */
+struct kiln_ckpt_src {
+	void *ctx;
+	int (*owns)(void *ctx, const char *tag);
+	kiln_status (*read)(void *ctx, const char *tag, size_t off, void *host, size_t n);
+	size_t slot_bytes;
+};
+
+/* kiln_ckpt_save with the sections `src` owns read from it (NULL: none);
+ * the same file. */
+kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *meta,
+			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
+			       char *path, size_t path_len);
+
 /* "key = value" lines describing this build and the plugins in use
  * (malloc'd; the caller frees). */
 char *kiln_ckpt_versions(const struct kiln_registry *reg, const struct kiln_device *dev);

@@ -240,6 +240,18 @@ kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute);
  * at rank 0 alone (its whole buffer, as kiln_dist_pipe_whole's; each stage
  * sent by its rank in pipe 0); the other ranks make nothing whole. */
 kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute);
+/* core/dist_pipe_ckpt.c.  1 when a checkpoint can be written with no rank
+ * holding the whole model: stages on ranks, each holding its stage's
+ * parameters and optimizer state alone (not ZeRO-1, nothing gathered). */
+int kiln_dist_pipe_ckpt_streams(const struct kiln_dist *d);
+/* Every rank (collective over pipe 0; the other pipes return at once):
+ * rank 0 writes dir/ckpt-<step>.kiln as kiln_ckpt_save would of the whole
+ * model, each stage's slice streamed to it in pieces by its rank in pipe
+ * 0 (the final path into path on rank 0). */
+struct kiln_ckpt_meta;
+kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
+				     const struct kiln_ckpt_meta *meta, void *compute, char *path,
+				     size_t path_len);
 /* 1 when this rank holds its stage's parameters and gradients alone (and
  * they are not whole now): [*lo, *hi) of the flat buffers. */
 int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);

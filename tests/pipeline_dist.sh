@@ -464,4 +464,40 @@ grep -q "rank 0 (pipeline stage 0): the model is created and initialised whole a
 "$tool" same "$(ck wo 4)" "$(ck wres 4)" params optim.momentum ||
 	bad "2 stages on 2 ranks starting whole ([train] resume) differ from one process"
 echo "ok: stage 0's rank peaks below the whole model's parameters: its stage's alone from start-up"
+# ---- 13. per-stage checkpoints (session 12) ------------------------------------------
+# (section 11's MLP; wo: one process, 4 steps, a checkpoint every 2)
+ini="$tmp/wide.ini"
+# pk13 NAME RANK: that rank's peak device bytes (its log line after the last step)
+pk13() {
+	sed -n "s/.*rank $2 (pipeline stage $2): device memory live after the last step [0-9]* bytes (peak \([0-9]*\)).*/\1/p" "$tmp/$1.log"
+}
+nb="train.keep_best=0 train.eval=0"
+run sv 2 32 dist.pipeline=2 $nb train.max_steps=2
+[ "$(grep -c "checkpoint written in pieces of 256 KiB, nothing gathered whole\|checkpoint sent to rank 0 in pieces of 256 KiB" "$tmp/sv.log")" = 2 ] ||
+	{ bad "sv: the checkpoint was not streamed per stage"; grep "pieces" "$tmp/sv.log"; }
+# the file is one process's, byte for byte where the state is
+"$tool" same "$(ck wo 2)" "$(ck sv 2)" params optim.momentum step optim.step ||
+	bad "sv: the streamed checkpoint differs from one process's"
+# rank 0, which writes, peaks below the whole model's parameters alone
+# (289840 floats, 1159360 bytes): before session 12 it gathered them and
+# the whole momentum (2.3 MB more)
+pk=$(pk13 sv 0)
+[ -n "$pk" ] && [ "$pk" -lt 1159360 ] ||
+	{ bad "sv: rank 0 peaks at '$pk' device bytes writing a checkpoint, not below the whole model's parameters (1159360)"; grep "live after\|pieces" "$tmp/sv.log"; }
+# ... resumes in one process and on 4 stages on 4 ranks, ending where the
+# uninterrupted run does
+cp -r "$tmp/sv" "$tmp/sv1"
+cp -r "$tmp/sv" "$tmp/sv4"
+run sv1 0 32 $nb train.resume=1
+grep -q "resuming from .*sv1/checkpoints/ckpt-2.kiln" "$tmp/sv1.log" || bad "sv1: one process did not resume"
+"$tool" same "$(ck wo 4)" "$(ck sv1 4)" params optim.momentum ||
+	bad "sv: 2 stages on 2 ranks to step 2, then one process: differs from the uninterrupted run"
+sed 's/^stage = 1$//' "$ini" > "$tmp/wide4.ini"
+ini="$tmp/wide4.ini"
+run sv4 4 32 dist.pipeline=4 $nb train.resume=1 "model.stages=flat,r1|fc2,r2|fc3,r3|fc4,loss"
+ini="$tmp/wide.ini"
+grep -q "resuming from .*sv4/checkpoints/ckpt-2.kiln" "$tmp/sv4.log" || bad "sv4: did not resume"
+"$tool" close "$(ck wo 4)" "$(ck sv4 4)" 1e-6 params optim.momentum ||
+	bad "sv4: 2 stages on 2 ranks to step 2, then 4 stages on 4 ranks: differs from the uninterrupted run"
+echo "ok: a checkpoint streamed per stage to rank 0 resumes on 1 and 4 stages"
 exit $fail
