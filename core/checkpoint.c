@@ -915,3 +915,115 @@ out:
 	free(theirs);
 	return st;
 }
+
+/* ---- a stage's slice (core/dist_pipe_ckpt.c) ------------------------------- */
+
+/* Bytes [off, off + n) of section r, piece by piece through host, to the
+ * device at dst (the file's checksums were verified when it was opened). */
+static kiln_status range_to_device(struct kiln_ckpt *ck, const struct rsec *r, uint64_t off,
+				   size_t n, void *dst, void *host, struct kiln_model *m,
+				   void *stream)
+{
+	kiln_status st = KILN_OK;
+	for (size_t at = 0; at < n && !st; at += PIECE) {
+		const size_t k = n - at < PIECE ? n - at : PIECE;
+		if (kiln_pread_all(ck->fd, host, k, r->off + off + at))
+			return read_error(ck->path, r->tag);
+		if (!(st = kiln_device_copy_async(m->dev, (char *)dst + at, host, k, KILN_COPY_H2D,
+						  stream)))
+			st = kiln_device_stream_sync(m->dev, stream);
+	}
+	return st;
+}
+
+/* Section `tag` present with exactly `bytes`. */
+static kiln_status section_of(struct kiln_ckpt *ck, const char *tag, size_t bytes,
+			      const struct rsec **out)
+{
+	const struct rsec *r = find(ck, tag);
+	if (!r)
+		return kiln_error(KILN_EDATA, "checkpoint %s: no section '%s'", ck->path, tag);
+	if (r->bytes != bytes)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s' has %llu bytes but this model's %s has %zu",
+				  ck->path, tag, (unsigned long long)r->bytes, tag, bytes);
+	*out = r;
+	return KILN_OK;
+}
+
+/* The counters ("step", "optim.step", "amp.scaler": small, every rank's
+ * alike) whole, range-checked before they reach the device. */
+static kiln_status load_counters(struct kiln_ckpt *ck, struct kiln_model *m, void *stream)
+{
+	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
+	const int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
+	uint8_t b[64];
+	kiln_status st = KILN_OK;
+	for (int i = 0; i < nb && !st; i++) {
+		const struct rsec *r;
+		if (strcmp(sb[i].name, "step") && strcmp(sb[i].name, "optim.step") &&
+		    strcmp(sb[i].name, "amp.scaler"))
+			continue;
+		if (sb[i].bytes > sizeof b)
+			return kiln_error(KILN_EINTERNAL, "state buffer '%s' of %zu bytes", sb[i].name,
+					  sb[i].bytes);
+		if ((st = section_of(ck, sb[i].name, sb[i].bytes, &r)) ||
+		    (st = kiln_ckpt_read(ck, sb[i].name, b, sb[i].bytes)) ||
+		    (st = check_counters(ck, sb[i].name, b, sb[i].bytes)) ||
+		    (st = kiln_device_copy_async(m->dev, sb[i].ptr, b, sb[i].bytes, KILN_COPY_H2D,
+						 stream)))
+			break;
+		st = kiln_device_stream_sync(m->dev, stream);
+	}
+	return st;
+}
+
+kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
+				 size_t lo, size_t hi, float *state)
+{
+	const size_t n = hi > lo ? hi - lo : 0;
+	const struct rsec *r;
+	char *mine = tensors_text(m), *theirs = NULL;
+	void *host = NULL;
+	kiln_status st;
+	if (!mine)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = kiln_ckpt_read_text(ck, "tensors", &theirs)))
+		goto out;
+	if (strcmp(mine, theirs)) {
+		char a[256], b[256];
+		first_diff(theirs, mine, a, b, sizeof a);
+		st = kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
+				ck->path, a, b);
+		goto out;
+	}
+	int64_t tracked = m->tracked_base;
+	if ((st = tracked_count(ck, KILN_CKPT_LOAD_ALL, &tracked)) ||
+	    (st = kiln_device_host_alloc(m->dev, PIECE, &host)))
+		goto out;
+	/* the stage's parameters, the buffers (whole on every rank), the
+	 * stage's slice of each optimizer slot, then the counters */
+	if ((st = section_of(ck, "params", m->n_elems * sizeof(float), &r)) ||
+	    (st = range_to_device(ck, r, lo * sizeof(float), n * sizeof(float), m->params_d + lo,
+				  host, m, stream)))
+		goto out;
+	if (m->n_buf_elems &&
+	    ((st = section_of(ck, "buffers", m->n_buf_elems * sizeof(float), &r)) ||
+	     (st = range_to_device(ck, r, 0, m->n_buf_elems * sizeof(float), m->buffers_d, host, m,
+				   stream))))
+		goto out;
+	for (int k = 0; state && k < m->state_slots; k++)
+		if ((st = section_of(ck, m->optim_info.slot_names[k], m->n_trainable * sizeof(float),
+				     &r)) ||
+		    (st = range_to_device(ck, r, lo * sizeof(float), n * sizeof(float),
+					  state + (size_t)k * n, host, m, stream)))
+			goto out;
+	if ((st = load_counters(ck, m, stream)))
+		goto out;
+	m->tracked_base = tracked;
+	m->pcopy_stale = 1;
+out:
+	kiln_device_host_free(m->dev, host);
+	free(mine);
+	free(theirs);
+	return st;
+}

@@ -175,6 +175,18 @@ enum { KILN_CKPT_LOAD_ALL = 0, KILN_CKPT_LOAD_WEIGHTS = 1 };
 kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
 				 int what);
 
+/* A resume on a rank that holds the slice [lo, hi) of the trainables alone
+ * ([dist] pipeline, core/dist_pipe_ckpt.c): the "tensors" must describe m's
+ * parameters (as kiln_ckpt_load_model's); "params" [lo, hi) to
+ * m->params_d + lo, "buffers" whole (every rank has them), each optimizer
+ * slot's [lo, hi) to state + slot x (hi - lo) (state NULL: none), the
+ * counters, m's batchnorm count; read piece by piece (KILN_CKPT_PIECE_BYTES
+ * of host memory).  The file's checksums were verified when it was opened;
+ * a failure (a read error) may leave part of the slice loaded: the resume
+ * fails. */
+kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
+				 size_t lo, size_t hi, float *state);
+
 /* Compare the checkpoint's resolved config text with `current` (both
  * kiln_config_write output), key by key in file order.  KILN_ECONFIG naming
  * the checkpoint and the first key that differs (both values).  For a

@@ -252,6 +252,15 @@ struct kiln_ckpt_meta;
 kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
 				     const struct kiln_ckpt_meta *meta, void *compute, char *path,
 				     size_t path_len);
+/* 1 when a [train] resume can load each rank's stage alone: it holds its
+ * stage's parameters alone since start-up (kiln_dist_pipe_hold). */
+int kiln_dist_pipe_resumes(const struct kiln_dist *d);
+/* Every rank, after kiln_dist_pipe_shard: open and verify `file` (rank 0
+ * chose it) and load this rank's stage from it (kiln_ckpt_load_stage:
+ * its parameters' and optimizer slots' slice, the buffers, the counters);
+ * the ranks agree on the outcome, so a rank that cannot read it names the
+ * file and every other rank fails too. */
+kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, void *compute);
 /* 1 when this rank holds its stage's parameters and gradients alone (and
  * they are not whole now): [*lo, *hi) of the flat buffers. */
 int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);

@@ -168,3 +168,48 @@ kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
 			 r, d->pipe_stage, r ? "sent to rank 0" : "written", PIECE / 1024, live, peak);
 	return st;
 }
+
+int kiln_dist_pipe_resumes(const struct kiln_dist *d)
+{
+	return d && d->pipe_P && d->pipe_cut && d->m && d->m->held && !d->zero;
+}
+
+/* This rank's stage from `file`: its parameters and optimizer slots'
+ * slice, the buffers and counters. */
+static kiln_status load_own(struct kiln_dist *d, const char *file, void *compute)
+{
+	const int s = d->pipe_stage;
+	struct kiln_ckpt *ck = NULL;
+	kiln_status st = kiln_ckpt_open(file, &ck);
+	if (!st)
+		st = kiln_ckpt_load_stage(ck, d->m, compute, d->pipe_lo[s], d->pipe_hi[s],
+					  d->pipe_own ? d->pipe_state : NULL);
+	kiln_ckpt_close(ck);
+	return st;
+}
+
+kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, void *compute)
+{
+	const int r = d->env.rank, s = d->pipe_stage;
+	size_t live = 0, peak = 0;
+	kiln_status st = load_own(d, file, compute), st2;
+	char mine[1024];
+	double failed = st != KILN_OK;
+	if (st)
+		snprintf(mine, sizeof mine, "%s", kiln_last_error());
+	/* every rank learns whether one failed: none trains from a mixed state */
+	if ((st2 = kiln_dist_sum_host(d, &failed, 1, compute)))
+		return st ? kiln_error(st, "rank %d (pipeline stage %d): resuming the stage from %s: %s", r,
+				       s, file, mine)
+			  : st2;
+	if (st)
+		return kiln_error(st, "rank %d (pipeline stage %d): resuming the stage from %s: %s", r, s,
+				  file, mine);
+	if (failed > 0)
+		return kiln_error(KILN_EDATA, "rank %d (pipeline stage %d): %g other rank(s) could not resume their stage from %s (their messages say why)",
+				  r, s, failed, file);
+	kiln_device_mem(d->dev, &live, &peak);
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): resumed the stage's slice [%zu, %zu) alone from %s, nothing read whole: device memory live %zu bytes, peak so far %zu",
+		 r, s, d->pipe_lo[s], d->pipe_hi[s], file, live, peak);
+	return KILN_OK;
+}

@@ -231,8 +231,16 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have",
 			 (long long)(tr.batch * tr.world), (long long)tr.batch, (long long)tr.world,
 			 (long long)(B * t->world), (long long)B, t->world);
-	if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL)))
+	/* (stages on ranks: each rank loads its stage, kiln_dist_pipe_resume) */
+	if (kiln_dist_pipe_resumes(t->dist)) {
+		if (strlen(path) >= sizeof t->resume_file) {
+			st = kiln_error(KILN_ECONFIG, "%s: path too long to resume per stage", path);
+			goto out;
+		}
+		snprintf(t->resume_file, sizeof t->resume_file, "%s", path);
+	} else if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL))) {
 		goto out;
+	}
 	t->pos = tr;
 	t->ckpt_step = tr.step;
 	/* a resume within an epoch: its training sums so far */

@@ -65,8 +65,17 @@
 #     [data.val] the final test equals one process's; a checkpoint gathers
 #     the parameters at rank 0 alone, so stage 1's rank (which does not
 #     write) makes nothing whole: its peak is its bytes after the last step;
-#     [train] resume makes the model whole at start-up (rank 0 reads a
-#     checkpoint whole), logged, and its run equals one process.
+#     [train] resume holds each stage alone from start-up too (session 12;
+#     before, rank 0 read the checkpoint whole), and its run equals one
+#     process;
+# 13. checkpoints per stage (session 12): a checkpoint of 2 stages on 2
+#     ranks is written by rank 0 with each stage's slice streamed to it in
+#     256 KiB pieces (rank 0 peaks below the whole model's parameters;
+#     before: 2.8 MB), holds one process's bytes, and resumes in one
+#     process, on 4 stages on 4 ranks and on 2 (each rank reading its
+#     stage alone; rank 0 peaks below the whole parameters; before: 3.9
+#     MB), each ending where the uninterrupted run does; a short
+#     checkpoint makes both ranks exit non-zero naming the file.
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -458,11 +467,14 @@ ini="$tmp/wide.ini"
 [ -n "$(grep "final test loss" "$tmp/vo.log")" ] &&
 	[ "$(grep "test loss" "$tmp/vo.log" | sort -u)" = "$(grep "test loss" "$tmp/vr.log" | sort -u)" ] ||
 	{ bad "vr: the final test on 2 stages on 2 ranks differs from one process's"; grep "test loss" "$tmp/vo.log" "$tmp/vr.log"; }
+# [train] resume (of a run already at its last step) holds each stage
+# alone from start-up too (before session 12 rank 0 read the checkpoint
+# whole into a whole model: section 13)
 run wres 2 32 dist.pipeline=2 train.resume=1
-grep -q "rank 0 (pipeline stage 0): the model is created and initialised whole at start-up: \[train\] resume" "$tmp/wres.log" ||
-	bad "wres: [train] resume does not make the model whole at start-up"
+[ "$(grep -c "$held" "$tmp/wres.log")" = 2 ] ||
+	bad "wres: [train] resume does not hold each stage alone from start-up"
 "$tool" same "$(ck wo 4)" "$(ck wres 4)" params optim.momentum ||
-	bad "2 stages on 2 ranks starting whole ([train] resume) differ from one process"
+	bad "2 stages on 2 ranks resumed per stage differ from one process"
 echo "ok: stage 0's rank peaks below the whole model's parameters: its stage's alone from start-up"
 # ---- 13. per-stage checkpoints (session 12) ------------------------------------------
 # (section 11's MLP; wo: one process, 4 steps, a checkpoint every 2)
@@ -487,6 +499,8 @@ pk=$(pk13 sv 0)
 # ... resumes in one process and on 4 stages on 4 ranks, ending where the
 # uninterrupted run does
 cp -r "$tmp/sv" "$tmp/sv1"
+cp -r "$tmp/sv" "$tmp/sv2"
+cp -r "$tmp/sv" "$tmp/svc"
 cp -r "$tmp/sv" "$tmp/sv4"
 run sv1 0 32 $nb train.resume=1
 grep -q "resuming from .*sv1/checkpoints/ckpt-2.kiln" "$tmp/sv1.log" || bad "sv1: one process did not resume"
@@ -499,5 +513,26 @@ ini="$tmp/wide.ini"
 grep -q "resuming from .*sv4/checkpoints/ckpt-2.kiln" "$tmp/sv4.log" || bad "sv4: did not resume"
 "$tool" close "$(ck wo 4)" "$(ck sv4 4)" 1e-6 params optim.momentum ||
 	bad "sv4: 2 stages on 2 ranks to step 2, then 4 stages on 4 ranks: differs from the uninterrupted run"
-echo "ok: a checkpoint streamed per stage to rank 0 resumes on 1 and 4 stages"
+# ... and on 2 stages on 2 ranks, each rank reading its stage's slice
+# alone: rank 0 peaks below the whole model's parameters (before session
+# 12 it read the checkpoint whole into a whole model: 3.9 MB)
+run sv2 2 32 dist.pipeline=2 $nb train.resume=1
+[ "$(grep -c "resumed the stage's slice \[[0-9]*, [0-9]*) alone from .*sv2/checkpoints/ckpt-2.kiln" "$tmp/sv2.log")" = 2 ] ||
+	{ bad "sv2: not every rank resumed its stage alone"; grep "resum" "$tmp/sv2.log"; }
+grep -q "rank 0 (pipeline stage 0): resumed the stage's slice \[0, 2080) alone" "$tmp/sv2.log" ||
+	bad "sv2: rank 0 did not resume stage 0's slice [0, 2080)"
+"$tool" same "$(ck wo 4)" "$(ck sv2 4)" params optim.momentum ||
+	bad "sv2: 2 stages on 2 ranks to step 2, then 2 stages resumed per stage: differs from the uninterrupted run"
+pk=$(pk13 sv2 0)
+[ -n "$pk" ] && [ "$pk" -lt 1159360 ] ||
+	{ bad "sv2: rank 0 peaks at '$pk' device bytes resuming, not below the whole model's parameters (1159360)"; grep "live after\|resumed" "$tmp/sv2.log"; }
+# a short checkpoint: every rank exits non-zero with an error naming the
+# file (rank 0 verifies it before any rank loads its stage, as before)
+f=$(ck svc 2)
+head -c 100000 "$f" > "$f.short" && mv "$f.short" "$f"
+timeout 120 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/svc" train.batch=32 \
+	dist.pipeline=2 $nb train.resume=1 > "$tmp/svc.log" 2>&1 && bad "svc: a short checkpoint resumed"
+[ "$(grep -c "^kiln: error: .*$f: truncated: 100000 of [0-9]* bytes" "$tmp/svc.log")" = 2 ] ||
+	{ bad "svc: not both ranks name the short file"; grep -i "error" "$tmp/svc.log"; }
+echo "ok: a checkpoint streamed per stage to rank 0 resumes on 1, 2 and 4 stages, each rank its stage alone"
 exit $fail
