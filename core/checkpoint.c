@@ -978,7 +978,7 @@ static kiln_status load_counters(struct kiln_ckpt *ck, struct kiln_model *m, voi
 }
 
 kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
-				 size_t lo, size_t hi, float *state)
+				 size_t lo, size_t hi, float *state, int what)
 {
 	const size_t n = hi > lo ? hi - lo : 0;
 	const struct rsec *r;
@@ -997,7 +997,7 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		goto out;
 	}
 	int64_t tracked = m->tracked_base;
-	if ((st = tracked_count(ck, KILN_CKPT_LOAD_ALL, &tracked)) ||
+	if ((st = tracked_count(ck, what, &tracked)) ||
 	    (st = kiln_device_host_alloc(m->dev, PIECE, &host)))
 		goto out;
 	/* the stage's parameters, the buffers (whole on every rank), the
@@ -1011,13 +1011,13 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	     (st = range_to_device(ck, r, 0, m->n_buf_elems * sizeof(float), m->buffers_d, host, m,
 				   stream))))
 		goto out;
-	for (int k = 0; state && k < m->state_slots; k++)
+	for (int k = 0; what == KILN_CKPT_LOAD_ALL && state && k < m->state_slots; k++)
 		if ((st = section_of(ck, m->optim_info.slot_names[k], m->n_trainable * sizeof(float),
 				     &r)) ||
 		    (st = range_to_device(ck, r, lo * sizeof(float), n * sizeof(float),
 					  state + (size_t)k * n, host, m, stream)))
 			goto out;
-	if ((st = load_counters(ck, m, stream)))
+	if (what == KILN_CKPT_LOAD_ALL && (st = load_counters(ck, m, stream)))
 		goto out;
 	m->tracked_base = tracked;
 	m->pcopy_stale = 1;

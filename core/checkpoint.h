@@ -180,12 +180,14 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
  * parameters (as kiln_ckpt_load_model's); "params" [lo, hi) to
  * m->params_d + lo, "buffers" whole (every rank has them), each optimizer
  * slot's [lo, hi) to state + slot x (hi - lo) (state NULL: none), the
- * counters, m's batchnorm count; read piece by piece (KILN_CKPT_PIECE_BYTES
+ * counters, m's batchnorm count (LOAD_ALL; LOAD_WEIGHTS: the parameters'
+ * slice and the buffers alone, the batchnorm count as kiln_ckpt_load_model's,
+ * for [model] init_from); read piece by piece (KILN_CKPT_PIECE_BYTES
  * of host memory).  The file's checksums were verified when it was opened;
  * a failure (a read error) may leave part of the slice loaded: the resume
  * fails. */
 kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
-				 size_t lo, size_t hi, float *state);
+				 size_t lo, size_t hi, float *state, int what);
 
 /* Compare the checkpoint's resolved config text with `current` (both
  * kiln_config_write output), key by key in file order.  KILN_ECONFIG naming

@@ -183,7 +183,7 @@ static kiln_status load_own(struct kiln_dist *d, const char *file, void *compute
 	kiln_status st = kiln_ckpt_open(file, &ck);
 	if (!st)
 		st = kiln_ckpt_load_stage(ck, d->m, compute, d->pipe_lo[s], d->pipe_hi[s],
-					  d->pipe_own ? d->pipe_state : NULL);
+					  d->pipe_own ? d->pipe_state : NULL, KILN_CKPT_LOAD_ALL);
 	kiln_ckpt_close(ck);
 	return st;
 }

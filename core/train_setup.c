@@ -5,6 +5,7 @@
  * same setup serves kiln_evaluate (training = 0: the [data.eval] set
  * alone).  See train.h. */
 #include "train.h"
+#include "weights.h" /* kiln_llmc_is_model */
 
 #include <errno.h>
 #include <math.h>
@@ -347,8 +348,10 @@ static const char *whole_at_start(const struct trainer *t)
 	const char *init = kiln_config_get(t->cfg, "model", "init_from");
 	/* ([train] resume: each rank reads its stage, kiln_dist_pipe_resume;
 	 * before session 12 rank 0 read the checkpoint whole) */
-	if (init && *init)
-		return "[model] init_from: the file's weights are loaded whole";
+	/* ([model] init_from of a checkpoint or safetensors: each rank loads
+	 * its stage's tensors, session 12) */
+	if (init && *init && kiln_llmc_is_model(init))
+		return "[model] init_from of an llm.c file: its loader writes the whole model";
 	return NULL;
 }
 

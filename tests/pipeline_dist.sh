@@ -77,7 +77,9 @@
 #     MB), each ending where the uninterrupted run does; a short
 #     checkpoint makes both ranks exit non-zero naming the file; and
 #     without a checkpoint, no final gather: rank 0's peak over the whole
-#     run stays below the whole parameters (before: 1,974,553 bytes).
+#     run stays below the whole parameters (before: 1,974,553 bytes);
+#     [model] init_from of a kiln checkpoint and of safetensors loads
+#     each rank's stage alone, held from start-up, equal to one process.
 # Every process runs under `timeout`.
 name=pipedist needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -544,5 +546,25 @@ run fg 2 32 dist.pipeline=2 train.keep_best=0 train.checkpoint_every=0 train.che
 pk=$(sed -n 's/.*rank 0 (pipeline stage 0): memory at the end of training: device peak \([0-9]*\) bytes over the run.*/\1/p' "$tmp/fg.log")
 [ -n "$pk" ] && [ "$pk" -lt 1159360 ] ||
 	{ bad "fg: rank 0 peaks at '$pk' device bytes over the run, not below the whole model's parameters (1159360)"; grep "memory at the end" "$tmp/fg.log"; }
-echo "ok: a checkpoint streamed per stage to rank 0 resumes on 1, 2 and 4 stages, each rank its stage alone; no final gather"
+# [model] init_from per stage: each rank loads its stage's tensors from a
+# kiln checkpoint and from safetensors, held alone from start-up (before
+# session 12 the model was created and loaded whole), and ends where one
+# process does
+"$kiln" export "$ini" --safetensors "$tmp/wo4.safetensors" --checkpoint "$(ck wo 4)" \
+	> "$tmp/exp.log" 2>&1 || { bad "export of wo's step 4: exit $?"; tail -3 "$tmp/exp.log"; }
+for f in "ick $(ck wo 4)" "ist $tmp/wo4.safetensors"; do
+	set -- $f
+	run "$1o" 0 32 $nb "model.init_from=$2"
+	run "$1r" 2 32 dist.pipeline=2 $nb "model.init_from=$2"
+	[ "$(grep -c "$held" "$tmp/$1r.log")" = 2 ] ||
+		{ bad "$1r: [model] init_from does not hold each stage alone from start-up"; grep "start-up" "$tmp/$1r.log"; }
+	"$tool" same "$(ck "$1o" 4)" "$(ck "$1r" 4)" params optim.momentum ||
+		bad "$1r: [model] init_from on 2 stages on 2 ranks differs from one process"
+	pk=$(sed -n 's/.*rank 0 (pipeline stage 0): memory at the end of training: device peak \([0-9]*\) bytes over the run.*/\1/p' "$tmp/$1r.log")
+	[ -n "$pk" ] && [ "$pk" -lt 1159360 ] ||
+		{ bad "$1r: rank 0 peaks at '$pk' device bytes, not below the whole model's parameters (1159360)"; grep "memory at the end" "$tmp/$1r.log"; }
+done
+grep -q "loaded the weights of step 4 .*; this rank's stage's parameters alone" "$tmp/ickr.log" ||
+	bad "ickr: the checkpoint's weights were not loaded per stage"
+echo "ok: a checkpoint streamed per stage to rank 0 resumes on 1, 2 and 4 stages, each rank its stage alone; no final gather; init_from per stage"
 exit $fail
