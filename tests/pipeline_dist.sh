@@ -74,7 +74,8 @@
 #     before: 2.8 MB), holds one process's bytes, and resumes in one
 #     process, on 4 stages on 4 ranks and on 2 (each rank reading its
 #     stage alone; rank 0 peaks below the whole parameters; before: 3.9
-#     MB), each ending where the uninterrupted run does; a short
+#     MB), each ending where the uninterrupted run does; P = 2 x D = 2
+#     saves (pipe 0 streaming) and resumes (every rank its stage); a short
 #     checkpoint makes both ranks exit non-zero naming the file; and
 #     without a checkpoint, no final gather: rank 0's peak over the whole
 #     run stays below the whole parameters (before: 1,974,553 bytes);
@@ -530,6 +531,16 @@ grep -q "rank 0 (pipeline stage 0): resumed the stage's slice \[0, 2080) alone" 
 pk=$(pk13 sv2 0)
 [ -n "$pk" ] && [ "$pk" -lt 1159360 ] ||
 	{ bad "sv2: rank 0 peaks at '$pk' device bytes resuming, not below the whole model's parameters (1159360)"; grep "live after\|resumed" "$tmp/sv2.log"; }
+# P = 2 x D = 2: pipe 0's ranks stream, pipe 1's send nothing; every rank
+# resumes its stage, within 1e-5 of the uninterrupted run (as section 2)
+run s22 4 16 dist.pipeline=2 pipeline.micro_batches=2 $nb train.max_steps=2
+[ "$(grep -c "checkpoint \(written\|sent to rank 0\) in pieces" "$tmp/s22.log")" = 2 ] ||
+	{ bad "s22: not pipe 0's 2 ranks streamed the checkpoint"; grep "pieces" "$tmp/s22.log"; }
+run s22 4 16 dist.pipeline=2 pipeline.micro_batches=2 $nb train.resume=1
+[ "$(grep -c "resumed the stage's slice" "$tmp/s22.log")" = 4 ] ||
+	{ bad "s22: not every rank resumed its stage"; grep "resum" "$tmp/s22.log"; }
+"$tool" close "$(ck wo 4)" "$(ck s22 4)" 1e-5 params optim.momentum ||
+	bad "s22: P = 2 x D = 2 to step 2, then resumed per stage: differs from the uninterrupted run"
 # a short checkpoint: every rank exits non-zero with an error naming the
 # file (rank 0 verifies it before any rank loads its stage, as before)
 f=$(ck svc 2)
