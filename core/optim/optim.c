@@ -209,6 +209,16 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	float *host = NULL;
 	struct kiln_op op;
 
+	/* the no_decay multiplier over the trainables, or over the slice a
+	 * rank holding its stage alone steps (before session 12: whole);
+	 * before the plans, which read whether it is there */
+	if (n && m->wd_groups && !m->wd_mult_buf) {
+		const size_t lo = m->held ? m->held_lo : 0, hi = m->held ? m->held_hi : n;
+		if ((st = kiln_device_alloc(m->dev, (hi > lo ? hi - lo : 1) * sizeof(float),
+					    (void **)&m->wd_mult_buf)))
+			return st;
+		m->wd_mult_d = m->wd_mult_buf - lo; /* (offsets in [lo, hi) only) */
+	}
 	/* a second call replaces the plans */
 	kiln_model_optim_plan_free(m, m->optim_plan);
 	kiln_device_plan_free(m->dev, m->opt_step_plan);
@@ -232,15 +242,6 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 		if ((st = kiln_model_optim_plan(m, n, &m->optim_plan)))
 			return kiln_error_wrap(st, "[train] optimizer = %s over %zu trainable floats",
 					       m->optim_name, n);
-	}
-	/* the no_decay multiplier over the trainables, or over the slice a
-	 * rank holding its stage alone steps (before session 12: whole) */
-	if (n && m->wd_groups && !m->wd_mult_buf) {
-		const size_t lo = m->held ? m->held_lo : 0, hi = m->held ? m->held_hi : n;
-		if ((st = kiln_device_alloc(m->dev, (hi > lo ? hi - lo : 1) * sizeof(float),
-					    (void **)&m->wd_mult_buf)))
-			return st;
-		m->wd_mult_d = m->wd_mult_buf - lo; /* (offsets in [lo, hi) only) */
 	}
 	/* host staging: the multiplier, the LAMB offsets, the step count */
 	size_t hb = 64;
