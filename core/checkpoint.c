@@ -163,9 +163,14 @@ static void sample_text(const struct kiln_tensor_desc *d, char *out, size_t len)
 struct wsec {
 	char tag[KILN_CKPT_TAG_BYTES];
 	const void *host;   /* host bytes, or */
-	const void *dev;    /* device bytes, staged through the host */
+	const void *dev;    /* device bytes, staged through the host, or */
+	int from_src;       /* bytes the source reads (struct kiln_ckpt_src) */
 	size_t bytes;
 };
+
+/* A device section's and a source's bytes go through one host buffer of
+ * this size, piece by piece (KILN_CKPT_PIECE_BYTES). */
+#define PIECE KILN_CKPT_PIECE_BYTES
 
 static void section_header(uint8_t h[KILN_CKPT_SECTION_BYTES], const char *tag, uint64_t bytes,
 			   uint32_t crc)
@@ -177,19 +182,64 @@ static void section_header(uint8_t h[KILN_CKPT_SECTION_BYTES], const char *tag, 
 	put_u32(h + 44, kiln_crc32c(0, h, 44));
 }
 
+/* Bytes [off, off + n) of section s into the host buffer `stage`. */
+static kiln_status piece(const struct wsec *s, size_t off, size_t n, void *stage,
+			 const struct kiln_ckpt_src *src, struct kiln_device *dev, void *stream)
+{
+	kiln_status st;
+	if (s->from_src)
+		return src->read(src->ctx, s->tag, off, stage, n);
+	if ((st = kiln_device_copy_async(dev, stage, (const char *)s->dev + off, n, KILN_COPY_D2H,
+					 stream)))
+		return st;
+	return kiln_device_stream_sync(dev, stream);
+}
+
+/* Section s's header and payload at the file's end (offset *pos): a host
+ * section at once, a device or source section piece by piece through
+ * `stage`, its header (whose CRC covers the payload) written again after. */
+static kiln_status write_section(const char *tmp, int fd, const struct wsec *s, uint64_t *pos,
+				 void *stage, const struct kiln_ckpt_src *src,
+				 struct kiln_device *dev, void *stream)
+{
+	uint8_t sh[KILN_CKPT_SECTION_BYTES];
+	uint32_t crc = 0;
+	kiln_status st = KILN_OK;
+	if (!s->dev && !s->from_src) {
+		section_header(sh, s->tag, s->bytes, kiln_crc32c(0, s->host, s->bytes));
+		if (kiln_write_all(fd, sh, sizeof sh) || kiln_write_all(fd, s->host, s->bytes))
+			return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
+		*pos += sizeof sh + s->bytes;
+		return KILN_OK;
+	}
+	section_header(sh, s->tag, s->bytes, 0);
+	if (kiln_write_all(fd, sh, sizeof sh))
+		return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
+	for (size_t off = 0; off < s->bytes; off += PIECE) {
+		const size_t n = s->bytes - off < PIECE ? s->bytes - off : PIECE;
+		if ((st = piece(s, off, n, stage, src, dev, stream)))
+			return st;
+		crc = kiln_crc32c(crc, stage, n);
+		if (kiln_write_all(fd, stage, n))
+			return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
+	}
+	section_header(sh, s->tag, s->bytes, crc);
+	if (pwrite(fd, sh, sizeof sh, (off_t)*pos) != (ssize_t)sizeof sh)
+		return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
+	*pos += sizeof sh + s->bytes;
+	return KILN_OK;
+}
+
 static kiln_status write_file(const char *tmp, int fd, const struct wsec *s, int n, int64_t step,
-			      struct kiln_device *dev, void *stream)
+			      const struct kiln_ckpt_src *src, struct kiln_device *dev,
+			      void *stream)
 {
 	uint8_t h[KILN_CKPT_HEADER_BYTES];
-	uint64_t total = KILN_CKPT_HEADER_BYTES;
-	size_t stage_bytes = 0;
+	uint64_t total = KILN_CKPT_HEADER_BYTES, pos = KILN_CKPT_HEADER_BYTES;
 	void *stage = NULL;
 	kiln_status st = KILN_OK;
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n; i++)
 		total += KILN_CKPT_SECTION_BYTES + s[i].bytes;
-		if (s[i].dev && s[i].bytes > stage_bytes)
-			stage_bytes = s[i].bytes;
-	}
 	memset(h, 0, sizeof h);
 	memcpy(h, MAGIC, 8);
 	put_u32(h + 8, KILN_CKPT_VERSION);
@@ -201,23 +251,12 @@ static kiln_status write_file(const char *tmp, int fd, const struct wsec *s, int
 	put_u32(h + 60, kiln_crc32c(0, h, 60));
 	if (kiln_write_all(fd, h, sizeof h))
 		return kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
-	/* device sections go through one staging buffer, the largest's size */
-	if (stage_bytes && (st = kiln_device_host_alloc(dev, stage_bytes, &stage)))
+	/* device and source sections go through one staging buffer of a piece
+	 * (before session 12: the largest section's size) */
+	if ((st = kiln_device_host_alloc(dev, PIECE, &stage)))
 		return st;
-	for (int i = 0; i < n && !st; i++) {
-		const void *p = s[i].host;
-		uint8_t sh[KILN_CKPT_SECTION_BYTES];
-		if (s[i].dev && s[i].bytes) {
-			if ((st = kiln_device_copy_async(dev, stage, s[i].dev, s[i].bytes,
-							 KILN_COPY_D2H, stream)) ||
-			    (st = kiln_device_stream_sync(dev, stream)))
-				break;
-			p = stage;
-		}
-		section_header(sh, s[i].tag, s[i].bytes, kiln_crc32c(0, p, s[i].bytes));
-		if (kiln_write_all(fd, sh, sizeof sh) || kiln_write_all(fd, p, s[i].bytes))
-			st = kiln_error(KILN_EIO, "%s: write failed: %s", tmp, strerror(errno));
-	}
+	for (int i = 0; i < n && !st; i++)
+		st = write_section(tmp, fd, &s[i], &pos, stage, src, dev, stream);
 	kiln_device_host_free(dev, stage);
 	return st;
 }
@@ -245,11 +284,49 @@ static void host_section(struct wsec *s, const char *tag, const void *p, size_t 
 	s->bytes = bytes;
 }
 
+/* The model's state sections into s (from n on); with a source, the
+ * sections it owns are its, and the optimizer's slots, which a model
+ * without its whole state (m->state_d NULL) does not list, are added after
+ * "buffers" at src->slot_bytes each.  Returns the new count. */
+static int state_sections(struct kiln_model *m, const struct kiln_ckpt_src *src, struct wsec *s,
+			  int n)
+{
+	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
+	const int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
+	const int add = src && !m->state_d && src->slot_bytes ? m->state_slots : 0;
+	for (int i = 0; i < nb; i++, n++) {
+		snprintf(s[n].tag, sizeof s[n].tag, "%s", sb[i].name);
+		s[n].dev = sb[i].ptr;
+		s[n].bytes = sb[i].bytes;
+		s[n].from_src = src && src->owns(src->ctx, sb[i].name);
+		/* (the slots follow "buffers", or "params" where none) */
+		const int slots_next = !strcmp(sb[i].name, "buffers") ||
+				       (!strcmp(sb[i].name, "params") &&
+					(i + 1 == nb || strcmp(sb[i + 1].name, "buffers")));
+		if (!add || !slots_next)
+			continue;
+		for (int k = 0; k < add; k++) {
+			n++;
+			snprintf(s[n].tag, sizeof s[n].tag, "%s", m->optim_info.slot_names[k]);
+			s[n].dev = NULL;
+			s[n].bytes = src->slot_bytes;
+			s[n].from_src = 1;
+		}
+	}
+	return n;
+}
+
 kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 			   struct kiln_model *m, void *stream, char *path, size_t path_len)
 {
-	struct wsec s[8 + KILN_MAX_STATE_BUFS];
-	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
+	return kiln_ckpt_save_src(dir, meta, m, stream, NULL, path, path_len);
+}
+
+kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *meta,
+			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
+			       char *path, size_t path_len)
+{
+	struct wsec s[8 + 2 * KILN_MAX_STATE_BUFS];
 	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES];
 	char final[4200], tmp[4210], sample[160];
 	kiln_status st;
@@ -282,12 +359,7 @@ kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 		put_u64(ep + 16, (uint64_t)meta->epoch->samples);
 		host_section(&s[n++], "epoch", ep, sizeof ep);
 	}
-	int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
-	for (int i = 0; i < nb; i++, n++) {
-		snprintf(s[n].tag, sizeof s[n].tag, "%s", sb[i].name);
-		s[n].dev = sb[i].ptr;
-		s[n].bytes = sb[i].bytes;
-	}
+	n = state_sections(m, src, s, n);
 	snprintf(final, sizeof final, "%s/ckpt-%lld.kiln", dir, (long long)t->step);
 	snprintf(tmp, sizeof tmp, "%s.tmp", final);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -296,7 +368,7 @@ kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 		free(wkeys);
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", tmp, strerror(errno));
 	}
-	st = write_file(tmp, fd, s, n, t->step, m->dev, stream);
+	st = write_file(tmp, fd, s, n, t->step, src, m->dev, stream);
 	free(tensors);
 	free(wkeys);
 	if (!st && fsync(fd))
@@ -837,6 +909,118 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	}
 	if (!st)
 		m->tracked_base = tracked;
+out:
+	kiln_device_host_free(m->dev, host);
+	free(mine);
+	free(theirs);
+	return st;
+}
+
+/* ---- a stage's slice (core/dist_pipe_ckpt.c) ------------------------------- */
+
+/* Bytes [off, off + n) of section r, piece by piece through host, to the
+ * device at dst (the file's checksums were verified when it was opened). */
+static kiln_status range_to_device(struct kiln_ckpt *ck, const struct rsec *r, uint64_t off,
+				   size_t n, void *dst, void *host, struct kiln_model *m,
+				   void *stream)
+{
+	kiln_status st = KILN_OK;
+	for (size_t at = 0; at < n && !st; at += PIECE) {
+		const size_t k = n - at < PIECE ? n - at : PIECE;
+		if (kiln_pread_all(ck->fd, host, k, r->off + off + at))
+			return read_error(ck->path, r->tag);
+		if (!(st = kiln_device_copy_async(m->dev, (char *)dst + at, host, k, KILN_COPY_H2D,
+						  stream)))
+			st = kiln_device_stream_sync(m->dev, stream);
+	}
+	return st;
+}
+
+/* Section `tag` present with exactly `bytes`. */
+static kiln_status section_of(struct kiln_ckpt *ck, const char *tag, size_t bytes,
+			      const struct rsec **out)
+{
+	const struct rsec *r = find(ck, tag);
+	if (!r)
+		return kiln_error(KILN_EDATA, "checkpoint %s: no section '%s'", ck->path, tag);
+	if (r->bytes != bytes)
+		return kiln_error(KILN_EDATA, "checkpoint %s: section '%s' has %llu bytes but this model's %s has %zu",
+				  ck->path, tag, (unsigned long long)r->bytes, tag, bytes);
+	*out = r;
+	return KILN_OK;
+}
+
+/* The counters ("step", "optim.step", "amp.scaler": small, every rank's
+ * alike) whole, range-checked before they reach the device. */
+static kiln_status load_counters(struct kiln_ckpt *ck, struct kiln_model *m, void *stream)
+{
+	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
+	const int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
+	uint8_t b[64];
+	kiln_status st = KILN_OK;
+	for (int i = 0; i < nb && !st; i++) {
+		const struct rsec *r;
+		if (strcmp(sb[i].name, "step") && strcmp(sb[i].name, "optim.step") &&
+		    strcmp(sb[i].name, "amp.scaler"))
+			continue;
+		if (sb[i].bytes > sizeof b)
+			return kiln_error(KILN_EINTERNAL, "state buffer '%s' of %zu bytes", sb[i].name,
+					  sb[i].bytes);
+		if ((st = section_of(ck, sb[i].name, sb[i].bytes, &r)) ||
+		    (st = kiln_ckpt_read(ck, sb[i].name, b, sb[i].bytes)) ||
+		    (st = check_counters(ck, sb[i].name, b, sb[i].bytes)) ||
+		    (st = kiln_device_copy_async(m->dev, sb[i].ptr, b, sb[i].bytes, KILN_COPY_H2D,
+						 stream)))
+			break;
+		st = kiln_device_stream_sync(m->dev, stream);
+	}
+	return st;
+}
+
+kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
+				 size_t lo, size_t hi, float *state, int what)
+{
+	const size_t n = hi > lo ? hi - lo : 0;
+	const struct rsec *r;
+	char *mine = tensors_text(m), *theirs = NULL;
+	void *host = NULL;
+	kiln_status st;
+	if (!mine)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if ((st = kiln_ckpt_read_text(ck, "tensors", &theirs)))
+		goto out;
+	if (strcmp(mine, theirs)) {
+		char a[256], b[256];
+		first_diff(theirs, mine, a, b, sizeof a);
+		st = kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
+				ck->path, a, b);
+		goto out;
+	}
+	int64_t tracked = m->tracked_base;
+	if ((st = tracked_count(ck, what, &tracked)) ||
+	    (st = kiln_device_host_alloc(m->dev, PIECE, &host)))
+		goto out;
+	/* the stage's parameters, the buffers (whole on every rank), the
+	 * stage's slice of each optimizer slot, then the counters */
+	if ((st = section_of(ck, "params", m->n_elems * sizeof(float), &r)) ||
+	    (st = range_to_device(ck, r, lo * sizeof(float), n * sizeof(float), m->params_d + lo,
+				  host, m, stream)))
+		goto out;
+	if (m->n_buf_elems &&
+	    ((st = section_of(ck, "buffers", m->n_buf_elems * sizeof(float), &r)) ||
+	     (st = range_to_device(ck, r, 0, m->n_buf_elems * sizeof(float), m->buffers_d, host, m,
+				   stream))))
+		goto out;
+	for (int k = 0; what == KILN_CKPT_LOAD_ALL && state && k < m->state_slots; k++)
+		if ((st = section_of(ck, m->optim_info.slot_names[k], m->n_trainable * sizeof(float),
+				     &r)) ||
+		    (st = range_to_device(ck, r, lo * sizeof(float), n * sizeof(float),
+					  state + (size_t)k * n, host, m, stream)))
+			goto out;
+	if (what == KILN_CKPT_LOAD_ALL && (st = load_counters(ck, m, stream)))
+		goto out;
+	m->tracked_base = tracked;
+	m->pcopy_stale = 1;
 out:
 	kiln_device_host_free(m->dev, host);
 	free(mine);

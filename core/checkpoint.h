@@ -81,6 +81,31 @@ struct kiln_ckpt_meta {
 kiln_status kiln_ckpt_save(const char *dir, const struct kiln_ckpt_meta *meta,
 			   struct kiln_model *m, void *stream, char *path, size_t path_len);
 
+/* The piece a device section goes to the file in, through one host buffer
+ * of this size (and a source's reads). */
+#define KILN_CKPT_PIECE_BYTES ((size_t)256 * 1024)
+
+/* A source of state sections other than the model's own device buffers
+ * (core/dist_pipe_ckpt.c: a pipeline stage's rank holds its slice alone,
+ * the others' slices come from their ranks).  owns(ctx, tag): nonzero
+ * when section `tag` is read through read(ctx, tag, off, host, n), bytes
+ * [off, off + n) into host memory, in order from offset 0 in pieces of
+ * KILN_CKPT_PIECE_BYTES (the last shorter); the optimizer's slots, which
+ * a model without its whole state (state_d NULL) does not list, are
+ * written from the source at slot_bytes each (0: none). */
+struct kiln_ckpt_src {
+	void *ctx;
+	int (*owns)(void *ctx, const char *tag);
+	kiln_status (*read)(void *ctx, const char *tag, size_t off, void *host, size_t n);
+	size_t slot_bytes;
+};
+
+/* kiln_ckpt_save with the sections `src` owns read from it (NULL: none);
+ * the same file. */
+kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *meta,
+			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
+			       char *path, size_t path_len);
+
 /* "key = value" lines describing this build and the plugins in use
  * (malloc'd; the caller frees). */
 char *kiln_ckpt_versions(const struct kiln_registry *reg, const struct kiln_device *dev);
@@ -149,6 +174,20 @@ enum { KILN_CKPT_LOAD_ALL = 0, KILN_CKPT_LOAD_WEIGHTS = 1 };
  * `stream`. */
 kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
 				 int what);
+
+/* A resume on a rank that holds the slice [lo, hi) of the trainables alone
+ * ([dist] pipeline, core/dist_pipe_ckpt.c): the "tensors" must describe m's
+ * parameters (as kiln_ckpt_load_model's); "params" [lo, hi) to
+ * m->params_d + lo, "buffers" whole (every rank has them), each optimizer
+ * slot's [lo, hi) to state + slot x (hi - lo) (state NULL: none), the
+ * counters, m's batchnorm count (LOAD_ALL; LOAD_WEIGHTS: the parameters'
+ * slice and the buffers alone, the batchnorm count as kiln_ckpt_load_model's,
+ * for [model] init_from); read piece by piece (KILN_CKPT_PIECE_BYTES
+ * of host memory).  The file's checksums were verified when it was opened;
+ * a failure (a read error) may leave part of the slice loaded: the resume
+ * fails. */
+kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, void *stream,
+				 size_t lo, size_t hi, float *state, int what);
 
 /* Compare the checkpoint's resolved config text with `current` (both
  * kiln_config_write output), key by key in file order.  KILN_ECONFIG naming

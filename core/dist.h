@@ -248,6 +248,27 @@ kiln_status kiln_dist_pipe_release(struct kiln_dist *d, void *compute);
  * at rank 0 alone (its whole buffer, as kiln_dist_pipe_whole's; each stage
  * sent by its rank in pipe 0); the other ranks make nothing whole. */
 kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute);
+/* core/dist_pipe_ckpt.c.  1 when a checkpoint can be written with no rank
+ * holding the whole model: stages on ranks, each holding its stage's
+ * parameters and optimizer state alone (not ZeRO-1, nothing gathered). */
+int kiln_dist_pipe_ckpt_streams(const struct kiln_dist *d);
+/* Every rank (collective over pipe 0; the other pipes return at once):
+ * rank 0 writes dir/ckpt-<step>.kiln as kiln_ckpt_save would of the whole
+ * model, each stage's slice streamed to it in pieces by its rank in pipe
+ * 0 (the final path into path on rank 0). */
+struct kiln_ckpt_meta;
+kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
+				     const struct kiln_ckpt_meta *meta, void *compute, char *path,
+				     size_t path_len);
+/* 1 when a [train] resume can load each rank's stage alone: it holds its
+ * stage's parameters alone since start-up (kiln_dist_pipe_hold). */
+int kiln_dist_pipe_resumes(const struct kiln_dist *d);
+/* Every rank, after kiln_dist_pipe_shard: open and verify `file` (rank 0
+ * chose it) and load this rank's stage from it (kiln_ckpt_load_stage:
+ * its parameters' and optimizer slots' slice, the buffers, the counters);
+ * the ranks agree on the outcome, so a rank that cannot read it names the
+ * file and every other rank fails too. */
+kiln_status kiln_dist_pipe_resume(struct kiln_dist *d, const char *file, void *compute);
 /* 1 when this rank holds its stage's parameters and gradients alone (and
  * they are not whole now): [*lo, *hi) of the flat buffers. */
 int kiln_dist_pipe_held(const struct kiln_dist *d, size_t *lo, size_t *hi);

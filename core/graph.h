@@ -85,7 +85,12 @@ struct kiln_model {
 			      * SGD 1 (0 without momentum), AdamW and LAMB 2 */
 	float *state_d;      /* [state_slots][n_trainable], NULL when no slots */
 	float *wd_mult_d;    /* f32[n_trainable]: 0 for [train] no_decay parameters,
-			      * else 1; NULL without patterns (no groups) */
+			      * else 1; NULL without patterns (no groups) or
+			      * before kiln_model_optim_prepare; a rank holding
+			      * its stage alone (held) has [held_lo, held_hi)
+			      * only, wd_mult_buf being its allocation */
+	float *wd_mult_buf;
+	int wd_groups;       /* [train] no_decay has patterns: wd_mult_d comes */
 	int64_t *offsets_d;  /* needs_offsets (LAMB): i64[T+1], the T trainable tensors' starts, then n_trainable */
 	int64_t n_tensors;   /* T: trainable parameter tensors */
 	int64_t *opt_step_d; /* device i64[1]: optimizer steps taken (Adam's t) */

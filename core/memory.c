@@ -254,7 +254,7 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 	/* the optimizer's extras (no_decay multiplier, LAMB's offsets and
 	 * workspace) and the small device scalars (step counters, lr, metrics,
 	 * the clip state: 64 bytes each) */
-	out->other = (m->wd_mult_d ? m->n_trainable * sizeof(float) : 0) +
+	out->other = (m->wd_groups ? m->n_trainable * sizeof(float) : 0) +
 		     (m->offsets_d ? (size_t)(m->n_tensors + 1) * sizeof(int64_t) : 0) +
 		     m->optim_ws_bytes + 6 * 64;
 	/* the trainer's two device input slots (samples and labels), and the

@@ -4,6 +4,7 @@
  * the tensors it reads from earlier stages), and how many micro-batches'
  * worth each schedule keeps alive on it. */
 #include "pipeline.h"
+#include "checkpoint.h" /* KILN_CKPT_PIECE_BYTES */
 #include <stdio.h>
 
 static double mib(size_t b) { return (double)b / 1048576.0; }
@@ -82,8 +83,9 @@ kiln_status kiln_pipe_memory_print(struct kiln_model *m, int64_t batch, FILE *f)
 			mib(a * (size_t)alive), mib(held + a * (size_t)alive),
 			mib(par * (size_t)m->state_slots));
 	}
-	fprintf(f, "  (params, grads and optim MiB: what a rank of the stage holds with [dist] pipeline, its stage's alone, from start-up on; optim: %d slot(s) of [train] optimizer = %s. rank MiB: those and 1f1b's activations, a stage's rank's peak in training and per-stage evaluation (besides its evaluation plans, staging and workspaces). A checkpoint gathers the whole model's parameters and optimizer state on rank 0, which writes it (+%.3f MiB, +%.3f MiB). The parameters and gradients stay whole on every rank with an optimizer that does not shard, ZeRO-1, bf16/fp16 compute, frozen parameters or a weight tied across stages, and at start-up with [train] resume or [model] init_from)\n",
-		m->state_slots, m->optim_name, mib(m->n_elems * sizeof(float)),
+	fprintf(f, "  (params, grads and optim MiB: what a rank of the stage holds with [dist] pipeline, its stage's alone, from start-up on; optim: %d slot(s) of [train] optimizer = %s. rank MiB: those and 1f1b's activations, a stage's rank's peak in training and per-stage evaluation (besides its evaluation plans, staging and workspaces). A checkpoint is written by rank 0 with each stage's slice streamed to it in pieces (+%.3f MiB), a resume and [model] init_from read each rank's stage alone; keep_best's checkpoint still gathers the whole model's parameters and optimizer state on rank 0 (+%.3f MiB, +%.3f MiB). The parameters and gradients stay whole on every rank with an optimizer that does not shard, ZeRO-1, bf16/fp16 compute, frozen parameters or a weight tied across stages, and at start-up with an llm.c [model] init_from)\n",
+		m->state_slots, m->optim_name, mib(KILN_CKPT_PIECE_BYTES),
+		mib(m->n_elems * sizeof(float)),
 		mib(m->n_trainable * sizeof(float) * (size_t)m->state_slots));
 	fprintf(f, "  (1f1b: min(P - s, M) micro-batches alive on stage s, %lld more with [pipeline] early_forwards on all but the last, once stages have devices of their own; in one process every stage keeps that of stage 0 in whole-model sets today)\n",
 		(long long)early);

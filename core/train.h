@@ -146,6 +146,10 @@ struct trainer {
 	char *versions;
 	struct kiln_ckpt_trainer pos; /* where the run stands (trainer section) */
 	int resumed;
+	/* [train] resume per stage ([dist] pipeline, kiln_dist_pipe_resumes):
+	 * the checkpoint rank 0 chose, each rank's stage loaded from it after
+	 * the optimizer is sharded (open_run); "": loaded whole by rank 0 */
+	char resume_file[1024];
 	int64_t ckpt_step;         /* step of the last checkpoint written; -1: none */
 	struct kiln_ckpt_epoch ep0_sums; /* the resumed epoch's sums before the checkpoint */
 	/* keep_best: the K best evaluations' checkpoints in ckdir/best */

@@ -36,6 +36,8 @@ static kiln_status epoch_sums(struct trainer *t, struct kiln_ckpt_epoch *out)
 	return KILN_OK;
 }
 
+static kiln_status checkpoint_done(struct trainer *t, const char *path);
+
 /* Write a checkpoint of the state after the step that ended t->pos (a host
  * sync point), then delete all but the keep_last newest. */
 static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
@@ -45,7 +47,20 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, &sums };
 	/* every rank: the sums are a collective, and so is ZeRO-1's gather
 	 * of the optimizer state's shards */
-	if ((st = epoch_sums(t, &sums)) || (st = kiln_dist_zero_gather(t->dist, t->compute)))
+	if ((st = epoch_sums(t, &sums)))
+		return st;
+	/* stages on ranks: each stage's slice streamed to rank 0, which
+	 * writes; nothing gathered whole (core/dist_pipe_ckpt.c) */
+	if (kiln_dist_pipe_ckpt_streams(t->dist)) {
+		t->ckpt_step = t->pos.step;
+		if (!t->rank && common_mkdirs(t->ckdir, 0777, 1))
+			st = kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
+		if (st || (st = kiln_dist_pipe_ckpt_save(t->dist, t->ckdir, &meta, t->compute, path, n)) ||
+		    t->rank)
+			return st;
+		return checkpoint_done(t, path);
+	}
+	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
 		return st;
 	t->ckpt_step = t->pos.step;
 	if (t->rank) { /* rank 0 writes for all: the state is the same on every rank */
@@ -60,6 +75,12 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 		st = kiln_dist_pipe_release(t->dist, t->compute);
 	if (st)
 		return st;
+	return checkpoint_done(t, path);
+}
+
+/* Rank 0, a checkpoint written: logged, the old ones pruned. */
+static kiln_status checkpoint_done(struct trainer *t, const char *path)
+{
 	kiln_log(KILN_LOG_INFO, "train", "checkpoint %s (epoch %lld, step %lld)", path,
 		 (long long)t->pos.epoch + 1, (long long)t->pos.step);
 	kiln_ckpt_prune(t->ckdir, t->tc.keep_last);
@@ -210,8 +231,16 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have",
 			 (long long)(tr.batch * tr.world), (long long)tr.batch, (long long)tr.world,
 			 (long long)(B * t->world), (long long)B, t->world);
-	if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL)))
+	/* (stages on ranks: each rank loads its stage, kiln_dist_pipe_resume) */
+	if (kiln_dist_pipe_resumes(t->dist)) {
+		if (strlen(path) >= sizeof t->resume_file) {
+			st = kiln_error(KILN_ECONFIG, "%s: path too long to resume per stage", path);
+			goto out;
+		}
+		snprintf(t->resume_file, sizeof t->resume_file, "%s", path);
+	} else if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL))) {
 		goto out;
+	}
 	t->pos = tr;
 	t->ckpt_step = tr.step;
 	/* a resume within an epoch: its training sums so far */

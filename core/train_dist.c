@@ -18,6 +18,7 @@ struct resume_msg {
 	struct kiln_ckpt_epoch sums; /* the resumed epoch's training sums */
 	char error[1024]; /* rank 0's message when status != 0 */
 	char path[1024];
+	char file[1024]; /* per stage: the checkpoint (t->resume_file) */
 };
 
 /* [train] resume: restore the newest usable checkpoint of ckdir into t->m
@@ -40,6 +41,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		if (msg->status)
 			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
 		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
+		memcpy(msg->file, t->resume_file, sizeof msg->file);
 	}
 	if ((st = kiln_dist_broadcast_host(t->dist, msg, sizeof *msg, t->compute))) {
 		free(msg);
@@ -62,6 +64,8 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 	else if (t->rank && msg->found) {
 		t->pos = msg->tr;
 		t->ep0_sums = msg->sums;
+		memcpy(t->resume_file, msg->file, sizeof t->resume_file);
+		t->resume_file[sizeof t->resume_file - 1] = 0;
 		*found = 1;
 		kiln_log(KILN_LOG_INFO, "train", "rank %d: resuming from rank 0's checkpoint in %s (broadcast): epoch %lld, step %lld, sample %lld of the epoch",
 			 t->rank, msg->path, (long long)msg->tr.epoch + 1, (long long)msg->tr.step,

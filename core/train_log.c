@@ -293,12 +293,24 @@ static json_t *metric_or_null(double v)
 	return v < 0 ? json_null() : json_real(v);
 }
 
+/* Stages on ranks: this rank's device peak over the whole run (the end of
+ * training included) and its host high-water mark, the figures
+ * bench/pipe_ckpt_mem.sh reads. */
+static void memory_line(struct trainer *t)
+{
+	size_t live = 0, peak = 0, hwm = 0;
+	kiln_device_mem(t->dev, &live, &peak);
+	kiln_rss(NULL, &hwm, 0);
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): memory at the end of training: device peak %zu bytes over the run (live %zu), host RSS high-water mark %zu bytes",
+		 t->rank, t->rank % t->pipe_P, peak, live, hwm);
+}
+
 /* The run's result, its last metrics.jsonl line, and the ranks' goodbye. */
 kiln_status trainer_finish(struct trainer *t)
 {
 	struct kiln_train_result *res = t->res;
 	kiln_status st;
-	size_t live = 0, hwm;
+	size_t live = 0, hwm, lo, hi;
 	kiln_device_mem(t->dev, &live, &res->device_peak_bytes);
 	/* (stages on ranks: what a stage's rank holds while it trains) */
 	if (t->pipe_P > 1)
@@ -338,12 +350,17 @@ kiln_status trainer_finish(struct trainer *t)
 					   res->train_samples_per_s, "wall_s", res->wall_s,
 					   "setup_s", t->t_fit0 - t->t_start, "fit_s",
 					   res->wall_s - (t->t_fit0 - t->t_start)));
-	/* the final parameters whole (ZeRO-1, [dist] pipeline) */
+	/* the final parameters whole (ZeRO-1, [dist] pipeline), except on a
+	 * rank holding its stage's alone: nothing reads the whole model after
+	 * this (the last checkpoint and the final test are behind; the model
+	 * is freed next), so it is not gathered (session 12) */
 	st = kiln_dist_zero_settle(t->dist, t->compute);
-	if (!st)
+	if (!st && !kiln_dist_pipe_held(t->dist, &lo, &hi))
 		st = kiln_dist_pipe_gather(t->dist, t->compute);
 	if (!st)
 		st = kiln_device_stream_sync(t->dev, t->compute);
+	if (!st && t->pipe_P > 1)
+		memory_line(t);
 	/* no rank leaves the group while a peer is still in a collective */
 	if (!st)
 		st = kiln_dist_finish(t->dist);

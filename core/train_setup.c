@@ -5,6 +5,7 @@
  * same setup serves kiln_evaluate (training = 0: the [data.eval] set
  * alone).  See train.h. */
 #include "train.h"
+#include "weights.h" /* kiln_llmc_is_model */
 
 #include <errno.h>
 #include <math.h>
@@ -345,10 +346,12 @@ static kiln_status open_streams(struct trainer *t)
 static const char *whole_at_start(const struct trainer *t)
 {
 	const char *init = kiln_config_get(t->cfg, "model", "init_from");
-	if (t->tc.resume)
-		return "[train] resume: rank 0 reads a checkpoint whole";
-	if (init && *init)
-		return "[model] init_from: the file's weights are loaded whole";
+	/* ([train] resume: each rank reads its stage, kiln_dist_pipe_resume;
+	 * before session 12 rank 0 read the checkpoint whole) */
+	/* ([model] init_from of a checkpoint or safetensors: each rank loads
+	 * its stage's tensors, session 12) */
+	if (init && *init && kiln_llmc_is_model(init))
+		return "[model] init_from of an llm.c file: its loader writes the whole model";
 	return NULL;
 }
 
@@ -581,6 +584,8 @@ static kiln_status open_run(struct trainer *t)
 			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
 			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL)) ||
 			(st = kiln_dist_pipe_shard(t->dist, t->compute)) ||
+			(*t->resume_file &&
+			 (st = kiln_dist_pipe_resume(t->dist, t->resume_file, t->compute))) ||
 			(st = trainer_pipe_overlap(t))))
 		return st;
 	return open_out_dir(t);

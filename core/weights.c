@@ -386,6 +386,12 @@ static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *i
 		const struct model_param *p = &m->params[i];
 		if (which[i] < 0)
 			continue;
+		/* (a stage's rank holding its slice alone: another stage's
+		 * tensor is its rank's to load) */
+		if (m->held && !p->buffer && (p->off < m->held_lo || p->off >= m->held_hi)) {
+			(*loaded)++;
+			continue;
+		}
 		arrange(m, in, i, &in->t[which[i]], tmp, host);
 		float *dst = (p->buffer ? m->buffers_d : m->params_d) + p->off;
 		m->pcopy_stale = 1;
@@ -513,14 +519,20 @@ static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, 
 {
 	struct kiln_ckpt *ck;
 	kiln_status st = kiln_ckpt_open(path, &ck);
-	if (!st)
+	/* (a stage's rank holding its slice alone: that slice and the
+	 * buffers, session 12) */
+	if (!st && m->held)
+		st = kiln_ckpt_load_stage(ck, m, stream, m->held_lo, m->held_hi, NULL,
+					  KILN_CKPT_LOAD_WEIGHTS);
+	else if (!st)
 		st = kiln_ckpt_load_model(ck, m, stream, KILN_CKPT_LOAD_WEIGHTS);
 	if (!st) {
 		/* every parameter and buffer: kiln_model_init_params draws none */
 		for (int i = 0; i < m->n_params; i++)
 			m->params[i].given = 1;
-		kiln_log(KILN_LOG_INFO, "core", "%s: loaded the weights of step %lld (weights only: optimizer state, step counts and schedule start anew)",
-			 path, (long long)kiln_ckpt_step(ck));
+		kiln_log(KILN_LOG_INFO, "core", "%s: loaded the weights of step %lld (weights only: optimizer state, step counts and schedule start anew)%s",
+			 path, (long long)kiln_ckpt_step(ck),
+			 m->held ? "; this rank's stage's parameters alone" : "");
 	}
 	kiln_ckpt_close(ck);
 	return st;

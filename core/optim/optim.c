@@ -144,9 +144,9 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m)
 	    (st = kiln_device_alloc(m->dev, (size_t)(m->n_tensors + 1) * sizeof(int64_t),
 				    (void **)&m->offsets_d)))
 		return st;
-	if (no_decay_list(m->cfg) &&
-	    (st = kiln_device_alloc(m->dev, n * sizeof(float), (void **)&m->wd_mult_d)))
-		return st;
+	/* (the no_decay multiplier: kiln_model_optim_prepare, the stage's
+	 * alone on a rank holding its stage) */
+	m->wd_groups = no_decay_list(m->cfg) != NULL;
 	return KILN_OK;
 }
 
@@ -156,7 +156,8 @@ void kiln_model_optim_free(struct kiln_model *m)
 	m->optim_plan = NULL;
 	kiln_device_plan_free(m->dev, m->opt_step_plan);
 	kiln_device_free(m->dev, m->state_d);
-	kiln_device_free(m->dev, m->wd_mult_d);
+	kiln_device_free(m->dev, m->wd_mult_buf);
+	m->wd_mult_buf = m->wd_mult_d = NULL;
 	kiln_device_free(m->dev, m->offsets_d);
 	kiln_device_free(m->dev, m->opt_step_d);
 	kiln_device_free(m->dev, m->optim_ws);
@@ -208,6 +209,16 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	float *host = NULL;
 	struct kiln_op op;
 
+	/* the no_decay multiplier over the trainables, or over the slice a
+	 * rank holding its stage alone steps (before session 12: whole);
+	 * before the plans, which read whether it is there */
+	if (n && m->wd_groups && !m->wd_mult_buf) {
+		const size_t lo = m->held ? m->held_lo : 0, hi = m->held ? m->held_hi : n;
+		if ((st = kiln_device_alloc(m->dev, (hi > lo ? hi - lo : 1) * sizeof(float),
+					    (void **)&m->wd_mult_buf)))
+			return st;
+		m->wd_mult_d = m->wd_mult_buf - lo; /* (offsets in [lo, hi) only) */
+	}
 	/* a second call replaces the plans */
 	kiln_model_optim_plan_free(m, m->optim_plan);
 	kiln_device_plan_free(m->dev, m->opt_step_plan);
@@ -241,9 +252,11 @@ kiln_status kiln_model_optim_prepare(struct kiln_model *m, void *stream)
 	if ((st = kiln_device_host_alloc(m->dev, hb, (void **)&host)))
 		return st;
 	if (m->wd_mult_d) {
+		const size_t lo = m->held ? m->held_lo : 0, hi = m->held ? m->held_hi : n;
 		build_wd_mult(m, no_decay_list(m->cfg), host);
-		if (!(st = kiln_device_copy_async(m->dev, m->wd_mult_d, host, n * sizeof(float),
-						  KILN_COPY_H2D, stream)))
+		if (hi > lo && !(st = kiln_device_copy_async(m->dev, m->wd_mult_buf, host + lo,
+							     (hi - lo) * sizeof(float),
+							     KILN_COPY_H2D, stream)))
 			st = kiln_device_stream_sync(m->dev, stream);
 	}
 	if (!st && m->offsets_d) {
