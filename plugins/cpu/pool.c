@@ -314,9 +314,13 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
  * shift), the max of bf16 values is one of them, and the backward copies a
  * gradient or writes zero: so widening the two input rows into a thread's
  * scratch, running the f32 row kernels above and narrowing the result (the
- * top 16 bits: exact) gives the same bits as oneDNN's bf16 kernels, same
- * aux as the f32 case.  The workspace holds sz[6] threads' rows: 2 input
- * rows and an output row of floats each. */
+ * top 16 bits: exact) gives the bits of oneDNN's bf16 kernel, same aux
+ * as the f32 case, with one difference: a NaN wins its window as in the
+ * f32 kernels and PyTorch, where oneDNN 2.6's bf16 kernel let it lose.
+ * NCHW only (max2_fits).  A thread takes sz[7] output rows of one plane at a
+ * time (about 16 KiB of input rows: a row at a time paid a call per 7
+ * windows on the CNN's second pooling, 3x oneDNN's time); the workspace
+ * holds sz[6] threads' 2 * sz[7] input and sz[7] output rows of floats. */
 static void max2_widen(float *restrict y, const uint16_t *restrict x, int64_t n)
 {
 #pragma omp simd
@@ -342,32 +346,38 @@ static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_
 {
 	const int bwd = p->op.type == KILN_OP_POOL_BWD;
 	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
-	const int64_t W = p->sz[2] * C, per = 2 * W + OW * C;
+	const int64_t W = p->sz[2] * C, R = p->sz[7], nb = (OH + R - 1) / R;
+	const int64_t Y = OW * C; /* values of an output row */
 	int nt = omp_get_max_threads();
 	nt = nt < (int)p->sz[6] ? nt : (int)p->sz[6];
 	(void)e;
 #pragma omp parallel num_threads(nt) if (P * H * W >= CPU_PAR_MIN)
 	{
-		float *r0 = (float *)a->workspace + omp_get_thread_num() * per, *r1 = r0 + W;
-		float *yr = r0 + 2 * W;
+		float *xr = (float *)a->workspace + omp_get_thread_num() * R * (2 * W + Y);
+		float *yr = xr + 2 * R * W;
 #pragma omp for schedule(static)
-		for (int64_t r = 0; r < P * OH; r++) {
-			const int64_t pl = r / OH, i = r % OH;
-			const int64_t xo = pl * H * W + 2 * i * W, yo = r * OW * C;
+		for (int64_t blk = 0; blk < P * nb; blk++) {
+			const int64_t pl = blk / nb, i0 = blk % nb * R, n = OH - i0 < R ? OH - i0 : R;
+			const int64_t xo = pl * H * W + 2 * i0 * W, yo = (pl * OH + i0) * Y;
 			if (!bwd) {
-				max2_widen(r0, (const uint16_t *)a->in[0] + xo, 2 * W);
-				uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo : NULL;
-				max2_fwd_rows(yr, w, r0, r1, OW, C);
-				max2_narrow((uint16_t *)a->out[0] + yo, yr, OW * C);
+				max2_widen(xr, (const uint16_t *)a->in[0] + xo, 2 * n * W);
+				for (int64_t i = 0; i < n; i++) {
+					uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo + i * Y : NULL;
+					max2_fwd_rows(yr + i * Y, w, xr + 2 * i * W, xr + (2 * i + 1) * W, OW, C);
+				}
+				max2_narrow((uint16_t *)a->out[0] + yo, yr, n * Y);
 				continue;
 			}
 			uint16_t *dx = (uint16_t *)a->out[0];
-			max2_widen(yr, (const uint16_t *)a->in[0] + yo, OW * C);
-			max2_bwd_rows(r0, r1, yr, (const uint8_t *)a->in[1] + yo, OW, C);
-			for (int64_t q = 2 * OW * C; q < W; q++) /* the columns no window reads */
-				r0[q] = r1[q] = 0.0f;
-			max2_narrow(dx + xo, r0, 2 * W);
-			if (i == OH - 1) /* the rows no window reads */
+			max2_widen(yr, (const uint16_t *)a->in[0] + yo, n * Y);
+			for (int64_t i = 0; i < n; i++) {
+				float *d0 = xr + 2 * i * W, *d1 = d0 + W;
+				max2_bwd_rows(d0, d1, yr + i * Y, (const uint8_t *)a->in[1] + yo + i * Y, OW, C);
+				for (int64_t q = 2 * OW * C; q < W; q++) /* the columns no window reads */
+					d0[q] = d1[q] = 0.0f;
+			}
+			max2_narrow(dx + xo, xr, 2 * n * W);
+			if (i0 + n == OH) /* the rows no window reads */
 				memset(dx + pl * H * W + 2 * OH * W, 0, (size_t)((H - 2 * OH) * W) * 2);
 		}
 	}
@@ -375,11 +385,13 @@ static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_
 }
 
 /* The case max2_run serves: max, 2x2, stride 2, no padding, plain f32
- * (bf16: max2_run_bf16). */
+ * (bf16 in NCHW: max2_run_bf16; in NHWC oneDNN's bf16 kernel stays, as it
+ * took 0.4-0.7x the CPU time of widening and narrowing rows there for the
+ * backward, docs/PERFORMANCE.md, "Session 12"). */
 static int max2_fits(const struct kiln_op *op, const struct kiln_tensor_desc *x)
 {
 	return op->i[0] == KILN_POOL_MAX && op->i[1] == 2 && op->i[2] == 2 && op->i[3] == 2 &&
-	       op->i[4] == 2 && !op->i[5] && !op->i[6] && (x->dtype == KILN_F32 || x->dtype == KILN_BF16) &&
+	       op->i[4] == 2 && !op->i[5] && !op->i[6] && (x->dtype == KILN_F32 || (x->dtype == KILN_BF16 && !cpu_nhwc(x))) &&
 	       !(op->flags & KILN_OPF_ACCUMULATE);
 }
 
@@ -395,8 +407,10 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 	p->workspace = 0;
 	p->kernel = max2_run;
 	if (x->dtype == KILN_BF16) { /* each thread's f32 rows */
+		const int64_t W = p->sz[2] * p->sz[5], R = 2048 / W; /* about 16 KiB of rows */
 		p->sz[6] = c->threads > 0 ? c->threads : 1;
-		p->workspace = (size_t)(p->sz[6] * (2 * p->sz[2] * p->sz[5] + p->sz[4] * p->sz[5])) * sizeof(float);
+		p->sz[7] = R < 1 ? 1 : R > p->sz[3] ? p->sz[3] : R;
+		p->workspace = (size_t)(p->sz[6] * p->sz[7] * (2 * W + p->sz[4] * p->sz[5])) * sizeof(float);
 		p->kernel = max2_run_bf16;
 	}
 	p->n_in = bwd ? 2 : 1;
