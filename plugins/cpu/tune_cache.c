@@ -293,8 +293,11 @@ void cpu_tune_cache_load(struct cpu_ctx *c)
 	default: break;
 	}
 	int read = 0;
+	/* a choice no candidate list has (a file written by hand) is skipped:
+	 * that op is timed */
+	const int most = CPU_CONV_IMPLS > 2 ? CPU_CONV_IMPLS : 2;
 	for (size_t i = 0; i < f.n; i++)
-		if (f.r[i].threads == c->threads) {
+		if (f.r[i].threads == c->threads && f.r[i].choice >= 0 && f.r[i].choice < most) {
 			cpu_tune_add(c, &f.r[i].op, f.r[i].choice);
 			read++;
 		}
