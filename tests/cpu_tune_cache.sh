@@ -6,7 +6,8 @@
 # retime; a damaged file (a flipped byte, a truncated one) a warning that
 # names the file, a retime and a rewrite, never a failed run; `none`
 # writes nothing, the default goes to $XDG_CACHE_HOME/kiln/cpu_tune.bin;
-# another team size does not take the choices timed for this one.
+# another team size does not take the choices timed for this one; two runs
+# writing at once leave a whole file.
 name=cpu_tune_cache
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -87,4 +88,20 @@ log_lacks "tune cache"
 XDG_CACHE_HOME="$tmp/xdg" run
 [ -s "$tmp/xdg/kiln/cpu_tune.bin" ] || fail "unset: no $tmp/xdg/kiln/cpu_tune.bin"
 echo "ok: none writes nothing; the default is under XDG_CACHE_HOME"
+# 7: two runs (ranks) sharing the file, closing at about the same time: each
+# writes a whole file (a temporary and a rename), never half of one
+rm -f "$c"
+# shellcheck disable=SC2086
+"$kiln" train "$cnn" $short "plugin.cpu.tune_cache=$c" >"$tmp/a.out" 2>"$tmp/a.err" &
+pa=$!
+# shellcheck disable=SC2086
+"$kiln" train "$cnn" $short "plugin.cpu.tune_cache=$c" >"$tmp/b.out" 2>"$tmp/b.err" &
+pb=$!
+wait $pa || fail "concurrent run a failed: $(cat "$tmp/a.err")"
+wait $pb || fail "concurrent run b failed: $(cat "$tmp/b.err")"
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: $n1 choices read for 2 threads"
+[ "$(timed_lines)" -eq 0 ] || fail "after two concurrent writers the cache lacks choices"
+[ -z "$(find "$tmp" -maxdepth 1 -name 'tune.bin.tmp.*')" ] || fail "a temporary file was left behind"
+echo "ok: two concurrent writers left a whole file"
 echo "PASS: $checks runs"
