@@ -313,6 +313,88 @@ static void lp_more(struct fx *f, int dt)
 	free(w), free(x);
 }
 
+/* bf16 2x2 max pooling in training, forward (with aux) and backward, both
+ * layouts, against a reference on the bf16 bits: the output is the bits of
+ * the window's maximum, the first in scan order, a NaN winning (PyTorch's
+ * rule, NCHW), -0 and +0 ties included; dx is dy's bits at that position and +0
+ * elsewhere, the rows and columns no window covers included (dx starts as
+ * garbage).  Shapes reach each row kernel: NCHW rows of 8 and more, 4 to 7
+ * and fewer windows, NHWC pixels of 8 and of 5 channels. */
+static void lp_pool_train(struct fx *f)
+{
+	/* the last: NCHW rows of 600 values, which the CPU takes 3 output rows
+	 * at a time (pool.c, max2_run_bf16: about 2,048 floats of input rows):
+	 * blocks of 3, 3, 3 and 1; the others whole planes */
+	static const int shp[][4] = { { 2, 3, 9, 17 }, { 2, 8, 8, 8 }, { 1, 5, 6, 7 }, { 1, 2, 21, 600 } };
+	for (int nhwc = 0; nhwc < 2 && !unsupported(f, KILN_OP_POOL); nhwc++)
+		for (size_t s = 0; s < sizeof shp / sizeof *shp; s++) {
+			const int N = shp[s][0], C = shp[s][1], H = shp[s][2], W = shp[s][3];
+			const int OH = H / 2, OW = W / 2;
+			const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * C * OH * OW;
+			uint16_t *x = malloc(2 * nx), *dy = malloc(2 * ny), *y = malloc(2 * ny),
+				 *dx = malloc(2 * nx);
+			/* few values: ties, -0; NaNs in NCHW (NHWC runs oneDNN's bf16
+			 * kernel on the CPU, which lets a NaN lose its window) */
+			for (size_t e = 0; e < nx; e++)
+				x[e] = !nhwc && e % 37 == 5 ? 0x7fc1 : h_round(roundf(frand() * 4) / 4, KILN_BF16);
+			for (size_t e = 0; e < ny; e++)
+				dy[e] = h_round(frand(), KILN_BF16);
+			memset(dx, 0xff, 2 * nx);
+			struct kiln_op op;
+			memset(&op, 0, sizeof op);
+			op.type = KILN_OP_POOL, op.n_in = 1, op.n_out = 2;
+			op.in[0] = td4(N, C, H, W, nhwc), op.out[0] = td4(N, C, OH, OW, nhwc);
+			op.in[0].dtype = op.out[0].dtype = KILN_BF16;
+			op.i[0] = KILN_POOL_MAX, op.i[1] = op.i[2] = op.i[3] = op.i[4] = 2;
+			void *plan = NULL;
+			size_t wsb = 0;
+			OK(kiln_device_prepare(f->dev, &op, &plan, &wsb));
+			const size_t ab = aux_bytes(f, plan);
+			kiln_device_plan_free(f->dev, plan);
+			ck_assert_uint_gt(ab, 0);
+			void *dxin = dput(f, x, 2 * nx), *dyout = dput(f, NULL, 2 * ny),
+			     *daux = dput(f, NULL, ab), *ddy = dput(f, dy, 2 * ny), *ddx = dput(f, dx, 2 * nx);
+			OK(run_op(f, &op, (const void *const[]){ dxin }, (void *const[]){ dyout, daux }));
+			struct kiln_op b = op;
+			b.type = KILN_OP_POOL_BWD, b.n_in = 2, b.n_out = 1;
+			b.in[0] = op.out[0], b.out[0] = op.in[0], memset(&b.in[1], 0, sizeof b.in[1]);
+			OK(run_op(f, &b, (const void *const[]){ ddy, daux }, (void *const[]){ ddx }));
+			dget(f, y, dyout, 2 * ny);
+			dget(f, dx, ddx, 2 * nx);
+			char what[96];
+			snprintf(what, sizeof what, "bf16 max POOL %s [%d,%d,%d,%d]", nhwc ? "NHWC" : "NCHW", N,
+				 C, H, W);
+			for (int n = 0; n < N; n++)
+				for (int c = 0; c < C; c++)
+					for (int h = 0; h < H; h++)
+						for (int w = 0; w < W; w++) {
+							const size_t o = at4(nhwc, C, H, W, n, c, h, w);
+							int want = 0; /* dx: +0 unless the window's max */
+							if (h < 2 * OH && w < 2 * OW) {
+								const int i = h / 2, j = w / 2, k = (h % 2) * 2 + w % 2;
+								int best = 0;
+								float m = h_wide(x[at4(nhwc, C, H, W, n, c, 2 * i, 2 * j)], KILN_BF16);
+								for (int t = 1; t < 4; t++) {
+									const float v = h_wide(x[at4(nhwc, C, H, W, n, c, 2 * i + t / 2, 2 * j + t % 2)], KILN_BF16);
+									if (v > m || v != v)
+										m = v, best = t;
+								}
+								const size_t oy = at4(nhwc, C, OH, OW, n, c, i, j);
+								if (k == 0) {
+									const uint16_t wb = x[at4(nhwc, C, H, W, n, c, 2 * i + best / 2, 2 * j + best % 2)];
+									ck_assert_msg(y[oy] == wb, "%s y[%d,%d,%d,%d]: %04x, want %04x",
+										      what, n, c, i, j, y[oy], wb);
+								}
+								want = k == best ? dy[oy] : 0;
+							}
+							ck_assert_msg(dx[o] == want, "%s dx[%d,%d,%d,%d]: %04x, want %04x",
+								      what, n, c, h, w, dx[o], want);
+						}
+			DFREE(f, dxin, dyout, daux, ddy, ddx);
+			free(x), free(dy), free(y), free(dx);
+		}
+}
+
 /* Convolution forward, backward data and backward weights (f32 weight
  * and bias gradients), both layouts; batchnorm training forward and
  * backward (f32 statistics); GELU and its backward; the bias add (f32
@@ -457,6 +539,8 @@ START_TEST(test_lowp)
 		lp_elementwise(&f, dt);
 		lp_cast_sgd(&f, dt);
 		lp_more(&f, dt);
+		if (dt == KILN_BF16)
+			lp_pool_train(&f);
 		lp_conv_bn(&f, dt);
 	}
 	fx_close(&f);

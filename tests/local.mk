@@ -434,6 +434,9 @@ EXTRA_DIST += tests/gpt2_io.sh tests/data/gen_gpt2_io_refs.py tests/data/gpt2_hf
 # evaluation), and the profile and `kiln memory` show the fusion happen
 TESTS += tests/fuse.sh
 EXTRA_DIST += tests/fuse.sh
+# [plugin.cpu] tune_cache: timed kernel choices kept between runs
+TESTS += tests/cpu_tune_cache.sh
+EXTRA_DIST += tests/cpu_tune_cache.sh
 # ---- the CPU device's team size: cgroup quota parsers, the adaptive
 # controller's decisions on synthetic intervals (plugins/cpu/threads.c
 # compiled in; no clock, no /proc)

@@ -59,6 +59,10 @@ struct cpu_ctx {
 	int conv_impl;      /* [plugin.cpu] conv_impl: CPU_CONV_AUTO or an index (tune.c) */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
+	/* [plugin.cpu] tune_cache: the file the choices are kept in between
+	 * runs ("": none), and how many of them it gave (tune_cache.c) */
+	char tune_path[4096];
+	int tune_read;
 	void *engine;       /* dnnl_engine_t, shared by every plan */
 	/* One lock for every stream and event of the process's CPU
 	 * contexts (a handful of streams; several contexts when pipeline
@@ -319,6 +323,20 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
+/* The persistent cache's hooks: remember a choice as if timed; call fn on
+ * each choice (fn may be NULL), returning how many there are. */
+void cpu_tune_add(struct cpu_ctx *c, const struct kiln_op *op, int choice);
+int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, int), void *arg);
+
+/* ---- tune_cache.c: the choices kept between runs -------------------- */
+/* Resolve [plugin.cpu] tune_cache into c->tune_path (cfg NULL: none). */
+kiln_status cpu_tune_cache_config(struct cpu_ctx *c, const struct kiln_config *cfg);
+/* Read the file's choices for this team into the context (open()); a
+ * stale or damaged file is logged and ignored, never an error. */
+void cpu_tune_cache_load(struct cpu_ctx *c);
+/* Merge the context's choices into the file, atomically, when it timed
+ * any (close()); a failure is logged. */
+void cpu_tune_cache_save(struct cpu_ctx *c);
 /* One buffer holding scratch tensors of p's op's shapes (max pooling's aux:
  * p->aux bytes) and ws bytes of zeroed
  * workspace, pointed to by *a: float tensors 0.25 each (random = 0, for

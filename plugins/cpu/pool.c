@@ -21,6 +21,7 @@
  */
 #include "dnn.h"
 
+#include <omp.h> /* omp_get_thread_num */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -247,6 +248,32 @@ static void max2_prefetch(const float *x, int64_t r, int64_t H, int64_t W, int64
 	}
 }
 
+/* one output row y (aux w or NULL) from input rows x0, x1: the vector
+ * kernel that fits */
+static void max2_fwd_rows(float *y, uint8_t *w, const float *x0, const float *x1, int64_t OW, int64_t C)
+{
+	if (C == 1 && OW >= 8)
+		max2_row8(y, w, x0, x1, OW);
+	else if (C == 1 && OW >= 4)
+		max2_row4(y, w, x0, x1, OW);
+	else
+		max2_row(y, w, x0, x1, OW, C);
+}
+
+/* input rows d0, d1 (their 2 * OW * C windowed values) from the output
+ * row's gradient dy and aux w */
+static void max2_bwd_rows(float *d0, float *d1, const float *dy, const uint8_t *w, int64_t OW, int64_t C)
+{
+	if (C == 1 && OW >= 8)
+		max2_bwd_row8(d0, d1, dy, w, OW);
+	else if (C == 1 && OW >= 4)
+		max2_bwd_row4(d0, d1, dy, w, OW);
+	else if (C % 8 == 0)
+		max2_bwd_nhwc8(d0, d1, dy, w, OW, C);
+	else
+		max2_bwd_row(d0, d1, dy, w, OW, C);
+}
+
 static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			    struct cpu_err *e)
 {
@@ -264,25 +291,13 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 			if (r + 1 < P * OH)
 				max2_prefetch((const float *)a->in[0], r + 1, H, W, OH);
 			uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo : NULL;
-			if (C == 1 && OW >= 8)
-				max2_row8(y, w, x, x + W, OW);
-			else if (C == 1 && OW >= 4)
-				max2_row4(y, w, x, x + W, OW);
-			else
-				max2_row(y, w, x, x + W, OW, C);
+			max2_fwd_rows(y, w, x, x + W, OW, C);
 			continue;
 		}
 		float *dx = (float *)a->out[0] + xo;
 		const float *dy = (const float *)a->in[0] + yo;
 		const uint8_t *w = (const uint8_t *)a->in[1] + yo;
-		if (C == 1 && OW >= 8)
-			max2_bwd_row8(dx, dx + W, dy, w, OW);
-		else if (C == 1 && OW >= 4)
-			max2_bwd_row4(dx, dx + W, dy, w, OW);
-		else if (C % 8 == 0)
-			max2_bwd_nhwc8(dx, dx + W, dy, w, OW, C);
-		else
-			max2_bwd_row(dx, dx + W, dy, w, OW, C);
+		max2_bwd_rows(dx, dx + W, dy, w, OW, C);
 		if (W > 2 * OW * C) /* the columns no window reads */
 			for (int64_t q = 2 * OW * C; q < W; q++)
 				dx[q] = dx[W + q] = 0.0f;
@@ -293,11 +308,90 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 	return KILN_OK;
 }
 
-/* The case max2_run serves: max, 2x2, stride 2, no padding, plain f32. */
+/* ---- bf16 through the f32 rows (issue 22, session 12) -------------------
+ * oneDNN 2.6's bf16 pooling (the bf16 CNN's) ran as its own bf16 kernels
+ * with a 4-byte-per-output workspace.  A bf16 row widens exactly to f32 (a
+ * shift), the max of bf16 values is one of them, and the backward copies a
+ * gradient or writes zero: so widening the two input rows into a thread's
+ * scratch, running the f32 row kernels above and narrowing the result (the
+ * top 16 bits: exact) gives the bits of oneDNN's bf16 kernel, same aux
+ * as the f32 case, with one difference: a NaN wins its window as in the
+ * f32 kernels and PyTorch, where oneDNN 2.6's bf16 kernel let it lose.
+ * NCHW only (max2_fits).  A thread takes sz[7] output rows of one plane at a
+ * time (about 16 KiB of input rows: a row at a time paid a call per 7
+ * windows on the CNN's second pooling, 3x oneDNN's time); the workspace
+ * holds sz[6] threads' 2 * sz[7] input and sz[7] output rows of floats. */
+static void max2_widen(float *restrict y, const uint16_t *restrict x, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		const uint32_t u = (uint32_t)x[i] << 16;
+		memcpy(&y[i], &u, sizeof u);
+	}
+}
+
+/* exact for values that came from bf16 (a NaN keeps its payload) */
+static void max2_narrow(uint16_t *restrict y, const float *restrict x, int64_t n)
+{
+#pragma omp simd
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof u);
+		y[i] = (uint16_t)(u >> 16);
+	}
+}
+
+static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
+				 struct cpu_err *e)
+{
+	const int bwd = p->op.type == KILN_OP_POOL_BWD;
+	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
+	const int64_t W = p->sz[2] * C, R = p->sz[7], nb = (OH + R - 1) / R;
+	const int64_t Y = OW * C; /* values of an output row */
+	int nt = omp_get_max_threads();
+	nt = nt < (int)p->sz[6] ? nt : (int)p->sz[6];
+	(void)e;
+#pragma omp parallel num_threads(nt) if (P * H * W >= CPU_PAR_MIN)
+	{
+		float *xr = (float *)a->workspace + omp_get_thread_num() * R * (2 * W + Y);
+		float *yr = xr + 2 * R * W;
+#pragma omp for schedule(static)
+		for (int64_t blk = 0; blk < P * nb; blk++) {
+			const int64_t pl = blk / nb, i0 = blk % nb * R, n = OH - i0 < R ? OH - i0 : R;
+			const int64_t xo = pl * H * W + 2 * i0 * W, yo = (pl * OH + i0) * Y;
+			if (!bwd) {
+				max2_widen(xr, (const uint16_t *)a->in[0] + xo, 2 * n * W);
+				for (int64_t i = 0; i < n; i++) {
+					uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo + i * Y : NULL;
+					max2_fwd_rows(yr + i * Y, w, xr + 2 * i * W, xr + (2 * i + 1) * W, OW, C);
+				}
+				max2_narrow((uint16_t *)a->out[0] + yo, yr, n * Y);
+				continue;
+			}
+			uint16_t *dx = (uint16_t *)a->out[0];
+			max2_widen(yr, (const uint16_t *)a->in[0] + yo, n * Y);
+			for (int64_t i = 0; i < n; i++) {
+				float *d0 = xr + 2 * i * W, *d1 = d0 + W;
+				max2_bwd_rows(d0, d1, yr + i * Y, (const uint8_t *)a->in[1] + yo + i * Y, OW, C);
+				for (int64_t q = 2 * OW * C; q < W; q++) /* the columns no window reads */
+					d0[q] = d1[q] = 0.0f;
+			}
+			max2_narrow(dx + xo, xr, 2 * n * W);
+			if (i0 + n == OH) /* the rows no window reads */
+				memset(dx + pl * H * W + 2 * OH * W, 0, (size_t)((H - 2 * OH) * W) * 2);
+		}
+	}
+	return KILN_OK;
+}
+
+/* The case max2_run serves: max, 2x2, stride 2, no padding, plain f32
+ * (bf16 in NCHW: max2_run_bf16; in NHWC oneDNN's bf16 kernel stays, as it
+ * took 0.4-0.7x the CPU time of widening and narrowing rows there for the
+ * backward, docs/PERFORMANCE.md, "Session 12"). */
 static int max2_fits(const struct kiln_op *op, const struct kiln_tensor_desc *x)
 {
 	return op->i[0] == KILN_POOL_MAX && op->i[1] == 2 && op->i[2] == 2 && op->i[3] == 2 &&
-	       op->i[4] == 2 && !op->i[5] && !op->i[6] && x->dtype == KILN_F32 &&
+	       op->i[4] == 2 && !op->i[5] && !op->i[6] && (x->dtype == KILN_F32 || (x->dtype == KILN_BF16 && !cpu_nhwc(x))) &&
 	       !(op->flags & KILN_OPF_ACCUMULATE);
 }
 
@@ -311,12 +405,20 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 	p->sz[5] = nhwc ? x->dims[1] : 1;
 	p->aux = bwd || p->op.n_out == 2 ? (size_t)(p->sz[0] * p->sz[3] * p->sz[4] * p->sz[5]) : 0;
 	p->workspace = 0;
+	p->kernel = max2_run;
+	if (x->dtype == KILN_BF16) { /* each thread's f32 rows */
+		const int64_t W = p->sz[2] * p->sz[5], R = 2048 / W; /* about 16 KiB of rows */
+		p->sz[6] = c->threads > 0 ? c->threads : 1;
+		p->sz[7] = R < 1 ? 1 : R > p->sz[3] ? p->sz[3] : R;
+		p->workspace = (size_t)(p->sz[6] * p->sz[7] * (2 * W + p->sz[4] * p->sz[5])) * sizeof(float);
+		p->kernel = max2_run_bf16;
+	}
 	p->n_in = bwd ? 2 : 1;
 	p->n_out = !bwd && p->aux ? 2 : 1;
-	p->kernel = max2_run;
-	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes",
-		     cpu_op_name(p->op.type), (long long)x->dims[0], (long long)x->dims[1],
-		     (long long)x->dims[2], (long long)x->dims[3], nhwc ? "NHWC" : "NCHW", p->aux);
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 %s x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes",
+		     cpu_op_name(p->op.type), x->dtype == KILN_BF16 ? "bf16" : "f32", (long long)x->dims[0],
+		     (long long)x->dims[1], (long long)x->dims[2], (long long)x->dims[3],
+		     nhwc ? "NHWC" : "NCHW", p->aux);
 	return KILN_OK;
 }
 

@@ -376,3 +376,21 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	free(q);
 	return KILN_OK;
 }
+
+/* ---- the persistent cache's hooks (tune_cache.c) ---------------------- */
+
+void cpu_tune_add(struct cpu_ctx *c, const struct kiln_op *op, int choice)
+{
+	keep_choice(c, op, choice);
+}
+
+int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, int), void *arg)
+{
+	int n = 0;
+	pthread_mutex_lock(c->lock);
+	for (const struct cpu_choice *h = c->choices; h; h = h->next, n++)
+		if (fn)
+			fn(arg, &h->op, h->kern_f32);
+	pthread_mutex_unlock(c->lock);
+	return n;
+}

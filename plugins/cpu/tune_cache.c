@@ -1,0 +1,381 @@
+/* plugins/cpu/tune_cache.c - the choices tune.c timed, kept between runs.
+ *
+ * `auto` (bf16_conv, bf16_gemm, conv_impl) times two or three prepared
+ * kernels of every op shape when the op is prepared (tune.c): a bf16 CNN
+ * pays most of its set-up there (about 1 CPU-s of 1.2 for the example's
+ * bf16 plans; docs/PERFORMANCE.md, "Session 12").  The outcome depends only
+ * on the op, the team, the kernels and the CPU, so [plugin.cpu] tune_cache
+ * (default $XDG_CACHE_HOME/kiln/cpu_tune.bin, else ~/.cache/kiln/...;
+ * `none`: off) keeps it.  The file:
+ *
+ *   struct tune_hdr   magic, format, record size, then what the choices
+ *                     hold for: kiln's version, the plugin's build ID (its
+ *                     GNU build-id note, else a hash of its file), oneDNN's
+ *                     version and ISA (cpu_dnn_isa), the CPU's model name;
+ *                     the record count and an FNV-1a checksum of the records
+ *   struct tune_rec[] the op descriptor (shape, dtype, layout, attributes),
+ *                     the team it was timed with, the choice
+ *
+ * A file whose header names another kiln, build, oneDNN, ISA or CPU is
+ * stale: an info line, every op is timed again and the file rewritten.  A
+ * damaged one (short, a wrong length or checksum) is reported with its name
+ * as a warning and likewise rebuilt.  Neither stops a run.  A context
+ * reads the records of its own team when it opens; when it closes having
+ * timed anything new, it merges its choices into what the file then holds
+ * (another rank may have written it meanwhile) and replaces the file
+ * atomically (common_write_atomic: a reader sees the old file or the new).
+ * Two ranks closing together may each write the union they saw, so one
+ * rank's new choices can be lost: they are timed again next run, never
+ * read half-written.
+ */
+#include "build-config.h" /* PACKAGE_VERSION, _GNU_SOURCE (dladdr, dl_iterate_phdr) */
+#include "cpu.h"
+#include "../common/cache_file.h" /* common_cache_path, common_write_atomic */
+
+#include <dlfcn.h> /* dladdr */
+#include <elf.h>   /* NT_GNU_BUILD_ID */
+#include <errno.h>
+#include <link.h> /* dl_iterate_phdr */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TUNE_MAGIC "KILNCTC\n"
+#define TUNE_FORMAT 1
+#define TUNE_MAX_RECS (1 << 20) /* a file claiming more is damaged */
+
+struct tune_hdr {
+	char magic[8];
+	uint32_t format, rec_size;
+	char kiln[32];   /* PACKAGE_VERSION */
+	char build[80];  /* "id:<hex>" or "fnv:<hex>" of the plugin */
+	char dnn[160];   /* cpu_dnn_isa: oneDNN's version, ISA, bf16 */
+	char cpu[128];   /* /proc/cpuinfo's model name */
+	uint64_t count;  /* records after the header */
+	uint64_t sum;    /* FNV-1a 64 of the records */
+};
+
+struct tune_rec {
+	struct kiln_op op;
+	int32_t threads; /* the team it was timed with */
+	int32_t choice;  /* kern_f32 of a bf16 op, conv_impl of an f32 CONV */
+};
+
+/* What a file holds, read whole. */
+struct tune_file {
+	struct tune_hdr h;
+	struct tune_rec *r;
+	size_t n;
+};
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+#define FNV_SEED 0xcbf29ce484222325ull
+
+struct build_id {
+	const void *addr;
+	char *out;
+	size_t n;
+};
+
+/* dl_iterate_phdr's visitor: the GNU build-id note of the object that
+ * holds b->addr, as hex. */
+static int note_of(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct build_id *b = arg;
+	(void)size;
+	const uintptr_t a = (uintptr_t)b->addr;
+	int mine = 0;
+	for (int i = 0; i < info->dlpi_phnum && !mine; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		const uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+		mine = ph->p_type == PT_LOAD && a >= lo && a < lo + ph->p_memsz;
+	}
+	if (!mine)
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_NOTE)
+			continue;
+		const char *p = (const char *)(info->dlpi_addr + ph->p_vaddr), *end = p + ph->p_memsz;
+		while (p + sizeof(ElfW(Nhdr)) <= end) {
+			const ElfW(Nhdr) *nh = (const void *)p;
+			const char *name = p + sizeof *nh;
+			const unsigned char *desc = (const void *)(name + ((nh->n_namesz + 3) & ~3u));
+			if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && !memcmp(name, "GNU", 4) &&
+			    (const char *)desc + nh->n_descsz <= end) {
+				size_t o = (size_t)snprintf(b->out, b->n, "id:");
+				for (uint32_t k = 0; k < nh->n_descsz && o + 3 <= b->n; k++)
+					o += (size_t)snprintf(b->out + o, b->n - o, "%02x", desc[k]);
+				return 1;
+			}
+			p = (const char *)desc + ((nh->n_descsz + 3) & ~3u);
+		}
+	}
+	return 1; /* the object, without a build-id */
+}
+
+/* The plugin's identity: its build-id, else an FNV-1a hash of its file,
+ * else its file's name. */
+static void plugin_build_id(char *out, size_t n)
+{
+	struct build_id b = { (const void *)plugin_build_id, out, n };
+	out[0] = 0;
+	dl_iterate_phdr(note_of, &b);
+	if (out[0])
+		return;
+	Dl_info di;
+	if (!dladdr((const void *)plugin_build_id, &di) || !di.dli_fname) {
+		snprintf(out, n, "unknown");
+		return;
+	}
+	FILE *f = fopen(di.dli_fname, "rb");
+	uint64_t h = FNV_SEED;
+	char buf[1 << 16];
+	size_t got;
+	while (f && (got = fread(buf, 1, sizeof buf, f)) > 0)
+		h = fnv1a(h, buf, got);
+	if (f) {
+		fclose(f);
+		snprintf(out, n, "fnv:%016llx", (unsigned long long)h);
+	} else {
+		snprintf(out, n, "file:%.70s", di.dli_fname);
+	}
+}
+
+static void cpu_model(char *out, size_t n)
+{
+	snprintf(out, n, "unknown");
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+	while (f && fgets(line, sizeof line, f)) {
+		const char *v = strchr(line, ':');
+		if (!strncmp(line, "model name", 10) && v) {
+			v += 1 + (v[1] == ' ');
+			snprintf(out, n, "%.*s", (int)strcspn(v, "\n"), v);
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
+/* The header this build on this CPU writes and accepts (count, sum 0). */
+static void this_header(struct tune_hdr *h)
+{
+	memset(h, 0, sizeof *h);
+	memcpy(h->magic, TUNE_MAGIC, sizeof h->magic);
+	h->format = TUNE_FORMAT;
+	h->rec_size = sizeof(struct tune_rec);
+#ifdef PACKAGE_VERSION
+	snprintf(h->kiln, sizeof h->kiln, "%s", PACKAGE_VERSION);
+#endif
+	plugin_build_id(h->build, sizeof h->build);
+	cpu_dnn_isa(h->dnn, sizeof h->dnn);
+	cpu_model(h->cpu, sizeof h->cpu);
+}
+
+/* What of the header differs from want's, or NULL. */
+static const char *stale_field(const struct tune_hdr *got, const struct tune_hdr *want)
+{
+	if (got->format != want->format || got->rec_size != want->rec_size)
+		return "the file format";
+	if (strncmp(got->kiln, want->kiln, sizeof got->kiln))
+		return "kiln's version";
+	if (strncmp(got->build, want->build, sizeof got->build))
+		return "the CPU plugin's build";
+	if (strncmp(got->dnn, want->dnn, sizeof got->dnn))
+		return "oneDNN's version or ISA";
+	if (strncmp(got->cpu, want->cpu, sizeof got->cpu))
+		return "the CPU model";
+	return NULL;
+}
+
+enum { TUNE_NONE, TUNE_OK, TUNE_STALE, TUNE_DAMAGED };
+
+/* Read path into f (f->r malloc'd): TUNE_OK, TUNE_NONE (no file),
+ * TUNE_STALE or TUNE_DAMAGED with why set. */
+static int read_file(const char *path, const struct tune_hdr *want, struct tune_file *f, char *why,
+		     size_t n)
+{
+	memset(f, 0, sizeof *f);
+	FILE *fp = fopen(path, "rb");
+	if (!fp) {
+		if (errno == ENOENT)
+			return TUNE_NONE;
+		snprintf(why, n, "cannot read it: %s", strerror(errno));
+		return TUNE_DAMAGED;
+	}
+	int st = TUNE_DAMAGED;
+	if (fread(&f->h, sizeof f->h, 1, fp) != 1 || memcmp(f->h.magic, TUNE_MAGIC, 8)) {
+		snprintf(why, n, "too short or not a kiln tune cache");
+		goto out;
+	}
+	const char *s = stale_field(&f->h, want);
+	if (s) {
+		snprintf(why, n, "written for another %s", s);
+		st = TUNE_STALE;
+		goto out;
+	}
+	if (f->h.count > TUNE_MAX_RECS) {
+		snprintf(why, n, "claims %llu records", (unsigned long long)f->h.count);
+		goto out;
+	}
+	f->n = (size_t)f->h.count;
+	f->r = malloc(f->n ? f->n * sizeof *f->r : 1);
+	if (!f->r) {
+		snprintf(why, n, "out of memory for %zu records", f->n);
+		goto out;
+	}
+	char extra;
+	if (fread(f->r, sizeof *f->r, f->n, fp) != f->n || fread(&extra, 1, 1, fp) != 0) {
+		snprintf(why, n, "its length is not that of its %zu records", f->n);
+		goto out;
+	}
+	if (fnv1a(FNV_SEED, f->r, f->n * sizeof *f->r) != f->h.sum) {
+		snprintf(why, n, "bad checksum");
+		goto out;
+	}
+	st = TUNE_OK;
+out:
+	fclose(fp);
+	if (st != TUNE_OK) {
+		free(f->r);
+		f->r = NULL;
+		f->n = 0;
+	}
+	return st;
+}
+
+kiln_status cpu_tune_cache_config(struct cpu_ctx *c, const struct kiln_config *cfg)
+{
+	c->tune_path[0] = 0;
+	const char *v = cfg ? c->host->config_get(cfg, "plugin.cpu", "tune_cache") : NULL;
+	if (!cfg || (v && !strcmp(v, "none")))
+		return KILN_OK; /* no config (tests, embedders): nothing kept */
+	if (v && *v) {
+		if (strlen(v) >= sizeof c->tune_path)
+			return c->host->error(KILN_ECONFIG, "cpu: [plugin.cpu] tune_cache: a path of %zu bytes is too long",
+					      strlen(v));
+		snprintf(c->tune_path, sizeof c->tune_path, "%s", v);
+	} else if (common_cache_path(c->tune_path, sizeof c->tune_path, "cpu_tune.bin")) {
+		c->tune_path[0] = 0; /* neither XDG_CACHE_HOME nor HOME: none */
+	}
+	return KILN_OK;
+}
+
+void cpu_tune_cache_load(struct cpu_ctx *c)
+{
+	if (!c->tune_path[0])
+		return;
+	struct tune_hdr want;
+	struct tune_file f;
+	char why[160];
+	this_header(&want);
+	switch (read_file(c->tune_path, &want, &f, why, sizeof why)) {
+	case TUNE_NONE:
+		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: none yet; timing", c->tune_path);
+		return;
+	case TUNE_STALE:
+		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: stale (%s); timing again", c->tune_path,
+			     why);
+		return;
+	case TUNE_DAMAGED:
+		c->host->log(KILN_LOG_WARN, "cpu", "tune cache %s: damaged (%s); ignored, timing again",
+			     c->tune_path, why);
+		return;
+	default: break;
+	}
+	int read = 0;
+	/* a choice no candidate list has (a file written by hand) is skipped:
+	 * that op is timed */
+	const int most = CPU_CONV_IMPLS > 2 ? CPU_CONV_IMPLS : 2;
+	for (size_t i = 0; i < f.n; i++)
+		if (f.r[i].threads == c->threads && f.r[i].choice >= 0 && f.r[i].choice < most) {
+			cpu_tune_add(c, &f.r[i].op, f.r[i].choice);
+			read++;
+		}
+	free(f.r);
+	c->tune_read = read;
+	c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: %d choices read for %d threads", c->tune_path,
+		     read, c->threads);
+}
+
+/* The records to write: the file's of other teams and ops, then ours. */
+struct merge {
+	struct tune_rec *r;
+	size_t n, cap;
+	int threads;
+	int fail;
+};
+
+static void put(struct merge *m, const struct kiln_op *op, int threads, int choice)
+{
+	for (size_t i = 0; i < m->n; i++)
+		if (m->r[i].threads == threads && !memcmp(&m->r[i].op, op, sizeof *op)) {
+			m->r[i].choice = choice;
+			return;
+		}
+	if (m->n == m->cap) {
+		const size_t cap = m->cap ? 2 * m->cap : 64;
+		struct tune_rec *r = realloc(m->r, cap * sizeof *r);
+		if (!r) {
+			m->fail = 1;
+			return;
+		}
+		m->r = r, m->cap = cap;
+	}
+	memset(&m->r[m->n], 0, sizeof m->r[m->n]);
+	m->r[m->n].op = *op;
+	m->r[m->n].threads = threads;
+	m->r[m->n].choice = choice;
+	m->n++;
+}
+
+static void put_ours(void *arg, const struct kiln_op *op, int choice)
+{
+	struct merge *m = arg;
+	put(m, op, m->threads, choice);
+}
+
+void cpu_tune_cache_save(struct cpu_ctx *c)
+{
+	if (!c->tune_path[0])
+		return;
+	const int timed = cpu_tune_each(c, NULL, NULL) - c->tune_read;
+	if (timed <= 0)
+		return; /* nothing new */
+	struct tune_hdr h;
+	struct tune_file f;
+	char why[160];
+	this_header(&h);
+	struct merge m = { .threads = c->threads };
+	if (read_file(c->tune_path, &h, &f, why, sizeof why) == TUNE_OK) {
+		for (size_t i = 0; i < f.n; i++)
+			put(&m, &f.r[i].op, f.r[i].threads, f.r[i].choice);
+		free(f.r);
+	}
+	cpu_tune_each(c, put_ours, &m);
+	if (m.fail) {
+		c->host->log(KILN_LOG_WARN, "cpu", "tune cache %s: out of memory; not written", c->tune_path);
+		free(m.r);
+		return;
+	}
+	h.count = m.n;
+	h.sum = fnv1a(FNV_SEED, m.r, m.n * sizeof *m.r);
+	const void *part[2] = { &h, m.r };
+	const size_t len[2] = { sizeof h, m.n * sizeof *m.r };
+	if (common_write_atomic(c->tune_path, part, len, 2))
+		c->host->log(KILN_LOG_WARN, "cpu", "tune cache %s: not written: %s", c->tune_path,
+			     strerror(errno));
+	else
+		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: %d choices timed, %zu written",
+			     c->tune_path, timed, m.n);
+	free(m.r);
+}

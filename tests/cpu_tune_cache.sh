@@ -1,0 +1,107 @@
+#!/bin/sh
+# tests/cpu_tune_cache.sh - [plugin.cpu] tune_cache (plugins/cpu/tune_cache.c):
+# the kernel choices `auto` times for a bf16 CNN are written by the first
+# run and read by the second, which times nothing and trains to the same
+# loss; a stale header (another kiln version) is an info line and a
+# retime; a damaged file (a flipped byte, a truncated one) a warning that
+# names the file, a retime and a rewrite, never a failed run; `none`
+# writes nothing, the default goes to $XDG_CACHE_HOME/kiln/cpu_tune.bin;
+# another team size does not take the choices timed for this one; two runs
+# writing at once leave a whole file.
+name=cpu_tune_cache
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
+
+cnn="$srcdir/examples/fashion_mnist_cnn.ini"
+c="$tmp/tune.bin"
+short="data.limit=64 train.max_steps=2 train.batch=16 train.epochs=1 train.eval=0 run.precision=bf16 run.threads=2 run.out_dir="
+timed_lines() { cat "$out" "$err" | grep -cE 'bf16 kernel [0-9.]+ ms, f32 kernel' || true; }
+log_has() { cat "$out" "$err" | grep -qF -- "$1" || fail "log lacks: $1"; }
+log_lacks() { ! cat "$out" "$err" | grep -qF -- "$1" || fail "log has: $1"; }
+
+# shellcheck disable=SC2086
+run() { kiln 0 train "$cnn" $short "$@"; }
+
+# 1: the first run times and writes
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: none yet; timing"
+t1=$(timed_lines)
+[ "$t1" -gt 0 ] || fail "the first run timed no kernel"
+n1=$(cat "$out" "$err" | sed -n "s/.*tune cache .*: \([0-9]*\) choices timed, \([0-9]*\) written.*/\2/p")
+[ "$n1" = "$t1" ] || fail "written $n1 choices, timed $t1"
+[ -s "$c" ] || fail "$c not written"
+loss1=$(field train_loss "$out")
+cp "$c" "$tmp/good.bin"
+echo "ok: first run timed and wrote $n1 choices (train_loss $loss1)"
+
+# 2: the second reads them all and times nothing
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: $n1 choices read for 2 threads"
+[ "$(timed_lines)" -eq 0 ] || fail "the second run timed $(timed_lines) kernels"
+log_lacks "written"
+loss2=$(field train_loss "$out")
+[ -n "$loss1" ] && [ "$loss1" = "$loss2" ] || fail "train_loss $loss2 from the cache, $loss1 timed"
+cmp -s "$c" "$tmp/good.bin" || fail "a run that timed nothing rewrote $c"
+echo "ok: second run read $n1 choices, timed none, same train_loss"
+
+# 3: another kiln version in the header: stale, retimed, rewritten
+printf 'kiln-0.0.0-other' | dd of="$c" bs=1 seek=16 conv=notrunc 2>/dev/null
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: stale (written for another kiln's version); timing again"
+[ "$(timed_lines)" -eq "$t1" ] || fail "a stale cache retimed $(timed_lines) of $t1 kernels"
+# the header (up to its count and checksum: a retime on a loaded machine may
+# choose otherwise) is this build's again
+cmp -s -n 400 "$c" "$tmp/good.bin" || fail "the stale cache was not rewritten"
+echo "ok: stale header retimed and rewrote"
+
+# 4: damaged: a flipped byte in the records, then a truncated file
+printf '\377\377\377\377' | dd of="$c" bs=1 seek=600 conv=notrunc 2>/dev/null
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: damaged (bad checksum); ignored, timing again"
+cat "$out" "$err" | grep -F "tune cache $c: damaged" | grep -qi warn || fail "a damaged cache is not a warning"
+[ "$(timed_lines)" -eq "$t1" ] || fail "a damaged cache retimed $(timed_lines) of $t1 kernels"
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: $n1 choices read for 2 threads"
+head -c 1000 "$tmp/good.bin" > "$c"
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: damaged (its length is not that of its $n1 records)"
+[ "$(timed_lines)" -eq "$t1" ] || fail "a truncated cache retimed $(timed_lines) of $t1 kernels"
+head -c 100 "$tmp/good.bin" > "$c"
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: damaged (too short or not a kiln tune cache)"
+echo "ok: damaged caches warned, retimed, trained"
+
+# 5: another team does not take this team's choices, and adds its own
+run "plugin.cpu.tune_cache=$c" run.threads=1
+log_has "tune cache $c: 0 choices read for 1 threads"
+[ "$(timed_lines)" -gt 0 ] || fail "a team of 1 took the choices of a team of 2"
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: $n1 choices read for 2 threads"
+echo "ok: the team size is part of the key; merged records kept"
+
+# 6: none writes nothing; unset writes $XDG_CACHE_HOME/kiln/cpu_tune.bin
+mkdir -p "$tmp/xdg"
+XDG_CACHE_HOME="$tmp/xdg" run plugin.cpu.tune_cache=none
+log_lacks "tune cache"
+[ "$(timed_lines)" -gt 0 ] || fail "none: nothing timed"
+[ -z "$(find "$tmp/xdg" -name 'cpu_tune*')" ] || fail "none wrote $(find "$tmp/xdg" -name 'cpu_tune*')"
+XDG_CACHE_HOME="$tmp/xdg" run
+[ -s "$tmp/xdg/kiln/cpu_tune.bin" ] || fail "unset: no $tmp/xdg/kiln/cpu_tune.bin"
+echo "ok: none writes nothing; the default is under XDG_CACHE_HOME"
+# 7: two runs (ranks) sharing the file, closing at about the same time: each
+# writes a whole file (a temporary and a rename), never half of one
+rm -f "$c"
+# shellcheck disable=SC2086
+"$kiln" train "$cnn" $short "plugin.cpu.tune_cache=$c" >"$tmp/a.out" 2>"$tmp/a.err" &
+pa=$!
+# shellcheck disable=SC2086
+"$kiln" train "$cnn" $short "plugin.cpu.tune_cache=$c" >"$tmp/b.out" 2>"$tmp/b.err" &
+pb=$!
+wait $pa || fail "concurrent run a failed: $(cat "$tmp/a.err")"
+wait $pb || fail "concurrent run b failed: $(cat "$tmp/b.err")"
+run "plugin.cpu.tune_cache=$c"
+log_has "tune cache $c: $n1 choices read for 2 threads"
+[ "$(timed_lines)" -eq 0 ] || fail "after two concurrent writers the cache lacks choices"
+[ -z "$(find "$tmp" -maxdepth 1 -name 'tune.bin.tmp.*')" ] || fail "a temporary file was left behind"
+echo "ok: two concurrent writers left a whole file"
+echo "PASS: $checks runs"
