@@ -420,9 +420,11 @@ START_TEST(test_stage_spin)
 END_TEST
 
 /* Which weight gradients run in blocks of the minibatch (cpu_conv_wsplit):
- * the CNN's two at batch 128 in 8, a batch of 100 in 5, a prime batch, a
- * team of one, bf16 and small ops not at all; never by the team's size;
- * $KILN_CPU_CONV_SPLIT off or a number of blocks that divides N. */
+ * the CNN's two at batch 128 in 8, a batch of 100 in 5, batches with no
+ * divisor 2..8 in min(8, N / 2) unequal blocks (127: 8, 13: 6, 11: 5), bf16
+ * as f32; a team of one, a batch of one and small ops not at all; never by
+ * the team's size; $KILN_CPU_CONV_SPLIT off or a number of blocks in
+ * 2..N. */
 START_TEST(test_conv_wsplit)
 {
 	struct kiln_op c = { .type = KILN_OP_CONV_BWD_WEIGHTS, .n_in = 2, .n_out = 2 };
@@ -436,18 +438,34 @@ START_TEST(test_conv_wsplit)
 	c.in[0].dims[0] = c.in[1].dims[0] = 100;
 	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 5);
 	c.in[0].dims[0] = c.in[1].dims[0] = 127;
-	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 8);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 4), 8);
+	c.in[0].dims[0] = c.in[1].dims[0] = 13;
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 6);
+	c.in[0].dims[0] = c.in[1].dims[0] = 11;
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 5);
 	c.in[0].dims[0] = c.in[1].dims[0] = 128;
 	c.in[0].dtype = c.in[1].dtype = KILN_BF16;
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 8);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 1), 0);
+	c.in[0].dims[0] = c.in[1].dims[0] = 127;
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 8);
+	c.in[0].dims[0] = c.in[1].dims[0] = 128;
+	c.in[0].dtype = c.in[1].dtype = KILN_F16;
 	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
 	c.in[0].dtype = c.in[1].dtype = KILN_F32;
 	setenv("KILN_CPU_CONV_SPLIT", "0", 1);
 	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
 	setenv("KILN_CPU_CONV_SPLIT", "4", 1);
 	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 4);
-	setenv("KILN_CPU_CONV_SPLIT", "3", 1);
+	setenv("KILN_CPU_CONV_SPLIT", "3", 1); /* unequal: 43, 43, 42 */
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 3);
+	setenv("KILN_CPU_CONV_SPLIT", "129", 1);
 	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
 	unsetenv("KILN_CPU_CONV_SPLIT");
+	/* a batch of one: nothing to cut */
+	c.in[0] = d4(1, 32, 56, 56), c.in[1] = d4(1, 64, 56, 56), c.out[0] = d4(64, 32, 5, 5);
+	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);
 	/* check_ckpt's small one runs on one thread: not split */
 	c.in[0] = d4(16, 1, 28, 28), c.in[1] = d4(16, 4, 28, 28), c.out[0] = d4(4, 1, 3, 3);
 	ck_assert_int_eq(cpu_conv_wsplit(&c, 2), 0);

@@ -641,9 +641,10 @@ kiln_status cpu_conv_act_layouts(struct cpu_ctx *c, const struct cpu_plan *p,
 
 kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
-	/* a weight gradient in blocks of the minibatch (convsplit.c), unless
-	 * it cannot keep the layouts its kept copies are in */
-	const int k = p->kern_f32 ? 0 : cpu_conv_wsplit(&p->op, c->threads);
+	/* a weight gradient in blocks of the minibatch (convsplit.c; a bf16
+	 * one with the kernel p->kern_f32 names), unless it cannot keep the
+	 * layouts its kept copies are in */
+	const int k = cpu_conv_wsplit(&p->op, c->threads);
 	if (k > 0) {
 		const kiln_status st = cpu_conv_wsplit_prepare(c, p, k);
 		if (st != KILN_ENOTSUP)

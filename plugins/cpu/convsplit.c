@@ -10,12 +10,18 @@
  * core ... session 9").
  *
  * Here the minibatch of N samples is cut into K blocks of B = N / K
- * (cpu_conv_wsplit: K from the shape alone).  Each block is the same op
- * for B samples, prepared as an ordinary convolution plan (reorders in,
- * the kernel, the reorder of dw out; conv.c) for one thread; it writes its
- * dw and db into a partial of its own in the workspace, and the partials
- * are added in block order into the caller's dw and db (or added to them
- * with KILN_OPF_ACCUMULATE).  A team of n threads runs the blocks n at a
+ * (cpu_conv_wsplit: K from the shape alone); when K does not divide N
+ * (a batch with no divisor 2..8), the first N % K blocks take B + 1
+ * samples.  Each block is the same op for its samples, prepared as an
+ * ordinary convolution plan (reorders in, the kernel, the reorder of dw
+ * out; conv.c) for one thread, with the kernel the whole op was given
+ * (p->kern_f32: tune.c's choice for a bf16 op, timed on the whole op in
+ * blocks; p->conv_impl); it writes its dw and db into a partial of its
+ * own in the workspace, and the partials are added in block order into
+ * the caller's dw and db (or added to them with KILN_OPF_ACCUMULATE).
+ * dw and db are f32 for bf16 activations too (oneDNN's bf16 kernel
+ * accumulates and writes them in f32, conv.c), so a bf16 op's partials
+ * and their sum are f32 as well.  A team of n threads runs the blocks n at a
  * time, each thread with a block plan of its own (its own memory objects,
  * stream and workspace slot); a team of one runs them in turn.  Which
  * thread runs a block never changes its bytes, so the result is the same
@@ -39,16 +45,22 @@
 
 struct cpu_wsplit {
 	int k;                  /* blocks */
+	int64_t b, rem;         /* samples of a block: b + 1 for the first rem, else b */
 	int slots;              /* block plans: blocks run at once, at most */
-	struct cpu_plan **blk;  /* [slots]: the op for one block, made for one thread */
+	/* [slots]: the op for b samples, made for one thread; [slots + s]:
+	 * for b + 1 (rem > 0 only) */
+	struct cpu_plan **blk;
 	size_t slot_ws;         /* a block plan's workspace (aligned) */
 	size_t dw_at, db_at;    /* the partials' offsets in the workspace */
 	size_t dw_step, db_step; /* bytes between two blocks' partials */
 	int64_t n_dw, n_db;     /* elements of dw and db (0: no bias) */
-	/* bytes between two blocks of x, dy, the kept x (in2) and the kept dy
-	 * (the last output), 0 for none */
+	/* bytes of one sample of x, dy, the kept x (in2) and the kept dy (the
+	 * last output), 0 for none */
 	size_t x_step, dy_step, kin_step, kout_step;
 };
+
+/* block plans: one size, or two (unequal blocks) */
+static int wsplit_plans(const struct cpu_wsplit *w) { return w->slots * (w->rem ? 2 : 1); }
 
 static size_t wal(size_t n) { return (n + WSPLIT_ALIGN - 1) & ~(size_t)(WSPLIT_ALIGN - 1); }
 
@@ -56,7 +68,7 @@ void cpu_wsplit_free(struct cpu_wsplit *w)
 {
 	if (!w)
 		return;
-	for (int s = 0; w->blk && s < w->slots; s++)
+	for (int s = 0; w->blk && s < wsplit_plans(w); s++)
 		if (w->blk[s]) {
 			cpu_plan_release(w->blk[s]);
 			free(w->blk[s]);
@@ -98,41 +110,48 @@ static int same_layouts(struct cpu_ctx *c, const struct cpu_plan *p, const struc
 	return dnnl_memory_desc_equal(&wx, &bx) && dnnl_memory_desc_equal(&wy, &by);
 }
 
-/* The op of one block of B samples: x and dy cut, the kept copies (u8,
- * their first dimension) cut k ways, dw and db written, not added. */
-static int block_op(const struct kiln_op *op, int k, struct kiln_op *bop)
+/* The op of one block of nb samples: x and dy cut, the kept copy in
+ * (u8, its first dimension) cut to nb samples' bytes, dw and db written,
+ * not added. */
+static int block_op(const struct kiln_op *op, int64_t nb, struct kiln_op *bop)
 {
 	const int keep = (op->flags & KILN_OPF_KEEP) != 0;
+	const int64_t N = op->in[0].dims[0];
 	*bop = *op;
 	bop->flags &= ~(uint32_t)KILN_OPF_ACCUMULATE;
-	bop->in[0].dims[0] /= k;
-	bop->in[1].dims[0] /= k;
+	bop->in[0].dims[0] = nb;
+	bop->in[1].dims[0] = nb;
 	if (!keep)
 		return 1;
 	/* the kept dy (the last output) is as large as the plan says (aux) */
 	struct kiln_tensor_desc *kin = op->n_in > 2 ? &bop->in[2] : NULL;
-	if (kin && (kin->ndim != 1 || kin->dims[0] % k))
+	if (kin && (kin->ndim != 1 || kin->dims[0] % N))
 		return 0;
 	if (kin)
-		kin->dims[0] /= k;
+		kin->dims[0] = kin->dims[0] / N * nb;
 	return 1;
 }
 
-/* The block plans, one per thread that may run a block at once, each
- * prepared whole for one thread.  Restores the calling thread's count. */
-static kiln_status block_plans(struct cpu_ctx *c, struct cpu_wsplit *w, const struct kiln_op *bop)
+/* The block plans, one per thread that may run a block at once (and per
+ * block size), each prepared whole for one thread with the kernel chosen
+ * for the whole op (p->kern_f32, p->conv_impl).  bop[0]: the op of b
+ * samples, bop[1] of b + 1.  Restores the calling thread's count. */
+static kiln_status block_plans(struct cpu_ctx *c, const struct cpu_plan *p, struct cpu_wsplit *w,
+			       const struct kiln_op *bop)
 {
 	const int team = omp_get_max_threads();
 	kiln_status st = KILN_OK;
 	omp_set_num_threads(1);
-	for (int s = 0; s < w->slots && !st; s++) {
+	for (int s = 0; s < wsplit_plans(w) && !st; s++) {
 		struct cpu_plan *q = calloc(1, sizeof *q);
 		if (!q) {
 			st = c->host->error(KILN_ENOMEM, "cpu: out of memory for a CONV_BWD_WEIGHTS plan");
 			break;
 		}
 		w->blk[s] = q;
-		q->op = *bop;
+		q->op = bop[s >= w->slots];
+		q->kern_f32 = p->kern_f32;
+		q->conv_impl = p->conv_impl;
 		st = cpu_conv_prepare_whole(c, q);
 	}
 	omp_set_num_threads(team);
@@ -145,18 +164,21 @@ static kiln_status run_block(const struct cpu_plan *p, int s, int k, const struc
 			     struct cpu_err *e)
 {
 	const struct cpu_wsplit *w = p->wsplit;
-	const struct cpu_plan *q = w->blk[s];
+	const int big = k < w->rem; /* b + 1 samples */
+	const struct cpu_plan *q = w->blk[big ? w->slots + s : s];
+	/* the block's first sample */
+	const size_t at = (size_t)(k * w->b + (big ? k : w->rem));
 	char *ws = a->workspace;
 	struct kiln_op_args b = *a;
-	b.in[0] = (const char *)a->in[0] + (size_t)k * w->x_step;
-	b.in[1] = (const char *)a->in[1] + (size_t)k * w->dy_step;
+	b.in[0] = (const char *)a->in[0] + at * w->x_step;
+	b.in[1] = (const char *)a->in[1] + at * w->dy_step;
 	if (w->kin_step)
-		b.in[2] = (const char *)a->in[2] + (size_t)k * w->kin_step;
+		b.in[2] = (const char *)a->in[2] + at * w->kin_step;
 	b.out[0] = ws + w->dw_at + (size_t)k * w->dw_step;
 	if (w->n_db)
 		b.out[1] = ws + w->db_at + (size_t)k * w->db_step;
 	if (w->kout_step)
-		b.out[p->op.n_out - 1] = (char *)a->out[p->op.n_out - 1] + (size_t)k * w->kout_step;
+		b.out[p->op.n_out - 1] = (char *)a->out[p->op.n_out - 1] + at * w->kout_step;
 	b.workspace = ws + (size_t)s * w->slot_ws;
 	b.workspace_bytes = w->slot_ws;
 	return q->kernel(q, &b, e);
@@ -220,36 +242,58 @@ static kiln_status wsplit_run(const struct cpu_plan *p, const struct kiln_op_arg
 }
 
 /* Where everything is: the slots' workspaces, then the k partials of dw,
- * then of db; the steps between two blocks of each tensor. */
-static void wsplit_layout(struct cpu_plan *p, struct cpu_wsplit *w, const struct cpu_plan *q)
+ * then of db; the bytes of one sample of each tensor.  0 when the block
+ * plans' kept copies are not a whole number of samples' bytes each. */
+static int wsplit_layout(struct cpu_plan *p, struct cpu_wsplit *w)
 {
 	const struct kiln_op *op = &p->op;
+	const struct cpu_plan *q = w->blk[0], *big = w->rem ? w->blk[w->slots] : NULL;
 	const int keep = (op->flags & KILN_OPF_KEEP) != 0;
 	const size_t ex = kiln_dtype_size(op->in[0].dtype);
+	const size_t b = (size_t)w->b;
+	if (keep && (q->aux % b || (big && big->aux != q->aux / b * (b + 1))))
+		return 0;
 	w->slot_ws = wal(q->workspace);
+	if (big && wal(big->workspace) > w->slot_ws)
+		w->slot_ws = wal(big->workspace);
 	w->n_dw = cpu_numel(&op->out[0]);
 	w->n_db = op->n_out - keep == 2 ? cpu_numel(&op->out[1]) : 0;
 	w->dw_step = wal((size_t)w->n_dw * sizeof(float));
 	w->db_step = wal((size_t)w->n_db * sizeof(float));
 	w->dw_at = (size_t)w->slots * w->slot_ws;
 	w->db_at = w->dw_at + (size_t)w->k * w->dw_step;
-	w->x_step = (size_t)cpu_numel(&q->op.in[0]) * ex;
-	w->dy_step = (size_t)cpu_numel(&q->op.in[1]) * ex;
-	w->kin_step = keep && op->n_in > 2 ? (size_t)cpu_numel(&q->op.in[2]) : 0;
-	w->kout_step = keep ? q->aux : 0;
+	w->x_step = (size_t)cpu_numel(&q->op.in[0]) / b * ex;
+	w->dy_step = (size_t)cpu_numel(&q->op.in[1]) / b * ex;
+	w->kin_step = keep && op->n_in > 2 ? (size_t)cpu_numel(&q->op.in[2]) / b : 0;
+	w->kout_step = keep ? q->aux / b : 0;
 	p->workspace = w->db_at + (size_t)w->k * w->db_step;
-	p->aux = (size_t)w->k * q->aux;
+	p->aux = (size_t)op->in[0].dims[0] * w->kout_step;
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
 	p->kernel = wsplit_run;
+	return 1;
+}
+
+/* The ops of the blocks (b samples, then b + 1) when each can be run in
+ * blocks: its kept copies' layouts are the whole op's. */
+static int block_ops(struct cpu_ctx *c, const struct cpu_plan *p, int64_t b, int64_t rem,
+		     struct kiln_op bop[2])
+{
+	const struct kiln_op *op = &p->op;
+	const int keep = (op->flags & KILN_OPF_KEEP) != 0;
+	for (int i = 0; i < (rem ? 2 : 1); i++)
+		if (!block_op(op, b + i, &bop[i]) || (keep && !same_layouts(c, p, &bop[i])))
+			return 0;
+	return 1;
 }
 
 kiln_status cpu_conv_wsplit_prepare(struct cpu_ctx *c, struct cpu_plan *p, int k)
 {
 	const struct kiln_op *op = &p->op;
-	struct kiln_op bop;
+	const int64_t N = op->in[0].dims[0], b = N / k, rem = N % k;
+	struct kiln_op bop[2];
 	char s0[96];
-	if (!block_op(op, k, &bop) || ((op->flags & KILN_OPF_KEEP) && !same_layouts(c, p, &bop))) {
+	if (b < 1 || !block_ops(c, p, b, rem, bop)) {
 		c->host->log(KILN_LOG_DEBUG, "cpu", "CONV_BWD_WEIGHTS %s: not in blocks (the kept copies' layouts differ)",
 			     cpu_desc_str(&op->in[0], s0, sizeof s0));
 		return KILN_ENOTSUP;
@@ -259,15 +303,21 @@ kiln_status cpu_conv_wsplit_prepare(struct cpu_ctx *c, struct cpu_plan *p, int k
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a CONV_BWD_WEIGHTS plan");
 	p->wsplit = w; /* freed by cpu_plan_release */
 	w->k = k;
+	w->b = b, w->rem = rem;
 	w->slots = c->threads < k ? c->threads : k;
-	if (!(w->blk = calloc((size_t)w->slots, sizeof *w->blk)))
+	if (!(w->blk = calloc((size_t)wsplit_plans(w), sizeof *w->blk)))
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a CONV_BWD_WEIGHTS plan");
-	kiln_status st = block_plans(c, w, &bop);
+	kiln_status st = block_plans(c, p, w, bop);
 	if (st)
 		return st;
-	wsplit_layout(p, w, w->blk[0]);
-	c->host->log(KILN_LOG_DEBUG, "cpu", "CONV_BWD_WEIGHTS %s: %d blocks of %lld samples, one thread each (%d at once), workspace %zu bytes",
-		     cpu_desc_str(&op->in[0], s0, sizeof s0), k, (long long)bop.in[0].dims[0],
-		     w->slots, p->workspace);
+	if (!wsplit_layout(p, w)) {
+		c->host->log(KILN_LOG_DEBUG, "cpu", "CONV_BWD_WEIGHTS %s: not in blocks (the kept copies are not whole samples)",
+			     cpu_desc_str(&op->in[0], s0, sizeof s0));
+		return KILN_ENOTSUP;
+	}
+	c->host->log(KILN_LOG_DEBUG, "cpu", "CONV_BWD_WEIGHTS %s: %d blocks of %lld samples (the first %lld of one more), %s kernel, one thread each (%d at once), workspace %zu bytes",
+		     cpu_desc_str(&op->in[0], s0, sizeof s0), k, (long long)b, (long long)rem,
+		     op->in[0].dtype == KILN_BF16 ? (p->kern_f32 ? "f32" : "bf16") : "f32", w->slots,
+		     p->workspace);
 	return KILN_OK;
 }

@@ -140,18 +140,20 @@ int cpu_op_one_thread(const struct kiln_op *op)
 int cpu_conv_wsplit(const struct kiln_op *op, int threads)
 {
 	const char *hook = getenv("KILN_CPU_CONV_SPLIT");
-	if (threads < 2 || op->type != KILN_OP_CONV_BWD_WEIGHTS || op->in[0].dtype != KILN_F32 ||
+	const int dt = op->in[0].dtype;
+	if (threads < 2 || op->type != KILN_OP_CONV_BWD_WEIGHTS || (dt != KILN_F32 && dt != KILN_BF16) ||
 	    op->in[0].ndim != 4 || cpu_op_one_thread(op) || (hook && !strcmp(hook, "0")))
 		return 0;
 	const int64_t N = op->in[0].dims[0];
 	if (hook && *hook) {
 		const long k = atol(hook);
-		return k > 1 && k <= N && N % k == 0 ? (int)k : 0;
+		return k > 1 && k <= N ? (int)k : 0;
 	}
 	for (int k = CPU_WSPLIT_BLOCKS; k > 1; k--)
 		if (N % k == 0)
 			return k;
-	return 0;
+	/* no divisor: unequal blocks (the first N % K one sample larger) */
+	return N / 2 < CPU_WSPLIT_BLOCKS ? (int)(N / 2) : CPU_WSPLIT_BLOCKS;
 }
 
 /* ---- GEMMs split into parts ------------------------------------------------ */

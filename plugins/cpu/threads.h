@@ -91,18 +91,20 @@ int64_t cpu_gemm_split_busy(const struct kiln_op *op, int threads);
 
 /* ---- convolution weight gradients in blocks of the minibatch ------------- */
 
-/* An f32 CONV_BWD_WEIGHTS on a device of 2 or more threads (and not run on
- * one thread: cpu_op_one_thread) is computed in K fixed blocks of the
- * minibatch: each block's dw (and db) by a oneDNN primitive made for one
- * thread, into a partial of its own, and the partials added in block
- * order; a team of n threads runs the blocks n at a time, a team of one in
- * turn (convsplit.c).  oneDNN's own kernel splits the minibatch sum by its
- * thread count, so its bytes differ between 1 and 2 threads and the op
- * stayed on the opening team under contention (docs/PERFORMANCE.md,
- * "Issue 22, session 10").  K is the largest divisor of the minibatch N of
- * at most CPU_WSPLIT_BLOCKS; 0 (not split) when that is 1.  K depends on
- * the op's shape alone.  $KILN_CPU_CONV_SPLIT (a test hook): "0" splits
- * none, a number K splits in K blocks when K divides N. */
+/* An f32 or bf16 CONV_BWD_WEIGHTS on a device of 2 or more threads (and
+ * not run on one thread: cpu_op_one_thread) is computed in K fixed blocks
+ * of the minibatch: each block's dw (and db, f32 for bf16 too) by a oneDNN
+ * primitive made for one thread, into an f32 partial of its own, and the
+ * partials added in block order; a team of n threads runs the blocks n at
+ * a time, a team of one in turn (convsplit.c).  oneDNN's own kernel splits
+ * the minibatch sum by its thread count, so its bytes differ between 1 and
+ * 2 threads and the op stayed on the opening team under contention
+ * (docs/PERFORMANCE.md, "Issue 22, session 10"; bf16: "Session 12").  K is
+ * the largest divisor of the minibatch N of at most CPU_WSPLIT_BLOCKS;
+ * when N has none above 1, K = min(CPU_WSPLIT_BLOCKS, N / 2) unequal
+ * blocks, the first N % K of them one sample larger; 0 (not split) for
+ * N < 2.  K depends on the op's shape alone.  $KILN_CPU_CONV_SPLIT (a test
+ * hook): "0" splits none, a number K in 2..N splits in K blocks. */
 #define CPU_WSPLIT_BLOCKS 8
 int cpu_conv_wsplit(const struct kiln_op *op, int threads);
 
