@@ -334,6 +334,9 @@ endif
 # without it)
 TESTS += tests/dist.sh
 EXTRA_DIST += tests/dist.sh tests/dist_common.sh
+# [plugin.cpu] async = auto: off for one process, on for each rank
+TESTS += tests/cpu_async.sh
+EXTRA_DIST += tests/cpu_async.sh
 TESTS += tests/dist_zero.sh
 EXTRA_DIST += tests/dist_zero.sh
 TESTS += tests/dist_syncbn.sh
