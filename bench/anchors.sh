@@ -15,6 +15,16 @@
 #   gpt        examples/gpt_char.ini's model (pytorch_gpt.py)
 #   data       the data loader: kiln's folder loader vs torchvision's
 #              ImageFolder + DataLoader, 2.x and 1.13 (bench/data.sh's set-up)
+#   ddp-mlp, ddp-cnn, ddp-cnn-nhwc ("ddp": all three): the MLP and the fp32
+#              CNN (nchw, nhwc) data-parallel on 2 ranks of --threads / 2
+#              threads each (at least 1), the same global batch (128):
+#              kiln launch -n 2 (train.batch=64 a rank, [plugin.cpu] async
+#              at its default, auto: on) against torch.distributed gloo DDP
+#              of 2 processes (pytorch_ddp.py, which imports the models of
+#              pytorch_mlp.py and pytorch_cnn.py); their rows: kiln,
+#              t2-eager-omp1, t2-compile, t2-compile-max, t2-lightning
+#              (Trainer strategy "ddp", 2 CPU devices), t113-omp1, every
+#              PyTorch process with OMP_NUM_THREADS = its threads
 # Rows of a training benchmark:
 #   kiln                $KILN train <ini> ... train.eval=0; its rate is
 #                       the steady one, as the PyTorch rows': the steps
@@ -30,6 +40,10 @@
 #   t2-compile-max      mode max-autotune-no-cudagraphs          } --torch-env
 #   t2-lightning        Trainer.fit, rate over the whole fit     } setting
 #   t113-default, t113-passive, t113-omp1: /usr/bin/python3 (Debian's 1.13)
+#   kiln-async0, kiln-async1  kiln's row with plugin.cpu.async=0 / 1: the
+#                       before and after of the default (auto: off for one
+#                       process, on for ranks).  Run only when --rows names
+#                       them (mlp, cnn-*, gpt and the ddp benchmarks)
 # All PyTorch rows with common.sh's BLAS_ENV: OPENBLAS_CORETYPE=SkylakeX on
 # an AVX-512 CPU (DESIGN.md section 8), OpenBLAS's own choice elsewhere.
 # kiln's row also reports setup_s and fit_s (metrics.jsonl's final line):
@@ -76,7 +90,7 @@ RUNS=3
 THREADS=2
 STEPS=100
 TORCH_ENV=passive
-BENCHES=mlp,cnn-nchw,cnn-nhwc,cnn-bf16,gpt,data
+BENCHES=mlp,cnn-nchw,cnn-nhwc,cnn-bf16,gpt,data,ddp-mlp,ddp-cnn,ddp-cnn-nhwc
 OUT=
 ROWS=
 MLP_TIMED=0
@@ -149,6 +163,7 @@ one_run() {
     b=$1 row=$2 samples=$3
     shift 3
     case ",${ROWS:-$row}," in *",$row,"*) ;; *) return 0 ;; esac
+    case $row in kiln-async*) case ",$ROWS," in *",$row,"*) ;; *) return 0 ;; esac ;; esac
     t0=$(date +%s.%N)
     rc=0
     "$@" > "$TMP/run.out" 2> "$TMP/run.err" || rc=$?
@@ -202,18 +217,52 @@ torch_rows() {
 }
 
 STEADY=
-kiln_row() { # BENCH SAMPLES WARM BATCH INI KEY=VALUE...
+# kiln_row BENCH SAMPLES WARM BATCH INI KEY=VALUE...: the kiln row, then
+# (when --rows names them) kiln-async0 and kiln-async1; with LAUNCH set
+# (the ddp benchmarks: "launch -n 2 -- KILN"), through kiln launch
+LAUNCH=
+kiln_row() {
     b=$1 samples=$2 warm=$3 batch=$4 ini=$5
     shift 5
-    rm -rf "$TMP/kout"
-    STEADY="$warm $batch"
-    one_run "$b" kiln "$samples" env $BLAS_ENV \
-        "$KILN" train "$ini" run.threads="$THREADS" train.eval=0 run.out_dir="$TMP/kout" \
-        train.log_every="$warm" "$@"
-    STEADY=
+    for kr in kiln kiln-async0 kiln-async1; do
+        ka=
+        case $kr in kiln-async*) ka=plugin.cpu.async=${kr#kiln-async} ;; esac
+        rm -rf "$TMP/kout"
+        STEADY="$warm $batch"
+        one_run "$b" "$kr" "$samples" env $BLAS_ENV KILN_MASTER_PORT="$(free_port)" \
+            "$KILN" $LAUNCH train "$ini" run.threads="$THREADS" train.eval=0 run.out_dir="$TMP/kout" \
+            train.log_every="$warm" "$@" $ka
+        STEADY=
+    done
+}
+
+# a TCP port free a moment ago (the ddp rows' rendezvous)
+free_port() {
+    "$PYTHON113" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+        echo $(( 30000 + $$ % 20000 ))
+}
+
+# ddp_torch_rows BENCH SAMPLES_2X ARGS...: the PyTorch rows of a ddp
+# benchmark, 2 processes of DDP_THREADS threads (pytorch_ddp.py ARGS)
+ddp_torch_rows() {
+    b=$1 lsamples=$2
+    shift 2
+    o1="OMP_NUM_THREADS=$DDP_THREADS"
+    set -- --world 2 --threads "$DDP_THREADS" --port 0 "$@"
+    if [ -z "$SKIP2" ]; then
+        one_run "$b" t2-eager-omp1 0 env $BLAS_ENV $o1 "$PY2" "$HERE/pytorch_ddp.py" "$@"
+        for m in compile compile-max lightning; do
+            one_run "$b" "t2-$m" "$lsamples" env $BLAS_ENV $TENV $o1 \
+                "$PY2" "$HERE/pytorch_ddp.py" --mode "$m" "$@"
+        done
+    fi
+    [ -n "$SKIP113" ] ||
+        one_run "$b" t113-omp1 0 env $BLAS_ENV $o1 "$PYTHON113" "$HERE/pytorch_ddp.py" "$@"
 }
 
 BATCH=128
+DDP_THREADS=$((THREADS / 2))
+[ "$DDP_THREADS" -ge 1 ] || DDP_THREADS=1
 CNN_KSTEPS=$((STEPS + 20))
 GPT_KSTEPS=$((STEPS + 10))
 MLP_STEPS=$((60000 / BATCH)) MLP_LIMIT=0
@@ -238,6 +287,24 @@ rep_of() { # BENCH: one repetition of its rows
             train.max_steps=$GPT_KSTEPS train.checkpoint_every=0
         torch_rows gpt $((GPT_KSTEPS * 16)) pytorch_gpt.py --data "$GPT_DATA" \
             --steps "$STEPS" --warmup-steps 10 ;;
+    ddp-mlp)
+        LAUNCH="launch -n 2 -- $KILN"
+        kiln_row ddp-mlp $((MLP_STEPS * BATCH)) 20 $BATCH "$HERE/mlp_bench.ini" train.epochs=1 \
+            run.threads=$DDP_THREADS train.batch=$((BATCH / 2)) data.limit=$MLP_LIMIT \
+            train.max_steps=$MLP_STEPS
+        LAUNCH=
+        ddp_torch_rows ddp-mlp $((MLP_STEPS * BATCH)) --model mlp --batch $BATCH \
+            --steps $((MLP_STEPS - 20)) --warmup-steps 20 ;;
+    ddp-cnn|ddp-cnn-nhwc)
+        layout=nchw
+        [ "$1" = ddp-cnn-nhwc ] && layout=nhwc
+        LAUNCH="launch -n 2 -- $KILN"
+        kiln_row "$1" $((CNN_KSTEPS * BATCH)) 20 $BATCH "$HERE/cnn_bench.ini" model.layout=$layout \
+            run.threads=$DDP_THREADS train.batch=$((BATCH / 2)) \
+            data.limit=$((CNN_KSTEPS * BATCH)) train.max_steps=$CNN_KSTEPS
+        LAUNCH=
+        ddp_torch_rows "$1" $((CNN_KSTEPS * BATCH)) --model cnn --layout $layout --batch $BATCH \
+            --steps "$STEPS" --warmup-steps 20 ;;
     data)
         d=$DATA_DIR/jpeg
         one_run data kiln-folder 0 "$KILN" bench data "$HERE/data_bench.ini" "data.path=$d" \
@@ -250,11 +317,13 @@ rep_of() { # BENCH: one repetition of its rows
     esac
 }
 
-BENCHES=$(printf '%s' "$BENCHES" | sed 's/training/mlp,cnn-nchw,cnn-nhwc,cnn-bf16/' | tr ',' ' ')
+BENCHES=$(printf '%s' "$BENCHES" | sed 's/training/mlp,cnn-nchw,cnn-nhwc,cnn-bf16/;
+    s/\(^\|,\)ddp\(,\|$\)/\1ddp-mlp,ddp-cnn,ddp-cnn-nhwc\2/' | tr ',' ' ')
 for b in $BENCHES; do
     case $b in
-        mlp|cnn-nchw|cnn-nhwc|cnn-bf16|gpt|data) ;;
-        *) echo "anchors.sh: unknown benchmark: $b (mlp, cnn-nchw, cnn-nhwc, cnn-bf16, gpt, data)" >&2
+        mlp|cnn-nchw|cnn-nhwc|cnn-bf16|gpt|data|ddp-mlp|ddp-cnn|ddp-cnn-nhwc) ;;
+        *) echo "anchors.sh: unknown benchmark: $b (mlp, cnn-nchw, cnn-nhwc, cnn-bf16, gpt, data," \
+               "ddp-mlp, ddp-cnn, ddp-cnn-nhwc)" >&2
            exit 2 ;;
     esac
 done

@@ -21,10 +21,13 @@ import sys
 # subtracted), 4 layers
 FLOPS = {"mlp": 2407424, "cnn-nchw": 82049024, "cnn-nhwc": 82049024, "cnn-bf16": 82049024,
          "gpt": 6 * 819200 * 128 + 4 * 3 * 2 * 2 * 128 * 128 * 128}
-ORDER = ("kiln", "t2-eager-default", "t2-eager-passive", "t2-eager-omp1", "t2-compile",
+FLOPS.update({"ddp-mlp": FLOPS["mlp"], "ddp-cnn": FLOPS["cnn-nchw"],
+              "ddp-cnn-nhwc": FLOPS["cnn-nhwc"]})
+ORDER = ("kiln", "kiln-async0", "kiln-async1", "t2-eager-default", "t2-eager-passive", "t2-eager-omp1", "t2-compile",
          "t2-compile-max", "t2-lightning", "t113-default", "t113-passive", "t113-omp1",
          "kiln-folder", "t2-dataloader", "t113-dataloader")
-LABEL = {"kiln": "**kiln**", "t2-eager-default": "PyTorch 2.x eager, default OpenMP",
+LABEL = {"kiln": "**kiln**", "kiln-async0": "kiln, `plugin.cpu.async=0`",
+         "kiln-async1": "kiln, `plugin.cpu.async=1`", "t2-eager-default": "PyTorch 2.x eager, default OpenMP",
          "t2-eager-passive": "PyTorch 2.x eager, `OMP_WAIT_POLICY=PASSIVE`",
          "t2-eager-omp1": "PyTorch 2.x eager, 1 thread",
          "t2-compile": "PyTorch 2.x `torch.compile` (default)",
@@ -128,6 +131,10 @@ def main():
             if kiln and med.get(n):
                 print(f"- kiln / {LABEL[n]}: **{kiln / med[n]:.2f}x**")
         return
+    if med.get("kiln-async0") and med.get("kiln-async1"):
+        auto = "on" if bench.startswith("ddp-") else "off"
+        print(f"- `[plugin.cpu] async` 1 / 0: **{med['kiln-async1'] / med['kiln-async0']:.2f}x** "
+              f"(the default, auto, is {auto} here)")
     b2, n2 = best(["t2-eager-default", "t2-eager-passive", "t2-eager-omp1", "t2-compile",
                    "t2-compile-max"])
     b113, n113 = best(["t113-default", "t113-passive", "t113-omp1"])

@@ -44,7 +44,7 @@ def compile_seconds(warmup_s, warmup_steps, timed_s, timed_steps):
 
 
 def lightning_fit(model, make_opt, loss_fn, x, y, batch, steps, precision, fmt=None,
-                  clip_norm=0.0, seed=1):
+                  clip_norm=0.0, seed=1, devices=1, strategy="auto"):
     """Trainer.fit of `model` for `steps` steps of `batch` samples drawn by a
     shuffling DataLoader over (x, y), the last partial batch dropped.  Trainer
     defaults except: CPU, one device, no progress bar (stdout carries the JSON
@@ -52,8 +52,11 @@ def lightning_fit(model, make_opt, loss_fn, x, y, batch, steps, precision, fmt=N
     a scratch directory, removed after the fit.  It writes one checkpoint
     (ModelCheckpoint's default, at the epoch's end) and TensorBoard events;
     it does not validate.  precision "bf16" is Lightning's "bf16-mixed" (CPU
-    autocast).  Returns (samples trained, seconds of the whole fit, last loss,
-    the Lightning version)."""
+    autocast).  devices > 1 with strategy "ddp": that many processes (Lightning
+    starts the others by running the script again), each `batch` samples a
+    step from its DistributedSampler shard.  Returns (samples trained by all
+    the processes, seconds of the whole fit, last loss, the Lightning
+    version)."""
     import shutil
     import tempfile
 
@@ -82,7 +85,7 @@ def lightning_fit(model, make_opt, loss_fn, x, y, batch, steps, precision, fmt=N
     dl = DataLoader(TensorDataset(x, y), batch_size=batch, shuffle=True, drop_last=True,
                     num_workers=0)
     root = tempfile.mkdtemp(prefix="kiln-lightning-")
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, max_epochs=-1,
+    trainer = L.Trainer(accelerator="cpu", devices=devices, strategy=strategy, max_steps=steps, max_epochs=-1,
                         precision="bf16-mixed" if precision == "bf16" else "32-true",
                         enable_progress_bar=False, num_sanity_val_steps=0,
                         gradient_clip_val=clip_norm or None, default_root_dir=root)
@@ -92,7 +95,7 @@ def lightning_fit(model, make_opt, loss_fn, x, y, batch, steps, precision, fmt=N
     fit_s = time.perf_counter() - t0
     done = trainer.global_step
     shutil.rmtree(root, ignore_errors=True)  # its checkpoint and logs (4 MB for the MLP)
-    return done * batch, fit_s, float(module.last_loss), L.__version__
+    return done * batch * devices, fit_s, float(module.last_loss), L.__version__
 
 
 def mode_fields(mode, compile_s=None, extra=None):

@@ -344,6 +344,13 @@ endif
 # without it)
 TESTS += tests/dist.sh
 EXTRA_DIST += tests/dist.sh tests/dist_common.sh
+# [plugin.cpu] async = auto: off for one process, on for each rank
+TESTS += tests/cpu_async.sh
+EXTRA_DIST += tests/cpu_async.sh
+# 2-rank DDP against PyTorch 2.x's DDP, loss for loss (skips without
+# $KILN_VENV's torch 2)
+TESTS += tests/ddp_torch.sh
+EXTRA_DIST += tests/ddp_torch.sh
 TESTS += tests/dist_zero.sh
 EXTRA_DIST += tests/dist_zero.sh
 TESTS += tests/dist_syncbn.sh

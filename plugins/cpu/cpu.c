@@ -79,6 +79,20 @@ static struct {
 } cpu_sync = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER };
 
 
+/* [plugin.cpu] async: 0 or 1 as set; `auto` (the default; unset, as a
+ * config without the plugin's table reads it) on where there is something
+ * to overlap: the allreduce with the backward (several ranks) or pipeline
+ * stages on contexts of their own (peers), off for one process. */
+static kiln_status cpu_async_choice(const struct kiln_host *host, const struct kiln_config *cfg,
+				    const struct kiln_device_options *opts, int *async)
+{
+	const char *v = host->config_get(cfg, "plugin.cpu", "async");
+	if (v && strcmp(v, "auto"))
+		return host->config_get_bool(cfg, "plugin.cpu", "async", async);
+	*async = (opts->version >= 2 && opts->ranks > 1) || (opts->version >= 3 && opts->peers > 1);
+	return KILN_OK;
+}
+
 static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    int ordinal, const struct kiln_device_options *opts, void **out)
 {
@@ -94,14 +108,8 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	/* Every ordinal is the same host memory: ranks of a multi-process CPU
 	 * run each open their local rank's ordinal. */
 	if (cfg) {
-		st = host->config_get_bool(cfg, "plugin.cpu", "async", &async);
-		if (st && st != KILN_ENOTFOUND)
+		if ((st = cpu_async_choice(host, cfg, opts, &async)))
 			return st;
-		/* unset: where the allreduce can overlap the backward, or
-		 * pipeline stages on contexts of their own overlap */
-		if (async < 0)
-			async = (opts->version >= 2 && opts->ranks > 1) ||
-				(opts->version >= 3 && opts->peers > 1);
 		st = host->config_get_int(cfg, "plugin.cpu", "stage_spin_us", &spin_us);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
@@ -506,13 +514,14 @@ static const struct kiln_key cpu_keys[] = {
 	  "written atomically, so ranks sharing it are safe.  Unset: "
 	  "`$XDG_CACHE_HOME/kiln/cpu_tune.bin`, else `~/.cache/kiln/cpu_tune.bin`; "
 	  "`none`: nothing is read or written (docs/precision.md, \"Which kernel\")." },
-	{ "async", KILN_KEY_BOOL, NULL, 0, 0, NULL,
+	{ "async", KILN_KEY_BOOL, "auto", 0, 0, "auto",
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
 	  "and hidden host syncs show up without a GPU, and a data-parallel run's "
-	  "allreduce overlaps the backward.  Unset: on when the run has several ranks "
+	  "allreduce overlaps the backward.  `auto`: on when the run has several ranks "
 	  "(DDP overlap out of the box) and on the stage devices of `[run] devices` "
 	  "(the pipeline's stages overlap; docs/pipeline.md), off for one process "
-	  "(nothing to overlap; docs/PERFORMANCE.md, \"Defaults that help\")." },
+	  "(nothing to overlap; docs/PERFORMANCE.md, \"Defaults that help\" and "
+	  "\"Session 12: DDP against PyTorch 2.x\")." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
 	  "CPU (another process busy on the same cores), probing back when the machine is "
