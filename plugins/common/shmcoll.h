@@ -39,10 +39,14 @@
 
 #include <kiln/plugin.h>
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* a polling wait's pause between looks (shmcoll.c, shmp2p.c) */
 #if defined(__x86_64__) || defined(__i386__)
@@ -52,27 +56,65 @@
 #define cpu_relax() ((void)0)
 #endif
 
+/* FUTEX_WAIT on a word another process shares (not FUTEX_PRIVATE), for at
+ * most ns: returns at a wake-up, at the timeout, or at once when *w != v
+ * (shmcoll.c, shmp2p.c) */
+static inline void shm_futex_wait(void *w, unsigned v, long long ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ll), (long)(ns % 1000000000ll) };
+	(void)syscall(SYS_futex, (unsigned *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+}
+
+/* wake every process sleeping on w */
+static inline void shm_futex_wake(void *w)
+{
+	(void)syscall(SYS_futex, (unsigned *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 #define SHMCOLL_CHUNK ((size_t)256 << 10) /* bytes per round and rank (PERFORMANCE.md part 7) */
 #define SHMCOLL_WHOLE ((size_t)16 << 10)  /* rounds up to this size: one flag */
 #define SHMCOLL_MAXW 64                   /* ranks the engine serves */
 #define SHMCOLL_GRACE_NS 5000000000ll
 #define SHMCOLL_LOST_NS 20000000ll        /* a wait asks shmcoll.lost this often */
 
+/* A flag and the ranks asleep on it (futex on the flag's low 32 bits):
+ * the poster makes the wake-up system call only when sleepers > 0. */
+struct shmcoll_flag {
+	_Alignas(64) atomic_long v;
+	atomic_uint sleepers;
+};
+
 struct shmcoll_hdr {
-	_Alignas(64) atomic_long arrive;
-	_Alignas(64) atomic_long reduced;
+	struct shmcoll_flag arrive;
+	struct shmcoll_flag reduced;
 	_Alignas(64) uint64_t cpus[8]; /* the CPUs (0-511) this rank may run on */
 };
 
 #define SHMCOLL_SEGMENT (sizeof(struct shmcoll_hdr) + 2 * SHMCOLL_CHUNK)
 
-/* How a rank waits for the others: polls with a pause instruction between
- * them (SPIN), or, after spin_ns of that, a sched_yield() (YIELD) or a nap
- * (SLEEP) between polls.  With more ranks than the CPUs the ranks may run
- * on together (the union of their affinity masks: mpirun binds each rank
- * to a core of its own, a cpuset limits them all), SPIN yields after
- * spin_ns too (a spinning rank would hold the core its peer needs). */
+/* How a rank waits for the others (shmcoll.c, wait_flag), in three steps:
+ *   1. polls with a pause instruction between them: SPIN while a core is
+ *      free for it (the machine not full by spin_rule.h's load test, the
+ *      ranks not outnumbering their CPUs) for up to SHMCOLL_FREE_SPIN_NS,
+ *      else, and in YIELD and SLEEP, for spin_ns;
+ *   2. then a sched_yield() (SPIN, YIELD) or a nap (SLEEP) between polls,
+ *      while each comes back within SHMCOLL_TURN_NS (nobody else wanted
+ *      the core), up to SHMCOLL_LONG_NS of waiting;
+ *   3. then sleeps on the flag (futex, a sleeper counted in the flag's
+ *      line, so the poster wakes only when someone sleeps) in naps of
+ *      SHMCOLL_LOST_NS, asking the liveness check and the clock.
+ * A spinning wait on a full machine held the core its descheduled peer
+ * needed: under two busy loops the 2-rank check_comm ran ~130 collectives/s
+ * against ~8,000 idle (docs/PERFORMANCE.md, session 12).  With more ranks
+ * than the CPUs the ranks may run on together (the union of their
+ * affinity masks: mpirun binds each rank to a core of its own, a cpuset
+ * limits them all), SPIN polls spin_ns only. */
 enum { SHMCOLL_SPIN, SHMCOLL_YIELD, SHMCOLL_SLEEP };
+#define SHMCOLL_FREE_SPIN_NS 5000000ll  /* step 1 while a core is free */
+#define SHMCOLL_BUSY_SPIN_NS 50000ll    /* SPIN's step 1 on a full machine */
+#define SHMCOLL_TURN_NS 50000ll         /* a yield or nap longer (beyond its nap): the core is wanted */
+#define SHMCOLL_LONG_NS 5000000ll       /* step 2 at most this long */
+#define SHMCOLL_LOAD_NS 100000000ll     /* the load test's answer is kept this long */
 
 struct shmcoll {
 	const struct kiln_host *host;
@@ -81,6 +123,9 @@ struct shmcoll {
 	int oversubscribed;            /* more ranks than the CPUs they may run on; -1: not known yet */
 	long long spin_ns;
 	struct timespec nap;
+	int full;                      /* spin_rule.h's load test: the machine is full */
+	long long full_at;             /* when full was asked (watchdog_now_ns; 0: never) */
+	long sleeps;                   /* waits that slept on a futex (step 3) */
 	long seq;                      /* the last round this rank started */
 	int (*lost)(void *arg);        /* shmcoll_watch's check, or NULL */
 	void *lost_arg;
