@@ -4,7 +4,6 @@
 #endif
 #include "shmcoll.h"
 #include "half.h"
-#include "spin_rule.h" /* common_machine_full */
 #include "watchdog.h"
 
 #include <sched.h>
@@ -77,17 +76,6 @@ int shmcoll_yields(struct shmcoll *s)
 	return oversubscribed(s);
 }
 
-/* Whether the machine is full by spin_rule.h's load test, asked at most
- * every SHMCOLL_LOAD_NS (now: watchdog_now_ns). */
-static int machine_full(struct shmcoll *s, long long now)
-{
-	if (!s->full_at || now - s->full_at >= SHMCOLL_LOAD_NS) {
-		s->full = common_machine_full();
-		s->full_at = now;
-	}
-	return s->full;
-}
-
 /* the futex word of flag f: its value's low 32 bits */
 static unsigned *flag_word(struct shmcoll_flag *f)
 {
@@ -120,15 +108,14 @@ enum { STEP_POLL, STEP_YIELD, STEP_NAP, STEP_SLEEP };
 
 /* Which step of a wait (shmcoll.h, SHMCOLL_SPIN) comes next after
  * `waited` ns, the last turn (the time since the previous look, less a
- * nap's length) having taken turn ns; now: the clock. */
-static int next_step(struct shmcoll *s, int how, long long waited, long long turn, long long now)
+ * nap's length) having taken turn ns. */
+static int next_step(struct shmcoll *s, int how, long long waited, long long turn)
 {
 	if (turn >= SHMCOLL_TURN_NS)
 		return STEP_SLEEP; /* the core went to another thread: it is wanted */
 	if (waited < s->spin_ns)
 		return STEP_POLL;
-	if (how == SHMCOLL_SPIN && !oversubscribed(s) && waited < SHMCOLL_FREE_SPIN_NS &&
-	    (waited < SHMCOLL_BUSY_SPIN_NS || !machine_full(s, now)))
+	if (how == SHMCOLL_SPIN && !oversubscribed(s) && waited < SHMCOLL_SPIN_NS)
 		return STEP_POLL;
 	if (waited < SHMCOLL_LONG_NS)
 		return how == SHMCOLL_SLEEP ? STEP_NAP : STEP_YIELD;
@@ -173,7 +160,7 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 					      s->timeout_ms / 1000.0);
 		const long long turn = last ? t - last - (napped ? nap + NAP_SLACK_NS : 0) : 0;
 		if (step != STEP_SLEEP)
-			step = next_step(s, how, t - *t0, turn, t);
+			step = next_step(s, how, t - *t0, turn);
 		napped = step == STEP_NAP;
 		if (step == STEP_POLL)
 			cpu_relax();

@@ -93,28 +93,30 @@ struct shmcoll_hdr {
 #define SHMCOLL_SEGMENT (sizeof(struct shmcoll_hdr) + 2 * SHMCOLL_CHUNK)
 
 /* How a rank waits for the others (shmcoll.c, wait_flag), in three steps:
- *   1. polls with a pause instruction between them: SPIN while a core is
- *      free for it (the machine not full by spin_rule.h's load test, the
- *      ranks not outnumbering their CPUs) for up to SHMCOLL_FREE_SPIN_NS,
- *      else, and in YIELD and SLEEP, for spin_ns;
+ *   1. polls with a pause instruction between them: SPIN for up to
+ *      SHMCOLL_SPIN_NS (spin_ns with more ranks than the CPUs they may run
+ *      on together: the union of their affinity masks, as mpirun binds
+ *      each rank to a core of its own, a cpuset limits them all), YIELD
+ *      and SLEEP for spin_ns;
  *   2. then a sched_yield() (SPIN, YIELD) or a nap (SLEEP) between polls,
- *      while each comes back within SHMCOLL_TURN_NS (nobody else wanted
- *      the core), up to SHMCOLL_LONG_NS of waiting;
- *   3. then sleeps on the flag (futex, a sleeper counted in the flag's
- *      line, so the poster wakes only when someone sleeps) in naps of
- *      SHMCOLL_LOST_NS, asking the liveness check and the clock.
- * A spinning wait on a full machine held the core its descheduled peer
- * needed: under two busy loops the 2-rank check_comm ran ~130 collectives/s
- * against ~8,000 idle (docs/PERFORMANCE.md, session 12).  With more ranks
- * than the CPUs the ranks may run on together (the union of their
- * affinity masks: mpirun binds each rank to a core of its own, a cpuset
- * limits them all), SPIN polls spin_ns only. */
+ *      up to SHMCOLL_LONG_NS of waiting;
+ *   3. then sleeps on the flag (futex on its low 32 bits, the sleepers
+ *      counted in the flag's line, so that the poster makes the wake-up
+ *      system call only when someone sleeps) in naps of SHMCOLL_LOST_NS,
+ *      asking the liveness check and the clock.
+ * Steps 1 and 2 last only while the core is the wait's alone: a look at
+ * the clock (every 256 polls, each yield or nap) that finds more than
+ * SHMCOLL_TURN_NS gone (beyond a nap and its timer slack) means another
+ * thread ran on it, and the wait goes to step 3 at once.  Spinning on
+ * while a peer waited for a CPU held the core that peer needed: under two
+ * busy loops the 2-rank check_comm made ~130 collectives a second against
+ * ~8,000 idle, and a futex sleeper is woken sooner than a spinner gets its
+ * core back (docs/PERFORMANCE.md, "Session 12: shared-memory waits under
+ * load"). */
 enum { SHMCOLL_SPIN, SHMCOLL_YIELD, SHMCOLL_SLEEP };
-#define SHMCOLL_FREE_SPIN_NS 5000000ll  /* step 1 while a core is free */
-#define SHMCOLL_BUSY_SPIN_NS 50000ll    /* SPIN's step 1 on a full machine */
-#define SHMCOLL_TURN_NS 50000ll         /* a yield or nap longer (beyond its nap): the core is wanted */
-#define SHMCOLL_LONG_NS 5000000ll       /* step 2 at most this long */
-#define SHMCOLL_LOAD_NS 100000000ll     /* the load test's answer is kept this long */
+#define SHMCOLL_SPIN_NS 5000000ll  /* SPIN's step 1 at most */
+#define SHMCOLL_LONG_NS 5000000ll  /* steps 1 and 2 at most */
+#define SHMCOLL_TURN_NS 50000ll    /* a turn longer: another thread had the core */
 
 struct shmcoll {
 	const struct kiln_host *host;
@@ -123,8 +125,6 @@ struct shmcoll {
 	int oversubscribed;            /* more ranks than the CPUs they may run on; -1: not known yet */
 	long long spin_ns;
 	struct timespec nap;
-	int full;                      /* spin_rule.h's load test: the machine is full */
-	long long full_at;             /* when full was asked (watchdog_now_ns; 0: never) */
 	long sleeps;                   /* waits that slept on a futex (step 3) */
 	long seq;                      /* the last round this rank started */
 	int (*lost)(void *arg);        /* shmcoll_watch's check, or NULL */

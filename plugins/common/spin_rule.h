@@ -20,10 +20,8 @@
 #define KILN_COMMON_SPIN_RULE_H
 
 #include <dlfcn.h> /* dlopen RTLD_NOLOAD: is libgomp loaded yet? */
-#include <fcntl.h> /* open */
 #include <stdio.h>
-#include <stdlib.h> /* setenv, strtod, strtol */
-#include <string.h> /* strchr */
+#include <stdlib.h> /* setenv */
 #include <sys/syscall.h> /* SYS_sched_getaffinity */
 #include <unistd.h>      /* syscall, sysconf */
 
@@ -34,48 +32,27 @@
  * machine running benchmarks back to back (each run's load still in the
  * average, nothing else runnable) it turned the spin off and made the
  * 2-thread runs pay a futex wake-up per parallel region. */
-static inline int common_full(double load, long running, long cpus)
-{
-	return load >= 0 && cpus > 0 && load >= (double)cpus && (running < 0 || running >= cpus);
-}
-
 static inline const char *common_spin_for(double load, long running, long cpus)
 {
-	return common_full(load, running, cpus) ? "0" : "100000";
+	const int full = load >= 0 && cpus > 0 && load >= (double)cpus &&
+			 (running < 0 || running >= cpus);
+	return full ? "0" : "100000";
 }
 
-/* Whether the machine is full for this process now (common_full):
- * /proc/loadavg against its affinity mask.  Costs an open and a read of
- * /proc/loadavg and a system call (some microseconds): callers in a loop
- * keep the answer a while (plugins/common/shmcoll.c). */
-static inline int common_machine_full(void)
+/* The spin for this process now: /proc/loadavg against its affinity mask. */
+static inline const char *common_spin_count(void)
 {
 	double load = -1;
-	long running = -1;
-	/* "0.52 0.58 0.59 2/467 12345": 1-minute average, runnable/all; read
-	 * with open/read and parsed by hand, which allocate nothing (the
-	 * shared-memory collectives ask from their waits) */
-	char text[128];
-	int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, text, sizeof text - 1);
-		close(fd);
-		if (n > 0) {
-			char *p = text, *e;
-			text[n] = 0;
-			load = strtod(p, &e);
-			if (e == p)
-				load = -1;
-			for (int field = 0; field < 2 && *e; field++) { /* to the fourth */
-				p = strchr(e + 1, ' ');
-				e = p ? p : text + n;
-			}
-			if (*e == ' ') {
-				running = strtol(e + 1, &p, 10);
-				if (p == e + 1 || *p != '/')
-					running = -1;
-			}
-		}
+	long running = -1, total;
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f) {
+		/* "0.52 0.58 0.59 2/467 12345": 1-minute average, runnable/all */
+		int got = fscanf(f, "%lf %*f %*f %ld/%ld", &load, &running, &total);
+		if (got < 1)
+			load = -1;
+		if (got < 3)
+			running = -1;
+		fclose(f);
 	}
 	/* the affinity mask through the system call, which needs no
 	 * _GNU_SOURCE of the including file (the Check suites include it late) */
@@ -85,13 +62,7 @@ static inline int common_machine_full(void)
 		cpus += __builtin_popcountl(mask[i]);
 	if (bytes <= 0)
 		cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return common_full(load, running, cpus);
-}
-
-/* The spin for this process now. */
-static inline const char *common_spin_count(void)
-{
-	return common_machine_full() ? "0" : "100000";
+	return common_spin_for(load, running, cpus);
 }
 
 /* Where unset, OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT by the rule:
