@@ -94,14 +94,13 @@ static void post(struct shmcoll_flag *f, long v)
 
 /* Step 3 of a wait: sleep on f until it changes from below v, a wake-up,
  * or SHMCOLL_LOST_NS. */
-static void sleep_on(struct shmcoll *s, struct shmcoll_flag *f, long v)
+static void sleep_on(struct shmcoll_flag *f, long v)
 {
 	atomic_fetch_add(&f->sleepers, 1);
 	const long cur = atomic_load(&f->v);
 	if (cur < v)
 		shm_futex_wait(flag_word(f), (unsigned)cur, SHMCOLL_LOST_NS);
 	atomic_fetch_sub(&f->sleepers, 1);
-	s->sleeps++;
 }
 
 enum { STEP_POLL, STEP_YIELD, STEP_NAP, STEP_SLEEP };
@@ -169,7 +168,7 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 		else if (step == STEP_NAP)
 			nanosleep(&s->nap, NULL);
 		else
-			sleep_on(s, f, v);
+			sleep_on(f, v);
 		last = watchdog_now_ns();
 	}
 	return KILN_OK;

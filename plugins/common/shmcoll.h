@@ -125,7 +125,6 @@ struct shmcoll {
 	int oversubscribed;            /* more ranks than the CPUs they may run on; -1: not known yet */
 	long long spin_ns;
 	struct timespec nap;
-	long sleeps;                   /* waits that slept on a futex (step 3) */
 	long seq;                      /* the last round this rank started */
 	int (*lost)(void *arg);        /* shmcoll_watch's check, or NULL */
 	void *lost_arg;
