@@ -21,6 +21,8 @@
  * test_gloo_lost: a rank that dies mid-run makes its peer's
  * shared-memory allreduce fail within seconds naming it, not after the
  * timeout.
+ * test_gloo_wait_shares_cpu: a rank that waits 0.5 s in a shared-memory
+ * allreduce for its peer sleeps rather than spins (a few ms of CPU).
  * test_gloo_p2p: point-to-point send and recv both ways between the two
  * ranks (f32, i32 and u8 buffers, bytes checked), then a receive from a
  * rank that died failing within the timeout and naming it.
@@ -179,6 +181,7 @@ struct rank_ctx {
 	int world; /* 0: 2 */
 	long pid0; /* rank 0's process: its segments' names start kiln-gloo-<pid0>- */
 	long allocs;
+	long cpu_us, wall_us; /* wait_main: rank 0's allreduce */
 	char err[512];
 };
 
@@ -550,6 +553,71 @@ out:
 	rank_close_freeing(&e, (void *[]){ x }, 1);
 	return NULL;
 }
+
+/* Both ranks allreduce WAITN floats (one-flag rounds) once; then rank 1
+ * sleeps WAIT_US before its second allreduce, and rank 0's, which waits
+ * for it on the comm stream's worker in the shared-memory collective,
+ * must take at most WAIT_CPU_US of rank 0's CPU time (its whole process:
+ * the worker's wait, the main thread's stream sync) for the WAIT_US of
+ * waiting.  A wait that spins the whole time takes ~WAIT_US. */
+enum { WAITN = 1000, WAIT_US = 500000, WAIT_CPU_US = 50000 };
+
+static long cpu_now_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return (long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+static void *wait_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	float *x = NULL;
+	const int R = r->rank;
+	if (rank_open(r, &e, 10000))
+		goto out;
+	TRY(kiln_device_alloc(e.dev, WAITN * 4, (void **)&x));
+	for (int round = 0; round < 2; round++) {
+		for (int k = 0; k < WAITN; k++)
+			x[k] = (float)(R + 1) * (float)k;
+		if (round && R == 1)
+			usleep(WAIT_US);
+		const double t0 = now_s();
+		const long c0 = cpu_now_us();
+		TRY(e.ops->allreduce(e.comm, x, WAITN, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
+		TRY(kiln_device_stream_sync(e.dev, e.s));
+		r->cpu_us = cpu_now_us() - c0;
+		r->wall_us = (long)((now_s() - t0) * 1e6);
+		for (int k = 0; k < WAITN; k++)
+			if (x[k] != 3.0f * (float)k) {
+				snprintf(r->err, sizeof r->err, "rank %d: round %d: [%d] = %g, want %g",
+					 R, round, k, x[k], 3.0 * k);
+				goto out;
+			}
+	}
+out:
+	rank_close_freeing(&e, (void *[]){ x }, 1);
+	return NULL;
+}
+
+START_TEST(test_gloo_wait_shares_cpu)
+{
+	struct rank_ctx rc[2];
+	int status[2];
+	if (run_ranks(wait_main, 0, 1, rc, status))
+		return;
+	ck_assert_msg(!*rc[0].err && !*rc[1].err, "%s %s", rc[0].err, rc[1].err);
+	printf("rank 0 waited %.3f s for rank 1 in a shared-memory allreduce, on %.1f ms of CPU time\n",
+	       rc[0].wall_us / 1e6, rc[0].cpu_us / 1e3);
+	ck_assert_msg(rc[0].wall_us >= WAIT_US * 8 / 10,
+		      "rank 0's allreduce took %ld us: it did not wait for rank 1's %d us", rc[0].wall_us,
+		      WAIT_US);
+	ck_assert_msg(rc[0].cpu_us <= WAIT_CPU_US,
+		      "rank 0 used %ld us of CPU time waiting %ld us for rank 1 (want <= %d us)",
+		      rc[0].cpu_us, rc[0].wall_us, WAIT_CPU_US);
+}
+END_TEST
 
 START_TEST(test_gloo_lost)
 {
@@ -1257,6 +1325,10 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_sendrecv, 0, 3);
 	tcase_add_test(tc, test_stream_queue_no_alloc);
 	suite_add_tcase(s, tc);
+	TCase *tw = tcase_create("wait"); /* CK_RUN_CASE=wait */
+	tcase_set_timeout(tw, 60);
+	tcase_add_test(tw, test_gloo_wait_shares_cpu);
+	suite_add_tcase(s, tw);
 	return s;
 }
 

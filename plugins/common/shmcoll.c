@@ -76,19 +76,68 @@ int shmcoll_yields(struct shmcoll *s)
 	return oversubscribed(s);
 }
 
-/* Wait until *flag >= v (see SHMCOLL_SPIN); what names the collective.
+/* the futex word of flag f: its value's low 32 bits */
+static unsigned *flag_word(struct shmcoll_flag *f)
+{
+	return (unsigned *)&f->v + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+}
+
+/* Publish *f = v, and wake the ranks asleep on it, if any.  Sequentially
+ * consistent store and load against the sleeper's count-then-look
+ * (sleep_on): either the poster sees the sleeper or the sleeper sees v. */
+static void post(struct shmcoll_flag *f, long v)
+{
+	atomic_store(&f->v, v);
+	if (atomic_load(&f->sleepers))
+		shm_futex_wake(flag_word(f));
+}
+
+/* Step 3 of a wait: sleep on f until it changes from below v, a wake-up,
+ * or SHMCOLL_LOST_NS. */
+static void sleep_on(struct shmcoll_flag *f, long v)
+{
+	atomic_fetch_add(&f->sleepers, 1);
+	const long cur = atomic_load(&f->v);
+	if (cur < v)
+		shm_futex_wait(flag_word(f), (unsigned)cur, SHMCOLL_LOST_NS);
+	atomic_fetch_sub(&f->sleepers, 1);
+}
+
+enum { STEP_POLL, STEP_YIELD, STEP_NAP, STEP_SLEEP };
+
+/* Which step of a wait (shmcoll.h, SHMCOLL_SPIN) comes next after
+ * `waited` ns, the last turn (the time since the previous look, less a
+ * nap's length) having taken turn ns. */
+static int next_step(struct shmcoll *s, int how, long long waited, long long turn)
+{
+	if (turn >= SHMCOLL_TURN_NS)
+		return STEP_SLEEP; /* the core went to another thread: it is wanted */
+	if (waited < s->spin_ns)
+		return STEP_POLL;
+	if (how == SHMCOLL_SPIN && !oversubscribed(s) && waited < SHMCOLL_SPIN_NS)
+		return STEP_POLL;
+	if (waited < SHMCOLL_LONG_NS)
+		return how == SHMCOLL_SLEEP ? STEP_NAP : STEP_YIELD;
+	return STEP_SLEEP;
+}
+
+/* A nap's own lateness that still counts as a quick turn: the kernel's
+ * default timer slack. */
+#define NAP_SLACK_NS 50000ll
+
+/* Wait until f->v >= v (see SHMCOLL_SPIN); what names the collective.
  * *t0 is when this phase of the collective began waiting (0: not yet;
  * set at the first look at the clock): the waits for every peer of one
  * phase share it, so a phase ends within the timeout however its peers
  * arrive. */
-static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long v, int peer,
-			     const char *what, long long *t0)
+static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f, long v,
+			     int peer, const char *what, long long *t0)
 {
-	long long ask = 0;
-	if (how == SHMCOLL_SPIN && oversubscribed(s))
-		how = SHMCOLL_YIELD;
-	for (unsigned k = 1; atomic_load_explicit(flag, memory_order_acquire) < v; k++) {
-		if (k % 256) {
+	const long long nap = s->nap.tv_sec * 1000000000ll + s->nap.tv_nsec;
+	long long ask = 0, last = 0;
+	int step = STEP_POLL, napped = 0;
+	for (unsigned k = 1; atomic_load_explicit(&f->v, memory_order_acquire) < v; k++) {
+		if (step == STEP_POLL && k % 256) {
 			cpu_relax();
 			continue;
 		}
@@ -108,12 +157,19 @@ static kiln_status wait_flag(struct shmcoll *s, int how, atomic_long *flag, long
 			return s->host->error(KILN_ETIMEOUT, "%s: rank %d of %d: rank %d did not reach the shared-memory %s within [dist] timeout = %.1f s",
 					      s->who, s->rank, s->world, peer, what,
 					      s->timeout_ms / 1000.0);
-		if (how == SHMCOLL_SPIN || t - *t0 < s->spin_ns)
+		const long long turn = last ? t - last - (napped ? nap + NAP_SLACK_NS : 0) : 0;
+		if (step != STEP_SLEEP)
+			step = next_step(s, how, t - *t0, turn);
+		napped = step == STEP_NAP;
+		if (step == STEP_POLL)
 			cpu_relax();
-		else if (how == SHMCOLL_YIELD)
+		else if (step == STEP_YIELD)
 			sched_yield();
-		else
+		else if (step == STEP_NAP)
 			nanosleep(&s->nap, NULL);
+		else
+			sleep_on(f, v);
+		last = watchdog_now_ns();
 	}
 	return KILN_OK;
 }
@@ -130,7 +186,7 @@ static size_t next_round(struct shmcoll *s, long *seq)
 static kiln_status meet(struct shmcoll *s, int how, long seq, const char *what)
 {
 	long long t0 = 0;
-	atomic_store_explicit(&s->hdr[s->rank]->arrive, seq, memory_order_release);
+	post(&s->hdr[s->rank]->arrive, seq);
 	for (int r = 0; r < s->world; r++) {
 		kiln_status st;
 		if (r != s->rank && (st = wait_flag(s, how, &s->hdr[r]->arrive, seq, r, what, &t0)))
@@ -238,7 +294,7 @@ static kiln_status region_allreduce(struct shmcoll *s, int how, size_t off, size
 				memcpy(s->region[r] + at, s->region[R] + at, n * es);
 	}
 	long long t0 = 0;
-	atomic_store_explicit(&s->hdr[R]->reduced, seq, memory_order_release);
+	post(&s->hdr[R]->reduced, seq);
 	for (int r = 0; r < W; r++)
 		if (r != R && (st = wait_flag(s, how, &s->hdr[r]->reduced, seq, r, "allreduce", &t0)))
 			return st;
@@ -283,7 +339,7 @@ kiln_status shmcoll_allreduce(struct shmcoll *s, int how, void *buf, size_t coun
 		sum(slot + p0, src, W, (p1 - p0) / es, scale, dtype);
 		memcpy(mine + p0, slot + p0, p1 - p0);
 		long long t0 = 0;
-		atomic_store_explicit(&s->hdr[R]->reduced, seq, memory_order_release);
+		post(&s->hdr[R]->reduced, seq);
 		for (int r = 0; r < W; r++) {
 			if (r == R)
 				continue;

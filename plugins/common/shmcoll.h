@@ -39,10 +39,14 @@
 
 #include <kiln/plugin.h>
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* a polling wait's pause between looks (shmcoll.c, shmp2p.c) */
 #if defined(__x86_64__) || defined(__i386__)
@@ -52,27 +56,67 @@
 #define cpu_relax() ((void)0)
 #endif
 
+/* FUTEX_WAIT on a word another process shares (not FUTEX_PRIVATE), for at
+ * most ns: returns at a wake-up, at the timeout, or at once when *w != v
+ * (shmcoll.c, shmp2p.c) */
+static inline void shm_futex_wait(void *w, unsigned v, long long ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ll), (long)(ns % 1000000000ll) };
+	(void)syscall(SYS_futex, (unsigned *)w, FUTEX_WAIT, v, &ts, NULL, 0);
+}
+
+/* wake every process sleeping on w */
+static inline void shm_futex_wake(void *w)
+{
+	(void)syscall(SYS_futex, (unsigned *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 #define SHMCOLL_CHUNK ((size_t)256 << 10) /* bytes per round and rank (PERFORMANCE.md part 7) */
 #define SHMCOLL_WHOLE ((size_t)16 << 10)  /* rounds up to this size: one flag */
 #define SHMCOLL_MAXW 64                   /* ranks the engine serves */
 #define SHMCOLL_GRACE_NS 5000000000ll
 #define SHMCOLL_LOST_NS 20000000ll        /* a wait asks shmcoll.lost this often */
 
+/* A flag and the ranks asleep on it (futex on the flag's low 32 bits):
+ * the poster makes the wake-up system call only when sleepers > 0. */
+struct shmcoll_flag {
+	_Alignas(64) atomic_long v;
+	atomic_uint sleepers;
+};
+
 struct shmcoll_hdr {
-	_Alignas(64) atomic_long arrive;
-	_Alignas(64) atomic_long reduced;
+	struct shmcoll_flag arrive;
+	struct shmcoll_flag reduced;
 	_Alignas(64) uint64_t cpus[8]; /* the CPUs (0-511) this rank may run on */
 };
 
 #define SHMCOLL_SEGMENT (sizeof(struct shmcoll_hdr) + 2 * SHMCOLL_CHUNK)
 
-/* How a rank waits for the others: polls with a pause instruction between
- * them (SPIN), or, after spin_ns of that, a sched_yield() (YIELD) or a nap
- * (SLEEP) between polls.  With more ranks than the CPUs the ranks may run
- * on together (the union of their affinity masks: mpirun binds each rank
- * to a core of its own, a cpuset limits them all), SPIN yields after
- * spin_ns too (a spinning rank would hold the core its peer needs). */
+/* How a rank waits for the others (shmcoll.c, wait_flag), in three steps:
+ *   1. polls with a pause instruction between them: SPIN for up to
+ *      SHMCOLL_SPIN_NS (spin_ns with more ranks than the CPUs they may run
+ *      on together: the union of their affinity masks, as mpirun binds
+ *      each rank to a core of its own, a cpuset limits them all), YIELD
+ *      and SLEEP for spin_ns;
+ *   2. then a sched_yield() (SPIN, YIELD) or a nap (SLEEP) between polls,
+ *      up to SHMCOLL_LONG_NS of waiting;
+ *   3. then sleeps on the flag (futex on its low 32 bits, the sleepers
+ *      counted in the flag's line, so that the poster makes the wake-up
+ *      system call only when someone sleeps) in naps of SHMCOLL_LOST_NS,
+ *      asking the liveness check and the clock.
+ * Steps 1 and 2 last only while the core is the wait's alone: a look at
+ * the clock (every 256 polls, each yield or nap) that finds more than
+ * SHMCOLL_TURN_NS gone (beyond a nap and its timer slack) means another
+ * thread ran on it, and the wait goes to step 3 at once.  Spinning on
+ * while a peer waited for a CPU held the core that peer needed: under two
+ * busy loops the 2-rank check_comm made ~130 collectives a second against
+ * ~8,000 idle, and a futex sleeper is woken sooner than a spinner gets its
+ * core back (docs/PERFORMANCE.md, "Session 12: shared-memory waits under
+ * load"). */
 enum { SHMCOLL_SPIN, SHMCOLL_YIELD, SHMCOLL_SLEEP };
+#define SHMCOLL_SPIN_NS 5000000ll  /* SPIN's step 1 at most */
+#define SHMCOLL_LONG_NS 5000000ll  /* steps 1 and 2 at most */
+#define SHMCOLL_TURN_NS 50000ll    /* a turn longer: another thread had the core */
 
 struct shmcoll {
 	const struct kiln_host *host;

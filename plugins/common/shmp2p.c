@@ -3,13 +3,10 @@
 #define _GNU_SOURCE
 #endif
 #include "shmp2p.h"
-#include "shmcoll.h" /* SHMCOLL_LOST_NS, cpu_relax */
+#include "shmcoll.h" /* SHMCOLL_LOST_NS, cpu_relax, shm_futex_* */
 #include "watchdog.h"
 
-#include <limits.h>
-#include <linux/futex.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,18 +25,6 @@ void shmp2p_init(struct shmp2p *c, const struct kiln_host *host, const char *who
 	c->lost = lost, c->lost_arg = lost_arg;
 }
 
-/* FUTEX_WAIT on a word another process shares (not FUTEX_PRIVATE) */
-static void futex_wait(atomic_uint *w, unsigned v, long long ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000ll), (long)(ns % 1000000000ll) };
-	(void)syscall(SYS_futex, (unsigned *)w, FUTEX_WAIT, v, &ts, NULL, 0);
-}
-
-static void futex_wake(atomic_uint *w)
-{
-	(void)syscall(SYS_futex, (unsigned *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
 /* after publishing: bump the peer's futex word, wake it if it sleeps (the
  * sequentially consistent order of publish, bump and the look at *sleeps
  * against the sleeper's flag, look at the word and look at the position
@@ -48,7 +33,7 @@ static void notify(atomic_uint *word, atomic_uint *sleeps)
 {
 	atomic_fetch_add(word, 1);
 	if (atomic_load(sleeps))
-		futex_wake(word);
+		shm_futex_wake(word);
 }
 
 /* the error of a broken channel (a recv refused a message's size) */
@@ -94,7 +79,7 @@ static kiln_status wait_pos(struct shmp2p *c, atomic_ullong *pos, unsigned long 
 			atomic_store(sleeps, 0);
 			return broken(c, sending);
 		}
-		futex_wait(word, v, SHMCOLL_LOST_NS);
+		shm_futex_wait(word, v, SHMCOLL_LOST_NS);
 		atomic_store(sleeps, 0);
 		if (atomic_load_explicit(pos, memory_order_acquire) >= target)
 			return KILN_OK;

@@ -561,7 +561,8 @@ kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *
 	nd->on = all;
 	/* a node's ranks wait for its first rank's allreduce over the
 	 * network: 20 us of spinning, then 50 us naps, so a waiting rank
-	 * leaves the CPU to the first rank's Gloo threads */
+	 * leaves the CPU to the first rank's Gloo threads, and from a late
+	 * nap or 5 ms on a futex sleep (shmcoll.h, SHMCOLL_SPIN) */
 	if (*out) {
 		(*out)->how = SHMCOLL_SLEEP;
 		(*out)->coll.spin_ns = 20000;

@@ -106,8 +106,8 @@ struct gloo_node {
  * the ranks of each node open kiln's shared memory among themselves as
  * gloo_shm_open does (prefix <prefix>node/<node>/, local ranks), and all
  * agree (a store barrier) that every node did; the node's waits spin
- * 20 us, then nap 50 us (SHMCOLL_SLEEP: the wait for the first rank's
- * network allreduce is long).  KILN_OK with nd->on and
+ * 20 us, then nap 50 us, then sleep on a futex (SHMCOLL_SLEEP: the wait
+ * for the first rank's network allreduce is long).  KILN_OK with nd->on and
  * *out this node's collectives (NULL on a node of one rank), or nd->on = 0
  * and why[0..n) the reason it is off; else the error. */
 kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *store,
