@@ -839,25 +839,35 @@ static void first_diff(const char *a, const char *b, char *la, char *lb, size_t 
 	snprintf(lb, n, "%.*s", (int)strcspn(b, "\n"), *b ? b : "(end)");
 }
 
+/* The checkpoint's parameter table equals this model's (names, regions,
+ * offsets, sizes, dtypes, shapes); else an error naming the first
+ * difference. */
+static kiln_status same_model(struct kiln_ckpt *ck, const struct kiln_model *m)
+{
+	char *mine = tensors_text(m), *theirs = NULL;
+	kiln_status st;
+	if (!mine)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if (!(st = kiln_ckpt_read_text(ck, "tensors", &theirs)) && strcmp(mine, theirs)) {
+		char a[256], b[256];
+		first_diff(theirs, mine, a, b, sizeof a);
+		st = kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
+				ck->path, a, b);
+	}
+	free(mine);
+	free(theirs);
+	return st;
+}
+
 kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream, int what)
 {
 	struct kiln_state_buf sb[KILN_MAX_STATE_BUFS];
 	int nb = kiln_model_state_buffers(m, sb, KILN_MAX_STATE_BUFS);
 	kiln_status st;
-	char *mine = tensors_text(m), *theirs = NULL;
 	size_t total = 0, off = 0;
 	void *host = NULL;
-	if (!mine)
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	if ((st = kiln_ckpt_read_text(ck, "tensors", &theirs)))
-		goto out;
-	if (strcmp(mine, theirs)) {
-		char a[256], b[256];
-		first_diff(theirs, mine, a, b, sizeof a);
-		st = kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
-				ck->path, a, b);
-		goto out;
-	}
+	if ((st = same_model(ck, m)))
+		return st;
 	int64_t tracked = m->tracked_base;
 	if ((st = tracked_count(ck, what, &tracked)))
 		goto out;
@@ -911,8 +921,6 @@ kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, voi
 		m->tracked_base = tracked;
 out:
 	kiln_device_host_free(m->dev, host);
-	free(mine);
-	free(theirs);
 	return st;
 }
 
@@ -982,20 +990,10 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 {
 	const size_t n = hi > lo ? hi - lo : 0;
 	const struct rsec *r;
-	char *mine = tensors_text(m), *theirs = NULL;
 	void *host = NULL;
 	kiln_status st;
-	if (!mine)
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	if ((st = kiln_ckpt_read_text(ck, "tensors", &theirs)))
-		goto out;
-	if (strcmp(mine, theirs)) {
-		char a[256], b[256];
-		first_diff(theirs, mine, a, b, sizeof a);
-		st = kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
-				ck->path, a, b);
-		goto out;
-	}
+	if ((st = same_model(ck, m)))
+		return st;
 	int64_t tracked = m->tracked_base;
 	if ((st = tracked_count(ck, what, &tracked)) ||
 	    (st = kiln_device_host_alloc(m->dev, PIECE, &host)))
@@ -1023,7 +1021,5 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	m->pcopy_stale = 1;
 out:
 	kiln_device_host_free(m->dev, host);
-	free(mine);
-	free(theirs);
 	return st;
 }
