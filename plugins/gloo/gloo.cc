@@ -1079,7 +1079,7 @@ kiln_status gloo_split(void *ctx, int color, int key, void **out, int *rank, int
 		std::snprintf(g->desc + at, sizeof g->desc - at, "; group %d of a split: rank %d of %zu, %s",
 			      color, me, group.size(),
 			      gloo_shm_yields(g->shm) ? "its shared-memory waits yield (the ranks outnumber their CPUs)"
-						      : "its shared-memory waits spin");
+						      : "its shared-memory waits spin, then sleep when long");
 	}
 	*out = g;
 	*rank = me;
@@ -1118,7 +1118,7 @@ const struct kiln_key gloo_keys[] = {
 	{ "busy_poll", KILN_KEY_BOOL, "0", 0, 0, nullptr,
 	  "Put the TCP pairs in Gloo's synchronous busy-polling mode: the thread running a collective (the comm stream's worker) reads the sockets itself, spinning, instead of sleeping until Gloo's event-loop thread has read the data and woken it. Removes a thread wake-up per message, so an allreduce overlapped with a busy backward is much faster when a core is free for the spinning, and much slower when the machine is oversubscribed. 0: Gloo's default (event loop)." },
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, nullptr,
-	  "When every rank runs on one node (the same host name and boot id): allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (a POSIX shared-memory object, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits, waits spinning), faster than Gloo's TCP loopback at every size (docs/PERFORMANCE.md, part 7b); a rank whose process ends is noticed within about 20 ms and named. Broadcasts and the barrier stay Gloo's, and `busy_poll` applies to them only. 0: Gloo's collectives throughout. Ranks on several nodes always use Gloo's." },
+	  "When every rank runs on one node (the same host name and boot id): allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (a POSIX shared-memory object, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits; a wait spins up to 5 ms while its core is its own, then sleeps: docs/distributed.md, \"Waiting\"), faster than Gloo's TCP loopback at every size (docs/PERFORMANCE.md, part 7b); a rank whose process ends is noticed within about 20 ms and named. Broadcasts and the barrier stay Gloo's, and `busy_poll` applies to them only. 0: Gloo's collectives throughout. Ranks on several nodes always use Gloo's." },
 	{ "shm_p2p", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "With `shm` on (every rank on one node) and at most 16 ranks: point-to-point send and recv (a pipeline's crossing tensors) go through a shared-memory channel per ordered pair of ranks (a ring of 1 MiB, less beyond 3 ranks: 8 MiB in all; messages in order, sizes checked; a waiting side polls `p2p_spin_us`, none when the ranks outnumber their CPUs, then sleeps on a futex the other side wakes), instead of a Gloo buffer per message over TCP loopback (docs/distributed.md). A rank whose process ends is noticed within about 20 ms and named. 0: Gloo's send and recv." },
 	{ "p2p_spin_us", KILN_KEY_INT, "2", 0, 1000000, nullptr,

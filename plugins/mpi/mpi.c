@@ -97,6 +97,7 @@ struct mpi_comm {
 	atomic_int what;         /* its kind, for the message */
 	atomic_llong count;
 	atomic_int peer;         /* a send's or recv's other rank, for the message */
+	atomic_int peer2;        /* a sendrecv's source (-1: none), likewise */
 	char desc[640];
 	struct job jobs[JOBS];
 	int next_job;
@@ -194,7 +195,12 @@ static int mpi_look(void *arg)
 	if (t0 && watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll) {
 		pthread_mutex_unlock(&c->dog.lock);
 		const int kind = atomic_load(&c->what);
-		if (kind == K_SEND || kind == K_RECV || kind == K_SENDRECV)
+		const int from = atomic_load(&c->peer2);
+		if (kind == K_SENDRECV && from >= 0 && from != atomic_load(&c->peer))
+			H->fatal("mpi", "rank %d of %d: MPI sendrecv to rank %d and from rank %d did not complete within [dist] timeout = %.1f s: rank %d or %d is lost or stuck; ending this rank",
+				 c->rank, c->world, atomic_load(&c->peer), from, c->timeout_ms / 1000.0,
+				 atomic_load(&c->peer), from);
+		else if (kind == K_SEND || kind == K_RECV || kind == K_SENDRECV)
 			H->fatal("mpi", "rank %d of %d: MPI %s %s rank %d of %lld elements did not complete within [dist] timeout = %.1f s: rank %d is lost or stuck; ending this rank",
 				 c->rank, c->world, kind_names[kind], kind == K_RECV ? "from" : "to",
 				 atomic_load(&c->peer), (long long)atomic_load(&c->count),
@@ -458,6 +464,7 @@ static kiln_status run_job(void *arg)
 	const int how = running_inline ? W_BLOCK : c->wait;
 	const int p2p = j->kind == K_SEND || j->kind == K_RECV || j->kind == K_SENDRECV;
 	atomic_store(&c->peer, j->kind == K_SENDRECV && !j->count ? j->src : j->root);
+	atomic_store(&c->peer2, j->kind == K_SENDRECV && j->count && j->rcount ? j->src : -1);
 	if (c->shm_on && j->kind != K_BROADCAST && !p2p) {
 		const float sc = reduces && j->op == KILN_REDUCE_AVG ? 1.0f / (float)c->world : 1.0f;
 		const int wait = how == W_BLOCK ? SHMCOLL_SPIN : how == W_YIELD ? SHMCOLL_YIELD
