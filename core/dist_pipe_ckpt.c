@@ -14,17 +14,40 @@
  * optimizer state whole first).  The layer buffers (batchnorm's running
  * statistics, whole on every rank) reach rank 0's first, stage by stage;
  * the counters are every rank's alike.  The other pipes' ranks send
- * nothing: their stages' state is pipe 0's. */
+ * nothing: their stages' state is pipe 0's.
+ *
+ * A failure of rank 0's write (a directory it cannot create, a full disk)
+ * reaches the senders at once (session 13): before each of its parts a
+ * sender receives a token from rank 0, "go" (rank 0 is about to receive
+ * it), and after its last one the outcome, "done" or "abort" with rank
+ * 0's message; a failed write ends in "abort" tokens to every sender in
+ * place of the go tokens it still waits for.  Then every rank (every
+ * pipe's) sums a failure flag, so all return an error naming rank 0 and
+ * the file; the file stays as kiln_ckpt_save_src leaves it (the old one
+ * intact, the temporary removed). */
 #include "dist_impl.h"
 #include "pipeline.h"
 #include "checkpoint.h"
 
+#include <errno.h>
+#include <stdio.h>
+
+#include "../plugins/common/cache_file.h" /* common_mkdirs */
+
 #define PIECE KILN_CKPT_PIECE_BYTES
+
+/* rank 0 to a sender: before each part, after the last one */
+enum { TOKEN_BYTES = 1024, TOKEN_GO = 1, TOKEN_DONE = 2, TOKEN_ABORT = 3 };
+struct token {
+	int32_t code;
+	char msg[TOKEN_BYTES - 4]; /* TOKEN_ABORT: rank 0's message */
+};
 
 struct pipe_src {
 	struct kiln_dist *d;
 	void *compute;
 	float *recv;      /* rank 0: device floats of a piece, the receives' */
+	void *go;         /* rank 0: a device token TOKEN_GO */
 	const char *fail; /* the stage whose piece failed (messages) */
 };
 
@@ -75,7 +98,8 @@ static kiln_status src_read(void *ctx, const char *tag, size_t off, void *host, 
 						    KILN_COPY_D2H, ps->compute);
 			continue;
 		}
-		if ((st = d->ops->recv(d->ctx, ps->recv, (b - a) * 4, KILN_U8, s, ps->compute, NULL)) ||
+		if ((st = d->ops->send(d->ctx, ps->go, TOKEN_BYTES, KILN_U8, s, ps->compute, NULL)) ||
+		    (st = d->ops->recv(d->ctx, ps->recv, (b - a) * 4, KILN_U8, s, ps->compute, NULL)) ||
 		    (st = kiln_device_copy_async(d->dev, dst, ps->recv, (b - a) * 4, KILN_COPY_D2H,
 						 ps->compute)))
 			st = kiln_error_wrap(st, "checkpoint: receiving stage %d's '%s' [%zu, %zu) from rank %d",
@@ -86,24 +110,54 @@ static kiln_status src_read(void *ctx, const char *tag, size_t off, void *host, 
 	return st ? kiln_dist_explain(d, st) : st;
 }
 
+/* A sender: the next token from rank 0 into *tok (tok_d: its device
+ * buffer). */
+static kiln_status token_recv(struct kiln_dist *d, void *tok_d, struct token *tok, void *compute)
+{
+	kiln_status st = d->ops->recv(d->ctx, tok_d, TOKEN_BYTES, KILN_U8, 0, compute, NULL);
+	if (!st)
+		st = kiln_device_copy_async(d->dev, tok, tok_d, TOKEN_BYTES, KILN_COPY_D2H, compute);
+	if (!st)
+		st = kiln_device_stream_sync(d->dev, compute);
+	tok->msg[sizeof tok->msg - 1] = 0;
+	return st;
+}
+
 /* Stage s > 0's rank in pipe 0: its parts of rank 0's pieces, in the
- * order rank 0 writes them ("params", then each slot). */
-static kiln_status send_slices(struct kiln_dist *d, void *compute)
+ * order rank 0 writes them ("params", then each slot), each after rank
+ * 0's go token; then rank 0's outcome (*tok: TOKEN_DONE, or TOKEN_ABORT
+ * with its message, whenever it comes). */
+static kiln_status send_slices(struct kiln_dist *d, void *compute, void *tok_d, struct token *tok)
 {
 	struct kiln_model *m = d->m;
 	const int s = d->pipe_stage;
 	const size_t lo = d->pipe_lo[s], hi = d->pipe_hi[s], bytes = m->n_trainable * 4;
 	kiln_status st = KILN_OK;
-	for (int k = -1; k < m->state_slots && !st; k++)
-		for (size_t off = 0; off < bytes && !st; off += PIECE) {
+	tok->code = TOKEN_GO;
+	for (int k = -1; k < m->state_slots && !st && tok->code == TOKEN_GO; k++)
+		for (size_t off = 0; off < bytes && !st && tok->code == TOKEN_GO; off += PIECE) {
 			const size_t f0 = off / 4, f1 = (off + (bytes - off < PIECE ? bytes - off : PIECE)) / 4;
 			const size_t a = f0 > lo ? f0 : lo, b = f1 < hi ? f1 : hi;
-			if (a < b && (st = d->ops->send(d->ctx, local(d, k, a), (b - a) * 4, KILN_U8, 0,
-							compute, NULL)))
+			if (a >= b)
+				continue;
+			if ((st = token_recv(d, tok_d, tok, compute)))
+				st = kiln_error_wrap(st, "checkpoint: rank %d waiting for rank 0 to take stage %d's %s [%zu, %zu)",
+						     d->env.rank, s, k < 0 ? "params" : m->optim_info.slot_names[k],
+						     a, b);
+			else if (tok->code == TOKEN_GO &&
+				 (st = d->ops->send(d->ctx, local(d, k, a), (b - a) * 4, KILN_U8, 0,
+						    compute, NULL)))
 				st = kiln_error_wrap(st, "checkpoint: rank %d sending stage %d's %s [%zu, %zu) to rank 0",
 						     d->env.rank, s, k < 0 ? "params" : m->optim_info.slot_names[k],
 						     a, b);
 		}
+	/* (an abort came in place of a go token: no outcome follows) */
+	if (!st && tok->code == TOKEN_GO &&
+	    (st = token_recv(d, tok_d, tok, compute)))
+		st = kiln_error_wrap(st, "checkpoint: rank %d waiting for rank 0's outcome", d->env.rank);
+	if (!st && tok->code != TOKEN_DONE && tok->code != TOKEN_ABORT)
+		st = kiln_error(KILN_EIO, "checkpoint: rank %d: rank 0 sent token %d, not a checkpoint's outcome",
+				d->env.rank, (int)tok->code);
 	if (!st)
 		st = kiln_device_stream_sync(d->dev, compute);
 	return st ? kiln_dist_explain(d, st) : st;
@@ -136,37 +190,110 @@ int kiln_dist_pipe_ckpt_streams(const struct kiln_dist *d)
 	       d->m && d->m->n_elems == d->m->n_trainable && !d->m->state_d;
 }
 
+/* Rank 0: create dir and write the file, each stage's part of a piece
+ * received after a go token to its rank; then one token to every sender:
+ * the outcome (st: TOKEN_ABORT with this rank's message). */
+static kiln_status write_file(struct kiln_dist *d, const char *dir,
+			      const struct kiln_ckpt_meta *meta, void *compute, char *path,
+			      size_t path_len)
+{
+	struct kiln_model *m = d->m;
+	struct pipe_src ps = { d, compute, NULL, NULL, NULL };
+	struct kiln_ckpt_src src = { &ps, src_owns, src_read, m->n_trainable * sizeof(float) };
+	static const struct token go = { TOKEN_GO, "" };
+	struct token out = { TOKEN_DONE, "" };
+	kiln_status st, st2 = KILN_OK;
+	/* (a failure here leaves the senders to [dist] timeout: no token
+	 * can go without a device buffer) */
+	if ((st = kiln_device_alloc(d->dev, PIECE + TOKEN_BYTES, (void **)&ps.recv)))
+		return st;
+	ps.go = (char *)ps.recv + PIECE;
+	if ((st = kiln_device_copy_async(d->dev, ps.go, &go, TOKEN_BYTES, KILN_COPY_H2D, compute)))
+		goto out;
+	if (common_mkdirs(dir, 0777, 1))
+		st = kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
+	else
+		st = kiln_ckpt_save_src(dir, meta, m, compute, &src, path, path_len);
+	/* the outcome to every sender (the go token's buffer, after the last
+	 * go: the stream orders them), with the cause */
+	if (st) {
+		out.code = TOKEN_ABORT;
+		snprintf(out.msg, sizeof out.msg, "%s", kiln_last_error());
+		st = kiln_error_wrap(st, "rank 0 (pipeline stage 0): checkpoint %s/ckpt-%lld.kiln", dir,
+				     (long long)meta->trainer.step);
+	}
+	st2 = kiln_device_stream_sync(d->dev, compute);
+	if (!st2)
+		st2 = kiln_device_copy_async(d->dev, ps.go, &out, TOKEN_BYTES, KILN_COPY_H2D, compute);
+	for (int s = 1; s < d->pipe_P && !st2; s++)
+		st2 = d->ops->send(d->ctx, ps.go, TOKEN_BYTES, KILN_U8, s, compute, NULL);
+	if (!st2)
+		st2 = kiln_device_stream_sync(d->dev, compute);
+	if (st && st2) /* (this rank's failure is the one to report) */
+		kiln_error(st, "rank 0 (pipeline stage 0): checkpoint %s/ckpt-%lld.kiln: %s", dir,
+			   (long long)meta->trainer.step, out.msg);
+out:
+	kiln_device_free(d->dev, ps.recv);
+	return st ? st : st2;
+}
+
+/* Every rank: the checkpoint's outcome on all of them (a collective over
+ * the world, every pipe's ranks), st this rank's; an error on each when
+ * one failed, naming the file. */
+static kiln_status agree(struct kiln_dist *d, kiln_status st, const char *dir, int64_t step,
+			 void *compute)
+{
+	double failed = st != KILN_OK;
+	char mine[1024];
+	kiln_status st2;
+	if (st)
+		snprintf(mine, sizeof mine, "%s", kiln_last_error());
+	if ((st2 = kiln_dist_sum_host(d, &failed, 1, compute)) && !st)
+		return st2;
+	if (st)
+		return kiln_error(st, "%s", mine);
+	if (failed > 0)
+		return kiln_error(KILN_EIO, "rank %d (pipeline stage %d): checkpoint %s/ckpt-%lld.kiln: not written: %g rank(s) failed (rank 0's message says why)",
+				  d->env.rank, d->pipe_stage, dir, (long long)step, failed);
+	return KILN_OK;
+}
+
 kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
 				     const struct kiln_ckpt_meta *meta, void *compute, char *path,
 				     size_t path_len)
 {
-	struct kiln_model *m = d->m;
 	const int r = d->env.rank;
-	struct pipe_src ps = { d, compute, NULL, NULL };
-	struct kiln_ckpt_src src = { &ps, src_owns, src_read, m->n_trainable * sizeof(float) };
+	const long long step = meta->trainer.step;
 	size_t live = 0, peak = 0;
-	kiln_status st;
-	if (r >= d->pipe_P) /* (another pipe's: pipe 0 holds the same state) */
-		return KILN_OK;
+	void *tok_d = NULL;
+	struct token *tok = NULL;
+	kiln_status st = KILN_OK;
+	/* (another pipe's rank sends nothing: pipe 0 holds the same state) */
+	if (r >= d->pipe_P)
+		return agree(d, KILN_OK, dir, step, compute);
 	/* (point-to-point on the compute stream after the comm stream's) */
 	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
 			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
 		return st;
 	if ((st = buffers_to_rank0(d, compute)))
 		return st;
-	if (r) {
-		st = send_slices(d, compute);
-	} else {
-		if ((st = kiln_device_alloc(d->dev, PIECE, (void **)&ps.recv)))
-			return st;
-		st = kiln_ckpt_save_src(dir, meta, m, compute, &src, path, path_len);
-		kiln_device_free(d->dev, ps.recv);
+	if (!r) {
+		st = write_file(d, dir, meta, compute, path, path_len);
+	} else if (!(tok = calloc(1, sizeof *tok))) {
+		st = kiln_error(KILN_ENOMEM, "out of memory");
+	} else if (!(st = kiln_device_alloc(d->dev, TOKEN_BYTES, &tok_d)) &&
+		   !(st = send_slices(d, compute, tok_d, tok)) && tok->code == TOKEN_ABORT) {
+		st = kiln_error(KILN_EIO, "rank %d (pipeline stage %d): checkpoint %s/ckpt-%lld.kiln: rank 0 could not write it: %s",
+				r, d->pipe_stage, dir, step, tok->msg);
 	}
+	kiln_device_free(d->dev, tok_d);
+	free(tok);
 	kiln_device_mem(d->dev, &live, &peak);
-	if (!st)
-		kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): checkpoint %s in pieces of %zu KiB, nothing gathered whole: device memory live %zu bytes, peak so far %zu",
-			 r, d->pipe_stage, r ? "sent to rank 0" : "written", PIECE / 1024, live, peak);
-	return st;
+	if ((st = agree(d, st, dir, step, compute)))
+		return st;
+	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): checkpoint %s in pieces of %zu KiB, nothing gathered whole: device memory live %zu bytes, peak so far %zu",
+		 r, d->pipe_stage, r ? "sent to rank 0" : "written", PIECE / 1024, live, peak);
+	return KILN_OK;
 }
 
 int kiln_dist_pipe_resumes(const struct kiln_dist *d)

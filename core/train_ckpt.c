@@ -36,6 +36,30 @@ static kiln_status epoch_sums(struct trainer *t, struct kiln_ckpt_epoch *out)
 	return KILN_OK;
 }
 
+/* Every rank: write the state to dir/ckpt-<step>.kiln (meta's step), the
+ * one path of the periodic, final and keep_best checkpoints.  Stages on
+ * ranks: each stage's slice streamed to rank 0, which writes, nothing
+ * gathered whole, and a failure of rank 0's write an error on every rank
+ * (core/dist_pipe_ckpt.c).  Otherwise ZeRO-1's shards and the stages are
+ * gathered and rank 0 writes for all (the state is the same on every
+ * rank).  The path written into path on rank 0. */
+static kiln_status ckpt_write(struct trainer *t, const char *dir,
+			      const struct kiln_ckpt_meta *meta, char *path, size_t n)
+{
+	kiln_status st, st2;
+	if (kiln_dist_pipe_ckpt_streams(t->dist))
+		return kiln_dist_pipe_ckpt_save(t->dist, dir, meta, t->compute, path, n);
+	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
+		return st;
+	if (!t->rank && common_mkdirs(dir, 0777, 1))
+		st = kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
+	else if (!t->rank)
+		st = kiln_ckpt_save(dir, meta, t->m, t->compute, path, n);
+	kiln_dist_zero_release(t->dist);
+	st2 = kiln_dist_pipe_release(t->dist, t->compute);
+	return st ? st : st2;
+}
+
 static kiln_status checkpoint_done(struct trainer *t, const char *path);
 
 /* Write a checkpoint of the state after the step that ended t->pos (a host
@@ -45,35 +69,11 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 	kiln_status st;
 	struct kiln_ckpt_epoch sums;
 	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, &sums };
-	/* every rank: the sums are a collective, and so is ZeRO-1's gather
-	 * of the optimizer state's shards */
+	/* every rank: the sums are a collective, and so is the write */
 	if ((st = epoch_sums(t, &sums)))
 		return st;
-	/* stages on ranks: each stage's slice streamed to rank 0, which
-	 * writes; nothing gathered whole (core/dist_pipe_ckpt.c) */
-	if (kiln_dist_pipe_ckpt_streams(t->dist)) {
-		t->ckpt_step = t->pos.step;
-		if (!t->rank && common_mkdirs(t->ckdir, 0777, 1))
-			st = kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
-		if (st || (st = kiln_dist_pipe_ckpt_save(t->dist, t->ckdir, &meta, t->compute, path, n)) ||
-		    t->rank)
-			return st;
-		return checkpoint_done(t, path);
-	}
-	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
-		return st;
 	t->ckpt_step = t->pos.step;
-	if (t->rank) { /* rank 0 writes for all: the state is the same on every rank */
-		kiln_dist_zero_release(t->dist);
-		return kiln_dist_pipe_release(t->dist, t->compute);
-	}
-	if (common_mkdirs(t->ckdir, 0777, 1))
-		return kiln_error(KILN_EIO, "%s: cannot create: %s", t->ckdir, strerror(errno));
-	st = kiln_ckpt_save(t->ckdir, &meta, t->m, t->compute, path, n);
-	kiln_dist_zero_release(t->dist);
-	if (!st)
-		st = kiln_dist_pipe_release(t->dist, t->compute);
-	if (st)
+	if ((st = ckpt_write(t, t->ckdir, &meta, path, n)) || t->rank)
 		return st;
 	return checkpoint_done(t, path);
 }
@@ -130,57 +130,70 @@ kiln_status trainer_checkpoint_last(struct trainer *t)
 	return checkpoint(t, t->res->checkpoint, sizeof t->res->checkpoint);
 }
 
-static kiln_status keep_best_save(struct trainer *t, double loss, double acc)
+/* keep_best's choice for an evaluation of value v (higher is better):
+ * the entry of t->best it takes (a free one, or the worst, which it
+ * displaces), -1 when it is not among the K best.  Ties keep the earlier.
+ * Every rank computes it (the ranks evaluate alike); trainer_keep_best
+ * takes rank 0's. */
+static int best_entry(const struct trainer *t, double v)
+{
+	int worst = 0;
+	if (t->n_best < t->tc.keep_best)
+		return t->n_best;
+	for (int i = 1; i < t->n_best; i++)
+		if (t->best[i].v < t->best[worst].v ||
+		    (t->best[i].v == t->best[worst].v && t->best[i].step > t->best[worst].step))
+			worst = i;
+	return v > t->best[worst].v ? worst : -1;
+}
+
+/* Entry i of t->best now the checkpoint at path (rank 0's; "" on the
+ * others) of value v: the one it displaces deleted, logged (rank 0). */
+static void best_done(struct trainer *t, int i, double v, const char *path)
 {
 	const int on_loss = t->tc.best_on_loss;
-	double v = on_loss ? -loss : acc;
-	int worst = -1;
-	if (t->n_best == t->tc.keep_best) {
-		worst = 0;
-		for (int i = 1; i < t->n_best; i++)
-			if (t->best[i].v < t->best[worst].v ||
-			    (t->best[i].v == t->best[worst].v && t->best[i].step > t->best[worst].step))
-				worst = i;
-		if (!(v > t->best[worst].v))
-			return KILN_OK;
-	}
-	char dir[4300], path[4200];
-	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
-	if (common_mkdirs(dir, 0777, 1))
-		return kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
-	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, NULL };
-	kiln_status st = kiln_ckpt_save(dir, &meta, t->m, t->compute, path, sizeof path);
-	if (st)
-		return st;
-	struct best *b = &t->best[worst >= 0 ? worst : t->n_best++];
-	if (worst >= 0 && strcmp(b->path, path))
+	struct best *b = &t->best[i];
+	if (i == t->n_best)
+		t->n_best++;
+	else if (!t->rank && strcmp(b->path, path))
 		unlink(b->path);
 	b->v = v;
 	b->step = t->pos.step;
 	snprintf(b->path, sizeof b->path, "%s", path);
+	if (t->rank)
+		return;
 	kiln_log(KILN_LOG_INFO, "train", "best %s %.4f at step %lld: %s", on_loss ? "loss" : "accuracy",
 		 on_loss ? -v : v, (long long)t->pos.step, path);
 	trainer_jsonl(t, json_pack("{s:s, s:I, s:f, s:s}", "event", "best", "step",
 				   (json_int_t)t->pos.step, on_loss ? "loss" : "acc", on_loss ? -v : v,
 				   "path", path));
-	return KILN_OK;
 }
 
 /* keep_best: after an evaluation, checkpoint the state if it is among the
  * K best by best_metric so far (ckdir/best/ckpt-<step>.kiln), deleting the
- * one it displaces.  Ties keep the earlier. */
+ * one it displaces.  Every rank (the write is ckpt_write's: streamed per
+ * stage on a pipeline's ranks, as the periodic checkpoints). */
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 {
-	kiln_status st;
 	if (!t->tc.keep_best || !*t->ckdir)
 		return KILN_OK;
-	/* ZeRO-1: every rank sends its shard of the optimizer state, whatever
-	 * rank 0 decides (the ranks evaluate alike) */
-	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
+	const double v = t->tc.best_on_loss ? -loss : acc;
+	char dir[4300], path[4200] = "";
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, NULL };
+	kiln_status st;
+	/* rank 0's choice on every rank, as the write is a collective (the
+	 * values agree, but a last bit of difference must not split them) */
+	double e = t->rank ? 0 : best_entry(t, v) + 1;
+	if ((st = kiln_dist_sum_host(t->dist, &e, 1, t->compute)))
 		return st;
-	st = t->rank ? KILN_OK : keep_best_save(t, loss, acc);
-	kiln_dist_zero_release(t->dist);
-	return st ? st : kiln_dist_pipe_release(t->dist, t->compute);
+	const int i = (int)e - 1;
+	if (i < 0)
+		return KILN_OK;
+	snprintf(dir, sizeof dir, "%s/best", t->ckdir);
+	if ((st = ckpt_write(t, dir, &meta, path, sizeof path)))
+		return st;
+	best_done(t, i, v, path);
+	return KILN_OK;
 }
 
 /* Rank 0 (or the only process): find, verify and load the newest

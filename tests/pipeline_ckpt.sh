@@ -1,0 +1,97 @@
+#!/bin/sh
+# tests/pipeline_ckpt.sh - checkpoints of pipeline stages on ranks, session
+# 13 (docs/checkpoints.md "Stages on ranks"; tests/pipeline_dist.sh section
+# 13 has the periodic ones); tests/pipeline_dist.sh section 11's MLP, whose
+# stage 1 holds 99% of the weights, 2 stages on 2 ranks:
+#  1. keep_best's checkpoint is streamed per stage as the periodic ones
+#     (one write path, core/train_ckpt.c ckpt_write): with evaluations
+#     every 2 steps, keep_best = 1 and no other checkpoint, rank 0's peak
+#     device bytes over the run stay below the whole model's parameters
+#     (before session 13 keep_best gathered the whole state at rank 0:
+#     about 2.4 MB), and the best checkpoint holds one process's bytes;
+#  2. rank 0's write fails mid-file (its temporary file a link to
+#     /dev/full: a full disk): every rank exits non-zero within 15 s
+#     ([dist] timeout 60, `kiln launch --grace 60`), each naming rank 0,
+#     the file and the cause; the previous checkpoint stays byte for byte,
+#     no ckpt-4.kiln appears (before: stage 1's rank waited in its sends
+#     until the launcher killed it, naming nothing); under mpirun too,
+#     where available.
+# Every process runs under `timeout`.
+name=pipeckpt needs=gloo fmnist=0
+. "$(dirname "$0")/dist_common.sh"
+ini="$tmp/wide.ini"
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	ini_layers flat:flatten fc1:linear:out=32 r1:relu fc2:linear:out=512:stage=1 r2:relu \
+		fc3:linear:out=512 r3:relu fc4:linear:out=16 loss:softmax_xent
+	ini_sgd_steps 4 log_every=2 eval=1 eval_every=2 checkpoint_every=0 checkpoint_last=0 keep_best=1
+	ini pipeline micro_batches=4
+	ini dist timeout=60
+} > "$ini"
+
+# ---- 1. keep_best streamed per stage ----------------------------------------------
+run bo 0 32
+run br 2 32 dist.pipeline=2
+ls "$tmp/bo/checkpoints/best/" > "$tmp/bo.best" 2>&1
+ls "$tmp/br/checkpoints/best/" > "$tmp/br.best" 2>&1
+[ "$(cat "$tmp/bo.best")" = "$(cat "$tmp/br.best")" ] && [ "$(wc -l < "$tmp/br.best")" = 1 ] ||
+	{ bad "br: best checkpoints '$(cat "$tmp/br.best")', one process's '$(cat "$tmp/bo.best")'"; }
+b=$(cat "$tmp/bo.best")
+"$tool" same "$tmp/bo/checkpoints/best/$b" "$tmp/br/checkpoints/best/$b" params optim.momentum step ||
+	bad "br: keep_best's checkpoint on 2 stages on 2 ranks differs from one process's"
+[ "$(grep -c "checkpoint written in pieces of 256 KiB, nothing gathered whole\|checkpoint sent to rank 0 in pieces of 256 KiB" "$tmp/br.log")" -ge 2 ] ||
+	{ bad "br: keep_best's checkpoint was not streamed per stage"; grep "pieces" "$tmp/br.log"; }
+# the whole model's parameters alone: 289840 floats, 1159360 bytes
+pk=$(sed -n 's/.*rank 0 (pipeline stage 0): memory at the end of training: device peak \([0-9]*\) bytes over the run.*/\1/p' "$tmp/br.log")
+echo "keep_best on 2 stages on 2 ranks: rank 0's device peak over the run $pk bytes"
+[ -n "$pk" ] && [ "$pk" -lt 1159360 ] ||
+	{ bad "br: rank 0 peaks at '$pk' device bytes with keep_best, not below the whole model's parameters (1159360)"; grep "memory at the end" "$tmp/br.log"; }
+echo "ok: keep_best's checkpoint streamed per stage, one process's bytes"
+
+# ---- 2. rank 0's write fails: every rank ends at once ------------------------------
+nb="train.eval=0 train.keep_best=0 train.checkpoint_every=2"
+run fa 2 32 dist.pipeline=2 $nb train.max_steps=2
+# fail_run NAME FROM CMD...: train from a copy of FROM's step 2 to step 6,
+# the write of ckpt-4.kiln failing on rank 0 (ENOSPC), timed
+fail_run() {
+	_n=$1 _from=$2
+	shift 2
+	rm -rf "$tmp/$_n"
+	cp -r "$tmp/$_from" "$tmp/$_n"
+	cp "$tmp/$_n/checkpoints/ckpt-2.kiln" "$tmp/$_n.copy"
+	ln -s /dev/full "$tmp/$_n/checkpoints/ckpt-4.kiln.tmp"
+	_t0=$(date +%s)
+	"$@" > "$tmp/$_n.log" 2>&1
+	_rc=$?
+	_dt=$(($(date +%s) - _t0))
+	echo "$_n: rank 0's write failed: exit $_rc after ${_dt}s"
+	[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "$_n: exit $_rc"
+	[ "$_dt" -le 15 ] || bad "$_n: the ranks took ${_dt}s to end ([dist] timeout 60)"
+	f=$tmp/$_n/checkpoints/ckpt-4.kiln
+	grep -q "^kiln: error: .*rank 0 (pipeline stage 0): checkpoint $f: .*No space left on device" "$tmp/$_n.log" ||
+		{ bad "$_n: rank 0 does not name the file and the cause"; grep -i "error" "$tmp/$_n.log"; }
+	grep -q "^kiln: error: .*rank 1 (pipeline stage 1): checkpoint $f: rank 0 could not write it: $f.tmp: write failed: No space left on device" "$tmp/$_n.log" ||
+		{ bad "$_n: rank 1 does not name rank 0, the file and the cause"; grep -i "error" "$tmp/$_n.log"; }
+	cmp -s "$tmp/$_n.copy" "$tmp/$_n/checkpoints/ckpt-2.kiln" || bad "$_n: ckpt-2.kiln changed"
+	[ ! -e "$f" ] && [ ! -L "$f.tmp" ] || bad "$_n: ckpt-4.kiln or its temporary left behind"
+}
+fail_run ff fa timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$ini" \
+	run.out_dir="$tmp/ff" train.batch=32 dist.pipeline=2 $nb train.max_steps=6 train.resume=1
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null; then
+	mpi() { # mpi NAME OVERRIDES...
+		_n=$1
+		shift
+		timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+			-x KILN_MASTER_PORT="$(free_port 3)" -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
+			run.out_dir="$tmp/$_n" train.batch=32 dist.pipeline=2 \
+			plugin.mpi.thread_level=multiple $nb "$@"
+	}
+	mpi ma train.max_steps=2 > "$tmp/ma.log" 2>&1 || { bad "ma: exit $?"; tail -5 "$tmp/ma.log"; }
+	fail_run fm ma mpi fm train.max_steps=6 train.resume=1
+	grep -q "comm mpi" "$tmp/fm.log" || bad "fm did not run on mpi"
+else
+	echo "mpi: not built or no mpirun: skipped"
+fi
+echo "ok: rank 0's failed write ends every rank at once, naming it and the file; the old checkpoint intact"
+exit $fail
