@@ -1,0 +1,148 @@
+#!/bin/sh
+# Pipeline checkpoints, session 13 (issue 21; docs/checkpoints.md "Stages
+# on ranks"): this build (NEW) against another (MAIN, /work/main: session
+# 12), interleaved run by run, on bench/pipe_ckpt_mem.sh's MLP (289,840
+# floats, the whole parameters 1,159,360 bytes), 2 stages on 2 ranks:
+#   best: 4 steps, an evaluation every 2, keep_best = 1, no other
+#         checkpoint; rank 0's device peak over the run (the log line
+#         "memory at the end of training: device peak B bytes over the
+#         run"; allocations: the runs agree);
+#   fail: from a checkpoint at step 2 to step 6, the write of ckpt-4.kiln
+#         failing on rank 0 (its temporary file a link to /dev/full: a
+#         full disk), [dist] timeout 60: the seconds until the job has
+#         ended (`kiln launch --grace 60`; under mpirun with
+#         [plugin.mpi] thread_level = multiple where kiln-mpi and mpirun
+#         exist) and whether rank 1's error names the file.
+# Medians of RUNS runs.
+#
+# Usage: bench/pipe_ckpt_fail.sh [RUNS]   (default 3)
+# Environment: NEW (default ./kiln), MAIN (default /work/main/kiln),
+# MAIN_PLUGINS (default /work/main/plugins/.libs).  Run from the top of
+# the source tree.
+set -eu
+RUNS=${1:-3}
+NEW=${NEW:-./kiln}
+MAIN=${MAIN:-/work/main/kiln}
+MAIN_PLUGINS=${MAIN_PLUGINS:-/work/main/plugins/.libs}
+case "$RUNS" in '' | *[!0-9]*) sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;; esac
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pipefail.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+: "${KILN_STORE_TOKEN:=kiln-bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
+export KILN_STORE_TOKEN
+ini="$TMP/wide.ini"
+cat > "$ini" <<'INI'
+[run]
+seed = 5
+threads = 1
+[data]
+source = synthetic
+samples = 256
+image_size = 8
+classes = 16
+workers = 0
+[layer.flat]
+type = flatten
+[layer.fc1]
+type = linear
+out = 32
+[layer.r1]
+type = relu
+[layer.fc2]
+type = linear
+out = 512
+[layer.r2]
+type = relu
+[layer.fc3]
+type = linear
+out = 512
+[layer.r3]
+type = relu
+[layer.fc4]
+type = linear
+out = 16
+[layer.loss]
+type = softmax_xent
+[train]
+epochs = 1
+optimizer = sgd
+momentum = 0.9
+lr = 0.05
+batch = 32
+log_every = 2
+eval = 0
+keep_best = 0
+[pipeline]
+micro_batches = 4
+[dist]
+timeout = 60
+INI
+
+st="model.stages=flat,r1|fc2,loss"
+mpi=0
+[ -f "$(dirname "$NEW")/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null && mpi=1
+
+# train BUILD COMM DIR OVERRIDES...: 2 stages on 2 ranks of BUILD
+train() {
+	b=$1 c=$2 d=$3
+	shift 3
+	if [ "$b" = main ]; then k=$MAIN; pp=$MAIN_PLUGINS; else k=$NEW; pp=${KILN_PLUGIN_PATH:-}; fi
+	if [ "$c" = gloo ]; then
+		KILN_PLUGIN_PATH=$pp timeout 300 "$k" launch -n 2 --grace 60 -- "$k" train "$ini" \
+			run.out_dir="$d" dist.pipeline=2 "$st" "$@"
+	else
+		timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_PLUGIN_PATH="$pp" \
+			-x KILN_STORE_TOKEN -x OMP_NUM_THREADS=1 "$k" train "$ini" run.out_dir="$d" \
+			dist.pipeline=2 "$st" plugin.mpi.thread_level=multiple "$@"
+	fi
+}
+
+# best BUILD RUN: "best BUILD - PEAK" to $TMP/rows
+best() {
+	d="$TMP/best-$1-$2"
+	train "$1" gloo "$d" train.max_steps=4 train.eval=1 train.eval_every=2 train.keep_best=1 \
+		train.checkpoint_every=0 train.checkpoint_last=0 > "$d.log" 2>&1 ||
+		{ echo "best $1: exit $?" >&2; tail -5 "$d.log" >&2; exit 1; }
+	sed -n "s/.*rank 0 (pipeline stage 0): memory at the end of training: device peak \([0-9]*\) bytes over the run.*/best $1 - \1/p" "$d.log" >> "$TMP/rows"
+}
+
+# fail BUILD COMM RUN: "fail BUILD COMM SECONDS NAMED" to $TMP/rows
+fail() {
+	d="$TMP/fail-$1-$2-$3"
+	train "$1" "$2" "$d" train.max_steps=2 train.checkpoint_every=2 > "$d.a.log" 2>&1 ||
+		{ echo "fail $1 $2: the first run: exit $?" >&2; tail -5 "$d.a.log" >&2; exit 1; }
+	ln -s /dev/full "$d/checkpoints/ckpt-4.kiln.tmp"
+	t0=$(date +%s.%N)
+	if train "$1" "$2" "$d" train.max_steps=6 train.checkpoint_every=2 train.resume=1 > "$d.log" 2>&1; then
+		echo "fail $1 $2: the run did not fail" >&2
+		exit 1
+	fi
+	t1=$(date +%s.%N)
+	n=0
+	grep -q "rank 1 (pipeline stage 1): checkpoint $d/checkpoints/ckpt-4.kiln: rank 0 could not write it" "$d.log" && n=1
+	echo "fail $1 $2 $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') $n" >> "$TMP/rows"
+}
+
+median() { sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'; }
+
+: > "$TMP/rows"
+echo "load average before: $(cat /proc/loadavg)"
+i=1
+while [ "$i" -le "$RUNS" ]; do
+	for b in main new; do
+		best "$b" "$i"
+		fail "$b" gloo "$i"
+		[ "$mpi" = 0 ] || fail "$b" mpi "$i"
+	done
+	i=$((i + 1))
+done
+echo "load average after: $(cat /proc/loadavg)"
+for b in main new; do
+	echo "$b: keep_best, rank 0's device peak over the run: $(awk -v b="$b" '$1 == "best" && $2 == b { print $4 }' "$TMP/rows" | median) bytes"
+	for c in gloo mpi; do
+		s=$(awk -v b="$b" -v c="$c" '$1 == "fail" && $2 == b && $3 == c { print $4 }' "$TMP/rows" | median)
+		[ -n "$s" ] || continue
+		echo "$b: rank 0's write failing ($c): the job ended after $s s (median), rank 1 named the file in $(awk -v b="$b" -v c="$c" '$1 == "fail" && $2 == b && $3 == c { n += $5 } END { print n + 0 }' "$TMP/rows") of $RUNS runs"
+	done
+done
