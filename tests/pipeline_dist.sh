@@ -50,7 +50,7 @@
 #     MLP whose stage 1 holds 99% of the weights, stage 0's rank has less
 #     device memory live after the last step than the whole model's
 #     parameters alone; with evaluations, checkpoints and keep_best every 2
-#     steps (each a gather of the whole parameters, released after) the run
+#     steps (streamed per stage to rank 0 since sessions 12 and 13) the run
 #     equals one process (test losses too); and [train] recompute on 2
 #     stages on 2 ranks, each recomputing its own layers, equals it too;
 # 12. from start-up on (session 10): each rank creates and initialises its
@@ -462,8 +462,8 @@ done
 # (the evaluations ran per stage: one process's test losses)
 [ "$(grep "test loss" "$tmp/wo.log" | sort -u)" = "$(grep "test loss" "$tmp/psgd.log" | sort -u)" ] ||
 	{ bad "psgd: the test losses evaluated per stage differ from one process's"; grep "test loss" "$tmp/wo.log" "$tmp/psgd.log"; }
-# the checkpoints (and keep_best's) of section 11's run gathered at rank 0
-# alone: stage 1's rank, which does not write, made nothing whole (before:
+# the checkpoints (and keep_best's, tests/pipeline_ckpt.sh) of section
+# 11's run written by rank 0 alone: stage 1's rank, which does not write, made nothing whole (before:
 # its peak was its bytes after the last step plus the whole parameters)
 r1=$(sed -n 's/.*rank 1 (pipeline stage 1): device memory live after the last step \([0-9]*\) bytes (peak \([0-9]*\)).*/\2 - \1/p' "$tmp/wr.log")
 [ -n "$r1" ] && [ $(($r1)) -lt 1159360 ] ||
