@@ -16,7 +16,8 @@
 #     file and the cause; the previous checkpoint stays byte for byte, no
 #     ckpt-4.kiln appears (before: under gloo stage 1's rank said only
 #     "rank 0 was lost", under mpirun it waited in its sends until the
-#     heartbeat watchdog ended it); under mpirun where available.
+#     heartbeat watchdog ended it); under mpirun where available; and
+#     rank 0 unable to create keep_best's file ends both ranks too.
 # Every process runs under `timeout`.
 name=pipeckpt needs=gloo fmnist=0
 . "$(dirname "$0")/dist_common.sh"
@@ -79,6 +80,22 @@ fail_run() {
 }
 fail_run ff fa timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$ini" \
 	run.out_dir="$tmp/ff" train.batch=32 dist.pipeline=2 $nb train.max_steps=6 train.resume=1
+# keep_best's file cannot be created on rank 0 (a plain file named best
+# where its directory goes): both ranks end at once naming the file, before
+# any piece is sent
+mkdir -p "$tmp/fb/checkpoints"
+: > "$tmp/fb/checkpoints/best"
+_t0=$(date +%s)
+timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$ini" run.out_dir="$tmp/fb" \
+	train.batch=32 dist.pipeline=2 train.max_steps=2 > "$tmp/fb.log" 2>&1 && bad "fb: ran"
+_dt=$(($(date +%s) - _t0))
+echo "fb: keep_best's file not created on rank 0: the ranks ended after ${_dt}s"
+[ "$_dt" -le 30 ] || bad "fb: the ranks took ${_dt}s to end ([dist] timeout and heartbeat 60)"
+f=$tmp/fb/checkpoints/best/ckpt-2.kiln
+grep -q "^kiln: error: .*rank 0 (pipeline stage 0): checkpoint $f: $f.tmp: cannot create: Not a directory" "$tmp/fb.log" ||
+	{ bad "fb: rank 0 does not name the file and the cause"; grep -i "error" "$tmp/fb.log"; }
+grep -q "^kiln: error: .*rank 1 (pipeline stage 1): checkpoint $f: rank 0 could not write it: $f.tmp: cannot create: Not a directory" "$tmp/fb.log" ||
+	{ bad "fb: rank 1 does not name rank 0, the file and the cause"; grep -i "error" "$tmp/fb.log"; }
 if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null; then
 	mpi() { # mpi NAME OVERRIDES...
 		_n=$1
