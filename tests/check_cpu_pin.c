@@ -8,6 +8,7 @@
 #include "core/internal.h" /* kiln_device_open_peer */
 #include "core/dist.h"     /* kiln_device_host_fn */
 #include "plugins/cpu/pin.h"
+#include "plugins/common/spin_rule.h" /* common_machine_full */
 
 #include <check.h>
 #include <sched.h>
@@ -102,14 +103,11 @@ START_TEST(test_stage_workers_pinned)
 		fprintf(stderr, "check_cpu_pin: %d CPU in the mask: pinning not tested\n", n);
 		return;
 	}
-	/* default (auto) and written out: stage K's worker on the mask's K-th CPU */
+	/* always: stage K's worker on the mask's K-th CPU */
 	for (int k = 0; k < 2; k++) {
-		worker_mask(NULL, k, 1, &w);
+		worker_mask("run.bind_stages=always", k, 1, &w);
 		ck_assert_int_eq(CPU_COUNT(&w), 1);
 		ck_assert_msg(CPU_ISSET(cpus[k], &w), "stage %d's worker not on CPU %d", k, cpus[k]);
-		worker_mask("run.bind_stages=auto", k, 1, &w);
-		ck_assert_int_eq(CPU_COUNT(&w), 1);
-		ck_assert(CPU_ISSET(cpus[k], &w));
 	}
 }
 END_TEST
@@ -123,7 +121,7 @@ START_TEST(test_not_pinned)
 	worker_mask("run.bind_stages=none", 1, 1, &w);
 	ck_assert(CPU_EQUAL(&w, &all));
 	/* two stages of n threads each do not fit in n CPUs */
-	worker_mask(NULL, 0, n, &w);
+	worker_mask("run.bind_stages=always", 0, n, &w);
 	ck_assert_int_eq(CPU_COUNT(&w), n);
 	ck_assert(CPU_EQUAL(&w, &all));
 	/* a mask of one CPU (this forked test's own) for two stages of one thread */
@@ -131,8 +129,30 @@ START_TEST(test_not_pinned)
 	CPU_ZERO(&one);
 	CPU_SET(cpus[n - 1], &one);
 	ck_assert(sched_setaffinity(0, sizeof one, &one) == 0);
-	worker_mask(NULL, 0, 1, &w);
+	worker_mask("run.bind_stages=always", 0, 1, &w);
 	ck_assert(CPU_EQUAL(&w, &one));
+}
+END_TEST
+
+/* auto pins unless the machine is full (spin_rule.h's test), always
+ * whenever the teams fit, none never */
+START_TEST(test_mode)
+{
+	ck_assert(cpu_pin_wanted(CPU_PIN_AUTO, 0));
+	ck_assert(!cpu_pin_wanted(CPU_PIN_AUTO, 1));
+	ck_assert(cpu_pin_wanted(CPU_PIN_ALWAYS, 0));
+	ck_assert(cpu_pin_wanted(CPU_PIN_ALWAYS, 1));
+	ck_assert(!cpu_pin_wanted(CPU_PIN_NONE, 0));
+	ck_assert(!cpu_pin_wanted(CPU_PIN_NONE, 1));
+	/* the default follows the rule: pinned exactly when the machine was not full */
+	int cpus[CPU_SETSIZE];
+	cpu_set_t all, w;
+	const int n = process_cpus(cpus, &all);
+	const int full0 = common_machine_full();
+	worker_mask(NULL, 1, 1, &w);
+	const int full1 = common_machine_full();
+	if (n >= 2 && full0 == full1) /* the load did not cross the line meanwhile */
+		ck_assert_int_eq(CPU_COUNT(&w), full0 ? n : 1);
 }
 END_TEST
 
@@ -143,7 +163,7 @@ START_TEST(test_bad_value)
 	ck_assert(kiln_config_new(&cfg) == 0);
 	ck_assert(kiln_config_override(cfg, "run.bind_stages=core") == 0);
 	ck_assert_int_eq(kiln_device_open_peer(reg, cfg, "cpu", 0, 1, 2, &dev), KILN_ECONFIG);
-	ck_assert_msg(strstr(kiln_last_error(), "bind_stages = core: expected auto or none"), "%s",
+	ck_assert_msg(strstr(kiln_last_error(), "bind_stages = core: expected auto, always or none"), "%s",
 		      kiln_last_error());
 	ck_assert(!dev);
 	kiln_config_free(cfg);
@@ -154,7 +174,7 @@ static Suite *make_cpu_pin_suite(void)
 {
 	Suite *s = suite_create("cpu_pin");
 	check_add_case(s, "pin", 60, NULL, NULL, (const TTest *[]){
-		test_plan, test_stage_workers_pinned, test_bad_value, test_not_pinned, NULL });
+		test_plan, test_stage_workers_pinned, test_mode, test_bad_value, test_not_pinned, NULL });
 	return s;
 }
 

@@ -14,6 +14,7 @@
 #include "pin.h"
 
 #include "threads.h" /* cpu_threads_for, cpu_quota_read */
+#include "../common/spin_rule.h" /* common_machine_full */
 
 #include <kiln/plugin.h>
 
@@ -36,13 +37,18 @@ int cpu_pin_plan(const int *cpus, int ncpu, int usable, int ordinal, int peers, 
 	return threads;
 }
 
-/* [run] bind_stages: 1 auto, 0 none; -1 for another value. */
+int cpu_pin_wanted(int mode, int full)
+{
+	return mode == CPU_PIN_ALWAYS || (mode == CPU_PIN_AUTO && !full);
+}
+
+/* [run] bind_stages as a CPU_PIN_*; -1 for another value. */
 static int bind_mode(const struct kiln_host *host, const struct kiln_config *cfg)
 {
 	const char *v = host->config_get(cfg, "run", "bind_stages");
 	if (!v || !strcmp(v, "auto"))
-		return 1;
-	return !strcmp(v, "none") ? 0 : -1;
+		return CPU_PIN_AUTO;
+	return !strcmp(v, "always") ? CPU_PIN_ALWAYS : !strcmp(v, "none") ? CPU_PIN_NONE : -1;
 }
 
 int cpu_pin_open(const struct kiln_host *host, const struct kiln_config *cfg, int ordinal,
@@ -53,10 +59,17 @@ int cpu_pin_open(const struct kiln_host *host, const struct kiln_config *cfg, in
 		return KILN_OK;
 	const int mode = bind_mode(host, cfg);
 	if (mode < 0)
-		return host->error(KILN_ECONFIG, "cpu: [run] bind_stages = %s: expected auto or none",
+		return host->error(KILN_ECONFIG, "cpu: [run] bind_stages = %s: expected auto, always or none",
 				   host->config_get(cfg, "run", "bind_stages"));
 	cpu_set_t set;
-	if (!mode || sched_getaffinity(0, sizeof set, &set))
+	const int full = mode == CPU_PIN_AUTO && common_machine_full();
+	if (!cpu_pin_wanted(mode, full)) {
+		if (full)
+			host->log(KILN_LOG_DEBUG, "cpu", "stage device cpu:%d: workers not bound (bind_stages = auto on a full machine: load average and runnable threads at least the CPUs)",
+				  ordinal);
+		return KILN_OK;
+	}
+	if (sched_getaffinity(0, sizeof set, &set))
 		return KILN_OK;
 	int cpus[CPU_SETSIZE], mine[CPU_SETSIZE], ncpu = 0;
 	for (int c = 0; c < CPU_SETSIZE; c++)

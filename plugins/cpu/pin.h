@@ -4,8 +4,9 @@
  * mask) to a share of the process's affinity mask of their own, as
  * `kiln launch --bind core` pins each rank: cpu:K takes the K-th group of
  * `threads` CPUs of the mask.  Only when every stage's team fits: P x
- * threads at most the CPUs of the mask and of the cgroup quota; else the
- * workers keep the process's mask (docs/pipeline.md, "Stage threads on
+ * threads at most the CPUs of the mask and of the cgroup quota, and (the
+ * default, auto) the machine is not full; else the workers keep the
+ * process's mask (docs/pipeline.md, "Stage threads on
  * CPUs of their own"; docs/PERFORMANCE.md, "Session 13: pipeline pass
  * variation").
  *
@@ -30,6 +31,14 @@ struct kiln_config;
 int cpu_pin_plan(const int *cpus, int ncpu, int usable, int ordinal, int peers, int threads,
 		 int *out);
 
+/* [run] bind_stages: none, auto (pin unless the machine is full as the
+ * device opens: spin_rule.h's common_machine_full, the 1-minute load
+ * average and the runnable threads at least the mask's CPUs; a pinned
+ * stage cannot move to a core another process left free), always. */
+enum { CPU_PIN_NONE, CPU_PIN_AUTO, CPU_PIN_ALWAYS };
+/* Whether `mode` pins on a machine that is `full` (1) or not (0). */
+int cpu_pin_wanted(int mode, int full);
+
 /* A context's pinning: n CPUs (0: none), applied to each stream worker
  * it starts (cpu_pin_attr). */
 struct cpu_pin {
@@ -38,8 +47,7 @@ struct cpu_pin {
 	unsigned long mask[16]; /* 1024 CPUs, as cpu_set_t */
 };
 
-/* Decide a context's pinning from [run] bind_stages (auto: as above;
- * none: never), the process's affinity mask and cgroup quota.  Not a
+/* Decide a context's pinning from [run] bind_stages (above), the process's affinity mask and cgroup quota.  Not a
  * stage device (peers < 2) or no config: none.  Returns KILN_OK or
  * KILN_ECONFIG for a value it does not know. */
 int cpu_pin_open(const struct kiln_host *host, const struct kiln_config *cfg, int ordinal,
