@@ -58,9 +58,9 @@ static kiln_status read_mask(void *arg)
 	return KILN_OK;
 }
 
-/* The mask of stage device `ordinal`'s stream worker (one of 2 peers,
+/* The mask of stage device `ordinal`'s stream worker (one of `peers`,
  * `threads` each), with [run] `ov` as the config. */
-static void worker_mask(const char *ov, int ordinal, int threads, cpu_set_t *out)
+static void worker_mask_of(const char *ov, int ordinal, int threads, int peers, cpu_set_t *out)
 {
 	struct kiln_config *cfg;
 	struct kiln_device *dev;
@@ -71,7 +71,7 @@ static void worker_mask(const char *ov, int ordinal, int threads, cpu_set_t *out
 	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=") == 0);
 	if (ov)
 		ck_assert(kiln_config_override(cfg, ov) == 0);
-	ck_assert_msg(kiln_device_open_peer(reg, cfg, "cpu", ordinal, threads, 2, &dev) == 0, "%s",
+	ck_assert_msg(kiln_device_open_peer(reg, cfg, "cpu", ordinal, threads, peers, &dev) == 0, "%s",
 		      kiln_last_error());
 	ck_assert_msg(kiln_device_stream_create(dev, &stream) == 0, "%s", kiln_last_error());
 	ck_assert(kiln_device_host_fn(dev, stream, read_mask, &s) == 0);
@@ -81,6 +81,12 @@ static void worker_mask(const char *ov, int ordinal, int threads, cpu_set_t *out
 	kiln_device_stream_destroy(dev, stream);
 	kiln_device_close(dev);
 	kiln_config_free(cfg);
+}
+
+/* The same, one of 2 peers. */
+static void worker_mask(const char *ov, int ordinal, int threads, cpu_set_t *out)
+{
+	worker_mask_of(ov, ordinal, threads, 2, out);
 }
 
 /* The process's CPUs, ascending, into cpus[]; how many. */
@@ -122,6 +128,10 @@ START_TEST(test_not_pinned)
 	ck_assert(CPU_EQUAL(&w, &all));
 	/* two stages of n threads each do not fit in n CPUs */
 	worker_mask("run.bind_stages=always", 0, n, &w);
+	ck_assert_int_eq(CPU_COUNT(&w), n);
+	ck_assert(CPU_EQUAL(&w, &all));
+	/* n + 1 stages of one thread: stage 1's CPU would be free, but not every stage's */
+	worker_mask_of("run.bind_stages=always", 1, 1, n + 1, &w);
 	ck_assert_int_eq(CPU_COUNT(&w), n);
 	ck_assert(CPU_EQUAL(&w, &all));
 	/* a mask of one CPU (this forked test's own) for two stages of one thread */
