@@ -65,8 +65,8 @@ int cpu_pin_open(const struct kiln_host *host, const struct kiln_config *cfg, in
 	const int full = mode == CPU_PIN_AUTO && common_machine_full();
 	if (!cpu_pin_wanted(mode, full)) {
 		if (full)
-			host->log(KILN_LOG_DEBUG, "cpu", "stage device cpu:%d: workers not bound (bind_stages = auto on a full machine: load average and runnable threads at least the CPUs)",
-				  ordinal);
+			host->log(KILN_LOG_DEBUG, "cpu", "cpu:%d (one of %d devices side by side): workers not bound (bind_stages = auto on a full machine: load average and runnable threads at least the CPUs)",
+				  ordinal, peers);
 		return KILN_OK;
 	}
 	if (sched_getaffinity(0, sizeof set, &set))
@@ -86,10 +86,10 @@ int cpu_pin_open(const struct kiln_host *host, const struct kiln_config *cfg, in
 	pin->n = n;
 	pin->first = n ? mine[0] : -1;
 	if (n)
-		host->log(KILN_LOG_DEBUG, "cpu", "stage device cpu:%d: its workers on CPU %d%s of %d (%d usable)",
-			  ordinal, mine[0], n > 1 ? " and the next" : "", ncpu, usable);
+		host->log(KILN_LOG_DEBUG, "cpu", "cpu:%d (one of %d devices side by side): its workers on CPU %d%s of %d (%d usable)",
+			  ordinal, peers, mine[0], n > 1 ? " and the next" : "", ncpu, usable);
 	else
-		host->log(KILN_LOG_DEBUG, "cpu", "stage device cpu:%d: workers not bound (%d stages x %d threads, %d usable CPUs)",
+		host->log(KILN_LOG_DEBUG, "cpu", "cpu:%d: workers not bound (%d devices side by side x %d threads, %d usable CPUs)",
 			  ordinal, peers, threads, usable);
 	return KILN_OK;
 }

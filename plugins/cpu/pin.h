@@ -10,6 +10,13 @@
  * CPUs of their own"; docs/PERFORMANCE.md, "Session 13: pipeline pass
  * variation").
  *
+ * The run's own device (`[run] device`, opened beside the stages with
+ * the same peer count: core/train_setup.c) goes through the same rule
+ * with its thread count, so it is pinned only where P x [run] threads
+ * fits the mask (threads = 2 of 8 CPUs, 2 stages: its workers on CPUs 0
+ * and 1, where the stages run; they wait while the stages compute);
+ * with threads = 0 (all the mask's CPUs) it never is.
+ *
  * cpu_pin_plan is a pure function of its inputs (tests/check_cpu_pin.c);
  * cpu_pin_open reads the mask and the quota.
  */
