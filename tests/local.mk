@@ -455,6 +455,16 @@ tests_check_cpu_threads_SOURCES = tests/check_cpu_threads.c plugins/cpu/threads.
 tests_check_cpu_threads_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_threads_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# ---- a pipeline stage device's CPUs ([run] bind_stages): the rule
+# (plugins/cpu/pin.c compiled in) and each stage worker's mask read back
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_pin
+TESTS += tests/check_cpu_pin
+tests_check_cpu_pin_SOURCES = tests/check_cpu_pin.c plugins/cpu/pin.c plugins/cpu/pin.h \
+	plugins/cpu/threads.c plugins/cpu/threads.h
+tests_check_cpu_pin_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_pin_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 # multi-node across network namespaces (root; skips otherwise): 2 and 4
 # hosts equal one process, a delayed link, a cut link, a frozen rank, a
 # killed host (docs/distributed.md "Several machines")

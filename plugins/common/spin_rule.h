@@ -39,8 +39,10 @@ static inline const char *common_spin_for(double load, long running, long cpus)
 	return full ? "0" : "100000";
 }
 
-/* The spin for this process now: /proc/loadavg against its affinity mask. */
-static inline const char *common_spin_count(void)
+/* Is the machine full for this process now (the rule's test above:
+ * /proc/loadavg against its affinity mask)?  Also what `[run] bind_stages
+ * = auto` asks before it pins a pipeline stage's threads (plugins/cpu/pin.c). */
+static inline int common_machine_full(void)
 {
 	double load = -1;
 	long running = -1, total;
@@ -62,7 +64,13 @@ static inline const char *common_spin_count(void)
 		cpus += __builtin_popcountl(mask[i]);
 	if (bytes <= 0)
 		cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	return common_spin_for(load, running, cpus);
+	return *common_spin_for(load, running, cpus) == '0';
+}
+
+/* The spin for this process now. */
+static inline const char *common_spin_count(void)
+{
+	return common_machine_full() ? "0" : "100000";
 }
 
 /* Where unset, OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT by the rule:

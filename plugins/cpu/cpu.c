@@ -180,7 +180,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->threads = (int)threads;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
-	if ((st = cpu_tune_cache_config(c, cfg)) || (st = cpu_engine_create(c))) {
+	if ((st = cpu_pin_open(host, cfg, ordinal, c->async && opts->version >= 3 ? opts->peers : 1,
+				 c->threads, &c->pin)) ||
+	    (st = cpu_tune_cache_config(c, cfg)) || (st = cpu_engine_create(c))) {
 		free(c);
 		return st;
 	}

@@ -14,6 +14,7 @@
 #include "../common/describe.h" /* common_numel, common_desc_str, common_op_tensors */
 #include "../common/device.h"   /* common_op_name, common_run_args_check, lists */
 #include "../common/half.h"     /* half_f32_bf16, half_bf16_f32 */
+#include "pin.h"                /* struct cpu_pin */
 #include "threads.h"            /* struct cpu_team_live */
 #include <kiln/plugin.h>      /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <pthread.h>          /* worker threads, the context lock */
@@ -50,6 +51,8 @@ struct cpu_ctx {
 			     * long before sleeping ([plugin.cpu] stage_spin_us,
 			     * cpu_spin_on; stream.c), 0: it sleeps at once */
 	int threads;        /* OpenMP threads for kernels ([run] threads, resolved) */
+	struct cpu_pin pin; /* a stage device's CPUs for its stream workers
+			     * ([run] bind_stages; pin.c), n = 0: none */
 	struct cpu_team_live team; /* the team now, at most `threads` (threads.c) */
 	struct cpu_split_pool *pool;     /* helpers for split GEMMs (split.c), made by
 				    * the first such plan */

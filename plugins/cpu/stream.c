@@ -276,7 +276,16 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 			free(s);
 			return c->host->error(KILN_ENOMEM, "cpu: out of memory for a stream queue");
 		}
-		int rc = pthread_create(&s->thread, NULL, cpu_worker, s);
+		/* a stage device's workers on its own CPUs (pin.c) */
+		pthread_attr_t attr;
+		const int have_attr = !pthread_attr_init(&attr);
+		int rc = have_attr ? cpu_pin_attr(&c->pin, &attr) : 0;
+		if (rc)
+			c->host->log(KILN_LOG_WARN, "cpu", "stream worker not bound to CPU %d: %s",
+				     c->pin.first, strerror(rc));
+		rc = pthread_create(&s->thread, have_attr ? &attr : NULL, cpu_worker, s);
+		if (have_attr)
+			pthread_attr_destroy(&attr);
 		if (rc) {
 			pthread_cond_destroy(&s->wake);
 			free(s->q);

@@ -1,0 +1,192 @@
+/* tests/check_cpu_pin.c - a pipeline stage device's CPUs ([run]
+ * bind_stages; plugins/cpu/pin.c, linked into this program for the rule):
+ * which CPUs each stage gets from the mask, the quota and the team, and,
+ * through the cpu plugin, that each stage device's stream worker runs on
+ * its own CPU (read back with sched_getaffinity on the worker), and keeps
+ * the process's mask when the stages' teams do not fit in it.
+ */
+#include "core/internal.h" /* kiln_device_open_peer */
+#include "core/dist.h"     /* kiln_device_host_fn */
+#include "plugins/cpu/pin.h"
+#include "plugins/common/spin_rule.h" /* common_machine_full */
+
+#include <check.h>
+#include <sched.h>
+#include <string.h>
+#include "check_main.h"
+
+static struct kiln_registry *reg;
+
+START_TEST(test_plan)
+{
+	const int cpus[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, odd[4] = { 1, 3, 5, 7 };
+	int out[8] = { -1 };
+	/* 2 stages x 1 thread on 2 CPUs: one each */
+	ck_assert_int_eq(cpu_pin_plan(cpus, 2, 2, 0, 2, 1, out), 1);
+	ck_assert_int_eq(out[0], 0);
+	ck_assert_int_eq(cpu_pin_plan(cpus, 2, 2, 1, 2, 1, out), 1);
+	ck_assert_int_eq(out[0], 1);
+	/* the mask's CPUs, in its order: taskset -c 1,3,5,7 */
+	ck_assert_int_eq(cpu_pin_plan(odd, 4, 4, 1, 2, 2, out), 2);
+	ck_assert_int_eq(out[0], 5);
+	ck_assert_int_eq(out[1], 7);
+	/* the team does not fit: 2 x 2 on 2 CPUs, 2 x 1 on 1 */
+	ck_assert_int_eq(cpu_pin_plan(cpus, 2, 2, 0, 2, 2, out), 0);
+	ck_assert_int_eq(cpu_pin_plan(cpus, 1, 1, 0, 2, 1, out), 0);
+	/* a quota of 1 CPU on a mask of 8: the stages time-share, no pinning */
+	ck_assert_int_eq(cpu_pin_plan(cpus, 8, 1, 0, 2, 1, out), 0);
+	/* a quota above the mask counts as the mask */
+	ck_assert_int_eq(cpu_pin_plan(cpus, 2, 8, 1, 2, 1, out), 1);
+	ck_assert_int_eq(out[0], 1);
+	/* an ordinal whose group is past the usable CPUs */
+	ck_assert_int_eq(cpu_pin_plan(cpus, 2, 2, 2, 2, 1, out), 0);
+	/* not a stage device */
+	ck_assert_int_eq(cpu_pin_plan(cpus, 8, 8, 0, 1, 1, out), 0);
+}
+END_TEST
+
+/* The CPUs the thread that runs it may use. */
+struct seen {
+	cpu_set_t set;
+	int ok;
+};
+
+static kiln_status read_mask(void *arg)
+{
+	struct seen *s = arg;
+	s->ok = sched_getaffinity(0, sizeof s->set, &s->set) == 0;
+	return KILN_OK;
+}
+
+/* The mask of stage device `ordinal`'s stream worker (one of `peers`,
+ * `threads` each), with [run] `ov` as the config. */
+static void worker_mask_of(const char *ov, int ordinal, int threads, int peers, cpu_set_t *out)
+{
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	void *stream;
+	struct seen s = { .ok = 0 };
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.async=1") == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=") == 0);
+	if (ov)
+		ck_assert(kiln_config_override(cfg, ov) == 0);
+	ck_assert_msg(kiln_device_open_peer(reg, cfg, "cpu", ordinal, threads, peers, &dev) == 0, "%s",
+		      kiln_last_error());
+	ck_assert_msg(kiln_device_stream_create(dev, &stream) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_host_fn(dev, stream, read_mask, &s) == 0);
+	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	ck_assert(s.ok);
+	*out = s.set;
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+
+/* The same, one of 2 peers. */
+static void worker_mask(const char *ov, int ordinal, int threads, cpu_set_t *out)
+{
+	worker_mask_of(ov, ordinal, threads, 2, out);
+}
+
+/* The process's CPUs, ascending, into cpus[]; how many. */
+static int process_cpus(int *cpus, cpu_set_t *set)
+{
+	int n = 0;
+	ck_assert(sched_getaffinity(0, sizeof *set, set) == 0);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, set))
+			cpus[n++] = c;
+	return n;
+}
+
+START_TEST(test_stage_workers_pinned)
+{
+	int cpus[CPU_SETSIZE];
+	cpu_set_t all, w;
+	const int n = process_cpus(cpus, &all);
+	if (n < 2) {
+		fprintf(stderr, "check_cpu_pin: %d CPU in the mask: pinning not tested\n", n);
+		return;
+	}
+	/* always: stage K's worker on the mask's K-th CPU */
+	for (int k = 0; k < 2; k++) {
+		worker_mask("run.bind_stages=always", k, 1, &w);
+		ck_assert_int_eq(CPU_COUNT(&w), 1);
+		ck_assert_msg(CPU_ISSET(cpus[k], &w), "stage %d's worker not on CPU %d", k, cpus[k]);
+	}
+}
+END_TEST
+
+START_TEST(test_not_pinned)
+{
+	int cpus[CPU_SETSIZE];
+	cpu_set_t all, w;
+	const int n = process_cpus(cpus, &all);
+	/* bind_stages = none: the process's mask */
+	worker_mask("run.bind_stages=none", 1, 1, &w);
+	ck_assert(CPU_EQUAL(&w, &all));
+	/* two stages of n threads each do not fit in n CPUs */
+	worker_mask("run.bind_stages=always", 0, n, &w);
+	ck_assert_int_eq(CPU_COUNT(&w), n);
+	ck_assert(CPU_EQUAL(&w, &all));
+	/* n + 1 stages of one thread: stage 1's CPU would be free, but not every stage's */
+	worker_mask_of("run.bind_stages=always", 1, 1, n + 1, &w);
+	ck_assert_int_eq(CPU_COUNT(&w), n);
+	ck_assert(CPU_EQUAL(&w, &all));
+	/* a mask of one CPU (this forked test's own) for two stages of one thread */
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(cpus[n - 1], &one);
+	ck_assert(sched_setaffinity(0, sizeof one, &one) == 0);
+	worker_mask("run.bind_stages=always", 0, 1, &w);
+	ck_assert(CPU_EQUAL(&w, &one));
+}
+END_TEST
+
+/* auto pins unless the machine is full (spin_rule.h's test), always
+ * whenever the teams fit, none never */
+START_TEST(test_mode)
+{
+	ck_assert(cpu_pin_wanted(CPU_PIN_AUTO, 0));
+	ck_assert(!cpu_pin_wanted(CPU_PIN_AUTO, 1));
+	ck_assert(cpu_pin_wanted(CPU_PIN_ALWAYS, 0));
+	ck_assert(cpu_pin_wanted(CPU_PIN_ALWAYS, 1));
+	ck_assert(!cpu_pin_wanted(CPU_PIN_NONE, 0));
+	ck_assert(!cpu_pin_wanted(CPU_PIN_NONE, 1));
+	/* the default follows the rule: pinned exactly when the machine was not full */
+	int cpus[CPU_SETSIZE];
+	cpu_set_t all, w;
+	const int n = process_cpus(cpus, &all);
+	const int full0 = common_machine_full();
+	worker_mask(NULL, 1, 1, &w);
+	const int full1 = common_machine_full();
+	if (n >= 2 && full0 == full1) /* the load did not cross the line meanwhile */
+		ck_assert_int_eq(CPU_COUNT(&w), full0 ? n : 1);
+}
+END_TEST
+
+START_TEST(test_bad_value)
+{
+	struct kiln_config *cfg;
+	struct kiln_device *dev = NULL;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_config_override(cfg, "run.bind_stages=core") == 0);
+	ck_assert_int_eq(kiln_device_open_peer(reg, cfg, "cpu", 0, 1, 2, &dev), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "bind_stages = core: expected auto, always or none"), "%s",
+		      kiln_last_error());
+	ck_assert(!dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
+static Suite *make_cpu_pin_suite(void)
+{
+	Suite *s = suite_create("cpu_pin");
+	check_add_case(s, "pin", 60, NULL, NULL, (const TTest *[]){
+		test_plan, test_stage_workers_pinned, test_mode, test_bad_value, test_not_pinned, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_cpu_pin_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };
