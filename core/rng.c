@@ -73,9 +73,9 @@ void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t 
 }
 
 /* kiln_rng_uniform_run: out[k] = kiln_rng_uniform(seed, stream, a, b0 + k)
- * for k in [0, n), bit for bit, with LANES counters at once so that the
- * compiler keeps Philox's rounds in vector registers (the initial weights:
- * millions of draws that differ only in b).  Philox4x32-10 as Random123
+ * for k in [0, n), bit for bit, LANES counters at once (with AVX-512: in
+ * one register; the initial weights are millions of draws that differ only
+ * in b).  Philox4x32-10 as Random123
  * computes it: 10 rounds, the key bumped before each round after the
  * first; only the first output word is used. */
 enum { LANES = 16 };
@@ -84,43 +84,42 @@ enum { LANES = 16 };
 #define PHILOX_W0 0x9E3779B9u
 #define PHILOX_W1 0xBB67AE85u
 
-#define UNIFORM_BLOCK_BODY                                                                   \
-	{                                                                                    \
-		uint32_t x0[LANES], x1[LANES], x2[LANES], x3[LANES];                         \
-		for (int i = 0; i < LANES; i++) {                                            \
-			x0[i] = c0;                                                          \
-			x1[i] = c1;                                                          \
-			x2[i] = b0 + (uint32_t)i;                                            \
-			x3[i] = c3;                                                          \
-		}                                                                            \
-		uint32_t k0 = key0, k1 = key1;                                               \
-		for (int r = 0; r < 10; r++) {                                               \
-			if (r) {                                                             \
-				k0 += PHILOX_W0;                                             \
-				k1 += PHILOX_W1;                                             \
-			}                                                                    \
-			for (int i = 0; i < LANES; i++) {                                    \
-				uint64_t p0 = (uint64_t)PHILOX_M0 * x0[i];                   \
-				uint64_t p1 = (uint64_t)PHILOX_M1 * x2[i];                   \
-				uint32_t n0 = (uint32_t)(p1 >> 32) ^ x1[i] ^ k0;             \
-				uint32_t n2 = (uint32_t)(p0 >> 32) ^ x3[i] ^ k1;             \
-				x1[i] = (uint32_t)p1;                                        \
-				x3[i] = (uint32_t)p0;                                        \
-				x0[i] = n0;                                                  \
-				x2[i] = n2;                                                  \
-			}                                                                    \
-		}                                                                            \
-		for (int i = 0; i < LANES; i++)                                              \
-			out[i] = (float)(x0[i] >> 8) * (1.0f / 16777216.0f);                 \
-	}
-
 /* One block of LANES uniforms: counters (c0, c1, b0 + i, c3), key
  * (key0, key1); portable C, and AVX-512 where the CPU has it (chosen at
  * run time). */
 #define UNIFORM_BLOCK_ARGS                                                                   \
 	(uint32_t c0, uint32_t c1, uint32_t b0, uint32_t c3, uint32_t key0, uint32_t key1,    \
 	 float *restrict out)
-static void uniform_block UNIFORM_BLOCK_ARGS UNIFORM_BLOCK_BODY
+static void uniform_block UNIFORM_BLOCK_ARGS
+{
+	uint32_t x0[LANES], x1[LANES], x2[LANES], x3[LANES];
+	for (int i = 0; i < LANES; i++) {
+		x0[i] = c0;
+		x1[i] = c1;
+		x2[i] = b0 + (uint32_t)i;
+		x3[i] = c3;
+	}
+	uint32_t k0 = key0, k1 = key1;
+	for (int r = 0; r < 10; r++) {
+		if (r) {
+			k0 += PHILOX_W0;
+			k1 += PHILOX_W1;
+		}
+		for (int i = 0; i < LANES; i++) {
+			uint64_t p0 = (uint64_t)PHILOX_M0 * x0[i];
+			uint64_t p1 = (uint64_t)PHILOX_M1 * x2[i];
+			uint32_t n0 = (uint32_t)(p1 >> 32) ^ x1[i] ^ k0;
+			uint32_t n2 = (uint32_t)(p0 >> 32) ^ x3[i] ^ k1;
+			x1[i] = (uint32_t)p1;
+			x3[i] = (uint32_t)p0;
+			x0[i] = n0;
+			x2[i] = n2;
+		}
+	}
+	for (int i = 0; i < LANES; i++)
+		out[i] = (float)(x0[i] >> 8) * (1.0f / 16777216.0f);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define RNG_AVX512 __attribute__((target("avx512f")))
@@ -163,12 +162,12 @@ RNG_AVX512 static void uniform_block_avx512 UNIFORM_BLOCK_ARGS
 }
 #endif
 
-void kiln_rng_uniform_run(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0, int64_t n,
-			  float *out)
+void kiln_rng_uniform_run_isa(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0,
+			      int64_t n, float *out, int vector)
 {
 	void (*block) UNIFORM_BLOCK_ARGS = uniform_block;
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (__builtin_cpu_supports("avx512f"))
+	if (vector && __builtin_cpu_supports("avx512f"))
 		block = uniform_block_avx512;
 #endif
 	int64_t k = 0;
@@ -177,4 +176,10 @@ void kiln_rng_uniform_run(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b
 		      (uint32_t)(seed >> 32), out + k);
 	for (; k < n; k++)
 		out[k] = kiln_rng_uniform(seed, stream, a, b0 + (uint32_t)k);
+}
+
+void kiln_rng_uniform_run(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0, int64_t n,
+			  float *out)
+{
+	kiln_rng_uniform_run_isa(seed, stream, a, b0, n, out, 1);
 }

@@ -659,15 +659,17 @@ START_TEST(test_uniform_run_equals_scalar)
 		{ 42, 0x55, 16, 16 },
 	};
 	float out[1000 + 1];
-	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+	for (size_t j = 0; j < 2 * sizeof c / sizeof c[0]; j++) {
+		size_t i = j / 2; /* each case with the vector code, then the portable */
 		out[c[i].n] = -7.0f; /* the run writes n values, no more */
-		kiln_rng_uniform_run(c[i].seed, KILN_RNG_INIT, c[i].a, c[i].b0, c[i].n, out);
+		kiln_rng_uniform_run_isa(c[i].seed, KILN_RNG_INIT, c[i].a, c[i].b0, c[i].n, out,
+					 !(j % 2));
 		for (int64_t k = 0; k < c[i].n; k++) {
 			float want = kiln_rng_uniform(c[i].seed, KILN_RNG_INIT, c[i].a,
 						      c[i].b0 + (uint32_t)k);
 			ck_assert_msg(memcmp(&out[k], &want, sizeof want) == 0,
-				      "case %zu element %lld: %.9g, want %.9g", i, (long long)k,
-				      out[k], want);
+				      "case %zu (%s) element %lld: %.9g, want %.9g", i,
+				      j % 2 ? "portable" : "vector", (long long)k, out[k], want);
 		}
 		ck_assert(out[c[i].n] == -7.0f);
 	}
