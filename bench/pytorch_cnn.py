@@ -19,7 +19,8 @@ test_acc over those samples. Prints a single JSON line on stdout.
 
 Run with Debian's PyTorch: /usr/bin/python3 bench/pytorch_cnn.py [options];
 with PyTorch 2.x also --mode compile, compile-max or lightning (torch_modes.py;
-lightning: the whole fit of --warmup-steps + --steps steps, all counted).
+lightning: the whole fit of --warmup-steps + --steps steps, all counted;
+the untimed probe step that reports conv_ops runs after that fit, not before).
 --profile N: after the timed steps, N more steps under torch.profiler, whose
 table of self CPU time per op (ms a step) goes to stderr, beside kiln's
 --profile (docs/PERFORMANCE.md, "Issue 22, session 8").
