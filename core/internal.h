@@ -60,6 +60,12 @@ enum { KILN_RNG_INIT = 1, KILN_RNG_SHUFFLE = 2, KILN_RNG_DROPOUT = 3, KILN_RNG_A
        KILN_RNG_SKIP = 5, KILN_RNG_SAMPLE = 6 /* generation's draws (core/generate.c) */ };
 uint32_t kiln_rng_u32(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
 float kiln_rng_uniform(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
+/* out[k] = kiln_rng_uniform(seed, stream, a, b0 + k), k < n, vectorized */
+void kiln_rng_uniform_run(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0, int64_t n,
+			  float *out);
+/* the same; vector 0: the portable code even where AVX-512 is (tests) */
+void kiln_rng_uniform_run_isa(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0,
+			      int64_t n, float *out, int vector);
 void kiln_rng_uniform4(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b, float u[4]);
 uint64_t kiln_rng_below(uint64_t seed, uint32_t stream, uint64_t a, uint64_t n);
 void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t n);

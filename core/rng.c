@@ -71,3 +71,115 @@ void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t 
 		perm[j] = t;
 	}
 }
+
+/* kiln_rng_uniform_run: out[k] = kiln_rng_uniform(seed, stream, a, b0 + k)
+ * for k in [0, n), bit for bit, LANES counters at once (with AVX-512: in
+ * one register; the initial weights are millions of draws that differ only
+ * in b).  Philox4x32-10 as Random123
+ * computes it: 10 rounds, the key bumped before each round after the
+ * first; only the first output word is used. */
+enum { LANES = 16 };
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+/* One block of LANES uniforms: counters (c0, c1, b0 + i, c3), key
+ * (key0, key1); portable C, and AVX-512 where the CPU has it (chosen at
+ * run time). */
+#define UNIFORM_BLOCK_ARGS                                                                   \
+	(uint32_t c0, uint32_t c1, uint32_t b0, uint32_t c3, uint32_t key0, uint32_t key1,    \
+	 float *restrict out)
+static void uniform_block UNIFORM_BLOCK_ARGS
+{
+	uint32_t x0[LANES], x1[LANES], x2[LANES], x3[LANES];
+	for (int i = 0; i < LANES; i++) {
+		x0[i] = c0;
+		x1[i] = c1;
+		x2[i] = b0 + (uint32_t)i;
+		x3[i] = c3;
+	}
+	uint32_t k0 = key0, k1 = key1;
+	for (int r = 0; r < 10; r++) {
+		if (r) {
+			k0 += PHILOX_W0;
+			k1 += PHILOX_W1;
+		}
+		for (int i = 0; i < LANES; i++) {
+			uint64_t p0 = (uint64_t)PHILOX_M0 * x0[i];
+			uint64_t p1 = (uint64_t)PHILOX_M1 * x2[i];
+			uint32_t n0 = (uint32_t)(p1 >> 32) ^ x1[i] ^ k0;
+			uint32_t n2 = (uint32_t)(p0 >> 32) ^ x3[i] ^ k1;
+			x1[i] = (uint32_t)p1;
+			x3[i] = (uint32_t)p0;
+			x0[i] = n0;
+			x2[i] = n2;
+		}
+	}
+	for (int i = 0; i < LANES; i++)
+		out[i] = (float)(x0[i] >> 8) * (1.0f / 16777216.0f);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define RNG_AVX512 __attribute__((target("avx512f")))
+
+/* hi and lo words of the 16 products m * x (32 x 32 -> 64 bits): the even
+ * lanes' products from one vpmuludq, the odd lanes' from another */
+RNG_AVX512 static inline void mulhilo16(__m512i x, __m512i m, __m512i *hi, __m512i *lo)
+{
+	__m512i even = _mm512_mul_epu32(x, m);
+	__m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), m);
+	*lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+	*hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+}
+
+RNG_AVX512 static void uniform_block_avx512 UNIFORM_BLOCK_ARGS
+{
+	__m512i x0 = _mm512_set1_epi32((int)c0), x1 = _mm512_set1_epi32((int)c1);
+	__m512i x2 = _mm512_add_epi32(_mm512_set1_epi32((int)b0),
+				      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+							14, 15));
+	__m512i x3 = _mm512_set1_epi32((int)c3);
+	const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
+	uint32_t k0 = key0, k1 = key1;
+	for (int r = 0; r < 10; r++) {
+		if (r) {
+			k0 += PHILOX_W0;
+			k1 += PHILOX_W1;
+		}
+		__m512i hi0, lo0, hi1, lo1;
+		mulhilo16(x0, m0, &hi0, &lo0);
+		mulhilo16(x2, m1, &hi1, &lo1);
+		x0 = _mm512_xor_si512(_mm512_xor_si512(hi1, x1), _mm512_set1_epi32((int)k0));
+		x2 = _mm512_xor_si512(_mm512_xor_si512(hi0, x3), _mm512_set1_epi32((int)k1));
+		x1 = lo1;
+		x3 = lo0;
+	}
+	__m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(x0, 8)),
+				 _mm512_set1_ps(1.0f / 16777216.0f));
+	_mm512_storeu_ps(out, u);
+}
+#endif
+
+void kiln_rng_uniform_run_isa(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0,
+			      int64_t n, float *out, int vector)
+{
+	void (*block) UNIFORM_BLOCK_ARGS = uniform_block;
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (vector && __builtin_cpu_supports("avx512f"))
+		block = uniform_block_avx512;
+#endif
+	int64_t k = 0;
+	for (; k + LANES <= n; k += LANES)
+		block((uint32_t)a, (uint32_t)(a >> 32), b0 + (uint32_t)k, stream, (uint32_t)seed,
+		      (uint32_t)(seed >> 32), out + k);
+	for (; k < n; k++)
+		out[k] = kiln_rng_uniform(seed, stream, a, b0 + (uint32_t)k);
+}
+
+void kiln_rng_uniform_run(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0, int64_t n,
+			  float *out)
+{
+	kiln_rng_uniform_run_isa(seed, stream, a, b0, n, out, 1);
+}

@@ -645,12 +645,49 @@ START_TEST(test_transform_needs_images)
 }
 END_TEST
 
+/* kiln_rng_uniform_run (the initial weights' draws, 16 lanes at once) gives
+ * kiln_rng_uniform's numbers bit for bit: lengths around the 16-lane
+ * blocks, a start b0 that is not a multiple of 16 (and one whose block
+ * wraps past 2^32), counters and seeds with their high words set. */
+START_TEST(test_uniform_run_equals_scalar)
+{
+	static const struct { uint64_t seed, a; uint32_t b0; int64_t n; } c[] = {
+		{ 1, 0x13, 0, 1000 },
+		{ 0x123456789abcdef0ull, 0xfedcba9876543210ull, 5, 37 },
+		{ 7, 1ull << 40, 0xfffffff8u, 33 },
+		{ 0, 0, 0, 15 },
+		{ 42, 0x55, 16, 16 },
+	};
+	float out[1000 + 1];
+	for (size_t j = 0; j < 2 * sizeof c / sizeof c[0]; j++) {
+		size_t i = j / 2; /* each case with the vector code, then the portable */
+		out[c[i].n] = -7.0f; /* the run writes n values, no more */
+		kiln_rng_uniform_run_isa(c[i].seed, KILN_RNG_INIT, c[i].a, c[i].b0, c[i].n, out,
+					 !(j % 2));
+		for (int64_t k = 0; k < c[i].n; k++) {
+			float want = kiln_rng_uniform(c[i].seed, KILN_RNG_INIT, c[i].a,
+						      c[i].b0 + (uint32_t)k);
+			ck_assert_msg(memcmp(&out[k], &want, sizeof want) == 0,
+				      "case %zu (%s) element %lld: %.9g, want %.9g", i,
+				      j % 2 ? "portable" : "vector", (long long)k, out[k], want);
+		}
+		ck_assert(out[c[i].n] == -7.0f);
+	}
+	/* and the numbers are the ones main drew before (its kiln_rng_u32:
+	 * 0x8f9d1f70, 0xaffd26c4), so that initial weights do not move */
+	kiln_rng_uniform_run(1, KILN_RNG_INIT, 0x13, 0, 17, out);
+	ck_assert_uint_eq(0x8f9d1f70u >> 8, (uint32_t)(out[16] * 16777216.0f));
+	kiln_rng_uniform_run(0x123456789abcdef0ull, KILN_RNG_INIT, 0xfedcba9876543210ull, 5, 37, out);
+	ck_assert_uint_eq(0xaffd26c4u >> 8, (uint32_t)(out[36] * 16777216.0f));
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("data");
 	check_add_case(s, "shard", 0, NULL, NULL, (const TTest *[]){
 		test_shard_cover_disjoint, test_shard_resume_any_world, test_workers_key,
-		test_u8_planes, NULL });
+		test_u8_planes, test_uniform_run_equals_scalar, NULL });
 	check_add_case(s, "loader", 120, NULL, NULL, (const TTest *[]){
 		test_workers_identical, test_cache_ram, test_on_error, test_normalize_on_device, test_normalize_rule,
 		test_bf16_samples, test_transform_needs_images, test_workers_auto_probe,
