@@ -133,6 +133,23 @@ for r in "g2 2" "g4 4"; do
 done
 [ "$(grep -c "this rank: 0 crossing tensors sent by the stage's stream at once, [1-9][0-9]* by the send stream" "$tmp/g2t.log")" = 2 ] ||
 	{ bad "g2t: Gloo's TCP sends are not the send stream's"; grep "crossing tensors sent" "$tmp/g2t.log"; }
+# 1f1b's steady state pairs a stage's send with its recv from the same
+# stage right after it, in one sendrecv (session 13): of each step's 4
+# micro-batches' sends (6 steps), 3 a step on both of 2 stages; on 4
+# stages 1, 3, 5 and 3 a step of 4, 8, 8 and 4 (stage s: M - (P - 1 - s)
+# pairs with s + 1, as many less one with s - 1)
+paired() { # paired LOG "RANKS PAIRED SENT"...: RANKS ranks logged PAIRED of SENT
+	_l=$1
+	shift
+	for _r in "$@"; do
+		set -- $_r
+		[ "$(grep -c "this rank: $2 of $3 crossing tensors sent paired with the recv from the same stage after them, in one sendrecv" "$tmp/$_l.log")" = "$1" ] ||
+			{ bad "$_l: not $1 rank(s) pairing $2 of their $3 sends with a recv"; grep "sent paired" "$tmp/$_l.log"; }
+	done
+}
+paired g2 "2 18 24"
+paired g2t "2 18 24"
+paired g4 "1 6 24" "1 18 48" "1 30 48" "1 18 24"
 # the pipe's bubble at stage 0's rank: every stage's busy time there is
 # the one its own rank logged
 for r in "g2 2" "g4 4"; do
@@ -219,6 +236,9 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 		grep -q "comm mpi" "$tmp/$1.log" || bad "$1 did not run on mpi"
 		near one "$1" "$2 stages on $2 ranks (mpi)"
 	done
+	# (kiln-mpi has no send_now: every unpaired send is the send stream's)
+	paired m2 "2 18 24"
+	paired m4 "1 6 24" "1 18 48" "1 30 48" "1 18 24"
 	# two threads in MPI: thread_level = serialized (the default) is refused
 	timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT="$(free_port 4)" \
 		-x OMP_NUM_THREADS=1 "$kiln" train "$ini" run.out_dir="$tmp/mser" train.batch=32 \
