@@ -121,6 +121,7 @@ struct kiln_pipe {
 	int cur;                     /* the action being issued */
 	float *seed_d;               /* the loss layers' seed scale (seed_mean),
 				      * NULL: the stages scale to the mean */
+	int pair;                    /* [pipeline] sendrecv */
 	/* a transport with sendrecv: this rank's last send, held until its
 	 * stage's next hand-off (a recv from the same stage pairs with it)
 	 * or its next work (xsend, xrecv, xflush) */
@@ -362,13 +363,14 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 			   void *stream, struct kiln_pipe **out)
 {
 	const struct kiln_config *cfg = m->cfg;
-	int64_t M = 1, early = 0;
+	int64_t M = 1, early = 0, pair = 0;
 	const char *sched = kiln_config_get(cfg, "pipeline", "schedule");
 	kiln_status st;
 	*out = NULL;
 	if (((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND) ||
 	    ((st = kiln_config_get_int(cfg, "pipeline", "early_forwards", &early)) &&
-	     st != KILN_ENOTFOUND))
+	     st != KILN_ENOTFOUND) ||
+	    ((st = kiln_config_get_int(cfg, "pipeline", "sendrecv", &pair)) && st != KILN_ENOTFOUND))
 		return st;
 	if (accumulate < 1 || accumulate > INT32_MAX / M)
 		return kiln_error(KILN_ECONFIG, "%s: [train] accumulate = %lld with %lld micro-batches",
@@ -393,6 +395,7 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->mb = batch / M;
 	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
 	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
+	pp->pair = pair != 0;
 	stage_ranges(pp);
 	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
 	for (int s = 0; s < pp->P; s++)
@@ -444,7 +447,7 @@ static kiln_status xsend(struct kiln_pipe *pp, int from, int to, uint64_t tag, c
 			 size_t bytes, void *stream)
 {
 	kiln_status st = xflush(pp);
-	if (st || !pp->tr.ops->sendrecv)
+	if (st || !pp->tr.ops->sendrecv || !pp->pair)
 		return st ? st : pp->tr.ops->send(pp->tr.ctx, from, to, tag, buf, bytes, stream);
 	pp->held.on = 1;
 	pp->held.from = from, pp->held.to = to, pp->held.tag = tag;

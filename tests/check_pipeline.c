@@ -539,12 +539,12 @@ static kiln_status pair_sendrecv(void *ctx, const void *sbuf, size_t scount, int
 
 /* Stage `mine` of 2 on "ranks" (M = 4, 1f1b) through a communicator of
  * comm ops `version`: the calls it made in one step. */
-static void pair_run(int version, int mine, char *out)
+static void pair_run(int version, int mine, int pair, char *out)
 {
 	struct seed_rig r;
 	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
 			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
-			 "[layer.loss]\ntype = softmax_xent\n", "");
+			 "[layer.loss]\ntype = softmax_xent\n", pair ? "sendrecv = 1\n" : "");
 	struct kiln_comm_ops ops = { .version = (uint32_t)version, .send = pair_send,
 				     .recv = pair_recv,
 				     .sendrecv = version >= 7 ? pair_sendrecv : NULL };
@@ -568,21 +568,27 @@ static void pair_run(int version, int mine, char *out)
 	seed_close(&r);
 }
 
-/* 1f1b on 2 stages, 4 micro-batches: stage 0 sends activation 0, then 1,
- * then pairs activation 2 with gradient 0 ... (w = 1 warm-up forward);
- * stage 1 pairs each gradient but the last with the next activation.
- * Without the communicator's sendrecv (comm ops version 6), or without
- * the pairing, each is a send and a recv. */
+/* 1f1b on 2 stages, 4 micro-batches, [pipeline] sendrecv = 1: stage 0
+ * sends activation 0 alone (its second forward's work follows), then
+ * pairs activation 1 with gradient 0, 2 with 1, 3 with 2, and receives
+ * gradient 3 alone; stage 1 pairs each gradient but the last with the
+ * next activation.  Without the communicator's sendrecv (comm ops version
+ * 6), with sendrecv = 0 (the default), or without the pairing, each is a
+ * send and a recv. */
 START_TEST(test_pair_handoffs)
 {
 	char got[64];
-	pair_run(7, 0, got);
+	pair_run(7, 0, 1, got);
 	ck_assert_str_eq(got, "sxxxr");
-	pair_run(7, 1, got);
+	pair_run(7, 1, 1, got);
 	ck_assert_str_eq(got, "rxxxs");
-	pair_run(6, 0, got);
+	pair_run(6, 0, 1, got);
 	ck_assert_str_eq(got, "ssrsrsrr");
-	pair_run(6, 1, got);
+	pair_run(6, 1, 1, got);
+	ck_assert_str_eq(got, "rsrsrsrs");
+	pair_run(7, 0, 0, got);
+	ck_assert_str_eq(got, "ssrsrsrr");
+	pair_run(7, 1, 0, got);
 	ck_assert_str_eq(got, "rsrsrsrs");
 }
 END_TEST
