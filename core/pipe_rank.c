@@ -26,7 +26,20 @@
  * order) the stage's stream copies it into the slot and the send stream
  * sends it from there, waiting as it may.  The send stream gets a host
  * function per message either way, which does nothing for one already
- * sent. */
+ * sent.
+ *
+ * Paired (rank_sendrecv, a communicator with sendrecv, comm ops version
+ * 7): where the executor's next hand-offs of a stage are a send to a
+ * stage and a recv from that same stage, with no work between (1f1b's
+ * steady state: an activation forward, then the gradient back from the
+ * same stage), both go as one sendrecv on the stage's stream, from the
+ * tensor itself: the stream waits there for the recv anyway, and the two
+ * halves progress together, so neither waits for the other (NCCL: one
+ * group).  No copy into the slot, no send stream in between.  The pair's
+ * send must not pass an earlier message to that stage still on the send
+ * stream: the stage's stream first waits for the event recorded on the
+ * send stream after the last one (`last`), long passed in the steady
+ * state. */
 #include "dist.h" /* kiln_device_host_fn */
 #include "pipeline.h"
 
@@ -38,6 +51,7 @@ struct rank_msg {
 	void *stage;   /* device memory: the tensor's copy being sent */
 	size_t bytes;
 	void *copied;  /* event: the copy is in stage (sent now: the attempt made) */
+	void *sent;    /* event, on the send stream: the message is out */
 	/* sent now: what the stage's stream sends, and whether it left the
 	 * message to the send stream (written before `copied`) */
 	struct kiln_pipe_rank *R;
@@ -57,6 +71,11 @@ struct kiln_pipe_rank {
 	/* per stage: messages to it left to the send stream, not yet sent */
 	atomic_int queued[KILN_PIPE_MAX_STAGES];
 	long n_now, n_late; /* messages sent now / by the send stream (the stage's thread's) */
+	/* per stage: 1 + the slot of the last message to it given to the
+	 * send stream this step, 0 none (the enqueuing thread's) */
+	int last[KILN_PIPE_MAX_STAGES];
+	int pairs;          /* the communicator has sendrecv */
+	long n_send, n_pair; /* sends, and those paired with a recv (enqueued) */
 };
 
 /* On the stage's stream: the message out now if the transport need not
@@ -106,9 +125,10 @@ static kiln_status send_now_or_late(struct kiln_pipe_rank *R, struct rank_msg *g
 	g->R = R, g->buf = buf, g->to = to;
 	if ((st = kiln_device_host_fn(R->dev, stream, send_try, g)) ||
 	    (st = kiln_device_event_record(R->dev, g->copied, stream)) ||
-	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)))
+	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)) ||
+	    (st = kiln_device_host_fn(R->dev, R->send_stream, send_late, g)))
 		return st;
-	return kiln_device_host_fn(R->dev, R->send_stream, send_late, g);
+	return kiln_device_event_record(R->dev, g->sent, R->send_stream);
 }
 
 static struct rank_msg *rank_slot(struct kiln_pipe_rank *R, uint64_t tag)
@@ -135,6 +155,8 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 			return st;
 		g->bytes = bytes;
 	}
+	R->n_send++;
+	R->last[to] = (int)(g - R->msg) + 1;
 	if (R->now) {
 		if ((st = send_now_or_late(R, g, to, buf, stream)))
 			return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
@@ -146,7 +168,7 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)))
 		return st;
 	if ((st = R->ops->send(R->comm, g->stage, bytes, KILN_U8, R->rank_of[to], R->send_stream,
-			       NULL)))
+			       g->sent)))
 		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
 				       from, R->rank_of[from], to, R->rank_of[to]);
 	return KILN_OK;
@@ -164,7 +186,38 @@ static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *bu
 	return KILN_OK;
 }
 
-static const struct kiln_stage_transport_ops rank_ops = { rank_send, rank_recv };
+/* A send to stage peer and the recv from it after, as one sendrecv on the
+ * stage's stream (the head comment, "Paired"); without the communicator's
+ * sendrecv, rank_send and then rank_recv. */
+static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, const void *sbuf,
+				 size_t sbytes, uint64_t rtag, void *rbuf, size_t rbytes,
+				 void *stream)
+{
+	struct kiln_pipe_rank *R = ctx;
+	kiln_status st;
+	if (!R->pairs) {
+		if ((st = rank_send(ctx, me, peer, stag, sbuf, sbytes, stream)))
+			return st;
+		return rank_recv(ctx, peer, me, rtag, rbuf, rbytes, stream);
+	}
+	if (!rank_slot(R, stag))
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sends message %llx to stage %d out of range",
+				  me, (unsigned long long)stag, peer);
+	/* after the earlier messages to peer that the send stream sends */
+	if (R->last[peer] &&
+	    (st = kiln_device_stream_wait(R->dev, stream, R->msg[R->last[peer] - 1].sent)))
+		return st;
+	st = R->ops->sendrecv(R->comm, sbuf, sbytes, R->rank_of[peer], rbuf, rbytes,
+			      R->rank_of[peer], KILN_U8, stream, NULL);
+	if (st)
+		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to and receiving from stage %d (rank %d)",
+				       me, R->rank_of[me], peer, R->rank_of[peer]);
+	R->n_send++;
+	R->n_pair++;
+	return KILN_OK;
+}
+
+static const struct kiln_stage_transport_ops rank_ops = { rank_send, rank_recv, rank_sendrecv };
 
 kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 				struct kiln_device *dev, int P, const int *rank_of, int M,
@@ -190,6 +243,7 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 	R->now = ops->version >= 6 && ops->send_now &&
 		 (kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY) &&
 		 kiln_device_proc(dev, KILN_PROC_HOST_FN);
+	R->pairs = ops->version >= 7 && ops->sendrecv;
 	if (R->n && !(R->msg = calloc((size_t)R->n, sizeof *R->msg))) {
 		free(R);
 		return kiln_error(KILN_ENOMEM, "out of memory");
@@ -199,7 +253,8 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 	    (st = kiln_device_event_create(dev, &R->flushed)))
 		return st;
 	for (int i = 0; i < R->n; i++)
-		if ((st = kiln_device_event_create(dev, &R->msg[i].copied)))
+		if ((st = kiln_device_event_create(dev, &R->msg[i].copied)) ||
+		    (st = kiln_device_event_create(dev, &R->msg[i].sent)))
 			return st;
 	*tr = (struct kiln_stage_transport){ &rank_ops, R };
 	return KILN_OK;
@@ -208,6 +263,8 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream)
 {
 	kiln_status st = kiln_device_event_record(R->dev, R->flushed, R->send_stream);
+	/* the next step's stages start after this stream, so after every send */
+	memset(R->last, 0, sizeof R->last);
 	return st ? st : kiln_device_stream_wait(R->dev, stream, R->flushed);
 }
 
@@ -259,8 +316,12 @@ void kiln_pipe_rank_free(struct kiln_pipe_rank *R)
 	if (R->now && (R->n_now || R->n_late))
 		kiln_log(KILN_LOG_INFO, "pipeline", "this rank: %ld crossing tensors sent by the stage's stream at once, %ld by the send stream (no room in the channel, or one queued before)",
 			 R->n_now, R->n_late);
+	if (R->pairs && R->n_send)
+		kiln_log(KILN_LOG_INFO, "pipeline", "this rank: %ld of %ld crossing tensors sent paired with the recv from the same stage after them, in one sendrecv",
+			 R->n_pair, R->n_send);
 	for (int i = 0; i < R->n; i++) {
 		kiln_device_event_destroy(R->dev, R->msg[i].copied);
+		kiln_device_event_destroy(R->dev, R->msg[i].sent);
 		kiln_device_free(R->dev, R->msg[i].stage);
 	}
 	kiln_device_event_destroy(R->dev, R->flushed);

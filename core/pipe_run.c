@@ -78,7 +78,7 @@ static kiln_status local_recv(void *ctx, int from, int to, uint64_t tag, void *b
 	return kiln_device_stream_wait(rd, stream, g->copied);
 }
 
-static const struct kiln_stage_transport_ops local_ops = { local_send, local_recv };
+static const struct kiln_stage_transport_ops local_ops = { local_send, local_recv, NULL };
 
 /* ---- the pipeline ------------------------------------------------------ */
 
@@ -121,6 +121,17 @@ struct kiln_pipe {
 	int cur;                     /* the action being issued */
 	float *seed_d;               /* the loss layers' seed scale (seed_mean),
 				      * NULL: the stages scale to the mean */
+	int pair;                    /* [pipeline] sendrecv */
+	/* a transport with sendrecv: this rank's last send, held until its
+	 * stage's next hand-off (a recv from the same stage pairs with it)
+	 * or its next work (xsend, xrecv, xflush) */
+	struct {
+		int on, from, to;
+		uint64_t tag;
+		const void *buf;
+		size_t bytes;
+		void *stream;
+	} held;
 };
 
 /* Stage s's device: its own ([run] devices) or the model's. */
@@ -352,13 +363,14 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 			   void *stream, struct kiln_pipe **out)
 {
 	const struct kiln_config *cfg = m->cfg;
-	int64_t M = 1, early = 0;
+	int64_t M = 1, early = 0, pair = 0;
 	const char *sched = kiln_config_get(cfg, "pipeline", "schedule");
 	kiln_status st;
 	*out = NULL;
 	if (((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND) ||
 	    ((st = kiln_config_get_int(cfg, "pipeline", "early_forwards", &early)) &&
-	     st != KILN_ENOTFOUND))
+	     st != KILN_ENOTFOUND) ||
+	    ((st = kiln_config_get_int(cfg, "pipeline", "sendrecv", &pair)) && st != KILN_ENOTFOUND))
 		return st;
 	if (accumulate < 1 || accumulate > INT32_MAX / M)
 		return kiln_error(KILN_ECONFIG, "%s: [train] accumulate = %lld with %lld micro-batches",
@@ -383,6 +395,7 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->mb = batch / M;
 	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
 	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
+	pp->pair = pair != 0;
 	stage_ranges(pp);
 	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
 	for (int s = 0; s < pp->P; s++)
@@ -408,6 +421,51 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 static uint64_t tag_of(int mb, int e, int back)
 {
 	return (uint64_t)mb << 32 | (uint64_t)e << 1 | (uint64_t)back;
+}
+
+/* ---- the hand-offs, paired where the transport can ----------------------
+ * A stage's send is held (not yet enqueued) until its next hand-off or
+ * work: a recv from the stage it sends to goes with it as one sendrecv
+ * (1f1b's steady state on ranks: the activation to stage s + 1, then the
+ * gradient from it; on stage s + 1 the gradient back, then the next
+ * activation); anything else sends it first.  The order of each stage's
+ * messages to each other stage is unchanged.  (A micro-batch's entry,
+ * enter: a copy of its step counter into a free plan, may go between:
+ * it touches nothing the send reads, and is no pass.) */
+
+/* The held send, if any, enqueued alone: before the stage's work. */
+static kiln_status xflush(struct kiln_pipe *pp)
+{
+	if (!pp->held.on)
+		return KILN_OK;
+	pp->held.on = 0;
+	return pp->tr.ops->send(pp->tr.ctx, pp->held.from, pp->held.to, pp->held.tag, pp->held.buf,
+				pp->held.bytes, pp->held.stream);
+}
+
+static kiln_status xsend(struct kiln_pipe *pp, int from, int to, uint64_t tag, const void *buf,
+			 size_t bytes, void *stream)
+{
+	kiln_status st = xflush(pp);
+	if (st || !pp->tr.ops->sendrecv || !pp->pair)
+		return st ? st : pp->tr.ops->send(pp->tr.ctx, from, to, tag, buf, bytes, stream);
+	pp->held.on = 1;
+	pp->held.from = from, pp->held.to = to, pp->held.tag = tag;
+	pp->held.buf = buf, pp->held.bytes = bytes, pp->held.stream = stream;
+	return KILN_OK;
+}
+
+static kiln_status xrecv(struct kiln_pipe *pp, int from, int to, uint64_t tag, void *buf,
+			 size_t bytes, void *stream)
+{
+	if (pp->held.on && pp->held.to == from && pp->held.from == to &&
+	    pp->held.stream == stream) {
+		pp->held.on = 0;
+		return pp->tr.ops->sendrecv(pp->tr.ctx, to, from, pp->held.tag, pp->held.buf,
+					    pp->held.bytes, tag, buf, bytes, stream);
+	}
+	kiln_status st = xflush(pp);
+	return st ? st : pp->tr.ops->recv(pp->tr.ctx, from, to, tag, buf, bytes, stream);
 }
 
 /* ---- tied weights across ranks ------------------------------------------
@@ -498,12 +556,10 @@ static kiln_status tie_grads(struct kiln_pipe *pp, int s, int j, int after)
 		float *g = pp->tie[pp->slot[j]] + pp->m->layers[i].tie_grad;
 		const size_t bytes = (size_t)tied_param(pp, i)->numel * sizeof(float);
 		if (after && s == su &&
-		    (st = pp->tr.ops->send(pp->tr.ctx, su, so, tag_of(j, n_xfer + t, 1), g, bytes,
-					   pp->sst[su])))
+		    (st = xsend(pp, su, so, tag_of(j, n_xfer + t, 1), g, bytes, pp->sst[su])))
 			return st;
 		if (!after && s == so &&
-		    (st = pp->tr.ops->recv(pp->tr.ctx, su, so, tag_of(j, n_xfer + t, 1), g, bytes,
-					   pp->sst[so])))
+		    (st = xrecv(pp, su, so, tag_of(j, n_xfer + t, 1), g, bytes, pp->sst[so])))
 			return st;
 	}
 	return KILN_OK;
@@ -523,11 +579,12 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		if (xf->to == s &&
-		    (st = pp->tr.ops->recv(pp->tr.ctx, xf->from, s, tag_of(j, e, 0),
-					   kiln_plan_store_ptr(p, xf->recv, x), xf->bytes, ss)))
+		    (st = xrecv(pp, xf->from, s, tag_of(j, e, 0), kiln_plan_store_ptr(p, xf->recv, x),
+				xf->bytes, ss)))
 			return st;
 	}
-	if ((st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 0)))
+	if ((st = xflush(pp)) ||
+	    (st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 0)))
 		return st;
 	if ((st = kiln_plan_forward_range(p, pp->lo[s], pp->hi[s], x, y, metrics, ss)))
 		return kiln_error_wrap(st, "pipeline stage %d, micro-batch %d", s, j);
@@ -537,8 +594,8 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		if (xf->from == s &&
-		    (st = pp->tr.ops->send(pp->tr.ctx, s, xf->to, tag_of(j, e, 0),
-					   kiln_plan_store_ptr(p, xf->src, x), xf->bytes, ss)))
+		    (st = xsend(pp, s, xf->to, tag_of(j, e, 0), kiln_plan_store_ptr(p, xf->src, x),
+				xf->bytes, ss)))
 			return st;
 	}
 	return KILN_OK;
@@ -557,8 +614,7 @@ static kiln_status receive_grads(struct kiln_pipe *pp, struct kiln_plan *p, int 
 				continue;
 			void *g = kiln_plan_store_ptr(p, xf->gsrc, x);
 			void *dst = xf->gadd ? kiln_plan_store_ptr(p, xf->gtmp, x) : g;
-			if ((st = pp->tr.ops->recv(pp->tr.ctx, to, s, tag_of(j, e, 1), dst, xf->bytes,
-						   pp->sst[s])))
+			if ((st = xrecv(pp, to, s, tag_of(j, e, 1), dst, xf->bytes, pp->sst[s])))
 				return st;
 			if (xf->gadd) {
 				struct kiln_op_args a = { .in = { g, dst }, .out = { g } };
@@ -587,7 +643,7 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	    (st = kiln_device_stream_wait(sdev(pp, s), ss, pp->bdone[k * pp->P + s + 1])))
 		return st;
 	if ((st = receive_grads(pp, p, s, j, x)) || (st = tie_grads(pp, s, j, 0)) ||
-	    (st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 0)))
+	    (st = xflush(pp)) || (st = kiln_pipe_timing_mark(pp->timing, sdev(pp, s), ss, pp->cur, 0)))
 		return st;
 	float *tie = m->tie_grads_d;
 	/* the optimizer step's first micro-batch writes, the others add */
@@ -623,11 +679,11 @@ static kiln_status stage_backward(struct kiln_pipe *pp, struct kiln_plan *p, int
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		if (xf->to == s && xf->grecv >= 0 &&
-		    (st = pp->tr.ops->send(pp->tr.ctx, s, xf->from, tag_of(j, e, 1),
-					   kiln_plan_store_ptr(p, xf->grecv, x), xf->bytes, ss)))
+		    (st = xsend(pp, s, xf->from, tag_of(j, e, 1), kiln_plan_store_ptr(p, xf->grecv, x),
+				xf->bytes, ss)))
 			return st;
 	}
-	if (mean && s && (st = kiln_device_run(sdev(pp, s), pp->gmean[s], &ga, ss)))
+	if (mean && s && ((st = xflush(pp)) || (st = kiln_device_run(sdev(pp, s), pp->gmean[s], &ga, ss))))
 		return st;
 	return tie_grads(pp, s, j, 1);
 }
@@ -662,6 +718,7 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 	for (int s = 0; s < pp->P; s++)
 		if ((st = kiln_device_stream_wait(sdev(pp, s), pp->sst[s], pp->start)))
 			return st;
+	pp->held.on = 0; /* (a step that failed may have left one) */
 	if ((st = tie_weights(pp)) || (st = refresh_copy(pp)))
 		return st;
 	for (int i = 0; i < 2 * pp->P * pp->M; i++) {
@@ -687,6 +744,8 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 			pp->busy[pp->slot[j]] = 0;
 	}
 	/* the optimizer (and the metrics' read-back) after every stage */
+	if ((st = xflush(pp)))
+		return st;
 	for (int s = 0; s < pp->P; s++)
 		if ((pp->mine < 0 || s == pp->mine) &&
 		    ((st = kiln_device_event_record(sdev(pp, s), pp->done[s], pp->sst[s])) ||

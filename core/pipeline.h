@@ -102,6 +102,16 @@ struct kiln_stage_transport_ops {
 			    size_t bytes, void *stream);
 	kiln_status (*recv)(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
 			    void *stream);
+	/* Stage `me`'s send of stag to stage `peer` and its recv of rtag from
+	 * `peer` right after it, with no work of the stage between them, as
+	 * one operation on `stream` whose halves progress together (the
+	 * communicator's sendrecv, comm ops version 7): the stream passes it
+	 * once both are done.  In the per-pair order it is the send and then
+	 * the recv.  (optional: NULL means the executor calls send, then
+	 * recv; the local transport has none) */
+	kiln_status (*sendrecv)(void *ctx, int me, int peer, uint64_t stag, const void *sbuf,
+				size_t sbytes, uint64_t rtag, void *rbuf, size_t rbytes,
+				void *stream);
 };
 struct kiln_stage_transport {
 	const struct kiln_stage_transport_ops *ops;

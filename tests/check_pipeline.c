@@ -381,12 +381,11 @@ struct seed_rig {
 
 enum { SEED_B = 8, SEED_M = 4, SEED_IN = 3 };
 
-static void seed_open(struct seed_rig *r, const char *extra)
+static void seed_open_layers(struct seed_rig *r, const char *layers, const char *extra)
 {
 	char ini[512];
 	memset(r, 0, sizeof *r);
-	snprintf(ini, sizeof ini, "[layer.fc]\ntype = linear\nout = 4\n[layer.loss]\ntype = softmax_xent\n"
-		 "[pipeline]\nmicro_batches = %d\n%s", SEED_M, extra);
+	snprintf(ini, sizeof ini, "%s[pipeline]\nmicro_batches = %d\n%s", layers, SEED_M, extra);
 	r->cfg = test_config(reg, ini);
 	OK(kiln_device_open(reg, r->cfg, "cpu", 0, &r->dev));
 	int64_t in = SEED_IN;
@@ -407,6 +406,12 @@ static void seed_open(struct seed_rig *r, const char *extra)
 	OK(kiln_device_alloc(r->dev, 64, (void **)&r->metrics));
 	TEST_H2D(r, r->x, x, sizeof x);
 	TEST_H2D(r, r->y, y, sizeof y);
+}
+
+static void seed_open(struct seed_rig *r, const char *extra)
+{
+	seed_open_layers(r, "[layer.fc]\ntype = linear\nout = 4\n[layer.loss]\ntype = softmax_xent\n",
+			 extra);
 }
 
 static void seed_close(struct seed_rig *r)
@@ -484,6 +489,110 @@ START_TEST(test_loss_grad_mean)
 }
 END_TEST
 
+/* ---- the hand-offs on ranks paired (session 13) ----------------------
+ * A communicator that only writes down what the pipeline's rank transport
+ * (core/pipe_rank.c) asks of it, in order: 's' a send, 'r' a recv, 'x' a
+ * sendrecv, each to or from rank 1 - mine.  Nothing moves: the tensors
+ * received are whatever the buffers held, which is all the same here. */
+static struct pair_log {
+	struct kiln_device *dev;
+	char ops[64];
+	int n, peer_ok;
+} plog;
+
+static void pair_note(char c, void *stream, void *done)
+{
+	if (plog.n < (int)sizeof plog.ops - 1)
+		plog.ops[plog.n++] = c;
+	if (done)
+		OK(kiln_device_event_record(plog.dev, done, stream));
+}
+
+static int pair_peer; /* the rank every call must name */
+
+static kiln_status pair_send(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			     void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype;
+	plog.peer_ok &= peer == pair_peer;
+	pair_note('s', stream, done);
+	return KILN_OK;
+}
+
+static kiln_status pair_recv(void *ctx, void *buf, size_t count, int dtype, int peer,
+			     void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype;
+	plog.peer_ok &= peer == pair_peer;
+	pair_note('r', stream, done);
+	return KILN_OK;
+}
+
+static kiln_status pair_sendrecv(void *ctx, const void *sbuf, size_t scount, int dst, void *rbuf,
+				 size_t rcount, int src, int dtype, void *stream, void *done)
+{
+	(void)ctx, (void)sbuf, (void)rbuf, (void)dtype;
+	plog.peer_ok &= dst == pair_peer && src == pair_peer && scount > 0 && rcount > 0;
+	pair_note('x', stream, done);
+	return KILN_OK;
+}
+
+/* Stage `mine` of 2 on "ranks" (M = 4, 1f1b) through a communicator of
+ * comm ops `version`: the calls it made in one step. */
+static void pair_run(int version, int mine, int pair, char *out)
+{
+	struct seed_rig r;
+	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
+			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+			 "[layer.loss]\ntype = softmax_xent\n", pair ? "sendrecv = 1\n" : "");
+	struct kiln_comm_ops ops = { .version = (uint32_t)version, .send = pair_send,
+				     .recv = pair_recv,
+				     .sendrecv = version >= 7 ? pair_sendrecv : NULL };
+	static const int rank_of[2] = { 0, 1 };
+	struct kiln_pipe *pp;
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes)); /* (reads the stages) */
+	ck_assert_int_eq(yes, 1);
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	ck_assert_int_eq(kiln_pipe_stages(pp), 2);
+	OK(kiln_pipe_use_ranks(pp, &ops, NULL, mine, rank_of));
+	memset(&plog, 0, sizeof plog);
+	plog.dev = r.dev;
+	plog.peer_ok = 1;
+	pair_peer = 1 - mine;
+	OK(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics));
+	OK(kiln_device_stream_sync(r.dev, r.stream));
+	ck_assert_msg(plog.peer_ok, "a call named another rank than %d", pair_peer);
+	strcpy(out, plog.ops);
+	kiln_pipe_free(pp);
+	seed_close(&r);
+}
+
+/* 1f1b on 2 stages, 4 micro-batches, [pipeline] sendrecv = 1: stage 0
+ * sends activation 0 alone (its second forward's work follows), then
+ * pairs activation 1 with gradient 0, 2 with 1, 3 with 2, and receives
+ * gradient 3 alone; stage 1 pairs each gradient but the last with the
+ * next activation.  Without the communicator's sendrecv (comm ops version
+ * 6), with sendrecv = 0 (the default), or without the pairing, each is a
+ * send and a recv. */
+START_TEST(test_pair_handoffs)
+{
+	char got[64];
+	pair_run(7, 0, 1, got);
+	ck_assert_str_eq(got, "sxxxr");
+	pair_run(7, 1, 1, got);
+	ck_assert_str_eq(got, "rxxxs");
+	pair_run(6, 0, 1, got);
+	ck_assert_str_eq(got, "ssrsrsrr");
+	pair_run(6, 1, 1, got);
+	ck_assert_str_eq(got, "rsrsrsrs");
+	pair_run(7, 0, 0, got);
+	ck_assert_str_eq(got, "ssrsrsrr");
+	pair_run(7, 1, 0, got);
+	ck_assert_str_eq(got, "rsrsrsrs");
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -494,6 +603,7 @@ static Suite *make_pipeline_suite(void)
 					  test_gaps, test_gap_quantiles, test_smooth, test_end_passes,
 					  NULL });
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
+	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
 	return s;
 }
 

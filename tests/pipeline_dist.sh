@@ -106,10 +106,10 @@ near() { # near A B WHAT
 
 # ---- 1, 2. gloo ---------------------------------------------------------------
 run one 0 32
-run g2 2 32 dist.pipeline=2 "$two"
+run g2 2 32 dist.pipeline=2 "$two" pipeline.sendrecv=1
 grep -q "rank 1: stage 1 of 2" "$tmp/g2.log" || bad "g2: rank 1 is not stage 1"
 near one g2 "2 stages on 2 ranks (gloo)"
-run g4 4 32 dist.pipeline=4 "$four"
+run g4 4 32 dist.pipeline=4 "$four" pipeline.sendrecv=1
 grep -q "rank 3: stage 3 of 4" "$tmp/g4.log" || bad "g4: rank 3 is not stage 3"
 near one g4 "4 stages on 4 ranks (gloo)"
 # the hand-offs on kiln's shared-memory channels (the default on one node),
@@ -133,6 +133,24 @@ for r in "g2 2" "g4 4"; do
 done
 [ "$(grep -c "this rank: 0 crossing tensors sent by the stage's stream at once, [1-9][0-9]* by the send stream" "$tmp/g2t.log")" = 2 ] ||
 	{ bad "g2t: Gloo's TCP sends are not the send stream's"; grep "crossing tensors sent" "$tmp/g2t.log"; }
+# with [pipeline] sendrecv = 1 (g2, g4, m2, m4; off by default: g2t), 1f1b's
+# steady state pairs a stage's send with its recv from the same
+# stage right after it, in one sendrecv (session 13): of each step's 4
+# micro-batches' sends (6 steps), 3 a step on both of 2 stages; on 4
+# stages 1, 3, 5 and 3 a step of 4, 8, 8 and 4 (stage s: M - (P - 1 - s)
+# pairs with s + 1, as many less one with s - 1)
+paired() { # paired LOG "RANKS PAIRED SENT"...: RANKS ranks logged PAIRED of SENT
+	_l=$1
+	shift
+	for _r in "$@"; do
+		set -- $_r
+		[ "$(grep -c "this rank: $2 of $3 crossing tensors sent paired with the recv from the same stage after them, in one sendrecv" "$tmp/$_l.log")" = "$1" ] ||
+			{ bad "$_l: not $1 rank(s) pairing $2 of their $3 sends with a recv"; grep "sent paired" "$tmp/$_l.log"; }
+	done
+}
+paired g2 "2 18 24"
+paired g2t "2 0 24"
+paired g4 "1 6 24" "1 18 48" "1 30 48" "1 18 24"
 # the pipe's bubble at stage 0's rank: every stage's busy time there is
 # the one its own rank logged
 for r in "g2 2" "g4 4"; do
@@ -215,10 +233,13 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 		timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$2" \
 			-x KILN_MASTER_PORT="$(free_port 3)" -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
 			run.out_dir="$tmp/$1" train.batch=32 dist.pipeline="$2" plugin.mpi.thread_level=multiple \
-			"$3" > "$tmp/$1.log" 2>&1 || { bad "mpirun -np $2 exited $?"; tail -20 "$tmp/$1.log"; }
+			pipeline.sendrecv=1 "$3" > "$tmp/$1.log" 2>&1 || { bad "mpirun -np $2 exited $?"; tail -20 "$tmp/$1.log"; }
 		grep -q "comm mpi" "$tmp/$1.log" || bad "$1 did not run on mpi"
 		near one "$1" "$2 stages on $2 ranks (mpi)"
 	done
+	# (kiln-mpi has no send_now: every unpaired send is the send stream's)
+	paired m2 "2 18 24"
+	paired m4 "1 6 24" "1 18 48" "1 30 48" "1 18 24"
 	# two threads in MPI: thread_level = serialized (the default) is refused
 	timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT="$(free_port 4)" \
 		-x OMP_NUM_THREADS=1 "$kiln" train "$ini" run.out_dir="$tmp/mser" train.batch=32 \

@@ -15,7 +15,8 @@
 #     follows the same split in one process: the tied lm_head reads the
 #     embedding's current value, sent from stage 0's rank each step, and
 #     its gradient goes back to stage 0's rank (without both, 8.5e-4 apart
-#     after 4 steps).
+#     after 4 steps); with [pipeline] sendrecv = 1 (session 13) too, each
+#     rank pairing some of its hand-offs.
 name=pipeline_examples
 . "$(dirname "$0")/lib.sh"
 need_source seq2seq
@@ -86,7 +87,17 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 	grep -q "rank 1: stage 1 of 2" "$tmp/g4.log" || fail "g4: rank 1 is not stage 1"
 	grep -q "stage 1 (this rank) [0-9.]* (CPU [0-9.]*), its span" "$tmp/g4.log" || fail "g4: no busy time of rank 1's stage"
 	near "$(ck g2 4)" "$(ck g4 4)" 2e-5 params
-	echo "ok: gpt_char_split on 2 ranks (tied lm_head across ranks) follows one process"
+	# [pipeline] sendrecv = 1 (session 13): the activation, its gradient
+	# and the tied gradient's return paired where a recv from the same
+	# rank follows a send; the same parameters
+	KILN_MASTER_PORT=$port timeout 300 "$kiln" launch -n 2 -- "$kiln" train \
+		"$srcdir/examples/gpt_char_split.ini" "$@" run.out_dir="$tmp/g5" run.devices= \
+		run.threads=1 dist.pipeline=2 dist.timeout=60 pipeline.sendrecv=1 > "$tmp/g5.log" 2>&1 ||
+		{ tail -20 "$tmp/g5.log"; fail "gpt_char_split on 2 ranks, sendrecv = 1, exited $?"; }
+	[ "$(grep -c "this rank: [1-9][0-9]* of [0-9]* crossing tensors sent paired" "$tmp/g5.log")" = 2 ] ||
+		{ grep "sent paired" "$tmp/g5.log"; fail "g5: a rank paired no hand-off"; }
+	near "$(ck g2 4)" "$(ck g5 4)" 2e-5 params
+	echo "ok: gpt_char_split on 2 ranks (tied lm_head across ranks) follows one process, with sendrecv too"
 else
 	echo "gloo not built: the split GPT on ranks is skipped"
 fi

@@ -1,0 +1,79 @@
+#!/bin/sh
+# bench/pipeline_pair.sh [--short] [RUNS]: bench/pipeline.sh's blocks model
+# (2 x (linear 1024 + relu) a stage, batch 256, 1f1b) on 2 RANKS, `kiln
+# launch -n 2` with [dist] pipeline = 2 (gloo's shared-memory channels, 1
+# thread a rank), interleaved: this build with [pipeline] sendrecv = 1
+# (pair: a stage's send and the recv from the same stage after it in one
+# sendrecv; issue 21, session 13; docs/pipeline.md, docs/PERFORMANCE.md),
+# this build with the default 0 (off), and another build (main).
+# For M = 4, 8, 16, medians of RUNS rounds (default 3) of each side:
+#   bubble   the pipe's bubble at stage 0's rank (every rank's busy time:
+#            the log's "pipeline busy ms/step, the pipe's ranks" line)
+#   theory   (P-1)/(M+P-1); rel: (bubble - theory) / theory
+#   sps      samples/s (rank 0's last train_samples_per_s)
+#   paired   a rank's crossing tensors sent paired / all (pair's last run)
+# Usage (from the top of the build tree):
+#   B=/work/main sh bench/pipeline_pair.sh 3
+# pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
+# $B (default /work/main).  --short: one round of 4 steps.
+# PAIR_ARGS: more KEY=VALUE for every run (e.g. plugin.gloo.shm_p2p=0).
+set -eu
+STEPS=12
+if [ "${1:-}" = "--short" ]; then
+	shift
+	STEPS=4
+	RUNS=${1:-1}
+else
+	RUNS=${1:-3}
+fi
+A=$(pwd)
+B=${B:-/work/main}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
+. "$(dirname "$0")/../tests/config_lib.sh"
+{
+	ini run seed=1 threads=1 out_dir="$tmp/run"
+	ini_synthetic 8192 32 16 image_channels=1 workers=1
+	ini_layers flat:flatten ln:layernorm b1:linear:out=1024 r1:relu b2:linear:out=1024 r2:relu \
+		b3:linear:out=1024 r3:relu b4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
+	ini train epochs=1 max_steps="$STEPS" batch=256 lr=0.01 log_every=1000 eval=0 \
+		checkpoint_last=0 overwrite=1
+	ini dist timeout=120
+} > "$tmp/p.ini"
+# run SIDE(pair|off|main) OUT M: one run of 2 ranks, its output in OUT
+run() {
+	_d=$A _x=pipeline.sendrecv=1
+	[ "$1" = pair ] || _x=pipeline.sendrecv=0
+	[ "$1" = main ] && _d=$B _x=
+	# shellcheck disable=SC2086 # _x, PAIR_ARGS: words
+	KILN_PLUGIN_PATH="$_d/plugins/.libs" KILN_MASTER_PORT=$((30000 + ($$ + $3) % 20000)) \
+		timeout 600 "$_d/kiln" launch -n 2 -- "$_d/kiln" train "$tmp/p.ini" \
+		dist.pipeline=2 "model.stages=flat,r2|b3,loss" pipeline.micro_batches="$3" $_x ${PAIR_ARGS:-} > "$2" 2>&1 ||
+		{ echo "$1 M=$3 failed:" >&2; tail -5 "$2" >&2; }
+}
+bubble() { sed -n "s/.*the pipe's ranks:.*; bubble \([0-9.-]*\) (schedule.*/\1/p" "$1" | tail -1; }
+sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1" | tail -1; }
+paired() { sed -n "s/.*this rank: \([0-9]*\) of \([0-9]*\) crossing tensors sent paired.*/\1\/\2/p" "$1" | tail -1; }
+median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'; }
+echo "load average: $(cat /proc/loadavg)"
+echo "blocks model, batch 256, 2 stages on 2 ranks (gloo, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps"
+printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b_off rel b_main rel \
+	s_pair s_off s_main paired
+for M in 4 8 16; do
+	for s in pair off main; do : > "$tmp/b$s"; : > "$tmp/s$s"; done
+	for r in $(seq "$RUNS"); do
+		for s in pair off main; do
+			run $s "$tmp/$s.log" "$M"
+			bubble "$tmp/$s.log" >> "$tmp/b$s"
+			sps "$tmp/$s.log" >> "$tmp/s$s"
+		done
+	done
+	awk -v M="$M" -v a="$(median < "$tmp/bpair")" -v b="$(median < "$tmp/boff")" \
+		-v c="$(median < "$tmp/bmain")" -v sa="$(median < "$tmp/spair")" \
+		-v sb="$(median < "$tmp/soff")" -v sc="$(median < "$tmp/smain")" -v p="$(paired "$tmp/pair.log")" '
+		BEGIN { t = 1 / (M + 1)
+		printf "%4d %6.3f %6.3f %4.0f%% %6.3f %4.0f%% %6.3f %4.0f%% %6.0f %6.0f %6.0f %7s\n", M, t,
+			a, 100 * (a - t) / t, b, 100 * (b - t) / t, c, 100 * (c - t) / t, sa, sb, sc,
+			p == "" ? "-" : p }'
+done
