@@ -217,7 +217,8 @@ static kiln_status time_infer(struct kiln_config *cfg, const struct kiln_registr
 			      int R, double *median, double *cpu_median)
 {
 	struct kiln_infer_opts o = *base;
-	o.batch = rows;
+	if (!o.batch)
+		o.batch = rows;
 	struct kiln_infer *m;
 	kiln_status st = kiln_infer_open(cfg, reg, NULL, &o, &m);
 	if (st)
@@ -323,6 +324,8 @@ static int cmd_logits(int argc, char **argv)
 			io.quantized = argv[++i];
 		else if (!strcmp(argv[i], "--infer"))
 			infer = 1;
+		else if (!strcmp(argv[i], "--plan-batch") && i + 1 < argc)
+			io.batch = strtoll(argv[++i], NULL, 10);
 		else
 			st = kiln_config_override(cfg, argv[i]);
 	}
