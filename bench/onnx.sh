@@ -11,8 +11,10 @@
 #     graph (batchnorm into conv/linear, dropout removed, bias + ReLU in the
 #     oneDNN epilogue, a residual add and its ReLU in the conv's; each
 #     convolution on the fastest of oneDNN's kernels, timed at prepare:
-#     [plugin.cpu] conv_impl = auto), the inference plan of BATCH rows;
-#     timed by tests/onnx_tool logits --time (host input to host logits).
+#     [plugin.cpu] conv_impl = auto), the inference plan of BATCH rows
+#     run in blocks of rows that stay in the cache ([run] infer_block =
+#     auto: the ResNet in blocks of 8 rows a thread; run.infer_block=0 is
+#     the path before session 13); timed by tests/onnx_tool logits --time (host input to host logits).
 #   ONNX Runtime: session.run on the same host batch, tests/onnx_ort.py
 #     --time.
 # Each run times ITERS calls after two warm-ups and prints its median; kiln

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>   /* sysconf */
 
 #define INFER_BATCH 64
 
@@ -28,6 +29,7 @@ struct kiln_infer {
 	const struct kiln_registry *reg;
 	struct kiln_trained t;           /* device, model, stream, sample */
 	int64_t batch;
+	int64_t run;                     /* rows of one plan run: batch, or its cache block */
 	int prepared;
 	int no_fold;                     /* kiln_infer_opts.no_fold */
 	int no_residual;                 /* kiln_infer_opts.no_residual */
@@ -175,6 +177,46 @@ static kiln_status infer_fold(struct kiln_infer *m)
 	return KILN_OK;
 }
 
+/* [run] infer_block: the rows of one run (m->run) for the batch plan p
+ * of m->batch rows, and p replaced by a plan of that many rows when it is
+ * fewer (kiln_infer_block_rows; on a device that computes in host memory
+ * only). */
+static kiln_status infer_block(struct kiln_infer *m, struct kiln_plan **p)
+{
+	struct kiln_plan_opts o = { .logits = 1 };
+	const char *v = "auto";
+	int64_t rows = m->batch, threads = 0;
+	char *end;
+	kiln_status st = kiln_config_get_str(m->cfg, "run", "infer_block", &v);
+	if (st && st != KILN_ENOTFOUND)
+		return st;
+	if (!strcmp(v, "auto")) {
+		long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+		if (kiln_config_get_int(m->cfg, "run", "threads", &threads) || threads <= 0)
+			threads = sysconf(_SC_NPROCESSORS_ONLN);
+		if (kiln_device_traits(m->t.dev)->caps & KILN_DEVICE_HOST_MEMORY)
+			rows = kiln_infer_block_rows(m->batch, kiln_plan_arena_bytes(*p) / (size_t)m->batch,
+						     m->t.m->n_elems * sizeof(float),
+						     2 * (size_t)(l2 > 0 ? l2 : 1 << 20) * (size_t)(threads > 0 ? threads : 1));
+	} else {
+		const long long n = strtoll(v, &end, 10);
+		if (end == v || *end || n < 0)
+			return kiln_error(KILN_ECONFIG, "%s: [run] infer_block = '%s': `auto`, 0 or a row count",
+					  kiln_config_where(m->cfg, "run", "infer_block"), v);
+		rows = n && n < m->batch ? n : m->batch;
+	}
+	m->run = rows;
+	if (rows == m->batch)
+		return KILN_OK;
+	kiln_log(KILN_LOG_INFO, "infer", "batch of %lld rows in blocks of %lld ([run] infer_block = %s: %zu activation bytes a row)",
+		 (long long)m->batch, (long long)rows, v, kiln_plan_arena_bytes(*p) / (size_t)m->batch);
+	kiln_plan_free(*p);
+	*p = NULL;
+	return kiln_model_plan_ex(m->t.m, rows, &o, p);
+}
+
+int64_t kiln_infer_run_rows(const struct kiln_infer *m) { return m->run; }
+
 kiln_status kiln_infer_prepare(struct kiln_infer *m)
 {
 	struct kiln_plan_opts o = { .logits = 1 };
@@ -189,8 +231,9 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m)
 	    (st = kiln_model_precision_open(m->t.m, m->reg, m->t.stream)))
 		return st;
 	if ((st = kiln_model_plan_ex(m->t.m, m->batch, &o, &m->p)) ||
+	    (st = infer_block(m, &m->p)) ||
 	    (st = kiln_plan_logits(m->p, &ptr, &m->out)) ||
-	    (st = kiln_device_alloc(m->t.dev, m->in_bytes * (size_t)m->batch, &m->x_d)))
+	    (st = kiln_device_alloc(m->t.dev, m->in_bytes * (size_t)m->run, &m->x_d)))
 		return st;
 	m->lo_dtype = m->out.dtype;
 	if (m->lo_dtype != KILN_F32 && m->lo_dtype != KILN_BF16 && m->lo_dtype != KILN_F16)
@@ -203,7 +246,7 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m)
 	m->out.ndim--;
 	m->out_elems = (size_t)kiln_tensor_numel(&m->out);
 	if (m->lo_dtype != KILN_F32 &&
-	    !(m->lo_h = malloc(sizeof(uint16_t) * m->out_elems * (size_t)m->batch)))
+	    !(m->lo_h = malloc(sizeof(uint16_t) * m->out_elems * (size_t)m->run)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	m->prepared = 1;
 	return KILN_OK;
@@ -240,7 +283,7 @@ static kiln_status rows_plan(struct kiln_infer *m, int64_t rows, struct kiln_pla
 {
 	struct kiln_plan_opts o = { .logits = 1 };
 	kiln_status st;
-	if (rows == m->batch) {
+	if (rows == m->run) {
 		*p = m->p;
 		return KILN_OK;
 	}
@@ -320,8 +363,8 @@ kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *ou
 	if (!m || n < 0 || (n && (!x || !out)))
 		return kiln_error(KILN_EINVAL, "kiln_infer: %s", !m ? "no model" : n < 0 ? "a negative count" : "a NULL buffer");
 	pthread_mutex_lock(&m->lock);
-	for (int64_t off = 0; off < n && !st; off += m->batch)
-		st = infer_rows(m, x, off, n - off < m->batch ? n - off : m->batch, out);
+	for (int64_t off = 0; off < n && !st; off += m->run)
+		st = infer_rows(m, x, off, n - off < m->run ? n - off : m->run, out);
 	pthread_mutex_unlock(&m->lock);
 	return st;
 }

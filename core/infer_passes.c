@@ -362,3 +362,13 @@ out:
 	free(db);
 	return st;
 }
+
+int64_t kiln_infer_block_rows(int64_t batch, size_t act_row, size_t weight_bytes, size_t budget)
+{
+	int64_t r = 1;
+	if (batch <= 1 || !act_row || act_row * (size_t)batch <= budget)
+		return batch;
+	while (r * 2 < batch && act_row * (size_t)(r * 2) <= budget)
+		r *= 2;
+	return weight_bytes > act_row * (size_t)r ? batch : r;
+}

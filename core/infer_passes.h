@@ -58,4 +58,19 @@ kiln_status kiln_model_regions_copy(const struct kiln_model *m, float *params, f
 struct kiln_infer;
 struct kiln_model *kiln_infer_model(const struct kiln_infer *m, void **stream);
 
+/* core/infer.c: the rows of one run of the handle's plan (its cache
+ * block, kiln_infer_block_rows, else kiln_infer_opts.batch). */
+int64_t kiln_infer_run_rows(const struct kiln_infer *m);
+
+/* Batch blocking for cache ([run] infer_block = auto): the rows of one
+ * run of an inference plan on a device that computes in host memory, for
+ * a batch of `batch` rows whose plan holds act_row bytes of activations
+ * a row (its arena over its rows) and whose weights are weight_bytes.
+ * When batch rows of activations exceed `budget` (the CPU: twice the L2 of a
+ * core times the threads) and the weights are small (at most what one block
+ * of activations is, so reading them again each block costs less than
+ * the activations' trips out of the cache), the largest power of two of
+ * rows whose activations fit in budget (at least 1); else batch. */
+int64_t kiln_infer_block_rows(int64_t batch, size_t act_row, size_t weight_bytes, size_t budget);
+
 #endif

@@ -16,6 +16,7 @@
 #include "check_main.h"
 #include "test_util.h"
 #include "infer_passes.h"
+#include <kiln/infer.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,6 +327,84 @@ START_TEST(shared_conv_keeps_bn)
 }
 END_TEST
 
+/* Batch blocking for cache (kiln_infer_block_rows, [run] infer_block):
+ * the rule on the example models' figures, then through the inference
+ * API. */
+START_TEST(block_rows_rule)
+{
+	const size_t mib = 1 << 20;
+	/* the ResNet example: 150528 activation bytes a row, 0.3 MB of
+	 * weights; 1 thread (2 MiB), 2 threads (4 MiB) */
+	ck_assert_int_eq(kiln_infer_block_rows(1000, 150528, 300000, 2 * mib), 8);
+	ck_assert_int_eq(kiln_infer_block_rows(1000, 150528, 300000, 4 * mib), 16);
+	/* the CNN: 13 MB of weights, more than a block's activations */
+	ck_assert_int_eq(kiln_infer_block_rows(1000, 125000, 13000000, 2 * mib), 1000);
+	/* the MLP: 2 MB of weights against 256 rows x 6 KB */
+	ck_assert_int_eq(kiln_infer_block_rows(1000, 6272, 2200000, 2 * mib), 1000);
+	/* a batch that fits already; a row larger than the budget */
+	ck_assert_int_eq(kiln_infer_block_rows(8, 150528, 300000, 2 * mib), 8);
+	ck_assert_int_eq(kiln_infer_block_rows(64, 3 * mib, 1000, 2 * mib), 1);
+	/* never the whole batch as a "block": 20 rows fit in 32 */
+	ck_assert_int_eq(kiln_infer_block_rows(20, 1000, 0, 10000), 8);
+}
+END_TEST
+
+/* The ResNet block above through kiln_model_load with [run] infer_block
+ * = v: the rows of a run, and its logits of n rows into out. */
+static int64_t block_logits(const char *v, int64_t batch, int64_t n, float **x, float *out)
+{
+	char ini[8192], *err = NULL;
+	struct kiln_infer *m;
+	struct kiln_infer_opts o = { .batch = batch, .config_is_text = 1 };
+	snprintf(ini, sizeof ini, "[run]\ndevice = cpu\nseed = 3\nthreads = 1\ninfer_block = %s\n"
+		 "[data]\nsource = synthetic\n[model]\nlayout = nhwc\n", v);
+	strncat(ini, resnet, sizeof ini - strlen(ini) - 1);
+	ck_assert_msg(kiln_model_load(ini, NULL, &o, &m, &err) == 0, "%s", err);
+	const size_t in = kiln_infer_input_bytes(m) / sizeof(float);
+	ck_assert_int_eq(kiln_infer_output_elems(m), 10);
+	if (!*x) {
+		*x = malloc(sizeof(float) * in * (size_t)n);
+		for (size_t i = 0; i < in * (size_t)n; i++)
+			(*x)[i] = noise((uint32_t)i, 5);
+	}
+	ck_assert_msg(kiln_infer(m, *x, n, out) == 0, "%s", kiln_last_error());
+	const int64_t rows = kiln_infer_run_rows(m);
+	kiln_infer_free(m);
+	return rows;
+}
+
+START_TEST(block_rows_infer)
+{
+	enum { N = 300 };
+	float *x = NULL, *ref = malloc(sizeof(float) * N * 10), *got = malloc(sizeof(float) * N * 10);
+	ck_assert_int_eq(block_logits("0", N, N, &x, ref), N);
+	/* blocks of 7 rows (42 of them, then a run of 6) */
+	ck_assert_int_eq(block_logits("7", N, N, &x, got), 7);
+	for (int i = 0; i < N * 10; i++)
+		ck_assert_msg(fabsf(got[i] - ref[i]) <= 2e-5f * (1 + fabsf(ref[i])),
+			      "logit %d: %g in blocks of 7, %g whole", i, got[i], ref[i]);
+	/* auto on 1 thread: 300 rows of this model's activations exceed
+	 * twice any core's L2, its weights are small: a power of two */
+	const int64_t r = block_logits("auto", N, N, &x, got);
+	ck_assert_msg(r < N && (r & (r - 1)) == 0, "auto: blocks of %lld rows", (long long)r);
+	for (int i = 0; i < N * 10; i++)
+		ck_assert_msg(fabsf(got[i] - ref[i]) <= 2e-5f * (1 + fabsf(ref[i])),
+			      "logit %d: %g in blocks of %lld, %g whole", i, got[i], (long long)r, ref[i]);
+	/* more rows than the batch: whole runs */
+	ck_assert_int_eq(block_logits("500", N, 4, &x, got), N);
+	char *err = NULL;
+	struct kiln_infer *m = NULL;
+	ck_assert(kiln_model_load("[run]\ninfer_block = some\n[data]\nsource = synthetic\n"
+				  "[layer.fc]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n",
+				  NULL, &(struct kiln_infer_opts){ .config_is_text = 1 }, &m, &err) != 0);
+	ck_assert_msg(err && strstr(err, "infer_block"), "%s", err ? err : "(no message)");
+	free(err);
+	free(x);
+	free(ref);
+	free(got);
+}
+END_TEST
+
 static Suite *make_infer_passes_suite(void)
 {
 	Suite *s = suite_create("infer_passes");
@@ -339,6 +418,11 @@ static Suite *make_infer_passes_suite(void)
 	TCase *keep = tcase_create("keep");
 	tcase_add_test(keep, shared_conv_keeps_bn);
 	suite_add_tcase(s, keep);
+	TCase *block = tcase_create("block");
+	tcase_set_timeout(block, 60);
+	tcase_add_test(block, block_rows_rule);
+	tcase_add_test(block, block_rows_infer);
+	suite_add_tcase(s, block);
 	return s;
 }
 

@@ -8,7 +8,7 @@
  *       --safetensors` of the same model), every initializer named like a
  *       weight must hold its exact bytes and every weight must be there:
  *       exit 1 otherwise.
- *   onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--no-residual] [--quantized Q] [--infer] [section.key=value ...]
+ *   onnx_tool logits CONFIG ROWS OUT [--time R] [--no-fold] [--no-residual] [--quantized Q] [--infer] [--plan-batch B] [section.key=value ...]
  *       kiln's evaluation of CONFIG's model (the weights `kiln export`
  *       takes; [model] init_from as an override) on the first ROWS samples
  *       of the test split ([data.eval]): OUT.x.f32 / OUT.x.i32 (the input)
@@ -23,7 +23,8 @@
  *       timing) of the INT8 model Q, through kiln_infer as `kiln eval
  *       --quantized` runs it.  --infer: the logits of kiln_infer's fp32
  *       plan (folded, the residuals in the convs: what `kiln predict`
- *       runs) instead of the evaluation's.
+ *       runs) instead of the evaluation's.  --plan-batch B: the timed
+ *       calls' kiln_infer_opts.batch (default ROWS).
  */
 #include "core/graph.h"
 #include "core/data.h"
@@ -217,7 +218,8 @@ static kiln_status time_infer(struct kiln_config *cfg, const struct kiln_registr
 			      int R, double *median, double *cpu_median)
 {
 	struct kiln_infer_opts o = *base;
-	o.batch = rows;
+	if (!o.batch)
+		o.batch = rows;
 	struct kiln_infer *m;
 	kiln_status st = kiln_infer_open(cfg, reg, NULL, &o, &m);
 	if (st)
@@ -323,6 +325,8 @@ static int cmd_logits(int argc, char **argv)
 			io.quantized = argv[++i];
 		else if (!strcmp(argv[i], "--infer"))
 			infer = 1;
+		else if (!strcmp(argv[i], "--plan-batch") && i + 1 < argc)
+			io.batch = strtoll(argv[++i], NULL, 10);
 		else
 			st = kiln_config_override(cfg, argv[i]);
 	}
