@@ -7,7 +7,7 @@
 # names the file, a retime and a rewrite, never a failed run; `none`
 # writes nothing, the default goes to $XDG_CACHE_HOME/kiln/cpu_tune.bin;
 # another team size does not take the choices timed for this one; two runs
-# writing at once leave a whole file.
+# writing at once leave a whole file; no op shape is timed twice.
 name=cpu_tune_cache
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -27,6 +27,10 @@ run "plugin.cpu.tune_cache=$c"
 log_has "tune cache $c: none yet; timing"
 t1=$(timed_lines)
 [ "$t1" -gt 0 ] || fail "the first run timed no kernel"
+# one timing per key (tune.c, tune_key): the writing and the accumulating
+# backward GEMMs and weight gradients of one shape share it
+dups=$(cat "$out" "$err" | grep -E 'bf16 kernel [0-9.]+ ms, f32 kernel' | sed 's/: bf16 kernel.*//' | sort | uniq -d)
+[ -z "$dups" ] || fail "timed twice: $dups"
 n1=$(cat "$out" "$err" | sed -n "s/.*tune cache .*: \([0-9]*\) choices timed, \([0-9]*\) written.*/\2/p")
 [ "$n1" = "$t1" ] || fail "written $n1 choices, timed $t1"
 [ -s "$c" ] || fail "$c not written"
