@@ -38,9 +38,18 @@ kiln_status kiln_comm_sendrecv(const struct kiln_comm_ops *ops, void *comm, int 
 			       const void *send_buf, size_t send_count, int dst, void *recv_buf,
 			       size_t recv_count, int src, int dtype, void *stream, void *done)
 {
+	/* the arguments, checked here once for every communicator: a plugin's
+	 * sendrecv checks only what it alone knows, that the peers are below
+	 * its world size (docs/plugins.md, "sendrecv") */
 	if (!send_count && !recv_count)
 		return kiln_error(KILN_EINVAL, "rank %d: a sendrecv with nothing to send or receive",
 				  rank);
+	if ((send_count && (dst < 0 || dst == rank)) || (recv_count && (src < 0 || src == rank)))
+		return kiln_error(KILN_EINVAL, "rank %d: sendrecv to rank %d, from rank %d: no such peer (%s)",
+				  rank, dst, src,
+				  (send_count && dst == rank) || (recv_count && src == rank)
+					  ? "a rank cannot send to or receive from itself"
+					  : "ranks are 0 or more");
 	if (ops->version >= 7 && ops->sendrecv)
 		return ops->sendrecv(comm, send_buf, send_count, dst, recv_buf, recv_count, src,
 				     dtype, stream, done);

@@ -159,4 +159,12 @@ enum kiln_phase {
 /* ---- CRC32C (core/crc32c.c), also host->crc32c ---- */
 uint32_t kiln_crc32c(uint32_t crc, const void *buf, size_t n);
 
+/* ---- for the built-in layers' plan() (core/plan.c) ---- */
+struct kiln_layer;
+/* While the core prepares layer l of a plan: bit k set when no backward
+ * of that plan is given input k's gradient (r->dx[k] always NULL), so l
+ * need not prepare the ops that compute it; 0 for any other call.  Not
+ * in the plugin ABI: plugin layers prepare every op, as before. */
+int kiln_layer_dx_unused(const struct kiln_layer *l);
+
 #endif /* KILN_INTERNAL_H */

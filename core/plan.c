@@ -55,19 +55,52 @@ kiln_status kiln_model_plan(struct kiln_model *m, int64_t batch, int training,
 	return kiln_model_plan_ex(m, batch, &o, out);
 }
 
+/* The layer plan_layers is preparing, and which of its inputs no
+ * backward of the plan asks the gradient of (kiln_layer_dx_unused). */
+static _Thread_local const struct kiln_layer *planning;
+static _Thread_local int planning_dx_unused;
+
+int kiln_layer_dx_unused(const struct kiln_layer *l)
+{
+	return l && l == planning ? planning_dx_unused : 0;
+}
+
+/* Bit k set: layer i's backward is never given input k's gradient
+ * (r->dx[k] NULL), as plan_memory.c's plan_gradients decides it: no
+ * gradient in an evaluation plan, for the data without input_grad, for a
+ * layer's output that wants none (wants_grad) or a loss's; a view has no
+ * backward of its own. */
+static int dx_unused(const struct kiln_plan *p, const int *wants_grad, int i)
+{
+	const struct model_layer *L = &p->m->layers[i];
+	int bits = 0;
+	for (int k = 0; k < L->n_in; k++) {
+		const int src = L->in[k];
+		const int on = p->training && !p->nodes[i].l.is_view &&
+			       (src < 0 ? p->input_grad : wants_grad[src] && !p->nodes[src].l.is_loss);
+		bits |= !on << k;
+	}
+	return bits;
+}
+
 /* Prepare every layer's device ops (sets saved_bytes); one shared
- * workspace. */
-static kiln_status plan_layers(struct kiln_plan *p)
+ * workspace.  A built-in layer skips the ops of input gradients no
+ * backward asks for (kiln_layer_dx_unused). */
+static kiln_status plan_layers(struct kiln_plan *p, const int *wants_grad)
 {
 	struct kiln_model *m = p->m;
 	struct plan_node *N = p->nodes;
-	kiln_status st;
-	for (int i = 0; i < m->n_layers; i++) {
+	kiln_status st = KILN_OK;
+	for (int i = 0; i < m->n_layers && !st; i++) {
 		size_t ws = 0;
 		N[i].l.saved_bytes = 0;
 		if (N[i].ops->plan) {
 			N[i].planned = 1;
-			if ((st = N[i].ops->plan(kiln_host_table(), &N[i].l, kiln_plan_dev(p, i), &ws))) {
+			planning = &N[i].l;
+			planning_dx_unused = dx_unused(p, wants_grad, i);
+			st = N[i].ops->plan(kiln_host_table(), &N[i].l, kiln_plan_dev(p, i), &ws);
+			planning = NULL;
+			if (st) {
 				char d[96];
 				return kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
 						       m->layers[i].type->name,
@@ -77,7 +110,7 @@ static kiln_status plan_layers(struct kiln_plan *p)
 		if (ws > p->ws_bytes)
 			p->ws_bytes = ws;
 	}
-	return KILN_OK;
+	return st;
 }
 
 /* NHWC with several input channels: the data arrives as NCHW and is
@@ -193,11 +226,9 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			goto fail;
 		}
 
-	if ((st = plan_layers(p)) || (st = plan_input(p)))
-		goto fail;
-
 	/* which outputs need a gradient: those upstream of trainable params,
-	 * and everything when the data's gradient is asked for */
+	 * and everything when the data's gradient is asked for (before the
+	 * layers are prepared: what no backward needs is not prepared) */
 	for (int i = 0; i < n; i++) {
 		int w = (m->layers[i].trainable && m->layers[i].n_params > 0) || p->input_grad;
 		for (int k = 0; k < m->layers[i].n_in; k++)
@@ -205,6 +236,8 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 				w = 1;
 		wants_grad[i] = w;
 	}
+	if ((st = plan_layers(p, wants_grad)) || (st = plan_input(p)))
+		goto fail;
 
 	/* gradient checkpointing: `auto` tries every segment count and keeps
 	 * the smallest arena (the fewest segments among equals) */

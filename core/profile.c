@@ -62,7 +62,8 @@ struct kiln_profile {
 	int n_streams;
 	int64_t dropped;           /* spans lost to a failed allocation */
 	int n_stages;              /* pipeline stage tracks used (kiln_profile_stage) */
-	char notes[8][256];        /* kiln_profile_note's lines, after the table */
+	char *notes[8];            /* kiln_profile_note's lines (copies, whole),
+				    * after the table */
 	int n_notes;
 };
 
@@ -150,6 +151,8 @@ void kiln_profile_free(struct kiln_profile *p)
 		free(p->rows[i].label);
 	for (size_t i = 0; i < p->n_names; i++)
 		free(p->names[i]);
+	for (int i = 0; i < p->n_notes; i++)
+		free(p->notes[i]);
 	free(p->rows);
 	free(p->names);
 	free(p->ev);
@@ -367,8 +370,10 @@ void kiln_profile_stage(struct kiln_profile *p, int stage, const char *what, int
 void kiln_profile_note(struct kiln_profile *p, const char *line)
 {
 	pthread_mutex_lock(&p->lock);
-	if (p->n_notes < (int)(sizeof p->notes / sizeof p->notes[0]))
-		snprintf(p->notes[p->n_notes++], sizeof p->notes[0], "%s", line);
+	/* a copy of the whole line (the pipeline's gaps line outgrew a
+	 * fixed 256), or none when out of memory (it was logged) */
+	if (p->n_notes < (int)KILN_ARRAY_LEN(p->notes) && (p->notes[p->n_notes] = kiln_strdup(line)))
+		p->n_notes++;
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -493,8 +498,11 @@ static void write_table(struct kiln_profile *p, FILE *f)
 	out_line(f, "%s", line);
 	if (p->dropped)
 		out_line(f, "(%lld span(s) lost: out of memory)", (long long)p->dropped);
-	for (int i = 0; i < p->n_notes; i++)
-		out_line(f, "%s", p->notes[i]);
+	for (int i = 0; i < p->n_notes; i++) { /* whole: out_line cuts at 511 */
+		kiln_log(KILN_LOG_INFO, "profile", "%s", p->notes[i]);
+		if (f)
+			fprintf(f, "%s\n", p->notes[i]);
+	}
 	free(rows);
 }
 

@@ -101,7 +101,7 @@ void kiln_profile_layer(struct kiln_profile *p, const char *layer, int pass, int
 void kiln_profile_stage(struct kiln_profile *p, int stage, const char *what, int pass,
 			int64_t t0, int64_t t1);
 /* A line printed after the table (the pipeline's busy times and bubble);
- * up to 8, each cut at 255 characters. */
+ * up to 8, each copied whole. */
 void kiln_profile_note(struct kiln_profile *p, const char *line);
 
 /* The table (logged, and out_dir/profile.txt) and out_dir/trace.json;

@@ -42,7 +42,9 @@
  * the channel's ring: a send before the recv on both would wait for
  * ever), on the channels and on TCP, and three ranks shift 3 MiB around
  * a ring; one-sided halves keep the pair's order with plain send and
- * recv; bad ranks and an empty call are refused; the core's emulation
+ * recv; bad ranks and an empty call are refused (by the core's
+ * kiln_comm_sendrecv, test_sendrecv_args, and past the world by gloo);
+ * the core's emulation (a ring refused: test_sendrecv_args)
  * for a communicator without it (kiln_comm_sendrecv on a version-6
  * table) exchanges in rank order and refuses dst != src (sendrecv_main).
  */
@@ -1110,7 +1112,8 @@ enum { QN = 300 };
  * SR_N floats by a sendrecv with no recv; rank 1 receives the first by a
  * sendrecv with no send, the second by recv), bad calls refused, and
  * the core's emulation on a copy of the table as a version-6 plugin
- * has it (no sendrecv): the same 3 MiB exchange, and a ring refused. */
+ * has it (no sendrecv): the same 3 MiB exchange (a ring refused:
+ * test_sendrecv_args). */
 enum { SR_N = (3 << 18) + 1001, SR_TIMEOUT_MS = 8000 };
 
 static float sr_val(int from, int m, size_t i)
@@ -1156,13 +1159,21 @@ static int sr_halves(struct rank_ctx *r, struct rank_env *e, float *a, float *b,
 		}
 	if (R == 1 && sr_check(r, "one-sided sendrecv then recv", b, SR_N, 0, 2))
 		return -1;
-	st = e->ops->sendrecv(e->comm, a, 1, R, b, 1, peer, KILN_F32, e->s, NULL);
-	if (st != KILN_EINVAL || !strstr(kiln_last_error(), "no such peer")) {
+	/* bad calls: the core's checks (kiln_comm_sendrecv), then the
+	 * plugin's (a rank past its world) */
+	st = kiln_comm_sendrecv(e->ops, e->comm, R, a, 1, R, b, 1, peer, KILN_F32, e->s, NULL);
+	if (st != KILN_EINVAL || !strstr(kiln_last_error(), "cannot send to or receive from itself")) {
 		snprintf(r->err, sizeof r->err, "rank %d: sendrecv to itself: %d '%s'", R, (int)st,
 			 kiln_last_error());
 		return -1;
 	}
-	st = e->ops->sendrecv(e->comm, a, 0, peer, b, 0, peer, KILN_F32, e->s, NULL);
+	st = kiln_comm_sendrecv(e->ops, e->comm, R, a, 1, peer, b, 1, 2, KILN_F32, e->s, NULL);
+	if (st != KILN_EINVAL || !strstr(kiln_last_error(), "from rank 2: no such peer")) {
+		snprintf(r->err, sizeof r->err, "rank %d: sendrecv from rank 2 of 2: %d '%s'", R, (int)st,
+			 kiln_last_error());
+		return -1;
+	}
+	st = kiln_comm_sendrecv(e->ops, e->comm, R, a, 0, peer, b, 0, peer, KILN_F32, e->s, NULL);
 	if (st != KILN_EINVAL || !strstr(kiln_last_error(), "nothing to send or receive")) {
 		snprintf(r->err, sizeof r->err, "rank %d: empty sendrecv: %d '%s'", R, (int)st,
 			 kiln_last_error());
@@ -1185,16 +1196,8 @@ static int sr_emulated(struct rank_ctx *r, struct rank_env *e, float *a, float *
 	TRY(kiln_comm_sendrecv(&old, e->comm, R, a, SR_N, peer, b, SR_N, peer, KILN_F32, e->s,
 			       e->done));
 	TRY(kiln_device_event_sync(e->dev, e->done));
-	if (sr_check(r, "the core's ordered send and recv", b, SR_N, peer, 3))
-		return -1;
-	kiln_status st = kiln_comm_sendrecv(&old, e->comm, R, a, 1, peer, b, 1, R, KILN_F32, e->s,
-					    NULL);
-	if (st != KILN_ENOTSUP || !strstr(kiln_last_error(), "comm ops version 7")) {
-		snprintf(r->err, sizeof r->err, "rank %d: emulated ring: %d '%s'", R, (int)st,
-			 kiln_last_error());
-		return -1;
-	}
-	return 0;
+	/* a ring (dst != src, both other ranks) needs 3: test_sendrecv_args */
+	return sr_check(r, "the core's ordered send and recv", b, SR_N, peer, 3);
 out:
 	return -1;
 }
@@ -1245,6 +1248,82 @@ START_TEST(test_gloo_sendrecv)
 		ck_assert_msg(!*rc[i].err, "%s", rc[i].err);
 		ck_assert_int_eq(status[i], 0);
 	}
+}
+END_TEST
+
+/* kiln_comm_sendrecv checks the arguments once for every communicator:
+ * an empty call, a peer that is this rank or below 0 are refused with a
+ * message and never reach the plugin's sendrecv (a table that counts its
+ * calls); a one-sided call skips the unused half's rank; good calls pass. */
+static int fake_calls;
+
+static kiln_status fake_sendrecv(void *ctx, const void *send_buf, size_t send_count, int dst,
+				 void *recv_buf, size_t recv_count, int src, int dtype,
+				 void *stream, void *done)
+{
+	(void)ctx, (void)send_buf, (void)send_count, (void)dst, (void)recv_buf;
+	(void)recv_count, (void)src, (void)dtype, (void)stream, (void)done;
+	fake_calls++;
+	return KILN_OK;
+}
+
+static kiln_status fake_send(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			     void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)stream, (void)done;
+	fake_calls++;
+	return KILN_OK;
+}
+
+static kiln_status fake_recv(void *ctx, void *buf, size_t count, int dtype, int peer,
+			     void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)stream, (void)done;
+	fake_calls++;
+	return KILN_OK;
+}
+
+START_TEST(test_sendrecv_args)
+{
+	struct kiln_comm_ops ops;
+	memset(&ops, 0, sizeof ops);
+	ops.version = 7;
+	ops.sendrecv = fake_sendrecv;
+	float a[1] = { 0 }, b[1] = { 0 };
+	static const struct {
+		size_t sc; int dst; size_t rc; int src; const char *msg;
+	} bad[] = {
+		{ 0, 1, 0, 1, "rank 1: a sendrecv with nothing to send or receive" },
+		{ 1, 1, 1, 0, "rank 1: sendrecv to rank 1, from rank 0: no such peer (a rank cannot send to or receive from itself)" },
+		{ 1, 0, 1, 1, "rank 1: sendrecv to rank 0, from rank 1: no such peer (a rank cannot send to or receive from itself)" },
+		{ 1, -1, 0, 0, "rank 1: sendrecv to rank -1, from rank 0: no such peer (ranks are 0 or more)" },
+		{ 0, 0, 1, -3, "rank 1: sendrecv to rank 0, from rank -3: no such peer (ranks are 0 or more)" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		fake_calls = 0;
+		kiln_status st = kiln_comm_sendrecv(&ops, NULL, 1, a, bad[i].sc, bad[i].dst, b, bad[i].rc,
+						    bad[i].src, KILN_F32, NULL, NULL);
+		ck_assert_msg(st == KILN_EINVAL && !strcmp(kiln_last_error(), bad[i].msg),
+			      "case %zu: %d '%s', want '%s'", i, (int)st, kiln_last_error(), bad[i].msg);
+		ck_assert_msg(fake_calls == 0, "case %zu reached the plugin", i);
+	}
+	/* one-sided: the skipped half's rank is not looked at */
+	fake_calls = 0;
+	ck_assert_int_eq(kiln_comm_sendrecv(&ops, NULL, 1, a, 1, 0, NULL, 0, 1, KILN_F32, NULL, NULL), KILN_OK);
+	ck_assert_int_eq(kiln_comm_sendrecv(&ops, NULL, 1, NULL, 0, -1, b, 1, 2, KILN_F32, NULL, NULL), KILN_OK);
+	ck_assert_int_eq(kiln_comm_sendrecv(&ops, NULL, 1, a, 1, 2, b, 1, 0, KILN_F32, NULL, NULL), KILN_OK);
+	ck_assert_int_eq(fake_calls, 3);
+	/* a communicator without sendrecv (version 6): the emulation refuses
+	 * a ring, dst != src, with no call made */
+	ops.version = 6;
+	ops.sendrecv = NULL;
+	ops.send = fake_send;
+	ops.recv = fake_recv;
+	fake_calls = 0;
+	kiln_status st = kiln_comm_sendrecv(&ops, NULL, 1, a, 1, 2, b, 1, 0, KILN_F32, NULL, NULL);
+	ck_assert_msg(st == KILN_ENOTSUP && strstr(kiln_last_error(), "comm ops version 7"), "%d '%s'",
+		      (int)st, kiln_last_error());
+	ck_assert_int_eq(fake_calls, 0);
 }
 END_TEST
 
@@ -1325,6 +1404,9 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_sendrecv, 0, 3);
 	tcase_add_test(tc, test_stream_queue_no_alloc);
 	suite_add_tcase(s, tc);
+	TCase *ta = tcase_create("args"); /* CK_RUN_CASE=args: no ranks */
+	tcase_add_test(ta, test_sendrecv_args);
+	suite_add_tcase(s, ta);
 	TCase *tw = tcase_create("wait"); /* CK_RUN_CASE=wait */
 	tcase_set_timeout(tw, 60);
 	tcase_add_test(tw, test_gloo_wait_shares_cpu);

@@ -10,6 +10,8 @@
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
 
+#include "../plugins/common/cache_file.h"
+
 #include <check.h>
 #include "check_main.h"
 #include "source_fixture.h"
@@ -779,6 +781,82 @@ START_TEST(test_fashion_mnist)
 }
 END_TEST
 
+/* common_write_atomic (plugins/common/cache_file.h, which the unzipped
+ * IDX cache, the plugin probe and the tune caches save through) from two
+ * threads of one process at once, as two devices saving one cache: every
+ * save succeeds, the file is always one save whole, and no temporary file
+ * is left.  With the temporary named by the pid alone both threads wrote
+ * one file, and one's rename found it gone. */
+enum { SAVE_BYTES = 256 << 10, SAVES = 150 };
+struct saver {
+	const char *path;
+	unsigned char fill;
+	int failed, err;
+};
+
+static void *saver_main(void *arg)
+{
+	struct saver *sv = arg;
+	unsigned char *buf = malloc(SAVE_BYTES);
+	if (!buf) {
+		sv->failed = SAVES;
+		return NULL;
+	}
+	memset(buf, sv->fill, SAVE_BYTES);
+	const void *part[2] = { buf, buf + SAVE_BYTES / 2 };
+	const size_t len[2] = { SAVE_BYTES / 2, SAVE_BYTES - SAVE_BYTES / 2 };
+	for (int i = 0; i < SAVES; i++)
+		if (common_write_atomic(sv->path, part, len, 2))
+			sv->failed++, sv->err = errno;
+	free(buf);
+	return NULL;
+}
+
+START_TEST(test_cache_write_threads)
+{
+	char dir[] = "/tmp/kiln-cachew-XXXXXX", path[4200];
+	ck_assert(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof path, "%s/sub/cache.bin", dir);
+	struct saver sv[2] = { { path, 0xa1, 0, 0 }, { path, 0x5c, 0, 0 } };
+	pthread_t th[2];
+	for (int t = 0; t < 2; t++)
+		ck_assert_int_eq(pthread_create(&th[t], NULL, saver_main, &sv[t]), 0);
+	for (int t = 0; t < 2; t++)
+		pthread_join(th[t], NULL);
+	for (int t = 0; t < 2; t++)
+		ck_assert_msg(sv[t].failed == 0, "thread %d: %d of %d saves failed (last: %s)", t,
+			      sv[t].failed, SAVES, strerror(sv[t].err));
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "%s", path);
+	unsigned char *got = malloc(SAVE_BYTES + 1);
+	ck_assert(got != NULL);
+	size_t n = fread(got, 1, SAVE_BYTES + 1, f);
+	fclose(f);
+	ck_assert_uint_eq(n, SAVE_BYTES);
+	ck_assert(got[0] == 0xa1 || got[0] == 0x5c);
+	for (size_t i = 1; i < n; i++)
+		ck_assert_msg(got[i] == got[0], "byte %zu is %#x, byte 0 %#x: two saves mixed", i,
+			      got[i], got[0]);
+	free(got);
+	snprintf(path, sizeof path, "%s/sub", dir);
+	DIR *d = opendir(path);
+	ck_assert(d != NULL);
+	int entries = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			entries++;
+			ck_assert_msg(!strcmp(e->d_name, "cache.bin"), "left behind: %s", e->d_name);
+		}
+	closedir(d);
+	ck_assert_int_eq(entries, 1);
+	snprintf(path, sizeof path, "%s/sub/cache.bin", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/sub", dir);
+	rmdir(path);
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *make_idx_suite(void)
 {
 	Suite *s = suite_create("idx");
@@ -795,7 +873,7 @@ static Suite *make_idx_suite(void)
 	check_add_case(s, "fuzz", 120, setup, teardown, (const TTest *[]){ test_fuzz, NULL });
 
 	check_add_case(s, "unzip_cache", 60, setup, teardown, (const TTest *[]){
-		test_unzip_cache, NULL });
+		test_unzip_cache, test_cache_write_threads, NULL });
 
 	check_add_case(s, "fashion_mnist", 120, setup, teardown, (const TTest *[]){
 		test_fashion_mnist, NULL });

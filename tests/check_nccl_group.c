@@ -11,7 +11,8 @@
  *   - a failing ncclSend still closes the group and fails with KILN_EIO
  *     naming the call; ncclInProgress from ncclGroupEnd (a non-blocking
  *     communicator) is polled through ncclCommGetAsyncError to success;
- *   - bad peers, an empty call and an unknown dtype make no NCCL call;
+ *   - bad peers, an empty call and an unknown dtype make no NCCL call
+ *     (through kiln_comm_sendrecv, which checks what the core can);
  *   - send and recv stay one group each (comm ops version 4).
  * A sendrecv made of two groups (a send's, then a recv's) fails the first
  * case: that is the deadlock of issue 21 item 2 on GPUs. */
@@ -23,6 +24,10 @@
 #include <stdarg.h>
 
 const struct kiln_host *kiln_host_table(void);
+/* core/comm_p2p.c (core/dist.h, exported as every kiln_ symbol) */
+kiln_status kiln_comm_sendrecv(const struct kiln_comm_ops *ops, void *comm, int rank,
+			       const void *send_buf, size_t send_count, int dst, void *recv_buf,
+			       size_t recv_count, int src, int dtype, void *stream, void *done);
 
 /* ---- the recording NCCL and CUDA -------------------------------------- */
 
@@ -265,9 +270,13 @@ START_TEST(test_sendrecv_refused)
 		{ 0, 0, 0, 2, KILN_F32, KILN_EINVAL, "nothing to send or receive" },
 		{ 1, 1, 0, 2, 999, KILN_ENOTSUP, "sendrecv of dtype 999" },
 	};
+	/* through the core's kiln_comm_sendrecv, the plugin's only caller: it
+	 * refuses the empty call and the peers below 0 or this rank, kiln-nccl
+	 * a peer past its world and the dtype */
 	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-		kiln_status st = nccl_sendrecv(&C, sbuf, bad[k].sc, bad[k].dst, rbuf, bad[k].rc,
-					       bad[k].src, bad[k].dtype, &kiln_stream, NULL);
+		kiln_status st = kiln_comm_sendrecv(&nccl_ops, &C, C.rank, sbuf, bad[k].sc, bad[k].dst,
+						    rbuf, bad[k].rc, bad[k].src, bad[k].dtype,
+						    &kiln_stream, NULL);
 		ck_assert_msg(st == bad[k].st && strstr(kiln_last_error(), bad[k].msg),
 			      "case %zu: %d '%s'", k, (int)st, kiln_last_error());
 	}

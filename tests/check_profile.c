@@ -307,11 +307,67 @@ START_TEST(test_profile_inline_nhwc)
 }
 END_TEST
 
+/* core/profile.h (exported as every kiln_ symbol) */
+struct kiln_profile;
+kiln_status kiln_profile_open(const struct kiln_config *cfg, struct kiln_profile **out);
+void kiln_profile_free(struct kiln_profile *p);
+void kiln_profile_step(struct kiln_profile *p, int begin);
+void kiln_profile_note(struct kiln_profile *p, const char *line);
+kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir);
+
+/* A note (the pipeline's lines after the table) is written whole: a
+ * "pipeline gaps" line of 16 stages is about 600 characters, which the
+ * 256 of each note's slot cut before. */
+START_TEST(test_profile_long_note)
+{
+	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200], note[1024], got[4096];
+	struct kiln_config *cfg;
+	struct kiln_profile *p = NULL;
+	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(kiln_config_load_string("[run]\nprofile = 1\n", "note.ini", &cfg) == KILN_OK);
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_profile_open(cfg, &p) == KILN_OK && p, "%s", kiln_last_error());
+	for (int i = 0; i < 2; i++) { /* a warm-up step, then one counted */
+		kiln_profile_step(p, 1);
+		kiln_profile_step(p, 0);
+	}
+	int k = snprintf(note, sizeof note, "pipeline gaps ms/step:");
+	for (int st = 0; st < 16; st++)
+		k += snprintf(note + k, sizeof note - (size_t)k,
+			      " stage %d waits 1.%03d fwd 2.%03d bwd,", st, st, st);
+	snprintf(note + k, sizeof note - (size_t)k, " end");
+	ck_assert_int_gt((int)strlen(note), 500);
+	kiln_profile_note(p, "a short note");
+	kiln_profile_note(p, note);
+	ck_assert_msg(kiln_profile_report(p, dir) == KILN_OK, "%s", kiln_last_error());
+	kiln_profile_free(p);
+	kiln_config_free(cfg);
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	int whole = 0, shortn = 0;
+	while (fgets(got, sizeof got, f)) {
+		got[strcspn(got, "\n")] = 0;
+		whole += !strcmp(got, note);
+		shortn += !strcmp(got, "a short note");
+	}
+	fclose(f);
+	ck_assert_msg(whole == 1 && shortn == 1,
+		      "%s: the %zu-character note written %d times whole, the short one %d",
+		      path, strlen(note), whole, shortn);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/trace.json", dir);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *make_profile_suite(void)
 {
 	Suite *s = suite_create("profile");
 	check_add_case(s, "cnn", 300, NULL, NULL, (const TTest *[]){
 		test_profile_cnn, test_profile_inline_nhwc, NULL });
+	check_add_case(s, "notes", 60, NULL, NULL, (const TTest *[]){ test_profile_long_note, NULL });
 	return s;
 }
 

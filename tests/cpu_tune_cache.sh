@@ -7,7 +7,8 @@
 # names the file, a retime and a rewrite, never a failed run; `none`
 # writes nothing, the default goes to $XDG_CACHE_HOME/kiln/cpu_tune.bin;
 # another team size does not take the choices timed for this one; two runs
-# writing at once leave a whole file.
+# writing at once leave a whole file; no op shape is timed twice, and
+# no layer prepares the data gradient no backward asks for.
 name=cpu_tune_cache
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -27,12 +28,29 @@ run "plugin.cpu.tune_cache=$c"
 log_has "tune cache $c: none yet; timing"
 t1=$(timed_lines)
 [ "$t1" -gt 0 ] || fail "the first run timed no kernel"
+# one timing per key (tune.c, tune_key): the writing and the accumulating
+# backward GEMMs and weight gradients of one shape share it
+dups=$(cat "$out" "$err" | grep -E 'bf16 kernel [0-9.]+ ms, f32 kernel' | sed 's/: bf16 kernel.*//' | sort | uniq -d)
+[ -z "$dups" ] || fail "timed twice: $dups"
+# no backward asks for the data's gradient, so conv1 prepares (and times)
+# no CONV_BWD_DATA (core/plan.c, kiln_layer_dx_unused): 5 convolution ops
+# (conv1 forward and weights, conv2 all three) and 6 GEMMs
+! cat "$out" "$err" | grep -qF 'CONV_BWD_DATA bf16[16, 32, 28, 28]' || fail "conv1's data gradient was prepared"
+[ "$t1" -eq 11 ] || fail "the first run timed $t1 choices, want 11"
 n1=$(cat "$out" "$err" | sed -n "s/.*tune cache .*: \([0-9]*\) choices timed, \([0-9]*\) written.*/\2/p")
 [ "$n1" = "$t1" ] || fail "written $n1 choices, timed $t1"
 [ -s "$c" ] || fail "$c not written"
 loss1=$(field train_loss "$out")
 cp "$c" "$tmp/good.bin"
 echo "ok: first run timed and wrote $n1 choices (train_loss $loss1)"
+
+# 1b: nor does the MLP's first linear layer prepare its data gradient's
+# GEMMs (-> [16, 784]): 8 timings (3 forward, 3 weight, 2 data gradients)
+# shellcheck disable=SC2086
+kiln 0 train "$srcdir/examples/fashion_mnist_mlp.ini" $short plugin.cpu.tune_cache=none
+[ "$(timed_lines)" -eq 8 ] || fail "the MLP timed $(timed_lines) choices, want 8"
+log_lacks "-> bf16[16, 784]"
+echo "ok: the MLP's first layer prepares no data gradient"
 
 # 2: the second reads them all and times nothing
 run "plugin.cpu.tune_cache=$c"

@@ -242,6 +242,34 @@ static kiln_status plan_residual(const struct kiln_host *h, struct kiln_layer *l
 	return st;
 }
 
+/* The data gradient (not when no backward asks for it: the first layer's
+ * input, kiln_layer_dx_unused).  dx is always written; a second
+ * consumer's share is added from scratch (oneDNN's backward-data cannot
+ * accumulate). */
+static kiln_status plan_bwd_data(const struct kiln_host *h, struct kiln_layer *l,
+				 struct kiln_device *dev, struct kiln_tensor_desc wc, size_t *ws)
+{
+	struct conv *s = l->priv;
+	struct kiln_op op;
+	kiln_status st;
+	size_t w = *ws;
+	op_init(&op, KILN_OP_CONV_BWD_DATA, 2, 1);
+	op.in[0] = s->y, op.in[1] = wc, op.out[0] = s->x;
+	geometry(&op, s);
+	if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
+		return st;
+	if (s->kept_dy) { /* the data gradient reads the weight gradient's dy */
+		s->bwd_data_plain = s->bwd_data;
+		op.flags = KILN_OPF_KEEP;
+		op.n_in = 3, op.in[2] = kept_desc(s->kept_dy);
+		if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)))
+			return st;
+	}
+	s->dx_bytes = kiln_tensor_bytes(&s->x);
+	*ws = w;
+	return KILN_OK;
+}
+
 static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 			     struct kiln_device *dev, size_t *ws)
 {
@@ -273,21 +301,8 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front, &w)))
 		return st;
 	l->saved_bytes = s->kept_x;
-	/* dx is always written; a second consumer's share is added from
-	 * scratch (oneDNN's backward-data cannot accumulate) */
-	op_init(&op, KILN_OP_CONV_BWD_DATA, 2, 1);
-	op.in[0] = s->y, op.in[1] = wc, op.out[0] = s->x;
-	geometry(&op, s);
-	if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
+	if (!(kiln_layer_dx_unused(l) & 1) && (st = plan_bwd_data(h, l, dev, wc, &w)))
 		return st;
-	if (s->kept_dy) { /* the data gradient reads the weight gradient's dy */
-		s->bwd_data_plain = s->bwd_data;
-		op.flags = KILN_OPF_KEEP;
-		op.n_in = 3, op.in[2] = kept_desc(s->kept_dy);
-		if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)))
-			return st;
-	}
-	s->dx_bytes = kiln_tensor_bytes(&s->x);
 	if (l->trainable && !s->bwd_w[0]) {
 		op_init(&op, KILN_OP_CONV_BWD_WEIGHTS, 2, s->bias ? 2 : 1);
 		op.in[0] = s->x, op.in[1] = s->y, op.out[0] = s->w, op.out[1] = b;
@@ -377,6 +392,9 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 	/* written on the first micro-step (no zeroing pass), then added */
 	if (r->dw[0] && (st = conv_bwd_w(h, s, r, kept_dy, own)))
 		return st;
+	if (r->dx[0] && !s->bwd_data)
+		return h->error(KILN_EINTERNAL, "layer '%s': a data gradient asked of a plan without one",
+				l->name);
 	if (r->dx[0]) {
 		struct kiln_op_args a = { .in = { r->dy, w_compute(r, 0), kept_dy } };
 		void *plan = r->dw[0] || !s->kept_dy ? s->bwd_data : s->bwd_data_plain;

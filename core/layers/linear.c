@@ -128,12 +128,14 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	    (st = prep_act_bwd_db(h, l, dev, &l->out, l->trainable && s->bias ? N : 0, &s->mask,
 				  &s->mask_db, &s->front, ws)))
 		return st;
-	/* dx[B,K] (+)= dy[B,N] . W[N,K] */
+	/* dx[B,K] (+)= dy[B,N] . W[N,K], unless no backward asks for it (the
+	 * first layer's input: kiln_layer_dx_unused) */
+	const int dx = !(kiln_layer_dx_unused(l) & 1);
 	gemm_op(&op, 2, 0, 0, B, K, N, dt, dt);
-	if ((st = prep_pair(h, l, dev, &op, s->dx, ws)))
+	if (dx && (st = prep_pair(h, l, dev, &op, s->dx, ws)))
 		return st;
-	if (s->reorder &&
-	    (st = prep_nchw_reorders(h, l, dev, &l->in[0], &s->to_nchw, s->from_nchw, ws)))
+	if (s->reorder && (st = prep_nchw_reorders(h, l, dev, &l->in[0], &s->to_nchw,
+						   dx ? s->from_nchw : NULL, ws)))
 		return st;
 	if (l->trainable) {
 		/* dW[N,K] = dy[B,N]^T . x[B,K], f32 from compute-dtype operands */
@@ -233,6 +235,9 @@ static kiln_status linear_backward(const struct kiln_host *h, struct kiln_layer 
 				return st;
 		}
 	}
+	if (r->dx[0] && !s->dx[0])
+		return h->error(KILN_EINTERNAL, "layer '%s': a data gradient asked of a plan without one",
+				l->name);
 	if (r->dx[0]) {
 		/* channels-last: dx in C, H, W order into the workspace, then
 		 * reordered (written or added) into the input's layout */

@@ -629,7 +629,10 @@ struct kiln_comm_ops {
 	 * overlap or be touched until the stream passes the call; the
 	 * communicator keeps no pointer after.  Called from the thread that
 	 * drives the communicator, as send and recv.  Errors as send and
-	 * recv: a bad rank KILN_EINVAL; a peer gone or silent past the
+	 * recv: a bad rank KILN_EINVAL (the core's kiln_comm_sendrecv, the
+	 * only caller, refuses an empty call and a rank below 0 or this
+	 * rank before calling; the plugin checks that ranks are below its
+	 * world size); a peer gone or silent past the
 	 * timeout fails the call or the stream (KILN_EIO, KILN_ETIMEOUT)
 	 * naming it.  (optional: NULL means the core issues a send and a recv
 	 * in rank order, which is deadlock-free only for dst == src: core/

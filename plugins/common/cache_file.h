@@ -16,7 +16,8 @@
 #include <stdlib.h>   /* getenv */
 #include <string.h>
 #include <sys/stat.h> /* mkdir */
-#include <unistd.h>   /* write, close, unlink, getpid */
+#include <sys/syscall.h> /* SYS_gettid */
+#include <unistd.h>   /* write, close, unlink, getpid, syscall */
 
 /* $XDG_CACHE_HOME/kiln/<name>, else $HOME/.cache/kiln/<name>, into buf (n
  * bytes).  -1 when neither variable is set or the path does not fit. */
@@ -61,23 +62,44 @@ static inline int common_make_parents(const char *path)
 	return common_mkdirs(path, 0755, 0);
 }
 
-/* Write the n parts (part[i] of len[i] bytes) one after the other to
- * path.tmp.<pid> and rename it over path, making the parent directories
- * first: a reader sees the old file or the whole new one.  Not synced: a
- * cache file's reader verifies it.  -1 with errno on failure (nothing is
- * left behind). */
+/* Open a temporary file beside path, path.tmp.<pid>.<thread>.<k>, new
+ * (O_EXCL) and unique to this call: two devices of one process, each on
+ * its own thread, saving the same cache at once no longer write one file
+ * (the pid alone named it).  k counts this thread's tries, past a name a
+ * crashed process left.  The fd, or -1 with errno. */
+static inline int common_open_tmp(const char *path, char *tmp, size_t n)
+{
+	const long tid = (long)syscall(SYS_gettid);
+	for (int k = 0; k < 100; k++) {
+		int len = snprintf(tmp, n, "%s.tmp.%ld.%ld.%d", path, (long)getpid(), tid, k);
+		if (len < 0 || (size_t)len >= n) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd >= 0 || errno != EEXIST)
+			return fd;
+	}
+	return -1; /* errno EEXIST */
+}
+
+/* Write the n parts (part[i] of len[i] bytes) one after the other to a
+ * temporary file of this call's own (common_open_tmp) and rename it over
+ * path, making the parent directories first: a reader sees the old file
+ * or one whole new one, also while other threads and processes save it.
+ * Not synced: a cache file's reader verifies it.  -1 with errno on
+ * failure (nothing is left behind). */
 static inline int common_write_atomic(const char *path, const void *const *part,
 				      const size_t *len, int n)
 {
 	char tmp[4200];
-	int len_tmp = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-	if (len_tmp < 0 || (size_t)len_tmp >= sizeof tmp) {
+	if (strlen(path) + 64 >= sizeof tmp) {
 		errno = ENAMETOOLONG;
 		return -1;
 	}
 	if (common_make_parents(path))
 		return -1;
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int fd = common_open_tmp(path, tmp, sizeof tmp);
 	if (fd < 0)
 		return -1;
 	for (int i = 0; i < n; i++)

@@ -19,8 +19,9 @@
  * warm-up run each, then 5 to 31 interleaved timed runs, the median of
  * each one's process CPU time) and keeps the faster.  This happens once
  * per op in prepare, never in a step; the choice is remembered per op
- * descriptor for the context, so the training and evaluation plans of one
- * shape agree, and is logged.
+ * key (tune_key: what the timing depends on, so an accumulating op takes
+ * the choice of its writing twin) for the context, so the training and
+ * evaluation plans of one shape agree, and is logged.
  *
  * Both candidates compute with the same bf16 input values and f32
  * accumulation, so either is within the op's documented bound
@@ -228,12 +229,48 @@ out:
 	free(buf);
 }
 
+/* One operand of tune_key: dtype, layout, rank and the dims it has. */
+static void desc_key(const struct kiln_tensor_desc *d, struct kiln_tensor_desc *k)
+{
+	k->dtype = d->dtype;
+	k->layout = d->layout;
+	k->ndim = d->ndim;
+	for (int j = 0; j < d->ndim && j < KILN_MAX_DIMS; j++)
+		k->dims[j] = d->dims[j];
+}
+
+/* What a timing depends on, as the key of the choice table (and of the
+ * tune cache's records): the op's type, its operands' dtypes, layouts and
+ * shapes (the unused slots and reserved fields zeroed), its geometry and
+ * parameters (i[], f[]: strides, padding, transposes, the fused
+ * activation) and its flags but KILN_OPF_ACCUMULATE.  Accumulating adds
+ * the same pass over out0 to either candidate, so it does not change
+ * which is faster: the writing and the accumulating backward GEMMs and
+ * weight gradients of one shape (a layer's first micro-batch and the
+ * others') share one timing instead of two. */
+static void tune_key(const struct kiln_op *op, struct kiln_op *key)
+{
+	memset(key, 0, sizeof *key);
+	key->type = op->type;
+	key->flags = op->flags & ~KILN_OPF_ACCUMULATE;
+	key->n_in = op->n_in;
+	key->n_out = op->n_out;
+	for (int k = 0; k < op->n_in && k < KILN_OP_MAX_IN; k++)
+		desc_key(&op->in[k], &key->in[k]);
+	for (int k = 0; k < op->n_out && k < KILN_OP_MAX_OUT; k++)
+		desc_key(&op->out[k], &key->out[k]);
+	memcpy(key->i, op->i, sizeof key->i);
+	memcpy(key->f, op->f, sizeof key->f);
+}
+
 static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
 {
+	struct kiln_op key;
+	tune_key(op, &key);
 	int f32 = -1;
 	pthread_mutex_lock(c->lock);
 	for (const struct cpu_choice *h = c->choices; h && f32 < 0; h = h->next)
-		if (!memcmp(&h->op, op, sizeof *op))
+		if (!memcmp(&h->op, &key, sizeof key))
 			f32 = h->kern_f32;
 	pthread_mutex_unlock(c->lock);
 	return f32;
@@ -244,7 +281,7 @@ static void keep_choice(struct cpu_ctx *c, const struct kiln_op *op, int f32)
 	struct cpu_choice *h = calloc(1, sizeof *h);
 	if (!h) /* only a cache: the next prepare of this shape times again */
 		return;
-	h->op = *op;
+	tune_key(op, &h->op);
 	h->kern_f32 = f32;
 	pthread_mutex_lock(c->lock);
 	h->next = c->choices;
@@ -270,6 +307,14 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 	int best = find_choice(c, &op);
 	if (best >= 0) {
 		p->conv_impl = best;
+		const kiln_status st = cpu_conv_prepare(c, p);
+		if (st != KILN_ENOTSUP || !best)
+			return st;
+		/* chosen for an op of the same key this one cannot take: the
+		 * first implementation */
+		cpu_plan_release(p);
+		memset(p, 0, sizeof *p);
+		p->op = op;
 		return cpu_conv_prepare(c, p);
 	}
 	kiln_status st = cpu_conv_prepare(c, p);
@@ -336,8 +381,17 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	if (setting != CPU_KERN_AUTO)
 		return prepare_kernel(c, p, family, setting == CPU_KERN_F32);
 	int f32 = find_choice(c, &op);
-	if (f32 >= 0)
-		return prepare_kernel(c, p, family, f32);
+	if (f32 >= 0) {
+		if ((st = prepare_kernel(c, p, family, f32)) == KILN_OK || !f32)
+			return st;
+		/* the f32 kernel, chosen for an op of the same key (tune_key:
+		 * the writing one of an accumulating op), cannot take this one:
+		 * the bf16 kernel, as when timing its f32 candidate fails */
+		cpu_plan_release(p);
+		memset(p, 0, sizeof *p);
+		p->op = op;
+		return prepare_kernel(c, p, family, 0);
+	}
 
 	/* time both: p holds the bf16 candidate, q the f32 one */
 	if ((st = prepare_kernel(c, p, family, 0)))

@@ -368,9 +368,15 @@ int cuda_atc_save(const struct cuda_atc *a, const char *path, cuda_crc_fn crc, c
 		snprintf(why, n, "cannot encode the cache (out of memory or a field too long)");
 		return -1;
 	}
-	snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+	/* a temporary of this call's own (two GPUs of one process may save
+	 * at once) */
 	int ok = common_make_parents(path) == 0;
-	FILE *f = ok ? fopen(tmp, "wb") : NULL;
+	const int fd = ok ? common_open_tmp(path, tmp, sizeof tmp) : -1;
+	FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+	if (fd >= 0 && !f) {
+		close(fd);
+		unlink(tmp);
+	}
 	ok = f && fwrite(buf, 1, len, f) == len;
 	if (f) {
 		if (fflush(f) || fsync(fileno(f)))

@@ -110,8 +110,9 @@ int cuda_atc_decode(struct cuda_atc *a, const uint8_t *buf, size_t len, cuda_crc
 		    char *why, size_t n);
 
 /* The file: load (a missing file is 0 with nothing loaded) and save
- * (written beside as path.tmp.<pid>, then renamed, so a reader never sees
- * half a file; the directories are created).  Same returns as decode;
+ * (written beside as a temporary of the call's own, common_open_tmp,
+ * then renamed, so a reader never sees half a file; the directories are
+ * created).  Same returns as decode;
  * save: 0 or -1 with why. */
 int cuda_atc_load(struct cuda_atc *a, const char *path, cuda_crc_fn crc, char *why, size_t n);
 int cuda_atc_save(const struct cuda_atc *a, const char *path, cuda_crc_fn crc, char *why,
