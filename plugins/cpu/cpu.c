@@ -3,7 +3,8 @@
  *
  * Device memory is host memory, so copies are memcpy and there is no
  * pinning.  Kernels are oneDNN (GEMM, gemm.c; convolution, conv.c;
- * pooling, pool.c) and plain C with OpenMP (ops.c, bn.c, act.c, layout.c).  With [plugin.cpu] async = 1 every stream gets a worker thread
+ * pooling, pool.c) and plain C with OpenMP (ops.c, bn.c, act.c, layout.c).  With [plugin.cpu] async = 1 (or auto's
+ * rule, cpu_async_rule) every stream gets a worker thread
  * (stream.c), so a missing event or a hidden host sync shows up here as a
  * wrong result or a hang instead of only on a GPU.
  */
@@ -588,11 +589,15 @@ static const struct kiln_key cpu_keys[] = {
 	{ "async", KILN_KEY_BOOL, "auto", 0, 0, "auto",
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
 	  "and hidden host syncs show up without a GPU, and a data-parallel run's "
-	  "allreduce overlaps the backward.  `auto`: on when the run has several ranks "
-	  "(DDP overlap out of the box) and on the stage devices of `[run] devices` "
-	  "(the pipeline's stages overlap; docs/pipeline.md), off for one process "
-	  "(nothing to overlap; docs/PERFORMANCE.md, \"Defaults that help\" and "
-	  "\"Session 12: DDP against PyTorch 2.x\")." },
+	  "allreduce overlaps the backward.  `auto`: off for one process (nothing to "
+	  "overlap); on the stage devices of `[run] devices` (the pipeline's stages "
+	  "overlap; docs/pipeline.md); on a rank of a run with several ranks, once "
+	  "`kiln train` has planned the step, on where the gradients are at least 4 MiB "
+	  "and a rank's forward at least 256 MFLOP a step, or where the machine is busy "
+	  "(1-minute load average above 1.25x its CPUs), off otherwise: a short step's "
+	  "hand-offs to the workers cost more than the allreduce they hide (bench/'s "
+	  "MLP, -10% quietly; docs/distributed.md item 6, docs/PERFORMANCE.md "
+	  "\"Session 13: async auto rule\").  The choice is logged at info level." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
 	  "CPU (another process busy on the same cores), probing back when the machine is "
