@@ -113,7 +113,9 @@ static kiln_status cpu_async_choice(const struct kiln_host *host, const struct k
 #define CPU_AUTO_FWD_FLOPS 256e6
 #define CPU_AUTO_BUSY 1.25
 
-int cpu_async_rule(const struct kiln_workload *w, double load, int cpus, char *why, size_t n)
+/* 1 async, 0 sync; why (n bytes) says from what */
+static int cpu_async_rule(const struct kiln_workload *w, double load, int cpus, char *why,
+			  size_t n)
 {
 	if (load > CPU_AUTO_BUSY * cpus) {
 		snprintf(why, n, "load average %.2f on %d CPUs: busy", load, cpus);

@@ -399,9 +399,6 @@ kiln_status cpu_stream_create(void *ctx, void **stream);
 void cpu_stream_destroy(void *ctx, void *stream);
 kiln_status cpu_event_create(void *ctx, void **event);
 void cpu_event_destroy(void *ctx, void *event);
-/* [plugin.cpu] async = auto's choice for a data-parallel rank: 1 async,
- * 0 sync; why (n bytes) says from what (cpu.c). */
-int cpu_async_rule(const struct kiln_workload *w, double load, int cpus, char *why, size_t n);
 /* Give every stream of c a worker thread (on = 1) or drain and stop them
  * (0), and run c that way from now on; the caller issues nothing
  * meanwhile (KILN_PROC_WORKLOAD's moment; stream.c). */
