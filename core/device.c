@@ -570,6 +570,15 @@ void *kiln_device_proc(struct kiln_device *dev, const char *name)
 	return HAS(dev, get_proc_address) ? dev->ops->get_proc_address(dev->ctx, name) : NULL;
 }
 
+kiln_status kiln_device_workload(struct kiln_device *dev, const struct kiln_workload *w)
+{
+	typedef kiln_status (*workload_t)(void *, const struct kiln_workload *);
+	workload_t f = dev->plugin->abi_minor >= 14
+			       ? (workload_t)kiln_device_proc(dev, KILN_PROC_WORKLOAD)
+			       : NULL;
+	return f ? f(dev->ctx, w) : KILN_OK;
+}
+
 size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)
 {
 	return plan && HAS(dev, aux_bytes) ? dev->ops->aux_bytes(dev->ctx, plan) : 0;

@@ -471,6 +471,9 @@ kiln_status kiln_plan_summary(struct kiln_plan *p, struct kiln_summary *out);
 /* ... and that summary as [summary] log lines at KILN_LOG_INFO (nothing
  * when the log level is lower). */
 kiln_status kiln_plan_summary_log(struct kiln_plan *p);
+/* A summary made by kiln_plan_summary, logged as kiln_plan_summary_log
+ * logs one. */
+kiln_status kiln_summary_log(const struct kiln_summary *s);
 
 /* core/weights.c.  A model with its weights, as `kiln export` and
  * `kiln generate` load it: [run] device opened, the model built for the

@@ -141,6 +141,9 @@ kiln_status kiln_op_check(const struct kiln_op *op, const char *who);
  * op's FLOPs (kiln_op_flops), forgetting earlier notes; 0: stop noting
  * (the notes stay). */
 void kiln_device_flops_record(struct kiln_device *dev, int on);
+/* KILN_PROC_WORKLOAD (ABI 2.14) of dev, where it has one: what one training
+ * step holds, for the defaults its config left to `auto`. */
+kiln_status kiln_device_workload(struct kiln_device *dev, const struct kiln_workload *w);
 /* acc not NULL: runs and copies on dev do nothing but add a noted plan's
  * FLOPs to *acc (a plan not noted adds 0); NULL: back to running, the
  * notes forgotten.  One thread, nothing else running on dev. */

@@ -267,21 +267,15 @@ void kiln_summary_print(const struct kiln_summary *s, FILE *f)
 	fprintf(f, "Params size (MiB): %.2f\n%s\n", s->param_mib, RULE);
 }
 
-kiln_status kiln_plan_summary_log(struct kiln_plan *p)
+kiln_status kiln_summary_log(const struct kiln_summary *s)
 {
-	struct kiln_summary s;
 	char *buf = NULL;
 	size_t n = 0;
-	if (kiln_log_get_level() < KILN_LOG_INFO) {
-		kiln_device_flops_count(p->m->dev, NULL); /* forget the notes */
+	if (kiln_log_get_level() < KILN_LOG_INFO)
 		return KILN_OK;
-	}
-	kiln_status st = kiln_plan_summary(p, &s);
-	if (st)
-		return st;
 	FILE *f = open_memstream(&buf, &n);
 	if (f) {
-		kiln_summary_print(&s, f);
+		kiln_summary_print(s, f);
 		fclose(f);
 	}
 	for (char *line = buf, *end; line && *line; line = end + 1) {
@@ -292,6 +286,20 @@ kiln_status kiln_plan_summary_log(struct kiln_plan *p)
 		kiln_log(KILN_LOG_INFO, "summary", "%s", line);
 	}
 	free(buf);
-	kiln_summary_free(&s);
 	return f ? KILN_OK : kiln_error(KILN_ENOMEM, "summary: out of memory");
+}
+
+kiln_status kiln_plan_summary_log(struct kiln_plan *p)
+{
+	struct kiln_summary s;
+	if (kiln_log_get_level() < KILN_LOG_INFO) {
+		kiln_device_flops_count(p->m->dev, NULL); /* forget the notes */
+		return KILN_OK;
+	}
+	kiln_status st = kiln_plan_summary(p, &s);
+	if (st)
+		return st;
+	st = kiln_summary_log(&s);
+	kiln_summary_free(&s);
+	return st;
 }

@@ -382,6 +382,40 @@ static kiln_status prepare_training(struct trainer *t)
 	return KILN_OK;
 }
 
+/* The training plan's summary (rank 0 logs it) and what it says one step
+ * holds, told to the device (KILN_PROC_WORKLOAD: the CPU's async = auto
+ * follows it; not for a pipeline, whose stages keep their own streams). */
+static kiln_status tell_workload(struct trainer *t)
+{
+	struct kiln_summary s;
+	const int tell = !t->pipe && t->pipe_P <= 1;
+	if (!tell && t->rank) {
+		kiln_device_flops_count(t->dev, NULL); /* forget the notes */
+		return KILN_OK;
+	}
+	if (kiln_plan_summary(t->ptrain, &s)) {
+		if (t->rank == 0)
+			kiln_log(KILN_LOG_WARN, "core", "no model summary: %s", kiln_last_error());
+		return KILN_OK;
+	}
+	kiln_status st = KILN_OK;
+	if (t->rank == 0 && kiln_summary_log(&s))
+		kiln_log(KILN_LOG_WARN, "core", "no model summary: %s", kiln_last_error());
+	if (tell) {
+		const struct kiln_workload w = {
+			.version = KILN_WORKLOAD_VERSION,
+			.ranks = t->world,
+			.batch = t->B,
+			.grad_elems = s.trainable,
+			.grad_bytes = s.trainable * (int64_t)sizeof(float), /* f32 gradients */
+			.fwd_flops = s.no_flops ? 0.0 : s.flops,
+		};
+		st = kiln_device_workload(t->dev, &w);
+	}
+	kiln_summary_free(&s);
+	return st;
+}
+
 /* The model and its plans: training's (batch B) and the evaluation's
  * (EB, at most the data, and the last partial batch's). */
 static kiln_status build_model(struct trainer *t)
@@ -460,9 +494,7 @@ static kiln_status build_model(struct trainer *t)
 			 kiln_model_param_count(t->m), kiln_model_param_elems(t->m),
 			 (double)kiln_plan_arena_bytes(t->ptrain) / 1048576.0,
 			 (double)kiln_plan_naive_bytes(t->ptrain) / 1048576.0);
-	if (t->training && t->rank == 0 && kiln_plan_summary_log(t->ptrain))
-		kiln_log(KILN_LOG_WARN, "core", "no model summary: %s", kiln_last_error());
-	return KILN_OK;
+	return t->training ? tell_workload(t) : KILN_OK;
 }
 
 /* transform_on = device (or bf16 samples): the f32 input the device

@@ -1,9 +1,15 @@
 #!/bin/sh
 # tests/cpu_async.sh - [plugin.cpu] async's default, `auto`: off for one
-# process, on for each rank of a data-parallel run (the allreduce overlaps
-# the backward); 0 and 1 as set, either way.  The CPU device logs its
-# choice when it opens ("opened ordinal 0: ...; async streams" / "sync
-# streams", KILN_LOG_LEVEL=debug); the test counts those lines.
+# process; on a rank of a data-parallel run, the rule of cpu.c's
+# cpu_async_rule once `kiln train` has told the device the step's
+# workload (KILN_PROC_WORKLOAD): async where the gradients are >= 4 MiB and
+# the forward >= 256 MFLOP a step (bench/'s fp32 CNN), sync where not
+# (bench/'s MLP), async whatever the model where the load average is above
+# 1.25x the CPUs (KILN_CPU_LOADAVG stands for it here); 0 and 1 as set,
+# either way.  The CPU device logs its choice when it opens ("opened
+# ordinal 0: ...; async streams" / "sync streams", KILN_LOG_LEVEL=debug)
+# and the rule's ("async = auto: sync streams (...)"); the test counts
+# those lines.
 name=cpu-async
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -45,6 +51,30 @@ opened() {
 	checks=$((checks + 1))
 }
 
+# decided NPROC WANT INI [overrides...]: NPROC ranks train INI and each
+# one's rule chose WANT (async or sync) streams
+decided() {
+	_n=$1 _want=$2 _ini=$3
+	shift 3
+	rm -rf "$tmp/o"
+	KILN_MASTER_PORT=$port KILN_LOG_LEVEL=info timeout 300 "$kiln" launch -n "$_n" -- \
+		"$kiln" train "$_ini" run.out_dir="$tmp/o" "$@" > "$tmp/log" 2>&1
+	_rc=$?
+	[ $_rc = 0 ] || { tail -20 "$tmp/log"; fail "$_ini $*: exit $_rc"; }
+	_got=$(grep -c "async = auto: $_want streams" "$tmp/log")
+	_other=$(grep -c "async = auto: .* streams" "$tmp/log")
+	if [ "$_got" != "$_n" ] || [ "$_other" != "$_n" ]; then
+		grep "async = auto" "$tmp/log"
+		fail "$_ini ${*:-(default)}: $_got of $_other ranks chose $_want streams, want $_n of $_n"
+	fi
+	checks=$((checks + 1))
+}
+
+# the rule's input is the machine's load too: a quiet one unless a check
+# says otherwise
+KILN_CPU_LOADAVG=0
+export KILN_CPU_LOADAVG
+
 opened 1 sync
 opened 1 sync plugin.cpu.async=auto
 opened 1 async plugin.cpu.async=1
@@ -52,6 +82,36 @@ opened 2 async
 opened 2 async plugin.cpu.async=auto
 opened 2 sync plugin.cpu.async=0
 opened 2 sync plugin.cpu.async=off
+# bench/'s models at their DDP batch (64 a rank), on synthetic data of
+# Fashion-MNIST's shape: the MLP (784-512-256-10: 0.54 M gradients, 2.0
+# MiB, 69 MFLOP forward a step) sync, the fp32 CNN (conv 5x5 32 and 64,
+# fc 1024: 3.3 M, 12.5 MiB, 1.8 GFLOP) async
+mlp="$tmp/mlp_sized.ini"
+{
+	ini run seed=3 threads=1
+	ini_synthetic 256 28 10 workers=0
+	ini_layers flat:flatten fc1:linear:out=512 r1:relu fc2:linear:out=256 r2:relu \
+		fc3:linear:out=10 loss:softmax_xent
+	ini train epochs=1 max_steps=1 batch=64 eval=0 checkpoint_every=0
+} > "$mlp"
+cnn="$tmp/cnn_sized.ini"
+{
+	ini run seed=3 threads=1
+	ini_synthetic 256 28 10 workers=0
+	ini_layers c1:conv:out=32:kernel=5:padding=2 r1:relu p1:maxpool:kernel=2 \
+		c2:conv:out=64:kernel=5:padding=2 r2:relu p2:maxpool:kernel=2 flat:flatten \
+		fc1:linear:out=1024 r3:relu fc2:linear:out=10 loss:softmax_xent
+	ini train epochs=1 max_steps=1 batch=64 eval=0 checkpoint_every=0
+} > "$cnn"
+decided 2 sync "$mlp"
+decided 2 async "$cnn"
+decided 2 sync "$cnn" train.batch=8        # 223 MFLOP a step: below 256
+# busy: a load average of 1.3x the CPUs (1.25x is the threshold)
+KILN_CPU_LOADAVG=$(( $(getconf _NPROCESSORS_ONLN) * 13 / 10 + 1 )) decided 2 async "$mlp"
+# set, the rule is not asked
+opened 2 async plugin.cpu.async=1
+grep -q "async = auto" "$tmp/log" && { grep "async = auto" "$tmp/log"; fail "async=1 ran the auto rule"; }
+checks=$((checks + 1))
 # a word that is neither a boolean nor auto is an error naming the key
 if "$kiln" train "$ini" run.out_dir="$tmp/o" plugin.cpu.async=sometimes > "$tmp/log" 2>&1; then
 	fail "plugin.cpu.async=sometimes was accepted"

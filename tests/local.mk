@@ -550,6 +550,14 @@ EXTRA_DIST += tests/config_lib.sh
 # shared input gradients of add / pos_embedding (core/plan_memory.c plan_grad_alias)
 TESTS += tests/grad_alias.sh
 EXTRA_DIST += tests/grad_alias.sh
+# [plugin.cpu] async = auto on a data-parallel rank: the step's workload
+# (KILN_PROC_WORKLOAD) decides (plugins/cpu/cpu.c, stream.c)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_async
+TESTS += tests/check_cpu_async
+tests_check_cpu_async_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_async_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 # the CPU device's split GEMMs: the product, its bytes on any team, a late
 # helper that does not hold the caller (plugins/cpu/gemm.c, split.c)
 if HAVE_CHECK

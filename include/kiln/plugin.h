@@ -92,9 +92,14 @@ extern "C" {
  *      need not wait for the peer; NULL in a communicator built before).
  * 2.13: comm ops version 7: sendrecv (a send and a recv that progress
  *      together, one NCCL group; NULL in a communicator built before: the
- *      core pairs a send and a recv in rank order). */
+ *      core pairs a send and a recv in rank order).
+ * 2.14: KILN_PROC_WORKLOAD and struct kiln_workload: the trainer tells a
+ *      device what one training step holds (gradient bytes, forward
+ *      FLOPs) once its plan is made, before the first step, so that a
+ *      default left to `auto` can follow the model (the CPU's async
+ *      streams; docs/plugins.md "ABI 2.14"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 13
+#define KILN_ABI_MINOR 14
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -273,6 +278,27 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   library's own stream behind a kiln stream (the CUDA device: its
  *   cudaStream_t), for communicators that enqueue on it (NCCL). */
 #define KILN_PROC_NATIVE_STREAM "kiln.native_stream"
+/* KILN_PROC_WORKLOAD  kiln_status (*)(void *ctx, const struct kiln_workload
+ *   *w) (ABI 2.14): what one training step of this process holds, told by
+ *   `kiln train` once after the training plan is made and before the first
+ *   step (not on a pipeline's stage devices).  No stream has work queued
+ *   then and no other thread issues any, so the device may change a
+ *   default its config left to `auto` (the CPU device: [plugin.cpu] async;
+ *   docs/distributed.md, item 6).  Optional: a device without it, or a
+ *   caller that never calls it, keeps what open() chose.  An error fails
+ *   the run. */
+#define KILN_PROC_WORKLOAD "kiln.workload"
+#define KILN_WORKLOAD_VERSION 1
+struct kiln_workload {
+	uint32_t version;     /* KILN_WORKLOAD_VERSION of the core */
+	int32_t ranks;        /* data-parallel ranks that all-reduce the gradients */
+	int64_t batch;        /* samples of one step of this rank */
+	int64_t grad_elems;   /* gradient elements all-reduced each step */
+	int64_t grad_bytes;   /* their bytes (the gradients' dtype) */
+	/* the training plan's forward, one step of this rank, in FLOPs (a
+	 * multiply-add is 2; kiln_op_flops); 0: not counted ([dist] sync_bn) */
+	double fwd_flops;
+};
 
 enum kiln_copy_kind {
 	KILN_COPY_H2D = 0,

@@ -3,7 +3,8 @@
  *
  * Device memory is host memory, so copies are memcpy and there is no
  * pinning.  Kernels are oneDNN (GEMM, gemm.c; convolution, conv.c;
- * pooling, pool.c) and plain C with OpenMP (ops.c, bn.c, act.c, layout.c).  With [plugin.cpu] async = 1 every stream gets a worker thread
+ * pooling, pool.c) and plain C with OpenMP (ops.c, bn.c, act.c, layout.c).  With [plugin.cpu] async = 1 (or auto's
+ * rule, cpu_async_rule) every stream gets a worker thread
  * (stream.c), so a missing event or a hidden host sync shows up here as a
  * wrong result or a hang instead of only on a GPU.
  */
@@ -82,14 +83,84 @@ static struct {
 /* [plugin.cpu] async: 0 or 1 as set; `auto` (the default; unset, as a
  * config without the plugin's table reads it) on where there is something
  * to overlap: the allreduce with the backward (several ranks) or pipeline
- * stages on contexts of their own (peers), off for one process. */
+ * stages on contexts of their own (peers), off for one process.  On a
+ * data-parallel rank (*rule = 1) `kiln train` then tells the workload
+ * (cpu_workload), and the rule there decides. */
 static kiln_status cpu_async_choice(const struct kiln_host *host, const struct kiln_config *cfg,
-				    const struct kiln_device_options *opts, int *async)
+				    const struct kiln_device_options *opts, int *async, int *rule)
 {
 	const char *v = host->config_get(cfg, "plugin.cpu", "async");
+	*rule = 0;
 	if (v && strcmp(v, "auto"))
 		return host->config_get_bool(cfg, "plugin.cpu", "async", async);
-	*async = (opts->version >= 2 && opts->ranks > 1) || (opts->version >= 3 && opts->peers > 1);
+	const int ranks = opts->version >= 2 && opts->ranks > 1;
+	const int peers = opts->version >= 3 && opts->peers > 1;
+	*async = ranks || peers;
+	*rule = ranks && !peers;
+	return KILN_OK;
+}
+
+/* async = auto's rule for a data-parallel rank (docs/distributed.md, item
+ * 6; docs/PERFORMANCE.md, "Session 13: async auto rule").  The overlap
+ * hides at most the allreduce behind the backward, and costs each step a
+ * worker thread's hand-offs and a thread beside the team: it pays where
+ * the step is long and its gradients many (the fp32 CNN of bench/: 3.3 M
+ * gradients, 13 MiB, 1.8 GFLOP of forward a rank's step: +3% quietly), not
+ * where they are few and the step short (the MLP: 0.54 M, 2.1 MiB, 69
+ * MFLOP: -10%).  On a loaded machine (the load average above 1.25 x the
+ * CPUs, a rank then waits for a core) it paid for both, 1.14-1.53x. */
+#define CPU_AUTO_GRAD_BYTES (4 << 20)
+#define CPU_AUTO_FWD_FLOPS 256e6
+#define CPU_AUTO_BUSY 1.25
+
+/* 1 async, 0 sync; why (n bytes) says from what */
+static int cpu_async_rule(const struct kiln_workload *w, double load, int cpus, char *why,
+			  size_t n)
+{
+	if (load > CPU_AUTO_BUSY * cpus) {
+		snprintf(why, n, "load average %.2f on %d CPUs: busy", load, cpus);
+		return 1;
+	}
+	const int big = w->grad_bytes >= CPU_AUTO_GRAD_BYTES && w->fwd_flops >= CPU_AUTO_FWD_FLOPS;
+	snprintf(why, n, "%.1f MiB of gradients, %.0f MFLOP forward a step (%s 4 MiB and 256 MFLOP), load %.2f on %d CPUs",
+		 (double)w->grad_bytes / 1048576.0, w->fwd_flops / 1e6, big ? "both at least" : "not both",
+		 load, cpus);
+	return big;
+}
+
+/* The 1-minute load average (KILN_CPU_LOADAVG, the tests' hook, else
+ * /proc/loadavg; 0 where neither reads). */
+static double cpu_loadavg(void)
+{
+	const char *hook = getenv("KILN_CPU_LOADAVG");
+	double v = 0;
+	if (hook)
+		return atof(hook);
+	FILE *f = fopen("/proc/loadavg", "r");
+	if (f) {
+		if (fscanf(f, "%lf", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	return v;
+}
+
+/* KILN_PROC_WORKLOAD: async = auto on a data-parallel rank follows
+ * cpu_async_rule. */
+static kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
+{
+	struct cpu_ctx *c = ctx;
+	if (!w || w->version < 1)
+		return c->host->error(KILN_EINVAL, "cpu: workload: %s", w ? "version 0" : "NULL");
+	if (!c->async_auto || c->graph || w->ranks <= 1)
+		return KILN_OK;
+	char why[200];
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	int on = cpu_async_rule(w, cpu_loadavg(), cpus > 0 ? (int)cpus : 1, why, sizeof why);
+	kiln_status st = cpu_streams_set_async(c, on);
+	if (st)
+		return st;
+	c->host->log(KILN_LOG_INFO, "cpu", "async = auto: %s streams (%s)", on ? "async" : "sync", why);
 	return KILN_OK;
 }
 
@@ -98,7 +169,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 {
 	kiln_status st;
 	int64_t threads = opts->threads; /* [run] threads, from the core */
-	int async = -1, deterministic = opts->deterministic, graph = 0;
+	int async = -1, async_rule = 0, deterministic = opts->deterministic, graph = 0;
 	int64_t spin_us = 5000; /* [plugin.cpu] stage_spin_us, unset (no config) */
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	int conv_impl = 0;
@@ -108,7 +179,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	/* Every ordinal is the same host memory: ranks of a multi-process CPU
 	 * run each open their local rank's ordinal. */
 	if (cfg) {
-		if ((st = cpu_async_choice(host, cfg, opts, &async)))
+		if ((st = cpu_async_choice(host, cfg, opts, &async, &async_rule)))
 			return st;
 		st = host->config_get_int(cfg, "plugin.cpu", "stage_spin_us", &spin_us);
 		if (st && st != KILN_ENOTFOUND)
@@ -172,6 +243,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return host->error(KILN_ENOMEM, "cpu: out of memory for the device context");
 	c->host = host;
 	c->async = async > 0; /* -1: no config */
+	c->async_auto = async_rule;
 	c->spin_ns = c->async && opts->version >= 3 && opts->peers > 1 ? (int64_t)spin_us * 1000 : 0;
 	c->graph = graph;
 	c->bf16_conv = kern[0];
@@ -467,6 +539,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_describe;
 	if (!strcmp(name, KILN_PROC_HOST_FN))
 		return (void *)cpu_host_fn;
+	if (!strcmp(name, KILN_PROC_WORKLOAD))
+		return (void *)cpu_workload;
 	return NULL;
 }
 
@@ -519,11 +593,15 @@ static const struct kiln_key cpu_keys[] = {
 	{ "async", KILN_KEY_BOOL, "auto", 0, 0, "auto",
 	  "Run each stream on its own worker thread with real events, so ordering bugs "
 	  "and hidden host syncs show up without a GPU, and a data-parallel run's "
-	  "allreduce overlaps the backward.  `auto`: on when the run has several ranks "
-	  "(DDP overlap out of the box) and on the stage devices of `[run] devices` "
-	  "(the pipeline's stages overlap; docs/pipeline.md), off for one process "
-	  "(nothing to overlap; docs/PERFORMANCE.md, \"Defaults that help\" and "
-	  "\"Session 12: DDP against PyTorch 2.x\")." },
+	  "allreduce overlaps the backward.  `auto`: off for one process (nothing to "
+	  "overlap); on the stage devices of `[run] devices` (the pipeline's stages "
+	  "overlap; docs/pipeline.md); on a rank of a run with several ranks, once "
+	  "`kiln train` has planned the step, on where the gradients are at least 4 MiB "
+	  "and a rank's forward at least 256 MFLOP a step, or where the machine is busy "
+	  "(1-minute load average above 1.25x its CPUs), off otherwise: a short step's "
+	  "hand-offs to the workers cost more than the allreduce they hide (bench/'s "
+	  "MLP, -10% quietly; docs/distributed.md item 6, docs/PERFORMANCE.md "
+	  "\"Session 13: async auto rule\").  The choice is logged at info level." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
 	  "CPU (another process busy on the same cores), probing back when the machine is "

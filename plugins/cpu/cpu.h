@@ -46,6 +46,8 @@ enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32 };
 struct cpu_ctx {
 	const struct kiln_host *host;
 	int async;          /* [plugin.cpu] async: worker thread per stream */
+	int async_auto;     /* async = auto on a data-parallel rank: the
+			     * workload (KILN_PROC_WORKLOAD) may change it */
 	int64_t spin_ns;    /* a pipeline stage beside peers ([run] devices): a
 			     * stream's wait for an event spins up to this
 			     * long before sleeping ([plugin.cpu] stage_spin_us,
@@ -400,6 +402,10 @@ kiln_status cpu_stream_create(void *ctx, void **stream);
 void cpu_stream_destroy(void *ctx, void *stream);
 kiln_status cpu_event_create(void *ctx, void **event);
 void cpu_event_destroy(void *ctx, void *event);
+/* Give every stream of c a worker thread (on = 1) or drain and stop them
+ * (0), and run c that way from now on; the caller issues nothing
+ * meanwhile (KILN_PROC_WORKLOAD's moment; stream.c). */
+kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on);
 kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
 			   void *stream);
 kiln_status cpu_event_record(void *ctx, void *event, void *stream);

@@ -260,6 +260,46 @@ static kiln_status cpu_report(struct cpu_ctx *c, const struct cpu_err *e, const 
 
 /* ---- streams ---------------------------------------------------------- */
 
+/* Stream s's queue and worker thread (async mode). */
+static kiln_status stream_start(struct cpu_ctx *c, struct cpu_stream *s)
+{
+	s->cap = 64;
+	s->head = s->count = s->pushed = 0;
+	s->q = malloc(s->cap * sizeof *s->q);
+	if (!s->q)
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a stream queue");
+	/* a stage device's workers on its own CPUs (pin.c) */
+	pthread_attr_t attr;
+	const int have_attr = !pthread_attr_init(&attr);
+	int rc = have_attr ? cpu_pin_attr(&c->pin, &attr) : 0;
+	if (rc)
+		c->host->log(KILN_LOG_WARN, "cpu", "stream worker not bound to CPU %d: %s", c->pin.first,
+			     strerror(rc));
+	rc = pthread_create(&s->thread, have_attr ? &attr : NULL, cpu_worker, s);
+	if (have_attr)
+		pthread_attr_destroy(&attr);
+	if (rc) {
+		free(s->q);
+		s->q = NULL;
+		return c->host->error(KILN_EDEVICE, "cpu: pthread_create for a stream worker failed: %s",
+				      strerror(rc));
+	}
+	s->has_thread = 1;
+	return KILN_OK;
+}
+
+/* Stream s's worker, after its queue drained (caller does not hold the lock). */
+static void stream_stop(struct cpu_ctx *c, struct cpu_stream *s)
+{
+	pthread_mutex_lock(c->lock);
+	s->quit = 1;
+	pthread_cond_signal(&s->wake);
+	pthread_mutex_unlock(c->lock);
+	if (s->has_thread)
+		pthread_join(s->thread, NULL); /* drains the queue first */
+	s->has_thread = 0;
+}
+
 kiln_status cpu_stream_create(void *ctx, void **out)
 {
 	struct cpu_ctx *c = ctx;
@@ -269,31 +309,11 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for a stream");
 	s->c = c;
 	pthread_cond_init(&s->wake, NULL);
-	if (c->async) {
-		s->cap = 64;
-		s->q = malloc(s->cap * sizeof *s->q);
-		if (!s->q) {
-			free(s);
-			return c->host->error(KILN_ENOMEM, "cpu: out of memory for a stream queue");
-		}
-		/* a stage device's workers on its own CPUs (pin.c) */
-		pthread_attr_t attr;
-		const int have_attr = !pthread_attr_init(&attr);
-		int rc = have_attr ? cpu_pin_attr(&c->pin, &attr) : 0;
-		if (rc)
-			c->host->log(KILN_LOG_WARN, "cpu", "stream worker not bound to CPU %d: %s",
-				     c->pin.first, strerror(rc));
-		rc = pthread_create(&s->thread, have_attr ? &attr : NULL, cpu_worker, s);
-		if (have_attr)
-			pthread_attr_destroy(&attr);
-		if (rc) {
-			pthread_cond_destroy(&s->wake);
-			free(s->q);
-			free(s);
-			return c->host->error(KILN_EDEVICE, "cpu: pthread_create for a stream worker failed: %s",
-					      strerror(rc));
-		}
-		s->has_thread = 1;
+	kiln_status st;
+	if (c->async && (st = stream_start(c, s))) {
+		pthread_cond_destroy(&s->wake);
+		free(s);
+		return st;
 	}
 	pthread_mutex_lock(c->lock);
 	COMMON_LIST_PUSH(c->streams, s);
@@ -308,18 +328,45 @@ void cpu_stream_destroy(void *ctx, void *stream)
 	struct cpu_stream *s = stream;
 	if (!s)
 		return;
-	pthread_mutex_lock(c->lock);
-	s->quit = 1;
-	pthread_cond_signal(&s->wake);
-	pthread_mutex_unlock(c->lock);
-	if (s->has_thread)
-		pthread_join(s->thread, NULL); /* drains the queue first */
+	stream_stop(c, s);
 	pthread_mutex_lock(c->lock);
 	COMMON_LIST_UNLINK(c->streams, s);
 	pthread_mutex_unlock(c->lock);
 	pthread_cond_destroy(&s->wake);
 	free(s->q);
 	free(s);
+}
+
+kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on)
+{
+	if (c->async == on)
+		return KILN_OK;
+	struct cpu_stream *s;
+	kiln_status st;
+	if (!on) {
+		/* each stream drained (its last error kept, sticky, as in async
+		 * mode: sync mode reports the next failure on its own) */
+		for (s = c->streams; s; s = s->next)
+			if ((st = cpu_stream_sync(c, s)))
+				return st;
+		for (s = c->streams; s; s = s->next) {
+			stream_stop(c, s);
+			s->quit = 0;
+			free(s->q);
+			s->q = NULL;
+			s->cap = s->head = s->count = s->pushed = 0;
+		}
+		c->async = 0;
+		return KILN_OK;
+	}
+	/* sync mode: nothing is queued, every event is complete */
+	c->async = 1;
+	for (s = c->streams; s; s = s->next)
+		if (!s->has_thread && (st = stream_start(c, s))) {
+			cpu_streams_set_async(c, 0); /* back to sync, whole */
+			return st;
+		}
+	return KILN_OK;
 }
 
 kiln_status cpu_stream_sync(void *ctx, void *stream)

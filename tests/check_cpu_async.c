@@ -1,0 +1,173 @@
+/* tests/check_cpu_async.c - [plugin.cpu] async = auto on a data-parallel
+ * rank (plugins/cpu/cpu.c, cpu_async_rule; stream.c, cpu_streams_set_async):
+ * the device opens async (the open's rule: several ranks), then the
+ * step's workload (KILN_PROC_WORKLOAD, ABI 2.14) decides.  A host function
+ * on a stream tells which: sync streams run it on the calling thread, async
+ * ones on a worker.  bench/'s MLP's workload (2.0 MiB of gradients, 69
+ * MFLOP a step) turns the streams sync, after the work already queued
+ * ran; its CNN's (12.5 MiB, 1.8 GFLOP) turns them async again, with
+ * events between streams ordering the work; a busy machine
+ * ($KILN_CPU_LOADAVG) keeps them async for the MLP; `async = 0` set is not
+ * changed by any workload.
+ */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include <check.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "check_main.h"
+#include "../core/internal.h"
+#include "../core/dist.h"
+
+static struct kiln_registry *reg;
+
+static const struct kiln_workload mlp = { .version = KILN_WORKLOAD_VERSION, .ranks = 2,
+					  .batch = 64, .grad_elems = 535818,
+					  .grad_bytes = 535818 * 4, .fwd_flops = 68584064.0 };
+static const struct kiln_workload cnn = { .version = KILN_WORKLOAD_VERSION, .ranks = 2,
+					  .batch = 64, .grad_elems = 3274634,
+					  .grad_bytes = 3274634 * 4, .fwd_flops = 1784562304.0 };
+
+struct probe {
+	pthread_t who;   /* the thread that ran it */
+	int sleep_ms;    /* before it marks */
+	int *mark;       /* set to `value` */
+	int value;
+	const int *seen_from; /* read into seen */
+	int seen;
+};
+
+static kiln_status probe_fn(void *arg)
+{
+	struct probe *p = arg;
+	p->who = pthread_self();
+	if (p->sleep_ms)
+		usleep((useconds_t)p->sleep_ms * 1000);
+	if (p->seen_from)
+		p->seen = __atomic_load_n(p->seen_from, __ATOMIC_ACQUIRE);
+	if (p->mark)
+		__atomic_store_n(p->mark, p->value, __ATOMIC_RELEASE);
+	return KILN_OK;
+}
+
+/* 1: stream s ran a host function on the calling thread (sync streams). */
+static int runs_here(struct kiln_device *dev, void *s)
+{
+	struct probe p = { 0 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, s, probe_fn, &p), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_sync(dev, s), KILN_OK);
+	return pthread_equal(p.who, pthread_self());
+}
+
+static struct kiln_config *cfg; /* the open device's */
+
+static void close_rank(struct kiln_device *dev)
+{
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+	cfg = NULL;
+}
+
+static struct kiln_device *open_rank(const char *override)
+{
+	struct kiln_device *dev;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_config_override(cfg, "run.threads=1") == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=none") == 0);
+	if (override)
+		ck_assert(kiln_config_override(cfg, override) == 0);
+	/* a rank of 2 (the device reads the world size at open) */
+	setenv("KILN_RANK", "0", 1);
+	setenv("KILN_WORLD_SIZE", "2", 1);
+	kiln_status st = kiln_device_open(reg, cfg, "cpu", 0, &dev);
+	unsetenv("KILN_RANK");
+	unsetenv("KILN_WORLD_SIZE");
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	return dev;
+}
+
+START_TEST(test_auto_follows_workload)
+{
+	setenv("KILN_CPU_LOADAVG", "0", 1);
+	struct kiln_device *dev = open_rank(NULL);
+	void *a, *b, *ev;
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_create(dev, &b), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_create(dev, &ev), KILN_OK);
+	ck_assert_msg(!runs_here(dev, a), "opened sync on a rank of 2");
+
+	/* work queued before the MLP's workload has run when it returns */
+	int mark = 0;
+	struct probe slow = { .sleep_ms = 50, .mark = &mark, .value = 1 };
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &slow), KILN_OK);
+	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_OK);
+	ck_assert_int_eq(__atomic_load_n(&mark, __ATOMIC_ACQUIRE), 1);
+	ck_assert_msg(runs_here(dev, a) && runs_here(dev, b), "the MLP's workload left async streams");
+	ck_assert_int_eq(kiln_device_event_record(dev, ev, a), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_sync(dev, ev), KILN_OK);
+
+	/* the CNN's: async again, an event orders b after a's slow work */
+	ck_assert_int_eq(kiln_device_workload(dev, &cnn), KILN_OK);
+	ck_assert_msg(!runs_here(dev, a) && !runs_here(dev, b), "the CNN's workload left sync streams");
+	mark = 0;
+	struct probe late = { .sleep_ms = 50, .mark = &mark, .value = 7 };
+	struct probe after = { .seen_from = &mark };
+	ck_assert_int_eq(kiln_device_host_fn(dev, a, probe_fn, &late), KILN_OK);
+	ck_assert_int_eq(kiln_device_event_record(dev, ev, a), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_wait(dev, b, ev), KILN_OK);
+	ck_assert_int_eq(kiln_device_host_fn(dev, b, probe_fn, &after), KILN_OK);
+	ck_assert_int_eq(kiln_device_stream_sync(dev, b), KILN_OK);
+	ck_assert_int_eq(after.seen, 7);
+
+	/* the MLP on a busy machine (2 CPUs or 200: above 1.25x either way) */
+	setenv("KILN_CPU_LOADAVG", "1000", 1);
+	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_OK);
+	ck_assert_msg(!runs_here(dev, a), "busy: the MLP's workload turned the streams sync");
+	setenv("KILN_CPU_LOADAVG", "0", 1);
+	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_OK);
+	ck_assert_msg(runs_here(dev, a), "quiet again: the MLP's workload left async streams");
+
+	kiln_device_event_destroy(dev, ev);
+	kiln_device_stream_destroy(dev, a);
+	kiln_device_stream_destroy(dev, b);
+	close_rank(dev);
+}
+END_TEST
+
+/* async set: no workload changes it */
+START_TEST(test_set_is_kept)
+{
+	setenv("KILN_CPU_LOADAVG", "0", 1);
+	struct kiln_device *dev = open_rank("plugin.cpu.async=0");
+	void *a;
+	ck_assert_ptr_nonnull(kiln_device_proc(dev, KILN_PROC_WORKLOAD));
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_workload(dev, &cnn), KILN_OK);
+	ck_assert_msg(runs_here(dev, a), "async = 0 turned async by a workload");
+	kiln_device_stream_destroy(dev, a);
+	close_rank(dev);
+	dev = open_rank("plugin.cpu.async=1");
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_OK);
+	ck_assert_msg(!runs_here(dev, a), "async = 1 turned sync by a workload");
+	kiln_device_stream_destroy(dev, a);
+	close_rank(dev);
+}
+END_TEST
+
+static Suite *make_cpu_async_suite(void)
+{
+	Suite *s = suite_create("cpu_async");
+	TCase *tc = tcase_create("auto");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_auto_follows_workload);
+	tcase_add_test(tc, test_set_is_kept);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_cpu_async_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };
