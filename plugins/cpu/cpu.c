@@ -107,11 +107,15 @@ static kiln_status cpu_async_choice(const struct kiln_host *host, const struct k
  * the step is long and its gradients many (the fp32 CNN of bench/: 3.3 M
  * gradients, 13 MiB, 1.8 GFLOP of forward a rank's step: +3% quietly), not
  * where they are few and the step short (the MLP: 0.54 M, 2.1 MiB, 69
- * MFLOP: -10%).  On a loaded machine (the load average above 1.25 x the
- * CPUs, a rank then waits for a core) it paid for both, 1.14-1.53x. */
+ * MFLOP: -10%).  On a loaded machine it paid for both, 1.14-1.53x, and
+ * sync there can collapse (the MLP 8-11x slower under a busy loop, every
+ * allreduce waiting for both ranks to hold a core at once), so "busy" is
+ * set low: a 1-minute load average above half the CPUs, which one busy
+ * neighbour on 2 CPUs passes.  The load average is read once, at plan
+ * time: a neighbour that starts later is not seen (docs/distributed.md). */
 #define CPU_AUTO_GRAD_BYTES (4 << 20)
 #define CPU_AUTO_FWD_FLOPS 256e6
-#define CPU_AUTO_BUSY 1.25
+#define CPU_AUTO_BUSY 0.5
 
 /* 1 async, 0 sync; why (n bytes) says from what */
 static int cpu_async_rule(const struct kiln_workload *w, double load, int cpus, char *why,
@@ -598,7 +602,7 @@ static const struct kiln_key cpu_keys[] = {
 	  "overlap; docs/pipeline.md); on a rank of a run with several ranks, once "
 	  "`kiln train` has planned the step, on where the gradients are at least 4 MiB "
 	  "and a rank's forward at least 256 MFLOP a step, or where the machine is busy "
-	  "(1-minute load average above 1.25x its CPUs), off otherwise: a short step's "
+	  "(1-minute load average above half its CPUs), off otherwise: a short step's "
 	  "hand-offs to the workers cost more than the allreduce they hide (bench/'s "
 	  "MLP, -10% quietly; docs/distributed.md item 6, docs/PERFORMANCE.md "
 	  "\"Session 13: async auto rule\").  The choice is logged at info level." },
