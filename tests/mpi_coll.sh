@@ -6,7 +6,9 @@
 # ulps), on an async stream (a stream worker runs the
 # collectives) and a synchronous one (inline); 3 ranks; 4 ranks on 2 cores
 # (oversubscribed: the shared-memory waits yield) with wait = yield and
-# sleep.  Every run is under `timeout`.
+# sleep; a rank waiting 0.5 s for its peer in a recv and a broadcast on
+# a stream worker (wait = yield, sleep) on at most 30 ms of CPU time
+# (tests/mpi_coll --wait).  Every run is under `timeout`.
 set -u
 : "${top_builddir:=.}"
 : "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
@@ -29,6 +31,9 @@ run 3 plugin.cpu.async=1
 run 3 plugin.cpu.async=1 plugin.mpi.shm=0
 run 4 plugin.cpu.async=1 plugin.mpi.wait=yield
 run 4 plugin.cpu.async=0 plugin.mpi.wait=sleep plugin.mpi.spin_us=0
+# waits that sleep rather than test or yield for ever
+run 2 --wait plugin.cpu.async=1 plugin.mpi.wait=yield
+run 2 --wait plugin.cpu.async=1 plugin.mpi.wait=sleep
 # the description says which path ran
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" 2>&1 |
 	grep -q "kiln's shared-memory allreduce, reduce_scatter and allgather" ||

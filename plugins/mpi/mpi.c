@@ -371,20 +371,25 @@ static kiln_status mpi_fail(struct mpi_comm *c, int rc, const char *what)
 static _Thread_local int running_inline;
 
 /* Complete *req without holding a core: MPI_Test (which is also what
- * progresses Open MPI's nonblocking collectives, libnbc) back to back
- * for c->spin_ns, then with a sched_yield() or a c->nap sleep between
- * calls.  The watchdog still bounds the whole wait. */
+ * progresses Open MPI's nonblocking collectives, libnbc) paced as
+ * shmcoll's waits are (plugins/common/shmcoll.h, SHMCOLL_SPIN): back to
+ * back for c->spin_ns, then with a sched_yield() (yield) or a c->nap
+ * sleep (sleep, meet) between tests while the core is the wait's alone,
+ * up to 5 ms; then, or at once when another thread had the core, naps
+ * that double from c->nap up to 1 ms (MPI has no futex to sleep on), so
+ * a rank waiting on a slow peer neither spins nor yields for ever.  The
+ * watchdog still bounds the whole wait. */
 static int wait_req(struct mpi_comm *c, MPI_Request *req)
 {
-	long long t0 = watchdog_now_ns();
+	struct shmcoll_pace p;
+	const long long t0 = watchdog_now_ns();
 	int done = 0, rc;
+	shmcoll_pace_init(&p, c->wait == W_YIELD ? SHMCOLL_YIELD : SHMCOLL_SLEEP, 0, c->spin_ns,
+			  c->nap.tv_sec * 1000000000ll + c->nap.tv_nsec, 1);
 	while ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) {
-		if (watchdog_now_ns() - t0 < c->spin_ns)
-			continue;
-		if (c->wait == W_YIELD)
-			sched_yield();
-		else
-			nanosleep(&c->nap, NULL);
+		const long long t = watchdog_now_ns();
+		if (shmcoll_pace_next(&p, t, t - t0) == SHMCOLL_STEP_SLEEP)
+			shmcoll_pace_nap(&p);
 	}
 	return rc;
 }
