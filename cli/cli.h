@@ -47,6 +47,12 @@ extern const char cmd_report_usage[], cmd_report_about[];
 extern const char cmd_generate_usage[], cmd_generate_about[];
 extern const char cmd_predict_usage[], cmd_predict_about[];
 
+/* The rendezvous store's shared secret for ranks this process starts on
+ * this machine (kiln launch, kiln bench comm): leaves KILN_STORE_TOKEN or
+ * KILN_STORE_TOKEN_FILE when either is set, else puts a fresh random one
+ * in KILN_STORE_TOKEN, which the ranks inherit.  0, or an errno. */
+int cli_store_token(void);
+
 /* Print s as a JSON string literal (quoted, escaped). */
 void cli_json_str(FILE *f, const char *s);
 /* Print s as a CSV field (quoted when it holds a comma, quote or newline). */

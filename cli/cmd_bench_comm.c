@@ -513,6 +513,14 @@ int cmd_bench_comm(int argc, char **argv)
 		free(s);
 		return cli_fail(st);
 	}
+	/* the ranks under mpirun meet at the rendezvous store too, which
+	 * wants a secret they share (kiln launch makes its own) */
+	const int e = cli_store_token();
+	if (e) {
+		free(s);
+		fprintf(stderr, "kiln bench comm: error: making the store's secret: %s\n", strerror(e));
+		return 1;
+	}
 	kiln_log_set_level(KILN_LOG_WARN);
 	fprintf(stderr, "bench comm: %d ranks, 4 KiB..%zu B, %d run(s) each\n", o.nproc, o.max,
 		o.runs);

@@ -34,7 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -228,23 +227,17 @@ static int launch_master(struct launch_opts *o, const char *master)
  * -1 to go on, else the exit code. */
 static int launch_token(const struct launch_opts *o)
 {
-	unsigned char r[32];
-	char hex[2 * sizeof r + 1];
 	const char *t = getenv("KILN_STORE_TOKEN"), *f = getenv("KILN_STORE_TOKEN_FILE");
-	if ((t && *t) || (f && *f))
-		return -1;
-	if (o->nnodes > 1) {
+	if (o->nnodes > 1 && !(t && *t) && !(f && *f)) {
 		fprintf(stderr, "kiln launch: error: --nnodes %d needs the same secret on every node: export KILN_STORE_TOKEN=$(openssl rand -hex 32) (or KILN_STORE_TOKEN_FILE=PATH, a file only you can read) before each launch\n",
 			o->nnodes);
 		return 2;
 	}
-	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-		fprintf(stderr, "kiln launch: error: getrandom: %s\n", strerror(errno));
+	const int e = cli_store_token();
+	if (e) {
+		fprintf(stderr, "kiln launch: error: making the store's secret: %s\n", strerror(e));
 		return 1;
 	}
-	for (size_t i = 0; i < sizeof r; i++)
-		snprintf(hex + 2 * i, 3, "%02x", r[i]);
-	setenv("KILN_STORE_TOKEN", hex, 1);
 	return -1;
 }
 

@@ -5,10 +5,12 @@
 
 #include "../plugins/common/spin_rule.h" /* common_omp_env_defaults */
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 static void usage(FILE *f)
 {
@@ -43,6 +45,20 @@ int cli_fail(kiln_status st)
 	const char *msg = kiln_last_error();
 	fprintf(stderr, "kiln: error: %s\n", *msg ? msg : kiln_status_name(st));
 	return kiln_status_exit_code(st);
+}
+
+int cli_store_token(void)
+{
+	unsigned char r[32];
+	char hex[2 * sizeof r + 1];
+	const char *t = getenv("KILN_STORE_TOKEN"), *f = getenv("KILN_STORE_TOKEN_FILE");
+	if ((t && *t) || (f && *f))
+		return 0;
+	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+		return errno ? errno : EIO;
+	for (size_t i = 0; i < sizeof r; i++)
+		snprintf(hex + 2 * i, 3, "%02x", r[i]);
+	return setenv("KILN_STORE_TOKEN", hex, 1) ? errno : 0;
 }
 
 void cli_json_str(FILE *f, const char *s)

@@ -1230,6 +1230,29 @@ static void *sendrecv_main(void *arg)
 	}
 	if (W == 2 && !sr_halves(r, &e, a, b, k))
 		sr_emulated(r, &e, a, b);
+	/* KILN_SR_REPS=N: a measurement, not a check: N exchanges of SR_N
+	 * floats (past the ring: the send worker's path), the median printed */
+	const char *reps_env = getenv("KILN_SR_REPS");
+	const int reps = reps_env ? atoi(reps_env) : 0;
+	double us[1000];
+	for (int m = 0; m < reps && m < 1000; m++) {
+		const double t0 = now_s();
+		TRY(kiln_comm_sendrecv(e.ops, e.comm, R, a, SR_N, dst, b, SR_N, src, KILN_F32, e.s,
+				       e.done));
+		TRY(kiln_device_event_sync(e.dev, e.done));
+		us[m] = (now_s() - t0) * 1e6;
+	}
+	if (reps > 0 && R == 0) {
+		const int n = reps < 1000 ? reps : 1000;
+		for (int i = 1; i < n; i++)
+			for (int j = i; j > 0 && us[j - 1] > us[j]; j--) {
+				const double t = us[j];
+				us[j] = us[j - 1], us[j - 1] = t;
+			}
+		printf("sendrecv of %d bytes each way, %d ranks: median %.1f us of %d\n",
+		       (int)(SR_N * 4), W, us[n / 2], n);
+		fflush(stdout);
+	}
 out:
 	rank_close_freeing(&e, (void *[]){ a, b, k }, 3);
 	return NULL;

@@ -24,7 +24,12 @@
  * Last, sendrecv (comm ops version 7): every rank sends 3 MiB to the next
  * and receives 3 MiB from the one before at once (a ring shift, past any
  * eager limit: a blocking send first would wait for ever), twice, then a
- * one-sided sendrecv in order with plain p2p between ranks 0 and 1. */
+ * one-sided sendrecv in order with plain p2p between ranks 0 and 1.
+ *
+ * `tests/mpi_coll --wait [KEY=VALUE...]` (2 ranks, a stream worker, wait
+ * = yield or sleep) runs only test_wait_cpu: rank 0 waits WAIT_US for
+ * rank 1 in a recv and in a broadcast, and must sleep rather than test
+ * (or yield) the whole time. */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
 #include <kiln/plugin.h>
@@ -35,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 const struct kiln_host *kiln_host_table(void);
 
@@ -278,6 +285,65 @@ static void test_sendrecv(void)
 	kiln_device_free(dev, y);
 }
 
+/* Rank 1 sleeps WAIT_US before its send to rank 0, then before a
+ * broadcast it roots; rank 0's waits (the stream worker's MPI_Test loop)
+ * must take at most WAIT_CPU_US of its process's CPU time each (the
+ * worker, the main thread's stream sync, MPI's own threads).  A wait that
+ * tests or yields the whole time takes ~WAIT_US on a free core.  Round 0
+ * of each runs without the sleep (both ranks warm). */
+enum { WAIT_US = 500000, WAIT_CPU_US = 30000, WAITN = 1000 };
+
+static long cpu_now_us(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return (long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+static double wall_now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void test_wait_cpu(float *x)
+{
+	static const char *const names[] = { "recv", "broadcast" };
+	for (int kind = 0; kind < 2; kind++)
+		for (int round = 0; round < 2; round++) {
+			for (int i = 0; i < WAITN; i++)
+				x[i] = R == 1 ? (float)(i * 3 + kind) : -1.0f;
+			if (round && R == 1)
+				usleep(WAIT_US);
+			const double t0 = wall_now_s();
+			const long c0 = cpu_now_us();
+			if (kind == 0 && R == 0)
+				TRY(ops->recv(comm, x, WAITN, KILN_F32, 1, stream, done));
+			else if (kind == 0)
+				TRY(ops->send(comm, x, WAITN, KILN_F32, 0, stream, done));
+			else
+				TRY(ops->broadcast(comm, x, WAITN, KILN_F32, 1, stream, done));
+			sync_stream();
+			const long cpu = cpu_now_us() - c0;
+			const double wall = wall_now_s() - t0;
+			for (int i = 0; i < WAITN; i++)
+				if (x[i] != (float)(i * 3 + kind) && fails++ < 20)
+					printf("FAIL rank %d: %s: [%d] = %g, want %d\n", R, names[kind], i,
+					       (double)x[i], i * 3 + kind);
+			if (!round || R != 0)
+				continue;
+			printf("rank 0 waited %.3f s for rank 1 in a %s, on %.1f ms of CPU time\n", wall,
+			       names[kind], cpu / 1e3);
+			if (wall < WAIT_US * 0.8e-6 && fails++ < 20)
+				printf("FAIL rank 0: the %s took %.3f s: it did not wait for rank 1's %d us\n",
+				       names[kind], wall, WAIT_US);
+			if (cpu > WAIT_CPU_US && fails++ < 20)
+				printf("FAIL rank 0: %ld us of CPU time waiting %.3f s for rank 1's %s (want <= %d us)\n",
+				       cpu, wall, names[kind], WAIT_CPU_US);
+		}
+}
+
 int main(int argc, char **argv)
 {
 	struct kiln_dist_env env;
@@ -290,7 +356,8 @@ int main(int argc, char **argv)
 	TRY(kiln_registry_open(NULL, &reg));
 	TRY(kiln_config_new(&cfg));
 	TRY(kiln_config_override(cfg, "run.threads=1"));
-	for (int i = 1; i < argc; i++)
+	const int wait_only = argc > 1 && !strcmp(argv[1], "--wait");
+	for (int i = 1 + wait_only; i < argc; i++)
 		TRY(kiln_config_override(cfg, argv[i]));
 	TRY(kiln_config_validate(cfg, reg));
 	TRY(kiln_device_open(reg, cfg, "cpu", 0, &dev));
@@ -311,6 +378,11 @@ int main(int argc, char **argv)
 	void *a = NULL, *b = NULL;
 	TRY(kiln_device_alloc(dev, max * 4 * (size_t)W, &a));
 	TRY(kiln_device_alloc(dev, max * 4 * (size_t)W, &b));
+	char *sh = NULL;
+	if (wait_only) {
+		test_wait_cpu(a);
+		goto end;
+	}
 	static const int dts[] = { KILN_F32, KILN_BF16, KILN_F16 };
 	for (int d = 0; d < 3; d++)
 		for (size_t k = 0; k < ncounts; k++) {
@@ -341,7 +413,6 @@ int main(int argc, char **argv)
 		}
 	test_allreduce(a, KILN_F32, 2 * 65536 + 13, KILN_REDUCE_AVG);
 	/* the shared buffer */
-	char *sh = NULL;
 	kiln_status st = ops->version >= 3 && ops->alloc_shared
 				 ? ops->alloc_shared(comm, max * 4 + 4096, (void **)&sh)
 				 : KILN_ENOTSUP;
@@ -366,6 +437,7 @@ int main(int argc, char **argv)
 	}
 	test_split((float *)a, 1000);
 	test_sendrecv();
+end:
 	TRY(ops->barrier(comm));
 	kiln_device_free(dev, a);
 	kiln_device_free(dev, b);

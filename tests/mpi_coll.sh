@@ -6,7 +6,11 @@
 # ulps), on an async stream (a stream worker runs the
 # collectives) and a synchronous one (inline); 3 ranks; 4 ranks on 2 cores
 # (oversubscribed: the shared-memory waits yield) with wait = yield and
-# sleep.  Every run is under `timeout`.
+# sleep; a rank waiting 0.5 s for its peer in a recv and a broadcast on
+# a stream worker (wait = yield, sleep) on at most 30 ms of CPU time
+# (tests/mpi_coll --wait); `kiln bench comm --tools kiln-mpi` as a user
+# runs it (no store secret in the environment: the driver makes one)
+# measures both sizes.  Every run is under `timeout`.
 set -u
 : "${top_builddir:=.}"
 : "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
@@ -29,6 +33,9 @@ run 3 plugin.cpu.async=1
 run 3 plugin.cpu.async=1 plugin.mpi.shm=0
 run 4 plugin.cpu.async=1 plugin.mpi.wait=yield
 run 4 plugin.cpu.async=0 plugin.mpi.wait=sleep plugin.mpi.spin_us=0
+# waits that sleep rather than test or yield for ever
+run 2 --wait plugin.cpu.async=1 plugin.mpi.wait=yield
+run 2 --wait plugin.cpu.async=1 plugin.mpi.wait=sleep
 # the description says which path ran
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" 2>&1 |
 	grep -q "kiln's shared-memory allreduce, reduce_scatter and allgather" ||
@@ -46,4 +53,11 @@ echo "$out" | grep -q "rank 0 of 2: 48 allreduces of the shared gradients, copy-
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" plugin.mpi.zero_copy=0 2>&1 |
 	grep -q "alloc_shared: mpi: \[plugin.mpi\] zero_copy = 0" ||
 	{ echo "FAIL: alloc_shared with zero_copy = 0 did not say KILN_ENOTSUP"; fail=1; }
+# kiln bench comm's kiln-mpi: its ranks under mpirun meet at the store
+bc=$(env -u KILN_STORE_TOKEN -u KILN_STORE_TOKEN_FILE timeout 120 \
+	"$abs_top_builddir/kiln" bench comm --tools kiln-mpi --max 16384 --runs 1 2>&1)
+echo "$bc"
+rows=$(echo "$bc" | awk '($1 == 4096 || $1 == 16384) && $2 + 0 > 0 && $3 == "/" && $4 + 0 > 0 { n++ } END { print n + 0 }')
+[ "$rows" = 2 ] && ! echo "$bc" | grep -q "kiln-mpi: left out" ||
+	{ echo "FAIL: kiln bench comm --tools kiln-mpi measured $rows of 2 sizes"; fail=1; }
 exit $fail

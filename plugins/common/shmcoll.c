@@ -103,27 +103,63 @@ static void sleep_on(struct shmcoll_flag *f, long v)
 	atomic_fetch_sub(&f->sleepers, 1);
 }
 
-enum { STEP_POLL, STEP_YIELD, STEP_NAP, STEP_SLEEP };
+/* A nap's own lateness that still counts as a quick turn: the kernel's
+ * default timer slack. */
+#define NAP_SLACK_NS 50000ll
+
+void shmcoll_pace_init(struct shmcoll_pace *p, int how, int yields, long long spin_ns,
+		       long long nap_ns, unsigned every)
+{
+	*p = (struct shmcoll_pace){ .how = how, .yields = yields, .step = SHMCOLL_STEP_POLL,
+				    .every = every ? every : 1, .spin_ns = spin_ns,
+				    .nap_ns = nap_ns, .nap3_ns = nap_ns > 0 ? nap_ns : NAP_SLACK_NS };
+}
 
 /* Which step of a wait (shmcoll.h, SHMCOLL_SPIN) comes next after
  * `waited` ns, the last turn (the time since the previous look, less a
  * nap's length) having taken turn ns. */
-static int next_step(struct shmcoll *s, int how, long long waited, long long turn)
+static int next_step(const struct shmcoll_pace *p, long long waited, long long turn)
 {
 	if (turn >= SHMCOLL_TURN_NS)
-		return STEP_SLEEP; /* the core went to another thread: it is wanted */
-	if (waited < s->spin_ns)
-		return STEP_POLL;
-	if (how == SHMCOLL_SPIN && !oversubscribed(s) && waited < SHMCOLL_SPIN_NS)
-		return STEP_POLL;
+		return SHMCOLL_STEP_SLEEP; /* the core went to another thread: it is wanted */
+	if (waited < p->spin_ns)
+		return SHMCOLL_STEP_POLL;
+	if (p->how == SHMCOLL_SPIN && !p->yields && waited < SHMCOLL_SPIN_NS)
+		return SHMCOLL_STEP_POLL;
 	if (waited < SHMCOLL_LONG_NS)
-		return how == SHMCOLL_SLEEP ? STEP_NAP : STEP_YIELD;
-	return STEP_SLEEP;
+		return p->how == SHMCOLL_SLEEP ? SHMCOLL_STEP_NAP : SHMCOLL_STEP_YIELD;
+	return SHMCOLL_STEP_SLEEP;
 }
 
-/* A nap's own lateness that still counts as a quick turn: the kernel's
- * default timer slack. */
-#define NAP_SLACK_NS 50000ll
+int shmcoll_pace_next(struct shmcoll_pace *p, long long t, long long waited)
+{
+	if (p->step == SHMCOLL_STEP_SLEEP)
+		return p->step;
+	const long long turn = p->last ? t - p->last - (p->napped ? p->nap_ns + NAP_SLACK_NS : 0) : 0;
+	p->step = next_step(p, waited, turn);
+	p->napped = p->step == SHMCOLL_STEP_NAP;
+	if (p->step == SHMCOLL_STEP_SLEEP)
+		return p->step;
+	if (p->step == SHMCOLL_STEP_POLL) {
+		cpu_relax();
+	} else if (p->step == SHMCOLL_STEP_YIELD) {
+		sched_yield();
+	} else {
+		const struct timespec ts = { (time_t)(p->nap_ns / 1000000000ll),
+					     (long)(p->nap_ns % 1000000000ll) };
+		nanosleep(&ts, NULL);
+	}
+	p->last = watchdog_now_ns();
+	return p->step;
+}
+
+void shmcoll_pace_nap(struct shmcoll_pace *p)
+{
+	const struct timespec ts = { (time_t)(p->nap3_ns / 1000000000ll),
+				     (long)(p->nap3_ns % 1000000000ll) };
+	nanosleep(&ts, NULL);
+	p->nap3_ns = p->nap3_ns * 2 < SHMCOLL_NAP_MAX_NS ? p->nap3_ns * 2 : SHMCOLL_NAP_MAX_NS;
+}
 
 /* Wait until f->v >= v (see SHMCOLL_SPIN); what names the collective.
  * *t0 is when this phase of the collective began waiting (0: not yet;
@@ -133,14 +169,13 @@ static int next_step(struct shmcoll *s, int how, long long waited, long long tur
 static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f, long v,
 			     int peer, const char *what, long long *t0)
 {
-	const long long nap = s->nap.tv_sec * 1000000000ll + s->nap.tv_nsec;
-	long long ask = 0, last = 0;
-	int step = STEP_POLL, napped = 0;
-	for (unsigned k = 1; atomic_load_explicit(&f->v, memory_order_acquire) < v; k++) {
-		if (step == STEP_POLL && k % 256) {
-			cpu_relax();
+	struct shmcoll_pace p;
+	long long ask = 0;
+	shmcoll_pace_init(&p, how, how == SHMCOLL_SPIN && oversubscribed(s), s->spin_ns,
+			  s->nap.tv_sec * 1000000000ll + s->nap.tv_nsec, 256);
+	while (atomic_load_explicit(&f->v, memory_order_acquire) < v) {
+		if (shmcoll_pace_poll(&p))
 			continue;
-		}
 		const long long t = watchdog_now_ns();
 		if (!*t0)
 			*t0 = t;
@@ -157,19 +192,8 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 			return s->host->error(KILN_ETIMEOUT, "%s: rank %d of %d: rank %d did not reach the shared-memory %s within [dist] timeout = %.1f s",
 					      s->who, s->rank, s->world, peer, what,
 					      s->timeout_ms / 1000.0);
-		const long long turn = last ? t - last - (napped ? nap + NAP_SLACK_NS : 0) : 0;
-		if (step != STEP_SLEEP)
-			step = next_step(s, how, t - *t0, turn);
-		napped = step == STEP_NAP;
-		if (step == STEP_POLL)
-			cpu_relax();
-		else if (step == STEP_YIELD)
-			sched_yield();
-		else if (step == STEP_NAP)
-			nanosleep(&s->nap, NULL);
-		else
+		if (shmcoll_pace_next(&p, t, t - *t0) == SHMCOLL_STEP_SLEEP)
 			sleep_on(f, v);
-		last = watchdog_now_ns();
 	}
 	return KILN_OK;
 }

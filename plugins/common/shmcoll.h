@@ -118,6 +118,57 @@ enum { SHMCOLL_SPIN, SHMCOLL_YIELD, SHMCOLL_SLEEP };
 #define SHMCOLL_LONG_NS 5000000ll  /* steps 1 and 2 at most */
 #define SHMCOLL_TURN_NS 50000ll    /* a turn longer: another thread had the core */
 
+/* One wait's pace through those steps, for any wait that looks at a
+ * condition in a loop: shmcoll's flags, and kiln-mpi's MPI_Test loop,
+ * which has no futex to sleep on and naps instead (shmcoll_pace_nap).
+ *   shmcoll_pace_init(&p, how, yields, spin_ns, &nap, every);
+ *   while (!done()) {
+ *           if (shmcoll_pace_poll(&p)) continue;   (a pause, no clock)
+ *           t = watchdog_now_ns(); ... the caller's timeout checks ...
+ *           if (shmcoll_pace_next(&p, t, t - t0) == SHMCOLL_STEP_SLEEP)
+ *                   sleep on the condition, or shmcoll_pace_nap(&p);
+ *   }
+ * `every`: polls between looks at the clock (a power of 2: 256 for a
+ * flag's load, 1 for an MPI_Test, whose progress engine takes longer than
+ * a look at the clock); `yields`: SPIN polls only spin_ns (the ranks
+ * outnumber their CPUs). */
+enum { SHMCOLL_STEP_POLL, SHMCOLL_STEP_YIELD, SHMCOLL_STEP_NAP, SHMCOLL_STEP_SLEEP };
+#define SHMCOLL_NAP_MAX_NS 1000000ll /* shmcoll_pace_nap's longest nap */
+
+struct shmcoll_pace {
+	int how, yields, step, napped;
+	unsigned every, k;
+	long long spin_ns, nap_ns;   /* step 2's nap */
+	long long nap3_ns;           /* shmcoll_pace_nap's next nap */
+	long long last;              /* when the last pause ended (0: none yet) */
+};
+
+void shmcoll_pace_init(struct shmcoll_pace *p, int how, int yields, long long spin_ns,
+		       long long nap_ns, unsigned every);
+
+/* A poll between looks at the clock: 1 when it paused (the caller looks
+ * at its condition again), 0 when the clock is due (shmcoll_pace_next). */
+static inline int shmcoll_pace_poll(struct shmcoll_pace *p)
+{
+	if (p->step == SHMCOLL_STEP_POLL && (++p->k & (p->every - 1))) {
+		cpu_relax();
+		return 1;
+	}
+	return 0;
+}
+
+/* The next step at t, `waited` ns into the wait: pauses for steps 1 and 2
+ * (a poll's pause, a yield, a nap) and returns which; for step 3 returns
+ * SHMCOLL_STEP_SLEEP at once, the caller's to take (once there, a wait
+ * stays there). */
+int shmcoll_pace_next(struct shmcoll_pace *p, long long t, long long waited);
+
+/* Step 3 without a futex: a nap of nap_ns at first, twice as long at each
+ * call up to SHMCOLL_NAP_MAX_NS, so that a wait past step 2 wakes at most
+ * ~1,000 times a second while it adds at most about the nap's length
+ * (the time already slept, and 1 ms) to its end. */
+void shmcoll_pace_nap(struct shmcoll_pace *p);
+
 struct shmcoll {
 	const struct kiln_host *host;
 	const char *who;               /* the plugin's name, for messages */

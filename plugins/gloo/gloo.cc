@@ -73,6 +73,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -197,6 +198,66 @@ struct BoundRs {
 	std::unique_ptr<gloo::ReduceScatterHalvingDoubling<float>> algo;
 };
 
+/* The thread that runs the send half of a sendrecv whose message does not
+ * fit the channel's ring while the stream's thread receives
+ * (run_sendrecv_shm): started at the first such sendrecv, then kept, a
+ * condition variable handing it each send, until close (a std::thread
+ * made and joined per sendrecv cost a clone and an exit each time). */
+struct SendWorker {
+	std::mutex m;
+	std::condition_variable cv;
+	std::thread t;
+	bool stop = false, queued = false, finished = false;
+	struct gloo_shm *shm = nullptr;
+	int peer = 0;
+	const void *buf = nullptr;
+	size_t bytes = 0;
+	kiln_status st = KILN_OK;
+	std::string why; /* st's message */
+
+	void loop()
+	{
+		std::unique_lock<std::mutex> lk(m);
+		for (;;) {
+			cv.wait(lk, [this] { return stop || queued; });
+			if (stop)
+				return;
+			queued = false;
+			lk.unlock();
+			const kiln_status r = gloo_shm_send(shm, peer, buf, bytes);
+			std::string w = r && H->last_error ? H->last_error() : "";
+			lk.lock();
+			st = r, why = std::move(w), finished = true;
+			cv.notify_all();
+		}
+	}
+	/* hand it a send (one at a time: the stream orders the jobs) */
+	void post(struct gloo_shm *g, int to, const void *b, size_t n)
+	{
+		std::lock_guard<std::mutex> lk(m);
+		shm = g, peer = to, buf = b, bytes = n, finished = false, queued = true;
+		cv.notify_all();
+	}
+	/* wait for it; its status (the message in why) */
+	kiln_status finish()
+	{
+		std::unique_lock<std::mutex> lk(m);
+		cv.wait(lk, [this] { return finished; });
+		return st;
+	}
+	~SendWorker()
+	{
+		if (t.joinable()) {
+			{
+				std::lock_guard<std::mutex> lk(m);
+				stop = true;
+			}
+			cv.notify_all();
+			t.join();
+		}
+	}
+};
+
 struct Comm {
 	struct kiln_device *dev;
 	int rank, world, timeout_ms;
@@ -214,6 +275,7 @@ struct Comm {
 	 * NULL: Gloo's */
 	struct gloo_shm *shm = nullptr;
 	char shm_why[320] = "";  /* why shm is null */
+	std::unique_ptr<SendWorker> sender; /* run_sendrecv_shm's, once needed */
 	int zero_copy = 1;       /* [plugin.gloo] zero_copy */
 	Job jobs[kJobs];
 	int next_job = 0;
@@ -537,9 +599,9 @@ void run_sendrecv_tcp(Comm *c, Job *j)
 }
 
 /* K_SENDRECV on the shared-memory channels: the send goes now if the
- * channel has room for all of it, else on a thread of its own while this
- * one receives (the channel's ring is smaller than a large message: a
- * send before the recv on both ranks would wait forever). */
+ * channel has room for all of it, else on the communicator's send worker
+ * while this thread receives (the channel's ring is smaller than a large
+ * message: a send before the recv on both ranks would wait forever). */
 kiln_status run_sendrecv_shm(Comm *c, Job *j)
 {
 	const size_t es = dtype_size(j->dtype);
@@ -549,23 +611,22 @@ kiln_status run_sendrecv_shm(Comm *c, Job *j)
 		return gloo_shm_send(c->shm, j->root, j->send, j->count * es);
 	if (gloo_shm_try_send(c->shm, j->root, j->send, j->count * es))
 		return gloo_shm_recv(c->shm, j->src, j->buf, j->rcount * es);
-	kiln_status sst = KILN_OK;
-	std::string why;
-	std::thread t;
 	try {
-		t = std::thread([&] {
-			sst = gloo_shm_send(c->shm, j->root, j->send, j->count * es);
-			if (sst && H->last_error)
-				why = H->last_error();
-		});
-	} catch (const std::system_error &e) {
+		if (!c->sender) {
+			c->sender.reset(new SendWorker);
+			SendWorker *w = c->sender.get();
+			w->t = std::thread([w] { w->loop(); });
+		}
+	} catch (const std::exception &e) {
+		c->sender.reset();
 		return H->error(KILN_EIO, "gloo: rank %d of %d: sendrecv: no thread for the send to rank %d: %s",
 				c->rank, c->world, j->root, e.what());
 	}
+	c->sender->post(c->shm, j->root, j->send, j->count * es);
 	kiln_status rst = gloo_shm_recv(c->shm, j->src, j->buf, j->rcount * es);
-	t.join();
+	kiln_status sst = c->sender->finish();
 	if (sst && !rst)
-		return H->error(sst, "%s", why.c_str());
+		return H->error(sst, "%s", c->sender->why.c_str());
 	return rst;
 }
 
@@ -873,6 +934,7 @@ void gloo_close(void *ctx)
 {
 	Comm *c = static_cast<Comm *>(ctx);
 	if (c) {
+		c->sender.reset(); /* its thread sends on c->shm */
 		gloo_shm_close(c->shm);
 		gloo_shm_close(c->node_shm);
 		delete c->lead;

@@ -21,7 +21,9 @@
  * nonblocking one (MPI_Iallreduce, ...) completed by MPI_Test with a
  * sched_yield() (yield) or a nap (sleep) between tests, or (meet) a
  * napping MPI_Ibarrier before the blocking call: less CPU when the cores
- * are oversubscribed, at the price of slower progress.  A collective that
+ * are oversubscribed, at the price of slower progress.  Past 5 ms, or once
+ * another thread had the core, every one of them naps, the naps doubling
+ * up to 1 ms (wait_req, paced as shmcoll's waits: shmcoll_pace).  A collective that
  * runs inline on the enqueuing thread (a synchronous stream: `kiln bench
  * comm`) always blocks ([plugin.mpi] wait, spin_us, sleep_us, nbc_ring).
  *
@@ -371,20 +373,25 @@ static kiln_status mpi_fail(struct mpi_comm *c, int rc, const char *what)
 static _Thread_local int running_inline;
 
 /* Complete *req without holding a core: MPI_Test (which is also what
- * progresses Open MPI's nonblocking collectives, libnbc) back to back
- * for c->spin_ns, then with a sched_yield() or a c->nap sleep between
- * calls.  The watchdog still bounds the whole wait. */
+ * progresses Open MPI's nonblocking collectives, libnbc) paced as
+ * shmcoll's waits are (plugins/common/shmcoll.h, SHMCOLL_SPIN): back to
+ * back for c->spin_ns, then with a sched_yield() (yield) or a c->nap
+ * sleep (sleep, meet) between tests while the core is the wait's alone,
+ * up to 5 ms; then, or at once when another thread had the core, naps
+ * that double from c->nap up to 1 ms (MPI has no futex to sleep on), so
+ * a rank waiting on a slow peer neither spins nor yields for ever.  The
+ * watchdog still bounds the whole wait. */
 static int wait_req(struct mpi_comm *c, MPI_Request *req)
 {
-	long long t0 = watchdog_now_ns();
+	struct shmcoll_pace p;
+	const long long t0 = watchdog_now_ns();
 	int done = 0, rc;
+	shmcoll_pace_init(&p, c->wait == W_YIELD ? SHMCOLL_YIELD : SHMCOLL_SLEEP, 0, c->spin_ns,
+			  c->nap.tv_sec * 1000000000ll + c->nap.tv_nsec, 1);
 	while ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) {
-		if (watchdog_now_ns() - t0 < c->spin_ns)
-			continue;
-		if (c->wait == W_YIELD)
-			sched_yield();
-		else
-			nanosleep(&c->nap, NULL);
+		const long long t = watchdog_now_ns();
+		if (shmcoll_pace_next(&p, t, t - t0) == SHMCOLL_STEP_SLEEP)
+			shmcoll_pace_nap(&p);
 	}
 	return rc;
 }
@@ -890,11 +897,11 @@ static const struct kiln_key mpi_keys[] = {
 	{ "thread_level", KILN_KEY_ENUM, "serialized", 0, 0, "serialized|multiple",
 	  "The thread support asked of MPI_Init_thread: `serialized` (MPI_THREAD_SERIALIZED, enough: kiln never runs two collectives at once) or `multiple` (MPI_THREAD_MULTIPLE, which makes Open MPI lock inside every call)." },
 	{ "wait", KILN_KEY_ENUM, "auto", 0, 0, "auto|block|yield|sleep|meet",
-	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward; the log-point sums) waits for the other ranks. `auto` (default): `block`, or `yield` with [dist] zero = 1 (what measured fastest for each on a quiet 2-core machine). `block`: Open MPI's blocking collective, which busy-polls shared memory: the lowest exposed communication and the fastest 2-rank step on a quiet machine (docs/PERFORMANCE.md, part 6), though it holds a core while it waits. `yield`: the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, back to back for `spin_us`, then with sched_yield() between tests (a free core keeps polling, a busy one goes to the compute threads). `sleep`: the same with a `sleep_us` nap between tests; Open MPI progresses a nonblocking collective only inside MPI_Test, so each nap adds up to its length per protocol round. `meet`: an MPI_Ibarrier tested with naps, then the blocking collective (Open MPI's polling covers only the transfer). Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. Measurements: docs/PERFORMANCE.md, part 6." },
+	  "How a collective run by a stream worker (the comm stream's bucket allreduces, overlapped with backward; the log-point sums) waits for the other ranks. `auto` (default): `block`, or `yield` with [dist] zero = 1 (what measured fastest for each on a quiet 2-core machine). `block`: Open MPI's blocking collective, which busy-polls shared memory: the lowest exposed communication and the fastest 2-rank step on a quiet machine (docs/PERFORMANCE.md, part 6), though it holds a core while it waits. `yield`: the nonblocking collective (MPI_Iallreduce, ...) and MPI_Test, back to back for `spin_us`, then with sched_yield() between tests (a free core keeps polling, a busy one goes to the compute threads). `sleep`: the same with a `sleep_us` nap between tests. Either lasts up to 5 ms, and only while the core is the wait's alone; then the wait naps, from `sleep_us` doubling to 1 ms (docs/distributed.md, \"Waiting\"); Open MPI progresses a nonblocking collective only inside MPI_Test, so each nap adds up to its length per protocol round. `meet`: an MPI_Ibarrier tested with naps, then the blocking collective (Open MPI's polling covers only the transfer). Collectives that run inline (synchronous streams, `kiln bench comm`) and the barrier always block. Measurements: docs/PERFORMANCE.md, part 6." },
 	{ "spin_us", KILN_KEY_INT, "20", 0, 1000000, NULL,
 	  "With `wait = yield`, `sleep` or `meet`: microseconds of back-to-back MPI_Test calls before the first pause." },
 	{ "sleep_us", KILN_KEY_INT, "50", 1, 1000000, NULL,
-	  "With `wait = sleep` or `meet`: microseconds each pause between MPI_Test calls sleeps (nanosleep; the kernel's timer slack, 50 us by default, comes on top)." },
+	  "With `wait = sleep` or `meet`: microseconds each pause between MPI_Test calls sleeps (nanosleep; the kernel's timer slack, 50 us by default, comes on top) during a wait's first 5 ms, and the first of the naps that double up to 1 ms after them (with `yield` too)." },
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "When every rank runs on one node: allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (an MPI_Win_allocate_shared window, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits), faster than Open MPI's at 4 KiB-1 MiB on 2 ranks (docs/PERFORMANCE.md, part 7); the barrier and broadcasts stay MPI's. 0: MPI's collectives throughout. Ranks on several nodes always use MPI's." },
 	{ "zero_copy", KILN_KEY_BOOL, "1", 0, 0, NULL,
