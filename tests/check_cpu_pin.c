@@ -154,12 +154,15 @@ START_TEST(test_mode)
 	ck_assert(cpu_pin_wanted(CPU_PIN_ALWAYS, 1));
 	ck_assert(!cpu_pin_wanted(CPU_PIN_NONE, 0));
 	ck_assert(!cpu_pin_wanted(CPU_PIN_NONE, 1));
-	/* the default follows the rule: pinned exactly when the machine was not full */
+	/* the default (none): the process's mask */
 	int cpus[CPU_SETSIZE];
 	cpu_set_t all, w;
 	const int n = process_cpus(cpus, &all);
-	const int full0 = common_machine_full();
 	worker_mask(NULL, 1, 1, &w);
+	ck_assert_int_eq(CPU_COUNT(&w), n);
+	/* auto follows the rule: pinned exactly when the machine was not full */
+	const int full0 = common_machine_full();
+	worker_mask("run.bind_stages=auto", 1, 1, &w);
 	const int full1 = common_machine_full();
 	if (n >= 2 && full0 == full1) /* the load did not cross the line meanwhile */
 		ck_assert_int_eq(CPU_COUNT(&w), full0 ? n : 1);

@@ -46,9 +46,9 @@ int cpu_pin_wanted(int mode, int full)
 static int bind_mode(const struct kiln_host *host, const struct kiln_config *cfg)
 {
 	const char *v = host->config_get(cfg, "run", "bind_stages");
-	if (!v || !strcmp(v, "auto"))
-		return CPU_PIN_AUTO;
-	return !strcmp(v, "always") ? CPU_PIN_ALWAYS : !strcmp(v, "none") ? CPU_PIN_NONE : -1;
+	if (!v || !strcmp(v, "none")) /* unset: the schema's default, none */
+		return CPU_PIN_NONE;
+	return !strcmp(v, "always") ? CPU_PIN_ALWAYS : !strcmp(v, "auto") ? CPU_PIN_AUTO : -1;
 }
 
 int cpu_pin_open(const struct kiln_host *host, const struct kiln_config *cfg, int ordinal,

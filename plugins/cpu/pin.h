@@ -38,7 +38,7 @@ struct kiln_config;
 int cpu_pin_plan(const int *cpus, int ncpu, int usable, int ordinal, int peers, int threads,
 		 int *out);
 
-/* [run] bind_stages: none, auto (pin unless the machine is full as the
+/* [run] bind_stages: none (the default), auto (pin unless the machine is full as the
  * device opens: spin_rule.h's common_machine_full, the 1-minute load
  * average and the runnable threads at least the mask's CPUs; a pinned
  * stage cannot move to a core another process left free), always. */
