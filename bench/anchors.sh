@@ -69,8 +69,11 @@
 #                   runs N+20 CNN / N+10 GPT steps, the last N timed)
 #   --mlp-steps N   the MLP's timed steps (default 0: one epoch, 468 steps,
 #                   PyTorch timing the last 448; else N+20 steps, as the CNN)
-#   --torch-env E   the OpenMP setting of the compile and Lightning rows
-#                   (default passive)
+#   --torch-env E   the OpenMP setting of the compile rows (default passive);
+#                   the Lightning row runs with PyTorch's own OpenMP defaults,
+#                   as a user runs it (6-9% faster than under PASSIVE in
+#                   session 13's quiet window), except that omp1 (the DDP
+#                   rows' 1 thread a rank) applies to it too
 #   --out DIR       keep every run's JSON line in DIR/BENCH.jsonl (default: a
 #                   scratch directory, removed)
 #   --rows LIST     only these rows (comma-separated names above; the data
@@ -202,7 +205,9 @@ torch_rows() {
             "$PY2" "$HERE/$script" --threads 1 "$@"
         nt=$THREADS; [ "$TORCH_ENV" = omp1 ] && nt=1
         for m in compile compile-max lightning; do
-            one_run "$b" "t2-$m" "$lsamples" env $BLAS_ENV $TENV \
+            e=$TENV
+            [ "$m" = lightning ] && [ "$TORCH_ENV" != omp1 ] && e=
+            one_run "$b" "t2-$m" "$lsamples" env $BLAS_ENV $e \
                 "$PY2" "$HERE/$script" --threads "$nt" --mode "$m" "$@"
         done
     fi
@@ -363,7 +368,7 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 [ -z "$SKIP2" ] || echo "anchors.sh: PyTorch 2.x rows skipped: $SKIP2"
 [ -z "$SKIP113" ] || echo "anchors.sh: PyTorch 1.13 rows skipped: $SKIP113"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $THREADS threads, median of $RUNS interleaved runs"
-echo "load average before: $LOAD0, after: $LOAD1; compile and Lightning rows under --torch-env $TORCH_ENV"
+echo "load average before: $LOAD0, after: $LOAD1; compile rows under --torch-env $TORCH_ENV, Lightning's under $( [ "$TORCH_ENV" = omp1 ] && echo omp1 || echo "PyTorch's defaults")"
 echo "command: bench/anchors.sh --runs $RUNS --threads $THREADS --steps $STEPS --mlp-steps $MLP_TIMED --torch-env $TORCH_ENV --bench $(echo $BENCHES | tr ' ' ,)"
 for b in $BENCHES; do
     "$PYTHON113" "$HERE/anchors_table.py" "$b" "$RES/$b.jsonl" "$(cat "$RES/$b.load" | tr '\n' ';')" $PEAKS
