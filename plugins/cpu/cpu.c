@@ -19,6 +19,7 @@
 #include <stdio.h>    /* vsnprintf, snprintf */
 #include <stdlib.h>   /* posix_memalign, free, calloc */
 #include <string.h>
+#include <time.h>     /* clock_gettime */
 #include <unistd.h>   /* sysconf */
 
 #define CPU_ALIGN 64
@@ -149,8 +150,91 @@ static double cpu_loadavg(void)
 	return v;
 }
 
+/* ---- async = auto's watch: sync until the rank's threads wait for a CPU ---- */
+
+/* The load average is read once, at plan time: a neighbour that starts
+ * later is not in it, and a rank the rule made sync then collapses (the
+ * MLP 8-11x slower under a busy loop; docs/PERFORMANCE.md, "Session 13:
+ * async follows contention").  So a sync rank watches what that costs it:
+ * the run-queue wait of its threads (schedstat, cpu_run_delay_ns), in
+ * seconds a second of wall time, over intervals of CPU_WATCH_INTERVAL_NS.
+ * CPU_WATCH_HOT intervals in a row above CPU_WATCH_BUSY turn its streams
+ * async for the rest of the run (one way: a sync step that has the cores
+ * is 8-10% faster, an async one under a neighbour 8-11x, so the watch
+ * does not gamble on the neighbour being gone).  It runs on the thread
+ * that told the workload, which issues every op of a data-parallel rank,
+ * at an event record: a sync stream never holds queued work and every
+ * event is complete, so the streams turn async in place between any two
+ * of that thread's calls (cpu_streams_set_async). */
+#define CPU_WATCH_INTERVAL_NS 250000000LL
+#define CPU_WATCH_BUSY 0.25
+#define CPU_WATCH_HOT 2
+
+static int64_t watch_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Starts watching (the rule chose sync); without schedstat and without the
+ * hook there is nothing to watch. */
+static void watch_start(struct cpu_ctx *c)
+{
+	struct cpu_async_watch *w = &c->watch;
+	const char *hook = getenv("KILN_CPU_RUNWAIT");
+	memset(w, 0, sizeof *w);
+	w->fake = hook && *hook ? atof(hook) : -1;
+	w->start_delay = cpu_run_delay_ns();
+	if (w->fake < 0 && w->start_delay < 0) {
+		c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: no schedstat, sync for the run");
+		return;
+	}
+	w->owner = pthread_self();
+	w->start_ns = w->t0_ns = watch_now_ns();
+	w->on = 1;
+}
+
+/* The interval's waiting, in seconds a second (KILN_CPU_RUNWAIT: that);
+ * starts the next interval.  < 0: not measured. */
+static double watch_sample(struct cpu_async_watch *w, int64_t now)
+{
+	int64_t delay = cpu_run_delay_ns();
+	/* a thread that exited took its delay with it: clamp */
+	double v = delay < 0 ? -1
+		   : delay < w->start_delay ? 0
+					     : (double)(delay - w->start_delay) / (double)(now - w->start_ns);
+	w->start_delay = delay;
+	w->start_ns = now;
+	return w->fake >= 0 ? w->fake : v;
+}
+
+void cpu_async_watch(struct cpu_ctx *c)
+{
+	struct cpu_async_watch *w = &c->watch;
+	const int64_t now = watch_now_ns();
+	if (now - w->start_ns < CPU_WATCH_INTERVAL_NS || !pthread_equal(pthread_self(), w->owner))
+		return;
+	const double wait = watch_sample(w, now);
+	w->hot = wait > CPU_WATCH_BUSY ? w->hot + 1 : 0;
+	c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: threads waited %.3f s a second for a CPU (%d busy in a row)",
+		     wait, w->hot);
+	if (w->hot < CPU_WATCH_HOT)
+		return;
+	w->on = 0;
+	if (cpu_streams_set_async(c, 1)) { /* stays sync, whole: say so, go on */
+		c->host->log(KILN_LOG_WARN, "cpu", "async = auto: streams stay sync: %s",
+			     c->host->last_error());
+		return;
+	}
+	c->host->log(KILN_LOG_INFO, "cpu",
+		     "async = auto: sync -> async streams %.1f s into the run (threads waited %.2f s a second for a CPU, %d intervals of %lld ms in a row: busy)",
+		     (double)(now - w->t0_ns) / 1e9, wait, CPU_WATCH_HOT,
+		     (long long)(CPU_WATCH_INTERVAL_NS / 1000000));
+}
+
 /* KILN_PROC_WORKLOAD: async = auto on a data-parallel rank follows
- * cpu_async_rule. */
+ * cpu_async_rule, and a sync rank then watches for contention. */
 static kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
 {
 	struct cpu_ctx *c = ctx;
@@ -165,6 +249,8 @@ static kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
 	if (st)
 		return st;
 	c->host->log(KILN_LOG_INFO, "cpu", "async = auto: %s streams (%s)", on ? "async" : "sync", why);
+	if (!on)
+		watch_start(c);
 	return KILN_OK;
 }
 
