@@ -691,7 +691,11 @@ static const struct kiln_key cpu_keys[] = {
 	  "(1-minute load average above half its CPUs), off otherwise: a short step's "
 	  "hand-offs to the workers cost more than the allreduce they hide (bench/'s "
 	  "MLP, -10% quietly; docs/distributed.md item 6, docs/PERFORMANCE.md "
-	  "\"Session 13: async auto rule\").  The choice is logged at info level." },
+	  "\"Session 13: async auto rule\").  A rank the rule made sync then watches "
+	  "its threads' wait for a CPU and turns async for the rest of the run once "
+	  "they waited over a quarter of the time for half a second (a neighbour that "
+	  "started after the plan; \"Session 13: async follows contention\").  The "
+	  "choice and a switch are logged at info level." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
 	  "CPU (another process busy on the same cores), probing back when the machine is "
