@@ -118,7 +118,7 @@ if "$kiln" train "$ini" run.out_dir="$tmp/o" plugin.cpu.async=sometimes > "$tmp/
 	fail "plugin.cpu.async=sometimes was accepted"
 fi
 grep -q "async" "$tmp/log" || { cat "$tmp/log"; fail "the error does not name async"; }
-# a rank the rule made sync watches its threads' run-queue wait
+# a rank the rule made sync watches its issuing thread's run-queue wait
 # (cpu_async_watch; KILN_CPU_RUNWAIT stands for it here, in seconds a
 # second): above 0.25 for 2 intervals of 250 ms in a row, its streams turn
 # async in place for the rest of the run; at 0.2 they stay sync.  The

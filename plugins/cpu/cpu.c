@@ -150,14 +150,18 @@ static double cpu_loadavg(void)
 	return v;
 }
 
-/* ---- async = auto's watch: sync until the rank's threads wait for a CPU ---- */
+/* ---- async = auto's watch: sync until the rank's issuing thread waits for a CPU ---- */
 
 /* The load average is read once, at plan time: a neighbour that starts
  * later is not in it, and a rank the rule made sync then collapses (the
  * MLP 8-11x slower under a busy loop; docs/PERFORMANCE.md, "Session 13:
  * async follows contention").  So a sync rank watches what that costs it:
- * the run-queue wait of its threads (schedstat, cpu_run_delay_ns), in
- * seconds a second of wall time, over intervals of CPU_WATCH_INTERVAL_NS.
+ * the run-queue wait of the thread that issues its work and, sync, runs
+ * it (schedstat, cpu_self_delay_ns), in seconds a second of wall time,
+ * over intervals of CPU_WATCH_INTERVAL_NS.  That thread alone: it is the
+ * step's critical path, and the process's other threads (loader workers,
+ * a communicator's) may wait for a CPU behind it without the step being
+ * slower for it.
  * CPU_WATCH_HOT intervals in a row above CPU_WATCH_BUSY turn its streams
  * async for the rest of the run (one way: a sync step that has the cores
  * is 8-10% faster, an async one under a neighbour 8-11x, so the watch
@@ -185,7 +189,7 @@ static void watch_start(struct cpu_ctx *c)
 	const char *hook = getenv("KILN_CPU_RUNWAIT");
 	memset(w, 0, sizeof *w);
 	w->fake = hook && *hook ? atof(hook) : -1;
-	w->start_delay = cpu_run_delay_ns();
+	w->start_delay = cpu_self_delay_ns();
 	if (w->fake < 0 && w->start_delay < 0) {
 		c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: no schedstat, sync for the run");
 		return;
@@ -199,7 +203,7 @@ static void watch_start(struct cpu_ctx *c)
  * starts the next interval.  < 0: not measured. */
 static double watch_sample(struct cpu_async_watch *w, int64_t now)
 {
-	int64_t delay = cpu_run_delay_ns();
+	int64_t delay = cpu_self_delay_ns();
 	/* a thread that exited took its delay with it: clamp */
 	double v = delay < 0 ? -1
 		   : delay < w->start_delay ? 0
@@ -217,7 +221,7 @@ void cpu_async_watch(struct cpu_ctx *c)
 		return;
 	const double wait = watch_sample(w, now);
 	w->hot = wait > CPU_WATCH_BUSY ? w->hot + 1 : 0;
-	c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: threads waited %.3f s a second for a CPU (%d busy in a row)",
+	c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: the issuing thread waited %.3f s a second for a CPU (%d busy in a row)",
 		     wait, w->hot);
 	if (w->hot < CPU_WATCH_HOT)
 		return;
@@ -228,7 +232,7 @@ void cpu_async_watch(struct cpu_ctx *c)
 		return;
 	}
 	c->host->log(KILN_LOG_INFO, "cpu",
-		     "async = auto: sync -> async streams %.1f s into the run (threads waited %.2f s a second for a CPU, %d intervals of %lld ms in a row: busy)",
+		     "async = auto: sync -> async streams %.1f s into the run (the issuing thread waited %.2f s a second for a CPU, %d intervals of %lld ms in a row: busy)",
 		     (double)(now - w->t0_ns) / 1e9, wait, CPU_WATCH_HOT,
 		     (long long)(CPU_WATCH_INTERVAL_NS / 1000000));
 }
@@ -692,8 +696,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "hand-offs to the workers cost more than the allreduce they hide (bench/'s "
 	  "MLP, -10% quietly; docs/distributed.md item 6, docs/PERFORMANCE.md "
 	  "\"Session 13: async auto rule\").  A rank the rule made sync then watches "
-	  "its threads' wait for a CPU and turns async for the rest of the run once "
-	  "they waited over a quarter of the time for half a second (a neighbour that "
+	  "the wait for a CPU of the thread that runs its steps and turns async for "
+	  "the rest of the run once it waited over a quarter of the time for half a "
+	  "second (a neighbour that "
 	  "started after the plan; \"Session 13: async follows contention\").  The "
 	  "choice and a switch are logged at info level." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,

@@ -43,14 +43,14 @@ enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32 };
 #define CPU_CONV_IMPLS 3
 
 /* async = auto's watch on a data-parallel rank that the rule made sync
- * (cpu.c, cpu_async_watch): the run-queue wait of the process's threads
+ * (cpu.c, cpu_async_watch): the run-queue wait of the issuing thread
  * over intervals of CPU_WATCH_INTERVAL_NS. */
 struct cpu_async_watch {
 	int on;             /* watching (the rule chose sync) */
 	pthread_t owner;    /* the thread that told the workload: it issues */
 	int64_t t0_ns;      /* when the watch began (the plan) */
 	int64_t start_ns;   /* the interval's start, CLOCK_MONOTONIC */
-	int64_t start_delay; /* cpu_run_delay_ns() then */
+	int64_t start_delay; /* cpu_self_delay_ns() then */
 	int hot;            /* busy intervals in a row */
 	double fake;        /* KILN_CPU_RUNWAIT (the tests' hook), else < 0 */
 };
