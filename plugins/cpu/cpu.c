@@ -204,7 +204,7 @@ static void watch_start(struct cpu_ctx *c)
 static double watch_sample(struct cpu_async_watch *w, int64_t now)
 {
 	int64_t delay = cpu_self_delay_ns();
-	/* a thread that exited took its delay with it: clamp */
+	/* schedstat's counter only grows; clamp all the same */
 	double v = delay < 0 ? -1
 		   : delay < w->start_delay ? 0
 					     : (double)(delay - w->start_delay) / (double)(now - w->start_ns);
@@ -253,6 +253,7 @@ static kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
 	if (st)
 		return st;
 	c->host->log(KILN_LOG_INFO, "cpu", "async = auto: %s streams (%s)", on ? "async" : "sync", why);
+	c->watch.on = 0; /* told again (tests/check_cpu_async): the latest rule holds */
 	if (!on)
 		watch_start(c);
 	return KILN_OK;
@@ -698,9 +699,8 @@ static const struct kiln_key cpu_keys[] = {
 	  "\"Session 13: async auto rule\").  A rank the rule made sync then watches "
 	  "the wait for a CPU of the thread that runs its steps and turns async for "
 	  "the rest of the run once it waited over a quarter of the time for half a "
-	  "second (a neighbour that "
-	  "started after the plan; \"Session 13: async follows contention\").  The "
-	  "choice and a switch are logged at info level." },
+	  "second (a neighbour that started after the plan; \"Session 13: async "
+	  "follows contention\").  The choice and a switch are logged at info level." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
 	  "CPU (another process busy on the same cores), probing back when the machine is "
