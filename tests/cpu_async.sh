@@ -61,8 +61,9 @@ decided() {
 		"$kiln" train "$_ini" run.out_dir="$tmp/o" "$@" > "$tmp/log" 2>&1
 	_rc=$?
 	[ $_rc = 0 ] || { tail -20 "$tmp/log"; fail "$_ini $*: exit $_rc"; }
-	_got=$(grep -c "async = auto: $_want streams" "$tmp/log")
-	_other=$(grep -c "async = auto: .* streams" "$tmp/log")
+	# the rule's lines, not a later switch's ("sync -> async streams", below)
+	_got=$(grep -c "async = auto: $_want streams (" "$tmp/log")
+	_other=$(grep -c "async = auto: [a-z]* streams (" "$tmp/log")
 	if [ "$_got" != "$_n" ] || [ "$_other" != "$_n" ]; then
 		grep "async = auto" "$tmp/log"
 		fail "$_ini ${*:-(default)}: $_got of $_other ranks chose $_want streams, want $_n of $_n"
@@ -118,4 +119,36 @@ if "$kiln" train "$ini" run.out_dir="$tmp/o" plugin.cpu.async=sometimes > "$tmp/
 	fail "plugin.cpu.async=sometimes was accepted"
 fi
 grep -q "async" "$tmp/log" || { cat "$tmp/log"; fail "the error does not name async"; }
+# a rank the rule made sync watches its issuing thread's run-queue wait
+# (cpu_async_watch; KILN_CPU_RUNWAIT stands for it here, in seconds a
+# second): above 0.25 for 2 intervals of 250 ms in a row, its streams turn
+# async in place for the rest of the run; at 0.2 they stay sync.  The
+# switch changes when work runs, not what it computes: the final
+# checkpoint is the sync run's, byte for byte.  1000 steps of the MLP
+# (>= 1 s on 2 CPUs) give the watch its intervals.
+long="$tmp/mlp_long.ini"
+sed 's/^samples = .*/samples = 16384/; s/^epochs = .*/epochs = 8/; s/^max_steps = .*/max_steps = 1000/' \
+	"$mlp" > "$long"
+grep -q "^max_steps = 1000" "$long" && grep -q "^samples = 16384" "$long" ||
+	{ cat "$long"; fail "the long MLP's config was not written"; }
+# watched WAIT SWITCHES: KILN_CPU_RUNWAIT=WAIT, and SWITCHES ranks logged
+# the switch; the final checkpoint's checksum in $sum
+watched() {
+	rm -rf "$tmp/o"
+	KILN_CPU_RUNWAIT=$1 KILN_MASTER_PORT=$port KILN_LOG_LEVEL=info timeout 300 "$kiln" launch -n 2 -- \
+		"$kiln" train "$long" run.out_dir="$tmp/o" train.checkpoint_every=0 > "$tmp/log" 2>&1
+	_rc=$?
+	[ $_rc = 0 ] || { tail -20 "$tmp/log"; fail "KILN_CPU_RUNWAIT=$1: exit $_rc"; }
+	_sw=$(grep -c "async = auto: sync -> async streams" "$tmp/log")
+	[ "$_sw" = "$2" ] || { grep "async = auto" "$tmp/log"; fail "KILN_CPU_RUNWAIT=$1: $_sw ranks switched to async, want $2"; }
+	set -- "$tmp"/o/checkpoints/ckpt-1000.kiln
+	[ -f "$1" ] || { ls -R "$tmp/o"; fail "no final checkpoint"; }
+	sum=$(cksum < "$1")
+	checks=$((checks + 1))
+}
+watched 0.2 0
+quiet=$sum
+watched 0.3 2
+[ "$sum" = "$quiet" ] || fail "the run that turned async mid-way ends with other weights ($sum, sync: $quiet)"
+checks=$((checks + 1))
 echo "PASS: $checks async choices"

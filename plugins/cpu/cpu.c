@@ -19,6 +19,7 @@
 #include <stdio.h>    /* vsnprintf, snprintf */
 #include <stdlib.h>   /* posix_memalign, free, calloc */
 #include <string.h>
+#include <time.h>     /* clock_gettime */
 #include <unistd.h>   /* sysconf */
 
 #define CPU_ALIGN 64
@@ -149,8 +150,95 @@ static double cpu_loadavg(void)
 	return v;
 }
 
+/* ---- async = auto's watch: sync until the rank's issuing thread waits for a CPU ---- */
+
+/* The load average is read once, at plan time: a neighbour that starts
+ * later is not in it, and a rank the rule made sync then collapses (the
+ * MLP 8-11x slower under a busy loop; docs/PERFORMANCE.md, "Session 13:
+ * async follows contention").  So a sync rank watches what that costs it:
+ * the run-queue wait of the thread that issues its work and, sync, runs
+ * it (schedstat, cpu_self_delay_ns), in seconds a second of wall time,
+ * over intervals of CPU_WATCH_INTERVAL_NS.  That thread alone: it is the
+ * step's critical path, and the process's other threads (loader workers,
+ * a communicator's) may wait for a CPU behind it without the step being
+ * slower for it.
+ * CPU_WATCH_HOT intervals in a row above CPU_WATCH_BUSY turn its streams
+ * async for the rest of the run (one way: a sync step that has the cores
+ * is 8-10% faster, an async one under a neighbour 8-11x, so the watch
+ * does not gamble on the neighbour being gone).  It runs on the thread
+ * that told the workload, which issues every op of a data-parallel rank,
+ * at an event record: a sync stream never holds queued work and every
+ * event is complete, so the streams turn async in place between any two
+ * of that thread's calls (cpu_streams_set_async). */
+#define CPU_WATCH_INTERVAL_NS 250000000LL
+#define CPU_WATCH_BUSY 0.25
+#define CPU_WATCH_HOT 2
+
+static int64_t watch_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Starts watching (the rule chose sync); without schedstat and without the
+ * hook there is nothing to watch. */
+static void watch_start(struct cpu_ctx *c)
+{
+	struct cpu_async_watch *w = &c->watch;
+	const char *hook = getenv("KILN_CPU_RUNWAIT");
+	memset(w, 0, sizeof *w);
+	w->fake = hook && *hook ? atof(hook) : -1;
+	w->start_delay = cpu_self_delay_ns();
+	if (w->fake < 0 && w->start_delay < 0) {
+		c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: no schedstat, sync for the run");
+		return;
+	}
+	w->owner = pthread_self();
+	w->start_ns = w->t0_ns = watch_now_ns();
+	w->on = 1;
+}
+
+/* The interval's waiting, in seconds a second (KILN_CPU_RUNWAIT: that);
+ * starts the next interval.  < 0: not measured. */
+static double watch_sample(struct cpu_async_watch *w, int64_t now)
+{
+	int64_t delay = cpu_self_delay_ns();
+	/* schedstat's counter only grows; clamp all the same */
+	double v = delay < 0 ? -1
+		   : delay < w->start_delay ? 0
+					     : (double)(delay - w->start_delay) / (double)(now - w->start_ns);
+	w->start_delay = delay;
+	w->start_ns = now;
+	return w->fake >= 0 ? w->fake : v;
+}
+
+void cpu_async_watch(struct cpu_ctx *c)
+{
+	struct cpu_async_watch *w = &c->watch;
+	const int64_t now = watch_now_ns();
+	if (now - w->start_ns < CPU_WATCH_INTERVAL_NS || !pthread_equal(pthread_self(), w->owner))
+		return;
+	const double wait = watch_sample(w, now);
+	w->hot = wait > CPU_WATCH_BUSY ? w->hot + 1 : 0;
+	c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: the issuing thread waited %.3f s a second for a CPU (%d busy in a row)",
+		     wait, w->hot);
+	if (w->hot < CPU_WATCH_HOT)
+		return;
+	w->on = 0;
+	if (cpu_streams_set_async(c, 1)) { /* stays sync, whole: say so, go on */
+		c->host->log(KILN_LOG_WARN, "cpu", "async = auto: streams stay sync: %s",
+			     c->host->last_error());
+		return;
+	}
+	c->host->log(KILN_LOG_INFO, "cpu",
+		     "async = auto: sync -> async streams %.1f s into the run (the issuing thread waited %.2f s a second for a CPU, %d intervals of %lld ms in a row: busy)",
+		     (double)(now - w->t0_ns) / 1e9, wait, CPU_WATCH_HOT,
+		     (long long)(CPU_WATCH_INTERVAL_NS / 1000000));
+}
+
 /* KILN_PROC_WORKLOAD: async = auto on a data-parallel rank follows
- * cpu_async_rule. */
+ * cpu_async_rule, and a sync rank then watches for contention. */
 static kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
 {
 	struct cpu_ctx *c = ctx;
@@ -165,6 +253,9 @@ static kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
 	if (st)
 		return st;
 	c->host->log(KILN_LOG_INFO, "cpu", "async = auto: %s streams (%s)", on ? "async" : "sync", why);
+	c->watch.on = 0; /* told again (tests/check_cpu_async): the latest rule holds */
+	if (!on)
+		watch_start(c);
 	return KILN_OK;
 }
 
@@ -605,7 +696,11 @@ static const struct kiln_key cpu_keys[] = {
 	  "(1-minute load average above half its CPUs), off otherwise: a short step's "
 	  "hand-offs to the workers cost more than the allreduce they hide (bench/'s "
 	  "MLP, -10% quietly; docs/distributed.md item 6, docs/PERFORMANCE.md "
-	  "\"Session 13: async auto rule\").  The choice is logged at info level." },
+	  "\"Session 13: async auto rule\").  A rank the rule made sync then watches "
+	  "the wait for a CPU of the thread that runs its steps and turns async for "
+	  "the rest of the run once it waited over a quarter of the time for half a "
+	  "second (a neighbour that started after the plan; \"Session 13: async "
+	  "follows contention\").  The choice and a switch are logged at info level." },
 	{ "adaptive", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "With `[run] threads = 0`: shrink the OpenMP team while its threads wait for a "
 	  "CPU (another process busy on the same cores), probing back when the machine is "

@@ -42,12 +42,27 @@ enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32 };
 #define CPU_CONV_AUTO (-1)
 #define CPU_CONV_IMPLS 3
 
+/* async = auto's watch on a data-parallel rank that the rule made sync
+ * (cpu.c, cpu_async_watch): the run-queue wait of the issuing thread
+ * over intervals of CPU_WATCH_INTERVAL_NS. */
+struct cpu_async_watch {
+	int on;             /* watching (the rule chose sync) */
+	pthread_t owner;    /* the thread that told the workload: it issues */
+	int64_t t0_ns;      /* when the watch began (the plan) */
+	int64_t start_ns;   /* the interval's start, CLOCK_MONOTONIC */
+	int64_t start_delay; /* cpu_self_delay_ns() then */
+	int hot;            /* busy intervals in a row */
+	double fake;        /* KILN_CPU_RUNWAIT (the tests' hook), else < 0 */
+};
+
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
 	const struct kiln_host *host;
 	int async;          /* [plugin.cpu] async: worker thread per stream */
 	int async_auto;     /* async = auto on a data-parallel rank: the
 			     * workload (KILN_PROC_WORKLOAD) may change it */
+	struct cpu_async_watch watch; /* the rule chose sync: contention may
+				       * still turn it async (cpu_async_watch) */
 	int64_t spin_ns;    /* a pipeline stage beside peers ([run] devices): a
 			     * stream's wait for an event spins up to this
 			     * long before sleeping ([plugin.cpu] stage_spin_us,
@@ -406,6 +421,10 @@ void cpu_event_destroy(void *ctx, void *event);
  * (0), and run c that way from now on; the caller issues nothing
  * meanwhile (KILN_PROC_WORKLOAD's moment; stream.c). */
 kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on);
+/* async = auto after the rule chose sync: called by the thread that issues
+ * the device's work, at an event record (cpu_event_record); once its
+ * threads wait for a CPU, the streams turn async (cpu.c). */
+void cpu_async_watch(struct cpu_ctx *c);
 kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, int kind,
 			   void *stream);
 kiln_status cpu_event_record(void *ctx, void *event, void *stream);

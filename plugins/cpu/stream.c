@@ -497,6 +497,8 @@ kiln_status cpu_event_record(void *ctx, void *event, void *stream)
 	struct cpu_stream *s = stream;
 	if (!ev || !s)
 		return c->host->error(KILN_EINVAL, "cpu: event_record: NULL %s", !ev ? "event" : "stream");
+	if (c->watch.on)
+		cpu_async_watch(c);
 	struct cpu_task t = { .kind = CPU_T_RECORD, .ev = ev };
 	return take_or_issue(c, s, &t);
 }

@@ -409,6 +409,16 @@ int64_t cpu_run_delay_ns(void)
 	return any ? sum : -1;
 }
 
+int64_t cpu_self_delay_ns(void)
+{
+	char line[128];
+	long long run, wait;
+	if (read_line("/proc/thread-self/schedstat", line, sizeof line) ||
+	    sscanf(line, "%lld %lld", &run, &wait) != 2)
+		return -1;
+	return wait;
+}
+
 static int64_t now_ns(void)
 {
 	struct timespec ts;

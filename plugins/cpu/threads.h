@@ -157,6 +157,8 @@ int cpu_team_decide(struct cpu_team *t, const struct cpu_team_sample *s);
  * /proc/self/task/(tid)/schedstat), summed; -1 when the kernel does not
  * report it. */
 int64_t cpu_run_delay_ns(void);
+/* The same of the calling thread alone (/proc/thread-self/schedstat). */
+int64_t cpu_self_delay_ns(void);
 
 /* ---- the live controller (one per device context) ------------------------ */
 
