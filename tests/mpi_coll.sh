@@ -11,7 +11,8 @@
 # sendrecv under the default wait too) on at most 30 ms of CPU time
 # (tests/mpi_coll --wait, --wait-p2p); `kiln bench comm --tools kiln-mpi` as a user
 # runs it (no store secret in the environment: the driver makes one)
-# measures both sizes.  Every run is under `timeout`.
+# measures both sizes, and one made to fail (a short store token) shows the
+# ranks' error.  Every run is under `timeout`.
 set -u
 : "${top_builddir:=.}"
 : "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
@@ -63,4 +64,11 @@ echo "$bc"
 rows=$(echo "$bc" | awk '($1 == 4096 || $1 == 16384) && $2 + 0 > 0 && $3 == "/" && $4 + 0 > 0 { n++ } END { print n + 0 }')
 [ "$rows" = 2 ] && ! echo "$bc" | grep -q "kiln-mpi: left out" ||
 	{ echo "FAIL: kiln bench comm --tools kiln-mpi measured $rows of 2 sizes"; fail=1; }
+# a failed run shows its ranks' last stderr lines (a store token too short:
+# every rank refuses it)
+bf=$(KILN_STORE_TOKEN=short timeout 60 "$abs_top_builddir/kiln" bench comm --tools kiln-mpi \
+	--max 4096 --runs 1 2>&1 > /dev/null)
+echo "$bf" | grep -q "kiln-mpi: run 1 failed or printed too little; the last lines its ranks wrote" &&
+	echo "$bf" | grep -q "the store token has 5 characters" ||
+	{ echo "FAIL: a failed kiln bench comm run did not show its ranks' error"; echo "$bf"; fail=1; }
 exit $fail
