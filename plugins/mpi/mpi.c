@@ -380,9 +380,10 @@ static _Thread_local int running_inline;
 
 /* Complete *req without holding a core: MPI_Test (which is also what
  * progresses Open MPI's nonblocking collectives, libnbc) paced as
- * shmcoll's waits are (plugins/common/shmcoll.h, SHMCOLL_SPIN): back to
- * back for c->spin_ns, then with a sched_yield() (yield) or a c->nap
- * sleep (sleep, meet) between tests while the core is the wait's alone,
+ * shmcoll's waits are (plugins/common/shmcoll.h, SHMCOLL_SPIN), how the
+ * W_* policy: back to back for c->spin_ns (block, a point-to-point wait:
+ * up to SHMCOLL_SPIN_NS), then with a sched_yield() (block, yield) or a
+ * c->nap sleep (sleep, meet) between tests while the core is the wait's alone,
  * up to 5 ms; then, or at once when another thread had the core, naps
  * that double from c->nap up to 1 ms (MPI has no futex to sleep on), so
  * a rank waiting on a slow peer neither spins nor yields for ever.  The
