@@ -67,7 +67,8 @@ EXTRA_DIST += bench/mlp_ops.sh
 if BUILD_GLOO
 noinst_PROGRAMS += bench/p2p_channel
 bench_p2p_channel_SOURCES = bench/p2p_channel.c plugins/common/shmp2p.c plugins/common/shmp2p.h \
-	plugins/common/watchdog.c plugins/common/watchdog.h
+	plugins/common/watchdog.c plugins/common/watchdog.h \
+	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/half.h
 bench_p2p_channel_LDADD = libkiln.la -lpthread
 endif
 # ONNX Runtime's per-node profile of bench/onnx.sh's exported model and batch

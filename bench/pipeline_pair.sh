@@ -17,6 +17,8 @@
 # pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
 # $B (default /work/main).  --short: one round of 4 steps.
 # PAIR_ARGS: more KEY=VALUE for every run (e.g. plugin.gloo.shm_p2p=0).
+# PAIR_COMM=mpi: the 2 ranks under mpirun on kiln-mpi (thread_level =
+# multiple) instead of kiln launch on gloo (session 13, point-to-point waits).
 set -eu
 STEPS=12
 if [ "${1:-}" = "--short" ]; then
@@ -47,17 +49,27 @@ run() {
 	[ "$1" = pair ] || _x=pipeline.sendrecv=0
 	[ "$1" = main ] && _d=$B _x=
 	# shellcheck disable=SC2086 # _x, PAIR_ARGS: words
-	KILN_PLUGIN_PATH="$_d/plugins/.libs" KILN_MASTER_PORT=$((30000 + ($$ + $3) % 20000)) \
-		timeout 600 "$_d/kiln" launch -n 2 -- "$_d/kiln" train "$tmp/p.ini" \
-		dist.pipeline=2 "model.stages=flat,r2|b3,loss" pipeline.micro_batches="$3" $_x ${PAIR_ARGS:-} > "$2" 2>&1 ||
-		{ echo "$1 M=$3 failed:" >&2; tail -5 "$2" >&2; }
+	if [ "${PAIR_COMM:-gloo}" = mpi ]; then
+		set -- "$1" "$2" "$3" timeout 600 mpirun --allow-run-as-root --oversubscribe -np 2 \
+			-x KILN_PLUGIN_PATH="$_d/plugins/.libs" \
+			-x KILN_MASTER_PORT=$((30000 + ($$ + $3) % 20000)) -x OMP_NUM_THREADS=1 \
+			"$_d/kiln" train "$tmp/p.ini" plugin.mpi.thread_level=multiple
+	else
+		set -- "$1" "$2" "$3" env KILN_PLUGIN_PATH="$_d/plugins/.libs" \
+			KILN_MASTER_PORT=$((30000 + ($$ + $3) % 20000)) \
+			timeout 600 "$_d/kiln" launch -n 2 -- "$_d/kiln" train "$tmp/p.ini"
+	fi
+	_o=$2 _s=$1 _m=$3
+	shift 3
+	"$@" dist.pipeline=2 "model.stages=flat,r2|b3,loss" pipeline.micro_batches="$_m" $_x ${PAIR_ARGS:-} > "$_o" 2>&1 ||
+		{ echo "$_s M=$_m failed:" >&2; tail -5 "$_o" >&2; }
 }
 bubble() { sed -n "s/.*the pipe's ranks:.*; bubble \([0-9.-]*\) (schedule.*/\1/p" "$1" | tail -1; }
 sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1" | tail -1; }
 paired() { sed -n "s/.*this rank: \([0-9]*\) of \([0-9]*\) crossing tensors sent paired.*/\1\/\2/p" "$1" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'; }
 echo "load average: $(cat /proc/loadavg)"
-echo "blocks model, batch 256, 2 stages on 2 ranks (gloo, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps"
+echo "blocks model, batch 256, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps"
 printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b_off rel b_main rel \
 	s_pair s_off s_main paired
 for M in 4 8 16; do

@@ -360,9 +360,10 @@ static kiln_status probe_tools(struct series *s, struct bench_paths *P, const ch
 }
 
 /* The shell command of one run of tool k into cmd; tmp: a mkdtemp
- * template for raw Gloo's rendezvous.  0 when it cannot be made (x->why). */
+ * template for raw Gloo's rendezvous; err: the file its ranks' stderr goes
+ * to (shown when the run fails).  0 when it cannot be made (x->why). */
 static int tool_command(int k, const struct bench_opts *o, const struct bench_paths *P,
-			struct series *x, char *tmp, char *cmd, size_t cmd_size)
+			struct series *x, char *tmp, const char *err, char *cmd, size_t cmd_size)
 {
 	const int nproc = o->nproc;
 	const size_t max = o->max;
@@ -370,17 +371,17 @@ static int tool_command(int k, const struct bench_opts *o, const struct bench_pa
 	case T_KILN_MPI:
 	case T_KILN_MPI_NOSHM:
 	case T_KILN_MPI_STAGED:
-		snprintf(cmd, cmd_size, "mpirun %s--oversubscribe -np %d -x KILN_MASTER_PORT=%d -x OMP_NUM_THREADS=1 '%s' bench comm --rank %s %zu 2>/dev/null",
-			 P->root, nproc, free_port(), P->self, tool_names[k] + 5, max);
+		snprintf(cmd, cmd_size, "mpirun %s--oversubscribe -np %d -x KILN_MASTER_PORT=%d -x OMP_NUM_THREADS=1 '%s' bench comm --rank %s %zu 2>>'%s'",
+			 P->root, nproc, free_port(), P->self, tool_names[k] + 5, max, err);
 		break;
 	case T_RAW_MPI:
-		snprintf(cmd, cmd_size, "mpirun %s--oversubscribe -np %d '%s' %zu 2>/dev/null",
-			 P->root, nproc, P->raw_mpi, max);
+		snprintf(cmd, cmd_size, "mpirun %s--oversubscribe -np %d '%s' %zu 2>>'%s'",
+			 P->root, nproc, P->raw_mpi, max, err);
 		break;
 	case T_KILN_GLOO:
 	case T_KILN_GLOO_NOSHM:
-		snprintf(cmd, cmd_size, "'%s' launch -n %d -- '%s' bench comm --rank %s %zu 2>/dev/null",
-			 P->self, nproc, P->self, tool_names[k] + 5, max);
+		snprintf(cmd, cmd_size, "'%s' launch -n %d -- '%s' bench comm --rank %s %zu 2>>'%s'",
+			 P->self, nproc, P->self, tool_names[k] + 5, max, err);
 		break;
 	case T_RAW_GLOO:
 		if (!mkdtemp(tmp)) {
@@ -388,16 +389,45 @@ static int tool_command(int k, const struct bench_opts *o, const struct bench_pa
 			snprintf(x->why, sizeof x->why, "mkdtemp failed");
 			return 0;
 		}
-		snprintf(cmd, cmd_size, "'%s' launch -n %d -- '%s' %s %zu 2>/dev/null; rm -rf %s",
-			 P->self, nproc, P->raw_gloo, tmp, max, tmp);
+		snprintf(cmd, cmd_size, "'%s' launch -n %d -- '%s' %s %zu 2>>'%s'; rc=$?; rm -rf %s; exit $rc",
+			 P->self, nproc, P->raw_gloo, tmp, max, err, tmp);
 		break;
 	default:
-		snprintf(cmd, cmd_size, "p=%d; r=1; while [ $r -lt %d ]; do RANK=$r WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu > /dev/null 2>&1 & r=$((r + 1)); done; RANK=0 WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu 2>/dev/null; wait",
-			 free_port(), nproc, nproc, P->py, P->torch_py, max, nproc, P->py,
-			 P->torch_py, max);
+		snprintf(cmd, cmd_size, "p=%d; r=1; while [ $r -lt %d ]; do RANK=$r WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu > /dev/null 2>>'%s' & r=$((r + 1)); done; RANK=0 WORLD_SIZE=%d MASTER_ADDR=127.0.0.1 MASTER_PORT=$p OMP_NUM_THREADS=1 '%s' '%s' %zu 2>>'%s'; wait",
+			 free_port(), nproc, nproc, P->py, P->torch_py, max, err, nproc, P->py,
+			 P->torch_py, max, err);
 		break;
 	}
 	return 1;
+}
+
+/* Print the last `lines` lines of file path (a failed run's stderr) to
+ * stderr, each indented; nothing when it is empty or unreadable. */
+static void show_tail(const char *path, int lines)
+{
+	FILE *f = fopen(path, "r");
+	char buf[8192];
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	const long size = ftell(f);
+	fseek(f, size > (long)sizeof buf - 1 ? size - (long)(sizeof buf - 1) : 0, SEEK_SET);
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	while (n && buf[n - 1] == '\n')
+		n--;
+	buf[n] = 0;
+	const char *p = buf + n;
+	for (int k = 0; p > buf && k < lines; k += *--p == '\n')
+		;
+	if (*p == '\n')
+		p++;
+	for (const char *q = p; *q; ) {
+		const char *e = strchr(q, '\n');
+		const int len = e ? (int)(e - q) : (int)strlen(q);
+		fprintf(stderr, "    %.*s\n", len, q);
+		q += len + (e != NULL);
+	}
 }
 
 /* Every run of every tool that can run; run r starts with tool r mod
@@ -414,15 +444,28 @@ static void run_tools(struct series *s, const struct bench_opts *o, const struct
 			if (!x->have)
 				continue;
 			char tmp[] = "/tmp/kiln-bench-comm.XXXXXX";
-			if (!tool_command(k, o, P, x, tmp, cmd, sizeof cmd))
-				continue;
-			fprintf(stderr, "  run %d/%d: %s\n", r + 1, o->runs, tool_names[k]);
-			if (!collect(cmd, x, x->runs, n_sizes)) {
-				x->have = 0;
-				snprintf(x->why, sizeof x->why, "run %d failed or printed too little", r + 1);
-				continue;
+			char err[PATH_MAX];
+			const char *td = getenv("TMPDIR");
+			snprintf(err, sizeof err, "%s/kiln-bench-comm-err.XXXXXX", td && *td ? td : "/tmp");
+			const int fd = mkstemp(err);
+			if (fd < 0)
+				snprintf(err, sizeof err, "/dev/null");
+			else
+				close(fd);
+			if (tool_command(k, o, P, x, tmp, err, cmd, sizeof cmd)) {
+				fprintf(stderr, "  run %d/%d: %s\n", r + 1, o->runs, tool_names[k]);
+				if (collect(cmd, x, x->runs, n_sizes)) {
+					x->runs++;
+				} else {
+					x->have = 0;
+					snprintf(x->why, sizeof x->why, "run %d failed or printed too little", r + 1);
+					fprintf(stderr, "kiln bench comm: %s: run %d failed or printed too little; the last lines its ranks wrote to stderr:\n",
+						tool_names[k], r + 1);
+					show_tail(err, 15);
+				}
 			}
-			x->runs++;
+			if (fd >= 0)
+				unlink(err);
 		}
 	for (int k = 0; k < N_TOOLS; k++)
 		for (int z = 0; z < n_sizes && s[k].have; z++) {

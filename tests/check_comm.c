@@ -561,7 +561,8 @@ out:
  * for it on the comm stream's worker in the shared-memory collective,
  * must take at most WAIT_CPU_US of rank 0's CPU time (its whole process:
  * the worker's wait, the main thread's stream sync) for the WAIT_US of
- * waiting.  A wait that spins the whole time takes ~WAIT_US. */
+ * waiting.  A wait that spins the whole time takes ~WAIT_US.  _i 1: rank 1
+ * sends, rank 0 receives instead (the shared-memory channel's wait). */
 enum { WAITN = 1000, WAIT_US = 500000, WAIT_CPU_US = 50000 };
 
 static long cpu_now_us(void)
@@ -570,6 +571,10 @@ static long cpu_now_us(void)
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
 	return (long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
 }
+
+/* test_gloo_wait_shares_cpu's _i: 0 the allreduce, 1 a recv from rank 1
+ * (the shared-memory channel's wait, shmp2p.c wait_pos) */
+static int wait_p2p;
 
 static void *wait_main(void *arg)
 {
@@ -587,14 +592,21 @@ static void *wait_main(void *arg)
 			usleep(WAIT_US);
 		const double t0 = now_s();
 		const long c0 = cpu_now_us();
-		TRY(e.ops->allreduce(e.comm, x, WAITN, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
+		if (!wait_p2p)
+			TRY(e.ops->allreduce(e.comm, x, WAITN, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
+		else if (R == 0)
+			TRY(e.ops->recv(e.comm, x, WAITN, KILN_F32, 1, e.s, e.done));
+		else
+			TRY(e.ops->send(e.comm, x, WAITN, KILN_F32, 0, e.s, e.done));
 		TRY(kiln_device_stream_sync(e.dev, e.s));
 		r->cpu_us = cpu_now_us() - c0;
 		r->wall_us = (long)((now_s() - t0) * 1e6);
+		/* the sum of both ranks' (R + 1) k; a recv's rank 1's 2k */
+		const float want = wait_p2p ? 2.0f : 3.0f;
 		for (int k = 0; k < WAITN; k++)
-			if (x[k] != 3.0f * (float)k) {
+			if (x[k] != want * (float)k) {
 				snprintf(r->err, sizeof r->err, "rank %d: round %d: [%d] = %g, want %g",
-					 R, round, k, x[k], 3.0 * k);
+					 R, round, k, x[k], want * k);
 				goto out;
 			}
 	}
@@ -607,11 +619,12 @@ START_TEST(test_gloo_wait_shares_cpu)
 {
 	struct rank_ctx rc[2];
 	int status[2];
+	wait_p2p = _i;
 	if (run_ranks(wait_main, 0, 1, rc, status))
 		return;
 	ck_assert_msg(!*rc[0].err && !*rc[1].err, "%s %s", rc[0].err, rc[1].err);
-	printf("rank 0 waited %.3f s for rank 1 in a shared-memory allreduce, on %.1f ms of CPU time\n",
-	       rc[0].wall_us / 1e6, rc[0].cpu_us / 1e3);
+	printf("rank 0 waited %.3f s for rank 1 in a shared-memory %s, on %.1f ms of CPU time\n",
+	       rc[0].wall_us / 1e6, _i ? "recv" : "allreduce", rc[0].cpu_us / 1e3);
 	ck_assert_msg(rc[0].wall_us >= WAIT_US * 8 / 10,
 		      "rank 0's allreduce took %ld us: it did not wait for rank 1's %d us", rc[0].wall_us,
 		      WAIT_US);
@@ -1432,7 +1445,7 @@ static Suite *make_comm_suite(void)
 	suite_add_tcase(s, ta);
 	TCase *tw = tcase_create("wait"); /* CK_RUN_CASE=wait */
 	tcase_set_timeout(tw, 60);
-	tcase_add_test(tw, test_gloo_wait_shares_cpu);
+	tcase_add_loop_test(tw, test_gloo_wait_shares_cpu, 0, 2);
 	suite_add_tcase(s, tw);
 	return s;
 }

@@ -28,8 +28,9 @@
  *
  * `tests/mpi_coll --wait [KEY=VALUE...]` (2 ranks, a stream worker, wait
  * = yield or sleep) runs only test_wait_cpu: rank 0 waits WAIT_US for
- * rank 1 in a recv and in a broadcast, and must sleep rather than test
- * (or yield) the whole time. */
+ * rank 1 in a recv, a sendrecv and a broadcast, and must sleep rather
+ * than test (or yield) the whole time; `--wait-p2p` the recv and the
+ * sendrecv alone (for wait = block, whose collectives block). */
 #include <kiln/kiln.h>
 #include <kiln/dist.h>
 #include <kiln/plugin.h>
@@ -307,10 +308,10 @@ static double wall_now_s(void)
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void test_wait_cpu(float *x)
+static void test_wait_cpu(float *x, int kinds)
 {
-	static const char *const names[] = { "recv", "broadcast" };
-	for (int kind = 0; kind < 2; kind++)
+	static const char *const names[] = { "recv", "sendrecv", "broadcast" };
+	for (int kind = 0; kind < kinds; kind++)
 		for (int round = 0; round < 2; round++) {
 			for (int i = 0; i < WAITN; i++)
 				x[i] = R == 1 ? (float)(i * 3 + kind) : -1.0f;
@@ -322,6 +323,9 @@ static void test_wait_cpu(float *x)
 				TRY(ops->recv(comm, x, WAITN, KILN_F32, 1, stream, done));
 			else if (kind == 0)
 				TRY(ops->send(comm, x, WAITN, KILN_F32, 0, stream, done));
+			else if (kind == 1) /* rank 1 sends x[WAITN..] back to rank 0 */
+				TRY(ops->sendrecv(comm, R ? x : x + WAITN, WAITN, 1 - R,
+						  R ? x + WAITN : x, WAITN, 1 - R, KILN_F32, stream, done));
 			else
 				TRY(ops->broadcast(comm, x, WAITN, KILN_F32, 1, stream, done));
 			sync_stream();
@@ -356,7 +360,10 @@ int main(int argc, char **argv)
 	TRY(kiln_registry_open(NULL, &reg));
 	TRY(kiln_config_new(&cfg));
 	TRY(kiln_config_override(cfg, "run.threads=1"));
-	const int wait_only = argc > 1 && !strcmp(argv[1], "--wait");
+	/* --wait-p2p: the recv and sendrecv only (the collective blocks
+	 * under wait = block) */
+	const int p2p_only = argc > 1 && !strcmp(argv[1], "--wait-p2p");
+	const int wait_only = p2p_only || (argc > 1 && !strcmp(argv[1], "--wait"));
 	for (int i = 1 + wait_only; i < argc; i++)
 		TRY(kiln_config_override(cfg, argv[i]));
 	TRY(kiln_config_validate(cfg, reg));
@@ -380,7 +387,7 @@ int main(int argc, char **argv)
 	TRY(kiln_device_alloc(dev, max * 4 * (size_t)W, &b));
 	char *sh = NULL;
 	if (wait_only) {
-		test_wait_cpu(a);
+		test_wait_cpu(a, p2p_only ? 2 : 3);
 		goto end;
 	}
 	static const int dts[] = { KILN_F32, KILN_BF16, KILN_F16 };

@@ -6,11 +6,13 @@
 # ulps), on an async stream (a stream worker runs the
 # collectives) and a synchronous one (inline); 3 ranks; 4 ranks on 2 cores
 # (oversubscribed: the shared-memory waits yield) with wait = yield and
-# sleep; a rank waiting 0.5 s for its peer in a recv and a broadcast on
-# a stream worker (wait = yield, sleep) on at most 30 ms of CPU time
-# (tests/mpi_coll --wait); `kiln bench comm --tools kiln-mpi` as a user
+# sleep; a rank waiting 0.5 s for its peer in a recv, a sendrecv and a
+# broadcast on a stream worker (wait = yield, sleep; the recv and the
+# sendrecv under the default wait too) on at most 30 ms of CPU time
+# (tests/mpi_coll --wait, --wait-p2p); `kiln bench comm --tools kiln-mpi` as a user
 # runs it (no store secret in the environment: the driver makes one)
-# measures both sizes.  Every run is under `timeout`.
+# measures both sizes, and one made to fail (a short store token) shows the
+# ranks' error.  Every run is under `timeout`.
 set -u
 : "${top_builddir:=.}"
 : "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
@@ -36,6 +38,8 @@ run 4 plugin.cpu.async=0 plugin.mpi.wait=sleep plugin.mpi.spin_us=0
 # waits that sleep rather than test or yield for ever
 run 2 --wait plugin.cpu.async=1 plugin.mpi.wait=yield
 run 2 --wait plugin.cpu.async=1 plugin.mpi.wait=sleep
+# point to point under the default wait (auto = block) too
+run 2 --wait-p2p plugin.cpu.async=1
 # the description says which path ran
 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" 2>&1 |
 	grep -q "kiln's shared-memory allreduce, reduce_scatter and allgather" ||
@@ -60,4 +64,11 @@ echo "$bc"
 rows=$(echo "$bc" | awk '($1 == 4096 || $1 == 16384) && $2 + 0 > 0 && $3 == "/" && $4 + 0 > 0 { n++ } END { print n + 0 }')
 [ "$rows" = 2 ] && ! echo "$bc" | grep -q "kiln-mpi: left out" ||
 	{ echo "FAIL: kiln bench comm --tools kiln-mpi measured $rows of 2 sizes"; fail=1; }
+# a failed run shows its ranks' last stderr lines (a store token too short:
+# every rank refuses it)
+bf=$(KILN_STORE_TOKEN=short timeout 60 "$abs_top_builddir/kiln" bench comm --tools kiln-mpi \
+	--max 4096 --runs 1 2>&1 > /dev/null)
+echo "$bf" | grep -q "kiln-mpi: run 1 failed or printed too little; the last lines its ranks wrote" &&
+	echo "$bf" | grep -q "the store token has 5 characters" ||
+	{ echo "FAIL: a failed kiln bench comm run did not show its ranks' error"; echo "$bf"; fail=1; }
 exit $fail

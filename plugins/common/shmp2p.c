@@ -3,7 +3,7 @@
 #define _GNU_SOURCE
 #endif
 #include "shmp2p.h"
-#include "shmcoll.h" /* SHMCOLL_LOST_NS, cpu_relax, shm_futex_* */
+#include "shmcoll.h" /* SHMCOLL_LOST_NS, shmcoll_pace, shm_futex_* */
 #include "watchdog.h"
 
 #include <string.h>
@@ -47,25 +47,28 @@ static kiln_status broken(struct shmp2p *c, int sending)
 			      (unsigned long long)h->bad_want);
 }
 
-/* Wait until *pos >= target: poll spin_ns, then sleep on *word (saying so
- * in *sleeps) in naps of SHMCOLL_LOST_NS, asking the liveness check and
- * the clock after each.  sending: this side is the sender (for messages);
- * bytes: the message's. */
+/* Wait until *pos >= target, paced as shmcoll's waits (shmcoll.h,
+ * SHMCOLL_SPIN; shmcoll_pace as YIELD): poll spin_ns, then a sched_yield()
+ * between looks up to SHMCOLL_LONG_NS while the core is the wait's alone,
+ * then (or at once when another thread had the core) sleep on *word
+ * (saying so in *sleeps) in naps of SHMCOLL_LOST_NS, asking the liveness
+ * check and the clock after each.  sending: this side is the sender (for
+ * messages); bytes: the message's. */
 static kiln_status wait_pos(struct shmp2p *c, atomic_ullong *pos, unsigned long long target,
 			    atomic_uint *word, atomic_uint *sleeps, int sending, size_t bytes)
 {
+	struct shmcoll_pace p;
 	long long t0 = 0;
-	for (unsigned k = 1;; k++) {
+	shmcoll_pace_init(&p, SHMCOLL_YIELD, 0, c->spin_ns, 0, 64);
+	for (;;) {
 		if (atomic_load_explicit(pos, memory_order_acquire) >= target)
 			return KILN_OK;
-		if (k % 64) {
-			cpu_relax();
+		if (shmcoll_pace_poll(&p))
 			continue;
-		}
 		const long long t = watchdog_now_ns();
 		if (!t0)
 			t0 = t;
-		if (t - t0 >= c->spin_ns)
+		if (shmcoll_pace_next(&p, t, t - t0) == SHMCOLL_STEP_SLEEP)
 			break;
 	}
 	for (;;) {

@@ -21,7 +21,13 @@
  * nonblocking one (MPI_Iallreduce, ...) completed by MPI_Test with a
  * sched_yield() (yield) or a nap (sleep) between tests, or (meet) a
  * napping MPI_Ibarrier before the blocking call: less CPU when the cores
- * are oversubscribed, at the price of slower progress.  Past 5 ms, or once
+ * are oversubscribed, at the price of slower progress.  Point-to-point
+ * sends, recvs and sendrecvs on a stream worker are nonblocking under
+ * every policy, block included (MPI_Isend/MPI_Irecv; Open MPI 4 has no
+ * MPI_Isendrecv), their MPI_Test loop polling back to back for up to
+ * SHMCOLL_SPIN_NS under block: a pipeline rank waiting for a slow peer
+ * does not hold a core (docs/PERFORMANCE.md, "Session 13: point-to-point
+ * waits").  Past 5 ms, or once
  * another thread had the core, every one of them naps, the naps doubling
  * up to 1 ms (wait_req, paced as shmcoll's waits: shmcoll_pace).  A collective that
  * runs inline on the enqueuing thread (a synchronous stream: `kiln bench
@@ -374,19 +380,22 @@ static _Thread_local int running_inline;
 
 /* Complete *req without holding a core: MPI_Test (which is also what
  * progresses Open MPI's nonblocking collectives, libnbc) paced as
- * shmcoll's waits are (plugins/common/shmcoll.h, SHMCOLL_SPIN): back to
- * back for c->spin_ns, then with a sched_yield() (yield) or a c->nap
- * sleep (sleep, meet) between tests while the core is the wait's alone,
+ * shmcoll's waits are (plugins/common/shmcoll.h, SHMCOLL_SPIN), how the
+ * W_* policy: back to back for c->spin_ns (block, a point-to-point wait:
+ * up to SHMCOLL_SPIN_NS), then with a sched_yield() (block, yield) or a
+ * c->nap sleep (sleep, meet) between tests while the core is the wait's alone,
  * up to 5 ms; then, or at once when another thread had the core, naps
  * that double from c->nap up to 1 ms (MPI has no futex to sleep on), so
  * a rank waiting on a slow peer neither spins nor yields for ever.  The
  * watchdog still bounds the whole wait. */
-static int wait_req(struct mpi_comm *c, MPI_Request *req)
+static int wait_req(struct mpi_comm *c, int how, MPI_Request *req)
 {
 	struct shmcoll_pace p;
 	const long long t0 = watchdog_now_ns();
 	int done = 0, rc;
-	shmcoll_pace_init(&p, c->wait == W_YIELD ? SHMCOLL_YIELD : SHMCOLL_SLEEP, 0, c->spin_ns,
+	shmcoll_pace_init(&p, how == W_BLOCK ? SHMCOLL_SPIN : how == W_YIELD ? SHMCOLL_YIELD
+									: SHMCOLL_SLEEP,
+			  0, c->spin_ns,
 			  c->nap.tv_sec * 1000000000ll + c->nap.tv_nsec, 1);
 	while ((rc = MPI_Test(req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done) {
 		const long long t = watchdog_now_ns();
@@ -490,9 +499,14 @@ static kiln_status run_job(void *arg)
 	} else {
 		/* nonblocking with a CPU-friendly wait on a stream worker,
 		 * where the compute threads need the cores; blocking
-		 * (Open MPI's busy poll, its lowest latency) inline */
+		 * (Open MPI's busy poll, its lowest latency) inline.  Point
+		 * to point on a stream worker is nonblocking under every
+		 * policy: under block its wait polls for SHMCOLL_SPIN_NS and
+		 * then yields and naps, as shmcoll's SPIN does, so a pipeline
+		 * rank waiting for a slow peer does not hold a core */
 		MPI_Request req[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL };
 		const char *what = "MPI_Ibarrier";
+		const int paced = how == W_YIELD || how == W_SLEEP || (p2p && !running_inline);
 		int rc = MPI_SUCCESS;
 		watch(c, j->kind, j->count);
 		if (how == W_MEET && !p2p) {
@@ -501,14 +515,14 @@ static kiln_status run_job(void *arg)
 			 * polling covers only the transfer itself */
 			rc = MPI_Ibarrier(c->comm, &req[0]);
 			if (rc == MPI_SUCCESS)
-				rc = wait_req(c, &req[0]);
+				rc = wait_req(c, how, &req[0]);
 		}
 		if (rc == MPI_SUCCESS)
-			rc = start(c, j, how == W_BLOCK || (how == W_MEET && !p2p) ? NULL : req, &what);
-		if (rc == MPI_SUCCESS && (how == W_YIELD || how == W_SLEEP || (p2p && how == W_MEET)))
-			rc = wait_req(c, &req[0]);
-		if (rc == MPI_SUCCESS && (how == W_YIELD || how == W_SLEEP || (p2p && how == W_MEET)))
-			rc = wait_req(c, &req[1]); /* MPI_REQUEST_NULL but for K_SENDRECV */
+			rc = start(c, j, paced ? req : NULL, &what);
+		if (rc == MPI_SUCCESS && paced)
+			rc = wait_req(c, how, &req[0]);
+		if (rc == MPI_SUCCESS && paced)
+			rc = wait_req(c, how, &req[1]); /* MPI_REQUEST_NULL but for K_SENDRECV */
 		unwatch(c);
 		if (rc != MPI_SUCCESS)
 			st = mpi_fail(c, rc, what);
