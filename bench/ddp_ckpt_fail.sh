@@ -80,8 +80,9 @@ train() {
 		KILN_PLUGIN_PATH=$pp timeout 300 "$k" launch -n 2 --grace 60 -- "$k" train "$ini" \
 			run.out_dir="$d" "$@"
 	else
+		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 		timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_PLUGIN_PATH="$pp" \
-			-x KILN_STORE_TOKEN -x OMP_NUM_THREADS=1 -x KILN_LOG_LEVEL="${KILN_LOG_LEVEL:-}" \
+			-x KILN_MASTER_PORT="$port" -x KILN_STORE_TOKEN -x OMP_NUM_THREADS=1 -x KILN_LOG_LEVEL="${KILN_LOG_LEVEL:-}" \
 			"$k" train "$ini" run.out_dir="$d" plugin.mpi.thread_level=multiple "$@"
 	fi
 }
