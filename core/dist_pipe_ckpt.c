@@ -22,9 +22,13 @@
  * it), and after its last one the outcome, "done" or "abort" with rank
  * 0's message; a failed write ends in "abort" tokens to every sender in
  * place of the go tokens it still waits for.  Then every rank (every
- * pipe's) sums a failure flag, so all return an error naming rank 0 and
- * the file; the file stays as kiln_ckpt_save_src leaves it (the old one
- * intact, the temporary removed). */
+ * pipe's) agrees on the outcome, so all return an error naming rank 0,
+ * the file and the cause; the file stays as kiln_ckpt_save_src leaves it
+ * (the old one intact, the temporary removed).
+ *
+ * That agreement, kiln_dist_ckpt_agree, is also the end of the gathered
+ * write of ranks holding the whole model (core/train_ckpt.c ckpt_write:
+ * DDP, ZeRO-1), one step for every multi-rank checkpoint. */
 #include "dist_impl.h"
 #include "pipeline.h"
 #include "checkpoint.h"
