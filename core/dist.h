@@ -260,6 +260,15 @@ struct kiln_ckpt_meta;
 kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
 				     const struct kiln_ckpt_meta *meta, void *compute, char *path,
 				     size_t path_len);
+/* Every rank (a collective over the world) after a checkpoint's write to
+ * dir/ckpt-<step>.kiln, st this rank's outcome (rank 0's: the write's,
+ * its cause the last error): the ranks sum a failure flag (one float on
+ * success) and, when one failed, rank 0's cause is broadcast (1 KiB).
+ * Returns on rank 0 its failure naming rank 0 and the file, on a rank
+ * that failed its own message, on the others an error naming rank 0, the
+ * file and rank 0's cause; st unchanged for NULL (one process). */
+kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char *dir,
+				 int64_t step, void *compute);
 /* 1 when a [train] resume can load each rank's stage alone: it holds its
  * stage's parameters alone since start-up (kiln_dist_pipe_hold). */
 int kiln_dist_pipe_resumes(const struct kiln_dist *d);

@@ -22,9 +22,13 @@
  * it), and after its last one the outcome, "done" or "abort" with rank
  * 0's message; a failed write ends in "abort" tokens to every sender in
  * place of the go tokens it still waits for.  Then every rank (every
- * pipe's) sums a failure flag, so all return an error naming rank 0 and
- * the file; the file stays as kiln_ckpt_save_src leaves it (the old one
- * intact, the temporary removed). */
+ * pipe's) agrees on the outcome, so all return an error naming rank 0,
+ * the file and the cause; the file stays as kiln_ckpt_save_src leaves it
+ * (the old one intact, the temporary removed).
+ *
+ * That agreement, kiln_dist_ckpt_agree, is also the end of the gathered
+ * write of ranks holding the whole model (core/train_ckpt.c ckpt_write:
+ * DDP, ZeRO-1), one step for every multi-rank checkpoint. */
 #include "dist_impl.h"
 #include "pipeline.h"
 #include "checkpoint.h"
@@ -192,7 +196,8 @@ int kiln_dist_pipe_ckpt_streams(const struct kiln_dist *d)
 
 /* Rank 0: create dir and write the file, each stage's part of a piece
  * received after a go token to its rank; then one token to every sender:
- * the outcome (st: TOKEN_ABORT with this rank's message). */
+ * the outcome (st: TOKEN_ABORT with this rank's message, which stays the
+ * last error: kiln_dist_ckpt_agree names rank 0 and the file). */
 static kiln_status write_file(struct kiln_dist *d, const char *dir,
 			      const struct kiln_ckpt_meta *meta, void *compute, char *path,
 			      size_t path_len)
@@ -203,14 +208,17 @@ static kiln_status write_file(struct kiln_dist *d, const char *dir,
 	static const struct token go = { TOKEN_GO, "" };
 	struct token out = { TOKEN_DONE, "" };
 	kiln_status st, st2 = KILN_OK;
-	/* (a failure here leaves the senders to [dist] timeout: no token
-	 * can go without a device buffer) */
-	if ((st = kiln_device_alloc(d->dev, PIECE + TOKEN_BYTES, (void **)&ps.recv)))
+	/* the token's buffer first and alone: without the piece's, the
+	 * senders still get the abort (without this 1 KiB, nothing can reach
+	 * them and they wait for [dist] timeout) */
+	if ((st = kiln_device_alloc(d->dev, TOKEN_BYTES, &ps.go)))
 		return st;
-	ps.go = (char *)ps.recv + PIECE;
-	if ((st = kiln_device_copy_async(d->dev, ps.go, &go, TOKEN_BYTES, KILN_COPY_H2D, compute)))
-		goto out;
-	if (common_mkdirs(dir, 0777, 1))
+	if ((st = kiln_device_alloc(d->dev, PIECE, (void **)&ps.recv)))
+		st = kiln_error_wrap(st, "a receive buffer of %zu KiB", (size_t)PIECE / 1024);
+	else if ((st = kiln_device_copy_async(d->dev, ps.go, &go, TOKEN_BYTES, KILN_COPY_H2D,
+					      compute)))
+		;
+	else if (common_mkdirs(dir, 0777, 1))
 		st = kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
 	else
 		st = kiln_ckpt_save_src(dir, meta, m, compute, &src, path, path_len);
@@ -219,8 +227,6 @@ static kiln_status write_file(struct kiln_dist *d, const char *dir,
 	if (st) {
 		out.code = TOKEN_ABORT;
 		snprintf(out.msg, sizeof out.msg, "%s", kiln_last_error());
-		st = kiln_error_wrap(st, "rank 0 (pipeline stage 0): checkpoint %s/ckpt-%lld.kiln", dir,
-				     (long long)meta->trainer.step);
 	}
 	st2 = kiln_device_stream_sync(d->dev, compute);
 	if (!st2)
@@ -230,32 +236,58 @@ static kiln_status write_file(struct kiln_dist *d, const char *dir,
 	if (!st2)
 		st2 = kiln_device_stream_sync(d->dev, compute);
 	if (st && st2) /* (this rank's failure is the one to report) */
-		kiln_error(st, "rank 0 (pipeline stage 0): checkpoint %s/ckpt-%lld.kiln: %s", dir,
-			   (long long)meta->trainer.step, out.msg);
-out:
+		kiln_error(st, "%s", out.msg);
 	kiln_device_free(d->dev, ps.recv);
+	kiln_device_free(d->dev, ps.go);
 	return st ? st : st2;
 }
 
-/* Every rank: the checkpoint's outcome on all of them (a collective over
- * the world, every pipe's ranks), st this rank's; an error on each when
- * one failed, naming the file. */
-static kiln_status agree(struct kiln_dist *d, kiln_status st, const char *dir, int64_t step,
-			 void *compute)
+/* This rank in messages: "rank R" or "rank R (pipeline stage S)". */
+static void who(const struct kiln_dist *d, char *buf, size_t n)
 {
+	if (d->pipe_P)
+		snprintf(buf, n, "rank %d (pipeline stage %d)", d->env.rank, d->pipe_stage);
+	else
+		snprintf(buf, n, "rank %d", d->env.rank);
+}
+
+kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char *dir,
+				 int64_t step, void *compute)
+{
+	struct token tok = { TOKEN_DONE, "" };
+	char mine[TOKEN_BYTES], me[64];
 	double failed = st != KILN_OK;
-	char mine[1024];
 	kiln_status st2;
-	if (st)
+	if (!d)
+		return st;
+	const int64_t t0 = kiln_now_ns();
+	who(d, me, sizeof me);
+	if (st && !d->env.rank)
+		snprintf(mine, sizeof mine, "%s: checkpoint %s/ckpt-%lld.kiln: %s", me, dir,
+			 (long long)step, kiln_last_error());
+	else if (st)
 		snprintf(mine, sizeof mine, "%s", kiln_last_error());
-	if ((st2 = kiln_dist_sum_host(d, &failed, 1, compute)) && !st)
-		return st2;
+	/* rank 0's cause, the others' message when it failed */
+	if (st && !d->env.rank) {
+		tok.code = TOKEN_ABORT;
+		snprintf(tok.msg, sizeof tok.msg, "%s", kiln_last_error());
+	}
+	if ((st2 = kiln_dist_sum_host(d, &failed, 1, compute)))
+		return st ? kiln_error(st, "%s", mine) : st2;
+	if (failed > 0) /* (every rank sees the same sum: all or none broadcast) */
+		st2 = kiln_dist_broadcast_host(d, &tok, sizeof tok, compute);
+	tok.msg[sizeof tok.msg - 1] = 0;
+	kiln_log(KILN_LOG_DEBUG, "dist", "%s: checkpoint %s/ckpt-%lld.kiln: outcome agreed in %.1f us (%g rank(s) failed)",
+		 me, dir, (long long)step, 1e-3 * (double)(kiln_now_ns() - t0), failed);
 	if (st)
 		return kiln_error(st, "%s", mine);
-	if (failed > 0)
-		return kiln_error(KILN_EIO, "rank %d (pipeline stage %d): checkpoint %s/ckpt-%lld.kiln: not written: %g rank(s) failed (rank 0's message says why)",
-				  d->env.rank, d->pipe_stage, dir, (long long)step, failed);
-	return KILN_OK;
+	if (st2 || failed == 0)
+		return st2;
+	if (tok.code == TOKEN_ABORT)
+		return kiln_error(KILN_EIO, "%s: checkpoint %s/ckpt-%lld.kiln: rank 0 could not write it: %s",
+				  me, dir, (long long)step, tok.msg);
+	return kiln_error(KILN_EIO, "%s: checkpoint %s/ckpt-%lld.kiln: not written: %g other rank(s) failed (their messages say why)",
+			  me, dir, (long long)step, failed);
 }
 
 kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
@@ -270,7 +302,7 @@ kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
 	kiln_status st = KILN_OK;
 	/* (another pipe's rank sends nothing: pipe 0 holds the same state) */
 	if (r >= d->pipe_P)
-		return agree(d, KILN_OK, dir, step, compute);
+		return kiln_dist_ckpt_agree(d, KILN_OK, dir, step, compute);
 	/* (point-to-point on the compute stream after the comm stream's) */
 	if (d->comm_stream && ((st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)) ||
 			       (st = kiln_device_stream_wait(d->dev, compute, d->ready))))
@@ -289,7 +321,7 @@ kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
 	kiln_device_free(d->dev, tok_d);
 	free(tok);
 	kiln_device_mem(d->dev, &live, &peak);
-	if ((st = agree(d, st, dir, step, compute)))
+	if ((st = kiln_dist_ckpt_agree(d, st, dir, step, compute)))
 		return st;
 	kiln_log(KILN_LOG_INFO, "dist", "rank %d (pipeline stage %d): checkpoint %s in pieces of %zu KiB, nothing gathered whole: device memory live %zu bytes, peak so far %zu",
 		 r, d->pipe_stage, r ? "sent to rank 0" : "written", PIECE / 1024, live, peak);

@@ -39,10 +39,12 @@ static kiln_status epoch_sums(struct trainer *t, struct kiln_ckpt_epoch *out)
 /* Every rank: write the state to dir/ckpt-<step>.kiln (meta's step), the
  * one path of the periodic, final and keep_best checkpoints.  Stages on
  * ranks: each stage's slice streamed to rank 0, which writes, nothing
- * gathered whole, and a failure of rank 0's write an error on every rank
- * (core/dist_pipe_ckpt.c).  Otherwise ZeRO-1's shards and the stages are
- * gathered and rank 0 writes for all (the state is the same on every
- * rank).  The path written into path on rank 0. */
+ * gathered whole (core/dist_pipe_ckpt.c).  Otherwise ZeRO-1's shards and
+ * the stages are gathered and rank 0 writes for all (the state is the
+ * same on every rank).  Either way the ranks then agree on the outcome
+ * (kiln_dist_ckpt_agree): a failure of rank 0's write (a directory it
+ * cannot create, a full disk) is an error on every rank naming rank 0,
+ * the file and the cause.  The path written into path on rank 0. */
 static kiln_status ckpt_write(struct trainer *t, const char *dir,
 			      const struct kiln_ckpt_meta *meta, char *path, size_t n)
 {
@@ -57,7 +59,7 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 		st = kiln_ckpt_save(dir, meta, t->m, t->compute, path, n);
 	kiln_dist_zero_release(t->dist);
 	st2 = kiln_dist_pipe_release(t->dist, t->compute);
-	return st ? st : st2;
+	return kiln_dist_ckpt_agree(t->dist, st ? st : st2, dir, meta->trainer.step, t->compute);
 }
 
 static kiln_status checkpoint_done(struct trainer *t, const char *path);

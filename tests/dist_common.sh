@@ -15,6 +15,10 @@
 #                              plain process for NPROC 0; output in
 #                              $tmp/NAME.log, out_dir $tmp/NAME
 #   ck NAME STEP               the path of NAME's checkpoint at STEP (tests/lib.sh)
+#   ckpt_fail_run NAME FROM WHO0 WHO1 CMD...
+#                              rank 0's write of ckpt-4.kiln failing (ENOSPC)
+#                              in a copy of FROM resumed by CMD: timed, its
+#                              errors and files checked
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
 kiln="$abs_top_builddir/kiln"
@@ -59,3 +63,34 @@ run() {
 	[ $_rc = 0 ] || { bad "$_name exited $_rc"; tail -20 "$tmp/$_name.log"; }
 }
 
+# ckpt_fail_run NAME FROM WHO0 WHO1 CMD...: copy FROM's out_dir (a
+# checkpoint at step 2) to NAME's, make rank 0's write of ckpt-4.kiln fail
+# mid-file (its temporary file a link to /dev/full: a full disk; tests run
+# as root, so an unwritable directory would not do) and run CMD (which
+# resumes in $tmp/NAME and trains past step 4), timed: every rank must exit
+# non-zero within 30 s, rank 0 (WHO0, its name in messages) naming the file
+# and the cause, rank 1 (WHO1) rank 0, the file and the cause; ckpt-2.kiln
+# unchanged, neither ckpt-4.kiln nor its temporary left
+ckpt_fail_run() {
+	_n=$1 _from=$2 _w0=$3 _w1=$4
+	shift 4
+	rm -rf "$tmp/$_n"
+	cp -r "$tmp/$_from" "$tmp/$_n"
+	cp "$tmp/$_n/checkpoints/ckpt-2.kiln" "$tmp/$_n.copy"
+	ln -s /dev/full "$tmp/$_n/checkpoints/ckpt-4.kiln.tmp"
+	_t0=$(date +%s)
+	"$@" > "$tmp/$_n.log" 2>&1
+	_rc=$?
+	_dt=$(($(date +%s) - _t0))
+	echo "$_n: rank 0's write failed: exit $_rc after ${_dt}s"
+	[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "$_n: exit $_rc"
+	[ "$_dt" -le 30 ] || bad "$_n: the ranks took ${_dt}s to end ([dist] timeout and heartbeat 60)"
+	_f=$tmp/$_n/checkpoints/ckpt-4.kiln
+	_why="$_f.tmp: write failed: No space left on device"
+	grep -q "^kiln: error: .*$_w0: checkpoint $_f: $_why" "$tmp/$_n.log" ||
+		{ bad "$_n: rank 0 does not name the file and the cause"; grep -i "error" "$tmp/$_n.log"; }
+	grep -q "^kiln: error: .*$_w1: checkpoint $_f: rank 0 could not write it: $_why" "$tmp/$_n.log" ||
+		{ bad "$_n: rank 1 does not name rank 0, the file and the cause"; grep -i "error" "$tmp/$_n.log"; }
+	cmp -s "$tmp/$_n.copy" "$tmp/$_n/checkpoints/ckpt-2.kiln" || bad "$_n: ckpt-2.kiln changed"
+	[ ! -e "$_f" ] && [ ! -L "$_f.tmp" ] || bad "$_n: ckpt-4.kiln or its temporary left behind"
+}

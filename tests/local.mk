@@ -538,6 +538,9 @@ EXTRA_DIST += tests/pipeline_dist.sh
 # keep_best streamed per stage; rank 0's failed write ends every rank
 TESTS += tests/pipeline_ckpt.sh
 EXTRA_DIST += tests/pipeline_ckpt.sh
+# rank 0's failed write of the gathered state (DDP, ZeRO-1) ends every rank
+TESTS += tests/ddp_ckpt_fail.sh
+EXTRA_DIST += tests/ddp_ckpt_fail.sh
 # the split examples follow their unsplit originals (issue 21, docs/pipeline.md)
 TESTS += tests/pipeline_examples.sh
 EXTRA_DIST += tests/pipeline_examples.sh

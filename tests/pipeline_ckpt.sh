@@ -57,26 +57,9 @@ run fa 2 32 dist.pipeline=2 $nb train.max_steps=2
 # fail_run NAME FROM CMD...: train from a copy of FROM's step 2 to step 6,
 # the write of ckpt-4.kiln failing on rank 0 (ENOSPC), timed
 fail_run() {
-	_n=$1 _from=$2
+	_fn=$1 _ff=$2
 	shift 2
-	rm -rf "$tmp/$_n"
-	cp -r "$tmp/$_from" "$tmp/$_n"
-	cp "$tmp/$_n/checkpoints/ckpt-2.kiln" "$tmp/$_n.copy"
-	ln -s /dev/full "$tmp/$_n/checkpoints/ckpt-4.kiln.tmp"
-	_t0=$(date +%s)
-	"$@" > "$tmp/$_n.log" 2>&1
-	_rc=$?
-	_dt=$(($(date +%s) - _t0))
-	echo "$_n: rank 0's write failed: exit $_rc after ${_dt}s"
-	[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "$_n: exit $_rc"
-	[ "$_dt" -le 30 ] || bad "$_n: the ranks took ${_dt}s to end ([dist] timeout and heartbeat 60)"
-	f=$tmp/$_n/checkpoints/ckpt-4.kiln
-	grep -q "^kiln: error: .*rank 0 (pipeline stage 0): checkpoint $f: .*No space left on device" "$tmp/$_n.log" ||
-		{ bad "$_n: rank 0 does not name the file and the cause"; grep -i "error" "$tmp/$_n.log"; }
-	grep -q "^kiln: error: .*rank 1 (pipeline stage 1): checkpoint $f: rank 0 could not write it: $f.tmp: write failed: No space left on device" "$tmp/$_n.log" ||
-		{ bad "$_n: rank 1 does not name rank 0, the file and the cause"; grep -i "error" "$tmp/$_n.log"; }
-	cmp -s "$tmp/$_n.copy" "$tmp/$_n/checkpoints/ckpt-2.kiln" || bad "$_n: ckpt-2.kiln changed"
-	[ ! -e "$f" ] && [ ! -L "$f.tmp" ] || bad "$_n: ckpt-4.kiln or its temporary left behind"
+	ckpt_fail_run "$_fn" "$_ff" "rank 0 (pipeline stage 0)" "rank 1 (pipeline stage 1)" "$@"
 }
 fail_run ff fa timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$ini" \
 	run.out_dir="$tmp/ff" train.batch=32 dist.pipeline=2 $nb train.max_steps=6 train.resume=1
