@@ -337,9 +337,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	if (!c)
 		return host->error(KILN_ENOMEM, "cpu: out of memory for the device context");
 	c->host = host;
-	c->async = async > 0; /* -1: no config */
+	cpu_async_put(c, async > 0); /* -1: no config */
 	c->async_auto = async_rule;
-	c->spin_ns = c->async && opts->version >= 3 && opts->peers > 1 ? (int64_t)spin_us * 1000 : 0;
+	c->spin_ns = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1 ? (int64_t)spin_us * 1000 : 0;
 	c->graph = graph;
 	c->bf16_conv = kern[0];
 	c->bf16_gemm = kern[1];
@@ -347,7 +347,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->threads = (int)threads;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
-	if ((st = cpu_pin_open(host, cfg, ordinal, c->async && opts->version >= 3 ? opts->peers : 1,
+	if ((st = cpu_pin_open(host, cfg, ordinal, cpu_async_get(c) && opts->version >= 3 ? opts->peers : 1,
 				 c->threads, &c->pin)) ||
 	    (st = cpu_tune_cache_config(c, cfg)) || (st = cpu_engine_create(c))) {
 		free(c);
@@ -359,7 +359,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	char isa[160];
 	host->log(KILN_LOG_DEBUG, "cpu", "opened ordinal %d: %s; %d threads%s, %s streams", ordinal,
 		  cpu_dnn_isa(isa, sizeof isa), c->threads, c->team.adapt ? " (adaptive)" : "",
-		  c->async ? "async" : "sync");
+		  cpu_async_get(c) ? "async" : "sync");
 	*out = c;
 	return KILN_OK;
 }

@@ -58,7 +58,10 @@ struct cpu_async_watch {
 /* One device context (one per kiln_device_open). */
 struct cpu_ctx {
 	const struct kiln_host *host;
-	int async;          /* [plugin.cpu] async: worker thread per stream */
+	int async;          /* [plugin.cpu] async: worker thread per stream;
+			     * cpu_streams_set_async may switch it mid-run
+			     * (cpu_async_watch): read and written only
+			     * through cpu_async_get/cpu_async_put */
 	int async_auto;     /* async = auto on a data-parallel rank: the
 			     * workload (KILN_PROC_WORKLOAD) may change it */
 	struct cpu_async_watch watch; /* the rule chose sync: contention may
@@ -421,6 +424,16 @@ void cpu_event_destroy(void *ctx, void *event);
  * (0), and run c that way from now on; the caller issues nothing
  * meanwhile (KILN_PROC_WORKLOAD's moment; stream.c). */
 kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on);
+/* c->async, atomically: a switch (release) is seen whole by a reader
+ * (acquire) on any thread, under c->lock or not. */
+static inline int cpu_async_get(const struct cpu_ctx *c)
+{
+	return __atomic_load_n(&c->async, __ATOMIC_ACQUIRE);
+}
+static inline void cpu_async_put(struct cpu_ctx *c, int on)
+{
+	__atomic_store_n(&c->async, on, __ATOMIC_RELEASE);
+}
 /* async = auto after the rule chose sync: called by the thread that issues
  * the device's work, at an event record (cpu_event_record); once its
  * threads wait for a CPU, the streams turn async (cpu.c). */

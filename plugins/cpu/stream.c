@@ -310,7 +310,7 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 	s->c = c;
 	pthread_cond_init(&s->wake, NULL);
 	kiln_status st;
-	if (c->async && (st = stream_start(c, s))) {
+	if (cpu_async_get(c) && (st = stream_start(c, s))) {
 		pthread_cond_destroy(&s->wake);
 		free(s);
 		return st;
@@ -339,7 +339,7 @@ void cpu_stream_destroy(void *ctx, void *stream)
 
 kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on)
 {
-	if (c->async == on)
+	if (cpu_async_get(c) == on)
 		return KILN_OK;
 	struct cpu_stream *s;
 	kiln_status st;
@@ -356,11 +356,11 @@ kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on)
 			s->q = NULL;
 			s->cap = s->head = s->count = s->pushed = 0;
 		}
-		c->async = 0;
+		cpu_async_put(c, 0);
 		return KILN_OK;
 	}
 	/* sync mode: nothing is queued, every event is complete */
-	c->async = 1;
+	cpu_async_put(c, 1);
 	for (s = c->streams; s; s = s->next)
 		if (!s->has_thread && (st = stream_start(c, s))) {
 			cpu_streams_set_async(c, 0); /* back to sync, whole */
@@ -378,7 +378,7 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 	kiln_status st;
 	if (c->graph && (st = cpu_capture_check_sync(c, s, NULL, "stream_sync")))
 		return st;
-	if (!c->async)
+	if (!cpu_async_get(c))
 		return KILN_OK;
 	pthread_mutex_lock(c->lock);
 	while (s->count)
@@ -393,7 +393,7 @@ kiln_status cpu_stream_sync(void *ctx, void *stream)
 static kiln_status run_raw(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_plan *p,
 			   const struct kiln_op_args *a)
 {
-	if (!c->async) {
+	if (!cpu_async_get(c)) {
 		struct cpu_err e;
 		if (cpu_exec(c, p, a, &e))
 			return c->host->error(e.st, "%s", e.msg);
@@ -447,7 +447,7 @@ kiln_status cpu_copy_async(void *ctx, void *dst, const void *src, size_t bytes, 
 static kiln_status copy_raw(struct cpu_ctx *c, struct cpu_stream *s, void *dst, const void *src,
 			    size_t bytes)
 {
-	if (!c->async) {
+	if (!cpu_async_get(c)) {
 		memcpy(dst, src, bytes);
 		return KILN_OK;
 	}
@@ -508,7 +508,7 @@ static kiln_status record_raw(struct cpu_ctx *c, struct cpu_event *ev, struct cp
 	kiln_status st = KILN_OK;
 	pthread_mutex_lock(c->lock);
 	ev->cap_id = 0; /* a real record */
-	if (!c->async) {
+	if (!cpu_async_get(c)) {
 		__atomic_store_n(&ev->done, ++ev->target, __ATOMIC_RELEASE);
 	} else {
 		struct cpu_task t = { .kind = CPU_T_RECORD, .ev = ev, .gen = ev->target + 1 };
@@ -536,7 +536,7 @@ static kiln_status wait_raw(struct cpu_ctx *c, struct cpu_stream *s, struct cpu_
 	if (c->graph && (st = cpu_capture_check_sync(c, s, ev, "stream_wait")))
 		return st;
 	pthread_mutex_lock(c->lock);
-	if (!c->async) {
+	if (!cpu_async_get(c)) {
 		/* everything of this context already happened in call order;
 		 * an event of an async peer context (a pipeline stage's, [run]
 		 * devices) is waited for here */
@@ -601,7 +601,7 @@ kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void
 
 static kiln_status host_raw(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
 {
-	if (!c->async)
+	if (!cpu_async_get(c))
 		return t->fn(t->arg);
 	pthread_mutex_lock(c->lock);
 	struct cpu_err e = s->err;
