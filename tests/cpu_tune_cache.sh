@@ -5,7 +5,7 @@
 # loss; a stale header (another kiln version) is an info line and a
 # retime; a damaged file (a flipped byte, a truncated one) a warning that
 # names the file, a retime and a rewrite, never a failed run; `none`
-# writes nothing, the default goes to $XDG_CACHE_HOME/kiln/cpu_tune.bin;
+# writes nothing, the default goes to $XDG_CACHE_HOME/kiln/cpu_tune-HASH.bin;
 # another team size does not take the choices timed for this one; two runs
 # writing at once leave a whole file; no op shape is timed twice, and
 # no layer prepares the data gradient no backward asks for.
@@ -65,7 +65,7 @@ echo "ok: second run read $n1 choices, timed none, same train_loss"
 # 3: another kiln version in the header: stale, retimed, rewritten
 printf 'kiln-0.0.0-other' | dd of="$c" bs=1 seek=16 conv=notrunc 2>/dev/null
 run "plugin.cpu.tune_cache=$c"
-log_has "tune cache $c: stale (written for another kiln's version); timing again"
+log_has "tune cache $c: stale (written for another kiln version); timing again"
 [ "$(timed_lines)" -eq "$t1" ] || fail "a stale cache retimed $(timed_lines) of $t1 kernels"
 # the header (up to its count and checksum: a retime on a loaded machine may
 # choose otherwise) is this build's again
@@ -97,14 +97,19 @@ run "plugin.cpu.tune_cache=$c"
 log_has "tune cache $c: $n1 choices read for 2 threads"
 echo "ok: the team size is part of the key; merged records kept"
 
-# 6: none writes nothing; unset writes $XDG_CACHE_HOME/kiln/cpu_tune.bin
+# 6: none writes nothing; unset writes $XDG_CACHE_HOME/kiln/cpu_tune-HASH.bin,
+# HASH of the header (one file per build)
 mkdir -p "$tmp/xdg"
 XDG_CACHE_HOME="$tmp/xdg" run plugin.cpu.tune_cache=none
 log_lacks "tune cache"
 [ "$(timed_lines)" -gt 0 ] || fail "none: nothing timed"
 [ -z "$(find "$tmp/xdg" -name 'cpu_tune*')" ] || fail "none wrote $(find "$tmp/xdg" -name 'cpu_tune*')"
 XDG_CACHE_HOME="$tmp/xdg" run
-[ -s "$tmp/xdg/kiln/cpu_tune.bin" ] || fail "unset: no $tmp/xdg/kiln/cpu_tune.bin"
+def=$(find "$tmp/xdg/kiln" -name 'cpu_tune-*.bin')
+[ "$(echo "$def" | wc -w)" -eq 1 ] && [ -s "$def" ] || fail "unset: not one $tmp/xdg/kiln/cpu_tune-HASH.bin: $def"
+echo "$def" | grep -Eq '/cpu_tune-[0-9a-f]{16}\.bin$' || fail "unset: default name $def"
+log_has "tune cache $def: "
+[ ! -e "$tmp/xdg/kiln/cpu_tune.bin" ] || fail "unset: the build-less cpu_tune.bin written"
 echo "ok: none writes nothing; the default is under XDG_CACHE_HOME"
 # 7: two runs (ranks) sharing the file, closing at about the same time: each
 # writes a whole file (a temporary and a rename), never half of one

@@ -683,7 +683,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "ISA, or CPU model is stale (an info line; timed again and rewritten); a damaged "
 	  "one (short, bad checksum) is named in a warning and likewise rebuilt; it is "
 	  "written atomically, so ranks sharing it are safe.  Unset: "
-	  "`$XDG_CACHE_HOME/kiln/cpu_tune.bin`, else `~/.cache/kiln/cpu_tune.bin`; "
+	  "`$XDG_CACHE_HOME/kiln/cpu_tune-HASH.bin`, else `~/.cache/kiln/cpu_tune-HASH.bin`, "
+	  "HASH that of the kiln version, plugin build, oneDNN version and ISA and CPU "
+	  "model, so each build keeps its own file; "
 	  "`none`: nothing is read or written (docs/precision.md, \"Which kernel\")." },
 	{ "async", KILN_KEY_BOOL, "auto", 0, 0, "auto",
 	  "Run each stream on its own worker thread with real events, so ordering bugs "

@@ -5,7 +5,8 @@
  * pays most of its set-up there (about 1 CPU-s of 1.2 for the example's
  * bf16 plans; docs/PERFORMANCE.md, "Session 12").  The outcome depends only
  * on the op, the team, the kernels and the CPU, so [plugin.cpu] tune_cache
- * (default $XDG_CACHE_HOME/kiln/cpu_tune.bin, else ~/.cache/kiln/...;
+ * (default $XDG_CACHE_HOME/kiln/cpu_tune-<hash>.bin, else ~/.cache/kiln/...,
+ * the hash that of the header below, so each build has its own file;
  * `none`: off) keeps it.  The file:
  *
  *   struct tune_hdr   magic, format, record size, then what the choices
@@ -181,19 +182,19 @@ static void this_header(struct tune_hdr *h)
 	cpu_model(h->cpu, sizeof h->cpu);
 }
 
-/* What of the header differs from want's, or NULL. */
+/* What of the header differs from want's ("another %s"), or NULL. */
 static const char *stale_field(const struct tune_hdr *got, const struct tune_hdr *want)
 {
 	if (got->format != want->format || got->rec_size != want->rec_size)
-		return "the file format";
+		return "file format";
 	if (strncmp(got->kiln, want->kiln, sizeof got->kiln))
-		return "kiln's version";
+		return "kiln version";
 	if (strncmp(got->build, want->build, sizeof got->build))
-		return "the CPU plugin's build";
+		return "build of the CPU plugin";
 	if (strncmp(got->dnn, want->dnn, sizeof got->dnn))
-		return "oneDNN's version or ISA";
+		return "oneDNN version or ISA";
 	if (strncmp(got->cpu, want->cpu, sizeof got->cpu))
-		return "the CPU model";
+		return "CPU model";
 	return NULL;
 }
 
@@ -253,8 +254,20 @@ out:
 	return st;
 }
 
+/* The default file's name, "cpu_tune-<hash>.bin": the hash (FNV-1a, 64
+ * bits) is of the header this build on this CPU writes, so two builds (a
+ * worktree and main, alternating) keep a file each instead of finding the
+ * one file stale and rewriting it every run. */
+static void default_name(char *out, size_t n)
+{
+	struct tune_hdr h;
+	this_header(&h);
+	snprintf(out, n, "cpu_tune-%016llx.bin", (unsigned long long)fnv1a(FNV_SEED, &h, sizeof h));
+}
+
 kiln_status cpu_tune_cache_config(struct cpu_ctx *c, const struct kiln_config *cfg)
 {
+	char name[64];
 	c->tune_path[0] = 0;
 	const char *v = cfg ? c->host->config_get(cfg, "plugin.cpu", "tune_cache") : NULL;
 	if (!cfg || (v && !strcmp(v, "none")))
@@ -264,8 +277,10 @@ kiln_status cpu_tune_cache_config(struct cpu_ctx *c, const struct kiln_config *c
 			return c->host->error(KILN_ECONFIG, "cpu: [plugin.cpu] tune_cache: a path of %zu bytes is too long",
 					      strlen(v));
 		snprintf(c->tune_path, sizeof c->tune_path, "%s", v);
-	} else if (common_cache_path(c->tune_path, sizeof c->tune_path, "cpu_tune.bin")) {
-		c->tune_path[0] = 0; /* neither XDG_CACHE_HOME nor HOME: none */
+	} else {
+		default_name(name, sizeof name);
+		if (common_cache_path(c->tune_path, sizeof c->tune_path, name))
+			c->tune_path[0] = 0; /* neither XDG_CACHE_HOME nor HOME: none */
 	}
 	return KILN_OK;
 }
