@@ -19,7 +19,9 @@
 #              CNN (nchw, nhwc) data-parallel on 2 ranks of --threads / 2
 #              threads each (at least 1), the same global batch (128):
 #              kiln launch -n 2 (train.batch=64 a rank, [plugin.cpu] async
-#              at its default, auto: on) against torch.distributed gloo DDP
+#              at its default, auto: each rank sync or async by the model's
+#              size and the machine's load, turning async under contention;
+#              docs/distributed.md, item 6) against torch.distributed gloo DDP
 #              of 2 processes (pytorch_ddp.py, which imports the models of
 #              pytorch_mlp.py and pytorch_cnn.py); their rows: kiln,
 #              t2-eager-omp1, t2-compile, t2-compile-max, t2-lightning
@@ -41,8 +43,10 @@
 #   t2-lightning        Trainer.fit, rate over the whole fit     } setting
 #   t113-default, t113-passive, t113-omp1: /usr/bin/python3 (Debian's 1.13)
 #   kiln-async0, kiln-async1  kiln's row with plugin.cpu.async=0 / 1: the
-#                       before and after of the default (auto: off for one
-#                       process, on for ranks).  Run only when --rows names
+#                       two settings the default chooses from (auto: off
+#                       for one process; on a rank, sync or async by the
+#                       model's size and the machine's load, async under
+#                       contention: docs/distributed.md, item 6).  Run only when --rows names
 #                       them (mlp, cnn-*, gpt and the ddp benchmarks)
 # All PyTorch rows with common.sh's BLAS_ENV: OPENBLAS_CORETYPE=SkylakeX on
 # an AVX-512 CPU (DESIGN.md section 8), OpenBLAS's own choice elsewhere.

@@ -132,7 +132,8 @@ def main():
                 print(f"- kiln / {LABEL[n]}: **{kiln / med[n]:.2f}x**")
         return
     if med.get("kiln-async0") and med.get("kiln-async1"):
-        auto = "on" if bench.startswith("ddp-") else "off"
+        auto = ("sync or async by the model's size and the machine's load, async under "
+                "contention (docs/distributed.md, item 6)") if bench.startswith("ddp-") else "off"
         print(f"- `[plugin.cpu] async` 1 / 0: **{med['kiln-async1'] / med['kiln-async0']:.2f}x** "
               f"(the default, auto, is {auto} here)")
     b2, n2 = best(["t2-eager-default", "t2-eager-passive", "t2-eager-omp1", "t2-compile",
