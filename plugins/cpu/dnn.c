@@ -11,7 +11,6 @@
 #include "dnn.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,10 +141,6 @@ kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 	return cpu_dnn_exec(cpu_variant(p), a, e); /* the version for oneDNN's team now */
 }
 
-static atomic_long w_reorders;
-
-long cpu_dnn_w_reorders(void) { return atomic_load(&w_reorders); }
-
 /* Kept weights: the step to skip (their reorder, when in[1] holds the
  * bytes the kept copy was made from), or -1.  Under d->lock. */
 static int w_skip(struct cpu_dnn *d, const struct kiln_op_args *a)
@@ -184,7 +179,6 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 	if (s == dnnl_success && d->w_on && skip < 0) { /* w_kern made from in[1] now */
 		memcpy(d->w_seen, a->in[1], d->w_bytes);
 		d->w_valid = 1;
-		atomic_fetch_add(&w_reorders, 1);
 	}
 	pthread_mutex_unlock(&d->lock);
 	if (s != dnnl_success)

@@ -88,7 +88,4 @@ void *cpu_dnn_handle(const struct cpu_dnn *d, int m, const struct kiln_op_args *
 kiln_status cpu_conv_act_layouts(struct cpu_ctx *c, const struct cpu_plan *p,
 				 dnnl_memory_desc_t *x, dnnl_memory_desc_t *y);
 
-/* The weight reorders cpu_dnn_exec has run for kept weights, process-wide
- * (tests and the debug log: inference reorders them once). */
-long cpu_dnn_w_reorders(void);
 #endif /* KILN_CPU_DNN_H */
