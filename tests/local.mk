@@ -483,6 +483,12 @@ if BUILD_LOADERS
 TESTS += tests/predict.sh tests/embed.sh
 endif
 EXTRA_DIST += tests/predict.sh tests/embed.sh
+# the CPU's kept convolution weights: reordered once per inference call,
+# the same logits, training's evaluations unchanged ([plugin.cpu] keep_weights)
+if BUILD_LOADERS
+TESTS += tests/infer_wreorder.sh
+endif
+EXTRA_DIST += tests/infer_wreorder.sh
 # DDP and ZeRO-1 on a GPT (tied lm_head, layernorm, attention, AdamW with
 # no_decay): 2 ranks equal one process (needs kiln-gloo.so)
 TESTS += tests/dist_gpt.sh

@@ -52,6 +52,7 @@
 #include "dnn.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CPU_WS_ALIGN 64
@@ -116,6 +117,7 @@ struct conv_build {
 	int own_db;                    /* BWD_WEIGHTS: db by conv_run_db, not oneDNN */
 	int keep; /* KILN_OPF_KEEP: the kept copies (conv_layouts) */
 	int res;  /* KILN_OPF_RESIDUAL: in[n_in - 1] added before the activation */
+	int wkept; /* CONV: the reordered weights kept in the plan (conv_layouts) */
 	dnnl_data_type_t adt, wdd, kdt;
 	int64_t N, C, H, W, O, Cg, KH, KW, OH, OW, g;
 	dnnl_dims_t strides, dil, pad;
@@ -457,6 +459,12 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 		if (t[k].kbind == CPU_BIND_IN)
 			continue; /* the previous op's copy, read as it is */
 		(*n_reorder)++;
+		/* a forward's weights: reordered into the plan's own copy, kept
+		 * from run to run while in[1]'s bytes stay (cpu_dnn_exec) */
+		if (k == TW && p->op.type == KILN_OP_CONV && !b->keep && c->keep_weights) {
+			t[k].kbind = CPU_BIND_FIXED;
+			b->wkept = 1;
+		}
 		if (t[k].in)
 			CPU_DNN_TRY(dnnl_reorder_primitive_desc_create(&t[k].rpd, &t[k].user, c->engine,
 								       t[k].kern, c->engine, b->rattr));
@@ -495,6 +503,26 @@ out:
 	return st;
 }
 
+/* The plan's own copy of a forward's weights in the kernel's layout, and
+ * of the caller's weights it was made from (cpu_dnn_exec compares them:
+ * inference runs reorder the weights once, training steps every time). */
+static kiln_status conv_wkept(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b)
+{
+	struct cpu_dnn *d = p->dnn;
+	const struct conv_tens *w = &b->t[TW];
+	d->w_bytes = dnnl_memory_desc_get_size(&w->user);
+	d->w_kern = aligned_alloc(CPU_WS_ALIGN, align_up(dnnl_memory_desc_get_size(w->kern)));
+	d->w_seen = malloc(d->w_bytes);
+	if (!d->w_kern || !d->w_seen)
+		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the kept weights",
+				      cpu_op_name(p->op.type), b->geom);
+	if (dnnl_memory_set_data_handle(d->mem[w->m_kern], d->w_kern) != dnnl_success)
+		return c->host->error(KILN_EDEVICE, "cpu: %s %s: the kept weights' memory object",
+				      cpu_op_name(p->op.type), b->geom);
+	d->w_on = 1;
+	return KILN_OK;
+}
+
 /* Memory objects (the caller's tensors, the kernel copies, the bias, one
  * scratchpad object per primitive that has one, all at offset 0) and the
  * steps: reorders in, the convolution, reorders out. */
@@ -512,6 +540,8 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 		if (t[k].reord)
 			CPU_DNN_TRY(cpu_dnn_mem(c, d, t[k].kern, t[k].kbind, t[k].kidx, t[k].off, &t[k].m_kern));
 	}
+	if (b->wkept && (st = conv_wkept(c, p, b)))
+		goto out;
 	if (b->has_bias && !b->own_db)
 		CPU_DNN_TRY(cpu_dnn_mem(c, d, &b->b_md, type == KILN_OP_CONV ? CPU_BIND_IN : CPU_BIND_OUT,
 					type == KILN_OP_CONV ? 2 : 1, 0, &m_b));
@@ -545,6 +575,8 @@ static kiln_status conv_steps(struct cpu_ctx *c, struct cpu_plan *p, struct conv
 			if (!t[k].rpd || t[k].in != (pass == 0))
 				continue;
 			n = 0;
+			if (k == TW && b->wkept)
+				d->w_step = d->n_step; /* cpu_dnn_exec skips it while w holds */
 			ARG(DNNL_ARG_FROM, t[k].in ? t[k].m_user : t[k].m_kern);
 			ARG(DNNL_ARG_TO, t[k].in ? t[k].m_kern : t[k].m_user);
 			if (cpu_dnn_scratch(t[k].rpd)) {

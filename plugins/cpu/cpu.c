@@ -265,6 +265,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	kiln_status st;
 	int64_t threads = opts->threads; /* [run] threads, from the core */
 	int async = -1, async_rule = 0, deterministic = opts->deterministic, graph = 0;
+	int keep_weights = 1; /* [plugin.cpu] keep_weights, unset (no config) */
 	int64_t spin_us = 5000; /* [plugin.cpu] stage_spin_us, unset (no config) */
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	int conv_impl = 0;
@@ -280,6 +281,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "graph", &graph);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+		st = host->config_get_bool(cfg, "plugin.cpu", "keep_weights", &keep_weights);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		static const char *const key[2] = { "bf16_conv", "bf16_gemm" };
@@ -341,6 +345,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->async_auto = async_rule;
 	c->spin_ns = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1 ? (int64_t)spin_us * 1000 : 0;
 	c->graph = graph;
+	c->keep_weights = keep_weights;
 	c->bf16_conv = kern[0];
 	c->bf16_gemm = kern[1];
 	c->conv_impl = conv_impl;
@@ -727,6 +732,16 @@ static const struct kiln_key cpu_keys[] = {
 	  "again, with CUDA stream capture's rules enforced (no host sync, no allocation, "
 	  "no event crossing the capture boundary), so the trainer's captured path is "
 	  "tested without a GPU.  No speed-up on the CPU." },
+	{ "keep_weights", KILN_KEY_BOOL, "1", 0, 0, NULL,
+	  "A convolution whose kernel wants its weights in another (blocked) layout "
+	  "keeps the reordered copy in its plan and reorders again only when the weights' "
+	  "bytes changed (one compare per run): inference and evaluation, whose weights "
+	  "do not change between runs, reorder once instead of on every run of a batch "
+	  "block (docs/inference.md, batch blocking; docs/PERFORMANCE.md, \"Session "
+	  "13: inference weights reordered once\").  Training's forward with kept copies "
+	  "(f32) reorders every step as before.  The copies cost the blocked weights "
+	  "and the caller's bytes once more per such convolution; 0 reorders on every run "
+	  "into the workspace (the layout before session 13, for measuring)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 

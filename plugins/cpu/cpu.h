@@ -103,6 +103,8 @@ struct cpu_ctx {
 	/* [plugin.cpu] graph = 1: captured steps are recorded and replayed
 	 * (graph.c); cap is the capture under way (under `lock`) */
 	int graph;
+	/* [plugin.cpu] keep_weights: a CONV keeps its reordered weights (conv.c) */
+	int keep_weights;
 	struct cpu_capture *cap;
 	uint64_t cap_serial;
 };

@@ -59,6 +59,8 @@ void cpu_dnn_free(struct cpu_dnn *d)
 	if (d->stream)
 		dnnl_stream_destroy(d->stream);
 	pthread_mutex_destroy(&d->lock);
+	free(d->w_kern);
+	free(d->w_seen);
 	free(d);
 }
 
@@ -139,6 +141,18 @@ kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 	return cpu_dnn_exec(cpu_variant(p), a, e); /* the version for oneDNN's team now */
 }
 
+/* Kept weights: the step to skip (their reorder, when in[1] holds the
+ * bytes the kept copy was made from), or -1.  Under d->lock. */
+static int w_skip(struct cpu_dnn *d, const struct kiln_op_args *a)
+{
+	if (!d->w_on)
+		return -1;
+	if (d->w_valid && !memcmp(d->w_seen, a->in[1], d->w_bytes))
+		return d->w_step;
+	d->w_valid = 0; /* until this run's reorder has run */
+	return -1;
+}
+
 kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 			 struct cpu_err *e)
 {
@@ -151,7 +165,10 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 	for (int i = 0; i < d->n_mem; i++)
 		if (d->bind[i].kind != CPU_BIND_FIXED)
 			dnnl_memory_set_data_handle(d->mem[i], cpu_dnn_handle(d, i, a));
+	const int skip = w_skip(d, a);
 	for (int k = 0; k < d->n_step && s == dnnl_success; k++) {
+		if (k == skip)
+			continue;
 		const struct cpu_dnn_step *st = &d->step[k];
 		for (int i = 0; i < st->n_arg; i++)
 			args[i] = (dnnl_exec_arg_t){ st->arg[i], d->mem[st->mem[i]] };
@@ -159,6 +176,10 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 	}
 	if (s == dnnl_success)
 		s = dnnl_stream_wait(d->stream);
+	if (s == dnnl_success && d->w_on && skip < 0) { /* w_kern made from in[1] now */
+		memcpy(d->w_seen, a->in[1], d->w_bytes);
+		d->w_valid = 1;
+	}
 	pthread_mutex_unlock(&d->lock);
 	if (s != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: dnnl_primitive_execute: %s",

@@ -36,6 +36,13 @@ struct cpu_dnn {
 	struct cpu_bind bind[CPU_DNN_MEMS];
 	struct cpu_dnn_step step[CPU_DNN_STEPS];
 	int64_t sz[24]; /* rnn.c: sizes and byte offsets fixed at prepare */
+	/* conv.c's kept weights (a CONV without KILN_OPF_KEEP whose kernel
+	 * wants another layout than the caller's): step w_step (w_on) is the
+	 * weights' reorder into w_kern (CPU_BIND_FIXED), skipped while in[1]
+	 * holds the w_bytes it last reordered, w_seen (cpu_dnn_exec). */
+	int w_on, w_step, w_valid;
+	size_t w_bytes;
+	void *w_kern, *w_seen;
 };
 
 const char *cpu_dnnl_str(dnnl_status_t s);
@@ -68,7 +75,8 @@ size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd);
 /* The kernel of every cpu_dnn plan: cpu_dnn_exec of cpu_variant(p). */
 kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			struct cpu_err *e);
-/* Run plan p's steps as they are (p is the version to run). */
+/* Run plan p's steps as they are (p is the version to run; a CONV's
+ * kept weights reordered only when in[1]'s bytes changed). */
 kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 			 struct cpu_err *e);
 /* Where memory object m of d points in a run with arguments a (its
