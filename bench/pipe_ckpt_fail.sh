@@ -31,53 +31,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 : "${KILN_STORE_TOKEN:=kiln-bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 export KILN_STORE_TOKEN
-ini="$TMP/wide.ini"
-cat > "$ini" <<'INI'
-[run]
-seed = 5
-threads = 1
-[data]
-source = synthetic
-samples = 256
-image_size = 8
-classes = 16
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 32
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 512
-[layer.r2]
-type = relu
-[layer.fc3]
-type = linear
-out = 512
-[layer.r3]
-type = relu
-[layer.fc4]
-type = linear
-out = 16
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-optimizer = sgd
-momentum = 0.9
-lr = 0.05
-batch = 32
-log_every = 2
-eval = 0
-keep_best = 0
-[pipeline]
-micro_batches = 4
-[dist]
-timeout = 60
-INI
+ini="$(dirname "$0")/pipe_ckpt_wide.ini"
 
 st="model.stages=flat,r1|fc2,loss"
 mpi=0

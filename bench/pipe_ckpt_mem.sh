@@ -30,53 +30,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pipeckpt.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-ini="$TMP/wide.ini"
-cat > "$ini" <<'INI'
-[run]
-seed = 5
-threads = 1
-[data]
-source = synthetic
-samples = 256
-image_size = 8
-classes = 16
-workers = 0
-[layer.flat]
-type = flatten
-[layer.fc1]
-type = linear
-out = 32
-[layer.r1]
-type = relu
-[layer.fc2]
-type = linear
-out = 512
-[layer.r2]
-type = relu
-[layer.fc3]
-type = linear
-out = 512
-[layer.r3]
-type = relu
-[layer.fc4]
-type = linear
-out = 16
-[layer.loss]
-type = softmax_xent
-[train]
-epochs = 1
-optimizer = sgd
-momentum = 0.9
-lr = 0.05
-batch = 32
-log_every = 2
-eval = 0
-keep_best = 0
-[pipeline]
-micro_batches = 4
-[dist]
-timeout = 60
-INI
+ini="$(dirname "$0")/pipe_ckpt_wide.ini"
 
 # one BUILD P PHASE RUN: a run; its ranks' peaks appended to $TMP/peaks
 # as "BUILD P PHASE RANK BYTES"
