@@ -17,6 +17,8 @@
 # pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
 # $B (default /work/main).  --short: one round of 4 steps.
 # PAIR_ARGS: more KEY=VALUE for every run (e.g. plugin.gloo.shm_p2p=0).
+# PAIR_VALUE: the pair side's [pipeline] sendrecv (default 1; auto: the
+# default since session 14, paired on mpi, not on gloo).
 # PAIR_COMM=mpi: the 2 ranks under mpirun on kiln-mpi (thread_level =
 # multiple) instead of kiln launch on gloo (session 13, point-to-point waits).
 set -eu
@@ -45,7 +47,7 @@ export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr
 } > "$tmp/p.ini"
 # run SIDE(pair|off|main) OUT M: one run of 2 ranks, its output in OUT
 run() {
-	_d=$A _x=pipeline.sendrecv=1
+	_d=$A _x=pipeline.sendrecv=${PAIR_VALUE:-1}
 	[ "$1" = pair ] || _x=pipeline.sendrecv=0
 	[ "$1" = main ] && _d=$B _x=
 	# shellcheck disable=SC2086 # _x, PAIR_ARGS: words
@@ -66,7 +68,7 @@ run() {
 }
 bubble() { sed -n "s/.*the pipe's ranks:.*; bubble \([0-9.-]*\) (schedule.*/\1/p" "$1" | tail -1; }
 sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1" | tail -1; }
-paired() { sed -n "s/.*this rank: \([0-9]*\) of \([0-9]*\) crossing tensors sent paired.*/\1\/\2/p" "$1" | tail -1; }
+paired() { sed -n "s/.*stage 0 (this rank): \([0-9]*\) of \([0-9]*\) crossing tensors sent paired.*/\1\/\2/p" "$1" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'; }
 echo "load average: $(cat /proc/loadavg)"
 echo "blocks model, batch 256, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps"

@@ -19,7 +19,10 @@
  * local rank l is pinned to group l (sched_setaffinity before exec), so a
  * rank's compute threads and its comm stream's worker share its cores
  * instead of migrating onto the other ranks'.  With more ranks than CPUs
- * nothing is bound.  --bind none leaves the ranks free.
+ * nothing is bound, nor when the ranks' [run] threads (launch_threads:
+ * the command's run.threads=T, else its config file's) times the ranks
+ * exceed the CPUs: a rank of more threads than its group would crowd its
+ * own cores while the others' idle.  --bind none leaves the ranks free.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
@@ -241,18 +244,67 @@ static int launch_token(const struct launch_opts *o)
 	return -1;
 }
 
+/* [run] threads of the ranks' command (for --bind core): its last word
+ * run.threads=T, else [run] threads of its first word naming a readable
+ * .ini file (`kiln train CONFIG`), else 0 (one thread per CPU of the
+ * rank's own set, which fits any group).  A value that does not parse is
+ * 0 here: the rank itself reports it. */
+static long launch_threads(int argc, char **argv, const struct launch_opts *o)
+{
+	const char *over = NULL, *ini = NULL;
+	for (int i = o->cmd + 1; i < argc; i++) {
+		const char *a = argv[i];
+		const size_t n = strlen(a);
+		if (!strncmp(a, "run.threads=", 12))
+			over = a + 12;
+		else if (!ini && n > 4 && !strcmp(a + n - 4, ".ini") && !access(a, R_OK))
+			ini = a;
+	}
+	char *end;
+	long t = 0;
+	if (over) {
+		t = strtol(over, &end, 10);
+		return *over && !*end && t > 0 ? t : 0;
+	}
+	struct kiln_config *cfg = NULL;
+	if (ini && kiln_config_load(ini, &cfg) == KILN_OK) {
+		const char *v = kiln_config_get(cfg, "run", "threads");
+		if (v && *v) {
+			t = strtol(v, &end, 10);
+			t = !*end && t > 0 ? t : 0;
+		}
+	}
+	kiln_config_free(cfg);
+	return t;
+}
+
 /* The CPUs to share out (--bind core): this launcher's, into cpus[];
- * returns how many each rank gets, 0 for none (more ranks than CPUs, or
- * --bind none); *ncpu: how many there are. */
-static int launch_cpus(const struct launch_opts *o, int *cpus, int *ncpu)
+ * returns how many each rank gets, 0 for none (--bind none, more ranks
+ * than CPUs, or ranks of `threads` threads each that the CPUs do not
+ * hold: why[] says which); *ncpu: how many there are. */
+static int launch_cpus(const struct launch_opts *o, long threads, int *cpus, int *ncpu, char *why,
+		       size_t n)
 {
 	cpu_set_t all;
 	*ncpu = 0;
-	if (o->bind && sched_getaffinity(0, sizeof all, &all) == 0)
+	if (!o->bind) {
+		snprintf(why, n, "--bind none");
+		return 0;
+	}
+	if (sched_getaffinity(0, sizeof all, &all) == 0)
 		for (int c = 0; c < CPU_SETSIZE; c++)
 			if (CPU_ISSET(c, &all))
 				cpus[(*ncpu)++] = c;
-	return *ncpu >= o->nproc ? *ncpu / o->nproc : 0;
+	if (*ncpu < o->nproc) {
+		snprintf(why, n, "more ranks than CPUs");
+		return 0;
+	}
+	if (threads > *ncpu / o->nproc) {
+		snprintf(why, n, "%d ranks of [run] threads = %ld exceed the %d CPUs", o->nproc,
+			 threads, *ncpu);
+		return 0;
+	}
+	return *ncpu / o->nproc;
 }
 
 /* KILN_RESTART in a rank's environment: which start of the job this is
@@ -436,12 +488,13 @@ int cmd_launch(int argc, char **argv)
 	sigaction(SIGUSR1, &sa, NULL);
 	pid_t me = getpid();
 	int cpus[CPU_SETSIZE], ncpu;
-	const int per = launch_cpus(&o, cpus, &ncpu);
-	char how[96];
+	char why[96], how[128];
+	const int per = launch_cpus(&o, o.bind ? launch_threads(argc, argv, &o) : 0, cpus, &ncpu, why,
+				    sizeof why);
 	if (per)
 		snprintf(how, sizeof how, "each rank bound to %d of %d CPUs", per, ncpu);
 	else
-		snprintf(how, sizeof how, "ranks not bound (%s)", o.bind ? "more ranks than CPUs" : "--bind none");
+		snprintf(how, sizeof how, "ranks not bound (%s)", why);
 	fprintf(stderr, "kiln launch: ranks %d..%d of %d, store %s:%d, %s: %s ...\n",
 		o.node_rank * o.nproc, o.node_rank * o.nproc + o.nproc - 1, o.nproc * o.nnodes, o.host,
 		o.port, how, argv[o.cmd]);

@@ -50,6 +50,10 @@ void kiln_host_fatal(const char *who, const char *fmt, ...)
 
 int kiln_dist_rank(const struct kiln_dist *d) { return d ? d->env.rank : 0; }
 int kiln_dist_world(const struct kiln_dist *d) { return d ? d->env.world : 1; }
+const char *kiln_dist_comm_name(const struct kiln_dist *d)
+{
+	return d && d->plugin ? d->plugin->name : NULL;
+}
 
 kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			   struct kiln_device *dev, struct kiln_dist **out)

@@ -27,6 +27,8 @@ kiln_status kiln_dist_finish(struct kiln_dist *d);
 void kiln_dist_close(struct kiln_dist *d);
 int kiln_dist_rank(const struct kiln_dist *d);  /* 0 for NULL */
 int kiln_dist_world(const struct kiln_dist *d); /* 1 for NULL */
+/* The communicator plugin's name ("gloo", "mpi", "nccl"); NULL for NULL. */
+const char *kiln_dist_comm_name(const struct kiln_dist *d);
 
 /* Move m's gradients into memory every rank's communicator reaches
  * directly (comm ops alloc_shared: kiln-mpi on one node), so that the

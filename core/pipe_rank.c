@@ -75,6 +75,7 @@ struct kiln_pipe_rank {
 	 * send stream this step, 0 none (the enqueuing thread's) */
 	int last[KILN_PIPE_MAX_STAGES];
 	int pairs;          /* the communicator has sendrecv */
+	int mine;           /* this rank's stage (the log lines name it) */
 	long n_send, n_pair; /* sends, and those paired with a recv (enqueued) */
 };
 
@@ -219,8 +220,21 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 
 static const struct kiln_stage_transport_ops rank_ops = { rank_send, rank_recv, rank_sendrecv };
 
+/* [pipeline] sendrecv = auto, the one place of its rule: pair on kiln-mpi
+ * (1.19-1.68x the samples/s of unpaired hand-offs on a quiet machine,
+ * 1.3-1.5x under load: it has no send_now, so each unpaired send is the
+ * send stream's) and kiln-nccl (one NCCL group is what NCCL asks of a
+ * send and a recv that must progress together); not on kiln-gloo (even
+ * on a quiet machine, 3-5x slower under load on its shared-memory
+ * channels and on TCP alike: docs/PERFORMANCE.md, "Session 13: pipeline
+ * sendrecv") nor on a communicator not measured. */
+int kiln_pipe_pair_auto(const char *comm)
+{
+	return comm && (!strcmp(comm, "mpi") || !strcmp(comm, "nccl"));
+}
+
 kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
-				struct kiln_device *dev, int P, const int *rank_of, int M,
+				struct kiln_device *dev, int P, int mine, const int *rank_of, int M,
 				int n_xfer, struct kiln_pipe_rank **out,
 				struct kiln_stage_transport *tr)
 {
@@ -231,12 +245,15 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 				  ops->version);
 	if (P > KILN_PIPE_MAX_STAGES)
 		return kiln_error(KILN_EINVAL, "pipeline: %d stages (at most %d)", P, KILN_PIPE_MAX_STAGES);
+	if (mine < 0 || mine >= P)
+		return kiln_error(KILN_EINVAL, "pipeline: stage %d of %d on this rank", mine, P);
 	struct kiln_pipe_rank *R = calloc(1, sizeof *R);
 	if (!R)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	R->ops = ops;
 	R->comm = comm;
 	R->dev = dev;
+	R->mine = mine;
 	memcpy(R->rank_of, rank_of, (size_t)P * sizeof *rank_of);
 	R->n_xfer = n_xfer;
 	R->n = 2 * M * n_xfer;
@@ -314,11 +331,11 @@ void kiln_pipe_rank_free(struct kiln_pipe_rank *R)
 	if (R->send_stream)
 		kiln_device_stream_sync(R->dev, R->send_stream);
 	if (R->now && (R->n_now || R->n_late))
-		kiln_log(KILN_LOG_INFO, "pipeline", "this rank: %ld crossing tensors sent by the stage's stream at once, %ld by the send stream (no room in the channel, or one queued before)",
-			 R->n_now, R->n_late);
+		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d (this rank): %ld crossing tensors sent by the stage's stream at once, %ld by the send stream (no room in the channel, or one queued before)",
+			 R->mine, R->n_now, R->n_late);
 	if (R->pairs && R->n_send)
-		kiln_log(KILN_LOG_INFO, "pipeline", "this rank: %ld of %ld crossing tensors sent paired with the recv from the same stage after them, in one sendrecv",
-			 R->n_pair, R->n_send);
+		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d (this rank): %ld of %ld crossing tensors sent paired with the recv from the same stage after them, in one sendrecv",
+			 R->mine, R->n_pair, R->n_send);
 	for (int i = 0; i < R->n; i++) {
 		kiln_device_event_destroy(R->dev, R->msg[i].copied);
 		kiln_device_event_destroy(R->dev, R->msg[i].sent);

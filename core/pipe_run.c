@@ -121,7 +121,9 @@ struct kiln_pipe {
 	int cur;                     /* the action being issued */
 	float *seed_d;               /* the loss layers' seed scale (seed_mean),
 				      * NULL: the stages scale to the mean */
-	int pair;                    /* [pipeline] sendrecv */
+	int pair;                    /* [pipeline] sendrecv, resolved */
+	int pair_auto;               /* sendrecv = auto: kiln_pipe_use_ranks
+				      * resolves it (kiln_pipe_pair_auto) */
 	/* a transport with sendrecv: this rank's last send, held until its
 	 * stage's next hand-off (a recv from the same stage pairs with it)
 	 * or its next work (xsend, xrecv, xflush) */
@@ -363,14 +365,18 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 			   void *stream, struct kiln_pipe **out)
 {
 	const struct kiln_config *cfg = m->cfg;
-	int64_t M = 1, early = 0, pair = 0;
+	int64_t M = 1, early = 0;
+	int pair = 0;
 	const char *sched = kiln_config_get(cfg, "pipeline", "schedule");
+	const char *pv = kiln_config_get(cfg, "pipeline", "sendrecv");
+	const int pair_auto = !pv || !strcmp(pv, "auto");
 	kiln_status st;
 	*out = NULL;
 	if (((st = kiln_config_get_int(cfg, "pipeline", "micro_batches", &M)) && st != KILN_ENOTFOUND) ||
 	    ((st = kiln_config_get_int(cfg, "pipeline", "early_forwards", &early)) &&
 	     st != KILN_ENOTFOUND) ||
-	    ((st = kiln_config_get_int(cfg, "pipeline", "sendrecv", &pair)) && st != KILN_ENOTFOUND))
+	    (!pair_auto && (st = kiln_config_get_bool(cfg, "pipeline", "sendrecv", &pair)) &&
+	     st != KILN_ENOTFOUND))
 		return st;
 	if (accumulate < 1 || accumulate > INT32_MAX / M)
 		return kiln_error(KILN_ECONFIG, "%s: [train] accumulate = %lld with %lld micro-batches",
@@ -395,7 +401,8 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->mb = batch / M;
 	pp->kind = sched && !strcmp(sched, "gpipe") ? KILN_PIPE_GPIPE : KILN_PIPE_1F1B;
 	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
-	pp->pair = pair != 0;
+	pp->pair = pair != 0; /* auto: 0 in one process (no sendrecv there) */
+	pp->pair_auto = pair_auto;
 	stage_ranges(pp);
 	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
 	for (int s = 0; s < pp->P; s++)
@@ -773,18 +780,23 @@ kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 }
 
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
-				int mine, const int *rank_of)
+				const char *name, int mine, const int *rank_of)
 {
 	int n_tie = 0, su, so;
 	while (tie_user(pp, n_tie, &su, &so) >= 0)
 		n_tie++;
-	kiln_status st = kiln_pipe_rank_open(ops, comm, pp->dev, pp->P, rank_of, pp->M,
+	kiln_status st = kiln_pipe_rank_open(ops, comm, pp->dev, pp->P, mine, rank_of, pp->M,
 					     pp->plan[0]->n_xfer + n_tie, &pp->rk, &pp->tr);
-	if (!st) {
-		pp->mine = mine;
-		kiln_pipe_timing_only(pp->timing, mine);
+	if (st)
+		return st;
+	pp->mine = mine;
+	kiln_pipe_timing_only(pp->timing, mine);
+	if (pp->pair_auto) {
+		pp->pair = kiln_pipe_pair_auto(name);
+		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d: [pipeline] sendrecv = auto: hand-offs %s on %s",
+			 mine, pp->pair ? "paired" : "not paired", name ? name : "this communicator");
 	}
-	return st;
+	return KILN_OK;
 }
 
 int kiln_pipe_hookable(const struct kiln_pipe *pp, double *mean)

@@ -156,7 +156,8 @@ kiln_status trainer_pipe_ranks(struct trainer *t)
 		rank_of[s] = s; /* the pipe's communicator ranks its members by stage */
 	}
 	if ((st = kiln_dist_pipe_open(t->dist, t->cfg, P, lo, hi, &ops, &pcomm, &stage, &pipe, &D)) ||
-	    (st = kiln_pipe_use_ranks(t->pipe, ops, pcomm, stage, rank_of)))
+	    (st = kiln_pipe_use_ranks(t->pipe, ops, pcomm, kiln_dist_comm_name(t->dist), stage,
+				      rank_of)))
 		return st;
 	kiln_log(KILN_LOG_INFO, "pipeline", "rank %d: stage %d of %d (layers' parameters [%zu, %zu) of %zu floats), pipe %d of %d",
 		 t->rank, stage, P, lo[stage], hi[stage], t->m->n_trainable, pipe, D);

@@ -538,13 +538,18 @@ static kiln_status pair_sendrecv(void *ctx, const void *sbuf, size_t scount, int
 }
 
 /* Stage `mine` of 2 on "ranks" (M = 4, 1f1b) through a communicator of
- * comm ops `version`: the calls it made in one step. */
-static void pair_run(int version, int mine, int pair, char *out)
+ * comm ops `version` whose plugin is named `comm`, with [pipeline]
+ * sendrecv = `pair` (NULL: not set, the default): the calls it made in
+ * one step. */
+static void pair_run(int version, int mine, const char *pair, const char *comm, char *out)
 {
 	struct seed_rig r;
+	char key[64] = "";
+	if (pair)
+		snprintf(key, sizeof key, "sendrecv = %s\n", pair);
 	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
 			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
-			 "[layer.loss]\ntype = softmax_xent\n", pair ? "sendrecv = 1\n" : "");
+			 "[layer.loss]\ntype = softmax_xent\n", key);
 	struct kiln_comm_ops ops = { .version = (uint32_t)version, .send = pair_send,
 				     .recv = pair_recv,
 				     .sendrecv = version >= 7 ? pair_sendrecv : NULL };
@@ -555,7 +560,7 @@ static void pair_run(int version, int mine, int pair, char *out)
 	ck_assert_int_eq(yes, 1);
 	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
 	ck_assert_int_eq(kiln_pipe_stages(pp), 2);
-	OK(kiln_pipe_use_ranks(pp, &ops, NULL, mine, rank_of));
+	OK(kiln_pipe_use_ranks(pp, &ops, NULL, comm, mine, rank_of));
 	memset(&plog, 0, sizeof plog);
 	plog.dev = r.dev;
 	plog.peer_ok = 1;
@@ -573,23 +578,41 @@ static void pair_run(int version, int mine, int pair, char *out)
  * pairs activation 1 with gradient 0, 2 with 1, 3 with 2, and receives
  * gradient 3 alone; stage 1 pairs each gradient but the last with the
  * next activation.  Without the communicator's sendrecv (comm ops version
- * 6), with sendrecv = 0 (the default), or without the pairing, each is a
- * send and a recv. */
+ * 6), with sendrecv = 0, or without the pairing, each is a send and a
+ * recv.  sendrecv = auto (the default, session 14) pairs on "mpi" and
+ * "nccl", not on "gloo" nor on a communicator without a name. */
 START_TEST(test_pair_handoffs)
 {
 	char got[64];
-	pair_run(7, 0, 1, got);
+	pair_run(7, 0, "1", "gloo", got);
 	ck_assert_str_eq(got, "sxxxr");
-	pair_run(7, 1, 1, got);
+	pair_run(7, 1, "on", "gloo", got);
 	ck_assert_str_eq(got, "rxxxs");
-	pair_run(6, 0, 1, got);
+	pair_run(6, 0, "1", "mpi", got);
 	ck_assert_str_eq(got, "ssrsrsrr");
-	pair_run(6, 1, 1, got);
+	pair_run(6, 1, "1", "mpi", got);
 	ck_assert_str_eq(got, "rsrsrsrs");
-	pair_run(7, 0, 0, got);
+	pair_run(7, 0, "0", "mpi", got);
 	ck_assert_str_eq(got, "ssrsrsrr");
-	pair_run(7, 1, 0, got);
+	pair_run(7, 1, "off", "nccl", got);
 	ck_assert_str_eq(got, "rsrsrsrs");
+	/* auto, set and by default */
+	pair_run(7, 0, "auto", "mpi", got);
+	ck_assert_str_eq(got, "sxxxr");
+	pair_run(7, 1, NULL, "mpi", got);
+	ck_assert_str_eq(got, "rxxxs");
+	pair_run(7, 0, NULL, "nccl", got);
+	ck_assert_str_eq(got, "sxxxr");
+	pair_run(7, 0, "auto", "gloo", got);
+	ck_assert_str_eq(got, "ssrsrsrr");
+	pair_run(7, 1, NULL, "gloo", got);
+	ck_assert_str_eq(got, "rsrsrsrs");
+	pair_run(7, 0, NULL, NULL, got);
+	ck_assert_str_eq(got, "ssrsrsrr");
+	ck_assert_int_eq(kiln_pipe_pair_auto("mpi"), 1);
+	ck_assert_int_eq(kiln_pipe_pair_auto("nccl"), 1);
+	ck_assert_int_eq(kiln_pipe_pair_auto("gloo"), 0);
+	ck_assert_int_eq(kiln_pipe_pair_auto(NULL), 0);
 }
 END_TEST
 

@@ -245,6 +245,17 @@ if [ "$n" -ge 2 ]; then
 	timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.threads=0 run.out_dir="$tmp/pin" \
 		train.max_steps=2 > "$tmp/pin.log" 2>&1 || { bad "a pinned run with run.threads = 0 failed"; tail "$tmp/pin.log"; }
 	grep -q "each rank bound to $((n / 2)) of $n CPUs" "$tmp/pin.log" || bad "kiln launch did not say how it bound"
+	# the ranks' [run] threads (session 14): 2 ranks of n / 2 threads are
+	# pinned, of n / 2 + 1 (more than their group: they would crowd it)
+	# free; from run.threads=T on the command, else the config file's
+	pint() { timeout 30 "$kiln" launch -n 2 -- sh -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' "$@" 2> "$tmp/pint.err" | sort -u | wc -l; }
+	printf '[run]\nthreads = %d\n' $((n / 2 + 1)) > "$tmp/thr.ini"
+	[ "$(pint x run.threads=$((n / 2)))" = 2 ] || bad "2 ranks of run.threads=$((n / 2)): not pinned"
+	[ "$(pint x run.threads=$((n / 2 + 1)))" = 1 ] || bad "2 ranks of run.threads=$((n / 2 + 1)) on $n CPUs: pinned"
+	grep -q "ranks not bound (2 ranks of \[run\] threads = $((n / 2 + 1)) exceed the $n CPUs)" "$tmp/pint.err" ||
+		{ bad "kiln launch did not say why it left the ranks free"; cat "$tmp/pint.err"; }
+	[ "$(pint "$tmp/thr.ini")" = 1 ] || bad "2 ranks of [run] threads = $((n / 2 + 1)) (the config) on $n CPUs: pinned"
+	[ "$(pint "$tmp/thr.ini" run.threads=1)" = 2 ] || bad "run.threads=1 over the config's: not pinned"
 fi
 t0=$(date +%s)
 timeout 60 "$kiln" launch -n 3 -- sh -c 'if [ "$KILN_RANK" = 1 ]; then sleep 0.5; exit 3; fi; sleep 50' \

@@ -119,7 +119,7 @@ for r in "g2 0 of 2" "g2 1 of 2" "g4 0 of 4" "g4 3 of 4"; do
 	grep -q "rank $2 of $4: [1-9][0-9]* messages sent and [1-9][0-9]* received through the shared-memory channels" "$tmp/$1.log" ||
 		bad "$1: rank $2's hand-offs are not on the shared-memory channels"
 done
-run g2t 2 32 dist.pipeline=2 "$two" plugin.gloo.shm_p2p=0
+run g2t 2 32 dist.pipeline=2 "$two" plugin.gloo.shm_p2p=0 pipeline.sendrecv=auto
 grep -q "Gloo's send and recv (\[plugin.gloo\] shm_p2p = 0)" "$tmp/g2t.log" || bad "g2t: not on Gloo's TCP"
 grep -q "through the shared-memory channels" "$tmp/g2t.log" && bad "g2t: hand-offs on the shared-memory channels"
 near one g2t "2 stages on 2 ranks (gloo, TCP send and recv)"
@@ -128,29 +128,32 @@ near one g2t "2 stages on 2 ranks (gloo, TCP send and recv)"
 # Gloo's TCP, which cannot tell that a send need not wait
 for r in "g2 2" "g4 4"; do
 	set -- $r
-	[ "$(grep -c "this rank: [1-9][0-9]* crossing tensors sent by the stage's stream at once" "$tmp/$1.log")" = "$2" ] ||
+	[ "$(grep -c "stage [0-9] (this rank): [1-9][0-9]* crossing tensors sent by the stage's stream at once" "$tmp/$1.log")" = "$2" ] ||
 		{ bad "$1: not every rank sends from its stage's stream"; grep "crossing tensors sent" "$tmp/$1.log"; }
 done
-[ "$(grep -c "this rank: 0 crossing tensors sent by the stage's stream at once, [1-9][0-9]* by the send stream" "$tmp/g2t.log")" = 2 ] ||
+[ "$(grep -c "stage [01] (this rank): 0 crossing tensors sent by the stage's stream at once, [1-9][0-9]* by the send stream" "$tmp/g2t.log")" = 2 ] ||
 	{ bad "g2t: Gloo's TCP sends are not the send stream's"; grep "crossing tensors sent" "$tmp/g2t.log"; }
-# with [pipeline] sendrecv = 1 (g2, g4, m2, m4; off by default: g2t), 1f1b's
-# steady state pairs a stage's send with its recv from the same
-# stage right after it, in one sendrecv (session 13): of each step's 4
-# micro-batches' sends (6 steps), 3 a step on both of 2 stages; on 4
-# stages 1, 3, 5 and 3 a step of 4, 8, 8 and 4 (stage s: M - (P - 1 - s)
-# pairs with s + 1, as many less one with s - 1)
-paired() { # paired LOG "RANKS PAIRED SENT"...: RANKS ranks logged PAIRED of SENT
+# with [pipeline] sendrecv = 1 (g2, g4, m4; and m2 by default: auto pairs
+# on mpi, session 14; not on gloo: g2t, auto), 1f1b's steady state pairs
+# a stage's send with its recv from the same stage right after it, in one
+# sendrecv (session 13): of each step's 4 micro-batches' sends (6 steps),
+# 3 a step on both of 2 stages; on 4 stages 1, 3, 5 and 3 a step of 4, 8,
+# 8 and 4 (stage s: M - (P - 1 - s) pairs with s + 1, as many less one
+# with s - 1); each rank's line names its stage
+paired() { # paired LOG "STAGE PAIRED SENT"...: STAGE's rank logged PAIRED of SENT
 	_l=$1
 	shift
 	for _r in "$@"; do
 		set -- $_r
-		[ "$(grep -c "this rank: $2 of $3 crossing tensors sent paired with the recv from the same stage after them, in one sendrecv" "$tmp/$_l.log")" = "$1" ] ||
-			{ bad "$_l: not $1 rank(s) pairing $2 of their $3 sends with a recv"; grep "sent paired" "$tmp/$_l.log"; }
+		[ "$(grep -c "stage $1 (this rank): $2 of $3 crossing tensors sent paired with the recv from the same stage after them, in one sendrecv" "$tmp/$_l.log")" = 1 ] ||
+			{ bad "$_l: stage $1's rank did not pair $2 of its $3 sends with a recv"; grep "sent paired" "$tmp/$_l.log"; }
 	done
 }
-paired g2 "2 18 24"
-paired g2t "2 0 24"
-paired g4 "1 6 24" "1 18 48" "1 30 48" "1 18 24"
+paired g2 "0 18 24" "1 18 24"
+paired g2t "0 0 24" "1 0 24"
+[ "$(grep -c "stage [01]: \[pipeline\] sendrecv = auto: hand-offs not paired on gloo" "$tmp/g2t.log")" = 2 ] ||
+	{ bad "g2t: sendrecv = auto does not say it leaves gloo's hand-offs unpaired"; grep "sendrecv = auto" "$tmp/g2t.log"; }
+paired g4 "0 6 24" "1 18 48" "2 30 48" "3 18 24"
 # the pipe's bubble at stage 0's rank: every stage's busy time there is
 # the one its own rank logged
 for r in "g2 2" "g4 4"; do
@@ -228,18 +231,21 @@ echo "ok: 2 and 4 stages on ranks, and 2 x 2, equal one process (gloo)"
 
 # ---- 3. mpi ---------------------------------------------------------------------
 if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null; then
-	for r in "m2 2 $two" "m4 4 $four"; do
+	# m2: [pipeline] sendrecv = auto (the default) pairs on mpi (session 14)
+	for r in "m2 2 $two" "m4 4 $four pipeline.sendrecv=1"; do
 		set -- $r
 		timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$2" \
 			-x KILN_MASTER_PORT="$(free_port 3)" -x OMP_NUM_THREADS=1 "$kiln" train "$ini" \
 			run.out_dir="$tmp/$1" train.batch=32 dist.pipeline="$2" plugin.mpi.thread_level=multiple \
-			pipeline.sendrecv=1 "$3" > "$tmp/$1.log" 2>&1 || { bad "mpirun -np $2 exited $?"; tail -20 "$tmp/$1.log"; }
+			"$3" ${4:+"$4"} > "$tmp/$1.log" 2>&1 || { bad "mpirun -np $2 exited $?"; tail -20 "$tmp/$1.log"; }
 		grep -q "comm mpi" "$tmp/$1.log" || bad "$1 did not run on mpi"
 		near one "$1" "$2 stages on $2 ranks (mpi)"
 	done
 	# (kiln-mpi has no send_now: every unpaired send is the send stream's)
-	paired m2 "2 18 24"
-	paired m4 "1 6 24" "1 18 48" "1 30 48" "1 18 24"
+	paired m2 "0 18 24" "1 18 24"
+	[ "$(grep -c "stage [01]: \[pipeline\] sendrecv = auto: hand-offs paired on mpi" "$tmp/m2.log")" = 2 ] ||
+		{ bad "m2: sendrecv = auto does not say it pairs mpi's hand-offs"; grep "sendrecv = auto" "$tmp/m2.log"; }
+	paired m4 "0 6 24" "1 18 48" "2 30 48" "3 18 24"
 	# two threads in MPI: thread_level = serialized (the default) is refused
 	timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_MASTER_PORT="$(free_port 4)" \
 		-x OMP_NUM_THREADS=1 "$kiln" train "$ini" run.out_dir="$tmp/mser" train.batch=32 \

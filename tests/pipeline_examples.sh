@@ -94,7 +94,7 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 		"$srcdir/examples/gpt_char_split.ini" "$@" run.out_dir="$tmp/g5" run.devices= \
 		run.threads=1 dist.pipeline=2 dist.timeout=60 pipeline.sendrecv=1 > "$tmp/g5.log" 2>&1 ||
 		{ tail -20 "$tmp/g5.log"; fail "gpt_char_split on 2 ranks, sendrecv = 1, exited $?"; }
-	[ "$(grep -c "this rank: [1-9][0-9]* of [0-9]* crossing tensors sent paired" "$tmp/g5.log")" = 2 ] ||
+	[ "$(grep -c "stage [01] (this rank): [1-9][0-9]* of [0-9]* crossing tensors sent paired" "$tmp/g5.log")" = 2 ] ||
 		{ grep "sent paired" "$tmp/g5.log"; fail "g5: a rank paired no hand-off"; }
 	near "$(ck g2 4)" "$(ck g5 4)" 2e-5 params
 	echo "ok: gpt_char_split on 2 ranks (tied lm_head across ranks) follows one process, with sendrecv too"
