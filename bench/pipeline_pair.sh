@@ -12,6 +12,17 @@
 #   theory   (P-1)/(M+P-1); rel: (bubble - theory) / theory
 #   sps      samples/s (rank 0's last train_samples_per_s)
 #   paired   a rank's crossing tensors sent paired / all (pair's last run)
+# and, per M, where the bubble goes for pair and off (this build: the pipe
+# replayed at stage 0's rank from every rank's stamps, "the ranks' stamps:"
+# lines; session 14), medians:
+#   smooth   every pass at its stage's mean, instant hand-offs: the
+#            schedule's bubble plus the stages' imbalance
+#   ideal    every pass as measured, instant hand-offs (+ the variation)
+#   ho_med   a hand-off's median latency (us): the other stage's pass's
+#            end to the start of the pass that waited for it
+#   own_us   the mean wall time between a stage's passes where it did not
+#            wait for the other stage (its sends and recvs, the stamps)
+#   cpu_sm   smooth in the passes' CPU times
 # Usage (from the top of the build tree):
 #   B=/work/main sh bench/pipeline_pair.sh 3
 # pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
@@ -68,6 +79,18 @@ run() {
 }
 bubble() { sed -n "s/.*the pipe's ranks:.*; bubble \([0-9.-]*\) (schedule.*/\1/p" "$1" | tail -1; }
 sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1" | tail -1; }
+# split LOG K: the ranks' stamps' 1 smooth, 2 ideal, 3 ho_med, 4 own_us, 5 cpu_sm
+split() {
+	sed -n "s/.*the ranks' stamps: pipeline smooth replay: bubble \([0-9.]*\) (schedule.*, \([0-9.]*\) with every pass as measured, [0-9.]* measured; \([0-9.]*\) in CPU time/\1 \2 \3/p" "$1" |
+		tail -1 > "$1.sm"
+	sed -n "s/.*the ranks' stamps: pipeline gaps: .*(median \([0-9]*\), 90%.*one after its own stage's previous \([0-9.]*\) us after it.*/\1 \2/p" "$1" |
+		tail -1 > "$1.ho"
+	case $2 in
+	1 | 2) cut -d' ' -f"$2" "$1.sm" ;;
+	3 | 4) cut -d' ' -f$(($2 - 2)) "$1.ho" ;;
+	5) cut -d' ' -f3 "$1.sm" ;;
+	esac
+}
 paired() { sed -n "s/.*stage 0 (this rank): \([0-9]*\) of \([0-9]*\) crossing tensors sent paired.*/\1\/\2/p" "$1" | tail -1; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'; }
 echo "load average: $(cat /proc/loadavg)"
@@ -76,11 +99,13 @@ printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b
 	s_pair s_off s_main paired
 for M in 4 8 16; do
 	for s in pair off main; do : > "$tmp/b$s"; : > "$tmp/s$s"; done
+	for s in pair off; do for k in 1 2 3 4 5; do : > "$tmp/x$s$k"; done; done
 	for r in $(seq "$RUNS"); do
 		for s in pair off main; do
 			run $s "$tmp/$s.log" "$M"
 			bubble "$tmp/$s.log" >> "$tmp/b$s"
 			sps "$tmp/$s.log" >> "$tmp/s$s"
+			[ $s = main ] || for k in 1 2 3 4 5; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
 		done
 	done
 	awk -v M="$M" -v a="$(median < "$tmp/bpair")" -v b="$(median < "$tmp/boff")" \
@@ -90,4 +115,9 @@ for M in 4 8 16; do
 		printf "%4d %6.3f %6.3f %4.0f%% %6.3f %4.0f%% %6.3f %4.0f%% %6.0f %6.0f %6.0f %7s\n", M, t,
 			a, 100 * (a - t) / t, b, 100 * (b - t) / t, c, 100 * (c - t) / t, sa, sb, sc,
 			p == "" ? "-" : p }'
+	for s in pair off; do
+		printf '%4s %4s %6s %6s %6s %6s %6s (%s: smooth ideal ho_med own_us cpu_sm)\n' "" "$s" \
+			"$(median < "$tmp/x${s}1")" "$(median < "$tmp/x${s}2")" "$(median < "$tmp/x${s}3")" \
+			"$(median < "$tmp/x${s}4")" "$(median < "$tmp/x${s}5")" "$s"
+	done
 done

@@ -764,6 +764,25 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 	return pp->rk ? kiln_pipe_rank_flush(pp->rk, pp->stream) : KILN_OK;
 }
 
+/* Stages on ranks: every rank's kept passes to stage 0's rank, which
+ * replays the whole pipe from them (kiln_pipe_timing_report_passes) */
+static kiln_status report_rank_passes(struct kiln_pipe *pp)
+{
+	const int n = kiln_pipe_timing_passes_n(pp->timing);
+	double *mine = malloc((size_t)n * sizeof *mine);
+	double *all = malloc((size_t)pp->P * (size_t)n * sizeof *all);
+	kiln_status st = mine && all ? KILN_OK : kiln_error(KILN_ENOMEM, "out of memory");
+	if (!st) {
+		kiln_pipe_timing_passes(pp->timing, mine);
+		st = kiln_pipe_rank_gather(pp->rk, pp->P, pp->mine, mine, n, all);
+	}
+	if (!st)
+		kiln_pipe_timing_report_passes(pp->timing, all);
+	free(mine);
+	free(all);
+	return st;
+}
+
 kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 {
 	double bubble, mine[2], all[2 * KILN_PIPE_MAX_STAGES];
@@ -776,7 +795,7 @@ kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 	if ((st = kiln_pipe_rank_gather(pp->rk, pp->P, pp->mine, mine, 2, all)))
 		return st;
 	kiln_pipe_timing_report_pipe(pp->timing, all);
-	return KILN_OK;
+	return report_rank_passes(pp);
 }
 
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,

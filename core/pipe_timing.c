@@ -18,6 +18,11 @@
 
 #include <stdio.h>
 #include <time.h>
+#include <unistd.h>
+
+/* Stages on ranks: the counted steps whose stamps a rank keeps for stage
+ * 0's rank to replay the whole pipe (kiln_pipe_timing_passes), the last ones */
+#define KEEP_STEPS 32
 
 /* A stamp: the clock, and the CPU time of the thread that runs the
  * stage's stream (its kernels' with one thread per stage) */
@@ -53,6 +58,12 @@ struct kiln_pipe_timing {
 	double first_ns, first_rest_ns, last_ns, last_rest_ns;
 	double *sm;              /* per action: a smoothed duration */
 	struct kiln_profile *prof;
+	/* stages on ranks: the last KEEP_STEPS counted steps' stamps of this
+	 * rank's stage, per step 4 per action (start, end, CPU start, CPU
+	 * end: ns; 0 for another stage's), step `kept % KEEP_STEPS` next */
+	double *keep;
+	int64_t kept;
+	const char *who;         /* the report's lines start with it */
 };
 
 /* Each action's predecessor on its stage and the other stage's action it
@@ -239,15 +250,10 @@ static double ideal_span(struct kiln_pipe_timing *t, const int64_t *st)
 	return replay(t->prev, t->dep, t->n_act, t->dur, 0, t->ideal);
 }
 
-kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
-				  const struct kiln_pipe_action *act, int n_act, double theory,
-				  struct kiln_profile *prof, struct kiln_pipe_timing **out)
+/* A timing of n_act actions over P stages (act borrowed), nothing stamped */
+static struct kiln_pipe_timing *timing_new(int P, const struct kiln_pipe_action *act, int n_act,
+					   double theory)
 {
-	*out = NULL;
-	/* a device without host functions would sync the host at each stamp */
-	for (int s = 0; s < P; s++)
-		if (!kiln_device_proc(devs[s], KILN_PROC_HOST_FN))
-			return KILN_OK;
 	struct kiln_pipe_timing *t = calloc(1, sizeof *t);
 	if (!t || !(t->t = calloc((size_t)n_act * 2, sizeof *t->t)) ||
 	    !(t->c = calloc((size_t)n_act * 2, sizeof *t->c)) ||
@@ -259,7 +265,7 @@ kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
 	    !(t->sm = malloc((size_t)n_act * sizeof *t->sm)) ||
 	    !(t->ho_hist = calloc(GAP_BINS, sizeof *t->ho_hist))) {
 		kiln_pipe_timing_free(t);
-		return kiln_error(KILN_ENOMEM, "out of memory");
+		return NULL;
 	}
 	link_actions(act, n_act, t->prev, t->dep);
 	for (int i = 0; i < 2 * n_act; i++)
@@ -269,6 +275,22 @@ kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
 	t->n_act = n_act;
 	t->act = act;
 	t->theory = theory;
+	t->who = "";
+	return t;
+}
+
+kiln_status kiln_pipe_timing_open(struct kiln_device *const *devs, int P,
+				  const struct kiln_pipe_action *act, int n_act, double theory,
+				  struct kiln_profile *prof, struct kiln_pipe_timing **out)
+{
+	*out = NULL;
+	/* a device without host functions would sync the host at each stamp */
+	for (int s = 0; s < P; s++)
+		if (!kiln_device_proc(devs[s], KILN_PROC_HOST_FN))
+			return KILN_OK;
+	struct kiln_pipe_timing *t = timing_new(P, act, n_act, theory);
+	if (!t)
+		return kiln_error(KILN_ENOMEM, "out of memory");
 	t->prof = prof;
 	*out = t;
 	return KILN_OK;
@@ -339,6 +361,14 @@ static kiln_status fold(void *arg)
 					   a, b);
 		}
 	}
+	if (count && t->mine >= 0 && t->keep) {
+		double *k = t->keep + (size_t)(t->kept++ % KEEP_STEPS) * (size_t)t->n_act * 4;
+		for (int i = 0; i < t->n_act; i++)
+			if (t->act[i].stage == t->mine)
+				for (int e = 0; e < 2; e++)
+					k[4 * i + e] = (double)t->t[2 * i + e],
+					k[4 * i + 2 + e] = (double)t->c[2 * i + e];
+	}
 	if (count) {
 		t->span_ns += (double)(hi - lo);
 		t->ideal_ns += t->mine < 0 ? ideal_span(t, t->t) : 0;
@@ -357,8 +387,13 @@ static kiln_status fold(void *arg)
 
 void kiln_pipe_timing_only(struct kiln_pipe_timing *t, int stage)
 {
-	if (t)
-		t->mine = stage;
+	if (!t)
+		return;
+	t->mine = stage;
+	/* without room to keep stamps the pipe is not replayed (the gather
+	 * still sends this rank's share: no steps) */
+	if (!t->keep)
+		t->keep = calloc((size_t)KEEP_STEPS * (size_t)t->n_act * 4, sizeof *t->keep);
 }
 
 /* Stages on ranks: this rank's stage only (the others' clocks are not
@@ -468,7 +503,7 @@ static void report_passes(const struct kiln_pipe_timing *t)
 				k += snprintf(line + k, sizeof line - (size_t)k, " %s%d %.2f",
 					      t->act[i].kind == KILN_PIPE_FWD ? "F" : "B", t->act[i].mb,
 					      (double)(t->c[2 * i + 1] - t->c[2 * i]) / 1e6);
-		kiln_log(KILN_LOG_DEBUG, "pipeline", "%s", line);
+		kiln_log(KILN_LOG_DEBUG, "pipeline", "%s%s", t->who, line);
 	}
 }
 
@@ -492,7 +527,7 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 	if (t->mine >= 0) {
 		report_mine(t, line, sizeof line);
 		*bubble = -1;
-		kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+		kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
 		return KILN_OK;
 	}
 	k = snprintf(line, sizeof line, "pipeline busy ms/step:");
@@ -503,27 +538,27 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 		snprintf(line + k, sizeof line - (size_t)k, " span %.3f; bubble %.3f (schedule %.3f; %.3f with these passes and instant hand-offs) over %lld steps",
 			 t->span_ns / 1e6 / (double)t->counted, *bubble, t->theory, ideal,
 			 (long long)t->counted);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_cpu(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_split(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_gaps(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_ends(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_smooth(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_passes(t);
@@ -567,6 +602,71 @@ void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double
 		kiln_profile_note(t->prof, line);
 }
 
+/* The host's name hashed (FNV-1a, 32 bits: exact in a double): ranks on
+ * one host share CLOCK_MONOTONIC, so their stamps compare */
+static double host_id(void)
+{
+	char name[256] = "";
+	uint32_t h = 2166136261u;
+	if (gethostname(name, sizeof name - 1))
+		return 0;
+	for (const char *p = name; *p; p++)
+		h = (h ^ (uint8_t)*p) * 16777619u;
+	return (double)h;
+}
+
+int kiln_pipe_timing_passes_n(const struct kiln_pipe_timing *t)
+{
+	return t ? 2 + KEEP_STEPS * t->n_act * 4 : 0;
+}
+
+void kiln_pipe_timing_passes(const struct kiln_pipe_timing *t, double *out)
+{
+	const size_t n = (size_t)kiln_pipe_timing_passes_n(t);
+	for (size_t i = 0; i < n; i++)
+		out[i] = 0;
+	if (!t || !t->keep)
+		return;
+	out[0] = host_id();
+	out[1] = (double)(t->kept < KEEP_STEPS ? t->kept : KEEP_STEPS);
+	for (size_t i = 2; i < n; i++)
+		out[i] = t->keep[i - 2];
+}
+
+/* Stage 0's rank: the whole pipe's kept steps (every stage's passes from
+ * its own rank's block of `all`) folded as one process folds its stages',
+ * and reported with the same lines, each headed "the ranks' stamps: " */
+void kiln_pipe_timing_report_passes(const struct kiln_pipe_timing *t, const double *all)
+{
+	if (!t || t->mine != 0)
+		return;
+	const int n = kiln_pipe_timing_passes_n(t);
+	const int steps = (int)all[1];
+	for (int s = 1; s < t->P; s++)
+		if (all[(size_t)s * (size_t)n] != all[0] || (int)all[(size_t)s * (size_t)n + 1] != steps) {
+			kiln_log(KILN_LOG_INFO, "pipeline",
+				 "the ranks' stamps: stage %d's rank is on another host or kept other steps: the pipe's passes are not replayed", s);
+			return;
+		}
+	struct kiln_pipe_timing *w = steps > 0 ? timing_new(t->P, t->act, t->n_act, t->theory) : NULL;
+	if (!w)
+		return;
+	w->who = "the ranks' stamps: ";
+	w->steps = 1; /* every kept step is counted (the first was left out) */
+	for (int k = 0; k < steps; k++) {
+		for (int i = 0; i < t->n_act; i++) {
+			const double *v = all + (size_t)t->act[i].stage * (size_t)n + 2 +
+					  ((size_t)k * (size_t)t->n_act + (size_t)i) * 4;
+			for (int e = 0; e < 2; e++)
+				w->t[2 * i + e] = (int64_t)v[e], w->c[2 * i + e] = (int64_t)v[2 + e];
+		}
+		fold(w);
+	}
+	double bubble;
+	kiln_pipe_timing_report(w, &bubble);
+	kiln_pipe_timing_free(w);
+}
+
 void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 {
 	if (!t)
@@ -580,5 +680,6 @@ void kiln_pipe_timing_free(struct kiln_pipe_timing *t)
 	free(t->ideal);
 	free(t->sm);
 	free(t->ho_hist);
+	free(t->keep);
 	free(t);
 }

@@ -202,6 +202,18 @@ void kiln_pipe_timing_mine(const struct kiln_pipe_timing *t, double *ms);
  * from every stage's busy and CPU ms a step (ms[2 s], ms[2 s + 1]) over
  * stage 0's span, the step's. */
 void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double *ms);
+/* Stages on ranks: the doubles a rank's kept passes take (the same on
+ * every rank of the pipe; 0 when t is NULL), and this rank's: its host,
+ * the steps kept, and the last counted steps' stamps of its stage
+ * (kiln_pipe_timing_only keeps them). */
+int kiln_pipe_timing_passes_n(const struct kiln_pipe_timing *t);
+void kiln_pipe_timing_passes(const struct kiln_pipe_timing *t, double *out);
+/* Stage 0's rank, with every rank's kiln_pipe_timing_passes (stage s's at
+ * all + s n): the whole pipe replayed and reported as one process's
+ * stages are (the gaps, hand-offs' latency, smooth replay, CPU times),
+ * each line headed "the ranks' stamps: "; ranks on one host only (their
+ * clocks compare). */
+void kiln_pipe_timing_report_passes(const struct kiln_pipe_timing *t, const double *all);
 /* The schedule `act` (n actions over P stages, kiln_pipe_schedule's order)
  * replayed with action i taking dur[i]: each starts as soon as its stage's
  * previous action has ended and, `handoff` later (0: instant), the action

@@ -169,6 +169,26 @@ for r in "g2 2" "g4 4"; do
 			bad "$1: stage $s's busy time '$own' is not in the pipe's line: $pipe"
 		s=$((s + 1))
 	done
+	# ... and the whole pipe replayed there from every rank's stamps (one
+	# host: one clock; session 14): the same busy times, span and bubble,
+	# and what one process reports of its stages (hand-offs, replays)
+	whole=$(grep "the ranks' stamps: pipeline busy ms/step:" "$tmp/$1.log") ||
+		bad "$1: the pipe is not replayed from the ranks' stamps"
+	s=0
+	while [ $s -lt $2 ]; do
+		b=$(echo "$pipe" | sed -n "s/.* stage $s \([0-9.]*\) (CPU.*/\1/p")
+		echo "$whole" | grep -qF "stage $s $b," || bad "$1: stage $s's busy $b is not the replay's: $whole"
+		s=$((s + 1))
+	done
+	b=$(echo "$pipe" | sed -n "s/.*; bubble \([0-9.]*\) (schedule.*/\1/p")
+	sp=$(echo "$pipe" | sed -n "s/.* span \([0-9.]*\) (stage 0's).*/\1/p")
+	echo "$whole" | grep -qF "span $sp; bubble $b (schedule" ||
+		bad "$1: the replay's span and bubble are not the pipe's $sp, $b: $whole"
+	echo "$whole" | grep -qE "over 5 steps$" || bad "$1: the replay does not hold the 5 counted steps: $whole"
+	for l in "pipeline gaps: a pass that waited for the other stage's started [0-9.]+ us after it ended \(median [0-9]+, 90% [0-9]+; [1-9]" \
+		"pipeline smooth replay: bubble 0[.][0-9]+" "pipeline CPU ms/step: stage 0 [0-9.]+, stage 1 [0-9.]+,"; do
+		grep -qE "the ranks' stamps: $l" "$tmp/$1.log" || bad "$1: no '$l' from the ranks' stamps"
+	done
 done
 # early forwards: each rank issues its messages in the new order, its
 # micro-batches in 1f1b's: the same bytes
