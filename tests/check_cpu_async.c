@@ -6,20 +6,25 @@
  * ones on a worker.  bench/'s MLP's workload (2.0 MiB of gradients, 69
  * MFLOP a step) turns the streams sync, after the work already queued
  * ran; its CNN's (12.5 MiB, 1.8 GFLOP) turns them async again, with
- * events between streams ordering the work; a busy machine
- * ($KILN_CPU_LOADAVG) keeps them async for the MLP; `async = 0` set is not
- * changed by any workload.
+ * events between streams ordering the work; a busy machine keeps them
+ * async for the MLP: busy now, the issuing thread's run-queue wait over a
+ * 40 ms spin ($KILN_CPU_PROBEWAIT stands for it, and a real busy thread
+ * pinned beside this one gives it), not the load average (main's
+ * $KILN_CPU_LOADAVG, high and ignored); `async = 0` set is not changed by
+ * any workload.  A stream created on another thread while a workload
+ * switches the streams async gets its worker too.
  */
+#include "../core/internal.h" /* first: build-config.h's _GNU_SOURCE (CPU_SET) */
 #include <kiln/kiln.h>
 #include <kiln/plugin.h>
 
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "check_main.h"
-#include "../core/internal.h"
 #include "../core/dist.h"
 
 static struct kiln_registry *reg;
@@ -91,7 +96,7 @@ static struct kiln_device *open_rank(const char *override)
 
 START_TEST(test_auto_follows_workload)
 {
-	setenv("KILN_CPU_LOADAVG", "0", 1);
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
 	struct kiln_device *dev = open_rank(NULL);
 	void *a, *b, *ev;
 	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
@@ -122,13 +127,22 @@ START_TEST(test_auto_follows_workload)
 	ck_assert_int_eq(kiln_device_stream_sync(dev, b), KILN_OK);
 	ck_assert_int_eq(after.seen, 7);
 
-	/* the MLP on a busy machine (2 CPUs or 200: above half either way) */
-	setenv("KILN_CPU_LOADAVG", "1000", 1);
+	/* the MLP on a busy machine: its issuing thread waited 0.3 s a second
+	 * for a CPU (above 0.25); at 0.2 it is quiet */
+	setenv("KILN_CPU_PROBEWAIT", "0.3", 1);
 	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_OK);
 	ck_assert_msg(!runs_here(dev, a), "busy: the MLP's workload turned the streams sync");
-	setenv("KILN_CPU_LOADAVG", "0", 1);
+	setenv("KILN_CPU_PROBEWAIT", "0.2", 1);
 	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_OK);
 	ck_assert_msg(runs_here(dev, a), "quiet again: the MLP's workload left async streams");
+	/* a load average from runs gone by (main's hook for it: 1000) is not
+	 * busy: the machine is quiet now */
+	setenv("KILN_CPU_LOADAVG", "1000", 1);
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
+	ck_assert_int_eq(kiln_device_workload(dev, &cnn), KILN_OK);
+	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_OK);
+	ck_assert_msg(runs_here(dev, a), "a high load average but quiet now: the MLP's workload left async streams");
+	unsetenv("KILN_CPU_LOADAVG");
 
 	kiln_device_event_destroy(dev, ev);
 	kiln_device_stream_destroy(dev, a);
@@ -137,10 +151,97 @@ START_TEST(test_auto_follows_workload)
 }
 END_TEST
 
+static volatile int spin_stop;
+
+static void *spin_main(void *arg)
+{
+	const cpu_set_t *one = arg;
+	pthread_setaffinity_np(pthread_self(), sizeof *one, one);
+	while (!spin_stop)
+		;
+	return NULL;
+}
+
+/* The probe for real: a busy thread on this thread's CPU makes the MLP's
+ * rank wait for it (about half the time) and go async, with the load
+ * average hook saying quiet (main: sync). */
+START_TEST(test_probe_sees_busy_thread)
+{
+	unsetenv("KILN_CPU_PROBEWAIT");
+	setenv("KILN_CPU_LOADAVG", "0", 1);
+	cpu_set_t all, one;
+	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof all, &all), 0);
+	int cpu = 0;
+	while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all))
+		cpu++;
+	ck_assert_int_lt(cpu, CPU_SETSIZE);
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	struct kiln_device *dev = open_rank(NULL);
+	void *a;
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+	pthread_t spinner;
+	spin_stop = 0;
+	ck_assert_int_eq(pthread_create(&spinner, NULL, spin_main, &one), 0);
+	usleep(20000);
+	kiln_status st = kiln_device_workload(dev, &mlp);
+	spin_stop = 1;
+	pthread_join(spinner, NULL);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
+	ck_assert_int_eq(st, KILN_OK);
+	ck_assert_msg(!runs_here(dev, a), "a busy thread on this CPU: the MLP's workload turned the streams sync");
+	kiln_device_stream_destroy(dev, a);
+	unsetenv("KILN_CPU_LOADAVG");
+	close_rank(dev);
+}
+END_TEST
+
+struct creator {
+	struct kiln_device *dev;
+	void *stream;
+	kiln_status st;
+};
+
+static void *create_main(void *arg)
+{
+	struct creator *cr = arg;
+	cr->st = kiln_device_stream_create(cr->dev, &cr->stream);
+	return NULL;
+}
+
+/* A stream created on another thread during a switch to async gets its
+ * worker: the creation reads the mode, then (the hook) sleeps 300 ms
+ * before listing the stream; the CNN's workload switches 100 ms in. */
+START_TEST(test_create_during_switch)
+{
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
+	struct kiln_device *dev = open_rank(NULL);
+	void *a;
+	ck_assert_int_eq(kiln_device_stream_create(dev, &a), KILN_OK);
+	ck_assert_int_eq(kiln_device_workload(dev, &mlp), KILN_OK);
+	ck_assert_msg(runs_here(dev, a), "the MLP's workload left async streams");
+	struct creator cr = { .dev = dev };
+	pthread_t t;
+	setenv("KILN_CPU_TEST_CREATE_PAUSE_MS", "300", 1);
+	ck_assert_int_eq(pthread_create(&t, NULL, create_main, &cr), 0);
+	usleep(100000);
+	unsetenv("KILN_CPU_TEST_CREATE_PAUSE_MS"); /* read already */
+	ck_assert_int_eq(kiln_device_workload(dev, &cnn), KILN_OK);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(cr.st, KILN_OK);
+	ck_assert_msg(!runs_here(dev, a), "the CNN's workload left sync streams");
+	ck_assert_msg(!runs_here(dev, cr.stream), "the stream created during the switch has no worker");
+	kiln_device_stream_destroy(dev, cr.stream);
+	kiln_device_stream_destroy(dev, a);
+	close_rank(dev);
+}
+END_TEST
+
 /* async set: no workload changes it */
 START_TEST(test_set_is_kept)
 {
-	setenv("KILN_CPU_LOADAVG", "0", 1);
+	setenv("KILN_CPU_PROBEWAIT", "0", 1);
 	struct kiln_device *dev = open_rank("plugin.cpu.async=0");
 	void *a;
 	ck_assert_ptr_nonnull(kiln_device_proc(dev, KILN_PROC_WORKLOAD));
@@ -165,6 +266,8 @@ static Suite *make_cpu_async_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_auto_follows_workload);
 	tcase_add_test(tc, test_set_is_kept);
+	tcase_add_test(tc, test_probe_sees_busy_thread);
+	tcase_add_test(tc, test_create_during_switch);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -4,8 +4,11 @@
 # cpu_async_rule once `kiln train` has told the device the step's
 # workload (KILN_PROC_WORKLOAD): async where the gradients are >= 4 MiB and
 # the forward >= 256 MFLOP a step (bench/'s fp32 CNN), sync where not
-# (bench/'s MLP), async whatever the model where the load average is above
-# half the CPUs (KILN_CPU_LOADAVG stands for it here); 0 and 1 as set,
+# (bench/'s MLP), async whatever the model where the rank's issuing thread
+# waits for a CPU now (over 0.25 s a second in a 40 ms spin at the plan;
+# KILN_CPU_PROBEWAIT stands for it here, and a real busy loop beside 2
+# ranks on one CPU gives it), not where only the load average is high
+# (main's KILN_CPU_LOADAVG hook, ignored now); 0 and 1 as set,
 # either way.  The CPU device logs its choice when it opens ("opened
 # ordinal 0: ...; async streams" / "sync streams", KILN_LOG_LEVEL=debug)
 # and the rule's ("async = auto: sync streams (...)"); the test counts
@@ -52,12 +55,14 @@ opened() {
 }
 
 # decided NPROC WANT INI [overrides...]: NPROC ranks train INI and each
-# one's rule chose WANT (async or sync) streams
+# one's rule chose WANT (async or sync) streams ($pin: a command the
+# launch runs under, e.g. taskset)
+pin=
 decided() {
 	_n=$1 _want=$2 _ini=$3
 	shift 3
 	rm -rf "$tmp/o"
-	KILN_MASTER_PORT=$port KILN_LOG_LEVEL=info timeout 300 "$kiln" launch -n "$_n" -- \
+	KILN_MASTER_PORT=$port KILN_LOG_LEVEL=info timeout 300 $pin "$kiln" launch -n "$_n" -- \
 		"$kiln" train "$_ini" run.out_dir="$tmp/o" "$@" > "$tmp/log" 2>&1
 	_rc=$?
 	[ $_rc = 0 ] || { tail -20 "$tmp/log"; fail "$_ini $*: exit $_rc"; }
@@ -71,10 +76,10 @@ decided() {
 	checks=$((checks + 1))
 }
 
-# the rule's input is the machine's load too: a quiet one unless a check
-# says otherwise
-KILN_CPU_LOADAVG=0
-export KILN_CPU_LOADAVG
+# the rule's input is the machine's contention too: a quiet one unless a
+# check says otherwise
+KILN_CPU_PROBEWAIT=0
+export KILN_CPU_PROBEWAIT
 
 opened 1 sync
 opened 1 sync plugin.cpu.async=auto
@@ -107,9 +112,27 @@ cnn="$tmp/cnn_sized.ini"
 decided 2 sync "$mlp"
 decided 2 async "$cnn"
 decided 2 sync "$cnn" train.batch=8        # 223 MFLOP a step: below 256
-# busy: a load average of 0.6x the CPUs + 1 (half is the threshold; one busy
-# neighbour on 2 CPUs must count, so this fails with a threshold of 1.25x)
-KILN_CPU_LOADAVG=$(( $(getconf _NPROCESSORS_ONLN) * 6 / 10 + 1 )) decided 2 async "$mlp"
+# busy now: the issuing thread waited 0.3 s a second for a CPU in the
+# probe (the threshold is 0.25)
+KILN_CPU_PROBEWAIT=0.3 decided 2 async "$mlp"
+# a high load average alone (runs gone by; main's hook, 1000) is quiet
+KILN_CPU_LOADAVG=1000 decided 2 sync "$mlp"
+# the probe for real: both ranks on one CPU beside a busy loop pinned there
+# wait for it (about 2/3 of the time); main's hook for the load average
+# says quiet (main: sync)
+if command -v taskset > /dev/null 2>&1 && taskset -c 0 true 2> /dev/null; then
+	taskset -c 0 sh -c 'while :; do :; done' &
+	spin=$!
+	trap 'kill $spin 2> /dev/null; [ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+	sleep 0.2
+	pin="taskset -c 0" KILN_CPU_PROBEWAIT= KILN_CPU_LOADAVG=0 decided 2 async "$mlp"
+	kill $spin
+	wait $spin 2> /dev/null
+	trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+	pin=
+else
+	echo "note: no taskset: the real busy loop is not checked"
+fi
 # set, the rule is not asked
 opened 2 async plugin.cpu.async=1
 grep -q "async = auto" "$tmp/log" && { grep "async = auto" "$tmp/log"; fail "async=1 ran the auto rule"; }

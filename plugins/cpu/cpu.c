@@ -102,57 +102,79 @@ static kiln_status cpu_async_choice(const struct kiln_host *host, const struct k
 }
 
 /* async = auto's rule for a data-parallel rank (docs/distributed.md, item
- * 6; docs/PERFORMANCE.md, "Session 13: async auto rule").  The overlap
- * hides at most the allreduce behind the backward, and costs each step a
- * worker thread's hand-offs and a thread beside the team: it pays where
- * the step is long and its gradients many (the fp32 CNN of bench/: 3.3 M
- * gradients, 13 MiB, 1.8 GFLOP of forward a rank's step: +3% quietly), not
- * where they are few and the step short (the MLP: 0.54 M, 2.1 MiB, 69
- * MFLOP: -10%).  On a loaded machine it paid for both, 1.14-1.53x, and
- * sync there can collapse (the MLP 8-11x slower under a busy loop, every
- * allreduce waiting for both ranks to hold a core at once), so "busy" is
- * set low: a 1-minute load average above half the CPUs, which one busy
- * neighbour on 2 CPUs passes.  The load average is read once, at plan
- * time: a neighbour that starts later is not seen (docs/distributed.md). */
+ * 6; docs/PERFORMANCE.md, "Session 13: async auto rule", "Session 14:
+ * async rule, contention now").  The overlap hides at most the allreduce
+ * behind the backward, and costs each step a worker thread's hand-offs
+ * and a thread beside the team: it pays where the step is long and its
+ * gradients many (the fp32 CNN of bench/: 3.3 M gradients, 13 MiB, 1.8
+ * GFLOP of forward a rank's step: +3% quietly), not where they are few
+ * and the step short (the MLP: 0.54 M, 2.1 MiB, 69 MFLOP: -10%).  Under
+ * contention it paid for both, 1.14-1.53x, and sync there can collapse
+ * (the MLP 8-11x slower under a busy loop, every allreduce waiting for
+ * both ranks to hold a core at once), so a rank that waits for a CPU now
+ * is async whatever the model.  "Now", not the load average: that
+ * remembers the last minute, and on 2 CPUs a user's previous run (a
+ * benchmark's previous row) held it above half the CPUs, so a quiet
+ * machine read busy (the quiet window after session 13: the DDP MLP
+ * 139,169 auto against 150,653 sync).  The probe (cpu_probe_wait) spins
+ * the issuing thread for CPU_PROBE_NS and reads its run-queue wait, the
+ * watch's measure (below) with the watch's threshold. */
 #define CPU_AUTO_GRAD_BYTES (4 << 20)
 #define CPU_AUTO_FWD_FLOPS 256e6
-#define CPU_AUTO_BUSY 0.5
+#define CPU_PROBE_NS 40000000LL
+/* busy: the issuing thread waited for a CPU more than this, in seconds a
+ * second (the probe's and the watch's threshold) */
+#define CPU_WAIT_BUSY 0.25
 
-/* 1 async, 0 sync; why (n bytes) says from what */
-static int cpu_async_rule(const struct kiln_workload *w, double load, int cpus, char *why,
-			  size_t n)
+static int64_t watch_now_ns(void)
 {
-	if (load > CPU_AUTO_BUSY * cpus) {
-		snprintf(why, n, "load average %.2f on %d CPUs: busy", load, cpus);
-		return 1;
-	}
-	const int big = w->grad_bytes >= CPU_AUTO_GRAD_BYTES && w->fwd_flops >= CPU_AUTO_FWD_FLOPS;
-	snprintf(why, n, "%.1f MiB of gradients, %.0f MFLOP forward a step (%s 4 MiB and 256 MFLOP), load %.2f on %d CPUs",
-		 (double)w->grad_bytes / 1048576.0, w->fwd_flops / 1e6, big ? "both at least" : "not both",
-		 load, cpus);
-	return big;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The 1-minute load average (KILN_CPU_LOADAVG, the tests' hook, else
- * /proc/loadavg; 0 where neither reads). */
-static double cpu_loadavg(void)
+/* The calling thread's run-queue wait over CPU_PROBE_NS of spinning, in
+ * seconds a second (KILN_CPU_PROBEWAIT, the tests' hook: that); < 0 where
+ * schedstat does not read.  Spinning, the thread wants a CPU all along, so
+ * its wait is what a step would wait now. */
+static double cpu_probe_wait(void)
 {
-	const char *hook = getenv("KILN_CPU_LOADAVG");
-	double v = 0;
-	if (hook)
+	const char *hook = getenv("KILN_CPU_PROBEWAIT");
+	if (hook && *hook)
 		return atof(hook);
-	FILE *f = fopen("/proc/loadavg", "r");
-	if (f) {
-		if (fscanf(f, "%lf", &v) != 1)
-			v = 0;
-		fclose(f);
-	}
-	return v;
+	const int64_t d0 = cpu_self_delay_ns(), t0 = watch_now_ns();
+	if (d0 < 0)
+		return -1;
+	int64_t t;
+	while ((t = watch_now_ns()) - t0 < CPU_PROBE_NS)
+		;
+	const int64_t d1 = cpu_self_delay_ns();
+	return d1 < d0 ? 0 : (double)(d1 - d0) / (double)(t - t0);
+}
+
+/* 1 async, 0 sync; why (n bytes) says from what.  The model first: a big
+ * one is async without a probe. */
+static int cpu_async_rule(const struct kiln_workload *w, char *why, size_t n)
+{
+	const int big = w->grad_bytes >= CPU_AUTO_GRAD_BYTES && w->fwd_flops >= CPU_AUTO_FWD_FLOPS;
+	const int len = snprintf(why, n, "%.1f MiB of gradients, %.0f MFLOP forward a step (%s 4 MiB and 256 MFLOP)",
+				 (double)w->grad_bytes / 1048576.0, w->fwd_flops / 1e6,
+				 big ? "both at least" : "not both");
+	if (big || len < 0 || (size_t)len >= n)
+		return big;
+	const double wait = cpu_probe_wait();
+	const int busy = wait > CPU_WAIT_BUSY;
+	if (wait < 0)
+		snprintf(why + len, n - (size_t)len, ", no schedstat to probe: quiet");
+	else
+		snprintf(why + len, n - (size_t)len, ", waited %.2f s a second for a CPU over %lld ms: %s",
+			 wait, (long long)(CPU_PROBE_NS / 1000000), busy ? "busy" : "quiet");
+	return busy;
 }
 
 /* ---- async = auto's watch: sync until the rank's issuing thread waits for a CPU ---- */
 
-/* The load average is read once, at plan time: a neighbour that starts
+/* The rule's probe is taken once, at plan time: a neighbour that starts
  * later is not in it, and a rank the rule made sync then collapses (the
  * MLP 8-11x slower under a busy loop; docs/PERFORMANCE.md, "Session 13:
  * async follows contention").  So a sync rank watches what that costs it:
@@ -162,7 +184,7 @@ static double cpu_loadavg(void)
  * step's critical path, and the process's other threads (loader workers,
  * a communicator's) may wait for a CPU behind it without the step being
  * slower for it.
- * CPU_WATCH_HOT intervals in a row above CPU_WATCH_BUSY turn its streams
+ * CPU_WATCH_HOT intervals in a row above CPU_WAIT_BUSY turn its streams
  * async for the rest of the run (one way: a sync step that has the cores
  * is 8-10% faster, an async one under a neighbour 8-11x, so the watch
  * does not gamble on the neighbour being gone).  It runs on the thread
@@ -171,15 +193,7 @@ static double cpu_loadavg(void)
  * event is complete, so the streams turn async in place between any two
  * of that thread's calls (cpu_streams_set_async). */
 #define CPU_WATCH_INTERVAL_NS 250000000LL
-#define CPU_WATCH_BUSY 0.25
 #define CPU_WATCH_HOT 2
-
-static int64_t watch_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Starts watching (the rule chose sync); without schedstat and without the
  * hook there is nothing to watch. */
@@ -220,7 +234,7 @@ void cpu_async_watch(struct cpu_ctx *c)
 	if (now - w->start_ns < CPU_WATCH_INTERVAL_NS || !pthread_equal(pthread_self(), w->owner))
 		return;
 	const double wait = watch_sample(w, now);
-	w->hot = wait > CPU_WATCH_BUSY ? w->hot + 1 : 0;
+	w->hot = wait > CPU_WAIT_BUSY ? w->hot + 1 : 0;
 	c->host->log(KILN_LOG_DEBUG, "cpu", "async = auto: the issuing thread waited %.3f s a second for a CPU (%d busy in a row)",
 		     wait, w->hot);
 	if (w->hot < CPU_WATCH_HOT)
@@ -246,9 +260,8 @@ static kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
 		return c->host->error(KILN_EINVAL, "cpu: workload: %s", w ? "version 0" : "NULL");
 	if (!c->async_auto || c->graph || w->ranks <= 1)
 		return KILN_OK;
-	char why[200];
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int on = cpu_async_rule(w, cpu_loadavg(), cpus > 0 ? (int)cpus : 1, why, sizeof why);
+	char why[240];
+	int on = cpu_async_rule(w, why, sizeof why);
 	kiln_status st = cpu_streams_set_async(c, on);
 	if (st)
 		return st;
@@ -352,9 +365,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->threads = (int)threads;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
+	pthread_mutex_init(&c->switch_lock, NULL);
 	if ((st = cpu_pin_open(host, cfg, ordinal, cpu_async_get(c) && opts->version >= 3 ? opts->peers : 1,
 				 c->threads, &c->pin)) ||
 	    (st = cpu_tune_cache_config(c, cfg)) || (st = cpu_engine_create(c))) {
+		pthread_mutex_destroy(&c->switch_lock);
 		free(c);
 		return st;
 	}
@@ -385,6 +400,7 @@ static void cpu_close(void *ctx)
 	cpu_tune_free(c);
 	cpu_engine_destroy(c);
 	cpu_team_live_destroy(&c->team);
+	pthread_mutex_destroy(&c->switch_lock);
 	free(c);
 }
 
@@ -700,7 +716,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "overlap; docs/pipeline.md); on a rank of a run with several ranks, once "
 	  "`kiln train` has planned the step, on where the gradients are at least 4 MiB "
 	  "and a rank's forward at least 256 MFLOP a step, or where the machine is busy "
-	  "(1-minute load average above half its CPUs), off otherwise: a short step's "
+	  "now (the thread that runs the rank's steps, spinning 40 ms at the plan, "
+	  "waited over a quarter of the time for a CPU; not the load average, which "
+	  "remembers the last minute's runs), off otherwise: a short step's "
 	  "hand-offs to the workers cost more than the allreduce they hide (bench/'s "
 	  "MLP, -10% quietly; docs/distributed.md item 6, docs/PERFORMANCE.md "
 	  "\"Session 13: async auto rule\").  A rank the rule made sync then watches "

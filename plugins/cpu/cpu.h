@@ -64,6 +64,10 @@ struct cpu_ctx {
 			     * through cpu_async_get/cpu_async_put */
 	int async_auto;     /* async = auto on a data-parallel rank: the
 			     * workload (KILN_PROC_WORKLOAD) may change it */
+	pthread_mutex_t switch_lock; /* a switch of async (cpu_streams_set_async)
+				      * and a stream's birth and death: a
+				      * stream created on another thread
+				      * during a switch gets its worker */
 	struct cpu_async_watch watch; /* the rule chose sync: contention may
 				       * still turn it async (cpu_async_watch) */
 	int64_t spin_ns;    /* a pipeline stage beside peers ([run] devices): a
@@ -424,7 +428,9 @@ kiln_status cpu_event_create(void *ctx, void **event);
 void cpu_event_destroy(void *ctx, void *event);
 /* Give every stream of c a worker thread (on = 1) or drain and stop them
  * (0), and run c that way from now on; the caller issues nothing
- * meanwhile (KILN_PROC_WORKLOAD's moment; stream.c). */
+ * meanwhile (KILN_PROC_WORKLOAD's moment; stream.c).  Under
+ * c->switch_lock, as cpu_stream_create/destroy: a stream created on
+ * another thread meanwhile is started after the switch, whole. */
 kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on);
 /* c->async, atomically: a switch (release) is seen whole by a reader
  * (acquire) on any thread, under c->lock or not. */

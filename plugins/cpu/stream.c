@@ -300,6 +300,17 @@ static void stream_stop(struct cpu_ctx *c, struct cpu_stream *s)
 	s->has_thread = 0;
 }
 
+/* KILN_CPU_TEST_CREATE_PAUSE_MS (tests/check_cpu_async's hook): a stream's
+ * creation sleeps that long between reading the mode and listing the
+ * stream, the window a switch on another thread must not fall into. */
+static void create_pause(void)
+{
+	const char *ms = getenv("KILN_CPU_TEST_CREATE_PAUSE_MS");
+	const long v = ms ? atol(ms) : 0;
+	if (v > 0)
+		nanosleep(&(struct timespec){ v / 1000, v % 1000 * 1000000 }, NULL);
+}
+
 kiln_status cpu_stream_create(void *ctx, void **out)
 {
 	struct cpu_ctx *c = ctx;
@@ -310,14 +321,20 @@ kiln_status cpu_stream_create(void *ctx, void **out)
 	s->c = c;
 	pthread_cond_init(&s->wake, NULL);
 	kiln_status st;
+	/* the mode read, the worker started and the stream listed as one
+	 * step against a switch (cpu_streams_set_async) */
+	pthread_mutex_lock(&c->switch_lock);
 	if (cpu_async_get(c) && (st = stream_start(c, s))) {
+		pthread_mutex_unlock(&c->switch_lock);
 		pthread_cond_destroy(&s->wake);
 		free(s);
 		return st;
 	}
+	create_pause();
 	pthread_mutex_lock(c->lock);
 	COMMON_LIST_PUSH(c->streams, s);
 	pthread_mutex_unlock(c->lock);
+	pthread_mutex_unlock(&c->switch_lock);
 	*out = s;
 	return KILN_OK;
 }
@@ -328,16 +345,19 @@ void cpu_stream_destroy(void *ctx, void *stream)
 	struct cpu_stream *s = stream;
 	if (!s)
 		return;
+	pthread_mutex_lock(&c->switch_lock);
 	stream_stop(c, s);
 	pthread_mutex_lock(c->lock);
 	COMMON_LIST_UNLINK(c->streams, s);
 	pthread_mutex_unlock(c->lock);
+	pthread_mutex_unlock(&c->switch_lock);
 	pthread_cond_destroy(&s->wake);
 	free(s->q);
 	free(s);
 }
 
-kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on)
+/* cpu_streams_set_async's switch; the caller holds c->switch_lock */
+static kiln_status streams_switch(struct cpu_ctx *c, int on)
 {
 	if (cpu_async_get(c) == on)
 		return KILN_OK;
@@ -363,10 +383,18 @@ kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on)
 	cpu_async_put(c, 1);
 	for (s = c->streams; s; s = s->next)
 		if (!s->has_thread && (st = stream_start(c, s))) {
-			cpu_streams_set_async(c, 0); /* back to sync, whole */
+			streams_switch(c, 0); /* back to sync, whole */
 			return st;
 		}
 	return KILN_OK;
+}
+
+kiln_status cpu_streams_set_async(struct cpu_ctx *c, int on)
+{
+	pthread_mutex_lock(&c->switch_lock);
+	kiln_status st = streams_switch(c, on);
+	pthread_mutex_unlock(&c->switch_lock);
+	return st;
 }
 
 kiln_status cpu_stream_sync(void *ctx, void *stream)
