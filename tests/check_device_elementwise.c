@@ -396,6 +396,55 @@ START_TEST(test_dropout)
 }
 END_TEST
 
+/* bf16 DROPOUT and DROPOUT_BWD (flat): the bytes of the mask above times
+ * the widened x, rounded once to nearest even, on an odd element count
+ * (the threads' spans end off a multiple of 16) with NaNs (payloads and
+ * signs kept), infinities (a dropped one gives NaN), subnormals and
+ * products that fall halfway between two bf16 values. */
+START_TEST(test_dropout_bf16)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_DROPOUT);
+	const int64_t n = 100003;
+	const double p = 0.5; /* s = 2: x * s is exact, so ties come from p = 0.2 below */
+	uint16_t *x = malloc((size_t)n * 2), *y = malloc((size_t)n * 2);
+	for (int64_t i = 0; i < n; i++)
+		x[i] = h_round(frand() * 4.0f, KILN_BF16);
+	static const uint16_t special[] = { 0x7fc1, 0xff81, 0x7f81, 0x7f80, 0xff80, 0x0001,
+					    0x8003, 0x007f, 0x3f81, 0x3fff, 0x7f7f, 0x0000 };
+	for (int64_t i = 0; i < n; i += 997)
+		x[i] = special[(i / 997) % 12];
+	for (int k = 0; k < 4; k++) {
+		const double pk = k < 2 ? p : 0.2; /* s = 1.25: products between bf16 values */
+		const int64_t step = 3 + k, seed = 0x5eed0000000 + k;
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = k & 1 ? KILN_OP_DROPOUT_BWD : KILN_OP_DROPOUT;
+		op.n_in = 2, op.n_out = 1;
+		op.in[0] = op.out[0] = td(KILN_BF16, 1, n, 0);
+		op.in[1] = td(KILN_I64, 1, 1, 0);
+		op.i[0] = seed, op.i[1] = 9, op.f[0] = pk;
+		void *dX = dput(&f, x, (size_t)n * 2), *dY = dput(&f, NULL, (size_t)n * 2),
+		     *dS = dput(&f, &step, 8);
+		const void *in[2] = { dX, dS };
+		void *out[1] = { dY };
+		OK(run_op(&f, &op, in, out));
+		dget(&f, y, dY, (size_t)n * 2);
+		DFREE(&f, dX, dY, dS);
+		const float s = (float)(1.0 / (1.0 - pk));
+		for (int64_t i = 0; i < n; i++) {
+			const float k1 = drop_ref((uint64_t)seed, 9, (uint64_t)step, (uint64_t)i, pk) ? s : 0.0f;
+			const uint16_t want = h_round(h_wide(x[i], KILN_BF16) * k1, KILN_BF16);
+			ck_assert_msg(y[i] == want, "bf16 %s p %g y[%lld] = 0x%04x, want 0x%04x (x 0x%04x)",
+				      k & 1 ? "DROPOUT_BWD" : "DROPOUT", pk, (long long)i, y[i], want, x[i]);
+		}
+	}
+	free(x), free(y);
+	fx_close(&f);
+}
+END_TEST
+
 /* The same dropout with 1 and 2 threads: identical bytes. */
 START_TEST(test_dropout_threads)
 {
@@ -428,4 +477,5 @@ START_TEST(test_dropout_threads)
 END_TEST
 
 DEVICE_SUITE(elementwise, DFX_CASE(fill), DFX_CASE(reduce_scale_add), DFX_CASE(small_ops),
-	     DFX_CASE(act), DFX_CASE(dropout), DFX_ONCE(dropout_threads, 60));
+	     DFX_CASE(act), DFX_CASE(dropout),
+	     DFX_CASE(dropout_bf16), DFX_ONCE(dropout_threads, 60));
