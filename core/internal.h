@@ -169,5 +169,11 @@ struct kiln_layer;
  * need not prepare the ops that compute it; 0 for any other call.  Not
  * in the plugin ABI: plugin layers prepare every op, as before. */
 int kiln_layer_dx_unused(const struct kiln_layer *l);
+/* While the core prepares layer l of a plan: 1 when l is a conv whose
+ * fused ReLU's backward the maxpool after it applies (l prepares no mask
+ * of its own), 2 when l is that maxpool (it masks its dy by its output
+ * before its backward), 0 otherwise (plan.c relu_fold).  Not in the
+ * plugin ABI. */
+int kiln_layer_relu_fold(const struct kiln_layer *l);
 
 #endif /* KILN_INTERNAL_H */

@@ -65,6 +65,51 @@ int kiln_layer_dx_unused(const struct kiln_layer *l)
 	return l && l == planning ? planning_dx_unused : 0;
 }
 
+/* The fold of a fused ReLU's backward into the max pooling after it
+ * (kiln_layer_relu_fold), for the layer being planned. */
+static _Thread_local int planning_relu_fold;
+
+int kiln_layer_relu_fold(const struct kiln_layer *l)
+{
+	return l && l == planning ? planning_relu_fold : 0;
+}
+
+/* Layer i's part in a ReLU fold: 1 when i is a built-in conv with its
+ * ReLU fused (the relu layer a view) whose output the relu view alone
+ * passes to a maxpool alone; 2 when i is that maxpool; else 0.  f32
+ * activations only, one pipeline stage.  Then dx = pool_bwd(dy) * (y > 0)
+ * equals pool_bwd(dy * (ypool > 0)): every element the pooling's backward
+ * gives a gradient to holds its window's maximum, so its mask is the
+ * pooled output's, and the mask runs on a quarter of the elements (2x2). */
+static int relu_fold(const struct kiln_plan *p, int i)
+{
+	const struct kiln_model *m = p->m;
+	const struct plan_node *N = p->nodes;
+	const char *type = m->layers[i].type->name;
+	int conv = i;
+	if (!strcmp(type, "maxpool")) {
+		const int j = m->layers[i].n_in == 1 ? m->layers[i].in[0] : -1;
+		if (j < 0 || !N[j].l.is_view || !N[j].l.act_fused || m->layers[j].n_in != 1 ||
+		    kiln_model_only_consumer(m, j) != i)
+			return 0;
+		conv = m->layers[j].in[0];
+		if (conv < 0)
+			return 0;
+	} else if (strcmp(type, "conv")) {
+		return 0;
+	}
+	const struct kiln_layer *c = &N[conv].l;
+	if (strcmp(m->layers[conv].type->name, "conv") || !c->act_fused ||
+	    c->fuse_act != 1 + KILN_ACT_RELU || c->out.dtype != KILN_F32)
+		return 0;
+	const int j = kiln_model_only_consumer(m, conv);
+	const int k = j < 0 ? -1 : kiln_model_only_consumer(m, j);
+	if (k < 0 || strcmp(m->layers[k].type->name, "maxpool") || m->layers[k].n_in != 1 ||
+	    (m->stage && m->stage[k] != m->stage[conv]))
+		return 0;
+	return i == conv ? 1 : i == k ? 2 : 0;
+}
+
 /* Bit k set: layer i's backward is never given input k's gradient
  * (r->dx[k] NULL), as plan_memory.c's plan_gradients decides it: no
  * gradient in an evaluation plan, for the data without input_grad, for a
@@ -98,6 +143,7 @@ static kiln_status plan_layers(struct kiln_plan *p, const int *wants_grad)
 			N[i].planned = 1;
 			planning = &N[i].l;
 			planning_dx_unused = dx_unused(p, wants_grad, i);
+			planning_relu_fold = relu_fold(p, i);
 			st = N[i].ops->plan(kiln_host_table(), &N[i].l, kiln_plan_dev(p, i), &ws);
 			planning = NULL;
 			if (st) {

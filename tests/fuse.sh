@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/fuse.sh - [run] fuse (off by default): an activation that alone
+# tests/fuse.sh - [run] fuse (auto: on on the CPU): an activation that alone
 # reads a linear, conv or batchnorm layer runs as that layer's epilogue.
 # The fused and unfused runs give the same numbers (ReLU: identical
 # metrics, bit for bit, for the MLP (also with accumulate = 2), the CNN in both layouts, a
@@ -77,6 +77,21 @@ grep -q '^fc1 ' "$tmp/p.1/profile.txt" || fail "fused profile has no fc1 row"
 ! grep -q '^relu[12] ' "$tmp/p.1/profile.txt" || fail "fused profile still runs the ReLU layers"
 grep -q '^relu1 ' "$tmp/p.0/profile.txt" || fail "unfused profile has no relu1 row"
 echo "ok: the fused run's profile has no ReLU op, the unfused one has"
+
+# conv -> relu -> maxpool: the fused ReLU's mask runs on the pooled output
+# (the pooling layer's relu_bwd, a quarter of the elements), not on the
+# conv's (plan.c relu_fold); the numbers are pair cnn's above, both layouts
+for lay in nchw nhwc; do
+	# shellcheck disable=SC2086
+	kiln 0 train "$cnn" --profile $short "run.out_dir=$tmp/pc.$lay" run.fuse=1 run.profile_steps=0 \
+		model.layout=$lay
+	for p in pool1 pool2; do
+		grep -q "^$p  *relu_bwd " "$tmp/pc.$lay/profile.txt" || fail "$lay: $p does not mask (no relu_bwd)"
+	done
+	! grep -q '^conv[12]  *relu_bwd ' "$tmp/pc.$lay/profile.txt" ||
+		fail "$lay: a conv still masks its whole output"
+done
+echo "ok: the CNN's ReLU masks run on the pooled outputs"
 
 kiln 0 memory "$mlp" run.fuse=1
 grep -q '^ *relu1 .*(view)' "$out" || fail "kiln memory: relu1 is not a view when fused"

@@ -297,8 +297,11 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	}
 	if (l->trainable && s->x.dtype == KILN_F32 && (st = plan_kept(h, l, dev, &op, &w)))
 		return st;
-	if ((!s->fwd && (st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w))) ||
-	    (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front, &w)))
+	if (!s->fwd && (st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w)))
+		return st;
+	/* the fused ReLU's mask, unless the maxpool after it applies it
+	 * (kiln_layer_relu_fold; s->mask then NULL) */
+	if (kiln_layer_relu_fold(l) != 1 && (st = prep_act_bwd(h, l, dev, &s->y, &s->mask, &s->front, &w)))
 		return st;
 	l->saved_bytes = s->kept_x;
 	if (!(kiln_layer_dx_unused(l) & 1) && (st = plan_bwd_data(h, l, dev, wc, &w)))

@@ -77,6 +77,23 @@ static void pool_op(struct kiln_op *op, const struct pool *s)
 	op->i[7] = s->include_pad;
 }
 
+/* The producer's fused ReLU, folded in (core/plan.c relu_fold): its
+ * backward's mask, y > 0, taken on this max pooling's output y before the
+ * pooling's backward (every input element the backward reaches holds its
+ * window's maximum, y); the conv before then masks nothing.  The mask
+ * reads y, so the output is kept for the backward. */
+static kiln_status plan_fold(const struct kiln_host *h, struct kiln_layer *l,
+			     struct kiln_device *dev, size_t *w)
+{
+	struct pool *s = l->priv;
+	struct kiln_op op;
+	op_init(&op, KILN_OP_RELU_BWD, 2, 1);
+	op.in[0] = op.in[1] = op.out[0] = s->y;
+	s->front = ALIGN64(kiln_tensor_bytes(&s->y));
+	l->needs_output = 1;
+	return prep(h, l, dev, &op, &s->mask, w);
+}
+
 kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct kiln_device *dev,
 		      size_t *ws)
 {
@@ -105,7 +122,10 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 	if ((st = prep(h, l, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
 	l->saved_bytes = h->device_aux_bytes(dev, s->fwd);
-	*ws = ALIGN64(s->dx_bytes) + w;
+	if (kiln_layer_relu_fold(l) == 2 && (st = plan_fold(h, l, dev, &w)))
+		return st;
+	/* [masked dy (the fold) | dx scratch | the ops' own] */
+	*ws = s->front + ALIGN64(s->dx_bytes) + w;
 	return KILN_OK;
 }
 
@@ -126,6 +146,10 @@ kiln_status pool_backward(const struct kiln_host *h, struct kiln_layer *l,
 	struct pool *s = l->priv;
 	if (!r->dx[0])
 		return KILN_OK;
-	struct kiln_op_args a = { .in = { r->dy, r->saved, r->x[0] } };
-	return run_maybe_acc(h, r, s->bwd, &a, r->dx[0], r->dx_accum[0], s->acc, s->dx_bytes);
+	struct kiln_layer_run rr; /* with the fold: dy masked, the workspace after it */
+	kiln_status st = run_act_bwd(h, r, s->mask, s->front, &rr);
+	if (st)
+		return st;
+	struct kiln_op_args a = { .in = { rr.dy, rr.saved, rr.x[0] } };
+	return run_maybe_acc(h, &rr, s->bwd, &a, rr.dx[0], rr.dx_accum[0], s->acc, s->dx_bytes);
 }

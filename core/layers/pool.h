@@ -14,6 +14,10 @@ struct pool {
 	struct kiln_tensor_desc x, y;
 	void *fwd, *infer, *bwd, *acc;
 	size_t dx_bytes;
+	/* the ReLU fold (kiln_layer_relu_fold 2): dy * (y > 0) into the
+	 * workspace's first `front` bytes before the backward; NULL without */
+	void *mask;
+	size_t front;
 };
 
 kiln_status pool_configure(const struct kiln_host *h, struct kiln_layer *l,
