@@ -77,7 +77,7 @@ int kiln_layer_relu_fold(const struct kiln_layer *l)
 /* Layer i's part in a ReLU fold: 1 when i is a built-in conv with its
  * ReLU fused (the relu layer a view) whose output the relu view alone
  * passes to a maxpool alone; 2 when i is that maxpool; else 0.  f32
- * activations only, one pipeline stage.  Then dx = pool_bwd(dy) * (y > 0)
+ * or bf16 activations, one pipeline stage.  Then dx = pool_bwd(dy) * (y > 0)
  * equals pool_bwd(dy * (ypool > 0)): every element the pooling's backward
  * gives a gradient to holds its window's maximum, so its mask is the
  * pooled output's, and the mask runs on a quarter of the elements (2x2). */
@@ -100,7 +100,7 @@ static int relu_fold(const struct kiln_plan *p, int i)
 	}
 	const struct kiln_layer *c = &N[conv].l;
 	if (strcmp(m->layers[conv].type->name, "conv") || !c->act_fused ||
-	    c->fuse_act != 1 + KILN_ACT_RELU || c->out.dtype != KILN_F32)
+	    c->fuse_act != 1 + KILN_ACT_RELU || (c->out.dtype != KILN_F32 && c->out.dtype != KILN_BF16))
 		return 0;
 	const int j = kiln_model_only_consumer(m, conv);
 	const int k = j < 0 ? -1 : kiln_model_only_consumer(m, j);

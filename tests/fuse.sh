@@ -81,10 +81,14 @@ echo "ok: the fused run's profile has no ReLU op, the unfused one has"
 # conv -> relu -> maxpool: the fused ReLU's mask runs on the pooled output
 # (the pooling layer's relu_bwd, a quarter of the elements), not on the
 # conv's (plan.c relu_fold); the numbers are pair cnn's above, both layouts
-for lay in nchw nhwc; do
+# (and bf16, whose activations fold the same way)
+for lay in nchw nhwc bf16; do
+	case $lay in
+	bf16) set -- model.layout=nchw run.precision=bf16 ;;
+	*) set -- model.layout=$lay ;;
+	esac
 	# shellcheck disable=SC2086
-	kiln 0 train "$cnn" --profile $short "run.out_dir=$tmp/pc.$lay" run.fuse=1 run.profile_steps=0 \
-		model.layout=$lay
+	kiln 0 train "$cnn" --profile $short "run.out_dir=$tmp/pc.$lay" run.fuse=1 run.profile_steps=0 "$@"
 	for p in pool1 pool2; do
 		grep -q "^$p  *relu_bwd " "$tmp/pc.$lay/profile.txt" || fail "$lay: $p does not mask (no relu_bwd)"
 	done
