@@ -632,6 +632,14 @@ static const char *cpu_describe(void)
 	return cpu_dnn_isa(buf, sizeof buf);
 }
 
+/* KILN_PROC_WEIGHTS_CHANGED (ABI 2.15): the frozen convolutions' kept
+ * weights (conv.c, dnn.c) are made again on their next run. */
+static void cpu_weights_changed(void *ctx)
+{
+	struct cpu_ctx *c = ctx;
+	__atomic_add_fetch(&c->wgen, 1, __ATOMIC_RELEASE);
+}
+
 static void *cpu_get_proc_address(void *ctx, const char *name)
 {
 	(void)ctx;
@@ -641,6 +649,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_host_fn;
 	if (!strcmp(name, KILN_PROC_WORKLOAD))
 		return (void *)cpu_workload;
+	if (!strcmp(name, KILN_PROC_WEIGHTS_CHANGED))
+		return (void *)cpu_weights_changed;
 	return NULL;
 }
 
