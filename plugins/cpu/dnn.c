@@ -149,6 +149,15 @@ static int w_skip(const struct cpu_dnn *d, uint64_t gen)
 	return d->w_on && !d->w_probe && d->w_valid && d->w_made == gen ? d->w_step : -1;
 }
 
+void cpu_dnn_w_forget(struct cpu_dnn *d)
+{
+	if (!d || !d->w_on)
+		return;
+	pthread_mutex_lock(&d->lock);
+	d->w_valid = 0;
+	pthread_mutex_unlock(&d->lock);
+}
+
 kiln_status cpu_dnn_w_probe(struct cpu_dnn *d, int begin)
 {
 	if (!d || !d->w_on)
