@@ -1018,7 +1018,7 @@ kiln_status kiln_ckpt_load_stage(struct kiln_ckpt *ck, struct kiln_model *m, voi
 	if (what == KILN_CKPT_LOAD_ALL && (st = load_counters(ck, m, stream)))
 		goto out;
 	m->tracked_base = tracked;
-	m->pcopy_stale = 1;
+	kiln_model_weights_written(m);
 out:
 	kiln_device_host_free(m->dev, host);
 	return st;

@@ -501,6 +501,11 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if ((op->flags & KILN_OPF_RESIDUAL) && dev->plugin->abi_minor < 11)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a convolution's residual epilogue",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... and frozen weights (KILN_OPF_FROZEN, 2.15): only where the
+	 * device can be told of new ones */
+	if ((op->flags & KILN_OPF_FROZEN) && !kiln_device_takes_frozen(dev))
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, or without KILN_PROC_WEIGHTS_CHANGED: no frozen weights",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	/* ... and the ReLU backward's bias gradient (2.9) */
 	if (op->type == KILN_OP_RELU_BWD && op->n_out == 2 && dev->plugin->abi_minor < 9)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before RELU_BWD's bias gradient",
@@ -577,6 +582,25 @@ kiln_status kiln_device_workload(struct kiln_device *dev, const struct kiln_work
 			       ? (workload_t)kiln_device_proc(dev, KILN_PROC_WORKLOAD)
 			       : NULL;
 	return f ? f(dev->ctx, w) : KILN_OK;
+}
+
+/* KILN_PROC_WEIGHTS_CHANGED (ABI 2.15), or NULL: the device then gets no
+ * KILN_OPF_FROZEN. */
+typedef void (*weights_changed_t)(void *);
+static weights_changed_t weights_changed(struct kiln_device *dev)
+{
+	return dev->plugin->abi_minor >= 15
+		       ? (weights_changed_t)kiln_device_proc(dev, KILN_PROC_WEIGHTS_CHANGED)
+		       : NULL;
+}
+
+int kiln_device_takes_frozen(struct kiln_device *dev) { return weights_changed(dev) != NULL; }
+
+void kiln_device_weights_changed(struct kiln_device *dev)
+{
+	weights_changed_t f = weights_changed(dev);
+	if (f)
+		f(dev->ctx);
 }
 
 size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)

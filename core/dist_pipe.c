@@ -240,7 +240,7 @@ kiln_status kiln_dist_pipe_gather(struct kiln_dist *d, void *compute)
 	}
 	if ((st = kiln_device_stream_sync(d->dev, compute)))
 		return kiln_dist_explain(d, st);
-	m->pcopy_stale = 1;
+	kiln_model_weights_written(m);
 	return KILN_OK;
 }
 

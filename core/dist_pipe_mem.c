@@ -337,7 +337,7 @@ kiln_status kiln_dist_pipe_gather_to0(struct kiln_dist *d, void *compute)
 			return kiln_dist_explain(d, st);
 	if ((st = kiln_device_stream_sync(d->dev, compute)))
 		return kiln_dist_explain(d, st);
-	d->m->pcopy_stale = 1;
+	kiln_model_weights_written(d->m);
 	return KILN_OK;
 }
 

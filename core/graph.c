@@ -569,7 +569,7 @@ kiln_status kiln_model_set_compute_dtype(struct kiln_model *m, int dtype)
 	    (st = kiln_device_prepare(m->dev, &op, &m->pcast_plan, NULL)))
 		return kiln_error_wrap(st, "the %s compute copy of the parameters",
 				       kiln_dtype_name(dtype));
-	m->pcopy_stale = 1;
+	kiln_model_weights_written(m);
 	/* the speed guides' rule: tensor-core (and AVX512-BF16) GEMMs and
 	 * convolutions want dimensions that are multiples of 8 */
 	for (int i = 0; i < m->n_params; i++) {
@@ -604,7 +604,7 @@ void kiln_model_param_get(const struct kiln_model *m, int i, struct kiln_param_i
 {
 	const struct model_param *p = &m->params[i];
 	/* the caller may write the parameters: refresh the compute copy */
-	((struct kiln_model *)m)->pcopy_stale = 1;
+	kiln_model_weights_written((struct kiln_model *)m);
 	o->name = p->name;
 	o->desc = p->desc;
 	o->param = (p->buffer ? m->buffers_d : m->params_d) + p->off;
@@ -728,7 +728,7 @@ static kiln_status init_step(struct kiln_model *m, float *host, void *stream)
 	int64_t zero = 0;
 	for (int i = 0; i < m->n_params; i++)
 		m->params[i].given = 0;
-	m->pcopy_stale = 1;
+	kiln_model_weights_written(m);
 	memcpy(host, &zero, sizeof zero);
 	kiln_status st = kiln_device_copy_async(m->dev, m->step_d, host, sizeof zero,
 						KILN_COPY_H2D, stream);

@@ -147,6 +147,11 @@ struct kiln_model {
 	void *params_c;
 	void *pcast_plan;
 	int pcopy_stale;
+	/* Counts the writes into the parameters outside the optimizer's step
+	 * (each sets pcopy_stale too: kiln_model_weights_written); a frozen
+	 * plan (kiln_plan_opts.frozen) tells its device when it changed since
+	 * the plan's last run (KILN_PROC_WEIGHTS_CHANGED). */
+	uint64_t wgen;
 	/* [dist] sync_bn: the data-parallel group (a struct kiln_dist,
 	 * host->group_* 's handle) and its size, set before the training plan
 	 * is made; layers then see kiln_layer.sync_ranks = group_ranks and,
@@ -308,6 +313,19 @@ struct plan_node {
 /* The compute copy of the parameters (see struct kiln_model): enqueue its
  * refresh when it is stale. */
 kiln_status kiln_model_params_sync(struct kiln_model *m, void *stream);
+/* A frozen plan whose model's weights were written since its last run
+ * tells its device (plan_run.c; before the run's first op). */
+void kiln_plan_frozen_sync(struct kiln_plan *p);
+
+/* New values in the f32 parameters or buffers, written outside the
+ * optimizer's step (init, loading, a checkpoint, a pointer handed out):
+ * the compute copy is stale, and frozen plans tell their device before
+ * their next run (kiln_plan_frozen_sync). */
+static inline void kiln_model_weights_written(struct kiln_model *m)
+{
+	m->pcopy_stale = 1;
+	m->wgen++;
+}
 
 struct storage {
 	size_t bytes, off;
@@ -362,6 +380,10 @@ struct kiln_plan {
 	 * and, during kiln_plan_decode, the device i32[1] position */
 	int64_t decode;
 	int logits;          /* kiln_plan_opts.logits: an inference plan */
+	/* kiln_plan_opts.frozen on a device that takes it: the layers set
+	 * KILN_OPF_FROZEN; wgen is the model's wgen the device last saw */
+	int frozen;
+	uint64_t wgen;
 	int logits_layer;
 	const void *pos;
 	/* pipelines (core/pipe_xfer.c, pipe_run.c): the crossing tensors;

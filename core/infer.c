@@ -183,7 +183,7 @@ static kiln_status infer_fold(struct kiln_infer *m)
  * only). */
 static kiln_status infer_block(struct kiln_infer *m, struct kiln_plan **p)
 {
-	struct kiln_plan_opts o = { .logits = 1 };
+	struct kiln_plan_opts o = { .logits = 1, .frozen = 1 }; /* its weights stay */
 	const char *v = "auto";
 	int64_t rows = m->batch, threads = 0;
 	char *end;
@@ -219,7 +219,7 @@ int64_t kiln_infer_run_rows(const struct kiln_infer *m) { return m->run; }
 
 kiln_status kiln_infer_prepare(struct kiln_infer *m)
 {
-	struct kiln_plan_opts o = { .logits = 1 };
+	struct kiln_plan_opts o = { .logits = 1, .frozen = 1 }; /* its weights stay */
 	void *ptr;
 	kiln_status st;
 	if (m->prepared)
@@ -281,7 +281,7 @@ size_t kiln_infer_output_elems(const struct kiln_infer *m) { return m->out_elems
  * (made again when a call ends on another row count). */
 static kiln_status rows_plan(struct kiln_infer *m, int64_t rows, struct kiln_plan **p)
 {
-	struct kiln_plan_opts o = { .logits = 1 };
+	struct kiln_plan_opts o = { .logits = 1, .frozen = 1 }; /* its weights stay */
 	kiln_status st;
 	if (rows == m->run) {
 		*p = m->p;

@@ -351,7 +351,7 @@ kiln_status kiln_infer_fold_weights(const struct kiln_model *src, void *src_stre
 		st = fill_param(src, &dst->params[i], host, sp, sb, dp, db);
 	if (!st)
 		st = kiln_model_regions_copy(dst, dp, db, 1, dst_stream);
-	dst->pcopy_stale = 1;
+	kiln_model_weights_written(dst);
 	dst->tracked_base = src->tracked_base;
 out:
 	free(removed);

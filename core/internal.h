@@ -144,6 +144,10 @@ void kiln_device_flops_record(struct kiln_device *dev, int on);
 /* KILN_PROC_WORKLOAD (ABI 2.14) of dev, where it has one: what one training
  * step holds, for the defaults its config left to `auto`. */
 kiln_status kiln_device_workload(struct kiln_device *dev, const struct kiln_workload *w);
+/* The device takes KILN_OPF_FROZEN (it exports KILN_PROC_WEIGHTS_CHANGED,
+ * ABI 2.15); tell it that frozen ops' weights were written. */
+int kiln_device_takes_frozen(struct kiln_device *dev);
+void kiln_device_weights_changed(struct kiln_device *dev);
 /* acc not NULL: runs and copies on dev do nothing but add a noted plan's
  * FLOPs to *acc (a plan not noted adds 0); NULL: back to running, the
  * notes forgotten.  One thread, nothing else running on dev. */

@@ -906,5 +906,9 @@ kiln_status kiln_op_check(const struct kiln_op *op, const char *who)
 	    op->type != KILN_OP_CONV_BWD_DATA && op->type != KILN_OP_CONV_BWD_WEIGHTS)
 		return kiln_error(KILN_EINVAL, "%s: %s: KILN_OPF_KEEP is for the three convolution ops",
 				  who, kiln_op_name(op->type));
+	if ((op->flags & KILN_OPF_FROZEN) &&
+	    (op->type != KILN_OP_CONV || (op->flags & KILN_OPF_KEEP)))
+		return kiln_error(KILN_EINVAL, "%s: %s: KILN_OPF_FROZEN is for CONV, without KILN_OPF_KEEP",
+				  who, kiln_op_name(op->type));
 	return op_rows[op->type].check(who, op);
 }

@@ -547,7 +547,7 @@ static kiln_status refresh_copy(struct kiln_pipe *pp)
 		return KILN_OK;
 	for (int t = 0; tie_user(pp, t, &su, &so) >= 0; t++)
 		if (su == pp->mine)
-			pp->m->pcopy_stale = 1;
+			kiln_model_weights_written(pp->m);
 	return kiln_model_params_sync(pp->m, pp->sst[pp->mine]);
 }
 

@@ -262,9 +262,20 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 	p->logits = opts->logits;
 	if (opts->logits && (st = logits_output(p, "an inference plan")))
 		goto fail;
+	if (opts->frozen && !opts->logits) {
+		st = kiln_error(KILN_EINVAL, "kiln_plan_opts.frozen: for inference plans (.logits) only");
+		goto fail;
+	}
 	if ((st = kiln_model_infer(m, &p->data_desc, p->decode, fuse_mode(opts), p->nodes)))
 		goto fail;
 	struct plan_node *N = p->nodes;
+	/* frozen weights (ABI 2.15): only where the device can be told of new
+	 * ones (kiln_plan_frozen_sync) */
+	p->frozen = opts->frozen && !p->staged &&
+		    kiln_device_takes_frozen(m->dev);
+	p->wgen = m->wgen;
+	for (int i = 0; i < n; i++)
+		N[i].l.frozen = p->frozen;
 	for (int i = 0; i < n; i++)
 		if (N[i].l.n_params != m->layers[i].n_params) {
 			st = kiln_error(KILN_EINTERNAL, "layer '%s' changed its parameters with the batch size",

@@ -167,6 +167,19 @@ static kiln_status run_events(struct kiln_plan *p, int from, int to, const void 
 
 /* The parameters' compute copy and the input conversion when needed
  * (lo = 0), then the forwards of layers lo..hi-1 (schedule positions). */
+/* A frozen plan (kiln_plan_opts.frozen) whose model's weights were
+ * written since its last run: its device's frozen ops take them again
+ * (KILN_PROC_WEIGHTS_CHANGED; the write was enqueued before, on this
+ * stream or synchronised).  Every frozen plan of the model calls it once
+ * per write: a second plan's call only makes the first convert again. */
+void kiln_plan_frozen_sync(struct kiln_plan *p)
+{
+	if (!p->frozen || p->wgen == p->m->wgen)
+		return;
+	kiln_device_weights_changed(p->m->dev);
+	p->wgen = p->m->wgen;
+}
+
 kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const void *x,
 				    const void *labels, void *metrics, void *stream)
 {
@@ -181,6 +194,7 @@ kiln_status kiln_plan_forward_range(struct kiln_plan *p, int lo, int hi, const v
 		return st;
 	if ((st = kiln_model_params_sync(m, stream)))
 		return kiln_error_wrap(st, "the compute copy of the parameters");
+	kiln_plan_frozen_sync(p);
 	if (p->in_reorder || p->in_cast) {
 		const int prof = kiln_device_profile(m->dev) != NULL;
 		struct kiln_op_args a = { .in = { x }, .out = { kiln_plan_store_ptr(p, p->data_store, x) },

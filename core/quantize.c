@@ -439,7 +439,7 @@ kiln_status kiln_quant_load(struct kiln_model *m, const struct kiln_safetensors 
 	}
 	if (!st)
 		st = kiln_model_regions_copy(m, pp, bp, 1, stream);
-	m->pcopy_stale = 1;
+	kiln_model_weights_written(m);
 	free(pp);
 	free(bp);
 	return st;

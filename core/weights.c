@@ -394,7 +394,7 @@ static kiln_status copy_in(struct kiln_model *m, const struct kiln_weights_in *i
 		}
 		arrange(m, in, i, &in->t[which[i]], tmp, host);
 		float *dst = (p->buffer ? m->buffers_d : m->params_d) + p->off;
-		m->pcopy_stale = 1;
+		kiln_model_weights_written(m);
 		/* one staging buffer: wait for each copy before the next */
 		if (!(st = kiln_device_copy_async(m->dev, dst, host, (size_t)p->numel * sizeof(float),
 						  KILN_COPY_H2D, stream)) &&

@@ -1,7 +1,9 @@
 #!/bin/sh
-# tests/infer_wreorder.sh - the CPU device's kept convolution weights
-# ([plugin.cpu] keep_weights, plugins/cpu/conv.c and dnn.c; issue 23,
-# docs/PERFORMANCE.md "Session 13: inference weights reordered once").
+# tests/infer_wreorder.sh - the CPU device's kept convolution weights, for
+# inference plans only (frozen weights, ABI 2.15: KILN_OPF_FROZEN;
+# [plugin.cpu] keep_weights, plugins/cpu/conv.c and dnn.c; issue 23,
+# docs/PERFORMANCE.md "Session 13: inference weights reordered once" and
+# "Session 14: frozen weights").
 #
 # tests/data/tr_cnn.ini's conv (4x1x3x3 weights, which oneDNN's kernel
 # wants blocked) under `kiln predict --eval-set` in blocks of 4 rows
@@ -10,9 +12,16 @@
 #  1. keep_weights = 0 reorders the weights on every run (a reorder per
 #     convolution); the default reorders them once in the whole call, and
 #     its logits are the same bytes;
-#  2. training with evaluations every 2 steps (the evaluation's CONV keeps
-#     its weights, which change between evaluations: the kept copy must be
-#     made again) logs the same losses with and without kept weights.
+#  2. training with evaluations every 2 steps logs the same losses with
+#     and without kept weights;
+#  3. training plans and the evaluation plans inside training keep no
+#     weights (they change between runs: a kept copy would cost a compare
+#     and a copy every run): fp32 and bf16 training with evaluations (6
+#     runs each) does as many reorders with keep_weights = 1 as with 0;
+#  4. tests/infer_reload: weights loaded through the C API into a model
+#     that already has inference plans give the new logits on the next
+#     run (the core tells the device: KILN_PROC_WEIGHTS_CHANGED), fp32
+#     and bf16.
 name=infer_wreorder
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -48,4 +57,28 @@ done
 [ "$(wc -l <"$tmp/eval1")" -ge 3 ] || fail "$(wc -l <"$tmp/eval1") evaluations logged, 3 expected"
 cmp "$tmp/eval0" "$tmp/eval1" || fail "the evaluations differ with kept weights: $(cat "$tmp/eval0" "$tmp/eval1")"
 [ "$(sort -u "$tmp/eval1" | wc -l)" -eq "$(wc -l <"$tmp/eval1")" ] || fail "an evaluation repeated: $(cat "$tmp/eval1")"
+
+# ---- 3. training and its evaluations keep no weights ----------------------------
+precs=fp32
+"$kiln" plugins 2>/dev/null | grep -qw amp && precs="fp32 bf16"
+for prec in $precs; do
+	for k in w 0 1; do # w: the tuning run (plugin.cpu.tune_cache), not counted
+		ONEDNN_VERBOSE=1 kiln 0 train "$ini" $common "run.out_dir=$tmp/t$prec$k" train.max_steps=4 \
+			train.eval_every=2 model.layout=nhwc "run.precision=$prec" "plugin.cpu.keep_weights=$(echo $k | tr w 0)"
+		eval r$k=$(grep -c '^onednn_verbose,exec,cpu,reorder' "$out")
+		eval c$k=$(grep -c '^onednn_verbose,exec,cpu,convolution' "$out")
+	done
+	echo "training, $prec: $r0 reorders in $c0 convolutions (keep_weights = 0), $r1 in $c1 (keep_weights = 1)"
+	[ "$c0" -ge 16 ] && [ "$c1" -eq "$c0" ] || fail "training, $prec: $c0 and $c1 convolutions, 16 or more expected"
+	[ "$r1" -eq "$r0" ] || fail "training, $prec: $r1 reorders with keep_weights = 1, $r0 without: a training or evaluation plan kept its weights"
+done
+
+# ---- 4. new weights into a model with inference plans (C API) -------------------
+awk -v d="$data" '{ print } $0 == "[data]" { print "path = " d } $0 == "[run]" { print "infer_block = 0" }' "$ini" >"$tmp/r.ini"
+printf '[model]\nlayout = nhwc\n' >>"$tmp/r.ini"
+for prec in $precs; do
+	sed "s/^threads = 1/threads = 1\nprecision = $prec/" "$tmp/r.ini" >"$tmp/r$prec.ini"
+	"$top_builddir/tests/infer_reload" "$tmp/r$prec.ini" "$data/tr_cnn_init.safetensors" \
+		"$data/tr_cnn_trained.safetensors" || fail "tests/infer_reload, $prec"
+done
 echo "PASS ($checks kiln runs)"

@@ -479,6 +479,10 @@ EXTRA_DIST += tests/launch_restart.sh
 check_PROGRAMS += tests/infer_threads
 tests_infer_threads_SOURCES = tests/infer_threads.c
 tests_infer_threads_LDADD = libkiln.la -lpthread
+check_PROGRAMS += tests/infer_reload
+tests_infer_reload_SOURCES = tests/infer_reload.c
+tests_infer_reload_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_infer_reload_LDADD = libkiln.la
 if BUILD_LOADERS
 TESTS += tests/predict.sh tests/embed.sh
 endif

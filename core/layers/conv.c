@@ -185,7 +185,7 @@ static kiln_status plan_kept(const struct kiln_host *h, struct kiln_layer *l,
 {
 	struct conv *s = l->priv;
 	struct kiln_op k = *op;
-	k.flags |= KILN_OPF_KEEP;
+	k.flags = (k.flags & ~KILN_OPF_FROZEN) | KILN_OPF_KEEP; /* s->infer keeps the flag */
 	k.out[k.n_out++] = kept_desc(0);
 	kiln_status st = prep_act(h, l, dev, &k, &s->fwd, &s->act, w);
 	if (st == KILN_ENOTSUP || (!st && !(s->kept_x = h->device_aux_bytes(dev, s->fwd)))) {
@@ -220,7 +220,7 @@ static kiln_status plan_residual(const struct kiln_host *h, struct kiln_layer *l
 	struct kiln_op k = *op;
 	size_t w = 0;
 	k.in[k.n_in++] = s->y;
-	k.flags = KILN_OPF_RESIDUAL;
+	k.flags = KILN_OPF_RESIDUAL | (op->flags & KILN_OPF_FROZEN);
 	if (l->act_fused) {
 		k.flags |= KILN_OPF_ACT;
 		k.i[KILN_OPI_ACT] = l->fuse_act - 1;
@@ -285,9 +285,12 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
 	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
+	if (l->frozen) /* an inference plan: the weights stay (ABI 2.15) */
+		op.flags |= KILN_OPF_FROZEN;
 	if (s->res) /* evaluation only: no backward */
 		return plan_residual(h, l, dev, &op, ws);
 	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */
+		op.flags &= ~KILN_OPF_FROZEN; /* QCONV keeps its INT8 weights itself */
 		quantized(&op, KILN_OP_QCONV, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
 		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
 			return st;

@@ -391,7 +391,7 @@ int kiln_model_state_buffers(struct kiln_model *m, struct kiln_state_buf *out, i
 	struct kiln_state_buf all[6 + KILN_OPTIM_MAX_SLOTS];
 	int n = 0;
 	const size_t state_bytes = m->state_d ? m->n_trainable * sizeof(float) : 0;
-	m->pcopy_stale = 1; /* the caller may write the parameters (restore) */
+	kiln_model_weights_written(m); /* the caller may write the parameters (restore) */
 	all[n++] = (struct kiln_state_buf){ "params", m->params_d, m->n_elems * sizeof(float) };
 	all[n++] = (struct kiln_state_buf){ "buffers", m->buffers_d, m->n_buf_elems * sizeof(float) };
 	for (int s = 0; s < m->state_slots; s++)

@@ -276,6 +276,14 @@ struct kiln_plan_opts {
 			 * infer.h): the loss layer does not run (no labels,
 			 * no metrics) and its input, the logits, is kept
 			 * for kiln_plan_logits after the run */
+	int frozen;     /* 1 (an inference plan, .logits): the caller does not
+			 * train the model while the plan exists, so its
+			 * weights change only where the core sees it (loading
+			 * a checkpoint or safetensors file, init, quantize,
+			 * kiln_model_param_get), and the device may keep its
+			 * own converted copy of the weights from run to run
+			 * (KILN_OPF_FROZEN, docs/plugins.md "ABI 2.15"); the
+			 * next run after such a write takes the new weights */
 };
 kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			       const struct kiln_plan_opts *opts, struct kiln_plan **out);

@@ -551,7 +551,19 @@ enum kiln_op_flags {
 	 * is there when n_in = 4.  Not with KILN_OPF_ACCUMULATE or
 	 * KILN_OPF_KEEP.  A device without it returns KILN_ENOTSUP from
 	 * prepare and the caller runs the CONV, KILN_OP_ADD and KILN_OP_ACT. */
-	KILN_OPF_RESIDUAL = 16
+	KILN_OPF_RESIDUAL = 16,
+	/* ABI 2.15, frozen weights (inference): on CONV (not with
+	 * KILN_OPF_KEEP), in1, the weights, holds the same values on every
+	 * run of the plan until the core calls the device's
+	 * KILN_PROC_WEIGHTS_CHANGED (kiln/plugin.h); in1's pointer may change
+	 * between runs, its values may not.  The device may keep a copy of the
+	 * weights converted to its kernel's layout, made on a run, and use it
+	 * on later runs instead of reading in1, with nothing compared per run.
+	 * The core sets it only in inference plans (kiln_plan_opts.frozen,
+	 * core/infer.c), never in training or evaluation plans (the optimizer
+	 * writes the weights between their runs), and only on a device that
+	 * exports KILN_PROC_WEIGHTS_CHANGED.  A device may ignore it. */
+	KILN_OPF_FROZEN = 32
 };
 
 /* Where KILN_OPF_ACT's kind and alpha live: the last integer and real

@@ -97,9 +97,14 @@ extern "C" {
  *      device what one training step holds (gradient bytes, forward
  *      FLOPs) once its plan is made, before the first step, so that a
  *      default left to `auto` can follow the model (the CPU's async
- *      streams; docs/plugins.md "ABI 2.14"). */
+ *      streams; docs/plugins.md "ABI 2.14").
+ * 2.15: frozen weights: KILN_OPF_FROZEN on CONV (kiln/ops.h), set by the
+ *      core in inference plans only on a device that exports
+ *      KILN_PROC_WEIGHTS_CHANGED, which the core calls when it wrote new
+ *      bytes into weights such a plan reads; kiln_layer.frozen
+ *      (docs/plugins.md "ABI 2.15"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 14
+#define KILN_ABI_MINOR 15
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -288,6 +293,17 @@ typedef const struct kiln_plugin *const *(*kiln_plugin_init_fn)(const struct kil
  *   caller that never calls it, keeps what open() chose.  An error fails
  *   the run. */
 #define KILN_PROC_WORKLOAD "kiln.workload"
+/* KILN_PROC_WEIGHTS_CHANGED  void (*)(void *ctx) (ABI 2.15): the core has
+ *   written new bytes into weights that ops prepared with KILN_OPF_FROZEN
+ *   read (a checkpoint or safetensors file loaded into a model that has
+ *   inference plans, kiln_model_param_get's pointer handed out, ...).
+ *   Every such op of this device takes its weights from in1 again on its
+ *   next run (whatever copy it made of them is stale).  The core calls it
+ *   from the thread that runs the plans, after it enqueued the write and
+ *   before it enqueues the next run of a frozen plan, on the stream the
+ *   write went to or after synchronising it.  Optional: the core sets
+ *   KILN_OPF_FROZEN only on a device that has it. */
+#define KILN_PROC_WEIGHTS_CHANGED "kiln.weights_changed"
 #define KILN_WORKLOAD_VERSION 1
 struct kiln_workload {
 	uint32_t version;     /* KILN_WORKLOAD_VERSION of the core */
@@ -998,6 +1014,14 @@ struct kiln_layer {
 			      * the input's gradient first and no later write
 			      * into either gradient precedes a read of the
 			      * other (plan_memory.c plan_grad_alias). */
+	/* ---- ABI 2.15 ---- */
+	int frozen;          /* set by the core before plan: 1 in an inference
+			      * plan (kiln_plan_opts.frozen) on a device that
+			      * takes KILN_OPF_FROZEN: the weights' values do not
+			      * change between the plan's runs except where the
+			      * core tells the device (KILN_PROC_WEIGHTS_CHANGED).
+			      * A layer may then set KILN_OPF_FROZEN on the ops
+			      * that read its weights (kiln/ops.h). */
 };
 
 /* Everything one forward or backward call may touch.  Pointers are device

@@ -459,9 +459,11 @@ static kiln_status conv_layouts(struct cpu_ctx *c, struct cpu_plan *p, struct co
 		if (t[k].kbind == CPU_BIND_IN)
 			continue; /* the previous op's copy, read as it is */
 		(*n_reorder)++;
-		/* a forward's weights: reordered into the plan's own copy, kept
-		 * from run to run while in[1]'s bytes stay (cpu_dnn_exec) */
-		if (k == TW && p->op.type == KILN_OP_CONV && !b->keep && c->keep_weights) {
+		/* a forward's frozen weights (KILN_OPF_FROZEN: an inference
+		 * plan): reordered into the plan's own copy, kept from run to
+		 * run until the core says they changed (cpu_dnn_exec) */
+		if (k == TW && p->op.type == KILN_OP_CONV && (p->op.flags & KILN_OPF_FROZEN) &&
+		    !b->keep && c->keep_weights) {
 			t[k].kbind = CPU_BIND_FIXED;
 			b->wkept = 1;
 		}
@@ -503,22 +505,23 @@ out:
 	return st;
 }
 
-/* The plan's own copy of a forward's weights in the kernel's layout, and
- * of the caller's weights it was made from (cpu_dnn_exec compares them:
- * inference runs reorder the weights once, training steps every time). */
+/* The plan's own copy of a forward's frozen weights in the kernel's
+ * layout (cpu_dnn_exec reorders into it on the first run and again only
+ * after KILN_PROC_WEIGHTS_CHANGED: inference runs reorder the weights
+ * once; training and evaluation plans have no such copy). */
 static kiln_status conv_wkept(struct cpu_ctx *c, struct cpu_plan *p, struct conv_build *b)
 {
 	struct cpu_dnn *d = p->dnn;
 	const struct conv_tens *w = &b->t[TW];
-	d->w_bytes = dnnl_memory_desc_get_size(&w->user);
-	d->w_kern = aligned_alloc(CPU_WS_ALIGN, align_up(dnnl_memory_desc_get_size(w->kern)));
-	d->w_seen = malloc(d->w_bytes);
-	if (!d->w_kern || !d->w_seen)
+	d->w_kern_bytes = align_up(dnnl_memory_desc_get_size(w->kern));
+	if (!(d->w_kern = aligned_alloc(CPU_WS_ALIGN, d->w_kern_bytes)))
 		return c->host->error(KILN_ENOMEM, "cpu: %s %s: out of memory for the kept weights",
 				      cpu_op_name(p->op.type), b->geom);
 	if (dnnl_memory_set_data_handle(d->mem[w->m_kern], d->w_kern) != dnnl_success)
 		return c->host->error(KILN_EDEVICE, "cpu: %s %s: the kept weights' memory object",
 				      cpu_op_name(p->op.type), b->geom);
+	d->w_mem = w->m_kern;
+	d->w_gen = &c->wgen;
 	d->w_on = 1;
 	return KILN_OK;
 }

@@ -648,6 +648,14 @@ static const char *cpu_describe(void)
 	return cpu_dnn_isa(buf, sizeof buf);
 }
 
+/* KILN_PROC_WEIGHTS_CHANGED (ABI 2.15): the frozen convolutions' kept
+ * weights (conv.c, dnn.c) are made again on their next run. */
+static void cpu_weights_changed(void *ctx)
+{
+	struct cpu_ctx *c = ctx;
+	__atomic_add_fetch(&c->wgen, 1, __ATOMIC_RELEASE);
+}
+
 static void *cpu_get_proc_address(void *ctx, const char *name)
 {
 	(void)ctx;
@@ -657,6 +665,8 @@ static void *cpu_get_proc_address(void *ctx, const char *name)
 		return (void *)cpu_host_fn;
 	if (!strcmp(name, KILN_PROC_WORKLOAD))
 		return (void *)cpu_workload;
+	if (!strcmp(name, KILN_PROC_WEIGHTS_CHANGED))
+		return (void *)cpu_weights_changed;
 	return NULL;
 }
 
@@ -751,15 +761,16 @@ static const struct kiln_key cpu_keys[] = {
 	  "no event crossing the capture boundary), so the trainer's captured path is "
 	  "tested without a GPU.  No speed-up on the CPU." },
 	{ "keep_weights", KILN_KEY_BOOL, "1", 0, 0, NULL,
-	  "A convolution whose kernel wants its weights in another (blocked) layout "
-	  "keeps the reordered copy in its plan and reorders again only when the weights' "
-	  "bytes changed (one compare per run): inference and evaluation, whose weights "
-	  "do not change between runs, reorder once instead of on every run of a batch "
-	  "block (docs/inference.md, batch blocking; docs/PERFORMANCE.md, \"Session "
-	  "13: inference weights reordered once\").  Training's forward with kept copies "
-	  "(f32) reorders every step as before.  The copies cost the blocked weights "
-	  "and the caller's bytes once more per such convolution; 0 reorders on every run "
-	  "into the workspace (the layout before session 13, for measuring)." },
+	  "A convolution of an inference plan (frozen weights, KILN_OPF_FROZEN: `kiln "
+	  "predict`, the C API of kiln/infer.h) whose kernel wants its weights in another "
+	  "(blocked) layout keeps the reordered copy in its plan and reorders again only "
+	  "after the core says the weights changed (KILN_PROC_WEIGHTS_CHANGED), with "
+	  "nothing compared per run: a call reorders each weight once instead of on every "
+	  "run of a batch block (docs/inference.md, batch blocking; docs/PERFORMANCE.md, "
+	  "\"Session 14: frozen weights\").  Training and evaluation plans keep no copy "
+	  "(their weights change between runs).  The copy costs the blocked weights once "
+	  "more per such convolution; 0 reorders on every run into the workspace (for "
+	  "measuring and as the tests' reference)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 

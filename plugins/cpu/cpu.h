@@ -107,8 +107,12 @@ struct cpu_ctx {
 	/* [plugin.cpu] graph = 1: captured steps are recorded and replayed
 	 * (graph.c); cap is the capture under way (under `lock`) */
 	int graph;
-	/* [plugin.cpu] keep_weights: a CONV keeps its reordered weights (conv.c) */
+	/* [plugin.cpu] keep_weights: a CONV with KILN_OPF_FROZEN keeps its
+	 * reordered weights (conv.c) */
 	int keep_weights;
+	/* KILN_PROC_WEIGHTS_CHANGED calls (atomic): a kept copy made before
+	 * the last one is stale (dnn.c) */
+	uint64_t wgen;
 	struct cpu_capture *cap;
 	uint64_t cap_serial;
 };

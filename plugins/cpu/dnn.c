@@ -60,7 +60,7 @@ void cpu_dnn_free(struct cpu_dnn *d)
 		dnnl_stream_destroy(d->stream);
 	pthread_mutex_destroy(&d->lock);
 	free(d->w_kern);
-	free(d->w_seen);
+	free(d->w_tmp);
 	free(d);
 }
 
@@ -141,16 +141,40 @@ kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 	return cpu_dnn_exec(cpu_variant(p), a, e); /* the version for oneDNN's team now */
 }
 
-/* Kept weights: the step to skip (their reorder, when in[1] holds the
- * bytes the kept copy was made from), or -1.  Under d->lock. */
-static int w_skip(struct cpu_dnn *d, const struct kiln_op_args *a)
+/* Kept weights (KILN_OPF_FROZEN): the step to skip (their reorder, when
+ * the kept copy was made since the device last heard of new weights), or
+ * -1.  No look at in[1]: the flag says its values stay.  Under d->lock. */
+static int w_skip(const struct cpu_dnn *d, uint64_t gen)
 {
-	if (!d->w_on)
-		return -1;
-	if (d->w_valid && !memcmp(d->w_seen, a->in[1], d->w_bytes))
-		return d->w_step;
-	d->w_valid = 0; /* until this run's reorder has run */
-	return -1;
+	return d->w_on && !d->w_probe && d->w_valid && d->w_made == gen ? d->w_step : -1;
+}
+
+void cpu_dnn_w_forget(struct cpu_dnn *d)
+{
+	if (!d || !d->w_on)
+		return;
+	pthread_mutex_lock(&d->lock);
+	d->w_valid = 0;
+	pthread_mutex_unlock(&d->lock);
+}
+
+kiln_status cpu_dnn_w_probe(struct cpu_dnn *d, int begin)
+{
+	if (!d || !d->w_on)
+		return KILN_OK;
+	pthread_mutex_lock(&d->lock);
+	kiln_status st = KILN_OK;
+	if (begin) {
+		if (!d->w_tmp && !(d->w_tmp = aligned_alloc(64, d->w_kern_bytes)))
+			st = KILN_ENOMEM;
+		else
+			d->w_probe++;
+	} else if (d->w_probe && !--d->w_probe) {
+		free(d->w_tmp);
+		d->w_tmp = NULL;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return st;
 }
 
 kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -165,7 +189,12 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 	for (int i = 0; i < d->n_mem; i++)
 		if (d->bind[i].kind != CPU_BIND_FIXED)
 			dnnl_memory_set_data_handle(d->mem[i], cpu_dnn_handle(d, i, a));
-	const int skip = w_skip(d, a);
+	const uint64_t gen = d->w_on ? __atomic_load_n(d->w_gen, __ATOMIC_ACQUIRE) : 0;
+	const int skip = w_skip(d, gen);
+	if (d->w_probe) /* scratch weights: reordered beside the kept copy */
+		dnnl_memory_set_data_handle(d->mem[d->w_mem], d->w_tmp);
+	else if (d->w_on && skip < 0)
+		d->w_valid = 0; /* until this run's reorder has run */
 	for (int k = 0; k < d->n_step && s == dnnl_success; k++) {
 		if (k == skip)
 			continue;
@@ -176,9 +205,11 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
 	}
 	if (s == dnnl_success)
 		s = dnnl_stream_wait(d->stream);
-	if (s == dnnl_success && d->w_on && skip < 0) { /* w_kern made from in[1] now */
-		memcpy(d->w_seen, a->in[1], d->w_bytes);
+	if (d->w_probe)
+		dnnl_memory_set_data_handle(d->mem[d->w_mem], d->w_kern);
+	else if (s == dnnl_success && d->w_on && skip < 0) { /* w_kern made from in[1] now */
 		d->w_valid = 1;
+		d->w_made = gen;
 	}
 	pthread_mutex_unlock(&d->lock);
 	if (s != dnnl_success)

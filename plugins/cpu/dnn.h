@@ -36,13 +36,19 @@ struct cpu_dnn {
 	struct cpu_bind bind[CPU_DNN_MEMS];
 	struct cpu_dnn_step step[CPU_DNN_STEPS];
 	int64_t sz[24]; /* rnn.c: sizes and byte offsets fixed at prepare */
-	/* conv.c's kept weights (a CONV without KILN_OPF_KEEP whose kernel
+	/* conv.c's kept weights (a CONV with KILN_OPF_FROZEN whose kernel
 	 * wants another layout than the caller's): step w_step (w_on) is the
-	 * weights' reorder into w_kern (CPU_BIND_FIXED), skipped while in[1]
-	 * holds the w_bytes it last reordered, w_seen (cpu_dnn_exec). */
-	int w_on, w_step, w_valid;
-	size_t w_bytes;
-	void *w_kern, *w_seen;
+	 * weights' reorder into w_kern (memory object w_mem, CPU_BIND_FIXED),
+	 * skipped while w_valid and *w_gen (the device's count of
+	 * KILN_PROC_WEIGHTS_CHANGED calls) is still w_made, its value when
+	 * the copy was made (cpu_dnn_exec).  While w_probe (dnnteam.c's
+	 * probe runs on scratch tensors) runs reorder into w_tmp and leave
+	 * the kept copy alone. */
+	int w_on, w_step, w_mem, w_valid, w_probe;
+	uint64_t w_made;
+	size_t w_kern_bytes;
+	const uint64_t *w_gen; /* read atomically */
+	void *w_kern, *w_tmp;
 };
 
 const char *cpu_dnnl_str(dnnl_status_t s);
@@ -75,6 +81,13 @@ size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd);
 /* The kernel of every cpu_dnn plan: cpu_dnn_exec of cpu_variant(p). */
 kiln_status cpu_dnn_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			struct cpu_err *e);
+/* dnnteam.c's probe of d's plan on scratch tensors: begin (1) keeps the
+ * kept weights out of the runs until end (0).  KILN_ENOMEM when the
+ * scratch copy cannot be had. */
+kiln_status cpu_dnn_w_probe(struct cpu_dnn *d, int begin);
+/* d's kept weights (if any) are stale: made again on the next run (after
+ * runs on scratch tensors, tune.c).  d may be NULL. */
+void cpu_dnn_w_forget(struct cpu_dnn *d);
 /* Run plan p's steps as they are (p is the version to run; a CONV's
  * kept weights reordered only when in[1]'s bytes changed). */
 kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,

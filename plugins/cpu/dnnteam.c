@@ -32,6 +32,7 @@
  * "Steady with a busy core").
  */
 #include "cpu.h"
+#include "dnn.h"
 
 #include <omp.h>
 #include <malloc.h>
@@ -124,7 +125,12 @@ static int probe_run(struct cpu_ctx *c, const struct cpu_plan *x, size_t ws, int
 	if (!buf)
 		return 0;
 	omp_set_num_threads(threads);
-	if (x->kernel(x, &a, &e) != KILN_OK)
+	/* scratch weights: a frozen conv's kept copy stays as it is */
+	if (cpu_dnn_w_probe(x->dnn, 1) != KILN_OK)
+		goto out;
+	const kiln_status st = x->kernel(x, &a, &e);
+	cpu_dnn_w_probe(x->dnn, 0);
+	if (st != KILN_OK)
 		goto out;
 	for (int i = 0; i < x->op.n_out; i++)
 		total += bytes[i];

@@ -38,6 +38,7 @@
  * differ in summation order only.
  */
 #include "cpu.h"
+#include "dnn.h"
 
 #include <stdlib.h> /* calloc, free, posix_memalign */
 #include <string.h> /* memcmp, memcpy, memset */
@@ -227,6 +228,11 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
 	free(buf);
+	/* a frozen conv timed as it runs (its weights reordered once), but
+	 * from scratch weights: the first real run reorders again */
+	for (int k = 0; k < n; k++)
+		for (const struct cpu_plan *x = q[k]; x; x = x->inner)
+			cpu_dnn_w_forget(x->dnn);
 }
 
 /* One operand of tune_key: dtype, layout, rank and the dims it has. */

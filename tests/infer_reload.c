@@ -1,0 +1,105 @@
+/* tests/infer_reload.c - new weights loaded into a model that already has
+ * inference plans (frozen weights, ABI 2.15: KILN_OPF_FROZEN; the CPU
+ * device keeps its convolutions' reordered weights from run to run), run
+ * by tests/infer_wreorder.sh: `infer_reload CONFIG A.safetensors
+ * B.safetensors`.  With batches of 4, 12 samples are 3 runs of one plan:
+ *  - logits with A loaded (kiln_model_load), then B loaded into the same
+ *    model (kiln_infer_model, core/infer_passes.h, which onnx_export.c
+ *    uses, + kiln_model_load_safetensors), then the same
+ *    samples again: these must be, byte for byte, the logits of a model
+ *    loaded from B alone, and differ from A's (a kept copy made from A's
+ *    weights and used after the load gives A's logits again);
+ *  - A loaded back into it: A's logits again. */
+#include <kiln/infer.h>
+#include <kiln/kiln.h>
+#include "infer_passes.h" /* kiln_infer_model: the library's own path, not public API */
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N 12
+
+static const char *config;
+static float *x;
+static size_t out_elems;
+
+static struct kiln_infer *load(const char *weights)
+{
+	struct kiln_infer_opts o = { .batch = 4, .no_fold = 1 };
+	struct kiln_infer *m;
+	char *err;
+	if (kiln_model_load(config, weights, &o, &m, &err)) {
+		fprintf(stderr, "kiln_model_load %s: %s\n", weights, err);
+		free(err);
+		return NULL;
+	}
+	return m;
+}
+
+static int logits(struct kiln_infer *m, float *y, const char *what)
+{
+	if (!kiln_infer(m, x, N, y))
+		return 0;
+	fprintf(stderr, "%s: kiln_infer: %s\n", what, kiln_last_error());
+	return 1;
+}
+
+static int reload(struct kiln_infer *m, const char *weights)
+{
+	void *stream;
+	struct kiln_model *km = kiln_infer_model(m, &stream);
+	if (!kiln_model_load_safetensors(km, weights, 1, stream))
+		return 0;
+	fprintf(stderr, "kiln_model_load_safetensors %s: %s\n", weights, kiln_last_error());
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: infer_reload CONFIG A.safetensors B.safetensors\n");
+		return 2;
+	}
+	config = argv[1];
+	struct kiln_infer *a = load(argv[2]), *b = load(argv[3]);
+	if (!a || !b)
+		return 1;
+	const size_t in = kiln_infer_input_bytes(a);
+	out_elems = kiln_infer_output_elems(a);
+	const size_t ob = sizeof(float) * out_elems * N;
+	x = malloc(in * N);
+	float *la = malloc(ob), *lb = malloc(ob), *l1 = malloc(ob), *l2 = malloc(ob);
+	if (!x || !la || !lb || !l1 || !l2)
+		return 1;
+	uint32_t r = 12345; /* the samples: pseudo-random in [0, 1) */
+	for (size_t i = 0; i < in * N / sizeof(float); i++) {
+		r = r * 1664525u + 1013904223u;
+		x[i] = (float)(r >> 8) / 16777216.0f;
+	}
+	if (logits(a, la, "A") || logits(b, lb, "B"))
+		return 1;
+	if (!memcmp(la, lb, ob)) {
+		fprintf(stderr, "A and B give the same logits: no test\n");
+		return 1;
+	}
+	if (reload(a, argv[3]) || logits(a, l1, "A, then B loaded"))
+		return 1;
+	if (memcmp(l1, lb, ob)) {
+		fprintf(stderr, "B loaded into A's model: logits differ from B's (%s A's)\n",
+			memcmp(l1, la, ob) ? "nor are they" : "they are");
+		return 1;
+	}
+	if (reload(a, argv[2]) || logits(a, l2, "B, then A loaded back"))
+		return 1;
+	if (memcmp(l2, la, ob)) {
+		fprintf(stderr, "A loaded back: logits differ from A's\n");
+		return 1;
+	}
+	printf("ok: %d samples in runs of 4: the logits follow the weights loaded (A, B, A), byte for byte\n", N);
+	kiln_infer_free(a);
+	kiln_infer_free(b);
+	free(x), free(la), free(lb), free(l1), free(l2);
+	return 0;
+}
