@@ -142,7 +142,9 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	    (st = kiln_device_event_create(dev, &d->ready)) ||
 	    (st = kiln_device_event_create(dev, &d->sync_done)) ||
 	    (st = kiln_device_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_d)) ||
-	    (st = kiln_device_host_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_h)))
+	    (st = kiln_device_host_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_h)) ||
+	    (st = kiln_device_alloc(dev, DIST_TOKEN_BYTES, &d->tok_d)) ||
+	    (st = kiln_device_host_alloc(dev, DIST_TOKEN_BYTES, &d->tok_h)))
 		goto fail;
 	{
 		const char *desc = d->ops->version >= 2 && d->ops->describe ? d->ops->describe(d->ctx) : NULL;
@@ -291,6 +293,8 @@ void kiln_dist_close(struct kiln_dist *d)
 	kiln_device_stream_destroy(d->dev, d->comm_stream);
 	kiln_device_free(d->dev, d->scratch_d);
 	kiln_device_host_free(d->dev, d->scratch_h);
+	kiln_device_free(d->dev, d->tok_d);
+	kiln_device_host_free(d->dev, d->tok_h);
 	if (d->store) {
 		/* rank 0 hosts the store: it leaves last (unless a peer is gone) */
 		int64_t n = 0;
@@ -731,6 +735,15 @@ static int from_comm(const struct kiln_dist *d, const char *msg)
 	       begins(msg, "rendezvous ");
 }
 
+/* 1 when msg begins with this rank's name already ("rank R: ", "rank R
+ * (pipeline stage S): ", "rank R of W: "): not prefixed twice. */
+static int names_me(const struct kiln_dist *d, const char *msg)
+{
+	char me[32];
+	const int n = snprintf(me, sizeof me, "rank %d", d->env.rank);
+	return msg && !strncmp(msg, me, (size_t)n) && (msg[n] == ':' || msg[n] == ' ');
+}
+
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
@@ -758,6 +771,8 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	else if (from_comm(d, msg))
 		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",
 				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");
+	else if (names_me(d, msg)) /* (a checkpoint's agreed outcome names it) */
+		st = kiln_error(st, "%s", msg);
 	else /* this rank's own failure (a file, the device): as it was */
 		st = kiln_error(st, "rank %d of %d: %s", d->env.rank, d->env.world, msg ? msg : "");
 	free(msg);
