@@ -768,11 +768,11 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	else if (lost >= 0)
 		st = kiln_error(st, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed): %s",
 				d->env.rank, d->env.world, lost, host, msg ? msg : "");
+	else if (names_me(d, msg)) /* (explained already, or an agreed outcome) */
+		st = kiln_error(st, "%s", msg);
 	else if (from_comm(d, msg))
 		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",
 				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");
-	else if (names_me(d, msg)) /* (a checkpoint's agreed outcome names it) */
-		st = kiln_error(st, "%s", msg);
 	else /* this rank's own failure (a file, the device): as it was */
 		st = kiln_error(st, "rank %d of %d: %s", d->env.rank, d->env.world, msg ? msg : "");
 	free(msg);

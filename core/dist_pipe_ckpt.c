@@ -358,8 +358,16 @@ kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char
 	snprintf(tok->msg, sizeof tok->msg, "%s", st && !d->env.rank ? kiln_last_error() : "");
 	if ((st2 = kiln_dist_sum_host(d, &failed, 1, compute)))
 		return st ? kiln_error(st, "%s", mine) : st2;
-	if (failed > 0) /* (every rank sees the same sum: all or none broadcast) */
+	if (failed > 0) { /* (every rank sees the same sum: all or none broadcast) */
+		double ack = 0;
 		st2 = token_broadcast(d, compute);
+		/* every rank holds rank 0's token before rank 0 can leave (its
+		 * communicator closes as it exits: the broadcast's receive
+		 * failed "closed by peer"): a trailing sum, its own failure no
+		 * matter to a rank that has the token */
+		if (!st2)
+			(void)kiln_dist_sum_host(d, &ack, 1, compute);
+	}
 	tok->msg[sizeof tok->msg - 1] = 0;
 	kiln_log(KILN_LOG_DEBUG, "dist", "%s: checkpoint %s/ckpt-%lld.kiln: outcome agreed in %.1f us (%g rank(s) failed)",
 		 me, dir, (long long)step, 1e-3 * (double)(kiln_now_ns() - t0), failed);
