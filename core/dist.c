@@ -748,6 +748,11 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
 		return st;
+	/* a checkpoint's agreed outcome: every rank knows, its message names
+	 * this rank, rank 0 and the cause (not "rank 0 was lost" when rank
+	 * 0 exits first) */
+	if (d->agreed && names_me(d, kiln_last_error()))
+		return st;
 	d->failed = 1;
 	/* the store notices a dead process when its connection closes;
 	 * give it a moment to have seen it (the query sets its own message) */

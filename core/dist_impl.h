@@ -93,6 +93,9 @@ struct kiln_dist {
 	 * allocation (core/dist_pipe_ckpt.c) */
 	void *tok_d, *tok_h;
 	int failed;       /* a collective failed: do not wait for peers */
+	int agreed;       /* every rank agreed on a checkpoint's failure: its
+			   * message final (kiln_dist_explain), rank 0
+			   * still leaves last (kiln_dist_close) */
 	int finished;     /* kiln_dist_finish met every rank */
 	/* ZeRO-1 ([dist] zero = 1): this rank owns the optimizer state of
 	 * 1/world of every bucket (zc floats in all), and the tail

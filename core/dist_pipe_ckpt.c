@@ -367,6 +367,7 @@ kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char
 		 * matter to a rank that has the token */
 		if (!st2)
 			(void)kiln_dist_sum_host(d, &ack, 1, compute);
+		d->agreed = !st2;
 	}
 	tok->msg[sizeof tok->msg - 1] = 0;
 	kiln_log(KILN_LOG_DEBUG, "dist", "%s: checkpoint %s/ckpt-%lld.kiln: outcome agreed in %.1f us (%g rank(s) failed)",
