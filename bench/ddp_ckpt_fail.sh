@@ -12,7 +12,9 @@
 #   agree: NEW only: 20 steps, a checkpoint after each, KILN_LOG_LEVEL =
 #          debug: the microseconds each rank spends agreeing on a written
 #          checkpoint's outcome (the log's "outcome agreed in X us": the
-#          collective a checkpoint gained), the median over the run.
+#          collective a checkpoint gained in session 13; and, session 14,
+#          "preparation agreed in X us", the one before the gather), the
+#          median over the run.
 # Medians of RUNS runs.
 #
 # Usage: bench/ddp_ckpt_fail.sh [RUNS]   (default 3)
@@ -81,6 +83,9 @@ agree() {
 	us=$(sed -n 's/.*outcome agreed in \([0-9.]*\) us (0 rank(s) failed).*/\1/p' "$d.log" | median)
 	[ -n "$us" ] || { echo "agree $1: no 'outcome agreed' line" >&2; exit 1; }
 	echo "agree $1 $us" >> "$TMP/rows"
+	# (session 14: the preparation's agreement before the gather)
+	us=$(sed -n 's/.*checkpoint: preparation agreed in \([0-9.]*\) us (0 rank(s) failed).*/\1/p' "$d.log" | median)
+	[ -z "$us" ] || echo "ready $1 $us" >> "$TMP/rows"
 }
 
 : > "$TMP/rows"
@@ -106,5 +111,9 @@ done
 for c in gloo mpi; do
 	s=$(awk -v c="$c" '$1 == "agree" && $2 == c { print $3 }' "$TMP/rows" | median)
 	[ -n "$s" ] && echo "new ($c): a written checkpoint's outcome agreed in $s us (median of the runs' medians)"
+done
+for c in gloo mpi; do
+	s=$(awk -v c="$c" '$1 == "ready" && $2 == c { print $3 }' "$TMP/rows" | median)
+	[ -n "$s" ] && echo "new ($c): its preparation agreed in $s us (median of the runs' medians; session 14)"
 done
 exit 0

@@ -309,9 +309,13 @@ int kiln_dist_ckpt_ready(struct kiln_dist *d, kiln_status *st, void *compute)
 	kiln_status st2;
 	if (!d)
 		return !*st;
+	const int64_t t0 = kiln_now_ns();
 	if (*st)
 		snprintf(mine, sizeof mine, "%s", kiln_last_error());
-	if ((st2 = kiln_dist_sum_host(d, &failed, 1, compute))) {
+	st2 = kiln_dist_sum_host(d, &failed, 1, compute);
+	kiln_log(KILN_LOG_DEBUG, "dist", "rank %d: checkpoint: preparation agreed in %.1f us (%g rank(s) failed)",
+		 d->env.rank, 1e-3 * (double)(kiln_now_ns() - t0), failed);
+	if (st2) {
 		*st = *st ? kiln_error(*st, "%s", mine) : st2;
 		return 0;
 	}
