@@ -134,7 +134,8 @@ struct kiln_dist {
 enum { DIST_TOKEN_BYTES = 1024 };
 
 /* core/dist_pipe_ckpt.c: the tests' fault injection, test-only.  1 on
- * rank 0 when the environment's KILN_TEST_CKPT_FAIL names `step`, a step
+ * rank 0 (rank R for "STEP@R") when the environment's
+ * KILN_TEST_CKPT_FAIL names `step`, a step
  * of a checkpoint's write that then fails as if the device or the
  * communicator had: "event" (the comm stream's event before a pipeline's
  * streamed write), "buffers" (rank 0's receives of the stages' layer

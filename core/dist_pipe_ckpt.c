@@ -67,14 +67,18 @@ struct pipe_src {
 int dist_ckpt_fault(const struct kiln_dist *d, const char *step)
 {
 	const char *v = getenv("KILN_TEST_CKPT_FAIL");
-	return d && !d->env.rank && v && !strcmp(v, step);
+	const size_t n = strlen(step);
+	if (!d || !v || strncmp(v, step, n) || (v[n] && v[n] != '@'))
+		return 0;
+	return d->env.rank == (v[n] ? atoi(v + n + 1) : 0);
 }
 
-/* The fault KILN_TEST_CKPT_FAIL=step injects: a device error. */
-static kiln_status fault(const char *step, const char *what)
+/* The fault KILN_TEST_CKPT_FAIL injects (dist_ckpt_fault): a device
+ * error of `what`. */
+static kiln_status fault(const char *what)
 {
 	return kiln_error(KILN_EDEVICE, "%s: failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)", what,
-			  step);
+			  getenv("KILN_TEST_CKPT_FAIL"));
 }
 
 /* The section's slot (-1: "params", -2: neither). */
@@ -221,7 +225,7 @@ static kiln_status buffers_to_rank0(struct pipe_src *ps)
 	struct kiln_model *m = d->m;
 	kiln_status st = KILN_OK;
 	if (dist_ckpt_fault(d, "buffers"))
-		return fault("buffers", "checkpoint: receiving the stages' layer buffers");
+		return fault("checkpoint: receiving the stages' layer buffers");
 	for (int i = 0; i < m->n_params && !st; i++) {
 		const struct model_param *q = &m->params[i];
 		const int s = kiln_pipe_stage(m, q->layer);
@@ -281,7 +285,7 @@ static kiln_status write_file(struct kiln_dist *d, const char *dir,
 	    (st = buffers_to_rank0(&ps)))
 		;
 	else if (dist_ckpt_fault(d, "alloc"))
-		st = fault("alloc", "a receive buffer of a piece");
+		st = fault("a receive buffer of a piece");
 	else if ((st = kiln_device_alloc(d->dev, PIECE, (void **)&ps.recv)))
 		st = kiln_error_wrap(st, "a receive buffer of %zu KiB", (size_t)PIECE / 1024);
 	else if (common_mkdirs(dir, 0777, 1))
@@ -300,6 +304,15 @@ static void who(const struct kiln_dist *d, char *buf, size_t n)
 		snprintf(buf, n, "rank %d (pipeline stage %d)", d->env.rank, d->pipe_stage);
 	else
 		snprintf(buf, n, "rank %d", d->env.rank);
+}
+
+/* 1 when msg begins with this rank's name ("rank R: ", "rank R (...", "rank
+ * R of W: "). */
+static int names_rank(const struct kiln_dist *d, const char *msg)
+{
+	char me[32];
+	const int n = snprintf(me, sizeof me, "rank %d", d->env.rank);
+	return msg && !strncmp(msg, me, (size_t)n) && (msg[n] == ':' || msg[n] == ' ');
 }
 
 int kiln_dist_ckpt_ready(struct kiln_dist *d, kiln_status *st, void *compute)
@@ -352,11 +365,12 @@ kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char
 	const int64_t t0 = kiln_now_ns();
 	tok = d->tok_h;
 	who(d, me, sizeof me);
-	if (st && !d->env.rank)
+	/* (a sender's "rank 0 could not write it" names this rank already) */
+	if (st && names_rank(d, kiln_last_error()))
+		snprintf(mine, sizeof mine, "%s", kiln_last_error());
+	else if (st)
 		snprintf(mine, sizeof mine, "%s: checkpoint %s/ckpt-%lld.kiln: %s", me, dir,
 			 (long long)step, kiln_last_error());
-	else if (st)
-		snprintf(mine, sizeof mine, "%s", kiln_last_error());
 	/* rank 0's cause, the others' message when it failed */
 	tok->code = st && !d->env.rank ? TOKEN_ABORT : TOKEN_DONE;
 	snprintf(tok->msg, sizeof tok->msg, "%s", st && !d->env.rank ? kiln_last_error() : "");
@@ -393,7 +407,7 @@ static kiln_status pipe_prepare(struct kiln_dist *d, void *compute)
 {
 	kiln_status st = KILN_OK;
 	if (dist_ckpt_fault(d, "event"))
-		st = fault("event", "the comm stream's event");
+		st = fault("the comm stream's event");
 	else if (d->comm_stream &&
 		 !(st = kiln_device_event_record(d->dev, d->ready, d->comm_stream)))
 		st = kiln_device_stream_wait(d->dev, compute, d->ready);
