@@ -265,8 +265,11 @@ kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
  * its cause the last error): the ranks sum a failure flag (one float on
  * success) and, when one failed, rank 0's cause is broadcast (1 KiB).
  * Returns on rank 0 its failure naming rank 0 and the file, on a rank
- * that failed its own message, on the others an error naming rank 0, the
- * file and rank 0's cause; st unchanged for NULL (one process). */
+ * that failed its own message naming it and the file, on the others an
+ * error naming rank 0, the file and rank 0's cause (or that a rank
+ * failed); st unchanged for NULL (one process).  A failure's message is
+ * then final (kiln_dist_explain leaves it), and every rank holds rank 0's
+ * cause before rank 0 may exit (a trailing sum).  No allocation. */
 kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char *dir,
 				 int64_t step, void *compute);
 /* Every rank (a collective over the world) after a checkpoint's local
