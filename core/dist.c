@@ -735,9 +735,7 @@ static int from_comm(const struct kiln_dist *d, const char *msg)
 	       begins(msg, "rendezvous ");
 }
 
-/* 1 when msg begins with this rank's name already ("rank R: ", "rank R
- * (pipeline stage S): ", "rank R of W: "): not prefixed twice. */
-static int names_me(const struct kiln_dist *d, const char *msg)
+int dist_names_rank(const struct kiln_dist *d, const char *msg)
 {
 	char me[32];
 	const int n = snprintf(me, sizeof me, "rank %d", d->env.rank);
@@ -751,7 +749,7 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	/* a checkpoint's agreed outcome: every rank knows, its message names
 	 * this rank, rank 0 and the cause (not "rank 0 was lost" when rank
 	 * 0 exits first) */
-	if (d->agreed && names_me(d, kiln_last_error()))
+	if (d->agreed && dist_names_rank(d, kiln_last_error()))
 		return st;
 	d->failed = 1;
 	/* the store notices a dead process when its connection closes;
@@ -773,7 +771,7 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	else if (lost >= 0)
 		st = kiln_error(st, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed): %s",
 				d->env.rank, d->env.world, lost, host, msg ? msg : "");
-	else if (names_me(d, msg)) /* (explained already, or an agreed outcome) */
+	else if (dist_names_rank(d, msg)) /* (explained already, or an agreed outcome) */
 		st = kiln_error(st, "%s", msg);
 	else if (from_comm(d, msg))
 		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",

@@ -133,6 +133,11 @@ struct kiln_dist {
 
 enum { DIST_TOKEN_BYTES = 1024 };
 
+/* core/dist.c: 1 when msg begins with this rank's name ("rank R: ", "rank
+ * R (pipeline stage S): ", "rank R of W: "): a message not to prefix
+ * with it again. */
+int dist_names_rank(const struct kiln_dist *d, const char *msg);
+
 /* core/dist_pipe_ckpt.c: the tests' fault injection, test-only.  1 on
  * rank 0 (rank R for "STEP@R") when the environment's
  * KILN_TEST_CKPT_FAIL names `step`, a step

@@ -306,15 +306,6 @@ static void who(const struct kiln_dist *d, char *buf, size_t n)
 		snprintf(buf, n, "rank %d", d->env.rank);
 }
 
-/* 1 when msg begins with this rank's name ("rank R: ", "rank R (...", "rank
- * R of W: "). */
-static int names_rank(const struct kiln_dist *d, const char *msg)
-{
-	char me[32];
-	const int n = snprintf(me, sizeof me, "rank %d", d->env.rank);
-	return msg && !strncmp(msg, me, (size_t)n) && (msg[n] == ':' || msg[n] == ' ');
-}
-
 int kiln_dist_ckpt_ready(struct kiln_dist *d, kiln_status *st, void *compute)
 {
 	double failed = *st != KILN_OK;
@@ -366,7 +357,7 @@ kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char
 	tok = d->tok_h;
 	who(d, me, sizeof me);
 	/* (a sender's "rank 0 could not write it" names this rank already) */
-	if (st && names_rank(d, kiln_last_error()))
+	if (st && dist_names_rank(d, kiln_last_error()))
 		snprintf(mine, sizeof mine, "%s", kiln_last_error());
 	else if (st)
 		snprintf(mine, sizeof mine, "%s: checkpoint %s/ckpt-%lld.kiln: %s", me, dir,
