@@ -12,7 +12,9 @@
 #   agree: NEW only: 20 steps, a checkpoint after each, KILN_LOG_LEVEL =
 #          debug: the microseconds each rank spends agreeing on a written
 #          checkpoint's outcome (the log's "outcome agreed in X us": the
-#          collective a checkpoint gained), the median over the run.
+#          collective a checkpoint gained in session 13; and, session 14,
+#          "preparation agreed in X us", the one before the gather), the
+#          median over the run.
 # Medians of RUNS runs.
 #
 # Usage: bench/ddp_ckpt_fail.sh [RUNS]   (default 3)
@@ -68,41 +70,8 @@ timeout = 60
 heartbeat = 60
 INI
 
-mpi=0
-[ -f "$(dirname "$NEW")/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null && mpi=1
-
-# train BUILD COMM DIR OVERRIDES...: plain DDP on 2 ranks of BUILD
-train() {
-	b=$1 c=$2 d=$3
-	shift 3
-	if [ "$b" = main ]; then k=$MAIN; pp=$MAIN_PLUGINS; else k=$NEW; pp=${KILN_PLUGIN_PATH:-}; fi
-	if [ "$c" = gloo ]; then
-		KILN_PLUGIN_PATH=$pp timeout 300 "$k" launch -n 2 --grace 60 -- "$k" train "$ini" \
-			run.out_dir="$d" "$@"
-	else
-		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-		timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_PLUGIN_PATH="$pp" \
-			-x KILN_MASTER_PORT="$port" -x KILN_STORE_TOKEN -x OMP_NUM_THREADS=1 -x KILN_LOG_LEVEL="${KILN_LOG_LEVEL:-}" \
-			"$k" train "$ini" run.out_dir="$d" plugin.mpi.thread_level=multiple "$@"
-	fi
-}
-
-# fail BUILD COMM RUN: "fail BUILD COMM SECONDS NAMED" to $TMP/rows
-fail() {
-	d="$TMP/fail-$1-$2-$3"
-	train "$1" "$2" "$d" train.max_steps=2 train.checkpoint_every=2 > "$d.a.log" 2>&1 ||
-		{ echo "fail $1 $2: the first run: exit $?" >&2; tail -5 "$d.a.log" >&2; exit 1; }
-	ln -s /dev/full "$d/checkpoints/ckpt-4.kiln.tmp"
-	t0=$(date +%s.%N)
-	if train "$1" "$2" "$d" train.max_steps=6 train.checkpoint_every=2 train.resume=1 > "$d.log" 2>&1; then
-		echo "fail $1 $2: the run did not fail" >&2
-		exit 1
-	fi
-	t1=$(date +%s.%N)
-	n=0
-	grep -q "rank 1: checkpoint $d/checkpoints/ckpt-4.kiln: rank 0 could not write it: .*No space left on device" "$d.log" && n=1
-	echo "fail $1 $2 $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') $n" >> "$TMP/rows"
-}
+TRAIN_ARGS="" WHO1="rank 1"
+. "$(dirname "$0")/ckpt_fail_lib.sh"
 
 # agree COMM RUN: "agree COMM US" to $TMP/rows (the median of the run's
 # checkpoints, both ranks)
@@ -114,9 +83,10 @@ agree() {
 	us=$(sed -n 's/.*outcome agreed in \([0-9.]*\) us (0 rank(s) failed).*/\1/p' "$d.log" | median)
 	[ -n "$us" ] || { echo "agree $1: no 'outcome agreed' line" >&2; exit 1; }
 	echo "agree $1 $us" >> "$TMP/rows"
+	# (session 14: the preparation's agreement before the gather)
+	us=$(sed -n 's/.*checkpoint: preparation agreed in \([0-9.]*\) us (0 rank(s) failed).*/\1/p' "$d.log" | median)
+	[ -z "$us" ] || echo "ready $1 $us" >> "$TMP/rows"
 }
-
-median() { sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'; }
 
 : > "$TMP/rows"
 echo "load average before: $(cat /proc/loadavg)"
@@ -141,5 +111,9 @@ done
 for c in gloo mpi; do
 	s=$(awk -v c="$c" '$1 == "agree" && $2 == c { print $3 }' "$TMP/rows" | median)
 	[ -n "$s" ] && echo "new ($c): a written checkpoint's outcome agreed in $s us (median of the runs' medians)"
+done
+for c in gloo mpi; do
+	s=$(awk -v c="$c" '$1 == "ready" && $2 == c { print $3 }' "$TMP/rows" | median)
+	[ -n "$s" ] && echo "new ($c): its preparation agreed in $s us (median of the runs' medians; session 14)"
 done
 exit 0

@@ -34,23 +34,8 @@ export KILN_STORE_TOKEN
 ini="$(dirname "$0")/pipe_ckpt_wide.ini"
 
 st="model.stages=flat,r1|fc2,loss"
-mpi=0
-[ -f "$(dirname "$NEW")/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /dev/null && mpi=1
-
-# train BUILD COMM DIR OVERRIDES...: 2 stages on 2 ranks of BUILD
-train() {
-	b=$1 c=$2 d=$3
-	shift 3
-	if [ "$b" = main ]; then k=$MAIN; pp=$MAIN_PLUGINS; else k=$NEW; pp=${KILN_PLUGIN_PATH:-}; fi
-	if [ "$c" = gloo ]; then
-		KILN_PLUGIN_PATH=$pp timeout 300 "$k" launch -n 2 --grace 60 -- "$k" train "$ini" \
-			run.out_dir="$d" dist.pipeline=2 "$st" "$@"
-	else
-		timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 -x KILN_PLUGIN_PATH="$pp" \
-			-x KILN_STORE_TOKEN -x OMP_NUM_THREADS=1 "$k" train "$ini" run.out_dir="$d" \
-			dist.pipeline=2 "$st" plugin.mpi.thread_level=multiple "$@"
-	fi
-}
+TRAIN_ARGS="dist.pipeline=2 $st" WHO1="rank 1 (pipeline stage 1)"
+. "$(dirname "$0")/ckpt_fail_lib.sh"
 
 # best BUILD RUN: "best BUILD - PEAK" to $TMP/rows
 best() {
@@ -60,25 +45,6 @@ best() {
 		{ echo "best $1: exit $?" >&2; tail -5 "$d.log" >&2; exit 1; }
 	sed -n "s/.*rank 0 (pipeline stage 0): memory at the end of training: device peak \([0-9]*\) bytes over the run.*/best $1 - \1/p" "$d.log" >> "$TMP/rows"
 }
-
-# fail BUILD COMM RUN: "fail BUILD COMM SECONDS NAMED" to $TMP/rows
-fail() {
-	d="$TMP/fail-$1-$2-$3"
-	train "$1" "$2" "$d" train.max_steps=2 train.checkpoint_every=2 > "$d.a.log" 2>&1 ||
-		{ echo "fail $1 $2: the first run: exit $?" >&2; tail -5 "$d.a.log" >&2; exit 1; }
-	ln -s /dev/full "$d/checkpoints/ckpt-4.kiln.tmp"
-	t0=$(date +%s.%N)
-	if train "$1" "$2" "$d" train.max_steps=6 train.checkpoint_every=2 train.resume=1 > "$d.log" 2>&1; then
-		echo "fail $1 $2: the run did not fail" >&2
-		exit 1
-	fi
-	t1=$(date +%s.%N)
-	n=0
-	grep -q "rank 1 (pipeline stage 1): checkpoint $d/checkpoints/ckpt-4.kiln: rank 0 could not write it" "$d.log" && n=1
-	echo "fail $1 $2 $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') $n" >> "$TMP/rows"
-}
-
-median() { sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }'; }
 
 : > "$TMP/rows"
 echo "load average before: $(cat /proc/loadavg)"

@@ -146,7 +146,9 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	    (st = kiln_device_event_create(dev, &d->ready)) ||
 	    (st = kiln_device_event_create(dev, &d->sync_done)) ||
 	    (st = kiln_device_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_d)) ||
-	    (st = kiln_device_host_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_h)))
+	    (st = kiln_device_host_alloc(dev, 64 * sizeof(float), (void **)&d->scratch_h)) ||
+	    (st = kiln_device_alloc(dev, DIST_TOKEN_BYTES, &d->tok_d)) ||
+	    (st = kiln_device_host_alloc(dev, DIST_TOKEN_BYTES, &d->tok_h)))
 		goto fail;
 	{
 		const char *desc = d->ops->version >= 2 && d->ops->describe ? d->ops->describe(d->ctx) : NULL;
@@ -295,6 +297,8 @@ void kiln_dist_close(struct kiln_dist *d)
 	kiln_device_stream_destroy(d->dev, d->comm_stream);
 	kiln_device_free(d->dev, d->scratch_d);
 	kiln_device_host_free(d->dev, d->scratch_h);
+	kiln_device_free(d->dev, d->tok_d);
+	kiln_device_host_free(d->dev, d->tok_h);
 	if (d->store) {
 		/* rank 0 hosts the store: it leaves last (unless a peer is gone) */
 		int64_t n = 0;
@@ -735,9 +739,21 @@ static int from_comm(const struct kiln_dist *d, const char *msg)
 	       begins(msg, "rendezvous ");
 }
 
+int dist_names_rank(const struct kiln_dist *d, const char *msg)
+{
+	char me[32];
+	const int n = snprintf(me, sizeof me, "rank %d", d->env.rank);
+	return msg && !strncmp(msg, me, (size_t)n) && (msg[n] == ':' || msg[n] == ' ');
+}
+
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
+		return st;
+	/* a checkpoint's agreed outcome: every rank knows, its message names
+	 * this rank, rank 0 and the cause (not "rank 0 was lost" when rank
+	 * 0 exits first) */
+	if (d->agreed && dist_names_rank(d, kiln_last_error()))
 		return st;
 	d->failed = 1;
 	/* the store notices a dead process when its connection closes;
@@ -759,6 +775,8 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 	else if (lost >= 0)
 		st = kiln_error(st, "rank %d of %d: rank %d was lost (host %s: its process exited, its host went down or its connection closed): %s",
 				d->env.rank, d->env.world, lost, host, msg ? msg : "");
+	else if (dist_names_rank(d, msg)) /* (explained already, or an agreed outcome) */
+		st = kiln_error(st, "%s", msg);
 	else if (from_comm(d, msg))
 		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",
 				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");

@@ -267,10 +267,24 @@ kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
  * its cause the last error): the ranks sum a failure flag (one float on
  * success) and, when one failed, rank 0's cause is broadcast (1 KiB).
  * Returns on rank 0 its failure naming rank 0 and the file, on a rank
- * that failed its own message, on the others an error naming rank 0, the
- * file and rank 0's cause; st unchanged for NULL (one process). */
+ * that failed its own message naming it and the file, on the others an
+ * error naming rank 0, the file and rank 0's cause (or that a rank
+ * failed); st unchanged for NULL (one process).  A failure's message is
+ * then final (kiln_dist_explain leaves it), and every rank holds rank 0's
+ * cause before rank 0 may exit (a trailing sum).  No allocation. */
 kiln_status kiln_dist_ckpt_agree(struct kiln_dist *d, kiln_status st, const char *dir,
 				 int64_t step, void *compute);
+/* Every rank (a collective over the world) after a checkpoint's local
+ * preparation, *st its outcome: 1 when every rank's succeeded; 0 when one
+ * failed (or the sum did), and then every rank goes straight to
+ * kiln_dist_ckpt_agree with *st (this rank's own outcome, its message
+ * kept; the sum's failure where that failed).  1 for NULL when *st is OK. */
+int kiln_dist_ckpt_ready(struct kiln_dist *d, kiln_status *st, void *compute);
+/* ZeRO-1 before a checkpoint (every rank, local): the buffer
+ * kiln_dist_zero_gather gathers the whole optimizer state into (the one
+ * step of it that fails on one rank alone; kiln_dist_ckpt_ready agrees
+ * on it before the gather's collectives).  No-op without ZeRO-1. */
+kiln_status kiln_dist_zero_prepare(struct kiln_dist *d);
 /* 1 when a [train] resume can load each rank's stage alone: it holds its
  * stage's parameters alone since start-up (kiln_dist_pipe_hold). */
 int kiln_dist_pipe_resumes(const struct kiln_dist *d);

@@ -371,6 +371,21 @@ static kiln_status zero_gather_whole(struct kiln_dist *d, void *compute)
 	return KILN_OK;
 }
 
+kiln_status kiln_dist_zero_prepare(struct kiln_dist *d)
+{
+	kiln_status st;
+	if (!d || !d->zero || !d->zstate || d->zfull)
+		return KILN_OK;
+	const size_t bytes = (size_t)d->m->state_slots * d->m->n_trainable * sizeof(float);
+	if (dist_ckpt_fault(d, "gather"))
+		st = kiln_error(KILN_ENOMEM, "out of device memory (the tests' fault: KILN_TEST_CKPT_FAIL=gather)");
+	else
+		st = kiln_device_alloc(d->dev, bytes, (void **)&d->zfull);
+	return st ? kiln_error_wrap(st, "ZeRO-1: the whole optimizer state's %zu bytes for a checkpoint",
+				    bytes)
+		  : st;
+}
+
 kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 {
 	kiln_status st;

@@ -51,9 +51,16 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 	kiln_status st, st2;
 	if (kiln_dist_pipe_ckpt_streams(t->dist))
 		return kiln_dist_pipe_ckpt_save(t->dist, dir, meta, t->compute, path, n);
+	/* every failure ends in the agreement: the local step first, agreed on
+	 * before the gather's collectives */
+	st = kiln_dist_zero_prepare(t->dist);
+	if (!kiln_dist_ckpt_ready(t->dist, &st, t->compute)) {
+		kiln_dist_zero_release(t->dist);
+		return kiln_dist_ckpt_agree(t->dist, st, dir, meta->trainer.step, t->compute);
+	}
 	if ((st = kiln_dist_zero_gather(t->dist, t->compute)))
-		return st;
-	if (!t->rank && common_mkdirs(dir, 0777, 1))
+		;
+	else if (!t->rank && common_mkdirs(dir, 0777, 1))
 		st = kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
 	else if (!t->rank)
 		st = kiln_ckpt_save(dir, meta, t->m, t->compute, path, n);

@@ -19,6 +19,10 @@
 #                              rank 0's write of ckpt-4.kiln failing (ENOSPC)
 #                              in a copy of FROM resumed by CMD: timed, its
 #                              errors and files checked
+#   ckpt_fault_run NAME FROM WHO0 WHO1 LINK WHY CMD...
+#                              the same with the temporary file a link to
+#                              LINK ("-": none) and the cause WHY (a fault of
+#                              KILN_TEST_CKPT_FAIL in the environment)
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
 kiln="$abs_top_builddir/kiln"
@@ -63,21 +67,23 @@ run() {
 	[ $_rc = 0 ] || { bad "$_name exited $_rc"; tail -20 "$tmp/$_name.log"; }
 }
 
-# ckpt_fail_run NAME FROM WHO0 WHO1 CMD...: copy FROM's out_dir (a
-# checkpoint at step 2) to NAME's, make rank 0's write of ckpt-4.kiln fail
-# mid-file (its temporary file a link to /dev/full: a full disk; tests run
-# as root, so an unwritable directory would not do) and run CMD (which
-# resumes in $tmp/NAME and trains past step 4), timed: every rank must exit
-# non-zero within 30 s, rank 0 (WHO0, its name in messages) naming the file
-# and the cause, rank 1 (WHO1) rank 0, the file and the cause; ckpt-2.kiln
-# unchanged, neither ckpt-4.kiln nor its temporary left
-ckpt_fail_run() {
-	_n=$1 _from=$2 _w0=$3 _w1=$4
-	shift 4
+# ckpt_fault_run NAME FROM WHO0 WHO1 LINK WHY CMD...: copy FROM's out_dir
+# (a checkpoint at step 2) to NAME's, make the temporary file of ckpt-4.kiln
+# a link to LINK ("-": none) and run CMD (which resumes in $tmp/NAME and
+# trains past step 4, its write of ckpt-4.kiln failing on rank 0: a link
+# to /dev/full, a fault of KILN_TEST_CKPT_FAIL), timed: every rank must
+# exit non-zero within 30 s, rank 0 (WHO0, its name in messages) naming
+# the file and the cause WHY (a grep pattern), once ("rank 0 of 2: rank 0"
+# was its name twice before session 14), rank 1 (WHO1) rank 0, the file
+# and the cause; ckpt-2.kiln unchanged, neither ckpt-4.kiln nor its
+# temporary left
+ckpt_fault_run() {
+	_n=$1 _from=$2 _w0=$3 _w1=$4 _link=$5 _why=$6
+	shift 6
 	rm -rf "$tmp/$_n"
 	cp -r "$tmp/$_from" "$tmp/$_n"
 	cp "$tmp/$_n/checkpoints/ckpt-2.kiln" "$tmp/$_n.copy"
-	ln -s /dev/full "$tmp/$_n/checkpoints/ckpt-4.kiln.tmp"
+	[ "$_link" = - ] || ln -s "$_link" "$tmp/$_n/checkpoints/ckpt-4.kiln.tmp"
 	_t0=$(date +%s)
 	"$@" > "$tmp/$_n.log" 2>&1
 	_rc=$?
@@ -86,11 +92,20 @@ ckpt_fail_run() {
 	[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "$_n: exit $_rc"
 	[ "$_dt" -le 30 ] || bad "$_n: the ranks took ${_dt}s to end ([dist] timeout and heartbeat 60)"
 	_f=$tmp/$_n/checkpoints/ckpt-4.kiln
-	_why="$_f.tmp: write failed: No space left on device"
-	grep -q "^kiln: error: .*$_w0: checkpoint $_f: $_why" "$tmp/$_n.log" ||
-		{ bad "$_n: rank 0 does not name the file and the cause"; grep -i "error" "$tmp/$_n.log"; }
-	grep -q "^kiln: error: .*$_w1: checkpoint $_f: rank 0 could not write it: $_why" "$tmp/$_n.log" ||
-		{ bad "$_n: rank 1 does not name rank 0, the file and the cause"; grep -i "error" "$tmp/$_n.log"; }
+	grep -q "^kiln: error: $_w0: checkpoint $_f: $_why" "$tmp/$_n.log" ||
+		{ bad "$_n: rank 0 does not name the file and the cause (once)"; grep -i "error" "$tmp/$_n.log"; }
+	grep -q "^kiln: error: $_w1: checkpoint $_f: rank 0 could not write it: $_why" "$tmp/$_n.log" ||
+		{ bad "$_n: rank 1 does not name rank 0, the file and the cause (once)"; grep -i "error" "$tmp/$_n.log"; }
 	cmp -s "$tmp/$_n.copy" "$tmp/$_n/checkpoints/ckpt-2.kiln" || bad "$_n: ckpt-2.kiln changed"
-	[ ! -e "$_f" ] && [ ! -L "$_f.tmp" ] || bad "$_n: ckpt-4.kiln or its temporary left behind"
+	[ ! -e "$_f" ] && [ ! -e "$_f.tmp" ] && [ ! -L "$_f.tmp" ] || bad "$_n: ckpt-4.kiln or its temporary left behind"
+}
+
+# ckpt_fail_run NAME FROM WHO0 WHO1 CMD...: ckpt_fault_run with rank 0's
+# write failing mid-file (its temporary file a link to /dev/full: a full
+# disk; tests run as root, so an unwritable directory would not do)
+ckpt_fail_run() {
+	_n=$1 _from=$2 _w0=$3 _w1=$4
+	shift 4
+	ckpt_fault_run "$_n" "$_from" "$_w0" "$_w1" /dev/full \
+		"$tmp/$_n/checkpoints/ckpt-4.kiln.tmp: write failed: No space left on device" "$@"
 }

@@ -551,6 +551,8 @@ EXTRA_DIST += tests/pipeline_ckpt.sh
 # rank 0's failed write of the gathered state (DDP, ZeRO-1) ends every rank
 TESTS += tests/ddp_ckpt_fail.sh
 EXTRA_DIST += tests/ddp_ckpt_fail.sh
+TESTS += tests/ckpt_fault.sh
+EXTRA_DIST += tests/ckpt_fault.sh
 # the split examples follow their unsplit originals (issue 21, docs/pipeline.md)
 TESTS += tests/pipeline_examples.sh
 EXTRA_DIST += tests/pipeline_examples.sh

@@ -1,0 +1,152 @@
+#!/bin/sh
+# tests/ckpt_fault.sh - a checkpoint's failure on rank 0 anywhere in the
+# write, not only in the file, ends every rank at once (session 14;
+# docs/checkpoints.md "A failed write"; tests/pipeline_ckpt.sh and
+# tests/ddp_ckpt_fail.sh have a full disk).  KILN_TEST_CKPT_FAIL, the
+# tests' fault injection (core/dist_impl.h), fails one step on rank 0:
+#  1. stages on ranks (2 stages, 2 ranks, streamed per stage): "event"
+#     (the comm stream's event before the exchange; before session 14 rank
+#     0 returned before the outcome and rank 1 waited for a go token),
+#     "buffers" (rank 0's receives of the layer buffers: the same),
+#     "alloc" (rank 0's piece buffer; its token needs no allocation now:
+#     before, a failed 1 KiB token left the senders waiting);
+#  2. ZeRO-1 "gather" (rank 0's buffer of the whole optimizer state;
+#     before, rank 0 returned and rank 1 waited in the gather);
+#  each: every rank exits non-zero within 30 s of the start, start-up and
+#  2 steps included ([dist] timeout and heartbeat 60, `kiln launch --grace
+#  60`), rank 0 naming the file and the cause once (before: "rank 0 of 2:
+#  rank 0: ..."), rank 1 rank 0, the file and the cause; ckpt-2.kiln byte
+#  for byte, no ckpt-4.kiln nor its temporary;
+#  and the same steps failing on rank 1 ("event@1", "gather@1"): rank 1
+#  names the file and its cause, rank 0 the file and a failed rank;
+#  3. rank 0 killed outright (SIGKILL) in the middle of a streamed write
+#     (its temporary file a link to a fifo nobody reads: it blocks in the
+#     write): rank 1 exits non-zero within 30 s of the kill naming rank 0,
+#     ckpt-2.kiln stays byte for byte and the run resumes from it.
+# Every process runs under `timeout`.
+name=ckptfault needs=gloo fmnist=0
+. "$(dirname "$0")/dist_common.sh"
+ini="$tmp/wide.ini"
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	ini_layers flat:flatten fc1:linear:out=32 r1:relu fc2:linear:out=512:stage=1 r2:relu \
+		fc3:linear:out=512 r3:relu fc4:linear:out=16 loss:softmax_xent
+	ini_sgd_steps 6 log_every=2 eval=0 checkpoint_every=2 checkpoint_last=0
+	ini pipeline micro_batches=4
+	ini dist timeout=60 heartbeat=60
+} > "$ini"
+mlp="$tmp/mlp.ini"
+{
+	ini run seed=5 threads=1
+	ini_synthetic 256 8 16 workers=0
+	ini_layers flat:flatten fc1:linear:out=32 r1:relu fc2:linear:out=16 loss:softmax_xent
+	ini_sgd_steps 6 log_every=2 eval=0 checkpoint_every=2 checkpoint_last=0
+	ini dist timeout=60 heartbeat=60
+} > "$mlp"
+gloo() { # gloo NAME OVERRIDES...
+	_n=$1
+	shift
+	timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$ini" run.out_dir="$tmp/$_n" \
+		train.batch=32 train.resume=1 "$@"
+}
+# fault NAME FROM STEP WHO0 WHO1 WHY OVERRIDES...: the write of ckpt-4.kiln
+# failing at STEP on rank 0
+fault() {
+	_fn=$1 _ff=$2 _fs=$3 _f0=$4 _f1=$5 _fw=$6
+	shift 6
+	KILN_TEST_CKPT_FAIL=$_fs ckpt_fault_run "$_fn" "$_ff" "$_f0" "$_f1" - "$_fw" gloo "$_fn" "$@"
+}
+inj="failed (the tests' fault: KILN_TEST_CKPT_FAIL"
+# other NAME FROM STEP@1 WHO0 WHO1 WHY OVERRIDES...: the step failing on
+# rank 1 before the exchange: every rank ends at once, rank 1 naming the
+# file and its cause, rank 0 the file and that a rank failed
+other() {
+	_on=$1 _of=$2 _os=$3 _o0=$4 _o1=$5 _ow=$6
+	shift 6
+	rm -rf "$tmp/$_on"
+	cp -r "$tmp/$_of" "$tmp/$_on"
+	cp "$tmp/$_on/checkpoints/ckpt-2.kiln" "$tmp/$_on.copy"
+	_t0=$(date +%s)
+	KILN_TEST_CKPT_FAIL=$_os gloo "$_on" "$@" > "$tmp/$_on.log" 2>&1
+	_rc=$?
+	_dt=$(($(date +%s) - _t0))
+	echo "$_on: rank 1's preparation failed: exit $_rc after ${_dt}s"
+	[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "$_on: exit $_rc"
+	[ "$_dt" -le 30 ] || bad "$_on: the ranks took ${_dt}s to end ([dist] timeout and heartbeat 60)"
+	_f=$tmp/$_on/checkpoints/ckpt-4.kiln
+	grep -q "^kiln: error: $_o1: checkpoint $_f: $_ow" "$tmp/$_on.log" ||
+		{ bad "$_on: rank 1 does not name the file and its cause (once)"; grep -i "error" "$tmp/$_on.log"; }
+	grep -q "^kiln: error: $_o0: checkpoint $_f: not written: 1 other rank(s) failed" "$tmp/$_on.log" ||
+		{ bad "$_on: rank 0 does not name the file and a failed rank (once)"; grep -i "error" "$tmp/$_on.log"; }
+	cmp -s "$tmp/$_on.copy" "$tmp/$_on/checkpoints/ckpt-2.kiln" || bad "$_on: ckpt-2.kiln changed"
+	[ ! -e "$_f" ] && [ ! -e "$_f.tmp" ] || bad "$_on: ckpt-4.kiln or its temporary left behind"
+}
+
+# ---- 1. stages on ranks ------------------------------------------------------------
+run pa 2 32 dist.pipeline=2 train.max_steps=2
+p0="rank 0 (pipeline stage 0)" p1="rank 1 (pipeline stage 1)"
+fault pe pa event "$p0" "$p1" "checkpoint: ordering the exchange after the comm stream: the comm stream's event: $inj=event)" dist.pipeline=2
+fault pb pa buffers "$p0" "$p1" "checkpoint: receiving the stages' layer buffers: $inj=buffers)" dist.pipeline=2
+fault pl pa alloc "$p0" "$p1" "a receive buffer of a piece: $inj=alloc)" dist.pipeline=2
+other pe1 pa event@1 "$p0" "$p1" "checkpoint: ordering the exchange after the comm stream: the comm stream's event: $inj=event@1)" dist.pipeline=2
+grep -q "checkpoint sent to rank 0 in pieces" "$tmp/pa.log" || bad "pa: the checkpoint was not streamed per stage"
+
+# ---- 2. ZeRO-1 ---------------------------------------------------------------------
+ini=$mlp
+run za 2 32 dist.zero=1 train.max_steps=2
+fault zg za gather "rank 0" "rank 1" "ZeRO-1: the whole optimizer state's [0-9]* bytes for a checkpoint: out of device memory (the tests' fault: KILN_TEST_CKPT_FAIL=gather)" dist.zero=1
+other zg1 za gather@1 "rank 0" "rank 1" "ZeRO-1: the whole optimizer state's [0-9]* bytes for a checkpoint: out of device memory (the tests' fault: KILN_TEST_CKPT_FAIL=gather)" dist.zero=1
+grep -q "ZeRO-1\|zero" "$tmp/zg.log" || bad "zg: no sign of ZeRO-1 in the log"
+
+# ---- 3. rank 0 killed in the middle of a streamed write --------------------------
+ini="$tmp/wide.ini"
+rm -rf "$tmp/pk"
+cp -r "$tmp/pa" "$tmp/pk"
+cp "$tmp/pk/checkpoints/ckpt-2.kiln" "$tmp/pk.copy"
+mkfifo "$tmp/pk.fifo"
+ln -s "$tmp/pk.fifo" "$tmp/pk/checkpoints/ckpt-4.kiln.tmp"
+# the reader holds the fifo open and reads nothing: rank 0's write blocks
+timeout 120 sh -c 'exec 3< "$1"; sleep 100' sh "$tmp/pk.fifo" &
+reader=$!
+gloo pk dist.pipeline=2 > "$tmp/pk.log" 2>&1 &
+job=$!
+pid=
+for _i in $(seq 1 300); do
+	for _p in /proc/[0-9]*; do
+		case "$(cat "$_p/comm" 2> /dev/null)" in *kiln*) ;; *) continue ;; esac
+		for _fd in "$_p"/fd/*; do
+			# (rank 0: the kiln process with the fifo open)
+			[ "$(readlink "$_fd" 2>/dev/null)" = "$tmp/pk.fifo" ] && pid=${_p#/proc/} && break 2
+		done
+	done
+	[ -n "$pid" ] && break
+	sleep 0.1
+done
+case "$(cat "/proc/$pid/comm" 2>/dev/null)" in
+*kiln*) ;;
+*) bad "pk: rank 0 never opened the checkpoint's temporary file" ;;
+esac
+sleep 1 # (in the write: the pipe's 64 KiB are full long before a piece's 256)
+[ -n "$pid" ] && kill -KILL "$pid"
+_t0=$(date +%s)
+wait "$job"
+_rc=$?
+_dt=$(($(date +%s) - _t0))
+kill "$reader" 2> /dev/null
+wait "$reader" 2> /dev/null
+echo "pk: rank 0 killed in the middle of the write: exit $_rc, ${_dt}s after the kill"
+[ "$_rc" != 0 ] && [ "$_rc" != 124 ] || bad "pk: exit $_rc"
+[ "$_dt" -le 30 ] || bad "pk: rank 1 took ${_dt}s to end ([dist] timeout and heartbeat 60)"
+grep -q "^kiln: error: rank 1 .*rank 0 .*was lost" "$tmp/pk.log" ||
+	{ bad "pk: rank 1 does not name rank 0"; grep -i "error\|launch" "$tmp/pk.log"; }
+cmp -s "$tmp/pk.copy" "$tmp/pk/checkpoints/ckpt-2.kiln" || bad "pk: ckpt-2.kiln changed"
+[ ! -e "$tmp/pk/checkpoints/ckpt-4.kiln" ] || bad "pk: ckpt-4.kiln written"
+# the run is not lost: it resumes from ckpt-2.kiln (the stale temporary
+# left by the kill is a link to the fifo here: removed first)
+rm -f "$tmp/pk/checkpoints/ckpt-4.kiln.tmp"
+gloo pk dist.pipeline=2 > "$tmp/pk2.log" 2>&1 || { bad "pk2: exit $?"; tail -5 "$tmp/pk2.log"; }
+grep -q "resum.*ckpt-2.kiln" "$tmp/pk2.log" || { bad "pk2: did not resume from ckpt-2.kiln"; grep -i resum "$tmp/pk2.log"; }
+[ -f "$tmp/pk/checkpoints/ckpt-6.kiln" ] || bad "pk2: no ckpt-6.kiln"
+[ "$fail" = 0 ] && echo "ok: a failure of rank 0 anywhere in a checkpoint's write ends every rank at once, naming it; the old checkpoint intact"
+exit $fail
