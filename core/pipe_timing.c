@@ -578,28 +578,39 @@ void kiln_pipe_timing_mine(const struct kiln_pipe_timing *t, double *ms)
  * every other stage's, ends it), and its split. */
 void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double *ms)
 {
-	char line[512];
+	/* the line grows with the stages (up to KILN_PIPE_MAX_STAGES of about
+	 * 40 characters each): a stream of its own size, whole */
+	char *line = NULL;
+	size_t len = 0;
+	FILE *m;
 	double busy[KILN_PIPE_MAX_STAGES], sum = 0, b, i;
 	if (!t || !t->counted || t->mine != 0)
 		return;
+	if (!(m = open_memstream(&line, &len))) {
+		kiln_log(KILN_LOG_WARN, "pipeline", "no memory for the pipe's busy line");
+		return;
+	}
 	const double span = t->span_ns / 1e6 / (double)t->counted;
-	int k = snprintf(line, sizeof line, "pipeline busy ms/step, the pipe's ranks:");
+	fputs("pipeline busy ms/step, the pipe's ranks:", m);
 	int most = 0;
 	for (int s = 0; s < t->P; s++) {
 		busy[s] = ms[2 * s];
 		sum += busy[s];
 		most = busy[s] > busy[most] ? s : most;
-		if (k < (int)sizeof line)
-			k += snprintf(line + k, sizeof line - (size_t)k, " stage %d %.3f (CPU %.3f),", s,
-				      ms[2 * s], ms[2 * s + 1]);
+		fprintf(m, " stage %d %.3f (CPU %.3f),", s, ms[2 * s], ms[2 * s + 1]);
 	}
 	kiln_pipe_idle_split(busy, t->P, span, &b, &i);
-	if (k < (int)sizeof line)
-		snprintf(line + k, sizeof line - (size_t)k, " span %.3f (stage 0's); bubble %.3f (schedule %.3f) = busiest stage %d idle %.3f + imbalance %.3f",
-			 span, span > 0 ? 1.0 - sum / ((double)t->P * span) : 0, t->theory, most, b, i);
+	fprintf(m, " span %.3f (stage 0's); bubble %.3f (schedule %.3f) = busiest stage %d idle %.3f + imbalance %.3f",
+		span, span > 0 ? 1.0 - sum / ((double)t->P * span) : 0, t->theory, most, b, i);
+	if (fclose(m) || !line) {
+		kiln_log(KILN_LOG_WARN, "pipeline", "no memory for the pipe's busy line");
+		free(line);
+		return;
+	}
 	kiln_log(KILN_LOG_INFO, "pipeline", "%s", line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
+	free(line);
 }
 
 /* The host's name hashed (FNV-1a, 32 bits: exact in a double): ranks on

@@ -422,18 +422,29 @@ static int by_time_desc(const void *a, const void *b)
 	return strcmp(x->label, y->label);
 }
 
-/* One line of the table: logged, and written to f when there is one. */
+/* One line of the table, whole however long (a layer's name has no
+ * bound): logged, and written to f when there is one.  A line longer
+ * than the stack buffer is formatted again into one of its size; out of
+ * memory, the cut line is written. */
 static void out_line(FILE *f, const char *fmt, ...) KILN_PRINTF(2, 3);
 static void out_line(FILE *f, const char *fmt, ...)
 {
-	char buf[512];
-	va_list ap;
+	char small[512], *buf = small;
+	va_list ap, again;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_copy(again, ap);
+	const int n = vsnprintf(small, sizeof small, fmt, ap);
 	va_end(ap);
+	if (n >= (int)sizeof small && (buf = malloc((size_t)n + 1)))
+		vsnprintf(buf, (size_t)n + 1, fmt, again);
+	else
+		buf = small;
+	va_end(again);
 	kiln_log(KILN_LOG_INFO, "profile", "%s", buf);
 	if (f)
 		fprintf(f, "%s\n", buf);
+	if (buf != small)
+		free(buf);
 }
 
 static void write_table(struct kiln_profile *p, FILE *f)
@@ -498,7 +509,7 @@ static void write_table(struct kiln_profile *p, FILE *f)
 	out_line(f, "%s", line);
 	if (p->dropped)
 		out_line(f, "(%lld span(s) lost: out of memory)", (long long)p->dropped);
-	for (int i = 0; i < p->n_notes; i++) { /* whole: out_line cuts at 511 */
+	for (int i = 0; i < p->n_notes; i++) { /* whole, as kiln_profile_note kept them */
 		kiln_log(KILN_LOG_INFO, "profile", "%s", p->notes[i]);
 		if (f)
 			fprintf(f, "%s\n", p->notes[i]);

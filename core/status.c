@@ -117,16 +117,27 @@ int kiln_log_get_level(void) { return log_level; }
 
 void kiln_vlog(int level, const char *who, const char *fmt, va_list ap)
 {
-	char msg[2048];
+	char small[2048], *msg = small;
+	va_list again;
 	if (level > log_level)
 		return;
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	/* a message past the stack buffer is formatted again, whole, into
+	 * one of its size (out of memory: the cut one) */
+	va_copy(again, ap);
+	const int len = vsnprintf(small, sizeof small, fmt, ap);
+	if (len >= (int)sizeof small && (msg = malloc((size_t)len + 1)))
+		vsnprintf(msg, (size_t)len + 1, fmt, again);
+	else
+		msg = small;
+	va_end(again);
 	size_t n = strlen(msg);
 	while (n && msg[n - 1] == '\n')
 		msg[--n] = 0;
 	pthread_mutex_lock(&log_lock);
 	(log_sink ? log_sink : default_sink)(log_user, level, who ? who : "kiln", msg);
 	pthread_mutex_unlock(&log_lock);
+	if (msg != small)
+		free(msg);
 }
 
 void kiln_log(int level, const char *who, const char *fmt, ...)

@@ -124,8 +124,7 @@ static int train(const char *dir, const char *precision, const char *const *over
 
 static void tmpdir(char *buf, size_t n)
 {
-	snprintf(buf, n, "/tmp/kiln-amp-XXXXXX");
-	ck_assert(mkdtemp(buf) != NULL);
+	ck_assert(test_tmpdir_make(buf, n, "amp") != NULL);
 }
 
 /* The "amp.scaler" section of a checkpoint. */

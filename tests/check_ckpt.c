@@ -142,9 +142,9 @@ static void save(struct rig *r, const char *dir, int64_t step, char *path, size_
 
 START_TEST(test_roundtrip)
 {
-	char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200], want[4300];
+	char dir[1024], path[4200], want[4300];
 	struct rig a, b, c;
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 3);
 	save(&a, dir, 3, path, sizeof path);
@@ -277,9 +277,9 @@ START_TEST(test_counter_range)
 		{ "step", INT64_MIN },
 	};
 	for (size_t t = 0; t < sizeof bad / sizeof bad[0]; t++) {
-		char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200], want[4300];
+		char dir[1024], path[4200], want[4300];
 		struct rig a, b;
-		ck_assert(mkdtemp(dir) != NULL);
+		ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
 		rig_open(&a, small_ini, 7);
 		rig_train(&a, 2);
 		set_counter(&a, bad[t].tag, bad[t].v);
@@ -310,9 +310,9 @@ END_TEST
 /* Another model refuses the checkpoint and keeps its bytes. */
 START_TEST(test_other_model)
 {
-	char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200];
+	char dir[1024], path[4200];
 	struct rig a, b;
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
 	rig_open(&a, small_ini, 7);
 	save(&a, dir, 0, path, sizeof path);
 	char other[1024];
@@ -347,10 +347,10 @@ END_TEST
 /* Every prefix of a checkpoint is refused: "truncated", naming the file. */
 START_TEST(test_truncated)
 {
-	char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200], bad[4300];
+	char dir[1024], path[4200], bad[4300];
 	struct rig a;
 	size_t n;
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 1);
 	save(&a, dir, 1, path, sizeof path);
@@ -382,11 +382,11 @@ END_TEST
  * fault; the untouched file still opens. */
 START_TEST(test_flipped)
 {
-	char dir[] = "/tmp/kiln-ckpt-XXXXXX", path[4200], bad[4300];
+	char dir[1024], path[4200], bad[4300];
 	struct rig a;
 	size_t n;
 	static const unsigned char masks[] = { 0x01, 0x80, 0xff };
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 2);
 	save(&a, dir, 2, path, sizeof path);
@@ -431,9 +431,9 @@ END_TEST
 /* Not a checkpoint, a directory, a missing file. */
 START_TEST(test_not_checkpoints)
 {
-	char dir[] = "/tmp/kiln-ckpt-XXXXXX", p[4300];
+	char dir[1024], p[4300];
 	struct kiln_ckpt *ck = NULL;
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
 	snprintf(p, sizeof p, "%s/x.kiln", dir);
 	char junk[200];
 	memset(junk, 'x', sizeof junk);
@@ -632,8 +632,7 @@ static void same_state(const char *a, const char *b)
 
 static void tmpdir(char *dir, size_t n)
 {
-	snprintf(dir, n, "/tmp/kiln-ckpt-XXXXXX");
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, n, "ckpt") != NULL);
 }
 
 /* deterministic = 1: two whole runs (AdamW, accumulation, dropout, random

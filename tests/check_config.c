@@ -164,8 +164,8 @@ START_TEST(parse_crlf)
 	kiln_config_free(cfg);
 
 	/* the same from a file */
-	char path[] = "/tmp/kiln-crlf-XXXXXX";
-	int fd = mkstemp(path);
+	char path[1024];
+	int fd = test_tmpfile_make(path, sizeof path, "crlf");
 	ck_assert_int_ge(fd, 0);
 	FILE *f = fdopen(fd, "wb");
 	fputs(text, f);

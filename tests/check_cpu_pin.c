@@ -68,7 +68,7 @@ static void worker_mask_of(const char *ov, int ordinal, int threads, int peers, 
 	struct seen s = { .ok = 0 };
 	ck_assert(kiln_config_new(&cfg) == 0);
 	ck_assert(kiln_config_override(cfg, "plugin.cpu.async=1") == 0);
-	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=") == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=none") == 0); /* no file */
 	if (ov)
 		ck_assert(kiln_config_override(cfg, ov) == 0);
 	ck_assert_msg(kiln_device_open_peer(reg, cfg, "cpu", ordinal, threads, peers, &dev) == 0, "%s",

@@ -14,6 +14,7 @@
 
 #include <check.h>
 #include "check_main.h"
+#include "test_util.h"
 #include "source_fixture.h"
 #include <dirent.h>
 #include <fcntl.h> /* AT_FDCWD */
@@ -814,8 +815,8 @@ static void *saver_main(void *arg)
 
 START_TEST(test_cache_write_threads)
 {
-	char dir[] = "/tmp/kiln-cachew-XXXXXX", path[4200];
-	ck_assert(mkdtemp(dir) != NULL);
+	char dir[1024], path[4200];
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "cachew") != NULL);
 	snprintf(path, sizeof path, "%s/sub/cache.bin", dir);
 	struct saver sv[2] = { { path, 0xa1, 0, 0 }, { path, 0x5c, 0, 0 } };
 	pthread_t th[2];

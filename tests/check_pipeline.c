@@ -616,6 +616,73 @@ START_TEST(test_pair_handoffs)
 }
 END_TEST
 
+/* The log lines of the test below ("pipeline" only). */
+struct busy_log {
+	char line[4096];
+	int n;
+};
+
+static void busy_sink(void *user, int level, const char *who, const char *msg)
+{
+	struct busy_log *l = user;
+	(void)level;
+	if (!strcmp(who, "pipeline") && !strncmp(msg, "pipeline busy ms/step, the pipe's ranks:", 40)) {
+		snprintf(l->line, sizeof l->line, "%s", msg);
+		l->n++;
+	}
+}
+
+/* Stage 0's line of the pipe's busy times (stages on ranks) is whole at
+ * 24 stages, about 780 characters: a fixed 512 cut its last stages and
+ * the bubble. */
+START_TEST(test_busy_line_whole)
+{
+	enum { P = 24, M = 1 };
+	struct kiln_pipe_action a[2 * P * M];
+	struct kiln_device *devs[P];
+	struct kiln_config *cfg = test_config(reg, "");
+	struct kiln_device *dev;
+	struct kiln_pipe_timing *t;
+	void *stream;
+	int ticks, live;
+	OK(kiln_device_open(reg, cfg, "cpu", 0, &dev));
+	OK(kiln_device_stream_create(dev, &stream));
+	OK(kiln_pipe_schedule(KILN_PIPE_1F1B, P, M, 0, a, &ticks, &live));
+	for (int s = 0; s < P; s++)
+		devs[s] = dev;
+	OK(kiln_pipe_timing_open(devs, P, a, 2 * P * M, 0.5, NULL, &t));
+	ck_assert(t != NULL);
+	kiln_pipe_timing_only(t, 0);
+	for (int step = 0; step < 2; step++) { /* the first is not counted */
+		for (int i = 0; i < 2 * P * M; i++)
+			if (a[i].stage == 0) {
+				OK(kiln_pipe_timing_mark(t, dev, stream, i, 0));
+				OK(kiln_pipe_timing_mark(t, dev, stream, i, 1));
+			}
+		OK(kiln_pipe_timing_step(t, dev, stream));
+		OK(kiln_device_stream_sync(dev, stream));
+	}
+	double ms[2 * P];
+	for (int s = 0; s < P; s++)
+		ms[2 * s] = 1.0 + 0.125 * s, ms[2 * s + 1] = 0.5;
+	struct busy_log log = { .n = 0 };
+	kiln_log_set_sink(busy_sink, &log);
+	kiln_pipe_timing_report_pipe(t, ms);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_int_eq(log.n, 1);
+	ck_assert_msg(strstr(log.line, " stage 23 3.875 (CPU 0.500),") != NULL, "%s", log.line);
+	/* the busiest stage is the last; the line ends with the split */
+	const char *end = strstr(log.line, "; bubble ");
+	ck_assert_msg(end && strstr(end, "busiest stage 23 idle ") && strstr(end, " + imbalance "),
+		      "%zu characters: %s", strlen(log.line), log.line);
+	ck_assert_int_gt((int)strlen(log.line), 700);
+	kiln_pipe_timing_free(t);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -627,6 +694,7 @@ static Suite *make_pipeline_suite(void)
 					  NULL });
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
+	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
 	return s;
 }
 

@@ -6,6 +6,8 @@
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
+#include "../core/internal.h" /* KILN_PHASE_DATA */
+#include "../core/profile.h"
 #include <jansson.h>
 #include <kiln/kiln.h>
 #include <math.h>
@@ -252,10 +254,10 @@ static void check_same(const struct kiln_train_result *a, const struct kiln_trai
 static const char unfused[] = "run.fuse=0";
 START_TEST(test_profile_cnn)
 {
-	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200];
+	char dir[1024], path[4200];
 	struct kiln_train_result on, off;
 	TEST_REQUIRE_FASHION();
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "profile") != NULL);
 	train(dir, 1, 4, 1, "nchw", 1, unfused, &on);
 	ck_assert_int_eq(on.steps, 10);
 	check_trace(dir, 4);
@@ -283,10 +285,10 @@ END_TEST
  * reorders to NCHW), and profile_steps = 0: the table only, no trace. */
 START_TEST(test_profile_inline_nhwc)
 {
-	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200];
+	char dir[1024], path[4200];
 	struct kiln_train_result on, off;
 	TEST_REQUIRE_FASHION();
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "profile") != NULL);
 	train(dir, 1, 0, 0, "nhwc", 0, "", &on);
 	static const char *const want[] = { "data read inline data", "flat reorder forward",
 					    "input copy_h2d data" };
@@ -320,10 +322,10 @@ kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir);
  * 256 of each note's slot cut before. */
 START_TEST(test_profile_long_note)
 {
-	char dir[] = "/tmp/kiln-profile-XXXXXX", path[4200], note[1024], got[4096];
+	char dir[1024], path[4200], note[1024], got[4096];
 	struct kiln_config *cfg;
 	struct kiln_profile *p = NULL;
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "profile") != NULL);
 	ck_assert(kiln_config_load_string("[run]\nprofile = 1\n", "note.ini", &cfg) == KILN_OK);
 	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
 	ck_assert_msg(kiln_profile_open(cfg, &p) == KILN_OK && p, "%s", kiln_last_error());
@@ -362,12 +364,78 @@ START_TEST(test_profile_long_note)
 }
 END_TEST
 
+/* The log's profile lines that start with the label below, whole. */
+static const char *long_label;
+static int label_logged;
+
+static void label_sink(void *user, int level, const char *who, const char *msg)
+{
+	(void)user;
+	(void)level;
+	if (!strcmp(who, "profile") && !strncmp(msg, long_label, strlen(long_label)) &&
+	    strstr(msg + strlen(long_label), " wait "))
+		label_logged++;
+}
+
+/* A table row of a layer whose name is longer than a line's 512
+ * characters, and than a log message's 2048, is written and logged whole,
+ * its figures after it. */
+START_TEST(test_profile_long_label)
+{
+	char dir[1024], path[1100], label[2100], got[4096];
+	struct kiln_config *cfg;
+	struct kiln_profile *p = NULL;
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "profile") != NULL);
+	for (size_t i = 0; i < sizeof label - 1; i++)
+		label[i] = (char)('a' + i % 26);
+	label[sizeof label - 1] = 0;
+	ck_assert(kiln_config_load_string("[run]\nprofile = 1\n", "label.ini", &cfg) == KILN_OK);
+	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_profile_open(cfg, &p) == KILN_OK && p, "%s", kiln_last_error());
+	for (int i = 0; i < 2; i++) { /* a warm-up step, then one counted */
+		kiln_profile_step(p, 1);
+		kiln_profile_span(p, label, "wait", KILN_PHASE_DATA, KILN_PROF_TRACK_WAIT, 1000000,
+				  3000000);
+		kiln_profile_step(p, 0);
+	}
+	long_label = label;
+	label_logged = 0;
+	kiln_log_set_sink(label_sink, NULL);
+	kiln_status st = kiln_profile_report(p, dir);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	ck_assert_int_eq(label_logged, 1);
+	kiln_profile_free(p);
+	kiln_config_free(cfg);
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s", path);
+	int rows = 0;
+	while (fgets(got, sizeof got, f)) {
+		long long calls = 0;
+		double ms = 0;
+		/* "LABEL  wait  data  1  2.000 ..." */
+		if (!strncmp(got, label, strlen(label)) &&
+		    sscanf(got + strlen(label), " wait data %lld %lf", &calls, &ms) == 2) {
+			ck_assert_int_eq(calls, 1);
+			ck_assert_double_eq_tol(ms, 2.0, 1e-9);
+			rows++;
+		}
+	}
+	fclose(f);
+	ck_assert_msg(rows == 1, "%s: the row of a %zu-character layer name found whole %d times", path,
+		      strlen(label), rows);
+	test_tmpdir_remove(dir);
+}
+END_TEST
+
 static Suite *make_profile_suite(void)
 {
 	Suite *s = suite_create("profile");
 	check_add_case(s, "cnn", 300, NULL, NULL, (const TTest *[]){
 		test_profile_cnn, test_profile_inline_nhwc, NULL });
-	check_add_case(s, "notes", 60, NULL, NULL, (const TTest *[]){ test_profile_long_note, NULL });
+	check_add_case(s, "notes", 60, NULL, NULL, (const TTest *[]){ test_profile_long_note,
+											     test_profile_long_label, NULL });
 	return s;
 }
 

@@ -17,6 +17,7 @@
  */
 #include <check.h>
 #include "check_main.h"
+#include "test_util.h"
 #include <kiln/kiln.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,7 +30,7 @@
 #define REL 1e-4
 
 static struct kiln_registry *reg;
-static char tmpdir[] = "/tmp/kiln-st-check.XXXXXX";
+static char tmpdir[900]; /* $TMPDIR/kiln-st-XXXXXX (st_setup) */
 static const char *srcdir = ".";
 
 static const char *tpath(const char *name)
@@ -825,7 +826,7 @@ static int st_setup(void)
 {
 	if (getenv("srcdir"))
 		srcdir = getenv("srcdir");
-	if (!mkdtemp(tmpdir)) {
+	if (!test_tmpdir_make(tmpdir, sizeof tmpdir, "st")) {
 		perror("mkdtemp");
 		return 1;
 	}
@@ -834,10 +835,7 @@ static int st_setup(void)
 
 static void st_teardown(void)
 {
-	char cmd[1200];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-	if (system(cmd))
-		fprintf(stderr, "could not remove %s\n", tmpdir);
+	test_tmpdir_remove(tmpdir);
 }
 
 static const struct check_main check_suite = { .suite = make_safetensors_suite, .reg = &reg,

@@ -24,6 +24,7 @@
 
 #include <check.h>
 #include "check_main.h"
+#include "test_util.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -446,8 +447,8 @@ START_TEST(test_token_refused)
 	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_EUSAGE);
 	unsetenv("KILN_STORE_TOKEN");
 	/* a token file others may read is refused; mode 600 is taken */
-	char path[] = "/tmp/kiln-token-XXXXXX";
-	int fd = mkstemp(path);
+	char path[1024];
+	int fd = test_tmpfile_make(path, sizeof path, "token");
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, TOKEN_A "\n", sizeof TOKEN_A), (ssize_t)sizeof TOKEN_A);
 	close(fd);

@@ -479,9 +479,9 @@ static const char *mlp_ini =
 
 START_TEST(test_mlp_2000)
 {
-	char ini[2048], dir[] = "/tmp/kiln-train-XXXXXX";
+	char ini[2048], dir[1024];
 	TEST_REQUIRE_FASHION();
-	ck_assert(mkdtemp(dir) != NULL);
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "train") != NULL);
 	snprintf(ini, sizeof ini, mlp_ini, dir, 30, 20, 0);
 	struct kiln_config *cfg = test_config(reg, ini);
 	struct kiln_train_result res;

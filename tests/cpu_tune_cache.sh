@@ -104,13 +104,20 @@ XDG_CACHE_HOME="$tmp/xdg" run plugin.cpu.tune_cache=none
 log_lacks "tune cache"
 [ "$(timed_lines)" -gt 0 ] || fail "none: nothing timed"
 [ -z "$(find "$tmp/xdg" -name 'cpu_tune*')" ] || fail "none wrote $(find "$tmp/xdg" -name 'cpu_tune*')"
+mkdir -p "$tmp/xdg/kiln" "$tmp/xdg/keep"
+echo "an old build's cache" > "$tmp/xdg/kiln/cpu_tune.bin" # before per-build files
+echo "the user's own file" > "$tmp/xdg/keep/cpu_tune.bin"
+XDG_CACHE_HOME="$tmp/xdg" run plugin.cpu.tune_cache="$tmp/xdg/keep/cpu_tune.bin"
+[ -e "$tmp/xdg/kiln/cpu_tune.bin" ] || fail "tune_cache = PATH removed the legacy cpu_tune.bin"
 XDG_CACHE_HOME="$tmp/xdg" run
+log_has "tune cache $tmp/xdg/kiln/cpu_tune.bin: removed, the file of builds before per-build caches"
+[ ! -e "$tmp/xdg/kiln/cpu_tune.bin" ] || fail "the default's first write left the legacy cpu_tune.bin"
 def=$(find "$tmp/xdg/kiln" -name 'cpu_tune-*.bin')
 [ "$(echo "$def" | wc -w)" -eq 1 ] && [ -s "$def" ] || fail "unset: not one $tmp/xdg/kiln/cpu_tune-HASH.bin: $def"
 echo "$def" | grep -Eq '/cpu_tune-[0-9a-f]{16}\.bin$' || fail "unset: default name $def"
 log_has "tune cache $def: "
 [ ! -e "$tmp/xdg/kiln/cpu_tune.bin" ] || fail "unset: the build-less cpu_tune.bin written"
-echo "ok: none writes nothing; the default is under XDG_CACHE_HOME"
+echo "ok: none writes nothing; the default is under XDG_CACHE_HOME and removed the legacy cpu_tune.bin"
 # 7: two runs (ranks) sharing the file, closing at about the same time: each
 # writes a whole file (a temporary and a rename), never half of one
 rm -f "$c"

@@ -39,7 +39,8 @@
 #  4. a rendezvous that never completes (rank 1 of 2 never starts) fails
 #     within the timeout naming the missing rank;
 #  6. `kiln bench comm --nproc 2` prints a positive busbw for each
-#     communicator at each size, and refuses --nproc 1;
+#     communicator at each size and exits 0, refuses --nproc 1, and exits
+#     1 naming a tool asked for that produced no figures;
 #  5. `kiln launch` stops the others when one rank fails and exits with
 #     its status, naming it; the environment it gives each rank is right.
 # Every process runs under `timeout`, so a hang fails the test.
@@ -278,5 +279,13 @@ rows=$(awk '$1 == 4096 || $1 == 16384 { for (i = 2; i <= NF; i++) if ($i == "/" 
 [ "$rows" = 2 ] || { bad "bench comm: expected 2 rows of positive busbw"; cat "$tmp/bc.log"; }
 timeout 10 "$kiln" bench comm --nproc 1 > /dev/null 2>&1
 [ $? = 2 ] || bad "bench comm --nproc 1 was not a usage error"
+# a tool asked for that produced no figures (its ranks refuse a store
+# token of 5 characters) makes bench comm exit 1, naming it
+KILN_STORE_TOKEN=short timeout 60 "$kiln" bench comm --nproc 2 --tools kiln-gloo --max 4096 \
+	--runs 1 > /dev/null 2> "$tmp/bcf.err"
+bcf=$?
+[ "$bcf" = 1 ] || { bad "bench comm whose only tool failed exited $bcf, not 1"; cat "$tmp/bcf.err"; }
+grep -q "kiln bench comm: error: kiln-gloo produced no figures (run 1 failed" "$tmp/bcf.err" ||
+	{ bad "bench comm did not say kiln-gloo produced no figures"; cat "$tmp/bcf.err"; }
 
 exit $fail

@@ -11,8 +11,8 @@
 # sendrecv under the default wait too) on at most 30 ms of CPU time
 # (tests/mpi_coll --wait, --wait-p2p); `kiln bench comm --tools kiln-mpi` as a user
 # runs it (no store secret in the environment: the driver makes one)
-# measures both sizes, and one made to fail (a short store token) shows the
-# ranks' error.  Every run is under `timeout`.
+# measures both sizes (exit 0), and one made to fail (a short store token)
+# shows the ranks' error and exits 1, naming the tool that has no figures.  Every run is under `timeout`.
 set -u
 : "${top_builddir:=.}"
 : "${abs_top_builddir:=$(cd "$top_builddir" && pwd)}"
@@ -60,14 +60,20 @@ timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$prog" plugin.mpi.z
 # kiln bench comm's kiln-mpi: its ranks under mpirun meet at the store
 bc=$(env -u KILN_STORE_TOKEN -u KILN_STORE_TOKEN_FILE timeout 120 \
 	"$abs_top_builddir/kiln" bench comm --tools kiln-mpi --max 16384 --runs 1 2>&1)
+bc_rc=$?
 echo "$bc"
 rows=$(echo "$bc" | awk '($1 == 4096 || $1 == 16384) && $2 + 0 > 0 && $3 == "/" && $4 + 0 > 0 { n++ } END { print n + 0 }')
 [ "$rows" = 2 ] && ! echo "$bc" | grep -q "kiln-mpi: left out" ||
 	{ echo "FAIL: kiln bench comm --tools kiln-mpi measured $rows of 2 sizes"; fail=1; }
+[ "$bc_rc" = 0 ] || { echo "FAIL: kiln bench comm --tools kiln-mpi exited $bc_rc, not 0"; fail=1; }
 # a failed run shows its ranks' last stderr lines (a store token too short:
 # every rank refuses it)
 bf=$(KILN_STORE_TOKEN=short timeout 60 "$abs_top_builddir/kiln" bench comm --tools kiln-mpi \
 	--max 4096 --runs 1 2>&1 > /dev/null)
+bf_rc=$?
+[ "$bf_rc" = 1 ] || { echo "FAIL: kiln bench comm with its only tool failed exited $bf_rc, not 1"; fail=1; }
+echo "$bf" | grep -q "kiln bench comm: error: kiln-mpi produced no figures (run 1 failed" ||
+	{ echo "FAIL: kiln bench comm did not say kiln-mpi produced no figures"; echo "$bf"; fail=1; }
 echo "$bf" | grep -q "kiln-mpi: run 1 failed or printed too little; the last lines its ranks wrote" &&
 	echo "$bf" | grep -q "the store token has 5 characters" ||
 	{ echo "FAIL: a failed kiln bench comm run did not show its ranks' error"; echo "$bf"; fail=1; }

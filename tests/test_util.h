@@ -32,6 +32,15 @@ static inline char *test_tmpdir_make(char *buf, size_t n, const char *tag)
 	return mkdtemp(buf);
 }
 
+/* A fresh file $TMPDIR/kiln-TAG-XXXXXX (TMPDIR defaults to /tmp), its name
+ * into buf: its descriptor, or -1 when mkstemp failed. */
+static inline int test_tmpfile_make(char *buf, size_t n, const char *tag)
+{
+	const char *t = getenv("TMPDIR");
+	snprintf(buf, n, "%s/kiln-%s-XXXXXX", t && *t ? t : "/tmp", tag);
+	return mkstemp(buf);
+}
+
 /* Removes dir and everything below it (links are removed, not followed). */
 static inline void test_tmpdir_remove(const char *dir)
 {
@@ -39,11 +48,13 @@ static inline void test_tmpdir_remove(const char *dir)
 	if (!d)
 		return;
 	struct dirent *de;
-	char p[1024];
+	char p[4608];
 	while ((de = readdir(d)))
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
 			struct stat sb;
-			snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+			const int n = snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+			if (n < 0 || (size_t)n >= sizeof p)
+				continue; /* a path too long to name: left */
 			if (!lstat(p, &sb) && S_ISDIR(sb.st_mode))
 				test_tmpdir_remove(p);
 			else

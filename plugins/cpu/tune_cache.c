@@ -359,6 +359,23 @@ static void put_ours(void *arg, const struct kiln_op *op, int choice)
 	put(m, op, m->threads, choice);
 }
 
+/* The default file's first write also removes the cache of builds before
+ * per-build files ($XDG_CACHE_HOME/kiln/cpu_tune.bin, else under ~/.cache:
+ * nothing reads it any more, and nothing else would remove it); a
+ * tune_cache = PATH leaves it alone (a file of the user's choosing might
+ * be that very name).  Once: afterwards there is none to remove. */
+static void remove_legacy(struct cpu_ctx *c)
+{
+	char name[64], def[sizeof c->tune_path], old[sizeof c->tune_path];
+	default_name(name, sizeof name);
+	if (common_cache_path(def, sizeof def, name) || strcmp(def, c->tune_path) ||
+	    common_cache_path(old, sizeof old, "cpu_tune.bin"))
+		return;
+	if (!unlink(old))
+		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: removed, the file of builds before per-build caches (no longer read)",
+			     old);
+}
+
 void cpu_tune_cache_save(struct cpu_ctx *c)
 {
 	if (!c->tune_path[0])
@@ -389,8 +406,10 @@ void cpu_tune_cache_save(struct cpu_ctx *c)
 	if (common_write_atomic(c->tune_path, part, len, 2))
 		c->host->log(KILN_LOG_WARN, "cpu", "tune cache %s: not written: %s", c->tune_path,
 			     strerror(errno));
-	else
+	else {
 		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: %d choices timed, %zu written",
 			     c->tune_path, timed, m.n);
+		remove_legacy(c);
+	}
 	free(m.r);
 }

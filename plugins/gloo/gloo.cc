@@ -265,6 +265,9 @@ struct Comm {
 	const struct kiln_config *cfg;
 	struct kiln_store *store;
 	std::shared_ptr<gloo::rendezvous::Context> ctx;
+	/* the barrier, made with the mesh (gloo_barrier): its buffers stay
+	 * registered, so a peer's early notice always has a buffer to land in */
+	std::unique_ptr<gloo::BarrierAllToAll> barrier;
 	std::vector<char> scratch; /* reduce_scatter of bf16/f16; used on the stream only */
 	/* f32 reduce_scatters: algorithms bound to a buffer of their own, one
 	 * per count (ZeRO-1's buckets have one or two) */
@@ -809,6 +812,8 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 		c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
 		c->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
 		c->ctx->connectFullMesh(ks, device);
+		/* every rank makes it here, so its slot is the same on all */
+		c->barrier.reset(new gloo::BarrierAllToAll(c->ctx));
 		host->config_get_bool(cfg, "plugin.gloo", "busy_poll", &c->busy);
 		if (c->busy)
 			for (int i = 0; i < world; i++)
@@ -1071,10 +1076,16 @@ kiln_status gloo_barrier(void *ctx)
 	if (c->world == 1)
 		return KILN_OK;
 	try {
-		/* old-style, like the bound collectives: a new-style barrier's
-		 * message arriving before this rank posts its receive leaves
-		 * Gloo's event loop spinning on EPOLLIN until it does */
-		gloo::BarrierAllToAll(c->ctx).run();
+		/* old-style, like the bound collectives, and made once with
+		 * the mesh (comm_open).  A message for a slot with no buffer
+		 * registered yet leaves Gloo's event loop spinning on EPOLLIN,
+		 * holding the pair's lock, until this rank registers one (a
+		 * new-style barrier's receive, or a BarrierAllToAll made per
+		 * call: the peer's notice came before this rank made its
+		 * buffers).  With the rank's threads bound to one CPU shared
+		 * with other work, the registration then waited on that lock
+		 * past the 60 s read timeout (kiln bench comm under load 15). */
+		c->barrier->run();
 	} catch (const std::exception &e) {
 		return H->error(KILN_EIO, "gloo: rank %d of %d: barrier failed: %s", c->rank, c->world,
 				e.what());
