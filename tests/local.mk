@@ -567,6 +567,14 @@ TESTS += tests/check_cpu_async
 tests_check_cpu_async_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_async_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# the CPU plugin's kernel choices timed under contention: provisional in
+# the tune cache, re-timed quiet, never over a confident one (plugins/cpu/tune.c)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_tune
+TESTS += tests/check_cpu_tune
+tests_check_cpu_tune_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_tune_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 # the CPU device's split GEMMs: the product, its bytes on any team, a late
 # helper that does not hold the caller (plugins/cpu/gemm.c, split.c)
 if HAVE_CHECK
