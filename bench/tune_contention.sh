@@ -58,8 +58,9 @@ for r in $(seq 1 "$RUNS"); do
         for q in $(seq 1 "$QUIET"); do
             rate=$(one "$b quiet" "$bin" "$pp" "$cache" "$DIR/$b-$r-q$q.log")
             re=$(grep -cE 'kernel [0-9.]+ ms, f32 kernel' "$DIR/$b-$r-q$q.log" || true)
+            probe=$(sed -n 's/.*provisional choices; \(waited [0-9.]* s a second\).*: \([a-z]*\),.*/\1: \2/p' "$DIR/$b-$r-q$q.log" | head -1)
             c1=$(grep -F 'bf16 CONV bf16[128, 1, 28, 28]' "$DIR/$b-$r-q$q.log" | sed 's/.*: the \([a-z0-9]*\) kernel.*/\1/' | head -1)
-            echo "round $r $b: cold $cold samples/s, timed $timed ($prov provisional, conv1 fwd ${conv1:-?}); quiet $q: $rate samples/s, re-timed $re${c1:+ (conv1 fwd $c1)}; loadavg $(cut -d' ' -f1 /proc/loadavg)"
+            echo "round $r $b: cold $cold samples/s, timed $timed ($prov provisional, conv1 fwd ${conv1:-?}); quiet $q: $rate samples/s, re-timed $re${c1:+ (conv1 fwd $c1)}${probe:+, probe $probe}; loadavg $(cut -d' ' -f1 /proc/loadavg)"
             echo "$rate" >>"$DIR/$b-q$q.rates"
         done
     done
