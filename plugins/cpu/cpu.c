@@ -122,9 +122,6 @@ static kiln_status cpu_async_choice(const struct kiln_host *host, const struct k
 #define CPU_AUTO_GRAD_BYTES (4 << 20)
 #define CPU_AUTO_FWD_FLOPS 256e6
 #define CPU_PROBE_NS 40000000LL
-/* busy: the issuing thread waited for a CPU more than this, in seconds a
- * second (the probe's and the watch's threshold) */
-#define CPU_WAIT_BUSY 0.25
 
 static int64_t watch_now_ns(void)
 {
@@ -133,23 +130,35 @@ static int64_t watch_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The calling thread's run-queue wait over CPU_PROBE_NS of spinning, in
- * seconds a second (KILN_CPU_PROBEWAIT, the tests' hook: that); < 0 where
- * schedstat does not read.  Spinning, the thread wants a CPU all along, so
- * its wait is what a step would wait now. */
-static double cpu_probe_wait(void)
+void cpu_wait_begin(struct cpu_wait_mark *m)
+{
+	m->delay_ns = cpu_self_delay_ns();
+	m->t_ns = watch_now_ns();
+}
+
+double cpu_wait_end(const struct cpu_wait_mark *m)
+{
+	const int64_t d1 = cpu_self_delay_ns(), t = watch_now_ns();
+	if (m->delay_ns < 0 || d1 < 0)
+		return -1;
+	/* schedstat's counter only grows; clamp all the same */
+	return d1 < m->delay_ns || t <= m->t_ns ? 0 : (double)(d1 - m->delay_ns) / (double)(t - m->t_ns);
+}
+
+/* Spinning, the thread wants a CPU all along, so its wait is what a step
+ * would wait now. */
+double cpu_probe_wait(void)
 {
 	const char *hook = getenv("KILN_CPU_PROBEWAIT");
 	if (hook && *hook)
 		return atof(hook);
-	const int64_t d0 = cpu_self_delay_ns(), t0 = watch_now_ns();
-	if (d0 < 0)
+	struct cpu_wait_mark m;
+	cpu_wait_begin(&m);
+	if (m.delay_ns < 0)
 		return -1;
-	int64_t t;
-	while ((t = watch_now_ns()) - t0 < CPU_PROBE_NS)
+	while (watch_now_ns() - m.t_ns < CPU_PROBE_NS)
 		;
-	const int64_t d1 = cpu_self_delay_ns();
-	return d1 < d0 ? 0 : (double)(d1 - d0) / (double)(t - t0);
+	return cpu_wait_end(&m);
 }
 
 /* 1 async, 0 sync; why (n bytes) says from what.  The model first: a big

@@ -90,6 +90,12 @@ struct cpu_ctx {
 	 * runs ("": none), and how many of them it gave (tune_cache.c) */
 	char tune_path[4096];
 	int tune_read;
+	/* choices timed by this context (new or re-timed: the cache is
+	 * written when any), provisional ones from the cache re-timed (at
+	 * most CPU_TUNE_RETIMES), and whether the machine was quiet when the
+	 * first of those was found (0 not probed yet, 1 quiet, 2 busy; tune.c,
+	 * under lock) */
+	int tune_timed, tune_retimed, tune_quiet;
 	void *engine;       /* dnnl_engine_t, shared by every plan */
 	/* One lock for every stream and event of the process's CPU
 	 * contexts (a handful of streams; several contexts when pipeline
@@ -356,10 +362,37 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
-/* The persistent cache's hooks: remember a choice as if timed; call fn on
- * each choice (fn may be NULL), returning how many there are. */
-void cpu_tune_add(struct cpu_ctx *c, const struct kiln_op *op, int choice);
-int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, int), void *arg);
+/* One kept choice, as the persistent cache stores it: the candidate, and
+ * whether it was timed under contention (provisional: re-timed by a later
+ * context that finds the machine quiet, never written over a confident
+ * one) with the timing thread's run-queue wait then, in seconds a second
+ * (< 0: not measured). */
+struct cpu_tune_val {
+	int choice;
+	int provisional;
+	double wait;
+};
+/* The persistent cache's hooks: remember a choice read from the file; call
+ * fn on each choice (fn may be NULL), returning how many there are. */
+void cpu_tune_add(struct cpu_ctx *c, const struct kiln_op *op, const struct cpu_tune_val *v);
+int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, const struct cpu_tune_val *),
+		  void *arg);
+
+/* ---- contention now (cpu.c): the async rule's probe, the tune's timing ---- */
+/* busy: the thread waited for a CPU more than this, in seconds a second of
+ * wall time (the async rule's probe and watch, tune.c's timing) */
+#define CPU_WAIT_BUSY 0.25
+/* The calling thread's run-queue wait between cpu_wait_begin and
+ * cpu_wait_end (schedstat, cpu_self_delay_ns), in seconds a second; < 0
+ * where schedstat does not read. */
+struct cpu_wait_mark {
+	int64_t delay_ns, t_ns;
+};
+void cpu_wait_begin(struct cpu_wait_mark *m);
+double cpu_wait_end(const struct cpu_wait_mark *m);
+/* That wait over CPU_PROBE_NS of spinning (KILN_CPU_PROBEWAIT, the tests'
+ * hook: that): what a thread that wants a CPU waits now. */
+double cpu_probe_wait(void);
 
 /* ---- tune_cache.c: the choices kept between runs -------------------- */
 /* Resolve [plugin.cpu] tune_cache into c->tune_path (cfg NULL: none). */

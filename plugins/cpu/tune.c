@@ -36,6 +36,21 @@
  * the time).  The first CPU_CONV_IMPLS distinct ones are prepared and
  * timed the same way, the fastest kept (conv.c, p->conv_impl).  Kernels
  * differ in summation order only.
+ *
+ * Contention (docs/PERFORMANCE.md, "Session 14: tune cache under
+ * contention"): CPU time leaves preemption out, not what a busy neighbour
+ * does to caches, memory bandwidth and a hyper-thread sibling, and a choice
+ * timed on a busy machine was kept (tune_cache.c) for every later run: a
+ * bf16 CNN timed at load 17 took the f32 kernel for conv1's forward, 2.40
+ * ms against the bf16 kernel's 1.65 on a quieter machine.  So the timing
+ * thread's run-queue wait over the timed runs (cpu_wait_begin/end, the
+ * async rule's measure, with its threshold CPU_WAIT_BUSY; the tests' hook
+ * KILN_CPU_TUNEWAIT stands for it) marks a choice timed above it
+ * provisional (tune_choose: the one rule).  A later context that reads a
+ * provisional choice from the cache and finds the machine quiet
+ * (cpu_probe_wait, once per context) times that op again, at most
+ * CPU_TUNE_RETIMES of them per context so that a set-up stays short; the
+ * cache never writes a provisional choice over a confident one.
  */
 #include "cpu.h"
 #include "dnn.h"
@@ -44,11 +59,17 @@
 #include <string.h> /* memcmp, memcpy, memset */
 #include <time.h>   /* clock_gettime */
 
+/* provisional choices from the cache one context re-times, at most */
+#define CPU_TUNE_RETIMES 8
+
 /* A choice made by timing: the op it was made for, and its outcome. */
 struct cpu_choice {
 	struct cpu_choice *next;
 	struct kiln_op op;
 	int kern_f32;  /* a bf16 op's choice, or an f32 CONV's conv_impl */
+	int provisional; /* timed under contention (tune_choose) */
+	int from_file;   /* read from the tune cache, not timed in this context */
+	double wait;     /* the timing thread's run-queue wait while timed, s/s */
 };
 
 static double now_s(void)
@@ -181,18 +202,31 @@ static double median(double *v, int n)
 
 #define TUNE_ROUNDS 31
 
+/* The timing thread's run-queue wait over the timed runs, in seconds a
+ * second (KILN_CPU_TUNEWAIT, the tests' hook: that); < 0 not measured. */
+static double tune_wait(const struct cpu_wait_mark *m)
+{
+	const char *hook = getenv("KILN_CPU_TUNEWAIT");
+	if (hook && *hook)
+		return atof(hook);
+	return cpu_wait_end(m);
+}
+
 /* Seconds of one run of each of the n plans q[] on scratch tensors of
- * op's shapes, t[i] < 0 when a plan failed to run: the median over the
+ * op's shapes, t[i] < 0 when a plan failed to run, and *wait the timing
+ * thread's run-queue wait meanwhile (tune_wait): the median over the
  * timed runs (5 to 31, which interleave the candidates so that a load
  * spike hits each) of the process CPU time a run took.  The minimum of
  * wall times, taken before, flipped the choice on a loaded machine (one
  * lucky run decides; a preempted run counts its wait): CPU time leaves
  * the preemptions out, the median one run's luck (docs/PERFORMANCE.md,
  * "Issue 23, session 10"). */
-static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *t)
+static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *t, double *wait)
 {
 	struct kiln_op_args a;
+	struct cpu_wait_mark m;
 	size_t ws = 0;
+	*wait = -1;
 	double runs[CPU_CONV_IMPLS > 2 ? CPU_CONV_IMPLS : 2][TUNE_ROUNDS];
 	for (int k = 0; k < n; k++) {
 		t[k] = -1;
@@ -216,6 +250,7 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 	/* at least 5 rounds, more for short ops: about 30 ms per candidate */
 	int rounds = first > 0 ? (int)(0.03 / first) : TUNE_ROUNDS;
 	rounds = rounds < 5 ? 5 : rounds > TUNE_ROUNDS ? TUNE_ROUNDS : rounds;
+	cpu_wait_begin(&m);
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < n; k++) {
 			const double t0 = cpu_s();
@@ -223,6 +258,7 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 				goto out;
 			runs[k][r] = cpu_s() - t0;
 		}
+	*wait = tune_wait(&m);
 	for (int k = 0; k < n; k++)
 		t[k] = median(runs[k], rounds);
 out:
@@ -269,29 +305,103 @@ static void tune_key(const struct kiln_op *op, struct kiln_op *key)
 	memcpy(key->f, op->f, sizeof key->f);
 }
 
+/* The choice rule, the one place it is: of the n candidates timed t[]
+ * (time_plans; < 0 failed), the fastest, the first on a tie or a failure;
+ * *provisional when the timing thread waited for a CPU more than
+ * CPU_WAIT_BUSY while timing (unmeasured, < 0: confident, as before). */
+static int tune_choose(const double *t, int n, double wait, int *provisional)
+{
+	int best = 0;
+	for (int k = 1; k < n; k++)
+		if (t[k] >= 0 && t[best] >= 0 && t[k] < t[best])
+			best = k;
+	*provisional = wait > CPU_WAIT_BUSY;
+	return best;
+}
+
+/* ", provisional (...)" for a log line when p. */
+static const char *prov_str(int p, double wait, char *s, size_t n)
+{
+	if (!p)
+		return "";
+	snprintf(s, n, ", provisional (timed under contention: waited %.2f s a second for a CPU)", wait);
+	return s;
+}
+
+/* Whether this context may re-time a provisional choice from the cache
+ * now: the machine quiet (probed once per context) and fewer than
+ * CPU_TUNE_RETIMES re-timed; counts the one it grants. */
+static int may_retime(struct cpu_ctx *c)
+{
+	pthread_mutex_lock(c->lock);
+	int quiet = c->tune_quiet, ok = c->tune_retimed < CPU_TUNE_RETIMES;
+	pthread_mutex_unlock(c->lock);
+	if (!ok)
+		return 0;
+	if (!quiet) { /* a 40 ms spin, once (two prepares at once: twice) */
+		const double w = cpu_probe_wait();
+		quiet = w > CPU_WAIT_BUSY ? 2 : 1;
+		c->host->log(KILN_LOG_INFO, "cpu",
+			     "tune cache: provisional choices; waited %.2f s a second for a CPU over 40 ms: %s (at most %d a run)",
+			     w, quiet == 1 ? "quiet, re-timing them" : "busy, keeping them", CPU_TUNE_RETIMES);
+	}
+	pthread_mutex_lock(c->lock);
+	c->tune_quiet = quiet;
+	ok = quiet == 1 && c->tune_retimed < CPU_TUNE_RETIMES;
+	c->tune_retimed += ok;
+	pthread_mutex_unlock(c->lock);
+	return ok;
+}
+
+/* The choice kept for op's key, or -1: none, or a provisional one read
+ * from the cache that this context times again now (may_retime). */
 static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
 {
 	struct kiln_op key;
 	tune_key(op, &key);
-	int f32 = -1;
+	int f32 = -1, stale = 0;
+	double wait = 0;
 	pthread_mutex_lock(c->lock);
 	for (const struct cpu_choice *h = c->choices; h && f32 < 0; h = h->next)
-		if (!memcmp(&h->op, &key, sizeof key))
+		if (!memcmp(&h->op, &key, sizeof key)) {
 			f32 = h->kern_f32;
+			stale = h->provisional && h->from_file;
+			wait = h->wait;
+		}
 	pthread_mutex_unlock(c->lock);
+	if (stale && may_retime(c)) {
+		char s0[96];
+		c->host->log(KILN_LOG_INFO, "cpu",
+			     "%s %s: re-timing the cached choice %d, provisional (timed waiting %.2f s a second for a CPU)",
+			     cpu_op_name(op->type), cpu_desc_str(&op->in[0], s0, sizeof s0), f32, wait);
+		return -1;
+	}
 	return f32;
 }
 
-static void keep_choice(struct cpu_ctx *c, const struct kiln_op *op, int f32)
+/* Remember op's choice (in place of a kept one of its key); timed: by this
+ * context (counted for the cache), else read from the cache. */
+static void keep_choice(struct cpu_ctx *c, const struct kiln_op *op, int f32, int provisional,
+			double wait, int timed)
 {
-	struct cpu_choice *h = calloc(1, sizeof *h);
-	if (!h) /* only a cache: the next prepare of this shape times again */
-		return;
-	tune_key(op, &h->op);
-	h->kern_f32 = f32;
+	struct kiln_op key;
+	tune_key(op, &key);
 	pthread_mutex_lock(c->lock);
-	h->next = c->choices;
-	c->choices = h;
+	struct cpu_choice *h = c->choices;
+	while (h && memcmp(&h->op, &key, sizeof key))
+		h = h->next;
+	if (!h && (h = calloc(1, sizeof *h))) {
+		h->op = key;
+		h->next = c->choices;
+		c->choices = h;
+	}
+	if (h) { /* else only a cache: the next prepare of this shape times again */
+		h->kern_f32 = f32;
+		h->provisional = provisional;
+		h->wait = wait;
+		h->from_file = !timed;
+	}
+	c->tune_timed += timed;
 	pthread_mutex_unlock(c->lock);
 }
 
@@ -339,20 +449,19 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 			break;
 		}
 	}
-	double t[CPU_CONV_IMPLS];
+	double t[CPU_CONV_IMPLS], wait = -1;
+	int prov = 0;
 	best = 0;
 	if (n > 1) {
-		time_plans(c, cand, n, t);
-		for (int k = 1; k < n; k++)
-			if (t[k] >= 0 && t[best] >= 0 && t[k] < t[best])
-				best = k;
-		char s0[96], s2[96];
+		time_plans(c, cand, n, t, &wait);
+		best = tune_choose(t, n, wait, &prov);
+		char s0[96], s2[96], sp[96];
 		c->host->log(KILN_LOG_INFO, "cpu",
-			     "f32 CONV %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest: implementation %d",
+			     "f32 CONV %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest: implementation %d%s",
 			     cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
-			     n, 1e3 * t[0], 1e3 * t[best], best);
+			     n, 1e3 * t[0], 1e3 * t[best], best, prov_str(prov, wait, sp, sizeof sp));
 	}
-	keep_choice(c, &op, best);
+	keep_choice(c, &op, best, prov, wait, 1);
 	if (best) { /* the faster candidate replaces the first in p */
 		cpu_plan_release(p);
 		memcpy(p, cand[best], sizeof *p);
@@ -414,19 +523,20 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 		return KILN_OK;
 	}
 	struct cpu_plan *const cand[2] = { p, q };
-	double t[2];
-	time_plans(c, cand, 2, t);
-	f32 = t[0] >= 0 && t[1] >= 0 && t[1] < t[0];
+	double t[2], wait;
+	int prov;
+	time_plans(c, cand, 2, t, &wait);
+	f32 = tune_choose(t, 2, wait, &prov);
 	{
-		char s0[96], s1[96], s2[96];
+		char s0[96], s1[96], s2[96], sp[96];
 		c->host->log(KILN_LOG_INFO, "cpu",
-			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms: the %s kernel",
+			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms: the %s kernel%s",
 			     cpu_op_name(op.type), cpu_desc_str(&op.in[0], s0, sizeof s0),
 			     cpu_desc_str(&op.in[1], s1, sizeof s1),
 			     cpu_desc_str(&op.out[0], s2, sizeof s2), 1e3 * t[0], 1e3 * t[1],
-			     f32 ? "f32" : "bf16");
+			     f32 ? "f32" : "bf16", prov_str(prov, wait, sp, sizeof sp));
 	}
-	keep_choice(c, &op, f32);
+	keep_choice(c, &op, f32, prov, wait, 1);
 	if (f32) { /* the f32 candidate replaces the bf16 one in p */
 		cpu_plan_release(p);
 		memcpy(p, q, sizeof *p);
@@ -439,18 +549,21 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 
 /* ---- the persistent cache's hooks (tune_cache.c) ---------------------- */
 
-void cpu_tune_add(struct cpu_ctx *c, const struct kiln_op *op, int choice)
+void cpu_tune_add(struct cpu_ctx *c, const struct kiln_op *op, const struct cpu_tune_val *v)
 {
-	keep_choice(c, op, choice);
+	keep_choice(c, op, v->choice, v->provisional, v->wait, 0);
 }
 
-int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, int), void *arg)
+int cpu_tune_each(struct cpu_ctx *c, void (*fn)(void *, const struct kiln_op *, const struct cpu_tune_val *),
+		  void *arg)
 {
 	int n = 0;
 	pthread_mutex_lock(c->lock);
 	for (const struct cpu_choice *h = c->choices; h; h = h->next, n++)
-		if (fn)
-			fn(arg, &h->op, h->kern_f32);
+		if (fn) {
+			const struct cpu_tune_val v = { h->kern_f32, h->provisional, h->wait };
+			fn(arg, &h->op, &v);
+		}
 	pthread_mutex_unlock(c->lock);
 	return n;
 }

@@ -15,8 +15,13 @@
  *                     version and ISA (cpu_dnn_isa), the CPU's model name;
  *                     the record count and an FNV-1a checksum of the records
  *   struct tune_rec[] the op descriptor (shape, dtype, layout, attributes),
- *                     the team it was timed with, the choice
+ *                     the team it was timed with, the choice, whether it
+ *                     is provisional (timed under contention, tune.c) and
+ *                     the timing thread's run-queue wait then
  *
+ * Format 2 (session 14) added the last two; a format-1 file (read with
+ * an explicit tune_cache = PATH: the default name is of the header, so
+ * another format has another file) is stale like any other.
  * A file whose header names another kiln, build, oneDNN, ISA or CPU is
  * stale: an info line, every op is timed again and the file rewritten.  A
  * damaged one (short, a wrong length or checksum) is reported with its name
@@ -24,7 +29,9 @@
  * reads the records of its own team when it opens; when it closes having
  * timed anything new, it merges its choices into what the file then holds
  * (another rank may have written it meanwhile) and replaces the file
- * atomically (common_write_atomic: a reader sees the old file or the new).
+ * atomically (common_write_atomic: a reader sees the old file or the new);
+ * a provisional choice never replaces a confident one there, a confident
+ * or a re-timed one replaces what the file held.
  * Two ranks closing together may each write the union they saw, so one
  * rank's new choices can be lost: they are timed again next run, never
  * read half-written.
@@ -42,7 +49,7 @@
 #include <string.h>
 
 #define TUNE_MAGIC "KILNCTC\n"
-#define TUNE_FORMAT 1
+#define TUNE_FORMAT 2
 #define TUNE_MAX_RECS (1 << 20) /* a file claiming more is damaged */
 
 struct tune_hdr {
@@ -60,6 +67,9 @@ struct tune_rec {
 	struct kiln_op op;
 	int32_t threads; /* the team it was timed with */
 	int32_t choice;  /* kern_f32 of a bf16 op, conv_impl of an f32 CONV */
+	int32_t provisional; /* 1: timed under contention (tune.c, tune_choose) */
+	int32_t wait_milli;  /* the timing thread's run-queue wait then, in
+			      * thousandths of a second a second; -1 unmeasured */
 };
 
 /* What a file holds, read whole. */
@@ -307,19 +317,22 @@ void cpu_tune_cache_load(struct cpu_ctx *c)
 		return;
 	default: break;
 	}
-	int read = 0;
+	int read = 0, prov = 0;
 	/* a choice no candidate list has (a file written by hand) is skipped:
 	 * that op is timed */
 	const int most = CPU_CONV_IMPLS > 2 ? CPU_CONV_IMPLS : 2;
 	for (size_t i = 0; i < f.n; i++)
 		if (f.r[i].threads == c->threads && f.r[i].choice >= 0 && f.r[i].choice < most) {
-			cpu_tune_add(c, &f.r[i].op, f.r[i].choice);
+			const struct cpu_tune_val v = { f.r[i].choice, f.r[i].provisional != 0,
+							f.r[i].wait_milli < 0 ? -1 : f.r[i].wait_milli / 1e3 };
+			cpu_tune_add(c, &f.r[i].op, &v);
 			read++;
+			prov += v.provisional;
 		}
 	free(f.r);
 	c->tune_read = read;
-	c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: %d choices read for %d threads", c->tune_path,
-		     read, c->threads);
+	c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: %d choices read for %d threads (%d provisional)",
+		     c->tune_path, read, c->threads, prov);
 }
 
 /* The records to write: the file's of other teams and ops, then ours. */
@@ -328,13 +341,23 @@ struct merge {
 	size_t n, cap;
 	int threads;
 	int fail;
+	int kept; /* confident records a provisional choice of ours left alone */
 };
 
-static void put(struct merge *m, const struct kiln_op *op, int threads, int choice)
+/* Add or replace op's record for the team; a provisional choice does not
+ * replace a confident one (counted in m->kept). */
+static void put(struct merge *m, const struct kiln_op *op, int threads, int choice, int provisional,
+		int32_t wait_milli)
 {
 	for (size_t i = 0; i < m->n; i++)
 		if (m->r[i].threads == threads && !memcmp(&m->r[i].op, op, sizeof *op)) {
+			if (provisional && !m->r[i].provisional) {
+				m->kept++;
+				return;
+			}
 			m->r[i].choice = choice;
+			m->r[i].provisional = provisional;
+			m->r[i].wait_milli = wait_milli;
 			return;
 		}
 	if (m->n == m->cap) {
@@ -350,13 +373,16 @@ static void put(struct merge *m, const struct kiln_op *op, int threads, int choi
 	m->r[m->n].op = *op;
 	m->r[m->n].threads = threads;
 	m->r[m->n].choice = choice;
+	m->r[m->n].provisional = provisional;
+	m->r[m->n].wait_milli = wait_milli;
 	m->n++;
 }
 
-static void put_ours(void *arg, const struct kiln_op *op, int choice)
+static void put_ours(void *arg, const struct kiln_op *op, const struct cpu_tune_val *v)
 {
 	struct merge *m = arg;
-	put(m, op, m->threads, choice);
+	const double w = v->wait < 0 ? -1 : v->wait > 1e6 ? 1e6 : v->wait;
+	put(m, op, m->threads, v->choice, v->provisional, w < 0 ? -1 : (int32_t)(w * 1e3 + 0.5));
 }
 
 /* The default file's first write also removes the cache of builds before
@@ -380,7 +406,9 @@ void cpu_tune_cache_save(struct cpu_ctx *c)
 {
 	if (!c->tune_path[0])
 		return;
-	const int timed = cpu_tune_each(c, NULL, NULL) - c->tune_read;
+	pthread_mutex_lock(c->lock);
+	const int timed = c->tune_timed; /* new or re-timed */
+	pthread_mutex_unlock(c->lock);
 	if (timed <= 0)
 		return; /* nothing new */
 	struct tune_hdr h;
@@ -390,7 +418,8 @@ void cpu_tune_cache_save(struct cpu_ctx *c)
 	struct merge m = { .threads = c->threads };
 	if (read_file(c->tune_path, &h, &f, why, sizeof why) == TUNE_OK) {
 		for (size_t i = 0; i < f.n; i++)
-			put(&m, &f.r[i].op, f.r[i].threads, f.r[i].choice);
+			put(&m, &f.r[i].op, f.r[i].threads, f.r[i].choice, f.r[i].provisional != 0,
+			    f.r[i].wait_milli);
 		free(f.r);
 	}
 	cpu_tune_each(c, put_ours, &m);
@@ -407,8 +436,12 @@ void cpu_tune_cache_save(struct cpu_ctx *c)
 		c->host->log(KILN_LOG_WARN, "cpu", "tune cache %s: not written: %s", c->tune_path,
 			     strerror(errno));
 	else {
-		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: %d choices timed, %zu written",
-			     c->tune_path, timed, m.n);
+		size_t prov = 0;
+		for (size_t i = 0; i < m.n; i++)
+			prov += m.r[i].provisional != 0;
+		c->host->log(KILN_LOG_INFO, "cpu",
+			     "tune cache %s: %d choices timed, %zu written (%zu provisional; %d provisional of ours left out for confident ones)",
+			     c->tune_path, timed, m.n, prov, m.kept);
 		remove_legacy(c);
 	}
 	free(m.r);

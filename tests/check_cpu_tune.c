@@ -1,0 +1,291 @@
+/* tests/check_cpu_tune.c - the CPU plugin's timed kernel choices under
+ * contention (plugins/cpu/tune.c, tune_choose; tune_cache.c): a bf16 GEMM
+ * timed while the timing thread waits for a CPU (KILN_CPU_TUNEWAIT stands
+ * for its run-queue wait; a real busy thread pinned beside it gives it) is
+ * kept in the cache as provisional; a later context that finds the machine
+ * busy (KILN_CPU_PROBEWAIT, the async rule's probe) keeps it, one that
+ * finds it quiet times it again, confident now, at most 8 a context; a
+ * provisional choice never replaces a confident one in the file.  What
+ * happened is read from the plugin's log (the lines tests/cpu_tune_cache.sh
+ * reads too).
+ */
+#include "../core/internal.h" /* first: build-config.h's _GNU_SOURCE (CPU_SET) */
+#include <kiln/kiln.h>
+#include <kiln/plugin.h>
+
+#include <check.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "check_main.h"
+
+static struct kiln_registry *reg;
+
+/* ---- the log, captured ---- */
+static char logbuf[1 << 16];
+static size_t loglen;
+
+static void sink(void *user, int level, const char *who, const char *msg)
+{
+	(void)user, (void)level;
+	const int n = snprintf(logbuf + loglen, sizeof logbuf - loglen, "[%s] %s\n", who, msg);
+	if (n > 0 && loglen + (size_t)n < sizeof logbuf)
+		loglen += (size_t)n;
+}
+
+static void log_clear(void)
+{
+	loglen = 0;
+	logbuf[0] = 0;
+}
+
+/* Lines of the log holding a, and b too when given. */
+static int log_count(const char *a, const char *b)
+{
+	int n = 0;
+	for (const char *p = logbuf; *p;) {
+		const char *e = strchr(p, '\n');
+		const size_t len = e ? (size_t)(e - p) : strlen(p);
+		char line[1024];
+		snprintf(line, sizeof line, "%.*s", (int)len, p);
+		n += strstr(line, a) && (!b || strstr(line, b));
+		p += len + (e != NULL);
+	}
+	return n;
+}
+
+#define TIMED "ms, f32 kernel"
+#define LOG_HAS(s) ck_assert_msg(log_count(s, NULL) > 0, "log lacks \"%s\":\n%s", s, logbuf)
+
+/* ---- a device with the cache in path, team of 1 ---- */
+static char path[4096];
+
+struct dev {
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+};
+
+static void open_dev(struct dev *d)
+{
+	char o[4200];
+	ck_assert(kiln_config_new(&d->cfg) == 0);
+	ck_assert(kiln_config_override(d->cfg, "run.threads=1") == 0);
+	snprintf(o, sizeof o, "plugin.cpu.tune_cache=%s", path);
+	ck_assert(kiln_config_override(d->cfg, o) == 0);
+	const kiln_status st = kiln_device_open(reg, d->cfg, "cpu", 0, &d->dev);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+}
+
+static void close_dev(struct dev *d)
+{
+	kiln_device_close(d->dev);
+	kiln_config_free(d->cfg);
+}
+
+static struct kiln_tensor_desc td2(int dt, int64_t a, int64_t b)
+{
+	struct kiln_tensor_desc d;
+	memset(&d, 0, sizeof d);
+	d.dtype = dt;
+	d.ndim = b ? 2 : 1;
+	d.dims[0] = a;
+	d.dims[1] = b;
+	return d;
+}
+
+/* Prepare (and free) a bf16 GEMM [m, k] x [n, k]^T: `auto` times it or
+ * takes the kept choice. */
+static void prepare_gemm(struct dev *d, int m, int n, int k)
+{
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_GEMM;
+	op.n_in = 2, op.n_out = 1;
+	op.in[0] = td2(KILN_BF16, m, k), op.in[1] = td2(KILN_BF16, n, k);
+	op.out[0] = td2(KILN_BF16, m, n);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = m, op.i[3] = n, op.i[4] = k;
+	op.f[0] = 1.0;
+	void *plan = NULL;
+	size_t ws = 0;
+	const kiln_status st = kiln_device_prepare(d->dev, &op, &plan, &ws);
+	ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+	kiln_device_plan_free(d->dev, plan);
+}
+
+/* M and N of one_run's GEMMs (K: 64, 80, 96, ...) */
+static int gemm_mn = 32;
+
+/* One context: open, prepare the GEMMs of `shapes` sizes, close; the log
+ * of it in logbuf.  tune, probe: the hooks ("" unset). */
+static void one_run(const char *tune, const char *probe, int shapes)
+{
+	if (*tune)
+		setenv("KILN_CPU_TUNEWAIT", tune, 1);
+	else
+		unsetenv("KILN_CPU_TUNEWAIT");
+	if (*probe)
+		setenv("KILN_CPU_PROBEWAIT", probe, 1);
+	else
+		unsetenv("KILN_CPU_PROBEWAIT");
+	log_clear();
+	struct dev d;
+	open_dev(&d);
+	for (int s = 0; s < shapes; s++)
+		prepare_gemm(&d, gemm_mn, gemm_mn, 64 + 16 * s);
+	close_dev(&d);
+}
+
+static void setup(void)
+{
+	const char *t = getenv("TMPDIR");
+	snprintf(path, sizeof path, "%s/check_cpu_tune-%d.bin", t && *t ? t : "/tmp", (int)getpid());
+	unlink(path);
+	kiln_log_set_level(KILN_LOG_INFO);
+	kiln_log_set_sink(sink, NULL);
+}
+
+static void teardown(void)
+{
+	kiln_log_set_sink(NULL, NULL);
+	unlink(path);
+	unsetenv("KILN_CPU_TUNEWAIT");
+	unsetenv("KILN_CPU_PROBEWAIT");
+}
+
+/* Timed waiting 0.6 s a second for a CPU (above CPU_WAIT_BUSY, 0.25):
+ * provisional; busy later: kept, not timed; quiet later: timed again,
+ * confident; then read confident and timed no more, even by a busy run. */
+START_TEST(test_contended_provisional_retimed)
+{
+	one_run("0.6", "", 1);
+	ck_assert_int_eq(log_count(TIMED, NULL), 1);
+	ck_assert_int_eq(log_count(TIMED, "provisional (timed under contention: waited 0.60 s"), 1);
+	LOG_HAS(": 1 choices timed, 1 written (1 provisional;");
+
+	one_run("0.6", "0.6", 1);
+	LOG_HAS(": 1 choices read for 1 threads (1 provisional)");
+	LOG_HAS("waited 0.60 s a second for a CPU over 40 ms: busy, keeping them");
+	ck_assert_int_eq(log_count(TIMED, NULL), 0);
+	ck_assert_int_eq(log_count("written", NULL), 0);
+
+	one_run("0.1", "0.1", 1);
+	LOG_HAS(": 1 choices read for 1 threads (1 provisional)");
+	LOG_HAS("quiet, re-timing them");
+	LOG_HAS("re-timing the cached choice");
+	ck_assert_int_eq(log_count(TIMED, NULL), 1);
+	ck_assert_int_eq(log_count(TIMED, "provisional"), 0);
+	LOG_HAS(": 1 choices timed, 1 written (0 provisional;");
+
+	one_run("0.6", "0", 1);
+	LOG_HAS(": 1 choices read for 1 threads (0 provisional)");
+	ck_assert_int_eq(log_count(TIMED, NULL), 0);
+	ck_assert_int_eq(log_count("written", NULL), 0);
+}
+END_TEST
+
+/* At most 8 re-timings a context: 10 provisional choices take two quiet
+ * runs, 8 then 2; the third times none. */
+START_TEST(test_retimes_bounded)
+{
+	one_run("0.6", "", 10);
+	ck_assert_int_eq(log_count(TIMED, "provisional"), 10);
+	one_run("0", "0", 10);
+	LOG_HAS(": 10 choices read for 1 threads (10 provisional)");
+	ck_assert_int_eq(log_count(TIMED, NULL), 8);
+	LOG_HAS(": 8 choices timed, 10 written (2 provisional;");
+	one_run("0", "0", 10);
+	ck_assert_int_eq(log_count(TIMED, NULL), 2);
+	LOG_HAS(": 2 choices timed, 10 written (0 provisional;");
+	one_run("0", "0", 10);
+	LOG_HAS(": 10 choices read for 1 threads (0 provisional)");
+	ck_assert_int_eq(log_count(TIMED, NULL), 0);
+}
+END_TEST
+
+/* Two contexts on one file: a contended one opens first and closes last;
+ * the quiet one's confident choice, written meanwhile, stays. */
+START_TEST(test_provisional_never_replaces_confident)
+{
+	struct dev a, b;
+	setenv("KILN_CPU_TUNEWAIT", "0.6", 1);
+	log_clear();
+	open_dev(&a);
+	prepare_gemm(&a, 32, 32, 64);
+	ck_assert_int_eq(log_count(TIMED, "provisional"), 1);
+	setenv("KILN_CPU_TUNEWAIT", "0", 1);
+	open_dev(&b);
+	prepare_gemm(&b, 32, 32, 64);
+	close_dev(&b);
+	LOG_HAS(": 1 choices timed, 1 written (0 provisional; 0 provisional");
+	log_clear();
+	close_dev(&a);
+	LOG_HAS(": 1 choices timed, 1 written (0 provisional; 1 provisional of ours left out for confident ones)");
+	one_run("0.6", "0", 1);
+	LOG_HAS(": 1 choices read for 1 threads (0 provisional)");
+	ck_assert_int_eq(log_count(TIMED, NULL), 0);
+}
+END_TEST
+
+static volatile int spin_stop;
+
+static void *spin_main(void *arg)
+{
+	pthread_setaffinity_np(pthread_self(), sizeof(cpu_set_t), arg);
+	while (!spin_stop)
+		;
+	return NULL;
+}
+
+/* No hook: a busy thread pinned on the timing thread's CPU makes it wait
+ * (schedstat), about half the time, and the choice is provisional.  (That
+ * a quiet timing is confident is not asserted: the test machine is
+ * shared.)  A GEMM of 256 x 256 x 64 takes ~1 ms, so the timing spans
+ * tens of ms, several of the scheduler's slices. */
+START_TEST(test_busy_thread_makes_provisional)
+{
+	if (access("/proc/thread-self/schedstat", R_OK))
+		return; /* nothing to measure with: confident, as before */
+	cpu_set_t all, one;
+	ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof all, &all), 0);
+	int cpu = 0;
+	while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all))
+		cpu++;
+	ck_assert_int_lt(cpu, CPU_SETSIZE);
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+	pthread_t spinner;
+	spin_stop = 0;
+	ck_assert_int_eq(pthread_create(&spinner, NULL, spin_main, &one), 0);
+	usleep(20000);
+	gemm_mn = 256;
+	one_run("", "", 1);
+	spin_stop = 1;
+	pthread_join(spinner, NULL);
+	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
+	ck_assert_int_eq(log_count(TIMED, NULL), 1);
+	ck_assert_msg(log_count(TIMED, "provisional (timed under contention") == 1,
+		      "a busy thread on the timing thread's CPU, not provisional:\n%s", logbuf);
+	LOG_HAS(": 1 choices timed, 1 written (1 provisional;");
+}
+END_TEST
+
+static Suite *make_cpu_tune_suite(void)
+{
+	Suite *s = suite_create("cpu_tune");
+	TCase *tc = tcase_create("contention");
+	tcase_set_timeout(tc, 300);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_contended_provisional_retimed);
+	tcase_add_test(tc, test_retimes_bounded);
+	tcase_add_test(tc, test_provisional_never_replaces_confident);
+	tcase_add_test(tc, test_busy_thread_makes_provisional);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_cpu_tune_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1 };
