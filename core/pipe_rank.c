@@ -1,5 +1,6 @@
 /* core/pipe_rank.c - the stage transport across ranks (docs/pipeline.md,
- * "Stages on ranks"): stage s runs on rank rank_of[s] of a communicator,
+ * "Stages on ranks"): stage s runs on rank rank_of[s] of a communicator
+ * (world rank world_of[s]: what the messages name),
  * and every crossing tensor moves by the communicator's point-to-point
  * send and recv (comm ops version 4), matched in order per pair of ranks:
  * both sides issue a pair's messages in the schedule's order.
@@ -63,7 +64,8 @@ struct kiln_pipe_rank {
 	const struct kiln_comm_ops *ops;
 	void *comm;
 	struct kiln_device *dev;
-	int rank_of[KILN_PIPE_MAX_STAGES];
+	int rank_of[KILN_PIPE_MAX_STAGES];  /* stage s's rank in comm */
+	int world_of[KILN_PIPE_MAX_STAGES]; /* ... and in the world: what messages name */
 	void *send_stream, *flushed;
 	int n, n_xfer;
 	struct rank_msg *msg;
@@ -78,6 +80,16 @@ struct kiln_pipe_rank {
 	int mine;           /* this rank's stage (the log lines name it) */
 	long n_send, n_pair; /* sends, and those paired with a recv (enqueued) */
 };
+
+/* A failed send from stage `from` (this rank's) to stage `to`, named by
+ * stage and world rank (the communicator's own message names its ranks
+ * in comm: stage s is rank s of a pipe's communicator, whatever its
+ * world rank). */
+static kiln_status send_failed(const struct kiln_pipe_rank *R, kiln_status st, int from, int to)
+{
+	return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
+			       from, R->world_of[from], to, R->world_of[to]);
+}
 
 /* On the stage's stream: the message out now if the transport need not
  * wait and nothing to that stage is queued before it, else into its slot
@@ -160,8 +172,7 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 	R->last[to] = (int)(g - R->msg) + 1;
 	if (R->now) {
 		if ((st = send_now_or_late(R, g, to, buf, stream)))
-			return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
-					       from, R->rank_of[from], to, R->rank_of[to]);
+			return send_failed(R, st, from, to);
 		return KILN_OK;
 	}
 	if ((st = kiln_device_copy_async(R->dev, g->stage, buf, bytes, KILN_COPY_D2D, stream)) ||
@@ -170,8 +181,7 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 		return st;
 	if ((st = R->ops->send(R->comm, g->stage, bytes, KILN_U8, R->rank_of[to], R->send_stream,
 			       g->sent)))
-		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
-				       from, R->rank_of[from], to, R->rank_of[to]);
+		return send_failed(R, st, from, to);
 	return KILN_OK;
 }
 
@@ -183,7 +193,7 @@ static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *bu
 	kiln_status st = R->ops->recv(R->comm, buf, bytes, KILN_U8, R->rank_of[from], stream, NULL);
 	if (st)
 		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving from stage %d (rank %d)",
-				       to, R->rank_of[to], from, R->rank_of[from]);
+				       to, R->world_of[to], from, R->world_of[from]);
 	return KILN_OK;
 }
 
@@ -212,7 +222,7 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 			      R->rank_of[peer], KILN_U8, stream, NULL);
 	if (st)
 		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to and receiving from stage %d (rank %d)",
-				       me, R->rank_of[me], peer, R->rank_of[peer]);
+				       me, R->world_of[me], peer, R->world_of[peer]);
 	R->n_send++;
 	R->n_pair++;
 	return KILN_OK;
@@ -234,8 +244,8 @@ int kiln_pipe_pair_auto(const char *comm)
 }
 
 kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
-				struct kiln_device *dev, int P, int mine, const int *rank_of, int M,
-				int n_xfer, struct kiln_pipe_rank **out,
+				struct kiln_device *dev, int P, int mine, const int *rank_of,
+				const int *world_of, int M, int n_xfer, struct kiln_pipe_rank **out,
 				struct kiln_stage_transport *tr)
 {
 	kiln_status st;
@@ -255,6 +265,7 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 	R->dev = dev;
 	R->mine = mine;
 	memcpy(R->rank_of, rank_of, (size_t)P * sizeof *rank_of);
+	memcpy(R->world_of, world_of, (size_t)P * sizeof *world_of);
 	R->n_xfer = n_xfer;
 	R->n = 2 * M * n_xfer;
 	R->now = ops->version >= 6 && ops->send_now &&
@@ -299,9 +310,11 @@ static kiln_status gather_run(struct kiln_pipe_rank *R, int P, int mine, int n, 
 			st = R->ops->send(R->comm, d + (size_t)s * (size_t)n, bytes, KILN_U8,
 					  R->rank_of[0], R->send_stream, NULL);
 	}
+	if (!st)
+		st = kiln_device_stream_sync(R->dev, R->send_stream);
 	return st ? kiln_error_wrap(st, "pipeline: stage %d (rank %d) gathering the stages' busy times",
-				    mine, R->rank_of[mine])
-		  : kiln_device_stream_sync(R->dev, R->send_stream);
+				    mine, R->world_of[mine])
+		  : KILN_OK;
 }
 
 kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, const double *vals,

@@ -799,13 +799,13 @@ kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 }
 
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
-				const char *name, int mine, const int *rank_of)
+				const char *name, int mine, const int *rank_of, const int *world_of)
 {
 	int n_tie = 0, su, so;
 	while (tie_user(pp, n_tie, &su, &so) >= 0)
 		n_tie++;
-	kiln_status st = kiln_pipe_rank_open(ops, comm, pp->dev, pp->P, mine, rank_of, pp->M,
-					     pp->plan[0]->n_xfer + n_tie, &pp->rk, &pp->tr);
+	kiln_status st = kiln_pipe_rank_open(ops, comm, pp->dev, pp->P, mine, rank_of, world_of,
+					     pp->M, pp->plan[0]->n_xfer + n_tie, &pp->rk, &pp->tr);
 	if (st)
 		return st;
 	pp->mine = mine;

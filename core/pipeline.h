@@ -131,13 +131,14 @@ static inline int kiln_pipe_tag_slot(uint64_t tag, int n_xfer, int n)
 /* ---- stages on ranks (pipe_rank.c) ---------------------------------- */
 
 /* The transport across ranks: stage s on rank rank_of[s] of communicator
- * comm (ops: its plugin's), this rank's stage `mine` (its log lines name
- * it), for M micro-batches of n_xfer crossing tensors; *tr is set to it.  Sends are staged and run on a stream of the
+ * comm (ops: its plugin's) and on rank world_of[s] of the world (what its
+ * messages name), this rank's stage `mine` (its log lines name it), for
+ * M micro-batches of n_xfer crossing tensors; *tr is set to it.  Sends are staged and run on a stream of the
  * transport's own, so the sender's stream never waits for its receiver. */
 struct kiln_pipe_rank;
 kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
-				struct kiln_device *dev, int P, int mine, const int *rank_of, int M,
-				int n_xfer, struct kiln_pipe_rank **out,
+				struct kiln_device *dev, int P, int mine, const int *rank_of,
+				const int *world_of, int M, int n_xfer, struct kiln_pipe_rank **out,
 				struct kiln_stage_transport *tr);
 /* [pipeline] sendrecv = auto on ranks of the communicator plugin named
  * `comm` (its kiln_plugin name: "gloo", "mpi", "nccl"): 1 pairs a
@@ -287,11 +288,12 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 /* The micro-batch plan that summaries and `kiln memory` describe. */
 /* Stages on ranks: from now on this process runs stage `mine` only, its
  * crossing tensors moved by comm's point-to-point calls (stage s on rank
- * rank_of[s] of comm; name: the communicator plugin's, for [pipeline]
- * sendrecv = auto); the other stages' parameters here are neither
+ * rank_of[s] of comm, rank world_of[s] of the world, which its messages
+ * name; name: the communicator plugin's, for [pipeline] sendrecv = auto;
+ * its log line names the choice); the other stages' parameters here are neither
  * read nor given gradients (their gradient slices stay zero). */
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
-				const char *name, int mine, const int *rank_of);
+				const char *name, int mine, const int *rank_of, const int *world_of);
 /* Stages on ranks: whether this rank's stage's gradients are final at
  * the backward of each of its layers in the last micro-batch (every layer
  * accumulates in its own ops: no add after the backward), so that its

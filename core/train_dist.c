@@ -141,7 +141,7 @@ kiln_status trainer_pipe_ranks(struct trainer *t)
 {
 	const int P = t->pipe_P;
 	size_t lo[KILN_PIPE_MAX_STAGES], hi[KILN_PIPE_MAX_STAGES];
-	int rank_of[KILN_PIPE_MAX_STAGES], stage, pipe, D;
+	int rank_of[KILN_PIPE_MAX_STAGES], world_of[KILN_PIPE_MAX_STAGES], stage, pipe, D;
 	const struct kiln_comm_ops *ops;
 	void *pcomm;
 	kiln_status st;
@@ -151,13 +151,16 @@ kiln_status trainer_pipe_ranks(struct trainer *t)
 		return kiln_error(KILN_ECONFIG, "%s: [dist] pipeline = %d, but the model is placed in %d stages",
 				  kiln_config_where(t->cfg, "dist", "pipeline"), P,
 				  kiln_pipe_stages(t->pipe));
-	for (int s = 0; s < P; s++) {
+	for (int s = 0; s < P; s++)
 		kiln_pipe_stage_slice(t->pipe, s, &lo[s], &hi[s]);
+	if ((st = kiln_dist_pipe_open(t->dist, t->cfg, P, lo, hi, &ops, &pcomm, &stage, &pipe, &D)))
+		return st;
+	for (int s = 0; s < P; s++) {
 		rank_of[s] = s; /* the pipe's communicator ranks its members by stage */
+		world_of[s] = pipe * P + s; /* pipe r / P, stage r % P: kiln_dist_pipe_split */
 	}
-	if ((st = kiln_dist_pipe_open(t->dist, t->cfg, P, lo, hi, &ops, &pcomm, &stage, &pipe, &D)) ||
-	    (st = kiln_pipe_use_ranks(t->pipe, ops, pcomm, kiln_dist_comm_name(t->dist), stage,
-				      rank_of)))
+	if ((st = kiln_pipe_use_ranks(t->pipe, ops, pcomm, kiln_dist_comm_name(t->dist), stage,
+				      rank_of, world_of)))
 		return st;
 	kiln_log(KILN_LOG_INFO, "pipeline", "rank %d: stage %d of %d (layers' parameters [%zu, %zu) of %zu floats), pipe %d of %d",
 		 t->rank, stage, P, lo[stage], hi[stage], t->m->n_trainable, pipe, D);

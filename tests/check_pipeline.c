@@ -560,7 +560,7 @@ static void pair_run(int version, int mine, const char *pair, const char *comm, 
 	ck_assert_int_eq(yes, 1);
 	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
 	ck_assert_int_eq(kiln_pipe_stages(pp), 2);
-	OK(kiln_pipe_use_ranks(pp, &ops, NULL, comm, mine, rank_of));
+	OK(kiln_pipe_use_ranks(pp, &ops, NULL, comm, mine, rank_of, rank_of));
 	memset(&plog, 0, sizeof plog);
 	plog.dev = r.dev;
 	plog.peer_ok = 1;
@@ -683,6 +683,89 @@ START_TEST(test_busy_line_whole)
 }
 END_TEST
 
+/* ---- a hand-off that fails names world ranks (session 14) -------------
+ * Pipe 1 of [dist] pipeline = 2 on 4 ranks: its stages are ranks 0 and 1
+ * of the pipe's communicator but ranks 2 and 3 of the world.  A
+ * communicator whose send, recv or sendrecv fails at once (as NCCL's do
+ * once a peer is gone): the pipeline's message names each stage's world
+ * rank, never its rank in the pipe's communicator. */
+static kiln_status gone_send(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			     void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)stream, (void)done;
+	return kiln_error(KILN_EIO, "fake: send to rank %d: peer gone", peer);
+}
+
+static kiln_status gone_recv(void *ctx, void *buf, size_t count, int dtype, int peer,
+			     void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)stream, (void)done;
+	return kiln_error(KILN_EIO, "fake: recv from rank %d: peer gone", peer);
+}
+
+static kiln_status gone_sendrecv(void *ctx, const void *sbuf, size_t scount, int dst, void *rbuf,
+				 size_t rcount, int src, int dtype, void *stream, void *done)
+{
+	(void)ctx, (void)sbuf, (void)scount, (void)rbuf, (void)rcount, (void)src, (void)dtype;
+	(void)stream, (void)done;
+	return kiln_error(KILN_EIO, "fake: sendrecv with rank %d: peer gone", dst);
+}
+
+/* Stage `mine` of pipe 1 (world ranks 2, 3) through a communicator whose
+ * recv fails (and, with `sends_fail`, its send and sendrecv), comm ops
+ * `version`, [pipeline] sendrecv = `pair`: the step's error message. */
+static void gone_run(int version, int mine, int sends_fail, const char *pair, char *msg,
+		     size_t cap)
+{
+	struct seed_rig r;
+	char key[64];
+	snprintf(key, sizeof key, "sendrecv = %s\n", pair);
+	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
+			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+			 "[layer.loss]\ntype = softmax_xent\n", key);
+	struct kiln_comm_ops ops = { .version = (uint32_t)version,
+				     .send = sends_fail ? gone_send : pair_send, .recv = gone_recv,
+				     .sendrecv = version >= 7 ? gone_sendrecv : NULL };
+	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
+	struct kiln_pipe *pp;
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", mine, rank_of, world_of));
+	memset(&plog, 0, sizeof plog);
+	plog.dev = r.dev;
+	plog.peer_ok = 1;
+	pair_peer = 1 - mine;
+	kiln_status st = kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics);
+	ck_assert_int_eq(st, KILN_EIO);
+	snprintf(msg, cap, "%s", kiln_last_error());
+	kiln_device_stream_sync(r.dev, r.stream); /* (what was enqueued; its status is not ours) */
+	kiln_pipe_free(pp);
+	seed_close(&r);
+}
+
+START_TEST(test_gone_world_ranks)
+{
+	char msg[1024];
+	/* stage 1's first hand-off: micro-batch 0's activation from stage 0 */
+	gone_run(6, 1, 0, "0", msg, sizeof msg);
+	ck_assert_msg(strstr(msg, "pipeline: stage 1 (rank 3) receiving from stage 0 (rank 2)") &&
+			      strstr(msg, "fake: recv from rank 0: peer gone"),
+		      "%s", msg);
+	/* stage 0's first: micro-batch 0's activation to stage 1 (by the
+	 * send stream: no send_now here) */
+	gone_run(6, 0, 1, "0", msg, sizeof msg);
+	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending to stage 1 (rank 3)") &&
+			      strstr(msg, "fake: send to rank 1: peer gone"),
+		      "%s", msg);
+	/* paired: activation 1 with gradient 0, after activation 0 alone */
+	gone_run(7, 0, 0, "1", msg, sizeof msg);
+	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending to and receiving from stage 1 (rank 3)") &&
+			      strstr(msg, "fake: sendrecv with rank 1: peer gone"),
+		      "%s", msg);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -695,6 +778,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
+	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	return s;
 }
 
