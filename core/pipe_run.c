@@ -812,7 +812,7 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 	kiln_pipe_timing_only(pp->timing, mine);
 	if (pp->pair_auto) {
 		pp->pair = kiln_pipe_pair_auto(name);
-		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d: [pipeline] sendrecv = auto: hand-offs %s on %s",
+		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d: sendrecv = auto: hand-offs %s on %s",
 			 mine, pp->pair ? "paired" : "not paired", name ? name : "this communicator");
 	}
 	return KILN_OK;

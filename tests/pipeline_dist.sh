@@ -151,7 +151,7 @@ paired() { # paired LOG "STAGE PAIRED SENT"...: STAGE's rank logged PAIRED of SE
 }
 paired g2 "0 18 24" "1 18 24"
 paired g2t "0 0 24" "1 0 24"
-[ "$(grep -c "stage [01]: \[pipeline\] sendrecv = auto: hand-offs not paired on gloo" "$tmp/g2t.log")" = 2 ] ||
+[ "$(grep -c "\[pipeline\] stage [01]: sendrecv = auto: hand-offs not paired on gloo" "$tmp/g2t.log")" = 2 ] ||
 	{ bad "g2t: sendrecv = auto does not say it leaves gloo's hand-offs unpaired"; grep "sendrecv = auto" "$tmp/g2t.log"; }
 paired g4 "0 6 24" "1 18 48" "2 30 48" "3 18 24"
 # the pipe's bubble at stage 0's rank: every stage's busy time there is
@@ -263,7 +263,7 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	done
 	# (kiln-mpi has no send_now: every unpaired send is the send stream's)
 	paired m2 "0 18 24" "1 18 24"
-	[ "$(grep -c "stage [01]: \[pipeline\] sendrecv = auto: hand-offs paired on mpi" "$tmp/m2.log")" = 2 ] ||
+	[ "$(grep -c "\[pipeline\] stage [01]: sendrecv = auto: hand-offs paired on mpi" "$tmp/m2.log")" = 2 ] ||
 		{ bad "m2: sendrecv = auto does not say it pairs mpi's hand-offs"; grep "sendrecv = auto" "$tmp/m2.log"; }
 	paired m4 "0 6 24" "1 18 48" "2 30 48" "3 18 24"
 	# two threads in MPI: thread_level = serialized (the default) is refused
