@@ -10,7 +10,12 @@
 #   bubble   the pipe's bubble at stage 0's rank (every rank's busy time:
 #            the log's "pipeline busy ms/step, the pipe's ranks" line)
 #   theory   (P-1)/(M+P-1); rel: (bubble - theory) / theory
-#   sps      samples/s (rank 0's last train_samples_per_s)
+#   sps      samples/s: the median over a run's steps 2..STEPS of the
+#            per-step samples_per_s in rank 0's metrics.jsonl ([train]
+#            log_every = 1; step 1, the warm-up, left out), the median of
+#            those over the rounds (before session 14: the final event's
+#            train_samples_per_s, the whole epoch with its first step, of
+#            whichever rank printed it last)
 #   paired   a rank's crossing tensors sent paired / all (pair's last run)
 # and, per M, where the bubble goes for pair and off (this build: the pipe
 # replayed at stage 0's rank from every rank's stamps, "the ranks' stamps:"
@@ -52,7 +57,7 @@ export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr
 	ini_synthetic 8192 32 16 image_channels=1 workers=1
 	ini_layers flat:flatten ln:layernorm b1:linear:out=1024 r1:relu b2:linear:out=1024 r2:relu \
 		b3:linear:out=1024 r3:relu b4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
-	ini train epochs=1 max_steps="$STEPS" batch=256 lr=0.01 log_every=1000 eval=0 \
+	ini train epochs=1 max_steps="$STEPS" batch=256 lr=0.01 log_every=1 eval=0 \
 		checkpoint_last=0 overwrite=1
 	ini dist timeout=120
 } > "$tmp/p.ini"
@@ -74,11 +79,17 @@ run() {
 	fi
 	_o=$2 _s=$1 _m=$3
 	shift 3
+	rm -rf "$tmp/run"
 	"$@" dist.pipeline=2 "model.stages=flat,r2|b3,loss" pipeline.micro_batches="$_m" $_x ${PAIR_ARGS:-} > "$_o" 2>&1 ||
 		{ echo "$_s M=$_m failed:" >&2; tail -5 "$_o" >&2; }
 }
+median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'; }
 bubble() { sed -n "s/.*the pipe's ranks:.*; bubble \([0-9.-]*\) (schedule.*/\1/p" "$1" | tail -1; }
-sps() { sed -n 's/.*"train_samples_per_s": *\([0-9.]*\).*/\1/p' "$1" | tail -1; }
+# sps: the run's median samples/s a step over steps 2.. (rank 0's metrics.jsonl)
+sps() {
+	sed -n 's/.*"event":"train",.*"step":\([0-9]*\),.*"samples_per_s":\([0-9.e+]*\),.*/\1 \2/p' \
+		"$tmp/run/metrics.jsonl" | awk '$1 >= 2 { print $2 }' | median
+}
 # split LOG K: the ranks' stamps' 1 smooth, 2 ideal, 3 ho_med, 4 own_us, 5 cpu_sm
 split() {
 	sed -n "s/.*the ranks' stamps: pipeline smooth replay: bubble \([0-9.]*\) (schedule.*, \([0-9.]*\) with every pass as measured, [0-9.]* measured; \([0-9.]*\) in CPU time/\1 \2 \3/p" "$1" |
@@ -92,9 +103,8 @@ split() {
 	esac
 }
 paired() { sed -n "s/.*stage 0 (this rank): \([0-9]*\) of \([0-9]*\) crossing tensors sent paired.*/\1\/\2/p" "$1" | tail -1; }
-median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'; }
 echo "load average: $(cat /proc/loadavg)"
-echo "blocks model, batch 256, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps"
+echo "blocks model, batch 256, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps; s_*: samples/s, median of each run's steps 2-$STEPS (rank 0's metrics.jsonl, log_every = 1), median over the rounds"
 printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b_off rel b_main rel \
 	s_pair s_off s_main paired
 for M in 4 8 16; do
