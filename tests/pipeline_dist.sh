@@ -24,6 +24,9 @@
 #     AdamW too (both state slots, held per stage on the ranks);
 #  5. a rank killed (SIGKILL) mid-run of P = 2 x D = 2 makes the 3 others
 #     exit non-zero within [dist] timeout, naming the dead rank and its stage;
+#     rank 3 (stage 1 of pipe 1) killed, the hand-off error of its pipe peer
+#     (rank 2) names it as stage 1's world rank 3 (session 14; before: rank 1,
+#     its rank in the pipe's communicator);
 #  6. a world that P does not divide and P without placed stages are
 #     config errors naming the key;
 #  7. the clip and the non-finite check are the pipe's: 2 stages on 2
@@ -356,6 +359,53 @@ for r in 0 2 3; do
 done
 [ "$dt" -le 15 ] || bad "the others took ${dt}s (timeout 10 s)"
 grep -q "send and recv (512 KiB channels)" "$tmp/dead0.log" || bad "the kill test's ranks were not on the shared-memory channels"
+# ... and the pipeline's own messages name world ranks (session 14; before,
+# a stage's rank in the pipe's communicator: "stage 1 (rank 1)" for world
+# rank 3): rank 3, stage 1 of pipe 1, killed; synchronous streams
+# ([plugin.cpu] async = 0) make rank 2's failing recv from it return in
+# the hand-off (on async streams it fails on the stream's worker and
+# surfaces at the step's sync, in the communicator's words alone), and no
+# log point or epoch end (the world's collectives) comes between the kill
+# and rank 2's next hand-off: a log point every 500 steps, 2048 steps an
+# epoch, the kill right after step 500's
+port=$(free_port 6)
+for r in 0 1 2 3; do
+	KILN_RANK=$r KILN_WORLD_SIZE=4 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
+		run.out_dir="$tmp/w3dead$r" train.batch=16 pipeline.micro_batches=2 train.epochs=1000 \
+		train.max_steps=0 train.log_every=500 data.samples=65536 dist.pipeline=2 "$two" \
+		dist.timeout=10 plugin.cpu.async=0 > "$tmp/w3dead$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+i=0
+while [ $i -lt 600 ] && ! grep -q "step 500/" "$tmp/w3dead0.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+t0=$(date +%s)
+pkill -KILL -P "$pid3" 2>/dev/null
+kill -KILL "$pid3" 2>/dev/null
+for r in 0 1 2; do
+	wait "$(eval echo \$pid$r)"
+	eval "rc$r=$?"
+done
+dt=$(( $(date +%s) - t0 ))
+wait "$pid3" 2>/dev/null
+echo "after rank 3 (stage 1 of pipe 1) was killed: ranks 0, 1, 2 exited $rc0 $rc1 $rc2 within ${dt}s"
+for r in 0 1 2; do
+	eval "rc=\$rc$r"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "rank $r exited $rc after rank 3 died"
+	grep -q "rank 3 (stage 1 of pipe 1) was lost" "$tmp/w3dead$r.log" ||
+		{ bad "rank $r does not name rank 3, stage 1"; grep -v '^\[' "$tmp/w3dead$r.log" | tail -3; }
+done
+grep -q "pipeline: stage 0 (rank 2) \(receiving from\|sending to\) stage 1 (rank 3): " "$tmp/w3dead2.log" ||
+	{ bad "rank 2's hand-off error does not name stage 1's world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
+# every stage a pipeline message names, by its world rank: pipe 0's stages
+# are ranks 0 and 1, pipe 1's ranks 2 and 3
+for r in 0 1 2; do
+	p=$((r / 2 * 2))
+	grep -o "pipeline: stage [01] (rank [0-9]*)[a-z ]* stage [01] (rank [0-9]*)" "$tmp/w3dead$r.log" |
+		grep -o "stage [01] (rank [0-9]*)" | sort -u |
+		grep -v -x "stage 0 (rank $p)\|stage 1 (rank $((p + 1)))" | grep . &&
+		bad "rank $r: a pipeline message names a stage by another rank than its world rank"
+done
+[ "$dt" -le 15 ] || bad "the others took ${dt}s after rank 3 died (timeout 10 s)"
 
 # ---- 6. errors ----------------------------------------------------------------------
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e3" train.batch=32 \
