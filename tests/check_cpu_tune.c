@@ -116,7 +116,7 @@ static void prepare_gemm(struct dev *d, int m, int n, int k)
 }
 
 /* M and N of one_run's GEMMs (K: 64, 80, 96, ...) */
-static int gemm_mn = 32;
+static int gemm_mn = 32, gemm_k = 64;
 
 /* One context: open, prepare the GEMMs of `shapes` sizes, close; the log
  * of it in logbuf.  tune, probe: the hooks ("" unset). */
@@ -134,7 +134,7 @@ static void one_run(const char *tune, const char *probe, int shapes)
 	struct dev d;
 	open_dev(&d);
 	for (int s = 0; s < shapes; s++)
-		prepare_gemm(&d, gemm_mn, gemm_mn, 64 + 16 * s);
+		prepare_gemm(&d, gemm_mn, gemm_mn, gemm_k + 16 * s);
 	close_dev(&d);
 }
 
@@ -242,8 +242,10 @@ static void *spin_main(void *arg)
 /* No hook: a busy thread pinned on the timing thread's CPU makes it wait
  * (schedstat), about half the time, and the choice is provisional.  (That
  * a quiet timing is confident is not asserted: the test machine is
- * shared.)  A GEMM of 256 x 256 x 64 takes ~1 ms, so the timing spans
- * tens of ms, several of the scheduler's slices. */
+ * shared.)  A GEMM of 1024 x 1024 x 512 takes 2-5 ms (bf16, f32), so the
+ * timing spans a few hundred ms, many of the scheduler's slices (256 x 256
+ * x 64 took 0.02-0.04 ms: its whole timing fit in one slice, and the test
+ * failed under CI when the spinner did not run within it). */
 START_TEST(test_busy_thread_makes_provisional)
 {
 	if (access("/proc/thread-self/schedstat", R_OK))
@@ -261,8 +263,9 @@ START_TEST(test_busy_thread_makes_provisional)
 	spin_stop = 0;
 	ck_assert_int_eq(pthread_create(&spinner, NULL, spin_main, &one), 0);
 	usleep(20000);
-	gemm_mn = 256;
+	gemm_mn = 1024, gemm_k = 512;
 	one_run("", "", 1);
+	gemm_mn = 32, gemm_k = 64;
 	spin_stop = 1;
 	pthread_join(spinner, NULL);
 	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
