@@ -3,7 +3,12 @@
  * square f32 GEMMs (or --m M --n N --k K --ta 1 --tb 1), best of several
  * timed runs, one JSON line: GFLOP/s of wall time and of the process's CPU
  * time (what a GEMM costs when the wall clock is another process's).
- * The CPU figure is the median's, not the best's. */
+ * The CPU figure is the median's, not the best's.
+ *
+ * --dtype bf16: bf16 A and B, oneDNN's bf16 matmul (f32 accumulation; the
+ * plugin's bf16 kernel, [plugin.cpu] bf16_gemm = bf16, not the f32 one
+ * the tuner may pick) with an f32 result, or a bf16 one with --out bf16:
+ * the bf16 peak the CNN's bf16 kernels are measured against. */
 #include <kiln/kiln.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +35,23 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* element i of x: (i % 7) / 10, as f32 or bf16 (truncated: a timing
+ * input) */
+static void fill(void *x, int bf16, int64_t i)
+{
+	const float f = (float)(i % 7) * 0.1f;
+	if (!bf16) {
+		((float *)x)[i] = f;
+		return;
+	}
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	((uint16_t *)x)[i] = (uint16_t)(u >> 16);
+}
+
 int main(int argc, char **argv)
 {
-	int threads = 0, ta = 0, tb = 0;
+	int threads = 0, ta = 0, tb = 0, bf16 = 0, out_bf16 = 0;
 	int64_t n = 2048, m = 0, k = 0;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--threads"))
@@ -47,7 +66,14 @@ int main(int argc, char **argv)
 			ta = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--tb"))
 			tb = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--dtype"))
+			bf16 = !strcmp(argv[i + 1], "bf16");
+		else if (!strcmp(argv[i], "--out"))
+			out_bf16 = !strcmp(argv[i + 1], "bf16");
 	}
+	out_bf16 = out_bf16 && bf16;
+	const int dt = bf16 ? KILN_BF16 : KILN_F32;
+	const size_t ei = bf16 ? 2 : 4, eo = out_bf16 ? 2 : 4;
 	m = m > 0 ? m : n;
 	k = k > 0 ? k : n;
 	setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
@@ -58,7 +84,9 @@ int main(int argc, char **argv)
 	char ov[64];
 	snprintf(ov, sizeof ov, "run.threads=%d", threads);
 	if (kiln_registry_open(NULL, &reg) || kiln_config_new(&cfg) ||
-	    kiln_config_override(cfg, ov) || kiln_config_validate(cfg, reg) ||
+	    kiln_config_override(cfg, ov) ||
+	    (bf16 && kiln_config_override(cfg, "plugin.cpu.bf16_gemm=bf16")) ||
+	    kiln_config_validate(cfg, reg) ||
 	    kiln_device_open(reg, cfg, "cpu", 0, &dev)) {
 		fprintf(stderr, "gemm_peak: %s\n", kiln_last_error());
 		return 1;
@@ -70,24 +98,24 @@ int main(int argc, char **argv)
 	op.n_out = 1;
 	int64_t da[2] = { ta ? k : m, ta ? m : k }, db[2] = { tb ? n : k, tb ? k : n },
 		dc[2] = { m, n };
-	kiln_tensor_desc_init(&op.in[0], KILN_F32, 2, da);
-	kiln_tensor_desc_init(&op.in[1], KILN_F32, 2, db);
-	kiln_tensor_desc_init(&op.out[0], KILN_F32, 2, dc);
+	kiln_tensor_desc_init(&op.in[0], dt, 2, da);
+	kiln_tensor_desc_init(&op.in[1], dt, 2, db);
+	kiln_tensor_desc_init(&op.out[0], out_bf16 ? KILN_BF16 : KILN_F32, 2, dc);
 	op.i[0] = ta, op.i[1] = tb, op.i[2] = m, op.i[3] = n, op.i[4] = k;
 	op.f[0] = 1.0;
 	void *plan, *stream, *a, *b, *c, *ws = NULL;
 	size_t wsb = 0;
 	if (kiln_device_prepare(dev, &op, &plan, &wsb) || kiln_device_stream_create(dev, &stream) ||
-	    kiln_device_alloc(dev, (size_t)(m * k) * 4, &a) ||
-	    kiln_device_alloc(dev, (size_t)(k * n) * 4, &b) ||
-	    kiln_device_alloc(dev, (size_t)(m * n) * 4, &c) || (wsb && kiln_device_alloc(dev, wsb, &ws))) {
+	    kiln_device_alloc(dev, (size_t)(m * k) * ei, &a) ||
+	    kiln_device_alloc(dev, (size_t)(k * n) * ei, &b) ||
+	    kiln_device_alloc(dev, (size_t)(m * n) * eo, &c) || (wsb && kiln_device_alloc(dev, wsb, &ws))) {
 		fprintf(stderr, "gemm_peak: %s\n", kiln_last_error());
 		return 1;
 	}
 	for (int64_t i = 0; i < m * k; i++)
-		((float *)a)[i] = (float)(i % 7) * 0.1f;
+		fill(a, bf16, i);
 	for (int64_t i = 0; i < k * n; i++)
-		((float *)b)[i] = (float)(i % 7) * 0.1f;
+		fill(b, bf16, i);
 	struct kiln_op_args args = { .in = { a, b }, .out = { c }, .workspace = ws,
 				     .workspace_bytes = wsb };
 	/* repetitions of about 20 ms (3 runs at least) */
@@ -107,9 +135,10 @@ int main(int argc, char **argv)
 			cpu[rep - 1] = (cpu_now() - c0) / per;
 	}
 	qsort(cpu, 7, sizeof *cpu, cmp_double);
-	printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"ta\": %d, \"tb\": %d, \"threads\": %d, "
-	       "\"gflops\": %.1f, \"gflops_per_cpu_s\": %.1f}\n",
-	       (long long)m, (long long)n, (long long)k, ta, tb, threads, flop / best / 1e9,
+	printf("{\"dtype\": \"%s\", \"out\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, "
+	       "\"ta\": %d, \"tb\": %d, \"threads\": %d, \"gflops\": %.1f, \"gflops_per_cpu_s\": %.1f}\n",
+	       bf16 ? "bf16" : "f32", out_bf16 ? "bf16" : "f32", (long long)m, (long long)n,
+	       (long long)k, ta, tb, threads, flop / best / 1e9,
 	       flop / cpu[3] / 1e9);
 	kiln_device_free(dev, a);
 	kiln_device_free(dev, b);

@@ -52,6 +52,11 @@ if BUILD_CPU
 noinst_PROGRAMS += bench/conv_layouts
 bench_conv_layouts_SOURCES = bench/conv_layouts.c
 bench_conv_layouts_LDADD = $(DNNL_LIBS)
+# the bf16 CNN's conv2 and fc1 under oneDNN's bf16 choices, and the bf16
+# matmul peak (issue 22; docs/PERFORMANCE.md, "Session 14: the bf16 peak")
+noinst_PROGRAMS += bench/bf16_ops
+bench_bf16_ops_SOURCES = bench/bf16_ops.c
+bench_bf16_ops_LDADD = $(DNNL_LIBS)
 endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
 # the fixed cost of a run, start-up caches off and on (bench/startup.sh)

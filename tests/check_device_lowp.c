@@ -544,17 +544,19 @@ START_TEST(test_lowp)
 		lp_conv_bn(&f, dt);
 	}
 	fx_close(&f);
-	/* the CPU's two kernels for bf16 GEMM and convolution ([plugin.cpu]
+	/* the CPU's kernels for bf16 GEMM and convolution ([plugin.cpu]
 	 * bf16_gemm, bf16_conv; above: `auto`, whichever timed faster): each
-	 * forced, against the same references */
+	 * forced, against the same references; a GEMM's third, oneDNN's second
+	 * bf16 implementation (bf16-2), beside the convolution's bf16 one */
 	if (!strcmp(g_name, "cpu")) {
-		static const char *const kern[] = { "bf16", "f32" };
-		for (int k = 0; k < 2; k++) {
+		static const char *const kern[] = { "bf16", "f32", "bf16" };
+		static const char *const gkern[] = { "bf16", "f32", "bf16-2" };
+		for (int k = 0; k < 3; k++) {
 			struct fx g;
 			char o1[64], o2[64];
 			memset(&g, 0, sizeof g);
 			snprintf(o1, sizeof o1, "plugin.cpu.bf16_conv=%s", kern[k]);
-			snprintf(o2, sizeof o2, "plugin.cpu.bf16_gemm=%s", kern[k]);
+			snprintf(o2, sizeof o2, "plugin.cpu.bf16_gemm=%s", gkern[k]);
 			OK(kiln_registry_open(NULL, &g.reg));
 			OK(kiln_config_new(&g.cfg));
 			OK(kiln_config_override(g.cfg, o1));

@@ -317,10 +317,12 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 				kern[i] = CPU_KERN_BF16;
 			else if (!strcmp(k, "f32"))
 				kern[i] = CPU_KERN_F32;
+			else if (i == 1 && !strcmp(k, "bf16-2"))
+				kern[i] = CPU_KERN_BF16_2;
 			else
 				return host->error(KILN_ECONFIG,
-						   "cpu: [plugin.cpu] %s = %s: expected auto, bf16 or f32",
-						   key[i], k);
+						   "cpu: [plugin.cpu] %s = %s: expected auto, bf16%s or f32",
+						   key[i], k, i == 1 ? ", bf16-2" : "");
 			/* a timed choice may differ between runs: deterministic
 			 * runs keep the bf16 kernels unless told otherwise */
 			if (kern[i] == CPU_KERN_AUTO && deterministic)
@@ -698,11 +700,13 @@ static const struct kiln_key cpu_keys[] = {
 	  "exact in f32); `auto` times both once per shape when the op is prepared and "
 	  "keeps the faster (logged). `[run] deterministic = 1` turns `auto` into `bf16`, "
 	  "so that the kernel does not depend on a timing." },
-	{ "bf16_gemm", KILN_KEY_ENUM, "auto", 0, 0, "auto|bf16|f32",
+	{ "bf16_gemm", KILN_KEY_ENUM, "auto", 0, 0, "auto|bf16|f32|bf16-2",
 	  "GEMMs (linear layers) of bf16 tensors: `bf16` runs oneDNN's bf16 matmul (f32 "
-	  "accumulation); `f32` widens the bf16 operands to f32 in the workspace, runs the "
-	  "f32 matmul and rounds a bf16 result once; `auto` times both once per shape when "
-	  "the op is prepared and keeps the faster (logged). `[run] deterministic = 1` "
+	  "accumulation; the implementation oneDNN lists first, brgemm on AVX-512); "
+	  "`bf16-2` the second one it lists for the shape (gemm:jit here; the first where "
+	  "there is no second); `f32` widens the bf16 operands to f32 in the workspace, runs the "
+	  "f32 matmul and rounds a bf16 result once; `auto` times the three once per shape when "
+	  "the op is prepared and keeps the fastest (logged). `[run] deterministic = 1` "
 	  "turns `auto` into `bf16`." },
 	{ "conv_impl", KILN_KEY_ENUM, NULL, 0, 0, "first|auto|1|2",
 	  "Which of oneDNN's implementations runs an f32 forward convolution (without "

@@ -33,7 +33,8 @@ struct cpu_wsplit;
  * bf16_gemm): oneDNN's bf16 kernel, its f32 kernel on the widened bf16
  * tensors, or whichever of the two is faster for the op's shape, timed
  * once at prepare (tune.c). */
-enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32 };
+/* CPU_KERN_BF16_2: oneDNN's second bf16 implementation (GEMMs only) */
+enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32, CPU_KERN_BF16_2 };
 
 /* Which of oneDNN's implementations runs an f32 forward convolution
  * ([plugin.cpu] conv_impl): the fastest of the first CPU_CONV_IMPLS
@@ -163,8 +164,8 @@ struct cpu_plan {
 	/* bf16 convolution: oneDNN's f32 kernel, the bf16 tensors converted by
 	 * the reorders around it (conv.c; chosen by tune.c) */
 	int kern_f32;
-	/* f32 CONV: oneDNN's conv_impl-th distinct implementation (0: its
-	 * first; conv.c, chosen by tune.c) */
+	/* f32 CONV, bf16 GEMM: oneDNN's conv_impl-th distinct implementation
+	 * (0: its first; conv.c, gemm.c, chosen by tune.c) */
 	int conv_impl;
 	/* KILN_OP_QCONV/QLINEAR: the weights quantized once, kept until they
 	 * change (qconv.c) */

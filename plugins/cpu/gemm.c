@@ -33,6 +33,7 @@
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
 #include <omp.h>
+#include <stdio.h> /* snprintf */
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,7 @@ struct cpu_gemm {
 	dnnl_primitive_t part_prim[2];
 	struct cpu_gemm_objs *obj;
 	int blas; /* run by dnnl_sgemm with beta = 1 (gemm_blas_ok); prim is NULL */
+	int impl; /* oneDNN's impl-th distinct implementation (plan's conv_impl; tune.c) */
 };
 
 /* A failed oneDNN call in prepare: status plus file:line of the call. */
@@ -323,6 +325,40 @@ struct gemm_mds {
 /* Make the primitive for the first m rows and n columns of op's product
  * (all of it: m = M, n = N) with op's strides, on the calling thread's
  * OpenMP count. */
+/* *pd: oneDNN's impl-th distinct implementation of desc (its reference
+ * loops left out; 0 its first), or KILN_ENOTSUP, with no message, when
+ * it lists fewer (bf16: brgemm, then gemm:jit on AVX-512; tune.c times
+ * them). */
+static kiln_status gemm_pick(const dnnl_matmul_desc_t *desc, const_dnnl_primitive_attr_t attr,
+			     dnnl_engine_t engine, int impl, dnnl_primitive_desc_t *pd)
+{
+	dnnl_primitive_desc_iterator_t it = NULL;
+	char seen[CPU_CONV_IMPLS][64];
+	int n = 0;
+	*pd = NULL;
+	if (dnnl_primitive_desc_iterator_create(&it, desc, attr, engine, NULL) != dnnl_success)
+		return KILN_ENOTSUP;
+	do {
+		dnnl_primitive_desc_t q = dnnl_primitive_desc_iterator_fetch(it);
+		const char *name = "?";
+		if (!q)
+			break;
+		dnnl_primitive_desc_query(q, dnnl_query_impl_info_str, 0, &name);
+		int dup = !strncmp(name, "ref", 3);
+		for (int k = 0; k < n && !dup; k++)
+			dup = !strcmp(seen[k], name);
+		if (!dup && n == impl) {
+			*pd = q;
+			break;
+		}
+		if (!dup)
+			snprintf(seen[n++], sizeof seen[0], "%s", name);
+		dnnl_primitive_desc_destroy(q);
+	} while (n < CPU_CONV_IMPLS && dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+	dnnl_primitive_desc_iterator_destroy(it);
+	return *pd ? KILN_OK : KILN_ENOTSUP;
+}
+
 static kiln_status gemm_prim(struct cpu_ctx *c, const struct kiln_op *op, int64_t m, int64_t n,
 			     struct cpu_gemm *g, struct gemm_mds *md, dnnl_primitive_t *prim)
 {
@@ -367,7 +403,12 @@ static kiln_status gemm_prim(struct cpu_ctx *c, const struct kiln_op *op, int64_
 	if (native_bias)
 		g->bias_arg = DNNL_ARG_BIAS;
 
-	CPU_DNNL(dnnl_primitive_desc_create(&pd, &desc, attr, c->engine, NULL));
+	if (g->impl > 0) {
+		if ((st = gemm_pick(&desc, attr, c->engine, g->impl, &pd)))
+			goto out; /* KILN_ENOTSUP: no such implementation */
+	} else {
+		CPU_DNNL(dnnl_primitive_desc_create(&pd, &desc, attr, c->engine, NULL));
+	}
 	CPU_DNNL(dnnl_primitive_create(prim, pd));
 	cpu_dnn_warm(pd);
 	const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -473,6 +514,7 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	const struct kiln_op *op = &p->op;
 	struct cpu_gemm *g = p->gemm;
 	kiln_status st;
+	g->impl = op->in[0].dtype == KILN_BF16 ? p->conv_impl : 0;
 	if (len) {
 		st = gemm_prepare_parts(c, op, g, len, cols);
 	} else if (gemm_blas_ok(op)) {

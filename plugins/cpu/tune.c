@@ -14,8 +14,16 @@
  *         kernel anyway (conv.c, p->kern_f32); GEMMs widen the operands
  *         into the workspace and round a bf16 result once (lowp.c).
  *
+ * and a bf16 GEMM a third:
+ *
+ *   bf16-2  oneDNN's second bf16 implementation of the matmul (gemm:jit
+ *           beside brgemm on AVX-512; gemm.c, p->conv_impl = 1): on Zen 5
+ *           at 2 threads it ran fc1's data-gradient GEMM of the bf16 CNN
+ *           in 0.97 ms against brgemm's 0.97-1.6 (docs/PERFORMANCE.md,
+ *           "Session 14: the bf16 peak and oneDNN's bf16 choices").
+ *
  * [plugin.cpu] bf16_conv / bf16_gemm pick one, or `auto` (the default)
- * prepares both, runs each on scratch buffers of the op's shapes (one
+ * prepares them all, runs each on scratch buffers of the op's shapes (one
  * warm-up run each, then 5 to 31 interleaved timed runs, the median of
  * each one's process CPU time) and keeps the faster.  This happens once
  * per op in prepare, never in a step; the choice is remembered per op
@@ -55,6 +63,7 @@
 #include "cpu.h"
 #include "dnn.h"
 
+#include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free, posix_memalign */
 #include <string.h> /* memcmp, memcpy, memset */
 #include <time.h>   /* clock_gettime */
@@ -90,6 +99,9 @@ static size_t elem_size(int dtype)
 	default: return 4;
 	}
 }
+
+/* A bf16 op's choice (tune_key's value, kept in the tune cache): */
+enum { TUNE_BF16, TUNE_F32, TUNE_BF16_2 };
 
 /* Prepare p as one candidate: f32 = 0 oneDNN's bf16 kernel, 1 its f32
  * kernel on widened tensors.  A family that cannot take the bf16 tensors
@@ -405,6 +417,25 @@ static void keep_choice(struct cpu_ctx *c, const struct kiln_op *op, int f32, in
 	pthread_mutex_unlock(c->lock);
 }
 
+/* Prepare p as choice k (TUNE_*): TUNE_BF16_2, a GEMM's second bf16
+ * implementation, is the first where oneDNN lists no second. */
+static kiln_status prepare_choice(struct cpu_ctx *c, struct cpu_plan *p,
+				  kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *), int k)
+{
+	if (k != TUNE_BF16_2 || family != cpu_gemm_prepare)
+		return prepare_kernel(c, p, family, k == TUNE_F32);
+	const struct kiln_op op = p->op;
+	p->kern_f32 = 0;
+	p->conv_impl = 1;
+	const kiln_status st = family(c, p);
+	if (st != KILN_ENOTSUP)
+		return st;
+	cpu_plan_release(p);
+	memset(p, 0, sizeof *p);
+	p->op = op;
+	return prepare_kernel(c, p, family, 0);
+}
+
 kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op op = p->op;
@@ -494,10 +525,12 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	if (cpu_op_has(&op, KILN_F16))
 		return cpu_lowp_prepare(c, p, family);
 	if (setting != CPU_KERN_AUTO)
-		return prepare_kernel(c, p, family, setting == CPU_KERN_F32);
+		return prepare_choice(c, p, family,
+				      setting == CPU_KERN_F32 ? TUNE_F32
+				      : setting == CPU_KERN_BF16_2 ? TUNE_BF16_2 : TUNE_BF16);
 	int f32 = find_choice(c, &op);
 	if (f32 >= 0) {
-		if ((st = prepare_kernel(c, p, family, f32)) == KILN_OK || !f32)
+		if ((st = prepare_choice(c, p, family, f32)) == KILN_OK || f32 != TUNE_F32)
 			return st;
 		/* the f32 kernel, chosen for an op of the same key (tune_key:
 		 * the writing one of an accumulating op), cannot take this one:
@@ -522,28 +555,47 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 		free(q);
 		return KILN_OK;
 	}
-	struct cpu_plan *const cand[2] = { p, q };
-	double t[2], wait;
+	/* a GEMM's third: oneDNN's second bf16 implementation, where it
+	 * lists one */
+	struct cpu_plan *cand[3] = { p, q, NULL };
+	int n = 2;
+	if (family == cpu_gemm_prepare && (cand[2] = calloc(1, sizeof *cand[2]))) {
+		cand[2]->op = op;
+		cand[2]->conv_impl = 1;
+		if (cpu_gemm_prepare(c, cand[2]) == KILN_OK) {
+			n = 3;
+		} else {
+			cpu_plan_release(cand[2]);
+			free(cand[2]);
+			cand[2] = NULL;
+		}
+	}
+	double t[3] = { -1, -1, -1 }, wait;
 	int prov;
-	time_plans(c, cand, 2, t, &wait);
-	f32 = tune_choose(t, 2, wait, &prov);
+	time_plans(c, cand, n, t, &wait);
+	const int best = tune_choose(t, n, wait, &prov);
 	{
-		char s0[96], s1[96], s2[96], sp[96];
+		static const char *const what[3] = { "bf16", "f32", "second bf16" };
+		char s0[96], s1[96], s2[96], s3[48] = "", sp[96];
+		if (n == 3)
+			snprintf(s3, sizeof s3, ", second bf16 kernel %.3f ms", 1e3 * t[2]);
 		c->host->log(KILN_LOG_INFO, "cpu",
-			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms: the %s kernel%s",
+			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms%s: the %s kernel%s",
 			     cpu_op_name(op.type), cpu_desc_str(&op.in[0], s0, sizeof s0),
 			     cpu_desc_str(&op.in[1], s1, sizeof s1),
-			     cpu_desc_str(&op.out[0], s2, sizeof s2), 1e3 * t[0], 1e3 * t[1],
-			     f32 ? "f32" : "bf16", prov_str(prov, wait, sp, sizeof sp));
+			     cpu_desc_str(&op.out[0], s2, sizeof s2), 1e3 * t[0], 1e3 * t[1], s3,
+			     what[best], prov_str(prov, wait, sp, sizeof sp));
 	}
-	keep_choice(c, &op, f32, prov, wait, 1);
-	if (f32) { /* the f32 candidate replaces the bf16 one in p */
+	keep_choice(c, &op, best, prov, wait, 1);
+	if (best) { /* the faster candidate replaces the bf16 one in p */
 		cpu_plan_release(p);
-		memcpy(p, q, sizeof *p);
-	} else {
-		cpu_plan_release(q);
+		memcpy(p, cand[best], sizeof *p);
 	}
-	free(q);
+	for (int k = 1; k < n; k++) {
+		if (k != best)
+			cpu_plan_release(cand[k]);
+		free(cand[k]);
+	}
 	return KILN_OK;
 }
 
