@@ -746,6 +746,10 @@ int dist_names_rank(const struct kiln_dist *d, const char *msg)
 	return msg && !strncmp(msg, me, (size_t)n) && (msg[n] == ':' || msg[n] == ' ');
 }
 
+/* how long a communicator's or the store's failure waits for the store to
+ * report a lost rank (it sees a dead process's connection close) */
+#define DIST_LOST_WAIT_MS 3000
+
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
 	if (!d || !st || (st != KILN_EIO && st != KILN_ETIMEOUT && st != KILN_EDEVICE))
@@ -757,9 +761,13 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 		return st;
 	d->failed = 1;
 	/* the store notices a dead process when its connection closes;
-	 * give it a moment to have seen it (the query sets its own message) */
+	 * give it a moment to have seen it when the communicator or the
+	 * store failed (the query sets its own message); this rank's own
+	 * failure (a file, the device) cannot be a lost peer: the store is
+	 * asked what it knows already, without waiting (before session 14
+	 * every such failure waited the 3 s out) */
 	char *msg = kiln_strdup(kiln_last_error());
-	int lost = kiln_store_lost_rank(d->store, 3000);
+	int lost = kiln_store_lost_rank(d->store, from_comm(d, msg) ? DIST_LOST_WAIT_MS : 0);
 	char host[64] = "?", key[48];
 	void *v = NULL;
 	snprintf(key, sizeof key, "kiln/host/%d", lost);

@@ -32,7 +32,9 @@
 #     fail, rank 1 with rank 0's message;
 #  2c. a rank failing after the last collective (rank 1's profile report
 #     cannot be written) makes rank 0, waiting for every rank to finish,
-#     fail within seconds naming rank 1;
+#     fail within seconds naming rank 1, and rank 1 exits within 1.5 s
+#     of its own failure (before session 14: 3 s waiting for the store to
+#     name a lost rank);
 #  3. a rank killed with SIGKILL mid-run makes both other ranks exit
 #     non-zero within [dist] timeout with a message naming rank 1 (the
 #     shared-memory collectives' liveness check: shm is on);
@@ -188,6 +190,22 @@ grep -q "rank 1 of 2: .*late1/profile.txt" "$tmp/late.log" ||
 	{ bad "rank 1 did not name its profile report"; grep -v '^\[' "$tmp/late.log" | tail -8; }
 grep -q "rank 1 of 2: a collective failed" "$tmp/late.log" &&
 	bad "rank 1's unwritable profile report was told as a failed collective"
+# ... and rank 1 exits at once after it: its own failure (a file) cannot
+# be a lost peer, so it does not wait for the store to name one (before
+# session 14: 3 s on every such failure); each line of rank 1's output
+# stamped with the time, from its profile table's last line to its exit
+mkdir -p "$tmp/late0b" "$tmp/late1b/profile.txt"
+timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
+	{ "$1" train "$0" run.out_dir="$d" train.batch=32 run.profile=1 dist.timeout=60 2>&1; echo "exit $?"; } |
+		while IFS= read -r l; do echo "$(date +%s.%N) $l"; done > "$4$KILN_RANK.log"' \
+	"$tmp/mlp.ini" "$kiln" "$tmp/late0b" "$tmp/late1b" "$tmp/lateb" > "$tmp/lateb.log" 2>&1
+t_fail=$(grep "\[profile\] by pass: " "$tmp/lateb1.log" | cut -d' ' -f1)
+t_exit=$(grep " exit [0-9]*$" "$tmp/lateb1.log" | cut -d' ' -f1)
+grep -q " exit 1$" "$tmp/lateb1.log" || { bad "rank 1 with an unwritable profile report did not exit 1"; tail -3 "$tmp/lateb1.log"; }
+dms=$(awk -v a="$t_fail" -v b="$t_exit" 'BEGIN { if (a == "" || b == "") print -1; else printf "%d", (b - a) * 1000 }')
+echo "rank 1's own failure (its profile report) to its exit: $dms ms"
+[ "$dms" -ge 0 ] && [ "$dms" -lt 1500 ] ||
+	{ bad "rank 1 took $dms ms from its failure to its exit (before session 14: 3000 ms)"; tail -4 "$tmp/lateb1.log"; }
 
 # ---- 3. a rank dies: the others fail, naming it --------------------------
 port=$(free_port 0)
