@@ -406,6 +406,41 @@ for r in 0 1 2; do
 		bad "rank $r: a pipeline message names a stage by another rank than its world rank"
 done
 [ "$dt" -le 15 ] || bad "the others took ${dt}s after rank 3 died (timeout 10 s)"
+# ... and a stuck peer (session 14): rank 3 (stage 1 of pipe 1) stopped
+# (SIGSTOP) right after step 500, so no rank is lost and the others fail
+# on [dist] timeout = 3 s, on async streams (the default), where rank 2's
+# failing recv from its pipe peer surfaces at the step's sync in the
+# communicator's words; those name ranks within the pipe's communicator
+# ("recv from rank 1" for world rank 3), and kiln-gloo says them again
+# with world ranks: rank 2's error must name world rank 3 (before: no
+# world rank at all)
+port=$(free_port 10)
+for r in 0 1 2 3; do
+	KILN_RANK=$r KILN_WORLD_SIZE=4 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
+		run.out_dir="$tmp/w3stop$r" train.batch=16 pipeline.micro_batches=2 train.epochs=1000 \
+		train.max_steps=0 train.log_every=500 data.samples=65536 dist.pipeline=2 "$two" \
+		dist.timeout=3 > "$tmp/w3stop$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+i=0
+while [ $i -lt 600 ] && ! grep -q "step 500/" "$tmp/w3stop0.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+t0=$(date +%s)
+pkill -STOP -P "$pid3" 2>/dev/null
+for r in 0 1 2; do
+	wait "$(eval echo \$pid$r)"
+	eval "rc$r=$?"
+done
+dt=$(( $(date +%s) - t0 ))
+pkill -KILL -P "$pid3" 2>/dev/null
+wait "$pid3" 2>/dev/null
+echo "after rank 3 (stage 1 of pipe 1) was stopped: ranks 0, 1, 2 exited $rc0 $rc1 $rc2 within ${dt}s"
+for r in 0 1 2; do
+	eval "rc=\$rc$r"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "rank $r exited $rc after rank 3 stopped"
+done
+grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "recv from world rank 3\b" ||
+	{ bad "rank 2's error does not name its stuck pipe peer as world rank 3"; grep -v '^\[' "$tmp/w3stop2.log" | tail -3; }
+[ "$dt" -le 20 ] || bad "the others took ${dt}s after rank 3 stopped (timeout 3 s)"
 
 # ---- 6. errors ----------------------------------------------------------------------
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e3" train.batch=32 \

@@ -303,6 +303,10 @@ struct Comm {
 	struct gloo_node nd = {};
 	struct gloo_shm *node_shm = nullptr;
 	struct Comm *lead = nullptr;
+	/* a split's group: its ranks' world ranks (the ranks of the
+	 * communicator the first split was made of), which its errors name;
+	 * empty on a communicator of the world */
+	std::vector<int> world_of;
 };
 
 size_t dtype_size(int dt)
@@ -509,6 +513,42 @@ const char *kind_name(Kind k)
 
 kiln_status run_job_now(Job *j);
 
+/* rank r of c's world rank */
+int wrank(const Comm *c, int r)
+{
+	return c->world_of.empty() || r < 0 || r >= (int)c->world_of.size() ? r : c->world_of[(size_t)r];
+}
+
+/* A split group's failed job, its error said again with the world ranks
+ * of this rank and its peer (the message itself, Gloo's or shm's, names
+ * ranks within the group): "gloo: world rank 2 (rank 0 of 2 of a split):
+ * recv from world rank 3: gloo: rank 0 of 2: recv from rank 1 ...". */
+kiln_status world_named(const Job *j, kiln_status st)
+{
+	const Comm *c = j->c;
+	if (!st || c->world_of.empty())
+		return st;
+	char who[96], what[160];
+	std::snprintf(who, sizeof who, "gloo: world rank %d (rank %d of %d of a split)", wrank(c, c->rank),
+		      c->rank, c->world);
+	if (j->kind == K_SENDRECV)
+		std::snprintf(what, sizeof what, "sendrecv to world rank %d, from world rank %d",
+			      wrank(c, j->root), wrank(c, j->src));
+	else if (j->kind == K_SEND || j->kind == K_RECV)
+		std::snprintf(what, sizeof what, "%s %s world rank %d", kind_name(j->kind),
+			      j->kind == K_SEND ? "to" : "from", wrank(c, j->root));
+	else {
+		/* a collective: every member's world rank, in group order */
+		int at = std::snprintf(what, sizeof what, "%s among world ranks", kind_name(j->kind));
+		for (int r = 0; r < c->world && at < (int)sizeof what - 16; r++)
+			at += std::snprintf(what + at, sizeof what - (size_t)at, "%s %d", r ? "," : "",
+					    wrank(c, r));
+		if (at < (int)sizeof what - 16)
+			std::snprintf(what + at, sizeof what - (size_t)at, " (its ranks 0..%d below, in that order)", c->world - 1);
+	}
+	return H->error(st, "%s: %s: %s", who, what, H->last_error());
+}
+
 kiln_status run_job(void *arg)
 {
 	Job *j = static_cast<Job *>(arg);
@@ -633,7 +673,15 @@ kiln_status run_sendrecv_shm(Comm *c, Job *j)
 	return rst;
 }
 
+kiln_status run_job_raw(Job *j);
+
+/* j on the calling thread; a split group's error names world ranks */
 kiln_status run_job_now(Job *j)
+{
+	return world_named(j, run_job_raw(j));
+}
+
+kiln_status run_job_raw(Job *j)
 {
 	Comm *c = j->c;
 	size_t es = dtype_size(j->dtype);
@@ -1152,6 +1200,8 @@ kiln_status gloo_split(void *ctx, int color, int key, void **out, int *rank, int
 			      gloo_shm_yields(g->shm) ? "its shared-memory waits yield (the ranks outnumber their CPUs)"
 						      : "its shared-memory waits spin, then sleep when long");
 	}
+	for (const auto &m : group)
+		g->world_of.push_back(wrank(c, m.second));
 	*out = g;
 	*rank = me;
 	*world = (int)group.size();
