@@ -599,6 +599,9 @@ static int tune_pick(struct cpu_ctx *c, const struct kiln_op *op)
 	return 1;
 }
 
+static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
+
 /* A bf16 op with kept copies: the kernel of its bare twin's choice
  * (setting, table, or timed now on the bare op); a consumer whose kernel
  * dtype is not its producer's: KILN_ENOTSUP. */
@@ -619,7 +622,7 @@ static kiln_status tune_kept(struct cpu_ctx *c, struct cpu_plan *p,
 				return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
 						      cpu_op_name(op.type));
 			q->op = bare;
-			const kiln_status st = cpu_tune_prepare(c, q, family);
+			const kiln_status st = tune_time(c, q, family);
 			cpu_plan_release(q);
 			free(q);
 			if (st)
@@ -668,8 +671,17 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 		p->op = op;
 		return prepare_kernel(c, p, family, 0);
 	}
+	return tune_time(c, p, family);
+}
 
-	/* time both: p holds the bf16 candidate, q the f32 one */
+/* Time op's candidates (no choice known): p holds the bf16 one, q the f32
+ * one (a GEMM's third, oneDNN's second bf16 implementation); the faster
+ * kept in p and in the choice table. */
+static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *))
+{
+	const struct kiln_op op = p->op;
+	kiln_status st;
 	if ((st = prepare_kernel(c, p, family, 0)))
 		return st;
 	struct cpu_plan *q = calloc(1, sizeof *q);
