@@ -316,6 +316,103 @@ START_TEST(test_conv_keep)
 }
 END_TEST
 
+/* bf16 kept copies (CPU): the copy is in its producer's kernel dtype (bf16,
+ * or f32 where tune.c picked the f32 kernel), so a consumer reads it only
+ * when its own kernel dtype is the same.  KILN_CPU_TUNEPICK (tune.c, the
+ * tests' hook) sets the three ops' choices: with equal ones the kept ops
+ * give the plain ops' results bit for bit (the inputs they should read
+ * from the copies zeroed); with different ones the consumer refuses
+ * (KILN_ENOTSUP: the layer then reads its tensor as it is), never
+ * KILN_EINVAL nor a wrong read. */
+static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pick)
+{
+	const int N = q->N, C = q->C, O = q->O, H = q->H, W = q->W;
+	const int OH = (H + 2 * q->ph - q->dh * (q->KH - 1) - 1) / q->sh + 1;
+	const int OW = (W + 2 * q->pw - q->dw * (q->KW - 1) - 1) / q->sw + 1;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * O * OH * OW;
+	const size_t nw = (size_t)O * (C / q->g) * q->KH * q->KW;
+	const int fk = pick[0] == '1', wk = pick[2] == '1', dk = pick[4] == '1';
+	setenv("KILN_CPU_TUNEPICK", pick, 1);
+	uint16_t *x = malloc(nx * 2), *w = malloc(nw * 2), *dy = malloc(ny * 2);
+	for (size_t i = 0; i < nx; i++)
+		x[i] = h_bf16(frand());
+	for (size_t i = 0; i < nw; i++)
+		w[i] = h_bf16(frand());
+	for (size_t i = 0; i < ny; i++)
+		dy[i] = h_bf16(frand());
+	float *b = frandv((size_t)O);
+	const size_t out_b = ny * 2 + nx * 2 + nw * 4 + (size_t)O * 4;
+	char *want = malloc(out_b), *got = malloc(out_b);
+	void *dX = dput(f, x, nx * 2), *dDY = dput(f, dy, ny * 2), *dW = dput(f, w, nw * 2);
+	void *dB = dput(f, b, (size_t)O * 4), *dY = dput(f, NULL, ny * 2), *dDX = dput(f, NULL, nx * 2);
+	void *dDW = dput(f, NULL, nw * 4), *dDB = dput(f, NULL, (size_t)O * 4);
+	uint16_t *zeros = calloc(nx > ny ? nx : ny, 2);
+	void *z = dput(f, zeros, (nx > ny ? nx : ny) * 2);
+	struct kiln_op fw, bw, bd;
+	conv_op(&fw, KILN_OP_CONV, q, OH, OW, 0);
+	conv_op(&bw, KILN_OP_CONV_BWD_WEIGHTS, q, OH, OW, 0);
+	conv_op(&bd, KILN_OP_CONV_BWD_DATA, q, OH, OW, 0);
+	fw.in[0].dtype = fw.in[1].dtype = fw.out[0].dtype = KILN_BF16;
+	bw.in[0].dtype = bw.in[1].dtype = KILN_BF16;
+	bd.in[0].dtype = bd.in[1].dtype = bd.out[0].dtype = KILN_BF16;
+	OK(run_op(f, &fw, (const void *[]){ dX, dW, dB }, (void *[]){ dY }));
+	OK(run_op(f, &bw, (const void *[]){ dX, dDY }, (void *[]){ dDW, dDB }));
+	OK(run_op(f, &bd, (const void *[]){ dDY, dW }, (void *[]){ dDX }));
+	dget(f, want, dY, ny * 2), dget(f, want + ny * 2, dDX, nx * 2);
+	dget(f, want + ny * 2 + nx * 2, dDW, nw * 4), dget(f, want + ny * 2 + nx * 2 + nw * 4, dDB, (size_t)O * 4);
+
+	fw.flags = bw.flags = bd.flags = KILN_OPF_KEEP;
+	fw.out[fw.n_out++] = td(KILN_U8, 1, 1, 0);
+	const long kx = kept_bytes(f, &fw);
+	ck_assert_msg(kx == (long)(nx * (fk ? 4 : 2)), "bf16 CONV keep, picks %s: kept %ld bytes, want %zu (%s)",
+		      pick, kx, nx * (fk ? 4 : 2), kiln_last_error());
+	void *dKX = dput(f, NULL, (size_t)kx), *dKDY = NULL, *plan;
+	OK(run_op(f, &fw, (const void *[]){ dX, dW, dB }, (void *[]){ dY, dKX }));
+	bw.in[bw.n_in++] = td(KILN_U8, 1, kx, 0);
+	bw.out[bw.n_out++] = td(KILN_U8, 1, 1, 0);
+	if (wk != fk) { /* the copy is in another dtype than this kernel's */
+		ck_assert_int_eq(kiln_device_prepare(f->dev, &bw, &plan, NULL), KILN_ENOTSUP);
+		goto out;
+	}
+	const long kdy = kept_bytes(f, &bw);
+	ck_assert_msg(kdy == (long)(ny * (wk ? 4 : 2)), "bf16 CONV_BWD_WEIGHTS keep, picks %s: kept %ld (%s)",
+		      pick, kdy, kiln_last_error());
+	dKDY = dput(f, NULL, (size_t)kdy);
+	OK(run_op(f, &bw, (const void *[]){ z, dDY, dKX }, (void *[]){ dDW, dDB, dKDY }));
+	bd.in[bd.n_in++] = td(KILN_U8, 1, kdy, 0);
+	if (dk != wk) {
+		ck_assert_int_eq(kiln_device_prepare(f->dev, &bd, &plan, NULL), KILN_ENOTSUP);
+	} else {
+		OK(run_op(f, &bd, (const void *[]){ z, dW, dKDY }, (void *[]){ dDX }));
+		dget(f, got, dY, ny * 2), dget(f, got + ny * 2, dDX, nx * 2);
+		dget(f, got + ny * 2 + nx * 2, dDW, nw * 4), dget(f, got + ny * 2 + nx * 2 + nw * 4, dDB, (size_t)O * 4);
+		ck_assert_msg(!memcmp(got, want, out_b), "bf16 kept copies, picks %s: y, dx, dw or db differ from the plain ops'", pick);
+	}
+	DFREE(f, dKDY);
+out:
+	unsetenv("KILN_CPU_TUNEPICK");
+	DFREE(f, dX, dDY, dW, dB, dY, dDX, dDW, dDB, z, dKX);
+	free(x), free(w), free(b), free(dy), free(want), free(got), free(zeros);
+}
+
+START_TEST(test_conv_keep_bf16)
+{
+	/* N C O H W KH KW sh sw ph pw dh dw g bias: the bf16 CNN's conv2 */
+	static const struct conv_g cnn2 = { 4, 32, 64, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 };
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_CONV);
+	if (strcmp(g_name, "cpu")) { /* the hook and the kept dtypes are the CPU's */
+		fx_close(&f);
+		return;
+	}
+	static const char *const picks[] = { "0,0,0", "1,1,1", "0,1,0", "1,0,0", "0,0,1", "1,1,0" };
+	for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
+		kept_bf16_case(&f, &cnn2, picks[i]);
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- pooling ---------------------------------------------------------- */
 
 struct pool_g {
@@ -705,7 +802,7 @@ START_TEST(test_reorder)
 }
 END_TEST
 
-DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(conv_keep), DFX_CASE(pool),
+DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(conv_keep), DFX_CASE(conv_keep_bf16), DFX_CASE(pool),
 	     DFX_CASE(pool_rule),
 	     DFX_CASE(concat_split),
 	     DFX_CASE(reorder));

@@ -447,6 +447,10 @@ EXTRA_DIST += tests/gpt2_io.sh tests/data/gen_gpt2_io_refs.py tests/data/gpt2_hf
 # both layouts, conv/linear-batchnorm-ReLU, bf16, recompute; GELU in
 # evaluation), and the profile and `kiln memory` show the fusion happen
 TESTS += tests/fuse.sh
+# bf16 NCHW convs keep their blocked copies in the kernel dtype; a
+# consumer of another kernel dtype reads the tensor as it is
+TESTS += tests/conv_kept_bf16.sh
+EXTRA_DIST += tests/conv_kept_bf16.sh
 EXTRA_DIST += tests/fuse.sh
 # [plugin.cpu] tune_cache: timed kernel choices kept between runs
 TESTS += tests/cpu_tune_cache.sh

@@ -23,7 +23,7 @@ struct conv {
 	 * written into scratch and added by acc_w, acc_b */
 	void *bwd_w[2], *acc_w, *acc_b;
 	void *act, *mask; /* a fused activation run apart; the fused ReLU's backward */
-	/* kept copies (KILN_OPF_KEEP, f32 training): fwd and bwd_w write them,
+	/* kept copies (KILN_OPF_KEEP, f32 and bf16 training): fwd and bwd_w write them,
 	 * bwd_w and bwd_data read them; evaluation runs infer (and act_infer),
 	 * a data gradient without the weight gradient bwd_data_plain */
 	void *infer, *act_infer, *bwd_data_plain;
@@ -175,7 +175,7 @@ static struct kiln_tensor_desc kept_desc(size_t n)
 	return d;
 }
 
-/* The forward and weight gradient with kept copies (f32 training, a device
+/* The forward and weight gradient with kept copies (f32 or bf16 training, a device
  * that has them): *op is the CONV; s->fwd keeps x for s->bwd_w (which
  * keeps dy for the data gradient), s->infer is the evaluation's CONV.
  * Leaves s->fwd NULL when the device keeps nothing (the caller then
@@ -262,7 +262,11 @@ static kiln_status plan_bwd_data(const struct kiln_host *h, struct kiln_layer *l
 		s->bwd_data_plain = s->bwd_data;
 		op.flags = KILN_OPF_KEEP;
 		op.n_in = 3, op.in[2] = kept_desc(s->kept_dy);
-		if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)))
+		st = prep(h, l, dev, &op, &s->bwd_data, &w);
+		if (st == KILN_ENOTSUP) /* refused (a bf16 one whose kernel dtype is not the
+					 * weight gradient's): dy read as it is */
+			s->bwd_data = s->bwd_data_plain, st = KILN_OK;
+		if (st)
 			return st;
 	}
 	s->dx_bytes = kiln_tensor_bytes(&s->x);
@@ -298,7 +302,8 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 		*ws = w;
 		return st;
 	}
-	if (l->trainable && s->x.dtype == KILN_F32 && (st = plan_kept(h, l, dev, &op, &w)))
+	if (l->trainable && (s->x.dtype == KILN_F32 || s->x.dtype == KILN_BF16) &&
+	    (st = plan_kept(h, l, dev, &op, &w)))
 		return st;
 	if (!s->fwd && (st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w)))
 		return st;

@@ -22,7 +22,9 @@
  * reorder from the kernel's layout there is anyway whenever it is not
  * OIHW; the bias's is the O floats).
  *
- * Kept copies (KILN_OPF_KEEP, ABI 2.9; f32): the layer's three ops agree on
+ * Kept copies (KILN_OPF_KEEP, ABI 2.9; f32, and bf16 since session 14: in
+ * the kernel dtype, bf16 or f32 (p->kern_f32), whose choice tune.c makes
+ * one for a copy's producer and consumer): the layer's three ops agree on
  * the blocked layouts of x and y, those of the forward primitive made
  * without post-ops (conv_pin), so that one op's reordered copy serves the
  * next: the CONV writes its blocked x into its last output (aux_bytes) for
@@ -162,8 +164,6 @@ static kiln_status conv_roles(struct cpu_ctx *c, const struct cpu_plan *p, struc
 		b->acc = (op->flags & KILN_OPF_ACCUMULATE) != 0;
 	}
 	const int lowp = b->x->dtype == KILN_BF16;
-	if (b->keep && b->x->dtype != KILN_F32)
-		return cpu_bad(c, op, KILN_ENOTSUP, "kept copies (KILN_OPF_KEEP) of f32 activations only");
 	/* the op without its kept copies (u8, last in and/or out) */
 	struct kiln_op bare = *op;
 	if (b->keep) {

@@ -514,6 +514,133 @@ void cpu_tune_free(struct cpu_ctx *c)
 	}
 }
 
+/* ---- kept copies of bf16 convolutions (KILN_OPF_KEEP) ----------------
+ *
+ * A layer's forward writes its kernel copy of x for the weight gradient,
+ * which writes its copy of dy for the data gradient (conv.c).  A copy is
+ * in its producer's kernel dtype (bf16, or f32 when the tuner picked the
+ * f32 kernel: p->kern_f32), so a consumer may read it only when it runs
+ * the same kernel dtype.  The choice is made as without kept copies: a
+ * kept op takes the choice of its bare twin (the op without KEEP and the
+ * kept tensors; timed here when none is known yet), so the kernels, and
+ * the results, are those without kept copies.  A consumer whose choice is
+ * not its producer's (the producer's bare choice in the table: every
+ * entry of the producer's shapes and geometry, whatever its flags, fused
+ * activation or bias, must agree) returns KILN_ENOTSUP, and the layer
+ * then reads its tensor as it is (core/layers/conv.c).  A mismatched copy
+ * is never read. */
+
+/* op without its kept copies: KEEP off, the u8 last input (the weight
+ * and data gradients) and last output (the forward and weight gradient)
+ * dropped. */
+static void kept_bare(const struct kiln_op *op, struct kiln_op *bare)
+{
+	*bare = *op;
+	bare->flags &= ~(uint32_t)KILN_OPF_KEEP;
+	if (op->type != KILN_OP_CONV) {
+		bare->n_in--;
+		memset(&bare->in[bare->n_in], 0, sizeof bare->in[0]);
+	}
+	if (op->type != KILN_OP_CONV_BWD_DATA) {
+		bare->n_out--;
+		memset(&bare->out[bare->n_out], 0, sizeof bare->out[0]);
+	}
+}
+
+static int desc_same(const struct kiln_tensor_desc *a, const struct kiln_tensor_desc *b)
+{
+	struct kiln_tensor_desc ka, kb;
+	memset(&ka, 0, sizeof ka), memset(&kb, 0, sizeof kb);
+	desc_key(a, &ka), desc_key(b, &kb);
+	return !memcmp(&ka, &kb, sizeof ka);
+}
+
+/* Whether key h is the bare op of consumer op's producer: the forward of a
+ * weight gradient (x, y as dy), the weight gradient of a data gradient
+ * (x as dx, dy), the same geometry (i[0..6]). */
+static int kept_producer(const struct kiln_op *h, const struct kiln_op *op)
+{
+	const int want = op->type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_OP_CONV : KILN_OP_CONV_BWD_WEIGHTS;
+	if (h->type != want || memcmp(h->i, op->i, 7 * sizeof op->i[0]))
+		return 0;
+	const struct kiln_tensor_desc *x = op->type == KILN_OP_CONV_BWD_WEIGHTS ? &op->in[0] : &op->out[0];
+	const struct kiln_tensor_desc *dy = op->type == KILN_OP_CONV_BWD_WEIGHTS ? &op->in[1] : &op->in[0];
+	const struct kiln_tensor_desc *hy = want == KILN_OP_CONV ? &h->out[0] : &h->in[1];
+	return desc_same(&h->in[0], x) && desc_same(hy, dy);
+}
+
+/* 1 when every known choice of consumer op's producer is f32, 0 when every
+ * one is bf16's, -1 when none is known or they disagree. */
+static int kept_producer_choice(struct cpu_ctx *c, const struct kiln_op *op)
+{
+	int f32 = -1;
+	pthread_mutex_lock(c->lock);
+	for (const struct cpu_choice *h = c->choices; h; h = h->next)
+		if (kept_producer(&h->op, op)) {
+			const int k = h->kern_f32 == TUNE_F32;
+			f32 = f32 < 0 || f32 == k ? k : 2;
+		}
+	pthread_mutex_unlock(c->lock);
+	return f32 > 1 ? -1 : f32;
+}
+
+/* KILN_CPU_TUNEPICK, the tests' hook: "F,W,D" (each 0 bf16, 1 f32), the
+ * choices of a bf16 CONV, CONV_BWD_WEIGHTS and CONV_BWD_DATA instead of a
+ * timing, kept as one (so that a test can make a layer's ops differ).
+ * 1 when it set op's. */
+static int tune_pick(struct cpu_ctx *c, const struct kiln_op *op)
+{
+	const char *hook = getenv("KILN_CPU_TUNEPICK");
+	int k[3];
+	if (!hook || sscanf(hook, "%d,%d,%d", &k[0], &k[1], &k[2]) != 3)
+		return 0;
+	const int i = op->type == KILN_OP_CONV ? 0 : op->type == KILN_OP_CONV_BWD_WEIGHTS ? 1 : 2;
+	keep_choice(c, op, k[i] ? TUNE_F32 : TUNE_BF16, 0, 0, 0);
+	return 1;
+}
+
+static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
+
+/* A bf16 op with kept copies: the kernel of its bare twin's choice
+ * (setting, table, or timed now on the bare op); a consumer whose kernel
+ * dtype is not its producer's: KILN_ENOTSUP. */
+static kiln_status tune_kept(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *), int setting)
+{
+	const struct kiln_op op = p->op;
+	struct kiln_op bare;
+	kept_bare(&op, &bare);
+	int f32 = setting == CPU_KERN_F32;
+	if (setting == CPU_KERN_AUTO) {
+		int k = tune_pick(c, &bare) ? find_choice(c, &bare) : -1;
+		if (k < 0)
+			k = find_choice(c, &bare);
+		if (k < 0) { /* time the bare op: its choice is kept */
+			struct cpu_plan *q = calloc(1, sizeof *q);
+			if (!q)
+				return c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan",
+						      cpu_op_name(op.type));
+			q->op = bare;
+			const kiln_status st = tune_time(c, q, family);
+			cpu_plan_release(q);
+			free(q);
+			if (st)
+				return st;
+			k = find_choice(c, &bare);
+		}
+		f32 = k == TUNE_F32;
+		if (op.type != KILN_OP_CONV && kept_producer_choice(c, &op) != f32) {
+			c->host->log(KILN_LOG_DEBUG, "cpu",
+				     "%s: the producer of its kept copy chose another kernel dtype: read as it is",
+				     cpu_op_name(op.type));
+			return KILN_ENOTSUP;
+		}
+	}
+	p->kern_f32 = f32;
+	return family(c, p);
+}
+
 kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *))
 {
@@ -524,6 +651,10 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	 * conversions */
 	if (cpu_op_has(&op, KILN_F16))
 		return cpu_lowp_prepare(c, p, family);
+	if (op.flags & KILN_OPF_KEEP)
+		return tune_kept(c, p, family, setting);
+	if (setting == CPU_KERN_AUTO && family == cpu_conv_prepare && tune_pick(c, &op))
+		return prepare_choice(c, p, family, find_choice(c, &op));
 	if (setting != CPU_KERN_AUTO)
 		return prepare_choice(c, p, family,
 				      setting == CPU_KERN_F32 ? TUNE_F32
@@ -540,8 +671,17 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 		p->op = op;
 		return prepare_kernel(c, p, family, 0);
 	}
+	return tune_time(c, p, family);
+}
 
-	/* time both: p holds the bf16 candidate, q the f32 one */
+/* Time op's candidates (no choice known): p holds the bf16 one, q the f32
+ * one (a GEMM's third, oneDNN's second bf16 implementation); the faster
+ * kept in p and in the choice table. */
+static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *))
+{
+	const struct kiln_op op = p->op;
+	kiln_status st;
 	if ((st = prepare_kernel(c, p, family, 0)))
 		return st;
 	struct cpu_plan *q = calloc(1, sizeof *q);

@@ -411,6 +411,8 @@ void cpu_tune_cache_save(struct cpu_ctx *c)
 	pthread_mutex_unlock(c->lock);
 	if (timed <= 0)
 		return; /* nothing new */
+	if (getenv("KILN_CPU_TUNEPICK"))
+		return; /* the tests' hook set choices (tune.c): none is the machine's */
 	struct tune_hdr h;
 	struct tune_file f;
 	char why[160];
