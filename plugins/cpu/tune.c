@@ -451,23 +451,30 @@ static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
 {
 	struct kiln_op key;
 	tune_key(op, &key);
-	int f32 = -1, stale = 0;
+	int f32 = -1, stale = 0, from_file = 0;
 	double wait = 0;
 	pthread_mutex_lock(c->lock);
 	for (const struct cpu_choice *h = c->choices; h && f32 < 0; h = h->next)
 		if (!memcmp(&h->op, &key, sizeof key)) {
 			f32 = h->kern_f32;
 			stale = h->provisional && h->from_file;
+			from_file = h->from_file;
 			wait = h->wait;
 		}
 	pthread_mutex_unlock(c->lock);
+	char s0[96], s1[96];
 	if (stale && may_retime(c)) {
-		char s0[96];
 		c->host->log(KILN_LOG_INFO, "cpu",
 			     "%s %s: re-timing the cached choice %d, provisional (timed waiting %.2f s a second for a CPU)",
 			     cpu_op_name(op->type), cpu_desc_str(&op->in[0], s0, sizeof s0), f32, wait);
 		return -1;
 	}
+	/* what a run took from the cache, so runs of one benchmark can be
+	 * told apart by their choices (a timed one has its own line) */
+	if (f32 >= 0 && from_file)
+		c->host->log(KILN_LOG_INFO, "cpu", "%s %s -> %s: choice %d from the tune cache%s",
+			     cpu_op_name(op->type), cpu_desc_str(&op->in[0], s0, sizeof s0),
+			     cpu_desc_str(&op->out[0], s1, sizeof s1), f32, stale ? ", provisional" : "");
 	return f32;
 }
 
