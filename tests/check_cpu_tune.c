@@ -323,6 +323,20 @@ START_TEST(test_measure_wall_when_quiet)
 }
 END_TEST
 
+/* A small op's wait is read over at least 10 ms (TUNE_WAIT_MIN_S): the
+ * 32x32x64 GEMM's 31 rounds of 3 candidates take well under 1 ms. */
+START_TEST(test_wait_window_small_op)
+{
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	one_run("0", "", 1);
+	const char *d = strstr(logbuf, "s/s over ");
+	ck_assert_msg(d != NULL, "no wait window in:\n%s", logbuf);
+	double ms = 0;
+	ck_assert_int_eq(sscanf(d, "s/s over %lf ms", &ms), 1);
+	ck_assert_msg(ms >= 10.0 && ms < 1000.0, "wait read over %.1f ms", ms);
+}
+END_TEST
+
 START_TEST(test_measure_team_cpu_when_contended)
 {
 	check_measure("0.6", 1, "(medians of the team's CPU time)");
@@ -341,6 +355,7 @@ static Suite *make_cpu_tune_suite(void)
 	tcase_add_test(tc, test_provisional_never_replaces_confident);
 	tcase_add_test(tc, test_busy_thread_makes_provisional);
 	tcase_add_test(tc, test_measure_wall_when_quiet);
+	tcase_add_test(tc, test_wait_window_small_op);
 	tcase_add_test(tc, test_measure_team_cpu_when_contended);
 	suite_add_tcase(s, tc);
 	return s;

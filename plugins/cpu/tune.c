@@ -55,7 +55,8 @@
  * thread's run-queue wait over the timed runs (cpu_wait_begin/end, the
  * async rule's measure, with its threshold CPU_WAIT_BUSY; the tests' hook
  * KILN_CPU_TUNEWAIT stands for it) marks a choice timed above it
- * provisional (tune_choose: the one rule).  A later context that reads a
+ * provisional (tune_choose: the one rule; read over at least
+ * TUNE_WAIT_MIN_S, a small op's timed runs then repeated untimed).  A later context that reads a
  * provisional choice from the cache and finds the machine quiet
  * (cpu_probe_wait, once per context) times that op again, at most
  * CPU_TUNE_RETIMES of them per context so that a set-up stays short; the
@@ -258,6 +259,11 @@ static double median(double *v, int n)
 }
 
 #define TUNE_ROUNDS 31
+/* The least window the run-queue wait is read over (time_plans), s: the
+ * timed runs of a small op (31 rounds of 3 candidates of 10-50 us: 1-5 ms)
+ * fit between two of the scheduler's slices on a busy core (~3-4 ms here),
+ * so their wait read 0 or a whole slice; 10 ms holds a few. */
+#define TUNE_WAIT_MIN_S 0.010
 
 /* The timing thread's run-queue wait over the timed runs, in seconds a
  * second (KILN_CPU_TUNEWAIT, the tests' hook: that); < 0 not measured. */
@@ -317,6 +323,7 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 	rounds = rounds < 5 ? 5 : rounds > TUNE_ROUNDS ? TUNE_ROUNDS : rounds;
 	tune_team_get(&tm);
 	cpu_wait_begin(&m);
+	const double start = now_s();
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < n; k++) {
 			const double w0 = now_s(), c0 = tune_team_s(&tm);
@@ -325,6 +332,13 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 			rc[k][r] = tune_team_s(&tm) - c0;
 			rw[k][r] = now_s() - w0;
 		}
+	/* a small op: more (untimed) rounds until the wait's window is
+	 * TUNE_WAIT_MIN_S */
+	double window;
+	while ((window = now_s() - start) < TUNE_WAIT_MIN_S)
+		for (int k = 0; k < n; k++)
+			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
+				goto out;
 	*wait = tune_wait(&m);
 	for (int k = 0; k < n; k++) {
 		wall[k] = median(rw[k], rounds);
@@ -339,9 +353,9 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 			len += w > 0 ? (size_t)w : sizeof s1;
 		}
 		c->host->log(KILN_LOG_DEBUG, "cpu",
-			     "timed %s %s: %d candidates x %d runs, team of %d, wait %.2f s/s; median wall/team CPU ms: %s",
+			     "timed %s %s: %d candidates x %d runs, team of %d, wait %.2f s/s over %.1f ms; median wall/team CPU ms: %s",
 			     cpu_op_name(q[0]->op.type), cpu_desc_str(&q[0]->op.in[0], s0, sizeof s0), n, rounds,
-			     tm.n, *wait, s1);
+			     tm.n, *wait, 1e3 * window, s1);
 	}
 out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
