@@ -32,6 +32,7 @@ EXTRA_DIST += bench/pytorch_attention.py bench/attention.sh
 # kiln and PyTorch under contention (a busy core, taskset, a CPU quota)
 EXTRA_DIST += bench/contention.sh
 EXTRA_DIST += bench/tune_contention.sh
+EXTRA_DIST += bench/tune_measure.sh
 # kiln beside PyTorch 2.x eager / torch.compile / Lightning and 1.13
 EXTRA_DIST += bench/anchors.sh bench/anchors_table.py bench/torch_modes.py bench/pytorch_gpt.py \
 	bench/pytorch_ddp.py

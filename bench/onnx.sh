@@ -22,7 +22,8 @@
 # the medians of the run medians, ms per batch and images/s, and kiln's
 # speed-up (ONNX Runtime's ms / kiln's); then the same for the process CPU
 # time per call (every thread's: on a loaded machine the 1-thread CPU-time
-# ratio is the steadier figure).  The first round also prints how
+# ratio is the steadier figure).  Each round prints (stderr) kiln's row
+# block and conv_impl choices (round_choices).  The first round also prints how
 # far ONNX Runtime's logits are from kiln's (tests/onnx_ort.py; the test
 # that asserts it is tests/onnx_ort.sh).
 #
@@ -64,6 +65,18 @@ bench_tmpdir onnx-bench
 "$PYTHON" -c 'import onnxruntime' || { echo "bench/onnx.sh: no onnxruntime in $PYTHON" >&2; exit 1; }
 echo "# bench/onnx.sh --runs $RUNS --threads \"$THREADS\" --batch $BATCH --iters $ITERS --models \"$MODELS\"$TOOL_FLAGS$OVERRIDES"
 echo "# loadavg before: $(cut -d' ' -f1-3 /proc/loadavg); onnxruntime $("$PYTHON" -c 'import onnxruntime; print(onnxruntime.__version__)'), $(nproc) CPUs"
+# round_choices MODEL THREADS ROUND: what kiln's round ran with, from its
+# info log (stderr): the row block of the inference plan and each timed
+# choice ([plugin.cpu] conv_impl = auto: timed, or read from the tune cache)
+# as OP IN -> OUT = K, sorted, so that a slow round can be told apart
+round_choices() {
+	block=$(sed -n 's/.*batch of [0-9]* rows in blocks of \([0-9]*\).*/\1/p' "$TMP/$1.klog" | head -n 1)
+	ch=$(sed -n -e 's/.*\] f32 \(CONV .*\): [0-9]* implementations,.*: implementation \([0-9]*\).*/\1=\2/p' \
+		-e 's/.*\] \([A-Z_]* .*\): choice \([0-9]*\) from the tune cache.*/\1=\2/p' "$TMP/$1.klog" |
+		sed 's/f32//g; s/ nhwc//g; s/ //g' | sort -u | tr '\n' ' ')
+	echo "# $1 $2 threads round $(($3 + 1)): kiln $(sed -n 's/^kiln_ms //p' "$TMP/$1.kout") ms, block ${block:-none}," \
+		"$(grep -c 'implementations,' "$TMP/$1.klog") timed: $ch" >&2
+}
 printf '%-8s %7s %10s %10s %11s %11s %8s %11s %11s %8s\n' model threads kiln_ms ort_ms kiln_img_s \
 	ort_img_s speedup kiln_cpu_ms ort_cpu_ms cpu_x
 for model in $MODELS; do
@@ -83,9 +96,10 @@ for model in $MODELS; do
 		r=0
 		while [ "$r" -lt "$RUNS" ]; do
 			# shellcheck disable=SC2086 # the flags are words
-			tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" $TOOL_FLAGS "$@" \
-				>"$TMP/$model.kout" 2>/dev/null || exit 1
+			KILN_LOG_LEVEL=info tests/onnx_tool logits "$ini" "$BATCH" "$TMP/$model" --time "$ITERS" \
+				$TOOL_FLAGS "$@" >"$TMP/$model.kout" 2>"$TMP/$model.klog" || exit 1
 			sed -n 's/^kiln_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kiln"
+			round_choices "$model" "$th" "$r"
 			sed -n 's/^kiln_cpu_ms //p' "$TMP/$model.kout" >>"$TMP/$model.kcpu"
 			"$PYTHON" tests/onnx_ort.py "$TMP/$model.onnx" "$TMP/$model" --threads "$th" \
 				--time "$ITERS" >"$TMP/$model.out" || { cat "$TMP/$model.out" >&2; exit 1; }

@@ -60,8 +60,9 @@ static int log_count(const char *a, const char *b)
 #define TIMED "ms, f32 kernel"
 #define LOG_HAS(s) ck_assert_msg(log_count(s, NULL) > 0, "log lacks \"%s\":\n%s", s, logbuf)
 
-/* ---- a device with the cache in path, team of 1 ---- */
+/* ---- a device with the cache in path, team of dev_threads (1) ---- */
 static char path[4096];
+static int dev_threads = 1;
 
 struct dev {
 	struct kiln_config *cfg;
@@ -72,7 +73,8 @@ static void open_dev(struct dev *d)
 {
 	char o[4200];
 	ck_assert(kiln_config_new(&d->cfg) == 0);
-	ck_assert(kiln_config_override(d->cfg, "run.threads=1") == 0);
+	snprintf(o, sizeof o, "run.threads=%d", dev_threads);
+	ck_assert(kiln_config_override(d->cfg, o) == 0);
 	snprintf(o, sizeof o, "plugin.cpu.tune_cache=%s", path);
 	ck_assert(kiln_config_override(d->cfg, o) == 0);
 	const kiln_status st = kiln_device_open(reg, d->cfg, "cpu", 0, &d->dev);
@@ -150,6 +152,9 @@ static void setup(void)
 static void teardown(void)
 {
 	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(KILN_LOG_INFO);
+	dev_threads = 1;
+	gemm_mn = 32, gemm_k = 64;
 	unlink(path);
 	unsetenv("KILN_CPU_TUNEWAIT");
 	unsetenv("KILN_CPU_PROBEWAIT");
@@ -276,6 +281,69 @@ START_TEST(test_busy_thread_makes_provisional)
 }
 END_TEST
 
+/* The measure (tune_choose): a 2-thread GEMM timed quietly goes by the
+ * median wall times, timed under contention by the median CPU time of the
+ * team's threads (their own clocks, both threads counted); the figures of
+ * the choice's line are the debug line's column of that measure, and the
+ * choice is the smallest of them (the first on a tie). */
+static void check_measure(const char *tune, int col, const char *what)
+{
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	dev_threads = 2, gemm_mn = 256, gemm_k = 512;
+	one_run(tune, "", 1);
+	const char *d = strstr(logbuf, "median wall/team CPU ms: ");
+	ck_assert_msg(d != NULL, "no debug line of the measures:\n%s", logbuf);
+	ck_assert_msg(log_count("team of 2, wait", NULL) == 1, "the team's clocks are not both threads':\n%s", logbuf);
+	double v[3][2];
+	const int got = sscanf(d, "median wall/team CPU ms: %lf/%lf, %lf/%lf, %lf/%lf", &v[0][0], &v[0][1],
+			       &v[1][0], &v[1][1], &v[2][0], &v[2][1]);
+	ck_assert_msg(got == 4 || got == 6, "%d figures in: %.200s", got, d);
+	const int n = got / 2;
+	int best = 0;
+	for (int k = 1; k < n; k++) {
+		ck_assert(v[k][0] > 0 && v[k][1] > 0);
+		if (v[k][col] < v[best][col])
+			best = k;
+	}
+	char want[256];
+	snprintf(want, sizeof want, "bf16 kernel %.3f ms, f32 kernel %.3f ms", v[0][col], v[1][col]);
+	ck_assert_msg(log_count(want, what) == 1, "want \"%s\" by %s:\n%s", want, what, logbuf);
+	if (n == 3) {
+		snprintf(want, sizeof want, "second bf16 kernel %.3f ms (", v[2][col]);
+		LOG_HAS(want);
+	}
+	static const char *const kern[3] = { ": the bf16 kernel", ": the f32 kernel", ": the second bf16 kernel" };
+	ck_assert_msg(log_count(TIMED, kern[best]) == 1, "want%s:\n%s", kern[best], logbuf);
+}
+
+START_TEST(test_measure_wall_when_quiet)
+{
+	check_measure("0", 0, "(medians of wall time)");
+	ck_assert_int_eq(log_count(TIMED, "provisional"), 0);
+}
+END_TEST
+
+/* A small op's wait is read over at least 10 ms (TUNE_WAIT_MIN_S): the
+ * 32x32x64 GEMM's 31 rounds of 3 candidates take well under 1 ms. */
+START_TEST(test_wait_window_small_op)
+{
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	one_run("0", "", 1);
+	const char *d = strstr(logbuf, "s/s over ");
+	ck_assert_msg(d != NULL, "no wait window in:\n%s", logbuf);
+	double ms = 0;
+	ck_assert_int_eq(sscanf(d, "s/s over %lf ms", &ms), 1);
+	ck_assert_msg(ms >= 10.0 && ms < 1000.0, "wait read over %.1f ms", ms);
+}
+END_TEST
+
+START_TEST(test_measure_team_cpu_when_contended)
+{
+	check_measure("0.6", 1, "(medians of the team's CPU time)");
+	ck_assert_int_eq(log_count(TIMED, "provisional (timed under contention: waited 0.60 s"), 1);
+}
+END_TEST
+
 static Suite *make_cpu_tune_suite(void)
 {
 	Suite *s = suite_create("cpu_tune");
@@ -286,6 +354,9 @@ static Suite *make_cpu_tune_suite(void)
 	tcase_add_test(tc, test_retimes_bounded);
 	tcase_add_test(tc, test_provisional_never_replaces_confident);
 	tcase_add_test(tc, test_busy_thread_makes_provisional);
+	tcase_add_test(tc, test_measure_wall_when_quiet);
+	tcase_add_test(tc, test_wait_window_small_op);
+	tcase_add_test(tc, test_measure_team_cpu_when_contended);
 	suite_add_tcase(s, tc);
 	return s;
 }

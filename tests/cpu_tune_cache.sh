@@ -48,6 +48,10 @@ n1=$(cat "$out" "$err" | sed -n "s/.*tune cache .*: \([0-9]*\) choices timed, \(
 [ -s "$c" ] || fail "$c not written"
 loss1=$(field train_loss "$out")
 cp "$c" "$tmp/good.bin"
+# each choice as "OP IN -> OUT K" (K: tune.c's TUNE_BF16 0, TUNE_F32 1, TUNE_BF16_2 2)
+cat "$out" "$err" | sed -n 's/.*bf16 \([A-Z_]*\) \(bf16\[[^]]*\]\), [a-z0-9]*\[[^]]*\] -> \([^:]*\):.*: the \(.*\) kernel.*/\1 \2 -> \3 \4/p' |
+	sed 's/ second bf16$/ 2/; s/ bf16$/ 0/; s/ f32$/ 1/' | sort >"$tmp/timed.txt"
+[ "$(wc -l <"$tmp/timed.txt")" -eq "$t1" ] || fail "read $(wc -l <"$tmp/timed.txt") choices of $t1 timed lines"
 echo "ok: first run timed and wrote $n1 choices (train_loss $loss1)"
 
 # 1b: nor does the MLP's first linear layer prepare its data gradient's
@@ -63,6 +67,9 @@ run "plugin.cpu.tune_cache=$c"
 log_has "tune cache $c: $n1 choices read for 2 threads"
 [ "$(timed_lines)" -eq 0 ] || fail "the second run timed $(timed_lines) kernels"
 log_lacks "written"
+# which choice each op took from the cache is logged: the ones timed
+cat "$out" "$err" | sed -n 's/.*\] \([A-Z_]*\) \(.*\): choice \([0-9]\) from the tune cache.*/\1 \2 \3/p' | sort -u >"$tmp/read.txt"
+cmp -s "$tmp/timed.txt" "$tmp/read.txt" || fail "choices from the cache: $(cat "$tmp/read.txt"); timed: $(cat "$tmp/timed.txt")"
 loss2=$(field train_loss "$out")
 [ -n "$loss1" ] && [ "$loss1" = "$loss2" ] || fail "train_loss $loss2 from the cache, $loss1 timed"
 cmp -s "$c" "$tmp/good.bin" || fail "a run that timed nothing rewrote $c"

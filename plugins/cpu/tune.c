@@ -25,7 +25,8 @@
  * [plugin.cpu] bf16_conv / bf16_gemm pick one, or `auto` (the default)
  * prepares them all, runs each on scratch buffers of the op's shapes (one
  * warm-up run each, then 5 to 31 interleaved timed runs, the median of
- * each one's process CPU time) and keeps the faster.  This happens once
+ * each one's wall time, or of its team's CPU time under contention:
+ * time_plans) and keeps the faster.  This happens once
  * per op in prepare, never in a step; the choice is remembered per op
  * key (tune_key: what the timing depends on, so an accumulating op takes
  * the choice of its writing twin) for the context, so the training and
@@ -54,7 +55,8 @@
  * thread's run-queue wait over the timed runs (cpu_wait_begin/end, the
  * async rule's measure, with its threshold CPU_WAIT_BUSY; the tests' hook
  * KILN_CPU_TUNEWAIT stands for it) marks a choice timed above it
- * provisional (tune_choose: the one rule).  A later context that reads a
+ * provisional (tune_choose: the one rule; read over at least
+ * TUNE_WAIT_MIN_S, a small op's timed runs then repeated untimed).  A later context that reads a
  * provisional choice from the cache and finds the machine quiet
  * (cpu_probe_wait, once per context) times that op again, at most
  * CPU_TUNE_RETIMES of them per context so that a set-up stays short; the
@@ -66,7 +68,9 @@
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free, posix_memalign */
 #include <string.h> /* memcmp, memcpy, memset */
-#include <time.h>   /* clock_gettime */
+#include <time.h>   /* clock_gettime, CLOCK_THREAD_CPUTIME_ID */
+#include <omp.h>    /* omp_get_thread_num */
+#include <pthread.h> /* pthread_getcpuclockid */
 
 /* provisional choices from the cache one context re-times, at most */
 #define CPU_TUNE_RETIMES 8
@@ -193,12 +197,54 @@ char *cpu_scratch_args(const struct cpu_plan *p, size_t ws, int random, struct k
 	return buf;
 }
 
-/* The process's CPU time (every thread's), seconds. */
-static double cpu_s(void)
+/* The clock's reading, seconds. */
+static double clock_s(clockid_t id)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The timing thread's OpenMP team, whose CPU time time_plans sums: at most
+ * TUNE_TEAM threads' CPU clocks, the timing thread's first. */
+#define TUNE_TEAM 64
+struct tune_team {
+	clockid_t id[TUNE_TEAM];
+	int n;
+};
+
+/* Each thread's own clock, not CLOCK_PROCESS_CPUTIME_ID: on this kernel
+ * that adds another thread's time only at a timer tick (HZ = 250) or a
+ * switch, so a 2-thread op of 1-10 ms read anywhere from its calling
+ * thread's time alone to that plus 4 ms of its worker's (docs/PERFORMANCE.md,
+ * "Session 14: the tuner's measure"); a thread's own clock is exact. */
+static void tune_team_get(struct tune_team *tm)
+{
+	int n = 0;
+	tm->n = 0;
+	if (pthread_getcpuclockid(pthread_self(), &tm->id[0]))
+		return;
+#pragma omp parallel
+	{
+		const int k = omp_get_thread_num();
+		clockid_t id;
+		if (k > 0 && k < TUNE_TEAM && !pthread_getcpuclockid(pthread_self(), &id))
+			tm->id[k] = id;
+		else if (k > 0 && k < TUNE_TEAM)
+			tm->id[k] = tm->id[0]; /* cannot happen; counted twice then */
+#pragma omp single
+		n = omp_get_num_threads();
+	}
+	tm->n = n < 1 ? 1 : n > TUNE_TEAM ? TUNE_TEAM : n;
+}
+
+/* The team's CPU time, seconds. */
+static double tune_team_s(const struct tune_team *tm)
+{
+	double s = 0;
+	for (int k = 0; k < tm->n; k++)
+		s += clock_s(tm->id[k]);
+	return s;
 }
 
 /* The median of v[0..n) (sorts v). */
@@ -213,6 +259,11 @@ static double median(double *v, int n)
 }
 
 #define TUNE_ROUNDS 31
+/* The least window the run-queue wait is read over (time_plans), s: the
+ * timed runs of a small op (31 rounds of 3 candidates of 10-50 us: 1-5 ms)
+ * fit between two of the scheduler's slices on a busy core (~3-4 ms here),
+ * so their wait read 0 or a whole slice; 10 ms holds a few. */
+#define TUNE_WAIT_MIN_S 0.010
 
 /* The timing thread's run-queue wait over the timed runs, in seconds a
  * second (KILN_CPU_TUNEWAIT, the tests' hook: that); < 0 not measured. */
@@ -225,23 +276,31 @@ static double tune_wait(const struct cpu_wait_mark *m)
 }
 
 /* Seconds of one run of each of the n plans q[] on scratch tensors of
- * op's shapes, t[i] < 0 when a plan failed to run, and *wait the timing
- * thread's run-queue wait meanwhile (tune_wait): the median over the
- * timed runs (5 to 31, which interleave the candidates so that a load
- * spike hits each) of the process CPU time a run took.  The minimum of
- * wall times, taken before, flipped the choice on a loaded machine (one
- * lucky run decides; a preempted run counts its wait): CPU time leaves
- * the preemptions out, the median one run's luck (docs/PERFORMANCE.md,
- * "Issue 23, session 10"). */
-static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *t, double *wait)
+ * op's shapes (both < 0 when a plan failed to run), and *wait the timing
+ * thread's run-queue wait meanwhile (tune_wait), over the timed runs (5 to
+ * 31, which interleave the candidates so that a load spike hits each):
+ * wall[k] the median of candidate k's wall times, cpu[k] the median of the
+ * CPU time its runs took on the timing thread's OpenMP team (each
+ * thread's exact clock: tune_team_get).  tune_choose takes the wall
+ * times on a quiet machine, what a step will take; the team's CPU time
+ * under contention, which leaves out each thread's preemptions.  Process
+ * CPU time, taken before, read a 2-thread op's worker at timer ticks only
+ * and picked against the wall clock in 3 of 6 of the bf16 CNN's 2-thread
+ * choices; the minimum of wall times, before that, flipped the choice on
+ * a loaded machine (one lucky run decides; docs/PERFORMANCE.md, "Issue
+ * 23, session 10", "Session 14: the tuner's measure"). */
+static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, double *wall, double *cpu,
+		       double *wait)
 {
 	struct kiln_op_args a;
 	struct cpu_wait_mark m;
 	size_t ws = 0;
 	*wait = -1;
-	double runs[CPU_CONV_IMPLS > 2 ? CPU_CONV_IMPLS : 2][TUNE_ROUNDS];
+	double rw[CPU_CONV_IMPLS > 3 ? CPU_CONV_IMPLS : 3][TUNE_ROUNDS];
+	double rc[CPU_CONV_IMPLS > 3 ? CPU_CONV_IMPLS : 3][TUNE_ROUNDS];
+	struct tune_team tm;
 	for (int k = 0; k < n; k++) {
-		t[k] = -1;
+		wall[k] = cpu[k] = -1;
 		if (q[k]->workspace > ws)
 			ws = q[k]->workspace;
 	}
@@ -262,17 +321,42 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 	/* at least 5 rounds, more for short ops: about 30 ms per candidate */
 	int rounds = first > 0 ? (int)(0.03 / first) : TUNE_ROUNDS;
 	rounds = rounds < 5 ? 5 : rounds > TUNE_ROUNDS ? TUNE_ROUNDS : rounds;
+	tune_team_get(&tm);
 	cpu_wait_begin(&m);
+	const double start = now_s();
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < n; k++) {
-			const double t0 = cpu_s();
+			const double w0 = now_s(), c0 = tune_team_s(&tm);
 			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
 				goto out;
-			runs[k][r] = cpu_s() - t0;
+			rc[k][r] = tune_team_s(&tm) - c0;
+			rw[k][r] = now_s() - w0;
 		}
+	/* a small op: more (untimed) rounds until the wait's window is
+	 * TUNE_WAIT_MIN_S */
+	double window;
+	while ((window = now_s() - start) < TUNE_WAIT_MIN_S)
+		for (int k = 0; k < n; k++)
+			if (cpu_exec(c, q[k], &a, &e) != KILN_OK)
+				goto out;
 	*wait = tune_wait(&m);
-	for (int k = 0; k < n; k++)
-		t[k] = median(runs[k], rounds);
+	for (int k = 0; k < n; k++) {
+		wall[k] = median(rw[k], rounds);
+		cpu[k] = median(rc[k], rounds);
+	}
+	{ /* both measures, for a check on a quiet machine (debug level) */
+		char s0[96], s1[160] = "";
+		size_t len = 0;
+		for (int k = 0; k < n && len < sizeof s1; k++) {
+			const int w = snprintf(s1 + len, sizeof s1 - len, "%s%.3f/%.3f", k ? ", " : "",
+					       1e3 * wall[k], 1e3 * cpu[k]);
+			len += w > 0 ? (size_t)w : sizeof s1;
+		}
+		c->host->log(KILN_LOG_DEBUG, "cpu",
+			     "timed %s %s: %d candidates x %d runs, team of %d, wait %.2f s/s over %.1f ms; median wall/team CPU ms: %s",
+			     cpu_op_name(q[0]->op.type), cpu_desc_str(&q[0]->op.in[0], s0, sizeof s0), n, rounds,
+			     tm.n, *wait, 1e3 * window, s1);
+	}
 out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
 	free(buf);
@@ -317,18 +401,28 @@ static void tune_key(const struct kiln_op *op, struct kiln_op *key)
 	memcpy(key->f, op->f, sizeof key->f);
 }
 
-/* The choice rule, the one place it is: of the n candidates timed t[]
+/* The choice rule, the one place it is: of the n candidates timed
  * (time_plans; < 0 failed), the fastest, the first on a tie or a failure;
  * *provisional when the timing thread waited for a CPU more than
- * CPU_WAIT_BUSY while timing (unmeasured, < 0: confident, as before). */
-static int tune_choose(const double *t, int n, double wait, int *provisional)
+ * CPU_WAIT_BUSY while timing (unmeasured, < 0: confident, as before).  By
+ * wall time when quiet, by the team's CPU time when provisional; *t the
+ * figures it went by. */
+static int tune_choose(const double *wall, const double *cpu, int n, double wait, int *provisional,
+		       const double **t)
 {
+	*provisional = wait > CPU_WAIT_BUSY;
+	const double *v = *t = *provisional ? cpu : wall;
 	int best = 0;
 	for (int k = 1; k < n; k++)
-		if (t[k] >= 0 && t[best] >= 0 && t[k] < t[best])
+		if (v[k] >= 0 && v[best] >= 0 && v[k] < v[best])
 			best = k;
-	*provisional = wait > CPU_WAIT_BUSY;
 	return best;
+}
+
+/* The measure tune_choose went by, for a log line. */
+static const char *measure_str(int provisional)
+{
+	return provisional ? "medians of the team's CPU time" : "medians of wall time";
 }
 
 /* ", provisional (...)" for a log line when p. */
@@ -371,23 +465,30 @@ static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
 {
 	struct kiln_op key;
 	tune_key(op, &key);
-	int f32 = -1, stale = 0;
+	int f32 = -1, stale = 0, from_file = 0;
 	double wait = 0;
 	pthread_mutex_lock(c->lock);
 	for (const struct cpu_choice *h = c->choices; h && f32 < 0; h = h->next)
 		if (!memcmp(&h->op, &key, sizeof key)) {
 			f32 = h->kern_f32;
 			stale = h->provisional && h->from_file;
+			from_file = h->from_file;
 			wait = h->wait;
 		}
 	pthread_mutex_unlock(c->lock);
+	char s0[96], s1[96];
 	if (stale && may_retime(c)) {
-		char s0[96];
 		c->host->log(KILN_LOG_INFO, "cpu",
 			     "%s %s: re-timing the cached choice %d, provisional (timed waiting %.2f s a second for a CPU)",
 			     cpu_op_name(op->type), cpu_desc_str(&op->in[0], s0, sizeof s0), f32, wait);
 		return -1;
 	}
+	/* what a run took from the cache, so runs of one benchmark can be
+	 * told apart by their choices (a timed one has its own line) */
+	if (f32 >= 0 && from_file)
+		c->host->log(KILN_LOG_INFO, "cpu", "%s %s -> %s: choice %d from the tune cache%s",
+			     cpu_op_name(op->type), cpu_desc_str(&op->in[0], s0, sizeof s0),
+			     cpu_desc_str(&op->out[0], s1, sizeof s1), f32, stale ? ", provisional" : "");
 	return f32;
 }
 
@@ -480,17 +581,19 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 			break;
 		}
 	}
-	double t[CPU_CONV_IMPLS], wait = -1;
+	double tw[CPU_CONV_IMPLS], tc[CPU_CONV_IMPLS], wait = -1;
+	const double *t = tw;
 	int prov = 0;
 	best = 0;
 	if (n > 1) {
-		time_plans(c, cand, n, t, &wait);
-		best = tune_choose(t, n, wait, &prov);
+		time_plans(c, cand, n, tw, tc, &wait);
+		best = tune_choose(tw, tc, n, wait, &prov, &t);
 		char s0[96], s2[96], sp[96];
 		c->host->log(KILN_LOG_INFO, "cpu",
-			     "f32 CONV %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest: implementation %d%s",
+			     "f32 CONV %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest (%s): implementation %d%s",
 			     cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
-			     n, 1e3 * t[0], 1e3 * t[best], best, prov_str(prov, wait, sp, sizeof sp));
+			     n, 1e3 * t[0], 1e3 * t[best], measure_str(prov), best,
+			     prov_str(prov, wait, sp, sizeof sp));
 	}
 	keep_choice(c, &op, best, prov, wait, 1);
 	if (best) { /* the faster candidate replaces the first in p */
@@ -710,21 +813,22 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 			cand[2] = NULL;
 		}
 	}
-	double t[3] = { -1, -1, -1 }, wait;
+	double tw[3] = { -1, -1, -1 }, tc[3] = { -1, -1, -1 }, wait;
+	const double *t;
 	int prov;
-	time_plans(c, cand, n, t, &wait);
-	const int best = tune_choose(t, n, wait, &prov);
+	time_plans(c, cand, n, tw, tc, &wait);
+	const int best = tune_choose(tw, tc, n, wait, &prov, &t);
 	{
 		static const char *const what[3] = { "bf16", "f32", "second bf16" };
 		char s0[96], s1[96], s2[96], s3[48] = "", sp[96];
 		if (n == 3)
 			snprintf(s3, sizeof s3, ", second bf16 kernel %.3f ms", 1e3 * t[2]);
 		c->host->log(KILN_LOG_INFO, "cpu",
-			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms%s: the %s kernel%s",
+			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms%s (%s): the %s kernel%s",
 			     cpu_op_name(op.type), cpu_desc_str(&op.in[0], s0, sizeof s0),
 			     cpu_desc_str(&op.in[1], s1, sizeof s1),
 			     cpu_desc_str(&op.out[0], s2, sizeof s2), 1e3 * t[0], 1e3 * t[1], s3,
-			     what[best], prov_str(prov, wait, sp, sizeof sp));
+			     measure_str(prov), what[best], prov_str(prov, wait, sp, sizeof sp));
 	}
 	keep_choice(c, &op, best, prov, wait, 1);
 	if (best) { /* the faster candidate replaces the bf16 one in p */
