@@ -9,10 +9,17 @@
  *    samples again: these must be, byte for byte, the logits of a model
  *    loaded from B alone, and differ from A's (a kept copy made from A's
  *    weights and used after the load gives A's logits again);
- *  - A loaded back into it: A's logits again. */
+ *  - A loaded back into it: A's logits again.
+ * `infer_reload --quantized CONFIG QA QB`: INT8 models of `kiln quantize`
+ * (the CPU's QCONV and QLINEAR keep their quantized weights, frozen, ABI
+ * 2.15): QB's weights are loaded into QA's model (kiln_quant_load, as
+ * kiln_infer_open does), which keeps QA's input scales (from the
+ * config), so B's logits are those of a model loaded from QA with QB's
+ * weights loaded before its first run. */
 #include <kiln/infer.h>
 #include <kiln/kiln.h>
 #include "infer_passes.h" /* kiln_infer_model: the library's own path, not public API */
+#include "quant.h"        /* kiln_quant_load: the same */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -22,15 +29,16 @@
 #define N 12
 
 static const char *config;
+static int quantized; /* --quantized: the files are INT8 models */
 static float *x;
 static size_t out_elems;
 
 static struct kiln_infer *load(const char *weights)
 {
-	struct kiln_infer_opts o = { .batch = 4, .no_fold = 1 };
+	struct kiln_infer_opts o = { .batch = 4, .no_fold = 1, .quantized = quantized ? weights : NULL };
 	struct kiln_infer *m;
 	char *err;
-	if (kiln_model_load(config, weights, &o, &m, &err)) {
+	if (kiln_model_load(config, quantized ? NULL : weights, &o, &m, &err)) {
 		fprintf(stderr, "kiln_model_load %s: %s\n", weights, err);
 		free(err);
 		return NULL;
@@ -40,6 +48,7 @@ static struct kiln_infer *load(const char *weights)
 
 static int logits(struct kiln_infer *m, float *y, const char *what)
 {
+	fprintf(stderr, "infer_reload: logits: %s\n", what); /* the script counts the log by phase */
 	if (!kiln_infer(m, x, N, y))
 		return 0;
 	fprintf(stderr, "%s: kiln_infer: %s\n", what, kiln_last_error());
@@ -50,21 +59,36 @@ static int reload(struct kiln_infer *m, const char *weights)
 {
 	void *stream;
 	struct kiln_model *km = kiln_infer_model(m, &stream);
-	if (!kiln_model_load_safetensors(km, weights, 1, stream))
+	if (quantized) {
+		struct kiln_safetensors *f;
+		kiln_status st = kiln_safetensors_open(weights, &f);
+		if (!st) {
+			st = kiln_quant_load(km, f, stream);
+			kiln_safetensors_close(f);
+		}
+		if (!st)
+			return 0;
+	} else if (!kiln_model_load_safetensors(km, weights, 1, stream)) {
 		return 0;
+	}
 	fprintf(stderr, "kiln_model_load_safetensors %s: %s\n", weights, kiln_last_error());
 	return 1;
 }
 
 int main(int argc, char **argv)
 {
+	if (argc == 5 && !strcmp(argv[1], "--quantized"))
+		quantized = 1, argc--, argv++;
 	if (argc != 4) {
-		fprintf(stderr, "usage: infer_reload CONFIG A.safetensors B.safetensors\n");
+		fprintf(stderr, "usage: infer_reload [--quantized] CONFIG A.safetensors B.safetensors\n");
 		return 2;
 	}
 	config = argv[1];
-	struct kiln_infer *a = load(argv[2]), *b = load(argv[3]);
-	if (!a || !b)
+	const char *lv = getenv("KILN_LOG_LEVEL");
+	if (lv && !strcmp(lv, "debug")) /* as the CLI: the device's debug lines */
+		kiln_log_set_level(KILN_LOG_DEBUG);
+	struct kiln_infer *a = load(argv[2]), *b = load(quantized ? argv[2] : argv[3]);
+	if (!a || !b || (quantized && reload(b, argv[3]))) /* QA's model, QB's weights, not run yet */
 		return 1;
 	const size_t in = kiln_infer_input_bytes(a);
 	out_elems = kiln_infer_output_elems(a);

@@ -21,7 +21,16 @@
 #  4. tests/infer_reload: weights loaded through the C API into a model
 #     that already has inference plans give the new logits on the next
 #     run (the core tells the device: KILN_PROC_WEIGHTS_CHANGED), fp32
-#     and bf16.
+#     and bf16;
+#  5. INT8 (issue 23): the model with a second conv of 4 input channels
+#     (a QCONV; conv1's single channel stays f32) trained 1 and 5 steps,
+#     each `kiln quantize`d: tests/infer_reload --quantized loads QB's
+#     weights into QA's model and back, the logits byte-equal to fresh
+#     loads; every QCONV and QLINEAR plan of the inference plans is frozen
+#     (no compare of the f32 weights per run) and quantizes its weights
+#     once per load (2 INT8 layers: 2 quantizations per phase, counted
+#     from the debug log); keep_weights = 0: the same logits, weights
+#     compared every run.
 name=infer_wreorder
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -80,5 +89,30 @@ for prec in $precs; do
 	sed "s/^threads = 1/threads = 1\nprecision = $prec/" "$tmp/r.ini" >"$tmp/r$prec.ini"
 	"$top_builddir/tests/infer_reload" "$tmp/r$prec.ini" "$data/tr_cnn_init.safetensors" \
 		"$data/tr_cnn_trained.safetensors" || fail "tests/infer_reload, $prec"
+done
+# ---- 5. INT8: QCONV and QLINEAR keep their quantized weights ------------------
+awk '$0 == "[layer.pool1]" { print "[layer.conv2]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n\n[layer.relu2]\ntype = relu\n" } { print }' \
+	"$tmp/r.ini" >"$tmp/q.ini"
+for s in 1 5; do
+	kiln 0 train "$tmp/q.ini" "run.out_dir=$tmp/q$s" train.max_steps=$s
+	kiln 0 quantize "$tmp/q.ini" "run.out_dir=$tmp/q$s" --calibrate 2 --out "$tmp/q$s.safetensors" \
+		data.eval.split=train
+done
+for k in 1 0; do
+	printf '[plugin.cpu]\nkeep_weights = %s\n' $k >"$tmp/qk$k.ini"
+	cat "$tmp/q.ini" "$tmp/qk$k.ini" >"$tmp/qr$k.ini"
+	KILN_LOG_LEVEL=debug "$top_builddir/tests/infer_reload" --quantized "$tmp/qr$k.ini" "$tmp/q1.safetensors" \
+		"$tmp/q5.safetensors" 2>"$tmp/qerr$k" || fail "tests/infer_reload --quantized, keep_weights = $k: $(tail -3 "$tmp/qerr$k")"
+	plans=$(grep -c '\] debug: Q\(CONV\|LINEAR\) .*, weights ' "$tmp/qerr$k")
+	want=$(echo "frozen;compared every run" | cut -d';' -f$((2 - k)))
+	kept=$(grep -c "\] debug: Q\(CONV\|LINEAR\) .*, weights $want\$" "$tmp/qerr$k")
+	echo "INT8, keep_weights = $k: $kept of $plans QCONV/QLINEAR plans with weights $want"
+	[ "$plans" -ge 4 ] && [ "$kept" -eq "$plans" ] ||
+		fail "INT8, keep_weights = $k: $kept of $plans QCONV/QLINEAR plans with weights $want (4 expected: 2 models of 2 INT8 layers)"
+	# quantizations per phase (A, B, B loaded into A, A back): one per INT8 layer
+	counts=$(awk '/^infer_reload: logits:/ { if (p) printf "%d ", n; p = 1; n = 0 } /weights quantized/ { n++ }
+		END { printf "%d", n }' "$tmp/qerr$k")
+	echo "INT8, keep_weights = $k: quantizations per phase: $counts"
+	[ "$counts" = "2 2 2 2" ] || fail "INT8, keep_weights = $k: quantizations per phase $counts, 2 2 2 2 expected"
 done
 echo "PASS ($checks kiln runs)"

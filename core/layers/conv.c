@@ -289,12 +289,12 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_CONV, s->bias ? 3 : 2, 1);
 	op.in[0] = s->x, op.in[1] = wc, op.in[2] = b, op.out[0] = s->y;
 	geometry(&op, s);
-	if (l->frozen) /* an inference plan: the weights stay (ABI 2.15) */
+	if (l->frozen) /* an inference plan: the weights stay (ABI 2.15); on
+			* QCONV too, the device keeps its INT8 weights */
 		op.flags |= KILN_OPF_FROZEN;
 	if (s->res) /* evaluation only: no backward */
 		return plan_residual(h, l, dev, &op, ws);
 	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */
-		op.flags &= ~KILN_OPF_FROZEN; /* QCONV keeps its INT8 weights itself */
 		quantized(&op, KILN_OP_QCONV, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
 		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
 			return st;

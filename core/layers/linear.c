@@ -116,6 +116,8 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	f32_desc(&op.in[2], N, 0, 0);
 	if (s->int8_scale > 0) { /* the same operands, quantized by the op; evaluation only */
 		quantized(&op, KILN_OP_QLINEAR, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
+		if (l->frozen) /* an inference plan: the device keeps its INT8 weights (ABI 2.15) */
+			op.flags |= KILN_OPF_FROZEN;
 		if ((st = int8_out_planned(h, l, s->int8_out_scale)) ||
 		    (st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
 		    (s->reorder && (st = prep_nchw_reorders(h, l, dev, &l->in[0], &s->to_nchw,

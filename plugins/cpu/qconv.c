@@ -6,8 +6,12 @@
  *   QLINEAR: y[M,N]       = act(sx * sw[n] * (xq . wq^T)[m,n] + b[n])
  *
  * What a plan keeps (struct cpu_qcache), made on the first run and again
- * only when the f32 weights or bias differ from the ones it was made from
- * (inference weights do not change: one memcmp a run):
+ * only when the weights may have changed: with KILN_OPF_FROZEN (an
+ * inference plan, ABI 2.15; [plugin.cpu] keep_weights) after the core's
+ * KILN_PROC_WEIGHTS_CHANGED (the device's count of them, cpu_ctx.wgen,
+ * moved on since the cache was made; nothing is compared per run),
+ * without it when the f32 weights or bias differ from a copy of the ones
+ * it was made from (one memcmp a run):
  *  - the weights quantized per output channel (sw[o] = max|w[o]| / 63,
  *    [-63, 63], round half to even), then reordered once by oneDNN into
  *    the kernel's blocked layout (with the s8-input compensation the
@@ -247,7 +251,15 @@ static void q_workspace(struct cpu_plan *p, const struct qbuild *b)
 struct cpu_qcache {
 	pthread_mutex_t lock;
 	int valid;
-	float *w;   /* the f32 weights quantized last [O][per] */
+	/* frozen (KILN_OPF_FROZEN and [plugin.cpu] keep_weights): valid while
+	 * *gen, the device's count of KILN_PROC_WEIGHTS_CHANGED calls (read
+	 * atomically), is still made, its value when the cache was made; w
+	 * and b are then NULL (nothing to compare) */
+	int frozen;
+	uint64_t made;
+	const uint64_t *gen;
+	const struct kiln_host *host; /* a debug line per quantization */
+	float *w;   /* else: the f32 weights quantized last [O][per] */
 	float *b;   /* and their bias [O] (plans with a bias) */
 	int8_t *wq; /* plain [O][per] (doubled where oneDNN halves them) */
 	void *wk;   /* the kernel's layout; wq itself when that is plain */
@@ -288,13 +300,16 @@ static kiln_status q_cache_new(struct cpu_ctx *c, struct cpu_plan *p, const stru
 	if (!q)
 		goto oom;
 	pthread_mutex_init(&q->lock, NULL);
-	q->w = malloc(sizeof(float) * n);
-	q->b = p->op.n_in == 3 ? malloc(sizeof(float) * O) : NULL;
+	q->frozen = (p->op.flags & KILN_OPF_FROZEN) && c->keep_weights;
+	q->gen = &c->wgen;
+	q->host = c->host;
+	q->w = q->frozen ? NULL : malloc(sizeof(float) * n);
+	q->b = !q->frozen && p->op.n_in == 3 ? malloc(sizeof(float) * O) : NULL;
 	q->wq = aligned_alloc(64, al64(n));
 	q->wk = b->rw ? aligned_alloc(64, al64(dnnl_memory_desc_get_size(b->w_kern))) : q->wq;
 	q->sc = malloc(sizeof(float) * O);
 	q->bq = calloc(O, sizeof(float));
-	if (!q->w || (p->op.n_in == 3 && !q->b) || !q->wq || !q->wk || !q->sc || !q->bq)
+	if ((!q->frozen && (!q->w || (p->op.n_in == 3 && !q->b))) || !q->wq || !q->wk || !q->sc || !q->bq)
 		goto oom;
 	q->desc = b->desc;
 	q->engine = c->engine;
@@ -410,6 +425,8 @@ static void q_quantize(const struct cpu_plan *p, const float *w, const float *b,
 		q->bq[o] = b ? b[o] / sc : 0.0f;
 		q->sc[o] = sc / so;
 	}
+	if (q->frozen) /* nothing to compare with */
+		return;
 	memcpy(q->w, w, sizeof(float) * (size_t)(O * per));
 	if (b)
 		memcpy(q->b, b, sizeof(float) * (size_t)O);
@@ -459,15 +476,30 @@ static int q_same(const float *a, const float *b, size_t n)
 	return !differ;
 }
 
-/* The cache made from w and b unless it was made from these values
- * already: quantized, then reordered into the kernel's layout on the
- * plan's stream.  Under q->lock. */
+/* 1 when the cache holds w and b: frozen, made since the device last
+ * heard of new weights (no look at w: the flag says its values stay);
+ * else made from these values (compared).  gen: the count now. */
+static int q_current(const struct cpu_plan *p, const float *w, const float *b, uint64_t gen)
+{
+	const struct cpu_qcache *q = p->qcache;
+	const size_t O = (size_t)p->rows, n = O * (size_t)p->cols;
+	if (!q->valid)
+		return 0;
+	if (q->frozen)
+		return q->made == gen;
+	return q_same(q->w, w, n) && (!b || !memcmp(q->b, b, sizeof(float) * O));
+}
+
+/* The cache made from w and b unless it holds them already (q_current):
+ * quantized, then reordered into the kernel's layout on the plan's
+ * stream.  Under q->lock. */
 static kiln_status q_refresh(const struct cpu_plan *p, const float *w, const float *b, struct cpu_err *e)
 {
 	struct cpu_qcache *q = p->qcache;
 	struct cpu_dnn *d = p->dnn;
-	const size_t O = (size_t)p->rows, n = O * (size_t)p->cols;
-	if (q->valid && q_same(q->w, w, n) && (!b || !memcmp(q->b, b, sizeof(float) * O)))
+	/* read before the weights: a change after it makes the next run's */
+	const uint64_t gen = __atomic_load_n(q->gen, __ATOMIC_ACQUIRE);
+	if (q_current(p, w, b, gen))
 		return KILN_OK;
 	q->valid = 0;
 	q_quantize(p, w, b, q);
@@ -482,7 +514,11 @@ static kiln_status q_refresh(const struct cpu_plan *p, const float *w, const flo
 	if (s != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: %s: %s:%d: the weights' reorder or primitive: %s",
 				cpu_op_name(p->op.type), __FILE__, __LINE__, cpu_dnnl_str(s));
+	q->made = gen;
 	q->valid = 1;
+	q->host->log(KILN_LOG_DEBUG, "cpu", "%s O %lld x %lld: weights quantized (%s)", cpu_op_name(p->op.type),
+		     (long long)p->rows, (long long)p->cols,
+		     q->frozen ? "frozen: kept until the weights change" : "compared every run");
 	return KILN_OK;
 }
 
@@ -537,8 +573,9 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->kernel = q_run;
 	const char *impl = "?";
 	dnnl_primitive_desc_query(b.pd, dnnl_query_impl_info_str, 0, &impl);
-	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s%s, workspace %zu bytes", cpu_op_name(op->type),
-		     b.geom, impl, p->sz[7] == 2 ? " (weights halved)" : "", p->workspace);
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s%s, workspace %zu bytes, weights %s", cpu_op_name(op->type),
+		     b.geom, impl, p->sz[7] == 2 ? " (weights halved)" : "", p->workspace,
+		     p->qcache->frozen ? "frozen" : "compared every run");
 out: /* oneDNN's destroy functions take NULL */
 	dnnl_primitive_desc_destroy(b.pd);
 	dnnl_primitive_desc_destroy(b.rx);
