@@ -553,7 +553,8 @@ enum kiln_op_flags {
 	 * prepare and the caller runs the CONV, KILN_OP_ADD and KILN_OP_ACT. */
 	KILN_OPF_RESIDUAL = 16,
 	/* ABI 2.15, frozen weights (inference): on CONV (not with
-	 * KILN_OPF_KEEP), in1, the weights, holds the same values on every
+	 * KILN_OPF_KEEP), QCONV and QLINEAR (there in1 and the bias in2),
+	 * in1, the weights, holds the same values on every
 	 * run of the plan until the core calls the device's
 	 * KILN_PROC_WEIGHTS_CHANGED (kiln/plugin.h); in1's pointer may change
 	 * between runs, its values may not.  The device may keep a copy of the

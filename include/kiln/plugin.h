@@ -98,8 +98,9 @@ extern "C" {
  *      FLOPs) once its plan is made, before the first step, so that a
  *      default left to `auto` can follow the model (the CPU's async
  *      streams; docs/plugins.md "ABI 2.14").
- * 2.15: frozen weights: KILN_OPF_FROZEN on CONV (kiln/ops.h), set by the
- *      core in inference plans only on a device that exports
+ * 2.15: frozen weights: KILN_OPF_FROZEN on CONV, QCONV and QLINEAR
+ *      (kiln/ops.h), set by the core in inference plans only on a device
+ *      that exports
  *      KILN_PROC_WEIGHTS_CHANGED, which the core calls when it wrote new
  *      bytes into weights such a plan reads; kiln_layer.frozen
  *      (docs/plugins.md "ABI 2.15"). */

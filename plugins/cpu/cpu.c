@@ -780,7 +780,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "after the core says the weights changed (KILN_PROC_WEIGHTS_CHANGED), with "
 	  "nothing compared per run: a call reorders each weight once instead of on every "
 	  "run of a batch block (docs/inference.md, batch blocking; docs/PERFORMANCE.md, "
-	  "\"Session 14: frozen weights\").  Training and evaluation plans keep no copy "
+	  "\"Session 14: frozen weights\").  An INT8 conv or linear (QCONV, QLINEAR) of an "
+	  "inference plan likewise keeps its quantized weights with no compare of the f32 "
+	  "weights per run (0: compared every run, as in evaluation plans).  Training and evaluation plans keep no copy "
 	  "(their weights change between runs).  The copy costs the blocked weights once "
 	  "more per such convolution; 0 reorders on every run into the workspace (for "
 	  "measuring and as the tests' reference)." },
