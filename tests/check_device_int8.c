@@ -8,6 +8,7 @@
  * The fixture, the modes and KILN_TEST_DEVICE: tests/device_fixture.h.
  */
 #include "device_fixture.h"
+#include "internal.h" /* kiln_device_takes_frozen, kiln_device_weights_changed */
 #include "check_main.h"
 
 #include <math.h>
@@ -249,6 +250,52 @@ START_TEST(test_qlinear_weights_change)
 	 * w2: sw 0.01, wq (0, 0, 0, 63), acc 63: 0.5 * 0.01 * 63 = 0.315 */
 	ck_assert_float_eq_tol(got[0], 3.62f, 1e-5f);
 	ck_assert_float_eq_tol(got[1], 0.315f, 1e-6f);
+	kiln_device_plan_free(f.dev, plan);
+	DFREE(&f, dx, dw, dy, ws);
+	fx_close(&f);
+}
+END_TEST
+
+/* Frozen weights (KILN_OPF_FROZEN, ABI 2.15) on QLINEAR: the plan may
+ * keep its quantized weights with nothing compared, so weights written
+ * without telling the device leave a keeping device's output as it was
+ * (the CPU's: no compare per run), and after KILN_PROC_WEIGHTS_CHANGED
+ * the run quantizes the new ones.  A device without the procedure gets
+ * no such op from the core: skipped.  The numbers as above. */
+START_TEST(test_qlinear_frozen)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_QLINEAR);
+	if (!kiln_device_takes_frozen(f.dev)) {
+		fx_close(&f);
+		return;
+	}
+	float x[4] = { 1, -2, 3, 0.5f }, w1[4] = { 0.5f, -1.26f, 0.2f, 0 }, w2[4] = { 0, 0, 0, 0.63f };
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_QLINEAR;
+	op.n_in = 2, op.n_out = 1;
+	op.in[0] = td(KILN_F32, 2, 1, 4), op.in[1] = td(KILN_F32, 2, 1, 4);
+	op.out[0] = td(KILN_F32, 2, 1, 1);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = 1, op.i[3] = 1, op.i[4] = 4;
+	op.f[0] = 0.5;
+	op.flags = KILN_OPF_FROZEN;
+	void *dx = dput(&f, x, sizeof x), *dw = dput(&f, w1, sizeof w1), *dy = dput(&f, NULL, sizeof(float));
+	void *ws = NULL;
+	size_t wsb = 0;
+	void *plan = plan_ws(&f, &op, &ws, &wsb);
+	const struct kiln_op_args a = { .in = { dx, dw }, .out = { dy }, .workspace = ws,
+					.workspace_bytes = wsb };
+	ck_assert_float_eq_tol(run_then(&f, plan, &a, dy, NULL, NULL, 0), 3.62f, 1e-5f);
+	/* w2 written, the device not told: the kept w1 (a device that
+	 * compares would give 0.315) */
+	ck_assert_float_eq_tol(run_then(&f, plan, &a, dy, dw, w2, sizeof w2), 3.62f, 1e-5f);
+	OK(kiln_device_stream_sync(f.dev, f.s));
+	kiln_device_weights_changed(f.dev);
+	ck_assert_float_eq_tol(run_then(&f, plan, &a, dy, NULL, NULL, 0), 0.315f, 1e-6f);
+	/* and kept again: w1 written untold, still w2's */
+	ck_assert_float_eq_tol(run_then(&f, plan, &a, dy, dw, w1, sizeof w1), 0.315f, 1e-6f);
 	kiln_device_plan_free(f.dev, plan);
 	DFREE(&f, dx, dw, dy, ws);
 	fx_close(&f);
@@ -616,6 +663,6 @@ START_TEST(test_add_u8)
 END_TEST
 
 DEVICE_SUITE(int8, DFX_CASE(qconv), DFX_CASE(qlinear), DFX_CASE(qlinear_zero_row),
-	     DFX_CASE(qlinear_weights_change),
+	     DFX_CASE(qlinear_weights_change), DFX_CASE(qlinear_frozen),
 	     DFX_CASE(qlinear_weights_change_far), DFX_CASE(qconv_params_change), DFX_CASE(qchain),
 	     DFX_CASE(qlinear_chain), DFX_CASE(add_u8));

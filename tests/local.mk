@@ -546,6 +546,7 @@ tests_check_quant_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_quant_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core -DSRCDIR='"$(abs_top_srcdir)"'
 tests_check_quant_LDADD = libkiln.la $(CHECK_LIBS) -lm
 tests_check_device_int8_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_int8_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_device_int8_LDADD = $(DEVICE_SUITE_LDADD)
 endif
 EXTRA_DIST += tests/data/gen_quant_refs.py tests/data/quant_refs.txt tests/data/quant_hist_resnet.txt
