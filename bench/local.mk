@@ -43,7 +43,7 @@ EXTRA_DIST += bench/hier_netns.sh
 EXTRA_DIST += bench/gpt.sh bench/pytorch_gpt2.py bench/gpt_inputs.py
 # kiln's fp32 evaluation vs ONNX Runtime on the exported model (tests/onnx_tool, tests/onnx_ort.py)
 EXTRA_DIST += bench/onnx.sh
-EXTRA_DIST += bench/int8.sh bench/int8_profile.sh
+EXTRA_DIST += bench/int8.sh bench/int8_profile.sh bench/int8_frozen.sh
 EXTRA_DIST += bench/pipeline.sh
 EXTRA_DIST += bench/predict.sh bench/pytorch_predict.py
 EXTRA_DIST += bench/pipeline_gpt.sh
