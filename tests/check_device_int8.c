@@ -297,6 +297,11 @@ START_TEST(test_qlinear_frozen)
 	/* and kept again: w1 written untold, still w2's */
 	ck_assert_float_eq_tol(run_then(&f, plan, &a, dy, dw, w1, sizeof w1), 0.315f, 1e-6f);
 	kiln_device_plan_free(f.dev, plan);
+	/* the flag on another op (here the f32 GEMM) is refused */
+	void *bad = NULL;
+	op.type = KILN_OP_GEMM;
+	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &bad, NULL), KILN_EINVAL);
+	ck_assert_ptr_nonnull(strstr(kiln_last_error(), "KILN_OPF_FROZEN is for CONV (without KILN_OPF_KEEP), QCONV and QLINEAR"));
 	DFREE(&f, dx, dw, dy, ws);
 	fx_close(&f);
 }
