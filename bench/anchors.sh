@@ -20,7 +20,7 @@
 #              threads each (at least 1), the same global batch (128):
 #              kiln launch -n 2 (train.batch=64 a rank, [plugin.cpu] async
 #              at its default, auto: each rank sync or async by the model's
-#              size and the machine's load, turning async under contention;
+#              size and a 40 ms probe of contention at the plan, turning async under contention;
 #              docs/distributed.md, item 6) against torch.distributed gloo DDP
 #              of 2 processes (pytorch_ddp.py, which imports the models of
 #              pytorch_mlp.py and pytorch_cnn.py); their rows: kiln,
@@ -45,7 +45,7 @@
 #   kiln-async0, kiln-async1  kiln's row with plugin.cpu.async=0 / 1: the
 #                       two settings the default chooses from (auto: off
 #                       for one process; on a rank, sync or async by the
-#                       model's size and the machine's load, async under
+#                       model's size and a probe of contention, async under
 #                       contention: docs/distributed.md, item 6).  Run only when --rows names
 #                       them (mlp, cnn-*, gpt and the ddp benchmarks)
 # All PyTorch rows with common.sh's BLAS_ENV: OPENBLAS_CORETYPE=SkylakeX on

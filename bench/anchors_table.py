@@ -132,7 +132,7 @@ def main():
                 print(f"- kiln / {LABEL[n]}: **{kiln / med[n]:.2f}x**")
         return
     if med.get("kiln-async0") and med.get("kiln-async1"):
-        auto = ("sync or async by the model's size and the machine's load, async under "
+        auto = ("sync or async by the model's size and a probe of contention at the plan, async under "
                 "contention (docs/distributed.md, item 6)") if bench.startswith("ddp-") else "off"
         print(f"- `[plugin.cpu] async` 1 / 0: **{med['kiln-async1'] / med['kiln-async0']:.2f}x** "
               f"(the default, auto, is {auto} here)")
