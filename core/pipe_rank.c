@@ -57,7 +57,7 @@ struct rank_msg {
 	 * message to the send stream (written before `copied`) */
 	struct kiln_pipe_rank *R;
 	const void *buf;
-	int to, deferred;
+	int from, to, deferred;
 };
 
 struct kiln_pipe_rank {
@@ -84,9 +84,19 @@ struct kiln_pipe_rank {
 /* A failed send from stage `from` (this rank's) to stage `to`, named by
  * stage and world rank (the communicator's own message names its ranks
  * in comm: stage s is rank s of a pipe's communicator, whatever its
- * world rank). */
+ * world rank).  Each failure gets this context once, from whichever of
+ * its callers sees it first: send_try and send_late wrap their own (on
+ * a device that runs host functions on a stream's thread, the failure
+ * comes back later from another of its calls, with their message), so a
+ * message that already names a hand-off (send_try's returned at once by
+ * kiln_device_host_fn on a device that runs it inline, or an earlier
+ * message's failure reported by a later call on its stream) keeps that
+ * one, not a second one of the message that happened to report it. */
 static kiln_status send_failed(const struct kiln_pipe_rank *R, kiln_status st, int from, int to)
 {
+	static const char named[] = "pipeline: stage ";
+	if (!strncmp(kiln_last_error(), named, sizeof named - 1))
+		return st;
 	return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
 			       from, R->world_of[from], to, R->world_of[to]);
 }
@@ -103,7 +113,7 @@ static kiln_status send_try(void *arg)
 		kiln_status st = R->ops->send_now(R->comm, g->buf, g->bytes, KILN_U8,
 						  R->rank_of[g->to], 0, &sent);
 		if (st)
-			return st;
+			return send_failed(R, st, g->from, g->to);
 	}
 	g->deferred = !sent;
 	if (sent) {
@@ -127,15 +137,16 @@ static kiln_status send_late(void *arg)
 	kiln_status st = R->ops->send_now(R->comm, g->stage, g->bytes, KILN_U8, R->rank_of[g->to],
 					  1, &sent);
 	atomic_fetch_sub_explicit(&R->queued[g->to], 1, memory_order_release);
-	return st;
+	return st ? send_failed(R, st, g->from, g->to) : KILN_OK;
 }
 
-/* rank_send's way when sending now is possible */
-static kiln_status send_now_or_late(struct kiln_pipe_rank *R, struct rank_msg *g, int to,
-				    const void *buf, void *stream)
+/* rank_send's way when sending now is possible (its failures named by
+ * rank_send, send_try's and send_late's by themselves: send_failed) */
+static kiln_status send_now_or_late(struct kiln_pipe_rank *R, struct rank_msg *g, int from,
+				    int to, const void *buf, void *stream)
 {
 	kiln_status st;
-	g->R = R, g->buf = buf, g->to = to;
+	g->R = R, g->buf = buf, g->from = from, g->to = to;
 	if ((st = kiln_device_host_fn(R->dev, stream, send_try, g)) ||
 	    (st = kiln_device_event_record(R->dev, g->copied, stream)) ||
 	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)) ||
@@ -171,15 +182,14 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 	R->n_send++;
 	R->last[to] = (int)(g - R->msg) + 1;
 	if (R->now) {
-		if ((st = send_now_or_late(R, g, to, buf, stream)))
+		if ((st = send_now_or_late(R, g, from, to, buf, stream)))
 			return send_failed(R, st, from, to);
 		return KILN_OK;
 	}
 	if ((st = kiln_device_copy_async(R->dev, g->stage, buf, bytes, KILN_COPY_D2D, stream)) ||
 	    (st = kiln_device_event_record(R->dev, g->copied, stream)) ||
-	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)))
-		return st;
-	if ((st = R->ops->send(R->comm, g->stage, bytes, KILN_U8, R->rank_of[to], R->send_stream,
+	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)) ||
+	    (st = R->ops->send(R->comm, g->stage, bytes, KILN_U8, R->rank_of[to], R->send_stream,
 			       g->sent)))
 		return send_failed(R, st, from, to);
 	return KILN_OK;

@@ -766,6 +766,91 @@ START_TEST(test_gone_world_ranks)
 }
 END_TEST
 
+/* ---- a send that fails on a stream names its hand-off once (session 14)
+ * Sent now (comm ops version 6): the stage's stream tries each message
+ * (send_now without waiting, send_try in core/pipe_rank.c) and the send
+ * stream sends what it left (waiting, send_late).  A communicator whose
+ * send_now fails on try number `fail_nth` of kind `fail_wait` (0 the
+ * stage's stream's, 1 the send stream's) and leaves every try of kind 0
+ * before it to the send stream.  With [plugin.cpu] async = 1 the
+ * failure happens on a stream's thread and comes back later from
+ * another call (the step's next op on the stream, or the sync after it);
+ * with async = 0 at once, through rank_send. */
+static int late_wait, late_nth, late_n;
+
+static kiln_status late_send_now(void *ctx, const void *buf, size_t count, int dtype, int peer,
+				 int wait, int *sent)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype;
+	*sent = 0;
+	if (wait == late_wait && ++late_n == late_nth)
+		return kiln_error(KILN_EIO, "fake: send_now to rank %d (wait %d): peer gone", peer,
+				  wait);
+	return KILN_OK;
+}
+
+/* Stage 0 of pipe 1 (world ranks 2, 3), M = 4, 1f1b: the message of the
+ * step's failure (or of the sync after it) */
+static void late_run(int async, int fail_wait, int fail_nth, char *msg, size_t cap)
+{
+	struct seed_rig r;
+	char key[64];
+	snprintf(key, sizeof key, "sendrecv = 0\n[plugin.cpu]\nasync = %d\n", async);
+	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
+			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+			 "[layer.loss]\ntype = softmax_xent\n", key);
+	struct kiln_comm_ops ops = { .version = 6, .send = pair_send, .recv = pair_recv,
+				     .send_now = late_send_now };
+	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
+	struct kiln_pipe *pp;
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", 0, rank_of, world_of));
+	memset(&plog, 0, sizeof plog);
+	plog.dev = r.dev;
+	plog.peer_ok = 1;
+	pair_peer = 1;
+	late_wait = fail_wait, late_nth = fail_nth, late_n = 0;
+	kiln_status st = kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics);
+	if (!st)
+		st = kiln_device_stream_sync(r.dev, r.stream);
+	ck_assert_int_eq(st, KILN_EIO);
+	snprintf(msg, cap, "%s", kiln_last_error());
+	kiln_device_stream_sync(r.dev, r.stream); /* (what was enqueued; its status is not ours) */
+	kiln_pipe_free(pp);
+	seed_close(&r);
+}
+
+static int count_of(const char *s, const char *what)
+{
+	int n = 0;
+	for (const char *p = s; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	return n;
+}
+
+/* The hand-off named once, by stage and world rank, and the
+ * communicator's message kept: async and inline, tried on the stage's
+ * stream (the first message) and left to the send stream (the last of
+ * the step's 4, whose failure no later send of the step reports). */
+START_TEST(test_late_send_named_once)
+{
+	static const struct { int async, wait, nth; } cases[] = {
+		{ 1, 0, 1 }, { 1, 1, 4 }, { 0, 0, 1 }, { 0, 1, 4 }, { 1, 1, 1 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char msg[1024], fake[64];
+		late_run(cases[i].async, cases[i].wait, cases[i].nth, msg, sizeof msg);
+		snprintf(fake, sizeof fake, "fake: send_now to rank 1 (wait %d): peer gone",
+			 cases[i].wait);
+		ck_assert_msg(count_of(msg, "pipeline: stage 0 (rank 2) sending to stage 1 (rank 3): ") == 1 &&
+				      count_of(msg, "pipeline: ") == 1 && count_of(msg, fake) == 1,
+			      "async %d wait %d: %s", cases[i].async, cases[i].wait, msg);
+	}
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -779,6 +864,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
+	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
 	return s;
 }
 
