@@ -29,6 +29,7 @@ struct kiln_device {
 	int flops_rec, flops_n, flops_cap;
 	struct flops_entry { void *plan; double flops; } *flops_tab;
 	double *flops_acc;
+	int layout_only; /* kiln_device_layout_only: prepare nothing */
 };
 
 static size_t mem_hash(const void *p, size_t cap)
@@ -511,7 +512,7 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before RELU_BWD's bias gradient",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
-	if (st)
+	if (st || dev->layout_only)
 		return st;
 	st = dev->ops->prepare(dev->ctx, op, plan, &ws);
 	if (workspace)
@@ -561,6 +562,8 @@ kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct ki
 		return run_profiled(dev, plan, args, stream);
 	return dev->ops->run(dev->ctx, plan, args, stream);
 }
+
+void kiln_device_layout_only(struct kiln_device *dev, int on) { dev->layout_only = on; }
 
 void kiln_device_plan_free(struct kiln_device *dev, void *plan)
 {

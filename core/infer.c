@@ -177,15 +177,32 @@ static kiln_status infer_fold(struct kiln_infer *m)
 	return KILN_OK;
 }
 
-/* [run] infer_block: the rows of one run (m->run) for the batch plan p
- * of m->batch rows, and p replaced by a plan of that many rows when it is
- * fewer (kiln_infer_block_rows; on a device that computes in host memory
- * only). */
-static kiln_status infer_block(struct kiln_infer *m, struct kiln_plan **p)
+/* The activation bytes a row of an inference plan of m->batch rows: its
+ * memory laid out (a dry plan) with the device preparing nothing
+ * (kiln_device_layout_only): the arena of the batch plan, without the
+ * device's primitives of the batch (nor the CPU tuner's timings of them)
+ * when the plan that runs is a block's. */
+static kiln_status infer_row_bytes(struct kiln_infer *m, size_t *row)
 {
-	struct kiln_plan_opts o = { .logits = 1, .frozen = 1 }; /* its weights stay */
+	struct kiln_plan_opts o = { .logits = 1, .frozen = 1, .dry = 1 };
+	struct kiln_plan *p = NULL;
+	kiln_device_layout_only(m->t.dev, 1);
+	kiln_status st = kiln_model_plan_ex(m->t.m, m->batch, &o, &p);
+	kiln_device_layout_only(m->t.dev, 0);
+	if (!st)
+		*row = kiln_plan_arena_bytes(p) / (size_t)m->batch;
+	kiln_plan_free(p);
+	return st;
+}
+
+/* [run] infer_block: the rows of one run (m->run) of a batch of m->batch
+ * rows: fewer where kiln_infer_block_rows says so (`auto`, on a device
+ * that computes in host memory only) or the config names fewer. */
+static kiln_status infer_block(struct kiln_infer *m)
+{
 	const char *v = "auto";
 	int64_t rows = m->batch, threads = 0;
+	size_t row = 0;
 	char *end;
 	kiln_status st = kiln_config_get_str(m->cfg, "run", "infer_block", &v);
 	if (st && st != KILN_ENOTFOUND)
@@ -194,25 +211,26 @@ static kiln_status infer_block(struct kiln_infer *m, struct kiln_plan **p)
 		long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 		if (kiln_config_get_int(m->cfg, "run", "threads", &threads) || threads <= 0)
 			threads = sysconf(_SC_NPROCESSORS_ONLN);
-		if (kiln_device_traits(m->t.dev)->caps & KILN_DEVICE_HOST_MEMORY)
-			rows = kiln_infer_block_rows(m->batch, kiln_plan_arena_bytes(*p) / (size_t)m->batch,
-						     m->t.m->n_elems * sizeof(float),
+		if (kiln_device_traits(m->t.dev)->caps & KILN_DEVICE_HOST_MEMORY) {
+			if ((st = infer_row_bytes(m, &row)))
+				return st;
+			rows = kiln_infer_block_rows(m->batch, row, m->t.m->n_elems * sizeof(float),
 						     2 * (size_t)(l2 > 0 ? l2 : 1 << 20) * (size_t)(threads > 0 ? threads : 1));
+		}
 	} else {
 		const long long n = strtoll(v, &end, 10);
 		if (end == v || *end || n < 0)
 			return kiln_error(KILN_ECONFIG, "%s: [run] infer_block = '%s': `auto`, 0 or a row count",
 					  kiln_config_where(m->cfg, "run", "infer_block"), v);
 		rows = n && n < m->batch ? n : m->batch;
+		if (rows < m->batch && (st = infer_row_bytes(m, &row)))
+			return st;
 	}
 	m->run = rows;
-	if (rows == m->batch)
-		return KILN_OK;
-	kiln_log(KILN_LOG_INFO, "infer", "batch of %lld rows in blocks of %lld ([run] infer_block = %s: %zu activation bytes a row)",
-		 (long long)m->batch, (long long)rows, v, kiln_plan_arena_bytes(*p) / (size_t)m->batch);
-	kiln_plan_free(*p);
-	*p = NULL;
-	return kiln_model_plan_ex(m->t.m, rows, &o, p);
+	if (rows < m->batch)
+		kiln_log(KILN_LOG_INFO, "infer", "batch of %lld rows in blocks of %lld ([run] infer_block = %s: %zu activation bytes a row)",
+			 (long long)m->batch, (long long)rows, v, row);
+	return KILN_OK;
 }
 
 int64_t kiln_infer_run_rows(const struct kiln_infer *m) { return m->run; }
@@ -230,8 +248,10 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m)
 	if (((!m->no_fold || m->quantized) && (st = infer_fold(m))) ||
 	    (st = kiln_model_precision_open(m->t.m, m->reg, m->t.stream)))
 		return st;
-	if ((st = kiln_model_plan_ex(m->t.m, m->batch, &o, &m->p)) ||
-	    (st = infer_block(m, &m->p)) ||
+	/* the block's rows decided first: only the plan that runs is
+	 * prepared */
+	if ((st = infer_block(m)) ||
+	    (st = kiln_model_plan_ex(m->t.m, m->run, &o, &m->p)) ||
 	    (st = kiln_plan_logits(m->p, &ptr, &m->out)) ||
 	    (st = kiln_device_alloc(m->t.dev, m->in_bytes * (size_t)m->run, &m->x_d)))
 		return st;

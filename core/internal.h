@@ -152,6 +152,13 @@ void kiln_device_weights_changed(struct kiln_device *dev);
  * FLOPs to *acc (a plan not noted adds 0); NULL: back to running, the
  * notes forgotten.  One thread, nothing else running on dev. */
 void kiln_device_flops_count(struct kiln_device *dev, double *acc);
+/* on = 1: from now on kiln_device_prepare checks each op (the ABI and
+ * kiln_op_check, as always) and prepares nothing: the plan is NULL and
+ * the workspace 0, the device's own prepare (its primitives, the CPU
+ * tuner's timings) is not called; for a dry plan (kiln_plan_opts.dry)
+ * whose memory layout alone is wanted (core/infer.c's infer_block).
+ * 0: back to preparing.  One thread, nothing else preparing on dev. */
+void kiln_device_layout_only(struct kiln_device *dev, int on);
 
 /* ---- the phases of a training step (the trainer, the profiler's trace
  * slices and pass attribution; core/profile.h) ---- */

@@ -349,6 +349,23 @@ START_TEST(block_rows_rule)
 }
 END_TEST
 
+/* The CPU device's convolutions prepared while a model loads, counted
+ * from its debug log ("CONV x [rows,..."): those of `conv_rows` rows
+ * (conv_at) and of any other (conv_other); the block's log line
+ * ("... activation bytes a row") kept in block_line. */
+static int64_t conv_rows;
+static int conv_at, conv_other;
+static char block_line[256];
+static void conv_sink(void *user, int level, const char *who, const char *msg)
+{
+	long long r;
+	(void)user, (void)level;
+	if (!strcmp(who, "cpu") && sscanf(msg, "CONV x [%lld,", &r) == 1)
+		r == conv_rows ? conv_at++ : conv_other++;
+	if (!strcmp(who, "infer") && strstr(msg, "activation bytes a row"))
+		snprintf(block_line, sizeof block_line, "%s", msg);
+}
+
 /* The ResNet block above through kiln_model_load with [run] infer_block
  * = v: the rows of a run, and its logits of n rows into out. */
 static int64_t block_logits(const char *v, int64_t batch, int64_t n, float **x, float *out)
@@ -359,6 +376,12 @@ static int64_t block_logits(const char *v, int64_t batch, int64_t n, float **x, 
 	snprintf(ini, sizeof ini, "[run]\ndevice = cpu\nseed = 3\nthreads = 1\ninfer_block = %s\n"
 		 "[data]\nsource = synthetic\n[model]\nlayout = nhwc\n", v);
 	strncat(ini, resnet, sizeof ini - strlen(ini) - 1);
+	const int level = kiln_log_get_level();
+	conv_rows = batch;
+	conv_at = conv_other = 0;
+	block_line[0] = 0;
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	kiln_log_set_sink(conv_sink, NULL);
 	ck_assert_msg(kiln_model_load(ini, NULL, &o, &m, &err) == 0, "%s", err);
 	const size_t in = kiln_infer_input_bytes(m) / sizeof(float);
 	ck_assert_int_eq(kiln_infer_output_elems(m), 10);
@@ -368,6 +391,8 @@ static int64_t block_logits(const char *v, int64_t batch, int64_t n, float **x, 
 			(*x)[i] = noise((uint32_t)i, 5);
 	}
 	ck_assert_msg(kiln_infer(m, *x, n, out) == 0, "%s", kiln_last_error());
+	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(level);
 	const int64_t rows = kiln_infer_run_rows(m);
 	kiln_infer_free(m);
 	return rows;
@@ -378,8 +403,18 @@ START_TEST(block_rows_infer)
 	enum { N = 300 };
 	float *x = NULL, *ref = malloc(sizeof(float) * N * 10), *got = malloc(sizeof(float) * N * 10);
 	ck_assert_int_eq(block_logits("0", N, N, &x, ref), N);
-	/* blocks of 7 rows (42 of them, then a run of 6) */
+	/* the whole batch's convolutions, when it runs whole (the stem, the
+	 * block's two and its shortcut: the count shows the log is read) */
+	ck_assert_msg(conv_at >= 3 && conv_other == 0, "whole: %d convolutions of %d rows, %d of others",
+		      conv_at, N, conv_other);
+	ck_assert_msg(!block_line[0], "whole: '%s'", block_line);
+	/* blocks of 7 rows (42 of them, then a run of 6): no convolution of
+	 * the whole batch is prepared (issue 23), only the block's */
 	ck_assert_int_eq(block_logits("7", N, N, &x, got), 7);
+	ck_assert_msg(conv_at == 0 && conv_other >= 3, "blocks of 7: %d convolutions of %d rows, %d of others",
+		      conv_at, N, conv_other);
+	ck_assert_msg(strstr(block_line, "batch of 300 rows in blocks of 7 ([run] infer_block = 7: "),
+		      "'%s'", block_line);
 	for (int i = 0; i < N * 10; i++)
 		ck_assert_msg(fabsf(got[i] - ref[i]) <= 2e-5f * (1 + fabsf(ref[i])),
 			      "logit %d: %g in blocks of 7, %g whole", i, got[i], ref[i]);
@@ -387,6 +422,8 @@ START_TEST(block_rows_infer)
 	 * twice any core's L2, its weights are small: a power of two */
 	const int64_t r = block_logits("auto", N, N, &x, got);
 	ck_assert_msg(r < N && (r & (r - 1)) == 0, "auto: blocks of %lld rows", (long long)r);
+	ck_assert_msg(conv_at == 0 && conv_other >= 3, "auto: %d convolutions of %d rows, %d of others",
+		      conv_at, N, conv_other);
 	for (int i = 0; i < N * 10; i++)
 		ck_assert_msg(fabsf(got[i] - ref[i]) <= 2e-5f * (1 + fabsf(ref[i])),
 			      "logit %d: %g in blocks of %lld, %g whole", i, got[i], (long long)r, ref[i]);
