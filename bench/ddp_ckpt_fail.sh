@@ -26,11 +26,9 @@ RUNS=${1:-3}
 NEW=${NEW:-./kiln}
 MAIN=${MAIN:-/work/main/kiln}
 MAIN_PLUGINS=${MAIN_PLUGINS:-/work/main/plugins/.libs}
-case "$RUNS" in '' | *[!0-9]*) sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;; esac
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-ddpfail.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$(dirname "$0")/common.sh"
+case "$RUNS" in '' | *[!0-9]*) usage ;; esac
+bench_tmpdir ddpfail
 : "${KILN_STORE_TOKEN:=kiln-bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 export KILN_STORE_TOKEN
 ini="$TMP/mlp.ini"

@@ -25,11 +25,9 @@ RUNS=${1:-3}
 NEW=${NEW:-./kiln}
 MAIN=${MAIN:-/work/main/kiln}
 MAIN_PLUGINS=${MAIN_PLUGINS:-/work/main/plugins/.libs}
-case "$RUNS" in '' | *[!0-9]*) sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2; exit 2 ;; esac
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pipeckpt.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$(dirname "$0")/common.sh"
+case "$RUNS" in '' | *[!0-9]*) usage ;; esac
+bench_tmpdir pipeckpt
 ini="$(dirname "$0")/pipe_ckpt_wide.ini"
 
 # one BUILD P PHASE RUN: a run; its ranks' peaks appended to $TMP/peaks
