@@ -511,8 +511,10 @@ static void print_table(const struct series *s, int nproc, int runs, int n_sizes
 	for (int z = 0; z < n_sizes; z++) {
 		printf("%10zu", (size_t)4096 << (2 * z));
 		for (int k = 0; k < N_TOOLS; k++)
-			if (s[k].have)
-				printf(" %10.1f / %8.3f", s[k].med_us[z], s[k].med_bw[z]);
+			if (s[k].have) /* 4 significant digits: a run slowed to
+					* milliseconds by a busy machine still
+					* shows a positive busbw, not 0.000 */
+				printf(" %10.1f / %8.4g", s[k].med_us[z], s[k].med_bw[z]);
 		printf("\n");
 	}
 	for (int k = 0; k < N_TOOLS; k++)
