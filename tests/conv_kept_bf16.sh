@@ -36,12 +36,20 @@ kept() {
 		fail "picks $2: conv2's $1 keeps no copy of $3 bytes an element: $(grep -E "$1 x \[[0-9]+,32,14,14\]" "$err" | head -3)"
 }
 
-run agree0 0,0,0
-kept CONV 0,0,0 2
-kept CONV_BWD_WEIGHTS 0,0,0 2
 run agree1 1,1,1
 kept CONV 1,1,1 4
 kept CONV_BWD_WEIGHTS 1,1,1 4
+# below AVX-512 oneDNN 2.6 has no bf16 convolution but its reference
+# loops (kiln's device line says "bf16 none"): the bf16-kernel choices do
+# not exist there, so only the f32 kernel's copies are checked
+if grep -q "ISA [a-z0-9_]*, bf16 none" "$tmp/agree1.err"; then
+	echo "ok: bf16 conv2 keeps its f32 kernel's copies; $(grep -o "ISA [a-z0-9_]*, bf16 none" "$tmp/agree1.err" | head -1): no bf16 kernel, its choices not tested"
+	echo "PASS: $checks runs"
+	exit 0
+fi
+run agree0 0,0,0
+kept CONV 0,0,0 2
+kept CONV_BWD_WEIGHTS 0,0,0 2
 echo "ok: bf16 conv2 keeps its copies, in the kernel's dtype"
 
 for p in 0,1,0 1,0,0 0,0,1 1,1,0; do
