@@ -381,16 +381,20 @@ static void desc_key(const struct kiln_tensor_desc *d, struct kiln_tensor_desc *
  * tune cache's records): the op's type, its operands' dtypes, layouts and
  * shapes (the unused slots and reserved fields zeroed), its geometry and
  * parameters (i[], f[]: strides, padding, transposes, the fused
- * activation) and its flags but KILN_OPF_ACCUMULATE.  Accumulating adds
- * the same pass over out0 to either candidate, so it does not change
- * which is faster: the writing and the accumulating backward GEMMs and
- * weight gradients of one shape (a layer's first micro-batch and the
- * others') share one timing instead of two. */
+ * activation) and its flags but KILN_OPF_ACCUMULATE and the fused
+ * activation (KILN_OPF_ACT, its kind and alpha).  Accumulating adds the
+ * same pass over out0 to either candidate, so it does not change which
+ * is faster: the writing and the accumulating backward GEMMs and weight
+ * gradients of one shape (a layer's first micro-batch and the others')
+ * share one timing instead of two.  So does an activation in the
+ * epilogue: a convolution whose kept-copy twin was timed with its ReLU
+ * and the plain op its layer prepares without (below AVX-512, where the
+ * bf16 forward keeps nothing) share one timing. */
 static void tune_key(const struct kiln_op *op, struct kiln_op *key)
 {
 	memset(key, 0, sizeof *key);
 	key->type = op->type;
-	key->flags = op->flags & ~KILN_OPF_ACCUMULATE;
+	key->flags = op->flags & ~(uint32_t)(KILN_OPF_ACCUMULATE | KILN_OPF_ACT);
 	key->n_in = op->n_in;
 	key->n_out = op->n_out;
 	for (int k = 0; k < op->n_in && k < KILN_OP_MAX_IN; k++)
@@ -399,6 +403,8 @@ static void tune_key(const struct kiln_op *op, struct kiln_op *key)
 		desc_key(&op->out[k], &key->out[k]);
 	memcpy(key->i, op->i, sizeof key->i);
 	memcpy(key->f, op->f, sizeof key->f);
+	key->i[KILN_OPI_ACT] = 0;
+	key->f[KILN_OPF_ACT_ALPHA] = 0;
 }
 
 /* The choice rule, the one place it is: of the n candidates timed
