@@ -354,12 +354,15 @@ static kiln_status probe_tools(struct series *s, struct bench_paths *P, const ch
 	s[T_RAW_GLOO].have = executable(P->raw_gloo);
 	if (!s[T_RAW_GLOO].have)
 		snprintf(s[T_RAW_GLOO].why, sizeof s->why, "no bench/gloo_raw");
-	/* $KILN_PYTHON, else the first of python3 and /usr/bin/python3 with torch */
+	/* $KILN_PYTHON, else the first of python3 and /usr/bin/python3 with
+	 * torch; not probed when --tools leaves torch-gloo out (importing
+	 * torch takes seconds, tens of them on a loaded machine) */
 	const char *py = getenv("KILN_PYTHON");
 	char probe[PATH_MAX + 96];
 	const char *const pys[] = { py && *py ? py : "python3", "/usr/bin/python3" };
+	const int want_torch = !only || listed(only, tool_names[T_TORCH]);
 	P->py = py;
-	for (int i = 0; i < 2 && !s[T_TORCH].have; i++) {
+	for (int i = 0; i < 2 && want_torch && !s[T_TORCH].have; i++) {
 		snprintf(probe, sizeof probe, "'%s' -c 'import torch.distributed' > /dev/null 2>&1", pys[i]);
 		if (access(P->torch_py, R_OK) == 0 && system(probe) == 0) {
 			s[T_TORCH].have = 1;
@@ -367,7 +370,8 @@ static kiln_status probe_tools(struct series *s, struct bench_paths *P, const ch
 		}
 	}
 	if (!s[T_TORCH].have)
-		snprintf(s[T_TORCH].why, sizeof s->why, "no python3 with torch, or no bench/torch_comm.py");
+		snprintf(s[T_TORCH].why, sizeof s->why, "%s",
+			 want_torch ? "no python3 with torch, or no bench/torch_comm.py" : "not in --tools");
 	kiln_registry_close(reg);
 	for (int k = 0; k < N_TOOLS && only; k++)
 		if (s[k].have && !listed(only, tool_names[k])) {
