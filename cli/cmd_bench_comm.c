@@ -173,8 +173,11 @@ static int free_port(void)
 	return port ? port : 29500 + (int)(getpid() % 20000);
 }
 
-/* Run cmd (sh -c), read rank 0's "bytes us busbw" lines into run r. */
-static int collect(const char *cmd, struct series *s, int r, int n_sizes)
+/* Run cmd (sh -c), read rank 0's "bytes us busbw" lines into run r.  The
+ * busbw is made here from the latency, for nproc ranks (algbw x
+ * 2(n-1)/n): every tool prints it to 0.001 GB/s, and a 4 KiB allreduce
+ * slowed past 8 ms by a loaded machine printed 0.000 (tests/dist.sh). */
+static int collect(const char *cmd, struct series *s, int r, int n_sizes, int nproc)
 {
 	FILE *f = popen(cmd, "r");
 	char line[256];
@@ -190,7 +193,7 @@ static int collect(const char *cmd, struct series *s, int r, int n_sizes)
 			k++;
 		if (k < n_sizes) {
 			s->us[k][r] = us;
-			s->bw[k][r] = bw;
+			s->bw[k][r] = us > 0 ? b / (us * 1e-6) * 2.0 * (nproc - 1) / nproc / 1e9 : bw;
 			got++;
 		}
 	}
@@ -477,7 +480,7 @@ static void run_tools(struct series *s, const struct bench_opts *o, const struct
 			x->tried = 1;
 			if (tool_command(k, o, P, x, tmp, err, cmd, sizeof cmd)) {
 				fprintf(stderr, "  run %d/%d: %s\n", r + 1, o->runs, tool_names[k]);
-				if (collect(cmd, x, x->runs, n_sizes)) {
+				if (collect(cmd, x, x->runs, n_sizes, o->nproc)) {
 					x->runs++;
 				} else {
 					x->have = 0;
