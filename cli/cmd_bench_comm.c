@@ -173,8 +173,11 @@ static int free_port(void)
 	return port ? port : 29500 + (int)(getpid() % 20000);
 }
 
-/* Run cmd (sh -c), read rank 0's "bytes us busbw" lines into run r. */
-static int collect(const char *cmd, struct series *s, int r, int n_sizes)
+/* Run cmd (sh -c), read rank 0's "bytes us busbw" lines into run r.  The
+ * busbw is made here from the latency, for nproc ranks (algbw x
+ * 2(n-1)/n): every tool prints it to 0.001 GB/s, and a 4 KiB allreduce
+ * slowed past 8 ms by a loaded machine printed 0.000 (tests/dist.sh). */
+static int collect(const char *cmd, struct series *s, int r, int n_sizes, int nproc)
 {
 	FILE *f = popen(cmd, "r");
 	char line[256];
@@ -190,7 +193,7 @@ static int collect(const char *cmd, struct series *s, int r, int n_sizes)
 			k++;
 		if (k < n_sizes) {
 			s->us[k][r] = us;
-			s->bw[k][r] = bw;
+			s->bw[k][r] = us > 0 ? b / (us * 1e-6) * 2.0 * (nproc - 1) / nproc / 1e9 : bw;
 			got++;
 		}
 	}
@@ -354,12 +357,15 @@ static kiln_status probe_tools(struct series *s, struct bench_paths *P, const ch
 	s[T_RAW_GLOO].have = executable(P->raw_gloo);
 	if (!s[T_RAW_GLOO].have)
 		snprintf(s[T_RAW_GLOO].why, sizeof s->why, "no bench/gloo_raw");
-	/* $KILN_PYTHON, else the first of python3 and /usr/bin/python3 with torch */
+	/* $KILN_PYTHON, else the first of python3 and /usr/bin/python3 with
+	 * torch; not probed when --tools leaves torch-gloo out (importing
+	 * torch takes seconds, tens of them on a loaded machine) */
 	const char *py = getenv("KILN_PYTHON");
 	char probe[PATH_MAX + 96];
 	const char *const pys[] = { py && *py ? py : "python3", "/usr/bin/python3" };
+	const int want_torch = !only || listed(only, tool_names[T_TORCH]);
 	P->py = py;
-	for (int i = 0; i < 2 && !s[T_TORCH].have; i++) {
+	for (int i = 0; i < 2 && want_torch && !s[T_TORCH].have; i++) {
 		snprintf(probe, sizeof probe, "'%s' -c 'import torch.distributed' > /dev/null 2>&1", pys[i]);
 		if (access(P->torch_py, R_OK) == 0 && system(probe) == 0) {
 			s[T_TORCH].have = 1;
@@ -367,7 +373,8 @@ static kiln_status probe_tools(struct series *s, struct bench_paths *P, const ch
 		}
 	}
 	if (!s[T_TORCH].have)
-		snprintf(s[T_TORCH].why, sizeof s->why, "no python3 with torch, or no bench/torch_comm.py");
+		snprintf(s[T_TORCH].why, sizeof s->why, "%s",
+			 want_torch ? "no python3 with torch, or no bench/torch_comm.py" : "not in --tools");
 	kiln_registry_close(reg);
 	for (int k = 0; k < N_TOOLS && only; k++)
 		if (s[k].have && !listed(only, tool_names[k])) {
@@ -473,7 +480,7 @@ static void run_tools(struct series *s, const struct bench_opts *o, const struct
 			x->tried = 1;
 			if (tool_command(k, o, P, x, tmp, err, cmd, sizeof cmd)) {
 				fprintf(stderr, "  run %d/%d: %s\n", r + 1, o->runs, tool_names[k]);
-				if (collect(cmd, x, x->runs, n_sizes)) {
+				if (collect(cmd, x, x->runs, n_sizes, o->nproc)) {
 					x->runs++;
 				} else {
 					x->have = 0;

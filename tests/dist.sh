@@ -32,9 +32,11 @@
 #     fail, rank 1 with rank 0's message;
 #  2c. a rank failing after the last collective (rank 1's profile report
 #     cannot be written) makes rank 0, waiting for every rank to finish,
-#     fail within seconds naming rank 1, and rank 1 exits within 1.5 s
-#     of its own failure (before session 14: 3 s waiting for the store to
-#     name a lost rank);
+#     fail naming rank 1 within 30 s of rank 1's failure ([dist] timeout
+#     is 60 s), and rank 1 exits within 2.5 s of its own failure (before
+#     session 14: 3 s or more, waiting for the store to name a lost rank;
+#     both times stamped on the ranks' output lines as they come, so a
+#     loaded machine's slow training does not count);
 #  3. a rank killed with SIGKILL mid-run makes both other ranks exit
 #     non-zero within [dist] timeout with a message naming rank 1 (the
 #     shared-memory collectives' liveness check: shm is on);
@@ -175,16 +177,13 @@ grep -q "rank 1 of 2: rank 0 could not resume: .*bad0/checkpoints" "$tmp/res3.lo
 # a rank that fails after the last collective (rank 1's profile report
 # cannot be written: its path is a directory) makes rank 0, already
 # waiting for every rank to finish, fail at once naming it (not after
-# [dist] timeout)
+# [dist] timeout: timed below, from rank 1's failure)
 mkdir -p "$tmp/late0" "$tmp/late1/profile.txt"
-t0=$(date +%s)
 timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
 	exec "$1" train "$0" run.out_dir="$d" train.batch=32 run.profile=1 dist.timeout=60' \
 	"$tmp/mlp.ini" "$kiln" "$tmp/late0" "$tmp/late1" > "$tmp/late.log" 2>&1 && bad "a rank failing after training: the run succeeded"
-dt=$(( $(date +%s) - t0 ))
 grep -q "rank 0 of 2: waiting for every rank to finish: rank 1 failed after the last collective" "$tmp/late.log" ||
 	{ bad "rank 0 did not name rank 1's late failure"; grep -v '^\[' "$tmp/late.log" | tail -8; }
-[ "$dt" -le 40 ] || bad "rank 0 took ${dt}s to see rank 1's late failure ([dist] timeout 60 s)"
 # rank 1's own error is told as its own, not as a failed collective
 grep -q "rank 1 of 2: .*late1/profile.txt" "$tmp/late.log" ||
 	{ bad "rank 1 did not name its profile report"; grep -v '^\[' "$tmp/late.log" | tail -8; }
@@ -192,20 +191,35 @@ grep -q "rank 1 of 2: a collective failed" "$tmp/late.log" &&
 	bad "rank 1's unwritable profile report was told as a failed collective"
 # ... and rank 1 exits at once after it: its own failure (a file) cannot
 # be a lost peer, so it does not wait for the store to name one (before
-# session 14: 3 s on every such failure); each line of rank 1's output
-# stamped with the time, from its profile table's last line to its exit
+# session 14: 3 s or more on every such failure, a timed wait: the bound
+# of 2.5 s fails it however idle the machine, and leaves 2.5 s to a
+# loaded one's scheduling); the lines of each rank's output that mark
+# the times stamped as they come (only those: a `date` per line lagged
+# behind a loaded machine), rank 1's profile table's last line (its
+# failure) and each rank's exit; rank 0's exit, the same late failure
+# seen, within 30 s of rank 1's failure ([dist] timeout 60 s)
 mkdir -p "$tmp/late0b" "$tmp/late1b/profile.txt"
 timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
 	{ "$1" train "$0" run.out_dir="$d" train.batch=32 run.profile=1 dist.timeout=60 2>&1; echo "exit $?"; } |
-		while IFS= read -r l; do echo "$(date +%s.%N) $l"; done > "$4$KILN_RANK.log"' \
+		while IFS= read -r l; do
+			case $l in "exit "*|*"[profile] by pass: "*) l="$(date +%s.%N) $l" ;; *) l="- $l" ;; esac
+			printf "%s\n" "$l"
+		done > "$4$KILN_RANK.log"' \
 	"$tmp/mlp.ini" "$kiln" "$tmp/late0b" "$tmp/late1b" "$tmp/lateb" > "$tmp/lateb.log" 2>&1
 t_fail=$(grep "\[profile\] by pass: " "$tmp/lateb1.log" | cut -d' ' -f1)
 t_exit=$(grep " exit [0-9]*$" "$tmp/lateb1.log" | cut -d' ' -f1)
 grep -q " exit 1$" "$tmp/lateb1.log" || { bad "rank 1 with an unwritable profile report did not exit 1"; tail -3 "$tmp/lateb1.log"; }
 dms=$(awk -v a="$t_fail" -v b="$t_exit" 'BEGIN { if (a == "" || b == "") print -1; else printf "%d", (b - a) * 1000 }')
 echo "rank 1's own failure (its profile report) to its exit: $dms ms"
-[ "$dms" -ge 0 ] && [ "$dms" -lt 1500 ] ||
+[ "$dms" -ge 0 ] && [ "$dms" -lt 2500 ] ||
 	{ bad "rank 1 took $dms ms from its failure to its exit (before session 14: 3000 ms)"; tail -4 "$tmp/lateb1.log"; }
+t_exit0=$(grep " exit [0-9]*$" "$tmp/lateb0.log" | cut -d' ' -f1)
+grep -q "rank 0 of 2: waiting for every rank to finish: rank 1 failed after the last collective" "$tmp/lateb0.log" &&
+	grep -q " exit 1$" "$tmp/lateb0.log" || { bad "rank 0 did not fail naming rank 1's late failure (stamped run)"; tail -3 "$tmp/lateb0.log"; }
+d0=$(awk -v a="$t_fail" -v b="$t_exit0" 'BEGIN { if (a == "" || b == "") print -1; else printf "%d", (b - a) * 1000 }')
+echo "rank 1's failure to rank 0's exit: $d0 ms"
+[ "$d0" -ge 0 ] && [ "$d0" -le 30000 ] ||
+	bad "rank 0 exited $d0 ms after rank 1's late failure ([dist] timeout 60 s)"
 
 # ---- 3. a rank dies: the others fail, naming it --------------------------
 port=$(free_port 0)
@@ -303,7 +317,7 @@ timeout 10 "$kiln" bench comm --nproc 1 > /dev/null 2>&1
 [ $? = 2 ] || bad "bench comm --nproc 1 was not a usage error"
 # a tool asked for that produced no figures (its ranks refuse a store
 # token of 5 characters) makes bench comm exit 1, naming it
-KILN_STORE_TOKEN=short timeout 60 "$kiln" bench comm --nproc 2 --tools kiln-gloo --max 4096 \
+KILN_STORE_TOKEN=short timeout 120 "$kiln" bench comm --nproc 2 --tools kiln-gloo --max 4096 \
 	--runs 1 > /dev/null 2> "$tmp/bcf.err"
 bcf=$?
 [ "$bcf" = 1 ] || { bad "bench comm whose only tool failed exited $bcf, not 1"; cat "$tmp/bcf.err"; }
