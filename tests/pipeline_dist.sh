@@ -26,7 +26,9 @@
 #     exit non-zero within [dist] timeout, naming the dead rank and its stage;
 #     rank 3 (stage 1 of pipe 1) killed, the hand-off error of its pipe peer
 #     (rank 2) names it as stage 1's world rank 3 (session 14; before: rank 1,
-#     its rank in the pipe's communicator);
+#     its rank in the pipe's communicator), and the micro-batch and crossing
+#     tensor it was handing off (session 15); rank 3 stopped (SIGSTOP)
+#     instead, rank 2 names it as stuck, not lost;
 #  6. a world that P does not divide and P without placed stages are
 #     config errors naming the key;
 #  7. the clip and the non-finite check are the pipe's: 2 stages on 2
@@ -394,13 +396,13 @@ for r in 0 1 2; do
 	grep -q "rank 3 (stage 1 of pipe 1) was lost" "$tmp/w3dead$r.log" ||
 		{ bad "rank $r does not name rank 3, stage 1"; grep -v '^\[' "$tmp/w3dead$r.log" | tail -3; }
 done
-grep -q "pipeline: stage 0 (rank 2) \(receiving from\|sending to\) stage 1 (rank 3): " "$tmp/w3dead2.log" ||
-	{ bad "rank 2's hand-off error does not name stage 1's world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
+grep -q "pipeline: stage 0 (rank 2) \(receiving\|sending\) micro-batch [01], crossing tensor [0-9]* ([a-z ,]*)\( ([0-9]* bytes)\)* \(from\|to\) stage 1 (rank 3): " "$tmp/w3dead2.log" ||
+	{ bad "rank 2's hand-off error does not name the micro-batch, the tensor and stage 1's world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
 # every stage a pipeline message names, by its world rank: pipe 0's stages
 # are ranks 0 and 1, pipe 1's ranks 2 and 3
 for r in 0 1 2; do
 	p=$((r / 2 * 2))
-	grep -o "pipeline: stage [01] (rank [0-9]*)[a-z ]* stage [01] (rank [0-9]*)" "$tmp/w3dead$r.log" |
+	grep -o "pipeline: stage [01] (rank [0-9]*)[^:]* stage [01] (rank [0-9]*)" "$tmp/w3dead$r.log" |
 		grep -o "stage [01] (rank [0-9]*)" | sort -u |
 		grep -v -x "stage 0 (rank $p)\|stage 1 (rank $((p + 1)))" | grep . &&
 		bad "rank $r: a pipeline message names a stage by another rank than its world rank"
@@ -440,6 +442,11 @@ for r in 0 1 2; do
 done
 grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "recv from world rank 3\b" ||
 	{ bad "rank 2's error does not name its stuck pipe peer as world rank 3"; grep -v '^\[' "$tmp/w3stop2.log" | tail -3; }
+# ... as stuck, not lost (session 15: before, "no rank was reported lost"
+# after a 3 s wait for the store to name one)
+grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "rank 2 of 4: a peer is stuck, not lost: a collective timed out" ||
+	{ bad "rank 2's error does not call its pipe peer stuck"; grep -v '^\[' "$tmp/w3stop2.log" | tail -3; }
+grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "was lost" && bad "rank 2 called its stopped pipe peer lost"
 [ "$dt" -le 20 ] || bad "the others took ${dt}s after rank 3 stopped (timeout 3 s)"
 
 # ---- 6. errors ----------------------------------------------------------------------
