@@ -223,6 +223,20 @@ static const char *peer_name(const struct mpi_comm *c, int r, char *buf, size_t 
 	return buf;
 }
 
+/* a split's members, for a collective's message: " among world ranks 1,
+ * 3" (in the group's rank order); "" on the world's communicator */
+static const char *members(const struct mpi_comm *c, char *buf, size_t n)
+{
+	int at = 0;
+	buf[0] = 0;
+	if (!c->world_of)
+		return buf;
+	at = snprintf(buf, n, " among world ranks");
+	for (int r = 0; r < c->world && at < (int)n - 16; r++)
+		at += snprintf(buf + at, n - (size_t)at, "%s %d", r ? "," : "", wrank(c, r));
+	return buf;
+}
+
 /* ---- the watchdog -------------------------------------------------------- */
 
 /* the watchdog's look (its lock held): report the collective in progress
@@ -235,7 +249,7 @@ static int mpi_look(void *arg)
 		pthread_mutex_unlock(&c->dog.lock);
 		const int kind = atomic_load(&c->what);
 		const int from = atomic_load(&c->peer2);
-		char me[96], p[32], f[32];
+		char me[96], p[32], f[32], all[160];
 		me_name(c, me, sizeof me);
 		peer_name(c, atomic_load(&c->peer), p, sizeof p);
 		peer_name(c, from, f, sizeof f);
@@ -247,8 +261,8 @@ static int mpi_look(void *arg)
 				 me, kind_names[kind], kind == K_RECV ? "from" : "to", p,
 				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0, p);
 		else
-			H->fatal("mpi", "%s: MPI %s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
-				 me, kind_names[atomic_load(&c->what)],
+			H->fatal("mpi", "%s: MPI %s%s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
+				 me, kind_names[atomic_load(&c->what)], members(c, all, sizeof all),
 				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
 		/* without a fatal handler: report once, keep watching */
 		atomic_store(&c->started_ns, 0);
