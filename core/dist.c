@@ -747,8 +747,43 @@ int dist_names_rank(const struct kiln_dist *d, const char *msg)
 }
 
 /* how long a communicator's or the store's failure waits for the store to
- * report a lost rank (it sees a dead process's connection close) */
+ * report a lost rank (it sees a dead process's connection close); after a
+ * timeout ([dist] timeout), which is seconds, a death during it would
+ * have been seen long ago: the store is asked with a short wait, and a
+ * rank it has not seen leave is stuck, not lost (before session 15 a
+ * stuck peer cost the whole wait) */
 #define DIST_LOST_WAIT_MS 3000
+#define DIST_STUCK_WAIT_MS 200
+
+/* The store's own failure, as kiln_store_lost_rank found it (lost:
+ * KILN_STORE_GONE or KILN_STORE_SILENT): this rank knows nothing of its
+ * peers then, only that rank 0, which hosts the store, is gone or silent. */
+static kiln_status store_failed(const struct kiln_dist *d, kiln_status st, int lost,
+				const char *msg)
+{
+	char at[300], stage[48] = "", zero[48] = "";
+	snprintf(at, sizeof at, "%s:%d", d->env.master_addr, kiln_store_port(d->store));
+	if (d->pipe_P) {
+		snprintf(stage, sizeof stage, " (pipeline stage %d)", d->env.rank % d->pipe_P);
+		snprintf(zero, sizeof zero, " (stage 0 of pipe 0)");
+	}
+	if (lost == KILN_STORE_SILENT)
+		return kiln_error(st, "rank %d of %d%s: the store on rank 0%s at %s does not answer (rank 0 is stuck or stopped, or the link to its host is cut; this rank cannot tell what became of the others): %s",
+				  d->env.rank, d->env.world, stage, zero, at, msg ? msg : "");
+	return kiln_error(st, "rank %d of %d%s: the store on rank 0%s at %s is gone (rank 0's process exited, its host went down or the connection to it closed; this rank cannot tell what became of the others): %s",
+			  d->env.rank, d->env.world, stage, zero, at, msg ? msg : "");
+}
+
+/* wait for the store to report a lost rank: 0 for this rank's own failure
+ * (a file, the device: not a lost peer, the store is asked what it knows
+ * already; before session 14 every such failure waited), short after a
+ * timeout, DIST_LOST_WAIT_MS after a communicator's or store's error */
+static int lost_wait_ms(const struct kiln_dist *d, kiln_status st, const char *msg)
+{
+	if (!from_comm(d, msg))
+		return 0;
+	return st == KILN_ETIMEOUT ? DIST_STUCK_WAIT_MS : DIST_LOST_WAIT_MS;
+}
 
 kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 {
@@ -761,13 +796,10 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 		return st;
 	d->failed = 1;
 	/* the store notices a dead process when its connection closes;
-	 * give it a moment to have seen it when the communicator or the
-	 * store failed (the query sets its own message); this rank's own
-	 * failure (a file, the device) cannot be a lost peer: the store is
-	 * asked what it knows already, without waiting (before session 14
-	 * every such failure waited the 3 s out) */
+	 * give it a moment to have seen it (lost_wait_ms; the query sets
+	 * its own message) */
 	char *msg = kiln_strdup(kiln_last_error());
-	int lost = kiln_store_lost_rank(d->store, from_comm(d, msg) ? DIST_LOST_WAIT_MS : 0);
+	int lost = kiln_store_lost_rank(d->store, lost_wait_ms(d, st, msg));
 	char host[64] = "?", key[48];
 	void *v = NULL;
 	snprintf(key, sizeof key, "kiln/host/%d", lost);
@@ -785,6 +817,11 @@ kiln_status kiln_dist_explain(struct kiln_dist *d, kiln_status st)
 				d->env.rank, d->env.world, lost, host, msg ? msg : "");
 	else if (dist_names_rank(d, msg)) /* (explained already, or an agreed outcome) */
 		st = kiln_error(st, "%s", msg);
+	else if (lost == KILN_STORE_GONE || lost == KILN_STORE_SILENT)
+		st = store_failed(d, st, lost, msg);
+	else if (from_comm(d, msg) && st == KILN_ETIMEOUT)
+		st = kiln_error(st, "rank %d of %d: a peer is stuck, not lost: a collective timed out ([dist] timeout = %.0f s) while every rank still held its connection to the store (a process stopped or frozen, or its link cut, answers nothing but has not exited): %s",
+				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");
 	else if (from_comm(d, msg))
 		st = kiln_error(st, "rank %d of %d: a collective failed (no rank was reported lost; a peer may be stuck or unreachable; [dist] timeout = %.0f s): %s",
 				d->env.rank, d->env.world, d->timeout_ms / 1000.0, msg ? msg : "");

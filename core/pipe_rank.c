@@ -58,6 +58,7 @@ struct rank_msg {
 	struct kiln_pipe_rank *R;
 	const void *buf;
 	int from, to, deferred;
+	uint64_t tag;
 };
 
 struct kiln_pipe_rank {
@@ -78,27 +79,48 @@ struct kiln_pipe_rank {
 	int last[KILN_PIPE_MAX_STAGES];
 	int pairs;          /* the communicator has sendrecv */
 	int mine;           /* this rank's stage (the log lines name it) */
+	/* a send's failure was named on the stream (send_try, send_late):
+	 * the status later calls on that stream report is that one, which
+	 * rank_send must not name again as its own message's */
+	atomic_int send_named;
+	char peers[96]; /* the other stages' world ranks, for messages */
 	long n_send, n_pair; /* sends, and those paired with a recv (enqueued) */
 };
 
-/* A failed send from stage `from` (this rank's) to stage `to`, named by
- * stage and world rank (the communicator's own message names its ranks
- * in comm: stage s is rank s of a pipe's communicator, whatever its
- * world rank).  Each failure gets this context once, from whichever of
- * its callers sees it first: send_try and send_late wrap their own (on
- * a device that runs host functions on a stream's thread, the failure
- * comes back later from another of its calls, with their message), so a
- * message that already names a hand-off (send_try's returned at once by
- * kiln_device_host_fn on a device that runs it inline, or an earlier
- * message's failure reported by a later call on its stream) keeps that
- * one, not a second one of the message that happened to report it. */
-static kiln_status send_failed(const struct kiln_pipe_rank *R, kiln_status st, int from, int to)
+/* A message's place in the step, for errors, from its tag (pipe_run.c's
+ * tag_of: micro-batch, crossing tensor, direction): "micro-batch 1,
+ * crossing tensor 0 (its gradient)". */
+static const char *tag_name(uint64_t tag, char *buf, size_t n)
 {
-	static const char named[] = "pipeline: stage ";
-	if (!strncmp(kiln_last_error(), named, sizeof named - 1))
+	snprintf(buf, n, "micro-batch %llu, crossing tensor %llu (%s)",
+		 (unsigned long long)(tag >> 32), (unsigned long long)((tag & 0xffffffffu) >> 1),
+		 tag & 1 ? "its gradient, backward" : "the activation, forward");
+	return buf;
+}
+
+/* A failed send from stage `from` (this rank's) to stage `to` of message
+ * `tag`, named by stage, world rank and the message's place in the step
+ * (the communicator's own message names its ranks in comm: stage s is
+ * rank s of a pipe's communicator, whatever its world rank).  Each
+ * failure gets this context once, from whichever of its callers sees it
+ * first: send_try and send_late name their own (on_stream) and say so in
+ * R->send_named, since on a device that runs host functions on a
+ * stream's thread the failure comes back later from another of
+ * rank_send's calls (or at once, from kiln_device_host_fn on a device
+ * that runs it inline), which then keeps that message rather than naming
+ * a second, the message that happened to report it. */
+static kiln_status send_failed(struct kiln_pipe_rank *R, kiln_status st, int from, int to,
+			       uint64_t tag, int on_stream)
+{
+	char what[96];
+	if (!on_stream && atomic_load_explicit(&R->send_named, memory_order_acquire))
 		return st;
-	return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to stage %d (rank %d)",
-			       from, R->world_of[from], to, R->world_of[to]);
+	st = kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending %s to stage %d (rank %d)",
+			     from, R->world_of[from], tag_name(tag, what, sizeof what), to,
+			     R->world_of[to]);
+	if (on_stream)
+		atomic_store_explicit(&R->send_named, 1, memory_order_release);
+	return st;
 }
 
 /* On the stage's stream: the message out now if the transport need not
@@ -113,7 +135,7 @@ static kiln_status send_try(void *arg)
 		kiln_status st = R->ops->send_now(R->comm, g->buf, g->bytes, KILN_U8,
 						  R->rank_of[g->to], 0, &sent);
 		if (st)
-			return send_failed(R, st, g->from, g->to);
+			return send_failed(R, st, g->from, g->to, g->tag, 1);
 	}
 	g->deferred = !sent;
 	if (sent) {
@@ -137,16 +159,16 @@ static kiln_status send_late(void *arg)
 	kiln_status st = R->ops->send_now(R->comm, g->stage, g->bytes, KILN_U8, R->rank_of[g->to],
 					  1, &sent);
 	atomic_fetch_sub_explicit(&R->queued[g->to], 1, memory_order_release);
-	return st ? send_failed(R, st, g->from, g->to) : KILN_OK;
+	return st ? send_failed(R, st, g->from, g->to, g->tag, 1) : KILN_OK;
 }
 
 /* rank_send's way when sending now is possible (its failures named by
  * rank_send, send_try's and send_late's by themselves: send_failed) */
 static kiln_status send_now_or_late(struct kiln_pipe_rank *R, struct rank_msg *g, int from,
-				    int to, const void *buf, void *stream)
+				    int to, uint64_t tag, const void *buf, void *stream)
 {
 	kiln_status st;
-	g->R = R, g->buf = buf, g->from = from, g->to = to;
+	g->R = R, g->buf = buf, g->from = from, g->to = to, g->tag = tag;
 	if ((st = kiln_device_host_fn(R->dev, stream, send_try, g)) ||
 	    (st = kiln_device_event_record(R->dev, g->copied, stream)) ||
 	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)) ||
@@ -167,23 +189,26 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 	struct kiln_pipe_rank *R = ctx;
 	struct rank_msg *g = rank_slot(R, tag);
 	kiln_status st;
+	char what[96];
 	if (!g)
-		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sends message %llx to stage %d out of range",
-				  from, (unsigned long long)tag, to);
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) sends message %llx to stage %d (rank %d) out of range",
+				  from, R->world_of[from], (unsigned long long)tag, to, R->world_of[to]);
 	if (g->stage && g->bytes != bytes) {
 		kiln_device_free(R->dev, g->stage);
 		g->stage = NULL;
 	}
 	if (!g->stage) { /* first use of the slot: the first step only */
 		if ((st = kiln_device_alloc(R->dev, bytes ? bytes : 1, &g->stage)))
-			return st;
+			return kiln_error_wrap(st, "pipeline: stage %d (rank %d): the staging slot of %zu bytes for %s to stage %d (rank %d)",
+					       from, R->world_of[from], bytes,
+					       tag_name(tag, what, sizeof what), to, R->world_of[to]);
 		g->bytes = bytes;
 	}
 	R->n_send++;
 	R->last[to] = (int)(g - R->msg) + 1;
 	if (R->now) {
-		if ((st = send_now_or_late(R, g, from, to, buf, stream)))
-			return send_failed(R, st, from, to);
+		if ((st = send_now_or_late(R, g, from, to, tag, buf, stream)))
+			return send_failed(R, st, from, to, tag, 0);
 		return KILN_OK;
 	}
 	if ((st = kiln_device_copy_async(R->dev, g->stage, buf, bytes, KILN_COPY_D2D, stream)) ||
@@ -191,7 +216,7 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)) ||
 	    (st = R->ops->send(R->comm, g->stage, bytes, KILN_U8, R->rank_of[to], R->send_stream,
 			       g->sent)))
-		return send_failed(R, st, from, to);
+		return send_failed(R, st, from, to, tag, 0);
 	return KILN_OK;
 }
 
@@ -199,11 +224,12 @@ static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *bu
 			     void *stream)
 {
 	struct kiln_pipe_rank *R = ctx;
-	(void)tag;
+	char what[96];
 	kiln_status st = R->ops->recv(R->comm, buf, bytes, KILN_U8, R->rank_of[from], stream, NULL);
 	if (st)
-		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving from stage %d (rank %d)",
-				       to, R->world_of[to], from, R->world_of[from]);
+		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving %s (%zu bytes) from stage %d (rank %d)",
+				       to, R->world_of[to], tag_name(tag, what, sizeof what), bytes,
+				       from, R->world_of[from]);
 	return KILN_OK;
 }
 
@@ -216,23 +242,25 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 {
 	struct kiln_pipe_rank *R = ctx;
 	kiln_status st;
+	char sw[96], rw[96];
 	if (!R->pairs) {
 		if ((st = rank_send(ctx, me, peer, stag, sbuf, sbytes, stream)))
 			return st;
 		return rank_recv(ctx, peer, me, rtag, rbuf, rbytes, stream);
 	}
 	if (!rank_slot(R, stag))
-		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d sends message %llx to stage %d out of range",
-				  me, (unsigned long long)stag, peer);
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) sends message %llx to stage %d (rank %d) out of range",
+				  me, R->world_of[me], (unsigned long long)stag, peer, R->world_of[peer]);
 	/* after the earlier messages to peer that the send stream sends */
 	if (R->last[peer] &&
 	    (st = kiln_device_stream_wait(R->dev, stream, R->msg[R->last[peer] - 1].sent)))
-		return st;
+		return send_failed(R, st, me, peer, stag, 0);
 	st = R->ops->sendrecv(R->comm, sbuf, sbytes, R->rank_of[peer], rbuf, rbytes,
 			      R->rank_of[peer], KILN_U8, stream, NULL);
 	if (st)
-		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending to and receiving from stage %d (rank %d)",
-				       me, R->world_of[me], peer, R->world_of[peer]);
+		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending %s to and receiving %s from stage %d (rank %d)",
+				       me, R->world_of[me], tag_name(stag, sw, sizeof sw),
+				       tag_name(rtag, rw, sizeof rw), peer, R->world_of[peer]);
 	R->n_send++;
 	R->n_pair++;
 	return KILN_OK;
@@ -278,6 +306,10 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 	memcpy(R->world_of, world_of, (size_t)P * sizeof *world_of);
 	R->n_xfer = n_xfer;
 	R->n = 2 * M * n_xfer;
+	for (int s = 0, at = 0; s < P && at < (int)sizeof R->peers - 24; s++)
+		if (s != mine)
+			at += snprintf(R->peers + at, sizeof R->peers - (size_t)at, "%s%d (stage %d)",
+				       at ? ", " : "", world_of[s], s);
 	R->now = ops->version >= 6 && ops->send_now &&
 		 (kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY) &&
 		 kiln_device_proc(dev, KILN_PROC_HOST_FN);
@@ -289,11 +321,13 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 	*out = R;
 	if ((st = kiln_device_stream_create(dev, &R->send_stream)) ||
 	    (st = kiln_device_event_create(dev, &R->flushed)))
-		return st;
+		return kiln_error_wrap(st, "pipeline: stage %d (rank %d): the send stream", mine,
+				       world_of[mine]);
 	for (int i = 0; i < R->n; i++)
 		if ((st = kiln_device_event_create(dev, &R->msg[i].copied)) ||
 		    (st = kiln_device_event_create(dev, &R->msg[i].sent)))
-			return st;
+			return kiln_error_wrap(st, "pipeline: stage %d (rank %d): event %d of the %d of its messages (%d micro-batches x %d crossing tensors x 2 directions)",
+					       mine, world_of[mine], i, R->n, M, n_xfer);
 	*tr = (struct kiln_stage_transport){ &rank_ops, R };
 	return KILN_OK;
 }
@@ -303,7 +337,14 @@ kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream)
 	kiln_status st = kiln_device_event_record(R->dev, R->flushed, R->send_stream);
 	/* the next step's stages start after this stream, so after every send */
 	memset(R->last, 0, sizeof R->last);
-	return st ? st : kiln_device_stream_wait(R->dev, stream, R->flushed);
+	if (!st)
+		st = kiln_device_stream_wait(R->dev, stream, R->flushed);
+	/* (a send's failure on the send stream named itself: send_failed;
+	 * another, an enqueued send's or recv's, is the communicator's) */
+	if (st && !atomic_load_explicit(&R->send_named, memory_order_acquire))
+		st = kiln_error_wrap(st, "pipeline: stage %d (rank %d): at the step's end, its hand-offs with stages on ranks %s",
+				     R->mine, R->world_of[R->mine], R->peers);
+	return st;
 }
 
 /* stage 0's rank receives each other stage's n doubles in stage order on

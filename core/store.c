@@ -396,17 +396,76 @@ kiln_status kiln_store_poll(struct kiln_store *s, const char *const *keys, int n
 	}
 }
 
+/* how long each of kiln_store_lost_rank's reads waits for the store's
+ * answer: short, as the caller has failed already (a store that answers
+ * nothing for this long is silent: rank 0 stopped or its link cut) */
+#define LOST_ASK_MS 2000
+
+/* A second connection to s's store, for a question s cannot ask any more
+ * (an earlier request broke its stream: a get that timed out waiting for a
+ * peer's key, say): 0 and *q, or KILN_STORE_GONE (nothing accepts the
+ * connection, or it closes) or KILN_STORE_SILENT (no greeting within ask
+ * ms).  The caller closes *q. */
+static int reconnect(const struct kiln_store *s, int ask, struct kiln_store **q)
+{
+	char why[256];
+	struct kiln_store *n = calloc(1, sizeof *n);
+	*q = NULL;
+	if (!n)
+		return KILN_STORE_GONE;
+	pthread_mutex_init(&n->lock, NULL);
+	n->timeout_ms = ask;
+	n->port = s->port;
+	snprintf(n->host, sizeof n->host, "%s", s->host);
+	memcpy(n->token, s->token, sizeof n->token);
+	const int64_t deadline = now_ms() + ask;
+	n->fd = connect_to(n->host, n->port, deadline, why, sizeof why);
+	kiln_status st = n->fd < 0 ? KILN_EIO : authenticate(n, deadline, ask);
+	if (st) {
+		n->broken = 1; /* no goodbye */
+		kiln_store_close(n);
+		return st == KILN_ETIMEOUT ? KILN_STORE_SILENT : KILN_STORE_GONE;
+	}
+	*q = n;
+	return 0;
+}
+
 int kiln_store_lost_rank(struct kiln_store *s, int wait_ms)
 {
-	static const char *const lost[] = { "kiln/lost" };
-	int which;
-	void *v = NULL;
-	kiln_status st = kiln_store_poll(s, lost, 1, wait_ms, &which, &v);
-	if (st == KILN_ETIMEOUT)
-		return -1;
-	if (st)
-		return 0; /* the store is gone: so is rank 0 */
-	int r = atoi(v);
-	free(v);
-	return r;
+	const int64_t end = now_ms() + wait_ms;
+	const int ask = s->timeout_ms < LOST_ASK_MS ? s->timeout_ms : LOST_ASK_MS;
+	useconds_t nap = 500;
+	struct kiln_store *q = NULL;
+	pthread_mutex_lock(&s->lock);
+	const int broken = s->broken;
+	pthread_mutex_unlock(&s->lock);
+	if (broken) {
+		const int why = reconnect(s, ask, &q);
+		if (why)
+			return why;
+		int r = kiln_store_lost_rank(q, wait_ms);
+		kiln_store_close(q);
+		return r;
+	}
+	for (;;) {
+		int status = 0;
+		void *v = NULL;
+		kiln_status st = request(s, STORE_OP_CHECK, "kiln/lost", NULL, 0, ask, &status, &v,
+					 NULL);
+		if (st == KILN_ETIMEOUT)
+			return KILN_STORE_SILENT; /* rank 0 alive but not answering */
+		if (st)
+			return KILN_STORE_GONE; /* rank 0, its host or the link to it */
+		if (!status && v) {
+			const int r = atoi(v);
+			free(v);
+			return r;
+		}
+		free(v);
+		if (now_ms() >= end)
+			return KILN_STORE_NONE_LOST;
+		usleep(nap);
+		if (nap < 50000)
+			nap *= 2;
+	}
 }

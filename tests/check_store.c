@@ -542,6 +542,62 @@ START_TEST(test_timeout_honoured)
 }
 END_TEST
 
+/* The store's host itself gone or stopped (session 15): a rank asking
+ * which rank was lost hears KILN_STORE_GONE or KILN_STORE_SILENT, not
+ * rank 0 as if the store had seen rank 0 die (before: 0); after a request
+ * broke its connection (a get that timed out) the question goes over a
+ * fresh one, so a store still serving is not taken for gone. */
+static pid_t host_store(int *port)
+{
+	int p[2];
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t kid = fork();
+	if (!kid) {
+		struct kiln_store *s;
+		close(p[0]);
+		if (kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s))
+			_exit(1);
+		int port = kiln_store_port(s);
+		if (write(p[1], &port, sizeof port) != (ssize_t)sizeof port)
+			_exit(1);
+		pause(); /* killed or stopped by the test */
+		_exit(0);
+	}
+	close(p[1]);
+	ck_assert_int_eq(read(p[0], port, sizeof *port), (ssize_t)sizeof *port);
+	close(p[0]);
+	return kid;
+}
+
+START_TEST(test_store_gone)
+{
+	int port;
+	struct kiln_store *s1;
+	pid_t kid = host_store(&port);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_OK);
+	/* a get that times out breaks the stream: still the store answers */
+	void *v;
+	ck_assert_int_eq(kiln_store_get(s1, "never", 100, &v, NULL), KILN_ETIMEOUT);
+	ck_assert_int_eq(kiln_store_lost_rank(s1, 100), KILN_STORE_NONE_LOST);
+	/* stopped: silent, within about LOST_ASK_MS (2 s), not the store's 5 s */
+	kill(kid, SIGSTOP);
+	double t0 = now();
+	ck_assert_int_eq(kiln_store_lost_rank(s1, 100), KILN_STORE_SILENT);
+	ck_assert_msg(now() - t0 < 4.5, "asking a stopped store took %.1f s", now() - t0);
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+	ck_assert_int_eq(kiln_store_lost_rank(s1, 100), KILN_STORE_GONE);
+	kiln_store_close(s1);
+	/* killed with the connection intact: gone */
+	kid = host_store(&port);
+	ck_assert_int_eq(kiln_store_open("127.0.0.1", port, 0, 1, 2, 5000, &s1), KILN_OK);
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+	ck_assert_int_eq(kiln_store_lost_rank(s1, 3000), KILN_STORE_GONE);
+	kiln_store_close(s1);
+}
+END_TEST
+
 START_TEST(test_parse)
 {
 	struct kiln_store_msg m;
@@ -568,7 +624,7 @@ static Suite *make_store_suite(void)
 	check_add_case(s, "store", 30, NULL, NULL, (const TTest *[]){
 		test_set_get_add, test_add_overflow, test_get_waits, test_get_timeout, test_rendezvous_timeout,
 		test_rendezvous_ok, test_lost_rank, test_lost_after_host, test_host_close_no_loss, test_nobody_listens, test_env,
-		test_token_refused, test_limits, test_timeout_honoured, test_parse, NULL });
+		test_token_refused, test_limits, test_timeout_honoured, test_parse, test_store_gone, NULL });
 	return s;
 }
 

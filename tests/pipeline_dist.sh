@@ -18,6 +18,8 @@
 #  3. the same 2 and 4 stages under mpirun (kiln-mpi, thread_level =
 #     multiple; serialized is refused), where available, and stage 1's rank
 #     killed mid-run ends the job non-zero within the timeout, naming it;
+#     world rank 3 of P = 2 x D = 2 stopped, the split communicators'
+#     messages name it by its world rank (session 15);
 #  4. a checkpoint written by 2 stages on 2 ranks resumes in one process
 #     (its stages in that process) and ends where one process does, and
 #     one written by one process resumes on 2 stages on 2 ranks; with
@@ -26,7 +28,9 @@
 #     exit non-zero within [dist] timeout, naming the dead rank and its stage;
 #     rank 3 (stage 1 of pipe 1) killed, the hand-off error of its pipe peer
 #     (rank 2) names it as stage 1's world rank 3 (session 14; before: rank 1,
-#     its rank in the pipe's communicator);
+#     its rank in the pipe's communicator), and the micro-batch and crossing
+#     tensor it was handing off (session 15); rank 3 stopped (SIGSTOP)
+#     instead, rank 2 names it as stuck, not lost;
 #  6. a world that P does not divide and P without placed stages are
 #     config errors naming the key;
 #  7. the clip and the non-finite check are the pipe's: 2 stages on 2
@@ -298,6 +302,28 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	grep -q "process rank 1 .* exited on signal 9" "$tmp/mk.log" ||
 		{ bad "mpi: stage 1 killed: rank 1 not named"; tail -5 "$tmp/mk.log"; }
 	[ "$dt" -le 15 ] || bad "mpi: stage 1 killed: the job took ${dt}s to end (timeout 10 s)"
+	# P = 2 x D = 2, world rank 3 (stage 1 of pipe 1) stopped (SIGSTOP)
+	# with [dist] timeout = 3 s: the rank that gives up first names it as
+	# world rank 3 and itself by world rank, though its communicator is a
+	# split of 2 (session 15; before: "mpi: rank 0 of 2: ... rank 1")
+	timeout 90 mpirun --allow-run-as-root --oversubscribe -np 4 -x KILN_MASTER_PORT="$(free_port 11)" \
+		-x OMP_NUM_THREADS=1 sh -c '[ "$OMPI_COMM_WORLD_RANK" != 3 ] || echo $$ > "$0/ms3.pid"
+		exec "$1" train "$2" run.out_dir="$0/ms" train.batch=16 pipeline.micro_batches=2 \
+			train.epochs=1000 train.max_steps=0 train.log_every=1 dist.pipeline=2 "$3" \
+			plugin.mpi.thread_level=multiple dist.timeout=3 dist.heartbeat=0' \
+		"$tmp" "$kiln" "$ini" "$two" > "$tmp/ms.log" 2>&1 &
+	mpid=$!
+	i=0
+	while [ $i -lt 600 ] && ! grep -q "step 3/" "$tmp/ms.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+	r3=$(cat "$tmp/ms3.pid" 2>/dev/null)
+	[ -n "$r3" ] && kill -STOP "$r3" || bad "mpi: the run to stop did not start"
+	wait $mpid
+	rc=$?
+	[ -n "$r3" ] && kill -KILL "$r3" 2>/dev/null
+	echo "mpi: world rank 3 stopped: mpirun exited $rc"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "mpi: world rank 3 stopped: mpirun exited $rc"
+	grep -q "error: world rank [012] (rank [01] of 2 of a split): MPI [a-z]* .*world ranks\{0,1\} [0-9, ]*\b3\b" "$tmp/ms.log" ||
+		{ bad "mpi: world rank 3 stopped: no message names it by world rank"; grep -i "error" "$tmp/ms.log" | tail -5; }
 else
 	echo "mpi: not built or no mpirun: skipped"
 fi
@@ -394,13 +420,13 @@ for r in 0 1 2; do
 	grep -q "rank 3 (stage 1 of pipe 1) was lost" "$tmp/w3dead$r.log" ||
 		{ bad "rank $r does not name rank 3, stage 1"; grep -v '^\[' "$tmp/w3dead$r.log" | tail -3; }
 done
-grep -q "pipeline: stage 0 (rank 2) \(receiving from\|sending to\) stage 1 (rank 3): " "$tmp/w3dead2.log" ||
-	{ bad "rank 2's hand-off error does not name stage 1's world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
+grep -q "pipeline: stage 0 (rank 2) \(receiving\|sending\) micro-batch [01], crossing tensor [0-9]* ([a-z ,]*)\( ([0-9]* bytes)\)* \(from\|to\) stage 1 (rank 3): " "$tmp/w3dead2.log" ||
+	{ bad "rank 2's hand-off error does not name the micro-batch, the tensor and stage 1's world rank 3"; grep -v '^\[' "$tmp/w3dead2.log" | tail -3; }
 # every stage a pipeline message names, by its world rank: pipe 0's stages
 # are ranks 0 and 1, pipe 1's ranks 2 and 3
 for r in 0 1 2; do
 	p=$((r / 2 * 2))
-	grep -o "pipeline: stage [01] (rank [0-9]*)[a-z ]* stage [01] (rank [0-9]*)" "$tmp/w3dead$r.log" |
+	grep -o "pipeline: stage [01] (rank [0-9]*)[^:]* stage [01] (rank [0-9]*)" "$tmp/w3dead$r.log" |
 		grep -o "stage [01] (rank [0-9]*)" | sort -u |
 		grep -v -x "stage 0 (rank $p)\|stage 1 (rank $((p + 1)))" | grep . &&
 		bad "rank $r: a pipeline message names a stage by another rank than its world rank"
@@ -440,6 +466,11 @@ for r in 0 1 2; do
 done
 grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "recv from world rank 3\b" ||
 	{ bad "rank 2's error does not name its stuck pipe peer as world rank 3"; grep -v '^\[' "$tmp/w3stop2.log" | tail -3; }
+# ... as stuck, not lost (session 15: before, "no rank was reported lost"
+# after a 3 s wait for the store to name one)
+grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "rank 2 of 4: a peer is stuck, not lost: a collective timed out" ||
+	{ bad "rank 2's error does not call its pipe peer stuck"; grep -v '^\[' "$tmp/w3stop2.log" | tail -3; }
+grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "was lost" && bad "rank 2 called its stopped pipe peer lost"
 [ "$dt" -le 20 ] || bad "the others took ${dt}s after rank 3 stopped (timeout 3 s)"
 
 # ---- 6. errors ----------------------------------------------------------------------

@@ -91,8 +91,18 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 
 /* The first rank the store saw leave without saying goodbye (its
  * connection closed: the process died), waiting up to wait_ms for one to
- * be reported; -1 when none was.  When the store itself is unreachable,
- * rank 0 (its host) is the lost one: returns 0. */
+ * be reported; -1 (KILN_STORE_NONE_LOST) when none was, every other rank
+ * still holding its connection (a peer that failed to answer is then
+ * stuck, not dead); KILN_STORE_GONE when the store's connection is closed
+ * (rank 0, which hosts it, died or its host went down: the caller cannot
+ * know about any other rank); KILN_STORE_SILENT when the store answered
+ * nothing within 2 s (or the store's timeout, if shorter): rank 0 is
+ * stopped or the link to it is cut.  Each read of the store is bounded
+ * so, whatever the store's timeout.  (Before session 15 a gone store
+ * returned 0, as if rank 0 were a lost peer the store had seen.) */
+#define KILN_STORE_NONE_LOST (-1)
+#define KILN_STORE_GONE (-2)
+#define KILN_STORE_SILENT (-3)
 int kiln_store_lost_rank(struct kiln_store *s, int wait_ms);
 
 /* The program's answer to an unrecoverable failure on a thread that

@@ -8,6 +8,7 @@
 
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/statvfs.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,6 +38,31 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
 			if (CPU_ISSET(c, &set))
 				s->hdr[rank]->cpus[c / 64] |= 1ull << (c % 64);
 	return KILN_OK;
+}
+
+void shmcoll_name_world(struct shmcoll *s, const int *world_of)
+{
+	s->world_of = world_of;
+}
+
+const char *shm_name_me(char *buf, size_t n, const char *who, const int *world_of, int rank,
+			int world)
+{
+	if (world_of)
+		snprintf(buf, n, "%s: world rank %d (rank %d of %d of a split)", who, world_of[rank],
+			 rank, world);
+	else
+		snprintf(buf, n, "%s: rank %d of %d", who, rank, world);
+	return buf;
+}
+
+const char *shm_name_peer(char *buf, size_t n, const int *world_of, int r)
+{
+	if (world_of && r >= 0)
+		snprintf(buf, n, "world rank %d", world_of[r]);
+	else
+		snprintf(buf, n, "rank %d", r);
+	return buf;
 }
 
 void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg)
@@ -183,15 +209,21 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 			ask = *t0 + SHMCOLL_LOST_NS;
 		if (s->lost && t >= ask) {
 			const int gone = s->lost(s->lost_arg);
+			char me[96], g[32], pn[32];
 			if (gone >= 0)
-				return s->host->error(KILN_EIO, "%s: rank %d of %d: rank %d is gone (its process ended) while this rank waited for rank %d in the shared-memory %s",
-						      s->who, s->rank, s->world, gone, peer, what);
+				return s->host->error(KILN_EIO, "%s: %s is gone (its process ended) while this rank waited for %s in the shared-memory %s",
+						      shm_name_me(me, sizeof me, s->who, s->world_of, s->rank, s->world),
+						      shm_name_peer(g, sizeof g, s->world_of, gone),
+						      shm_name_peer(pn, sizeof pn, s->world_of, peer), what);
 			ask = t + SHMCOLL_LOST_NS;
 		}
-		if (t - *t0 > (long long)s->timeout_ms * 1000000ll + SHMCOLL_GRACE_NS)
-			return s->host->error(KILN_ETIMEOUT, "%s: rank %d of %d: rank %d did not reach the shared-memory %s within [dist] timeout = %.1f s",
-					      s->who, s->rank, s->world, peer, what,
+		if (t - *t0 > (long long)s->timeout_ms * 1000000ll + SHMCOLL_GRACE_NS) {
+			char me[96], pn[32];
+			return s->host->error(KILN_ETIMEOUT, "%s: %s did not reach the shared-memory %s within [dist] timeout = %.1f s",
+					      shm_name_me(me, sizeof me, s->who, s->world_of, s->rank, s->world),
+					      shm_name_peer(pn, sizeof pn, s->world_of, peer), what,
 					      s->timeout_ms / 1000.0);
+		}
 		if (shmcoll_pace_next(&p, t, t - *t0) == SHMCOLL_STEP_SLEEP)
 			sleep_on(f, v);
 	}

@@ -177,6 +177,7 @@ struct shmcoll {
 	long long spin_ns;
 	struct timespec nap;
 	long seq;                      /* the last round this rank started */
+	const int *world_of;           /* shmcoll_name_world's, or NULL */
 	int (*lost)(void *arg);        /* shmcoll_watch's check, or NULL */
 	void *lost_arg;
 	struct shmcoll_hdr *hdr[SHMCOLL_MAXW];
@@ -201,6 +202,20 @@ kiln_status shmcoll_init(struct shmcoll *s, const struct kiln_host *host, const 
  * every rank's buffer; it returns once every rank has written its share.
  * Same bits as the staged path.  One region; a second replaces the first. */
 void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes);
+
+/* s serves a split's group (comm ops split) whose rank r is world rank
+ * world_of[r] (borrowed for s's life): its messages name world ranks
+ * ("mpi: world rank 2 (rank 0 of 2 of a split): world rank 3 is gone"),
+ * as the group's ranks mean nothing to the user.  NULL: the ranks are
+ * the world's. */
+void shmcoll_name_world(struct shmcoll *s, const int *world_of);
+
+/* For messages (shmcoll's, shmp2p's): "WHO: rank R of W", or for a split
+ * (world_of not NULL) "WHO: world rank X (rank R of W of a split)"; and
+ * a peer: "rank P" or "world rank X". */
+const char *shm_name_me(char *buf, size_t n, const char *who, const int *world_of, int rank,
+			int world);
+const char *shm_name_peer(char *buf, size_t n, const int *world_of, int r);
 
 /* Give the waits a liveness check: a wait that has lasted SHMCOLL_LOST_NS
  * calls lost(arg), and again every SHMCOLL_LOST_NS, on the waiting thread;

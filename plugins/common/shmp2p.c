@@ -6,6 +6,7 @@
 #include "shmcoll.h" /* SHMCOLL_LOST_NS, shmcoll_pace, shm_futex_* */
 #include "watchdog.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,10 +41,14 @@ static void notify(atomic_uint *word, atomic_uint *sleeps)
 static kiln_status broken(struct shmp2p *c, int sending)
 {
 	const struct shmp2p_hdr *h = c->h;
-	return c->host->error(KILN_EINVAL, "%s: rank %d of %d: %s rank %d: rank %d sent message %llu with %llu bytes where rank %d's recv expected %llu; the channel is unusable",
-			      c->who, c->rank, c->world, sending ? "send to" : "recv from", c->peer,
-			      sending ? c->rank : c->peer, (unsigned long long)h->bad_msg,
-			      (unsigned long long)h->bad_have, sending ? c->peer : c->rank,
+	char me[96], p[32], snd[32], rcv[32];
+	return c->host->error(KILN_EINVAL, "%s: %s %s: %s sent message %llu with %llu bytes where %s's recv expected %llu; the channel is unusable",
+			      shm_name_me(me, sizeof me, c->who, c->world_of, c->rank, c->world),
+			      sending ? "send to" : "recv from",
+			      shm_name_peer(p, sizeof p, c->world_of, c->peer),
+			      shm_name_peer(snd, sizeof snd, c->world_of, sending ? c->rank : c->peer),
+			      (unsigned long long)h->bad_msg, (unsigned long long)h->bad_have,
+			      shm_name_peer(rcv, sizeof rcv, c->world_of, sending ? c->peer : c->rank),
 			      (unsigned long long)h->bad_want);
 }
 
@@ -88,14 +93,19 @@ static kiln_status wait_pos(struct shmp2p *c, atomic_ullong *pos, unsigned long 
 			return KILN_OK;
 		const long long t = watchdog_now_ns();
 		const int gone = c->lost ? c->lost(c->lost_arg) : -1;
+		char me[96], pn[32], g[32];
 		if (gone >= 0)
-			return c->host->error(KILN_EIO, "%s: rank %d of %d: %s rank %d of %zu bytes: rank %d is gone (its process ended)",
-					      c->who, c->rank, c->world, sending ? "send to" : "recv from",
-					      c->peer, bytes, gone);
+			return c->host->error(KILN_EIO, "%s: %s %s of %zu bytes: %s is gone (its process ended)",
+					      shm_name_me(me, sizeof me, c->who, c->world_of, c->rank, c->world),
+					      sending ? "send to" : "recv from",
+					      shm_name_peer(pn, sizeof pn, c->world_of, c->peer), bytes,
+					      shm_name_peer(g, sizeof g, c->world_of, gone));
 		if (t - t0 > (long long)c->timeout_ms * 1000000ll)
-			return c->host->error(KILN_ETIMEOUT, "%s: rank %d of %d: %s rank %d of %zu bytes: rank %d did not %s within [dist] timeout = %.1f s",
-					      c->who, c->rank, c->world, sending ? "send to" : "recv from",
-					      c->peer, bytes, c->peer, sending ? "make room (receive)" : "send",
+			return c->host->error(KILN_ETIMEOUT, "%s: %s %s of %zu bytes: %s did not %s within [dist] timeout = %.1f s",
+					      shm_name_me(me, sizeof me, c->who, c->world_of, c->rank, c->world),
+					      sending ? "send to" : "recv from",
+					      shm_name_peer(pn, sizeof pn, c->world_of, c->peer), bytes, pn,
+					      sending ? "make room (receive)" : "send",
 					      c->timeout_ms / 1000.0);
 	}
 }
@@ -183,9 +193,11 @@ kiln_status shmp2p_recv(struct shmp2p *c, void *buf, size_t bytes)
 		h->bad_have = frame[0], h->bad_want = bytes, h->bad_msg = frame[1];
 		atomic_store(&h->broken, 1);
 		notify(&h->rfutex, &h->wsleeps); /* a sender waiting for room fails too */
+		char me[96], p[32];
 		if (frame[1] != h->received + 1)
-			return c->host->error(KILN_EINTERNAL, "%s: rank %d of %d: recv from rank %d: message %llu arrived where message %llu was due",
-					      c->who, c->rank, c->world, c->peer,
+			return c->host->error(KILN_EINTERNAL, "%s: recv from %s: message %llu arrived where message %llu was due",
+					      shm_name_me(me, sizeof me, c->who, c->world_of, c->rank, c->world),
+					      shm_name_peer(p, sizeof p, c->world_of, c->peer),
 					      (unsigned long long)frame[1],
 					      (unsigned long long)h->received + 1);
 		return broken(c, 0);

@@ -79,6 +79,7 @@ struct shmp2p {
 	struct shmp2p_hdr *h;
 	char *ring;
 	size_t size;              /* ring bytes, a power of two */
+	const int *world_of;      /* a split's rank r is world rank world_of[r] (set by the owner after shmp2p_init, borrowed), or NULL: what messages name */
 	int (*lost)(void *arg);   /* a rank whose process is gone, or -1 (may be NULL) */
 	void *lost_arg;
 };

@@ -94,6 +94,9 @@ struct mpi_comm {
 	 * is freed by close, which leaves MPI initialised) */
 	MPI_Comm comm;
 	int sub;
+	/* a split's: rank r's world rank, what messages name (split_world);
+	 * NULL on the world's communicator */
+	int *world_of;
 	int use_shm;               /* [plugin.mpi] shm */
 	int wait;                  /* W_* */
 	long long spin_ns;         /* MPI_Test without a pause for this long first */
@@ -192,6 +195,48 @@ static size_t dtype_size(int dt)
 	}
 }
 
+/* ---- names in messages ---------------------------------------------------- */
+
+/* rank r of c as the world knows it */
+static int wrank(const struct mpi_comm *c, int r)
+{
+	return c->world_of && r >= 0 && r < c->world ? c->world_of[r] : r;
+}
+
+/* this rank, for messages: "rank R of W", or on a split's communicator
+ * "world rank X (rank R of W of a split)" (the group's ranks mean nothing
+ * to the user) */
+static const char *me_name(const struct mpi_comm *c, char *buf, size_t n)
+{
+	if (c->world_of)
+		snprintf(buf, n, "world rank %d (rank %d of %d of a split)", wrank(c, c->rank), c->rank,
+			 c->world);
+	else
+		snprintf(buf, n, "rank %d of %d", c->rank, c->world);
+	return buf;
+}
+
+/* a peer, for messages: "rank P" or "world rank X" */
+static const char *peer_name(const struct mpi_comm *c, int r, char *buf, size_t n)
+{
+	snprintf(buf, n, "%srank %d", c->world_of ? "world " : "", wrank(c, r));
+	return buf;
+}
+
+/* a split's members, for a collective's message: " among world ranks 1,
+ * 3" (in the group's rank order); "" on the world's communicator */
+static const char *members(const struct mpi_comm *c, char *buf, size_t n)
+{
+	int at = 0;
+	buf[0] = 0;
+	if (!c->world_of)
+		return buf;
+	at = snprintf(buf, n, " among world ranks");
+	for (int r = 0; r < c->world && at < (int)n - 16; r++)
+		at += snprintf(buf + at, n - (size_t)at, "%s %d", r ? "," : "", wrank(c, r));
+	return buf;
+}
+
 /* ---- the watchdog -------------------------------------------------------- */
 
 /* the watchdog's look (its lock held): report the collective in progress
@@ -204,19 +249,21 @@ static int mpi_look(void *arg)
 		pthread_mutex_unlock(&c->dog.lock);
 		const int kind = atomic_load(&c->what);
 		const int from = atomic_load(&c->peer2);
+		char me[96], p[32], f[32], all[160];
+		me_name(c, me, sizeof me);
+		peer_name(c, atomic_load(&c->peer), p, sizeof p);
+		peer_name(c, from, f, sizeof f);
 		if (kind == K_SENDRECV && from >= 0 && from != atomic_load(&c->peer))
-			H->fatal("mpi", "rank %d of %d: MPI sendrecv to rank %d and from rank %d did not complete within [dist] timeout = %.1f s: rank %d or %d is lost or stuck; ending this rank",
-				 c->rank, c->world, atomic_load(&c->peer), from, c->timeout_ms / 1000.0,
-				 atomic_load(&c->peer), from);
+			H->fatal("mpi", "%s: MPI sendrecv to %s and from %s did not complete within [dist] timeout = %.1f s: %s or %s is lost or stuck; ending this rank",
+				 me, p, f, c->timeout_ms / 1000.0, p, f);
 		else if (kind == K_SEND || kind == K_RECV || kind == K_SENDRECV)
-			H->fatal("mpi", "rank %d of %d: MPI %s %s rank %d of %lld elements did not complete within [dist] timeout = %.1f s: rank %d is lost or stuck; ending this rank",
-				 c->rank, c->world, kind_names[kind], kind == K_RECV ? "from" : "to",
-				 atomic_load(&c->peer), (long long)atomic_load(&c->count),
-				 c->timeout_ms / 1000.0, atomic_load(&c->peer));
+			H->fatal("mpi", "%s: MPI %s %s %s of %lld elements did not complete within [dist] timeout = %.1f s: %s is lost or stuck; ending this rank",
+				 me, kind_names[kind], kind == K_RECV ? "from" : "to", p,
+				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0, p);
 		else
-			H->fatal("mpi", "rank %d of %d: MPI %s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
-			 c->rank, c->world, kind_names[atomic_load(&c->what)],
-			 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
+			H->fatal("mpi", "%s: MPI %s%s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
+				 me, kind_names[atomic_load(&c->what)], members(c, all, sizeof all),
+				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
 		/* without a fatal handler: report once, keep watching */
 		atomic_store(&c->started_ns, 0);
 		pthread_mutex_lock(&c->dog.lock);
@@ -366,11 +413,25 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 
 static kiln_status mpi_fail(struct mpi_comm *c, int rc, const char *what)
 {
-	char s[MPI_MAX_ERROR_STRING];
+	char s[MPI_MAX_ERROR_STRING], me[96];
 	int n = 0;
 	MPI_Error_string(rc, s, &n);
-	return H->error(KILN_EIO, "mpi: rank %d of %d: %s failed: %.*s", c->rank, c->world, what,
-			n, s);
+	return H->error(KILN_EIO, "mpi: %s: %s failed: %.*s", me_name(c, me, sizeof me), what, n, s);
+}
+
+/* A job's MPI call failed: mpi_fail, its peers named (point to point) */
+static kiln_status job_fail(struct mpi_comm *c, const struct job *j, int rc, const char *what)
+{
+	char w[160], p[32], f[32];
+	if (j->kind == K_SENDRECV)
+		snprintf(w, sizeof w, "%s (sendrecv to %s, from %s)", what,
+			 peer_name(c, j->root, p, sizeof p), peer_name(c, j->src, f, sizeof f));
+	else if (j->kind == K_SEND || j->kind == K_RECV)
+		snprintf(w, sizeof w, "%s (%s %s %s)", what, kind_names[j->kind],
+			 j->kind == K_SEND ? "to" : "from", peer_name(c, j->root, p, sizeof p));
+	else
+		snprintf(w, sizeof w, "%s", what);
+	return mpi_fail(c, rc, w);
 }
 
 /* Set by enqueue() while the device runs the host function: a collective
@@ -525,7 +586,7 @@ static kiln_status run_job(void *arg)
 			rc = wait_req(c, how, &req[1]); /* MPI_REQUEST_NULL but for K_SENDRECV */
 		unwatch(c);
 		if (rc != MPI_SUCCESS)
-			st = mpi_fail(c, rc, what);
+			st = job_fail(c, j, rc, what);
 		else if (reduces && j->op == KILN_REDUCE_AVG && c->world > 1)
 			scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
 	}
@@ -550,8 +611,9 @@ static struct job *job_keep(struct mpi_comm *c, struct job want)
 {
 	struct job *j = calloc(1, sizeof *j);
 	if (!j) {
-		H->error(KILN_ENOMEM, "mpi: rank %d of %d: out of memory for a captured %s",
-			 c->rank, c->world, kind_names[want.kind]);
+		char me[96];
+		H->error(KILN_ENOMEM, "mpi: %s: out of memory for a captured %s",
+			 me_name(c, me, sizeof me), kind_names[want.kind]);
 		return NULL;
 	}
 	job_fill(j, c, &want);
@@ -570,8 +632,9 @@ static struct job *job_get(struct mpi_comm *c, struct job want)
 			return j;
 		}
 	}
-	H->error(KILN_EINTERNAL, "mpi: rank %d of %d: %d collectives are in flight, the most a communicator holds: %s not enqueued",
-		 c->rank, c->world, JOBS, kind_names[want.kind]);
+	char me[96];
+	H->error(KILN_EINTERNAL, "mpi: %s: %d collectives are in flight, the most a communicator holds: %s not enqueued",
+		 me_name(c, me, sizeof me), JOBS, kind_names[want.kind]);
 	return NULL;
 }
 
@@ -632,9 +695,11 @@ static kiln_status mpi_reduce_scatter(void *ctx, const void *send, void *recv, s
 static kiln_status mpi_p2p(struct mpi_comm *c, int kind, void *buf, size_t count, int dtype,
 			   int peer, void *stream, void *done)
 {
+	char me[96];
 	if (peer < 0 || peer >= c->world || peer == c->rank)
-		return H->error(KILN_EINVAL, "mpi: rank %d of %d: %s %s rank %d: no such peer", c->rank,
-				c->world, kind_names[kind], kind == K_SEND ? "to" : "from", peer);
+		return H->error(KILN_EINVAL, "mpi: %s: %s %s rank %d of the communicator's %d: no such peer",
+				me_name(c, me, sizeof me), kind_names[kind],
+				kind == K_SEND ? "to" : "from", peer, c->world);
 	return enqueue(c, (struct job){ .kind = kind, .buf = buf, .count = count, .dtype = dtype,
 					.root = peer }, stream, done);
 }
@@ -659,9 +724,10 @@ static kiln_status mpi_sendrecv(void *ctx, const void *send_buf, size_t send_cou
 	struct mpi_comm *c = ctx;
 	/* the core (kiln_comm_sendrecv) refused an empty call and a peer
 	 * below 0 or this rank; the world's size only the communicator knows */
+	char me[96];
 	if ((send_count && dst >= c->world) || (recv_count && src >= c->world))
-		return H->error(KILN_EINVAL, "mpi: rank %d of %d: sendrecv to rank %d, from rank %d: no such peer",
-				c->rank, c->world, dst, src);
+		return H->error(KILN_EINVAL, "mpi: %s: sendrecv to rank %d, from rank %d of the communicator's %d: no such peer",
+				me_name(c, me, sizeof me), dst, src, c->world);
 	return enqueue(c, (struct job){ .kind = K_SENDRECV, .send = send_buf, .count = send_count,
 					.root = dst, .buf = recv_buf, .rcount = recv_count,
 					.src = src, .dtype = dtype }, stream, done);
@@ -690,9 +756,10 @@ static void mpi_close(void *ctx)
 	struct mpi_comm *c = ctx;
 	if (!c)
 		return;
+	char me[96];
 	if (c->region_on)
-		H->log(KILN_LOG_INFO, "mpi", "rank %d of %d: %ld allreduces of the shared gradients, copy-free",
-		       c->rank, c->world, c->shm.region_calls);
+		H->log(KILN_LOG_INFO, "mpi", "%s: %ld allreduces of the shared gradients, copy-free",
+		       me_name(c, me, sizeof me), c->shm.region_calls);
 	watchdog_destroy(&c->dog);
 	int fin = 0;
 	MPI_Finalized(&fin);
@@ -711,6 +778,7 @@ static void mpi_close(void *ctx)
 		c->kept = j->next_kept;
 		free(j);
 	}
+	free(c->world_of);
 	free(c);
 }
 
@@ -736,6 +804,26 @@ static kiln_status comm_setup(struct mpi_comm *c)
 	return KILN_OK;
 }
 
+/* g, split from c: each of its ranks' world rank (c's world rank of it),
+ * which its messages name (g->world_of, allocated).  Collective over g. */
+static kiln_status split_world(const struct mpi_comm *c, struct mpi_comm *g)
+{
+	const int mine = wrank(c, c->rank);
+	if (!(g->world_of = malloc((size_t)g->world * sizeof *g->world_of)))
+		return H->error(KILN_ENOMEM, "mpi: out of memory");
+	const int rc = MPI_Allgather(&mine, 1, MPI_INT, g->world_of, 1, MPI_INT, g->comm);
+	if (rc != MPI_SUCCESS) {
+		char s[MPI_MAX_ERROR_STRING], me[96];
+		int n = 0;
+		MPI_Error_string(rc, s, &n);
+		free(g->world_of);
+		g->world_of = NULL;
+		return H->error(KILN_EIO, "mpi: %s: MPI_Allgather of the split group's world ranks failed: %.*s",
+				me_name(c, me, sizeof me), n, s);
+	}
+	return KILN_OK;
+}
+
 /* comm ops version 5: MPI_Comm_split of c's communicator; the group's
  * communicator waits as c does and sets up its own shared memory. */
 static kiln_status mpi_split(void *ctx, int color, int key, void **out, int *rank, int *world)
@@ -745,9 +833,10 @@ static kiln_status mpi_split(void *ctx, int color, int key, void **out, int *ran
 	*out = NULL;
 	*rank = -1;
 	*world = 0;
+	char me[96];
 	if (color < KILN_COMM_NO_GROUP)
-		return H->error(KILN_EINVAL, "mpi: rank %d of %d: split color %d (>= 0, or KILN_COMM_NO_GROUP)",
-				c->rank, c->world, color);
+		return H->error(KILN_EINVAL, "mpi: %s: split color %d (>= 0, or KILN_COMM_NO_GROUP)",
+				me_name(c, me, sizeof me), color);
 	watch(c, K_BARRIER, 0);
 	int rc = MPI_Comm_split(c->comm, color == KILN_COMM_NO_GROUP ? MPI_UNDEFINED : color, key,
 				&nc);
@@ -773,9 +862,16 @@ static kiln_status mpi_split(void *ctx, int color, int key, void **out, int *ran
 	g->nap = c->nap;
 	g->use_shm = c->use_shm;
 	g->zero_copy = c->zero_copy;
-	kiln_status st = comm_setup(g);
-	if (st)
+	kiln_status st = split_world(c, g);
+	if (st) {
+		MPI_Comm_free(&g->comm);
+		free(g);
 		return st;
+	}
+	if ((st = comm_setup(g)))
+		return st;
+	if (g->shm_on)
+		shmcoll_name_world(&g->shm, g->world_of);
 	/* (the group's ranks share the CPUs with the other groups') */
 	if (g->shm_on && c->shm_on)
 		shmcoll_inherit(&g->shm, &c->shm);

@@ -56,6 +56,7 @@ struct pending {
 	long long t_ns;
 	const char *what;
 	size_t count;
+	int peer, peer2; /* point to point: its peers (-1: none), for messages */
 };
 
 struct nccl_comm {
@@ -74,7 +75,44 @@ struct nccl_comm {
 	atomic_int aborted;
 	char why[512];   /* the abort's message (set before aborted) */
 	cudaStream_t bs; /* the barrier's private stream, while it runs */
+	struct kiln_store *store; /* the run's (borrowed): a split's world ranks */
+	/* a split's: rank r's world rank, what messages name (split_world);
+	 * NULL on the world's communicator */
+	int *world_of;
 };
+
+/* rank r of c as the world knows it */
+static int wrank(const struct nccl_comm *c, int r)
+{
+	return c->world_of && r >= 0 && r < c->world ? c->world_of[r] : r;
+}
+
+/* this rank, for messages: "rank R of W", or on a split's communicator
+ * "world rank X (rank R of W of a split)" */
+static const char *me_name(const struct nccl_comm *c, char *buf, size_t n)
+{
+	if (c->world_of)
+		snprintf(buf, n, "world rank %d (rank %d of %d of a split)", wrank(c, c->rank), c->rank,
+			 c->world);
+	else
+		snprintf(buf, n, "rank %d of %d", c->rank, c->world);
+	return buf;
+}
+
+/* a point-to-point call's peers, for messages: " with rank P" (or
+ * "world rank X"), " with rank P and rank Q", "" for none (-1) */
+static const char *peers_named(const struct nccl_comm *c, int peer, int peer2, char *buf,
+			       size_t n)
+{
+	const char *w = c->world_of ? "world " : "";
+	if (peer >= 0 && peer2 >= 0 && peer2 != peer)
+		snprintf(buf, n, " with %srank %d and %srank %d", w, wrank(c, peer), w, wrank(c, peer2));
+	else if (peer >= 0 || peer2 >= 0)
+		snprintf(buf, n, " with %srank %d", w, wrank(c, peer >= 0 ? peer : peer2));
+	else
+		buf[0] = 0;
+	return buf;
+}
 
 static kiln_status nccl_fail(ncclResult_t r, const char *what, int line)
 {
@@ -112,7 +150,8 @@ static kiln_status usable(struct nccl_comm *c)
 }
 
 /* Put the collective just enqueued on stream s under watch. */
-static void watch(struct nccl_comm *c, cudaStream_t s, const char *what, size_t count)
+static void watch(struct nccl_comm *c, cudaStream_t s, const char *what, size_t count, int peer,
+		  int peer2)
 {
 	/* A collective captured into a CUDA graph ([plugin.cuda] graph = 1)
 	 * has not run: an event recorded after it would belong to the graph,
@@ -132,12 +171,14 @@ static void watch(struct nccl_comm *c, cudaStream_t s, const char *what, size_t 
 		p->t_ns = watchdog_now_ns();
 		p->what = what;
 		p->count = count;
+		p->peer = peer, p->peer2 = peer2;
 		c->n += grow;
 	}
 	pthread_mutex_unlock(&c->dog.lock);
 }
 
 static kiln_status finish(struct nccl_comm *c, ncclResult_t r, const char *what, size_t count,
+			  int peer, int peer2,
 			  void *stream, void *done)
 {
 	/* non-blocking communicator: wait until the call has been enqueued */
@@ -147,16 +188,20 @@ static kiln_status finish(struct nccl_comm *c, ncclResult_t r, const char *what,
 		ncclCommGetAsyncError(c->comm, &a);
 		r = a;
 		if (r == ncclInProgress) {
+			char me[96];
 			if (watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll)
-				return H->error(KILN_ETIMEOUT, "nccl: rank %d of %d: %s of %zu elements was not enqueued within [dist] timeout = %.1f s",
-						c->rank, c->world, what, count, c->timeout_ms / 1000.0);
+				return H->error(KILN_ETIMEOUT, "nccl: %s: %s of %zu elements was not enqueued within [dist] timeout = %.1f s",
+						me_name(c, me, sizeof me), what, count,
+						c->timeout_ms / 1000.0);
 			usleep(100);
 		}
 	}
+	char me[96], with[80];
+	peers_named(c, peer, peer2, with, sizeof with);
 	if (r != ncclSuccess)
-		return H->error(KILN_EIO, "nccl: rank %d of %d: %s failed: %s", c->rank, c->world, what,
-				ncclGetErrorString(r));
-	watch(c, stream ? native(c, stream) : c->bs, what, count);
+		return H->error(KILN_EIO, "nccl: %s: %s%s failed: %s", me_name(c, me, sizeof me), what,
+				with, ncclGetErrorString(r));
+	watch(c, stream ? native(c, stream) : c->bs, what, count, peer, peer2);
 	return done ? H->device_event_record(c->dev, done, stream) : KILN_OK;
 }
 
@@ -178,15 +223,19 @@ static int nccl_look(void *arg)
 	ncclResult_t a = ncclSuccess;
 	ncclCommGetAsyncError(c->comm, &a);
 	const long long age = c->n ? watchdog_now_ns() - c->ring[c->head].t_ns : 0;
+	char me[96], with[80] = "";
+	me_name(c, me, sizeof me);
+	if (c->n)
+		peers_named(c, c->ring[c->head].peer, c->ring[c->head].peer2, with, sizeof with);
 	if (a == ncclSuccess || a == ncclInProgress) {
 		if (!c->n || age <= (long long)c->timeout_ms * 1000000ll)
 			return 0;
-		snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: %s of %zu elements did not complete within [dist] timeout = %.1f s (pending %.1f s): a rank is lost or stuck; the communicator was aborted",
-			 c->rank, c->world, c->ring[c->head].what, c->ring[c->head].count,
-			 c->timeout_ms / 1000.0, age / 1e9);
+		snprintf(c->why, sizeof c->why, "nccl: %s: %s%s of %zu elements did not complete within [dist] timeout = %.1f s (pending %.1f s): %s is lost or stuck; the communicator was aborted",
+			 me, c->ring[c->head].what, with, c->ring[c->head].count,
+			 c->timeout_ms / 1000.0, age / 1e9, *with ? "that peer" : "a rank");
 	} else {
-		snprintf(c->why, sizeof c->why, "nccl: rank %d of %d: the communicator failed (%s)%s%s; it was aborted",
-			 c->rank, c->world, ncclGetErrorString(a), c->n ? " during " : "",
+		snprintf(c->why, sizeof c->why, "nccl: %s: the communicator failed (%s)%s%s; it was aborted",
+			 me, ncclGetErrorString(a), c->n ? " during " : "",
 			 c->n ? c->ring[c->head].what : "");
 	}
 	atomic_store(&c->aborted, 1);
@@ -251,7 +300,8 @@ static kiln_status collective(void *ctx, int kind, const void *send, void *buf, 
 		r = ncclReduceScatter(send, buf, count, t, rop, c->comm, s);
 		break;
 	}
-	return finish(c, r, call[kind], count, stream, done);
+	const int p2p = kind == NCCL_SEND || kind == NCCL_RECV;
+	return finish(c, r, call[kind], count, p2p ? root : -1, -1, stream, done);
 }
 
 static kiln_status nccl_allreduce(void *ctx, void *buf, size_t count, int dtype, int op,
@@ -282,10 +332,11 @@ static kiln_status nccl_p2p(void *ctx, int kind, void *buf, size_t count, int dt
 			    void *stream, void *done)
 {
 	struct nccl_comm *c = ctx;
+	char me[96];
 	if (peer < 0 || peer >= c->world || peer == c->rank)
-		return H->error(KILN_EINVAL, "nccl: rank %d of %d: %s %s rank %d: no such peer", c->rank,
-				c->world, kind == NCCL_SEND ? "send" : "recv",
-				kind == NCCL_SEND ? "to" : "from", peer);
+		return H->error(KILN_EINVAL, "nccl: %s: %s %s rank %d of the communicator's %d: no such peer",
+				me_name(c, me, sizeof me), kind == NCCL_SEND ? "send" : "recv",
+				kind == NCCL_SEND ? "to" : "from", peer, c->world);
 	return collective(ctx, kind, buf, buf, count, dtype, 0, peer, stream, done);
 }
 
@@ -316,15 +367,17 @@ static kiln_status nccl_sendrecv(void *ctx, const void *send_buf, size_t send_co
 		return ust;
 	/* the core (kiln_comm_sendrecv) refused an empty call and a peer
 	 * below 0 or this rank; the world's size only the communicator knows */
+	char me[96];
 	if ((send_count && dst >= c->world) || (recv_count && src >= c->world))
-		return H->error(KILN_EINVAL, "nccl: rank %d of %d: sendrecv to rank %d, from rank %d: no such peer",
-				c->rank, c->world, dst, src);
+		return H->error(KILN_EINVAL, "nccl: %s: sendrecv to rank %d, from rank %d of the communicator's %d: no such peer",
+				me_name(c, me, sizeof me), dst, src, c->world);
 	if (!dtype_of(dtype, &t))
 		return H->error(KILN_ENOTSUP, "nccl: sendrecv of dtype %d", dtype);
 	cudaStream_t s = native(c, stream);
 	ncclResult_t r = ncclGroupStart();
 	if (r != ncclSuccess)
-		return finish(c, r, "ncclGroupStart", send_count + recv_count, stream, done);
+		return finish(c, r, "ncclGroupStart", send_count + recv_count, send_count ? dst : -1,
+			      recv_count ? src : -1, stream, done);
 	if (send_count)
 		r = ncclSend(send_buf, send_count, t, dst, c->comm, s);
 	if ((r == ncclSuccess || r == ncclInProgress) && recv_count)
@@ -333,7 +386,8 @@ static kiln_status nccl_sendrecv(void *ctx, const void *send_buf, size_t send_co
 	ncclResult_t e = ncclGroupEnd();
 	if (r == ncclSuccess || r == ncclInProgress)
 		r = e != ncclSuccess ? e : r;
-	return finish(c, r, "ncclSend+ncclRecv", send_count + recv_count, stream, done);
+	return finish(c, r, "ncclSend+ncclRecv", send_count + recv_count, send_count ? dst : -1,
+		      recv_count ? src : -1, stream, done);
 }
 
 /* An allreduce of one float on a private stream, waited for. */
@@ -355,7 +409,7 @@ static kiln_status nccl_barrier(void *ctx)
 		ncclResult_t r = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, c->comm, s);
 		if (r != ncclSuccess && r != ncclInProgress)
 			st = nccl_fail(r, "ncclAllReduce (barrier)", __LINE__);
-		else if ((st = finish(c, r, "barrier", 1, NULL, NULL)))
+		else if ((st = finish(c, r, "barrier", 1, -1, -1, NULL, NULL)))
 			;
 		else if (cudaStreamSynchronize(s) != cudaSuccess)
 			st = H->error(KILN_EDEVICE, "nccl: barrier: cudaStreamSynchronize failed");
@@ -402,6 +456,7 @@ static void nccl_close(void *ctx)
 	for (int i = 0; i < PENDING; i++)
 		if (c->ring[i].ev)
 			cudaEventDestroy(c->ring[i].ev);
+	free(c->world_of);
 	free(c);
 }
 
@@ -467,6 +522,7 @@ static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_con
 	if (!c)
 		return host->error(KILN_ENOMEM, "nccl: out of memory");
 	c->dev = dev;
+	c->store = store;
 	c->rank = rank;
 	c->world = world;
 	c->timeout_ms = timeout_ms;
@@ -524,17 +580,47 @@ static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_con
 	return KILN_OK;
 }
 
+/* g, split from c (the seq-th split of this process, every rank's the
+ * same): each of its ranks' world rank, which its messages name
+ * (g->world_of, allocated), exchanged through the store: every member
+ * posts its own under nccl/splitw/SEQ/COLOR/RANK and reads the others'. */
+static kiln_status split_world(const struct nccl_comm *c, struct nccl_comm *g, int seq, int color)
+{
+	char key[96], v[16];
+	kiln_status st;
+	if (!(g->world_of = calloc((size_t)g->world, sizeof *g->world_of)))
+		return H->error(KILN_ENOMEM, "nccl: out of memory");
+	snprintf(key, sizeof key, "nccl/splitw/%d/%d/%d", seq, color, g->rank);
+	snprintf(v, sizeof v, "%d", wrank(c, c->rank));
+	if ((st = H->store_set(c->store, key, v, strlen(v))))
+		return st;
+	for (int r = 0; r < g->world; r++) {
+		void *val = NULL;
+		char me[96];
+		snprintf(key, sizeof key, "nccl/splitw/%d/%d/%d", seq, color, r);
+		if ((st = H->store_get(c->store, key, c->timeout_ms, &val, NULL)))
+			return H->error(st, "nccl: %s: split: waiting for rank %d of group %d to post its world rank: %s",
+					me_name(c, me, sizeof me), r, color, H->last_error());
+		g->world_of[r] = atoi(val);
+		H->free(val);
+	}
+	return KILN_OK;
+}
+
 /* comm ops version 5: ncclCommSplit (non-blocking, bounded by the timeout
  * as open is); the group's communicator is on the same GPU. */
 static kiln_status nccl_split(void *ctx, int color, int key, void **out, int *rank, int *world)
 {
+	static atomic_int splits; /* this process's, numbered alike on every rank */
 	struct nccl_comm *c = ctx;
+	const int seq = atomic_fetch_add(&splits, 1);
+	char me[96];
 	*out = NULL;
 	*rank = -1;
 	*world = 0;
 	if (color < KILN_COMM_NO_GROUP)
-		return H->error(KILN_EINVAL, "nccl: rank %d of %d: split color %d (>= 0, or KILN_COMM_NO_GROUP)",
-				c->rank, c->world, color);
+		return H->error(KILN_EINVAL, "nccl: %s: split color %d (>= 0, or KILN_COMM_NO_GROUP)",
+				me_name(c, me, sizeof me), color);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
 	kiln_status st;
 	if ((st = usable(c)))
@@ -543,6 +629,7 @@ static kiln_status nccl_split(void *ctx, int color, int key, void **out, int *ra
 	if (!g)
 		return H->error(KILN_ENOMEM, "nccl: out of memory");
 	g->dev = c->dev;
+	g->store = c->store;
 	g->cuda_dev = c->cuda_dev;
 	g->native = c->native;
 	g->timeout_ms = c->timeout_ms;
@@ -565,6 +652,10 @@ static kiln_status nccl_split(void *ctx, int color, int key, void **out, int *ra
 		return st;
 	ncclCommUserRank(g->comm, &g->rank);
 	ncclCommCount(g->comm, &g->world);
+	if ((st = split_world(c, g, seq, color))) {
+		nccl_close(g);
+		return st;
+	}
 	*out = g;
 	*rank = g->rank;
 	*world = g->world;
