@@ -30,6 +30,7 @@ struct kiln_device {
 	struct flops_entry { void *plan; double flops; } *flops_tab;
 	double *flops_acc;
 	int layout_only; /* kiln_device_layout_only: prepare nothing */
+	uintptr_t tokens; /* the layout-only plans handed out (layout_token) */
 };
 
 static size_t mem_hash(const void *p, size_t cap)
@@ -435,6 +436,23 @@ static kiln_status flops_add(struct kiln_device *dev, void *plan)
 	return KILN_OK;
 }
 
+/* A layout-only plan (kiln_device_layout_only): NULL, or while FLOPs are
+ * recorded (kiln_model_summary) a token noted with op's FLOPs: an odd
+ * address no allocation has, which counting runs (flops_add) and
+ * kiln_device_plan_free take and nothing else does. */
+static int is_token(const void *plan) { return ((uintptr_t)plan & 1) != 0; }
+
+static kiln_status layout_token(struct kiln_device *dev, const struct kiln_op *op, void **plan)
+{
+	if (!dev->flops_rec)
+		return KILN_OK;
+	void *t = (void *)(2 * ++dev->tokens + 1);
+	kiln_status st = flops_note(dev, t, kiln_op_flops(op));
+	if (!st)
+		*plan = t;
+	return st;
+}
+
 void kiln_device_flops_record(struct kiln_device *dev, int on)
 {
 	if (on)
@@ -513,7 +531,7 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	kiln_status st = kiln_op_check(op, dev->plugin->name);
 	if (st || dev->layout_only)
-		return st;
+		return st ? st : layout_token(dev, op, plan);
 	st = dev->ops->prepare(dev->ctx, op, plan, &ws);
 	if (workspace)
 		*workspace = ws;
@@ -557,6 +575,9 @@ kiln_status kiln_device_run(struct kiln_device *dev, void *plan, const struct ki
 {
 	if (dev->flops_acc)
 		return flops_add(dev, plan);
+	if (is_token(plan))
+		return kiln_error(KILN_EINVAL, "%s: a plan laid out with the device preparing nothing (kiln_device_layout_only) cannot run",
+				  dev->plugin->name);
 	atomic_fetch_add(&dev->runs, 1);
 	if (dev->prof)
 		return run_profiled(dev, plan, args, stream);
@@ -567,6 +588,8 @@ void kiln_device_layout_only(struct kiln_device *dev, int on) { dev->layout_only
 
 void kiln_device_plan_free(struct kiln_device *dev, void *plan)
 {
+	if (is_token(plan))
+		return;
 	if (plan && dev->prof)
 		kiln_profile_plan_forget(dev->prof, plan);
 	if (plan && dev->ops->plan_free)
@@ -608,7 +631,7 @@ void kiln_device_weights_changed(struct kiln_device *dev)
 
 size_t kiln_device_aux_bytes(struct kiln_device *dev, void *plan)
 {
-	return plan && HAS(dev, aux_bytes) ? dev->ops->aux_bytes(dev->ctx, plan) : 0;
+	return plan && !is_token(plan) && HAS(dev, aux_bytes) ? dev->ops->aux_bytes(dev->ctx, plan) : 0;
 }
 
 /* host->device_host_fn (ABI 1.3): the device's KILN_PROC_HOST_FN, or, where

@@ -156,7 +156,12 @@ void kiln_device_flops_count(struct kiln_device *dev, double *acc);
  * kiln_op_check, as always) and prepares nothing: the plan is NULL and
  * the workspace 0, the device's own prepare (its primitives, the CPU
  * tuner's timings) is not called; for a dry plan (kiln_plan_opts.dry)
- * whose memory layout alone is wanted (core/infer.c's infer_block).
+ * whose memory layout alone is wanted (core/infer.c's infer_block,
+ * core/summary.c).  While FLOPs are recorded (kiln_device_flops_record)
+ * the plan is a token instead, noted with the op's FLOPs: a counting run
+ * (kiln_device_flops_count) adds them, kiln_device_plan_free ignores it,
+ * any other run of it fails.  No layout-only plan holds the device's
+ * aux_bytes (an LSTM's reserve): not for training plans' saved memory.
  * 0: back to preparing.  One thread, nothing else preparing on dev. */
 void kiln_device_layout_only(struct kiln_device *dev, int on);
 

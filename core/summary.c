@@ -186,6 +186,10 @@ kiln_status kiln_model_summary(struct kiln_model *m, int64_t batch, struct kiln_
 	struct kiln_plan_opts o = { .dry = 1 };
 	struct kiln_plan *p = NULL;
 	memset(out, 0, sizeof *out);
+	/* shapes and FLOPs alone: the device prepares nothing (no kernels
+	 * generated, no convolution timed), its plans are tokens noted with
+	 * their ops' FLOPs */
+	kiln_device_layout_only(m->dev, 1);
 	kiln_device_flops_record(m->dev, 1);
 	/* one row per layer as PyTorch has them: no activation fused away */
 	const int fuse = m->fuse;
@@ -197,6 +201,7 @@ kiln_status kiln_model_summary(struct kiln_model *m, int64_t batch, struct kiln_
 		st = kiln_plan_summary(p, out);
 	kiln_device_flops_count(m->dev, NULL);
 	kiln_plan_free(p);
+	kiln_device_layout_only(m->dev, 0);
 	return st;
 }
 

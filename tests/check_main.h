@@ -8,7 +8,8 @@
  *             ...what main does around the run (below)...
  *     };
  *
- * main() then: sets the OpenMP waiters to sleep when asked (.omp_passive,
+ * main() then: points XDG_CACHE_HOME at the tests' cache (check_cache_env),
+ * sets the OpenMP waiters to sleep when asked (.omp_passive,
  * as the CLI does, so 2 cores are not starved), runs .setup, opens the registry when .reg is
  * given, skips (exit 77) when a plugin the suite needs is missing, runs the
  * suite (Check's CK_RUN_SUITE / CK_RUN_CASE / CK_FORK apply), closes the
@@ -127,9 +128,26 @@ static int check_plugins_missing(struct kiln_registry *r)
 	return 0;
 }
 
+/* The caches kiln keeps (the CPU tune cache, the plugin probe, inflated
+ * IDX data) go to the tests' own directory, never the user's
+ * ($XDG_CACHE_HOME or ~/.cache): $abs_top_builddir/tests/cache, which `make
+ * check` names (tests/local.mk), else (a suite run by hand)
+ * $TMPDIR/kiln-tests-cache.  A test that names its own sets it after. */
+static void check_cache_env(void)
+{
+	const char *b = getenv("abs_top_builddir"), *t = getenv("TMPDIR");
+	char dir[4096];
+	if (b && *b)
+		snprintf(dir, sizeof dir, "%s/tests/cache", b);
+	else
+		snprintf(dir, sizeof dir, "%s/kiln-tests-cache", t && *t ? t : "/tmp");
+	setenv("XDG_CACHE_HOME", dir, 1);
+}
+
 static int check_main_run(void)
 {
 	const struct check_main *m = &check_suite;
+	check_cache_env();
 	if (m->omp_passive)
 		common_omp_env_defaults(); /* kiln's rule */
 	if (m->own_plugin_path)

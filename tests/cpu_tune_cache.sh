@@ -5,7 +5,8 @@
 # loss; a stale header (another kiln version) is an info line and a
 # retime; a damaged file (a flipped byte, a truncated one) a warning that
 # names the file, a retime and a rewrite, never a failed run; `none`
-# writes nothing, the default goes to $XDG_CACHE_HOME/kiln/cpu_tune-HASH.bin;
+# writes nothing, the default goes to $XDG_CACHE_HOME/kiln/cpu_tune-HASH.bin
+# (the tests': the build tree's tests/cache, nothing under HOME);
 # another team size does not take the choices timed for this one; two runs
 # writing at once leave a whole file; no op shape is timed twice, and
 # no layer prepares the data gradient no backward asks for; choices timed
@@ -131,6 +132,17 @@ echo "$def" | grep -Eq '/cpu_tune-[0-9a-f]{16}\.bin$' || fail "unset: default na
 log_has "tune cache $def: "
 [ ! -e "$tmp/xdg/kiln/cpu_tune.bin" ] || fail "unset: the build-less cpu_tune.bin written"
 echo "ok: none writes nothing; the default is under XDG_CACHE_HOME and removed the legacy cpu_tune.bin"
+# 6b: a test's runs leave the user's default cache alone: lib.sh (and
+# tests/local.mk, tests/check_main.h) put XDG_CACHE_HOME in the build
+# tree, and a run with the default tune_cache and a HOME of its own writes
+# there and nothing under that HOME's .cache
+[ "$XDG_CACHE_HOME" = "$abs_top_builddir/tests/cache" ] ||
+	fail "XDG_CACHE_HOME = '$XDG_CACHE_HOME', not the build tree's tests/cache"
+mkdir -p "$tmp/home"
+HOME="$tmp/home" run
+log_has "tune cache $abs_top_builddir/tests/cache/kiln/cpu_tune-"
+[ -z "$(find "$tmp/home" -mindepth 1)" ] || fail "a test's run wrote under HOME: $(find "$tmp/home" -mindepth 1)"
+echo "ok: the tests' cache is the build tree's tests/cache; the default cache dir is untouched"
 # 7: two runs (ranks) sharing the file, closing at about the same time: each
 # writes a whole file (a temporary and a rename), never half of one
 rm -f "$c"

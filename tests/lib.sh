@@ -7,7 +7,7 @@
 # and gets: set -u; the build's paths (top_builddir, abs_top_builddir,
 # srcdir: the source tree, absolute under `make check`, which exports them
 # through tests/local.mk); $kiln, the built CLI; no KILN_PLUGIN_PATH of the
-# caller's; a scratch directory $tmp, removed on exit unless KEEP is set;
+# caller's; XDG_CACHE_HOME in the build tree's tests/cache; a scratch directory $tmp, removed on exit unless KEEP is set;
 # and the helpers below.
 set -u
 
@@ -16,6 +16,11 @@ set -u
 srcdir=${abs_top_srcdir:-${srcdir:-.}}
 kiln="$top_builddir/kiln"
 unset KILN_PLUGIN_PATH
+# kiln's caches (tune, probe, inflated IDX) in the tests' own directory, as
+# `make check` has them (tests/local.mk), also for a test run by hand:
+# never the user's $XDG_CACHE_HOME or ~/.cache (tests/cpu_tune_cache.sh)
+XDG_CACHE_HOME="$abs_top_builddir/tests/cache"
+export XDG_CACHE_HOME
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$name.XXXXXX") || exit 99
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT

@@ -7,8 +7,9 @@
 # checks against torchinfo itself where it is installed); the FLOPs of the
 # MLP's and CNN's layers equal their formulas (a multiply-add is 2 FLOPs);
 # --batch scales shapes and FLOPs; frozen layers are counted as such; a
-# plugin layer's FLOPs are counted from the ops it prepares; and
-# `kiln train` prints the summary at the start.
+# plugin layer's FLOPs are counted from the ops it prepares; the device
+# prepares none of them (no convolution prepared or timed); and `kiln
+# train` prints the summary at the start.
 name=summary
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -53,6 +54,18 @@ for m in resnet cnn mlp; do
 	echo "ok: $m: $n layers' shapes and parameters and the total ($(total "Total params" "$out")) equal PyTorch's"
 	cp "$tmp/rows" "$tmp/rows.$m"
 done
+
+# shapes and FLOPs alone: the device prepares none of the plan's ops (a
+# layout-only plan, core/device.c), so the CPU device logs no prepared
+# convolution (its debug "CONV x [...]" lines)
+# and its tuner times none (before: 18 such lines); the rows are the ones read above
+KILN_LOG_LEVEL=debug kiln 0 summary "$srcdir/examples/fashion_mnist_resnet.ini"
+n=$(grep -c '^\[cpu\] debug: CONV x \[' "$err")
+[ "$n" = 0 ] || fail "summary prepared $n convolutions on the CPU device"
+grep -q 'implementations,' "$err" && fail "summary timed convolutions: $(grep -m1 'implementations,' "$err")"
+rows "$out" >"$tmp/rows"
+cmp -s "$tmp/rows" "$tmp/rows.resnet" || fail "the debug run's rows differ: $(diff "$tmp/rows.resnet" "$tmp/rows")"
+echo "ok: summary prepares no device op (no convolution prepared nor timed), same rows"
 
 # FLOPs: linear y = x W^T + b is 2*in*out + out; conv 2*numel(y)*C*KH*KW +
 # numel(y) (bias); relu one per element (batch 1)
