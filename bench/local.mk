@@ -81,3 +81,7 @@ bench_p2p_channel_LDADD = libkiln.la -lpthread
 endif
 # ONNX Runtime's per-node profile of bench/onnx.sh's exported model and batch
 EXTRA_DIST += bench/ort_profile.py
+# the bf16 CNN's SGD step with its bf16 copy, alone (docs/PERFORMANCE.md, session 15)
+noinst_PROGRAMS += bench/optim_step
+bench_optim_step_SOURCES = bench/optim_step.c
+bench_optim_step_LDADD = libkiln.la

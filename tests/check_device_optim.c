@@ -85,6 +85,92 @@ START_TEST(test_sgd)
 }
 END_TEST
 
+/* the scalar reference of f32 -> bf16: nearest even, a NaN made quiet */
+static uint16_t ref_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if (isnan(f))
+		return (uint16_t)((u >> 16) | 0x40);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* One SGD step of n elements run twice on the same w, v, g: without and
+ * with a bf16 compute copy (the fused update-and-round loop of the CPU
+ * plugin, session 15).  w and v must be the same bytes both times, and
+ * the copy the scalar rounding of each updated w.  w holds ties of the
+ * rounding, subnormals, infinities and NaNs; g holds non-finite values
+ * too (the step itself is not gated here). */
+static void sgd_copy_case(struct fx *f, int n, float mu, int nesterov, int with_d)
+{
+	const size_t b = (size_t)n * 4;
+	float *w = frandv((size_t)n), *v = frandv((size_t)n), *g = frandv((size_t)n);
+	float *d = frandv((size_t)n), *w1 = malloc(b), *w2 = malloc(b), *v1 = malloc(b), *v2 = malloc(b);
+	uint16_t *cp = malloc((size_t)n * 2);
+	const float lr = 0.05f;
+	for (int i = 0; i < n; i++) {
+		const uint32_t tie = 0x3f808000u + ((uint32_t)i << 16); /* halfway between two bf16 */
+		switch (i % 11) {
+		case 3: memcpy(&w[i], &tie, 4); g[i] = 0.0f; break;
+		case 5: w[i] = 1e-39f * (float)(i % 7); break; /* subnormal */
+		case 7: if (i % 5 == 0) g[i] = NAN; break;
+		case 9: if (i % 3 == 0) w[i] = (i & 1) ? INFINITY : -INFINITY; break;
+		case 10: if (i % 13 == 0) g[i] = INFINITY; break;
+		}
+		d[i] = (i % 4) ? 1.0f : 0.5f;
+	}
+	for (int copy = 0; copy < 2; copy++) {
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SGD;
+		op.n_in = with_d ? 3 : 2;
+		op.n_out = (mu != 0.0f ? 2 : 1) + copy;
+		op.in[0] = op.out[0] = op.out[1] = td(KILN_F32, 1, n, 0);
+		op.in[1] = td(KILN_F32, 1, 1, 0);
+		op.in[2] = op.in[0];
+		op.out[op.n_out - 1] = copy ? td(KILN_BF16, 1, n, 0) : op.out[0];
+		op.i[0] = n, op.i[1] = nesterov;
+		op.f[0] = mu, op.f[1] = 1e-4, op.f[2] = 0.01;
+		void *dw = dput(f, w, b), *dv = dput(f, v, b), *dg = dput(f, g, b), *dl = dput(f, &lr, 4);
+		void *dd = dput(f, d, b), *dc = dput(f, NULL, (size_t)n * 2);
+		void *out[3] = { dw, mu != 0.0f ? dv : dc, dc };
+		OK(run_op(f, &op, (const void *const[]){ dg, dl, dd }, out));
+		dget(f, copy ? w2 : w1, dw, b);
+		dget(f, copy ? v2 : v1, dv, b);
+		if (copy)
+			dget(f, cp, dc, (size_t)n * 2);
+		DFREE(f, dw, dv, dg, dl, dd, dc);
+	}
+	ck_assert_msg(memcmp(w1, w2, b) == 0, "SGD n=%d mu=%g nesterov=%d d=%d: w differs with the bf16 copy",
+		      n, mu, nesterov, with_d);
+	ck_assert_msg(memcmp(v1, v2, b) == 0, "SGD n=%d: momentum differs with the bf16 copy", n);
+	int nonfinite = 0;
+	for (int i = 0; i < n; i++) {
+		nonfinite += !isfinite(w2[i]);
+		ck_assert_msg(cp[i] == ref_bf16(w2[i]), "SGD n=%d: copy[%d] = 0x%04x, w %.9g rounds to 0x%04x", n,
+			      i, cp[i], w2[i], ref_bf16(w2[i]));
+	}
+	if (n >= 100)
+		ck_assert_int_gt(nonfinite, 0); /* the non-finite lanes were exercised */
+	free(w), free(v), free(g), free(d), free(w1), free(w2), free(v1), free(v2), free(cp);
+}
+
+/* tails (n below and across a vector, the 4096-element block, a thread's
+ * span), momentum or not, Nesterov, a weight-decay multiplier */
+START_TEST(test_sgd_copy)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	const int ns[] = { 1, 7, 17, 100, 4095, 4097, 70001 };
+	for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+		sgd_copy_case(&f, ns[k], 0.9f, 0, 0);
+		sgd_copy_case(&f, ns[k], 0.9f, 1, 1);
+		sgd_copy_case(&f, ns[k], 0.0f, 0, (int)(k & 1));
+	}
+	fx_close(&f);
+}
+END_TEST
+
 
 /* ---- GRAD_CLIP and the skipped step ------------------------------------- */
 
@@ -453,5 +539,5 @@ START_TEST(test_lamb)
 }
 END_TEST
 
-DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(scaler_update),
+DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(scaler_update),
 	     DFX_CASE(lamb));

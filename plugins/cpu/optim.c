@@ -45,8 +45,8 @@ static inline void opt_copy(void *cp, int dtype, const float *w, int64_t b, int6
 /* ---- SGD -------------------------------------------------------------- */
 
 /* One element of SGD; the flags are constants at every call site, so each
- * variant compiles to its own branch-free loop.  w, v, g, d: (n). */
-#define SGD_BODY(HAS_V, NESTEROV, HAS_D)                                                 \
+ * variant compiles to its own branch-free loop.  w, v, g, d, c: (n). */
+#define SGD_BODY(HAS_V, NESTEROV, HAS_D, HAS_C)                                          \
 	do {                                                                             \
 		const float di = (HAS_D) ? d[i] : 1.0f;                                  \
 		const float wi = w[i];                                                   \
@@ -54,29 +54,44 @@ static inline void opt_copy(void *cp, int dtype, const float *w, int64_t b, int6
 		const float vi = (HAS_V) ? mu * v[i] + gi : gi;                          \
 		if (HAS_V)                                                               \
 			v[i] = vi;                                                       \
-		w[i] = wi - lrdw * di * wi - lr * ((NESTEROV) ? gi + mu * vi : vi);      \
+		const float wn = wi - lrdw * di * wi - lr * ((NESTEROV) ? gi + mu * vi : vi);   \
+		w[i] = wn;                                                               \
+		if (HAS_C)                                                               \
+			c[i] = cpu_bf16_round(wn);                                       \
 	} while (0)
 
-#define SGD_LOOP(HAS_V, NESTEROV, HAS_D)                                                 \
+#define SGD_LOOP(HAS_V, NESTEROV, HAS_D, HAS_C)                                          \
 	do {                                                                             \
 		_Pragma("omp simd")                                                      \
 		for (int64_t i = 0; i < n; i++)                                          \
-			SGD_BODY(HAS_V, NESTEROV, HAS_D);                                \
+			SGD_BODY(HAS_V, NESTEROV, HAS_D, HAS_C);                         \
 	} while (0)
 
+/* The update of n elements; c (n) NULL, or the bf16 compute copy of the
+ * updated w, rounded in the same loop (session 15: one pass over the
+ * block instead of the update and then f32_to_bf16_span re-reading w;
+ * the same expressions, so the same bytes). */
 CPU_CLONES static void sgd_span(float *restrict w, float *restrict v, const float *restrict g,
-				const float *restrict d, int64_t n, float lr, float mu, float l2,
-				float lrdw, int nesterov)
+				const float *restrict d, uint16_t *restrict c, int64_t n, float lr,
+				float mu, float l2, float lrdw, int nesterov)
 {
-	switch ((v != NULL) * 4 + (nesterov != 0) * 2 + (d != NULL)) {
-	case 0: SGD_LOOP(0, 0, 0); break;
-	case 1: SGD_LOOP(0, 0, 1); break;
-	case 2: SGD_LOOP(0, 1, 0); break;
-	case 3: SGD_LOOP(0, 1, 1); break;
-	case 4: SGD_LOOP(1, 0, 0); break;
-	case 5: SGD_LOOP(1, 0, 1); break;
-	case 6: SGD_LOOP(1, 1, 0); break;
-	default: SGD_LOOP(1, 1, 1); break;
+	switch ((c != NULL) * 8 + (v != NULL) * 4 + (nesterov != 0) * 2 + (d != NULL)) {
+	case 0: SGD_LOOP(0, 0, 0, 0); break;
+	case 1: SGD_LOOP(0, 0, 1, 0); break;
+	case 2: SGD_LOOP(0, 1, 0, 0); break;
+	case 3: SGD_LOOP(0, 1, 1, 0); break;
+	case 4: SGD_LOOP(1, 0, 0, 0); break;
+	case 5: SGD_LOOP(1, 0, 1, 0); break;
+	case 6: SGD_LOOP(1, 1, 0, 0); break;
+	case 7: SGD_LOOP(1, 1, 1, 0); break;
+	case 8: SGD_LOOP(0, 0, 0, 1); break;
+	case 9: SGD_LOOP(0, 0, 1, 1); break;
+	case 10: SGD_LOOP(0, 1, 0, 1); break;
+	case 11: SGD_LOOP(0, 1, 1, 1); break;
+	case 12: SGD_LOOP(1, 0, 0, 1); break;
+	case 13: SGD_LOOP(1, 0, 1, 1); break;
+	case 14: SGD_LOOP(1, 1, 0, 1); break;
+	default: SGD_LOOP(1, 1, 1, 1); break;
 	}
 }
 
@@ -100,10 +115,12 @@ static kiln_status cpu_sgd(const struct cpu_plan *p, const struct kiln_op_args *
 	const float lrdw = lr * (float)p->op.f[2];
 	const int nesterov = p->op.i[1] != 0;
 	(void)e;
+	uint16_t *cb = cdt == KILN_BF16 ? cp : NULL; /* bf16: rounded inside the update */
 	CPU_SPANS(p->n, b, en, OPT_BLOCKS(b, en, bb, be, {
-		sgd_span(w + bb, v ? v + bb : NULL, g + bb, d ? d + bb : NULL, be - bb, lr, mu, l2,
-			 lrdw, nesterov);
-		opt_copy(cp, cdt, w, bb, be);
+		sgd_span(w + bb, v ? v + bb : NULL, g + bb, d ? d + bb : NULL, cb ? cb + bb : NULL,
+			 be - bb, lr, mu, l2, lrdw, nesterov);
+		if (!cb)
+			opt_copy(cp, cdt, w, bb, be);
 	}));
 	return KILN_OK;
 }
