@@ -10,7 +10,8 @@
  *
  * REORDER copies in0 into out0 with out0's layout: per sample, NCHW [C, HW]
  * and NHWC [HW, C] are transposes of each other (blocked 32 x 32 so both
- * sides stream through cache).  ROW and NCHW are the same storage.
+ * sides stream through cache; 4-byte elements in 8 x 8 AVX2 tiles where
+ * the CPU has AVX2).  ROW and NCHW are the same storage.
  */
 #include "cpu.h"
 
@@ -126,6 +127,75 @@ CPU_TRANSPOSE(tr_u32, uint32_t)
 CPU_TRANSPOSE(tr_u64, uint64_t)
 #undef CPU_TRANSPOSE
 
+/* ---- 4-byte transposes in 8 x 8 AVX2 tiles -------------------------------
+ * The loops above are scalar in the baseline x86-64 build, and their
+ * strided reads ran an NHWC CNN's flatten (128 x [49, 64] f32, forward and
+ * backward) at 3-7x the time of this version (docs/PERFORMANCE.md,
+ * "Session 15: the CNN's reorders").  Eight rows of eight are loaded,
+ * transposed in registers (unpack, shuffle, permute) and stored as eight
+ * columns; the edges of a block that are not whole tiles go through the
+ * scalar loops.  Pure data movement (add: one f32 add an element, as the
+ * loop's), so the bytes are the loop's. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define TR8 1
+#define TR8_AVX2 __attribute__((target("avx2")))
+
+/* d[j * ld + i] (=|+=) s[i * ls + j], i, j < 8, 4-byte elements */
+TR8_AVX2 static void tr8_tile(float *d, int64_t ld, const float *s, int64_t ls, int add)
+{
+	__m256 r[8], t[8], u[8];
+	for (int i = 0; i < 8; i++)
+		r[i] = _mm256_loadu_ps(s + i * ls);
+	for (int i = 0; i < 8; i += 2) {
+		t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+		t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+	}
+	for (int i = 0; i < 8; i += 4) {
+		u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+		u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+		u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+		u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+	}
+	for (int j = 0; j < 4; j++) {
+		__m256 lo = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+		__m256 hi = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+		if (add) {
+			lo = _mm256_add_ps(_mm256_loadu_ps(d + j * ld), lo);
+			hi = _mm256_add_ps(_mm256_loadu_ps(d + (j + 4) * ld), hi);
+		}
+		_mm256_storeu_ps(d + j * ld, lo);
+		_mm256_storeu_ps(d + (j + 4) * ld, hi);
+	}
+}
+
+/* tr_f32 / tr_u32 of the rows [rb, rb + 32) in whole 8 x 8 tiles, the rest
+ * by the loops; add only for f32 (the u32 copy moves the same bits). */
+TR8_AVX2 static void tr8_block(float *dst, const float *src, int64_t R, int64_t S, int64_t rb,
+			       int add)
+{
+	const int64_t r1 = rb + 32 < R ? rb + 32 : R;
+	const int64_t r8 = rb + ((r1 - rb) & ~(int64_t)7), s8 = S & ~(int64_t)7;
+	for (int64_t r = rb; r < r8; r += 8)
+		for (int64_t s = 0; s < s8; s += 8)
+			tr8_tile(dst + s * R + r, R, src + r * S + s, S, add);
+	for (int64_t s = s8; s < S; s++) /* the columns past the tiles */
+		for (int64_t r = rb; r < r8; r++) {
+			if (add)
+				dst[s * R + r] += src[r * S + s];
+			else
+				dst[s * R + r] = src[r * S + s];
+		}
+	for (int64_t r = r8; r < r1; r++) /* the rows past the tiles */
+		for (int64_t s = 0; s < S; s++) {
+			if (add)
+				dst[s * R + r] += src[r * S + s];
+			else
+				dst[s * R + r] = src[r * S + s];
+		}
+}
+#endif
+
 /* sz[] of a REORDER plan: sz[0] N, sz[1] rows R and sz[2] columns S of each
  * sample's source matrix (0: same layout, a flat copy of p->n elements),
  * sz[3] element size. */
@@ -148,6 +218,9 @@ static kiln_status cpu_reorder(const struct cpu_plan *p, const struct kiln_op_ar
 		return KILN_OK;
 	}
 	const int64_t nb = (R + 31) / 32;
+#ifdef TR8
+	const int avx2 = __builtin_cpu_supports("avx2");
+#endif
 #pragma omp parallel for if (p->n >= CPU_PAR_MIN) schedule(static)
 	for (int64_t j = 0; j < N * nb; j++) {
 		const int64_t n = j / nb, rb = (j % nb) * 32;
@@ -155,6 +228,12 @@ static kiln_status cpu_reorder(const struct cpu_plan *p, const struct kiln_op_ar
 		char *dst = (char *)a->out[0] + n * R * S * es;
 		switch (es) {
 		case 4:
+#ifdef TR8
+			if (avx2) {
+				tr8_block((float *)dst, (const float *)src, R, S, rb, add);
+				break;
+			}
+#endif
 			if (add)
 				tr_f32((float *)dst, (const float *)src, R, S, rb, 1);
 			else
