@@ -141,32 +141,36 @@ CPU_TRANSPOSE(tr_u64, uint64_t)
 #define TR8 1
 #define TR8_AVX2 __attribute__((target("avx2")))
 
-/* d[j * ld + i] (=|+=) s[i * ls + j], i, j < 8, 4-byte elements */
+/* d (=|+=) v, 8 lanes */
+TR8_AVX2 static inline void tr8_put(float *d, __m256 v, int add)
+{
+	_mm256_storeu_ps(d, add ? _mm256_add_ps(_mm256_loadu_ps(d), v) : v);
+}
+
+/* d[j * ld + i] (=|+=) s[i * ls + j], i, j < 8, 4-byte elements; spelt
+ * out, as arrays of vectors in loops stay in memory at -O2 */
 TR8_AVX2 static void tr8_tile(float *d, int64_t ld, const float *s, int64_t ls, int add)
 {
-	__m256 r[8], t[8], u[8];
-	for (int i = 0; i < 8; i++)
-		r[i] = _mm256_loadu_ps(s + i * ls);
-	for (int i = 0; i < 8; i += 2) {
-		t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-		t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-	}
-	for (int i = 0; i < 8; i += 4) {
-		u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-		u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-		u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-		u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-	}
-	for (int j = 0; j < 4; j++) {
-		__m256 lo = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
-		__m256 hi = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
-		if (add) {
-			lo = _mm256_add_ps(_mm256_loadu_ps(d + j * ld), lo);
-			hi = _mm256_add_ps(_mm256_loadu_ps(d + (j + 4) * ld), hi);
-		}
-		_mm256_storeu_ps(d + j * ld, lo);
-		_mm256_storeu_ps(d + (j + 4) * ld, hi);
-	}
+	const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls);
+	const __m256 r2 = _mm256_loadu_ps(s + 2 * ls), r3 = _mm256_loadu_ps(s + 3 * ls);
+	const __m256 r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls);
+	const __m256 r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
+	const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+	const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+	const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+	const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+	const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+	const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+	const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+	const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+	tr8_put(d, _mm256_permute2f128_ps(u0, u4, 0x20), add);
+	tr8_put(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20), add);
+	tr8_put(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20), add);
+	tr8_put(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20), add);
+	tr8_put(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31), add);
+	tr8_put(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31), add);
+	tr8_put(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31), add);
+	tr8_put(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31), add);
 }
 
 /* tr_f32 / tr_u32 of the rows [rb, rb + 32) in whole 8 x 8 tiles, the rest
