@@ -53,6 +53,11 @@ if BUILD_CPU
 noinst_PROGRAMS += bench/conv_layouts
 bench_conv_layouts_SOURCES = bench/conv_layouts.c
 bench_conv_layouts_LDADD = $(DNNL_LIBS)
+# the reorders around the CNN's first convolution against the convolution
+# and a memcpy (issue 22; docs/PERFORMANCE.md, "Session 15: the CNN's reorders")
+noinst_PROGRAMS += bench/stem_reorder
+bench_stem_reorder_SOURCES = bench/stem_reorder.c
+bench_stem_reorder_LDADD = $(DNNL_LIBS)
 # the bf16 CNN's conv2 and fc1 under oneDNN's bf16 choices, and the bf16
 # matmul peak (issue 22; docs/PERFORMANCE.md, "Session 14: the bf16 peak")
 noinst_PROGRAMS += bench/bf16_ops

@@ -828,6 +828,8 @@ START_TEST(test_reorder)
 				reorder_case(&f, 3, 5, 7, 13, from, to, acc);
 				reorder_case(&f, 1, 1, 1, 1, from, to, acc);
 				reorder_case(&f, 4, 40, 15, 15, from, to, acc);
+				/* the CNN's flatten: 8 x 8 tiles and both edges */
+				reorder_case(&f, 2, 64, 7, 7, from, to, acc);
 			}
 	fx_close(&f);
 }

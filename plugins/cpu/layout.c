@@ -10,7 +10,8 @@
  *
  * REORDER copies in0 into out0 with out0's layout: per sample, NCHW [C, HW]
  * and NHWC [HW, C] are transposes of each other (blocked 32 x 32 so both
- * sides stream through cache).  ROW and NCHW are the same storage.
+ * sides stream through cache; 4-byte elements in 8 x 8 AVX2 tiles where
+ * the CPU has AVX2).  ROW and NCHW are the same storage.
  */
 #include "cpu.h"
 
@@ -126,6 +127,79 @@ CPU_TRANSPOSE(tr_u32, uint32_t)
 CPU_TRANSPOSE(tr_u64, uint64_t)
 #undef CPU_TRANSPOSE
 
+/* ---- 4-byte transposes in 8 x 8 AVX2 tiles -------------------------------
+ * The loops above are scalar in the baseline x86-64 build, and their
+ * strided reads ran an NHWC CNN's flatten (128 x [49, 64] f32, forward and
+ * backward) at 3-7x the time of this version (docs/PERFORMANCE.md,
+ * "Session 15: the CNN's reorders").  Eight rows of eight are loaded,
+ * transposed in registers (unpack, shuffle, permute) and stored as eight
+ * columns; the edges of a block that are not whole tiles go through the
+ * scalar loops.  Pure data movement (add: one f32 add an element, as the
+ * loop's), so the bytes are the loop's. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define TR8 1
+#define TR8_AVX2 __attribute__((target("avx2")))
+
+/* d (=|+=) v, 8 lanes */
+TR8_AVX2 static inline void tr8_put(float *d, __m256 v, int add)
+{
+	_mm256_storeu_ps(d, add ? _mm256_add_ps(_mm256_loadu_ps(d), v) : v);
+}
+
+/* d[j * ld + i] (=|+=) s[i * ls + j], i, j < 8, 4-byte elements; spelt
+ * out, as arrays of vectors in loops stay in memory at -O2 */
+TR8_AVX2 static void tr8_tile(float *d, int64_t ld, const float *s, int64_t ls, int add)
+{
+	const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls);
+	const __m256 r2 = _mm256_loadu_ps(s + 2 * ls), r3 = _mm256_loadu_ps(s + 3 * ls);
+	const __m256 r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls);
+	const __m256 r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
+	const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+	const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+	const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+	const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+	const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+	const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+	const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+	const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+	tr8_put(d, _mm256_permute2f128_ps(u0, u4, 0x20), add);
+	tr8_put(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20), add);
+	tr8_put(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20), add);
+	tr8_put(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20), add);
+	tr8_put(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31), add);
+	tr8_put(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31), add);
+	tr8_put(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31), add);
+	tr8_put(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31), add);
+}
+
+/* tr_f32 / tr_u32 of the rows [rb, rb + 32) in whole 8 x 8 tiles, the rest
+ * by the loops; add only for f32 (the u32 copy moves the same bits). */
+TR8_AVX2 static void tr8_block(float *dst, const float *src, int64_t R, int64_t S, int64_t rb,
+			       int add)
+{
+	const int64_t r1 = rb + 32 < R ? rb + 32 : R;
+	const int64_t r8 = rb + ((r1 - rb) & ~(int64_t)7), s8 = S & ~(int64_t)7;
+	for (int64_t r = rb; r < r8; r += 8)
+		for (int64_t s = 0; s < s8; s += 8)
+			tr8_tile(dst + s * R + r, R, src + r * S + s, S, add);
+	for (int64_t s = s8; s < S; s++) /* the columns past the tiles */
+		for (int64_t r = rb; r < r8; r++) {
+			if (add)
+				dst[s * R + r] += src[r * S + s];
+			else
+				dst[s * R + r] = src[r * S + s];
+		}
+	for (int64_t r = r8; r < r1; r++) /* the rows past the tiles */
+		for (int64_t s = 0; s < S; s++) {
+			if (add)
+				dst[s * R + r] += src[r * S + s];
+			else
+				dst[s * R + r] = src[r * S + s];
+		}
+}
+#endif
+
 /* sz[] of a REORDER plan: sz[0] N, sz[1] rows R and sz[2] columns S of each
  * sample's source matrix (0: same layout, a flat copy of p->n elements),
  * sz[3] element size. */
@@ -148,6 +222,9 @@ static kiln_status cpu_reorder(const struct cpu_plan *p, const struct kiln_op_ar
 		return KILN_OK;
 	}
 	const int64_t nb = (R + 31) / 32;
+#ifdef TR8
+	const int avx2 = __builtin_cpu_supports("avx2");
+#endif
 #pragma omp parallel for if (p->n >= CPU_PAR_MIN) schedule(static)
 	for (int64_t j = 0; j < N * nb; j++) {
 		const int64_t n = j / nb, rb = (j % nb) * 32;
@@ -155,6 +232,12 @@ static kiln_status cpu_reorder(const struct cpu_plan *p, const struct kiln_op_ar
 		char *dst = (char *)a->out[0] + n * R * S * es;
 		switch (es) {
 		case 4:
+#ifdef TR8
+			if (avx2) {
+				tr8_block((float *)dst, (const float *)src, R, S, rb, add);
+				break;
+			}
+#endif
 			if (add)
 				tr_f32((float *)dst, (const float *)src, R, S, rb, 1);
 			else
