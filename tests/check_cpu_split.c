@@ -275,9 +275,16 @@ START_TEST(test_busy_split_same_bytes)
 			gemm_close(&g);
 			kiln_log_set_sink(NULL, NULL);
 			kiln_log_set_level(level);
-			ck_assert_msg(log.same == 1 && log.other == 0,
-				      "%lld %lld %lld: busy split made %d times with the same bytes, %d with other",
-				      (long long)M, (long long)N, (long long)K, log.same, log.other);
+			/* decided once; on AVX-512 oneDNN's sgemm gives these
+			 * parts the whole's bytes, so they split; on AVX2 its
+			 * blocking depends on M and the parts' bytes differ,
+			 * so the GEMM stays whole (the bytes above equal
+			 * either way) */
+			__builtin_cpu_init();
+			const int avx512 = __builtin_cpu_supports("avx512f");
+			ck_assert_msg(log.same + log.other == 1 && (!avx512 || log.same == 1),
+				      "%lld %lld %lld: busy split made %d times with the same bytes, %d with other (AVX-512: %d)",
+				      (long long)M, (long long)N, (long long)K, log.same, log.other, avx512);
 			free(want);
 		}
 }
