@@ -236,7 +236,7 @@ START_TEST(test_sendrecv_send_fails)
 	send_result = ncclInternalError;
 	ck_assert_int_eq(nccl_sendrecv(&C, sbuf, 4, 0, rbuf, 4, 0, KILN_U8, &kiln_stream, NULL),
 			 KILN_EIO);
-	ck_assert_msg(strstr(kiln_last_error(), "ncclSend+ncclRecv failed") &&
+	ck_assert_msg(strstr(kiln_last_error(), "ncclSend+ncclRecv with rank 0 failed") &&
 			      strstr(kiln_last_error(), "internal error (recorded)"),
 		      "%s", kiln_last_error());
 	expect_calls(want, 3);
