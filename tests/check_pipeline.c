@@ -749,18 +749,18 @@ START_TEST(test_gone_world_ranks)
 	char msg[1024];
 	/* stage 1's first hand-off: micro-batch 0's activation from stage 0 */
 	gone_run(6, 1, 0, "0", msg, sizeof msg);
-	ck_assert_msg(strstr(msg, "pipeline: stage 1 (rank 3) receiving from stage 0 (rank 2)") &&
+	ck_assert_msg(strstr(msg, "pipeline: stage 1 (rank 3) receiving micro-batch 0, crossing tensor 0 (the activation, forward) (32 bytes) from stage 0 (rank 2): ") &&
 			      strstr(msg, "fake: recv from rank 0: peer gone"),
 		      "%s", msg);
 	/* stage 0's first: micro-batch 0's activation to stage 1 (by the
 	 * send stream: no send_now here) */
 	gone_run(6, 0, 1, "0", msg, sizeof msg);
-	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending to stage 1 (rank 3)") &&
+	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending micro-batch 0, crossing tensor 0 (the activation, forward) to stage 1 (rank 3): ") &&
 			      strstr(msg, "fake: send to rank 1: peer gone"),
 		      "%s", msg);
 	/* paired: activation 1 with gradient 0, after activation 0 alone */
 	gone_run(7, 0, 0, "1", msg, sizeof msg);
-	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending to and receiving from stage 1 (rank 3)") &&
+	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending micro-batch 1, crossing tensor 0 (the activation, forward) to and receiving micro-batch 0, crossing tensor 0 (its gradient, backward) from stage 1 (rank 3): ") &&
 			      strstr(msg, "fake: sendrecv with rank 1: peer gone"),
 		      "%s", msg);
 }
@@ -844,7 +844,8 @@ START_TEST(test_late_send_named_once)
 		late_run(cases[i].async, cases[i].wait, cases[i].nth, msg, sizeof msg);
 		snprintf(fake, sizeof fake, "fake: send_now to rank 1 (wait %d): peer gone",
 			 cases[i].wait);
-		ck_assert_msg(count_of(msg, "pipeline: stage 0 (rank 2) sending to stage 1 (rank 3): ") == 1 &&
+		ck_assert_msg(count_of(msg, "pipeline: stage 0 (rank 2) sending micro-batch ") == 1 &&
+				      count_of(msg, " to stage 1 (rank 3): ") == 1 &&
 				      count_of(msg, "pipeline: ") == 1 && count_of(msg, fake) == 1,
 			      "async %d wait %d: %s", cases[i].async, cases[i].wait, msg);
 	}
