@@ -322,7 +322,7 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	[ -n "$r3" ] && kill -KILL "$r3" 2>/dev/null
 	echo "mpi: world rank 3 stopped: mpirun exited $rc"
 	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "mpi: world rank 3 stopped: mpirun exited $rc"
-	grep -q "error: world rank [012] (rank [01] of 2 of a split): MPI [a-z]* .*world ranks\{0,1\} [0-9, ]*\b3\b" "$tmp/ms.log" ||
+	grep -q "error: mpi: world rank [012] (rank [01] of 2 of a split): MPI [a-z]* .*world ranks\{0,1\} [0-9, ]*\b3\b" "$tmp/ms.log" ||
 		{ bad "mpi: world rank 3 stopped: no message names it by world rank"; grep -i "error" "$tmp/ms.log" | tail -5; }
 else
 	echo "mpi: not built or no mpirun: skipped"
