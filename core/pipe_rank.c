@@ -59,6 +59,11 @@ struct rank_msg {
 	const void *buf;
 	int from, to, deferred;
 	uint64_t tag;
+	/* a slot received into (the enqueuing thread's, for the marks and
+	 * kiln_pipe_rank_explain): from stage rfrom, paired with the send of
+	 * rsend where rpaired (rank_sendrecv) */
+	int rfrom, rto, rpaired;
+	uint64_t rtag, rsend;
 };
 
 struct kiln_pipe_rank {
@@ -81,8 +86,21 @@ struct kiln_pipe_rank {
 	int mine;           /* this rank's stage (the log lines name it) */
 	/* a send's failure was named on the stream (send_try, send_late):
 	 * the status later calls on that stream report is that one, which
-	 * rank_send must not name again as its own message's */
+	 * rank_send must not name again as its own message's.  Never reset:
+	 * a failed hand-off ends the run (the trainer returns its status and
+	 * nothing steps this transport again), so nothing after it needs its
+	 * own failures named; a caller that retried after a failure would
+	 * have to clear it first, or its next failures would go unnamed. */
 	atomic_int send_named;
+	/* receives marked on the stage's stream (a device whose memory is the
+	 * host's and which runs host functions: the CPU): recv_mark_begin and
+	 * recv_mark_end around each, so that recv_open is 1 + the slot of the
+	 * receive that started and has not finished, 0 none.  A stream stops
+	 * running host functions at its first failure, so after a receive
+	 * that failed on the stream's worker it stays that receive's
+	 * (kiln_pipe_rank_explain). */
+	int marks;
+	atomic_int recv_open;
 	char peers[96]; /* the other stages' world ranks, for messages */
 	long n_send, n_pair; /* sends, and those paired with a recv (enqueued) */
 };
@@ -96,6 +114,17 @@ static const char *tag_name(uint64_t tag, char *buf, size_t n)
 		 (unsigned long long)(tag >> 32), (unsigned long long)((tag & 0xffffffffu) >> 1),
 		 tag & 1 ? "its gradient, backward" : "the activation, forward");
 	return buf;
+}
+
+/* Whether a receive other than own (NULL: any) started on the stage's
+ * stream and has not finished (R->marks): a failure that a call on that
+ * stream reports then is, in all likelihood, that receive's (the stream
+ * stopped at it), which kiln_pipe_rank_explain names rather than the
+ * call's own hand-off. */
+static int recv_open_other(struct kiln_pipe_rank *R, const struct rank_msg *own)
+{
+	const int o = atomic_load_explicit(&R->recv_open, memory_order_acquire);
+	return o > 0 && (!own || o != (int)(own - R->msg) + 1);
 }
 
 /* A failed send from stage `from` (this rank's) to stage `to` of message
@@ -115,6 +144,8 @@ static kiln_status send_failed(struct kiln_pipe_rank *R, kiln_status st, int fro
 	char what[96];
 	if (!on_stream && atomic_load_explicit(&R->send_named, memory_order_acquire))
 		return st;
+	if (!on_stream && recv_open_other(R, NULL))
+		return kiln_pipe_rank_explain(R, st);
 	st = kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending %s to stage %d (rank %d)",
 			     from, R->world_of[from], tag_name(tag, what, sizeof what), to,
 			     R->world_of[to]);
@@ -220,12 +251,46 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 	return KILN_OK;
 }
 
+/* On the stage's stream, before and after a receive (R->marks). */
+static kiln_status recv_mark_begin(void *arg)
+{
+	struct rank_msg *g = arg;
+	atomic_store_explicit(&g->R->recv_open, (int)(g - g->R->msg) + 1, memory_order_release);
+	return KILN_OK;
+}
+
+static kiln_status recv_mark_end(void *arg)
+{
+	struct rank_msg *g = arg;
+	atomic_store_explicit(&g->R->recv_open, 0, memory_order_release);
+	return KILN_OK;
+}
+
+/* The receive of tag from stage `from` (into stage `to`, this rank's;
+ * paired: with the send of stag) marked begun on stream, or NULL: not
+ * marked (R->marks 0, or the mark's own enqueue failed, which the
+ * receive's enqueue will report). */
+static struct rank_msg *recv_mark(struct kiln_pipe_rank *R, int from, int to, uint64_t tag,
+				  int paired, uint64_t stag, void *stream)
+{
+	struct rank_msg *g = R->marks ? rank_slot(R, tag) : NULL;
+	if (!g)
+		return NULL;
+	g->rfrom = from, g->rto = to, g->rtag = tag, g->rpaired = paired, g->rsend = stag;
+	return kiln_device_host_fn(R->dev, stream, recv_mark_begin, g) ? NULL : g;
+}
+
 static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
 			     void *stream)
 {
 	struct kiln_pipe_rank *R = ctx;
 	char what[96];
+	struct rank_msg *g = recv_mark(R, from, to, tag, 0, 0, stream);
 	kiln_status st = R->ops->recv(R->comm, buf, bytes, KILN_U8, R->rank_of[from], stream, NULL);
+	if (!st && g)
+		st = kiln_device_host_fn(R->dev, stream, recv_mark_end, g);
+	if (st && recv_open_other(R, rank_slot(R, tag)))
+		return kiln_pipe_rank_explain(R, st);
 	if (st)
 		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving %s (%zu bytes) from stage %d (rank %d)",
 				       to, R->world_of[to], tag_name(tag, what, sizeof what), bytes,
@@ -255,8 +320,13 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 	if (R->last[peer] &&
 	    (st = kiln_device_stream_wait(R->dev, stream, R->msg[R->last[peer] - 1].sent)))
 		return send_failed(R, st, me, peer, stag, 0);
+	struct rank_msg *g = recv_mark(R, peer, me, rtag, 1, stag, stream);
 	st = R->ops->sendrecv(R->comm, sbuf, sbytes, R->rank_of[peer], rbuf, rbytes,
 			      R->rank_of[peer], KILN_U8, stream, NULL);
+	if (!st && g)
+		st = kiln_device_host_fn(R->dev, stream, recv_mark_end, g);
+	if (st && recv_open_other(R, rank_slot(R, rtag)))
+		return kiln_pipe_rank_explain(R, st);
 	if (st)
 		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending %s to and receiving %s from stage %d (rank %d)",
 				       me, R->world_of[me], tag_name(stag, sw, sizeof sw),
@@ -314,10 +384,16 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 		 (kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY) &&
 		 kiln_device_proc(dev, KILN_PROC_HOST_FN);
 	R->pairs = ops->version >= 7 && ops->sendrecv;
+	/* (on a device with streams of its own, a host function would hold
+	 * its stream; there no receive is marked) */
+	R->marks = (kiln_device_traits(dev)->caps & KILN_DEVICE_HOST_MEMORY) &&
+		   kiln_device_proc(dev, KILN_PROC_HOST_FN);
 	if (R->n && !(R->msg = calloc((size_t)R->n, sizeof *R->msg))) {
 		free(R);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
+	for (int i = 0; i < R->n; i++)
+		R->msg[i].R = R;
 	*out = R;
 	if ((st = kiln_device_stream_create(dev, &R->send_stream)) ||
 	    (st = kiln_device_event_create(dev, &R->flushed)))
@@ -341,10 +417,34 @@ kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream)
 		st = kiln_device_stream_wait(R->dev, stream, R->flushed);
 	/* (a send's failure on the send stream named itself: send_failed;
 	 * another, an enqueued send's or recv's, is the communicator's) */
-	if (st && !atomic_load_explicit(&R->send_named, memory_order_acquire))
+	if (st && recv_open_other(R, NULL))
+		st = kiln_pipe_rank_explain(R, st);
+	else if (st && !atomic_load_explicit(&R->send_named, memory_order_acquire))
 		st = kiln_error_wrap(st, "pipeline: stage %d (rank %d): at the step's end, its hand-offs with stages on ranks %s",
 				     R->mine, R->world_of[R->mine], R->peers);
 	return st;
+}
+
+kiln_status kiln_pipe_rank_explain(struct kiln_pipe_rank *R, kiln_status st)
+{
+	const int open = R ? atomic_load_explicit(&R->recv_open, memory_order_acquire) : 0;
+	if (!st || open <= 0 || open > R->n)
+		return st;
+	const struct rank_msg *g = &R->msg[open - 1];
+	char what[96], named[128], sent[128] = "";
+	tag_name(g->rtag, what, sizeof what);
+	/* a receive that failed where rank_recv or rank_sendrecv saw it
+	 * (inline: a device that runs host functions at once) is named */
+	snprintf(named, sizeof named, "receiving %s", what);
+	if (strstr(kiln_last_error(), named))
+		return st;
+	if (g->rpaired) {
+		char s[96];
+		snprintf(sent, sizeof sent, " (paired with sending %s)",
+			 tag_name(g->rsend, s, sizeof s));
+	}
+	return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving %s from stage %d (rank %d)%s: started on the stage's stream and not finished",
+			       g->rto, R->world_of[g->rto], what, g->rfrom, R->world_of[g->rfrom], sent);
 }
 
 /* stage 0's rank receives each other stage's n doubles in stage order on

@@ -798,6 +798,11 @@ kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 	return report_rank_passes(pp);
 }
 
+kiln_status kiln_pipe_explain(struct kiln_pipe *pp, kiln_status st)
+{
+	return pp && pp->rk ? kiln_pipe_rank_explain(pp->rk, st) : st;
+}
+
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
 				const char *name, int mine, const int *rank_of, const int *world_of)
 {

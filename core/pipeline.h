@@ -150,6 +150,14 @@ kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream);
  * there (stage `mine` here); the host waits.  After the last step. */
 kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, const double *vals,
 				  int n, double *all);
+/* st (a failure reported after the hand-offs were enqueued: a sync's)
+ * wrapped with the receive that started on the stage's stream and did not
+ * finish, by stage, world rank, micro-batch and crossing tensor, where
+ * one did and the message does not name it already; else st as it is.
+ * Receives are marked on a device whose memory is the host's and which
+ * runs host functions (the CPU) alone: elsewhere st as it is.  NULL R:
+ * st. */
+kiln_status kiln_pipe_rank_explain(struct kiln_pipe_rank *R, kiln_status st);
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
 /* ---- a device per stage (pipe_devices.c) ---------------------------- */
 
@@ -325,6 +333,14 @@ kiln_status kiln_pipe_step(struct kiln_pipe *pp, const void *x, const void *y, s
 /* The measured busy times and bubble, logged (and given to the profiler):
  * before the profiler's report, once the streams are drained. */
 kiln_status kiln_pipe_report(struct kiln_pipe *pp);
+/* Stages on ranks: st, a failure the trainer got after this pipe's steps
+ * were enqueued (a failed sync: a receive that fails on the stage's
+ * stream's worker comes back there, in the communicator's words alone),
+ * wrapped with the receive that started and did not finish (stage,
+ * its peer's world rank, micro-batch, crossing tensor); else (one
+ * process, no receive open, or one already named) st as it is
+ * (kiln_pipe_rank_explain).  NULL pp: st. */
+kiln_status kiln_pipe_explain(struct kiln_pipe *pp, kiln_status st);
 void kiln_pipe_free(struct kiln_pipe *pp);
 
 #endif

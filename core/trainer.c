@@ -125,6 +125,10 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 		st = trainer_checkpoint_last(t);
 	if (!st && !(st = trainer_final_test(t)))
 		st = trainer_finish(t);
+	/* stages on ranks: a receive that failed on the stage's stream's
+	 * worker came back from whichever sync came next, in the
+	 * communicator's words alone; the pipe names it */
+	st = kiln_pipe_explain(t->pipe, st);
 	return trainer_close(t, st);
 }
 

@@ -10,6 +10,7 @@
 #include <kiln/kiln.h>
 #include <math.h>
 #include <string.h>
+#include "dist.h" /* kiln_device_host_fn */
 #include "graph.h"
 #include "pipeline.h"
 
@@ -749,18 +750,18 @@ START_TEST(test_gone_world_ranks)
 	char msg[1024];
 	/* stage 1's first hand-off: micro-batch 0's activation from stage 0 */
 	gone_run(6, 1, 0, "0", msg, sizeof msg);
-	ck_assert_msg(strstr(msg, "pipeline: stage 1 (rank 3) receiving from stage 0 (rank 2)") &&
+	ck_assert_msg(strstr(msg, "pipeline: stage 1 (rank 3) receiving micro-batch 0, crossing tensor 0 (the activation, forward) (32 bytes) from stage 0 (rank 2): ") &&
 			      strstr(msg, "fake: recv from rank 0: peer gone"),
 		      "%s", msg);
 	/* stage 0's first: micro-batch 0's activation to stage 1 (by the
 	 * send stream: no send_now here) */
 	gone_run(6, 0, 1, "0", msg, sizeof msg);
-	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending to stage 1 (rank 3)") &&
+	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending micro-batch 0, crossing tensor 0 (the activation, forward) to stage 1 (rank 3): ") &&
 			      strstr(msg, "fake: send to rank 1: peer gone"),
 		      "%s", msg);
 	/* paired: activation 1 with gradient 0, after activation 0 alone */
 	gone_run(7, 0, 0, "1", msg, sizeof msg);
-	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending to and receiving from stage 1 (rank 3)") &&
+	ck_assert_msg(strstr(msg, "pipeline: stage 0 (rank 2) sending micro-batch 1, crossing tensor 0 (the activation, forward) to and receiving micro-batch 0, crossing tensor 0 (its gradient, backward) from stage 1 (rank 3): ") &&
 			      strstr(msg, "fake: sendrecv with rank 1: peer gone"),
 		      "%s", msg);
 }
@@ -844,10 +845,115 @@ START_TEST(test_late_send_named_once)
 		late_run(cases[i].async, cases[i].wait, cases[i].nth, msg, sizeof msg);
 		snprintf(fake, sizeof fake, "fake: send_now to rank 1 (wait %d): peer gone",
 			 cases[i].wait);
-		ck_assert_msg(count_of(msg, "pipeline: stage 0 (rank 2) sending to stage 1 (rank 3): ") == 1 &&
+		ck_assert_msg(count_of(msg, "pipeline: stage 0 (rank 2) sending micro-batch ") == 1 &&
+				      count_of(msg, " to stage 1 (rank 3): ") == 1 &&
 				      count_of(msg, "pipeline: ") == 1 && count_of(msg, fake) == 1,
 			      "async %d wait %d: %s", cases[i].async, cases[i].wait, msg);
 	}
+}
+END_TEST
+
+/* ---- a receive that fails on a stream, named by kiln_pipe_explain
+ * (session 15).  A communicator whose recv (or sendrecv) number
+ * `fail_nth` fails in a host function on the stage's stream: with
+ * [plugin.cpu] async = 1 on the stream's worker, and the failure comes
+ * back from the step's sync in the fake's words alone, which the
+ * trainer gives kiln_pipe_explain; with async = 0 at once, named by
+ * rank_recv (or rank_sendrecv), and kiln_pipe_explain adds nothing. */
+static int xr_nth, xr_n;
+
+static kiln_status xr_fail(void *arg)
+{
+	(void)arg;
+	return kiln_error(KILN_EIO, "fake: recv from rank 0: peer gone");
+}
+
+static kiln_status xr_recv(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
+			   void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)done;
+	return ++xr_n == xr_nth ? kiln_device_host_fn(plog.dev, stream, xr_fail, NULL) : KILN_OK;
+}
+
+static kiln_status xr_sendrecv(void *ctx, const void *sbuf, size_t scount, int dst, void *rbuf,
+			       size_t rcount, int src, int dtype, void *stream, void *done)
+{
+	(void)sbuf, (void)scount, (void)dst, (void)rcount;
+	return xr_recv(ctx, rbuf, rcount, dtype, src, stream, done);
+}
+
+/* Stage 1 of pipe 1 (world ranks 2, 3), M = 4, 1f1b, receives paired or
+ * not: the message of the step's failure (or its sync's), explained. */
+static void explain_run(int async, int paired, int nth, char *msg, size_t cap)
+{
+	struct seed_rig r;
+	char key[64];
+	snprintf(key, sizeof key, "sendrecv = %d\n[plugin.cpu]\nasync = %d\n", paired, async);
+	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
+			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+			 "[layer.loss]\ntype = softmax_xent\n", key);
+	struct kiln_comm_ops ops = { .version = 7, .send = pair_send, .recv = xr_recv,
+				     .sendrecv = xr_sendrecv };
+	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
+	struct kiln_pipe *pp;
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", 1, rank_of, world_of));
+	memset(&plog, 0, sizeof plog);
+	plog.dev = r.dev;
+	plog.peer_ok = 1;
+	pair_peer = 0;
+	xr_nth = nth, xr_n = 0;
+	kiln_status st = kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics);
+	if (!st)
+		st = kiln_device_stream_sync(r.dev, r.stream);
+	if (!nth) { /* every receive went well: another failure after them */
+		OK(st);
+		st = kiln_error(KILN_EIO, "fake: something else");
+	}
+	ck_assert_int_eq(st, KILN_EIO);
+	ck_assert_int_eq(kiln_pipe_explain(pp, st), KILN_EIO);
+	snprintf(msg, cap, "%s", kiln_last_error());
+	kiln_device_stream_sync(r.dev, r.stream); /* (what was enqueued; its status is not ours) */
+	kiln_pipe_free(pp);
+	seed_close(&r);
+}
+
+/* Stage 1's receives (1f1b): micro-batch k's activation is receive k + 1
+ * unpaired; paired, the first alone, then each with gradient k - 1's
+ * send.  Async: explained with the fake's message kept; inline: named
+ * once, by the hand-off itself.  A failure without a receive open (a
+ * step that went well) is left as it is. */
+START_TEST(test_explain_recv)
+{
+	static const struct { int async, paired, nth, mb; } cases[] = {
+		{ 1, 0, 1, 0 }, { 1, 0, 3, 2 }, { 1, 1, 1, 0 }, { 1, 1, 3, 2 }, { 0, 0, 2, 1 },
+		{ 0, 1, 4, 3 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char msg[1024], want[256];
+		explain_run(cases[i].async, cases[i].paired, cases[i].nth, msg, sizeof msg);
+		snprintf(want, sizeof want, "receiving micro-batch %d, crossing tensor 0 (the activation, forward)",
+			 cases[i].mb);
+		ck_assert_msg(count_of(msg, want) == 1 && count_of(msg, "pipeline: ") == 1 &&
+				      count_of(msg, "fake: recv from rank 0: peer gone") == 1,
+			      "case %zu: %s", i, msg);
+		if (cases[i].async) {
+			snprintf(want, sizeof want, "pipeline: stage 1 (rank 3) receiving micro-batch %d, crossing tensor 0 (the activation, forward) from stage 0 (rank 2)%s: started on the stage's stream and not finished: ",
+				 cases[i].mb, "");
+			if (cases[i].paired && cases[i].mb)
+				snprintf(want, sizeof want, "pipeline: stage 1 (rank 3) receiving micro-batch %d, crossing tensor 0 (the activation, forward) from stage 0 (rank 2) (paired with sending micro-batch %d, crossing tensor 0 (its gradient, backward)): started on",
+					 cases[i].mb, cases[i].mb - 1);
+			ck_assert_msg(strstr(msg, want), "case %zu: %s", i, msg);
+		}
+	}
+	/* no receive open: a later failure stays as it is */
+	char msg[1024];
+	explain_run(1, 0, 0, msg, sizeof msg);
+	ck_assert_str_eq(msg, "fake: something else");
+	explain_run(1, 1, 0, msg, sizeof msg);
+	ck_assert_str_eq(msg, "fake: something else");
 }
 END_TEST
 
@@ -865,6 +971,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
+	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, NULL });
 	return s;
 }
 

@@ -30,7 +30,8 @@
 #     (rank 2) names it as stage 1's world rank 3 (session 14; before: rank 1,
 #     its rank in the pipe's communicator), and the micro-batch and crossing
 #     tensor it was handing off (session 15); rank 3 stopped (SIGSTOP)
-#     instead, rank 2 names it as stuck, not lost;
+#     instead, rank 2 names it as stuck, not lost, and names the receive
+#     from it (micro-batch, tensor) that failed on its stage's stream;
 #  6. a world that P does not divide and P without placed stages are
 #     config errors naming the key;
 #  7. the clip and the non-finite check are the pipe's: 2 stages on 2
@@ -305,7 +306,11 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	# P = 2 x D = 2, world rank 3 (stage 1 of pipe 1) stopped (SIGSTOP)
 	# with [dist] timeout = 3 s: the rank that gives up first names it as
 	# world rank 3 and itself by world rank, though its communicator is a
-	# split of 2 (session 15; before: "mpi: rank 0 of 2: ... rank 1")
+	# split of 2 (session 15; before: "mpi: rank 0 of 2: ... rank 1"), or
+	# is rank 0, whose stage allreduce with rank 2 (waiting for rank 3)
+	# names its members "among world ranks 0, 2" (before: ranks 0, 1): the
+	# watchdogs look ten times a second, and rank 2's recv and rank 0's
+	# allreduce start milliseconds apart, so either may fire first
 	timeout 90 mpirun --allow-run-as-root --oversubscribe -np 4 -x KILN_MASTER_PORT="$(free_port 11)" \
 		-x OMP_NUM_THREADS=1 sh -c '[ "$OMPI_COMM_WORLD_RANK" != 3 ] || echo $$ > "$0/ms3.pid"
 		exec "$1" train "$2" run.out_dir="$0/ms" train.batch=16 pipeline.micro_batches=2 \
@@ -322,7 +327,7 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	[ -n "$r3" ] && kill -KILL "$r3" 2>/dev/null
 	echo "mpi: world rank 3 stopped: mpirun exited $rc"
 	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "mpi: world rank 3 stopped: mpirun exited $rc"
-	grep -q "error: world rank [012] (rank [01] of 2 of a split): MPI [a-z]* .*world ranks\{0,1\} [0-9, ]*\b3\b" "$tmp/ms.log" ||
+	grep -q "error: mpi: world rank [012] (rank [01] of 2 of a split): MPI [a-z]* \(.*world ranks\{0,1\} [0-9, ]*\b3\b\|among world ranks 0, 2 \)" "$tmp/ms.log" ||
 		{ bad "mpi: world rank 3 stopped: no message names it by world rank"; grep -i "error" "$tmp/ms.log" | tail -5; }
 else
 	echo "mpi: not built or no mpirun: skipped"
@@ -445,7 +450,7 @@ for r in 0 1 2 3; do
 	KILN_RANK=$r KILN_WORLD_SIZE=4 KILN_MASTER_PORT=$port timeout 60 "$kiln" train "$ini" \
 		run.out_dir="$tmp/w3stop$r" train.batch=16 pipeline.micro_batches=2 train.epochs=1000 \
 		train.max_steps=0 train.log_every=500 data.samples=65536 dist.pipeline=2 "$two" \
-		dist.timeout=3 > "$tmp/w3stop$r.log" 2>&1 &
+		dist.timeout=3 train.skip_nonfinite=0 > "$tmp/w3stop$r.log" 2>&1 &
 	eval "pid$r=\$!"
 done
 i=0
@@ -471,6 +476,16 @@ grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "recv from world rank 3\b" ||
 grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "rank 2 of 4: a peer is stuck, not lost: a collective timed out" ||
 	{ bad "rank 2's error does not call its pipe peer stuck"; grep -v '^\[' "$tmp/w3stop2.log" | tail -3; }
 grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "was lost" && bad "rank 2 called its stopped pipe peer lost"
+# ... and the receive that failed on the stage's stream's worker named by
+# kiln_pipe_explain: stage 0's, from stage 1 (world rank 3), its micro-batch
+# and tensor (session 15: before, the communicator's words alone).  Within
+# a step rank 2 (stage 0) needs rank 3 only for the gradients it receives
+# (its activations go into the channel's room), so that is where it waits:
+# skip_nonfinite = 0 above, as the pipe's non-finite check (a 4-byte
+# exchange on the compute stream after the pipeline's hand-offs, outside
+# them) is another place it may wait when rank 3 stops after its last send
+grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "pipeline: stage 0 (rank 2) receiving micro-batch [01], crossing tensor [0-9]* (its gradient, backward) from stage 1 (rank 3): started on the stage's stream and not finished: .*recv from world rank 3\b" ||
+	{ bad "rank 2's error does not name the receive from stage 1 (world rank 3) that its stopped peer left unfinished"; grep -v '^\[' "$tmp/w3stop2.log" | tail -3; }
 [ "$dt" -le 20 ] || bad "the others took ${dt}s after rank 3 stopped (timeout 3 s)"
 
 # ---- 6. errors ----------------------------------------------------------------------

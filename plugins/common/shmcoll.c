@@ -217,7 +217,8 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 						      shm_name_peer(pn, sizeof pn, s->world_of, peer), what);
 			ask = t + SHMCOLL_LOST_NS;
 		}
-		if (t - *t0 > (long long)s->timeout_ms * 1000000ll + SHMCOLL_GRACE_NS) {
+		if (t - *t0 > (long long)s->timeout_ms * 1000000ll +
+				       shmcoll_grace_ns((long long)s->timeout_ms * 1000000ll)) {
 			char me[96], pn[32];
 			return s->host->error(KILN_ETIMEOUT, "%s: %s did not reach the shared-memory %s within [dist] timeout = %.1f s",
 					      shm_name_me(me, sizeof me, s->who, s->world_of, s->rank, s->world),

@@ -30,7 +30,7 @@
  * Threads: one collective at a time per struct shmcoll (the callers'
  * streams order them); every rank must issue the same collectives in the
  * same order, as with MPI.  Errors: KILN_ETIMEOUT (with the host's
- * message) when a peer has not arrived SHMCOLL_GRACE_NS after timeout_ms;
+ * message) when a peer has not arrived shmcoll_grace_ns() after timeout_ms;
  * the plugin's own watchdog normally reports first.  KILN_EIO naming the
  * rank when the plugin's liveness check (shmcoll_watch) reports a peer
  * lost.  Nothing allocates. */
@@ -74,7 +74,23 @@ static inline void shm_futex_wake(void *w)
 #define SHMCOLL_CHUNK ((size_t)256 << 10) /* bytes per round and rank (PERFORMANCE.md part 7) */
 #define SHMCOLL_WHOLE ((size_t)16 << 10)  /* rounds up to this size: one flag */
 #define SHMCOLL_MAXW 64                   /* ranks the engine serves */
-#define SHMCOLL_GRACE_NS 5000000000ll
+/* How long past [dist] timeout a wait goes on before it fails itself:
+ * kiln-mpi's watchdog (which looks ten times a second) reports a stuck
+ * collective first, at the timeout, in its words; kiln-gloo has no
+ * watchdog, so there this is what a stuck peer costs beyond the timeout.
+ * Half the timeout, between 1 s (ten of the watchdog's looks, on a loaded
+ * machine) and 5 s: with a 3 s timeout 1.5 s (tests/dist_blame.sh 2: rank 0
+ * ends 5 s after its peer stops, 8-9 s before session 15).  A
+ * dead peer is not waited for: shmcoll.lost names it within
+ * SHMCOLL_LOST_NS. */
+#define SHMCOLL_GRACE_MIN_NS 1000000000ll
+#define SHMCOLL_GRACE_MAX_NS 5000000000ll
+static inline long long shmcoll_grace_ns(long long timeout_ns)
+{
+	const long long g = timeout_ns / 2;
+	return g < SHMCOLL_GRACE_MIN_NS ? SHMCOLL_GRACE_MIN_NS
+	       : g > SHMCOLL_GRACE_MAX_NS ? SHMCOLL_GRACE_MAX_NS : g;
+}
 #define SHMCOLL_LOST_NS 20000000ll        /* a wait asks shmcoll.lost this often */
 
 /* A flag and the ranks asleep on it (futex on the flag's low 32 bits):

@@ -254,14 +254,14 @@ static int mpi_look(void *arg)
 		peer_name(c, atomic_load(&c->peer), p, sizeof p);
 		peer_name(c, from, f, sizeof f);
 		if (kind == K_SENDRECV && from >= 0 && from != atomic_load(&c->peer))
-			H->fatal("mpi", "%s: MPI sendrecv to %s and from %s did not complete within [dist] timeout = %.1f s: %s or %s is lost or stuck; ending this rank",
+			H->fatal("mpi", "mpi: %s: MPI sendrecv to %s and from %s did not complete within [dist] timeout = %.1f s: %s or %s is lost or stuck; ending this rank",
 				 me, p, f, c->timeout_ms / 1000.0, p, f);
 		else if (kind == K_SEND || kind == K_RECV || kind == K_SENDRECV)
-			H->fatal("mpi", "%s: MPI %s %s %s of %lld elements did not complete within [dist] timeout = %.1f s: %s is lost or stuck; ending this rank",
+			H->fatal("mpi", "mpi: %s: MPI %s %s %s of %lld elements did not complete within [dist] timeout = %.1f s: %s is lost or stuck; ending this rank",
 				 me, kind_names[kind], kind == K_RECV ? "from" : "to", p,
 				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0, p);
 		else
-			H->fatal("mpi", "%s: MPI %s%s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
+			H->fatal("mpi", "mpi: %s: MPI %s%s of %lld elements did not complete within [dist] timeout = %.1f s: a rank is lost or stuck; ending this rank",
 				 me, kind_names[atomic_load(&c->what)], members(c, all, sizeof all),
 				 (long long)atomic_load(&c->count), c->timeout_ms / 1000.0);
 		/* without a fatal handler: report once, keep watching */
