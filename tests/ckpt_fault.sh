@@ -14,11 +14,12 @@
 #     before, rank 0 returned and rank 1 waited in the gather);
 #  each: every rank exits non-zero within 30 s of step 4's log point (the
 #  line before the write; [dist] timeout and heartbeat 60, `kiln launch
-#  --grace 60`: a rank left waiting ends 60 s or more after it; start-up
-#  and training left out of the bound, a loaded machine stretches them;
-#  tests/dist_common.sh ckpt_fault_run), rank 0 naming the file and the cause once (before: "rank 0 of 2:
-#  rank 0: ..."), rank 1 rank 0, the file and the cause; ckpt-2.kiln byte
-#  for byte, no ckpt-4.kiln nor its temporary;
+#  --grace 60`: ranks left waiting end 60 s after it; start-up and
+#  training, which a loaded machine stretches, left out of the bound:
+#  tests/dist_common.sh ckpt_fault_run), rank 0 naming the file and the
+#  cause once (before: "rank 0 of 2: rank 0: ..."), rank 1 rank 0, the
+#  file and the cause; ckpt-2.kiln byte for byte, no ckpt-4.kiln nor its
+#  temporary;
 #  and the same steps failing on rank 1 ("event@1", "gather@1"): rank 1
 #  names the file and its cause, rank 0 the file and a failed rank;
 #  3. rank 0 killed outright (SIGKILL) in the middle of a streamed write

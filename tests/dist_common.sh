@@ -115,10 +115,12 @@ stamp_ms() {
 # exit non-zero within 30 s of step 4's log point (the line just before
 # the write, past step 4's collectives on every rank: start-up and the
 # steps, which a loaded machine stretches, left out; the broken
-# behaviours, a rank left waiting in a collective or for a token, end on
-# [dist] timeout, heartbeat or `kiln launch --grace`, 60 s or more after
-# it; as expected, 0.1-2 s), rank 0 (WHO0, its name in messages) naming
-# the file and the cause WHY (a grep pattern), once ("rank 0 of 2: rank 0"
+# behaviour, the ranks left waiting in a collective or for a token (`kiln
+# launch` ends the others once one exits), ends on [dist] timeout or
+# heartbeat, 60 s after it: a wrapper keeping every rank 45 s past its
+# failure measured 45061 ms, FAIL; as it should, 0.1-1.3 s under
+# taskset -c 0 beside 2 spin loops), rank 0 (WHO0, its name in messages)
+# naming the file and the cause WHY (a grep pattern), once ("rank 0 of 2: rank 0"
 # was its name twice before session 14), rank 1 (WHO1) rank 0, the file
 # and the cause; ckpt-2.kiln unchanged, neither ckpt-4.kiln nor its
 # temporary left

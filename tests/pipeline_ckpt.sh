@@ -12,13 +12,12 @@
 #  2. rank 0's write fails mid-file (its temporary file a link to
 #     /dev/full: a full disk): every rank exits non-zero within 30 s of
 #     step 4's log point, the line before the write ([dist] timeout and
-#     heartbeat 60, `kiln launch --grace 60`: a rank left waiting ends 60 s
-#     or more after it; start-up and training, which a loaded machine
-#     stretches, left out), each naming rank 0, the
-#     file and the cause; the previous checkpoint stays byte for byte, no
-#     ckpt-4.kiln appears (before: under gloo stage 1's rank said only
-#     "rank 0 was lost", under mpirun it waited in its sends until the
-#     heartbeat watchdog ended it); under mpirun where available; and
+#     heartbeat 60, `kiln launch --grace 60`: ranks left waiting end 60 s
+#     after it; start-up and training, which a loaded machine stretches,
+#     left out), each naming rank 0, the file and the cause; the previous
+#     checkpoint stays byte for byte, no ckpt-4.kiln appears (before:
+#     under gloo stage 1's rank said only "rank 0 was lost", under mpirun
+#     it waited in its sends until the heartbeat watchdog ended it); under mpirun where available; and
 #     rank 0 unable to create keep_best's file ends both ranks too.
 # Every process runs under `timeout`.
 name=pipeckpt needs=gloo fmnist=0
@@ -71,8 +70,8 @@ fail_run ff fa timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$ini
 mkdir -p "$tmp/fb/checkpoints"
 : > "$tmp/fb/checkpoints/best"
 # (timed from step 2's log point, the line before its evaluation and the
-# write, as ckpt_fault_run does: a rank left waiting ends on [dist]
-# timeout, heartbeat or --grace, 60 s or more after it)
+# write, as ckpt_fault_run does: ranks left waiting end on [dist]
+# timeout or heartbeat, 60 s after it)
 stamped fb "*step 2/*" timeout 120 "$kiln" launch -n 2 --grace 60 -- "$kiln" train "$ini" \
 	run.out_dir="$tmp/fb" train.batch=32 dist.pipeline=2 train.max_steps=2 && bad "fb: ran"
 _ms=$(stamp_ms fb " step 2/")
