@@ -118,10 +118,11 @@ stamp_ms() {
 # behaviour, the ranks left waiting in a collective or for a token (`kiln
 # launch` ends the others once one exits), ends on [dist] timeout or
 # heartbeat, 60 s after it: a wrapper keeping every rank 45 s past its
-# failure measured 45061 ms, FAIL; as it should, 0.1-1.3 s under
-# taskset -c 0 beside 2 spin loops), rank 0 (WHO0, its name in messages)
-# naming the file and the cause WHY (a grep pattern), once ("rank 0 of 2: rank 0"
-# was its name twice before session 14), rank 1 (WHO1) rank 0, the file
+# failure measured 45061 ms, FAIL; as it should, 0.03-2.2 s (mpirun the
+# slowest), idle or under taskset -c 0 beside 2 spin loops), rank 0
+# (WHO0, its name in messages) naming the file and the cause WHY (a grep
+# pattern), once ("rank 0 of 2: rank 0" was its name twice before
+# session 14), rank 1 (WHO1) rank 0, the file
 # and the cause; ckpt-2.kiln unchanged, neither ckpt-4.kiln nor its
 # temporary left
 ckpt_fault_run() {
