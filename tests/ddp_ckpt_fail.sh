@@ -5,11 +5,12 @@
 # failed write"; tests/pipeline_ckpt.sh has stages on ranks).  Rank 0's
 # write of ckpt-4.kiln fails mid-file (its temporary file a link to
 # /dev/full: a full disk; tests run as root, so an unwritable directory
-# would not do): every rank exits non-zero within 30 s of the start,
-# start-up and 2 steps included ([dist] timeout and heartbeat 60, `kiln
-# launch --grace 60`), rank 0 naming the file and the cause, rank 1 rank
-# 0, the file and the cause; ckpt-2.kiln stays byte for byte, neither
-# ckpt-4.kiln nor its temporary remains.  Before session 13 rank 1 said
+# would not do): every rank exits non-zero within 30 s of step 4's log
+# point, the line before the write ([dist] timeout and heartbeat 60, `kiln
+# launch --grace 60`: ranks left waiting end 60 s after it), rank 0
+# naming the file and the cause, rank 1 rank 0, the file and the cause;
+# ckpt-2.kiln stays byte for byte, neither ckpt-4.kiln nor its temporary
+# remains.  Before session 13 rank 1 said
 # only "rank 0 was lost" (gloo) or waited for the heartbeat watchdog
 # (mpirun).  Gloo plain and ZeRO-1, mpirun where available.
 # Every process runs under `timeout`.
