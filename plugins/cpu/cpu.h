@@ -295,6 +295,9 @@ void cpu_split_destroy(struct cpu_ctx *c);
 kiln_status cpu_engine_create(struct cpu_ctx *c);
 /* dnn.c: "oneDNN 2.6.3, ISA avx512_core_bf16, bf16 AVX512-BF16" into buf. */
 const char *cpu_dnn_isa(char *buf, size_t n);
+/* dnn.c: 1 when oneDNN has bf16 kernels and JIT bf16 <-> f32 reorders on
+ * this CPU (avx512_core and up), 0 on AVX2 and below. */
+int cpu_dnn_bf16_native(void);
 void cpu_engine_destroy(struct cpu_ctx *c);
 
 /* ---- dnn.c: a plan made of oneDNN primitives ---- */

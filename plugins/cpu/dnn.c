@@ -249,6 +249,24 @@ const char *cpu_dnn_isa(char *buf, size_t n)
 	return buf;
 }
 
+/* 1 when oneDNN has bf16 kernels here (avx512_core and up: its bf16
+ * convolutions and GEMMs, and the JIT reorders that convert bf16 <-> f32
+ * in a blocked layout); 0 below (AVX2): it has no bf16 convolution but its
+ * reference loops, and its reorders between bf16 and f32 run as its
+ * `simple:any` loop, 100-160 ms for a [16,32,28,28] activation at 2 threads
+ * where kiln's AVX2 conversion plus its f32 JIT reorder take well under 1
+ * (docs/PERFORMANCE.md, "Session 15: bf16 on an AVX2 CPU"). */
+int cpu_dnn_bf16_native(void)
+{
+	switch ((int)dnnl_get_effective_cpu_isa()) {
+	case dnnl_cpu_isa_avx512_core:
+	case dnnl_cpu_isa_avx512_core_vnni:
+	case dnnl_cpu_isa_avx512_core_bf16:
+	case dnnl_cpu_isa_avx512_core_amx: return 1;
+	default: return 0;
+	}
+}
+
 dnnl_status_t cpu_dnn_post_act(dnnl_post_ops_t po, const struct kiln_op *op)
 {
 	static const dnnl_alg_kind_t alg[] = {

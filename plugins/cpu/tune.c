@@ -110,13 +110,18 @@ enum { TUNE_BF16, TUNE_F32, TUNE_BF16_2 };
 /* Prepare p as one candidate: f32 = 0 oneDNN's bf16 kernel, 1 its f32
  * kernel on widened tensors.  A family that cannot take the bf16 tensors
  * (ENOTSUP) gets the f32 kernel between conversions (lowp.c), as every
- * other op. */
+ * other op.  Below avx512_core (cpu_dnn_bf16_native: AVX2) a convolution's
+ * f32 candidate is that too: oneDNN's reorders between bf16 and f32 are
+ * its reference loop there (26-170 ms a tensor of the bf16 CNN at batch
+ * 16), where lowp.c's AVX2 conversion in the plain layout and oneDNN's
+ * f32 JIT reorder into the blocked one take under a millisecond; the
+ * values the f32 kernel reads are the same. */
 static kiln_status prepare_kernel(struct cpu_ctx *c, struct cpu_plan *p,
 				  kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *), int f32)
 {
 	const struct kiln_op op = p->op;
 	kiln_status st = KILN_ENOTSUP;
-	if (!(f32 && family == cpu_gemm_prepare)) {
+	if (!(f32 && (family == cpu_gemm_prepare || !cpu_dnn_bf16_native()))) {
 		p->kern_f32 = f32;
 		st = family(c, p);
 	}
@@ -746,6 +751,12 @@ static kiln_status tune_kept(struct cpu_ctx *c, struct cpu_plan *p,
 			return KILN_ENOTSUP;
 		}
 	}
+	/* below avx512_core the f32 kernel's copies are made by lowp.c's
+	 * plan (kiln's conversions, then the f32 op with its kept copies),
+	 * not by oneDNN's bf16 <-> f32 reorders, its reference loop there
+	 * (prepare_kernel) */
+	if (f32 && !cpu_dnn_bf16_native())
+		return cpu_lowp_prepare(c, p, family);
 	p->kern_f32 = f32;
 	return family(c, p);
 }
@@ -823,7 +834,13 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 	const double *t;
 	int prov;
 	time_plans(c, cand, n, tw, tc, &wait);
-	const int best = tune_choose(tw, tc, n, wait, &prov, &t);
+	int best = tune_choose(tw, tc, n, wait, &prov, &t);
+	/* below avx512_core both candidates of a convolution are the f32
+	 * kernel between lowp.c's conversions (prepare_kernel): the same plan,
+	 * so a tie, kept as the bf16 choice, whose kept copies (tune_kept) are
+	 * refused there rather than converted by oneDNN's reference reorders */
+	if (best == TUNE_F32 && family == cpu_conv_prepare && p->inner && q->inner)
+		best = TUNE_BF16;
 	{
 		static const char *const what[3] = { "bf16", "f32", "second bf16" };
 		char s0[96], s1[96], s2[96], s3[48] = "", sp[96];
