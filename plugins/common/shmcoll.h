@@ -137,6 +137,7 @@ enum { SHMCOLL_STEP_POLL, SHMCOLL_STEP_YIELD, SHMCOLL_STEP_NAP, SHMCOLL_STEP_SLE
 
 struct shmcoll_pace {
 	int how, yields, step, napped;
+	int futex;                   /* the caller sleeps on a futex at step 3 */
 	unsigned every, k;
 	long long spin_ns, nap_ns;   /* step 2's nap */
 	long long nap3_ns;           /* shmcoll_pace_nap's next nap */
