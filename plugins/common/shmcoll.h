@@ -101,8 +101,9 @@ struct shmcoll_hdr {
  *   2. then a sched_yield() (SPIN, YIELD) or a nap (SLEEP) between polls,
  *      up to SHMCOLL_LONG_NS of waiting; for SPIN with the ranks
  *      outnumbering their CPUs, not within SHMCOLL_NOYIELD_NS of a wait
- *      that lost its core (a long turn; wait_flag: `futex` in
- *      shmcoll_pace): a yield beside other runnable threads gives the CPU
+ *      that lost its core (a long turn, a yield's own length counted:
+ *      wait_flag's `timed` and `futex` in shmcoll_pace): a yield beside
+ *      other runnable threads gives the CPU
  *      to each of them for its slice (3.7-6.9 ms per 4 KiB allreduce,
  *      2 ranks and 2 busy loops on one CPU), a futex sleep to the peer
  *      the scheduler wakes (54-77 us), while a yield to the peer alone
