@@ -177,10 +177,7 @@ int shmcoll_pace_next(struct shmcoll_pace *p, long long t, long long waited)
 					     (long)(p->nap_ns % 1000000000ll) };
 		nanosleep(&ts, NULL);
 	}
-	/* wait_flag's oversubscribed yields count their own length in the
-	 * next turn: a yield that ran other threads than the peer is long */
-	p->last = p->step == SHMCOLL_STEP_YIELD && p->yields && p->how == SHMCOLL_SPIN && p->timed
-			  ? t : watchdog_now_ns();
+	p->last = watchdog_now_ns();
 	return p->step;
 }
 
@@ -204,8 +201,7 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 	long long ask = 0;
 	shmcoll_pace_init(&p, how, how == SHMCOLL_SPIN && oversubscribed(s), s->spin_ns,
 			  s->nap.tv_sec * 1000000000ll + s->nap.tv_nsec, 256);
-	const int yields = p.yields;
-	p.timed = 1;
+	p.futex = 1;
 	while (atomic_load_explicit(&f->v, memory_order_acquire) < v) {
 		if (shmcoll_pace_poll(&p))
 			continue;
@@ -231,14 +227,8 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 					      shm_name_peer(pn, sizeof pn, s->world_of, peer), what,
 					      s->timeout_ms / 1000.0);
 		}
-		/* a recent yield or poll that lost the core: sleep, not yield */
-		p.futex = yields && t < s->noyield_until;
-		const int step = p.step;
-		if (shmcoll_pace_next(&p, t, t - *t0) == SHMCOLL_STEP_SLEEP) {
-			if (yields && step != SHMCOLL_STEP_SLEEP && !p.futex && t - *t0 < SHMCOLL_LONG_NS)
-				s->noyield_until = t + SHMCOLL_NOYIELD_NS;
+		if (shmcoll_pace_next(&p, t, t - *t0) == SHMCOLL_STEP_SLEEP)
 			sleep_on(f, v);
-		}
 	}
 	return KILN_OK;
 }

@@ -99,16 +99,12 @@ struct shmcoll_hdr {
  *      each rank to a core of its own, a cpuset limits them all), YIELD
  *      and SLEEP for spin_ns;
  *   2. then a sched_yield() (SPIN, YIELD) or a nap (SLEEP) between polls,
- *      up to SHMCOLL_LONG_NS of waiting; for SPIN with the ranks
- *      outnumbering their CPUs, not within SHMCOLL_NOYIELD_NS of a wait
- *      that lost its core (a long turn, a yield's own length counted:
- *      wait_flag's `timed` and `futex` in shmcoll_pace): a yield beside
- *      other runnable threads gives the CPU
- *      to each of them for its slice (3.7-6.9 ms per 4 KiB allreduce,
+ *      up to SHMCOLL_LONG_NS of waiting; not for SPIN when the ranks
+ *      outnumber their CPUs and the wait has a futex (wait_flag: `futex`
+ *      in shmcoll_pace): a yield beside other runnable threads gives the
+ *      CPU to each of them for its slice (3.7-6.9 ms per 4 KiB allreduce,
  *      2 ranks and 2 busy loops on one CPU), a futex sleep to the peer
- *      the scheduler wakes (54-77 us), while a yield to the peer alone
- *      is cheaper than a futex (2-rank DDP MLP under taskset -c 0 alone:
- *      7% faster yielding);
+ *      the scheduler wakes (54-77 us);
  *   3. then sleeps on the flag (futex on its low 32 bits, the sleepers
  *      counted in the flag's line, so that the poster makes the wake-up
  *      system call only when someone sleeps) in naps of SHMCOLL_LOST_NS,
@@ -126,7 +122,6 @@ enum { SHMCOLL_SPIN, SHMCOLL_YIELD, SHMCOLL_SLEEP };
 #define SHMCOLL_SPIN_NS 5000000ll  /* SPIN's step 1 at most */
 #define SHMCOLL_LONG_NS 5000000ll  /* steps 1 and 2 at most */
 #define SHMCOLL_TURN_NS 50000ll    /* a turn longer: another thread had the core */
-#define SHMCOLL_NOYIELD_NS 200000000ll /* no yields this long after a lost core (oversubscribed) */
 
 /* One wait's pace through those steps, for any wait that looks at a
  * condition in a loop: shmcoll's flags, and kiln-mpi's MPI_Test loop,
@@ -147,8 +142,7 @@ enum { SHMCOLL_STEP_POLL, SHMCOLL_STEP_YIELD, SHMCOLL_STEP_NAP, SHMCOLL_STEP_SLE
 
 struct shmcoll_pace {
 	int how, yields, step, napped;
-	int futex;                   /* SPIN, yields: step 3 at once (wait_flag) */
-	int timed;                   /* SPIN, yields: a yield's length counts in its turn */
+	int futex;                   /* the caller sleeps on a futex at step 3 */
 	unsigned every, k;
 	long long spin_ns, nap_ns;   /* step 2's nap */
 	long long nap3_ns;           /* shmcoll_pace_nap's next nap */
@@ -187,7 +181,6 @@ struct shmcoll {
 	int rank, world, timeout_ms;
 	int oversubscribed;            /* more ranks than the CPUs they may run on; -1: not known yet */
 	long long spin_ns;
-	long long noyield_until;       /* oversubscribed SPIN waits sleep, not yield, until then (ns) */
 	struct timespec nap;
 	long seq;                      /* the last round this rank started */
 	const int *world_of;           /* shmcoll_name_world's, or NULL */
