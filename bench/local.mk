@@ -23,7 +23,7 @@ bench_gloo_raw_SOURCES = bench/gloo_raw.cc
 bench_gloo_raw_CXXFLAGS = -std=c++17 -Wall -Wextra -pthread
 bench_gloo_raw_LDADD = $(GLOO_LIBS) -lpthread
 endif
-EXTRA_DIST += bench/comm.sh bench/comm_load.sh bench/torch_comm.py bench/overlap.sh bench/mpi_levels.sh
+EXTRA_DIST += bench/comm.sh bench/comm_load.sh bench/shm_contention.sh bench/torch_comm.py bench/overlap.sh bench/mpi_levels.sh
 # fused attention forward + backward (bench/pytorch_attention.py: PyTorch's)
 noinst_PROGRAMS += bench/attention
 bench_attention_SOURCES = bench/attention.c

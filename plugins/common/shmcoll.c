@@ -152,6 +152,8 @@ static int next_step(const struct shmcoll_pace *p, long long waited, long long t
 		return SHMCOLL_STEP_POLL;
 	if (p->how == SHMCOLL_SPIN && !p->yields && waited < SHMCOLL_SPIN_NS)
 		return SHMCOLL_STEP_POLL;
+	if (p->how == SHMCOLL_SPIN && p->yields && p->futex)
+		return SHMCOLL_STEP_SLEEP; /* the peer may need this very CPU: no yield */
 	if (waited < SHMCOLL_LONG_NS)
 		return p->how == SHMCOLL_SLEEP ? SHMCOLL_STEP_NAP : SHMCOLL_STEP_YIELD;
 	return SHMCOLL_STEP_SLEEP;
@@ -199,6 +201,7 @@ static kiln_status wait_flag(struct shmcoll *s, int how, struct shmcoll_flag *f,
 	long long ask = 0;
 	shmcoll_pace_init(&p, how, how == SHMCOLL_SPIN && oversubscribed(s), s->spin_ns,
 			  s->nap.tv_sec * 1000000000ll + s->nap.tv_nsec, 256);
+	p.futex = 1;
 	while (atomic_load_explicit(&f->v, memory_order_acquire) < v) {
 		if (shmcoll_pace_poll(&p))
 			continue;
