@@ -327,7 +327,11 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	[ -n "$r3" ] && kill -KILL "$r3" 2>/dev/null
 	echo "mpi: world rank 3 stopped: mpirun exited $rc"
 	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "mpi: world rank 3 stopped: mpirun exited $rc"
-	grep -q "error: mpi: world rank [012] (rank [01] of 2 of a split): MPI [a-z]* \(.*world ranks\{0,1\} [0-9, ]*\b3\b\|among world ranks 0, 2 \)" "$tmp/ms.log" ||
+	# (or, third, the log point's allreduce over the whole world, every
+	# step here, times out first on a rank: MPI cannot say which member
+	# is stuck, and the message says "a rank is lost or stuck"; seen once
+	# in 6 runs of the suite)
+	grep -q "error: mpi: world rank [012] (rank [01] of 2 of a split): MPI [a-z]* \(.*world ranks\{0,1\} [0-9, ]*\b3\b\|among world ranks 0, 2 \)\|error: mpi: rank [012] of 4: MPI allreduce of [0-9]* elements did not complete within \[dist\] timeout = 3.0 s: a rank is lost or stuck" "$tmp/ms.log" ||
 		{ bad "mpi: world rank 3 stopped: no message names it by world rank"; grep -i "error" "$tmp/ms.log" | tail -5; }
 else
 	echo "mpi: not built or no mpirun: skipped"
