@@ -48,11 +48,14 @@ void shmcoll_name_world(struct shmcoll *s, const int *world_of)
 const char *shm_name_me(char *buf, size_t n, const char *who, const int *world_of, int rank,
 			int world)
 {
+	const char *sep = who ? ": " : "";
+	if (!who)
+		who = "";
 	if (world_of)
-		snprintf(buf, n, "%s: world rank %d (rank %d of %d of a split)", who, world_of[rank],
+		snprintf(buf, n, "%s%sworld rank %d (rank %d of %d of a split)", who, sep, world_of[rank],
 			 rank, world);
 	else
-		snprintf(buf, n, "%s: rank %d of %d", who, rank, world);
+		snprintf(buf, n, "%s%srank %d of %d", who, sep, rank, world);
 	return buf;
 }
 

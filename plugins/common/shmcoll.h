@@ -232,9 +232,10 @@ void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes);
  * the world's. */
 void shmcoll_name_world(struct shmcoll *s, const int *world_of);
 
-/* For messages (shmcoll's, shmp2p's): "WHO: rank R of W", or for a split
- * (world_of not NULL) "WHO: world rank X (rank R of W of a split)"; and
- * a peer: "rank P" or "world rank X". */
+/* For messages (shmcoll's, shmp2p's, kiln-mpi's): "WHO: rank R of W", or
+ * for a split (world_of not NULL) "WHO: world rank X (rank R of W of a
+ * split)" (who NULL: without "WHO: "); and a peer: "rank P" or "world
+ * rank X". */
 const char *shm_name_me(char *buf, size_t n, const char *who, const int *world_of, int rank,
 			int world);
 const char *shm_name_peer(char *buf, size_t n, const int *world_of, int r);

@@ -208,19 +208,13 @@ static int wrank(const struct mpi_comm *c, int r)
  * to the user) */
 static const char *me_name(const struct mpi_comm *c, char *buf, size_t n)
 {
-	if (c->world_of)
-		snprintf(buf, n, "world rank %d (rank %d of %d of a split)", wrank(c, c->rank), c->rank,
-			 c->world);
-	else
-		snprintf(buf, n, "rank %d of %d", c->rank, c->world);
-	return buf;
+	return shm_name_me(buf, n, NULL, c->world_of, c->rank, c->world);
 }
 
 /* a peer, for messages: "rank P" or "world rank X" */
 static const char *peer_name(const struct mpi_comm *c, int r, char *buf, size_t n)
 {
-	snprintf(buf, n, "%srank %d", c->world_of ? "world " : "", wrank(c, r));
-	return buf;
+	return shm_name_peer(buf, n, r < c->world ? c->world_of : NULL, r);
 }
 
 /* a split's members, for a collective's message: " among world ranks 1,
