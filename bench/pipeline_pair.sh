@@ -28,6 +28,11 @@
 #   own_us   the mean wall time between a stage's passes where it did not
 #            wait for the other stage (its sends and recvs, the stamps)
 #   cpu_sm   smooth in the passes' CPU times
+#   ends     smooth, but the step's first forward and last backward as
+#            measured (their first-touch and tail work; session 16)
+#   busiest  the busiest stage's idle fraction (the bubble less the stages'
+#            imbalance; "= busiest stage S idle X + imbalance I" in the
+#            pipe's ranks' line; session 16)
 # Usage (from the top of the build tree):
 #   B=/work/main sh bench/pipeline_pair.sh 3
 # pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
@@ -37,6 +42,7 @@
 # default since session 14, paired on mpi, not on gloo).
 # PAIR_COMM=mpi: the 2 ranks under mpirun on kiln-mpi (thread_level =
 # multiple) instead of kiln launch on gloo (session 13, point-to-point waits).
+# MS: the micro-batch counts (default "4 8 16").
 # BATCH: the global batch (default 256; 2048 gives 128 rows a micro-batch at
 # M = 16, session 16); the synthetic set holds BATCH x STEPS samples at least.
 set -eu
@@ -95,8 +101,17 @@ sps() {
 	sed -n 's/.*"event":"train",.*"step":\([0-9]*\),.*"samples_per_s":\([0-9.e+]*\),.*/\1 \2/p' \
 		"$tmp/run/metrics.jsonl" | awk '$1 >= 2 { print $2 }' | median
 }
-# split LOG K: the ranks' stamps' 1 smooth, 2 ideal, 3 ho_med, 4 own_us, 5 cpu_sm
+# split LOG K: the ranks' stamps' 1 smooth, 2 ideal, 3 ho_med, 4 own_us, 5 cpu_sm,
+# 6 the busiest stage's idle, 7 ends
 split() {
+	if [ "$2" = 7 ]; then
+		sed -n "s/.*the ranks' stamps: pipeline smooth replay: bubble [0-9.]* (schedule [^)]*), \([0-9.]*\) with the end passes as measured.*/\1/p" "$1" | tail -1
+		return
+	fi
+	if [ "$2" = 6 ]; then
+		sed -n "s/.*the pipe's ranks:.* = busiest stage [0-9]* idle \([0-9.-]*\) + imbalance.*/\1/p" "$1" | tail -1
+		return
+	fi
 	sed -n "s/.*the ranks' stamps: pipeline smooth replay: bubble \([0-9.]*\) (schedule.*, \([0-9.]*\) with every pass as measured, [0-9.]* measured; \([0-9.]*\) in CPU time/\1 \2 \3/p" "$1" |
 		tail -1 > "$1.sm"
 	sed -n "s/.*the ranks' stamps: pipeline gaps: .*(median \([0-9]*\), 90%.*one after its own stage's previous \([0-9.]*\) us after it.*/\1 \2/p" "$1" |
@@ -112,15 +127,15 @@ echo "load average: $(cat /proc/loadavg)"
 echo "blocks model, batch $BATCH, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps; s_*: samples/s, median of each run's steps 2-$STEPS (rank 0's metrics.jsonl, log_every = 1), median over the rounds"
 printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b_off rel b_main rel \
 	s_pair s_off s_main paired
-for M in 4 8 16; do
+for M in ${MS:-4 8 16}; do
 	for s in pair off main; do : > "$tmp/b$s"; : > "$tmp/s$s"; done
-	for s in pair off; do for k in 1 2 3 4 5; do : > "$tmp/x$s$k"; done; done
+	for s in pair off; do for k in 1 2 3 4 5 6 7; do : > "$tmp/x$s$k"; done; done
 	for r in $(seq "$RUNS"); do
 		for s in pair off main; do
 			run $s "$tmp/$s.log" "$M"
 			bubble "$tmp/$s.log" >> "$tmp/b$s"
 			sps "$tmp/$s.log" >> "$tmp/s$s"
-			[ $s = main ] || for k in 1 2 3 4 5; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
+			[ $s = main ] || for k in 1 2 3 4 5 6 7; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
 		done
 	done
 	awk -v M="$M" -v a="$(median < "$tmp/bpair")" -v b="$(median < "$tmp/boff")" \
@@ -131,8 +146,8 @@ for M in 4 8 16; do
 			a, 100 * (a - t) / t, b, 100 * (b - t) / t, c, 100 * (c - t) / t, sa, sb, sc,
 			p == "" ? "-" : p }'
 	for s in pair off; do
-		printf '%4s %4s %6s %6s %6s %6s %6s (%s: smooth ideal ho_med own_us cpu_sm)\n' "" "$s" \
-			"$(median < "$tmp/x${s}1")" "$(median < "$tmp/x${s}2")" "$(median < "$tmp/x${s}3")" \
-			"$(median < "$tmp/x${s}4")" "$(median < "$tmp/x${s}5")" "$s"
+		printf '%4s %4s %6s %6s %6s %6s %6s %6s %6s (%s: smooth ends ideal ho_med own_us cpu_sm busiest)\n' "" "$s" \
+			"$(median < "$tmp/x${s}1")" "$(median < "$tmp/x${s}7")" "$(median < "$tmp/x${s}2")" "$(median < "$tmp/x${s}3")" \
+			"$(median < "$tmp/x${s}4")" "$(median < "$tmp/x${s}5")" "$(median < "$tmp/x${s}6")" "$s"
 	done
 done
