@@ -43,6 +43,9 @@
 # PAIR_COMM=mpi: the 2 ranks under mpirun on kiln-mpi (thread_level =
 # multiple) instead of kiln launch on gloo (session 13, point-to-point waits).
 # MS: the micro-batch counts (default "4 8 16").
+# MODEL=even: a layernorm before the head too, so stage 1 carries what stage
+# 0's layernorm costs and the stages are within ~1-2% (the blocks model's
+# stage 0 is 3-6% busier in CPU time: session 16).
 # BATCH: the global batch (default 256; 2048 gives 128 rows a micro-batch at
 # M = 16, session 16); the synthetic set holds BATCH x STEPS samples at least.
 set -eu
@@ -67,7 +70,8 @@ export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr
 	[ "$_n" -ge 8192 ] || _n=8192
 	ini_synthetic "$_n" 32 16 image_channels=1 workers=1
 	ini_layers flat:flatten ln:layernorm b1:linear:out=1024 r1:relu b2:linear:out=1024 r2:relu \
-		b3:linear:out=1024 r3:relu b4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
+		b3:linear:out=1024 r3:relu b4:linear:out=1024 r4:relu \
+		$([ "${MODEL:-blocks}" = even ] && echo ln2:layernorm) head:linear:out=16 loss:softmax_xent
 	ini train epochs=1 max_steps="$STEPS" batch="$BATCH" lr=0.01 log_every=1 eval=0 \
 		checkpoint_last=0 overwrite=1
 	ini dist timeout=120
@@ -124,7 +128,7 @@ split() {
 }
 paired() { sed -n "s/.*stage 0 (this rank): \([0-9]*\) of \([0-9]*\) crossing tensors sent paired.*/\1\/\2/p" "$1" | tail -1; }
 echo "load average: $(cat /proc/loadavg)"
-echo "blocks model, batch $BATCH, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps; s_*: samples/s, median of each run's steps 2-$STEPS (rank 0's metrics.jsonl, log_every = 1), median over the rounds"
+echo "${MODEL:-blocks} model, batch $BATCH, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps; s_*: samples/s, median of each run's steps 2-$STEPS (rank 0's metrics.jsonl, log_every = 1), median over the rounds"
 printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b_off rel b_main rel \
 	s_pair s_off s_main paired
 for M in ${MS:-4 8 16}; do
