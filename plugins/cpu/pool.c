@@ -260,6 +260,18 @@ static void max2_fwd_rows(float *y, uint8_t *w, const float *x0, const float *x1
 		max2_row(y, w, x0, x1, OW, C);
 }
 
+/* The ReLU folded in (KILN_OPF_ACT on a training POOL, kiln/ops.h): a
+ * window whose maximum y is not > 0 gets position 4, which no backward
+ * kernel matches, so it passes no gradient: the backward then computes
+ * pool_bwd(dy * (y > 0)), the zeros and the copies of the separate mask's
+ * pass bit for bit, without that pass over dy. */
+CPU_CLONES static void max2_relu_aux(uint8_t *restrict w, const float *restrict y, int64_t n)
+{
+#pragma omp simd
+	for (int64_t j = 0; j < n; j++)
+		w[j] = y[j] > 0.0f ? w[j] : (uint8_t)4;
+}
+
 /* input rows d0, d1 (their 2 * OW * C windowed values) from the output
  * row's gradient dy and aux w */
 static void max2_bwd_rows(float *d0, float *d1, const float *dy, const uint8_t *w, int64_t OW, int64_t C)
@@ -292,6 +304,8 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 				max2_prefetch((const float *)a->in[0], r + 1, H, W, OH);
 			uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo : NULL;
 			max2_fwd_rows(y, w, x, x + W, OW, C);
+			if (w && (p->op.flags & KILN_OPF_ACT))
+				max2_relu_aux(w, y, OW * C);
 			continue;
 		}
 		float *dx = (float *)a->out[0] + xo;
@@ -367,6 +381,8 @@ static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_
 				for (int64_t i = 0; i < n; i++) {
 					uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo + i * Y : NULL;
 					max2_fwd_rows(yr + i * Y, w, xr + 2 * i * W, xr + (2 * i + 1) * W, OW, C);
+					if (w && (p->op.flags & KILN_OPF_ACT))
+						max2_relu_aux(w, yr + i * Y, Y);
 				}
 				max2_narrow((uint16_t *)a->out[0] + yo, yr, n * Y);
 				continue;
@@ -393,6 +409,9 @@ static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_
  * backward, docs/PERFORMANCE.md, "Session 12"). */
 static int max2_fits(const struct kiln_op *op, const struct kiln_tensor_desc *x)
 {
+	if ((op->flags & KILN_OPF_ACT) && (op->type != KILN_OP_POOL || op->n_out != 2 ||
+					   op->i[KILN_OPI_ACT] != KILN_ACT_RELU))
+		return 0;
 	return op->i[0] == KILN_POOL_MAX && op->i[1] == 2 && op->i[2] == 2 && op->i[3] == 2 &&
 	       op->i[4] == 2 && !op->i[5] && !op->i[6] && (x->dtype == KILN_F32 || (x->dtype == KILN_BF16 && !cpu_nhwc(x))) &&
 	       !(op->flags & KILN_OPF_ACCUMULATE);
@@ -418,10 +437,10 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 	}
 	p->n_in = bwd ? 2 : 1;
 	p->n_out = !bwd && p->aux ? 2 : 1;
-	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 %s x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes",
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 %s x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes%s",
 		     cpu_op_name(p->op.type), x->dtype == KILN_BF16 ? "bf16" : "f32", (long long)x->dims[0],
 		     (long long)x->dims[1], (long long)x->dims[2], (long long)x->dims[3],
-		     nhwc ? "NHWC" : "NCHW", p->aux);
+		     nhwc ? "NHWC" : "NCHW", p->aux, (p->op.flags & KILN_OPF_ACT) ? ", the ReLU's mask in it" : "");
 	return KILN_OK;
 }
 
@@ -455,6 +474,9 @@ kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const int64_t OH = y->dims[2], OW = y->dims[3];
 	if (max2_fits(op, x))
 		return max2_prepare(c, p, x, y);
+	if (op->flags & KILN_OPF_ACT)
+		return cpu_bad(c, op, KILN_ENOTSUP,
+			       "a ReLU folded into the pooling (KILN_OPF_ACT): max 2x2/2 without padding, f32 or NCHW bf16 only");
 	const int max = kind == KILN_POOL_MAX;
 	const int training = max && (bwd || op->n_out == 2);
 	if ((st = cpu_dnn_new(c, p)))
