@@ -72,6 +72,11 @@ MAX2_VEC_TYPES(8)
 MAX2_VEC_TYPES(4)
 #undef MAX2_VEC_TYPES
 
+/* The aux position of a window the folded ReLU cuts (no gradient), and
+ * lane-wise: k where pos (m > 0) is set, else MAX2_CUT */
+#define MAX2_CUT 4
+#define MAX2_CUT_IF(k, pos) (((k) & (pos)) | (MAX2_CUT & ~(pos)))
+
 /* lane-wise t ? a : b of float vectors a, b and a mask t of 0 / -1 lanes */
 #define MAX2_SEL(VF, VI, t, a, b) ((VF)(((VI)(a) & (t)) | ((VI)(b) & ~(t))))
 
@@ -82,9 +87,10 @@ MAX2_VEC_TYPES(4)
 #define MAX2_ROW_VEC(L, EVEN, ODD, LO, HI)                                              \
 	CPU_CLONES static void max2_row##L(float *restrict y, uint8_t *restrict w,    \
 					   const float *restrict r0,                    \
-					   const float *restrict r1, int64_t OW)        \
+					   const float *restrict r1, int64_t OW, int relu) \
 	{                                                                           \
 		const max2_i##L even = EVEN, odd = ODD;                             \
+		const max2_f##L fzero = { 0 };                                      \
 		for (int64_t j0 = 0; j0 < OW; j0 += L) {                            \
 			const int64_t j = j0 + L > OW ? OW - L : j0;                \
 			const max2_f##L a0 = *(const max2_f##L *)(r0 + 2 * j);      \
@@ -103,6 +109,8 @@ MAX2_VEC_TYPES(4)
 			}                                                           \
 			*(max2_f##L *)(y + j) = m;                                  \
 			if (w) {                                                    \
+				if (relu) /* not > 0 (NaN too): MAX2_CUT */         \
+					k = MAX2_CUT_IF(k, m > fzero);              \
 				const max2_b##L kb = __builtin_convertvector(k, max2_b##L); \
 				memcpy(w + j, &kb, L);                              \
 			}                                                           \
@@ -163,13 +171,13 @@ CPU_CLONES static void max2_bwd_nhwc8(float *restrict d0, float *restrict d1, co
 
 /* one output row of OW windows of C channels from input rows r0, r1 */
 CPU_CLONES static void max2_row(float *restrict y, uint8_t *restrict w, const float *restrict r0,
-				const float *restrict r1, int64_t OW, int64_t C)
+				const float *restrict r1, int64_t OW, int64_t C, int relu)
 {
 	if (C == 1 && w) {
 #pragma omp simd
 		for (int64_t j = 0; j < OW; j++) {
 			MAX2_WINDOW(r0, r1, 2 * j, 1, m, k)
-			y[j] = m, w[j] = (uint8_t)k;
+			y[j] = m, w[j] = (uint8_t)(relu && !(m > 0.0f) ? MAX2_CUT : k);
 		}
 	} else if (C == 1) {
 #pragma omp simd
@@ -187,7 +195,7 @@ CPU_CLONES static void max2_row(float *restrict y, uint8_t *restrict w, const fl
 #pragma omp simd
 				for (int64_t c = 0; c < C; c++) {
 					MAX2_WINDOW(x0, x1, c, C, m, k)
-					yj[c] = m, wj[c] = (uint8_t)k;
+					yj[c] = m, wj[c] = (uint8_t)(relu && !(m > 0.0f) ? MAX2_CUT : k);
 				}
 			} else {
 #pragma omp simd
@@ -249,27 +257,20 @@ static void max2_prefetch(const float *x, int64_t r, int64_t H, int64_t W, int64
 }
 
 /* one output row y (aux w or NULL) from input rows x0, x1: the vector
- * kernel that fits */
-static void max2_fwd_rows(float *y, uint8_t *w, const float *x0, const float *x1, int64_t OW, int64_t C)
+ * kernel that fits.  relu (KILN_OPF_ACT, kiln/ops.h: the ReLU before the
+ * pooling, its backward folded in): a window whose maximum is not > 0
+ * gets aux position MAX2_CUT, which no backward kernel matches, so it
+ * passes no gradient: POOL_BWD then computes pool_bwd(dy * (y > 0)), the
+ * zeros and the copies of the separate mask's pass bit for bit. */
+static void max2_fwd_rows(float *y, uint8_t *w, const float *x0, const float *x1, int64_t OW, int64_t C,
+			  int relu)
 {
 	if (C == 1 && OW >= 8)
-		max2_row8(y, w, x0, x1, OW);
+		max2_row8(y, w, x0, x1, OW, relu);
 	else if (C == 1 && OW >= 4)
-		max2_row4(y, w, x0, x1, OW);
+		max2_row4(y, w, x0, x1, OW, relu);
 	else
-		max2_row(y, w, x0, x1, OW, C);
-}
-
-/* The ReLU folded in (KILN_OPF_ACT on a training POOL, kiln/ops.h): a
- * window whose maximum y is not > 0 gets position 4, which no backward
- * kernel matches, so it passes no gradient: the backward then computes
- * pool_bwd(dy * (y > 0)), the zeros and the copies of the separate mask's
- * pass bit for bit, without that pass over dy. */
-CPU_CLONES static void max2_relu_aux(uint8_t *restrict w, const float *restrict y, int64_t n)
-{
-#pragma omp simd
-	for (int64_t j = 0; j < n; j++)
-		w[j] = y[j] > 0.0f ? w[j] : (uint8_t)4;
+		max2_row(y, w, x0, x1, OW, C, relu);
 }
 
 /* input rows d0, d1 (their 2 * OW * C windowed values) from the output
@@ -289,7 +290,7 @@ static void max2_bwd_rows(float *d0, float *d1, const float *dy, const uint8_t *
 static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			    struct cpu_err *e)
 {
-	const int bwd = p->op.type == KILN_OP_POOL_BWD;
+	const int bwd = p->op.type == KILN_OP_POOL_BWD, relu = !!(p->op.flags & KILN_OPF_ACT);
 	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
 	const int64_t W = p->sz[2] * C; /* floats of an input row */
 	(void)e;
@@ -303,9 +304,7 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 			if (r + 1 < P * OH)
 				max2_prefetch((const float *)a->in[0], r + 1, H, W, OH);
 			uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo : NULL;
-			max2_fwd_rows(y, w, x, x + W, OW, C);
-			if (w && (p->op.flags & KILN_OPF_ACT))
-				max2_relu_aux(w, y, OW * C);
+			max2_fwd_rows(y, w, x, x + W, OW, C, relu);
 			continue;
 		}
 		float *dx = (float *)a->out[0] + xo;
@@ -361,7 +360,7 @@ CPU_CLONES static void max2_narrow(uint16_t *restrict y, const float *restrict x
 static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
 				 struct cpu_err *e)
 {
-	const int bwd = p->op.type == KILN_OP_POOL_BWD;
+	const int bwd = p->op.type == KILN_OP_POOL_BWD, relu = !!(p->op.flags & KILN_OPF_ACT);
 	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
 	const int64_t W = p->sz[2] * C, R = p->sz[7], nb = (OH + R - 1) / R;
 	const int64_t Y = OW * C; /* values of an output row */
@@ -380,9 +379,8 @@ static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_
 				max2_widen(xr, (const uint16_t *)a->in[0] + xo, 2 * n * W);
 				for (int64_t i = 0; i < n; i++) {
 					uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo + i * Y : NULL;
-					max2_fwd_rows(yr + i * Y, w, xr + 2 * i * W, xr + (2 * i + 1) * W, OW, C);
-					if (w && (p->op.flags & KILN_OPF_ACT))
-						max2_relu_aux(w, yr + i * Y, Y);
+					max2_fwd_rows(yr + i * Y, w, xr + 2 * i * W, xr + (2 * i + 1) * W, OW, C,
+						      relu);
 				}
 				max2_narrow((uint16_t *)a->out[0] + yo, yr, n * Y);
 				continue;
