@@ -487,6 +487,10 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if ((op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 3)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before fused activations",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... nor fold a ReLU's backward into a max pooling's (ABI 2.16) */
+	if (op->type == KILN_OP_POOL && (op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 16)
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the ReLU folded into max pooling",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	/* ... and a loss's padded classes (SOFTMAX_XENT's i[5], ABI 2.4) */
 	if (op->type == KILN_OP_SOFTMAX_XENT && op->i[5] && dev->plugin->abi_minor < 4)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a loss's classes",

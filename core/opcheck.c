@@ -862,14 +862,20 @@ const char *kiln_op_name(int type)
 }
 
 /* KILN_OPF_ACT (kiln/ops.h): only on the ops that take an epilogue, a
- * known activation, never with accumulation; BN_BWD folds ReLU only. */
+ * known activation, never with accumulation; BN_BWD folds ReLU only, and
+ * a training max POOL (ABI 2.16) the ReLU before it. */
 static kiln_status check_act_flag(const char *who, const struct kiln_op *op)
 {
 	const int t = op->type;
 	const int64_t kind = op->i[KILN_OPI_ACT];
+	if (t == KILN_OP_POOL) {
+		if (op->i[0] != KILN_POOL_MAX || op->n_out != 2 || kind != KILN_ACT_RELU)
+			BAD(KILN_EINVAL, "KILN_OPF_ACT on POOL: a training max pooling (out1, the aux) folding a ReLU only");
+		return KILN_OK;
+	}
 	if (t != KILN_OP_GEMM && t != KILN_OP_CONV && t != KILN_OP_BN_TRAIN && t != KILN_OP_BN_INFER &&
 	    t != KILN_OP_BN_BWD && t != KILN_OP_QCONV && t != KILN_OP_QLINEAR)
-		BAD(KILN_EINVAL, "KILN_OPF_ACT is for GEMM, CONV, QCONV, QLINEAR and the batchnorm ops");
+		BAD(KILN_EINVAL, "KILN_OPF_ACT is for GEMM, CONV, QCONV, QLINEAR, the batchnorm ops and a training max POOL");
 	if (kind < KILN_ACT_RELU || kind > KILN_ACT_GELU_TANH || (t == KILN_OP_BN_BWD && kind))
 		BAD(KILN_EINVAL, "KILN_OPF_ACT: unknown activation i[15] (BN_BWD folds relu only)");
 	if (op->flags & KILN_OPF_ACCUMULATE)

@@ -80,7 +80,10 @@ int kiln_layer_relu_fold(const struct kiln_layer *l)
  * or bf16 activations, one pipeline stage.  Then dx = pool_bwd(dy) * (y > 0)
  * equals pool_bwd(dy * (ypool > 0)): every element the pooling's backward
  * gives a gradient to holds its window's maximum, so its mask is the
- * pooled output's, and the mask runs on a quarter of the elements (2x2). */
+ * pooled output's, and the mask runs on a quarter of the elements (2x2);
+ * on a device that keeps it in the pooling's aux (POOL with KILN_OPF_ACT,
+ * ABI 2.16: the CPU's 2x2 kernel) it runs in no pass of its own
+ * (core/layers/pool.c). */
 static int relu_fold(const struct kiln_plan *p, int i)
 {
 	const struct kiln_model *m = p->m;

@@ -686,6 +686,160 @@ START_TEST(test_pool_rule)
 }
 END_TEST
 
+/* The ReLU folded into 2x2 max pooling (ABI 2.16: POOL with KILN_OPF_ACT,
+ * ReLU): the folded forward and backward against the unfolded ones, POOL,
+ * RELU_BWD of dy by y (dy * (y > 0)), POOL_BWD, bit for bit: y and dx.  x is
+ * a ReLU's output: positive values, zeros of both signs (oneDNN's ReLU
+ * writes -0 for a negative input), NaNs; so some windows hold no positive
+ * value (their gradient is cut) and some a NaN.  dt: f32, or bf16 (NCHW:
+ * kiln's kernel; the device may refuse a bf16 fold in NHWC). */
+static void *fold_put(struct fx *f, const float *h, size_t n, int N, int C, int H, int W, int nhwc,
+		      int dt)
+{
+	if (dt == KILN_F32) {
+		float *keep;
+		void *d = dput4(f, h, N, C, H, W, nhwc, &keep);
+		OK(kiln_device_stream_sync(f->dev, f->s)); /* the copy read keep */
+		free(keep);
+		return d;
+	}
+	uint16_t *b = malloc(n * 2); /* NCHW: the stored order is the logical one */
+	for (size_t i = 0; i < n; i++)
+		b[i] = h_bf16(h[i]);
+	void *d = dput(f, b, n * 2);
+	OK(kiln_device_stream_sync(f->dev, f->s));
+	free(b);
+	return d;
+}
+
+static void fold_case(struct fx *f, int N, int C, int H, int W, int nhwc, int dt)
+{
+	const int OH = H / 2, OW = W / 2, es = dt == KILN_F32 ? 4 : 2;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * C * OH * OW;
+	const struct pool_g q = { N, C, H, W, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 };
+	float *x = frandv(nx), *dy = frandv(ny);
+	for (size_t i = 0; i < nx; i++)
+		x[i] = i % 53 == 7 ? NAN : x[i] > 0.5f ? x[i] : i % 3 ? 0.0f : -0.0f;
+	char tag[96];
+	snprintf(tag, sizeof tag, "%s %s [%d,%d,%d,%d]", nhwc ? "NHWC" : "NCHW",
+		 dt == KILN_F32 ? "f32" : "bf16", N, C, H, W);
+	struct kiln_op op, rop;
+	void *ffold, *fplain, *bplan, *rplan;
+	size_t wsb = 0, w = 0;
+	pool_op(&op, 0, &q, OH, OW, nhwc);
+	op.in[0].dtype = op.out[0].dtype = dt;
+	op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+	kiln_status st = kiln_device_prepare(f->dev, &op, &ffold, &w);
+	if (st == KILN_ENOTSUP && (dt != KILN_F32 || strcmp(g_name, "cpu"))) {
+		free(x), free(dy);
+		return; /* refused: the layer masks apart (bf16 NHWC on the CPU, CUDA) */
+	}
+	ck_assert_msg(st == KILN_OK, "%s: the CPU refused the fold: %s", tag, kiln_last_error());
+	wsb = w > wsb ? w : wsb;
+	op.flags = 0, op.i[KILN_OPI_ACT] = 0;
+	OK(kiln_device_prepare(f->dev, &op, &fplain, &w));
+	wsb = w > wsb ? w : wsb;
+	ck_assert_uint_eq(aux_bytes(f, ffold), aux_bytes(f, fplain));
+	pool_op(&op, 1, &q, OH, OW, nhwc);
+	op.in[0].dtype = op.in[2].dtype = op.out[0].dtype = dt;
+	OK(kiln_device_prepare(f->dev, &op, &bplan, &w));
+	wsb = w > wsb ? w : wsb;
+	memset(&rop, 0, sizeof rop);
+	rop.type = KILN_OP_RELU_BWD, rop.n_in = 2, rop.n_out = 1;
+	rop.in[0] = rop.in[1] = rop.out[0] = td4(N, C, OH, OW, nhwc);
+	rop.in[0].dtype = rop.in[1].dtype = rop.out[0].dtype = dt;
+	OK(kiln_device_prepare(f->dev, &rop, &rplan, &w));
+	wsb = w > wsb ? w : wsb;
+	const size_t ab = aux_bytes(f, ffold);
+	void *dX = fold_put(f, x, nx, N, C, H, W, nhwc, dt), *ws = NULL, *aux = NULL;
+	void *dY[2], *dDX[2], *dDY[2];
+	for (int k = 0; k < 2; k++) {
+		dY[k] = dput(f, NULL, ny * es), dDX[k] = dput(f, NULL, nx * es);
+		dDY[k] = fold_put(f, dy, ny, N, C, OH, OW, nhwc, dt);
+	}
+	if (wsb)
+		OK(kiln_device_alloc(f->dev, wsb, &ws));
+	OK(kiln_device_alloc(f->dev, ab, &aux));
+	/* folded: the POOL keeps the mask in aux, then POOL_BWD */
+	pool_fwd_bwd(f, ffold, bplan, dX, dDY[0], dY[0], dDX[0], aux, ws, wsb);
+	/* unfolded: POOL, dy masked by y in place, POOL_BWD */
+	struct kiln_op_args a;
+	memset(&a, 0, sizeof a);
+	a.in[0] = dX, a.out[0] = dY[1], a.out[1] = aux, a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, fplain, &a, f->s));
+	memset(&a, 0, sizeof a);
+	a.in[0] = dY[1], a.in[1] = dDY[1], a.out[0] = dDY[1], a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, rplan, &a, f->s));
+	memset(&a, 0, sizeof a);
+	a.in[0] = dDY[1], a.in[1] = aux, a.in[2] = dX, a.out[0] = dDX[1];
+	a.workspace = ws, a.workspace_bytes = wsb;
+	OK(kiln_device_run(f->dev, bplan, &a, f->s));
+	OK(kiln_device_stream_sync(f->dev, f->s));
+	unsigned char *h[2][2];
+	for (int k = 0; k < 2; k++) {
+		h[k][0] = malloc(ny * es), h[k][1] = malloc(nx * es);
+		dget(f, h[k][0], dY[k], ny * es);
+		dget(f, h[k][1], dDX[k], nx * es);
+	}
+	ck_assert_msg(!memcmp(h[0][0], h[1][0], ny * es), "%s: the folded POOL's y differs", tag);
+	ck_assert_msg(!memcmp(h[0][1], h[1][1], nx * es), "%s: the folded POOL_BWD's dx differs", tag);
+	/* the fold cut something: some window of x held no positive value */
+	size_t kept = 0;
+	for (size_t i = 0; i < nx; i++) {
+		float v;
+		if (dt == KILN_F32)
+			memcpy(&v, h[0][1] + 4 * i, 4);
+		else {
+			uint16_t b;
+			memcpy(&b, h[0][1] + 2 * i, 2);
+			v = h_wide(b, KILN_BF16);
+		}
+		kept += v != 0.0f;
+	}
+	ck_assert_msg(kept > 0 && kept < ny, "%s: %zu of %zu windows pass a gradient", tag, kept, ny);
+	for (int k = 0; k < 2; k++) {
+		free(h[k][0]), free(h[k][1]);
+		kiln_device_free(f->dev, dY[k]), kiln_device_free(f->dev, dDX[k]);
+		kiln_device_free(f->dev, dDY[k]);
+	}
+	void *pl[] = { ffold, fplain, bplan, rplan };
+	for (size_t i = 0; i < sizeof pl / sizeof *pl; i++)
+		kiln_device_plan_free(f->dev, pl[i]);
+	kiln_device_free(f->dev, dX), kiln_device_free(f->dev, ws), kiln_device_free(f->dev, aux);
+	free(x), free(dy);
+}
+
+START_TEST(test_pool_relu_fold)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_POOL);
+	/* the CNN's (NCHW rows of 14 and 7: vectors of 8 and 4), odd sizes
+	 * dropping a row and a column, 2 windows a row (the scalar loop),
+	 * NHWC channels by 8 (the vector backward) and not, enough for the
+	 * threads */
+	static const int shapes[][4] = { { 2, 3, 28, 28 }, { 2, 16, 14, 14 }, { 1, 2, 9, 19 },
+					 { 2, 5, 10, 11 }, { 1, 3, 5, 4 }, { 1, 8, 6, 6 },
+					 { 8, 32, 32, 32 } };
+	for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+		for (int nhwc = 0; nhwc < 2; nhwc++)
+			for (int b = 0; b < 2; b++)
+				fold_case(&f, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], nhwc && !b,
+					  b ? KILN_BF16 : KILN_F32);
+	/* only where it is exact: the overlapping, padded windows (oneDNN's
+	 * kernel) refuse it, and the layer masks apart */
+	if (!strcmp(g_name, "cpu")) {
+		const struct pool_g q = { 2, 3, 13, 13, KILN_POOL_MAX, 3, 3, 2, 2, 1, 1, 0 };
+		struct kiln_op op;
+		void *plan = NULL;
+		pool_op(&op, 0, &q, 7, 7, 0);
+		op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+		ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_ENOTSUP);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- concat / split / reorder ----------------------------------------- */
 
 /* Concat parts of extents ext[0..k) along dim d of a [N,C,H,W] (or 2-d
@@ -836,6 +990,6 @@ START_TEST(test_reorder)
 END_TEST
 
 DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(conv_keep), DFX_CASE(conv_keep_bf16), DFX_CASE(pool),
-	     DFX_CASE(pool_rule),
+	     DFX_CASE(pool_rule), DFX_CASE(pool_relu_fold),
 	     DFX_CASE(concat_split),
 	     DFX_CASE(reorder));

@@ -78,10 +78,11 @@ grep -q '^fc1 ' "$tmp/p.1/profile.txt" || fail "fused profile has no fc1 row"
 grep -q '^relu1 ' "$tmp/p.0/profile.txt" || fail "unfused profile has no relu1 row"
 echo "ok: the fused run's profile has no ReLU op, the unfused one has"
 
-# conv -> relu -> maxpool: the fused ReLU's mask runs on the pooled output
-# (the pooling layer's relu_bwd, a quarter of the elements), not on the
-# conv's (plan.c relu_fold); the numbers are pair cnn's above, both layouts
-# (and bf16, whose activations fold the same way)
+# conv -> relu -> maxpool: the fused ReLU's mask is not taken on the conv's
+# output (plan.c relu_fold) but by the pooling: the CPU's 2x2 kernel (f32
+# in both layouts, bf16 in NCHW) keeps it in its forward's aux, no
+# relu_bwd at all (ABI 2.16, POOL with KILN_OPF_ACT).  The numbers are pair
+# cnn's above, both layouts.
 for lay in nchw nhwc bf16; do
 	case $lay in
 	bf16) set -- model.layout=nchw run.precision=bf16 ;;
@@ -89,13 +90,44 @@ for lay in nchw nhwc bf16; do
 	esac
 	# shellcheck disable=SC2086
 	kiln 0 train "$cnn" --profile $short "run.out_dir=$tmp/pc.$lay" run.fuse=1 run.profile_steps=0 "$@"
-	for p in pool1 pool2; do
-		grep -q "^$p  *relu_bwd " "$tmp/pc.$lay/profile.txt" || fail "$lay: $p does not mask (no relu_bwd)"
-	done
+	grep -q '^pool1  *pool_bwd ' "$tmp/pc.$lay/profile.txt" || fail "$lay: no pool1 backward in the profile"
+	! grep -q '^pool[12]  *relu_bwd ' "$tmp/pc.$lay/profile.txt" ||
+		fail "$lay: a pooling masks apart (relu_bwd), not in its aux"
 	! grep -q '^conv[12]  *relu_bwd ' "$tmp/pc.$lay/profile.txt" ||
 		fail "$lay: a conv still masks its whole output"
 done
-echo "ok: the CNN's ReLU masks run on the pooled outputs"
+echo "ok: the CNN's ReLU masks run in the poolings' aux"
+
+# the fold in the aux only where it is exact: overlapping, padded windows
+# (pool1, oneDNN's kernel, refuses it: the mask then runs on the pooled
+# output, a relu_bwd) and 2x2 windows that drop a row and a column (pool2,
+# 13 x 13: folded); fused and unfused agree, both layouts
+{
+	ini run seed=5
+	ini_fmnist path="$FM"
+	ini_layers conv1:conv:out=8:kernel=4 relu1:relu pool1:maxpool:kernel=3:stride=2:padding=1 \
+		conv2:conv:out=8:kernel=3:padding=1 relu2:relu pool2:maxpool:kernel=2 \
+		flat:flatten fc1:linear:out=10 loss:softmax_xent
+	ini train lr=0.05 momentum=0.9
+} > "$tmp/odd.ini"
+pair odd "$tmp/odd.ini"
+pair odd_nhwc "$tmp/odd.ini" model.layout=nhwc
+# the weights and momenta, every byte (the parameter gradients were the same)
+for label in cnn cnn_nhwc odd odd_nhwc; do
+	"$top_builddir/tests/ckpt_tool" same "$tmp/$label.0/checkpoints/ckpt-5.kiln" \
+		"$tmp/$label.1/checkpoints/ckpt-5.kiln" params optim.momentum ||
+		fail "$label: the fused run's weights differ from the unfused run's"
+done
+echo "ok: the fused and unfused CNNs' weights and momenta are the same bytes"
+for lay in nchw nhwc; do
+	# shellcheck disable=SC2086
+	kiln 0 train "$tmp/odd.ini" --profile $short "run.out_dir=$tmp/po.$lay" run.fuse=1 run.profile_steps=0 \
+		model.layout=$lay
+	grep -q '^pool1  *relu_bwd ' "$tmp/po.$lay/profile.txt" || fail "odd $lay: pool1 does not mask (no relu_bwd)"
+	! grep -q '^pool2  *relu_bwd ' "$tmp/po.$lay/profile.txt" || fail "odd $lay: pool2 masks apart"
+	! grep -q '^conv[12]  *relu_bwd ' "$tmp/po.$lay/profile.txt" || fail "odd $lay: a conv masks"
+done
+echo "ok: a 3x3/2 padded max pooling masks its output, the 2x2 one in its aux"
 
 kiln 0 memory "$mlp" run.fuse=1
 grep -q '^ *relu1 .*(view)' "$out" || fail "kiln memory: relu1 is not a view when fused"

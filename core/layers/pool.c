@@ -81,7 +81,9 @@ static void pool_op(struct kiln_op *op, const struct pool *s)
  * backward's mask, y > 0, taken on this max pooling's output y before the
  * pooling's backward (every input element the backward reaches holds its
  * window's maximum, y); the conv before then masks nothing.  The mask
- * reads y, so the output is kept for the backward. */
+ * reads y, so the output is kept for the backward.  Only where the device
+ * cannot keep the mask in the forward's aux itself (s->folded: POOL with
+ * KILN_OPF_ACT, ABI 2.16), which needs no pass and no kept y. */
 static kiln_status plan_fold(const struct kiln_host *h, struct kiln_layer *l,
 			     struct kiln_device *dev, size_t *w)
 {
@@ -101,6 +103,7 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 	struct kiln_op op;
 	kiln_status st;
 	size_t w = 0;
+	s->folded = 0;
 	/* training keeps the aux state for the backward; inference does not */
 	op_init(&op, KILN_OP_POOL, 1, 2);
 	op.in[0] = s->x, op.out[0] = s->y;
@@ -111,7 +114,18 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 		*ws = w;
 		return st;
 	}
-	if ((st = prep(h, l, dev, &op, &s->fwd, &w)))
+	const int fold = kiln_layer_relu_fold(l) == 2;
+	if (fold) { /* the ReLU's backward in the aux (ABI 2.16), where the device has it */
+		op.flags |= KILN_OPF_ACT;
+		op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+		st = prep(h, l, dev, &op, &s->fwd, &w);
+		op.flags &= ~KILN_OPF_ACT;
+		op.i[KILN_OPI_ACT] = 0;
+		if (st != KILN_ENOTSUP && st)
+			return st;
+		s->folded = !st;
+	}
+	if (!s->folded && (st = prep(h, l, dev, &op, &s->fwd, &w)))
 		return st;
 	op.n_out = 1;
 	if ((st = prep(h, l, dev, &op, &s->infer, &w)))
@@ -122,7 +136,7 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 	if ((st = prep(h, l, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
 		return st;
 	l->saved_bytes = h->device_aux_bytes(dev, s->fwd);
-	if (kiln_layer_relu_fold(l) == 2 && (st = plan_fold(h, l, dev, &w)))
+	if (fold && !s->folded && (st = plan_fold(h, l, dev, &w)))
 		return st;
 	/* [masked dy (the fold) | dx scratch | the ops' own] */
 	*ws = s->front + ALIGN64(s->dx_bytes) + w;

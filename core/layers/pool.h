@@ -18,6 +18,9 @@ struct pool {
 	 * workspace's first `front` bytes before the backward; NULL without */
 	void *mask;
 	size_t front;
+	/* the fold done by the device in the forward's aux (POOL with
+	 * KILN_OPF_ACT, ABI 2.16): no mask, no kept y */
+	int folded;
 };
 
 kiln_status pool_configure(const struct kiln_host *h, struct kiln_layer *l,

@@ -174,7 +174,15 @@ enum kiln_op_type {
 	 * aux_bytes member) for max pooling's backward, when aux_bytes > 0.
 	 * ABI 2.8: x and y may both be u8 for max pooling in inference
 	 * (n_out = 1): a chained INT8 model's activations (QCONV), pooled as
-	 * they are (max commutes with the positive scale: exact). */
+	 * they are (max commutes with the positive scale: exact).
+	 * ABI 2.16: a max POOL with out1 (training) may take KILN_OPF_ACT with
+	 * i[KILN_OPI_ACT] = KILN_ACT_RELU: x is a ReLU's output, and that
+	 * ReLU's backward is folded into the pooling's: POOL_BWD with this
+	 * aux writes pool_bwd(dy * (y > 0)), exactly, instead of pool_bwd(dy)
+	 * (every input a window's gradient reaches holds its maximum y).  out0
+	 * is the plain pooling's.  A device without it returns KILN_ENOTSUP
+	 * from prepare and the caller masks dy with RELU_BWD on y; devices
+	 * built before ABI 2.16 are never asked. */
 	KILN_OP_POOL = 19,
 	/* in0 dy, in1 aux (max; may be NULL for average), in2 x (forward input,
 	 * for devices without aux); out0 dx (overwritten).  A device whose
@@ -520,7 +528,9 @@ enum kiln_op_flags {
 	 * f[KILN_OPF_ACT_ALPHA] (KILN_OP_ACT's math), after the bias and before
 	 * any accumulation (not with KILN_OPF_ACCUMULATE).  On GEMM, CONV,
 	 * BN_TRAIN and BN_INFER (nn.Linear/Conv2d/BatchNorm2d followed by the
-	 * activation, one op).  On BN_BWD (ReLU only): one more input, in4 =
+	 * activation, one op).  On a training max POOL (ReLU only, ABI 2.16):
+	 * the ReLU before it, its backward folded into POOL_BWD (see
+	 * KILN_OP_POOL).  On BN_BWD (ReLU only): one more input, in4 =
 	 * the forward output y (after the ReLU), and dy is taken as
 	 * dy * (y > 0), the ReLU's backward folded in.  A device that cannot
 	 * fuse returns KILN_ENOTSUP from prepare and the caller runs the op and

@@ -103,9 +103,12 @@ extern "C" {
  *      that exports
  *      KILN_PROC_WEIGHTS_CHANGED, which the core calls when it wrote new
  *      bytes into weights such a plan reads; kiln_layer.frozen
- *      (docs/plugins.md "ABI 2.15"). */
+ *      (docs/plugins.md "ABI 2.15").
+ * 2.16: KILN_OPF_ACT (ReLU) on a training max POOL: the ReLU before the
+ *      pooling, its backward folded into POOL_BWD through the aux
+ *      (kiln/ops.h KILN_OP_POOL); the core asks no device built before. */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 15
+#define KILN_ABI_MINOR 16
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

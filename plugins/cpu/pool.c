@@ -72,6 +72,11 @@ MAX2_VEC_TYPES(8)
 MAX2_VEC_TYPES(4)
 #undef MAX2_VEC_TYPES
 
+/* The aux position of a window the folded ReLU cuts (no gradient), and
+ * lane-wise: k where pos (m > 0) is set, else MAX2_CUT */
+#define MAX2_CUT 4
+#define MAX2_CUT_IF(k, pos) (((k) & (pos)) | (MAX2_CUT & ~(pos)))
+
 /* lane-wise t ? a : b of float vectors a, b and a mask t of 0 / -1 lanes */
 #define MAX2_SEL(VF, VI, t, a, b) ((VF)(((VI)(a) & (t)) | ((VI)(b) & ~(t))))
 
@@ -82,9 +87,10 @@ MAX2_VEC_TYPES(4)
 #define MAX2_ROW_VEC(L, EVEN, ODD, LO, HI)                                              \
 	CPU_CLONES static void max2_row##L(float *restrict y, uint8_t *restrict w,    \
 					   const float *restrict r0,                    \
-					   const float *restrict r1, int64_t OW)        \
+					   const float *restrict r1, int64_t OW, int relu) \
 	{                                                                           \
 		const max2_i##L even = EVEN, odd = ODD;                             \
+		const max2_f##L fzero = { 0 };                                      \
 		for (int64_t j0 = 0; j0 < OW; j0 += L) {                            \
 			const int64_t j = j0 + L > OW ? OW - L : j0;                \
 			const max2_f##L a0 = *(const max2_f##L *)(r0 + 2 * j);      \
@@ -103,6 +109,8 @@ MAX2_VEC_TYPES(4)
 			}                                                           \
 			*(max2_f##L *)(y + j) = m;                                  \
 			if (w) {                                                    \
+				if (relu) /* not > 0 (NaN too): MAX2_CUT */         \
+					k = MAX2_CUT_IF(k, m > fzero);              \
 				const max2_b##L kb = __builtin_convertvector(k, max2_b##L); \
 				memcpy(w + j, &kb, L);                              \
 			}                                                           \
@@ -163,13 +171,13 @@ CPU_CLONES static void max2_bwd_nhwc8(float *restrict d0, float *restrict d1, co
 
 /* one output row of OW windows of C channels from input rows r0, r1 */
 CPU_CLONES static void max2_row(float *restrict y, uint8_t *restrict w, const float *restrict r0,
-				const float *restrict r1, int64_t OW, int64_t C)
+				const float *restrict r1, int64_t OW, int64_t C, int relu)
 {
 	if (C == 1 && w) {
 #pragma omp simd
 		for (int64_t j = 0; j < OW; j++) {
 			MAX2_WINDOW(r0, r1, 2 * j, 1, m, k)
-			y[j] = m, w[j] = (uint8_t)k;
+			y[j] = m, w[j] = (uint8_t)(relu && !(m > 0.0f) ? MAX2_CUT : k);
 		}
 	} else if (C == 1) {
 #pragma omp simd
@@ -187,7 +195,7 @@ CPU_CLONES static void max2_row(float *restrict y, uint8_t *restrict w, const fl
 #pragma omp simd
 				for (int64_t c = 0; c < C; c++) {
 					MAX2_WINDOW(x0, x1, c, C, m, k)
-					yj[c] = m, wj[c] = (uint8_t)k;
+					yj[c] = m, wj[c] = (uint8_t)(relu && !(m > 0.0f) ? MAX2_CUT : k);
 				}
 			} else {
 #pragma omp simd
@@ -249,15 +257,20 @@ static void max2_prefetch(const float *x, int64_t r, int64_t H, int64_t W, int64
 }
 
 /* one output row y (aux w or NULL) from input rows x0, x1: the vector
- * kernel that fits */
-static void max2_fwd_rows(float *y, uint8_t *w, const float *x0, const float *x1, int64_t OW, int64_t C)
+ * kernel that fits.  relu (KILN_OPF_ACT, kiln/ops.h: the ReLU before the
+ * pooling, its backward folded in): a window whose maximum is not > 0
+ * gets aux position MAX2_CUT, which no backward kernel matches, so it
+ * passes no gradient: POOL_BWD then computes pool_bwd(dy * (y > 0)), the
+ * zeros and the copies of the separate mask's pass bit for bit. */
+static void max2_fwd_rows(float *y, uint8_t *w, const float *x0, const float *x1, int64_t OW, int64_t C,
+			  int relu)
 {
 	if (C == 1 && OW >= 8)
-		max2_row8(y, w, x0, x1, OW);
+		max2_row8(y, w, x0, x1, OW, relu);
 	else if (C == 1 && OW >= 4)
-		max2_row4(y, w, x0, x1, OW);
+		max2_row4(y, w, x0, x1, OW, relu);
 	else
-		max2_row(y, w, x0, x1, OW, C);
+		max2_row(y, w, x0, x1, OW, C, relu);
 }
 
 /* input rows d0, d1 (their 2 * OW * C windowed values) from the output
@@ -277,7 +290,7 @@ static void max2_bwd_rows(float *d0, float *d1, const float *dy, const uint8_t *
 static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			    struct cpu_err *e)
 {
-	const int bwd = p->op.type == KILN_OP_POOL_BWD;
+	const int bwd = p->op.type == KILN_OP_POOL_BWD, relu = !!(p->op.flags & KILN_OPF_ACT);
 	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
 	const int64_t W = p->sz[2] * C; /* floats of an input row */
 	(void)e;
@@ -291,7 +304,7 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 			if (r + 1 < P * OH)
 				max2_prefetch((const float *)a->in[0], r + 1, H, W, OH);
 			uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo : NULL;
-			max2_fwd_rows(y, w, x, x + W, OW, C);
+			max2_fwd_rows(y, w, x, x + W, OW, C, relu);
 			continue;
 		}
 		float *dx = (float *)a->out[0] + xo;
@@ -347,7 +360,7 @@ CPU_CLONES static void max2_narrow(uint16_t *restrict y, const float *restrict x
 static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
 				 struct cpu_err *e)
 {
-	const int bwd = p->op.type == KILN_OP_POOL_BWD;
+	const int bwd = p->op.type == KILN_OP_POOL_BWD, relu = !!(p->op.flags & KILN_OPF_ACT);
 	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
 	const int64_t W = p->sz[2] * C, R = p->sz[7], nb = (OH + R - 1) / R;
 	const int64_t Y = OW * C; /* values of an output row */
@@ -366,7 +379,8 @@ static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_
 				max2_widen(xr, (const uint16_t *)a->in[0] + xo, 2 * n * W);
 				for (int64_t i = 0; i < n; i++) {
 					uint8_t *w = p->aux ? (uint8_t *)a->out[1] + yo + i * Y : NULL;
-					max2_fwd_rows(yr + i * Y, w, xr + 2 * i * W, xr + (2 * i + 1) * W, OW, C);
+					max2_fwd_rows(yr + i * Y, w, xr + 2 * i * W, xr + (2 * i + 1) * W, OW, C,
+						      relu);
 				}
 				max2_narrow((uint16_t *)a->out[0] + yo, yr, n * Y);
 				continue;
@@ -393,6 +407,9 @@ static kiln_status max2_run_bf16(const struct cpu_plan *p, const struct kiln_op_
  * backward, docs/PERFORMANCE.md, "Session 12"). */
 static int max2_fits(const struct kiln_op *op, const struct kiln_tensor_desc *x)
 {
+	if ((op->flags & KILN_OPF_ACT) && (op->type != KILN_OP_POOL || op->n_out != 2 ||
+					   op->i[KILN_OPI_ACT] != KILN_ACT_RELU))
+		return 0;
 	return op->i[0] == KILN_POOL_MAX && op->i[1] == 2 && op->i[2] == 2 && op->i[3] == 2 &&
 	       op->i[4] == 2 && !op->i[5] && !op->i[6] && (x->dtype == KILN_F32 || (x->dtype == KILN_BF16 && !cpu_nhwc(x))) &&
 	       !(op->flags & KILN_OPF_ACCUMULATE);
@@ -418,10 +435,10 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 	}
 	p->n_in = bwd ? 2 : 1;
 	p->n_out = !bwd && p->aux ? 2 : 1;
-	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 %s x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes",
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 %s x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes%s",
 		     cpu_op_name(p->op.type), x->dtype == KILN_BF16 ? "bf16" : "f32", (long long)x->dims[0],
 		     (long long)x->dims[1], (long long)x->dims[2], (long long)x->dims[3],
-		     nhwc ? "NHWC" : "NCHW", p->aux);
+		     nhwc ? "NHWC" : "NCHW", p->aux, (p->op.flags & KILN_OPF_ACT) ? ", the ReLU's mask in it" : "");
 	return KILN_OK;
 }
 
@@ -455,6 +472,9 @@ kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const int64_t OH = y->dims[2], OW = y->dims[3];
 	if (max2_fits(op, x))
 		return max2_prepare(c, p, x, y);
+	if (op->flags & KILN_OPF_ACT)
+		return cpu_bad(c, op, KILN_ENOTSUP,
+			       "a ReLU folded into the pooling (KILN_OPF_ACT): max 2x2/2 without padding, f32 or NCHW bf16 only");
 	const int max = kind == KILN_POOL_MAX;
 	const int training = max && (bwd || op->n_out == 2);
 	if ((st = cpu_dnn_new(c, p)))
