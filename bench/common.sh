@@ -4,6 +4,15 @@
 #   usage                  the script's header comment as help; exit 2
 #   bench_tmpdir NAME      TMP, a scratch directory kiln-NAME.XXXXXX removed
 #                          on exit (and on INT / TERM, with 130 / 143)
+#   XDG_CACHE_HOME         set on sourcing, unless the caller set it: kiln's
+#                          caches (the CPU tune cache, inflated IDX data, the
+#                          plugin probe) in BENCH_CACHE, a directory of this
+#                          script run's own, shared by its runs (the first
+#                          tunes, the later ones find it warm), never the
+#                          user's ~/.cache
+#   bench_cache_rm         removes BENCH_CACHE: the exit traps of common.sh and
+#                          bench_tmpdir call it; a script that sets an EXIT
+#                          trap of its own calls it there
 #   json_line              the last JSON line on stdin with "train_samples_per_s"
 #   median_field FILE KEY  median of KEY over FILE's JSON lines that have it
 #   field KEY              the last number logged as "KEY": on stdin
@@ -34,9 +43,22 @@ usage() {
     exit 2
 }
 
+# A benchmark's timings, taken under whatever load the machine has, must not
+# become the user's tune cache, nor the user's cache decide the benchmark's
+# (session 16).  To measure on a warm cache of one's own, set XDG_CACHE_HOME.
+bench_cache_rm() {
+    [ -z "${BENCH_CACHE:-}" ] || rm -rf "$BENCH_CACHE"
+}
+if [ -z "${XDG_CACHE_HOME:-}" ]; then
+    BENCH_CACHE=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-cache.XXXXXX")
+    XDG_CACHE_HOME=$BENCH_CACHE
+    export XDG_CACHE_HOME
+    trap 'bench_cache_rm' EXIT
+fi
+
 bench_tmpdir() {
     TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$1.XXXXXX")
-    trap 'rm -rf "$TMP"' EXIT
+    trap 'rm -rf "$TMP"; bench_cache_rm' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
 }

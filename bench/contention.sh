@@ -137,6 +137,7 @@ cleanup() {
             echo "contention.sh: cgroup $CG not removed (a process still in it?): rmdir its leaves and it" >&2
     fi
     rm -rf "$TMP"
+    bench_cache_rm
 }
 trap cleanup EXIT
 

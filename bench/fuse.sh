@@ -27,7 +27,7 @@ KILN=${KILN:-./kiln}
 real_kiln
 HERE=$(dirname "$0")
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp"; bench_cache_rm' EXIT
 # the CNN with a batchnorm before each ReLU (conv -> bn -> relu fuses to
 # conv, bn+relu)
 sed -e 's/^\[layer.relu1\]/[layer.bn1]\ntype = batchnorm\n[layer.relu1]/' \

@@ -120,7 +120,7 @@ if [ "${1:-}" = --suite ]; then
     fi
     SUITE_SUMMARY=$(mktemp "${TMPDIR:-/tmp}/kiln-gpt-suite.XXXXXX")
     export SUITE_SUMMARY
-    trap 'rm -f "$SUITE_SUMMARY"' EXIT
+    trap 'rm -f "$SUITE_SUMMARY"; bench_cache_rm' EXIT
     for p in fp32 bf16; do
         for sh in $SHAPES; do
             rc=

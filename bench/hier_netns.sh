@@ -42,6 +42,7 @@ bad() { echo "bench/hier_netns.sh: $*" >&2; failed=1; }
 failed=0
 . "$srcdir/tests/netns_lib.sh"
 trap 'net_down; rm -rf "$tmp"' EXIT
+export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$tmp/cache}" # not the user's (bench/common.sh)
 
 world=$((hosts * nproc))
 ini="$tmp/mlp.ini"

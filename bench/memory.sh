@@ -41,7 +41,7 @@ done
 real_kiln # time the binary itself, not libtool's wrapper
 calc() { awk "BEGIN { print $1 }"; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-mem.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp"; bench_cache_rm' EXIT
 
 if [ $DO_REC = 1 ]; then
 	deep=examples/fashion_mnist_resnet_deep.ini

@@ -41,6 +41,7 @@ kiln="$b/kiln"
 root=; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$tmp/cache}" # not the user's (bench/common.sh)
 port=$(( 30000 + $$ % 20000 ))
 # the rendezvous store's secret, shared by the ranks mpirun starts
 export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}

@@ -91,7 +91,7 @@ KILN=${KILN:-./kiln}
 . "$(dirname "$0")/common.sh" # real_kiln: time the binary, not libtool's wrapper
 real_kiln
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp"; bench_cache_rm' EXIT
 . "$(dirname "$0")/../tests/config_lib.sh"
 MODEL=${MODEL:-blocks}
 {

@@ -68,7 +68,7 @@ real_kiln
 DATA=${DATA:-data/gpt_char}
 INI=${INI:-examples/gpt_char_split.ini}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-pipegpt.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp"; bench_cache_rm' EXIT
 [ -f "$DATA/train-000000.bin" ] || KILN="$KILN" scripts/make-gpt-char-data "$DATA" > /dev/null
 port=${KILN_MASTER_PORT:-29547}
 # run NAME CMD...: one training run of N steps (default STEPS), its log in

@@ -62,6 +62,10 @@ A=$(pwd)
 B=${B:-/work/main}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# kiln's caches (the CPU tune cache: its timings under this run's load) in
+# the scratch directory, shared by this script's runs, not the user's
+# ~/.cache (bench/common.sh's rule), unless the caller set XDG_CACHE_HOME
+export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$tmp/cache}"
 export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
 . "$(dirname "$0")/../tests/config_lib.sh"
 {

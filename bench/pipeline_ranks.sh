@@ -26,7 +26,7 @@ KILN=${KILN:-$b/kiln}
 real_kiln
 kiln=$KILN
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp"; bench_cache_rm' EXIT
 export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')}
 . "$b/tests/config_lib.sh"
 {

@@ -64,6 +64,7 @@ struct rank_msg {
 	 * rsend where rpaired (rank_sendrecv) */
 	int rfrom, rto, rpaired;
 	uint64_t rtag, rsend;
+	void *rstream; /* the stage's stream it was marked on (recv_failed_other) */
 };
 
 struct kiln_pipe_rank {
@@ -116,16 +117,41 @@ static const char *tag_name(uint64_t tag, char *buf, size_t n)
 	return buf;
 }
 
-/* Whether a receive other than own (NULL: any) started on the stage's
- * stream and has not finished (R->marks): a failure that a call on that
- * stream reports then is, in all likelihood, that receive's (the stream
- * stopped at it), which kiln_pipe_rank_explain names rather than the
- * call's own hand-off. */
-static int recv_open_other(struct kiln_pipe_rank *R, const struct rank_msg *own)
+static kiln_status probe_ok(void *arg)
+{
+	(void)arg;
+	return KILN_OK;
+}
+
+/* Whether stream has failed: an enqueue on a stream that stopped at a
+ * failure reports it (a no-op host function, on the failure path alone).
+ * The calling thread's message is kept: the probe's is dropped. */
+static int stream_failed(struct kiln_pipe_rank *R, void *stream)
+{
+	char keep[1024];
+	snprintf(keep, sizeof keep, "%s", kiln_last_error());
+	const kiln_status st = kiln_device_host_fn(R->dev, stream, probe_ok, NULL);
+	if (st)
+		kiln_error(st, "%s", keep);
+	return st != KILN_OK;
+}
+
+/* 1 + the slot of a receive other than own (NULL: any) that started on
+ * the stage's stream (R->marks), did not finish, and whose stream has
+ * failed; 0 none.  A failure that a call reports then is, in all
+ * likelihood, that receive's (the stream stopped at it), which
+ * kiln_pipe_rank_explain names rather than the call's own hand-off.  A
+ * receive still under way (its stream not failed: waiting for its peer)
+ * is not blamed for a failure that came from elsewhere. */
+static int recv_failed_other(struct kiln_pipe_rank *R, const struct rank_msg *own)
 {
 	const int o = atomic_load_explicit(&R->recv_open, memory_order_acquire);
-	return o > 0 && (!own || o != (int)(own - R->msg) + 1);
+	if (o <= 0 || o > R->n || (own && o == (int)(own - R->msg) + 1))
+		return 0;
+	return stream_failed(R, R->msg[o - 1].rstream) ? o : 0;
 }
+
+static kiln_status explain_open(struct kiln_pipe_rank *R, kiln_status st, int open);
 
 /* A failed send from stage `from` (this rank's) to stage `to` of message
  * `tag`, named by stage, world rank and the message's place in the step
@@ -144,8 +170,9 @@ static kiln_status send_failed(struct kiln_pipe_rank *R, kiln_status st, int fro
 	char what[96];
 	if (!on_stream && atomic_load_explicit(&R->send_named, memory_order_acquire))
 		return st;
-	if (!on_stream && recv_open_other(R, NULL))
-		return kiln_pipe_rank_explain(R, st);
+	int open;
+	if (!on_stream && (open = recv_failed_other(R, NULL)))
+		return explain_open(R, st, open);
 	st = kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending %s to stage %d (rank %d)",
 			     from, R->world_of[from], tag_name(tag, what, sizeof what), to,
 			     R->world_of[to]);
@@ -277,6 +304,7 @@ static struct rank_msg *recv_mark(struct kiln_pipe_rank *R, int from, int to, ui
 	if (!g)
 		return NULL;
 	g->rfrom = from, g->rto = to, g->rtag = tag, g->rpaired = paired, g->rsend = stag;
+	g->rstream = stream;
 	return kiln_device_host_fn(R->dev, stream, recv_mark_begin, g) ? NULL : g;
 }
 
@@ -289,8 +317,9 @@ static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *bu
 	kiln_status st = R->ops->recv(R->comm, buf, bytes, KILN_U8, R->rank_of[from], stream, NULL);
 	if (!st && g)
 		st = kiln_device_host_fn(R->dev, stream, recv_mark_end, g);
-	if (st && recv_open_other(R, rank_slot(R, tag)))
-		return kiln_pipe_rank_explain(R, st);
+	int open;
+	if (st && (open = recv_failed_other(R, rank_slot(R, tag))))
+		return explain_open(R, st, open);
 	if (st)
 		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving %s (%zu bytes) from stage %d (rank %d)",
 				       to, R->world_of[to], tag_name(tag, what, sizeof what), bytes,
@@ -325,8 +354,9 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 			      R->rank_of[peer], KILN_U8, stream, NULL);
 	if (!st && g)
 		st = kiln_device_host_fn(R->dev, stream, recv_mark_end, g);
-	if (st && recv_open_other(R, rank_slot(R, rtag)))
-		return kiln_pipe_rank_explain(R, st);
+	int open;
+	if (st && (open = recv_failed_other(R, rank_slot(R, rtag))))
+		return explain_open(R, st, open);
 	if (st)
 		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) sending %s to and receiving %s from stage %d (rank %d)",
 				       me, R->world_of[me], tag_name(stag, sw, sizeof sw),
@@ -417,8 +447,9 @@ kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream)
 		st = kiln_device_stream_wait(R->dev, stream, R->flushed);
 	/* (a send's failure on the send stream named itself: send_failed;
 	 * another, an enqueued send's or recv's, is the communicator's) */
-	if (st && recv_open_other(R, NULL))
-		st = kiln_pipe_rank_explain(R, st);
+	int open = st ? recv_failed_other(R, NULL) : 0;
+	if (open)
+		st = explain_open(R, st, open);
 	else if (st && !atomic_load_explicit(&R->send_named, memory_order_acquire))
 		st = kiln_error_wrap(st, "pipeline: stage %d (rank %d): at the step's end, its hand-offs with stages on ranks %s",
 				     R->mine, R->world_of[R->mine], R->peers);
@@ -427,9 +458,13 @@ kiln_status kiln_pipe_rank_flush(struct kiln_pipe_rank *R, void *stream)
 
 kiln_status kiln_pipe_rank_explain(struct kiln_pipe_rank *R, kiln_status st)
 {
-	const int open = R ? atomic_load_explicit(&R->recv_open, memory_order_acquire) : 0;
-	if (!st || open <= 0 || open > R->n)
-		return st;
+	const int open = R && st ? recv_failed_other(R, NULL) : 0;
+	return open ? explain_open(R, st, open) : st;
+}
+
+/* st wrapped with the receive in slot open - 1 (recv_failed_other's). */
+static kiln_status explain_open(struct kiln_pipe_rank *R, kiln_status st, int open)
+{
 	const struct rank_msg *g = &R->msg[open - 1];
 	char what[96], named[128], sent[128] = "";
 	tag_name(g->rtag, what, sizeof what);

@@ -153,7 +153,9 @@ kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, con
 /* st (a failure reported after the hand-offs were enqueued: a sync's)
  * wrapped with the receive that started on the stage's stream and did not
  * finish, by stage, world rank, micro-batch and crossing tensor, where
- * one did and the message does not name it already; else st as it is.
+ * one did, that stream has failed (it stopped at the receive: a receive
+ * still waiting for its peer is not blamed for a failure from elsewhere)
+ * and the message does not name it already; else st as it is.
  * Receives are marked on a device whose memory is the host's and which
  * runs host functions (the CPU) alone: elsewhere st as it is.  NULL R:
  * st. */
@@ -337,8 +339,9 @@ kiln_status kiln_pipe_report(struct kiln_pipe *pp);
  * were enqueued (a failed sync: a receive that fails on the stage's
  * stream's worker comes back there, in the communicator's words alone),
  * wrapped with the receive that started and did not finish (stage,
- * its peer's world rank, micro-batch, crossing tensor); else (one
- * process, no receive open, or one already named) st as it is
+ * its peer's world rank, micro-batch, crossing tensor) where the stage's
+ * stream failed at it; else (one process, no receive open, one still
+ * under way, or one already named) st as it is
  * (kiln_pipe_rank_explain).  NULL pp: st. */
 kiln_status kiln_pipe_explain(struct kiln_pipe *pp, kiln_status st);
 void kiln_pipe_free(struct kiln_pipe *pp);

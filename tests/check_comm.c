@@ -229,16 +229,21 @@ static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 	TRY(kiln_device_stream_create(e->dev, &e->s));
 	TRY(kiln_device_event_create(e->dev, &e->done));
 	if (R == 0) {
-		TRY(kiln_store_open("127.0.0.1", 0, 1, 0, W, 10000, &e->store));
-		int pt = kiln_store_port(e->store);
+		int pt = 0; /* (0 on a failure: the other ranks stop waiting) */
+		if (kiln_store_open("127.0.0.1", 0, 1, 0, W, 10000, &e->store) == KILN_OK)
+			pt = kiln_store_port(e->store);
+		else
+			snprintf(r->err, sizeof r->err, "rank 0: kiln_store_open: %s", kiln_last_error());
 		for (int k = 1; k < W; k++)
 			if (write(port_pipe[1], &pt, sizeof pt) != sizeof pt) {
 				snprintf(r->err, sizeof r->err, "rank 0: cannot pass the port");
 				return -1;
 			}
+		if (!pt)
+			return -1;
 	} else {
 		int pt = 0;
-		if (read(port_pipe[0], &pt, sizeof pt) != sizeof pt) {
+		if (read(port_pipe[0], &pt, sizeof pt) != sizeof pt || !pt) {
 			snprintf(r->err, sizeof r->err, "rank %d: no port from rank 0", R);
 			return -1;
 		}

@@ -144,10 +144,25 @@ static void check_cache_env(void)
 	setenv("XDG_CACHE_HOME", dir, 1);
 }
 
+/* The rendezvous store's shared secret (core/store.h), which every
+ * process of a suite that starts ranks itself must present: `make check`
+ * exports the suite's own (tests/local.mk); a suite run by hand gets the
+ * same one unless the caller set KILN_STORE_TOKEN or
+ * KILN_STORE_TOKEN_FILE.  (Without it rank 0 could not open its store:
+ * tests/check_comm's ranks then waited for its port until Check's
+ * timeout killed them.)  Tests only: a fixed token guards nothing. */
+static void check_store_env(void)
+{
+	const char *v = getenv("KILN_STORE_TOKEN"), *f = getenv("KILN_STORE_TOKEN_FILE");
+	if (!(v && *v) && !(f && *f))
+		setenv("KILN_STORE_TOKEN", "kiln-tests-0123456789abcdef", 1);
+}
+
 static int check_main_run(void)
 {
 	const struct check_main *m = &check_suite;
 	check_cache_env();
+	check_store_env();
 	if (m->omp_passive)
 		common_omp_env_defaults(); /* kiln's rule */
 	if (m->own_plugin_path)

@@ -9,6 +9,7 @@
 #include "test_util.h"
 #include <kiln/kiln.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "dist.h" /* kiln_device_host_fn */
 #include "graph.h"
@@ -959,6 +960,75 @@ START_TEST(test_explain_recv)
 }
 END_TEST
 
+/* ---- an unrelated failure while a receive is under way (session 16):
+ * stage 1's first receive holds its stream's worker (waiting for its
+ * peer, not failed) when the step's first send fails at its enqueue.
+ * The send is named, not the receive: a receive is blamed only where
+ * its stream stopped at it. */
+static atomic_int ub_started, ub_release;
+
+static kiln_status ub_wait(void *arg)
+{
+	(void)arg;
+	atomic_store(&ub_started, 1);
+	for (int i = 0; i < 20000 && !atomic_load(&ub_release); i++) /* <= 20 s */
+		usleep(1000);
+	return KILN_OK;
+}
+
+static kiln_status ub_recv(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
+			   void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)done;
+	return ++xr_n == 1 ? kiln_device_host_fn(plog.dev, stream, ub_wait, NULL) : KILN_OK;
+}
+
+static kiln_status ub_send(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			   void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)stream, (void)done;
+	/* (the receive under way on the worker first) */
+	for (int i = 0; i < 20000 && !atomic_load(&ub_started); i++)
+		usleep(1000);
+	return kiln_error(KILN_EIO, "fake: send to rank 0: link down");
+}
+
+START_TEST(test_explain_unrelated)
+{
+	struct seed_rig r;
+	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
+			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+			 "[layer.loss]\ntype = softmax_xent\n", "sendrecv = 0\n[plugin.cpu]\nasync = 1\n");
+	struct kiln_comm_ops ops = { .version = 7, .send = ub_send, .recv = ub_recv,
+				     .sendrecv = xr_sendrecv };
+	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
+	struct kiln_pipe *pp;
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", 1, rank_of, world_of));
+	memset(&plog, 0, sizeof plog);
+	plog.dev = r.dev;
+	xr_n = 0;
+	atomic_store(&ub_started, 0);
+	atomic_store(&ub_release, 0);
+	kiln_status st = kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics);
+	ck_assert_int_eq(st, KILN_EIO);
+	ck_assert_int_eq(atomic_load(&ub_started), 1);
+	ck_assert_int_eq(kiln_pipe_explain(pp, st), KILN_EIO);
+	char msg[1024];
+	snprintf(msg, sizeof msg, "%s", kiln_last_error());
+	atomic_store(&ub_release, 1);
+	kiln_device_stream_sync(r.dev, r.stream);
+	kiln_pipe_free(pp);
+	seed_close(&r);
+	ck_assert_msg(count_of(msg, "pipeline: stage 1 (rank 3) sending micro-batch 0, crossing tensor 0 (its gradient, backward) to stage 0 (rank 2): ") == 1 &&
+			      count_of(msg, "pipeline: ") == 1 && !strstr(msg, "receiving") &&
+			      count_of(msg, "fake: send to rank 0: link down") == 1,
+		      "%s", msg);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -973,7 +1043,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
-	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, NULL });
+	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, test_explain_unrelated, NULL });
 	return s;
 }
 

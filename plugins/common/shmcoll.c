@@ -45,29 +45,6 @@ void shmcoll_name_world(struct shmcoll *s, const int *world_of)
 	s->world_of = world_of;
 }
 
-const char *shm_name_me(char *buf, size_t n, const char *who, const int *world_of, int rank,
-			int world)
-{
-	const char *sep = who ? ": " : "";
-	if (!who)
-		who = "";
-	if (world_of)
-		snprintf(buf, n, "%s%sworld rank %d (rank %d of %d of a split)", who, sep, world_of[rank],
-			 rank, world);
-	else
-		snprintf(buf, n, "%s%srank %d of %d", who, sep, rank, world);
-	return buf;
-}
-
-const char *shm_name_peer(char *buf, size_t n, const int *world_of, int r)
-{
-	if (world_of && r >= 0)
-		snprintf(buf, n, "world rank %d", world_of[r]);
-	else
-		snprintf(buf, n, "rank %d", r);
-	return buf;
-}
-
 void shmcoll_watch(struct shmcoll *s, int (*lost)(void *arg), void *arg)
 {
 	s->lost = lost;

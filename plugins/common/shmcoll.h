@@ -38,6 +38,7 @@
 #define KILN_PLUGINS_COMMON_SHMCOLL_H
 
 #include <kiln/plugin.h>
+#include "rank_name.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -232,13 +233,7 @@ void shmcoll_region(struct shmcoll *s, void *const *base, size_t bytes);
  * the world's. */
 void shmcoll_name_world(struct shmcoll *s, const int *world_of);
 
-/* For messages (shmcoll's, shmp2p's, kiln-mpi's): "WHO: rank R of W", or
- * for a split (world_of not NULL) "WHO: world rank X (rank R of W of a
- * split)" (who NULL: without "WHO: "); and a peer: "rank P" or "world
- * rank X". */
-const char *shm_name_me(char *buf, size_t n, const char *who, const int *world_of, int rank,
-			int world);
-const char *shm_name_peer(char *buf, size_t n, const int *world_of, int r);
+/* For messages: shm_name_me and shm_name_peer (rank_name.h, included above). */
 
 /* Give the waits a liveness check: a wait that has lasted SHMCOLL_LOST_NS
  * calls lost(arg), and again every SHMCOLL_LOST_NS, on the waiting thread;

@@ -570,15 +570,22 @@ CPU_CLONES static double sumsq_span(const float *g, int64_t n, float mul)
 {
 	/* f32 lanes over blocks of 1024 (vectorised), blocks summed in double:
 	 * the order is fixed by n alone.  Each element is multiplied by `mul`
-	 * (UNSCALE's 1/s; 1 is exact) before squaring. */
+	 * (UNSCALE's 1/s) before squaring; GRAD_CLIP's mul = 1 skips the
+	 * multiply (g * 1 is g exactly: the same sums bit for bit). */
 	double acc = 0;
 	for (int64_t b = 0; b < n; b += 1024) {
 		const int64_t e = b + 1024 < n ? b + 1024 : n;
 		float part = 0;
+		if (mul == 1.0f) {
 #pragma omp simd reduction(+ : part)
-		for (int64_t i = b; i < e; i++) {
-			const float v = g[i] * mul;
-			part += v * v;
+			for (int64_t i = b; i < e; i++)
+				part += g[i] * g[i];
+		} else {
+#pragma omp simd reduction(+ : part)
+			for (int64_t i = b; i < e; i++) {
+				const float v = g[i] * mul;
+				part += v * v;
+			}
 		}
 		acc += part;
 	}

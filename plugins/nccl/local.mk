@@ -3,7 +3,7 @@
 if BUILD_NCCL
 pkglib_LTLIBRARIES += plugins/kiln-nccl.la
 plugins_kiln_nccl_la_SOURCES = plugins/nccl/nccl.c plugins/common/watchdog.c plugins/common/watchdog.h \
-	plugins/common/comm_init.h
+	plugins/common/comm_init.h plugins/common/rank_name.h
 plugins_kiln_nccl_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 plugins_kiln_nccl_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS)
 plugins_kiln_nccl_la_LDFLAGS = $(PLUGIN_LDFLAGS)

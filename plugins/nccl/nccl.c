@@ -34,6 +34,7 @@
 #include <kiln/plugin.h>
 
 #include "../common/comm_init.h"
+#include "../common/rank_name.h"
 #include "../common/watchdog.h"
 
 #include <cuda_runtime_api.h>
@@ -88,15 +89,16 @@ static int wrank(const struct nccl_comm *c, int r)
 }
 
 /* this rank, for messages: "rank R of W", or on a split's communicator
- * "world rank X (rank R of W of a split)" */
+ * "world rank X (rank R of W of a split)" (rank_name.h) */
 static const char *me_name(const struct nccl_comm *c, char *buf, size_t n)
 {
-	if (c->world_of)
-		snprintf(buf, n, "world rank %d (rank %d of %d of a split)", wrank(c, c->rank), c->rank,
-			 c->world);
-	else
-		snprintf(buf, n, "rank %d of %d", c->rank, c->world);
-	return buf;
+	return shm_name_me(buf, n, NULL, c->world_of, c->rank, c->world);
+}
+
+/* a peer, for messages: "rank P" or "world rank X" (rank_name.h) */
+static const char *peer_name(const struct nccl_comm *c, int r, char *buf, size_t n)
+{
+	return shm_name_peer(buf, n, r < c->world ? c->world_of : NULL, r);
 }
 
 /* a point-to-point call's peers, for messages: " with rank P" (or
@@ -104,11 +106,12 @@ static const char *me_name(const struct nccl_comm *c, char *buf, size_t n)
 static const char *peers_named(const struct nccl_comm *c, int peer, int peer2, char *buf,
 			       size_t n)
 {
-	const char *w = c->world_of ? "world " : "";
+	char a[24], b[24]; /* "world rank -2147483648" */
 	if (peer >= 0 && peer2 >= 0 && peer2 != peer)
-		snprintf(buf, n, " with %srank %d and %srank %d", w, wrank(c, peer), w, wrank(c, peer2));
+		snprintf(buf, n, " with %s and %s", peer_name(c, peer, a, sizeof a),
+			 peer_name(c, peer2, b, sizeof b));
 	else if (peer >= 0 || peer2 >= 0)
-		snprintf(buf, n, " with %srank %d", w, wrank(c, peer >= 0 ? peer : peer2));
+		snprintf(buf, n, " with %s", peer_name(c, peer >= 0 ? peer : peer2, a, sizeof a));
 	else
 		buf[0] = 0;
 	return buf;
