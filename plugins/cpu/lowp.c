@@ -153,6 +153,11 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 	for (int i = 0; i < op->n_in; i++) {
 		if (p->lp_off[i] < 0 || !a->in[i])
 			continue;
+		const float *k = cpu_wc_get(p->wc, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]));
+		if (k) { /* a weight widened by an earlier run (wcache.c) */
+			b.in[i] = k;
+			continue;
+		}
 		float *t = (float *)(ws + p->lp_off[i]);
 		cv[n_cv++] = (struct lp_cvt){ t, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]) };
 		b.in[i] = t;
@@ -253,6 +258,8 @@ kiln_status cpu_lowp_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	if (op->type == KILN_OP_SPLIT)
 		p->lp_pre |= (int)op->i[1];
 	p->inner = q;
+	if (op->type == KILN_OP_GEMM || op->type == KILN_OP_CONV || op->type == KILN_OP_CONV_BWD_DATA)
+		p->wc = c->wc;
 	p->workspace = off;
 	p->aux = q->aux;
 	p->n_in = q->n_in;
