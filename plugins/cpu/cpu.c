@@ -67,7 +67,7 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 	e->st = KILN_OK;
 	e->msg[0] = 0;
 	const kiln_status st = p->kernel(p, a, e);
-	cpu_wc_ran(c->wc, p, a); /* (a failed op may have written some) */
+	cpu_wc_ran(p, a); /* (a failed op may have written some) */
 	return st;
 }
 
@@ -448,9 +448,8 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 
 static void cpu_free(void *ctx, void *ptr)
 {
-	struct cpu_ctx *c = ctx;
 	cpu_split_quiesce(ctx); /* a late helper may still read it */
-	cpu_wc_wrote_any(c->wc, 1);
+	cpu_wc_wrote_any(1);
 	free(ptr);
 }
 

@@ -362,8 +362,9 @@ void cpu_plan_release(struct cpu_plan *p);
 
 /* ---- wcache.c: widened weights kept between runs (AVX2 bf16) ---- */
 struct cpu_wcache;
-/* A cache, or NULL where oneDNN has bf16 kernels (cpu_dnn_bf16_native) or
- * memory is short; cpu_wc_close frees it (logs its use at debug). */
+/* The process's cache (one per process, counted per context), or NULL
+ * where oneDNN has bf16 kernels (cpu_dnn_bf16_native) or memory is short;
+ * the last cpu_wc_close frees it (logs its use at debug). */
 struct cpu_wcache *cpu_wc_open(void);
 void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host);
 /* The f32 copy of weight src (n elements of bf16/f16 dtype), widened now
@@ -373,12 +374,12 @@ void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host);
 const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n);
 /* After p ran with a: its outputs were written (copies overlapping them
  * stale), and an optimizer's bf16/f16 last output is a compute copy. */
-void cpu_wc_ran(struct cpu_wcache *w, const struct cpu_plan *p, const struct kiln_op_args *a);
+void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a);
 /* bytes at dst were written (a copy) */
-void cpu_wc_wrote(struct cpu_wcache *w, const void *dst, size_t bytes);
+void cpu_wc_wrote(const void *dst, size_t bytes);
 /* anything may have been written (a host function; freed = 1: memory
  * freed, the compute copies forgotten until an optimizer runs again) */
-void cpu_wc_wrote_any(struct cpu_wcache *w, int freed);
+void cpu_wc_wrote_any(int freed);
 
 /* ---- tune.c: bf16 or f32 kernels for a bf16 convolution or GEMM ---- */
 /* Prepare p (GEMM or CONV* with bf16 tensors) with the kernel the context's

@@ -181,7 +181,7 @@ static void *cpu_worker(void *arg)
 				void *fa = t->arg;
 				pthread_mutex_unlock(c->lock);
 				kiln_status st = fn(fa);
-				cpu_wc_wrote_any(c->wc, 0); /* a collective, anything */
+				cpu_wc_wrote_any(0); /* a collective, anything */
 				struct cpu_err e = { st, "" };
 				if (st)
 					snprintf(e.msg, sizeof e.msg, "%s", c->host->last_error());
@@ -204,7 +204,7 @@ static void *cpu_worker(void *arg)
 					cpu_exec(c, task.plan, &task.args, &e);
 				else {
 					memcpy(task.dst, task.src, task.bytes);
-					cpu_wc_wrote(c->wc, task.dst, task.bytes);
+					cpu_wc_wrote(task.dst, task.bytes);
 				}
 				pthread_mutex_lock(c->lock);
 				if (e.st && !s->err.st)
@@ -480,7 +480,7 @@ static kiln_status copy_raw(struct cpu_ctx *c, struct cpu_stream *s, void *dst, 
 {
 	if (!cpu_async_get(c)) {
 		memcpy(dst, src, bytes);
-		cpu_wc_wrote(c->wc, dst, bytes);
+		cpu_wc_wrote(dst, bytes);
 		return KILN_OK;
 	}
 	struct cpu_task t = { .kind = CPU_T_COPY, .dst = dst, .src = src, .bytes = bytes };
@@ -635,7 +635,7 @@ static kiln_status host_raw(struct cpu_ctx *c, struct cpu_stream *s, const struc
 {
 	if (!cpu_async_get(c)) {
 		const kiln_status st = t->fn(t->arg);
-		cpu_wc_wrote_any(c->wc, 0); /* a collective, anything */
+		cpu_wc_wrote_any(0); /* a collective, anything */
 		return st;
 	}
 	pthread_mutex_lock(c->lock);

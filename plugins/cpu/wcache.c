@@ -27,10 +27,15 @@
  * stale; the next read widens again.  So a run reads exactly the values
  * lowp.c would have widened: the same bits (tests/cpu_widen_cache.sh).
  *
+ * One cache for the process, shared by its CPU contexts (a pipeline's
+ * stages on contexts of their own may run each other's plans on their
+ * streams: a write is seen whichever context runs it).  The hooks watch
+ * every context's writes, also of one opened with keep_widened = 0.
+ *
  * Memory: 4 bytes per element of each weight read twice in a step (the
- * Fashion-MNIST CNN: fc1, fc2, conv2, 13 MB; see the debug line at close).
- * Buffers live until the context closes (a run reading one is never left
- * with a freed one). */
+ * Fashion-MNIST CNN: fc1, fc2, conv2, 13 MB; see the debug line at the
+ * last close).  Buffers live until the last context closes (a run reading
+ * one is never left with a freed one). */
 #include "cpu.h"
 
 #include <pthread.h>
@@ -59,7 +64,14 @@ struct cpu_wcache {
 	uintptr_t lo, hi;
 	uint64_t fills, hits; /* the debug line at close */
 	size_t bytes;
+	int users; /* contexts that opened it (under wc_global_lock) */
 };
+
+/* the process's cache, made by the first context that wants one */
+static struct cpu_wcache *wc_global;
+static pthread_mutex_t wc_global_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct cpu_wcache *wc_now(void) { return __atomic_load_n(&wc_global, __ATOMIC_ACQUIRE); }
 
 static size_t wc_esize(int dtype) { return dtype == KILN_F32 ? 4 : 2; }
 
@@ -67,15 +79,28 @@ struct cpu_wcache *cpu_wc_open(void)
 {
 	if (cpu_dnn_bf16_native())
 		return NULL; /* oneDNN's own bf16 kernels: nothing widened */
-	struct cpu_wcache *w = calloc(1, sizeof *w);
-	if (w)
+	pthread_mutex_lock(&wc_global_lock);
+	struct cpu_wcache *w = wc_global;
+	if (!w && (w = calloc(1, sizeof *w))) {
 		pthread_mutex_init(&w->lock, NULL);
+		__atomic_store_n(&wc_global, w, __ATOMIC_RELEASE);
+	}
+	if (w)
+		w->users++;
+	pthread_mutex_unlock(&wc_global_lock);
 	return w;
 }
 
 void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host)
 {
 	if (!w)
+		return;
+	pthread_mutex_lock(&wc_global_lock);
+	const int last = --w->users == 0;
+	if (last)
+		__atomic_store_n(&wc_global, NULL, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&wc_global_lock);
+	if (!last)
 		return;
 	if (w->fills)
 		host->log(KILN_LOG_DEBUG, "cpu",
@@ -99,8 +124,9 @@ static void wc_stale_all(struct cpu_wcache *w, int drop)
 		__atomic_store_n(&w->n_ranges, 0, __ATOMIC_RELEASE);
 }
 
-void cpu_wc_wrote(struct cpu_wcache *w, const void *dst, size_t bytes)
+void cpu_wc_wrote(const void *dst, size_t bytes)
 {
+	struct cpu_wcache *w = wc_now();
 	const uintptr_t a = (uintptr_t)dst, b = a + bytes;
 	if (!w || !dst || !bytes || b <= __atomic_load_n(&w->lo, __ATOMIC_ACQUIRE) ||
 	    a >= __atomic_load_n(&w->hi, __ATOMIC_ACQUIRE))
@@ -117,8 +143,9 @@ void cpu_wc_wrote(struct cpu_wcache *w, const void *dst, size_t bytes)
 	pthread_mutex_unlock(&w->lock);
 }
 
-void cpu_wc_wrote_any(struct cpu_wcache *w, int freed)
+void cpu_wc_wrote_any(int freed)
 {
+	struct cpu_wcache *w = wc_now();
 	if (!w || !__atomic_load_n(&w->hi, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&w->lock);
@@ -126,14 +153,15 @@ void cpu_wc_wrote_any(struct cpu_wcache *w, int freed)
 	pthread_mutex_unlock(&w->lock);
 }
 
-void cpu_wc_ran(struct cpu_wcache *w, const struct cpu_plan *p, const struct kiln_op_args *a)
+void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a)
 {
+	struct cpu_wcache *w = wc_now();
 	const struct kiln_op *op = &p->op;
 	if (!w)
 		return;
 	for (int i = 0; i < op->n_out; i++)
 		if (a->out[i])
-			cpu_wc_wrote(w, a->out[i], (size_t)cpu_numel(&op->out[i]) *
+			cpu_wc_wrote(a->out[i], (size_t)cpu_numel(&op->out[i]) *
 						       wc_esize(op->out[i].dtype));
 	/* the optimizers' last output in bf16/f16: the compute copy */
 	const int t = op->type;
