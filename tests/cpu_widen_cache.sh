@@ -10,7 +10,10 @@
 #   - the bf16 MLP with 2 micro-batches per step (four reads of a weight
 #     per optimizer step) and an evaluation plan's forward between steps;
 #   - the MLP resumed from its step-2 checkpoint (the weights written by
-#     the load, then the compute copy's CAST).
+#     the load, then the compute copy's CAST);
+#   - the MLP on 2 ranks with ZeRO-1 (each rank's optimizer writes its
+#     slice of the compute copy, the communicator's allgather the rest, in
+#     a host function), where the gloo plugin is built.
 # On AVX2 the kept copies must have been read (the debug line at close);
 # where oneDNN has bf16 kernels (AVX-512) nothing is kept (no line), and
 # the runs still agree.
@@ -83,4 +86,22 @@ done
 kept res1
 same res0 res1 4
 same mlp0 res1 4
+
+if [ ! -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
+	echo "ok: no gloo plugin: the 2-rank ZeRO-1 runs left out"
+	echo "PASS: $checks runs"
+	exit 0
+fi
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+	echo $(( 20000 + $$ % 20000 )))
+for k in 0 1; do
+	# shellcheck disable=SC2086
+	KILN_LOG_LEVEL=debug KILN_MASTER_PORT=$((port + k)) kiln 0 launch -n 2 -- "$abs_top_builddir/kiln" \
+		train "$mlp" $common $mlp_args train.eval=0 dist.zero=1 "plugin.cpu.keep_widened=$k" \
+		"run.out_dir=$tmp/zero$k"
+	cp "$err" "$tmp/zero$k.err"
+	cat "$out" >> "$tmp/zero$k.err"
+done
+kept zero1
+same zero0 zero1 4
 echo "PASS: $checks runs"
