@@ -4,7 +4,9 @@
  * An op with bf16/f16 tensors that no kernel of the device takes natively
  * (oneDNN's bf16 GEMM and convolution are native; see cpu_prepare) is
  * prepared as the same op over f32 tensors (the "inner" plan), and each run
- *   1. widens every low-precision input into an f32 copy in the workspace,
+ *   1. widens every low-precision input into an f32 copy in the workspace
+ *      (a GEMM's or convolution's weight read twice a step below AVX-512:
+ *      the copy wcache.c keeps until the weight is written),
  *   2. widens the outputs the op also reads (KILN_OPF_ACCUMULATE, BIAS_ADD's
  *      in-place row, SPLIT's accumulated parts),
  *   3. runs the f32 kernel on the copies,
