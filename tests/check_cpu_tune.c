@@ -297,8 +297,14 @@ static void check_measure(const char *tune, int col, const char *what)
 	double v[3][2];
 	const int got = sscanf(d, "median wall/team CPU ms: %lf/%lf, %lf/%lf, %lf/%lf", &v[0][0], &v[0][1],
 			       &v[1][0], &v[1][1], &v[2][0], &v[2][1]);
-	ck_assert_msg(got == 4 || got == 6, "%d figures in: %.200s", got, d);
-	const int n = got / 2;
+	ck_assert_msg(got == 2 || got == 4 || got == 6, "%d figures in: %.200s", got, d);
+	int n = got / 2;
+	if (n == 1) { /* below AVX-512: both candidates the one lowp.c plan,
+		       * timed once (tune.c tune_time), the tie the bf16 choice */
+		LOG_HAS(", one plan timed once");
+		v[1][0] = v[0][0], v[1][1] = v[0][1];
+		n = 2;
+	}
 	int best = 0;
 	for (int k = 1; k < n; k++) {
 		ck_assert(v[k][0] > 0 && v[k][1] > 0);

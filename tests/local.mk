@@ -455,6 +455,10 @@ EXTRA_DIST += tests/fuse.sh
 # [plugin.cpu] tune_cache: timed kernel choices kept between runs
 TESTS += tests/cpu_tune_cache.sh
 EXTRA_DIST += tests/cpu_tune_cache.sh
+# [plugin.cpu] keep_widened: AVX2's widened bf16 weights kept between
+# runs, bit for bit the numbers of widening on every op
+TESTS += tests/cpu_widen_cache.sh
+EXTRA_DIST += tests/cpu_widen_cache.sh
 # ---- the CPU device's team size: cgroup quota parsers, the adaptive
 # controller's decisions on synthetic intervals (plugins/cpu/threads.c
 # compiled in; no clock, no /proc)

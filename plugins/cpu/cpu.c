@@ -66,7 +66,9 @@ kiln_status cpu_exec(struct cpu_ctx *c, const struct cpu_plan *p, const struct k
 		omp_set_num_threads(n);
 	e->st = KILN_OK;
 	e->msg[0] = 0;
-	return p->kernel(p, a, e);
+	const kiln_status st = p->kernel(p, a, e);
+	cpu_wc_ran(p, a); /* (a failed op may have written some) */
+	return st;
 }
 
 /* ---- open / close ----------------------------------------------------- */
@@ -288,6 +290,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	int64_t threads = opts->threads; /* [run] threads, from the core */
 	int async = -1, async_rule = 0, deterministic = opts->deterministic, graph = 0;
 	int keep_weights = 1; /* [plugin.cpu] keep_weights, unset (no config) */
+	int keep_widened = 1; /* [plugin.cpu] keep_widened, unset (no config) */
 	int64_t spin_us = 5000; /* [plugin.cpu] stage_spin_us, unset (no config) */
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	int conv_impl = 0;
@@ -306,6 +309,9 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		st = host->config_get_bool(cfg, "plugin.cpu", "keep_weights", &keep_weights);
+		if (st && st != KILN_ENOTFOUND)
+			return st;
+		st = host->config_get_bool(cfg, "plugin.cpu", "keep_widened", &keep_widened);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
 		static const char *const key[2] = { "bf16_conv", "bf16_gemm" };
@@ -385,6 +391,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		return st;
 	}
 	cpu_tune_cache_load(c);
+	c->wc = keep_widened ? cpu_wc_open() : NULL;
 	omp_set_num_threads(c->threads);
 	cpu_team_live_init(&c->team, c->threads, adapt, flip ? atoi(flip) : 0, stat);
 	char isa[160];
@@ -409,6 +416,7 @@ static void cpu_close(void *ctx)
 		cpu_plan_free(c, c->plans);
 	cpu_tune_cache_save(c);
 	cpu_tune_free(c);
+	cpu_wc_close(c->wc, c->host);
 	cpu_engine_destroy(c);
 	cpu_team_live_destroy(&c->team);
 	pthread_mutex_destroy(&c->switch_lock);
@@ -441,6 +449,7 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 static void cpu_free(void *ctx, void *ptr)
 {
 	cpu_split_quiesce(ctx); /* a late helper may still read it */
+	cpu_wc_wrote_any(1);
 	free(ptr);
 }
 
@@ -786,6 +795,18 @@ static const struct kiln_key cpu_keys[] = {
 	  "(their weights change between runs).  The copy costs the blocked weights once "
 	  "more per such convolution; 0 reorders on every run into the workspace (for "
 	  "measuring and as the tests' reference)." },
+	{ "keep_widened", KILN_KEY_BOOL, "1", 0, 0, NULL,
+	  "Where oneDNN has no bf16 GEMM or convolution (below AVX-512: the device line "
+	  "says `bf16 none`), bf16/f16 GEMMs and convolutions run oneDNN's f32 kernels on "
+	  "widened copies.  A weight of the low-precision compute copy (the one the "
+	  "optimizer writes) that is read twice between two writes (a layer's forward and "
+	  "its data gradient) keeps its f32 copy: widened once per optimizer step, not per "
+	  "op.  Any write the device sees (an op's outputs, a copy, a host function such as "
+	  "a collective, a free) makes the copies it may touch stale, so the results are "
+	  "bit for bit those of 0.  Costs 4 bytes per element of each such weight; no "
+	  "effect where oneDNN has bf16 kernels.  0: widen on every op (the tests' "
+	  "reference; docs/PERFORMANCE.md, \"Session 16: bf16 on AVX2 without widening "
+	  "every call\")." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 

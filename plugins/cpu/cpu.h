@@ -121,6 +121,10 @@ struct cpu_ctx {
 	/* KILN_PROC_WEIGHTS_CHANGED calls (atomic): a kept copy made before
 	 * the last one is stale (dnn.c) */
 	uint64_t wgen;
+	/* [plugin.cpu] keep_widened: the f32 copies of bf16/f16 weights that
+	 * lowp.c's GEMMs and convolutions read, kept between runs (wcache.c);
+	 * NULL: off, or oneDNN has bf16 kernels here */
+	struct cpu_wcache *wc;
 	struct cpu_capture *cap;
 	uint64_t cap_serial;
 };
@@ -162,6 +166,9 @@ struct cpu_plan {
 	struct cpu_plan *inner;
 	int64_t lp_off[KILN_OP_MAX_IN + KILN_OP_MAX_OUT];
 	int lp_pre;           /* bit k: output k is read too (accumulate, in place) */
+	/* GEMM, CONV, CONV_BWD_DATA on the f32 kernel: the context's kept
+	 * widened weights (wcache.c), NULL: widen every input on each run */
+	struct cpu_wcache *wc;
 	/* bf16 convolution: oneDNN's f32 kernel, the bf16 tensors converted by
 	 * the reorders around it (conv.c; chosen by tune.c) */
 	int kern_f32;
@@ -352,6 +359,27 @@ kiln_status cpu_lowp_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *));
 /* Free what a plan's prepare made (inner plans too), not the plan itself. */
 void cpu_plan_release(struct cpu_plan *p);
+
+/* ---- wcache.c: widened weights kept between runs (AVX2 bf16) ---- */
+struct cpu_wcache;
+/* The process's cache (one per process, counted per context), or NULL
+ * where oneDNN has bf16 kernels (cpu_dnn_bf16_native) or memory is short;
+ * the last cpu_wc_close frees it (logs its use at debug). */
+struct cpu_wcache *cpu_wc_open(void);
+void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host);
+/* The f32 copy of weight src (n elements of bf16/f16 dtype), widened now
+ * or kept from an earlier run with no write since; NULL: not a weight
+ * (outside the optimizers' compute copies), read once so far, or no memory:
+ * the caller widens it itself.  Borrowed until the next write of src. */
+const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n);
+/* After p ran with a: its outputs were written (copies overlapping them
+ * stale), and an optimizer's bf16/f16 last output is a compute copy. */
+void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a);
+/* bytes at dst were written (a copy) */
+void cpu_wc_wrote(const void *dst, size_t bytes);
+/* anything may have been written (a host function; freed = 1: memory
+ * freed, the compute copies forgotten until an optimizer runs again) */
+void cpu_wc_wrote_any(int freed);
 
 /* ---- tune.c: bf16 or f32 kernels for a bf16 convolution or GEMM ---- */
 /* Prepare p (GEMM or CONV* with bf16 tensors) with the kernel the context's

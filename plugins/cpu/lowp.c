@@ -4,7 +4,9 @@
  * An op with bf16/f16 tensors that no kernel of the device takes natively
  * (oneDNN's bf16 GEMM and convolution are native; see cpu_prepare) is
  * prepared as the same op over f32 tensors (the "inner" plan), and each run
- *   1. widens every low-precision input into an f32 copy in the workspace,
+ *   1. widens every low-precision input into an f32 copy in the workspace
+ *      (a GEMM's or convolution's weight read twice a step below AVX-512:
+ *      the copy wcache.c keeps until the weight is written),
  *   2. widens the outputs the op also reads (KILN_OPF_ACCUMULATE, BIAS_ADD's
  *      in-place row, SPLIT's accumulated parts),
  *   3. runs the f32 kernel on the copies,
@@ -153,6 +155,11 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 	for (int i = 0; i < op->n_in; i++) {
 		if (p->lp_off[i] < 0 || !a->in[i])
 			continue;
+		const float *k = cpu_wc_get(p->wc, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]));
+		if (k) { /* a weight widened by an earlier run (wcache.c) */
+			b.in[i] = k;
+			continue;
+		}
 		float *t = (float *)(ws + p->lp_off[i]);
 		cv[n_cv++] = (struct lp_cvt){ t, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]) };
 		b.in[i] = t;
@@ -253,6 +260,8 @@ kiln_status cpu_lowp_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	if (op->type == KILN_OP_SPLIT)
 		p->lp_pre |= (int)op->i[1];
 	p->inner = q;
+	if (op->type == KILN_OP_GEMM || op->type == KILN_OP_CONV || op->type == KILN_OP_CONV_BWD_DATA)
+		p->wc = c->wc;
 	p->workspace = off;
 	p->aux = q->aux;
 	p->n_in = q->n_in;

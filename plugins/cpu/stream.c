@@ -181,6 +181,7 @@ static void *cpu_worker(void *arg)
 				void *fa = t->arg;
 				pthread_mutex_unlock(c->lock);
 				kiln_status st = fn(fa);
+				cpu_wc_wrote_any(0); /* a collective, anything */
 				struct cpu_err e = { st, "" };
 				if (st)
 					snprintf(e.msg, sizeof e.msg, "%s", c->host->last_error());
@@ -201,8 +202,10 @@ static void *cpu_worker(void *arg)
 				pthread_mutex_unlock(c->lock);
 				if (task.kind == CPU_T_RUN)
 					cpu_exec(c, task.plan, &task.args, &e);
-				else
+				else {
 					memcpy(task.dst, task.src, task.bytes);
+					cpu_wc_wrote(task.dst, task.bytes);
+				}
 				pthread_mutex_lock(c->lock);
 				if (e.st && !s->err.st)
 					s->err = e;
@@ -477,6 +480,7 @@ static kiln_status copy_raw(struct cpu_ctx *c, struct cpu_stream *s, void *dst, 
 {
 	if (!cpu_async_get(c)) {
 		memcpy(dst, src, bytes);
+		cpu_wc_wrote(dst, bytes);
 		return KILN_OK;
 	}
 	struct cpu_task t = { .kind = CPU_T_COPY, .dst = dst, .src = src, .bytes = bytes };
@@ -629,8 +633,11 @@ kiln_status cpu_host_fn(void *ctx, void *stream, kiln_status (*fn)(void *), void
 
 static kiln_status host_raw(struct cpu_ctx *c, struct cpu_stream *s, const struct cpu_task *t)
 {
-	if (!cpu_async_get(c))
-		return t->fn(t->arg);
+	if (!cpu_async_get(c)) {
+		const kiln_status st = t->fn(t->arg);
+		cpu_wc_wrote_any(0); /* a collective, anything */
+		return st;
+	}
 	pthread_mutex_lock(c->lock);
 	struct cpu_err e = s->err;
 	kiln_status st = e.st ? KILN_OK : cpu_push(s, t);

@@ -833,19 +833,27 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 	double tw[3] = { -1, -1, -1 }, tc[3] = { -1, -1, -1 }, wait;
 	const double *t;
 	int prov;
-	time_plans(c, cand, n, tw, tc, &wait);
+	/* below avx512_core both candidates of a convolution or GEMM are the
+	 * f32 kernel between lowp.c's conversions (prepare_kernel), and a GEMM
+	 * has no second bf16 one: the same plan, timed once, and the tie kept
+	 * as the bf16 choice (a convolution's kept copies, tune_kept, are then
+	 * refused there rather than converted by oneDNN's reference reorders) */
+	const int same = n == 2 && p->inner && q->inner;
+	time_plans(c, cand, same ? 1 : n, tw, tc, &wait);
+	if (same) {
+		tw[1] = tw[0];
+		tc[1] = tc[0];
+	}
 	int best = tune_choose(tw, tc, n, wait, &prov, &t);
-	/* below avx512_core both candidates of a convolution are the f32
-	 * kernel between lowp.c's conversions (prepare_kernel): the same plan,
-	 * so a tie, kept as the bf16 choice, whose kept copies (tune_kept) are
-	 * refused there rather than converted by oneDNN's reference reorders */
-	if (best == TUNE_F32 && family == cpu_conv_prepare && p->inner && q->inner)
+	if (same)
 		best = TUNE_BF16;
 	{
 		static const char *const what[3] = { "bf16", "f32", "second bf16" };
 		char s0[96], s1[96], s2[96], s3[48] = "", sp[96];
 		if (n == 3)
 			snprintf(s3, sizeof s3, ", second bf16 kernel %.3f ms", 1e3 * t[2]);
+		if (same)
+			snprintf(s3, sizeof s3, ", one plan timed once");
 		c->host->log(KILN_LOG_INFO, "cpu",
 			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms%s (%s): the %s kernel%s",
 			     cpu_op_name(op.type), cpu_desc_str(&op.in[0], s0, sizeof s0),

@@ -1,0 +1,235 @@
+/* plugins/cpu/wcache.c - the f32 copies of bf16/f16 weights that lowp.c's
+ * GEMMs and convolutions read, kept from one run to the next while the
+ * weights do not change.
+ *
+ * Below avx512_core (cpu_dnn_bf16_native = 0: AVX2) oneDNN has no bf16
+ * GEMM or convolution, so lowp.c runs them as f32 ops on widened copies.
+ * A weight is read by its layer's forward and again by its data gradient,
+ * and it changes once a step (the optimizer's compute copy): widening it on
+ * every call widened fc1's 3.2M weights twice a step (docs/PERFORMANCE.md,
+ * "Session 16: bf16 on AVX2 without widening every call").  Here a weight is
+ * widened once per version and the copy read by every op until a write.
+ *
+ * What counts as a weight: an operand inside the low-precision compute
+ * copy of the parameters, which the plugin learns from the optimizer ops
+ * (SGD, ADAMW, LAMB) that write it as their last output (`ranges`).  An
+ * operand elsewhere (activations, gradients, a loader's buffer read in
+ * place) is never kept.  A weight gets a buffer only once it was read twice
+ * between two writes (a first layer's weight, read by its forward alone,
+ * costs no memory).
+ *
+ * When a copy is stale: every way device memory is written on this device
+ * passes here (cpu_wc_wrote): each op's outputs after it ran (cpu_exec,
+ * whichever stream or captured step runs it), each copy (stream.c), each
+ * host function (a communicator's collectives, ZeRO's allgather of the
+ * compute copy: anything may have been written, so every copy is stale),
+ * and a free (cpu.c).  A write marks the copies of the weights it overlaps
+ * stale; the next read widens again.  So a run reads exactly the values
+ * lowp.c would have widened: the same bits (tests/cpu_widen_cache.sh).
+ *
+ * One cache for the process, shared by its CPU contexts (a pipeline's
+ * stages on contexts of their own may run each other's plans on their
+ * streams: a write is seen whichever context runs it).  The hooks watch
+ * every context's writes, also of one opened with keep_widened = 0.
+ *
+ * Memory: 4 bytes per element of each weight read twice in a step (the
+ * Fashion-MNIST CNN: fc1, fc2, conv2, 13 MB; see the debug line at the
+ * last close).  Buffers live until the last context closes (a run reading
+ * one is never left with a freed one). */
+#include "cpu.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#define CPU_WC_MAX 256  /* weights kept (more: widened per call, as before) */
+#define CPU_WC_RANGES 8 /* compute copies (one per model, ZeRO's slice) */
+
+struct cpu_wc_entry {
+	const void *src; /* the weight in the compute copy */
+	int64_t n;       /* elements */
+	int dtype;       /* KILN_BF16 or KILN_F16 */
+	int valid;       /* buf holds src widened, no write since */
+	int reads;       /* reads since the last write (buffer made at 2) */
+	float *buf;      /* n f32, or NULL */
+};
+
+struct cpu_wcache {
+	pthread_mutex_t lock;
+	int n_ranges;
+	uintptr_t rlo[CPU_WC_RANGES], rhi[CPU_WC_RANGES];
+	int n;
+	struct cpu_wc_entry e[CPU_WC_MAX];
+	/* the bytes every entry's source spans, [lo, hi) (0, 0: none): a
+	 * write outside needs no lock (read atomically) */
+	uintptr_t lo, hi;
+	uint64_t fills, hits; /* the debug line at close */
+	size_t bytes;
+	int users; /* contexts that opened it (under wc_global_lock) */
+};
+
+/* the process's cache, made by the first context that wants one */
+static struct cpu_wcache *wc_global;
+static pthread_mutex_t wc_global_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct cpu_wcache *wc_now(void) { return __atomic_load_n(&wc_global, __ATOMIC_ACQUIRE); }
+
+static size_t wc_esize(int dtype) { return dtype == KILN_F32 ? 4 : 2; }
+
+struct cpu_wcache *cpu_wc_open(void)
+{
+	if (cpu_dnn_bf16_native())
+		return NULL; /* oneDNN's own bf16 kernels: nothing widened */
+	pthread_mutex_lock(&wc_global_lock);
+	struct cpu_wcache *w = wc_global;
+	if (!w && (w = calloc(1, sizeof *w))) {
+		pthread_mutex_init(&w->lock, NULL);
+		__atomic_store_n(&wc_global, w, __ATOMIC_RELEASE);
+	}
+	if (w)
+		w->users++;
+	pthread_mutex_unlock(&wc_global_lock);
+	return w;
+}
+
+void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&wc_global_lock);
+	const int last = --w->users == 0;
+	if (last)
+		__atomic_store_n(&wc_global, NULL, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&wc_global_lock);
+	if (!last)
+		return;
+	if (w->fills)
+		host->log(KILN_LOG_DEBUG, "cpu",
+			  "widened weights: %d kept, %.1f MB, %llu widenings, %llu reads of a kept copy",
+			  w->n, (double)w->bytes / 1e6, (unsigned long long)w->fills,
+			  (unsigned long long)w->hits);
+	for (int i = 0; i < w->n; i++)
+		free(w->e[i].buf);
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
+/* every copy stale, and (drop) every range forgotten (caller holds lock) */
+static void wc_stale_all(struct cpu_wcache *w, int drop)
+{
+	for (int i = 0; i < w->n; i++) {
+		w->e[i].valid = 0;
+		w->e[i].reads = 0;
+	}
+	if (drop)
+		__atomic_store_n(&w->n_ranges, 0, __ATOMIC_RELEASE);
+}
+
+void cpu_wc_wrote(const void *dst, size_t bytes)
+{
+	struct cpu_wcache *w = wc_now();
+	const uintptr_t a = (uintptr_t)dst, b = a + bytes;
+	if (!w || !dst || !bytes || b <= __atomic_load_n(&w->lo, __ATOMIC_ACQUIRE) ||
+	    a >= __atomic_load_n(&w->hi, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&w->lock);
+	for (int i = 0; i < w->n; i++) {
+		struct cpu_wc_entry *x = &w->e[i];
+		const uintptr_t s = (uintptr_t)x->src;
+		if (a < s + (size_t)x->n * wc_esize(x->dtype) && s < b) {
+			x->valid = 0;
+			x->reads = 0;
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+void cpu_wc_wrote_any(int freed)
+{
+	struct cpu_wcache *w = wc_now();
+	if (!w || !__atomic_load_n(&w->hi, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&w->lock);
+	wc_stale_all(w, freed);
+	pthread_mutex_unlock(&w->lock);
+}
+
+void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a)
+{
+	struct cpu_wcache *w = wc_now();
+	const struct kiln_op *op = &p->op;
+	if (!w)
+		return;
+	for (int i = 0; i < op->n_out; i++)
+		if (a->out[i])
+			cpu_wc_wrote(a->out[i], (size_t)cpu_numel(&op->out[i]) *
+						       wc_esize(op->out[i].dtype));
+	/* the optimizers' last output in bf16/f16: the compute copy */
+	const int t = op->type;
+	const struct kiln_tensor_desc *d = &op->out[op->n_out - 1];
+	if ((t != KILN_OP_SGD && t != KILN_OP_ADAMW && t != KILN_OP_LAMB) || op->n_out < 2 ||
+	    !cpu_lowp(d->dtype) || !a->out[op->n_out - 1])
+		return;
+	const uintptr_t lo = (uintptr_t)a->out[op->n_out - 1];
+	const uintptr_t hi = lo + (size_t)cpu_numel(d) * wc_esize(d->dtype);
+	pthread_mutex_lock(&w->lock);
+	int k = 0;
+	while (k < w->n_ranges && !(w->rlo[k] == lo && w->rhi[k] == hi))
+		k++;
+	if (k == w->n_ranges && k < CPU_WC_RANGES) {
+		w->rlo[k] = lo;
+		w->rhi[k] = hi;
+		__atomic_store_n(&w->n_ranges, k + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* The entry of (src, n, dtype) when src lies in a compute copy (caller
+ * holds lock); NULL: not a weight, or no room. */
+static struct cpu_wc_entry *wc_entry(struct cpu_wcache *w, const void *src, int64_t n, int dtype)
+{
+	const uintptr_t s = (uintptr_t)src, e = s + (size_t)n * wc_esize(dtype);
+	int k = 0;
+	while (k < w->n_ranges && !(w->rlo[k] <= s && e <= w->rhi[k]))
+		k++;
+	if (k == w->n_ranges)
+		return NULL;
+	for (int i = 0; i < w->n; i++)
+		if (w->e[i].src == src && w->e[i].n == n && w->e[i].dtype == dtype)
+			return &w->e[i];
+	if (w->n == CPU_WC_MAX)
+		return NULL;
+	struct cpu_wc_entry *x = &w->e[w->n++];
+	*x = (struct cpu_wc_entry){ .src = src, .n = n, .dtype = dtype };
+	uintptr_t lo = __atomic_load_n(&w->lo, __ATOMIC_RELAXED), hi = w->hi;
+	if (!hi || s < lo)
+		lo = s;
+	if (e > hi)
+		hi = e;
+	__atomic_store_n(&w->lo, lo, __ATOMIC_RELEASE);
+	__atomic_store_n(&w->hi, hi, __ATOMIC_RELEASE);
+	return x;
+}
+
+const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n)
+{
+	const float *r = NULL;
+	if (!w || !src || !cpu_lowp(dtype) || !__atomic_load_n(&w->n_ranges, __ATOMIC_ACQUIRE))
+		return NULL;
+	pthread_mutex_lock(&w->lock);
+	struct cpu_wc_entry *x = wc_entry(w, src, n, dtype);
+	if (x && x->valid) {
+		w->hits++;
+		r = x->buf;
+	} else if (x && (++x->reads >= 2 || x->buf)) {
+		if (!x->buf && !posix_memalign((void **)&x->buf, 64, (size_t)n * sizeof(float)))
+			w->bytes += (size_t)n * sizeof(float);
+		if (x->buf) {
+			cpu_cvt_to_f32(x->buf, src, dtype, n);
+			x->valid = 1;
+			w->fills++;
+			r = x->buf;
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	return r;
+}

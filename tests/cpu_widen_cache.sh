@@ -1,0 +1,107 @@
+#!/bin/sh
+# tests/cpu_widen_cache.sh - the widened weights kept between runs
+# ([plugin.cpu] keep_widened; plugins/cpu/wcache.c).  Where oneDNN has no
+# bf16 kernels (AVX2: "bf16 none"), a bf16 weight read twice between two
+# writes keeps its f32 copy, and every write the device sees makes it
+# stale.  A stale copy changes the numbers: a run that read last step's
+# weights would train differently.  So each run here is compared bit for
+# bit (tolerance 0) with keep_widened = 0, which widens on every op:
+#   - the bf16 CNN (GEMMs and convolutions, SGD with momentum), 4 steps;
+#   - the bf16 MLP with 2 micro-batches per step (four reads of a weight
+#     per optimizer step) and an evaluation plan's forward between steps;
+#   - the MLP resumed from its step-2 checkpoint (the weights written by
+#     the load, then the compute copy's CAST);
+#   - the MLP on 2 ranks with ZeRO-1 (each rank's optimizer writes its
+#     slice of the compute copy, the communicator's allgather the rest, in
+#     a host function), where the gloo plugin is built.
+# On AVX2 the kept copies must have been read (the debug line at close);
+# where oneDNN has bf16 kernels (AVX-512) nothing is kept (no line), and
+# the runs still agree.
+name=cpu_widen_cache
+. "$(dirname "$0")/lib.sh"
+need_fashion_mnist
+
+common="data.path=$FM train.eval=0 run.precision=bf16 run.threads=2 plugin.cpu.tune_cache=none"
+
+# run LABEL KEEP CONFIG ARGS...: a bf16 run with keep_widened = KEEP, its
+# debug log kept as $tmp/LABEL.err
+run() {
+	_l=$1 _k=$2 _c=$3
+	shift 3
+	# shellcheck disable=SC2086
+	KILN_LOG_LEVEL=debug kiln 0 train "$_c" $common "plugin.cpu.keep_widened=$_k" \
+		"run.out_dir=$tmp/$_l" "$@"
+	cp "$err" "$tmp/$_l.err"
+}
+
+# kept LABEL: on AVX2, the run kept widened weights and read them again
+kept() {
+	_line=$(grep "widened weights:" "$tmp/$1.err")
+	if [ -n "$native" ]; then
+		[ -z "$_line" ] || fail "$1: oneDNN has bf16 kernels here, yet: $_line"
+		return
+	fi
+	_r=$(echo "$_line" | sed -n 's/.* \([0-9]*\) reads of a kept copy$/\1/p')
+	[ -n "$_r" ] && [ "$_r" -gt 0 ] || fail "$1: no kept widened weight was read: '$_line'"
+	echo "ok: $1: $_line"
+}
+
+# same A B STEP: params, and the step's train loss, identical
+same() {
+	near "$(ck "$1" "$3")" "$(ck "$2" "$3")" 0 params
+	_a=$(grep "\"event\":\"train\",.*\"step\":$3," "$tmp/$1/metrics.jsonl" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p')
+	_b=$(grep "\"event\":\"train\",.*\"step\":$3," "$tmp/$2/metrics.jsonl" | sed -n 's/.*"loss":\([^,]*\),.*/\1/p')
+	[ -n "$_a" ] && [ "$_a" = "$_b" ] || fail "step $3 loss: $1 $_a, $2 $_b"
+	echo "ok: $1 = $2 at step $3 (loss $_a, params bit for bit)"
+}
+
+cnn="$srcdir/bench/cnn_bench.ini"
+cnn_args="data.limit=256 train.max_steps=4 train.batch=64 train.log_every=1"
+# shellcheck disable=SC2086
+run cnn0 0 "$cnn" $cnn_args
+native=yes
+grep -q "ISA [a-z0-9_]*, bf16 none" "$tmp/cnn0.err" && native=
+# shellcheck disable=SC2086
+run cnn1 1 "$cnn" $cnn_args
+kept cnn1
+same cnn0 cnn1 4
+
+mlp="$srcdir/bench/mlp_bench.ini"
+mlp_args="data.limit=512 train.max_steps=4 train.batch=32 train.accumulate=2 train.log_every=1 train.checkpoint_every=2 train.eval=1 train.eval_every=2 data.eval.limit=64"
+# shellcheck disable=SC2086
+run mlp0 0 "$mlp" $mlp_args
+# shellcheck disable=SC2086
+run mlp1 1 "$mlp" $mlp_args
+kept mlp1
+same mlp0 mlp1 2
+same mlp0 mlp1 4
+
+# resumed at step 2: the loaded weights reach the compute copy by a CAST
+for k in 0 1; do
+	mkdir -p "$tmp/res$k/checkpoints"
+	cp "$(ck "mlp$k" 2)" "$tmp/res$k/checkpoints/"
+	# shellcheck disable=SC2086
+	run "res$k" $k "$mlp" $mlp_args train.resume=1
+done
+kept res1
+same res0 res1 4
+same mlp0 res1 4
+
+if [ ! -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
+	echo "ok: no gloo plugin: the 2-rank ZeRO-1 runs left out"
+	echo "PASS: $checks runs"
+	exit 0
+fi
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+	echo $(( 20000 + $$ % 20000 )))
+for k in 0 1; do
+	# shellcheck disable=SC2086
+	KILN_LOG_LEVEL=debug KILN_MASTER_PORT=$((port + k)) kiln 0 launch -n 2 -- "$abs_top_builddir/kiln" \
+		train "$mlp" $common $mlp_args train.eval=0 dist.zero=1 "plugin.cpu.keep_widened=$k" \
+		"run.out_dir=$tmp/zero$k"
+	cp "$err" "$tmp/zero$k.err"
+	cat "$out" >> "$tmp/zero$k.err"
+done
+kept zero1
+same zero0 zero1 4
+echo "PASS: $checks runs"
