@@ -27,11 +27,27 @@
  * alpha == 1 the two agree and the native bias argument is used; otherwise
  * the bias is a broadcast binary-add post-op placed after the sum.  A
  * fused activation (KILN_OPF_ACT) is an eltwise post-op after the bias.
+ *
+ * OpenBLAS (built with --with-openblas, its OpenMP flavour): an f32 GEMM
+ * without bias or activation (the backward GEMMs of a linear layer, and a
+ * forward one whose bias the layer adds itself) has a second candidate,
+ * cblas_sgemm on the whole op (p->conv_impl = 1; tune.c, [plugin.cpu]
+ * gemm_impl).  On AVX2 (Zen 3) oneDNN 2.6's sgemm runs the data gradient
+ * of a 1024 x 1024 layer at 128 and 256 rows (no transposes) at 30-48
+ * GFLOP/s of a core against OpenBLAS's 50-57 (bench/gemm_shapes.c;
+ * docs/PERFORMANCE.md, "Session 16: small GEMMs on AVX2").  OpenBLAS's
+ * OpenMP build threads each call over omp_get_max_threads(), the team
+ * cpu_variant set, inside kiln's OpenMP runtime (libgomp), as oneDNN's
+ * GEMM does; its pthread build (a pool of its own that would fight the
+ * team) is refused when the device opens (cpu_openblas_check).
  */
 #include "cpu.h"
 #include "dnn.h" /* cpu_dnn_warm, cpu_dnnl_str, cpu_dnn_post_act */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
+#if HAVE_OPENBLAS
+#include <cblas.h> /* cblas_sgemm, openblas_get_parallel */
+#endif
 #include <omp.h>
 #include <stdio.h> /* snprintf */
 #include <stdlib.h>
@@ -67,6 +83,7 @@ struct cpu_gemm {
 	struct cpu_gemm_objs *obj;
 	int blas; /* run by dnnl_sgemm with beta = 1 (gemm_blas_ok); prim is NULL */
 	int impl; /* oneDNN's impl-th distinct implementation (plan's conv_impl; tune.c) */
+	int openblas; /* run by OpenBLAS's cblas_sgemm (gemm_openblas_ok); prim is NULL */
 };
 
 /* A failed oneDNN call in prepare: status plus file:line of the call. */
@@ -291,6 +308,48 @@ static dnnl_status_t gemm_blas(const struct kiln_op *op, const struct kiln_op_ar
 			  ta ? M : K, a->in[1], tb ? K : N, 1.0f, a->out[0], N);
 }
 
+int cpu_gemm_openblas_ok(const struct kiln_op *op)
+{
+	return HAVE_OPENBLAS && op->type == KILN_OP_GEMM && op->n_in == 2 &&
+	       !(op->flags & KILN_OPF_ACT) && op->in[0].dtype == KILN_F32 &&
+	       op->in[1].dtype == KILN_F32 && op->out[0].dtype == KILN_F32 &&
+	       op->i[2] <= INT32_MAX && op->i[3] <= INT32_MAX && op->i[4] <= INT32_MAX;
+}
+
+const char *cpu_openblas_check(void)
+{
+#if HAVE_OPENBLAS
+	/* 0 sequential, 1 pthreads, 2 OpenMP: the library ld.so found (the
+	 * Debian alternatives may point libopenblas.so.0 at another flavour
+	 * than configure linked against) */
+	if (openblas_get_parallel() == 1)
+		return "the OpenBLAS loaded is its pthread build (a thread pool of its own beside "
+		       "kiln's OpenMP team): install libopenblas0-openmp, or "
+		       "update-alternatives --config libopenblas.so.0-x86_64-linux-gnu";
+	return NULL;
+#else
+	return "this build has no OpenBLAS (configure --with-openblas; apt-get install "
+	       "libopenblas-openmp-dev)";
+#endif
+}
+
+/* out0 = alpha op(in0) op(in1) (+ out0: KILN_OPF_ACCUMULATE) by
+ * OpenBLAS, on the calling thread's OpenMP count. */
+static dnnl_status_t gemm_openblas(const struct kiln_op *op, const struct kiln_op_args *a)
+{
+#if HAVE_OPENBLAS
+	const int ta = (int)op->i[0], tb = (int)op->i[1], M = (int)op->i[2], N = (int)op->i[3],
+		  K = (int)op->i[4];
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+		    M, N, K, (float)op->f[0], a->in[0], ta ? M : K, a->in[1], tb ? K : N,
+		    (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f, a->out[0], N);
+	return dnnl_success;
+#else
+	(void)op, (void)a;
+	return dnnl_unimplemented;
+#endif
+}
+
 static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
@@ -298,7 +357,9 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	struct cpu_gemm *g = p->gemm;
 	dnnl_status_t s;
 	pthread_mutex_lock(&g->lock);
-	if (g->blas)
+	if (g->openblas)
+		s = gemm_openblas(&p->op, a);
+	else if (g->blas)
 		s = gemm_blas(&p->op, a);
 	else if (g->n_part)
 		s = gemm_run_parts(p, a) ? dnnl_runtime_error : dnnl_success;
@@ -310,7 +371,8 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	if (s != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: %s: %s",
 				(long long)p->op.i[2], (long long)p->op.i[3], (long long)p->op.i[4],
-				__FILE__, __LINE__, g->blas ? "dnnl_sgemm" : "dnnl_primitive_execute",
+				__FILE__, __LINE__,
+				g->openblas ? "cblas_sgemm" : g->blas ? "dnnl_sgemm" : "dnnl_primitive_execute",
 				cpu_dnnl_str(s));
 	return KILN_OK;
 }
@@ -515,7 +577,13 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	struct cpu_gemm *g = p->gemm;
 	kiln_status st;
 	g->impl = op->in[0].dtype == KILN_BF16 ? p->conv_impl : 0;
-	if (len) {
+	if (op->in[0].dtype == KILN_F32 && p->conv_impl == 1) {
+		/* the OpenBLAS candidate (tune.c): whole, nothing to make */
+		if (!cpu_gemm_openblas_ok(op) || cpu_openblas_check())
+			return KILN_ENOTSUP;
+		g->openblas = 1;
+		st = KILN_OK;
+	} else if (len) {
 		st = gemm_prepare_parts(c, op, g, len, cols);
 	} else if (gemm_blas_ok(op)) {
 		g->blas = 1; /* nothing to make: dnnl_sgemm when it runs */
@@ -536,7 +604,8 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	p->kernel = cpu_gemm_run;
 	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld%s: scratchpad %zu bytes, %d parts of %lld %s",
 		     (long long)op->i[2], (long long)op->i[3], (long long)op->i[4],
-		     (long long)op->i[0], (long long)op->i[1], g->blas ? " (sgemm, beta = 1)" : "",
+		     (long long)op->i[0], (long long)op->i[1],
+		     g->openblas ? " (OpenBLAS)" : g->blas ? " (sgemm, beta = 1)" : "",
 		     g->scratch_bytes, g->n_part, (long long)g->len, g->cols ? "columns" : "rows");
 	return KILN_OK;
 }
@@ -544,8 +613,9 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	int cols = 0;
-	const int64_t len =
-		cpu_op_one_thread(&p->op) ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
+	const int whole = cpu_op_one_thread(&p->op) ||
+			  (p->op.in[0].dtype == KILN_F32 && p->conv_impl == 1); /* OpenBLAS */
+	const int64_t len = whole ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
 	const kiln_status st = gemm_new(c, p);
 	return st ? st : gemm_prepare_as(c, p, len, cols);
 }

@@ -548,25 +548,29 @@ static kiln_status prepare_choice(struct cpu_ctx *c, struct cpu_plan *p,
 	return prepare_kernel(c, p, family, 0);
 }
 
-kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
+/* Prepare p by family with implementation `setting` (> 0: that one, the
+ * first where it has none; CPU_CONV_AUTO: the fastest of the first `max`,
+ * timed once per op key and remembered).  what names the
+ * op in the log line of a timing. */
+static kiln_status tune_impl(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *), int setting,
+			     int max, const char *what)
 {
 	const struct kiln_op op = p->op;
-	if (op.type != KILN_OP_CONV || (op.flags & KILN_OPF_KEEP) || !c->conv_impl)
-		return cpu_conv_prepare(c, p);
-	if (c->conv_impl > 0) { /* the one named, else the first */
-		p->conv_impl = c->conv_impl;
-		const kiln_status st = cpu_conv_prepare(c, p);
+	if (setting > 0) { /* the one named, else the first */
+		p->conv_impl = setting;
+		const kiln_status st = family(c, p);
 		if (st != KILN_ENOTSUP)
 			return st;
 		cpu_plan_release(p);
 		memset(p, 0, sizeof *p);
 		p->op = op;
-		return cpu_conv_prepare(c, p);
+		return family(c, p);
 	}
 	int best = find_choice(c, &op);
 	if (best >= 0) {
 		p->conv_impl = best;
-		const kiln_status st = cpu_conv_prepare(c, p);
+		const kiln_status st = family(c, p);
 		if (st != KILN_ENOTSUP || !best)
 			return st;
 		/* chosen for an op of the same key this one cannot take: the
@@ -574,19 +578,19 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 		cpu_plan_release(p);
 		memset(p, 0, sizeof *p);
 		p->op = op;
-		return cpu_conv_prepare(c, p);
+		return family(c, p);
 	}
-	kiln_status st = cpu_conv_prepare(c, p);
+	kiln_status st = family(c, p);
 	if (st)
 		return st;
 	struct cpu_plan *cand[CPU_CONV_IMPLS] = { p };
 	int n = 1;
-	for (; n < CPU_CONV_IMPLS; n++) { /* KILN_ENOTSUP: no n-th implementation */
+	for (; n < max; n++) { /* KILN_ENOTSUP: no n-th implementation */
 		if (!(cand[n] = calloc(1, sizeof *cand[n])))
 			break;
 		cand[n]->op = op;
 		cand[n]->conv_impl = n;
-		if (cpu_conv_prepare(c, cand[n]) != KILN_OK) {
+		if (family(c, cand[n]) != KILN_OK) {
 			cpu_plan_release(cand[n]);
 			free(cand[n]);
 			break;
@@ -601,8 +605,8 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 		best = tune_choose(tw, tc, n, wait, &prov, &t);
 		char s0[96], s2[96], sp[96];
 		c->host->log(KILN_LOG_INFO, "cpu",
-			     "f32 CONV %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest (%s): implementation %d%s",
-			     cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
+			     "f32 %s %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest (%s): implementation %d%s",
+			     what, cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
 			     n, 1e3 * t[0], 1e3 * t[best], measure_str(prov), best,
 			     prov_str(prov, wait, sp, sizeof sp));
 	}
@@ -617,6 +621,23 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 		free(cand[k]);
 	}
 	return KILN_OK;
+}
+
+kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	if (op->type != KILN_OP_CONV || (op->flags & KILN_OPF_KEEP) || !c->conv_impl)
+		return cpu_conv_prepare(c, p);
+	return tune_impl(c, p, cpu_conv_prepare, c->conv_impl, CPU_CONV_IMPLS, "CONV");
+}
+
+/* Implementation 0: oneDNN (gemm.c), 1: OpenBLAS, where the op has the
+ * form it takes (cpu_gemm_openblas_ok) and the build has it. */
+kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	if (!c->gemm_impl || !cpu_gemm_openblas_ok(&p->op) || cpu_openblas_check())
+		return cpu_gemm_prepare(c, p);
+	return tune_impl(c, p, cpu_gemm_prepare, c->gemm_impl, 2, "GEMM");
 }
 
 void cpu_tune_free(struct cpu_ctx *c)
