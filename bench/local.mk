@@ -82,6 +82,9 @@ EXTRA_DIST += bench/mlp_step.sh
 EXTRA_DIST += bench/whole_run.sh
 # the MLP profile per op at 1 and 2 threads, fuse 0 and 1 (where the second thread gains)
 EXTRA_DIST += bench/mlp_ops.sh
+# the blocks model on 1 thread at batch 128, 256, 512 against another build
+# (the f32 GEMMs: oneDNN or OpenBLAS; session 16)
+EXTRA_DIST += bench/gemm_blocks.sh
 # the one-way latency of kiln-gloo's shared-memory send and recv channels
 # (plugins/common/shmp2p.h; docs/PERFORMANCE.md, issue 21 session 9)
 if BUILD_GLOO
