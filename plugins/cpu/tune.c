@@ -550,11 +550,12 @@ static kiln_status prepare_choice(struct cpu_ctx *c, struct cpu_plan *p,
 
 /* Prepare p by family with implementation `setting` (> 0: that one, the
  * first where it has none; CPU_CONV_AUTO: the fastest of the first `max`,
- * timed once per op key and remembered).  what names the
- * op in the log line of a timing. */
+ * timed once per op key and remembered; another than the first only when
+ * it takes at most `margin` of the first's time).  what names the op in
+ * the log line of a timing. */
 static kiln_status tune_impl(struct cpu_ctx *c, struct cpu_plan *p,
 			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *), int setting,
-			     int max, const char *what)
+			     int max, double margin, const char *what)
 {
 	const struct kiln_op op = p->op;
 	if (setting > 0) { /* the one named, else the first */
@@ -602,12 +603,14 @@ static kiln_status tune_impl(struct cpu_ctx *c, struct cpu_plan *p,
 	best = 0;
 	if (n > 1) {
 		time_plans(c, cand, n, tw, tc, &wait);
-		best = tune_choose(tw, tc, n, wait, &prov, &t);
+		const int fast = best = tune_choose(tw, tc, n, wait, &prov, &t);
+		if (best && t[0] >= 0 && t[best] > margin * t[0])
+			best = 0; /* not by enough: the first */
 		char s0[96], s2[96], sp[96];
 		c->host->log(KILN_LOG_INFO, "cpu",
 			     "f32 %s %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest (%s): implementation %d%s",
 			     what, cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
-			     n, 1e3 * t[0], 1e3 * t[best], measure_str(prov), best,
+			     n, 1e3 * t[0], 1e3 * t[fast], measure_str(prov), best,
 			     prov_str(prov, wait, sp, sizeof sp));
 	}
 	keep_choice(c, &op, best, prov, wait, 1);
@@ -628,16 +631,19 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	if (op->type != KILN_OP_CONV || (op->flags & KILN_OPF_KEEP) || !c->conv_impl)
 		return cpu_conv_prepare(c, p);
-	return tune_impl(c, p, cpu_conv_prepare, c->conv_impl, CPU_CONV_IMPLS, "CONV");
+	return tune_impl(c, p, cpu_conv_prepare, c->conv_impl, CPU_CONV_IMPLS, 1.0, "CONV");
 }
 
 /* Implementation 0: oneDNN (gemm.c), 1: OpenBLAS, where the op has the
- * form it takes (cpu_gemm_openblas_ok) and the build has it. */
+ * form it takes (cpu_gemm_openblas_ok) and the build has it.  OpenBLAS
+ * only where it takes at most 90% of oneDNN's time: near a tie a timing
+ * (a provisional choice re-timed later, another machine's) would flip the
+ * library, and with it a run's rounding, for nothing. */
 kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	if (!c->gemm_impl || !cpu_gemm_openblas_ok(&p->op) || cpu_openblas_check())
 		return cpu_gemm_prepare(c, p);
-	return tune_impl(c, p, cpu_gemm_prepare, c->gemm_impl, 2, "GEMM");
+	return tune_impl(c, p, cpu_gemm_prepare, c->gemm_impl, 2, 0.9, "GEMM");
 }
 
 void cpu_tune_free(struct cpu_ctx *c)
