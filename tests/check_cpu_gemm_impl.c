@@ -7,7 +7,7 @@
  * GEMM ("(OpenBLAS)"); a bias or fused activation keeps oneDNN even when
  * asked for OpenBLAS.  `auto` picks one of the two by timing (whichever
  * wins on this CPU, AVX2 or AVX-512): its result must match the reference
- * either way.  Skipped (77) when the build has no OpenBLAS or the library
+ * either way; `[run] deterministic = 1` makes `auto` oneDNN, untimed.  Skipped (77) when the build has no OpenBLAS or the library
  * loaded is its pthread build (the device refuses gemm_impl = openblas).
  */
 #include <kiln/kiln.h>
@@ -231,6 +231,30 @@ START_TEST(test_auto_correct)
 }
 END_TEST
 
+/* [run] deterministic = 1: auto is oneDNN, never timed */
+START_TEST(test_deterministic_onednn)
+{
+	struct dev d;
+	ck_assert(kiln_config_new(&d.cfg) == 0);
+	ck_assert(kiln_config_override(d.cfg, "run.threads=1") == 0);
+	ck_assert(kiln_config_override(d.cfg, "run.deterministic=1") == 0);
+	ck_assert(kiln_config_override(d.cfg, "plugin.cpu.tune_cache=none") == 0);
+	ck_assert_msg(kiln_device_open(reg, d.cfg, "cpu", 0, &d.dev) == KILN_OK, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_create(d.dev, &d.stream) == 0);
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	kiln_log_set_sink(sink, NULL);
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		loglen = 0, logbuf[0] = 0;
+		check_case(&d, &cases[i], "deterministic", 1);
+		ck_assert_msg(!log_has("(OpenBLAS)") && !log_has("implementations,"),
+			      "case %zu: OpenBLAS or a timing under deterministic:\n%s", i, logbuf);
+	}
+	close_dev(&d);
+	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(KILN_LOG_INFO);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
 	Suite *s = suite_create("cpu_gemm_impl");
@@ -238,6 +262,7 @@ static Suite *make_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_openblas_matches_onednn, 0, 2);
 	tcase_add_test(tc, test_auto_correct);
+	tcase_add_test(tc, test_deterministic_onednn);
 	suite_add_tcase(s, tc);
 	return s;
 }
