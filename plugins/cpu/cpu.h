@@ -278,6 +278,9 @@ int cpu_gemm_openblas_ok(const struct kiln_op *op);
 /* NULL when the OpenBLAS gemm.c calls is usable (built in, and the
  * library loaded is not its pthread build), else why not */
 const char *cpu_openblas_check(void);
+/* ", OpenBLAS 0.3.21 (OpenMP, Zen)" where it is usable, else "": the
+ * device line's and the tune cache's stamp's tail (cpu_dnn_isa) */
+void cpu_openblas_str(char *buf, size_t n);
 
 /* ---- split.c: the helpers that run a split GEMM's parts ---- */
 #define CPU_POOL_MAX 15        /* helper threads */

@@ -333,6 +333,21 @@ const char *cpu_openblas_check(void)
 #endif
 }
 
+void cpu_openblas_str(char *buf, size_t n)
+{
+#if HAVE_OPENBLAS
+	if (!cpu_openblas_check()) {
+		const char *v = OPENBLAS_VERSION; /* " OpenBLAS 0.3.21 " */
+		while (*v == ' ')
+			v++;
+		snprintf(buf, n, ", %s(OpenMP, %s)", v, openblas_get_corename());
+		return;
+	}
+#endif
+	if (n)
+		*buf = 0;
+}
+
 /* out0 = alpha op(in0) op(in1) (+ out0: KILN_OPF_ACCUMULATE) by
  * OpenBLAS, on the calling thread's OpenMP count. */
 static dnnl_status_t gemm_openblas(const struct kiln_op *op, const struct kiln_op_args *a)
