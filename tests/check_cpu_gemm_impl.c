@@ -2,7 +2,9 @@
  * ([plugin.cpu] gemm_impl = openblas; plugins/cpu/gemm.c) against its
  * oneDNN one (gemm_impl = onednn) and a double-precision reference loop:
  * the four transposition cases, writing and accumulating, alpha 1 and
- * 0.5, odd shapes (1 x 1 x 1 up to 130 x 67 x 257), at 1 and 2 threads.
+ * 0.5, odd shapes (1 x 1 x 1 up to 130 x 67 x 257), on 1 thread, and on 2
+ * split into rows or columns (KILN_CPU_GEMM_SPLIT; unsplit on 2 threads
+ * OpenBLAS is not a candidate: oneDNN runs it).
  * That the OpenBLAS plan ran is read from the plugin's debug line for the
  * GEMM ("(OpenBLAS)"); a bias or fused activation keeps oneDNN even when
  * asked for OpenBLAS.  `auto` picks one of the two by timing (whichever
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "check_main.h"
+#include "../plugins/cpu/threads.h" /* CPU_ONE_THREAD_FLOP: smaller GEMMs run on one thread */
 
 static struct kiln_registry *reg;
 
@@ -183,20 +186,39 @@ static const struct gcase cases[] = {
 	{ 0, 0, 1, 1, 1, 0, 0, 0, 1.0 },     { 0, 1, 130, 7, 257, 0, 0, 0, 1.0 },
 	{ 1, 0, 67, 130, 9, 1, 0, 0, 1.0 },  { 0, 0, 128, 67, 66, 1, 0, 0, 0.5 },
 	{ 1, 0, 10, 256, 128, 0, 0, 0, 0.5 }, { 0, 0, 128, 256, 10, 1, 0, 0, 1.0 },
+	/* above CPU_ONE_THREAD_FLOP: a team's op at 2 threads */
+	{ 0, 0, 128, 256, 160, 0, 0, 0, 1.0 }, { 1, 0, 256, 200, 96, 1, 0, 0, 1.0 },
+	{ 0, 1, 96, 130, 200, 0, 0, 0, 1.0 },
 };
 
+/* _i: 0 one thread; 1 two (OpenBLAS only on the GEMMs small enough to
+ * run on one thread: oneDNN's threads the others); 2, 3 two, split in
+ * rows or columns of 16 (KILN_CPU_GEMM_SPLIT), each part OpenBLAS's */
 START_TEST(test_openblas_matches_onednn)
 {
 	const int threads = _i ? 2 : 1;
+	static const char *const split[] = { "", "", "rows:16", "cols:16" };
 	struct dev ob, dn;
+	if (*split[_i])
+		setenv("KILN_CPU_GEMM_SPLIT", split[_i], 1);
+	else
+		unsetenv("KILN_CPU_GEMM_SPLIT");
 	kiln_log_set_level(KILN_LOG_DEBUG);
 	kiln_log_set_sink(sink, NULL);
 	ck_assert_msg(open_dev(&dn, "onednn", threads) == KILN_OK, "%s", kiln_last_error());
 	ck_assert_msg(open_dev(&ob, "openblas", threads) == KILN_OK, "%s", kiln_last_error());
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		loglen = 0, logbuf[0] = 0;
-		check_case(&ob, &cases[i], "openblas", threads);
-		ck_assert_msg(log_has("(OpenBLAS)"), "case %zu did not run OpenBLAS:\n%s", i, logbuf);
+		check_case(&ob, &cases[i], split[_i], threads);
+		const struct gcase *g = &cases[i];
+		const int one = 2.0 * g->m * g->n * g->k < CPU_ONE_THREAD_FLOP;
+		const int parts = _i >= 2 && !one && (_i == 2 ? g->m : g->n) > 16;
+		ck_assert_msg(log_has("(OpenBLAS)") == (_i == 0 || one || parts),
+			      "case %zu, %d threads, split %s: OpenBLAS %d:\n%s", i, threads, split[_i],
+			      log_has("(OpenBLAS)"), logbuf);
+		if (parts)
+			ck_assert_msg(log_has(_i == 2 ? "parts of 16 rows" : "parts of 16 columns"),
+				      "case %zu not split:\n%s", i, logbuf);
 		loglen = 0, logbuf[0] = 0;
 		check_case(&dn, &cases[i], "onednn", threads);
 		ck_assert_msg(!log_has("(OpenBLAS)"), "case %zu ran OpenBLAS under onednn:\n%s", i,
@@ -212,6 +234,7 @@ START_TEST(test_openblas_matches_onednn)
 	}
 	close_dev(&ob);
 	close_dev(&dn);
+	unsetenv("KILN_CPU_GEMM_SPLIT");
 	kiln_log_set_sink(NULL, NULL);
 	kiln_log_set_level(KILN_LOG_INFO);
 }
@@ -260,7 +283,7 @@ static Suite *make_suite(void)
 	Suite *s = suite_create("cpu_gemm_impl");
 	TCase *tc = tcase_create("impl");
 	tcase_set_timeout(tc, 120);
-	tcase_add_loop_test(tc, test_openblas_matches_onednn, 0, 2);
+	tcase_add_loop_test(tc, test_openblas_matches_onednn, 0, 4);
 	tcase_add_test(tc, test_auto_correct);
 	tcase_add_test(tc, test_deterministic_onednn);
 	suite_add_tcase(s, tc);

@@ -739,10 +739,10 @@ static const struct kiln_key cpu_keys[] = {
 	  "elsewhere.  `[run] deterministic = 1` turns `auto` into `first`." },
 	{ "gemm_impl", KILN_KEY_ENUM, "auto", 0, 0, "auto|onednn|openblas",
 	  "Which library runs an f32 GEMM without bias or fused activation (a linear "
-	  "layer's data and weight gradients): `onednn` oneDNN's (its sgemm, or its matmul "
-	  "split over the team); `openblas` OpenBLAS's cblas_sgemm (its OpenMP build, on "
-	  "kiln's team; an error where the plugin was built without OpenBLAS or the "
-	  "libopenblas.so.0 loaded is the pthread build); `auto` times both once per shape "
+	  "layer's data and weight gradients) on one thread (a team of one, a small op, or "
+	  "each part of a split GEMM; oneDNN threads the others): `onednn` oneDNN's; "
+	  "`openblas` OpenBLAS's cblas_sgemm (an error where the plugin was built without "
+	  "OpenBLAS or the libopenblas.so.0 loaded is its pthread build); `auto` times both once per shape "
 	  "when the op is prepared and keeps the faster (logged; oneDNN where OpenBLAS is "
 	  "not usable).  On AVX2 oneDNN 2.6's sgemm loses up to 40% at 128-256 rows "
 	  "(docs/PERFORMANCE.md, session 16).  `[run] deterministic = 1` turns `auto` into "

@@ -30,16 +30,16 @@
  *
  * OpenBLAS (built with --with-openblas, its OpenMP flavour): an f32 GEMM
  * without bias or activation (the backward GEMMs of a linear layer, and a
- * forward one whose bias the layer adds itself) has a second candidate,
- * cblas_sgemm on the whole op (p->conv_impl = 1; tune.c, [plugin.cpu]
- * gemm_impl).  On AVX2 (Zen 3) oneDNN 2.6's sgemm runs the data gradient
+ * forward one whose bias the layer adds itself) run on one thread has a
+ * second candidate, cblas_sgemm on the whole op (p->conv_impl = 1;
+ * tune.c, [plugin.cpu] gemm_impl), or on each part of a split one.  On AVX2 (Zen 3) oneDNN 2.6's sgemm runs the data gradient
  * of a 1024 x 1024 layer at 128 and 256 rows (no transposes) at 30-48
  * GFLOP/s of a core against OpenBLAS's 50-57 (bench/gemm_shapes.c;
  * docs/PERFORMANCE.md, "Session 16: small GEMMs on AVX2").  OpenBLAS's
- * OpenMP build threads each call over omp_get_max_threads(), the team
- * cpu_variant set, inside kiln's OpenMP runtime (libgomp), as oneDNN's
- * GEMM does; its pthread build (a pool of its own that would fight the
- * team) is refused when the device opens (cpu_openblas_check).
+ * OpenMP build reads omp_get_max_threads() at each call: 1 here (a team
+ * of one, or a part), so it never starts threads of its own; its pthread
+ * build (a pool of its own that would fight the team) is refused when the
+ * device opens (cpu_openblas_check).
  */
 #include "cpu.h"
 #include "dnn.h" /* cpu_dnn_warm, cpu_dnnl_str, cpu_dnn_post_act */
@@ -191,6 +191,9 @@ static dnnl_status_t gemm_exec(dnnl_primitive_t prim, dnnl_stream_t stream, int 
 	return s == dnnl_success ? dnnl_stream_wait(stream) : s;
 }
 
+static dnnl_status_t gemm_openblas_ld(const struct kiln_op *op, const void *a, const void *b,
+				      void *c, const struct kiln_op *whole);
+
 /* Where part k of a split GEMM starts in in0, in1, in2 and out0 (bytes),
  * its length (rows or columns) and its primitive (0 or 1). */
 struct part_at {
@@ -248,13 +251,21 @@ static int part_run(const struct cpu_job *j, int slot, int k, void *priv)
 	const struct cpu_plan *p = j->arg[0];
 	const struct cpu_gemm *g = p->gemm;
 	const struct part_at at = part_at(g, &p->op, k);
-	const struct cpu_gemm_objs *o = &g->obj[2 * slot + at.i];
+	const struct cpu_gemm_objs *o = g->obj ? &g->obj[2 * slot + at.i] : NULL;
 	char *out = (char *)j->arg[4] + at.c, *ws = (char *)j->arg[5];
 	if (priv) { /* a helper: into its buffer */
 		if (p->op.flags & KILN_OPF_ACCUMULATE)
 			part_copy(g, &p->op, k, (char *)j->arg[4], priv, 0);
 		out = (char *)priv + (g->cols ? at.c : 0);
 		ws = (char *)priv + g->out_bytes;
+	}
+	if (g->openblas) {
+		/* the part as a GEMM of its own: the op's strides, its rows or
+		 * columns (the output's row stride in a helper's buffer too) */
+		struct kiln_op part = p->op;
+		part.i[g->cols ? 3 : 2] = at.len;
+		return gemm_openblas_ld(&part, (const char *)j->arg[1] + at.a,
+					(const char *)j->arg[2] + at.b, out, &p->op) != dnnl_success;
 	}
 	return gemm_exec(g->part_prim[at.i], o->stream, g->bias_arg, o->a, o->b, o->c, o->bias,
 			 o->scratch, (const char *)j->arg[1] + at.a, (const char *)j->arg[2] + at.b,
@@ -348,21 +359,28 @@ void cpu_openblas_str(char *buf, size_t n)
 		*buf = 0;
 }
 
-/* out0 = alpha op(in0) op(in1) (+ out0: KILN_OPF_ACCUMULATE) by
- * OpenBLAS, on the calling thread's OpenMP count. */
-static dnnl_status_t gemm_openblas(const struct kiln_op *op, const struct kiln_op_args *a)
+/* c = alpha op(a) op(b) (+ c: KILN_OPF_ACCUMULATE) by OpenBLAS, on the
+ * calling thread's OpenMP count: op's M, N, K (a part's: gemm_run_parts),
+ * the leading dimensions of whole's operands. */
+static dnnl_status_t gemm_openblas_ld(const struct kiln_op *op, const void *a, const void *b,
+				      void *c, const struct kiln_op *whole)
 {
 #if HAVE_OPENBLAS
 	const int ta = (int)op->i[0], tb = (int)op->i[1], M = (int)op->i[2], N = (int)op->i[3],
-		  K = (int)op->i[4];
+		  K = (int)op->i[4], WM = (int)whole->i[2], WN = (int)whole->i[3];
 	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-		    M, N, K, (float)op->f[0], a->in[0], ta ? M : K, a->in[1], tb ? K : N,
-		    (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f, a->out[0], N);
+		    M, N, K, (float)op->f[0], a, ta ? WM : K, b, tb ? K : WN,
+		    (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f, c, WN);
 	return dnnl_success;
 #else
-	(void)op, (void)a;
+	(void)op, (void)a, (void)b, (void)c, (void)whole;
 	return dnnl_unimplemented;
 #endif
+}
+
+static dnnl_status_t gemm_openblas(const struct kiln_op *op, const struct kiln_op_args *a)
+{
+	return gemm_openblas_ld(op, a->in[0], a->in[1], a->out[0], op);
 }
 
 static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
@@ -372,7 +390,7 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	struct cpu_gemm *g = p->gemm;
 	dnnl_status_t s;
 	pthread_mutex_lock(&g->lock);
-	if (g->openblas)
+	if (g->openblas && !g->n_part)
 		s = gemm_openblas(&p->op, a);
 	else if (g->blas)
 		s = gemm_blas(&p->op, a);
@@ -563,6 +581,22 @@ static kiln_status gemm_prepare_parts(struct cpu_ctx *c, const struct kiln_op *o
 	return st ? st : cpu_split_reserve(c, g->out_bytes + ws);
 }
 
+/* The split plan of the OpenBLAS candidate: gemm_prepare_parts without
+ * oneDNN's objects (the parts call cblas_sgemm on one thread). */
+static kiln_status gemm_openblas_parts(struct cpu_ctx *c, const struct kiln_op *op,
+				       struct cpu_gemm *g, int64_t len, int cols)
+{
+	const int64_t M = op->i[2], N = op->i[3];
+	g->slots = c->threads < CPU_POOL_MAX + 1 ? c->threads : CPU_POOL_MAX + 1;
+	g->ctx = c;
+	g->n_part = (int)(((cols ? N : M) + len - 1) / len);
+	g->len = len;
+	g->cols = cols;
+	g->out_bytes = ((size_t)((cols ? M : len) * N) * 4 + 63) / 64 * 64;
+	g->part_ws = g->scratch_bytes = 0;
+	return cpu_split_reserve(c, g->out_bytes);
+}
+
 /* A GEMM plan's state for op, after checking its dtypes. */
 static kiln_status gemm_new(struct cpu_ctx *c, struct cpu_plan *p)
 {
@@ -593,11 +627,17 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	kiln_status st;
 	g->impl = op->in[0].dtype == KILN_BF16 ? p->conv_impl : 0;
 	if (op->in[0].dtype == KILN_F32 && p->conv_impl == 1) {
-		/* the OpenBLAS candidate (tune.c): whole, nothing to make */
-		if (!cpu_gemm_openblas_ok(op) || cpu_openblas_check())
+		/* the OpenBLAS candidate (tune.c): nothing to make; on one
+		 * thread, whole or (KILN_CPU_GEMM_SPLIT) in parts as oneDNN's
+		 * matmul is split, each on one thread.  Not threaded by
+		 * OpenBLAS: its threads meet in spinning sched_yield loops, and
+		 * on a loaded machine (load 8.5, 2 cores) the MLP at 2 threads
+		 * took 8% more CPU time with it than with oneDNN's GEMMs. */
+		if (!cpu_gemm_openblas_ok(op) || cpu_openblas_check() ||
+		    (!len && omp_get_max_threads() > 1))
 			return KILN_ENOTSUP;
 		g->openblas = 1;
-		st = KILN_OK;
+		st = len ? gemm_openblas_parts(c, op, g, len, cols) : KILN_OK;
 	} else if (len) {
 		st = gemm_prepare_parts(c, op, g, len, cols);
 	} else if (gemm_blas_ok(op)) {
@@ -628,9 +668,8 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	int cols = 0;
-	const int whole = cpu_op_one_thread(&p->op) ||
-			  (p->op.in[0].dtype == KILN_F32 && p->conv_impl == 1); /* OpenBLAS */
-	const int64_t len = whole ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
+	const int64_t len =
+		cpu_op_one_thread(&p->op) ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
 	const kiln_status st = gemm_new(c, p);
 	return st ? st : gemm_prepare_as(c, p, len, cols);
 }
