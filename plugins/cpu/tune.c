@@ -496,8 +496,11 @@ static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
 	}
 	/* what a run took from the cache, so runs of one benchmark can be
 	 * told apart by their choices (a timed one has its own line) */
+	/* (an f32 GEMM's oneDNN, the common case of every f32 run: debug) */
+	const int quiet = !f32 && op->type == KILN_OP_GEMM && op->in[0].dtype == KILN_F32;
 	if (f32 >= 0 && from_file)
-		c->host->log(KILN_LOG_INFO, "cpu", "%s %s -> %s: choice %d from the tune cache%s",
+		c->host->log(quiet ? KILN_LOG_DEBUG : KILN_LOG_INFO, "cpu",
+			     "%s %s -> %s: choice %d from the tune cache%s",
 			     cpu_op_name(op->type), cpu_desc_str(&op->in[0], s0, sizeof s0),
 			     cpu_desc_str(&op->out[0], s1, sizeof s1), f32, stale ? ", provisional" : "");
 	return f32;
