@@ -9,7 +9,9 @@
  * GEMM ("(OpenBLAS)"); a bias or fused activation keeps oneDNN even when
  * asked for OpenBLAS.  `auto` picks one of the two by timing (whichever
  * wins on this CPU, AVX2 or AVX-512): its result must match the reference
- * either way; `[run] deterministic = 1` makes `auto` oneDNN, untimed.  Skipped (77) when the build has no OpenBLAS or the library
+ * either way; the default, `rule`, runs OpenBLAS only on the shapes its
+ * rule names, and `[run] deterministic = 1` makes `auto` that rule,
+ * untimed.  Skipped (77) when the build has no OpenBLAS or the library
  * loaded is its pthread build (the device refuses gemm_impl = openblas).
  */
 #include <kiln/kiln.h>
@@ -254,25 +256,38 @@ START_TEST(test_auto_correct)
 }
 END_TEST
 
-/* [run] deterministic = 1: auto is oneDNN, never timed */
-START_TEST(test_deterministic_onednn)
+/* The default (rule): OpenBLAS only on no-transpose GEMMs of 32-256 rows
+ * with K, N >= 128 (and below AVX-512 only: not asserted, the ISA is the
+ * machine's); [run] deterministic = 1 turns auto into that rule, untimed. */
+START_TEST(test_rule_and_deterministic)
 {
-	struct dev d;
+	struct dev r, d;
+	ck_assert_msg(open_dev(&r, "rule", 1) == KILN_OK, "%s", kiln_last_error());
 	ck_assert(kiln_config_new(&d.cfg) == 0);
 	ck_assert(kiln_config_override(d.cfg, "run.threads=1") == 0);
 	ck_assert(kiln_config_override(d.cfg, "run.deterministic=1") == 0);
+	ck_assert(kiln_config_override(d.cfg, "plugin.cpu.gemm_impl=auto") == 0);
 	ck_assert(kiln_config_override(d.cfg, "plugin.cpu.tune_cache=none") == 0);
 	ck_assert_msg(kiln_device_open(reg, d.cfg, "cpu", 0, &d.dev) == KILN_OK, "%s", kiln_last_error());
 	ck_assert(kiln_device_stream_create(d.dev, &d.stream) == 0);
 	kiln_log_set_level(KILN_LOG_DEBUG);
 	kiln_log_set_sink(sink, NULL);
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		const struct gcase *g = &cases[i];
 		loglen = 0, logbuf[0] = 0;
-		check_case(&d, &cases[i], "deterministic", 1);
-		ck_assert_msg(!log_has("(OpenBLAS)") && !log_has("implementations,"),
-			      "case %zu: OpenBLAS or a timing under deterministic:\n%s", i, logbuf);
+		check_case(&r, g, "rule", 1);
+		const int ob = log_has("(OpenBLAS)");
+		ck_assert_msg(!ob || (!g->ta && !g->tb && g->m >= 32 && g->m <= 256 && g->n >= 128 &&
+				      g->k >= 128),
+			      "case %zu: the rule ran OpenBLAS:\n%s", i, logbuf);
+		loglen = 0, logbuf[0] = 0;
+		check_case(&d, g, "deterministic", 1);
+		ck_assert_msg(log_has("(OpenBLAS)") == ob && !log_has("implementations,"),
+			      "case %zu: deterministic is not the rule (OpenBLAS %d), or timed:\n%s", i,
+			      ob, logbuf);
 	}
 	close_dev(&d);
+	close_dev(&r);
 	kiln_log_set_sink(NULL, NULL);
 	kiln_log_set_level(KILN_LOG_INFO);
 }
@@ -285,7 +300,7 @@ static Suite *make_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_openblas_matches_onednn, 0, 4);
 	tcase_add_test(tc, test_auto_correct);
-	tcase_add_test(tc, test_deterministic_onednn);
+	tcase_add_test(tc, test_rule_and_deterministic);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -291,7 +291,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	int64_t spin_us = 5000; /* [plugin.cpu] stage_spin_us, unset (no config) */
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	int conv_impl = 0;
-	int gemm_impl = HAVE_OPENBLAS ? CPU_CONV_AUTO : 0; /* [plugin.cpu] gemm_impl, unset */
+	int gemm_impl = HAVE_OPENBLAS ? CPU_GEMM_RULE : 0; /* [plugin.cpu] gemm_impl, unset */
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -336,18 +336,22 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		if (conv_impl == CPU_CONV_AUTO && deterministic) /* not a timed choice */
 			conv_impl = 0;
 		const char *gi = host->config_get(cfg, "plugin.cpu", "gemm_impl");
-		if (gi && strcmp(gi, "auto") && strcmp(gi, "onednn") && strcmp(gi, "openblas"))
-			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = %s: expected auto, onednn or openblas", gi);
+		if (gi && strcmp(gi, "rule") && strcmp(gi, "auto") && strcmp(gi, "onednn") &&
+		    strcmp(gi, "openblas"))
+			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = %s: expected rule, auto, onednn or openblas", gi);
 		if (gi && !strcmp(gi, "openblas") && cpu_openblas_check())
 			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = openblas: %s",
 					   cpu_openblas_check());
 		if (gi)
-			gemm_impl = !strcmp(gi, "auto") ? CPU_CONV_AUTO : !strcmp(gi, "openblas");
+			gemm_impl = !strcmp(gi, "auto")   ? CPU_CONV_AUTO
+				    : !strcmp(gi, "rule") ? CPU_GEMM_RULE
+							  : !strcmp(gi, "openblas");
 	}
-	/* a timed choice may differ between runs; OpenBLAS's pthread build
-	 * (the alternatives' choice) is left out */
-	if ((gemm_impl == CPU_CONV_AUTO && deterministic) ||
-	    (gemm_impl == CPU_CONV_AUTO && cpu_openblas_check()))
+	/* a timed choice may differ between runs: the rule's instead;
+	 * OpenBLAS's pthread build (the alternatives' choice) is left out */
+	if (gemm_impl == CPU_CONV_AUTO && deterministic)
+		gemm_impl = CPU_GEMM_RULE;
+	if (gemm_impl < 0 && cpu_openblas_check())
 		gemm_impl = 0;
 	if (threads < 0)
 		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
@@ -737,16 +741,20 @@ static const struct kiln_key cpu_keys[] = {
 	  "example's 28x28 layers; docs/PERFORMANCE.md, issue 23, session 9).  Unset: "
 	  "`auto` in the inference API's plans (kiln_infer, `kiln predict`), `first` "
 	  "elsewhere.  `[run] deterministic = 1` turns `auto` into `first`." },
-	{ "gemm_impl", KILN_KEY_ENUM, "auto", 0, 0, "auto|onednn|openblas",
+	{ "gemm_impl", KILN_KEY_ENUM, "rule", 0, 0, "rule|auto|onednn|openblas",
 	  "Which library runs an f32 GEMM without bias or fused activation (a linear "
 	  "layer's data and weight gradients) on one thread (a team of one, a small op, or "
 	  "each part of a split GEMM; oneDNN threads the others): `onednn` oneDNN's; "
 	  "`openblas` OpenBLAS's cblas_sgemm (an error where the plugin was built without "
-	  "OpenBLAS or the libopenblas.so.0 loaded is its pthread build); `auto` times both once per shape "
-	  "when the op is prepared and keeps the faster (logged; oneDNN where OpenBLAS is "
-	  "not usable).  On AVX2 oneDNN 2.6's sgemm loses up to 40% at 128-256 rows "
-	  "(docs/PERFORMANCE.md, session 16).  `[run] deterministic = 1` turns `auto` into "
-	  "`onednn`." },
+	  "OpenBLAS or the libopenblas.so.0 loaded is its pthread build); `rule` OpenBLAS "
+	  "for the shapes where oneDNN 2.6's AVX2 sgemm runs at half its rate (no "
+	  "transposes, 32-256 rows, K and N 128 or more, below AVX-512), oneDNN elsewhere: "
+	  "a fixed rule, so the result does not depend on a timing; `auto` times both once "
+	  "per shape when the op is prepared and keeps OpenBLAS where it takes at most 90% "
+	  "of oneDNN's time (logged; the result then depends on that timing, as "
+	  "`bf16_gemm = auto`'s does).  Without a usable OpenBLAS every setting but "
+	  "`openblas` is `onednn` (docs/PERFORMANCE.md, session 16).  `[run] "
+	  "deterministic = 1` turns `auto` into `rule`." },
 	{ "tune_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The file that keeps the kernel choices `auto` timed (`bf16_conv`, `bf16_gemm`, "
 	  "`conv_impl`, `gemm_impl`) between runs, keyed by the op's shapes, dtypes, layouts and "

@@ -46,6 +46,8 @@ enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32, CPU_KERN_BF16_2 };
  * distinct ones, timed once at prepare (tune.c), else the k-th (0: the
  * first it offers). */
 #define CPU_CONV_AUTO (-1)
+/* [plugin.cpu] gemm_impl = rule: OpenBLAS where cpu_gemm_openblas_rule */
+#define CPU_GEMM_RULE (-2)
 #define CPU_CONV_IMPLS 3
 
 /* async = auto's watch on a data-parallel rank that the rule made sync
@@ -90,7 +92,7 @@ struct cpu_ctx {
 	 * convolutions and GEMMs (CPU_KERN_*; tune.c) */
 	int bf16_conv, bf16_gemm;
 	int conv_impl;      /* [plugin.cpu] conv_impl: CPU_CONV_AUTO or an index (tune.c) */
-	int gemm_impl;      /* [plugin.cpu] gemm_impl: 0 onednn, 1 openblas, CPU_CONV_AUTO */
+	int gemm_impl;      /* [plugin.cpu] gemm_impl: 0 onednn, 1 openblas, CPU_CONV_AUTO, CPU_GEMM_RULE */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
 	/* [plugin.cpu] tune_cache: the file the choices are kept in between
@@ -275,6 +277,8 @@ int cpu_gemm_is_split(const struct cpu_gemm *g);
 /* 1 when OpenBLAS can run op (a GEMM of f32 tensors without bias or
  * activation; the build has it): its second candidate (p->conv_impl 1) */
 int cpu_gemm_openblas_ok(const struct kiln_op *op);
+/* 1 for the GEMMs the fixed rule gives OpenBLAS (gemm_impl = rule) */
+int cpu_gemm_openblas_rule(const struct kiln_op *op);
 /* NULL when the OpenBLAS gemm.c calls is usable (built in, and the
  * library loaded is not its pthread build), else why not */
 const char *cpu_openblas_check(void);

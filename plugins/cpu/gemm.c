@@ -327,6 +327,20 @@ int cpu_gemm_openblas_ok(const struct kiln_op *op)
 	       op->i[2] <= INT32_MAX && op->i[3] <= INT32_MAX && op->i[4] <= INT32_MAX;
 }
 
+/* The no-transpose GEMM (a linear layer's data gradient dY W) of 32 to
+ * 256 rows, K and N 128 or more, below AVX-512: where oneDNN 2.6's AVX2
+ * sgemm ran at half of OpenBLAS's rate (1024 x 1024 at 128 and 256 rows:
+ * 32-33 against 61-62 GFLOP/s; 128 x 512 x 256: 44 against 52), and
+ * where OpenBLAS did not lose (it did on 10 columns or K = 10, and at 512
+ * rows the two were within 10%).  A shape rule, not a timing, so the
+ * library, and a run's rounding, never depend on the machine's load. */
+int cpu_gemm_openblas_rule(const struct kiln_op *op)
+{
+	const int64_t M = op->i[2], N = op->i[3], K = op->i[4];
+	return cpu_gemm_openblas_ok(op) && !op->i[0] && !op->i[1] && M >= 32 && M <= 256 &&
+	       N >= 128 && K >= 128 && !cpu_dnn_bf16_native();
+}
+
 const char *cpu_openblas_check(void)
 {
 #if HAVE_OPENBLAS

@@ -638,15 +638,19 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 }
 
 /* Implementation 0: oneDNN (gemm.c), 1: OpenBLAS, where the op has the
- * form it takes (cpu_gemm_openblas_ok) and the build has it.  OpenBLAS
+ * form it takes (cpu_gemm_openblas_ok) and the build has it: by the shape
+ * rule (the default), by setting, or timed (auto).  OpenBLAS
  * only where it takes at most 90% of oneDNN's time: near a tie a timing
  * (a provisional choice re-timed later, another machine's) would flip the
  * library, and with it a run's rounding, for nothing. */
 kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p)
 {
-	if (!c->gemm_impl || !cpu_gemm_openblas_ok(&p->op) || cpu_openblas_check())
+	if (!c->gemm_impl || !cpu_gemm_openblas_ok(&p->op) || cpu_openblas_check() ||
+	    (c->gemm_impl == CPU_GEMM_RULE && !cpu_gemm_openblas_rule(&p->op)))
 		return cpu_gemm_prepare(c, p);
-	return tune_impl(c, p, cpu_gemm_prepare, c->gemm_impl, 2, 0.9, "GEMM");
+	/* rule: OpenBLAS, oneDNN where it cannot (a team's op) */
+	return tune_impl(c, p, cpu_gemm_prepare, c->gemm_impl == CPU_GEMM_RULE ? 1 : c->gemm_impl,
+			 2, 0.9, "GEMM");
 }
 
 void cpu_tune_free(struct cpu_ctx *c)
