@@ -31,11 +31,13 @@
  * OpenBLAS (built with --with-openblas, its OpenMP flavour): an f32 GEMM
  * without bias or activation (the backward GEMMs of a linear layer, and a
  * forward one whose bias the layer adds itself) run on one thread has a
- * second candidate, cblas_sgemm on the whole op (p->conv_impl = 1;
- * tune.c, [plugin.cpu] gemm_impl), or on each part of a split one.  On AVX2 (Zen 3) oneDNN 2.6's sgemm runs the data gradient
- * of a 1024 x 1024 layer at 128 and 256 rows (no transposes) at 30-48
- * GFLOP/s of a core against OpenBLAS's 50-57 (bench/gemm_shapes.c;
- * docs/PERFORMANCE.md, "Session 16: small GEMMs on AVX2").  OpenBLAS's
+ * second library, cblas_sgemm on the whole op (p->conv_impl = 1), or on
+ * each part of a split one; tune.c picks by cpu_gemm_openblas_rule or by
+ * timing ([plugin.cpu] gemm_impl).  On AVX2 (Zen 3) oneDNN 2.6's sgemm
+ * runs the data gradient of a 1024 x 1024 layer at 128 and 256 rows (no
+ * transposes) at 32-33 GFLOP/s of a core against OpenBLAS's 61-62
+ * (bench/gemm_shapes.c; docs/PERFORMANCE.md, "Session 16: small GEMMs on
+ * AVX2").  OpenBLAS's
  * OpenMP build reads omp_get_max_threads() at each call: 1 here (a team
  * of one, or a part), so it never starts threads of its own; its pthread
  * build (a pool of its own that would fight the team) is refused when the
