@@ -63,6 +63,13 @@ bench_stem_reorder_LDADD = $(DNNL_LIBS)
 noinst_PROGRAMS += bench/bf16_ops
 bench_bf16_ops_SOURCES = bench/bf16_ops.c
 bench_bf16_ops_LDADD = $(DNNL_LIBS)
+# the MLP benches' f32 GEMM shapes under oneDNN's sgemm and matmul and the
+# BLAS libraries named by --lib (dlopen'd; issue 22, "Session 16: small
+# GEMMs on AVX2" in docs/PERFORMANCE.md)
+noinst_PROGRAMS += bench/gemm_shapes
+bench_gemm_shapes_SOURCES = bench/gemm_shapes.c
+bench_gemm_shapes_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS)
+bench_gemm_shapes_LDADD = $(DNNL_LIBS) $(OPENMP_CFLAGS) -ldl
 endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
 # the fixed cost of a run, start-up caches off and on (bench/startup.sh)
@@ -75,6 +82,9 @@ EXTRA_DIST += bench/mlp_step.sh
 EXTRA_DIST += bench/whole_run.sh
 # the MLP profile per op at 1 and 2 threads, fuse 0 and 1 (where the second thread gains)
 EXTRA_DIST += bench/mlp_ops.sh
+# the blocks model on 1 thread at batch 128, 256, 512 against another build
+# (the f32 GEMMs: oneDNN or OpenBLAS; session 16)
+EXTRA_DIST += bench/gemm_blocks.sh
 # the one-way latency of kiln-gloo's shared-memory send and recv channels
 # (plugins/common/shmp2p.h; docs/PERFORMANCE.md, issue 21 session 9)
 if BUILD_GLOO

@@ -596,6 +596,12 @@ check_PROGRAMS += tests/check_cpu_tune
 TESTS += tests/check_cpu_tune
 tests_check_cpu_tune_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_tune_LDADD = libkiln.la $(CHECK_LIBS) -lm
+# the OpenBLAS f32 GEMM against oneDNN's and a reference ([plugin.cpu]
+# gemm_impl; 77 without OpenBLAS)
+check_PROGRAMS += tests/check_cpu_gemm_impl
+TESTS += tests/check_cpu_gemm_impl
+tests_check_cpu_gemm_impl_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_gemm_impl_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 # the CPU device's split GEMMs: the product, its bytes on any team, a late
 # helper that does not hold the caller (plugins/cpu/gemm.c, split.c)

@@ -294,6 +294,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	int64_t spin_us = 5000; /* [plugin.cpu] stage_spin_us, unset (no config) */
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	int conv_impl = 0;
+	int gemm_impl = HAVE_OPENBLAS ? CPU_GEMM_RULE : 0; /* [plugin.cpu] gemm_impl, unset */
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -340,7 +341,24 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		conv_impl = !ci || !strcmp(ci, "first") ? 0 : !strcmp(ci, "auto") ? CPU_CONV_AUTO : atoi(ci);
 		if (conv_impl == CPU_CONV_AUTO && deterministic) /* not a timed choice */
 			conv_impl = 0;
+		const char *gi = host->config_get(cfg, "plugin.cpu", "gemm_impl");
+		if (gi && strcmp(gi, "rule") && strcmp(gi, "auto") && strcmp(gi, "onednn") &&
+		    strcmp(gi, "openblas"))
+			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = %s: expected rule, auto, onednn or openblas", gi);
+		if (gi && !strcmp(gi, "openblas") && cpu_openblas_check())
+			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = openblas: %s",
+					   cpu_openblas_check());
+		if (gi)
+			gemm_impl = !strcmp(gi, "auto")   ? CPU_CONV_AUTO
+				    : !strcmp(gi, "rule") ? CPU_GEMM_RULE
+							  : !strcmp(gi, "openblas");
 	}
+	/* a timed choice may differ between runs: the rule's instead;
+	 * OpenBLAS's pthread build (the alternatives' choice) is left out */
+	if (gemm_impl == CPU_CONV_AUTO && deterministic)
+		gemm_impl = CPU_GEMM_RULE;
+	if (gemm_impl < 0 && cpu_openblas_check())
+		gemm_impl = 0;
 	if (threads < 0)
 		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
 	/* the adaptive team, with threads unset: kiln's own loops give the same
@@ -379,6 +397,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->bf16_conv = kern[0];
 	c->bf16_gemm = kern[1];
 	c->conv_impl = conv_impl;
+	c->gemm_impl = gemm_impl;
 	c->threads = (int)threads;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
@@ -553,6 +572,10 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 		/* f32 convolutions: oneDNN's first kernel, or the fastest
 		 * ([plugin.cpu] conv_impl) */
 		st = cpu_tune_conv_impl(c, p);
+	} else if (family == cpu_gemm_prepare && !cpu_op_lowp(op)) {
+		/* f32 GEMMs: oneDNN, or OpenBLAS where it is faster
+		 * ([plugin.cpu] gemm_impl) */
+		st = cpu_tune_gemm_impl(c, p);
 	} else if (!cpu_op_lowp(op) || native == 2) {
 		st = family(c, p);
 	} else if (family == cpu_gemm_prepare || family == cpu_conv_prepare) {
@@ -727,9 +750,23 @@ static const struct kiln_key cpu_keys[] = {
 	  "example's 28x28 layers; docs/PERFORMANCE.md, issue 23, session 9).  Unset: "
 	  "`auto` in the inference API's plans (kiln_infer, `kiln predict`), `first` "
 	  "elsewhere.  `[run] deterministic = 1` turns `auto` into `first`." },
+	{ "gemm_impl", KILN_KEY_ENUM, "rule", 0, 0, "rule|auto|onednn|openblas",
+	  "Which library runs an f32 GEMM without bias or fused activation (a linear "
+	  "layer's data and weight gradients) on one thread (a team of one, a small op, or "
+	  "each part of a split GEMM; oneDNN threads the others): `onednn` oneDNN's; "
+	  "`openblas` OpenBLAS's cblas_sgemm (an error where the plugin was built without "
+	  "OpenBLAS or the libopenblas.so.0 loaded is its pthread build); `rule` OpenBLAS "
+	  "for the shapes where oneDNN 2.6's AVX2 sgemm runs at half its rate (no "
+	  "transposes, 32-256 rows, K and N 128 or more, below AVX-512), oneDNN elsewhere: "
+	  "a fixed rule, so the result does not depend on a timing; `auto` times both once "
+	  "per shape when the op is prepared and keeps OpenBLAS where it takes at most 90% "
+	  "of oneDNN's time (logged; the result then depends on that timing, as "
+	  "`bf16_gemm = auto`'s does).  Without a usable OpenBLAS every setting but "
+	  "`openblas` is `onednn` (docs/PERFORMANCE.md, session 16).  `[run] "
+	  "deterministic = 1` turns `auto` into `rule`." },
 	{ "tune_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The file that keeps the kernel choices `auto` timed (`bf16_conv`, `bf16_gemm`, "
-	  "`conv_impl`) between runs, keyed by the op's shapes, dtypes, layouts and "
+	  "`conv_impl`, `gemm_impl`) between runs, keyed by the op's shapes, dtypes, layouts and "
 	  "attributes and the team's size, so a second run prepares only the chosen "
 	  "kernel (a bf16 CNN's set-up: 1.2 -> 0.2 CPU-s; docs/PERFORMANCE.md, session "
 	  "12).  A file written by another kiln version, plugin build, oneDNN version or "

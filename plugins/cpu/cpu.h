@@ -20,6 +20,11 @@
 #include <pthread.h>          /* worker threads, the context lock */
 #include <stdint.h>
 
+/* configure's --with-openblas (-DHAVE_OPENBLAS=1; gemm.c) */
+#ifndef HAVE_OPENBLAS
+#define HAVE_OPENBLAS 0
+#endif
+
 struct cpu_stream;
 struct cpu_event;
 struct cpu_gemm;
@@ -41,6 +46,8 @@ enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32, CPU_KERN_BF16_2 };
  * distinct ones, timed once at prepare (tune.c), else the k-th (0: the
  * first it offers). */
 #define CPU_CONV_AUTO (-1)
+/* [plugin.cpu] gemm_impl = rule: OpenBLAS where cpu_gemm_openblas_rule */
+#define CPU_GEMM_RULE (-2)
 #define CPU_CONV_IMPLS 3
 
 /* async = auto's watch on a data-parallel rank that the rule made sync
@@ -85,6 +92,7 @@ struct cpu_ctx {
 	 * convolutions and GEMMs (CPU_KERN_*; tune.c) */
 	int bf16_conv, bf16_gemm;
 	int conv_impl;      /* [plugin.cpu] conv_impl: CPU_CONV_AUTO or an index (tune.c) */
+	int gemm_impl;      /* [plugin.cpu] gemm_impl: 0 onednn, 1 openblas, CPU_CONV_AUTO, CPU_GEMM_RULE */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
 	/* [plugin.cpu] tune_cache: the file the choices are kept in between
@@ -273,6 +281,17 @@ kiln_status cpu_gemm_prepare_busy(struct cpu_ctx *c, struct cpu_plan *p);
 void cpu_gemm_free(struct cpu_gemm *g);
 /* 1 when g is split (its bytes never depend on the team: no versions) */
 int cpu_gemm_is_split(const struct cpu_gemm *g);
+/* 1 when OpenBLAS can run op (a GEMM of f32 tensors without bias or
+ * activation; the build has it): its second candidate (p->conv_impl 1) */
+int cpu_gemm_openblas_ok(const struct kiln_op *op);
+/* 1 for the GEMMs the fixed rule gives OpenBLAS (gemm_impl = rule) */
+int cpu_gemm_openblas_rule(const struct kiln_op *op);
+/* NULL when the OpenBLAS gemm.c calls is usable (built in, and the
+ * library loaded is not its pthread build), else why not */
+const char *cpu_openblas_check(void);
+/* ", OpenBLAS 0.3.21 (OpenMP, Zen)" where it is usable, else "": the
+ * device line's and the tune cache's stamp's tail (cpu_dnn_isa) */
+void cpu_openblas_str(char *buf, size_t n);
 
 /* ---- split.c: the helpers that run a split GEMM's parts ---- */
 #define CPU_POOL_MAX 15        /* helper threads */
@@ -393,6 +412,10 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
  * the fastest of its first CPU_CONV_IMPLS distinct ones (timed on scratch
  * buffers, remembered per op, logged). */
 kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p);
+/* Prepare p (an f32 GEMM) with oneDNN, or under [plugin.cpu] gemm_impl
+ * with OpenBLAS (1), or the faster of the two (CPU_CONV_AUTO: timed as
+ * cpu_tune_conv_impl times), where cpu_gemm_openblas_ok. */
+kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
 /* One kept choice, as the persistent cache stores it: the candidate, and

@@ -223,7 +223,9 @@ kiln_status cpu_dnn_exec(const struct cpu_plan *p, const struct kiln_op_args *a,
  * use on this CPU (capped by ONEDNN_MAX_CPU_ISA); bf16 kernels exist from
  * avx512_core (emulated with f32 arithmetic), natively from
  * avx512_core_bf16 (AVX512-BF16 dot products) and with tiles from
- * avx512_core_amx.  For `kiln plugins` and the run log. */
+ * avx512_core_amx.  For `kiln plugins` and the run log, and the tune
+ * cache's stamp; OpenBLAS's version and kernel set follow where gemm.c
+ * may use it (its choices are kept in that cache too). */
 const char *cpu_dnn_isa(char *buf, size_t n)
 {
 	const dnnl_version_t *v = dnnl_version();
@@ -245,7 +247,10 @@ const char *cpu_dnn_isa(char *buf, size_t n)
 	case dnnl_cpu_isa_avx512_core_amx: isa = "avx512_core_amx"; bf16 = "AMX tiles"; break;
 	default: break;
 	}
-	snprintf(buf, n, "oneDNN %d.%d.%d, ISA %s, bf16 %s", v->major, v->minor, v->patch, isa, bf16);
+	char ob[96];
+	cpu_openblas_str(ob, sizeof ob); /* the f32 GEMMs' other library, if any */
+	snprintf(buf, n, "oneDNN %d.%d.%d, ISA %s, bf16 %s%s", v->major, v->minor, v->patch, isa,
+		 bf16, ob);
 	return buf;
 }
 

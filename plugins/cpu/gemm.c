@@ -27,11 +27,29 @@
  * alpha == 1 the two agree and the native bias argument is used; otherwise
  * the bias is a broadcast binary-add post-op placed after the sum.  A
  * fused activation (KILN_OPF_ACT) is an eltwise post-op after the bias.
+ *
+ * OpenBLAS (built with --with-openblas, its OpenMP flavour): an f32 GEMM
+ * without bias or activation (the backward GEMMs of a linear layer, and a
+ * forward one whose bias the layer adds itself) run on one thread has a
+ * second library, cblas_sgemm on the whole op (p->conv_impl = 1), or on
+ * each part of a split one; tune.c picks by cpu_gemm_openblas_rule or by
+ * timing ([plugin.cpu] gemm_impl).  On AVX2 (Zen 3) oneDNN 2.6's sgemm
+ * runs the data gradient of a 1024 x 1024 layer at 128 and 256 rows (no
+ * transposes) at 32-33 GFLOP/s of a core against OpenBLAS's 61-62
+ * (bench/gemm_shapes.c; docs/PERFORMANCE.md, "Session 16: small GEMMs on
+ * AVX2").  OpenBLAS's
+ * OpenMP build reads omp_get_max_threads() at each call: 1 here (a team
+ * of one, or a part), so it never starts threads of its own; its pthread
+ * build (a pool of its own that would fight the team) is refused when the
+ * device opens (cpu_openblas_check).
  */
 #include "cpu.h"
 #include "dnn.h" /* cpu_dnn_warm, cpu_dnnl_str, cpu_dnn_post_act */
 
 #include <oneapi/dnnl/dnnl.h> /* dnnl_matmul_desc_init, dnnl_primitive_* */
+#if HAVE_OPENBLAS
+#include <cblas.h> /* cblas_sgemm, openblas_get_parallel */
+#endif
 #include <omp.h>
 #include <stdio.h> /* snprintf */
 #include <stdlib.h>
@@ -67,6 +85,7 @@ struct cpu_gemm {
 	struct cpu_gemm_objs *obj;
 	int blas; /* run by dnnl_sgemm with beta = 1 (gemm_blas_ok); prim is NULL */
 	int impl; /* oneDNN's impl-th distinct implementation (plan's conv_impl; tune.c) */
+	int openblas; /* run by OpenBLAS's cblas_sgemm (gemm_openblas_ok); prim is NULL */
 };
 
 /* A failed oneDNN call in prepare: status plus file:line of the call. */
@@ -174,6 +193,9 @@ static dnnl_status_t gemm_exec(dnnl_primitive_t prim, dnnl_stream_t stream, int 
 	return s == dnnl_success ? dnnl_stream_wait(stream) : s;
 }
 
+static dnnl_status_t gemm_openblas_ld(const struct kiln_op *op, const void *a, const void *b,
+				      void *c, const struct kiln_op *whole);
+
 /* Where part k of a split GEMM starts in in0, in1, in2 and out0 (bytes),
  * its length (rows or columns) and its primitive (0 or 1). */
 struct part_at {
@@ -231,13 +253,21 @@ static int part_run(const struct cpu_job *j, int slot, int k, void *priv)
 	const struct cpu_plan *p = j->arg[0];
 	const struct cpu_gemm *g = p->gemm;
 	const struct part_at at = part_at(g, &p->op, k);
-	const struct cpu_gemm_objs *o = &g->obj[2 * slot + at.i];
+	const struct cpu_gemm_objs *o = g->obj ? &g->obj[2 * slot + at.i] : NULL;
 	char *out = (char *)j->arg[4] + at.c, *ws = (char *)j->arg[5];
 	if (priv) { /* a helper: into its buffer */
 		if (p->op.flags & KILN_OPF_ACCUMULATE)
 			part_copy(g, &p->op, k, (char *)j->arg[4], priv, 0);
 		out = (char *)priv + (g->cols ? at.c : 0);
 		ws = (char *)priv + g->out_bytes;
+	}
+	if (g->openblas) {
+		/* the part as a GEMM of its own: the op's strides, its rows or
+		 * columns (the output's row stride in a helper's buffer too) */
+		struct kiln_op part = p->op;
+		part.i[g->cols ? 3 : 2] = at.len;
+		return gemm_openblas_ld(&part, (const char *)j->arg[1] + at.a,
+					(const char *)j->arg[2] + at.b, out, &p->op) != dnnl_success;
 	}
 	return gemm_exec(g->part_prim[at.i], o->stream, g->bias_arg, o->a, o->b, o->c, o->bias,
 			 o->scratch, (const char *)j->arg[1] + at.a, (const char *)j->arg[2] + at.b,
@@ -291,6 +321,84 @@ static dnnl_status_t gemm_blas(const struct kiln_op *op, const struct kiln_op_ar
 			  ta ? M : K, a->in[1], tb ? K : N, 1.0f, a->out[0], N);
 }
 
+int cpu_gemm_openblas_ok(const struct kiln_op *op)
+{
+	return HAVE_OPENBLAS && op->type == KILN_OP_GEMM && op->n_in == 2 &&
+	       !(op->flags & KILN_OPF_ACT) && op->in[0].dtype == KILN_F32 &&
+	       op->in[1].dtype == KILN_F32 && op->out[0].dtype == KILN_F32 &&
+	       op->i[2] <= INT32_MAX && op->i[3] <= INT32_MAX && op->i[4] <= INT32_MAX;
+}
+
+/* The no-transpose GEMM (a linear layer's data gradient dY W) of 32 to
+ * 256 rows, K and N 128 or more, below AVX-512: where oneDNN 2.6's AVX2
+ * sgemm ran at half of OpenBLAS's rate (1024 x 1024 at 128 and 256 rows:
+ * 32-33 against 61-62 GFLOP/s; 128 x 512 x 256: 44 against 52), and
+ * where OpenBLAS did not lose (it did on 10 columns or K = 10, and at 512
+ * rows the two were within 10%).  A shape rule, not a timing, so the
+ * library, and a run's rounding, never depend on the machine's load. */
+int cpu_gemm_openblas_rule(const struct kiln_op *op)
+{
+	const int64_t M = op->i[2], N = op->i[3], K = op->i[4];
+	return cpu_gemm_openblas_ok(op) && !op->i[0] && !op->i[1] && M >= 32 && M <= 256 &&
+	       N >= 128 && K >= 128 && !cpu_dnn_bf16_native();
+}
+
+const char *cpu_openblas_check(void)
+{
+#if HAVE_OPENBLAS
+	/* 0 sequential, 1 pthreads, 2 OpenMP: the library ld.so found (the
+	 * Debian alternatives may point libopenblas.so.0 at another flavour
+	 * than configure linked against) */
+	if (openblas_get_parallel() == 1)
+		return "the OpenBLAS loaded is its pthread build (a thread pool of its own beside "
+		       "kiln's OpenMP team): install libopenblas0-openmp, or "
+		       "update-alternatives --config libopenblas.so.0-x86_64-linux-gnu";
+	return NULL;
+#else
+	return "this build has no OpenBLAS (configure --with-openblas; apt-get install "
+	       "libopenblas-openmp-dev)";
+#endif
+}
+
+void cpu_openblas_str(char *buf, size_t n)
+{
+#if HAVE_OPENBLAS
+	if (!cpu_openblas_check()) {
+		const char *v = OPENBLAS_VERSION; /* " OpenBLAS 0.3.21 " */
+		while (*v == ' ')
+			v++;
+		snprintf(buf, n, ", %s(OpenMP, %s)", v, openblas_get_corename());
+		return;
+	}
+#endif
+	if (n)
+		*buf = 0;
+}
+
+/* c = alpha op(a) op(b) (+ c: KILN_OPF_ACCUMULATE) by OpenBLAS, on the
+ * calling thread's OpenMP count: op's M, N, K (a part's: gemm_run_parts),
+ * the leading dimensions of whole's operands. */
+static dnnl_status_t gemm_openblas_ld(const struct kiln_op *op, const void *a, const void *b,
+				      void *c, const struct kiln_op *whole)
+{
+#if HAVE_OPENBLAS
+	const int ta = (int)op->i[0], tb = (int)op->i[1], M = (int)op->i[2], N = (int)op->i[3],
+		  K = (int)op->i[4], WM = (int)whole->i[2], WN = (int)whole->i[3];
+	cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+		    M, N, K, (float)op->f[0], a, ta ? WM : K, b, tb ? K : WN,
+		    (op->flags & KILN_OPF_ACCUMULATE) ? 1.0f : 0.0f, c, WN);
+	return dnnl_success;
+#else
+	(void)op, (void)a, (void)b, (void)c, (void)whole;
+	return dnnl_unimplemented;
+#endif
+}
+
+static dnnl_status_t gemm_openblas(const struct kiln_op *op, const struct kiln_op_args *a)
+{
+	return gemm_openblas_ld(op, a->in[0], a->in[1], a->out[0], op);
+}
+
 static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
@@ -298,7 +406,9 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	struct cpu_gemm *g = p->gemm;
 	dnnl_status_t s;
 	pthread_mutex_lock(&g->lock);
-	if (g->blas)
+	if (g->openblas && !g->n_part)
+		s = gemm_openblas(&p->op, a);
+	else if (g->blas)
 		s = gemm_blas(&p->op, a);
 	else if (g->n_part)
 		s = gemm_run_parts(p, a) ? dnnl_runtime_error : dnnl_success;
@@ -310,7 +420,8 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	if (s != dnnl_success)
 		return cpu_fail(e, KILN_EDEVICE, "cpu: GEMM M=%lld N=%lld K=%lld: %s:%d: %s: %s",
 				(long long)p->op.i[2], (long long)p->op.i[3], (long long)p->op.i[4],
-				__FILE__, __LINE__, g->blas ? "dnnl_sgemm" : "dnnl_primitive_execute",
+				__FILE__, __LINE__,
+				g->openblas ? "cblas_sgemm" : g->blas ? "dnnl_sgemm" : "dnnl_primitive_execute",
 				cpu_dnnl_str(s));
 	return KILN_OK;
 }
@@ -486,6 +597,22 @@ static kiln_status gemm_prepare_parts(struct cpu_ctx *c, const struct kiln_op *o
 	return st ? st : cpu_split_reserve(c, g->out_bytes + ws);
 }
 
+/* The split plan of the OpenBLAS candidate: gemm_prepare_parts without
+ * oneDNN's objects (the parts call cblas_sgemm on one thread). */
+static kiln_status gemm_openblas_parts(struct cpu_ctx *c, const struct kiln_op *op,
+				       struct cpu_gemm *g, int64_t len, int cols)
+{
+	const int64_t M = op->i[2], N = op->i[3];
+	g->slots = c->threads < CPU_POOL_MAX + 1 ? c->threads : CPU_POOL_MAX + 1;
+	g->ctx = c;
+	g->n_part = (int)(((cols ? N : M) + len - 1) / len);
+	g->len = len;
+	g->cols = cols;
+	g->out_bytes = ((size_t)((cols ? M : len) * N) * 4 + 63) / 64 * 64;
+	g->part_ws = g->scratch_bytes = 0;
+	return cpu_split_reserve(c, g->out_bytes);
+}
+
 /* A GEMM plan's state for op, after checking its dtypes. */
 static kiln_status gemm_new(struct cpu_ctx *c, struct cpu_plan *p)
 {
@@ -515,7 +642,19 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	struct cpu_gemm *g = p->gemm;
 	kiln_status st;
 	g->impl = op->in[0].dtype == KILN_BF16 ? p->conv_impl : 0;
-	if (len) {
+	if (op->in[0].dtype == KILN_F32 && p->conv_impl == 1) {
+		/* the OpenBLAS candidate (tune.c): nothing to make; on one
+		 * thread, whole or (KILN_CPU_GEMM_SPLIT) in parts as oneDNN's
+		 * matmul is split, each on one thread.  Not threaded by
+		 * OpenBLAS: its threads meet in spinning sched_yield loops, and
+		 * on a loaded machine (load 8.5, 2 cores) the MLP at 2 threads
+		 * took 8% more CPU time with it than with oneDNN's GEMMs. */
+		if (!cpu_gemm_openblas_ok(op) || cpu_openblas_check() ||
+		    (!len && omp_get_max_threads() > 1))
+			return KILN_ENOTSUP;
+		g->openblas = 1;
+		st = len ? gemm_openblas_parts(c, op, g, len, cols) : KILN_OK;
+	} else if (len) {
 		st = gemm_prepare_parts(c, op, g, len, cols);
 	} else if (gemm_blas_ok(op)) {
 		g->blas = 1; /* nothing to make: dnnl_sgemm when it runs */
@@ -536,7 +675,8 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	p->kernel = cpu_gemm_run;
 	c->host->log(KILN_LOG_DEBUG, "cpu", "GEMM M=%lld N=%lld K=%lld tA=%lld tB=%lld%s: scratchpad %zu bytes, %d parts of %lld %s",
 		     (long long)op->i[2], (long long)op->i[3], (long long)op->i[4],
-		     (long long)op->i[0], (long long)op->i[1], g->blas ? " (sgemm, beta = 1)" : "",
+		     (long long)op->i[0], (long long)op->i[1],
+		     g->openblas ? " (OpenBLAS)" : g->blas ? " (sgemm, beta = 1)" : "",
 		     g->scratch_bytes, g->n_part, (long long)g->len, g->cols ? "columns" : "rows");
 	return KILN_OK;
 }

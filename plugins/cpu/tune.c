@@ -496,8 +496,11 @@ static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
 	}
 	/* what a run took from the cache, so runs of one benchmark can be
 	 * told apart by their choices (a timed one has its own line) */
+	/* (an f32 GEMM's oneDNN, the common case of every f32 run: debug) */
+	const int quiet = !f32 && op->type == KILN_OP_GEMM && op->in[0].dtype == KILN_F32;
 	if (f32 >= 0 && from_file)
-		c->host->log(KILN_LOG_INFO, "cpu", "%s %s -> %s: choice %d from the tune cache%s",
+		c->host->log(quiet ? KILN_LOG_DEBUG : KILN_LOG_INFO, "cpu",
+			     "%s %s -> %s: choice %d from the tune cache%s",
 			     cpu_op_name(op->type), cpu_desc_str(&op->in[0], s0, sizeof s0),
 			     cpu_desc_str(&op->out[0], s1, sizeof s1), f32, stale ? ", provisional" : "");
 	return f32;
@@ -548,25 +551,30 @@ static kiln_status prepare_choice(struct cpu_ctx *c, struct cpu_plan *p,
 	return prepare_kernel(c, p, family, 0);
 }
 
-kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
+/* Prepare p by family with implementation `setting` (> 0: that one, the
+ * first where it has none; CPU_CONV_AUTO: the fastest of the first `max`,
+ * timed once per op key and remembered; another than the first only when
+ * it takes at most `margin` of the first's time).  what names the op in
+ * the log line of a timing. */
+static kiln_status tune_impl(struct cpu_ctx *c, struct cpu_plan *p,
+			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *), int setting,
+			     int max, double margin, const char *what)
 {
 	const struct kiln_op op = p->op;
-	if (op.type != KILN_OP_CONV || (op.flags & KILN_OPF_KEEP) || !c->conv_impl)
-		return cpu_conv_prepare(c, p);
-	if (c->conv_impl > 0) { /* the one named, else the first */
-		p->conv_impl = c->conv_impl;
-		const kiln_status st = cpu_conv_prepare(c, p);
+	if (setting > 0) { /* the one named, else the first */
+		p->conv_impl = setting;
+		const kiln_status st = family(c, p);
 		if (st != KILN_ENOTSUP)
 			return st;
 		cpu_plan_release(p);
 		memset(p, 0, sizeof *p);
 		p->op = op;
-		return cpu_conv_prepare(c, p);
+		return family(c, p);
 	}
 	int best = find_choice(c, &op);
 	if (best >= 0) {
 		p->conv_impl = best;
-		const kiln_status st = cpu_conv_prepare(c, p);
+		const kiln_status st = family(c, p);
 		if (st != KILN_ENOTSUP || !best)
 			return st;
 		/* chosen for an op of the same key this one cannot take: the
@@ -574,19 +582,19 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 		cpu_plan_release(p);
 		memset(p, 0, sizeof *p);
 		p->op = op;
-		return cpu_conv_prepare(c, p);
+		return family(c, p);
 	}
-	kiln_status st = cpu_conv_prepare(c, p);
+	kiln_status st = family(c, p);
 	if (st)
 		return st;
 	struct cpu_plan *cand[CPU_CONV_IMPLS] = { p };
 	int n = 1;
-	for (; n < CPU_CONV_IMPLS; n++) { /* KILN_ENOTSUP: no n-th implementation */
+	for (; n < max; n++) { /* KILN_ENOTSUP: no n-th implementation */
 		if (!(cand[n] = calloc(1, sizeof *cand[n])))
 			break;
 		cand[n]->op = op;
 		cand[n]->conv_impl = n;
-		if (cpu_conv_prepare(c, cand[n]) != KILN_OK) {
+		if (family(c, cand[n]) != KILN_OK) {
 			cpu_plan_release(cand[n]);
 			free(cand[n]);
 			break;
@@ -598,12 +606,14 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 	best = 0;
 	if (n > 1) {
 		time_plans(c, cand, n, tw, tc, &wait);
-		best = tune_choose(tw, tc, n, wait, &prov, &t);
+		const int fast = best = tune_choose(tw, tc, n, wait, &prov, &t);
+		if (best && t[0] >= 0 && t[best] > margin * t[0])
+			best = 0; /* not by enough: the first */
 		char s0[96], s2[96], sp[96];
 		c->host->log(KILN_LOG_INFO, "cpu",
-			     "f32 CONV %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest (%s): implementation %d%s",
-			     cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
-			     n, 1e3 * t[0], 1e3 * t[best], measure_str(prov), best,
+			     "f32 %s %s -> %s: %d implementations, %.3f ms first, %.3f ms fastest (%s): implementation %d%s",
+			     what, cpu_desc_str(&op.in[0], s0, sizeof s0), cpu_desc_str(&op.out[0], s2, sizeof s2),
+			     n, 1e3 * t[0], 1e3 * t[fast], measure_str(prov), best,
 			     prov_str(prov, wait, sp, sizeof sp));
 	}
 	keep_choice(c, &op, best, prov, wait, 1);
@@ -617,6 +627,30 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
 		free(cand[k]);
 	}
 	return KILN_OK;
+}
+
+kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	if (op->type != KILN_OP_CONV || (op->flags & KILN_OPF_KEEP) || !c->conv_impl)
+		return cpu_conv_prepare(c, p);
+	return tune_impl(c, p, cpu_conv_prepare, c->conv_impl, CPU_CONV_IMPLS, 1.0, "CONV");
+}
+
+/* Implementation 0: oneDNN (gemm.c), 1: OpenBLAS, where the op has the
+ * form it takes (cpu_gemm_openblas_ok) and the build has it: by the shape
+ * rule (the default), by setting, or timed (auto).  OpenBLAS
+ * only where it takes at most 90% of oneDNN's time: near a tie a timing
+ * (a provisional choice re-timed later, another machine's) would flip the
+ * library, and with it a run's rounding, for nothing. */
+kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	if (!c->gemm_impl || !cpu_gemm_openblas_ok(&p->op) || cpu_openblas_check() ||
+	    (c->gemm_impl == CPU_GEMM_RULE && !cpu_gemm_openblas_rule(&p->op)))
+		return cpu_gemm_prepare(c, p);
+	/* rule: OpenBLAS, oneDNN where it cannot (a team's op) */
+	return tune_impl(c, p, cpu_gemm_prepare, c->gemm_impl == CPU_GEMM_RULE ? 1 : c->gemm_impl,
+			 2, 0.9, "GEMM");
 }
 
 void cpu_tune_free(struct cpu_ctx *c)
