@@ -654,3 +654,5 @@ TESTS += tests/check_cpu_convsplit
 tests_check_cpu_convsplit_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_convsplit_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+TESTS += tests/cpu_gemm_devices.sh
+EXTRA_DIST += tests/cpu_gemm_devices.sh
