@@ -43,44 +43,47 @@ static kiln_status after_comm(struct kiln_dist *d, void *compute)
 }
 
 /* The crossing tensors of p this rank's stage receives from earlier
- * stages into their receive buffers (out = 0), or sends to later stages
- * (1), on the compute stream. */
-static kiln_status hand_off(struct kiln_dist *d, struct kiln_plan *p, const void *x, int out,
-			    void *compute)
+ * stages into their receive buffers (out = 0: pp's transport, marked and
+ * named by stage, rank, micro-batch and tensor, kiln_pipe_eval_recv), or
+ * sends to later stages (1), on the compute stream. */
+static kiln_status hand_off(struct kiln_dist *d, struct kiln_pipe *pp, struct kiln_plan *p,
+			    const void *x, int out, void *compute)
 {
 	const int s = d->pipe_stage;
 	/* (the pipe's communicator ranks its members by stage) */
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
-		const int peer = out ? xf->to : xf->from;
 		kiln_status st;
 		if ((out ? xf->from : xf->to) != s)
 			continue;
-		st = out ? d->ops->send(d->pctx, kiln_plan_store_ptr(p, xf->src, x), xf->bytes,
-					KILN_U8, peer, compute, NULL)
-			 : d->ops->recv(d->pctx, kiln_plan_store_ptr(p, xf->recv, x), xf->bytes,
-					KILN_U8, peer, compute, NULL);
+		if (!out) {
+			st = kiln_pipe_eval_recv(pp, xf->from, e, kiln_plan_store_ptr(p, xf->recv, x),
+						 xf->bytes, compute);
+			if (st)
+				return kiln_dist_explain(d, st);
+			continue;
+		}
+		st = d->ops->send(d->pctx, kiln_plan_store_ptr(p, xf->src, x), xf->bytes, KILN_U8,
+				  xf->to, compute, NULL);
 		if (st)
-			return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d (pipeline stage %d): evaluating, %s stage %d",
-								     d->env.rank, s,
-								     out ? "sending to" : "receiving from",
-								     peer));
+			return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d (pipeline stage %d): evaluating, sending to stage %d",
+								     d->env.rank, s, xf->to));
 	}
 	return KILN_OK;
 }
 
-kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_plan *p, const void *x,
-				   const void *labels, void *metrics, void *compute)
+kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_pipe *pp, struct kiln_plan *p,
+				   const void *x, const void *labels, void *metrics, void *compute)
 {
 	const int s = d->pipe_stage;
 	int lo, hi;
 	kiln_status st;
 	stage_layers(p->m, s, &lo, &hi);
-	if ((st = after_comm(d, compute)) || (st = hand_off(d, p, x, 0, compute)))
+	if ((st = after_comm(d, compute)) || (st = hand_off(d, pp, p, x, 0, compute)))
 		return st;
 	if (lo < hi && (st = kiln_plan_forward_range(p, lo, hi, x, labels, metrics, compute)))
 		return kiln_error_wrap(st, "pipeline stage %d, evaluating", s);
-	return hand_off(d, p, x, 1, compute);
+	return hand_off(d, pp, p, x, 1, compute);
 }
 
 kiln_status kiln_dist_pipe_eval_sums(struct kiln_dist *d, float *metrics, int n, void *compute)

@@ -61,8 +61,9 @@ struct rank_msg {
 	uint64_t tag;
 	/* a slot received into (the enqueuing thread's, for the marks and
 	 * kiln_pipe_rank_explain): from stage rfrom, paired with the send of
-	 * rsend where rpaired (rank_sendrecv) */
-	int rfrom, rto, rpaired;
+	 * rsend where rpaired (rank_sendrecv); reval: the staged evaluation's
+	 * (kiln_pipe_rank_eval_recv) */
+	int rfrom, rto, rpaired, reval;
 	uint64_t rtag, rsend;
 	void *rstream; /* the stage's stream it was marked on (recv_failed_other) */
 };
@@ -294,26 +295,28 @@ static kiln_status recv_mark_end(void *arg)
 }
 
 /* The receive of tag from stage `from` (into stage `to`, this rank's;
- * paired: with the send of stag) marked begun on stream, or NULL: not
- * marked (R->marks 0, or the mark's own enqueue failed, which the
- * receive's enqueue will report). */
+ * paired: with the send of stag; eval: the staged evaluation's) marked
+ * begun on stream, or NULL: not marked (R->marks 0, or the mark's own
+ * enqueue failed, which the receive's enqueue will report). */
 static struct rank_msg *recv_mark(struct kiln_pipe_rank *R, int from, int to, uint64_t tag,
-				  int paired, uint64_t stag, void *stream)
+				  int paired, uint64_t stag, int eval, void *stream)
 {
 	struct rank_msg *g = R->marks ? rank_slot(R, tag) : NULL;
 	if (!g)
 		return NULL;
 	g->rfrom = from, g->rto = to, g->rtag = tag, g->rpaired = paired, g->rsend = stag;
+	g->reval = eval;
 	g->rstream = stream;
 	return kiln_device_host_fn(R->dev, stream, recv_mark_begin, g) ? NULL : g;
 }
 
-static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
-			     void *stream)
+/* The receive of tag from stage `from` into stage `to`'s buf, marked
+ * (recv_mark), its failure named ("evaluating: " first where eval). */
+static kiln_status recv_marked(struct kiln_pipe_rank *R, int from, int to, uint64_t tag, void *buf,
+			       size_t bytes, int eval, void *stream)
 {
-	struct kiln_pipe_rank *R = ctx;
 	char what[96];
-	struct rank_msg *g = recv_mark(R, from, to, tag, 0, 0, stream);
+	struct rank_msg *g = recv_mark(R, from, to, tag, 0, 0, eval, stream);
 	kiln_status st = R->ops->recv(R->comm, buf, bytes, KILN_U8, R->rank_of[from], stream, NULL);
 	if (!st && g)
 		st = kiln_device_host_fn(R->dev, stream, recv_mark_end, g);
@@ -321,10 +324,25 @@ static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *bu
 	if (st && (open = recv_failed_other(R, rank_slot(R, tag))))
 		return explain_open(R, st, open);
 	if (st)
-		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving %s (%zu bytes) from stage %d (rank %d)",
-				       to, R->world_of[to], tag_name(tag, what, sizeof what), bytes,
-				       from, R->world_of[from]);
+		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) %sreceiving %s (%zu bytes) from stage %d (rank %d)",
+				       to, R->world_of[to], eval ? "evaluating: " : "",
+				       tag_name(tag, what, sizeof what), bytes, from, R->world_of[from]);
 	return KILN_OK;
+}
+
+static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
+			     void *stream)
+{
+	return recv_marked(ctx, from, to, tag, buf, bytes, 0, stream);
+}
+
+kiln_status kiln_pipe_rank_eval_recv(struct kiln_pipe_rank *R, int from, int e, void *buf,
+				     size_t bytes, void *stream)
+{
+	if (!R)
+		return kiln_error(KILN_EINTERNAL, "pipeline: an evaluation's receive without stages on ranks");
+	/* (pipe_run.c's tag_of: micro-batch 0, tensor e, forward) */
+	return recv_marked(R, from, R->mine, (uint64_t)e << 1, buf, bytes, 1, stream);
 }
 
 /* A send to stage peer and the recv from it after, as one sendrecv on the
@@ -349,7 +367,7 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 	if (R->last[peer] &&
 	    (st = kiln_device_stream_wait(R->dev, stream, R->msg[R->last[peer] - 1].sent)))
 		return send_failed(R, st, me, peer, stag, 0);
-	struct rank_msg *g = recv_mark(R, peer, me, rtag, 1, stag, stream);
+	struct rank_msg *g = recv_mark(R, peer, me, rtag, 1, stag, 0, stream);
 	st = R->ops->sendrecv(R->comm, sbuf, sbytes, R->rank_of[peer], rbuf, rbytes,
 			      R->rank_of[peer], KILN_U8, stream, NULL);
 	if (!st && g)
@@ -478,8 +496,9 @@ static kiln_status explain_open(struct kiln_pipe_rank *R, kiln_status st, int op
 		snprintf(sent, sizeof sent, " (paired with sending %s)",
 			 tag_name(g->rsend, s, sizeof s));
 	}
-	return kiln_error_wrap(st, "pipeline: stage %d (rank %d) receiving %s from stage %d (rank %d)%s: started on the stage's stream and not finished",
-			       g->rto, R->world_of[g->rto], what, g->rfrom, R->world_of[g->rfrom], sent);
+	return kiln_error_wrap(st, "pipeline: stage %d (rank %d) %sreceiving %s from stage %d (rank %d)%s: started on the stage's stream and not finished",
+			       g->rto, R->world_of[g->rto], g->reval ? "evaluating: " : "", what,
+			       g->rfrom, R->world_of[g->rfrom], sent);
 }
 
 /* stage 0's rank receives each other stage's n doubles in stage order on

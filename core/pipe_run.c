@@ -803,6 +803,12 @@ kiln_status kiln_pipe_explain(struct kiln_pipe *pp, kiln_status st)
 	return pp && pp->rk ? kiln_pipe_rank_explain(pp->rk, st) : st;
 }
 
+kiln_status kiln_pipe_eval_recv(struct kiln_pipe *pp, int from, int e, void *buf, size_t bytes,
+				void *stream)
+{
+	return kiln_pipe_rank_eval_recv(pp ? pp->rk : NULL, from, e, buf, bytes, stream);
+}
+
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
 				const char *name, int mine, const int *rank_of, const int *world_of)
 {

@@ -160,6 +160,14 @@ kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, con
  * runs host functions (the CPU) alone: elsewhere st as it is.  NULL R:
  * st. */
 kiln_status kiln_pipe_rank_explain(struct kiln_pipe_rank *R, kiln_status st);
+/* The staged evaluation's receive (core/dist_pipe_eval.c) of crossing
+ * tensor e of its one micro-batch from stage `from` into buf (bytes) on
+ * stream, marked as the step's receives are, so that
+ * kiln_pipe_rank_explain names it where it fails on the stream's worker;
+ * its messages say "evaluating: receiving micro-batch 0, crossing tensor
+ * e (the activation, forward)".  KILN_EINTERNAL for a NULL R. */
+kiln_status kiln_pipe_rank_eval_recv(struct kiln_pipe_rank *R, int from, int e, void *buf,
+				     size_t bytes, void *stream);
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
 /* ---- a device per stage (pipe_devices.c) ---------------------------- */
 
@@ -344,6 +352,11 @@ kiln_status kiln_pipe_report(struct kiln_pipe *pp);
  * under way, or one already named) st as it is
  * (kiln_pipe_rank_explain).  NULL pp: st. */
 kiln_status kiln_pipe_explain(struct kiln_pipe *pp, kiln_status st);
+/* Stages on ranks: the staged evaluation's receive of crossing tensor e
+ * from stage `from` (kiln_pipe_rank_eval_recv), explained later by
+ * kiln_pipe_explain as the step's are.  KILN_EINTERNAL without ranks. */
+kiln_status kiln_pipe_eval_recv(struct kiln_pipe *pp, int from, int e, void *buf, size_t bytes,
+				void *stream);
 void kiln_pipe_free(struct kiln_pipe *pp);
 
 #endif

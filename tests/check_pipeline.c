@@ -960,6 +960,62 @@ START_TEST(test_explain_recv)
 }
 END_TEST
 
+/* ---- the staged evaluation's receive (session 16): kiln_pipe_eval_recv
+ * of crossing tensor 0 from stage 0 on stage 1 of pipe 1, failing on the
+ * stream's worker (async = 1: the sync's failure in the fake's words,
+ * explained as the evaluation's) or at once (async = 0: named by the
+ * receive itself, kiln_pipe_explain adding nothing); without ranks, an
+ * internal error. */
+static void eval_recv_run(int async, char *msg, size_t cap)
+{
+	struct seed_rig r;
+	char key[64];
+	snprintf(key, sizeof key, "sendrecv = 0\n[plugin.cpu]\nasync = %d\n", async);
+	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
+			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+			 "[layer.loss]\ntype = softmax_xent\n", key);
+	struct kiln_comm_ops ops = { .version = 7, .send = pair_send, .recv = xr_recv,
+				     .sendrecv = xr_sendrecv };
+	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
+	struct kiln_pipe *pp;
+	void *buf;
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	ck_assert_int_eq(kiln_pipe_eval_recv(pp, 0, 0, r.x, 16, r.stream), KILN_EINTERNAL);
+	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", 1, rank_of, world_of));
+	OK(kiln_device_alloc(r.dev, 64, &buf));
+	memset(&plog, 0, sizeof plog);
+	plog.dev = r.dev;
+	xr_nth = 1, xr_n = 0;
+	kiln_status st = kiln_pipe_eval_recv(pp, 0, 0, buf, 64, r.stream);
+	if (!st)
+		st = kiln_device_stream_sync(r.dev, r.stream);
+	ck_assert_int_eq(st, KILN_EIO);
+	ck_assert_int_eq(xr_n, 1);
+	ck_assert_int_eq(kiln_pipe_explain(pp, st), KILN_EIO);
+	snprintf(msg, cap, "%s", kiln_last_error());
+	kiln_device_stream_sync(r.dev, r.stream);
+	kiln_device_free(r.dev, buf);
+	kiln_pipe_free(pp);
+	seed_close(&r);
+}
+
+START_TEST(test_explain_eval)
+{
+	for (int async = 0; async <= 1; async++) {
+		char msg[1024];
+		eval_recv_run(async, msg, sizeof msg);
+		ck_assert_msg(count_of(msg, "pipeline: stage 1 (rank 3) evaluating: receiving micro-batch 0, crossing tensor 0 (the activation, forward) ") == 1 &&
+				      count_of(msg, "from stage 0 (rank 2)") == 1 &&
+				      count_of(msg, "pipeline: ") == 1 &&
+				      count_of(msg, "fake: recv from rank 0: peer gone") == 1 &&
+				      (!async || strstr(msg, "started on the stage's stream and not finished")),
+			      "async %d: %s", async, msg);
+	}
+}
+END_TEST
+
 /* ---- an unrelated failure while a receive is under way (session 16):
  * stage 1's first receive holds its stream's worker (waiting for its
  * peer, not failed) when the step's first send fails at its enqueue.
@@ -1043,7 +1099,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
-	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, test_explain_unrelated, NULL });
+	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, test_explain_unrelated, test_explain_eval, NULL });
 	return s;
 }
 

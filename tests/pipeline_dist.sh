@@ -32,6 +32,8 @@
 #     tensor it was handing off (session 15); rank 3 stopped (SIGSTOP)
 #     instead, rank 2 names it as stuck, not lost, and names the receive
 #     from it (micro-batch, tensor) that failed on its stage's stream;
+#     stage 0's rank killed during an evaluation of 2 stages on 2 ranks,
+#     stage 1's rank names the evaluation's receive from it (session 16);
 #  6. a world that P does not divide and P without placed stages are
 #     config errors naming the key;
 #  7. the clip and the non-finite check are the pipe's: 2 stages on 2
@@ -499,6 +501,36 @@ grep "kiln: error: " "$tmp/w3stop2.log" | grep -q "was lost" && bad "rank 2 call
 grep "kiln: error: " "$tmp/w3stop2.log" | grep -qE "pipeline: stage 0 \(rank 2\) receiving micro-batch [01], crossing tensor [0-9]* \(its gradient, backward\)( \([0-9]+ bytes\))? from stage 1 \(rank 3\).*recv from world rank 3\b" ||
 	{ bad "rank 2's error does not name the receive from stage 1 (world rank 3) that its stopped peer left unfinished"; grep -v '^\[' "$tmp/w3stop2.log" | tail -3; }
 [ "$dt" -le 30 ] || bad "the others took ${dt}s after rank 3 stopped (timeout 3 s, heartbeat 60 s)"
+# ... and a receive of the evaluation during training (session 16: before,
+# the communicator's words alone): 2 stages on 2 ranks, one step, then an
+# evaluation of 400000 samples one at a time (about 20 s idle: everything
+# after step 1's log line is evaluation), stage 0's rank (world rank 0)
+# killed at step 1's log line: stage 1's rank fails non-zero within the
+# timeout, naming the evaluation's receive from stage 0 that its stream's
+# worker left unfinished (kiln_pipe_explain), or that its enqueue saw fail
+port=$(free_port 12)
+for r in 0 1; do
+	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 120 "$kiln" train "$ini" \
+		run.out_dir="$tmp/evdead$r" train.batch=16 pipeline.micro_batches=2 train.max_steps=1 \
+		train.log_every=1 train.eval=1 train.eval_every=1 train.eval_batch=1 \
+		train.checkpoint_every=0 train.checkpoint_last=0 data.eval.samples=400000 \
+		dist.pipeline=2 "$two" dist.timeout=10 > "$tmp/evdead$r.log" 2>&1 &
+	eval "pid$r=\$!"
+done
+i=0
+while [ $i -lt 600 ] && ! grep -q "step 1/" "$tmp/evdead0.log" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+t0=$(date +%s)
+pkill -KILL -P "$pid0" 2>/dev/null
+kill -KILL "$pid0" 2>/dev/null
+wait "$pid1"
+rc1=$?
+dt=$(( $(date +%s) - t0 ))
+wait "$pid0" 2>/dev/null
+echo "after rank 0 (stage 0) was killed during an evaluation: rank 1 exited $rc1 within ${dt}s"
+[ "$rc1" != 0 ] && [ "$rc1" != 124 ] || bad "rank 1 exited $rc1 after rank 0 died during an evaluation"
+grep "kiln: error: " "$tmp/evdead1.log" | grep -qE "pipeline: stage 1 \(rank 1\) evaluating: receiving micro-batch 0, crossing tensor 0 \(the activation, forward\)( \([0-9]+ bytes\))? from stage 0 \(rank 0\)" ||
+	{ bad "rank 1's error does not name the evaluation's receive from stage 0 (rank 0)"; grep -v '^\[' "$tmp/evdead1.log" | tail -3; }
+[ "$dt" -le 60 ] || bad "rank 1 took ${dt}s after rank 0 died during an evaluation (timeout 10 s)"
 
 # ---- 6. errors ----------------------------------------------------------------------
 timeout 60 "$kiln" launch -n 2 -- "$kiln" train "$ini" run.out_dir="$tmp/e3" train.batch=32 \
