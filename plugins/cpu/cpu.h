@@ -105,6 +105,9 @@ struct cpu_ctx {
 	 * first of those was found (0 not probed yet, 1 quiet, 2 busy; tune.c,
 	 * under lock) */
 	int tune_timed, tune_retimed, tune_quiet;
+	/* choices prepares took from the cache since the last summary line
+	 * (their own lines are debug; atomic: cpu_tune_summary) */
+	int tune_hits;
 	void *engine;       /* dnnl_engine_t, shared by every plan */
 	/* One lock for every stream and event of the process's CPU
 	 * contexts (a handful of streams; several contexts when pipeline
@@ -459,6 +462,9 @@ void cpu_tune_cache_load(struct cpu_ctx *c);
 /* Merge the context's choices into the file, atomically, when it timed
  * any (close()); a failure is logged. */
 void cpu_tune_cache_save(struct cpu_ctx *c);
+/* Log how many choices the prepares since the last call took from the
+ * cache with their own lines at debug, when any (tune.c; thread-safe). */
+void cpu_tune_summary(struct cpu_ctx *c);
 /* One buffer holding scratch tensors of p's op's shapes (max pooling's aux:
  * p->aux bytes) and ws bytes of zeroed
  * workspace, pointed to by *a: float tensors 0.25 each (random = 0, for
