@@ -389,11 +389,18 @@ struct cpu_wcache;
  * the last cpu_wc_close frees it (logs its use at debug). */
 struct cpu_wcache *cpu_wc_open(void);
 void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host);
-/* The f32 copy of weight src (n elements of bf16/f16 dtype), widened now
- * or kept from an earlier run with no write since; NULL: not a weight
- * (outside the optimizers' compute copies), read once so far, or no memory:
+/* The f32 copy of weight src (n elements of bf16/f16 dtype), kept from an
+ * earlier run with no write since (*fill = 0), or to be widened now by the
+ * caller (*fill = a ticket, nonzero: the caller converts src into it, in
+ * its own parallel region with its other inputs, then calls
+ * cpu_wc_filled); NULL: not a weight (outside the optimizers' compute
+ * copies), read once so far, being filled by another run, or no memory:
  * the caller widens it itself.  Borrowed until the next write of src. */
-const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n);
+const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n,
+			unsigned *fill);
+/* The caller of cpu_wc_get widened src into the copy (ticket from *fill):
+ * later runs read it, unless src was written meanwhile. */
+void cpu_wc_filled(struct cpu_wcache *w, const float *buf, unsigned ticket);
 /* After p ran with a: its outputs were written (copies overlapping them
  * stale), and an optimizer's bf16/f16 last output is a compute copy. */
 void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a);
