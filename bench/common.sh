@@ -89,7 +89,9 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 # bench_opt "$@": when $1 is --runs, --steps, --threads or --precision (with
 # its value as the next word, or after "="), sets RUNS, STEPS, THREADS or
 # PRECISION and NSHIFT to the number of words used; returns 1 for any other
-# $1, so the caller reports it as unknown.
+# $1, so the caller reports it as unknown.  These variables are read by the
+# sourcing script (its `shift "$NSHIFT"`), which shellcheck cannot see.
+# shellcheck disable=SC2034
 bench_opt() {
     case $1 in
         --runs|--steps|--threads|--precision) [ $# -ge 2 ] || usage; _bo_v=$2; NSHIFT=2 ;;
@@ -132,6 +134,7 @@ measure_peak() {
     PEAK=$(awk -v a="$PEAK" -v b="${p:-0}" 'BEGIN { print (b > a ? b : a) }')
 }
 
+# shellcheck disable=SC2034 # BLAS_ENV is for the sourcing script
 if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
     BLAS_ENV=OPENBLAS_CORETYPE=SkylakeX
 else

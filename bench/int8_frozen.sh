@@ -17,9 +17,10 @@
 # average before and after, and whether the three builds' logits are the
 # same bytes.
 # Usage: sh bench/int8_frozen.sh --main DIR [--runs N] [--block B] [--dir D]
+# XDG_CACHE_HOME, unless set, is D/cache (kiln's IDX data and plugin probe).
 # From the top of the build tree.
 set -eu
-RUNS=5 BLOCK=16 MAIN= DIR=
+RUNS=5 BLOCK=16 MAIN='' DIR=''
 while [ $# -gt 0 ]; do
 	case $1 in
 	--main) MAIN=$2; shift 2 ;;
@@ -34,6 +35,12 @@ FM=${FM:-/usr/share/datasets/fashion-mnist}
 cnn=examples/fashion_mnist_cnn.ini
 DIR=${DIR:-$(mktemp -d)}
 mkdir -p "$DIR"
+# kiln's other caches (inflated IDX data, the plugin probe) in DIR too, not
+# the user's ~/.cache (as bench/common.sh does), unless the caller set one
+if [ -z "${XDG_CACHE_HOME:-}" ]; then
+	XDG_CACHE_HOME=$DIR/cache
+	export XDG_CACHE_HOME
+fi
 W=$(pwd)
 if [ ! -f "$DIR/cnn.int8" ]; then
 	./kiln train $cnn "run.out_dir=$DIR/cnn" "data.path=$FM" data.limit=6000 data.eval.limit=500 \

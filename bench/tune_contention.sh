@@ -16,7 +16,8 @@
 #   --quiet N   quiet runs after each cold one (default 2; the last counts)
 #   --steps N   steps of each run (default 60)
 # Environment: KILN (default ./kiln), KILN_BEFORE (e.g. main's build, with
-# KILN_PLUGIN_PATH_BEFORE its plugins/.libs), TMPDIR.
+# KILN_PLUGIN_PATH_BEFORE its plugins/.libs), TMPDIR, XDG_CACHE_HOME (kiln's
+# IDX data and plugin probe; default: the run's own directory, removed on exit).
 set -eu
 RUNS=3 QUIET=2 STEPS=60
 while [ $# -gt 0 ]; do
@@ -30,6 +31,12 @@ done
 KILN=${KILN:-./kiln}
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/tune_contention.XXXXXX")
 trap 'rm -rf "$DIR"' EXIT
+# kiln's other caches (inflated IDX data, the plugin probe) in DIR too, not
+# the user's ~/.cache (as bench/common.sh does), unless the caller set one
+if [ -z "${XDG_CACHE_HOME:-}" ]; then
+    XDG_CACHE_HOME=$DIR/cache
+    export XDG_CACHE_HOME
+fi
 ARGS="bench/cnn_bench.ini model.layout=nchw run.precision=bf16 train.batch=128 data.limit=$((128 * STEPS)) train.max_steps=$STEPS train.eval=0 run.out_dir="
 
 # one NAME BIN PLUGINPATH CACHE LOG: a run, its log in LOG, samples/s out

@@ -64,17 +64,30 @@ log_lacks "-> bf16[16, 784]"
 echo "ok: the MLP's first layer prepares no data gradient"
 
 # 2: the second reads them all and times nothing
+export KILN_LOG_LEVEL=debug
 run "plugin.cpu.tune_cache=$c"
+unset KILN_LOG_LEVEL
 log_has "tune cache $c: $n1 choices read for 2 threads"
 [ "$(timed_lines)" -eq 0 ] || fail "the second run timed $(timed_lines) kernels"
 log_lacks "written"
-# which choice each op took from the cache is logged: the ones timed
-cat "$out" "$err" | sed -n 's/.*\] \([A-Z_]*\) \(.*\): choice \([0-9]\) from the tune cache.*/\1 \2 \3/p' | sort -u >"$tmp/read.txt"
+# which choice each op took from the cache is logged (debug): the ones timed
+cat "$out" "$err" | sed 's/\] debug: /] /' | sed -n 's/.*\] \([A-Z_]*\) \(.*\): choice \([0-9]\) from the tune cache.*/\1 \2 \3/p' | sort -u >"$tmp/read.txt"
 cmp -s "$tmp/timed.txt" "$tmp/read.txt" || fail "choices from the cache: $(cat "$tmp/read.txt"); timed: $(cat "$tmp/timed.txt")"
+# and counted, one info line a plan (tune.c, cpu_tune_summary): as many as
+# the prepares' own lines (some ops of one key are prepared twice)
+nop=$(cat "$out" "$err" | grep -c ': choice [0-9] from the tune cache')
+nsum=$(cat "$out" "$err" | sed -n "s/.*\] \([0-9]*\) choices from the tune cache $(echo "$c" | sed 's/[.[\*^$/]/\\&/g') (each at.*/\1/p" | awk '{ n += $1 } END { print n + 0 }')
+[ "$nop" -ge "$n1" ] && [ "$nsum" = "$nop" ] || fail "summed $nsum choices from the cache in summary lines, $nop op lines, $n1 read"
 loss2=$(field train_loss "$out")
 [ -n "$loss1" ] && [ "$loss1" = "$loss2" ] || fail "train_loss $loss2 from the cache, $loss1 timed"
 cmp -s "$c" "$tmp/good.bin" || fail "a run that timed nothing rewrote $c"
 echo "ok: second run read $n1 choices, timed none, same train_loss"
+# 2b: at info, the summary alone: no op's line of its own
+run "plugin.cpu.tune_cache=$c"
+log_lacks ": choice 0 from the tune cache"
+log_lacks ": choice 1 from the tune cache"
+[ "$(cat "$out" "$err" | grep -c "choices from the tune cache $c (each at")" -eq 1 ] || fail "want one summary line of the cache's choices"
+echo "ok: at info, one line for the $nsum choices from the cache"
 
 # 3: another kiln version in the header: stale, retimed, rewritten
 printf 'kiln-0.0.0-other' | dd of="$c" bs=1 seek=16 conv=notrunc 2>/dev/null

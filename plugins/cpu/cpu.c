@@ -616,6 +616,7 @@ static kiln_status cpu_run(void *ctx, void *plan, const struct kiln_op_args *arg
 	struct cpu_ctx *c = ctx;
 	const struct cpu_plan *p = plan;
 	COMMON_RUN_CHECK(c->host, "cpu", p, args, stream);
+	cpu_tune_summary(c);
 	return cpu_stream_run(c, stream, p, args);
 }
 

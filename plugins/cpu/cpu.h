@@ -105,6 +105,9 @@ struct cpu_ctx {
 	 * first of those was found (0 not probed yet, 1 quiet, 2 busy; tune.c,
 	 * under lock) */
 	int tune_timed, tune_retimed, tune_quiet;
+	/* choices prepares took from the cache since the last summary line
+	 * (their own lines are debug; atomic: cpu_tune_summary) */
+	int tune_hits;
 	void *engine;       /* dnnl_engine_t, shared by every plan */
 	/* One lock for every stream and event of the process's CPU
 	 * contexts (a handful of streams; several contexts when pipeline
@@ -386,11 +389,18 @@ struct cpu_wcache;
  * the last cpu_wc_close frees it (logs its use at debug). */
 struct cpu_wcache *cpu_wc_open(void);
 void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host);
-/* The f32 copy of weight src (n elements of bf16/f16 dtype), widened now
- * or kept from an earlier run with no write since; NULL: not a weight
- * (outside the optimizers' compute copies), read once so far, or no memory:
+/* The f32 copy of weight src (n elements of bf16/f16 dtype), kept from an
+ * earlier run with no write since (*fill = 0), or to be widened now by the
+ * caller (*fill = a ticket, nonzero: the caller converts src into it, in
+ * its own parallel region with its other inputs, then calls
+ * cpu_wc_filled); NULL: not a weight (outside the optimizers' compute
+ * copies), read once so far, being filled by another run, or no memory:
  * the caller widens it itself.  Borrowed until the next write of src. */
-const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n);
+const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n,
+			unsigned *fill);
+/* The caller of cpu_wc_get widened src into the copy (ticket from *fill):
+ * later runs read it, unless src was written meanwhile. */
+void cpu_wc_filled(struct cpu_wcache *w, const float *buf, unsigned ticket);
 /* After p ran with a: its outputs were written (copies overlapping them
  * stale), and an optimizer's bf16/f16 last output is a compute copy. */
 void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a);
@@ -459,6 +469,9 @@ void cpu_tune_cache_load(struct cpu_ctx *c);
 /* Merge the context's choices into the file, atomically, when it timed
  * any (close()); a failure is logged. */
 void cpu_tune_cache_save(struct cpu_ctx *c);
+/* Log how many choices the prepares since the last call took from the
+ * cache with their own lines at debug, when any (tune.c; thread-safe). */
+void cpu_tune_summary(struct cpu_ctx *c);
 /* One buffer holding scratch tensors of p's op's shapes (max pooling's aux:
  * p->aux bytes) and ws bytes of zeroed
  * workspace, pointed to by *a: float tensors 0.25 each (random = 0, for

@@ -150,17 +150,21 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 	/* every widening in one parallel region (one team wake-up, not one
 	 * per tensor: a GEMM on the f32 kernel widens two or three) */
 	struct lp_cvt cv[KILN_OP_MAX_IN + KILN_OP_MAX_OUT];
+	unsigned ticket[KILN_OP_MAX_IN] = { 0 }; /* kept copies widened now */
 	int n_cv = 0;
 	int64_t total = 0;
 	for (int i = 0; i < op->n_in; i++) {
 		if (p->lp_off[i] < 0 || !a->in[i])
 			continue;
-		const float *k = cpu_wc_get(p->wc, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]));
-		if (k) { /* a weight widened by an earlier run (wcache.c) */
+		const float *k = cpu_wc_get(p->wc, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]),
+					    &ticket[i]);
+		/* a weight's kept copy: widened by an earlier run (wcache.c), or
+		 * (a ticket) now, below, with the other inputs */
+		float *t = k ? (float *)k : (float *)(ws + p->lp_off[i]);
+		if (k && !ticket[i]) {
 			b.in[i] = k;
 			continue;
 		}
-		float *t = (float *)(ws + p->lp_off[i]);
 		cv[n_cv++] = (struct lp_cvt){ t, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]) };
 		b.in[i] = t;
 	}
@@ -186,6 +190,9 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 				to_f32_span(cv[k].y, cv[k].x, cv[k].dtype, lo, hi);
 		}
 	}
+	for (int i = 0; i < op->n_in; i++)
+		if (ticket[i])
+			cpu_wc_filled(p->wc, b.in[i], ticket[i]);
 	kiln_status st = q->kernel(q, &b, e);
 	if (st)
 		return st;

@@ -495,15 +495,34 @@ static int find_choice(struct cpu_ctx *c, const struct kiln_op *op)
 		return -1;
 	}
 	/* what a run took from the cache, so runs of one benchmark can be
-	 * told apart by their choices (a timed one has its own line) */
-	/* (an f32 GEMM's oneDNN, the common case of every f32 run: debug) */
-	const int quiet = !f32 && op->type == KILN_OP_GEMM && op->in[0].dtype == KILN_F32;
-	if (f32 >= 0 && from_file)
+	 * told apart by their choices (a timed one has its own line): an f32
+	 * convolution's at info (bench/onnx.sh reads them); a bf16 op's and
+	 * an f32 GEMM's oneDNN (every bf16 run's, every f32 run's) at debug,
+	 * counted for one info line (cpu_tune_summary) */
+	const int quiet = op->in[0].dtype == KILN_BF16 ||
+			  (!f32 && op->type == KILN_OP_GEMM && op->in[0].dtype == KILN_F32);
+	if (f32 >= 0 && from_file) {
 		c->host->log(quiet ? KILN_LOG_DEBUG : KILN_LOG_INFO, "cpu",
 			     "%s %s -> %s: choice %d from the tune cache%s",
 			     cpu_op_name(op->type), cpu_desc_str(&op->in[0], s0, sizeof s0),
 			     cpu_desc_str(&op->out[0], s1, sizeof s1), f32, stale ? ", provisional" : "");
+		if (quiet)
+			__atomic_add_fetch(&c->tune_hits, 1, __ATOMIC_RELAXED);
+	}
 	return f32;
+}
+
+/* One info line for the choices the prepares since the last one took from
+ * the tune cache with their own lines at debug (find_choice).  Called as a
+ * plan runs (cpu_run): the core prepares a plan's ops, then runs them. */
+void cpu_tune_summary(struct cpu_ctx *c)
+{
+	if (!__atomic_load_n(&c->tune_hits, __ATOMIC_RELAXED))
+		return;
+	const int n = __atomic_exchange_n(&c->tune_hits, 0, __ATOMIC_RELAXED);
+	if (n > 0)
+		c->host->log(KILN_LOG_INFO, "cpu", "%d choice%s from the tune cache %s (each at KILN_LOG_LEVEL=debug)",
+			     n, n == 1 ? "" : "s", c->tune_path);
 }
 
 /* Remember op's choice (in place of a kept one of its key); timed: by this

@@ -9,6 +9,9 @@
  * every call widened fc1's 3.2M weights twice a step (docs/PERFORMANCE.md,
  * "Session 16: bf16 on AVX2 without widening every call").  Here a weight is
  * widened once per version and the copy read by every op until a write.
+ * The widening is the reader's (lowp.c, in the one parallel region of the
+ * op's other inputs; cpu_wc_get's ticket, cpu_wc_filled); a run reading a
+ * weight while another widens its copy widens into its own workspace.
  *
  * What counts as a weight: an operand inside the low-precision compute
  * copy of the parameters, which the plugin learns from the optimizer ops
@@ -50,6 +53,9 @@ struct cpu_wc_entry {
 	int dtype;       /* KILN_BF16 or KILN_F16 */
 	int valid;       /* buf holds src widened, no write since */
 	int reads;       /* reads since the last write (buffer made at 2) */
+	int filling;     /* a run widens into buf now (cpu_wc_get's ticket) */
+	unsigned gen;    /* bumped by every write: a fill begun before one is
+			  * not valid (cpu_wc_filled) */
 	float *buf;      /* n f32, or NULL */
 };
 
@@ -119,6 +125,7 @@ static void wc_stale_all(struct cpu_wcache *w, int drop)
 	for (int i = 0; i < w->n; i++) {
 		w->e[i].valid = 0;
 		w->e[i].reads = 0;
+		w->e[i].gen++;
 	}
 	if (drop)
 		__atomic_store_n(&w->n_ranges, 0, __ATOMIC_RELEASE);
@@ -138,6 +145,7 @@ void cpu_wc_wrote(const void *dst, size_t bytes)
 		if (a < s + (size_t)x->n * wc_esize(x->dtype) && s < b) {
 			x->valid = 0;
 			x->reads = 0;
+			x->gen++;
 		}
 	}
 	pthread_mutex_unlock(&w->lock);
@@ -210,9 +218,11 @@ static struct cpu_wc_entry *wc_entry(struct cpu_wcache *w, const void *src, int6
 	return x;
 }
 
-const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n)
+const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n,
+			unsigned *fill)
 {
 	const float *r = NULL;
+	*fill = 0;
 	if (!w || !src || !cpu_lowp(dtype) || !__atomic_load_n(&w->n_ranges, __ATOMIC_ACQUIRE))
 		return NULL;
 	pthread_mutex_lock(&w->lock);
@@ -220,16 +230,32 @@ const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_
 	if (x && x->valid) {
 		w->hits++;
 		r = x->buf;
-	} else if (x && (++x->reads >= 2 || x->buf)) {
+	} else if (x && !x->filling && (++x->reads >= 2 || x->buf)) {
 		if (!x->buf && !posix_memalign((void **)&x->buf, 64, (size_t)n * sizeof(float)))
 			w->bytes += (size_t)n * sizeof(float);
-		if (x->buf) {
-			cpu_cvt_to_f32(x->buf, src, dtype, n);
-			x->valid = 1;
+		if (x->buf) { /* the caller widens (lowp.c, one region for all) */
+			x->filling = 1;
 			w->fills++;
+			*fill = x->gen * 2u + 1u; /* odd: never 0 */
 			r = x->buf;
 		}
 	}
 	pthread_mutex_unlock(&w->lock);
 	return r;
+}
+
+void cpu_wc_filled(struct cpu_wcache *w, const float *buf, unsigned ticket)
+{
+	if (!w || !ticket)
+		return;
+	pthread_mutex_lock(&w->lock);
+	for (int i = 0; i < w->n; i++) {
+		struct cpu_wc_entry *x = &w->e[i];
+		if (x->buf != buf || !x->filling)
+			continue;
+		x->filling = 0;
+		x->valid = x->gen * 2u + 1u == ticket; /* no write since the ticket */
+		break;
+	}
+	pthread_mutex_unlock(&w->lock);
 }
