@@ -86,10 +86,6 @@ struct cpu_gemm {
 	int blas; /* run by dnnl_sgemm with beta = 1 (gemm_blas_ok); prim is NULL */
 	int impl; /* oneDNN's impl-th distinct implementation (plan's conv_impl; tune.c) */
 	int openblas; /* run by OpenBLAS's cblas_sgemm (gemm_openblas_ok); prim is NULL */
-	/* OpenBLAS's team GEMM: n_part parts of len rows, one a thread of
-	 * the OpenMP team, each straight into its rows of the output
-	 * (gemm_openblas_team); no helpers, ctx NULL */
-	int team;
 };
 
 /* A failed oneDNN call in prepare: status plus file:line of the call. */
@@ -403,29 +399,6 @@ static dnnl_status_t gemm_openblas(const struct kiln_op *op, const struct kiln_o
 	return gemm_openblas_ld(op, a->in[0], a->in[1], a->out[0], op);
 }
 
-/* The team's parts (cpu_gemm team): thread k cblas_sgemm's part k on
- * one thread (OpenBLAS runs an op on one thread inside a parallel
- * region); the parts' rows are fixed by the plan, so the bytes do not
- * depend on which thread runs one. */
-static dnnl_status_t gemm_openblas_team(const struct cpu_plan *p, const struct kiln_op_args *a)
-{
-	const struct cpu_gemm *g = p->gemm;
-	/* a shrunk team (dnnteam.c) runs more than one part a thread */
-	const int team = omp_get_max_threads();
-	int bad = 0;
-#pragma omp parallel for schedule(static, 1) num_threads(team < g->n_part ? team : g->n_part) \
-	reduction(| : bad)
-	for (int k = 0; k < g->n_part; k++) {
-		const struct part_at at = part_at(g, &p->op, k);
-		struct kiln_op part = p->op;
-		part.i[2] = at.len;
-		bad |= gemm_openblas_ld(&part, (const char *)a->in[0] + at.a,
-					(const char *)a->in[1] + at.b, (char *)a->out[0] + at.c,
-					&p->op) != dnnl_success;
-	}
-	return bad ? dnnl_runtime_error : dnnl_success;
-}
-
 static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
@@ -433,9 +406,7 @@ static kiln_status cpu_gemm_run(const struct cpu_plan *p, const struct kiln_op_a
 	struct cpu_gemm *g = p->gemm;
 	dnnl_status_t s;
 	pthread_mutex_lock(&g->lock);
-	if (g->team)
-		s = gemm_openblas_team(p, a);
-	else if (g->openblas && !g->n_part)
+	if (g->openblas && !g->n_part)
 		s = gemm_openblas(&p->op, a);
 	else if (g->blas)
 		s = gemm_blas(&p->op, a);
@@ -663,21 +634,6 @@ static kiln_status gemm_new(struct cpu_ctx *c, struct cpu_plan *p)
 	return KILN_OK;
 }
 
-/* The OpenBLAS candidate of a team's GEMM (conv_impl 1, f32, not on one
- * thread, no KILN_CPU_GEMM_SPLIT): a part of rows per thread of the
- * team, each run by OpenBLAS on one thread, as OpenBLAS never threads an
- * op itself (gemm_prepare_as).  Rows a multiple of 8; 0 where M has fewer than
- * 8 rows a thread. */
-static int64_t gemm_openblas_team_rows(const struct cpu_ctx *c, const struct cpu_plan *p)
-{
-	const int64_t M = p->op.i[2];
-	if (p->conv_impl != 1 || p->op.in[0].dtype != KILN_F32 || c->threads < 2 ||
-	    cpu_op_one_thread(&p->op) || M < 8 * (int64_t)c->threads)
-		return 0;
-	const int64_t len = ((M + c->threads - 1) / c->threads + 7) / 8 * 8;
-	return len < M ? len : 0;
-}
-
 /* p's GEMM (checked by gemm_new) whole (len 0) or in parts of len rows
  * (columns: cols), and p's kernel. */
 static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_t len, int cols)
@@ -693,17 +649,11 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 		 * OpenBLAS: its threads meet in spinning sched_yield loops, and
 		 * on a loaded machine (load 8.5, 2 cores) the MLP at 2 threads
 		 * took 8% more CPU time with it than with oneDNN's GEMMs. */
-		const int64_t team = len ? 0 : gemm_openblas_team_rows(c, p);
 		if (!cpu_gemm_openblas_ok(op) || cpu_openblas_check() ||
-		    (!len && !team && omp_get_max_threads() > 1))
+		    (!len && omp_get_max_threads() > 1))
 			return KILN_ENOTSUP;
 		g->openblas = 1;
 		st = len ? gemm_openblas_parts(c, op, g, len, cols) : KILN_OK;
-		if (team) {
-			g->team = 1;
-			g->len = team;
-			g->n_part = (int)((op->i[2] + team - 1) / team);
-		}
 	} else if (len) {
 		st = gemm_prepare_parts(c, op, g, len, cols);
 	} else if (gemm_blas_ok(op)) {
@@ -731,11 +681,27 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	return KILN_OK;
 }
 
+/* The OpenBLAS candidate of a team's GEMM (conv_impl 1, f32, not on one
+ * thread, no KILN_CPU_GEMM_SPLIT): a part of rows per thread, each run
+ * by OpenBLAS on one thread, as OpenBLAS never threads an op itself
+ * (gemm_prepare_as).  Rows a multiple of 8; 0 where M has fewer than
+ * 8 rows a thread. */
+static int64_t gemm_openblas_team_rows(const struct cpu_ctx *c, const struct cpu_plan *p)
+{
+	const int64_t M = p->op.i[2];
+	if (p->conv_impl != 1 || p->op.in[0].dtype != KILN_F32 || c->threads < 2 ||
+	    M < 8 * (int64_t)c->threads)
+		return 0;
+	const int64_t len = ((M + c->threads - 1) / c->threads + 7) / 8 * 8;
+	return len < M ? len : 0;
+}
+
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	int cols = 0;
-	const int64_t len =
-		cpu_op_one_thread(&p->op) ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
+	int64_t len = cpu_op_one_thread(&p->op) ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
+	if (!len && !cpu_op_one_thread(&p->op))
+		len = gemm_openblas_team_rows(c, p);
 	const kiln_status st = gemm_new(c, p);
 	return st ? st : gemm_prepare_as(c, p, len, cols);
 }
