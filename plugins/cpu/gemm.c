@@ -681,27 +681,11 @@ static kiln_status gemm_prepare_as(struct cpu_ctx *c, struct cpu_plan *p, int64_
 	return KILN_OK;
 }
 
-/* The OpenBLAS candidate of a team's GEMM (conv_impl 1, f32, not on one
- * thread, no KILN_CPU_GEMM_SPLIT): a part of rows per thread, each run
- * by OpenBLAS on one thread, as OpenBLAS never threads an op itself
- * (gemm_prepare_as).  Rows a multiple of 8; 0 where M has fewer than
- * 8 rows a thread. */
-static int64_t gemm_openblas_team_rows(const struct cpu_ctx *c, const struct cpu_plan *p)
-{
-	const int64_t M = p->op.i[2];
-	if (p->conv_impl != 1 || p->op.in[0].dtype != KILN_F32 || c->threads < 2 ||
-	    M < 8 * (int64_t)c->threads)
-		return 0;
-	const int64_t len = ((M + c->threads - 1) / c->threads + 7) / 8 * 8;
-	return len < M ? len : 0;
-}
-
 kiln_status cpu_gemm_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	int cols = 0;
-	int64_t len = cpu_op_one_thread(&p->op) ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
-	if (!len && !cpu_op_one_thread(&p->op))
-		len = gemm_openblas_team_rows(c, p);
+	const int64_t len =
+		cpu_op_one_thread(&p->op) ? 0 : cpu_gemm_split(&p->op, c->threads, &cols);
 	const kiln_status st = gemm_new(c, p);
 	return st ? st : gemm_prepare_as(c, p, len, cols);
 }
