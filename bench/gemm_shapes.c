@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_time.h"
 
 #define MAX_LIBS 6
 #define MAX_CAND (3 + MAX_LIBS)
@@ -51,25 +52,6 @@ struct cand {
 	double med;
 };
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
 
 static dnnl_engine_t eng;
 static dnnl_stream_t strm;
