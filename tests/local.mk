@@ -459,6 +459,15 @@ EXTRA_DIST += tests/cpu_tune_cache.sh
 # runs, bit for bit the numbers of widening on every op
 TESTS += tests/cpu_widen_cache.sh
 EXTRA_DIST += tests/cpu_widen_cache.sh
+# ---- the widened-weight cache (plugins/cpu/wcache.c compiled in): a copy
+# kept until a write, never refilled while a run reads it (threads)
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_wcache
+TESTS += tests/check_cpu_wcache
+tests_check_cpu_wcache_SOURCES = tests/check_cpu_wcache.c plugins/cpu/wcache.c
+tests_check_cpu_wcache_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_wcache_LDADD = libkiln.la $(CHECK_LIBS) -lpthread -lm
+endif
 # ---- the CPU device's team size: cgroup quota parsers, the adaptive
 # controller's decisions on synthetic intervals (plugins/cpu/threads.c
 # compiled in; no clock, no /proc)

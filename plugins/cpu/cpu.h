@@ -395,12 +395,16 @@ void cpu_wc_close(struct cpu_wcache *w, const struct kiln_host *host);
  * its own parallel region with its other inputs, then calls
  * cpu_wc_filled); NULL: not a weight (outside the optimizers' compute
  * copies), read once so far, being filled by another run, or no memory:
- * the caller widens it itself.  Borrowed until the next write of src. */
+ * the caller widens it itself (also when the copy is stale while another
+ * run still reads it).  Held until cpu_wc_done: never rewritten before. */
 const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_t n,
 			unsigned *fill);
 /* The caller of cpu_wc_get widened src into the copy (ticket from *fill):
  * later runs read it, unless src was written meanwhile. */
 void cpu_wc_filled(struct cpu_wcache *w, const float *buf, unsigned ticket);
+/* The caller of a cpu_wc_get that returned buf no longer reads it (its
+ * kernel ran): once no run holds a stale copy, it may be refilled. */
+void cpu_wc_done(struct cpu_wcache *w, const float *buf);
 /* After p ran with a: its outputs were written (copies overlapping them
  * stale), and an optimizer's bf16/f16 last output is a compute copy. */
 void cpu_wc_ran(const struct cpu_plan *p, const struct kiln_op_args *a);

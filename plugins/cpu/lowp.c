@@ -151,6 +151,7 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 	 * per tensor: a GEMM on the f32 kernel widens two or three) */
 	struct lp_cvt cv[KILN_OP_MAX_IN + KILN_OP_MAX_OUT];
 	unsigned ticket[KILN_OP_MAX_IN] = { 0 }; /* kept copies widened now */
+	const float *held[KILN_OP_MAX_IN] = { 0 }; /* kept copies read (cpu_wc_done) */
 	int n_cv = 0;
 	int64_t total = 0;
 	for (int i = 0; i < op->n_in; i++) {
@@ -161,6 +162,7 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 		/* a weight's kept copy: widened by an earlier run (wcache.c), or
 		 * (a ticket) now, below, with the other inputs */
 		float *t = k ? (float *)k : (float *)(ws + p->lp_off[i]);
+		held[i] = k;
 		if (k && !ticket[i]) {
 			b.in[i] = k;
 			continue;
@@ -194,6 +196,8 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 		if (ticket[i])
 			cpu_wc_filled(p->wc, b.in[i], ticket[i]);
 	kiln_status st = q->kernel(q, &b, e);
+	for (int i = 0; i < op->n_in; i++)
+		cpu_wc_done(p->wc, held[i]);
 	if (st)
 		return st;
 	for (int i = 0; i < op->n_out; i++) {

@@ -13,6 +13,14 @@
  * op's other inputs; cpu_wc_get's ticket, cpu_wc_filled); a run reading a
  * weight while another widens its copy widens into its own workspace.
  *
+ * A copy is never written while a run reads it: every run given a copy
+ * (a kept one, or one to widen) holds it until its kernel is done
+ * (cpu_wc_done), and a stale copy is refilled only when no run holds it.
+ * Otherwise (a host function made every copy stale while an op on another
+ * stream reads one: the weights are likely unchanged, but the reader's
+ * bytes must not be rewritten under it) the run widens into its own
+ * workspace, as when another run is filling the copy.
+ *
  * What counts as a weight: an operand inside the low-precision compute
  * copy of the parameters, which the plugin learns from the optimizer ops
  * (SGD, ADAMW, LAMB) that write it as their last output (`ranges`).  An
@@ -54,6 +62,8 @@ struct cpu_wc_entry {
 	int valid;       /* buf holds src widened, no write since */
 	int reads;       /* reads since the last write (buffer made at 2) */
 	int filling;     /* a run widens into buf now (cpu_wc_get's ticket) */
+	int holders;     /* runs given buf and not done (cpu_wc_done): buf is
+			  * written only by a fill begun at holders = 0 */
 	unsigned gen;    /* bumped by every write: a fill begun before one is
 			  * not valid (cpu_wc_filled) */
 	float *buf;      /* n f32, or NULL */
@@ -229,12 +239,14 @@ const float *cpu_wc_get(struct cpu_wcache *w, const void *src, int dtype, int64_
 	struct cpu_wc_entry *x = wc_entry(w, src, n, dtype);
 	if (x && x->valid) {
 		w->hits++;
+		x->holders++;
 		r = x->buf;
-	} else if (x && !x->filling && (++x->reads >= 2 || x->buf)) {
+	} else if (x && !x->filling && !x->holders && (++x->reads >= 2 || x->buf)) {
 		if (!x->buf && !posix_memalign((void **)&x->buf, 64, (size_t)n * sizeof(float)))
 			w->bytes += (size_t)n * sizeof(float);
 		if (x->buf) { /* the caller widens (lowp.c, one region for all) */
 			x->filling = 1;
+			x->holders = 1;
 			w->fills++;
 			*fill = x->gen * 2u + 1u; /* odd: never 0 */
 			r = x->buf;
@@ -257,5 +269,18 @@ void cpu_wc_filled(struct cpu_wcache *w, const float *buf, unsigned ticket)
 		x->valid = x->gen * 2u + 1u == ticket; /* no write since the ticket */
 		break;
 	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+void cpu_wc_done(struct cpu_wcache *w, const float *buf)
+{
+	if (!w || !buf)
+		return;
+	pthread_mutex_lock(&w->lock);
+	for (int i = 0; i < w->n; i++)
+		if (w->e[i].buf == buf && w->e[i].holders > 0) {
+			w->e[i].holders--;
+			break;
+		}
 	pthread_mutex_unlock(&w->lock);
 }
