@@ -28,17 +28,6 @@
 
 static struct kiln_registry *reg;
 
-static char logbuf[1 << 16];
-static size_t loglen;
-
-static void sink(void *user, int level, const char *who, const char *msg)
-{
-	(void)user, (void)level;
-	const int n = snprintf(logbuf + loglen, sizeof logbuf - loglen, "[%s] %s\n", who, msg);
-	if (n > 0 && loglen + (size_t)n < sizeof logbuf)
-		loglen += (size_t)n;
-}
-
 struct dev {
 	struct kiln_config *cfg;
 	struct kiln_device *dev;
@@ -177,11 +166,6 @@ static void check_case(struct dev *d, const struct gcase *g, const char *impl, i
 	free(a), free(b), free(c0), free(out);
 }
 
-static int log_has(const char *s)
-{
-	return strstr(logbuf, s) != NULL;
-}
-
 static const struct gcase cases[] = {
 	{ 0, 0, 37, 53, 29, 0, 0, 0, 1.0 },  { 0, 1, 37, 53, 29, 0, 0, 0, 1.0 },
 	{ 1, 0, 37, 53, 29, 0, 0, 0, 1.0 },  { 1, 1, 37, 53, 29, 0, 0, 0, 1.0 },
@@ -206,33 +190,34 @@ START_TEST(test_openblas_matches_onednn)
 	else
 		unsetenv("KILN_CPU_GEMM_SPLIT");
 	kiln_log_set_level(KILN_LOG_DEBUG);
-	kiln_log_set_sink(sink, NULL);
+	kiln_log_set_sink(check_log_sink, NULL);
 	ck_assert_msg(open_dev(&dn, "onednn", threads) == KILN_OK, "%s", kiln_last_error());
 	ck_assert_msg(open_dev(&ob, "openblas", threads) == KILN_OK, "%s", kiln_last_error());
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		loglen = 0, logbuf[0] = 0;
+		check_log_clear();
 		check_case(&ob, &cases[i], split[_i], threads);
 		const struct gcase *g = &cases[i];
 		const int one = 2.0 * g->m * g->n * g->k < CPU_ONE_THREAD_FLOP;
 		const int parts = _i >= 2 && !one && (_i == 2 ? g->m : g->n) > 16;
-		ck_assert_msg(log_has("(OpenBLAS)") == (_i == 0 || one || parts),
+		ck_assert_msg(check_log_has("(OpenBLAS)") == (_i == 0 || one || parts),
 			      "case %zu, %d threads, split %s: OpenBLAS %d:\n%s", i, threads, split[_i],
-			      log_has("(OpenBLAS)"), logbuf);
+			      check_log_has("(OpenBLAS)"), check_log_text());
 		if (parts)
-			ck_assert_msg(log_has(_i == 2 ? "parts of 16 rows" : "parts of 16 columns"),
-				      "case %zu not split:\n%s", i, logbuf);
-		loglen = 0, logbuf[0] = 0;
+			ck_assert_msg(check_log_has(_i == 2 ? "parts of 16 rows" : "parts of 16 columns"),
+				      "case %zu not split:\n%s", i, check_log_text());
+		check_log_clear();
 		check_case(&dn, &cases[i], "onednn", threads);
-		ck_assert_msg(!log_has("(OpenBLAS)"), "case %zu ran OpenBLAS under onednn:\n%s", i,
-			      logbuf);
+		ck_assert_msg(!check_log_has("(OpenBLAS)"), "case %zu ran OpenBLAS under onednn:\n%s", i,
+			      check_log_text());
 	}
 	/* a bias or a fused ReLU: oneDNN's epilogue, whatever was asked */
 	const struct gcase fused[] = { { 0, 1, 33, 40, 50, 0, 1, 0, 1.0 },
 				       { 0, 1, 33, 40, 50, 0, 0, 1, 1.0 } };
 	for (int i = 0; i < 2; i++) {
-		loglen = 0, logbuf[0] = 0;
+		check_log_clear();
 		check_case(&ob, &fused[i], "openblas (fused)", threads);
-		ck_assert_msg(!log_has("(OpenBLAS)"), "fused case %d ran OpenBLAS:\n%s", i, logbuf);
+		ck_assert_msg(!check_log_has("(OpenBLAS)"), "fused case %d ran OpenBLAS:\n%s", i,
+			      check_log_text());
 	}
 	close_dev(&ob);
 	close_dev(&dn);
@@ -247,7 +232,7 @@ START_TEST(test_auto_correct)
 {
 	struct dev d;
 	kiln_log_set_level(KILN_LOG_INFO);
-	kiln_log_set_sink(sink, NULL);
+	kiln_log_set_sink(check_log_sink, NULL);
 	ck_assert_msg(open_dev(&d, "auto", 1) == KILN_OK, "%s", kiln_last_error());
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
 		check_case(&d, &cases[i], "auto", 1);
@@ -271,20 +256,20 @@ START_TEST(test_rule_and_deterministic)
 	ck_assert_msg(kiln_device_open(reg, d.cfg, "cpu", 0, &d.dev) == KILN_OK, "%s", kiln_last_error());
 	ck_assert(kiln_device_stream_create(d.dev, &d.stream) == 0);
 	kiln_log_set_level(KILN_LOG_DEBUG);
-	kiln_log_set_sink(sink, NULL);
+	kiln_log_set_sink(check_log_sink, NULL);
 	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
 		const struct gcase *g = &cases[i];
-		loglen = 0, logbuf[0] = 0;
+		check_log_clear();
 		check_case(&r, g, "rule", 1);
-		const int ob = log_has("(OpenBLAS)");
+		const int ob = check_log_has("(OpenBLAS)");
 		ck_assert_msg(!ob || (!g->ta && !g->tb && g->m >= 32 && g->m <= 256 && g->n >= 128 &&
 				      g->k >= 128),
-			      "case %zu: the rule ran OpenBLAS:\n%s", i, logbuf);
-		loglen = 0, logbuf[0] = 0;
+			      "case %zu: the rule ran OpenBLAS:\n%s", i, check_log_text());
+		check_log_clear();
 		check_case(&d, g, "deterministic", 1);
-		ck_assert_msg(log_has("(OpenBLAS)") == ob && !log_has("implementations,"),
+		ck_assert_msg(check_log_has("(OpenBLAS)") == ob && !check_log_has("implementations,"),
 			      "case %zu: deterministic is not the rule (OpenBLAS %d), or timed:\n%s", i,
-			      ob, logbuf);
+			      ob, check_log_text());
 	}
 	close_dev(&d);
 	close_dev(&r);

@@ -24,41 +24,9 @@
 
 static struct kiln_registry *reg;
 
-/* ---- the log, captured ---- */
-static char logbuf[1 << 16];
-static size_t loglen;
-
-static void sink(void *user, int level, const char *who, const char *msg)
-{
-	(void)user, (void)level;
-	const int n = snprintf(logbuf + loglen, sizeof logbuf - loglen, "[%s] %s\n", who, msg);
-	if (n > 0 && loglen + (size_t)n < sizeof logbuf)
-		loglen += (size_t)n;
-}
-
-static void log_clear(void)
-{
-	loglen = 0;
-	logbuf[0] = 0;
-}
-
-/* Lines of the log holding a, and b too when given. */
-static int log_count(const char *a, const char *b)
-{
-	int n = 0;
-	for (const char *p = logbuf; *p;) {
-		const char *e = strchr(p, '\n');
-		const size_t len = e ? (size_t)(e - p) : strlen(p);
-		char line[1024];
-		snprintf(line, sizeof line, "%.*s", (int)len, p);
-		n += strstr(line, a) && (!b || strstr(line, b));
-		p += len + (e != NULL);
-	}
-	return n;
-}
-
 #define TIMED "ms, f32 kernel"
-#define LOG_HAS(s) ck_assert_msg(log_count(s, NULL) > 0, "log lacks \"%s\":\n%s", s, logbuf)
+#define LOG_HAS(s) \
+	ck_assert_msg(check_log_count(s, NULL) > 0, "log lacks \"%s\":\n%s", s, check_log_text())
 
 /* ---- a device with the cache in path, team of dev_threads (1) ---- */
 static char path[4096];
@@ -121,7 +89,7 @@ static void prepare_gemm(struct dev *d, int m, int n, int k)
 static int gemm_mn = 32, gemm_k = 64;
 
 /* One context: open, prepare the GEMMs of `shapes` sizes, close; the log
- * of it in logbuf.  tune, probe: the hooks ("" unset). */
+ * of it in check_log_text().  tune, probe: the hooks ("" unset). */
 static void one_run(const char *tune, const char *probe, int shapes)
 {
 	if (*tune)
@@ -132,7 +100,7 @@ static void one_run(const char *tune, const char *probe, int shapes)
 		setenv("KILN_CPU_PROBEWAIT", probe, 1);
 	else
 		unsetenv("KILN_CPU_PROBEWAIT");
-	log_clear();
+	check_log_clear();
 	struct dev d;
 	open_dev(&d);
 	for (int s = 0; s < shapes; s++)
@@ -146,7 +114,7 @@ static void setup(void)
 	snprintf(path, sizeof path, "%s/check_cpu_tune-%d.bin", t && *t ? t : "/tmp", (int)getpid());
 	unlink(path);
 	kiln_log_set_level(KILN_LOG_INFO);
-	kiln_log_set_sink(sink, NULL);
+	kiln_log_set_sink(check_log_sink, NULL);
 }
 
 static void teardown(void)
@@ -166,28 +134,28 @@ static void teardown(void)
 START_TEST(test_contended_provisional_retimed)
 {
 	one_run("0.6", "", 1);
-	ck_assert_int_eq(log_count(TIMED, NULL), 1);
-	ck_assert_int_eq(log_count(TIMED, "provisional (timed under contention: waited 0.60 s"), 1);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 1);
+	ck_assert_int_eq(check_log_count(TIMED, "provisional (timed under contention: waited 0.60 s"), 1);
 	LOG_HAS(": 1 choices timed, 1 written (1 provisional;");
 
 	one_run("0.6", "0.6", 1);
 	LOG_HAS(": 1 choices read for 1 threads (1 provisional)");
 	LOG_HAS("waited 0.60 s a second for a CPU over 40 ms: busy, keeping them");
-	ck_assert_int_eq(log_count(TIMED, NULL), 0);
-	ck_assert_int_eq(log_count("written", NULL), 0);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 0);
+	ck_assert_int_eq(check_log_count("written", NULL), 0);
 
 	one_run("0.1", "0.1", 1);
 	LOG_HAS(": 1 choices read for 1 threads (1 provisional)");
 	LOG_HAS("quiet, re-timing them");
 	LOG_HAS("re-timing the cached choice");
-	ck_assert_int_eq(log_count(TIMED, NULL), 1);
-	ck_assert_int_eq(log_count(TIMED, "provisional"), 0);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 1);
+	ck_assert_int_eq(check_log_count(TIMED, "provisional"), 0);
 	LOG_HAS(": 1 choices timed, 1 written (0 provisional;");
 
 	one_run("0.6", "0", 1);
 	LOG_HAS(": 1 choices read for 1 threads (0 provisional)");
-	ck_assert_int_eq(log_count(TIMED, NULL), 0);
-	ck_assert_int_eq(log_count("written", NULL), 0);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 0);
+	ck_assert_int_eq(check_log_count("written", NULL), 0);
 }
 END_TEST
 
@@ -196,17 +164,17 @@ END_TEST
 START_TEST(test_retimes_bounded)
 {
 	one_run("0.6", "", 10);
-	ck_assert_int_eq(log_count(TIMED, "provisional"), 10);
+	ck_assert_int_eq(check_log_count(TIMED, "provisional"), 10);
 	one_run("0", "0", 10);
 	LOG_HAS(": 10 choices read for 1 threads (10 provisional)");
-	ck_assert_int_eq(log_count(TIMED, NULL), 8);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 8);
 	LOG_HAS(": 8 choices timed, 10 written (2 provisional;");
 	one_run("0", "0", 10);
-	ck_assert_int_eq(log_count(TIMED, NULL), 2);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 2);
 	LOG_HAS(": 2 choices timed, 10 written (0 provisional;");
 	one_run("0", "0", 10);
 	LOG_HAS(": 10 choices read for 1 threads (0 provisional)");
-	ck_assert_int_eq(log_count(TIMED, NULL), 0);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 0);
 }
 END_TEST
 
@@ -216,21 +184,21 @@ START_TEST(test_provisional_never_replaces_confident)
 {
 	struct dev a, b;
 	setenv("KILN_CPU_TUNEWAIT", "0.6", 1);
-	log_clear();
+	check_log_clear();
 	open_dev(&a);
 	prepare_gemm(&a, 32, 32, 64);
-	ck_assert_int_eq(log_count(TIMED, "provisional"), 1);
+	ck_assert_int_eq(check_log_count(TIMED, "provisional"), 1);
 	setenv("KILN_CPU_TUNEWAIT", "0", 1);
 	open_dev(&b);
 	prepare_gemm(&b, 32, 32, 64);
 	close_dev(&b);
 	LOG_HAS(": 1 choices timed, 1 written (0 provisional; 0 provisional");
-	log_clear();
+	check_log_clear();
 	close_dev(&a);
 	LOG_HAS(": 1 choices timed, 1 written (0 provisional; 1 provisional of ours left out for confident ones)");
 	one_run("0.6", "0", 1);
 	LOG_HAS(": 1 choices read for 1 threads (0 provisional)");
-	ck_assert_int_eq(log_count(TIMED, NULL), 0);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 0);
 }
 END_TEST
 
@@ -274,9 +242,9 @@ START_TEST(test_busy_thread_makes_provisional)
 	spin_stop = 1;
 	pthread_join(spinner, NULL);
 	ck_assert_int_eq(pthread_setaffinity_np(pthread_self(), sizeof all, &all), 0);
-	ck_assert_int_eq(log_count(TIMED, NULL), 1);
-	ck_assert_msg(log_count(TIMED, "provisional (timed under contention") == 1,
-		      "a busy thread on the timing thread's CPU, not provisional:\n%s", logbuf);
+	ck_assert_int_eq(check_log_count(TIMED, NULL), 1);
+	ck_assert_msg(check_log_count(TIMED, "provisional (timed under contention") == 1,
+		      "a busy thread on the timing thread's CPU, not provisional:\n%s", check_log_text());
 	LOG_HAS(": 1 choices timed, 1 written (1 provisional;");
 }
 END_TEST
@@ -291,9 +259,10 @@ static void check_measure(const char *tune, int col, const char *what)
 	kiln_log_set_level(KILN_LOG_DEBUG);
 	dev_threads = 2, gemm_mn = 256, gemm_k = 512;
 	one_run(tune, "", 1);
-	const char *d = strstr(logbuf, "median wall/team CPU ms: ");
-	ck_assert_msg(d != NULL, "no debug line of the measures:\n%s", logbuf);
-	ck_assert_msg(log_count("team of 2, wait", NULL) == 1, "the team's clocks are not both threads':\n%s", logbuf);
+	const char *d = strstr(check_log_text(), "median wall/team CPU ms: ");
+	ck_assert_msg(d != NULL, "no debug line of the measures:\n%s", check_log_text());
+	ck_assert_msg(check_log_count("team of 2, wait", NULL) == 1,
+		      "the team's clocks are not both threads':\n%s", check_log_text());
 	double v[3][2];
 	const int got = sscanf(d, "median wall/team CPU ms: %lf/%lf, %lf/%lf, %lf/%lf", &v[0][0], &v[0][1],
 			       &v[1][0], &v[1][1], &v[2][0], &v[2][1]);
@@ -313,19 +282,21 @@ static void check_measure(const char *tune, int col, const char *what)
 	}
 	char want[256];
 	snprintf(want, sizeof want, "bf16 kernel %.3f ms, f32 kernel %.3f ms", v[0][col], v[1][col]);
-	ck_assert_msg(log_count(want, what) == 1, "want \"%s\" by %s:\n%s", want, what, logbuf);
+	ck_assert_msg(check_log_count(want, what) == 1, "want \"%s\" by %s:\n%s", want, what,
+		      check_log_text());
 	if (n == 3) {
 		snprintf(want, sizeof want, "second bf16 kernel %.3f ms (", v[2][col]);
 		LOG_HAS(want);
 	}
 	static const char *const kern[3] = { ": the bf16 kernel", ": the f32 kernel", ": the second bf16 kernel" };
-	ck_assert_msg(log_count(TIMED, kern[best]) == 1, "want%s:\n%s", kern[best], logbuf);
+	ck_assert_msg(check_log_count(TIMED, kern[best]) == 1, "want%s:\n%s", kern[best],
+		      check_log_text());
 }
 
 START_TEST(test_measure_wall_when_quiet)
 {
 	check_measure("0", 0, "(medians of wall time)");
-	ck_assert_int_eq(log_count(TIMED, "provisional"), 0);
+	ck_assert_int_eq(check_log_count(TIMED, "provisional"), 0);
 }
 END_TEST
 
@@ -335,8 +306,8 @@ START_TEST(test_wait_window_small_op)
 {
 	kiln_log_set_level(KILN_LOG_DEBUG);
 	one_run("0", "", 1);
-	const char *d = strstr(logbuf, "s/s over ");
-	ck_assert_msg(d != NULL, "no wait window in:\n%s", logbuf);
+	const char *d = strstr(check_log_text(), "s/s over ");
+	ck_assert_msg(d != NULL, "no wait window in:\n%s", check_log_text());
 	double ms = 0;
 	ck_assert_int_eq(sscanf(d, "s/s over %lf ms", &ms), 1);
 	ck_assert_msg(ms >= 10.0 && ms < 1000.0, "wait read over %.1f ms", ms);
@@ -346,7 +317,7 @@ END_TEST
 START_TEST(test_measure_team_cpu_when_contended)
 {
 	check_measure("0.6", 1, "(medians of the team's CPU time)");
-	ck_assert_int_eq(log_count(TIMED, "provisional (timed under contention: waited 0.60 s"), 1);
+	ck_assert_int_eq(check_log_count(TIMED, "provisional (timed under contention: waited 0.60 s"), 1);
 }
 END_TEST
 

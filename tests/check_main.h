@@ -64,6 +64,56 @@ static inline int check_run(Suite *s)
 	return failed;
 }
 
+/* ---- the log, captured: kiln_log_set_sink(check_log_sink, NULL) appends
+ * each line as "[who] msg\n" to one buffer of the process (64 KiB; what does
+ * not fit is dropped), every level the log level lets through. */
+struct check_log {
+	char text[1 << 16];
+	size_t n;
+};
+
+static inline struct check_log *check_log(void)
+{
+	static struct check_log l;
+	return &l;
+}
+
+static inline void check_log_sink(void *user, int level, const char *who, const char *msg)
+{
+	struct check_log *l = check_log();
+	(void)user, (void)level;
+	const int n = snprintf(l->text + l->n, sizeof l->text - l->n, "[%s] %s\n", who, msg);
+	if (n > 0 && l->n + (size_t)n < sizeof l->text)
+		l->n += (size_t)n;
+}
+
+static inline void check_log_clear(void)
+{
+	check_log()->n = 0;
+	check_log()->text[0] = 0;
+}
+
+/* what was captured since the last check_log_clear */
+static inline const char *check_log_text(void) { return check_log()->text; }
+
+/* lines captured holding a, and b too when given */
+static inline int check_log_count(const char *a, const char *b)
+{
+	int n = 0;
+	for (const char *p = check_log()->text; *p;) {
+		const char *e = strchr(p, '\n');
+		const size_t len = e ? (size_t)(e - p) : strlen(p);
+		char line[1024];
+		snprintf(line, sizeof line, "%.*s", (int)len, p);
+		n += strstr(line, a) && (!b || strstr(line, b));
+		p += len + (e != NULL);
+	}
+	return n;
+}
+
+/* s captured anywhere (across lines too) */
+static inline int check_log_has(const char *s) { return strstr(check_log()->text, s) != NULL; }
+
 /* Adds test case `name` to s with its tests (a NULL-terminated list), the
  * checked fixture (setup and teardown, either NULL) and a timeout in
  * seconds (0: Check's default). */
