@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include "bench_time.h"
 
 #define CHECK(x)                                                                          \
 	do {                                                                              \
@@ -22,26 +22,6 @@
 			exit(1);                                                          \
 		}                                                                         \
 	} while (0)
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static double cpu_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv)
 {
@@ -114,8 +94,8 @@ int main(int argc, char **argv)
 		tb[r] = now() - t0;
 	}
 	const double cpu = (cpu_now() - c0) / reps;
-	qsort(tf + 2, (size_t)reps, sizeof *tf, cmp);
-	qsort(tb + 2, (size_t)reps, sizeof *tb, cmp);
+	qsort(tf + 2, (size_t)reps, sizeof *tf, cmp_double);
+	qsort(tb + 2, (size_t)reps, sizeof *tb, cmp_double);
 	printf("kiln attention B=%lld T=%lld C=%lld H=%lld threads=%s: fwd+bwd %.3f ms (fwd %.3f ms), median of %d; min %.3f ms (fwd %.3f ms); CPU %.3f ms a pair\n",
 	       (long long)B, (long long)T, (long long)C, (long long)H, argv[1], tb[2 + reps / 2] * 1e3,
 	       tf[2 + reps / 2] * 1e3, reps, tb[2] * 1e3, tf[2] * 1e3, cpu * 1e3);

@@ -11,20 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double clock_s(clockid_t id)
-{
-	struct timespec ts;
-	clock_gettime(id, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	const double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
+#include "bench_time.h"
 
 static int fail(void)
 {
@@ -81,15 +68,15 @@ int main(int argc, char **argv)
 	const int per = 20;
 	double wall[9], cpu[9];
 	for (int rep = 0; rep < 10; rep++) {
-		const double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+		const double t0 = now(), c0 = cpu_now();
 		for (int r = 0; r < per; r++)
 			if (kiln_device_run(dev, plan, &args, stream))
 				return fail();
 		if (kiln_device_stream_sync(dev, stream))
 			return fail();
 		if (rep) { /* the first repetition is warm-up */
-			wall[rep - 1] = (clock_s(CLOCK_MONOTONIC) - t0) / per * 1e3;
-			cpu[rep - 1] = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / per * 1e3;
+			wall[rep - 1] = (now() - t0) / per * 1e3;
+			cpu[rep - 1] = (cpu_now() - c0) / per * 1e3;
 		}
 	}
 	qsort(wall, 9, sizeof *wall, cmp_double);

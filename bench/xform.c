@@ -9,14 +9,7 @@
 #include "core/transform.h"
 
 #include <stdio.h>
-#include <time.h>
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); /* other processes share the cores */
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "bench_time.h"
 
 static const char *only; /* run only the cases whose name contains this */
 
@@ -35,14 +28,14 @@ static void run(const char *name, int h, int w, int c, struct kiln_xform x, doub
 	struct kiln_xform_scratch s = { 0 };
 	void *out = malloc(kiln_xform_out_bytes(&x));
 	int64_t n = 0;
-	double t0 = now(), t;
+	double t0 = thread_cpu_now(), t; /* other processes share the cores */
 	do {
 		for (int k = 0; k < 16; k++, n++)
 			if (kiln_xform_apply(&x, &img, 1, 0, n, out, &s)) {
 				fprintf(stderr, "%s: %s\n", name, kiln_last_error());
 				exit(1);
 			}
-	} while ((t = now() - t0) < secs);
+	} while ((t = thread_cpu_now() - t0) < secs);
 	printf("%-44s %10.0f samples/s  (%.1f us/sample)\n", name, n / t, 1e6 * t / n);
 	free(out);
 	free(img.data);
