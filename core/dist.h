@@ -220,15 +220,17 @@ kiln_status kiln_dist_pipe_hold(struct kiln_dist *d, struct kiln_model *m, const
  * so that its evaluation plans are staged and run per stage instead of on
  * a gathered whole model. */
 int kiln_dist_pipe_eval_staged(const struct kiln_dist *d);
-/* One batch's forward of staged plan p, this rank's stage's layers: the
- * crossing tensors from earlier stages' ranks received (by pp's
+/* The forward of batch `batch` (counted from 0 in the pass: what the
+ * hand-offs' messages name) of staged plan p, this rank's stage's layers:
+ * the crossing tensors from earlier stages' ranks received (by pp's
  * transport, kiln_pipe_eval_recv: marked, so that kiln_pipe_explain
  * names one that fails on the stream's worker), the ones later stages
- * read sent, all on the compute stream; the last stage's loss layer adds
- * to metrics. */
+ * read sent (kiln_pipe_eval_send), all on the compute stream; the last
+ * stage's loss layer adds to metrics. */
 struct kiln_pipe;
 kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_pipe *pp, struct kiln_plan *p,
-				   const void *x, const void *labels, void *metrics, void *compute);
+				   long long batch, const void *x, const void *labels,
+				   void *metrics, void *compute);
 /* After an evaluation's batches: the n metric sums (device f32) summed
  * over the pipe, so every rank reads the last stage's. */
 kiln_status kiln_dist_pipe_eval_sums(struct kiln_dist *d, float *metrics, int n, void *compute);

@@ -6,12 +6,17 @@
  * training's does, stage by stage.  The evaluation plans are staged (the
  * tensors crossing a cut get a receive buffer on the reading stage);
  * stage s's rank receives them from the earlier stages' ranks, runs its
- * layers and sends what later stages read.  The hand-offs go on the
- * compute stream: a forward alone is a chain from stage 0 to the last, so
- * no send waits on a receive that waits on it.  The loss layer, on the
- * last stage, adds the batch's loss and correct counts to the metric sums;
- * after the set they are summed over the pipe, so every rank reads the
- * last stage's (the others' are zero: each sum equals one process's). */
+ * layers and sends what later stages read.  The hand-offs go through the
+ * pipeline's rank transport (core/pipe_rank.c), named by the evaluation's
+ * batch, on the compute stream: a forward alone is a chain from stage 0
+ * to the last, so no send waits on a receive that waits on it (sends are
+ * neither staged nor paired: kiln_pipe_rank_eval_send).  The evaluation
+ * plans have training's crossing tensors (kiln_pipe_eval_check, at
+ * set-up), so each receive has a slot of the transport to be marked in.
+ * The loss layer, on the last stage, adds the batch's loss and correct
+ * counts to the metric sums; after the set they are summed over the pipe,
+ * so every rank reads the last stage's (the others' are zero: each sum
+ * equals one process's). */
 #include "dist_impl.h"
 #include "pipeline.h"
 
@@ -43,47 +48,42 @@ static kiln_status after_comm(struct kiln_dist *d, void *compute)
 }
 
 /* The crossing tensors of p this rank's stage receives from earlier
- * stages into their receive buffers (out = 0: pp's transport, marked and
- * named by stage, rank, micro-batch and tensor, kiln_pipe_eval_recv), or
- * sends to later stages (1), on the compute stream. */
+ * stages into their receive buffers (out = 0) or sends to later stages
+ * (1), on the compute stream, by pp's transport (kiln_pipe_eval_recv,
+ * kiln_pipe_eval_send): receives marked, and both named by stage, rank,
+ * the evaluation's batch `batch` and the tensor. */
 static kiln_status hand_off(struct kiln_dist *d, struct kiln_pipe *pp, struct kiln_plan *p,
-			    const void *x, int out, void *compute)
+			    const void *x, long long batch, int out, void *compute)
 {
 	const int s = d->pipe_stage;
-	/* (the pipe's communicator ranks its members by stage) */
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		kiln_status st;
 		if ((out ? xf->from : xf->to) != s)
 			continue;
-		if (!out) {
-			st = kiln_pipe_eval_recv(pp, xf->from, e, kiln_plan_store_ptr(p, xf->recv, x),
-						 xf->bytes, compute);
-			if (st)
-				return kiln_dist_explain(d, st);
-			continue;
-		}
-		st = d->ops->send(d->pctx, kiln_plan_store_ptr(p, xf->src, x), xf->bytes, KILN_U8,
-				  xf->to, compute, NULL);
+		st = out ? kiln_pipe_eval_send(pp, xf->to, e, batch, kiln_plan_store_ptr(p, xf->src, x),
+					       xf->bytes, compute)
+			 : kiln_pipe_eval_recv(pp, xf->from, e, batch,
+					       kiln_plan_store_ptr(p, xf->recv, x), xf->bytes, compute);
 		if (st)
-			return kiln_dist_explain(d, kiln_error_wrap(st, "rank %d (pipeline stage %d): evaluating, sending to stage %d",
-								     d->env.rank, s, xf->to));
+			return kiln_dist_explain(d, st);
 	}
 	return KILN_OK;
 }
 
 kiln_status kiln_dist_pipe_forward(struct kiln_dist *d, struct kiln_pipe *pp, struct kiln_plan *p,
-				   const void *x, const void *labels, void *metrics, void *compute)
+				   long long batch, const void *x, const void *labels,
+				   void *metrics, void *compute)
 {
 	const int s = d->pipe_stage;
 	int lo, hi;
 	kiln_status st;
 	stage_layers(p->m, s, &lo, &hi);
-	if ((st = after_comm(d, compute)) || (st = hand_off(d, pp, p, x, 0, compute)))
+	if ((st = after_comm(d, compute)) || (st = hand_off(d, pp, p, x, batch, 0, compute)))
 		return st;
 	if (lo < hi && (st = kiln_plan_forward_range(p, lo, hi, x, labels, metrics, compute)))
-		return kiln_error_wrap(st, "pipeline stage %d, evaluating", s);
-	return hand_off(d, pp, p, x, 1, compute);
+		return kiln_error_wrap(st, "pipeline stage %d, evaluating batch %lld", s, batch);
+	return hand_off(d, pp, p, x, batch, 1, compute);
 }
 
 kiln_status kiln_dist_pipe_eval_sums(struct kiln_dist *d, float *metrics, int n, void *compute)

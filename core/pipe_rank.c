@@ -40,7 +40,13 @@
  * send must not pass an earlier message to that stage still on the send
  * stream: the stage's stream first waits for the event recorded on the
  * send stream after the last one (`last`), long passed in the steady
- * state. */
+ * state.
+ *
+ * The staged evaluation (core/dist_pipe_eval.c) hands its crossing tensors
+ * on through here too: its receives marked in micro-batch 0's forward
+ * slots (kiln_pipe_rank_eval_recv), its sends on the stage's stream
+ * (kiln_pipe_rank_eval_send: neither staged nor paired, see there), both
+ * named by the evaluation's batch. */
 #include "dist.h" /* kiln_device_host_fn */
 #include "pipeline.h"
 
@@ -65,6 +71,7 @@ struct rank_msg {
 	 * (kiln_pipe_rank_eval_recv) */
 	int rfrom, rto, rpaired, reval;
 	uint64_t rtag, rsend;
+	long long rbatch; /* reval: the evaluation's batch (its messages name it) */
 	void *rstream; /* the stage's stream it was marked on (recv_failed_other) */
 };
 
@@ -75,7 +82,7 @@ struct kiln_pipe_rank {
 	int rank_of[KILN_PIPE_MAX_STAGES];  /* stage s's rank in comm */
 	int world_of[KILN_PIPE_MAX_STAGES]; /* ... and in the world: what messages name */
 	void *send_stream, *flushed;
-	int n, n_xfer;
+	int n, n_xfer, P;
 	struct rank_msg *msg;
 	int now; /* messages sent now where they can be (above) */
 	/* per stage: messages to it left to the send stream, not yet sent */
@@ -116,6 +123,22 @@ static const char *tag_name(uint64_t tag, char *buf, size_t n)
 		 (unsigned long long)(tag >> 32), (unsigned long long)((tag & 0xffffffffu) >> 1),
 		 tag & 1 ? "its gradient, backward" : "the activation, forward");
 	return buf;
+}
+
+/* A staged evaluation's message (its one forward hand-off of crossing
+ * tensor e, in the slot of micro-batch 0's) by the evaluation's batch:
+ * "batch 17, crossing tensor 0 (the activation, forward)". */
+static const char *eval_name(long long batch, uint64_t tag, char *buf, size_t n)
+{
+	snprintf(buf, n, "batch %lld, crossing tensor %llu (the activation, forward)", batch,
+		 (unsigned long long)((tag & 0xffffffffu) >> 1));
+	return buf;
+}
+
+/* A received message's name: the evaluation's by batch, else by tag. */
+static const char *recv_name(const struct rank_msg *g, char *buf, size_t n)
+{
+	return g->reval ? eval_name(g->rbatch, g->rtag, buf, n) : tag_name(g->rtag, buf, n);
 }
 
 static kiln_status probe_ok(void *arg)
@@ -295,28 +318,31 @@ static kiln_status recv_mark_end(void *arg)
 }
 
 /* The receive of tag from stage `from` (into stage `to`, this rank's;
- * paired: with the send of stag; eval: the staged evaluation's) marked
- * begun on stream, or NULL: not marked (R->marks 0, or the mark's own
- * enqueue failed, which the receive's enqueue will report). */
+ * paired: with the send of stag; batch >= 0: the staged evaluation's, of
+ * that batch) marked begun on stream, or NULL: not marked (R->marks 0, or
+ * the mark's own enqueue failed, which the receive's enqueue will
+ * report). */
 static struct rank_msg *recv_mark(struct kiln_pipe_rank *R, int from, int to, uint64_t tag,
-				  int paired, uint64_t stag, int eval, void *stream)
+				  int paired, uint64_t stag, long long batch, void *stream)
 {
 	struct rank_msg *g = R->marks ? rank_slot(R, tag) : NULL;
 	if (!g)
 		return NULL;
 	g->rfrom = from, g->rto = to, g->rtag = tag, g->rpaired = paired, g->rsend = stag;
-	g->reval = eval;
+	g->reval = batch >= 0;
+	g->rbatch = batch;
 	g->rstream = stream;
 	return kiln_device_host_fn(R->dev, stream, recv_mark_begin, g) ? NULL : g;
 }
 
 /* The receive of tag from stage `from` into stage `to`'s buf, marked
- * (recv_mark), its failure named ("evaluating: " first where eval). */
+ * (recv_mark), its failure named (batch >= 0: the evaluation's,
+ * "evaluating: receiving batch B, ..."). */
 static kiln_status recv_marked(struct kiln_pipe_rank *R, int from, int to, uint64_t tag, void *buf,
-			       size_t bytes, int eval, void *stream)
+			       size_t bytes, long long batch, void *stream)
 {
 	char what[96];
-	struct rank_msg *g = recv_mark(R, from, to, tag, 0, 0, eval, stream);
+	struct rank_msg *g = recv_mark(R, from, to, tag, 0, 0, batch, stream);
 	kiln_status st = R->ops->recv(R->comm, buf, bytes, KILN_U8, R->rank_of[from], stream, NULL);
 	if (!st && g)
 		st = kiln_device_host_fn(R->dev, stream, recv_mark_end, g);
@@ -325,24 +351,72 @@ static kiln_status recv_marked(struct kiln_pipe_rank *R, int from, int to, uint6
 		return explain_open(R, st, open);
 	if (st)
 		return kiln_error_wrap(st, "pipeline: stage %d (rank %d) %sreceiving %s (%zu bytes) from stage %d (rank %d)",
-				       to, R->world_of[to], eval ? "evaluating: " : "",
-				       tag_name(tag, what, sizeof what), bytes, from, R->world_of[from]);
+				       to, R->world_of[to], batch >= 0 ? "evaluating: " : "",
+				       batch >= 0 ? eval_name(batch, tag, what, sizeof what)
+						  : tag_name(tag, what, sizeof what),
+				       bytes, from, R->world_of[from]);
 	return KILN_OK;
 }
 
 static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
 			     void *stream)
 {
-	return recv_marked(ctx, from, to, tag, buf, bytes, 0, stream);
+	return recv_marked(ctx, from, to, tag, buf, bytes, -1, stream);
 }
 
-kiln_status kiln_pipe_rank_eval_recv(struct kiln_pipe_rank *R, int from, int e, void *buf,
-				     size_t bytes, void *stream)
+/* The staged evaluation's message tag: crossing tensor e in micro-batch
+ * 0's forward slot (pipe_run.c's tag_of), which must exist: a slot that
+ * does not would leave the receive unmarked, unexplained. */
+static kiln_status eval_tag(struct kiln_pipe_rank *R, const char *what, int e, long long batch,
+			    uint64_t *tag)
 {
 	if (!R)
-		return kiln_error(KILN_EINTERNAL, "pipeline: an evaluation's receive without stages on ranks");
-	/* (pipe_run.c's tag_of: micro-batch 0, tensor e, forward) */
-	return recv_marked(R, from, R->mine, (uint64_t)e << 1, buf, bytes, 1, stream);
+		return kiln_error(KILN_EINTERNAL, "pipeline: an evaluation's %s without stages on ranks",
+				  what);
+	*tag = (uint64_t)e << 1;
+	if (e < 0 || batch < 0 || !rank_slot(R, *tag))
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) evaluating: %s of batch %lld, crossing tensor %d: the transport has slots for %d crossing tensors (training's)",
+				  R->mine, R->world_of[R->mine], what, batch, e, R->n_xfer);
+	return KILN_OK;
+}
+
+kiln_status kiln_pipe_rank_eval_recv(struct kiln_pipe_rank *R, int from, int e, long long batch,
+				     void *buf, size_t bytes, void *stream)
+{
+	uint64_t tag = 0;
+	kiln_status st = eval_tag(R, "receive", e, batch, &tag);
+	return st ? st : recv_marked(R, from, R->mine, tag, buf, bytes, batch, stream);
+}
+
+/* The evaluation's send goes on the stage's stream itself, by the
+ * communicator's send, neither staged nor paired (docs/pipeline.md,
+ * "Stages on ranks"): its forward is a chain from stage 0 to the
+ * last, so a send that waits for its receiver never holds a receive that
+ * the receiver waits for (what staging prevents in 1f1b), and no stage
+ * ever receives from the stage it just sent to (what pairing joins).
+ * Earlier messages to the peer are out: the step's end (kiln_pipe_rank_flush)
+ * made the stage's stream wait for the send stream. */
+kiln_status kiln_pipe_rank_eval_send(struct kiln_pipe_rank *R, int to, int e, long long batch,
+				     const void *buf, size_t bytes, void *stream)
+{
+	uint64_t tag = 0;
+	char what[96];
+	kiln_status st = eval_tag(R, "send", e, batch, &tag);
+	if (st)
+		return st;
+	if (to <= R->mine || to >= R->P)
+		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) evaluating: a send to stage %d, not a later stage",
+				  R->mine, R->world_of[R->mine], to);
+	if (!(st = R->ops->send(R->comm, buf, bytes, KILN_U8, R->rank_of[to], stream, NULL)))
+		return KILN_OK;
+	/* (a failure the enqueue reports may be an earlier receive's, on
+	 * the stage's stream: named as rank_send names it) */
+	int open = recv_failed_other(R, NULL);
+	if (open)
+		return explain_open(R, st, open);
+	return kiln_error_wrap(st, "pipeline: stage %d (rank %d) evaluating: sending %s (%zu bytes) to stage %d (rank %d)",
+			       R->mine, R->world_of[R->mine], eval_name(batch, tag, what, sizeof what),
+			       bytes, to, R->world_of[to]);
 }
 
 /* A send to stage peer and the recv from it after, as one sendrecv on the
@@ -367,7 +441,7 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 	if (R->last[peer] &&
 	    (st = kiln_device_stream_wait(R->dev, stream, R->msg[R->last[peer] - 1].sent)))
 		return send_failed(R, st, me, peer, stag, 0);
-	struct rank_msg *g = recv_mark(R, peer, me, rtag, 1, stag, 0, stream);
+	struct rank_msg *g = recv_mark(R, peer, me, rtag, 1, stag, -1, stream);
 	st = R->ops->sendrecv(R->comm, sbuf, sbytes, R->rank_of[peer], rbuf, rbytes,
 			      R->rank_of[peer], KILN_U8, stream, NULL);
 	if (!st && g)
@@ -420,6 +494,7 @@ kiln_status kiln_pipe_rank_open(const struct kiln_comm_ops *ops, void *comm,
 	R->comm = comm;
 	R->dev = dev;
 	R->mine = mine;
+	R->P = P;
 	memcpy(R->rank_of, rank_of, (size_t)P * sizeof *rank_of);
 	memcpy(R->world_of, world_of, (size_t)P * sizeof *world_of);
 	R->n_xfer = n_xfer;
@@ -485,7 +560,7 @@ static kiln_status explain_open(struct kiln_pipe_rank *R, kiln_status st, int op
 {
 	const struct rank_msg *g = &R->msg[open - 1];
 	char what[96], named[128], sent[128] = "";
-	tag_name(g->rtag, what, sizeof what);
+	recv_name(g, what, sizeof what);
 	/* a receive that failed where rank_recv or rank_sendrecv saw it
 	 * (inline: a device that runs host functions at once) is named */
 	snprintf(named, sizeof named, "receiving %s", what);

@@ -803,10 +803,32 @@ kiln_status kiln_pipe_explain(struct kiln_pipe *pp, kiln_status st)
 	return pp && pp->rk ? kiln_pipe_rank_explain(pp->rk, st) : st;
 }
 
-kiln_status kiln_pipe_eval_recv(struct kiln_pipe *pp, int from, int e, void *buf, size_t bytes,
-				void *stream)
+kiln_status kiln_pipe_eval_recv(struct kiln_pipe *pp, int from, int e, long long batch, void *buf,
+				size_t bytes, void *stream)
 {
-	return kiln_pipe_rank_eval_recv(pp ? pp->rk : NULL, from, e, buf, bytes, stream);
+	if (pp && e >= pp->plan[0]->n_xfer)
+		return kiln_error(KILN_EINTERNAL, "pipeline: evaluating: receiving batch %lld, crossing tensor %d from stage %d: training has %d crossing tensors",
+				  batch, e, from, pp->plan[0]->n_xfer);
+	return kiln_pipe_rank_eval_recv(pp ? pp->rk : NULL, from, e, batch, buf, bytes, stream);
+}
+
+kiln_status kiln_pipe_eval_send(struct kiln_pipe *pp, int to, int e, long long batch,
+				const void *buf, size_t bytes, void *stream)
+{
+	if (pp && e >= pp->plan[0]->n_xfer)
+		return kiln_error(KILN_EINTERNAL, "pipeline: evaluating: sending batch %lld, crossing tensor %d to stage %d: training has %d crossing tensors",
+				  batch, e, to, pp->plan[0]->n_xfer);
+	return kiln_pipe_rank_eval_send(pp ? pp->rk : NULL, to, e, batch, buf, bytes, stream);
+}
+
+kiln_status kiln_pipe_eval_check(const struct kiln_pipe *pp, const struct kiln_plan *p)
+{
+	if (!pp || !p || !p->staged)
+		return kiln_error(KILN_EINTERNAL, "pipeline: an evaluation's plan checked without a pipeline or not staged");
+	if (p->n_xfer > pp->plan[0]->n_xfer)
+		return kiln_error(KILN_EINTERNAL, "pipeline: the evaluation's plan (batch %lld) has %d crossing tensors, training's %d: its receives past training's would have no slot to be marked in (kiln_pipe_explain)",
+				  (long long)p->batch, p->n_xfer, pp->plan[0]->n_xfer);
+	return KILN_OK;
 }
 
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,

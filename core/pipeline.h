@@ -161,13 +161,26 @@ kiln_status kiln_pipe_rank_gather(struct kiln_pipe_rank *R, int P, int mine, con
  * st. */
 kiln_status kiln_pipe_rank_explain(struct kiln_pipe_rank *R, kiln_status st);
 /* The staged evaluation's receive (core/dist_pipe_eval.c) of crossing
- * tensor e of its one micro-batch from stage `from` into buf (bytes) on
- * stream, marked as the step's receives are, so that
- * kiln_pipe_rank_explain names it where it fails on the stream's worker;
- * its messages say "evaluating: receiving micro-batch 0, crossing tensor
- * e (the activation, forward)".  KILN_EINTERNAL for a NULL R. */
-kiln_status kiln_pipe_rank_eval_recv(struct kiln_pipe_rank *R, int from, int e, void *buf,
-				     size_t bytes, void *stream);
+ * tensor e of its batch `batch` (counted from 0 in the pass) from stage
+ * `from` into buf (bytes) on stream, marked in micro-batch 0's forward
+ * slot of e as the step's receives are, so that kiln_pipe_rank_explain
+ * names it where it fails on the stream's worker; its messages say
+ * "evaluating: receiving batch B, crossing tensor e (the activation,
+ * forward)".  KILN_EINTERNAL for a NULL R, and for an e without a slot
+ * (training's n_xfer and the ties': an evaluation plan has training's
+ * crossing tensors, kiln_pipe_eval_check) or a negative batch: never
+ * unmarked. */
+kiln_status kiln_pipe_rank_eval_recv(struct kiln_pipe_rank *R, int from, int e, long long batch,
+				     void *buf, size_t bytes, void *stream);
+/* ... and its send of crossing tensor e of batch `batch` to the later
+ * stage `to`: the communicator's send on stream itself (a chain from
+ * stage 0 to the last needs no staging, and never sends to the stage it
+ * receives from next, so nothing pairs), its failure named "evaluating:
+ * sending batch B, crossing tensor e (the activation, forward) (N bytes)
+ * to stage T (rank W)", or as the receive the stream failed at.
+ * KILN_EINTERNAL as above, and for a `to` not after this rank's stage. */
+kiln_status kiln_pipe_rank_eval_send(struct kiln_pipe_rank *R, int to, int e, long long batch,
+				     const void *buf, size_t bytes, void *stream);
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
 /* ---- a device per stage (pipe_devices.c) ---------------------------- */
 
@@ -353,10 +366,21 @@ kiln_status kiln_pipe_report(struct kiln_pipe *pp);
  * (kiln_pipe_rank_explain).  NULL pp: st. */
 kiln_status kiln_pipe_explain(struct kiln_pipe *pp, kiln_status st);
 /* Stages on ranks: the staged evaluation's receive of crossing tensor e
- * from stage `from` (kiln_pipe_rank_eval_recv), explained later by
- * kiln_pipe_explain as the step's are.  KILN_EINTERNAL without ranks. */
-kiln_status kiln_pipe_eval_recv(struct kiln_pipe *pp, int from, int e, void *buf, size_t bytes,
-				void *stream);
+ * of its batch `batch` from stage `from` (kiln_pipe_rank_eval_recv),
+ * explained later by kiln_pipe_explain as the step's are, and its send
+ * to stage `to` (kiln_pipe_rank_eval_send).  KILN_EINTERNAL without
+ * ranks, or for an e past training's crossing tensors. */
+kiln_status kiln_pipe_eval_recv(struct kiln_pipe *pp, int from, int e, long long batch, void *buf,
+				size_t bytes, void *stream);
+kiln_status kiln_pipe_eval_send(struct kiln_pipe *pp, int to, int e, long long batch,
+				const void *buf, size_t bytes, void *stream);
+/* Whether staged evaluation plan p can hand its crossing tensors on
+ * through pp's transport: they are training's (pp's plans') in number,
+ * so each receive has a slot to be marked in.  The planner makes them so
+ * (docs/pipeline.md, "Stages on ranks"); KILN_EINTERNAL, naming
+ * both counts, where p has more, rather than an evaluation whose extra
+ * receives would go unmarked and unexplained. */
+kiln_status kiln_pipe_eval_check(const struct kiln_pipe *pp, const struct kiln_plan *p);
 void kiln_pipe_free(struct kiln_pipe *pp);
 
 #endif

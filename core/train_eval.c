@@ -50,8 +50,10 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		if ((st = trainer_load_batch(t, d, idx, rows, &s, &xd)))
 			goto out;
 		struct kiln_plan *p = rows < eb ? e->rem : cal ? cal->full : t->peval;
-		if ((st = t->eval_staged ? kiln_dist_pipe_forward(t->dist, t->pipe, p, xd, t->y_dev[s],
-								  t->metrics_dev, t->compute)
+		if ((st = t->eval_staged ? kiln_dist_pipe_forward(t->dist, t->pipe, p,
+								  (long long)(off / eb), xd,
+								  t->y_dev[s], t->metrics_dev,
+								  t->compute)
 					 : kiln_plan_forward(p, xd, t->y_dev[s], t->metrics_dev,
 							     t->compute)) ||
 		    (cal && (st = cal->each(cal->user, p, xd, rows, t->compute))) ||

@@ -478,6 +478,12 @@ static kiln_status build_model(struct trainer *t)
 		     (st = kiln_model_plan(t->m, t->val.len % t->EB, 0, &t->pvrem))))
 			return st;
 		t->m->plan_staged = 0;
+		/* (their receives marked in training's slots: never past them) */
+		if (t->eval_staged &&
+		    ((st = kiln_pipe_eval_check(t->pipe, t->peval)) ||
+		     (t->prem && (st = kiln_pipe_eval_check(t->pipe, t->prem))) ||
+		     (t->pvrem && (st = kiln_pipe_eval_check(t->pipe, t->pvrem)))))
+			return st;
 	}
 	/* every label must have a logit */
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;

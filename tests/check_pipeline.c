@@ -768,6 +768,50 @@ START_TEST(test_gone_world_ranks)
 }
 END_TEST
 
+/* ---- the rig of the hand-off tests below: the two-stage model (fc on
+ * stage 0, fc2 and the loss on stage 1; `layers` NULL) or `layers`, M = 4,
+ * 1f1b, [pipeline] sendrecv = `paired`, [plugin.cpu] async = `async`:
+ * its pipe, not yet on ranks ... */
+static const char two_stages[] = "[layer.fc]\ntype = linear\nout = 4\n"
+				 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+				 "[layer.loss]\ntype = softmax_xent\n";
+
+static struct kiln_pipe *rig_pipe(struct seed_rig *r, const char *layers, int paired, int async)
+{
+	char key[64];
+	struct kiln_pipe *pp;
+	int yes = 0;
+	snprintf(key, sizeof key, "sendrecv = %d\n[plugin.cpu]\nasync = %d\n", paired, async);
+	seed_open_layers(r, layers ? layers : two_stages, key);
+	OK(kiln_pipe_wanted(r->cfg, r->m, &yes));
+	ck_assert_int_eq(yes, 1);
+	OK(kiln_pipe_open(r->m, SEED_B, 1, 1, r->stream, &pp));
+	return pp;
+}
+
+/* ... put on "ranks" as stage `mine` of pipe 1 (world ranks 2, 3, ...:
+ * stage s is world rank 2 + s) through a communicator of ops (the
+ * caller's, alive until rig_close), its log reset (pair_peer: the next
+ * stage, or the previous for the last) ... */
+static void rig_ranks(struct seed_rig *r, struct kiln_pipe *pp, const struct kiln_comm_ops *ops,
+		      int mine)
+{
+	static const int rank_of[4] = { 0, 1, 2, 3 }, world_of[4] = { 2, 3, 4, 5 };
+	OK(kiln_pipe_use_ranks(pp, ops, NULL, "fake", mine, rank_of, world_of));
+	memset(&plog, 0, sizeof plog);
+	plog.dev = r->dev;
+	plog.peer_ok = 1;
+	pair_peer = mine + 1 < kiln_pipe_stages(pp) ? mine + 1 : mine - 1;
+}
+
+/* ... and closed, once what was enqueued ran (its status is not ours). */
+static void rig_close(struct seed_rig *r, struct kiln_pipe *pp)
+{
+	kiln_device_stream_sync(r->dev, r->stream);
+	kiln_pipe_free(pp);
+	seed_close(r);
+}
+
 /* ---- a send that fails on a stream names its hand-off once (session 14)
  * Sent now (comm ops version 6): the stage's stream tries each message
  * (send_now without waiting, send_try in core/pipe_rank.c) and the send
@@ -796,32 +840,17 @@ static kiln_status late_send_now(void *ctx, const void *buf, size_t count, int d
 static void late_run(int async, int fail_wait, int fail_nth, char *msg, size_t cap)
 {
 	struct seed_rig r;
-	char key[64];
-	snprintf(key, sizeof key, "sendrecv = 0\n[plugin.cpu]\nasync = %d\n", async);
-	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
-			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
-			 "[layer.loss]\ntype = softmax_xent\n", key);
 	struct kiln_comm_ops ops = { .version = 6, .send = pair_send, .recv = pair_recv,
 				     .send_now = late_send_now };
-	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
-	struct kiln_pipe *pp;
-	int yes = 0;
-	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
-	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
-	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", 0, rank_of, world_of));
-	memset(&plog, 0, sizeof plog);
-	plog.dev = r.dev;
-	plog.peer_ok = 1;
-	pair_peer = 1;
+	struct kiln_pipe *pp = rig_pipe(&r, NULL, 0, async);
+	rig_ranks(&r, pp, &ops, 0);
 	late_wait = fail_wait, late_nth = fail_nth, late_n = 0;
 	kiln_status st = kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics);
 	if (!st)
 		st = kiln_device_stream_sync(r.dev, r.stream);
 	ck_assert_int_eq(st, KILN_EIO);
 	snprintf(msg, cap, "%s", kiln_last_error());
-	kiln_device_stream_sync(r.dev, r.stream); /* (what was enqueued; its status is not ours) */
-	kiln_pipe_free(pp);
-	seed_close(&r);
+	rig_close(&r, pp);
 }
 
 static int count_of(const char *s, const char *what)
@@ -888,23 +917,10 @@ static kiln_status xr_sendrecv(void *ctx, const void *sbuf, size_t scount, int d
 static void explain_run(int async, int paired, int nth, char *msg, size_t cap)
 {
 	struct seed_rig r;
-	char key[64];
-	snprintf(key, sizeof key, "sendrecv = %d\n[plugin.cpu]\nasync = %d\n", paired, async);
-	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
-			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
-			 "[layer.loss]\ntype = softmax_xent\n", key);
 	struct kiln_comm_ops ops = { .version = 7, .send = pair_send, .recv = xr_recv,
 				     .sendrecv = xr_sendrecv };
-	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
-	struct kiln_pipe *pp;
-	int yes = 0;
-	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
-	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
-	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", 1, rank_of, world_of));
-	memset(&plog, 0, sizeof plog);
-	plog.dev = r.dev;
-	plog.peer_ok = 1;
-	pair_peer = 0;
+	struct kiln_pipe *pp = rig_pipe(&r, NULL, paired, async);
+	rig_ranks(&r, pp, &ops, 1);
 	xr_nth = nth, xr_n = 0;
 	kiln_status st = kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics);
 	if (!st)
@@ -916,9 +932,7 @@ static void explain_run(int async, int paired, int nth, char *msg, size_t cap)
 	ck_assert_int_eq(st, KILN_EIO);
 	ck_assert_int_eq(kiln_pipe_explain(pp, st), KILN_EIO);
 	snprintf(msg, cap, "%s", kiln_last_error());
-	kiln_device_stream_sync(r.dev, r.stream); /* (what was enqueued; its status is not ours) */
-	kiln_pipe_free(pp);
-	seed_close(&r);
+	rig_close(&r, pp);
 }
 
 /* Stage 1's receives (1f1b): micro-batch k's activation is receive k + 1
@@ -960,35 +974,25 @@ START_TEST(test_explain_recv)
 }
 END_TEST
 
-/* ---- the staged evaluation's receive (session 16): kiln_pipe_eval_recv
- * of crossing tensor 0 from stage 0 on stage 1 of pipe 1, failing on the
- * stream's worker (async = 1: the sync's failure in the fake's words,
- * explained as the evaluation's) or at once (async = 0: named by the
- * receive itself, kiln_pipe_explain adding nothing); without ranks, an
- * internal error. */
+/* ---- the staged evaluation's receive (sessions 16, 17): kiln_pipe_eval_recv
+ * of crossing tensor 0 of evaluation batch 17 from stage 0 on stage 1 of
+ * pipe 1, failing on the stream's worker (async = 1: the sync's failure
+ * in the fake's words, explained as the evaluation's) or at once
+ * (async = 0: named by the receive itself, kiln_pipe_explain adding
+ * nothing); without ranks, an internal error. */
 static void eval_recv_run(int async, char *msg, size_t cap)
 {
 	struct seed_rig r;
-	char key[64];
-	snprintf(key, sizeof key, "sendrecv = 0\n[plugin.cpu]\nasync = %d\n", async);
-	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
-			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
-			 "[layer.loss]\ntype = softmax_xent\n", key);
 	struct kiln_comm_ops ops = { .version = 7, .send = pair_send, .recv = xr_recv,
 				     .sendrecv = xr_sendrecv };
-	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
-	struct kiln_pipe *pp;
+	struct kiln_pipe *pp = rig_pipe(&r, NULL, 0, async);
 	void *buf;
-	int yes = 0;
-	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
-	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
-	ck_assert_int_eq(kiln_pipe_eval_recv(pp, 0, 0, r.x, 16, r.stream), KILN_EINTERNAL);
-	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", 1, rank_of, world_of));
+	ck_assert_int_eq(kiln_pipe_eval_recv(pp, 0, 0, 17, r.x, 16, r.stream), KILN_EINTERNAL);
+	ck_assert_int_eq(kiln_pipe_eval_send(pp, 1, 0, 17, r.x, 16, r.stream), KILN_EINTERNAL);
+	rig_ranks(&r, pp, &ops, 1);
 	OK(kiln_device_alloc(r.dev, 64, &buf));
-	memset(&plog, 0, sizeof plog);
-	plog.dev = r.dev;
 	xr_nth = 1, xr_n = 0;
-	kiln_status st = kiln_pipe_eval_recv(pp, 0, 0, buf, 64, r.stream);
+	kiln_status st = kiln_pipe_eval_recv(pp, 0, 0, 17, buf, 64, r.stream);
 	if (!st)
 		st = kiln_device_stream_sync(r.dev, r.stream);
 	ck_assert_int_eq(st, KILN_EIO);
@@ -997,22 +1001,169 @@ static void eval_recv_run(int async, char *msg, size_t cap)
 	snprintf(msg, cap, "%s", kiln_last_error());
 	kiln_device_stream_sync(r.dev, r.stream);
 	kiln_device_free(r.dev, buf);
-	kiln_pipe_free(pp);
-	seed_close(&r);
+	rig_close(&r, pp);
 }
 
+/* (on integ, before session 17: "receiving micro-batch 0, ...") */
 START_TEST(test_explain_eval)
 {
 	for (int async = 0; async <= 1; async++) {
 		char msg[1024];
 		eval_recv_run(async, msg, sizeof msg);
-		ck_assert_msg(count_of(msg, "pipeline: stage 1 (rank 3) evaluating: receiving micro-batch 0, crossing tensor 0 (the activation, forward) ") == 1 &&
+		ck_assert_msg(count_of(msg, "pipeline: stage 1 (rank 3) evaluating: receiving batch 17, crossing tensor 0 (the activation, forward) ") == 1 &&
 				      count_of(msg, "from stage 0 (rank 2)") == 1 &&
-				      count_of(msg, "pipeline: ") == 1 &&
+				      count_of(msg, "pipeline: ") == 1 && !strstr(msg, "micro-batch") &&
 				      count_of(msg, "fake: recv from rank 0: peer gone") == 1 &&
 				      (!async || strstr(msg, "started on the stage's stream and not finished")),
 			      "async %d: %s", async, msg);
 	}
+}
+END_TEST
+
+/* ---- the staged evaluation's send (session 17): through the rank
+ * transport, on the stage's own stream (not the send stream: a chain
+ * needs no staging), its failure named by batch, stage and world rank.
+ * Stage 0 of the two-stage pipe: a send that fails at once. */
+START_TEST(test_eval_send)
+{
+	struct seed_rig r;
+	struct kiln_comm_ops ops = { .version = 7, .send = pair_send, .recv = pair_recv,
+				     .sendrecv = pair_sendrecv };
+	struct kiln_pipe *pp = rig_pipe(&r, NULL, 1, 1);
+	void *buf;
+	rig_ranks(&r, pp, &ops, 0);
+	OK(kiln_device_alloc(r.dev, 64, &buf));
+	OK(kiln_pipe_eval_send(pp, 1, 0, 5, buf, 64, r.stream));
+	OK(kiln_pipe_eval_send(pp, 1, 0, 6, buf, 64, r.stream));
+	OK(kiln_device_stream_sync(r.dev, r.stream));
+	/* two sends of their own, never paired, to stage 1 */
+	ck_assert_str_eq(plog.ops, "ss");
+	ck_assert_int_eq(plog.peer_ok, 1);
+	/* not to its own stage or an earlier one: the forward is a chain */
+	ck_assert_int_eq(kiln_pipe_eval_send(pp, 0, 0, 5, buf, 64, r.stream), KILN_EINTERNAL);
+	ops.send = gone_send;
+	ck_assert_int_eq(kiln_pipe_eval_send(pp, 1, 0, 5, buf, 64, r.stream), KILN_EIO);
+	char msg[1024];
+	snprintf(msg, sizeof msg, "%s", kiln_last_error());
+	ck_assert_msg(count_of(msg, "pipeline: stage 0 (rank 2) evaluating: sending batch 5, crossing tensor 0 (the activation, forward) (64 bytes) to stage 1 (rank 3): ") == 1 &&
+			      count_of(msg, "pipeline: ") == 1 &&
+			      count_of(msg, "fake: send to rank 1: peer gone") == 1,
+		      "%s", msg);
+	kiln_device_free(r.dev, buf);
+	rig_close(&r, pp);
+}
+END_TEST
+
+/* A send whose enqueue reports the failure of the receive before it on
+ * the stage's stream (stage 1 of 3: batch 3's receive from stage 0 fails
+ * on the worker once let go, after its enqueue returned; the send to
+ * stage 2 is enqueued on the stopped stream): the receive is named, as
+ * the step's sends name it, not the send. */
+static atomic_int gate_go;
+
+static kiln_status probe_ok(void *arg)
+{
+	(void)arg;
+	return KILN_OK;
+}
+
+static kiln_status gate_fail(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 20000 && !atomic_load(&gate_go); i++) /* <= 20 s */
+		usleep(1000);
+	return kiln_error(KILN_EIO, "fake: recv from rank 0: peer gone");
+}
+
+static kiln_status gate_recv(void *ctx, void *buf, size_t count, int dtype, int peer, void *stream,
+			     void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)done;
+	return kiln_device_host_fn(plog.dev, stream, gate_fail, NULL);
+}
+
+static kiln_status stopped_send(void *ctx, const void *buf, size_t count, int dtype, int peer,
+				void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer, (void)done;
+	atomic_store(&gate_go, 1);
+	kiln_device_stream_sync(plog.dev, stream); /* (the receive's failure first) */
+	return kiln_device_host_fn(plog.dev, stream, probe_ok, NULL);
+}
+
+START_TEST(test_eval_send_after_recv)
+{
+	struct seed_rig r;
+	struct kiln_comm_ops ops = { .version = 7, .send = stopped_send, .recv = gate_recv };
+	struct kiln_pipe *pp = rig_pipe(&r, "[layer.fc]\ntype = linear\nout = 4\n"
+					"[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+					"[layer.fc3]\ntype = linear\nout = 4\nstage = 2\n"
+					"[layer.loss]\ntype = softmax_xent\n", 0, 1);
+	void *buf;
+	rig_ranks(&r, pp, &ops, 1);
+	OK(kiln_device_alloc(r.dev, 64, &buf));
+	atomic_store(&gate_go, 0);
+	OK(kiln_pipe_eval_recv(pp, 0, 0, 3, buf, 64, r.stream));
+	kiln_status st = kiln_pipe_eval_send(pp, 2, 1, 3, buf, 64, r.stream);
+	ck_assert_int_eq(st, KILN_EIO);
+	ck_assert_int_eq(kiln_pipe_explain(pp, st), KILN_EIO);
+	char msg[1024];
+	snprintf(msg, sizeof msg, "%s", kiln_last_error());
+	kiln_device_free(r.dev, buf);
+	rig_close(&r, pp);
+	ck_assert_msg(count_of(msg, "pipeline: stage 1 (rank 3) evaluating: receiving batch 3, crossing tensor 0 (the activation, forward) from stage 0 (rank 2): started on the stage's stream and not finished") == 1 &&
+			      count_of(msg, "pipeline: ") == 1 && !strstr(msg, "sending"),
+		      "%s", msg);
+}
+END_TEST
+
+/* ---- an evaluation plan's crossing tensors (session 17).  A staged
+ * evaluation receives in the slots of training's crossing tensors
+ * (micro-batch 0's), so it must not have more.  The planner makes them
+ * the same: views (fused activations) differ between the plans, but a
+ * fused activation is its producer's only reader on the producer's
+ * stage, so one crossing tensor stands for the other.  Here GELU fuses
+ * into fc in the evaluation's plan alone (its derivative needs the
+ * input) and its output crosses to stage 1 twice (fc2, and the add
+ * there): one crossing tensor in both plans.  A plan with more is
+ * refused, and so is a hand-off past training's (on integ it went on
+ * unmarked: the fake's recv below was called and the call succeeded). */
+START_TEST(test_eval_xfers)
+{
+	struct seed_rig r;
+	struct kiln_comm_ops ops = { .version = 7, .send = pair_send, .recv = pair_recv,
+				     .sendrecv = pair_sendrecv };
+	struct kiln_pipe *pp = rig_pipe(&r, "[layer.fc]\ntype = linear\nout = 4\n"
+					"[layer.act]\ntype = gelu\n"
+					"[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
+					"[layer.sum]\ntype = add\ninputs = fc2, act\n"
+					"[layer.loss]\ntype = softmax_xent\n", 0, 0);
+	const struct kiln_plan *pt = kiln_pipe_plan0(pp);
+	struct kiln_plan *pe;
+	r.m->plan_staged = 1;
+	OK(kiln_model_plan(r.m, 5, 0, &pe));
+	r.m->plan_staged = 0;
+	ck_assert_int_eq(pe->staged, 1);
+	ck_assert_int_eq(pt->nodes[1].l.is_view, 0); /* act: its own output in training */
+	ck_assert_int_eq(pe->nodes[1].l.is_view, 1); /* fc's epilogue when evaluating */
+	ck_assert_int_eq(pt->n_xfer, 1);
+	ck_assert_int_eq(pe->n_xfer, 1);
+	ck_assert_int_eq(pe->xfer[0].from, 0);
+	ck_assert_int_eq(pe->xfer[0].to, 1);
+	OK(kiln_pipe_eval_check(pp, pe));
+	pe->n_xfer = 2; /* (what a plan with one more would say) */
+	ck_assert_int_eq(kiln_pipe_eval_check(pp, pe), KILN_EINTERNAL);
+	ck_assert_msg(strstr(kiln_last_error(), "the evaluation's plan (batch 5) has 2 crossing tensors, training's 1"),
+		      "%s", kiln_last_error());
+	pe->n_xfer = 1;
+	rig_ranks(&r, pp, &ops, 1);
+	ck_assert_int_eq(kiln_pipe_eval_recv(pp, 0, 1, 0, r.x, 16, r.stream), KILN_EINTERNAL);
+	ck_assert_msg(strstr(kiln_last_error(), "receiving batch 0, crossing tensor 1 from stage 0: training has 1 crossing tensors"),
+		      "%s", kiln_last_error());
+	ck_assert_int_eq(kiln_pipe_eval_recv(pp, 0, 0, -1, r.x, 16, r.stream), KILN_EINTERNAL);
+	ck_assert_int_eq(plog.n, 0); /* no receive posted */
+	kiln_plan_free(pe);
+	rig_close(&r, pp);
 }
 END_TEST
 
@@ -1052,19 +1203,10 @@ static kiln_status ub_send(void *ctx, const void *buf, size_t count, int dtype, 
 START_TEST(test_explain_unrelated)
 {
 	struct seed_rig r;
-	seed_open_layers(&r, "[layer.fc]\ntype = linear\nout = 4\n"
-			 "[layer.fc2]\ntype = linear\nout = 4\nstage = 1\n"
-			 "[layer.loss]\ntype = softmax_xent\n", "sendrecv = 0\n[plugin.cpu]\nasync = 1\n");
 	struct kiln_comm_ops ops = { .version = 7, .send = ub_send, .recv = ub_recv,
 				     .sendrecv = xr_sendrecv };
-	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
-	struct kiln_pipe *pp;
-	int yes = 0;
-	OK(kiln_pipe_wanted(r.cfg, r.m, &yes));
-	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
-	OK(kiln_pipe_use_ranks(pp, &ops, NULL, "fake", 1, rank_of, world_of));
-	memset(&plog, 0, sizeof plog);
-	plog.dev = r.dev;
+	struct kiln_pipe *pp = rig_pipe(&r, NULL, 0, 1);
+	rig_ranks(&r, pp, &ops, 1);
 	xr_n = 0;
 	atomic_store(&ub_started, 0);
 	atomic_store(&ub_release, 0);
@@ -1075,9 +1217,7 @@ START_TEST(test_explain_unrelated)
 	char msg[1024];
 	snprintf(msg, sizeof msg, "%s", kiln_last_error());
 	atomic_store(&ub_release, 1);
-	kiln_device_stream_sync(r.dev, r.stream);
-	kiln_pipe_free(pp);
-	seed_close(&r);
+	rig_close(&r, pp);
 	ck_assert_msg(count_of(msg, "pipeline: stage 1 (rank 3) sending micro-batch 0, crossing tensor 0 (its gradient, backward) to stage 0 (rank 2): ") == 1 &&
 			      count_of(msg, "pipeline: ") == 1 && !strstr(msg, "receiving") &&
 			      count_of(msg, "fake: send to rank 0: link down") == 1,
@@ -1099,7 +1239,8 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
-	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, test_explain_unrelated, test_explain_eval, NULL });
+	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, test_explain_unrelated, test_explain_eval,
+								   test_eval_send, test_eval_send_after_recv, test_eval_xfers, NULL });
 	return s;
 }
 

@@ -33,7 +33,8 @@
 #     instead, rank 2 names it as stuck, not lost, and names the receive
 #     from it (micro-batch, tensor) that failed on its stage's stream;
 #     stage 0's rank killed during an evaluation of 2 stages on 2 ranks,
-#     stage 1's rank names the evaluation's receive from it (session 16);
+#     stage 1's rank names the evaluation's receive from it, by batch
+#     (sessions 16, 17);
 #  6. a world that P does not divide and P without placed stages are
 #     config errors naming the key;
 #  7. the clip and the non-finite check are the pipe's: 2 stages on 2
@@ -507,7 +508,8 @@ grep "kiln: error: " "$tmp/w3stop2.log" | grep -qE "pipeline: stage 0 \(rank 2\)
 # after step 1's log line is evaluation), stage 0's rank (world rank 0)
 # killed at step 1's log line: stage 1's rank fails non-zero within the
 # timeout, naming the evaluation's receive from stage 0 that its stream's
-# worker left unfinished (kiln_pipe_explain), or that its enqueue saw fail
+# worker left unfinished (kiln_pipe_explain), or that its enqueue saw fail,
+# by the evaluation's batch (session 17: before, always "micro-batch 0")
 port=$(free_port 12)
 for r in 0 1; do
 	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_PORT=$port timeout 120 "$kiln" train "$ini" \
@@ -528,7 +530,7 @@ dt=$(( $(date +%s) - t0 ))
 wait "$pid0" 2>/dev/null
 echo "after rank 0 (stage 0) was killed during an evaluation: rank 1 exited $rc1 within ${dt}s"
 [ "$rc1" != 0 ] && [ "$rc1" != 124 ] || bad "rank 1 exited $rc1 after rank 0 died during an evaluation"
-grep "kiln: error: " "$tmp/evdead1.log" | grep -qE "pipeline: stage 1 \(rank 1\) evaluating: receiving micro-batch 0, crossing tensor 0 \(the activation, forward\)( \([0-9]+ bytes\))? from stage 0 \(rank 0\)" ||
+grep "kiln: error: " "$tmp/evdead1.log" | grep -qE "pipeline: stage 1 \(rank 1\) evaluating: receiving batch [0-9]+, crossing tensor 0 \(the activation, forward\)( \([0-9]+ bytes\))? from stage 0 \(rank 0\)" ||
 	{ bad "rank 1's error does not name the evaluation's receive from stage 0 (rank 0)"; grep -v '^\[' "$tmp/evdead1.log" | tail -3; }
 [ "$dt" -le 60 ] || bad "rank 1 took ${dt}s after rank 0 died during an evaluation (timeout 10 s)"
 
