@@ -1,7 +1,8 @@
 /* core/layers/conv.c - 2-d convolution (PyTorch's nn.Conv2d).
  *
  * x: [N, C, H, W] in the model's layout, w: [O, C/g, KH, KW] (OIHW, as
- * PyTorch stores it), b: [O], y: [N, O, OH, OW] in x's layout, with
+ * PyTorch stores it), b: [O], y: [N, O, OH, OW] in x's layout (NHWC from
+ * an NCHW x of one channel where the core asks it: kiln_layer_out_layout), with
  * OH = (H + 2*pad - dil*(KH-1) - 1) / stride + 1 (floor).
  *
  * A second input r (`inputs = x, r`; evaluation only) is a residual

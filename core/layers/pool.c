@@ -2,7 +2,8 @@
  * AvgPool2d, AdaptiveAvgPool2d(1)).
  *
  * x: [N, C, H, W]; y: [N, C, OH, OW], OH = (H + 2*pad - k) / stride + 1
- * (floor).  Max pooling keeps the device's aux state (argmax positions)
+ * (floor), in x's layout, or NCHW from an NHWC x where the core asks it
+ * (kiln_layer_out_layout, max pooling of f32: ABI 2.17).  Max pooling keeps the device's aux state (argmax positions)
  * from forward to backward.
  */
 #include "pool.h"

@@ -2,6 +2,7 @@
  *
  *   POOL:     y[N,C,OH,OW] = pool(x[N,C,H,W]);  aux = oneDNN's workspace
  *   POOL_BWD: dx[N,C,H,W] from dy[N,C,OH,OW] (and aux for max)
+ *   x and y of one layout, or (ABI 2.17, f32 max 2x2/2 only) x NHWC, y NCHW
  *
  *   OH = (H + 2*pad_h - KH) / stride_h + 1  (floor, PyTorch's ceil_mode=False)
  *
