@@ -339,12 +339,25 @@ CPU_CLONES static void max2_to_planes(float *restrict y, const float *restrict t
 			y[c * plane + j] = t[j * C + c];
 }
 
+/* dy's row of each plane read 8 floats a load (a loop of single floats took
+ * 1.4-1.7x the time in a harness of the CNN's pool1, 1,792 rows of 14 x 32:
+ * 0.70-0.77 against 0.42-0.53 ms) */
 CPU_CLONES static void max2_from_planes(float *restrict t, const float *restrict dy, int64_t OW, int64_t C,
 					int64_t plane)
 {
-	for (int64_t c = 0; c < C; c++)
-		for (int64_t j = 0; j < OW; j++)
-			t[j * C + c] = dy[c * plane + j];
+	for (int64_t c = 0; c < C; c++) {
+		const float *s = dy + c * plane;
+		float *d = t + c;
+		int64_t j = 0;
+		for (; j + 8 <= OW; j += 8) {
+			max2_f8 v;
+			memcpy(&v, s + j, sizeof v);
+			for (int q = 0; q < 8; q++)
+				d[(j + q) * C] = v[q];
+		}
+		for (; j < OW; j++)
+			d[j * C] = s[j];
+	}
 }
 
 static kiln_status max2_run_mixed(const struct cpu_plan *p, const struct kiln_op_args *a,
