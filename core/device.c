@@ -491,6 +491,12 @@ kiln_status kiln_device_prepare(struct kiln_device *dev, const struct kiln_op *o
 	if (op->type == KILN_OP_POOL && (op->flags & KILN_OPF_ACT) && dev->plugin->abi_minor < 16)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before the ReLU folded into max pooling",
 				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
+	/* ... nor pool NHWC into NCHW (ABI 2.17) */
+	if ((op->type == KILN_OP_POOL || op->type == KILN_OP_POOL_BWD) && dev->plugin->abi_minor < 17 &&
+	    op->n_out >= 1 && op->n_in >= 1 &&
+	    (op->in[0].layout == KILN_NHWC) != (op->out[0].layout == KILN_NHWC))
+		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before pooling NHWC into NCHW",
+				  dev->plugin->name, dev->plugin->abi_major, dev->plugin->abi_minor);
 	/* ... and a loss's padded classes (SOFTMAX_XENT's i[5], ABI 2.4) */
 	if (op->type == KILN_OP_SOFTMAX_XENT && op->i[5] && dev->plugin->abi_minor < 4)
 		return kiln_error(KILN_ENOTSUP, "%s: built for ABI %u.%u, before a loss's classes",

@@ -172,6 +172,43 @@ static kiln_status check_sizes(const struct kiln_model *m, int i, const struct k
 	return KILN_OK;
 }
 
+/* A layer's output layout when it is not its input's (kiln_layer_out_layout),
+ * for the layer being inferred, and whether kiln_model_infer may choose one
+ * (kiln_model_mixed_stem). */
+static _Thread_local const struct kiln_layer *inferring;
+static _Thread_local int inferring_layout = -1;
+static _Thread_local int mixed_off;
+
+int kiln_layer_out_layout(const struct kiln_layer *l)
+{
+	return l && l == inferring ? inferring_layout : -1;
+}
+
+void kiln_model_mixed_stem(int on) { mixed_off = !on; }
+
+/* The maxpool k whose input, layer i's output, may be NHWC in an NCHW model
+ * (issue 22): i a built-in conv of one f32 input channel in NCHW (the
+ * same bytes in NHWC), its ReLU fusable, the relu alone read by a maxpool
+ * alone, one device.  The conv then writes NHWC (oneDNN's blocked forward
+ * without the reorder of y to NCHW; its weight gradient reads dy as it
+ * is), the maxpool reads NHWC and writes NCHW (POOL of mixed layouts, ABI
+ * 2.17), so the rest of the model is unchanged.  A device that refuses
+ * the mixed POOL fails the plan, which kiln_model_plan_ex then makes again
+ * without it.  -1: not such a conv. */
+static int mixed_stem(const struct kiln_model *m, const struct plan_node *n, int i)
+{
+	const struct kiln_tensor_desc *x = &n->l.in[0];
+	if (mixed_off || m->stage || strcmp(m->layers[i].type->name, "conv") || m->layers[i].n_in != 1 ||
+	    n->l.fuse_act != 1 + KILN_ACT_RELU || x->ndim != 4 || x->layout != KILN_NCHW ||
+	    x->dims[1] != 1 || x->dtype != KILN_F32)
+		return -1;
+	const int j = kiln_model_only_consumer(m, i);
+	const int k = j < 0 ? -1 : kiln_model_only_consumer(m, j);
+	if (k < 0 || strcmp(m->layers[k].type->name, "maxpool") || m->layers[k].n_in != 1)
+		return -1;
+	return k;
+}
+
 /* configure + infer every layer for `batch` rows into nodes[]. */
 kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc *data,
 			     int64_t decode, int fuse, struct plan_node *nodes)
@@ -183,6 +220,7 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		return kiln_error(KILN_ECONFIG, "the data batch %s is larger than %llu bytes (its size overflows): make the batch smaller",
 				  kiln_tensor_desc_str(data, d, sizeof d),
 				  (unsigned long long)KILN_TENSOR_MAX_BYTES);
+	int stem_pool = -1; /* the maxpool writing NCHW from NHWC (mixed_stem) */
 	for (int i = 0; i < m->n_layers; i++) {
 		struct model_layer *L = &m->layers[i];
 		struct plan_node *n = &nodes[i];
@@ -221,8 +259,20 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		if (ops->configure &&
 		    (st = ops->configure(h, &n->l, m->cfg, L->section)))
 			return kiln_error_wrap(st, "layer '%s'", L->name);
-		if ((st = ops->infer(h, &n->l)))
+		int k = -1;
+		inferring = &n->l;
+		inferring_layout = i == stem_pool ? KILN_NCHW
+				   : stem_pool < 0 && (k = mixed_stem(m, n, i)) >= 0 ? KILN_NHWC
+										       : -1;
+		st = ops->infer(h, &n->l);
+		inferring = NULL;
+		if (st)
 			return kiln_error_wrap(st, "layer '%s' (%s)", L->name, L->type->name);
+		if (k >= 0 && n->l.out.layout == KILN_NHWC) {
+			stem_pool = k;
+			kiln_log(KILN_LOG_DEBUG, "core", "layer '%s': output NHWC for '%s', which writes NCHW",
+				 L->name, m->layers[k].name);
+		}
 		if (n->l.fuse_act && n->l.act_fused) /* the activation is now a view */
 			nodes[kiln_model_only_consumer(m, i)].l.act_fused = 1;
 		if ((st = check_sizes(m, i, &n->l)) || (st = check_token_input(m, i, &n->l)))

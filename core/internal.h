@@ -191,5 +191,14 @@ int kiln_layer_dx_unused(const struct kiln_layer *l);
  * before its backward), 0 otherwise (plan.c relu_fold).  Not in the
  * plugin ABI. */
 int kiln_layer_relu_fold(const struct kiln_layer *l);
+/* While the core infers layer l (core/graph.c kiln_model_infer): the
+ * layout its output is to have where that is not its input's, else -1:
+ * KILN_NHWC for a conv of one input channel in an NCHW model whose ReLU
+ * feeds a maxpool, KILN_NCHW for that maxpool (issue 22).  A layer that
+ * cannot do it ignores it.  Not in the plugin ABI. */
+int kiln_layer_out_layout(const struct kiln_layer *l);
+/* on = 0: kiln_model_infer chooses no such layout (this thread), for the
+ * plan made again where the device refused it (core/plan.c). */
+void kiln_model_mixed_stem(int on);
 
 #endif /* KILN_INTERNAL_H */

@@ -265,9 +265,12 @@ static kiln_status check_pool(const char *who, const struct kiln_op *op)
 	const int u8 = x->dtype == KILN_U8 && y->dtype == KILN_U8;
 	if (u8 && (bwd || op->n_out != 1 || kind != KILN_POOL_MAX))
 		BAD(KILN_EINVAL, "pools u8 only for max pooling in inference (one output)");
-	if (!is_act(x) || !is_act(y) || nhwc(x) != nhwc(y) ||
+	/* ABI 2.17: f32 max pooling NHWC -> NCHW */
+	const int mixed = nhwc(x) && !nhwc(y) && kind == KILN_POOL_MAX && x->dtype == KILN_F32 &&
+			  y->dtype == KILN_F32;
+	if (!is_act(x) || !is_act(y) || (nhwc(x) != nhwc(y) && !mixed) ||
 	    (!u8 && (!is_float(x->dtype) || !is_float(y->dtype))))
-		BAD(KILN_EINVAL, "wants 4-d floating-point (or, max in inference, u8) activations of one layout");
+		BAD(KILN_EINVAL, "wants 4-d floating-point (or, max in inference, u8) activations of one layout (or f32 max NHWC -> NCHW)");
 	const int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
 	const int64_t KH = op->i[1], KW = op->i[2], sh = op->i[3], sw = op->i[4];
 	const int64_t ph = op->i[5], pw = op->i[6];

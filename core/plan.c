@@ -113,6 +113,17 @@ static int relu_fold(const struct kiln_plan *p, int i)
 	return i == conv ? 1 : i == k ? 2 : 0;
 }
 
+/* Whether a layer of the plan writes another layout than it reads
+ * (core/graph.c mixed_stem: a maxpool NHWC -> NCHW). */
+static int has_mixed_stem(const struct kiln_plan *p)
+{
+	for (int i = 0; i < p->m->n_layers; i++)
+		if (p->nodes[i].l.n_in == 1 && p->nodes[i].l.out.ndim == 4 &&
+		    p->nodes[i].l.in[0].layout != p->nodes[i].l.out.layout)
+			return 1;
+	return 0;
+}
+
 /* Bit k set: layer i's backward is never given input k's gradient
  * (r->dx[k] NULL), as plan_memory.c's plan_gradients decides it: no
  * gradient in an evaluation plan, for the data without input_grad, for a
@@ -296,8 +307,18 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 				w = 1;
 		wants_grad[i] = w;
 	}
-	if ((st = plan_layers(p, wants_grad)) || (st = plan_input(p)))
+	if ((st = plan_layers(p, wants_grad)) || (st = plan_input(p))) {
+		if (st == KILN_ENOTSUP && has_mixed_stem(p)) { /* today's layouts, then */
+			free(wants_grad);
+			kiln_plan_free(p);
+			kiln_log(KILN_LOG_DEBUG, "core", "the device refused a max pooling from NHWC to NCHW: planned again in the model's layout");
+			kiln_model_mixed_stem(0);
+			st = kiln_model_plan_ex(m, batch, opts, out);
+			kiln_model_mixed_stem(1);
+			return st;
+		}
 		goto fail;
+	}
 
 	/* gradient checkpointing: `auto` tries every segment count and keeps
 	 * the smallest arena (the fewest segments among equals) */

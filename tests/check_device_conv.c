@@ -840,6 +840,130 @@ START_TEST(test_pool_relu_fold)
 }
 END_TEST
 
+/* Max pooling NHWC -> NCHW (ABI 2.17: conv1's NHWC output pooled into an
+ * NCHW model) against the NHWC pooling, bit for bit: y (the NHWC one's
+ * transposed), dx (from the same logical dy), with the folded ReLU
+ * (relu = 1) and without, training and inference.  x as fold_case's: a
+ * ReLU's output with zeros of both signs and NaNs. */
+static void mixed_case(struct fx *f, int N, int C, int H, int W, int relu)
+{
+	const int OH = H / 2, OW = W / 2;
+	const size_t nx = (size_t)N * C * H * W, ny = (size_t)N * C * OH * OW;
+	const struct pool_g q = { N, C, H, W, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 };
+	float *x = frandv(nx), *dy = frandv(ny), *keep;
+	for (size_t i = 0; i < nx; i++)
+		x[i] = i % 53 == 7 ? NAN : x[i] > 0.5f ? x[i] : i % 3 ? 0.0f : -0.0f;
+	char tag[96];
+	snprintf(tag, sizeof tag, "NHWC -> NCHW%s [%d,%d,%d,%d]", relu ? " relu" : "", N, C, H, W);
+	/* [k]: 0 NHWC -> NHWC, 1 NHWC -> NCHW; [k][0] forward, [1] backward, [2] inference */
+	void *plan[2][3];
+	size_t wsb = 0, w = 0;
+	for (int k = 0; k < 2; k++)
+		for (int b = 0; b < 3; b++) {
+			struct kiln_op op;
+			pool_op(&op, b == 1, &q, OH, OW, 1);
+			struct kiln_tensor_desc *y = b == 1 ? &op.in[0] : &op.out[0];
+			y->layout = k ? KILN_NCHW : KILN_NHWC;
+			if (b == 0 && relu)
+				op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+			if (b == 2)
+				op.n_out = 1;
+			kiln_status st = kiln_device_prepare(f->dev, &op, &plan[k][b], &w);
+			if (k && st == KILN_ENOTSUP && strcmp(g_name, "cpu")) {
+				for (int j = 0; j < b; j++)
+					kiln_device_plan_free(f->dev, plan[k][j]);
+				for (int j = 0; j < 3; j++)
+					kiln_device_plan_free(f->dev, plan[0][j]);
+				free(x), free(dy);
+				return; /* refused: the core plans in one layout (CUDA) */
+			}
+			ck_assert_msg(st == KILN_OK, "%s: prepare %d/%d: %s", tag, k, b, kiln_last_error());
+			wsb = w > wsb ? w : wsb;
+		}
+	const size_t ab = aux_bytes(f, plan[0][0]);
+	ck_assert_uint_eq(aux_bytes(f, plan[1][0]), ab);
+	void *dX = dput4(f, x, N, C, H, W, 1, &keep), *ws = NULL, *aux = NULL;
+	OK(kiln_device_stream_sync(f->dev, f->s));
+	free(keep);
+	void *dY[2], *dDX[2], *dDY[2], *dYI[2];
+	for (int k = 0; k < 2; k++) {
+		dY[k] = dput(f, NULL, ny * 4), dDX[k] = dput(f, NULL, nx * 4), dYI[k] = dput(f, NULL, ny * 4);
+		dDY[k] = dput4(f, dy, N, C, OH, OW, !k, &keep);
+		OK(kiln_device_stream_sync(f->dev, f->s));
+		free(keep);
+	}
+	if (wsb)
+		OK(kiln_device_alloc(f->dev, wsb, &ws));
+	OK(kiln_device_alloc(f->dev, ab ? ab : 1, &aux));
+	float *h[2][3];
+	for (int k = 0; k < 2; k++) {
+		pool_fwd_bwd(f, plan[k][0], plan[k][1], dX, dDY[k], dY[k], dDX[k], aux, ws, wsb);
+		struct kiln_op_args a;
+		memset(&a, 0, sizeof a);
+		a.in[0] = dX, a.out[0] = dYI[k], a.workspace = ws, a.workspace_bytes = wsb;
+		OK(kiln_device_run(f->dev, plan[k][2], &a, f->s));
+		OK(kiln_device_stream_sync(f->dev, f->s));
+		h[k][0] = malloc(ny * 4), h[k][1] = malloc(nx * 4), h[k][2] = malloc(ny * 4);
+		dget(f, h[k][0], dY[k], ny * 4);
+		dget(f, h[k][1], dDX[k], nx * 4);
+		dget(f, h[k][2], dYI[k], ny * 4);
+	}
+	/* the NHWC y in NCHW order */
+	for (int b = 0; b < 3; b += 2) {
+		float *t = malloc(ny * 4);
+		for (int n = 0; n < N; n++)
+			for (int c = 0; c < C; c++)
+				for (int i = 0; i < OH * OW; i++)
+					t[((size_t)n * C + c) * OH * OW + i] = h[0][b][((size_t)n * OH * OW + i) * C + c];
+		ck_assert_msg(!memcmp(t, h[1][b], ny * 4), "%s: the %s y differs from the NHWC pooling's", tag,
+			      b ? "inference" : "training");
+		free(t);
+	}
+	ck_assert_msg(!memcmp(h[0][1], h[1][1], nx * 4), "%s: dx differs from the NHWC pooling's", tag);
+	size_t nz = 0;
+	for (size_t i = 0; i < nx; i++)
+		nz += h[1][1][i] != 0.0f;
+	ck_assert_msg(nz > 0 && nz <= ny, "%s: %zu of %zu windows pass a gradient", tag, nz, ny);
+	for (int k = 0; k < 2; k++) {
+		for (int b = 0; b < 3; b++)
+			free(h[k][b]), kiln_device_plan_free(f->dev, plan[k][b]);
+		kiln_device_free(f->dev, dY[k]), kiln_device_free(f->dev, dDX[k]);
+		kiln_device_free(f->dev, dDY[k]), kiln_device_free(f->dev, dYI[k]);
+	}
+	kiln_device_free(f->dev, dX), kiln_device_free(f->dev, ws), kiln_device_free(f->dev, aux);
+	free(x), free(dy);
+}
+
+START_TEST(test_pool_mixed_layout)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	SKIP_UNSUPPORTED(&f, KILN_OP_POOL);
+	/* the CNN's pool1 (C by 8: the vector backward), C not by 8, odd sizes
+	 * dropping a row and a column, enough for the threads */
+	static const int shapes[][4] = { { 2, 32, 28, 28 }, { 2, 3, 10, 11 }, { 1, 5, 9, 19 },
+					 { 1, 8, 6, 6 }, { 8, 32, 32, 32 } };
+	for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+		for (int relu = 0; relu < 2; relu++)
+			mixed_case(&f, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], relu);
+	/* the CPU's kiln kernel only: oneDNN's windows are refused, bf16 too */
+	if (!strcmp(g_name, "cpu")) {
+		const struct pool_g q3 = { 2, 3, 13, 13, KILN_POOL_MAX, 3, 3, 2, 2, 1, 1, 0 };
+		const struct pool_g q2 = { 2, 3, 12, 12, KILN_POOL_MAX, 2, 2, 2, 2, 0, 0, 0 };
+		struct kiln_op op;
+		void *plan = NULL;
+		pool_op(&op, 0, &q3, 7, 7, 1);
+		op.out[0].layout = KILN_NCHW;
+		ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_ENOTSUP);
+		pool_op(&op, 0, &q2, 6, 6, 1);
+		op.out[0].layout = KILN_NCHW;
+		op.in[0].dtype = op.out[0].dtype = KILN_BF16; /* f32 only (ABI 2.17): refused */
+		ck_assert_int_ne(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_OK);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 /* ---- concat / split / reorder ----------------------------------------- */
 
 /* Concat parts of extents ext[0..k) along dim d of a [N,C,H,W] (or 2-d
@@ -990,6 +1114,6 @@ START_TEST(test_reorder)
 END_TEST
 
 DEVICE_SUITE(conv, DFX_CASE(conv), DFX_CASE(conv_errors), DFX_CASE(conv_keep), DFX_CASE(conv_keep_bf16), DFX_CASE(pool),
-	     DFX_CASE(pool_rule), DFX_CASE(pool_relu_fold),
+	     DFX_CASE(pool_rule), DFX_CASE(pool_relu_fold), DFX_CASE(pool_mixed_layout),
 	     DFX_CASE(concat_split),
 	     DFX_CASE(reorder));

@@ -6,7 +6,8 @@
 # conv-batchnorm-ReLU net and bf16 compute; GELU, fused in evaluation only,
 # within 1e-5 of the unfused loss); and the fusion really happens: the
 # profile of a fused run has no op of the ReLU layers while the unfused one
-# has, and `kiln memory` shows the fused ReLU as a view.
+# has, and `kiln memory` shows the fused ReLU as a view.  The NCHW CNN's
+# conv1 writes NHWC into pool1 (ABI 2.17).
 name=fuse
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -112,8 +113,9 @@ echo "ok: the CNN's ReLU masks run in the poolings' aux"
 } > "$tmp/odd.ini"
 pair odd "$tmp/odd.ini"
 pair odd_nhwc "$tmp/odd.ini" model.layout=nhwc
+pair odd_nchw "$tmp/odd.ini" model.layout=nchw
 # the weights and momenta, every byte (the parameter gradients were the same)
-for label in cnn cnn_nhwc odd odd_nhwc; do
+for label in cnn cnn_nhwc odd odd_nhwc odd_nchw; do
 	"$top_builddir/tests/ckpt_tool" same "$tmp/$label.0/checkpoints/ckpt-5.kiln" \
 		"$tmp/$label.1/checkpoints/ckpt-5.kiln" params optim.momentum ||
 		fail "$label: the fused run's weights differ from the unfused run's"
@@ -128,6 +130,25 @@ for lay in nchw nhwc; do
 	! grep -q '^conv[12]  *relu_bwd ' "$tmp/po.$lay/profile.txt" || fail "odd $lay: a conv masks"
 done
 echo "ok: a 3x3/2 padded max pooling masks its output, the 2x2 one in its aux"
+
+# conv1 (one input channel, its ReLU fused, read by pool1 alone) in an NCHW
+# model writes NHWC, and pool1 pools it into NCHW (ABI 2.17: POOL NHWC ->
+# NCHW): conv1's ops reorder the weights only (not y, not dy); the weights
+# and momenta are the unfused NCHW run's bytes (pair cnn, above).  The odd
+# net's 3x3/2 padded pool1 is refused by the CPU (kiln's 2x2 kernel only):
+# its plan is made again in NCHW (also the same bytes, pair odd_nchw).
+KILN_LOG_LEVEL=debug kiln 0 train "$cnn" $short "run.out_dir=$tmp/mx" run.fuse=1
+grep -q "layer 'conv1': output NHWC for 'pool1', which writes NCHW" "$err" ||
+	fail "conv1 of the NCHW CNN does not write NHWC"
+grep -q 'POOL max 2x2/2 f32 x \[64,32,28,28\] NHWC, y NCHW: kiln' "$err" ||
+	fail "pool1 does not pool NHWC into NCHW"
+grep -q 'CONV x \[64,1,28,28\] .* NHWC: .* + 1 reorders' "$err" ||
+	fail "conv1's forward is not an NHWC conv reordering its weights only"
+! grep -q 'CONV x \[64,1,28,28\] .* NCHW' "$err" || fail "conv1 still runs in NCHW"
+KILN_LOG_LEVEL=debug kiln 0 train "$tmp/odd.ini" $short "run.out_dir=$tmp/mx.odd" run.fuse=1 model.layout=nchw
+grep -q "planned again in the model's layout" "$err" || fail "odd: the refused NHWC -> NCHW pooling was not planned again"
+! grep -q 'NHWC, y NCHW' "$err" || fail "odd: a pooling NHWC -> NCHW ran"
+echo "ok: conv1 NHWC into pool1 NCHW in the NCHW CNN; refused for a 3x3 pooling"
 
 kiln 0 memory "$mlp" run.fuse=1
 grep -q '^ *relu1 .*(view)' "$out" || fail "kiln memory: relu1 is not a view when fused"

@@ -1,7 +1,8 @@
 /* core/layers/conv.c - 2-d convolution (PyTorch's nn.Conv2d).
  *
  * x: [N, C, H, W] in the model's layout, w: [O, C/g, KH, KW] (OIHW, as
- * PyTorch stores it), b: [O], y: [N, O, OH, OW] in x's layout, with
+ * PyTorch stores it), b: [O], y: [N, O, OH, OW] in x's layout (NHWC from
+ * an NCHW x of one channel where the core asks it: kiln_layer_out_layout), with
  * OH = (H + 2*pad - dil*(KH-1) - 1) / stride + 1 (floor).
  *
  * A second input r (`inputs = x, r`; evaluation only) is a residual
@@ -101,7 +102,12 @@ static kiln_status conv_infer(const struct kiln_host *h, struct kiln_layer *l)
 					(long long)x->dims[2], (long long)x->dims[3], (long long)s->pad[d]);
 	}
 	s->x = *x;
-	act4(&s->y, x->dims[0], s->out, oh[0], oh[1], x->layout);
+	/* y NHWC in an NCHW model (kiln_layer_out_layout): x of one channel
+	 * is NHWC's bytes, so the op is a plain NHWC convolution */
+	if (kiln_layer_out_layout(l) == KILN_NHWC && x->layout == KILN_NCHW && C == 1 &&
+	    l->n_in == 1 && !(s->int8_scale > 0))
+		s->x.layout = KILN_NHWC;
+	act4(&s->y, x->dims[0], s->out, oh[0], oh[1], s->x.layout);
 	s->y.dtype = x->dtype; /* the compute dtype */
 	l->out = s->y;
 	int64_t wd[4] = { s->out, C / g, s->k[0], s->k[1] };

@@ -2,7 +2,8 @@
  * AvgPool2d, AdaptiveAvgPool2d(1)).
  *
  * x: [N, C, H, W]; y: [N, C, OH, OW], OH = (H + 2*pad - k) / stride + 1
- * (floor).  Max pooling keeps the device's aux state (argmax positions)
+ * (floor), in x's layout, or NCHW from an NHWC x where the core asks it
+ * (kiln_layer_out_layout, max pooling of f32: ABI 2.17).  Max pooling keeps the device's aux state (argmax positions)
  * from forward to backward.
  */
 #include "pool.h"
@@ -60,7 +61,11 @@ kiln_status pool_infer(const struct kiln_host *h, struct kiln_layer *l)
 					(long long)s->pad[d]);
 	}
 	s->x = *x;
-	act4(&s->y, x->dims[0], x->dims[1], o[0], o[1], x->layout);
+	/* NHWC in, NCHW out (kiln_layer_out_layout: the NHWC conv before it in
+	 * an NCHW model; POOL of mixed layouts, ABI 2.17): max pooling only */
+	const int lay = kiln_layer_out_layout(l);
+	act4(&s->y, x->dims[0], x->dims[1], o[0], o[1],
+	     lay == KILN_NCHW && s->kind == KILN_POOL_MAX && x->dtype == KILN_F32 ? lay : x->layout);
 	s->y.dtype = x->dtype; /* the compute dtype */
 	l->out = s->y;
 	l->needs_input = 1; /* devices without aux recompute from x */

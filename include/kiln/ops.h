@@ -182,7 +182,13 @@ enum kiln_op_type {
 	 * (every input a window's gradient reaches holds its maximum y).  out0
 	 * is the plain pooling's.  A device without it returns KILN_ENOTSUP
 	 * from prepare and the caller masks dy with RELU_BWD on y; devices
-	 * built before ABI 2.16 are never asked. */
+	 * built before ABI 2.16 are never asked.
+	 * ABI 2.17: an f32 max POOL (and its POOL_BWD) may have x (dx, in2)
+	 * NHWC and y (dy) NCHW: the pooling of NHWC's, its output stored in
+	 * NCHW planes (aux is the device's, as ever).  KILN_OPF_ACT as above.
+	 * A device without it returns KILN_ENOTSUP from prepare, and the core
+	 * plans the model in one layout; devices built before ABI 2.17 are
+	 * never asked. */
 	KILN_OP_POOL = 19,
 	/* in0 dy, in1 aux (max; may be NULL for average), in2 x (forward input,
 	 * for devices without aux); out0 dx (overwritten).  A device whose

@@ -106,9 +106,14 @@ extern "C" {
  *      (docs/plugins.md "ABI 2.15").
  * 2.16: KILN_OPF_ACT (ReLU) on a training max POOL: the ReLU before the
  *      pooling, its backward folded into POOL_BWD through the aux
- *      (kiln/ops.h KILN_OP_POOL); the core asks no device built before. */
+ *      (kiln/ops.h KILN_OP_POOL); the core asks no device built before.
+ * 2.17: a max POOL and its POOL_BWD whose x (dx) is NHWC and y (dy) NCHW,
+ *      f32 (kiln/ops.h KILN_OP_POOL): a one-channel conv's NHWC output
+ *      pooled into an NCHW model; KILN_ENOTSUP where the device has it
+ *      not, and the core asks no device built before (docs/plugins.md
+ *      "ABI 2.17"). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 16
+#define KILN_ABI_MINOR 17
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 

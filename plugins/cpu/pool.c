@@ -2,6 +2,7 @@
  *
  *   POOL:     y[N,C,OH,OW] = pool(x[N,C,H,W]);  aux = oneDNN's workspace
  *   POOL_BWD: dx[N,C,H,W] from dy[N,C,OH,OW] (and aux for max)
+ *   x and y of one layout, or (ABI 2.17, f32 max 2x2/2 only) x NHWC, y NCHW
  *
  *   OH = (H + 2*pad_h - KH) / stride_h + 1  (floor, PyTorch's ceil_mode=False)
  *
@@ -321,6 +322,83 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 	return KILN_OK;
 }
 
+/* ---- NHWC in, NCHW out (ABI 2.17; issue 22, session 17) -----------------
+ * A one-channel conv's output in NHWC, pooled into an NCHW model: a row is
+ * one (n, output row) of NHWC as in max2_run, pooled into a thread's
+ * scratch row of OW * C floats, then stored as C rows of OW floats in
+ * y's planes (the backward gathers dy's C rows into the scratch row
+ * first).  The aux is NHWC's, the row kernels the NHWC ones: the values,
+ * the aux and dx are those of the NHWC pooling, y those of it transposed.
+ * sz[6] threads, sz[7] = 1 (max2_prepare); the workspace holds sz[6]
+ * scratch rows. */
+CPU_CLONES static void max2_to_planes(float *restrict y, const float *restrict t, int64_t OW, int64_t C,
+				      int64_t plane)
+{
+	for (int64_t c = 0; c < C; c++)
+		for (int64_t j = 0; j < OW; j++)
+			y[c * plane + j] = t[j * C + c];
+}
+
+/* dy's row of each plane read 8 floats a load (a loop of single floats took
+ * 1.4-1.7x the time in a harness of the CNN's pool1, 1,792 rows of 14 x 32:
+ * 0.70-0.77 against 0.42-0.53 ms) */
+CPU_CLONES static void max2_from_planes(float *restrict t, const float *restrict dy, int64_t OW, int64_t C,
+					int64_t plane)
+{
+	for (int64_t c = 0; c < C; c++) {
+		const float *s = dy + c * plane;
+		float *d = t + c;
+		int64_t j = 0;
+		for (; j + 8 <= OW; j += 8) {
+			max2_f8 v;
+			memcpy(&v, s + j, sizeof v);
+			for (int q = 0; q < 8; q++)
+				d[(j + q) * C] = v[q];
+		}
+		for (; j < OW; j++)
+			d[j * C] = s[j];
+	}
+}
+
+static kiln_status max2_run_mixed(const struct cpu_plan *p, const struct kiln_op_args *a,
+				  struct cpu_err *e)
+{
+	const int bwd = p->op.type == KILN_OP_POOL_BWD, relu = !!(p->op.flags & KILN_OPF_ACT);
+	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
+	const int64_t W = p->sz[2] * C, Y = OW * C, plane = OH * OW;
+	int nt = omp_get_max_threads();
+	nt = nt < (int)p->sz[6] ? nt : (int)p->sz[6];
+	(void)e;
+#pragma omp parallel num_threads(nt) if (P * H * W >= CPU_PAR_MIN)
+	{
+		float *t = (float *)a->workspace + omp_get_thread_num() * Y;
+#pragma omp for schedule(static)
+		for (int64_t r = 0; r < P * OH; r++) {
+			const int64_t pl = r / OH, i = r % OH;
+			const int64_t xo = pl * H * W + 2 * i * W, wo = r * Y, yo = pl * C * plane + i * OW;
+			if (!bwd) {
+				const float *x = (const float *)a->in[0] + xo;
+				if (r + 1 < P * OH)
+					max2_prefetch((const float *)a->in[0], r + 1, H, W, OH);
+				uint8_t *w = p->aux ? (uint8_t *)a->out[1] + wo : NULL;
+				max2_fwd_rows(t, w, x, x + W, OW, C, relu);
+				max2_to_planes((float *)a->out[0] + yo, t, OW, C, plane);
+				continue;
+			}
+			float *dx = (float *)a->out[0] + xo;
+			max2_from_planes(t, (const float *)a->in[0] + yo, OW, C, plane);
+			max2_bwd_rows(dx, dx + W, t, (const uint8_t *)a->in[1] + wo, OW, C);
+			if (W > 2 * OW * C) /* the columns no window reads */
+				for (int64_t q = 2 * OW * C; q < W; q++)
+					dx[q] = dx[W + q] = 0.0f;
+			if (i == OH - 1) /* the rows no window reads */
+				for (int64_t q = (2 * OH) * W; q < H * W; q++)
+					((float *)a->out[0])[pl * H * W + q] = 0.0f;
+		}
+	}
+	return KILN_OK;
+}
+
 /* ---- bf16 through the f32 rows (issue 22, session 12) -------------------
  * oneDNN 2.6's bf16 pooling (the bf16 CNN's) ran as its own bf16 kernels
  * with a 4-byte-per-output workspace.  A bf16 row widens exactly to f32 (a
@@ -426,6 +504,13 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 	p->aux = bwd || p->op.n_out == 2 ? (size_t)(p->sz[0] * p->sz[3] * p->sz[4] * p->sz[5]) : 0;
 	p->workspace = 0;
 	p->kernel = max2_run;
+	const int mixed = nhwc && !cpu_nhwc(y); /* NHWC -> NCHW, f32 (ABI 2.17) */
+	if (mixed) { /* a scratch output row for each thread */
+		p->sz[6] = c->threads > 0 ? c->threads : 1;
+		p->sz[7] = 1;
+		p->workspace = (size_t)(p->sz[6] * p->sz[4] * p->sz[5]) * sizeof(float);
+		p->kernel = max2_run_mixed;
+	}
 	if (x->dtype == KILN_BF16) { /* each thread's f32 rows */
 		const int64_t W = p->sz[2] * p->sz[5], R = 2048 / W; /* about 16 KiB of rows */
 		p->sz[6] = c->threads > 0 ? c->threads : 1;
@@ -438,7 +523,7 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 	c->host->log(KILN_LOG_DEBUG, "cpu", "%s max 2x2/2 %s x [%lld,%lld,%lld,%lld] %s: kiln's kernel, aux %zu bytes%s",
 		     cpu_op_name(p->op.type), x->dtype == KILN_BF16 ? "bf16" : "f32", (long long)x->dims[0],
 		     (long long)x->dims[1], (long long)x->dims[2], (long long)x->dims[3],
-		     nhwc ? "NHWC" : "NCHW", p->aux, (p->op.flags & KILN_OPF_ACT) ? ", the ReLU's mask in it" : "");
+		     mixed ? "NHWC, y NCHW" : nhwc ? "NHWC" : "NCHW", p->aux, (p->op.flags & KILN_OPF_ACT) ? ", the ReLU's mask in it" : "");
 	return KILN_OK;
 }
 
@@ -472,6 +557,9 @@ kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const int64_t OH = y->dims[2], OW = y->dims[3];
 	if (max2_fits(op, x))
 		return max2_prepare(c, p, x, y);
+	if (nhwc != cpu_nhwc(y)) /* ABI 2.17: kiln's kernel only */
+		return cpu_bad(c, op, KILN_ENOTSUP,
+			       "x NHWC and y NCHW: max 2x2/2 without padding, f32 only");
 	if (op->flags & KILN_OPF_ACT)
 		return cpu_bad(c, op, KILN_ENOTSUP,
 			       "a ReLU folded into the pooling (KILN_OPF_ACT): max 2x2/2 without padding, f32 or NCHW bf16 only");

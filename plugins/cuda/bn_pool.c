@@ -66,6 +66,8 @@ kiln_status cuda_pool_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		return cuda_bad(c, op, KILN_ENOTSUP, "f32, bf16 or f16 activations, one dtype");
 	if (x->ndim != 4 || y->ndim != 4)
 		return cuda_bad(c, op, KILN_EINVAL, "wants 4-d activations");
+	if ((x->layout == KILN_NHWC) != (y->layout == KILN_NHWC)) /* ABI 2.17's NHWC -> NCHW */
+		return cuda_bad(c, op, KILN_ENOTSUP, "x and y of different layouts: not on this device");
 	if (op->flags & KILN_OPF_ACT) /* the folded ReLU (ABI 2.16) needs an aux: this device keeps none */
 		return cuda_bad(c, op, KILN_ENOTSUP, "a ReLU folded into the pooling: not on this device");
 	if (bwd && op->i[0] == KILN_POOL_MAX && (op->n_in < 3 || op->in[2].dtype != x->dtype))
