@@ -723,8 +723,10 @@ kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer
 	*out = (struct kiln_ckpt_trainer){ (int64_t)v[0], (int64_t)v[1], (int64_t)v[2],
 					   (int64_t)v[3], (int64_t)v[4], (int64_t)v[5],
 					   (int64_t)v[6] };
+	/* batch x world is the global batch: a product past 2^62 would
+	 * overflow where a resume multiplies them */
 	if (out->world < 1 || out->batch < 1 || out->offset > out->samples ||
-	    out->step != ck->step)
+	    out->step != ck->step || out->batch > ((int64_t)1 << 62) / out->world)
 		return kiln_error(KILN_EDATA, "checkpoint %s: inconsistent trainer state (step %lld, epoch %lld, offset %lld, batch %lld, world %lld, samples %lld)",
 				  ck->path, (long long)out->step, (long long)out->epoch,
 				  (long long)out->offset, (long long)out->batch, (long long)out->world,
