@@ -723,8 +723,10 @@ kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer
 	*out = (struct kiln_ckpt_trainer){ (int64_t)v[0], (int64_t)v[1], (int64_t)v[2],
 					   (int64_t)v[3], (int64_t)v[4], (int64_t)v[5],
 					   (int64_t)v[6] };
+	/* batch x world is the global batch: a product past 2^62 would
+	 * overflow where a resume multiplies them */
 	if (out->world < 1 || out->batch < 1 || out->offset > out->samples ||
-	    out->step != ck->step)
+	    out->step != ck->step || out->batch > ((int64_t)1 << 62) / out->world)
 		return kiln_error(KILN_EDATA, "checkpoint %s: inconsistent trainer state (step %lld, epoch %lld, offset %lld, batch %lld, world %lld, samples %lld)",
 				  ck->path, (long long)out->step, (long long)out->epoch,
 				  (long long)out->offset, (long long)out->batch, (long long)out->world,
@@ -777,19 +779,27 @@ static kiln_status tracked_count(struct kiln_ckpt *ck, int what, int64_t *out)
 	const struct rsec *step = find(ck, "step");
 	uint8_t b[8];
 	kiln_status st;
+	/* each count is checked before the sum: INT64_MAX + the step was
+	 * signed overflow (undefined) */
+	const uint64_t most = (uint64_t)1 << 62;
+	uint64_t v;
 	if (find(ck, "tracked")) {
 		if ((st = kiln_ckpt_read(ck, "tracked", b, sizeof b)))
 			return st;
-		*out = (int64_t)get_u64(b);
+		if ((v = get_u64(b)) > most)
+			return kiln_error(KILN_EDATA, "checkpoint %s: batch count out of range", ck->path);
+		*out = (int64_t)v;
 	} else if (what == KILN_CKPT_LOAD_WEIGHTS) {
 		*out = 0;
 	}
 	if (what == KILN_CKPT_LOAD_WEIGHTS && step && step->bytes == sizeof b) {
 		if ((st = kiln_ckpt_read(ck, "step", b, sizeof b)))
 			return st;
-		*out += (int64_t)get_u64(b);
+		if ((v = get_u64(b)) > most)
+			return kiln_error(KILN_EDATA, "checkpoint %s: batch count out of range", ck->path);
+		*out += (int64_t)v; /* both at most 2^62: no overflow */
 	}
-	if (*out < 0 || *out > (int64_t)1 << 62)
+	if (*out < 0 || *out > (int64_t)most)
 		return kiln_error(KILN_EDATA, "checkpoint %s: batch count out of range", ck->path);
 	return KILN_OK;
 }

@@ -5,6 +5,7 @@
 #include "quant.h"
 #include "infer_passes.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -386,8 +387,15 @@ kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safeten
 		if (t.dtype != KILN_F32 || t.numel != 1)
 			return kiln_error(KILN_EDATA, "%s: want F32 [1], got %s", arg, t.dtype_name);
 		memcpy(&sx, t.data, sizeof sx);
+		/* kiln quantize writes a positive finite scale: another value
+		 * would leave the layer f32 (int8_scale <= 0) or NaN silently */
+		if (!(sx > 0) || !isfinite(sx))
+			return kiln_error(KILN_EDATA, "%s: %g is no scale (want a positive finite F32)", arg,
+					  (double)sx);
 		snprintf(arg, sizeof arg, "%s.input", sec + 6);
 		const char *u = kiln_safetensors_meta(f, arg);
+		if (u && strcmp(u, "u8") && strcmp(u, "s8"))
+			return kiln_error(KILN_EDATA, "metadata %s is '%.40s', want u8 or s8", arg, u);
 		snprintf(arg, sizeof arg, "%s.int8_scale=%.9g", sec, sx);
 		if (!(st = kiln_config_override(cfg, arg))) {
 			snprintf(arg, sizeof arg, "%s.int8_unsigned=%d", sec, u && !strcmp(u, "u8"));
@@ -407,9 +415,13 @@ static kiln_status load_param(const struct kiln_safetensors *f, const struct mod
 	kiln_status st = kiln_safetensors_find(f, p->name, &t);
 	if (st)
 		return kiln_error(KILN_EDATA, "the quantized file has no '%s' (another model?)", p->name);
-	if (t.numel != p->numel || (t.dtype != KILN_F32 && t.dtype != KILN_I8))
-		return kiln_error(KILN_EDATA, "'%s': %s of %lld elements, the model wants %lld f32",
-				  p->name, t.dtype_name, (long long)t.numel, (long long)p->numel);
+	int same = t.ndim == p->desc.ndim;
+	for (int d = 0; same && d < t.ndim; d++)
+		same = t.dims[d] == p->desc.dims[d];
+	if (!same || (t.dtype != KILN_F32 && t.dtype != KILN_I8))
+		return kiln_error(KILN_EDATA, "'%s': %s of %lld elements in %d dims, the model wants %lld f32 in %d",
+				  p->name, t.dtype_name, (long long)t.numel, t.ndim, (long long)p->numel,
+				  p->desc.ndim);
 	if (t.dtype == KILN_F32) {
 		memcpy(v, t.data, sizeof(float) * (size_t)p->numel);
 		return KILN_OK;
@@ -422,6 +434,9 @@ static kiln_status load_param(const struct kiln_safetensors *f, const struct mod
 	for (int64_t o = 0; o < O; o++) {
 		float sc;
 		memcpy(&sc, (const char *)s.data + sizeof(float) * (size_t)o, sizeof sc);
+		if (!(sc > 0) || !isfinite(sc))
+			return kiln_error(KILN_EDATA, "'%s'[%lld]: %g is no scale (want a positive finite F32)",
+					  name, (long long)o, (double)sc);
 		for (int64_t e = 0; e < per; e++)
 			v[o * per + e] = (float)q[o * per + e] * sc;
 	}

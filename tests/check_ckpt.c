@@ -307,6 +307,67 @@ START_TEST(test_counter_range)
 }
 END_TEST
 
+/* A "tracked" (batchnorm) count of INT64_MAX, CRCs valid, is refused for
+ * a resume and for the weights alone (init_from), naming the file; it
+ * used to be added to the step count first, a signed overflow that
+ * UBSan reports (core/checkpoint.c, tracked_count). */
+START_TEST(test_tracked_range)
+{
+	char dir[1024], path[4200], want[4300];
+	struct rig a, b;
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
+	rig_open(&a, small_ini, 7);
+	rig_train(&a, 2);
+	a.m->tracked_base = INT64_MAX;
+	save(&a, dir, 2, path, sizeof path);
+	rig_open(&b, small_ini, 99);
+	snprintf(want, sizeof want, "checkpoint %s: batch count out of range", path);
+	for (int all = 0; all < 2; all++) {
+		struct kiln_ckpt *ck;
+		ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(kiln_ckpt_load_model(ck, b.m, b.stream,
+						      all ? KILN_CKPT_LOAD_ALL : KILN_CKPT_LOAD_WEIGHTS),
+				 KILN_EDATA);
+		ck_assert_msg(strstr(kiln_last_error(), want) != NULL, "%s", kiln_last_error());
+		kiln_ckpt_close(ck);
+	}
+	rig_close(&a);
+	rig_close(&b);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
+/* Trainer state whose batch x world overflows (each within 2^62, CRCs
+ * valid) is refused at open: a resume multiplied them (UBSan's signed
+ * overflow in core/train_ckpt.c) and went on with a garbage global batch. */
+START_TEST(test_trainer_range)
+{
+	char dir[1024], path[4200];
+	struct rig a;
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
+	rig_open(&a, small_ini, 7);
+	rig_train(&a, 2);
+	char *config = kiln_ckpt_config_text(a.cfg, reg), *versions = kiln_ckpt_versions(reg, a.dev);
+	ck_assert(config && versions);
+	struct kiln_ckpt_meta meta = { config, versions, { 1, 2, 8, 7, (int64_t)1 << 62, RB, 40 }, NULL };
+	ck_assert_msg(kiln_ckpt_save(dir, &meta, a.m, a.stream, path, sizeof path) == 0, "%s",
+		      kiln_last_error());
+	struct kiln_ckpt *ck = NULL;
+	ck_assert_int_eq(kiln_ckpt_open(path, &ck), KILN_EDATA); /* open reads the trainer state */
+	ck_assert_msg(strstr(kiln_last_error(), path) &&
+			      strstr(kiln_last_error(), "inconsistent trainer state") &&
+			      strstr(kiln_last_error(), "world 4611686018427387904"),
+		      "%s", kiln_last_error());
+	kiln_ckpt_close(ck);
+	free(config);
+	free(versions);
+	rig_close(&a);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
 /* Another model refuses the checkpoint and keeps its bytes. */
 START_TEST(test_other_model)
 {
@@ -956,7 +1017,8 @@ static Suite *make_ckpt_suite(void)
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, NULL, NULL, (const TTest *[]){
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
-		test_not_checkpoints, test_config_check, test_counter_range, NULL });
+		test_not_checkpoints, test_config_check, test_counter_range, test_tracked_range,
+		test_trainer_range, NULL });
 	check_add_case(s, "resume", 300, NULL, NULL, (const TTest *[]){
 		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,
 		test_fallback, test_needs_out_dir, test_team_flip, NULL });

@@ -15,7 +15,11 @@
 #     (PIL's 89,478,485 by default) is refused from its header; an idx.gz
 #     whose header claims 6.5 GB fails at once naming what the file can
 #     hold; an idx file with trailing bytes is refused; a FIFO given as an
-#     image or as [model] init_from is refused instead of blocking open().
+#     image or as [model] init_from is refused instead of blocking open();
+#  8. a quantized model (kiln quantize) with a NaN or zero input scale, a
+#     negative weight scale, an input kind other than u8/s8, or a tensor of
+#     the right size in another shape is refused naming the file and the
+#     tensor (those scales used to leave a layer f32, or NaN, silently).
 name=hostile
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -161,5 +165,39 @@ kiln_t 1 train "$ini" "$d" "model.init_from=$tmp/init.fifo" run.out_dir=
 stderr_has "$tmp/init.fifo: cannot open: a FIFO (named pipe), not a regular file"
 kiln_t 3 train "$ini" "$d" "data.images=$tmp/init.fifo" run.out_dir=
 stderr_has "$tmp/init.fifo: cannot open the image file: a FIFO (named pipe), not a regular file"
+
+# ---- 8: a corrupt quantized model ----
+kiln 0 train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/q"
+kiln 0 quantize "$ini" "$d" "run.out_dir=$tmp/q" --calibrate 2 --out "$tmp/q.safetensors" \
+	data.eval.split=train
+kiln 0 eval "$ini" "$d" run.out_dir= --quantized "$tmp/q.safetensors"
+# qmut WHAT MESSAGE: q.safetensors with one thing changed, refused with MESSAGE
+qmut() {
+	python3 - "$tmp/q.safetensors" "$tmp/q-$1.safetensors" "$1" <<'EOF' || fail "python3 could not rewrite the file"
+import json, struct, sys
+src, dst, what = sys.argv[1:4]
+b = open(src, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, data = json.loads(b[8:8 + n]), bytearray(b[8 + n:])
+def put(name, v):
+    a = h[name]["data_offsets"][0]
+    data[a:a + 4] = struct.pack("<f", v)
+if what == "nan": put("fc1.input_scale", float("nan"))
+elif what == "zero": put("fc1.input_scale", 0.0)
+elif what == "neg": put("fc1.weight_scale", -1.0)
+elif what == "kind": h["__metadata__"]["fc1.input"] = "x8"
+elif what == "shape": h["conv1.bias"]["shape"] = [4, 1]
+j = json.dumps(h).encode()
+j += b" " * (-len(j) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(j)) + j + bytes(data))
+EOF
+	kiln 3 eval "$ini" "$d" run.out_dir= --quantized "$tmp/q-$1.safetensors"
+	stderr_has "$tmp/q-$1.safetensors: $2"
+}
+qmut nan "fc1.input_scale: nan is no scale (want a positive finite F32)"
+qmut zero "fc1.input_scale: 0 is no scale"
+qmut neg "'fc1.weight_scale'[0]: -1 is no scale"
+qmut kind "metadata fc1.input is 'x8', want u8 or s8"
+qmut shape "'conv1.bias': F32 of 4 elements in 2 dims, the model wants 4 f32 in 1"
 
 echo "PASS: $checks kiln runs"
