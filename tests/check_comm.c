@@ -258,7 +258,7 @@ static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 	const char *d = e->ops->describe(e->comm);
 	const char *want = r->shm ? "kiln's shared-memory allreduce, reduce_scatter and allgather"
 				  : "Gloo's collectives (kiln's shared memory off: [plugin.gloo] shm = 0)";
-	const char *p2p = r->shm == 1 ? "send and recv (1024 KiB channels)"
+	const char *p2p = r->shm == 1 ? "send and recv (4096 KiB channels)"
 			: r->shm == 2 ? "Gloo's send and recv ([plugin.gloo] shm_p2p = 0)" : "";
 	if (!strstr(d, want) || (W == 2 && !strstr(d, p2p))) {
 		snprintf(r->err, sizeof r->err, "rank %d: the description '%s' lacks '%s' or '%s'", R,
@@ -1036,16 +1036,19 @@ static void *channel_main(void *arg)
 	 * tells rank 0 (the other channel), whose next send fails too */
 	kiln_status st;
 	const char *want;
+	char want_buf[160];
 	if (R == 0) {
 		TRY(e.ops->send(e.comm, x, 100, KILN_U8, peer, e.s, NULL));
 		TRY(kiln_device_stream_sync(e.dev, e.s));
 		TRY(e.ops->recv(e.comm, x, 4, KILN_U8, peer, s2, NULL));
 		TRY(kiln_device_stream_sync(e.dev, s2));
 		st = e.ops->send(e.comm, x, 100, KILN_U8, peer, e.s, NULL);
-		want = "send to rank 1: rank 0 sent message 10 with 100 bytes where rank 1's recv expected 120";
+		snprintf(want_buf, sizeof want_buf, "send to rank 1: rank 0 sent message %d with 100 bytes where rank 1's recv expected 120", NCH + 1);
+		want = want_buf;
 	} else {
 		st = e.ops->recv(e.comm, x, 120, KILN_U8, peer, s2, NULL);
-		want = "recv from rank 0: rank 0 sent message 10 with 100 bytes where rank 1's recv expected 120";
+		snprintf(want_buf, sizeof want_buf, "recv from rank 0: rank 0 sent message %d with 100 bytes where rank 1's recv expected 120", NCH + 1);
+		want = want_buf;
 	}
 	if (!st)
 		st = R ? kiln_device_stream_sync(e.dev, s2) : kiln_device_stream_sync(e.dev, e.s);

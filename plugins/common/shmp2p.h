@@ -52,10 +52,11 @@
 #define SHMP2P_FRAME 16        /* bytes of a message's frame */
 /* A piece: the most bytes either side copies before it publishes (the
  * sender its write position, the receiver its read position) and wakes
- * a sleeping peer.  64 KiB: 1 MiB and larger messages at 1.7-2x the rate
- * of the quarter-ring pieces (256 KiB) before session 17, whose copies
- * overlapped less and left the cache (bench/p2p_channel rate,
- * docs/PERFORMANCE.md "Session 17: the channel's rate"). */
+ * a sleeping peer: 64 KiB, an eighth of a Zen 3 core's L2, so that the
+ * receiver reads a piece from the cache the sender wrote it into and
+ * starts after 64 KiB of the sender's copy rather than a quarter ring
+ * (before session 17: 256 KiB; bench/p2p_channel rate, docs/PERFORMANCE.md
+ * "Session 17: the shared-memory channel's rate"). */
 #define SHMP2P_PIECE ((size_t)64 << 10)
 /* The largest ring a plugin gives a channel (kiln-gloo: 2 ranks, whose
  * two channels take 8 MiB; more ranks share the same 8 MiB: shm.c
