@@ -11,11 +11,11 @@
  * grow (64-bit: they do not wrap).  A message is a 16-byte frame (its
  * byte count and its number on the channel) followed by its bytes, written
  * into the ring as room appears and published in pieces of at most
- * SHMP2P_PIECE bytes and a quarter of the ring; the receiver copies out
- * and frees at most a piece at a time.  So the two copies overlap (the
- * receiver copies piece k out while the sender copies piece k + 1 in),
- * a piece is still in the sender's core's cache when the receiver reads
- * it, and a message longer than the ring streams through it.  One sender
+ * SHMP2P_PIECE bytes and a quarter of the ring (shmp2p_try_send too); the
+ * receiver copies out and frees all that is published, up to the
+ * message's end.  So the two copies overlap (the receiver copies piece k
+ * out while the sender copies piece k + 1 in), and a message longer than
+ * the ring streams through it.  One sender
  * and one receiver per channel (callers
  * serialise their threads: the plugin holds a lock per channel and
  * direction); messages are matched in order, as the communicator's send
@@ -50,12 +50,11 @@
 
 #define SHMP2P_SPIN_NS 2000ll /* polling before a waiter sleeps (bench/p2p_channel) */
 #define SHMP2P_FRAME 16        /* bytes of a message's frame */
-/* A piece: the most bytes either side copies before it publishes (the
- * sender its write position, the receiver its read position) and wakes
- * a sleeping peer: 64 KiB, an eighth of a Zen 3 core's L2, so that the
- * receiver reads a piece from the cache the sender wrote it into and
- * starts after 64 KiB of the sender's copy rather than a quarter ring
- * (before session 17: 256 KiB; bench/p2p_channel rate, docs/PERFORMANCE.md
+/* A piece: the most bytes the sender copies before it publishes its
+ * write position and wakes a sleeping receiver: 64 KiB, so that the
+ * receiver starts after 64 KiB of the sender's copy rather than a quarter
+ * ring (256 KiB before session 17: 256 KiB - 2 MiB messages 10-25% faster
+ * one way on a 1 MiB ring, bench/p2p_channel rate; docs/PERFORMANCE.md
  * "Session 17: the shared-memory channel's rate"). */
 #define SHMP2P_PIECE ((size_t)64 << 10)
 /* The largest ring a plugin gives a channel (kiln-gloo: 2 ranks, whose
