@@ -9,7 +9,18 @@
  * another 128 KiB behind the gradient).  The processes are forked, the
  * channels in an anonymous shared mapping.
  *
- * Usage: bench/p2p_channel [ROUNDS]   (default 2000 round trips a size) */
+ * Usage: bench/p2p_channel [ROUNDS]   (default 2000 round trips a size)
+ *
+ * The rate of large messages (issue 21, session 17: a pipeline's crossing
+ * tensors, 64 KiB to 4 MiB), with the default 2 us poll:
+ *   bench/p2p_channel rate [ROUNDS [RING]]   (default 200 rounds, the ring
+ *   kiln-gloo gives 2 ranks: SHMP2P_RING_MAX)
+ * prints per size the ping-pong's one-way median (us) and its GB/s (a
+ * hand-off the receiver waits for), a stream's GB/s (ROUNDS messages sent
+ * back to back, the receiver's clock from its first to its last), and
+ * memcpy's GB/s between two buffers of the size in this process (the
+ * median of ROUNDS copies: the bound a copy through the ring works
+ * against, which copies every byte twice, once on each core). */
 #include <kiln/plugin.h>
 
 #include "../plugins/common/shmp2p.h"
@@ -25,6 +36,9 @@
 const struct kiln_host *kiln_host_table(void);
 
 enum { RING = 1 << 20 };
+#ifndef SHMP2P_RING_MAX /* a build of shmp2p.c before session 17: 1 MiB for 2 ranks */
+#define SHMP2P_RING_MAX (1 << 20)
+#endif
 
 static int cmp(const void *a, const void *b)
 {
@@ -49,8 +63,122 @@ static long long pingpong(struct shmp2p *out, struct shmp2p *in, int side, char 
 	return side ? 0 : t[n / 2] / 2;
 }
 
+/* the stream: side 0 sends n messages of `bytes` back to back, side 1
+ * receives them; side 1 returns the ns from the end of its first recv to
+ * the end of its last (n - 1 messages' worth), side 0 0 */
+static long long stream(struct shmp2p *out, struct shmp2p *in, int side, char *buf,
+			size_t bytes, int n)
+{
+	long long t0 = 0;
+	for (int i = 0; i < n; i++) {
+		if (side == 0 && shmp2p_send(out, buf, bytes))
+			return -1;
+		if (side == 1 && shmp2p_recv(in, buf, bytes))
+			return -1;
+		if (i == 0)
+			t0 = watchdog_now_ns();
+	}
+	/* a last round trip of one byte, so that side 0 does not leave early */
+	if (side == 0 && shmp2p_recv(in, buf, 1))
+		return -1;
+	if (side == 1 && shmp2p_send(out, buf, 1))
+		return -1;
+	return side ? watchdog_now_ns() - t0 : 0;
+}
+
+/* the median ns of n memcpy's of `bytes` between two buffers */
+static long long memcpy_ns(size_t bytes, int n, long long *t)
+{
+	char *a = malloc(bytes), *b = malloc(bytes);
+	if (!a || !b)
+		return -1;
+	memset(a, 1, bytes), memset(b, 2, bytes);
+	for (int i = 0; i < n; i++) {
+		const long long t0 = watchdog_now_ns();
+		memcpy(i & 1 ? a : b, i & 1 ? b : a, bytes);
+		t[i] = watchdog_now_ns() - t0;
+	}
+	free(a), free(b);
+	qsort(t, (size_t)n, sizeof *t, cmp);
+	return t[n / 2];
+}
+
+/* `rate`: the large messages' table (the header) */
+static int rate(const struct kiln_host *h, int n, size_t ring)
+{
+	const size_t sizes[] = { 65536, 262144, 524288, 1 << 20, 2 << 20, 4 << 20 };
+	const size_t per = shmp2p_bytes(ring);
+	printf("ring %zu bytes, poll %lld us, %d rounds a size\n", ring, SHMP2P_SPIN_NS / 1000, n);
+	printf("   bytes  one-way us  GB/s  stream GB/s  memcpy GB/s\n");
+	for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+		const size_t bytes = sizes[k];
+		char *mem = mmap(NULL, 2 * per, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+				 0);
+		char *buf = malloc(bytes);
+		long long *t = malloc((size_t)n * sizeof *t);
+		if (mem == MAP_FAILED || !buf || !t) {
+			fprintf(stderr, "p2p_channel: out of memory\n");
+			return 1;
+		}
+		memset(buf, 7, bytes);
+		const pid_t pid = fork();
+		const int side = pid == 0;
+		struct shmp2p out, in;
+		shmp2p_init(&out, h, "bench", side, 2, 1 - side, mem + (size_t)side * per, ring, 10000,
+			    SHMP2P_SPIN_NS, NULL, NULL);
+		shmp2p_init(&in, h, "bench", side, 2, 1 - side, mem + (size_t)(1 - side) * per, ring,
+			    10000, SHMP2P_SPIN_NS, NULL, NULL);
+#ifndef SHMP2P_NO_PIECE
+		if (getenv("PIECE")) /* experiments: another piece (shmp2p.h SHMP2P_PIECE) */
+			out.piece = in.piece = (size_t)atoll(getenv("PIECE"));
+#endif
+		/* warm-up: every page of the ring touched (a new mapping faults
+		 * them in on the first lap), then the timed trips */
+		const int warm = (int)(2 * ring / bytes) + 5;
+		long long *tw = malloc((size_t)warm * sizeof *tw);
+		long long one = tw ? pingpong(&out, &in, side, buf, bytes, warm, tw) : -1;
+		free(tw);
+		if (one >= 0)
+			one = pingpong(&out, &in, side, buf, bytes, n, t);
+		const long long st = one < 0 ? -1 : stream(&out, &in, side, buf, bytes, n);
+		if (side) {
+			/* the stream's time to side 0, as the round trip's last message */
+			long long s = st;
+			_exit(st < 0 || shmp2p_send(&out, &s, sizeof s));
+		}
+		long long s = -1;
+		int status = 0;
+		if (one >= 0 && st >= 0 && shmp2p_recv(&in, &s, sizeof s))
+			s = -1;
+		waitpid(pid, &status, 0);
+		if (one < 0 || st < 0 || s <= 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
+			fprintf(stderr, "p2p_channel: the rate run failed: %s\n", h->last_error());
+			return 1;
+		}
+		const long long mc = memcpy_ns(bytes, n, t);
+		printf("%8zu  %10.1f  %4.2f  %11.2f  %11.2f\n", bytes, one / 1000.0,
+		       (double)bytes / (double)one, (double)bytes * (n - 1) / (double)s,
+		       mc > 0 ? (double)bytes / (double)mc : 0.0);
+		fflush(stdout);
+		free(buf), free(t);
+		munmap(mem, 2 * per);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "rate")) {
+		const int n = argc > 2 ? atoi(argv[2]) : 200;
+		const size_t ring = argc > 3 ? (size_t)atoll(argv[3]) : (size_t)SHMP2P_RING_MAX;
+		if (n < 2 || ring < 64 || (ring & (ring - 1))) {
+			fprintf(stderr, "usage: %s rate [ROUNDS >= 2 [RING: a power of 2 >= 64]]\n",
+				argv[0]);
+			return 2;
+		}
+		return rate(kiln_host_table(), n, ring);
+	}
+
 	const int n = argc > 1 ? atoi(argv[1]) : 2000;
 	const size_t sizes[] = { 16, 4096, 65536, 131072, 1 << 20 };
 	const size_t per = shmp2p_bytes(RING);

@@ -17,9 +17,10 @@
 #            train_samples_per_s, the whole epoch with its first step, of
 #            whichever rank printed it last)
 #   paired   a rank's crossing tensors sent paired / all (pair's last run)
-# and, per M, where the bubble goes for pair and off (this build: the pipe
+# and, per M, where the bubble goes for pair, off and main (the pipe
 # replayed at stage 0's rank from every rank's stamps, "the ranks' stamps:"
-# lines; session 14), medians:
+# lines; session 14; main's since session 17, for the channel's hand-offs:
+# its columns are empty for a build without those lines), medians:
 #   smooth   every pass at its stage's mean, instant hand-offs: the
 #            schedule's bubble plus the stages' imbalance
 #   ideal    every pass as measured, instant hand-offs (+ the variation)
@@ -137,13 +138,13 @@ printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b
 	s_pair s_off s_main paired
 for M in ${MS:-4 8 16}; do
 	for s in pair off main; do : > "$tmp/b$s"; : > "$tmp/s$s"; done
-	for s in pair off; do for k in 1 2 3 4 5 6 7; do : > "$tmp/x$s$k"; done; done
+	for s in pair off main; do for k in 1 2 3 4 5 6 7; do : > "$tmp/x$s$k"; done; done
 	for r in $(seq "$RUNS"); do
 		for s in pair off main; do
 			run $s "$tmp/$s.log" "$M"
 			bubble "$tmp/$s.log" >> "$tmp/b$s"
 			sps "$tmp/$s.log" >> "$tmp/s$s"
-			[ $s = main ] || for k in 1 2 3 4 5 6 7; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
+			for k in 1 2 3 4 5 6 7; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
 		done
 	done
 	awk -v M="$M" -v a="$(median < "$tmp/bpair")" -v b="$(median < "$tmp/boff")" \
@@ -153,7 +154,7 @@ for M in ${MS:-4 8 16}; do
 		printf "%4d %6.3f %6.3f %4.0f%% %6.3f %4.0f%% %6.3f %4.0f%% %6.0f %6.0f %6.0f %7s\n", M, t,
 			a, 100 * (a - t) / t, b, 100 * (b - t) / t, c, 100 * (c - t) / t, sa, sb, sc,
 			p == "" ? "-" : p }'
-	for s in pair off; do
+	for s in pair off main; do
 		printf '%4s %4s %6s %6s %6s %6s %6s %6s %6s (%s: smooth ends ideal ho_med own_us cpu_sm busiest)\n' "" "$s" \
 			"$(median < "$tmp/x${s}1")" "$(median < "$tmp/x${s}7")" "$(median < "$tmp/x${s}2")" "$(median < "$tmp/x${s}3")" \
 			"$(median < "$tmp/x${s}4")" "$(median < "$tmp/x${s}5")" "$(median < "$tmp/x${s}6")" "$s"

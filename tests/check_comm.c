@@ -30,17 +30,17 @@
  * test_gloo_p2p runs on kiln's shared-memory channels ([plugin.gloo]
  * shm_p2p, the default on one node) and on Gloo's TCP (shm_p2p = 0);
  * test_gloo_p2p_channel: the channels' order, sizes (empty, around the
- * 16-byte frame, a message three times the 1 MiB ring, both ways at
- * once), and a recv whose size differs from the message's failing, naming
+ * 16-byte frame, around the 64 KiB piece, around the 4 MiB ring of 2
+ * ranks, a message more than twice the ring, both ways at once), and a recv whose size differs from the message's failing, naming
  * both sizes, and the sender's next send on that channel failing too;
  * a recv from a live, silent rank ending at the timeout, naming it.
  * test_gloo_send_now: a send on the calling thread (comm ops version 6)
  * that never waits goes while the channel has room and not after, and
  * its messages and those that waited arrive in order (send_now_main).
  * test_gloo_sendrecv: comm ops version 7's sendrecv, a send and a recv
- * that progress together: two ranks exchange 3 MiB at once (three times
+ * that progress together: two ranks exchange 12 MiB at once (three times
  * the channel's ring: a send before the recv on both would wait for
- * ever), on the channels and on TCP, and three ranks shift 3 MiB around
+ * ever), on the channels and on TCP, and three ranks shift 12 MiB around
  * a ring; one-sided halves keep the pair's order with plain send and
  * recv; bad ranks and an empty call are refused (by the core's
  * kiln_comm_sendrecv, test_sendrecv_args, and past the world by gloo);
@@ -258,7 +258,7 @@ static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 	const char *d = e->ops->describe(e->comm);
 	const char *want = r->shm ? "kiln's shared-memory allreduce, reduce_scatter and allgather"
 				  : "Gloo's collectives (kiln's shared memory off: [plugin.gloo] shm = 0)";
-	const char *p2p = r->shm == 1 ? "send and recv (1024 KiB channels)"
+	const char *p2p = r->shm == 1 ? "send and recv (4096 KiB channels)"
 			: r->shm == 2 ? "Gloo's send and recv ([plugin.gloo] shm_p2p = 0)" : "";
 	if (!strstr(d, want) || (W == 2 && !strstr(d, p2p))) {
 		snprintf(r->err, sizeof r->err, "rank %d: the description '%s' lacks '%s' or '%s'", R,
@@ -991,8 +991,10 @@ END_TEST
  * a second, every byte checked; then rank 0 sends 100 bytes that rank 1
  * receives as 120; then rank 1 stays alive and silent, and rank 0's recv
  * from it ends at the timeout (CH_TIMEOUT_MS), naming it. */
-enum { NCH = 9, CH_TIMEOUT_MS = 1500 };
-static const size_t ch_bytes[NCH] = { 0, 1, 15, 16, 17, 4095, 65536, 70001, (3u << 20) + 5 };
+enum { NCH = 15, CH_TIMEOUT_MS = 1500 };
+static const size_t ch_bytes[NCH] = { 0, 1, 15, 16, 17, 4095, 65535, 65536, 65537, 70001,
+				      (4u << 20) - 17, (4u << 20) - 16, (4u << 20) - 15, 3u << 20,
+				      (9u << 20) + 5 };
 
 static uint8_t ch_byte(int from, int m, size_t i)
 {
@@ -1034,16 +1036,19 @@ static void *channel_main(void *arg)
 	 * tells rank 0 (the other channel), whose next send fails too */
 	kiln_status st;
 	const char *want;
+	char want_buf[160];
 	if (R == 0) {
 		TRY(e.ops->send(e.comm, x, 100, KILN_U8, peer, e.s, NULL));
 		TRY(kiln_device_stream_sync(e.dev, e.s));
 		TRY(e.ops->recv(e.comm, x, 4, KILN_U8, peer, s2, NULL));
 		TRY(kiln_device_stream_sync(e.dev, s2));
 		st = e.ops->send(e.comm, x, 100, KILN_U8, peer, e.s, NULL);
-		want = "send to rank 1: rank 0 sent message 10 with 100 bytes where rank 1's recv expected 120";
+		snprintf(want_buf, sizeof want_buf, "send to rank 1: rank 0 sent message %d with 100 bytes where rank 1's recv expected 120", NCH + 1);
+		want = want_buf;
 	} else {
 		st = e.ops->recv(e.comm, x, 120, KILN_U8, peer, s2, NULL);
-		want = "recv from rank 0: rank 0 sent message 10 with 100 bytes where rank 1's recv expected 120";
+		snprintf(want_buf, sizeof want_buf, "recv from rank 0: rank 0 sent message %d with 100 bytes where rank 1's recv expected 120", NCH + 1);
+		want = want_buf;
 	}
 	if (!st)
 		st = R ? kiln_device_stream_sync(e.dev, s2) : kiln_device_stream_sync(e.dev, e.s);
@@ -1110,15 +1115,15 @@ END_TEST
 
 /* send_now (comm ops version 6, test_gloo_send_now): rank 0 sends NOW_N
  * messages of now_bytes[] with wait = 0 until one does not go, before rank
- * 1 receives anything (a barrier between them): on the 1 MiB channel the
- * first 4 go (64 KiB and 3 x 256 KiB, with their 16-byte frames) and the
- * fifth 256 KiB does not, nothing of it sent; on Gloo's TCP (shm_p2p = 0)
+ * 1 receives anything (a barrier between them): on the 4 MiB channel the
+ * first 4 go (64 KiB and 3 x 1 MiB, with their 16-byte frames) and the
+ * fifth 1 MiB does not, nothing of it sent; on Gloo's TCP (shm_p2p = 0)
  * none goes.  Then the rest go with wait = 1, and rank 1 receives all six
  * in order, every byte checked; after rank 1's word back (the channel
  * empty), a message longer than the ring does not go with wait = 0 and
  * goes with wait = 1. */
-enum { NOW_N = 6, NOW_BIG = (3 << 20) + 5 };
-static const size_t now_bytes[NOW_N] = { 65536, 262144, 262144, 262144, 262144, 1000 };
+enum { NOW_N = 6, NOW_BIG = (5 << 20) + 5 };
+static const size_t now_bytes[NOW_N] = { 65536, 1 << 20, 1 << 20, 1 << 20, 1 << 20, 1000 };
 
 static void *send_now_main(void *arg)
 {
@@ -1161,7 +1166,7 @@ static void *send_now_main(void *arg)
 		TRY(kiln_device_stream_sync(e.dev, e.s));
 		TRY(e.ops->send_now(e.comm, m[NOW_N], NOW_BIG, KILN_U8, peer, 0, &sent));
 		if (sent) {
-			snprintf(r->err, sizeof r->err, "rank 0: %d bytes went with wait = 0 past a 1 MiB ring", NOW_BIG);
+			snprintf(r->err, sizeof r->err, "rank 0: %d bytes went with wait = 0 past a 4 MiB ring", NOW_BIG);
 			goto out;
 		}
 		TRY(e.ops->send_now(e.comm, m[NOW_N], NOW_BIG, KILN_U8, peer, 1, &sent));
@@ -1212,15 +1217,16 @@ enum { QN = 300 };
 /* sendrecv (comm ops version 7, test_gloo_sendrecv), on W ranks: each
  * sends SR_N floats to rank + 1 and receives SR_N from rank - 1 (mod W; on
  * 2 ranks the same peer) in one call, done recorded, every value checked.
- * SR_N floats are 3 MiB and a bit, three times the channels' ring: each
+ * SR_N floats are 12 MiB and a bit, three times the channels' ring of 2
+ * ranks (4 MiB; 1 MiB of 3): each
  * rank's send must be under way while it receives.  On 2 ranks, then:
  * one-sided halves between plain p2p (rank 0 sends 100 i32s by send and
  * SR_N floats by a sendrecv with no recv; rank 1 receives the first by a
  * sendrecv with no send, the second by recv), bad calls refused, and
  * the core's emulation on a copy of the table as a version-6 plugin
- * has it (no sendrecv): the same 3 MiB exchange (a ring refused:
+ * has it (no sendrecv): the same 12 MiB exchange (a ring refused:
  * test_sendrecv_args). */
-enum { SR_N = (3 << 18) + 1001, SR_TIMEOUT_MS = 8000 };
+enum { SR_N = (3 << 20) + 1001, SR_TIMEOUT_MS = 8000 };
 
 static float sr_val(int from, int m, size_t i)
 {

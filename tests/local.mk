@@ -345,6 +345,15 @@ TESTS += tests/check_comm
 tests_check_comm_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_comm_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 tests_check_comm_LDFLAGS = -rdynamic
+# the shared-memory channel itself (plugins/common/shmp2p.c, compiled in):
+# pieces, wraps, both ways at once, sleepers woken, a size mismatch
+check_PROGRAMS += tests/check_shmp2p
+TESTS += tests/check_shmp2p
+tests_check_shmp2p_SOURCES = tests/check_shmp2p.c plugins/common/shmp2p.c \
+	plugins/common/shmp2p.h plugins/common/watchdog.c plugins/common/watchdog.h \
+	plugins/common/shmcoll.c plugins/common/shmcoll.h plugins/common/half.h
+tests_check_shmp2p_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_shmp2p_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
 endif
 # multi-process: kiln launch, gloo, equivalence, resume on other world
 # sizes, a dead rank, a rendezvous timeout (needs kiln-gloo.so: skips

@@ -10,10 +10,13 @@
  * processes map.  Positions count bytes from the channel's start and only
  * grow (64-bit: they do not wrap).  A message is a 16-byte frame (its
  * byte count and its number on the channel) followed by its bytes, written
- * into the ring as room appears and published in pieces of at most a
- * quarter of the ring, so that a message longer than the ring streams
- * through it and the receiver copies one piece out while the sender
- * copies the next in.  One sender and one receiver per channel (callers
+ * into the ring as room appears and published in pieces of at most
+ * SHMP2P_PIECE bytes and a quarter of the ring (shmp2p_try_send too); the
+ * receiver copies out and frees all that is published, up to the
+ * message's end.  So the two copies overlap (the receiver copies piece k
+ * out while the sender copies piece k + 1 in), and a message longer than
+ * the ring streams through it.  One sender
+ * and one receiver per channel (callers
  * serialise their threads: the plugin holds a lock per channel and
  * direction); messages are matched in order, as the communicator's send
  * and recv promise.
@@ -47,6 +50,19 @@
 
 #define SHMP2P_SPIN_NS 2000ll /* polling before a waiter sleeps (bench/p2p_channel) */
 #define SHMP2P_FRAME 16        /* bytes of a message's frame */
+/* A piece: the most bytes the sender copies before it publishes its
+ * write position and wakes a sleeping receiver: 64 KiB, so that the
+ * receiver starts after 64 KiB of the sender's copy rather than a quarter
+ * ring (256 KiB before session 17: 256 KiB - 2 MiB messages 10-25% faster
+ * one way on a 1 MiB ring, bench/p2p_channel rate; docs/PERFORMANCE.md
+ * "Session 17: the shared-memory channel's rate"). */
+#define SHMP2P_PIECE ((size_t)64 << 10)
+/* The largest ring a plugin gives a channel (kiln-gloo: 2 ranks, whose
+ * two channels take 8 MiB; more ranks share the same 8 MiB: shm.c
+ * p2p_ring): a pipeline's crossing tensor of up to 4 MiB less the frame
+ * fits whole, so shmp2p_try_send takes it and the sender never waits for
+ * the receiver to make room. */
+#define SHMP2P_RING_MAX ((size_t)4 << 20)
 
 struct shmp2p_hdr {
 	_Alignas(64) atomic_ullong wpos; /* bytes the sender published */
@@ -79,6 +95,7 @@ struct shmp2p {
 	struct shmp2p_hdr *h;
 	char *ring;
 	size_t size;              /* ring bytes, a power of two */
+	size_t piece;             /* SHMP2P_PIECE, at most size / 4 (shmp2p_init) */
 	const int *world_of;      /* a split's rank r is world rank world_of[r] (set by the owner after shmp2p_init, borrowed), or NULL: what messages name */
 	int (*lost)(void *arg);   /* a rank whose process is gone, or -1 (may be NULL) */
 	void *lost_arg;

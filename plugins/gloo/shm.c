@@ -42,12 +42,13 @@ struct gloo_shm {
 	pthread_mutex_t *out_lock, *in_lock;
 };
 
-/* Ring bytes of the point-to-point channels of `world` ranks: 1 MiB,
- * halved until all world x (world - 1) of them fit in 8 MiB; 0 (no
+/* Ring bytes of the point-to-point channels of `world` ranks:
+ * SHMP2P_RING_MAX (4 MiB), halved until all world x (world - 1) of them
+ * fit in 8 MiB (2 ranks: 4 MiB a channel, 3: 1 MiB, 4: 512 KiB); 0 (no
  * channels) beyond GLOO_SHM_P2P_MAXW ranks. */
 static size_t p2p_ring(int world)
 {
-	size_t ring = (size_t)1 << 20;
+	size_t ring = SHMP2P_RING_MAX;
 	const size_t pairs = (size_t)world * (size_t)(world - 1);
 	if (world > GLOO_SHM_P2P_MAXW || world < 2)
 		return 0;

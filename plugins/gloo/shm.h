@@ -55,8 +55,8 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 /* Point to point ([plugin.gloo] shm_p2p): a channel for each ordered pair
  * of ranks (plugins/common/shmp2p.h: a ring in the object, messages in
  * order, sizes checked, a bounded spin then a futex sleep, a lost peer
- * named) when there are at most GLOO_SHM_P2P_MAXW ranks; rings of 1 MiB,
- * halved until the channels take at most 8 MiB (a
+ * named) when there are at most GLOO_SHM_P2P_MAXW ranks; rings of
+ * SHMP2P_RING_MAX (4 MiB), halved until the channels take at most 8 MiB (a
  * container's /dev/shm may hold 64 MiB). */
 #define GLOO_SHM_P2P_MAXW 16
 /* The channels' ring bytes, or 0: g has none (NULL g: 0). */
