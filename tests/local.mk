@@ -654,5 +654,13 @@ TESTS += tests/check_cpu_convsplit
 tests_check_cpu_convsplit_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_convsplit_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# the CPU device's convolutions by FFT (plugins/cpu/fftconv.c): the three
+# passes right against a double loop and oneDNN, the same bytes on any team
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_fftconv
+TESTS += tests/check_cpu_fftconv
+tests_check_cpu_fftconv_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_fftconv_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 TESTS += tests/cpu_gemm_devices.sh
 EXTRA_DIST += tests/cpu_gemm_devices.sh
