@@ -170,6 +170,18 @@ static size_t fc_up(size_t bytes) { return (bytes + FC_ALIGN - 1) & ~(size_t)(FC
 /* floats, rounded up to whole 64-byte lines */
 static size_t fc_floats(int64_t n) { return fc_up((size_t)n * sizeof(float)) / sizeof(float); }
 
+/* The stride between two frequencies' matrices: whole lines, an odd
+ * number of them.  A plane's transform writes (or reads) one element of
+ * every frequency's matrix; at a power-of-two stride (conv2's are 32 and
+ * 64 KiB) those all fall in one cache set of L1 and L2 and evict each
+ * other before the next plane's neighbouring element reuses the line:
+ * the transforms then took 3-5x their time. */
+static size_t fc_stride(int64_t n)
+{
+	const size_t f = fc_floats(n), line = FC_ALIGN / sizeof(float);
+	return (f / line) % 2 ? f : f + line;
+}
+
 void cpu_fftconv_free(struct cpu_fftconv *f)
 {
 	if (!f)
@@ -273,6 +285,32 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 	}
 }
 
+/* y[q * sw] (=|+=) act(z[q] scale + b0), q < n <= FC_MAX: ReLU keeps a
+ * NaN (as oneDNN's), so a step's non-finite check still sees it.  The
+ * row is computed contiguously (vectorised, no branch), then stored. */
+CPU_CLONES static void fc_put(float *restrict y, int64_t sw, const float *restrict z, int64_t n,
+			      float scale, float b0, int relu, int acc)
+{
+	float v[FC_MAX];
+#pragma omp simd
+	for (int64_t q = 0; q < n; q++)
+		v[q] = z[q] * scale + b0;
+	if (relu) {
+#pragma omp simd
+		for (int64_t q = 0; q < n; q++)
+			v[q] = v[q] < 0.0f ? 0.0f : v[q];
+	}
+	if (acc) {
+		for (int64_t q = 0; q < n; q++)
+			y[q * sw] += v[q];
+	} else if (sw == 1) {
+		memcpy(y, v, (size_t)n * sizeof *y);
+	} else {
+		for (int64_t q = 0; q < n; q++)
+			y[q * sw] = v[q];
+	}
+}
+
 /* The inverse transform of output plane (i, j) from the product matrices
  * m, written (shifted, cropped, scaled; + bias, ReLU, or added) into dst. */
 static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_t i, int64_t j,
@@ -291,19 +329,30 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_
 	/* the output channel of plane (i, j): o of (b, o) or of (o, c) */
 	const float b0 = bias ? bias[f->type == KILN_OP_CONV ? j : i] : 0.0f;
 	float *y = dst + i * p->s0 + j * p->s1;
-	for (int64_t r = 0; r < p->h; r++) {
-		const float *zr = re + ((r + f->sh1 + f->n1) % f->n1) * f->n2;
+	/* output column q reads z column (q + sh2) mod n2: two runs */
+	const int64_t q0 = (f->sh2 + f->n2) % f->n2, w1 = f->n2 - q0 < p->w ? f->n2 - q0 : p->w;
+	for (int64_t r = 0, zi = (f->sh1 + f->n1) % f->n1; r < p->h;
+	     r++, zi = zi + 1 == f->n1 ? 0 : zi + 1) {
+		const float *zr = re + zi * f->n2;
 		float *yr = y + r * p->sh;
-		for (int64_t q = 0; q < p->w; q++) {
-			float v = zr[(q + f->sh2 + f->n2) % f->n2] * scale + b0;
-			if (f->relu && !(v > 0.0f))
-				v = v != v ? v : 0.0f; /* ReLU (NaN kept, as oneDNN's) */
-			if (f->acc)
-				yr[q * p->sw] += v;
-			else
-				yr[q * p->sw] = v;
-		}
+		fc_put(yr, p->sw, zr + q0, w1, scale, b0, f->relu, f->acc);
+		if (w1 < p->w)
+			fc_put(yr + w1 * p->sw, p->sw, zr, p->w - w1, scale, b0, f->relu, f->acc);
 	}
+}
+
+/* The k-th plane (i, j) a side's loop takes: the matrix column inner, so
+ * that consecutive planes write (or read) neighbouring floats of each
+ * frequency's matrix and share its cache lines (row i: j inner; swap,
+ * row j: i inner). */
+static int64_t fc_i(const struct fc_side *s, int64_t k)
+{
+	return s->swap ? k % s->pl.n0 : k / s->pl.n1;
+}
+
+static int64_t fc_j(const struct fc_side *s, int64_t k)
+{
+	return s->swap ? k / s->pl.n0 : k % s->pl.n1;
 }
 
 /* o = a b at frequency k, on the calling thread */
@@ -355,10 +404,10 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			const int64_t na = f->a.pl.n0 * f->a.pl.n1, nb = f->b.pl.n0 * f->b.pl.n1;
 #pragma omp for schedule(static)
 			for (int64_t k = 0; k < na; k++)
-				fc_forward_plane(f, &f->a, src_a, k / f->a.pl.n1, k % f->a.pl.n1, ma, f->fa, re, sp);
+				fc_forward_plane(f, &f->a, src_a, fc_i(&f->a, k), fc_j(&f->a, k), ma, f->fa, re, sp);
 #pragma omp for schedule(static)
 			for (int64_t k = 0; k < nb; k++)
-				fc_forward_plane(f, &f->b, src_b, k / f->b.pl.n1, k % f->b.pl.n1, mb, f->fb, re, sp);
+				fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb, f->fb, re, sp);
 			/* one thread per GEMM: OpenBLAS and oneDNN read this */
 			omp_set_num_threads(1);
 #pragma omp for schedule(static)
@@ -367,7 +416,7 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			const int64_t no = f->o.pl.n0 * f->o.pl.n1;
 #pragma omp for schedule(static)
 			for (int64_t k = 0; k < no; k++)
-				fc_inverse_plane(f, mo, k / f->o.pl.n1, k % f->o.pl.n1, dst, bias, re, sp);
+				fc_inverse_plane(f, mo, fc_i(&f->o, k), fc_j(&f->o, k), dst, bias, re, sp);
 		}
 	}
 	if (bad)
@@ -400,9 +449,9 @@ static kiln_status fc_plans(struct cpu_ctx *c, struct cpu_fftconv *f, const char
 /* Sizes and the workspace: [A | B | products | per-thread buffers]. */
 static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 {
-	f->fa = fc_floats(f->a.rows * 2 * f->a.cols);
-	f->fb = fc_floats(2 * f->b.rows * 2 * f->b.cols);
-	f->fo = fc_floats(f->o.rows * 2 * f->o.cols);
+	f->fa = fc_stride(f->a.rows * 2 * f->a.cols);
+	f->fb = fc_stride(2 * f->b.rows * 2 * f->b.cols);
+	f->fo = fc_stride(f->o.rows * 2 * f->o.cols);
 	f->off_b = (size_t)f->nf * f->fa * sizeof(float);
 	f->off_o = f->off_b + (size_t)f->nf * f->fb * sizeof(float);
 	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
