@@ -8,7 +8,7 @@
  *
  *   CONV              Y[b][o]  = sum_c  X[b][c] conj(W[o][c])      (correlation)
  *   CONV_BWD_DATA     DX[b][c] = sum_o DY[b][o] W[o][c]            (convolution)
- *   CONV_BWD_WEIGHTS  DW[o][c] = sum_b  X[b][c] conj(DY[b][o])
+ *   CONV_BWD_WEIGHTS  DW[o][c] = sum_b  conj(DY[b][o]) X[b][c]
  *
  * and the inverse (complex-to-real) transform of each result plane,
  * scaled by 1 / (n1 n2), gives the output plane, circularly shifted by
@@ -25,7 +25,8 @@
  * [[Br, s Bi], [-s Bi, Br]] [2K, 2N] = [Re Im] [M, 2N], s = 1 for B and
  * s = -1 for conj(B): the transforms write their frequencies straight
  * into those matrices (plain [Re Im] rows for A, the block form for B;
- * the weight gradient's A is X transposed, C rows of 2 N), one matrix of
+ * the weight gradient's A is conj(DY) transposed, O rows of 2 N, with
+ * X the block side: DW = conj(DY)^T X), one matrix of
  * each per frequency in the workspace.  Each GEMM runs on one thread
  * (OpenBLAS's cblas_sgemm where the build has it, else oneDNN's
  * dnnl_sgemm), the frequencies split over the team, as the planes of the
@@ -141,8 +142,9 @@ struct fc_planes {
 
 /* Where plane (i, j)'s frequencies go in a per-frequency matrix: row i,
  * column j (swap: row j, column i), of a plain [Re Im] matrix (block = 0,
- * rows x 2 cols) or of the block form [[Re, s Im], [-s Im, Re]]
- * (block = s, 2 rows x 2 cols).  ld = 2 cols. */
+ * rows x 2 cols; block = 2: [Re -Im], the conjugate) or of the block form
+ * [[Re, s Im], [-s Im, Re]] (block = s = 1 or -1, 2 rows x 2 cols).
+ * ld = 2 cols. */
 struct fc_side {
 	struct fc_planes pl;
 	int swap, block;
@@ -155,6 +157,7 @@ struct cpu_fftconv {
 	int64_t sh1, sh2;         /* output shift: z index = (out index + sh) mod n */
 	struct fc_side a, b, o;   /* GEMM operands A, B; o: the output's planes */
 	int64_t M, N, K;          /* o = a b per frequency: [M, K] [K, N] */
+	int a_in, b_in;           /* the inputs a and b are transforms of */
 	int64_t O;                /* output channels (the bias's length) */
 	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
 	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
@@ -237,14 +240,18 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
 		f->O = op->in[0].dims[1];
 		break;
-	default: /* CONV_BWD_WEIGHTS: DW^T [C, O] = X^T [C, B] conj(DY) [B, O] */
-		f->a = fc_side(fc_act(&op->in[0]), 1, 0);
-		f->b = fc_side(fc_act(&op->in[1]), 0, -1);
-		f->o = fc_side(fc_wei(&op->out[0]), 1, 0);
+	default: /* CONV_BWD_WEIGHTS: DW [O, C] = conj(DY)^T [O, B] X [B, C]
+		  * (dy, the larger, on the plain side: 2 stores a frequency, not 4) */
+		f->a = fc_side(fc_act(&op->in[1]), 1, 2);
+		f->b = fc_side(fc_act(&op->in[0]), 0, 1);
+		f->o = fc_side(fc_wei(&op->out[0]), 0, 0);
+		f->a_in = 1, f->b_in = 0;
 		f->O = op->in[1].dims[1];
 		break;
 	}
 	f->M = f->a.rows, f->K = 2 * f->a.cols, f->N = 2 * f->b.cols;
+	if (op->type != KILN_OP_CONV_BWD_WEIGHTS)
+		f->a_in = 0, f->b_in = 1;
 }
 
 /* Transform plane (i, j) of src and write its frequencies into side s's
@@ -267,11 +274,12 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 	}
 	fftwf_execute_dft_r2c(f->r2c, re, sp);
 	const int64_t row = s->swap ? j : i, col = s->swap ? i : j, Q = s->cols, ld = 2 * Q;
-	if (!s->block) {
+	if (s->block == 0 || s->block == 2) {
+		const float si = s->block ? -1.0f : 1.0f;
 		float *d = m + row * ld + col;
 		for (int k = 0; k < f->nf; k++, d += fs) {
 			d[0] = sp[k][0];
-			d[Q] = sp[k][1];
+			d[Q] = si * sp[k][1];
 		}
 		return;
 	}
@@ -369,14 +377,15 @@ static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b,
 	dnnl_sgemm('N', 'N', M, N, K, 1.0f, a, K, b, N, 0.0f, o, N);
 }
 
-/* db (=|+=) the zero frequency of dy's planes (their sums), b in order */
-static void fc_bias_grad(const struct cpu_fftconv *f, const float *mb, float *db)
+/* db (=|+=) the zero frequency of dy's planes (their sums: row o of A's
+ * first matrix), b in order */
+static void fc_bias_grad(const struct cpu_fftconv *f, const float *ma, float *db)
 {
-	const int64_t B = f->b.rows, O = f->b.cols, ld = 2 * O;
+	const int64_t O = f->a.rows, B = f->a.cols, ld = 2 * B;
 	for (int64_t o = 0; o < O; o++) {
 		float s = 0.0f;
 		for (int64_t b = 0; b < B; b++)
-			s += mb[b * ld + o];
+			s += ma[o * ld + b];
 		db[o] = f->acc ? db[o] + s : s;
 	}
 }
@@ -387,8 +396,8 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	const struct cpu_fftconv *f = p->fft;
 	char *ws = (char *)(((uintptr_t)args->workspace + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
 	float *ma = (float *)ws, *mb = (float *)(ws + f->off_b), *mo = (float *)(ws + f->off_o);
-	const float *src_a = args->in[0];
-	const float *src_b = args->in[1];
+	const float *src_a = args->in[f->a_in];
+	const float *src_b = args->in[f->b_in];
 	float *dst = args->out[0];
 	const float *bias = f->type == KILN_OP_CONV && f->bias ? args->in[2] : NULL;
 	int bad = 0;
@@ -423,7 +432,7 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 		return cpu_fail(e, KILN_EDEVICE, "cpu: %s:%d: FFT convolution: a team larger than %d threads",
 				__FILE__, __LINE__, f->threads);
 	if (f->type == KILN_OP_CONV_BWD_WEIGHTS && f->bias)
-		fc_bias_grad(f, mb, args->out[1]);
+		fc_bias_grad(f, ma, args->out[1]);
 	return KILN_OK;
 }
 
