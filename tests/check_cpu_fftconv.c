@@ -345,6 +345,27 @@ START_TEST(test_bad_key)
 }
 END_TEST
 
+/* Skip (77) when the plugin was built without FFTW: conv_algo = fft is
+ * then refused when the device opens. */
+static int need_fftw(void)
+{
+	struct kiln_registry *r;
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	if (kiln_registry_open(NULL, &r) || kiln_config_new(&cfg))
+		return 0; /* the suite's own checks report it */
+	int rc = 0;
+	if (!kiln_config_override(cfg, "plugin.cpu.conv_algo=fft")) {
+		if (kiln_device_open(r, cfg, "cpu", 0, &dev) == 0)
+			kiln_device_close(dev);
+		else if (strstr(kiln_last_error(), "no FFTW"))
+			rc = 77, printf("SKIP: %s\n", kiln_last_error());
+	}
+	kiln_config_free(cfg);
+	kiln_registry_close(r);
+	return rc;
+}
+
 static Suite *make_cpu_fftconv_suite(void)
 {
 	Suite *s = suite_create("cpu_fftconv");
@@ -355,4 +376,4 @@ static Suite *make_cpu_fftconv_suite(void)
 }
 
 static const struct check_main check_suite = { .suite = make_cpu_fftconv_suite, .reg = &reg,
-					       .need_cpu = 1, .omp_passive = 1 };
+					       .need_cpu = 1, .omp_passive = 1, .setup = need_fftw };
