@@ -315,6 +315,18 @@ START_TEST(test_conv_keep)
 	op.type = KILN_OP_RELU;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 	fx_close(&f);
+	/* the CPU's FFT keeps spectra (x's for the weight gradient, dy's for
+	 * the data gradient), in both layouts; a build without FFTW refuses
+	 * conv_algo = fft */
+	if (!cpu)
+		return;
+	if (fx_try_open_with(&f, _i, "plugin.cpu.conv_algo=fft") != KILN_OK) {
+		ck_assert_msg(strstr(kiln_last_error(), "no FFTW") != NULL, "%s", kiln_last_error());
+		return;
+	}
+	kept_case(&f, &cnn2, 0, 1);
+	kept_case(&f, &cnn2, 1, 1);
+	fx_close(&f);
 }
 END_TEST
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/cpu_fftconv.sh - [plugin.cpu] conv_algo on the CNN example: with
 # `fft` its conv2 (32 -> 64, 5x5, pad 2) runs its three passes by FFT
-# (plugins/cpu/fftconv.c; the debug lines say so, conv1 with its one input
+# (plugins/cpu/fftconv.c; the debug lines say so, and that the forward
+# and the weight gradient keep their spectra for the next pass; conv1 with its one input
 # channel stays on oneDNN under the rule), two runs give the same metrics
 # bit for bit (tests/check_cpu_fftconv checks the ops' bytes on 1 and 2
 # threads; the GEMMs of fc1 differ between teams), and they
@@ -37,6 +38,11 @@ for layout in nchw nhwc; do
 	for op in CONV CONV_BWD_DATA CONV_BWD_WEIGHTS; do
 		grep -q "$op x \[128,32,14,14\] w \[64,32,5,5\] pad 2x2 .*: FFT 16x16" "$err" ||
 			fail "$layout: conv2's $op did not run by FFT"
+	done
+	# the spectra kept: x's by the forward, dy's by the weight gradient
+	for op in CONV CONV_BWD_WEIGHTS; do
+		grep -q "$op x \[128,32,14,14\] w \[64,32,5,5\] pad 2x2 .*: FFT 16x16.*kept [1-9]" "$err" ||
+			fail "$layout: conv2's $op kept nothing"
 	done
 	# shellcheck disable=SC2086
 	kiln 0 train "$cnn" $short "run.out_dir=$tmp/fft2-$layout" model.layout=$layout \

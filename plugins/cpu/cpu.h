@@ -434,9 +434,9 @@ kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p);
 /* Prepare p (an f32 CONV*) by FFT (fftconv.c) or directly (oneDNN,
  * cpu_tune_conv_impl) as [plugin.cpu] conv_algo says: by setting, by
  * cpu_fftconv_rule, or the faster of the two (CPU_CONV_AUTO, timed as
- * cpu_tune_conv_impl times).  A kept-copy op (KILN_OPF_KEEP) whose bare
- * twin goes to the FFT is refused (KILN_ENOTSUP): the layer then runs
- * without kept copies. */
+ * cpu_tune_conv_impl times).  Under auto a kept-copy op (KILN_OPF_KEEP)
+ * whose bare twin goes to the FFT is refused (KILN_ENOTSUP): the layer
+ * then runs without kept copies; rule and fft keep the FFT's spectra. */
 kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);

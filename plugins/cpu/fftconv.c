@@ -158,6 +158,9 @@ struct cpu_fftconv {
 	struct fc_side a, b, o;   /* GEMM operands A, B; o: the output's planes */
 	int64_t M, N, K;          /* o = a b per frequency: [M, K] [K, N] */
 	int a_in, b_in;           /* the inputs a and b are transforms of */
+	int keep;                 /* KILN_OPF_KEEP: spectra kept between the passes */
+	size_t fx, fk;            /* floats per frequency of the kept x (read by the
+				   * weight gradient) and dy (written by it) */
 	int64_t O;                /* output channels (the bias's length) */
 	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
 	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
@@ -258,7 +261,8 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
  * matrices at m (fs floats per frequency).  re: n1 x n2 reals, sp: nf
  * complex, the calling thread's buffers. */
 static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
-			     int64_t i, int64_t j, float *m, size_t fs, float *re, fftwf_complex *sp)
+			     int64_t i, int64_t j, float *m, size_t fs, float *re, fftwf_complex *sp,
+			     float *k2, size_t fs2)
 {
 	const struct fc_planes *p = &s->pl;
 	const float *x = src + i * p->s0 + j * p->s1;
@@ -273,6 +277,13 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 				row[q] = xr[q * p->sw];
 	}
 	fftwf_execute_dft_r2c(f->r2c, re, sp);
+	if (k2) { /* the kept copy too: plain, row i, column j */
+		float *d = k2 + i * 2 * p->n1 + j;
+		for (int k = 0; k < f->nf; k++, d += fs2) {
+			d[0] = sp[k][0];
+			d[p->n1] = sp[k][1];
+		}
+	}
 	const int64_t row = s->swap ? j : i, col = s->swap ? i : j, Q = s->cols, ld = 2 * Q;
 	if (s->block == 0 || s->block == 2) {
 		const float si = s->block ? -1.0f : 1.0f;
@@ -377,6 +388,23 @@ static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b,
 	dnnl_sgemm('N', 'N', M, N, K, 1.0f, a, K, b, N, 0.0f, o, N);
 }
 
+/* The weight gradient's B at one frequency, the block form
+ * [[Xr, Xi], [-Xi, Xr]] (2 B rows of 2 C), from the forward's kept plain
+ * [Xr Xi] (B rows of 2 C). */
+static void fc_block_from_plain(const struct cpu_fftconv *f, const float *x, float *b)
+{
+	const int64_t B = f->b.rows, C = f->b.cols, ld = 2 * C;
+	for (int64_t r = 0; r < B; r++) {
+		const float *xr = x + r * ld;
+		float *top = b + r * ld, *bot = b + (B + r) * ld;
+		memcpy(top, xr, (size_t)ld * sizeof *top);
+		for (int64_t c = 0; c < C; c++) {
+			bot[c] = -xr[C + c];
+			bot[C + c] = xr[c];
+		}
+	}
+}
+
 /* db (=|+=) the zero frequency of dy's planes (their sums: row o of A's
  * first matrix), b in order */
 static void fc_bias_grad(const struct cpu_fftconv *f, const float *ma, float *db)
@@ -400,6 +428,16 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	const float *src_b = args->in[f->b_in];
 	float *dst = args->out[0];
 	const float *bias = f->type == KILN_OP_CONV && f->bias ? args->in[2] : NULL;
+	/* kept spectra: the forward writes x's A straight into its last
+	 * output; the weight gradient builds its B from it and writes dy's
+	 * plain copy into its last output; the data gradient's A is that */
+	float *kout = f->keep && f->type != KILN_OP_CONV_BWD_DATA ? args->out[p->op.n_out - 1] : NULL;
+	const float *kin = f->keep && f->type != KILN_OP_CONV ? args->in[2] : NULL;
+	if (f->type == KILN_OP_CONV && kout)
+		ma = kout;
+	if (f->type == KILN_OP_CONV_BWD_DATA && kin)
+		ma = (float *)kin;
+	float *k2 = f->type == KILN_OP_CONV_BWD_WEIGHTS ? kout : NULL;
 	int bad = 0;
 #pragma omp parallel
 	{
@@ -411,12 +449,22 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			float *re = (float *)tb;
 			fftwf_complex *sp = (fftwf_complex *)(tb + fc_up((size_t)f->n1 * f->n2 * sizeof(float)));
 			const int64_t na = f->a.pl.n0 * f->a.pl.n1, nb = f->b.pl.n0 * f->b.pl.n1;
+			if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
 #pragma omp for schedule(static)
-			for (int64_t k = 0; k < na; k++)
-				fc_forward_plane(f, &f->a, src_a, fc_i(&f->a, k), fc_j(&f->a, k), ma, f->fa, re, sp);
+				for (int64_t k = 0; k < na; k++)
+					fc_forward_plane(f, &f->a, src_a, fc_i(&f->a, k), fc_j(&f->a, k), ma,
+							 f->fa, re, sp, k2, f->fk);
+			}
+			if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kin) {
 #pragma omp for schedule(static)
-			for (int64_t k = 0; k < nb; k++)
-				fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb, f->fb, re, sp);
+				for (int k = 0; k < f->nf; k++)
+					fc_block_from_plain(f, kin + (size_t)k * f->fx, mb + (size_t)k * f->fb);
+			} else {
+#pragma omp for schedule(static)
+				for (int64_t k = 0; k < nb; k++)
+					fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb,
+							 f->fb, re, sp, NULL, 0);
+			}
 			/* one thread per GEMM: OpenBLAS and oneDNN read this */
 			omp_set_num_threads(1);
 #pragma omp for schedule(static)
@@ -469,11 +517,42 @@ static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 	f->threads = c->threads > 0 ? c->threads : 1;
 }
 
+/* Kept spectra (KILN_OPF_KEEP; tune.c asks only where the layer's three
+ * ops all run here): the bytes each writes (p->aux) and the size each
+ * reads, checked (KILN_EINVAL, as conv.c's). */
+static kiln_status fc_kept(struct cpu_ctx *c, struct cpu_plan *p, struct cpu_fftconv *f,
+			   const struct kiln_tensor_desc *x)
+{
+	const struct kiln_op *op = &p->op;
+	const int64_t B = x->dims[0], C = x->dims[1];
+	const int64_t O = op->type == KILN_OP_CONV_BWD_WEIGHTS ? op->out[0].dims[0] : op->in[1].dims[0];
+	f->fx = fc_stride(B * 2 * C);
+	f->fk = fc_stride(B * 2 * O);
+	if (!f->keep)
+		return KILN_OK;
+	size_t want = 0; /* bytes of in2 */
+	if (op->type == KILN_OP_CONV) {
+		p->aux = (size_t)f->nf * f->fa * sizeof(float); /* x's A, plain B x 2C */
+	} else if (op->type == KILN_OP_CONV_BWD_WEIGHTS) {
+		want = (size_t)f->nf * f->fx * sizeof(float);
+		p->aux = (size_t)f->nf * f->fk * sizeof(float);
+	} else {
+		want = (size_t)f->nf * f->fa * sizeof(float); /* dy's A, plain B x 2O = fk */
+	}
+	if (want && (size_t)cpu_numel(&op->in[2]) != want) {
+		char why[96];
+		snprintf(why, sizeof why, "the kept copy in2 has %lld bytes, the FFT's %zu",
+			 (long long)cpu_numel(&op->in[2]), want);
+		return cpu_bad(c, op, KILN_EINVAL, why);
+	}
+	return KILN_OK;
+}
+
 kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
-	if (!cpu_fftconv_ok(op) || (op->flags & KILN_OPF_KEEP))
-		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution: f32, stride 1, dilation 1, one group, no kept copies");
+	if (!cpu_fftconv_ok(op))
+		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution: f32, stride 1, dilation 1, one group");
 	struct cpu_fftconv *f = calloc(1, sizeof *f);
 	if (!f)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an FFT convolution plan");
@@ -485,7 +564,10 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	f->type = t;
 	f->relu = (op->flags & KILN_OPF_ACT) != 0;
 	f->acc = (op->flags & KILN_OPF_ACCUMULATE) != 0;
-	f->bias = t == KILN_OP_CONV ? op->n_in == 3 : t == KILN_OP_CONV_BWD_WEIGHTS ? op->n_out == 2 : 0;
+	f->keep = (op->flags & KILN_OPF_KEEP) != 0;
+	f->bias = t == KILN_OP_CONV		 ? op->n_in == 3
+		  : t == KILN_OP_CONV_BWD_WEIGHTS ? op->n_out - f->keep == 2
+						  : 0;
 	f->n1 = cpu_fftconv_size(H, ph, KH, OH);
 	f->n2 = cpu_fftconv_size(W, pw, KW, OW);
 	f->nh = f->n2 / 2 + 1;
@@ -500,7 +582,9 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		 cpu_op_name(t), (long long)x->dims[0], (long long)x->dims[1], (long long)H,
 		 (long long)W, (long long)w->dims[0], (long long)w->dims[1], (long long)KH,
 		 (long long)KW, (long long)ph, (long long)pw, cpu_nhwc(x) ? "NHWC" : "NCHW");
-	kiln_status st = fc_plans(c, f, what);
+	kiln_status st = fc_kept(c, p, f, x);
+	if (!st)
+		st = fc_plans(c, f, what);
 	if (st) {
 		cpu_fftconv_free(f);
 		return st;
@@ -511,9 +595,9 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_out = op->n_out;
 	p->workspace = f->off_t + (size_t)f->threads * f->per_thread + FC_ALIGN;
 	c->host->log(KILN_LOG_DEBUG, "cpu",
-		     "%s: FFT %dx%d, %d frequencies of GEMM %lldx%lldx%lld (%s), workspace %zu bytes",
+		     "%s: FFT %dx%d, %d frequencies of GEMM %lldx%lldx%lld (%s), workspace %zu bytes, kept %zu",
 		     what, f->n1, f->n2, f->nf, (long long)f->M, (long long)f->N, (long long)f->K,
-		     f->openblas ? "OpenBLAS" : "oneDNN", p->workspace);
+		     f->openblas ? "OpenBLAS" : "oneDNN", p->workspace, p->aux);
 	return KILN_OK;
 }
 

@@ -19,8 +19,9 @@ enum { CPU_CONV_DIRECT = 0, CPU_CONV_FFT = 1 };
 
 struct cpu_fftconv;
 
-/* 1 when fftconv.c can run op, KILN_OPF_KEEP aside (it keeps no copies:
- * the caller asks for them, is refused, and prepares the layer without):
+/* 1 when fftconv.c can run op (with KILN_OPF_KEEP: spectra kept, x's
+ * from the forward for the weight gradient, dy's from that for the data
+ * gradient; prepare refuses a kept input of another size):
  * an f32 CONV (bias, fused ReLU), CONV_BWD_DATA (no accumulation) or
  * CONV_BWD_WEIGHTS (bias gradient, accumulation) of stride 1, dilation 1,
  * groups 1, no residual, a transform of at most 128 x 128; the build has
@@ -37,7 +38,7 @@ int cpu_fftconv_rule(const struct kiln_op *op);
  * touches only zeros: the input needs no explicit padding.) */
 int cpu_fftconv_size(int64_t n, int64_t pad, int64_t k, int64_t out);
 /* Prepare p (cpu_fftconv_ok) as an FFT convolution (same contract as
- * cpu_ops_prepare); KILN_ENOTSUP for KILN_OPF_KEEP or what it cannot run. */
+ * cpu_ops_prepare); KILN_ENOTSUP for what it cannot run. */
 kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 void cpu_fftconv_free(struct cpu_fftconv *f);
 

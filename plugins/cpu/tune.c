@@ -731,10 +731,12 @@ kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
 	}
 	if (!fft)
 		return cpu_tune_conv_impl(c, p);
-	/* the FFT keeps no copies: refused, the layer's ops are prepared
-	 * without them, and this op's bare twin comes here again */
-	if (op->flags & KILN_OPF_KEEP)
-		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution keeps no copies");
+	/* kept copies (the FFT's spectra) only where a fixed setting gives the
+	 * layer's three ops all to the FFT; auto times each op alone, so a
+	 * copy's writer and reader could differ: refused, and the layer's ops
+	 * are prepared without them */
+	if ((op->flags & KILN_OPF_KEEP) && c->conv_algo == CPU_CONV_AUTO)
+		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution keeps no copies under conv_algo = auto");
 	return cpu_fftconv_prepare(c, p);
 }
 
