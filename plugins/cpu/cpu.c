@@ -795,8 +795,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "a fixed rule, so "
 	  "the result does not depend on a timing; `auto` times both once per shape when "
 	  "the op is prepared and keeps the FFT where it takes at most 90% of oneDNN's "
-	  "time (logged).  The FFT keeps no copies between a layer's ops "
-	  "(KILN_OPF_KEEP) and differs from the direct result by rounding (about 1e-6 "
+	  "time (logged).  Under `rule` and `fft` the FFT keeps x's spectrum from the "
+	  "forward for the weight gradient and dy's from that for the data gradient "
+	  "(under `auto` none).  It differs from the direct result by rounding (about 1e-6 "
 	  "of the output's scale).  Without FFTW every setting but `fft` is `direct`.  "
 	  "`[run] deterministic = 1` turns `auto` into `rule`." },
 	{ "tune_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
