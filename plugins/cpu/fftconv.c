@@ -38,6 +38,13 @@
  * (their sums, as FFTW adds them), summed over the batch in order.
  * CONV_BWD_WEIGHTS with KILN_OPF_ACCUMULATE adds into dw and db.
  *
+ * Kept spectra (KILN_OPF_KEEP; fc_kept): the forward's x operand is
+ * written into its last output, the weight gradient builds its block
+ * operand from it (fc_block_from_plain) and writes dy's spectrum in the
+ * data gradient's plain layout into its own last output, which the data
+ * gradient multiplies instead of transforming dy: the same bits as
+ * without, 12,288 of conv2's 43,008 plane transforms a step fewer.
+ *
  * FFTW plans are made once at prepare with FFTW_ESTIMATE (no timing, so
  * the transforms, and the results, are the same on every run) under a
  * process-wide lock (plan creation is not thread-safe; two devices may
