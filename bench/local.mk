@@ -100,3 +100,10 @@ EXTRA_DIST += bench/ort_profile.py
 noinst_PROGRAMS += bench/optim_step
 bench_optim_step_SOURCES = bench/optim_step.c
 bench_optim_step_LDADD = libkiln.la
+# the CNN's conv2, its three passes by oneDNN and by FFT ([plugin.cpu]
+# conv_algo; docs/PERFORMANCE.md, "Session 17: FFT convolution")
+if BUILD_CPU
+noinst_PROGRAMS += bench/fftconv_ops
+bench_fftconv_ops_SOURCES = bench/fftconv_ops.c
+bench_fftconv_ops_LDADD = libkiln.la
+endif

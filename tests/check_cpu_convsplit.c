@@ -115,6 +115,9 @@ static void wgrad_open_dt(struct wgrad *g, const struct shape *s, int threads, i
 	snprintf(ov, sizeof ov, "run.threads=%d", threads);
 	ck_assert(kiln_config_new(&g->cfg) == 0);
 	ck_assert(kiln_config_override(g->cfg, ov) == 0);
+	/* oneDNN's kernel in blocks, not the FFT (conv_algo = rule's choice
+	 * for the CNN's conv2 on AVX2) */
+	ck_assert(kiln_config_override(g->cfg, "plugin.cpu.conv_algo=direct") == 0);
 	if (kern) {
 		snprintf(ov, sizeof ov, "plugin.cpu.bf16_conv=%s", kern);
 		ck_assert(kiln_config_override(g->cfg, ov) == 0);

@@ -297,7 +297,9 @@ START_TEST(test_conv_keep)
 	static const struct conv_g g2 = { 3, 16, 32, 13, 13, 3, 3, 2, 2, 1, 1, 1, 1, 2, 1 };
 	static const struct conv_g c1 = { 3, 1, 8, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1 };
 	struct fx f;
-	fx_open(&f, _i);
+	/* oneDNN's kept copies: the CPU's FFT (conv_algo = rule's choice for
+	 * conv2 on AVX2) keeps none and refuses the flag */
+	OK(fx_try_open_with(&f, _i, "plugin.cpu.conv_algo=direct"));
 	SKIP_UNSUPPORTED(&f, KILN_OP_CONV);
 	const int cpu = !strcmp(g_name, "cpu");
 	kept_case(&f, &cnn2, 0, cpu); /* the CNN's conv2: blocked x and dy */
@@ -312,6 +314,18 @@ START_TEST(test_conv_keep)
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
 	op.type = KILN_OP_RELU;
 	ck_assert_int_eq(kiln_device_prepare(f.dev, &op, &plan, NULL), KILN_EINVAL);
+	fx_close(&f);
+	/* the CPU's FFT keeps spectra (x's for the weight gradient, dy's for
+	 * the data gradient), in both layouts; a build without FFTW refuses
+	 * conv_algo = fft */
+	if (!cpu)
+		return;
+	if (fx_try_open_with(&f, _i, "plugin.cpu.conv_algo=fft") != KILN_OK) {
+		ck_assert_msg(strstr(kiln_last_error(), "no FFTW") != NULL, "%s", kiln_last_error());
+		return;
+	}
+	kept_case(&f, &cnn2, 0, 1);
+	kept_case(&f, &cnn2, 1, 1);
 	fx_close(&f);
 }
 END_TEST

@@ -15,11 +15,16 @@ const char *g_name = "cpu";
 
 /* ---- fixture ---------------------------------------------------------- */
 
-kiln_status fx_try_open(struct fx *f, int mode)
+kiln_status fx_try_open(struct fx *f, int mode) { return fx_try_open_with(f, mode, NULL); }
+
+kiln_status fx_try_open_with(struct fx *f, int mode, const char *cpu_override)
 {
 	kiln_status st;
 	memset(f, 0, sizeof *f);
 	if ((st = kiln_registry_open(NULL, &f->reg)) || (st = kiln_config_new(&f->cfg)))
+		return st;
+	if (cpu_override && !strcmp(g_name, "cpu") &&
+	    (st = kiln_config_override(f->cfg, cpu_override)))
 		return st;
 	if (mode && !strcmp(g_name, "cpu")) {
 		if ((st = kiln_config_override(f->cfg, "plugin.cpu.async=1")) ||

@@ -36,6 +36,8 @@ struct fx {
 };
 
 kiln_status fx_try_open(struct fx *f, int mode);
+/* the same with one more config override (KEY=VALUE) on the cpu device */
+kiln_status fx_try_open_with(struct fx *f, int mode, const char *cpu_override);
 void fx_open(struct fx *f, int mode);
 void fx_close(struct fx *f);
 

@@ -672,5 +672,17 @@ TESTS += tests/check_cpu_convsplit
 tests_check_cpu_convsplit_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_convsplit_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# the CPU device's convolutions by FFT (plugins/cpu/fftconv.c): the three
+# passes right against a double loop and oneDNN, the same bytes on any team
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_fftconv
+TESTS += tests/check_cpu_fftconv
+tests_check_cpu_fftconv_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_fftconv_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
+# the CNN with conv_algo = fft: conv2 by FFT, the same bytes on any team,
+# the loss of conv_algo = direct within rounding
+TESTS += tests/cpu_fftconv.sh
+EXTRA_DIST += tests/cpu_fftconv.sh
 TESTS += tests/cpu_gemm_devices.sh
 EXTRA_DIST += tests/cpu_gemm_devices.sh

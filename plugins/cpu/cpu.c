@@ -12,6 +12,7 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
 #endif
 #include "cpu.h"
+#include "fftconv.h" /* HAVE_FFTW */
 
 #include <omp.h>      /* omp_set_num_threads */
 #include <stdarg.h>
@@ -295,6 +296,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
 	int conv_impl = 0;
 	int gemm_impl = HAVE_OPENBLAS ? CPU_GEMM_RULE : 0; /* [plugin.cpu] gemm_impl, unset */
+	int conv_algo = HAVE_FFTW ? CPU_GEMM_RULE : 0; /* [plugin.cpu] conv_algo, unset */
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -352,7 +354,21 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 			gemm_impl = !strcmp(gi, "auto")   ? CPU_CONV_AUTO
 				    : !strcmp(gi, "rule") ? CPU_GEMM_RULE
 							  : !strcmp(gi, "openblas");
+		const char *ca = host->config_get(cfg, "plugin.cpu", "conv_algo");
+		if (ca && strcmp(ca, "rule") && strcmp(ca, "auto") && strcmp(ca, "direct") &&
+		    strcmp(ca, "fft"))
+			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_algo = %s: expected rule, auto, direct or fft", ca);
+		if (ca && !strcmp(ca, "fft") && !HAVE_FFTW)
+			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_algo = fft: this build has no FFTW (configure --with-fftw; apt-get install libfftw3-dev)");
+		if (ca)
+			conv_algo = !strcmp(ca, "auto")   ? CPU_CONV_AUTO
+				    : !strcmp(ca, "rule") ? CPU_GEMM_RULE
+							  : !strcmp(ca, "fft");
+		if (!HAVE_FFTW) /* every setting but fft is direct */
+			conv_algo = 0;
 	}
+	if (conv_algo == CPU_CONV_AUTO && deterministic)
+		conv_algo = CPU_GEMM_RULE;
 	/* a timed choice may differ between runs: the rule's instead;
 	 * OpenBLAS's pthread build (the alternatives' choice) is left out */
 	if (gemm_impl == CPU_CONV_AUTO && deterministic)
@@ -398,6 +414,7 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->bf16_gemm = kern[1];
 	c->conv_impl = conv_impl;
 	c->gemm_impl = gemm_impl;
+	c->conv_algo = conv_algo;
 	c->threads = (int)threads;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
@@ -569,9 +586,9 @@ static kiln_status cpu_prepare(void *ctx, const struct kiln_op *op, void **plan,
 	 * between conversions (lowp.c); f16 is always the latter, except the
 	 * ops that are dtype-generic by contract */
 	if (family == cpu_conv_prepare && !cpu_op_lowp(op)) {
-		/* f32 convolutions: oneDNN's first kernel, or the fastest
-		 * ([plugin.cpu] conv_impl) */
-		st = cpu_tune_conv_impl(c, p);
+		/* f32 convolutions: by FFT ([plugin.cpu] conv_algo), else
+		 * oneDNN's first kernel, or the fastest ([plugin.cpu] conv_impl) */
+		st = cpu_tune_conv_algo(c, p);
 	} else if (family == cpu_gemm_prepare && !cpu_op_lowp(op)) {
 		/* f32 GEMMs: oneDNN, or OpenBLAS where it is faster
 		 * ([plugin.cpu] gemm_impl) */
@@ -765,9 +782,27 @@ static const struct kiln_key cpu_keys[] = {
 	  "`bf16_gemm = auto`'s does).  Without a usable OpenBLAS every setting but "
 	  "`openblas` is `onednn` (docs/PERFORMANCE.md, session 16).  `[run] "
 	  "deterministic = 1` turns `auto` into `rule`." },
+	{ "conv_algo", KILN_KEY_ENUM, "rule", 0, 0, "rule|auto|direct|fft",
+	  "How an f32 convolution (forward, data and weight gradients) is computed: "
+	  "`direct` by oneDNN's direct kernels; `fft` by FFT where it can (stride 1, "
+	  "dilation 1, one group, no residual epilogue; fused ReLU only): each plane "
+	  "transformed by FFTW, the channels summed by one real GEMM per frequency, "
+	  "transformed back (plugins/cpu/fftconv.c; an error where the plugin was built "
+	  "without FFTW), oneDNN elsewhere; `rule` the FFT for kernels of 5x5 or more "
+	  "on inputs of at most 32x32 padded, with 16 or more input and output channels, "
+	  "below AVX-512 (the CNN example's conv2: each pass 1.4-1.6x faster than oneDNN "
+	  "2.6's AVX2 kernels in NCHW, docs/PERFORMANCE.md, session 17), oneDNN elsewhere: "
+	  "a fixed rule, so "
+	  "the result does not depend on a timing; `auto` times both once per shape when "
+	  "the op is prepared and keeps the FFT where it takes at most 90% of oneDNN's "
+	  "time (logged).  Under `rule` and `fft` the FFT keeps x's spectrum from the "
+	  "forward for the weight gradient and dy's from that for the data gradient "
+	  "(under `auto` none).  It differs from the direct result by rounding (about 1e-6 "
+	  "of the output's scale).  Without FFTW every setting but `fft` is `direct`.  "
+	  "`[run] deterministic = 1` turns `auto` into `rule`." },
 	{ "tune_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The file that keeps the kernel choices `auto` timed (`bf16_conv`, `bf16_gemm`, "
-	  "`conv_impl`, `gemm_impl`) between runs, keyed by the op's shapes, dtypes, layouts and "
+	  "`conv_impl`, `gemm_impl`, `conv_algo`) between runs, keyed by the op's shapes, dtypes, layouts and "
 	  "attributes and the team's size, so a second run prepares only the chosen "
 	  "kernel (a bf16 CNN's set-up: 1.2 -> 0.2 CPU-s; docs/PERFORMANCE.md, session "
 	  "12).  A file written by another kiln version, plugin build, oneDNN version or "

@@ -33,6 +33,7 @@ struct cpu_choice;
 struct cpu_variants;
 struct cpu_split_pool;
 struct cpu_wsplit;
+struct cpu_fftconv;
 
 /* How a bf16 convolution or GEMM is computed ([plugin.cpu] bf16_conv,
  * bf16_gemm): oneDNN's bf16 kernel, its f32 kernel on the widened bf16
@@ -93,6 +94,8 @@ struct cpu_ctx {
 	int bf16_conv, bf16_gemm;
 	int conv_impl;      /* [plugin.cpu] conv_impl: CPU_CONV_AUTO or an index (tune.c) */
 	int gemm_impl;      /* [plugin.cpu] gemm_impl: 0 onednn, 1 openblas, CPU_CONV_AUTO, CPU_GEMM_RULE */
+	int conv_algo;      /* [plugin.cpu] conv_algo: 0 direct, 1 fft, CPU_CONV_AUTO, CPU_GEMM_RULE
+			     * (fftconv.c, tune.c) */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
 	/* [plugin.cpu] tune_cache: the file the choices are kept in between
@@ -170,6 +173,8 @@ struct cpu_plan {
 	struct cpu_variants *variants;
 	/* a weight gradient in blocks of the minibatch (convsplit.c) */
 	struct cpu_wsplit *wsplit;
+	/* an f32 convolution by FFT (fftconv.c) */
+	struct cpu_fftconv *fft;
 	size_t aux;           /* aux_bytes(): state a forward leaves for its backward */
 	/* bf16/f16 tensors of an op whose kernel is f32 (lowp.c): the f32 plan
 	 * run in between the conversions, and where each converted tensor
@@ -430,6 +435,13 @@ kiln_status cpu_tune_conv_impl(struct cpu_ctx *c, struct cpu_plan *p);
  * with OpenBLAS (1), or the faster of the two (CPU_CONV_AUTO: timed as
  * cpu_tune_conv_impl times), where cpu_gemm_openblas_ok. */
 kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p);
+/* Prepare p (an f32 CONV*) by FFT (fftconv.c) or directly (oneDNN,
+ * cpu_tune_conv_impl) as [plugin.cpu] conv_algo says: by setting, by
+ * cpu_fftconv_rule, or the faster of the two (CPU_CONV_AUTO, timed as
+ * cpu_tune_conv_impl times).  Under auto a kept-copy op (KILN_OPF_KEEP)
+ * whose bare twin goes to the FFT is refused (KILN_ENOTSUP): the layer
+ * then runs without kept copies; rule and fft keep the FFT's spectra. */
+kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
 /* One kept choice, as the persistent cache stores it: the candidate, and

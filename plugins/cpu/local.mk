@@ -11,9 +11,9 @@ plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/cpu.h plugins/cpu/st
 	plugins/cpu/attn.c plugins/cpu/dnnteam.c plugins/cpu/split.c plugins/cpu/threads.c plugins/cpu/threads.h plugins/cpu/pin.c plugins/cpu/pin.h plugins/cpu/philox.h plugins/cpu/vexp.h $(PLUGIN_COMMON_H)
 # -fno-math-errno: sqrtf in a loop (Adam, LAMB) vectorises only when it
 # need not set errno; no kernel reads errno, and results are unchanged
-plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS) $(OPENBLAS_CFLAGS) -fno-math-errno
+plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS) $(OPENBLAS_CFLAGS) $(FFTW_CFLAGS) -fno-math-errno
 plugins_kiln_cpu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENBLAS_LIBS) $(OPENMP_CFLAGS) -lm
+plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENBLAS_LIBS) $(FFTW_LIBS) $(OPENMP_CFLAGS) -lm
 endif
 
 # INT8 inference ops (issue 23)
@@ -21,4 +21,6 @@ if BUILD_CPU
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/qconv.c
 # convolution weight gradients in blocks of the minibatch (issue 22, session 10)
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/convsplit.c
+# f32 convolutions by FFT (issue 22, session 17; [plugin.cpu] conv_algo)
+plugins_kiln_cpu_la_SOURCES += plugins/cpu/fftconv.c plugins/cpu/fftconv.h
 endif

@@ -21,6 +21,7 @@
  * the dropout step, pooling's aux) are never copied.
  */
 #include "cpu.h"
+#include "fftconv.h" /* cpu_fftconv_free */
 
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,8 @@ void cpu_plan_release(struct cpu_plan *p)
 	p->wsplit = NULL;
 	cpu_qcache_free(p->qcache);
 	p->qcache = NULL;
+	cpu_fftconv_free(p->fft);
+	p->fft = NULL;
 	p->gemm = NULL;
 	p->dnn = NULL;
 	p->variants = NULL;

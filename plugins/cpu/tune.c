@@ -64,6 +64,7 @@
  */
 #include "cpu.h"
 #include "dnn.h"
+#include "fftconv.h" /* cpu_fftconv_ok, cpu_fftconv_rule, cpu_fftconv_prepare */
 
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free, posix_memalign */
@@ -670,6 +671,73 @@ kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p)
 	/* rule: OpenBLAS, oneDNN where it cannot (a team's op) */
 	return tune_impl(c, p, cpu_gemm_prepare, c->gemm_impl == CPU_GEMM_RULE ? 1 : c->gemm_impl,
 			 2, 0.9, "GEMM");
+}
+
+/* conv_algo = auto's choices are kept under the op with this in i[14]
+ * (no convolution uses it), apart from conv_impl's for the same op */
+#define CPU_ALGO_SALT 0x414c474f
+
+/* tune_impl's family for conv_algo = auto: candidate 0 direct (oneDNN,
+ * with conv_impl's choice), 1 the FFT */
+static kiln_status conv_algo_family(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const int fft = p->conv_impl;
+	p->op.i[14] = 0;
+	p->conv_impl = 0;
+	return fft ? cpu_fftconv_prepare(c, p) : cpu_tune_conv_impl(c, p);
+}
+
+/* auto's choice for op (KILN_OPF_KEEP off, the kept tensors left out):
+ * 1 the FFT, 0 direct; timed here when not known yet */
+static int conv_algo_auto(struct cpu_ctx *c, const struct kiln_op *op, kiln_status *st)
+{
+	struct cpu_plan *q = calloc(1, sizeof *q);
+	if (!q) {
+		*st = c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan", cpu_op_name(op->type));
+		return 0;
+	}
+	q->op = *op;
+	if (op->flags & KILN_OPF_KEEP) {
+		q->op.flags &= ~KILN_OPF_KEEP;
+		q->op.n_in -= op->type != KILN_OP_CONV;
+		q->op.n_out -= op->type != KILN_OP_CONV_BWD_DATA;
+	}
+	q->op.i[14] = CPU_ALGO_SALT;
+	*st = tune_impl(c, q, conv_algo_family, CPU_CONV_AUTO, 2, 0.9, "CONV algorithm (0 direct, 1 FFT)");
+	const int fft = !*st && q->fft != NULL;
+	cpu_plan_release(q);
+	free(q);
+	return fft;
+}
+
+kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	if (!c->conv_algo || !cpu_fftconv_ok(op))
+		return cpu_tune_conv_impl(c, p);
+	int fft = 1;
+	if (c->conv_algo == CPU_GEMM_RULE) {
+		fft = cpu_fftconv_rule(op);
+	} else if (c->conv_algo == CPU_CONV_AUTO) {
+		if (!(op->flags & KILN_OPF_KEEP)) {
+			p->op.i[14] = CPU_ALGO_SALT;
+			return tune_impl(c, p, conv_algo_family, CPU_CONV_AUTO, 2, 0.9,
+					 "CONV algorithm (0 direct, 1 FFT)");
+		}
+		kiln_status st;
+		fft = conv_algo_auto(c, op, &st);
+		if (st)
+			return st;
+	}
+	if (!fft)
+		return cpu_tune_conv_impl(c, p);
+	/* kept copies (the FFT's spectra) only where a fixed setting gives the
+	 * layer's three ops all to the FFT; auto times each op alone, so a
+	 * copy's writer and reader could differ: refused, and the layer's ops
+	 * are prepared without them */
+	if ((op->flags & KILN_OPF_KEEP) && c->conv_algo == CPU_CONV_AUTO)
+		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution keeps no copies under conv_algo = auto");
+	return cpu_fftconv_prepare(c, p);
 }
 
 void cpu_tune_free(struct cpu_ctx *c)

@@ -1,0 +1,172 @@
+/* bench/fftconv_ops.c - the CNN example's conv2 (x [B,32,14,14], w
+ * [64,32,5,5], pad 2) on the cpu device, each of its three passes
+ * (forward with bias and fused ReLU, data gradient, weight gradient with
+ * bias gradient) under [plugin.cpu] conv_algo = direct and fft,
+ * interleaved: the least process CPU time (user + sys, every thread's)
+ * of a run over ITERS runs, and its wall time, in ms.
+ *
+ * Usage: bench/fftconv_ops [--iters N] [--batch B] [--threads T] [--nhwc]
+ *        [--shape C,H,O,K,P] */
+#include <kiln/kiln.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TRY(call)                                                                          \
+	do {                                                                               \
+		if ((call) != 0) {                                                         \
+			fprintf(stderr, "fftconv_ops: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+				kiln_last_error());                                        \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+
+static double cpu_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double wall_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static struct kiln_tensor_desc d4(int64_t a, int64_t b, int64_t c, int64_t d, int layout)
+{
+	struct kiln_tensor_desc t;
+	memset(&t, 0, sizeof t);
+	t.dtype = KILN_F32, t.ndim = 4, t.layout = layout;
+	t.dims[0] = a, t.dims[1] = b, t.dims[2] = c, t.dims[3] = d;
+	return t;
+}
+
+struct bench {
+	struct kiln_device *dev;
+	void *plan, *stream, *ws, *in[3], *out[2];
+	size_t wsb;
+	double cpu, wall;
+};
+
+static void open_op(struct bench *b, struct kiln_registry *reg, const char *algo, int threads,
+		    const struct kiln_op *op)
+{
+	struct kiln_config *cfg;
+	char ov[64];
+	memset(b, 0, sizeof *b);
+	b->cpu = b->wall = 1e30;
+	TRY(kiln_config_new(&cfg));
+	snprintf(ov, sizeof ov, "run.threads=%d", threads);
+	TRY(kiln_config_override(cfg, ov));
+	snprintf(ov, sizeof ov, "plugin.cpu.conv_algo=%s", algo);
+	TRY(kiln_config_override(cfg, ov));
+	TRY(kiln_device_open(reg, cfg, "cpu", 0, &b->dev));
+	TRY(kiln_device_prepare(b->dev, op, &b->plan, &b->wsb));
+	TRY(kiln_device_stream_create(b->dev, &b->stream));
+	for (int k = 0; k < op->n_in; k++) {
+		const size_t n = kiln_tensor_bytes(&op->in[k]);
+		TRY(kiln_device_alloc(b->dev, n, &b->in[k]));
+		for (size_t i = 0; i < n / 4; i++)
+			((float *)b->in[k])[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+	}
+	for (int k = 0; k < op->n_out; k++) {
+		const size_t n = kiln_tensor_bytes(&op->out[k]);
+		TRY(kiln_device_alloc(b->dev, n, &b->out[k]));
+		memset(b->out[k], 0, n);
+	}
+	if (b->wsb)
+		TRY(kiln_device_alloc(b->dev, b->wsb, &b->ws));
+	kiln_config_free(cfg);
+}
+
+static void run_op(struct bench *b)
+{
+	struct kiln_op_args a = { .in = { b->in[0], b->in[1], b->in[2] },
+				  .out = { b->out[0], b->out[1] },
+				  .workspace = b->ws, .workspace_bytes = b->wsb };
+	const double c0 = cpu_s(), w0 = wall_s();
+	TRY(kiln_device_run(b->dev, b->plan, &a, b->stream));
+	TRY(kiln_device_stream_sync(b->dev, b->stream));
+	const double c = cpu_s() - c0, w = wall_s() - w0;
+	b->cpu = c < b->cpu ? c : b->cpu;
+	b->wall = w < b->wall ? w : b->wall;
+}
+
+int main(int argc, char **argv)
+{
+	int iters = 10, B = 128, threads = 1, nhwc = 0;
+	int C = 32, H = 14, O = 64, K = 5, P = 2;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+			iters = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+			B = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--nhwc"))
+			nhwc = 1;
+		else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
+			 sscanf(argv[++i], "%d,%d,%d,%d,%d", &C, &H, &O, &K, &P) == 5)
+			;
+		else {
+			fprintf(stderr, "usage: %s [--iters N] [--batch B] [--threads T] [--nhwc] [--shape C,H,O,K,P]\n", argv[0]);
+			return 2;
+		}
+	}
+	struct kiln_registry *reg;
+	TRY(kiln_registry_open(NULL, &reg));
+	const int lay = nhwc ? KILN_NHWC : KILN_NCHW, OH = H + 2 * P - K + 1;
+	struct kiln_tensor_desc x = d4(B, C, H, H, lay), y = d4(B, O, OH, OH, lay),
+				w = d4(O, C, K, K, KILN_NCHW), bias;
+	const int64_t bd[1] = { O };
+	kiln_tensor_desc_init(&bias, KILN_F32, 1, bd);
+	static const char *const names[3] = { "forward", "bwd_data", "bwd_weights" };
+	static const char *const algos[2] = { "direct", "fft" };
+	printf("conv x [%d,%d,%d,%d] w [%d,%d,%d,%d] pad %d %s, %d thread(s), least of %d runs\n", B, C,
+	       H, H, O, C, K, K, P, nhwc ? "NHWC" : "NCHW", threads, iters);
+	printf("%-12s %12s %12s %12s %12s %8s\n", "pass", "direct cpu", "fft cpu", "direct wall",
+	       "fft wall", "ratio");
+	for (int pass = 0; pass < 3; pass++) {
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.i[0] = op.i[1] = 1, op.i[2] = op.i[3] = P, op.i[4] = op.i[5] = op.i[6] = 1;
+		if (pass == 0) {
+			op.type = KILN_OP_CONV, op.n_in = 3, op.n_out = 1;
+			op.in[0] = x, op.in[1] = w, op.in[2] = bias, op.out[0] = y;
+			op.flags = KILN_OPF_ACT;
+			op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+		} else if (pass == 1) {
+			op.type = KILN_OP_CONV_BWD_DATA, op.n_in = 2, op.n_out = 1;
+			op.in[0] = y, op.in[1] = w, op.out[0] = x;
+		} else {
+			op.type = KILN_OP_CONV_BWD_WEIGHTS, op.n_in = 2, op.n_out = 2;
+			op.in[0] = x, op.in[1] = y, op.out[0] = w, op.out[1] = bias;
+		}
+		struct bench b[2];
+		for (int a = 0; a < 2; a++)
+			open_op(&b[a], reg, algos[a], threads, &op);
+		for (int a = 0; a < 2; a++)
+			run_op(&b[a]); /* warm-up */
+		for (int it = 0; it < iters; it++)
+			for (int a = 0; a < 2; a++)
+				run_op(&b[a]);
+		printf("%-12s %12.3f %12.3f %12.3f %12.3f %8.2f\n", names[pass], 1e3 * b[0].cpu,
+		       1e3 * b[1].cpu, 1e3 * b[0].wall, 1e3 * b[1].wall, b[0].cpu / b[1].cpu);
+		for (int a = 0; a < 2; a++) {
+			for (int k = 0; k < 3; k++)
+				kiln_device_free(b[a].dev, b[a].in[k]);
+			for (int k = 0; k < 2; k++)
+				kiln_device_free(b[a].dev, b[a].out[k]);
+			kiln_device_free(b[a].dev, b[a].ws);
+			kiln_device_plan_free(b[a].dev, b[a].plan);
+			kiln_device_stream_destroy(b[a].dev, b[a].stream);
+			kiln_device_close(b[a].dev);
+		}
+	}
+	kiln_registry_close(reg);
+	return 0;
+}

@@ -1,0 +1,621 @@
+/* plugins/cpu/fftconv.c - f32 convolutions by FFT ([plugin.cpu] conv_algo).
+ *
+ * Stride 1, dilation 1, one group, symmetric padding (ph, pw).  Every
+ * 2-d plane (an activation's channel of one sample, a filter's [KH, KW])
+ * is transformed at n1 x n2 (cpu_fftconv_size) by FFTW's real-to-complex
+ * transform, which keeps nf = n1 (n2/2 + 1) frequencies.  At each
+ * frequency the convolution is a product of complex matrices:
+ *
+ *   CONV              Y[b][o]  = sum_c  X[b][c] conj(W[o][c])      (correlation)
+ *   CONV_BWD_DATA     DX[b][c] = sum_o DY[b][o] W[o][c]            (convolution)
+ *   CONV_BWD_WEIGHTS  DW[o][c] = sum_b  conj(DY[b][o]) X[b][c]
+ *
+ * and the inverse (complex-to-real) transform of each result plane,
+ * scaled by 1 / (n1 n2), gives the output plane, circularly shifted by
+ * the padding: y[i][j] = z[(i - ph) mod n1][(j - pw) mod n2], dx[h][w] =
+ * z[h + ph][w + pw], dw[a][b] = z[(a - ph) mod n1][(b - pw) mod n2].  No
+ * plane is padded in memory: with n1 >= H + ph (and >= OH, KH) the
+ * indices a valid output reads wrap only onto zeros (the rows H..n1-1 of
+ * the plane), so the padding of both sides shares those rows, and conv2
+ * of the CNN (14 x 14, pad 2, 5 x 5) transforms at 16 x 16 instead of
+ * 20 x 20 (144 frequencies, not 220).
+ *
+ * A complex product A B (A [M, K], B [K, N]) is one real GEMM with the
+ * real and imaginary parts stacked, [Ar Ai] [M, 2K] times
+ * [[Br, s Bi], [-s Bi, Br]] [2K, 2N] = [Re Im] [M, 2N], s = 1 for B and
+ * s = -1 for conj(B): the transforms write their frequencies straight
+ * into those matrices (plain [Re Im] rows for A, the block form for B;
+ * the weight gradient's A is conj(DY) transposed, O rows of 2 N, with
+ * X the block side: DW = conj(DY)^T X), one matrix of
+ * each per frequency in the workspace.  Each GEMM runs on one thread
+ * (OpenBLAS's cblas_sgemm where the build has it, else oneDNN's
+ * dnnl_sgemm), the frequencies split over the team, as the planes of the
+ * transforms are: every output element is computed by the same code in
+ * the same order on any team, so the bytes never depend on its size.
+ *
+ * The bias is added and a fused ReLU applied while the inverse planes
+ * are written; the bias gradient is the zero frequency of dy's planes
+ * (their sums, as FFTW adds them), summed over the batch in order.
+ * CONV_BWD_WEIGHTS with KILN_OPF_ACCUMULATE adds into dw and db.
+ *
+ * Kept spectra (KILN_OPF_KEEP; fc_kept): the forward's x operand is
+ * written into its last output, the weight gradient builds its block
+ * operand from it (fc_block_from_plain) and writes dy's spectrum in the
+ * data gradient's plain layout into its own last output, which the data
+ * gradient multiplies instead of transforming dy: the same bits as
+ * without, 12,288 of conv2's 43,008 plane transforms a step fewer.
+ *
+ * FFTW plans are made once at prepare with FFTW_ESTIMATE (no timing, so
+ * the transforms, and the results, are the same on every run) under a
+ * process-wide lock (plan creation is not thread-safe; two devices may
+ * prepare at once), and executed with the new-array functions on
+ * per-thread buffers in the workspace, 64-byte aligned like the arrays
+ * they were planned with.
+ */
+#include "fftconv.h"
+#include "dnn.h" /* cpu_dnn_bf16_native */
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if HAVE_FFTW
+#include <fftw3.h>
+#endif
+#if HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#define FC_ALIGN 64 /* bytes */
+#define FC_MAX 128  /* largest transform side */
+
+/* the transform sizes, each a product of 2, 3 and 5 FFTW runs fast
+ * (18 x 18 took 2.4x 20 x 20's time here: left out) */
+static const int fc_sizes[] = { 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128 };
+
+int cpu_fftconv_size(int64_t n, int64_t pad, int64_t k, int64_t out)
+{
+	int64_t need = n + pad;
+	if (out > need)
+		need = out;
+	if (k > need)
+		need = k;
+	for (size_t i = 0; i < sizeof fc_sizes / sizeof fc_sizes[0]; i++)
+		if (fc_sizes[i] >= need)
+			return fc_sizes[i];
+	return 0;
+}
+
+int cpu_fftconv_ok(const struct kiln_op *op)
+{
+	if (!HAVE_FFTW)
+		return 0;
+	const int t = op->type;
+	if (t != KILN_OP_CONV && t != KILN_OP_CONV_BWD_DATA && t != KILN_OP_CONV_BWD_WEIGHTS)
+		return 0;
+	const int keep = (op->flags & KILN_OPF_KEEP) != 0;
+	/* the op without its kept copies (u8, last in and/or out) */
+	struct kiln_op bare = *op;
+	if (keep) {
+		bare.n_in -= t != KILN_OP_CONV;
+		bare.n_out -= t != KILN_OP_CONV_BWD_DATA;
+	}
+	if (!cpu_all_f32(&bare) || (op->flags & KILN_OPF_RESIDUAL))
+		return 0;
+	if (op->i[0] != 1 || op->i[1] != 1 || op->i[4] != 1 || op->i[5] != 1 || op->i[6] > 1 ||
+	    op->i[2] < 0 || op->i[3] < 0)
+		return 0;
+	if ((op->flags & KILN_OPF_ACT) && (t != KILN_OP_CONV || op->i[KILN_OPI_ACT] != KILN_ACT_RELU))
+		return 0;
+	if ((op->flags & KILN_OPF_ACCUMULATE) && t != KILN_OP_CONV_BWD_WEIGHTS)
+		return 0;
+	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &op->out[0] : &op->in[0];
+	const struct kiln_tensor_desc *w = t == KILN_OP_CONV_BWD_WEIGHTS ? &op->out[0] : &op->in[1];
+	const struct kiln_tensor_desc *y = t == KILN_OP_CONV ? &op->out[0]
+				       : t == KILN_OP_CONV_BWD_DATA ? &op->in[0] : &op->in[1];
+	if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4 || x->layout != y->layout ||
+	    w->dims[1] != x->dims[1] || w->dims[0] != y->dims[1] || x->dims[0] != y->dims[0])
+		return 0;
+	if (t == KILN_OP_CONV && bare.n_in != 2 && bare.n_in != 3)
+		return 0;
+	if (t == KILN_OP_CONV_BWD_WEIGHTS && bare.n_out != 1 && bare.n_out != 2)
+		return 0;
+	const int64_t H = x->dims[2], W = x->dims[3], KH = w->dims[2], KW = w->dims[3];
+	const int64_t OH = H + 2 * op->i[2] - KH + 1, OW = W + 2 * op->i[3] - KW + 1;
+	if (OH < 1 || OW < 1 || OH != y->dims[2] || OW != y->dims[3])
+		return 0;
+	return cpu_fftconv_size(H, op->i[2], KH, OH) && cpu_fftconv_size(W, op->i[3], KW, OW);
+}
+
+int cpu_fftconv_rule(const struct kiln_op *op)
+{
+	if (!cpu_fftconv_ok(op))
+		return 0;
+	const int t = op->type;
+	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &op->out[0] : &op->in[0];
+	const struct kiln_tensor_desc *w = t == KILN_OP_CONV_BWD_WEIGHTS ? &op->out[0] : &op->in[1];
+	return w->dims[2] >= 5 && w->dims[3] >= 5 && x->dims[2] + 2 * op->i[2] <= 32 &&
+	       x->dims[3] + 2 * op->i[3] <= 32 && x->dims[1] >= 16 && w->dims[0] >= 16 &&
+	       !cpu_dnn_bf16_native();
+}
+
+#if HAVE_FFTW
+
+/* One operand's planes: plane (i, j) of n0 x n1 planes, h x w elements
+ * at element strides s0, s1 (between planes), sh, sw (rows, columns). */
+struct fc_planes {
+	int64_t n0, n1, h, w, s0, s1, sh, sw;
+};
+
+/* Where plane (i, j)'s frequencies go in a per-frequency matrix: row i,
+ * column j (swap: row j, column i), of a plain [Re Im] matrix (block = 0,
+ * rows x 2 cols; block = 2: [Re -Im], the conjugate) or of the block form
+ * [[Re, s Im], [-s Im, Re]] (block = s = 1 or -1, 2 rows x 2 cols).
+ * ld = 2 cols. */
+struct fc_side {
+	struct fc_planes pl;
+	int swap, block;
+	int64_t rows, cols;
+};
+
+struct cpu_fftconv {
+	int type, bias, relu, acc;
+	int n1, n2, nh, nf;       /* transform n1 x n2; nh = n2/2 + 1 columns; nf = n1 nh */
+	int64_t sh1, sh2;         /* output shift: z index = (out index + sh) mod n */
+	struct fc_side a, b, o;   /* GEMM operands A, B; o: the output's planes */
+	int64_t M, N, K;          /* o = a b per frequency: [M, K] [K, N] */
+	int a_in, b_in;           /* the inputs a and b are transforms of */
+	int keep;                 /* KILN_OPF_KEEP: spectra kept between the passes */
+	size_t fx, fk;            /* floats per frequency of the kept x (read by the
+				   * weight gradient) and dy (written by it) */
+	int64_t O;                /* output channels (the bias's length) */
+	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
+	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
+	int threads;              /* per-thread buffers */
+	int openblas;             /* GEMMs by cblas_sgemm, else dnnl_sgemm */
+	fftwf_plan r2c, c2r;
+};
+
+static pthread_mutex_t fc_plan_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t fc_up(size_t bytes) { return (bytes + FC_ALIGN - 1) & ~(size_t)(FC_ALIGN - 1); }
+
+/* floats, rounded up to whole 64-byte lines */
+static size_t fc_floats(int64_t n) { return fc_up((size_t)n * sizeof(float)) / sizeof(float); }
+
+/* The stride between two frequencies' matrices: whole lines, an odd
+ * number of them.  A plane's transform writes (or reads) one element of
+ * every frequency's matrix; at a power-of-two stride (conv2's are 32 and
+ * 64 KiB) those all fall in one cache set of L1 and L2 and evict each
+ * other before the next plane's neighbouring element reuses the line:
+ * the transforms then took 3-5x their time. */
+static size_t fc_stride(int64_t n)
+{
+	const size_t f = fc_floats(n), line = FC_ALIGN / sizeof(float);
+	return (f / line) % 2 ? f : f + line;
+}
+
+void cpu_fftconv_free(struct cpu_fftconv *f)
+{
+	if (!f)
+		return;
+	pthread_mutex_lock(&fc_plan_lock);
+	if (f->r2c)
+		fftwf_destroy_plan(f->r2c);
+	if (f->c2r)
+		fftwf_destroy_plan(f->c2r);
+	pthread_mutex_unlock(&fc_plan_lock);
+	free(f);
+}
+
+/* An activation [N, C, H, W] as planes (b, c). */
+static struct fc_planes fc_act(const struct kiln_tensor_desc *d)
+{
+	const int64_t N = d->dims[0], C = d->dims[1], H = d->dims[2], W = d->dims[3];
+	struct fc_planes p = { N, C, H, W, 0, 0, 0, 0 };
+	if (cpu_nhwc(d))
+		p.s0 = H * W * C, p.s1 = 1, p.sh = W * C, p.sw = C;
+	else
+		p.s0 = C * H * W, p.s1 = H * W, p.sh = W, p.sw = 1;
+	return p;
+}
+
+/* Weights [O, C, KH, KW] as planes (o, c). */
+static struct fc_planes fc_wei(const struct kiln_tensor_desc *d)
+{
+	const int64_t O = d->dims[0], C = d->dims[1], KH = d->dims[2], KW = d->dims[3];
+	struct fc_planes p = { O, C, KH, KW, C * KH * KW, KH * KW, KW, 1 };
+	return p;
+}
+
+static struct fc_side fc_side(struct fc_planes pl, int swap, int block)
+{
+	struct fc_side s = { pl, swap, block, swap ? pl.n1 : pl.n0, swap ? pl.n0 : pl.n1 };
+	return s;
+}
+
+/* The three operands of each op (see the top of the file). */
+static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
+{
+	switch (op->type) {
+	case KILN_OP_CONV: /* Y [B, O] = X [B, C] conj(W^T) [C, O] */
+		f->a = fc_side(fc_act(&op->in[0]), 0, 0);
+		f->b = fc_side(fc_wei(&op->in[1]), 1, -1);
+		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
+		f->O = op->out[0].dims[1];
+		break;
+	case KILN_OP_CONV_BWD_DATA: /* DX [B, C] = DY [B, O] W [O, C] */
+		f->a = fc_side(fc_act(&op->in[0]), 0, 0);
+		f->b = fc_side(fc_wei(&op->in[1]), 0, 1);
+		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
+		f->O = op->in[0].dims[1];
+		break;
+	default: /* CONV_BWD_WEIGHTS: DW [O, C] = conj(DY)^T [O, B] X [B, C]
+		  * (dy, the larger, on the plain side: 2 stores a frequency, not 4) */
+		f->a = fc_side(fc_act(&op->in[1]), 1, 2);
+		f->b = fc_side(fc_act(&op->in[0]), 0, 1);
+		f->o = fc_side(fc_wei(&op->out[0]), 0, 0);
+		f->a_in = 1, f->b_in = 0;
+		f->O = op->in[1].dims[1];
+		break;
+	}
+	f->M = f->a.rows, f->K = 2 * f->a.cols, f->N = 2 * f->b.cols;
+	if (op->type != KILN_OP_CONV_BWD_WEIGHTS)
+		f->a_in = 0, f->b_in = 1;
+}
+
+/* Transform plane (i, j) of src and write its frequencies into side s's
+ * matrices at m (fs floats per frequency).  re: n1 x n2 reals, sp: nf
+ * complex, the calling thread's buffers. */
+static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
+			     int64_t i, int64_t j, float *m, size_t fs, float *re, fftwf_complex *sp,
+			     float *k2, size_t fs2)
+{
+	const struct fc_planes *p = &s->pl;
+	const float *x = src + i * p->s0 + j * p->s1;
+	memset(re, 0, (size_t)f->n1 * (size_t)f->n2 * sizeof *re);
+	for (int64_t r = 0; r < p->h; r++) {
+		float *row = re + r * f->n2;
+		const float *xr = x + r * p->sh;
+		if (p->sw == 1)
+			memcpy(row, xr, (size_t)p->w * sizeof *row);
+		else
+			for (int64_t q = 0; q < p->w; q++)
+				row[q] = xr[q * p->sw];
+	}
+	fftwf_execute_dft_r2c(f->r2c, re, sp);
+	if (k2) { /* the kept copy too: plain, row i, column j */
+		float *d = k2 + i * 2 * p->n1 + j;
+		for (int k = 0; k < f->nf; k++, d += fs2) {
+			d[0] = sp[k][0];
+			d[p->n1] = sp[k][1];
+		}
+	}
+	const int64_t row = s->swap ? j : i, col = s->swap ? i : j, Q = s->cols, ld = 2 * Q;
+	if (s->block == 0 || s->block == 2) {
+		const float si = s->block ? -1.0f : 1.0f;
+		float *d = m + row * ld + col;
+		for (int k = 0; k < f->nf; k++, d += fs) {
+			d[0] = sp[k][0];
+			d[Q] = si * sp[k][1];
+		}
+		return;
+	}
+	const float sg = (float)s->block;
+	float *d = m + row * ld + col, *e = d + s->rows * ld; /* rows r and R + r */
+	for (int k = 0; k < f->nf; k++, d += fs, e += fs) {
+		d[0] = sp[k][0];
+		d[Q] = sg * sp[k][1];
+		e[0] = -sg * sp[k][1];
+		e[Q] = sp[k][0];
+	}
+}
+
+/* y[q * sw] (=|+=) act(z[q] scale + b0), q < n <= FC_MAX: ReLU keeps a
+ * NaN (as oneDNN's), so a step's non-finite check still sees it.  The
+ * row is computed contiguously (vectorised, no branch), then stored. */
+CPU_CLONES static void fc_put(float *restrict y, int64_t sw, const float *restrict z, int64_t n,
+			      float scale, float b0, int relu, int acc)
+{
+	float v[FC_MAX];
+#pragma omp simd
+	for (int64_t q = 0; q < n; q++)
+		v[q] = z[q] * scale + b0;
+	if (relu) {
+#pragma omp simd
+		for (int64_t q = 0; q < n; q++)
+			v[q] = v[q] < 0.0f ? 0.0f : v[q];
+	}
+	if (acc) {
+		for (int64_t q = 0; q < n; q++)
+			y[q * sw] += v[q];
+	} else if (sw == 1) {
+		memcpy(y, v, (size_t)n * sizeof *y);
+	} else {
+		for (int64_t q = 0; q < n; q++)
+			y[q * sw] = v[q];
+	}
+}
+
+/* The inverse transform of output plane (i, j) from the product matrices
+ * m, written (shifted, cropped, scaled; + bias, ReLU, or added) into dst. */
+static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_t i, int64_t j,
+			     float *dst, const float *bias, float *re, fftwf_complex *sp)
+{
+	const struct fc_side *s = &f->o;
+	const struct fc_planes *p = &s->pl;
+	const int64_t row = s->swap ? j : i, col = s->swap ? i : j, Q = s->cols, ld = 2 * Q;
+	const float *d = m + row * ld + col;
+	for (int k = 0; k < f->nf; k++, d += f->fo) {
+		sp[k][0] = d[0];
+		sp[k][1] = d[Q];
+	}
+	fftwf_execute_dft_c2r(f->c2r, sp, re);
+	const float scale = 1.0f / (float)(f->n1 * f->n2);
+	/* the output channel of plane (i, j): o of (b, o) or of (o, c) */
+	const float b0 = bias ? bias[f->type == KILN_OP_CONV ? j : i] : 0.0f;
+	float *y = dst + i * p->s0 + j * p->s1;
+	/* output column q reads z column (q + sh2) mod n2: two runs */
+	const int64_t q0 = (f->sh2 + f->n2) % f->n2, w1 = f->n2 - q0 < p->w ? f->n2 - q0 : p->w;
+	for (int64_t r = 0, zi = (f->sh1 + f->n1) % f->n1; r < p->h;
+	     r++, zi = zi + 1 == f->n1 ? 0 : zi + 1) {
+		const float *zr = re + zi * f->n2;
+		float *yr = y + r * p->sh;
+		fc_put(yr, p->sw, zr + q0, w1, scale, b0, f->relu, f->acc);
+		if (w1 < p->w)
+			fc_put(yr + w1 * p->sw, p->sw, zr, p->w - w1, scale, b0, f->relu, f->acc);
+	}
+}
+
+/* The k-th plane (i, j) a side's loop takes: the matrix column inner, so
+ * that consecutive planes write (or read) neighbouring floats of each
+ * frequency's matrix and share its cache lines (row i: j inner; swap,
+ * row j: i inner). */
+static int64_t fc_i(const struct fc_side *s, int64_t k)
+{
+	return s->swap ? k % s->pl.n0 : k / s->pl.n1;
+}
+
+static int64_t fc_j(const struct fc_side *s, int64_t k)
+{
+	return s->swap ? k / s->pl.n0 : k % s->pl.n1;
+}
+
+/* o = a b at frequency k, on the calling thread */
+static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b, float *o)
+{
+	const int64_t M = f->M, N = f->N, K = f->K;
+#if HAVE_OPENBLAS
+	if (f->openblas) {
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
+			    (int)K, b, (int)N, 0.0f, o, (int)N);
+		return;
+	}
+#endif
+	dnnl_sgemm('N', 'N', M, N, K, 1.0f, a, K, b, N, 0.0f, o, N);
+}
+
+/* The weight gradient's B at one frequency, the block form
+ * [[Xr, Xi], [-Xi, Xr]] (2 B rows of 2 C), from the forward's kept plain
+ * [Xr Xi] (B rows of 2 C). */
+static void fc_block_from_plain(const struct cpu_fftconv *f, const float *x, float *b)
+{
+	const int64_t B = f->b.rows, C = f->b.cols, ld = 2 * C;
+	for (int64_t r = 0; r < B; r++) {
+		const float *xr = x + r * ld;
+		float *top = b + r * ld, *bot = b + (B + r) * ld;
+		memcpy(top, xr, (size_t)ld * sizeof *top);
+		for (int64_t c = 0; c < C; c++) {
+			bot[c] = -xr[C + c];
+			bot[C + c] = xr[c];
+		}
+	}
+}
+
+/* db (=|+=) the zero frequency of dy's planes (their sums: row o of A's
+ * first matrix), b in order */
+static void fc_bias_grad(const struct cpu_fftconv *f, const float *ma, float *db)
+{
+	const int64_t O = f->a.rows, B = f->a.cols, ld = 2 * B;
+	for (int64_t o = 0; o < O; o++) {
+		float s = 0.0f;
+		for (int64_t b = 0; b < B; b++)
+			s += ma[o * ld + b];
+		db[o] = f->acc ? db[o] + s : s;
+	}
+}
+
+static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *args,
+			  struct cpu_err *e)
+{
+	const struct cpu_fftconv *f = p->fft;
+	char *ws = (char *)(((uintptr_t)args->workspace + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
+	float *ma = (float *)ws, *mb = (float *)(ws + f->off_b), *mo = (float *)(ws + f->off_o);
+	const float *src_a = args->in[f->a_in];
+	const float *src_b = args->in[f->b_in];
+	float *dst = args->out[0];
+	const float *bias = f->type == KILN_OP_CONV && f->bias ? args->in[2] : NULL;
+	/* kept spectra: the forward writes x's A straight into its last
+	 * output; the weight gradient builds its B from it and writes dy's
+	 * plain copy into its last output; the data gradient's A is that */
+	float *kout = f->keep && f->type != KILN_OP_CONV_BWD_DATA ? args->out[p->op.n_out - 1] : NULL;
+	const float *kin = f->keep && f->type != KILN_OP_CONV ? args->in[2] : NULL;
+	if (f->type == KILN_OP_CONV && kout)
+		ma = kout;
+	if (f->type == KILN_OP_CONV_BWD_DATA && kin)
+		ma = (float *)kin;
+	float *k2 = f->type == KILN_OP_CONV_BWD_WEIGHTS ? kout : NULL;
+	int bad = 0;
+#pragma omp parallel
+	{
+		const int t = omp_get_thread_num();
+		if (t >= f->threads) {
+			bad = 1; /* (never: the team is at most the opening one) */
+		} else {
+			char *tb = ws + f->off_t + (size_t)t * f->per_thread;
+			float *re = (float *)tb;
+			fftwf_complex *sp = (fftwf_complex *)(tb + fc_up((size_t)f->n1 * f->n2 * sizeof(float)));
+			const int64_t na = f->a.pl.n0 * f->a.pl.n1, nb = f->b.pl.n0 * f->b.pl.n1;
+			if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
+#pragma omp for schedule(static)
+				for (int64_t k = 0; k < na; k++)
+					fc_forward_plane(f, &f->a, src_a, fc_i(&f->a, k), fc_j(&f->a, k), ma,
+							 f->fa, re, sp, k2, f->fk);
+			}
+			if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kin) {
+#pragma omp for schedule(static)
+				for (int k = 0; k < f->nf; k++)
+					fc_block_from_plain(f, kin + (size_t)k * f->fx, mb + (size_t)k * f->fb);
+			} else {
+#pragma omp for schedule(static)
+				for (int64_t k = 0; k < nb; k++)
+					fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb,
+							 f->fb, re, sp, NULL, 0);
+			}
+			/* one thread per GEMM: OpenBLAS and oneDNN read this */
+			omp_set_num_threads(1);
+#pragma omp for schedule(static)
+			for (int k = 0; k < f->nf; k++)
+				fc_gemm(f, ma + (size_t)k * f->fa, mb + (size_t)k * f->fb, mo + (size_t)k * f->fo);
+			const int64_t no = f->o.pl.n0 * f->o.pl.n1;
+#pragma omp for schedule(static)
+			for (int64_t k = 0; k < no; k++)
+				fc_inverse_plane(f, mo, fc_i(&f->o, k), fc_j(&f->o, k), dst, bias, re, sp);
+		}
+	}
+	if (bad)
+		return cpu_fail(e, KILN_EDEVICE, "cpu: %s:%d: FFT convolution: a team larger than %d threads",
+				__FILE__, __LINE__, f->threads);
+	if (f->type == KILN_OP_CONV_BWD_WEIGHTS && f->bias)
+		fc_bias_grad(f, ma, args->out[1]);
+	return KILN_OK;
+}
+
+/* The FFTW plans for n1 x n2 (FFTW_ESTIMATE: no timing), under the lock. */
+static kiln_status fc_plans(struct cpu_ctx *c, struct cpu_fftconv *f, const char *what)
+{
+	float *re = fftwf_malloc((size_t)f->n1 * f->n2 * sizeof *re);
+	fftwf_complex *sp = fftwf_malloc((size_t)f->nf * sizeof *sp);
+	if (re && sp) {
+		pthread_mutex_lock(&fc_plan_lock);
+		f->r2c = fftwf_plan_dft_r2c_2d(f->n1, f->n2, re, sp, FFTW_ESTIMATE);
+		f->c2r = fftwf_plan_dft_c2r_2d(f->n1, f->n2, sp, re, FFTW_ESTIMATE);
+		pthread_mutex_unlock(&fc_plan_lock);
+	}
+	fftwf_free(re);
+	fftwf_free(sp);
+	if (!f->r2c || !f->c2r)
+		return c->host->error(KILN_EDEVICE, "cpu: %s:%d: %s: FFTW made no %dx%d plan",
+				      __FILE__, __LINE__, what, f->n1, f->n2);
+	return KILN_OK;
+}
+
+/* Sizes and the workspace: [A | B | products | per-thread buffers]. */
+static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
+{
+	f->fa = fc_stride(f->a.rows * 2 * f->a.cols);
+	f->fb = fc_stride(2 * f->b.rows * 2 * f->b.cols);
+	f->fo = fc_stride(f->o.rows * 2 * f->o.cols);
+	f->off_b = (size_t)f->nf * f->fa * sizeof(float);
+	f->off_o = f->off_b + (size_t)f->nf * f->fb * sizeof(float);
+	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
+	f->per_thread = fc_up((size_t)f->n1 * f->n2 * sizeof(float)) +
+			fc_up((size_t)f->nf * 2 * sizeof(float));
+	f->threads = c->threads > 0 ? c->threads : 1;
+}
+
+/* Kept spectra (KILN_OPF_KEEP; tune.c asks only where the layer's three
+ * ops all run here): the bytes each writes (p->aux) and the size each
+ * reads, checked (KILN_EINVAL, as conv.c's). */
+static kiln_status fc_kept(struct cpu_ctx *c, struct cpu_plan *p, struct cpu_fftconv *f,
+			   const struct kiln_tensor_desc *x)
+{
+	const struct kiln_op *op = &p->op;
+	const int64_t B = x->dims[0], C = x->dims[1];
+	const int64_t O = op->type == KILN_OP_CONV_BWD_WEIGHTS ? op->out[0].dims[0] : op->in[1].dims[0];
+	f->fx = fc_stride(B * 2 * C);
+	f->fk = fc_stride(B * 2 * O);
+	if (!f->keep)
+		return KILN_OK;
+	size_t want = 0; /* bytes of in2 */
+	if (op->type == KILN_OP_CONV) {
+		p->aux = (size_t)f->nf * f->fa * sizeof(float); /* x's A, plain B x 2C */
+	} else if (op->type == KILN_OP_CONV_BWD_WEIGHTS) {
+		want = (size_t)f->nf * f->fx * sizeof(float);
+		p->aux = (size_t)f->nf * f->fk * sizeof(float);
+	} else {
+		want = (size_t)f->nf * f->fa * sizeof(float); /* dy's A, plain B x 2O = fk */
+	}
+	if (want && (size_t)cpu_numel(&op->in[2]) != want) {
+		char why[96];
+		snprintf(why, sizeof why, "the kept copy in2 has %lld bytes, the FFT's %zu",
+			 (long long)cpu_numel(&op->in[2]), want);
+		return cpu_bad(c, op, KILN_EINVAL, why);
+	}
+	return KILN_OK;
+}
+
+kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	if (!cpu_fftconv_ok(op))
+		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution: f32, stride 1, dilation 1, one group");
+	struct cpu_fftconv *f = calloc(1, sizeof *f);
+	if (!f)
+		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an FFT convolution plan");
+	const int t = op->type;
+	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &op->out[0] : &op->in[0];
+	const struct kiln_tensor_desc *w = t == KILN_OP_CONV_BWD_WEIGHTS ? &op->out[0] : &op->in[1];
+	const int64_t ph = op->i[2], pw = op->i[3], H = x->dims[2], W = x->dims[3];
+	const int64_t KH = w->dims[2], KW = w->dims[3], OH = H + 2 * ph - KH + 1, OW = W + 2 * pw - KW + 1;
+	f->type = t;
+	f->relu = (op->flags & KILN_OPF_ACT) != 0;
+	f->acc = (op->flags & KILN_OPF_ACCUMULATE) != 0;
+	f->keep = (op->flags & KILN_OPF_KEEP) != 0;
+	f->bias = t == KILN_OP_CONV		 ? op->n_in == 3
+		  : t == KILN_OP_CONV_BWD_WEIGHTS ? op->n_out - f->keep == 2
+						  : 0;
+	f->n1 = cpu_fftconv_size(H, ph, KH, OH);
+	f->n2 = cpu_fftconv_size(W, pw, KW, OW);
+	f->nh = f->n2 / 2 + 1;
+	f->nf = f->n1 * f->nh;
+	f->sh1 = t == KILN_OP_CONV_BWD_DATA ? ph : -ph;
+	f->sh2 = t == KILN_OP_CONV_BWD_DATA ? pw : -pw;
+	f->openblas = HAVE_OPENBLAS && !cpu_openblas_check();
+	fc_roles(f, op);
+	fc_layout(c, f);
+	char what[160];
+	snprintf(what, sizeof what, "%s x [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] pad %lldx%lld %s",
+		 cpu_op_name(t), (long long)x->dims[0], (long long)x->dims[1], (long long)H,
+		 (long long)W, (long long)w->dims[0], (long long)w->dims[1], (long long)KH,
+		 (long long)KW, (long long)ph, (long long)pw, cpu_nhwc(x) ? "NHWC" : "NCHW");
+	kiln_status st = fc_kept(c, p, f, x);
+	if (!st)
+		st = fc_plans(c, f, what);
+	if (st) {
+		cpu_fftconv_free(f);
+		return st;
+	}
+	p->fft = f;
+	p->kernel = fc_run;
+	p->n_in = op->n_in;
+	p->n_out = op->n_out;
+	p->workspace = f->off_t + (size_t)f->threads * f->per_thread + FC_ALIGN;
+	c->host->log(KILN_LOG_DEBUG, "cpu",
+		     "%s: FFT %dx%d, %d frequencies of GEMM %lldx%lldx%lld (%s), workspace %zu bytes, kept %zu",
+		     what, f->n1, f->n2, f->nf, (long long)f->M, (long long)f->N, (long long)f->K,
+		     f->openblas ? "OpenBLAS" : "oneDNN", p->workspace, p->aux);
+	return KILN_OK;
+}
+
+#else /* !HAVE_FFTW */
+
+void cpu_fftconv_free(struct cpu_fftconv *f) { (void)f; }
+
+kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	return cpu_bad(c, &p->op, KILN_ENOTSUP,
+		       "this build has no FFT convolution (configure --with-fftw; apt-get install libfftw3-dev)");
+}
+
+#endif

@@ -1,0 +1,379 @@
+/* tests/check_cpu_fftconv.c - the CPU device's convolutions by FFT
+ * (plugins/cpu/fftconv.c, [plugin.cpu] conv_algo): CONV (bias, fused
+ * ReLU), CONV_BWD_DATA and CONV_BWD_WEIGHTS (bias gradient, accumulation)
+ * against a double-precision loop and against oneDNN's direct kernels
+ * (conv_algo = direct), on odd shapes (kernels 3, 5, 7 and 3x5; padding
+ * 0..3, more than the kernel's reach too; several batches), NCHW and
+ * NHWC; the same bytes on 1 and 2 threads; the rule's choices; the key's
+ * errors.
+ *
+ * Tolerance: the error is measured as max |got - ref| / rms(ref) over the
+ * tensor.  A float FFT's error grows like eps log2(n1 n2) relative to the
+ * norm of the transformed planes (eps = 6e-8; n1 n2 <= 32 x 32 here: 10
+ * levels, a forward and an inverse transform, then a sum over C or N
+ * planes of the products), about 1e-6; oneDNN's direct sums reach a few
+ * 1e-6 on sums of up to 400 terms.  Measured on these shapes (AVX2):
+ * the FFT's worst 1.3e-6, oneDNN's direct kernels' 5.0e-6.  The bound,
+ * 2e-5, is 15x the FFT's worst and 4x the direct kernel's, and far
+ * below what a wrong sign, shift or frequency gives (order 1: a shift
+ * of the wrong sign measured 4.7).
+ */
+#include <kiln/kiln.h>
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "check_main.h"
+#include "test_util.h"
+
+static struct kiln_registry *reg;
+
+#define TOL 2e-5
+
+struct shape {
+	int64_t N, C, H, W, O, KH, KW, ph, pw;
+};
+static const struct shape shapes[] = {
+	{ 2, 3, 7, 9, 4, 3, 3, 1, 1 },   { 3, 5, 11, 6, 7, 5, 5, 2, 2 },
+	{ 1, 4, 5, 5, 3, 7, 7, 3, 3 },   { 2, 3, 8, 8, 2, 3, 3, 0, 0 },
+	{ 1, 2, 4, 6, 3, 3, 3, 3, 3 },   { 5, 6, 10, 13, 4, 5, 5, 0, 0 },
+	{ 2, 3, 9, 7, 5, 3, 5, 1, 2 },   { 4, 16, 14, 14, 32, 5, 5, 2, 2 },
+};
+#define N_SHAPES ((int)(sizeof shapes / sizeof *shapes))
+
+enum { F_BIAS = 1, F_RELU = 2, F_ACC = 4 };
+
+/* The cpu device's debug lines about FFT plans. */
+static int fft_plans;
+
+static void sink(void *user, int level, const char *who, const char *msg)
+{
+	(void)user, (void)level;
+	if (!strcmp(who, "cpu") && strstr(msg, ": FFT "))
+		fft_plans++;
+}
+
+static int64_t oh(const struct shape *s) { return s->H + 2 * s->ph - s->KH + 1; }
+static int64_t ow(const struct shape *s) { return s->W + 2 * s->pw - s->KW + 1; }
+
+/* element (n, c, h, w) of a [N, C, H, W] tensor in layout nhwc */
+static int64_t at(int nhwc, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h,
+		  int64_t w)
+{
+	return nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
+}
+
+/* The inputs of op type t: x (salt 1), w (2), dy (3), b (4); initial
+ * outputs for accumulation: dw (5), db (6). */
+static float *filled(int64_t n, uint32_t salt)
+{
+	float *p = malloc((size_t)n * sizeof *p);
+	ck_assert(p);
+	for (int64_t i = 0; i < n; i++)
+		p[i] = test_hash_val((uint32_t)i, salt);
+	return p;
+}
+
+/* Run op type t on a cpu device ([plugin.cpu] conv_algo = algo, threads);
+ * returns out0 followed by out1 (db) when there is one, malloc'ed; *n
+ * their element count; *ffts the FFT plans the prepare made. */
+static float *run_op(int t, const struct shape *s, int nhwc, int fl, const char *algo, int threads,
+		     int64_t *n, int *ffts)
+{
+	char ov[64];
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	snprintf(ov, sizeof ov, "run.threads=%d", threads);
+	ck_assert(kiln_config_override(cfg, ov) == 0);
+	snprintf(ov, sizeof ov, "plugin.cpu.conv_algo=%s", algo);
+	ck_assert(kiln_config_override(cfg, ov) == 0);
+	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0, "%s", kiln_last_error());
+	const int lay = nhwc ? KILN_NHWC : KILN_NCHW;
+	const struct kiln_tensor_desc x = test_desc4(KILN_F32, s->N, s->C, s->H, s->W, lay),
+				      y = test_desc4(KILN_F32, s->N, s->O, oh(s), ow(s), lay),
+				      w = test_desc4(KILN_F32, s->O, s->C, s->KH, s->KW, KILN_NCHW);
+	struct kiln_tensor_desc b;
+	const int64_t bd[1] = { s->O };
+	kiln_tensor_desc_init(&b, KILN_F32, 1, bd);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = t;
+	op.i[0] = op.i[1] = 1;
+	op.i[2] = s->ph, op.i[3] = s->pw;
+	op.i[4] = op.i[5] = op.i[6] = 1;
+	const int64_t nx = s->N * s->C * s->H * s->W, ny = s->N * s->O * oh(s) * ow(s),
+		      nw = s->O * s->C * s->KH * s->KW;
+	float *in[3] = { NULL, NULL, NULL };
+	int64_t nout[2] = { 0, 0 };
+	if (t == KILN_OP_CONV) {
+		op.n_in = fl & F_BIAS ? 3 : 2, op.n_out = 1;
+		op.in[0] = x, op.in[1] = w, op.in[2] = b, op.out[0] = y;
+		in[0] = filled(nx, 1), in[1] = filled(nw, 2), in[2] = filled(s->O, 4);
+		nout[0] = ny;
+		if (fl & F_RELU) {
+			op.flags |= KILN_OPF_ACT;
+			op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
+		}
+	} else if (t == KILN_OP_CONV_BWD_DATA) {
+		op.n_in = 2, op.n_out = 1;
+		op.in[0] = y, op.in[1] = w, op.out[0] = x;
+		in[0] = filled(ny, 3), in[1] = filled(nw, 2);
+		nout[0] = nx;
+	} else {
+		op.n_in = 2, op.n_out = fl & F_BIAS ? 2 : 1;
+		op.in[0] = x, op.in[1] = y, op.out[0] = w, op.out[1] = b;
+		in[0] = filled(nx, 1), in[1] = filled(ny, 3);
+		nout[0] = nw, nout[1] = fl & F_BIAS ? s->O : 0;
+		if (fl & F_ACC)
+			op.flags |= KILN_OPF_ACCUMULATE;
+	}
+	void *plan, *stream, *ws = NULL, *din[3] = { NULL, NULL, NULL }, *dout[2] = { NULL, NULL };
+	size_t wsb = 0;
+	fft_plans = 0;
+	const int level = kiln_log_get_level();
+	kiln_log_set_sink(sink, NULL);
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	const int pst = kiln_device_prepare(dev, &op, &plan, &wsb);
+	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(level);
+	ck_assert_msg(pst == 0, "%s", kiln_last_error());
+	*ffts = fft_plans;
+	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
+	for (int k = 0; k < op.n_in; k++) {
+		const size_t bytes = (size_t)kiln_tensor_bytes(&op.in[k]);
+		ck_assert(kiln_device_alloc(dev, bytes, &din[k]) == 0);
+		memcpy(din[k], in[k], bytes);
+	}
+	for (int k = 0; k < op.n_out; k++) {
+		ck_assert(kiln_device_alloc(dev, (size_t)nout[k] * 4, &dout[k]) == 0);
+		float *init = filled(nout[k], (uint32_t)(5 + k));
+		memcpy(dout[k], init, (size_t)nout[k] * 4);
+		free(init);
+	}
+	if (wsb)
+		ck_assert(kiln_device_alloc(dev, wsb, &ws) == 0);
+	struct kiln_op_args a = { .in = { din[0], din[1], din[2] }, .out = { dout[0], dout[1] },
+				  .workspace = ws, .workspace_bytes = wsb };
+	ck_assert_msg(kiln_device_run(dev, plan, &a, stream) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	*n = nout[0] + nout[1];
+	float *out = malloc((size_t)*n * sizeof *out);
+	ck_assert(out);
+	memcpy(out, dout[0], (size_t)nout[0] * 4);
+	if (nout[1])
+		memcpy(out + nout[0], dout[1], (size_t)nout[1] * 4);
+	for (int k = 0; k < 3; k++) {
+		kiln_device_free(dev, din[k]);
+		free(in[k]);
+	}
+	kiln_device_free(dev, dout[0]);
+	kiln_device_free(dev, dout[1]);
+	kiln_device_free(dev, ws);
+	kiln_device_plan_free(dev, plan);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+	return out;
+}
+
+/* The double-precision result of the same op (run_op's inputs). */
+static double *reference(int t, const struct shape *s, int nhwc, int fl, int64_t *n)
+{
+	const int64_t OH = oh(s), OW = ow(s), nx = s->N * s->C * s->H * s->W,
+		      ny = s->N * s->O * OH * OW, nw = s->O * s->C * s->KH * s->KW;
+	float *x = filled(nx, 1), *w = filled(nw, 2), *dy = filled(ny, 3), *b = filled(s->O, 4);
+	float *dw0 = filled(nw, 5), *db0 = filled(s->O, 6);
+	const int64_t nout = t == KILN_OP_CONV ? ny : t == KILN_OP_CONV_BWD_DATA ? nx
+					      : nw + (fl & F_BIAS ? s->O : 0);
+	double *r = calloc((size_t)nout, sizeof *r);
+	ck_assert(r);
+	for (int64_t bn = 0; bn < s->N; bn++)
+		for (int64_t o = 0; o < s->O; o++)
+			for (int64_t i = 0; i < OH; i++)
+				for (int64_t j = 0; j < OW; j++) {
+					const int64_t yi = at(nhwc, s->O, OH, OW, bn, o, i, j);
+					for (int64_t c = 0; c < s->C; c++)
+						for (int64_t a = 0; a < s->KH; a++)
+							for (int64_t q = 0; q < s->KW; q++) {
+								const int64_t h = i + a - s->ph, v = j + q - s->pw;
+								if (h < 0 || h >= s->H || v < 0 || v >= s->W)
+									continue;
+								const int64_t xi = at(nhwc, s->C, s->H, s->W, bn, c, h, v);
+								const int64_t wi = ((o * s->C + c) * s->KH + a) * s->KW + q;
+								if (t == KILN_OP_CONV)
+									r[yi] += (double)x[xi] * w[wi];
+								else if (t == KILN_OP_CONV_BWD_DATA)
+									r[xi] += (double)dy[yi] * w[wi];
+								else
+									r[wi] += (double)dy[yi] * x[xi];
+							}
+					if (t == KILN_OP_CONV_BWD_WEIGHTS && (fl & F_BIAS))
+						r[nw + o] += dy[yi];
+				}
+	if (t == KILN_OP_CONV)
+		for (int64_t bn = 0; bn < s->N; bn++)
+			for (int64_t o = 0; o < s->O; o++)
+				for (int64_t i = 0; i < OH * OW; i++) {
+					const int64_t yi = at(nhwc, s->O, OH, OW, bn, o, i / OW, i % OW);
+					if (fl & F_BIAS)
+						r[yi] += b[o];
+					if ((fl & F_RELU) && r[yi] < 0)
+						r[yi] = 0;
+				}
+	if (t == KILN_OP_CONV_BWD_WEIGHTS && (fl & F_ACC))
+		for (int64_t i = 0; i < nout; i++)
+			r[i] += i < nw ? dw0[i] : db0[i - nw];
+	free(x), free(w), free(dy), free(b), free(dw0), free(db0);
+	*n = nout;
+	return r;
+}
+
+/* max |got - ref| / rms(ref) */
+static double rel_err(const float *got, const double *ref, int64_t n)
+{
+	double ss = 0, worst = 0;
+	for (int64_t i = 0; i < n; i++)
+		ss += ref[i] * ref[i];
+	const double rms = sqrt(ss / (double)n) + 1e-300;
+	for (int64_t i = 0; i < n; i++) {
+		const double d = fabs((double)got[i] - ref[i]);
+		if (!(d <= worst)) /* NaN too */
+			worst = d;
+	}
+	return worst / rms;
+}
+
+static const char *op_str(int t)
+{
+	return t == KILN_OP_CONV ? "CONV" : t == KILN_OP_CONV_BWD_DATA ? "CONV_BWD_DATA" : "CONV_BWD_WEIGHTS";
+}
+
+/* One op on every shape and layout with flags fl: FFT against the double
+ * loop and against oneDNN's direct kernel; the FFT's bytes on 1 and 2
+ * threads equal. */
+static void check_op(int t, int fl)
+{
+	double worst = 0, worst_direct = 0;
+	for (int si = 0; si < N_SHAPES; si++)
+		for (int nhwc = 0; nhwc < 2; nhwc++) {
+			const struct shape *s = &shapes[si];
+			int64_t n, nr, nd;
+			int ffts, ffts2, ffts0;
+			float *f1 = run_op(t, s, nhwc, fl, "fft", 1, &n, &ffts);
+			float *f2 = run_op(t, s, nhwc, fl, "fft", 2, &n, &ffts2);
+			float *d = run_op(t, s, nhwc, fl, "direct", 2, &nd, &ffts0);
+			double *r = reference(t, s, nhwc, fl, &nr);
+			ck_assert(n == nr && nd == nr);
+			ck_assert_msg(ffts == 1 && ffts2 == 1 && ffts0 == 0,
+				      "%s shape %d %s: %d, %d FFT plans with fft, %d with direct", op_str(t),
+				      si, nhwc ? "NHWC" : "NCHW", ffts, ffts2, ffts0);
+			const double e = rel_err(f1, r, n), ed = rel_err(d, r, n);
+			ck_assert_msg(e < TOL, "%s flags %d shape %d %s: FFT off by %.3g of the rms (direct %.3g)",
+				      op_str(t), fl, si, nhwc ? "NHWC" : "NCHW", e, ed);
+			ck_assert_msg(!memcmp(f1, f2, (size_t)n * sizeof *f1),
+				      "%s flags %d shape %d %s: other bytes on 1 and 2 threads", op_str(t), fl,
+				      si, nhwc ? "NHWC" : "NCHW");
+			worst = e > worst ? e : worst;
+			worst_direct = ed > worst_direct ? ed : worst_direct;
+			free(f1), free(f2), free(d), free(r);
+		}
+	printf("fftconv: %s flags %d: worst error %.3g of the rms (direct %.3g)\n", op_str(t), fl,
+	       worst, worst_direct);
+}
+
+START_TEST(test_forward)
+{
+	check_op(KILN_OP_CONV, 0);
+	check_op(KILN_OP_CONV, F_BIAS);
+	check_op(KILN_OP_CONV, F_BIAS | F_RELU);
+	check_op(KILN_OP_CONV, F_RELU);
+}
+END_TEST
+
+START_TEST(test_bwd_data)
+{
+	check_op(KILN_OP_CONV_BWD_DATA, 0);
+}
+END_TEST
+
+START_TEST(test_bwd_weights)
+{
+	check_op(KILN_OP_CONV_BWD_WEIGHTS, 0);
+	check_op(KILN_OP_CONV_BWD_WEIGHTS, F_BIAS);
+	check_op(KILN_OP_CONV_BWD_WEIGHTS, F_BIAS | F_ACC);
+	check_op(KILN_OP_CONV_BWD_WEIGHTS, F_ACC);
+}
+END_TEST
+
+/* conv_algo = rule: the FFT for the CNN's conv2 (32 -> 64, 5x5, 14x14,
+ * pad 2) below AVX-512, never for its conv1 (one input channel) nor a
+ * 3x3 kernel; the unset key is rule. */
+START_TEST(test_rule)
+{
+	const struct shape conv2 = { 2, 32, 14, 14, 64, 5, 5, 2, 2 },
+			   conv1 = { 2, 1, 28, 28, 32, 5, 5, 2, 2 },
+			   k3 = { 2, 32, 14, 14, 64, 3, 3, 1, 1 };
+	/* the rule leaves AVX-512 machines (oneDNN's avx512_core) on oneDNN */
+	const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+			   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+	static const int types[] = { KILN_OP_CONV, KILN_OP_CONV_BWD_DATA, KILN_OP_CONV_BWD_WEIGHTS };
+	for (int k = 0; k < 3; k++) {
+		int64_t n;
+		int ffts;
+		free(run_op(types[k], &conv2, 0, 0, "rule", 1, &n, &ffts));
+		ck_assert_msg(ffts == !avx512, "%s conv2: %d FFT plans (AVX-512: %d)", op_str(types[k]), ffts, avx512);
+		free(run_op(types[k], &conv1, 1, 0, "rule", 1, &n, &ffts));
+		ck_assert_msg(ffts == 0, "%s conv1: %d FFT plans", op_str(types[k]), ffts);
+		free(run_op(types[k], &k3, 0, 0, "rule", 1, &n, &ffts));
+		ck_assert_msg(ffts == 0, "%s 3x3: %d FFT plans", op_str(types[k]), ffts);
+	}
+}
+END_TEST
+
+START_TEST(test_bad_key)
+{
+	struct kiln_config *cfg;
+	struct kiln_device *dev = NULL;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.conv_algo=winograd") == 0);
+	ck_assert(kiln_device_open(reg, cfg, "cpu", 0, &dev) != 0);
+	ck_assert_msg(strstr(kiln_last_error(), "conv_algo") != NULL, "%s", kiln_last_error());
+	kiln_config_free(cfg);
+}
+END_TEST
+
+/* Skip (77) when the plugin was built without FFTW: conv_algo = fft is
+ * then refused when the device opens. */
+static int need_fftw(void)
+{
+	struct kiln_registry *r;
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	if (kiln_registry_open(NULL, &r) || kiln_config_new(&cfg))
+		return 0; /* the suite's own checks report it */
+	int rc = 0;
+	if (!kiln_config_override(cfg, "plugin.cpu.conv_algo=fft")) {
+		if (kiln_device_open(r, cfg, "cpu", 0, &dev) == 0)
+			kiln_device_close(dev);
+		else if (strstr(kiln_last_error(), "no FFTW"))
+			rc = 77, printf("SKIP: %s\n", kiln_last_error());
+	}
+	kiln_config_free(cfg);
+	kiln_registry_close(r);
+	return rc;
+}
+
+static Suite *make_cpu_fftconv_suite(void)
+{
+	Suite *s = suite_create("cpu_fftconv");
+	check_add_case(s, "passes", 300, NULL, NULL, (const TTest *[]){
+		test_forward, test_bwd_data, test_bwd_weights, NULL });
+	check_add_case(s, "choice", 60, NULL, NULL, (const TTest *[]){ test_rule, test_bad_key, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_cpu_fftconv_suite, .reg = &reg,
+					       .need_cpu = 1, .omp_passive = 1, .setup = need_fftw };
