@@ -26,7 +26,11 @@
 #     (10^10 elements, past the 2^31 cap) as malformed, 1,1000,1000 (a
 #     5x10^6-weight fc1 the checkpoint does not hold) by its parameter table
 #     (the old code tried a 200 GB allocation, or allocated the smaller
-#     model, and named neither).
+#     model, and named neither);
+# 10. a labels idx file with a label (128, sample 17) past the model's 5
+#     outputs is reported naming the labels file and its largest label, and
+#     the idx log names the first sample holding it (the old message named
+#     the config's last layer alone).
 name=hostile
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -250,5 +254,16 @@ smut 1,1000,1000
 kiln 3 export "$ini" data.path=/nonexistent --checkpoint "$tmp/s-1,1000,1000.kiln" --safetensors "$tmp/s.st"
 stderr_has "checkpoint $tmp/s-1,1000,1000.kiln: its section 'sample' (input f32 1,1000,1000) does not give the model it holds"
 stderr_has "its parameter 'fc1.weight params 80 320 f32 5,64', this model's 'fc1.weight params 80 5000000 f32 5,1000000'"
+
+# ---- 10: a labels file with a label past the model's outputs ----
+python3 - "$data/tr_cnn_labels.idx" "$tmp/badlab.idx" <<'EOF' || fail "python3 could not write the file"
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[8 + 17] = 128
+open(sys.argv[2], "wb").write(b)
+EOF
+kiln 2 train "$ini" "$d" "data.labels=$tmp/badlab.idx" run.out_dir=
+stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data] has 129 classes (labels = $tmp/badlab.idx, command line 'data.labels=$tmp/badlab.idx': its largest label is 128)"
+stderr_has "129 classes (labels $tmp/badlab.idx: the largest, 128, first at sample 17)"
 
 echo "PASS: $checks kiln runs"
