@@ -18,6 +18,9 @@ struct report_series {
 struct report_metrics {
 	int n, cap;
 	struct report_series *s;
+	/* the series by name: an open-addressed table of n_slot (a power of
+	 * two, > 2 n) indices + 1 into s, 0 empty (report_metrics.c) */
+	int *slot, n_slot;
 	long lines, bad_lines;     /* read, and not a JSON object */
 	int have_final;            /* the "final" line's numbers */
 	double final_epochs, final_steps, final_test_acc, final_test_loss, final_wall_s,

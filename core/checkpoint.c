@@ -699,8 +699,14 @@ kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out)
 		if (!ok || *end == '\n')
 			break;
 	}
+	/* one sample past 2^31 elements (8 GiB of f32) is no input kiln
+	 * trained on: refused before anything is sized by it */
+	int64_t numel = 1;
+	for (int d = 0; ok && d < nd; d++)
+		ok = dims[d] <= ((int64_t)1 << 31) / numel && (numel *= dims[d]) <= (int64_t)1 << 31;
 	if (!ok || end[1] != '\0')
-		st = kiln_error(KILN_EDATA, "checkpoint %s: section 'sample' is malformed", ck->path);
+		st = kiln_error(KILN_EDATA, "checkpoint %s: section 'sample' is malformed (want DTYPE D0,D1,... of at most 2^31 elements)",
+				ck->path);
 	else
 		kiln_tensor_desc_init(out, dtype, nd, dims);
 	free(text);
@@ -863,6 +869,25 @@ static kiln_status same_model(struct kiln_ckpt *ck, const struct kiln_model *m)
 		first_diff(theirs, mine, a, b, sizeof a);
 		st = kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
 				ck->path, a, b);
+	}
+	free(mine);
+	free(theirs);
+	return st;
+}
+
+kiln_status kiln_ckpt_check_sample(struct kiln_ckpt *ck, const struct kiln_model *m)
+{
+	char *mine = tensors_text(m), *theirs = NULL, sample[160];
+	kiln_status st;
+	if (!mine)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	if (!(st = kiln_ckpt_read_text(ck, "tensors", &theirs)) && strcmp(mine, theirs)) {
+		char a[256], b[256];
+		first_diff(theirs, mine, a, b, sizeof a);
+		sample_text(&m->sample, sample, sizeof sample);
+		sample[strcspn(sample, "\n")] = '\0';
+		st = kiln_error(KILN_EDATA, "checkpoint %s: its section 'sample' (input %s) does not give the model it holds (a corrupt 'sample' section, or other [layer] sections): its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
+				ck->path, sample, a, b);
 	}
 	free(mine);
 	free(theirs);

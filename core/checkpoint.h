@@ -149,6 +149,10 @@ kiln_status kiln_ckpt_read_text(struct kiln_ckpt *ck, const char *tag, char **ou
  * open [data] for it; KILN_ENOTFOUND when the file has none (an older
  * kiln's). */
 kiln_status kiln_ckpt_sample(struct kiln_ckpt *ck, struct kiln_tensor_desc *out);
+/* m's parameter table (laid out, allocated or not) equals ck's "tensors";
+ * else KILN_EDATA naming ck, its "sample" section (m->sample) and the first
+ * difference (kiln_trained_open's check before anything is allocated). */
+kiln_status kiln_ckpt_check_sample(struct kiln_ckpt *ck, const struct kiln_model *m);
 /* The trainer section, with its values range-checked. */
 kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer *out);
 

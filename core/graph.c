@@ -460,25 +460,34 @@ kiln_status kiln_model_alloc_whole(struct kiln_model *m)
 
 static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
-				int bare, struct kiln_model **out);
+				int bare, const struct kiln_model_precheck *pre,
+				struct kiln_model **out);
 
 kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out)
 {
-	return model_create(cfg, reg, dev, sample, 0, out);
+	return model_create(cfg, reg, dev, sample, 0, NULL, out);
+}
+
+kiln_status kiln_model_create_checked(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				      const struct kiln_model_precheck *pre, struct kiln_model **out)
+{
+	return model_create(cfg, reg, dev, sample, 0, pre, out);
 }
 
 kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				   struct kiln_model **out)
 {
-	return model_create(cfg, reg, dev, sample, 1, out);
+	return model_create(cfg, reg, dev, sample, 1, NULL, out);
 }
 
 static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
-				int bare, struct kiln_model **out)
+				int bare, const struct kiln_model_precheck *pre,
+				struct kiln_model **out)
 {
 	kiln_status st;
 	*out = NULL;
@@ -527,6 +536,9 @@ static kiln_status model_create(const struct kiln_config *cfg, const struct kiln
 	if ((st = check_wiring(m, nodes)))
 		goto fail;
 	if ((st = layout_params(m, nodes)))
+		goto fail;
+	/* the parameter table is known, nothing is allocated yet */
+	if (pre && (st = pre->check(pre->arg, m)))
 		goto fail;
 	/* the speed guides' rule, applied by the conv layer: a convolution
 	 * feeding only a batchnorm gets no bias unless asked for (the

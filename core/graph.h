@@ -238,6 +238,18 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m);
 kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				   struct kiln_model **out);
+/* kiln_model_create, calling pre->check(pre->arg, m) once the parameter
+ * table (names, offsets, sizes, dtypes, shapes) is laid out and before any
+ * device memory is allocated: a nonzero status fails the creation with it
+ * (kiln_trained_open: a checkpoint's table, so that a corrupt "sample"
+ * section is refused before its shapes are allocated). */
+struct kiln_model_precheck {
+	kiln_status (*check)(void *arg, const struct kiln_model *m);
+	void *arg;
+};
+kiln_status kiln_model_create_checked(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				      const struct kiln_model_precheck *pre, struct kiln_model **out);
 /* A bare model's whole buffers, as kiln_model_create allocates them. */
 kiln_status kiln_model_alloc_whole(struct kiln_model *m);
 void kiln_model_optim_free(struct kiln_model *m);

@@ -276,10 +276,17 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) sends message %llx to stage %d (rank %d) out of range",
 				  from, R->world_of[from], (unsigned long long)tag, to, R->world_of[to]);
 	if (g->stage && g->bytes != bytes) {
+		/* (training's sizes never change; any other caller's) the
+		 * slot's last send may still read it on the send stream: the
+		 * flush orders the next step's streams after it, not the host */
+		if ((st = kiln_device_event_sync(R->dev, g->sent)))
+			return kiln_error_wrap(st, "pipeline: stage %d (rank %d): the last send from the staging slot of %zu bytes for %s to stage %d (rank %d), before it holds %zu",
+					       from, R->world_of[from], g->bytes,
+					       tag_name(tag, what, sizeof what), to, R->world_of[to], bytes);
 		kiln_device_free(R->dev, g->stage);
 		g->stage = NULL;
 	}
-	if (!g->stage) { /* first use of the slot: the first step only */
+	if (!g->stage) { /* first use of the slot (or another size) */
 		if ((st = kiln_device_alloc(R->dev, bytes ? bytes : 1, &g->stage)))
 			return kiln_error_wrap(st, "pipeline: stage %d (rank %d): the staging slot of %zu bytes for %s to stage %d (rank %d)",
 					       from, R->world_of[from], bytes,

@@ -489,11 +489,22 @@ static kiln_status build_model(struct trainer *t)
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
 	const struct kiln_tensor_desc *lg = &p->nodes[t->m->loss_layer].l.in[0];
 	const int64_t outs = lg->dims[lg->ndim - 1]; /* [B, C] or [B, T, V] */
-	if (outs < first->ds.classes)
-		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data has %lld classes: set out = %lld on the last layer",
+	if (outs < first->ds.classes) {
+		/* the labels' file where the source has one (idx): a corrupt
+		 * one is as likely as a wrong `out` */
+		const char *sec = first->ds.section, *lab = kiln_config_get(t->cfg, sec, "labels");
+		if (!lab && strcmp(sec, "data"))
+			lab = kiln_config_get(t->cfg, sec = "data", "labels");
+		char from[4400] = "";
+		if (lab && *lab)
+			snprintf(from, sizeof from, " (labels = %s, %s: its largest label is %lld)", lab,
+				 kiln_config_where(t->cfg, sec, "labels"),
+				 (long long)first->ds.classes - 1);
+		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data [%s] has %lld classes%s: set out = %lld on the last layer, or check the labels",
 				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
-				  (long long)outs, (long long)first->ds.classes,
+				  (long long)outs, first->ds.section, (long long)first->ds.classes, from,
 				  (long long)first->ds.classes);
+	}
 	if (t->training)
 		kiln_log(KILN_LOG_INFO, "core",
 			 "model: %d parameters tensors, %zu floats; activation arena %.2f MiB (%.2f MiB without lifetime packing)",

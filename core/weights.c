@@ -562,6 +562,11 @@ kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
 
 /* ---- a trained model: `kiln export`, `kiln generate` ---------------------- */
 
+static kiln_status trained_precheck(void *ck, const struct kiln_model *m)
+{
+	return kiln_ckpt_check_sample(ck, m);
+}
+
 kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      const char *checkpoint, const char *verb, int need_trained,
 			      struct kiln_trained *t)
@@ -597,14 +602,20 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	/* the sample shape, as training saw it (u8 samples become f32): the
 	 * checkpoint's record, else [data]'s (an older kiln's checkpoint, or
 	 * none) */
-	if (!ck || kiln_ckpt_sample(ck, &t->sample)) {
+	st = ck ? kiln_ckpt_sample(ck, &t->sample) : KILN_ENOTFOUND;
+	if (st && st != KILN_ENOTFOUND)
+		goto out; /* a corrupt record is no reason to guess from [data] */
+	if (st) {
 		memset(&ds, 0, sizeof ds);
 		if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
 			goto out;
 		kiln_dataset_input_desc(&ds, &t->sample);
 		kiln_dataset_close(&ds);
 	}
-	if ((st = kiln_model_create(cfg, reg, t->dev, &t->sample, &t->m)) ||
+	/* a checkpoint's parameter table is checked against the model its
+	 * sample gives before that model is allocated */
+	const struct kiln_model_precheck pre = { trained_precheck, ck };
+	if ((st = kiln_model_create_checked(cfg, reg, t->dev, &t->sample, ck ? &pre : NULL, &t->m)) ||
 	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
 	    /* a checkpoint replaces every weight: init_from is not read; what
 	     * init_from gives is not drawn */

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 #include "dist.h" /* kiln_device_host_fn */
 #include "graph.h"
 #include "pipeline.h"
@@ -1225,6 +1226,55 @@ START_TEST(test_explain_unrelated)
 }
 END_TEST
 
+/* ---- a staging slot whose size changes (session 17) ------------------
+ * rank_send reallocates a slot that a message of another size uses: it
+ * must first wait for the slot's last send, which the send stream may
+ * still be running (the step's flush orders the next step's streams
+ * after it, not the host).  A communicator whose send takes 300 ms on the
+ * send stream (async = 1): the second send, 16 -> 32 bytes in the same
+ * slot, returns only after the first send finished.  (The old code freed
+ * the slot at once: done was still 0.) */
+static struct kiln_device *resize_dev;
+static atomic_int resize_done;
+
+static kiln_status resize_slow(void *arg)
+{
+	(void)arg;
+	usleep(300000);
+	atomic_store(&resize_done, 1);
+	return KILN_OK;
+}
+
+static kiln_status resize_send(void *ctx, const void *buf, size_t count, int dtype, int peer,
+			       void *stream, void *done)
+{
+	(void)ctx, (void)buf, (void)count, (void)dtype, (void)peer;
+	OK(kiln_device_host_fn(resize_dev, stream, resize_slow, NULL));
+	return done ? kiln_device_event_record(resize_dev, done, stream) : KILN_OK;
+}
+
+START_TEST(test_slot_resize_waits)
+{
+	struct seed_rig r;
+	struct kiln_pipe *pp = rig_pipe(&r, NULL, 0, 1);
+	struct kiln_comm_ops ops = { .version = 5, .send = resize_send, .recv = pair_recv };
+	static const int rank_of[2] = { 0, 1 }, world_of[2] = { 2, 3 };
+	struct kiln_pipe_rank *R;
+	struct kiln_stage_transport tr;
+	resize_dev = r.dev;
+	OK(kiln_pipe_rank_open(&ops, NULL, r.dev, 2, 0, rank_of, world_of, 1, 1, &R, &tr));
+	atomic_store(&resize_done, 0);
+	OK(tr.ops->send(tr.ctx, 0, 1, 0, r.x, 16, r.stream));
+	OK(tr.ops->send(tr.ctx, 0, 1, 0, r.x, 32, r.stream));
+	const int done = atomic_load(&resize_done);
+	ck_assert_msg(done == 1, "the slot was reallocated before its last send ended");
+	OK(kiln_pipe_rank_flush(R, r.stream));
+	OK(kiln_device_stream_sync(r.dev, r.stream));
+	kiln_pipe_rank_free(R);
+	rig_close(&r, pp);
+}
+END_TEST
+
 static Suite *make_pipeline_suite(void)
 {
 	Suite *s = suite_create("pipeline");
@@ -1239,6 +1289,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
+	check_add_case(s, "resize", 60, NULL, NULL, (const TTest *[]){ test_slot_resize_waits, NULL });
 	check_add_case(s, "explain", 60, NULL, NULL, (const TTest *[]){ test_explain_recv, test_explain_unrelated, test_explain_eval,
 								   test_eval_send, test_eval_send_after_recv, test_eval_xfers, NULL });
 	return s;

@@ -19,7 +19,18 @@
 #  8. a quantized model (kiln quantize) with a NaN or zero input scale, a
 #     negative weight scale, an input kind other than u8/s8, or a tensor of
 #     the right size in another shape is refused naming the file and the
-#     tensor (those scales used to leave a layer f32, or NaN, silently).
+#     tensor (those scales used to leave a layer f32, or NaN, silently);
+#  9. a checkpoint whose "sample" section (valid CRCs) declares another
+#     input shape is refused by `kiln export` naming the file and the
+#     section, before the model it shapes is allocated: 1,100000,100000
+#     (10^10 elements, past the 2^31 cap) as malformed, 1,1000,1000 (a
+#     5x10^6-weight fc1 the checkpoint does not hold) by its parameter table
+#     (the old code tried a 200 GB allocation, or allocated the smaller
+#     model, and named neither);
+# 10. a labels idx file with a label (128, sample 17) past the model's 5
+#     outputs is reported naming the labels file and its largest label, and
+#     the idx log names the first sample holding it (the old message named
+#     the config's last layer alone).
 name=hostile
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -199,5 +210,60 @@ qmut zero "fc1.input_scale: 0 is no scale"
 qmut neg "'fc1.weight_scale'[0]: -1 is no scale"
 qmut kind "metadata fc1.input is 'x8', want u8 or s8"
 qmut shape "'conv1.bias': F32 of 4 elements in 2 dims, the model wants 4 f32 in 1"
+
+# ---- 9: a checkpoint's "sample" section with another shape ----
+ck="$tmp/q/checkpoints/ckpt-2.kiln"
+[ -f "$ck" ] || fail "no $ck"
+# smut SHAPE: ck with its "sample" section set to "f32 SHAPE", CRCs redone
+smut() {
+	python3 - "$ck" "$tmp/s-$1.kiln" "f32 $1" <<'EOF' || fail "python3 could not rewrite the file"
+import struct, sys
+src, dst, sample = sys.argv[1:4]
+T = []
+for i in range(256):
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    T.append(c)
+def crc(b):
+    c = 0xffffffff
+    for x in b:
+        c = T[(c ^ x) & 0xff] ^ (c >> 8)
+    return c ^ 0xffffffff
+b = open(src, "rb").read()
+h, n, pos, body = bytearray(b[:64]), struct.unpack("<I", b[24:28])[0], 64, b""
+for i in range(n):
+    tag, ln = b[pos:pos + 32], struct.unpack("<Q", b[pos + 32:pos + 40])[0]
+    data = b[pos + 48:pos + 48 + ln]
+    pos += 48 + ln
+    if tag.rstrip(b"\0") == b"sample":
+        data = (sample + "\n").encode()
+    sh = tag + struct.pack("<QI", len(data), crc(data))
+    body += sh + struct.pack("<I", crc(sh)) + data
+h[16:24] = struct.pack("<Q", 64 + len(body))
+h[60:64] = struct.pack("<I", crc(bytes(h[:60])))
+open(dst, "wb").write(bytes(h) + body)
+EOF
+}
+smut 1,8,8
+kiln 0 export "$ini" data.path=/nonexistent --checkpoint "$tmp/s-1,8,8.kiln" --safetensors "$tmp/s.st"
+smut 1,100000,100000
+kiln 3 export "$ini" data.path=/nonexistent --checkpoint "$tmp/s-1,100000,100000.kiln" --safetensors "$tmp/s.st"
+stderr_has "checkpoint $tmp/s-1,100000,100000.kiln: section 'sample' is malformed (want DTYPE D0,D1,... of at most 2^31 elements)"
+smut 1,1000,1000
+kiln 3 export "$ini" data.path=/nonexistent --checkpoint "$tmp/s-1,1000,1000.kiln" --safetensors "$tmp/s.st"
+stderr_has "checkpoint $tmp/s-1,1000,1000.kiln: its section 'sample' (input f32 1,1000,1000) does not give the model it holds"
+stderr_has "its parameter 'fc1.weight params 80 320 f32 5,64', this model's 'fc1.weight params 80 5000000 f32 5,1000000'"
+
+# ---- 10: a labels file with a label past the model's outputs ----
+python3 - "$data/tr_cnn_labels.idx" "$tmp/badlab.idx" <<'EOF' || fail "python3 could not write the file"
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[8 + 17] = 128
+open(sys.argv[2], "wb").write(b)
+EOF
+kiln 2 train "$ini" "$d" "data.labels=$tmp/badlab.idx" run.out_dir=
+stderr_has "tr_cnn.ini:44: the model has 5 outputs but the data [data] has 129 classes (labels = $tmp/badlab.idx, command line 'data.labels=$tmp/badlab.idx': its largest label is 128)"
+stderr_has "129 classes (labels $tmp/badlab.idx: the largest, 128, first at sample 17)"
 
 echo "PASS: $checks kiln runs"

@@ -530,15 +530,18 @@ static kiln_status idx_open(const struct kiln_host *host, const struct kiln_conf
 	c->rows = (int64_t)c->images.dims[1];
 	c->cols = (int64_t)c->images.dims[2];
 	int max = 0;
+	int64_t at = 0; /* the first sample of the largest label */
 	for (int64_t i = 0; i < c->src.n; i++)
-		if (c->labels.data[i] > max)
+		if (c->labels.data[i] > max) {
 			max = c->labels.data[i];
+			at = i;
+		}
 	c->src.classes = max + 1;
 	/* The normalisation of every byte value, computed once (f32, as
 	 * the host transforms and NORMALIZE_U8 compute it) */
 	common_norm_lut(c->lut, (float)mean, (float)sd);
-	host->log(KILN_LOG_INFO, IDX_WHO, "[%s] %s: %" PRId64 " samples of %" PRId64 "x%" PRId64 ", %" PRId64 " classes",
-		  section, img, c->src.n, c->rows, c->cols, c->src.classes);
+	host->log(KILN_LOG_INFO, IDX_WHO, "[%s] %s: %" PRId64 " samples of %" PRId64 "x%" PRId64 ", %" PRId64 " classes (labels %s: the largest, %d, first at sample %" PRId64 ")",
+		  section, img, c->src.n, c->rows, c->cols, c->src.classes, lab, max, at);
 	c->src.who = c->images.path;
 	*out = c;
 	return KILN_OK;
