@@ -327,17 +327,20 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
  * values, the aux and dx are those of the NHWC pooling, y those of it
  * transposed.
  *
- * C >= 8 and OW >= 8 (the CNN's pool1: 32 channels, OW 14): tiles of 8
- * channels x 8 output columns in registers, no scratch pass (session 17,
- * "the mixed-layout pooling's kernels").  The forward takes a tile's 8
- * windows as vectors of 8 channels (MAX2_WINDOW's rule lane-wise, as
- * max2_row8), stores their aux bytes as the NHWC row kernels do, transposes
- * the 8 x 8 maxima (MAX2_T8) and stores 8 floats into each of 8 planes; the
- * backward reads 8 planes' 8 dy values, transposes them into 8 vectors of
- * channels and writes the 4 x 8 windowed values of dx by the aux as
- * max2_bwd_nhwc8.  A row's last column tile starts at OW - 8 and its last
- * channel tile at C - 8, overlapping the tile before (the same values
- * written twice), so C need not be a multiple of 8.
+ * 8 <= C <= 64 and OW >= 8 (the CNN's pool1: 32 channels, OW 14): tiles
+ * of 8 output columns x C channels in registers and a small array, no
+ * scratch pass (session 17, "the mixed-layout pooling's kernels").  The
+ * forward takes the tile's windows column by column as vectors of 8
+ * channels (MAX2_WINDOW's rule lane-wise, as max2_row8: the input read in
+ * order), stores their aux bytes as the NHWC row kernels do, then
+ * transposes each 8 x 8 block of maxima (MAX2_T8) and stores 8 floats into
+ * each of 8 planes; the backward reads 8 planes' 8 dy values a block,
+ * transposes them into vectors of 8 channels and writes dx column by column
+ * (in order) by the aux as max2_bwd_nhwc8.  A row's last column tile starts
+ * at OW - 8 and its last channel block at C - 8, overlapping the one before
+ * (the same values written twice), so C need not be a multiple of 8.  (The
+ * blocks taken channel group by channel group, reading and writing the
+ * rows 32 bytes of every 128, were 0-25% slower in the harness.)
  *
  * Other shapes: the NHWC row kernels into a thread's scratch row of OW * C
  * floats, then stored as C rows of OW floats in y's planes (the backward
@@ -398,10 +401,12 @@ typedef int32_t max2_i4v __attribute__((vector_size(16)));
 		memcpy((char *)&k + 16, &hi_, 16);                                             \
 	} while (0)
 
-/* the tiles take C >= 8 channels and OW >= 8 windows a row */
+/* the tiles take 8 <= C <= 8 * MAX2_TILE_G channels and OW >= 8 windows a
+ * row (a tile's maxima of all channel groups are kept: a 2 KiB array) */
+#define MAX2_TILE_G 8
 static int max2_mixed_tiles(int64_t OW, int64_t C)
 {
-	return C >= 8 && OW >= 8;
+	return C >= 8 && C <= 8 * MAX2_TILE_G && OW >= 8;
 }
 
 /* one output row: y (its row of each of C planes of `plane` floats) and w
@@ -410,12 +415,13 @@ CPU_CLONES static void max2_row_mixed8(float *restrict y, uint8_t *restrict w, c
 				       const float *restrict r1, int64_t OW, int64_t C, int64_t plane, int relu)
 {
 	const max2_f8 fzero = { 0 };
-	for (int64_t c0 = 0; c0 < C; c0 += 8) {
-		const int64_t c = c0 + 8 > C ? C - 8 : c0;
-		for (int64_t j0 = 0; j0 < OW; j0 += 8) {
-			const int64_t j = j0 + 8 > OW ? OW - 8 : j0;
-			max2_f8 m[8];
-			_Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
+	const int64_t G = (C + 7) / 8;
+	for (int64_t j0 = 0; j0 < OW; j0 += 8) {
+		const int64_t j = j0 + 8 > OW ? OW - 8 : j0;
+		max2_f8 m[MAX2_TILE_G][8];
+		for (int q = 0; q < 8; q++)
+			for (int64_t g = 0; g < G; g++) {
+				const int64_t c = 8 * g + 8 > C ? C - 8 : 8 * g;
 				const int64_t o = 2 * (j + q) * C + c;
 				const max2_f8 v[3] = { *(const max2_f8 *)(r0 + o + C), *(const max2_f8 *)(r1 + o),
 						       *(const max2_f8 *)(r1 + o + C) };
@@ -431,11 +437,13 @@ CPU_CLONES static void max2_row_mixed8(float *restrict y, uint8_t *restrict w, c
 						k = MAX2_CUT_IF(k, mq > fzero);
 					MAX2_B8_PUT(w + (j + q) * C + c, k);
 				}
-				m[q] = mq;
+				m[g][q] = mq;
 			}
-			MAX2_T8(m);
+		for (int64_t g = 0; g < G; g++) {
+			const int64_t c = 8 * g + 8 > C ? C - 8 : 8 * g;
+			MAX2_T8(m[g]);
 			_Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
-				*(max2_f8 *)(y + (c + q) * plane + j) = m[q];
+				*(max2_f8 *)(y + (c + q) * plane + j) = m[g][q];
 		}
 	}
 }
@@ -446,27 +454,31 @@ CPU_CLONES static void max2_bwd_mixed8(float *restrict d0, float *restrict d1, c
 				       const uint8_t *restrict w, int64_t OW, int64_t C, int64_t plane)
 {
 	const max2_f8 zero = { 0 };
-	for (int64_t c0 = 0; c0 < C; c0 += 8) {
-		const int64_t c = c0 + 8 > C ? C - 8 : c0;
-		for (int64_t j0 = 0; j0 < OW; j0 += 8) {
-			const int64_t j = j0 + 8 > OW ? OW - 8 : j0;
-			max2_f8 g[8];
+	const int64_t G = (C + 7) / 8;
+	for (int64_t j0 = 0; j0 < OW; j0 += 8) {
+		const int64_t j = j0 + 8 > OW ? OW - 8 : j0;
+		max2_f8 gt[MAX2_TILE_G][8];
+		for (int64_t g = 0; g < G; g++) {
+			const int64_t c = 8 * g + 8 > C ? C - 8 : 8 * g;
 			_Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
-				g[q] = *(const max2_f8 *)(dy + (c + q) * plane + j);
-			MAX2_T8(g);
-			_Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
+				gt[g][q] = *(const max2_f8 *)(dy + (c + q) * plane + j);
+			MAX2_T8(gt[g]);
+		}
+		for (int q = 0; q < 8; q++)
+			for (int64_t g = 0; g < G; g++) {
+				const int64_t c = 8 * g + 8 > C ? C - 8 : 8 * g;
 				const int64_t o = (j + q) * C + c, x = 2 * (j + q) * C + c;
 				max2_i8 k;
 				MAX2_B8_GET(k, w + o);
-				*(max2_f8 *)(d0 + x) = MAX2_SEL(max2_f8, max2_i8, k == 0, g[q], zero);
-				*(max2_f8 *)(d0 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 1, g[q], zero);
-				*(max2_f8 *)(d1 + x) = MAX2_SEL(max2_f8, max2_i8, k == 2, g[q], zero);
-				*(max2_f8 *)(d1 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 3, g[q], zero);
+				*(max2_f8 *)(d0 + x) = MAX2_SEL(max2_f8, max2_i8, k == 0, gt[g][q], zero);
+				*(max2_f8 *)(d0 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 1, gt[g][q], zero);
+				*(max2_f8 *)(d1 + x) = MAX2_SEL(max2_f8, max2_i8, k == 2, gt[g][q], zero);
+				*(max2_f8 *)(d1 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 3, gt[g][q], zero);
 			}
-		}
 	}
 }
 #undef MAX2_T8
+#undef MAX2_TILE_G
 #undef MAX2_B8_PUT
 #undef MAX2_B8_GET
 #undef MAX2_SEL
@@ -497,6 +509,24 @@ CPU_CLONES static void max2_from_planes(float *restrict t, const float *restrict
 		}
 		for (; j < OW; j++)
 			d[j * C] = s[j];
+	}
+}
+
+/* Ask for dy's lines of output row r: its C rows of OW floats in the
+ * NCHW planes (of `plane` floats, OH rows a plane), ahead of their use.
+ * Each plane's row is a short piece of its own (56 bytes in the CNN's
+ * pool1), 32 of them a row, which the hardware prefetchers did not follow:
+ * asking for them two rows ahead took the tile backward from 2.3-2.6 to
+ * 1.8-1.9 ms in a harness of pool1 (batch 128, its tensors out of the
+ * caches; session 17).  The same for the forward's stores into y gained
+ * nothing there and is not done. */
+static void max2_prefetch_planes(const float *dy, int64_t r, int64_t C, int64_t OH, int64_t OW, int64_t plane)
+{
+	const float *row = dy + (r / OH) * C * plane + (r % OH) * OW;
+	for (int64_t c = 0; c < C; c++) {
+		__builtin_prefetch(row + c * plane, 0, 3);
+		__builtin_prefetch(row + c * plane + OW - 1, 0, 3);
+		__asm__ volatile("" ::: "memory"); /* as max2_prefetch's */
 	}
 }
 
@@ -534,6 +564,8 @@ static kiln_status max2_run_mixed(const struct cpu_plan *p, const struct kiln_op
 			float *dx = (float *)a->out[0] + xo;
 			const float *dy = (const float *)a->in[0] + yo;
 			const uint8_t *w = (const uint8_t *)a->in[1] + wo;
+			if (r + 2 < P * OH)
+				max2_prefetch_planes((const float *)a->in[0], r + 2, C, OH, OW, plane);
 			if (tiles) {
 				max2_bwd_mixed8(dx, dx + W, dy, w, OW, C, plane);
 			} else {
