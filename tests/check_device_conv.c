@@ -954,9 +954,16 @@ START_TEST(test_pool_mixed_layout)
 	fx_open(&f, _i);
 	SKIP_UNSUPPORTED(&f, KILN_OP_POOL);
 	/* the CNN's pool1 (C by 8: the vector backward), C not by 8, odd sizes
-	 * dropping a row and a column, enough for the threads */
+	 * dropping a row and a column, enough for the threads; the CPU's 8 x 8
+	 * tiles (8 <= C <= 64, OW >= 8): the last column tile overlapping (OW
+	 * 14, 18), the last channel block overlapping (C 12, 9, 60), OW
+	 * exactly 8 with an odd W, C 64, and beside them the scratch row's
+	 * shapes (C 7, 72; OW 3 and 7) */
 	static const int shapes[][4] = { { 2, 32, 28, 28 }, { 2, 3, 10, 11 }, { 1, 5, 9, 19 },
-					 { 1, 8, 6, 6 }, { 8, 32, 32, 32 } };
+					 { 1, 8, 6, 6 },    { 8, 32, 32, 32 }, { 2, 12, 20, 36 },
+					 { 1, 9, 17, 17 },  { 3, 16, 8, 16 },  { 1, 7, 16, 16 },
+					 { 2, 24, 14, 15 }, { 1, 64, 6, 18 },  { 1, 60, 5, 20 },
+					 { 1, 72, 4, 16 } };
 	for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
 		for (int relu = 0; relu < 2; relu++)
 			mixed_case(&f, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], relu);

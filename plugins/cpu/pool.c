@@ -168,7 +168,6 @@ CPU_CLONES static void max2_bwd_nhwc8(float *restrict d0, float *restrict d1, co
 			*(max2_f8 *)(d1 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 3, g, zero);
 		}
 }
-#undef MAX2_SEL
 
 /* one output row of OW windows of C channels from input rows r0, r1 */
 CPU_CLONES static void max2_row(float *restrict y, uint8_t *restrict w, const float *restrict r0,
@@ -324,13 +323,166 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 
 /* ---- NHWC in, NCHW out (ABI 2.17; issue 22, session 17) -----------------
  * A one-channel conv's output in NHWC, pooled into an NCHW model: a row is
- * one (n, output row) of NHWC as in max2_run, pooled into a thread's
- * scratch row of OW * C floats, then stored as C rows of OW floats in
- * y's planes (the backward gathers dy's C rows into the scratch row
- * first).  The aux is NHWC's, the row kernels the NHWC ones: the values,
- * the aux and dx are those of the NHWC pooling, y those of it transposed.
- * sz[6] threads, sz[7] = 1 (max2_prepare); the workspace holds sz[6]
- * scratch rows. */
+ * one (n, output row) of NHWC as in max2_run.  The aux is NHWC's: the
+ * values, the aux and dx are those of the NHWC pooling, y those of it
+ * transposed.
+ *
+ * 8 <= C <= 64 and OW >= 8 (the CNN's pool1: 32 channels, OW 14): tiles
+ * of 8 output columns x C channels in registers and a small array, no
+ * scratch pass (session 17, "the mixed-layout pooling's kernels").  The
+ * forward takes the tile's windows column by column as vectors of 8
+ * channels (MAX2_WINDOW's rule lane-wise, as max2_row8: the input read in
+ * order), stores their aux bytes as the NHWC row kernels do, then
+ * transposes each 8 x 8 block of maxima (MAX2_T8) and stores 8 floats into
+ * each of 8 planes; the backward reads 8 planes' 8 dy values a block,
+ * transposes them into vectors of 8 channels and writes dx column by column
+ * (in order) by the aux as max2_bwd_nhwc8.  A row's last column tile starts
+ * at OW - 8 and its last channel block at C - 8, overlapping the one before
+ * (the same values written twice), so C need not be a multiple of 8.  (The
+ * blocks taken channel group by channel group, reading and writing the
+ * rows 32 bytes of every 128, were 0-25% slower in the harness.)
+ *
+ * Other shapes: the NHWC row kernels into a thread's scratch row of OW * C
+ * floats, then stored as C rows of OW floats in y's planes (the backward
+ * gathers dy's C rows into the scratch row first).  sz[6] threads, sz[7] =
+ * 1 (max2_prepare); the workspace holds sz[6] scratch rows (none when the
+ * tiles take the shape: max2_mixed_tiles). */
+
+/* transpose the 8 x 8 floats of v[0..7] in place: v[i][j] <- v[j][i]
+ * (interleaves of pairs, of quads, of halves: AVX2's unpck, shuf, perm2f128) */
+#define MAX2_T8(v)                                                                             \
+	do {                                                                                   \
+		const max2_i8 i1l = { 0, 8, 1, 9, 4, 12, 5, 13 }, i1h = { 2, 10, 3, 11, 6, 14, 7, 15 }; \
+		const max2_i8 i2l = { 0, 1, 8, 9, 4, 5, 12, 13 }, i2h = { 2, 3, 10, 11, 6, 7, 14, 15 }; \
+		const max2_i8 i4l = { 0, 1, 2, 3, 8, 9, 10, 11 }, i4h = { 4, 5, 6, 7, 12, 13, 14, 15 }; \
+		max2_f8 a_[8], b_[8];                                                          \
+		_Pragma("GCC unroll 8") for (int q_ = 0; q_ < 8; q_ += 2) {                                            \
+			a_[q_] = __builtin_shuffle(v[q_], v[q_ + 1], i1l);                     \
+			a_[q_ + 1] = __builtin_shuffle(v[q_], v[q_ + 1], i1h);                 \
+		}                                                                              \
+		_Pragma("GCC unroll 8") for (int q_ = 0; q_ < 8; q_ += 4) {                                            \
+			b_[q_] = __builtin_shuffle(a_[q_], a_[q_ + 2], i2l);                   \
+			b_[q_ + 1] = __builtin_shuffle(a_[q_], a_[q_ + 2], i2h);               \
+			b_[q_ + 2] = __builtin_shuffle(a_[q_ + 1], a_[q_ + 3], i2l);           \
+			b_[q_ + 3] = __builtin_shuffle(a_[q_ + 1], a_[q_ + 3], i2h);           \
+		}                                                                              \
+		_Pragma("GCC unroll 8") for (int q_ = 0; q_ < 4; q_++) {                                               \
+			v[q_] = __builtin_shuffle(b_[q_], b_[q_ + 4], i4l);                    \
+			v[q_ + 4] = __builtin_shuffle(b_[q_], b_[q_ + 4], i4h);                \
+		}                                                                              \
+	} while (0)
+
+/* The aux bytes of 8 lanes: __builtin_convertvector between 8 bytes and
+ * 8 ints became 8 extracts (inserts), shifts and ors at -O2 (GCC 12);
+ * byte shuffles are vpshufb (and a vpermq, vpalignr, vinserti128) in the
+ * AVX2 clone.  The values are 0..MAX2_CUT: a byte of each int is all.
+ * MAX2_B8_PUT stores k's 8 low bytes at p, MAX2_B8_GET makes k of p's. */
+typedef uint8_t max2_b32 __attribute__((vector_size(32)));
+typedef uint8_t max2_b16 __attribute__((vector_size(16)));
+typedef uint64_t max2_u2 __attribute__((vector_size(16)));
+typedef int32_t max2_i4v __attribute__((vector_size(16)));
+#define MAX2_B8_PUT(p, k)                                                                      \
+	do {                                                                                   \
+		const max2_b32 m_ = { 0, 4, 8, 12, 16, 20, 24, 28 };                           \
+		const max2_b32 r_ = __builtin_shuffle((max2_b32)(k), m_);                       \
+		memcpy(p, &r_, 8);                                                             \
+	} while (0)
+#define MAX2_B8_GET(k, p)                                                                      \
+	do {                                                                                   \
+		const max2_b16 z_ = { 0 };                                                     \
+		const max2_b16 l_ = { 0, 16, 16, 16, 1, 16, 16, 16, 2, 16, 16, 16, 3, 16, 16, 16 }; \
+		const max2_b16 h_ = { 4, 16, 16, 16, 5, 16, 16, 16, 6, 16, 16, 16, 7, 16, 16, 16 }; \
+		uint64_t u_;                                                                   \
+		memcpy(&u_, p, 8);                                                             \
+		const max2_b16 v_ = (max2_b16)(max2_u2){ u_, 0 };                              \
+		const max2_i4v lo_ = (max2_i4v)__builtin_shuffle(v_, z_, l_);                  \
+		const max2_i4v hi_ = (max2_i4v)__builtin_shuffle(v_, z_, h_);                  \
+		memcpy(&k, &lo_, 16);                                                          \
+		memcpy((char *)&k + 16, &hi_, 16);                                             \
+	} while (0)
+
+/* the tiles take 8 <= C <= 8 * MAX2_TILE_G channels and OW >= 8 windows a
+ * row (a tile's maxima of all channel groups are kept: a 2 KiB array) */
+#define MAX2_TILE_G 8
+static int max2_mixed_tiles(int64_t OW, int64_t C)
+{
+	return C >= 8 && C <= 8 * MAX2_TILE_G && OW >= 8;
+}
+
+/* one output row: y (its row of each of C planes of `plane` floats) and w
+ * (NHWC aux, or NULL) from NHWC input rows r0, r1 */
+CPU_CLONES static void max2_row_mixed8(float *restrict y, uint8_t *restrict w, const float *restrict r0,
+				       const float *restrict r1, int64_t OW, int64_t C, int64_t plane, int relu)
+{
+	const max2_f8 fzero = { 0 };
+	const int64_t G = (C + 7) / 8;
+	for (int64_t j0 = 0; j0 < OW; j0 += 8) {
+		const int64_t j = j0 + 8 > OW ? OW - 8 : j0;
+		max2_f8 m[MAX2_TILE_G][8];
+		for (int q = 0; q < 8; q++)
+			for (int64_t g = 0; g < G; g++) {
+				const int64_t c = 8 * g + 8 > C ? C - 8 : 8 * g;
+				const int64_t o = 2 * (j + q) * C + c;
+				const max2_f8 v[3] = { *(const max2_f8 *)(r0 + o + C), *(const max2_f8 *)(r1 + o),
+						       *(const max2_f8 *)(r1 + o + C) };
+				max2_f8 mq = *(const max2_f8 *)(r0 + o);
+				max2_i8 k = { 0 };
+				_Pragma("GCC unroll 3") for (int s = 0; s < 3; s++) {
+					const max2_i8 t = (v[s] > mq) | (v[s] != v[s]);
+					mq = MAX2_SEL(max2_f8, max2_i8, t, v[s], mq);
+					k = (t & (s + 1)) | (k & ~t);
+				}
+				if (w) {
+					if (relu) /* not > 0 (NaN too): MAX2_CUT */
+						k = MAX2_CUT_IF(k, mq > fzero);
+					MAX2_B8_PUT(w + (j + q) * C + c, k);
+				}
+				m[g][q] = mq;
+			}
+		for (int64_t g = 0; g < G; g++) {
+			const int64_t c = 8 * g + 8 > C ? C - 8 : 8 * g;
+			MAX2_T8(m[g]);
+			_Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
+				*(max2_f8 *)(y + (c + q) * plane + j) = m[g][q];
+		}
+	}
+}
+
+/* the backward of one row: NHWC input rows d0, d1 from dy's row of each of
+ * C planes and the NHWC aux w */
+CPU_CLONES static void max2_bwd_mixed8(float *restrict d0, float *restrict d1, const float *restrict dy,
+				       const uint8_t *restrict w, int64_t OW, int64_t C, int64_t plane)
+{
+	const max2_f8 zero = { 0 };
+	const int64_t G = (C + 7) / 8;
+	for (int64_t j0 = 0; j0 < OW; j0 += 8) {
+		const int64_t j = j0 + 8 > OW ? OW - 8 : j0;
+		max2_f8 gt[MAX2_TILE_G][8];
+		for (int64_t g = 0; g < G; g++) {
+			const int64_t c = 8 * g + 8 > C ? C - 8 : 8 * g;
+			_Pragma("GCC unroll 8") for (int q = 0; q < 8; q++)
+				gt[g][q] = *(const max2_f8 *)(dy + (c + q) * plane + j);
+			MAX2_T8(gt[g]);
+		}
+		for (int q = 0; q < 8; q++)
+			for (int64_t g = 0; g < G; g++) {
+				const int64_t c = 8 * g + 8 > C ? C - 8 : 8 * g;
+				const int64_t o = (j + q) * C + c, x = 2 * (j + q) * C + c;
+				max2_i8 k;
+				MAX2_B8_GET(k, w + o);
+				*(max2_f8 *)(d0 + x) = MAX2_SEL(max2_f8, max2_i8, k == 0, gt[g][q], zero);
+				*(max2_f8 *)(d0 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 1, gt[g][q], zero);
+				*(max2_f8 *)(d1 + x) = MAX2_SEL(max2_f8, max2_i8, k == 2, gt[g][q], zero);
+				*(max2_f8 *)(d1 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 3, gt[g][q], zero);
+			}
+	}
+}
+#undef MAX2_T8
+#undef MAX2_TILE_G
+#undef MAX2_B8_PUT
+#undef MAX2_B8_GET
+#undef MAX2_SEL
+
 CPU_CLONES static void max2_to_planes(float *restrict y, const float *restrict t, int64_t OW, int64_t C,
 				      int64_t plane)
 {
@@ -360,34 +512,66 @@ CPU_CLONES static void max2_from_planes(float *restrict t, const float *restrict
 	}
 }
 
+/* Ask for dy's lines of output row r: its C rows of OW floats in the
+ * NCHW planes (of `plane` floats, OH rows a plane), ahead of their use.
+ * Each plane's row is a short piece of its own (56 bytes in the CNN's
+ * pool1), 32 of them a row, which the hardware prefetchers did not follow:
+ * asking for them two rows ahead took the tile backward from 2.3-2.6 to
+ * 1.8-1.9 ms in a harness of pool1 (batch 128, its tensors out of the
+ * caches; session 17).  The same for the forward's stores into y gained
+ * nothing there and is not done. */
+static void max2_prefetch_planes(const float *dy, int64_t r, int64_t C, int64_t OH, int64_t OW, int64_t plane)
+{
+	const float *row = dy + (r / OH) * C * plane + (r % OH) * OW;
+	for (int64_t c = 0; c < C; c++) {
+		__builtin_prefetch(row + c * plane, 0, 3);
+		__builtin_prefetch(row + c * plane + OW - 1, 0, 3);
+		__asm__ volatile("" ::: "memory"); /* as max2_prefetch's */
+	}
+}
+
 static kiln_status max2_run_mixed(const struct cpu_plan *p, const struct kiln_op_args *a,
 				  struct cpu_err *e)
 {
 	const int bwd = p->op.type == KILN_OP_POOL_BWD, relu = !!(p->op.flags & KILN_OPF_ACT);
 	const int64_t P = p->sz[0], H = p->sz[1], OH = p->sz[3], OW = p->sz[4], C = p->sz[5];
 	const int64_t W = p->sz[2] * C, Y = OW * C, plane = OH * OW;
+	const int tiles = max2_mixed_tiles(OW, C);
 	int nt = omp_get_max_threads();
 	nt = nt < (int)p->sz[6] ? nt : (int)p->sz[6];
 	(void)e;
 #pragma omp parallel num_threads(nt) if (P * H * W >= CPU_PAR_MIN)
 	{
-		float *t = (float *)a->workspace + omp_get_thread_num() * Y;
+		float *t = tiles ? NULL : (float *)a->workspace + omp_get_thread_num() * Y;
 #pragma omp for schedule(static)
 		for (int64_t r = 0; r < P * OH; r++) {
 			const int64_t pl = r / OH, i = r % OH;
 			const int64_t xo = pl * H * W + 2 * i * W, wo = r * Y, yo = pl * C * plane + i * OW;
 			if (!bwd) {
 				const float *x = (const float *)a->in[0] + xo;
+				float *y = (float *)a->out[0] + yo;
 				if (r + 1 < P * OH)
 					max2_prefetch((const float *)a->in[0], r + 1, H, W, OH);
 				uint8_t *w = p->aux ? (uint8_t *)a->out[1] + wo : NULL;
-				max2_fwd_rows(t, w, x, x + W, OW, C, relu);
-				max2_to_planes((float *)a->out[0] + yo, t, OW, C, plane);
+				if (tiles) {
+					max2_row_mixed8(y, w, x, x + W, OW, C, plane, relu);
+				} else {
+					max2_fwd_rows(t, w, x, x + W, OW, C, relu);
+					max2_to_planes(y, t, OW, C, plane);
+				}
 				continue;
 			}
 			float *dx = (float *)a->out[0] + xo;
-			max2_from_planes(t, (const float *)a->in[0] + yo, OW, C, plane);
-			max2_bwd_rows(dx, dx + W, t, (const uint8_t *)a->in[1] + wo, OW, C);
+			const float *dy = (const float *)a->in[0] + yo;
+			const uint8_t *w = (const uint8_t *)a->in[1] + wo;
+			if (r + 2 < P * OH)
+				max2_prefetch_planes((const float *)a->in[0], r + 2, C, OH, OW, plane);
+			if (tiles) {
+				max2_bwd_mixed8(dx, dx + W, dy, w, OW, C, plane);
+			} else {
+				max2_from_planes(t, dy, OW, C, plane);
+				max2_bwd_rows(dx, dx + W, t, w, OW, C);
+			}
 			if (W > 2 * OW * C) /* the columns no window reads */
 				for (int64_t q = 2 * OW * C; q < W; q++)
 					dx[q] = dx[W + q] = 0.0f;
@@ -505,10 +689,11 @@ static kiln_status max2_prepare(struct cpu_ctx *c, struct cpu_plan *p, const str
 	p->workspace = 0;
 	p->kernel = max2_run;
 	const int mixed = nhwc && !cpu_nhwc(y); /* NHWC -> NCHW, f32 (ABI 2.17) */
-	if (mixed) { /* a scratch output row for each thread */
+	if (mixed) { /* a scratch output row for each thread, unless the tiles fit */
 		p->sz[6] = c->threads > 0 ? c->threads : 1;
 		p->sz[7] = 1;
-		p->workspace = (size_t)(p->sz[6] * p->sz[4] * p->sz[5]) * sizeof(float);
+		if (!max2_mixed_tiles(p->sz[4], p->sz[5]))
+			p->workspace = (size_t)(p->sz[6] * p->sz[4] * p->sz[5]) * sizeof(float);
 		p->kernel = max2_run_mixed;
 	}
 	if (x->dtype == KILN_BF16) { /* each thread's f32 rows */
