@@ -40,6 +40,8 @@ static const struct shape shapes[] = {
 	{ 1, 4, 5, 5, 3, 7, 7, 3, 3 },   { 2, 3, 8, 8, 2, 3, 3, 0, 0 },
 	{ 1, 2, 4, 6, 3, 3, 3, 3, 3 },   { 5, 6, 10, 13, 4, 5, 5, 0, 0 },
 	{ 2, 3, 9, 7, 5, 3, 5, 1, 2 },   { 4, 16, 14, 14, 32, 5, 5, 2, 2 },
+	/* NHWC tiles of 16 channels cut short (20, 37), split between threads */
+	{ 3, 20, 6, 7, 37, 3, 3, 1, 1 },
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof *shapes))
 

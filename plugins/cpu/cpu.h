@@ -337,6 +337,10 @@ void cpu_engine_destroy(struct cpu_ctx *c);
 /* ---- dnn.c: a plan made of oneDNN primitives ---- */
 void cpu_dnn_free(struct cpu_dnn *d);
 
+/* layout.c: dst[c * ld + r] = src[r * ls + c], r < R, c < S (f32), by
+ * 8 x 8 AVX2 tiles where the CPU has them (a pure copy: the same bits). */
+void cpu_transpose_f32(float *dst, int64_t ld, const float *src, int64_t ls, int64_t R, int64_t S);
+
 /* ---- conv.c, pool.c, bn.c, act.c, layout.c: prepare one family of ops
  * (same contract as cpu_ops_prepare) ---- */
 kiln_status cpu_conv_prepare(struct cpu_ctx *c, struct cpu_plan *p);

@@ -171,6 +171,7 @@ struct cpu_fftconv {
 	int64_t O;                /* output channels (the bias's length) */
 	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
 	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
+	size_t off_tile;          /* a thread's channel tile (NHWC), in its buffers */
 	int threads;              /* per-thread buffers */
 	int openblas;             /* GEMMs by cblas_sgemm, else dnnl_sgemm */
 	fftwf_plan r2c, c2r;
@@ -193,6 +194,47 @@ static size_t fc_stride(int64_t n)
 {
 	const size_t f = fc_floats(n), line = FC_ALIGN / sizeof(float);
 	return (f / line) % 2 ? f : f + line;
+}
+
+/* NHWC planes are strided (element stride C): a plane read or written
+ * one element at a time touches a cache line per element.  An NHWC
+ * activation's side moves FC_T channels of a sample at once through a
+ * thread's tile instead, FC_T planes of h x w contiguous floats, by 8 x 8
+ * transposes (cpu_transpose_f32): a gather reads FC_T neighbouring floats
+ * a pixel (a whole line at FC_T = 16), a scatter writes them; its planes
+ * are taken channels inner (fc_ij).  The transforms see the same values
+ * and each plane's frequencies go where they did, so the bytes are those
+ * without it (docs/PERFORMANCE.md, "Session 17: the FFT convolution's
+ * NHWC planes": the weight gradient 5-10% faster, the others the same). */
+#define FC_T 16
+
+struct fc_tile {
+	float *t;       /* FC_T planes of h w floats; NULL: no tile */
+	int64_t i, j0;  /* sample i's channels j0 .. j0 + n - 1 */
+	int64_t n;      /* 0: empty */
+};
+
+/* Does side s (its planes p) go through a tile? */
+static int fc_tiled(const struct fc_side *s)
+{
+	return s->pl.s1 == 1 && s->pl.sw != 1 && s->pl.sh == s->pl.w * s->pl.sw;
+}
+
+/* Gather sample i's channels j .. (up to FC_T, to the last) into the
+ * tile: its pixels are rows of C floats (sh = w sw), a transpose. */
+static void fc_gather(struct fc_tile *g, const struct fc_planes *p, const float *src, int64_t i,
+		      int64_t j)
+{
+	const int64_t n = p->n1 - j < FC_T ? p->n1 - j : FC_T;
+	cpu_transpose_f32(g->t, p->h * p->w, src + i * p->s0 + j, p->sw, p->h * p->w, n);
+	g->i = i, g->j0 = j, g->n = n;
+}
+
+/* Write the tile's planes (g->n of them) to their channels of dst. */
+static void fc_scatter(struct fc_tile *g, const struct fc_planes *p, float *dst)
+{
+	cpu_transpose_f32(dst + g->i * p->s0 + g->j0, p->sw, g->t, p->h * p->w, g->n, p->h * p->w);
+	g->n = 0;
 }
 
 void cpu_fftconv_free(struct cpu_fftconv *f)
@@ -269,19 +311,25 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
  * complex, the calling thread's buffers. */
 static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
 			     int64_t i, int64_t j, float *m, size_t fs, float *re, fftwf_complex *sp,
-			     float *k2, size_t fs2)
+			     float *k2, size_t fs2, struct fc_tile *g)
 {
 	const struct fc_planes *p = &s->pl;
 	const float *x = src + i * p->s0 + j * p->s1;
+	int64_t sh = p->sh, sw = p->sw;
+	if (g->t && fc_tiled(s)) {
+		if (!g->n || g->i != i || j < g->j0 || j >= g->j0 + g->n)
+			fc_gather(g, p, src, i, j);
+		x = g->t + (j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
+	}
 	memset(re, 0, (size_t)f->n1 * (size_t)f->n2 * sizeof *re);
 	for (int64_t r = 0; r < p->h; r++) {
 		float *row = re + r * f->n2;
-		const float *xr = x + r * p->sh;
-		if (p->sw == 1)
+		const float *xr = x + r * sh;
+		if (sw == 1)
 			memcpy(row, xr, (size_t)p->w * sizeof *row);
 		else
 			for (int64_t q = 0; q < p->w; q++)
-				row[q] = xr[q * p->sw];
+				row[q] = xr[q * sw];
 	}
 	fftwf_execute_dft_r2c(f->r2c, re, sp);
 	if (k2) { /* the kept copy too: plain, row i, column j */
@@ -340,7 +388,8 @@ CPU_CLONES static void fc_put(float *restrict y, int64_t sw, const float *restri
 /* The inverse transform of output plane (i, j) from the product matrices
  * m, written (shifted, cropped, scaled; + bias, ReLU, or added) into dst. */
 static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_t i, int64_t j,
-			     float *dst, const float *bias, float *re, fftwf_complex *sp)
+			     float *dst, const float *bias, float *re, fftwf_complex *sp,
+			     struct fc_tile *g)
 {
 	const struct fc_side *s = &f->o;
 	const struct fc_planes *p = &s->pl;
@@ -355,15 +404,24 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_
 	/* the output channel of plane (i, j): o of (b, o) or of (o, c) */
 	const float b0 = bias ? bias[f->type == KILN_OP_CONV ? j : i] : 0.0f;
 	float *y = dst + i * p->s0 + j * p->s1;
+	int64_t sh = p->sh, sw = p->sw;
+	if (g->t && fc_tiled(s) && !f->acc) { /* written to the tile, scattered by FC_T */
+		if (g->n && (g->i != i || j != g->j0 + g->n || g->n == FC_T))
+			fc_scatter(g, p, dst);
+		if (!g->n)
+			g->i = i, g->j0 = j;
+		g->n++;
+		y = g->t + (j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
+	}
 	/* output column q reads z column (q + sh2) mod n2: two runs */
 	const int64_t q0 = (f->sh2 + f->n2) % f->n2, w1 = f->n2 - q0 < p->w ? f->n2 - q0 : p->w;
 	for (int64_t r = 0, zi = (f->sh1 + f->n1) % f->n1; r < p->h;
 	     r++, zi = zi + 1 == f->n1 ? 0 : zi + 1) {
 		const float *zr = re + zi * f->n2;
-		float *yr = y + r * p->sh;
-		fc_put(yr, p->sw, zr + q0, w1, scale, b0, f->relu, f->acc);
+		float *yr = y + r * sh;
+		fc_put(yr, sw, zr + q0, w1, scale, b0, f->relu, f->acc);
 		if (w1 < p->w)
-			fc_put(yr + w1 * p->sw, p->sw, zr, p->w - w1, scale, b0, f->relu, f->acc);
+			fc_put(yr + w1 * sw, sw, zr, p->w - w1, scale, b0, f->relu, f->acc);
 	}
 }
 
@@ -371,14 +429,41 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_
  * that consecutive planes write (or read) neighbouring floats of each
  * frequency's matrix and share its cache lines (row i: j inner; swap,
  * row j: i inner). */
+/* A tiled swapped side (NHWC dy of the weight gradient) takes its planes
+ * by blocks of FC_T channels, samples, then the block's channels inner:
+ * a tile's gather serves FC_T planes, and the matrix rows the block
+ * writes (FC_T a frequency) stay in cache from one sample to the next. */
+static void fc_ij(const struct fc_side *s, int64_t k, int64_t *i, int64_t *j)
+{
+	const int64_t n0 = s->pl.n0, n1 = s->pl.n1;
+	if (!s->swap) {
+		*i = k / n1, *j = k % n1;
+	} else if (!fc_tiled(s)) {
+		*i = k % n0, *j = k / n0;
+	} else {
+		const int64_t full = n1 / FC_T, per = n0 * FC_T;
+		if (k < full * per) {
+			const int64_t r = k % per;
+			*i = r / FC_T, *j = k / per * FC_T + r % FC_T;
+		} else {
+			const int64_t r = k - full * per, rem = n1 - full * FC_T;
+			*i = r / rem, *j = full * FC_T + r % rem;
+		}
+	}
+}
+
 static int64_t fc_i(const struct fc_side *s, int64_t k)
 {
-	return s->swap ? k % s->pl.n0 : k / s->pl.n1;
+	int64_t i, j;
+	fc_ij(s, k, &i, &j);
+	return i;
 }
 
 static int64_t fc_j(const struct fc_side *s, int64_t k)
 {
-	return s->swap ? k / s->pl.n0 : k % s->pl.n1;
+	int64_t i, j;
+	fc_ij(s, k, &i, &j);
+	return j;
 }
 
 /* o = a b at frequency k, on the calling thread */
@@ -455,12 +540,14 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			char *tb = ws + f->off_t + (size_t)t * f->per_thread;
 			float *re = (float *)tb;
 			fftwf_complex *sp = (fftwf_complex *)(tb + fc_up((size_t)f->n1 * f->n2 * sizeof(float)));
+			struct fc_tile g = { f->off_tile ? (float *)(tb + f->off_tile) : NULL, 0, 0, 0 };
 			const int64_t na = f->a.pl.n0 * f->a.pl.n1, nb = f->b.pl.n0 * f->b.pl.n1;
 			if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < na; k++)
 					fc_forward_plane(f, &f->a, src_a, fc_i(&f->a, k), fc_j(&f->a, k), ma,
-							 f->fa, re, sp, k2, f->fk);
+							 f->fa, re, sp, k2, f->fk, &g);
+				g.n = 0;
 			}
 			if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kin) {
 #pragma omp for schedule(static)
@@ -470,7 +557,8 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < nb; k++)
 					fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb,
-							 f->fb, re, sp, NULL, 0);
+							 f->fb, re, sp, NULL, 0, &g);
+				g.n = 0;
 			}
 			/* one thread per GEMM: OpenBLAS and oneDNN read this */
 			omp_set_num_threads(1);
@@ -480,7 +568,9 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			const int64_t no = f->o.pl.n0 * f->o.pl.n1;
 #pragma omp for schedule(static)
 			for (int64_t k = 0; k < no; k++)
-				fc_inverse_plane(f, mo, fc_i(&f->o, k), fc_j(&f->o, k), dst, bias, re, sp);
+				fc_inverse_plane(f, mo, fc_i(&f->o, k), fc_j(&f->o, k), dst, bias, re, sp, &g);
+			if (g.n) /* this thread's last planes */
+				fc_scatter(&g, &f->o.pl, dst);
 		}
 	}
 	if (bad)
@@ -521,6 +611,14 @@ static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
 	f->per_thread = fc_up((size_t)f->n1 * f->n2 * sizeof(float)) +
 			fc_up((size_t)f->nf * 2 * sizeof(float));
+	/* the NHWC tile: FC_T planes of the largest tiled side's */
+	int64_t hw = 0;
+	const struct fc_side *sides[3] = { &f->a, &f->b, &f->o };
+	for (int k = 0; k < 3; k++)
+		if (fc_tiled(sides[k]) && sides[k]->pl.h * sides[k]->pl.w > hw)
+			hw = sides[k]->pl.h * sides[k]->pl.w;
+	f->off_tile = hw ? f->per_thread : 0;
+	f->per_thread += hw ? fc_up((size_t)FC_T * (size_t)hw * sizeof(float)) : 0;
 	f->threads = c->threads > 0 ? c->threads : 1;
 }
 

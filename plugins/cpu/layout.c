@@ -200,6 +200,24 @@ TR8_AVX2 static void tr8_block(float *dst, const float *src, int64_t R, int64_t 
 }
 #endif
 
+/* dst[c * ld + r] = src[r * ls + c], r < R, c < S (f32): in 8 x 8 AVX2
+ * tiles where the CPU has them, the edges (and other CPUs) by a loop. */
+void cpu_transpose_f32(float *dst, int64_t ld, const float *src, int64_t ls, int64_t R, int64_t S)
+{
+	int64_t r8 = 0, s8 = 0;
+#ifdef TR8
+	if (__builtin_cpu_supports("avx2")) {
+		r8 = R & ~(int64_t)7, s8 = S & ~(int64_t)7;
+		for (int64_t r = 0; r < r8; r += 8)
+			for (int64_t c = 0; c < s8; c += 8)
+				tr8_tile(dst + c * ld + r, ld, src + r * ls + c, ls, 0);
+	}
+#endif
+	for (int64_t r = 0; r < R; r++)
+		for (int64_t c = r < r8 ? s8 : 0; c < S; c++)
+			dst[c * ld + r] = src[r * ls + c];
+}
+
 /* sz[] of a REORDER plan: sz[0] N, sz[1] rows R and sz[2] columns S of each
  * sample's source matrix (0: same layout, a flat copy of p->n elements),
  * sz[3] element size. */
