@@ -684,5 +684,10 @@ endif
 # the loss of conv_algo = direct within rounding
 TESTS += tests/cpu_fftconv.sh
 EXTRA_DIST += tests/cpu_fftconv.sh
+# the bf16 CNN below AVX-512: its convolutions' f32 ops (lowp.c) by FFT
+# with kept spectra, the same bytes twice, direct's weights within bf16
+# rounding
+TESTS += tests/cpu_fftconv_bf16.sh
+EXTRA_DIST += tests/cpu_fftconv_bf16.sh
 TESTS += tests/cpu_gemm_devices.sh
 EXTRA_DIST += tests/cpu_gemm_devices.sh

@@ -139,6 +139,18 @@ struct lp_cvt {
 	int64_t n;
 };
 
+/* 1 when the inner plan never reads input i, which is then neither
+ * widened nor passed (NULL: a read would fault, not see stale data):
+ * fftconv.c's weight and data gradients with kept spectra read x's
+ * spectrum (CONV_BWD_WEIGHTS) or dy's (CONV_BWD_DATA) from the kept
+ * copy, never their input 0 (fc_run) */
+static int lp_unread(const struct cpu_plan *p, int i)
+{
+	const struct kiln_op *op = &p->op;
+	return i == 0 && p->inner->fft && (op->flags & KILN_OPF_KEEP) &&
+	       (op->type == KILN_OP_CONV_BWD_WEIGHTS || op->type == KILN_OP_CONV_BWD_DATA);
+}
+
 static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 				struct cpu_err *e)
 {
@@ -158,6 +170,10 @@ static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_a
 	for (int i = 0; i < op->n_in; i++) {
 		if (p->lp_off[i] < 0 || !a->in[i])
 			continue;
+		if (lp_unread(p, i)) {
+			b.in[i] = NULL;
+			continue;
+		}
 		const float *k = cpu_wc_get(p->wc, a->in[i], op->in[i].dtype, cpu_numel(&op->in[i]),
 					    &ticket[i]);
 		/* a weight's kept copy: widened by an earlier run (wcache.c), or
@@ -249,7 +265,11 @@ kiln_status cpu_lowp_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	for (int i = 0; i < op->n_out; i++)
 		if (cpu_lowp(q->op.out[i].dtype))
 			q->op.out[i].dtype = KILN_F32;
-	if ((st = family(c, q))) {
+	/* a convolution's f32 op takes the f32 convolutions' algorithm
+	 * ([plugin.cpu] conv_algo, conv_impl: the FFT for the CNN's conv2
+	 * under rule); the GEMMs and the rest their family's kernel */
+	st = family == cpu_conv_prepare ? cpu_tune_conv_algo(c, q) : family(c, q);
+	if (st) {
 		cpu_plan_release(q);
 		free(q);
 		return st;

@@ -875,8 +875,10 @@ static kiln_status tune_kept(struct cpu_ctx *c, struct cpu_plan *p,
 	/* below avx512_core the f32 kernel's copies are made by lowp.c's
 	 * plan (kiln's conversions, then the f32 op with its kept copies),
 	 * not by oneDNN's bf16 <-> f32 reorders, its reference loop there
-	 * (prepare_kernel) */
-	if (f32 && !cpu_dnn_bf16_native())
+	 * (prepare_kernel); and the bf16 choice is that plan too (oneDNN has
+	 * no bf16 kernel there: prepare_kernel's fallback), so either choice
+	 * keeps the f32 op's copies (the FFT's spectra under conv_algo) */
+	if (!cpu_dnn_bf16_native())
 		return cpu_lowp_prepare(c, p, family);
 	p->kern_f32 = f32;
 	return family(c, p);
