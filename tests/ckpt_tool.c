@@ -7,6 +7,11 @@
  *                                 and B agree elementwise within
  *                                 TOL * (1 + |a|); prints the largest
  *                                 difference of each
+ *   ckpt_tool step A0 A1 B0 B1 TOL NAME...
+ *                                 exit 0 when the update of each named f32
+ *                                 weight (section tensors) from A0 to A1 and
+ *                                 from B0 to B1 agree: |u - v| <= TOL |u|
+ *                                 (2-norms); prints each relative difference
  */
 #include <math.h>
 #include <kiln/kiln.h>
@@ -35,6 +40,66 @@ static char *section(struct kiln_ckpt *ck, const char *tag, uint64_t *n)
 		exit(1);
 	}
 	return b;
+}
+
+/* A copy of the f32 tensor NAME of ck (its "tensors" section: "name
+ * section offset count dtype shape" lines), its element count in *n;
+ * NULL if absent. */
+static float *named(struct kiln_ckpt *ck, const char *name, uint64_t *n)
+{
+	uint64_t nk, ns;
+	char *keys = section(ck, "tensors", &nk), *line, *save = NULL;
+	keys[nk] = 0;
+	float *v = NULL;
+	for (line = strtok_r(keys, "\n", &save); line && !v; line = strtok_r(NULL, "\n", &save)) {
+		char nm[256], sec[64], dt[16];
+		unsigned long long off, cnt;
+		if (sscanf(line, "%255s %63s %llu %llu %15s", nm, sec, &off, &cnt, dt) != 5 ||
+		    strcmp(nm, name) || strcmp(dt, "f32"))
+			continue;
+		char *b = section(ck, sec, &ns);
+		if ((off + cnt) * 4 <= ns && (v = malloc(cnt * 4 + 1))) {
+			memcpy(v, b + off * 4, cnt * 4);
+			*n = cnt;
+		}
+		free(b);
+	}
+	free(keys);
+	return v;
+}
+
+/* ckpt_tool step: the updates of the named weights in two runs agree */
+static int step_cmd(int argc, char **argv)
+{
+	struct kiln_ckpt *ck[4];
+	for (int k = 0; k < 4; k++)
+		ck[k] = open_or_die(argv[2 + k]);
+	const double tol = atof(argv[6]);
+	int rc = 0;
+	for (int i = 7; i < argc; i++) {
+		float *w[4];
+		uint64_t n[4] = { 0 };
+		int bad = 0;
+		for (int k = 0; k < 4; k++)
+			if (!(w[k] = named(ck[k], argv[i], &n[k])) || n[k] != n[0])
+				bad = 1;
+		double du = 0, dd = 0;
+		for (uint64_t j = 0; !bad && j < n[0]; j++) {
+			const double u = (double)w[1][j] - w[0][j], v = (double)w[3][j] - w[2][j];
+			du += u * u;
+			dd += (u - v) * (u - v);
+		}
+		const double rel = du > 0 ? sqrt(dd / du) : (dd > 0 ? INFINITY : 0);
+		bad |= !(rel <= tol);
+		printf("%s: %llu floats, update's relative difference %.3g%s\n", argv[i],
+		       (unsigned long long)n[0], rel, bad ? " DIFFERS" : "");
+		rc |= bad;
+		for (int k = 0; k < 4; k++)
+			free(w[k]);
+	}
+	for (int k = 0; k < 4; k++)
+		kiln_ckpt_close(ck[k]);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -104,6 +169,9 @@ int main(int argc, char **argv)
 		kiln_ckpt_close(b);
 		return rc;
 	}
-	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG...\n");
+	if (argc >= 8 && !strcmp(argv[1], "step"))
+		return step_cmd(argc, argv);
+	fprintf(stderr, "usage: ckpt_tool check FILE | sections FILE | same A B TAG... | close A B TOL TAG... | "
+		"step A0 A1 B0 B1 TOL NAME...\n");
 	return 2;
 }

@@ -14,7 +14,8 @@ name=conv_kept_bf16
 need_fashion_mnist
 
 cnn="$srcdir/bench/cnn_bench.ini"
-short="data.path=$FM data.limit=320 train.max_steps=5 train.batch=64 train.eval=0 run.precision=bf16 plugin.cpu.tune_cache=none"
+# conv_algo = direct: oneDNN's copies (the FFT's spectra: tests/cpu_fftconv_bf16.sh)
+short="data.path=$FM data.limit=320 train.max_steps=5 train.batch=64 train.eval=0 run.precision=bf16 plugin.cpu.tune_cache=none plugin.cpu.conv_algo=direct"
 
 # run LABEL PICKS: the bf16 CNN with the choices PICKS, debug log in $err
 run() {
