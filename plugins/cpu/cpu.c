@@ -783,7 +783,10 @@ static const struct kiln_key cpu_keys[] = {
 	  "`openblas` is `onednn` (docs/PERFORMANCE.md, session 16).  `[run] "
 	  "deterministic = 1` turns `auto` into `rule`." },
 	{ "conv_algo", KILN_KEY_ENUM, "rule", 0, 0, "rule|auto|direct|fft",
-	  "How an f32 convolution (forward, data and weight gradients) is computed: "
+	  "How an f32 convolution (forward, data and weight gradients) is computed, and a "
+	  "bf16 or f16 one that runs as the f32 op on widened copies (f16 always; bf16 below "
+	  "AVX-512, where oneDNN 2.6 has no bf16 convolution: its result is the f32 one "
+	  "rounded): "
 	  "`direct` by oneDNN's direct kernels; `fft` by FFT where it can (stride 1, "
 	  "dilation 1, one group, no residual epilogue; fused ReLU only): each plane "
 	  "transformed by FFTW, the channels summed by one real GEMM per frequency, "

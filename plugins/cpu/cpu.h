@@ -444,7 +444,8 @@ kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p);
  * cpu_fftconv_rule, or the faster of the two (CPU_CONV_AUTO, timed as
  * cpu_tune_conv_impl times).  Under auto a kept-copy op (KILN_OPF_KEEP)
  * whose bare twin goes to the FFT is refused (KILN_ENOTSUP): the layer
- * then runs without kept copies; rule and fft keep the FFT's spectra. */
+ * then runs without kept copies; rule and fft keep the FFT's spectra.
+ * Also the inner f32 op of a bf16/f16 convolution (cpu_lowp_prepare). */
 kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p);
 /* Forget the choices (close()). */
 void cpu_tune_free(struct cpu_ctx *c);
