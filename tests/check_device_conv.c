@@ -388,16 +388,18 @@ static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pic
 	fw.out[fw.n_out++] = td(KILN_U8, 1, 1, 0);
 	void *dKX = NULL, *dKDY = NULL, *plan;
 	const long kx = kept_bytes(f, &fw);
-	if (!fk && !onednn_bf16_conv()) {
-		/* no oneDNN bf16 convolution but its reference loops: the
-		 * kept copies are refused with a message (the layer then
-		 * reads its tensors as they are), never a wrong read */
-		ck_assert_msg(kx < 0 && *kiln_last_error(), "bf16 CONV keep, picks %s, no bf16 kernel: kept %ld",
-			      pick, kx);
-		goto out;
-	}
-	ck_assert_msg(kx == (long)(nx * (fk ? 4 : 2)), "bf16 CONV keep, picks %s: kept %ld bytes, want %zu (%s)",
-		      pick, kx, nx * (fk ? 4 : 2), kiln_last_error());
+	/* no oneDNN bf16 convolution but its reference loops (below
+	 * avx512_core): either pick is lowp.c's f32 op, computed as
+	 * [plugin.cpu] conv_algo says, so its copies are that op's
+	 * (oneDNN's blocked f32 x, or the FFT's spectrum: conv2 under the
+	 * rule), of a size this test does not predict */
+	const int lowp = !onednn_bf16_conv();
+	if (lowp)
+		ck_assert_msg(kx > 0, "bf16 CONV keep, picks %s, no bf16 kernel: kept %ld (%s)", pick, kx,
+			      kiln_last_error());
+	else
+		ck_assert_msg(kx == (long)(nx * (fk ? 4 : 2)), "bf16 CONV keep, picks %s: kept %ld bytes, want %zu (%s)",
+			      pick, kx, nx * (fk ? 4 : 2), kiln_last_error());
 	dKX = dput(f, NULL, (size_t)kx);
 	OK(run_op(f, &fw, (const void *[]){ dX, dW, dB }, (void *[]){ dY, dKX }));
 	bw.in[bw.n_in++] = td(KILN_U8, 1, kx, 0);
@@ -407,8 +409,8 @@ static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pic
 		goto out;
 	}
 	const long kdy = kept_bytes(f, &bw);
-	ck_assert_msg(kdy == (long)(ny * (wk ? 4 : 2)), "bf16 CONV_BWD_WEIGHTS keep, picks %s: kept %ld (%s)",
-		      pick, kdy, kiln_last_error());
+	ck_assert_msg(lowp ? kdy > 0 : kdy == (long)(ny * (wk ? 4 : 2)),
+		      "bf16 CONV_BWD_WEIGHTS keep, picks %s: kept %ld (%s)", pick, kdy, kiln_last_error());
 	dKDY = dput(f, NULL, (size_t)kdy);
 	OK(run_op(f, &bw, (const void *[]){ z, dDY, dKX }, (void *[]){ dDW, dDB, dKDY }));
 	bd.in[bd.n_in++] = td(KILN_U8, 1, kdy, 0);
