@@ -11,6 +11,11 @@ AM_TESTS_ENVIRONMENT = top_builddir='$(top_builddir)' abs_top_builddir='$(abs_to
 # The caches kiln keeps (the inflated IDX data, the plugin probe) go under
 # the build tree, not the user's ~/.cache (about 53 MB); make clean drops them.
 AM_TESTS_ENVIRONMENT += XDG_CACHE_HOME='$(abs_top_builddir)/tests/cache'; export XDG_CACHE_HOME;
+# Nor beside the sources: Python's bytecode of the helpers a reference
+# script imports (tests/gpt_steps.sh's tests/data/gen_gpt_refs.py wrote
+# tests/data/__pycache__, tests/ddp_torch.sh bench/__pycache__), so that a
+# read-only or VPATH source tree stays untouched (tests/lib.sh, by hand).
+AM_TESTS_ENVIRONMENT += PYTHONDONTWRITEBYTECODE=1; export PYTHONDONTWRITEBYTECODE;
 # The CPU plugin's kernel timings count as quiet (plugins/cpu/tune.c's hook
 # for the timing thread's run-queue wait): on a loaded test machine they
 # would be provisional in that cache, and a later run of the same test
