@@ -38,12 +38,21 @@
  * (their sums, as FFTW adds them), summed over the batch in order.
  * CONV_BWD_WEIGHTS with KILN_OPF_ACCUMULATE adds into dw and db.
  *
- * Kept spectra (KILN_OPF_KEEP; fc_kept): the forward's x operand is
- * written into its last output, the weight gradient builds its block
- * operand from it (fc_block_from_plain) and writes dy's spectrum in the
- * data gradient's plain layout into its own last output, which the data
- * gradient multiplies instead of transforming dy: the same bits as
- * without, 12,288 of conv2's 43,008 plane transforms a step fewer.
+ * Kept spectra (KILN_OPF_KEEP; fc_kept): the forward's x and w operands
+ * are written into its last output, the weight gradient builds its block
+ * operand from x's (fc_block_from_plain) and writes dy's spectrum in the
+ * data gradient's plain layout into its own last output, followed by the
+ * address of the forward's w operand (struct fc_wref); the data gradient
+ * multiplies those instead of transforming dy and w: the same bits as
+ * without, 14,336 of conv2's 43,008 plane transforms a step fewer.  The
+ * data gradient's B is the forward's w operand, transposed in the GEMM
+ * ([[Wr, -Wi], [Wi, Wr]]^T over (c, o) is [[Wr, Wi], [-Wi, Wr]] over
+ * (o, c)), kept or not.  The kept dy thus refers to the kept x: the data
+ * gradient must run while that is alive and unchanged, as
+ * core/layers/conv.c's conv_backward does (weight gradient, then data
+ * gradient, of the same micro-batch, before its kept x is released).
+ * KILN_CPU_FFT_NOKEEP (the tests' hook) refuses KILN_OPF_KEEP: the layer
+ * then runs the three passes unkept (tests/fftconv_kept.sh compares).
  *
  * FFTW plans are made once at prepare with FFTW_ESTIMATE (no timing, so
  * the transforms, and the results, are the same on every run) under a
@@ -166,8 +175,10 @@ struct cpu_fftconv {
 	int64_t M, N, K;          /* o = a b per frequency: [M, K] [K, N] */
 	int a_in, b_in;           /* the inputs a and b are transforms of */
 	int keep;                 /* KILN_OPF_KEEP: spectra kept between the passes */
-	size_t fx, fk;            /* floats per frequency of the kept x (read by the
-				   * weight gradient) and dy (written by it) */
+	int tb;                   /* B stored transposed ([N, K]: the data gradient's
+				   * w, in the forward's layout) */
+	size_t fx, fk, fw;        /* floats per frequency of the kept x (read by the
+				   * weight gradient), dy (written by it) and w */
 	int64_t O;                /* output channels (the bias's length) */
 	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
 	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
@@ -286,9 +297,11 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
 		f->O = op->out[0].dims[1];
 		break;
-	case KILN_OP_CONV_BWD_DATA: /* DX [B, C] = DY [B, O] W [O, C] */
+	case KILN_OP_CONV_BWD_DATA: /* DX [B, C] = DY [B, O] W [O, C], W as the
+				     * forward's conj(W^T) [C, O] transposed (tb) */
 		f->a = fc_side(fc_act(&op->in[0]), 0, 0);
-		f->b = fc_side(fc_wei(&op->in[1]), 0, 1);
+		f->b = fc_side(fc_wei(&op->in[1]), 1, -1);
+		f->tb = 1;
 		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
 		f->O = op->in[0].dims[1];
 		break;
@@ -301,7 +314,7 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 		f->O = op->in[1].dims[1];
 		break;
 	}
-	f->M = f->a.rows, f->K = 2 * f->a.cols, f->N = 2 * f->b.cols;
+	f->M = f->a.rows, f->K = 2 * f->a.cols, f->N = 2 * (f->tb ? f->b.rows : f->b.cols);
 	if (op->type != KILN_OP_CONV_BWD_WEIGHTS)
 		f->a_in = 0, f->b_in = 1;
 }
@@ -469,15 +482,15 @@ static int64_t fc_j(const struct fc_side *s, int64_t k)
 /* o = a b at frequency k, on the calling thread */
 static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b, float *o)
 {
-	const int64_t M = f->M, N = f->N, K = f->K;
+	const int64_t M = f->M, N = f->N, K = f->K, ldb = f->tb ? K : N;
 #if HAVE_OPENBLAS
 	if (f->openblas) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
-			    (int)K, b, (int)N, 0.0f, o, (int)N);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, f->tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+			    (int)K, 1.0f, a, (int)K, b, (int)ldb, 0.0f, o, (int)N);
 		return;
 	}
 #endif
-	dnnl_sgemm('N', 'N', M, N, K, 1.0f, a, K, b, N, 0.0f, o, N);
+	dnnl_sgemm('N', f->tb ? 'T' : 'N', M, N, K, 1.0f, a, K, b, ldb, 0.0f, o, N);
 }
 
 /* The weight gradient's B at one frequency, the block form
@@ -510,6 +523,30 @@ static void fc_bias_grad(const struct cpu_fftconv *f, const float *ma, float *db
 	}
 }
 
+/* What the weight gradient's kept dy ends with (FC_WREF bytes): where
+ * the forward kept w's operand, which the data gradient reads.  The
+ * magic and the sizes tell a copy the weight gradient wrote from one it
+ * did not (a refusal, never a wrong read). */
+#define FC_WREF FC_ALIGN
+#define FC_WREF_MAGIC 0x6b696c6e66667477ull /* "kilnfftw" */
+struct fc_wref {
+	uint64_t magic;
+	const float *w;   /* nf matrices of fw floats */
+	uint64_t nf, fw;
+};
+_Static_assert(sizeof(struct fc_wref) <= FC_WREF, "the kept dy's tail holds an fc_wref");
+
+/* The data gradient's B, the forward's w operand, from the kept dy's
+ * fc_wref; NULL when the copy does not carry one of this plan's sizes. */
+static const float *fc_kept_w(const struct cpu_fftconv *f, const void *kin)
+{
+	struct fc_wref r;
+	memcpy(&r, (const char *)kin + (size_t)f->nf * f->fa * sizeof(float), sizeof r);
+	if (r.magic != FC_WREF_MAGIC || r.nf != (uint64_t)f->nf || r.fw != (uint64_t)f->fb)
+		return NULL;
+	return r.w;
+}
+
 static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *args,
 			  struct cpu_err *e)
 {
@@ -520,15 +557,25 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	const float *src_b = args->in[f->b_in];
 	float *dst = args->out[0];
 	const float *bias = f->type == KILN_OP_CONV && f->bias ? args->in[2] : NULL;
-	/* kept spectra: the forward writes x's A straight into its last
-	 * output; the weight gradient builds its B from it and writes dy's
-	 * plain copy into its last output; the data gradient's A is that */
+	/* kept spectra: the forward writes x's A and w's B straight into its
+	 * last output; the weight gradient builds its B from x's and writes
+	 * dy's plain copy, then w's address, into its last output; the data
+	 * gradient's A and B are those */
 	float *kout = f->keep && f->type != KILN_OP_CONV_BWD_DATA ? args->out[p->op.n_out - 1] : NULL;
 	const float *kin = f->keep && f->type != KILN_OP_CONV ? args->in[2] : NULL;
 	if (f->type == KILN_OP_CONV && kout)
-		ma = kout;
-	if (f->type == KILN_OP_CONV_BWD_DATA && kin)
+		ma = kout, mb = kout + (size_t)f->nf * f->fa;
+	if (f->type == KILN_OP_CONV_BWD_DATA && kin) {
 		ma = (float *)kin;
+		if (!(mb = (float *)fc_kept_w(f, kin)))
+			return cpu_fail(e, KILN_EINVAL, "cpu: %s:%d: FFT data gradient: the kept dy holds no w spectrum of this plan's",
+					__FILE__, __LINE__);
+	}
+	if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kout) {
+		const struct fc_wref r = { FC_WREF_MAGIC, kin + (size_t)f->nf * f->fx, (uint64_t)f->nf,
+					   (uint64_t)f->fw };
+		memcpy((char *)kout + (size_t)f->nf * f->fk * sizeof(float), &r, sizeof r);
+	}
 	float *k2 = f->type == KILN_OP_CONV_BWD_WEIGHTS ? kout : NULL;
 	int bad = 0;
 #pragma omp parallel
@@ -553,7 +600,7 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 #pragma omp for schedule(static)
 				for (int k = 0; k < f->nf; k++)
 					fc_block_from_plain(f, kin + (size_t)k * f->fx, mb + (size_t)k * f->fb);
-			} else {
+			} else if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < nb; k++)
 					fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb,
@@ -633,16 +680,17 @@ static kiln_status fc_kept(struct cpu_ctx *c, struct cpu_plan *p, struct cpu_fft
 	const int64_t O = op->type == KILN_OP_CONV_BWD_WEIGHTS ? op->out[0].dims[0] : op->in[1].dims[0];
 	f->fx = fc_stride(B * 2 * C);
 	f->fk = fc_stride(B * 2 * O);
+	f->fw = fc_stride(2 * C * 2 * O);
 	if (!f->keep)
 		return KILN_OK;
 	size_t want = 0; /* bytes of in2 */
-	if (op->type == KILN_OP_CONV) {
-		p->aux = (size_t)f->nf * f->fa * sizeof(float); /* x's A, plain B x 2C */
+	if (op->type == KILN_OP_CONV) { /* x's A, plain B x 2C; w's B, 2C x 2O (fb = fw) */
+		p->aux = (size_t)f->nf * (f->fa + f->fb) * sizeof(float);
 	} else if (op->type == KILN_OP_CONV_BWD_WEIGHTS) {
-		want = (size_t)f->nf * f->fx * sizeof(float);
-		p->aux = (size_t)f->nf * f->fk * sizeof(float);
-	} else {
-		want = (size_t)f->nf * f->fa * sizeof(float); /* dy's A, plain B x 2O = fk */
+		want = (size_t)f->nf * (f->fx + f->fw) * sizeof(float);
+		p->aux = (size_t)f->nf * f->fk * sizeof(float) + FC_WREF;
+	} else { /* dy's A, plain B x 2O (fa = fk), and w's address */
+		want = (size_t)f->nf * f->fa * sizeof(float) + FC_WREF;
 	}
 	if (want && (size_t)cpu_numel(&op->in[2]) != want) {
 		char why[96];
@@ -658,6 +706,8 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	if (!cpu_fftconv_ok(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution: f32, stride 1, dilation 1, one group");
+	if ((op->flags & KILN_OPF_KEEP) && getenv("KILN_CPU_FFT_NOKEEP")) /* the tests' hook */
+		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution keeps no spectra (KILN_CPU_FFT_NOKEEP)");
 	struct cpu_fftconv *f = calloc(1, sizeof *f);
 	if (!f)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an FFT convolution plan");
