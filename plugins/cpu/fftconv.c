@@ -38,16 +38,21 @@
  * (their sums, as FFTW adds them), summed over the batch in order.
  * CONV_BWD_WEIGHTS with KILN_OPF_ACCUMULATE adds into dw and db.
  *
+ * The data gradient's operands are the other passes' (kept or not, so
+ * the bytes are the same either way): the weight gradient's A, conj(DY)^T
+ * = [P | Q] (O rows of 2B: P = DYr^T, Q = -DYi^T), and the forward's B,
+ * [[Wr^T, -Wi^T], [Wi^T, Wr^T]] (2C x 2O), in two GEMMs with both
+ * transposed: [DXr DXi] = P^T (B's first O columns)^T - Q^T (B's last O
+ * columns)^T (fc_gemm).
+ *
  * Kept spectra (KILN_OPF_KEEP; fc_kept): the forward's x and w operands
  * are written into its last output, the weight gradient builds its block
- * operand from x's (fc_block_from_plain) and writes dy's spectrum in the
- * data gradient's plain layout into its own last output, followed by the
- * address of the forward's w operand (struct fc_wref); the data gradient
- * multiplies those instead of transforming dy and w: the same bits as
- * without, 14,336 of conv2's 43,008 plane transforms a step fewer.  The
- * data gradient's B is the forward's w operand, transposed in the GEMM
- * ([[Wr, -Wi], [Wi, Wr]]^T over (c, o) is [[Wr, Wi], [-Wi, Wr]] over
- * (o, c)), kept or not.  The kept dy thus refers to the kept x: the data
+ * operand from x's (fc_block_from_plain) and writes its own A (dy's
+ * spectrum) into its last output, followed by the address of the
+ * forward's w operand (struct fc_wref); the data gradient multiplies
+ * those instead of transforming dy and w: the same bits as without,
+ * 14,336 of conv2's 43,008 plane transforms a step fewer, and no copy
+ * stored but fc_block_from_plain's.  The kept dy thus refers to the kept x: the data
  * gradient must run while that is alive and unchanged, as
  * core/layers/conv.c's conv_backward does (weight gradient, then data
  * gradient, of the same micro-batch, before its kept x is released).
@@ -175,10 +180,8 @@ struct cpu_fftconv {
 	int64_t M, N, K;          /* o = a b per frequency: [M, K] [K, N] */
 	int a_in, b_in;           /* the inputs a and b are transforms of */
 	int keep;                 /* KILN_OPF_KEEP: spectra kept between the passes */
-	int tb;                   /* B stored transposed ([N, K]: the data gradient's
-				   * w, in the forward's layout) */
-	size_t fx, fk, fw;        /* floats per frequency of the kept x (read by the
-				   * weight gradient), dy (written by it) and w */
+	size_t fx, fw;            /* floats per frequency of the kept x and w (the
+				   * forward's operands, read by the weight gradient) */
 	int64_t O;                /* output channels (the bias's length) */
 	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
 	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
@@ -297,11 +300,11 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
 		f->O = op->out[0].dims[1];
 		break;
-	case KILN_OP_CONV_BWD_DATA: /* DX [B, C] = DY [B, O] W [O, C], W as the
-				     * forward's conj(W^T) [C, O] transposed (tb) */
-		f->a = fc_side(fc_act(&op->in[0]), 0, 0);
+	case KILN_OP_CONV_BWD_DATA: /* DX [B, C] = DY [B, O] W [O, C] from the
+				     * weight gradient's conj(DY)^T and the
+				     * forward's conj(W^T), transposed (fc_gemm) */
+		f->a = fc_side(fc_act(&op->in[0]), 1, 2);
 		f->b = fc_side(fc_wei(&op->in[1]), 1, -1);
-		f->tb = 1;
 		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
 		f->O = op->in[0].dims[1];
 		break;
@@ -314,7 +317,9 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 		f->O = op->in[1].dims[1];
 		break;
 	}
-	f->M = f->a.rows, f->K = 2 * f->a.cols, f->N = 2 * (f->tb ? f->b.rows : f->b.cols);
+	f->M = f->a.rows, f->K = 2 * f->a.cols, f->N = 2 * f->b.cols;
+	if (op->type == KILN_OP_CONV_BWD_DATA) /* two GEMMs of K = O (fc_gemm) */
+		f->M = f->a.cols, f->K = f->a.rows, f->N = 2 * f->b.rows;
 	if (op->type != KILN_OP_CONV_BWD_WEIGHTS)
 		f->a_in = 0, f->b_in = 1;
 }
@@ -324,7 +329,7 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
  * complex, the calling thread's buffers. */
 static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
 			     int64_t i, int64_t j, float *m, size_t fs, float *re, fftwf_complex *sp,
-			     float *k2, size_t fs2, struct fc_tile *g)
+			     struct fc_tile *g)
 {
 	const struct fc_planes *p = &s->pl;
 	const float *x = src + i * p->s0 + j * p->s1;
@@ -345,13 +350,6 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 				row[q] = xr[q * sw];
 	}
 	fftwf_execute_dft_r2c(f->r2c, re, sp);
-	if (k2) { /* the kept copy too: plain, row i, column j */
-		float *d = k2 + i * 2 * p->n1 + j;
-		for (int k = 0; k < f->nf; k++, d += fs2) {
-			d[0] = sp[k][0];
-			d[p->n1] = sp[k][1];
-		}
-	}
 	const int64_t row = s->swap ? j : i, col = s->swap ? i : j, Q = s->cols, ld = 2 * Q;
 	if (s->block == 0 || s->block == 2) {
 		const float si = s->block ? -1.0f : 1.0f;
@@ -482,15 +480,33 @@ static int64_t fc_j(const struct fc_side *s, int64_t k)
 /* o = a b at frequency k, on the calling thread */
 static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b, float *o)
 {
-	const int64_t M = f->M, N = f->N, K = f->K, ldb = f->tb ? K : N;
+	const int64_t M = f->M, N = f->N, K = f->K;
+	if (f->type == KILN_OP_CONV_BWD_DATA) {
+		/* a = [P | Q] [O, 2B] (P = DYr^T, Q = -DYi^T), b = [[Wr^T, -Wi^T],
+		 * [Wi^T, Wr^T]] [2C, 2O]: [DXr DXi] = DYr [Wr Wi] + DYi [-Wi Wr]
+		 * = P^T (b's first O columns)^T - Q^T (b's last O columns)^T */
+		const int64_t lda = 2 * M, ldb = 2 * K;
+#if HAVE_OPENBLAS
+		if (f->openblas) {
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a,
+				    (int)lda, b, (int)ldb, 0.0f, o, (int)N);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)M, (int)N, (int)K, -1.0f,
+				    a + M, (int)lda, b + K, (int)ldb, 1.0f, o, (int)N);
+			return;
+		}
+#endif
+		dnnl_sgemm('T', 'T', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, o, N);
+		dnnl_sgemm('T', 'T', M, N, K, -1.0f, a + M, lda, b + K, ldb, 1.0f, o, N);
+		return;
+	}
 #if HAVE_OPENBLAS
 	if (f->openblas) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, f->tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-			    (int)K, 1.0f, a, (int)K, b, (int)ldb, 0.0f, o, (int)N);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
+			    (int)K, b, (int)N, 0.0f, o, (int)N);
 		return;
 	}
 #endif
-	dnnl_sgemm('N', f->tb ? 'T' : 'N', M, N, K, 1.0f, a, K, b, ldb, 0.0f, o, N);
+	dnnl_sgemm('N', 'N', M, N, K, 1.0f, a, K, b, N, 0.0f, o, N);
 }
 
 /* The weight gradient's B at one frequency, the block form
@@ -574,9 +590,9 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kout) {
 		const struct fc_wref r = { FC_WREF_MAGIC, kin + (size_t)f->nf * f->fx, (uint64_t)f->nf,
 					   (uint64_t)f->fw };
-		memcpy((char *)kout + (size_t)f->nf * f->fk * sizeof(float), &r, sizeof r);
+		memcpy((char *)kout + (size_t)f->nf * f->fa * sizeof(float), &r, sizeof r);
+		ma = kout;
 	}
-	float *k2 = f->type == KILN_OP_CONV_BWD_WEIGHTS ? kout : NULL;
 	int bad = 0;
 #pragma omp parallel
 	{
@@ -593,7 +609,7 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < na; k++)
 					fc_forward_plane(f, &f->a, src_a, fc_i(&f->a, k), fc_j(&f->a, k), ma,
-							 f->fa, re, sp, k2, f->fk, &g);
+							 f->fa, re, sp, &g);
 				g.n = 0;
 			}
 			if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kin) {
@@ -604,7 +620,7 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < nb; k++)
 					fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb,
-							 f->fb, re, sp, NULL, 0, &g);
+							 f->fb, re, sp, &g);
 				g.n = 0;
 			}
 			/* one thread per GEMM: OpenBLAS and oneDNN read this */
@@ -679,7 +695,6 @@ static kiln_status fc_kept(struct cpu_ctx *c, struct cpu_plan *p, struct cpu_fft
 	const int64_t B = x->dims[0], C = x->dims[1];
 	const int64_t O = op->type == KILN_OP_CONV_BWD_WEIGHTS ? op->out[0].dims[0] : op->in[1].dims[0];
 	f->fx = fc_stride(B * 2 * C);
-	f->fk = fc_stride(B * 2 * O);
 	f->fw = fc_stride(2 * C * 2 * O);
 	if (!f->keep)
 		return KILN_OK;
@@ -688,8 +703,8 @@ static kiln_status fc_kept(struct cpu_ctx *c, struct cpu_plan *p, struct cpu_fft
 		p->aux = (size_t)f->nf * (f->fa + f->fb) * sizeof(float);
 	} else if (op->type == KILN_OP_CONV_BWD_WEIGHTS) {
 		want = (size_t)f->nf * (f->fx + f->fw) * sizeof(float);
-		p->aux = (size_t)f->nf * f->fk * sizeof(float) + FC_WREF;
-	} else { /* dy's A, plain B x 2O (fa = fk), and w's address */
+		p->aux = (size_t)f->nf * f->fa * sizeof(float) + FC_WREF; /* its A, conj(DY)^T */
+	} else { /* that A (O x 2B, as the weight gradient's), and w's address */
 		want = (size_t)f->nf * f->fa * sizeof(float) + FC_WREF;
 	}
 	if (want && (size_t)cpu_numel(&op->in[2]) != want) {
