@@ -222,10 +222,15 @@ static size_t fc_stride(int64_t n)
  * NHWC planes": the weight gradient 5-10% faster, the others the same). */
 #define FC_T 16
 
+/* A swapped side's tile holds FC_S samples' FC_T channels (fc_ij). */
+#define FC_S 16
+
 struct fc_tile {
-	float *t;       /* FC_T planes of h w floats; NULL: no tile */
+	float *t;       /* FC_T planes of h w floats (a swapped side: FC_S x FC_T,
+			 * sample-major); NULL: no tile */
 	int64_t i, j0;  /* sample i's channels j0 .. j0 + n - 1 */
 	int64_t n;      /* 0: empty */
+	int64_t ni;     /* samples i .. i + ni - 1 (1 but on a swapped side) */
 };
 
 /* Does side s (its planes p) go through a tile? */
@@ -241,7 +246,20 @@ static void fc_gather(struct fc_tile *g, const struct fc_planes *p, const float 
 {
 	const int64_t n = p->n1 - j < FC_T ? p->n1 - j : FC_T;
 	cpu_transpose_f32(g->t, p->h * p->w, src + i * p->s0 + j, p->sw, p->h * p->w, n);
-	g->i = i, g->j0 = j, g->n = n;
+	g->i = i, g->j0 = j, g->n = n, g->ni = 1;
+}
+
+/* A swapped side's gather: the block of samples (FC_S) and channels (FC_T)
+ * plane (i, j) is in (fc_ij's blocks), sample by sample. */
+static void fc_gather_block(struct fc_tile *g, const struct fc_planes *p, const float *src,
+			    int64_t i, int64_t j)
+{
+	const int64_t i0 = i / FC_S * FC_S, j0 = j / FC_T * FC_T, hw = p->h * p->w;
+	const int64_t n = p->n1 - j0 < FC_T ? p->n1 - j0 : FC_T;
+	const int64_t ni = p->n0 - i0 < FC_S ? p->n0 - i0 : FC_S;
+	for (int64_t q = 0; q < ni; q++)
+		cpu_transpose_f32(g->t + q * FC_T * hw, hw, src + (i0 + q) * p->s0 + j0, p->sw, hw, n);
+	g->i = i0, g->j0 = j0, g->n = n, g->ni = ni;
 }
 
 /* Write the tile's planes (g->n of them) to their channels of dst. */
@@ -335,9 +353,13 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 	const float *x = src + i * p->s0 + j * p->s1;
 	int64_t sh = p->sh, sw = p->sw;
 	if (g->t && fc_tiled(s)) {
-		if (!g->n || g->i != i || j < g->j0 || j >= g->j0 + g->n)
-			fc_gather(g, p, src, i, j);
-		x = g->t + (j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
+		if (!g->n || i < g->i || i >= g->i + g->ni || j < g->j0 || j >= g->j0 + g->n) {
+			if (s->swap)
+				fc_gather_block(g, p, src, i, j);
+			else
+				fc_gather(g, p, src, i, j);
+		}
+		x = g->t + ((i - g->i) * FC_T + j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
 	}
 	memset(re, 0, (size_t)f->n1 * (size_t)f->n2 * sizeof *re);
 	for (int64_t r = 0; r < p->h; r++) {
@@ -420,7 +442,7 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_
 		if (g->n && (g->i != i || j != g->j0 + g->n || g->n == FC_T))
 			fc_scatter(g, p, dst);
 		if (!g->n)
-			g->i = i, g->j0 = j;
+			g->i = i, g->j0 = j, g->ni = 1;
 		g->n++;
 		y = g->t + (j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
 	}
@@ -440,10 +462,12 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_
  * that consecutive planes write (or read) neighbouring floats of each
  * frequency's matrix and share its cache lines (row i: j inner; swap,
  * row j: i inner). */
-/* A tiled swapped side (NHWC dy of the weight gradient) takes its planes
- * by blocks of FC_T channels, samples, then the block's channels inner:
- * a tile's gather serves FC_T planes, and the matrix rows the block
- * writes (FC_T a frequency) stay in cache from one sample to the next. */
+/* A tiled swapped side (NHWC dy of the weight and data gradients) takes
+ * its planes by blocks of FC_T channels, in those by blocks of FC_S
+ * samples (a tile's gather: FC_S x FC_T planes), and in those channel by
+ * channel, samples inner, as the unstrided side: FC_S consecutive planes
+ * write neighbouring floats of one matrix row.  (Samples outer, channels
+ * inner wrote FC_T rows 2 B floats apart in turn: 10-15% slower than NCHW.) */
 static void fc_ij(const struct fc_side *s, int64_t k, int64_t *i, int64_t *j)
 {
 	const int64_t n0 = s->pl.n0, n1 = s->pl.n1;
@@ -452,14 +476,17 @@ static void fc_ij(const struct fc_side *s, int64_t k, int64_t *i, int64_t *j)
 	} else if (!fc_tiled(s)) {
 		*i = k % n0, *j = k / n0;
 	} else {
+		/* the channel block: FC_T channels (the last: cj), n0 cj planes */
 		const int64_t full = n1 / FC_T, per = n0 * FC_T;
-		if (k < full * per) {
-			const int64_t r = k % per;
-			*i = r / FC_T, *j = k / per * FC_T + r % FC_T;
-		} else {
-			const int64_t r = k - full * per, rem = n1 - full * FC_T;
-			*i = r / rem, *j = full * FC_T + r % rem;
-		}
+		const int64_t jb = k < full * per ? k / per : full;
+		const int64_t cj = jb < full ? FC_T : n1 - full * FC_T;
+		const int64_t r = k - jb * per;
+		/* the sample block in it: FC_S samples (the last: ci), ci cj planes */
+		const int64_t fs = n0 / FC_S, pers = FC_S * cj;
+		const int64_t ib = r < fs * pers ? r / pers : fs;
+		const int64_t ci = ib < fs ? FC_S : n0 - fs * FC_S;
+		const int64_t q = r - ib * pers;
+		*j = jb * FC_T + q / ci, *i = ib * FC_S + q % ci;
 	}
 }
 
@@ -603,7 +630,7 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			char *tb = ws + f->off_t + (size_t)t * f->per_thread;
 			float *re = (float *)tb;
 			fftwf_complex *sp = (fftwf_complex *)(tb + fc_up((size_t)f->n1 * f->n2 * sizeof(float)));
-			struct fc_tile g = { f->off_tile ? (float *)(tb + f->off_tile) : NULL, 0, 0, 0 };
+			struct fc_tile g = { f->off_tile ? (float *)(tb + f->off_tile) : NULL, 0, 0, 0, 1 };
 			const int64_t na = f->a.pl.n0 * f->a.pl.n1, nb = f->b.pl.n0 * f->b.pl.n1;
 			if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
 #pragma omp for schedule(static)
@@ -674,12 +701,15 @@ static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
 	f->per_thread = fc_up((size_t)f->n1 * f->n2 * sizeof(float)) +
 			fc_up((size_t)f->nf * 2 * sizeof(float));
-	/* the NHWC tile: FC_T planes of the largest tiled side's */
+	/* the NHWC tile: FC_T planes of the largest tiled side's (FC_S FC_T
+	 * of a swapped side's) */
 	int64_t hw = 0;
 	const struct fc_side *sides[3] = { &f->a, &f->b, &f->o };
-	for (int k = 0; k < 3; k++)
-		if (fc_tiled(sides[k]) && sides[k]->pl.h * sides[k]->pl.w > hw)
-			hw = sides[k]->pl.h * sides[k]->pl.w;
+	for (int k = 0; k < 3; k++) {
+		const int64_t n = sides[k]->pl.h * sides[k]->pl.w * (sides[k]->swap ? FC_S : 1);
+		if (fc_tiled(sides[k]) && n > hw)
+			hw = n;
+	}
 	f->off_tile = hw ? f->per_thread : 0;
 	f->per_thread += hw ? fc_up((size_t)FC_T * (size_t)hw * sizeof(float)) : 0;
 	f->threads = c->threads > 0 ? c->threads : 1;
