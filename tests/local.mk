@@ -699,5 +699,7 @@ endif
 # the loss of conv_algo = direct within rounding
 TESTS += tests/cpu_fftconv.sh
 EXTRA_DIST += tests/cpu_fftconv.sh
+TESTS += tests/fftconv_kept.sh
+EXTRA_DIST += tests/fftconv_kept.sh
 TESTS += tests/cpu_gemm_devices.sh
 EXTRA_DIST += tests/cpu_gemm_devices.sh
