@@ -292,6 +292,29 @@ DROP_AVX2 static void drop8_f32(float *y, const float *x, int64_t b, int64_t nb,
 		_mm256_storeu_ps(y + b, _mm256_mul_ps(_mm256_loadu_ps(x + b), drop_scale8((uint64_t)b, d)));
 }
 
+/* drop16_bf16's arithmetic 8 lanes wide; the 8 results' low halves packed
+ * (packus: every value is below 2^16) and gathered from the two 128-bit
+ * lanes */
+DROP_AVX2 static void drop8_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t nb, const struct drop *d)
+{
+	const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+	const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+	const __m256i quiet = _mm256_set1_epi32(0x40);
+	for (int64_t j = 0; j < nb; j++, b += 8) {
+		const __m256i xi = _mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + b))), 16);
+		const __m256i u = _mm256_castps_si256(
+			_mm256_mul_ps(_mm256_castsi256_ps(xi), drop_scale8((uint64_t)b, d)));
+		const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+		__m256i r = _mm256_add_epi32(
+			u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+		r = _mm256_srli_epi32(r, 16);
+		r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
+		const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+		_mm_storeu_si128((__m128i *)(y + b), _mm256_castsi256_si128(pk));
+	}
+}
+
 /* the same over bf16 storage: widen, multiply, round to nearest even
  * (half_f32_bf16: a NaN keeps its sign and payload's top, made quiet) */
 DROP_AVX512 static void drop16_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t nb,
@@ -357,8 +380,8 @@ CPU_CLONES static void drop_nhwc(float *y, const float *x, int64_t r0, int64_t r
 
 /* Elements [b, e), flat f32 or bf16: the 16-element blocks from the first
  * multiple of 16 on (a block's counters then share their high word) by
- * drop16_*, where the CPU has AVX-512 BW and nothing accumulates (f32
- * without AVX-512 BW: 8-element blocks by drop8_f32 where it has AVX2);
+ * drop16_*, where the CPU has AVX-512 BW and nothing accumulates
+ * (without AVX-512 BW: 8-element blocks by drop8_* where it has AVX2);
  * the ends, and everything else, by the loops above. */
 static void drop_span(float *y, const float *x, int64_t b, int64_t e, const struct drop *d, int acc)
 {
@@ -383,10 +406,15 @@ static void drop_span_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t e,
 {
 #ifdef DROP16
 	const int64_t a = (b + 15) & ~(int64_t)15, nb = e > a ? (e - a) / 16 : 0;
+	const int64_t a8 = (b + 7) & ~(int64_t)7, nb8 = e > a8 ? (e - a8) / 8 : 0;
 	if (!acc && nb && __builtin_cpu_supports("avx512bw")) {
 		drop_flat_bf16(y, x, b, a, d, 0);
 		drop16_bf16(y, x, a, nb, d);
 		b = a + 16 * nb;
+	} else if (!acc && nb8 && !__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2")) {
+		drop_flat_bf16(y, x, b, a8, d, 0);
+		drop8_bf16(y, x, a8, nb8, d);
+		b = a8 + 8 * nb8;
 	}
 #endif
 	drop_flat_bf16(y, x, b, e, d, acc);
