@@ -84,6 +84,160 @@ static kiln_status stages_from_model(struct kiln_model *m, const char *v, int *s
 	return KILN_OK;
 }
 
+/* [model] stages = auto[:P]: P from the value, else [dist] pipeline,
+ * else the number of [run] devices. */
+static kiln_status auto_count(struct kiln_model *m, const char *v, int *P)
+{
+	const char *where = kiln_config_where(m->cfg, "model", "stages");
+	int64_t dp = 1;
+	int nd = 0;
+	kiln_status st;
+	*P = 0;
+	if (v[4] == ':') {
+		char *end = NULL;
+		long n = strtol(v + 5, &end, 10);
+		while (end && isspace((unsigned char)*end))
+			end++;
+		if (end == v + 5 || !end || *end || n < 1 || n > KILN_PIPE_MAX_STAGES)
+			return kiln_error(KILN_ECONFIG, "%s: [model] stages = %s: expected `auto` or `auto:P`, P in 1..%d",
+					  where, v, KILN_PIPE_MAX_STAGES);
+		*P = (int)n;
+		return KILN_OK;
+	}
+	if (v[4])
+		return kiln_error(KILN_ECONFIG, "%s: [model] stages = %s: expected `auto` or `auto:P`",
+				  where, v);
+	if ((st = kiln_config_get_int(m->cfg, "dist", "pipeline", &dp)) && st != KILN_ENOTFOUND)
+		return st;
+	if (dp > 1) {
+		*P = dp > KILN_PIPE_MAX_STAGES ? KILN_PIPE_MAX_STAGES + 1 : (int)dp;
+		return KILN_OK;
+	}
+	if ((st = kiln_pipe_devices_count(m->cfg, &nd)))
+		return st;
+	if (nd < 2)
+		return kiln_error(KILN_ECONFIG, "%s: [model] stages = auto: how many stages? Set [dist] pipeline = P or [run] devices (one per stage), or write `auto:P`",
+				  where);
+	*P = nd;
+	return KILN_OK;
+}
+
+/* Each layer's estimated cost a sample (m->stage_cost, counted once): its
+ * forward's FLOPs at batch 1 (kiln_model_summary: the device prepares
+ * nothing), times 3 for a layer with trainable parameters (forward, the
+ * input's gradient, the parameters'), else 2 (forward and the input's
+ * gradient), plus 1 so that layers of no FLOPs (views) still count. */
+static kiln_status auto_costs(struct kiln_model *m)
+{
+	struct kiln_summary s;
+	if (m->stage_cost)
+		return KILN_OK;
+	kiln_status st = kiln_model_summary(m, 1, &s);
+	if (st)
+		return kiln_error_wrap(st, "%s: [model] stages = auto: counting the layers' FLOPs",
+				       kiln_config_where(m->cfg, "model", "stages"));
+	double *c = calloc((size_t)(m->n_layers ? m->n_layers : 1), sizeof *c);
+	if (!c) {
+		kiln_summary_free(&s);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < m->n_layers; i++) {
+		const double f = s.no_flops || i >= s.n_layers ? 0 : s.layers[i].flops;
+		c[i] = 1 + f * (i < s.n_layers && s.layers[i].trainable > 0 ? 3 : 2);
+	}
+	kiln_summary_free(&s);
+	m->stage_cost = c;
+	return KILN_OK;
+}
+
+kiln_status kiln_pipe_balance(const double *cost, int n, int P, int *stage)
+{
+	if (P < 1 || n < P)
+		return kiln_error(KILN_EINVAL, "pipeline balance: %d layers cannot make %d stages (one layer a stage at least)",
+				  n, P);
+	/* best[k * (n + 1) + j]: the least busiest stage of layers 0..j-1 in
+	 * k stages; cut[...]: where the k-th of them starts */
+	double *pre = malloc((size_t)(n + 1) * sizeof *pre);
+	double *best = malloc((size_t)(P + 1) * (size_t)(n + 1) * sizeof *best);
+	int *cut = malloc((size_t)(P + 1) * (size_t)(n + 1) * sizeof *cut);
+	if (!pre || !best || !cut) {
+		free(pre), free(best), free(cut);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	pre[0] = 0;
+	for (int i = 0; i < n; i++)
+		pre[i + 1] = pre[i] + cost[i];
+	const size_t W = (size_t)n + 1;
+	for (int j = 0; j <= n; j++)
+		best[W + (size_t)j] = pre[j], cut[W + (size_t)j] = 0;
+	for (int k = 2; k <= P; k++)
+		for (int j = k; j <= n; j++) {
+			double b = -1;
+			int at = k - 1;
+			/* the first start of the least: the same cut on every rank */
+			for (int i = k - 1; i < j; i++) {
+				double prev = best[(size_t)(k - 1) * W + (size_t)i], own = pre[j] - pre[i];
+				double v = prev > own ? prev : own;
+				if (b < 0 || v < b)
+					b = v, at = i;
+			}
+			best[(size_t)k * W + (size_t)j] = b, cut[(size_t)k * W + (size_t)j] = at;
+		}
+	for (int k = P, j = n; k >= 1; k--) {
+		const int i = cut[(size_t)k * W + (size_t)j];
+		for (int l = i; l < j; l++)
+			stage[l] = k - 1;
+		j = i;
+	}
+	free(pre), free(best), free(cut);
+	return KILN_OK;
+}
+
+/* Log the auto cut once: each stage's first and last layer, its
+ * estimated cost and share. */
+static void auto_say(struct kiln_model *m, const int *stage, int P)
+{
+	char line[2048];
+	size_t k = 0;
+	double tot = 0, cost[KILN_PIPE_MAX_STAGES] = { 0 }, most = 0;
+	if (m->stage_said)
+		return;
+	m->stage_said = 1;
+	for (int i = 0; i < m->n_layers; i++)
+		cost[stage[i]] += m->stage_cost[i], tot += m->stage_cost[i];
+	for (int s = 0; s < P; s++) {
+		int lo = m->n_layers, hi = 0;
+		for (int i = 0; i < m->n_layers; i++)
+			if (stage[i] == s)
+				hi = i, lo = i < lo ? i : lo;
+		if (cost[s] > most)
+			most = cost[s];
+		if (k < sizeof line)
+			k += (size_t)snprintf(line + k, sizeof line - k, "%s%s, %s (%.4g MFLOP, %.2f%%)",
+					      s ? " | " : "", m->layers[lo].name, m->layers[hi].name,
+					      cost[s] / 1e6, tot > 0 ? 100 * cost[s] / tot : 0.0);
+	}
+	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s; the busiest stage %.2f%% over the mean (estimated FLOPs a sample: forward x3 with parameters, x2 without)",
+		 line, tot > 0 ? 100 * (most * P / tot - 1) : 0.0);
+}
+
+/* [model] stages = auto[:P]: the cut into P runs of layers whose busiest
+ * stage's estimated cost is least (kiln_pipe_balance over auto_costs). */
+static kiln_status stages_auto(struct kiln_model *m, const char *v, int *stage)
+{
+	int P;
+	kiln_status st;
+	if ((st = auto_count(m, v, &P)))
+		return st;
+	if (P > m->n_layers || P > KILN_PIPE_MAX_STAGES)
+		return kiln_error(KILN_ECONFIG, "%s: [model] stages = auto: %d stages for %d layers",
+				  kiln_config_where(m->cfg, "model", "stages"), P, m->n_layers);
+	if ((st = auto_costs(m)) || (st = kiln_pipe_balance(m->stage_cost, m->n_layers, P, stage)))
+		return st;
+	auto_say(m, stage, P);
+	return KILN_OK;
+}
+
 /* Stages follow the layers' file order (a stage is a run of layers), none
  * is empty, and no layer reads a later stage's output. */
 static kiln_status stages_check(struct kiln_model *m, const int *stage)
@@ -127,7 +281,8 @@ kiln_status kiln_pipe_read_stages(struct kiln_model *m)
 					kiln_config_where(m->cfg, "model", "stages"));
 			goto fail;
 		}
-		if ((st = stages_from_model(m, v, stage)))
+		if (!strncmp(v, "auto", 4) ? (st = stages_auto(m, v, stage))
+					    : (st = stages_from_model(m, v, stage)))
 			goto fail;
 	}
 	if ((st = stages_check(m, stage)))

@@ -24,10 +24,17 @@
  * m->n_stages = 1 when the config places nothing) from [layer.X] stage
  * (default: the previous layer's, 0 for the first) or [model] stages
  * (`first, last | first, last | ...`: each stage's first and last layer,
- * in file order, tiling every layer).  KILN_ECONFIG naming file:line when
+ * in file order, tiling every layer; or `auto[:P]`, kiln_pipe_balance's
+ * cut by the layers' estimated FLOPs).  KILN_ECONFIG naming file:line when
  * both are given, a name is unknown, stages do not follow the layers' file
  * order, a stage is empty or a layer reads a later stage. */
 kiln_status kiln_pipe_read_stages(struct kiln_model *m);
+
+/* [model] stages = auto: the cut of n layers of cost[i] into P runs in
+ * file order, each one layer at least, whose busiest run's sum is least;
+ * among equal cuts the one whose later stages start first (the same
+ * numbers give the same cut on every rank).  stage[i]: layer i's. */
+kiln_status kiln_pipe_balance(const double *cost, int n, int P, int *stage);
 
 /* The stage of layer i (-1: the data input, on stage 0). */
 static inline int kiln_pipe_stage(const struct kiln_model *m, int i)
