@@ -2,6 +2,7 @@
  * from [layer.X] stage or [model] stages, checked against the graph. */
 #include "pipeline.h"
 #include <ctype.h>
+#include <math.h> /* HUGE_VAL */
 
 /* [layer.X] stage: each layer's own, else the previous layer's. */
 static kiln_status stages_from_layers(struct kiln_model *m, int *stage, int *any)
@@ -150,39 +151,61 @@ static kiln_status auto_costs(struct kiln_model *m)
 	return KILN_OK;
 }
 
+/* One pass of kiln_pipe_balance's dynamic programme over the prefix sums
+ * pre[0..n], W = n + 1 columns a row: best[k W + j] the least objective of
+ * layers 0..j-1 in k stages, cut[k W + j] where the k-th of them starts.
+ * cap < 0: the objective is the busiest stage's cost; else every stage's
+ * cost at most cap and the objective the sum of their squares (HUGE_VAL:
+ * none such). */
+static void balance_pass(const double *pre, int n, int P, double cap, double *best, int *cut)
+{
+	const size_t W = (size_t)n + 1;
+	const double lim = cap * (1 + 1e-12);
+	for (int j = 0; j <= n; j++) {
+		best[W + (size_t)j] = cap < 0 ? pre[j] : pre[j] <= lim ? pre[j] * pre[j] : HUGE_VAL;
+		cut[W + (size_t)j] = 0;
+	}
+	for (int k = 2; k <= P; k++)
+		for (int j = k; j <= n; j++) {
+			double b = HUGE_VAL;
+			int at = k - 1;
+			/* the first start of the least: the same cut on every rank */
+			for (int i = k - 1; i < j; i++) {
+				const double prev = best[(size_t)(k - 1) * W + (size_t)i], own = pre[j] - pre[i];
+				double v;
+				if (cap < 0)
+					v = prev > own ? prev : own;
+				else
+					v = own <= lim ? prev + own * own : HUGE_VAL;
+				if (v < b)
+					b = v, at = i;
+			}
+			best[(size_t)k * W + (size_t)j] = b, cut[(size_t)k * W + (size_t)j] = at;
+		}
+}
+
 kiln_status kiln_pipe_balance(const double *cost, int n, int P, int *stage)
 {
 	if (P < 1 || n < P)
 		return kiln_error(KILN_EINVAL, "pipeline balance: %d layers cannot make %d stages (one layer a stage at least)",
 				  n, P);
-	/* best[k * (n + 1) + j]: the least busiest stage of layers 0..j-1 in
-	 * k stages; cut[...]: where the k-th of them starts */
-	double *pre = malloc((size_t)(n + 1) * sizeof *pre);
-	double *best = malloc((size_t)(P + 1) * (size_t)(n + 1) * sizeof *best);
-	int *cut = malloc((size_t)(P + 1) * (size_t)(n + 1) * sizeof *cut);
+	const size_t W = (size_t)n + 1;
+	double *pre = malloc(W * sizeof *pre);
+	double *best = malloc((size_t)(P + 1) * W * sizeof *best);
+	int *cut = malloc((size_t)(P + 1) * W * sizeof *cut);
 	if (!pre || !best || !cut) {
 		free(pre), free(best), free(cut);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
 	pre[0] = 0;
 	for (int i = 0; i < n; i++)
-		pre[i + 1] = pre[i] + cost[i];
-	const size_t W = (size_t)n + 1;
-	for (int j = 0; j <= n; j++)
-		best[W + (size_t)j] = pre[j], cut[W + (size_t)j] = 0;
-	for (int k = 2; k <= P; k++)
-		for (int j = k; j <= n; j++) {
-			double b = -1;
-			int at = k - 1;
-			/* the first start of the least: the same cut on every rank */
-			for (int i = k - 1; i < j; i++) {
-				double prev = best[(size_t)(k - 1) * W + (size_t)i], own = pre[j] - pre[i];
-				double v = prev > own ? prev : own;
-				if (b < 0 || v < b)
-					b = v, at = i;
-			}
-			best[(size_t)k * W + (size_t)j] = b, cut[(size_t)k * W + (size_t)j] = at;
-		}
+		pre[i + 1] = pre[i] + (cost[i] > 0 ? cost[i] : 0);
+	/* the least busiest stage; then, of the cuts with no stage above it,
+	 * the one whose stages' costs are most even (least sum of squares),
+	 * so that the stages that do not bound the step share the rest */
+	balance_pass(pre, n, P, -1, best, cut);
+	const double most = best[(size_t)P * W + (size_t)n];
+	balance_pass(pre, n, P, most, best, cut);
 	for (int k = P, j = n; k >= 1; k--) {
 		const int i = cut[(size_t)k * W + (size_t)j];
 		for (int l = i; l < j; l++)
@@ -193,18 +216,19 @@ kiln_status kiln_pipe_balance(const double *cost, int n, int P, int *stage)
 	return KILN_OK;
 }
 
-/* Log the auto cut once: each stage's first and last layer, its
+/* Log the auto cut once: as a [model] stages value, then each stage's
  * estimated cost and share. */
 static void auto_say(struct kiln_model *m, const int *stage, int P)
 {
-	char line[2048];
-	size_t k = 0;
+	char cut[2048], costs[1024];
+	size_t k = 0, c = 0;
 	double tot = 0, cost[KILN_PIPE_MAX_STAGES] = { 0 }, most = 0;
 	if (m->stage_said)
 		return;
 	m->stage_said = 1;
 	for (int i = 0; i < m->n_layers; i++)
 		cost[stage[i]] += m->stage_cost[i], tot += m->stage_cost[i];
+	cut[0] = costs[0] = 0;
 	for (int s = 0; s < P; s++) {
 		int lo = m->n_layers, hi = 0;
 		for (int i = 0; i < m->n_layers; i++)
@@ -212,13 +236,16 @@ static void auto_say(struct kiln_model *m, const int *stage, int P)
 				hi = i, lo = i < lo ? i : lo;
 		if (cost[s] > most)
 			most = cost[s];
-		if (k < sizeof line)
-			k += (size_t)snprintf(line + k, sizeof line - k, "%s%s, %s (%.4g MFLOP, %.2f%%)",
-					      s ? " | " : "", m->layers[lo].name, m->layers[hi].name,
+		if (k < sizeof cut)
+			k += (size_t)snprintf(cut + k, sizeof cut - k, "%s%s%s%s", s ? " | " : "",
+					      m->layers[lo].name, hi > lo ? ", " : "",
+					      hi > lo ? m->layers[hi].name : "");
+		if (c < sizeof costs)
+			c += (size_t)snprintf(costs + c, sizeof costs - c, "%s%.4g (%.2f%%)", s ? " | " : "",
 					      cost[s] / 1e6, tot > 0 ? 100 * cost[s] / tot : 0.0);
 	}
-	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s; the busiest stage %.2f%% over the mean (estimated FLOPs a sample: forward x3 with parameters, x2 without)",
-		 line, tot > 0 ? 100 * (most * P / tot - 1) : 0.0);
+	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s (estimated MFLOP a sample, forward x3 with parameters, x2 without: %s; the busiest stage %.2f%% over the mean)",
+		 cut, costs, tot > 0 ? 100 * (most * P / tot - 1) : 0.0);
 }
 
 /* [model] stages = auto[:P]: the cut into P runs of layers whose busiest

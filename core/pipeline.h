@@ -32,8 +32,11 @@ kiln_status kiln_pipe_read_stages(struct kiln_model *m);
 
 /* [model] stages = auto: the cut of n layers of cost[i] into P runs in
  * file order, each one layer at least, whose busiest run's sum is least;
- * among equal cuts the one whose later stages start first (the same
- * numbers give the same cut on every rank).  stage[i]: layer i's. */
+ * of those, the one with the least sum of the runs' squares (the other
+ * stages as even as they can be), and of equal ones the one whose later
+ * stages start first (the same numbers give the same cut on every rank).
+ * A negative cost counts as 0.  stage[i]: layer i's; KILN_EINVAL when
+ * P < 1 or n < P. */
 kiln_status kiln_pipe_balance(const double *cost, int n, int P, int *stage);
 
 /* The stage of layer i (-1: the data input, on stage 0). */
