@@ -156,8 +156,9 @@ static kiln_status auto_costs(struct kiln_model *m)
  * layers 0..j-1 in k stages, cut[k W + j] where the k-th of them starts.
  * cap < 0: the objective is the busiest stage's cost; else every stage's
  * cost at most cap and the objective the sum of their squares (HUGE_VAL:
- * none such). */
-static void balance_pass(const double *pre, int n, int P, double cap, double *best, int *cut)
+ * none such); no stage starts at a layer i of nocut[i] (NULL: none). */
+static void balance_pass(const double *pre, int n, int P, const char *nocut, double cap,
+			 double *best, int *cut)
 {
 	const size_t W = (size_t)n + 1;
 	const double lim = cap * (1 + 1e-12);
@@ -171,6 +172,8 @@ static void balance_pass(const double *pre, int n, int P, double cap, double *be
 			int at = k - 1;
 			/* the first start of the least: the same cut on every rank */
 			for (int i = k - 1; i < j; i++) {
+				if (nocut && nocut[i])
+					continue; /* no stage may start at layer i */
 				const double prev = best[(size_t)(k - 1) * W + (size_t)i], own = pre[j] - pre[i];
 				double v;
 				if (cap < 0)
@@ -184,7 +187,7 @@ static void balance_pass(const double *pre, int n, int P, double cap, double *be
 		}
 }
 
-kiln_status kiln_pipe_balance(const double *cost, int n, int P, int *stage)
+kiln_status kiln_pipe_balance(const double *cost, int n, int P, const char *nocut, int *stage)
 {
 	if (P < 1 || n < P)
 		return kiln_error(KILN_EINVAL, "pipeline balance: %d layers cannot make %d stages (one layer a stage at least)",
@@ -203,9 +206,14 @@ kiln_status kiln_pipe_balance(const double *cost, int n, int P, int *stage)
 	/* the least busiest stage; then, of the cuts with no stage above it,
 	 * the one whose stages' costs are most even (least sum of squares),
 	 * so that the stages that do not bound the step share the rest */
-	balance_pass(pre, n, P, -1, best, cut);
-	const double most = best[(size_t)P * W + (size_t)n];
-	balance_pass(pre, n, P, most, best, cut);
+	balance_pass(pre, n, P, nocut, -1, best, cut);
+	double most = best[(size_t)P * W + (size_t)n];
+	if (most == HUGE_VAL) { /* no cut avoids nocut's layers */
+		nocut = NULL;
+		balance_pass(pre, n, P, NULL, -1, best, cut);
+		most = best[(size_t)P * W + (size_t)n];
+	}
+	balance_pass(pre, n, P, nocut, most, best, cut);
 	for (int k = P, j = n; k >= 1; k--) {
 		const int i = cut[(size_t)k * W + (size_t)j];
 		for (int l = i; l < j; l++)
@@ -249,7 +257,8 @@ static void auto_say(struct kiln_model *m, const int *stage, int P)
 }
 
 /* [model] stages = auto[:P]: the cut into P runs of layers whose busiest
- * stage's estimated cost is least (kiln_pipe_balance over auto_costs). */
+ * stage's estimated cost is least (kiln_pipe_balance over auto_costs),
+ * a ReLU fused into the layer before it kept on that layer's stage. */
 static kiln_status stages_auto(struct kiln_model *m, const char *v, int *stage)
 {
 	int P;
@@ -259,7 +268,19 @@ static kiln_status stages_auto(struct kiln_model *m, const char *v, int *stage)
 	if (P > m->n_layers || P > KILN_PIPE_MAX_STAGES)
 		return kiln_error(KILN_ECONFIG, "%s: [model] stages = auto: %d stages for %d layers",
 				  kiln_config_where(m->cfg, "model", "stages"), P, m->n_layers);
-	if ((st = auto_costs(m)) || (st = kiln_pipe_balance(m->stage_cost, m->n_layers, P, stage)))
+	/* no cut between a layer and the ReLU that [run] fuse makes its
+	 * epilogue (fusion stops at a stage boundary: the ReLU would run
+	 * alone, a pass over its tensor each way) */
+	char *nocut = calloc((size_t)m->n_layers, 1);
+	if (!nocut)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; m->fuse && i + 1 < m->n_layers; i++)
+		nocut[i + 1] = kiln_model_only_consumer(m, i) == i + 1 && m->layers[i + 1].n_in == 1 &&
+			       !strcmp(m->layers[i + 1].type->name, "relu");
+	if (!(st = auto_costs(m)))
+		st = kiln_pipe_balance(m->stage_cost, m->n_layers, P, nocut, stage);
+	free(nocut);
+	if (st)
 		return st;
 	auto_say(m, stage, P);
 	return KILN_OK;

@@ -35,9 +35,10 @@ kiln_status kiln_pipe_read_stages(struct kiln_model *m);
  * of those, the one with the least sum of the runs' squares (the other
  * stages as even as they can be), and of equal ones the one whose later
  * stages start first (the same numbers give the same cut on every rank).
- * A negative cost counts as 0.  stage[i]: layer i's; KILN_EINVAL when
- * P < 1 or n < P. */
-kiln_status kiln_pipe_balance(const double *cost, int n, int P, int *stage);
+ * A negative cost counts as 0.  nocut (NULL: none): no stage starts at a
+ * layer i of nocut[i] != 0, unless no cut can avoid them all (then they
+ * are ignored).  stage[i]: layer i's; KILN_EINVAL when P < 1 or n < P. */
+kiln_status kiln_pipe_balance(const double *cost, int n, int P, const char *nocut, int *stage);
 
 /* The stage of layer i (-1: the data input, on stage 0). */
 static inline int kiln_pipe_stage(const struct kiln_model *m, int i)

@@ -370,15 +370,21 @@ END_TEST
 
 /* ---- [model] stages = auto (pipe_stages.c) ------------------------------ */
 
-/* kiln_pipe_balance's cut of n layers of costs c into P stages is want. */
-static void balanced(const double *c, int n, int P, const int *want)
+/* kiln_pipe_balance's cut of n layers of costs c into P stages, no stage
+ * starting at a layer of nocut, is want. */
+static void balanced_no(const double *c, int n, int P, const char *nocut, const int *want)
 {
 	int got[16];
 	char g[64] = "", w[64] = "";
-	OK(kiln_pipe_balance(c, n, P, got));
+	OK(kiln_pipe_balance(c, n, P, nocut, got));
 	for (int i = 0; i < n; i++)
 		g[i] = (char)('0' + got[i]), w[i] = (char)('0' + want[i]);
 	ck_assert_msg(!strcmp(g, w), "P = %d: cut %s, expected %s", P, g, w);
+}
+
+static void balanced(const double *c, int n, int P, const int *want)
+{
+	balanced_no(c, n, P, NULL, want);
 }
 
 /* The least busiest stage, then the most even others: a layer of 8 among
@@ -402,9 +408,14 @@ START_TEST(test_balance)
 	balanced(e, 8, 3, (const int[]){ 0, 0, 1, 1, 1, 2, 2, 2 });
 	const double z[4] = { 0, 0, 0, 0 };
 	balanced(z, 4, 2, (const int[]){ 0, 1, 1, 1 });
+	/* no stage may start at layer 5 (a fused ReLU): 12 | 8 becomes 13 | 7;
+	 * where every cut is barred, the bar is ignored */
+	balanced_no(c, 10, 2, (const char[]){ 0, 0, 0, 0, 0, 1, 0, 0, 0, 0 },
+		    (const int[]){ 0, 0, 0, 0, 0, 0, 1, 1, 1, 1 });
+	balanced_no(e, 3, 2, (const char[]){ 0, 1, 1 }, (const int[]){ 0, 1, 1 });
 	int st[4];
-	ck_assert_int_eq(kiln_pipe_balance(z, 4, 5, st), KILN_EINVAL);
-	ck_assert_int_eq(kiln_pipe_balance(z, 4, 0, st), KILN_EINVAL);
+	ck_assert_int_eq(kiln_pipe_balance(z, 4, 5, NULL, st), KILN_EINVAL);
+	ck_assert_int_eq(kiln_pipe_balance(z, 4, 0, NULL, st), KILN_EINVAL);
 }
 END_TEST
 

@@ -132,11 +132,12 @@ for r in "g2 0 of 2" "g2 1 of 2" "g4 0 of 4" "g4 3 of 4"; do
 		bad "$1: rank $2's hand-offs are not on the shared-memory channels"
 done
 # [model] stages = auto (session 18): P from [dist] pipeline, each rank
-# cuts the same (flat, fc1 | r1, loss: fc1 has most of the FLOPs), and the
+# cuts the same (flat, r1 | fc2, loss: fc1 has most of the FLOPs, its
+# ReLU fused into it), and the
 # run equals one process
 run ga 2 32 dist.pipeline=2 model.stages=auto
-[ "$(grep -c "\[model\] stages = auto: flat, fc1 | r1, loss (estimated" "$tmp/ga.log")" = 2 ] ||
-	{ bad "ga: the 2 ranks did not both cut flat, fc1 | r1, loss"; grep "stages = auto" "$tmp/ga.log"; }
+[ "$(grep -c "\[model\] stages = auto: flat, r1 | fc2, loss (estimated" "$tmp/ga.log")" = 2 ] ||
+	{ bad "ga: the 2 ranks did not both cut flat, r1 | fc2, loss"; grep "stages = auto" "$tmp/ga.log"; }
 near one ga "2 stages on 2 ranks by stages = auto (gloo)"
 run g2t 2 32 dist.pipeline=2 "$two" plugin.gloo.shm_p2p=0 pipeline.sendrecv=auto
 grep -q "Gloo's send and recv (\[plugin.gloo\] shm_p2p = 0)" "$tmp/g2t.log" || bad "g2t: not on Gloo's TCP"
