@@ -34,6 +34,10 @@
 #   busiest  the busiest stage's idle fraction (the bubble less the stages'
 #            imbalance; "= busiest stage S idle X + imbalance I" in the
 #            pipe's ranks' line; session 16)
+#   cpu_imb  the stages' imbalance in CPU time, percent: (stage 0 - stage 1)
+#            / their mean, of the ranks' stamps' "pipeline CPU ms/step"
+#            (session 18; at P = 2 the target at M = 16 needs |cpu_imb|
+#            within about 0.5)
 # Usage (from the top of the build tree):
 #   B=/work/main sh bench/pipeline_pair.sh 3
 # pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
@@ -136,8 +140,13 @@ sps() {
 		"$tmp/run/metrics.jsonl" | awk '$1 >= 2 { print $2 }' | median
 }
 # split LOG K: the ranks' stamps' 1 smooth, 2 ideal, 3 ho_med, 4 own_us, 5 cpu_sm,
-# 6 the busiest stage's idle, 7 ends
+# 6 the busiest stage's idle, 7 ends, 8 cpu_imb
 split() {
+	if [ "$2" = 8 ]; then
+		sed -n "s/.*the ranks' stamps: pipeline CPU ms\/step: stage 0 \([0-9.]*\), stage 1 \([0-9.]*\),.*/\1 \2/p" "$1" |
+			tail -1 | awk '{ printf "%+.1f\n", 200 * ($1 - $2) / ($1 + $2) }'
+		return
+	fi
 	if [ "$2" = 7 ]; then
 		sed -n "s/.*the ranks' stamps: pipeline smooth replay: bubble [0-9.]* (schedule [^)]*), \([0-9.]*\) with the end passes as measured.*/\1/p" "$1" | tail -1
 		return
@@ -163,13 +172,13 @@ printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b
 	s_pair s_off s_main paired
 for M in ${MS:-4 8 16}; do
 	for s in pair off main; do : > "$tmp/b$s"; : > "$tmp/s$s"; done
-	for s in pair off main; do for k in 1 2 3 4 5 6 7; do : > "$tmp/x$s$k"; done; done
+	for s in pair off main; do for k in 1 2 3 4 5 6 7 8; do : > "$tmp/x$s$k"; done; done
 	for r in $(seq "$RUNS"); do
 		for s in pair off main; do
 			run $s "$tmp/$s.log" "$M"
 			bubble "$tmp/$s.log" >> "$tmp/b$s"
 			sps "$tmp/$s.log" >> "$tmp/s$s"
-			for k in 1 2 3 4 5 6 7; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
+			for k in 1 2 3 4 5 6 7 8; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
 		done
 	done
 	awk -v M="$M" -v a="$(median < "$tmp/bpair")" -v b="$(median < "$tmp/boff")" \
@@ -180,8 +189,9 @@ for M in ${MS:-4 8 16}; do
 			a, 100 * (a - t) / t, b, 100 * (b - t) / t, c, 100 * (c - t) / t, sa, sb, sc,
 			p == "" ? "-" : p }'
 	for s in pair off main; do
-		printf '%4s %4s %6s %6s %6s %6s %6s %6s %6s (%s: smooth ends ideal ho_med own_us cpu_sm busiest)\n' "" "$s" \
+		printf '%4s %4s %6s %6s %6s %6s %6s %6s %6s %6s (%s: smooth ends ideal ho_med own_us cpu_sm busiest cpu_imb)\n' "" "$s" \
 			"$(median < "$tmp/x${s}1")" "$(median < "$tmp/x${s}7")" "$(median < "$tmp/x${s}2")" "$(median < "$tmp/x${s}3")" \
-			"$(median < "$tmp/x${s}4")" "$(median < "$tmp/x${s}5")" "$(median < "$tmp/x${s}6")" "$s"
+			"$(median < "$tmp/x${s}4")" "$(median < "$tmp/x${s}5")" "$(median < "$tmp/x${s}6")" \
+			"$(median < "$tmp/x${s}8")" "$s"
 	done
 done

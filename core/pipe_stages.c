@@ -329,8 +329,9 @@ kiln_status kiln_pipe_read_stages(struct kiln_model *m)
 					kiln_config_where(m->cfg, "model", "stages"));
 			goto fail;
 		}
-		if (!strncmp(v, "auto", 4) ? (st = stages_auto(m, v, stage))
-					    : (st = stages_from_model(m, v, stage)))
+		/* (a layer may be named auto...: `auto` alone or `auto:`) */
+		if (!strcmp(v, "auto") || !strncmp(v, "auto:", 5) ? (st = stages_auto(m, v, stage))
+								  : (st = stages_from_model(m, v, stage)))
 			goto fail;
 	}
 	if ((st = stages_check(m, stage)))
