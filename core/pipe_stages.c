@@ -125,9 +125,11 @@ static kiln_status auto_count(struct kiln_model *m, const char *v, int *P)
 
 /* Each layer's estimated cost a sample (m->stage_cost, counted once): its
  * forward's FLOPs at batch 1 (kiln_model_summary: the device prepares
- * nothing), times 3 for a layer with trainable parameters (forward, the
- * input's gradient, the parameters'), else 2 (forward and the input's
- * gradient), plus 1 so that layers of no FLOPs (views) still count. */
+ * nothing) once for the forward, once more for its input's gradient when
+ * a layer before it has trainable parameters (else the backward computes
+ * none: the first layers after the data), once more for its own
+ * trainable parameters' gradient, plus 1 so that layers of no FLOPs
+ * (views) still count. */
 static kiln_status auto_costs(struct kiln_model *m)
 {
 	struct kiln_summary s;
@@ -142,10 +144,24 @@ static kiln_status auto_costs(struct kiln_model *m)
 		kiln_summary_free(&s);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
-	for (int i = 0; i < m->n_layers; i++) {
-		const double f = s.no_flops || i >= s.n_layers ? 0 : s.layers[i].flops;
-		c[i] = 1 + f * (i < s.n_layers && s.layers[i].trainable > 0 ? 3 : 2);
+	/* g[i]: a gradient flows back from layer i's output (it or a layer
+	 * before it has trainable parameters) */
+	char *g = calloc((size_t)(m->n_layers ? m->n_layers : 1), 1);
+	if (!g) {
+		free(c);
+		kiln_summary_free(&s);
+		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
+	for (int i = 0; i < m->n_layers; i++) {
+		const int own = i < s.n_layers && s.layers[i].trainable > 0;
+		int dx = 0;
+		for (int k = 0; k < m->layers[i].n_in; k++)
+			dx |= m->layers[i].in[k] >= 0 && g[m->layers[i].in[k]];
+		const double f = s.no_flops || i >= s.n_layers ? 0 : s.layers[i].flops;
+		c[i] = 1 + f * (1 + own + dx);
+		g[i] = (char)(own || dx);
+	}
+	free(g);
 	kiln_summary_free(&s);
 	m->stage_cost = c;
 	return KILN_OK;
@@ -252,7 +268,7 @@ static void auto_say(struct kiln_model *m, const int *stage, int P)
 			c += (size_t)snprintf(costs + c, sizeof costs - c, "%s%.4g (%.2f%%)", s ? " | " : "",
 					      cost[s] / 1e6, tot > 0 ? 100 * cost[s] / tot : 0.0);
 	}
-	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s (estimated MFLOP a sample, forward x3 with parameters, x2 without: %s; the busiest stage %.2f%% over the mean)",
+	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s (estimated MFLOP a sample: the forward's, again for each gradient the backward computes: %s; the busiest stage %.2f%% over the mean)",
 		 cut, costs, tot > 0 ? 100 * (most * P / tot - 1) : 0.0);
 }
 

@@ -58,10 +58,10 @@ stderr_has "4 stages, 4 micro-batches of 8, schedule 1f1b: 4 activation sets"
 "$tool" same "$(ck p2g 6)" "$(ck p2f 6)" params optim.momentum step ||
 	fail "gpipe and 1f1b differ"
 echo "ok: MLP in 2 and 4 stages equals the uncut model; gpipe = 1f1b"
-# [model] stages = auto:2 (session 18): fc1 (64 x 32) has 1.7x the FLOPs of
-# the rest together, so it, the flatten and the ReLU fused into it make
-# stage 0 alone; the cut logged with each stage's share, and the run
-# equals accumulation
+# [model] stages = auto:2 (session 18): fc1 (64 x 32, no input gradient)
+# has more FLOPs than the rest together, so it, the flatten and the ReLU
+# fused into it make stage 0 alone; the cut logged with each stage's
+# share, and the run equals accumulation
 kiln 0 train "$m" run.out_dir="$tmp/p2auto" pipeline.micro_batches=4 model.stages=auto:2
 stderr_has "[model] stages = auto: flat, r1 | fc2, loss (estimated MFLOP"
 near "$(ck acc 6)" "$(ck p2auto 6)" 1e-6 params optim.momentum
