@@ -5,8 +5,13 @@
  * interleaved: the least process CPU time (user + sys, every thread's)
  * of a run over ITERS runs, and its wall time, in ms.
  *
+ * --kept: instead, the three passes of `fft` as a layer runs them with
+ * kept spectra (KILN_OPF_KEEP: forward, weight gradient, data gradient,
+ * each reading what the one before kept), interleaved with the same
+ * passes unkept: the least process CPU time of each.
+ *
  * Usage: bench/fftconv_ops [--iters N] [--batch B] [--threads T] [--nhwc]
- *        [--shape C,H,O,K,P] */
+ *        [--shape C,H,O,K,P] [--kept] */
 #include <kiln/kiln.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +52,7 @@ static struct kiln_tensor_desc d4(int64_t a, int64_t b, int64_t c, int64_t d, in
 
 struct bench {
 	struct kiln_device *dev;
-	void *plan, *stream, *ws, *in[3], *out[2];
+	void *plan, *stream, *ws, *in[3], *out[3];
 	size_t wsb;
 	double cpu, wall;
 };
@@ -83,11 +88,10 @@ static void open_op(struct bench *b, struct kiln_registry *reg, const char *algo
 	kiln_config_free(cfg);
 }
 
-static void run_op(struct bench *b)
+static void run_args(struct bench *b, const struct kiln_op_args *args)
 {
-	struct kiln_op_args a = { .in = { b->in[0], b->in[1], b->in[2] },
-				  .out = { b->out[0], b->out[1] },
-				  .workspace = b->ws, .workspace_bytes = b->wsb };
+	struct kiln_op_args a = *args;
+	a.workspace = b->ws, a.workspace_bytes = b->wsb;
 	const double c0 = cpu_s(), w0 = wall_s();
 	TRY(kiln_device_run(b->dev, b->plan, &a, b->stream));
 	TRY(kiln_device_stream_sync(b->dev, b->stream));
@@ -96,9 +100,81 @@ static void run_op(struct bench *b)
 	b->wall = w < b->wall ? w : b->wall;
 }
 
+static void run_op(struct bench *b)
+{
+	struct kiln_op_args a = { .in = { b->in[0], b->in[1], b->in[2] },
+				  .out = { b->out[0], b->out[1] } };
+	run_args(b, &a);
+}
+
+static struct kiln_tensor_desc u8(size_t n)
+{
+	struct kiln_tensor_desc t;
+	const int64_t d[1] = { n ? (int64_t)n : 1 };
+	kiln_tensor_desc_init(&t, KILN_U8, 1, d);
+	return t;
+}
+
+/* --kept: ops[3] (forward, data gradient, weight gradient) by fft, each
+ * with KILN_OPF_KEEP and its kept copies on one device, run as a layer
+ * does (forward, weight gradient, data gradient), against the plain ones */
+static void kept_chain(struct kiln_registry *reg, int threads, int iters, const struct kiln_op *ops)
+{
+	struct bench plain[3], kept[3];
+	struct kiln_op k[3];
+	for (int p = 0; p < 3; p++) {
+		open_op(&plain[p], reg, "fft", threads, &ops[p]);
+		k[p] = ops[p];
+		k[p].flags |= KILN_OPF_KEEP;
+	}
+	k[0].out[k[0].n_out++] = u8(0);
+	open_op(&kept[0], reg, "fft", threads, &k[0]);
+	const size_t kx = kiln_device_aux_bytes(kept[0].dev, kept[0].plan);
+	k[2].in[k[2].n_in++] = u8(kx);
+	k[2].out[k[2].n_out++] = u8(0);
+	open_op(&kept[2], reg, "fft", threads, &k[2]);
+	const size_t kdy = kiln_device_aux_bytes(kept[2].dev, kept[2].plan);
+	if (!kx || !kdy) {
+		fprintf(stderr, "fftconv_ops: the FFT keeps nothing (kept x %zu, dy %zu bytes)\n", kx, kdy);
+		exit(1);
+	}
+	k[1].in[k[1].n_in++] = u8(kdy);
+	open_op(&kept[1], reg, "fft", threads, &k[1]);
+	/* the kept copies live on kept[0]'s device; one device would do,
+	 * but open_op opens one a pass: the cpu device's memory is the host's */
+	void *dkx, *dkdy;
+	TRY(kiln_device_alloc(kept[0].dev, kx, &dkx));
+	TRY(kiln_device_alloc(kept[0].dev, kdy, &dkdy));
+	/* x, w, b; dy from the plain passes' inputs */
+	void *x = kept[0].in[0], *w = kept[0].in[1], *bias = kept[0].in[2], *dy = kept[2].in[1];
+	for (int it = 0; it <= iters; it++) {
+		for (int p = 0; p < 3; p++)
+			run_op(&plain[p]);
+		struct kiln_op_args f = { .in = { x, w, bias }, .out = { kept[0].out[0], dkx } };
+		struct kiln_op_args g = { .in = { x, dy, dkx }, .out = { kept[2].out[0], kept[2].out[1], dkdy } };
+		struct kiln_op_args d = { .in = { dy, w, dkdy }, .out = { kept[1].out[0] } };
+		run_args(&kept[0], &f);
+		run_args(&kept[2], &g);
+		run_args(&kept[1], &d);
+		if (!it) /* warm-up */
+			for (int p = 0; p < 3; p++)
+				plain[p].cpu = kept[p].cpu = plain[p].wall = kept[p].wall = 1e30;
+	}
+	static const char *const names[3] = { "forward", "bwd_data", "bwd_weights" };
+	printf("%-12s %12s %12s %12s %12s %8s\n", "pass", "fft cpu", "kept cpu", "fft wall", "kept wall",
+	       "ratio");
+	for (int p = 0; p < 3; p++)
+		printf("%-12s %12.3f %12.3f %12.3f %12.3f %8.2f\n", names[p], 1e3 * plain[p].cpu,
+		       1e3 * kept[p].cpu, 1e3 * plain[p].wall, 1e3 * kept[p].wall, plain[p].cpu / kept[p].cpu);
+	printf("%-12s %12.3f %12.3f\n", "step", 1e3 * (plain[0].cpu + plain[1].cpu + plain[2].cpu),
+	       1e3 * (kept[0].cpu + kept[1].cpu + kept[2].cpu));
+	kiln_device_free(kept[0].dev, dkx);
+	kiln_device_free(kept[0].dev, dkdy);
+}
+
 int main(int argc, char **argv)
 {
-	int iters = 10, B = 128, threads = 1, nhwc = 0;
+	int iters = 10, B = 128, threads = 1, nhwc = 0, keep = 0;
 	int C = 32, H = 14, O = 64, K = 5, P = 2;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
@@ -109,11 +185,13 @@ int main(int argc, char **argv)
 			threads = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--nhwc"))
 			nhwc = 1;
+		else if (!strcmp(argv[i], "--kept"))
+			keep = 1;
 		else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
 			 sscanf(argv[++i], "%d,%d,%d,%d,%d", &C, &H, &O, &K, &P) == 5)
 			;
 		else {
-			fprintf(stderr, "usage: %s [--iters N] [--batch B] [--threads T] [--nhwc] [--shape C,H,O,K,P]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--iters N] [--batch B] [--threads T] [--nhwc] [--shape C,H,O,K,P] [--kept]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -128,8 +206,10 @@ int main(int argc, char **argv)
 	static const char *const algos[2] = { "direct", "fft" };
 	printf("conv x [%d,%d,%d,%d] w [%d,%d,%d,%d] pad %d %s, %d thread(s), least of %d runs\n", B, C,
 	       H, H, O, C, K, K, P, nhwc ? "NHWC" : "NCHW", threads, iters);
-	printf("%-12s %12s %12s %12s %12s %8s\n", "pass", "direct cpu", "fft cpu", "direct wall",
-	       "fft wall", "ratio");
+	if (!keep)
+		printf("%-12s %12s %12s %12s %12s %8s\n", "pass", "direct cpu", "fft cpu", "direct wall",
+		       "fft wall", "ratio");
+	struct kiln_op ops[3];
 	for (int pass = 0; pass < 3; pass++) {
 		struct kiln_op op;
 		memset(&op, 0, sizeof op);
@@ -146,6 +226,9 @@ int main(int argc, char **argv)
 			op.type = KILN_OP_CONV_BWD_WEIGHTS, op.n_in = 2, op.n_out = 2;
 			op.in[0] = x, op.in[1] = y, op.out[0] = w, op.out[1] = bias;
 		}
+		ops[pass] = op;
+		if (keep)
+			continue;
 		struct bench b[2];
 		for (int a = 0; a < 2; a++)
 			open_op(&b[a], reg, algos[a], threads, &op);
@@ -167,6 +250,8 @@ int main(int argc, char **argv)
 			kiln_device_close(b[a].dev);
 		}
 	}
+	if (keep)
+		kept_chain(reg, threads, iters, ops);
 	kiln_registry_close(reg);
 	return 0;
 }

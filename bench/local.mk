@@ -106,4 +106,9 @@ if BUILD_CPU
 noinst_PROGRAMS += bench/fftconv_ops
 bench_fftconv_ops_SOURCES = bench/fftconv_ops.c
 bench_fftconv_ops_LDADD = libkiln.la
+# an NHWC model's pool2 before its flatten: NHWC + reorder against NHWC -> NCHW
+# (docs/PERFORMANCE.md, "Session 18: the NHWC CNN")
+noinst_PROGRAMS += bench/pool_ops
+bench_pool_ops_SOURCES = bench/pool_ops.c
+bench_pool_ops_LDADD = libkiln.la
 endif

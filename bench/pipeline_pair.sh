@@ -34,6 +34,10 @@
 #   busiest  the busiest stage's idle fraction (the bubble less the stages'
 #            imbalance; "= busiest stage S idle X + imbalance I" in the
 #            pipe's ranks' line; session 16)
+#   cpu_imb  the stages' imbalance in CPU time, percent: (stage 0 - stage 1)
+#            / their mean, of the ranks' stamps' "pipeline CPU ms/step"
+#            (session 18; at P = 2 the target at M = 16 needs |cpu_imb|
+#            within about 0.5)
 # Usage (from the top of the build tree):
 #   B=/work/main sh bench/pipeline_pair.sh 3
 # pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
@@ -47,6 +51,22 @@
 # MODEL=even: a layernorm before the head too, so stage 1 carries what stage
 # 0's layernorm costs and the stages are within ~1-2% (the blocks model's
 # stage 0 is 3-6% busier in CPU time: session 16).
+# MODEL=mirror (session 18): stages equal by construction, to measure the
+# schedule's bubble rather than a cut's imbalance: 16 inputs (4 x 4 images)
+# that stage 0 widens to 1024 (a linear and a relu) before two 1024-wide
+# blocks, stage 1 two blocks and the head narrowing 1024 to 16: each stage
+# six 1024 x 1024 GEMMs a micro-batch and a 16-wide linear (stage 0's
+# without its input's gradient, stage 1's with it, stage 0 one relu more),
+# no layernorm.  The blocks model's figures stay the record of an
+# imbalanced cut (docs/PERFORMANCE.md, "Session 18: balancing the
+# pipeline's stages").
+# STAGES: the [model] stages value (default flat,r2|b3,loss, the two blocks
+# a stage that every MODEL has; `auto`: kiln's cut by estimated FLOPs,
+# session 18: the same cut for these models; B must then be a build that
+# has it, for the main side too).
+# The issue-21 commands (session 18; a quiet window: load under 2):
+#   MS="4 8 16" BATCH=2048 B=/work/main sh bench/pipeline_pair.sh 3
+#   MODEL=mirror MS="4 8 16" BATCH=2048 B=/work/main sh bench/pipeline_pair.sh 3
 # BATCH: the global batch (default 256; 2048 gives 128 rows a micro-batch at
 # M = 16, session 16); the synthetic set holds BATCH x STEPS samples at least.
 set -eu
@@ -73,10 +93,19 @@ export KILN_STORE_TOKEN=${KILN_STORE_TOKEN:-$(od -An -tx1 -N16 /dev/urandom | tr
 	ini run seed=1 threads=1 out_dir="$tmp/run"
 	_n=$((BATCH * STEPS))
 	[ "$_n" -ge 8192 ] || _n=8192
-	ini_synthetic "$_n" 32 16 image_channels=1 workers=1
-	ini_layers flat:flatten ln:layernorm b1:linear:out=1024 r1:relu b2:linear:out=1024 r2:relu \
-		b3:linear:out=1024 r3:relu b4:linear:out=1024 r4:relu \
-		$([ "${MODEL:-blocks}" = even ] && echo ln2:layernorm) head:linear:out=16 loss:softmax_xent
+	if [ "${MODEL:-blocks}" = mirror ]; then
+		# 16 inputs (4 x 4): stage 0 widens them to 1024, stage 1's head
+		# narrows 1024 to the 16 classes; two 1024-wide blocks each
+		ini_synthetic "$_n" 4 16 image_channels=1 workers=1
+		ini_layers flat:flatten in:linear:out=1024 r0:relu b1:linear:out=1024 r1:relu \
+			b2:linear:out=1024 r2:relu b3:linear:out=1024 r3:relu \
+			b4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
+	else
+		ini_synthetic "$_n" 32 16 image_channels=1 workers=1
+		ini_layers flat:flatten ln:layernorm b1:linear:out=1024 r1:relu b2:linear:out=1024 r2:relu \
+			b3:linear:out=1024 r3:relu b4:linear:out=1024 r4:relu \
+			$([ "${MODEL:-blocks}" = even ] && echo ln2:layernorm) head:linear:out=16 loss:softmax_xent
+	fi
 	ini train epochs=1 max_steps="$STEPS" batch="$BATCH" lr=0.01 log_every=1 eval=0 \
 		checkpoint_last=0 overwrite=1
 	ini dist timeout=120
@@ -100,7 +129,7 @@ run() {
 	_o=$2 _s=$1 _m=$3
 	shift 3
 	rm -rf "$tmp/run"
-	"$@" dist.pipeline=2 "model.stages=flat,r2|b3,loss" pipeline.micro_batches="$_m" $_x ${PAIR_ARGS:-} > "$_o" 2>&1 ||
+	"$@" dist.pipeline=2 "model.stages=${STAGES:-flat,r2|b3,loss}" pipeline.micro_batches="$_m" $_x ${PAIR_ARGS:-} > "$_o" 2>&1 ||
 		{ echo "$_s M=$_m failed:" >&2; tail -5 "$_o" >&2; }
 }
 median() { sort -g | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }'; }
@@ -111,8 +140,13 @@ sps() {
 		"$tmp/run/metrics.jsonl" | awk '$1 >= 2 { print $2 }' | median
 }
 # split LOG K: the ranks' stamps' 1 smooth, 2 ideal, 3 ho_med, 4 own_us, 5 cpu_sm,
-# 6 the busiest stage's idle, 7 ends
+# 6 the busiest stage's idle, 7 ends, 8 cpu_imb
 split() {
+	if [ "$2" = 8 ]; then
+		sed -n "s/.*the ranks' stamps: pipeline CPU ms\/step: stage 0 \([0-9.]*\), stage 1 \([0-9.]*\),.*/\1 \2/p" "$1" |
+			tail -1 | awk '{ printf "%+.1f\n", 200 * ($1 - $2) / ($1 + $2) }'
+		return
+	fi
 	if [ "$2" = 7 ]; then
 		sed -n "s/.*the ranks' stamps: pipeline smooth replay: bubble [0-9.]* (schedule [^)]*), \([0-9.]*\) with the end passes as measured.*/\1/p" "$1" | tail -1
 		return
@@ -133,18 +167,18 @@ split() {
 }
 paired() { sed -n "s/.*stage 0 (this rank): \([0-9]*\) of \([0-9]*\) crossing tensors sent paired.*/\1\/\2/p" "$1" | tail -1; }
 echo "load average: $(cat /proc/loadavg)"
-echo "${MODEL:-blocks} model, batch $BATCH, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps; s_*: samples/s, median of each run's steps 2-$STEPS (rank 0's metrics.jsonl, log_every = 1), median over the rounds"
+echo "${MODEL:-blocks} model (stages ${STAGES:-flat,r2|b3,loss}), batch $BATCH, 2 stages on 2 ranks (${PAIR_COMM:-gloo}, 1 thread each), 1f1b ${PAIR_ARGS:-}; this build $A, main $B; $RUNS round(s) of $STEPS steps; s_*: samples/s, median of each run's steps 2-$STEPS (rank 0's metrics.jsonl, log_every = 1), median over the rounds"
 printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b_off rel b_main rel \
 	s_pair s_off s_main paired
 for M in ${MS:-4 8 16}; do
 	for s in pair off main; do : > "$tmp/b$s"; : > "$tmp/s$s"; done
-	for s in pair off main; do for k in 1 2 3 4 5 6 7; do : > "$tmp/x$s$k"; done; done
+	for s in pair off main; do for k in 1 2 3 4 5 6 7 8; do : > "$tmp/x$s$k"; done; done
 	for r in $(seq "$RUNS"); do
 		for s in pair off main; do
 			run $s "$tmp/$s.log" "$M"
 			bubble "$tmp/$s.log" >> "$tmp/b$s"
 			sps "$tmp/$s.log" >> "$tmp/s$s"
-			for k in 1 2 3 4 5 6 7; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
+			for k in 1 2 3 4 5 6 7 8; do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
 		done
 	done
 	awk -v M="$M" -v a="$(median < "$tmp/bpair")" -v b="$(median < "$tmp/boff")" \
@@ -155,8 +189,9 @@ for M in ${MS:-4 8 16}; do
 			a, 100 * (a - t) / t, b, 100 * (b - t) / t, c, 100 * (c - t) / t, sa, sb, sc,
 			p == "" ? "-" : p }'
 	for s in pair off main; do
-		printf '%4s %4s %6s %6s %6s %6s %6s %6s %6s (%s: smooth ends ideal ho_med own_us cpu_sm busiest)\n' "" "$s" \
+		printf '%4s %4s %6s %6s %6s %6s %6s %6s %6s %6s (%s: smooth ends ideal ho_med own_us cpu_sm busiest cpu_imb)\n' "" "$s" \
 			"$(median < "$tmp/x${s}1")" "$(median < "$tmp/x${s}7")" "$(median < "$tmp/x${s}2")" "$(median < "$tmp/x${s}3")" \
-			"$(median < "$tmp/x${s}4")" "$(median < "$tmp/x${s}5")" "$(median < "$tmp/x${s}6")" "$s"
+			"$(median < "$tmp/x${s}4")" "$(median < "$tmp/x${s}5")" "$(median < "$tmp/x${s}6")" \
+			"$(median < "$tmp/x${s}8")" "$s"
 	done
 done

@@ -8,9 +8,11 @@
 
 /* One curve: y against the step.  Named "EVENT.FIELD": "train.loss",
  * "train.lr", ... for metrics.jsonl's train lines, "SET.FIELD" ("test.acc",
- * "val.loss") for its eval lines. */
+ * "val.loss") for its eval lines; the whole name, however long (malloc'd:
+ * a fixed 64 bytes cut longer ones, and two fields alike in their first 63
+ * bytes became one series). */
 struct report_series {
-	char name[64];
+	char *name;
 	int n, cap;
 	double *x, *y;
 };

@@ -12,6 +12,7 @@
 void report_metrics_free(struct report_metrics *m)
 {
 	for (int i = 0; i < m->n; i++) {
+		free(m->s[i].name);
 		free(m->s[i].x);
 		free(m->s[i].y);
 	}
@@ -80,9 +81,12 @@ static struct report_series *series_get(struct report_metrics *m, const char *na
 	}
 	if (m->n_slot <= 2 * (m->n + 1) && slots_grow(m, m->cap))
 		return NULL;
+	char *copy = strdup(name);
+	if (!copy)
+		return NULL;
 	s = &m->s[m->n++];
 	memset(s, 0, sizeof *s);
-	snprintf(s->name, sizeof s->name, "%s", name);
+	s->name = copy;
 	m->slot[slot_of(m, s->name)] = m->n;
 	return s;
 }
@@ -104,7 +108,8 @@ static int series_add(struct report_series *s, double x, double y)
 	return 0;
 }
 
-/* One train or eval line: its numeric fields under "PREFIX.FIELD". */
+/* One train or eval line: its numeric fields under "PREFIX.FIELD" (the
+ * name in a buffer grown to the longest: -1 when out of memory). */
 static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
 {
 	json_t *step = json_object_get(o, "step");
@@ -112,16 +117,30 @@ static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
 		return 0;
 	const char *key;
 	json_t *v;
+	char *name = NULL;
+	size_t cap = 0;
+	int rc = 0;
 	json_object_foreach(o, key, v) {
 		if (!json_is_number(v) || !strcmp(key, "step") || !strcmp(key, "epoch"))
 			continue;
-		char name[64];
-		snprintf(name, sizeof name, "%s.%s", prefix, key);
+		const size_t need = strlen(prefix) + strlen(key) + 2;
+		if (need > cap) {
+			char *p = realloc(name, need);
+			if (!p) {
+				rc = -1;
+				break;
+			}
+			name = p, cap = need;
+		}
+		snprintf(name, cap, "%s.%s", prefix, key);
 		struct report_series *s = series_get(m, name);
-		if (!s || series_add(s, json_number_value(step), json_number_value(v)))
-			return -1;
+		if (!s || series_add(s, json_number_value(step), json_number_value(v))) {
+			rc = -1;
+			break;
+		}
 	}
-	return 0;
+	free(name);
+	return rc;
 }
 
 static double num(json_t *o, const char *key)

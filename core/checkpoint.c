@@ -855,43 +855,51 @@ static void first_diff(const char *a, const char *b, char *la, char *lb, size_t 
 	snprintf(lb, n, "%.*s", (int)strcspn(b, "\n"), *b ? b : "(end)");
 }
 
-/* The checkpoint's parameter table equals this model's (names, regions,
- * offsets, sizes, dtypes, shapes); else an error naming the first
- * difference. */
-static kiln_status same_model(struct kiln_ckpt *ck, const struct kiln_model *m)
+/* Compares the checkpoint's parameter table with this model's (names,
+ * regions, offsets, sizes, dtypes, shapes): 0 with *differ = 0 when they
+ * are equal, 0 with *differ = 1 and the first differing line of each into
+ * theirs/mine (n bytes each) when not, else the error reading it. */
+static kiln_status tensors_diff(struct kiln_ckpt *ck, const struct kiln_model *m,
+				char *theirs_line, char *mine_line, size_t n, int *differ)
 {
 	char *mine = tensors_text(m), *theirs = NULL;
 	kiln_status st;
+	*differ = 0;
 	if (!mine)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	if (!(st = kiln_ckpt_read_text(ck, "tensors", &theirs)) && strcmp(mine, theirs)) {
-		char a[256], b[256];
-		first_diff(theirs, mine, a, b, sizeof a);
-		st = kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
-				ck->path, a, b);
+		first_diff(theirs, mine, theirs_line, mine_line, n);
+		*differ = 1;
 	}
 	free(mine);
 	free(theirs);
 	return st;
 }
 
+/* The checkpoint's parameter table equals this model's; else an error
+ * naming the first difference. */
+static kiln_status same_model(struct kiln_ckpt *ck, const struct kiln_model *m)
+{
+	char a[256], b[256];
+	int differ;
+	kiln_status st = tensors_diff(ck, m, a, b, sizeof a, &differ);
+	if (st || !differ)
+		return st;
+	return kiln_error(KILN_ECONFIG, "checkpoint %s holds another model: its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
+			  ck->path, a, b);
+}
+
 kiln_status kiln_ckpt_check_sample(struct kiln_ckpt *ck, const struct kiln_model *m)
 {
-	char *mine = tensors_text(m), *theirs = NULL, sample[160];
-	kiln_status st;
-	if (!mine)
-		return kiln_error(KILN_ENOMEM, "out of memory");
-	if (!(st = kiln_ckpt_read_text(ck, "tensors", &theirs)) && strcmp(mine, theirs)) {
-		char a[256], b[256];
-		first_diff(theirs, mine, a, b, sizeof a);
-		sample_text(&m->sample, sample, sizeof sample);
-		sample[strcspn(sample, "\n")] = '\0';
-		st = kiln_error(KILN_EDATA, "checkpoint %s: its section 'sample' (input %s) does not give the model it holds (a corrupt 'sample' section, or other [layer] sections): its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
-				ck->path, sample, a, b);
-	}
-	free(mine);
-	free(theirs);
-	return st;
+	char a[256], b[256], sample[160];
+	int differ;
+	kiln_status st = tensors_diff(ck, m, a, b, sizeof a, &differ);
+	if (st || !differ)
+		return st;
+	sample_text(&m->sample, sample, sizeof sample);
+	sample[strcspn(sample, "\n")] = '\0';
+	return kiln_error(KILN_EDATA, "checkpoint %s: its section 'sample' (input %s) does not give the model it holds (a corrupt 'sample' section, or other [layer] sections): its parameter '%s', this model's '%s' (name region offset numel dtype shape)",
+			  ck->path, sample, a, b);
 }
 
 kiln_status kiln_ckpt_load_model(struct kiln_ckpt *ck, struct kiln_model *m, void *stream, int what)

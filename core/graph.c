@@ -585,6 +585,7 @@ void kiln_model_free(struct kiln_model *m)
 		free(m->layers[i].section);
 	}
 	free(m->stage);
+	free(m->stage_cost);
 	if (m->dev) {
 		kiln_model_precision_close(m);
 		kiln_model_optim_free(m);

@@ -162,6 +162,11 @@ struct kiln_model {
 	 * the config places nothing (one stage) */
 	int *stage;
 	int n_stages;
+	/* [model] stages = auto (pipe_stages.c): each layer's estimated cost
+	 * (FLOPs a sample, forward and backward), counted once and kept, so
+	 * every later read cuts the same; NULL until then */
+	double *stage_cost;
+	int stage_said;      /* the auto cut has been logged */
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
 	/* set while a pipeline makes its plans (pipe_run.c): device f32[1],
 	 * 1 / (micro-batches x accumulate), that their loss layers multiply

@@ -6,7 +6,7 @@
 #define KILN_ONNX_EXPORT_H
 
 #include "graph.h"
-#include "proto/onnx.pb-c.h"
+#include "core/proto/onnx.pb-c.h"
 
 /* The opset and IR version written: ONNX 1.12's (libonnx-dev), opset 17
  * for LayerNormalization. */

@@ -2,6 +2,7 @@
  * from [layer.X] stage or [model] stages, checked against the graph. */
 #include "pipeline.h"
 #include <ctype.h>
+#include <math.h> /* HUGE_VAL */
 
 /* [layer.X] stage: each layer's own, else the previous layer's. */
 static kiln_status stages_from_layers(struct kiln_model *m, int *stage, int *any)
@@ -84,6 +85,223 @@ static kiln_status stages_from_model(struct kiln_model *m, const char *v, int *s
 	return KILN_OK;
 }
 
+/* [model] stages = auto[:P]: P from the value, else [dist] pipeline,
+ * else the number of [run] devices. */
+static kiln_status auto_count(struct kiln_model *m, const char *v, int *P)
+{
+	const char *where = kiln_config_where(m->cfg, "model", "stages");
+	int64_t dp = 1;
+	int nd = 0;
+	kiln_status st;
+	*P = 0;
+	if (v[4] == ':') {
+		char *end = NULL;
+		long n = strtol(v + 5, &end, 10);
+		while (end && isspace((unsigned char)*end))
+			end++;
+		if (end == v + 5 || !end || *end || n < 1 || n > KILN_PIPE_MAX_STAGES)
+			return kiln_error(KILN_ECONFIG, "%s: [model] stages = %s: expected `auto` or `auto:P`, P in 1..%d",
+					  where, v, KILN_PIPE_MAX_STAGES);
+		*P = (int)n;
+		return KILN_OK;
+	}
+	if (v[4])
+		return kiln_error(KILN_ECONFIG, "%s: [model] stages = %s: expected `auto` or `auto:P`",
+				  where, v);
+	if ((st = kiln_config_get_int(m->cfg, "dist", "pipeline", &dp)) && st != KILN_ENOTFOUND)
+		return st;
+	if (dp > 1) {
+		*P = dp > KILN_PIPE_MAX_STAGES ? KILN_PIPE_MAX_STAGES + 1 : (int)dp;
+		return KILN_OK;
+	}
+	if ((st = kiln_pipe_devices_count(m->cfg, &nd)))
+		return st;
+	if (nd < 2)
+		return kiln_error(KILN_ECONFIG, "%s: [model] stages = auto: how many stages? Set [dist] pipeline = P or [run] devices (one per stage), or write `auto:P`",
+				  where);
+	*P = nd;
+	return KILN_OK;
+}
+
+/* Each layer's estimated cost a sample (m->stage_cost, counted once): its
+ * forward's FLOPs at batch 1 (kiln_model_summary: the device prepares
+ * nothing) once for the forward, once more for its input's gradient when
+ * a layer before it has trainable parameters (else the backward computes
+ * none: the first layers after the data), once more for its own
+ * trainable parameters' gradient, plus 1 so that layers of no FLOPs
+ * (views) still count. */
+static kiln_status auto_costs(struct kiln_model *m)
+{
+	struct kiln_summary s;
+	if (m->stage_cost)
+		return KILN_OK;
+	kiln_status st = kiln_model_summary(m, 1, &s);
+	if (st)
+		return kiln_error_wrap(st, "%s: [model] stages = auto: counting the layers' FLOPs",
+				       kiln_config_where(m->cfg, "model", "stages"));
+	double *c = calloc((size_t)(m->n_layers ? m->n_layers : 1), sizeof *c);
+	if (!c) {
+		kiln_summary_free(&s);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	/* g[i]: a gradient flows back from layer i's output (it or a layer
+	 * before it has trainable parameters) */
+	char *g = calloc((size_t)(m->n_layers ? m->n_layers : 1), 1);
+	if (!g) {
+		free(c);
+		kiln_summary_free(&s);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < m->n_layers; i++) {
+		const int own = i < s.n_layers && s.layers[i].trainable > 0;
+		int dx = 0;
+		for (int k = 0; k < m->layers[i].n_in; k++)
+			dx |= m->layers[i].in[k] >= 0 && g[m->layers[i].in[k]];
+		const double f = s.no_flops || i >= s.n_layers ? 0 : s.layers[i].flops;
+		c[i] = 1 + f * (1 + own + dx);
+		g[i] = (char)(own || dx);
+	}
+	free(g);
+	kiln_summary_free(&s);
+	m->stage_cost = c;
+	return KILN_OK;
+}
+
+/* One pass of kiln_pipe_balance's dynamic programme over the prefix sums
+ * pre[0..n], W = n + 1 columns a row: best[k W + j] the least objective of
+ * layers 0..j-1 in k stages, cut[k W + j] where the k-th of them starts.
+ * cap < 0: the objective is the busiest stage's cost; else every stage's
+ * cost at most cap and the objective the sum of their squares (HUGE_VAL:
+ * none such); no stage starts at a layer i of nocut[i] (NULL: none). */
+static void balance_pass(const double *pre, int n, int P, const char *nocut, double cap,
+			 double *best, int *cut)
+{
+	const size_t W = (size_t)n + 1;
+	const double lim = cap * (1 + 1e-12);
+	for (int j = 0; j <= n; j++) {
+		best[W + (size_t)j] = cap < 0 ? pre[j] : pre[j] <= lim ? pre[j] * pre[j] : HUGE_VAL;
+		cut[W + (size_t)j] = 0;
+	}
+	for (int k = 2; k <= P; k++)
+		for (int j = k; j <= n; j++) {
+			double b = HUGE_VAL;
+			int at = k - 1;
+			/* the first start of the least: the same cut on every rank */
+			for (int i = k - 1; i < j; i++) {
+				if (nocut && nocut[i])
+					continue; /* no stage may start at layer i */
+				const double prev = best[(size_t)(k - 1) * W + (size_t)i], own = pre[j] - pre[i];
+				double v;
+				if (cap < 0)
+					v = prev > own ? prev : own;
+				else
+					v = own <= lim ? prev + own * own : HUGE_VAL;
+				if (v < b)
+					b = v, at = i;
+			}
+			best[(size_t)k * W + (size_t)j] = b, cut[(size_t)k * W + (size_t)j] = at;
+		}
+}
+
+kiln_status kiln_pipe_balance(const double *cost, int n, int P, const char *nocut, int *stage)
+{
+	if (P < 1 || n < P)
+		return kiln_error(KILN_EINVAL, "pipeline balance: %d layers cannot make %d stages (one layer a stage at least)",
+				  n, P);
+	const size_t W = (size_t)n + 1;
+	double *pre = malloc(W * sizeof *pre);
+	double *best = malloc((size_t)(P + 1) * W * sizeof *best);
+	int *cut = malloc((size_t)(P + 1) * W * sizeof *cut);
+	if (!pre || !best || !cut) {
+		free(pre), free(best), free(cut);
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	}
+	pre[0] = 0;
+	for (int i = 0; i < n; i++)
+		pre[i + 1] = pre[i] + (cost[i] > 0 ? cost[i] : 0);
+	/* the least busiest stage; then, of the cuts with no stage above it,
+	 * the one whose stages' costs are most even (least sum of squares),
+	 * so that the stages that do not bound the step share the rest */
+	balance_pass(pre, n, P, nocut, -1, best, cut);
+	double most = best[(size_t)P * W + (size_t)n];
+	if (most == HUGE_VAL) { /* no cut avoids nocut's layers */
+		nocut = NULL;
+		balance_pass(pre, n, P, NULL, -1, best, cut);
+		most = best[(size_t)P * W + (size_t)n];
+	}
+	balance_pass(pre, n, P, nocut, most, best, cut);
+	for (int k = P, j = n; k >= 1; k--) {
+		const int i = cut[(size_t)k * W + (size_t)j];
+		for (int l = i; l < j; l++)
+			stage[l] = k - 1;
+		j = i;
+	}
+	free(pre), free(best), free(cut);
+	return KILN_OK;
+}
+
+/* Log the auto cut once: as a [model] stages value, then each stage's
+ * estimated cost and share. */
+static void auto_say(struct kiln_model *m, const int *stage, int P)
+{
+	char cut[2048], costs[1024];
+	size_t k = 0, c = 0;
+	double tot = 0, cost[KILN_PIPE_MAX_STAGES] = { 0 }, most = 0;
+	if (m->stage_said)
+		return;
+	m->stage_said = 1;
+	for (int i = 0; i < m->n_layers; i++)
+		cost[stage[i]] += m->stage_cost[i], tot += m->stage_cost[i];
+	cut[0] = costs[0] = 0;
+	for (int s = 0; s < P; s++) {
+		int lo = m->n_layers, hi = 0;
+		for (int i = 0; i < m->n_layers; i++)
+			if (stage[i] == s)
+				hi = i, lo = i < lo ? i : lo;
+		if (cost[s] > most)
+			most = cost[s];
+		if (k < sizeof cut)
+			k += (size_t)snprintf(cut + k, sizeof cut - k, "%s%s%s%s", s ? " | " : "",
+					      m->layers[lo].name, hi > lo ? ", " : "",
+					      hi > lo ? m->layers[hi].name : "");
+		if (c < sizeof costs)
+			c += (size_t)snprintf(costs + c, sizeof costs - c, "%s%.4g (%.2f%%)", s ? " | " : "",
+					      cost[s] / 1e6, tot > 0 ? 100 * cost[s] / tot : 0.0);
+	}
+	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s (estimated MFLOP a sample: the forward's, again for each gradient the backward computes: %s; the busiest stage %.2f%% over the mean)",
+		 cut, costs, tot > 0 ? 100 * (most * P / tot - 1) : 0.0);
+}
+
+/* [model] stages = auto[:P]: the cut into P runs of layers whose busiest
+ * stage's estimated cost is least (kiln_pipe_balance over auto_costs),
+ * a ReLU fused into the layer before it kept on that layer's stage. */
+static kiln_status stages_auto(struct kiln_model *m, const char *v, int *stage)
+{
+	int P;
+	kiln_status st;
+	if ((st = auto_count(m, v, &P)))
+		return st;
+	if (P > m->n_layers || P > KILN_PIPE_MAX_STAGES)
+		return kiln_error(KILN_ECONFIG, "%s: [model] stages = auto: %d stages for %d layers",
+				  kiln_config_where(m->cfg, "model", "stages"), P, m->n_layers);
+	/* no cut between a layer and the ReLU that [run] fuse makes its
+	 * epilogue (fusion stops at a stage boundary: the ReLU would run
+	 * alone, a pass over its tensor each way) */
+	char *nocut = calloc((size_t)m->n_layers, 1);
+	if (!nocut)
+		return kiln_error(KILN_ENOMEM, "out of memory");
+	for (int i = 0; m->fuse && i + 1 < m->n_layers; i++)
+		nocut[i + 1] = kiln_model_only_consumer(m, i) == i + 1 && m->layers[i + 1].n_in == 1 &&
+			       !strcmp(m->layers[i + 1].type->name, "relu");
+	if (!(st = auto_costs(m)))
+		st = kiln_pipe_balance(m->stage_cost, m->n_layers, P, nocut, stage);
+	free(nocut);
+	if (st)
+		return st;
+	auto_say(m, stage, P);
+	return KILN_OK;
+}
+
 /* Stages follow the layers' file order (a stage is a run of layers), none
  * is empty, and no layer reads a later stage's output. */
 static kiln_status stages_check(struct kiln_model *m, const int *stage)
@@ -127,7 +345,9 @@ kiln_status kiln_pipe_read_stages(struct kiln_model *m)
 					kiln_config_where(m->cfg, "model", "stages"));
 			goto fail;
 		}
-		if ((st = stages_from_model(m, v, stage)))
+		/* (a layer may be named auto...: `auto` alone or `auto:`) */
+		if (!strcmp(v, "auto") || !strncmp(v, "auto:", 5) ? (st = stages_auto(m, v, stage))
+								  : (st = stages_from_model(m, v, stage)))
 			goto fail;
 	}
 	if ((st = stages_check(m, stage)))

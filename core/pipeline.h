@@ -24,10 +24,21 @@
  * m->n_stages = 1 when the config places nothing) from [layer.X] stage
  * (default: the previous layer's, 0 for the first) or [model] stages
  * (`first, last | first, last | ...`: each stage's first and last layer,
- * in file order, tiling every layer).  KILN_ECONFIG naming file:line when
+ * in file order, tiling every layer; or `auto[:P]`, kiln_pipe_balance's
+ * cut by the layers' estimated FLOPs).  KILN_ECONFIG naming file:line when
  * both are given, a name is unknown, stages do not follow the layers' file
  * order, a stage is empty or a layer reads a later stage. */
 kiln_status kiln_pipe_read_stages(struct kiln_model *m);
+
+/* [model] stages = auto: the cut of n layers of cost[i] into P runs in
+ * file order, each one layer at least, whose busiest run's sum is least;
+ * of those, the one with the least sum of the runs' squares (the other
+ * stages as even as they can be), and of equal ones the one whose later
+ * stages start first (the same numbers give the same cut on every rank).
+ * A negative cost counts as 0.  nocut (NULL: none): no stage starts at a
+ * layer i of nocut[i] != 0, unless no cut can avoid them all (then they
+ * are ignored).  stage[i]: layer i's; KILN_EINVAL when P < 1 or n < P. */
+kiln_status kiln_pipe_balance(const double *cost, int n, int P, const char *nocut, int *stage);
 
 /* The stage of layer i (-1: the data input, on stage 0). */
 static inline int kiln_pipe_stage(const struct kiln_model *m, int i)

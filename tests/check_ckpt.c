@@ -266,46 +266,79 @@ static void set_counter(struct rig *r, const char *tag, int64_t v)
 	ck_assert(kiln_device_stream_sync(r->dev, r->stream) == 0);
 }
 
+/* A checkpoint of rig a (2 steps trained, then changed by `poke`) in a
+ * scratch dir, and rig b, a fresh model of the same config (seed 99), to load it into. */
+struct poked {
+	char dir[1024], path[4200];
+	struct rig a, b;
+};
+
+static void poked_open(struct poked *k, void (*poke)(struct rig *, const void *), const void *arg)
+{
+	ck_assert(test_tmpdir_make(k->dir, sizeof k->dir, "ckpt") != NULL);
+	rig_open(&k->a, small_ini, 7);
+	rig_train(&k->a, 2);
+	poke(&k->a, arg);
+	save(&k->a, k->dir, 2, k->path, sizeof k->path);
+	rig_open(&k->b, small_ini, 99);
+}
+
+static void poked_close(struct poked *k)
+{
+	rig_close(&k->a);
+	rig_close(&k->b);
+	unlink(k->path);
+	rmdir(k->dir);
+}
+
+struct counter {
+	const char *tag;
+	int64_t v;
+};
+
+static void poke_counter(struct rig *r, const void *arg)
+{
+	const struct counter *c = arg;
+	set_counter(r, c->tag, c->v);
+}
+
 /* A checkpoint whose CRCs are valid but whose step counters are out of
  * range (optim.step = INT64_MAX would overflow in the optimizer, a
  * negative step count) is refused on load, naming the file and the
  * section, before any byte reaches the model. */
 START_TEST(test_counter_range)
 {
-	static const struct { const char *tag; int64_t v; } bad[] = {
+	static const struct counter bad[] = {
 		{ "optim.step", INT64_MAX }, { "optim.step", -1 }, { "step", INT64_MAX },
 		{ "step", INT64_MIN },
 	};
 	for (size_t t = 0; t < sizeof bad / sizeof bad[0]; t++) {
-		char dir[1024], path[4200], want[4300];
-		struct rig a, b;
-		ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
-		rig_open(&a, small_ini, 7);
-		rig_train(&a, 2);
-		set_counter(&a, bad[t].tag, bad[t].v);
-		save(&a, dir, 2, path, sizeof path);
-		rig_open(&b, small_ini, 99);
+		char want[4300];
+		struct poked k;
+		poked_open(&k, poke_counter, &bad[t]);
 		size_t n0, n1;
-		char *before = state_bytes(&b, &n0);
+		char *before = state_bytes(&k.b, &n0);
 		struct kiln_ckpt *ck;
-		ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
-		ck_assert_int_eq(kiln_ckpt_load_model(ck, b.m, b.stream, KILN_CKPT_LOAD_ALL),
+		ck_assert_msg(kiln_ckpt_open(k.path, &ck) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(kiln_ckpt_load_model(ck, k.b.m, k.b.stream, KILN_CKPT_LOAD_ALL),
 				 KILN_EDATA);
-		snprintf(want, sizeof want, "checkpoint %s: section '%s' = %lld is out of range", path,
+		snprintf(want, sizeof want, "checkpoint %s: section '%s' = %lld is out of range", k.path,
 			 bad[t].tag, (long long)bad[t].v);
 		ck_assert_msg(strstr(kiln_last_error(), want) != NULL, "%s", kiln_last_error());
-		char *after = state_bytes(&b, &n1);
+		char *after = state_bytes(&k.b, &n1);
 		ck_assert(n0 == n1 && !memcmp(before, after, n0)); /* nothing loaded */
 		free(before);
 		free(after);
 		kiln_ckpt_close(ck);
-		rig_close(&a);
-		rig_close(&b);
-		unlink(path);
-		rmdir(dir);
+		poked_close(&k);
 	}
 }
 END_TEST
+
+static void poke_tracked(struct rig *r, const void *arg)
+{
+	r->m->tracked_base = *(const int64_t *)arg;
+}
 
 /* A "tracked" (batchnorm) count of INT64_MAX, CRCs valid, is refused for
  * a resume and for the weights alone (init_from), naming the file; it
@@ -313,28 +346,21 @@ END_TEST
  * UBSan reports (core/checkpoint.c, tracked_count). */
 START_TEST(test_tracked_range)
 {
-	char dir[1024], path[4200], want[4300];
-	struct rig a, b;
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
-	rig_open(&a, small_ini, 7);
-	rig_train(&a, 2);
-	a.m->tracked_base = INT64_MAX;
-	save(&a, dir, 2, path, sizeof path);
-	rig_open(&b, small_ini, 99);
-	snprintf(want, sizeof want, "checkpoint %s: batch count out of range", path);
+	static const int64_t huge = INT64_MAX;
+	char want[4300];
+	struct poked k;
+	poked_open(&k, poke_tracked, &huge);
+	snprintf(want, sizeof want, "checkpoint %s: batch count out of range", k.path);
 	for (int all = 0; all < 2; all++) {
 		struct kiln_ckpt *ck;
-		ck_assert_msg(kiln_ckpt_open(path, &ck) == 0, "%s", kiln_last_error());
-		ck_assert_int_eq(kiln_ckpt_load_model(ck, b.m, b.stream,
+		ck_assert_msg(kiln_ckpt_open(k.path, &ck) == 0, "%s", kiln_last_error());
+		ck_assert_int_eq(kiln_ckpt_load_model(ck, k.b.m, k.b.stream,
 						      all ? KILN_CKPT_LOAD_ALL : KILN_CKPT_LOAD_WEIGHTS),
 				 KILN_EDATA);
 		ck_assert_msg(strstr(kiln_last_error(), want) != NULL, "%s", kiln_last_error());
 		kiln_ckpt_close(ck);
 	}
-	rig_close(&a);
-	rig_close(&b);
-	unlink(path);
-	rmdir(dir);
+	poked_close(&k);
 }
 END_TEST
 

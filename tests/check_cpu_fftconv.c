@@ -5,7 +5,7 @@
  * (conv_algo = direct), on odd shapes (kernels 3, 5, 7 and 3x5; padding
  * 0..3, more than the kernel's reach too; several batches), NCHW and
  * NHWC; the same bytes on 1 and 2 threads; the rule's choices; the key's
- * errors.
+ * errors; kept spectra chained over two micro-batches (test_kept_chain).
  *
  * Tolerance: the error is measured as max |got - ref| / rms(ref) over the
  * tensor.  A float FFT's error grows like eps log2(n1 n2) relative to the
@@ -347,6 +347,150 @@ START_TEST(test_bad_key)
 }
 END_TEST
 
+/* Kept spectra (KILN_OPF_KEEP) as a layer chains them, for two
+ * micro-batches whose forwards both run first (x, w, dy all differ between
+ * them): each weight gradient and data gradient reading its micro-batch's
+ * copies gives the unkept op's bytes, with the tensors the copies replace
+ * (x for the weight gradient, dy and w for the data gradient) given as
+ * zeros, so a result that matches read the copies and the right ones.  A
+ * kept dy whose w reference is gone is refused (an error, not a read). */
+struct kchain {
+	struct kiln_device *dev;
+	void *stream, *ws;
+	size_t wsb;
+};
+
+static void *kc_plan(struct kchain *c, const struct kiln_op *op)
+{
+	void *plan;
+	size_t wsb = 0;
+	ck_assert_msg(kiln_device_prepare(c->dev, op, &plan, &wsb) == 0, "%s", kiln_last_error());
+	if (wsb > c->wsb) {
+		kiln_device_free(c->dev, c->ws);
+		ck_assert(kiln_device_alloc(c->dev, wsb, &c->ws) == 0);
+		c->wsb = wsb;
+	}
+	return plan;
+}
+
+static int kc_run(struct kchain *c, void *plan, const void *i0, const void *i1, const void *i2,
+		  void *o0, void *o1, void *o2)
+{
+	struct kiln_op_args a = { .in = { i0, i1, i2 }, .out = { o0, o1, o2 }, .workspace = c->ws,
+				  .workspace_bytes = c->wsb };
+	int st = kiln_device_run(c->dev, plan, &a, c->stream);
+	return st ? st : kiln_device_stream_sync(c->dev, c->stream);
+}
+
+static void *kc_buf(struct kchain *c, size_t bytes, const float *from)
+{
+	void *d;
+	ck_assert(kiln_device_alloc(c->dev, bytes ? bytes : 1, &d) == 0);
+	if (from)
+		memcpy(d, from, bytes);
+	else
+		memset(d, 0, bytes);
+	return d;
+}
+
+static void kept_chain(const struct shape *s, int nhwc)
+{
+	struct kchain c = { NULL, NULL, NULL, 0 };
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.conv_algo=fft") == 0);
+	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, &c.dev) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_create(c.dev, &c.stream) == 0);
+	const int lay = nhwc ? KILN_NHWC : KILN_NCHW;
+	const struct kiln_tensor_desc x = test_desc4(KILN_F32, s->N, s->C, s->H, s->W, lay),
+				      y = test_desc4(KILN_F32, s->N, s->O, oh(s), ow(s), lay),
+				      w = test_desc4(KILN_F32, s->O, s->C, s->KH, s->KW, KILN_NCHW);
+	struct kiln_tensor_desc b, u;
+	const int64_t bd[1] = { s->O }, one[1] = { 1 };
+	kiln_tensor_desc_init(&b, KILN_F32, 1, bd);
+	kiln_tensor_desc_init(&u, KILN_U8, 1, one);
+	struct kiln_op f, g, d;
+	memset(&f, 0, sizeof f);
+	f.i[0] = f.i[1] = 1, f.i[2] = s->ph, f.i[3] = s->pw, f.i[4] = f.i[5] = f.i[6] = 1;
+	g = d = f;
+	f.type = KILN_OP_CONV, f.n_in = 3, f.n_out = 1;
+	f.in[0] = x, f.in[1] = w, f.in[2] = b, f.out[0] = y;
+	g.type = KILN_OP_CONV_BWD_WEIGHTS, g.n_in = 2, g.n_out = 2;
+	g.in[0] = x, g.in[1] = y, g.out[0] = w, g.out[1] = b;
+	d.type = KILN_OP_CONV_BWD_DATA, d.n_in = 2, d.n_out = 1;
+	d.in[0] = y, d.in[1] = w, d.out[0] = x;
+	void *pf = kc_plan(&c, &f), *pg = kc_plan(&c, &g), *pd = kc_plan(&c, &d);
+	f.flags = g.flags = d.flags = KILN_OPF_KEEP;
+	f.out[f.n_out++] = u;
+	void *kf = kc_plan(&c, &f);
+	const size_t kx = kiln_device_aux_bytes(c.dev, kf);
+	g.in[g.n_in] = u, g.in[g.n_in++].dims[0] = (int64_t)kx;
+	g.out[g.n_out++] = u;
+	void *kg = kc_plan(&c, &g);
+	const size_t kdy = kiln_device_aux_bytes(c.dev, kg);
+	d.in[d.n_in] = u, d.in[d.n_in++].dims[0] = (int64_t)kdy;
+	void *kd = kc_plan(&c, &d);
+	ck_assert_msg(kx > 0 && kdy > 0, "kept %zu, %zu bytes", kx, kdy);
+	const int64_t nx = s->N * s->C * s->H * s->W, ny = s->N * s->O * oh(s) * ow(s),
+		      nw = s->O * s->C * s->KH * s->KW;
+	void *X[2], *W[2], *DY[2], *K[2], *KD[2], *B = kc_buf(&c, (size_t)s->O * 4, NULL);
+	void *zx = kc_buf(&c, (size_t)nx * 4, NULL), *zy = kc_buf(&c, (size_t)ny * 4, NULL),
+	     *zw = kc_buf(&c, (size_t)nw * 4, NULL);
+	void *y0 = kc_buf(&c, (size_t)ny * 4, NULL), *y1 = kc_buf(&c, (size_t)ny * 4, NULL);
+	void *o0 = kc_buf(&c, (size_t)(nx > nw ? nx : nw) * 4, NULL),
+	     *o1 = kc_buf(&c, (size_t)(nx > nw ? nx : nw) * 4, NULL);
+	void *b0 = kc_buf(&c, (size_t)s->O * 4, NULL), *b1 = kc_buf(&c, (size_t)s->O * 4, NULL);
+	for (int m = 0; m < 2; m++) {
+		float *h = filled(nx, 11 + m);
+		X[m] = kc_buf(&c, (size_t)nx * 4, h), free(h);
+		h = filled(nw, 13 + m);
+		W[m] = kc_buf(&c, (size_t)nw * 4, h), free(h);
+		h = filled(ny, 15 + m);
+		DY[m] = kc_buf(&c, (size_t)ny * 4, h), free(h);
+		K[m] = kc_buf(&c, kx, NULL), KD[m] = kc_buf(&c, kdy, NULL);
+	}
+	const char *lay_s = nhwc ? "NHWC" : "NCHW";
+	for (int m = 0; m < 2; m++) { /* both forwards first */
+		ck_assert(kc_run(&c, kf, X[m], W[m], B, y0, K[m], NULL) == 0);
+		ck_assert(kc_run(&c, pf, X[m], W[m], B, y1, NULL, NULL) == 0);
+		ck_assert_msg(!memcmp(y0, y1, (size_t)ny * 4), "%s: kept forward %d's y", lay_s, m);
+	}
+	for (int m = 1; m >= 0; m--) { /* backwards in reverse, as gpipe */
+		ck_assert(kc_run(&c, kg, zx, DY[m], K[m], o0, b0, KD[m]) == 0);
+		ck_assert(kc_run(&c, pg, X[m], DY[m], NULL, o1, b1, NULL) == 0);
+		ck_assert_msg(!memcmp(o0, o1, (size_t)nw * 4) && !memcmp(b0, b1, (size_t)s->O * 4),
+			      "%s: micro-batch %d's kept weight gradient", lay_s, m);
+	}
+	for (int m = 0; m < 2; m++) { /* the data gradients after both */
+		ck_assert(kc_run(&c, kd, zy, zw, KD[m], o0, NULL, NULL) == 0);
+		ck_assert(kc_run(&c, pd, DY[m], W[m], NULL, o1, NULL, NULL) == 0);
+		ck_assert_msg(!memcmp(o0, o1, (size_t)nx * 4), "%s: micro-batch %d's kept data gradient",
+			      lay_s, m);
+	}
+	memset((char *)KD[0] + kdy - 64, 0, 64); /* the w reference gone */
+	ck_assert_int_ne(kc_run(&c, kd, zy, zw, KD[0], o0, NULL, NULL), 0);
+	ck_assert_msg(strstr(kiln_last_error(), "no w spectrum"), "%s", kiln_last_error());
+	void *all[] = { X[0], X[1], W[0], W[1], DY[0], DY[1], K[0], K[1], KD[0], KD[1], B, zx, zy, zw,
+			y0, y1, o0, o1, b0, b1, c.ws };
+	for (size_t k = 0; k < sizeof all / sizeof *all; k++)
+		kiln_device_free(c.dev, all[k]);
+	void *plans[] = { pf, pg, pd, kf, kg, kd };
+	for (size_t k = 0; k < sizeof plans / sizeof *plans; k++)
+		kiln_device_plan_free(c.dev, plans[k]);
+	kiln_device_stream_destroy(c.dev, c.stream);
+	kiln_device_close(c.dev);
+	kiln_config_free(cfg);
+}
+
+START_TEST(test_kept_chain)
+{
+	kept_chain(&shapes[7], 0);
+	kept_chain(&shapes[7], 1);
+	kept_chain(&shapes[8], 1);
+	kept_chain(&shapes[2], 0);
+}
+END_TEST
+
 /* Skip (77) when the plugin was built without FFTW: conv_algo = fft is
  * then refused when the device opens. */
 static int need_fftw(void)
@@ -374,6 +518,7 @@ static Suite *make_cpu_fftconv_suite(void)
 	check_add_case(s, "passes", 300, NULL, NULL, (const TTest *[]){
 		test_forward, test_bwd_data, test_bwd_weights, NULL });
 	check_add_case(s, "choice", 60, NULL, NULL, (const TTest *[]){ test_rule, test_bad_key, NULL });
+	check_add_case(s, "kept", 120, NULL, NULL, (const TTest *[]){ test_kept_chain, NULL });
 	return s;
 }
 

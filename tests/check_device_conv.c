@@ -960,12 +960,14 @@ START_TEST(test_pool_mixed_layout)
 	 * tiles (8 <= C <= 64, OW >= 8): the last column tile overlapping (OW
 	 * 14, 18), the last channel block overlapping (C 12, 9, 60), OW
 	 * exactly 8 with an odd W, C 64, and beside them the scratch row's
-	 * shapes (C 7, 72; OW 3 and 7) */
+	 * shapes (C 7, 72; OW 3 and 7; the NHWC CNN's pool2, C 64 and OW 7; C
+	 * 20, the scalar backward rows; C 72 with an odd W) */
 	static const int shapes[][4] = { { 2, 32, 28, 28 }, { 2, 3, 10, 11 }, { 1, 5, 9, 19 },
 					 { 1, 8, 6, 6 },    { 8, 32, 32, 32 }, { 2, 12, 20, 36 },
 					 { 1, 9, 17, 17 },  { 3, 16, 8, 16 },  { 1, 7, 16, 16 },
 					 { 2, 24, 14, 15 }, { 1, 64, 6, 18 },  { 1, 60, 5, 20 },
-					 { 1, 72, 4, 16 } };
+					 { 1, 72, 4, 16 }, { 3, 64, 14, 14 }, { 4, 20, 10, 6 },
+					 { 2, 72, 6, 9 } };
 	for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
 		for (int relu = 0; relu < 2; relu++)
 			mixed_case(&f, shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], relu);

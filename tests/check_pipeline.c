@@ -3,7 +3,8 @@
  * length 2(M+P-1) and so the bubble (P-1)/(M+P-1), and the activation sets
  * alive at once: gpipe M, 1f1b min(P, M); the measured bubble's replay and
  * split (core/pipe_timing.c); the step's mean folded into the loss
- * layers' gradient seed (core/pipe_run.c, seed_mean). */
+ * layers' gradient seed (core/pipe_run.c, seed_mean); [model] stages =
+ * auto's cut (core/pipe_stages.c, kiln_pipe_balance). */
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
@@ -364,6 +365,57 @@ START_TEST(test_end_passes)
 					1.0 - (6.0 * M + 1.2) / (2 * (3.0 * (M + 1) + 1.2)), 1e-12);
 		ck_assert(1.0 - (busy[0] + busy[1]) / (2 * ends) > 1.0 / (M + 1));
 	}
+}
+END_TEST
+
+/* ---- [model] stages = auto (pipe_stages.c) ------------------------------ */
+
+/* kiln_pipe_balance's cut of n layers of costs c into P stages, no stage
+ * starting at a layer of nocut, is want. */
+static void balanced_no(const double *c, int n, int P, const char *nocut, const int *want)
+{
+	int got[16];
+	char g[64] = "", w[64] = "";
+	OK(kiln_pipe_balance(c, n, P, nocut, got));
+	for (int i = 0; i < n; i++)
+		g[i] = (char)('0' + got[i]), w[i] = (char)('0' + want[i]);
+	ck_assert_msg(!strcmp(g, w), "P = %d: cut %s, expected %s", P, g, w);
+}
+
+static void balanced(const double *c, int n, int P, const int *want)
+{
+	balanced_no(c, n, P, NULL, want);
+}
+
+/* The least busiest stage, then the most even others: a layer of 8 among
+ * ones and a 4.  P = 2: the 8 with the four before it (12 | 8; 16 | 4 or
+ * 13 | 7 otherwise); P = 3: the 8 alone (4 | 8 | 8); P = 4: still 8 the
+ * busiest, and the four 1s before it one stage, the 1, 1, 1, 1, 4 after
+ * it split 4 | 4 (squares 16 + 64 + 16 + 16) rather than 2 | 2 | 8 before
+ * and after (4 + 4 + 64 + 64) or 3 | 5; equal layers evenly; zero costs
+ * (no FLOPs) tie, and so do 3 + 3 + 2 layers of 8 equal ones: the later
+ * stages start first. */
+START_TEST(test_balance)
+{
+	const double c[10] = { 1, 1, 1, 1, 8, 1, 1, 1, 1, 4 };
+	balanced(c, 10, 2, (const int[]){ 0, 0, 0, 0, 0, 1, 1, 1, 1, 1 });
+	balanced(c, 10, 3, (const int[]){ 0, 0, 0, 0, 1, 2, 2, 2, 2, 2 });
+	balanced(c, 10, 4, (const int[]){ 0, 0, 0, 0, 1, 2, 2, 2, 2, 3 });
+	balanced(c, 10, 1, (const int[]){ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 });
+	balanced(c, 10, 10, (const int[]){ 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 });
+	const double e[8] = { 3, 3, 3, 3, 3, 3, 3, 3 };
+	balanced(e, 8, 4, (const int[]){ 0, 0, 1, 1, 2, 2, 3, 3 });
+	balanced(e, 8, 3, (const int[]){ 0, 0, 1, 1, 1, 2, 2, 2 });
+	const double z[4] = { 0, 0, 0, 0 };
+	balanced(z, 4, 2, (const int[]){ 0, 1, 1, 1 });
+	/* no stage may start at layer 5 (a fused ReLU): 12 | 8 becomes 13 | 7;
+	 * where every cut is barred, the bar is ignored */
+	balanced_no(c, 10, 2, (const char[]){ 0, 0, 0, 0, 0, 1, 0, 0, 0, 0 },
+		    (const int[]){ 0, 0, 0, 0, 0, 0, 1, 1, 1, 1 });
+	balanced_no(e, 3, 2, (const char[]){ 0, 1, 1 }, (const int[]){ 0, 1, 1 });
+	int st[4];
+	ck_assert_int_eq(kiln_pipe_balance(z, 4, 5, NULL, st), KILN_EINVAL);
+	ck_assert_int_eq(kiln_pipe_balance(z, 4, 0, NULL, st), KILN_EINVAL);
 }
 END_TEST
 
@@ -892,10 +944,16 @@ END_TEST
  * trainer gives kiln_pipe_explain; with async = 0 at once, named by
  * rank_recv (or rank_sendrecv), and kiln_pipe_explain adds nothing. */
 static int xr_nth, xr_n;
+/* closed (0): the failing host function waits until the test opens it,
+ * so that on a stream worker the failure comes after the enqueue has
+ * returned, whatever the worker's timing (open by default) */
+static atomic_int xr_gate = 1;
 
 static kiln_status xr_fail(void *arg)
 {
 	(void)arg;
+	for (int i = 0; i < 20000 && !atomic_load(&xr_gate); i++) /* <= 20 s */
+		usleep(1000);
 	return kiln_error(KILN_EIO, "fake: recv from rank 0: peer gone");
 }
 
@@ -993,7 +1051,13 @@ static void eval_recv_run(int async, char *msg, size_t cap)
 	rig_ranks(&r, pp, &ops, 1);
 	OK(kiln_device_alloc(r.dev, 64, &buf));
 	xr_nth = 1, xr_n = 0;
+	/* on a worker (async) the receive fails after its enqueue returned,
+	 * every time: found at the sync, explained by kiln_pipe_explain */
+	atomic_store(&xr_gate, !async);
 	kiln_status st = kiln_pipe_eval_recv(pp, 0, 0, 17, buf, 64, r.stream);
+	if (async)
+		ck_assert_int_eq(st, KILN_OK);
+	atomic_store(&xr_gate, 1);
 	if (!st)
 		st = kiln_device_stream_sync(r.dev, r.stream);
 	ck_assert_int_eq(st, KILN_EIO);
@@ -1284,6 +1348,7 @@ static Suite *make_pipeline_suite(void)
 		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
 					  test_gaps, test_gap_quantiles, test_smooth, test_end_passes,
 					  NULL });
+	check_add_case(s, "balance", 30, NULL, NULL, (const TTest *[]){ test_balance, NULL });
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });

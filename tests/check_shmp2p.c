@@ -60,9 +60,42 @@ static void pause_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-static void *sender(void *arg)
+/* message m of n bytes through b (n + 1 bytes): sends it */
+static int send_one(struct side *s, int m, uint8_t *b, size_t n)
 {
-	struct side *s = arg;
+	for (size_t i = 0; i < n; i++)
+		b[i] = val(s->dir, m, i);
+	const int now = m % 3 == 2 && shmp2p_try_send(&s->c, b, n);
+	if (!now && shmp2p_send(&s->c, b, n)) {
+		snprintf(s->err, sizeof s->err, "dir %d: send %d (%zu bytes): %s", s->dir, m, n,
+			 kiln_host_table()->last_error());
+		return -1;
+	}
+	return 0;
+}
+
+/* message m of n bytes into b (n + 1 bytes): receives and checks it */
+static int recv_one(struct side *s, int m, uint8_t *b, size_t n)
+{
+	memset(b, 0xee, n + 1);
+	if (shmp2p_recv(&s->c, b, n)) {
+		snprintf(s->err, sizeof s->err, "dir %d: recv %d (%zu bytes): %s", s->dir, m, n,
+			 kiln_host_table()->last_error());
+		return -1;
+	}
+	for (size_t i = 0; i <= n; i++)
+		if (b[i] != (i < n ? val(s->dir, m, i) : 0xee)) {
+			snprintf(s->err, sizeof s->err, "dir %d: message %d (%zu bytes), byte %zu: %d, want %d",
+				 s->dir, m, n, i, b[i], i < n ? val(s->dir, m, i) : 0xee);
+			return -1;
+		}
+	return 0;
+}
+
+/* a thread's body: after its delay, `one` on each of the NMSG messages in
+ * a buffer of its own, until one fails (its error in s->err) */
+static void *each_message(struct side *s, int (*one)(struct side *, int, uint8_t *, size_t))
+{
 	pause_ms(s->delay_ms);
 	for (int m = 0; m < NMSG; m++) {
 		const size_t n = msg_bytes(s->ring, m);
@@ -71,48 +104,22 @@ static void *sender(void *arg)
 			snprintf(s->err, sizeof s->err, "out of memory");
 			return NULL;
 		}
-		for (size_t i = 0; i < n; i++)
-			b[i] = val(s->dir, m, i);
-		const int now = m % 3 == 2 && shmp2p_try_send(&s->c, b, n);
-		const kiln_status st = now ? KILN_OK : shmp2p_send(&s->c, b, n);
+		const int bad = one(s, m, b, n);
 		free(b);
-		if (st) {
-			snprintf(s->err, sizeof s->err, "dir %d: send %d (%zu bytes): %s", s->dir, m, n,
-				 kiln_host_table()->last_error());
-			return NULL;
-		}
+		if (bad)
+			break;
 	}
 	return NULL;
 }
 
+static void *sender(void *arg)
+{
+	return each_message(arg, send_one);
+}
+
 static void *receiver(void *arg)
 {
-	struct side *s = arg;
-	pause_ms(s->delay_ms);
-	for (int m = 0; m < NMSG; m++) {
-		const size_t n = msg_bytes(s->ring, m);
-		uint8_t *b = malloc(n + 1);
-		if (!b) {
-			snprintf(s->err, sizeof s->err, "out of memory");
-			return NULL;
-		}
-		memset(b, 0xee, n + 1);
-		if (shmp2p_recv(&s->c, b, n)) {
-			snprintf(s->err, sizeof s->err, "dir %d: recv %d (%zu bytes): %s", s->dir, m, n,
-				 kiln_host_table()->last_error());
-			free(b);
-			return NULL;
-		}
-		for (size_t i = 0; i <= n; i++)
-			if (b[i] != (i < n ? val(s->dir, m, i) : 0xee)) {
-				snprintf(s->err, sizeof s->err, "dir %d: message %d (%zu bytes), byte %zu: %d, want %d",
-					 s->dir, m, n, i, b[i], i < n ? val(s->dir, m, i) : 0xee);
-				free(b);
-				return NULL;
-			}
-		free(b);
-	}
-	return NULL;
+	return each_message(arg, recv_one);
 }
 
 /* both directions on a ring of `ring` bytes, all four threads at once;

@@ -557,8 +557,8 @@ static pid_t host_store(int *port)
 		close(p[0]);
 		if (kiln_store_open("127.0.0.1", 0, 1, 0, 2, 5000, &s))
 			_exit(1);
-		int port = kiln_store_port(s);
-		if (write(p[1], &port, sizeof port) != (ssize_t)sizeof port)
+		int bound = kiln_store_port(s);
+		if (write(p[1], &bound, sizeof bound) != (ssize_t)sizeof bound)
 			_exit(1);
 		pause(); /* killed or stopped by the test */
 		_exit(0);

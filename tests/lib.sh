@@ -7,7 +7,9 @@
 # and gets: set -u; the build's paths (top_builddir, abs_top_builddir,
 # srcdir: the source tree, absolute under `make check`, which exports them
 # through tests/local.mk); $kiln, the built CLI; no KILN_PLUGIN_PATH of the
-# caller's; XDG_CACHE_HOME in the build tree's tests/cache; a scratch directory $tmp, removed on exit unless KEEP is set;
+# caller's; XDG_CACHE_HOME in the build tree's tests/cache; no Python
+# bytecode written (PYTHONDONTWRITEBYTECODE); a scratch directory $tmp,
+# removed on exit unless KEEP is set;
 # and the helpers below.
 set -u
 
@@ -21,6 +23,9 @@ unset KILN_PLUGIN_PATH
 # never the user's $XDG_CACHE_HOME or ~/.cache (tests/cpu_tune_cache.sh)
 XDG_CACHE_HOME="$abs_top_builddir/tests/cache"
 export XDG_CACHE_HOME
+# and no Python bytecode beside the sources (tests/local.mk)
+PYTHONDONTWRITEBYTECODE=1
+export PYTHONDONTWRITEBYTECODE
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$name.XXXXXX") || exit 99
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT

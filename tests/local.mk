@@ -11,6 +11,11 @@ AM_TESTS_ENVIRONMENT = top_builddir='$(top_builddir)' abs_top_builddir='$(abs_to
 # The caches kiln keeps (the inflated IDX data, the plugin probe) go under
 # the build tree, not the user's ~/.cache (about 53 MB); make clean drops them.
 AM_TESTS_ENVIRONMENT += XDG_CACHE_HOME='$(abs_top_builddir)/tests/cache'; export XDG_CACHE_HOME;
+# Nor beside the sources: Python's bytecode of the helpers a reference
+# script imports (tests/gpt_steps.sh's tests/data/gen_gpt_refs.py wrote
+# tests/data/__pycache__, tests/ddp_torch.sh bench/__pycache__), so that a
+# read-only or VPATH source tree stays untouched (tests/lib.sh, by hand).
+AM_TESTS_ENVIRONMENT += PYTHONDONTWRITEBYTECODE=1; export PYTHONDONTWRITEBYTECODE;
 # The CPU plugin's kernel timings count as quiet (plugins/cpu/tune.c's hook
 # for the timing thread's run-queue wait): on a loaded test machine they
 # would be provisional in that cache, and a later run of the same test
@@ -414,6 +419,16 @@ EXTRA_DIST += tests/log_csv.sh tests/log_tensorboard.sh tests/log_dist.sh tests/
 # and kiln report (rendered by headless Chromium; skips without it) ---------
 TESTS += tests/summary.sh tests/report.sh
 EXTRA_DIST += tests/summary.sh tests/report.sh tests/data/gen_summary_refs.py tests/data/summary_refs.txt
+# kiln report's metrics.jsonl reader (cli/report_metrics.c compiled in):
+# series names of any length, counts and points
+if HAVE_CHECK
+check_PROGRAMS += tests/check_report
+TESTS += tests/check_report
+tests_check_report_SOURCES = tests/check_report.c cli/report_metrics.c cli/report.h
+tests_check_report_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
+tests_check_report_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_report_LDADD = libkiln.la $(CHECK_LIBS) $(JANSSON_LIBS)
+endif
 
 # a 2-layer GPT-2's first 5 AdamW steps (losses, step-1 gradients, final
 # weights) against PyTorch's (tests/data/gen_gpt_refs.py); the training
@@ -684,8 +699,10 @@ endif
 # the loss of conv_algo = direct within rounding
 TESTS += tests/cpu_fftconv.sh
 EXTRA_DIST += tests/cpu_fftconv.sh
+TESTS += tests/fftconv_kept.sh
+EXTRA_DIST += tests/fftconv_kept.sh
 # the bf16 CNN below AVX-512: its convolutions' f32 ops (lowp.c) by FFT
-# with kept spectra, the same bytes twice, direct's weights within bf16
+# with kept spectra, the same bytes twice, the conv updates of direct within bf16
 # rounding
 TESTS += tests/cpu_fftconv_bf16.sh
 EXTRA_DIST += tests/cpu_fftconv_bf16.sh

@@ -20,6 +20,8 @@
 #     the uninterrupted 2-stage run does;
 #  5. `kiln memory` reports each stage's parameters and activations, and
 #     what a rank of the stage holds at its peak;
+#     [model] stages = auto (session 18) cuts by estimated FLOPs, logs the
+#     cut, and equals accumulation in 2 stages and 4 on devices;
 #  6. bad placements are config errors naming the key;
 #  7. [train] recompute with stages (before session 9: refused): each stage
 #     recomputes its own layers' outputs (an output read on a later stage
@@ -56,6 +58,19 @@ stderr_has "4 stages, 4 micro-batches of 8, schedule 1f1b: 4 activation sets"
 "$tool" same "$(ck p2g 6)" "$(ck p2f 6)" params optim.momentum step ||
 	fail "gpipe and 1f1b differ"
 echo "ok: MLP in 2 and 4 stages equals the uncut model; gpipe = 1f1b"
+# [model] stages = auto:2 (session 18): fc1 (64 x 32, no input gradient)
+# has more FLOPs than the rest together, so it, the flatten and the ReLU
+# fused into it make stage 0 alone; the cut logged with each stage's
+# share, and the run equals accumulation
+kiln 0 train "$m" run.out_dir="$tmp/p2auto" pipeline.micro_batches=4 model.stages=auto:2
+stderr_has "[model] stages = auto: flat, r1 | fc2, loss (estimated MFLOP"
+near "$(ck acc 6)" "$(ck p2auto 6)" 1e-6 params optim.momentum
+# ... and 4 stages, their P from [run] devices
+kiln 0 train "$m" run.out_dir="$tmp/p4auto" pipeline.micro_batches=4 model.stages=auto \
+	"run.devices=cpu:0,cpu:1,cpu:2,cpu:3" run.threads=4
+stderr_has "4 stages, 4 micro-batches of 8"
+near "$(ck acc 6)" "$(ck p4auto 6)" 1e-6 params optim.momentum
+echo "ok: stages = auto cuts by FLOPs and equals accumulation"
 # [train] accumulate on top of micro-batches: 2 steps of 2 micro-batches of
 # 8 per optimizer step are accumulate 4 of batch 8
 kiln 0 train "$m" run.out_dir="$tmp/p2acc" train.batch=16 train.accumulate=2 \
@@ -186,6 +201,14 @@ kiln 2 train "$m" layer.fc2.stage=1 "model.stages=flat|fc1,loss"
 stderr_has "[model] stages and [layer.X] stage both place layers"
 kiln 2 train "$m" "model.stages=flat,r1|fc3,loss"
 stderr_has "stage 1 must run from layer 'fc2'"
+kiln 2 train "$m" model.stages=auto
+stderr_has "[model] stages = auto: how many stages?"
+kiln 2 train "$m" model.stages=auto:2x
+stderr_has "expected \`auto\` or \`auto:P\`"
+kiln 2 train "$m" layer.fc2.stage=1 model.stages=auto:2
+stderr_has "[model] stages and [layer.X] stage both place layers"
+kiln 2 train "$m" model.stages=auto:8
+stderr_has "[model] stages = auto: 8 stages for 7 layers"
 kiln 2 train "$m" pipeline.micro_batches=5
 stderr_has "not a multiple of [pipeline] micro_batches = 5"
 echo "ok: placement errors"

@@ -11,7 +11,8 @@
 #     hand-offs on kiln's shared-memory channels ([plugin.gloo] shm_p2p,
 #     the default), and 2 stages on Gloo's TCP (shm_p2p = 0) equal too;
 #     on the channels each stage's own stream sends its tensors (send_now),
-#     on TCP the send stream;
+#     on TCP the send stream; [model] stages = auto cuts the same on both
+#     ranks and equals one process (session 18);
 #  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
 #     averaging its gradients, its slice alone, each pipe 16 samples of
 #     the 32) does too;
@@ -130,6 +131,14 @@ for r in "g2 0 of 2" "g2 1 of 2" "g4 0 of 4" "g4 3 of 4"; do
 	grep -q "rank $2 of $4: [1-9][0-9]* messages sent and [1-9][0-9]* received through the shared-memory channels" "$tmp/$1.log" ||
 		bad "$1: rank $2's hand-offs are not on the shared-memory channels"
 done
+# [model] stages = auto (session 18): P from [dist] pipeline, each rank
+# cuts the same (flat, r1 | fc2, loss: fc1 has most of the FLOPs, its
+# ReLU fused into it), and the
+# run equals one process
+run ga 2 32 dist.pipeline=2 model.stages=auto
+[ "$(grep -c "\[model\] stages = auto: flat, r1 | fc2, loss (estimated" "$tmp/ga.log")" = 2 ] ||
+	{ bad "ga: the 2 ranks did not both cut flat, r1 | fc2, loss"; grep "stages = auto" "$tmp/ga.log"; }
+near one ga "2 stages on 2 ranks by stages = auto (gloo)"
 run g2t 2 32 dist.pipeline=2 "$two" plugin.gloo.shm_p2p=0 pipeline.sendrecv=auto
 grep -q "Gloo's send and recv (\[plugin.gloo\] shm_p2p = 0)" "$tmp/g2t.log" || bad "g2t: not on Gloo's TCP"
 grep -q "through the shared-memory channels" "$tmp/g2t.log" && bad "g2t: hand-offs on the shared-memory channels"

@@ -248,6 +248,73 @@ DROP_AVX512 static void drop16_f32(float *y, const float *x, int64_t b, int64_t 
 		_mm512_storeu_ps(y + b, _mm512_mul_ps(_mm512_loadu_ps(x + b), drop_scale16((uint64_t)b, d)));
 }
 
+/* The same 8 elements at a time in AVX2 registers, for the CPUs without
+ * AVX-512 BW (session 18: the AVX2 machines' CNN, whose dropout and its
+ * backward took ~1% of the step each through the loop).  The keep compare
+ * is signed: both sides are below 2^24 + 1. */
+#define DROP_AVX2 __attribute__((target("avx2")))
+DROP_AVX2 static inline void drop_mulhilo8(__m256i x, __m256i m, __m256i *hi, __m256i *lo)
+{
+	const __m256i even = _mm256_mul_epu32(x, m);
+	const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), m);
+	*lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+	*hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+
+/* CPU_DROP_SCALE of the 8 elements e .. e + 7 (e's low word + 7 must not
+ * wrap): drop_scale16's rounds, 8 lanes */
+DROP_AVX2 static inline __m256 drop_scale8(uint64_t e, const struct drop *d)
+{
+	const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u);
+	const __m256i m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+	__m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)e),
+				      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	__m256i c1 = _mm256_set1_epi32((int)(uint32_t)(e >> 32));
+	__m256i c2 = _mm256_set1_epi32((int)d->layer), c3 = _mm256_set1_epi32((int)d->step);
+	uint32_t k0 = d->k0, k1 = d->k1;
+	for (int r = 0; r < 10; r++) {
+		__m256i hi0, lo0, hi1, lo1;
+		drop_mulhilo8(c0, m0, &hi0, &lo0);
+		drop_mulhilo8(c2, m1, &hi1, &lo1);
+		c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
+		c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
+		c1 = lo1, c3 = lo0;
+		k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;
+	}
+	const __m256i drop = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)d->thr), _mm256_srli_epi32(c0, 8));
+	return _mm256_andnot_ps(_mm256_castsi256_ps(drop), _mm256_set1_ps(d->s));
+}
+
+/* y = x * k over [b, b + 8 * nb) */
+DROP_AVX2 static void drop8_f32(float *y, const float *x, int64_t b, int64_t nb, const struct drop *d)
+{
+	for (int64_t j = 0; j < nb; j++, b += 8)
+		_mm256_storeu_ps(y + b, _mm256_mul_ps(_mm256_loadu_ps(x + b), drop_scale8((uint64_t)b, d)));
+}
+
+/* drop16_bf16's arithmetic 8 lanes wide; the 8 results' low halves packed
+ * (packus: every value is below 2^16) and gathered from the two 128-bit
+ * lanes */
+DROP_AVX2 static void drop8_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t nb, const struct drop *d)
+{
+	const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+	const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+	const __m256i quiet = _mm256_set1_epi32(0x40);
+	for (int64_t j = 0; j < nb; j++, b += 8) {
+		const __m256i xi = _mm256_slli_epi32(
+			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + b))), 16);
+		const __m256i u = _mm256_castps_si256(
+			_mm256_mul_ps(_mm256_castsi256_ps(xi), drop_scale8((uint64_t)b, d)));
+		const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+		__m256i r = _mm256_add_epi32(
+			u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+		r = _mm256_srli_epi32(r, 16);
+		r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
+		const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+		_mm_storeu_si128((__m128i *)(y + b), _mm256_castsi256_si128(pk));
+	}
+}
+
 /* the same over bf16 storage: widen, multiply, round to nearest even
  * (half_f32_bf16: a NaN keeps its sign and payload's top, made quiet) */
 DROP_AVX512 static void drop16_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t nb,
@@ -313,16 +380,22 @@ CPU_CLONES static void drop_nhwc(float *y, const float *x, int64_t r0, int64_t r
 
 /* Elements [b, e), flat f32 or bf16: the 16-element blocks from the first
  * multiple of 16 on (a block's counters then share their high word) by
- * drop16_*, where the CPU has AVX-512 BW and nothing accumulates; the
- * ends, and everything else, by the loops above. */
+ * drop16_*, where the CPU has AVX-512 BW and nothing accumulates
+ * (without AVX-512 BW: 8-element blocks by drop8_* where it has AVX2);
+ * the ends, and everything else, by the loops above. */
 static void drop_span(float *y, const float *x, int64_t b, int64_t e, const struct drop *d, int acc)
 {
 #ifdef DROP16
 	const int64_t a = (b + 15) & ~(int64_t)15, nb = e > a ? (e - a) / 16 : 0;
+	const int64_t a8 = (b + 7) & ~(int64_t)7, nb8 = e > a8 ? (e - a8) / 8 : 0;
 	if (!acc && nb && __builtin_cpu_supports("avx512bw")) {
 		drop_flat(y, x, b, a, d, 0);
 		drop16_f32(y, x, a, nb, d);
 		b = a + 16 * nb;
+	} else if (!acc && nb8 && !__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2")) {
+		drop_flat(y, x, b, a8, d, 0);
+		drop8_f32(y, x, a8, nb8, d);
+		b = a8 + 8 * nb8;
 	}
 #endif
 	drop_flat(y, x, b, e, d, acc);
@@ -333,10 +406,15 @@ static void drop_span_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t e,
 {
 #ifdef DROP16
 	const int64_t a = (b + 15) & ~(int64_t)15, nb = e > a ? (e - a) / 16 : 0;
+	const int64_t a8 = (b + 7) & ~(int64_t)7, nb8 = e > a8 ? (e - a8) / 8 : 0;
 	if (!acc && nb && __builtin_cpu_supports("avx512bw")) {
 		drop_flat_bf16(y, x, b, a, d, 0);
 		drop16_bf16(y, x, a, nb, d);
 		b = a + 16 * nb;
+	} else if (!acc && nb8 && !__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2")) {
+		drop_flat_bf16(y, x, b, a8, d, 0);
+		drop8_bf16(y, x, a8, nb8, d);
+		b = a8 + 8 * nb8;
 	}
 #endif
 	drop_flat_bf16(y, x, b, e, d, acc);

@@ -38,12 +38,26 @@
  * (their sums, as FFTW adds them), summed over the batch in order.
  * CONV_BWD_WEIGHTS with KILN_OPF_ACCUMULATE adds into dw and db.
  *
- * Kept spectra (KILN_OPF_KEEP; fc_kept): the forward's x operand is
- * written into its last output, the weight gradient builds its block
- * operand from it (fc_block_from_plain) and writes dy's spectrum in the
- * data gradient's plain layout into its own last output, which the data
- * gradient multiplies instead of transforming dy: the same bits as
- * without, 12,288 of conv2's 43,008 plane transforms a step fewer.
+ * The data gradient's operands are the other passes' (kept or not, so
+ * the bytes are the same either way): the weight gradient's A, conj(DY)^T
+ * = [P | Q] (O rows of 2B: P = DYr^T, Q = -DYi^T), and the forward's B,
+ * [[Wr^T, -Wi^T], [Wi^T, Wr^T]] (2C x 2O), in two GEMMs with both
+ * transposed: [DXr DXi] = P^T (B's first O columns)^T - Q^T (B's last O
+ * columns)^T (fc_gemm).
+ *
+ * Kept spectra (KILN_OPF_KEEP; fc_kept): the forward's x and w operands
+ * are written into its last output, the weight gradient builds its block
+ * operand from x's (fc_block_from_plain) and writes its own A (dy's
+ * spectrum) into its last output, followed by the address of the
+ * forward's w operand (struct fc_wref); the data gradient multiplies
+ * those instead of transforming dy and w: the same bits as without,
+ * 14,336 of conv2's 43,008 plane transforms a step fewer, and no copy
+ * stored but fc_block_from_plain's.  The kept dy thus refers to the kept x: the data
+ * gradient must run while that is alive and unchanged, as
+ * core/layers/conv.c's conv_backward does (weight gradient, then data
+ * gradient, of the same micro-batch, before its kept x is released).
+ * KILN_CPU_FFT_NOKEEP (the tests' hook) refuses KILN_OPF_KEEP: the layer
+ * then runs the three passes unkept (tests/fftconv_kept.sh compares).
  *
  * FFTW plans are made once at prepare with FFTW_ESTIMATE (no timing, so
  * the transforms, and the results, are the same on every run) under a
@@ -166,8 +180,8 @@ struct cpu_fftconv {
 	int64_t M, N, K;          /* o = a b per frequency: [M, K] [K, N] */
 	int a_in, b_in;           /* the inputs a and b are transforms of */
 	int keep;                 /* KILN_OPF_KEEP: spectra kept between the passes */
-	size_t fx, fk;            /* floats per frequency of the kept x (read by the
-				   * weight gradient) and dy (written by it) */
+	size_t fx, fw;            /* floats per frequency of the kept x and w (the
+				   * forward's operands, read by the weight gradient) */
 	int64_t O;                /* output channels (the bias's length) */
 	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
 	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
@@ -208,10 +222,15 @@ static size_t fc_stride(int64_t n)
  * NHWC planes": the weight gradient 5-10% faster, the others the same). */
 #define FC_T 16
 
+/* A swapped side's tile holds FC_S samples' FC_T channels (fc_ij). */
+#define FC_S 16
+
 struct fc_tile {
-	float *t;       /* FC_T planes of h w floats; NULL: no tile */
+	float *t;       /* FC_T planes of h w floats (a swapped side: FC_S x FC_T,
+			 * sample-major); NULL: no tile */
 	int64_t i, j0;  /* sample i's channels j0 .. j0 + n - 1 */
 	int64_t n;      /* 0: empty */
+	int64_t ni;     /* samples i .. i + ni - 1 (1 but on a swapped side) */
 };
 
 /* Does side s (its planes p) go through a tile? */
@@ -227,7 +246,20 @@ static void fc_gather(struct fc_tile *g, const struct fc_planes *p, const float 
 {
 	const int64_t n = p->n1 - j < FC_T ? p->n1 - j : FC_T;
 	cpu_transpose_f32(g->t, p->h * p->w, src + i * p->s0 + j, p->sw, p->h * p->w, n);
-	g->i = i, g->j0 = j, g->n = n;
+	g->i = i, g->j0 = j, g->n = n, g->ni = 1;
+}
+
+/* A swapped side's gather: the block of samples (FC_S) and channels (FC_T)
+ * plane (i, j) is in (fc_ij's blocks), sample by sample. */
+static void fc_gather_block(struct fc_tile *g, const struct fc_planes *p, const float *src,
+			    int64_t i, int64_t j)
+{
+	const int64_t i0 = i / FC_S * FC_S, j0 = j / FC_T * FC_T, hw = p->h * p->w;
+	const int64_t n = p->n1 - j0 < FC_T ? p->n1 - j0 : FC_T;
+	const int64_t ni = p->n0 - i0 < FC_S ? p->n0 - i0 : FC_S;
+	for (int64_t q = 0; q < ni; q++)
+		cpu_transpose_f32(g->t + q * FC_T * hw, hw, src + (i0 + q) * p->s0 + j0, p->sw, hw, n);
+	g->i = i0, g->j0 = j0, g->n = n, g->ni = ni;
 }
 
 /* Write the tile's planes (g->n of them) to their channels of dst. */
@@ -286,9 +318,11 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
 		f->O = op->out[0].dims[1];
 		break;
-	case KILN_OP_CONV_BWD_DATA: /* DX [B, C] = DY [B, O] W [O, C] */
-		f->a = fc_side(fc_act(&op->in[0]), 0, 0);
-		f->b = fc_side(fc_wei(&op->in[1]), 0, 1);
+	case KILN_OP_CONV_BWD_DATA: /* DX [B, C] = DY [B, O] W [O, C] from the
+				     * weight gradient's conj(DY)^T and the
+				     * forward's conj(W^T), transposed (fc_gemm) */
+		f->a = fc_side(fc_act(&op->in[0]), 1, 2);
+		f->b = fc_side(fc_wei(&op->in[1]), 1, -1);
 		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
 		f->O = op->in[0].dims[1];
 		break;
@@ -302,6 +336,8 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 		break;
 	}
 	f->M = f->a.rows, f->K = 2 * f->a.cols, f->N = 2 * f->b.cols;
+	if (op->type == KILN_OP_CONV_BWD_DATA) /* two GEMMs of K = O (fc_gemm) */
+		f->M = f->a.cols, f->K = f->a.rows, f->N = 2 * f->b.rows;
 	if (op->type != KILN_OP_CONV_BWD_WEIGHTS)
 		f->a_in = 0, f->b_in = 1;
 }
@@ -311,15 +347,19 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
  * complex, the calling thread's buffers. */
 static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
 			     int64_t i, int64_t j, float *m, size_t fs, float *re, fftwf_complex *sp,
-			     float *k2, size_t fs2, struct fc_tile *g)
+			     struct fc_tile *g)
 {
 	const struct fc_planes *p = &s->pl;
 	const float *x = src + i * p->s0 + j * p->s1;
 	int64_t sh = p->sh, sw = p->sw;
 	if (g->t && fc_tiled(s)) {
-		if (!g->n || g->i != i || j < g->j0 || j >= g->j0 + g->n)
-			fc_gather(g, p, src, i, j);
-		x = g->t + (j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
+		if (!g->n || i < g->i || i >= g->i + g->ni || j < g->j0 || j >= g->j0 + g->n) {
+			if (s->swap)
+				fc_gather_block(g, p, src, i, j);
+			else
+				fc_gather(g, p, src, i, j);
+		}
+		x = g->t + ((i - g->i) * FC_T + j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
 	}
 	memset(re, 0, (size_t)f->n1 * (size_t)f->n2 * sizeof *re);
 	for (int64_t r = 0; r < p->h; r++) {
@@ -332,13 +372,6 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 				row[q] = xr[q * sw];
 	}
 	fftwf_execute_dft_r2c(f->r2c, re, sp);
-	if (k2) { /* the kept copy too: plain, row i, column j */
-		float *d = k2 + i * 2 * p->n1 + j;
-		for (int k = 0; k < f->nf; k++, d += fs2) {
-			d[0] = sp[k][0];
-			d[p->n1] = sp[k][1];
-		}
-	}
 	const int64_t row = s->swap ? j : i, col = s->swap ? i : j, Q = s->cols, ld = 2 * Q;
 	if (s->block == 0 || s->block == 2) {
 		const float si = s->block ? -1.0f : 1.0f;
@@ -409,7 +442,7 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_
 		if (g->n && (g->i != i || j != g->j0 + g->n || g->n == FC_T))
 			fc_scatter(g, p, dst);
 		if (!g->n)
-			g->i = i, g->j0 = j;
+			g->i = i, g->j0 = j, g->ni = 1;
 		g->n++;
 		y = g->t + (j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
 	}
@@ -429,10 +462,12 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_
  * that consecutive planes write (or read) neighbouring floats of each
  * frequency's matrix and share its cache lines (row i: j inner; swap,
  * row j: i inner). */
-/* A tiled swapped side (NHWC dy of the weight gradient) takes its planes
- * by blocks of FC_T channels, samples, then the block's channels inner:
- * a tile's gather serves FC_T planes, and the matrix rows the block
- * writes (FC_T a frequency) stay in cache from one sample to the next. */
+/* A tiled swapped side (NHWC dy of the weight and data gradients) takes
+ * its planes by blocks of FC_T channels, in those by blocks of FC_S
+ * samples (a tile's gather: FC_S x FC_T planes), and in those channel by
+ * channel, samples inner, as the unstrided side: FC_S consecutive planes
+ * write neighbouring floats of one matrix row.  (Samples outer, channels
+ * inner wrote FC_T rows 2 B floats apart in turn: 10-15% slower than NCHW.) */
 static void fc_ij(const struct fc_side *s, int64_t k, int64_t *i, int64_t *j)
 {
 	const int64_t n0 = s->pl.n0, n1 = s->pl.n1;
@@ -441,14 +476,17 @@ static void fc_ij(const struct fc_side *s, int64_t k, int64_t *i, int64_t *j)
 	} else if (!fc_tiled(s)) {
 		*i = k % n0, *j = k / n0;
 	} else {
+		/* the channel block: FC_T channels (the last: cj), n0 cj planes */
 		const int64_t full = n1 / FC_T, per = n0 * FC_T;
-		if (k < full * per) {
-			const int64_t r = k % per;
-			*i = r / FC_T, *j = k / per * FC_T + r % FC_T;
-		} else {
-			const int64_t r = k - full * per, rem = n1 - full * FC_T;
-			*i = r / rem, *j = full * FC_T + r % rem;
-		}
+		const int64_t jb = k < full * per ? k / per : full;
+		const int64_t cj = jb < full ? FC_T : n1 - full * FC_T;
+		const int64_t r = k - jb * per;
+		/* the sample block in it: FC_S samples (the last: ci), ci cj planes */
+		const int64_t fs = n0 / FC_S, pers = FC_S * cj;
+		const int64_t ib = r < fs * pers ? r / pers : fs;
+		const int64_t ci = ib < fs ? FC_S : n0 - fs * FC_S;
+		const int64_t q = r - ib * pers;
+		*j = jb * FC_T + q / ci, *i = ib * FC_S + q % ci;
 	}
 }
 
@@ -470,6 +508,24 @@ static int64_t fc_j(const struct fc_side *s, int64_t k)
 static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b, float *o)
 {
 	const int64_t M = f->M, N = f->N, K = f->K;
+	if (f->type == KILN_OP_CONV_BWD_DATA) {
+		/* a = [P | Q] [O, 2B] (P = DYr^T, Q = -DYi^T), b = [[Wr^T, -Wi^T],
+		 * [Wi^T, Wr^T]] [2C, 2O]: [DXr DXi] = DYr [Wr Wi] + DYi [-Wi Wr]
+		 * = P^T (b's first O columns)^T - Q^T (b's last O columns)^T */
+		const int64_t lda = 2 * M, ldb = 2 * K;
+#if HAVE_OPENBLAS
+		if (f->openblas) {
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, a,
+				    (int)lda, b, (int)ldb, 0.0f, o, (int)N);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (int)M, (int)N, (int)K, -1.0f,
+				    a + M, (int)lda, b + K, (int)ldb, 1.0f, o, (int)N);
+			return;
+		}
+#endif
+		dnnl_sgemm('T', 'T', M, N, K, 1.0f, a, lda, b, ldb, 0.0f, o, N);
+		dnnl_sgemm('T', 'T', M, N, K, -1.0f, a + M, lda, b + K, ldb, 1.0f, o, N);
+		return;
+	}
 #if HAVE_OPENBLAS
 	if (f->openblas) {
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, a,
@@ -510,6 +566,30 @@ static void fc_bias_grad(const struct cpu_fftconv *f, const float *ma, float *db
 	}
 }
 
+/* What the weight gradient's kept dy ends with (FC_WREF bytes): where
+ * the forward kept w's operand, which the data gradient reads.  The
+ * magic and the sizes tell a copy the weight gradient wrote from one it
+ * did not (a refusal, never a wrong read). */
+#define FC_WREF FC_ALIGN
+#define FC_WREF_MAGIC 0x6b696c6e66667477ull /* "kilnfftw" */
+struct fc_wref {
+	uint64_t magic;
+	const float *w;   /* nf matrices of fw floats */
+	uint64_t nf, fw;
+};
+_Static_assert(sizeof(struct fc_wref) <= FC_WREF, "the kept dy's tail holds an fc_wref");
+
+/* The data gradient's B, the forward's w operand, from the kept dy's
+ * fc_wref; NULL when the copy does not carry one of this plan's sizes. */
+static const float *fc_kept_w(const struct cpu_fftconv *f, const void *kin)
+{
+	struct fc_wref r;
+	memcpy(&r, (const char *)kin + (size_t)f->nf * f->fa * sizeof(float), sizeof r);
+	if (r.magic != FC_WREF_MAGIC || r.nf != (uint64_t)f->nf || r.fw != (uint64_t)f->fb)
+		return NULL;
+	return r.w;
+}
+
 static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *args,
 			  struct cpu_err *e)
 {
@@ -520,16 +600,26 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	const float *src_b = args->in[f->b_in];
 	float *dst = args->out[0];
 	const float *bias = f->type == KILN_OP_CONV && f->bias ? args->in[2] : NULL;
-	/* kept spectra: the forward writes x's A straight into its last
-	 * output; the weight gradient builds its B from it and writes dy's
-	 * plain copy into its last output; the data gradient's A is that */
+	/* kept spectra: the forward writes x's A and w's B straight into its
+	 * last output; the weight gradient builds its B from x's and writes
+	 * dy's plain copy, then w's address, into its last output; the data
+	 * gradient's A and B are those */
 	float *kout = f->keep && f->type != KILN_OP_CONV_BWD_DATA ? args->out[p->op.n_out - 1] : NULL;
 	const float *kin = f->keep && f->type != KILN_OP_CONV ? args->in[2] : NULL;
 	if (f->type == KILN_OP_CONV && kout)
-		ma = kout;
-	if (f->type == KILN_OP_CONV_BWD_DATA && kin)
+		ma = kout, mb = kout + (size_t)f->nf * f->fa;
+	if (f->type == KILN_OP_CONV_BWD_DATA && kin) {
 		ma = (float *)kin;
-	float *k2 = f->type == KILN_OP_CONV_BWD_WEIGHTS ? kout : NULL;
+		if (!(mb = (float *)fc_kept_w(f, kin)))
+			return cpu_fail(e, KILN_EINVAL, "cpu: %s:%d: FFT data gradient: the kept dy holds no w spectrum of this plan's",
+					__FILE__, __LINE__);
+	}
+	if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kout) {
+		const struct fc_wref r = { FC_WREF_MAGIC, kin + (size_t)f->nf * f->fx, (uint64_t)f->nf,
+					   (uint64_t)f->fw };
+		memcpy((char *)kout + (size_t)f->nf * f->fa * sizeof(float), &r, sizeof r);
+		ma = kout;
+	}
 	int bad = 0;
 #pragma omp parallel
 	{
@@ -540,24 +630,24 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			char *tb = ws + f->off_t + (size_t)t * f->per_thread;
 			float *re = (float *)tb;
 			fftwf_complex *sp = (fftwf_complex *)(tb + fc_up((size_t)f->n1 * f->n2 * sizeof(float)));
-			struct fc_tile g = { f->off_tile ? (float *)(tb + f->off_tile) : NULL, 0, 0, 0 };
+			struct fc_tile g = { f->off_tile ? (float *)(tb + f->off_tile) : NULL, 0, 0, 0, 1 };
 			const int64_t na = f->a.pl.n0 * f->a.pl.n1, nb = f->b.pl.n0 * f->b.pl.n1;
 			if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < na; k++)
 					fc_forward_plane(f, &f->a, src_a, fc_i(&f->a, k), fc_j(&f->a, k), ma,
-							 f->fa, re, sp, k2, f->fk, &g);
+							 f->fa, re, sp, &g);
 				g.n = 0;
 			}
 			if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kin) {
 #pragma omp for schedule(static)
 				for (int k = 0; k < f->nf; k++)
 					fc_block_from_plain(f, kin + (size_t)k * f->fx, mb + (size_t)k * f->fb);
-			} else {
+			} else if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < nb; k++)
 					fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb,
-							 f->fb, re, sp, NULL, 0, &g);
+							 f->fb, re, sp, &g);
 				g.n = 0;
 			}
 			/* one thread per GEMM: OpenBLAS and oneDNN read this */
@@ -611,12 +701,15 @@ static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
 	f->per_thread = fc_up((size_t)f->n1 * f->n2 * sizeof(float)) +
 			fc_up((size_t)f->nf * 2 * sizeof(float));
-	/* the NHWC tile: FC_T planes of the largest tiled side's */
+	/* the NHWC tile: FC_T planes of the largest tiled side's (FC_S FC_T
+	 * of a swapped side's) */
 	int64_t hw = 0;
 	const struct fc_side *sides[3] = { &f->a, &f->b, &f->o };
-	for (int k = 0; k < 3; k++)
-		if (fc_tiled(sides[k]) && sides[k]->pl.h * sides[k]->pl.w > hw)
-			hw = sides[k]->pl.h * sides[k]->pl.w;
+	for (int k = 0; k < 3; k++) {
+		const int64_t n = sides[k]->pl.h * sides[k]->pl.w * (sides[k]->swap ? FC_S : 1);
+		if (fc_tiled(sides[k]) && n > hw)
+			hw = n;
+	}
 	f->off_tile = hw ? f->per_thread : 0;
 	f->per_thread += hw ? fc_up((size_t)FC_T * (size_t)hw * sizeof(float)) : 0;
 	f->threads = c->threads > 0 ? c->threads : 1;
@@ -632,17 +725,17 @@ static kiln_status fc_kept(struct cpu_ctx *c, struct cpu_plan *p, struct cpu_fft
 	const int64_t B = x->dims[0], C = x->dims[1];
 	const int64_t O = op->type == KILN_OP_CONV_BWD_WEIGHTS ? op->out[0].dims[0] : op->in[1].dims[0];
 	f->fx = fc_stride(B * 2 * C);
-	f->fk = fc_stride(B * 2 * O);
+	f->fw = fc_stride(2 * C * 2 * O);
 	if (!f->keep)
 		return KILN_OK;
 	size_t want = 0; /* bytes of in2 */
-	if (op->type == KILN_OP_CONV) {
-		p->aux = (size_t)f->nf * f->fa * sizeof(float); /* x's A, plain B x 2C */
+	if (op->type == KILN_OP_CONV) { /* x's A, plain B x 2C; w's B, 2C x 2O (fb = fw) */
+		p->aux = (size_t)f->nf * (f->fa + f->fb) * sizeof(float);
 	} else if (op->type == KILN_OP_CONV_BWD_WEIGHTS) {
-		want = (size_t)f->nf * f->fx * sizeof(float);
-		p->aux = (size_t)f->nf * f->fk * sizeof(float);
-	} else {
-		want = (size_t)f->nf * f->fa * sizeof(float); /* dy's A, plain B x 2O = fk */
+		want = (size_t)f->nf * (f->fx + f->fw) * sizeof(float);
+		p->aux = (size_t)f->nf * f->fa * sizeof(float) + FC_WREF; /* its A, conj(DY)^T */
+	} else { /* that A (O x 2B, as the weight gradient's), and w's address */
+		want = (size_t)f->nf * f->fa * sizeof(float) + FC_WREF;
 	}
 	if (want && (size_t)cpu_numel(&op->in[2]) != want) {
 		char why[96];
@@ -658,6 +751,8 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	if (!cpu_fftconv_ok(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution: f32, stride 1, dilation 1, one group");
+	if ((op->flags & KILN_OPF_KEEP) && getenv("KILN_CPU_FFT_NOKEEP")) /* the tests' hook */
+		return cpu_bad(c, op, KILN_ENOTSUP, "the FFT convolution keeps no spectra (KILN_CPU_FFT_NOKEEP)");
 	struct cpu_fftconv *f = calloc(1, sizeof *f);
 	if (!f)
 		return c->host->error(KILN_ENOMEM, "cpu: out of memory for an FFT convolution plan");

@@ -287,6 +287,20 @@ static void max2_bwd_rows(float *d0, float *d1, const float *dy, const uint8_t *
 		max2_bwd_row(d0, d1, dy, w, OW, C);
 }
 
+/* The backward's zeros for what no window of output row i reads: in the
+ * plane's dx (H rows of W floats), the columns from `used` on of input rows
+ * 2i and 2i + 1, and after the last output row (i == OH - 1) the input rows
+ * from 2 * OH on. */
+static void max2_bwd_edges(float *plane, int64_t i, int64_t H, int64_t W, int64_t OH, int64_t used)
+{
+	float *dx = plane + 2 * i * W;
+	for (int64_t q = used; q < W; q++) /* the columns no window reads */
+		dx[q] = dx[W + q] = 0.0f;
+	if (i == OH - 1) /* the rows no window reads */
+		for (int64_t q = 2 * OH * W; q < H * W; q++)
+			plane[q] = 0.0f;
+}
+
 static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args *a,
 			    struct cpu_err *e)
 {
@@ -311,12 +325,7 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 		const float *dy = (const float *)a->in[0] + yo;
 		const uint8_t *w = (const uint8_t *)a->in[1] + yo;
 		max2_bwd_rows(dx, dx + W, dy, w, OW, C);
-		if (W > 2 * OW * C) /* the columns no window reads */
-			for (int64_t q = 2 * OW * C; q < W; q++)
-				dx[q] = dx[W + q] = 0.0f;
-		if (i == OH - 1) /* the rows no window reads */
-			for (int64_t q = (2 * OH) * W; q < H * W; q++)
-				((float *)a->out[0])[pl * H * W + q] = 0.0f;
+		max2_bwd_edges((float *)a->out[0] + pl * H * W, i, H, W, OH, 2 * OW * C);
 	}
 	return KILN_OK;
 }
@@ -572,12 +581,7 @@ static kiln_status max2_run_mixed(const struct cpu_plan *p, const struct kiln_op
 				max2_from_planes(t, dy, OW, C, plane);
 				max2_bwd_rows(dx, dx + W, t, w, OW, C);
 			}
-			if (W > 2 * OW * C) /* the columns no window reads */
-				for (int64_t q = 2 * OW * C; q < W; q++)
-					dx[q] = dx[W + q] = 0.0f;
-			if (i == OH - 1) /* the rows no window reads */
-				for (int64_t q = (2 * OH) * W; q < H * W; q++)
-					((float *)a->out[0])[pl * H * W + q] = 0.0f;
+			max2_bwd_edges((float *)a->out[0] + pl * H * W, i, H, W, OH, 2 * OW * C);
 		}
 	}
 	return KILN_OK;

@@ -1,0 +1,118 @@
+/* tests/check_report.c - `kiln report`'s reading of metrics.jsonl
+ * (cli/report_metrics.c, compiled in) into named series.
+ *
+ * test_long_names: field and set names far past the 63 bytes a series
+ * name once held: two train fields alike in their first 80 bytes stay two
+ * series (they were cut to 63 and merged into one, the points of both),
+ * each with its own points; an eval set of 200 bytes gets its whole name;
+ * the short names beside them are read as before.
+ * test_counts: the series and points of an ordinary file (train and eval
+ * lines, a line that is not JSON, a line without a step), and the final
+ * line's numbers. */
+#include "../cli/report.h"
+
+#include <check.h>
+#include "check_main.h"
+#include "test_util.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* text written to a fresh $TMPDIR/kiln-report-XXXXXX/metrics.jsonl, read
+ * into m; the directory removed */
+static void read_text(const char *text, struct report_metrics *m)
+{
+	char dir[1024], path[1100];
+	ck_assert(test_tmpdir_make(dir, sizeof dir, "report") != NULL);
+	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+	FILE *f = fopen(path, "w");
+	ck_assert(f != NULL);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(report_metrics_read(path, m), 0);
+	test_tmpdir_remove(dir);
+}
+
+/* series name has n points, the step and value of point i given by x0 +
+ * i * dx and y0 + i * dy */
+static void has_points(const struct report_metrics *m, const char *name, int n, double x0,
+		       double dx, double y0, double dy)
+{
+	const struct report_series *s = report_series_find(m, name);
+	ck_assert_msg(s != NULL, "no series '%s'", name);
+	ck_assert_str_eq(s->name, name);
+	ck_assert_int_eq(s->n, n);
+	for (int i = 0; i < n; i++) {
+		ck_assert_double_eq(s->x[i], x0 + i * dx);
+		ck_assert_double_eq(s->y[i], y0 + i * dy);
+	}
+}
+
+START_TEST(test_long_names)
+{
+	char stem[81], set[201], a[100], b[100], text[4096], name[300];
+	memset(stem, 'f', 80), stem[80] = '\0';
+	memset(set, 's', 200), set[200] = '\0';
+	snprintf(a, sizeof a, "%s_a", stem);
+	snprintf(b, sizeof b, "%s_b", stem);
+	size_t len = 0;
+	for (int step = 1; step <= 3; step++)
+		len += (size_t)snprintf(text + len, sizeof text - len,
+					"{\"event\":\"train\",\"step\":%d,\"loss\":%d,\"%s\":%d,\"%s\":%d}\n",
+					step, step, a, 10 * step, b, 100 * step);
+	snprintf(text + len, sizeof text - len,
+		 "{\"event\":\"eval\",\"set\":\"%s\",\"step\":3,\"acc\":0.5}\n", set);
+	struct report_metrics m;
+	read_text(text, &m);
+	ck_assert_int_eq(m.n, 4); /* train.loss, train.A, train.B, SET.acc */
+	has_points(&m, "train.loss", 3, 1, 1, 1, 1);
+	snprintf(name, sizeof name, "train.%s", a);
+	has_points(&m, name, 3, 1, 1, 10, 10);
+	snprintf(name, sizeof name, "train.%s", b);
+	has_points(&m, name, 3, 1, 1, 100, 100);
+	snprintf(name, sizeof name, "%s.acc", set);
+	has_points(&m, name, 1, 3, 0, 0.5, 0);
+	/* a prefix of a long name is no series */
+	snprintf(name, sizeof name, "train.%.57s", a);
+	ck_assert_ptr_null(report_series_find(&m, name));
+	report_metrics_free(&m);
+}
+END_TEST
+
+START_TEST(test_counts)
+{
+	static const char text[] =
+		"{\"event\":\"train\",\"step\":10,\"epoch\":0,\"loss\":2.5,\"lr\":0.1}\n"
+		"not json\n"
+		"{\"event\":\"train\",\"loss\":9}\n" /* no step: skipped */
+		"{\"event\":\"train\",\"step\":20,\"epoch\":0,\"loss\":1.5,\"lr\":0.1}\n"
+		"{\"event\":\"eval\",\"set\":\"test\",\"step\":20,\"loss\":1.75,\"acc\":0.625}\n"
+		"{\"event\":\"final\",\"epochs\":1,\"steps\":20,\"test_loss\":1.75,\"test_acc\":0.625,"
+		"\"wall_s\":4,\"train_samples_per_s\":1000}\n";
+	struct report_metrics m;
+	read_text(text, &m);
+	ck_assert_int_eq(m.lines, 6);
+	ck_assert_int_eq(m.bad_lines, 1);
+	ck_assert_int_eq(m.n, 4); /* train.loss, train.lr, test.loss, test.acc */
+	has_points(&m, "train.loss", 2, 10, 10, 2.5, -1);
+	has_points(&m, "train.lr", 2, 10, 10, 0.1, 0);
+	has_points(&m, "test.loss", 1, 20, 0, 1.75, 0);
+	has_points(&m, "test.acc", 1, 20, 0, 0.625, 0);
+	ck_assert_ptr_null(report_series_find(&m, "train.epoch"));
+	ck_assert_int_eq(m.have_final, 1);
+	ck_assert_double_eq(m.final_steps, 20);
+	ck_assert_double_eq(m.final_test_acc, 0.625);
+	ck_assert_double_eq(m.final_samples_per_s, 1000);
+	report_metrics_free(&m);
+}
+END_TEST
+
+static Suite *make_report_suite(void)
+{
+	Suite *s = suite_create("report");
+	check_add_case(s, "metrics", 0, NULL, NULL,
+		       (const TTest *[]){ test_long_names, test_counts, NULL });
+	return s;
+}
+
+static const struct check_main check_suite = { .suite = make_report_suite };
