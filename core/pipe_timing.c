@@ -56,6 +56,11 @@ struct kiln_pipe_timing {
 	/* the end passes (the step's first and last action) and their
 	 * stage's other passes of their kind, on average */
 	double first_ns, first_rest_ns, last_ns, last_rest_ns;
+	/* each stage's mean forward (2 s) and backward (2 s + 1), wall and
+	 * CPU, and the smooth replay reshaped (reshaped_span): the stages'
+	 * common forward share, and their mean total (issue 21) */
+	double pass_ns[2 * KILN_PIPE_MAX_STAGES], pass_cpu_ns[2 * KILN_PIPE_MAX_STAGES];
+	double share_ns, total_ns;
 	double *sm;              /* per action: a smoothed duration */
 	struct kiln_profile *prof;
 	/* stages on ranks: the last KEEP_STEPS counted steps' stamps of this
@@ -314,8 +319,35 @@ kiln_status kiln_pipe_timing_mark(struct kiln_pipe_timing *t, struct kiln_device
 	return kiln_device_host_fn(dev, stream, stamp_now, &t->arg[2 * action + end]);
 }
 
-/* One step's smoothed replays (smooth_span) and end passes added, from
- * its wall and CPU stamps (all stages here). */
+/* The smooth replay with each stage's mean forward and backward (mean,
+ * pass_means, ends = 0) reshaped, the span: every stage's total kept and
+ * split as the stages' forwards and backwards together are (equal_total
+ * 0: what the stages' unequal totals cost), or every stage's split kept
+ * and its total the stages' mean (1: what their unequal splits cost).
+ * The stages' busy times are unchanged (each has M forwards and M
+ * backwards). */
+static double reshaped_span(struct kiln_pipe_timing *t, const double *mean, int equal_total)
+{
+	double fwd = 0, all = 0, m[2 * KILN_PIPE_MAX_STAGES];
+	for (int s = 0; s < t->P; s++)
+		fwd += mean[2 * s], all += mean[2 * s] + mean[2 * s + 1];
+	for (int s = 0; s < t->P; s++) {
+		const double tot = mean[2 * s] + mean[2 * s + 1];
+		if (equal_total) {
+			m[2 * s] = tot > 0 ? mean[2 * s] * all / t->P / tot : 0;
+			m[2 * s + 1] = tot > 0 ? mean[2 * s + 1] * all / t->P / tot : 0;
+		} else {
+			m[2 * s] = all > 0 ? tot * fwd / all : 0;
+			m[2 * s + 1] = tot - m[2 * s];
+		}
+	}
+	for (int i = 0; i < t->n_act; i++)
+		t->sm[i] = m[2 * t->act[i].stage + (t->act[i].kind != KILN_PIPE_FWD)];
+	return replay(t->prev, t->dep, t->n_act, t->sm, 0, t->ideal);
+}
+
+/* One step's smoothed replays (smooth_span, reshaped_span), passes' means
+ * and end passes added, from its wall and CPU stamps (all stages here). */
 static void fold_smooth(struct kiln_pipe_timing *t)
 {
 	const int n = t->n_act;
@@ -323,6 +355,11 @@ static void fold_smooth(struct kiln_pipe_timing *t)
 	for (int i = 0; i < n; i++)
 		t->dur[i] = (double)(t->t[2 * i + 1] - t->t[2 * i]);
 	t->smooth_ns += smooth_span(t->act, t->prev, t->dep, n, t->dur, 0, t->sm, t->ideal);
+	pass_means(t->act, n, t->dur, 0, mean);
+	for (int k = 0; k < 2 * t->P; k++)
+		t->pass_ns[k] += mean[k];
+	t->share_ns += reshaped_span(t, mean, 0);
+	t->total_ns += reshaped_span(t, mean, 1);
 	t->ends_ns += smooth_span(t->act, t->prev, t->dep, n, t->dur, 1, t->sm, t->ideal);
 	pass_means(t->act, n, t->dur, 1, mean);
 	t->first_ns += t->dur[0];
@@ -332,6 +369,9 @@ static void fold_smooth(struct kiln_pipe_timing *t)
 	for (int i = 0; i < n; i++)
 		t->dur[i] = (double)(t->c[2 * i + 1] - t->c[2 * i]);
 	t->cpu_smooth_ns += smooth_span(t->act, t->prev, t->dep, n, t->dur, 0, t->sm, t->ideal);
+	pass_means(t->act, n, t->dur, 0, mean);
+	for (int k = 0; k < 2 * t->P; k++)
+		t->pass_cpu_ns[k] += mean[k];
 }
 
 /* After every stage's last pass of a step: its busy times and span added
@@ -474,6 +514,28 @@ static void report_smooth(const struct kiln_pipe_timing *t, char *line, size_t n
 		 t->cpu_smooth_ns > 0 ? 1.0 - csum / (P * t->cpu_smooth_ns) : 0);
 }
 
+/* Each stage's mean forward and backward, wall (CPU) ms, and the smooth
+ * bubble replayed with the stages' passes reshaped (reshaped_span): split
+ * alike with their own totals, and at their mean total with their own
+ * splits; the schedule's for equal stages, so each one's excess over it
+ * is what the stages' unequal totals, or splits, cost (issue 21). */
+static void report_shape(const struct kiln_pipe_timing *t, char *line, size_t n)
+{
+	const double c = (double)t->counted, P = (double)t->P;
+	double sum = 0;
+	int k = snprintf(line, n, "pipeline passes' means, ms (CPU):");
+	for (int s = 0; s < t->P; s++)
+		sum += t->busy_ns[s];
+	for (int s = 0; s < t->P && k < (int)n; s++)
+		k += snprintf(line + k, n - (size_t)k, " stage %d forward %.3f (%.3f) backward %.3f (%.3f),", s,
+			      t->pass_ns[2 * s] / 1e6 / c, t->pass_cpu_ns[2 * s] / 1e6 / c,
+			      t->pass_ns[2 * s + 1] / 1e6 / c, t->pass_cpu_ns[2 * s + 1] / 1e6 / c);
+	if (k < (int)n)
+		snprintf(line + k, n - (size_t)k, " smooth bubble %.3f with the stages' forward share alike, %.3f with their totals alike",
+			 t->share_ns > 0 ? 1.0 - sum / (P * t->share_ns) : 0,
+			 t->total_ns > 0 ? 1.0 - sum / (P * t->total_ns) : 0);
+}
+
 /* The wall time between passes (kiln_pipe_gaps), per pass: what a
  * hand-off costs a stage that waits for it, and what a stage does between
  * its own passes that no pass's stamps count; and the stage threads' CPU
@@ -558,6 +620,10 @@ kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 	if (t->prof)
 		kiln_profile_note(t->prof, line);
 	report_smooth(t, line, sizeof line);
+	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
+	if (t->prof)
+		kiln_profile_note(t->prof, line);
+	report_shape(t, line, sizeof line);
 	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
 	if (t->prof)
 		kiln_profile_note(t->prof, line);

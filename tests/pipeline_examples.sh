@@ -73,6 +73,12 @@ sm=$(sed -n "s/.*pipeline smooth replay: bubble \([0-9.-]*\) (schedule 0\.111 + 
 [ -n "$sm" ] || fail "profile.txt lacks the smooth replay"
 echo "$sm" | awk '{ exit !($1 >= 0.1105 && $1 < 1 && $2 >= 0.1105 && $2 < 1) }' ||
 	fail "smooth bubbles $sm: not in [the schedule's 0.111, 1)"
+# the passes' means and the smooth replay reshaped (session 18, issue 21):
+# the stages' forward share alike, or their totals alike; the same bound
+rs=$(sed -n "s/.*pipeline passes' means, ms (CPU): stage 0 forward [0-9.]* ([0-9.]*) backward [0-9.]* ([0-9.]*), stage 1 forward [0-9.]* ([0-9.]*) backward [0-9.]* ([0-9.]*), smooth bubble \([0-9.-]*\) with the stages' forward share alike, \([0-9.-]*\) with their totals alike$/\1 \2/p" "$tmp/g3/profile.txt")
+[ -n "$rs" ] || fail "profile.txt lacks the passes' means"
+echo "$rs" | awk '{ exit !($1 >= 0.1105 && $1 < 1 && $2 >= 0.1105 && $2 < 1) }' ||
+	fail "reshaped smooth bubbles $rs: not in [the schedule's 0.111, 1)"
 grep -q '"pipeline stage 1"' "$tmp/g3/trace.json" || fail "trace.json has no track for stage 1"
 grep -q '"B mb 3"' "$tmp/g3/trace.json" || fail "trace.json has no stage slices"
 echo "ok: the profile shows each stage's busy time and the bubble"
