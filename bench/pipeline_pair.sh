@@ -48,6 +48,9 @@
 #                over theory: the stages' unequal totals)
 #   total        smooth with every stage's split kept and its total the
 #                stages' mean (its excess: their unequal splits)
+#   spread       the stages' totals' spread within a step, (max - min) /
+#                mean, %, wall (CPU): a step's imbalance, which the means
+#                over the steps (f0 ... b1) can hide
 # Usage (from the top of the build tree):
 #   B=/work/main sh bench/pipeline_pair.sh 3
 # pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
@@ -151,14 +154,19 @@ sps() {
 }
 # split LOG K: the ranks' stamps' 1 smooth, 2 ideal, 3 ho_med, 4 own_us, 5 cpu_sm,
 # 6 the busiest stage's idle, 7 ends, 8 cpu_imb; 9-16 the passes' means
-# (f0 b0 f1 b1 wall, then CPU), 17 share, 18 total
+# (f0 b0 f1 b1 wall, then CPU), 17 share, 18 total, 19 spread, 20 its CPU
 split() {
 	if [ "$2" -ge 9 ]; then
 		sed -n "s/.*the ranks' stamps: pipeline passes' means, ms (CPU): stage 0 forward \([0-9.]*\) (\([0-9.]*\)) backward \([0-9.]*\) (\([0-9.]*\)), stage 1 forward \([0-9.]*\) (\([0-9.]*\)) backward \([0-9.]*\) (\([0-9.]*\)), smooth bubble \([0-9.]*\) with the stages' forward share alike, \([0-9.]*\) with their totals alike.*/\1 \3 \5 \7 \2 \4 \6 \8 \9/p" "$1" |
 			tail -1 > "$1.pm"
 		# sed has nine groups: the last figure on its own
 		sed -n "s/.*the ranks' stamps: pipeline passes' means, .*, \([0-9.]*\) with their totals alike.*/\1/p" "$1" | tail -1 > "$1.pt"
-		if [ "$2" = 18 ]; then cat "$1.pt"; else cut -d' ' -f$(($2 - 8)) "$1.pm"; fi
+		sed -n "s/.*the ranks' stamps: pipeline passes' means, .*; the totals' spread a step \([0-9.]*\)% (CPU \([0-9.]*\)%).*/\1 \2/p" "$1" | tail -1 > "$1.ps"
+		case $2 in
+		18) cat "$1.pt" ;;
+		19 | 20) cut -d' ' -f$(($2 - 18)) "$1.ps" ;;
+		*) cut -d' ' -f$(($2 - 8)) "$1.pm" ;;
+		esac
 		return
 	fi
 	if [ "$2" = 8 ]; then
@@ -191,13 +199,13 @@ printf '%4s %6s %6s %5s %6s %5s %6s %5s %6s %6s %6s %7s\n' M theory b_pair rel b
 	s_pair s_off s_main paired
 for M in ${MS:-4 8 16}; do
 	for s in pair off main; do : > "$tmp/b$s"; : > "$tmp/s$s"; done
-	for s in pair off main; do for k in $(seq 18); do : > "$tmp/x$s$k"; done; done
+	for s in pair off main; do for k in $(seq 20); do : > "$tmp/x$s$k"; done; done
 	for r in $(seq "$RUNS"); do
 		for s in pair off main; do
 			run $s "$tmp/$s.log" "$M"
 			bubble "$tmp/$s.log" >> "$tmp/b$s"
 			sps "$tmp/$s.log" >> "$tmp/s$s"
-			for k in $(seq 18); do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
+			for k in $(seq 20); do split "$tmp/$s.log" $k >> "$tmp/x$s$k"; done
 		done
 	done
 	awk -v M="$M" -v a="$(median < "$tmp/bpair")" -v b="$(median < "$tmp/boff")" \
@@ -214,9 +222,9 @@ for M in ${MS:-4 8 16}; do
 			"$(median < "$tmp/x${s}8")" "$s"
 	done
 	for s in pair off main; do
-		printf '%4s %4s %6s %6s %6s %6s (%s %s %s %s) %6s %6s (%s: f0 b0 f1 b1 wall ms (CPU), smooth with shares alike, totals alike)\n' "" "$s" \
+		printf '%4s %4s %6s %6s %6s %6s (%s %s %s %s) %6s %6s %5s (%s) (%s: f0 b0 f1 b1 wall ms (CPU), smooth with shares alike, totals alike, spread %% (CPU))\n' "" "$s" \
 			"$(median < "$tmp/x${s}9")" "$(median < "$tmp/x${s}10")" "$(median < "$tmp/x${s}11")" "$(median < "$tmp/x${s}12")" \
 			"$(median < "$tmp/x${s}13")" "$(median < "$tmp/x${s}14")" "$(median < "$tmp/x${s}15")" "$(median < "$tmp/x${s}16")" \
-			"$(median < "$tmp/x${s}17")" "$(median < "$tmp/x${s}18")" "$s"
+			"$(median < "$tmp/x${s}17")" "$(median < "$tmp/x${s}18")" "$(median < "$tmp/x${s}19")" "$(median < "$tmp/x${s}20")" "$s"
 	done
 done

@@ -61,6 +61,7 @@ struct kiln_pipe_timing {
 	 * common forward share, and their mean total (issue 21) */
 	double pass_ns[2 * KILN_PIPE_MAX_STAGES], pass_cpu_ns[2 * KILN_PIPE_MAX_STAGES];
 	double share_ns, total_ns;
+	double spread, cpu_spread; /* per step: (max - min) / mean of the stages' busy */
 	double *sm;              /* per action: a smoothed duration */
 	struct kiln_profile *prof;
 	/* stages on ranks: the last KEEP_STEPS counted steps' stamps of this
@@ -346,6 +347,20 @@ static double reshaped_span(struct kiln_pipe_timing *t, const double *mean, int 
 	return replay(t->prev, t->dep, t->n_act, t->sm, 0, t->ideal);
 }
 
+/* The stages' totals (a mean forward and backward each, pass_means):
+ * (max - min) / mean; 0 for none */
+static double stage_spread(int P, const double *mean)
+{
+	double lo = 0, hi = 0, sum = 0;
+	for (int s = 0; s < P; s++) {
+		const double v = mean[2 * s] + mean[2 * s + 1];
+		lo = s == 0 || v < lo ? v : lo;
+		hi = s == 0 || v > hi ? v : hi;
+		sum += v;
+	}
+	return sum > 0 ? (hi - lo) * P / sum : 0;
+}
+
 /* One step's smoothed replays (smooth_span, reshaped_span), passes' means
  * and end passes added, from its wall and CPU stamps (all stages here). */
 static void fold_smooth(struct kiln_pipe_timing *t)
@@ -358,6 +373,7 @@ static void fold_smooth(struct kiln_pipe_timing *t)
 	pass_means(t->act, n, t->dur, 0, mean);
 	for (int k = 0; k < 2 * t->P; k++)
 		t->pass_ns[k] += mean[k];
+	t->spread += stage_spread(t->P, mean);
 	t->share_ns += reshaped_span(t, mean, 0);
 	t->total_ns += reshaped_span(t, mean, 1);
 	t->ends_ns += smooth_span(t->act, t->prev, t->dep, n, t->dur, 1, t->sm, t->ideal);
@@ -372,6 +388,7 @@ static void fold_smooth(struct kiln_pipe_timing *t)
 	pass_means(t->act, n, t->dur, 0, mean);
 	for (int k = 0; k < 2 * t->P; k++)
 		t->pass_cpu_ns[k] += mean[k];
+	t->cpu_spread += stage_spread(t->P, mean);
 }
 
 /* After every stage's last pass of a step: its busy times and span added
@@ -518,7 +535,9 @@ static void report_smooth(const struct kiln_pipe_timing *t, char *line, size_t n
  * bubble replayed with the stages' passes reshaped (reshaped_span): split
  * alike with their own totals, and at their mean total with their own
  * splits; the schedule's for equal stages, so each one's excess over it
- * is what the stages' unequal totals, or splits, cost (issue 21). */
+ * is what the stages' unequal totals, or splits, cost (issue 21).  And
+ * the stages' totals' spread within a step, (max - min) / mean, on
+ * average: a step's imbalance, which the means over steps can hide. */
 static void report_shape(const struct kiln_pipe_timing *t, char *line, size_t n)
 {
 	const double c = (double)t->counted, P = (double)t->P;
@@ -531,9 +550,10 @@ static void report_shape(const struct kiln_pipe_timing *t, char *line, size_t n)
 			      t->pass_ns[2 * s] / 1e6 / c, t->pass_cpu_ns[2 * s] / 1e6 / c,
 			      t->pass_ns[2 * s + 1] / 1e6 / c, t->pass_cpu_ns[2 * s + 1] / 1e6 / c);
 	if (k < (int)n)
-		snprintf(line + k, n - (size_t)k, " smooth bubble %.3f with the stages' forward share alike, %.3f with their totals alike",
+		snprintf(line + k, n - (size_t)k, " smooth bubble %.3f with the stages' forward share alike, %.3f with their totals alike; the totals' spread a step %.1f%% (CPU %.1f%%)",
 			 t->share_ns > 0 ? 1.0 - sum / (P * t->share_ns) : 0,
-			 t->total_ns > 0 ? 1.0 - sum / (P * t->total_ns) : 0);
+			 t->total_ns > 0 ? 1.0 - sum / (P * t->total_ns) : 0,
+			 100 * t->spread / c, 100 * t->cpu_spread / c);
 }
 
 /* The wall time between passes (kiln_pipe_gaps), per pass: what a

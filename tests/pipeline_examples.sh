@@ -75,7 +75,7 @@ echo "$sm" | awk '{ exit !($1 >= 0.1105 && $1 < 1 && $2 >= 0.1105 && $2 < 1) }' 
 	fail "smooth bubbles $sm: not in [the schedule's 0.111, 1)"
 # the passes' means and the smooth replay reshaped (session 18, issue 21):
 # the stages' forward share alike, or their totals alike; the same bound
-rs=$(sed -n "s/.*pipeline passes' means, ms (CPU): stage 0 forward [0-9.]* ([0-9.]*) backward [0-9.]* ([0-9.]*), stage 1 forward [0-9.]* ([0-9.]*) backward [0-9.]* ([0-9.]*), smooth bubble \([0-9.-]*\) with the stages' forward share alike, \([0-9.-]*\) with their totals alike$/\1 \2/p" "$tmp/g3/profile.txt")
+rs=$(sed -n "s/.*pipeline passes' means, ms (CPU): stage 0 forward [0-9.]* ([0-9.]*) backward [0-9.]* ([0-9.]*), stage 1 forward [0-9.]* ([0-9.]*) backward [0-9.]* ([0-9.]*), smooth bubble \([0-9.-]*\) with the stages' forward share alike, \([0-9.-]*\) with their totals alike; the totals' spread a step [0-9.]*% (CPU [0-9.]*%)$/\1 \2/p" "$tmp/g3/profile.txt")
 [ -n "$rs" ] || fail "profile.txt lacks the passes' means"
 echo "$rs" | awk '{ exit !($1 >= 0.1105 && $1 < 1 && $2 >= 0.1105 && $2 < 1) }' ||
 	fail "reshaped smooth bubbles $rs: not in [the schedule's 0.111, 1)"
