@@ -455,36 +455,50 @@ void kiln_pipe_timing_only(struct kiln_pipe_timing *t, int stage)
 
 /* Stages on ranks: this rank's stage only (the others' clocks are not
  * here): its busy time, its span and its idle share of it. */
-static void report_mine(const struct kiln_pipe_timing *t, char *line, size_t n)
+static void report_mine(const struct kiln_pipe_timing *t, FILE *m)
 {
 	const double busy = t->busy_ns[t->mine], span = t->span_ns;
-	snprintf(line, n, "pipeline busy ms/step: stage %d (this rank) %.3f (CPU %.3f), its span %.3f; idle %.3f of its span (schedule's bubble %.3f) over %lld steps",
-		 t->mine, busy / 1e6 / (double)t->counted, t->cpu_ns[t->mine] / 1e6 / (double)t->counted,
-		 span / 1e6 / (double)t->counted,
-		 span > 0 ? 1.0 - busy / span : 0, t->theory, (long long)t->counted);
+	fprintf(m, "pipeline busy ms/step: stage %d (this rank) %.3f (CPU %.3f), its span %.3f; idle %.3f of its span (schedule's bubble %.3f) over %lld steps",
+		t->mine, busy / 1e6 / (double)t->counted, t->cpu_ns[t->mine] / 1e6 / (double)t->counted,
+		span / 1e6 / (double)t->counted,
+		span > 0 ? 1.0 - busy / span : 0, t->theory, (long long)t->counted);
+}
+
+/* All stages here: each one's busy ms per step, the span, the bubble over
+ * it and the schedule's, and the bubble had every hand-off been instant. */
+static void report_busy(const struct kiln_pipe_timing *t, FILE *m)
+{
+	double sum = 0;
+	fputs("pipeline busy ms/step:", m);
+	for (int s = 0; s < t->P; s++) {
+		sum += t->busy_ns[s];
+		fprintf(m, " stage %d %.3f,", s, t->busy_ns[s] / 1e6 / (double)t->counted);
+	}
+	fprintf(m, " span %.3f; bubble %.3f (schedule %.3f; %.3f with these passes and instant hand-offs) over %lld steps",
+		t->span_ns / 1e6 / (double)t->counted,
+		t->span_ns > 0 ? 1.0 - sum / ((double)t->P * t->span_ns) : 0, t->theory,
+		t->ideal_ns > 0 ? 1.0 - sum / ((double)t->P * t->ideal_ns) : 0, (long long)t->counted);
 }
 
 /* The same in the stream threads' CPU time, which other processes'
  * load does not stretch: each stage's CPU ms per step and, had every
  * hand-off been instant and every stage had a core, the span and bubble. */
-static void report_cpu(const struct kiln_pipe_timing *t, char *line, size_t n)
+static void report_cpu(const struct kiln_pipe_timing *t, FILE *m)
 {
 	double sum = 0;
-	int k = snprintf(line, n, "pipeline CPU ms/step:");
-	for (int s = 0; s < t->P && k < (int)n; s++) {
+	fputs("pipeline CPU ms/step:", m);
+	for (int s = 0; s < t->P; s++) {
 		sum += t->cpu_ns[s];
-		k += snprintf(line + k, n - (size_t)k, " stage %d %.3f,", s,
-			      t->cpu_ns[s] / 1e6 / (double)t->counted);
+		fprintf(m, " stage %d %.3f,", s, t->cpu_ns[s] / 1e6 / (double)t->counted);
 	}
-	if (k < (int)n)
-		snprintf(line + k, n - (size_t)k, " span %.3f and bubble %.3f with a core each and instant hand-offs",
-			 t->cpu_span_ns / 1e6 / (double)t->counted,
-			 t->cpu_span_ns > 0 ? 1.0 - sum / ((double)t->P * t->cpu_span_ns) : 0);
+	fprintf(m, " span %.3f and bubble %.3f with a core each and instant hand-offs",
+		t->cpu_span_ns / 1e6 / (double)t->counted,
+		t->cpu_span_ns > 0 ? 1.0 - sum / ((double)t->P * t->cpu_span_ns) : 0);
 }
 
 /* The bubble split into the busiest stage's idle share and the imbalance,
  * measured (wall) and replayed with the passes' CPU times. */
-static void report_split(const struct kiln_pipe_timing *t, char *line, size_t n)
+static void report_split(const struct kiln_pipe_timing *t, FILE *m)
 {
 	double b, i, cb, ci, sum = 0;
 	int most = 0;
@@ -494,21 +508,21 @@ static void report_split(const struct kiln_pipe_timing *t, char *line, size_t n)
 	}
 	kiln_pipe_idle_split(t->busy_ns, t->P, t->span_ns, &b, &i);
 	kiln_pipe_idle_split(t->cpu_ns, t->P, t->cpu_span_ns, &cb, &ci);
-	snprintf(line, n, "pipeline bubble split: busiest stage %d idle %.3f (schedule %.3f, for equal stages) + imbalance %.3f = %.3f; with the passes' CPU times and instant hand-offs %.3f + %.3f",
-		 most, b, t->theory, i, t->span_ns > 0 ? 1.0 - sum / ((double)t->P * t->span_ns) : 0,
-		 cb, ci);
+	fprintf(m, "pipeline bubble split: busiest stage %d idle %.3f (schedule %.3f, for equal stages) + imbalance %.3f = %.3f; with the passes' CPU times and instant hand-offs %.3f + %.3f",
+		most, b, t->theory, i, t->span_ns > 0 ? 1.0 - sum / ((double)t->P * t->span_ns) : 0,
+		cb, ci);
 }
 
 /* The end passes, the first forward of the fill and the last backward of
  * the drain (the step's first-touch and tail work), against their stage's
  * other passes of their kind: ms a step. */
-static void report_ends(const struct kiln_pipe_timing *t, char *line, size_t n)
+static void report_ends(const struct kiln_pipe_timing *t, FILE *m)
 {
 	const double s = (double)t->counted;
 	const struct kiln_pipe_action *a = &t->act[0], *z = &t->act[t->n_act - 1];
-	snprintf(line, n, "pipeline end passes: the step's first forward (stage %d) %.3f ms against %.3f for its stage's others, its last backward (stage %d) %.3f ms against %.3f",
-		 a->stage, t->first_ns / 1e6 / s, t->first_rest_ns / 1e6 / s, z->stage,
-		 t->last_ns / 1e6 / s, t->last_rest_ns / 1e6 / s);
+	fprintf(m, "pipeline end passes: the step's first forward (stage %d) %.3f ms against %.3f for its stage's others, its last backward (stage %d) %.3f ms against %.3f",
+		a->stage, t->first_ns / 1e6 / s, t->first_rest_ns / 1e6 / s, z->stage,
+		t->last_ns / 1e6 / s, t->last_rest_ns / 1e6 / s);
 }
 
 /* What is the schedule's bubble and what is not, each a bubble over the
@@ -517,18 +531,18 @@ static void report_ends(const struct kiln_pipe_timing *t, char *line, size_t n)
  * stages' imbalance), then with the end passes as measured, then every
  * pass as measured (instant hand-offs), then the measured bubble (the
  * hand-offs' latency too); the first in CPU time. */
-static void report_smooth(const struct kiln_pipe_timing *t, char *line, size_t n)
+static void report_smooth(const struct kiln_pipe_timing *t, FILE *m)
 {
 	const double P = (double)t->P;
 	double sum = 0, csum = 0;
 	for (int i = 0; i < t->P; i++)
 		sum += t->busy_ns[i], csum += t->cpu_ns[i];
-	snprintf(line, n, "pipeline smooth replay: bubble %.3f (schedule %.3f + the stages' imbalance), %.3f with the end passes as measured, %.3f with every pass as measured, %.3f measured; %.3f in CPU time",
-		 t->smooth_ns > 0 ? 1.0 - sum / (P * t->smooth_ns) : 0, t->theory,
-		 t->ends_ns > 0 ? 1.0 - sum / (P * t->ends_ns) : 0,
-		 t->ideal_ns > 0 ? 1.0 - sum / (P * t->ideal_ns) : 0,
-		 t->span_ns > 0 ? 1.0 - sum / (P * t->span_ns) : 0,
-		 t->cpu_smooth_ns > 0 ? 1.0 - csum / (P * t->cpu_smooth_ns) : 0);
+	fprintf(m, "pipeline smooth replay: bubble %.3f (schedule %.3f + the stages' imbalance), %.3f with the end passes as measured, %.3f with every pass as measured, %.3f measured; %.3f in CPU time",
+		t->smooth_ns > 0 ? 1.0 - sum / (P * t->smooth_ns) : 0, t->theory,
+		t->ends_ns > 0 ? 1.0 - sum / (P * t->ends_ns) : 0,
+		t->ideal_ns > 0 ? 1.0 - sum / (P * t->ideal_ns) : 0,
+		t->span_ns > 0 ? 1.0 - sum / (P * t->span_ns) : 0,
+		t->cpu_smooth_ns > 0 ? 1.0 - csum / (P * t->cpu_smooth_ns) : 0);
 }
 
 /* Each stage's mean forward and backward, wall (CPU) ms, and the smooth
@@ -538,22 +552,21 @@ static void report_smooth(const struct kiln_pipe_timing *t, char *line, size_t n
  * is what the stages' unequal totals, or splits, cost (issue 21).  And
  * the stages' totals' spread within a step, (max - min) / mean, on
  * average: a step's imbalance, which the means over steps can hide. */
-static void report_shape(const struct kiln_pipe_timing *t, char *line, size_t n)
+static void report_shape(const struct kiln_pipe_timing *t, FILE *m)
 {
 	const double c = (double)t->counted, P = (double)t->P;
 	double sum = 0;
-	int k = snprintf(line, n, "pipeline passes' means, ms (CPU):");
-	for (int s = 0; s < t->P; s++)
+	fputs("pipeline passes' means, ms (CPU):", m);
+	for (int s = 0; s < t->P; s++) {
 		sum += t->busy_ns[s];
-	for (int s = 0; s < t->P && k < (int)n; s++)
-		k += snprintf(line + k, n - (size_t)k, " stage %d forward %.3f (%.3f) backward %.3f (%.3f),", s,
-			      t->pass_ns[2 * s] / 1e6 / c, t->pass_cpu_ns[2 * s] / 1e6 / c,
-			      t->pass_ns[2 * s + 1] / 1e6 / c, t->pass_cpu_ns[2 * s + 1] / 1e6 / c);
-	if (k < (int)n)
-		snprintf(line + k, n - (size_t)k, " smooth bubble %.3f with the stages' forward share alike, %.3f with their totals alike; the totals' spread a step %.1f%% (CPU %.1f%%)",
-			 t->share_ns > 0 ? 1.0 - sum / (P * t->share_ns) : 0,
-			 t->total_ns > 0 ? 1.0 - sum / (P * t->total_ns) : 0,
-			 100 * t->spread / c, 100 * t->cpu_spread / c);
+		fprintf(m, " stage %d forward %.3f (%.3f) backward %.3f (%.3f),", s,
+			t->pass_ns[2 * s] / 1e6 / c, t->pass_cpu_ns[2 * s] / 1e6 / c,
+			t->pass_ns[2 * s + 1] / 1e6 / c, t->pass_cpu_ns[2 * s + 1] / 1e6 / c);
+	}
+	fprintf(m, " smooth bubble %.3f with the stages' forward share alike, %.3f with their totals alike; the totals' spread a step %.1f%% (CPU %.1f%%)",
+		t->share_ns > 0 ? 1.0 - sum / (P * t->share_ns) : 0,
+		t->total_ns > 0 ? 1.0 - sum / (P * t->total_ns) : 0,
+		100 * t->spread / c, 100 * t->cpu_spread / c);
 }
 
 /* The wall time between passes (kiln_pipe_gaps), per pass: what a
@@ -561,32 +574,55 @@ static void report_shape(const struct kiln_pipe_timing *t, char *line, size_t n)
  * its own passes that no pass's stamps count; and the stage threads' CPU
  * time between their passes (the crossing tensors' copies, the waits'
  * spins, the event records), which other processes' load stretches less. */
-static void report_gaps(const struct kiln_pipe_timing *t, char *line, size_t n)
+static void report_gaps(const struct kiln_pipe_timing *t, FILE *m)
 {
 	const double s = (double)t->counted;
-	snprintf(line, n, "pipeline gaps: a pass that waited for the other stage's started %.1f us after it ended (median %.0f, 90%% %.0f; %.1f a step), one after its own stage's previous %.1f us after it (%.1f a step); ms a step %.3f + %.3f; the stage threads' CPU between passes %.3f ms a step",
-		 t->gap_n[0] ? t->gap_ns[0] / 1e3 / (double)t->gap_n[0] : 0,
-		 kiln_pipe_gap_quantile(t->ho_hist, t->gap_n[0], 0.5), kiln_pipe_gap_quantile(t->ho_hist, t->gap_n[0], 0.9),
-		 (double)t->gap_n[0] / s,
-		 t->gap_n[1] ? t->gap_ns[1] / 1e3 / (double)t->gap_n[1] : 0, (double)t->gap_n[1] / s,
-		 t->gap_ns[0] / 1e6 / s, t->gap_ns[1] / 1e6 / s, t->gap_cpu_ns / 1e6 / s);
+	fprintf(m, "pipeline gaps: a pass that waited for the other stage's started %.1f us after it ended (median %.0f, 90%% %.0f; %.1f a step), one after its own stage's previous %.1f us after it (%.1f a step); ms a step %.3f + %.3f; the stage threads' CPU between passes %.3f ms a step",
+		t->gap_n[0] ? t->gap_ns[0] / 1e3 / (double)t->gap_n[0] : 0,
+		kiln_pipe_gap_quantile(t->ho_hist, t->gap_n[0], 0.5), kiln_pipe_gap_quantile(t->ho_hist, t->gap_n[0], 0.9),
+		(double)t->gap_n[0] / s,
+		t->gap_n[1] ? t->gap_ns[1] / 1e3 / (double)t->gap_n[1] : 0, (double)t->gap_n[1] / s,
+		t->gap_ns[0] / 1e6 / s, t->gap_ns[1] / 1e6 / s, t->gap_cpu_ns / 1e6 / s);
 }
 
-/* At debug level: the last step's passes, per stage in the order they
- * ran, each in the CPU time of its stream's thread (ms): what makes the
- * passes unequal, which the schedule's bubble assumes they are not. */
-static void report_passes(const struct kiln_pipe_timing *t)
+/* The last step's passes of stage s in the order they ran, each in the
+ * CPU time of its stream's thread (ms): what makes the passes unequal,
+ * which the schedule's bubble assumes they are not. */
+static void report_passes(const struct kiln_pipe_timing *t, int s, FILE *m)
 {
-	char line[2048];
-	for (int s = 0; s < t->P; s++) {
-		int k = snprintf(line, sizeof line, "last step's passes, stage %d, CPU ms:", s);
-		for (int i = 0; i < t->n_act && k < (int)sizeof line; i++)
-			if (t->act[i].stage == s)
-				k += snprintf(line + k, sizeof line - (size_t)k, " %s%d %.2f",
-					      t->act[i].kind == KILN_PIPE_FWD ? "F" : "B", t->act[i].mb,
-					      (double)(t->c[2 * i + 1] - t->c[2 * i]) / 1e6);
-		kiln_log(KILN_LOG_DEBUG, "pipeline", "%s%s", t->who, line);
+	fprintf(m, "last step's passes, stage %d, CPU ms:", s);
+	for (int i = 0; i < t->n_act; i++)
+		if (t->act[i].stage == s)
+			fprintf(m, " %s%d %.2f", t->act[i].kind == KILN_PIPE_FWD ? "F" : "B",
+				t->act[i].mb, (double)(t->c[2 * i + 1] - t->c[2 * i]) / 1e6);
+}
+
+/* A report line, written by one of the report_ functions above into a
+ * stream of its own size (the lines grow with the stages and the passes:
+ * a fixed buffer cut them), logged at `level` after the run's prefix and,
+ * with `note`, noted in the profile.  passes: report_passes of stage s
+ * instead of line. */
+static void report_line(const struct kiln_pipe_timing *t, int level, int note,
+			void (*line)(const struct kiln_pipe_timing *, FILE *), int s)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&text, &len);
+	if (m) {
+		if (line)
+			line(t, m);
+		else
+			report_passes(t, s, m);
 	}
+	if (!m || fclose(m) || !text) {
+		kiln_log(KILN_LOG_WARN, "pipeline", "%sno memory for a report line", t->who);
+		free(text);
+		return;
+	}
+	kiln_log(level, "pipeline", "%s%s", t->who, text);
+	if (note && t->prof)
+		kiln_profile_note(t->prof, text);
+	free(text);
 }
 
 kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device *dev, void *stream)
@@ -596,58 +632,26 @@ kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device
 
 kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble)
 {
-	char line[1024];
-	int k = 0;
+	static void (*const lines[])(const struct kiln_pipe_timing *, FILE *) = {
+		report_busy, report_cpu, report_split, report_gaps, report_ends, report_smooth,
+		report_shape,
+	};
 	*bubble = -1;
 	if (!t || !t->counted)
 		return KILN_OK;
+	if (t->mine >= 0) {
+		report_line(t, KILN_LOG_INFO, 0, report_mine, 0);
+		return KILN_OK;
+	}
 	double sum = 0;
 	for (int s = 0; s < t->P; s++)
 		sum += t->busy_ns[s];
 	*bubble = t->span_ns > 0 ? 1.0 - sum / ((double)t->P * t->span_ns) : 0;
-	const double ideal = t->ideal_ns > 0 ? 1.0 - sum / ((double)t->P * t->ideal_ns) : 0;
-	if (t->mine >= 0) {
-		report_mine(t, line, sizeof line);
-		*bubble = -1;
-		kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
-		return KILN_OK;
-	}
-	k = snprintf(line, sizeof line, "pipeline busy ms/step:");
-	for (int s = 0; s < t->P && k < (int)sizeof line; s++)
-		k += snprintf(line + k, sizeof line - (size_t)k, " stage %d %.3f,", s,
-			      t->busy_ns[s] / 1e6 / (double)t->counted);
-	if (k < (int)sizeof line)
-		snprintf(line + k, sizeof line - (size_t)k, " span %.3f; bubble %.3f (schedule %.3f; %.3f with these passes and instant hand-offs) over %lld steps",
-			 t->span_ns / 1e6 / (double)t->counted, *bubble, t->theory, ideal,
-			 (long long)t->counted);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
-	if (t->prof)
-		kiln_profile_note(t->prof, line);
-	report_cpu(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
-	if (t->prof)
-		kiln_profile_note(t->prof, line);
-	report_split(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
-	if (t->prof)
-		kiln_profile_note(t->prof, line);
-	report_gaps(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
-	if (t->prof)
-		kiln_profile_note(t->prof, line);
-	report_ends(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
-	if (t->prof)
-		kiln_profile_note(t->prof, line);
-	report_smooth(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
-	if (t->prof)
-		kiln_profile_note(t->prof, line);
-	report_shape(t, line, sizeof line);
-	kiln_log(KILN_LOG_INFO, "pipeline", "%s%s", t->who, line);
-	if (t->prof)
-		kiln_profile_note(t->prof, line);
-	report_passes(t);
+	for (size_t k = 0; k < sizeof lines / sizeof lines[0]; k++)
+		report_line(t, KILN_LOG_INFO, 1, lines[k], 0);
+	/* at debug level: the last step's passes, a line a stage */
+	for (int s = 0; s < t->P && kiln_log_get_level() >= KILN_LOG_DEBUG; s++)
+		report_line(t, KILN_LOG_DEBUG, 0, NULL, s);
 	return KILN_OK;
 }
 

@@ -738,6 +738,116 @@ START_TEST(test_busy_line_whole)
 }
 END_TEST
 
+/* Every "pipeline" log line, each ending in a newline. */
+struct report_log {
+	char *text;
+	size_t len;
+	int lines;
+};
+
+static void report_sink(void *user, int level, const char *who, const char *msg)
+{
+	struct report_log *l = user;
+	const size_t n = strlen(msg);
+	(void)level;
+	if (strcmp(who, "pipeline"))
+		return;
+	char *t = realloc(l->text, l->len + n + 2);
+	ck_assert(t != NULL);
+	memcpy(t + l->len, msg, n);
+	t[l->len + n] = '\n', t[l->len + n + 1] = 0;
+	l->text = t, l->len += n + 1, l->lines++;
+}
+
+/* The line of l that starts with `start` (its length in *n), or NULL. */
+static const char *report_find(const struct report_log *l, const char *start, size_t *n)
+{
+	for (const char *p = l->text; p && *p; p = strchr(p, '\n') + 1) {
+		*n = (size_t)(strchr(p, '\n') - p);
+		if (!strncmp(p, start, strlen(start)))
+			return p;
+	}
+	return NULL;
+}
+
+/* kiln_pipe_timing_report with all stages here (one stream), P stages of
+ * M micro-batches stamped for two steps (the first is not counted): every
+ * line whole.  8 stages of 128 micro-batches: a stage's passes line at
+ * debug level is about 2,300 characters (a fixed 2,048 cut it); 24
+ * stages: the passes' means line about 1,500 (a fixed 1,024 cut it). */
+static void report_whole(int P, int M)
+{
+	const int n = 2 * P * M;
+	struct kiln_pipe_action *a = malloc(sizeof *a * (size_t)n);
+	struct kiln_device **devs = malloc(sizeof *devs * (size_t)P);
+	struct kiln_config *cfg = test_config(reg, "");
+	struct kiln_device *dev;
+	struct kiln_pipe_timing *t;
+	void *stream;
+	int ticks, live;
+	ck_assert(a && devs);
+	OK(kiln_device_open(reg, cfg, "cpu", 0, &dev));
+	OK(kiln_device_stream_create(dev, &stream));
+	OK(kiln_pipe_schedule(KILN_PIPE_1F1B, P, M, 0, a, &ticks, &live));
+	for (int s = 0; s < P; s++)
+		devs[s] = dev;
+	OK(kiln_pipe_timing_open(devs, P, a, n, 0.5, NULL, &t));
+	ck_assert(t != NULL);
+	for (int step = 0; step < 2; step++) {
+		for (int i = 0; i < n; i++) {
+			OK(kiln_pipe_timing_mark(t, dev, stream, i, 0));
+			OK(kiln_pipe_timing_mark(t, dev, stream, i, 1));
+		}
+		OK(kiln_pipe_timing_step(t, dev, stream));
+		OK(kiln_device_stream_sync(dev, stream));
+	}
+	struct report_log log = { NULL, 0, 0 };
+	const int level = kiln_log_get_level();
+	double bubble;
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	kiln_log_set_sink(report_sink, &log);
+	OK(kiln_pipe_timing_report(t, &bubble));
+	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(level);
+	ck_assert_int_eq(log.lines, 7 + P);
+	char want[64];
+	size_t len = 0, most = 0;
+	const char *l = report_find(&log, "pipeline busy ms/step:", &len);
+	snprintf(want, sizeof want, " stage %d ", P - 1);
+	ck_assert_msg(l != NULL, "no busy line: %s", log.text);
+	ck_assert_msg(strstr(l, want) && !strncmp(l + len - 6, " steps", 6), "%.*s", (int)len, l);
+	l = report_find(&log, "pipeline passes' means, ms (CPU):", &len);
+	snprintf(want, sizeof want, " stage %d forward ", P - 1);
+	ck_assert_msg(l != NULL, "no means line: %s", log.text);
+	ck_assert_msg(strstr(l, want) && !strncmp(l + len - 2, "%)", 2), "%zu: %.*s", len, (int)len, l);
+	most = len;
+	for (int s = 0; s < P; s++) {
+		char start[64];
+		snprintf(start, sizeof start, "last step's passes, stage %d, CPU ms:", s);
+		l = report_find(&log, start, &len);
+		ck_assert_msg(l != NULL, "no line for stage %d: %s", s, log.text);
+		/* the stage's last pass (1f1b: the backward of the last micro-batch) */
+		snprintf(want, sizeof want, " B%d ", M - 1);
+		ck_assert_msg(strstr(l, want) && strstr(l, want) < l + len, "stage %d: %.*s", s, (int)len, l);
+		most = len > most ? len : most;
+	}
+	ck_assert_int_gt((int)most, P >= 24 ? 1024 : 2048); /* what a fixed buffer would cut */
+	free(log.text);
+	kiln_pipe_timing_free(t);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+	free(devs);
+	free(a);
+}
+
+START_TEST(test_report_whole)
+{
+	report_whole(8, 128);
+	report_whole(24, 2);
+}
+END_TEST
+
 /* ---- a hand-off that fails names world ranks (session 14) -------------
  * Pipe 1 of [dist] pipeline = 2 on 4 ranks: its stages are ranks 0 and 1
  * of the pipe's communicator but ranks 2 and 3 of the world.  A
@@ -1351,7 +1461,7 @@ static Suite *make_pipeline_suite(void)
 	check_add_case(s, "balance", 30, NULL, NULL, (const TTest *[]){ test_balance, NULL });
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
-	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, NULL });
+	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, test_report_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });
 	check_add_case(s, "late", 60, NULL, NULL, (const TTest *[]){ test_late_send_named_once, NULL });
 	check_add_case(s, "resize", 60, NULL, NULL, (const TTest *[]){ test_slot_resize_waits, NULL });
