@@ -268,11 +268,8 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		inferring = NULL;
 		if (st)
 			return kiln_error_wrap(st, "layer '%s' (%s)", L->name, L->type->name);
-		if (k >= 0 && n->l.out.layout == KILN_NHWC) {
-			stem_pool = k;
-			kiln_log(KILN_LOG_DEBUG, "core", "layer '%s': output NHWC for '%s', which writes NCHW",
-				 L->name, m->layers[k].name);
-		}
+		if (k >= 0 && n->l.out.layout == KILN_NHWC)
+			stem_pool = k; /* (logged by the plan the device takes: plan.c) */
 		if (n->l.fuse_act && n->l.act_fused) /* the activation is now a view */
 			nodes[kiln_model_only_consumer(m, i)].l.act_fused = 1;
 		if ((st = check_sizes(m, i, &n->l)) || (st = check_token_input(m, i, &n->l)))

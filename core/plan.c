@@ -124,6 +124,24 @@ static int has_mixed_stem(const struct kiln_plan *p)
 	return 0;
 }
 
+/* The mixed stem a plan runs, at debug level: said once the device took
+ * the plan, not while inferring (kiln_model_create infers in f32 whatever
+ * the compute dtype, and a bf16 input is no mixed stem's; a plan the
+ * device refuses is made again without it), so the log says what runs. */
+static void log_mixed_stem(const struct kiln_plan *p)
+{
+	for (int i = 0; i < p->m->n_layers; i++) {
+		const struct kiln_layer *l = &p->nodes[i].l;
+		if (strcmp(p->m->layers[i].type->name, "conv") || l->n_in != 1 || l->out.ndim != 4 ||
+		    l->out.layout != KILN_NHWC || l->in[0].layout == KILN_NHWC)
+			continue;
+		const int j = kiln_model_only_consumer(p->m, i);
+		const int k = j < 0 ? -1 : kiln_model_only_consumer(p->m, j);
+		kiln_log(KILN_LOG_DEBUG, "core", "layer '%s': output NHWC for '%s', which writes NCHW",
+			 l->name, k < 0 ? "?" : p->m->layers[k].name);
+	}
+}
+
 /* Bit k set: layer i's backward is never given input k's gradient
  * (r->dx[k] NULL), as plan_memory.c's plan_gradients decides it: no
  * gradient in an evaluation plan, for the data without input_grad, for a
@@ -344,6 +362,7 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 			   (st = kiln_device_alloc(m->dev, kiln_align_up(p->ws_bytes), &p->ws))))
 		goto fail;
 	free(wants_grad);
+	log_mixed_stem(p);
 	*out = p;
 	return KILN_OK;
 fail:

@@ -7,7 +7,8 @@
 # within 1e-5 of the unfused loss); and the fusion really happens: the
 # profile of a fused run has no op of the ReLU layers while the unfused one
 # has, and `kiln memory` shows the fused ReLU as a view.  The NCHW CNN's
-# conv1 writes NHWC into pool1 (ABI 2.17).
+# conv1 writes NHWC into pool1 (ABI 2.17), in f32 only, and the debug log
+# says so only where it runs.
 name=fuse
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -148,7 +149,16 @@ grep -q 'CONV x \[64,1,28,28\] .* NHWC: .* + 1 reorders' "$err" ||
 KILN_LOG_LEVEL=debug kiln 0 train "$tmp/odd.ini" $short "run.out_dir=$tmp/mx.odd" run.fuse=1 model.layout=nchw
 grep -q "planned again in the model's layout" "$err" || fail "odd: the refused NHWC -> NCHW pooling was not planned again"
 ! grep -q 'NHWC, y NCHW' "$err" || fail "odd: a pooling NHWC -> NCHW ran"
-echo "ok: conv1 NHWC into pool1 NCHW in the NCHW CNN; refused for a 3x3 pooling"
+! grep -q "output NHWC for" "$err" || fail "odd: the log says a conv writes NHWC, its plan was made again in NCHW"
+# bf16 compute: conv1 reads bf16, no mixed stem's input: it runs NCHW, and
+# the log says nothing else (it said "output NHWC" from kiln_model_create's
+# f32 inference)
+# shellcheck disable=SC2086
+KILN_LOG_LEVEL=debug kiln 0 train "$cnn" $short "run.out_dir=$tmp/mx.bf16" run.fuse=1 run.precision=bf16
+grep -q 'CONV x \[64,1,28,28\] .* NCHW: ' "$err" || fail "bf16: conv1 does not run NCHW"
+! grep -q 'CONV x \[64,1,28,28\] .* NHWC: ' "$err" || fail "bf16: conv1 runs NHWC"
+! grep -q "output NHWC for" "$err" || fail "bf16: the log says conv1 writes NHWC, it runs NCHW"
+echo "ok: conv1 NHWC into pool1 NCHW in the NCHW CNN; refused for a 3x3 pooling; NCHW in bf16, and so logged"
 
 kiln 0 memory "$mlp" run.fuse=1
 grep -q '^ *relu1 .*(view)' "$out" || fail "kiln memory: relu1 is not a view when fused"
