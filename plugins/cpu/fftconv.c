@@ -153,6 +153,17 @@ int cpu_fftconv_rule(const struct kiln_op *op)
 	       !cpu_dnn_bf16_native();
 }
 
+int cpu_fftconv_reads(const struct kiln_op *op, int i)
+{
+	if (!(op->flags & KILN_OPF_KEEP))
+		return 1;
+	if (op->type == KILN_OP_CONV_BWD_WEIGHTS) /* x: the forward's kept spectrum */
+		return i != 0;
+	if (op->type == KILN_OP_CONV_BWD_DATA) /* dy and w: the weight gradient's kept copy */
+		return i != 0 && i != 1;
+	return 1;
+}
+
 #if HAVE_FFTW
 
 /* One operand's planes: plane (i, j) of n0 x n1 planes, h x w elements
@@ -594,6 +605,13 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			  struct cpu_err *e)
 {
 	const struct cpu_fftconv *f = p->fft;
+	/* the inputs read are those cpu_fftconv_reads names: run() refuses a
+	 * NULL one, but lowp.c passes NULL for the others (lp_unread), so a
+	 * NULL read here is an error, never a fault */
+	for (int i = 0; i < p->op.n_in; i++)
+		if (!args->in[i] && cpu_fftconv_reads(&p->op, i))
+			return cpu_fail(e, KILN_EINVAL, "cpu: %s:%d: FFT %s: input %d is NULL, and it is read",
+					__FILE__, __LINE__, cpu_op_name(p->op.type), i);
 	char *ws = (char *)(((uintptr_t)args->workspace + FC_ALIGN - 1) & ~(uintptr_t)(FC_ALIGN - 1));
 	float *ma = (float *)ws, *mb = (float *)(ws + f->off_b), *mo = (float *)(ws + f->off_o);
 	const float *src_a = args->in[f->a_in];

@@ -31,6 +31,14 @@ int cpu_fftconv_ok(const struct kiln_op *op);
  * kernel 5x5 or larger, the padded input at most 32 x 32, 16 or more
  * input and output channels, below AVX-512). */
 int cpu_fftconv_rule(const struct kiln_op *op);
+/* 0 when fftconv.c's plan of op never reads input i (its pointer is
+ * then only passed through): with KILN_OPF_KEEP the weight gradient reads
+ * x's spectrum from the forward's kept copy, not x (input 0), and the data
+ * gradient dy's and w's from the weight gradient's, not dy or w (inputs 0
+ * and 1); 1 otherwise.  lowp.c (lp_unread) neither widens nor passes an
+ * input read by no one (NULL), and the FFT kernel refuses a NULL input it
+ * reads (KILN_EINVAL), so the two cannot drift apart into a fault. */
+int cpu_fftconv_reads(const struct kiln_op *op, int i);
 /* The transform size fftconv.c uses along a dimension of n inputs padded
  * by pad on each side, k taps and out outputs (stride 1): the smallest
  * size of its fast set that is at least max(n + pad, out, k); 0 when

@@ -21,7 +21,7 @@
  * the dropout step, pooling's aux) are never copied.
  */
 #include "cpu.h"
-#include "fftconv.h" /* cpu_fftconv_free */
+#include "fftconv.h" /* cpu_fftconv_free, cpu_fftconv_reads */
 
 #include <stdlib.h>
 #include <string.h>
@@ -140,15 +140,15 @@ struct lp_cvt {
 };
 
 /* 1 when the inner plan never reads input i, which is then neither
- * widened nor passed (NULL: a read would fault, not see stale data):
- * fftconv.c's weight and data gradients with kept spectra read x's
- * spectrum (CONV_BWD_WEIGHTS) or dy's (CONV_BWD_DATA) from the kept
- * copy, never their input 0 (fc_run) */
+ * widened nor passed: NULL, never stale data.  The contract is
+ * fftconv.c's cpu_fftconv_reads (its weight and data gradients with kept
+ * spectra read x's spectrum, or dy's and w's, from the kept copy, never
+ * x, or dy and w), and its kernel (fc_run) returns KILN_EINVAL for a NULL
+ * input it would read, so a drift between the two is an error, not a
+ * fault.  Every other inner plan reads all its inputs. */
 static int lp_unread(const struct cpu_plan *p, int i)
 {
-	const struct kiln_op *op = &p->op;
-	return i == 0 && p->inner->fft && (op->flags & KILN_OPF_KEEP) &&
-	       (op->type == KILN_OP_CONV_BWD_WEIGHTS || op->type == KILN_OP_CONV_BWD_DATA);
+	return p->inner->fft && !cpu_fftconv_reads(&p->inner->op, i);
 }
 
 static kiln_status cpu_lowp_run(const struct cpu_plan *p, const struct kiln_op_args *a,
