@@ -34,6 +34,31 @@ static void spit(const char *path, const void *b, size_t n)
 	ck_assert(fclose(f) == 0);
 }
 
+/* Scratch directories (scratch_dir), removed with all they hold by the
+ * checked teardown, which Check runs only after a test that passed (a
+ * failed assertion ends the test's fork first; with CK_FORK=no it runs
+ * after a failure too): a failure leaves its files for a look, a pass
+ * leaves nothing in $TMPDIR (17 directories a run before). */
+#define SCRATCH_MAX 4
+static char scratch[SCRATCH_MAX][1024];
+static int n_scratch;
+
+static void scratch_dir(char *dir, size_t n)
+{
+	ck_assert(n_scratch < SCRATCH_MAX);
+	ck_assert(test_tmpdir_make(dir, n, "ckpt") != NULL);
+	snprintf(scratch[n_scratch++], sizeof scratch[0], "%s", dir);
+}
+
+static void scratch_setup(void) { n_scratch = 0; }
+
+static void scratch_teardown(void)
+{
+	for (int i = 0; i < n_scratch; i++)
+		test_tmpdir_remove(scratch[i]);
+	n_scratch = 0;
+}
+
 /* ---- a small model outside the trainer ------------------------------------ */
 
 static const char *small_ini = "[layer.fc1]\ntype = linear\nout = 5\n"
@@ -144,7 +169,7 @@ START_TEST(test_roundtrip)
 {
 	char dir[1024], path[4200], want[4300];
 	struct rig a, b, c;
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
+	scratch_dir(dir, sizeof dir);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 3);
 	save(&a, dir, 3, path, sizeof path);
@@ -371,7 +396,7 @@ START_TEST(test_trainer_range)
 {
 	char dir[1024], path[4200];
 	struct rig a;
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
+	scratch_dir(dir, sizeof dir);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 2);
 	char *config = kiln_ckpt_config_text(a.cfg, reg), *versions = kiln_ckpt_versions(reg, a.dev);
@@ -389,8 +414,6 @@ START_TEST(test_trainer_range)
 	free(config);
 	free(versions);
 	rig_close(&a);
-	unlink(path);
-	rmdir(dir);
 }
 END_TEST
 
@@ -399,7 +422,7 @@ START_TEST(test_other_model)
 {
 	char dir[1024], path[4200];
 	struct rig a, b;
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
+	scratch_dir(dir, sizeof dir);
 	rig_open(&a, small_ini, 7);
 	save(&a, dir, 0, path, sizeof path);
 	char other[1024];
@@ -437,7 +460,7 @@ START_TEST(test_truncated)
 	char dir[1024], path[4200], bad[4300];
 	struct rig a;
 	size_t n;
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
+	scratch_dir(dir, sizeof dir);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 1);
 	save(&a, dir, 1, path, sizeof path);
@@ -473,7 +496,7 @@ START_TEST(test_flipped)
 	struct rig a;
 	size_t n;
 	static const unsigned char masks[] = { 0x01, 0x80, 0xff };
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
+	scratch_dir(dir, sizeof dir);
 	rig_open(&a, small_ini, 7);
 	rig_train(&a, 2);
 	save(&a, dir, 2, path, sizeof path);
@@ -520,7 +543,7 @@ START_TEST(test_not_checkpoints)
 {
 	char dir[1024], p[4300];
 	struct kiln_ckpt *ck = NULL;
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "ckpt") != NULL);
+	scratch_dir(dir, sizeof dir);
 	snprintf(p, sizeof p, "%s/x.kiln", dir);
 	char junk[200];
 	memset(junk, 'x', sizeof junk);
@@ -717,11 +740,6 @@ static void same_state(const char *a, const char *b)
 	kiln_ckpt_close(cb);
 }
 
-static void tmpdir(char *dir, size_t n)
-{
-	ck_assert(test_tmpdir_make(dir, n, "ckpt") != NULL);
-}
-
 /* deterministic = 1: two whole runs (AdamW, accumulation, dropout, random
  * crops and flips, 2 loader workers, the asynchronous device) end with
  * byte-identical state; without a fixed thread count it is refused. */
@@ -730,8 +748,8 @@ START_TEST(test_deterministic)
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, rb;
 	TEST_REQUIRE_FASHION();
-	tmpdir(a, sizeof a);
-	tmpdir(b, sizeof b);
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
 	const char *const ov[] = { "train.checkpoint_every=1000", "run.deterministic=1",
 				   "run.threads=2", "plugin.cpu.async=1", "train.max_steps=30", NULL };
 	ck_assert_msg(train_run(a, "cosine", ov, &ra) == 0, "%s", kiln_last_error());
@@ -757,8 +775,8 @@ START_TEST(test_team_flip)
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, rb;
 	TEST_REQUIRE_FASHION();
-	tmpdir(a, sizeof a);
-	tmpdir(b, sizeof b);
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
 	const char *const fixed[] = { "train.checkpoint_every=1000", "run.threads=0",
 				      "plugin.cpu.adaptive=0", "train.max_steps=30", NULL };
 	const char *const flip[] = { "train.checkpoint_every=1000", "run.threads=0",
@@ -784,7 +802,7 @@ START_TEST(test_keep_best)
 	char a[64], path[300];
 	struct kiln_train_result ra, re;
 	TEST_REQUIRE_FASHION();
-	tmpdir(a, sizeof a);
+	scratch_dir(a, sizeof a);
 	const char *const ov[] = { "train.keep_best=2", "train.eval_every=5", "train.max_steps=30",
 				   NULL };
 	ck_assert_msg(train_run(a, "constant", ov, &ra) == 0, "%s", kiln_last_error());
@@ -848,8 +866,8 @@ START_TEST(test_resume_exact)
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, r1, r2;
 	TEST_REQUIRE_FASHION();
-	tmpdir(a, sizeof a);
-	tmpdir(b, sizeof b);
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
 	const char *const full[] = { "train.checkpoint_every=1000", NULL };
 	ck_assert_msg(train_run(a, "constant", full, &ra) == 0, "%s", kiln_last_error());
 	ck_assert_int_eq(ra.steps, 60);
@@ -911,8 +929,8 @@ START_TEST(test_stop_request)
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, r1, r2;
 	TEST_REQUIRE_FASHION();
-	tmpdir(a, sizeof a);
-	tmpdir(b, sizeof b);
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
 	const char *const full[] = { "train.checkpoint_every=1000", NULL };
 	ck_assert_msg(train_run(a, "cosine", full, &ra) == 0, "%s", kiln_last_error());
 
@@ -942,7 +960,7 @@ START_TEST(test_stop_request)
 	/* a stop at the last step of an epoch: the resumed run evaluates the
 	 * epoch, then goes on */
 	char c[64];
-	tmpdir(c, sizeof c);
+	scratch_dir(c, sizeof c);
 	snprintf(ini, sizeof ini, cnn_ini, c, "cosine");
 	cfg = test_config(reg, ini);
 	stop_at = 40;
@@ -975,8 +993,8 @@ START_TEST(test_fallback)
 	char a[64], b[64], fa[200], fb[200];
 	struct kiln_train_result ra, r1, r2;
 	TEST_REQUIRE_FASHION();
-	tmpdir(a, sizeof a);
-	tmpdir(b, sizeof b);
+	scratch_dir(a, sizeof a);
+	scratch_dir(b, sizeof b);
 	const char *const full[] = { "train.checkpoint_every=1000", NULL };
 	ck_assert(train_run(a, "constant", full, &ra) == 0);
 
@@ -1041,11 +1059,11 @@ END_TEST
 static Suite *make_ckpt_suite(void)
 {
 	Suite *s = suite_create("ckpt");
-	check_add_case(s, "format", 120, NULL, NULL, (const TTest *[]){
+	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
 		test_not_checkpoints, test_config_check, test_counter_range, test_tracked_range,
 		test_trainer_range, NULL });
-	check_add_case(s, "resume", 300, NULL, NULL, (const TTest *[]){
+	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,
 		test_fallback, test_needs_out_dir, test_team_flip, NULL });
 	return s;
