@@ -439,6 +439,17 @@ START_TEST(test_dropout_bf16)
 			ck_assert_msg(y[i] == want, "bf16 %s p %g y[%lld] = 0x%04x, want 0x%04x (x 0x%04x)",
 				      k & 1 ? "DROPOUT_BWD" : "DROPOUT", pk, (long long)i, y[i], want, x[i]);
 		}
+		/* the NaNs' bits written out, not through h_round (the devices'
+		 * own rounding, half.h): kept or dropped, a NaN stays a NaN, quiet
+		 * (as the f32 multiply makes it; PyTorch gives 0x7fc0), its sign
+		 * and payload's top kept: 0x7f81 (signalling) -> 0x7fc1 */
+		static const uint16_t nan_in[] = { 0x7fc1, 0xff81, 0x7f81 },
+				      nan_out[] = { 0x7fc1, 0xffc1, 0x7fc1 };
+		for (int j = 0; j < 3; j++)
+			for (int64_t i = 997 * j; i < n; i += 997 * 12)
+				ck_assert_msg(x[i] == nan_in[j] && y[i] == nan_out[j],
+					      "bf16 p %g x[%lld] = 0x%04x: y 0x%04x, want 0x%04x", pk, (long long)i,
+					      x[i], y[i], nan_out[j]);
 	}
 	free(x), free(y);
 	fx_close(&f);
