@@ -7,7 +7,8 @@
 # and gets: set -u; the build's paths (top_builddir, abs_top_builddir,
 # srcdir: the source tree, absolute under `make check`, which exports them
 # through tests/local.mk); $kiln, the built CLI; no KILN_PLUGIN_PATH of the
-# caller's; XDG_CACHE_HOME in the build tree's tests/cache; no Python
+# caller's; XDG_CACHE_HOME in the build tree's tests/cache (ccache's
+# cache the caller's, not one there); no Python
 # bytecode written (PYTHONDONTWRITEBYTECODE); a scratch directory $tmp,
 # removed on exit unless KEEP is set;
 # and the helpers below.
@@ -18,6 +19,18 @@ set -u
 srcdir=${abs_top_srcdir:-${srcdir:-.}}
 kiln="$top_builddir/kiln"
 unset KILN_PLUGIN_PATH
+# ccache: the caller's cache, named before XDG_CACHE_HOME moves (below), or
+# none (tests/local.mk does the same under `make check`)
+if [ -z "${CCACHE_DIR:-}" ] && command -v ccache >/dev/null 2>&1; then
+	CCACHE_DIR=$(ccache -k cache_dir 2>/dev/null) || CCACHE_DIR=
+	if [ -n "$CCACHE_DIR" ]; then
+		export CCACHE_DIR
+	else
+		unset CCACHE_DIR
+		CCACHE_DISABLE=1
+		export CCACHE_DISABLE
+	fi
+fi
 # kiln's caches (tune, probe, inflated IDX) in the tests' own directory, as
 # `make check` has them (tests/local.mk), also for a test run by hand:
 # never the user's $XDG_CACHE_HOME or ~/.cache (tests/cpu_tune_cache.sh)

@@ -8,6 +8,15 @@ AM_TESTS_ENVIRONMENT = top_builddir='$(top_builddir)' abs_top_builddir='$(abs_to
 	abs_top_srcdir='$(abs_top_srcdir)' MAKE='$(MAKE)' CC='$(CC)' \
 	kiln_includedir='$(includedir)' kiln_pkgconfigdir='$(pkgconfigdir)'; \
 	export top_builddir abs_top_builddir abs_top_srcdir MAKE CC kiln_includedir kiln_pkgconfigdir;
+# ccache (CC = "ccache gcc"; tests/plugin_lazy.sh and tests/oot.sh compile):
+# the caller's cache, which ccache finds through XDG_CACHE_HOME unless
+# CCACHE_DIR names it, so it is named before XDG_CACHE_HOME moves below (a
+# second cache in tests/cache/ccache, in the tree, otherwise); none
+# (CCACHE_DISABLE) where ccache does not say where.  tests/lib.sh, by hand.
+AM_TESTS_ENVIRONMENT += if [ -z "$${CCACHE_DIR:-}" ] && command -v ccache >/dev/null 2>&1; then \
+	CCACHE_DIR=$$(ccache -k cache_dir 2>/dev/null) || CCACHE_DIR=; \
+	if [ -n "$$CCACHE_DIR" ]; then export CCACHE_DIR; \
+	else unset CCACHE_DIR; CCACHE_DISABLE=1; export CCACHE_DISABLE; fi; fi;
 # The caches kiln keeps (the inflated IDX data, the plugin probe) go under
 # the build tree, not the user's ~/.cache (about 53 MB); make clean drops them.
 AM_TESTS_ENVIRONMENT += XDG_CACHE_HOME='$(abs_top_builddir)/tests/cache'; export XDG_CACHE_HOME;

@@ -11,10 +11,23 @@
 #     plugin's init, which writes a marker file, never runs); with
 #     KILN_ALLOW_CONFIG_PLUGIN_PATH=1 or run.plugin_path=DIR on the
 #     command line it is searched.
+# Its compiler's ccache cache is the caller's (tests/lib.sh), not the tree's.
 name=plugin_lazy
 . "$(dirname "$0")/lib.sh"
 CC=${CC:-cc}
 need_source synthetic
+# a ccache compiler uses the caller's cache (tests/lib.sh), never a second
+# one in the tree (tests/cache/ccache, which XDG_CACHE_HOME would give it)
+case "$CC" in
+*ccache*)
+	if [ -z "${CCACHE_DISABLE:-}" ]; then
+		d=$(ccache -k cache_dir 2>/dev/null)
+		case "$d" in
+		"$abs_top_builddir"/* | "$srcdir"/*) fail "ccache's cache is in the tree: $d" ;;
+		esac
+	fi
+	;;
+esac
 
 mkdir -p "$tmp/crash" "$tmp/abi" "$tmp/evil" || exit 99
 # plugin NAME DIR BODY: $DIR/kiln-NAME.so whose kiln_plugin_init is BODY
