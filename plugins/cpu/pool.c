@@ -64,7 +64,10 @@
  * 2L input floats are split by a shuffle, the rule of MAX2_WINDOW is applied
  * lane-wise with bit selects, and a row's last vector starts at OW - L,
  * overlapping the one before it (the same values are written twice), so a
- * row never reads or writes outside its own columns. */
+ * row never reads or writes outside its own columns.  The three compares
+ * are unrolled: as a loop (GCC 12) v[] went through the stack, and pool2's
+ * NCHW forward took 1.14-1.2x the time (docs/PERFORMANCE.md, "Session 19:
+ * the NHWC CNN's CPU kernels"). */
 #define MAX2_VEC_TYPES(L)                                                     \
 	typedef float max2_f##L __attribute__((vector_size(4 * L), aligned(4))); \
 	typedef int32_t max2_i##L __attribute__((vector_size(4 * L)));        \
@@ -103,7 +106,7 @@ MAX2_VEC_TYPES(4)
 						 __builtin_shuffle(b0, b1, odd) };  \
 			max2_f##L m = __builtin_shuffle(a0, a1, even);              \
 			max2_i##L k = { 0 };                                        \
-			for (int q = 0; q < 3; q++) {                               \
+			_Pragma("GCC unroll 3") for (int q = 0; q < 3; q++) {       \
 				const max2_i##L t = (v[q] > m) | (v[q] != v[q]);    \
 				m = MAX2_SEL(max2_f##L, max2_i##L, t, v[q], m);     \
 				k = (t & (q + 1)) | (k & ~t);                       \
@@ -146,35 +149,6 @@ MAX2_ROW_VEC(4, ((max2_i4){ 0, 2, 4, 6 }), ((max2_i4){ 1, 3, 5, 7 }), ((max2_i4)
 	     ((max2_i4){ 2, 6, 3, 7 }))
 #undef MAX2_ROW_VEC
 
-/* The aux bytes of 8 lanes: __builtin_convertvector between 8 bytes and
- * 8 ints became 8 extracts (inserts), shifts and ors at -O2 (GCC 12);
- * byte shuffles are vpshufb (and a vpermq, vpalignr, vinserti128) in the
- * AVX2 clone.  The values are 0..MAX2_CUT: a byte of each int is all.
- * MAX2_B8_PUT stores k's 8 low bytes at p, MAX2_B8_GET makes k of p's. */
-typedef uint8_t max2_b32 __attribute__((vector_size(32)));
-typedef uint8_t max2_b16 __attribute__((vector_size(16)));
-typedef uint64_t max2_u2 __attribute__((vector_size(16)));
-typedef int32_t max2_i4v __attribute__((vector_size(16)));
-#define MAX2_B8_PUT(p, k)                                                                      \
-	do {                                                                                   \
-		const max2_b32 m_ = { 0, 4, 8, 12, 16, 20, 24, 28 };                           \
-		const max2_b32 r_ = __builtin_shuffle((max2_b32)(k), m_);                       \
-		memcpy(p, &r_, 8);                                                             \
-	} while (0)
-#define MAX2_B8_GET(k, p)                                                                      \
-	do {                                                                                   \
-		const max2_b16 z_ = { 0 };                                                     \
-		const max2_b16 l_ = { 0, 16, 16, 16, 1, 16, 16, 16, 2, 16, 16, 16, 3, 16, 16, 16 }; \
-		const max2_b16 h_ = { 4, 16, 16, 16, 5, 16, 16, 16, 6, 16, 16, 16, 7, 16, 16, 16 }; \
-		uint64_t u_;                                                                   \
-		memcpy(&u_, p, 8);                                                             \
-		const max2_b16 v_ = (max2_b16)(max2_u2){ u_, 0 };                              \
-		const max2_i4v lo_ = (max2_i4v)__builtin_shuffle(v_, z_, l_);                  \
-		const max2_i4v hi_ = (max2_i4v)__builtin_shuffle(v_, z_, h_);                  \
-		memcpy(&k, &lo_, 16);                                                          \
-		memcpy((char *)&k + 16, &hi_, 16);                                             \
-	} while (0)
-
 /* The backward of one NHWC row of OW windows of C channels, C a multiple of
  * 8, in vectors of 8 channels: the plain stores of MAX2_SCATTER's selects
  * (`omp simd` compiled them to masked stores, vmaskmovps, which AMD's Zen
@@ -195,39 +169,6 @@ CPU_CLONES static void max2_bwd_nhwc8(float *restrict d0, float *restrict d1, co
 			*(max2_f8 *)(d0 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 1, g, zero);
 			*(max2_f8 *)(d1 + x) = MAX2_SEL(max2_f8, max2_i8, k == 2, g, zero);
 			*(max2_f8 *)(d1 + x + C) = MAX2_SEL(max2_f8, max2_i8, k == 3, g, zero);
-		}
-}
-
-/* One NHWC output row of OW windows of C >= 8 channels, in vectors of 8
- * channels: MAX2_WINDOW's rule lane-wise (as max2_row8), the aux bytes
- * stored by MAX2_B8_PUT.  A pixel's last vector starts at C - 8,
- * overlapping the one before it when 8 does not divide C (the same values
- * written twice; y and w are never x).  `omp simd` over the channels
- * (max2_row) made the aux's bytes of the compares' ints lane by lane:
- * docs/PERFORMANCE.md, "Session 19: the NHWC pooling's forward". */
-CPU_CLONES static void max2_row_nhwc8(float *restrict y, uint8_t *restrict w, const float *restrict r0,
-				      const float *restrict r1, int64_t OW, int64_t C, int relu)
-{
-	const max2_f8 fzero = { 0 };
-	for (int64_t j = 0; j < OW; j++)
-		for (int64_t c0 = 0; c0 < C; c0 += 8) {
-			const int64_t c = c0 + 8 > C ? C - 8 : c0;
-			const int64_t o = j * C + c, x = 2 * j * C + c;
-			const max2_f8 v[3] = { *(const max2_f8 *)(r0 + x + C), *(const max2_f8 *)(r1 + x),
-					       *(const max2_f8 *)(r1 + x + C) };
-			max2_f8 m = *(const max2_f8 *)(r0 + x);
-			max2_i8 k = { 0 };
-			for (int q = 0; q < 3; q++) {
-				const max2_i8 t = (v[q] > m) | (v[q] != v[q]);
-				m = MAX2_SEL(max2_f8, max2_i8, t, v[q], m);
-				k = (t & (q + 1)) | (k & ~t);
-			}
-			*(max2_f8 *)(y + o) = m;
-			if (w) {
-				if (relu) /* not > 0 (NaN too): MAX2_CUT */
-					k = MAX2_CUT_IF(k, m > fzero);
-				MAX2_B8_PUT(w + o, k);
-			}
 		}
 }
 
@@ -331,8 +272,6 @@ static void max2_fwd_rows(float *y, uint8_t *w, const float *x0, const float *x1
 		max2_row8(y, w, x0, x1, OW, relu);
 	else if (C == 1 && OW >= 4)
 		max2_row4(y, w, x0, x1, OW, relu);
-	else if (C >= 8)
-		max2_row_nhwc8(y, w, x0, x1, OW, C, relu);
 	else
 		max2_row(y, w, x0, x1, OW, C, relu);
 }
@@ -443,6 +382,35 @@ static kiln_status max2_run(const struct cpu_plan *p, const struct kiln_op_args 
 			v[q_] = __builtin_shuffle(b_[q_], b_[q_ + 4], i4l);                    \
 			v[q_ + 4] = __builtin_shuffle(b_[q_], b_[q_ + 4], i4h);                \
 		}                                                                              \
+	} while (0)
+
+/* The aux bytes of 8 lanes: __builtin_convertvector between 8 bytes and
+ * 8 ints became 8 extracts (inserts), shifts and ors at -O2 (GCC 12);
+ * byte shuffles are vpshufb (and a vpermq, vpalignr, vinserti128) in the
+ * AVX2 clone.  The values are 0..MAX2_CUT: a byte of each int is all.
+ * MAX2_B8_PUT stores k's 8 low bytes at p, MAX2_B8_GET makes k of p's. */
+typedef uint8_t max2_b32 __attribute__((vector_size(32)));
+typedef uint8_t max2_b16 __attribute__((vector_size(16)));
+typedef uint64_t max2_u2 __attribute__((vector_size(16)));
+typedef int32_t max2_i4v __attribute__((vector_size(16)));
+#define MAX2_B8_PUT(p, k)                                                                      \
+	do {                                                                                   \
+		const max2_b32 m_ = { 0, 4, 8, 12, 16, 20, 24, 28 };                           \
+		const max2_b32 r_ = __builtin_shuffle((max2_b32)(k), m_);                       \
+		memcpy(p, &r_, 8);                                                             \
+	} while (0)
+#define MAX2_B8_GET(k, p)                                                                      \
+	do {                                                                                   \
+		const max2_b16 z_ = { 0 };                                                     \
+		const max2_b16 l_ = { 0, 16, 16, 16, 1, 16, 16, 16, 2, 16, 16, 16, 3, 16, 16, 16 }; \
+		const max2_b16 h_ = { 4, 16, 16, 16, 5, 16, 16, 16, 6, 16, 16, 16, 7, 16, 16, 16 }; \
+		uint64_t u_;                                                                   \
+		memcpy(&u_, p, 8);                                                             \
+		const max2_b16 v_ = (max2_b16)(max2_u2){ u_, 0 };                              \
+		const max2_i4v lo_ = (max2_i4v)__builtin_shuffle(v_, z_, l_);                  \
+		const max2_i4v hi_ = (max2_i4v)__builtin_shuffle(v_, z_, h_);                  \
+		memcpy(&k, &lo_, 16);                                                          \
+		memcpy((char *)&k + 16, &hi_, 16);                                             \
 	} while (0)
 
 /* the tiles take 8 <= C <= 8 * MAX2_TILE_G channels and OW >= 8 windows a
