@@ -697,8 +697,10 @@ static kiln_status fc_plans(struct cpu_ctx *c, struct cpu_fftconv *f, const char
 /* Sizes and the workspace: [A | B | products | per-thread buffers], the
  * matrices a kept run takes from its copies left out (fc_run): the
  * forward writes A and B into its kept output, the weight gradient its
- * A, the data gradient reads both (conv2 of the CNN: the forward's 18.9 MB
- * became 9.5, the weight gradient's 21.2 MB 11.8). */
+ * A, the data gradient reads both (conv2 of the CNN at batch 128: the
+ * forward's 18.9 MB became 9.4, the weight gradient's 21.3 11.8, the data
+ * gradient's 18.9 4.7; docs/PERFORMANCE.md, "Session 19: the NHWC CNN's
+ * CPU kernels"). */
 static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 {
 	f->fa = fc_stride(f->a.rows * 2 * f->a.cols);
