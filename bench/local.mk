@@ -115,4 +115,9 @@ bench_fftconv_ops_LDADD = libkiln.la
 noinst_PROGRAMS += bench/pool_ops
 bench_pool_ops_SOURCES = bench/pool_ops.c
 bench_pool_ops_LDADD = libkiln.la
+# the CNN's dropout alone: forward, backward, NHWC and NCHW activations
+# (docs/PERFORMANCE.md, "Session 19: the NHWC CNN's CPU kernels")
+noinst_PROGRAMS += bench/drop_ops
+bench_drop_ops_SOURCES = bench/drop_ops.c
+bench_drop_ops_LDADD = libkiln.la
 endif

@@ -360,11 +360,12 @@ struct kchain {
 	size_t wsb;
 };
 
-static void *kc_plan(struct kchain *c, const struct kiln_op *op)
+static void *kc_plan(struct kchain *c, const struct kiln_op *op, size_t *own)
 {
 	void *plan;
 	size_t wsb = 0;
 	ck_assert_msg(kiln_device_prepare(c->dev, op, &plan, &wsb) == 0, "%s", kiln_last_error());
+	*own = wsb;
 	if (wsb > c->wsb) {
 		kiln_device_free(c->dev, c->ws);
 		ck_assert(kiln_device_alloc(c->dev, wsb, &c->ws) == 0);
@@ -419,18 +420,26 @@ static void kept_chain(const struct shape *s, int nhwc)
 	g.in[0] = x, g.in[1] = y, g.out[0] = w, g.out[1] = b;
 	d.type = KILN_OP_CONV_BWD_DATA, d.n_in = 2, d.n_out = 1;
 	d.in[0] = y, d.in[1] = w, d.out[0] = x;
-	void *pf = kc_plan(&c, &f), *pg = kc_plan(&c, &g), *pd = kc_plan(&c, &d);
+	size_t wpf, wpg, wpd, wkf, wkg, wkd;
+	void *pf = kc_plan(&c, &f, &wpf), *pg = kc_plan(&c, &g, &wpg), *pd = kc_plan(&c, &d, &wpd);
 	f.flags = g.flags = d.flags = KILN_OPF_KEEP;
 	f.out[f.n_out++] = u;
-	void *kf = kc_plan(&c, &f);
+	void *kf = kc_plan(&c, &f, &wkf);
 	const size_t kx = kiln_device_aux_bytes(c.dev, kf);
 	g.in[g.n_in] = u, g.in[g.n_in++].dims[0] = (int64_t)kx;
 	g.out[g.n_out++] = u;
-	void *kg = kc_plan(&c, &g);
+	void *kg = kc_plan(&c, &g, &wkg);
 	const size_t kdy = kiln_device_aux_bytes(c.dev, kg);
 	d.in[d.n_in] = u, d.in[d.n_in++].dims[0] = (int64_t)kdy;
-	void *kd = kc_plan(&c, &d);
+	void *kd = kc_plan(&c, &d, &wkd);
 	ck_assert_msg(kx > 0 && kdy > 0, "kept %zu, %zu bytes", kx, kdy);
+	/* a kept op's workspace holds none of the matrices its copies hold:
+	 * the forward's x and w operands (its kept output, kx bytes), the
+	 * weight gradient's dy operand (its kept output but the 64-byte w
+	 * reference), the data gradient's two (both of those) */
+	ck_assert_msg(wkf + kx == wpf && wkg + kdy - 64 == wpg && wkd + kdy - 64 < wpd,
+		      "workspace kept/unkept: forward %zu/%zu (kept %zu), weight gradient %zu/%zu (kept %zu), data gradient %zu/%zu",
+		      wkf, wpf, kx, wkg, wpg, kdy, wkd, wpd);
 	const int64_t nx = s->N * s->C * s->H * s->W, ny = s->N * s->O * oh(s) * ow(s),
 		      nw = s->O * s->C * s->KH * s->KW;
 	void *X[2], *W[2], *DY[2], *K[2], *KD[2], *B = kc_buf(&c, (size_t)s->O * 4, NULL);

@@ -620,32 +620,34 @@ END_TEST
  * maximum in the window's row-major order wins, and a NaN wins over any
  * number, the last NaN if there are more (PyTorch's `val > max ||
  * isnan(val)` scan); the backward sends the whole
- * gradient to that one position.  Channel 0's windows tie, channel 1's
- * windows hold a NaN after a larger number, channel 2's two NaNs.  The
- * two windows of a channel repeat REP times along the row (rep 1: 2
- * windows, NCHW's scalar loop; 3 and 7: 6 and 14, its vectors of 4 and 8). */
-enum { RULE_C = 3, RULE_H = 2, RULE_MAXREP = 7, RULE_MAXW = 4 * RULE_MAXREP };
-static void pool_rule_case(struct fx *f, int nhwc, int rep)
+ * gradient to that one position.  Channel c's windows are pattern c % 3's:
+ * pattern 0's windows tie, pattern 1's hold a NaN after a larger number,
+ * pattern 2's two NaNs.  The two windows of a channel repeat REP times
+ * along the row (rep 1: 2 windows, NCHW's scalar loop; 3 and 7: 6 and 14,
+ * its vectors of 4 and 8).  C channels: 3 (NHWC's scalar loop), 11 and 16
+ * (its vectors of 8 channels, the last overlapping at 11). */
+enum { RULE_P = 3, RULE_MAXC = 16, RULE_H = 2, RULE_MAXREP = 7, RULE_MAXW = 4 * RULE_MAXREP };
+static void pool_rule_case(struct fx *f, int nhwc, int rep, int C)
 {
-	enum { N = 1, C = RULE_C, H = RULE_H };
+	enum { N = 1, H = RULE_H };
 	const int W = 4 * rep, OW = 2 * rep;
-	/* [c][h][w]: window j is columns 2j, 2j+1 of both rows */
-	static const float x4[C][H][4] = {
+	/* [pattern][h][w]: window j is columns 2j, 2j+1 of both rows */
+	static const float x4[RULE_P][H][4] = {
 		{ { 1, 1, 7, 2 }, { 1, 1, 7, 7 } },
 		{ { 0, 5, -1, 4 }, { NAN, 6, 3, NAN } },
 		{ { NAN, 2, 1, NAN }, { NAN, 9, NAN, 1 } },
 	};
 	/* the winning position (h, w) of each output (c, j), j < 2 */
-	static const int win[C][2][2] = { { { 0, 0 }, { 0, 2 } }, { { 1, 0 }, { 1, 3 } },
-					  { { 1, 0 }, { 1, 2 } } };
-	float x[C][H][RULE_MAXW], dy[C * RULE_MAXW / 2];
+	static const int win[RULE_P][2][2] = { { { 0, 0 }, { 0, 2 } }, { { 1, 0 }, { 1, 3 } },
+					       { { 1, 0 }, { 1, 2 } } };
+	float x[RULE_MAXC][H][RULE_MAXW], dy[RULE_MAXC * RULE_MAXW / 2];
 	for (int c = 0; c < C; c++)
 		for (int h = 0; h < H; h++)
 			for (int w = 0; w < W; w++)
-				x[c][h][w] = x4[c][h][w % 4];
+				x[c][h][w] = x4[c % RULE_P][h][w % 4];
 	for (int i = 0; i < C * OW; i++)
 		dy[i] = (float)(i + 1);
-	float xd[C * H * RULE_MAXW]; /* x without the unused columns */
+	float xd[RULE_MAXC * H * RULE_MAXW]; /* x without the unused columns */
 	for (int c = 0; c < C; c++)
 		for (int h = 0; h < H; h++)
 			memcpy(&xd[(c * H + h) * W], x[c][h], (size_t)W * sizeof(float));
@@ -668,11 +670,11 @@ static void pool_rule_case(struct fx *f, int nhwc, int rep)
 	float *y = dget4(f, dY, N, C, 1, OW, nhwc), *dx = dget4(f, dDX, N, C, H, W, nhwc);
 	for (int c = 0; c < C; c++)
 		for (int j = 0; j < OW; j++) {
-			const int wh = win[c][j % 2][0], ww = win[c][j % 2][1] + 4 * (j / 2);
+			const int wh = win[c % RULE_P][j % 2][0], ww = win[c % RULE_P][j % 2][1] + 4 * (j / 2);
 			const float want = x[c][wh][ww], got = y[c * OW + j];
 			ck_assert_msg(want != want ? got != got : got == want,
-				      "%s max pool (rep %d) c%d window %d: %g, want %g",
-				      nhwc ? "NHWC" : "NCHW", rep, c, j, got, want);
+				      "%s max pool (rep %d, C %d) c%d window %d: %g, want %g",
+				      nhwc ? "NHWC" : "NCHW", rep, C, c, j, got, want);
 			for (int h = 0; h < H; h++)
 				for (int w = 2 * j; w < 2 * j + 2; w++) {
 					const int at = h == wh && w == ww;
@@ -694,10 +696,11 @@ START_TEST(test_pool_rule)
 	struct fx f;
 	fx_open(&f, _i);
 	SKIP_UNSUPPORTED(&f, KILN_OP_POOL);
-	static const int reps[] = { 1, 3, 7 };
+	static const int reps[] = { 1, 3, 7 }, chans[] = { 3, 11, 16 };
 	for (int nhwc = 0; nhwc < 2; nhwc++)
 		for (size_t r = 0; r < sizeof reps / sizeof *reps; r++)
-			pool_rule_case(&f, nhwc, reps[r]);
+			for (size_t k = 0; k < sizeof chans / sizeof *chans; k++)
+				pool_rule_case(&f, nhwc, reps[r], chans[k]);
 	fx_close(&f);
 }
 END_TEST

@@ -261,15 +261,13 @@ DROP_AVX2 static inline void drop_mulhilo8(__m256i x, __m256i m, __m256i *hi, __
 	*hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
 }
 
-/* CPU_DROP_SCALE of the 8 elements e .. e + 7 (e's low word + 7 must not
- * wrap): drop_scale16's rounds, 8 lanes */
-DROP_AVX2 static inline __m256 drop_scale8(uint64_t e, const struct drop *d)
+/* CPU_DROP_SCALE of the 8 elements whose indices' low words are c0's
+ * lanes and whose high word is hi: drop_scale16's rounds, 8 lanes */
+DROP_AVX2 static inline __m256 drop_philox8(__m256i c0, uint32_t hi, const struct drop *d)
 {
 	const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u);
 	const __m256i m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
-	__m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)e),
-				      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-	__m256i c1 = _mm256_set1_epi32((int)(uint32_t)(e >> 32));
+	__m256i c1 = _mm256_set1_epi32((int)hi);
 	__m256i c2 = _mm256_set1_epi32((int)d->layer), c3 = _mm256_set1_epi32((int)d->step);
 	uint32_t k0 = d->k0, k1 = d->k1;
 	for (int r = 0; r < 10; r++) {
@@ -285,11 +283,53 @@ DROP_AVX2 static inline __m256 drop_scale8(uint64_t e, const struct drop *d)
 	return _mm256_andnot_ps(_mm256_castsi256_ps(drop), _mm256_set1_ps(d->s));
 }
 
+/* CPU_DROP_SCALE of the 8 elements e .. e + 7 (e's low word + 7 must not
+ * wrap) */
+DROP_AVX2 static inline __m256 drop_scale8(uint64_t e, const struct drop *d)
+{
+	return drop_philox8(_mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)e),
+					     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+			    (uint32_t)(e >> 32), d);
+}
+
 /* y = x * k over [b, b + 8 * nb) */
 DROP_AVX2 static void drop8_f32(float *y, const float *x, int64_t b, int64_t nb, const struct drop *d)
 {
 	for (int64_t j = 0; j < nb; j++, b += 8)
 		_mm256_storeu_ps(y + b, _mm256_mul_ps(_mm256_loadu_ps(x + b), drop_scale8((uint64_t)b, d)));
+}
+
+/* drop_nhwc's rows [r0, r1) (C >= 8 channels, not accumulating) 8
+ * channels at a time: their logical indices are HW apart, the lanes of
+ * one drop_philox8 unless a block's indices cross a multiple of 2^32
+ * (its high words differ: CPU_DROP_SCALE's loop, as for the last C % 8
+ * channels).  The same bits as drop_nhwc's loop. */
+DROP_AVX2 static void drop8_nhwc(float *y, const float *x, int64_t r0, int64_t r1, int64_t C,
+				 int64_t HW, const struct drop *d)
+{
+	const struct drop dd = *d;
+	const __m256i lane = _mm256_mullo_epi32(_mm256_set1_epi32((int)(uint32_t)HW),
+						_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	const int64_t C8 = C / 8 * 8;
+	for (int64_t r = r0; r < r1; r++) {
+		const int64_t base = (r / HW) * C * HW + r % HW;
+		const float *xr = x + r * C;
+		float *yr = y + r * C;
+		int64_t c = 0;
+		for (; c < C8; c += 8) {
+			const uint64_t e = (uint64_t)(base + c * HW);
+			if ((e >> 32) != ((e + 7 * (uint64_t)HW) >> 32))
+				break;
+			const __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)e), lane);
+			_mm256_storeu_ps(yr + c, _mm256_mul_ps(_mm256_loadu_ps(xr + c),
+							       drop_philox8(c0, (uint32_t)(e >> 32), &dd)));
+		}
+		for (; c < C; c++) {
+			float k;
+			CPU_DROP_SCALE(k, base + c * HW, dd);
+			yr[c] = xr[c] * k;
+		}
+	}
 }
 
 /* drop16_bf16's arithmetic 8 lanes wide; the 8 results' low halves packed
@@ -378,6 +418,20 @@ CPU_CLONES static void drop_nhwc(float *y, const float *x, int64_t r0, int64_t r
 	}
 }
 
+/* drop_nhwc's rows [r0, r1), by drop8_nhwc where the CPU has AVX2 and
+ * not AVX-512 BW (as drop_span's drop8_f32) and nothing accumulates */
+static void drop_rows(float *y, const float *x, int64_t r0, int64_t r1, int64_t C, int64_t HW,
+		      const struct drop *d, int acc)
+{
+#ifdef DROP16
+	if (!acc && C >= 8 && !__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx2")) {
+		drop8_nhwc(y, x, r0, r1, C, HW, d);
+		return;
+	}
+#endif
+	drop_nhwc(y, x, r0, r1, C, HW, d, acc);
+}
+
 /* Elements [b, e), flat f32 or bf16: the 16-element blocks from the first
  * multiple of 16 on (a block's counters then share their high word) by
  * drop16_*, where the CPU has AVX-512 BW and nothing accumulates
@@ -446,7 +500,7 @@ static kiln_status cpu_dropout(const struct cpu_plan *p, const struct kiln_op_ar
 #pragma omp parallel if (p->n >= CPU_PAR_MIN / 4)
 		{
 			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			drop_nhwc(y, x, R * t / T, R * (t + 1) / T, C, HW, &d, acc);
+			drop_rows(y, x, R * t / T, R * (t + 1) / T, C, HW, &d, acc);
 		}
 	}
 	return KILN_OK;

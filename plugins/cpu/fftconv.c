@@ -624,6 +624,10 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	 * gradient's A and B are those */
 	float *kout = f->keep && f->type != KILN_OP_CONV_BWD_DATA ? args->out[p->op.n_out - 1] : NULL;
 	const float *kin = f->keep && f->type != KILN_OP_CONV ? args->in[2] : NULL;
+	/* (the workspace holds no matrix a kept run takes from its copies) */
+	if (f->keep && ((f->type != KILN_OP_CONV_BWD_DATA && !kout) || (f->type != KILN_OP_CONV && !kin)))
+		return cpu_fail(e, KILN_EINVAL, "cpu: %s:%d: FFT convolution with kept spectra: a kept copy's buffer is NULL",
+				__FILE__, __LINE__);
 	if (f->type == KILN_OP_CONV && kout)
 		ma = kout, mb = kout + (size_t)f->nf * f->fa;
 	if (f->type == KILN_OP_CONV_BWD_DATA && kin) {
@@ -708,14 +712,21 @@ static kiln_status fc_plans(struct cpu_ctx *c, struct cpu_fftconv *f, const char
 	return KILN_OK;
 }
 
-/* Sizes and the workspace: [A | B | products | per-thread buffers]. */
+/* Sizes and the workspace: [A | B | products | per-thread buffers], the
+ * matrices a kept run takes from its copies left out (fc_run): the
+ * forward writes A and B into its kept output, the weight gradient its
+ * A, the data gradient reads both (conv2 of the CNN at batch 128: the
+ * forward's 18.9 MB became 9.4, the weight gradient's 21.3 11.8, the data
+ * gradient's 18.9 4.7; docs/PERFORMANCE.md, "Session 19: the NHWC CNN's
+ * CPU kernels"). */
 static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 {
 	f->fa = fc_stride(f->a.rows * 2 * f->a.cols);
 	f->fb = fc_stride(2 * f->b.rows * 2 * f->b.cols);
 	f->fo = fc_stride(f->o.rows * 2 * f->o.cols);
-	f->off_b = (size_t)f->nf * f->fa * sizeof(float);
-	f->off_o = f->off_b + (size_t)f->nf * f->fb * sizeof(float);
+	const int own_a = !f->keep, own_b = !f->keep || f->type == KILN_OP_CONV_BWD_WEIGHTS;
+	f->off_b = own_a ? (size_t)f->nf * f->fa * sizeof(float) : 0;
+	f->off_o = f->off_b + (own_b ? (size_t)f->nf * f->fb * sizeof(float) : 0);
 	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
 	f->per_thread = fc_up((size_t)f->n1 * f->n2 * sizeof(float)) +
 			fc_up((size_t)f->nf * 2 * sizeof(float));

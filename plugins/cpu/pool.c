@@ -64,7 +64,10 @@
  * 2L input floats are split by a shuffle, the rule of MAX2_WINDOW is applied
  * lane-wise with bit selects, and a row's last vector starts at OW - L,
  * overlapping the one before it (the same values are written twice), so a
- * row never reads or writes outside its own columns. */
+ * row never reads or writes outside its own columns.  The three compares
+ * are unrolled: as a loop (GCC 12) v[] went through the stack, and pool2's
+ * NCHW forward took 1.14-1.2x the time (docs/PERFORMANCE.md, "Session 19:
+ * the NHWC CNN's CPU kernels"). */
 #define MAX2_VEC_TYPES(L)                                                     \
 	typedef float max2_f##L __attribute__((vector_size(4 * L), aligned(4))); \
 	typedef int32_t max2_i##L __attribute__((vector_size(4 * L)));        \
@@ -103,7 +106,7 @@ MAX2_VEC_TYPES(4)
 						 __builtin_shuffle(b0, b1, odd) };  \
 			max2_f##L m = __builtin_shuffle(a0, a1, even);              \
 			max2_i##L k = { 0 };                                        \
-			for (int q = 0; q < 3; q++) {                               \
+			_Pragma("GCC unroll 3") for (int q = 0; q < 3; q++) {       \
 				const max2_i##L t = (v[q] > m) | (v[q] != v[q]);    \
 				m = MAX2_SEL(max2_f##L, max2_i##L, t, v[q], m);     \
 				k = (t & (q + 1)) | (k & ~t);                       \
