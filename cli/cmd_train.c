@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +70,7 @@ static void on_stop_signal(int sig)
 static void *stop_thread(void *arg)
 {
 	(void)arg;
+	prctl(PR_SET_NAME, "kiln-signals");
 	for (;;) {
 		int sig;
 		if (!sigwait(&stop_sigs, &sig))

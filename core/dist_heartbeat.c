@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <time.h>
 #include <unistd.h>
 
@@ -106,6 +107,7 @@ static int beat(struct kiln_heartbeat *h)
 static void *heartbeat_main(void *arg)
 {
 	struct kiln_heartbeat *h = arg;
+	prctl(PR_SET_NAME, "kiln-heartbeat");
 	read_hosts(h);
 	pthread_mutex_lock(&h->lock);
 	while (!h->quit) {

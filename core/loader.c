@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +52,7 @@ static void *worker(void *arg)
 {
 	struct kiln_loader *L = arg;
 	struct kiln_data_scratch scr;
+	prctl(PR_SET_NAME, "kiln-loader");
 	memset(&scr, 0, sizeof scr);
 	pthread_mutex_lock(&L->lock);
 	for (;;) {

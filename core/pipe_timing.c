@@ -361,6 +361,23 @@ static double stage_spread(int P, const double *mean)
 	return sum > 0 ? (hi - lo) * P / sum : 0;
 }
 
+/* At debug level, one step's: when it started (its first stamp, on
+ * kiln_now_ns's monotonic clock, to set beside samples of the ranks'
+ * threads or CPUs taken meanwhile) and each stage's mean forward plus
+ * backward, wall[s] and in CPU time (cpu: pass_means'), what the totals'
+ * spread (report_shape) averages over the steps (docs/PERFORMANCE.md,
+ * session 19) */
+static void log_step(const struct kiln_pipe_timing *t, const double *wall, const double *cpu)
+{
+	char line[64 + 40 * KILN_PIPE_MAX_STAGES];
+	int k = snprintf(line, sizeof line, "step at %.3f s: the stages' pass pairs, ms (CPU):",
+			 1e-9 * (double)t->t[0]);
+	for (int s = 0; s < t->P && k > 0 && (size_t)k < sizeof line; s++)
+		k += snprintf(line + k, sizeof line - (size_t)k, " %.3f (%.3f)", 1e-6 * wall[s],
+			      1e-6 * (cpu[2 * s] + cpu[2 * s + 1]));
+	kiln_log(KILN_LOG_DEBUG, "pipeline", "%s%s", t->who, line);
+}
+
 /* One step's smoothed replays (smooth_span, reshaped_span), passes' means
  * and end passes added, from its wall and CPU stamps (all stages here). */
 static void fold_smooth(struct kiln_pipe_timing *t)
@@ -374,6 +391,9 @@ static void fold_smooth(struct kiln_pipe_timing *t)
 	for (int k = 0; k < 2 * t->P; k++)
 		t->pass_ns[k] += mean[k];
 	t->spread += stage_spread(t->P, mean);
+	double wall[KILN_PIPE_MAX_STAGES];
+	for (int s = 0; s < t->P; s++)
+		wall[s] = mean[2 * s] + mean[2 * s + 1];
 	t->share_ns += reshaped_span(t, mean, 0);
 	t->total_ns += reshaped_span(t, mean, 1);
 	t->ends_ns += smooth_span(t->act, t->prev, t->dep, n, t->dur, 1, t->sm, t->ideal);
@@ -389,6 +409,7 @@ static void fold_smooth(struct kiln_pipe_timing *t)
 	for (int k = 0; k < 2 * t->P; k++)
 		t->pass_cpu_ns[k] += mean[k];
 	t->cpu_spread += stage_spread(t->P, mean);
+	log_step(t, wall, mean);
 }
 
 /* After every stage's last pass of a step: its busy times and span added

@@ -30,6 +30,7 @@
 #include <netinet/tcp.h>
 #include <openssl/crypto.h>
 #include <poll.h>
+#include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <pthread.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -358,6 +359,7 @@ static void *server_main(void *arg)
 {
 	struct store_server *s = arg;
 	struct pollfd *pf = NULL;
+	prctl(PR_SET_NAME, "kiln-store");
 	size_t cap = 0;
 	int64_t linger_until = -1; /* stopping: serve the clients left until then */
 	for (;;) {

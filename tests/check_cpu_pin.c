@@ -3,7 +3,8 @@
  * which CPUs each stage gets from the mask, the quota and the team, and,
  * through the cpu plugin, that each stage device's stream worker runs on
  * its own CPU (read back with sched_getaffinity on the worker), and keeps
- * the process's mask when the stages' teams do not fit in it.
+ * the process's mask when the stages' teams do not fit in it.  And the
+ * workers' names (kiln-stream-N, N the process's count: ps -L, perf).
  */
 #include "core/internal.h" /* kiln_device_open_peer */
 #include "core/dist.h"     /* kiln_device_host_fn */
@@ -13,6 +14,7 @@
 #include <check.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include "check_main.h"
 
 static struct kiln_registry *reg;
@@ -197,11 +199,50 @@ START_TEST(test_bad_value)
 }
 END_TEST
 
+/* The name of the thread that runs it (PR_GET_NAME) */
+static kiln_status read_name(void *arg)
+{
+	char *name = arg;
+	return prctl(PR_GET_NAME, name) ? KILN_EINTERNAL : KILN_OK;
+}
+
+/* Each stream's worker is named kiln-stream-N, N counting the process's
+ * workers from 0: two streams of a device get two names */
+START_TEST(test_worker_named)
+{
+	struct kiln_config *cfg;
+	struct kiln_device *dev;
+	void *st[2];
+	char name[2][17] = { "", "" };
+	ck_assert(kiln_config_new(&cfg) == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.async=1") == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=none") == 0);
+	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, &dev) == 0, "%s", kiln_last_error());
+	for (int i = 0; i < 2; i++) {
+		ck_assert_msg(kiln_device_stream_create(dev, &st[i]) == 0, "%s", kiln_last_error());
+		ck_assert(kiln_device_host_fn(dev, st[i], read_name, name[i]) == 0);
+		ck_assert(kiln_device_stream_sync(dev, st[i]) == 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		char *end;
+		ck_assert_msg(!strncmp(name[i], "kiln-stream-", 12), "worker %d named '%s'", i, name[i]);
+		long n = strtol(name[i] + 12, &end, 10);
+		ck_assert_msg(!*end && n >= 0, "worker %d named '%s'", i, name[i]);
+	}
+	ck_assert_msg(strcmp(name[0], name[1]), "two workers both named '%s'", name[0]);
+	for (int i = 0; i < 2; i++)
+		kiln_device_stream_destroy(dev, st[i]);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+END_TEST
+
 static Suite *make_cpu_pin_suite(void)
 {
 	Suite *s = suite_create("cpu_pin");
 	check_add_case(s, "pin", 60, NULL, NULL, (const TTest *[]){
-		test_plan, test_stage_workers_pinned, test_mode, test_bad_value, test_not_pinned, NULL });
+		test_plan, test_stage_workers_pinned, test_mode, test_bad_value, test_not_pinned,
+		test_worker_named, NULL });
 	return s;
 }
 

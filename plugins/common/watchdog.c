@@ -2,6 +2,7 @@
 #include "watchdog.h"
 
 #include <time.h>
+#include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 
 long long watchdog_now_ns(void)
 {
@@ -13,6 +14,7 @@ long long watchdog_now_ns(void)
 static void *watchdog_main(void *arg)
 {
 	struct watchdog *w = arg;
+	prctl(PR_SET_NAME, "kiln-watchdog");
 	pthread_mutex_lock(&w->lock);
 	while (!w->quit) {
 		struct timespec ts;

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <time.h>
 #include <unistd.h>
 
@@ -144,6 +145,7 @@ static void *helper_main(void *arg)
 	struct helper_arg a = *(struct helper_arg *)arg;
 	free(arg);
 	struct cpu_split_pool *P = a.P;
+	prctl(PR_SET_NAME, "kiln-gemm-split");
 	omp_set_num_threads(1); /* oneDNN's GEMM reads it: one thread a part */
 	uint32_t seen = a.seen;
 	while (!__atomic_load_n(&P->stop, __ATOMIC_ACQUIRE)) {

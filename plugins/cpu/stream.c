@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h> /* prctl(PR_SET_NAME): the thread's name in ps, top and perf */
 #include <time.h>
 
 /* A stream's ring grows to hold every task enqueued since its last
@@ -62,6 +63,7 @@ struct cpu_stream {
 	size_t pushed; /* tasks enqueued since the last stream_sync */
 	int quit;
 	pthread_cond_t wake; /* the worker: a task was pushed, or quit */
+	char name[16];       /* its worker's: kiln-stream-N, the process's N-th */
 	struct cpu_err err; /* sticky: first failure */
 };
 
@@ -148,6 +150,7 @@ static void *cpu_worker(void *arg)
 {
 	struct cpu_stream *s = arg;
 	struct cpu_ctx *c = s->c;
+	prctl(PR_SET_NAME, s->name);
 	pthread_mutex_lock(c->lock);
 	for (;;) {
 		while (!s->count && !s->quit)
@@ -274,6 +277,11 @@ static kiln_status stream_start(struct cpu_ctx *c, struct cpu_stream *s)
 	/* a stage device's workers on its own CPUs (pin.c) */
 	pthread_attr_t attr;
 	const int have_attr = !pthread_attr_init(&attr);
+	/* named in the order the process started its workers (compute
+	 * first), so that `ps -L`, top -H and perf tell them apart */
+	static int started;
+	snprintf(s->name, sizeof s->name, "kiln-stream-%u",
+		 (unsigned)__atomic_fetch_add(&started, 1, __ATOMIC_RELAXED) % 1000u);
 	int rc = have_attr ? cpu_pin_attr(&c->pin, &attr) : 0;
 	if (rc)
 		c->host->log(KILN_LOG_WARN, "cpu", "stream worker not bound to CPU %d: %s", c->pin.first,
