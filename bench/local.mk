@@ -49,6 +49,8 @@ EXTRA_DIST += bench/gpt.sh bench/pytorch_gpt2.py bench/gpt_inputs.py
 EXTRA_DIST += bench/onnx.sh
 EXTRA_DIST += bench/int8.sh bench/int8_profile.sh bench/int8_frozen.sh
 EXTRA_DIST += bench/pipeline.sh
+# what runs in each rank, thread by thread, from /proc (issue 21, session 19)
+EXTRA_DIST += bench/rank_threads.py
 EXTRA_DIST += bench/predict.sh bench/pytorch_predict.py
 EXTRA_DIST += bench/pipeline_gpt.sh
 # oneDNN's convolutions of the ResNet example per activation layout and
