@@ -86,13 +86,23 @@ echo "ok: the profile shows each stage's busy time and the bubble"
 # ---- 4. the GPT's stages on 2 ranks: the tie crosses ranks ----------------------
 if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 	port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-	KILN_MASTER_PORT=$port timeout 300 "$kiln" launch -n 2 -- "$kiln" train \
+	KILN_LOG_LEVEL=debug KILN_MASTER_PORT=$port timeout 300 "$kiln" launch -n 2 -- "$kiln" train \
 		"$srcdir/examples/gpt_char_split.ini" "$@" run.out_dir="$tmp/g4" run.devices= \
 		run.threads=1 dist.pipeline=2 dist.timeout=60 > "$tmp/g4.log" 2>&1 ||
 		{ tail -20 "$tmp/g4.log"; fail "gpt_char_split on 2 ranks exited $?"; }
 	grep -q "rank 1: stage 1 of 2" "$tmp/g4.log" || fail "g4: rank 1 is not stage 1"
 	grep -q "stage 1 (this rank) [0-9.]* (CPU [0-9.]*), its span" "$tmp/g4.log" || fail "g4: no busy time of rank 1's stage"
 	near "$(ck g2 4)" "$(ck g4 4)" 2e-5 params
+	# each counted step's stage totals at debug level (session 19, issue
+	# 21): one line a step after the first (3), whose means are the
+	# passes' means line's forward + backward of each stage
+	st=$(sed -n "s/.*the ranks' stamps: step at [0-9.]* s: the stages' pass pairs, ms (CPU): \([0-9.]*\) ([0-9.]*) \([0-9.]*\) ([0-9.]*)$/\1 \2/p" "$tmp/g4.log")
+	[ "$(echo "$st" | grep -c .)" = 3 ] || fail "g4: $(echo "$st" | grep -c .) steps' stage totals at debug, not 3"
+	pm=$(sed -n "s/.*the ranks' stamps: pipeline passes' means, ms (CPU): stage 0 forward \([0-9.]*\) ([0-9.]*) backward \([0-9.]*\) ([0-9.]*), stage 1 forward \([0-9.]*\) ([0-9.]*) backward \([0-9.]*\) .*/\1 \2 \3 \4/p" "$tmp/g4.log")
+	echo "$st" | awk -v pm="$pm" '{ a += $1; b += $2 } END { split(pm, m, " ");
+		d0 = a / NR - m[1] - m[2]; d1 = b / NR - m[3] - m[4];
+		exit !(NR == 3 && a > 0 && b > 0 && d0 < 0.01 && d0 > -0.01 && d1 < 0.01 && d1 > -0.01) }' ||
+		fail "g4: the steps' stage totals ($st) do not average to the passes' means ($pm)"
 	# [pipeline] sendrecv = 1 (session 13): the activation, its gradient
 	# and the tied gradient's return paired where a recv from the same
 	# rank follows a send; the same parameters
