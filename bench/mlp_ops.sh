@@ -3,7 +3,9 @@
 # one: kiln's profiler table (`kiln train --profile`: every op synchronised,
 # its self wall time) of bench/mlp_bench.ini at 1 and 2 threads, with
 # [run] fuse = 0 and 1, RUNS rounds interleaved; per (layer, op, pass) the
-# smallest mean microseconds over the rounds (the least disturbed), the
+# smallest median microseconds a call over the rounds (the table's
+# `median us`: a few preempted calls do not move it as they move the mean;
+# the least disturbed round), the
 # 2-thread time over the 1-thread one (1.0: the op gained nothing from the
 # second thread, 0.5: it halved), and the step.  A quiet machine's figures
 # say which ops share a step badly; on a loaded one every op is slower on
@@ -50,9 +52,10 @@ for run in glob.glob(os.path.join(sys.argv[1], "p.*")):
     _, t, f, _ = os.path.basename(run).split(".")
     for line in open(os.path.join(run, "profile.txt")):
         p = line.split()
-        if len(p) == 7 and p[3].isdigit():
-            d[(" ".join(p[:3]), t, f)].append(float(p[5]))
-        elif p and p[0] == "total":
+        # layer op pass calls total mean %step median min: the median
+        if len(p) == 9 and p[3].isdigit():
+            d[(" ".join(p[:3]), t, f)].append(float(p[7]))
+        elif p and p[0] == "total":  # ... mean %step median min: the median step
             d[("the whole step", t, f)].append(float(p[-2]))
 keys = sorted({k[0] for k in d}, key=lambda k: (k == "the whole step", -max(
     min(d.get((k, t, f), [0])) for t in "12" for f in "01")))
@@ -65,5 +68,5 @@ for k in keys:
         cells += ["%.1f" % a if a is not None else "", "%.1f" % b if b is not None else "",
                   "%.2f" % (b / a) if a and b is not None else ""]
     print("| %s | %s |" % (k, " | ".join(cells)))
-print("(microseconds a call, the smallest mean over the rounds; every op synchronised)")
+print("(microseconds a call, the smallest median over the rounds; every op synchronised)")
 EOF

@@ -12,12 +12,25 @@
 #include <stdio.h>
 #include <time.h>
 
+/* The durations of a row's calls (or of the steps), for the table's
+ * median and min: every one up to PROF_SAMPLE_CAP, then a uniform
+ * reservoir sample of PROF_SAMPLE_CAP (Vitter's algorithm R, with the
+ * profile's own deterministic generator).  min is over every call. */
+#define PROF_SAMPLE_CAP 1024
+struct prof_sample {
+	int64_t *ns;          /* n kept durations (cap allocated) */
+	size_t n, cap;
+	int64_t seen;         /* durations offered */
+	int64_t min;
+};
+
 /* One table row: every span with the same (label, what, pass). */
 struct prof_row {
 	char *label;          /* "conv1", "optimizer", "data wait" (owned) */
 	const char *what;     /* "conv_bwd_data", "copy_h2d", "loader" (static) */
 	int pass;             /* enum kiln_phase or KILN_PROF_* */
 	int64_t calls, ns;    /* over the counted steps (2..) */
+	struct prof_sample sample; /* their durations */
 };
 
 /* One trace slice.  kind: a row's index (>= 0), or one of EV_*. */
@@ -46,6 +59,8 @@ struct kiln_profile {
 	int64_t step;              /* current (or last) step, from 1 */
 	int64_t step_t0;
 	int64_t counted_ns, counted_steps; /* steps 2.. */
+	struct prof_sample steps;  /* their durations */
+	uint64_t rng;              /* the samples' reservoir draws */
 	int phase;                 /* current phase, KILN_PROF_NONE outside */
 	int64_t phase_t0;
 	/* plan -> op type (linear: a model has tens to hundreds of plans,
@@ -123,6 +138,49 @@ static int grow(void *arr, size_t *cap, size_t n, size_t size)
 	return 0;
 }
 
+/* splitmix64: the reservoir's draws, the same in every run */
+static uint64_t next_draw(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15u);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+	return z ^ (z >> 31);
+}
+
+/* Offer one duration to s (caller holds the lock).  Out of memory, the
+ * sample is a reservoir of the durations it holds already. */
+static void sample_add(struct prof_sample *s, uint64_t *rng, int64_t ns)
+{
+	if (!s->seen++ || ns < s->min)
+		s->min = ns;
+	if (s->n < PROF_SAMPLE_CAP && !grow(&s->ns, &s->cap, s->n, sizeof *s->ns)) {
+		s->ns[s->n++] = ns;
+		return;
+	}
+	if (!s->n)
+		return;
+	const uint64_t j = next_draw(rng) % (uint64_t)s->seen;
+	if (j < s->n)
+		s->ns[j] = ns;
+}
+
+static int by_ns(const void *a, const void *b)
+{
+	const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The median of s's kept durations, ns (the mean of the middle two for
+ * an even count); sorts them.  0 when empty. */
+static double sample_median(struct prof_sample *s)
+{
+	if (!s->n)
+		return 0;
+	qsort(s->ns, s->n, sizeof *s->ns, by_ns);
+	const size_t h = s->n / 2;
+	return s->n % 2 ? (double)s->ns[h] : 0.5 * ((double)s->ns[h - 1] + (double)s->ns[h]);
+}
+
 kiln_status kiln_profile_open(const struct kiln_config *cfg, struct kiln_profile **out)
 {
 	int on = 0;
@@ -139,6 +197,7 @@ kiln_status kiln_profile_open(const struct kiln_config *cfg, struct kiln_profile
 	p->origin = kiln_now_ns();
 	p->trace_steps = steps;
 	p->phase = KILN_PROF_NONE;
+	p->rng = 0x9e3779b97f4a7c15u;
 	*out = p;
 	return KILN_OK;
 }
@@ -147,8 +206,11 @@ void kiln_profile_free(struct kiln_profile *p)
 {
 	if (!p)
 		return;
-	for (size_t i = 0; i < p->n_rows; i++)
+	for (size_t i = 0; i < p->n_rows; i++) {
 		free(p->rows[i].label);
+		free(p->rows[i].sample.ns);
+	}
+	free(p->steps.ns);
 	for (size_t i = 0; i < p->n_names; i++)
 		free(p->names[i]);
 	for (int i = 0; i < p->n_notes; i++)
@@ -260,6 +322,7 @@ static void record(struct kiln_profile *p, const char *label, const char *what, 
 	if (p->step >= 2) {
 		p->rows[r].calls++;
 		p->rows[r].ns += t1 - t0;
+		sample_add(&p->rows[r].sample, &p->rng, t1 - t0);
 	}
 	add_event(p, r, track, pass, NULL, t0, t1);
 }
@@ -389,6 +452,7 @@ void kiln_profile_step(struct kiln_profile *p, int begin)
 		if (p->step >= 2) {
 			p->counted_ns += t - p->step_t0;
 			p->counted_steps++;
+			sample_add(&p->steps, &p->rng, t - p->step_t0);
 		}
 		add_event(p, EV_STEP, KILN_PROF_TRACK_STEP, KILN_PROF_NONE, NULL, p->step_t0, t);
 		__atomic_store_n(&p->recording, 0, __ATOMIC_RELAXED);
@@ -475,28 +539,32 @@ static void write_table(struct kiln_profile *p, FILE *f)
 	out_line(f, "%lld step(s) after the first (warm-up): %.3f ms, %.3f ms per step",
 		 (long long)p->counted_steps, total / 1e6, total / 1e6 / (double)p->counted_steps);
 	out_line(f, "self time per (layer, op, pass); the device was serialised (every op synchronised), so overlap is lost");
-	out_line(f, "%-*s  %-*s  %-9s %7s %11s %10s %7s", wl, "layer", ww, "op", "pass", "calls",
-		 "total ms", "mean us", "% step");
+	/* median and min after the older columns, which parsers read by position */
+	out_line(f, "%-*s  %-*s  %-9s %7s %11s %10s %7s %10s %10s", wl, "layer", ww, "op", "pass",
+		 "calls", "total ms", "mean us", "% step", "median us", "min us");
 	char rule[256];
-	int rl = wl + ww + 53 < (int)sizeof rule ? wl + ww + 53 : (int)sizeof rule - 1;
+	int rl = wl + ww + 75 < (int)sizeof rule ? wl + ww + 75 : (int)sizeof rule - 1;
 	memset(rule, '-', (size_t)rl);
 	rule[rl] = 0;
 	out_line(f, "%s", rule);
 	for (size_t i = 0; i < n; i++) {
-		const struct prof_row *r = rows[i];
-		out_line(f, "%-*s  %-*s  %-9s %7lld %11.3f %10.1f %7.2f", wl, r->label, ww, r->what,
-			 pass_name(r->pass), (long long)r->calls, (double)r->ns / 1e6,
-			 (double)r->ns / 1e3 / (double)r->calls, 100.0 * (double)r->ns / total);
+		struct prof_row *r = rows[i];
+		out_line(f, "%-*s  %-*s  %-9s %7lld %11.3f %10.1f %7.2f %10.1f %10.1f", wl, r->label,
+			 ww, r->what, pass_name(r->pass), (long long)r->calls, (double)r->ns / 1e6,
+			 (double)r->ns / 1e3 / (double)r->calls, 100.0 * (double)r->ns / total,
+			 sample_median(&r->sample) / 1e3, (double)r->sample.min / 1e3);
 	}
 	/* step time no span covers: enqueueing, the loop, progress output,
 	 * the profiler itself */
 	int64_t rest = p->counted_ns - sum;
-	out_line(f, "%-*s  %-*s  %-9s %7s %11.3f %10s %7.2f", wl, "(host)", ww, "untracked", "-",
-		 "-", (double)rest / 1e6, "-", 100.0 * (double)rest / total);
+	out_line(f, "%-*s  %-*s  %-9s %7s %11.3f %10s %7.2f %10s %10s", wl, "(host)", ww,
+		 "untracked", "-", "-", (double)rest / 1e6, "-", 100.0 * (double)rest / total, "-",
+		 "-");
 	out_line(f, "%s", rule);
-	out_line(f, "%-*s  %-*s  %-9s %7lld %11.3f %10.1f %7.2f", wl, "total", ww, "", "",
-		 (long long)p->counted_steps, total / 1e6, total / 1e3 / (double)p->counted_steps,
-		 100.0);
+	out_line(f, "%-*s  %-*s  %-9s %7lld %11.3f %10.1f %7.2f %10.1f %10.1f", wl, "total", ww, "",
+		 "", (long long)p->counted_steps, total / 1e6,
+		 total / 1e3 / (double)p->counted_steps, 100.0, sample_median(&p->steps) / 1e3,
+		 (double)p->steps.min / 1e3);
 	char line[512];
 	int k = snprintf(line, sizeof line, "by pass:");
 	for (int pass = 0; pass < KILN_PROF_PASSES; pass++)

@@ -34,6 +34,31 @@ static const char *cnn_ini =
 	"[train]\nepochs = 1\nbatch = 32\nmax_steps = 10\nlr = 0.05\nlog_every = 4\n"
 	"eval_batch = 64\n[plugin.cpu]\nasync = %d\n";
 
+/* Scratch directories (scratch_dir), removed with all they hold by the
+ * checked teardown, which Check runs only after a test that passed: a
+ * failure leaves its files for a look, a pass leaves nothing in $TMPDIR
+ * (2 kiln-profile-* directories a run before: the runs' out_dirs hold
+ * more than the files the tests unlinked). */
+#define SCRATCH_MAX 2
+static char scratch[SCRATCH_MAX][1024];
+static int n_scratch;
+
+static void scratch_dir(char *dir, size_t n)
+{
+	ck_assert(n_scratch < SCRATCH_MAX);
+	ck_assert(test_tmpdir_make(dir, n, "profile") != NULL);
+	snprintf(scratch[n_scratch++], sizeof scratch[0], "%s", dir);
+}
+
+static void scratch_setup(void) { n_scratch = 0; }
+
+static void scratch_teardown(void)
+{
+	for (int i = 0; i < n_scratch; i++)
+		test_tmpdir_remove(scratch[i]);
+	n_scratch = 0;
+}
+
 /* over: a command-line override ("" for none) */
 static void train(const char *dir, int profile, int steps, int workers, const char *layout,
 		  int async, const char *over, struct kiln_train_result *res)
@@ -132,8 +157,9 @@ static void check_trace(const char *dir, int trace_steps)
 
 /* ---- profile.txt ---------------------------------------------------------- */
 
-/* Rows between the two rules: ... calls total_ms mean_us pct (the host row
- * has "-" for calls and mean); then the total line.  A row starts with
+/* Rows between the two rules: ... calls total_ms mean_us pct median_us
+ * min_us (the host row has "-" for calls, mean, median and min); then the
+ * total line.  A row starts with
  * each of want[], none with any of absent[]. */
 static void check_table(const char *dir, const char *const *want, int n_want,
 			const char *const *absent, int n_absent)
@@ -157,10 +183,13 @@ static void check_table(const char *dir, const char *const *want, int n_want,
 		snprintf(copy, sizeof copy, "%s", line);
 		for (char *t = strtok(copy, " \n"); t && nt < 16; t = strtok(NULL, " \n"))
 			tok[nt++] = t;
-		ck_assert_msg(nt >= 5, "short table line: %s", line);
-		double ms = atof(tok[nt - 3]), pct = atof(tok[nt - 1]);
+		ck_assert_msg(nt >= 7, "short table line: %s", line);
+		double ms = atof(tok[nt - 5]), pct = atof(tok[nt - 3]);
+		double med = atof(tok[nt - 2]), min = atof(tok[nt - 1]);
 		if (rules == 2) {
 			ck_assert_str_eq(tok[0], "total");
+			ck_assert_msg(min > 0 && min <= med, "step min %.1f us, median %.1f: %s", min,
+				      med, line);
 			total_ms = ms;
 			ck_assert_double_eq_tol(pct, 100, 1e-9);
 			break;
@@ -171,10 +200,17 @@ static void check_table(const char *dir, const char *const *want, int n_want,
 			/* sorted by total, descending */
 			ck_assert_msg(ms <= prev_ms, "row out of order: %s", line);
 			prev_ms = ms;
-			ck_assert_msg(atoi(tok[nt - 4]) > 0, "row without calls: %s", line);
+			const int calls = atoi(tok[nt - 6]);
+			ck_assert_msg(calls > 0, "row without calls: %s", line);
+			/* the fastest call is no slower than the median, nor than
+			 * the mean (to the printed 0.1 us and 0.0005 ms) */
+			ck_assert_msg(min >= 0 && min <= med &&
+				      min * calls <= ms * 1e3 + 0.5 + 0.05 * calls,
+				      "min %.1f us, median %.1f us, %d calls in %.3f ms: %s", min, med,
+				      calls, ms, line);
 			/* "label op pass" with single spaces */
 			char key[512] = "";
-			for (int k = 0; k < nt - 4; k++)
+			for (int k = 0; k < nt - 6; k++)
 				snprintf(key + strlen(key), sizeof key - strlen(key), "%s%s",
 					 k ? " " : "", tok[k]);
 			for (int w = 0; w < n_want; w++)
@@ -254,10 +290,10 @@ static void check_same(const struct kiln_train_result *a, const struct kiln_trai
 static const char unfused[] = "run.fuse=0";
 START_TEST(test_profile_cnn)
 {
-	char dir[1024], path[4200];
+	char dir[1024];
 	struct kiln_train_result on, off;
 	TEST_REQUIRE_FASHION();
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "profile") != NULL);
+	scratch_dir(dir, sizeof dir);
 	train(dir, 1, 4, 1, "nchw", 1, unfused, &on);
 	ck_assert_int_eq(on.steps, 10);
 	check_trace(dir, 4);
@@ -271,13 +307,6 @@ START_TEST(test_profile_cnn)
 	train("", 0, 4, 1, "nchw", 1, unfused, &off);
 	check_same(&on, &off);
 	ck_assert_uint_eq(off.steady.host_syncs, 0); /* profiling off: no sync in a step */
-	snprintf(path, sizeof path, "%s/trace.json", dir);
-	unlink(path);
-	snprintf(path, sizeof path, "%s/profile.txt", dir);
-	unlink(path);
-	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	unlink(path);
-	rmdir(dir);
 }
 END_TEST
 
@@ -288,7 +317,7 @@ START_TEST(test_profile_inline_nhwc)
 	char dir[1024], path[4200];
 	struct kiln_train_result on, off;
 	TEST_REQUIRE_FASHION();
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "profile") != NULL);
+	scratch_dir(dir, sizeof dir);
 	train(dir, 1, 0, 0, "nhwc", 0, "", &on);
 	static const char *const want[] = { "data read inline data", "flat reorder forward",
 					    "input copy_h2d data" };
@@ -301,11 +330,6 @@ START_TEST(test_profile_inline_nhwc)
 	ck_assert_msg(access(path, F_OK) != 0, "profile_steps = 0 wrote %s", path);
 	train("", 0, 0, 0, "nhwc", 0, "", &off);
 	check_same(&on, &off);
-	snprintf(path, sizeof path, "%s/profile.txt", dir);
-	unlink(path);
-	snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-	unlink(path);
-	rmdir(dir);
 }
 END_TEST
 
@@ -314,6 +338,8 @@ struct kiln_profile;
 kiln_status kiln_profile_open(const struct kiln_config *cfg, struct kiln_profile **out);
 void kiln_profile_free(struct kiln_profile *p);
 void kiln_profile_step(struct kiln_profile *p, int begin);
+void kiln_profile_span(struct kiln_profile *p, const char *label, const char *what, int pass,
+		       int track, int64_t t0, int64_t t1);
 void kiln_profile_note(struct kiln_profile *p, const char *line);
 kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir);
 
@@ -325,7 +351,7 @@ START_TEST(test_profile_long_note)
 	char dir[1024], path[4200], note[1024], got[4096];
 	struct kiln_config *cfg;
 	struct kiln_profile *p = NULL;
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "profile") != NULL);
+	scratch_dir(dir, sizeof dir);
 	ck_assert(kiln_config_load_string("[run]\nprofile = 1\n", "note.ini", &cfg) == KILN_OK);
 	ck_assert_msg(kiln_config_validate(cfg, reg) == KILN_OK, "%s", kiln_last_error());
 	ck_assert_msg(kiln_profile_open(cfg, &p) == KILN_OK && p, "%s", kiln_last_error());
@@ -357,10 +383,6 @@ START_TEST(test_profile_long_note)
 	ck_assert_msg(whole == 1 && shortn == 1,
 		      "%s: the %zu-character note written %d times whole, the short one %d",
 		      path, strlen(note), whole, shortn);
-	unlink(path);
-	snprintf(path, sizeof path, "%s/trace.json", dir);
-	unlink(path);
-	rmdir(dir);
 }
 END_TEST
 
@@ -385,7 +407,7 @@ START_TEST(test_profile_long_label)
 	char dir[1024], path[1100], label[2100], got[4096];
 	struct kiln_config *cfg;
 	struct kiln_profile *p = NULL;
-	ck_assert(test_tmpdir_make(dir, sizeof dir, "profile") != NULL);
+	scratch_dir(dir, sizeof dir);
 	for (size_t i = 0; i < sizeof label - 1; i++)
 		label[i] = (char)('a' + i % 26);
 	label[sizeof label - 1] = 0;
@@ -425,17 +447,129 @@ START_TEST(test_profile_long_label)
 	fclose(f);
 	ck_assert_msg(rows == 1, "%s: the row of a %zu-character layer name found whole %d times", path,
 		      strlen(label), rows);
-	test_tmpdir_remove(dir);
+}
+END_TEST
+
+/* The row "LABEL op data" of dir/profile.txt: its calls, total (ms),
+ * mean, median and min (us); 0 when not found. */
+static int read_row(const char *dir, const char *label, long long *calls, double *v)
+{
+	char path[1100], line[512], a[64], b[64], c[64];
+	int found = 0;
+	snprintf(path, sizeof path, "%s/profile.txt", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "no %s", path);
+	while (fgets(line, sizeof line, f)) {
+		double pct, w[4];
+		long long k;
+		if (sscanf(line, "%63s %63s %63s %lld %lf %lf %lf %lf %lf", a, b, c, &k, &w[0],
+			   &w[1], &pct, &w[2], &w[3]) == 9 &&
+		    !strcmp(a, label) && !strcmp(b, "op") && !strcmp(c, "data")) {
+			*calls = k;
+			memcpy(v, w, sizeof w);
+			found++;
+		}
+	}
+	fclose(f);
+	return found == 1;
+}
+
+/* One step before the report: warm-up (not counted) spans of 1 s, then
+ * the counted ones, each row's durations (us) from its list. */
+static struct kiln_profile *feed(struct kiln_config **cfg, const char *const *labels,
+				 const int64_t *const *us, const int *n, int rows)
+{
+	struct kiln_profile *p = NULL;
+	ck_assert(kiln_config_load_string("[run]\nprofile = 1\nprofile_steps = 0\n", "med.ini",
+					  cfg) == KILN_OK);
+	ck_assert_msg(kiln_config_validate(*cfg, reg) == KILN_OK, "%s", kiln_last_error());
+	ck_assert_msg(kiln_profile_open(*cfg, &p) == KILN_OK && p, "%s", kiln_last_error());
+	kiln_profile_step(p, 1);
+	for (int r = 0; r < rows; r++)
+		kiln_profile_span(p, labels[r], "op", KILN_PHASE_DATA, KILN_PROF_TRACK_WAIT, 0,
+				  1000000000);
+	kiln_profile_step(p, 0);
+	kiln_profile_step(p, 1);
+	int64_t t = 0;
+	for (int r = 0; r < rows; r++)
+		for (int i = 0; i < n[r]; i++) {
+			kiln_profile_span(p, labels[r], "op", KILN_PHASE_DATA, KILN_PROF_TRACK_WAIT,
+					  t, t + us[r][i] * 1000);
+			t += us[r][i] * 1000;
+		}
+	kiln_profile_step(p, 0);
+	return p;
+}
+
+/* A few preempted calls (2 and 8 ms among 0.5 ms ones) move the mean, not
+ * the median; an even count's median is the mean of the middle two. */
+START_TEST(test_profile_median)
+{
+	char dir[1024];
+	struct kiln_config *cfg;
+	static const int64_t odd[] = { 520, 2000, 500, 8000, 510 }, even[] = { 300, 100, 400, 200 };
+	static const char *const labels[] = { "odd", "even" };
+	const int64_t *const us[] = { odd, even };
+	const int n[] = { 5, 4 };
+	scratch_dir(dir, sizeof dir);
+	struct kiln_profile *p = feed(&cfg, labels, us, n, 2);
+	ck_assert_msg(kiln_profile_report(p, dir) == KILN_OK, "%s", kiln_last_error());
+	kiln_profile_free(p);
+	kiln_config_free(cfg);
+	long long calls;
+	double v[4]; /* total ms, mean, median, min us */
+	ck_assert(read_row(dir, "odd", &calls, v));
+	ck_assert_int_eq(calls, 5);
+	ck_assert_double_eq_tol(v[0], 11.530, 1e-9);
+	ck_assert_double_eq_tol(v[1], 2306.0, 1e-9);
+	ck_assert_double_eq_tol(v[2], 520.0, 1e-9);
+	ck_assert_double_eq_tol(v[3], 500.0, 1e-9);
+	ck_assert(read_row(dir, "even", &calls, v));
+	ck_assert_int_eq(calls, 4);
+	ck_assert_double_eq_tol(v[1], 250.0, 1e-9);
+	ck_assert_double_eq_tol(v[2], 250.0, 1e-9);
+	ck_assert_double_eq_tol(v[3], 100.0, 1e-9);
+}
+END_TEST
+
+/* Past the sample's cap (1024 a row) the median is a reservoir sample's:
+ * 3000 calls of 500 us with every tenth 5 ms, then one of 400 us; the min
+ * is over every call. */
+START_TEST(test_profile_median_sampled)
+{
+	enum { N = 3001 };
+	char dir[1024];
+	struct kiln_config *cfg;
+	static int64_t many[N];
+	for (int i = 0; i < N - 1; i++)
+		many[i] = i % 10 == 9 ? 5000 : 500;
+	many[N - 1] = 400;
+	static const char *const labels[] = { "many" };
+	const int64_t *const us[] = { many };
+	const int n[] = { N };
+	scratch_dir(dir, sizeof dir);
+	struct kiln_profile *p = feed(&cfg, labels, us, n, 1);
+	ck_assert_msg(kiln_profile_report(p, dir) == KILN_OK, "%s", kiln_last_error());
+	kiln_profile_free(p);
+	kiln_config_free(cfg);
+	long long calls;
+	double v[4];
+	ck_assert(read_row(dir, "many", &calls, v));
+	ck_assert_int_eq(calls, N);
+	ck_assert_double_eq_tol(v[1], (2700 * 500.0 + 300 * 5000.0 + 400) / N, 0.051);
+	ck_assert_double_eq_tol(v[2], 500.0, 1e-9);
+	ck_assert_double_eq_tol(v[3], 400.0, 1e-9);
 }
 END_TEST
 
 static Suite *make_profile_suite(void)
 {
 	Suite *s = suite_create("profile");
-	check_add_case(s, "cnn", 300, NULL, NULL, (const TTest *[]){
+	check_add_case(s, "cnn", 300, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_profile_cnn, test_profile_inline_nhwc, NULL });
-	check_add_case(s, "notes", 60, NULL, NULL, (const TTest *[]){ test_profile_long_note,
-											     test_profile_long_label, NULL });
+	check_add_case(s, "notes", 60, scratch_setup, scratch_teardown, (const TTest *[]){
+		test_profile_long_note, test_profile_long_label, test_profile_median,
+		test_profile_median_sampled, NULL });
 	return s;
 }
 
