@@ -830,6 +830,44 @@ int next_space()
 	return next_generation.fetch_add(1);
 }
 
+/* The process's TCP device for an address setting ("iface:eth0",
+ * "host:127.0.0.1"): one per process, shared by every communicator that
+ * opens with it (the world's, a pipeline's splits, the hierarchical
+ * leaders').  A Gloo tcp::Device is an epoll loop and its thread (which
+ * wakes every 10 ms even when idle) plus the address its pairs listen on;
+ * the pairs and their sockets belong to each communicator's context, so a
+ * pair that times out or closes closes alone.  The registry holds weak
+ * references: the contexts (and their pairs) hold the device, and it ends,
+ * its thread joined, when the last communicator using it closes.  Keyed by
+ * process id too, so a child forked after an open makes its own (the
+ * parent's loop thread does not exist in the child).  Throws as
+ * CreateDevice does. */
+std::shared_ptr<gloo::transport::Device> shared_device(const std::string &iface,
+						       const std::string &hostname)
+{
+	static std::mutex lock;
+	static auto *devices = new std::vector<std::pair<std::string, std::weak_ptr<gloo::transport::Device>>>;
+	const std::string key = std::to_string((long)getpid()) + (iface.empty() ? " host:" + hostname
+									       : " iface:" + iface);
+	std::lock_guard<std::mutex> g(lock);
+	auto d = std::find_if(devices->begin(), devices->end(),
+			      [&](const auto &e) { return e.first == key; });
+	if (d != devices->end())
+		if (auto dev = d->second.lock())
+			return dev;
+	gloo::transport::tcp::attr attr;
+	if (iface.empty())
+		attr.hostname = hostname;
+	else
+		attr.iface = iface;
+	auto dev = gloo::transport::tcp::CreateDevice(attr);
+	if (d != devices->end())
+		d->second = dev;
+	else
+		devices->emplace_back(key, dev);
+	return dev;
+}
+
 /* Open rank `rank` of a communicator of `world` ranks whose store keys lie
  * under gloo/<space>/ (and gloo/shm/<space>/, gloo/hier/<space>/). */
 kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cfg,
@@ -848,12 +886,8 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 	const char *iface = host->config_get(cfg, "plugin.gloo", "iface");
 	std::shared_ptr<gloo::transport::Device> device;
 	try {
-		gloo::transport::tcp::attr attr;
-		if (iface && *iface)
-			attr.iface = iface;
-		else
-			attr.hostname = hostname && *hostname ? hostname : "127.0.0.1";
-		device = gloo::transport::tcp::CreateDevice(attr);
+		device = shared_device(iface && *iface ? iface : "",
+				       hostname && *hostname ? hostname : "127.0.0.1");
 		char prefix[64];
 		std::snprintf(prefix, sizeof prefix, "gloo/%s/", space);
 		KilnStore ks(store, prefix, timeout_ms);
