@@ -55,6 +55,7 @@
 
 #include <check.h>
 #include "check_main.h"
+#include <dirent.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <glob.h>
@@ -878,6 +879,19 @@ out:
 	return -1;
 }
 
+/* The calling process's threads (/proc/self/task), or -1 */
+static int count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return -1;
+	int n = 0;
+	for (struct dirent *de; (de = readdir(d));)
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 static void *split_main(void *arg)
 {
 	struct rank_ctx *r = arg;
@@ -908,9 +922,18 @@ static void *split_main(void *arg)
 	TRY(kiln_device_alloc(e.dev, SPN * 4, (void **)&x));
 	TRY(kiln_device_alloc(e.dev, SPN * 4, (void **)&k));
 	int ra, wa, rb, wb, rcc, wc;
+	const int threads0 = count_threads();
 	TRY(e.ops->split(e.comm, R % 2, -R, &ga, &ra, &wa));
 	TRY(e.ops->split(e.comm, R / 2, R, &gb, &rb, &wb));
 	TRY(e.ops->split(e.comm, R == 3 ? KILN_COMM_NO_GROUP : 0, 0, &gc, &rcc, &wc));
+	/* the groups share the parent's Gloo TCP device (one a process):
+	 * no event-loop thread of their own (3 more before, one a group) */
+	const int threads1 = count_threads();
+	if (threads0 < 0 || threads1 != threads0) {
+		snprintf(r->err, sizeof r->err, "rank %d: %d threads before the splits, %d after (want as many)",
+			 R, threads0, threads1);
+		goto out;
+	}
 	/* A: by key = -rank, the higher world rank first */
 	const int ma[2] = { R % 2 + 2, R % 2 }, mb[2] = { R / 2 * 2, R / 2 * 2 + 1 },
 		  mc[3] = { 0, 1, 2 };
