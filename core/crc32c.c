@@ -56,9 +56,10 @@ static pthread_once_t x8span_once = PTHREAD_ONCE_INIT;
 
 static void x8span_init(void)
 {
-	uint32_t x = 1u << 31; /* x^0 */
-	for (int i = 0; i < 8 * SPAN; i++)
-		x = x & 1 ? (x >> 1) ^ 0x82F63B78u : x >> 1; /* times x */
+	_Static_assert(8 * SPAN == 1 << 16, "x^(8 SPAN) by 16 squarings");
+	uint32_t x = 1u << 30; /* x^1 */
+	for (int i = 0; i < 16; i++)
+		x = mul_mod(x, x); /* x^(2^(i+1)) */
 	x8span = x;
 }
 
