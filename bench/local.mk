@@ -80,6 +80,8 @@ endif
 EXTRA_DIST += bench/lstm.sh bench/pytorch_lstm.py
 # the fixed cost of a run, start-up caches off and on (bench/startup.sh)
 EXTRA_DIST += bench/startup.sh
+# set-up phases and the run outside its fit, two builds A/B (bench/setup_ab.sh)
+EXTRA_DIST += bench/setup_ab.sh
 EXTRA_DIST += bench/pipeline_ranks.sh
 # a CNN step's oneDNN reorders and convolutions, CPU seconds a step, against another cpu plugin
 EXTRA_DIST += bench/conv_steps.sh

@@ -63,7 +63,8 @@ float kiln_rng_uniform(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b);
 /* out[k] = kiln_rng_uniform(seed, stream, a, b0 + k), k < n, vectorized */
 void kiln_rng_uniform_run(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0, int64_t n,
 			  float *out);
-/* the same; vector 0: the portable code even where AVX-512 is (tests) */
+/* the same; vector 0: the portable code even where AVX-512 is (tests);
+ * 1: the best the CPU has; 2: AVX2 even where AVX-512 is (portable without) */
 void kiln_rng_uniform_run_isa(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0,
 			      int64_t n, float *out, int vector);
 void kiln_rng_uniform4(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b, float u[4]);

@@ -75,7 +75,7 @@ void kiln_rng_permutation(uint64_t seed, uint64_t epoch, int64_t *perm, int64_t 
 /* kiln_rng_uniform_run: out[k] = kiln_rng_uniform(seed, stream, a, b0 + k)
  * for k in [0, n), bit for bit, LANES counters at once (with AVX-512: in
  * one register; the initial weights are millions of draws that differ only
- * in b).  Philox4x32-10 as Random123
+ * in b; with AVX2, in two).  Philox4x32-10 as Random123
  * computes it: 10 rounds, the key bumped before each round after the
  * first; only the first output word is used. */
 enum { LANES = 16 };
@@ -85,8 +85,8 @@ enum { LANES = 16 };
 #define PHILOX_W1 0xBB67AE85u
 
 /* One block of LANES uniforms: counters (c0, c1, b0 + i, c3), key
- * (key0, key1); portable C, and AVX-512 where the CPU has it (chosen at
- * run time). */
+ * (key0, key1); portable C, AVX-512 or AVX2 where the CPU has it (chosen
+ * at run time). */
 #define UNIFORM_BLOCK_ARGS                                                                   \
 	(uint32_t c0, uint32_t c1, uint32_t b0, uint32_t c3, uint32_t key0, uint32_t key1,    \
 	 float *restrict out)
@@ -160,6 +160,54 @@ RNG_AVX512 static void uniform_block_avx512 UNIFORM_BLOCK_ARGS
 				 _mm512_set1_ps(1.0f / 16777216.0f));
 	_mm512_storeu_ps(out, u);
 }
+
+#define RNG_AVX2 __attribute__((target("avx2")))
+
+/* mulhilo16's halves in AVX2: 8 lanes a register */
+RNG_AVX2 static inline void mulhilo8(__m256i x, __m256i m, __m256i *hi, __m256i *lo)
+{
+	__m256i even = _mm256_mul_epu32(x, m);
+	__m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), m);
+	*lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+	*hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+}
+
+/* The block in two registers of 8 lanes (AVX2 CPUs: the portable code's
+ * 64-bit products are not vectorized at -O2) */
+RNG_AVX2 static void uniform_block_avx2 UNIFORM_BLOCK_ARGS
+{
+	const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
+	const __m256i c1v = _mm256_set1_epi32((int)c1), c3v = _mm256_set1_epi32((int)c3);
+	__m256i x0[2], x1[2], x2[2], x3[2];
+	for (int h = 0; h < 2; h++) {
+		x0[h] = _mm256_set1_epi32((int)c0);
+		x1[h] = c1v;
+		x2[h] = _mm256_add_epi32(_mm256_set1_epi32((int)(b0 + 8u * (uint32_t)h)),
+					 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+		x3[h] = c3v;
+	}
+	uint32_t k0 = key0, k1 = key1;
+	for (int r = 0; r < 10; r++) {
+		if (r) {
+			k0 += PHILOX_W0;
+			k1 += PHILOX_W1;
+		}
+		const __m256i k0v = _mm256_set1_epi32((int)k0), k1v = _mm256_set1_epi32((int)k1);
+		for (int h = 0; h < 2; h++) {
+			__m256i hi0, lo0, hi1, lo1;
+			mulhilo8(x0[h], m0, &hi0, &lo0);
+			mulhilo8(x2[h], m1, &hi1, &lo1);
+			x0[h] = _mm256_xor_si256(_mm256_xor_si256(hi1, x1[h]), k0v);
+			x2[h] = _mm256_xor_si256(_mm256_xor_si256(hi0, x3[h]), k1v);
+			x1[h] = lo1;
+			x3[h] = lo0;
+		}
+	}
+	for (int h = 0; h < 2; h++)
+		_mm256_storeu_ps(out + 8 * h,
+				 _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x0[h], 8)),
+					       _mm256_set1_ps(1.0f / 16777216.0f)));
+}
 #endif
 
 void kiln_rng_uniform_run_isa(uint64_t seed, uint32_t stream, uint64_t a, uint32_t b0,
@@ -167,8 +215,10 @@ void kiln_rng_uniform_run_isa(uint64_t seed, uint32_t stream, uint64_t a, uint32
 {
 	void (*block) UNIFORM_BLOCK_ARGS = uniform_block;
 #if defined(__x86_64__) && defined(__GNUC__)
-	if (vector && __builtin_cpu_supports("avx512f"))
+	if (vector == 1 && __builtin_cpu_supports("avx512f"))
 		block = uniform_block_avx512;
+	else if (vector && __builtin_cpu_supports("avx2"))
+		block = uniform_block_avx2;
 #endif
 	int64_t k = 0;
 	for (; k + LANES <= n; k += LANES)

@@ -646,7 +646,8 @@ START_TEST(test_transform_needs_images)
 END_TEST
 
 /* kiln_rng_uniform_run (the initial weights' draws, 16 lanes at once) gives
- * kiln_rng_uniform's numbers bit for bit: lengths around the 16-lane
+ * kiln_rng_uniform's numbers bit for bit, with the best vector code, AVX2's
+ * and the portable code: lengths around the 16-lane
  * blocks, a start b0 that is not a multiple of 16 (and one whose block
  * wraps past 2^32), counters and seeds with their high words set. */
 START_TEST(test_uniform_run_equals_scalar)
@@ -659,17 +660,18 @@ START_TEST(test_uniform_run_equals_scalar)
 		{ 42, 0x55, 16, 16 },
 	};
 	float out[1000 + 1];
-	for (size_t j = 0; j < 2 * sizeof c / sizeof c[0]; j++) {
-		size_t i = j / 2; /* each case with the vector code, then the portable */
+	static const char *const code[] = { "portable", "vector", "avx2" };
+	for (size_t j = 0; j < 3 * sizeof c / sizeof c[0]; j++) {
+		size_t i = j / 3; /* each case with each code */
 		out[c[i].n] = -7.0f; /* the run writes n values, no more */
 		kiln_rng_uniform_run_isa(c[i].seed, KILN_RNG_INIT, c[i].a, c[i].b0, c[i].n, out,
-					 !(j % 2));
+					 (int)(j % 3));
 		for (int64_t k = 0; k < c[i].n; k++) {
 			float want = kiln_rng_uniform(c[i].seed, KILN_RNG_INIT, c[i].a,
 						      c[i].b0 + (uint32_t)k);
 			ck_assert_msg(memcmp(&out[k], &want, sizeof want) == 0,
 				      "case %zu (%s) element %lld: %.9g, want %.9g", i,
-				      j % 2 ? "portable" : "vector", (long long)k, out[k], want);
+				      code[j % 3], (long long)k, out[k], want);
 		}
 		ck_assert(out[c[i].n] == -7.0f);
 	}

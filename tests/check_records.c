@@ -212,6 +212,22 @@ START_TEST(test_crc32c)
 			ck_assert_uint_eq(kiln_crc32c(0x12345678u, buf + off, n),
 					  crc_bitwise(0x12345678u, buf + off, n));
 		}
+	/* lengths around the three-stream blocks (3 x 8 KiB), a start crc,
+	 * misaligned starts */
+	enum { BIG = 4 * 24576 + 100 };
+	uint8_t *big = malloc(BIG);
+	ck_assert_ptr_nonnull(big);
+	for (size_t i = 0; i < BIG; i++)
+		big[i] = (uint8_t)(i * 2654435761u >> 13);
+	static const size_t lens[] = { 24575, 24576, 24577, 24576 + 8, 2 * 24576 + 13, 4 * 24576 + 90 };
+	for (size_t off = 0; off < 4; off += 3)
+		for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
+			uint32_t want = crc_bitwise(0x9abcdef0u, big + off, lens[j]);
+			ck_assert_msg(kiln_crc32c(0x9abcdef0u, big + off, lens[j]) == want,
+				      "offset %zu, %zu bytes", off, lens[j]);
+			ck_assert_uint_eq(host->crc32c(0x9abcdef0u, big + off, lens[j]), want);
+		}
+	free(big);
 }
 END_TEST
 
