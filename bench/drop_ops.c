@@ -10,20 +10,8 @@
  * thread's) of a pass over ITERS runs, in ms.
  *
  * Usage: bench/drop_ops [--iters N] [--batch B] [--threads T] [--shape C,H] */
-#include <kiln/kiln.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "bench_ops.h"
 #include "bench_time.h"
-
-#define TRY(call)                                                                          \
-	do {                                                                               \
-		if ((call) != 0) {                                                         \
-			fprintf(stderr, "drop_ops: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
-				kiln_last_error());                                        \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
 
 enum { MAXIT = 1000, NW = 5 };
 
@@ -32,15 +20,6 @@ struct way {
 	void *plan, *x, *y;
 	double t[MAXIT];
 };
-
-static void *buf(struct kiln_device *dev, size_t n)
-{
-	void *p;
-	TRY(kiln_device_alloc(dev, n, &p));
-	for (size_t i = 0; i < n / 4; i++)
-		((float *)p)[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
-	return p;
-}
 
 /* a DROPOUT (bwd: DROPOUT_BWD) of t; x and y its own buffers (y = x: in place) */
 static void way(struct kiln_device *dev, struct way *w, const char *name, struct kiln_tensor_desc t,
@@ -56,8 +35,8 @@ static void way(struct kiln_device *dev, struct way *w, const char *name, struct
 	size_t wsb = 0;
 	TRY(kiln_device_prepare(dev, &op, &w->plan, &wsb));
 	w->name = name;
-	w->x = buf(dev, kiln_tensor_bytes(&t));
-	w->y = in_place ? w->x : buf(dev, kiln_tensor_bytes(&t));
+	w->x = bench_buf(dev, kiln_tensor_bytes(&t));
+	w->y = in_place ? w->x : bench_buf(dev, kiln_tensor_bytes(&t));
 }
 
 static void run(struct kiln_device *dev, void *stream, struct way *w, const void *step, int it)
@@ -71,34 +50,22 @@ static void run(struct kiln_device *dev, void *stream, struct way *w, const void
 
 int main(int argc, char **argv)
 {
-	int iters = 30, B = 128, threads = 1, C = 32, H = 14;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-			iters = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-			B = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-			threads = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
-			 sscanf(argv[++i], "%d,%d", &C, &H) == 2)
-			;
-		else {
+	struct bench_opts o = { .iters = 30, .batch = 128, .threads = 1 };
+	int C = 32, H = 14;
+	for (int i = 1; i < argc; i++)
+		if (!bench_opt(argc, argv, &i, &o) &&
+		    !(!strcmp(argv[i], "--shape") && i + 1 < argc && sscanf(argv[++i], "%d,%d", &C, &H) == 2)) {
 			fprintf(stderr, "usage: %s [--iters N] [--batch B] [--threads T] [--shape C,H]\n", argv[0]);
 			return 2;
 		}
-	}
+	int iters = o.iters;
+	const int B = o.batch, threads = o.threads;
 	iters = iters < 1 ? 1 : iters > MAXIT ? MAXIT : iters;
-	struct kiln_registry *reg;
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	void *stream, *step;
-	char ov[64];
-	TRY(kiln_registry_open(NULL, &reg));
-	TRY(kiln_config_new(&cfg));
-	snprintf(ov, sizeof ov, "run.threads=%d", threads);
-	TRY(kiln_config_override(cfg, ov));
-	TRY(kiln_device_open(reg, cfg, "cpu", 0, &dev));
-	TRY(kiln_device_stream_create(dev, &stream));
+	struct bench_cpu cpu;
+	bench_cpu_open(&cpu, threads);
+	struct kiln_device *dev = cpu.dev;
+	void *stream = cpu.stream;
+	void *step;
 	TRY(kiln_device_alloc(dev, 8, &step));
 	memcpy(step, &(int64_t){ 5 }, 8);
 	struct kiln_tensor_desc flat, act;
@@ -123,9 +90,6 @@ int main(int argc, char **argv)
 		qsort(w[k].t, (size_t)iters, sizeof(double), cmp_double);
 		printf("%-14s %10.3f %10.3f\n", w[k].name, 1e3 * w[k].t[0], 1e3 * w[k].t[iters / 2]);
 	}
-	kiln_device_stream_destroy(dev, stream);
-	kiln_device_close(dev);
-	kiln_config_free(cfg);
-	kiln_registry_close(reg);
+	bench_cpu_close(&cpu);
 	return 0;
 }

@@ -12,43 +12,8 @@
  *
  * Usage: bench/fftconv_ops [--iters N] [--batch B] [--threads T] [--nhwc]
  *        [--shape C,H,O,K,P] [--kept] */
-#include <kiln/kiln.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#define TRY(call)                                                                          \
-	do {                                                                               \
-		if ((call) != 0) {                                                         \
-			fprintf(stderr, "fftconv_ops: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
-				kiln_last_error());                                        \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
-
-static double cpu_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static double wall_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static struct kiln_tensor_desc d4(int64_t a, int64_t b, int64_t c, int64_t d, int layout)
-{
-	struct kiln_tensor_desc t;
-	memset(&t, 0, sizeof t);
-	t.dtype = KILN_F32, t.ndim = 4, t.layout = layout;
-	t.dims[0] = a, t.dims[1] = b, t.dims[2] = c, t.dims[3] = d;
-	return t;
-}
+#include "bench_ops.h"
+#include "bench_time.h"
 
 struct bench {
 	struct kiln_device *dev;
@@ -92,10 +57,10 @@ static void run_args(struct bench *b, const struct kiln_op_args *args)
 {
 	struct kiln_op_args a = *args;
 	a.workspace = b->ws, a.workspace_bytes = b->wsb;
-	const double c0 = cpu_s(), w0 = wall_s();
+	const double c0 = cpu_now(), w0 = now();
 	TRY(kiln_device_run(b->dev, b->plan, &a, b->stream));
 	TRY(kiln_device_stream_sync(b->dev, b->stream));
-	const double c = cpu_s() - c0, w = wall_s() - w0;
+	const double c = cpu_now() - c0, w = now() - w0;
 	b->cpu = c < b->cpu ? c : b->cpu;
 	b->wall = w < b->wall ? w : b->wall;
 }
@@ -174,15 +139,11 @@ static void kept_chain(struct kiln_registry *reg, int threads, int iters, const 
 
 int main(int argc, char **argv)
 {
-	int iters = 10, B = 128, threads = 1, nhwc = 0, keep = 0;
-	int C = 32, H = 14, O = 64, K = 5, P = 2;
+	struct bench_opts o = { .iters = 10, .batch = 128, .threads = 1 };
+	int nhwc = 0, keep = 0, C = 32, H = 14, O = 64, K = 5, P = 2;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-			iters = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-			B = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-			threads = atoi(argv[++i]);
+		if (bench_opt(argc, argv, &i, &o))
+			;
 		else if (!strcmp(argv[i], "--nhwc"))
 			nhwc = 1;
 		else if (!strcmp(argv[i], "--kept"))
@@ -195,11 +156,12 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	const int iters = o.iters, B = o.batch, threads = o.threads;
 	struct kiln_registry *reg;
 	TRY(kiln_registry_open(NULL, &reg));
 	const int lay = nhwc ? KILN_NHWC : KILN_NCHW, OH = H + 2 * P - K + 1;
-	struct kiln_tensor_desc x = d4(B, C, H, H, lay), y = d4(B, O, OH, OH, lay),
-				w = d4(O, C, K, K, KILN_NCHW), bias;
+	struct kiln_tensor_desc x = bench_d4(B, C, H, H, lay), y = bench_d4(B, O, OH, OH, lay),
+				w = bench_d4(O, C, K, K, KILN_NCHW), bias;
 	const int64_t bd[1] = { O };
 	kiln_tensor_desc_init(&bias, KILN_F32, 1, bd);
 	static const char *const names[3] = { "forward", "bwd_data", "bwd_weights" };

@@ -34,7 +34,7 @@ bench_attention_SOURCES = bench/attention.c
 bench_attention_LDADD = libkiln.la -lm
 EXTRA_DIST += bench/pytorch_attention.py bench/attention.sh
 # kiln and PyTorch under contention (a busy core, taskset, a CPU quota)
-EXTRA_DIST += bench/contention.sh bench/bench_time.h
+EXTRA_DIST += bench/contention.sh bench/bench_time.h bench/bench_ops.h
 EXTRA_DIST += bench/tune_contention.sh
 EXTRA_DIST += bench/tune_measure.sh
 # kiln beside PyTorch 2.x eager / torch.compile / Lightning and 1.13

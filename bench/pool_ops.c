@@ -11,31 +11,10 @@
  * thread's) of a pass over ITERS runs, in ms.
  *
  * Usage: bench/pool_ops [--iters N] [--batch B] [--threads T] [--shape C,H] */
-#include <kiln/kiln.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "bench_ops.h"
 #include "bench_time.h"
 
-#define TRY(call)                                                                          \
-	do {                                                                               \
-		if ((call) != 0) {                                                         \
-			fprintf(stderr, "pool_ops: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
-				kiln_last_error());                                        \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
-
 enum { MAXOPS = 2, MAXIT = 1000, NW = 4 };
-
-static struct kiln_tensor_desc d4(int64_t a, int64_t b, int64_t c, int64_t d, int layout)
-{
-	struct kiln_tensor_desc t;
-	memset(&t, 0, sizeof t);
-	t.dtype = KILN_F32, t.ndim = 4, t.layout = layout;
-	t.dims[0] = a, t.dims[1] = b, t.dims[2] = c, t.dims[3] = d;
-	return t;
-}
 
 struct step { /* one op: its plan and buffers (in k aliases another op's by name) */
 	void *plan, *ws;
@@ -50,19 +29,10 @@ struct way {
 	double t[MAXIT];
 };
 
-static void *buf(struct kiln_device *dev, size_t n)
-{
-	void *p;
-	TRY(kiln_device_alloc(dev, n ? n : 64, &p));
-	for (size_t i = 0; i < n / 4; i++)
-		((float *)p)[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
-	return p;
-}
-
 static void prep(struct kiln_device *dev, struct step *s, const struct kiln_op *op)
 {
 	TRY(kiln_device_prepare(dev, op, &s->plan, &s->wsb));
-	s->ws = s->wsb ? buf(dev, s->wsb) : NULL;
+	s->ws = s->wsb ? bench_buf(dev, s->wsb) : NULL;
 }
 
 /* pool forward (n_out 2, the fold) from x in layout lx to y in ly; its
@@ -77,15 +47,15 @@ static void pool_pair(struct kiln_device *dev, struct step *f, struct step *b, s
 	op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
 	op.in[0] = x, op.out[0] = y;
 	prep(dev, f, &op);
-	f->in[0] = buf(dev, kiln_tensor_bytes(&x));
-	f->out[0] = buf(dev, kiln_tensor_bytes(&y));
-	f->out[1] = buf(dev, kiln_device_aux_bytes(dev, f->plan));
+	f->in[0] = bench_buf(dev, kiln_tensor_bytes(&x));
+	f->out[0] = bench_buf(dev, kiln_tensor_bytes(&y));
+	f->out[1] = bench_buf(dev, kiln_device_aux_bytes(dev, f->plan));
 	op.type = KILN_OP_POOL_BWD, op.n_in = 3, op.n_out = 1, op.flags = 0, op.i[KILN_OPI_ACT] = 0;
 	op.in[0] = y, op.in[1] = (struct kiln_tensor_desc){ 0 }, op.in[2] = x, op.out[0] = x;
 	prep(dev, b, &op);
-	b->in[0] = buf(dev, kiln_tensor_bytes(&y));
+	b->in[0] = bench_buf(dev, kiln_tensor_bytes(&y));
 	b->in[1] = f->out[1], b->in[2] = f->in[0];
-	b->out[0] = buf(dev, kiln_tensor_bytes(&x));
+	b->out[0] = bench_buf(dev, kiln_tensor_bytes(&x));
 }
 
 static void reorder(struct kiln_device *dev, struct step *s, struct kiln_tensor_desc from,
@@ -96,8 +66,8 @@ static void reorder(struct kiln_device *dev, struct step *s, struct kiln_tensor_
 	op.type = KILN_OP_REORDER, op.n_in = 1, op.n_out = 1;
 	op.in[0] = from, op.out[0] = to;
 	prep(dev, s, &op);
-	s->in[0] = in ? in : buf(dev, kiln_tensor_bytes(&from));
-	s->out[0] = out ? out : buf(dev, kiln_tensor_bytes(&to));
+	s->in[0] = in ? in : bench_buf(dev, kiln_tensor_bytes(&from));
+	s->out[0] = out ? out : bench_buf(dev, kiln_tensor_bytes(&to));
 }
 
 static double run(struct kiln_device *dev, void *stream, struct way *w, int it)
@@ -116,37 +86,24 @@ static double run(struct kiln_device *dev, void *stream, struct way *w, int it)
 
 int main(int argc, char **argv)
 {
-	int iters = 20, B = 128, threads = 1, C = 64, H = 14;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-			iters = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-			B = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-			threads = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--shape") && i + 1 < argc &&
-			 sscanf(argv[++i], "%d,%d", &C, &H) == 2)
-			;
-		else {
+	struct bench_opts o = { .iters = 20, .batch = 128, .threads = 1 };
+	int C = 64, H = 14;
+	for (int i = 1; i < argc; i++)
+		if (!bench_opt(argc, argv, &i, &o) &&
+		    !(!strcmp(argv[i], "--shape") && i + 1 < argc && sscanf(argv[++i], "%d,%d", &C, &H) == 2)) {
 			fprintf(stderr, "usage: %s [--iters N] [--batch B] [--threads T] [--shape C,H]\n", argv[0]);
 			return 2;
 		}
-	}
+	int iters = o.iters;
+	const int B = o.batch, threads = o.threads;
 	iters = iters < 1 ? 1 : iters > MAXIT ? MAXIT : iters;
-	struct kiln_registry *reg;
-	struct kiln_config *cfg;
-	struct kiln_device *dev;
-	void *stream;
-	char ov[64];
-	TRY(kiln_registry_open(NULL, &reg));
-	TRY(kiln_config_new(&cfg));
-	snprintf(ov, sizeof ov, "run.threads=%d", threads);
-	TRY(kiln_config_override(cfg, ov));
-	TRY(kiln_device_open(reg, cfg, "cpu", 0, &dev));
-	TRY(kiln_device_stream_create(dev, &stream));
+	struct bench_cpu cpu;
+	bench_cpu_open(&cpu, threads);
+	struct kiln_device *dev = cpu.dev;
+	void *stream = cpu.stream;
 	const int O = H / 2;
-	const struct kiln_tensor_desc xh = d4(B, C, H, H, KILN_NHWC), xc = d4(B, C, H, H, KILN_NCHW),
-				      yh = d4(B, C, O, O, KILN_NHWC), yc = d4(B, C, O, O, KILN_NCHW);
+	const struct kiln_tensor_desc xh = bench_d4(B, C, H, H, KILN_NHWC), xc = bench_d4(B, C, H, H, KILN_NCHW),
+				      yh = bench_d4(B, C, O, O, KILN_NHWC), yc = bench_d4(B, C, O, O, KILN_NCHW);
 	/* forward and backward of each way: 0 nhwc+reorder, 1 mixed, 2 nchw, 3 nhwc */
 	struct way w[2][NW] = { { { "nhwc+reorder", 2, { { 0 } }, { 0 } }, { "mixed", 1, { { 0 } }, { 0 } },
 				  { "nchw", 1, { { 0 } }, { 0 } }, { "nhwc", 1, { { 0 } }, { 0 } } },
@@ -171,9 +128,6 @@ int main(int argc, char **argv)
 			printf("%-9s %-14s %10.3f %10.3f\n", p ? "backward" : "forward", w[p][k].name,
 			       1e3 * w[p][k].t[0], 1e3 * w[p][k].t[iters / 2]);
 		}
-	kiln_device_stream_destroy(dev, stream);
-	kiln_device_close(dev);
-	kiln_config_free(cfg);
-	kiln_registry_close(reg);
+	bench_cpu_close(&cpu);
 	return 0;
 }

@@ -485,16 +485,23 @@ static void report_mine(const struct kiln_pipe_timing *t, FILE *m)
 		span > 0 ? 1.0 - busy / span : 0, t->theory, (long long)t->counted);
 }
 
+/* "pipeline WHAT ms/step:" and each stage's ns[s] a step: their sum. */
+static double report_stages(const struct kiln_pipe_timing *t, FILE *m, const char *what, const double *ns)
+{
+	double sum = 0;
+	fprintf(m, "pipeline %s ms/step:", what);
+	for (int s = 0; s < t->P; s++) {
+		sum += ns[s];
+		fprintf(m, " stage %d %.3f,", s, ns[s] / 1e6 / (double)t->counted);
+	}
+	return sum;
+}
+
 /* All stages here: each one's busy ms per step, the span, the bubble over
  * it and the schedule's, and the bubble had every hand-off been instant. */
 static void report_busy(const struct kiln_pipe_timing *t, FILE *m)
 {
-	double sum = 0;
-	fputs("pipeline busy ms/step:", m);
-	for (int s = 0; s < t->P; s++) {
-		sum += t->busy_ns[s];
-		fprintf(m, " stage %d %.3f,", s, t->busy_ns[s] / 1e6 / (double)t->counted);
-	}
+	const double sum = report_stages(t, m, "busy", t->busy_ns);
 	fprintf(m, " span %.3f; bubble %.3f (schedule %.3f; %.3f with these passes and instant hand-offs) over %lld steps",
 		t->span_ns / 1e6 / (double)t->counted,
 		t->span_ns > 0 ? 1.0 - sum / ((double)t->P * t->span_ns) : 0, t->theory,
@@ -506,12 +513,7 @@ static void report_busy(const struct kiln_pipe_timing *t, FILE *m)
  * hand-off been instant and every stage had a core, the span and bubble. */
 static void report_cpu(const struct kiln_pipe_timing *t, FILE *m)
 {
-	double sum = 0;
-	fputs("pipeline CPU ms/step:", m);
-	for (int s = 0; s < t->P; s++) {
-		sum += t->cpu_ns[s];
-		fprintf(m, " stage %d %.3f,", s, t->cpu_ns[s] / 1e6 / (double)t->counted);
-	}
+	const double sum = report_stages(t, m, "CPU", t->cpu_ns);
 	fprintf(m, " span %.3f and bubble %.3f with a core each and instant hand-offs",
 		t->cpu_span_ns / 1e6 / (double)t->counted,
 		t->cpu_span_ns > 0 ? 1.0 - sum / ((double)t->P * t->cpu_span_ns) : 0);

@@ -34,30 +34,9 @@ static void spit(const char *path, const void *b, size_t n)
 	ck_assert(fclose(f) == 0);
 }
 
-/* Scratch directories (scratch_dir), removed with all they hold by the
- * checked teardown, which Check runs only after a test that passed (a
- * failed assertion ends the test's fork first; with CK_FORK=no it runs
- * after a failure too): a failure leaves its files for a look, a pass
- * leaves nothing in $TMPDIR (17 directories a run before). */
-#define SCRATCH_MAX 4
-static char scratch[SCRATCH_MAX][1024];
-static int n_scratch;
-
-static void scratch_dir(char *dir, size_t n)
-{
-	ck_assert(n_scratch < SCRATCH_MAX);
-	ck_assert(test_tmpdir_make(dir, n, "ckpt") != NULL);
-	snprintf(scratch[n_scratch++], sizeof scratch[0], "%s", dir);
-}
-
-static void scratch_setup(void) { n_scratch = 0; }
-
-static void scratch_teardown(void)
-{
-	for (int i = 0; i < n_scratch; i++)
-		test_tmpdir_remove(scratch[i]);
-	n_scratch = 0;
-}
+/* run directories: kiln-ckpt-* in $TMPDIR, removed after a passing test */
+#define SCRATCH_TAG "ckpt"
+#include "test_scratch.h"
 
 /* ---- a small model outside the trainer ------------------------------------ */
 

@@ -34,30 +34,9 @@ static const char *cnn_ini =
 	"[train]\nepochs = 1\nbatch = 32\nmax_steps = 10\nlr = 0.05\nlog_every = 4\n"
 	"eval_batch = 64\n[plugin.cpu]\nasync = %d\n";
 
-/* Scratch directories (scratch_dir), removed with all they hold by the
- * checked teardown, which Check runs only after a test that passed: a
- * failure leaves its files for a look, a pass leaves nothing in $TMPDIR
- * (2 kiln-profile-* directories a run before: the runs' out_dirs hold
- * more than the files the tests unlinked). */
-#define SCRATCH_MAX 2
-static char scratch[SCRATCH_MAX][1024];
-static int n_scratch;
-
-static void scratch_dir(char *dir, size_t n)
-{
-	ck_assert(n_scratch < SCRATCH_MAX);
-	ck_assert(test_tmpdir_make(dir, n, "profile") != NULL);
-	snprintf(scratch[n_scratch++], sizeof scratch[0], "%s", dir);
-}
-
-static void scratch_setup(void) { n_scratch = 0; }
-
-static void scratch_teardown(void)
-{
-	for (int i = 0; i < n_scratch; i++)
-		test_tmpdir_remove(scratch[i]);
-	n_scratch = 0;
-}
+/* run directories: kiln-profile-* in $TMPDIR, removed after a passing test */
+#define SCRATCH_TAG "profile"
+#include "test_scratch.h"
 
 /* over: a command-line override ("" for none) */
 static void train(const char *dir, int profile, int steps, int workers, const char *layout,
