@@ -35,6 +35,26 @@ ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off)
 	return (ssize_t)got;
 }
 
+kiln_status loaders_read_image(const struct loaders_source *src, int fd, uint64_t off, size_t n,
+			       const char *what, struct kiln_image *img)
+{
+	const struct kiln_host *host = src->host;
+	uint8_t *buf = malloc(n ? n : 1);
+	if (!buf)
+		return host->error(KILN_ENOMEM, "%s: out of memory for %zu bytes", what, n);
+	kiln_status st;
+	const ssize_t got = loaders_pread_full(fd, buf, n, off);
+	if (got < 0)
+		st = host->error(KILN_EIO, "%s: cannot read: %s", what, strerror(errno));
+	else if ((size_t)got < n)
+		st = host->error(KILN_EDATA, "%s: truncated: %zd of %zu bytes (the file shrank since it was listed)",
+				 what, got, n);
+	else
+		st = img_decode(host, buf, n, what, src->max_pixels, img);
+	free(buf);
+	return st;
+}
+
 void loaders_names_free(struct loaders_names *l)
 {
 	for (size_t i = 0; i < l->n; i++)

@@ -342,38 +342,15 @@ static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_imag
 	int fd = common_open_file(p, kind, sizeof kind, &why, &size);
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the image: %s", p, why);
-	st = KILN_OK;
-	uint8_t *buf = NULL;
-	if (size == 0) {
+	if (size == 0)
 		st = host->error(KILN_EDATA, "%s: empty file (0 bytes): not a JPEG or PNG image", p);
-		goto out;
-	}
-	if ((uint64_t)size > FOLDER_MAX_FILE) {
+	else if ((uint64_t)size > FOLDER_MAX_FILE)
 		st = host->error(KILN_EDATA, "%s: %lld bytes is larger than any image this source reads (%llu)",
 				 p, (long long)size, (unsigned long long)FOLDER_MAX_FILE);
-		goto out;
-	}
-	size_t n = (size_t)size;
-	if (!(buf = malloc(n))) {
-		st = host->error(KILN_ENOMEM, "%s: out of memory for %zu bytes", p, n);
-		goto out;
-	}
-	ssize_t got = loaders_pread_full(fd, buf, n, 0);
-	if (got < 0) {
-		st = host->error(KILN_EIO, "%s: cannot read the image: %s", p, strerror(errno));
-		goto out;
-	}
-	if ((size_t)got < n) {
-		st = host->error(KILN_EDATA, "%s: truncated while reading: %zd of %zu bytes (the file shrank)",
-				 p, got, n);
-		goto out;
-	}
-	if ((st = img_decode(host, buf, n, p, c->src.max_pixels, img)))
-		goto out;
-	if (label)
+	else
+		st = loaders_read_image(&c->src, fd, 0, (size_t)size, p, img);
+	if (!st && label)
 		*(int32_t *)label = s->label;
-out:
-	free(buf);
 	close(fd);
 	return st;
 }

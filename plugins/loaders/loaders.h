@@ -59,6 +59,16 @@ void loaders_names_sort(struct loaders_names *l, size_t from);
  * or -1 with errno set.  Thread-safe: uses no file position. */
 ssize_t loaders_pread_full(int fd, void *buf, size_t n, uint64_t off);
 
+/* Read the n bytes at offset `off` of fd (a file's whole content, or a
+ * member of a shard) into a buffer of its own and decode them as a JPEG or
+ * PNG image into img (img_decode, at most src->max_pixels).  `what` names
+ * the bytes in every message ("photos/cat/1.jpg", "a.tar: member k.jpg
+ * (offset 512)").  KILN_ENOMEM; KILN_EIO when the read fails; KILN_EDATA
+ * when fewer than n bytes are left (the file shrank since it was listed)
+ * or they do not decode.  fd is neither moved nor closed: thread-safe. */
+kiln_status loaders_read_image(const struct loaders_source *src, int fd, uint64_t off, size_t n,
+			       const char *what, struct kiln_image *img);
+
 /* The split-directory rule of the file-backed sources (folder, tar, lmdb).
  * `path` is the value of [section] path (NULL when unset: KILN_ECONFIG);
  * `split` the split the run asks for ("train", "test") or the section's

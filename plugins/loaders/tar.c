@@ -724,32 +724,11 @@ static kiln_status tar_read_image(void *vctx, int64_t index, struct kiln_image *
 	int fd = common_open_file(shard, kind, sizeof kind, &why, NULL);
 	if (fd < 0)
 		return host->error(KILN_EIO, "%s: cannot open the shard: %s", shard, why);
-	st = KILN_OK;
-	uint8_t *buf = malloc((size_t)s->size);
-	if (!buf) {
-		st = host->error(KILN_ENOMEM, "%s: member %s: out of memory for %" PRIu64 " bytes",
-				 shard, name, s->size);
-		goto out;
-	}
-	ssize_t got = loaders_pread_full(fd, buf, (size_t)s->size, s->off);
-	if (got < 0) {
-		st = host->error(KILN_EIO, "%s: cannot read member %s (offset %" PRIu64 "): %s", shard,
-				 name, hdr, strerror(errno));
-		goto out;
-	}
-	if ((uint64_t)got < s->size) {
-		st = host->error(KILN_EDATA, "%s: member %s (offset %" PRIu64 "): truncated: %zd of %" PRIu64 " bytes (the shard shrank since open)",
-				 shard, name, hdr, got, s->size);
-		goto out;
-	}
 	char what[PATH_MAX + 300];
 	snprintf(what, sizeof what, "%s: member %s (offset %" PRIu64 ")", shard, name, hdr);
-	if ((st = img_decode(host, buf, (size_t)s->size, what, c->src.max_pixels, img)))
-		goto out;
-	if (label)
+	st = loaders_read_image(&c->src, fd, s->off, (size_t)s->size, what, img);
+	if (!st && label)
 		*(int32_t *)label = s->label;
-out:
-	free(buf);
 	close(fd);
 	return st;
 }
