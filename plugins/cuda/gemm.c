@@ -74,6 +74,31 @@ static const char *cublasLt_status_str(cublasStatus_t s)
 	}
 }
 
+/* A heuristic preference into *pref (the caller destroys it, also on
+ * failure): algorithms within CUDA_GEMM_WS_MAX of workspace, on buffers
+ * aligned to 16 bytes.  The pointers are unknown at prepare and Lt assumes
+ * 256-byte alignment unless told otherwise; kiln promises 64 (plugin.h:
+ * device memory, and the planner's views of it), so ask only for the 16
+ * that vector loads need: an algorithm chosen here then runs on any kiln
+ * buffer.  The first failing call's status. */
+static cublasStatus_t lt_preference(cublasLtMatmulPreference_t *pref)
+{
+	static const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+	};
+	const size_t ws_max = CUDA_GEMM_WS_MAX;
+	const uint32_t align = 16;
+	cublasStatus_t s = cublasLtMatmulPreferenceCreate(pref);
+	if (s == CUBLAS_STATUS_SUCCESS)
+		s = cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+							 &ws_max, sizeof ws_max);
+	for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+		s = cublasLtMatmulPreferenceSetAttribute(*pref, aligns[i], &align, sizeof align);
+	return s;
+}
+
+
 kiln_status cuda_lt_create(struct cuda_ctx *c)
 {
 	cublasLtHandle_t h;
@@ -223,24 +248,8 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lb, ct, mp.b_rows, mp.b_cols, mp.ldb));
 	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, cto, mp.c_rows, mp.c_cols, mp.ldc));
 
-	/* The heuristic's first choice within the workspace limit.  The
-	 * pointers are unknown here and Lt assumes 256-byte alignment unless
-	 * told otherwise; kiln promises 64 (plugin.h: device memory, and the
-	 * planner's views of it), so ask only for the 16 that vector loads
-	 * need: an algorithm chosen here then runs on any kiln buffer. */
-	size_t ws_max = CUDA_GEMM_WS_MAX;
-	const uint32_t align = 16;
-	CUDA_LT(cublasLtMatmulPreferenceCreate(&pref));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-						     &ws_max, sizeof ws_max));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-						     &align, sizeof align));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-						     &align, sizeof align));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-						     &align, sizeof align));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-						     &align, sizeof align));
+	/* The heuristic's first choice within the workspace limit. */
+	CUDA_LT(lt_preference(&pref));
 	cublasLtMatmulHeuristicResult_t res;
 	int found = 0;
 	cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->desc, g->la,
@@ -310,19 +319,7 @@ kiln_status cuda_gemm_i8_prepare(struct cuda_ctx *c, struct cuda_plan *p, int64_
 	CUDA_LT(cublasLtMatrixLayoutCreate(&g->la, CUDA_R_8I, (uint64_t)kp, (uint64_t)n, kp));
 	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lb, CUDA_R_8I, (uint64_t)kp, (uint64_t)rows, kp));
 	CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_32I, (uint64_t)n, (uint64_t)rows, ldc));
-	size_t ws_max = CUDA_GEMM_WS_MAX;
-	const uint32_t align = 16;
-	CUDA_LT(cublasLtMatmulPreferenceCreate(&pref));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-						     &ws_max, sizeof ws_max));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-						     &align, sizeof align));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-						     &align, sizeof align));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-						     &align, sizeof align));
-	CUDA_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-						     &align, sizeof align));
+	CUDA_LT(lt_preference(&pref));
 	cublasLtMatmulHeuristicResult_t res;
 	int found = 0;
 	CUDA_LT(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->desc, g->la, g->lb, g->lc,
