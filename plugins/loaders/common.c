@@ -171,6 +171,18 @@ kiln_status loaders_varying_info(void *ctx, struct kiln_source_info *info)
 	return KILN_OK;
 }
 
+void loaders_sequence_info(const struct loaders_source *src, int64_t T, struct kiln_source_info *info)
+{
+	memset(info, 0, sizeof *info);
+	info->len = src->n;
+	/* plugins do not link libkiln: the descriptors by hand */
+	info->sample.dtype = info->label.dtype = KILN_I32;
+	info->sample.layout = info->label.layout = KILN_ROW;
+	info->sample.ndim = info->label.ndim = 1;
+	info->sample.dims[0] = info->label.dims[0] = T;
+	info->classes = src->classes;
+}
+
 void loaders_fixed_info(struct kiln_source_info *info, int dtype, int64_t d0, int64_t d1,
 			int64_t d2, int32_t h, int32_t w, int32_t ch)
 {

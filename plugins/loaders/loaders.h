@@ -116,6 +116,9 @@ kiln_status loaders_check_index(const struct loaders_source *src, int64_t index)
  * loaders_source) of n images whose sizes vary (sample and image sizes
  * left 0) with i32 scalar labels in [0, classes). */
 kiln_status loaders_varying_info(void *ctx, struct kiln_source_info *info);
+/* The info of a source of n token sequences (src's n and classes): sample
+ * and label both i32 [T] (the next-token or target ids), rows. */
+void loaders_sequence_info(const struct loaders_source *src, int64_t T, struct kiln_source_info *info);
 /* ... and, after it, what a source of fixed-size images sets: samples
  * `dtype` [d0, d1, d2], images h x w x ch. */
 void loaders_fixed_info(struct kiln_source_info *info, int dtype, int64_t d0, int64_t d1,

@@ -97,13 +97,7 @@ static kiln_status s2s_open(const struct kiln_host *host, const struct kiln_conf
 static kiln_status s2s_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct s2s_ctx *c = vctx;
-	memset(info, 0, sizeof *info);
-	info->len = c->src.n;
-	info->sample.dtype = info->label.dtype = KILN_I32;
-	info->sample.layout = info->label.layout = KILN_ROW;
-	info->sample.ndim = info->label.ndim = 1;
-	info->sample.dims[0] = info->label.dims[0] = c->len;
-	info->classes = c->src.classes;
+	loaders_sequence_info(&c->src, c->len, info);
 	return KILN_OK;
 }
 

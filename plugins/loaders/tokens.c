@@ -311,14 +311,7 @@ fail:
 static kiln_status tok_info(void *vctx, struct kiln_source_info *info)
 {
 	const struct tok_ctx *c = vctx;
-	memset(info, 0, sizeof *info);
-	info->len = c->src.n;
-	/* plugins do not link libkiln: the descriptors by hand */
-	info->sample.dtype = info->label.dtype = KILN_I32;
-	info->sample.layout = info->label.layout = KILN_ROW;
-	info->sample.ndim = info->label.ndim = 1;
-	info->sample.dims[0] = info->label.dims[0] = c->T;
-	info->classes = c->src.classes;
+	loaders_sequence_info(&c->src, c->T, info);
 	info->flags = KILN_SOURCE_MAPPED;
 	return KILN_OK;
 }
