@@ -328,10 +328,9 @@ static kiln_status conv_pick(struct cpu_ctx *c, const struct cpu_plan *p, struct
 	CPU_DNN_TRY(dnnl_primitive_desc_iterator_create(&it, desc, b->attr, c->engine, NULL));
 	do {
 		dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
-		const char *name = "?";
 		if (!pd)
 			break;
-		dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+		const char *name = cpu_dnn_impl(pd);
 		int dup = conv_impl_skipped(name);
 		for (int k = 0; k < n && !dup; k++)
 			dup = !strcmp(seen[k], name);
@@ -705,8 +704,7 @@ kiln_status cpu_conv_prepare_whole(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_in = p->op.n_in;
 	p->n_out = p->op.n_out;
 	p->kernel = b.own_db ? conv_run_db : cpu_dnn_run;
-	const char *impl = "?";
-	dnnl_primitive_desc_query(b.pd, dnnl_query_impl_info_str, 0, &impl);
+	const char *impl = cpu_dnn_impl(b.pd);
 	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s + %d reorders, workspace %zu bytes, kept %zu",
 		     cpu_op_name(p->op.type), b.geom, impl, n_reorder, p->workspace, p->aux);
 	if (b.own_db)

@@ -111,12 +111,18 @@ static void warm_sgemm(void)
 	(void)dnnl_sgemm('N', 'N', 8, 8, 8, 1.0f, a, 8, b, 8, 0.0f, c, 8);
 }
 
+const char *cpu_dnn_impl(const_dnnl_primitive_desc_t pd)
+{
+	const char *impl = NULL;
+	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+		return "?";
+	return impl;
+}
+
 void cpu_dnn_warm(const_dnnl_primitive_desc_t pd)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	const char *impl = NULL;
-	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-	    impl && !strncmp(impl, "gemm:", 5))
+	if (!strncmp(cpu_dnn_impl(pd), "gemm:", 5))
 		pthread_once(&once, warm_sgemm);
 }
 

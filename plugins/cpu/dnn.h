@@ -76,6 +76,9 @@ void cpu_dnn_warm(const_dnnl_primitive_desc_t pd);
 /* Append the op's fused activation (KILN_OPF_ACT: kind i[KILN_OPI_ACT],
  * alpha f[KILN_OPF_ACT_ALPHA]) to po as an eltwise post-op. */
 dnnl_status_t cpu_dnn_post_act(dnnl_post_ops_t po, const struct kiln_op *op);
+/* The name of pd's implementation ("brg:avx2", "gemm:jit", ...): "?"
+ * when oneDNN does not say.  Lives as long as pd. */
+const char *cpu_dnn_impl(const_dnnl_primitive_desc_t pd);
 /* Bytes of pd's scratchpad (user mode). */
 size_t cpu_dnn_scratch(const_dnnl_primitive_desc_t pd);
 /* The kernel of every cpu_dnn plan: cpu_dnn_exec of cpu_variant(p). */

@@ -813,12 +813,8 @@ kiln_status cpu_pool_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_in = bwd && p->aux ? 2 : 1;
 	p->n_out = !bwd && p->aux ? 2 : 1;
 	p->kernel = cpu_dnn_run;
-	{
-		const char *impl = "?";
-		dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-		c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s, aux %zu bytes, workspace %zu bytes",
-			     cpu_op_name(op->type), geom, impl, p->aux, p->workspace);
-	}
+	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s, aux %zu bytes, workspace %zu bytes",
+		     cpu_op_name(op->type), geom, cpu_dnn_impl(pd), p->aux, p->workspace);
 out: /* oneDNN's destroy functions take NULL */
 	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_desc_destroy(fwd);

@@ -571,8 +571,7 @@ kiln_status cpu_qconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_in = op->n_in;
 	p->n_out = 1;
 	p->kernel = q_run;
-	const char *impl = "?";
-	dnnl_primitive_desc_query(b.pd, dnnl_query_impl_info_str, 0, &impl);
+	const char *impl = cpu_dnn_impl(b.pd);
 	c->host->log(KILN_LOG_DEBUG, "cpu", "%s %s: %s%s, workspace %zu bytes, weights %s", cpu_op_name(op->type),
 		     b.geom, impl, p->sz[7] == 2 ? " (weights halved)" : "", p->workspace,
 		     p->qcache->frozen ? "frozen" : "compared every run");
