@@ -526,6 +526,22 @@ void cpu_tune_summary(struct cpu_ctx *c)
 			     n, n == 1 ? "" : "s", c->tune_path);
 }
 
+/* The timed choice made: candidate `best` of cand[0..n) becomes p (cand[0]
+ * is p itself, the plan first prepared); every other candidate is released
+ * and freed. */
+static void take_candidate(struct cpu_plan *p, struct cpu_plan **cand, int n, int best)
+{
+	if (best) {
+		cpu_plan_release(p);
+		memcpy(p, cand[best], sizeof *p);
+	}
+	for (int k = 1; k < n; k++) {
+		if (k != best)
+			cpu_plan_release(cand[k]);
+		free(cand[k]);
+	}
+}
+
 /* Remember op's choice (in place of a kept one of its key); timed: by this
  * context (counted for the cache), else read from the cache. */
 static void keep_choice(struct cpu_ctx *c, const struct kiln_op *op, int f32, int provisional,
@@ -637,15 +653,7 @@ static kiln_status tune_impl(struct cpu_ctx *c, struct cpu_plan *p,
 			     prov_str(prov, wait, sp, sizeof sp));
 	}
 	keep_choice(c, &op, best, prov, wait, 1);
-	if (best) { /* the faster candidate replaces the first in p */
-		cpu_plan_release(p);
-		memcpy(p, cand[best], sizeof *p);
-	}
-	for (int k = 1; k < n; k++) {
-		if (k != best)
-			cpu_plan_release(cand[k]);
-		free(cand[k]);
-	}
+	take_candidate(p, cand, n, best);
 	return KILN_OK;
 }
 
@@ -985,15 +993,7 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 			     measure_str(prov), what[best], prov_str(prov, wait, sp, sizeof sp));
 	}
 	keep_choice(c, &op, best, prov, wait, 1);
-	if (best) { /* the faster candidate replaces the bf16 one in p */
-		cpu_plan_release(p);
-		memcpy(p, cand[best], sizeof *p);
-	}
-	for (int k = 1; k < n; k++) {
-		if (k != best)
-			cpu_plan_release(cand[k]);
-		free(cand[k]);
-	}
+	take_candidate(p, cand, n, best);
 	return KILN_OK;
 }
 
