@@ -25,9 +25,10 @@
  * (default: the previous layer's, 0 for the first) or [model] stages
  * (`first, last | first, last | ...`: each stage's first and last layer,
  * in file order, tiling every layer; or `auto[:P]`, kiln_pipe_balance's
- * cut by the layers' estimated FLOPs and bytes moved).  KILN_ECONFIG naming file:line when
- * both are given, a name is unknown, stages do not follow the layers' file
- * order, a stage is empty or a layer reads a later stage. */
+ * cut by the layers' estimated FLOPs and bytes moved).  KILN_ECONFIG
+ * naming file:line when both are given, a name is unknown, stages do not
+ * follow the layers' file order, a stage is empty or a layer reads a
+ * later stage. */
 kiln_status kiln_pipe_read_stages(struct kiln_model *m);
 
 /* [model] stages = auto: the cut of n layers of cost[i] into P runs in
