@@ -36,7 +36,7 @@ export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$tmp/cache}"
 		checkpoint_last=0 overwrite=1
 } > "$tmp/b.ini"
 echo "load average: $(cat /proc/loadavg)"
-for r in $(seq "$RUNS"); do
+for _ in $(seq "$RUNS"); do
 	rm -rf "$tmp/run"
 	./kiln train "$tmp/b.ini" --profile run.profile_steps=0 > "$tmp/log" 2>&1 ||
 		{ tail -5 "$tmp/log" >&2; exit 1; }

@@ -41,6 +41,7 @@ for MODEL in blocks even mirror; do
 				b4:linear:out=1024 r4:relu head:linear:out=16 loss:softmax_xent
 		else
 			ini_synthetic $((2048 * STEPS)) 32 16 image_channels=1 workers=1
+			# shellcheck disable=SC2046 # ln2: a word or none
 			ini_layers flat:flatten ln:layernorm b1:linear:out=1024 r1:relu b2:linear:out=1024 \
 				r2:relu b3:linear:out=1024 r3:relu b4:linear:out=1024 r4:relu \
 				$([ "$MODEL" = even ] && echo ln2:layernorm) head:linear:out=16 loss:softmax_xent
