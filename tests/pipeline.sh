@@ -78,6 +78,26 @@ near "$(ck acc 6)" "$(ck p2auto 6)" 1e-6 params optim.momentum
 kiln 0 train "$m" run.out_dir="$tmp/p2autof" pipeline.micro_batches=4 model.stages=auto:2 \
 	model.stages_flops_per_byte=0 train.max_steps=1
 stderr_has "and 0 a byte the passes move ([model] stages_flops_per_byte): 0.008323 (53.91%) | 0.007116 (46.09%)"
+# A cut the bytes move (session 20): examples/fashion_mnist_resnet.ini
+# (28 x 28 synthetic images, batch 128, M = 4; FLOPs from the dry plan's
+# formulas, nothing timed, so the same on every machine) by FLOPs alone
+# ends stage 0 at s2_relu1 (49.50% | 50.50%); counting the bytes, the
+# batchnorm s2_bn1 and the ReLU after it (32 x 14 x 14, a pass each way,
+# next to no FLOPs) weigh, and the cut moves before them (53.53% |
+# 46.47%; measured on 2 ranks, the stages' CPU imbalance 15-18% falls to
+# 7-9%: docs/PERFORMANCE.md, session 20)
+resnet_auto() {
+	kiln 0 train "$srcdir/examples/fashion_mnist_resnet.ini" data.source=synthetic \
+		data.samples=128 data.image_size=28 data.image_channels=1 data.classes=10 \
+		train.max_steps=1 train.eval=0 pipeline.micro_batches=4 model.stages=auto:2 \
+		run.threads=1 train.overwrite=1 run.out_dir="$tmp/rn" "$@"
+}
+resnet_auto
+stderr_has "[model] stages = auto: stem, s2_conv1 | s2_bn1, loss (estimated"
+stderr_has "53.53%) | "
+resnet_auto model.stages_flops_per_byte=0
+stderr_has "[model] stages = auto: stem, s2_relu1 | s2_conv2, loss (estimated"
+stderr_has "49.50%) | "
 # ... and 4 stages, their P from [run] devices
 kiln 0 train "$m" run.out_dir="$tmp/p4auto" pipeline.micro_batches=4 model.stages=auto \
 	"run.devices=cpu:0,cpu:1,cpu:2,cpu:3" run.threads=4
