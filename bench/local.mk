@@ -125,3 +125,5 @@ noinst_PROGRAMS += bench/drop_ops
 bench_drop_ops_SOURCES = bench/drop_ops.c
 bench_drop_ops_LDADD = libkiln.la
 endif
+# bench/stage_bytes.sh: [model] stages_flops_per_byte (session 20)
+EXTRA_DIST += bench/stage_bytes.sh bench/stage_cut_ab.sh

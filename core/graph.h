@@ -163,9 +163,11 @@ struct kiln_model {
 	int *stage;
 	int n_stages;
 	/* [model] stages = auto (pipe_stages.c): each layer's estimated cost
-	 * (FLOPs a sample, forward and backward), counted once and kept, so
-	 * every later read cuts the same; NULL until then */
+	 * (FLOPs a sample, forward and backward, and stage_fpb FLOPs a byte
+	 * moved: kiln_pipe_layer_cost), counted once and kept, so every later
+	 * read cuts the same; NULL until then */
 	double *stage_cost;
+	double stage_fpb;    /* [model] stages_flops_per_byte they counted */
 	int stage_said;      /* the auto cut has been logged */
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
 	/* set while a pipeline makes its plans (pipe_run.c): device f32[1],

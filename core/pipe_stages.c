@@ -123,19 +123,67 @@ static kiln_status auto_count(struct kiln_model *m, const char *v, int *P)
 	return KILN_OK;
 }
 
-/* Each layer's estimated cost a sample (m->stage_cost, counted once): its
- * forward's FLOPs at batch 1 (kiln_model_summary: the device prepares
- * nothing) once for the forward, once more for its input's gradient when
- * a layer before it has trainable parameters (else the backward computes
- * none: the first layers after the data), once more for its own
- * trainable parameters' gradient, plus 1 so that layers of no FLOPs
- * (views) still count. */
-static kiln_status auto_costs(struct kiln_model *m)
+double kiln_pipe_layer_cost(const struct kiln_pipe_layer_est *l, double flops_per_byte)
+{
+	/* the forward reads x and W and writes y (an epilogue writes
+	 * nothing of its own); the input's gradient reads dy, x and W and
+	 * writes dx; the parameters' reads dy and x, and reads and writes dW */
+	double bytes = l->epilogue ? 0 : l->in_bytes + l->out_bytes + l->param_bytes;
+	if (l->dx)
+		bytes += 2 * l->in_bytes + l->out_bytes + l->param_bytes;
+	if (l->own)
+		bytes += l->in_bytes + l->out_bytes + 2 * l->param_bytes;
+	return 1 + l->flops * (1 + l->dx + l->own) + (flops_per_byte > 0 ? flops_per_byte * bytes : 0);
+}
+
+/* The bytes a sample of layer i's inputs (the data: the sample's), from
+ * the summary's outputs at batch 1. */
+static double input_bytes(const struct kiln_model *m, const struct kiln_summary *s, int i)
+{
+	double b = 0;
+	for (int k = 0; k < m->layers[i].n_in; k++) {
+		const int src = m->layers[i].in[k];
+		if (src < 0)
+			b += (double)kiln_tensor_bytes(&m->sample);
+		else if (src < s->n_layers)
+			b += s->layers[src].is_view ? input_bytes(m, s, src)
+						    : (double)kiln_tensor_bytes(&s->layers[src].out);
+	}
+	return b;
+}
+
+/* The rows of one micro-batch ([train] batch / [pipeline] micro_batches,
+ * at least 1): a layer's parameters are read once a pass of them. */
+static double micro_rows(const struct kiln_model *m)
+{
+	int64_t batch = 1, M = 1;
+	if (kiln_config_get_int(m->cfg, "train", "batch", &batch) || batch < 1)
+		batch = 1;
+	if (kiln_config_get_int(m->cfg, "pipeline", "micro_batches", &M) || M < 1)
+		M = 1;
+	return batch / M > 1 ? (double)(batch / M) : 1.0;
+}
+
+/* Each layer's estimated cost a sample (m->stage_cost, counted once),
+ * kiln_pipe_layer_cost of: its forward's FLOPs at batch 1
+ * (kiln_model_summary: the device prepares nothing); its input's
+ * gradient computed when a layer before it has trainable parameters (else
+ * the backward computes none: the first layers after the data); its own
+ * trainable parameters' gradient; the bytes of its inputs and output a
+ * sample (a view's: none; the data's: the sample's) and of its parameters
+ * and buffers over a micro-batch's rows (read once a micro-batch); a ReLU
+ * of epi[i] (fused into the layer before it) no forward pass of its own;
+ * and [model] stages_flops_per_byte. */
+static kiln_status auto_costs(struct kiln_model *m, const char *epi)
 {
 	struct kiln_summary s;
+	double fpb = 0;
 	if (m->stage_cost)
 		return KILN_OK;
-	kiln_status st = kiln_model_summary(m, 1, &s);
+	kiln_status st = kiln_config_get_float(m->cfg, "model", "stages_flops_per_byte", &fpb);
+	if (st && st != KILN_ENOTFOUND)
+		return st;
+	st = kiln_model_summary(m, 1, &s);
 	if (st)
 		return kiln_error_wrap(st, "%s: [model] stages = auto: counting the layers' FLOPs",
 				       kiln_config_where(m->cfg, "model", "stages"));
@@ -152,18 +200,27 @@ static kiln_status auto_costs(struct kiln_model *m)
 		kiln_summary_free(&s);
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	}
+	const double rows = micro_rows(m);
 	for (int i = 0; i < m->n_layers; i++) {
-		const int own = i < s.n_layers && s.layers[i].trainable > 0;
-		int dx = 0;
+		const struct kiln_summary_layer *sl = i < s.n_layers ? &s.layers[i] : NULL;
+		struct kiln_pipe_layer_est e = { 0 };
+		e.own = sl && sl->trainable > 0;
 		for (int k = 0; k < m->layers[i].n_in; k++)
-			dx |= m->layers[i].in[k] >= 0 && g[m->layers[i].in[k]];
-		const double f = s.no_flops || i >= s.n_layers ? 0 : s.layers[i].flops;
-		c[i] = 1 + f * (1 + own + dx);
-		g[i] = (char)(own || dx);
+			e.dx |= m->layers[i].in[k] >= 0 && g[m->layers[i].in[k]];
+		e.flops = s.no_flops || !sl ? 0 : sl->flops;
+		if (sl && !sl->is_view) {
+			e.in_bytes = input_bytes(m, &s, i);
+			e.out_bytes = (double)kiln_tensor_bytes(&sl->out);
+			e.param_bytes = 4.0 * (double)(sl->trainable + sl->frozen + sl->buffers) / rows;
+		}
+		e.epilogue = epi && epi[i];
+		c[i] = kiln_pipe_layer_cost(&e, fpb);
+		g[i] = (char)(e.own || e.dx);
 	}
 	free(g);
 	kiln_summary_free(&s);
 	m->stage_cost = c;
+	m->stage_fpb = fpb;
 	return KILN_OK;
 }
 
@@ -240,8 +297,8 @@ kiln_status kiln_pipe_balance(const double *cost, int n, int P, const char *nocu
 	return KILN_OK;
 }
 
-/* Log the auto cut once: as a [model] stages value, then each stage's
- * estimated cost and share. */
+/* Log the auto cut once: as a [model] stages value (pasteable), then
+ * each stage's estimated cost (FLOPs and bytes, in FLOPs) and share. */
 static void auto_say(struct kiln_model *m, const int *stage, int P)
 {
 	char cut[2048], costs[1024];
@@ -268,12 +325,13 @@ static void auto_say(struct kiln_model *m, const int *stage, int P)
 			c += (size_t)snprintf(costs + c, sizeof costs - c, "%s%.4g (%.2f%%)", s ? " | " : "",
 					      cost[s] / 1e6, tot > 0 ? 100 * cost[s] / tot : 0.0);
 	}
-	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s (estimated MFLOP a sample: the forward's, again for each gradient the backward computes: %s; the busiest stage %.2f%% over the mean)",
-		 cut, costs, tot > 0 ? 100 * (most * P / tot - 1) : 0.0);
+	kiln_log(KILN_LOG_INFO, "pipeline", "[model] stages = auto: %s (estimated MFLOP a sample: the forward's, again for each gradient the backward computes, and %g a byte the passes move ([model] stages_flops_per_byte): %s; the busiest stage %.2f%% over the mean)",
+		 cut, m->stage_fpb > 0 ? m->stage_fpb : 0.0, costs, tot > 0 ? 100 * (most * P / tot - 1) : 0.0);
 }
 
 /* [model] stages = auto[:P]: the cut into P runs of layers whose busiest
- * stage's estimated cost is least (kiln_pipe_balance over auto_costs),
+ * stage's estimated cost (FLOPs and bytes moved) is least
+ * (kiln_pipe_balance over auto_costs),
  * a ReLU fused into the layer before it kept on that layer's stage. */
 static kiln_status stages_auto(struct kiln_model *m, const char *v, int *stage)
 {
@@ -293,7 +351,7 @@ static kiln_status stages_auto(struct kiln_model *m, const char *v, int *stage)
 	for (int i = 0; m->fuse && i + 1 < m->n_layers; i++)
 		nocut[i + 1] = kiln_model_only_consumer(m, i) == i + 1 && m->layers[i + 1].n_in == 1 &&
 			       !strcmp(m->layers[i + 1].type->name, "relu");
-	if (!(st = auto_costs(m)))
+	if (!(st = auto_costs(m, nocut)))
 		st = kiln_pipe_balance(m->stage_cost, m->n_layers, P, nocut, stage);
 	free(nocut);
 	if (st)

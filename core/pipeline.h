@@ -25,9 +25,10 @@
  * (default: the previous layer's, 0 for the first) or [model] stages
  * (`first, last | first, last | ...`: each stage's first and last layer,
  * in file order, tiling every layer; or `auto[:P]`, kiln_pipe_balance's
- * cut by the layers' estimated FLOPs).  KILN_ECONFIG naming file:line when
- * both are given, a name is unknown, stages do not follow the layers' file
- * order, a stage is empty or a layer reads a later stage. */
+ * cut by the layers' estimated FLOPs and bytes moved).  KILN_ECONFIG
+ * naming file:line when both are given, a name is unknown, stages do not
+ * follow the layers' file order, a stage is empty or a layer reads a
+ * later stage. */
 kiln_status kiln_pipe_read_stages(struct kiln_model *m);
 
 /* [model] stages = auto: the cut of n layers of cost[i] into P runs in
@@ -39,6 +40,24 @@ kiln_status kiln_pipe_read_stages(struct kiln_model *m);
  * layer i of nocut[i] != 0, unless no cut can avoid them all (then they
  * are ignored).  stage[i]: layer i's; KILN_EINVAL when P < 1 or n < P. */
 kiln_status kiln_pipe_balance(const double *cost, int n, int P, const char *nocut, int *stage);
+
+/* One layer's estimate for [model] stages = auto, a sample: flops, its
+ * forward's FLOPs; in_bytes, out_bytes: its inputs' and output's bytes;
+ * param_bytes: its parameters' and buffers' bytes over the rows of a
+ * micro-batch (read once a micro-batch); dx: the backward computes its
+ * input's gradient; own: its parameters' gradient; epilogue: its forward
+ * is another layer's epilogue (a fused ReLU: no pass of its own). */
+struct kiln_pipe_layer_est {
+	double flops, in_bytes, out_bytes, param_bytes;
+	int dx, own, epilogue;
+};
+
+/* Its cost in FLOPs: 1 + flops (1 + dx + own) + flops_per_byte times
+ * the bytes its passes move: the forward x + y + W (none for an
+ * epilogue), the input's gradient dy + x + W + dx (2 x + y + W), the
+ * parameters' gradient dy + x + dW read and written (x + y + 2 W);
+ * flops_per_byte <= 0: FLOPs alone.  docs/pipeline.md, "Balanced stages". */
+double kiln_pipe_layer_cost(const struct kiln_pipe_layer_est *l, double flops_per_byte);
 
 /* The stage of layer i (-1: the data input, on stage 0). */
 static inline int kiln_pipe_stage(const struct kiln_model *m, int i)

@@ -419,6 +419,56 @@ START_TEST(test_balance)
 }
 END_TEST
 
+/* The cost of a layer counts the bytes its passes move (session 20):
+ * kiln_pipe_layer_cost, and cuts that the bytes change.  At 4 FLOPs a
+ * byte, a sample:
+ * - a layernorm after the data (4 FLOPs, 8 bytes in and out, 1 of
+ *   parameters, no input gradient): FLOPs 1 + 4 (1 + 1) = 9; bytes: the
+ *   forward 8 + 8 + 1 = 17, its parameters' gradient 8 + 8 + 2 = 18, so
+ *   9 + 4 x 35 = 149;
+ * - a linear (50 FLOPs, 1 byte in and out, no parameter bytes, both
+ *   gradients): 1 + 150 = 151; bytes 2 + (2 + 1) + 2 = 7: 151 + 28 = 179;
+ * - the loss (10 FLOPs, 1 byte in, none out, its input's gradient): 1 +
+ *   20 = 21; bytes 1 + 2 = 3: 21 + 12 = 33;
+ * - a ReLU fused into the linear before it (1 FLOP, 1 byte in and out, its
+ *   input's gradient): 1 + 2 = 3; its forward is the linear's epilogue,
+ *   bytes 2 + 1 = 3 of the gradient alone: 3 + 12 = 15 (unfused 2 more:
+ *   23).
+ * layernorm, 3 linears, loss in 2 stages: by FLOPs [9, 151, 151, 151, 21]
+ * the cut after the second linear (311 | 172; after the first 160 | 323),
+ * with the bytes [149, 179, 179, 179, 33] after the first (328 | 391;
+ * after the second 507 | 212): the layernorm's passes move the linear to
+ * stage 1.  In 3 stages both cut ln, fc1 | fc2 | fc3, loss (by FLOPs 160,
+ * 151, 172; with bytes 328, 179, 212, against ln | fc1, fc2 | fc3, loss's
+ * 358 or ln, fc1 | fc2, fc3 | loss's 358). */
+START_TEST(test_balance_bytes)
+{
+	const struct kiln_pipe_layer_est ln = { 4, 8, 8, 1, 0, 1, 0 }, fc = { 50, 1, 1, 0, 1, 1, 0 },
+					 loss = { 10, 1, 0, 0, 1, 0, 0 }, relu = { 1, 1, 1, 0, 1, 0, 1 };
+	struct kiln_pipe_layer_est unfused = relu;
+	unfused.epilogue = 0;
+	ck_assert_double_eq(kiln_pipe_layer_cost(&ln, 0), 9);
+	ck_assert_double_eq(kiln_pipe_layer_cost(&ln, 4), 149);
+	ck_assert_double_eq(kiln_pipe_layer_cost(&fc, 0), 151);
+	ck_assert_double_eq(kiln_pipe_layer_cost(&fc, 4), 179);
+	ck_assert_double_eq(kiln_pipe_layer_cost(&loss, 0), 21);
+	ck_assert_double_eq(kiln_pipe_layer_cost(&loss, 4), 33);
+	ck_assert_double_eq(kiln_pipe_layer_cost(&relu, 4), 15);
+	ck_assert_double_eq(kiln_pipe_layer_cost(&unfused, 4), 23);
+	ck_assert_double_eq(kiln_pipe_layer_cost(&unfused, -1), 3); /* <= 0: FLOPs alone */
+	const struct kiln_pipe_layer_est *model[5] = { &ln, &fc, &fc, &fc, &loss };
+	double by_flops[5], with_bytes[5];
+	for (int i = 0; i < 5; i++) {
+		by_flops[i] = kiln_pipe_layer_cost(model[i], 0);
+		with_bytes[i] = kiln_pipe_layer_cost(model[i], 4);
+	}
+	balanced(by_flops, 5, 2, (const int[]){ 0, 0, 0, 1, 1 });
+	balanced(with_bytes, 5, 2, (const int[]){ 0, 0, 1, 1, 1 });
+	balanced(by_flops, 5, 3, (const int[]){ 0, 0, 1, 2, 2 });
+	balanced(with_bytes, 5, 3, (const int[]){ 0, 0, 1, 2, 2 });
+}
+END_TEST
+
 /* ---- the mean in the loss layers' seed ---------------------------------- */
 
 /* A linear layer of 3 inputs and 4 classes under softmax_xent, batch 8 in
@@ -1458,7 +1508,7 @@ static Suite *make_pipeline_suite(void)
 		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
 					  test_gaps, test_gap_quantiles, test_smooth, test_end_passes,
 					  NULL });
-	check_add_case(s, "balance", 30, NULL, NULL, (const TTest *[]){ test_balance, NULL });
+	check_add_case(s, "balance", 30, NULL, NULL, (const TTest *[]){ test_balance, test_balance_bytes, NULL });
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, test_report_whole, NULL });

@@ -20,8 +20,9 @@
 #     the uninterrupted 2-stage run does;
 #  5. `kiln memory` reports each stage's parameters and activations, and
 #     what a rank of the stage holds at its peak;
-#     [model] stages = auto (session 18) cuts by estimated FLOPs, logs the
-#     cut, and equals accumulation in 2 stages and 4 on devices;
+#     [model] stages = auto (session 18) cuts by estimated FLOPs (and,
+#     session 20, the bytes the passes move), logs the cut, and equals
+#     accumulation in 2 stages and 4 on devices;
 #  6. bad placements are config errors naming the key;
 #  7. [train] recompute with stages (before session 9: refused): each stage
 #     recomputes its own layers' outputs (an output read on a later stage
@@ -62,15 +63,47 @@ echo "ok: MLP in 2 and 4 stages equals the uncut model; gpipe = 1f1b"
 # has more FLOPs than the rest together, so it, the flatten and the ReLU
 # fused into it make stage 0 alone; the cut logged with each stage's
 # share, and the run equals accumulation
+# (session 20) with the bytes the passes move at 11 FLOPs a byte, rows
+# 32 / 4 = 8 a micro-batch (parameters' bytes over 8): fc1 (4128 FLOPs;
+# bytes in 256, the data through the flatten, out 128, W 8320 / 8 = 1040)
+# 1 + 2 x 4128 + 11 (1424 + 2464) = 51025, r1 (fused: its gradient's 384
+# bytes alone) 1 + 64 + 11 x 384 = 4289, the flatten 1: 55315; fc2 30905,
+# r2 3217, fc3 17489, the loss (16 FLOPs, 64 bytes in, 8 out) 33 + 11 x
+# 208 = 2321: 53932.  By FLOPs alone (stages_flops_per_byte = 0, session
+# 18): 8323 | 7116.
 kiln 0 train "$m" run.out_dir="$tmp/p2auto" pipeline.micro_batches=4 model.stages=auto:2
 stderr_has "[model] stages = auto: flat, r1 | fc2, loss (estimated MFLOP"
+stderr_has "stages_flops_per_byte): 0.05532 (50.63%) | 0.05393 (49.37%); the busiest stage 1.27% over"
 near "$(ck acc 6)" "$(ck p2auto 6)" 1e-6 params optim.momentum
+kiln 0 train "$m" run.out_dir="$tmp/p2autof" pipeline.micro_batches=4 model.stages=auto:2 \
+	model.stages_flops_per_byte=0 train.max_steps=1
+stderr_has "and 0 a byte the passes move ([model] stages_flops_per_byte): 0.008323 (53.91%) | 0.007116 (46.09%)"
+# A cut the bytes move (session 20): examples/fashion_mnist_resnet.ini
+# (28 x 28 synthetic images, batch 128, M = 4; FLOPs from the dry plan's
+# formulas, nothing timed, so the same on every machine) by FLOPs alone
+# ends stage 0 at s2_relu1 (49.50% | 50.50%); counting the bytes, the
+# batchnorm s2_bn1 and the ReLU after it (32 x 14 x 14, a pass each way,
+# next to no FLOPs) weigh, and the cut moves before them (53.53% |
+# 46.47%; measured on 2 ranks, the stages' CPU imbalance 15-18% falls to
+# 7-9%: docs/PERFORMANCE.md, session 20)
+resnet_auto() {
+	kiln 0 train "$srcdir/examples/fashion_mnist_resnet.ini" data.source=synthetic \
+		data.samples=128 data.image_size=28 data.image_channels=1 data.classes=10 \
+		train.max_steps=1 train.eval=0 pipeline.micro_batches=4 model.stages=auto:2 \
+		run.threads=1 train.overwrite=1 run.out_dir="$tmp/rn" "$@"
+}
+resnet_auto
+stderr_has "[model] stages = auto: stem, s2_conv1 | s2_bn1, loss (estimated"
+stderr_has "53.53%) | "
+resnet_auto model.stages_flops_per_byte=0
+stderr_has "[model] stages = auto: stem, s2_relu1 | s2_conv2, loss (estimated"
+stderr_has "49.50%) | "
 # ... and 4 stages, their P from [run] devices
 kiln 0 train "$m" run.out_dir="$tmp/p4auto" pipeline.micro_batches=4 model.stages=auto \
 	"run.devices=cpu:0,cpu:1,cpu:2,cpu:3" run.threads=4
 stderr_has "4 stages, 4 micro-batches of 8"
 near "$(ck acc 6)" "$(ck p4auto 6)" 1e-6 params optim.momentum
-echo "ok: stages = auto cuts by FLOPs and equals accumulation"
+echo "ok: stages = auto cuts by FLOPs and bytes and equals accumulation"
 # [train] accumulate on top of micro-batches: 2 steps of 2 micro-batches of
 # 8 per optimizer step are accumulate 4 of batch 8
 kiln 0 train "$m" run.out_dir="$tmp/p2acc" train.batch=16 train.accumulate=2 \
