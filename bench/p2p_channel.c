@@ -30,7 +30,10 @@
  * buffer over and over, as a pass writes its output) and sends it, the
  * other waits in its recv; prints the median and quartiles of the time
  * from the send's start to the recv's return, on the shared monotonic
- * clock; RESTART=0 sends every message where the last ended, not at a
+ * clock; COLD=MiB makes each pass stream over that much memory first,
+ * as a pass's weights evict the ring and the receive buffer from the
+ * caches; NT=1 / 2 / 3 copies with non-temporal stores out of the ring /
+ * into it / both; RESTART=0 sends every message where the last ended, not at a
  * lap's start (shmp2p.h, "Laps"; rate too); BIND=1 puts each process on a core of its own (0 and 1), as
  * `kiln launch` binds ranks.
  *
@@ -126,11 +129,19 @@ static long long memcpy_ns(size_t bytes, int n, long long *t)
 	return t[n / 2];
 }
 
+/* COLD=MiB: a pass's working set besides its output (a GEMM's weights),
+ * which evicts the ring and the receive buffer from the caches as the
+ * pipeline's passes do */
+static char *cold;
+static size_t cold_bytes;
+
 /* a pass: buf written over for us microseconds (the last write the
- * message's bytes) */
+ * message's bytes), after streaming over the cold set */
 static void pass(char *buf, size_t bytes, long long us, int i)
 {
 	const long long end = watchdog_now_ns() + us * 1000;
+	if (cold)
+		memset(cold, i, cold_bytes);
 	do
 		memset(buf, i & 0x7f, bytes);
 	while (watchdog_now_ns() < end);
@@ -182,6 +193,9 @@ static int handoff(const struct kiln_host *h, int n, size_t bytes, long long us)
 		return 1;
 	}
 	memset(buf, 7, bytes), memset(rbuf, 7, bytes);
+	if (getenv("COLD") && (cold_bytes = (size_t)atoll(getenv("COLD")) << 20) &&
+	    !(cold = malloc(cold_bytes)))
+		return 1;
 	const pid_t pid = fork();
 	const int side = pid == 0;
 	if (getenv("BIND")) { /* each side on a core of its own, as kiln launch binds ranks */
@@ -198,6 +212,8 @@ static int handoff(const struct kiln_host *h, int n, size_t bytes, long long us)
 #ifndef SHMP2P_NO_LAPS
 	if (getenv("RESTART"))
 		out.restart = in.restart = atoi(getenv("RESTART"));
+	if (getenv("NT"))
+		out.nt = in.nt = atoi(getenv("NT"));
 #endif
 	long long med = handoffs(&out, &in, side, buf, rbuf, bytes, 10, us, t, q); /* warm-up */
 	if (med >= 0)
