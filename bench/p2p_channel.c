@@ -32,8 +32,7 @@
  * from the send's start to the recv's return, on the shared monotonic
  * clock; COLD=MiB makes each pass stream over that much memory first,
  * as a pass's weights evict the ring and the receive buffer from the
- * caches; NT=1 / 2 / 3 copies with non-temporal stores out of the ring /
- * into it / both; RESTART=0 sends every message where the last ended, not at a
+ * caches; RESTART=0 sends every message where the last ended, not at a
  * lap's start (shmp2p.h, "Laps"; rate too); BIND=1 puts each process on a core of its own (0 and 1), as
  * `kiln launch` binds ranks.
  *
@@ -212,8 +211,6 @@ static int handoff(const struct kiln_host *h, int n, size_t bytes, long long us)
 #ifndef SHMP2P_NO_LAPS
 	if (getenv("RESTART"))
 		out.restart = in.restart = atoi(getenv("RESTART"));
-	if (getenv("NT"))
-		out.nt = in.nt = atoi(getenv("NT"));
 #endif
 	long long med = handoffs(&out, &in, side, buf, rbuf, bytes, 10, us, t, q); /* warm-up */
 	if (med >= 0)

@@ -7,10 +7,6 @@
 #include "watchdog.h"
 
 #include <stdio.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,8 +26,6 @@ void shmp2p_init(struct shmp2p *c, const struct kiln_host *host, const char *who
 	c->piece = ring / 4 < SHMP2P_PIECE ? ring / 4 : SHMP2P_PIECE;
 	c->lost = lost, c->lost_arg = lost_arg;
 	c->restart = 1;
-	if (getenv("KILN_SHMP2P_NT_EXPERIMENT")) /* TEMPORARY */
-		c->nt = atoi(getenv("KILN_SHMP2P_NT_EXPERIMENT"));
 }
 
 /* after publishing: bump the peer's futex word, wake it if it sleeps (the
@@ -124,54 +118,10 @@ static unsigned long long room_at(const struct shmp2p *c, unsigned long long end
 	return end > c->size ? end - c->size : 0;
 }
 
-/* memcpy with non-temporal stores (c->nt, measurements only): the
- * destination's lines are written around the caches; the caller fences
- * (SHMP2P_NT_FENCE) before it publishes */
-static void copy_nt(void *dst, const void *src, size_t n)
-{
-#if defined(__SSE2__)
-	char *d = dst;
-	const char *s = src;
-	const size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-	if (n < 64 + head) {
-		memcpy(d, s, n);
-		return;
-	}
-	memcpy(d, s, head);
-	d += head, s += head, n -= head;
-	for (; n >= 64; d += 64, s += 64, n -= 64) {
-		const __m128i a = _mm_loadu_si128((const __m128i *)s),
-			      b = _mm_loadu_si128((const __m128i *)(s + 16)),
-			      x = _mm_loadu_si128((const __m128i *)(s + 32)),
-			      y = _mm_loadu_si128((const __m128i *)(s + 48));
-		_mm_stream_si128((__m128i *)d, a);
-		_mm_stream_si128((__m128i *)(d + 16), b);
-		_mm_stream_si128((__m128i *)(d + 32), x);
-		_mm_stream_si128((__m128i *)(d + 48), y);
-	}
-	memcpy(d, s, n);
-#else
-	memcpy(dst, src, n);
-#endif
-}
-
-static void nt_fence(void)
-{
-#if defined(__SSE2__)
-	_mm_sfence();
-#endif
-}
-
 /* ring[at .. at + n) = src, wrapping */
 static void ring_put(struct shmp2p *c, unsigned long long at, const void *src, size_t n)
 {
 	const size_t o = (size_t)at & (c->size - 1), first = n < c->size - o ? n : c->size - o;
-	if (c->nt & 2) {
-		copy_nt(c->ring + o, src, first);
-		copy_nt(c->ring, (const char *)src + first, n - first);
-		nt_fence();
-		return;
-	}
 	memcpy(c->ring + o, src, first);
 	memcpy(c->ring, (const char *)src + first, n - first);
 }
@@ -179,12 +129,6 @@ static void ring_put(struct shmp2p *c, unsigned long long at, const void *src, s
 static void ring_get(struct shmp2p *c, unsigned long long at, void *dst, size_t n)
 {
 	const size_t o = (size_t)at & (c->size - 1), first = n < c->size - o ? n : c->size - o;
-	if (c->nt & 1) {
-		copy_nt(dst, c->ring + o, first);
-		copy_nt((char *)dst + first, c->ring, n - first);
-		nt_fence();
-		return;
-	}
 	memcpy(dst, c->ring + o, first);
 	memcpy((char *)dst + first, c->ring, n - first);
 }

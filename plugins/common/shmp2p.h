@@ -108,7 +108,6 @@ struct shmp2p {
 	size_t size;              /* ring bytes, a power of two */
 	size_t piece;             /* SHMP2P_PIECE, at most size / 4 (shmp2p_init) */
 	const int *world_of;      /* a split's rank r is world rank world_of[r] (set by the owner after shmp2p_init, borrowed), or NULL: what messages name */
-	int nt;                   /* non-temporal copies, measurements only (bench/p2p_channel NT=): 1 the receiver's, 2 the sender's; 0 (shmp2p_init) */
 	int restart;              /* laps (the head comment): 1, as shmp2p_init sets it; 0 for measurements */
 	int (*lost)(void *arg);   /* a rank whose process is gone, or -1 (may be NULL) */
 	void *lost_arg;
