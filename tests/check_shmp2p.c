@@ -17,7 +17,11 @@
  * starts 50 ms late (its receiver sleeps for data): both woken, every
  * byte checked.
  * test_size_mismatch: a recv of another size fails naming both counts and
- * both ranks, and the sender's next send on the channel fails too. */
+ * both ranks, and the sender's next send on the channel fails too.
+ * test_laps: a message that finds the ring empty starts at the next lap's
+ * start (shmp2p.h, "Laps"), by shmp2p_send and shmp2p_try_send, both
+ * positions there; one that finds the ring busy follows the last; with
+ * restart = 0 every message follows the last; every byte checked. */
 #include "check_main.h"
 
 #include "../plugins/common/shmp2p.h"
@@ -186,6 +190,81 @@ START_TEST(test_size_mismatch)
 }
 END_TEST
 
+/* message m of n bytes from tx to rx, sent (try: by shmp2p_try_send,
+ * which must take it) and not yet received */
+static void lap_send(struct shmp2p *tx, int m, size_t n, int try)
+{
+	uint8_t b[3000];
+	ck_assert_uint_le(n, sizeof b);
+	for (size_t i = 0; i < n; i++)
+		b[i] = val(0, m, i);
+	if (try)
+		ck_assert_int_eq(shmp2p_try_send(tx, b, n), 1);
+	else
+		ck_assert_int_eq(shmp2p_send(tx, b, n), KILN_OK);
+}
+
+static void lap_recv(struct shmp2p *rx, int m, size_t n)
+{
+	uint8_t b[3000];
+	ck_assert_int_eq(shmp2p_recv(rx, b, n), KILN_OK);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(b[i] == val(0, m, i), "message %d byte %zu: %d, want %d", m, i, b[i],
+			      val(0, m, i));
+}
+
+/* the sender's and the receiver's positions */
+#define ck_assert_pos(h, w, r)                                  \
+	do {                                                    \
+		ck_assert_uint_eq(atomic_load(&(h)->wpos), (w)); \
+		ck_assert_uint_eq(atomic_load(&(h)->rpos), (r)); \
+	} while (0)
+
+START_TEST(test_laps)
+{
+	const size_t ring = 4096, per = shmp2p_bytes(ring), F = SHMP2P_FRAME;
+	for (int restart = 1; restart >= 0; restart--) {
+		char *mem = aligned_alloc(64, per);
+		struct shmp2p tx, rx;
+		memset(mem, 0, per);
+		shmp2p_init(&tx, kiln_host_table(), "test", 0, 2, 1, mem, ring, TIMEOUT_MS,
+			    SHMP2P_SPIN_NS, NULL, NULL);
+		shmp2p_init(&rx, kiln_host_table(), "test", 1, 2, 0, mem, ring, TIMEOUT_MS,
+			    SHMP2P_SPIN_NS, NULL, NULL);
+		ck_assert_int_eq(tx.restart, 1); /* shmp2p_init's */
+		tx.restart = rx.restart = restart;
+		struct shmp2p_hdr *h = tx.h;
+		lap_send(&tx, 0, 100, 0); /* at 0, a lap's start already */
+		ck_assert_pos(h, F + 100, 0);
+		lap_recv(&rx, 0, 100);
+		ck_assert_pos(h, F + 100, F + 100);
+		lap_send(&tx, 1, 200, 0); /* the ring empty: the next lap */
+		const size_t a = restart ? ring : F + 100;
+		ck_assert_pos(h, a + F + 200, restart ? ring : F + 100);
+		lap_send(&tx, 2, 50, 1); /* busy (message 1 unread): after it */
+		ck_assert_pos(h, a + 2 * F + 250, restart ? ring : F + 100);
+		lap_recv(&rx, 1, 200);
+		lap_recv(&rx, 2, 50);
+		ck_assert_pos(h, a + 2 * F + 250, a + 2 * F + 250);
+		lap_send(&tx, 3, 3000, 1); /* empty again, by try_send */
+		const size_t b = restart ? 2 * ring : a + 2 * F + 250;
+		ck_assert_pos(h, b + F + 3000, restart ? 2 * ring : a + 2 * F + 250);
+		lap_recv(&rx, 3, 3000);
+		lap_send(&tx, 4, 0, 0); /* a frame alone, then 2 messages past a lap's end */
+		lap_recv(&rx, 4, 0);
+		const size_t c = restart ? 3 * ring : b + F + 3000;
+		ck_assert_pos(h, c + F, c + F);
+		lap_send(&tx, 5, 3000, 0);
+		lap_recv(&rx, 5, 3000);
+		lap_send(&tx, 6, 2500, 0);
+		lap_recv(&rx, 6, 2500);
+		const size_t d = restart ? 5 * ring + F + 2500 : c + 3 * F + 5500;
+		ck_assert_pos(h, d, d);
+		free(mem);
+	}
+}
+END_TEST
+
 static Suite *make_shmp2p_suite(void)
 {
 	Suite *s = suite_create("shmp2p");
@@ -194,6 +273,7 @@ static Suite *make_shmp2p_suite(void)
 	tcase_add_loop_test(tc, test_pieces, 0, (int)(sizeof rings / sizeof *rings));
 	tcase_add_test(tc, test_sleepers);
 	tcase_add_test(tc, test_size_mismatch);
+	tcase_add_test(tc, test_laps);
 	suite_add_tcase(s, tc);
 	return s;
 }

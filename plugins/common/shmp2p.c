@@ -25,6 +25,7 @@ void shmp2p_init(struct shmp2p *c, const struct kiln_host *host, const char *who
 	c->size = ring;
 	c->piece = ring / 4 < SHMP2P_PIECE ? ring / 4 : SHMP2P_PIECE;
 	c->lost = lost, c->lost_arg = lost_arg;
+	c->restart = 1;
 }
 
 /* after publishing: bump the peer's futex word, wake it if it sleeps (the
@@ -132,6 +133,21 @@ static void ring_get(struct shmp2p *c, unsigned long long at, void *dst, size_t 
 	memcpy((char *)dst + first, c->ring, n - first);
 }
 
+/* Where a message that starts at w goes: at the next lap's start when
+ * the ring is empty (the receiver consumed all, rpos == w) and w is inside
+ * a lap, with both positions moved there (shmp2p.h, "Laps"); else at w.
+ * The receiver writes rpos only after copying what the sender published,
+ * and finds the move when it reloads rpos after the frame's publish. */
+static unsigned long long lap_start(struct shmp2p *c, unsigned long long w)
+{
+	if (!c->restart || !(w & (c->size - 1)) ||
+	    atomic_load_explicit(&c->h->rpos, memory_order_acquire) != w)
+		return w;
+	w = (w | (c->size - 1)) + 1;
+	atomic_store_explicit(&c->h->rpos, w, memory_order_seq_cst);
+	return w;
+}
+
 kiln_status shmp2p_send(struct shmp2p *c, const void *buf, size_t bytes)
 {
 	struct shmp2p_hdr *h = c->h;
@@ -141,6 +157,7 @@ kiln_status shmp2p_send(struct shmp2p *c, const void *buf, size_t bytes)
 	kiln_status st;
 	if (atomic_load_explicit(&h->broken, memory_order_acquire))
 		return broken(c, 1);
+	w = lap_start(c, w);
 	/* the frame, published with the first piece */
 	if ((st = wait_pos(c, &h->rpos, room_at(c, w + SHMP2P_FRAME), &h->rfutex, &h->wsleeps, 1,
 			   bytes)))
@@ -165,11 +182,13 @@ kiln_status shmp2p_send(struct shmp2p *c, const void *buf, size_t bytes)
 int shmp2p_try_send(struct shmp2p *c, const void *buf, size_t bytes)
 {
 	struct shmp2p_hdr *h = c->h;
-	const unsigned long long w = atomic_load_explicit(&h->wpos, memory_order_relaxed);
-	const unsigned long long end = w + SHMP2P_FRAME + bytes;
+	unsigned long long w = atomic_load_explicit(&h->wpos, memory_order_relaxed);
 	uint64_t frame[2] = { bytes, h->sent + 1 };
-	if (bytes > c->size - SHMP2P_FRAME || atomic_load_explicit(&h->broken, memory_order_acquire) ||
-	    atomic_load_explicit(&h->rpos, memory_order_acquire) < room_at(c, end))
+	if (bytes > c->size - SHMP2P_FRAME || atomic_load_explicit(&h->broken, memory_order_acquire))
+		return 0;
+	w = lap_start(c, w);
+	const unsigned long long end = w + SHMP2P_FRAME + bytes;
+	if (atomic_load_explicit(&h->rpos, memory_order_acquire) < room_at(c, end))
 		return 0;
 	/* the room is there: publish piece by piece all the same, so that a
 	 * receiver already waiting copies piece k out while this copies k + 1 */
@@ -196,6 +215,9 @@ kiln_status shmp2p_recv(struct shmp2p *c, void *buf, size_t bytes)
 		return broken(c, 0);
 	if ((st = wait_pos(c, &h->wpos, r + SHMP2P_FRAME, &h->wfutex, &h->rsleeps, 0, bytes)))
 		return st;
+	/* the sender may have moved rpos to a lap's start (lap_start) before
+	 * it published this frame */
+	r = atomic_load_explicit(&h->rpos, memory_order_acquire);
 	ring_get(c, r, frame, SHMP2P_FRAME);
 	if (frame[0] != bytes || frame[1] != h->received + 1) {
 		h->bad_have = frame[0], h->bad_want = bytes, h->bad_msg = frame[1];

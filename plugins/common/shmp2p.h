@@ -21,6 +21,17 @@
  * direction); messages are matched in order, as the communicator's send
  * and recv promise.
  *
+ * Laps.  A message that finds the ring empty (the receiver has consumed
+ * all the sender published) starts at the next lap's start, offset 0 of
+ * the ring, rather than where the last one ended: the sender moves both
+ * positions there (the one write of rpos by the sender, only while the
+ * receiver has nothing to copy; the receiver reloads rpos after the
+ * frame's publish).  So a pipeline's hand-offs, each received before the
+ * next is sent, reuse the ring's first lines, still in the caches, rather
+ * than walking all of a 4 MiB ring (docs/PERFORMANCE.md, "Session 20:
+ * pipeline hand-offs"); a stream of messages that keeps the ring busy
+ * goes round it as before.
+ *
  * Sizes: the receiver compares the frame's byte count with its own; a
  * mismatch fails the recv (KILN_EINVAL, both counts and the message's
  * number named) and marks the channel broken, so that every later send or
@@ -97,6 +108,7 @@ struct shmp2p {
 	size_t size;              /* ring bytes, a power of two */
 	size_t piece;             /* SHMP2P_PIECE, at most size / 4 (shmp2p_init) */
 	const int *world_of;      /* a split's rank r is world rank world_of[r] (set by the owner after shmp2p_init, borrowed), or NULL: what messages name */
+	int restart;              /* laps (the head comment): 1, as shmp2p_init sets it; 0 for measurements */
 	int (*lost)(void *arg);   /* a rank whose process is gone, or -1 (may be NULL) */
 	void *lost_arg;
 };
