@@ -342,6 +342,67 @@ START_TEST(test_unscale)
 }
 END_TEST
 
+/* The cpu device's norm in its own order (plugins/cpu/ops.c sumsq_span):
+ * chunks of 65536 elements, each summed over blocks of 1024 in L f32
+ * lanes (lane l: the block's elements l, l + L, ...; the last len % L
+ * into lane 0), the lanes added 0..L-1 in f32, the blocks and then the
+ * chunks in double.  fma: the AVX-512 clone contracts lane += v * v. */
+static double cpu_norm_order(const float *g, int n, float mul, int L, int fma)
+{
+	double total = 0;
+	for (int c = 0; c < n; c += 65536) {
+		const int ce = c + 65536 < n ? c + 65536 : n;
+		double acc = 0;
+		for (int b = c; b < ce; b += 1024) {
+			const int e = b + 1024 < ce ? b + 1024 : ce, full = b + (e - b) / L * L;
+			float lane[16] = { 0 }, part = 0;
+			for (int i = b; i < e; i++) {
+				volatile float v = g[i] * mul, sq = v * v;
+				float *t = &lane[i < full ? (i - b) % L : 0];
+				*t = fma ? fmaf(v, v, *t) : *t + sq;
+			}
+			for (int l = 0; l < L; l++)
+				part += lane[l];
+			acc += part;
+		}
+		total += acc;
+	}
+	return sqrt(total);
+}
+
+/* The cpu device's GRAD_CLIP and UNSCALE norm, bit for bit, in the order
+ * its AVX2 (8 lanes, four blocks at a time since session 20) or AVX-512
+ * (16 lanes, FMA) loops take: lengths with whole and short blocks and
+ * chunks (535040: the Fashion-MNIST MLP's parameters), s = 1 and 3.  A
+ * dropped, doubled or misplaced block or tail moves the f32 norm. */
+START_TEST(test_grad_clip_order)
+{
+	if (strcmp(g_name, "cpu"))
+		return;
+	__builtin_cpu_init();
+	const int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+	if (!avx512 && !avx2)
+		return; /* the portable clone: its vector width is the compiler's */
+	struct fx f;
+	fx_open(&f, _i);
+	static const int ns[] = { 7, 1000, 4096, 4100, 9000, 65536 + 5000, 100003, 535040 };
+	float *g = frandv(535040), *got = malloc(535040 * 4), st[4];
+	for (int k = 0; k < 535040; k++)
+		g[k] *= (float)(1 + k % 13) * 0.37f; /* magnitudes apart: the order shows */
+	for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+		for (int sc = 0; sc < 2; sc++) {
+			const int n = ns[k];
+			const float s = sc ? 3.0f : 1.0f;
+			unscale_run(&f, sc ? KILN_OP_UNSCALE : KILN_OP_GRAD_CLIP, n, g, s, 0, got, st);
+			const float want = (float)cpu_norm_order(g, n, 1.0f / s, avx512 ? 16 : 8, avx512);
+			ck_assert_msg(!memcmp(&st[0], &want, 4), "n %d, s %g: norm %a, want %a", n, (double)s,
+				      (double)st[0], (double)want);
+		}
+	free(g), free(got);
+	fx_close(&f);
+}
+END_TEST
+
 /* The reference of KILN_OP_SCALER_UPDATE (plugin.h), one step. */
 static void scaler_ref(float st[4], int finite, double growth, double backoff, double lo,
 		       double hi, int interval, int hyst)
@@ -539,5 +600,5 @@ START_TEST(test_lamb)
 }
 END_TEST
 
-DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(scaler_update),
+DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_order), DFX_CASE(scaler_update),
 	     DFX_CASE(lamb));
