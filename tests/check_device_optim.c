@@ -395,8 +395,15 @@ START_TEST(test_grad_clip_order)
 			const float s = sc ? 3.0f : 1.0f;
 			unscale_run(&f, sc ? KILN_OP_UNSCALE : KILN_OP_GRAD_CLIP, n, g, s, 0, got, st);
 			const float want = (float)cpu_norm_order(g, n, 1.0f / s, avx512 ? 16 : 8, avx512);
-			ck_assert_msg(!memcmp(&st[0], &want, 4), "n %d, s %g: norm %a, want %a", n, (double)s,
-				      (double)st[0], (double)want);
+			/* the AVX-512 order was read off the clone's disassembly and has
+			 * not run on an AVX-512 machine yet: there, within 1e-6 of it
+			 * (a dropped or doubled block moves the norm by 1e-3 and more) */
+			if (avx512)
+				ck_assert_msg(fabs((double)st[0] - want) <= 1e-6 * want, "n %d, s %g: norm %a, want %a",
+					      n, (double)s, (double)st[0], (double)want);
+			else
+				ck_assert_msg(!memcmp(&st[0], &want, 4), "n %d, s %g: norm %a, want %a", n,
+					      (double)s, (double)st[0], (double)want);
 		}
 	free(g), free(got);
 	fx_close(&f);
