@@ -24,6 +24,7 @@ train() {
 	b=$1 c=$2 d=$3
 	shift 3
 	if [ "$b" = main ]; then k=$MAIN; pp=$MAIN_PLUGINS; else k=$NEW; pp=${KILN_PLUGIN_PATH:-}; fi
+	probe_cache "$k" # bench/common.sh: the probe cache of k's build
 	if [ "$c" = gloo ]; then
 		# shellcheck disable=SC2086 # TRAIN_ARGS: words
 		KILN_PLUGIN_PATH=$pp timeout 300 "$k" launch -n 2 --grace 60 -- "$k" train "$ini" \

@@ -36,7 +36,12 @@
 #                          the wrapper's bash and sed runs cost 10-100 ms of each
 #                          whole-run time that an installed kiln does not pay.
 #                          Paths may hold spaces; every script calls it after
-#                          setting KILN
+#                          setting KILN.  It also calls probe_cache "$KILN"
+#   probe_cache BIN        KILN_PROBE_CACHE = the plugin probe's file of BIN's
+#                          build (one a build directory, in ~/.cache/kiln),
+#                          unless the caller set KILN_PROBE_CACHE or
+#                          XDG_CACHE_HOME; scripts that alternate two kilns
+#                          call it before each run
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
@@ -62,9 +67,28 @@ if [ -z "${XDG_CACHE_HOME:-}" ]; then
     if [ -n "${HOME:-}" ] && mkdir -p "$HOME/.cache/kiln/idx" 2>/dev/null; then
         mkdir -p "$BENCH_CACHE/kiln"
         ln -s "$HOME/.cache/kiln/idx" "$BENCH_CACHE/kiln/idx"
-        [ -n "${KILN_PROBE_CACHE:-}" ] || { KILN_PROBE_CACHE=$HOME/.cache/kiln/plugin_probe; export KILN_PROBE_CACHE; }
+        # keyed by build (probe_cache below), unless the caller chose a file
+        [ -n "${KILN_PROBE_CACHE:-}" ] || _bc_probe_dir=$HOME/.cache/kiln
     fi
 fi
+
+# probe_cache BIN: when common.sh chose the probe cache (above), points
+# KILN_PROBE_CACHE at the file of BIN's build, plugin_probe.<cksum of the
+# build directory> in ~/.cache/kiln (BIN's directory, less a trailing
+# .libs: libtool's wrapper and the binary it runs share one).  One file
+# for every build would lose a build's answers each time a build of
+# another ABI rewrote it (core/probe_cache.c keeps the lines of its own
+# ABI only): A/B runs alternating builds would probe every run (session 20).
+# real_kiln calls it for KILN; a script that runs a second kiln calls it
+# before each run of either.
+probe_cache() {
+    [ -n "${_bc_probe_dir:-}" ] || return 0
+    _pc_dir=$(cd "$(dirname "$1")" 2>/dev/null && pwd -P) || _pc_dir=$(dirname "$1")
+    _pc_dir=${_pc_dir%/.libs}
+    KILN_PROBE_CACHE=$_bc_probe_dir/plugin_probe.$(printf '%s' "$_pc_dir" | cksum | cut -d' ' -f1)
+    export KILN_PROBE_CACHE
+}
+[ -z "${KILN:-}" ] || probe_cache "$KILN"
 
 bench_tmpdir() {
     TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-$1.XXXXXX")
@@ -161,4 +185,5 @@ real_kiln() {
         export LD_LIBRARY_PATH
         KILN="$_rk_abs/.libs/$_rk_base"
     fi
+    probe_cache "$KILN"
 }

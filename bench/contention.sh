@@ -230,6 +230,7 @@ run_one() {
                 kiln-before) bin=$KILN_BEFORE; ad=run.threads=0 ;;
                 kiln-s*) spin=GOMP_SPINCOUNT=${who#kiln-s}; ad=run.threads=0 ;;
             esac
+            probe_cache "$bin"
             if [ "$bench" = mlp ]; then
                 under "$cond" env $BLAS_ENV $spin "$bin" train "$HERE/mlp_bench.ini" \
                     train.epochs=1 train.max_steps="$MLP_STEPS" run.threads=0 "$ad"

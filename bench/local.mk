@@ -89,7 +89,7 @@ EXTRA_DIST += bench/mlp_step.sh
 # kiln's whole CNN run split into start, set-up, steps, warm-up and checkpoint
 EXTRA_DIST += bench/whole_run.sh
 # the MLP profile per op at 1 and 2 threads, fuse 0 and 1 (where the second thread gains)
-EXTRA_DIST += bench/mlp_ops.sh
+EXTRA_DIST += bench/mlp_ops.sh bench/profile_table.py
 # the blocks model on 1 thread at batch 128, 256, 512 against another build
 # (the f32 GEMMs: oneDNN or OpenBLAS; session 16)
 EXTRA_DIST += bench/gemm_blocks.sh

@@ -44,19 +44,20 @@ for r in $(seq "$RUNS"); do
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "MLP ops (bench/mlp_bench.ini, batch 128), $STEPS steps, $RUNS rounds; load before $load0, after $load1"
-"$PYTHON" - "$TMP" <<'EOF'
+"$PYTHON" - "$TMP" "$HERE" <<'EOF'
 import collections, glob, os, sys
+
+sys.path.insert(0, sys.argv[2])
+import profile_table  # every row, names with spaces ("step counter") too
 
 d = collections.defaultdict(list)
 for run in glob.glob(os.path.join(sys.argv[1], "p.*")):
     _, t, f, _ = os.path.basename(run).split(".")
-    for line in open(os.path.join(run, "profile.txt")):
-        p = line.split()
-        # layer op pass calls total mean %step median min: the median
-        if len(p) == 9 and p[3].isdigit():
-            d[(" ".join(p[:3]), t, f)].append(float(p[7]))
-        elif p and p[0] == "total":  # ... mean %step median min: the median step
-            d[("the whole step", t, f)].append(float(p[-2]))
+    for r in profile_table.rows(os.path.join(run, "profile.txt")):
+        # (layer, op, pass, calls, total, mean, %step, median, min): the
+        # median; the total row's median is the median step
+        k = "the whole step" if r[0] == "total" and not r[1] else " ".join(r[:3])
+        d[(k, t, f)].append(r[7])
 keys = sorted({k[0] for k in d}, key=lambda k: (k == "the whole step", -max(
     min(d.get((k, t, f), [0])) for t in "12" for f in "01")))
 print("| layer op pass | fuse 0: 1 thread | 2 threads | 2 / 1 | fuse 1: 1 thread | 2 threads | 2 / 1 |")

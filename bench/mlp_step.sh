@@ -68,6 +68,7 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for _ in $(seq "$RUNS"); do
 	for v in $variants; do
 		case $v in base-*) bin=$KILN_BASE ;; *) bin=$KILN ;; esac
+		probe_cache "$bin"
 		f=${v#base-}; f=${f#fuse}
 		one=$(timed "$bin" 1 "$f")
 		all=$(timed "$bin" $((STEPS + 1)) "$f")

@@ -38,6 +38,7 @@ one() {
 	if [ "$P" = 2 ]; then st="model.stages=flat,r1|fc2,loss"; else st="model.stages=flat,r1|fc2,r2|fc3,r3|fc4,loss"; fi
 	if [ "$ph" = save ]; then more="train.max_steps=2 train.checkpoint_every=2"; else more="train.max_steps=4 train.resume=1"; fi
 	if [ "$b" = main ]; then k=$MAIN; pp=$MAIN_PLUGINS; else k=$NEW; pp=${KILN_PLUGIN_PATH:-}; fi
+	probe_cache "$k" # bench/common.sh: the probe cache of k's build
 	log="$dir.$ph.log"
 	# shellcheck disable=SC2086
 	KILN_PLUGIN_PATH=$pp timeout 300 "$k" launch -n "$P" -- "$k" train "$ini" run.out_dir="$dir" \

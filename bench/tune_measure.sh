@@ -20,8 +20,10 @@ while [ "$r" -le "$RUNS" ]; do
 	for b in base this; do
 		if [ $b = base ]; then
 			set -- env KILN_PLUGIN_PATH="$BASE/plugins/.libs" "$BASE/kiln"
+			probe_cache "$BASE/kiln" # bench/common.sh: each build its probe cache
 		else
 			set -- ./kiln
+			probe_cache ./kiln
 		fi
 		KILN_LOG_LEVEL=info "$@" train bench/cnn_bench.ini run.precision=bf16 run.threads=2 \
 			train.batch=128 data.limit=$((128 * STEPS)) train.max_steps="$STEPS" data.eval.limit=0 \

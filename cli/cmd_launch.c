@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h> /* ppoll */
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -381,14 +382,45 @@ static void launch_forward(const struct launch_opts *o, const pid_t *pids, doubl
 			kill(pids[l], sig);
 }
 
+/* SIGCHLD's handler: nothing to do; its arrival ends launch_sleep's
+ * ppoll (the default disposition, ignore, would not) */
+static void on_child(int sig) { (void)sig; }
+
+/* Sleep until a signal arrives (a rank's exit: SIGCHLD; SIGINT, SIGTERM,
+ * SIGUSR1) or the deadline (0: none) passes.  The caller blocks those
+ * signals (launch_wait) and ppoll unblocks them (to `open`) only while it
+ * sleeps, so one that came since the caller last looked ends the sleep at
+ * once instead of being lost. */
+static void launch_sleep(double deadline, const sigset_t *open)
+{
+	struct timespec ts, *tp = NULL;
+	if (deadline) {
+		double left = deadline - mono();
+		if (left <= 0)
+			return;
+		ts.tv_sec = (time_t)left;
+		ts.tv_nsec = (long)((left - (double)ts.tv_sec) * 1e9);
+		tp = &ts;
+	}
+	(void)ppoll(NULL, 0, tp, open); /* EINTR: a signal, the point */
+}
+
 /* Wait for every rank (pids[], 0 once reaped), passing on signals; when
  * one fails, SIGTERM the others and SIGKILL them after the grace period.
- * Returns the exit code: the first failed rank's status, else 0. */
+ * Asleep between events (launch_sleep), not polling.  Returns the exit
+ * code: the first failed rank's status, else 0. */
 static int launch_wait(const struct launch_opts *o, pid_t *pids)
 {
 	const int nproc = o->nproc;
 	int alive = nproc, failed = -1, fail_status = 0;
 	double kill_at = 0, fwd_at = 0;
+	sigset_t block, open;
+	sigemptyset(&block);
+	sigaddset(&block, SIGCHLD);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &block, &open);
 	while (alive) {
 		if (got_signal)
 			launch_forward(o, pids, &fwd_at);
@@ -403,7 +435,8 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 						kill(pids[l], SIGKILL);
 				kill_at = 0;
 			}
-			usleep(20000);
+			if (!got_signal)
+				launch_sleep(kill_at, &open);
 			continue;
 		}
 		int l = 0;
@@ -427,6 +460,7 @@ static int launch_wait(const struct launch_opts *o, pid_t *pids)
 			kill_at = mono() + o->grace;
 		}
 	}
+	sigprocmask(SIG_SETMASK, &open, NULL);
 	if (failed < 0)
 		return 0;
 	char why[96];
@@ -486,6 +520,9 @@ int cmd_launch(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
+	sa.sa_handler = on_child; /* wakes launch_wait when a rank exits */
+	sa.sa_flags = SA_NOCLDSTOP;
+	sigaction(SIGCHLD, &sa, NULL);
 	pid_t me = getpid();
 	int cpus[CPU_SETSIZE], ncpu;
 	char why[96], how[128];

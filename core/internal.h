@@ -192,6 +192,13 @@ int kiln_layer_dx_unused(const struct kiln_layer *l);
  * before its backward), 0 otherwise (plan.c relu_fold).  Not in the
  * plugin ABI. */
 int kiln_layer_relu_fold(const struct kiln_layer *l);
+/* While the core prepares layer l of a plan: 1 when that plan trains (its
+ * passes: the training forward, the backward), 0 for an evaluation or
+ * inference plan (the forward only, r->training 0) and for any other
+ * call.  A built-in layer prepares only the ops its plan runs (conv: no
+ * evaluation forward in a training plan, no kept copies nor backward in
+ * an evaluation one).  Not in the plugin ABI. */
+int kiln_layer_training(const struct kiln_layer *l);
 /* While the core infers layer l (core/graph.c kiln_model_infer): the
  * layout its output is to have where that is not its input's, else -1:
  * KILN_NHWC for a conv of one input channel in an NCHW model whose ReLU

@@ -74,6 +74,14 @@ int kiln_layer_relu_fold(const struct kiln_layer *l)
 	return l && l == planning ? planning_relu_fold : 0;
 }
 
+/* whether the plan being prepared trains (kiln_layer_training) */
+static _Thread_local int planning_training;
+
+int kiln_layer_training(const struct kiln_layer *l)
+{
+	return l && l == planning ? planning_training : 0;
+}
+
 /* Layer i's part in a ReLU fold: 1 when i is a built-in conv with its
  * ReLU fused (the relu layer a view) whose output the relu view alone
  * passes to a maxpool alone; 2 when i is that maxpool; else 0.  f32
@@ -176,6 +184,7 @@ static kiln_status plan_layers(struct kiln_plan *p, const int *wants_grad)
 			planning = &N[i].l;
 			planning_dx_unused = dx_unused(p, wants_grad, i);
 			planning_relu_fold = relu_fold(p, i);
+			planning_training = p->training;
 			st = N[i].ops->plan(kiln_host_table(), &N[i].l, kiln_plan_dev(p, i), &ws);
 			planning = NULL;
 			if (st) {

@@ -481,6 +481,13 @@ static int run_ranks_n(void *(*fn)(void *), int W, int busy, int shm, struct ran
 		close(res[i][1]);
 		if (read(res[i][0], &rc[i], sizeof rc[i]) != sizeof rc[i])
 			snprintf(rc[i].err, sizeof rc[i].err, "rank %d died without a result", i);
+		/* a rank's error starts with its rank, once: the assertions
+		 * print it as it is */
+		char head[32];
+		const int hn = snprintf(head, sizeof head, "rank %d", i);
+		ck_assert_msg(!*rc[i].err || (!strncmp(rc[i].err, head, (size_t)hn) &&
+					      strncmp(rc[i].err + hn, ": rank ", 7)),
+			      "rank %d's error does not name it once at the start: %s", i, rc[i].err);
 		close(res[i][0]);
 		waitpid(pid[i], &status[i], 0);
 	}
@@ -1003,9 +1010,10 @@ START_TEST(test_gloo_split)
 	int status[4];
 	if (run_ranks_n(split_main, 4, 0, !_i, rc, status))
 		return;
+	/* rc[i].err names its rank already ("rank 2: ..."): said once */
 	for (int i = 0; i < 4; i++)
 		ck_assert_msg(!*rc[i].err && WIFEXITED(status[i]) && !WEXITSTATUS(status[i]),
-			      "rank %d: %s", i, rc[i].err);
+			      "%s%s(wait status 0x%x)", rc[i].err, *rc[i].err ? " " : "", status[i]);
 }
 END_TEST
 

@@ -717,3 +717,9 @@ TESTS += tests/cpu_fftconv_bf16.sh
 EXTRA_DIST += tests/cpu_fftconv_bf16.sh
 TESTS += tests/cpu_gemm_devices.sh
 EXTRA_DIST += tests/cpu_gemm_devices.sh
+# bench/common.sh: a plugin probe cache a build (A/B benches alternate builds)
+TESTS += tests/bench_common.sh
+EXTRA_DIST += tests/bench_common.sh
+# kiln launch asleep between events (no polling), its failure, grace and signal rules
+TESTS += tests/launch_wait.sh
+EXTRA_DIST += tests/launch_wait.sh

@@ -21,6 +21,22 @@ n=$(grep -c '"cat":"step","ph":"X"' "$tmp/a/trace.json")
 [ "$n" = 3 ] || fail "trace.json has $n step slices, run.profile_steps=3 wants 3"
 echo "ok: --profile after the file: table, profile.txt, trace.json of 3 steps"
 
+# bench/profile_table.py (bench/mlp_ops.sh's reader) reads every row of the
+# table, layer names with spaces ("step counter") too, and the total
+if command -v python3 >/dev/null 2>&1; then
+	python3 "$srcdir/bench/profile_table.py" "$tmp/a/profile.txt" >"$tmp/rows" ||
+		fail "bench/profile_table.py failed on profile.txt"
+	# the table's rows: between the two rules, less (host) untracked
+	want=$(awk '/^-+$/ { r++; next } r == 1 && !/^\(host\)/' "$tmp/a/profile.txt" | wc -l)
+	got=$(grep -vc '^total|' "$tmp/rows")
+	[ "$want" -gt 3 ] && [ "$got" = "$want" ] ||
+		{ cat "$tmp/a/profile.txt" "$tmp/rows"; fail "profile_table.py read $got rows of $want"; }
+	grep -q '^step counter|counter_add|optimizer|[0-9]' "$tmp/rows" ||
+		{ cat "$tmp/rows"; fail "profile_table.py lost the 'step counter' row"; }
+	grep -q '^total|||7|' "$tmp/rows" || { cat "$tmp/rows"; fail "profile_table.py: no total row of 7 steps (8, less the warm-up)"; }
+	echo "ok: bench/profile_table.py reads all $got rows, 'step counter' too"
+fi
+
 # shellcheck disable=SC2086
 "$kiln" train --profile "$cfg" $short "run.out_dir=$tmp/b" >"$tmp/b.out" 2>"$tmp/b.err" ||
 	{ cat "$tmp/b.err"; fail "kiln train --profile FILE"; }

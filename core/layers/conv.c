@@ -24,11 +24,11 @@ struct conv {
 	 * written into scratch and added by acc_w, acc_b */
 	void *bwd_w[2], *acc_w, *acc_b;
 	void *act, *mask; /* a fused activation run apart; the fused ReLU's backward */
-	/* kept copies (KILN_OPF_KEEP, f32 and bf16 training): fwd and bwd_w write them,
-	 * bwd_w and bwd_data read them; evaluation runs infer (and act_infer),
-	 * a data gradient without the weight gradient bwd_data_plain */
-	void *infer, *act_infer, *bwd_data_plain;
+	/* kept copies (KILN_OPF_KEEP, a training plan's, f32 and bf16): fwd
+	 * and bwd_w write them, bwd_w and bwd_data (data_kept) read them.  An
+	 * evaluation plan prepares the plain forward alone (conv_plan). */
 	size_t kept_x, kept_dy; /* their bytes (0: none) */
+	int data_kept;
 	size_t dx_bytes, dw_bytes, front;
 	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
@@ -182,23 +182,25 @@ static struct kiln_tensor_desc kept_desc(size_t n)
 }
 
 /* The forward and weight gradient with kept copies (f32 or bf16 training, a device
- * that has them): *op is the CONV; s->fwd keeps x for s->bwd_w (which
- * keeps dy for the data gradient), s->infer is the evaluation's CONV.
- * Leaves s->fwd NULL when the device keeps nothing (the caller then
- * prepares as without). */
+ * that has them; a training plan's): *op is the CONV; s->fwd keeps x for
+ * s->bwd_w (which keeps dy for the data gradient).  The evaluation's
+ * CONV is the evaluation plan's (conv_plan), not prepared here: a plan
+ * that never runs it need not size the workspace for it.  Leaves s->fwd
+ * NULL when the device keeps nothing (the caller then prepares as
+ * without). */
 static kiln_status plan_kept(const struct kiln_host *h, struct kiln_layer *l,
 			     struct kiln_device *dev, struct kiln_op *op, size_t *w)
 {
 	struct conv *s = l->priv;
 	struct kiln_op k = *op;
-	k.flags = (k.flags & ~KILN_OPF_FROZEN) | KILN_OPF_KEEP; /* s->infer keeps the flag */
+	k.flags = (k.flags & ~KILN_OPF_FROZEN) | KILN_OPF_KEEP;
 	k.out[k.n_out++] = kept_desc(0);
 	kiln_status st = prep_act(h, l, dev, &k, &s->fwd, &s->act, w);
 	if (st == KILN_ENOTSUP || (!st && !(s->kept_x = h->device_aux_bytes(dev, s->fwd)))) {
 		s->fwd = s->act = NULL; /* freed with the layer's plans */
 		return KILN_OK;
 	}
-	if (st || (st = prep_act(h, l, dev, op, &s->infer, &s->act_infer, w)))
+	if (st)
 		return st;
 	struct kiln_tensor_desc b;
 	f32_desc(&b, s->out, 0, 0);
@@ -251,7 +253,9 @@ static kiln_status plan_residual(const struct kiln_host *h, struct kiln_layer *l
 /* The data gradient (not when no backward asks for it: the first layer's
  * input, kiln_layer_dx_unused).  dx is always written; a second
  * consumer's share is added from scratch (oneDNN's backward-data cannot
- * accumulate). */
+ * accumulate).  With kept copies it reads the weight gradient's kept dy
+ * (s->data_kept), else, or where the device refuses that, dy as it is:
+ * one of the two prepared, so the workspace is sized for the one run. */
 static kiln_status plan_bwd_data(const struct kiln_host *h, struct kiln_layer *l,
 				 struct kiln_device *dev, struct kiln_tensor_desc wc, size_t *ws)
 {
@@ -262,19 +266,21 @@ static kiln_status plan_bwd_data(const struct kiln_host *h, struct kiln_layer *l
 	op_init(&op, KILN_OP_CONV_BWD_DATA, 2, 1);
 	op.in[0] = s->y, op.in[1] = wc, op.out[0] = s->x;
 	geometry(&op, s);
-	if ((st = prep(h, l, dev, &op, &s->bwd_data, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
-		return st;
-	if (s->kept_dy) { /* the data gradient reads the weight gradient's dy */
-		s->bwd_data_plain = s->bwd_data;
-		op.flags = KILN_OPF_KEEP;
-		op.n_in = 3, op.in[2] = kept_desc(s->kept_dy);
-		st = prep(h, l, dev, &op, &s->bwd_data, &w);
+	if (s->kept_dy) {
+		struct kiln_op k = op;
+		k.flags = KILN_OPF_KEEP;
+		k.n_in = 3, k.in[2] = kept_desc(s->kept_dy);
+		st = prep(h, l, dev, &k, &s->bwd_data, &w);
 		if (st == KILN_ENOTSUP) /* refused (a bf16 one whose kernel dtype is not the
 					 * weight gradient's): dy read as it is */
-			s->bwd_data = s->bwd_data_plain, st = KILN_OK;
+			s->bwd_data = NULL, st = KILN_OK;
 		if (st)
 			return st;
+		s->data_kept = s->bwd_data != NULL;
 	}
+	if ((!s->bwd_data && (st = prep(h, l, dev, &op, &s->bwd_data, &w))) ||
+	    (st = prep_acc(h, l, dev, &s->x, &s->acc)))
+		return st;
 	s->dx_bytes = kiln_tensor_bytes(&s->x);
 	*ws = w;
 	return KILN_OK;
@@ -304,6 +310,12 @@ static kiln_status conv_plan(const struct kiln_host *h, struct kiln_layer *l,
 		quantized(&op, KILN_OP_QCONV, s->int8_scale, s->int8_unsigned, s->int8_out_scale);
 		if ((st = int8_out_planned(h, l, s->int8_out_scale)))
 			return st;
+		st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w);
+		*ws = w;
+		return st;
+	}
+	if (!kiln_layer_training(l)) { /* an evaluation plan: the forward alone,
+					* nothing kept, no backward */
 		st = prep_act(h, l, dev, &op, &s->fwd, &s->act, &w);
 		*ws = w;
 		return st;
@@ -383,8 +395,6 @@ static kiln_status conv_forward(const struct kiln_host *h, struct kiln_layer *l,
 					   .workspace_bytes = a.workspace_bytes };
 		return st || !s->act ? st : h->device_run(r->dev, s->act, &b, r->stream);
 	}
-	if (s->infer && !r->training)
-		return run_then_act(h, r, s->infer, s->act_infer, &a);
 	a.out[1] = r->saved; /* the kept x, with kept copies */
 	return run_then_act(h, r, s->fwd, s->act, &a);
 }
@@ -413,9 +423,14 @@ static kiln_status conv_backward(const struct kiln_host *h, struct kiln_layer *l
 		return h->error(KILN_EINTERNAL, "layer '%s': a data gradient asked of a plan without one",
 				l->name);
 	if (r->dx[0]) {
+		/* the kept dy is the weight gradient's, run just before: a
+		 * trainable conv's weight always has a gradient (core/tie.c
+		 * kiln_model_grad_dst) */
+		if (s->data_kept && !r->dw[0])
+			return h->error(KILN_EINTERNAL, "layer '%s': a data gradient reading the kept dy without the weight gradient that keeps it",
+					l->name);
 		struct kiln_op_args a = { .in = { r->dy, w_compute(r, 0), kept_dy } };
-		void *plan = r->dw[0] || !s->kept_dy ? s->bwd_data : s->bwd_data_plain;
-		return run_maybe_acc(h, r, plan, &a, r->dx[0], r->dx_accum[0], s->acc, own);
+		return run_maybe_acc(h, r, s->bwd_data, &a, r->dx[0], r->dx_accum[0], s->acc, own);
 	}
 	return KILN_OK;
 }

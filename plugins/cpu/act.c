@@ -339,7 +339,6 @@ DROP_AVX2 static void drop8_bf16(uint16_t *y, const uint16_t *x, int64_t b, int6
 {
 	const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
 	const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
-	const __m256i quiet = _mm256_set1_epi32(0x40);
 	for (int64_t j = 0; j < nb; j++, b += 8) {
 		const __m256i xi = _mm256_slli_epi32(
 			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + b))), 16);
@@ -349,20 +348,22 @@ DROP_AVX2 static void drop8_bf16(uint16_t *y, const uint16_t *x, int64_t b, int6
 		__m256i r = _mm256_add_epi32(
 			u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
 		r = _mm256_srli_epi32(r, 16);
-		r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
+		/* a NaN keeps its top half: the multiply made it quiet already
+		 * (x86 returns a NaN operand quieted, and NaN * 0 is NaN) */
+		r = _mm256_blendv_epi8(r, _mm256_srli_epi32(u, 16), nan);
 		const __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
 		_mm_storeu_si128((__m128i *)(y + b), _mm256_castsi256_si128(pk));
 	}
 }
 
 /* the same over bf16 storage: widen, multiply, round to nearest even
- * (half_f32_bf16: a NaN keeps its sign and payload's top, made quiet) */
+ * (half_f32_bf16: a NaN keeps its sign and payload's top, quiet: the f32
+ * multiply quiets a signalling NaN, so no bit needs setting here) */
 DROP_AVX512 static void drop16_bf16(uint16_t *y, const uint16_t *x, int64_t b, int64_t nb,
 				    const struct drop *d)
 {
 	const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
 	const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-	const __m512i quiet = _mm512_set1_epi32(0x40);
 	for (int64_t j = 0; j < nb; j++, b += 16) {
 		const __m512i xi = _mm512_slli_epi32(
 			_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(x + b))), 16);
@@ -372,7 +373,8 @@ DROP_AVX512 static void drop16_bf16(uint16_t *y, const uint16_t *x, int64_t b, i
 		__m512i r = _mm512_add_epi32(
 			u, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
 		r = _mm512_srli_epi32(r, 16);
-		r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
+		/* a NaN keeps its top half, quiet already (drop8_bf16) */
+		r = _mm512_mask_srli_epi32(r, nan, u, 16);
 		_mm256_storeu_si256((__m256i *)(y + b), _mm512_cvtepi32_epi16(r));
 	}
 }
