@@ -32,7 +32,7 @@ run() { kiln 0 train "$cnn" $short "$@"; }
 
 # 1: the first run times and writes
 run "plugin.cpu.tune_cache=$c"
-log_has "tune cache $c: none yet; timing"
+log_has "tune cache $c: none yet; a choice timed in this run is written at its end"
 t1=$(timed_lines)
 [ "$t1" -gt 0 ] || fail "the first run timed no kernel"
 # one timing per key (tune.c, tune_key): the writing and the accumulating

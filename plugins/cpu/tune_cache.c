@@ -305,7 +305,7 @@ void cpu_tune_cache_load(struct cpu_ctx *c)
 	this_header(&want);
 	switch (read_file(c->tune_path, &want, &f, why, sizeof why)) {
 	case TUNE_NONE:
-		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: none yet; timing", c->tune_path);
+		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: none yet; a choice timed in this run is written at its end", c->tune_path);
 		return;
 	case TUNE_STALE:
 		c->host->log(KILN_LOG_INFO, "cpu", "tune cache %s: stale (%s); timing again", c->tune_path,
