@@ -473,7 +473,8 @@ static void plan_grad_over_input(struct kiln_plan *p)
 }
 
 /* What the plan cannot run: an input gradient without a backward, loss
- * logits read after the loss, a storage without a lifetime. */
+ * logits read after the loss, a storage without a lifetime, a crossing
+ * gradient returned into a storage smaller than it. */
 static kiln_status plan_check(const struct kiln_plan *p)
 {
 	const struct kiln_model *m = p->m;
@@ -495,6 +496,16 @@ static kiln_status plan_check(const struct kiln_plan *p)
 	for (int i = 0; i < p->n_store; i++)
 		if (p->store[i].bytes && p->store[i].start > p->store[i].end)
 			return kiln_error(KILN_EINTERNAL, "planner: storage %d has no lifetime", i);
+	/* a merge that emptied a storage a crossing gradient returns into
+	 * (issue 21: the return then wrote into no bytes) */
+	for (int e = 0; e < p->n_xfer; e++) {
+		const struct plan_xfer *x = &p->xfer[e];
+		if (x->grecv >= 0 && (x->gsrc < 0 || p->store[x->gsrc].bytes < x->bytes))
+			return kiln_error(KILN_EINTERNAL,
+					  "planner: crossing tensor %d (stage %d to %d) returns its gradient into storage %d of %zu bytes, not %zu",
+					  e, x->from, x->to, x->gsrc,
+					  x->gsrc < 0 ? (size_t)0 : p->store[x->gsrc].bytes, x->bytes);
+	}
 	return KILN_OK;
 }
 
