@@ -435,7 +435,14 @@ static void plan_grad_alias(struct kiln_plan *p)
  * the sizes match; the merged storage lives until the gradient's last
  * reader.  The logits and their gradient are then one buffer, as in
  * llm.c.  Not with [layer.X] inplace = 0, in keep_all plans (their
- * outputs are read after the step) nor on a device built before ABI 2.4. */
+ * outputs are read after the step), on a device built before ABI 2.4, nor
+ * where the input crosses a pipeline stage (xfer1): there the loss reads
+ * the receive buffer and writes the gradient into the crossing tensor's
+ * gradient receive buffer (grecv), which the return copies into the
+ * producer's gradient storage (gsrc) on its own stage; merging that
+ * storage into the producer's output left the return writing into a
+ * storage of no bytes and the producer's backward reading its own output
+ * (the logits) as its gradient (issue 21). */
 static void plan_grad_over_input(struct kiln_plan *p)
 {
 	struct kiln_model *m = p->m;
@@ -447,7 +454,8 @@ static void plan_grad_over_input(struct kiln_plan *p)
 		const int src = m->layers[j].n_in ? m->layers[j].in[0] : -1;
 		int allow = 1;
 		kiln_config_get_bool(m->cfg, m->layers[j].section, "inplace", &allow);
-		if (!allow || !N[j].l.dx_over_input || src < 0 || !N[j].dx_on[0] || N[j].dx_accum[0])
+		if (!allow || !N[j].l.dx_over_input || src < 0 || !N[j].dx_on[0] || N[j].dx_accum[0] ||
+		    N[j].xfer1[0])
 			continue;
 		const int gs = N[src].gstore, xs = kiln_plan_late_store(p, src);
 		if (gs < 0 || xs < 0 || gs == xs || S[gs].bytes != S[xs].bytes ||
@@ -465,7 +473,8 @@ static void plan_grad_over_input(struct kiln_plan *p)
 }
 
 /* What the plan cannot run: an input gradient without a backward, loss
- * logits read after the loss, a storage without a lifetime. */
+ * logits read after the loss, a storage without a lifetime, a crossing
+ * gradient returned into a storage smaller than it. */
 static kiln_status plan_check(const struct kiln_plan *p)
 {
 	const struct kiln_model *m = p->m;
@@ -487,6 +496,16 @@ static kiln_status plan_check(const struct kiln_plan *p)
 	for (int i = 0; i < p->n_store; i++)
 		if (p->store[i].bytes && p->store[i].start > p->store[i].end)
 			return kiln_error(KILN_EINTERNAL, "planner: storage %d has no lifetime", i);
+	/* a merge that emptied a storage a crossing gradient returns into
+	 * (issue 21: the return then wrote into no bytes) */
+	for (int e = 0; e < p->n_xfer; e++) {
+		const struct plan_xfer *x = &p->xfer[e];
+		if (x->grecv >= 0 && (x->gsrc < 0 || p->store[x->gsrc].bytes < x->bytes))
+			return kiln_error(KILN_EINTERNAL,
+					  "planner: crossing tensor %d (stage %d to %d) returns its gradient into storage %d of %zu bytes, not %zu",
+					  e, x->from, x->to, x->gsrc,
+					  x->gsrc < 0 ? (size_t)0 : p->store[x->gsrc].bytes, x->bytes);
+	}
 	return KILN_OK;
 }
 

@@ -594,6 +594,56 @@ START_TEST(test_loss_grad_mean)
 }
 END_TEST
 
+/* The loss alone on the last stage (issue 21): the logits cross to stage
+ * 1, the loss writes their gradient into the crossing tensor's gradient
+ * receive buffer and the return copies it into fc's gradient storage on
+ * stage 0.  That storage must stay fc's own, with its bytes: the loss's
+ * gradient-over-its-input merge (plan_grad_over_input) had folded it into
+ * fc's output, so the return wrote into a storage of no bytes (at the
+ * arena's offset 0: with fc the first layer, its own output's, right by
+ * luck; hence fc0 and a ReLU before it) and fc's backward read the logits
+ * as their gradient (the step's gradients 24 times off the batch's).  The
+ * step's gradients are the batch's plain ones. */
+START_TEST(test_loss_alone)
+{
+	struct seed_rig r;
+	seed_open_layers(&r, "[layer.fc0]\ntype = linear\nout = 5\n[layer.act]\ntype = relu\n"
+			 "[layer.fc]\ntype = linear\nout = 4\n"
+			 "[layer.loss]\ntype = softmax_xent\nstage = 1\n", "");
+	int yes = 0;
+	OK(kiln_pipe_wanted(r.cfg, r.m, &yes)); /* (reads the stages) */
+	ck_assert_int_eq(r.m->n_stages, 2);
+	struct kiln_pipe *pp;
+	OK(kiln_pipe_open(r.m, SEED_B, 1, 1, r.stream, &pp));
+	const struct kiln_plan *p = kiln_pipe_plan0(pp);
+	ck_assert_int_eq(p->n_xfer, 1);
+	const struct plan_xfer *xf = &p->xfer[0];
+	ck_assert_int_eq(xf->from, 0);
+	ck_assert_int_eq(xf->to, 1);
+	ck_assert_int_ge(xf->grecv, 0);
+	const int fc = r.m->n_layers - 2;
+	ck_assert_int_eq(xf->gsrc, p->nodes[fc].gstore);
+	ck_assert_int_ne(p->nodes[fc].gstore, kiln_plan_late_store(p, fc));
+	ck_assert_uint_eq(p->store[xf->gsrc].bytes, xf->bytes);
+	ck_assert_uint_ge(xf->bytes, (SEED_B / SEED_M) * 4 * sizeof(float));
+	float *plain = calloc(r.n, sizeof(float)), *piped = calloc(r.n, sizeof(float));
+	ck_assert(plain && piped);
+	struct kiln_plan *all;
+	OK(kiln_model_plan(r.m, SEED_B, 1, &all));
+	seed_grads(&r, all, plain);
+	static const float zero[16];
+	TEST_H2D(&r, r.metrics, zero, 64);
+	OK(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics));
+	TEST_D2H(&r, piped, r.m->grads_d, r.n * sizeof(float));
+	ck_assert_double_le(seed_rel(piped, plain, 1.0, r.n), 1e-6);
+	kiln_plan_free(all);
+	kiln_pipe_free(pp);
+	free(plain);
+	free(piped);
+	seed_close(&r);
+}
+END_TEST
+
 /* ---- the hand-offs on ranks paired (session 13) ----------------------
  * A communicator that only writes down what the pipeline's rank transport
  * (core/pipe_rank.c) asks of it, in order: 's' a send, 'r' a recv, 'x' a
@@ -1509,7 +1559,7 @@ static Suite *make_pipeline_suite(void)
 					  test_gaps, test_gap_quantiles, test_smooth, test_end_passes,
 					  NULL });
 	check_add_case(s, "balance", 30, NULL, NULL, (const TTest *[]){ test_balance, test_balance_bytes, NULL });
-	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, NULL });
+	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, test_loss_alone, NULL });
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, test_report_whole, NULL });
 	check_add_case(s, "gone", 60, NULL, NULL, (const TTest *[]){ test_gone_world_ranks, NULL });

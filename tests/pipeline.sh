@@ -7,7 +7,9 @@
 #     1f1b end byte for byte alike, and so do stages on concurrent streams
 #     ([plugin.cpu] async = 1: a worker thread per stage, ordered by events)
 #     and stages on device instances of their own ([run] devices), and
-#     1f1b with early forwards;
+#     1f1b with early forwards; the loss layer alone on the last stage
+#     (issue 21) and a ReLU alone on a middle stage, gpipe and 1f1b, on
+#     one device and on 4;
 #     [train] accumulate on top of the micro-batches equals accumulation,
 #     and so do bf16 and fp16 compute in 2 stages (a GPT in 4, bf16);
 #  2. a CNN with batchnorm in 2 and 4 stages ([model] stages), 4
@@ -15,7 +17,7 @@
 #     accumulate 4 (each micro-batch its own statistics, as PyTorch);
 #  3. a GPT (2 blocks, no tied head) in 2 and 4 stages, the residual stream
 #     crossing each boundary as a skip connection: the parameters of batch
-#     2 x accumulate 2;
+#     2 x accumulate 2; and with the loss alone on stage 1;
 #  4. a checkpoint written by 2 stages resumes on one stage and ends where
 #     the uninterrupted 2-stage run does;
 #  5. `kiln memory` reports each stage's parameters and activations, and
@@ -59,6 +61,27 @@ stderr_has "4 stages, 4 micro-batches of 8, schedule 1f1b: 4 activation sets"
 "$tool" same "$(ck p2g 6)" "$(ck p2f 6)" params optim.momentum step ||
 	fail "gpipe and 1f1b differ"
 echo "ok: MLP in 2 and 4 stages equals the uncut model; gpipe = 1f1b"
+# the loss alone on the last stage (issue 21): its logits cross the cut and
+# their gradient returns into fc3's gradient storage on the stage before
+# (before the fix the planner had merged that storage into fc3's output,
+# the loss's gradient-over-its-input rule, so fc3's backward read the
+# logits as their gradient: 2.7% off after 6 steps, from the first update);
+# gpipe and 1f1b, 2, 3 and 4 stages, on one device and on 4; and a stage
+# of a ReLU alone in the middle
+for run in "p2l gpipe flat,fc3|loss" "p3l 1f1b flat,r1|fc2,r2|fc3|loss" \
+	"p4l gpipe flat,r1|fc2|r2,fc3|loss" "p4lf 1f1b flat,r1|fc2|r2,fc3|loss" \
+	"p3r 1f1b flat,fc1|r1|fc2,loss"; do
+	set -- $run
+	kiln 0 train "$m" run.out_dir="$tmp/$1" pipeline.micro_batches=4 pipeline.schedule="$2" \
+		"model.stages=$3"
+	near "$(ck acc 6)" "$(ck "$1" 6)" 1e-6 params optim.momentum
+done
+kiln 0 train "$m" run.out_dir="$tmp/p4ld" pipeline.micro_batches=4 run.threads=4 \
+	"model.stages=flat,r1|fc2|r2,fc3|loss" "run.devices=cpu:0,cpu:1,cpu:2,cpu:3"
+near "$(ck acc 6)" "$(ck p4ld 6)" 1e-6 params optim.momentum
+"$tool" same "$(ck p4lf 6)" "$(ck p4ld 6)" params optim.momentum step ||
+	fail "the loss alone on stage 3: 4 devices differ from one device"
+echo "ok: the loss alone on the last stage, and a ReLU alone, equal accumulation"
 # [model] stages = auto:2 (session 18): fc1 (64 x 32, no input gradient)
 # has more FLOPs than the rest together, so it, the flatten and the ReLU
 # fused into it make stage 0 alone; the cut logged with each stage's
@@ -202,6 +225,10 @@ kiln 0 train "$g" "$@" run.out_dir="$tmp/g4b" train.batch=4 pipeline.micro_batch
 	layer.transformer.h.0.ln_2.stage=1 layer.transformer.h.1.ln_1.stage=2 \
 	layer.transformer.h.1.mlp.c_fc.stage=3 run.devices=cpu:0,cpu:1,cpu:2,cpu:3 run.precision=bf16
 near "$(ck gaccb 3)" "$(ck g4b 3)" 1e-5 params optim.momentum
+# the loss alone on stage 1 (issue 21): the token logits [B, T, V] cross
+kiln 0 train "$g" "$@" run.out_dir="$tmp/g2l" train.batch=4 pipeline.micro_batches=2 \
+	layer.loss.stage=1
+near "$(ck gacc 3)" "$(ck g2l 3)" 1e-5 params optim.momentum
 echo "ok: GPT in 2 and 4 stages (residuals crossing) equals accumulation"
 
 # ---- 4. checkpoint: 2 stages -> 1 --------------------------------------------

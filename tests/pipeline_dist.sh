@@ -12,7 +12,8 @@
 #     the default), and 2 stages on Gloo's TCP (shm_p2p = 0) equal too;
 #     on the channels each stage's own stream sends its tensors (send_now),
 #     on TCP the send stream; [model] stages = auto cuts the same on both
-#     ranks and equals one process (session 18);
+#     ranks and equals one process (session 18); the loss layer alone on
+#     the last stage's rank (issue 21), 2 ranks (gpipe) and 4, does too;
 #  2. P = 2 x D = 2 (4 ranks: two pipes of 2 stages, each stage's 2 ranks
 #     averaging its gradients, its slice alone, each pipe 16 samples of
 #     the 32) does too;
@@ -124,6 +125,14 @@ near one g2 "2 stages on 2 ranks (gloo)"
 run g4 4 32 dist.pipeline=4 "$four" pipeline.sendrecv=1
 grep -q "rank 3: stage 3 of 4" "$tmp/g4.log" || bad "g4: rank 3 is not stage 3"
 near one g4 "4 stages on 4 ranks (gloo)"
+# the loss alone on the last stage's rank (issue 21): its logits cross,
+# their gradient returns into fc3's on the rank before; gpipe on 2 ranks,
+# 1f1b on 4
+run gl2 2 32 dist.pipeline=2 "model.stages=flat,fc3|loss" pipeline.schedule=gpipe
+near one gl2 "the loss alone on stage 1 of 2 ranks (gloo, gpipe)"
+run gl4 4 32 dist.pipeline=4 "model.stages=flat,r1|fc2|r2,fc3|loss"
+grep -q "rank 3: stage 3 of 4" "$tmp/gl4.log" || bad "gl4: rank 3 is not stage 3"
+near one gl4 "the loss alone on stage 3 of 4 ranks (gloo)"
 # the hand-offs on kiln's shared-memory channels (the default on one node),
 # and on Gloo's TCP with [plugin.gloo] shm_p2p = 0
 for r in "g2 0 of 2" "g2 1 of 2" "g4 0 of 4" "g4 3 of 4"; do
