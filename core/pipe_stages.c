@@ -228,13 +228,19 @@ static kiln_status auto_costs(struct kiln_model *m, const char *epi)
  * pre[0..n], W = n + 1 columns a row: best[k W + j] the least objective of
  * layers 0..j-1 in k stages, cut[k W + j] where the k-th of them starts.
  * cap < 0: the objective is the busiest stage's cost; else every stage's
- * cost at most cap and the objective the sum of their squares (HUGE_VAL:
+ * cost at most cap (BALANCE_TIE above it) and the objective the sum of their squares (HUGE_VAL:
  * none such); no stage starts at a layer i of nocut[i] (NULL: none). */
+/* Cuts whose busiest stage is within this share of the least count as its
+ * equals: costs are estimates, and the 1 each layer counts (a view's cost)
+ * must not decide the cut, e.g. put a flatten alone on a stage to save 1 of
+ * a million in the busiest (check_pipeline test_balance_tie). */
+#define BALANCE_TIE 1e-3
+
 static void balance_pass(const double *pre, int n, int P, const char *nocut, double cap,
 			 double *best, int *cut)
 {
 	const size_t W = (size_t)n + 1;
-	const double lim = cap * (1 + 1e-12);
+	const double lim = cap * (1 + BALANCE_TIE);
 	for (int j = 0; j <= n; j++) {
 		best[W + (size_t)j] = cap < 0 ? pre[j] : pre[j] <= lim ? pre[j] * pre[j] : HUGE_VAL;
 		cut[W + (size_t)j] = 0;

@@ -33,7 +33,7 @@ kiln_status kiln_pipe_read_stages(struct kiln_model *m);
 
 /* [model] stages = auto: the cut of n layers of cost[i] into P runs in
  * file order, each one layer at least, whose busiest run's sum is least;
- * of those, the one with the least sum of the runs' squares (the other
+ * of those (within 0.1% of the least), the one with the least sum of the runs' squares (the other
  * stages as even as they can be), and of equal ones the one whose later
  * stages start first (the same numbers give the same cut on every rank).
  * A negative cost counts as 0.  nocut (NULL: none): no stage starts at a

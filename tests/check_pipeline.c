@@ -419,6 +419,24 @@ START_TEST(test_balance)
 }
 END_TEST
 
+/* Busiest stages within 0.1% of the least tie (BALANCE_TIE): a flatten
+ * (cost 1), fc1 and its fused ReLU (1e6 + 10), fc2 and its ReLU (5e5 + 5),
+ * fc3 (2e4) and the loss (1) in 3 stages.  The least busiest is fc1, r1
+ * alone (1e6 + 10), which leaves the flatten a stage of its own and fc2 to
+ * the loss the third (520006); the flatten with fc1 makes the busiest 1 more
+ * (1e6 + 11, within the tie) and the others 500005 | 20001, squares 2.5e11
+ * against 2.7e11: that cut. */
+START_TEST(test_balance_tie)
+{
+	const double c[7] = { 1, 1e6, 10, 5e5, 5, 2e4, 1 };
+	const char relu[7] = { 0, 0, 1, 0, 1, 0, 0 };
+	balanced_no(c, 7, 3, relu, (const int[]){ 0, 0, 0, 1, 1, 2, 2 });
+	/* a real difference (1%) still decides: fc1 alone when the flatten costs 1e4 */
+	const double d[7] = { 1e4, 1e6, 10, 5e5, 5, 2e4, 1 };
+	balanced_no(d, 7, 3, relu, (const int[]){ 0, 1, 1, 2, 2, 2, 2 });
+}
+END_TEST
+
 /* The cost of a layer counts the bytes its passes move (session 20):
  * kiln_pipe_layer_cost, and cuts that the bytes change.  At 4 FLOPs a
  * byte, a sample:
@@ -1558,7 +1576,7 @@ static Suite *make_pipeline_suite(void)
 		       (const TTest *[]){ test_replay_equal, test_replay_imbalance, test_replay_early,
 					  test_gaps, test_gap_quantiles, test_smooth, test_end_passes,
 					  NULL });
-	check_add_case(s, "balance", 30, NULL, NULL, (const TTest *[]){ test_balance, test_balance_bytes, NULL });
+	check_add_case(s, "balance", 30, NULL, NULL, (const TTest *[]){ test_balance, test_balance_tie, test_balance_bytes, NULL });
 	check_add_case(s, "seed", 60, NULL, NULL, (const TTest *[]){ test_loss_grad_mean, test_loss_alone, NULL });
 	check_add_case(s, "pair", 60, NULL, NULL, (const TTest *[]){ test_pair_handoffs, NULL });
 	check_add_case(s, "busy_line", 30, NULL, NULL, (const TTest *[]){ test_busy_line_whole, test_report_whole, NULL });
