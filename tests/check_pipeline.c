@@ -566,6 +566,28 @@ static double seed_rel(const float *a, const float *b, double k, size_t n)
 	return err / scale;
 }
 
+/* A pipeline step of pp leaves the batch's plain plan's gradients: the
+ * gradients it must overwrite (not the padding) are poisoned first. */
+static void step_is_plain(struct seed_rig *r, struct kiln_pipe *pp)
+{
+	float *plain = calloc(r->n, sizeof(float)), *piped = calloc(r->n, sizeof(float));
+	ck_assert(plain && piped);
+	struct kiln_plan *all;
+	OK(kiln_model_plan(r->m, SEED_B, 1, &all));
+	seed_grads(r, all, plain);
+	static const float zero[16];
+	TEST_H2D(r, r->metrics, zero, 64);
+	for (size_t i = 0; i < r->n; i++)
+		piped[i] = plain[i] != 0 ? 1e3f : 0;
+	TEST_H2D(r, r->m->grads_d, piped, r->n * sizeof(float));
+	OK(kiln_pipe_step(pp, r->x, r->y, sizeof(int32_t), r->metrics));
+	TEST_D2H(r, piped, r->m->grads_d, r->n * sizeof(float));
+	ck_assert_double_le(seed_rel(piped, plain, 1.0, r->n), 1e-6);
+	kiln_plan_free(all);
+	free(plain);
+	free(piped);
+}
+
 /* A pipeline plan's loss seed is 1 / (M x micro-batch) (the one-process
  * batch's 1 / B), not 1 / micro-batch: its gradients over a micro-batch
  * are a plain plan's over the same rows divided by M (reverting seed_mean
@@ -592,22 +614,11 @@ START_TEST(test_loss_grad_mean)
 	seed_grads(&r, kiln_pipe_plan0(pp), piped);
 	ck_assert_double_le(seed_rel(piped, plain, 1.0 / SEED_M, r.n), 1e-6);
 	kiln_plan_free(mb);
-	/* the whole step against the batch's plain plan */
-	struct kiln_plan *all;
-	OK(kiln_model_plan(r.m, SEED_B, 1, &all));
-	seed_grads(&r, all, plain);
-	static const float zero[16];
-	TEST_H2D(&r, r.metrics, zero, 64);
-	for (size_t i = 0; i < r.n; i++) /* what the step must overwrite (not the padding) */
-		piped[i] = plain[i] != 0 ? 1e3f : 0;
-	TEST_H2D(&r, r.m->grads_d, piped, r.n * sizeof(float));
-	OK(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics));
-	TEST_D2H(&r, piped, r.m->grads_d, r.n * sizeof(float));
-	ck_assert_double_le(seed_rel(piped, plain, 1.0, r.n), 1e-6);
-	kiln_plan_free(all);
-	kiln_pipe_free(pp);
 	free(plain);
 	free(piped);
+	/* the whole step against the batch's plain plan */
+	step_is_plain(&r, pp);
+	kiln_pipe_free(pp);
 	seed_close(&r);
 }
 END_TEST
@@ -644,20 +655,8 @@ START_TEST(test_loss_alone)
 	ck_assert_int_ne(p->nodes[fc].gstore, kiln_plan_late_store(p, fc));
 	ck_assert_uint_eq(p->store[xf->gsrc].bytes, xf->bytes);
 	ck_assert_uint_ge(xf->bytes, (SEED_B / SEED_M) * 4 * sizeof(float));
-	float *plain = calloc(r.n, sizeof(float)), *piped = calloc(r.n, sizeof(float));
-	ck_assert(plain && piped);
-	struct kiln_plan *all;
-	OK(kiln_model_plan(r.m, SEED_B, 1, &all));
-	seed_grads(&r, all, plain);
-	static const float zero[16];
-	TEST_H2D(&r, r.metrics, zero, 64);
-	OK(kiln_pipe_step(pp, r.x, r.y, sizeof(int32_t), r.metrics));
-	TEST_D2H(&r, piped, r.m->grads_d, r.n * sizeof(float));
-	ck_assert_double_le(seed_rel(piped, plain, 1.0, r.n), 1e-6);
-	kiln_plan_free(all);
+	step_is_plain(&r, pp);
 	kiln_pipe_free(pp);
-	free(plain);
-	free(piped);
 	seed_close(&r);
 }
 END_TEST
