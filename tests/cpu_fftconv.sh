@@ -93,6 +93,12 @@ done
 # shellcheck disable=SC2086
 KILN_LOG_LEVEL=debug kiln 0 train "$cnn" $short train.max_steps=2 "run.out_dir="
 ! grep -q "x \[128,1,28,28\].*: FFT" "$err" || fail "rule: conv1 ran by FFT"
+# and gives conv2 the FFT on every ISA (until session 21 only below
+# AVX-512; on a Zen 4 the FFT's three passes took 19 ms a step against
+# oneDNN's 31: docs/PERFORMANCE.md)
+for pass in CONV CONV_BWD_DATA CONV_BWD_WEIGHTS; do
+	grep -q "$pass x \[128,32,14,14\].*: FFT" "$err" || fail "rule: conv2's $pass did not run by FFT"
+done
 
 kiln 2 train "$cnn" $short "run.out_dir=" plugin.cpu.conv_algo=winograd
 stderr_has "conv_algo"

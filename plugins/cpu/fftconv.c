@@ -67,7 +67,6 @@
  * they were planned with.
  */
 #include "fftconv.h"
-#include "dnn.h" /* cpu_dnn_bf16_native */
 
 #include <omp.h>
 #include <stdio.h>
@@ -149,8 +148,7 @@ int cpu_fftconv_rule(const struct kiln_op *op)
 	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &op->out[0] : &op->in[0];
 	const struct kiln_tensor_desc *w = t == KILN_OP_CONV_BWD_WEIGHTS ? &op->out[0] : &op->in[1];
 	return w->dims[2] >= 5 && w->dims[3] >= 5 && x->dims[2] + 2 * op->i[2] <= 32 &&
-	       x->dims[3] + 2 * op->i[3] <= 32 && x->dims[1] >= 16 && w->dims[0] >= 16 &&
-	       !cpu_dnn_bf16_native();
+	       x->dims[3] + 2 * op->i[3] <= 32 && x->dims[1] >= 16 && w->dims[0] >= 16;
 }
 
 int cpu_fftconv_reads(const struct kiln_op *op, int i)

@@ -29,7 +29,7 @@ struct cpu_fftconv;
 int cpu_fftconv_ok(const struct kiln_op *op);
 /* 1 for the convolutions conv_algo = rule gives the FFT (cpu_fftconv_ok,
  * kernel 5x5 or larger, the padded input at most 32 x 32, 16 or more
- * input and output channels, below AVX-512). */
+ * input and output channels; on every ISA since session 21). */
 int cpu_fftconv_rule(const struct kiln_op *op);
 /* 0 when fftconv.c's plan of op never reads input i (its pointer is
  * then only passed through): with KILN_OPF_KEEP the weight gradient reads
