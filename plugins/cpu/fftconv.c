@@ -67,6 +67,7 @@
  * they were planned with.
  */
 #include "fftconv.h"
+#include "dnn.h" /* dnnl_sgemm (oneDNN's headers) */
 
 #include <omp.h>
 #include <stdio.h>
