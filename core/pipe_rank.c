@@ -40,7 +40,9 @@
  * send must not pass an earlier message to that stage still on the send
  * stream: the stage's stream first waits for the event recorded on the
  * send stream after the last one (`last`), long passed in the steady
- * state.
+ * state.  On the CPU the send stream's thread is still woken once a pair,
+ * as an unpaired send wakes it (pair_wake: the stage's passes keep their
+ * core under load with it, not without).
  *
  * The staged evaluation (core/dist_pipe_eval.c) hands its crossing tensors
  * on through here too: its receives marked in micro-batch 0's forward
@@ -57,7 +59,8 @@ struct kiln_pipe_rank;
 struct rank_msg {
 	void *stage;   /* device memory: the tensor's copy being sent */
 	size_t bytes;
-	void *copied;  /* event: the copy is in stage (sent now: the attempt made) */
+	void *copied;  /* event: the copy is in stage (sent now: the attempt made;
+			* paired: the pair enqueued, pair_wake) */
 	void *sent;    /* event, on the send stream: the message is out */
 	/* sent now: what the stage's stream sends, and whether it left the
 	 * message to the send stream (written before `copied`) */
@@ -426,6 +429,27 @@ kiln_status kiln_pipe_rank_eval_send(struct kiln_pipe_rank *R, int to, int e, lo
 			       bytes, to, R->world_of[to]);
 }
 
+/* After a pair on the stage's stream (a device that runs host functions
+ * there: the CPU), the send stream's thread woken once, as an unpaired
+ * send wakes it (send_late): a host function that does nothing, after the
+ * pair.  Without it a paired stage's passes stretched to 2-4x their CPU
+ * time whenever other processes wanted the cores (the stage's thread
+ * preempted; 974 against 2,829 samples/s unpaired, kiln-gloo, batch 256,
+ * load 7); with it they run as unpaired passes do (docs/PERFORMANCE.md,
+ * "Session 21: pipeline hand-offs on Zen 4").  Why a sibling thread's
+ * wake-up keeps the stage's thread on its core is the scheduler's (Linux
+ * 6.18 here, EEVDF with autogroups); the wake-up is measured, not derived.
+ * The slot's `copied` event is free for it: a paired send does not use
+ * its slot. */
+static kiln_status pair_wake(struct kiln_pipe_rank *R, struct rank_msg *g, void *stream)
+{
+	kiln_status st;
+	if ((st = kiln_device_event_record(R->dev, g->copied, stream)) ||
+	    (st = kiln_device_stream_wait(R->dev, R->send_stream, g->copied)))
+		return st;
+	return kiln_device_host_fn(R->dev, R->send_stream, probe_ok, NULL);
+}
+
 /* A send to stage peer and the recv from it after, as one sendrecv on the
  * stage's stream (the head comment, "Paired"); without the communicator's
  * sendrecv, rank_send and then rank_recv. */
@@ -453,6 +477,8 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 			      R->rank_of[peer], KILN_U8, stream, NULL);
 	if (!st && g)
 		st = kiln_device_host_fn(R->dev, stream, recv_mark_end, g);
+	if (!st && R->marks)
+		st = pair_wake(R, rank_slot(R, stag), stream);
 	int open;
 	if (st && (open = recv_failed_other(R, rank_slot(R, rtag))))
 		return explain_open(R, st, open);
