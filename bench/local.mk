@@ -124,6 +124,16 @@ bench_pool_ops_LDADD = libkiln.la
 noinst_PROGRAMS += bench/drop_ops
 bench_drop_ops_SOURCES = bench/drop_ops.c
 bench_drop_ops_LDADD = libkiln.la
+
+# the fused loss alone: the MLP's 128 x 10 logits (docs/PERFORMANCE.md,
+# "Session 21: the CPU plugin's loops")
+noinst_PROGRAMS += bench/xent_ops
+bench_xent_ops_SOURCES = bench/xent_ops.c
+bench_xent_ops_LDADD = libkiln.la
+# GRAD_CLIP alone, at the MLP's size and past 8M elements (the same section)
+noinst_PROGRAMS += bench/clip_ops
+bench_clip_ops_SOURCES = bench/clip_ops.c
+bench_clip_ops_LDADD = libkiln.la
 endif
 # bench/stage_bytes.sh: [model] stages_flops_per_byte (session 20)
 EXTRA_DIST += bench/stage_bytes.sh bench/stage_cut_ab.sh

@@ -370,6 +370,17 @@ static double cpu_norm_order(const float *g, int n, float mul, int L, int fma)
 	return sqrt(total);
 }
 
+/* The f32 lanes of the cpu device's norm loops on this CPU (cpu_norm_order's
+ * L): 16 with AVX-512, 8 with AVX2; 0 on another device, and for the
+ * portable clone, whose vector width is the compiler's (no order to check). */
+static int norm_lanes(void)
+{
+	if (strcmp(g_name, "cpu"))
+		return 0;
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 0;
+}
+
 /* The cpu device's GRAD_CLIP and UNSCALE norm, bit for bit, in the order
  * its AVX2 (8 lanes, four blocks at a time since session 20) or AVX-512
  * (16 lanes, FMA) loops take: lengths with whole and short blocks and
@@ -377,12 +388,9 @@ static double cpu_norm_order(const float *g, int n, float mul, int L, int fma)
  * dropped, doubled or misplaced block or tail moves the f32 norm. */
 START_TEST(test_grad_clip_order)
 {
-	if (strcmp(g_name, "cpu"))
+	const int L = norm_lanes(), avx512 = L == 16;
+	if (!L)
 		return;
-	__builtin_cpu_init();
-	const int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
-	if (!avx512 && !avx2)
-		return; /* the portable clone: its vector width is the compiler's */
 	struct fx f;
 	fx_open(&f, _i);
 	static const int ns[] = { 7, 1000, 4096, 4100, 9000, 65536 + 5000, 100003, 535040 };
@@ -405,6 +413,35 @@ START_TEST(test_grad_clip_order)
 				ck_assert_msg(!memcmp(&st[0], &want, 4), "n %d, s %g: norm %a, want %a", n,
 					      (double)s, (double)st[0], (double)want);
 		}
+	free(g), free(got);
+	fx_close(&f);
+}
+END_TEST
+
+/* Above 64M elements (2^26 + 5 blocks: 1025 chunks of 65536, past the
+ * 1024 chunk sums the kernel kept before session 21, which then took
+ * chunks of n / 1024 + 1 = 65542 elements, other blocks): the order above,
+ * bit for bit, with the default team and 3 threads (the fixture's modes),
+ * through the kernel's rounds of 8M elements.  Whole blocks of whole
+ * vectors, so the lanes' tail rule plays no part; AVX-512's clone adds
+ * unfused (-ffp-contract=off).  The old chunks moved only the double
+ * total's last bits: the f32 norm here came out the same on that code. */
+START_TEST(test_grad_clip_big)
+{
+	const int L = norm_lanes();
+	if (!L)
+		return;
+	struct fx f;
+	fx_open(&f, _i);
+	const int n = (1 << 26) + 5 * 1024;
+	float *g = frandv((size_t)n), *got = malloc((size_t)n * 4), st[4];
+	for (int k = 0; k < n; k++)
+		g[k] *= (float)(1 + k % 13) * 0.37f;
+	unscale_run(&f, KILN_OP_GRAD_CLIP, n, g, 1.0f, 0, got, st);
+	const float want = (float)cpu_norm_order(g, n, 1.0f, L, 0);
+	ck_assert_msg(!memcmp(&st[0], &want, 4), "n %d: norm %a, want %a", n, (double)st[0],
+		      (double)want);
+	ck_assert(!memcmp(got, g, (size_t)n * 4));
 	free(g), free(got);
 	fx_close(&f);
 }
@@ -607,5 +644,5 @@ START_TEST(test_lamb)
 }
 END_TEST
 
-DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_order), DFX_CASE(scaler_update),
+DEVICE_SUITE(optim, DFX_CASE(sgd), DFX_CASE(sgd_copy), DFX_CASE(grad_clip), DFX_CASE(unscale), DFX_CASE(grad_clip_order), DFX_CASE(grad_clip_big), DFX_CASE(scaler_update),
 	     DFX_CASE(lamb));

@@ -19,32 +19,6 @@
 
 /* ---- kernels ---------------------------------------------------------- */
 
-CPU_CLONES static void bias_add_rows(float *y, const float *b, int64_t r0, int64_t r1, int64_t N)
-{
-	for (int64_t r = r0; r < r1; r++) {
-		float *yr = y + r * N;
-#pragma omp simd
-		for (int64_t j = 0; j < N; j++)
-			yr[j] += b[j];
-	}
-}
-
-/* y (R, N) += b (N) */
-static kiln_status cpu_bias_add(const struct cpu_plan *p, const struct kiln_op_args *a,
-				struct cpu_err *e)
-{
-	const float *b = a->in[0];
-	float *y = a->out[0];
-	const int64_t R = p->rows, N = p->cols;
-	(void)e;
-#pragma omp parallel if (R * N >= CPU_PAR_MIN)
-	{
-		const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-		bias_add_rows(y, b, R * t / T, R * (t + 1) / T, N);
-	}
-	return KILN_OK;
-}
-
 /* Columns per block of a bias gradient: 32, so that the blocks of a narrow
  * dy (N = 128: a GPT's projections) still spread over the threads; a block
  * sums its columns row by row whatever its width, so the width never
@@ -63,114 +37,36 @@ _Static_assert(BIAS_COLS == 32, "col_sums' register path holds 4 x 8 columns");
  * macro, so no function passes a vector (gcc's -Wpsabi in the default clone) */
 #define BF16X8_F32(h) ((cpu_f32x8)(__builtin_convertvector((h), cpu_u32x8) << 16))
 
-/* s[0..w) = sum over rows r in order of dy[r*N + j0 + j]: the order of the
- * sum never changes with the thread count, nor with the path taken (each
- * lane adds its column's rows in order, as the scalar loop). */
-CPU_CLONES static void col_sums(float *restrict s, const float *restrict dy, int64_t R, int64_t N,
-				int64_t j0, int64_t w)
-{
-	if (w == BIAS_COLS) {
-		cpu_f32x8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-		for (int64_t r = 0; r < R; r++) {
-			const cpu_f32x8 *row = (const cpu_f32x8 *)(dy + r * N + j0);
-			a0 += row[0];
-			a1 += row[1];
-			a2 += row[2];
-			a3 += row[3];
-		}
-		memcpy(s, &a0, sizeof a0);
-		memcpy(s + 8, &a1, sizeof a1);
-		memcpy(s + 16, &a2, sizeof a2);
-		memcpy(s + 24, &a3, sizeof a3);
-		return;
-	}
-	for (int64_t j = 0; j < w; j++)
-		s[j] = 0.0f;
-	for (int64_t r = 0; r < R; r++) {
-		const float *row = dy + r * N + j0;
-#pragma omp simd
-		for (int64_t j = 0; j < w; j++)
-			s[j] += row[j];
-	}
-}
+/* The bias add, bias gradient and ReLU forward and backward, for f32 and
+ * for bf16 activations (bf16 storage, f32 arithmetic, one rounding; the
+ * bias and its gradient f32): one body in ops_rows.h. */
+#define ROWS_T float
+#define ROWS_FN(n) n##_f32
+#define ROWS_LD(v) (v)
+#define ROWS_ST(f) (f)
+#define ROWS_LD8(p) (*(const cpu_f32x8 *)(p))
+#define ROWS_PASS(y, g) ((y) > 0.0f ? (g) : 0.0f)
+#include "ops_rows.h"
 
-/* db (N) (=|+=) sum over r of dy (R, N).  Parallel over blocks of columns:
- * each block walks the rows in order, so the sum order never changes. */
-static kiln_status cpu_bias_grad(const struct cpu_plan *p, const struct kiln_op_args *a,
-				 struct cpu_err *e)
-{
-	const float *dy = a->in[0];
-	float *db = a->out[0];
-	const int64_t R = p->rows, N = p->cols, B = BIAS_COLS;
-	const int acc = p->op.flags & KILN_OPF_ACCUMULATE;
-	(void)e;
-#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
-	for (int64_t j0 = 0; j0 < N; j0 += B) {
-		float s[BIAS_COLS];
-		const int64_t w = N - j0 < B ? N - j0 : B;
-		col_sums(s, dy, R, N, j0, w);
-		for (int64_t j = 0; j < w; j++)
-			db[j0 + j] = acc ? db[j0 + j] + s[j] : s[j];
-	}
-	return KILN_OK;
-}
-
-CPU_CLONES static void relu_span(float *y, const float *x, int64_t n)
-{
-#pragma omp simd
-	for (int64_t i = 0; i < n; i++)
-		y[i] = x[i] < 0.0f ? 0.0f : x[i];
-}
-
-/* y (n) = max(x, 0); x == y allowed.  NaN passes through (as in PyTorch), so
- * an overflow is still visible to a loss scaler downstream. */
-static kiln_status cpu_relu(const struct cpu_plan *p, const struct kiln_op_args *a,
-			    struct cpu_err *e)
-{
-	const float *x = a->in[0];
-	float *y = a->out[0];
-	(void)e;
-	CPU_SPANS(p->n, b, en, relu_span(y + b, x + b, en - b));
-	return KILN_OK;
-}
-
-CPU_CLONES static void relu_bwd_span(float *restrict dx, const float *restrict y,
-				     const float *restrict dy, int64_t n, int acc)
-{
-	if (acc) {
-#pragma omp simd
-		for (int64_t i = 0; i < n; i++)
-			dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
-	} else {
-#pragma omp simd
-		for (int64_t i = 0; i < n; i++)
-			dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-	}
-}
-
-/* dx (n) (=|+=) y > 0 ? dy : 0, with y (n) the forward output.  A select,
- * not a product: an inf dy where y == 0 gives 0, not NaN. */
-static kiln_status cpu_relu_bwd(const struct cpu_plan *p, const struct kiln_op_args *a,
-				struct cpu_err *e)
-{
-	const float *y = a->in[0], *dy = a->in[1];
-	float *dx = a->out[0];
-	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
-	(void)e;
-	CPU_SPANS(p->n, b, en, relu_bwd_span(dx + b, y + b, dy + b, en - b, acc));
-	return KILN_OK;
-}
+#define ROWS_T uint16_t
+#define ROWS_FN(n) n##_bf16
+#define ROWS_LD(v) cpu_bf16_f32(v)
+#define ROWS_ST(f) cpu_bf16_round(f)
+#define ROWS_LD8(p) BF16X8_F32(*(const cpu_u16x8 *)(p))
+/* y > 0: sign clear, not zero, not NaN (0x7f80 is +inf); g masked */
+#define ROWS_PASS(y, g) ((g) & (uint16_t) - (uint16_t)((int16_t)(y) > 0 && (y) <= 0x7f80))
+#include "ops_rows.h"
 
 /* Rows per tile of relu_bwd_rows_db: the tile's row spans stay in L1
  * while each block of BIAS_COLS columns' sums walks its rows in registers. */
 #define RELU_DB_ROWS 16
 
 /* Columns [j0, j1) of the ReLU's backward: dx (=|+=) m = y > 0 ? dy : 0
- * (a select, as relu_bwd_span: an inf dy at y <= 0 gives 0) and db = the
+ * (a select, as relu_bwd_span_f32: an inf dy at y <= 0 gives 0) and db = the
  * sum over rows of m.  Tiles of RELU_DB_ROWS rows; within a tile each
- * block of 32 columns' sums (4 x 8 lanes, as col_sums) is loaded from db,
+ * block of 32 columns' sums (4 x 8 lanes, as col_sums_f32) is loaded from db,
  * takes the tile's rows in order and is stored back, so every column's
- * rows are added in order from 0, as col_sums adds them: db equals
+ * rows are added in order from 0, as col_sums_f32 adds them: db equals
  * BIAS_GRAD of the written m, bit for bit. */
 CPU_CLONES static void relu_bwd_rows_db(float *restrict db, float *restrict dx,
 					const float *restrict y, const float *restrict dy,
@@ -231,130 +127,6 @@ static kiln_status cpu_relu_bwd_db(const struct cpu_plan *p, const struct kiln_o
 	return KILN_OK;
 }
 
-/* ---- bf16 activations: bf16 storage, f32 arithmetic, one rounding ---- */
-
-CPU_CLONES static void bias_add_rows_bf16(uint16_t *y, const float *b, int64_t r0, int64_t r1,
-					  int64_t N)
-{
-	for (int64_t r = r0; r < r1; r++) {
-		uint16_t *yr = y + r * N;
-#pragma omp simd
-		for (int64_t j = 0; j < N; j++)
-			yr[j] = cpu_bf16_round(cpu_bf16_f32(yr[j]) + b[j]);
-	}
-}
-
-/* y (R, N) bf16 += b (N) f32 */
-static kiln_status cpu_bias_add_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
-				     struct cpu_err *e)
-{
-	const float *b = a->in[0];
-	uint16_t *y = a->out[0];
-	const int64_t R = p->rows, N = p->cols;
-	(void)e;
-#pragma omp parallel if (R * N >= CPU_PAR_MIN)
-	{
-		const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-		bias_add_rows_bf16(y, b, R * t / T, R * (t + 1) / T, N);
-	}
-	return KILN_OK;
-}
-
-/* db (N) f32 (=|+=) sum over r of dy (R, N) bf16: cpu_bias_grad's order. */
-CPU_CLONES static void col_sums_bf16(float *restrict s, const uint16_t *restrict dy, int64_t R,
-				     int64_t N, int64_t j0, int64_t w)
-{
-	if (w == BIAS_COLS) {
-		cpu_f32x8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-		for (int64_t r = 0; r < R; r++) {
-			const cpu_u16x8 *row = (const cpu_u16x8 *)(dy + r * N + j0);
-			a0 += BF16X8_F32(row[0]);
-			a1 += BF16X8_F32(row[1]);
-			a2 += BF16X8_F32(row[2]);
-			a3 += BF16X8_F32(row[3]);
-		}
-		memcpy(s, &a0, sizeof a0);
-		memcpy(s + 8, &a1, sizeof a1);
-		memcpy(s + 16, &a2, sizeof a2);
-		memcpy(s + 24, &a3, sizeof a3);
-		return;
-	}
-	for (int64_t j = 0; j < w; j++)
-		s[j] = 0.0f;
-	for (int64_t r = 0; r < R; r++) {
-		const uint16_t *row = dy + r * N + j0;
-#pragma omp simd
-		for (int64_t j = 0; j < w; j++)
-			s[j] += cpu_bf16_f32(row[j]);
-	}
-}
-
-static kiln_status cpu_bias_grad_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
-				      struct cpu_err *e)
-{
-	const uint16_t *dy = a->in[0];
-	float *db = a->out[0];
-	const int64_t R = p->rows, N = p->cols, B = BIAS_COLS;
-	const int acc = p->op.flags & KILN_OPF_ACCUMULATE;
-	(void)e;
-#pragma omp parallel for if (R * N >= CPU_PAR_MIN) schedule(static)
-	for (int64_t j0 = 0; j0 < N; j0 += B) {
-		float s[BIAS_COLS];
-		const int64_t w = N - j0 < B ? N - j0 : B;
-		col_sums_bf16(s, dy, R, N, j0, w);
-		for (int64_t j = 0; j < w; j++)
-			db[j0 + j] = acc ? db[j0 + j] + s[j] : s[j];
-	}
-	return KILN_OK;
-}
-
-CPU_CLONES static void relu_span_bf16(uint16_t *y, const uint16_t *x, int64_t n)
-{
-#pragma omp simd
-	for (int64_t i = 0; i < n; i++)
-		y[i] = cpu_bf16_f32(x[i]) < 0.0f ? 0 : x[i];
-}
-
-static kiln_status cpu_relu_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
-				 struct cpu_err *e)
-{
-	const uint16_t *x = a->in[0];
-	uint16_t *y = a->out[0];
-	(void)e;
-	CPU_SPANS(p->n, b, en, relu_span_bf16(y + b, x + b, en - b));
-	return KILN_OK;
-}
-
-/* y > 0 on bf16 bits: sign clear, not zero, not NaN; a select on bits (a
- * mask), so that the loop vectorises. */
-CPU_CLONES static void relu_bwd_span_bf16(uint16_t *restrict dx, const uint16_t *restrict y,
-					  const uint16_t *restrict dy, int64_t n, int acc)
-{
-	if (acc) {
-#pragma omp simd
-		for (int64_t i = 0; i < n; i++) {
-			const uint16_t m = (uint16_t)-(uint16_t)((int16_t)y[i] > 0 && y[i] <= 0x7f80);
-			dx[i] = cpu_bf16_round(cpu_bf16_f32(dx[i]) + cpu_bf16_f32(dy[i] & m));
-		}
-	} else {
-#pragma omp simd
-		for (int64_t i = 0; i < n; i++) {
-			const uint16_t m = (uint16_t)-(uint16_t)((int16_t)y[i] > 0 && y[i] <= 0x7f80);
-			dx[i] = dy[i] & m;
-		}
-	}
-}
-
-static kiln_status cpu_relu_bwd_bf16(const struct cpu_plan *p, const struct kiln_op_args *a,
-				     struct cpu_err *e)
-{
-	const uint16_t *y = a->in[0], *dy = a->in[1];
-	uint16_t *dx = a->out[0];
-	const int acc = (p->op.flags & KILN_OPF_ACCUMULATE) != 0;
-	(void)e;
-	CPU_SPANS(p->n, b, en, relu_bwd_span_bf16(dx + b, y + b, dy + b, en - b, acc));
-	return KILN_OK;
-}
 
 /* The fused loss: see KILN_OP_SOFTMAX_XENT in kiln/ops.h.  x (R, C) logits,
  * label (R) i32, dx (R, C) (may be x), m [2..4] metric sums.  Rows r < V =
@@ -661,22 +433,6 @@ __attribute__((target("avx2"))) static inline float sumsq_block1_avx2(const floa
 	return part;
 }
 
-/* sumsq_span's result over g[0, n) */
-__attribute__((target("avx2"))) static double sumsq_span_x4(const float *g, int64_t n, float mul)
-{
-	double acc = 0;
-	int64_t b = 0;
-	for (; b + 4 * 1024 <= n; b += 4 * 1024) {
-		float s[4];
-		sumsq_block4_avx2(g + b, mul, s);
-		for (int k = 0; k < 4; k++)
-			acc += (double)s[k];
-	}
-	for (; b < n; b += 1024)
-		acc += (double)sumsq_block1_avx2(g + b, b + 1024 < n ? 1024 : n - b, mul);
-	return acc;
-}
-
 /* bp[k] = block k's f32 sum, blocks [k0, k1) of g[0, n) */
 __attribute__((target("avx2"))) static void sumsq_parts_x4(const float *g, int64_t n, int64_t k0,
 							   int64_t k1, float mul, float *bp)
@@ -688,20 +444,6 @@ __attribute__((target("avx2"))) static void sumsq_parts_x4(const float *g, int64
 		bp[k] = sumsq_block1_avx2(g + k * 1024, (k + 1) * 1024 < n ? 1024 : n - k * 1024, mul);
 }
 #endif
-
-/* The sum of squares of g * mul over n elements in sumsq_span's order:
- * on an AVX2 CPU without AVX-512 (the clone the resolver would pick),
- * four blocks at a time.  x4 0 forces the clone (the tests). */
-static double sumsq(const float *g, int64_t n, float mul, int x4)
-{
-#ifdef SUMSQ_X4
-	if (x4 && __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f"))
-		return sumsq_span_x4(g, n, mul);
-#else
-	(void)x4;
-#endif
-	return sumsq_span(g, n, mul);
-}
 
 /* bp[k] = the f32 sum sumsq_span adds for block k (elements 1024 k to
  * 1024 k + 1023, or n), blocks [k0, k1): the same sums, block by block */
@@ -715,6 +457,41 @@ static void sumsq_parts(const float *g, int64_t n, int64_t k0, int64_t k1, float
 #endif
 	for (int64_t k = k0; k < k1; k++) /* one block: its sum in double is the f32 one */
 		bp[k] = (float)sumsq_span(g + k * 1024, (k + 1) * 1024 < n ? 1024 : n - k * 1024, mul);
+}
+
+/* The squared norm of g * mul over n elements, in the order the tests
+ * spell out (check_device_optim: cpu_norm_order): blocks of 1024 summed in
+ * f32 (sumsq_span's lanes), the blocks of each 65536-element chunk added
+ * in double, then the chunks in order.  The order depends on n alone, not
+ * on the thread count.  Rounds of RND blocks (8M elements): a round's
+ * block sums split evenly over the team (9 chunks of the MLP's 535k
+ * parameters gave one thread 5 when the team split chunks), then its
+ * chunks are added in order on one thread.  Before session 21 a tensor
+ * above 64M elements took chunks of n / 1024 + 1 elements, no multiple of
+ * 1024: its blocks and chunks (and so its bits) left that order. */
+static double grad_sumsq(const float *g, int64_t n, float mul)
+{
+	enum { BLK = 1024, CHB = 64, RND = 8192 }; /* a chunk: CHB blocks; RND a multiple of CHB */
+	const int64_t nb = (n + BLK - 1) / BLK;
+	double total = 0;
+	for (int64_t k0 = 0; k0 < nb; k0 += RND) {
+		const int64_t kn = nb - k0 < RND ? nb - k0 : RND;
+		const int64_t len = n - k0 * BLK < kn * BLK ? n - k0 * BLK : kn * BLK;
+		const float *gr = g + k0 * BLK;
+		float bp[RND];
+#pragma omp parallel if (len >= CPU_PAR_MIN)
+		{
+			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
+			sumsq_parts(gr, len, kn * t / T, kn * (t + 1) / T, mul, bp);
+		}
+		for (int64_t c = 0; c < kn; c += CHB) {
+			double acc = 0;
+			for (int64_t k = c; k < kn && k < c + CHB; k++)
+				acc += bp[k];
+			total += acc;
+		}
+	}
+	return total;
 }
 
 CPU_CLONES static void clip_span(float *y, const float *g, int64_t n, float scale, float lim)
@@ -739,37 +516,7 @@ static kiln_status cpu_grad_clip(const struct cpu_plan *p, const struct kiln_op_
 	const double max_norm = p->op.f[0], lim = p->op.f[1];
 	const float inv = p->op.type == KILN_OP_UNSCALE ? 1.0f / *(const float *)a->in[1] : 1.0f;
 	(void)e;
-	/* fixed 64K-element chunks summed in order: the norm does not depend
-	 * on the thread count */
-	enum { MAXCH = 1024, MAXBLK = 8192 };
-	const int64_t CH = n / MAXCH + 1 > 65536 ? n / MAXCH + 1 : 65536, nch = (n + CH - 1) / CH;
-	const int64_t nb = (n + 1023) / 1024;
-	double total = 0;
-	if (CH == 65536 && nb <= MAXBLK) {
-		/* up to 8M elements (session 20): the blocks' f32 sums split
-		 * evenly over the team (9 chunks of the MLP's 535k parameters
-		 * gave one thread 5), then each chunk's in order in double, as
-		 * sumsq_span adds them: the same total */
-		float bp[MAXBLK];
-#pragma omp parallel if (n >= CPU_PAR_MIN)
-		{
-			const int64_t t = cpu_thread_num(), T = cpu_num_threads();
-			sumsq_parts(g, n, nb * t / T, nb * (t + 1) / T, inv, bp);
-		}
-		for (int64_t c = 0; c < nch; c++) {
-			double acc = 0;
-			for (int64_t k = c * 64; k < nb && k < (c + 1) * 64; k++)
-				acc += bp[k];
-			total += acc;
-		}
-	} else {
-		double part[MAXCH];
-#pragma omp parallel for schedule(static) if (n >= CPU_PAR_MIN)
-		for (int64_t c = 0; c < nch; c++)
-			part[c] = sumsq(g + c * CH, (c + 1) * CH < n ? CH : n - c * CH, inv, 1);
-		for (int64_t c = 0; c < nch; c++)
-			total += part[c];
-	}
+	const double total = grad_sumsq(g, n, inv);
 	float scale;
 	if (!common_clip_factor(state, sqrt(total), max_norm, inv, &scale))
 		return KILN_OK; /* not finite: the gradients stay as they are */
@@ -1089,10 +836,10 @@ kiln_status cpu_ops_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 
 	switch (op->type) {
-	case KILN_OP_BIAS_ADD: p->kernel = cpu_bias_add; break;
-	case KILN_OP_BIAS_GRAD: p->kernel = cpu_bias_grad; break;
-	case KILN_OP_RELU: p->kernel = cpu_relu; break;
-	case KILN_OP_RELU_BWD: p->kernel = cpu_relu_bwd; break;
+	case KILN_OP_BIAS_ADD: p->kernel = cpu_bias_add_f32; break;
+	case KILN_OP_BIAS_GRAD: p->kernel = cpu_bias_grad_f32; break;
+	case KILN_OP_RELU: p->kernel = cpu_relu_f32; break;
+	case KILN_OP_RELU_BWD: p->kernel = cpu_relu_bwd_f32; break;
 	case KILN_OP_SOFTMAX_XENT: p->kernel = cpu_softmax_xent; break;
 	case KILN_OP_GRAD_CLIP:
 	case KILN_OP_UNSCALE: p->kernel = cpu_grad_clip; break;
