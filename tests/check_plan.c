@@ -13,7 +13,8 @@
  *    prepare their forward alone (one device op each: no kept copies,
  *    no ReLU mask, no backward, no add), and no workspace for a gradient
  *    (less than the input's bytes), in both layouts (NCHW, NHWC: the
- *    linear reads channels-last through one reorder);
+ *    linear reads channels-last through one reorder); so do layernorm,
+ *    an activation, dropout, add and relu;
  *  - kiln_plan_check refuses a plan that still references a storage a
  *    merge emptied (the merges re-point every reference: a training
  *    plan whose loss writes the logits' gradient over the logits has an
@@ -209,6 +210,18 @@ static const char *eval_ini =
 	"[layer.fc2]\ntype = linear\nout = 10\n"
 	"[layer.loss]\ntype = softmax_xent\n";
 
+/* the elementwise and normalising layers of a transformer's MLP block */
+static const char *eval_mlp_ini =
+	"[layer.flat]\ntype = flatten\n"
+	"[layer.fc]\ntype = linear\nout = 32\n"
+	"[layer.ln]\ntype = layernorm\n"
+	"[layer.g]\ntype = gelu\n"
+	"[layer.drop]\ntype = dropout\np = 0.25\n"
+	"[layer.res]\ntype = add\ninputs = drop, fc\n"
+	"[layer.r]\ntype = relu\n"
+	"[layer.fc2]\ntype = linear\nout = 10\n"
+	"[layer.loss]\ntype = softmax_xent\n";
+
 static int ops_of(const struct kiln_plan *p, int i)
 {
 	return ((const struct layer_plans *)p->nodes[i].l.priv)->n;
@@ -243,6 +256,28 @@ START_TEST(test_eval_forward_only)
 		ck_assert_msg((k != 1 && k != 2) || n->ws < in_bytes(e, i),
 			      "%s, %s: the evaluation plan's workspace is %zu bytes, the input %zu",
 			      names[k], _i ? "nhwc" : "nchw", n->ws, in_bytes(e, i));
+	}
+	kiln_plan_free(e);
+	kiln_plan_free(t);
+	rig_close(&r);
+	/* layernorm, an activation, dropout, add and a ReLU of their own: the
+	 * forward alone (the activation's op where the device fuses none;
+	 * a view prepares nothing); layernorm's scratch its statistics */
+	rig_open(&r, eval_mlp_ini);
+	e = plan(&r, 0), t = plan(&r, 1);
+	static const char *const mlp[] = { "ln", "g", "drop", "res", "r" };
+	for (int k = 0; k < 5 && !_i; k++) {
+		const int i = layer(e, mlp[k]), j = layer(t, mlp[k]);
+		const struct plan_node *n = &e->nodes[i];
+		const int most = n->l.is_view ? 0 : 1 + n->l.act_fused;
+		ck_assert_msg(ops_of(e, i) <= most,
+			      "%s: the evaluation plan prepared %d ops (the forward: at most %d; the training plan %d)",
+			      mlp[k], ops_of(e, i), most, ops_of(t, j));
+		ck_assert_msg(n->l.is_view || ops_of(t, j) > ops_of(e, i),
+			      "%s: the training plan prepared no more ops than the evaluation plan", mlp[k]);
+		ck_assert_msg(n->ws <= t->nodes[j].ws,
+			      "%s: the evaluation plan's workspace is %zu bytes, the training plan's %zu",
+			      mlp[k], n->ws, t->nodes[j].ws);
 	}
 	kiln_plan_free(e);
 	kiln_plan_free(t);
