@@ -327,6 +327,7 @@ struct plan_node {
 	/* input k crosses a stage boundary: 1 + its index in p->xfer, else 0 */
 	int xfer1[KILN_LAYER_MAX_INPUTS];
 	int planned;
+	size_t ws;   /* the workspace the layer's plan asked (plan_layers) */
 };
 
 /* The compute copy of the parameters (see struct kiln_model): enqueue its
@@ -465,6 +466,11 @@ void kiln_plan_node_free(struct plan_node *n, struct kiln_device *dev);
 /* core/plan_memory.c.  The layer whose output storage layer i's output
  * is (views followed to their input's; -1: the data input). */
 int kiln_plan_root_y(const struct plan_node *nodes, const struct kiln_model *m, int i);
+/* core/plan_memory.c: what a memory plan cannot run (KILN_EINTERNAL or
+ * KILN_ECONFIG naming it; kiln_plan_memory's last step): among others a
+ * storage referenced (a layer's output, gradient, saved state, the data
+ * input's, a crossing tensor's) that a merge emptied. */
+kiln_status kiln_plan_check(struct kiln_plan *p);
 /* Append a storage of `bytes` living from schedule
  * position start to end (grows p->store); KILN_ENOMEM. */
 kiln_status kiln_plan_new_store(struct kiln_plan *p, size_t bytes, int start, int end);

@@ -186,6 +186,12 @@ struct kiln_layer;
  * need not prepare the ops that compute it; 0 for any other call.  Not
  * in the plugin ABI: plugin layers prepare every op, as before. */
 int kiln_layer_dx_unused(const struct kiln_layer *l);
+/* While the core prepares layer l of a plan: bit k set when input k's
+ * gradient has another writer, so l's backward may be asked to add into
+ * it (r->dx_accum[k]); clear, it is only ever written, and l needs no
+ * scratch to add from.  -1 (every bit) for any other call.  Not in the
+ * plugin ABI. */
+int kiln_layer_dx_shared(const struct kiln_layer *l);
 /* While the core prepares layer l of a plan: 1 when l is a conv whose
  * fused ReLU's backward the maxpool after it applies (l prepares no mask
  * of its own), 2 when l is that maxpool (it masks its dy by its output
@@ -197,7 +203,8 @@ int kiln_layer_relu_fold(const struct kiln_layer *l);
  * inference plan (the forward only, r->training 0) and for any other
  * call.  A built-in layer prepares only the ops its plan runs (conv: no
  * evaluation forward in a training plan, no kept copies nor backward in
- * an evaluation one).  Not in the plugin ABI. */
+ * an evaluation one; poolings, batchnorm, linear: the forward alone in an
+ * evaluation plan, tests/check_plan).  Not in the plugin ABI. */
 int kiln_layer_training(const struct kiln_layer *l);
 /* While the core infers layer l (core/graph.c kiln_model_infer): the
  * layout its output is to have where that is not its input's, else -1:

@@ -48,6 +48,23 @@ static kiln_status stage_name(struct kiln_model *m, const char **p, int *layer)
 	return KILN_OK;
 }
 
+/* The error for stage k (its text from `text` to the next '|') naming
+ * more than two layers: it names its first and last alone. */
+static kiln_status too_many_names(const char *where, int k, const char *text)
+{
+	const int n = (int)strcspn(text, "|");
+	int names = 1;
+	for (int i = 0; i < n; i++)
+		names += text[i] == ',';
+	while (isspace((unsigned char)*text))
+		text++;
+	int len = (int)strcspn(text, "|");
+	while (len > 0 && isspace((unsigned char)text[len - 1]))
+		len--;
+	return kiln_error(KILN_ECONFIG, "%s: [model] stages: stage %d is '%.*s', %d layer names: a stage names its first and last layer (`first, last`, the layers between them included) or one layer, the stages separated by '|' (e.g. `stages = flat, r1 | fc2, loss`)",
+			  where, k, len > 120 ? 120 : len, text, names);
+}
+
 /* [model] stages = first, last | first, last | ...: stage k runs layers
  * first..last; the groups tile the layers in file order. */
 static kiln_status stages_from_model(struct kiln_model *m, const char *v, int *stage)
@@ -58,14 +75,14 @@ static kiln_status stages_from_model(struct kiln_model *m, const char *v, int *s
 	kiln_status st;
 	while (*p) {
 		int first, last;
+		const char *text = p; /* this stage's, for a message */
 		if ((st = stage_name(m, &p, &first)))
 			return st;
 		last = first;
 		if (*p == ',' && (++p, (st = stage_name(m, &p, &last))))
 			return st;
 		if (*p && *p != '|')
-			return kiln_error(KILN_ECONFIG, "%s: [model] stages: each stage is `first, last` (or one layer), stages separated by '|'",
-					  where);
+			return too_many_names(where, k, text);
 		if (*p)
 			p++;
 		if (first != next || last < first)

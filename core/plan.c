@@ -65,6 +65,15 @@ int kiln_layer_dx_unused(const struct kiln_layer *l)
 	return l && l == planning ? planning_dx_unused : 0;
 }
 
+/* ... and which of its inputs' gradients it may add into
+ * (kiln_layer_dx_shared) */
+static _Thread_local int planning_dx_shared;
+
+int kiln_layer_dx_shared(const struct kiln_layer *l)
+{
+	return l && l == planning ? planning_dx_shared : -1;
+}
+
 /* The fold of a fused ReLU's backward into the max pooling after it
  * (kiln_layer_relu_fold), for the layer being planned. */
 static _Thread_local int planning_relu_fold;
@@ -150,20 +159,45 @@ static void log_mixed_stem(const struct kiln_plan *p)
 	}
 }
 
+/* Whether layer i's backward is given input k's gradient (r->dx[k]), as
+ * plan_memory.c's plan_gradients decides it: no gradient in an evaluation
+ * plan, for the data without input_grad, for a layer's output that wants
+ * none (wants_grad) or a loss's; a view has no backward of its own. */
+static int grad_on(const struct kiln_plan *p, const int *wants_grad, int i, int k)
+{
+	const int src = p->m->layers[i].in[k];
+	return p->training && !p->nodes[i].l.is_view &&
+	       (src < 0 ? p->input_grad : wants_grad[src] && !p->nodes[src].l.is_loss);
+}
+
 /* Bit k set: layer i's backward is never given input k's gradient
- * (r->dx[k] NULL), as plan_memory.c's plan_gradients decides it: no
- * gradient in an evaluation plan, for the data without input_grad, for a
- * layer's output that wants none (wants_grad) or a loss's; a view has no
- * backward of its own. */
+ * (r->dx[k] NULL). */
 static int dx_unused(const struct kiln_plan *p, const int *wants_grad, int i)
 {
-	const struct model_layer *L = &p->m->layers[i];
 	int bits = 0;
-	for (int k = 0; k < L->n_in; k++) {
-		const int src = L->in[k];
-		const int on = p->training && !p->nodes[i].l.is_view &&
-			       (src < 0 ? p->input_grad : wants_grad[src] && !p->nodes[src].l.is_loss);
-		bits |= !on << k;
+	for (int k = 0; k < p->m->layers[i].n_in; k++)
+		bits |= !grad_on(p, wants_grad, i, k) << k;
+	return bits;
+}
+
+/* Bit k set: input k's gradient has another writer (another input of a
+ * backward whose source is the same storage, through views too), so
+ * layer i's backward may add into it (r->dx_accum[k], plan_gradients: the
+ * first writer writes, later ones add); clear, it always writes it. */
+static int dx_shared(const struct kiln_plan *p, const int *wants_grad, int i)
+{
+	const struct kiln_model *m = p->m;
+	int bits = 0;
+	for (int k = 0; k < m->layers[i].n_in; k++) {
+		if (!grad_on(p, wants_grad, i, k))
+			continue;
+		const int root = kiln_plan_root_y(p->nodes, m, m->layers[i].in[k]);
+		int writers = 0;
+		for (int j = 0; j < m->n_layers; j++)
+			for (int q = 0; q < m->layers[j].n_in; q++)
+				writers += grad_on(p, wants_grad, j, q) &&
+					   kiln_plan_root_y(p->nodes, m, m->layers[j].in[q]) == root;
+		bits |= (writers > 1) << k;
 	}
 	return bits;
 }
@@ -183,6 +217,7 @@ static kiln_status plan_layers(struct kiln_plan *p, const int *wants_grad)
 			N[i].planned = 1;
 			planning = &N[i].l;
 			planning_dx_unused = dx_unused(p, wants_grad, i);
+			planning_dx_shared = dx_shared(p, wants_grad, i);
 			planning_relu_fold = relu_fold(p, i);
 			planning_training = p->training;
 			st = N[i].ops->plan(kiln_host_table(), &N[i].l, kiln_plan_dev(p, i), &ws);
@@ -194,6 +229,7 @@ static kiln_status plan_layers(struct kiln_plan *p, const int *wants_grad)
 						       kiln_tensor_desc_str(&N[i].l.in[0], d, sizeof d));
 			}
 		}
+		N[i].ws = ws;
 		if (ws > p->ws_bytes)
 			p->ws_bytes = ws;
 	}

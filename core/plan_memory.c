@@ -186,6 +186,54 @@ out:
 	return st;
 }
 
+/* Every reference to a storage the plan holds, each visited with what
+ * holds it (a layer's, -1 for the plan's or a crossing tensor's) and its
+ * index: the nodes' outputs, gradients, saved state and recomputed
+ * copies, the data input's copy and gradient, the crossing tensors'
+ * buffers.  A merge re-points them all (store_merge); plan_check refuses
+ * one left on a storage a merge emptied. */
+typedef int store_ref_fn(int *ref, const char *what, int layer, void *arg);
+
+static int store_refs(struct kiln_plan *p, store_ref_fn *fn, void *arg)
+{
+	struct plan_node *N = p->nodes;
+	int stop = 0;
+	for (int i = 0; i < p->m->n_layers && !stop; i++)
+		stop = fn(&N[i].ystore, "output", i, arg) || fn(&N[i].gstore, "gradient", i, arg) ||
+		       fn(&N[i].sstore, "saved state", i, arg) ||
+		       fn(&N[i].rstore, "recomputed output", i, arg) ||
+		       fn(&N[i].rsstore, "recomputed saved state", i, arg);
+	stop = stop || fn(&p->data_store, "the data input's copy", -1, arg) ||
+	       fn(&p->data_gstore, "the data input's gradient", -1, arg);
+	for (int e = 0; e < p->n_xfer && !stop; e++) {
+		struct plan_xfer *x = &p->xfer[e];
+		stop = fn(&x->src, "a crossing tensor's source", -1, arg) ||
+		       fn(&x->recv, "a crossing tensor's receive buffer", -1, arg) ||
+		       fn(&x->gsrc, "a crossing tensor's gradient", -1, arg) ||
+		       fn(&x->grecv, "a crossing tensor's received gradient", -1, arg) ||
+		       fn(&x->gtmp, "a crossing tensor's gradient to add", -1, arg);
+	}
+	return stop;
+}
+
+static int repoint(int *ref, const char *what, int layer, void *arg)
+{
+	const int *from_to = arg;
+	(void)what, (void)layer;
+	if (*ref == from_to[0])
+		*ref = from_to[1];
+	return 0;
+}
+
+/* Storage `gone` merged into `into` (whose lifetime the caller has made
+ * cover both): gone emptied, every reference to it re-pointed. */
+static void store_merge(struct kiln_plan *p, int gone, int into)
+{
+	int from_to[2] = { gone, into };
+	p->store[gone] = (struct storage){ 0, 0, 0, 0 };
+	store_refs(p, repoint, from_to);
+}
+
 /* In place: give output storage `mine` (first written at schedule position
  * pos) the memory of `theirs` when theirs is last read there and the sizes
  * match; the merged storage lives as long as either did.  Returns 1 when
@@ -198,15 +246,7 @@ static int merge_in_place(struct kiln_plan *p, int mine, int theirs, int pos)
 		return 0;
 	if (S[mine].end > S[theirs].end)
 		S[theirs].end = S[mine].end;
-	S[mine].bytes = 0; /* unused now */
-	S[mine].start = 0;
-	S[mine].end = 0;
-	for (int k = 0; k < p->m->n_layers; k++) {
-		if (p->nodes[k].ystore == mine)
-			p->nodes[k].ystore = theirs;
-		if (p->nodes[k].rstore == mine)
-			p->nodes[k].rstore = theirs;
-	}
+	store_merge(p, mine, theirs);
 	return 1;
 }
 
@@ -418,10 +458,7 @@ static void plan_grad_alias(struct kiln_plan *p)
 				continue;
 			extend(&S[go], S[gs].start);
 			extend(&S[go], S[gs].end);
-			S[gs] = (struct storage){ 0, 0, 0, 0 };
-			for (int i = 0; i < m->n_layers; i++)
-				if (N[i].gstore == gs)
-					N[i].gstore = go;
+			store_merge(p, gs, go);
 			kiln_log(KILN_LOG_DEBUG, "core", "layer '%s': the gradient of '%s' is its own",
 				 L->name, m->layers[src].name);
 		}
@@ -463,19 +500,34 @@ static void plan_grad_over_input(struct kiln_plan *p)
 			continue;
 		if (S[gs].end > S[xs].end)
 			S[xs].end = S[gs].end;
-		S[gs] = (struct storage){ 0, 0, 0, 0 };
-		for (int k = 0; k < m->n_layers; k++)
-			if (N[k].gstore == gs)
-				N[k].gstore = xs;
+		store_merge(p, gs, xs);
 		kiln_log(KILN_LOG_DEBUG, "core", "layer '%s' writes its input's gradient over '%s''s output",
 			 m->layers[j].name, m->layers[src].name);
 	}
 }
 
+/* plan_check's: the first reference to a storage out of range or
+ * emptied by a merge */
+struct dangling {
+	const struct kiln_plan *p;
+	int store, layer;
+	const char *what;
+};
+
+static int find_dangling(int *ref, const char *what, int layer, void *arg)
+{
+	struct dangling *d = arg;
+	if (*ref < 0 || (*ref < d->p->n_store && d->p->store[*ref].bytes))
+		return 0;
+	d->store = *ref, d->layer = layer, d->what = what;
+	return 1;
+}
+
 /* What the plan cannot run: an input gradient without a backward, loss
- * logits read after the loss, a storage without a lifetime, a crossing
- * gradient returned into a storage smaller than it. */
-static kiln_status plan_check(const struct kiln_plan *p)
+ * logits read after the loss, a storage without a lifetime, a reference
+ * to a storage a merge emptied (or none), a crossing gradient returned
+ * into a storage smaller than it. */
+kiln_status kiln_plan_check(struct kiln_plan *p)
 {
 	const struct kiln_model *m = p->m;
 	const struct plan_node *N = p->nodes;
@@ -496,6 +548,12 @@ static kiln_status plan_check(const struct kiln_plan *p)
 	for (int i = 0; i < p->n_store; i++)
 		if (p->store[i].bytes && p->store[i].start > p->store[i].end)
 			return kiln_error(KILN_EINTERNAL, "planner: storage %d has no lifetime", i);
+	struct dangling d = { p, 0, 0, NULL };
+	if (store_refs(p, find_dangling, &d))
+		return kiln_error(KILN_EINTERNAL, "planner: %s%s%s%s is storage %d, %s", d.what,
+				  d.layer >= 0 ? " of layer '" : "",
+				  d.layer >= 0 ? m->layers[d.layer].name : "", d.layer >= 0 ? "'" : "",
+				  d.store, d.store < p->n_store ? "emptied by a merge" : "which the plan has not");
 	/* a merge that emptied a storage a crossing gradient returns into
 	 * (issue 21: the return then wrote into no bytes) */
 	for (int e = 0; e < p->n_xfer; e++) {
@@ -540,7 +598,7 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 		plan_grad_alias(p);
 		plan_grad_over_input(p);
 	}
-	if ((st = plan_check(p)))
+	if ((st = kiln_plan_check(p)))
 		return st;
 	if (p->keep_all)
 		for (int i = 0; i < p->n_store; i++)

@@ -16,6 +16,9 @@
 #     collectives saying the ranks span several nodes, and end equal too;
 #     and where `unshare -m` can mount a tmpfs, rank 1 with a /dev/shm of
 #     its own cannot open rank 0's segments: both fall back, naming that;
+#     4 ranks as 2 nodes of 2, rank 3 with a /dev/shm of its own: node 1's
+#     shared memory fails and every rank falls back naming rank 3 once,
+#     "rank 3 (node 1's local rank 1)", and ends equal to one process;
 #  1a. captured steps ([plugin.cpu] graph = 1) over 384 steps with a
 #     log-point allreduce each (more than the plugin's 256 job slots)
 #     equal issued steps bit for bit;
@@ -119,6 +122,26 @@ fallback twohosts -u "hostname kiln-test-other-node" \
 # rank 1 only, and every rank falls back, naming rank 1's reason
 fallback twoshm -m "mount -t tmpfs none /dev/shm" \
 	"rank 1: shm_open(/kiln-gloo-[0-9]*-[0-9a-f]*): No such file or directory" "two /dev/shm"
+# 4 ranks as 2 nodes of 2 (ranks 2 and 3 under another host name), rank 3
+# with a /dev/shm of its own: node 1's shared memory fails on rank 3 and
+# every rank falls back to Gloo's collectives, the reason naming rank 3
+# once, by world rank and by its node's local rank (before session 21:
+# "rank 3: rank 1: shm_open(...)"), and ends equal to one process
+node="hostname kiln-test-other-node"
+if unshare -u -m sh -c "$node && mount -t tmpfs none /dev/shm" 2> /dev/null; then
+	timeout 120 "$kiln" launch -n 4 -- sh -c 'n=$1; shift
+		case $KILN_RANK in
+		2) exec unshare -u sh -c "$n && exec \"\$0\" \"\$@\"" "$@" ;;
+		3) exec unshare -u -m sh -c "$n && mount -t tmpfs none /dev/shm && exec \"\$0\" \"\$@\"" "$@" ;;
+		esac
+		exec "$@"' sh "$node" "$kiln" train "$ini" run.out_dir="$tmp/nodeshm" train.batch=16 \
+		> "$tmp/nodeshm.log" 2>&1 || { bad "2 nodes of 2, node 1 without shared /dev/shm: exited $?"; tail -20 "$tmp/nodeshm.log"; }
+	n=$(grep -c "rank [0-3] of 4 .*Gloo's collectives (kiln's shared memory off: the ranks span several nodes .*; no hierarchical allreduce: rank 3 (node 1's local rank 1): shm_open(/kiln-gloo-[0-9]*-[0-9a-f]*): No such file or directory (is /dev/shm shared between the ranks?))" "$tmp/nodeshm.log")
+	[ "$n" = 4 ] || { bad "node 1's shared memory failing: every rank should fall back naming rank 3 once ($n of 4)"; grep "comm gloo" "$tmp/nodeshm.log"; }
+	close "$(ck one 64)" "$(ck nodeshm 64)" "2 nodes of 2, node 1 without shared /dev/shm (Gloo's collectives) vs 1 process"
+else
+	echo "unshare -u -m not permitted: a node's failing shared memory is not tested"
+fi
 l1=$(last_loss one) l2=$(last_loss two) l4=$(last_loss four)
 echo "last logged loss: 1 process $l1, 2 ranks $l2, 4 ranks $l4"
 [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$l1" = "$l4" ] || bad "logged losses differ: $l1 $l2 $l4"

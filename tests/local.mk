@@ -451,6 +451,13 @@ TESTS += tests/check_pipeline
 tests_check_pipeline_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_check_pipeline_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_pipeline_LDADD = libkiln.la $(CHECK_LIBS)
+# the planner: scratch for shared gradients, evaluation plans' ops,
+# references to emptied storages (core/plan.c, core/plan_memory.c)
+check_PROGRAMS += tests/check_plan
+TESTS += tests/check_plan
+tests_check_plan_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
+tests_check_plan_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_plan_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
 TESTS += tests/pipeline.sh
 EXTRA_DIST += tests/pipeline.sh

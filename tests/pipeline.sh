@@ -25,7 +25,7 @@
 #     [model] stages = auto (session 18) cuts by estimated FLOPs (and,
 #     session 20, the bytes the passes move), logs the cut, and equals
 #     accumulation in 2 stages and 4 on devices;
-#  6. bad placements are config errors naming the key;
+#  6. bad placements are config errors naming the key (and the stage);
 #  7. [train] recompute with stages (before session 9: refused): each stage
 #     recomputes its own layers' outputs (an output read on a later stage
 #     is kept), on one device and on device instances of their own, per
@@ -261,6 +261,10 @@ kiln 2 train "$m" layer.fc2.stage=1 "model.stages=flat|fc1,loss"
 stderr_has "[model] stages and [layer.X] stage both place layers"
 kiln 2 train "$m" "model.stages=flat,r1|fc3,loss"
 stderr_has "stage 1 must run from layer 'fc2'"
+# a stage of more than two names (before session 21 the message named
+# neither the stage nor what it held)
+kiln 2 train "$m" "model.stages=flat,r1 | fc2, r2, fc3,loss"
+stderr_has "[model] stages: stage 1 is 'fc2, r2, fc3,loss', 4 layer names: a stage names its first and last layer (\`first, last\`"
 kiln 2 train "$m" model.stages=auto
 stderr_has "[model] stages = auto: how many stages?"
 kiln 2 train "$m" model.stages=auto:2x

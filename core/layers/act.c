@@ -51,8 +51,8 @@ kiln_status act_plan(const struct kiln_host *h, struct kiln_layer *l, struct kil
 	op.in[0] = op.out[0] = l->out;
 	op.i[0] = s->kind;
 	op.f[0] = s->alpha;
-	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
-		return st;
+	if ((st = prep(h, l, dev, &op, &s->fwd, ws)) || !kiln_layer_training(l))
+		return st; /* an evaluation plan: the forward alone */
 	op_init(&op, KILN_OP_ACT_BWD, 3, 1);
 	op.in[0] = op.in[1] = op.in[2] = op.out[0] = l->out;
 	op.i[0] = s->kind;

@@ -85,8 +85,8 @@ static kiln_status add_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.flags = KILN_OPF_ACCUMULATE;
 	op.in[0] = op.out[0] = l->out;
 	op.f[0] = 1.0;
-	if ((st = prep(h, l, dev, &op, &s->more, ws)))
-		return st;
+	if ((l->n_in > 2 && (st = prep(h, l, dev, &op, &s->more, ws))) || !kiln_layer_training(l))
+		return st; /* an evaluation plan: the forward alone */
 	/* dx_k (=|+=) dy */
 	return prep_pair(h, l, dev, &op, s->grad, ws);
 }

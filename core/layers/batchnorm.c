@@ -59,7 +59,6 @@ static kiln_status bn_infer(const struct kiln_host *h, struct kiln_layer *l)
 		l->params[k] = (struct kiln_param_spec){ names[k], s->c, init[k], 0, k >= 2 };
 	l->needs_input = 1;
 	s->stat_bytes = 2 * (size_t)s->C * sizeof(float);
-	s->dx_bytes = kiln_tensor_bytes(&s->x);
 	/* ReLU in the normalisation's pass; not across ranks (bn_sync.c) */
 	take_act(l, l->fuse_act == 1 + KILN_ACT_RELU && l->sync_ranks <= 1);
 	l->needs_output = l->act_fused; /* the ReLU's mask */
@@ -99,6 +98,16 @@ static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	struct kiln_tensor_desc saved;
 	f32_desc(&saved, 2, s->C, 0);
 
+	if (!kiln_layer_training(l)) { /* an evaluation plan: the forward with
+					* the running statistics alone */
+		op_init(&op, KILN_OP_BN_INFER, 5, 1);
+		op.in[0] = s->x, op.in[1] = op.in[2] = op.in[3] = op.in[4] = s->c;
+		op.out[0] = s->x;
+		op.f[0] = s->eps, op.f[1] = s->momentum;
+		st = prep_act(h, l, dev, &op, &s->infer, &s->act[2], &w);
+		*ws = w;
+		return st;
+	}
 	op_init(&op, KILN_OP_BN_TRAIN, 3, 4);
 	op.in[0] = s->x, op.in[1] = op.in[2] = s->c;
 	op.out[0] = s->x, op.out[1] = saved, op.out[2] = op.out[3] = s->c;
@@ -110,23 +119,22 @@ static kiln_status bn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.f[1] = 0;
 	if ((st = prep_act(h, l, dev, &op, &s->replay, &s->act[1], &w)))
 		return st;
-	op_init(&op, KILN_OP_BN_INFER, 5, 1);
-	op.in[0] = s->x, op.in[1] = op.in[2] = op.in[3] = op.in[4] = s->c;
-	op.out[0] = s->x;
-	op.f[0] = s->eps, op.f[1] = s->momentum;
-	if ((st = prep_act(h, l, dev, &op, &s->infer, &s->act[2], &w)))
-		return st;
 	op_init(&op, KILN_OP_BN_BWD, 4, 3);
 	op.in[0] = op.in[1] = s->x, op.in[2] = s->c, op.in[3] = saved;
 	op.out[0] = s->x, op.out[1] = op.out[2] = s->c;
 	op.f[0] = s->eps;
-	if ((st = bn_plan_bwd(h, l, dev, &op, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)) ||
+	/* dx into scratch where no backward asks for it, or to be added
+	 * where x has another consumer (kiln_layer_dx_shared) */
+	const int shared = kiln_layer_dx_shared(l) & 1;
+	if ((st = bn_plan_bwd(h, l, dev, &op, &w)) ||
+	    (shared && (st = prep_acc(h, l, dev, &s->x, &s->acc))) ||
 	    (l->trainable && (st = prep_acc(h, l, dev, &s->c, &s->acc_c))))
 		return st;
+	s->dx_bytes = shared || (kiln_layer_dx_unused(l) & 1) ? kiln_tensor_bytes(&s->x) : 0;
 	l->saved_bytes = s->stat_bytes;
-	/* scratch: [masked dy (a fused ReLU not folded) | a dx to add into
-	 * another consumer's, and the gamma/beta gradients of a frozen layer,
-	 * which the op writes anyway | the ops' own] */
+	/* scratch: [masked dy (a fused ReLU not folded) | a dx unused or to
+	 * add into another consumer's, and the gamma/beta gradients of a
+	 * frozen layer, which the op writes anyway | the ops' own] */
 	*ws = s->front + ALIGN64(s->dx_bytes + 2 * s->stat_bytes) + w;
 	if (l->sync_ranks > 1)
 		return bn_sync_plan(h, l, dev, &s->x, s->eps, s->momentum, *ws - w, &s->sync, ws);

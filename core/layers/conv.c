@@ -251,9 +251,10 @@ static kiln_status plan_residual(const struct kiln_host *h, struct kiln_layer *l
 }
 
 /* The data gradient (not when no backward asks for it: the first layer's
- * input, kiln_layer_dx_unused).  dx is always written; a second
- * consumer's share is added from scratch (oneDNN's backward-data cannot
- * accumulate).  With kept copies it reads the weight gradient's kept dy
+ * input, kiln_layer_dx_unused).  dx is always written; where x has a
+ * second consumer (kiln_layer_dx_shared) this backward's share may be
+ * added from scratch (oneDNN's backward-data cannot accumulate): the
+ * scratch and the ADD are prepared only then.  With kept copies it reads the weight gradient's kept dy
  * (s->data_kept), else, or where the device refuses that, dy as it is:
  * one of the two prepared, so the workspace is sized for the one run. */
 static kiln_status plan_bwd_data(const struct kiln_host *h, struct kiln_layer *l,
@@ -278,10 +279,11 @@ static kiln_status plan_bwd_data(const struct kiln_host *h, struct kiln_layer *l
 			return st;
 		s->data_kept = s->bwd_data != NULL;
 	}
+	const int shared = kiln_layer_dx_shared(l) & 1;
 	if ((!s->bwd_data && (st = prep(h, l, dev, &op, &s->bwd_data, &w))) ||
-	    (st = prep_acc(h, l, dev, &s->x, &s->acc)))
+	    (shared && (st = prep_acc(h, l, dev, &s->x, &s->acc))))
 		return st;
-	s->dx_bytes = kiln_tensor_bytes(&s->x);
+	s->dx_bytes = shared ? kiln_tensor_bytes(&s->x) : 0;
 	*ws = w;
 	return KILN_OK;
 }

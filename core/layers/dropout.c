@@ -50,11 +50,12 @@ static kiln_status dropout_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.in[0] = op.out[0] = l->out;
 	op.in[1] = step;
 	op.i[0] = (int64_t)l->seed, op.i[1] = l->index, op.f[0] = s->p;
-	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
-		return st;
-	op.type = KILN_OP_DROPOUT_BWD;
-	if ((st = prep_pair(h, l, dev, &op, s->bwd, ws)))
-		return st;
+	if (kiln_layer_training(l)) { /* the masks, forward and backward */
+		if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
+			return st;
+		op.type = KILN_OP_DROPOUT_BWD;
+		return prep_pair(h, l, dev, &op, s->bwd, ws);
+	}
 	/* evaluation: y = x */
 	op_init(&op, KILN_OP_SCALE, 1, 1);
 	op.in[0] = op.out[0] = l->out;

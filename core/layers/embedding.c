@@ -68,7 +68,7 @@ static kiln_status embedding_plan(const struct kiln_host *h, struct kiln_layer *
 	op.in[0] = l->in[0];
 	f32_desc(&op.in[1], s->V, s->C, 0);
 	op.out[0] = l->out;
-	if ((st = prep(h, l, dev, &op, &s->fwd, ws)) || !l->trainable)
+	if ((st = prep(h, l, dev, &op, &s->fwd, ws)) || !l->trainable || !kiln_layer_training(l))
 		return st;
 	op_init(&op, KILN_OP_EMBEDDING_BWD, 2, 1);
 	op.in[0] = l->in[0];

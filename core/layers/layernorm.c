@@ -14,6 +14,7 @@ struct layernorm {
 	int affine;
 	int64_t R, C;
 	size_t saved_bytes, x_bytes;
+	size_t ws_off; /* the scratch before the ops' own workspace (ln_plan) */
 	void *fwd;
 	void *bwd[2][2]; /* with parameter gradients: [dx accumulate][dw accumulate] */
 	void *bwd_x[2];  /* dx only (no affine, or frozen): [dx accumulate] */
@@ -83,6 +84,12 @@ static kiln_status ln_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op.f[0] = s->eps;
 	if ((st = prep(h, l, dev, &op, &s->fwd, &w)))
 		return st;
+	if (!kiln_layer_training(l)) { /* an evaluation plan: the forward, its
+					* statistics in scratch */
+		s->ws_off = s->saved_bytes;
+		*ws = s->ws_off + w;
+		return KILN_OK;
+	}
 	op_init(&op, KILN_OP_LAYERNORM_BWD, s->affine ? 4 : 3, 1);
 	op.in[0] = op.in[1] = op.out[0] = l->out;
 	op.in[2] = saved;
@@ -98,7 +105,8 @@ static kiln_status ln_plan(const struct kiln_host *h, struct kiln_layer *l,
 	}
 	l->saved_bytes = s->saved_bytes;
 	/* scratch: the statistics in evaluation, or dx nobody wants */
-	*ws = (s->saved_bytes > s->x_bytes ? s->saved_bytes : s->x_bytes) + w;
+	s->ws_off = s->saved_bytes > s->x_bytes ? s->saved_bytes : s->x_bytes;
+	*ws = s->ws_off + w;
 	return KILN_OK;
 }
 
@@ -106,7 +114,7 @@ static kiln_status ln_plan(const struct kiln_host *h, struct kiln_layer *l,
 static void ops_ws(struct kiln_op_args *a, const struct layernorm *s,
 		   const struct kiln_layer_run *r)
 {
-	size_t off = s->saved_bytes > s->x_bytes ? s->saved_bytes : s->x_bytes;
+	const size_t off = s->ws_off;
 	a->workspace = (char *)r->workspace + off;
 	a->workspace_bytes = r->workspace_bytes - off;
 }

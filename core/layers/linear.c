@@ -26,6 +26,8 @@ struct linear {
 	int reorder;      /* channels-last input: x is read through a copy */
 	void *to_nchw, *from_nchw[2];
 	size_t x_bytes;
+	size_t ws_off;    /* the reorder buffers before the ops' own workspace:
+			   * x in C, H, W order, and dx where the plan has one */
 	double int8_scale, int8_out_scale; /* [layer.X] int8_scale: > 0 runs the INT8 op */
 	int int8_unsigned;
 };
@@ -123,22 +125,31 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 		    (s->reorder && (st = prep_nchw_reorders(h, l, dev, &l->in[0], &s->to_nchw,
 							    NULL, ws))))
 			return st;
-		*ws += s->reorder ? 2 * s->x_bytes : 0;
+		s->ws_off = s->reorder ? s->x_bytes : 0;
+		*ws += s->ws_off;
 		return KILN_OK;
 	}
+	/* an evaluation plan (kiln_layer_training 0) prepares the forward
+	 * alone: no ReLU mask, no gradients, no dx buffer */
+	const int train = kiln_layer_training(l);
 	if ((st = prep_act(h, l, dev, &op, &s->fwd, &s->act, ws)) ||
-	    (st = prep_act_bwd_db(h, l, dev, &l->out, l->trainable && s->bias ? N : 0, &s->mask,
-				  &s->mask_db, &s->front, ws)))
+	    (train && (st = prep_act_bwd_db(h, l, dev, &l->out, l->trainable && s->bias ? N : 0,
+					    &s->mask, &s->mask_db, &s->front, ws))))
 		return st;
 	/* dx[B,K] (+)= dy[B,N] . W[N,K], unless no backward asks for it (the
 	 * first layer's input: kiln_layer_dx_unused) */
-	const int dx = !(kiln_layer_dx_unused(l) & 1);
+	const int dx = train && !(kiln_layer_dx_unused(l) & 1);
 	gemm_op(&op, 2, 0, 0, B, K, N, dt, dt);
 	if (dx && (st = prep_pair(h, l, dev, &op, s->dx, ws)))
 		return st;
 	if (s->reorder && (st = prep_nchw_reorders(h, l, dev, &l->in[0], &s->to_nchw,
 						   dx ? s->from_nchw : NULL, ws)))
 		return st;
+	s->ws_off = s->reorder ? (dx ? 2 : 1) * s->x_bytes : 0;
+	if (!train) {
+		*ws += s->ws_off;
+		return KILN_OK;
+	}
 	if (l->trainable) {
 		/* dW[N,K] = dy[B,N]^T . x[B,K], f32 from compute-dtype operands */
 		gemm_op(&op, 2, 1, 0, N, K, B, dt, KILN_F32);
@@ -157,16 +168,14 @@ static kiln_status linear_plan(const struct kiln_host *h, struct kiln_layer *l,
 	}
 	/* workspace: [masked dy (fused ReLU) | x in C,H,W order | dx in C,H,W
 	 * order | the ops' own]; the first part only in the backward */
-	if (s->reorder)
-		*ws += 2 * s->x_bytes;
-	*ws += s->front;
+	*ws += s->ws_off + s->front;
 	return KILN_OK;
 }
 
 /* The ops' own workspace follows the reorder buffers. */
 static void ops_ws(struct kiln_op_args *a, const struct linear *s, const struct kiln_layer_run *r)
 {
-	size_t off = s->reorder ? 2 * s->x_bytes : 0;
+	const size_t off = s->ws_off;
 	a->workspace = (char *)r->workspace + off;
 	a->workspace_bytes = r->workspace_bytes - off;
 }

@@ -69,7 +69,6 @@ kiln_status pool_infer(const struct kiln_host *h, struct kiln_layer *l)
 	s->y.dtype = x->dtype; /* the compute dtype */
 	l->out = s->y;
 	l->needs_input = 1; /* devices without aux recompute from x */
-	s->dx_bytes = kiln_tensor_bytes(x);
 	return KILN_OK;
 }
 
@@ -119,6 +118,16 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 		*ws = w;
 		return st;
 	}
+	/* an evaluation plan, or a training one whose backward gets no dx
+	 * (the first layer's input): the forward alone, nothing kept */
+	if (!kiln_layer_training(l) || (kiln_layer_dx_unused(l) & 1)) {
+		op.n_out = 1;
+		if ((st = prep(h, l, dev, &op, &s->infer, &w)) ||
+		    (kiln_layer_training(l) && (st = prep(h, l, dev, &op, &s->fwd, &w))))
+			return st;
+		*ws = w;
+		return KILN_OK;
+	}
 	const int fold = kiln_layer_relu_fold(l) == 2;
 	if (fold) { /* the ReLU's backward in the aux (ABI 2.16), where the device has it */
 		op.flags |= KILN_OPF_ACT;
@@ -138,8 +147,13 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 	op_init(&op, KILN_OP_POOL_BWD, 3, 1);
 	op.in[0] = s->y, op.in[2] = s->x, op.out[0] = s->x;
 	pool_op(&op, s);
-	if ((st = prep(h, l, dev, &op, &s->bwd, &w)) || (st = prep_acc(h, l, dev, &s->x, &s->acc)))
+	/* dx added from scratch only where x has another consumer
+	 * (kiln_layer_dx_shared) */
+	const int shared = kiln_layer_dx_shared(l) & 1;
+	if ((st = prep(h, l, dev, &op, &s->bwd, &w)) ||
+	    (shared && (st = prep_acc(h, l, dev, &s->x, &s->acc))))
 		return st;
+	s->dx_bytes = shared ? kiln_tensor_bytes(&s->x) : 0;
 	l->saved_bytes = h->device_aux_bytes(dev, s->fwd);
 	if (fold && !s->folded && (st = plan_fold(h, l, dev, &w)))
 		return st;

@@ -72,7 +72,8 @@ static kiln_status pos_plan(const struct kiln_host *h, struct kiln_layer *l,
 	op_init(&op, KILN_OP_SCALE, 1, 1);
 	op.in[0] = op.out[0] = rows;
 	op.f[0] = 1.0;
-	if ((st = prep(h, l, dev, &op, &s->copy, ws)) || (st = prep_pair(h, l, dev, &op, s->dx, ws)))
+	if ((st = prep(h, l, dev, &op, &s->copy, ws)) ||
+	    (kiln_layer_training(l) && (st = prep_pair(h, l, dev, &op, s->dx, ws))))
 		return st;
 	op_init(&op, KILN_OP_BIAS_ADD, 1, 1);
 	f32_desc(&op.in[0], s->T * s->C, 0, 0);
@@ -89,7 +90,7 @@ static kiln_status pos_plan(const struct kiln_host *h, struct kiln_layer *l,
 		*ws = (*ws > w ? *ws : w) + ALIGN64(sizeof(float) * (size_t)s->C);
 		return st;
 	}
-	if (!l->trainable)
+	if (!l->trainable || !kiln_layer_training(l))
 		return KILN_OK;
 	op_init(&op, KILN_OP_BIAS_GRAD, 1, 1);
 	op.in[0] = rows;

@@ -30,8 +30,8 @@ static kiln_status relu_plan(const struct kiln_host *h, struct kiln_layer *l,
 		return KILN_OK;
 	op_init(&op, KILN_OP_RELU, 1, 1);
 	op.in[0] = op.out[0] = l->out;
-	if ((st = prep(h, l, dev, &op, &s->fwd, ws)))
-		return st;
+	if ((st = prep(h, l, dev, &op, &s->fwd, ws)) || !kiln_layer_training(l))
+		return st; /* an evaluation plan: the forward alone */
 	/* dx (+)= dy * (y > 0) */
 	op_init(&op, KILN_OP_RELU_BWD, 2, 1);
 	op.in[0] = op.in[1] = op.out[0] = l->out;

@@ -355,11 +355,16 @@ static inline kiln_status prep_acc(const struct kiln_host *h, struct kiln_layer 
 
 /* Run `plan` writing out0 = target, or, when `accum`, writing out0 to the
  * scratch at the start of the workspace and adding it into target; the
- * op's own workspace follows the scratch (scratch_bytes, 64-aligned). */
+ * op's own workspace follows the scratch (scratch_bytes, 64-aligned).
+ * A layer prepares the scratch and acc_plan only where its input has
+ * another consumer (kiln_layer_dx_shared): an add asked of a plan
+ * without them is the planner's error. */
 static inline kiln_status run_maybe_acc(const struct kiln_host *h, const struct kiln_layer_run *r,
 					void *plan, struct kiln_op_args *a, void *target, int accum,
 					void *acc_plan, size_t scratch_bytes)
 {
+	if (accum && !acc_plan)
+		return h->error(KILN_EINTERNAL, "a backward asked to add into an input's gradient its plan prepared no add for (kiln_layer_dx_shared)");
 	size_t off = ALIGN64(scratch_bytes);
 	a->workspace = (char *)r->workspace + off;
 	a->workspace_bytes = r->workspace_bytes > off ? r->workspace_bytes - off : 0;

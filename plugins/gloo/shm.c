@@ -72,7 +72,22 @@ struct setup {
 	struct kiln_store *store;
 	const char *prefix;
 	int rank, world, timeout_ms;
+	/* a node's group (gloo_shm_open_node): its ranks' world ranks, in
+	 * local order, and the node; NULL for the world's group */
+	const int *world_of;
+	int node;
 };
+
+/* How messages name the group's rank r: "rank R" in the world's group,
+ * "rank W (node N's local rank R)" in a node's. */
+static const char *who(const struct setup *s, int r, char *buf, size_t n)
+{
+	if (s->world_of)
+		snprintf(buf, n, "rank %d (node %d's local rank %d)", s->world_of[r], s->node, r);
+	else
+		snprintf(buf, n, "rank %d", r);
+	return buf;
+}
 
 static void key(char *k, size_t n, const struct setup *s, const char *what, int i)
 {
@@ -98,7 +113,7 @@ static int host_identity(char *id, size_t n)
  * every rank decides the same.  1 yes, 0 no (why set), or an error. */
 static kiln_status one_node(const struct setup *s, int *yes, char *why, size_t n)
 {
-	char id[384], k[256], first[384] = "";
+	char id[384], k[256], first[384] = "", name[64];
 	kiln_status st;
 	*yes = 0;
 	if (host_identity(id, sizeof id))
@@ -116,14 +131,16 @@ static kiln_status one_node(const struct setup *s, int *yes, char *why, size_t n
 		snprintf(other, sizeof other, "%.*s", (int)len, (const char *)v);
 		s->h->free(v);
 		if (!*other) {
-			snprintf(why, n, "rank %d cannot read /proc/sys/kernel/random/boot_id", r);
+			snprintf(why, n, "%s cannot read /proc/sys/kernel/random/boot_id",
+				 who(s, r, name, sizeof name));
 			return KILN_OK;
 		}
 		if (!r)
 			snprintf(first, sizeof first, "%s", other);
 		else if (strcmp(first, other)) {
-			snprintf(why, n, "the ranks span several nodes (rank 0 on '%.100s', rank %d on '%.100s')",
-				 first, r, other);
+			char name0[64];
+			snprintf(why, n, "the ranks span several nodes (%s on '%.100s', %s on '%.100s')",
+				 who(s, 0, name0, sizeof name0), first, who(s, r, name, sizeof name), other);
 			return KILN_OK;
 		}
 	}
@@ -132,24 +149,23 @@ static kiln_status one_node(const struct setup *s, int *yes, char *why, size_t n
 }
 
 /* A store barrier that also agrees: every rank adds whether it failed
- * (the first to fail posts its reason under why/<step>) and waits until
- * all `world` arrived.  *all = 1 when no rank failed, else 0 and why = the
- * first failed rank's reason (a failed rank keeps its own). */
-static kiln_status agree(const struct setup *s, int step, int ok, int *all, char *why, size_t n)
+ * (the first to fail posts its reason, which names that rank, under
+ * why/<step>) and waits until all `world` arrived.  *all = 1 when no rank
+ * failed, else 0 and why = the first failed rank's reason (a failed rank
+ * keeps its own). */
+static kiln_status agree_named(const struct setup *s, int step, int ok, int *all, char *why,
+			       size_t n)
 {
 	char k[256];
 	int64_t in = 0, failed = 0;
 	kiln_status st;
 	if (!ok) {
-		char mine[320];
-		snprintf(mine, sizeof mine, "rank %d: %s", s->rank, why);
-		snprintf(why, n, "%s", mine);
 		key(k, sizeof k, s, "failed", step);
 		if ((st = s->h->store_add(s->store, k, 1, &failed)))
 			return st;
 		/* set before this rank arrives, so before anyone reads it */
 		key(k, sizeof k, s, "why", step);
-		if (failed == 1 && (st = s->h->store_set(s->store, k, mine, strlen(mine))))
+		if (failed == 1 && (st = s->h->store_set(s->store, k, why, strlen(why))))
 			return st;
 	}
 	key(k, sizeof k, s, "in", step);
@@ -158,9 +174,12 @@ static kiln_status agree(const struct setup *s, int step, int ok, int *all, char
 	struct timespec nap = { 0, 500000 };
 	for (long long waited = 0; in < s->world; waited += nap.tv_nsec) {
 		if (waited > (long long)s->timeout_ms * 1000000ll)
-			return s->h->error(KILN_ETIMEOUT, "gloo: rank %d of %d: %lld of %d ranks reached the setup of kiln's shared memory within [dist] timeout = %.1f s",
-					   s->rank, s->world, (long long)in, s->world,
+		{
+			char name[64];
+			return s->h->error(KILN_ETIMEOUT, "gloo: %s: %lld of the %d ranks reached the setup of kiln's shared memory within [dist] timeout = %.1f s",
+					   who(s, s->rank, name, sizeof name), (long long)in, s->world,
 					   s->timeout_ms / 1000.0);
+		}
 		nanosleep(&nap, NULL);
 		if (nap.tv_nsec < 16000000)
 			nap.tv_nsec *= 2;
@@ -181,6 +200,18 @@ static kiln_status agree(const struct setup *s, int step, int ok, int *all, char
 		s->h->free(v);
 	}
 	return KILN_OK;
+}
+
+/* agree, a failed rank's why given without its name: "rank R: " (who)
+ * goes in front */
+static kiln_status agree(const struct setup *s, int step, int ok, int *all, char *why, size_t n)
+{
+	if (!ok) {
+		char mine[320], name[64];
+		snprintf(mine, sizeof mine, "%s: %s", who(s, s->rank, name, sizeof name), why);
+		snprintf(why, n, "%s", mine);
+	}
+	return agree_named(s, step, ok, all, why, n);
 }
 
 /* byte `rank` of the object: rank's liveness lock */
@@ -359,8 +390,9 @@ static int start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
 		if (r == s->rank)
 			continue;
 		if (lock_op(g->fd, F_GETLK, r, &type) || type == F_UNLCK) {
-			snprintf(why, n, "rank %d's lock on the segments is not visible here (file locks do not work on /dev/shm?): a lost rank would go unnoticed",
-				 r);
+			char name[64];
+			snprintf(why, n, "%s's lock on the segments is not visible here (file locks do not work on /dev/shm?): a lost rank would go unnoticed",
+				 who(s, r, name, sizeof name));
 			return -1;
 		}
 	}
@@ -376,11 +408,12 @@ static int start(const struct setup *s, struct gloo_shm *g, char *why, size_t n)
 	return 0;
 }
 
-kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store,
-			  const char *prefix, int rank, int world, int timeout_ms, int p2p,
-			  struct gloo_shm **out, char *why, size_t n)
+/* gloo_shm_open for the group s describes (the world's or a node's) */
+static kiln_status open_group(const struct setup *s, int p2p, struct gloo_shm **out, char *why,
+			      size_t n)
 {
-	const struct setup s = { host, store, prefix, rank, world, timeout_ms };
+	const struct kiln_host *host = s->h;
+	const int rank = s->rank, world = s->world;
 	kiln_status st = KILN_OK;
 	int yes = 0, all = 0;
 	*out = NULL;
@@ -393,7 +426,7 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 		snprintf(why, n, "more than %d ranks", SHMCOLL_MAXW);
 		return KILN_OK;
 	}
-	if ((st = one_node(&s, &yes, why, n)) || !yes)
+	if ((st = one_node(s, &yes, why, n)) || !yes)
 		return st;
 	struct gloo_shm *g = calloc(1, sizeof *g);
 	if (!g)
@@ -402,24 +435,24 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 	g->rank = rank;
 	g->world = world;
 	g->h = host;
-	g->store = store;
-	snprintf(g->prefix, sizeof g->prefix, "%s", prefix);
-	g->timeout_ms = timeout_ms;
+	g->store = s->store;
+	snprintf(g->prefix, sizeof g->prefix, "%s", s->prefix);
+	g->timeout_ms = s->timeout_ms;
 	g->ring = p2p ? p2p_ring(world) : 0;
 	g->spin_ns = SHMP2P_SPIN_NS;
 	g->size = (size_t)world * SHMCOLL_SEGMENT +
 		  (g->ring ? (size_t)world * (size_t)(world - 1) * shmp2p_bytes(g->ring) : 0);
-	int ok = map(&s, g, why, n, &st) >= 0;
+	int ok = map(s, g, why, n, &st) >= 0;
 	if (!st)
-		st = agree(&s, 1, ok, &all, why, n);
+		st = agree(s, 1, ok, &all, why, n);
 	/* every rank has opened it or given up: the name can go (a rank that
 	 * finds it gone already is fine; any other failure leaves a file in
 	 * /dev/shm, harmless to this run) */
 	if (*g->name)
 		(void)shm_unlink(g->name);
 	if (!st && all) {
-		ok = ok && !start(&s, g, why, n);
-		st = agree(&s, 2, ok, &all, why, n);
+		ok = ok && !start(s, g, why, n);
+		st = agree(s, 2, ok, &all, why, n);
 	}
 	if (st || !all) {
 		gloo_shm_close(g);
@@ -430,9 +463,19 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 	return KILN_OK;
 }
 
+kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store,
+			  const char *prefix, int rank, int world, int timeout_ms, int p2p,
+			  struct gloo_shm **out, char *why, size_t n)
+{
+	const struct setup s = { host, store, prefix, rank, world, timeout_ms, NULL, 0 };
+	return open_group(&s, p2p, out, why, n);
+}
+
 kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **ptr)
 {
-	const struct setup s = { g->h, g->store, g->prefix, g->rank, g->world, g->timeout_ms };
+	/* the world's group: gloo.cc asks only c->shm for the region */
+	const struct setup s = { g->h, g->store, g->prefix, g->rank, g->world, g->timeout_ms,
+				 NULL, 0 };
 	char why[320] = "";
 	kiln_status st = KILN_OK;
 	int all = 0;
@@ -520,9 +563,12 @@ kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *
 			       const char *prefix, int rank, int world, int timeout_ms,
 			       struct gloo_node *nd, struct gloo_shm **out, char *why, size_t n)
 {
-	const struct setup s = { host, store, prefix, rank, world, timeout_ms };
+	const struct setup s = { host, store, prefix, rank, world, timeout_ms, NULL, 0 };
 	char id[384], k[256], sub[96];
-	int *node_of = calloc((size_t)world, sizeof *node_of), bad = 0, all = 0, most = 0;
+	/* node_of[r]: rank r's node; local[l]: the world rank of this node's
+	 * local rank l */
+	int *node_of = calloc(2 * (size_t)world, sizeof *node_of), bad = 0, all = 0, most = 0;
+	int *local = node_of + world;
 	kiln_status st;
 	memset(nd, 0, sizeof *nd);
 	*out = NULL;
@@ -542,7 +588,7 @@ kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *
 		most = in > most ? in : most;
 		if (node_of[r] == node_of[rank]) {
 			nd->local_rank += r < rank;
-			nd->local_world++;
+			local[nd->local_world++] = r;
 		}
 	}
 	nd->node = node_of[rank];
@@ -551,13 +597,14 @@ kiln_status gloo_shm_open_node(const struct kiln_host *host, struct kiln_store *
 		goto out;
 	}
 	/* the node's own shared memory (none for a node of one rank), and
-	 * every rank agrees that every node has it */
+	 * every rank agrees that every node has it: a node's reason names
+	 * its rank already (world and local rank, who) */
 	snprintf(sub, sizeof sub, "%snode/%d/", prefix, nd->node);
-	if (nd->local_world > 1 &&
-	    (st = gloo_shm_open(host, store, sub, nd->local_rank, nd->local_world, timeout_ms, 0,
-				out, why, n)))
+	const struct setup ns = { host, store, sub, nd->local_rank, nd->local_world, timeout_ms,
+				  local, nd->node };
+	if (nd->local_world > 1 && (st = open_group(&ns, 0, out, why, n)))
 		goto out;
-	if ((st = agree(&s, 1, nd->local_world == 1 || *out, &all, why, n)))
+	if ((st = agree_named(&s, 1, nd->local_world == 1 || *out, &all, why, n)))
 		goto out;
 	nd->on = all;
 	/* a node's ranks wait for its first rank's allreduce over the
