@@ -5,7 +5,14 @@
 # median over steps 3..S of its wall ms) and the CPU seconds a step (user +
 # sys of a run of S+3 steps minus a run of 3, over S), for this build and,
 # with --before DIR, a second cpu plugin (DIR/kiln-cpu.so, loaded through
-# KILN_PLUGIN_PATH: e.g. the plugin built before a change), alternated.
+# KILN_PLUGIN_PATH: e.g. the plugin built before a change), alternated; with
+# --pytorch ARGS, PyTorch eager's CPU seconds a step of the same model
+# (bench/pytorch_cnn.py ARGS: the difference of the train_cpu_s it prints,
+# its steps' process CPU time, of runs of S+4 and 4 steps, over S; not the
+# whole process's, whose start-up varies by more than S steps take), in
+# the same rounds.  Every CPU-seconds run has OMP_WAIT_POLICY=PASSIVE, so that
+# at 2 or more threads an idle thread's spinning is not counted: the figure
+# is the work a step takes, which a neighbour's load inflates little.
 #
 # Usage: bench/conv_steps.sh [--ini INI] [--runs N] [--steps S] [--threads T] [--before DIR]
 #                            [section.key=value ...]
@@ -14,8 +21,11 @@
 #   --steps S     steps a run adds over the 3-step run (default 20)
 #   --threads T   threads of every run (default 1)
 #   --before DIR  a directory holding another kiln-cpu.so to compare
+#   --pytorch ARGS  also PyTorch eager, bench/pytorch_cnn.py ARGS (one word:
+#                 e.g. --pytorch "--layout nhwc"; --threads is added)
 #   overrides     given to every run, e.g. model.layout=nchw (no spaces)
-# Environment: KILN (default ./kiln).  Run from the top of the source tree.
+# Environment: KILN (default ./kiln); PYTHON (default python3; with
+#   --pytorch a Python with PyTorch, e.g. $KILN_VENV/bin/python).  Run from the top of the source tree.
 
 set -eu
 INI=bench/cnn_bench.ini
@@ -23,6 +33,7 @@ RUNS=3
 STEPS=20
 THREADS=1
 BEFORE=
+PYTORCH=
 KILN=${KILN:-./kiln}
 PYTHON=${PYTHON:-python3}
 HERE=$(dirname "$0")
@@ -32,6 +43,7 @@ while [ $# -gt 0 ]; do
     case $1 in
         --ini) [ $# -ge 2 ] || usage; INI=$2; shift 2 ;;
         --before) [ $# -ge 2 ] || usage; BEFORE=$2; shift 2 ;;
+        --pytorch) [ $# -ge 2 ] || usage; PYTORCH=$2; shift 2 ;;
         -h|--help) usage ;;
         --*) bench_opt "$@" || { echo "conv_steps.sh: unknown argument: $1" >&2; usage; }
              shift "$NSHIFT" ;;
@@ -46,9 +58,16 @@ bench_tmpdir conv-steps
 BUILDS="this${BEFORE:+ before}"
 
 # run BUILD N PREFIX...: PREFIX (a command that runs the rest, e.g. env
-# VAR=1) running N steps of INI on one thread with BUILD's plugin
+# VAR=1) running N steps of INI on one thread with BUILD's plugin; BUILD
+# pytorch: PyTorch's N-2 steps after its 3 warm-up steps
 run() {
     b=$1 n=$2; shift 2
+    if [ "$b" = pytorch ]; then
+        # shellcheck disable=SC2086 # PYTORCH: pytorch_cnn.py's words as given
+        "$@" "$PYTHON" "$HERE/pytorch_cnn.py" $PYTORCH --threads "$THREADS" --warmup-steps 3 \
+            --steps $((n - 2)) --eval-samples 0
+        return
+    fi
     pp=; [ "$b" = this ] || pp=$BEFORE
     # shellcheck disable=SC2086 # OVERRIDES: the key=value words as given
     "$@" env ${pp:+KILN_PLUGIN_PATH=$pp} "$KILN" train "$INI" train.batch=128 run.threads="$THREADS" \
@@ -90,11 +109,18 @@ PY
 done
 
 echo
+BUILDS="$BUILDS${PYTORCH:+ pytorch}"
 r=1
 while [ "$r" -le "$RUNS" ]; do
     for b in $BUILDS; do
         for n in 3 $((STEPS + 3)); do
-            run "$b" "$n" /usr/bin/time -f '%U %S' -o "$TMP/t" > /dev/null 2>&1 || true
+            if [ "$b" = pytorch ]; then
+                run "$b" "$n" env OMP_WAIT_POLICY=PASSIVE 2> /dev/null | grep '^{' | tail -n 1 |
+                    "$PYTHON" -c 'import json, sys; print(sys.argv[1], json.load(sys.stdin)["train_cpu_s"])' \
+                        "$n" >> "$TMP/cpu-$b-$r" || true
+                continue
+            fi
+            run "$b" "$n" env OMP_WAIT_POLICY=PASSIVE /usr/bin/time -f '%U %S' -o "$TMP/t" > /dev/null 2>&1 || true
             awk -v n="$n" '{ print n, $1 + $2 }' "$TMP/t" >> "$TMP/cpu-$b-$r"
         done
         awk -v s="$STEPS" '{ t[NR] = $2 } END { printf "%.4f\n", (t[2] - t[1]) / s }' \

@@ -6,13 +6,17 @@
  * with RTLD_LOCAL | RTLD_DEEPBIND, so that several coexist; the OpenMP
  * builds take the OpenMP team the bench sets).
  *
- *   gemm_shapes [--threads T] [--reps R] [--set mlp|blocks|all]
+ *   gemm_shapes [--threads T] [--reps R] [--set mlp|blocks|cnn|fft|all]
  *               [--lib NAME=/path/libX.so]...
  *
  * Shapes (row-major, kiln's Linear: W is [out, in]):
  *   mlp    batch 128, 784-512-256-10 (bench/mlp_bench.ini): per layer
  *          fwd Y = X W^T, dX = dY W (not the first layer's), dW = dY^T X;
- *   blocks 1024 x 1024 at 128, 256, 512 rows (bench/pipeline_pair.sh).
+ *   blocks 1024 x 1024 at 128, 256, 512 rows (bench/pipeline_pair.sh);
+ *   cnn    the CNN's fc1 (bench/cnn_bench.ini): batch 128, 3136 -> 1024;
+ *   fft    the GEMM at each frequency of the CNN's conv2 by FFT
+ *          (plugins/cpu/fftconv.c, 144 a pass; each on one thread: run
+ *          with --threads 1): forward, weight and data gradient.
  * Per shape, R rounds; each round times every candidate once (about 10 ms
  * of repeated calls) in turn, so that a neighbour's load falls on all of
  * them alike; one JSON line per shape and candidate with the median
@@ -185,11 +189,15 @@ int main(int argc, char **argv)
 		{ "blk256 dX", 0, 0, 256, 1024, 1024 },  { "blk256 dW", 1, 0, 1024, 1024, 256 },
 		{ "blk512 fwd", 0, 1, 512, 1024, 1024 }, { "blk512 dX", 0, 0, 512, 1024, 1024 },
 		{ "blk512 dW", 1, 0, 1024, 1024, 512 },
+		{ "cnn fc1 fwd", 0, 1, 128, 1024, 3136 }, { "cnn fc1 dX", 0, 0, 128, 3136, 1024 },
+		{ "cnn fc1 dW", 1, 0, 1024, 3136, 128 },
+		{ "fft fwd", 0, 0, 128, 128, 64 },         { "fft dW", 0, 0, 64, 64, 256 },
+		{ "fft dX", 1, 1, 128, 64, 64 },
 	};
 	for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
 		const struct shape *sh = &shapes[s];
-		const int is_mlp = !strncmp(sh->name, "mlp", 3);
-		if ((!strcmp(set, "mlp") && !is_mlp) || (!strcmp(set, "blocks") && is_mlp))
+		/* a set runs the shapes whose names begin with its first 3 letters */
+		if (strcmp(set, "all") && strncmp(sh->name, set, 3))
 			continue;
 		float *a = aligned_alloc(64, (size_t)sh->m * sh->k * 4 + 64);
 		float *b = aligned_alloc(64, (size_t)sh->k * sh->n * 4 + 64);

@@ -2,7 +2,7 @@
 noinst_PROGRAMS = bench/gemm_peak
 bench_gemm_peak_SOURCES = bench/gemm_peak.c
 bench_gemm_peak_LDADD = libkiln.la
-EXTRA_DIST += bench/bf16_widen.sh bench/precision.sh bench/mlp.sh bench/pytorch_mlp.py bench/mlp_bench.ini bench/cnn.sh bench/pytorch_cnn.py \
+EXTRA_DIST += bench/bf16_widen.sh bench/precision.sh bench/mlp.sh bench/pytorch_mlp.py bench/mlp_bench.ini bench/cnn.sh bench/pytorch_cnn.py bench/pytorch_cnn_ops.py \
 	bench/cnn_bench.ini bench/fmnist.py bench/data.sh bench/data_bench.ini bench/pytorch_data.py \
 	bench/make_image_folder.py bench/memory.sh bench/common.sh bench/pipe_ckpt_mem.sh bench/pipe_ckpt_fail.sh bench/pipe_ckpt_wide.ini \
 	bench/ddp_ckpt_fail.sh bench/ckpt_fail_lib.sh
