@@ -180,7 +180,7 @@ if HAVE_CHECK
 DEVICE_SUITES = tests/check_device_gemm tests/check_device_loss tests/check_device_optim \
 	tests/check_device_elementwise tests/check_device_conv tests/check_device_norm \
 	tests/check_device_stream tests/check_device_lowp \
-	tests/check_device_transformer tests/check_device_attention
+	tests/check_device_transformer tests/check_device_attention tests/check_device_threads
 check_LTLIBRARIES += tests/libdevice_fixture.la
 tests_libdevice_fixture_la_SOURCES = tests/device_fixture.c tests/device_fixture.h
 tests_libdevice_fixture_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
@@ -213,6 +213,9 @@ tests_check_device_transformer_LDADD = $(DEVICE_SUITE_LDADD)
 tests_check_device_attention_CPPFLAGS = $(DEVICE_SUITE_CPPFLAGS)
 tests_check_device_attention_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_device_attention_LDADD = $(DEVICE_SUITE_LDADD)
+# kiln's own reductions: the same bytes for 1 to 4 threads
+tests_check_device_threads_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_device_threads_LDADD = $(DEVICE_SUITE_LDADD)
 if BUILD_CUDA
 TESTS += tests/device_cuda.sh
 endif

@@ -8,12 +8,22 @@ plugins_kiln_cpu_la_SOURCES = plugins/cpu/cpu.c plugins/cpu/cpu.h plugins/cpu/st
 	plugins/cpu/tune.c plugins/cpu/tune_cache.c plugins/cpu/gemm.c plugins/cpu/dnn.c plugins/cpu/dnn.h \
 	plugins/cpu/conv.c plugins/cpu/pool.c plugins/cpu/bn.c plugins/cpu/act.c \
 	plugins/cpu/layout.c plugins/cpu/embedding.c plugins/cpu/layernorm.c plugins/cpu/rnn.c \
-	plugins/cpu/attn.c plugins/cpu/dnnteam.c plugins/cpu/split.c plugins/cpu/threads.c plugins/cpu/threads.h plugins/cpu/pin.c plugins/cpu/pin.h plugins/cpu/philox.h plugins/cpu/vexp.h plugins/cpu/ops_rows.h $(PLUGIN_COMMON_H)
+	plugins/cpu/dnnteam.c plugins/cpu/split.c plugins/cpu/threads.c plugins/cpu/threads.h plugins/cpu/pin.c plugins/cpu/pin.h plugins/cpu/philox.h plugins/cpu/vexp.h plugins/cpu/ops_rows.h $(PLUGIN_COMMON_H)
 # -fno-math-errno: sqrtf in a loop (Adam, LAMB) vectorises only when it
 # need not set errno; no kernel reads errno, and results are unchanged
 plugins_kiln_cpu_la_CFLAGS = $(AM_CFLAGS) $(PLUGIN_CFLAGS) $(OPENMP_CFLAGS) $(OPENBLAS_CFLAGS) $(FFTW_CFLAGS) -fno-math-errno
 plugins_kiln_cpu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-plugins_kiln_cpu_la_LIBADD = $(DNNL_LIBS) $(OPENBLAS_LIBS) $(FFTW_LIBS) $(OPENMP_CFLAGS) -lm
+plugins_kiln_cpu_la_LIBADD = plugins/cpu/libattn.la $(DNNL_LIBS) $(OPENBLAS_LIBS) $(FFTW_LIBS) $(OPENMP_CFLAGS) -lm
+# The fused attention alone may contract a*b+c into an FMA (configure.ac
+# turns contraction off everywhere else): its register-tiled products are
+# compute-bound, and the avx512f clone without FMA took 1.22-1.36x the CPU
+# time of a forward + backward on a Zen 4 (docs/PERFORMANCE.md, session 21).
+# Within a CPU the bits are still fixed (one code path per element, any
+# team: check_device_attention); across ISAs they differ as its softmax
+# and dot-product lanes already did.
+noinst_LTLIBRARIES += plugins/cpu/libattn.la
+plugins_cpu_libattn_la_SOURCES = plugins/cpu/attn.c
+plugins_cpu_libattn_la_CFLAGS = $(plugins_kiln_cpu_la_CFLAGS) -ffp-contract=fast
 endif
 
 # INT8 inference ops (issue 23)
