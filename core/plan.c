@@ -180,25 +180,32 @@ static int dx_unused(const struct kiln_plan *p, const int *wants_grad, int i)
 	return bits;
 }
 
+/* writers[r + 1]: how many backward inputs are given the gradient of
+ * storage root r (-1 the data input; through views), counted once a plan */
+static int *count_writers(const struct kiln_plan *p, const int *wants_grad)
+{
+	const struct kiln_model *m = p->m;
+	int *writers = calloc((size_t)m->n_layers + 1, sizeof *writers);
+	if (!writers)
+		return NULL;
+	for (int j = 0; j < m->n_layers; j++)
+		for (int q = 0; q < m->layers[j].n_in; q++)
+			if (grad_on(p, wants_grad, j, q))
+				writers[kiln_plan_root_y(p->nodes, m, m->layers[j].in[q]) + 1]++;
+	return writers;
+}
+
 /* Bit k set: input k's gradient has another writer (another input of a
  * backward whose source is the same storage, through views too), so
  * layer i's backward may add into it (r->dx_accum[k], plan_gradients: the
  * first writer writes, later ones add); clear, it always writes it. */
-static int dx_shared(const struct kiln_plan *p, const int *wants_grad, int i)
+static int dx_shared(const struct kiln_plan *p, const int *wants_grad, const int *writers, int i)
 {
 	const struct kiln_model *m = p->m;
 	int bits = 0;
-	for (int k = 0; k < m->layers[i].n_in; k++) {
-		if (!grad_on(p, wants_grad, i, k))
-			continue;
-		const int root = kiln_plan_root_y(p->nodes, m, m->layers[i].in[k]);
-		int writers = 0;
-		for (int j = 0; j < m->n_layers; j++)
-			for (int q = 0; q < m->layers[j].n_in; q++)
-				writers += grad_on(p, wants_grad, j, q) &&
-					   kiln_plan_root_y(p->nodes, m, m->layers[j].in[q]) == root;
-		bits |= (writers > 1) << k;
-	}
+	for (int k = 0; k < m->layers[i].n_in; k++)
+		if (grad_on(p, wants_grad, i, k))
+			bits |= (writers[kiln_plan_root_y(p->nodes, m, m->layers[i].in[k]) + 1] > 1) << k;
 	return bits;
 }
 
@@ -210,6 +217,9 @@ static kiln_status plan_layers(struct kiln_plan *p, const int *wants_grad)
 	struct kiln_model *m = p->m;
 	struct plan_node *N = p->nodes;
 	kiln_status st = KILN_OK;
+	int *writers = count_writers(p, wants_grad);
+	if (!writers)
+		return kiln_error(KILN_ENOMEM, "planner: %d layers' gradient writers", m->n_layers);
 	for (int i = 0; i < m->n_layers && !st; i++) {
 		size_t ws = 0;
 		N[i].l.saved_bytes = 0;
@@ -217,22 +227,24 @@ static kiln_status plan_layers(struct kiln_plan *p, const int *wants_grad)
 			N[i].planned = 1;
 			planning = &N[i].l;
 			planning_dx_unused = dx_unused(p, wants_grad, i);
-			planning_dx_shared = dx_shared(p, wants_grad, i);
+			planning_dx_shared = dx_shared(p, wants_grad, writers, i);
 			planning_relu_fold = relu_fold(p, i);
 			planning_training = p->training;
 			st = N[i].ops->plan(kiln_host_table(), &N[i].l, kiln_plan_dev(p, i), &ws);
 			planning = NULL;
 			if (st) {
 				char d[96];
-				return kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
-						       m->layers[i].type->name,
-						       kiln_tensor_desc_str(&N[i].l.in[0], d, sizeof d));
+				st = kiln_error_wrap(st, "layer '%s' (%s), input %s", m->layers[i].name,
+						     m->layers[i].type->name,
+						     kiln_tensor_desc_str(&N[i].l.in[0], d, sizeof d));
+				break;
 			}
 		}
 		N[i].ws = ws;
 		if (ws > p->ws_bytes)
 			p->ws_bytes = ws;
 	}
+	free(writers);
 	return st;
 }
 
