@@ -67,6 +67,21 @@ int unsupported(struct fx *f, int type)
 	return 1;
 }
 
+int refused(struct fx *f, const struct kiln_op *op, const char *what)
+{
+	if (!strcmp(g_name, "cpu"))
+		return 0;
+	void *plan = NULL;
+	kiln_status st = kiln_device_prepare(f->dev, op, &plan, NULL);
+	if (plan)
+		kiln_device_plan_free(f->dev, plan);
+	if (st != KILN_ENOTSUP)
+		return 0;
+	printf("device '%s': skipping %s: %s\n", g_name, what, kiln_last_error());
+	fflush(stdout);
+	return 1;
+}
+
 /* ---- helpers ---------------------------------------------------------- */
 
 void *dput(struct fx *f, const void *h, size_t bytes)

@@ -47,6 +47,12 @@ void fx_close(struct fx *f);
  * printed note.  Never on cpu: the reference device implements every op. */
 int unsupported(struct fx *f, int type);
 
+/* The same for one variant of an op the device has (a fused activation, a
+ * u8 activation, ...): 1 (with a printed note naming WHAT and the device's
+ * reason) when the device refuses OP itself with KILN_ENOTSUP at prepare,
+ * as the core then plans the variant apart; 0 otherwise.  Never on cpu. */
+int refused(struct fx *f, const struct kiln_op *op, const char *what);
+
 #define SKIP_UNSUPPORTED(f, type)                                                         \
 	do {                                                                              \
 		if (unsupported((f), (type))) {                                           \

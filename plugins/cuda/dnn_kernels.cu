@@ -434,7 +434,8 @@ extern "C" cudaError_t cuda_dnn_widen(float *dst, const void *src, int64_t n, in
 
 /* ---- pooling -------------------------------------------------------------
  * PyTorch's semantics (plugins/cpu/pool.c): max over the window's elements
- * inside the input (the first maximum wins), average dividing by KH*KW
+ * inside the input (the first maximum wins, a NaN over any number, the
+ * last NaN over the others), average dividing by KH*KW
  * when counting padding, else by the elements inside.  The backward of max
  * finds each window's maximum again from x (in2), the same way, and every
  * input element gathers the dy of the windows whose maximum it is, so no
@@ -469,7 +470,7 @@ __device__ float pool_window(const pool_geom &g, const T *x, int64_t n, int64_t 
 			if (w < 0 || w >= g.W)
 				continue;
 			const float v = ld(x, at4(g, n, c, h, w, g.H, g.W));
-			if (where < 0 || v > best || (isnan(v) && !isnan(best)))
+			if (where < 0 || v > best || isnan(v)) /* the last NaN wins, as PyTorch's scan */
 				best = v, where = h * g.W + w;
 			sum += v;
 			cnt++;

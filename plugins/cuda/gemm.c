@@ -264,9 +264,13 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 			st = cuda_bad(c, op, KILN_ENOTSUP, "no f32-bias epilogue with the activation");
 			goto out;
 		}
-		const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
-		CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none,
-						       sizeof none));
+		/* a plain descriptor: cuBLASLt rejects the f32 bias dtype with
+		 * the default epilogue too ("invalid value", seen on an H200) */
+		cublasLtMatmulDescDestroy(g->desc);
+		g->desc = NULL;
+		CUDA_LT(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+		CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+		CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
 		g->bias_after = 1;
 		c->host->log(KILN_LOG_INFO, "cuda",
 			     "GEMM M=%lld N=%lld K=%lld: no f32-bias epilogue for a %s output; the bias is added after the GEMM (rounded twice)",

@@ -1139,8 +1139,12 @@ __global__ void k_dropout(void *y, int ty, const void *x, int tx, const int64_t 
 	FOR_N(i, n)
 	{
 		const int64_t e = C ? kern_nhwc_logical(i, C, HW) : i;
-		const float v = ld(x, tx, i) * kern_drop_scale(&d, t, (uint64_t)e);
-		st(y, ty, i, acc ? ld(y, ty, i) + v : v);
+		/* a NaN passes as it is, kept or dropped: the GPU's multiply
+		 * would give the canonical NaN, the CPU's keeps its sign and
+		 * payload (bit for bit with the CPU device) */
+		const float xv = ld(x, tx, i);
+		const float v = isnan(xv) ? xv : xv * kern_drop_scale(&d, t, (uint64_t)e);
+		st(y, ty, i, acc && !isnan(v) ? ld(y, ty, i) + v : v);
 	}
 }
 

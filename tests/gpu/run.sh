@@ -116,7 +116,9 @@ with open(sys.argv[1], "wb") as f:
 	cp -L "$build/.libs/libkiln.so.0" "$bundle/lib/libkiln.so.0"
 	# kiln-cpu.so is left out: the GPU run does not use it, and oneDNN is
 	# 40 MB of the 64 MiB the device tool carries
-	cp "$build/plugins/.libs/kiln-cuda.so" "$build/plugins/.libs/kiln-loaders.so" "$bundle/lib/kiln/"
+	# kiln-amp.so: bf16 and f16 training ([run] precision) needs it
+	cp "$build/plugins/.libs/kiln-cuda.so" "$build/plugins/.libs/kiln-loaders.so" \
+		"$build/plugins/.libs/kiln-amp.so" "$bundle/lib/kiln/"
 	# shared libraries outside the C runtime and CUDA, which a GPU machine
 	# with no package manager may lack (inih, check, jansson, turbojpeg,
 	# png, lmdb, ...); found with ldd, copied under their sonames
@@ -137,6 +139,7 @@ with open(sys.argv[1], "wb") as f:
 	src=${KILN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 	cp "$src/t10k-images-idx3-ubyte.gz" "$src/t10k-labels-idx1-ubyte.gz" "$bundle/data/fashion-mnist/"
 	cp "$here/tests/data/loss_refs.txt" "$here/tests/data/transformer_refs.safetensors" \
+		"$here/tests/data/attention_refs.safetensors" \
 		"$here/tests/data/rnn_refs.safetensors" "$bundle/tests/data/"
 	# the CPU device's accuracy on the same run, the reference the GPU's
 	# must reach (the GPU machine has no kiln-cpu.so to compute it)
