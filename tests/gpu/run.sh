@@ -143,6 +143,9 @@ with open(sys.argv[1], "wb") as f:
 		"$here/tests/data/rnn_refs.safetensors" "$bundle/tests/data/"
 	# the CPU device's accuracy on the same run, the reference the GPU's
 	# must reach (the GPU machine has no kiln-cpu.so to compute it)
+	# the references are retrained on every --prepare: an earlier run's
+	# out_dirs would be refused (kiln never overwrites a run unasked)
+	rm -rf "$here/_build/gpu/cpu_ref" "$here/_build/gpu/cpu_cnn_"*
 	echo "training tests/gpu/mlp.ini on the cpu device for the reference accuracy..."
 	"$build/kiln" train "$here/tests/gpu/mlp.ini" run.device=cpu data.path="$src" \
 		run.out_dir="$here/_build/gpu/cpu_ref" > "$here/_build/gpu/cpu_ref.log" 2>&1
