@@ -115,8 +115,8 @@ grep -q "^RESULT: NOT RUN" "$OUT/gpu_results.txt" || bad "run 4: no RESULT: NOT 
 [ $(($(date +%s) - t0)) -le 10 ] || bad "run 4: took more than 10 s to say there is no GPU"
 
 # 5. a bad stage
-sh "$run" --stage 4 > /dev/null 2>&1
-[ $? -eq 2 ] || bad "--stage 4 was not refused"
+sh "$run" --stage 5 > /dev/null 2>&1
+[ $? -eq 2 ] || bad "--stage 5 was not refused"
 
 if [ $fails -ne 0 ]; then
 	for f in "$tmp"/run*.txt; do echo "== $f"; cat "$f"; done

@@ -25,6 +25,9 @@
 #       3  attention (budget 240 s): every attention case forced both ways,
 #          GPT-2 124M bf16 both ways (losses, ms per step), PyTorch's
 #          eager step (and torch.compile's with KILN_GPU_TORCH_COMPILE=1)
+#       4  profiles (budget 150 s): kiln's profiler (every op timed) on
+#          GPT-2 124M bf16, ResNet-50 bf16 and the GEMM-heavy MLP: the ops'
+#          time summed over the layers, the tables in the logs
 #   tests/gpu/run.sh                the same as --stage 1
 #   tests/gpu/run.sh --attention    the same as --stage 3
 #
@@ -248,16 +251,16 @@ case "${1:-}" in
 "") ;;
 --attention) stages=3 ;;
 --stage) stages=$(echo "${2:-}" | tr ',' ' ') ;;
-*) echo "usage: tests/gpu/run.sh --prepare | --stage 1[,2[,3]] | --attention" >&2; exit 2 ;;
+*) echo "usage: tests/gpu/run.sh --prepare | --stage 1[,2[,3[,4]]] | --attention" >&2; exit 2 ;;
 esac
 stage_default() { # a stage's budget, seconds
-	case $1 in 1) echo 330 ;; 2) echo 260 ;; 3) echo 270 ;; *) echo 0 ;; esac
+	case $1 in 1) echo 330 ;; 2) echo 260 ;; 3) echo 270 ;; 4) echo 150 ;; *) echo 0 ;; esac
 }
 total=0
 for s in $stages; do
 	b=$(stage_default "$s")
 	if [ "$b" = 0 ]; then
-		echo "run.sh: no stage '$s' (1: correctness, 2: performance, 3: attention)" >&2
+		echo "run.sh: no stage '$s' (1: correctness, 2: performance, 3: attention, 4: profiles)" >&2
 		exit 2
 	fi
 	total=$((total + b))
@@ -692,6 +695,46 @@ stage3() {
 	say "-- fused attention on cuda, every case: cuDNN's SDPA graph (cudnn: the bf16/f16 shapes) and kiln's kernels (kiln: f32 loops, dropout, the lowp contract too)"
 	attention_cases "attn_lowp_shapes attn_loops attn_dropout attn_lowp"
 	attention_gpt2
+}
+
+# Stage 4: kiln's profiler (docs/profiler.md) on the three models of
+# stages 2 and 3 whose step is slow against PyTorch: each op synchronised
+# and timed (no CUDA graph), the table of self time per (layer, op, pass)
+# into logs/prof_NAME.txt.  What to optimise, read off the GPU itself.
+prof_one() {
+	name=$1 want=$2 cfg=$3
+	shift 3
+	if ! to=$(fit "$want" 20); then
+		skipped "prof $name"
+		return
+	fi
+	timeout "$to" "$bundle/bin/kiln" train "$cfg" run.out_dir="$runs/prof_$name" run.profile=1 \
+		run.profile_steps=0 "$@" > "$logs/prof_$name.log" 2>&1
+	rc=$?
+	if [ -f "$runs/prof_$name/profile.txt" ]; then
+		cp "$runs/prof_$name/profile.txt" "$logs/prof_$name.txt"
+		say "prof $name: logs/prof_$name.txt: $(head -n 1 "$logs/prof_$name.txt"); the ops over every layer (ms, % of the steps):"
+		awk 'NR == 1 { tot = $(NF - 5) } NR > 4 && NF >= 9 && $(NF - 5) ~ /^[0-9]+$/ && $1 != "total" {
+			k = $(NF - 7) " " $(NF - 6); ms[k] += $(NF - 4); n[k] += $(NF - 5) }
+			END { for (k in ms) printf "  %-32s %10.3f %6.1f%% %7d calls\n", k, ms[k], 100 * ms[k] / tot, n[k] }' \
+			"$logs/prof_$name.txt" | sort -k3 -g -r | head -n 16 | tee -a "$res"
+	else
+		fail "prof $name" "exit $rc, no profile.txt; logs/prof_$name.log"
+		tail -n 3 "$logs/prof_$name.log" | tee -a "$res"
+	fi
+	pack
+}
+
+stage4() {
+	say "-- kiln's profiler on cuda: GPT-2 124M bf16, ResNet-50 bf16, the GEMM-heavy MLP"
+	prof_one gpt2 60 examples/gpt2_small.ini run.device=cuda run.precision=bf16 \
+		data.path="$bundle/data/gpt2" data.shards=train.bin train.batch=8 \
+		train.accumulate=1 train.epochs=1 train.max_steps=5 train.eval=0 \
+		train.checkpoint_last=0 train.recompute=none train.warmup=0
+	prof_one r50 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
+		train.epochs=1 train.max_steps=8 train.checkpoint_last=0
+	prof_one gemm 30 tests/gpu/gemm_mlp.ini data.resident=1 data.samples=204800 \
+		train.epochs=1 train.max_steps=20 train.checkpoint_last=0
 }
 
 # ---- the run ------------------------------------------------------------------
