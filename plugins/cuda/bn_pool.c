@@ -8,10 +8,20 @@
 
 #include <string.h> /* memcmp */
 
-int cuda_chan_slices(int64_t M)
+int cuda_chan_slices(int64_t M, int64_t C, int rows)
 {
-	const int64_t k = M / 4096;
-	return k < 1 ? 1 : k > 64 ? 64 : (int)k;
+	if (!rows) { /* bn_part: a block a (channel, slice) */
+		const int64_t k = M / 4096;
+		return k < 1 ? 1 : k > 64 ? 64 : (int)k;
+	}
+	/* bn_part_rows: a block a (32-channel tile, slice); about 1024 blocks
+	 * (8 of 256 threads on each of an H200's 132 SMs), slices of at least
+	 * 64 rows, at most 1024 slices (the finishing warps sum them) */
+	const int64_t tiles = (C + 31) / 32;
+	int64_t k = (1024 + tiles - 1) / tiles;
+	if (k > M / 64)
+		k = M / 64;
+	return k < 1 ? 1 : k > 1024 ? 1024 : (int)k;
 }
 
 /* 1 when argument k (in0.. then out0..) of a BN op is x, y, dy or dx (the
@@ -46,7 +56,7 @@ kiln_status cuda_bn_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	p->cols = x->dims[1];
 	p->n = x->ndim == 4 ? x->dims[2] * x->dims[3] : 1;
 	p->sz[0] = x->ndim == 2 || x->layout == KILN_NHWC;
-	p->sz[1] = cuda_chan_slices(p->rows * p->n);
+	p->sz[1] = cuda_chan_slices(p->rows * p->n, p->cols, (int)p->sz[0]);
 	p->sz[2] = 0;
 	p->workspace = cuda_bn_workspace(p->cols, (int)p->sz[1]);
 	p->n_in = op->n_in;
@@ -78,7 +88,10 @@ kiln_status cuda_pool_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	     memcmp(op->in[2].dims, x->dims, 4 * sizeof x->dims[0])))
 		return cuda_bad(c, op, KILN_EINVAL,
 				"max pooling's backward wants in2 (the forward input x) of dx's shape and layout");
-	/* max pooling keeps no aux (aux_bytes 0): out1 / in1 are not read */
+	/* max pooling keeps no aux (aux_bytes 0): out1 / in1 are not read; its
+	 * backward finds the windows' maxima into the workspace first */
+	if (bwd && op->i[0] == KILN_POOL_MAX)
+		p->workspace = sizeof(int32_t) * (size_t)(y->dims[0] * y->dims[1] * y->dims[2] * y->dims[3]);
 	p->n_in = 1;
 	p->n_out = 1;
 	p->launch = cuda_launch_pool;

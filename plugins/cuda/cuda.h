@@ -276,11 +276,12 @@ cudaError_t cuda_rnn_gather(float *dst, const float *src, int64_t B, int64_t T, 
 cudaError_t cuda_rnn_put(float *dst, const float *src, int64_t n, int acc, int grid, cudaStream_t s);
 
 /* ---- bn_pool.c: prepare of batch norm (every BN_* op) and pooling, for
- * dnn_kernels.cu; the slices of a per-channel sum over M elements (the
- * shape alone fixes them, so results never depend on the GPU). */
+ * dnn_kernels.cu; the slices of a per-channel sum over M elements of C
+ * channels, stored as rows (NHWC, [N, C]) or planes (the shape alone
+ * fixes them, so results never depend on the GPU). */
 kiln_status cuda_bn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 kiln_status cuda_pool_prepare(struct cuda_ctx *c, struct cuda_plan *p);
-int cuda_chan_slices(int64_t M);
+int cuda_chan_slices(int64_t M, int64_t C, int rows);
 
 /* ---- kernels.cu: one launcher per op ---- */
 cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
@@ -311,10 +312,14 @@ cudaError_t cuda_launch_reorder(const struct cuda_plan *p, const struct kiln_op_
 cudaError_t cuda_launch_lamb(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_embedding(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
-/* GEMM with an f32 bias into a bf16/f16 output where cuBLASLt has no
- * such epilogue: out0 [rows, cols] (dtype) += bias f32 [cols] */
-cudaError_t cuda_bias_add_lowp(void *y, int dtype, const float *bias, int64_t rows, int64_t cols,
-			       int grid, cudaStream_t s);
+/* the row slices of a column sum over R rows of N columns (BIAS_GRAD,
+ * LAYERNORM_BWD: sz[1], their partials the plan's scratch) */
+int cuda_col_slices(int64_t R, int64_t N);
+/* GEMM with an f32 bias into a bf16/f16 output, which cuBLASLt computes
+ * into an f32 stage (gemm.c): y (n, dtype) = stage rounded once, or
+ * y + stage when acc */
+cudaError_t cuda_stage_round(void *y, int dtype, const float *stage, int64_t n, int acc, int grid,
+			     cudaStream_t s);
 
 /* Blocks of the reduction kernels (softmax rows, grad-clip partial sums):
  * a fixed count, so the order of every sum is fixed by the shape alone

@@ -815,7 +815,7 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	/* sizes of the bias kernels (dnn.h): y's N, O, OH*OW */
 	p->rows = g.y[0], p->cols = g.y[1], p->n = g.y[2] * g.y[3];
 	p->sz[0] = g.nhwc;
-	p->sz[1] = cuda_chan_slices(g.y[0] * g.y[2] * g.y[3]);
+	p->sz[1] = cuda_chan_slices(g.y[0] * g.y[2] * g.y[3], g.y[1], g.nhwc);
 	/* workspace: [cuDNN's | widened x | widened dy | db partials], aligned */
 #define WS_UP(n) (((n) + DNN_WS_ALIGN - 1) / DNN_WS_ALIGN * DNN_WS_ALIGN)
 	size_t end = d->ws;

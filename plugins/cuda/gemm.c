@@ -40,7 +40,8 @@ struct cuda_gemm {
 	cublasLtMatmulAlgo_t algo;
 	float alpha, beta;
 	int has_bias;
-	int bias_after;  /* the f32 bias added by cuda_bias_add_lowp after the GEMM */
+	int stage;       /* f32 bias, 16-bit output: D staged in f32 (cuda_stage_round) */
+	size_t ws_lt;    /* cuBLASLt's workspace; the f32 stage follows it */
 	int out_dtype;
 	int64_t M, N;
 };
@@ -151,7 +152,7 @@ static cudaError_t cuda_gemm_launch(const struct cuda_plan *p, const struct kiln
 {
 	const struct cuda_gemm *g = p->gemm;
 	cublasStatus_t r;
-	if (g->has_bias && !g->bias_after) {
+	if (g->has_bias) {
 		/* the bias pointer is an attribute of the descriptor, not an
 		 * argument; plans run on one stream at a time (as on the CPU
 		 * device), so setting it per run is safe */
@@ -161,13 +162,17 @@ static cudaError_t cuda_gemm_launch(const struct cuda_plan *p, const struct kiln
 		if (r != CUBLAS_STATUS_SUCCESS)
 			return cudaErrorInvalidValue;
 	}
-	/* Lt's A is kiln's in1, Lt's B is kiln's in0 (see the top of the file) */
+	/* Lt's A is kiln's in1, Lt's B is kiln's in0 (see the top of the file);
+	 * a staged D is f32 in the workspace, after Lt's, written (beta 0)
+	 * and then rounded once into out0, added to it when accumulating */
+	static const float zero = 0.0f;
+	void *d = g->stage ? (char *)a->workspace + g->ws_lt : a->out[0];
 	r = cublasLtMatmul((cublasLtHandle_t)p->lt, g->desc, &g->alpha, a->in[1], g->la, a->in[0],
-			   g->lb, &g->beta, a->out[0], g->lc, a->out[0], g->lc, &g->algo,
-			   a->workspace, p->workspace, s);
-	if (r == CUBLAS_STATUS_SUCCESS && g->bias_after)
-		return cuda_bias_add_lowp(a->out[0], g->out_dtype, (const float *)a->in[2], g->M, g->N,
-					  p->grid, s);
+			   g->lb, g->stage ? &zero : &g->beta, d, g->lc, d, g->lc, &g->algo,
+			   a->workspace, g->ws_lt, s);
+	if (r == CUBLAS_STATUS_SUCCESS && g->stage)
+		return cuda_stage_round(a->out[0], g->out_dtype, (const float *)d, g->M * g->N,
+					g->beta != 0.0f, p->grid, s);
 	return lt_error(r);
 }
 
@@ -257,23 +262,16 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 							   &found);
 	if (g->has_bias && bias_dt != dto &&
 	    (hs != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS)) {
-		/* no f32-bias epilogue into a 16-bit output here: the plain
-		 * GEMM, then kiln's bias kernel (before which no activation
-		 * may run: a fused one is refused, the layer runs it apart) */
-		if (op->flags & KILN_OPF_ACT) {
-			st = cuda_bad(c, op, KILN_ENOTSUP, "no f32-bias epilogue with the activation");
-			goto out;
-		}
-		/* a plain descriptor: cuBLASLt rejects the f32 bias dtype with
-		 * the default epilogue too ("invalid value", seen on an H200) */
-		cublasLtMatmulDescDestroy(g->desc);
-		g->desc = NULL;
-		CUDA_LT(cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-		CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-		CUDA_LT(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-		g->bias_after = 1;
-		c->host->log(KILN_LOG_INFO, "cuda",
-			     "GEMM M=%lld N=%lld K=%lld: no f32-bias epilogue for a %s output; the bias is added after the GEMM (rounded twice)",
+		/* cuBLASLt's bias epilogue takes an f32 bias with an f32 output
+		 * only (not a 16-bit one: seen on an H200), so D, the bias and any
+		 * activation are computed in f32 into the workspace and rounded
+		 * once into the 16-bit output: the CPU device's single rounding */
+		cublasLtMatrixLayoutDestroy(g->lc);
+		g->lc = NULL;
+		CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_32F, mp.c_rows, mp.c_cols, mp.ldc));
+		g->stage = 1;
+		c->host->log(KILN_LOG_DEBUG, "cuda",
+			     "GEMM M=%lld N=%lld K=%lld: an f32 bias into a %s output: staged in f32, rounded once",
 			     (long long)M, (long long)N, (long long)K, dto == KILN_BF16 ? "bf16" : "f16");
 		found = 0;
 		hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->desc, g->la, g->lb,
@@ -285,7 +283,10 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		goto out;
 	}
 	g->algo = res.algo;
-	p->workspace = res.workspaceSize;
+	g->ws_lt = (res.workspaceSize + 255) / 256 * 256;
+	p->workspace = g->stage ? g->ws_lt + sizeof(float) * (size_t)(M * N) : res.workspaceSize;
+	if (!g->stage)
+		g->ws_lt = res.workspaceSize;
 	p->launch = cuda_gemm_launch;
 	p->n_in = op->n_in;
 	p->n_out = 1;

@@ -81,51 +81,119 @@ extern "C" cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const str
 	return cudaGetLastError();
 }
 
-/* gemm.c: an f32 bias into a bf16/f16 GEMM output, where cuBLASLt has no
- * epilogue for the pair (the result is then rounded twice) */
-extern "C" cudaError_t cuda_bias_add_lowp(void *y, int dtype, const float *bias, int64_t rows,
-					  int64_t cols, int grid, cudaStream_t s)
+/* gemm.c: an f32 bias into a bf16/f16 GEMM output, which cuBLASLt's
+ * epilogue takes only into an f32 D (the stage): y (n) = stage, or y + stage (acc), f32 arithmetic, one rounding */
+__global__ void k_stage_round(void *y, int ty, const float *stage, int64_t n, int acc)
 {
-	const int64_t n = rows * cols;
+	FOR_N(i, n)
+	{
+		st(y, ty, i, acc ? ld(y, ty, i) + stage[i] : stage[i]);
+	}
+}
+
+extern "C" cudaError_t cuda_stage_round(void *y, int dtype, const float *stage, int64_t n, int acc,
+					int grid, cudaStream_t s)
+{
 	int64_t b = (n + CUDA_THREADS - 1) / CUDA_THREADS;
 	b = b > grid ? grid : b < 1 ? 1 : b;
-	k_bias_add<<<(unsigned)b, CUDA_THREADS, 0, s>>>(y, dtype, bias, KILN_F32, n, cols);
+	k_stage_round<<<(unsigned)b, CUDA_THREADS, 0, s>>>(y, dtype, stage, n, acc);
 	return cudaGetLastError();
 }
 
-/* db (N) (=|+=) sum over rows of dy (R, N).  Block (32, 8): 32 adjacent
- * columns (coalesced rows), 8 row phases; each phase sums its rows in
- * order, then the 8 phase sums are added in order: a fixed order for a
- * given R, whatever the GPU.  Sums in double: the column is only as wide
- * as a batch, and the result then matches a sequential sum to f32
- * rounding (the conformance bound is 1e-6 of the magnitude). */
-__global__ void k_bias_grad(void *db, int dtb, const void *dy, int dty, int64_t R, int64_t N,
-			    int acc)
+/* ---- column sums (BIAS_GRAD, LAYERNORM_BWD's dgamma, dbeta) -----------
+ * s0[j] = sum over rows of dy (R, N), and s1[j] = sum of dy * xhat with
+ * xhat = (x - mean_r) * rstd_r (saved [R, 2]) when x is given.  Pass 1:
+ * block (32, 8) of column tile t = blockIdx.x % tiles (32 adjacent
+ * columns: coalesced rows) and row slice k = blockIdx.x / tiles; row phase
+ * ty sums rows r0 + ty, r0 + ty + 8, ... in order, the 8 phase sums are
+ * added in order, into part[(k N + j) 2 + {0, 1}] (the plan's scratch).
+ * Pass 2: a warp per column adds the K slices (lane l: k = l, l + 32, ...;
+ * then a fixed shuffle tree).  A fixed order for a given shape, whatever
+ * the GPU; sums in double (the conformance bound is 1e-6 of the
+ * magnitude).  One block per 32 columns looping over every row (or one
+ * thread per column, layernorm's) left most of an H200 idle: GPT-2's
+ * layernorm backward took 57% of its step. */
+__global__ void k_col_part(double *part, int K, const void *dy, int tdy, const void *x, int tx,
+			   const float *saved, int64_t R, int64_t N)
 {
-	__shared__ double part[8][33];
-	const int64_t j = (int64_t)blockIdx.x * 32 + threadIdx.x;
-	double s = 0.0;
+	const int64_t tiles = (N + 31) / 32;
+	const int64_t j = (blockIdx.x % tiles) * 32 + threadIdx.x;
+	const int k = (int)(blockIdx.x / tiles);
+	const int64_t r0 = R * k / K, r1 = R * (k + 1) / K;
+	double a = 0, b = 0;
 	if (j < N)
-		for (int64_t r = threadIdx.y; r < R; r += 8)
-			s += ld(dy, dty, r * N + j);
-	part[threadIdx.y][threadIdx.x] = s;
+		for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+			const double d = ld(dy, tdy, r * N + j);
+			a += d;
+			if (x)
+				b += d * ((ld(x, tx, r * N + j) - saved[2 * r]) * saved[2 * r + 1]);
+		}
+	__shared__ double sa[8][33], sb[8][33];
+	sa[threadIdx.y][threadIdx.x] = a;
+	sb[threadIdx.y][threadIdx.x] = b;
 	__syncthreads();
 	if (threadIdx.y == 0 && j < N) {
-		double t = acc ? (double)ld(db, dtb, j) : 0.0;
-		for (int k = 0; k < 8; k++)
-			t += part[k][threadIdx.x];
-		st(db, dtb, j, (float)t);
+		double ta = 0, tb = 0;
+		for (int q = 0; q < 8; q++)
+			ta += sa[q][threadIdx.x], tb += sb[q][threadIdx.x];
+		part[((int64_t)k * N + j) * 2] = ta;
+		part[((int64_t)k * N + j) * 2 + 1] = tb;
 	}
+}
+
+/* o0[j] (dtype t0) (=|+=) s0; o1[j] (f32, when given) (=|+=) s1 */
+__global__ void k_col_final(void *o0, int t0, float *o1, const double *part, int K, int64_t N,
+			    int acc)
+{
+	const int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	const int lane = threadIdx.x & 31;
+	if (j >= N)
+		return; /* the whole warp */
+	double a = 0, b = 0;
+	for (int k = lane; k < K; k += 32) {
+		a += part[((int64_t)k * N + j) * 2];
+		b += part[((int64_t)k * N + j) * 2 + 1];
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		a += __shfl_down_sync(0xffffffffu, a, o);
+		b += __shfl_down_sync(0xffffffffu, b, o);
+	}
+	if (lane)
+		return;
+	st(o0, t0, j, (float)(acc ? (double)ld(o0, t0, j) + a : a));
+	if (o1)
+		o1[j] = (float)(acc ? (double)o1[j] + b : b);
+}
+
+/* The slices of a column sum over R rows of N columns: about 1024 blocks
+ * of pass 1, slices of at least 64 rows, at most 1024 */
+extern "C" int cuda_col_slices(int64_t R, int64_t N)
+{
+	const int64_t tiles = (N + 31) / 32;
+	int64_t k = (1024 + tiles - 1) / tiles;
+	if (k > R / 64)
+		k = R / 64;
+	return k < 1 ? 1 : k > 1024 ? 1024 : (int)k;
+}
+
+static cudaError_t col_sums(const struct cuda_plan *p, void *o0, int t0, float *o1, const void *dy,
+			    int tdy, const void *x, int tx, const float *saved, int64_t R, int64_t N,
+			    int acc, cudaStream_t s)
+{
+	const int K = (int)p->sz[1];
+	double *part = (double *)p->scratch;
+	const unsigned b1 = (unsigned)(((N + 31) / 32) * K);
+	k_col_part<<<b1, dim3(32, 8), 0, s>>>(part, K, dy, tdy, x, tx, saved, R, N);
+	const unsigned b2 = (unsigned)((32 * N + CUDA_THREADS - 1) / CUDA_THREADS);
+	k_col_final<<<b2, CUDA_THREADS, 0, s>>>(o0, t0, o1, part, K, N, acc);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_launch_bias_grad(const struct cuda_plan *p, const struct kiln_op_args *a,
 					     cudaStream_t s)
 {
-	const dim3 block(32, 8);
-	const unsigned grid = (unsigned)((p->cols + 31) / 32);
-	k_bias_grad<<<grid, block, 0, s>>>(a->out[0], DTO(p, 0), a->in[0], DTI(p, 0), p->rows,
-					   p->cols, (p->op.flags & KILN_OPF_ACCUMULATE) != 0);
-	return cudaGetLastError();
+	return col_sums(p, a->out[0], DTO(p, 0), NULL, a->in[0], DTI(p, 0), NULL, 0, NULL, p->rows,
+			p->cols, (p->op.flags & KILN_OPF_ACCUMULATE) != 0, s);
 }
 
 /* ---- ReLU ------------------------------------------------------------- */
@@ -1078,24 +1146,6 @@ __global__ void k_layernorm_dx(void *dx, int tdx, const void *x, int tx, const v
 	}
 }
 
-/* dgamma, dbeta (C) (=|+=) sums over the rows of dy xh and dy: thread j
- * owns channel j and adds the rows in order, in double */
-__global__ void k_layernorm_params(float *dg, float *db, const void *x, int tx, const void *dy,
-				   int tdy, const float *saved, int64_t R, int64_t C, int acc)
-{
-	const int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (j >= C)
-		return;
-	double sg = 0, sb = 0;
-	for (int64_t r = 0; r < R; r++) {
-		const float d = ld(dy, tdy, r * C + j);
-		sg += (double)d * ((ld(x, tx, r * C + j) - saved[2 * r]) * saved[2 * r + 1]);
-		sb += d;
-	}
-	dg[j] = acc ? dg[j] + (float)sg : (float)sg;
-	db[j] = acc ? db[j] + (float)sb : (float)sb;
-}
-
 extern "C" cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const struct kiln_op_args *a,
 					     cudaStream_t s)
 {
@@ -1118,11 +1168,9 @@ extern "C" cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const st
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess || p->op.n_out < 3)
 		return e;
-	const int64_t cb = (C + CUDA_THREADS - 1) / CUDA_THREADS;
-	k_layernorm_params<<<(unsigned)cb, CUDA_THREADS, 0, s>>>(
-		(float *)a->out[1], (float *)a->out[2], a->in[0], DTI(p, 0), a->in[1], DTI(p, 1), saved,
-		R, C, p->op.i[0] == 1);
-	return cudaGetLastError();
+	/* dgamma (out1) = sum dy * xhat, dbeta (out2) = sum dy: the column sums */
+	return col_sums(p, a->out[2], KILN_F32, (float *)a->out[1], a->in[1], DTI(p, 1), a->in[0],
+			DTI(p, 0), saved, R, C, p->op.i[0] == 1, s);
 }
 
 /* ---- dropout ------------------------------------------------------------ */

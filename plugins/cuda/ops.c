@@ -322,6 +322,11 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		p->cols = x->dims[x->ndim - 1];
 		p->rows = common_numel(x) / p->cols;
 		p->sz[0] = op->type == KILN_OP_LAYERNORM ? op->n_in > 1 : op->n_in > 3; /* affine */
+		if (op->type == KILN_OP_LAYERNORM_BWD && op->n_out >= 3) {
+			/* dgamma, dbeta: the column sums' slices (kernels.cu) */
+			p->sz[1] = cuda_col_slices(p->rows, p->cols);
+			p->sz[3] = p->sz[1] * p->cols * 2 * (int64_t)sizeof(double);
+		}
 		return KILN_OK;
 	}
 	case KILN_OP_SOFTMAX_XENT:
@@ -356,6 +361,11 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	 * scale and rewrite flag (GRAD_CLIP, UNSCALE) */
 	if (op->type == KILN_OP_REDUCE_SUM)
 		p->sz[3] = CUDA_RED_BLOCKS * sizeof(double);
+	/* ... the column sums' slices (BIAS_GRAD: kernels.cu) */
+	if (op->type == KILN_OP_BIAS_GRAD) {
+		p->sz[1] = cuda_col_slices(p->rows, p->cols);
+		p->sz[3] = p->sz[1] * p->cols * 2 * (int64_t)sizeof(double);
+	}
 	if (op->type == KILN_OP_GRAD_CLIP || op->type == KILN_OP_UNSCALE)
 		p->sz[3] = CUDA_RED_BLOCKS * sizeof(double) + 2 * sizeof(float);
 	return KILN_OK;

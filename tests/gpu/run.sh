@@ -733,6 +733,11 @@ stage4() {
 		train.checkpoint_last=0 train.recompute=none train.warmup=0
 	prof_one r50 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
 		train.epochs=1 train.max_steps=8 train.checkpoint_last=0
+	# cuDNN's engines timed ([run] autotune, off by default): the weight
+	# gradients' share above against this one
+	prof_one r50_tuned 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
+		train.epochs=1 train.max_steps=8 train.checkpoint_last=0 run.autotune=1 \
+		plugin.cuda.autotune_cache=none
 	prof_one gemm 30 tests/gpu/gemm_mlp.ini data.resident=1 data.samples=204800 \
 		train.epochs=1 train.max_steps=20 train.checkpoint_last=0
 }
