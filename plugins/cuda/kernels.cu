@@ -454,13 +454,13 @@ extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
 {
 	const int64_t R = p->rows, nw = CUDA_THREADS / 32;
 	int64_t nb = (R + nw - 1) / nw;
-	if (nb > CUDA_RED_BLOCKS)
-		nb = CUDA_RED_BLOCKS;
+	if (nb > CUDA_XENT_BLOCKS)
+		nb = CUDA_XENT_BLOCKS;
 	if (nb < 1)
 		nb = 1;
 	struct xent_part *part = (struct xent_part *)p->scratch;
 	/* ignore_index: the rows counted, after the block partials */
-	double *cnt = p->op.i[2] == 1 ? (double *)(part + CUDA_RED_BLOCKS) : NULL;
+	double *cnt = p->op.i[2] == 1 ? (double *)(part + CUDA_XENT_BLOCKS) : NULL;
 	const int32_t ignored = (int32_t)p->op.i[3];
 	cudaError_t e;
 	if (cnt) {
@@ -1048,22 +1048,29 @@ __global__ void k_zero_f32(float *y, int64_t n)
 		y[i] = 0.0f;
 }
 
-/* dtable (V, C) += dy rows by id: thread c owns column c and adds the rows
- * in increasing n (bad ids are skipped and recorded) */
+/* dtable (V, C) += dy rows by id.  Thread (c, b) owns column c of the
+ * rows v with v % EMB_BUCKETS == b and adds their dy rows in increasing n:
+ * each element's sum in the order of a sequential loop (bad ids skipped
+ * and recorded), with EMB_BUCKETS times the threads (one thread per
+ * column, 768 for GPT-2, took 3.5 ms of a 42 ms step on an H200) */
+enum { EMB_BUCKETS = 64 };
+
 __global__ void k_embedding_bwd(float *dt, const void *dy, int tdy, const int32_t *idx, int64_t N,
 				int64_t C, int64_t V, struct cuda_err_rec *err, int op)
 {
 	const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	const int32_t b = (int32_t)blockIdx.y;
 	if (c >= C)
 		return;
 	for (int64_t n = 0; n < N; n++) {
 		const int32_t v = idx[n];
 		if (v < 0 || v >= V) {
-			if (c == 0)
+			if (c == 0 && b == 0)
 				err_index(err, n, v, V, op);
 			continue;
 		}
-		dt[(int64_t)v * C + c] += ld(dy, tdy, n * C + c);
+		if ((v & (EMB_BUCKETS - 1)) == b)
+			dt[(int64_t)v * C + c] += ld(dy, tdy, n * C + c);
 	}
 }
 
@@ -1085,7 +1092,7 @@ extern "C" cudaError_t cuda_launch_embedding(const struct cuda_plan *p, const st
 			return e;
 	}
 	const int64_t nb = (C + CUDA_THREADS - 1) / CUDA_THREADS;
-	k_embedding_bwd<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(dt, a->in[1], DTI(p, 1),
+	k_embedding_bwd<<<dim3((unsigned)nb, EMB_BUCKETS), CUDA_THREADS, 0, s>>>(dt, a->in[1], DTI(p, 1),
 							      (const int32_t *)a->in[0], N, C, V,
 							      p->err, p->op.type);
 	return cudaGetLastError();

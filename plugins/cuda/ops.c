@@ -334,7 +334,7 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 			return cuda_bad(c, op, KILN_ENOTSUP, "more than 2^31 - 2 classes");
 		p->sz[0] = common_numel(&op->out[1]); /* 3: also count top-5; 4: the rows */
 		/* block partials (struct xent_part), then ignore_index's row count */
-		p->sz[3] = CUDA_RED_BLOCKS * 4 * sizeof(double) + sizeof(double);
+		p->sz[3] = CUDA_XENT_BLOCKS * 4 * sizeof(double) + sizeof(double);
 		return KILN_OK;
 	case KILN_OP_NORMALIZE_U8:
 		p->sz[0] = op->in[0].dims[1];
