@@ -25,6 +25,7 @@
 #include "cuda.h"
 #include "dnn.h"
 #include "../common/scalar_ops.h" /* common_bn_commit: the CPU device's code */
+#include "../common/half.h"       /* half_f32_bf16 */
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -36,7 +37,13 @@ __device__ __forceinline__ float ld(const float *p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float ld(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ float ld(const __half *p, int64_t i) { return __half2float(p[i]); }
 __device__ __forceinline__ void st(float *p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+/* bf16: the CPU device's rounding (half.h), which keeps a NaN's sign and
+ * payload (a max pool passes a NaN through: __float2bfloat16_rn would
+ * make it 0x7fff) */
+__device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v)
+{
+	((uint16_t *)p)[i] = half_f32_bf16(v);
+}
 __device__ __forceinline__ void st(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
 
 /* Index of element j (in [0, M), M = N*HW) of channel c: "rows" (NHWC or
