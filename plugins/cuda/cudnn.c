@@ -16,9 +16,7 @@
  *             skipped when their numerical notes break kiln's promises:
  *             TF32 (tensor cores or down-converted inputs on f32 tensors:
  *             f32 convolutions agree with the CPU to f32 rounding, as the
- *             GEMM does; allowed on the widened bf16/f16 weight gradient,
- *             whose values TF32 holds exactly), reduced-precision
- *             reductions, and with [run]
+ *             GEMM does), reduced-precision reductions, and with [run]
  *             deterministic = 1 non-deterministic ones; a plan needing
  *             more than [plugin.cuda] workspace_mb is skipped too
  *   choice    without [run] autotune: the first engine left, in the
@@ -617,7 +615,7 @@ static int choose(struct cuda_ctx *c, struct cuda_dnn *d, cudnnBackendDescriptor
 {
 	struct cuda_dnn_ctx *x = c->dnn;
 	const size_t limit = (size_t)x->ws_mb << 20;
-	const int f32 = g->dt_x == KILN_F32 && !g->tf32_exact;
+	const int f32 = g->dt_x == KILN_F32;
 	cudnnBackendDescriptor_t cfg[DNN_MAX_CFG];
 	/* the cached choice */
 	if (x->autotune && x->cache_path[0]) {
@@ -791,17 +789,11 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	if (!found && widenable) {
 		/* no engine writes an f32 dw from bf16/f16 x, dy (or cuDNN refused
 		 * the mixed graph): widen them and run the f32 convolution, whose
-		 * f32 products of the same values are what the op promises.  TF32
-		 * engines are allowed: a bf16 (8-bit significand) or f16 (11-bit)
-		 * value is exact in TF32 (11-bit), so their products are the
-		 * same; without them the weight gradients ran on the FP32 cores,
-		 * 44% of ResNet-50's step on an H200 */
+		 * f32 products of the same values are what the op promises */
 		struct cuda_conv_geom g32 = g;
 		char k32[CUDA_ATC_KEY];
 		g32.dt_x = g32.dt_y = KILN_F32;
-		g32.tf32_exact = 1;
 		cuda_conv_key(&g32, c->dnn->deterministic, c->dnn->ws_mb, k32, sizeof k32);
-		strncat(k32, " tf32", sizeof k32 - strlen(k32) - 1);
 		if ((st = conv_graph(c, op, d, &g32, 0, &graph)))
 			goto out;
 		found = choose(c, d, graph, &g32, k32, &bufs, &engine, cnt);

@@ -39,10 +39,6 @@ struct cuda_conv_geom {
 	/* where each tensor is in the op's arguments: (k << 8 | i), k = 0 in,
 	 * 1 out; -1 absent */
 	int arg_x, arg_w, arg_y, arg_b;
-	/* f32 tensors holding bf16/f16 values (the widened weight gradient,
-	 * cudnn.c): TF32's products of them are exact, so TF32 engines keep
-	 * the f32 promise there */
-	int tf32_exact;
 };
 
 /* Fill g from op.  Returns 0, or -1 with a reason in why[0..n) for what
