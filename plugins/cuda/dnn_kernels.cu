@@ -63,6 +63,23 @@ __device__ __forceinline__ int64_t chan_of(int64_t e, int64_t C, int64_t HW, int
 
 enum { PART_STATS = 0, PART_BWD = 1, PART_SUM = 2 };
 
+/* element e's terms of the partial sums below, by mode */
+template <typename T>
+__device__ __forceinline__ void part_add(const T *x, const T *dy, int64_t e, float shift, int mode,
+					 double *a, double *b)
+{
+	if (mode == PART_STATS) {
+		const double v = (double)ld(x, e) - shift;
+		*a += v;
+		*b += v * v;
+	} else {
+		const double g = ld(dy, e);
+		*a += g;
+		if (mode == PART_BWD)
+			*b += g * ((double)ld(x, e) - shift);
+	}
+}
+
 /* mode STATS: s0 = sum(x - k), s1 = sum((x - k)^2), k = the channel's first
  *             element (shifted sums: a large mean does not cancel var)
  * mode BWD:   s0 = sum(dy), s1 = sum(dy * (x - mean[c]))
@@ -80,17 +97,7 @@ __global__ void bn_part(double *part, const T *x, const T *dy, const float *mean
 			  : mode == PART_BWD ? mean[c] : 0.0f;
 	double a = 0, b = 0;
 	for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-		const int64_t e = chan_at(c, j, C, HW, rows);
-		if (mode == PART_STATS) {
-			const double v = (double)ld(x, e) - shift;
-			a += v;
-			b += v * v;
-		} else {
-			const double g = ld(dy, e);
-			a += g;
-			if (mode == PART_BWD)
-				b += g * ((double)ld(x, e) - shift);
-		}
+		part_add(x, dy, chan_at(c, j, C, HW, rows), shift, mode, &a, &b);
 	}
 	__shared__ double sa[CUDA_THREADS], sb[CUDA_THREADS];
 	sa[threadIdx.x] = a;
@@ -129,17 +136,7 @@ __global__ void bn_part_rows(double *part, const T *x, const T *dy, const float 
 	if (c < C) {
 		const float shift = mode == PART_STATS ? ld(x, c) : mode == PART_BWD ? mean[c] : 0.0f;
 		for (int64_t j = j0 + threadIdx.y; j < j1; j += 8) {
-			const int64_t e = j * C + c;
-			if (mode == PART_STATS) {
-				const double v = (double)ld(x, e) - shift;
-				a += v;
-				b += v * v;
-			} else {
-				const double g = ld(dy, e);
-				a += g;
-				if (mode == PART_BWD)
-					b += g * ((double)ld(x, e) - shift);
-			}
+			part_add(x, dy, j * C + c, shift, mode, &a, &b);
 		}
 	}
 	__shared__ double sa[8][33], sb[8][33];
