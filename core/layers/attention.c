@@ -130,16 +130,18 @@ static kiln_status attention_plan(const struct kiln_host *h, struct kiln_layer *
 		l->saved_bytes = 2 * ALIGN64(kiln_tensor_bytes(&s->cache));
 		return prep(h, l, dev, &op, &s->decode, ws);
 	}
+	/* an evaluation plan runs the eval form alone (attention_forward) */
+	const int train = kiln_layer_training(l);
 	attention_op(l, s, 0, s->dropout, &op);
-	if ((st = prep(h, l, dev, &op, &s->train, &w)))
+	if (train && (st = prep(h, l, dev, &op, &s->train, &w)))
 		return st;
 	attention_op(l, s, 0, 0.0, &op);
 	if ((st = prep(h, l, dev, &op, &s->eval, &w)))
 		return st;
 	attention_op(l, s, 1, s->dropout, &op);
-	if ((st = prep_pair(h, l, dev, &op, s->bwd, &w)))
+	if (train && (st = prep_pair(h, l, dev, &op, s->bwd, &w)))
 		return st;
-	l->saved_bytes = s->lse_bytes;
+	l->saved_bytes = train ? s->lse_bytes : 0;
 	/* evaluation writes the logsumexp it does not keep to the workspace */
 	*ws = ALIGN64(s->lse_bytes) + w;
 	return KILN_OK;

@@ -119,12 +119,13 @@ kiln_status pool_plan(const struct kiln_host *h, struct kiln_layer *l, struct ki
 		return st;
 	}
 	/* an evaluation plan, or a training one whose backward gets no dx
-	 * (the first layer's input): the forward alone, nothing kept */
+	 * (the first layer's input): the forward alone, nothing kept; one
+	 * plan serves training's forward too (the same op) */
 	if (!kiln_layer_training(l) || (kiln_layer_dx_unused(l) & 1)) {
 		op.n_out = 1;
-		if ((st = prep(h, l, dev, &op, &s->infer, &w)) ||
-		    (kiln_layer_training(l) && (st = prep(h, l, dev, &op, &s->fwd, &w))))
+		if ((st = prep(h, l, dev, &op, &s->infer, &w)))
 			return st;
+		s->fwd = kiln_layer_training(l) ? s->infer : NULL;
 		*ws = w;
 		return KILN_OK;
 	}

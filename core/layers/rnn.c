@@ -135,6 +135,10 @@ static kiln_status rnn_plan(const struct kiln_host *h, struct kiln_layer *l,
 	s->w_bytes = ALIGN64(kiln_tensor_bytes(&l->params[0].desc)) +
 		     ALIGN64(kiln_tensor_bytes(&l->params[1].desc));
 	s->db_bytes = ALIGN64((size_t)(2 * s->G * s->H) * sizeof(float));
+	if (!kiln_layer_training(l)) { /* an evaluation plan: no backward */
+		*ws = s->x_bytes + s->w_bytes + s->db_bytes + w;
+		return KILN_OK;
+	}
 	op_init(&op, KILN_OP_RNN_BWD, 5, 4);
 	op.in[0] = l->in[0];
 	op.in[1] = l->out;
