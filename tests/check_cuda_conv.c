@@ -277,6 +277,34 @@ START_TEST(test_pool_bwd_x)
 }
 END_TEST
 
+/* The slices of a per-channel (or per-column) sum: NCHW planes as before
+ * (M / 4096, 1..64); rows (NHWC, [N, C], the column sums) about 1,024
+ * blocks of 32 channels, slices of at least 64 rows, 1..1024 slices. */
+START_TEST(test_slices)
+{
+	ck_assert_int_eq(cuda_chan_slices(100, 64, 0), 1);
+	ck_assert_int_eq(cuda_chan_slices(4096 * 10, 64, 0), 10);
+	ck_assert_int_eq(cuda_chan_slices(802816, 64, 0), 64);
+	/* ResNet-50's layer1 batch norms (N 256, 56 x 56): 2 and 8 tiles */
+	ck_assert_int_eq(cuda_chan_slices(802816, 64, 1), 512);
+	ck_assert_int_eq(cuda_chan_slices(802816, 256, 1), 128);
+	/* GPT-2's layernorm and bias gradients, 8,192 rows: 24 and 96 tiles */
+	ck_assert_int_eq(cuda_chan_slices(8192, 768, 1), 43);
+	ck_assert_int_eq(cuda_chan_slices(8192, 3072, 1), 11);
+	/* few rows: at least 64 a slice; one slice under 128 */
+	ck_assert_int_eq(cuda_chan_slices(200, 8, 1), 3);
+	ck_assert_int_eq(cuda_chan_slices(127, 8, 1), 1);
+	ck_assert_int_eq(cuda_chan_slices(1, 1, 1), 1);
+	ck_assert_int_eq(cuda_chan_slices(0, 5, 1), 1);
+	for (int64_t M = 1; M < 5000000; M = M * 3 + 1)
+		for (int64_t C = 1; C < 5000; C = C * 5 + 3) {
+			const int k = cuda_chan_slices(M, C, 1);
+			ck_assert(k >= 1 && k <= 1024);
+			ck_assert(k == 1 || M / k >= 64);
+		}
+}
+END_TEST
+
 /* A config not validated against the registry has no [plugin.cuda]
  * defaults: open keeps its own (it failed with KILN_ENOTFOUND and no
  * message). */
@@ -304,6 +332,7 @@ static Suite *make_cuda_conv_suite(void)
 	tcase_add_test(t, test_bn_dtypes);
 	tcase_add_test(t, test_pool_bwd_x);
 	tcase_add_test(t, test_open_unvalidated);
+	tcase_add_test(t, test_slices);
 	suite_add_tcase(s, t);
 	check_add_case(s, "ops", 0, setup, NULL, (const TTest *[]){ test_layout_plans, NULL });
 	return s;

@@ -282,6 +282,8 @@ cudaError_t cuda_rnn_put(float *dst, const float *src, int64_t n, int acc, int g
 kiln_status cuda_bn_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 kiln_status cuda_pool_prepare(struct cuda_ctx *c, struct cuda_plan *p);
 int cuda_chan_slices(int64_t M, int64_t C, int rows);
+/* (rows = 1 also slices the column sums of BIAS_GRAD and LAYERNORM_BWD,
+ * kernels.cu: R rows of N columns, K in the plan's sz[1]) */
 
 /* ---- kernels.cu: one launcher per op ---- */
 cudaError_t cuda_launch_bias_add(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
@@ -312,9 +314,7 @@ cudaError_t cuda_launch_reorder(const struct cuda_plan *p, const struct kiln_op_
 cudaError_t cuda_launch_lamb(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_embedding(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
 cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const struct kiln_op_args *a, cudaStream_t s);
-/* the row slices of a column sum over R rows of N columns (BIAS_GRAD,
- * LAYERNORM_BWD: sz[1], their partials the plan's scratch) */
-int cuda_col_slices(int64_t R, int64_t N);
+
 /* GEMM with an f32 bias into a bf16/f16 output, which cuBLASLt computes
  * into an f32 stage (gemm.c): y (n, dtype) = stage rounded once, or
  * y + stage when acc */

@@ -141,7 +141,8 @@ __global__ void k_col_part(double *part, int K, const void *dy, int tdy, const v
 	}
 }
 
-/* o0[j] (dtype t0) (=|+=) s0; o1[j] (f32, when given) (=|+=) s1 */
+/* o0[j] (dtype t0) (=|+=) s0; o1[j] (f32, when given) (=|+=) s1.  K, the
+ * slices: cuda_chan_slices(R, N, 1) (bn_pool.c), the batch norm's rows */
 __global__ void k_col_final(void *o0, int t0, float *o1, const double *part, int K, int64_t N,
 			    int acc)
 {
@@ -163,17 +164,6 @@ __global__ void k_col_final(void *o0, int t0, float *o1, const double *part, int
 	st(o0, t0, j, (float)(acc ? (double)ld(o0, t0, j) + a : a));
 	if (o1)
 		o1[j] = (float)(acc ? (double)o1[j] + b : b);
-}
-
-/* The slices of a column sum over R rows of N columns: about 1024 blocks
- * of pass 1, slices of at least 64 rows, at most 1024 */
-extern "C" int cuda_col_slices(int64_t R, int64_t N)
-{
-	const int64_t tiles = (N + 31) / 32;
-	int64_t k = (1024 + tiles - 1) / tiles;
-	if (k > R / 64)
-		k = R / 64;
-	return k < 1 ? 1 : k > 1024 ? 1024 : (int)k;
 }
 
 static cudaError_t col_sums(const struct cuda_plan *p, void *o0, int t0, float *o1, const void *dy,

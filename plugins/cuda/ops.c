@@ -324,7 +324,7 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		p->sz[0] = op->type == KILN_OP_LAYERNORM ? op->n_in > 1 : op->n_in > 3; /* affine */
 		if (op->type == KILN_OP_LAYERNORM_BWD && op->n_out >= 3) {
 			/* dgamma, dbeta: the column sums' slices (kernels.cu) */
-			p->sz[1] = cuda_col_slices(p->rows, p->cols);
+			p->sz[1] = cuda_chan_slices(p->rows, p->cols, 1);
 			p->sz[3] = p->sz[1] * p->cols * 2 * (int64_t)sizeof(double);
 		}
 		return KILN_OK;
@@ -363,7 +363,7 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		p->sz[3] = CUDA_RED_BLOCKS * sizeof(double);
 	/* ... the column sums' slices (BIAS_GRAD: kernels.cu) */
 	if (op->type == KILN_OP_BIAS_GRAD) {
-		p->sz[1] = cuda_col_slices(p->rows, p->cols);
+		p->sz[1] = cuda_chan_slices(p->rows, p->cols, 1);
 		p->sz[3] = p->sz[1] * p->cols * 2 * (int64_t)sizeof(double);
 	}
 	if (op->type == KILN_OP_GRAD_CLIP || op->type == KILN_OP_UNSCALE)
