@@ -321,7 +321,7 @@ cudaError_t cuda_launch_layernorm(const struct cuda_plan *p, const struct kiln_o
 cudaError_t cuda_stage_round(void *y, int dtype, const float *stage, int64_t n, int acc, int grid,
 			     cudaStream_t s);
 
-/* Blocks of the reduction kernels (softmax rows, grad-clip partial sums):
+/* Blocks of the reduction kernels (grad-clip and sum partials):
  * a fixed count, so the order of every sum is fixed by the shape alone
  * and results do not change from run to run. */
 #define CUDA_RED_BLOCKS 256

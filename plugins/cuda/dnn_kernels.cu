@@ -13,11 +13,14 @@
  * a fixed order, so results are the same from run to run.
  *
  * Batch norm, per channel c over its M = N*H*W elements (sz[] below):
- *   pass 1  bn_part: K blocks per channel each sum a fixed slice of the
- *           channel (double), in a fixed tree order -> part[C][K][2]
- *   pass 2  one thread per channel adds its K partials in order and
- *           finishes (mean, invstd, running statistics, the per-channel
- *           coefficients of pass 3) -> coef[3][C] in the workspace
+ *   pass 1  bn_part (NCHW planes): K blocks per channel, or
+ *           bn_part_rows (NHWC, [N, C] rows): blocks of 32 channels x K
+ *           row slices; each sums a fixed slice of the channel (double),
+ *           in a fixed order -> part[C][K][2]
+ *   pass 2  a warp per channel adds its K partials (lane-strided, then a
+ *           fixed shuffle tree) and finishes (mean, invstd, running
+ *           statistics, the per-channel coefficients of pass 3) ->
+ *           coef[3][C] in the workspace
  *   pass 3  an elementwise kernel: y = x*a + b, or
  *           dx = (dy - s - (x - mean)*k) * g
  * Workspace: part (C*K*2 doubles), then coef (3*C floats).
@@ -26,6 +29,7 @@
 #include "dnn.h"
 #include "../common/scalar_ops.h" /* common_bn_commit: the CPU device's code */
 #include "../common/half.h"       /* half_f32_bf16 */
+#include "kern.h"                 /* kern_f16 */
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -44,7 +48,7 @@ __device__ __forceinline__ void st(__nv_bfloat16 *p, int64_t i, float v)
 {
 	((uint16_t *)p)[i] = half_f32_bf16(v);
 }
-__device__ __forceinline__ void st(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void st(__half *p, int64_t i, float v) { p[i] = kern_f16(v); }
 
 /* Index of element j (in [0, M), M = N*HW) of channel c: "rows" (NHWC or
  * 2-d [N, C]: rows of C channels) or planes (NCHW: N planes of HW per c). */
@@ -685,6 +689,11 @@ extern "C" cudaError_t cuda_launch_pool(const struct cuda_plan *p, const struct 
 	g.nhwc = x->layout == KILN_NHWC;
 	g.max = p->op.i[0] == KILN_POOL_MAX;
 	g.cip = p->op.i[7] != 0;
+	/* nothing to pool: an empty input, or no window (dx then all +0) */
+	const int64_t nx = g.N * g.C * g.H * g.W, ny = g.N * g.C * g.OH * g.OW;
+	if (nx == 0 || ny == 0)
+		return bwd && nx ? cudaMemsetAsync(a->out[0], 0, (size_t)nx * (x->dtype == KILN_F32 ? 4 : 2), s)
+				 : cudaSuccess;
 	if (bwd && g.max && (!a->in[2] || !a->workspace))
 		return cudaErrorInvalidValue; /* max's backward reads x (in2), its workspace */
 	switch (x->dtype) {

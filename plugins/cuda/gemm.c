@@ -24,9 +24,11 @@
  * tensor cores) with f32 alpha and beta, and the result rounded once to
  * out0's dtype.  An f32 bias into a 16-bit out0 is asked of the BIAS
  * epilogue first (BIAS_DATA_TYPE f32, added before the rounding); when
- * cuBLASLt has no algorithm for that pair the plan runs the GEMM without
- * the epilogue and adds the bias with kiln's own kernel after it (two
- * roundings, logged at prepare).
+ * cuBLASLt has no algorithm for that pair (an H200's cuBLASLt 13 has none:
+ * its f32 bias takes an f32 D only) the plan stages D in f32 in the
+ * workspace (M*N floats after cuBLASLt's own), the bias and any
+ * activation included, and kiln's k_stage_round rounds it once into out0
+ * (adding out0 when accumulating): the CPU device's single rounding.
  */
 #include "cuda.h"
 
@@ -271,8 +273,9 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		CUDA_LT(cublasLtMatrixLayoutCreate(&g->lc, CUDA_R_32F, mp.c_rows, mp.c_cols, mp.ldc));
 		g->stage = 1;
 		c->host->log(KILN_LOG_DEBUG, "cuda",
-			     "GEMM M=%lld N=%lld K=%lld: an f32 bias into a %s output: staged in f32, rounded once",
-			     (long long)M, (long long)N, (long long)K, dto == KILN_BF16 ? "bf16" : "f16");
+			     "GEMM M=%lld N=%lld K=%lld: an f32 bias into a %s output: staged in f32 (%.1f MiB of workspace), rounded once",
+			     (long long)M, (long long)N, (long long)K, dto == KILN_BF16 ? "bf16" : "f16",
+			     (double)M * (double)N * 4.0 / 1048576.0);
 		found = 0;
 		hs = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->desc, g->la, g->lb,
 						    g->lc, g->lc, pref, 1, &res, &found);

@@ -44,12 +44,28 @@ KERN_D float kern_ld(const void *p, int dt, int64_t i)
 	return ((const float *)p)[i];
 }
 
+/* f16 from f32, round to nearest even; a NaN keeps its sign and its
+ * payload's top 10 bits, quiet (as the CPU's _Float16 conversion does;
+ * __float2half_rn gives 0x7fff for any NaN) */
+KERN_D __half kern_f16(float v)
+{
+	if (v != v) {
+		uint32_t u;
+		memcpy(&u, &v, 4);
+		const uint16_t b = (uint16_t)(((u >> 16) & 0x8000) | 0x7c00 | 0x200 | ((u >> 13) & 0x3ff));
+		__half h;
+		memcpy(&h, &b, 2);
+		return h;
+	}
+	return __float2half_rn(v);
+}
+
 KERN_D void kern_st(void *p, int dt, int64_t i, float v)
 {
 	if (dt == KILN_BF16)
 		((uint16_t *)p)[i] = half_f32_bf16(v);
 	else if (dt == KILN_F16)
-		((__half *)p)[i] = __float2half_rn(v);
+		((__half *)p)[i] = kern_f16(v);
 	else
 		((float *)p)[i] = v;
 }

@@ -16,8 +16,9 @@
  * device memory inside the kernel, never from the host, so one plan serves
  * every step and a captured graph replays correct values.
  *
- * Reductions are deterministic: a fixed grid (CUDA_RED_BLOCKS, or fewer
- * when the shape is smaller, decided by the shape alone), each block sums
+ * Reductions are deterministic: a fixed grid (CUDA_RED_BLOCKS, the loss's
+ * CUDA_XENT_BLOCKS, or fewer when the shape is smaller, decided by the
+ * shape alone), each block sums
  * its fixed share in a fixed order, and one thread adds the block partials
  * in index order.  No float atomics, so a run reproduces bit for bit.  The
  * partials live in a small scratch buffer the plan owns (sz[3] bytes,
