@@ -28,46 +28,70 @@ static uint16_t *lp_rand(size_t n, int dt, float scale, float *wide)
 
 /* GEMM out0[M,N] = A B^T + bias with bf16 (native) or f16 (converted)
  * operands, out0 in the low dtype or f32 (weight gradients), against a
- * double loop over the widened operands. */
-static void lp_gemm_case(struct fx *f, int dt, int M, int N, int K, int out_f32)
+ * double loop over the widened operands.  mode 1: alpha 0.5 and
+ * KILN_OPF_ACCUMULATE (out0 += 0.5 A B^T + bias, out0 starting as random
+ * values of its dtype); mode 2: the fused ReLU (KILN_OPF_ACT).  An f32
+ * bias into a 16-bit out0 is the CUDA device's staged path (gemm.c). */
+static void lp_gemm_case(struct fx *f, int dt, int M, int N, int K, int out_f32, int mode)
 {
 	float *aw = malloc(sizeof(float) * M * K), *bw = malloc(sizeof(float) * N * K);
 	uint16_t *a = lp_rand((size_t)M * K, dt, 1, aw), *b = lp_rand((size_t)N * K, dt, 1, bw);
 	float *bias = frandv((size_t)N);
+	const int odt = out_f32 ? KILN_F32 : dt;
 	struct kiln_op op;
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_GEMM;
 	op.n_in = 3, op.n_out = 1;
 	op.in[0] = td(dt, 2, M, K), op.in[1] = td(dt, 2, N, K), op.in[2] = td(KILN_F32, 1, N, 0);
-	op.out[0] = td(out_f32 ? KILN_F32 : dt, 2, M, N);
-	op.i[0] = 0, op.i[1] = 1, op.i[2] = M, op.i[3] = N, op.i[4] = K, op.f[0] = 1.0;
+	op.out[0] = td(odt, 2, M, N);
+	op.i[0] = 0, op.i[1] = 1, op.i[2] = M, op.i[3] = N, op.i[4] = K;
+	op.f[0] = mode == 1 ? 0.5 : 1.0;
+	if (mode == 1)
+		op.flags = KILN_OPF_ACCUMULATE;
+	if (mode == 2)
+		op.flags = KILN_OPF_ACT, op.i[KILN_OPI_ACT] = KILN_ACT_RELU;
 	const size_t ob = (size_t)M * N * (out_f32 ? 4 : 2);
+	/* out0's starting values (mode 1 adds into them) */
+	float *c0w = malloc(sizeof(float) * M * N);
+	uint16_t *c0l = lp_rand((size_t)M * N, dt, 1, c0w);
+	if (out_f32)
+		for (int i = 0; i < M * N; i++)
+			c0w[i] = frand();
 	void *da = dput(f, a, (size_t)M * K * 2), *db = dput(f, b, (size_t)N * K * 2),
-	     *dbias = dput(f, bias, sizeof(float) * N), *dc = dput(f, NULL, ob);
+	     *dbias = dput(f, bias, sizeof(float) * N),
+	     *dc = dput(f, out_f32 ? (void *)c0w : (void *)c0l, ob);
 	const void *in[3] = { da, db, dbias };
 	void *out[1] = { dc };
-	OK(run_op(f, &op, in, out));
-	void *c = malloc(ob);
-	dget(f, c, dc, ob);
-	for (int i = 0; i < M; i++)
-		for (int j = 0; j < N; j++) {
-			double ref = bias[j], mag = fabs(bias[j]);
-			for (int k = 0; k < K; k++) {
-				ref += (double)aw[i * K + k] * bw[j * K + k];
-				mag += fabs((double)aw[i * K + k] * bw[j * K + k]);
+	if (!refused(f, &op, mode == 1 ? "GEMM alpha 0.5, accumulating, f32 bias" : mode == 2 ? "GEMM with the ReLU, f32 bias" : "GEMM, f32 bias")) {
+		OK(run_op(f, &op, in, out));
+		void *c = malloc(ob);
+		dget(f, c, dc, ob);
+		for (int i = 0; i < M; i++)
+			for (int j = 0; j < N; j++) {
+				double ref = 0, mag = 0;
+				for (int k = 0; k < K; k++) {
+					ref += (double)aw[i * K + k] * bw[j * K + k];
+					mag += fabs((double)aw[i * K + k] * bw[j * K + k]);
+				}
+				ref = op.f[0] * ref + bias[j], mag = op.f[0] * mag + fabs(bias[j]);
+				if (mode == 1)
+					ref += c0w[i * N + j], mag += fabs(c0w[i * N + j]);
+				if (mode == 2)
+					ref = ref > 0 ? ref : 0;
+				const double got = out_f32 ? ((float *)c)[i * N + j]
+							   : h_wide(((uint16_t *)c)[i * N + j], dt);
+				/* f32 accumulation; one rounding of the result to dt */
+				const double ulp = out_f32 ? 0 : dt == KILN_F16 ? 0x1p-11 : 0x1p-8;
+				ck_assert_msg(fabs(got - ref) <= ulp * fabs(ref) + 1e-5 * mag,
+					      "%s GEMM %dx%dx%d (out %s, mode %d) [%d,%d]: %g, reference %g",
+					      dt == KILN_F16 ? "f16" : "bf16", M, N, K, out_f32 ? "f32" : "low",
+					      mode, i, j, got, ref);
 			}
-			const double got = out_f32 ? ((float *)c)[i * N + j]
-						   : h_wide(((uint16_t *)c)[i * N + j], dt);
-			/* f32 accumulation; one rounding of the result to dt */
-			const double ulp = out_f32 ? 0 : dt == KILN_F16 ? 0x1p-11 : 0x1p-8;
-			ck_assert_msg(fabs(got - ref) <= ulp * fabs(ref) + 1e-5 * mag,
-				      "%s GEMM %dx%dx%d (out %s) [%d,%d]: %g, reference %g",
-				      dt == KILN_F16 ? "f16" : "bf16", M, N, K, out_f32 ? "f32" : "low",
-				      i, j, got, ref);
-		}
+		free(c);
+	}
 	kiln_device_free(f->dev, da), kiln_device_free(f->dev, db);
 	kiln_device_free(f->dev, dbias), kiln_device_free(f->dev, dc);
-	free(a), free(b), free(aw), free(bw), free(bias), free(c);
+	free(a), free(b), free(aw), free(bw), free(bias), free(c0w), free(c0l);
 }
 
 /* Elementwise ops in dt: the result equals the f32 op on the widened
@@ -540,8 +564,10 @@ START_TEST(test_lowp)
 	fx_open(&f, _i);
 	for (int k = 0; k < 2; k++) {
 		const int dt = k ? KILN_F16 : KILN_BF16;
-		lp_gemm_case(&f, dt, 33, 40, 50, 0);
-		lp_gemm_case(&f, dt, 16, 24, 64, 1);
+		for (int mode = 0; mode < 3; mode++) {
+			lp_gemm_case(&f, dt, 33, 40, 50, 0, mode);
+			lp_gemm_case(&f, dt, 16, 24, 64, 1, mode);
+		}
 		lp_elementwise(&f, dt);
 		lp_cast_sgd(&f, dt);
 		lp_more(&f, dt);
@@ -570,8 +596,8 @@ START_TEST(test_lowp)
 			OK(kiln_config_validate(g.cfg, g.reg));
 			OK(kiln_device_open(g.reg, g.cfg, g_name, 0, &g.dev));
 			OK(kiln_device_stream_create(g.dev, &g.s));
-			lp_gemm_case(&g, KILN_BF16, 33, 40, 50, 0);
-			lp_gemm_case(&g, KILN_BF16, 16, 24, 64, 1);
+			lp_gemm_case(&g, KILN_BF16, 33, 40, 50, 0, 0);
+			lp_gemm_case(&g, KILN_BF16, 16, 24, 64, 1, 0);
 			lp_conv_bn(&g, KILN_BF16);
 			fx_close(&g);
 		}
