@@ -100,6 +100,70 @@ START_TEST(test_softmax_xent)
 }
 END_TEST
 
+/* Non-finite logits, as PyTorch's cross_entropy: a NaN logit (not the
+ * label's) makes its row's loss and every gradient of the row NaN (the
+ * CPU device clamped it to e^-88 until session 22, hiding it); a -inf
+ * logit is a class of probability 0: the loss stays finite, its gradient
+ * 0.  Rows: 0 NaN at column 3 (row 1 finite beside it, checked too), the
+ * NaN first in its row (the maximum's scan starts there), -inf at 2. */
+START_TEST(test_xent_nonfinite)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	enum { N = 3, C = 7 };
+	for (int at = 0; at < 3; at++) {
+		float x[N * C], g[N * C], m0[2] = { 0, 0 }, m[2];
+		int32_t lab[N] = { 1, 4, 5 };
+		for (int i = 0; i < N * C; i++)
+			x[i] = frand() * 2;
+		const int r = at == 1 ? 2 : 0, j = at == 0 ? 3 : at == 1 ? 0 : 2;
+		x[r * C + j] = at < 2 ? NAN : -INFINITY;
+		struct kiln_op op;
+		memset(&op, 0, sizeof op);
+		op.type = KILN_OP_SOFTMAX_XENT;
+		op.n_in = op.n_out = 2;
+		op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
+		op.in[1] = td(KILN_I32, 1, N, 0);
+		op.out[1] = td(KILN_F32, 1, 2, 0);
+		op.i[0] = N;
+		op.f[0] = 1.0;
+		void *dx = dput(&f, x, sizeof x), *dl = dput(&f, lab, sizeof lab);
+		void *dg = dput(&f, NULL, sizeof g), *dm = dput(&f, m0, sizeof m0);
+		OK(run_op(&f, &op, (const void *[]){ dx, dl }, (void *[]){ dg, dm }));
+		dget(&f, g, dg, sizeof g);
+		dget(&f, m, dm, sizeof m);
+		double loss = 0;
+		for (int q = 0; q < N; q++) {
+			const float *xr = x + q * C;
+			if (at < 2 && q == r) {
+				for (int k = 0; k < C; k++)
+					ck_assert_msg(g[q * C + k] != g[q * C + k],
+						      "NaN at [%d,%d]: dlogits[%d,%d] = %g, want NaN", r, j, q,
+						      k, g[q * C + k]);
+				continue;
+			}
+			double mx = -INFINITY, s = 0;
+			for (int k = 0; k < C; k++)
+				mx = xr[k] > mx ? xr[k] : mx;
+			for (int k = 0; k < C; k++)
+				s += exp(xr[k] - mx);
+			loss += log(s) - (xr[lab[q]] - mx);
+			for (int k = 0; k < C; k++) {
+				const double want = exp(xr[k] - mx) / s - (k == lab[q]);
+				NEAR(g[q * C + k], want, 1.0, 1e-5, "case %d dlogits[%d,%d] = %g, want %g", at,
+				     q, k, g[q * C + k], want);
+			}
+		}
+		if (at < 2)
+			ck_assert_msg(m[0] != m[0], "case %d: loss sum %g, want NaN", at, m[0]);
+		else
+			NEAR(m[0], loss, loss, 1e-5, "-inf logit: loss sum %g, want %g", m[0], loss);
+		DFREE(&f, dx, dl, dg, dm);
+	}
+	fx_close(&f);
+}
+END_TEST
+
 /* A label outside [0,C) is KILN_EDATA naming the row: from run() in sync
  * mode, from the next stream_sync in async mode. */
 START_TEST(test_softmax_bad_label)
@@ -285,4 +349,4 @@ START_TEST(test_xent_loss_scale)
 END_TEST
 
 DEVICE_SUITE(loss, DFX_CASE(softmax_xent), DFX_CASE(softmax_bad_label), DFX_CASE(losses),
-	     DFX_CASE(xent_loss_scale));
+	     DFX_CASE(xent_loss_scale), DFX_CASE(xent_nonfinite));

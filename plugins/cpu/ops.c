@@ -191,7 +191,11 @@ CPU_CLONES static double xent_exp(float *d, const float *x, int64_t K, float mx,
 #pragma omp simd
 	for (int64_t j = 0; j < K; j++) {
 		const float v = x[j] - mx;
-		d[j] = cpu_exp(v > -88.0f ? v : -88.0f);
+		const float e = cpu_exp(v > -88.0f ? v : -88.0f);
+		/* a NaN logit stays NaN (the clamp would make it e^-88), so the
+		 * loss and the gradients show it, as PyTorch's and the CUDA
+		 * device's do */
+		d[j] = v == v ? e : v;
 	}
 	f64x8 acc = { 0 };
 	int64_t j = 0;
