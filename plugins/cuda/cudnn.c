@@ -784,6 +784,13 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 			found = choose(c, d, graph, &g, key, &bufs, &engine, cnt);
 		else if (!widenable)
 			goto out;
+		/* why the mixed graph (bf16/f16 x, dy -> f32 dw) found no engine:
+		 * for the next GPU session (ResNet-50's widened weight gradients
+		 * took 43% of its step on an H200) */
+		if (!found && widenable)
+			c->host->log(KILN_LOG_DEBUG, "cuda",
+				     "%s: the mixed graph %s: %d engine configs, %d refused by their notes, %d not buildable, %d over the workspace",
+				     key, st ? "was refused" : "has no engine", cnt[0], cnt[1], cnt[2], cnt[3]);
 		st = KILN_OK;
 	}
 	if (!found && widenable) {
