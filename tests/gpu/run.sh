@@ -714,8 +714,8 @@ prof_one() {
 		skipped "prof $name"
 		return
 	fi
-	timeout "$to" "$bundle/bin/kiln" train "$cfg" run.out_dir="$runs/prof_$name" run.profile=1 \
-		run.profile_steps=0 "$@" > "$logs/prof_$name.log" 2>&1
+	timeout "$to" env ${prof_env:-} "$bundle/bin/kiln" train "$cfg" run.out_dir="$runs/prof_$name" \
+		run.profile=1 run.profile_steps=0 "$@" > "$logs/prof_$name.log" 2>&1
 	rc=$?
 	if [ -f "$runs/prof_$name/profile.txt" ]; then
 		cp "$runs/prof_$name/profile.txt" "$logs/prof_$name.txt"
@@ -737,8 +737,14 @@ stage4() {
 		data.path="$bundle/data/gpt2" data.shards=train.bin train.batch=8 \
 		train.accumulate=1 train.epochs=1 train.max_steps=5 train.eval=0 \
 		train.checkpoint_last=0 train.recompute=none train.warmup=0
+	# at debug level: each convolution's engine, and why the mixed bf16
+	# weight-gradient graph found none (cudnn.c)
+	prof_env=KILN_LOG_LEVEL=debug
 	prof_one r50 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
 		train.epochs=1 train.max_steps=8 train.checkpoint_last=0
+	prof_env=
+	grep -h 'the mixed graph\|f32 conv on widened' "$logs/prof_r50.log" | sed 's/^.*cuda\] *//' |
+		sort | uniq -c | sort -rn | head -n 6 | tee -a "$res"
 	# cuDNN's engines timed ([run] autotune, off by default): the weight
 	# gradients' share above against this one
 	prof_one r50_tuned 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
