@@ -171,6 +171,9 @@ with open(sys.argv[1], "wb") as f:
 	# the GPU's `kiln eval --quantized` must reach
 	echo "quantizing the cpu CNN and evaluating it in INT8 on the cpu device..."
 	ck=$(ls "$here/_build/gpu/cpu_cnn_fp32/checkpoints/ckpt-"*.kiln | tail -1)
+	# (and the fp32 checkpoint itself: the GPU's fp32 evaluation beside
+	# the INT8 one, 170 KB)
+	cp "$ck" "$bundle/cnn_fp32.kiln"
 	"$build/kiln" quantize "$here/tests/gpu/cnn.ini" run.device=cpu data.path="$src" \
 		run.out_dir="$here/_build/gpu/cpu_cnn_int8" --checkpoint "$ck" --calibrate 4 \
 		--method percentile --out "$bundle/cnn_int8.safetensors" > "$here/_build/gpu/cpu_cnn_int8.log" 2>&1
@@ -505,6 +508,13 @@ int8_eval() {
 		say "int8 eval: PASS (test accuracy $acc; the cpu device's INT8 $ref, within 0.003)"
 	else
 		fail "int8 eval" "test accuracy $acc; the cpu device's INT8 $ref: more than 0.003 apart"
+	fi
+	# the fp32 model's evaluation beside it (issue 23's CUDA INT8 speed; the
+	# 10,000 images of this small CNN: a first figure, not the target's)
+	if [ -f "$bundle/cnn_fp32.kiln" ] && to=$(fit 20 10); then
+		timeout "$to" "$bundle/bin/kiln" eval tests/gpu/cnn.ini data.path="$bundle/data/fashion-mnist" \
+			run.out_dir="$runs/fp32_eval" --checkpoint "$bundle/cnn_fp32.kiln" > "$logs/eval_fp32.log" 2>&1
+		say "eval speed (CNN, 10,000 images): INT8 $(json eval_samples_per_s "$logs/eval_int8.log") samples/s, fp32 $(json eval_samples_per_s "$logs/eval_fp32.log") samples/s"
 	fi
 	pack
 }
