@@ -47,12 +47,13 @@
  *
  * Kept spectra (KILN_OPF_KEEP; fc_kept): the forward's x and w operands
  * are written into its last output, the weight gradient builds its block
- * operand from x's (fc_block_from_plain) and writes its own A (dy's
+ * operand from x's (fc_block_from_plain, one frequency at a time into the
+ * thread's buffer, right before that frequency's GEMM) and writes its own A (dy's
  * spectrum) into its last output, followed by the address of the
  * forward's w operand (struct fc_wref); the data gradient multiplies
  * those instead of transforming dy and w: the same bits as without,
  * 14,336 of conv2's 43,008 plane transforms a step fewer, and no copy
- * stored but fc_block_from_plain's.  The kept dy thus refers to the kept x: the data
+ * stored.  The kept dy thus refers to the kept x: the data
  * gradient must run while that is alive and unchanged, as
  * core/layers/conv.c's conv_backward does (weight gradient, then data
  * gradient, of the same micro-batch, before its kept x is released).
@@ -196,6 +197,8 @@ struct cpu_fftconv {
 	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
 	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
 	size_t off_tile;          /* a thread's channel tile (NHWC), in its buffers */
+	size_t off_blk;           /* the kept weight gradient's B at one frequency
+				   * (fb floats), in its buffers; 0: none */
 	int threads;              /* per-thread buffers */
 	int openblas;             /* GEMMs by cblas_sgemm, else dnnl_sgemm */
 	fftwf_plan r2c, c2r;
@@ -548,14 +551,22 @@ static void fc_gemm(const struct cpu_fftconv *f, const float *a, const float *b,
 
 /* The weight gradient's B at one frequency, the block form
  * [[Xr, Xi], [-Xi, Xr]] (2 B rows of 2 C), from the forward's kept plain
- * [Xr Xi] (B rows of 2 C). */
-static void fc_block_from_plain(const struct cpu_fftconv *f, const float *x, float *b)
+ * [Xr Xi] (B rows of 2 C).  Built by the thread that multiplies it, just
+ * before its GEMM, into a buffer of its own (64 KiB for conv2, in its L2):
+ * built for all frequencies first (the whole 9.4 MB B written to the
+ * workspace, then read again by the GEMMs) it took 2.8% of the CNN's
+ * CPU samples at 2 threads, most of them waiting on memory, and conv2's
+ * weight gradient 7% more time (docs/PERFORMANCE.md, "Session 22: the
+ * CNN's idle core"). */
+static void fc_block_from_plain(const struct cpu_fftconv *f, const float *restrict x,
+				float *restrict b)
 {
 	const int64_t B = f->b.rows, C = f->b.cols, ld = 2 * C;
 	for (int64_t r = 0; r < B; r++) {
-		const float *xr = x + r * ld;
-		float *top = b + r * ld, *bot = b + (B + r) * ld;
+		const float *restrict xr = x + r * ld;
+		float *restrict top = b + r * ld, *restrict bot = b + (B + r) * ld;
 		memcpy(top, xr, (size_t)ld * sizeof *top);
+#pragma omp simd
 		for (int64_t c = 0; c < C; c++) {
 			bot[c] = -xr[C + c];
 			bot[C + c] = xr[c];
@@ -660,11 +671,8 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 							 f->fa, re, sp, &g);
 				g.n = 0;
 			}
-			if (f->type == KILN_OP_CONV_BWD_WEIGHTS && kin) {
-#pragma omp for schedule(static)
-				for (int k = 0; k < f->nf; k++)
-					fc_block_from_plain(f, kin + (size_t)k * f->fx, mb + (size_t)k * f->fb);
-			} else if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
+			/* (the kept weight gradient's B: at its GEMM, below) */
+			if (!kin) {
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < nb; k++)
 					fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb,
@@ -673,9 +681,14 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			}
 			/* one thread per GEMM: OpenBLAS and oneDNN read this */
 			omp_set_num_threads(1);
+			float *blk = f->off_blk ? (float *)(tb + f->off_blk) : NULL;
 #pragma omp for schedule(static)
-			for (int k = 0; k < f->nf; k++)
-				fc_gemm(f, ma + (size_t)k * f->fa, mb + (size_t)k * f->fb, mo + (size_t)k * f->fo);
+			for (int k = 0; k < f->nf; k++) {
+				const float *b = mb + (size_t)k * f->fb;
+				if (blk) /* the kept weight gradient */
+					fc_block_from_plain(f, kin + (size_t)k * f->fx, blk), b = blk;
+				fc_gemm(f, ma + (size_t)k * f->fa, b, mo + (size_t)k * f->fo);
+			}
 			const int64_t no = f->o.pl.n0 * f->o.pl.n1;
 #pragma omp for schedule(static)
 			for (int64_t k = 0; k < no; k++)
@@ -717,13 +730,14 @@ static kiln_status fc_plans(struct cpu_ctx *c, struct cpu_fftconv *f, const char
  * A, the data gradient reads both (conv2 of the CNN at batch 128: the
  * forward's 18.9 MB became 9.4, the weight gradient's 21.3 11.8, the data
  * gradient's 18.9 4.7; docs/PERFORMANCE.md, "Session 19: the NHWC CNN's
- * CPU kernels"). */
+ * CPU kernels"; since session 22 the kept weight gradient holds its B one
+ * frequency a thread, not all of them: 12.2 MB became 2.9, NHWC, 2 threads). */
 static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 {
 	f->fa = fc_stride(f->a.rows * 2 * f->a.cols);
 	f->fb = fc_stride(2 * f->b.rows * 2 * f->b.cols);
 	f->fo = fc_stride(f->o.rows * 2 * f->o.cols);
-	const int own_a = !f->keep, own_b = !f->keep || f->type == KILN_OP_CONV_BWD_WEIGHTS;
+	const int own_a = !f->keep, own_b = !f->keep;
 	f->off_b = own_a ? (size_t)f->nf * f->fa * sizeof(float) : 0;
 	f->off_o = f->off_b + (own_b ? (size_t)f->nf * f->fb * sizeof(float) : 0);
 	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
@@ -740,6 +754,10 @@ static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 	}
 	f->off_tile = hw ? f->per_thread : 0;
 	f->per_thread += hw ? fc_up((size_t)FC_T * (size_t)hw * sizeof(float)) : 0;
+	/* the kept weight gradient's B, a frequency at a time (fc_block_from_plain) */
+	const int blk = f->keep && f->type == KILN_OP_CONV_BWD_WEIGHTS;
+	f->off_blk = blk ? f->per_thread : 0;
+	f->per_thread += blk ? f->fb * sizeof(float) : 0;
 	f->threads = c->threads > 0 ? c->threads : 1;
 }
 
