@@ -24,7 +24,9 @@
  * real and imaginary parts stacked, [Ar Ai] [M, 2K] times
  * [[Br, s Bi], [-s Bi, Br]] [2K, 2N] = [Re Im] [M, 2N], s = 1 for B and
  * s = -1 for conj(B): the transforms write their frequencies straight
- * into those matrices (plain [Re Im] rows for A, the block form for B;
+ * into those matrices, 16 planes at a time, a line a frequency
+ * (fc_forward_block; the inverse reads them alike, fc_inverse_block)
+ * (plain [Re Im] rows for A, the block form for B;
  * the weight gradient's A is conj(DY) transposed, O rows of 2 N, with
  * X the block side: DW = conj(DY)^T X), one matrix of
  * each per frequency in the workspace.  Each GEMM runs on one thread
@@ -83,6 +85,7 @@
 
 #define FC_ALIGN 64 /* bytes */
 #define FC_MAX 128  /* largest transform side */
+#define FC_L 16     /* floats a line: FC_ALIGN / sizeof(float) */
 
 /* the transform sizes, each a product of 2, 3 and 5 FFTW runs fast
  * (18 x 18 took 2.4x 20 x 20's time here: left out) */
@@ -196,6 +199,7 @@ struct cpu_fftconv {
 	int64_t O;                /* output channels (the bias's length) */
 	size_t fa, fb, fo;        /* floats per frequency of each matrix (padded) */
 	size_t off_b, off_o, off_t, per_thread; /* workspace byte offsets */
+	size_t sps;               /* complex between a thread's FC_L spectra */
 	size_t off_tile;          /* a thread's channel tile (NHWC), in its buffers */
 	size_t off_blk;           /* the kept weight gradient's B at one frequency
 				   * (fb floats), in its buffers; 0: none */
@@ -212,11 +216,11 @@ static size_t fc_up(size_t bytes) { return (bytes + FC_ALIGN - 1) & ~(size_t)(FC
 static size_t fc_floats(int64_t n) { return fc_up((size_t)n * sizeof(float)) / sizeof(float); }
 
 /* The stride between two frequencies' matrices: whole lines, an odd
- * number of them.  A plane's transform writes (or reads) one element of
- * every frequency's matrix; at a power-of-two stride (conv2's are 32 and
- * 64 KiB) those all fall in one cache set of L1 and L2 and evict each
- * other before the next plane's neighbouring element reuses the line:
- * the transforms then took 3-5x their time. */
+ * number of them.  A block of planes' transforms writes (or reads) one
+ * line of every frequency's matrix; at a power-of-two stride (conv2's
+ * are 32 and 64 KiB) those all fall in one cache set of L1 and L2 and
+ * evict each other (measured when each plane wrote one element of each
+ * line, before session 22's blocks: the transforms took 3-5x their time). */
 static size_t fc_stride(int64_t n)
 {
 	const size_t f = fc_floats(n), line = FC_ALIGN / sizeof(float);
@@ -355,12 +359,10 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 		f->a_in = 0, f->b_in = 1;
 }
 
-/* Transform plane (i, j) of src and write its frequencies into side s's
- * matrices at m (fs floats per frequency).  re: n1 x n2 reals, sp: nf
- * complex, the calling thread's buffers. */
+/* Transform plane (i, j) of src into the spectrum sp (nf complex).  re:
+ * n1 x n2 reals, the calling thread's buffer. */
 static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
-			     int64_t i, int64_t j, float *m, size_t fs, float *re, fftwf_complex *sp,
-			     struct fc_tile *g)
+			     int64_t i, int64_t j, float *re, fftwf_complex *sp, struct fc_tile *g)
 {
 	const struct fc_planes *p = &s->pl;
 	const float *x = src + i * p->s0 + j * p->s1;
@@ -385,23 +387,144 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 				row[q] = xr[q * sw];
 	}
 	fftwf_execute_dft_r2c(f->r2c, re, sp);
-	const int64_t row = s->swap ? j : i, col = s->swap ? i : j, Q = s->cols, ld = 2 * Q;
-	if (s->block == 0 || s->block == 2) {
-		const float si = s->block ? -1.0f : 1.0f;
-		float *d = m + row * ld + col;
-		for (int k = 0; k < f->nf; k++, d += fs) {
-			d[0] = sp[k][0];
-			d[Q] = si * sp[k][1];
-		}
-		return;
+}
+
+/* Frequencies a block's transpose moves at once (fc_forward_block,
+ * fc_inverse_block): 2 FC_K rows of FC_L floats, 1 KiB on the stack. */
+#define FC_K 8 /* (fc_lines_put16 and fc_lines_get16 move 8) */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#define FC_T16 1
+#define FC_AVX512 __attribute__((target("avx512f")))
+
+/* r[i] = column i of the 16 x 16 floats r[0..15] (rows), in registers (the
+ * loops unrolled: arrays of vectors in loops stay in memory at -O2) */
+FC_AVX512 static inline __attribute__((always_inline)) void fc_t16(__m512 r[16])
+{
+	__m512 t[16];
+#pragma GCC unroll 16
+	for (int i = 0; i < 16; i += 2) {
+		t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+		t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
 	}
-	const float sg = (float)s->block;
-	float *d = m + row * ld + col, *e = d + s->rows * ld; /* rows r and R + r */
-	for (int k = 0; k < f->nf; k++, d += fs, e += fs) {
-		d[0] = sp[k][0];
-		d[Q] = sg * sp[k][1];
-		e[0] = -sg * sp[k][1];
-		e[Q] = sp[k][0];
+#pragma GCC unroll 16
+	for (int i = 0; i < 16; i += 4) {
+		r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+		r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+		r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+		r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+	}
+#pragma GCC unroll 16
+	for (int i = 0; i < 16; i += 8)
+#pragma GCC unroll 16
+		for (int q = 0; q < 4; q++) {
+			t[i + q] = _mm512_shuffle_f32x4(r[i + q], r[i + 4 + q], 0x88);
+			t[i + 4 + q] = _mm512_shuffle_f32x4(r[i + q], r[i + 4 + q], 0xDD);
+		}
+#pragma GCC unroll 16
+	for (int q = 0; q < 8; q++) {
+		r[q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88);
+		r[8 + q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0xDD);
+	}
+}
+
+/* fc_forward_block's lines for a full block (FC_L planes) and FC_K = 8
+ * frequencies from k0: each plane's 8 complex (16 floats) a row,
+ * transposed, row 2k the real parts of frequency k0 + k, 2k + 1 the
+ * imaginary; d, e at k0's matrix. */
+FC_AVX512 static void fc_lines_put16(const fftwf_complex *sp, size_t sps, int k0, float *d, float *e,
+				     size_t fs, int64_t Q, float si, int plain)
+{
+	__m512 r[16];
+#pragma GCC unroll 16
+	for (int c = 0; c < 16; c++)
+		r[c] = _mm512_loadu_ps((const float *)(sp + (size_t)c * sps + (size_t)k0));
+	fc_t16(r);
+	const __m512 vs = _mm512_set1_ps(si), ve = _mm512_set1_ps(-si);
+#pragma GCC unroll 16
+	for (int k = 0; k < 8; k++, d += fs, e += fs) {
+		_mm512_storeu_ps(d, r[2 * k]);
+		_mm512_storeu_ps(d + Q, _mm512_mul_ps(vs, r[2 * k + 1]));
+		if (!plain) {
+			_mm512_storeu_ps(e, _mm512_mul_ps(ve, r[2 * k + 1]));
+			_mm512_storeu_ps(e + Q, r[2 * k]);
+		}
+	}
+}
+
+/* The mirror, fc_inverse_block's: 8 frequencies' lines from d into the
+ * FC_L spectra's complex k0 .. k0 + 7. */
+FC_AVX512 static void fc_lines_get16(fftwf_complex *sp, size_t sps, int k0, const float *d,
+				     size_t fs, int64_t Q)
+{
+	__m512 r[16];
+#pragma GCC unroll 16
+	for (int k = 0; k < 8; k++, d += fs) {
+		r[2 * k] = _mm512_loadu_ps(d);
+		r[2 * k + 1] = _mm512_loadu_ps(d + Q);
+	}
+	fc_t16(r);
+#pragma GCC unroll 16
+	for (int c = 0; c < 16; c++)
+		_mm512_storeu_ps((float *)(sp + (size_t)c * sps + (size_t)k0), r[c]);
+}
+#endif
+
+/* Side s's planes of matrix row `row`, columns c0 .. c0 + n - 1 (n <=
+ * FC_L): each transformed into the thread's spectra sp (FC_L of them,
+ * f->sps complex apart), then, FC_K frequencies at a time, transposed
+ * (n spectra's 2 FC_K floats into 2 FC_K rows of n: in AVX-512 registers
+ * for a full block, fc_lines_put16, else by cpu_transpose_f32 through a
+ * buffer) and each frequency's n real and n imaginary parts written as
+ * one line each (fs floats between the frequencies' matrices at m).  Written a
+ * plane at a time, every plane's transform stored one float into each
+ * half of each of the nf matrices: 3.4% of the CNN's CPU samples
+ * (docs/PERFORMANCE.md, "Session 22: the FFT's transform stores").  The
+ * same values and the same products by +-1: the same bytes. */
+static void fc_forward_block(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
+			     int64_t row, int64_t c0, int64_t n, float *m, size_t fs, float *re,
+			     fftwf_complex *sp, struct fc_tile *g)
+{
+	for (int64_t c = 0; c < n; c++)
+		fc_forward_plane(f, s, src, s->swap ? c0 + c : row, s->swap ? row : c0 + c, re,
+				 sp + (size_t)c * f->sps, g);
+	const int64_t Q = s->cols, ld = 2 * Q;
+	const int plain = s->block == 0 || s->block == 2;
+	/* plain: [Re, si Im]; the block form (rows r and R + r): [Re, sg Im]
+	 * and [-sg Im, Re] (-sg Im a product, as before: a NaN's sign) */
+	const float si = plain ? (s->block ? -1.0f : 1.0f) : (float)s->block, ne = -si;
+	float *d = m + row * ld + c0, *e = d + s->rows * ld;
+	float t[2 * FC_K][FC_L] __attribute__((aligned(FC_ALIGN)));
+	int k0 = 0;
+#ifdef FC_T16
+	if (n == FC_L && __builtin_cpu_supports("avx512f"))
+		for (; k0 + FC_K <= f->nf; k0 += FC_K, d += FC_K * fs, e += FC_K * fs)
+			fc_lines_put16(sp, f->sps, k0, d, e, fs, Q, si, plain);
+#endif
+	for (; k0 < f->nf; k0 += FC_K) {
+		const int kn = f->nf - k0 < FC_K ? f->nf - k0 : FC_K;
+		cpu_transpose_f32(&t[0][0], FC_L, (const float *)(sp + k0), 2 * (int64_t)f->sps, n,
+				  2 * kn);
+		for (int k = 0; k < kn; k++, d += fs, e += fs) {
+			const float *tr = t[2 * k], *ti = t[2 * k + 1];
+			if (n == FC_L) { /* constant sizes: whole vectors */
+#pragma omp simd
+				for (int c = 0; c < FC_L; c++)
+					d[c] = tr[c], d[Q + c] = si * ti[c];
+				if (!plain) {
+#pragma omp simd
+					for (int c = 0; c < FC_L; c++)
+						e[c] = ne * ti[c], e[Q + c] = tr[c];
+				}
+				continue;
+			}
+			for (int64_t c = 0; c < n; c++)
+				d[c] = tr[c], d[Q + c] = si * ti[c];
+			if (!plain)
+				for (int64_t c = 0; c < n; c++)
+					e[c] = ne * ti[c], e[Q + c] = tr[c];
+		}
 	}
 }
 
@@ -431,20 +554,14 @@ CPU_CLONES static void fc_put(float *restrict y, int64_t sw, const float *restri
 	}
 }
 
-/* The inverse transform of output plane (i, j) from the product matrices
- * m, written (shifted, cropped, scaled; + bias, ReLU, or added) into dst. */
-static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_t i, int64_t j,
-			     float *dst, const float *bias, float *re, fftwf_complex *sp,
-			     struct fc_tile *g)
+/* The inverse transform of output plane (i, j) from its spectrum sp
+ * (overwritten), written (shifted, cropped, scaled; + bias, ReLU, or
+ * added) into dst. */
+static void fc_inverse_plane(const struct cpu_fftconv *f, int64_t i, int64_t j, float *dst,
+			     const float *bias, float *re, fftwf_complex *sp, struct fc_tile *g)
 {
 	const struct fc_side *s = &f->o;
 	const struct fc_planes *p = &s->pl;
-	const int64_t row = s->swap ? j : i, col = s->swap ? i : j, Q = s->cols, ld = 2 * Q;
-	const float *d = m + row * ld + col;
-	for (int k = 0; k < f->nf; k++, d += f->fo) {
-		sp[k][0] = d[0];
-		sp[k][1] = d[Q];
-	}
 	fftwf_execute_dft_c2r(f->c2r, sp, re);
 	const float scale = 1.0f / (float)(f->n1 * f->n2);
 	/* the output channel of plane (i, j): o of (b, o) or of (o, c) */
@@ -471,50 +588,78 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, const float *m, int64_
 	}
 }
 
-/* The k-th plane (i, j) a side's loop takes: the matrix column inner, so
- * that consecutive planes write (or read) neighbouring floats of each
- * frequency's matrix and share its cache lines (row i: j inner; swap,
- * row j: i inner). */
-/* A tiled swapped side (NHWC dy of the weight and data gradients) takes
- * its planes by blocks of FC_T channels, in those by blocks of FC_S
- * samples (a tile's gather: FC_S x FC_T planes), and in those channel by
- * channel, samples inner, as the unstrided side: FC_S consecutive planes
- * write neighbouring floats of one matrix row.  (Samples outer, channels
- * inner wrote FC_T rows 2 B floats apart in turn: 10-15% slower than NCHW.) */
-static void fc_ij(const struct fc_side *s, int64_t k, int64_t *i, int64_t *j)
+/* The output planes of matrix row `row`, columns c0 .. c0 + n - 1 (n <=
+ * FC_L): FC_K frequencies at a time, each frequency's n real and n
+ * imaginary parts read as one line each, transposed into the thread's
+ * spectra sp (f->sps complex apart; fc_lines_get16 for a full block on
+ * AVX-512, else a buffer and cpu_transpose_f32), then each plane inverted
+ * (fc_inverse_plane).  Read a plane at a time, each plane read one float
+ * of each half of each of the nf product matrices: 3.7% of the CNN's
+ * CPU samples. */
+static void fc_inverse_block(const struct cpu_fftconv *f, const float *m, int64_t row, int64_t c0,
+			     int64_t n, float *dst, const float *bias, float *re, fftwf_complex *sp,
+			     struct fc_tile *g)
 {
-	const int64_t n0 = s->pl.n0, n1 = s->pl.n1;
-	if (!s->swap) {
-		*i = k / n1, *j = k % n1;
-	} else if (!fc_tiled(s)) {
-		*i = k % n0, *j = k / n0;
-	} else {
-		/* the channel block: FC_T channels (the last: cj), n0 cj planes */
-		const int64_t full = n1 / FC_T, per = n0 * FC_T;
-		const int64_t jb = k < full * per ? k / per : full;
-		const int64_t cj = jb < full ? FC_T : n1 - full * FC_T;
-		const int64_t r = k - jb * per;
-		/* the sample block in it: FC_S samples (the last: ci), ci cj planes */
-		const int64_t fs = n0 / FC_S, pers = FC_S * cj;
-		const int64_t ib = r < fs * pers ? r / pers : fs;
-		const int64_t ci = ib < fs ? FC_S : n0 - fs * FC_S;
-		const int64_t q = r - ib * pers;
-		*j = jb * FC_T + q / ci, *i = ib * FC_S + q % ci;
+	const struct fc_side *s = &f->o;
+	const int64_t Q = s->cols, ld = 2 * Q;
+	const float *d = m + row * ld + c0;
+	float t[2 * FC_K][FC_L] __attribute__((aligned(FC_ALIGN)));
+	int k0 = 0;
+#ifdef FC_T16
+	if (n == FC_L && __builtin_cpu_supports("avx512f"))
+		for (; k0 + FC_K <= f->nf; k0 += FC_K, d += FC_K * f->fo)
+			fc_lines_get16(sp, f->sps, k0, d, f->fo, Q);
+#endif
+	for (; k0 < f->nf; k0 += FC_K) {
+		const int kn = f->nf - k0 < FC_K ? f->nf - k0 : FC_K;
+		for (int k = 0; k < kn; k++, d += f->fo) {
+			if (n == FC_L) { /* constant sizes: whole vectors */
+				memcpy(t[2 * k], d, sizeof t[0]);
+				memcpy(t[2 * k + 1], d + Q, sizeof t[0]);
+				continue;
+			}
+			memcpy(t[2 * k], d, (size_t)n * sizeof *d);
+			memcpy(t[2 * k + 1], d + Q, (size_t)n * sizeof *d);
+		}
+		cpu_transpose_f32((float *)(sp + k0), 2 * (int64_t)f->sps, &t[0][0], FC_L, 2 * kn, n);
 	}
+	for (int64_t c = 0; c < n; c++)
+		fc_inverse_plane(f, s->swap ? c0 + c : row, s->swap ? row : c0 + c, dst, bias, re,
+				 sp + (size_t)c * f->sps, g);
 }
 
-static int64_t fc_i(const struct fc_side *s, int64_t k)
+/* A side's loop takes its planes by blocks (fc_forward_block,
+ * fc_inverse_block): matrix row `row`, columns c0 .. c0 + n - 1, FC_L
+ * columns a block (the row's last: what is left); blocks of one row in
+ * turn, rows in turn.  A tiled swapped side (NHWC dy of the weight and
+ * data gradients; rows its channels, columns its samples) takes them by
+ * FC_T rows at a time, in those by column blocks, in those row by row:
+ * the FC_T x FC_S planes of one tile's gather (fc_gather_block).  A
+ * tiled side unswapped gathers its block's planes, a sample's FC_T
+ * channels, at once. */
+_Static_assert(FC_S == FC_L && FC_T == FC_L, "a block's planes are one tile's");
+
+static int64_t fc_blocks(const struct fc_side *s)
 {
-	int64_t i, j;
-	fc_ij(s, k, &i, &j);
-	return i;
+	return s->rows * ((s->cols + FC_L - 1) / FC_L);
 }
 
-static int64_t fc_j(const struct fc_side *s, int64_t k)
+static void fc_block(const struct fc_side *s, int64_t k, int64_t *row, int64_t *c0, int64_t *n)
 {
-	int64_t i, j;
-	fc_ij(s, k, &i, &j);
-	return j;
+	const int64_t R = s->rows, nc = (s->cols + FC_L - 1) / FC_L;
+	int64_t cb;
+	if (s->swap && fc_tiled(s)) {
+		/* the row block: FC_T rows (the last: cr), nc cr blocks */
+		const int64_t full = R / FC_T, per = nc * FC_T;
+		const int64_t rb = k < full * per ? k / per : full;
+		const int64_t cr = rb < full ? FC_T : R - full * FC_T;
+		const int64_t q = k - rb * per;
+		cb = q / cr, *row = rb * FC_T + q % cr;
+	} else {
+		*row = k / nc, cb = k % nc;
+	}
+	*c0 = cb * FC_L;
+	*n = s->cols - *c0 < FC_L ? s->cols - *c0 : FC_L;
 }
 
 /* o = a b at frequency k, on the calling thread */
@@ -663,20 +808,23 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			float *re = (float *)tb;
 			fftwf_complex *sp = (fftwf_complex *)(tb + fc_up((size_t)f->n1 * f->n2 * sizeof(float)));
 			struct fc_tile g = { f->off_tile ? (float *)(tb + f->off_tile) : NULL, 0, 0, 0, 1 };
-			const int64_t na = f->a.pl.n0 * f->a.pl.n1, nb = f->b.pl.n0 * f->b.pl.n1;
+			const int64_t na = fc_blocks(&f->a), nb = fc_blocks(&f->b), no = fc_blocks(&f->o);
+			int64_t row, c0, n;
 			if (!(f->type == KILN_OP_CONV_BWD_DATA && kin)) {
 #pragma omp for schedule(static)
-				for (int64_t k = 0; k < na; k++)
-					fc_forward_plane(f, &f->a, src_a, fc_i(&f->a, k), fc_j(&f->a, k), ma,
-							 f->fa, re, sp, &g);
+				for (int64_t k = 0; k < na; k++) {
+					fc_block(&f->a, k, &row, &c0, &n);
+					fc_forward_block(f, &f->a, src_a, row, c0, n, ma, f->fa, re, sp, &g);
+				}
 				g.n = 0;
 			}
 			/* (the kept weight gradient's B: at its GEMM, below) */
 			if (!kin) {
 #pragma omp for schedule(static)
-				for (int64_t k = 0; k < nb; k++)
-					fc_forward_plane(f, &f->b, src_b, fc_i(&f->b, k), fc_j(&f->b, k), mb,
-							 f->fb, re, sp, &g);
+				for (int64_t k = 0; k < nb; k++) {
+					fc_block(&f->b, k, &row, &c0, &n);
+					fc_forward_block(f, &f->b, src_b, row, c0, n, mb, f->fb, re, sp, &g);
+				}
 				g.n = 0;
 			}
 			/* one thread per GEMM: OpenBLAS and oneDNN read this */
@@ -689,10 +837,11 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 					fc_block_from_plain(f, kin + (size_t)k * f->fx, blk), b = blk;
 				fc_gemm(f, ma + (size_t)k * f->fa, b, mo + (size_t)k * f->fo);
 			}
-			const int64_t no = f->o.pl.n0 * f->o.pl.n1;
 #pragma omp for schedule(static)
-			for (int64_t k = 0; k < no; k++)
-				fc_inverse_plane(f, mo, fc_i(&f->o, k), fc_j(&f->o, k), dst, bias, re, sp, &g);
+			for (int64_t k = 0; k < no; k++) {
+				fc_block(&f->o, k, &row, &c0, &n);
+				fc_inverse_block(f, mo, row, c0, n, dst, bias, re, sp, &g);
+			}
 			if (g.n) /* this thread's last planes */
 				fc_scatter(&g, &f->o.pl, dst);
 		}
@@ -741,8 +890,11 @@ static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 	f->off_b = own_a ? (size_t)f->nf * f->fa * sizeof(float) : 0;
 	f->off_o = f->off_b + (own_b ? (size_t)f->nf * f->fb * sizeof(float) : 0);
 	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
+	/* re (n1 n2 floats), then FC_L spectra (a block's, fc_forward_block),
+	 * each on its own lines as FFTW's plans were made (fc_plans) */
+	f->sps = fc_up((size_t)f->nf * 2 * sizeof(float)) / (2 * sizeof(float));
 	f->per_thread = fc_up((size_t)f->n1 * f->n2 * sizeof(float)) +
-			fc_up((size_t)f->nf * 2 * sizeof(float));
+			(size_t)FC_L * f->sps * 2 * sizeof(float);
 	/* the NHWC tile: FC_T planes of the largest tiled side's (FC_S FC_T
 	 * of a swapped side's) */
 	int64_t hw = 0;
