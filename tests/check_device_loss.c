@@ -15,6 +15,21 @@
 
 /* ---- softmax cross-entropy ------------------------------------------- */
 
+/* SOFTMAX_XENT of N rows of C f32 logits, the first `valid` counted,
+ * gradient scale f0: in0 logits, in1 i32 labels; out0 dlogits, out1 the
+ * [loss, correct] sums added into */
+static void xent_op(struct kiln_op *op, int N, int C, int valid, double f0)
+{
+	memset(op, 0, sizeof *op);
+	op->type = KILN_OP_SOFTMAX_XENT;
+	op->n_in = op->n_out = 2;
+	op->in[0] = op->out[0] = td(KILN_F32, 2, N, C);
+	op->in[1] = td(KILN_I32, 1, N, 0);
+	op->out[1] = td(KILN_F32, 1, 2, 0);
+	op->i[0] = valid;
+	op->f[0] = f0;
+}
+
 /* K > 0: only the first K columns are classes (i[5], ABI 2.4); inplace:
  * the gradient is written over the logits (out0 = in0, ABI 2.4). */
 static void xent_case(struct fx *f, int N, int C, int valid, float spread, int K, int inplace)
@@ -34,15 +49,8 @@ static void xent_case(struct fx *f, int N, int C, int valid, float spread, int K
 			x[r * C + lab[r]] = spread * 2;
 	}
 	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_SOFTMAX_XENT;
-	op.n_in = op.n_out = 2;
-	op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
-	op.in[1] = td(KILN_I32, 1, N, 0);
-	op.out[1] = td(KILN_F32, 1, 2, 0);
-	op.i[0] = valid;
+	xent_op(&op, N, C, valid, 1.0 / valid);
 	op.i[5] = K;
-	op.f[0] = 1.0 / valid;
 	void *dx = dput(f, x, (size_t)N * C * 4), *dl = dput(f, lab, (size_t)N * 4);
 	void *dg = inplace ? dx : dput(f, x, (size_t)N * C * 4), *dm = dput(f, m0, sizeof m0);
 	const void *in[2] = { dx, dl };
@@ -119,14 +127,7 @@ START_TEST(test_xent_nonfinite)
 		const int r = at == 1 ? 2 : 0, j = at == 0 ? 3 : at == 1 ? 0 : 2;
 		x[r * C + j] = at < 2 ? NAN : -INFINITY;
 		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_SOFTMAX_XENT;
-		op.n_in = op.n_out = 2;
-		op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
-		op.in[1] = td(KILN_I32, 1, N, 0);
-		op.out[1] = td(KILN_F32, 1, 2, 0);
-		op.i[0] = N;
-		op.f[0] = 1.0;
+		xent_op(&op, N, C, N, 1.0);
 		void *dx = dput(&f, x, sizeof x), *dl = dput(&f, lab, sizeof lab);
 		void *dg = dput(&f, NULL, sizeof g), *dm = dput(&f, m0, sizeof m0);
 		OK(run_op(&f, &op, (const void *[]){ dx, dl }, (void *[]){ dg, dm }));
@@ -174,14 +175,7 @@ START_TEST(test_softmax_bad_label)
 	float x[50] = { 0 }, m[2] = { 0 };
 	int32_t lab[5] = { 1, 2, 3, 12, 4 };
 	struct kiln_op op;
-	memset(&op, 0, sizeof op);
-	op.type = KILN_OP_SOFTMAX_XENT;
-	op.n_in = op.n_out = 2;
-	op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
-	op.in[1] = td(KILN_I32, 1, N, 0);
-	op.out[1] = td(KILN_F32, 1, 2, 0);
-	op.i[0] = N;
-	op.f[0] = 1;
+	xent_op(&op, N, C, N, 1.0);
 	void *dx = dput(&f, x, sizeof x), *dl = dput(&f, lab, sizeof lab);
 	void *dg = dput(&f, NULL, sizeof x), *dm = dput(&f, m, sizeof m);
 	const void *in[2] = { dx, dl };
@@ -248,16 +242,10 @@ START_TEST(test_losses)
 		ck_assert(sscanf(line, "%15s %lf %lf ;%n", kind, &e, &want_loss, &used) == 3);
 		p = line + used;
 		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_SOFTMAX_XENT;
-		op.n_in = 2, op.n_out = 2;
-		op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
-		op.in[1] = td(KILN_I32, 1, N, 0);
+		xent_op(&op, N, C, N, 1.0 / N);
 		op.out[1] = td(KILN_F32, 1, 3, 0);
-		op.i[0] = N;
 		op.i[1] = !strcmp(kind, "mse") ? KILN_LOSS_MSE : !strcmp(kind, "bce") ? KILN_LOSS_BCE
 										       : KILN_LOSS_XENT;
-		op.f[0] = 1.0 / N;
 		op.f[1] = e;
 		void *plan;
 		OK(kiln_device_prepare(f.dev, &op, &plan, NULL));
@@ -317,16 +305,11 @@ START_TEST(test_xent_loss_scale)
 		void *dx = dput(&f, x, b), *dl = dput(&f, lab, sizeof lab), *ds = dput(&f, &s, 4);
 		void *dg = dput(&f, NULL, b), *dm = dput(&f, zero, 12);
 		struct kiln_op op;
-		memset(&op, 0, sizeof op);
-		op.type = KILN_OP_SOFTMAX_XENT;
-		op.n_in = 3, op.n_out = 2;
-		op.in[0] = op.out[0] = td(KILN_F32, 2, N, C);
-		op.in[1] = td(KILN_I32, 1, N, 0);
+		xent_op(&op, N, C, N - 2, 1.0 / (N - 2));
+		op.n_in = 3;
 		op.in[2] = td(KILN_F32, 1, 1, 0);
 		op.out[1] = td(KILN_F32, 1, 3, 0);
-		op.i[0] = N - 2;
 		op.i[1] = kind;
-		op.f[0] = 1.0 / (N - 2);
 		op.f[1] = kind ? 0 : 0.1;
 		const void *in[3] = { dx, dl, ds };
 		void *out[2] = { dg, dm };
