@@ -286,10 +286,9 @@ kiln_status cuda_gemm_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		goto out;
 	}
 	g->algo = res.algo;
-	g->ws_lt = (res.workspaceSize + 255) / 256 * 256;
-	p->workspace = g->stage ? g->ws_lt + sizeof(float) * (size_t)(M * N) : res.workspaceSize;
-	if (!g->stage)
-		g->ws_lt = res.workspaceSize;
+	/* a stage follows cuBLASLt's workspace, 256-byte aligned */
+	g->ws_lt = g->stage ? (res.workspaceSize + 255) / 256 * 256 : res.workspaceSize;
+	p->workspace = g->ws_lt + (g->stage ? sizeof(float) * (size_t)(M * N) : 0);
 	p->launch = cuda_gemm_launch;
 	p->n_in = op->n_in;
 	p->n_out = 1;

@@ -43,6 +43,15 @@ static int cuda_all_float(const struct kiln_op *op)
 	return 1;
 }
 
+/* A column sum over p->rows rows of p->cols (kernels.cu's col_sums:
+ * BIAS_GRAD, LAYERNORM_BWD's dgamma and dbeta): its row slices in sz[1],
+ * their double partials (two a column and slice) the plan's scratch */
+static void col_sums_plan(struct cuda_plan *p)
+{
+	p->sz[1] = cuda_chan_slices(p->rows, p->cols, 1);
+	p->sz[3] = p->sz[1] * p->cols * 2 * (int64_t)sizeof(double);
+}
+
 static int64_t cuda_esize(int dtype)
 {
 	static const int64_t s[KILN_DTYPE_COUNT] = { 4, 2, 2, 1, 1, 4, 8 };
@@ -322,11 +331,8 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		p->cols = x->dims[x->ndim - 1];
 		p->rows = common_numel(x) / p->cols;
 		p->sz[0] = op->type == KILN_OP_LAYERNORM ? op->n_in > 1 : op->n_in > 3; /* affine */
-		if (op->type == KILN_OP_LAYERNORM_BWD && op->n_out >= 3) {
-			/* dgamma, dbeta: the column sums' slices (kernels.cu) */
-			p->sz[1] = cuda_chan_slices(p->rows, p->cols, 1);
-			p->sz[3] = p->sz[1] * p->cols * 2 * (int64_t)sizeof(double);
-		}
+		if (op->type == KILN_OP_LAYERNORM_BWD && op->n_out >= 3)
+			col_sums_plan(p); /* dgamma, dbeta */
 		return KILN_OK;
 	}
 	case KILN_OP_SOFTMAX_XENT:
@@ -361,11 +367,9 @@ kiln_status cuda_ops_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	 * scale and rewrite flag (GRAD_CLIP, UNSCALE) */
 	if (op->type == KILN_OP_REDUCE_SUM)
 		p->sz[3] = CUDA_RED_BLOCKS * sizeof(double);
-	/* ... the column sums' slices (BIAS_GRAD: kernels.cu) */
-	if (op->type == KILN_OP_BIAS_GRAD) {
-		p->sz[1] = cuda_chan_slices(p->rows, p->cols, 1);
-		p->sz[3] = p->sz[1] * p->cols * 2 * (int64_t)sizeof(double);
-	}
+	/* ... the column sums' (BIAS_GRAD) */
+	if (op->type == KILN_OP_BIAS_GRAD)
+		col_sums_plan(p);
 	if (op->type == KILN_OP_GRAD_CLIP || op->type == KILN_OP_UNSCALE)
 		p->sz[3] = CUDA_RED_BLOCKS * sizeof(double) + 2 * sizeof(float);
 	return KILN_OK;
