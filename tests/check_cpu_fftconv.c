@@ -42,19 +42,23 @@ static const struct shape shapes[] = {
 	{ 2, 3, 9, 7, 5, 3, 5, 1, 2 },   { 4, 16, 14, 14, 32, 5, 5, 2, 2 },
 	/* NHWC tiles of 16 channels cut short (20, 37), split between threads */
 	{ 3, 20, 6, 7, 37, 3, 3, 1, 1 },
+	/* 16 x 16 (fft16.c on AVX-512: shape 7 too) with partial blocks
+	 * of planes on every side and unequal padding */
+	{ 3, 20, 12, 13, 37, 5, 3, 2, 1 },
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof *shapes))
 
 enum { F_BIAS = 1, F_RELU = 2, F_ACC = 4 };
 
-/* The cpu device's debug lines about FFT plans. */
-static int fft_plans;
+/* The cpu device's debug lines about FFT plans, and those of them by
+ * fft16.c (16 x 16 transforms, 16 planes at once, on AVX-512). */
+static int fft_plans, fft16_plans;
 
 static void sink(void *user, int level, const char *who, const char *msg)
 {
 	(void)user, (void)level;
 	if (!strcmp(who, "cpu") && strstr(msg, ": FFT "))
-		fft_plans++;
+		fft_plans++, fft16_plans += strstr(msg, "(fft16.c)") != NULL;
 }
 
 static int64_t oh(const struct shape *s) { return s->H + 2 * s->ph - s->KH + 1; }
@@ -134,7 +138,7 @@ static float *run_op(int t, const struct shape *s, int nhwc, int fl, const char 
 	}
 	void *plan, *stream, *ws = NULL, *din[3] = { NULL, NULL, NULL }, *dout[2] = { NULL, NULL };
 	size_t wsb = 0;
-	fft_plans = 0;
+	fft_plans = fft16_plans = 0;
 	const int level = kiln_log_get_level();
 	kiln_log_set_sink(sink, NULL);
 	kiln_log_set_level(KILN_LOG_DEBUG);
@@ -253,12 +257,52 @@ static const char *op_str(int t)
 	return t == KILN_OP_CONV ? "CONV" : t == KILN_OP_CONV_BWD_DATA ? "CONV_BWD_DATA" : "CONV_BWD_WEIGHTS";
 }
 
+/* fftconv.c's transform size (cpu_fftconv_size, plugin-internal): the
+ * smallest of its sizes at least max(n + pad, out, k) */
+static int64_t cpu_size(int64_t n, int64_t pad, int64_t k, int64_t out)
+{
+	static const int64_t sizes[] = { 4, 6, 8, 10, 12, 16, 20, 24, 32 };
+	int64_t need = n + pad > out ? n + pad : out;
+	need = k > need ? k : need;
+	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+		if (sizes[i] >= need)
+			return sizes[i];
+	return 0;
+}
+
+static int is16(const struct shape *s)
+{
+	return cpu_size(s->H, s->ph, s->KH, oh(s)) == 16 && cpu_size(s->W, s->pw, s->KW, ow(s)) == 16;
+}
+
+/* A 16 x 16 shape's op by FFTW's per-plane transforms too
+ * (KILN_CPU_FFT_FFTW), against the same reference: the error of each
+ * path.  Where the CPU has AVX-512F, the default plan is fft16.c's. */
+static double check_fftw16(int t, const struct shape *s, int nhwc, int fl, const double *r,
+			   int64_t nr, int v16)
+{
+	int64_t n;
+	int ffts;
+	ck_assert_msg(v16 == (__builtin_cpu_supports("avx512f") != 0),
+		      "%s %s: %d plans by fft16.c, on a CPU %s AVX-512F", op_str(t),
+		      nhwc ? "NHWC" : "NCHW", v16, __builtin_cpu_supports("avx512f") ? "with" : "without");
+	setenv("KILN_CPU_FFT_FFTW", "1", 1);
+	float *f = run_op(t, s, nhwc, fl, "fft", 2, &n, &ffts);
+	unsetenv("KILN_CPU_FFT_FFTW");
+	ck_assert(n == nr && ffts == 1 && fft16_plans == 0);
+	const double e = rel_err(f, r, n);
+	ck_assert_msg(e < TOL, "%s flags %d %s 16 x 16 by FFTW: off by %.3g of the rms", op_str(t), fl,
+		      nhwc ? "NHWC" : "NCHW", e);
+	free(f);
+	return e;
+}
+
 /* One op on every shape and layout with flags fl: FFT against the double
  * loop and against oneDNN's direct kernel; the FFT's bytes on 1 and 2
- * threads equal. */
+ * threads equal; at 16 x 16, FFTW's transforms too (check_fftw16). */
 static void check_op(int t, int fl)
 {
-	double worst = 0, worst_direct = 0;
+	double worst = 0, worst_direct = 0, worst16 = 0, worst_fftw = 0;
 	for (int si = 0; si < N_SHAPES; si++)
 		for (int nhwc = 0; nhwc < 2; nhwc++) {
 			const struct shape *s = &shapes[si];
@@ -266,6 +310,7 @@ static void check_op(int t, int fl)
 			int ffts, ffts2, ffts0;
 			float *f1 = run_op(t, s, nhwc, fl, "fft", 1, &n, &ffts);
 			float *f2 = run_op(t, s, nhwc, fl, "fft", 2, &n, &ffts2);
+			const int v16 = fft16_plans;
 			float *d = run_op(t, s, nhwc, fl, "direct", 2, &nd, &ffts0);
 			double *r = reference(t, s, nhwc, fl, &nr);
 			ck_assert(n == nr && nd == nr);
@@ -280,10 +325,15 @@ static void check_op(int t, int fl)
 				      si, nhwc ? "NHWC" : "NCHW");
 			worst = e > worst ? e : worst;
 			worst_direct = ed > worst_direct ? ed : worst_direct;
+			if (is16(s)) {
+				const double ef = check_fftw16(t, s, nhwc, fl, r, nr, v16);
+				worst_fftw = ef > worst_fftw ? ef : worst_fftw;
+				worst16 = e > worst16 ? e : worst16;
+			}
 			free(f1), free(f2), free(d), free(r);
 		}
-	printf("fftconv: %s flags %d: worst error %.3g of the rms (direct %.3g)\n", op_str(t), fl,
-	       worst, worst_direct);
+	printf("fftconv: %s flags %d: worst error %.3g of the rms (direct %.3g); 16 x 16: %.3g, by FFTW %.3g\n",
+	       op_str(t), fl, worst, worst_direct, worst16, worst_fftw);
 }
 
 START_TEST(test_forward)
@@ -496,6 +546,8 @@ START_TEST(test_kept_chain)
 	kept_chain(&shapes[7], 1);
 	kept_chain(&shapes[8], 1);
 	kept_chain(&shapes[2], 0);
+	kept_chain(&shapes[9], 0);
+	kept_chain(&shapes[9], 1);
 }
 END_TEST
 

@@ -714,6 +714,15 @@ TESTS += tests/check_cpu_fftconv
 tests_check_cpu_fftconv_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_fftconv_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# its 16 x 16 transforms of 16 planes at once (plugins/cpu/fft16.c compiled
+# in) against FFTW's, plane by plane
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_fft16
+TESTS += tests/check_cpu_fft16
+tests_check_cpu_fft16_SOURCES = tests/check_cpu_fft16.c plugins/cpu/fft16.c plugins/cpu/fft16.h
+tests_check_cpu_fft16_CFLAGS = $(CHECK_SUITE_CFLAGS) $(FFTW_CFLAGS)
+tests_check_cpu_fft16_LDADD = libkiln.la $(CHECK_LIBS) $(FFTW_LIBS) -lm
+endif
 # the CNN with conv_algo = fft: conv2 by FFT, the same bytes on any team,
 # the loss of conv_algo = direct within rounding
 TESTS += tests/cpu_fftconv.sh

@@ -70,6 +70,7 @@
  * they were planned with.
  */
 #include "fftconv.h"
+#include "fft16.h"
 #include "dnn.h" /* dnnl_sgemm (oneDNN's headers) */
 
 #include <omp.h>
@@ -81,6 +82,9 @@
 #endif
 #if HAVE_OPENBLAS
 #include <cblas.h>
+#endif
+#if !(defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__))
+#define FC_V16 0
 #endif
 
 #define FC_ALIGN 64 /* bytes */
@@ -204,6 +208,9 @@ struct cpu_fftconv {
 	size_t off_blk;           /* the kept weight gradient's B at one frequency
 				   * (fb floats), in its buffers; 0: none */
 	int threads;              /* per-thread buffers */
+	int v16;                  /* 16 x 16 transforms by fft16.c, 16 planes
+				   * at once (fc_forward_block16) */
+	size_t off_sp;            /* a thread's spectra, in its buffers */
 	int openblas;             /* GEMMs by cblas_sgemm, else dnnl_sgemm */
 	fftwf_plan r2c, c2r;
 };
@@ -361,21 +368,32 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 
 /* Transform plane (i, j) of src into the spectrum sp (nf complex).  re:
  * n1 x n2 reals, the calling thread's buffer. */
+/* Where plane (i, j) of side s is read: in src, or in the thread's tile
+ * g (gathered there first when it is not), with its row and column
+ * strides. */
+static const float *fc_plane_src(const struct fc_side *s, const float *src, int64_t i, int64_t j,
+				 struct fc_tile *g, int64_t *sh, int64_t *sw)
+{
+	const struct fc_planes *p = &s->pl;
+	*sh = p->sh, *sw = p->sw;
+	if (!g->t || !fc_tiled(s))
+		return src + i * p->s0 + j * p->s1;
+	if (!g->n || i < g->i || i >= g->i + g->ni || j < g->j0 || j >= g->j0 + g->n) {
+		if (s->swap)
+			fc_gather_block(g, p, src, i, j);
+		else
+			fc_gather(g, p, src, i, j);
+	}
+	*sh = p->w, *sw = 1;
+	return g->t + ((i - g->i) * FC_T + j - g->j0) * p->h * p->w;
+}
+
 static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
 			     int64_t i, int64_t j, float *re, fftwf_complex *sp, struct fc_tile *g)
 {
 	const struct fc_planes *p = &s->pl;
-	const float *x = src + i * p->s0 + j * p->s1;
-	int64_t sh = p->sh, sw = p->sw;
-	if (g->t && fc_tiled(s)) {
-		if (!g->n || i < g->i || i >= g->i + g->ni || j < g->j0 || j >= g->j0 + g->n) {
-			if (s->swap)
-				fc_gather_block(g, p, src, i, j);
-			else
-				fc_gather(g, p, src, i, j);
-		}
-		x = g->t + ((i - g->i) * FC_T + j - g->j0) * p->h * p->w, sh = p->w, sw = 1;
-	}
+	int64_t sh, sw;
+	const float *x = fc_plane_src(s, src, i, j, g, &sh, &sw);
 	memset(re, 0, (size_t)f->n1 * (size_t)f->n2 * sizeof *re);
 	for (int64_t r = 0; r < p->h; r++) {
 		float *row = re + r * f->n2;
@@ -396,6 +414,7 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 #define FC_T16 1
+#define FC_V16 1
 #define FC_AVX512 __attribute__((target("avx512f")))
 
 /* r[i] = column i of the 16 x 16 floats r[0..15] (rows), in registers (the
@@ -469,6 +488,150 @@ FC_AVX512 static void fc_lines_get16(fftwf_complex *sp, size_t sps, int k0, cons
 	for (int c = 0; c < 16; c++)
 		_mm512_storeu_ps((float *)(sp + (size_t)c * sps + (size_t)k0), r[c]);
 }
+
+/* 16 x 16 transforms by fft16.c (f->v16): a block's n <= FC_L planes are
+ * the lanes of the transforms' lines, lane c plane c0 + c of the matrix
+ * row (lanes n.. zero, never stored).  A side whose planes are a
+ * sample's channels (NHWC, unswapped) loads a pixel's n channels as one
+ * line; other planes (rows contiguous: NCHW, the weights, a swapped NHWC
+ * side's tile) are read a row of each plane at a time and transposed
+ * (fc_t16).  A frequency's n real and n imaginary parts then come out as
+ * lines, stored as they are: the per-plane transforms and the transposes
+ * of fc_lines_put16 and fc_lines_get16 are gone (docs/PERFORMANCE.md,
+ * "Session 23: the FFT's transforms 16 planes at once"). */
+static int fc_direct(const struct fc_side *s)
+{
+	return !s->swap && s->pl.s1 == 1 && s->pl.sw != 1;
+}
+
+/* Row r's elements 0 .. w - 1 (w <= 16; the rest 0) of plane x: */
+FC_AVX512 static inline __m512 fc_row16(const float *x, int64_t sw, int64_t w, __mmask16 wm)
+{
+	if (sw == 1)
+		return _mm512_maskz_loadu_ps(wm, x);
+	float t[16] = { 0 };
+	for (int64_t q = 0; q < w; q++)
+		t[q] = x[q * sw];
+	return _mm512_loadu_ps(t);
+}
+
+/* fc_forward_block of a full or partial block by fft16.c: xl the thread's
+ * FFT16_PLANE_LINES lines, sl its FFT16_SPEC_LINES. */
+FC_AVX512 static void fc_forward_block16(const struct cpu_fftconv *f, const struct fc_side *s,
+					 const float *src, int64_t row, int64_t c0, int64_t n,
+					 float *m, size_t fs, float *xl, float *sl, struct fc_tile *g)
+{
+	const struct fc_planes *p = &s->pl;
+	const __mmask16 lanes = (__mmask16)((1u << n) - 1), wm = (__mmask16)((1u << p->w) - 1);
+	const __m512 zero = _mm512_setzero_ps();
+	if (fc_direct(s)) { /* lane c: channel c0 + c of sample row */
+		const float *x = src + row * p->s0 + c0;
+		for (int64_t r = 0; r < p->h; r++)
+			for (int64_t q = 0; q < 16; q++)
+				_mm512_store_ps(xl + (r * 16 + q) * 16,
+						q < p->w ? _mm512_maskz_loadu_ps(lanes, x + r * p->sh + q * p->sw)
+							 : zero);
+	} else {
+		const float *x[FC_L];
+		int64_t sh = 0, sw = 1;
+		for (int64_t c = 0; c < n; c++)
+			x[c] = fc_plane_src(s, src, s->swap ? c0 + c : row, s->swap ? row : c0 + c, g, &sh,
+					    &sw);
+		for (int64_t r = 0; r < p->h; r++) {
+			__m512 v[16];
+#pragma GCC unroll 16
+			for (int c = 0; c < 16; c++)
+				v[c] = c < n ? fc_row16(x[c] + r * sh, sw, p->w, wm) : zero;
+			fc_t16(v);
+#pragma GCC unroll 16
+			for (int q = 0; q < 16; q++)
+				_mm512_store_ps(xl + (r * 16 + q) * 16, v[q]);
+		}
+	}
+	cpu_fft16_r2c(xl, (int)p->h, sl);
+	/* the lines as fc_lines_put16 stores them: [Re, si Im] (plain) or the
+	 * block form's [Re, si Im] and [-si Im, Re] */
+	const int64_t Q = s->cols, ld = 2 * Q;
+	const int plain = s->block == 0 || s->block == 2;
+	const float si = plain ? (s->block ? -1.0f : 1.0f) : (float)s->block;
+	const __m512 vs = _mm512_set1_ps(si), ve = _mm512_set1_ps(-si);
+	float *d = m + row * ld + c0, *e = d + s->rows * ld;
+	for (int k = 0; k < f->nf; k++, d += fs, e += fs) {
+		const __m512 re = _mm512_load_ps(sl + 32 * k), im = _mm512_load_ps(sl + 32 * k + 16);
+		_mm512_mask_storeu_ps(d, lanes, re);
+		_mm512_mask_storeu_ps(d + Q, lanes, _mm512_mul_ps(vs, im));
+		if (!plain) {
+			_mm512_mask_storeu_ps(e, lanes, _mm512_mul_ps(ve, im));
+			_mm512_mask_storeu_ps(e + Q, lanes, re);
+		}
+	}
+}
+
+/* y (=|+=) v in lanes wm */
+FC_AVX512 static inline void fc_put16(float *y, __mmask16 wm, __m512 v, int acc)
+{
+	if (acc)
+		v = _mm512_add_ps(_mm512_maskz_loadu_ps(wm, y), v);
+	_mm512_mask_storeu_ps(y, wm, v);
+}
+
+/* fc_inverse_block of a full or partial block by fft16.c: the n planes'
+ * spectra read as lines into sl, inverted into zl (FFT16_PLANE_LINES),
+ * each element shifted, scaled, + bias, ReLU, and written (or added) as
+ * fc_put does; NHWC outputs a pixel's n channels as one line, the others
+ * a row of each plane at a time, transposed back. */
+FC_AVX512 static void fc_inverse_block16(const struct cpu_fftconv *f, const float *m, int64_t row,
+					 int64_t c0, int64_t n, float *dst, const float *bias,
+					 float *zl, float *sl)
+{
+	const struct fc_side *s = &f->o;
+	const struct fc_planes *p = &s->pl;
+	const int64_t Q = s->cols, ld = 2 * Q;
+	const __mmask16 lanes = (__mmask16)((1u << n) - 1), wm = (__mmask16)((1u << p->w) - 1);
+	const float *d = m + row * ld + c0;
+	for (int k = 0; k < f->nf; k++, d += f->fo) {
+		_mm512_store_ps(sl + 32 * k, _mm512_maskz_loadu_ps(lanes, d));
+		_mm512_store_ps(sl + 32 * k + 16, _mm512_maskz_loadu_ps(lanes, d + Q));
+	}
+	cpu_fft16_c2r(sl, zl);
+	const __m512 scale = _mm512_set1_ps(1.0f / (float)(f->n1 * f->n2)), zero = _mm512_setzero_ps();
+	/* the output channel of plane (row, c0 + c): o of (b, o) or of (o, c) */
+	__m512 b0 = zero;
+	if (bias && f->type == KILN_OP_CONV)
+		b0 = _mm512_maskz_loadu_ps(lanes, bias + c0);
+	else if (bias)
+		b0 = _mm512_set1_ps(bias[row]);
+	const int64_t q0 = (f->sh2 + f->n2) % f->n2;
+	for (int64_t r = 0, zi = (f->sh1 + f->n1) % f->n1; r < p->h;
+	     r++, zi = zi + 1 == f->n1 ? 0 : zi + 1) {
+		__m512 v[16];
+#pragma GCC unroll 16
+		for (int q = 0; q < 16; q++) {
+			const int64_t zq = (q0 + q) & 15;
+			v[q] = _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(zl + (zi * 16 + zq) * 16), scale), b0);
+			if (f->relu) /* a NaN kept (max returns its second operand) */
+				v[q] = _mm512_max_ps(zero, v[q]);
+		}
+		if (fc_direct(s)) {
+			float *y = dst + row * p->s0 + c0 + r * p->sh;
+			for (int64_t q = 0; q < p->w; q++)
+				fc_put16(y + q * p->sw, lanes, v[q], f->acc);
+			continue;
+		}
+		fc_t16(v);
+		for (int64_t c = 0; c < n; c++) {
+			float *y = dst + row * p->s0 + (c0 + c) * p->s1 + r * p->sh;
+			if (p->sw == 1) {
+				fc_put16(y, wm, v[c], f->acc);
+				continue;
+			}
+			float t[16];
+			_mm512_storeu_ps(t, v[c]);
+			for (int64_t q = 0; q < p->w; q++)
+				y[q * p->sw] = f->acc ? y[q * p->sw] + t[q] : t[q];
+		}
+	}
+}
 #endif
 
 /* Side s's planes of matrix row `row`, columns c0 .. c0 + n - 1 (n <=
@@ -486,6 +649,12 @@ static void fc_forward_block(const struct cpu_fftconv *f, const struct fc_side *
 			     int64_t row, int64_t c0, int64_t n, float *m, size_t fs, float *re,
 			     fftwf_complex *sp, struct fc_tile *g)
 {
+#ifdef FC_T16
+	if (f->v16) {
+		fc_forward_block16(f, s, src, row, c0, n, m, fs, re, (float *)sp, g);
+		return;
+	}
+#endif
 	for (int64_t c = 0; c < n; c++)
 		fc_forward_plane(f, s, src, s->swap ? c0 + c : row, s->swap ? row : c0 + c, re,
 				 sp + (size_t)c * f->sps, g);
@@ -600,6 +769,12 @@ static void fc_inverse_block(const struct cpu_fftconv *f, const float *m, int64_
 			     int64_t n, float *dst, const float *bias, float *re, fftwf_complex *sp,
 			     struct fc_tile *g)
 {
+#ifdef FC_T16
+	if (f->v16) {
+		fc_inverse_block16(f, m, row, c0, n, dst, bias, re, (float *)sp);
+		return;
+	}
+#endif
 	const struct fc_side *s = &f->o;
 	const int64_t Q = s->cols, ld = 2 * Q;
 	const float *d = m + row * ld + c0;
@@ -806,7 +981,7 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 		} else {
 			char *tb = ws + f->off_t + (size_t)t * f->per_thread;
 			float *re = (float *)tb;
-			fftwf_complex *sp = (fftwf_complex *)(tb + fc_up((size_t)f->n1 * f->n2 * sizeof(float)));
+			fftwf_complex *sp = (fftwf_complex *)(tb + f->off_sp);
 			struct fc_tile g = { f->off_tile ? (float *)(tb + f->off_tile) : NULL, 0, 0, 0, 1 };
 			const int64_t na = fc_blocks(&f->a), nb = fc_blocks(&f->b), no = fc_blocks(&f->o);
 			int64_t row, c0, n;
@@ -890,11 +1065,14 @@ static void fc_layout(struct cpu_ctx *c, struct cpu_fftconv *f)
 	f->off_b = own_a ? (size_t)f->nf * f->fa * sizeof(float) : 0;
 	f->off_o = f->off_b + (own_b ? (size_t)f->nf * f->fb * sizeof(float) : 0);
 	f->off_t = f->off_o + (size_t)f->nf * f->fo * sizeof(float);
-	/* re (n1 n2 floats), then FC_L spectra (a block's, fc_forward_block),
-	 * each on its own lines as FFTW's plans were made (fc_plans) */
+	/* re (n1 n2 floats; fft16.c's planes: FFT16_PLANE_LINES lines), then
+	 * FC_L spectra (a block's, fc_forward_block), each on its own lines
+	 * as FFTW's plans were made (fc_plans; fft16.c's: FFT16_SPEC_LINES
+	 * lines, as many) */
 	f->sps = fc_up((size_t)f->nf * 2 * sizeof(float)) / (2 * sizeof(float));
-	f->per_thread = fc_up((size_t)f->n1 * f->n2 * sizeof(float)) +
-			(size_t)FC_L * f->sps * 2 * sizeof(float);
+	f->off_sp = fc_up((f->v16 ? (size_t)FFT16_PLANE_LINES * FC_L : (size_t)f->n1 * f->n2) *
+			  sizeof(float));
+	f->per_thread = f->off_sp + (size_t)FC_L * f->sps * 2 * sizeof(float);
 	/* the NHWC tile: FC_T planes of the largest tiled side's (FC_S FC_T
 	 * of a swapped side's) */
 	int64_t hw = 0;
@@ -973,6 +1151,9 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	f->sh1 = t == KILN_OP_CONV_BWD_DATA ? ph : -ph;
 	f->sh2 = t == KILN_OP_CONV_BWD_DATA ? pw : -pw;
 	f->openblas = HAVE_OPENBLAS && !cpu_openblas_check();
+	/* KILN_CPU_FFT_FFTW: FFTW's per-plane transforms at 16 x 16 too (the
+	 * tests' and benchmarks' A/B hook) */
+	f->v16 = FC_V16 && f->n1 == 16 && f->n2 == 16 && cpu_fft16_ok() && !getenv("KILN_CPU_FFT_FFTW");
 	fc_roles(f, op);
 	fc_layout(c, f);
 	char what[160];
@@ -993,8 +1174,8 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_out = op->n_out;
 	p->workspace = f->off_t + (size_t)f->threads * f->per_thread + FC_ALIGN;
 	c->host->log(KILN_LOG_DEBUG, "cpu",
-		     "%s: FFT %dx%d, %d frequencies of GEMM %lldx%lldx%lld (%s), workspace %zu bytes, kept %zu",
-		     what, f->n1, f->n2, f->nf, (long long)f->M, (long long)f->N, (long long)f->K,
+		     "%s: FFT %dx%d%s, %d frequencies of GEMM %lldx%lldx%lld (%s), workspace %zu bytes, kept %zu",
+		     what, f->n1, f->n2, f->v16 ? " (fft16.c)" : "", f->nf, (long long)f->M, (long long)f->N, (long long)f->K,
 		     f->openblas ? "OpenBLAS" : "oneDNN", p->workspace, p->aux);
 	return KILN_OK;
 }

@@ -33,4 +33,6 @@ plugins_kiln_cpu_la_SOURCES += plugins/cpu/qconv.c
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/convsplit.c
 # f32 convolutions by FFT (issue 22, session 17; [plugin.cpu] conv_algo)
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/fftconv.c plugins/cpu/fftconv.h
+# its 16 x 16 transforms, 16 planes at once (AVX-512; session 23)
+plugins_kiln_cpu_la_SOURCES += plugins/cpu/fft16.c plugins/cpu/fft16.h
 endif
