@@ -83,7 +83,9 @@
 #if HAVE_OPENBLAS
 #include <cblas.h>
 #endif
-#if !(defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__))
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FC_V16 1 /* fft16.c's 16 x 16 transforms (when cpu_fft16_ok) */
+#else
 #define FC_V16 0
 #endif
 
@@ -158,6 +160,29 @@ int cpu_fftconv_rule(const struct kiln_op *op)
 	const struct kiln_tensor_desc *w = t == KILN_OP_CONV_BWD_WEIGHTS ? &op->out[0] : &op->in[1];
 	return w->dims[2] >= 5 && w->dims[3] >= 5 && x->dims[2] + 2 * op->i[2] <= 32 &&
 	       x->dims[3] + 2 * op->i[3] <= 32 && x->dims[1] >= 16 && w->dims[0] >= 16;
+}
+
+int cpu_fftconv_bf16_fast(const struct kiln_op *op, int conv_algo)
+{
+	if (!FC_V16 || !cpu_fft16_ok() || getenv("KILN_CPU_FFT_FFTW") ||
+	    (conv_algo != CPU_GEMM_RULE && conv_algo != CPU_CONV_FFT))
+		return 0;
+	struct kiln_op w = *op; /* widened: its bf16 tensors as f32 */
+	int bf16 = 0;
+	for (int i = 0; i < w.n_in; i++)
+		if (w.in[i].dtype == KILN_BF16)
+			w.in[i].dtype = KILN_F32, bf16 = 1;
+	for (int i = 0; i < w.n_out; i++)
+		if (w.out[i].dtype == KILN_BF16)
+			w.out[i].dtype = KILN_F32, bf16 = 1;
+	if (!bf16 || !(conv_algo == CPU_CONV_FFT ? cpu_fftconv_ok(&w) : cpu_fftconv_rule(&w)))
+		return 0;
+	const int t = w.type;
+	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &w.out[0] : &w.in[0];
+	const struct kiln_tensor_desc *k = t == KILN_OP_CONV_BWD_WEIGHTS ? &w.out[0] : &w.in[1];
+	const int64_t H = x->dims[2], W = x->dims[3], KH = k->dims[2], KW = k->dims[3];
+	const int64_t OH = H + 2 * w.i[2] - KH + 1, OW = W + 2 * w.i[3] - KW + 1;
+	return cpu_fftconv_size(H, w.i[2], KH, OH) == 16 && cpu_fftconv_size(W, w.i[3], KW, OW) == 16;
 }
 
 int cpu_fftconv_reads(const struct kiln_op *op, int i)
@@ -414,7 +439,6 @@ static void fc_forward_plane(const struct cpu_fftconv *f, const struct fc_side *
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 #define FC_T16 1
-#define FC_V16 1
 #define FC_AVX512 __attribute__((target("avx512f")))
 
 /* r[i] = column i of the 16 x 16 floats r[0..15] (rows), in registers (the

@@ -31,6 +31,14 @@ int cpu_fftconv_ok(const struct kiln_op *op);
  * kernel 5x5 or larger, the padded input at most 32 x 32, 16 or more
  * input and output channels; on every ISA since session 21). */
 int cpu_fftconv_rule(const struct kiln_op *op);
+/* 1 when the bf16 convolution op, widened to f32, would run by FFT on
+ * fft16.c's transforms (16 x 16 planes, AVX-512F, no KILN_CPU_FFT_FFTW)
+ * under conv_algo (CPU_GEMM_RULE: cpu_fftconv_rule; CPU_CONV_FFT: any
+ * op cpu_fftconv_ok takes).  tune.c then runs it as lowp.c's f32 op on
+ * widened copies instead of oneDNN's bf16 kernels (docs/PERFORMANCE.md,
+ * "Session 23": conv2's kept FFT passes took ~16-19 CPU-ms a step
+ * against the bf16 kernels' 34). */
+int cpu_fftconv_bf16_fast(const struct kiln_op *op, int conv_algo);
 /* 0 when fftconv.c's plan of op never reads input i (its pointer is
  * then only passed through): with KILN_OPF_KEEP the weight gradient reads
  * x's spectrum from the forward's kept copy, not x (input 0), and the data

@@ -902,6 +902,12 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	 * conversions */
 	if (cpu_op_has(&op, KILN_F16))
 		return cpu_lowp_prepare(c, p, family);
+	/* bf16_conv = auto and the f32 op by FFT on fft16.c's transforms:
+	 * that op on widened copies (its kept spectra too), not a timing of
+	 * oneDNN's two kernels (each about twice its time for the CNN's conv2) */
+	if (family == cpu_conv_prepare && setting == CPU_KERN_AUTO &&
+	    cpu_fftconv_bf16_fast(&op, c->conv_algo))
+		return cpu_lowp_prepare(c, p, family);
 	if (op.flags & KILN_OPF_KEEP)
 		return tune_kept(c, p, family, setting);
 	if (setting == CPU_KERN_AUTO && family == cpu_conv_prepare && tune_pick(c, &op))
