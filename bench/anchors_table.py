@@ -148,7 +148,7 @@ def main():
     if flops and bench in DIRECT_EQ:
         print(f"\n(a) samples/s x {flops:,} FLOPs a sample, its convolutions counted as "
               "direct ones; kiln runs conv2 by FFT (fewer operations; `[plugin.cpu] conv_algo "
-              "= rule`: f32, and bf16 where oneDNN has no bf16 kernel), so its figure is the "
+              "= rule`: f32, and bf16 where oneDNN has no bf16 kernel or fft16.c runs the widened op), so its figure is the "
               "rate a direct convolution would need, not the FFT's own, and can pass the "
               "GEMM peak")
     for name, f in fails.items():

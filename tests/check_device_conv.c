@@ -346,8 +346,11 @@ static int onednn_bf16_conv(void)
  * give the plain ops' results bit for bit (the inputs they should read
  * from the copies zeroed); with different ones the consumer refuses
  * (KILN_ENOTSUP: the layer then reads its tensor as it is), never
- * KILN_EINVAL nor a wrong read. */
-static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pick)
+ * KILN_EINVAL nor a wrong read.  fft16 0: with KILN_CPU_FFT_FFTW set, so
+ * that the picks choose oneDNN's kernels for this conv2 on AVX-512 too;
+ * fft16 1: without, where on AVX-512F bf16_conv = auto runs the three as
+ * lowp.c's f32 op by FFT on fft16.c's transforms (the picks unread). */
+static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pick, int fft16)
 {
 	const int N = q->N, C = q->C, O = q->O, H = q->H, W = q->W;
 	const int OH = (H + 2 * q->ph - q->dh * (q->KH - 1) - 1) / q->sh + 1;
@@ -356,6 +359,8 @@ static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pic
 	const size_t nw = (size_t)O * (C / q->g) * q->KH * q->KW;
 	const int fk = pick[0] == '1', wk = pick[2] == '1', dk = pick[4] == '1';
 	setenv("KILN_CPU_TUNEPICK", pick, 1);
+	if (!fft16)
+		setenv("KILN_CPU_FFT_FFTW", "1", 1);
 	uint16_t *x = malloc(nx * 2), *w = malloc(nw * 2), *dy = malloc(ny * 2);
 	for (size_t i = 0; i < nx; i++)
 		x[i] = h_bf16(frand());
@@ -393,7 +398,7 @@ static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pic
 	 * [plugin.cpu] conv_algo says, so its copies are that op's
 	 * (oneDNN's blocked f32 x, or the FFT's spectrum: conv2 under the
 	 * rule), of a size this test does not predict */
-	const int lowp = !onednn_bf16_conv();
+	const int lowp = !onednn_bf16_conv() || (fft16 && __builtin_cpu_supports("avx512f"));
 	if (lowp)
 		ck_assert_msg(kx > 0, "bf16 CONV keep, picks %s, no bf16 kernel: kept %ld (%s)", pick, kx,
 			      kiln_last_error());
@@ -438,6 +443,7 @@ static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pic
 	DFREE(f, dKDY);
 out:
 	unsetenv("KILN_CPU_TUNEPICK");
+	unsetenv("KILN_CPU_FFT_FFTW");
 	DFREE(f, dX, dDY, dW, dB, dY, dDX, dDW, dDB, z, dKX);
 	free(x), free(w), free(b), free(dy), free(want), free(got), free(zeros);
 }
@@ -455,7 +461,8 @@ START_TEST(test_conv_keep_bf16)
 	}
 	static const char *const picks[] = { "0,0,0", "1,1,1", "0,1,0", "1,0,0", "0,0,1", "1,1,0" };
 	for (size_t i = 0; i < sizeof picks / sizeof *picks; i++)
-		kept_bf16_case(&f, &cnn2, picks[i]);
+		kept_bf16_case(&f, &cnn2, picks[i], 0);
+	kept_bf16_case(&f, &cnn2, "0,0,0", 1);
 	fx_close(&f);
 }
 END_TEST

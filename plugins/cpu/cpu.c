@@ -748,7 +748,10 @@ static const struct kiln_key cpu_keys[] = {
 	  "runs its f32 kernels on the same bf16 tensors, converted by the layout reorders "
 	  "around the kernel (the inputs are the same bf16 values, only the products are "
 	  "exact in f32); `auto` times both once per shape when the op is prepared and "
-	  "keeps the faster (logged). `[run] deterministic = 1` turns `auto` into `bf16`, "
+	  "keeps the faster (logged), except where `conv_algo` (`rule` or `fft`) gives "
+	  "the op widened to f32 the FFT at 16x16 on AVX-512 (fft16.c): that op then runs "
+	  "on widened copies (the CNN's conv2: ~13% more bf16 samples/s, session 23). "
+	  "`[run] deterministic = 1` turns `auto` into `bf16`, "
 	  "so that the kernel does not depend on a timing." },
 	{ "bf16_gemm", KILN_KEY_ENUM, "auto", 0, 0, "auto|bf16|f32|bf16-2",
 	  "GEMMs (linear layers) of bf16 tensors: `bf16` runs oneDNN's bf16 matmul (f32 "
@@ -785,11 +788,13 @@ static const struct kiln_key cpu_keys[] = {
 	{ "conv_algo", KILN_KEY_ENUM, "rule", 0, 0, "rule|auto|direct|fft",
 	  "How an f32 convolution (forward, data and weight gradients) is computed, and a "
 	  "bf16 or f16 one that runs as the f32 op on widened copies (f16 always; bf16 below "
-	  "AVX-512, where oneDNN 2.6 has no bf16 convolution: its result is the f32 one "
-	  "rounded): "
+	  "AVX-512, where oneDNN 2.6 has no bf16 convolution, and on AVX-512 where `rule` "
+	  "or `fft` gives the widened op the FFT at 16x16 with `bf16_conv = auto`: its "
+	  "result is the f32 one rounded): "
 	  "`direct` by oneDNN's direct kernels; `fft` by FFT where it can (stride 1, "
 	  "dilation 1, one group, no residual epilogue; fused ReLU only): each plane "
-	  "transformed by FFTW, the channels summed by one real GEMM per frequency, "
+	  "transformed by FFTW (at 16x16 on AVX-512, 16 planes at once by kiln's "
+	  "plugins/cpu/fft16.c: ~6x FFTW's speed), the channels summed by one real GEMM per frequency, "
 	  "transformed back (plugins/cpu/fftconv.c; an error where the plugin was built "
 	  "without FFTW), oneDNN elsewhere; `rule` the FFT for kernels of 5x5 or more "
 	  "on inputs of at most 32x32 padded, with 16 or more input and output channels, "
