@@ -543,7 +543,8 @@ FC_AVX512 static inline __m512 fc_row16(const float *x, int64_t sw, int64_t w, _
  * FFT16_PLANE_LINES lines, sl its FFT16_SPEC_LINES. */
 FC_AVX512 static void fc_forward_block16(const struct cpu_fftconv *f, const struct fc_side *s,
 					 const float *src, int64_t row, int64_t c0, int64_t n,
-					 float *m, size_t fs, float *xl, float *sl, struct fc_tile *g)
+					 float *m, size_t fs, float *xl, float *sl, struct fc_tile *g,
+					 float *pf)
 {
 	const struct fc_planes *p = &s->pl;
 	const __mmask16 lanes = (__mmask16)((1u << n) - 1), wm = (__mmask16)((1u << p->w) - 1);
@@ -581,6 +582,14 @@ FC_AVX512 static void fc_forward_block16(const struct cpu_fftconv *f, const stru
 	const __m512 vs = _mm512_set1_ps(si), ve = _mm512_set1_ps(-si);
 	float *d = m + row * ld + c0, *e = d + s->rows * ld;
 	for (int k = 0; k < f->nf; k++, d += fs, e += fs) {
+		if (pf) { /* the next block's lines, written while this one's are */
+			__builtin_prefetch(pf + (size_t)k * fs, 1, 3);
+			__builtin_prefetch(pf + (size_t)k * fs + Q, 1, 3);
+			if (!plain) {
+				__builtin_prefetch(pf + (size_t)k * fs + s->rows * ld, 1, 3);
+				__builtin_prefetch(pf + (size_t)k * fs + s->rows * ld + Q, 1, 3);
+			}
+		}
 		const __m512 re = _mm512_load_ps(sl + 32 * k), im = _mm512_load_ps(sl + 32 * k + 16);
 		_mm512_mask_storeu_ps(d, lanes, re);
 		_mm512_mask_storeu_ps(d + Q, lanes, _mm512_mul_ps(vs, im));
@@ -606,7 +615,7 @@ FC_AVX512 static inline void fc_put16(float *y, __mmask16 wm, __m512 v, int acc)
  * a row of each plane at a time, transposed back. */
 FC_AVX512 static void fc_inverse_block16(const struct cpu_fftconv *f, const float *m, int64_t row,
 					 int64_t c0, int64_t n, float *dst, const float *bias,
-					 float *zl, float *sl)
+					 float *zl, float *sl, const float *pf)
 {
 	const struct fc_side *s = &f->o;
 	const struct fc_planes *p = &s->pl;
@@ -614,6 +623,10 @@ FC_AVX512 static void fc_inverse_block16(const struct cpu_fftconv *f, const floa
 	const __mmask16 lanes = (__mmask16)((1u << n) - 1), wm = (__mmask16)((1u << p->w) - 1);
 	const float *d = m + row * ld + c0;
 	for (int k = 0; k < f->nf; k++, d += f->fo) {
+		if (pf) { /* the next block's lines, while this one computes */
+			__builtin_prefetch(pf + (size_t)k * f->fo, 0, 3);
+			__builtin_prefetch(pf + (size_t)k * f->fo + Q, 0, 3);
+		}
 		_mm512_store_ps(sl + 32 * k, _mm512_maskz_loadu_ps(lanes, d));
 		_mm512_store_ps(sl + 32 * k + 16, _mm512_maskz_loadu_ps(lanes, d + Q));
 	}
@@ -671,11 +684,11 @@ FC_AVX512 static void fc_inverse_block16(const struct cpu_fftconv *f, const floa
  * same values and the same products by +-1: the same bytes. */
 static void fc_forward_block(const struct cpu_fftconv *f, const struct fc_side *s, const float *src,
 			     int64_t row, int64_t c0, int64_t n, float *m, size_t fs, float *re,
-			     fftwf_complex *sp, struct fc_tile *g)
+			     fftwf_complex *sp, struct fc_tile *g, float *pf)
 {
 #ifdef FC_T16
 	if (f->v16) {
-		fc_forward_block16(f, s, src, row, c0, n, m, fs, re, (float *)sp, g);
+		fc_forward_block16(f, s, src, row, c0, n, m, fs, re, (float *)sp, g, pf);
 		return;
 	}
 #endif
@@ -791,11 +804,11 @@ static void fc_inverse_plane(const struct cpu_fftconv *f, int64_t i, int64_t j, 
  * CPU samples. */
 static void fc_inverse_block(const struct cpu_fftconv *f, const float *m, int64_t row, int64_t c0,
 			     int64_t n, float *dst, const float *bias, float *re, fftwf_complex *sp,
-			     struct fc_tile *g)
+			     struct fc_tile *g, const float *pf)
 {
 #ifdef FC_T16
 	if (f->v16) {
-		fc_inverse_block16(f, m, row, c0, n, dst, bias, re, (float *)sp);
+		fc_inverse_block16(f, m, row, c0, n, dst, bias, re, (float *)sp, pf);
 		return;
 	}
 #endif
@@ -859,6 +872,24 @@ static void fc_block(const struct fc_side *s, int64_t k, int64_t *row, int64_t *
 	}
 	*c0 = cb * FC_L;
 	*n = s->cols - *c0 < FC_L ? s->cols - *c0 : FC_L;
+}
+
+/* Where block k + 1 of side s (of nk) starts in the first frequency's
+ * matrix at m, for fft16.c's blocks to prefetch while block k runs (the
+ * next a thread takes under schedule(static), but at its range's end);
+ * NULL without fft16.c or after the last block.  A block's 288 (or 576)
+ * lines, one in each frequency's matrix, are too many streams for the
+ * hardware's prefetchers; asked for a block ahead, conv2's kept passes
+ * took ~19.3 -> 15.3 CPU-ms NCHW, 19.3 -> 19.0 NHWC (6 interleaved
+ * rounds; docs/PERFORMANCE.md, "Session 23"). */
+static float *fc_next(const struct cpu_fftconv *f, const struct fc_side *s, const float *m,
+		      int64_t k, int64_t nk)
+{
+	if (!f->v16 || k + 1 >= nk)
+		return NULL;
+	int64_t row, c0, n;
+	fc_block(s, k + 1, &row, &c0, &n);
+	return (float *)m + row * 2 * s->cols + c0;
 }
 
 /* o = a b at frequency k, on the calling thread */
@@ -1013,7 +1044,8 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < na; k++) {
 					fc_block(&f->a, k, &row, &c0, &n);
-					fc_forward_block(f, &f->a, src_a, row, c0, n, ma, f->fa, re, sp, &g);
+					fc_forward_block(f, &f->a, src_a, row, c0, n, ma, f->fa, re, sp, &g,
+							 fc_next(f, &f->a, ma, k, na));
 				}
 				g.n = 0;
 			}
@@ -1022,7 +1054,8 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 #pragma omp for schedule(static)
 				for (int64_t k = 0; k < nb; k++) {
 					fc_block(&f->b, k, &row, &c0, &n);
-					fc_forward_block(f, &f->b, src_b, row, c0, n, mb, f->fb, re, sp, &g);
+					fc_forward_block(f, &f->b, src_b, row, c0, n, mb, f->fb, re, sp, &g,
+							 fc_next(f, &f->b, mb, k, nb));
 				}
 				g.n = 0;
 			}
@@ -1039,7 +1072,8 @@ static kiln_status fc_run(const struct cpu_plan *p, const struct kiln_op_args *a
 #pragma omp for schedule(static)
 			for (int64_t k = 0; k < no; k++) {
 				fc_block(&f->o, k, &row, &c0, &n);
-				fc_inverse_block(f, mo, row, c0, n, dst, bias, re, sp, &g);
+				fc_inverse_block(f, mo, row, c0, n, dst, bias, re, sp, &g,
+						 fc_next(f, &f->o, mo, k, no));
 			}
 			if (g.n) /* this thread's last planes */
 				fc_scatter(&g, &f->o.pl, dst);
