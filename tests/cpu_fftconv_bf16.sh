@@ -17,7 +17,10 @@
 #     input channel, stays on oneDNN, which `fft` gives the FFT too: so
 #     rule is compared with fft only on the debug lines).
 # Where oneDNN has bf16 kernels (AVX-512) the bf16 convolutions are
-# oneDNN's whatever conv_algo says: only the agreement is checked.
+# oneDNN's whatever conv_algo says, except conv2 under `rule` and `fft`
+# where fft16.c runs (AVX-512F, BW, VL; session 23): its bf16 tensors read
+# and written by fft16.c's blocks, checked against widened copies (the
+# last section); otherwise only the agreement is checked.
 name=cpu_fftconv_bf16
 . "$(dirname "$0")/lib.sh"
 need_fashion_mnist
@@ -102,5 +105,30 @@ if [ -n "$widen" ]; then
 	done
 	! grep -q "x \[64,1,28,28\].*: FFT" "$tmp/rule.err" || fail "rule: the bf16 conv1 ran by FFT"
 	echo "ok: rule: the bf16 conv2 by FFT, conv1 by oneDNN"
+fi
+# AVX-512 with BW and VL (fft16.c's blocks): bf16_conv = auto gives the
+# bf16 conv2 the FFT under the rule, and its blocks read and write the bf16
+# tensors themselves (NCHW); with KILN_CPU_FFT_BF16_LOWP=1 the same passes
+# run as lowp.c's f32 op on widened copies: the same bits (each element
+# widened exactly, the same f32 code, rounded once to nearest even)
+if [ -z "$widen" ]; then
+	run rule16 rule
+	if grep -q "$c2 (fft16.c" "$tmp/rule16.err"; then
+		for op in CONV CONV_BWD_DATA CONV_BWD_WEIGHTS; do
+			grep -q "$op $c2 (fft16.c, bf16 read and written)" "$tmp/rule16.err" ||
+				fail "rule: the bf16 conv2's $op did not read and write bf16 in fft16.c's blocks"
+		done
+		export KILN_CPU_FFT_BF16_LOWP=1
+		run lowp16 rule
+		unset KILN_CPU_FFT_BF16_LOWP
+		grep -q "CONV $c2 (fft16.c)," "$tmp/lowp16.err" ||
+			fail "KILN_CPU_FFT_BF16_LOWP: conv2 not by fft16.c on widened copies"
+		near "$(ck rule16 5)" "$(ck lowp16 5)" 0 params
+		[ -n "$(loss rule16)" ] && [ "$(loss rule16)" = "$(loss lowp16)" ] ||
+			fail "bf16 in fft16.c's blocks and on widened copies: step 5 loss $(loss rule16) and $(loss lowp16)"
+		echo "ok: the bf16 conv2 by fft16.c, bf16 read and written: the widened copies' weights and loss ($(loss rule16)) bit for bit"
+	else
+		echo "ok: no fft16.c on this CPU (AVX-512F, BW and VL): nothing more to check"
+	fi
 fi
 echo "PASS: $name ($checks checks)"

@@ -110,6 +110,47 @@ int cpu_fftconv_size(int64_t n, int64_t pad, int64_t k, int64_t out)
 	return 0;
 }
 
+/* 1 when this CPU runs fft16.c's block path (fftconv's f->v16): AVX-512F
+ * (fft16.c) with BW and VL (the blocks' 16-bit loads and stores of bf16
+ * planes), KILN_CPU_FFT_FFTW unset */
+static int fc_v16_cpu(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+	return FC_V16 && cpu_fft16_ok() && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && !getenv("KILN_CPU_FFT_FFTW");
+#else
+	return 0;
+#endif
+}
+
+/* The bf16 tensors of op (bare: no kept copies) that fft16.c's blocks read
+ * and write themselves (fc_row16, fc_put16_bf16): every tensor f32 or
+ * bf16; the activations NCHW (no NHWC tile moves bf16); the weight
+ * gradient's dw and db f32 (an accumulation stays f32).  The transform
+ * size and the CPU are checked by the caller.  KILN_CPU_FFT_BF16_LOWP (the
+ * tests' hook) refuses them: the op then runs as lowp.c's f32 op on
+ * widened copies, the same bits. */
+static int fc_bf16_tensors(const struct kiln_op *bare)
+{
+	if (getenv("KILN_CPU_FFT_BF16_LOWP"))
+		return 0;
+	for (int i = 0; i < bare->n_in; i++)
+		if (bare->in[i].dtype != KILN_F32 && bare->in[i].dtype != KILN_BF16)
+			return 0;
+	for (int i = 0; i < bare->n_out; i++)
+		if (bare->out[i].dtype != KILN_F32 && bare->out[i].dtype != KILN_BF16)
+			return 0;
+	const int t = bare->type;
+	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &bare->out[0] : &bare->in[0];
+	if (cpu_nhwc(x))
+		return 0;
+	if (t == KILN_OP_CONV_BWD_WEIGHTS)
+		for (int i = 0; i < bare->n_out; i++)
+			if (bare->out[i].dtype != KILN_F32)
+				return 0;
+	return 1;
+}
+
 int cpu_fftconv_ok(const struct kiln_op *op)
 {
 	if (!HAVE_FFTW)
@@ -124,7 +165,8 @@ int cpu_fftconv_ok(const struct kiln_op *op)
 		bare.n_in -= t != KILN_OP_CONV;
 		bare.n_out -= t != KILN_OP_CONV_BWD_DATA;
 	}
-	if (!cpu_all_f32(&bare) || (op->flags & KILN_OPF_RESIDUAL))
+	const int bf16 = !cpu_all_f32(&bare);
+	if ((bf16 && !fc_bf16_tensors(&bare)) || (op->flags & KILN_OPF_RESIDUAL))
 		return 0;
 	if (op->i[0] != 1 || op->i[1] != 1 || op->i[4] != 1 || op->i[5] != 1 || op->i[6] > 1 ||
 	    op->i[2] < 0 || op->i[3] < 0)
@@ -148,7 +190,10 @@ int cpu_fftconv_ok(const struct kiln_op *op)
 	const int64_t OH = H + 2 * op->i[2] - KH + 1, OW = W + 2 * op->i[3] - KW + 1;
 	if (OH < 1 || OW < 1 || OH != y->dims[2] || OW != y->dims[3])
 		return 0;
-	return cpu_fftconv_size(H, op->i[2], KH, OH) && cpu_fftconv_size(W, op->i[3], KW, OW);
+	const int n1 = cpu_fftconv_size(H, op->i[2], KH, OH), n2 = cpu_fftconv_size(W, op->i[3], KW, OW);
+	if (bf16) /* bf16 planes: fft16.c's blocks only */
+		return n1 == 16 && n2 == 16 && fc_v16_cpu();
+	return n1 && n2;
 }
 
 int cpu_fftconv_rule(const struct kiln_op *op)
@@ -164,8 +209,7 @@ int cpu_fftconv_rule(const struct kiln_op *op)
 
 int cpu_fftconv_bf16_fast(const struct kiln_op *op, int conv_algo)
 {
-	if (!FC_V16 || !cpu_fft16_ok() || getenv("KILN_CPU_FFT_FFTW") ||
-	    (conv_algo != CPU_GEMM_RULE && conv_algo != CPU_CONV_FFT))
+	if (!fc_v16_cpu() || (conv_algo != CPU_GEMM_RULE && conv_algo != CPU_CONV_FFT))
 		return 0;
 	struct kiln_op w = *op; /* widened: its bf16 tensors as f32 */
 	int bf16 = 0;
@@ -213,10 +257,12 @@ struct fc_side {
 	struct fc_planes pl;
 	int swap, block;
 	int64_t rows, cols;
+	int bf16; /* its planes are bf16 (fft16.c's blocks only: fc_bf16_tensors) */
 };
 
 struct cpu_fftconv {
 	int type, bias, relu, acc;
+	int bias_bf16;            /* the forward's bias is bf16 (fc_inverse_block16) */
 	int n1, n2, nh, nf;       /* transform n1 x n2; nh = n2/2 + 1 columns; nf = n1 nh */
 	int64_t sh1, sh2;         /* output shift: z index = (out index + sh) mod n */
 	struct fc_side a, b, o;   /* GEMM operands A, B; o: the output's planes */
@@ -351,9 +397,10 @@ static struct fc_planes fc_wei(const struct kiln_tensor_desc *d)
 	return p;
 }
 
-static struct fc_side fc_side(struct fc_planes pl, int swap, int block)
+static struct fc_side fc_side(struct fc_planes pl, int swap, int block, const struct kiln_tensor_desc *d)
 {
-	struct fc_side s = { pl, swap, block, swap ? pl.n1 : pl.n0, swap ? pl.n0 : pl.n1 };
+	struct fc_side s = { pl, swap, block, swap ? pl.n1 : pl.n0, swap ? pl.n0 : pl.n1,
+			     d->dtype == KILN_BF16 };
 	return s;
 }
 
@@ -362,24 +409,25 @@ static void fc_roles(struct cpu_fftconv *f, const struct kiln_op *op)
 {
 	switch (op->type) {
 	case KILN_OP_CONV: /* Y [B, O] = X [B, C] conj(W^T) [C, O] */
-		f->a = fc_side(fc_act(&op->in[0]), 0, 0);
-		f->b = fc_side(fc_wei(&op->in[1]), 1, -1);
-		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
+		f->a = fc_side(fc_act(&op->in[0]), 0, 0, &op->in[0]);
+		f->b = fc_side(fc_wei(&op->in[1]), 1, -1, &op->in[1]);
+		f->o = fc_side(fc_act(&op->out[0]), 0, 0, &op->out[0]);
 		f->O = op->out[0].dims[1];
+		f->bias_bf16 = op->n_in > 2 && op->in[2].dtype == KILN_BF16;
 		break;
 	case KILN_OP_CONV_BWD_DATA: /* DX [B, C] = DY [B, O] W [O, C] from the
 				     * weight gradient's conj(DY)^T and the
 				     * forward's conj(W^T), transposed (fc_gemm) */
-		f->a = fc_side(fc_act(&op->in[0]), 1, 2);
-		f->b = fc_side(fc_wei(&op->in[1]), 1, -1);
-		f->o = fc_side(fc_act(&op->out[0]), 0, 0);
+		f->a = fc_side(fc_act(&op->in[0]), 1, 2, &op->in[0]);
+		f->b = fc_side(fc_wei(&op->in[1]), 1, -1, &op->in[1]);
+		f->o = fc_side(fc_act(&op->out[0]), 0, 0, &op->out[0]);
 		f->O = op->in[0].dims[1];
 		break;
 	default: /* CONV_BWD_WEIGHTS: DW [O, C] = conj(DY)^T [O, B] X [B, C]
 		  * (dy, the larger, on the plain side: 2 stores a frequency, not 4) */
-		f->a = fc_side(fc_act(&op->in[1]), 1, 2);
-		f->b = fc_side(fc_act(&op->in[0]), 0, 1);
-		f->o = fc_side(fc_wei(&op->out[0]), 0, 0);
+		f->a = fc_side(fc_act(&op->in[1]), 1, 2, &op->in[1]);
+		f->b = fc_side(fc_act(&op->in[0]), 0, 1, &op->in[0]);
+		f->o = fc_side(fc_wei(&op->out[0]), 0, 0, &op->out[0]);
 		f->a_in = 1, f->b_in = 0;
 		f->O = op->in[1].dims[1];
 		break;
@@ -528,9 +576,37 @@ static int fc_direct(const struct fc_side *s)
 	return !s->swap && s->pl.s1 == 1 && s->pl.sw != 1;
 }
 
-/* Row r's elements 0 .. w - 1 (w <= 16; the rest 0) of plane x: */
-FC_AVX512 static inline __m512 fc_row16(const float *x, int64_t sw, int64_t w, __mmask16 wm)
+/* fft16.c's blocks also load and store bf16 (AVX-512BW and VL's 16-bit
+ * masked moves; fc_v16_cpu) */
+#define FC_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+/* n <= 16 bf16 at x widened (exact), masked by m */
+FC_AVX512BW static inline __m512 fc_bf16_ld(const void *x, __mmask16 m)
 {
+	const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x));
+	return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+
+/* v rounded to bf16 (nearest even; a NaN quieted, its sign and payload's
+ * top kept: plugins/common/half.h's half_f32_bf16) to y, masked by m */
+FC_AVX512BW static inline void fc_bf16_st(void *y, __mmask16 m, __m512 v)
+{
+	const __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+	const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+					   _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+	__m512i h = _mm512_srli_epi32(r, 16);
+	h = _mm512_mask_mov_epi32(h, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+				  _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
+	_mm512_mask_cvtepi32_storeu_epi16(y, m, h);
+}
+
+/* Row r's elements 0 .. w - 1 (w <= 16; the rest 0) of plane x (bf16:
+ * widened): */
+FC_AVX512BW static inline __m512 fc_row16(const void *xv, int bf16, int64_t sw, int64_t w, __mmask16 wm)
+{
+	if (bf16) /* (sw 1: fc_bf16_tensors' NCHW planes) */
+		return fc_bf16_ld(xv, wm);
+	const float *x = xv;
 	if (sw == 1)
 		return _mm512_maskz_loadu_ps(wm, x);
 	float t[16] = { 0 };
@@ -541,7 +617,7 @@ FC_AVX512 static inline __m512 fc_row16(const float *x, int64_t sw, int64_t w, _
 
 /* fc_forward_block of a full or partial block by fft16.c: xl the thread's
  * FFT16_PLANE_LINES lines, sl its FFT16_SPEC_LINES. */
-FC_AVX512 static void fc_forward_block16(const struct cpu_fftconv *f, const struct fc_side *s,
+FC_AVX512BW static void fc_forward_block16(const struct cpu_fftconv *f, const struct fc_side *s,
 					 const float *src, int64_t row, int64_t c0, int64_t n,
 					 float *m, size_t fs, float *xl, float *sl, struct fc_tile *g,
 					 float *pf)
@@ -557,16 +633,19 @@ FC_AVX512 static void fc_forward_block16(const struct cpu_fftconv *f, const stru
 						q < p->w ? _mm512_maskz_loadu_ps(lanes, x + r * p->sh + q * p->sw)
 							 : zero);
 	} else {
-		const float *x[FC_L];
-		int64_t sh = 0, sw = 1;
-		for (int64_t c = 0; c < n; c++)
-			x[c] = fc_plane_src(s, src, s->swap ? c0 + c : row, s->swap ? row : c0 + c, g, &sh,
-					    &sw);
+		const char *x[FC_L];
+		int64_t sh = p->sh, sw = 1;
+		const int64_t es = s->bf16 ? 2 : 4;
+		for (int64_t c = 0; c < n; c++) {
+			const int64_t i = s->swap ? c0 + c : row, j = s->swap ? row : c0 + c;
+			x[c] = s->bf16 ? (const char *)src + (i * p->s0 + j * p->s1) * 2
+				       : (const char *)fc_plane_src(s, src, i, j, g, &sh, &sw);
+		}
 		for (int64_t r = 0; r < p->h; r++) {
 			__m512 v[16];
 #pragma GCC unroll 16
 			for (int c = 0; c < 16; c++)
-				v[c] = c < n ? fc_row16(x[c] + r * sh, sw, p->w, wm) : zero;
+				v[c] = c < n ? fc_row16(x[c] + r * sh * es, s->bf16, sw, p->w, wm) : zero;
 			fc_t16(v);
 #pragma GCC unroll 16
 			for (int q = 0; q < 16; q++)
@@ -601,7 +680,7 @@ FC_AVX512 static void fc_forward_block16(const struct cpu_fftconv *f, const stru
 }
 
 /* y (=|+=) v in lanes wm */
-FC_AVX512 static inline void fc_put16(float *y, __mmask16 wm, __m512 v, int acc)
+FC_AVX512BW static inline void fc_put16(float *y, __mmask16 wm, __m512 v, int acc)
 {
 	if (acc)
 		v = _mm512_add_ps(_mm512_maskz_loadu_ps(wm, y), v);
@@ -613,7 +692,7 @@ FC_AVX512 static inline void fc_put16(float *y, __mmask16 wm, __m512 v, int acc)
  * each element shifted, scaled, + bias, ReLU, and written (or added) as
  * fc_put does; NHWC outputs a pixel's n channels as one line, the others
  * a row of each plane at a time, transposed back. */
-FC_AVX512 static void fc_inverse_block16(const struct cpu_fftconv *f, const float *m, int64_t row,
+FC_AVX512BW static void fc_inverse_block16(const struct cpu_fftconv *f, const float *m, int64_t row,
 					 int64_t c0, int64_t n, float *dst, const float *bias,
 					 float *zl, float *sl, const float *pf)
 {
@@ -635,8 +714,9 @@ FC_AVX512 static void fc_inverse_block16(const struct cpu_fftconv *f, const floa
 	/* the output channel of plane (row, c0 + c): o of (b, o) or of (o, c) */
 	__m512 b0 = zero;
 	if (bias && f->type == KILN_OP_CONV)
-		b0 = _mm512_maskz_loadu_ps(lanes, bias + c0);
-	else if (bias)
+		b0 = f->bias_bf16 ? fc_bf16_ld((const uint16_t *)bias + c0, lanes)
+				  : _mm512_maskz_loadu_ps(lanes, bias + c0);
+	else if (bias) /* (never bf16: fc_bf16_tensors) */
 		b0 = _mm512_set1_ps(bias[row]);
 	const int64_t q0 = (f->sh2 + f->n2) % f->n2;
 	for (int64_t r = 0, zi = (f->sh1 + f->n1) % f->n1; r < p->h;
@@ -657,7 +737,12 @@ FC_AVX512 static void fc_inverse_block16(const struct cpu_fftconv *f, const floa
 		}
 		fc_t16(v);
 		for (int64_t c = 0; c < n; c++) {
-			float *y = dst + row * p->s0 + (c0 + c) * p->s1 + r * p->sh;
+			const int64_t o = row * p->s0 + (c0 + c) * p->s1 + r * p->sh;
+			if (s->bf16) { /* NCHW (fc_bf16_tensors), never accumulated */
+				fc_bf16_st((uint16_t *)dst + o, wm, v[c]);
+				continue;
+			}
+			float *y = dst + o;
 			if (p->sw == 1) {
 				fc_put16(y, wm, v[c], f->acc);
 				continue;
@@ -1211,7 +1296,7 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	f->openblas = HAVE_OPENBLAS && !cpu_openblas_check();
 	/* KILN_CPU_FFT_FFTW: FFTW's per-plane transforms at 16 x 16 too (the
 	 * tests' and benchmarks' A/B hook) */
-	f->v16 = FC_V16 && f->n1 == 16 && f->n2 == 16 && cpu_fft16_ok() && !getenv("KILN_CPU_FFT_FFTW");
+	f->v16 = f->n1 == 16 && f->n2 == 16 && fc_v16_cpu();
 	fc_roles(f, op);
 	fc_layout(c, f);
 	char what[160];
@@ -1233,7 +1318,9 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->workspace = f->off_t + (size_t)f->threads * f->per_thread + FC_ALIGN;
 	c->host->log(KILN_LOG_DEBUG, "cpu",
 		     "%s: FFT %dx%d%s, %d frequencies of GEMM %lldx%lldx%lld (%s), workspace %zu bytes, kept %zu",
-		     what, f->n1, f->n2, f->v16 ? " (fft16.c)" : "", f->nf, (long long)f->M, (long long)f->N, (long long)f->K,
+		     what, f->n1, f->n2,
+		     !f->v16 ? "" : f->a.bf16 || f->b.bf16 || f->o.bf16 ? " (fft16.c, bf16 read and written)" : " (fft16.c)",
+		     f->nf, (long long)f->M, (long long)f->N, (long long)f->K,
 		     f->openblas ? "OpenBLAS" : "oneDNN", p->workspace, p->aux);
 	return KILN_OK;
 }

@@ -902,12 +902,15 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	 * conversions */
 	if (cpu_op_has(&op, KILN_F16))
 		return cpu_lowp_prepare(c, p, family);
-	/* bf16_conv = auto and the f32 op by FFT on fft16.c's transforms:
-	 * that op on widened copies (its kept spectra too), not a timing of
-	 * oneDNN's two kernels (each about twice its time for the CNN's conv2) */
+	/* bf16_conv = auto and the f32 op by FFT on fft16.c's transforms: the
+	 * FFT, not a timing of oneDNN's two kernels (each about twice its time
+	 * for the CNN's conv2): reading and writing the bf16 tensors itself
+	 * where its blocks can (fftconv.c, fc_bf16_tensors: NCHW), else as the
+	 * f32 op on widened copies (lowp.c); the same bits either way, kept
+	 * spectra too */
 	if (family == cpu_conv_prepare && setting == CPU_KERN_AUTO &&
 	    cpu_fftconv_bf16_fast(&op, c->conv_algo))
-		return cpu_lowp_prepare(c, p, family);
+		return cpu_fftconv_ok(&op) ? cpu_fftconv_prepare(c, p) : cpu_lowp_prepare(c, p, family);
 	if (op.flags & KILN_OPF_KEEP)
 		return tune_kept(c, p, family, setting);
 	if (setting == CPU_KERN_AUTO && family == cpu_conv_prepare && tune_pick(c, &op))
