@@ -6,8 +6,8 @@
  * scalar: 0.33-0.39 us a 16 x 16 plane on the Zen 4 at its best plan
  * (FFTW_PATIENT, the planes interleaved or not), ~14% of the CNN's CPU
  * samples.  Here every arithmetic instruction works on 16 planes, and a
- * frequency's 16 values come out as one vector: the line fftconv.c stores
- * into that frequency's matrix, with no transpose.
+ * frequency's 16 values come out as one vector: the line
+ * fftconv_planes.c stores into that frequency's matrix, with no transpose.
  *
  * Buffers are arrays of "lines", 16 floats each, 64-byte aligned; lane p
  * of every line belongs to plane p.  The functions are pure (no state,

@@ -33,6 +33,8 @@ plugins_kiln_cpu_la_SOURCES += plugins/cpu/qconv.c
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/convsplit.c
 # f32 convolutions by FFT (issue 22, session 17; [plugin.cpu] conv_algo)
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/fftconv.c plugins/cpu/fftconv.h
+# its planes moved in and out of the per-frequency matrices
+plugins_kiln_cpu_la_SOURCES += plugins/cpu/fftconv_planes.c plugins/cpu/fftconv_impl.h
 # its 16 x 16 transforms, 16 planes at once (AVX-512; session 23)
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/fft16.c plugins/cpu/fft16.h
 endif
