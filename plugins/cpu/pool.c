@@ -282,7 +282,7 @@ MAX2_V16 static inline void max2_st16(void *p, int bf16, int64_t n, __m512 v)
 	if (!bf16)
 		_mm512_mask_storeu_ps(p, m, v);
 	else
-		_mm512_mask_cvtepi32_storeu_epi16(p, m, _mm512_srli_epi32(_mm512_castps_si512(v), 16));
+		_mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
 }
 
 /* the 2 n <= 32 inputs of row r (element size es) as two vectors */
@@ -318,7 +318,7 @@ MAX2_V16 static void max2_row16(void *y, uint8_t *w, const void *r0, const void 
 		if (relu) /* not > 0 (NaN too): MAX2_CUT */
 			k = _mm512_mask_mov_epi32(_mm512_set1_epi32(MAX2_CUT),
 						  _mm512_cmp_ps_mask(m, _mm512_setzero_ps(), _CMP_GT_OQ), k);
-		_mm512_mask_cvtepi32_storeu_epi8(w, (__mmask16)((1u << OW) - 1), k);
+		_mm_mask_storeu_epi8(w, (__mmask16)((1u << OW) - 1), _mm512_cvtepi32_epi8(k));
 	}
 }
 
