@@ -749,8 +749,10 @@ static const struct kiln_key cpu_keys[] = {
 	  "around the kernel (the inputs are the same bf16 values, only the products are "
 	  "exact in f32); `auto` times both once per shape when the op is prepared and "
 	  "keeps the faster (logged), except where `conv_algo` (`rule` or `fft`) gives "
-	  "the op widened to f32 the FFT at 16x16 on AVX-512 (fft16.c): that op then runs "
-	  "on widened copies (the CNN's conv2: ~13% more bf16 samples/s, session 23). "
+	  "the op widened to f32 the FFT at 16x16 on AVX-512 (fft16.c): it then runs by "
+	  "FFT, its bf16 tensors read and written by the FFT's blocks (NCHW) or widened "
+	  "into copies (NHWC), the f32 op's bits rounded once (the CNN's conv2: ~13% more "
+	  "bf16 samples/s, then ~12% more reading bf16 itself, session 23). "
 	  "`[run] deterministic = 1` turns `auto` into `bf16`, "
 	  "so that the kernel does not depend on a timing." },
 	{ "bf16_gemm", KILN_KEY_ENUM, "auto", 0, 0, "auto|bf16|f32|bf16-2",
