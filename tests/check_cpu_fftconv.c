@@ -277,15 +277,17 @@ static int is16(const struct shape *s)
 
 /* A 16 x 16 shape's op by FFTW's per-plane transforms too
  * (KILN_CPU_FFT_FFTW), against the same reference: the error of each
- * path.  Where the CPU has AVX-512F, the default plan is fft16.c's. */
+ * path.  Where the CPU has AVX-512F, BW and VL, the default plan is
+ * fft16.c's. */
 static double check_fftw16(int t, const struct shape *s, int nhwc, int fl, const double *r,
 			   int64_t nr, int v16)
 {
 	int64_t n;
 	int ffts;
-	ck_assert_msg(v16 == (__builtin_cpu_supports("avx512f") != 0),
-		      "%s %s: %d plans by fft16.c, on a CPU %s AVX-512F", op_str(t),
-		      nhwc ? "NHWC" : "NCHW", v16, __builtin_cpu_supports("avx512f") ? "with" : "without");
+	const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+			   __builtin_cpu_supports("avx512vl");
+	ck_assert_msg(v16 == avx512, "%s %s: %d plans by fft16.c, on a CPU %s AVX-512F, BW and VL",
+		      op_str(t), nhwc ? "NHWC" : "NCHW", v16, avx512 ? "with" : "without");
 	setenv("KILN_CPU_FFT_FFTW", "1", 1);
 	float *f = run_op(t, s, nhwc, fl, "fft", 2, &n, &ffts);
 	unsetenv("KILN_CPU_FFT_FFTW");

@@ -348,8 +348,9 @@ static int onednn_bf16_conv(void)
  * (KILN_ENOTSUP: the layer then reads its tensor as it is), never
  * KILN_EINVAL nor a wrong read.  fft16 0: with KILN_CPU_FFT_FFTW set, so
  * that the picks choose oneDNN's kernels for this conv2 on AVX-512 too;
- * fft16 1: without, where on AVX-512F bf16_conv = auto runs the three as
- * lowp.c's f32 op by FFT on fft16.c's transforms (the picks unread). */
+ * fft16 1: without, where on AVX-512F, BW and VL bf16_conv = auto runs the
+ * three by FFT on fft16.c's blocks, which read and write the bf16 tensors
+ * (the picks unread; the copies are the FFT's spectra, as lowp.c's). */
 static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pick, int fft16)
 {
 	const int N = q->N, C = q->C, O = q->O, H = q->H, W = q->W;
@@ -398,7 +399,8 @@ static void kept_bf16_case(struct fx *f, const struct conv_g *q, const char *pic
 	 * [plugin.cpu] conv_algo says, so its copies are that op's
 	 * (oneDNN's blocked f32 x, or the FFT's spectrum: conv2 under the
 	 * rule), of a size this test does not predict */
-	const int lowp = !onednn_bf16_conv() || (fft16 && __builtin_cpu_supports("avx512f"));
+	/* (fft16.c: AVX-512F, BW and VL, which onednn_bf16_conv asks too) */
+	const int lowp = !onednn_bf16_conv() || fft16;
 	if (lowp)
 		ck_assert_msg(kx > 0, "bf16 CONV keep, picks %s, no bf16 kernel: kept %ld (%s)", pick, kx,
 			      kiln_last_error());
