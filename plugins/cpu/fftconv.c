@@ -149,6 +149,20 @@ static int fc_bf16_tensors(const struct kiln_op *bare)
 	return 1;
 }
 
+/* The transform size n1 x n2 of convolution op (cpu_fftconv_size of its
+ * x, w, padding and output), in one place for ok, the bf16 rule and
+ * prepare. */
+static void fc_transform(const struct kiln_op *op, int *n1, int *n2)
+{
+	const int t = op->type;
+	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &op->out[0] : &op->in[0];
+	const struct kiln_tensor_desc *w = t == KILN_OP_CONV_BWD_WEIGHTS ? &op->out[0] : &op->in[1];
+	const int64_t H = x->dims[2], W = x->dims[3], KH = w->dims[2], KW = w->dims[3];
+	const int64_t OH = H + 2 * op->i[2] - KH + 1, OW = W + 2 * op->i[3] - KW + 1;
+	*n1 = cpu_fftconv_size(H, op->i[2], KH, OH);
+	*n2 = cpu_fftconv_size(W, op->i[3], KW, OW);
+}
+
 int cpu_fftconv_ok(const struct kiln_op *op)
 {
 	if (!HAVE_FFTW)
@@ -188,7 +202,8 @@ int cpu_fftconv_ok(const struct kiln_op *op)
 	const int64_t OH = H + 2 * op->i[2] - KH + 1, OW = W + 2 * op->i[3] - KW + 1;
 	if (OH < 1 || OW < 1 || OH != y->dims[2] || OW != y->dims[3])
 		return 0;
-	const int n1 = cpu_fftconv_size(H, op->i[2], KH, OH), n2 = cpu_fftconv_size(W, op->i[3], KW, OW);
+	int n1, n2;
+	fc_transform(op, &n1, &n2);
 	if (bf16) /* bf16 planes: fft16.c's blocks only */
 		return n1 == 16 && n2 == 16 && fc_v16_cpu();
 	return n1 && n2;
@@ -219,12 +234,9 @@ int cpu_fftconv_bf16_fast(const struct kiln_op *op, int conv_algo)
 			w.out[i].dtype = KILN_F32, bf16 = 1;
 	if (!bf16 || !(conv_algo == CPU_CONV_FFT ? cpu_fftconv_ok(&w) : cpu_fftconv_rule(&w)))
 		return 0;
-	const int t = w.type;
-	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &w.out[0] : &w.in[0];
-	const struct kiln_tensor_desc *k = t == KILN_OP_CONV_BWD_WEIGHTS ? &w.out[0] : &w.in[1];
-	const int64_t H = x->dims[2], W = x->dims[3], KH = k->dims[2], KW = k->dims[3];
-	const int64_t OH = H + 2 * w.i[2] - KH + 1, OW = W + 2 * w.i[3] - KW + 1;
-	return cpu_fftconv_size(H, w.i[2], KH, OH) == 16 && cpu_fftconv_size(W, w.i[3], KW, OW) == 16;
+	int n1, n2;
+	fc_transform(&w, &n1, &n2);
+	return n1 == 16 && n2 == 16;
 }
 
 int cpu_fftconv_reads(const struct kiln_op *op, int i)
@@ -688,7 +700,7 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_tensor_desc *x = t == KILN_OP_CONV_BWD_DATA ? &op->out[0] : &op->in[0];
 	const struct kiln_tensor_desc *w = t == KILN_OP_CONV_BWD_WEIGHTS ? &op->out[0] : &op->in[1];
 	const int64_t ph = op->i[2], pw = op->i[3], H = x->dims[2], W = x->dims[3];
-	const int64_t KH = w->dims[2], KW = w->dims[3], OH = H + 2 * ph - KH + 1, OW = W + 2 * pw - KW + 1;
+	const int64_t KH = w->dims[2], KW = w->dims[3];
 	f->type = t;
 	f->relu = (op->flags & KILN_OPF_ACT) != 0;
 	f->acc = (op->flags & KILN_OPF_ACCUMULATE) != 0;
@@ -696,8 +708,7 @@ kiln_status cpu_fftconv_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	f->bias = t == KILN_OP_CONV		 ? op->n_in == 3
 		  : t == KILN_OP_CONV_BWD_WEIGHTS ? op->n_out - f->keep == 2
 						  : 0;
-	f->n1 = cpu_fftconv_size(H, ph, KH, OH);
-	f->n2 = cpu_fftconv_size(W, pw, KW, OW);
+	fc_transform(op, &f->n1, &f->n2);
 	f->nh = f->n2 / 2 + 1;
 	f->nf = f->n1 * f->nh;
 	f->sh1 = t == KILN_OP_CONV_BWD_DATA ? ph : -ph;
