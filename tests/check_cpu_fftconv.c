@@ -52,13 +52,14 @@ enum { F_BIAS = 1, F_RELU = 2, F_ACC = 4 };
 
 /* The cpu device's debug lines about FFT plans, and those of them by
  * fft16.c (16 x 16 transforms, 16 planes at once, on AVX-512). */
-static int fft_plans, fft16_plans;
+static int fft_plans, fft16_plans, fft_16x16;
 
 static void sink(void *user, int level, const char *who, const char *msg)
 {
 	(void)user, (void)level;
 	if (!strcmp(who, "cpu") && strstr(msg, ": FFT "))
-		fft_plans++, fft16_plans += strstr(msg, "(fft16.c)") != NULL;
+		fft_plans++, fft16_plans += strstr(msg, "(fft16.c)") != NULL,
+		fft_16x16 += strstr(msg, ": FFT 16x16") != NULL;
 }
 
 static int64_t oh(const struct shape *s) { return s->H + 2 * s->ph - s->KH + 1; }
@@ -138,7 +139,7 @@ static float *run_op(int t, const struct shape *s, int nhwc, int fl, const char 
 	}
 	void *plan, *stream, *ws = NULL, *din[3] = { NULL, NULL, NULL }, *dout[2] = { NULL, NULL };
 	size_t wsb = 0;
-	fft_plans = fft16_plans = 0;
+	fft_plans = fft16_plans = fft_16x16 = 0;
 	const int level = kiln_log_get_level();
 	kiln_log_set_sink(sink, NULL);
 	kiln_log_set_level(KILN_LOG_DEBUG);
@@ -257,24 +258,6 @@ static const char *op_str(int t)
 	return t == KILN_OP_CONV ? "CONV" : t == KILN_OP_CONV_BWD_DATA ? "CONV_BWD_DATA" : "CONV_BWD_WEIGHTS";
 }
 
-/* fftconv.c's transform size (cpu_fftconv_size, plugin-internal): the
- * smallest of its sizes at least max(n + pad, out, k) */
-static int64_t cpu_size(int64_t n, int64_t pad, int64_t k, int64_t out)
-{
-	static const int64_t sizes[] = { 4, 6, 8, 10, 12, 16, 20, 24, 32 };
-	int64_t need = n + pad > out ? n + pad : out;
-	need = k > need ? k : need;
-	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-		if (sizes[i] >= need)
-			return sizes[i];
-	return 0;
-}
-
-static int is16(const struct shape *s)
-{
-	return cpu_size(s->H, s->ph, s->KH, oh(s)) == 16 && cpu_size(s->W, s->pw, s->KW, ow(s)) == 16;
-}
-
 /* A 16 x 16 shape's op by FFTW's per-plane transforms too
  * (KILN_CPU_FFT_FFTW), against the same reference: the error of each
  * path.  Where the CPU has AVX-512F, BW and VL, the default plan is
@@ -305,6 +288,7 @@ static double check_fftw16(int t, const struct shape *s, int nhwc, int fl, const
 static void check_op(int t, int fl)
 {
 	double worst = 0, worst_direct = 0, worst16 = 0, worst_fftw = 0;
+	int n16 = 0; /* shape-layout runs at 16 x 16: shapes 7 and 9, both layouts */
 	for (int si = 0; si < N_SHAPES; si++)
 		for (int nhwc = 0; nhwc < 2; nhwc++) {
 			const struct shape *s = &shapes[si];
@@ -312,7 +296,8 @@ static void check_op(int t, int fl)
 			int ffts, ffts2, ffts0;
 			float *f1 = run_op(t, s, nhwc, fl, "fft", 1, &n, &ffts);
 			float *f2 = run_op(t, s, nhwc, fl, "fft", 2, &n, &ffts2);
-			const int v16 = fft16_plans;
+			/* (the plan's own transform size, from its debug line) */
+			const int v16 = fft16_plans, is16 = fft_16x16;
 			float *d = run_op(t, s, nhwc, fl, "direct", 2, &nd, &ffts0);
 			double *r = reference(t, s, nhwc, fl, &nr);
 			ck_assert(n == nr && nd == nr);
@@ -327,13 +312,16 @@ static void check_op(int t, int fl)
 				      si, nhwc ? "NHWC" : "NCHW");
 			worst = e > worst ? e : worst;
 			worst_direct = ed > worst_direct ? ed : worst_direct;
-			if (is16(s)) {
+			if (is16) {
+				n16++;
 				const double ef = check_fftw16(t, s, nhwc, fl, r, nr, v16);
 				worst_fftw = ef > worst_fftw ? ef : worst_fftw;
 				worst16 = e > worst16 ? e : worst16;
 			}
 			free(f1), free(f2), free(d), free(r);
 		}
+	ck_assert_msg(n16 == 4, "%s flags %d: %d runs planned 16 x 16, want 4 (shapes 7 and 9)",
+		      op_str(t), fl, n16);
 	printf("fftconv: %s flags %d: worst error %.3g of the rms (direct %.3g); 16 x 16: %.3g, by FFTW %.3g\n",
 	       op_str(t), fl, worst, worst_direct, worst16, worst_fftw);
 }
