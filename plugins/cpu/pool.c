@@ -259,10 +259,22 @@ CPU_CLONES static void max2_bwd_row(float *restrict d0, float *restrict d1, cons
 #include <immintrin.h>
 #define MAX2_V16 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
+/* (asked for every row: the CPU's answer read once) */
+static int max2_cpu16(void)
+{
+	static int ok = -1; /* every thread computes the same value */
+	int v = __atomic_load_n(&ok, __ATOMIC_RELAXED);
+	if (v < 0) {
+		v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		    __builtin_cpu_supports("avx512vl");
+		__atomic_store_n(&ok, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
 static int max2_fast16(int64_t C, int64_t OW)
 {
-	return C == 1 && OW >= 1 && OW <= 16 && __builtin_cpu_supports("avx512f") &&
-	       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+	return C == 1 && OW >= 1 && OW <= 16 && max2_cpu16();
 }
 
 /* n <= 16 elements from p, as floats (bf16: widened) */
