@@ -714,6 +714,16 @@ TESTS += tests/check_cpu_fftconv
 tests_check_cpu_fftconv_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_fftconv_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# the CPU device's direct convolution for few input channels
+# (plugins/cpu/convthin.c): CONV and CONV_BWD_WEIGHTS, f32 and bf16, right
+# against a double loop and oneDNN, the same bytes on any team, the ops it
+# takes and those it leaves to oneDNN
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_convthin
+TESTS += tests/check_cpu_convthin
+tests_check_cpu_convthin_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_convthin_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 # its 16 x 16 transforms of 16 planes at once (plugins/cpu/fft16.c compiled
 # in) against FFTW's, plane by plane
 if HAVE_CHECK
