@@ -114,6 +114,10 @@ if BUILD_CPU
 noinst_PROGRAMS += bench/fftconv_ops
 bench_fftconv_ops_SOURCES = bench/fftconv_ops.c
 bench_fftconv_ops_LDADD = libkiln.la
+# a first layer's convolution: kiln's direct kernel against oneDNN (session 24)
+noinst_PROGRAMS += bench/convthin_ops
+bench_convthin_ops_SOURCES = bench/convthin_ops.c
+bench_convthin_ops_LDADD = libkiln.la
 # an NHWC model's pool2 before its flatten: NHWC + reorder against NHWC -> NCHW
 # (docs/PERFORMANCE.md, "Session 18: the NHWC CNN")
 noinst_PROGRAMS += bench/pool_ops

@@ -107,6 +107,10 @@ static int avx512(void)
 	       __builtin_cpu_supports("avx512vl");
 }
 
+/* Whether convthin.c's bf16 runs by AVX512_BF16's dot products here
+ * (else in f32 arithmetic on the widened tensors, the f32 op's bytes). */
+static int bf16_dots(void) { return avx512() && __builtin_cpu_supports("avx512bf16"); }
+
 static int64_t one(int v) { return v ? v : 1; }
 
 static int64_t oh(const struct cop *c)
@@ -208,8 +212,8 @@ static struct kiln_config *open_dev(int threads, const char *ov, int off, struct
 	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=none") == 0);
 	if (ov)
 		ck_assert(kiln_config_override(cfg, ov) == 0);
-	if (off)
-		setenv("KILN_CPU_CONVTHIN", "0", 1);
+	if (off) /* 1: convthin off; 2: its bf16 in f32 arithmetic */
+		setenv("KILN_CPU_CONVTHIN", off == 2 ? "f32" : "0", 1);
 	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, dev) == 0, "%s", kiln_last_error());
 	return cfg;
 }
@@ -428,6 +432,14 @@ static void tally_check(const struct tally *ty, const char *test)
 		      test, ty->bad, avx512() ? "with" : "without", ty->first_bad);
 }
 
+/* The convthin plans op c makes on this CPU: one, or none without
+ * AVX-512F, BW and VL and for a weight gradient of more than 25 taps a
+ * channel (its accumulators are registers). */
+static int want_thin(const struct cop *c)
+{
+	return avx512() && (c->t != KILN_OP_CONV_BWD_WEIGHTS || c->s->KH * c->s->KW <= 25);
+}
+
 /* f32 op c on 1 and 2 threads and by oneDNN against the double loop and
  * each other; convthin's bytes on 1 and 2 threads equal. */
 static void check_f32(const struct cop *c, int si, struct tally *ty)
@@ -451,8 +463,8 @@ static void check_f32(const struct cop *c, int si, struct tally *ty)
 			      "%s: other bytes on 1 and 2 threads", what);
 	ty->ref = maxd(ty->ref, maxd(e1, e2)), ty->onednn = maxd(ty->onednn, ed);
 	ty->vs_onednn = maxd(ty->vs_onednn, ex);
-	tally_plans(ty, p1, avx512(), what);
-	tally_plans(ty, p2, avx512(), what);
+	tally_plans(ty, p1, want_thin(c), what);
+	tally_plans(ty, p2, want_thin(c), what);
 	tally_plans(ty, p0, 0, "KILN_CPU_CONVTHIN=0");
 	free(f1), free(f2), free(d), free(r);
 }
@@ -526,7 +538,7 @@ START_TEST(test_conv_algo)
 				const double e = rel_err(f, r, n);
 				ck_assert_msg(e < TOL, "%s: off by %.3g of the rms", what, e);
 				ty.ref = maxd(ty.ref, e);
-				tally_plans(&ty, p, avx512(), what);
+				tally_plans(&ty, p, want_thin(&c), what);
 				free(f), free(r);
 			}
 	printf("convthin: conv_algo rule, direct, auto%s: worst error %.3g of the rms; %d of %d prepares by convthin.c\n",
@@ -557,33 +569,46 @@ static void check_bf16(const struct cop *c, int si, struct tally *ty)
 {
 	/* convthin's under auto and f32; oneDNN's f32 kernel (convthin off:
 	 * no timing) and its bf16 one */
-	static const char *const ov[4] = { NULL, "plugin.cpu.bf16_conv=f32",
-					   "plugin.cpu.bf16_conv=f32", "plugin.cpu.bf16_conv=bf16" };
+	static const char *const ov[5] = { NULL, "plugin.cpu.bf16_conv=f32",
+					   "plugin.cpu.bf16_conv=f32", "plugin.cpu.bf16_conv=bf16", NULL };
+	/* run 4: auto with KILN_CPU_CONVTHIN=f32, convthin's bf16 in f32
+	 * arithmetic (what a CPU without AVX512_BF16 runs) */
+	static const int off[5] = { 0, 0, 1, 0, 2 };
 	struct cop twin = *c;
 	twin.bf16 = twin.bias16 = 0;
-	int64_t n[4], ng, nr;
-	int p[4], pg;
+	int64_t n[5], ng, nr, n1;
+	int p[5], pg, p1;
 	char what[160];
 	snprintf(what, sizeof what, "bf16 %s flags %d%s shape %d", op_str(c->t), c->fl,
 		 c->bias16 ? " (bf16 bias)" : "", si);
-	float *g = run_op(&twin, 2, NULL, 0, &ng, &pg), *f[4];
-	for (int k = 0; k < 4; k++)
-		f[k] = run_op(c, 2, ov[k], k == 2, &n[k], &p[k]);
+	float *g = run_op(&twin, 2, NULL, 0, &ng, &pg), *f[5];
+	for (int k = 0; k < 5; k++)
+		f[k] = run_op(c, 2, ov[k], off[k], &n[k], &p[k]);
+	float *f1 = run_op(c, 1, NULL, 0, &n1, &p1); /* auto on one thread */
 	double *r = reference(c, &nr);
 	const int fwd = c->t == KILN_OP_CONV;
-	for (int k = 0; k < 4; k++) {
+	ck_assert(n1 == nr);
+	if (p1 == 1 && p[0] == 1)
+		ck_assert_msg(!memcmp(f1, f[0], (size_t)nr * sizeof *f1), "%s: other bytes on 1 and 2 threads",
+			      what);
+	for (int k = 0; k < 5; k++) {
 		ck_assert(n[k] == nr && ng == nr);
 		const double e = fwd ? rel_err_bf16(f[k], r, nr) : rel_err(f[k], r, nr),
 			     plain = rel_err(f[k], r, nr);
 		ck_assert_msg(e < TOL, "%s (%s%s): off by %.3g of the rms%s (%.3g in all)", what,
-			      ov[k] ? ov[k] : "bf16_conv=auto", k == 2 ? ", KILN_CPU_CONVTHIN=0" : "", e,
-			      fwd ? " beyond y's rounding" : "", plain);
-		if (k < 2)
+			      ov[k] ? ov[k] : "bf16_conv=auto",
+			      off[k] == 1 ? ", KILN_CPU_CONVTHIN=0" : off[k] == 2 ? ", KILN_CPU_CONVTHIN=f32" : "",
+			      e, fwd ? " beyond y's rounding" : "", plain);
+		if (k < 2 || k == 4)
 			ty->ref = maxd(ty->ref, e), ty->plain = maxd(ty->plain, plain);
 		else
 			ty->onednn = maxd(ty->onednn, e);
-		/* the f32 op's bytes, rounded once (forward) or as they are */
-		if (k < 2 && p[k] == 1 && pg == 1)
+		/* the f32 op's bytes, rounded once (forward) or as they are:
+		 * convthin's bf16 in f32 arithmetic (KILN_CPU_CONVTHIN=f32;
+		 * auto on a CPU without AVX512_BF16), not its dot products
+		 * (other sums) */
+		const int f32_arith = k == 4 || (k == 0 && !bf16_dots());
+		if (f32_arith && p[k] == 1 && pg == 1)
 			ck_assert_msg(fwd ? rounded_equal(g, f[k], nr)
 					  : !memcmp(g, f[k], (size_t)nr * sizeof *g),
 				      "%s (%s): not the f32 op's bytes%s", what,
@@ -592,13 +617,20 @@ static void check_bf16(const struct cop *c, int si, struct tally *ty)
 	/* the f32 twin against the double loop, and its plan */
 	const double eg = rel_err(g, r, nr);
 	ck_assert_msg(eg < TOL, "%s: its f32 twin off by %.3g of the rms", what, eg);
-	tally_plans(ty, pg, avx512(), what);
-	tally_plans(ty, p[0], avx512(), what);
-	tally_plans(ty, p[1], avx512(), "bf16_conv=f32");
+	tally_plans(ty, pg, want_thin(c), what);
+	tally_plans(ty, p[0], want_thin(c), what);
+	tally_plans(ty, p1, want_thin(c), what);
+	/* (bf16_conv = f32, p[1]: oneDNN's f32 kernel between its reorders,
+	 * or, where it refuses the op (a bf16 bias), lowp.c's f32 op on
+	 * widened copies, convthin's: its results are checked above, its
+	 * plan is either) */
 	tally_plans(ty, p[2], 0, "KILN_CPU_CONVTHIN=0");
-	tally_plans(ty, p[3], 0, "bf16_conv=bf16");
-	for (int k = 0; k < 4; k++)
+	if (!c->bias16) /* (a bf16 bias: oneDNN refuses, lowp.c's f32 op runs, as p[1]) */
+		tally_plans(ty, p[3], 0, "bf16_conv=bf16");
+	tally_plans(ty, p[4], want_thin(c), "KILN_CPU_CONVTHIN=f32");
+	for (int k = 0; k < 5; k++)
 		free(f[k]);
+	free(f1);
 	free(g), free(r);
 }
 
@@ -688,9 +720,18 @@ static void plans_kept(const struct cop *c, int plans[2])
 	f.out[f.n_out++] = u;
 	void *pf = NULL, *pg = NULL;
 	size_t wsb;
-	ck_assert_msg(prepare(dev, &f, &pf, &wsb, &plans[0]) == 0, "%s", kiln_last_error());
-	const size_t kx = kiln_device_aux_bytes(dev, pf);
+	const int st = prepare(dev, &f, &pf, &wsb, &plans[0]);
 	plans[1] = 0;
+	if (want_thin(&cf)) {
+		/* convthin's op: the kept one refused (KILN_ENOTSUP), so that
+		 * its layer prepares its ops without copies (tune.c) */
+		ck_assert_msg(st == KILN_ENOTSUP, "CONV KEEP of convthin's: %d, not KILN_ENOTSUP", st);
+		kiln_device_close(dev);
+		kiln_config_free(cfg);
+		return;
+	}
+	ck_assert_msg(st == 0, "%s", kiln_last_error());
+	const size_t kx = kiln_device_aux_bytes(dev, pf);
 	if (kx) { /* (0: nothing kept, no reader with the flag) */
 		g.in[g.n_in] = u, g.in[g.n_in++].dims[0] = (int64_t)kx;
 		g.out[g.n_out++] = u;

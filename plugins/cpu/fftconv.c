@@ -82,6 +82,7 @@
 #include "fftconv_impl.h" /* the plan, its sides, the plane movers */
 #include "fft16.h"
 #include "dnn.h" /* dnnl_sgemm (oneDNN's headers) */
+#include "v16.h" /* cpu_v16_ok */
 
 #include <omp.h>
 #include <stdio.h>
@@ -113,12 +114,7 @@ int cpu_fftconv_size(int64_t n, int64_t pad, int64_t k, int64_t out)
  * planes), KILN_CPU_FFT_FFTW unset */
 static int fc_v16_cpu(void)
 {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-	return FC_V16 && cpu_fft16_ok() && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl") && !getenv("KILN_CPU_FFT_FFTW");
-#else
-	return 0;
-#endif
+	return FC_V16 && cpu_fft16_ok() && cpu_v16_ok() && !getenv("KILN_CPU_FFT_FFTW");
 }
 
 /* The bf16 tensors of op (bare: no kept copies) that fft16.c's blocks read

@@ -12,6 +12,7 @@
 #if HAVE_FFTW
 
 #include "fft16.h" /* cpu_fft16_r2c, cpu_fft16_c2r, FFT16_PLANE_LINES */
+#include "v16.h"   /* CPU_V16, cpu_v16_bf16_ld, cpu_v16_bf16_st */
 
 #include <string.h>
 
@@ -185,38 +186,15 @@ static int fc_direct(const struct fc_side *s)
 }
 
 /* fft16.c's blocks also load and store bf16 (AVX-512BW and VL's 16-bit
- * masked moves; fc_v16_cpu) */
-#define FC_AVX512BW __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-/* n <= 16 bf16 at x widened (exact), masked by m */
-FC_AVX512BW static inline __m512 fc_bf16_ld(const void *x, __mmask16 m)
-{
-	const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x));
-	return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
-}
-
-/* v rounded to bf16 (nearest even; a NaN quieted, its sign and payload's
- * top kept: plugins/common/half.h's half_f32_bf16) to y, masked by m */
-FC_AVX512BW static inline void fc_bf16_st(void *y, __mmask16 m, __m512 v)
-{
-	const __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
-	const __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
-					   _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
-	__m512i h = _mm512_srli_epi32(r, 16);
-	h = _mm512_mask_mov_epi32(h, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-				  _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40)));
-	/* (narrowed in a register, then a masked 16-bit store; vpmovdw's
-	 * masked memory form measured no different, beside the machine's own
-	 * swings) */
-	_mm256_mask_storeu_epi16(y, m, _mm512_cvtepi32_epi16(h));
-}
+ * masked moves; fc_v16_cpu): v16.h's loads and stores */
+#define FC_AVX512BW CPU_V16
 
 /* Row r's elements 0 .. w - 1 (w <= 16; the rest 0) of plane x (bf16:
  * widened): */
 FC_AVX512BW static inline __m512 fc_row16(const void *xv, int bf16, int64_t sw, int64_t w, __mmask16 wm)
 {
 	if (bf16) /* (sw 1: fc_bf16_tensors' NCHW planes) */
-		return fc_bf16_ld(xv, wm);
+		return cpu_v16_bf16_ld(xv, wm);
 	const float *x = xv;
 	if (sw == 1)
 		return _mm512_maskz_loadu_ps(wm, x);
@@ -325,7 +303,7 @@ FC_AVX512BW static void fc_inverse_block16(const struct cpu_fftconv *f, const fl
 	/* the output channel of plane (row, c0 + c): o of (b, o) or of (o, c) */
 	__m512 b0 = zero;
 	if (bias && f->type == KILN_OP_CONV)
-		b0 = f->bias_bf16 ? fc_bf16_ld((const uint16_t *)bias + c0, lanes)
+		b0 = f->bias_bf16 ? cpu_v16_bf16_ld((const uint16_t *)bias + c0, lanes)
 				  : _mm512_maskz_loadu_ps(lanes, bias + c0);
 	else if (bias) /* (never bf16: fc_bf16_tensors) */
 		b0 = _mm512_set1_ps(bias[row]);
@@ -350,7 +328,7 @@ FC_AVX512BW static void fc_inverse_block16(const struct cpu_fftconv *f, const fl
 		for (int64_t c = 0; c < n; c++) {
 			const int64_t o = row * p->s0 + (c0 + c) * p->s1 + r * p->sh;
 			if (s->bf16) { /* NCHW (fc_bf16_tensors), never accumulated */
-				fc_bf16_st((uint16_t *)dst + o, wm, v[c]);
+				cpu_v16_bf16_st((uint16_t *)dst + o, wm, v[c]);
 				continue;
 			}
 			float *y = dst + o;

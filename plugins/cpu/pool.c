@@ -21,6 +21,7 @@
  * workspace layout is the forward plan's.
  */
 #include "dnn.h"
+#include "v16.h" /* CPU_V16, cpu_v16_ok, cpu_v16_bf16_ld */
 
 #include <omp.h> /* omp_get_thread_num */
 #include <stdint.h>
@@ -255,36 +256,19 @@ CPU_CLONES static void max2_bwd_row(float *restrict d0, float *restrict d1, cons
  * same values and aux bytes as the kernels above (tests/check_device_lowp,
  * check_device_pool).  AVX-512F with BW and VL (the 8- and 16-bit masked
  * loads); max2_fast16 says whether this CPU has them. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#include <immintrin.h>
-#define MAX2_V16 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-/* (asked for every row: the CPU's answer read once) */
-static int max2_cpu16(void)
-{
-	static int ok = -1; /* every thread computes the same value */
-	int v = __atomic_load_n(&ok, __ATOMIC_RELAXED);
-	if (v < 0) {
-		v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		    __builtin_cpu_supports("avx512vl");
-		__atomic_store_n(&ok, v, __ATOMIC_RELAXED);
-	}
-	return v;
-}
+#if CPU_HAVE_V16
+#define MAX2_V16 CPU_V16
 
 static int max2_fast16(int64_t C, int64_t OW)
 {
-	return C == 1 && OW >= 1 && OW <= 16 && max2_cpu16();
+	return C == 1 && OW >= 1 && OW <= 16 && cpu_v16_ok();
 }
 
 /* n <= 16 elements from p, as floats (bf16: widened) */
 MAX2_V16 static inline __m512 max2_ld16(const void *p, int bf16, int64_t n)
 {
 	const __mmask16 m = (__mmask16)((1u << n) - 1);
-	if (!bf16)
-		return _mm512_maskz_loadu_ps(m, p);
-	const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
-	return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+	return bf16 ? cpu_v16_bf16_ld(p, m) : _mm512_maskz_loadu_ps(m, p);
 }
 
 /* n <= 16 floats of v to p (bf16: the top halves, exact for widened bf16) */

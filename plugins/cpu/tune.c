@@ -65,6 +65,7 @@
 #include "cpu.h"
 #include "dnn.h"
 #include "fftconv.h" /* cpu_fftconv_ok, cpu_fftconv_rule, cpu_fftconv_prepare */
+#include "convthin.h" /* cpu_convthin_bare_ok, cpu_convthin_prepare */
 
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free, posix_memalign */
@@ -718,9 +719,24 @@ static int conv_algo_auto(struct cpu_ctx *c, const struct kiln_op *op, kiln_stat
 	return fft;
 }
 
+/* convthin.c's plan of p (cpu_convthin_bare_ok); KILN_ENOTSUP for the
+ * op with kept copies, so that its layer prepares its ops without them
+ * and this one runs here */
+static kiln_status thin_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	if (p->op.flags & KILN_OPF_KEEP)
+		return cpu_bad(c, &p->op, KILN_ENOTSUP,
+			       "kiln's direct convolution for few input channels keeps no copies");
+	return cpu_convthin_prepare(c, p);
+}
+
 kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
+	/* a first layer's few input channels: kiln's direct kernel under
+	 * every conv_algo (convthin.h); no kept copies there */
+	if (cpu_convthin_bare_ok(op))
+		return thin_prepare(c, p);
 	if (!c->conv_algo || !cpu_fftconv_ok(op))
 		return cpu_tune_conv_impl(c, p);
 	int fft = 1;
@@ -908,6 +924,11 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	 * where its blocks can (fftconv.c, fc_bf16_tensors: NCHW), else as the
 	 * f32 op on widened copies (lowp.c); the same bits either way, kept
 	 * spectra too */
+	/* bf16_conv = auto and a first layer's few input channels: kiln's
+	 * direct kernel, reading and writing bf16 itself (convthin.h; the f32
+	 * op's bits, rounded), not a timing of oneDNN's two */
+	if (family == cpu_conv_prepare && setting == CPU_KERN_AUTO && cpu_convthin_bare_ok(&op))
+		return thin_prepare(c, p);
 	if (family == cpu_conv_prepare && setting == CPU_KERN_AUTO &&
 	    cpu_fftconv_bf16_fast(&op, c->conv_algo))
 		return cpu_fftconv_ok(&op) ? cpu_fftconv_prepare(c, p) : cpu_lowp_prepare(c, p, family);
