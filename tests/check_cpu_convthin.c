@@ -437,7 +437,8 @@ static void tally_check(const struct tally *ty, const char *test)
  * channel (its accumulators are registers). */
 static int want_thin(const struct cop *c)
 {
-	return avx512() && (c->t != KILN_OP_CONV_BWD_WEIGHTS || c->s->KH * c->s->KW <= 25);
+	return avx512() && (c->t != KILN_OP_CONV_BWD_WEIGHTS || c->s->KH * c->s->KW <= 25) &&
+	       (!c->nhwc || (c->s->C == 1 && !c->bf16));
 }
 
 /* f32 op c on 1 and 2 threads and by oneDNN against the double loop and
@@ -447,7 +448,7 @@ static void check_f32(const struct cop *c, int si, struct tally *ty)
 	int64_t n1, n2, nd, nr;
 	int p1, p2, p0;
 	char what[160];
-	snprintf(what, sizeof what, "%s flags %d shape %d", op_str(c->t), c->fl, si);
+	snprintf(what, sizeof what, "%s flags %d shape %d%s", op_str(c->t), c->fl, si, c->nhwc ? " NHWC" : "");
 	float *f1 = run_op(c, 1, NULL, 0, &n1, &p1);
 	float *f2 = run_op(c, 2, NULL, 0, &n2, &p2);
 	float *d = run_op(c, 2, "plugin.cpu.conv_algo=direct", 1, &nd, &p0);
@@ -474,10 +475,16 @@ static void check_type_f32(int t, const int *fls, int nf)
 {
 	struct tally ty = { 0 };
 	for (int k = 0; k < nf; k++)
-		for (int si = 0; si < N_SHAPES; si++) {
-			const struct cop c = { .t = t, .fl = fls[k], .s = &shapes[si] };
-			check_f32(&c, si, &ty);
-		}
+		for (int si = 0; si < N_SHAPES; si++)
+			for (int nhwc = 0; nhwc < 2; nhwc++) {
+				/* NHWC: one input channel (an NHWC model's first
+				 * layer, or an NCHW one's mixed stem); others are
+				 * oneDNN's, checked by test_ineligible */
+				if (nhwc && shapes[si].C != 1)
+					continue;
+				const struct cop c = { .t = t, .fl = fls[k], .s = &shapes[si], .nhwc = nhwc };
+				check_f32(&c, si, &ty);
+			}
 	printf("convthin: %s f32: worst error %.3g of the rms (oneDNN %.3g, the two apart %.3g); %d of %d prepares by convthin.c\n",
 	       op_str(t), ty.ref, ty.onednn, ty.vs_onednn, ty.thin, ty.ops);
 	fflush(stdout); /* before a failed check ends the test's process */
@@ -786,6 +793,13 @@ START_TEST(test_ineligible)
 	const struct cop res = { .t = KILN_OP_CONV, .fl = F_BIAS, .s = &base,
 				 .extra = KILN_OPF_RESIDUAL };
 	tally_plans(&ty, plans_of(&res, NULL, 0), 0, "CONV RESIDUAL");
+	/* bf16 NHWC (convthin's NHWC is f32 alone) */
+	for (int k = 0; k < 2; k++) {
+		const struct cop c = { .t = types[k], .fl = F_BIAS, .s = &shapes[0], .bf16 = 1,
+				       .exact = 1, .nhwc = 1 };
+		snprintf(what, sizeof what, "bf16 NHWC %s", op_str(c.t));
+		tally_plans(&ty, plans_of(&c, NULL, 1), 0, what);
+	}
 	/* bf16 with bf16_conv = bf16: oneDNN's bf16 kernel */
 	for (int k = 0; k < 2; k++) {
 		const struct cop c = { .t = types[k], .fl = F_BIAS, .s = &shapes[0], .bf16 = 1,
