@@ -1036,10 +1036,13 @@ kiln_status cpu_convthin_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->kernel = fwd ? ct_forward : ct_wgrad;
 	p->workspace = (g.slot_at + (size_t)g.slots * g.slot_len) * sizeof(float) + CT_ALIGN;
 	c->host->log(KILN_LOG_DEBUG, "cpu",
-		     "%s x [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] pad %lldx%lld%s: "
-		     "kiln's direct kernel for few input channels (convthin.c), workspace %zu bytes",
+		     "%s x [%lld,%lld,%lld,%lld] w [%lld,%lld,%lld,%lld] pad %lldx%lld %s: "
+		     "kiln's direct kernel for few input channels (convthin.c)%s, workspace %zu bytes",
 		     cpu_op_name(op->type), (long long)g.N, (long long)g.C, (long long)g.H, (long long)g.W,
 		     (long long)g.O, (long long)g.C, (long long)g.KH, (long long)g.KW, (long long)g.ph,
-		     (long long)g.pw, x->dtype != KILN_BF16 ? "" : g.nat ? " bf16 (dot products)" : " bf16 (f32 arithmetic)", p->workspace);
+		     (long long)g.pw, g.nhwc ? "NHWC" : "NCHW",
+		     x->dtype != KILN_BF16 ? "" : g.nat ? ", bf16 by AVX512_BF16's dot products"
+							: ", bf16 in f32 arithmetic",
+		     p->workspace);
 	return KILN_OK;
 }

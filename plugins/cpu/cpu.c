@@ -333,9 +333,10 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 						   "cpu: [plugin.cpu] %s = %s: expected auto, bf16%s or f32",
 						   key[i], k, i == 1 ? ", bf16-2" : "");
 			/* a timed choice may differ between runs: deterministic
-			 * runs keep the bf16 kernels unless told otherwise */
+			 * runs keep auto's fixed rules and otherwise the bf16
+			 * kernels, unless told otherwise */
 			if (kern[i] == CPU_KERN_AUTO && deterministic)
-				kern[i] = CPU_KERN_BF16;
+				kern[i] = CPU_KERN_RULE;
 		}
 		const char *ci = host->config_get(cfg, "plugin.cpu", "conv_impl");
 		if (ci && strcmp(ci, "first") && strcmp(ci, "auto") && strcmp(ci, "1") && strcmp(ci, "2"))
@@ -752,9 +753,13 @@ static const struct kiln_key cpu_keys[] = {
 	  "the op widened to f32 the FFT at 16x16 on AVX-512 (fft16.c): it then runs by "
 	  "FFT, its bf16 tensors read and written by the FFT's blocks (NCHW) or widened "
 	  "into copies (NHWC), the f32 op's bits rounded once (the CNN's conv2: ~13% more "
-	  "bf16 samples/s, then ~12% more reading bf16 itself, session 23). "
-	  "`[run] deterministic = 1` turns `auto` into `bf16`, "
-	  "so that the kernel does not depend on a timing." },
+	  "bf16 samples/s, then ~12% more reading bf16 itself, session 23); and a forward or "
+	  "weight gradient of 1-4 input channels (NCHW) on AVX-512 runs by kiln's direct "
+	  "kernel for a first layer (plugins/cpu/convthin.c: AVX512_BF16's dot products where "
+	  "the CPU has them, f32 arithmetic on the widened values elsewhere; the CNN's conv1: "
+	  "1.4x and 1.8x oneDNN's bf16 kernels, session 24), no timing.  "
+	  "`[run] deterministic = 1` keeps these two rules and turns the rest of `auto` into "
+	  "`bf16`, so that the kernel does not depend on a timing." },
 	{ "bf16_gemm", KILN_KEY_ENUM, "auto", 0, 0, "auto|bf16|f32|bf16-2",
 	  "GEMMs (linear layers) of bf16 tensors: `bf16` runs oneDNN's bf16 matmul (f32 "
 	  "accumulation; the implementation oneDNN lists first, brgemm on AVX-512); "
@@ -810,7 +815,12 @@ static const struct kiln_key cpu_keys[] = {
 	  "forward for the weight gradient and dy's from that for the data gradient "
 	  "(under `auto` none).  It differs from the direct result by rounding (about 1e-6 "
 	  "of the output's scale).  Without FFTW every setting but `fft` is `direct`.  "
-	  "`[run] deterministic = 1` turns `auto` into `rule`." },
+	  "`[run] deterministic = 1` turns `auto` into `rule`.  The direct kernel, on a CPU "
+	  "with AVX-512 (F, BW, VL), of a forward or weight gradient of 1-4 input channels "
+	  "(NCHW; NHWC with one channel), stride 1, a kernel up to 7x7 (the weight gradient: "
+	  "25 taps a channel) is kiln's own for a first layer, not oneDNN's "
+	  "(plugins/cpu/convthin.c; the CNN's conv1: ~1.2x oneDNN's NHWC kernels, session 24; "
+	  "no kept copies): `rule` and `direct` run it, `auto` times it against the FFT." },
 	{ "tune_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The file that keeps the kernel choices `auto` timed (`bf16_conv`, `bf16_gemm`, "
 	  "`conv_impl`, `gemm_impl`, `conv_algo`) between runs, keyed by the op's shapes, dtypes, layouts and "

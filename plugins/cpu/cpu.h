@@ -39,8 +39,11 @@ struct cpu_fftconv;
  * bf16_gemm): oneDNN's bf16 kernel, its f32 kernel on the widened bf16
  * tensors, or whichever of the two is faster for the op's shape, timed
  * once at prepare (tune.c). */
-/* CPU_KERN_BF16_2: oneDNN's second bf16 implementation (GEMMs only) */
-enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32, CPU_KERN_BF16_2 };
+/* CPU_KERN_BF16_2: oneDNN's second bf16 implementation (GEMMs only);
+ * CPU_KERN_RULE: auto's fixed rules alone (kiln's own kernels where they
+ * apply: convthin.c, the FFT at 16x16), else oneDNN's bf16 kernel, no
+ * timing: `auto` under `[run] deterministic = 1` */
+enum { CPU_KERN_AUTO, CPU_KERN_BF16, CPU_KERN_F32, CPU_KERN_BF16_2, CPU_KERN_RULE };
 
 /* Which of oneDNN's implementations runs an f32 forward convolution
  * ([plugin.cpu] conv_impl): the fastest of the first CPU_CONV_IMPLS

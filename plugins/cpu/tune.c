@@ -35,8 +35,9 @@
  * Both candidates compute with the same bf16 input values and f32
  * accumulation, so either is within the op's documented bound
  * (tests/check_device.c checks both); they differ in rounding order only.
- * `[run] deterministic = 1` turns `auto` into `bf16` (cpu.c), so that a
- * result never depends on a timing.
+ * `[run] deterministic = 1` turns `auto` into CPU_KERN_RULE (cpu.c): the
+ * fixed rules below (kiln's first-layer kernel, the FFT at 16x16), else
+ * `bf16`, so that a result never depends on a timing.
  *
  * f32 forward convolutions ([plugin.cpu] conv_impl = auto; set by the
  * inference API): oneDNN lists several implementations for one op, and
@@ -688,12 +689,30 @@ kiln_status cpu_tune_gemm_impl(struct cpu_ctx *c, struct cpu_plan *p)
 
 /* tune_impl's family for conv_algo = auto: candidate 0 direct (oneDNN,
  * with conv_impl's choice), 1 the FFT */
+/* convthin.c's plan of p (cpu_convthin_bare_ok); KILN_ENOTSUP for the
+ * op with kept copies, so that its layer prepares its ops without them
+ * and this one runs here */
+static kiln_status thin_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	if (p->op.flags & KILN_OPF_KEEP)
+		return cpu_bad(c, &p->op, KILN_ENOTSUP,
+			       "kiln's direct convolution for few input channels keeps no copies");
+	return cpu_convthin_prepare(c, p);
+}
+
+/* An f32 convolution by a direct kernel: kiln's for a first layer's few
+ * input channels (convthin.h), else oneDNN's (cpu_tune_conv_impl) */
+static kiln_status direct_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	return cpu_convthin_bare_ok(&p->op) ? thin_prepare(c, p) : cpu_tune_conv_impl(c, p);
+}
+
 static kiln_status conv_algo_family(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const int fft = p->conv_impl;
 	p->op.i[14] = 0;
 	p->conv_impl = 0;
-	return fft ? cpu_fftconv_prepare(c, p) : cpu_tune_conv_impl(c, p);
+	return fft ? cpu_fftconv_prepare(c, p) : direct_prepare(c, p);
 }
 
 /* auto's choice for op (KILN_OPF_KEEP off, the kept tensors left out):
@@ -719,26 +738,11 @@ static int conv_algo_auto(struct cpu_ctx *c, const struct kiln_op *op, kiln_stat
 	return fft;
 }
 
-/* convthin.c's plan of p (cpu_convthin_bare_ok); KILN_ENOTSUP for the
- * op with kept copies, so that its layer prepares its ops without them
- * and this one runs here */
-static kiln_status thin_prepare(struct cpu_ctx *c, struct cpu_plan *p)
-{
-	if (p->op.flags & KILN_OPF_KEEP)
-		return cpu_bad(c, &p->op, KILN_ENOTSUP,
-			       "kiln's direct convolution for few input channels keeps no copies");
-	return cpu_convthin_prepare(c, p);
-}
-
 kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
-	/* a first layer's few input channels: kiln's direct kernel under
-	 * every conv_algo (convthin.h); no kept copies there */
-	if (cpu_convthin_bare_ok(op))
-		return thin_prepare(c, p);
 	if (!c->conv_algo || !cpu_fftconv_ok(op))
-		return cpu_tune_conv_impl(c, p);
+		return direct_prepare(c, p);
 	int fft = 1;
 	if (c->conv_algo == CPU_GEMM_RULE) {
 		fft = cpu_fftconv_rule(op);
@@ -754,7 +758,7 @@ kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
 			return st;
 	}
 	if (!fft)
-		return cpu_tune_conv_impl(c, p);
+		return direct_prepare(c, p);
 	/* kept copies (the FFT's spectra) only where a fixed setting gives the
 	 * layer's three ops all to the FFT; auto times each op alone, so a
 	 * copy's writer and reader could differ: refused, and the layer's ops
@@ -924,14 +928,14 @@ kiln_status cpu_tune_prepare(struct cpu_ctx *c, struct cpu_plan *p,
 	 * where its blocks can (fftconv.c, fc_bf16_tensors: NCHW), else as the
 	 * f32 op on widened copies (lowp.c); the same bits either way, kept
 	 * spectra too */
-	/* bf16_conv = auto and a first layer's few input channels: kiln's
-	 * direct kernel, reading and writing bf16 itself (convthin.h; the f32
-	 * op's bits, rounded), not a timing of oneDNN's two */
-	if (family == cpu_conv_prepare && setting == CPU_KERN_AUTO && cpu_convthin_bare_ok(&op))
-		return thin_prepare(c, p);
-	if (family == cpu_conv_prepare && setting == CPU_KERN_AUTO &&
-	    cpu_fftconv_bf16_fast(&op, c->conv_algo))
+	const int rules = setting == CPU_KERN_AUTO || setting == CPU_KERN_RULE;
+	if (family == cpu_conv_prepare && rules && cpu_fftconv_bf16_fast(&op, c->conv_algo))
 		return cpu_fftconv_ok(&op) ? cpu_fftconv_prepare(c, p) : cpu_lowp_prepare(c, p, family);
+	/* and where no FFT does, a first layer's few input channels: kiln's
+	 * direct kernel, reading and writing bf16 itself (convthin.h), not a
+	 * timing of oneDNN's two */
+	if (family == cpu_conv_prepare && rules && cpu_convthin_bare_ok(&op))
+		return thin_prepare(c, p);
 	if (op.flags & KILN_OPF_KEEP)
 		return tune_kept(c, p, family, setting);
 	if (setting == CPU_KERN_AUTO && family == cpu_conv_prepare && tune_pick(c, &op))
