@@ -7,13 +7,21 @@
  * channels, kernels 1x1 to 7x7 (3x5 and 5x3 too), padding 0..3 (more than
  * the kernel's reach too), odd sizes and rows wider than 32 (several
  * 16-wide vectors and a masked tail), output channels not a multiple of
- * 16, batches 1..5 and 16; the same bytes on 1 and 2 threads; a bf16 op's
- * bytes those of the f32 op on the widened tensors (the forward's rounded
- * once); which ops it takes (one "(convthin.c)" plan each on a CPU with
- * AVX-512F, BW and VL, none with KILN_CPU_CONVTHIN=0 or without them) and
- * which it leaves to oneDNN (5 channels, stride, dilation, groups, NHWC,
- * the data gradient, kept copies, a residual epilogue, an 8x8 or 1x9
- * kernel, bf16_conv = bf16).
+ * 16, even kernels and 21-tap weight gradients (3x7, 7x3), batches 1..5
+ * and 16; the same bytes on 1, 2 and 4 threads; a weight gradient's lanes
+ * past a row's last output adding nothing even where x is inf there
+ * (test_inf_tail: an unmasked tail gave NaN for taps that never meet it);
+ * NHWC f32 with one input channel (a mixed stem's conv1); bf16 by
+ * AVX512_BF16's dot products (within the bounds below; the same bytes on
+ * 1 and 2 threads) and in f32 arithmetic (KILN_CPU_CONVTHIN=f32, and a CPU
+ * without AVX512_BF16: the bytes of the f32 op on the widened tensors, the
+ * forward's rounded once); which ops it takes (one "(convthin.c)" plan
+ * each on a CPU with AVX-512F, BW and VL, none with KILN_CPU_CONVTHIN=0 or
+ * without them; under conv_algo = fft the FFT) and which it leaves to
+ * oneDNN (5 channels, stride, dilation, groups, NHWC of several channels
+ * or bf16, the data gradient, kept copies (refused: KILN_ENOTSUP), a
+ * residual epilogue, an 8x8 or 1x9 kernel, a weight gradient of more than
+ * 25 taps, bf16_conv = bf16).
  *
  * The plan counts are checked last in each test, after every result: a
  * build or a CPU where oneDNN computes the ops still has them checked
@@ -71,12 +79,17 @@ static const struct shape shapes[] = {
 	/* rows of 37, 35 and 29 outputs: 16-wide vectors and a masked tail */
 	{ 1, 1, 40, 37, 20, 3, 3, 1, 1 },  { 2, 3, 40, 37, 3, 7, 7, 3, 2 },
 	{ 3, 4, 12, 33, 7, 5, 5, 2, 0 },
+	/* even kernels (2x4, 6x4: the forward's pairs of tap rows with no
+	 * single row left), a 3x7 and a 7x3 weight gradient (21 taps: its
+	 * registers), padding wider than the kernel with one output channel */
+	{ 2, 2, 9, 10, 5, 2, 4, 1, 0 },    { 1, 1, 10, 21, 3, 3, 7, 1, 3 },
+	{ 1, 3, 12, 9, 6, 7, 3, 3, 1 },    { 1, 1, 6, 6, 1, 6, 4, 2, 2 },
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof *shapes))
 
 /* the shapes the bf16 tests run: conv1 at both batches, 3 and 4
- * channels, the masked tail */
-static const int bf16_shapes[] = { 0, 1, 2, 3, 5, 11 };
+ * channels, the masked tail, an even kernel, a 3x7 */
+static const int bf16_shapes[] = { 0, 1, 2, 3, 5, 11, 13, 14 };
 #define N_BF16 ((int)(sizeof bf16_shapes / sizeof *bf16_shapes))
 
 enum { F_BIAS = 1, F_RELU = 2, F_ACC = 4 };
@@ -451,6 +464,9 @@ static void check_f32(const struct cop *c, int si, struct tally *ty)
 	snprintf(what, sizeof what, "%s flags %d shape %d%s", op_str(c->t), c->fl, si, c->nhwc ? " NHWC" : "");
 	float *f1 = run_op(c, 1, NULL, 0, &n1, &p1);
 	float *f2 = run_op(c, 2, NULL, 0, &n2, &p2);
+	int64_t n4;
+	int p4;
+	float *f4 = run_op(c, 4, NULL, 0, &n4, &p4); /* more threads than cores */
 	float *d = run_op(c, 2, "plugin.cpu.conv_algo=direct", 1, &nd, &p0);
 	double *r = reference(c, &nr);
 	ck_assert(n1 == nr && n2 == nr && nd == nr);
@@ -459,15 +475,19 @@ static void check_f32(const struct cop *c, int si, struct tally *ty)
 	ck_assert_msg(e1 < TOL && e2 < TOL && ed < TOL && ex < TOL,
 		      "%s: off by %.3g (1 thread), %.3g (2) of the rms; oneDNN %.3g, the two apart %.3g",
 		      what, e1, e2, ed, ex);
+	ck_assert(n4 == nr);
 	if (p1 == 1 && p2 == 1)
 		ck_assert_msg(!memcmp(f1, f2, (size_t)nr * sizeof *f1),
 			      "%s: other bytes on 1 and 2 threads", what);
+	if (p1 == 1 && p4 == 1)
+		ck_assert_msg(!memcmp(f1, f4, (size_t)nr * sizeof *f1),
+			      "%s: other bytes on 1 and 4 threads", what);
 	ty->ref = maxd(ty->ref, maxd(e1, e2)), ty->onednn = maxd(ty->onednn, ed);
 	ty->vs_onednn = maxd(ty->vs_onednn, ex);
 	tally_plans(ty, p1, want_thin(c), what);
 	tally_plans(ty, p2, want_thin(c), what);
 	tally_plans(ty, p0, 0, "KILN_CPU_CONVTHIN=0");
-	free(f1), free(f2), free(d), free(r);
+	free(f1), free(f2), free(f4), free(d), free(r);
 }
 
 /* Op type t with flags fls[0..nf) on every shape, f32. */
@@ -818,6 +838,61 @@ START_TEST(test_ineligible)
 }
 END_TEST
 
+/* A weight gradient's lanes past the row's last output add nothing: x
+ * [1, 1, 3, 20], 3x3, no padding (18 outputs a row: a vector of 16 and one
+ * of 2, or one of 32 in bf16), every x 1 but column 19 inf, every dy 1.
+ * Taps kx = 0 and 1 never reach column 19 (their sums are 18, and db's
+ * too); kx = 2 does (inf).  A kernel that read x unmasked in the tail
+ * lanes, whose dy is 0, added 0 x inf = NaN to kx = 0 and 1. */
+static void check_inf_tail(int bf16)
+{
+	static const struct shape s = { 1, 1, 3, 20, 1, 3, 3, 0, 0 };
+	const struct cop c = { .t = KILN_OP_CONV_BWD_WEIGHTS, .fl = F_BIAS, .s = &s, .bf16 = bf16 };
+	struct kiln_device *dev;
+	struct kiln_config *cfg = open_dev(2, NULL, 0, &dev);
+	struct kiln_op op;
+	uint32_t sin[3];
+	int64_t nout[2];
+	make_op(&c, &op, sin, nout);
+	void *plan, *stream, *ws = NULL;
+	size_t wsb = 0;
+	int plans;
+	ck_assert_msg(prepare(dev, &op, &plan, &wsb, &plans) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
+	float x[60], dy[18], dw[9] = { 0 }, db[1] = { 0 };
+	for (int i = 0; i < 60; i++)
+		x[i] = i % 20 == 19 ? INFINITY : 1.0f;
+	for (int i = 0; i < 18; i++)
+		dy[i] = 1.0f;
+	void *dx = upload(dev, op.in[0].dtype, x, 60), *ddy = upload(dev, op.in[1].dtype, dy, 18);
+	void *ddw = upload(dev, KILN_F32, dw, 9), *ddb = upload(dev, KILN_F32, db, 1);
+	if (wsb)
+		ck_assert(kiln_device_alloc(dev, wsb, &ws) == 0);
+	struct kiln_op_args a = { .in = { dx, ddy }, .out = { ddw, ddb }, .workspace = ws,
+				  .workspace_bytes = wsb };
+	ck_assert_msg(kiln_device_run(dev, plan, &a, stream) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	memcpy(dw, ddw, sizeof dw), memcpy(db, ddb, sizeof db);
+	for (int ky = 0; ky < 3; ky++)
+		ck_assert_msg(dw[ky * 3] == 18.0f && dw[ky * 3 + 1] == 18.0f && isinf(dw[ky * 3 + 2]),
+			      "%s inf tail: dw row %d = %g %g %g, want 18 18 inf (convthin plans %d)",
+			      bf16 ? "bf16" : "f32", ky, dw[ky * 3], dw[ky * 3 + 1], dw[ky * 3 + 2], plans);
+	ck_assert_msg(db[0] == 18.0f, "inf tail: db %g, want 18", db[0]);
+	kiln_device_free(dev, dx), kiln_device_free(dev, ddy), kiln_device_free(dev, ddw);
+	kiln_device_free(dev, ddb), kiln_device_free(dev, ws);
+	kiln_device_plan_free(dev, plan);
+	kiln_device_stream_destroy(dev, stream);
+	kiln_device_close(dev);
+	kiln_config_free(cfg);
+}
+
+START_TEST(test_inf_tail)
+{
+	check_inf_tail(0);
+	check_inf_tail(1);
+}
+END_TEST
+
 static Suite *make_cpu_convthin_suite(void)
 {
 	Suite *s = suite_create("cpu_convthin");
@@ -826,6 +901,7 @@ static Suite *make_cpu_convthin_suite(void)
 	check_add_case(s, "bf16", 120, NULL, NULL, (const TTest *[]){
 		test_forward_bf16, test_bwd_weights_bf16, NULL });
 	check_add_case(s, "choice", 60, NULL, NULL, (const TTest *[]){ test_ineligible, NULL });
+	check_add_case(s, "edges", 60, NULL, NULL, (const TTest *[]){ test_inf_tail, NULL });
 	return s;
 }
 

@@ -27,9 +27,14 @@
  * across its lanes (_mm512_reduce_add_ps) and written to dw (or added to
  * it: KILN_OPF_ACCUMULATE).  Output channels are split over the team,
  * every channel's sums in one order (samples, rows, column vectors, then
- * lanes), so the bytes do not depend on the team.  dy's masked lanes past
- * OW are 0, so they add nothing (unless the input there is inf or NaN,
- * where the true sum is not finite either).
+ * lanes), so the bytes do not depend on the team.  A row's last vector
+ * adds its output columns alone (masked FMAs; in bf16, x loaded masked), so
+ * the lanes past OW add nothing (an inf in x beyond them would otherwise
+ * make 0 x inf a NaN).
+ *
+ * The padding is zeros that the taps multiply, as the FFT's: an inf weight
+ * or dy meeting it gives NaN where oneDNN, which skips padded taps, stays
+ * finite.
  */
 #include "convthin.h"
 #include "v16.h" /* CPU_V16, cpu_v16_ok, cpu_v16_bf16_ld, cpu_v16_bf16_st */
@@ -355,8 +360,8 @@ ct_wg_body(const struct ct_geom *g, const float *pc, const void *dyp, int bf16, 
 #pragma GCC unroll 2
 					for (int r = 0; r < CT_WR; r++)
 						if (i - r >= 0 && i - r < KH && (i - r) * KWC + kx < R)
-							acc[(i - r) * KWC + kx] =
-								_mm512_fmadd_ps(d[r], v, acc[(i - r) * KWC + kx]);
+							acc[(i - r) * KWC + kx] = _mm512_mask3_fmadd_ps(
+								d[r], v, acc[(i - r) * KWC + kx], m);
 				}
 			}
 		}
@@ -367,8 +372,8 @@ ct_wg_body(const struct ct_geom *g, const float *pc, const void *dyp, int bf16, 
 #pragma GCC unroll 25
 			for (int k = 0; k < R; k++)
 				if (k < nt)
-					acc[k] = _mm512_fmadd_ps(d, _mm512_loadu_ps(row + (k / KWC) * g->WP + k % KWC),
-								 acc[k]);
+					acc[k] = _mm512_mask3_fmadd_ps(
+						d, _mm512_loadu_ps(row + (k / KWC) * g->WP + k % KWC), acc[k], m);
 		}
 	}
 #pragma GCC unroll 25
@@ -537,11 +542,17 @@ static void ct_plane_bf(const struct ct_geom *g, const uint16_t *x, int64_t n, u
 			       (size_t)g->W * sizeof *pl);
 }
 
-/* dy's 32 columns from xv32 * 32 of row oy, as bf16 pairs (masked 0) */
-CT_BF static inline __m512bh ct_dy_bf(const struct ct_geom *g, const uint16_t *dyp, int64_t oy, int64_t xv)
+/* the columns of 32-column vector xv that are outputs */
+static inline __mmask32 ct_lanes32(const struct ct_geom *g, int64_t xv)
 {
 	const int64_t left = g->OW - xv * 32;
-	const __mmask32 m = left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
+	return left >= 32 ? 0xffffffffu : (__mmask32)((1u << left) - 1);
+}
+
+/* dy's 32 columns from xv32 * 32 of row oy, as bf16 pairs (masked 0) */
+CT_BF static inline __m512bh ct_dy_bf(const struct ct_geom *g, const uint16_t *dyp, int64_t oy, int64_t xv,
+				      __mmask32 m)
+{
 	return (__m512bh)_mm512_maskz_loadu_epi16(m, dyp + oy * g->OW + xv * 32);
 }
 
@@ -561,13 +572,14 @@ ct_wg_nat_body(const struct ct_geom *g, const uint16_t *pc, const uint16_t *dyp,
 	if (with_db)
 		db = _mm512_load_ps(A + (size_t)g->T * 16);
 	for (int64_t xv = 0; xv < g->nx32; xv++) {
+		const __mmask32 m = ct_lanes32(g, xv);
 		const uint16_t *col = pc + xv * 32;
 		int64_t oy = 0;
 		for (; oy + CT_WR <= g->OH; oy += CT_WR) {
 			__m512bh d[CT_WR];
 #pragma GCC unroll 2
 			for (int r = 0; r < CT_WR; r++) {
-				d[r] = ct_dy_bf(g, dyp, oy + r, xv);
+				d[r] = ct_dy_bf(g, dyp, oy + r, xv, m);
 				db = _mm512_dpbf16_ps(db, d[r], ones);
 			}
 #pragma GCC unroll 26
@@ -577,7 +589,7 @@ ct_wg_nat_body(const struct ct_geom *g, const uint16_t *pc, const uint16_t *dyp,
 				const uint16_t *row = col + (oy + i) * g->WPB;
 #pragma GCC unroll 7
 				for (int kx = 0; kx < KWC; kx++) {
-					const __m512bh v = (__m512bh)_mm512_loadu_si512(row + kx);
+					const __m512bh v = (__m512bh)_mm512_maskz_loadu_epi16(m, row + kx);
 #pragma GCC unroll 2
 					for (int r = 0; r < CT_WR; r++)
 						if (i - r >= 0 && i - r < KH && (i - r) * KWC + kx < R)
@@ -587,14 +599,15 @@ ct_wg_nat_body(const struct ct_geom *g, const uint16_t *pc, const uint16_t *dyp,
 			}
 		}
 		for (; oy < g->OH; oy++) { /* the last row alone */
-			const __m512bh d = ct_dy_bf(g, dyp, oy, xv);
+			const __m512bh d = ct_dy_bf(g, dyp, oy, xv, m);
 			db = _mm512_dpbf16_ps(db, d, ones);
 			const uint16_t *row = col + oy * g->WPB;
 #pragma GCC unroll 25
 			for (int k = 0; k < R; k++)
 				if (k < nt)
 					acc[k] = _mm512_dpbf16_ps(
-						acc[k], d, (__m512bh)_mm512_loadu_si512(row + (k / KWC) * g->WPB + k % KWC));
+						acc[k], d,
+						(__m512bh)_mm512_maskz_loadu_epi16(m, row + (k / KWC) * g->WPB + k % KWC));
 		}
 	}
 #pragma GCC unroll 25

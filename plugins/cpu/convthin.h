@@ -31,10 +31,13 @@ int cpu_convthin_ok(const struct kiln_op *op);
 int cpu_convthin_bare_ok(const struct kiln_op *op);
 
 /* Prepare p (cpu_convthin_ok) as convthin.c's kernel (cpu_ops_prepare's
- * contract); KILN_ENOTSUP for an op it does not take.  A bf16 op gives
- * the bytes of the f32 op on its widened tensors, each output rounded
- * once; the bytes never depend on the team (the weight gradient's sums
- * run in one order per output channel). */
+ * contract); KILN_ENOTSUP for an op it does not take.  A bf16 op runs by
+ * AVX512_BF16's dot products where the CPU has them (products exact, f32
+ * sums, denormal inputs and results flushed to zero, outputs rounded to
+ * nearest even: not the f32 op's bytes), else in f32 arithmetic on the
+ * widened values (the f32 op's bytes, rounded once).  The bytes never
+ * depend on the team (the weight gradient's sums run in one order per
+ * output channel). */
 kiln_status cpu_convthin_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 
 #endif
