@@ -10,70 +10,18 @@
  * Usage: bench/convthin_ops [--iters N] [--batch B] [--threads T] [--bf16]
  *        [--nhwc] [--shape C,H,O,K,P] */
 #include "bench_ops.h"
-#include "bench_time.h"
 
-struct bench {
-	struct kiln_device *dev;
-	void *plan, *stream, *ws, *in[3], *out[2];
-	size_t wsb;
-	double cpu, wall;
-};
-
-static void open_op(struct bench *b, struct kiln_registry *reg, int thin, int threads,
+/* b: kiln's kernel (thin) or oneDNN's (KILN_CPU_CONVTHIN=0 while the plan
+ * is made; bf16: its bf16 kernel, bf16_conv = bf16) */
+static void open_op(struct bench_op *b, struct kiln_registry *reg, int thin, int threads,
 		    const struct kiln_op *op)
 {
-	struct kiln_config *cfg;
-	char ov[64];
-	memset(b, 0, sizeof *b);
-	b->cpu = b->wall = 1e30;
-	TRY(kiln_config_new(&cfg));
-	snprintf(ov, sizeof ov, "run.threads=%d", threads);
-	TRY(kiln_config_override(cfg, ov));
-	TRY(kiln_config_override(cfg, thin ? "plugin.cpu.bf16_conv=auto" : "plugin.cpu.bf16_conv=bf16"));
 	setenv("KILN_CPU_CONVTHIN", thin ? "1" : "0", 1);
-	TRY(kiln_device_open(reg, cfg, "cpu", 0, &b->dev));
-	TRY(kiln_device_prepare(b->dev, op, &b->plan, &b->wsb));
+	bench_op_open(b, reg, threads,
+		      (const char *const[]){ thin ? "plugin.cpu.bf16_conv=auto" : "plugin.cpu.bf16_conv=bf16",
+					     NULL },
+		      op);
 	unsetenv("KILN_CPU_CONVTHIN");
-	TRY(kiln_device_stream_create(b->dev, &b->stream));
-	for (int k = 0; k < op->n_in; k++) {
-		const size_t n = kiln_tensor_bytes(&op->in[k]);
-		TRY(kiln_device_alloc(b->dev, n, &b->in[k]));
-		for (size_t i = 0; i < n / 2; i++) /* bf16 or halves of f32: finite either way */
-			((uint16_t *)b->in[k])[i] = (uint16_t)(0x3c00 + (i * 2654435761u) % 0x0400) |
-						    (uint16_t)((i & 1) << 15);
-	}
-	for (int k = 0; k < op->n_out; k++) {
-		const size_t n = kiln_tensor_bytes(&op->out[k]);
-		TRY(kiln_device_alloc(b->dev, n, &b->out[k]));
-		memset(b->out[k], 0, n);
-	}
-	if (b->wsb)
-		TRY(kiln_device_alloc(b->dev, b->wsb, &b->ws));
-	kiln_config_free(cfg);
-}
-
-static void run_op(struct bench *b)
-{
-	struct kiln_op_args a = { .in = { b->in[0], b->in[1], b->in[2] }, .out = { b->out[0], b->out[1] },
-				  .workspace = b->ws, .workspace_bytes = b->wsb };
-	const double c0 = cpu_now(), w0 = now();
-	TRY(kiln_device_run(b->dev, b->plan, &a, b->stream));
-	TRY(kiln_device_stream_sync(b->dev, b->stream));
-	const double c = cpu_now() - c0, w = now() - w0;
-	b->cpu = c < b->cpu ? c : b->cpu;
-	b->wall = w < b->wall ? w : b->wall;
-}
-
-static void close_op(struct bench *b)
-{
-	for (int k = 0; k < 3; k++)
-		kiln_device_free(b->dev, b->in[k]);
-	for (int k = 0; k < 2; k++)
-		kiln_device_free(b->dev, b->out[k]);
-	kiln_device_free(b->dev, b->ws);
-	kiln_device_plan_free(b->dev, b->plan);
-	kiln_device_stream_destroy(b->dev, b->stream);
-	kiln_device_close(b->dev);
 }
 
 int main(int argc, char **argv)
@@ -124,18 +72,18 @@ int main(int argc, char **argv)
 			op.type = KILN_OP_CONV_BWD_WEIGHTS, op.n_in = 2, op.n_out = 2;
 			op.in[0] = x, op.in[1] = y, op.out[0] = dw, op.out[1] = bias;
 		}
-		struct bench b[2];
+		struct bench_op b[2];
 		for (int a = 0; a < 2; a++)
 			open_op(&b[a], reg, a == 0, o.threads, &op);
 		for (int a = 0; a < 2; a++)
-			run_op(&b[a]); /* warm-up */
+			bench_op_run(&b[a]); /* warm-up */
 		for (int it = 0; it < o.iters; it++)
 			for (int a = 0; a < 2; a++)
-				run_op(&b[a]);
+				bench_op_run(&b[a]);
 		printf("%-12s %10.3f %10.3f %10.3f %10.3f %8.2f\n", names[pass], 1e3 * b[0].wall,
 		       1e3 * b[1].wall, 1e3 * b[0].cpu, 1e3 * b[1].cpu, b[1].wall / b[0].wall);
 		for (int a = 0; a < 2; a++)
-			close_op(&b[a]);
+			bench_op_close(&b[a]);
 	}
 	kiln_registry_close(reg);
 	return 0;

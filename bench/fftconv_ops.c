@@ -13,63 +13,14 @@
  * Usage: bench/fftconv_ops [--iters N] [--batch B] [--threads T] [--nhwc]
  *        [--shape C,H,O,K,P] [--kept] */
 #include "bench_ops.h"
-#include "bench_time.h"
 
-struct bench {
-	struct kiln_device *dev;
-	void *plan, *stream, *ws, *in[3], *out[3];
-	size_t wsb;
-	double cpu, wall;
-};
-
-static void open_op(struct bench *b, struct kiln_registry *reg, const char *algo, int threads,
+/* b: conv_algo = algo (bench_op_open) */
+static void open_op(struct bench_op *b, struct kiln_registry *reg, const char *algo, int threads,
 		    const struct kiln_op *op)
 {
-	struct kiln_config *cfg;
 	char ov[64];
-	memset(b, 0, sizeof *b);
-	b->cpu = b->wall = 1e30;
-	TRY(kiln_config_new(&cfg));
-	snprintf(ov, sizeof ov, "run.threads=%d", threads);
-	TRY(kiln_config_override(cfg, ov));
 	snprintf(ov, sizeof ov, "plugin.cpu.conv_algo=%s", algo);
-	TRY(kiln_config_override(cfg, ov));
-	TRY(kiln_device_open(reg, cfg, "cpu", 0, &b->dev));
-	TRY(kiln_device_prepare(b->dev, op, &b->plan, &b->wsb));
-	TRY(kiln_device_stream_create(b->dev, &b->stream));
-	for (int k = 0; k < op->n_in; k++) {
-		const size_t n = kiln_tensor_bytes(&op->in[k]);
-		TRY(kiln_device_alloc(b->dev, n, &b->in[k]));
-		for (size_t i = 0; i < n / 4; i++)
-			((float *)b->in[k])[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
-	}
-	for (int k = 0; k < op->n_out; k++) {
-		const size_t n = kiln_tensor_bytes(&op->out[k]);
-		TRY(kiln_device_alloc(b->dev, n, &b->out[k]));
-		memset(b->out[k], 0, n);
-	}
-	if (b->wsb)
-		TRY(kiln_device_alloc(b->dev, b->wsb, &b->ws));
-	kiln_config_free(cfg);
-}
-
-static void run_args(struct bench *b, const struct kiln_op_args *args)
-{
-	struct kiln_op_args a = *args;
-	a.workspace = b->ws, a.workspace_bytes = b->wsb;
-	const double c0 = cpu_now(), w0 = now();
-	TRY(kiln_device_run(b->dev, b->plan, &a, b->stream));
-	TRY(kiln_device_stream_sync(b->dev, b->stream));
-	const double c = cpu_now() - c0, w = now() - w0;
-	b->cpu = c < b->cpu ? c : b->cpu;
-	b->wall = w < b->wall ? w : b->wall;
-}
-
-static void run_op(struct bench *b)
-{
-	struct kiln_op_args a = { .in = { b->in[0], b->in[1], b->in[2] },
-				  .out = { b->out[0], b->out[1] } };
-	run_args(b, &a);
+	bench_op_open(b, reg, threads, (const char *const[]){ ov, NULL }, op);
 }
 
 static struct kiln_tensor_desc u8(size_t n)
@@ -85,7 +36,7 @@ static struct kiln_tensor_desc u8(size_t n)
  * does (forward, weight gradient, data gradient), against the plain ones */
 static void kept_chain(struct kiln_registry *reg, int threads, int iters, const struct kiln_op *ops)
 {
-	struct bench plain[3], kept[3];
+	struct bench_op plain[3], kept[3];
 	struct kiln_op k[3];
 	for (int p = 0; p < 3; p++) {
 		open_op(&plain[p], reg, "fft", threads, &ops[p]);
@@ -114,13 +65,13 @@ static void kept_chain(struct kiln_registry *reg, int threads, int iters, const 
 	void *x = kept[0].in[0], *w = kept[0].in[1], *bias = kept[0].in[2], *dy = kept[2].in[1];
 	for (int it = 0; it <= iters; it++) {
 		for (int p = 0; p < 3; p++)
-			run_op(&plain[p]);
+			bench_op_run(&plain[p]);
 		struct kiln_op_args f = { .in = { x, w, bias }, .out = { kept[0].out[0], dkx } };
 		struct kiln_op_args g = { .in = { x, dy, dkx }, .out = { kept[2].out[0], kept[2].out[1], dkdy } };
 		struct kiln_op_args d = { .in = { dy, w, dkdy }, .out = { kept[1].out[0] } };
-		run_args(&kept[0], &f);
-		run_args(&kept[2], &g);
-		run_args(&kept[1], &d);
+		bench_op_run_args(&kept[0], &f);
+		bench_op_run_args(&kept[2], &g);
+		bench_op_run_args(&kept[1], &d);
 		if (!it) /* warm-up */
 			for (int p = 0; p < 3; p++)
 				plain[p].cpu = kept[p].cpu = plain[p].wall = kept[p].wall = 1e30;
@@ -135,6 +86,8 @@ static void kept_chain(struct kiln_registry *reg, int threads, int iters, const 
 	       1e3 * (kept[0].cpu + kept[1].cpu + kept[2].cpu));
 	kiln_device_free(kept[0].dev, dkx);
 	kiln_device_free(kept[0].dev, dkdy);
+	for (int p = 0; p < 3; p++)
+		bench_op_close(&plain[p]), bench_op_close(&kept[p]);
 }
 
 int main(int argc, char **argv)
@@ -191,26 +144,18 @@ int main(int argc, char **argv)
 		ops[pass] = op;
 		if (keep)
 			continue;
-		struct bench b[2];
+		struct bench_op b[2];
 		for (int a = 0; a < 2; a++)
 			open_op(&b[a], reg, algos[a], threads, &op);
 		for (int a = 0; a < 2; a++)
-			run_op(&b[a]); /* warm-up */
+			bench_op_run(&b[a]); /* warm-up */
 		for (int it = 0; it < iters; it++)
 			for (int a = 0; a < 2; a++)
-				run_op(&b[a]);
+				bench_op_run(&b[a]);
 		printf("%-12s %12.3f %12.3f %12.3f %12.3f %8.2f\n", names[pass], 1e3 * b[0].cpu,
 		       1e3 * b[1].cpu, 1e3 * b[0].wall, 1e3 * b[1].wall, b[0].cpu / b[1].cpu);
-		for (int a = 0; a < 2; a++) {
-			for (int k = 0; k < 3; k++)
-				kiln_device_free(b[a].dev, b[a].in[k]);
-			for (int k = 0; k < 2; k++)
-				kiln_device_free(b[a].dev, b[a].out[k]);
-			kiln_device_free(b[a].dev, b[a].ws);
-			kiln_device_plan_free(b[a].dev, b[a].plan);
-			kiln_device_stream_destroy(b[a].dev, b[a].stream);
-			kiln_device_close(b[a].dev);
-		}
+		for (int a = 0; a < 2; a++)
+			bench_op_close(&b[a]);
 	}
 	if (keep)
 		kept_chain(reg, threads, iters, ops);
