@@ -766,8 +766,10 @@ static const struct kiln_key cpu_keys[] = {
 	  "`bf16-2` the second one it lists for the shape (gemm:jit here; the first where "
 	  "there is no second); `f32` widens the bf16 operands to f32 in the workspace, runs the "
 	  "f32 matmul and rounds a bf16 result once; `auto` times the three once per shape when "
-	  "the op is prepared and keeps the fastest (logged). `[run] deterministic = 1` "
-	  "turns `auto` into `bf16`." },
+	  "the op is prepared and keeps the fastest (logged), the two bf16 ones alone where "
+	  "oneDNN has bf16 dot products (avx512_core_bf16, AMX: there the f32 one took 2-3x "
+	  "their time on every GEMM of the CNN and MLP examples, session 24). "
+	  "`[run] deterministic = 1` turns `auto` into `bf16`." },
 	{ "conv_impl", KILN_KEY_ENUM, NULL, 0, 0, "first|auto|1|2",
 	  "Which of oneDNN's implementations runs an f32 forward convolution (without "
 	  "kept copies: inference and evaluation): `first` the one oneDNN lists first "

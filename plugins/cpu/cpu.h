@@ -335,6 +335,9 @@ const char *cpu_dnn_isa(char *buf, size_t n);
 /* dnn.c: 1 when oneDNN has bf16 kernels and JIT bf16 <-> f32 reorders on
  * this CPU (avx512_core and up), 0 on AVX2 and below. */
 int cpu_dnn_bf16_native(void);
+/* dnn.c: 1 when those kernels have bf16 dot products (avx512_core_bf16,
+ * AMX), not emulated ones */
+int cpu_dnn_bf16_dots(void);
 void cpu_engine_destroy(struct cpu_ctx *c);
 
 /* ---- dnn.c: a plan made of oneDNN primitives ---- */

@@ -278,6 +278,15 @@ int cpu_dnn_bf16_native(void)
 	}
 }
 
+int cpu_dnn_bf16_dots(void)
+{
+	switch ((int)dnnl_get_effective_cpu_isa()) {
+	case dnnl_cpu_isa_avx512_core_bf16:
+	case dnnl_cpu_isa_avx512_core_amx: return 1;
+	default: return 0;
+	}
+}
+
 dnnl_status_t cpu_dnn_post_act(dnnl_post_ops_t po, const struct kiln_op *op)
 {
 	static const dnnl_alg_kind_t alg[] = {

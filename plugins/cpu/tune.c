@@ -538,6 +538,8 @@ static void take_candidate(struct cpu_plan *p, struct cpu_plan **cand, int n, in
 		memcpy(p, cand[best], sizeof *p);
 	}
 	for (int k = 1; k < n; k++) {
+		if (!cand[k]) /* (a GEMM's f32 one, not prepared: tune_time) */
+			continue;
 		if (k != best)
 			cpu_plan_release(cand[k]);
 		free(cand[k]);
@@ -969,11 +971,17 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 	kiln_status st;
 	if ((st = prepare_kernel(c, p, family, 0)))
 		return st;
-	struct cpu_plan *q = calloc(1, sizeof *q);
-	if (!q)
+	/* a GEMM where oneDNN has bf16 dot products (avx512_core_bf16, AMX):
+	 * its f32 candidate, the operands widened, took 2-3x the bf16
+	 * kernels' time on every bf16 GEMM of the CNN and the MLP (session
+	 * 24, Zen 4): not prepared or timed, the two bf16 kernels alone */
+	const int no_f32 = family == cpu_gemm_prepare && cpu_dnn_bf16_dots();
+	struct cpu_plan *q = no_f32 ? NULL : calloc(1, sizeof *q);
+	if (!q && !no_f32)
 		return KILN_OK; /* keep the bf16 kernel */
-	q->op = op;
-	if (prepare_kernel(c, q, family, 1) != KILN_OK) {
+	if (q)
+		q->op = op;
+	if (q && prepare_kernel(c, q, family, 1) != KILN_OK) {
 		/* the bf16 candidate works: keep it, and the f32 one's error
 		 * message is not this prepare's */
 		cpu_plan_release(q);
@@ -1003,8 +1011,19 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 	 * has no second bf16 one: the same plan, timed once, and the tie kept
 	 * as the bf16 choice (a convolution's kept copies, tune_kept, are then
 	 * refused there rather than converted by oneDNN's reference reorders) */
-	const int same = n == 2 && p->inner && q->inner;
-	time_plans(c, cand, same ? 1 : n, tw, tc, &wait);
+	const int same = n == 2 && q && p->inner && q->inner;
+	if (no_f32 && n < 3) { /* no second bf16 kernel: nothing to time */
+		keep_choice(c, &op, TUNE_BF16, -1, -1, 1);
+		return KILN_OK;
+	}
+	if (no_f32) { /* the two bf16 kernels; the f32 one failed, as it were */
+		struct cpu_plan *two[2] = { p, cand[2] };
+		double w2[2], c2[2];
+		time_plans(c, two, 2, w2, c2, &wait);
+		tw[0] = w2[0], tc[0] = c2[0], tw[2] = w2[1], tc[2] = c2[1];
+	} else {
+		time_plans(c, cand, same ? 1 : n, tw, tc, &wait);
+	}
 	if (same) {
 		tw[1] = tw[0];
 		tc[1] = tc[0];
@@ -1014,16 +1033,20 @@ static kiln_status tune_time(struct cpu_ctx *c, struct cpu_plan *p,
 		best = TUNE_BF16;
 	{
 		static const char *const what[3] = { "bf16", "f32", "second bf16" };
-		char s0[96], s1[96], s2[96], s3[48] = "", sp[96];
+		char s0[96], s1[96], s2[96], s3[48] = "", sp[96], sf[48];
 		if (n == 3)
 			snprintf(s3, sizeof s3, ", second bf16 kernel %.3f ms", 1e3 * t[2]);
 		if (same)
 			snprintf(s3, sizeof s3, ", one plan timed once");
+		if (no_f32)
+			snprintf(sf, sizeof sf, "not timed (bf16 dot products)");
+		else
+			snprintf(sf, sizeof sf, "%.3f ms", 1e3 * t[1]);
 		c->host->log(KILN_LOG_INFO, "cpu",
-			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %.3f ms%s (%s): the %s kernel%s",
+			     "bf16 %s %s, %s -> %s: bf16 kernel %.3f ms, f32 kernel %s%s (%s): the %s kernel%s",
 			     cpu_op_name(op.type), cpu_desc_str(&op.in[0], s0, sizeof s0),
 			     cpu_desc_str(&op.in[1], s1, sizeof s1),
-			     cpu_desc_str(&op.out[0], s2, sizeof s2), 1e3 * t[0], 1e3 * t[1], s3,
+			     cpu_desc_str(&op.out[0], s2, sizeof s2), 1e3 * t[0], sf, s3,
 			     measure_str(prov), what[best], prov_str(prov, wait, sp, sizeof sp));
 	}
 	keep_choice(c, &op, best, prov, wait, 1);
