@@ -58,6 +58,7 @@
 #include <string.h>
 #include "check_main.h"
 #include "test_util.h"
+#include "conv_ref.h" /* conv_ref_run, conv_ref_err, conv_ref_at */
 #include "../plugins/common/half.h" /* half_f32_bf16, half_bf16_f32: the device's rounding */
 
 static struct kiln_registry *reg;
@@ -136,13 +137,6 @@ static int64_t ow(const struct cop *c)
 {
 	const struct shape *s = c->s;
 	return (s->W + 2 * s->pw - one(c->dil) * (s->KW - 1) - 1) / one(c->stride) + 1;
-}
-
-/* element (n, c, h, w) of a [N, C, H, W] tensor in layout nhwc */
-static int64_t at(int nhwc, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h,
-		  int64_t w)
-{
-	return nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
 }
 
 /* The values of tensor salt: x (1), w (2), dy (3), b (4); initial outputs
@@ -320,67 +314,22 @@ static float *run_op(const struct cop *c, int threads, const char *ov, int off, 
 static double *reference(const struct cop *c, int64_t *n)
 {
 	const struct shape *s = c->s;
-	const int t = c->t, fl = c->fl, nhwc = c->nhwc;
 	ck_assert(one(c->stride) == 1 && one(c->dil) == 1 && one(c->groups) == 1);
-	const int64_t OH = oh(c), OW = ow(c), nx = s->N * s->C * s->H * s->W,
-		      ny = s->N * s->O * OH * OW, nw = s->O * s->C * s->KH * s->KW;
+	const struct conv_ref g = { s->N, s->C, s->H, s->W, s->O, s->KH, s->KW, s->ph, s->pw, c->nhwc };
+	const int64_t nx = s->N * s->C * s->H * s->W, ny = s->N * s->O * oh(c) * ow(c),
+		      nw = s->O * s->C * s->KH * s->KW;
 	float *x = filled(nx, 1, c->exact), *w = filled(nw, 2, c->exact),
 	      *dy = filled(ny, 3, c->exact), *b = filled(s->O, 4, c->exact);
 	float *dw0 = filled(nw, 5, 0), *db0 = filled(s->O, 6, 0);
-	const int64_t nout = t == KILN_OP_CONV ? ny : nw + (fl & F_BIAS ? s->O : 0);
-	double *r = calloc((size_t)nout, sizeof *r);
-	ck_assert(r);
-	for (int64_t bn = 0; bn < s->N; bn++)
-		for (int64_t o = 0; o < s->O; o++)
-			for (int64_t i = 0; i < OH; i++)
-				for (int64_t j = 0; j < OW; j++) {
-					const int64_t yi = at(nhwc, s->O, OH, OW, bn, o, i, j);
-					for (int64_t ch = 0; ch < s->C; ch++)
-						for (int64_t a = 0; a < s->KH; a++)
-							for (int64_t q = 0; q < s->KW; q++) {
-								const int64_t h = i + a - s->ph, v = j + q - s->pw;
-								if (h < 0 || h >= s->H || v < 0 || v >= s->W)
-									continue;
-								const int64_t xi = at(nhwc, s->C, s->H, s->W, bn, ch, h, v);
-								const int64_t wi = ((o * s->C + ch) * s->KH + a) * s->KW + q;
-								if (t == KILN_OP_CONV)
-									r[yi] += (double)x[xi] * w[wi];
-								else
-									r[wi] += (double)dy[yi] * x[xi];
-							}
-					if (t == KILN_OP_CONV_BWD_WEIGHTS && (fl & F_BIAS))
-						r[nw + o] += dy[yi];
-				}
-	if (t == KILN_OP_CONV)
-		for (int64_t i = 0; i < ny; i++) {
-			const int64_t o = nhwc ? i % s->O : i / (OH * OW) % s->O;
-			if (fl & F_BIAS)
-				r[i] += b[o];
-			if ((fl & F_RELU) && r[i] < 0)
-				r[i] = 0;
-		}
-	if (t == KILN_OP_CONV_BWD_WEIGHTS && (fl & F_ACC))
-		for (int64_t i = 0; i < nout; i++)
-			r[i] += i < nw ? dw0[i] : db0[i - nw];
+	const int acc = c->t == KILN_OP_CONV_BWD_WEIGHTS && (c->fl & F_ACC);
+	double *r = conv_ref_run(c->t, &g, x, w, dy, c->fl & F_BIAS ? b : NULL, (c->fl & F_RELU) != 0,
+				 (c->fl & F_BIAS) != 0, acc ? dw0 : NULL, acc ? db0 : NULL, n);
 	free(x), free(w), free(dy), free(b), free(dw0), free(db0);
-	*n = nout;
 	return r;
 }
 
 /* max |got - ref| / rms(ref) */
-static double rel_err(const float *got, const double *ref, int64_t n)
-{
-	double ss = 0, worst = 0;
-	for (int64_t i = 0; i < n; i++)
-		ss += ref[i] * ref[i];
-	const double rms = sqrt(ss / (double)n) + 1e-300;
-	for (int64_t i = 0; i < n; i++) {
-		const double d = fabs((double)got[i] - ref[i]);
-		if (!(d <= worst)) /* NaN too */
-			worst = d;
-	}
-	return worst / rms;
-}
+static double rel_err(const float *got, const double *ref, int64_t n) { return conv_ref_err(got, ref, n); }
 
 /* The same beyond a bf16 rounding of each element, max (|got - ref| -
  * 2^-8 |ref|) / rms(ref): a bf16 y rounded once from an f32 sum within

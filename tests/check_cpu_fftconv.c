@@ -27,6 +27,7 @@
 #include <string.h>
 #include "check_main.h"
 #include "test_util.h"
+#include "conv_ref.h" /* conv_ref_run, conv_ref_err */
 
 static struct kiln_registry *reg;
 
@@ -64,13 +65,6 @@ static void sink(void *user, int level, const char *who, const char *msg)
 
 static int64_t oh(const struct shape *s) { return s->H + 2 * s->ph - s->KH + 1; }
 static int64_t ow(const struct shape *s) { return s->W + 2 * s->pw - s->KW + 1; }
-
-/* element (n, c, h, w) of a [N, C, H, W] tensor in layout nhwc */
-static int64_t at(int nhwc, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h,
-		  int64_t w)
-{
-	return nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
-}
 
 /* The inputs of op type t: x (salt 1), w (2), dy (3), b (4); initial
  * outputs for accumulation: dw (5), db (6). */
@@ -189,69 +183,20 @@ static float *run_op(int t, const struct shape *s, int nhwc, int fl, const char 
 /* The double-precision result of the same op (run_op's inputs). */
 static double *reference(int t, const struct shape *s, int nhwc, int fl, int64_t *n)
 {
-	const int64_t OH = oh(s), OW = ow(s), nx = s->N * s->C * s->H * s->W,
-		      ny = s->N * s->O * OH * OW, nw = s->O * s->C * s->KH * s->KW;
+	const struct conv_ref g = { s->N, s->C, s->H, s->W, s->O, s->KH, s->KW, s->ph, s->pw, nhwc };
+	const int64_t nx = s->N * s->C * s->H * s->W, ny = s->N * s->O * oh(s) * ow(s),
+		      nw = s->O * s->C * s->KH * s->KW;
 	float *x = filled(nx, 1), *w = filled(nw, 2), *dy = filled(ny, 3), *b = filled(s->O, 4);
 	float *dw0 = filled(nw, 5), *db0 = filled(s->O, 6);
-	const int64_t nout = t == KILN_OP_CONV ? ny : t == KILN_OP_CONV_BWD_DATA ? nx
-					      : nw + (fl & F_BIAS ? s->O : 0);
-	double *r = calloc((size_t)nout, sizeof *r);
-	ck_assert(r);
-	for (int64_t bn = 0; bn < s->N; bn++)
-		for (int64_t o = 0; o < s->O; o++)
-			for (int64_t i = 0; i < OH; i++)
-				for (int64_t j = 0; j < OW; j++) {
-					const int64_t yi = at(nhwc, s->O, OH, OW, bn, o, i, j);
-					for (int64_t c = 0; c < s->C; c++)
-						for (int64_t a = 0; a < s->KH; a++)
-							for (int64_t q = 0; q < s->KW; q++) {
-								const int64_t h = i + a - s->ph, v = j + q - s->pw;
-								if (h < 0 || h >= s->H || v < 0 || v >= s->W)
-									continue;
-								const int64_t xi = at(nhwc, s->C, s->H, s->W, bn, c, h, v);
-								const int64_t wi = ((o * s->C + c) * s->KH + a) * s->KW + q;
-								if (t == KILN_OP_CONV)
-									r[yi] += (double)x[xi] * w[wi];
-								else if (t == KILN_OP_CONV_BWD_DATA)
-									r[xi] += (double)dy[yi] * w[wi];
-								else
-									r[wi] += (double)dy[yi] * x[xi];
-							}
-					if (t == KILN_OP_CONV_BWD_WEIGHTS && (fl & F_BIAS))
-						r[nw + o] += dy[yi];
-				}
-	if (t == KILN_OP_CONV)
-		for (int64_t bn = 0; bn < s->N; bn++)
-			for (int64_t o = 0; o < s->O; o++)
-				for (int64_t i = 0; i < OH * OW; i++) {
-					const int64_t yi = at(nhwc, s->O, OH, OW, bn, o, i / OW, i % OW);
-					if (fl & F_BIAS)
-						r[yi] += b[o];
-					if ((fl & F_RELU) && r[yi] < 0)
-						r[yi] = 0;
-				}
-	if (t == KILN_OP_CONV_BWD_WEIGHTS && (fl & F_ACC))
-		for (int64_t i = 0; i < nout; i++)
-			r[i] += i < nw ? dw0[i] : db0[i - nw];
+	const int acc = t == KILN_OP_CONV_BWD_WEIGHTS && (fl & F_ACC);
+	double *r = conv_ref_run(t, &g, x, w, dy, fl & F_BIAS ? b : NULL, (fl & F_RELU) != 0,
+				 (fl & F_BIAS) != 0, acc ? dw0 : NULL, acc ? db0 : NULL, n);
 	free(x), free(w), free(dy), free(b), free(dw0), free(db0);
-	*n = nout;
 	return r;
 }
 
 /* max |got - ref| / rms(ref) */
-static double rel_err(const float *got, const double *ref, int64_t n)
-{
-	double ss = 0, worst = 0;
-	for (int64_t i = 0; i < n; i++)
-		ss += ref[i] * ref[i];
-	const double rms = sqrt(ss / (double)n) + 1e-300;
-	for (int64_t i = 0; i < n; i++) {
-		const double d = fabs((double)got[i] - ref[i]);
-		if (!(d <= worst)) /* NaN too */
-			worst = d;
-	}
-	return worst / rms;
-}
+static double rel_err(const float *got, const double *ref, int64_t n) { return conv_ref_err(got, ref, n); }
 
 static const char *op_str(int t)
 {

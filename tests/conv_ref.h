@@ -1,0 +1,97 @@
+/* tests/conv_ref.h - what the convolution tests check_cpu_fftconv and
+ * check_cpu_convthin share: the element index of an [N, C, H, W] tensor in
+ * either layout, a double-precision convolution of stride 1, dilation 1
+ * and one group (CONV with bias and ReLU, CONV_BWD_DATA, CONV_BWD_WEIGHTS
+ * with the bias gradient and accumulation), and the error the tests bound,
+ * max |got - ref| / rms(ref) over the tensor (a NaN counts as the worst). */
+#ifndef KILN_TESTS_CONV_REF_H
+#define KILN_TESTS_CONV_REF_H
+#include <kiln/kiln.h>
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* A convolution's geometry and layout (weights OIHW). */
+struct conv_ref {
+	int64_t N, C, H, W, O, KH, KW, ph, pw;
+	int nhwc;
+};
+
+static inline int64_t conv_ref_oh(const struct conv_ref *g) { return g->H + 2 * g->ph - g->KH + 1; }
+static inline int64_t conv_ref_ow(const struct conv_ref *g) { return g->W + 2 * g->pw - g->KW + 1; }
+
+/* element (n, c, h, w) of a [N, C, H, W] tensor in layout nhwc */
+static inline int64_t conv_ref_at(int nhwc, int64_t C, int64_t H, int64_t W, int64_t n, int64_t c, int64_t h,
+				  int64_t w)
+{
+	return nhwc ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
+}
+
+/* Op type t of g in double precision, malloc'ed, *n its elements: CONV
+ * (x, w, bias b or NULL, ReLU when relu) gives y; CONV_BWD_DATA (dy, w)
+ * dx; CONV_BWD_WEIGHTS (x, dy) dw, then db when bias_grad, each added to
+ * dw0 and db0 when they are not NULL (KILN_OPF_ACCUMULATE). */
+static inline double *conv_ref_run(int t, const struct conv_ref *g, const float *x, const float *w,
+				   const float *dy, const float *b, int relu, int bias_grad, const float *dw0,
+				   const float *db0, int64_t *n)
+{
+	const int64_t OH = conv_ref_oh(g), OW = conv_ref_ow(g), nx = g->N * g->C * g->H * g->W,
+		      ny = g->N * g->O * OH * OW, nw = g->O * g->C * g->KH * g->KW;
+	const int64_t nout = t == KILN_OP_CONV ? ny : t == KILN_OP_CONV_BWD_DATA ? nx : nw + (bias_grad ? g->O : 0);
+	double *r = calloc((size_t)nout, sizeof *r);
+	ck_assert(r);
+	for (int64_t bn = 0; bn < g->N; bn++)
+		for (int64_t o = 0; o < g->O; o++)
+			for (int64_t i = 0; i < OH; i++)
+				for (int64_t j = 0; j < OW; j++) {
+					const int64_t yi = conv_ref_at(g->nhwc, g->O, OH, OW, bn, o, i, j);
+					for (int64_t c = 0; c < g->C; c++)
+						for (int64_t a = 0; a < g->KH; a++)
+							for (int64_t q = 0; q < g->KW; q++) {
+								const int64_t h = i + a - g->ph, v = j + q - g->pw;
+								if (h < 0 || h >= g->H || v < 0 || v >= g->W)
+									continue;
+								const int64_t xi =
+									conv_ref_at(g->nhwc, g->C, g->H, g->W, bn, c, h, v);
+								const int64_t wi = ((o * g->C + c) * g->KH + a) * g->KW + q;
+								if (t == KILN_OP_CONV)
+									r[yi] += (double)x[xi] * w[wi];
+								else if (t == KILN_OP_CONV_BWD_DATA)
+									r[xi] += (double)dy[yi] * w[wi];
+								else
+									r[wi] += (double)dy[yi] * x[xi];
+							}
+					if (t == KILN_OP_CONV_BWD_WEIGHTS && bias_grad)
+						r[nw + o] += dy[yi];
+				}
+	if (t == KILN_OP_CONV)
+		for (int64_t i = 0; i < ny; i++) {
+			const int64_t o = g->nhwc ? i % g->O : i / (OH * OW) % g->O;
+			if (b)
+				r[i] += b[o];
+			if (relu && r[i] < 0)
+				r[i] = 0;
+		}
+	if (t == KILN_OP_CONV_BWD_WEIGHTS && dw0)
+		for (int64_t i = 0; i < nout; i++)
+			r[i] += i < nw ? dw0[i] : db0[i - nw];
+	*n = nout;
+	return r;
+}
+
+/* max |got - ref| / rms(ref) */
+static inline double conv_ref_err(const float *got, const double *ref, int64_t n)
+{
+	double ss = 0, worst = 0;
+	for (int64_t i = 0; i < n; i++)
+		ss += ref[i] * ref[i];
+	const double rms = sqrt(ss / (double)n) + 1e-300;
+	for (int64_t i = 0; i < n; i++) {
+		const double d = fabs((double)got[i] - ref[i]);
+		if (!(d <= worst)) /* NaN too */
+			worst = d;
+	}
+	return worst / rms;
+}
+#endif
