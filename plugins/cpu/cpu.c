@@ -284,6 +284,88 @@ static kiln_status cpu_workload(void *ctx, const struct kiln_workload *w)
 	return KILN_OK;
 }
 
+/* [plugin.cpu]'s kernel choices (bf16_conv, bf16_gemm, conv_impl,
+ * gemm_impl, conv_algo), from cfg (NULL: the defaults).  A timed choice
+ * may differ between runs: deterministic runs take the rules instead. */
+struct cpu_kernel_keys {
+	int kern[2]; /* bf16_conv, bf16_gemm: CPU_KERN_* */
+	int conv_impl, gemm_impl, conv_algo;
+};
+
+/* bf16_conv (i = 0) and bf16_gemm (1) into *kern */
+static kiln_status cpu_kern_key(const struct kiln_host *host, const struct kiln_config *cfg, int i,
+				int deterministic, int *kern)
+{
+	static const char *const key[2] = { "bf16_conv", "bf16_gemm" };
+	const char *v = cfg ? host->config_get(cfg, "plugin.cpu", key[i]) : NULL;
+	if (!v || !strcmp(v, "auto"))
+		*kern = CPU_KERN_AUTO;
+	else if (!strcmp(v, "bf16"))
+		*kern = CPU_KERN_BF16;
+	else if (!strcmp(v, "f32"))
+		*kern = CPU_KERN_F32;
+	else if (i == 1 && !strcmp(v, "bf16-2"))
+		*kern = CPU_KERN_BF16_2;
+	else
+		return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] %s = %s: expected auto, bf16%s or f32",
+				   key[i], v, i == 1 ? ", bf16-2" : "");
+	/* deterministic runs keep auto's fixed rules and otherwise the
+	 * bf16 kernels, unless told otherwise */
+	if (*kern == CPU_KERN_AUTO && deterministic)
+		*kern = CPU_KERN_RULE;
+	return KILN_OK;
+}
+
+static kiln_status cpu_kernel_keys(const struct kiln_host *host, const struct kiln_config *cfg,
+				   int deterministic, struct cpu_kernel_keys *kk)
+{
+	kiln_status st;
+	kk->conv_impl = 0;
+	kk->gemm_impl = HAVE_OPENBLAS ? CPU_GEMM_RULE : 0; /* unset */
+	kk->conv_algo = HAVE_FFTW ? CPU_GEMM_RULE : 0;     /* unset */
+	for (int i = 0; i < 2; i++)
+		if ((st = cpu_kern_key(host, cfg, i, deterministic, &kk->kern[i])))
+			return st;
+	const char *ci = cfg ? host->config_get(cfg, "plugin.cpu", "conv_impl") : NULL;
+	if (ci && strcmp(ci, "first") && strcmp(ci, "auto") && strcmp(ci, "1") && strcmp(ci, "2"))
+		return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_impl = %s: expected first, auto, 1 or 2", ci);
+	kk->conv_impl = !ci || !strcmp(ci, "first") ? 0 : !strcmp(ci, "auto") ? CPU_CONV_AUTO : atoi(ci);
+	if (kk->conv_impl == CPU_CONV_AUTO && deterministic) /* not a timed choice */
+		kk->conv_impl = 0;
+	const char *gi = cfg ? host->config_get(cfg, "plugin.cpu", "gemm_impl") : NULL;
+	if (gi && strcmp(gi, "rule") && strcmp(gi, "auto") && strcmp(gi, "onednn") &&
+	    strcmp(gi, "openblas"))
+		return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = %s: expected rule, auto, onednn or openblas", gi);
+	if (gi && !strcmp(gi, "openblas") && cpu_openblas_check())
+		return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = openblas: %s",
+				   cpu_openblas_check());
+	if (gi)
+		kk->gemm_impl = !strcmp(gi, "auto")   ? CPU_CONV_AUTO
+				: !strcmp(gi, "rule") ? CPU_GEMM_RULE
+						      : !strcmp(gi, "openblas");
+	const char *ca = cfg ? host->config_get(cfg, "plugin.cpu", "conv_algo") : NULL;
+	if (ca && strcmp(ca, "rule") && strcmp(ca, "auto") && strcmp(ca, "direct") &&
+	    strcmp(ca, "fft"))
+		return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_algo = %s: expected rule, auto, direct or fft", ca);
+	if (ca && !strcmp(ca, "fft") && !HAVE_FFTW)
+		return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_algo = fft: this build has no FFTW (configure --with-fftw; apt-get install libfftw3-dev)");
+	if (ca)
+		kk->conv_algo = !strcmp(ca, "auto")   ? CPU_CONV_AUTO
+				: !strcmp(ca, "rule") ? CPU_GEMM_RULE
+						      : !strcmp(ca, "fft");
+	if (cfg && !HAVE_FFTW) /* every setting but fft is direct */
+		kk->conv_algo = 0;
+	if (kk->conv_algo == CPU_CONV_AUTO && deterministic)
+		kk->conv_algo = CPU_GEMM_RULE;
+	/* the rule's choice instead of a timed one; OpenBLAS's pthread build
+	 * (the alternatives' choice) is left out */
+	if (kk->gemm_impl == CPU_CONV_AUTO && deterministic)
+		kk->gemm_impl = CPU_GEMM_RULE;
+	if (kk->gemm_impl < 0 && cpu_openblas_check())
+		kk->gemm_impl = 0;
+	return KILN_OK;
+}
+
 static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    int ordinal, const struct kiln_device_options *opts, void **out)
 {
@@ -293,10 +375,6 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	int keep_weights = 1; /* [plugin.cpu] keep_weights, unset (no config) */
 	int keep_widened = 1; /* [plugin.cpu] keep_widened, unset (no config) */
 	int64_t spin_us = 5000; /* [plugin.cpu] stage_spin_us, unset (no config) */
-	int kern[2] = { CPU_KERN_AUTO, CPU_KERN_AUTO }; /* bf16_conv, bf16_gemm */
-	int conv_impl = 0;
-	int gemm_impl = HAVE_OPENBLAS ? CPU_GEMM_RULE : 0; /* [plugin.cpu] gemm_impl, unset */
-	int conv_algo = HAVE_FFTW ? CPU_GEMM_RULE : 0; /* [plugin.cpu] conv_algo, unset */
 	*out = NULL;
 	if (ordinal < 0)
 		return host->error(KILN_EINVAL, "cpu: device ordinal %d is negative", ordinal);
@@ -317,65 +395,10 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 		st = host->config_get_bool(cfg, "plugin.cpu", "keep_widened", &keep_widened);
 		if (st && st != KILN_ENOTFOUND)
 			return st;
-		static const char *const key[2] = { "bf16_conv", "bf16_gemm" };
-		for (int i = 0; i < 2; i++) {
-			const char *k = host->config_get(cfg, "plugin.cpu", key[i]);
-			if (!k || !strcmp(k, "auto"))
-				kern[i] = CPU_KERN_AUTO;
-			else if (!strcmp(k, "bf16"))
-				kern[i] = CPU_KERN_BF16;
-			else if (!strcmp(k, "f32"))
-				kern[i] = CPU_KERN_F32;
-			else if (i == 1 && !strcmp(k, "bf16-2"))
-				kern[i] = CPU_KERN_BF16_2;
-			else
-				return host->error(KILN_ECONFIG,
-						   "cpu: [plugin.cpu] %s = %s: expected auto, bf16%s or f32",
-						   key[i], k, i == 1 ? ", bf16-2" : "");
-			/* a timed choice may differ between runs: deterministic
-			 * runs keep auto's fixed rules and otherwise the bf16
-			 * kernels, unless told otherwise */
-			if (kern[i] == CPU_KERN_AUTO && deterministic)
-				kern[i] = CPU_KERN_RULE;
-		}
-		const char *ci = host->config_get(cfg, "plugin.cpu", "conv_impl");
-		if (ci && strcmp(ci, "first") && strcmp(ci, "auto") && strcmp(ci, "1") && strcmp(ci, "2"))
-			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_impl = %s: expected first, auto, 1 or 2", ci);
-		conv_impl = !ci || !strcmp(ci, "first") ? 0 : !strcmp(ci, "auto") ? CPU_CONV_AUTO : atoi(ci);
-		if (conv_impl == CPU_CONV_AUTO && deterministic) /* not a timed choice */
-			conv_impl = 0;
-		const char *gi = host->config_get(cfg, "plugin.cpu", "gemm_impl");
-		if (gi && strcmp(gi, "rule") && strcmp(gi, "auto") && strcmp(gi, "onednn") &&
-		    strcmp(gi, "openblas"))
-			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = %s: expected rule, auto, onednn or openblas", gi);
-		if (gi && !strcmp(gi, "openblas") && cpu_openblas_check())
-			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] gemm_impl = openblas: %s",
-					   cpu_openblas_check());
-		if (gi)
-			gemm_impl = !strcmp(gi, "auto")   ? CPU_CONV_AUTO
-				    : !strcmp(gi, "rule") ? CPU_GEMM_RULE
-							  : !strcmp(gi, "openblas");
-		const char *ca = host->config_get(cfg, "plugin.cpu", "conv_algo");
-		if (ca && strcmp(ca, "rule") && strcmp(ca, "auto") && strcmp(ca, "direct") &&
-		    strcmp(ca, "fft"))
-			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_algo = %s: expected rule, auto, direct or fft", ca);
-		if (ca && !strcmp(ca, "fft") && !HAVE_FFTW)
-			return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_algo = fft: this build has no FFTW (configure --with-fftw; apt-get install libfftw3-dev)");
-		if (ca)
-			conv_algo = !strcmp(ca, "auto")   ? CPU_CONV_AUTO
-				    : !strcmp(ca, "rule") ? CPU_GEMM_RULE
-							  : !strcmp(ca, "fft");
-		if (!HAVE_FFTW) /* every setting but fft is direct */
-			conv_algo = 0;
 	}
-	if (conv_algo == CPU_CONV_AUTO && deterministic)
-		conv_algo = CPU_GEMM_RULE;
-	/* a timed choice may differ between runs: the rule's instead;
-	 * OpenBLAS's pthread build (the alternatives' choice) is left out */
-	if (gemm_impl == CPU_CONV_AUTO && deterministic)
-		gemm_impl = CPU_GEMM_RULE;
-	if (gemm_impl < 0 && cpu_openblas_check())
-		gemm_impl = 0;
+	struct cpu_kernel_keys kk;
+	if ((st = cpu_kernel_keys(host, cfg, deterministic, &kk)))
+		return st;
 	if (threads < 0)
 		return host->error(KILN_EINVAL, "cpu: threads = %lld is negative", (long long)threads);
 	/* the adaptive team, with threads unset: kiln's own loops give the same
@@ -411,11 +434,11 @@ static kiln_status cpu_open(const struct kiln_host *host, const struct kiln_conf
 	c->spin_ns = cpu_async_get(c) && opts->version >= 3 && opts->peers > 1 ? (int64_t)spin_us * 1000 : 0;
 	c->graph = graph;
 	c->keep_weights = keep_weights;
-	c->bf16_conv = kern[0];
-	c->bf16_gemm = kern[1];
-	c->conv_impl = conv_impl;
-	c->gemm_impl = gemm_impl;
-	c->conv_algo = conv_algo;
+	c->bf16_conv = kk.kern[0];
+	c->bf16_gemm = kk.kern[1];
+	c->conv_impl = kk.conv_impl;
+	c->gemm_impl = kk.gemm_impl;
+	c->conv_algo = kk.conv_algo;
 	c->threads = (int)threads;
 	c->lock = &cpu_sync.lock;
 	c->cond = &cpu_sync.cond;
