@@ -181,27 +181,6 @@ static int ct_share(const struct ct_geom *g, int64_t *t)
 	return (int)T;
 }
 
-/* The forward's weights tap by tap, 16 channels a block (0 past O), and
- * its bias (0 without one), widened. */
-static void ct_fwd_weights(const struct ct_geom *g, const struct cpu_plan *p, const struct kiln_op_args *a,
-			   float *wt, float *b)
-{
-	const int wbf = p->op.in[1].dtype == KILN_BF16;
-	memset(wt, 0, (size_t)(g->nhwc ? g->T * g->OP : g->nob * g->T * CT_OB) * sizeof *wt);
-	for (int64_t o = 0; o < g->O; o++)
-		for (int64_t k = 0; k < g->T; k++) {
-			const int64_t at = o * g->T + k;
-			wt[g->nhwc ? k * g->OP + o : ((o / CT_OB) * g->T + k) * CT_OB + o % CT_OB] =
-				wbf ? half_bf16_f32(((const uint16_t *)a->in[1])[at]) : ((const float *)a->in[1])[at];
-		}
-	memset(b, 0, (size_t)(g->nob * CT_OB > g->OP ? g->nob * CT_OB : g->OP) * sizeof *b);
-	if (p->op.n_in == 3)
-		for (int64_t o = 0; o < g->O; o++)
-			b[o] = p->op.in[2].dtype == KILN_BF16 ? half_bf16_f32(((const uint16_t *)a->in[2])[o])
-							       : ((const float *)a->in[2])[o];
-}
-
-#if CPU_HAVE_V16
 /* The native forward's weight pairs ([ob][c][p][kx][CT_OB] dwords, 0 past
  * O), into wq. */
 static void ct_fwd_pairs(const struct ct_geom *g, const uint16_t *w, uint32_t *wq)
@@ -218,39 +197,31 @@ static void ct_fwd_pairs(const struct ct_geom *g, const uint16_t *w, uint32_t *w
 				}
 }
 
-/* ct_forward by dot products (g->nat): b the widened bias ct_fwd_weights
- * made; its tap-major f32 weights are overwritten by the pairs. */
-static kiln_status ct_forward_nat(const struct cpu_plan *p, const struct kiln_op_args *a,
-				  const struct ct_geom *gp, float *ws)
+/* The forward's weights: tap by tap, CT_OB channels a block (NCHW) or all
+ * channels a tap (NHWC), 0 past O, widened; the dot products' pairs
+ * instead (g->nat: ct_fwd_pairs); and its bias (0 without one), widened. */
+static void ct_fwd_weights(const struct ct_geom *g, const struct cpu_plan *p, const struct kiln_op_args *a,
+			   float *wt, float *b)
 {
-	const struct ct_geom g = *gp;
-	uint32_t *wq = (uint32_t *)(ws + g.wt_at);
-	const float *b = ws + g.b_at;
-	ct_fwd_pairs(&g, a->in[1], wq);
-	const int relu = (p->op.flags & KILN_OPF_ACT) != 0;
-	const int64_t rows = g.N * g.OH, plane = g.C * g.HP * g.WP;
-#pragma omp parallel if (rows * g.nxv * g.nob * g.T * CT_OB >= CPU_PAR_MIN)
-	{
-		int64_t t;
-		const int T = ct_share(&g, &t);
-		if (t < T) {
-			uint32_t *Q = (uint32_t *)(ws + g.slot_at + (size_t)t * g.slot_len), *S = Q + plane;
-			int64_t cur = -1;
-			const int64_t r1 = rows * (t + 1) / T;
-			for (int64_t r = rows * t / T; r < r1;) {
-				const int64_t n = r / g.OH, oy = r % g.OH;
-				int64_t nr = g.OH - oy < CT_FR ? g.OH - oy : CT_FR;
-				nr = r1 - r < nr ? r1 - r : nr;
-				if (n != cur)
-					ct_pairs(&g, a->in[0], cur = n, Q, S);
-				ct_fwd_nat_rows(&g, Q, S, wq, b, relu, a->out[0], n, oy, (int)nr);
-				r += nr;
-			}
-		}
+	memset(b, 0, (size_t)(g->nob * CT_OB > g->OP ? g->nob * CT_OB : g->OP) * sizeof *b);
+	if (p->op.n_in == 3)
+		for (int64_t o = 0; o < g->O; o++)
+			b[o] = p->op.in[2].dtype == KILN_BF16 ? half_bf16_f32(((const uint16_t *)a->in[2])[o])
+							       : ((const float *)a->in[2])[o];
+	if (g->nat) {
+		ct_fwd_pairs(g, a->in[1], (uint32_t *)wt);
+		return;
 	}
-	return KILN_OK;
+	const int wbf = p->op.in[1].dtype == KILN_BF16;
+	memset(wt, 0, (size_t)(g->nhwc ? g->T * g->OP : g->nob * g->T * CT_OB) * sizeof *wt);
+	for (int64_t o = 0; o < g->O; o++)
+		for (int64_t k = 0; k < g->T; k++) {
+			const int64_t at = o * g->T + k;
+			wt[g->nhwc ? k * g->OP + o : ((o / CT_OB) * g->T + k) * CT_OB + o % CT_OB] =
+				wbf ? half_bf16_f32(((const uint16_t *)a->in[1])[at]) : ((const float *)a->in[1])[at];
+		}
 }
-#endif
+
 
 #if CPU_HAVE_V16
 /* ct_wgrad of NHWC tensors (one input channel): vectors of 16 output
@@ -291,31 +262,34 @@ static kiln_status ct_forward(const struct cpu_plan *p, const struct kiln_op_arg
 	ct_geom(p, &g);
 	float *ws = ct_ws(a), *wt = ws + g.wt_at, *b = ws + g.b_at;
 	ct_fwd_weights(&g, p, a, wt, b);
-	if (g.nat)
-		return ct_forward_nat(p, a, &g, ws);
 	const int bf16 = p->op.in[0].dtype == KILN_BF16, relu = (p->op.flags & KILN_OPF_ACT) != 0;
-	const int64_t rows = g.N * g.OH;
+	const int64_t rows = g.N * g.OH, plane = g.C * g.HP * g.WP;
 #pragma omp parallel if (rows * g.nxv * g.nob * g.T * CT_OB >= CPU_PAR_MIN)
 	{
 		int64_t t;
 		const int T = ct_share(&g, &t);
 		if (t < T) {
+			/* a sample's planes: f32, or the dot products' Q and S */
 			float *pl = ws + g.slot_at + (size_t)t * g.slot_len;
+			uint32_t *Q = (uint32_t *)pl, *S = Q + plane;
 			int64_t cur = -1;
 			const int64_t r1 = rows * (t + 1) / T;
 			for (int64_t r = rows * t / T; r < r1;) {
 				const int64_t n = r / g.OH, oy = r % g.OH;
-				/* up to CT_FR rows, within the sample and the share */
+				/* up to CT_FR rows (NCHW), within the sample and the share */
 				int64_t nr = g.OH - oy < CT_FR ? g.OH - oy : CT_FR;
-				nr = r1 - r < nr ? r1 - r : nr;
-				if (n != cur)
-					ct_plane(&g, a->in[0], bf16, cur = n, pl);
-				if (g.nhwc) {
+				nr = g.nhwc ? 1 : r1 - r < nr ? r1 - r : nr;
+				if (n != cur && g.nat)
+					ct_pairs(&g, a->in[0], n, Q, S);
+				else if (n != cur)
+					ct_plane(&g, a->in[0], bf16, n, pl);
+				cur = n;
+				if (g.nat)
+					ct_fwd_nat_rows(&g, Q, S, (const uint32_t *)wt, b, relu, a->out[0], n, oy, (int)nr);
+				else if (g.nhwc)
 					ct_fwd_nhwc_row(&g, pl, wt, b, relu, a->out[0], n, oy);
-					r++;
-					continue;
-				}
-				ct_fwd_rows(&g, pl, wt, b, relu, a->out[0], bf16, n, oy, (int)nr);
+				else
+					ct_fwd_rows(&g, pl, wt, b, relu, a->out[0], bf16, n, oy, (int)nr);
 				r += nr;
 			}
 		}
