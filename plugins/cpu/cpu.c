@@ -345,15 +345,17 @@ static kiln_status cpu_kernel_keys(const struct kiln_host *host, const struct ki
 						      : !strcmp(gi, "openblas");
 	const char *ca = cfg ? host->config_get(cfg, "plugin.cpu", "conv_algo") : NULL;
 	if (ca && strcmp(ca, "rule") && strcmp(ca, "auto") && strcmp(ca, "direct") &&
-	    strcmp(ca, "fft"))
-		return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_algo = %s: expected rule, auto, direct or fft", ca);
+	    strcmp(ca, "fft") && strcmp(ca, "winograd"))
+		return host->error(KILN_ECONFIG,
+				   "cpu: [plugin.cpu] conv_algo = %s: expected rule, auto, direct, fft or winograd", ca);
 	if (ca && !strcmp(ca, "fft") && !HAVE_FFTW)
 		return host->error(KILN_ECONFIG, "cpu: [plugin.cpu] conv_algo = fft: this build has no FFTW (configure --with-fftw; apt-get install libfftw3-dev)");
 	if (ca)
 		kk->conv_algo = !strcmp(ca, "auto")   ? CPU_CONV_AUTO
-				: !strcmp(ca, "rule") ? CPU_GEMM_RULE
-						      : !strcmp(ca, "fft");
-	if (cfg && !HAVE_FFTW) /* every setting but fft is direct */
+				: !strcmp(ca, "rule")	  ? CPU_GEMM_RULE
+				: !strcmp(ca, "winograd") ? CPU_CONV_WINO
+							  : !strcmp(ca, "fft");
+	if (cfg && !HAVE_FFTW && kk->conv_algo != CPU_CONV_WINO) /* every setting but fft is direct */
 		kk->conv_algo = 0;
 	if (kk->conv_algo == CPU_CONV_AUTO && deterministic)
 		kk->conv_algo = CPU_GEMM_RULE;
@@ -817,7 +819,7 @@ static const struct kiln_key cpu_keys[] = {
 	  "`bf16_gemm = auto`'s does).  Without a usable OpenBLAS every setting but "
 	  "`openblas` is `onednn` (docs/PERFORMANCE.md, session 16).  `[run] "
 	  "deterministic = 1` turns `auto` into `rule`." },
-	{ "conv_algo", KILN_KEY_ENUM, "rule", 0, 0, "rule|auto|direct|fft",
+	{ "conv_algo", KILN_KEY_ENUM, "rule", 0, 0, "rule|auto|direct|fft|winograd",
 	  "How an f32 convolution (forward, data and weight gradients) is computed, and a "
 	  "bf16 or f16 one that runs as the f32 op on widened copies (f16 always; bf16 below "
 	  "AVX-512, where oneDNN 2.6 has no bf16 convolution, and on AVX-512 where `rule` "

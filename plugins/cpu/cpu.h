@@ -97,8 +97,8 @@ struct cpu_ctx {
 	int bf16_conv, bf16_gemm;
 	int conv_impl;      /* [plugin.cpu] conv_impl: CPU_CONV_AUTO or an index (tune.c) */
 	int gemm_impl;      /* [plugin.cpu] gemm_impl: 0 onednn, 1 openblas, CPU_CONV_AUTO, CPU_GEMM_RULE */
-	int conv_algo;      /* [plugin.cpu] conv_algo: 0 direct, 1 fft, CPU_CONV_AUTO, CPU_GEMM_RULE
-			     * (fftconv.c, tune.c) */
+	int conv_algo;      /* [plugin.cpu] conv_algo: 0 direct, 1 fft, CPU_CONV_WINO, CPU_CONV_AUTO,
+			     * CPU_GEMM_RULE (fftconv.c, wino.c, tune.c) */
 	/* the choices `auto` made, by op (tune.c; under lock) */
 	struct cpu_choice *choices;
 	/* [plugin.cpu] tune_cache: the file the choices are kept in between

@@ -15,7 +15,7 @@
 
 /* [plugin.cpu] conv_algo (cpu_ctx.conv_algo): direct (oneDNN), fft, the
  * shape rule, or the faster of the two timed (tune.c) */
-enum { CPU_CONV_DIRECT = 0, CPU_CONV_FFT = 1 };
+enum { CPU_CONV_DIRECT = 0, CPU_CONV_FFT = 1, CPU_CONV_WINO = 2 /* wino.c wherever it applies */ };
 
 struct cpu_fftconv;
 

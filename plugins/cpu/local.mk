@@ -39,5 +39,6 @@ plugins_kiln_cpu_la_SOURCES += plugins/cpu/fftconv_planes.c plugins/cpu/fftconv_
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/fft16.c plugins/cpu/fft16.h
 # a first layer's convolution, few input channels (AVX-512; session 24)
 plugins_kiln_cpu_la_SOURCES += plugins/cpu/convthin.c plugins/cpu/convthin.h plugins/cpu/v16.h \
-	plugins/cpu/convthin_impl.h plugins/cpu/convthin_f32.c plugins/cpu/convthin_bf16.c
+	plugins/cpu/convthin_impl.h plugins/cpu/convthin_f32.c plugins/cpu/convthin_bf16.c \
+	plugins/cpu/wino.c plugins/cpu/wino.h
 endif

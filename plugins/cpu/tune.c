@@ -67,6 +67,7 @@
 #include "dnn.h"
 #include "fftconv.h" /* cpu_fftconv_ok, cpu_fftconv_rule, cpu_fftconv_prepare */
 #include "convthin.h" /* cpu_convthin_bare_ok, cpu_convthin_prepare */
+#include "wino.h"     /* cpu_wino_ok, cpu_wino_prepare */
 
 #include <stdio.h>  /* snprintf */
 #include <stdlib.h> /* calloc, free, posix_memalign */
@@ -740,10 +741,21 @@ static int conv_algo_auto(struct cpu_ctx *c, const struct kiln_op *op, kiln_stat
 	return fft;
 }
 
+/* 1 where op runs by Winograd (wino.h): conv_algo = winograd, or rule
+ * and auto in an inference plan (frozen weights) */
+static int wino_rule(const struct cpu_ctx *c, const struct kiln_op *op)
+{
+	const int a = c->conv_algo;
+	return cpu_wino_ok(op) &&
+	       (a == CPU_CONV_WINO || ((a == CPU_GEMM_RULE || a == CPU_CONV_AUTO) && (op->flags & KILN_OPF_FROZEN)));
+}
+
 kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
 {
 	const struct kiln_op *op = &p->op;
-	if (!c->conv_algo || !cpu_fftconv_ok(op))
+	if (wino_rule(c, op))
+		return cpu_wino_prepare(c, p);
+	if (!c->conv_algo || c->conv_algo == CPU_CONV_WINO || !cpu_fftconv_ok(op))
 		return direct_prepare(c, p);
 	int fft = 1;
 	if (c->conv_algo == CPU_GEMM_RULE) {

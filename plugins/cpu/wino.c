@@ -1,0 +1,359 @@
+/* plugins/cpu/wino.c - f32 3x3 convolutions by F(4x4, 3x3) (wino.h says
+ * when and why).
+ *
+ * A 4x4 block of outputs (a tile) of one sample is Y = A^T [U (.) V] A at
+ * each output channel, where the 6x6 matrices are V = B^T d B of the
+ * tile's 6x6 input block d at each input channel, U = G g G^T of each 3x3
+ * filter g, and the product at each of the 36 points is summed over the
+ * input channels: M[pt][tile][o] = sum_c V[pt][tile][c] U[pt][c][o], one
+ * small GEMM a point.  The matrices are Lavin and Gray's (points 0, 1,
+ * -1, 2, -2 and infinity), which compute the correlation a convolution
+ * layer means:
+ *
+ *   B^T = | 4  0 -5  0  1  0 |   G = | 1/4     0     0 |   A^T = | 1 1  1 1  1 0 |
+ *         | 0 -4 -4  1  1  0 |       | -1/6 -1/6  -1/6 |         | 0 1 -1 2 -2 0 |
+ *         | 0  4 -4 -1  1  0 |       | -1/6  1/6  -1/6 |         | 0 1  1 4  4 0 |
+ *         | 0 -2 -1  2  1  0 |       | 1/24 1/12   1/6 |         | 0 1 -1 8 -8 1 |
+ *         | 0  2 -1 -2  1  0 |       | 1/24 -1/12  1/6 |
+ *         | 0  4  0 -5  0  1 |       | 0       0     1 |
+ *
+ * NHWC makes every transform a sum of whole vectors: an element of d is
+ * 16 input channels of one pixel (one load), of M 16 output channels, so
+ * no lane ever moves.  Tiles run over the batch's samples in order (tile
+ * rows of 4 output rows, a row's tiles left to right), in blocks of TB
+ * tiles whose V and M fit in a core's L2 beside U; a block's tiles are
+ * transformed in, multiplied point by point (wg_gemm: registers hold
+ * tiles x up to 64 output channels, each V element broadcast once for
+ * all of them), and transformed out with the bias, the residual and the
+ * ReLU (max(0, v): a NaN kept).  Input beyond the padded edges is zero;
+ * outputs beyond OH, OW are computed and not stored.
+ *
+ * U is made on every run from the weights (9 gathers and ~100 vector
+ * operations per input channel and 16 output channels: ~1% of a layer's
+ * time at 16 rows), the input channels split over the team.  The blocks
+ * are split over the team; each output is one thread's, computed by the
+ * same code on any team.
+ */
+#include "wino.h"
+#include "v16.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WG_ALIGN 64
+#define WG_PTS 36 /* the 6 x 6 points */
+
+/* The geometry of a plan (cpu_wino_prepare keeps it in sz, rows, cols). */
+struct wg_geom {
+	int64_t N, C, H, W, O, ph, pw;
+	int64_t OH, OW, th, tw, tiles; /* output size; tile rows and columns; the batch's tiles */
+	int64_t TB;                   /* tiles a block */
+	int slots;                    /* thread slots in the workspace */
+	size_t slot_at, slot_len, m_at; /* floats: U at 0, the first slot, a slot; M within one */
+};
+
+static size_t wg_up(size_t floats) { return (floats + 15) & ~(size_t)15; }
+
+static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
+{
+	g->N = p->sz[0], g->C = p->sz[1], g->H = p->sz[2], g->W = p->sz[3], g->O = p->sz[4];
+	g->slots = (int)p->sz[5];
+	g->ph = p->rows, g->pw = p->cols;
+	g->OH = g->H + 2 * g->ph - 2, g->OW = g->W + 2 * g->pw - 2;
+	g->th = (g->OH + 3) / 4, g->tw = (g->OW + 3) / 4;
+	g->tiles = g->N * g->th * g->tw;
+	/* a block's V and M (36 TB (C + O) floats) within 256 KiB, in steps
+	 * of the GEMM's 12 and 6 tile rows */
+	int64_t tb = 1820 / (g->C + g->O) / 12 * 12;
+	g->TB = tb < 12 ? 12 : tb > 96 ? 96 : tb;
+	g->slot_at = wg_up((size_t)(WG_PTS * g->C * g->O));
+	g->m_at = wg_up((size_t)(WG_PTS * g->TB * g->C));
+	g->slot_len = g->m_at + wg_up((size_t)(WG_PTS * g->TB * g->O));
+}
+
+int cpu_wino_ok(const struct kiln_op *op)
+{
+	const char *env = getenv("KILN_CPU_WINO");
+	if (!CPU_HAVE_V16 || !cpu_v16_ok() || (env && !strcmp(env, "0")))
+		return 0;
+	if (op->type != KILN_OP_CONV || (op->flags & (KILN_OPF_KEEP | KILN_OPF_ACCUMULATE)))
+		return 0;
+	if ((op->flags & KILN_OPF_ACT) && op->i[KILN_OPI_ACT] != KILN_ACT_RELU)
+		return 0;
+	if (op->i[0] != 1 || op->i[1] != 1 || op->i[4] != 1 || op->i[5] != 1 || op->i[6] > 1 ||
+	    op->i[2] < 0 || op->i[3] < 0 || op->i[2] > 2 || op->i[3] > 2)
+		return 0;
+	const int res = (op->flags & KILN_OPF_RESIDUAL) != 0;
+	if ((op->n_in != 2 + res && op->n_in != 3 + res) || op->n_out != 1)
+		return 0;
+	const struct kiln_tensor_desc *x = &op->in[0], *w = &op->in[1], *y = &op->out[0];
+	if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4 || !cpu_nhwc(x) || !cpu_nhwc(y))
+		return 0;
+	for (int k = 0; k < op->n_in; k++)
+		if (op->in[k].dtype != KILN_F32)
+			return 0;
+	if (y->dtype != KILN_F32)
+		return 0;
+	const int64_t N = x->dims[0], C = x->dims[1], O = w->dims[0];
+	if (N < 1 || C < 16 || C % 16 || O < 16 || O % 16 || w->dims[1] != C || w->dims[2] != 3 ||
+	    w->dims[3] != 3 || y->dims[0] != N || y->dims[1] != O)
+		return 0;
+	const int64_t OH = x->dims[2] + 2 * op->i[2] - 2, OW = x->dims[3] + 2 * op->i[3] - 2;
+	if (OH < 1 || OW < 1 || y->dims[2] != OH || y->dims[3] != OW)
+		return 0;
+	if (op->n_in == 3 + res && (op->in[2].ndim != 1 || op->in[2].dims[0] != O))
+		return 0;
+	if (res) {
+		const struct kiln_tensor_desc *r = &op->in[op->n_in - 1];
+		if (r->ndim != 4 || !cpu_nhwc(r) || memcmp(r->dims, y->dims, 4 * sizeof r->dims[0]))
+			return 0;
+	}
+	return 1;
+}
+
+#if CPU_HAVE_V16
+/* G's rows applied to (a0, a1, a2): u[0..5] */
+CPU_V16 static inline void wg_g(__m512 a0, __m512 a1, __m512 a2, __m512 *u)
+{
+	const __m512 s02 = _mm512_add_ps(a0, a2);
+	const __m512 e = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 24), a0, _mm512_mul_ps(_mm512_set1_ps(1.0f / 6), a2));
+	const __m512 f = _mm512_mul_ps(_mm512_set1_ps(1.0f / 12), a1);
+	u[0] = _mm512_mul_ps(_mm512_set1_ps(0.25f), a0);
+	u[1] = _mm512_mul_ps(_mm512_set1_ps(-1.0f / 6), _mm512_add_ps(s02, a1));
+	u[2] = _mm512_mul_ps(_mm512_set1_ps(-1.0f / 6), _mm512_sub_ps(s02, a1));
+	u[3] = _mm512_add_ps(e, f);
+	u[4] = _mm512_sub_ps(e, f);
+	u[5] = a2;
+}
+
+/* U[pt][c][o] for input channels c0 .. c1 - 1, all output channels */
+CPU_V16 static void wg_weights(const struct wg_geom *g, const float *w, float *U, int64_t c0, int64_t c1)
+{
+	const __m512i lane = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+						_mm512_set1_epi32((int)(g->C * 9)));
+	for (int64_t c = c0; c < c1; c++)
+		for (int64_t ov = 0; ov < g->O / 16; ov++) {
+			const float *base = w + (ov * 16 * g->C + c) * 9;
+			__m512 k[9], t[6][3], u[6];
+			for (int i = 0; i < 9; i++)
+				k[i] = _mm512_i32gather_ps(lane, base + i, 4);
+			for (int j = 0; j < 3; j++) { /* G g: down each filter column */
+				__m512 col[6];
+				wg_g(k[j], k[3 + j], k[6 + j], col);
+				for (int r = 0; r < 6; r++)
+					t[r][j] = col[r];
+			}
+			for (int r = 0; r < 6; r++) { /* (G g) G^T: along each row */
+				wg_g(t[r][0], t[r][1], t[r][2], u);
+				for (int s = 0; s < 6; s++)
+					_mm512_storeu_ps(U + ((r * 6 + s) * g->C + c) * g->O + ov * 16, u[s]);
+			}
+		}
+}
+
+/* B^T applied to x[0..5] (stride st), into t[0..5] (stride st) */
+CPU_V16 static inline void wg_bt(const __m512 *x, int sx, __m512 *t, int st)
+{
+	const __m512 x0 = x[0], x1 = x[sx], x2 = x[2 * sx], x3 = x[3 * sx], x4 = x[4 * sx], x5 = x[5 * sx];
+	const __m512 four = _mm512_set1_ps(4.0f), two = _mm512_set1_ps(2.0f), m5 = _mm512_set1_ps(-5.0f);
+	const __m512 a = _mm512_sub_ps(x4, x2), b = _mm512_sub_ps(x1, x3);
+	t[0] = _mm512_fmadd_ps(four, x0, _mm512_fmadd_ps(m5, x2, x4));
+	t[st] = _mm512_fnmadd_ps(four, _mm512_add_ps(x1, x2), _mm512_add_ps(x3, x4));
+	t[2 * st] = _mm512_fmadd_ps(four, _mm512_sub_ps(x1, x2), _mm512_sub_ps(x4, x3));
+	t[3 * st] = _mm512_fnmadd_ps(two, b, a);
+	t[4 * st] = _mm512_fmadd_ps(two, b, a);
+	t[5 * st] = _mm512_fmadd_ps(four, x1, _mm512_fmadd_ps(m5, x3, x5));
+}
+
+/* V of one tile: V[pt * ps + c] for every input channel c */
+CPU_V16 static void wg_in_tile(const struct wg_geom *g, const float *x, int64_t tile, float *V, int64_t ps)
+{
+	const int64_t per = g->th * g->tw, n = tile / per, ty = tile % per / g->tw, tx = tile % g->tw;
+	const int64_t iy0 = 4 * ty - g->ph, ix0 = 4 * tx - g->pw;
+	int ok[6][6];
+	for (int i = 0; i < 6; i++)
+		for (int j = 0; j < 6; j++)
+			ok[i][j] = iy0 + i >= 0 && iy0 + i < g->H && ix0 + j >= 0 && ix0 + j < g->W;
+	for (int64_t c = 0; c < g->C; c += 16) {
+		__m512 d[36], t[36];
+		for (int i = 0; i < 6; i++)
+			for (int j = 0; j < 6; j++)
+				d[i * 6 + j] = ok[i][j] ? _mm512_loadu_ps(x + ((n * g->H + iy0 + i) * g->W + ix0 + j) *
+										 g->C + c)
+							: _mm512_setzero_ps();
+		for (int i = 0; i < 6; i++) /* d B: along each row */
+			wg_bt(d + i * 6, 1, t + i * 6, 1);
+		for (int j = 0; j < 6; j++) /* B^T (d B): down each column */
+			wg_bt(t + j, 6, d + j, 6);
+		for (int k = 0; k < 36; k++)
+			_mm512_storeu_ps(V + k * ps + c, d[k]);
+	}
+}
+
+/* A^T applied to m[0..5] (stride sm): o[0..3] (stride so) */
+CPU_V16 static inline void wg_at(const __m512 *m, int sm, __m512 *o, int so)
+{
+	const __m512 s12 = _mm512_add_ps(m[sm], m[2 * sm]), d12 = _mm512_sub_ps(m[sm], m[2 * sm]);
+	const __m512 s34 = _mm512_add_ps(m[3 * sm], m[4 * sm]), d34 = _mm512_sub_ps(m[3 * sm], m[4 * sm]);
+	o[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), s34);
+	o[so] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d34, d12);
+	o[2 * so] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s34, s12);
+	o[3 * so] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, d12), m[5 * sm]);
+}
+
+/* The outputs of one tile from M[pt * ps + o]: + bias, + residual, ReLU */
+CPU_V16 static void wg_out_tile(const struct wg_geom *g, const float *M, int64_t ps, int64_t tile, const float *b,
+				const float *r, int relu, float *y)
+{
+	const int64_t per = g->th * g->tw, n = tile / per, oy0 = 4 * (tile % per / g->tw), ox0 = 4 * (tile % g->tw);
+	const int nr = g->OH - oy0 < 4 ? (int)(g->OH - oy0) : 4, nc = g->OW - ox0 < 4 ? (int)(g->OW - ox0) : 4;
+	const size_t at = (size_t)((n * g->OH + oy0) * g->OW + ox0) * g->O;
+	const __m512 zero = _mm512_setzero_ps();
+	for (int64_t o = 0; o < g->O; o += 16) {
+		__m512 m[36], a[24], q[16];
+		for (int k = 0; k < 36; k++)
+			m[k] = _mm512_loadu_ps(M + k * ps + o);
+		for (int i = 0; i < 6; i++) /* m A: along each row */
+			wg_at(m + i * 6, 1, a + i * 4, 1);
+		for (int j = 0; j < 4; j++) /* A^T (m A): down each column */
+			wg_at(a + j, 4, q + j, 4);
+		const __m512 bv = b ? _mm512_loadu_ps(b + o) : zero;
+		for (int i = 0; i < nr; i++)
+			for (int j = 0; j < nc; j++) {
+				const size_t e = at + (size_t)(i * g->OW + j) * g->O + o;
+				__m512 v = _mm512_add_ps(q[i * 4 + j], bv);
+				if (r)
+					v = _mm512_add_ps(v, _mm512_loadu_ps(r + e));
+				_mm512_storeu_ps(y + e, relu ? _mm512_max_ps(zero, v) : v);
+			}
+	}
+}
+
+/* The GEMM's register block: TR tiles x OB vectors of 16 output channels,
+ * M[t][o] = sum_c V[t][c] U[c][o] (rows of V: C floats; of U, M: O) */
+#define WG_MK(NAME, TR, OB)                                                                       \
+	CPU_V16 static void NAME(const float *V, const float *U, float *M, int64_t C, int64_t O)  \
+	{                                                                                         \
+		__m512 acc[TR][OB];                                                               \
+		_Pragma("GCC unroll 16") for (int i = 0; i < TR; i++)                             \
+			_Pragma("GCC unroll 4") for (int j = 0; j < OB; j++) acc[i][j] =          \
+				_mm512_setzero_ps();                                              \
+		for (int64_t c = 0; c < C; c++) {                                                 \
+			__m512 u[OB];                                                             \
+			_Pragma("GCC unroll 4") for (int j = 0; j < OB; j++) u[j] =               \
+				_mm512_loadu_ps(U + c * O + 16 * j);                              \
+			_Pragma("GCC unroll 16") for (int i = 0; i < TR; i++)                     \
+			{                                                                         \
+				const __m512 v = _mm512_set1_ps(V[i * C + c]);                    \
+				_Pragma("GCC unroll 4") for (int j = 0; j < OB; j++) acc[i][j] =  \
+					_mm512_fmadd_ps(v, u[j], acc[i][j]);                      \
+			}                                                                         \
+		}                                                                                 \
+		_Pragma("GCC unroll 16") for (int i = 0; i < TR; i++)                             \
+			_Pragma("GCC unroll 4") for (int j = 0; j < OB; j++)                      \
+				_mm512_storeu_ps(M + i * O + 16 * j, acc[i][j]);                  \
+	}
+WG_MK(wg_mk_6x4, 6, 4)
+WG_MK(wg_mk_12x2, 12, 2)
+WG_MK(wg_mk_12x1, 12, 1)
+WG_MK(wg_mk_1x4, 1, 4)
+WG_MK(wg_mk_1x2, 1, 2)
+WG_MK(wg_mk_1x1, 1, 1)
+
+/* M = V U at one point for nt tiles (V: nt x C, U: C x O, M: nt x O) */
+CPU_V16 static void wg_gemm(const float *V, const float *U, float *M, int64_t nt, int64_t C, int64_t O)
+{
+	for (int64_t ov = 0, nov = O / 16; ov < nov;) {
+		const int64_t ob = nov - ov >= 4 ? 4 : nov - ov >= 2 ? 2 : 1;
+		const float *Uo = U + ov * 16;
+		float *Mo = M + ov * 16;
+		int64_t t = 0;
+		if (ob == 4)
+			for (; t + 6 <= nt; t += 6)
+				wg_mk_6x4(V + t * C, Uo, Mo + t * O, C, O);
+		else if (ob == 2)
+			for (; t + 12 <= nt; t += 12)
+				wg_mk_12x2(V + t * C, Uo, Mo + t * O, C, O);
+		else
+			for (; t + 12 <= nt; t += 12)
+				wg_mk_12x1(V + t * C, Uo, Mo + t * O, C, O);
+		for (; t < nt; t++)
+			(ob == 4 ? wg_mk_1x4 : ob == 2 ? wg_mk_1x2 : wg_mk_1x1)(V + t * C, Uo, Mo + t * O, C, O);
+		ov += ob;
+	}
+}
+
+/* One block of nt tiles from tile t0: in, 36 GEMMs, out */
+CPU_V16 static void wg_block(const struct wg_geom *g, const float *x, const float *U, const float *b, const float *r,
+			     int relu, float *y, float *slot, int64_t t0, int64_t nt)
+{
+	float *V = slot, *M = slot + g->m_at;
+	const int64_t vs = g->TB * g->C, ms = g->TB * g->O;
+	for (int64_t i = 0; i < nt; i++)
+		wg_in_tile(g, x, t0 + i, V + i * g->C, vs);
+	for (int k = 0; k < WG_PTS; k++)
+		wg_gemm(V + k * vs, U + k * g->C * g->O, M + k * ms, nt, g->C, g->O);
+	for (int64_t i = 0; i < nt; i++)
+		wg_out_tile(g, M + i * g->O, ms, t0 + i, b, r, relu, y);
+}
+#endif
+
+static kiln_status wg_run(const struct cpu_plan *p, const struct kiln_op_args *a, struct cpu_err *e)
+{
+	(void)e;
+#if CPU_HAVE_V16
+	struct wg_geom g;
+	wg_geom(p, &g);
+	float *ws = (float *)(((uintptr_t)a->workspace + WG_ALIGN - 1) & ~(uintptr_t)(WG_ALIGN - 1));
+	const int res = (p->op.flags & KILN_OPF_RESIDUAL) != 0, relu = (p->op.flags & KILN_OPF_ACT) != 0;
+	const float *x = a->in[0], *w = a->in[1];
+	const float *b = p->op.n_in == 3 + res ? a->in[2] : NULL, *r = res ? a->in[p->op.n_in - 1] : NULL;
+	float *y = a->out[0];
+	const int64_t nb = (g.tiles + g.TB - 1) / g.TB;
+#pragma omp parallel if (g.tiles * g.C * g.O >= CPU_PAR_MIN)
+	{
+		const int64_t team = cpu_num_threads(), t = cpu_thread_num();
+		const int64_t T = team < g.slots ? team : g.slots;
+		if (t < T)
+			wg_weights(&g, w, ws, g.C * t / T, g.C * (t + 1) / T);
+#pragma omp barrier
+		if (t < T)
+			for (int64_t k = nb * t / T, k1 = nb * (t + 1) / T; k < k1; k++)
+				wg_block(&g, x, ws, b, r, relu, y, ws + g.slot_at + (size_t)t * g.slot_len,
+					 k * g.TB, g.tiles - k * g.TB < g.TB ? g.tiles - k * g.TB : g.TB);
+	}
+#else
+	(void)p, (void)a;
+#endif
+	return KILN_OK;
+}
+
+kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p)
+{
+	const struct kiln_op *op = &p->op;
+	if (!cpu_wino_ok(op))
+		return cpu_bad(c, op, KILN_ENOTSUP,
+			       "the Winograd convolution (wino.c): f32 NHWC, 3x3, stride 1, channels multiples of "
+			       "16, AVX-512");
+	const struct kiln_tensor_desc *x = &op->in[0];
+	p->sz[0] = x->dims[0], p->sz[1] = x->dims[1], p->sz[2] = x->dims[2], p->sz[3] = x->dims[3];
+	p->sz[4] = op->in[1].dims[0];
+	p->sz[5] = c->threads > 0 ? c->threads : 1;
+	p->rows = op->i[2], p->cols = op->i[3];
+	struct wg_geom g;
+	wg_geom(p, &g);
+	p->n = cpu_numel(&op->out[0]);
+	p->n_in = op->n_in;
+	p->n_out = op->n_out;
+	p->kernel = wg_run;
+	p->workspace = (g.slot_at + (size_t)g.slots * g.slot_len) * sizeof(float) + WG_ALIGN;
+	c->host->log(KILN_LOG_DEBUG, "cpu",
+		     "CONV x [%lld,%lld,%lld,%lld] w [%lld,%lld,3,3] pad %lldx%lld NHWC%s%s: Winograd F(4x4, 3x3) "
+		     "(wino.c), %lld tiles in blocks of %lld, workspace %zu bytes",
+		     (long long)g.N, (long long)g.C, (long long)g.H, (long long)g.W, (long long)g.O,
+		     (long long)g.C, (long long)g.ph, (long long)g.pw,
+		     op->flags & KILN_OPF_RESIDUAL ? ", residual" : "", op->flags & KILN_OPF_ACT ? ", ReLU" : "",
+		     (long long)g.tiles, (long long)g.TB, p->workspace);
+	return KILN_OK;
+}

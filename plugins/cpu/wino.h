@@ -1,0 +1,35 @@
+/* plugins/cpu/wino.h - f32 3x3 convolutions by Winograd's minimal
+ * filtering, F(4x4, 3x3), on AVX-512 (wino.c).
+ *
+ * oneDNN 2.6's direct kernels run the ResNet example's 3x3 convolutions
+ * (16-64 channels, 28x28 to 7x7, NHWC) near the FMA peak, 9 multiplies an
+ * output and channel pair; ONNX Runtime's NCHWc kernels do the same, so
+ * kiln's evaluation could not pass it by a kernel's speed alone
+ * (docs/PERFORMANCE.md, "Session 24: the first layer's convolution").
+ * F(4x4, 3x3) computes a 4x4 block of outputs from a 6x6 block of input
+ * with 36 multiplies a channel pair instead of 144, the rest being
+ * transforms whose cost is linear in the channels (Lavin and Gray, "Fast
+ * Algorithms for Convolutional Neural Networks", 2016). */
+#ifndef KILN_CPU_WINO_H
+#define KILN_CPU_WINO_H
+
+#include "cpu.h"
+
+/* 1 when wino.c runs op on this CPU: AVX-512F, BW and VL, and KILN_CPU_WINO
+ * is not "0" (the tests' and benchmarks' A/B hook); KILN_OP_CONV, f32
+ * NHWC x, y (and the residual) with OIHW weights, input and output
+ * channels multiples of 16, a 3x3 kernel, stride 1, dilation 1, one
+ * group, padding 0-2; bias, fused ReLU and a residual epilogue
+ * (KILN_OPF_RESIDUAL) allowed; no kept copies (KILN_OPF_KEEP) and no
+ * accumulation. */
+int cpu_wino_ok(const struct kiln_op *op);
+
+/* Prepare p (cpu_wino_ok) as wino.c's kernel (cpu_ops_prepare's
+ * contract); KILN_ENOTSUP for an op it does not take.  The result differs
+ * from the direct sum by rounding, larger than a direct kernel's (the
+ * transforms' constants up to 8 and 1/24): about 1e-6 to 1e-5 of the
+ * output's scale (tests/check_cpu_wino).  Every output is computed by one
+ * thread with the same code, so the bytes never depend on the team. */
+kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p);
+
+#endif
