@@ -118,6 +118,9 @@ bench_fftconv_ops_LDADD = libkiln.la
 noinst_PROGRAMS += bench/convthin_ops
 bench_convthin_ops_SOURCES = bench/convthin_ops.c
 bench_convthin_ops_LDADD = libkiln.la
+noinst_PROGRAMS += bench/wino_ops
+bench_wino_ops_SOURCES = bench/wino_ops.c
+bench_wino_ops_LDADD = libkiln.la
 # an NHWC model's pool2 before its flatten: NHWC + reorder against NHWC -> NCHW
 # (docs/PERFORMANCE.md, "Session 18: the NHWC CNN")
 noinst_PROGRAMS += bench/pool_ops

@@ -178,6 +178,8 @@ struct cpu_plan {
 	struct cpu_wsplit *wsplit;
 	/* an f32 convolution by FFT (fftconv.c) */
 	struct cpu_fftconv *fft;
+	/* a frozen Winograd convolution's transformed weights (wino.c) */
+	struct cpu_wino *wino;
 	size_t aux;           /* aux_bytes(): state a forward leaves for its backward */
 	/* bf16/f16 tensors of an op whose kernel is f32 (lowp.c): the f32 plan
 	 * run in between the conversions, and where each converted tensor
@@ -208,6 +210,9 @@ void cpu_add_row(float *restrict d, const float *restrict s, int64_t n);
 
 /* ---- qconv.c ---- */
 void cpu_qcache_free(struct cpu_qcache *q);
+
+/* ---- wino.c ---- */
+void cpu_wino_free(struct cpu_wino *w);
 
 /* ---- cpu.c ---- */
 const char *cpu_op_name(int type);

@@ -239,6 +239,8 @@ void cpu_plan_release(struct cpu_plan *p)
 	p->qcache = NULL;
 	cpu_fftconv_free(p->fft);
 	p->fft = NULL;
+	cpu_wino_free(p->wino);
+	p->wino = NULL;
 	p->gemm = NULL;
 	p->dnn = NULL;
 	p->variants = NULL;

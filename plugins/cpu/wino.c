@@ -37,6 +37,7 @@
 #include "wino.h"
 #include "v16.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,28 @@ struct wg_geom {
 	size_t slot_at, slot_len, m_at; /* floats: U at 0, the first slot, a slot; M within one */
 };
 
+/* What a frozen plan keeps (KILN_OPF_FROZEN and [plugin.cpu]
+ * keep_weights): U, made on a run and again only after the core's
+ * KILN_PROC_WEIGHTS_CHANGED (the device's count of them, cpu_ctx.wgen,
+ * moved on since U was made; nothing compared per run, as qconv.c's
+ * cache).  Without it U is made into the workspace on every run. */
+struct cpu_wino {
+	pthread_mutex_t lock;
+	int valid;
+	uint64_t made;        /* *gen when U was made */
+	const uint64_t *gen;
+	float *U;
+};
+
+void cpu_wino_free(struct cpu_wino *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_destroy(&w->lock);
+	free(w->U);
+	free(w);
+}
+
 static size_t wg_up(size_t floats) { return (floats + 15) & ~(size_t)15; }
 
 static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
@@ -63,10 +86,13 @@ static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
 	g->OH = g->H + 2 * g->ph - 2, g->OW = g->W + 2 * g->pw - 2;
 	g->th = (g->OH + 3) / 4, g->tw = (g->OW + 3) / 4;
 	g->tiles = g->N * g->th * g->tw;
-	/* a block's V and M (36 TB (C + O) floats) within 256 KiB, in steps
-	 * of the GEMM's 12 and 6 tile rows */
-	int64_t tb = 1820 / (g->C + g->O) / 12 * 12;
-	g->TB = tb < 12 ? 12 : tb > 96 ? 96 : tb;
+	/* a block's V and M (36 TB (C + O) floats) within ~110 KiB, in steps
+	 * of the GEMM's 6 tile rows (12 where fewer than 64 output
+	 * channels take its 12-row blocks): 24 tiles at 16 -> 16 channels,
+	 * 12 at 32 -> 32, 6 at 64 -> 64, each measured the fastest of 6, 12,
+	 * 24 and 48 on its shape (bench/wino_ops) */
+	const int64_t step = g->O >= 64 ? 6 : 12, tb = 768 / (g->C + g->O) / step * step;
+	g->TB = tb < step ? step : tb > 96 ? 96 : tb;
 	g->slot_at = wg_up((size_t)(WG_PTS * g->C * g->O));
 	g->m_at = wg_up((size_t)(WG_PTS * g->TB * g->C));
 	g->slot_len = g->m_at + wg_up((size_t)(WG_PTS * g->TB * g->O));
@@ -166,28 +192,33 @@ CPU_V16 static inline void wg_bt(const __m512 *x, int sx, __m512 *t, int st)
 	t[5 * st] = _mm512_fmadd_ps(four, x1, _mm512_fmadd_ps(m5, x3, x5));
 }
 
-/* V of one tile: V[pt * ps + c] for every input channel c */
-CPU_V16 static void wg_in_tile(const struct wg_geom *g, const float *x, int64_t tile, float *V, int64_t ps)
+/* V of one tile: V[pt * C + c] for every input channel c */
+CPU_V16 static void wg_in_tile(const struct wg_geom *g, const float *x, int64_t tile, float *V)
 {
-	const int64_t per = g->th * g->tw, n = tile / per, ty = tile % per / g->tw, tx = tile % g->tw;
-	const int64_t iy0 = 4 * ty - g->ph, ix0 = 4 * tx - g->pw;
-	int ok[6][6];
-	for (int i = 0; i < 6; i++)
-		for (int j = 0; j < 6; j++)
-			ok[i][j] = iy0 + i >= 0 && iy0 + i < g->H && ix0 + j >= 0 && ix0 + j < g->W;
-	for (int64_t c = 0; c < g->C; c += 16) {
-		__m512 d[36], t[36];
-		for (int i = 0; i < 6; i++)
+	const int64_t H = g->H, W = g->W, C = g->C, per = g->th * g->tw;
+	const int64_t n = tile / per, iy0 = 4 * (tile % per / g->tw) - g->ph, ix0 = 4 * (tile % g->tw) - g->pw;
+	unsigned rows = 0, cols = 0; /* the rows and columns of the 6x6 block inside x */
+	for (int i = 0; i < 6; i++) {
+		rows |= (unsigned)(iy0 + i >= 0 && iy0 + i < H) << i;
+		cols |= (unsigned)(ix0 + i >= 0 && ix0 + i < W) << i;
+	}
+	const float *xn = x + n * H * W * C;
+	const __m512 zero = _mm512_setzero_ps();
+	for (int64_t c = 0; c < C; c += 16) {
+		__m512 t[36];
+		for (int i = 0; i < 6; i++) { /* d B: along each row */
+			__m512 d[6];
 			for (int j = 0; j < 6; j++)
-				d[i * 6 + j] = ok[i][j] ? _mm512_loadu_ps(x + ((n * g->H + iy0 + i) * g->W + ix0 + j) *
-										 g->C + c)
-							: _mm512_setzero_ps();
-		for (int i = 0; i < 6; i++) /* d B: along each row */
-			wg_bt(d + i * 6, 1, t + i * 6, 1);
-		for (int j = 0; j < 6; j++) /* B^T (d B): down each column */
-			wg_bt(t + j, 6, d + j, 6);
-		for (int k = 0; k < 36; k++)
-			_mm512_storeu_ps(V + k * ps + c, d[k]);
+				d[j] = (rows >> i & cols >> j & 1) ? _mm512_loadu_ps(xn + ((iy0 + i) * W + ix0 + j) * C + c)
+								 : zero;
+			wg_bt(d, 1, t + i * 6, 1);
+		}
+		for (int j = 0; j < 6; j++) { /* B^T (d B): down each column */
+			__m512 v[6];
+			wg_bt(t + j, 6, v, 1);
+			for (int i = 0; i < 6; i++)
+				_mm512_storeu_ps(V + (i * 6 + j) * C + c, v[i]);
+		}
 	}
 }
 
@@ -202,8 +233,8 @@ CPU_V16 static inline void wg_at(const __m512 *m, int sm, __m512 *o, int so)
 	o[3 * so] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34, d12), m[5 * sm]);
 }
 
-/* The outputs of one tile from M[pt * ps + o]: + bias, + residual, ReLU */
-CPU_V16 static void wg_out_tile(const struct wg_geom *g, const float *M, int64_t ps, int64_t tile, const float *b,
+/* The outputs of one tile from M[pt * O + o]: + bias, + residual, ReLU */
+CPU_V16 static void wg_out_tile(const struct wg_geom *g, const float *M, int64_t tile, const float *b,
 				const float *r, int relu, float *y)
 {
 	const int64_t per = g->th * g->tw, n = tile / per, oy0 = 4 * (tile % per / g->tw), ox0 = 4 * (tile % g->tw);
@@ -213,7 +244,7 @@ CPU_V16 static void wg_out_tile(const struct wg_geom *g, const float *M, int64_t
 	for (int64_t o = 0; o < g->O; o += 16) {
 		__m512 m[36], a[24], q[16];
 		for (int k = 0; k < 36; k++)
-			m[k] = _mm512_loadu_ps(M + k * ps + o);
+			m[k] = _mm512_loadu_ps(M + k * g->O + o);
 		for (int i = 0; i < 6; i++) /* m A: along each row */
 			wg_at(m + i * 6, 1, a + i * 4, 1);
 		for (int j = 0; j < 4; j++) /* A^T (m A): down each column */
@@ -231,9 +262,10 @@ CPU_V16 static void wg_out_tile(const struct wg_geom *g, const float *M, int64_t
 }
 
 /* The GEMM's register block: TR tiles x OB vectors of 16 output channels,
- * M[t][o] = sum_c V[t][c] U[c][o] (rows of V: C floats; of U, M: O) */
+ * M[t][o] = sum_c V[t][c] U[c][o] (rows of V: vs floats apart; of U: O;
+ * of M: ms) */
 #define WG_MK(NAME, TR, OB)                                                                       \
-	CPU_V16 static void NAME(const float *V, const float *U, float *M, int64_t C, int64_t O)  \
+	CPU_V16 static void NAME(const float *V, const float *U, float *M, int64_t C, int64_t O, int64_t vs, int64_t ms) \
 	{                                                                                         \
 		__m512 acc[TR][OB];                                                               \
 		_Pragma("GCC unroll 16") for (int i = 0; i < TR; i++)                             \
@@ -245,14 +277,14 @@ CPU_V16 static void wg_out_tile(const struct wg_geom *g, const float *M, int64_t
 				_mm512_loadu_ps(U + c * O + 16 * j);                              \
 			_Pragma("GCC unroll 16") for (int i = 0; i < TR; i++)                     \
 			{                                                                         \
-				const __m512 v = _mm512_set1_ps(V[i * C + c]);                    \
+				const __m512 v = _mm512_set1_ps(V[i * vs + c]);                   \
 				_Pragma("GCC unroll 4") for (int j = 0; j < OB; j++) acc[i][j] =  \
 					_mm512_fmadd_ps(v, u[j], acc[i][j]);                      \
 			}                                                                         \
 		}                                                                                 \
 		_Pragma("GCC unroll 16") for (int i = 0; i < TR; i++)                             \
 			_Pragma("GCC unroll 4") for (int j = 0; j < OB; j++)                      \
-				_mm512_storeu_ps(M + i * O + 16 * j, acc[i][j]);                  \
+				_mm512_storeu_ps(M + i * ms + 16 * j, acc[i][j]);                 \
 	}
 WG_MK(wg_mk_6x4, 6, 4)
 WG_MK(wg_mk_12x2, 12, 2)
@@ -261,8 +293,10 @@ WG_MK(wg_mk_1x4, 1, 4)
 WG_MK(wg_mk_1x2, 1, 2)
 WG_MK(wg_mk_1x1, 1, 1)
 
-/* M = V U at one point for nt tiles (V: nt x C, U: C x O, M: nt x O) */
-CPU_V16 static void wg_gemm(const float *V, const float *U, float *M, int64_t nt, int64_t C, int64_t O)
+/* M = V U at one point for nt tiles (V: nt rows of C, vs floats apart; U:
+ * C x O; M: nt rows of O, ms apart) */
+CPU_V16 static void wg_gemm(const float *V, const float *U, float *M, int64_t nt, int64_t C, int64_t O, int64_t vs,
+			    int64_t ms)
 {
 	for (int64_t ov = 0, nov = O / 16; ov < nov;) {
 		const int64_t ob = nov - ov >= 4 ? 4 : nov - ov >= 2 ? 2 : 1;
@@ -271,31 +305,33 @@ CPU_V16 static void wg_gemm(const float *V, const float *U, float *M, int64_t nt
 		int64_t t = 0;
 		if (ob == 4)
 			for (; t + 6 <= nt; t += 6)
-				wg_mk_6x4(V + t * C, Uo, Mo + t * O, C, O);
+				wg_mk_6x4(V + t * vs, Uo, Mo + t * ms, C, O, vs, ms);
 		else if (ob == 2)
 			for (; t + 12 <= nt; t += 12)
-				wg_mk_12x2(V + t * C, Uo, Mo + t * O, C, O);
+				wg_mk_12x2(V + t * vs, Uo, Mo + t * ms, C, O, vs, ms);
 		else
 			for (; t + 12 <= nt; t += 12)
-				wg_mk_12x1(V + t * C, Uo, Mo + t * O, C, O);
+				wg_mk_12x1(V + t * vs, Uo, Mo + t * ms, C, O, vs, ms);
 		for (; t < nt; t++)
-			(ob == 4 ? wg_mk_1x4 : ob == 2 ? wg_mk_1x2 : wg_mk_1x1)(V + t * C, Uo, Mo + t * O, C, O);
+			(ob == 4 ? wg_mk_1x4 : ob == 2 ? wg_mk_1x2 : wg_mk_1x1)(V + t * vs, Uo, Mo + t * ms, C, O, vs, ms);
 		ov += ob;
 	}
 }
 
-/* One block of nt tiles from tile t0: in, 36 GEMMs, out */
+/* One block of nt tiles from tile t0: in, 36 GEMMs, out.  V and M hold
+ * a tile's 36 points together (V[t][pt][c], M[t][pt][o]), so that the
+ * transforms read and write whole lines in order. */
 CPU_V16 static void wg_block(const struct wg_geom *g, const float *x, const float *U, const float *b, const float *r,
 			     int relu, float *y, float *slot, int64_t t0, int64_t nt)
 {
 	float *V = slot, *M = slot + g->m_at;
-	const int64_t vs = g->TB * g->C, ms = g->TB * g->O;
+	const int64_t vs = WG_PTS * g->C, ms = WG_PTS * g->O;
 	for (int64_t i = 0; i < nt; i++)
-		wg_in_tile(g, x, t0 + i, V + i * g->C, vs);
+		wg_in_tile(g, x, t0 + i, V + i * vs);
 	for (int k = 0; k < WG_PTS; k++)
-		wg_gemm(V + k * vs, U + k * g->C * g->O, M + k * ms, nt, g->C, g->O);
+		wg_gemm(V + k * g->C, U + k * g->C * g->O, M + k * g->O, nt, g->C, g->O, vs, ms);
 	for (int64_t i = 0; i < nt; i++)
-		wg_out_tile(g, M + i * g->O, ms, t0 + i, b, r, relu, y);
+		wg_out_tile(g, M + i * ms, t0 + i, b, r, relu, y);
 }
 #endif
 
@@ -309,19 +345,37 @@ static kiln_status wg_run(const struct cpu_plan *p, const struct kiln_op_args *a
 	const int res = (p->op.flags & KILN_OPF_RESIDUAL) != 0, relu = (p->op.flags & KILN_OPF_ACT) != 0;
 	const float *x = a->in[0], *w = a->in[1];
 	const float *b = p->op.n_in == 3 + res ? a->in[2] : NULL, *r = res ? a->in[p->op.n_in - 1] : NULL;
-	float *y = a->out[0];
+	float *y = a->out[0], *U = ws;
+	/* a frozen plan's U: made here only when the weights changed since
+	 * (the lock held until it is) */
+	struct cpu_wino *k = p->wino;
+	int make = 1;
+	uint64_t gen = 0;
+	if (k) {
+		pthread_mutex_lock(&k->lock);
+		gen = __atomic_load_n(k->gen, __ATOMIC_ACQUIRE); /* before the weights are read */
+		make = !k->valid || k->made != gen;
+		U = k->U;
+		if (!make)
+			pthread_mutex_unlock(&k->lock);
+	}
 	const int64_t nb = (g.tiles + g.TB - 1) / g.TB;
 #pragma omp parallel if (g.tiles * g.C * g.O >= CPU_PAR_MIN)
 	{
 		const int64_t team = cpu_num_threads(), t = cpu_thread_num();
 		const int64_t T = team < g.slots ? team : g.slots;
-		if (t < T)
-			wg_weights(&g, w, ws, g.C * t / T, g.C * (t + 1) / T);
+		if (make && t < T)
+			wg_weights(&g, w, U, g.C * t / T, g.C * (t + 1) / T);
 #pragma omp barrier
 		if (t < T)
-			for (int64_t k = nb * t / T, k1 = nb * (t + 1) / T; k < k1; k++)
-				wg_block(&g, x, ws, b, r, relu, y, ws + g.slot_at + (size_t)t * g.slot_len,
-					 k * g.TB, g.tiles - k * g.TB < g.TB ? g.tiles - k * g.TB : g.TB);
+			for (int64_t q = nb * t / T, q1 = nb * (t + 1) / T; q < q1; q++)
+				wg_block(&g, x, U, b, r, relu, y, ws + g.slot_at + (size_t)t * g.slot_len,
+					 q * g.TB, g.tiles - q * g.TB < g.TB ? g.tiles - q * g.TB : g.TB);
+	}
+	if (k && make) {
+		k->made = gen;
+		k->valid = 1;
+		pthread_mutex_unlock(&k->lock);
 	}
 #else
 	(void)p, (void)a;
@@ -348,12 +402,25 @@ kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_out = op->n_out;
 	p->kernel = wg_run;
 	p->workspace = (g.slot_at + (size_t)g.slots * g.slot_len) * sizeof(float) + WG_ALIGN;
+	if ((op->flags & KILN_OPF_FROZEN) && c->keep_weights) {
+		struct cpu_wino *k = p->wino = calloc(1, sizeof *k);
+		if (k && posix_memalign((void **)&k->U, WG_ALIGN, g.slot_at * sizeof(float)))
+			k->U = NULL;
+		if (!k || !k->U) {
+			cpu_wino_free(k);
+			p->wino = NULL;
+			return c->host->error(KILN_ENOMEM, "cpu: out of memory for a Winograd plan's weights");
+		}
+		pthread_mutex_init(&k->lock, NULL);
+		k->gen = &c->wgen;
+	}
 	c->host->log(KILN_LOG_DEBUG, "cpu",
 		     "CONV x [%lld,%lld,%lld,%lld] w [%lld,%lld,3,3] pad %lldx%lld NHWC%s%s: Winograd F(4x4, 3x3) "
-		     "(wino.c), %lld tiles in blocks of %lld, workspace %zu bytes",
+		     "(wino.c), %lld tiles in blocks of %lld, workspace %zu bytes%s",
 		     (long long)g.N, (long long)g.C, (long long)g.H, (long long)g.W, (long long)g.O,
 		     (long long)g.C, (long long)g.ph, (long long)g.pw,
 		     op->flags & KILN_OPF_RESIDUAL ? ", residual" : "", op->flags & KILN_OPF_ACT ? ", ReLU" : "",
-		     (long long)g.tiles, (long long)g.TB, p->workspace);
+		     (long long)g.tiles, (long long)g.TB, p->workspace,
+		     p->wino ? ", transformed weights kept (frozen)" : "");
 	return KILN_OK;
 }
