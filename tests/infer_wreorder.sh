@@ -30,7 +30,14 @@
 #     (no compare of the f32 weights per run) and quantizes its weights
 #     once per load (2 INT8 layers: 2 quantizations per phase, counted
 #     from the debug log); keep_weights = 0: the same logits, weights
-#     compared every run.
+#     compared every run;
+#  6. Winograd (plugins/cpu/wino.c, session 25): a 16 -> 16 channel 3x3
+#     conv added after conv1 (made 16 channels), which inference plans run
+#     by F(4x4, 3x3) on AVX-512 and whose transformed weights they keep:
+#     tests/infer_reload with two seeds' initial weights (B loaded into
+#     A's model gives B's logits: the kept transform made again after
+#     KILN_PROC_WEIGHTS_CHANGED), keep_weights = 1 and 0; on AVX-512 the
+#     debug log has a Winograd plan, its weights kept under 1 only.
 name=infer_wreorder
 . "$(dirname "$0")/lib.sh"
 need_source idx
@@ -119,5 +126,24 @@ for k in 1 0; do
 		END { printf "%d", n }' "$tmp/qerr$k")
 	echo "INT8, keep_weights = $k: quantizations per phase: $counts"
 	[ "$counts" = "2 2 2 2" ] || fail "INT8, keep_weights = $k: quantizations per phase $counts, 2 2 2 2 expected"
+done
+# ---- 6. Winograd's kept weight transform ----------------------------------------
+awk '$0 == "[layer.pool1]" { print "[layer.conv2]\ntype = conv\nout = 16\nkernel = 3\npadding = 1\n\n[layer.relu2]\ntype = relu\n" }
+	{ print } $0 == "[layer.conv1]" { print "out = 16" }' "$tmp/r.ini" | grep -v '^out = 4$' >"$tmp/w.ini"
+for s in 1 2; do
+	kiln 0 export "$tmp/w.ini" --safetensors "$tmp/w$s.safetensors" "run.out_dir=$tmp/w$s" run.seed=$s
+done
+for k in 1 0; do
+	printf '[plugin.cpu]\nkeep_weights = %s\n' $k >"$tmp/wk$k.ini"
+	cat "$tmp/w.ini" "$tmp/wk$k.ini" >"$tmp/wr$k.ini"
+	KILN_LOG_LEVEL=debug "$top_builddir/tests/infer_reload" "$tmp/wr$k.ini" "$tmp/w1.safetensors" \
+		"$tmp/w2.safetensors" 2>"$tmp/werr$k" || fail "tests/infer_reload, Winograd, keep_weights = $k: $(tail -3 "$tmp/werr$k")"
+	wplans=$(grep -c '(wino.c)' "$tmp/werr$k")
+	wkept=$(grep -c '(wino.c).*transformed weights kept (frozen)' "$tmp/werr$k")
+	echo "Winograd, keep_weights = $k: $wplans plans, $wkept with their weights kept"
+	if grep -q avx512bw /proc/cpuinfo 2>/dev/null && grep -q avx512vl /proc/cpuinfo; then
+		[ "$wplans" -ge 1 ] || fail "Winograd, keep_weights = $k: no Winograd plan on an AVX-512 CPU"
+		[ "$wkept" -eq $((k * wplans)) ] || fail "Winograd, keep_weights = $k: $wkept of $wplans plans keep their weights"
+	fi
 done
 echo "PASS ($checks kiln runs)"
