@@ -724,6 +724,16 @@ TESTS += tests/check_cpu_convthin
 tests_check_cpu_convthin_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_cpu_convthin_LDADD = libkiln.la $(CHECK_LIBS) -lm
 endif
+# the CPU device's 3x3 convolution by Winograd's F(4x4, 3x3)
+# (plugins/cpu/wino.c): right against a double loop with bias, ReLU and a
+# residual, the same bytes on any team, the ops it takes and those it
+# leaves to oneDNN, a NaN reaching the outputs that cover it
+if HAVE_CHECK
+check_PROGRAMS += tests/check_cpu_wino
+TESTS += tests/check_cpu_wino
+tests_check_cpu_wino_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_cpu_wino_LDADD = libkiln.la $(CHECK_LIBS) -lm
+endif
 # its 16 x 16 transforms of 16 planes at once (plugins/cpu/fft16.c compiled
 # in) against FFTW's, plane by plane
 if HAVE_CHECK

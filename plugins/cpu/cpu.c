@@ -322,7 +322,7 @@ static kiln_status cpu_kernel_keys(const struct kiln_host *host, const struct ki
 	kiln_status st;
 	kk->conv_impl = 0;
 	kk->gemm_impl = HAVE_OPENBLAS ? CPU_GEMM_RULE : 0; /* unset */
-	kk->conv_algo = HAVE_FFTW ? CPU_GEMM_RULE : 0;     /* unset */
+	kk->conv_algo = CPU_GEMM_RULE; /* unset (without FFTW the rule takes no FFT) */
 	for (int i = 0; i < 2; i++)
 		if ((st = cpu_kern_key(host, cfg, i, deterministic, &kk->kern[i])))
 			return st;
@@ -355,8 +355,6 @@ static kiln_status cpu_kernel_keys(const struct kiln_host *host, const struct ki
 				: !strcmp(ca, "rule")	  ? CPU_GEMM_RULE
 				: !strcmp(ca, "winograd") ? CPU_CONV_WINO
 							  : !strcmp(ca, "fft");
-	if (cfg && !HAVE_FFTW && kk->conv_algo != CPU_CONV_WINO) /* every setting but fft is direct */
-		kk->conv_algo = 0;
 	if (kk->conv_algo == CPU_CONV_AUTO && deterministic)
 		kk->conv_algo = CPU_GEMM_RULE;
 	/* the rule's choice instead of a timed one; OpenBLAS's pthread build
@@ -841,13 +839,24 @@ static const struct kiln_key cpu_keys[] = {
 	  "time (logged).  Under `rule` and `fft` the FFT keeps x's spectrum from the "
 	  "forward for the weight gradient and dy's from that for the data gradient "
 	  "(under `auto` none).  It differs from the direct result by rounding (about 1e-6 "
-	  "of the output's scale).  Without FFTW every setting but `fft` is `direct`.  "
+	  "of the output's scale).  Without FFTW no setting takes the FFT (`fft` is an error).  "
 	  "`[run] deterministic = 1` turns `auto` into `rule`.  The direct kernel, on a CPU "
 	  "with AVX-512 (F, BW, VL), of a forward or weight gradient of 1-4 input channels "
 	  "(NCHW; NHWC with one channel), stride 1, a kernel up to 7x7 (the weight gradient: "
 	  "25 taps a channel) is kiln's own for a first layer, not oneDNN's "
 	  "(plugins/cpu/convthin.c; the CNN's conv1: ~1.2x oneDNN's NHWC kernels, session 24; "
-	  "no kept copies): `rule` and `direct` run it, `auto` times it against the FFT." },
+	  "no kept copies): `rule` and `direct` run it, `auto` times it against the FFT.  "
+	  "`winograd`: a forward of f32 NHWC tensors with a 3x3 kernel, stride 1, padding "
+	  "0-2, input and output channels multiples of 16 (bias, fused ReLU, residual "
+	  "epilogue), on a CPU with AVX-512 (F, BW, VL), runs by Winograd's F(4x4, 3x3) "
+	  "(plugins/cpu/wino.c: 36 multiplies a 4x4 block of outputs and channel pair "
+	  "instead of 144), everything else as `rule`; `rule` and `auto` run it in "
+	  "inference plans (`kiln predict`, kiln/infer.h: frozen weights, whose transform "
+	  "is kept as `keep_weights` says), not in training or evaluation plans.  It "
+	  "differs from the direct result by rounding (up to ~2.5e-5 of the output's "
+	  "rms, oneDNN's ~5e-6: the transforms' constants); the ResNet example's inference: "
+	  "its 3x3 convolutions 1.3-1.8x oneDNN's, 1.4x the logits a second, session 25 "
+	  "(docs/PERFORMANCE.md)." },
 	{ "tune_cache", KILN_KEY_STR, NULL, 0, 0, NULL,
 	  "The file that keeps the kernel choices `auto` timed (`bf16_conv`, `bf16_gemm`, "
 	  "`conv_impl`, `gemm_impl`, `conv_algo`) between runs, keyed by the op's shapes, dtypes, layouts and "

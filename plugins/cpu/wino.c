@@ -360,7 +360,9 @@ static kiln_status wg_run(const struct cpu_plan *p, const struct kiln_op_args *a
 			pthread_mutex_unlock(&k->lock);
 	}
 	const int64_t nb = (g.tiles + g.TB - 1) / g.TB;
-#pragma omp parallel if (g.tiles * g.C * g.O >= CPU_PAR_MIN)
+	/* a team where there are two blocks and ~150k FMAs (36 C O a tile):
+	 * the ResNet's 28x28 layer of one sample takes both threads */
+#pragma omp parallel if (nb >= 2 && g.tiles * g.C * g.O >= 4096)
 	{
 		const int64_t team = cpu_num_threads(), t = cpu_thread_num();
 		const int64_t T = team < g.slots ? team : g.slots;

@@ -21,14 +21,16 @@
  * channels multiples of 16, a 3x3 kernel, stride 1, dilation 1, one
  * group, padding 0-2; bias, fused ReLU and a residual epilogue
  * (KILN_OPF_RESIDUAL) allowed; no kept copies (KILN_OPF_KEEP) and no
- * accumulation. */
+ * accumulation.  A bf16 or f16 convolution that runs as the f32 op on
+ * widened copies (lowp.c; `bf16_conv = f32`, or `auto`'s f32 candidate)
+ * is such an op too. */
 int cpu_wino_ok(const struct kiln_op *op);
 
 /* Prepare p (cpu_wino_ok) as wino.c's kernel (cpu_ops_prepare's
  * contract); KILN_ENOTSUP for an op it does not take.  The result differs
  * from the direct sum by rounding, larger than a direct kernel's (the
- * transforms' constants up to 8 and 1/24): about 1e-6 to 1e-5 of the
- * output's scale (tests/check_cpu_wino).  Every output is computed by one
+ * transforms' constants up to 8 and 1/24): up to ~2.5e-5 of the output's
+ * rms, against ~5e-6 for oneDNN's direct kernels (tests/check_cpu_wino).  Every output is computed by one
  * thread with the same code, so the bytes never depend on the team. */
 kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p);
 
