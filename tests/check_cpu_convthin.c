@@ -115,11 +115,7 @@ static void sink(void *user, int level, const char *who, const char *msg)
 }
 
 /* Whether convthin.c should take an eligible op on this CPU. */
-static int avx512(void)
-{
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl");
-}
+static int avx512(void) { return conv_ref_avx512(); }
 
 /* Whether convthin.c's bf16 runs by AVX512_BF16's dot products here
  * (else in f32 arithmetic on the widened tensors, the f32 op's bytes). */
@@ -127,17 +123,8 @@ static int bf16_dots(void) { return avx512() && __builtin_cpu_supports("avx512bf
 
 static int64_t one(int v) { return v ? v : 1; }
 
-static int64_t oh(const struct cop *c)
-{
-	const struct shape *s = c->s;
-	return (s->H + 2 * s->ph - one(c->dil) * (s->KH - 1) - 1) / one(c->stride) + 1;
-}
-
-static int64_t ow(const struct cop *c)
-{
-	const struct shape *s = c->s;
-	return (s->W + 2 * s->pw - one(c->dil) * (s->KW - 1) - 1) / one(c->stride) + 1;
-}
+static int64_t oh(const struct cop *c) { return conv_ref_osize(c->s->H, c->s->ph, c->s->KH, c->dil, c->stride); }
+static int64_t ow(const struct cop *c) { return conv_ref_osize(c->s->W, c->s->pw, c->s->KW, c->dil, c->stride); }
 
 /* The values of tensor salt: x (1), w (2), dy (3), b (4); initial outputs
  * (5, 6).  exact: rounded to bf16 values, so that a bf16 tensor holds
@@ -373,26 +360,17 @@ static double maxd(double a, double b) { return a > b ? a : b; }
 struct tally {
 	double ref, onednn, vs_onednn; /* worst errors: convthin's, oneDNN's, between them */
 	double plain;                  /* a bf16 y's: rel_err (ref: rel_err_bf16) */
-	int ops, thin, bad;            /* prepares convthin should make; those it made; miscounts */
-	char first_bad[256];
+	struct conv_plans pl;          /* convthin's plans */
 };
 
 /* Records `plans` made by an op described by what, where want were
  * expected. */
 static void tally_plans(struct tally *ty, int plans, int want, const char *what)
 {
-	ty->ops += want;
-	ty->thin += plans == 1 && want;
-	if (plans != want && !ty->bad++)
-		snprintf(ty->first_bad, sizeof ty->first_bad, "%s: %d convthin plans, want %d", what,
-			 plans, want);
+	conv_plans_add(&ty->pl, plans, want, what, "convthin");
 }
 
-static void tally_check(const struct tally *ty, const char *test)
-{
-	ck_assert_msg(!ty->bad, "%s: %d prepares with the wrong number of convthin plans (CPU %s AVX-512F, BW and VL); first %s",
-		      test, ty->bad, avx512() ? "with" : "without", ty->first_bad);
-}
+static void tally_check(const struct tally *ty, const char *test) { conv_plans_check(&ty->pl, test, "convthin"); }
 
 /* The convthin plans op c makes on this CPU: one, or none without
  * AVX-512F, BW and VL and for a weight gradient of more than 25 taps a
@@ -455,7 +433,7 @@ static void check_type_f32(int t, const int *fls, int nf)
 				check_f32(&c, si, &ty);
 			}
 	printf("convthin: %s f32: worst error %.3g of the rms (oneDNN %.3g, the two apart %.3g); %d of %d prepares by convthin.c\n",
-	       op_str(t), ty.ref, ty.onednn, ty.vs_onednn, ty.thin, ty.ops);
+	       op_str(t), ty.ref, ty.onednn, ty.vs_onednn, ty.pl.made, ty.pl.ops);
 	fflush(stdout); /* before a failed check ends the test's process */
 	tally_check(&ty, op_str(t));
 }
@@ -525,7 +503,7 @@ START_TEST(test_conv_algo)
 				free(f), free(r);
 			}
 	printf("convthin: conv_algo rule, direct, auto%s: worst error %.3g of the rms; %d of %d prepares by convthin.c\n",
-	       fft ? ", fft" : " (no FFTW: not fft)", ty.ref, ty.thin, ty.ops);
+	       fft ? ", fft" : " (no FFTW: not fft)", ty.ref, ty.pl.made, ty.pl.ops);
 	fflush(stdout);
 	tally_check(&ty, "conv_algo");
 }
@@ -630,11 +608,11 @@ static void check_type_bf16(int t, const int *fls, int nf, int bias16, struct ta
 		}
 	if (t == KILN_OP_CONV)
 		printf("convthin: %s bf16%s: worst error beyond y's rounding %.3g of the rms (oneDNN %.3g); %.3g in all; %d of %d prepares by convthin.c\n",
-		       op_str(t), bias16 ? " (bf16 bias)" : "", ty->ref, ty->onednn, ty->plain, ty->thin,
-		       ty->ops);
+		       op_str(t), bias16 ? " (bf16 bias)" : "", ty->ref, ty->onednn, ty->plain, ty->pl.made,
+		       ty->pl.ops);
 	else
 		printf("convthin: %s bf16: worst error %.3g of the rms (oneDNN %.3g); %d of %d prepares by convthin.c\n",
-		       op_str(t), ty->ref, ty->onednn, ty->thin, ty->ops);
+		       op_str(t), ty->ref, ty->onednn, ty->pl.made, ty->pl.ops);
 	fflush(stdout); /* before a failed check ends the test's process */
 }
 

@@ -121,25 +121,12 @@ static void sink(void *user, int level, const char *who, const char *msg)
 }
 
 /* Whether wino.c should take an eligible op on this CPU. */
-static int avx512(void)
-{
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl");
-}
+static int avx512(void) { return conv_ref_avx512(); }
 
 static int64_t one(int v) { return v ? v : 1; }
 
-static int64_t oh(const struct cop *c)
-{
-	const struct shape *s = c->s;
-	return (s->H + 2 * s->ph - one(c->dil) * (s->KH - 1) - 1) / one(c->stride) + 1;
-}
-
-static int64_t ow(const struct cop *c)
-{
-	const struct shape *s = c->s;
-	return (s->W + 2 * s->pw - one(c->dil) * (s->KW - 1) - 1) / one(c->stride) + 1;
-}
+static int64_t oh(const struct cop *c) { return conv_ref_osize(c->s->H, c->s->ph, c->s->KH, c->dil, c->stride); }
+static int64_t ow(const struct cop *c) { return conv_ref_osize(c->s->W, c->s->pw, c->s->KW, c->dil, c->stride); }
 
 /* The values of tensor salt: x (1), w (2), b (4), the initial y (5), the
  * residual r (7). */
@@ -321,27 +308,17 @@ static double maxd(double a, double b) { return a > b ? a : b; }
 /* The plan counts that were not the expected ones (checked last:
  * tally_check). */
 struct tally {
-	int ops, wino, bad; /* prepares wino.c should make; those it made; miscounts */
-	char first_bad[256];
+	struct conv_plans pl; /* wino.c's plans */
 };
 
 /* Records `plans` made by an op described by what, where want were
  * expected. */
 static void tally_plans(struct tally *ty, int plans, int want, const char *what)
 {
-	ty->ops += want;
-	ty->wino += plans == 1 && want;
-	if (plans != want && !ty->bad++)
-		snprintf(ty->first_bad, sizeof ty->first_bad, "%s: %d wino plans, want %d", what, plans,
-			 want);
+	conv_plans_add(&ty->pl, plans, want, what, "wino");
 }
 
-static void tally_check(const struct tally *ty, const char *test)
-{
-	ck_assert_msg(!ty->bad,
-		      "%s: %d prepares with the wrong number of wino plans (CPU %s AVX-512F, BW and VL); first %s",
-		      test, ty->bad, avx512() ? "with" : "without", ty->first_bad);
-}
+static void tally_check(const struct tally *ty, const char *test) { conv_plans_check(&ty->pl, test, "wino"); }
 
 static void flags_str(char *buf, size_t n, int fl)
 {
@@ -379,8 +356,8 @@ START_TEST(test_forward)
 		printf("wino: %s: worst error %.3g of the rms\n", shape_names[si], ws);
 		worst = maxd(worst, ws);
 	}
-	printf("wino: forward: worst error %.3g of the rms; %d of %d prepares by wino.c\n", worst, ty.wino,
-	       ty.ops);
+	printf("wino: forward: worst error %.3g of the rms; %d of %d prepares by wino.c\n", worst, ty.pl.made,
+	       ty.pl.ops);
 	fflush(stdout); /* before a failed check ends the test's process */
 	tally_check(&ty, "forward");
 }
@@ -524,7 +501,7 @@ START_TEST(test_rules)
 	 * layer then prepares the op without it) */
 	const struct cop keep = { .fl = F_BIAS, .s = &base, .extra = KILN_OPF_KEEP };
 	tally_plans(&ty, plans_of(&keep, WINO, 0, 0, NULL), 0, "kept copy");
-	printf("wino: rules: %d of %d prepares by wino.c\n", ty.wino, ty.ops);
+	printf("wino: rules: %d of %d prepares by wino.c\n", ty.pl.made, ty.pl.ops);
 	fflush(stdout);
 	tally_check(&ty, "rules");
 }

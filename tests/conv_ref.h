@@ -1,16 +1,57 @@
-/* tests/conv_ref.h - what the convolution tests check_cpu_fftconv and
- * check_cpu_convthin share: the element index of an [N, C, H, W] tensor in
- * either layout, a double-precision convolution of stride 1, dilation 1
- * and one group (CONV with bias and ReLU, CONV_BWD_DATA, CONV_BWD_WEIGHTS
- * with the bias gradient and accumulation), and the error the tests bound,
- * max |got - ref| / rms(ref) over the tensor (a NaN counts as the worst). */
+/* tests/conv_ref.h - what the convolution tests check_cpu_fftconv,
+ * check_cpu_convthin and check_cpu_wino share: the element index of an
+ * [N, C, H, W] tensor in either layout, an output size, a double-precision
+ * convolution of stride 1, dilation 1 and one group (CONV with bias and
+ * ReLU, CONV_BWD_DATA, CONV_BWD_WEIGHTS with the bias gradient and
+ * accumulation), the error the tests bound, max |got - ref| / rms(ref) over
+ * the tensor (a NaN counts as the worst), whether kiln's own AVX-512
+ * kernels run on this CPU, and the tally of the plans a kernel made. */
 #ifndef KILN_TESTS_CONV_REF_H
 #define KILN_TESTS_CONV_REF_H
 #include <kiln/kiln.h>
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+
+/* 1 when this CPU has AVX-512F, BW and VL: kiln's own convolution kernels
+ * (fft16.c, convthin.c, wino.c) run on it */
+static inline int conv_ref_avx512(void)
+{
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl");
+}
+
+/* The output size of n inputs, padding pad, kernel k, dilation dil and
+ * stride st (0 meaning 1, as the tests' ops say it). */
+static inline int64_t conv_ref_osize(int64_t n, int64_t pad, int64_t k, int64_t dil, int64_t st)
+{
+	return (n + 2 * pad - (dil ? dil : 1) * (k - 1) - 1) / (st ? st : 1) + 1;
+}
+
+/* The plans a kernel made against those expected, the wrong counts
+ * checked last (conv_plans_check), after every result. */
+struct conv_plans {
+	int ops, made, bad; /* prepares the kernel should make; those it made; miscounts */
+	char first_bad[256];
+};
+
+/* Records `plans` made by the kernel named kernel for an op described by
+ * what, where want were expected. */
+static inline void conv_plans_add(struct conv_plans *t, int plans, int want, const char *what, const char *kernel)
+{
+	t->ops += want;
+	t->made += plans == 1 && want;
+	if (plans != want && !t->bad++)
+		snprintf(t->first_bad, sizeof t->first_bad, "%s: %d %s plans, want %d", what, plans, kernel, want);
+}
+
+static inline void conv_plans_check(const struct conv_plans *t, const char *test, const char *kernel)
+{
+	ck_assert_msg(!t->bad, "%s: %d prepares with the wrong number of %s plans (CPU %s AVX-512F, BW and VL); first %s",
+		      test, t->bad, kernel, conv_ref_avx512() ? "with" : "without", t->first_bad);
+}
 
 /* A convolution's geometry and layout (weights OIHW). */
 struct conv_ref {
