@@ -15,6 +15,7 @@
  * KILN_CPU_WINO=0, under conv_algo = direct or fft, or without those
  * CPU features; a bf16 op widened to f32, bf16_conv = f32, as the f32
  * op) and which it leaves to oneDNN (NCHW, 8 input or 24 output channels,
+ * 512 x 256 channels (256 x 256 taken),
  * a 5x5 kernel, stride 2, dilation 2, padding 3, two groups, a leaky
  * ReLU, kept copies); a NaN or an inf in x reaching the outputs whose
  * window covers it, a ReLU keeping the NaN.
@@ -436,7 +437,8 @@ START_TEST(test_rules)
 	static const struct shape base = { 2, 16, 9, 9, 16, 3, 3, 1, 1 },
 				  c8 = { 2, 8, 9, 9, 16, 3, 3, 1, 1 }, o24 = { 2, 16, 9, 9, 24, 3, 3, 1, 1 },
 				  k5 = { 2, 16, 9, 9, 16, 5, 5, 2, 2 }, p3 = { 2, 16, 9, 9, 16, 3, 3, 3, 3 },
-				  g2 = { 2, 32, 9, 9, 32, 3, 3, 1, 1 };
+				  g2 = { 2, 32, 9, 9, 32, 3, 3, 1, 1 }, c256 = { 1, 256, 4, 4, 256, 3, 3, 1, 1 },
+				  c512 = { 1, 512, 4, 4, 256, 3, 3, 1, 1 };
 	const int F = KILN_OPF_FROZEN, want = avx512();
 	struct tally ty = { 0 };
 	const struct cop plain = { .fl = F_BIAS | F_RELU, .s = &base },
@@ -459,6 +461,11 @@ START_TEST(test_rules)
 	tally_plans(&ty, plans_of(&frozen, NULL, 1, 1, NULL), 0, "frozen, rule, KILN_CPU_WINO=0");
 	tally_plans(&ty, plans_of(&frozen, "plugin.cpu.conv_algo=direct", 0, 1, NULL), 0,
 		    "frozen, conv_algo = direct");
+	/* channels: 256 x 256 taken, 512 x 256 not (U would stream from
+	 * memory for every block of tiles) */
+	const struct cop big = { .fl = F_BIAS, .s = &c256, .extra = F }, bigger = { .fl = F_BIAS, .s = &c512, .extra = F };
+	tally_plans(&ty, plans_of(&big, NULL, 0, 1, NULL), want, "256 x 256 channels, frozen, rule");
+	tally_plans(&ty, plans_of(&bigger, WINO, 0, 1, NULL), 0, "512 x 256 channels, winograd");
 	int refused;
 	const int pf = plans_of(&frozen, "plugin.cpu.conv_algo=fft", 0, 0, &refused);
 	if (!refused) /* (refused: a build without FFTW) */

@@ -44,6 +44,7 @@
 
 #define WG_ALIGN 64
 #define WG_PTS 36 /* the 6 x 6 points */
+#define WG_MAX_CO (256 * 256) /* input x output channels (cpu_wino_ok) */
 
 /* The geometry of a plan (cpu_wino_prepare keeps it in sz, rows, cols). */
 struct wg_geom {
@@ -124,6 +125,11 @@ int cpu_wino_ok(const struct kiln_op *op)
 	const int64_t N = x->dims[0], C = x->dims[1], O = w->dims[0];
 	if (N < 1 || C < 16 || C % 16 || O < 16 || O % 16 || w->dims[1] != C || w->dims[2] != 3 ||
 	    w->dims[3] != 3 || y->dims[0] != N || y->dims[1] != O)
+		return 0;
+	/* every block of tiles reads all of U (36 C O floats): up to 256 x 256
+	 * channels (9.4 MB) it ran 1.4-2.6x oneDNN's direct kernels, at 512 x
+	 * 512 (37.7 MB, from DRAM for every block) 0.52x (bench/wino_ops) */
+	if (C * O > WG_MAX_CO)
 		return 0;
 	const int64_t OH = x->dims[2] + 2 * op->i[2] - 2, OW = x->dims[3] + 2 * op->i[3] - 2;
 	if (OH < 1 || OW < 1 || y->dims[2] != OH || y->dims[3] != OW)

@@ -18,7 +18,7 @@
 /* 1 when wino.c runs op on this CPU: AVX-512F, BW and VL, and KILN_CPU_WINO
  * is not "0" (the tests' and benchmarks' A/B hook); KILN_OP_CONV, f32
  * NHWC x, y (and the residual) with OIHW weights, input and output
- * channels multiples of 16, a 3x3 kernel, stride 1, dilation 1, one
+ * channels multiples of 16 (their product at most 256 x 256), a 3x3 kernel, stride 1, dilation 1, one
  * group, padding 0-2; bias, fused ReLU and a residual epilogue
  * (KILN_OPF_RESIDUAL) allowed; no kept copies (KILN_OPF_KEEP) and no
  * accumulation.  A bf16 or f16 convolution that runs as the f32 op on
