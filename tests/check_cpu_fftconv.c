@@ -308,6 +308,9 @@ START_TEST(test_rule)
 		int ffts;
 		free(run_op(types[k], &conv2, 0, 0, "rule", 1, &n, &ffts));
 		ck_assert_msg(ffts == 1, "%s conv2: %d FFT plans", op_str(types[k]), ffts);
+		/* winograd: what wino.c does not take, as rule */
+		free(run_op(types[k], &conv2, 0, 0, "winograd", 1, &n, &ffts));
+		ck_assert_msg(ffts == 1, "%s conv2, conv_algo = winograd: %d FFT plans", op_str(types[k]), ffts);
 		free(run_op(types[k], &conv1, 1, 0, "rule", 1, &n, &ffts));
 		ck_assert_msg(ffts == 0, "%s conv1: %d FFT plans", op_str(types[k]), ffts);
 		free(run_op(types[k], &k3, 0, 0, "rule", 1, &n, &ffts));

@@ -213,6 +213,9 @@ void cpu_qcache_free(struct cpu_qcache *q);
 
 /* ---- wino.c ---- */
 void cpu_wino_free(struct cpu_wino *w);
+/* w's transformed weights made again on the next run (w may be NULL):
+ * after runs on scratch weights (tune.c's timing) */
+void cpu_wino_forget(struct cpu_wino *w);
 
 /* ---- cpu.c ---- */
 const char *cpu_op_name(int type);

@@ -218,7 +218,7 @@ int cpu_fftconv_rule(const struct kiln_op *op)
 
 int cpu_fftconv_bf16_fast(const struct kiln_op *op, int conv_algo)
 {
-	if (!fc_v16_cpu() || (conv_algo != CPU_GEMM_RULE && conv_algo != CPU_CONV_FFT))
+	if (!fc_v16_cpu() || (conv_algo != CPU_GEMM_RULE && conv_algo != CPU_CONV_FFT && conv_algo != CPU_CONV_WINO))
 		return 0;
 	struct kiln_op w = *op; /* widened: its bf16 tensors as f32 */
 	int bf16 = 0;

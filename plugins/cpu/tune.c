@@ -369,11 +369,14 @@ static void time_plans(struct cpu_ctx *c, struct cpu_plan *const *q, int n, doub
 out:
 	cpu_split_quiesce(c); /* a late GEMM helper may still read buf */
 	free(buf);
-	/* a frozen conv timed as it runs (its weights reordered once), but
-	 * from scratch weights: the first real run reorders again */
+	/* a frozen conv timed as it runs (its weights reordered once, or
+	 * Winograd's transformed once), but from scratch weights: the first
+	 * real run makes them again */
 	for (int k = 0; k < n; k++)
-		for (const struct cpu_plan *x = q[k]; x; x = x->inner)
+		for (const struct cpu_plan *x = q[k]; x; x = x->inner) {
 			cpu_dnn_w_forget(x->dnn);
+			cpu_wino_forget(x->wino);
+		}
 }
 
 /* One operand of tune_key: dtype, layout, rank and the dims it has. */
@@ -755,10 +758,10 @@ kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	if (wino_rule(c, op))
 		return cpu_wino_prepare(c, p);
-	if (!c->conv_algo || c->conv_algo == CPU_CONV_WINO || !cpu_fftconv_ok(op))
+	if (!c->conv_algo || !cpu_fftconv_ok(op))
 		return direct_prepare(c, p);
 	int fft = 1;
-	if (c->conv_algo == CPU_GEMM_RULE) {
+	if (c->conv_algo == CPU_GEMM_RULE || c->conv_algo == CPU_CONV_WINO) { /* winograd: the rest as rule */
 		fft = cpu_fftconv_rule(op);
 	} else if (c->conv_algo == CPU_CONV_AUTO) {
 		if (!(op->flags & KILN_OPF_KEEP)) {

@@ -52,7 +52,8 @@ struct wg_geom {
 	int64_t OH, OW, th, tw, tiles; /* output size; tile rows and columns; the batch's tiles */
 	int64_t TB;                   /* tiles a block */
 	int slots;                    /* thread slots in the workspace */
-	size_t slot_at, slot_len, m_at; /* floats: U at 0, the first slot, a slot; M within one */
+	size_t u_len;                 /* U's floats */
+	size_t slot_at, slot_len, m_at; /* floats: U at 0 (unless kept), the first slot, a slot; M within one */
 };
 
 /* What a frozen plan keeps (KILN_OPF_FROZEN and [plugin.cpu]
@@ -77,6 +78,15 @@ void cpu_wino_free(struct cpu_wino *w)
 	free(w);
 }
 
+void cpu_wino_forget(struct cpu_wino *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->valid = 0;
+	pthread_mutex_unlock(&w->lock);
+}
+
 static size_t wg_up(size_t floats) { return (floats + 15) & ~(size_t)15; }
 
 static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
@@ -94,7 +104,8 @@ static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
 	 * 24 and 48 on its shape (bench/wino_ops) */
 	const int64_t step = g->O >= 64 ? 6 : 12, tb = 768 / (g->C + g->O) / step * step;
 	g->TB = tb < step ? step : tb > 96 ? 96 : tb;
-	g->slot_at = wg_up((size_t)(WG_PTS * g->C * g->O));
+	g->u_len = wg_up((size_t)(WG_PTS * g->C * g->O));
+	g->slot_at = p->sz[6] ? 0 : g->u_len; /* frozen: U kept in the plan, not the workspace */
 	g->m_at = wg_up((size_t)(WG_PTS * g->TB * g->C));
 	g->slot_len = g->m_at + wg_up((size_t)(WG_PTS * g->TB * g->O));
 }
@@ -402,6 +413,7 @@ kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->sz[0] = x->dims[0], p->sz[1] = x->dims[1], p->sz[2] = x->dims[2], p->sz[3] = x->dims[3];
 	p->sz[4] = op->in[1].dims[0];
 	p->sz[5] = c->threads > 0 ? c->threads : 1;
+	p->sz[6] = (op->flags & KILN_OPF_FROZEN) && c->keep_weights; /* U kept (struct cpu_wino) */
 	p->rows = op->i[2], p->cols = op->i[3];
 	struct wg_geom g;
 	wg_geom(p, &g);
@@ -410,17 +422,19 @@ kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	p->n_out = op->n_out;
 	p->kernel = wg_run;
 	p->workspace = (g.slot_at + (size_t)g.slots * g.slot_len) * sizeof(float) + WG_ALIGN;
-	if ((op->flags & KILN_OPF_FROZEN) && c->keep_weights) {
+	if (p->sz[6]) {
 		struct cpu_wino *k = p->wino = calloc(1, sizeof *k);
-		if (k && posix_memalign((void **)&k->U, WG_ALIGN, g.slot_at * sizeof(float)))
-			k->U = NULL;
+		if (k) {
+			pthread_mutex_init(&k->lock, NULL);
+			k->gen = &c->wgen;
+			if (posix_memalign((void **)&k->U, WG_ALIGN, g.u_len * sizeof(float)))
+				k->U = NULL;
+		}
 		if (!k || !k->U) {
 			cpu_wino_free(k);
 			p->wino = NULL;
 			return c->host->error(KILN_ENOMEM, "cpu: out of memory for a Winograd plan's weights");
 		}
-		pthread_mutex_init(&k->lock, NULL);
-		k->gen = &c->wgen;
 	}
 	c->host->log(KILN_LOG_DEBUG, "cpu",
 		     "CONV x [%lld,%lld,%lld,%lld] w [%lld,%lld,3,3] pad %lldx%lld NHWC%s%s: Winograd F(4x4, 3x3) "

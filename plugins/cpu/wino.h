@@ -22,8 +22,8 @@
  * group, padding 0-2; bias, fused ReLU and a residual epilogue
  * (KILN_OPF_RESIDUAL) allowed; no kept copies (KILN_OPF_KEEP) and no
  * accumulation.  A bf16 or f16 convolution that runs as the f32 op on
- * widened copies (lowp.c; `bf16_conv = f32`, or `auto`'s f32 candidate)
- * is such an op too. */
+ * widened copies (lowp.c: f16; bf16 where conv.c refuses it, with a bf16
+ * bias or a residual, or below avx512_core) is such an op too. */
 int cpu_wino_ok(const struct kiln_op *op);
 
 /* Prepare p (cpu_wino_ok) as wino.c's kernel (cpu_ops_prepare's
