@@ -658,10 +658,103 @@ START_TEST(test_bf16_frozen)
 }
 END_TEST
 
+/* CONV_BWD_DATA of shape s (x the forward's: dx [N, C, H, W] from dy [N,
+ * O, OH, OW] and w): dx on a cpu device (threads; conv_algo ov, or
+ * KILN_CPU_WINO=0 when off), malloc'ed, *n its elements, *plans the wino
+ * plans. */
+static float *run_bwd(const struct shape *s, int threads, const char *ov, int off, int64_t *n, int *plans)
+{
+	const struct conv_ref g = { s->N, s->C, s->H, s->W, s->O, 3, 3, s->ph, s->pw, 1 };
+	struct kiln_device *dev;
+	struct kiln_config *cfg = open_dev(threads, ov, off, &dev);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CONV_BWD_DATA, op.n_in = 2, op.n_out = 1;
+	op.in[0] = test_desc4(KILN_F32, s->N, s->O, conv_ref_oh(&g), conv_ref_ow(&g), KILN_NHWC);
+	op.in[1] = test_desc4(KILN_F32, s->O, s->C, 3, 3, KILN_NCHW);
+	op.out[0] = test_desc4(KILN_F32, s->N, s->C, s->H, s->W, KILN_NHWC);
+	op.i[0] = op.i[1] = op.i[4] = op.i[5] = op.i[6] = 1;
+	op.i[2] = s->ph, op.i[3] = s->pw;
+	void *plan, *stream, *ws = NULL, *din[2], *dx;
+	size_t wsb = 0;
+	ck_assert_msg(prepare(dev, &op, &plan, &wsb, plans) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_create(dev, &stream) == 0);
+	for (int k = 0; k < 2; k++) {
+		const int64_t ne = kiln_tensor_numel(&op.in[k]);
+		float *v = filled(ne, k ? 2 : 3); /* dy (3), w (2) */
+		din[k] = upload(dev, v, ne);
+		free(v);
+	}
+	*n = kiln_tensor_numel(&op.out[0]);
+	float *x0 = filled(*n, 5);
+	dx = upload(dev, x0, *n);
+	free(x0);
+	if (wsb)
+		ck_assert(kiln_device_alloc(dev, wsb, &ws) == 0);
+	struct kiln_op_args a = { .in = { din[0], din[1] }, .out = { dx }, .workspace = ws, .workspace_bytes = wsb };
+	ck_assert_msg(kiln_device_run(dev, plan, &a, stream) == 0, "%s", kiln_last_error());
+	ck_assert(kiln_device_stream_sync(dev, stream) == 0);
+	float *out = malloc((size_t)*n * sizeof *out);
+	ck_assert(out);
+	memcpy(out, dx, (size_t)*n * sizeof *out);
+	kiln_device_free(dev, din[0]), kiln_device_free(dev, din[1]), kiln_device_free(dev, dx);
+	kiln_device_free(dev, ws);
+	kiln_device_plan_free(dev, plan);
+	kiln_device_stream_destroy(dev, stream);
+	close_dev(dev, cfg, off);
+	return out;
+}
+
+/* The data gradient (conv_algo = winograd: training's layers, issue 23's
+ * kernel serving the backward too) of every shape against the double
+ * loop; the same bytes on 1 and 2 threads; none of it under rule (not
+ * frozen: a training plan's) or with KILN_CPU_WINO=0. */
+START_TEST(test_bwd_data)
+{
+	struct tally ty = { 0 };
+	double worst = 0;
+	for (int si = 0; si < N_SHAPES; si++) {
+		const struct shape *s = &shapes[si];
+		const struct conv_ref g = { s->N, s->C, s->H, s->W, s->O, 3, 3, s->ph, s->pw, 1 };
+		int64_t n, nr, n1;
+		int p, p1;
+		float *got = run_bwd(s, 2, WINO, 0, &n, &p);
+		float *dy = filled(s->N * s->O * conv_ref_oh(&g) * conv_ref_ow(&g), 3), *w = filled(s->O * s->C * 9, 2);
+		double *ref = conv_ref_run(KILN_OP_CONV_BWD_DATA, &g, NULL, w, dy, NULL, 0, 0, NULL, NULL, &nr);
+		ck_assert(nr == n);
+		const double e = conv_ref_err(got, ref, n);
+		printf("wino: data gradient %s: worst error %.3g of the rms\n", shape_names[si], e);
+		ck_assert_msg(e <= TOL, "data gradient %s: error %g of the rms (bound %g)", shape_names[si], e, TOL);
+		worst = maxd(worst, e);
+		char what[160];
+		snprintf(what, sizeof what, "data gradient %s, winograd", shape_names[si]);
+		tally_plans(&ty, p, avx512(), what);
+		if (si == 1 || si == 8) { /* several blocks: the same bytes on one thread */
+			float *one = run_bwd(s, 1, WINO, 0, &n1, &p1);
+			ck_assert_msg(!avx512() || !memcmp(one, got, (size_t)n * sizeof *got),
+				      "data gradient %s: other bytes on 1 and 2 threads", shape_names[si]);
+			free(one);
+		}
+		free(got), free(dy), free(w), free(ref);
+	}
+	const struct shape *s = &shapes[0];
+	int64_t n;
+	int p;
+	free(run_bwd(s, 2, NULL, 0, &n, &p));
+	tally_plans(&ty, p, 0, "data gradient, conv_algo = rule (default)");
+	free(run_bwd(s, 2, WINO, 1, &n, &p));
+	tally_plans(&ty, p, 0, "data gradient, winograd, KILN_CPU_WINO=0");
+	printf("wino: data gradient: worst error %.3g of the rms; %d of %d prepares by wino.c\n", worst, ty.pl.made,
+	       ty.pl.ops);
+	fflush(stdout);
+	tally_check(&ty, "bwd_data");
+}
+END_TEST
+
 static Suite *make_cpu_wino_suite(void)
 {
 	Suite *s = suite_create("cpu_wino");
-	check_add_case(s, "f32", 120, NULL, NULL, (const TTest *[]){ test_forward, test_threads, NULL });
+	check_add_case(s, "f32", 120, NULL, NULL, (const TTest *[]){ test_forward, test_threads, test_bwd_data, NULL });
 	check_add_case(s, "choice", 60, NULL, NULL, (const TTest *[]){ test_rules, NULL });
 	check_add_case(s, "edges", 60, NULL, NULL, (const TTest *[]){ test_nan, test_bf16_frozen, NULL });
 	return s;

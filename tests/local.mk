@@ -747,6 +747,8 @@ endif
 # the loss of conv_algo = direct within rounding
 TESTS += tests/cpu_fftconv.sh
 EXTRA_DIST += tests/cpu_fftconv.sh
+TESTS += tests/cpu_wino.sh
+EXTRA_DIST += tests/cpu_wino.sh
 TESTS += tests/fftconv_kept.sh
 EXTRA_DIST += tests/fftconv_kept.sh
 # the bf16 CNN below AVX-512: its convolutions' f32 ops (lowp.c) by FFT

@@ -758,6 +758,10 @@ kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	if (wino_rule(c, op))
 		return cpu_wino_prepare(c, p);
+	/* winograd: a training layer's ops without kept copies, so that its
+	 * forward and data gradient run here */
+	if (c->conv_algo == CPU_CONV_WINO && (op->flags & KILN_OPF_KEEP) && cpu_wino_bare_ok(op))
+		return cpu_bad(c, op, KILN_ENOTSUP, "the Winograd convolution keeps no copies");
 	if (!c->conv_algo || !cpu_fftconv_ok(op))
 		return direct_prepare(c, p);
 	int fft = 1;

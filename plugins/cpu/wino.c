@@ -52,6 +52,7 @@ struct wg_geom {
 	int64_t OH, OW, th, tw, tiles; /* output size; tile rows and columns; the batch's tiles */
 	int64_t TB;                   /* tiles a block */
 	int slots;                    /* thread slots in the workspace */
+	int bwd;                      /* the data gradient: x is dy, y dx, the filters turned (wg_weights) */
 	size_t u_len;                 /* U's floats */
 	size_t slot_at, slot_len, m_at; /* floats: U at 0 (unless kept), the first slot, a slot; M within one */
 };
@@ -93,6 +94,7 @@ static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
 {
 	g->N = p->sz[0], g->C = p->sz[1], g->H = p->sz[2], g->W = p->sz[3], g->O = p->sz[4];
 	g->slots = (int)p->sz[5];
+	g->bwd = (int)p->sz[7];
 	g->ph = p->rows, g->pw = p->cols;
 	g->OH = g->H + 2 * g->ph - 2, g->OW = g->W + 2 * g->pw - 2;
 	g->th = (g->OH + 3) / 4, g->tw = (g->OW + 3) / 4;
@@ -110,49 +112,75 @@ static void wg_geom(const struct cpu_plan *p, struct wg_geom *g)
 	g->slot_len = g->m_at + wg_up((size_t)(WG_PTS * g->TB * g->O));
 }
 
-int cpu_wino_ok(const struct kiln_op *op)
+/* The sizes both directions share: x (the transformed input: the forward's
+ * x, the data gradient's dy) and y (the output: y, dx) f32 NHWC of 16k
+ * and 16k' channels, w [O, C, 3, 3] f32 with C O <= WG_MAX_CO, stride 1,
+ * dilation 1, one group, padding 0-2, y's size x's + 2 pad - 2 (the
+ * forward) or - 2 pad + 2 (the data gradient) */
+static int wg_shapes_ok(const struct kiln_op *op, const struct kiln_tensor_desc *x,
+			const struct kiln_tensor_desc *y, int bwd)
 {
-	const char *env = getenv("KILN_CPU_WINO");
-	if (!CPU_HAVE_V16 || !cpu_v16_ok() || (env && !strcmp(env, "0")))
-		return 0;
-	if (op->type != KILN_OP_CONV || (op->flags & (KILN_OPF_KEEP | KILN_OPF_ACCUMULATE)))
-		return 0;
-	if ((op->flags & KILN_OPF_ACT) && op->i[KILN_OPI_ACT] != KILN_ACT_RELU)
-		return 0;
+	const struct kiln_tensor_desc *w = &op->in[1];
 	if (op->i[0] != 1 || op->i[1] != 1 || op->i[4] != 1 || op->i[5] != 1 || op->i[6] > 1 ||
 	    op->i[2] < 0 || op->i[3] < 0 || op->i[2] > 2 || op->i[3] > 2)
 		return 0;
-	const int res = (op->flags & KILN_OPF_RESIDUAL) != 0;
-	if ((op->n_in != 2 + res && op->n_in != 3 + res) || op->n_out != 1)
+	if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4 || !cpu_nhwc(x) || !cpu_nhwc(y) ||
+	    x->dtype != KILN_F32 || w->dtype != KILN_F32 || y->dtype != KILN_F32)
 		return 0;
-	const struct kiln_tensor_desc *x = &op->in[0], *w = &op->in[1], *y = &op->out[0];
-	if (x->ndim != 4 || w->ndim != 4 || y->ndim != 4 || !cpu_nhwc(x) || !cpu_nhwc(y))
-		return 0;
-	for (int k = 0; k < op->n_in; k++)
-		if (op->in[k].dtype != KILN_F32)
-			return 0;
-	if (y->dtype != KILN_F32)
-		return 0;
-	const int64_t N = x->dims[0], C = x->dims[1], O = w->dims[0];
-	if (N < 1 || C < 16 || C % 16 || O < 16 || O % 16 || w->dims[1] != C || w->dims[2] != 3 ||
-	    w->dims[3] != 3 || y->dims[0] != N || y->dims[1] != O)
+	const int64_t N = x->dims[0], O = w->dims[0], C = w->dims[1];
+	if (N < 1 || C < 16 || C % 16 || O < 16 || O % 16 || w->dims[2] != 3 || w->dims[3] != 3 ||
+	    y->dims[0] != N || x->dims[1] != (bwd ? O : C) || y->dims[1] != (bwd ? C : O))
 		return 0;
 	/* every block of tiles reads all of U (36 C O floats): up to 256 x 256
 	 * channels (9.4 MB) it ran 1.4-2.6x oneDNN's direct kernels, at 512 x
 	 * 512 (37.7 MB, from DRAM for every block) 0.52x (bench/wino_ops) */
 	if (C * O > WG_MAX_CO)
 		return 0;
-	const int64_t OH = x->dims[2] + 2 * op->i[2] - 2, OW = x->dims[3] + 2 * op->i[3] - 2;
-	if (OH < 1 || OW < 1 || y->dims[2] != OH || y->dims[3] != OW)
+	const int64_t s = bwd ? -1 : 1;
+	const int64_t OH = x->dims[2] + s * (2 * op->i[2] - 2), OW = x->dims[3] + s * (2 * op->i[3] - 2);
+	return OH >= 1 && OW >= 1 && y->dims[2] == OH && y->dims[3] == OW;
+}
+
+int cpu_wino_ok(const struct kiln_op *op)
+{
+	const char *env = getenv("KILN_CPU_WINO");
+	if (!CPU_HAVE_V16 || !cpu_v16_ok() || (env && !strcmp(env, "0")))
 		return 0;
-	if (op->n_in == 3 + res && (op->in[2].ndim != 1 || op->in[2].dims[0] != O))
+	if (op->flags & (KILN_OPF_KEEP | KILN_OPF_ACCUMULATE))
+		return 0;
+	if (op->type == KILN_OP_CONV_BWD_DATA) /* dx from dy: no epilogue */
+		return !(op->flags & (KILN_OPF_ACT | KILN_OPF_RESIDUAL)) && op->n_in == 2 && op->n_out == 1 &&
+		       wg_shapes_ok(op, &op->in[0], &op->out[0], 1);
+	if (op->type != KILN_OP_CONV)
+		return 0;
+	if ((op->flags & KILN_OPF_ACT) && op->i[KILN_OPI_ACT] != KILN_ACT_RELU)
+		return 0;
+	const int res = (op->flags & KILN_OPF_RESIDUAL) != 0;
+	if ((op->n_in != 2 + res && op->n_in != 3 + res) || op->n_out != 1 ||
+	    !wg_shapes_ok(op, &op->in[0], &op->out[0], 0))
+		return 0;
+	const int64_t O = op->in[1].dims[0];
+	if (op->n_in == 3 + res &&
+	    (op->in[2].ndim != 1 || op->in[2].dims[0] != O || op->in[2].dtype != KILN_F32))
 		return 0;
 	if (res) {
 		const struct kiln_tensor_desc *r = &op->in[op->n_in - 1];
-		if (r->ndim != 4 || !cpu_nhwc(r) || memcmp(r->dims, y->dims, 4 * sizeof r->dims[0]))
+		if (r->ndim != 4 || !cpu_nhwc(r) || r->dtype != KILN_F32 ||
+		    memcmp(r->dims, op->out[0].dims, 4 * sizeof r->dims[0]))
 			return 0;
 	}
 	return 1;
+}
+
+int cpu_wino_bare_ok(const struct kiln_op *op)
+{
+	struct kiln_op bare = *op;
+	if (op->flags & KILN_OPF_KEEP) { /* the u8 copies: last in, last out */
+		bare.flags &= ~(uint32_t)KILN_OPF_KEEP;
+		bare.n_in -= op->type != KILN_OP_CONV;
+		bare.n_out -= op->type != KILN_OP_CONV_BWD_DATA;
+	}
+	return cpu_wino_ok(&bare);
 }
 
 #if CPU_HAVE_V16
@@ -170,17 +198,20 @@ CPU_V16 static inline void wg_g(__m512 a0, __m512 a1, __m512 a2, __m512 *u)
 	u[5] = a2;
 }
 
-/* U[pt][c][o] for input channels c0 .. c1 - 1, all output channels */
+/* U[pt][c][o] for input channels c0 .. c1 - 1, all output channels.  The
+ * filter g of (c, o) is w[o][c] in the forward; in the data gradient
+ * (bwd: c a channel of dy, o one of dx) w[c][o] turned half a turn
+ * (g[a][b] = w[c][o][2 - a][2 - b]): dx is dy correlated with it. */
 CPU_V16 static void wg_weights(const struct wg_geom *g, const float *w, float *U, int64_t c0, int64_t c1)
 {
 	const __m512i lane = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-						_mm512_set1_epi32((int)(g->C * 9)));
+						_mm512_set1_epi32((int)(g->bwd ? 9 : g->C * 9)));
 	for (int64_t c = c0; c < c1; c++)
 		for (int64_t ov = 0; ov < g->O / 16; ov++) {
-			const float *base = w + (ov * 16 * g->C + c) * 9;
+			const float *base = w + (g->bwd ? c * g->O + ov * 16 : ov * 16 * g->C + c) * 9;
 			__m512 k[9], t[6][3], u[6];
 			for (int i = 0; i < 9; i++)
-				k[i] = _mm512_i32gather_ps(lane, base + i, 4);
+				k[i] = _mm512_i32gather_ps(lane, base + (g->bwd ? 8 - i : i), 4);
 			for (int j = 0; j < 3; j++) { /* G g: down each filter column */
 				__m512 col[6];
 				wg_g(k[j], k[3 + j], k[6 + j], col);
@@ -407,14 +438,18 @@ kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	if (!cpu_wino_ok(op))
 		return cpu_bad(c, op, KILN_ENOTSUP,
-			       "the Winograd convolution (wino.c): f32 NHWC, 3x3, stride 1, channels multiples of "
-			       "16, AVX-512");
-	const struct kiln_tensor_desc *x = &op->in[0];
+			       "the Winograd convolution (wino.c): a forward or data gradient, f32 NHWC, 3x3, "
+			       "stride 1, channels multiples of 16, AVX-512");
+	/* the data gradient: dy [N, O, OH, OW] correlated with the turned
+	 * filters, padded by 2 - pad, gives dx [N, C, H, W] */
+	const int bwd = op->type == KILN_OP_CONV_BWD_DATA;
+	const struct kiln_tensor_desc *x = &op->in[0], *y = &op->out[0];
 	p->sz[0] = x->dims[0], p->sz[1] = x->dims[1], p->sz[2] = x->dims[2], p->sz[3] = x->dims[3];
-	p->sz[4] = op->in[1].dims[0];
+	p->sz[4] = y->dims[1];
 	p->sz[5] = c->threads > 0 ? c->threads : 1;
 	p->sz[6] = (op->flags & KILN_OPF_FROZEN) && c->keep_weights; /* U kept (struct cpu_wino) */
-	p->rows = op->i[2], p->cols = op->i[3];
+	p->sz[7] = bwd;
+	p->rows = bwd ? 2 - op->i[2] : op->i[2], p->cols = bwd ? 2 - op->i[3] : op->i[3];
 	struct wg_geom g;
 	wg_geom(p, &g);
 	p->n = cpu_numel(&op->out[0]);
@@ -437,10 +472,11 @@ kiln_status cpu_wino_prepare(struct cpu_ctx *c, struct cpu_plan *p)
 		}
 	}
 	c->host->log(KILN_LOG_DEBUG, "cpu",
-		     "CONV x [%lld,%lld,%lld,%lld] w [%lld,%lld,3,3] pad %lldx%lld NHWC%s%s: Winograd F(4x4, 3x3) "
-		     "(wino.c), %lld tiles in blocks of %lld, workspace %zu bytes%s",
-		     (long long)g.N, (long long)g.C, (long long)g.H, (long long)g.W, (long long)g.O,
-		     (long long)g.C, (long long)g.ph, (long long)g.pw,
+		     "%s %s [%lld,%lld,%lld,%lld] -> [%lld,%lld,%lld,%lld] pad %lldx%lld NHWC%s%s: Winograd "
+		     "F(4x4, 3x3) (wino.c), %lld tiles in blocks of %lld, workspace %zu bytes%s",
+		     cpu_op_name(op->type), bwd ? "dy" : "x", (long long)g.N, (long long)g.C, (long long)g.H,
+		     (long long)g.W, (long long)g.N, (long long)g.O, (long long)g.OH, (long long)g.OW,
+		     (long long)op->i[2], (long long)op->i[3],
 		     op->flags & KILN_OPF_RESIDUAL ? ", residual" : "", op->flags & KILN_OPF_ACT ? ", ReLU" : "",
 		     (long long)g.tiles, (long long)g.TB, p->workspace,
 		     p->wino ? ", transformed weights kept (frozen)" : "");
