@@ -165,11 +165,7 @@ static kiln_status conv_roles(struct cpu_ctx *c, const struct cpu_plan *p, struc
 	}
 	const int lowp = b->x->dtype == KILN_BF16;
 	/* the op without its kept copies (u8, last in and/or out) */
-	struct kiln_op bare = *op;
-	if (b->keep) {
-		bare.n_in -= type != KILN_OP_CONV;
-		bare.n_out -= type != KILN_OP_CONV_BWD_DATA;
-	}
+	const struct kiln_op bare = cpu_op_unkept(op);
 	const int wdt = type == KILN_OP_CONV_BWD_WEIGHTS ? KILN_F32 : b->x->dtype;
 	if (cpu_op_has(op, KILN_F16) || b->y->dtype != b->x->dtype || b->w->dtype != wdt ||
 	    (b->has_bias && (type == KILN_OP_CONV ? op->in[2].dtype : op->out[1].dtype) != KILN_F32) ||

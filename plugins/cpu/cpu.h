@@ -19,6 +19,7 @@
 #include <kiln/plugin.h>      /* the ABI: ops tables, kiln_op, kiln_op_args */
 #include <pthread.h>          /* worker threads, the context lock */
 #include <stdint.h>
+#include <string.h>           /* memset: cpu_op_unkept */
 
 /* configure's --with-openblas (-DHAVE_OPENBLAS=1; gemm.c) */
 #ifndef HAVE_OPENBLAS
@@ -278,6 +279,23 @@ kiln_status cpu_bad(struct cpu_ctx *c, const struct kiln_op *op, kiln_status st,
 /* 1 when every input and output of op is f32. */
 int cpu_all_f32(const struct kiln_op *op);
 /* 1 for a 4-d activation stored channels-last. */
+/* op without its kept copies (ABI 2.9, KILN_OPF_KEEP): the flag off, the
+ * u8 last input (the weight and data gradients) and last output (the
+ * forward and the weight gradient) dropped and zeroed; op as it is when
+ * it keeps none. */
+static inline struct kiln_op cpu_op_unkept(const struct kiln_op *op)
+{
+	struct kiln_op bare = *op;
+	if (!(op->flags & KILN_OPF_KEEP))
+		return bare;
+	bare.flags &= ~(int32_t)KILN_OPF_KEEP;
+	if (op->type != KILN_OP_CONV)
+		memset(&bare.in[--bare.n_in], 0, sizeof bare.in[0]);
+	if (op->type != KILN_OP_CONV_BWD_DATA)
+		memset(&bare.out[--bare.n_out], 0, sizeof bare.out[0]);
+	return bare;
+}
+
 static inline int cpu_nhwc(const struct kiln_tensor_desc *d)
 {
 	return d->ndim == 4 && d->layout == KILN_NHWC;

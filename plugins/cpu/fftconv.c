@@ -166,13 +166,8 @@ int cpu_fftconv_ok(const struct kiln_op *op)
 	const int t = op->type;
 	if (t != KILN_OP_CONV && t != KILN_OP_CONV_BWD_DATA && t != KILN_OP_CONV_BWD_WEIGHTS)
 		return 0;
-	const int keep = (op->flags & KILN_OPF_KEEP) != 0;
 	/* the op without its kept copies (u8, last in and/or out) */
-	struct kiln_op bare = *op;
-	if (keep) {
-		bare.n_in -= t != KILN_OP_CONV;
-		bare.n_out -= t != KILN_OP_CONV_BWD_DATA;
-	}
+	const struct kiln_op bare = cpu_op_unkept(op);
 	const int bf16 = !cpu_all_f32(&bare);
 	if ((bf16 && !fc_bf16_tensors(&bare)) || (op->flags & KILN_OPF_RESIDUAL))
 		return 0;

@@ -730,12 +730,7 @@ static int conv_algo_auto(struct cpu_ctx *c, const struct kiln_op *op, kiln_stat
 		*st = c->host->error(KILN_ENOMEM, "cpu: out of memory for a %s plan", cpu_op_name(op->type));
 		return 0;
 	}
-	q->op = *op;
-	if (op->flags & KILN_OPF_KEEP) {
-		q->op.flags &= ~KILN_OPF_KEEP;
-		q->op.n_in -= op->type != KILN_OP_CONV;
-		q->op.n_out -= op->type != KILN_OP_CONV_BWD_DATA;
-	}
+	q->op = cpu_op_unkept(op);
 	q->op.i[14] = CPU_ALGO_SALT;
 	*st = tune_impl(c, q, conv_algo_family, CPU_CONV_AUTO, 2, 0.9, "CONV algorithm (0 direct, 1 FFT)");
 	const int fft = !*st && q->fft != NULL;
@@ -814,22 +809,6 @@ void cpu_tune_free(struct cpu_ctx *c)
  * then reads its tensor as it is (core/layers/conv.c).  A mismatched copy
  * is never read. */
 
-/* op without its kept copies: KEEP off, the u8 last input (the weight
- * and data gradients) and last output (the forward and weight gradient)
- * dropped. */
-static void kept_bare(const struct kiln_op *op, struct kiln_op *bare)
-{
-	*bare = *op;
-	bare->flags &= ~(uint32_t)KILN_OPF_KEEP;
-	if (op->type != KILN_OP_CONV) {
-		bare->n_in--;
-		memset(&bare->in[bare->n_in], 0, sizeof bare->in[0]);
-	}
-	if (op->type != KILN_OP_CONV_BWD_DATA) {
-		bare->n_out--;
-		memset(&bare->out[bare->n_out], 0, sizeof bare->out[0]);
-	}
-}
 
 static int desc_same(const struct kiln_tensor_desc *a, const struct kiln_tensor_desc *b)
 {
@@ -893,8 +872,7 @@ static kiln_status tune_kept(struct cpu_ctx *c, struct cpu_plan *p,
 			     kiln_status (*family)(struct cpu_ctx *, struct cpu_plan *), int setting)
 {
 	const struct kiln_op op = p->op;
-	struct kiln_op bare;
-	kept_bare(&op, &bare);
+	const struct kiln_op bare = cpu_op_unkept(&op);
 	int f32 = setting == CPU_KERN_F32;
 	if (setting == CPU_KERN_AUTO) {
 		int k = tune_pick(c, &bare) ? find_choice(c, &bare) : -1;

@@ -174,12 +174,7 @@ int cpu_wino_ok(const struct kiln_op *op)
 
 int cpu_wino_bare_ok(const struct kiln_op *op)
 {
-	struct kiln_op bare = *op;
-	if (op->flags & KILN_OPF_KEEP) { /* the u8 copies: last in, last out */
-		bare.flags &= ~(uint32_t)KILN_OPF_KEEP;
-		bare.n_in -= op->type != KILN_OP_CONV;
-		bare.n_out -= op->type != KILN_OP_CONV_BWD_DATA;
-	}
+	const struct kiln_op bare = cpu_op_unkept(op);
 	return cpu_wino_ok(&bare);
 }
 
