@@ -15,7 +15,8 @@
  * KILN_CPU_WINO=0, under conv_algo = direct or fft, or without those
  * CPU features; a bf16 op widened to f32, bf16_conv = f32, as the f32
  * op) and which it leaves to oneDNN (NCHW, 8 input or 24 output channels,
- * 512 x 256 channels (256 x 256 taken),
+ * 512 x 256 channels (256 x 256 taken); of the data gradient: NCHW,
+ * stride 2, 512 x 256 channels, accumulation, a kept dy (refused),
  * a 5x5 kernel, stride 2, dilation 2, padding 3, two groups, a leaky
  * ReLU, kept copies); a NaN or an inf in x reaching the outputs whose
  * window covers it, a ReLU keeping the NaN.
@@ -433,6 +434,37 @@ static int plans_of(const struct cop *c, const char *ov, int off, int must_prepa
  * under rule (the default) and auto the frozen ones (an inference plan's),
  * under direct and fft none, with KILN_CPU_WINO=0 none; and what it leaves
  * to oneDNN under winograd, frozen too. */
+/* The wino plans a CONV_BWD_DATA of shape s (layout, stride, flags: 0,
+ * KILN_OPF_ACCUMULATE or KILN_OPF_KEEP with its u8 copy of dy) makes when
+ * prepared under conv_algo = winograd; *st the prepare's status. */
+static int bwd_plans_of(const struct shape *s, int nchw, int stride, int flags, int *st)
+{
+	const int lay = nchw ? KILN_NCHW : KILN_NHWC;
+	const int64_t OH = conv_ref_osize(s->H, s->ph, 3, 1, stride), OW = conv_ref_osize(s->W, s->pw, 3, 1, stride);
+	struct kiln_op op;
+	memset(&op, 0, sizeof op);
+	op.type = KILN_OP_CONV_BWD_DATA, op.flags = flags, op.n_in = 2, op.n_out = 1;
+	op.in[0] = test_desc4(KILN_F32, s->N, s->O, OH, OW, lay);
+	op.in[1] = test_desc4(KILN_F32, s->O, s->C, 3, 3, KILN_NCHW);
+	op.out[0] = test_desc4(KILN_F32, s->N, s->C, s->H, s->W, lay);
+	op.i[0] = op.i[1] = stride, op.i[4] = op.i[5] = op.i[6] = 1;
+	op.i[2] = s->ph, op.i[3] = s->pw;
+	if (flags & KILN_OPF_KEEP) { /* in2: the weight gradient's copy of dy */
+		const int64_t d1[1] = { 1 };
+		kiln_tensor_desc_init(&op.in[op.n_in++], KILN_U8, 1, d1);
+	}
+	struct kiln_device *dev;
+	struct kiln_config *cfg = open_dev(2, WINO, 0, &dev);
+	void *plan = NULL;
+	size_t wsb = 0;
+	int plans;
+	*st = prepare(dev, &op, &plan, &wsb, &plans);
+	if (!*st)
+		kiln_device_plan_free(dev, plan);
+	close_dev(dev, cfg, 0);
+	return plans;
+}
+
 START_TEST(test_rules)
 {
 	static const struct shape base = { 2, 16, 9, 9, 16, 3, 3, 1, 1 },
@@ -495,6 +527,18 @@ START_TEST(test_rules)
 			/* (a leaky ReLU: the device may refuse to fuse it) */
 			tally_plans(&ty, plans_of(&c, WINO, 0, !c.leaky, NULL), 0, what);
 		}
+	/* the data gradients it leaves under winograd: NCHW, stride 2, 512 x
+	 * 256 channels, accumulation (which oneDNN may refuse too), a kept
+	 * copy of dy (refused: KILN_ENOTSUP, so that the layer reads dy) */
+	int st;
+	tally_plans(&ty, bwd_plans_of(&base, 1, 1, 0, &st), 0, "data gradient, NCHW");
+	tally_plans(&ty, bwd_plans_of(&base, 0, 2, 0, &st), 0, "data gradient, stride 2");
+	tally_plans(&ty, bwd_plans_of(&c512, 0, 1, 0, &st), 0, "data gradient, 512 x 256 channels");
+	tally_plans(&ty, bwd_plans_of(&base, 0, 1, KILN_OPF_ACCUMULATE, &st), 0, "data gradient, accumulate");
+	tally_plans(&ty, bwd_plans_of(&base, 0, 1, KILN_OPF_KEEP, &st), 0, "data gradient, kept dy");
+	ck_assert_msg(!avx512() || st == KILN_ENOTSUP, "data gradient with a kept dy under winograd: status %d, "
+		      "KILN_ENOTSUP expected", st);
+	tally_plans(&ty, bwd_plans_of(&base, 0, 1, 0, &st), avx512(), "data gradient");
 	/* bf16 with bf16_conv = f32: the op widened to f32 (lowp.c) takes
 	 * the f32 convolutions' algorithm, wino.c's as the FFT's under fft;
 	 * with KILN_CPU_WINO=0 oneDNN's.  (bf16_conv = auto times oneDNN's

@@ -4,7 +4,7 @@
 # CPU with AVX-512F, BW and VL (elsewhere: skipped, as the kernel is):
 #  1. `conv_algo = winograd` in training: the 3x3 stride-1 layers'
 #     forwards and data gradients run by Winograd (the debug lines say so;
-#     their layers' kept copies refused, the weight gradients oneDNN's),
+#     the weight gradients oneDNN's),
 #     and the run agrees with `direct` within 1e-3 of the loss and, each
 #     such conv weight's second update, within 5e-3 (measured: see the
 #     comparisons);

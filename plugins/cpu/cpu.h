@@ -278,7 +278,6 @@ static inline int64_t cpu_num_threads(void) { return 1; }
 kiln_status cpu_bad(struct cpu_ctx *c, const struct kiln_op *op, kiln_status st, const char *why);
 /* 1 when every input and output of op is f32. */
 int cpu_all_f32(const struct kiln_op *op);
-/* 1 for a 4-d activation stored channels-last. */
 /* op without its kept copies (ABI 2.9, KILN_OPF_KEEP): the flag off, the
  * u8 last input (the weight and data gradients) and last output (the
  * forward and the weight gradient) dropped and zeroed; op as it is when
@@ -296,6 +295,7 @@ static inline struct kiln_op cpu_op_unkept(const struct kiln_op *op)
 	return bare;
 }
 
+/* 1 for a 4-d activation stored channels-last. */
 static inline int cpu_nhwc(const struct kiln_tensor_desc *d)
 {
 	return d->ndim == 4 && d->layout == KILN_NHWC;

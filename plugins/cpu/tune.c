@@ -753,8 +753,11 @@ kiln_status cpu_tune_conv_algo(struct cpu_ctx *c, struct cpu_plan *p)
 	const struct kiln_op *op = &p->op;
 	if (wino_rule(c, op))
 		return cpu_wino_prepare(c, p);
-	/* winograd: a training layer's ops without kept copies, so that its
-	 * forward and data gradient run here */
+	/* winograd: an op with kept copies that wino.c would run bare is
+	 * refused, so that its layer prepares them without (a safety net:
+	 * the f32 NHWC layers wino.c takes keep none today, conv.c's
+	 * kernels reading the caller's bytes; this skips the prepare of a
+	 * forward the layer would throw away) */
 	if (c->conv_algo == CPU_CONV_WINO && (op->flags & KILN_OPF_KEEP) && cpu_wino_bare_ok(op))
 		return cpu_bad(c, op, KILN_ENOTSUP, "the Winograd convolution keeps no copies");
 	if (!c->conv_algo || !cpu_fftconv_ok(op))
@@ -808,7 +811,6 @@ void cpu_tune_free(struct cpu_ctx *c)
  * activation or bias, must agree) returns KILN_ENOTSUP, and the layer
  * then reads its tensor as it is (core/layers/conv.c).  A mismatched copy
  * is never read. */
-
 
 static int desc_same(const struct kiln_tensor_desc *a, const struct kiln_tensor_desc *b)
 {

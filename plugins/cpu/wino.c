@@ -28,6 +28,11 @@
  * ReLU (max(0, v): a NaN kept).  Input beyond the padded edges is zero;
  * outputs beyond OH, OW are computed and not stored.
  *
+ * The data gradient (KILN_OP_CONV_BWD_DATA) is the same kernel: dx is dy
+ * correlated with each filter turned half a turn and transposed (g of
+ * dy's channel c and dx's channel o is w[c][o][2 - a][2 - b]: wg_weights),
+ * dy padded by 2 - pad; no bias, residual or ReLU.
+ *
  * U is made on every run from the weights (9 gathers and ~100 vector
  * operations per input channel and 16 output channels: ~1% of a layer's
  * time at 16 rows), the input channels split over the team.  The blocks
