@@ -501,8 +501,19 @@ static kiln_status cpu_alloc(void *ctx, size_t bytes, void **ptr)
 	/* Commit the pages now, as a GPU allocation is committed: the memory
 	 * a plan holds is resident from the start (what `kiln memory`
 	 * predicts is what the operating system sees), and the first step
-	 * takes no page faults.  Allocation is setup work, never in a step. */
-	memset(*ptr, 0, n);
+	 * takes no page faults.  Allocation is setup work, never in a step.
+	 * A large one by the team, its page faults taken on every core. */
+	const size_t part = (size_t)4 << 20;
+	if (n < 2 * part || c->threads < 2) {
+		memset(*ptr, 0, n);
+		return KILN_OK;
+	}
+	const int64_t parts = (int64_t)((n + part - 1) / part);
+#pragma omp parallel for num_threads(c->threads) schedule(static)
+	for (int64_t k = 0; k < parts; k++) {
+		const size_t at = (size_t)k * part;
+		memset((char *)*ptr + at, 0, n - at < part ? n - at : part);
+	}
 	return KILN_OK;
 }
 
