@@ -104,16 +104,6 @@ struct cop {
 	int bf16, bias16, exact, nhwc, stride, dil, groups, extra;
 };
 
-/* The cpu device's debug lines about plans by convthin.c. */
-static int thin_plans;
-
-static void sink(void *user, int level, const char *who, const char *msg)
-{
-	(void)user, (void)level;
-	if (!strcmp(who, "cpu") && strstr(msg, "(convthin.c)"))
-		thin_plans++;
-}
-
 /* Whether convthin.c should take an eligible op on this CPU. */
 static int avx512(void) { return conv_ref_avx512(); }
 
@@ -193,39 +183,18 @@ static void make_op(const struct cop *c, struct kiln_op *op, uint32_t sin[3], in
 }
 
 /* A cpu device on `threads` threads with the override ov (or none); off:
- * KILN_CPU_CONVTHIN=0 in the environment, which the caller unsets after
- * closing the device.  No tune cache: what `auto` chooses (oneDNN's
- * kernels) is timed by this process, not read from an earlier run. */
+ * KILN_CPU_CONVTHIN=0 in the environment (2: =f32, its bf16 in f32
+ * arithmetic), which the caller unsets after closing the device. */
 static struct kiln_config *open_dev(int threads, const char *ov, int off, struct kiln_device **dev)
 {
-	char t[64];
-	struct kiln_config *cfg;
-	ck_assert(kiln_config_new(&cfg) == 0);
-	snprintf(t, sizeof t, "run.threads=%d", threads);
-	ck_assert(kiln_config_override(cfg, t) == 0);
-	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=none") == 0);
-	if (ov)
-		ck_assert(kiln_config_override(cfg, ov) == 0);
-	if (off) /* 1: convthin off; 2: its bf16 in f32 arithmetic */
-		setenv("KILN_CPU_CONVTHIN", off == 2 ? "f32" : "0", 1);
-	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, dev) == 0, "%s", kiln_last_error());
-	return cfg;
+	return conv_dev_open(reg, threads, ov, off ? "KILN_CPU_CONVTHIN" : NULL, off == 2 ? "f32" : "0", dev);
 }
 
 /* Prepares op on dev, counting its convthin plans into *plans: the
  * status. */
-static int prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan, size_t *wsb,
-		   int *plans)
+static int prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan, size_t *wsb, int *plans)
 {
-	thin_plans = 0;
-	const int level = kiln_log_get_level();
-	kiln_log_set_sink(sink, NULL);
-	kiln_log_set_level(KILN_LOG_DEBUG);
-	const int st = kiln_device_prepare(dev, op, plan, wsb);
-	kiln_log_set_sink(NULL, NULL);
-	kiln_log_set_level(level);
-	*plans = thin_plans;
-	return st;
+	return conv_dev_prepare(dev, op, plan, wsb, "(convthin.c)", plans);
 }
 
 /* A device buffer holding vals (n elements) in dtype dt. */

@@ -113,16 +113,6 @@ struct cop {
 	int nchw, bf16, stride, dil, groups, leaky, extra;
 };
 
-/* The cpu device's debug lines about plans by wino.c. */
-static int wino_plans;
-
-static void sink(void *user, int level, const char *who, const char *msg)
-{
-	(void)user, (void)level;
-	if (!strcmp(who, "cpu") && strstr(msg, "(wino.c)"))
-		wino_plans++;
-}
-
 /* Whether wino.c should take an eligible op on this CPU. */
 static int avx512(void) { return conv_ref_avx512(); }
 
@@ -181,28 +171,11 @@ static void make_op(const struct cop *c, struct kiln_op *op, uint32_t sin[4])
 }
 
 /* A cpu device on `threads` threads with the overrides ov (or none;
- * several split at ';'); off:
- * KILN_CPU_WINO=0 in the environment, which the caller unsets after
- * closing the device.  No tune cache: what `auto` chooses is timed by this
- * process, not read from an earlier run. */
+ * several split at ';'); off: KILN_CPU_WINO=0 in the environment until
+ * close_dev. */
 static struct kiln_config *open_dev(int threads, const char *ov, int off, struct kiln_device **dev)
 {
-	char t[64];
-	struct kiln_config *cfg;
-	ck_assert(kiln_config_new(&cfg) == 0);
-	snprintf(t, sizeof t, "run.threads=%d", threads);
-	ck_assert(kiln_config_override(cfg, t) == 0);
-	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=none") == 0);
-	for (const char *o = ov; o && *o;) { /* overrides split at ';' */
-		const size_t n = strcspn(o, ";");
-		snprintf(t, sizeof t, "%.*s", (int)n, o);
-		ck_assert_msg(kiln_config_override(cfg, t) == 0, "%s", kiln_last_error());
-		o += n + (o[n] == ';');
-	}
-	if (off)
-		setenv("KILN_CPU_WINO", "0", 1);
-	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, dev) == 0, "%s", kiln_last_error());
-	return cfg;
+	return conv_dev_open(reg, threads, ov, off ? "KILN_CPU_WINO" : NULL, "0", dev);
 }
 
 static void close_dev(struct kiln_device *dev, struct kiln_config *cfg, int off)
@@ -214,18 +187,9 @@ static void close_dev(struct kiln_device *dev, struct kiln_config *cfg, int off)
 }
 
 /* Prepares op on dev, counting its wino plans into *plans: the status. */
-static int prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan, size_t *wsb,
-		   int *plans)
+static int prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan, size_t *wsb, int *plans)
 {
-	wino_plans = 0;
-	const int level = kiln_log_get_level();
-	kiln_log_set_sink(sink, NULL);
-	kiln_log_set_level(KILN_LOG_DEBUG);
-	const int st = kiln_device_prepare(dev, op, plan, wsb);
-	kiln_log_set_sink(NULL, NULL);
-	kiln_log_set_level(level);
-	*plans = wino_plans;
-	return st;
+	return conv_dev_prepare(dev, op, plan, wsb, "(wino.c)", plans);
 }
 
 /* A device buffer holding n floats vals. */

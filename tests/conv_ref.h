@@ -5,7 +5,8 @@
  * ReLU, CONV_BWD_DATA, CONV_BWD_WEIGHTS with the bias gradient and
  * accumulation), the error the tests bound, max |got - ref| / rms(ref) over
  * the tensor (a NaN counts as the worst), whether kiln's own AVX-512
- * kernels run on this CPU, and the tally of the plans a kernel made. */
+ * kernels run on this CPU, the tally of the plans a kernel made, and a cpu
+ * device opened and an op prepared with that kernel's plans counted. */
 #ifndef KILN_TESTS_CONV_REF_H
 #define KILN_TESTS_CONV_REF_H
 #include <kiln/kiln.h>
@@ -14,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* 1 when this CPU has AVX-512F, BW and VL: kiln's own convolution kernels
  * (fft16.c, convthin.c, wino.c) run on it */
@@ -51,6 +53,72 @@ static inline void conv_plans_check(const struct conv_plans *t, const char *test
 {
 	ck_assert_msg(!t->bad, "%s: %d prepares with the wrong number of %s plans (CPU %s AVX-512F, BW and VL); first %s",
 		      test, t->bad, kernel, conv_ref_avx512() ? "with" : "without", t->first_bad);
+}
+
+/* The cpu device's debug lines naming a kernel ("(wino.c)"): the tag
+ * conv_dev_prepare looks for and the lines it found (one per test
+ * process's thread of checks). */
+static inline const char **conv_dev_tag(void)
+{
+	static const char *tag;
+	return &tag;
+}
+
+static inline int *conv_dev_seen(void)
+{
+	static int seen;
+	return &seen;
+}
+
+static inline void conv_dev_sink(void *user, int level, const char *who, const char *msg)
+{
+	(void)user, (void)level;
+	if (!strcmp(who, "cpu") && strstr(msg, *conv_dev_tag()))
+		++*conv_dev_seen();
+}
+
+/* A cpu device of reg on `threads` threads with the overrides ov (NULL, or
+ * several split at ';') and, when env is not NULL, env=val in the
+ * environment (the kernels' A/B switches; the caller unsets it after
+ * closing the device).  No tune cache: what `auto` chooses is timed by
+ * this process, not read from an earlier run.  Returns the config to free
+ * after closing *dev. */
+static inline struct kiln_config *conv_dev_open(struct kiln_registry *reg, int threads, const char *ov,
+						const char *env, const char *val, struct kiln_device **dev)
+{
+	char t[128];
+	struct kiln_config *cfg;
+	ck_assert(kiln_config_new(&cfg) == 0);
+	snprintf(t, sizeof t, "run.threads=%d", threads);
+	ck_assert(kiln_config_override(cfg, t) == 0);
+	ck_assert(kiln_config_override(cfg, "plugin.cpu.tune_cache=none") == 0);
+	for (const char *o = ov; o && *o;) {
+		const size_t n = strcspn(o, ";");
+		snprintf(t, sizeof t, "%.*s", (int)n, o);
+		ck_assert_msg(kiln_config_override(cfg, t) == 0, "%s", kiln_last_error());
+		o += n + (o[n] == ';');
+	}
+	if (env)
+		setenv(env, val, 1);
+	ck_assert_msg(kiln_device_open(reg, cfg, "cpu", 0, dev) == 0, "%s", kiln_last_error());
+	return cfg;
+}
+
+/* Prepares op on dev, counting the debug lines naming tag (a kernel's
+ * plans) into *plans: the status. */
+static inline int conv_dev_prepare(struct kiln_device *dev, const struct kiln_op *op, void **plan, size_t *wsb,
+				   const char *tag, int *plans)
+{
+	*conv_dev_tag() = tag;
+	*conv_dev_seen() = 0;
+	const int level = kiln_log_get_level();
+	kiln_log_set_sink(conv_dev_sink, NULL);
+	kiln_log_set_level(KILN_LOG_DEBUG);
+	const int st = kiln_device_prepare(dev, op, plan, wsb);
+	kiln_log_set_sink(NULL, NULL);
+	kiln_log_set_level(level);
+	*plans = *conv_dev_seen();
+	return st;
 }
 
 /* A convolution's geometry and layout (weights OIHW). */
