@@ -60,6 +60,21 @@ fail() {
 
 # field KEY FILE: the last number logged as "KEY": in FILE (kiln's JSON lines)
 field() { sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" "$2" | tail -1; }
+# rel A B: |A - B| / |B|
+rel() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; print d / b }'; }
+# losses_agree WHAT A_NAME A_OUT B_NAME B_OUT TOL: the final train_loss and
+# test_loss of two runs' outputs (metrics lines) within TOL of each other
+# (relative), else the test fails naming both
+losses_agree() {
+	for _k in train_loss test_loss; do
+		_a=$(field $_k "$3")
+		_b=$(field $_k "$5")
+		_r=$(rel "$_a" "$_b")
+		echo "$1 $_k: $2 $_a, $4 $_b, relative difference $_r"
+		awk -v r="$_r" -v t="$6" 'BEGIN { exit !(r < t) }' ||
+			fail "$1 $_k: $2 $_a and $4 $_b differ by $_r of the loss"
+	done
+}
 
 # same_metrics A_LABEL A_FILE B_LABEL B_FILE: train_loss, test_loss and
 # test_acc logged in both files, and identical (fails naming both values)
