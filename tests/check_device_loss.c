@@ -104,6 +104,85 @@ START_TEST(test_softmax_xent)
 	xent_case(&f, 300, 200, 257, 5.0f, 0, 1);
 	xent_case(&f, 9, 40, 7, 3.0f, 33, 0);
 	xent_case(&f, 300, 200, 257, 5.0f, 150, 1);
+	/* a vocabulary's width: the CUDA device's block-a-row kernel from 1024
+	 * classes in rows of a multiple of 8 elements; padded classes, over
+	 * the logits, more rows than its blocks (1024), and a width it leaves
+	 * to the warp-a-row kernel */
+	xent_case(&f, 37, 2056, 30, 5.0f, 0, 0);
+	xent_case(&f, 37, 2056, 30, 5.0f, 1500, 1);
+	xent_case(&f, 1100, 1024, 1090, 4.0f, 0, 1);
+	xent_case(&f, 5, 1027, 5, 5.0f, 0, 0);
+	fx_close(&f);
+}
+END_TEST
+
+/* A vocabulary's width with the options: label smoothing, ignore_index
+ * (i[2] = 1, its row count in m[3]), padded classes, top-5 with ties, and
+ * the maximum twice in a row (the first index is the prediction): against
+ * a double-precision loop.  The CUDA device's block-a-row kernel splits a
+ * row over threads and warps; the ties lie in different ones. */
+START_TEST(test_xent_wide)
+{
+	enum { N = 6, C = 1040, K = 1030 };
+	const double eps = 0.1;
+	struct fx f;
+	fx_open(&f, _i);
+	float *x = frandv((size_t)N * C), *g = malloc(sizeof(float) * N * C), m[4] = { 0, 0, 0, 0 };
+	int32_t lab[N] = { 900, 9, -100, 5, 1029, 700 };
+	for (int i = 0; i < N * C; i++)
+		x[i] = i % C >= K ? 50.0f : 4 * x[i];
+	x[0 * C + 9] = x[0 * C + 900] = 30; /* the maximum twice: predicted 9, labelled 900 */
+	x[1 * C + 9] = x[1 * C + 1000] = 30; /* predicted 9, labelled 9 */
+	for (int j = 0; j < 4; j++)          /* row 3: four logits tie the label's, two before it */
+		x[3 * C + (j < 2 ? j : 600 + j)] = x[3 * C + 5];
+	struct kiln_op op;
+	xent_op(&op, N, C, N, 1.0 / N);
+	op.out[1] = td(KILN_F32, 1, 4, 0);
+	op.i[2] = 1, op.i[3] = -100, op.i[5] = K;
+	op.f[1] = eps;
+	void *dx = dput(&f, x, sizeof(float) * N * C), *dl = dput(&f, lab, sizeof lab);
+	void *dg = dput(&f, NULL, sizeof(float) * N * C), *dm = dput(&f, m, sizeof m);
+	OK(run_op(&f, &op, (const void *[]){ dx, dl }, (void *[]){ dg, dm }));
+	dget(&f, g, dg, sizeof(float) * N * C);
+	dget(&f, m, dm, sizeof m);
+	const int counted = N - 1;
+	double loss = 0;
+	int top1 = 0, top5 = 0;
+	for (int r = 0; r < N; r++) {
+		const float *xr = x + (size_t)r * C;
+		if (lab[r] == -100) {
+			for (int j = 0; j < C; j++)
+				ck_assert_msg(g[r * C + j] == 0.0f, "ignored row: dlogits[%d] = %g", j,
+					      g[r * C + j]);
+			continue;
+		}
+		double mx = xr[0], s = 0, xs = 0;
+		int am = 0, above = 0;
+		for (int j = 1; j < K; j++)
+			if (xr[j] > mx)
+				mx = xr[j], am = j;
+		for (int j = 0; j < K; j++) {
+			s += exp(xr[j] - mx);
+			xs += xr[j] - mx;
+			above += xr[j] > xr[lab[r]] || (xr[j] == xr[lab[r]] && j < lab[r]);
+		}
+		loss += (1 - eps) * (log(s) - (xr[lab[r]] - mx)) + eps * (log(s) - xs / K);
+		top1 += am == lab[r];
+		top5 += above < 5;
+		for (int j = 0; j < C; j++) {
+			const double t = j == lab[r] ? 1 - eps + eps / K : eps / K;
+			const double want = j < K ? (exp(xr[j] - mx) / s - t) / counted : 0.0;
+			NEAR(g[r * C + j], want, 1.0 / counted, 1e-5, "dlogits[%d,%d] = %g, want %g", r,
+			     j, g[r * C + j], want);
+		}
+	}
+	ck_assert_int_eq(top1, 1); /* the test's own premise: row 1 only */
+	NEAR(m[0], loss, loss, 1e-5, "loss sum %g, want %g", m[0], loss);
+	ck_assert_msg(m[1] == top1 && m[2] == top5 && m[3] == counted,
+		      "top-1 %g (want %d), top-5 %g (want %d), rows %g (want %d)", m[1], top1, m[2],
+		      top5, m[3], counted);
+	DFREE(&f, dx, dl, dg, dm);
+	free(x), free(g);
 	fx_close(&f);
 }
 END_TEST
@@ -331,5 +410,5 @@ START_TEST(test_xent_loss_scale)
 }
 END_TEST
 
-DEVICE_SUITE(loss, DFX_CASE(softmax_xent), DFX_CASE(softmax_bad_label), DFX_CASE(losses),
+DEVICE_SUITE(loss, DFX_CASE(softmax_xent), DFX_CASE(xent_wide), DFX_CASE(softmax_bad_label), DFX_CASE(losses),
 	     DFX_CASE(xent_loss_scale), DFX_CASE(xent_nonfinite));

@@ -99,7 +99,7 @@ static void lp_gemm_case(struct fx *f, int dt, int M, int N, int K, int out_f32,
  * RELU, RELU_BWD, SOFTMAX_XENT (logits and dlogits in dt). */
 static void lp_elementwise(struct fx *f, int dt)
 {
-	const int n = 1000, R = 20, C = 50;
+	const int n = 1000;
 	float *w0 = malloc(sizeof(float) * n), *w1 = malloc(sizeof(float) * n),
 	      *wy = malloc(sizeof(float) * n);
 	uint16_t *x0 = lp_rand(n, dt, 4, w0), *x1 = lp_rand(n, dt, 4, w1), *y = lp_rand(n, dt, 4, wy);
@@ -128,37 +128,52 @@ static void lp_elementwise(struct fx *f, int dt)
 	dget(f, got, dy, 2 * n);
 	for (int i = 0; i < n; i++)
 		ck_assert_msg(got[i] == (w0[i] > 0 ? x1[i] : 0), "RELU_BWD %d", i);
-	/* SOFTMAX_XENT: the f32 op on the widened logits, rounded */
-	int32_t lab[20];
+	void *bufs[] = { d0, d1, dy };
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		kiln_device_free(f->dev, bufs[i]);
+	free(w0), free(w1), free(wy), free(x0), free(x1), free(y), free(got);
+}
+
+/* SOFTMAX_XENT of R x C logits and dlogits in dt (over the logits when
+ * inplace): the f32 op on the widened logits, rounded once, its metrics
+ * the same bits */
+static void lp_xent(struct fx *f, int dt, int R, int C, int inplace)
+{
+	const int n = R * C;
+	float *w = malloc(sizeof(float) * n), *g32 = malloc(sizeof(float) * n);
+	uint16_t *x = lp_rand(n, dt, 4, w), *got = malloc(2 * (size_t)n);
+	int32_t *lab = malloc(sizeof(int32_t) * R);
 	for (int r = 0; r < R; r++)
 		lab[r] = (r * 7) % C;
+	struct kiln_op op;
 	memset(&op, 0, sizeof op);
 	op.type = KILN_OP_SOFTMAX_XENT, op.n_in = 2, op.n_out = 2;
 	op.in[0] = op.out[0] = td(dt, 2, R, C), op.in[1] = td(KILN_I32, 1, R, 0);
 	op.out[1] = td(KILN_F32, 1, 3, 0);
 	op.i[0] = R, op.f[0] = 1.0 / R;
-	float zero[3] = { 0 }, m_lp[3], m_32[3], *g32 = malloc(sizeof(float) * n);
-	void *dl = dput(f, lab, sizeof lab), *dm = dput(f, zero, sizeof zero);
-	const void *xin[2] = { d0, dl };
-	void *xout[2] = { dy, dm };
-	OK(run_op(f, &op, xin, xout));
-	dget(f, got, dy, 2 * n);
+	float zero[3] = { 0 }, m_lp[3], m_32[3];
+	void *dx = dput(f, x, 2 * (size_t)n), *dl = dput(f, lab, sizeof(int32_t) * R);
+	void *dm = dput(f, zero, sizeof zero), *dy = inplace ? dx : dput(f, NULL, 2 * (size_t)n);
+	OK(run_op(f, &op, (const void *[]){ dx, dl }, (void *[]){ dy, dm }));
+	dget(f, got, dy, 2 * (size_t)n);
 	dget(f, m_lp, dm, sizeof m_lp);
 	op.in[0] = op.out[0] = td(KILN_F32, 2, R, C);
-	void *dw = dput(f, w0, sizeof(float) * n), *dg = dput(f, NULL, sizeof(float) * n);
+	void *dw = dput(f, w, sizeof(float) * n), *dg = dput(f, NULL, sizeof(float) * n);
 	OK(kiln_device_copy_async(f->dev, dm, zero, sizeof zero, KILN_COPY_H2D, f->s));
-	const void *xin32[2] = { dw, dl };
-	void *xout32[2] = { dg, dm };
-	OK(run_op(f, &op, xin32, xout32));
+	OK(run_op(f, &op, (const void *[]){ dw, dl }, (void *[]){ dg, dm }));
 	dget(f, g32, dg, sizeof(float) * n);
 	dget(f, m_32, dm, sizeof m_32);
 	for (int i = 0; i < n; i++)
-		ck_assert_msg(got[i] == h_round(g32[i], dt), "SOFTMAX_XENT dlogits %d", i);
-	ck_assert(m_lp[0] == m_32[0] && m_lp[1] == m_32[1] && m_lp[2] == m_32[2]);
-	void *bufs[] = { d0, d1, dy, dl, dm, dw, dg };
+		ck_assert_msg(got[i] == h_round(g32[i], dt), "SOFTMAX_XENT %d x %d dlogits %d", R, C,
+			      i);
+	ck_assert_msg(m_lp[0] == m_32[0] && m_lp[1] == m_32[1] && m_lp[2] == m_32[2],
+		      "SOFTMAX_XENT %d x %d metrics %g %g %g, f32 %g %g %g", R, C, m_lp[0], m_lp[1],
+		      m_lp[2], m_32[0], m_32[1], m_32[2]);
+	void *bufs[] = { dx, dl, dm, dw, dg, inplace ? NULL : dy };
 	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-		kiln_device_free(f->dev, bufs[i]);
-	free(w0), free(w1), free(wy), free(x0), free(x1), free(y), free(got), free(g32);
+		if (bufs[i])
+			kiln_device_free(f->dev, bufs[i]);
+	free(w), free(g32), free(x), free(got), free(lab);
 }
 
 /* CAST both ways (round to nearest even, f16 overflow to inf), and SGD's
@@ -569,6 +584,9 @@ START_TEST(test_lowp)
 			lp_gemm_case(&f, dt, 16, 24, 64, 1, mode);
 		}
 		lp_elementwise(&f, dt);
+		lp_xent(&f, dt, 20, 50, 0);
+		/* a vocabulary's width (CUDA's block-a-row kernel), over the logits */
+		lp_xent(&f, dt, 3, 1032, 1);
 		lp_cast_sgd(&f, dt);
 		lp_more(&f, dt);
 		if (dt == KILN_BF16)

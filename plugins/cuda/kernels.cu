@@ -253,6 +253,19 @@ struct xent_part {
 };
 static_assert(sizeof(struct xent_part) == 4 * sizeof(double), "ops.c sizes the scratch so");
 
+/* Row r's label l is outside [0, K): leave (row, label) in *err, the
+ * smallest row winning (device memory: atomic among the GPU's threads) */
+__device__ static void xent_bad_label(struct cuda_err_rec *err, int64_t r, int32_t l, int64_t K,
+				      int op)
+{
+	const unsigned long long key = kern_err_key_label(r, l);
+	if (atomicMin(&err->key, key) > key) {
+		err->val = K;
+		err->op = op;
+		err->kind = KERN_ERR_LABEL;
+	}
+}
+
 /* ignore_index: *cnt = the rows r < V whose label is not `ignored` (one
  * block, per-thread counts added in thread order: exact and fixed). */
 __global__ void k_xent_count(double *cnt, const int32_t *label, int64_t V, int32_t ignored)
@@ -315,15 +328,8 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
 		if (l < 0 || l >= K) {
 			for (int64_t j = lane; j < C; j += 32)
 				DR(j, 0.0f);
-			if (lane == 0) {
-				/* device memory: atomic among the GPU's threads */
-				const unsigned long long key = kern_err_key_label(r, l);
-				if (atomicMin(&err->key, key) > key) {
-					err->val = K;
-					err->op = op;
-					err->kind = KERN_ERR_LABEL;
-				}
-			}
+			if (lane == 0)
+				xent_bad_label(err, r, l, K, op);
 			bad += 1;
 			continue;
 		}
@@ -411,6 +417,246 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
 	}
 }
 
+/* ---- the softmax loss over wide rows (a vocabulary) ---------------------
+ *
+ * k_xent gives a row a warp and reads it four times an element at a time:
+ * fine for 10 classes, slow for GPT-2's 50,304 (6 ms a call on an H200 for
+ * 8 x 1024 rows, docs/PERFORMANCE.md "Session 22").  From XENT_WIDE classes
+ * the softmax loss gives a row a block, reads it 8 elements a load (16
+ * bytes of bf16, 32 of f32), two loads in flight a thread (two blocks an
+ * SM: 106-120 registers; four loads spill), and makes three passes: the
+ * maximum (its first index) and the logits above the label's, then the
+ * exponentials' sum, then the gradient.  The same formulas as k_xent, each
+ * exp(x - max) rounded as there, sums in double; only the order of the
+ * double sums differs (a thread's share in index order, then the warps'
+ * and the block's in a fixed tree), so a run reproduces bit for bit.
+ * Written without a GPU: the conformance cases (check_device_loss's
+ * xent_wide, check_device_lowp's 1032-class case) have run on the CPU
+ * device only, and its speed is not measured. */
+#define XENT_WIDE 1024 /* classes from which k_xent_wide takes a row */
+#define XENT_UNROLL 2  /* loads a thread makes before it uses them */
+
+/* A row's elements 8 at a time (16 bytes of bf16 or f16, 32 of f32), so
+ * that a thread takes the same elements whatever the dtype: the f32 op on
+ * the widened logits sums in the same order (check_device_lowp's bit-for-
+ * bit contract). */
+#define XV 8
+
+template <int DT> __device__ __forceinline__ void xv_load(const void *p, int v, float *f)
+{
+	uint4 q[2] = { make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0) };
+	q[0] = ((const uint4 *)p)[DT == KILN_F32 ? 2 * v : v];
+	if (DT == KILN_F32)
+		q[1] = ((const uint4 *)p)[2 * v + 1];
+	const uint32_t w[8] = { q[0].x, q[0].y, q[0].z, q[0].w, q[1].x, q[1].y, q[1].z, q[1].w };
+#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		if (DT == KILN_F32) {
+			f[k] = __uint_as_float(w[k]);
+		} else if (k < 4 && DT == KILN_BF16) {
+			f[2 * k] = half_bf16_f32((uint16_t)(w[k] & 0xffffu));
+			f[2 * k + 1] = half_bf16_f32((uint16_t)(w[k] >> 16));
+		} else if (k < 4) {
+			__half h[2];
+			memcpy(h, &w[k], 4);
+			f[2 * k] = __half2float(h[0]);
+			f[2 * k + 1] = __half2float(h[1]);
+		}
+	}
+}
+
+template <int DT> __device__ __forceinline__ void xv_store(void *p, int v, const float *f)
+{
+	uint32_t w[8];
+#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		if (DT == KILN_F32) {
+			w[k] = __float_as_uint(f[k]);
+		} else if (k < 4 && DT == KILN_BF16) {
+			w[k] = (uint32_t)half_f32_bf16(f[2 * k]) |
+			       (uint32_t)half_f32_bf16(f[2 * k + 1]) << 16;
+		} else if (k < 4) {
+			const __half h[2] = { kern_f16(f[2 * k]), kern_f16(f[2 * k + 1]) };
+			memcpy(&w[k], h, 4);
+		}
+	}
+	((uint4 *)p)[DT == KILN_F32 ? 2 * v : v] = make_uint4(w[0], w[1], w[2], w[3]);
+	if (DT == KILN_F32)
+		((uint4 *)p)[2 * v + 1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+/* The block's (max, first index) by k_xent's rule (a lane that saw nothing
+ * has index C), every thread gets it; sh: a scratch of blockDim.x / 32 */
+__device__ static void block_argmax(float *mx, int *am, int C, float *shm, int *sha)
+{
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	for (int o = 16; o > 0; o >>= 1) {
+		const float om = __shfl_xor_sync(0xffffffffu, *mx, o);
+		const int oa = __shfl_xor_sync(0xffffffffu, *am, o);
+		if (oa != C && (*am == C || om > *mx || (om == *mx && oa < *am)))
+			*mx = om, *am = oa;
+	}
+	if (lane == 0)
+		shm[w] = *mx, sha[w] = *am;
+	__syncthreads();
+	if (threadIdx.x == 0)
+		for (int k = 1; k < nw; k++)
+			if (sha[k] != C && (sha[0] == C || shm[k] > shm[0] ||
+					    (shm[k] == shm[0] && sha[k] < sha[0])))
+				shm[0] = shm[k], sha[0] = sha[k];
+	__syncthreads();
+	*mx = shm[0];
+	*am = sha[0];
+	__syncthreads(); /* the scratch is free again */
+}
+
+/* The block's sum of v (the warps' sums added in warp order), to every
+ * thread; sh: a scratch of blockDim.x / 32 */
+__device__ static double block_sum_d(double v, double *sh)
+{
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_sum_d(v);
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	double t = 0;
+	for (int k = 0; k < nw; k++)
+		t += sh[k];
+	__syncthreads();
+	return t;
+}
+
+/* One row a block, rows r = block, block + gridDim.x, ...: the arguments,
+ * the special rows (padding, ignored, a bad label) and the block partials
+ * as k_xent's, the softmax loss only; x and dx of dtype DT, 16-byte
+ * aligned, C a multiple of XV (cuda_launch_softmax_xent). */
+template <int DT>
+__global__ void __launch_bounds__(CUDA_THREADS, 2) k_xent_wide(void *dx, struct xent_part *part, const void *x,
+			    const int32_t *label, int64_t R, int64_t C, int64_t K, int64_t V,
+			    double f0, const float *lsp, float eps, struct cuda_err_rec *err, int op,
+			    const double *cnt, int32_t ignored)
+{
+	enum { E = XV, U = XENT_UNROLL };
+	__shared__ double shd[CUDA_THREADS / 32];
+	__shared__ float shm[CUDA_THREADS / 32];
+	__shared__ int sha[CUDA_THREADS / 32];
+	if (cnt && *cnt > 0 && *cnt != (double)V)
+		f0 = f0 * (double)V / *cnt;
+	const float scale = lsp ? (float)(f0 * (double)*lsp) : (float)f0;
+	const float off = eps / (float)K, on = 1.0f - eps + off;
+	const int t = threadIdx.x, B = blockDim.x;
+	/* pieces holding classes, all pieces (C < 2^31: the plan's check) */
+	const int nvK = (int)((K + E - 1) / E), nvC = (int)(C / E), k = (int)K;
+	double loss = 0, ok = 0, ok5 = 0, bad = 0; /* thread 0's, in row order */
+
+	for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+		const char *xr = (const char *)x + r * C * (DT == KILN_F32 ? 4 : 2);
+		char *dr = (char *)dx + r * C * (DT == KILN_F32 ? 4 : 2);
+		const int32_t l = r < V ? label[r] : 0;
+		const int skip = r >= V || (cnt && l == ignored), wrong = !skip && (l < 0 || l >= K);
+		if (skip || wrong) {
+			const float z[E] = {};
+			for (int v = t; v < nvC; v += B)
+				xv_store<DT>(dr, v, z);
+			if (wrong && t == 0) {
+				xent_bad_label(err, r, l, K, op);
+				bad += 1;
+			}
+			continue;
+		}
+		const float xl = ld(xr, DT, l);
+		/* pass 1: the maximum, its first index, the logits ranked above the label's */
+		float mx = -INFINITY;
+		int am = (int)C, above = 0;
+		for (int v0 = t; v0 < nvK; v0 += B * U) {
+			float f[U][E];
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (v0 + u * B < nvK)
+					xv_load<DT>(xr, v0 + u * B, f[u]);
+#pragma unroll
+			for (int u = 0; u < U; u++)
+#pragma unroll
+				for (int e = 0; e < E; e++) {
+					const int j = (v0 + u * B) * E + e;
+					if (v0 + u * B >= nvK || j >= k)
+						continue;
+					if (am == C || f[u][e] > mx)
+						mx = f[u][e], am = (int)j;
+					above += f[u][e] > xl || (f[u][e] == xl && j < l);
+				}
+		}
+		block_argmax(&mx, &am, (int)C, shm, sha);
+		above = (int)block_sum_d((double)above, shd);
+		/* pass 2: the exponentials' sum (and the logits', for smoothing) */
+		double sum = 0, xsum = 0;
+		for (int v0 = t; v0 < nvK; v0 += B * U) {
+			float f[U][E];
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (v0 + u * B < nvK)
+					xv_load<DT>(xr, v0 + u * B, f[u]);
+#pragma unroll
+			for (int u = 0; u < U; u++)
+#pragma unroll
+				for (int e = 0; e < E; e++) {
+					const int j = (v0 + u * B) * E + e;
+					if (v0 + u * B >= nvK || j >= k)
+						continue;
+					sum += expf(f[u][e] - mx);
+					xsum += (double)f[u][e] - mx;
+				}
+		}
+		sum = block_sum_d(sum, shd);
+		xsum = eps > 0 ? block_sum_d(xsum, shd) : 0;
+		/* pass 3: the gradient, each element written by the thread that
+		 * read it, after every read of the row's sums (dx may be x) */
+		const float inv = (float)(1.0 / sum);
+		for (int v0 = t; v0 < nvC; v0 += B * U) {
+			float f[U][E];
+#pragma unroll
+			for (int u = 0; u < U; u++)
+				if (v0 + u * B < nvC)
+					xv_load<DT>(xr, v0 + u * B, f[u]);
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				const int v = v0 + u * B;
+				if (v >= nvC)
+					continue;
+#pragma unroll
+				for (int e = 0; e < E; e++) {
+					const int j = v * E + e;
+					f[u][e] = j < k ? scale * (expf(f[u][e] - mx) * inv -
+								   (j == l ? on : off))
+							: 0.0f;
+				}
+				xv_store<DT>(dr, v, f[u]);
+			}
+		}
+		if (t == 0) {
+			const double lse = log(sum);
+			loss += (1.0 - eps) * (lse - ((double)xl - mx)) +
+				(eps > 0 ? eps * (lse - xsum / (double)K) : 0.0);
+			ok += am == l;
+			ok5 += above < 5;
+		}
+	}
+	if (t == 0) {
+		const struct xent_part s = { loss, ok, ok5, bad };
+		part[blockIdx.x] = s;
+	}
+}
+
+/* k_xent_wide takes the op: the softmax loss over at least XENT_WIDE
+ * classes, logits and gradient of one dtype, 16-byte aligned, rows of a
+ * multiple of XV elements (so every row is aligned) */
+static int xent_wide_ok(const struct cuda_plan *p, const struct kiln_op_args *a, int64_t K)
+{
+	return p->op.i[1] == KILN_LOSS_XENT && K >= XENT_WIDE && DTO(p, 0) == DTI(p, 0) &&
+	       p->cols % XV == 0 && (uintptr_t)a->in[0] % 16 == 0 &&
+	       (uintptr_t)a->out[0] % 16 == 0;
+}
+
 /* m [2..4] += the block partials, in block order; left untouched when
  * a row had a bad label (the run fails with KILN_EDATA at the next sync,
  * and the CPU device leaves the metrics alone then too).  M > 0: as M
@@ -460,11 +706,28 @@ extern "C" cudaError_t cuda_launch_softmax_xent(const struct cuda_plan *p,
 		if ((e = cudaGetLastError()) != cudaSuccess)
 			return e;
 	}
-	k_xent<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(
-		a->out[0], DTO(p, 0), part, a->in[0], DTI(p, 0), (const int32_t *)a->in[1], R,
-		p->cols, p->op.i[5] > 0 ? p->op.i[5] : p->cols, p->op.i[0], (int)p->op.i[1], p->op.f[0],
-		p->op.n_in == 3 ? (const float *)a->in[2] : NULL, (float)p->op.f[1], p->err,
-		p->op.type, cnt, ignored);
+	const int64_t K = p->op.i[5] > 0 ? p->op.i[5] : p->cols;
+	const float *lsp = p->op.n_in == 3 ? (const float *)a->in[2] : NULL;
+	if (xent_wide_ok(p, a, K)) {
+		/* a block a row (k_xent_wide), CUDA_XENT_BLOCKS at most */
+		nb = R < CUDA_XENT_BLOCKS ? (R > 0 ? R : 1) : CUDA_XENT_BLOCKS;
+#define XW(DT)                                                                              \
+	k_xent_wide<DT><<<(unsigned)nb, CUDA_THREADS, 0, s>>>(                              \
+		a->out[0], part, a->in[0], (const int32_t *)a->in[1], R, p->cols, K, p->op.i[0], \
+		p->op.f[0], lsp, (float)p->op.f[1], p->err, p->op.type, cnt, ignored)
+		if (DTI(p, 0) == KILN_BF16)
+			XW(KILN_BF16);
+		else if (DTI(p, 0) == KILN_F16)
+			XW(KILN_F16);
+		else
+			XW(KILN_F32);
+#undef XW
+	} else {
+		k_xent<<<(unsigned)nb, CUDA_THREADS, 0, s>>>(
+			a->out[0], DTO(p, 0), part, a->in[0], DTI(p, 0), (const int32_t *)a->in[1],
+			R, p->cols, K, p->op.i[0], (int)p->op.i[1], p->op.f[0], lsp,
+			(float)p->op.f[1], p->err, p->op.type, cnt, ignored);
+	}
 	if ((e = cudaGetLastError()) != cudaSuccess)
 		return e;
 	k_xent_sum<<<1, 1, 0, s>>>((float *)a->out[1], part, (int)nb, (int)p->sz[0], cnt,
