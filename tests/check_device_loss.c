@@ -120,31 +120,40 @@ END_TEST
  * (i[2] = 1, its row count in m[3]), padded classes, top-5 with ties, and
  * the maximum twice in a row (the first index is the prediction): against
  * a double-precision loop.  The CUDA device's block-a-row kernel splits a
- * row over threads and warps; the ties lie in different ones. */
-START_TEST(test_xent_wide)
+ * row over threads and warps, 8 elements a load; the ties lie in
+ * different threads, and at C = 8200 also in one thread's successive
+ * loads (elements 2048 and 4096 apart). */
+static void xent_wide_case(struct fx *f, int C, int K)
 {
-	enum { N = 6, C = 1040, K = 1030 };
+	enum { N = 6 };
 	const double eps = 0.1;
-	struct fx f;
-	fx_open(&f, _i);
+	const int far = K > 4200 ? 4096 : 891; /* row 0's second maximum: 9 + far */
 	float *x = frandv((size_t)N * C), *g = malloc(sizeof(float) * N * C), m[4] = { 0, 0, 0, 0 };
-	int32_t lab[N] = { 900, 9, -100, 5, 1029, 700 };
+	int32_t lab[N] = { 9 + far, 9, -100, 5, K - 1, 700 };
 	for (int i = 0; i < N * C; i++)
 		x[i] = i % C >= K ? 50.0f : 4 * x[i];
-	x[0 * C + 9] = x[0 * C + 900] = 30; /* the maximum twice: predicted 9, labelled 900 */
-	x[1 * C + 9] = x[1 * C + 1000] = 30; /* predicted 9, labelled 9 */
-	for (int j = 0; j < 4; j++)          /* row 3: four logits tie the label's, two before it */
-		x[3 * C + (j < 2 ? j : 600 + j)] = x[3 * C + 5];
+	/* row 0: the maximum twice (predicted 9, labelled 9 + far), and once
+	 * more past it, 2048 on; row 1: predicted and labelled 9 */
+	x[0 * C + 9] = x[0 * C + 9 + far] = x[0 * C + 9 + far / 2] = 30;
+	x[1 * C + 9] = x[1 * C + 1000] = 30;
+	/* row 3: the label the maximum, tied by 3 logits before it and 3 after
+	 * (rank 3: in the top 5; counting every tie would give 6) */
+	for (int j = 0; j < 7; j++)
+		x[3 * C + (j < 3 ? j : j == 3 ? 5 : 596 + j)] = 20;
+	/* row 5: tied by 5 logits before it (rank 5: not in the top 5;
+	 * ignoring ties would give 0) */
+	for (int j = 0; j < 6; j++)
+		x[5 * C + (j == 5 ? 700 : 10 + 137 * j)] = 20;
 	struct kiln_op op;
 	xent_op(&op, N, C, N, 1.0 / N);
 	op.out[1] = td(KILN_F32, 1, 4, 0);
 	op.i[2] = 1, op.i[3] = -100, op.i[5] = K;
 	op.f[1] = eps;
-	void *dx = dput(&f, x, sizeof(float) * N * C), *dl = dput(&f, lab, sizeof lab);
-	void *dg = dput(&f, NULL, sizeof(float) * N * C), *dm = dput(&f, m, sizeof m);
-	OK(run_op(&f, &op, (const void *[]){ dx, dl }, (void *[]){ dg, dm }));
-	dget(&f, g, dg, sizeof(float) * N * C);
-	dget(&f, m, dm, sizeof m);
+	void *dx = dput(f, x, sizeof(float) * N * C), *dl = dput(f, lab, sizeof lab);
+	void *dg = dput(f, NULL, sizeof(float) * N * C), *dm = dput(f, m, sizeof m);
+	OK(run_op(f, &op, (const void *[]){ dx, dl }, (void *[]){ dg, dm }));
+	dget(f, g, dg, sizeof(float) * N * C);
+	dget(f, m, dm, sizeof m);
 	const int counted = N - 1;
 	double loss = 0;
 	int top1 = 0, top5 = 0;
@@ -172,17 +181,27 @@ START_TEST(test_xent_wide)
 		for (int j = 0; j < C; j++) {
 			const double t = j == lab[r] ? 1 - eps + eps / K : eps / K;
 			const double want = j < K ? (exp(xr[j] - mx) / s - t) / counted : 0.0;
-			NEAR(g[r * C + j], want, 1.0 / counted, 1e-5, "dlogits[%d,%d] = %g, want %g", r,
-			     j, g[r * C + j], want);
+			NEAR(g[r * C + j], want, 1.0 / counted, 1e-5, "C %d: dlogits[%d,%d] = %g, want %g",
+			     C, r, j, g[r * C + j], want);
 		}
 	}
-	ck_assert_int_eq(top1, 1); /* the test's own premise: row 1 only */
-	NEAR(m[0], loss, loss, 1e-5, "loss sum %g, want %g", m[0], loss);
+	/* the test's own premises: row 1 the one prediction, rows 0, 1, 3 in the top 5 */
+	ck_assert_int_eq(top1, 1);
+	ck_assert_int_eq(top5, 3);
+	NEAR(m[0], loss, loss, 1e-5, "C %d: loss sum %g, want %g", C, m[0], loss);
 	ck_assert_msg(m[1] == top1 && m[2] == top5 && m[3] == counted,
-		      "top-1 %g (want %d), top-5 %g (want %d), rows %g (want %d)", m[1], top1, m[2],
-		      top5, m[3], counted);
-	DFREE(&f, dx, dl, dg, dm);
+		      "C %d: top-1 %g (want %d), top-5 %g (want %d), rows %g (want %d)", C, m[1], top1,
+		      m[2], top5, m[3], counted);
+	DFREE(f, dx, dl, dg, dm);
 	free(x), free(g);
+}
+
+START_TEST(test_xent_wide)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	xent_wide_case(&f, 1040, 1030);
+	xent_wide_case(&f, 8200, 8195); /* more than one round of loads a thread */
 	fx_close(&f);
 }
 END_TEST
@@ -193,25 +212,27 @@ END_TEST
  * logit is a class of probability 0: the loss stays finite, its gradient
  * 0.  Rows: 0 NaN at column 3 (row 1 finite beside it, checked too), the
  * NaN first in its row (the maximum's scan starts there), -inf at 2. */
-START_TEST(test_xent_nonfinite)
+static void nonfinite_case(struct fx *f, int C)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	enum { N = 3, C = 7 };
+	enum { N = 3 };
+	const size_t bytes = sizeof(float) * N * (size_t)C;
+	float *x = malloc(bytes), *g = malloc(bytes);
 	for (int at = 0; at < 3; at++) {
-		float x[N * C], g[N * C], m0[2] = { 0, 0 }, m[2];
+		float m0[2] = { 0, 0 }, m[2];
 		int32_t lab[N] = { 1, 4, 5 };
 		for (int i = 0; i < N * C; i++)
 			x[i] = frand() * 2;
-		const int r = at == 1 ? 2 : 0, j = at == 0 ? 3 : at == 1 ? 0 : 2;
+		/* wide: the NaN first in a thread's share of the row (CUDA's
+		 * block-a-row kernel: 8 elements a load) */
+		const int r = at == 1 ? 2 : 0, j = at == 0 ? (C > 8 ? 296 : 3) : at == 1 ? 0 : 2;
 		x[r * C + j] = at < 2 ? NAN : -INFINITY;
 		struct kiln_op op;
 		xent_op(&op, N, C, N, 1.0);
-		void *dx = dput(&f, x, sizeof x), *dl = dput(&f, lab, sizeof lab);
-		void *dg = dput(&f, NULL, sizeof g), *dm = dput(&f, m0, sizeof m0);
-		OK(run_op(&f, &op, (const void *[]){ dx, dl }, (void *[]){ dg, dm }));
-		dget(&f, g, dg, sizeof g);
-		dget(&f, m, dm, sizeof m);
+		void *dx = dput(f, x, bytes), *dl = dput(f, lab, sizeof lab);
+		void *dg = dput(f, NULL, bytes), *dm = dput(f, m0, sizeof m0);
+		OK(run_op(f, &op, (const void *[]){ dx, dl }, (void *[]){ dg, dm }));
+		dget(f, g, dg, bytes);
+		dget(f, m, dm, sizeof m);
 		double loss = 0;
 		for (int q = 0; q < N; q++) {
 			const float *xr = x + q * C;
@@ -238,38 +259,66 @@ START_TEST(test_xent_nonfinite)
 			ck_assert_msg(m[0] != m[0], "case %d: loss sum %g, want NaN", at, m[0]);
 		else
 			NEAR(m[0], loss, loss, 1e-5, "-inf logit: loss sum %g, want %g", m[0], loss);
-		DFREE(&f, dx, dl, dg, dm);
+		DFREE(f, dx, dl, dg, dm);
 	}
+	free(x), free(g);
+}
+
+START_TEST(test_xent_nonfinite)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	nonfinite_case(&f, 7);
+	nonfinite_case(&f, 1040);
 	fx_close(&f);
 }
 END_TEST
 
 /* A label outside [0,C) is KILN_EDATA naming the row: from run() in sync
  * mode, from the next stream_sync in async mode. */
+static void bad_label_case(struct fx *f, int C)
+{
+	enum { N = 5 };
+	float *x = calloc((size_t)N * C, sizeof(float)), m[2] = { 0 };
+	int32_t lab[N] = { 1, 2, 3, C + 2, 4 };
+	char want[32];
+	snprintf(want, sizeof want, "%d", C + 2);
+	struct kiln_op op;
+	xent_op(&op, N, C, N, 1.0);
+	const size_t bytes = sizeof(float) * (size_t)N * C;
+	void *dx = dput(f, x, bytes), *dl = dput(f, lab, sizeof lab);
+	void *dg = dput(f, NULL, bytes), *dm = dput(f, m, sizeof m);
+	const void *in[2] = { dx, dl };
+	void *out[2] = { dg, dm };
+	ck_assert_int_eq(run_op(f, &op, in, out), KILN_EDATA);
+	ck_assert_msg(strstr(kiln_last_error(), "row 3") && strstr(kiln_last_error(), want),
+		      "message: %s", kiln_last_error());
+	/* masked out, the bad row is not read */
+	op.i[0] = 3;
+	if (!f->async) {
+		OK(run_op(f, &op, in, out));
+		dget(f, m, dm, sizeof m);
+		ck_assert_float_eq(m[1], 0.0f); /* all-zero logits: argmax 0, labels 1..3 */
+	}
+	DFREE(f, dx, dl, dg, dm);
+	free(x);
+}
+
 START_TEST(test_softmax_bad_label)
 {
 	struct fx f;
 	fx_open(&f, _i);
-	const int N = 5, C = 10;
-	float x[50] = { 0 }, m[2] = { 0 };
-	int32_t lab[5] = { 1, 2, 3, 12, 4 };
-	struct kiln_op op;
-	xent_op(&op, N, C, N, 1.0);
-	void *dx = dput(&f, x, sizeof x), *dl = dput(&f, lab, sizeof lab);
-	void *dg = dput(&f, NULL, sizeof x), *dm = dput(&f, m, sizeof m);
-	const void *in[2] = { dx, dl };
-	void *out[2] = { dg, dm };
-	ck_assert_int_eq(run_op(&f, &op, in, out), KILN_EDATA);
-	ck_assert_msg(strstr(kiln_last_error(), "row 3") && strstr(kiln_last_error(), "12"),
-		      "message: %s", kiln_last_error());
-	/* masked out, the bad row is not read */
-	op.i[0] = 3;
-	if (!f.async) {
-		OK(run_op(&f, &op, in, out));
-		dget(&f, m, dm, sizeof m);
-		ck_assert_float_eq(m[1], 0.0f); /* all-zero logits: argmax 0, labels 1..3 */
-	}
-	DFREE(&f, dx, dl, dg, dm);
+	bad_label_case(&f, 10);
+	fx_close(&f);
+}
+END_TEST
+
+/* the same over a vocabulary's width (CUDA's block-a-row kernel) */
+START_TEST(test_softmax_bad_label_wide)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	bad_label_case(&f, 1032);
 	fx_close(&f);
 }
 END_TEST
@@ -369,11 +418,9 @@ END_TEST
 
 /* The loss scale input of SOFTMAX_XENT: dlogits = f[0] s (...), the
  * metrics unscaled: the same bits as f[0] multiplied by s on the host. */
-START_TEST(test_xent_loss_scale)
+static void loss_scale_case(struct fx *f, int C)
 {
-	struct fx f;
-	fx_open(&f, _i);
-	const int N = 37, C = 11;
+	enum { N = 37 };
 	const size_t b = (size_t)N * C * 4;
 	float *x = frandv((size_t)N * C), *g0 = malloc(b), *g1 = malloc(b);
 	float m0[3], m1[3], zero[3] = { 0, 0, 0 }, s = 4096.0f;
@@ -381,8 +428,8 @@ START_TEST(test_xent_loss_scale)
 	for (int r = 0; r < N; r++)
 		lab[r] = (r * 5 + 1) % C;
 	for (int kind = 0; kind < 3; kind++) {
-		void *dx = dput(&f, x, b), *dl = dput(&f, lab, sizeof lab), *ds = dput(&f, &s, 4);
-		void *dg = dput(&f, NULL, b), *dm = dput(&f, zero, 12);
+		void *dx = dput(f, x, b), *dl = dput(f, lab, sizeof lab), *ds = dput(f, &s, 4);
+		void *dg = dput(f, NULL, b), *dm = dput(f, zero, 12);
 		struct kiln_op op;
 		xent_op(&op, N, C, N - 2, 1.0 / (N - 2));
 		op.n_in = 3;
@@ -392,23 +439,32 @@ START_TEST(test_xent_loss_scale)
 		op.f[1] = kind ? 0 : 0.1;
 		const void *in[3] = { dx, dl, ds };
 		void *out[2] = { dg, dm };
-		OK(run_op(&f, &op, in, out));
-		dget(&f, g1, dg, b);
-		dget(&f, m1, dm, 12);
-		OK(kiln_device_copy_async(f.dev, dm, zero, 12, KILN_COPY_H2D, f.s));
+		OK(run_op(f, &op, in, out));
+		dget(f, g1, dg, b);
+		dget(f, m1, dm, 12);
+		OK(kiln_device_copy_async(f->dev, dm, zero, 12, KILN_COPY_H2D, f->s));
 		op.n_in = 2;
 		op.f[0] = 1.0 / (N - 2) * s;
-		OK(run_op(&f, &op, in, out));
-		dget(&f, g0, dg, b);
-		dget(&f, m0, dm, 12);
+		OK(run_op(f, &op, in, out));
+		dget(f, g0, dg, b);
+		dget(f, m0, dm, 12);
 		ck_assert_msg(!memcmp(g0, g1, b), "loss %d: scaled gradients differ", kind);
 		ck_assert(!memcmp(m0, m1, sizeof m0));
-		DFREE(&f, dx, dl, ds, dg, dm);
+		DFREE(f, dx, dl, ds, dg, dm);
 	}
 	free(x), free(g0), free(g1);
+}
+
+START_TEST(test_xent_loss_scale)
+{
+	struct fx f;
+	fx_open(&f, _i);
+	loss_scale_case(&f, 11);
+	loss_scale_case(&f, 1032); /* a vocabulary's width (CUDA's block-a-row kernel) */
 	fx_close(&f);
 }
 END_TEST
 
-DEVICE_SUITE(loss, DFX_CASE(softmax_xent), DFX_CASE(xent_wide), DFX_CASE(softmax_bad_label), DFX_CASE(losses),
+DEVICE_SUITE(loss, DFX_CASE(softmax_xent), DFX_CASE(xent_wide), DFX_CASE(softmax_bad_label),
+	     DFX_CASE(softmax_bad_label_wide), DFX_CASE(losses),
 	     DFX_CASE(xent_loss_scale), DFX_CASE(xent_nonfinite));

@@ -18,7 +18,8 @@
  *
  * Reductions are deterministic: a fixed grid (CUDA_RED_BLOCKS, the loss's
  * CUDA_XENT_BLOCKS, or fewer when the shape is smaller, decided by the
- * shape alone), each block sums
+ * shape alone; the loss's kernel by the shape, the dtypes and the
+ * alignment: xent_wide_ok), each block sums
  * its fixed share in a fixed order, and one thread adds the block partials
  * in index order.  No float atomics, so a run reproduces bit for bit.  The
  * partials live in a small scratch buffer the plan owns (sz[3] bytes,
@@ -512,7 +513,7 @@ __device__ static void block_argmax(float *mx, int *am, int C, float *shm, int *
 
 /* The block's sum of v (the warps' sums added in warp order), to every
  * thread; sh: a scratch of blockDim.x / 32 */
-__device__ static double block_sum_d(double v, double *sh)
+__device__ static double block_allsum_d(double v, double *sh)
 {
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
 	v = warp_sum_d(v);
@@ -578,16 +579,16 @@ __global__ void __launch_bounds__(CUDA_THREADS, 2) k_xent_wide(void *dx, struct 
 			for (int u = 0; u < U; u++)
 #pragma unroll
 				for (int e = 0; e < E; e++) {
-					const int j = (v0 + u * B) * E + e;
-					if (v0 + u * B >= nvK || j >= k)
+					if (v0 + u * B >= nvK || (v0 + u * B) * E + e >= k)
 						continue;
+					const int j = (v0 + u * B) * E + e;
 					if (am == C || f[u][e] > mx)
 						mx = f[u][e], am = (int)j;
 					above += f[u][e] > xl || (f[u][e] == xl && j < l);
 				}
 		}
 		block_argmax(&mx, &am, (int)C, shm, sha);
-		above = (int)block_sum_d((double)above, shd);
+		above = (int)block_allsum_d((double)above, shd);
 		/* pass 2: the exponentials' sum (and the logits', for smoothing) */
 		double sum = 0, xsum = 0;
 		for (int v0 = t; v0 < nvK; v0 += B * U) {
@@ -600,15 +601,14 @@ __global__ void __launch_bounds__(CUDA_THREADS, 2) k_xent_wide(void *dx, struct 
 			for (int u = 0; u < U; u++)
 #pragma unroll
 				for (int e = 0; e < E; e++) {
-					const int j = (v0 + u * B) * E + e;
-					if (v0 + u * B >= nvK || j >= k)
+					if (v0 + u * B >= nvK || (v0 + u * B) * E + e >= k)
 						continue;
 					sum += expf(f[u][e] - mx);
 					xsum += (double)f[u][e] - mx;
 				}
 		}
-		sum = block_sum_d(sum, shd);
-		xsum = eps > 0 ? block_sum_d(xsum, shd) : 0;
+		sum = block_allsum_d(sum, shd);
+		xsum = eps > 0 ? block_allsum_d(xsum, shd) : 0;
 		/* pass 3: the gradient, each element written by the thread that
 		 * read it, after every read of the row's sums (dx may be x) */
 		const float inv = (float)(1.0 / sum);
@@ -649,7 +649,12 @@ __global__ void __launch_bounds__(CUDA_THREADS, 2) k_xent_wide(void *dx, struct 
 
 /* k_xent_wide takes the op: the softmax loss over at least XENT_WIDE
  * classes, logits and gradient of one dtype, 16-byte aligned, rows of a
- * multiple of XV elements (so every row is aligned) */
+ * multiple of XV elements (so every row is aligned).  The core's loss
+ * layer always qualifies (one dtype, a 64-byte aligned arena); an API
+ * caller's op that does not runs k_xent, whose double sums add in another
+ * order (its metrics may then differ from the wide kernel's in the last
+ * bit).  A row with a NaN logit has a NaN loss and gradient in both
+ * kernels; which index either takes for its maximum is unspecified. */
 static int xent_wide_ok(const struct cuda_plan *p, const struct kiln_op_args *a, int64_t K)
 {
 	return p->op.i[1] == KILN_LOSS_XENT && K >= XENT_WIDE && DTO(p, 0) == DTI(p, 0) &&
