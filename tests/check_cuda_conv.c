@@ -99,6 +99,13 @@ START_TEST(test_descriptors)
 						      _i, types[t], nhwc ? "NHWC" : "NCHW", dts[k], fused,
 						      kiln_last_error());
 				}
+				/* [plugin.cuda] conv_wgrad = lowp's graph: dw in x's dtype */
+				if (types[t] == KILN_OP_CONV_BWD_WEIGHTS && dts[k] != KILN_F32) {
+					op.out[0].dtype = dts[k];
+					ck_assert_msg(cuda_dnn_conv_check(&g_c, &op, 0) == KILN_OK,
+						      "case %d %s dt %d, dw in x's dtype: %s", _i,
+						      nhwc ? "NHWC" : "NCHW", dts[k], kiln_last_error());
+				}
 			}
 }
 END_TEST

@@ -191,7 +191,8 @@ void cuda_lt_destroy(struct cuda_ctx *c);
 /* ---- cudnn.c: the CNN op set (convolution through cuDNN's graph API,
  * batch norm and pooling through dnn_kernels.cu).  open takes autotune /
  * deterministic from c->opts (the core's [run] options) and reads
- * [plugin.cuda] workspace_mb / autotune_cache (the key rows below);
+ * [plugin.cuda] workspace_mb / conv_wgrad / autotune_cache (the key rows
+ * below);
  * prepare handles CONV*, BN_*, POOL*. */
 kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg);
 void cuda_dnn_close(struct cuda_ctx *c);
@@ -220,6 +221,14 @@ kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op, char *
 	  "Most device memory one convolution's cuDNN plan may use as workspace, in MiB: "   \
 	  "engines needing more are skipped (the planner allocates the workspace; "          \
 	  "`kiln memory` counts it)." },                                                      \
+	{ "conv_wgrad", KILN_KEY_ENUM, "f32", 0, 0, "f32|lowp",                                 \
+	  "A bf16 or f16 convolution's weight gradient.  `f32` (the default): cuDNN's "       \
+	  "engine writing an f32 gradient from the bf16/f16 x and dy, else x and dy widened " \
+	  "and an f32 convolution (the CPU device's arithmetic: f32 products of the same "    \
+	  "values).  `lowp`: cuDNN's gradient in the activations' dtype, widened into the "   \
+	  "f32 gradient after (PyTorch AMP's semantics: the gradient rounded once to "        \
+	  "bf16/f16), else as `f32`.  Written for ResNet-50's weight gradients, 43% of its "  \
+	  "bf16 step on an H200 with `f32`; not yet run on a GPU (docs/gpu.md)." },           \
 	{ "autotune_cache", KILN_KEY_STR, "", 0, 0, NULL,                                      \
 	  "File of the convolution engines `[run] autotune = 1` chose, keyed by GPU, driver " \
 	  "and cuDNN version, so the next run skips the timing; empty = "                     \

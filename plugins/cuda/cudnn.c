@@ -447,7 +447,14 @@ static cudaError_t dnn_conv_launch(const struct cuda_plan *p, const struct kiln_
 		if (e != cudaSuccess)
 			return e;
 	}
+	float *dw = NULL;
+	if (d->narrow) { /* dw (uid 2) in x's dtype in the workspace, widened after */
+		dw = ptr[1];
+		ptr[1] = (char *)a->workspace + d->off_w;
+	}
 	cudaError_t e = cuda_dnn_execute(d, ptr, a->workspace, s);
+	if (e == cudaSuccess && dw)
+		e = cuda_dnn_widen(dw, ptr[1], d->nw, d->narrow, s);
 	if (e != cudaSuccess)
 		return e;
 	if (d->bias_kernel == 1) /* CONV: y += b */
@@ -713,6 +720,34 @@ static void tune_bufs_free(struct tune_bufs *b)
 	memset(b, 0, sizeof *b);
 }
 
+/* [plugin.cuda] conv_wgrad = lowp: the weight gradient's graph with dw in
+ * x's dtype (PyTorch AMP's), dw then widened by dnn_conv_launch; 1 when an
+ * engine took it (d->narrow set), 0 to go on as conv_wgrad = f32. */
+static int wgrad_narrow(struct cuda_ctx *c, const struct kiln_op *op, struct cuda_dnn *d,
+			const struct cuda_conv_geom *g, struct tune_bufs *bufs, int64_t *engine,
+			int cnt[4])
+{
+	struct cuda_conv_geom g16 = *g;
+	char k16[CUDA_ATC_KEY];
+	cudnnBackendDescriptor_t graph;
+	g16.dt_w = g->dt_x;
+	cuda_conv_key(&g16, c->dnn->deterministic, c->dnn->ws_mb, k16, sizeof k16);
+	d->n_ptr = 3;
+	d->bias_kernel = g->bias ? 2 : 0;
+	int found = !conv_graph(c, op, d, &g16, 0, &graph) &&
+		    choose(c, d, graph, &g16, k16, bufs, engine, cnt);
+	if (found) {
+		d->narrow = g->dt_x;
+		d->nw = g->w[0] * g->w[1] * g->w[2] * g->w[3];
+	} else {
+		c->host->log(KILN_LOG_DEBUG, "cuda",
+			     "%s: conv_wgrad = lowp: no engine writes dw in the activations' dtype (%d engine configs, %d refused by their notes, %d not buildable, %d over the workspace): as conv_wgrad = f32",
+			     k16, cnt[0], cnt[1], cnt[2], cnt[3]);
+		memset(cnt, 0, 4 * sizeof *cnt); /* the next graph's counts */
+	}
+	return found;
+}
+
 static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 {
 	const struct kiln_op *op = &p->op;
@@ -776,6 +811,8 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 			found = choose(c, d, graph, &g, fkey, &bufs, &engine, cnt);
 	}
 	const int widenable = op->type == KILN_OP_CONV_BWD_WEIGHTS && lowp;
+	if (!found && widenable && c->dnn->wgrad_lowp)
+		found = wgrad_narrow(c, op, d, &g, &bufs, &engine, cnt);
 	if (!found) {
 		d->n_ptr = 3;
 		d->bias_kernel = !g.bias ? 0 : op->type == KILN_OP_CONV ? 1 : 2;
@@ -831,6 +868,10 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 		d->off_y = WS_UP(d->off_x + (size_t)d->nx * 4);
 		end = d->off_y + (size_t)d->ny * 4;
 	}
+	if (d->narrow) {
+		d->off_w = WS_UP(end);
+		end = d->off_w + (size_t)d->nw * 2;
+	}
 	p->sz[2] = (int64_t)WS_UP(end);
 #undef WS_UP
 	p->workspace = end;
@@ -840,7 +881,7 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	p->n_in = op->n_in;
 	p->n_out = op->n_out;
 	c->host->log(KILN_LOG_DEBUG, "cuda", "%s: %s, engine %lld%s, workspace %zu bytes", key,
-		     d->bias_kernel == 1 ? "conv then kiln's bias" : g.bias && op->type == KILN_OP_CONV ? "conv+bias fused" : d->widen ? "f32 conv on widened x, dy" : "conv",
+		     d->bias_kernel == 1 ? "conv then kiln's bias" : g.bias && op->type == KILN_OP_CONV ? "conv+bias fused" : d->widen ? "f32 conv on widened x, dy" : d->narrow ? "dw in x's dtype, widened after (conv_wgrad = lowp)" : "conv",
 		     (long long)engine, c->dnn->autotune ? " (autotuned)" : "", p->workspace);
 out:
 	tune_bufs_free(&bufs);
@@ -918,6 +959,8 @@ kiln_status cuda_dnn_open(struct cuda_ctx *c, const struct kiln_config *cfg)
 	    st != KILN_ENOTFOUND)
 		return st;
 	x->ws_mb = mb;
+	const char *wg = h->config_get(cfg, "plugin.cuda", "conv_wgrad");
+	x->wgrad_lowp = wg && !strcmp(wg, "lowp");
 	const char *path = h->config_get(cfg, "plugin.cuda", "autotune_cache");
 	if (!path || !*path) {
 		if (cuda_atc_default_path(x->cache_path, sizeof x->cache_path))

@@ -32,6 +32,7 @@ struct cuda_dnn_ctx {
 	dnn_handle_t h;           /* created by the first convolution's prepare */
 	pthread_mutex_t lock;     /* the handle's stream is one per handle */
 	int autotune, deterministic;
+	int wgrad_lowp;           /* [plugin.cuda] conv_wgrad = lowp */
 	int64_t ws_mb;
 	char cache_path[4096];    /* "" = no cache file */
 	struct cuda_atc atc;
@@ -65,6 +66,11 @@ struct cuda_dnn {
 	int widen;
 	size_t off_x, off_y;
 	int64_t nx, ny;
+	/* conv_wgrad = lowp: dw in x's dtype (narrow = that dtype, 0 otherwise)
+	 * into the workspace at off_w, widened into the f32 gradient after */
+	int narrow;
+	size_t off_w;
+	int64_t nw;
 	int y_dtype;
 	struct {
 		void *ptr[DNN_MAX_PTR], *ws;

@@ -529,6 +529,10 @@ stage1() {
 	say "-- lstm/gru on cuda (tests/check_rnn: PyTorch references, loss 1e-5 rel, gradients 1e-4 x max(0.1, |ref|))"
 	rnn
 	train cnn_bf16 tests/gpu/cnn.ini 45 cpu_cnn_bf16_acc.txt 0.02 run.precision=bf16
+	# the weight gradients in bf16, widened after (PyTorch AMP's; session 26,
+	# not run before): the same accuracy bound
+	train cnn_bf16_wlowp tests/gpu/cnn.ini 45 cpu_cnn_bf16_acc.txt 0.02 run.precision=bf16 \
+		plugin.cuda.conv_wgrad=lowp
 	say "-- quantized CNN: kiln eval --quantized on cuda vs the cpu device's INT8 accuracy"
 	int8_eval
 }
@@ -615,6 +619,10 @@ stage2() {
 	kiln_sps r50_kiln 90 examples/resnet50_synthetic.ini data.resident=1 data.samples=5120 train.epochs=3
 	r50=$sps
 	[ -n "$r50" ] && say "resnet50 kiln:    $r50 images/s (epoch 2, 20 steps)"
+	# [plugin.cuda] conv_wgrad = lowp: dw in bf16, widened after (session 26)
+	kiln_sps r50_wlowp 90 examples/resnet50_synthetic.ini data.resident=1 data.samples=5120 \
+		train.epochs=3 plugin.cuda.conv_wgrad=lowp
+	[ -n "$sps" ] && say "resnet50 kiln, conv_wgrad = lowp: $sps images/s"
 	torch_json r50_torch 45 images_per_s tests/gpu/torch_bench.py resnet50
 	if [ -n "$tv" ]; then
 		say "resnet50 pytorch: $tv images/s ($(cat "$logs/r50_torch.json"))"
@@ -755,6 +763,13 @@ stage4() {
 	prof_env=
 	grep -h 'the mixed graph\|f32 conv on widened' "$logs/prof_r50.log" | sed 's/^.*cuda\] *//' |
 		sort | uniq -c | sort -rn | head -n 6 | tee -a "$res"
+	# the weight gradients in bf16, widened after (conv_wgrad = lowp, session 26)
+	prof_env=KILN_LOG_LEVEL=debug
+	prof_one r50_wlowp 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
+		train.epochs=1 train.max_steps=8 train.checkpoint_last=0 plugin.cuda.conv_wgrad=lowp
+	prof_env=
+	grep -h 'conv_wgrad = lowp' "$logs/prof_r50_wlowp.log" | sed 's/^.*cuda\] *//; s/^[^:]*: //' |
+		sort | uniq -c | sort -rn | head -n 4 | tee -a "$res"
 	# cuDNN's engines timed ([run] autotune, off by default): the weight
 	# gradients' share above against this one
 	prof_one r50_tuned 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
