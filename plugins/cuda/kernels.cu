@@ -424,8 +424,9 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
  * fine for 10 classes, slow for GPT-2's 50,304 (6 ms a call on an H200 for
  * 8 x 1024 rows, docs/PERFORMANCE.md "Session 22").  From XENT_WIDE classes
  * the softmax loss gives a row a block, reads it 8 elements a load (16
- * bytes of bf16, 32 of f32), two loads in flight a thread (two blocks an
- * SM: 106-120 registers; four loads spill), and makes three passes: the
+ * bytes of bf16, 32 of f32), four loads in flight a thread (two blocks an
+ * SM: 124-128 registers, no spill; 32 KiB of bf16 in flight an SM), and
+ * makes three passes: the
  * maximum (its first index) and the logits above the label's, then the
  * exponentials' sum, then the gradient.  The same formulas as k_xent, each
  * exp(x - max) rounded as there, sums in double; only the order of the
@@ -435,7 +436,7 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
  * xent_wide, check_device_lowp's 1032-class case) have run on the CPU
  * device only, and its speed is not measured. */
 #define XENT_WIDE 1024 /* classes from which k_xent_wide takes a row */
-#define XENT_UNROLL 2  /* loads a thread makes before it uses them */
+#define XENT_UNROLL 4  /* loads a thread makes before it uses them */
 
 /* A row's elements 8 at a time (16 bytes of bf16 or f16, 32 of f32), so
  * that a thread takes the same elements whatever the dtype: the f32 op on
@@ -484,6 +485,36 @@ template <int DT> __device__ __forceinline__ void xv_store(void *p, int v, const
 	((uint4 *)p)[DT == KILN_F32 ? 2 * v : v] = make_uint4(w[0], w[1], w[2], w[3]);
 	if (DT == KILN_F32)
 		((uint4 *)p)[2 * v + 1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+/* A thread's round of loads: pieces v0, v0 + B, ... (XENT_UNROLL of them)
+ * below nv, all issued before any is used */
+template <int DT>
+__device__ __forceinline__ void xv_round(const void *p, int v0, int B, int nv,
+					 float f[XENT_UNROLL][XV])
+{
+#pragma unroll
+	for (int u = 0; u < XENT_UNROLL; u++)
+		if (v0 + u * B < nv)
+			xv_load<DT>(p, v0 + u * B, f[u]);
+}
+
+/* fn(x, j) for every class j < k of a row (nvK pieces hold them), the
+ * thread's share in index order, a round of loads at a time */
+template <int DT, typename F>
+__device__ __forceinline__ void xv_classes(const void *xr, int nvK, int k, F fn)
+{
+	const int B = blockDim.x;
+	for (int v0 = threadIdx.x; v0 < nvK; v0 += B * XENT_UNROLL) {
+		float f[XENT_UNROLL][XV];
+		xv_round<DT>(xr, v0, B, nvK, f);
+#pragma unroll
+		for (int u = 0; u < XENT_UNROLL; u++)
+#pragma unroll
+			for (int e = 0; e < XV; e++)
+				if (v0 + u * B < nvK && (v0 + u * B) * XV + e < k)
+					fn(f[u][e], (v0 + u * B) * XV + e);
+	}
 }
 
 /* The block's (max, first index) by k_xent's rule (a lane that saw nothing
@@ -569,44 +600,19 @@ __global__ void __launch_bounds__(CUDA_THREADS, 2) k_xent_wide(void *dx, struct 
 		/* pass 1: the maximum, its first index, the logits ranked above the label's */
 		float mx = -INFINITY;
 		int am = (int)C, above = 0;
-		for (int v0 = t; v0 < nvK; v0 += B * U) {
-			float f[U][E];
-#pragma unroll
-			for (int u = 0; u < U; u++)
-				if (v0 + u * B < nvK)
-					xv_load<DT>(xr, v0 + u * B, f[u]);
-#pragma unroll
-			for (int u = 0; u < U; u++)
-#pragma unroll
-				for (int e = 0; e < E; e++) {
-					if (v0 + u * B >= nvK || (v0 + u * B) * E + e >= k)
-						continue;
-					const int j = (v0 + u * B) * E + e;
-					if (am == C || f[u][e] > mx)
-						mx = f[u][e], am = (int)j;
-					above += f[u][e] > xl || (f[u][e] == xl && j < l);
-				}
-		}
+		xv_classes<DT>(xr, nvK, k, [&](float v, int j) {
+			if (am == C || v > mx)
+				mx = v, am = j;
+			above += v > xl || (v == xl && j < l);
+		});
 		block_argmax(&mx, &am, (int)C, shm, sha);
 		above = (int)block_allsum_d((double)above, shd);
 		/* pass 2: the exponentials' sum (and the logits', for smoothing) */
 		double sum = 0, xsum = 0;
-		for (int v0 = t; v0 < nvK; v0 += B * U) {
-			float f[U][E];
-#pragma unroll
-			for (int u = 0; u < U; u++)
-				if (v0 + u * B < nvK)
-					xv_load<DT>(xr, v0 + u * B, f[u]);
-#pragma unroll
-			for (int u = 0; u < U; u++)
-#pragma unroll
-				for (int e = 0; e < E; e++) {
-					if (v0 + u * B >= nvK || (v0 + u * B) * E + e >= k)
-						continue;
-					sum += expf(f[u][e] - mx);
-					xsum += (double)f[u][e] - mx;
-				}
-		}
+		xv_classes<DT>(xr, nvK, k, [&](float v, int) {
+			sum += expf(v - mx);
+			xsum += (double)v - mx;
+		});
 		sum = block_allsum_d(sum, shd);
 		xsum = eps > 0 ? block_allsum_d(xsum, shd) : 0;
 		/* pass 3: the gradient, each element written by the thread that
@@ -614,10 +620,7 @@ __global__ void __launch_bounds__(CUDA_THREADS, 2) k_xent_wide(void *dx, struct 
 		const float inv = (float)(1.0 / sum);
 		for (int v0 = t; v0 < nvC; v0 += B * U) {
 			float f[U][E];
-#pragma unroll
-			for (int u = 0; u < U; u++)
-				if (v0 + u * B < nvC)
-					xv_load<DT>(xr, v0 + u * B, f[u]);
+			xv_round<DT>(xr, v0, B, nvC, f);
 #pragma unroll
 			for (int u = 0; u < U; u++) {
 				const int v = v0 + u * B;
