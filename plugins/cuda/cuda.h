@@ -225,9 +225,10 @@ kiln_status cuda_sdpa_check(struct cuda_ctx *c, const struct kiln_op *op, char *
 	  "A bf16 or f16 convolution's weight gradient.  `f32` (the default): cuDNN's "       \
 	  "engine writing an f32 gradient from the bf16/f16 x and dy, else x and dy widened " \
 	  "and an f32 convolution (the CPU device's arithmetic: f32 products of the same "    \
-	  "values).  `lowp`: cuDNN's gradient in the activations' dtype, widened into the "   \
-	  "f32 gradient after (PyTorch AMP's semantics: the gradient rounded once to "        \
-	  "bf16/f16), else as `f32`.  Written for ResNet-50's weight gradients, 43% of its "  \
+	  "values).  `lowp`: where no engine writes the f32 gradient directly, cuDNN's "      \
+	  "gradient in the activations' dtype, widened into the f32 gradient after "          \
+	  "(PyTorch AMP's semantics: the gradient rounded once to bf16/f16) rather than "     \
+	  "widened operands.  Written for ResNet-50's weight gradients, 43% of its "          \
 	  "bf16 step on an H200 with `f32`; not yet run on a GPU (docs/gpu.md)." },           \
 	{ "autotune_cache", KILN_KEY_STR, "", 0, 0, NULL,                                      \
 	  "File of the convolution engines `[run] autotune = 1` chose, keyed by GPU, driver " \

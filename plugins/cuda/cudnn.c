@@ -734,17 +734,21 @@ static int wgrad_narrow(struct cuda_ctx *c, const struct kiln_op *op, struct cud
 	cuda_conv_key(&g16, c->dnn->deterministic, c->dnn->ws_mb, k16, sizeof k16);
 	d->n_ptr = 3;
 	d->bias_kernel = g->bias ? 2 : 0;
-	int found = !conv_graph(c, op, d, &g16, 0, &graph) &&
-		    choose(c, d, graph, &g16, k16, bufs, engine, cnt);
+	const kiln_status st = conv_graph(c, op, d, &g16, 0, &graph);
+	const int found = !st && choose(c, d, graph, &g16, k16, bufs, engine, cnt);
 	if (found) {
 		d->narrow = g->dt_x;
 		d->nw = g->w[0] * g->w[1] * g->w[2] * g->w[3];
+	} else if (st) {
+		c->host->log(KILN_LOG_DEBUG, "cuda",
+			     "%s: conv_wgrad = lowp: the graph with dw in the activations' dtype was refused (%s): as conv_wgrad = f32",
+			     k16, c->host->last_error());
 	} else {
 		c->host->log(KILN_LOG_DEBUG, "cuda",
 			     "%s: conv_wgrad = lowp: no engine writes dw in the activations' dtype (%d engine configs, %d refused by their notes, %d not buildable, %d over the workspace): as conv_wgrad = f32",
 			     k16, cnt[0], cnt[1], cnt[2], cnt[3]);
-		memset(cnt, 0, 4 * sizeof *cnt); /* the next graph's counts */
 	}
+	memset(cnt, 0, 4 * sizeof *cnt); /* the next graph's counts */
 	return found;
 }
 
@@ -811,8 +815,6 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 			found = choose(c, d, graph, &g, fkey, &bufs, &engine, cnt);
 	}
 	const int widenable = op->type == KILN_OP_CONV_BWD_WEIGHTS && lowp;
-	if (!found && widenable && c->dnn->wgrad_lowp)
-		found = wgrad_narrow(c, op, d, &g, &bufs, &engine, cnt);
 	if (!found) {
 		d->n_ptr = 3;
 		d->bias_kernel = !g.bias ? 0 : op->type == KILN_OP_CONV ? 1 : 2;
@@ -829,7 +831,12 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 				     "%s: the mixed graph %s: %d engine configs, %d refused by their notes, %d not buildable, %d over the workspace",
 				     key, st ? "was refused" : "has no engine", cnt[0], cnt[1], cnt[2], cnt[3]);
 		st = KILN_OK;
+		memset(cnt, 0, sizeof cnt); /* the next graph's counts */
 	}
+	/* conv_wgrad = lowp: dw in x's dtype, widened after, rather than
+	 * widened operands (where no engine writes the f32 dw directly) */
+	if (!found && widenable && c->dnn->wgrad_lowp)
+		found = wgrad_narrow(c, op, d, &g, &bufs, &engine, cnt);
 	if (!found && widenable) {
 		/* no engine writes an f32 dw from bf16/f16 x, dy (or cuDNN refused
 		 * the mixed graph): widen them and run the f32 convolution, whose
@@ -860,7 +867,8 @@ static kiln_status conv_prepare(struct cuda_ctx *c, struct cuda_plan *p)
 	p->rows = g.y[0], p->cols = g.y[1], p->n = g.y[2] * g.y[3];
 	p->sz[0] = g.nhwc;
 	p->sz[1] = cuda_chan_slices(g.y[0] * g.y[2] * g.y[3], g.y[1], g.nhwc);
-	/* workspace: [cuDNN's | widened x | widened dy | db partials], aligned */
+	/* workspace: [cuDNN's | widened x | widened dy | dw in x's dtype | db
+	 * partials], aligned */
 #define WS_UP(n) (((n) + DNN_WS_ALIGN - 1) / DNN_WS_ALIGN * DNN_WS_ALIGN)
 	size_t end = d->ws;
 	if (d->widen) {

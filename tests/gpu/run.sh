@@ -622,7 +622,8 @@ stage2() {
 	# [plugin.cuda] conv_wgrad = lowp: dw in bf16, widened after (session 26)
 	kiln_sps r50_wlowp 90 examples/resnet50_synthetic.ini data.resident=1 data.samples=5120 \
 		train.epochs=3 plugin.cuda.conv_wgrad=lowp
-	[ -n "$sps" ] && say "resnet50 kiln, conv_wgrad = lowp: $sps images/s"
+	[ -n "$sps" ] && say "resnet50 kiln, conv_wgrad = lowp: $sps images/s$([ -n "$r50" ] &&
+		awk -v a="$sps" -v b="$r50" 'BEGIN { printf " (%.2fx the default)", a / b }')"
 	torch_json r50_torch 45 images_per_s tests/gpu/torch_bench.py resnet50
 	if [ -n "$tv" ]; then
 		say "resnet50 pytorch: $tv images/s ($(cat "$logs/r50_torch.json"))"
@@ -768,7 +769,8 @@ stage4() {
 	prof_one r50_wlowp 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
 		train.epochs=1 train.max_steps=8 train.checkpoint_last=0 plugin.cuda.conv_wgrad=lowp
 	prof_env=
-	grep -h 'conv_wgrad = lowp' "$logs/prof_r50_wlowp.log" | sed 's/^.*cuda\] *//; s/^[^:]*: //' |
+	grep -h 'conv_wgrad = lowp' "$logs/prof_r50_wlowp.log" 2>/dev/null |
+		sed 's/^.*cuda\] *//; s/^debug: //; s/^[^:]*: //; s/, workspace [0-9]* bytes//; s/ ([0-9][^)]*)//' |
 		sort | uniq -c | sort -rn | head -n 4 | tee -a "$res"
 	# cuDNN's engines timed ([run] autotune, off by default): the weight
 	# gradients' share above against this one
