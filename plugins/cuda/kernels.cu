@@ -246,6 +246,42 @@ __device__ static int warp_sum_i(int v)
 	return v;
 }
 
+/* The first-index maximum: (om, oa) replaces (*mx, *am) when it is larger,
+ * or equal at a smaller index; an index of C marks a side that saw no
+ * element (PyTorch's argmax: the first of equal maxima). */
+__device__ static void argmax_take(float *mx, int *am, float om, int oa, int C)
+{
+	if (oa != C && (*am == C || om > *mx || (om == *mx && oa < *am)))
+		*mx = om, *am = oa;
+}
+
+/* The warp's (max, first index), to every lane */
+__device__ static void warp_argmax(float *mx, int *am, int C)
+{
+	for (int o = 16; o > 0; o >>= 1) {
+		const float om = __shfl_xor_sync(0xffffffffu, *mx, o);
+		const int oa = __shfl_xor_sync(0xffffffffu, *am, o);
+		argmax_take(mx, am, om, oa, C);
+	}
+}
+
+/* The block's sum of v: the warps' sums added in warp order, the same
+ * bits in every thread (every thread of the block calls it) */
+__device__ static double block_sum_d(double v)
+{
+	__shared__ double sh[CUDA_THREADS / 32];
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_sum_d(v);
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	double t = 0;
+	for (int k = 0; k < nw; k++)
+		t += sh[k];
+	__syncthreads(); /* the scratch is free again */
+	return t;
+}
+
 /* Block partials of the loss: loss sum, top-1 count, top-5 count, rows
  * with a label outside [0, C).  (ops.c sizes the scratch as 4 doubles per
  * block.) */
@@ -342,14 +378,7 @@ __global__ void k_xent(void *dx, int tdx, struct xent_part *part, const void *x,
 				mx = XR(j);
 				am = (int)j;
 			}
-		for (int o = 16; o > 0; o >>= 1) {
-			const float om = __shfl_xor_sync(0xffffffffu, mx, o);
-			const int oa = __shfl_xor_sync(0xffffffffu, am, o);
-			if (oa != C && (am == C || om > mx || (om == mx && oa < am))) {
-				mx = om;
-				am = oa;
-			}
-		}
+		warp_argmax(&mx, &am, (int)C);
 		/* top-5: how many logits rank above the label's (ties by index) */
 		const float xl = XR(l);
 		int above = 0;
@@ -517,45 +546,23 @@ __device__ __forceinline__ void xv_classes(const void *xr, int nvK, int k, F fn)
 	}
 }
 
-/* The block's (max, first index) by k_xent's rule (a lane that saw nothing
- * has index C), every thread gets it; sh: a scratch of blockDim.x / 32 */
-__device__ static void block_argmax(float *mx, int *am, int C, float *shm, int *sha)
+/* The block's (max, first index) by argmax_take's rule, to every thread */
+__device__ static void block_argmax(float *mx, int *am, int C)
 {
+	__shared__ float shm[CUDA_THREADS / 32];
+	__shared__ int sha[CUDA_THREADS / 32];
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	for (int o = 16; o > 0; o >>= 1) {
-		const float om = __shfl_xor_sync(0xffffffffu, *mx, o);
-		const int oa = __shfl_xor_sync(0xffffffffu, *am, o);
-		if (oa != C && (*am == C || om > *mx || (om == *mx && oa < *am)))
-			*mx = om, *am = oa;
-	}
+	warp_argmax(mx, am, C);
 	if (lane == 0)
 		shm[w] = *mx, sha[w] = *am;
 	__syncthreads();
 	if (threadIdx.x == 0)
 		for (int k = 1; k < nw; k++)
-			if (sha[k] != C && (sha[0] == C || shm[k] > shm[0] ||
-					    (shm[k] == shm[0] && sha[k] < sha[0])))
-				shm[0] = shm[k], sha[0] = sha[k];
+			argmax_take(&shm[0], &sha[0], shm[k], sha[k], C);
 	__syncthreads();
 	*mx = shm[0];
 	*am = sha[0];
 	__syncthreads(); /* the scratch is free again */
-}
-
-/* The block's sum of v (the warps' sums added in warp order), to every
- * thread; sh: a scratch of blockDim.x / 32 */
-__device__ static double block_allsum_d(double v, double *sh)
-{
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = warp_sum_d(v);
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	double t = 0;
-	for (int k = 0; k < nw; k++)
-		t += sh[k];
-	__syncthreads();
-	return t;
 }
 
 /* One row a block, rows r = block, block + gridDim.x, ...: the arguments,
@@ -569,9 +576,6 @@ __global__ void __launch_bounds__(CUDA_THREADS, 2) k_xent_wide(void *dx, struct 
 			    const double *cnt, int32_t ignored)
 {
 	enum { E = XV, U = XENT_UNROLL };
-	__shared__ double shd[CUDA_THREADS / 32];
-	__shared__ float shm[CUDA_THREADS / 32];
-	__shared__ int sha[CUDA_THREADS / 32];
 	if (cnt && *cnt > 0 && *cnt != (double)V)
 		f0 = f0 * (double)V / *cnt;
 	const float scale = lsp ? (float)(f0 * (double)*lsp) : (float)f0;
@@ -605,16 +609,16 @@ __global__ void __launch_bounds__(CUDA_THREADS, 2) k_xent_wide(void *dx, struct 
 				mx = v, am = j;
 			above += v > xl || (v == xl && j < l);
 		});
-		block_argmax(&mx, &am, (int)C, shm, sha);
-		above = (int)block_allsum_d((double)above, shd);
+		block_argmax(&mx, &am, (int)C);
+		above = (int)block_sum_d((double)above);
 		/* pass 2: the exponentials' sum (and the logits', for smoothing) */
 		double sum = 0, xsum = 0;
 		xv_classes<DT>(xr, nvK, k, [&](float v, int) {
 			sum += expf(v - mx);
 			xsum += (double)v - mx;
 		});
-		sum = block_allsum_d(sum, shd);
-		xsum = eps > 0 ? block_allsum_d(xsum, shd) : 0;
+		sum = block_sum_d(sum);
+		xsum = eps > 0 ? block_sum_d(xsum) : 0;
 		/* pass 3: the gradient, each element written by the thread that
 		 * read it, after every read of the row's sums (dx may be x) */
 		const float inv = (float)(1.0 / sum);
@@ -937,23 +941,6 @@ extern "C" cudaError_t cuda_launch_lr_schedule(const struct cuda_plan *p,
 }
 
 /* ---- sums --------------------------------------------------------------- */
-
-/* Block-wide sum of one double per thread, in a fixed tree order. */
-__device__ static double block_sum_d(double v)
-{
-	__shared__ double sh[CUDA_THREADS / 32];
-	v = warp_sum_d(v);
-	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	double t = 0;
-	if (threadIdx.x == 0)
-		for (int k = 0; k < (int)(blockDim.x >> 5); k++)
-			t += sh[k];
-	__syncthreads();
-	return t; /* valid in thread 0 */
-}
 
 /* part[block] = sum of x (n) over the block's grid-stride share,
  * accumulated in double.  sq: the sum of squares of x * (1/s) instead (s =
