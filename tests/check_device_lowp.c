@@ -577,6 +577,21 @@ static void lp_conv_bn(struct fx *f, int dt)
 	free(wx), free(wy), free(ww), free(bias), free(hx), free(hy), free(hw), free(gam), free(bet);
 }
 
+/* The device under test opened with one or two config overrides
+ * (KEY=VALUE; o2 may be NULL), synchronous; fx_close closes it. */
+static void lp_open(struct fx *g, const char *o1, const char *o2)
+{
+	memset(g, 0, sizeof *g);
+	OK(kiln_registry_open(NULL, &g->reg));
+	OK(kiln_config_new(&g->cfg));
+	OK(kiln_config_override(g->cfg, o1));
+	if (o2)
+		OK(kiln_config_override(g->cfg, o2));
+	OK(kiln_config_validate(g->cfg, g->reg));
+	OK(kiln_device_open(g->reg, g->cfg, g_name, 0, &g->dev));
+	OK(kiln_device_stream_create(g->dev, &g->s));
+}
+
 /* CUDA with [plugin.cuda] conv_wgrad = lowp: the weight gradient of bf16 /
  * f16 x and dy computed by cuDNN in that dtype and widened (PyTorch AMP's)
  * where no engine writes the f32 dw: the f32 op's dw within one rounding of
@@ -584,13 +599,7 @@ static void lp_conv_bn(struct fx *f, int dt)
 static void lp_wgrad_lowp(int dt)
 {
 	struct fx g;
-	memset(&g, 0, sizeof g);
-	OK(kiln_registry_open(NULL, &g.reg));
-	OK(kiln_config_new(&g.cfg));
-	OK(kiln_config_override(g.cfg, "plugin.cuda.conv_wgrad=lowp"));
-	OK(kiln_config_validate(g.cfg, g.reg));
-	OK(kiln_device_open(g.reg, g.cfg, g_name, 0, &g.dev));
-	OK(kiln_device_stream_create(g.dev, &g.s));
+	lp_open(&g, "plugin.cuda.conv_wgrad=lowp", NULL);
 	const struct conv_g q = { 4, 8, 16, 10, 10, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1 };
 	const int64_t nx = 4 * 8 * 10 * 10, ny = 4 * 16 * 10 * 10, nw = 16 * 8 * 9;
 	float *wx = malloc(sizeof(float) * nx), *wy = malloc(sizeof(float) * ny);
@@ -639,16 +648,9 @@ START_TEST(test_lowp)
 		for (int k = 0; k < 3; k++) {
 			struct fx g;
 			char o1[64], o2[64];
-			memset(&g, 0, sizeof g);
 			snprintf(o1, sizeof o1, "plugin.cpu.bf16_conv=%s", kern[k]);
 			snprintf(o2, sizeof o2, "plugin.cpu.bf16_gemm=%s", gkern[k]);
-			OK(kiln_registry_open(NULL, &g.reg));
-			OK(kiln_config_new(&g.cfg));
-			OK(kiln_config_override(g.cfg, o1));
-			OK(kiln_config_override(g.cfg, o2));
-			OK(kiln_config_validate(g.cfg, g.reg));
-			OK(kiln_device_open(g.reg, g.cfg, g_name, 0, &g.dev));
-			OK(kiln_device_stream_create(g.dev, &g.s));
+			lp_open(&g, o1, o2);
 			lp_gemm_case(&g, KILN_BF16, 33, 40, 50, 0, 0);
 			lp_gemm_case(&g, KILN_BF16, 16, 24, 64, 1, 0);
 			lp_conv_bn(&g, KILN_BF16);
