@@ -76,6 +76,8 @@ struct rank_msg {
 	uint64_t rtag, rsend;
 	long long rbatch; /* reval: the evaluation's batch (its messages name it) */
 	void *rstream; /* the stage's stream it was marked on (recv_failed_other) */
+	uint64_t tok;  /* a shared tensor's message (kiln_pipe_rank_share): the
+			* tag sent, or the one received */
 };
 
 struct kiln_pipe_rank {
@@ -115,6 +117,10 @@ struct kiln_pipe_rank {
 	atomic_int recv_open;
 	char peers[96]; /* the other stages' world ranks, for messages */
 	long n_send, n_pair; /* sends, and those paired with a recv (enqueued) */
+	/* kiln_pipe_rank_share: which of training's n_shared crossing
+	 * tensors' activations and gradients the ranks share (NULL: none) */
+	const unsigned char *shared;
+	int n_shared;
 };
 
 /* A message's place in the step, for errors, from its tag (pipe_run.c's
@@ -268,6 +274,29 @@ static struct rank_msg *rank_slot(struct kiln_pipe_rank *R, uint64_t tag)
 	return i < 0 ? NULL : &R->msg[i];
 }
 
+void kiln_pipe_rank_share(struct kiln_pipe_rank *R, const unsigned char *shared, int n_xfer)
+{
+	R->shared = shared;
+	R->n_shared = n_xfer;
+}
+
+/* A message whose tensor the ranks share (pipe_window.c): its buffer and
+ * size become its slot's token, the tag (the bytes are in place already;
+ * the message says they are written, and orders the reads after the
+ * writes).  Training's hand-offs only: the staged evaluation's plans
+ * share nothing. */
+static void as_token(struct kiln_pipe_rank *R, uint64_t tag, const void **buf, size_t *bytes)
+{
+	const uint64_t e = (tag & 0xffffffffu) >> 1;
+	struct rank_msg *g;
+	if (!R->shared || e >= (uint64_t)R->n_shared || !R->shared[2 * e + (tag & 1)] ||
+	    !(g = rank_slot(R, tag)))
+		return;
+	g->tok = tag;
+	*buf = &g->tok;
+	*bytes = sizeof g->tok;
+}
+
 static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const void *buf,
 			     size_t bytes, void *stream)
 {
@@ -275,6 +304,7 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 	struct rank_msg *g = rank_slot(R, tag);
 	kiln_status st;
 	char what[96];
+	as_token(R, tag, &buf, &bytes);
 	if (!g)
 		return kiln_error(KILN_EINTERNAL, "pipeline: stage %d (rank %d) sends message %llx to stage %d (rank %d) out of range",
 				  from, R->world_of[from], (unsigned long long)tag, to, R->world_of[to]);
@@ -371,7 +401,9 @@ static kiln_status recv_marked(struct kiln_pipe_rank *R, int from, int to, uint6
 static kiln_status rank_recv(void *ctx, int from, int to, uint64_t tag, void *buf, size_t bytes,
 			     void *stream)
 {
-	return recv_marked(ctx, from, to, tag, buf, bytes, -1, stream);
+	const void *b = buf;
+	as_token(ctx, tag, &b, &bytes);
+	return recv_marked(ctx, from, to, tag, (void *)b, bytes, -1, stream);
 }
 
 /* The staged evaluation's message tag: crossing tensor e in micro-batch
@@ -472,6 +504,10 @@ static kiln_status rank_sendrecv(void *ctx, int me, int peer, uint64_t stag, con
 	if (R->last[peer] &&
 	    (st = kiln_device_stream_wait(R->dev, stream, R->msg[R->last[peer] - 1].sent)))
 		return send_failed(R, st, me, peer, stag, 0);
+	const void *rb = rbuf;
+	as_token(R, stag, &sbuf, &sbytes);
+	as_token(R, rtag, &rb, &rbytes);
+	rbuf = (void *)rb;
 	struct rank_msg *g = recv_mark(R, peer, me, rtag, 1, stag, -1, stream);
 	st = R->ops->sendrecv(R->comm, sbuf, sbytes, R->rank_of[peer], rbuf, rbytes,
 			      R->rank_of[peer], KILN_U8, stream, NULL);

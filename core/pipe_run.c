@@ -122,6 +122,9 @@ struct kiln_pipe {
 	float *seed_d;               /* the loss layers' seed scale (seed_mean),
 				      * NULL: the stages scale to the mean */
 	int pair;                    /* [pipeline] sendrecv, resolved */
+	int zero_copy;               /* [pipeline] zero_copy (pipe_window.c) */
+	unsigned char *shared;       /* which crossing tensors the ranks share,
+				      * 2 a tensor (kiln_pipe_window_open) */
 	int pair_auto;               /* sendrecv = auto: kiln_pipe_use_ranks
 				      * resolves it (kiln_pipe_pair_auto) */
 	/* a transport with sendrecv: this rank's last send, held until its
@@ -322,6 +325,7 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	if ((st = kiln_device_alloc(pp->dev, (size_t)pp->K * 64, (void **)&pp->steps_d)))
 		return st;
 	pp->m->plan_staged = 1;
+	pp->m->plan_pin = pp->zero_copy;
 	pp->m->seed_d = pp->seed_d;
 	for (int k = 0; k < pp->K && !st; k++) {
 		st = kiln_model_plan(pp->m, pp->mb, 1, &pp->plan[k]);
@@ -329,7 +333,7 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 			pp->plan[k]->step_d = pp->steps_d + 8 * k;
 	}
 	pp->m->seed_d = NULL;
-	pp->m->plan_staged = 0;
+	pp->m->plan_staged = pp->m->plan_pin = 0;
 	if (st)
 		return st;
 	/* a tied weight's other users (GPT's lm_head, on the last stage)
@@ -366,7 +370,7 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 {
 	const struct kiln_config *cfg = m->cfg;
 	int64_t M = 1, early = 0;
-	int pair = 0;
+	int pair = 0, zero_copy = 0;
 	const char *sched = kiln_config_get(cfg, "pipeline", "schedule");
 	const char *pv = kiln_config_get(cfg, "pipeline", "sendrecv");
 	const int pair_auto = !pv || !strcmp(pv, "auto");
@@ -376,6 +380,8 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	    ((st = kiln_config_get_int(cfg, "pipeline", "early_forwards", &early)) &&
 	     st != KILN_ENOTFOUND) ||
 	    (!pair_auto && (st = kiln_config_get_bool(cfg, "pipeline", "sendrecv", &pair)) &&
+	     st != KILN_ENOTFOUND) ||
+	    ((st = kiln_config_get_bool(cfg, "pipeline", "zero_copy", &zero_copy)) &&
 	     st != KILN_ENOTFOUND))
 		return st;
 	if (accumulate < 1 || accumulate > INT32_MAX / M)
@@ -403,6 +409,12 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
 	pp->pair = pair != 0; /* auto: 0 in one process (no sendrecv there) */
 	pp->pair_auto = pair_auto;
+	/* (pins the shareable storages only where ranks may share them:
+	 * stages on ranks, [dist] pipeline, on a device of host memory) */
+	int64_t on_ranks = 1;
+	kiln_config_get_int(cfg, "dist", "pipeline", &on_ranks);
+	pp->zero_copy = zero_copy && on_ranks > 1 &&
+			(kiln_device_traits(m->dev)->caps & KILN_DEVICE_HOST_MEMORY);
 	stage_ranges(pp);
 	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
 	for (int s = 0; s < pp->P; s++)
@@ -843,6 +855,16 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 		return st;
 	pp->mine = mine;
 	kiln_pipe_timing_only(pp->timing, mine);
+	/* the crossing tensors in shared memory where the ranks can map it */
+	const int n_xfer = pp->plan[0]->n_xfer;
+	if (pp->zero_copy && n_xfer && kiln_device_proc(pp->dev, KILN_PROC_HOST_FN)) {
+		if (!(pp->shared = calloc((size_t)(2 * n_xfer), 1)))
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		if ((st = kiln_pipe_window_open(pp->plan, pp->K, ops, comm, pp->P, mine, rank_of,
+						world_of, pp->shared)))
+			return st;
+		kiln_pipe_rank_share(pp->rk, pp->shared, n_xfer);
+	}
 	if (pp->pair_auto) {
 		pp->pair = kiln_pipe_pair_auto(name);
 		kiln_log(KILN_LOG_INFO, "pipeline", "stage %d: sendrecv = auto: hand-offs %s on %s",
@@ -904,6 +926,7 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 		if (pp->xadd[e])
 			kiln_device_plan_free(sdev(pp, pp->plan[0]->xfer[e].from), pp->xadd[e]);
 	kiln_pipe_rank_free(pp->rk);
+	free(pp->shared);
 	kiln_device_free(pp->dev, pp->seed_d);
 	for (int k = 0; pp->plan && k < pp->K; k++)
 		kiln_plan_free(pp->plan[k]);

@@ -117,6 +117,20 @@ int kiln_pipe_xfer_grad(struct kiln_plan *p, int e, char *written);
 /* Whether the storage of layer src's output and layer i are on one stage
  * (in-place merges only then). */
 int kiln_pipe_same_stage(const struct kiln_plan *p, int src, int i);
+/* Whether crossing tensor e of a training plan may live in memory both its
+ * stages' ranks map (core/pipe_window.c): *fwd its activation (the
+ * producer's storage and the receive buffer one; a storage of a layer's
+ * output, not the data, that no other crossing tensor names), *bwd its
+ * gradient (the receive buffer of the gradient and the producer's gradient
+ * storage one: a return that writes it, not adds, into a storage no other
+ * crossing tensor names).  On every rank the same (the same plan). */
+void kiln_pipe_xfer_shared(const struct kiln_plan *p, int e, int *fwd, int *bwd);
+/* For plan_memory.c, after the checks and before the packing (m->plan_pin):
+ * the producer's storages of every shareable crossing tensor live for the
+ * whole schedule, so that no other storage shares their arena bytes, and
+ * they may move to shared memory (storage.ext) without taking another
+ * tensor's bytes along. */
+void kiln_pipe_pin_xfers(struct kiln_plan *p);
 
 /* ---- stage transport --------------------------------------------------
  * How a crossing tensor moves from stage `from` to stage `to`: the sender
@@ -212,6 +226,27 @@ kiln_status kiln_pipe_rank_eval_recv(struct kiln_pipe_rank *R, int from, int e, 
 kiln_status kiln_pipe_rank_eval_send(struct kiln_pipe_rank *R, int to, int e, long long batch,
 				     const void *buf, size_t bytes, void *stream);
 void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
+/* The crossing tensors whose buffers the ranks share (pipe_window.c):
+ * shared[2 e + back] (n_xfer tensors, training's; borrowed until
+ * kiln_pipe_rank_free) 1 where tensor e's activation (back 0) or gradient
+ * (1) is shared; their messages are then a token, the tag, not the
+ * tensor.  Every rank of the pipe must give the same. */
+void kiln_pipe_rank_share(struct kiln_pipe_rank *R, const unsigned char *shared, int n_xfer);
+
+/* ---- crossing tensors in shared memory (pipe_window.c) -------------- */
+
+/* Stages on ranks (P, this rank's stage mine, stage s on rank rank_of[s]
+ * of comm and world_of[s] of the world): every shareable crossing tensor
+ * (kiln_pipe_xfer_shared) of the K plans gets a buffer in memory every
+ * rank of comm maps (map_shared, comm ops version 8, collective: every
+ * rank calls this with the same plans), which both its storages in each
+ * plan point to (storage.ext); shared[2 e + back] (2 n_xfer entries, the
+ * caller's) says which.  A communicator without it (KILN_ENOTSUP) leaves
+ * every entry 0 and returns KILN_OK (logged); other errors are returned.
+ * For a device whose memory is the host's alone (the caller checks). */
+kiln_status kiln_pipe_window_open(struct kiln_plan **plan, int K, const struct kiln_comm_ops *ops,
+				  void *comm, int P, int mine, const int *rank_of,
+				  const int *world_of, unsigned char *shared);
 /* ---- a device per stage (pipe_devices.c) ---------------------------- */
 
 /* The entries of [run] devices (`plugin:ordinal, ...`; 0 when unset).

@@ -447,7 +447,7 @@ kiln_status kiln_plan_tensor(const struct kiln_plan *p, const char *layer, const
 	if (store < 0)
 		return kiln_error(KILN_ENOTFOUND, "plan keeps no '%s' for %s%s", which,
 				  layer ? "layer " : "the data input", layer ? layer : "");
-	*ptr = (char *)p->arena + p->store[store].off;
+	*ptr = kiln_plan_store_ptr(p, store, NULL);
 	return KILN_OK;
 }
 

@@ -89,7 +89,7 @@ kiln_status kiln_plan_new_store(struct kiln_plan *p, size_t bytes, int start, in
 	if (!ns)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	p->store = ns;
-	p->store[p->n_store++] = (struct storage){ bytes, 0, start, end };
+	p->store[p->n_store++] = (struct storage){ .bytes = bytes, .start = start, .end = end };
 	return KILN_OK;
 }
 
@@ -230,7 +230,7 @@ static int repoint(int *ref, const char *what, int layer, void *arg)
 static void store_merge(struct kiln_plan *p, int gone, int into)
 {
 	int from_to[2] = { gone, into };
-	p->store[gone] = (struct storage){ 0, 0, 0, 0 };
+	p->store[gone] = (struct storage){ 0 };
 	store_refs(p, repoint, from_to);
 }
 
@@ -600,6 +600,8 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	}
 	if ((st = kiln_plan_check(p)))
 		return st;
+	if (p->staged && p->training && p->m->plan_pin)
+		kiln_pipe_pin_xfers(p);
 	if (p->keep_all)
 		for (int i = 0; i < p->n_store; i++)
 			p->store[i].start = 0, p->store[i].end = p->n_pos;

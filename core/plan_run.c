@@ -12,6 +12,8 @@ void *kiln_plan_store_ptr(const struct kiln_plan *p, int store, const void *x)
 		return (void *)x;
 	if (store < 0)
 		return NULL;
+	if (p->store[store].ext)
+		return p->store[store].ext;
 	return (char *)p->arena + p->store[store].off;
 }
 

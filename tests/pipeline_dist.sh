@@ -140,6 +140,26 @@ for r in "g2 0 of 2" "g2 1 of 2" "g4 0 of 4" "g4 3 of 4"; do
 	grep -q "rank $2 of $4: [1-9][0-9]* messages sent and [1-9][0-9]* received through the shared-memory channels" "$tmp/$1.log" ||
 		bad "$1: rank $2's hand-offs are not on the shared-memory channels"
 done
+# hand-offs in place ([pipeline] zero_copy, the default; session 27): the
+# crossing tensors' buffers in memory both ranks map (comm ops map_shared,
+# one object of kiln-gloo's shared memory), every rank saying so; with
+# zero_copy = 0 each goes as a message, and the parameters are the same
+# bytes either way (the arithmetic is unchanged)
+shared() { # shared LOG "STAGE ACT GRAD N"...: STAGE's rank shares ACT and GRAD of N
+	_l=$1
+	shift
+	for _r in "$@"; do
+		set -- $_r
+		grep -q "\[pipeline\] stage $1 (rank [0-9]*): $2 of $4 crossing tensors' activations and $3 gradients in memory the stages' ranks share" "$tmp/$_l.log" ||
+			{ bad "$_l: stage $1's rank does not share $2 of its $4 crossing tensors and $3 gradients"; grep "crossing tensors" "$tmp/$_l.log"; }
+	done
+}
+shared g2 "0 1 1 1" "1 1 1 1"
+shared g4 "0 3 3 3" "3 3 3 3"
+run g2c 2 32 dist.pipeline=2 "$two" pipeline.sendrecv=1 pipeline.zero_copy=0
+grep -q "in memory the stages' ranks share" "$tmp/g2c.log" && bad "g2c: zero_copy = 0 shares the crossing tensors"
+"$tool" close "$(ck g2 6)" "$(ck g2c 6)" 0 params optim.momentum ||
+	bad "2 stages on 2 ranks: the hand-offs in place end elsewhere than the messages"
 # [model] stages = auto (session 18): P from [dist] pipeline, each rank
 # cuts the same (flat, r1 | fc2, loss: fc1 has most of the FLOPs, its
 # ReLU fused into it), and the
@@ -292,6 +312,9 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-mpi.so" ] && command -v mpirun > /
 	done
 	# (kiln-mpi has no send_now: every unpaired send is the send stream's)
 	paired m2 "0 18 24" "1 18 24"
+	# (its map_shared: one MPI_Win_allocate_shared window)
+	shared m2 "0 1 1 1" "1 1 1 1"
+	shared m4 "0 3 3 3" "3 3 3 3"
 	[ "$(grep -c "\[pipeline\] stage [01]: sendrecv = auto: hand-offs paired on mpi" "$tmp/m2.log")" = 2 ] ||
 		{ bad "m2: sendrecv = auto does not say it pairs mpi's hand-offs"; grep "sendrecv = auto" "$tmp/m2.log"; }
 	paired m4 "0 6 24" "1 18 48" "2 30 48" "3 18 24"

@@ -111,9 +111,13 @@ extern "C" {
  *      f32 (kiln/ops.h KILN_OP_POOL): a one-channel conv's NHWC output
  *      pooled into an NCHW model; KILN_ENOTSUP where the device has it
  *      not, and the core asks no device built before (docs/plugins.md
- *      "ABI 2.17"). */
+ *      "ABI 2.17").
+ * 2.18: comm ops version 8: map_shared (host memory that every rank of a
+ *      communicator maps, every rank's slice reachable from every rank: a
+ *      pipeline's crossing tensors, written by one stage's rank and read
+ *      in place by the next's; NULL in a communicator built before). */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 17
+#define KILN_ABI_MINOR 18
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -556,7 +560,7 @@ struct kiln_device_ops {
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 7
+#define KILN_COMM_OPS_VERSION 8
 
 /* split's color for a rank that joins no group (MPI_UNDEFINED) */
 #define KILN_COMM_NO_GROUP (-1)
@@ -691,6 +695,27 @@ struct kiln_comm_ops {
 	kiln_status (*sendrecv)(void *ctx, const void *send_buf, size_t send_count, int dst,
 				void *recv_buf, size_t recv_count, int src, int dtype, void *stream,
 				void *done);
+
+	/* ---- version 8 (ABI 2.18) ---- */
+
+	/* Host memory that every rank of this communicator maps: `bytes` a
+	 * rank, zeroed, 64-byte aligned; base[r] (the caller's array of world
+	 * entries) is rank r's slice as this rank sees it, readable and
+	 * writable here, so that what one rank writes another reads in place
+	 * (a pipeline's crossing tensors: core/pipe_window.c).  The
+	 * communicator synchronizes nothing in it: the caller orders its
+	 * writes and reads by its own messages (a message sent after a write
+	 * is received before the read).  Collective: every rank calls it with
+	 * the same bytes, from the training thread, before any collective is
+	 * enqueued.  The memory belongs to the communicator and is unmapped by
+	 * close (the caller must not free it or touch it after).  At most one
+	 * of alloc_shared and map_shared, once, on one communicator.
+	 * KILN_ENOTSUP (with a message saying why) when it has no such
+	 * memory (ranks on several nodes, switched off by its keys, no room,
+	 * already given), every rank giving the same answer; the caller then
+	 * moves the tensors by messages.  Other errors (a store failure) end
+	 * the run.  (optional: NULL means KILN_ENOTSUP) */
+	kiln_status (*map_shared)(void *ctx, size_t bytes, void **base);
 };
 
 /* ======================================================================

@@ -1017,6 +1017,17 @@ kiln_status gloo_alloc_shared(void *ctx, size_t bytes, void **ptr)
 	return gloo_shm_alloc(c->shm, bytes, c->zero_copy, ptr);
 }
 
+/* comm ops version 8: buffers every rank maps (shm.h) */
+kiln_status gloo_map_shared(void *ctx, size_t bytes, void **base)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	for (int r = 0; r < c->world; r++)
+		base[r] = nullptr;
+	if (!c->shm)
+		return H->error(KILN_ENOTSUP, "gloo: no shared memory (%s)", c->shm_why);
+	return gloo_shm_map(c->shm, bytes, base);
+}
+
 void gloo_close(void *ctx)
 {
 	Comm *c = static_cast<Comm *>(ctx);
@@ -1263,6 +1274,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .split = */ gloo_split,
 	/* .send_now = */ gloo_send_now,
 	/* .sendrecv = */ gloo_sendrecv,
+	/* .map_shared = */ gloo_map_shared,
 };
 
 const struct kiln_key gloo_keys[] = {

@@ -471,7 +471,11 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 	return open_group(&s, p2p, out, why, n);
 }
 
-kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **ptr)
+/* The second object (gloo_shm_alloc, gloo_shm_map): world slices of
+ * `bytes` (rounded up to pages), base[r] rank r's; `off` says why not when
+ * want = 0, `what` what it is for (the room's message). */
+static kiln_status region_open(struct gloo_shm *g, size_t bytes, int want, const char *off,
+			       const char *what, void **base)
 {
 	/* the world's group: gloo.cc asks only c->shm for the region */
 	const struct setup s = { g->h, g->store, g->prefix, g->rank, g->world, g->timeout_ms,
@@ -479,7 +483,6 @@ kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **pt
 	char why[320] = "";
 	kiln_status st = KILN_OK;
 	int all = 0;
-	*ptr = NULL;
 	if (g->rtried)
 		return g->h->error(KILN_ENOTSUP, "gloo: the shared buffer was asked for already");
 	g->rtried = 1; /* its store keys are used up, whatever the outcome */
@@ -490,10 +493,10 @@ kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **pt
 	unsigned long long have, need;
 	const int room = shmcoll_room(g->rsize, &have, &need);
 	if (!want)
-		snprintf(why, sizeof why, "[plugin.gloo] zero_copy = 0");
+		snprintf(why, sizeof why, "%s", off);
 	else if (!room)
-		snprintf(why, sizeof why, "/dev/shm has %llu MiB free, %llu MiB wanted for the shared gradients",
-			 have >> 20, need >> 20);
+		snprintf(why, sizeof why, "/dev/shm has %llu MiB free, %llu MiB wanted for %s",
+			 have >> 20, need >> 20, what);
 	/* every rank takes part, so ranks configured apart agree on "no" */
 	if ((st = agree(&s, 3, want && room, &all, why, sizeof why)))
 		return st;
@@ -514,12 +517,29 @@ kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **pt
 		return st ? st : g->h->error(KILN_ENOTSUP, "gloo: %s", why);
 	}
 	/* a new object reads as zeros: nothing to clear, nothing to wait for */
-	void *base[SHMCOLL_MAXW];
 	for (int r = 0; r < g->world; r++)
 		base[r] = (char *)g->rbase + (size_t)r * per;
-	shmcoll_region(&g->coll, base, per);
+	return KILN_OK;
+}
+
+kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **ptr)
+{
+	void *base[SHMCOLL_MAXW];
+	*ptr = NULL;
+	kiln_status st = region_open(g, bytes, want, "[plugin.gloo] zero_copy = 0",
+				     "the shared gradients", base);
+	if (st)
+		return st;
+	shmcoll_region(&g->coll, base, (bytes + 4095) / 4096 * 4096);
 	*ptr = base[g->rank];
 	return KILN_OK;
+}
+
+kiln_status gloo_shm_map(struct gloo_shm *g, size_t bytes, void **base)
+{
+	for (int r = 0; r < g->world; r++)
+		base[r] = NULL;
+	return region_open(g, bytes, 1, "", "the mapped buffers", base);
 }
 
 /* ---- several nodes: the node groups (gloo_shm_open_node) ------------------- */

@@ -92,6 +92,11 @@ kiln_status gloo_shm_run(struct gloo_shm *g, int kind, const void *send, void *b
  * gloo_shm_close. */
 kiln_status gloo_shm_alloc(struct gloo_shm *g, size_t bytes, int want, void **ptr);
 
+/* comm ops map_shared (collective): the same object as gloo_shm_alloc's
+ * (one or the other, once), not declared to the collectives; base[r] (world
+ * entries) is rank r's part.  Errors as gloo_shm_alloc's. */
+kiln_status gloo_shm_map(struct gloo_shm *g, size_t bytes, void **base);
+
 /* Where this rank is among several nodes (gloo_shm_open_node). */
 struct gloo_node {
 	int on;                      /* the hierarchical path is taken */

@@ -336,7 +336,8 @@ static void mpi_shm_teardown(struct mpi_comm *c)
 	c->shm_on = c->region_on = 0;
 }
 
-static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr);
+static kiln_status shared_window(struct mpi_comm *c, size_t bytes, int keyed, const char *what,
+				 void **base);
 
 /* comm ops version 3: the memory of one MPI_Win_allocate_shared window
  * (each rank's segment page-aligned: alloc_shared_noncontig), declared to
@@ -352,17 +353,42 @@ static kiln_status mpi_alloc_shared(void *ctx, size_t bytes, void **ptr)
 	/* watched: a rank that failed before this call never joins it (it
 	 * waits in close's collectives instead), and the watchdog ends this
 	 * one after [dist] timeout rather than let both wait forever */
+	void *base[SHMCOLL_MAXW];
 	watch(c, K_BARRIER, 0);
-	kiln_status st = shared_window(c, bytes, ptr);
+	kiln_status st = shared_window(c, bytes, 1, "the shared gradients", base);
+	unwatch(c);
+	if (st)
+		return st;
+	shmcoll_region(&c->shm, base, (bytes + 4095) / 4096 * 4096);
+	*ptr = base[c->rank];
+	return KILN_OK;
+}
+
+/* comm ops version 8: the same window, every rank's segment given, not
+ * declared to the collectives */
+static kiln_status mpi_map_shared(void *ctx, size_t bytes, void **base)
+{
+	struct mpi_comm *c = ctx;
+	for (int r = 0; r < c->world; r++)
+		base[r] = NULL;
+	if (!c->shm_on)
+		return H->error(KILN_ENOTSUP, "mpi: no shared memory (%s)", c->shm_why);
+	if (c->region_on)
+		return H->error(KILN_ENOTSUP, "mpi: the shared buffer was given already");
+	watch(c, K_BARRIER, 0);
+	kiln_status st = shared_window(c, bytes, 0, "the mapped buffers", base);
 	unwatch(c);
 	return st;
 }
 
-static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
+/* One MPI_Win_allocate_shared window of bytes a rank, zeroed, every
+ * rank's segment into base[]; keyed: [plugin.mpi] zero_copy may refuse it */
+static kiln_status shared_window(struct mpi_comm *c, size_t bytes, int keyed, const char *what,
+				 void **base)
 {
 	/* every rank's zero_copy, agreed: ranks configured apart do not
 	 * wait for each other in different calls */
-	if (!every_rank(c, c->zero_copy))
+	if (keyed && !every_rank(c, c->zero_copy))
 		return H->error(KILN_ENOTSUP, "mpi: [plugin.mpi] zero_copy = 0%s",
 				c->zero_copy ? " on another rank" : "");
 	const size_t size = (bytes + 4095) / 4096 * 4096;
@@ -372,10 +398,10 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 	unsigned long long have, need;
 	const int room = shmcoll_room(size * (size_t)c->world, &have, &need);
 	if (!every_rank(c, room))
-		return room ? H->error(KILN_ENOTSUP, "mpi: another rank's /dev/shm lacks the %llu MiB wanted for the shared gradients",
-				       need >> 20)
-			    : H->error(KILN_ENOTSUP, "mpi: /dev/shm has %llu MiB free, %llu MiB wanted for the shared gradients",
-				       have >> 20, need >> 20);
+		return room ? H->error(KILN_ENOTSUP, "mpi: another rank's /dev/shm lacks the %llu MiB wanted for %s",
+				       need >> 20, what)
+			    : H->error(KILN_ENOTSUP, "mpi: /dev/shm has %llu MiB free, %llu MiB wanted for %s",
+				       have >> 20, need >> 20, what);
 	MPI_Info info;
 	void *mem = NULL;
 	MPI_Info_create(&info);
@@ -389,7 +415,6 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 		return H->error(KILN_ENOTSUP, "mpi: MPI_Win_allocate_shared of %zu bytes failed on a rank",
 				size);
 	}
-	void *base[SHMCOLL_MAXW];
 	for (int r = 0; r < c->world; r++) {
 		MPI_Aint sz = 0;
 		int unit = 0;
@@ -397,9 +422,7 @@ static kiln_status shared_window(struct mpi_comm *c, size_t bytes, void **ptr)
 	}
 	memset(mem, 0, size);
 	MPI_Barrier(c->comm);
-	shmcoll_region(&c->shm, base, size);
 	c->region_on = 1;
-	*ptr = mem;
 	return KILN_OK;
 }
 
@@ -995,6 +1018,7 @@ static const struct kiln_comm_ops mpi_ops = {
 	.split = mpi_split,
 	.send_now = NULL,
 	.sendrecv = mpi_sendrecv,
+	.map_shared = mpi_map_shared,
 };
 
 static const struct kiln_key mpi_keys[] = {
