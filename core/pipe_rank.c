@@ -121,6 +121,8 @@ struct kiln_pipe_rank {
 	 * tensors' activations and gradients the ranks share (NULL: none) */
 	const unsigned char *shared;
 	int n_shared;
+	/* per stage: every message to it is a token (send_direct) */
+	unsigned char direct[KILN_PIPE_MAX_STAGES];
 };
 
 /* A message's place in the step, for errors, from its tag (pipe_run.c's
@@ -274,10 +276,36 @@ static struct rank_msg *rank_slot(struct kiln_pipe_rank *R, uint64_t tag)
 	return i < 0 ? NULL : &R->msg[i];
 }
 
-void kiln_pipe_rank_share(struct kiln_pipe_rank *R, const unsigned char *shared, int n_xfer)
+void kiln_pipe_rank_share(struct kiln_pipe_rank *R, const unsigned char *shared, int n_xfer,
+			  unsigned direct)
 {
 	R->shared = shared;
 	R->n_shared = n_xfer;
+	for (int s = 0; s < R->P; s++)
+		R->direct[s] = R->now && n_xfer == R->n_xfer && (direct >> s & 1) && s != R->mine &&
+			       R->ops->version >= 8 && R->ops->p2p_buffered &&
+			       R->ops->p2p_buffered(R->comm, R->rank_of[s]) >= sizeof(uint64_t);
+}
+
+/* On the stage's stream: a token out at once, waiting only for room in
+ * the transport's buffer (p2p_buffered: a shared-memory channel, where 24
+ * bytes always find room in practice).  Where every message to the stage
+ * is a token (R->direct), none is ever left to the send stream, so none
+ * can be passed: the send stream, and the wake-up of its thread per
+ * message, are not needed.  No deadlock: a send that waits for room waits
+ * for the receiver's reading of earlier tokens, never for a receive to be
+ * posted (which a rendezvous transport would: there R->direct is 0). */
+static kiln_status send_direct(void *arg)
+{
+	struct rank_msg *g = arg;
+	struct kiln_pipe_rank *R = g->R;
+	int sent = 0;
+	kiln_status st = R->ops->send_now(R->comm, &g->tok, sizeof g->tok, KILN_U8,
+					  R->rank_of[g->to], 1, &sent);
+	if (st)
+		return send_failed(R, st, g->from, g->to, g->tag, 1);
+	R->n_now++;
+	return KILN_OK;
 }
 
 /* A message whose tensor the ranks share (pipe_window.c): its buffer and
@@ -327,6 +355,12 @@ static kiln_status rank_send(void *ctx, int from, int to, uint64_t tag, const vo
 		g->bytes = bytes;
 	}
 	R->n_send++;
+	if (buf == &g->tok && R->direct[to]) {
+		g->from = from, g->to = to, g->tag = tag;
+		if ((st = kiln_device_host_fn(R->dev, stream, send_direct, g)))
+			return send_failed(R, st, from, to, tag, 0);
+		return KILN_OK;
+	}
 	R->last[to] = (int)(g - R->msg) + 1;
 	if (R->now) {
 		if ((st = send_now_or_late(R, g, from, to, tag, buf, stream)))

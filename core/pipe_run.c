@@ -863,7 +863,8 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 		if ((st = kiln_pipe_window_open(pp->plan, pp->K, ops, comm, pp->P, mine, rank_of,
 						world_of, pp->shared)))
 			return st;
-		kiln_pipe_rank_share(pp->rk, pp->shared, n_xfer);
+		kiln_pipe_rank_share(pp->rk, pp->shared, n_xfer,
+				     kiln_pipe_window_direct(pp->plan[0], mine, pp->shared));
 	}
 	if (pp->pair_auto) {
 		pp->pair = kiln_pipe_pair_auto(name);

@@ -122,3 +122,18 @@ kiln_status kiln_pipe_window_open(struct kiln_plan **plan, int K, const struct k
 		 mine, world_of[mine], n_fwd, n, n_bwd, (double)bytes / 1048576.0, K);
 	return KILN_OK;
 }
+
+unsigned kiln_pipe_window_direct(const struct kiln_plan *p, int mine, const unsigned char *shared)
+{
+	unsigned some = 0, not_all = 0;
+	for (int e = 0; e < p->n_xfer; e++) {
+		const struct plan_xfer *x = &p->xfer[e];
+		const int peer = x->from == mine ? x->to : x->to == mine ? x->from : -1;
+		if (peer < 0)
+			continue;
+		some |= 1u << peer;
+		if (!shared[2 * e] || (x->grecv >= 0 && !shared[2 * e + 1]))
+			not_all |= 1u << peer;
+	}
+	return some & ~not_all;
+}

@@ -230,8 +230,13 @@ void kiln_pipe_rank_free(struct kiln_pipe_rank *R);
  * shared[2 e + back] (n_xfer tensors, training's; borrowed until
  * kiln_pipe_rank_free) 1 where tensor e's activation (back 0) or gradient
  * (1) is shared; their messages are then a token, the tag, not the
- * tensor.  Every rank of the pipe must give the same. */
-void kiln_pipe_rank_share(struct kiln_pipe_rank *R, const unsigned char *shared, int n_xfer);
+ * tensor.  Every rank of the pipe must give the same.  Bit s of direct:
+ * every message between this rank's stage and stage s is such a token
+ * (kiln_pipe_window_direct); where the transport sends now too (send_now)
+ * and no tied weight sends anything (n_xfer is all the transport's), the
+ * stage's stream sends them itself, never through the send stream. */
+void kiln_pipe_rank_share(struct kiln_pipe_rank *R, const unsigned char *shared, int n_xfer,
+			  unsigned direct);
 
 /* ---- crossing tensors in shared memory (pipe_window.c) -------------- */
 
@@ -247,6 +252,10 @@ void kiln_pipe_rank_share(struct kiln_pipe_rank *R, const unsigned char *shared,
 kiln_status kiln_pipe_window_open(struct kiln_plan **plan, int K, const struct kiln_comm_ops *ops,
 				  void *comm, int P, int mine, const int *rank_of,
 				  const int *world_of, unsigned char *shared);
+/* Bit s set: every crossing tensor of p between stage `mine` and stage s
+ * (either way) is shared, its activation and any gradient returned
+ * (shared as kiln_pipe_window_open set it). */
+unsigned kiln_pipe_window_direct(const struct kiln_plan *p, int mine, const unsigned char *shared);
 /* ---- a device per stage (pipe_devices.c) ---------------------------- */
 
 /* The entries of [run] devices (`plugin:ordinal, ...`; 0 when unset).

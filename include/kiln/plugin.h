@@ -115,7 +115,9 @@ extern "C" {
  * 2.18: comm ops version 8: map_shared (host memory that every rank of a
  *      communicator maps, every rank's slice reachable from every rank: a
  *      pipeline's crossing tensors, written by one stage's rank and read
- *      in place by the next's; NULL in a communicator built before). */
+ *      in place by the next's) and p2p_buffered (the bytes a send may
+ *      leave in the transport without its receive posted); NULL in a
+ *      communicator built before. */
 #define KILN_ABI_MAJOR 2
 #define KILN_ABI_MINOR 18
 
@@ -716,6 +718,17 @@ struct kiln_comm_ops {
 	 * moves the tensors by messages.  Other errors (a store failure) end
 	 * the run.  (optional: NULL means KILN_ENOTSUP) */
 	kiln_status (*map_shared)(void *ctx, size_t bytes, void **base);
+
+	/* The bytes a send to rank `peer` may put in the transport's own
+	 * buffer: a send of at most that many (with its messages before it
+	 * to peer, that it waits to be received) never waits for peer to post
+	 * its receive, only for the receives of the earlier ones, so a
+	 * send_now with wait = 1 of so few bytes cannot wait on a receive
+	 * the peer will post after a receive of its own from this rank
+	 * (kiln-gloo's shared-memory channels: their ring less a frame).  0:
+	 * a send may wait for its receive (a rendezvous: TCP, MPI).  Any
+	 * thread; no communication.  (optional: NULL means 0) */
+	size_t (*p2p_buffered)(void *ctx, int peer);
 };
 
 /* ======================================================================

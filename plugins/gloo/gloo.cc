@@ -1028,6 +1028,14 @@ kiln_status gloo_map_shared(void *ctx, size_t bytes, void **base)
 	return gloo_shm_map(c->shm, bytes, base);
 }
 
+/* comm ops version 8: a shared-memory channel holds a message up to its
+ * ring less a frame without the receive posted (shmp2p.c); TCP none */
+size_t gloo_p2p_buffered(void *ctx, int peer)
+{
+	Comm *c = static_cast<Comm *>(ctx);
+	return peer >= 0 && peer < c->world && peer != c->rank ? gloo_shm_p2p_buffered(c->shm) : 0;
+}
+
 void gloo_close(void *ctx)
 {
 	Comm *c = static_cast<Comm *>(ctx);
@@ -1275,6 +1283,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .send_now = */ gloo_send_now,
 	/* .sendrecv = */ gloo_sendrecv,
 	/* .map_shared = */ gloo_map_shared,
+	/* .p2p_buffered = */ gloo_p2p_buffered,
 };
 
 const struct kiln_key gloo_keys[] = {

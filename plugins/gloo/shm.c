@@ -662,6 +662,11 @@ size_t gloo_shm_p2p(const struct gloo_shm *g)
 	return g ? g->ring : 0;
 }
 
+size_t gloo_shm_p2p_buffered(const struct gloo_shm *g)
+{
+	return g && g->ring > SHMP2P_FRAME ? g->ring - SHMP2P_FRAME : 0;
+}
+
 void gloo_shm_p2p_spin(struct gloo_shm *g, long long ns)
 {
 	g->spin_ns = ns;

@@ -61,6 +61,9 @@ kiln_status gloo_shm_open(const struct kiln_host *host, struct kiln_store *store
 #define GLOO_SHM_P2P_MAXW 16
 /* The channels' ring bytes, or 0: g has none (NULL g: 0). */
 size_t gloo_shm_p2p(const struct gloo_shm *g);
+/* The largest message a channel holds whole without its receive (the ring
+ * less a frame: shmp2p.c); 0 without channels (comm ops p2p_buffered). */
+size_t gloo_shm_p2p_buffered(const struct gloo_shm *g);
 /* How long the channels' waits poll before they sleep on the futex (after
  * open: SHMP2P_SPIN_NS; none while the ranks outnumber their CPUs). */
 void gloo_shm_p2p_spin(struct gloo_shm *g, long long ns);
