@@ -1419,6 +1419,92 @@ START_TEST(test_gloo_sendrecv)
 }
 END_TEST
 
+/* map_shared and p2p_buffered (comm ops version 8): every rank writes
+ * its slice (zeroed, as every rank saw first), and the next rank's word
+ * [rank]; after a barrier each reads
+ * every slice through its own base[] and finds what its writer wrote; a
+ * second call is refused (the object is given once).  p2p_buffered: the
+ * channel's ring less a frame on the shared-memory channels (4 MiB of 2
+ * ranks), 0 over Gloo's TCP (shm_p2p = 0) and to this rank itself.  With
+ * [plugin.gloo] shm = 0 every rank is refused (KILN_ENOTSUP), as one. */
+enum { MAP_N = 5000 };
+
+static void *map_shared_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	const int R = r->rank, W = r->world, next = (R + 1) % W;
+	void *base[8] = { 0 };
+	if (rank_open(r, &e, SR_TIMEOUT_MS))
+		goto out;
+	if (e.ops->version < 8 || !e.ops->map_shared || !e.ops->p2p_buffered) {
+		snprintf(r->err, sizeof r->err, "rank %d: gloo has no map_shared (version %u)", R,
+			 e.ops->version);
+		goto out;
+	}
+	const size_t buffered = e.ops->p2p_buffered(e.comm, next);
+	const size_t want = r->shm == 1 ? ((size_t)4 << 20) - 16 : 0;
+	if (buffered != want || e.ops->p2p_buffered(e.comm, R)) {
+		snprintf(r->err, sizeof r->err, "rank %d: p2p_buffered %zu to rank %d (want %zu), %zu to itself",
+			 R, buffered, next, want, e.ops->p2p_buffered(e.comm, R));
+		goto out;
+	}
+	kiln_status st = e.ops->map_shared(e.comm, MAP_N * sizeof(int32_t), base);
+	if (!r->shm) {
+		if (st != KILN_ENOTSUP || !strstr(kiln_last_error(), "shm = 0"))
+			snprintf(r->err, sizeof r->err, "rank %d: map_shared with shm = 0: %d '%s'", R,
+				 (int)st, kiln_last_error());
+		goto out;
+	}
+	TRY(st);
+	int32_t *mine = base[R];
+	for (int i = 0; i < MAP_N; i++)
+		if (mine[i]) {
+			snprintf(r->err, sizeof r->err, "rank %d: its slice [%d] = %d, not zeroed", R, i,
+				 mine[i]);
+			goto out;
+		}
+	TRY(e.ops->barrier(e.comm)); /* every rank has looked before any writes */
+	for (int i = W; i < MAP_N; i++)
+		mine[i] = R * 100000 + i;
+	((int32_t *)base[next])[R] = 7 + R;
+	TRY(e.ops->barrier(e.comm));
+	for (int w = 0; w < W; w++) {
+		const int32_t *s = base[w];
+		for (int i = 0; i < MAP_N; i++) {
+			const int32_t v = i >= W ? w * 100000 + i : i == (w + W - 1) % W ? 7 + i : 0;
+			if (s[i] != v) {
+				snprintf(r->err, sizeof r->err, "rank %d: rank %d's slice [%d] = %d, want %d",
+					 R, w, i, s[i], v);
+				goto out;
+			}
+		}
+	}
+	TRY(e.ops->barrier(e.comm));
+	void *again[8];
+	if ((st = e.ops->map_shared(e.comm, 64, again)) != KILN_ENOTSUP)
+		snprintf(r->err, sizeof r->err, "rank %d: a second map_shared: %d", R, (int)st);
+out:
+	rank_close(&e);
+	return NULL;
+}
+
+/* _i 0: 2 ranks on the channels; 1: 3 ranks, Gloo's TCP for p2p (shm_p2p =
+ * 0); 2: [plugin.gloo] shm = 0 */
+START_TEST(test_gloo_map_shared)
+{
+	struct rank_ctx rc[3];
+	int status[3];
+	const int W = _i == 1 ? 3 : 2;
+	if (run_ranks_n(map_shared_main, W, 0, _i == 0 ? 1 : _i == 1 ? 2 : 0, rc, status))
+		return;
+	for (int i = 0; i < W; i++) {
+		ck_assert_msg(!*rc[i].err, "%s", rc[i].err);
+		ck_assert_int_eq(status[i], 0);
+	}
+}
+END_TEST
+
 /* kiln_comm_sendrecv checks the arguments once for every communicator:
  * an empty call, a peer that is this rank or below 0 are refused with a
  * message and never reach the plugin's sendrecv (a table that counts its
@@ -1570,6 +1656,7 @@ static Suite *make_comm_suite(void)
 	tcase_add_test(tc, test_gloo_p2p_channel);
 	tcase_add_loop_test(tc, test_gloo_send_now, 0, 2);
 	tcase_add_loop_test(tc, test_gloo_sendrecv, 0, 3);
+	tcase_add_loop_test(tc, test_gloo_map_shared, 0, 3);
 	tcase_add_test(tc, test_stream_queue_no_alloc);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("args"); /* CK_RUN_CASE=args: no ranks */
