@@ -51,10 +51,11 @@ ini="$data/tr_cnn.ini"
 common="data.path=$data model.init_from=$data/tr_cnn_init.safetensors plugin.cpu.tune_cache=$tmp/tune.bin"
 
 # predict KEEP: the logits into $tmp/lKEEP.npy, oneDNN's exec lines counted
-# into $reorders and $convs
+# into $reorders and $convs (run.out_dir in $tmp: a runs/latest where the
+# suite runs holds a checkpoint predict would take before init_from)
 predict() {
 	ONEDNN_VERBOSE=1 kiln 0 predict "$ini" --eval-set --logits "$tmp/l$1.npy" $common \
-		run.infer_block=4 model.layout=nhwc "plugin.cpu.keep_weights=$1"
+		run.infer_block=4 model.layout=nhwc "plugin.cpu.keep_weights=$1" "run.out_dir=$tmp/p$1"
 	reorders=$(grep -c '^onednn_verbose,exec,cpu,reorder' "$out")
 	convs=$(grep -c '^onednn_verbose,exec,cpu,convolution' "$out")
 	echo "keep_weights = $1: $convs convolutions, $reorders reorders"
