@@ -170,9 +170,6 @@ struct kiln_model {
 	double stage_fpb;    /* [model] stages_flops_per_byte they counted */
 	int stage_said;      /* the auto cut has been logged */
 	int plan_staged;     /* plans made now are a pipeline's (pipe_run.c) */
-	int plan_pin;        /* ... with their shareable crossing tensors'
-			      * storages pinned ([pipeline] zero_copy:
-			      * kiln_pipe_pin_xfers) */
 	/* set while a pipeline makes its plans (pipe_run.c): device f32[1],
 	 * 1 / (micro-batches x accumulate), that their loss layers multiply
 	 * their gradient seed by (as by the scaler's scale, which excludes
@@ -355,9 +352,9 @@ struct storage {
 	int start, end;   /* schedule positions, inclusive */
 	void *ext;        /* not NULL: the bytes are here, not at off in the arena
 			   * (a crossing tensor the stages' ranks share:
-			   * core/pipe_window.c; its storage is pinned, alive
-			   * for the whole schedule, so nothing else packs
-			   * into its arena bytes either) */
+			   * core/pipe_window.c).  Only this storage moves:
+			   * the others packed into its arena bytes (at other
+			   * times of the schedule) stay there */
 };
 
 /* One step of a training plan's schedule: the forward of every layer in

@@ -325,7 +325,6 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 	if ((st = kiln_device_alloc(pp->dev, (size_t)pp->K * 64, (void **)&pp->steps_d)))
 		return st;
 	pp->m->plan_staged = 1;
-	pp->m->plan_pin = pp->zero_copy;
 	pp->m->seed_d = pp->seed_d;
 	for (int k = 0; k < pp->K && !st; k++) {
 		st = kiln_model_plan(pp->m, pp->mb, 1, &pp->plan[k]);
@@ -333,7 +332,7 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 			pp->plan[k]->step_d = pp->steps_d + 8 * k;
 	}
 	pp->m->seed_d = NULL;
-	pp->m->plan_staged = pp->m->plan_pin = 0;
+	pp->m->plan_staged = 0;
 	if (st)
 		return st;
 	/* a tied weight's other users (GPT's lm_head, on the last stage)
@@ -409,8 +408,8 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	pp->early = pp->kind == KILN_PIPE_1F1B ? (int)early : 0;
 	pp->pair = pair != 0; /* auto: 0 in one process (no sendrecv there) */
 	pp->pair_auto = pair_auto;
-	/* (pins the shareable storages only where ranks may share them:
-	 * stages on ranks, [dist] pipeline, on a device of host memory) */
+	/* (where ranks may share them: stages on ranks, [dist] pipeline, on a
+	 * device of host memory) */
 	int64_t on_ranks = 1;
 	kiln_config_get_int(cfg, "dist", "pipeline", &on_ranks);
 	pp->zero_copy = zero_copy && on_ranks > 1 &&

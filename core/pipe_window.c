@@ -21,8 +21,10 @@
  * after its own backward of it, its last read of the activation; and a
  * later stage writes set k's gradient again only in the backward of a
  * micro-batch that entered after that.  The tokens order it, as messages
- * ordered the copies before.  The storages are pinned by the planner
- * (kiln_pipe_pin_xfers) so no other tensor packs into them. */
+ * ordered the copies before (so an activation whose gradient is not
+ * returned, a frozen stage 0's, is not shared: kiln_pipe_xfer_shared).
+ * Only the two storages move (storage.ext): others the planner packed into
+ * their arena bytes, at other times of the schedule, stay in the arena. */
 #include "pipeline.h"
 
 /* A shared buffer's bytes: its two storages' larger, in cache lines. */

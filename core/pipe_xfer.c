@@ -118,19 +118,8 @@ static int xfer_uses(const struct kiln_plan *p, int s)
 void kiln_pipe_xfer_shared(const struct kiln_plan *p, int e, int *fwd, int *bwd)
 {
 	const struct plan_xfer *x = &p->xfer[e];
-	*fwd = x->src >= 0 && x->src != p->data_store && xfer_uses(p, x->src) == 1;
+	*fwd = x->src >= 0 && x->src != p->data_store && xfer_uses(p, x->src) == 1 &&
+	       x->grecv >= 0;
 	*bwd = x->grecv >= 0 && x->gsrc >= 0 && !x->gadd && x->gsrc != p->data_gstore &&
 	       xfer_uses(p, x->gsrc) == 1;
-}
-
-void kiln_pipe_pin_xfers(struct kiln_plan *p)
-{
-	for (int e = 0; e < p->n_xfer; e++) {
-		int fwd, bwd;
-		kiln_pipe_xfer_shared(p, e, &fwd, &bwd);
-		const int pin[2] = { fwd ? p->xfer[e].src : -1, bwd ? p->xfer[e].gsrc : -1 };
-		for (int i = 0; i < 2; i++)
-			if (pin[i] >= 0)
-				p->store[pin[i]].start = 0, p->store[pin[i]].end = p->n_pos;
-	}
 }

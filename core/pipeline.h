@@ -119,18 +119,15 @@ int kiln_pipe_xfer_grad(struct kiln_plan *p, int e, char *written);
 int kiln_pipe_same_stage(const struct kiln_plan *p, int src, int i);
 /* Whether crossing tensor e of a training plan may live in memory both its
  * stages' ranks map (core/pipe_window.c): *fwd its activation (the
- * producer's storage and the receive buffer one; a storage of a layer's
- * output, not the data, that no other crossing tensor names), *bwd its
+ * producer's storage and the receive buffer one: a storage of a layer's
+ * output, not the data, that no other crossing tensor names, whose
+ * gradient is returned: that return, sent after the reading stage's
+ * backward, is what orders the producer's next write of the buffer after
+ * the reader's last read; a frozen stage 0 returns none), *bwd its
  * gradient (the receive buffer of the gradient and the producer's gradient
  * storage one: a return that writes it, not adds, into a storage no other
  * crossing tensor names).  On every rank the same (the same plan). */
 void kiln_pipe_xfer_shared(const struct kiln_plan *p, int e, int *fwd, int *bwd);
-/* For plan_memory.c, after the checks and before the packing (m->plan_pin):
- * the producer's storages of every shareable crossing tensor live for the
- * whole schedule, so that no other storage shares their arena bytes, and
- * they may move to shared memory (storage.ext) without taking another
- * tensor's bytes along. */
-void kiln_pipe_pin_xfers(struct kiln_plan *p);
 
 /* ---- stage transport --------------------------------------------------
  * How a crossing tensor moves from stage `from` to stage `to`: the sender

@@ -600,8 +600,6 @@ kiln_status kiln_plan_memory(struct kiln_plan *p, int S, const int *wants_grad, 
 	}
 	if ((st = kiln_plan_check(p)))
 		return st;
-	if (p->staged && p->training && p->m->plan_pin)
-		kiln_pipe_pin_xfers(p);
 	if (p->keep_all)
 		for (int i = 0; i < p->n_store; i++)
 			p->store[i].start = 0, p->store[i].end = p->n_pos;

@@ -160,6 +160,15 @@ run g2c 2 32 dist.pipeline=2 "$two" pipeline.sendrecv=1 pipeline.zero_copy=0
 grep -q "in memory the stages' ranks share" "$tmp/g2c.log" && bad "g2c: zero_copy = 0 shares the crossing tensors"
 "$tool" close "$(ck g2 6)" "$(ck g2c 6)" 0 params optim.momentum ||
 	bad "2 stages on 2 ranks: the hand-offs in place end elsewhere than the messages"
+# stage 0 frozen (fc1 trainable = 0): no gradient returns to it, so nothing
+# would order its next write of a shared activation after stage 1's last
+# read of it; its activations go as messages, and the run equals one
+# process with fc1 frozen
+run onef 0 32 layer.fc1.trainable=0
+run g2f 2 32 dist.pipeline=2 "$two" layer.fc1.trainable=0
+grep -q "in memory the stages' ranks share" "$tmp/g2f.log" &&
+	bad "g2f: a frozen stage 0's activations are shared"
+near onef g2f "2 stages on 2 ranks, stage 0 frozen (gloo)"
 # [model] stages = auto (session 18): P from [dist] pipeline, each rank
 # cuts the same (flat, r1 | fc2, loss: fc1 has most of the FLOPs, its
 # ReLU fused into it), and the
