@@ -63,6 +63,9 @@ static kiln_status local_recv(void *ctx, int from, int to, uint64_t tag, void *b
 				  from, g->bytes, to, bytes);
 	g->used = 0;
 	struct kiln_device *rd = L->sdev ? L->sdev[to] : L->dev;
+	/* the sender wrote it here (share_local): the order alone */
+	if (buf == g->buf)
+		return kiln_device_stream_wait(rd, stream, g->sent);
 	/* host memory (the CPU's): the receiver waits for the send and copies
 	 * itself, one hand-off rather than two through a copy stream's thread */
 	if (!L->copy) {
@@ -122,7 +125,9 @@ struct kiln_pipe {
 	float *seed_d;               /* the loss layers' seed scale (seed_mean),
 				      * NULL: the stages scale to the mean */
 	int pair;                    /* [pipeline] sendrecv, resolved */
-	int zero_copy;               /* [pipeline] zero_copy (pipe_window.c) */
+	int zero_copy;               /* [pipeline] zero_copy on a device of host
+				      * memory: 1 in one process (share_local),
+				      * 2 with stages on ranks (pipe_window.c) */
 	unsigned char *shared;       /* which crossing tensors the ranks share,
 				      * 2 a tensor (kiln_pipe_window_open) */
 	int pair_auto;               /* sendrecv = auto: kiln_pipe_use_ranks
@@ -305,6 +310,42 @@ static void drop_mean(struct kiln_pipe *pp, int s)
 	pp->gmean[s] = NULL;
 }
 
+/* [pipeline] zero_copy in one process on host memory: each shareable
+ * crossing tensor's producer writes its output straight into the receive
+ * buffer, and the later stage its gradient straight into the producer's
+ * gradient storage (storage.ext: the receive buffers are the plan's own,
+ * alive for the whole schedule), so local_recv, finding the two pointers
+ * equal, copies nothing; its events order the stages as they ordered the
+ * copies (pipe_window.c's argument, with the stages' fdone / bdone waits
+ * for the messages). */
+static void share_local(struct kiln_pipe *pp)
+{
+	int n_fwd = 0, n_bwd = 0;
+	if (pp->zero_copy != 1 || pp->local.copy)
+		return;
+	for (int k = 0; k < pp->K; k++) {
+		struct kiln_plan *p = pp->plan[k];
+		for (int e = 0; e < p->n_xfer; e++) {
+			const struct plan_xfer *x = &p->xfer[e];
+			int fwd, bwd;
+			kiln_pipe_xfer_shared(p, e, &fwd, &bwd);
+			/* (into a receive buffer as large: the producer's storage
+			 * may hold more than the crossing tensor) */
+			if (fwd && p->store[x->src].bytes <= p->store[x->recv].bytes) {
+				p->store[x->src].ext = kiln_plan_store_ptr(p, x->recv, NULL);
+				n_fwd += !k;
+			}
+			if (bwd && p->store[x->gsrc].bytes <= p->store[x->grecv].bytes) {
+				p->store[x->gsrc].ext = kiln_plan_store_ptr(p, x->grecv, NULL);
+				n_bwd += !k;
+			}
+		}
+	}
+	if (n_fwd + n_bwd)
+		kiln_log(KILN_LOG_INFO, "pipeline", "%d of %d crossing tensors' activations and %d gradients written where the next stage reads them: their hand-offs copy nothing",
+			 n_fwd, pp->plan[0]->n_xfer, n_bwd);
+}
+
 /* The schedule, its plans (one per activation set alive at once), their
  * micro-step counters and the transport's messages. */
 static kiln_status open_plans(struct kiln_pipe *pp)
@@ -361,6 +402,7 @@ static kiln_status open_plans(struct kiln_pipe *pp)
 		    (st = kiln_device_event_create(sdev(pp, 0), &pp->local.msg[i].copied)))
 			return st;
 	pp->tr = (struct kiln_stage_transport){ &local_ops, &pp->local };
+	share_local(pp);
 	return open_streams(pp);
 }
 
@@ -412,8 +454,9 @@ kiln_status kiln_pipe_open(struct kiln_model *m, int64_t batch, int64_t accumula
 	 * device of host memory) */
 	int64_t on_ranks = 1;
 	kiln_config_get_int(cfg, "dist", "pipeline", &on_ranks);
-	pp->zero_copy = zero_copy && on_ranks > 1 &&
-			(kiln_device_traits(m->dev)->caps & KILN_DEVICE_HOST_MEMORY);
+	pp->zero_copy = !zero_copy || !(kiln_device_traits(m->dev)->caps & KILN_DEVICE_HOST_MEMORY)
+				? 0
+				: on_ranks > 1 ? 2 : 1;
 	stage_ranges(pp);
 	struct kiln_device *devs[KILN_PIPE_MAX_STAGES];
 	for (int s = 0; s < pp->P; s++)
@@ -856,7 +899,7 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 	kiln_pipe_timing_only(pp->timing, mine);
 	/* the crossing tensors in shared memory where the ranks can map it */
 	const int n_xfer = pp->plan[0]->n_xfer;
-	if (pp->zero_copy && n_xfer && kiln_device_proc(pp->dev, KILN_PROC_HOST_FN)) {
+	if (pp->zero_copy == 2 && n_xfer && kiln_device_proc(pp->dev, KILN_PROC_HOST_FN)) {
 		if (!(pp->shared = calloc((size_t)(2 * n_xfer), 1)))
 			return kiln_error(KILN_ENOMEM, "out of memory");
 		if ((st = kiln_pipe_window_open(pp->plan, pp->K, ops, comm, pp->P, mine, rank_of,

@@ -162,6 +162,16 @@ kiln 0 train "$m" run.out_dir="$tmp/p4d" pipeline.micro_batches=4 run.threads=4 
 "$tool" same "$(ck p4f 6)" "$(ck p4d 6)" params optim.momentum step ||
 	fail "4 stages on 4 devices differ from one device"
 near "$(ck b32 6)" "$(ck p4d 6)" 1e-5 params
+# [pipeline] zero_copy (the default, session 27): the producer writes each
+# crossing tensor where the next stage reads it, and its gradient comes
+# back the same way, so no hand-off copies; 0: each is copied, the same bytes
+stderr_has "3 of 3 crossing tensors' activations and 3 gradients written where the next stage reads them"
+kiln 0 train "$m" run.out_dir="$tmp/p4dc" pipeline.micro_batches=4 run.threads=4 \
+	"model.stages=flat,r1|fc2|r2|fc3,loss" "run.devices=cpu:0,cpu:1,cpu:2,cpu:3" \
+	pipeline.zero_copy=0
+! grep -qF "written where the next stage reads them" "$err" || fail "zero_copy = 0: the hand-offs still in place"
+"$tool" same "$(ck p4d 6)" "$(ck p4dc 6)" params optim.momentum step ||
+	fail "4 stages on 4 devices: the hand-offs in place differ from the copies"
 # early forwards (docs/pipeline.md): each stage's micro-batches in 1f1b's
 # order, so the same bytes; one more activation set
 kiln 0 train "$m" run.out_dir="$tmp/p2e" pipeline.micro_batches=4 layer.fc2.stage=1 \
