@@ -97,7 +97,8 @@ mpid=$!
 for i in $(seq 300); do grep -q "step 32/" "$tmp/stall.log" && break; sleep 0.1; done
 t0=$(date +%s)
 r1=$(cat "$tmp/r1.pid" 2>/dev/null)
-[ -n "$r1" ] && kill -STOP "$r1" || bad "the stalled run did not start"
+[ -n "$r1" ] && kill -STOP "$r1" ||
+	{ bad "the stalled run did not start"; grep "kiln: error\|step [0-9]*/" "$tmp/stall.log" | tail -5; }
 wait $mpid
 rc=$?
 dt=$(( $(date +%s) - t0 ))
