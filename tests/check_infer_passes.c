@@ -373,7 +373,10 @@ static int64_t block_logits(const char *v, int64_t batch, int64_t n, float **x, 
 	char ini[8192], *err = NULL;
 	struct kiln_infer *m;
 	struct kiln_infer_opts o = { .batch = batch, .config_is_text = 1 };
+	/* (out_dir nowhere: no weights given, kiln_model_load would take a
+	 * checkpoint from runs/latest where the suite runs, if one is there) */
 	snprintf(ini, sizeof ini, "[run]\ndevice = cpu\nseed = 3\nthreads = 1\ninfer_block = %s\n"
+		 "out_dir = /nonexistent/kiln-check-infer-passes\n"
 		 "[data]\nsource = synthetic\n[model]\nlayout = nhwc\n", v);
 	strncat(ini, resnet, sizeof ini - strlen(ini) - 1);
 	const int level = kiln_log_get_level();
@@ -431,7 +434,9 @@ START_TEST(block_rows_infer)
 	ck_assert_int_eq(block_logits("500", N, 4, &x, got), N);
 	char *err = NULL;
 	struct kiln_infer *m = NULL;
-	ck_assert(kiln_model_load("[run]\ninfer_block = some\n[data]\nsource = synthetic\n"
+	ck_assert(kiln_model_load("[run]\ninfer_block = some\n"
+				  "out_dir = /nonexistent/kiln-check-infer-passes\n"
+				  "[data]\nsource = synthetic\n"
 				  "[layer.fc]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n",
 				  NULL, &(struct kiln_infer_opts){ .config_is_text = 1 }, &m, &err) != 0);
 	ck_assert_msg(err && strstr(err, "infer_block"), "%s", err ? err : "(no message)");
