@@ -56,6 +56,10 @@
 # pair, off: this build (./kiln, ./plugins/.libs); main: the build tree in
 # $B (default /work/main).  --short: one round of 4 steps.
 # PAIR_ARGS: more KEY=VALUE for every run (e.g. plugin.gloo.shm_p2p=0).
+# (Since session 27 the hand-offs are in place by default: the crossing
+# tensors in memory both ranks map, 8-byte tokens through the channel,
+# docs/pipeline.md "Hand-offs in place"; PAIR_ARGS=pipeline.zero_copy=0 sends
+# the tensors on every side, B=<a build before 8d9f93c> for main alone.)
 # PAIR_VALUE: the pair side's [pipeline] sendrecv (default 1; auto: the
 # default since session 14, paired on mpi, not on gloo).
 # PAIR_COMM=mpi: the 2 ranks under mpirun on kiln-mpi (thread_level =
