@@ -53,6 +53,18 @@ static const struct kiln_key *lookup_key(const struct kiln_config *cfg, const ch
 	return NULL;
 }
 
+int kiln_config_key_default(const struct kiln_config *cfg, const char *section, const char *key,
+			    const char **def)
+{
+	/* an unknown section's lookup may set the thread's error text: the
+	 * caller reports its own */
+	const struct kiln_key *k = lookup_key(cfg, section, key);
+	if (!k)
+		return 0;
+	*def = k->def;
+	return 1;
+}
+
 static void suggest(const char *word, const struct kiln_key *a, const struct kiln_key *b,
 		    char *out, size_t n)
 {

@@ -6,6 +6,7 @@
  * checkpoint.h.
  */
 #include "checkpoint.h"
+#include "config_diff.h"
 #include "run_config.h"
 
 #include <dirent.h>
@@ -78,71 +79,6 @@ static int weights_key(const char *section, const char *key)
 	return 1;
 }
 
-/* One "key = value" (or "; key = (unset)") of a resolved config text. */
-struct kv {
-	const char *sec, *key, *val; /* val NULL: unset */
-	int sec_n, key_n, val_n;
-};
-
-/* Parse kiln_config_write output into *out (malloc'd), *n entries. */
-static kiln_status parse_resolved(const char *text, struct kv **out, int *n)
-{
-	int cap = 0, k = 0;
-	struct kv *v = NULL;
-	const char *sec = "", *p = text;
-	int sec_n = 0;
-	while (*p) {
-		int len = (int)strcspn(p, "\n");
-		const char *line = p;
-		p += len + (p[len] != 0);
-		if (!len)
-			continue;
-		if (line[0] == '[') {
-			const char *e = memchr(line, ']', (size_t)len);
-			sec = line + 1;
-			sec_n = e ? (int)(e - sec) : len - 1;
-			continue;
-		}
-		/* the checkpoint's text was checksummed, not written by this
-		 * kiln: take nothing about its shape for granted */
-		int unset = line[0] == ';';
-		if (unset && len < 3)
-			continue;
-		if (unset)
-			line += 2, len -= 2;
-		const char *eq = memchr(line, '=', (size_t)len);
-		if (!eq || eq == line)
-			continue;
-		if (k == cap) {
-			cap = cap ? 2 * cap : 256;
-			struct kv *nv = realloc(v, sizeof *v * (size_t)cap);
-			if (!nv) {
-				free(v);
-				return kiln_error(KILN_ENOMEM, "out of memory");
-			}
-			v = nv;
-		}
-		struct kv *e = &v[k++];
-		e->sec = sec;
-		e->sec_n = sec_n;
-		e->key = line;
-		e->key_n = (int)(eq - line) - 1; /* "key = value" */
-		e->val = unset ? NULL : eq + 2;
-		e->val_n = unset ? 0 : len - (int)(eq + 2 - line);
-		if (e->val_n < 0)
-			e->val_n = 0;
-	}
-	*out = v;
-	*n = k;
-	return KILN_OK;
-}
-
-static int kv_same_key(const struct kv *a, const struct kv *b)
-{
-	return a->sec_n == b->sec_n && a->key_n == b->key_n && !memcmp(a->sec, b->sec, (size_t)a->sec_n) &&
-	       !memcmp(a->key, b->key, (size_t)a->key_n);
-}
-
 /* Is "section key" a line of list? */
 static int listed(const char *list, const char *sec, const char *key)
 {
@@ -154,27 +90,56 @@ static int listed(const char *list, const char *sec, const char *key)
 	return 0;
 }
 
-/* Is e compared: for a resume (wkeys NULL) unless it is safe to change,
- * for the weights when it shapes them (listed by the checkpoint, or by
- * this kiln's rule). */
-static int kv_wanted(const struct kv *e, const char *wkeys)
+/* Is [sec] key compared: for a resume (wkeys NULL) unless it is safe to
+ * change, for the weights when it shapes them (listed by the checkpoint,
+ * or by this kiln's rule). */
+static int ckpt_wanted(const char *sec, const char *key, void *u)
 {
-	char sec[128], key[128];
-	snprintf(sec, sizeof sec, "%.*s", e->sec_n, e->sec);
-	snprintf(key, sizeof key, "%.*s", e->key_n, e->key);
+	const char *wkeys = u;
 	if (wkeys)
 		return weights_key(sec, key) || listed(wkeys, sec, key);
 	return !kiln_ckpt_safe_key(sec, key);
 }
 
+/* The comparison's rules: the weights keys (NULL: a resume) and the
+ * current config's defaults text, parsed (what a key the checkpoint's text
+ * lacks reads as). */
+struct ckpt_rules {
+	const char *wkeys;
+	struct kiln_kv *d;
+	int nd;
+};
+
+static int ckpt_wanted_rules(const char *sec, const char *key, void *u)
+{
+	return ckpt_wanted(sec, key, (void *)((struct ckpt_rules *)u)->wkeys);
+}
+
+static int ckpt_default(const char *sec, const char *key, void *u, const char **val,
+			size_t *len)
+{
+	const struct ckpt_rules *r = u;
+	size_t ns = strlen(sec), nk = strlen(key);
+	for (int j = 0; j < r->nd; j++) {
+		const struct kiln_kv *e = &r->d[j];
+		if ((size_t)e->sec_n == ns && (size_t)e->key_n == nk && !memcmp(e->sec, sec, ns) &&
+		    !memcmp(e->key, key, nk)) {
+			*val = e->val;
+			*len = (size_t)e->val_n;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 char *kiln_ckpt_weights_keys(const char *config_text)
 {
-	struct kv *v = NULL;
+	struct kiln_kv *v = NULL;
 	int n = 0;
 	char *text = NULL, sec[128], key[128];
 	size_t len = 0;
 	FILE *f;
-	if (parse_resolved(config_text, &v, &n) || !(f = open_memstream(&text, &len))) {
+	if (kiln_kv_parse(config_text, &v, &n) || !(f = open_memstream(&text, &len))) {
 		free(v);
 		kiln_error(KILN_ENOMEM, "out of memory");
 		return NULL;
@@ -194,80 +159,34 @@ char *kiln_ckpt_weights_keys(const char *config_text)
 	return text;
 }
 
-static const char *kv_val(const struct kv *e, char *buf, size_t n)
-{
-	if (!e)
-		snprintf(buf, n, "absent");
-	else if (!e->val)
-		snprintf(buf, n, "unset");
-	else
-		snprintf(buf, n, "'%.*s'", e->val_n, e->val);
-	return buf;
-}
-
-static int kv_equal(const struct kv *x, const struct kv *y)
-{
-	return x && y && (!x->val) == (!y->val) &&
-	       (!x->val || (x->val_n == y->val_n && !memcmp(x->val, y->val, (size_t)x->val_n)));
-}
-
-static const struct kv *kv_find(const struct kv *v, int n, const struct kv *e)
-{
-	for (int j = 0; j < n; j++)
-		if (kv_same_key(e, &v[j]))
-			return &v[j];
-	return NULL;
-}
-
 kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const char *current,
 				   const char *wkeys, const char *defaults)
 {
-	struct kv *a = NULL, *b = NULL, *d = NULL;
-	int na = 0, nb = 0, nd = 0;
+	struct ckpt_rules r = { wkeys, NULL, 0 };
+	struct kiln_config_delta d;
+	int differs;
 	kiln_status st;
-	if ((st = parse_resolved(saved, &a, &na)) || (st = parse_resolved(current, &b, &nb)) ||
-	    (defaults && (st = parse_resolved(defaults, &d, &nd))))
-		goto out;
-	/* keys of the checkpoint in its order, then keys only the config has */
-	for (int pass = 0; pass < 2 && !st; pass++) {
-		const struct kv *x = pass ? b : a, *y = pass ? a : b;
-		int nx = pass ? nb : na, ny = pass ? na : nb;
-		for (int i = 0; i < nx; i++) {
-			const struct kv *e = &x[i];
-			if (!kv_wanted(e, wkeys))
-				continue;
-			const struct kv *o = kv_find(y, ny, e);
-			if (pass && o)
-				continue; /* compared in the first pass */
-			const struct kv *ck = pass ? o : e, *now = pass ? e : o;
-			if (kv_equal(ck, now))
-				continue;
-			/* a key newer than the checkpoint, at its default here */
-			if (!ck && kv_equal(now, kv_find(d, nd, now)))
-				continue;
-			char v1[300], v2[300], safe[600];
-			int k = 0;
-			for (size_t j = 0; j < KILN_ARRAY_LEN(safe_keys); j++)
-				k += snprintf(safe + k, sizeof safe - (size_t)k, "%s[%s] %s",
-					      j ? ", " : "", safe_keys[j].section, safe_keys[j].key);
-			if (wkeys)
-				st = kiln_error(KILN_ECONFIG,
-						"checkpoint %s holds another model: [%.*s] %.*s is %s in its config but %s here (the keys that shape the stored tensors must be equal; docs/checkpoints.md)",
-						path, e->sec_n, e->sec, e->key_n, e->key,
-						kv_val(ck, v2, sizeof v2), kv_val(now, v1, sizeof v1));
-			else
-				st = kiln_error(KILN_ECONFIG,
-						"cannot resume from %s with a changed config: [%.*s] %.*s is %s in the checkpoint but %s here. Restore it, or start a new run in another [run] out_dir; only these keys may change on resume: %s (docs/checkpoints.md)",
-						path, e->sec_n, e->sec, e->key_n, e->key,
-						kv_val(ck, v2, sizeof v2), kv_val(now, v1, sizeof v1), safe);
-			break;
-		}
+	if ((defaults && (st = kiln_kv_parse(defaults, &r.d, &r.nd))) ||
+	    (st = kiln_config_diff(saved, current, ckpt_wanted_rules, ckpt_default, &r, 0, &differs,
+				   &d))) {
+		free(r.d);
+		return st;
 	}
-out:
-	free(a);
-	free(b);
-	free(d);
-	return st;
+	free(r.d);
+	if (!differs)
+		return KILN_OK;
+	if (wkeys)
+		return kiln_error(KILN_ECONFIG,
+				  "checkpoint %s holds another model: [%s] %s is %s in its config but %s here (the keys that shape the stored tensors must be equal; docs/checkpoints.md)",
+				  path, d.section, d.key, d.a, d.b);
+	char safe[600];
+	int k = 0;
+	for (size_t j = 0; j < KILN_ARRAY_LEN(safe_keys); j++)
+		k += snprintf(safe + k, sizeof safe - (size_t)k, "%s[%s] %s", j ? ", " : "",
+			      safe_keys[j].section, safe_keys[j].key);
+	return kiln_error(KILN_ECONFIG,
+			  "cannot resume from %s with a changed config: [%s] %s is %s in the checkpoint but %s here. Restore it, or start a new run in another [run] out_dir; only these keys may change on resume: %s (docs/checkpoints.md)",
+			  path, d.section, d.key, d.a, d.b, safe);
 }
 
 /* ---- the checkpoint directory -------------------------------------------- */

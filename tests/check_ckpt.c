@@ -13,6 +13,7 @@
 #include <kiln/kiln.h>
 
 #include "checkpoint.h"
+#include "config_diff.h"
 
 #include <check.h>
 #include "check_main.h"
@@ -722,6 +723,70 @@ static void same_state(const char *a, const char *b)
 /* deterministic = 1: two whole runs (AdamW, accumulation, dropout, random
  * crops and flips, 2 loader workers, the asynchronous device) end with
  * byte-identical state; without a fixed thread count it is refused. */
+/* kiln_config_diff's rules alone (config_diff.c): the first difference in
+ * a's order, then b's; a key one side lacks read as its default on either
+ * side; `wanted` filters; the default shown or "absent" */
+static int diff_default(const char *sec, const char *key, void *u, const char **val, size_t *len)
+{
+	(void)u;
+	if (!strcmp(sec, "p") && !strcmp(key, "k")) {
+		*val = "1";
+		*len = 1;
+		return 1;
+	}
+	if (!strcmp(sec, "p") && !strcmp(key, "u")) {
+		*val = NULL;
+		*len = 0;
+		return 1;
+	}
+	return 0;
+}
+
+static int diff_wanted(const char *sec, const char *key, void *u)
+{
+	(void)u;
+	return strcmp(sec, "run") || strcmp(key, "threads");
+}
+
+START_TEST(test_config_diff)
+{
+	struct kiln_config_delta d;
+	int differs = -1;
+	const char *a = "[run]\nthreads = 1\nseed = 3\n\n[p]\nk = 1\n; u = (unset)\n";
+	/* p's keys at their defaults on a's side only; threads filtered */
+	ck_assert(kiln_config_diff(a, "[run]\nthreads = 2\nseed = 3\n", diff_wanted, diff_default,
+				   NULL, 1, &differs, &d) == 0);
+	ck_assert_int_eq(differs, 0);
+	/* unfiltered, threads is the first difference */
+	ck_assert(kiln_config_diff(a, "[run]\nthreads = 2\nseed = 3\n", NULL, diff_default, NULL, 1,
+				   &differs, &d) == 0);
+	ck_assert_int_eq(differs, 1);
+	ck_assert_str_eq(d.section, "run");
+	ck_assert_str_eq(d.key, "threads");
+	ck_assert_str_eq(d.a, "'1'");
+	ck_assert_str_eq(d.b, "'2'");
+	/* a key only b has, not at its default: its default shown for a */
+	ck_assert(kiln_config_diff("[run]\nseed = 3\n", "[run]\nseed = 3\n[p]\nk = 0\n", NULL,
+				   diff_default, NULL, 1, &differs, &d) == 0);
+	ck_assert_int_eq(differs, 1);
+	ck_assert_str_eq(d.key, "k");
+	ck_assert_str_eq(d.a, "'1' (not set: the default)");
+	ck_assert_str_eq(d.b, "'0'");
+	/* show_defaults 0: "absent"; a key with no known default differs */
+	ck_assert(kiln_config_diff("[run]\nseed = 3\n[q]\nz = 5\n", "[run]\nseed = 3\n", NULL,
+				   diff_default, NULL, 0, &differs, &d) == 0);
+	ck_assert_int_eq(differs, 1);
+	ck_assert_str_eq(d.section, "q");
+	ck_assert_str_eq(d.a, "'5'");
+	ck_assert_str_eq(d.b, "absent");
+	/* unset against a value */
+	ck_assert(kiln_config_diff("[p]\n; u = (unset)\n", "[p]\nu = 2\n", NULL, NULL, NULL, 0,
+				   &differs, &d) == 0);
+	ck_assert_int_eq(differs, 1);
+	ck_assert_str_eq(d.a, "unset");
+}
+END_TEST
+
 START_TEST(test_deterministic)
 {
 	char a[64], b[64], fa[200], fb[200];
@@ -1040,7 +1105,7 @@ static Suite *make_ckpt_suite(void)
 	Suite *s = suite_create("ckpt");
 	check_add_case(s, "format", 120, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_roundtrip, test_other_model, test_truncated, test_flipped,
-		test_not_checkpoints, test_config_check, test_counter_range, test_tracked_range,
+		test_not_checkpoints, test_config_check, test_config_diff, test_counter_range, test_tracked_range,
 		test_trainer_range, NULL });
 	check_add_case(s, "resume", 300, scratch_setup, scratch_teardown, (const TTest *[]){
 		test_resume_exact, test_keep_best, test_deterministic, test_stop_request,

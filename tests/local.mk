@@ -375,8 +375,8 @@ endif
 # multi-process: kiln launch, gloo, equivalence, resume on other world
 # sizes, a dead rank, a rendezvous timeout (needs kiln-gloo.so: skips
 # without it)
-TESTS += tests/dist.sh tests/dist_blame.sh
-EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_common.sh
+TESTS += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh
+EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh tests/dist_common.sh
 # [plugin.cpu] async = auto: off for one process, on for each rank
 TESTS += tests/cpu_async.sh
 EXTRA_DIST += tests/cpu_async.sh

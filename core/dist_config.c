@@ -1,0 +1,222 @@
+/* core/dist_config.c - every rank runs rank 0's config: checked once, at
+ * kiln_dist_open, through the store, before the communicator opens.
+ *
+ * Rank 0 posts its resolved config (kiln_config_write, every default
+ * filled in, with its kiln and plugin ABI versions) under kiln/config;
+ * every other rank compares its own with it key by key (config_diff.c) and
+ * posts its verdict under kiln/config_verdict/<rank>: empty, or the first
+ * difference.  Rank 0 reads the verdicts in rank order and posts the first
+ * difference (or nothing) under kiln/config_verdict; every rank returns
+ * that, so a difference fails every rank at once with the same message,
+ * naming the rank, the key and both values, instead of a hang until
+ * [dist] timeout (a collective that only some ranks start: another
+ * [pipeline] zero_copy, another model) or ranks that silently train
+ * different things (another lr, seed, data path).
+ *
+ * The keys that may differ between ranks (rank_local below) change where a
+ * rank writes, how fast it runs or what it waits for, never the numbers
+ * every rank must agree on: docs/distributed.md lists them.
+ */
+#include "config_diff.h"
+#include "dist_impl.h"
+#include "checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+	const char *section, *key;
+} rank_local[] = {
+	/* where it writes, what it loads, how many threads, profiling */
+	{ "run", "out_dir" },          { "run", "threads" },
+	{ "run", "plugin_path" },      { "run", "profile" },
+	{ "run", "profile_steps" },    { "run", "bind_stages" },
+	{ "run", "infer_block" },
+	/* the loader's threads and caches: results are identical for any */
+	{ "data*", "workers" },        { "data*", "prefetch" },
+	{ "data*", "cache" },          { "data*", "unzip_cache" },
+	/* how long it waits for a peer */
+	{ "dist", "timeout" },         { "dist", "heartbeat" },
+	/* the CPU device's speed settings and its own tune cache file */
+	{ "plugin.cpu", "tune_cache" }, { "plugin.cpu", "async" },
+	{ "plugin.cpu", "adaptive" },  { "plugin.cpu", "stage_spin_us" },
+	{ "plugin.cpu", "graph" },     { "plugin.cpu", "keep_weights" },
+	{ "plugin.cpu", "keep_widened" },
+	{ "plugin.cuda", "autotune_cache" }, { "plugin.cuda", "graph" },
+	/* this node's network and how a rank waits on it */
+	{ "plugin.gloo", "hostname" }, { "plugin.gloo", "iface" },
+	{ "plugin.gloo", "busy_poll" }, { "plugin.gloo", "p2p_spin_us" },
+	{ "plugin.mpi", "wait" },      { "plugin.mpi", "spin_us" },
+	{ "plugin.mpi", "sleep_us" },
+};
+
+int kiln_dist_rank_local_key(const char *section, const char *key)
+{
+	for (size_t i = 0; i < KILN_ARRAY_LEN(rank_local); i++) {
+		const char *s = rank_local[i].section;
+		int match = !strcmp(s, "data*") ? !strncmp(section, "data", 4) &&
+							  (!section[4] || section[4] == '.')
+						: !strcmp(s, section);
+		if (match && !strcmp(rank_local[i].key, key))
+			return 1;
+	}
+	return 0;
+}
+
+static int compared(const char *section, const char *key, void *u)
+{
+	(void)u;
+	return !kiln_dist_rank_local_key(section, key);
+}
+
+static int schema_default(const char *section, const char *key, void *u, const char **val,
+			  size_t *len)
+{
+	if (!kiln_config_key_default(u, section, key, val))
+		return 0;
+	*len = *val ? strlen(*val) : 0;
+	return 1;
+}
+
+/* This rank's config as the ranks compare it: the resolved text after a
+ * [kiln] section of the versions.  malloc'd; NULL with an error set. */
+static char *rank_text(const struct kiln_config *cfg, const struct kiln_registry *reg)
+{
+	char *conf = kiln_ckpt_config_text(cfg, reg), *text = NULL;
+	if (!conf)
+		return NULL;
+	size_t n = strlen(conf) + 128;
+	if ((text = malloc(n)))
+		snprintf(text, n, "[kiln]\nversion = %s\nplugin_abi = %d.%d\n\n%s", kiln_version(),
+			 KILN_ABI_MAJOR, KILN_ABI_MINOR, conf);
+	else
+		kiln_error(KILN_ENOMEM, "out of memory");
+	free(conf);
+	return text;
+}
+
+/* Rank r > 0: "" when its config is rank 0's but for the rank-local keys,
+ * else the difference as a message.  malloc'd; NULL with an error set. */
+static char *rank_verdict(struct kiln_dist *d, const struct kiln_config *cfg, const char *mine)
+{
+	void *theirs = NULL;
+	size_t len = 0;
+	struct kiln_config_delta delta;
+	int differs = 0;
+	char *out;
+	kiln_status st = kiln_store_get(d->store, "kiln/config", d->timeout_ms, &theirs, &len);
+	if (st)
+		return NULL;
+	char *t = realloc(theirs, len + 1);
+	if (!t) {
+		free(theirs);
+		kiln_error(KILN_ENOMEM, "out of memory");
+		return NULL;
+	}
+	t[len] = 0;
+	st = kiln_config_diff(t, mine, compared, schema_default, (void *)cfg, 1, &differs,
+			      &delta);
+	free(t);
+	if (st)
+		return NULL;
+	if (!differs)
+		return kiln_strdup("");
+	size_t n = 1024;
+	if ((out = malloc(n)))
+		snprintf(out, n,
+			 "rank %d's config differs from rank 0's: [%s] %s is %s on rank 0 but %s on rank %d (%s)",
+			 d->env.rank, delta.section, delta.key, delta.a, delta.b, d->env.rank,
+			 kiln_config_where(cfg, delta.section, delta.key));
+	else
+		kiln_error(KILN_ENOMEM, "out of memory");
+	return out;
+}
+
+/* Rank 0: every other rank's verdict, the first difference in rank order
+ * posted as the run's (empty: none); *first gets a copy (malloc'd). */
+static kiln_status collect_verdicts(struct kiln_dist *d, char **first)
+{
+	char key[64];
+	kiln_status st = KILN_OK;
+	*first = NULL;
+	for (int r = 1; r < d->env.world && !st; r++) {
+		void *v = NULL;
+		size_t len = 0;
+		snprintf(key, sizeof key, "kiln/config_verdict/%d", r);
+		if ((st = kiln_store_get(d->store, key, d->timeout_ms, &v, &len)))
+			break;
+		if (len && !*first && (*first = malloc(len + 1))) {
+			memcpy(*first, v, len);
+			(*first)[len] = 0;
+		}
+		free(v);
+	}
+	if (!st)
+		st = kiln_store_set(d->store, "kiln/config_verdict", *first ? *first : "",
+				    *first ? strlen(*first) : 0);
+	return st;
+}
+
+/* Rank 0, after a difference: wait (a few seconds at most) until every
+ * rank has read the verdict, since rank 0's store stops serving as its
+ * process exits. */
+static void seen_by_all(struct kiln_dist *d)
+{
+	int n = d->env.world - 1;
+	char (*names)[32] = calloc((size_t)n, sizeof *names);
+	const char **keys = calloc((size_t)n, sizeof *keys);
+	if (names && keys) {
+		for (int r = 1; r <= n; r++) {
+			snprintf(names[r - 1], sizeof names[r - 1], "kiln/config_seen/%d", r);
+			keys[r - 1] = names[r - 1];
+		}
+		/* a rank that never reads it has failed on its own */
+		kiln_store_wait(d->store, keys, n, d->timeout_ms < 5000 ? d->timeout_ms : 5000);
+	}
+	free(names);
+	free(keys);
+}
+
+kiln_status dist_config_agree(struct kiln_dist *d, const struct kiln_config *cfg,
+			      const struct kiln_registry *reg)
+{
+	char *mine = rank_text(cfg, reg), *verdict = NULL, key[64];
+	kiln_status st = KILN_OK;
+	if (!mine)
+		return kiln_error_wrap(KILN_ENOMEM, "rank %d: the config the ranks compare",
+				       d->env.rank);
+	if (d->env.rank == 0) {
+		if (!(st = kiln_store_set(d->store, "kiln/config", mine, strlen(mine))))
+			st = collect_verdicts(d, &verdict);
+		if (!st && verdict)
+			seen_by_all(d);
+	} else {
+		char *own = rank_verdict(d, cfg, mine);
+		void *v = NULL;
+		size_t len = 0;
+		snprintf(key, sizeof key, "kiln/config_verdict/%d", d->env.rank);
+		if (!own)
+			st = kiln_error_wrap(KILN_ECONFIG, "rank %d: comparing its config with rank 0's",
+					     d->env.rank);
+		else if (!(st = kiln_store_set(d->store, key, own, strlen(own))) &&
+			 !(st = kiln_store_get(d->store, "kiln/config_verdict", d->timeout_ms, &v,
+					       &len)) &&
+			 len && (verdict = malloc(len + 1))) {
+			memcpy(verdict, v, len);
+			verdict[len] = 0;
+		}
+		free(own);
+		free(v);
+		snprintf(key, sizeof key, "kiln/config_seen/%d", d->env.rank);
+		if (!st && verdict)
+			kiln_store_set(d->store, key, "1", 1);
+	}
+	free(mine);
+	if (!st && verdict)
+		st = kiln_error(KILN_ECONFIG,
+				"%s. Every rank must run the same config and kiln, but for the keys that may differ between ranks (docs/distributed.md, \"The same config on every rank\")",
+				verdict);
+	free(verdict);
+	return st;
+}
