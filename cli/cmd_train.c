@@ -1,7 +1,7 @@
 /* cli/cmd_train.c - `kiln train FILE [--resume] [overrides]`: train, print a
  * progress bar on a terminal (plain lines otherwise) and a final JSON line
- * of metrics on stdout.  SIGTERM and SIGUSR1 stop the run after its current
- * step with a checkpoint (exit 0); a repeat within 5 s is ignored (the same
+ * of metrics on stdout.  SIGTERM, SIGUSR1 and SIGINT (Ctrl-C) stop the run
+ * after its current step with a checkpoint (exit 0); a repeat within 5 s is ignored (the same
  * stop delivered twice), a later one ends it at once. */
 #include "build-config.h"
 #include "cli.h"
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* One graceful stop per process.  The first SIGTERM/SIGUSR1 asks for a
+/* One graceful stop per process.  The first SIGTERM/SIGUSR1/SIGINT asks for a
  * stop (checkpoint, exit 0); a repeat within KILN_STOP_GRACE_S seconds is
  * the same stop delivered twice (Slurm, systemd and `timeout` signal both
  * `kiln launch` and its ranks, and the launcher forwards its copy) and is
@@ -32,7 +32,7 @@
  * arguments" from the next oneDNN call, about 1 SIGTERM in 20 under load. */
 #define KILN_STOP_GRACE_S 5
 static volatile sig_atomic_t stop_at_s; /* CLOCK_MONOTONIC s of the first, 0: none */
-static sigset_t stop_sigs; /* SIGTERM, SIGUSR1 */
+static sigset_t stop_sigs; /* SIGTERM, SIGUSR1, SIGINT (unless ignored) */
 
 static void on_stop_signal(int sig)
 {
@@ -89,16 +89,23 @@ static void on_fatal(const char *msg)
 	_exit(1);
 }
 
-/* SIGTERM and SIGUSR1: on_stop_signal (one stop, repeats within the
- * grace period ignored, a later one kills) on a thread of their own.  Call
- * before anything starts a thread (plugins, OpenMP, loaders): the threads
- * inherit the blocked mask.  Without that thread, a plain handler. */
+/* SIGTERM, SIGUSR1 and SIGINT (Ctrl-C, and what `kiln launch` passes on
+ * from its own; not where the process started with it ignored, as a
+ * background job of a shell does): on_stop_signal (one stop, repeats
+ * within the grace period ignored, a later one kills) on a thread of their
+ * own.  Call before anything starts a thread (plugins, OpenMP, loaders):
+ * the threads inherit the blocked mask.  Without that thread, a plain
+ * handler. */
 static void install_stop_handlers(void)
 {
 	pthread_t th;
+	struct sigaction old;
+	const int intr = !sigaction(SIGINT, NULL, &old) && old.sa_handler != SIG_IGN;
 	sigemptyset(&stop_sigs);
 	sigaddset(&stop_sigs, SIGTERM);
 	sigaddset(&stop_sigs, SIGUSR1);
+	if (intr)
+		sigaddset(&stop_sigs, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 	if (!pthread_create(&th, NULL, stop_thread, NULL)) {
 		pthread_detach(th);
@@ -110,6 +117,8 @@ static void install_stop_handlers(void)
 		sa.sa_flags = SA_RESTART;
 		sigaction(SIGTERM, &sa, NULL);
 		sigaction(SIGUSR1, &sa, NULL);
+		if (intr)
+			sigaction(SIGINT, &sa, NULL);
 		pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
 	}
 	kiln_set_fatal_handler(on_fatal);
@@ -197,7 +206,8 @@ const char cmd_train_about[] =
 	"A fresh run refuses an out_dir that holds an earlier run (its metrics, logs or\n"
 	"checkpoints) and changes nothing; --overwrite (train.overwrite=1) deletes\n"
 	"that run's files first (other files stay).\n"
-	"SIGTERM or SIGUSR1 finishes the current step, writes a checkpoint and exits 0;\n"
+	"SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) finishes the current step, writes a\n"
+	"checkpoint and exits 0;\n"
 	"a repeat within 5 s is ignored, a later one ends the process at once.\n\n"
 	"--profile (= run.profile=1): time every device op, print a table of self time\n"
 	"per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"

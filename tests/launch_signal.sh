@@ -13,7 +13,10 @@
 #     the same;
 #  3. `timeout --preserve-status 10 kiln launch ...`: the same, exit 0;
 #  4. the rank's rule itself (one process): a second SIGTERM while it stops
-#     is ignored: exit 0 with its checkpoint.
+#     is ignored: exit 0 with its checkpoint;
+#  5. SIGINT (Ctrl-C) to the launcher, which passes it on: the ranks stop as
+#     for SIGTERM (before session 28 they died by it, no checkpoint, and
+#     launch exited 1).
 name=launch_signal
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -113,4 +116,12 @@ wait "$pid"
 rc=$?
 [ $rc = 0 ] || bad "one process, SIGTERM twice at once: exit $rc, expected 0"
 grep -q 'checkpoint written to' "$tmp/one.log" || bad "one process: no stop checkpoint"
+
+# ---- 5. SIGINT to the launcher (Ctrl-C) ---------------------------------
+"$kiln" launch -n 2 -- "$kiln" train "$tmp/mlp.ini" run.out_dir="$tmp/int" $long \
+	> "$tmp/int.log" 2>&1 &
+lpid=$!
+started int "$lpid" && kill -INT "$lpid"
+wait "$lpid"
+stopped int $?
 exit $fail
