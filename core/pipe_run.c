@@ -112,6 +112,15 @@ struct kiln_pipe {
 				      * cannot add in its ops (NULL: they add) */
 	float **tie;                 /* K: each plan's gradients of tied weights' other users */
 	void **xadd;                 /* per crossing tensor: the gradient return's add */
+	/* stages on ranks, per crossing tensor that is the data (a stage
+	 * whose output is its input, or a view of it: a flatten): the
+	 * micro-batch's slice copied here on the stage's stream before it is
+	 * sent, since the batch's buffer alternates between steps and the
+	 * transport may read the source it was given after the training
+	 * thread has enqueued the next step's (pipe_rank.c's send_try reads
+	 * its slot's buffer when it runs); NULL until first used */
+	void **xdata;
+	int n_xdata;
 	struct kiln_stage_transport tr;
 	struct local_tr local;
 	/* stages on ranks (pipe_rank.c): this rank's stage, -1 for all */
@@ -628,6 +637,28 @@ static kiln_status tie_grads(struct kiln_pipe *pp, int s, int j, int after)
 
 /* Forward of stage s for micro-batch j on plan p: receive what it reads
  * from earlier stages, run its layers, send what later stages read. */
+/* Stages on ranks: crossing tensor e, which is the data (its source the
+ * batch's buffer, which alternates between steps), copied on stage s's
+ * stream into a buffer of its own (pp->xdata[e]), *src pointed there: what
+ * the transport sends from whenever it runs (tests/pipeline_dist.sh, a
+ * stage 0 of a flatten alone). */
+static kiln_status data_stable(struct kiln_pipe *pp, int e, const void **src, size_t bytes, int s)
+{
+	kiln_status st;
+	if (!pp->xdata) {
+		if (!(pp->xdata = calloc((size_t)pp->plan[0]->n_xfer, sizeof *pp->xdata)))
+			return kiln_error(KILN_ENOMEM, "out of memory");
+		pp->n_xdata = pp->plan[0]->n_xfer;
+	}
+	if (!pp->xdata[e] && (st = kiln_device_alloc(sdev(pp, s), bytes ? bytes : 1, &pp->xdata[e])))
+		return kiln_error_wrap(st, "pipeline: stage %d: the buffer its data is sent from", s);
+	if ((st = kiln_device_copy_async(sdev(pp, s), pp->xdata[e], *src, bytes, KILN_COPY_D2D,
+					 pp->sst[s])))
+		return st;
+	*src = pp->xdata[e];
+	return KILN_OK;
+}
+
 static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
 				 const void *x, const void *y, void *metrics)
 {
@@ -654,9 +685,10 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 		return st;
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
-		if (xf->from == s &&
-		    (st = xsend(pp, s, xf->to, tag_of(j, e, 0), kiln_plan_store_ptr(p, xf->src, x),
-				xf->bytes, ss)))
+		const void *src = kiln_plan_store_ptr(p, xf->src, x);
+		if (xf->from == s && xf->src < 0 && pp->rk && (st = data_stable(pp, e, &src, xf->bytes, s)))
+			return st;
+		if (xf->from == s && (st = xsend(pp, s, xf->to, tag_of(j, e, 0), src, xf->bytes, ss)))
 			return st;
 	}
 	return KILN_OK;
@@ -998,6 +1030,9 @@ void kiln_pipe_free(struct kiln_pipe *pp)
 	kiln_device_free(pp->dev, pp->steps_d);
 	free(pp->local.msg);
 	free(pp->xadd);
+	for (int e = 0; e < pp->n_xdata; e++)
+		kiln_device_free(sdev(pp, pp->mine < 0 ? 0 : pp->mine), pp->xdata[e]);
+	free(pp->xdata);
 	free(pp->plan);
 	free(pp->busy);
 	free(pp->slot);

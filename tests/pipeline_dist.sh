@@ -169,6 +169,14 @@ run g2f 2 32 dist.pipeline=2 "$two" layer.fc1.trainable=0
 grep -q "in memory the stages' ranks share" "$tmp/g2f.log" &&
 	bad "g2f: a frozen stage 0's activations are shared"
 near onef g2f "2 stages on 2 ranks, stage 0 frozen (gloo)"
+# stage 0 a flatten alone (session 28): the crossing tensor is the data
+# itself, whose buffer alternates between steps, and stage 0 has no
+# backward, so its rank runs steps ahead; the sends read the buffer they
+# were given when they run, which the next step's enqueue had replaced
+# (the run trained on other steps' inputs, loss 2.26 for 2.15); the data
+# is copied into a buffer of its own first, and the run equals one process
+run g2d 2 32 dist.pipeline=2 "model.stages=flat|fc1,loss"
+near one g2d "2 stages on 2 ranks, stage 0 a flatten alone: the data crosses (gloo)"
 # [model] stages = auto (session 18): P from [dist] pipeline, each rank
 # cuts the same (flat, r1 | fc2, loss: fc1 has most of the FLOPs, its
 # ReLU fused into it), and the
