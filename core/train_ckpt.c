@@ -36,6 +36,26 @@ static kiln_status epoch_sums(struct trainer *t, struct kiln_ckpt_epoch *out)
 	return KILN_OK;
 }
 
+/* A resume's epoch sums in this run's units.  The checkpoint holds them
+ * per rank (the ranks' sums averaged, the samples one rank trained) of the
+ * run that wrote it; another world size trains another share a rank: the
+ * sums scaled to this run's share of the epoch's samples so far (tr's
+ * offset over the ranks), else the new ranks' sums would be added to
+ * another share's (the epoch's loss off after a resume from 1 rank on 2). */
+static void epoch_sums_rescale(struct trainer *t, const struct kiln_ckpt_trainer *tr)
+{
+	struct kiln_ckpt_epoch *e = &t->ep0_sums;
+	const int64_t share = tr->offset / (t->world > 0 ? t->world : 1);
+	if (e->samples <= 0 || share == e->samples)
+		return;
+	const double f = (double)share / (double)e->samples;
+	kiln_log(KILN_LOG_INFO, "train", "resume: the epoch's sums so far cover %lld samples a rank where the checkpoint's run trained %lld (%lld ranks now, the checkpoint's %lld): scaled by %g",
+		 (long long)share, (long long)e->samples, (long long)t->world, (long long)tr->world, f);
+	e->loss *= f;
+	e->correct *= f;
+	e->samples = share;
+}
+
 /* Every rank: write the state to dir/ckpt-<step>.kiln (meta's step), the
  * one path of the periodic, final and keep_best checkpoints.  Stages on
  * ranks: each stage's slice streamed to rank 0, which writes, nothing
@@ -274,6 +294,7 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 		kiln_log(KILN_LOG_INFO, "train", "resume: %s holds no epoch sums (an older kiln wrote it): epoch %lld's train loss and accuracy will average the steps after the resume only",
 			 path, (long long)tr.epoch + 1);
 	}
+	epoch_sums_rescale(t, &tr);
 	*found = 1;
 	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);

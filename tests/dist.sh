@@ -26,8 +26,9 @@
 #     metrics.jsonl have exposed_ms >= allreduce_ms > 0 (every bucket runs
 #     after backward, so the optimizer waits for all of it);
 #  2. a checkpoint written by 2 ranks at step 20 resumes on 1 and on 4
-#     ranks and ends equal to the uninterrupted run (1e-5), and only rank 0
-#     writes checkpoints;
+#     ranks and ends equal to the uninterrupted run (1e-5), its epoch 1's
+#     train loss and accuracy too (4 digits), and only rank 0 writes
+#     checkpoints;
 #  2b. on resume only rank 0 opens the checkpoint: with rank 1 given its
 #     own out_dir (holding only a corrupt decoy it must not open) 2 ranks
 #     resume at step 20 and end equal to the uninterrupted run (1e-5),
@@ -172,6 +173,16 @@ run res4 4 16 train.resume=1
 grep -q "written by 2 rank(s), this run has 1" "$tmp/res1.log" || bad "resume on 1 rank not logged"
 close "$(ck one 64)" "$(ck res1 64)" "2-rank checkpoint resumed on 1 rank"
 close "$(ck one 64)" "$(ck res4 64)" "2-rank checkpoint resumed on 4 ranks"
+# the resumed epoch's train loss and accuracy cover the whole epoch, the
+# checkpoint's share of it rescaled to this run's ranks (before session 28
+# the 2 ranks' per-rank sums were added to 1 rank's: epoch 1's loss off by
+# a third of the steps before the resume, 4 ranks' likewise)
+ep1() { grep -o 'epoch 1/2: train loss [0-9.]* acc [0-9.]*' "$tmp/$1.log" | tail -1; }
+e=$(ep1 one)
+[ -n "$e" ] || bad "no epoch 1 line in one.log"
+for r in res1 res4; do
+	[ "$(ep1 $r)" = "$e" ] || bad "$r: epoch 1 '$(ep1 $r)', uninterrupted '$e'"
+done
 
 # ---- 2b. rank 0 reads the checkpoint, the others get it broadcast -------
 # rank 1's out_dir is another, holding only a corrupt decoy checkpoint: it
