@@ -130,9 +130,13 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 	}
 	if ((st = kiln_store_open(env.master_addr, env.master_port, env.rank == 0, env.rank,
 				  env.world, d->timeout_ms, &d->store)) ||
-	    (st = kiln_heartbeat_post_host(d->store, env.rank)) ||
-	    (st = kiln_store_rendezvous(d->store, env.rank, env.world, d->timeout_ms)) ||
-	    (st = dist_config_agree(d, cfg, reg)))
+	    (st = kiln_heartbeat_post_host(d->store, env.rank)))
+		goto fail;
+	if ((st = kiln_store_rendezvous(d->store, env.rank, env.world, d->timeout_ms))) {
+		d->failed = 1; /* rank 0 waits for no rank to leave: some never came */
+		goto fail;
+	}
+	if ((st = dist_config_agree(d, cfg, reg)))
 		goto fail;
 	if ((st = d->ops->open(kiln_host_table(), cfg, d->store, dev, env.rank, env.world,
 			       d->timeout_ms, &d->ctx))) {

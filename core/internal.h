@@ -30,6 +30,10 @@ kiln_status kiln_config_ext_schema(const struct kiln_config *cfg,
 
 char *kiln_strdup(const char *s);
 
+/* 1 while a stop is requested (kiln_train_request_stop) and not yet taken
+ * by the trainer: what a wait before training (the rendezvous) checks. */
+int kiln_stop_pending(void);
+
 /* The ABI minor the device's plugin was built against (core/device.c): what
  * the planner may ask of its ops. */
 unsigned kiln_device_abi_minor(const struct kiln_device *dev);

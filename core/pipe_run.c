@@ -177,9 +177,23 @@ static kiln_status pipe_supported(const struct kiln_model *m, int world)
 	const struct kiln_config *cfg = m->cfg;
 	int64_t on_ranks = 1;
 	kiln_config_get_int(cfg, "dist", "pipeline", &on_ranks);
-	if (world > 1 && on_ranks <= 1)
-		return kiln_error(KILN_ENOTSUP, "%s: a pipeline across ranks or combined with data parallelism is not supported yet (docs/pipeline.md): run one process",
-				  kiln_config_where(cfg, "pipeline", "micro_batches"));
+	if (world > 1 && on_ranks <= 1) {
+		const int cut = m->n_stages > 1;
+		/* where the cut comes from: [model] stages, else the first
+		 * layer's stage key */
+		const char *ms = kiln_config_get(cfg, "model", "stages");
+		const char *where = ms && *ms ? NULL : "";
+		for (int i = 0; where && !*where && i < m->n_layers; i++)
+			if (kiln_config_get(cfg, m->layers[i].section, "stage"))
+				where = kiln_config_where(cfg, m->layers[i].section, "stage");
+		if (!where || !*where)
+			where = kiln_config_where(cfg, "model", "stages");
+		return kiln_error(KILN_ENOTSUP, "%s: %s, and %d ranks with [dist] pipeline = %lld: set [dist] pipeline = %d to run the stages on ranks (P x D = %d ranks: %s; docs/pipeline.md), or run one process; every stage on each data-parallel rank is not supported",
+				  cut ? where : kiln_config_where(cfg, "pipeline", "micro_batches"),
+				  cut ? "the model is cut into stages" : "[pipeline] micro_batches > 1",
+				  world, (long long)on_ranks, cut ? m->n_stages : 2, world,
+				  cut ? "P the stages" : "P >= 2 stages");
+	}
 	return KILN_OK;
 }
 

@@ -186,7 +186,7 @@ static int connect_to(const char *host, int port, int64_t deadline, char *why, s
 			}
 			freeaddrinfo(ai);
 		}
-		if (now_ms() >= deadline)
+		if (now_ms() >= deadline || kiln_stop_pending())
 			return -1;
 		usleep(50000); /* rank 0 may not be listening yet */
 	}
@@ -233,6 +233,12 @@ kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, i
 	}
 	const int64_t deadline = now_ms() + timeout_ms;
 	s->fd = connect_to(s->host, s->port, deadline, why, sizeof why);
+	if (s->fd < 0 && kiln_stop_pending()) {
+		st = kiln_error(KILN_EIO, "rank %d of %d: a stop was requested (a signal) while connecting to the rendezvous store at %s:%d (%s)",
+				rank, world, host, port, why);
+		kiln_store_close(s);
+		return st;
+	}
 	if (s->fd < 0) {
 		st = kiln_error(KILN_ETIMEOUT, "rank %d of %d: cannot reach the rendezvous store at %s:%d within %.1f s (%s): is rank 0 running, and are the master address and port right?",
 				rank, world, host, port, timeout_ms / 1000.0, why);
@@ -243,6 +249,9 @@ kiln_status kiln_store_open(const char *host, int port, int host_it, int rank, i
 	int64_t r = rank;
 	if ((st = authenticate(s, deadline, timeout_ms)) ||
 	    (st = request(s, STORE_OP_HELLO, "", &r, 8, timeout_ms, &status, NULL, NULL))) {
+		/* no goodbye: its own failure (after a silent peer's, another
+		 * timeout) would replace this one's message */
+		s->broken = 1;
 		kiln_store_close(s);
 		return st;
 	}
@@ -330,6 +339,31 @@ kiln_status kiln_store_wait(struct kiln_store *s, const char *const *keys, int n
 	return KILN_OK;
 }
 
+/* Wait for every rank to join: polled in short slices (a get that timed
+ * out would break the connection), so that a stop requested meanwhile
+ * (SIGTERM, SIGINT: `kiln launch` stopping the ranks after one failed at
+ * start-up) ends the wait at once instead of after [dist] timeout.
+ * KILN_OK, KILN_ETIMEOUT, or the stop's KILN_EIO. */
+static kiln_status rendezvous_wait(struct kiln_store *s, int timeout_ms)
+{
+	static const char *const key[] = { "kiln/all_joined" };
+	const int64_t end = now_ms() + timeout_ms;
+	for (;;) {
+		int which;
+		void *v = NULL;
+		int64_t left = end - now_ms();
+		int slice = left < 200 ? (int)(left > 0 ? left : 0) : 200;
+		kiln_status st = kiln_store_poll(s, key, 1, slice, &which, &v);
+		free(v);
+		if (st != KILN_ETIMEOUT)
+			return st;
+		if (kiln_stop_pending())
+			return kiln_error(KILN_EIO, "a stop was requested (a signal) while waiting at the rendezvous");
+		if (now_ms() >= end)
+			return KILN_ETIMEOUT;
+	}
+}
+
 kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int timeout_ms)
 {
 	char key[64];
@@ -341,13 +375,11 @@ kiln_status kiln_store_rendezvous(struct kiln_store *s, int rank, int world, int
 	if (n == world && (st = kiln_store_set(s, "kiln/all_joined", "1", 1)))
 		return st;
 	void *v;
-	st = kiln_store_get(s, "kiln/all_joined", timeout_ms, &v, NULL);
-	if (!st) {
-		free(v);
+	st = rendezvous_wait(s, timeout_ms);
+	if (st && st != KILN_ETIMEOUT)
+		return kiln_error_wrap(st, "rank %d of %d", rank, world);
+	if (!st)
 		return KILN_OK;
-	}
-	if (st != KILN_ETIMEOUT)
-		return st;
 	/* which ranks never came?  (a fresh connection: this one timed out) */
 	struct kiln_store *q = NULL;
 	char missing[512] = "";

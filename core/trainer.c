@@ -20,6 +20,11 @@ int trainer_take_stop(void)
 	return atomic_exchange(&stop_flag, 0);
 }
 
+int kiln_stop_pending(void)
+{
+	return atomic_load(&stop_flag);
+}
+
 kiln_grad_hook_fn trainer_grad_fn;
 void *trainer_grad_user;
 

@@ -16,7 +16,11 @@
 #     is ignored: exit 0 with its checkpoint;
 #  5. SIGINT (Ctrl-C) to the launcher, which passes it on: the ranks stop as
 #     for SIGTERM (before session 28 they died by it, no checkpoint, and
-#     launch exited 1).
+#     launch exited 1);
+#  6. a rank waiting before training (rank 1 for a store no rank 0 serves;
+#     rank 0 for a rank 1 that never comes) stops on SIGTERM within a
+#     second or so, naming the wait, not after [dist] timeout (60 s here:
+#     before session 28 the stop was only taken after a step).
 name=launch_signal
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -124,4 +128,24 @@ lpid=$!
 started int "$lpid" && kill -INT "$lpid"
 wait "$lpid"
 stopped int $?
+
+# ---- 6. a stop before training: waiting at the rendezvous ---------------
+for r in 1 0; do
+	port=$(free_port 6$r)
+	KILN_RANK=$r KILN_WORLD_SIZE=2 KILN_MASTER_ADDR=127.0.0.1 KILN_MASTER_PORT=$port \
+		KILN_STORE_TOKEN=kiln-test-token-0123456789abcdef timeout 120 "$kiln" train \
+		"$tmp/mlp.ini" run.out_dir="$tmp/wait$r" dist.timeout=60 > "$tmp/wait$r.log" 2>&1 &
+	pid=$!
+	sleep 2
+	t0=$(date +%s%N)
+	kill -TERM "$pid"
+	wait "$pid"
+	rc=$?
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	echo "rank $r waiting at the rendezvous: SIGTERM, exit $rc in $ms ms"
+	[ "$rc" != 0 ] && [ "$rc" != 124 ] || bad "wait$r: exit $rc"
+	[ "$ms" -lt 20000 ] || bad "wait$r: $ms ms after SIGTERM (the timeout is 60 s)"
+	grep -q "rank $r of 2: a stop was requested (a signal) while" "$tmp/wait$r.log" ||
+		{ bad "wait$r: the error does not name the wait"; tail -3 "$tmp/wait$r.log"; }
+done
 exit $fail

@@ -12,7 +12,10 @@
 #    and store calls then failed after a hard-coded 60 s);
 #  - a hog client's eight 64 MiB sets are all refused and 7 MiB sets stop
 #    at the 32 MiB limit: rank 0's resident memory grows by less than
-#    80 MB over the run (it grew by ~520 MB).
+#    80 MB over the run (it grew by ~520 MB);
+#  - a rank whose master port is something that accepts and never greets
+#    fails after [dist] timeout naming the missing greeting (before session
+#    28 the goodbye's own 1 s timeout replaced it: "no answer for ''").
 name=store_abuse
 needs=gloo
 . "$(dirname "$0")/dist_common.sh"
@@ -74,4 +77,19 @@ n=$(sed -n 's/^filled //p' "$tmp/hog.out")
 grow=$(( (max - rss0) / 1024 ))
 echo "rank 0: ${rss0} kB resident when training began, at most ${max} kB (+${grow} MB); launch exited $rc"
 [ "$grow" -lt 80 ] || bad "rank 0 grew by $grow MB under the hog client"
+
+# ---- a listener that is not a store --------------------------------------
+port=$(free_port 9)
+$py -c "import socket, sys, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(5); time.sleep(30)" "$port" &
+qpid=$!
+sleep 0.5
+KILN_RANK=1 KILN_WORLD_SIZE=2 KILN_MASTER_ADDR=127.0.0.1 KILN_MASTER_PORT=$port \
+	KILN_STORE_TOKEN=kiln-test-token-0123456789abcdef timeout 60 "$kiln" train "$tmp/mlp.ini" \
+	run.out_dir="$tmp/mute" dist.timeout=3 > "$tmp/mute.log" 2>&1
+rc=$?
+kill "$qpid" 2>/dev/null
+wait "$qpid" 2>/dev/null
+[ $rc != 0 ] && [ $rc != 124 ] || bad "a silent listener as the store: exit $rc"
+grep -q "no answer for '(greeting)'" "$tmp/mute.log" ||
+	{ bad "a silent listener as the store: the error does not name the greeting"; tail -3 "$tmp/mute.log"; }
 exit $fail
