@@ -551,9 +551,9 @@ tests_infer_reload_SOURCES = tests/infer_reload.c
 tests_infer_reload_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/core
 tests_infer_reload_LDADD = libkiln.la
 if BUILD_LOADERS
-TESTS += tests/predict.sh tests/embed.sh
+TESTS += tests/predict.sh tests/embed.sh tests/png16.sh
 endif
-EXTRA_DIST += tests/predict.sh tests/embed.sh
+EXTRA_DIST += tests/predict.sh tests/embed.sh tests/png16.sh
 # the CPU's kept convolution weights: reordered once per inference call,
 # the same logits, training's evaluations unchanged ([plugin.cpu] keep_weights)
 if BUILD_LOADERS

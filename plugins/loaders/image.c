@@ -117,6 +117,11 @@ static kiln_status decode_png(const struct kiln_host *host, const uint8_t *buf, 
 	}
 	int gray = !(pi.format & PNG_FORMAT_FLAG_COLOR) && !(pi.format & PNG_FORMAT_FLAG_COLORMAP);
 	pi.format = gray ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+	/* 16-bit samples are sRGB-encoded, as every 8-bit one is: reduced to 8
+	 * bits by scaling (v * 255 / 65535, rounded), not through the linear
+	 * light the simplified API assumes 16-bit data is in (which mapped
+	 * 3 * 257 to 33 and 89 * 257 to 158) */
+	pi.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;
 	int c = gray ? 1 : 3;
 	if ((st = img_reserve(host, img, (size_t)pi.width * pi.height * c))) {
 		png_image_free(&pi);

@@ -1,0 +1,44 @@
+#!/bin/sh
+# tests/png16.sh - 16-bit PNGs are reduced to 8 bits by scaling (v * 255 /
+# 65535, rounded), as docs/data.md says: a 16-bit gray PNG of an 8-bit
+# one's samples times 257 (no gAMA or sRGB chunk, as PIL writes them)
+# predicts the 8-bit one's logits bit for bit, and a 16-bit image's
+# samples 257 v + 128 (within half a step of v) too.  Before session 28
+# libpng's simplified API read 16-bit samples as linear light and mapped
+# them through the sRGB curve (3 * 257 -> 33, 89 * 257 -> 158), so the
+# logits differed by up to 1.5.  A 16-bit file with a gAMA chunk is read
+# by its gamma, as before.  Only python3's standard library.
+name=png16
+. "$(dirname "$0")/lib.sh"
+py=/usr/bin/python3
+[ -x "$py" ] || { echo "SKIP: no $py"; exit 77; }
+need_source idx
+data="$srcdir/tests/data"
+ini="$data/tr_cnn.ini"
+mkdir -p "$tmp/p8" "$tmp/p16" "$tmp/p16r"
+"$py" - "$tmp" <<'PY' || fail "writing the PNGs"
+import struct, sys, zlib
+d = sys.argv[1]
+def png(path, rows, bits):
+    def chunk(t, b):
+        return struct.pack(">I", len(b)) + t + b + struct.pack(">I", zlib.crc32(t + b) & 0xffffffff)
+    w, h = len(rows[0]), len(rows)
+    raw = b"".join(b"\0" + b"".join(struct.pack(">H" if bits == 16 else "B", v) for v in r) for r in rows)
+    ihdr = struct.pack(">IIBBBBB", w, h, bits, 0, 0, 0, 0)
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) +
+                           chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for k in range(4):
+    rows = [[(k * 61 + y * 29 + x * 7) % 256 for x in range(8)] for y in range(8)]
+    png("%s/p8/%d.png" % (d, k), rows, 8)
+    png("%s/p16/%d.png" % (d, k), [[v * 257 for v in r] for r in rows], 16)
+    png("%s/p16r/%d.png" % (d, k), [[v * 257 + (128 if v < 255 else 0) for v in r] for r in rows], 16)
+PY
+common="data.path=$data model.init_from=$data/tr_cnn_init.safetensors run.out_dir="
+for s in p8 p16 p16r; do
+	kiln 0 predict "$ini" $common "$tmp/$s" --logits "$tmp/$s.npy"
+done
+cmp -s "$tmp/p8.npy" "$tmp/p16.npy" || fail "16-bit samples v * 257 predict other logits than the 8-bit v"
+cmp -s "$tmp/p8.npy" "$tmp/p16r.npy" || fail "16-bit samples 257 v + 128 predict other logits than the 8-bit v"
+echo "ok: 16-bit PNGs give the 8-bit samples' logits"
+echo "PASS ($checks kiln runs)"
+exit 0
