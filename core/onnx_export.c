@@ -243,11 +243,14 @@ const char *onnx_const_i8(struct onnx_graph *g, const char *name, int is_unsigne
 
 /* ---- the seams of a quantized export ----------------------------------------- */
 
-/* The value nodes read for model parameter p: its fp32 initializer.  (An
- * INT8 layer's weight goes through onnx_layers.c's qdq_weight instead.) */
+/* The value nodes read for model parameter p: its fp32 initializer, or an
+ * INT8 layer's weight dequantized (onnx_layers.c's qdq_weight). */
 static const char *onnx_weight_value(struct onnx_graph *g, int p)
 {
 	const struct model_param *mp = &g->m->params[p];
+	const char *dq = onnx_int8_weight(g, p);
+	if (dq)
+		return dq;
 	if (!g->emitted[p]) {
 		g->emitted[p] = 1;
 		initializer(g, mp->name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, mp->desc.ndim,
