@@ -50,22 +50,6 @@ struct kiln_infer {
 	struct kiln_xform_scratch xs;
 };
 
-/* A safetensors file is loaded as [model] init_from, with no out_dir so
- * that no checkpoint there takes its place. */
-static kiln_status weights_config(struct kiln_config *cfg, const char *weights)
-{
-	char arg[4200];
-	kiln_status st;
-	if (!weights || kiln_ckpt_is_checkpoint(weights))
-		return KILN_OK;
-	if (snprintf(arg, sizeof arg, "model.init_from=%s", weights) >= (int)sizeof arg)
-		return kiln_error(KILN_EUSAGE, "%s: path too long", weights);
-	if ((st = kiln_config_override(cfg, arg)) ||
-	    (st = kiln_config_override(cfg, "run.out_dir=")))
-		return st;
-	return KILN_OK;
-}
-
 kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry *reg,
 			    const char *weights, const struct kiln_infer_opts *opts,
 			    struct kiln_infer **out)
@@ -101,9 +85,8 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	/* a quantized model: the config's model's shape, its weights the file's;
 	 * with no checkpoint, init_from or the seeded initial weights, with a
 	 * warning, as `kiln export` takes them (docs/inference.md) */
-	if (st || (st = weights_config(cfg, weights)) ||
-	    (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, "predicting with",
-				    m->quantized ? -1 : 0, &m->t)) ||
+	if (st || (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, is_ckpt ? NULL : weights,
+				    "predicting with", m->quantized ? -1 : 0, &m->t)) ||
 	    (st = kiln_infer_prepare(m))) {
 		kiln_infer_free(m);
 		return st;

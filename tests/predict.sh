@@ -12,7 +12,9 @@
 #     probabilities' logits; csv has a row per image;
 #  2. the idx config (its images have one size: predict checks each PNG
 #     against it) predicts the same; so do the exported safetensors
-#     weights and batch 7 (batch 1: same argmax, probabilities within 2e-6);
+#     weights and batch 7 (batch 1: same argmax, probabilities within 2e-6),
+#     the safetensors named as the weights (no initial-weights warning; a
+#     bad one's message names the file, not init_from);
 #  3. corrupt, truncated, empty, wrong-size, wrong-channel-count and
 #     non-image files, a FIFO, a device and a file larger than any image
 #     fail with exit 3 and a message naming the file (none blocks); a
@@ -118,6 +120,9 @@ cmp -s "$out" "$tmp/pred.jsonl" || fail "the idx config predicts otherwise than 
 kiln 0 export "$ini" --checkpoint "$ck" --safetensors "$tmp/w.safetensors" "data.path=$data"
 kiln 0 predict "$ini" --checkpoint "$tmp/w.safetensors" "$pngs" --top-k 5 "data.path=$data" --batch 7
 cmp -s "$out" "$tmp/pred.jsonl" || fail "the exported safetensors predict otherwise"
+# named as the weights, not as initial weights (a false warning before)
+stderr_has "predicting with the weights of $tmp/w.safetensors"
+! grep -q "initial weights" "$err" || fail "a safetensors --checkpoint: a warning of initial weights"
 # batch 1: oneDNN computes a one-row product with another kernel (other
 # rounding), so the same classes, probabilities within 2e-6
 kiln 0 predict "$ini" --checkpoint "$tmp/w.safetensors" "$pngs" --top-k 5 "data.path=$data" --batch 1
@@ -207,6 +212,10 @@ kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --top-k 0 "data.path=$data"
 kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --format xml "data.path=$data"
 stderr_has "--format 'xml': choose jsonl or csv"
 kiln 3 predict "$ini" --checkpoint "$tmp/bad/notes.txt" "$pngs" "data.path=$data"
+# the message names the --checkpoint file, not a model.init_from the user
+# never typed (it began "command line 'model.init_from=...'")
+stderr_has "kiln: error: $tmp/bad/notes.txt: header length "
+! grep -q "init_from" "$err" || fail "a bad safetensors --checkpoint blamed init_from"
 # what could hang or exhaust memory, under a 60 s limit (a hang fails as
 # exit 124): a FIFO and a device are refused before open() can block, a
 # file larger than any image (a sparse one) before it is read, and a

@@ -87,7 +87,8 @@ kiln_status kiln_model_load(const char *config, const char *weights,
 
 /* The same from a loaded and validated config and its registry, which
  * must outlive the model (`kiln predict` uses this).  A safetensors
- * `weights` sets cfg's [model] init_from to it and clears [run] out_dir. */
+ * `weights` is read as [model] init_from reads one ([model] init_format,
+ * init_strict), in its place. */
 kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry *reg,
 			    const char *weights, const struct kiln_infer_opts *opts,
 			    struct kiln_infer **out);
