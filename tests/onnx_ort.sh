@@ -36,6 +36,25 @@ check() {
 	echo "ok: $n: $(cat "$tmp/$n.ort")"
 }
 
+# check_qdq NAME INI [overrides]: the INT8 model $tmp/NAME.safetensors
+# exported in the QDQ format; ONNX Runtime's logits against kiln's INT8
+# ones (`kiln eval --quantized`'s kiln_infer path) with no graph
+# optimisations (2e-3) and all (1e-2), the same argmax (below)
+check_qdq() {
+	n=$1 ini=$2
+	shift 2
+	kiln 0 export "$ini" --onnx "$tmp/$n.onnx" --quantized "$tmp/$n.safetensors" "$@"
+	"$tool" logits "$ini" $rows "$tmp/$n" --quantized "$tmp/$n.safetensors" "$@" ||
+		fail "$n: onnx_tool logits failed"
+	for opt in none:2e-3 all:1e-2; do
+		"$py" "$srcdir/tests/onnx_ort.py" "$tmp/$n.onnx" "$tmp/$n" --threads 2 --opt "${opt%:*}" \
+			--tol "${opt#*:}" >"$tmp/$n.ort" 2>&1 ||
+			{ cat "$tmp/$n.ort"; fail "$n: ONNX Runtime's QDQ logits (optimisations ${opt%:*}) differ from kiln eval --quantized's by more than ${opt#*:}"; }
+		grep -q "argmax_agree 1.0000" "$tmp/$n.ort" || { cat "$tmp/$n.ort"; fail "$n: another argmax"; }
+		echo "ok: $n (QDQ, optimisations ${opt%:*}, tolerance ${opt#*:}): $(cat "$tmp/$n.ort")"
+	done
+}
+
 check mlp "$ex/fashion_mnist_mlp.ini"
 check cnn "$ex/fashion_mnist_cnn.ini"
 # 5 steps of training, then the newest checkpoint is what both read
@@ -68,17 +87,7 @@ kiln 0 train "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq" train.max_s
 	train.eval=0 train.batch=16 run.threads=2
 kiln 0 quantize "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq" --calibrate 2 \
 	--method percentile --out "$tmp/cnnq.safetensors" data.eval.split=train
-kiln 0 export "$ex/fashion_mnist_cnn.ini" --onnx "$tmp/cnnq.onnx" --quantized "$tmp/cnnq.safetensors" \
-	run.out_dir="$tmp/run_cnnq"
-"$tool" logits "$ex/fashion_mnist_cnn.ini" $rows "$tmp/cnnq" run.out_dir="$tmp/run_cnnq" \
-	--quantized "$tmp/cnnq.safetensors" || fail "cnnq: onnx_tool logits failed"
-for opt in none:2e-3 all:1e-2; do
-	"$py" "$srcdir/tests/onnx_ort.py" "$tmp/cnnq.onnx" "$tmp/cnnq" --threads 2 --opt "${opt%:*}" \
-		--tol "${opt#*:}" >"$tmp/cnnq.ort" 2>&1 ||
-		{ cat "$tmp/cnnq.ort"; fail "cnnq: ONNX Runtime's QDQ logits (optimisations ${opt%:*}) differ from kiln eval --quantized's by more than ${opt#*:}"; }
-	grep -q "argmax_agree 1.0000" "$tmp/cnnq.ort" || { cat "$tmp/cnnq.ort"; fail "cnnq: another argmax"; }
-	echo "ok: cnn int8 (QDQ, optimisations ${opt%:*}, tolerance ${opt#*:}): $(cat "$tmp/cnnq.ort")"
-done
+check_qdq cnnq "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq"
 
 rows=15 # the token shard's windows
 check gpt "$srcdir/tests/data/gpt_tiny.ini" data.path="$srcdir/tests/data/gpt_tokens.bin" \
@@ -91,14 +100,5 @@ tok="data.path=$srcdir/tests/data/gpt_tokens.bin"
 kiln 0 train "$gpt" "$tok" model.init_from="$srcdir/tests/data/gpt_init.safetensors" run.out_dir="$tmp/run_gptq"
 kiln 0 quantize "$gpt" "$tok" run.out_dir="$tmp/run_gptq" --calibrate 2 --out "$tmp/gptq.safetensors" \
 	data.eval.path="$srcdir/tests/data/gpt_tokens.bin"
-kiln 0 export "$gpt" "$tok" run.out_dir="$tmp/run_gptq" --onnx "$tmp/gptq.onnx" --quantized "$tmp/gptq.safetensors"
-"$tool" logits "$gpt" $rows "$tmp/gptq" "$tok" run.out_dir="$tmp/run_gptq" --quantized "$tmp/gptq.safetensors" ||
-	fail "gptq: onnx_tool logits failed"
-for opt in none:2e-3 all:1e-2; do
-	"$py" "$srcdir/tests/onnx_ort.py" "$tmp/gptq.onnx" "$tmp/gptq" --threads 2 --opt "${opt%:*}" \
-		--tol "${opt#*:}" >"$tmp/gptq.ort" 2>&1 ||
-		{ cat "$tmp/gptq.ort"; fail "gptq: ONNX Runtime's QDQ logits (optimisations ${opt%:*}) differ from kiln's INT8 ones by more than ${opt#*:}"; }
-	grep -q "argmax_agree 1.0000" "$tmp/gptq.ort" || { cat "$tmp/gptq.ort"; fail "gptq: another argmax"; }
-	echo "ok: gpt int8 (QDQ, optimisations ${opt%:*}, tolerance ${opt#*:}): $(cat "$tmp/gptq.ort")"
-done
+check_qdq gptq "$gpt" "$tok" run.out_dir="$tmp/run_gptq"
 echo "PASS"
