@@ -55,8 +55,8 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 			    struct kiln_infer **out)
 {
 	kiln_status st;
-	if (!cfg || !reg || !out)
-		return kiln_error(KILN_EINVAL, "kiln_infer_open: %s is NULL", !cfg ? "cfg" : !reg ? "reg" : "out");
+	if (!cfg || !out)
+		return kiln_error(KILN_EINVAL, "kiln_infer_open: %s is NULL", !cfg ? "cfg" : "out");
 	*out = NULL;
 	if (opts && opts->batch < 0)
 		return kiln_error(KILN_EINVAL, "kiln_infer_opts.batch = %lld: a row count, or 0 for %d",
