@@ -53,7 +53,8 @@ extern const char cmd_predict_usage[], cmd_predict_about[];
  * in KILN_STORE_TOKEN, which the ranks inherit.  0, or an errno. */
 int cli_store_token(void);
 
-/* Print s as a JSON string literal (quoted, escaped). */
+/* Print s as a JSON string literal (quoted, escaped; each byte that is not
+ * part of well-formed UTF-8, as a file name may have, as \ufffd). */
 void cli_json_str(FILE *f, const char *s);
 /* Print s as a CSV field (quoted when it holds a comma, quote or newline). */
 void cli_csv_str(FILE *f, const char *s);

@@ -27,13 +27,16 @@ const char cmd_predict_about[] =
 	"checkpoint or a safetensors file; default: the newest usable checkpoint in\n"
 	"[run] out_dir/checkpoints, as `kiln eval`; with none, the initial weights with\n"
 	"a warning, as `kiln export`).  INPUT: image files (JPEG, PNG) or\n"
-	"folders (every .jpg/.jpeg/.png below them, sorted), each decoded and\n"
+	"folders (every .jpg/.jpeg/.png below them, sorted; a link back to a folder\n"
+	"above is not followed), each decoded and\n"
 	"transformed exactly as [data.eval] says, then run in batches on [run] device.\n"
 	"--eval-set instead: the samples of [data.eval]'s source (idx, records, tokens,\n"
 	"folder...) in order, read as `kiln eval` reads them; lines name the sample\n"
 	"index and its label (the first target of a token window).\n"
 	"  --top-k K     the K most likely classes per image (default 5)\n"
 	"  --format F    jsonl (default): {\"file\", \"top\": [{\"index\", \"class\", \"prob\"}...]};\n"
+	"                (prob null where the logits are not finite; a name's bytes that\n"
+	"                are not UTF-8 as \\ufffd);\n"
 	"                csv: file,index1,class1,prob1,...  Class names are the class\n"
 	"                folders of a [data.eval] source = folder, else the indices\n"
 	"  --logits OUT  write the logits [N, classes] (f32) to OUT (.npy or .safetensors)\n"
@@ -216,7 +219,10 @@ static void print_top(const struct pred_opts *o, const char *file, int64_t sampl
 		} else {
 			printf("%s{\"index\": %lld, \"class\": ", j ? ", " : "", (long long)c);
 			cli_json_str(stdout, name);
-			printf(", \"prob\": %.6g}", p);
+			if (isfinite(p)) /* NaN logits: null, JSON has no NaN */
+				printf(", \"prob\": %.6g}", p);
+			else
+				fputs(", \"prob\": null}", stdout);
 		}
 	}
 	fputs(o->csv ? "\n" : "]}\n", stdout);

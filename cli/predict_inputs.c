@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h> /* close */
 
 #ifdef KILN_WITH_PACK
-#include "image.h" /* plugins/loaders: img_decode, img_format_of_name */
+#include "image.h" /* plugins/loaders: img_decode, img_format_of_name, IMG_MAX_FILE */
+#include "../plugins/common/open_file.h" /* common_open_file: no FIFO blocks */
 #endif
 
 static int names_add(struct pred_names *l, const char *s)
@@ -71,18 +73,33 @@ static int is_dir(const char *p)
 	return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* Every image file below dir, recursively, in sorted order. */
-static kiln_status walk(const char *dir, int depth, struct pred_names *files)
+#define PRED_MAX_DEPTH 64 /* directory levels below an INPUT folder */
+
+/* Every image file below dir, recursively, in sorted order.  anc[0..depth)
+ * are the directories above it: a link back to one of them (a loop) is
+ * not followed, with a warning, as the folder source has it. */
+static kiln_status walk(const char *dir, struct stat *anc, int depth, struct pred_names *files)
 {
 	struct pred_names ents = { 0 };
+	struct stat sb;
 	char p[4200];
-	kiln_status st = depth > 64 ? kiln_error(KILN_EDATA, "%s: more than 64 directory levels", dir)
-				    : list_dir(dir, &ents);
+	if (stat(dir, &sb) != 0)
+		return kiln_error(KILN_EIO, "%s: cannot list the directory: %s", dir, strerror(errno));
+	for (int i = 0; i < depth; i++)
+		if (anc[i].st_dev == sb.st_dev && anc[i].st_ino == sb.st_ino) {
+			kiln_log(KILN_LOG_WARN, "predict", "%s: a link back to a directory above it; not followed",
+				 dir);
+			return KILN_OK;
+		}
+	if (depth > PRED_MAX_DEPTH)
+		return kiln_error(KILN_EDATA, "%s: more than %d directory levels", dir, PRED_MAX_DEPTH);
+	anc[depth] = sb;
+	kiln_status st = list_dir(dir, &ents);
 	for (size_t i = 0; i < ents.n && !st; i++) {
 		if (snprintf(p, sizeof p, "%s/%s", dir, ents.v[i]) >= (int)sizeof p)
 			st = kiln_error(KILN_EIO, "%s/%s: path too long", dir, ents.v[i]);
 		else if (is_dir(p))
-			st = walk(p, depth + 1, files);
+			st = walk(p, anc, depth + 1, files);
 #ifdef KILN_WITH_PACK
 		else if (img_format_of_name(p) != IMG_UNKNOWN && names_add(files, p))
 			st = kiln_error(KILN_ENOMEM, "out of memory");
@@ -96,11 +113,11 @@ kiln_status pred_list_inputs(char **inputs, int n, struct pred_names *files)
 {
 	kiln_status st = KILN_OK;
 	for (int i = 0; i < n && !st; i++) {
-		struct stat sb;
+		struct stat sb, anc[PRED_MAX_DEPTH + 1];
 		size_t before = files->n;
 		if (stat(inputs[i], &sb) != 0)
 			st = kiln_error(KILN_EUSAGE, "%s: no such file or folder", inputs[i]);
-		else if (S_ISDIR(sb.st_mode) && !(st = walk(inputs[i], 0, files)) && files->n == before)
+		else if (S_ISDIR(sb.st_mode) && !(st = walk(inputs[i], anc, 0, files)) && files->n == before)
 			st = kiln_error(KILN_EUSAGE, "%s: no .jpg/.jpeg/.png files in the folder", inputs[i]);
 		else if (!S_ISDIR(sb.st_mode) && names_add(files, inputs[i]))
 			st = kiln_error(KILN_ENOMEM, "out of memory");
@@ -133,31 +150,36 @@ kiln_status pred_class_names(const struct kiln_config *cfg, struct pred_names *n
 }
 
 #ifdef KILN_WITH_PACK
-/* The whole of file `path`, malloc()ed. */
+/* The whole of image file `path`, malloc()ed.  What is not a regular file
+ * (a FIFO, a device) is refused before open() can block, an empty or
+ * larger than IMG_MAX_FILE one before it is read. */
 static kiln_status read_file(const char *path, uint8_t **buf, size_t *n)
 {
-	FILE *f = fopen(path, "rb");
-	long len;
-	if (!f)
-		return kiln_error(KILN_EIO, "%s: cannot open the image: %s", path, strerror(errno));
-	if (fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
-		fclose(f);
-		return kiln_error(KILN_EIO, "%s: cannot read the image: %s", path, strerror(errno));
+	char kind[64];
+	const char *why;
+	off_t size;
+	int fd = common_open_file(path, kind, sizeof kind, &why, &size);
+	if (fd < 0) /* why == kind: not a regular file, bad data */
+		return kiln_error(why == kind ? KILN_EDATA : KILN_EIO, "%s: cannot open the image: %s", path, why);
+	FILE *f = fdopen(fd, "rb");
+	kiln_status st = KILN_OK;
+	if (!f) {
+		st = kiln_error(KILN_EIO, "%s: cannot open the image: %s", path, strerror(errno));
+		close(fd);
+		return st;
 	}
-	if (len == 0) {
-		fclose(f);
-		return kiln_error(KILN_EDATA, "%s: empty file (0 bytes): not a JPEG or PNG image", path);
-	}
-	*n = (size_t)len;
-	if (!(*buf = malloc(*n))) {
-		fclose(f);
-		return kiln_error(KILN_ENOMEM, "%s: out of memory for %zu bytes", path, *n);
-	}
-	size_t got = fread(*buf, 1, *n, f);
+	if (size == 0)
+		st = kiln_error(KILN_EDATA, "%s: empty file (0 bytes): not a JPEG or PNG image", path);
+	else if ((uint64_t)size > IMG_MAX_FILE)
+		st = kiln_error(KILN_EDATA, "%s: %lld bytes is larger than any image kiln reads (%llu)", path,
+				(long long)size, (unsigned long long)IMG_MAX_FILE);
+	else if (!(*buf = malloc((size_t)size)))
+		st = kiln_error(KILN_ENOMEM, "%s: out of memory for %lld bytes", path, (long long)size);
+	else if ((*n = fread(*buf, 1, (size_t)size, f)) != (size_t)size)
+		st = kiln_error(KILN_EIO, "%s: cannot read the image: %zu of %lld bytes", path, *n,
+				(long long)size);
 	fclose(f);
-	if (got != *n)
-		return kiln_error(KILN_EIO, "%s: cannot read the image: %zu of %zu bytes", path, got, *n);
-	return KILN_OK;
+	return st;
 }
 
 kiln_status pred_load_image(struct kiln_infer *m, const char *path, int64_t max_pixels,

@@ -71,7 +71,7 @@ kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln
 {
 	struct kiln_trained t;
 	*out = NULL;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "generating with", 1, &t);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "generating with", 1, &t);
 	if (st)
 		return st;
 	if (t.sample.dtype != KILN_I32 || t.sample.ndim != 1) {

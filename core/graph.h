@@ -531,7 +531,10 @@ kiln_status kiln_summary_log(const struct kiln_summary *s);
  * `kiln generate` load it: [run] device opened, the model built for the
  * sample shape training reads from [data], then the weights of
  * `checkpoint` (NULL: the newest usable one in [run] out_dir/checkpoints),
- * else [run] seed and [model] init_from (with a warning; KILN_ECONFIG when
+ * or of the weights file `weights` (safetensors or llm.c's, read as
+ * [model] init_from reads one, in its place; `kiln predict --checkpoint
+ * F.safetensors`; no checkpoint with it), else [run] seed and [model]
+ * init_from (with a warning; KILN_ECONFIG when
  * need_trained and there is no init_from either); need_trained < 0: no
  * weights at all (undefined values, nothing drawn), no checkpoint or
  * init_from looked for (the model's shape is what the caller wants:
@@ -546,8 +549,8 @@ struct kiln_trained {
 	struct kiln_tensor_desc sample;
 };
 kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			      const char *checkpoint, const char *verb, int need_trained,
-			      struct kiln_trained *t);
+			      const char *checkpoint, const char *weights, const char *verb,
+			      int need_trained, struct kiln_trained *t);
 void kiln_trained_close(struct kiln_trained *t);
 /* core/weights.c: IEEE half to float (subnormals, infinities, NaNs). */
 float kiln_half_to_float(uint16_t h);

@@ -50,27 +50,13 @@ struct kiln_infer {
 	struct kiln_xform_scratch xs;
 };
 
-/* A safetensors file is loaded as [model] init_from, with no out_dir so
- * that no checkpoint there takes its place. */
-static kiln_status weights_config(struct kiln_config *cfg, const char *weights)
-{
-	char arg[4200];
-	kiln_status st;
-	if (!weights || kiln_ckpt_is_checkpoint(weights))
-		return KILN_OK;
-	if (snprintf(arg, sizeof arg, "model.init_from=%s", weights) >= (int)sizeof arg)
-		return kiln_error(KILN_EUSAGE, "%s: path too long", weights);
-	if ((st = kiln_config_override(cfg, arg)) ||
-	    (st = kiln_config_override(cfg, "run.out_dir=")))
-		return st;
-	return KILN_OK;
-}
-
 kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry *reg,
 			    const char *weights, const struct kiln_infer_opts *opts,
 			    struct kiln_infer **out)
 {
 	kiln_status st;
+	if (!cfg || !out)
+		return kiln_error(KILN_EINVAL, "kiln_infer_open: %s is NULL", !cfg ? "cfg" : "out");
 	*out = NULL;
 	if (opts && opts->batch < 0)
 		return kiln_error(KILN_EINVAL, "kiln_infer_opts.batch = %lld: a row count, or 0 for %d",
@@ -99,9 +85,8 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	/* a quantized model: the config's model's shape, its weights the file's;
 	 * with no checkpoint, init_from or the seeded initial weights, with a
 	 * warning, as `kiln export` takes them (docs/inference.md) */
-	if (st || (st = weights_config(cfg, weights)) ||
-	    (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, "predicting with",
-				    m->quantized ? -1 : 0, &m->t)) ||
+	if (st || (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, is_ckpt ? NULL : weights,
+				    "predicting with", m->quantized ? -1 : 0, &m->t)) ||
 	    (st = kiln_infer_prepare(m))) {
 		kiln_infer_free(m);
 		return st;
@@ -117,10 +102,13 @@ kiln_status kiln_model_load(const char *config, const char *weights,
 	struct kiln_config *cfg = NULL;
 	struct kiln_registry *reg = NULL;
 	kiln_status st;
-	*out = NULL;
+	if (out)
+		*out = NULL;
 	if (err)
 		*err = NULL;
-	if (!config)
+	if (!out)
+		st = kiln_error(KILN_EINVAL, "kiln_model_load: out is NULL (where the model goes)");
+	else if (!config)
 		st = kiln_error(KILN_EINVAL, "kiln_model_load: no config");
 	else if (opts && opts->config_is_text)
 		st = kiln_config_load_string(config, "config text", &cfg);
@@ -240,6 +228,8 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m)
 	struct kiln_plan_opts o = { .logits = 1, .frozen = 1 }; /* its weights stay */
 	void *ptr;
 	kiln_status st;
+	if (!m)
+		return kiln_error(KILN_EINVAL, "kiln_infer_prepare: the model is NULL");
 	if (m->prepared)
 		return KILN_OK;
 	m->in_bytes = kiln_tensor_bytes(&m->t.sample);
@@ -280,6 +270,8 @@ struct kiln_model *kiln_infer_model(const struct kiln_infer *m, void **stream)
 
 int kiln_infer_input_shape(const struct kiln_infer *m, int64_t *dims, int *dtype)
 {
+	if (!m || !dims)
+		return 0;
 	for (int i = 0; i < m->t.sample.ndim; i++)
 		dims[i] = m->t.sample.dims[i];
 	if (dtype)
@@ -289,13 +281,15 @@ int kiln_infer_input_shape(const struct kiln_infer *m, int64_t *dims, int *dtype
 
 int kiln_infer_output_shape(const struct kiln_infer *m, int64_t *dims)
 {
+	if (!m || !dims)
+		return 0;
 	for (int i = 0; i < m->out.ndim; i++)
 		dims[i] = m->out.dims[i];
 	return m->out.ndim;
 }
 
-size_t kiln_infer_input_bytes(const struct kiln_infer *m) { return m->in_bytes; }
-size_t kiln_infer_output_elems(const struct kiln_infer *m) { return m->out_elems; }
+size_t kiln_infer_input_bytes(const struct kiln_infer *m) { return m ? m->in_bytes : 0; }
+size_t kiln_infer_output_elems(const struct kiln_infer *m) { return m ? m->out_elems : 0; }
 
 /* The plan for `rows` rows: the model's batch plan, or the remainder's
  * (made again when a call ends on another row count). */
@@ -440,19 +434,43 @@ static kiln_status image_xform(struct kiln_infer *m)
 	return st ? kiln_error_wrap(st, "the image transforms of [data.eval]") : KILN_OK;
 }
 
+/* What kiln_infer_image refuses before it looks at the model's images:
+ * KILN_EINVAL for NULL arguments and pixels the image does not have,
+ * KILN_EDATA for a channel count no image has. */
+static kiln_status image_args(const struct kiln_infer *m, const struct kiln_image *img,
+			      const char *what, const void *x)
+{
+	if (!m || !img || !x)
+		return kiln_error(KILN_EINVAL, "kiln_infer_image: %s is NULL", !m ? "the model" : !img ? "img" : "x");
+	if (!img->data)
+		return kiln_error(KILN_EINVAL, "%s: kiln_image.data is NULL", what);
+	if (img->c != 1 && img->c != 3)
+		return kiln_error(KILN_EDATA, "%s: %d channels: images have 1 (gray) or 3 (RGB)", what,
+				  img->c);
+	if (img->h < 1 || img->w < 1)
+		return kiln_error(KILN_EINVAL, "%s: a %dx%d image (width x height) has no pixels", what,
+				  img->w, img->h);
+	const uint64_t need = (uint64_t)img->h * (uint64_t)img->w * (uint64_t)img->c;
+	if (img->cap < need)
+		return kiln_error(KILN_EINVAL, "%s: kiln_image.cap is %zu bytes, less than its %dx%dx%d pixels (%llu bytes)",
+				  what, img->cap, img->w, img->h, img->c, (unsigned long long)need);
+	return KILN_OK;
+}
+
 kiln_status kiln_infer_image(struct kiln_infer *m, const struct kiln_image *img,
 			     const char *what, void *x)
 {
-	kiln_status st = KILN_OK;
+	if (!what)
+		what = "image";
+	kiln_status st = image_args(m, img, what, x);
+	if (st)
+		return st;
 	pthread_mutex_lock(&m->lock);
 	if (!m->have_xf)
 		st = image_xform(m);
 	if (st)
 		goto out;
-	if (img->c != 1 && img->c != 3)
-		st = kiln_error(KILN_EDATA, "%s: %d channels: images have 1 (gray) or 3 (RGB)", what,
-				img->c);
-	else if ((m->src_h && (img->h != m->src_h || img->w != m->src_w)))
+	if ((m->src_h && (img->h != m->src_h || img->w != m->src_w)))
 		st = kiln_error(KILN_EDATA, "%s: %dx%d pixels, the model reads %dx%d images ([data.eval] sets no size or resize to resize them)",
 				what, img->w, img->h, m->src_w, m->src_h);
 	else if (m->src_c && img->c != m->src_c)
@@ -490,6 +508,8 @@ static kiln_status eval_set_open(struct kiln_infer *m, struct kiln_dataset *ds)
 
 kiln_status kiln_infer_eval_set(struct kiln_infer *m, kiln_infer_rows_fn fn, void *user)
 {
+	if (!m || !fn)
+		return kiln_error(KILN_EINVAL, "kiln_infer_eval_set: %s is NULL", !m ? "the model" : "fn");
 	struct kiln_dataset ds = { 0 };
 	struct kiln_data_scratch scratch = { 0 };
 	const int64_t B = m->batch;

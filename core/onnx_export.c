@@ -243,11 +243,14 @@ const char *onnx_const_i8(struct onnx_graph *g, const char *name, int is_unsigne
 
 /* ---- the seams of a quantized export ----------------------------------------- */
 
-/* The value nodes read for model parameter p: its fp32 initializer.  (An
- * INT8 layer's weight goes through onnx_layers.c's qdq_weight instead.) */
+/* The value nodes read for model parameter p: its fp32 initializer, or an
+ * INT8 layer's weight dequantized (onnx_layers.c's qdq_weight). */
 static const char *onnx_weight_value(struct onnx_graph *g, int p)
 {
 	const struct model_param *mp = &g->m->params[p];
+	const char *dq = onnx_int8_weight(g, p);
+	if (dq)
+		return dq;
 	if (!g->emitted[p]) {
 		g->emitted[p] = 1;
 		initializer(g, mp->name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, mp->desc.ndim,
@@ -457,7 +460,7 @@ kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_re
 			     const char *checkpoint, const char *path)
 {
 	struct kiln_trained t;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "exporting", 0, &t);
 	if (st)
 		return st;
 	if (!(st = export_model(t.m, t.stream, path)))

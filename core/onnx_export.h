@@ -61,5 +61,9 @@ const char *onnx_param(struct onnx_graph *g, int i, const char *suffix);
  * inputs, and set g->value[i]; KILN_ECONFIG naming the layer, its type
  * and its config line for a layer ONNX has no mapping for. */
 kiln_status onnx_emit_layer(struct onnx_graph *g, int i);
+/* The value an fp32 node reads for parameter p when it is an INT8 layer's
+ * weight (a weight tied to one): its DequantizeLinear, as kiln loading the
+ * quantized file dequantizes it for every reader; else NULL. */
+const char *onnx_int8_weight(struct onnx_graph *g, int p);
 
 #endif

@@ -147,24 +147,40 @@ static const char *qdq_input(struct onnx_graph *g, int i, const char *v)
 	return dq;
 }
 
-/* Layer i's weight as the INT8 ops quantize it (core/quant.h: per output
- * channel, 7 bits, round half to even): the int8 initializer under the
- * weight's name, "X.weight_scale" f32[O] and a zero point of zeros, and
- * DequantizeLinear along axis 0 writing "X.weight_dq". */
-static const char *qdq_weight(struct onnx_graph *g, int i)
+/* The model_param index of layer i's "weight", else -1. */
+static int weight_param(const struct onnx_graph *g, int i)
 {
 	const struct model_layer *L = &g->m->layers[i];
-	int p = -1;
 	for (int k = 0; k < L->n_params; k++)
 		if (!strcmp(g->nodes[i].l.params[k].suffix, "weight"))
-			p = L->pidx[k];
+			return L->pidx[k];
+	return -1;
+}
+
+/* INT8 layer i's weight as the INT8 ops quantize it (core/quant.h: per
+ * output channel, 7 bits, round half to even): an int8 initializer, its
+ * scales "<name>_scale" f32[O] and a zero point of zeros, and
+ * DequantizeLinear along axis 0 writing "<name>_dq".  <name> is the
+ * weight's own, as the quantized file has it, written once; for a tied
+ * weight whose owner is no INT8 layer (the GPT's lm_head reads the
+ * embedding's f32 table, which stays as it is) the reader's alias
+ * "<layer>.weight"; a tied weight whose owner is INT8 is the owner's. */
+static const char *qdq_weight(struct onnx_graph *g, int i)
+{
+	const int p = weight_param(g, i);
 	if (p < 0)
 		return NULL;
 	const struct model_param *mp = &g->m->params[p];
-	const char *dq = onnx_str(g, "%s_dq", mp->name);
-	if (g->emitted[p]) /* a weight read twice (tied) */
-		return dq;
-	g->emitted[p] = 1;
+	const int own = mp->layer == i;
+	if (!own && is_int8(g, mp->layer))
+		return qdq_weight(g, mp->layer);
+	const char *name = own ? mp->name : onnx_str(g, "%s.weight", g->m->layers[i].name);
+	const char *dq = onnx_str(g, "%s_dq", name);
+	if (own) {
+		if (g->emitted[p]) /* read before, by the owner or a tied layer */
+			return dq;
+		g->emitted[p] = 1;
+	}
 	const int64_t O = mp->desc.dims[0], per = mp->numel / O;
 	int8_t *q = onnx_alloc(g, (size_t)mp->numel), *zero = onnx_alloc(g, (size_t)O);
 	float *scale = onnx_alloc(g, sizeof(float) * (size_t)O);
@@ -172,12 +188,18 @@ static const char *qdq_weight(struct onnx_graph *g, int i)
 		return dq;
 	kiln_quant_weights(g->params + mp->off, O, per, q, scale);
 	const char *in[3] = {
-		onnx_const_i8(g, mp->name, 0, mp->desc.ndim, mp->desc.dims, q),
-		onnx_const_f32(g, onnx_str(g, "%s_scale", mp->name), 1, &O, scale),
-		onnx_const_i8(g, onnx_str(g, "%s_zero_point", mp->name), 0, 1, &O, zero),
+		onnx_const_i8(g, name, 0, mp->desc.ndim, mp->desc.dims, q),
+		onnx_const_f32(g, onnx_str(g, "%s_scale", name), 1, &O, scale),
+		onnx_const_i8(g, onnx_str(g, "%s_zero_point", name), 0, 1, &O, zero),
 	};
 	onnx_attr_int(g, onnx_node(g, "DequantizeLinear", dq, 3, in), "axis", 0);
 	return dq;
+}
+
+const char *onnx_int8_weight(struct onnx_graph *g, int p)
+{
+	const int i = g->m->params[p].layer;
+	return is_int8(g, i) && weight_param(g, i) == p ? qdq_weight(g, i) : NULL;
 }
 
 /* ---- the layers ------------------------------------------------------------- */

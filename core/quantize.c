@@ -66,14 +66,16 @@ void kiln_quant_calib_free(struct kiln_quant_calib *q)
 	free(q);
 }
 
-/* The input of layer i in plan p: the data x, or its producer's output. */
+/* The input of layer i in plan p: the data x (also through a view of it,
+ * the MLP's flatten, which the plan keeps no copy of), or its producer's
+ * output. */
 static kiln_status input_of(struct kiln_plan *p, int i, const void *x, int64_t rows,
 			    const void **ptr, int64_t *n)
 {
 	const struct kiln_model *m = p->m;
 	const int j = m->layers[i].in[0];
 	struct kiln_tensor_desc d;
-	if (j < 0) {
+	if (j < 0 || kiln_plan_root_y(p->nodes, m, j) < 0) {
 		*ptr = x;
 		*n = rows * kiln_tensor_numel(&m->sample);
 		return KILN_OK;

@@ -199,7 +199,7 @@ static kiln_status fold_open(const struct kiln_config *cfg, const struct kiln_re
 			     struct kiln_trained *tr, struct kiln_config **fcfg)
 {
 	int n = 0;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "folding", need_trained, tr);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "folding", need_trained, tr);
 	if (!st)
 		st = kiln_infer_fold_config_ex(tr->m, (struct kiln_registry *)reg, flags, fcfg, &n);
 	if (!st)

@@ -538,22 +538,26 @@ static kiln_status init_from_checkpoint(struct kiln_model *m, const char *path, 
 	return st;
 }
 
-kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
+/* The weights of file `path` (a kiln checkpoint, llm.c's model file, else
+ * safetensors) into m, as [model] init_format and init_strict say. */
+static kiln_status load_weights_file(struct kiln_model *m, const char *path, void *stream)
 {
-	const char *path = kiln_config_get(m->cfg, "model", "init_from");
 	int strict = 1;
-	kiln_status st;
-	if (!path || !*path)
-		return KILN_OK;
 	const char *format = kiln_config_get(m->cfg, "model", "init_format");
 	kiln_config_get_bool(m->cfg, "model", "init_strict", &strict);
 	if (kiln_ckpt_is_checkpoint(path))
-		st = init_from_checkpoint(m, path, stream);
-	else if (kiln_llmc_is_model(path))
-		st = kiln_llmc_load(m, path, strict, stream);
-	else
-		st = kiln_model_load_safetensors_as(m, path, kiln_weights_format(format), strict,
-						    stream);
+		return init_from_checkpoint(m, path, stream);
+	if (kiln_llmc_is_model(path))
+		return kiln_llmc_load(m, path, strict, stream);
+	return kiln_model_load_safetensors_as(m, path, kiln_weights_format(format), strict, stream);
+}
+
+kiln_status kiln_model_init_from(struct kiln_model *m, void *stream)
+{
+	const char *path = kiln_config_get(m->cfg, "model", "init_from");
+	if (!path || !*path)
+		return KILN_OK;
+	kiln_status st = load_weights_file(m, path, stream);
 	if (st)
 		return kiln_error_wrap(st, "%s: [model] init_from",
 				       kiln_config_where(m->cfg, "model", "init_from"));
@@ -568,8 +572,8 @@ static kiln_status trained_precheck(void *ck, const struct kiln_model *m)
 }
 
 kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			      const char *checkpoint, const char *verb, int need_trained,
-			      struct kiln_trained *t)
+			      const char *checkpoint, const char *weights, const char *verb,
+			      int need_trained, struct kiln_trained *t)
 {
 	struct kiln_dataset ds;
 	struct kiln_run_cfg run;
@@ -581,7 +585,8 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 		return st;
 	/* a checkpoint is verified whole before the model is even built;
 	 * need_trained < 0: the model's shape alone, no weights looked for */
-	if (need_trained >= 0 && (st = kiln_ckpt_open_weights(cfg, reg, checkpoint, &ck, dir, sizeof dir)))
+	if (need_trained >= 0 && !weights &&
+	    (st = kiln_ckpt_open_weights(cfg, reg, checkpoint, &ck, dir, sizeof dir)))
 		return st;
 	const char *init = kiln_config_get(cfg, "model", "init_from");
 	const int has_init = init && *init;
@@ -590,6 +595,8 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	else if (ck)
 		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s (step %lld)", verb,
 			 kiln_ckpt_path(ck), (long long)kiln_ckpt_step(ck));
+	else if (weights)
+		kiln_log(KILN_LOG_INFO, "core", "%s the weights of %s", verb, weights);
 	else if (need_trained && !has_init)
 		return kiln_error(KILN_ECONFIG, "%s%s: no trained weights (give --checkpoint CKPT or [model] init_from, or train first)",
 				  *dir ? "no checkpoint in " : "[run] out_dir is empty", dir);
@@ -619,7 +626,8 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	    (st = kiln_device_stream_create(t->dev, &t->stream)) ||
 	    /* a checkpoint replaces every weight: init_from is not read; what
 	     * init_from gives is not drawn */
-	    (!ck && need_trained >= 0 && (st = kiln_model_init_from(t->m, t->stream))) ||
+	    (!ck && need_trained >= 0 &&
+	     (st = weights ? load_weights_file(t->m, weights, t->stream) : kiln_model_init_from(t->m, t->stream))) ||
 	    /* nothing drawn where a checkpoint follows or the shape alone is
 	     * wanted */
 	    (st = ck || need_trained < 0 ? kiln_model_init_loaded(t->m, t->stream)
@@ -665,7 +673,7 @@ kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
 				       const char *path, int format)
 {
 	struct kiln_trained t;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "exporting", 0, &t);
 	if (st)
 		return st;
 	if (!(st = kiln_model_save_safetensors_as(t.m, path, format, t.stream)))

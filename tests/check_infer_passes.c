@@ -11,7 +11,9 @@
  * residual adds go into the convs that feed them (conv + add + ReLU as
  * one op, KILN_OPF_RESIDUAL): no add is left, and the logits still equal
  * the unfolded ones, in NHWC (the op's epilogue on the CPU) and NCHW
- * (where the CPU refuses it: the CONV, ADD and ACT of the fallback). */
+ * (where the CPU refuses it: the CONV, ADD and ACT of the fallback).
+ * And the C API's refusals of NULL arguments and of an image without its
+ * pixels (KILN_EINVAL with a message, not a crash). */
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
@@ -447,6 +449,71 @@ START_TEST(block_rows_infer)
 }
 END_TEST
 
+/* status st with a message holding `msg` (the C API's refusals) */
+static void refused(kiln_status st, kiln_status want, const char *msg)
+{
+	ck_assert_msg(st == want, "status %d, want %d (%s)", (int)st, (int)want, kiln_last_error());
+	ck_assert_msg(strstr(kiln_last_error(), msg), "'%s' lacks '%s'", kiln_last_error(), msg);
+}
+
+/* The C API (include/kiln/infer.h) refuses NULL arguments and an image
+ * whose pixels are not there with KILN_EINVAL and a message (each of
+ * these crashed or blamed the transform before), and the model still
+ * works after. */
+START_TEST(api_refuses_bad_arguments)
+{
+	static const char ini[] = "[run]\ndevice = cpu\nseed = 3\nthreads = 1\n"
+				  "out_dir = /nonexistent/kiln-check-infer-passes\n"
+				  "[data]\nsource = synthetic\nimage_size = 8\n"
+				  "[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 10\n"
+				  "[layer.loss]\ntype = softmax_xent\n";
+	const struct kiln_infer_opts o = { .config_is_text = 1 };
+	struct kiln_infer *m = NULL;
+	char *err = NULL;
+	int64_t dims[KILN_MAX_DIMS];
+	refused(kiln_model_load(ini, NULL, &o, NULL, &err), KILN_EINVAL, "kiln_model_load: out is NULL");
+	ck_assert_msg(err && strstr(err, "out is NULL"), "*err: %s", err ? err : "(none)");
+	free(err);
+	ck_assert_msg(kiln_model_load(ini, NULL, &o, &m, &err) == 0, "%s", err);
+	ck_assert_int_eq(kiln_infer_input_bytes(m), 8 * 8 * sizeof(float));
+	float *x = malloc(kiln_infer_input_bytes(m)), out[10];
+	uint8_t px[8 * 8];
+	memset(px, 100, sizeof px);
+	struct kiln_image img = { px, sizeof px, 8, 8, 1, 0 };
+	ck_assert_msg(kiln_infer_image(m, &img, "a.png", x) == 0, "%s", kiln_last_error());
+	refused(kiln_infer_image(m, &img, "a.png", NULL), KILN_EINVAL, "kiln_infer_image: x is NULL");
+	refused(kiln_infer_image(m, NULL, "a.png", x), KILN_EINVAL, "kiln_infer_image: img is NULL");
+	refused(kiln_infer_image(NULL, &img, "a.png", x), KILN_EINVAL, "kiln_infer_image: the model is NULL");
+	img.data = NULL;
+	refused(kiln_infer_image(m, &img, "a.png", x), KILN_EINVAL, "a.png: kiln_image.data is NULL");
+	refused(kiln_infer_image(m, &img, NULL, x), KILN_EINVAL, "image: kiln_image.data is NULL");
+	img.data = px;
+	img.cap = 10;
+	refused(kiln_infer_image(m, &img, "a.png", x), KILN_EINVAL,
+		"a.png: kiln_image.cap is 10 bytes, less than its 8x8x1 pixels (64 bytes)");
+	img.cap = sizeof px;
+	img.h = 0;
+	refused(kiln_infer_image(m, &img, "a.png", x), KILN_EINVAL, "a.png: a 8x0 image (width x height) has no pixels");
+	img.h = 8;
+	img.c = 4;
+	refused(kiln_infer_image(m, &img, "a.png", x), KILN_EDATA, "a.png: 4 channels: images have 1 (gray) or 3 (RGB)");
+	img.c = 1;
+	ck_assert_int_eq(kiln_infer_input_bytes(NULL), 0);
+	ck_assert_int_eq(kiln_infer_output_elems(NULL), 0);
+	ck_assert_int_eq(kiln_infer_input_shape(NULL, dims, NULL), 0);
+	ck_assert_int_eq(kiln_infer_output_shape(NULL, dims), 0);
+	refused(kiln_infer_prepare(NULL), KILN_EINVAL, "kiln_infer_prepare: the model is NULL");
+	refused(kiln_infer_eval_set(m, NULL, NULL), KILN_EINVAL, "kiln_infer_eval_set: fn is NULL");
+	refused(kiln_infer(NULL, x, 1, out), KILN_EINVAL, "kiln_infer: no model");
+	/* the model is as it was */
+	ck_assert_msg(kiln_infer_image(m, &img, "a.png", x) == 0, "%s", kiln_last_error());
+	ck_assert_msg(kiln_infer(m, x, 1, out) == 0, "%s", kiln_last_error());
+	ck_assert(isfinite(out[0]));
+	kiln_infer_free(m);
+	free(x);
+}
+END_TEST
+
 static Suite *make_infer_passes_suite(void)
 {
 	Suite *s = suite_create("infer_passes");
@@ -465,6 +532,9 @@ static Suite *make_infer_passes_suite(void)
 	tcase_add_test(block, block_rows_rule);
 	tcase_add_test(block, block_rows_infer);
 	suite_add_tcase(s, block);
+	TCase *api = tcase_create("api");
+	tcase_add_test(api, api_refuses_bad_arguments);
+	suite_add_tcase(s, api);
 	return s;
 }
 

@@ -9,7 +9,8 @@
 #  2. tests/data/gpt_tiny.ini (embedding, positions, layernorm, causal
 #     attention, GELU, tied head): token input i32 [N, T], logits
 #     [N, T, V], its ops, the tied weight once;
-#  3. a layer with no ONNX mapping (the example swish layer plugin) fails
+#  3. a layer with no ONNX mapping (the example swish layer plugin, the
+#     seq2seq example's lstm) fails
 #     with exit 2 naming the layer, its type and its config line, and
 #     writes no file; bad command lines exit 2;
 #  4. `kiln export --onnx --quantized Q` of the CNN's INT8 model (QDQ):
@@ -108,6 +109,10 @@ kiln 2 export "$tmp/swish.ini" --onnx "$tmp/swish.onnx" run.out_dir="$tmp/none"
 stderr_has "swish.ini:10: layer 'act' (type swish) has no ONNX mapping"
 [ ! -e "$tmp/swish.onnx" ] || fail "a failed export left $tmp/swish.onnx"
 unset KILN_PLUGIN_PATH
+# the built-in recurrent layers have no mapping either (docs/inference.md)
+kiln 2 export "$ex/seq2seq.ini" --onnx "$tmp/s2s.onnx" run.out_dir="$tmp/none"
+stderr_has "seq2seq.ini:45: layer 'enc.fwd' (type lstm) has no ONNX mapping"
+[ ! -e "$tmp/s2s.onnx" ] || fail "a failed export left $tmp/s2s.onnx"
 kiln 2 export "$ex/fashion_mnist_mlp.ini" --onnx "$tmp/a.onnx" --safetensors "$tmp/a.st"
 stderr_has "give one of --safetensors FILE and --onnx FILE"
 kiln 2 export "$ex/fashion_mnist_mlp.ini" --onnx

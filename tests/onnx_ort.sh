@@ -9,7 +9,7 @@
 # steps for the ResNet so its batchnorm statistics are not the initial
 # ones.  Also the CNN's INT8 model in the QDQ format against `kiln eval
 # --quantized` (2e-3 relative as ONNX defines the nodes, 1e-2 through ONNX
-# Runtime's fused int8 kernels; below).  Needs the onnxruntime and onnx packages in $KILN_VENV (default:
+# Runtime's fused int8 kernels; below), and the GPT's (tied lm_head).  Needs the onnxruntime and onnx packages in $KILN_VENV (default:
 # .venv in the build tree; scripts/install-deps --bench): skipped without.
 name=onnx_ort
 . "$(dirname "$0")/lib.sh"
@@ -34,6 +34,25 @@ check() {
 	"$py" "$srcdir/tests/onnx_ort.py" "$tmp/$n.onnx" "$tmp/$n" --threads 2 >"$tmp/$n.ort" 2>&1 ||
 		{ cat "$tmp/$n.ort"; fail "$n: ONNX Runtime's logits differ from kiln's"; }
 	echo "ok: $n: $(cat "$tmp/$n.ort")"
+}
+
+# check_qdq NAME INI [overrides]: the INT8 model $tmp/NAME.safetensors
+# exported in the QDQ format; ONNX Runtime's logits against kiln's INT8
+# ones (`kiln eval --quantized`'s kiln_infer path) with no graph
+# optimisations (2e-3) and all (1e-2), the same argmax (below)
+check_qdq() {
+	n=$1 ini=$2
+	shift 2
+	kiln 0 export "$ini" --onnx "$tmp/$n.onnx" --quantized "$tmp/$n.safetensors" "$@"
+	"$tool" logits "$ini" $rows "$tmp/$n" --quantized "$tmp/$n.safetensors" "$@" ||
+		fail "$n: onnx_tool logits failed"
+	for opt in none:2e-3 all:1e-2; do
+		"$py" "$srcdir/tests/onnx_ort.py" "$tmp/$n.onnx" "$tmp/$n" --threads 2 --opt "${opt%:*}" \
+			--tol "${opt#*:}" >"$tmp/$n.ort" 2>&1 ||
+			{ cat "$tmp/$n.ort"; fail "$n: ONNX Runtime's QDQ logits (optimisations ${opt%:*}) differ from kiln eval --quantized's by more than ${opt#*:}"; }
+		grep -q "argmax_agree 1.0000" "$tmp/$n.ort" || { cat "$tmp/$n.ort"; fail "$n: another argmax"; }
+		echo "ok: $n (QDQ, optimisations ${opt%:*}, tolerance ${opt#*:}): $(cat "$tmp/$n.ort")"
+	done
 }
 
 check mlp "$ex/fashion_mnist_mlp.ini"
@@ -63,24 +82,23 @@ check rconv "$srcdir/tests/data/onnx_residual_conv.ini"
 # logits were bit-identical to those with f32 between the INT8 layers, so
 # not the chaining's).  With all of them it fuses the QDQ pattern into its
 # own int8 kernels, which requantize in their own way: within 1e-2
-# (measured 2.1e-3), the same argmax.
+# (measured 2.1e-3), the same argmax.  The same for the GPT's (below).
 kiln 0 train "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq" train.max_steps=5 \
 	train.eval=0 train.batch=16 run.threads=2
 kiln 0 quantize "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq" --calibrate 2 \
 	--method percentile --out "$tmp/cnnq.safetensors" data.eval.split=train
-kiln 0 export "$ex/fashion_mnist_cnn.ini" --onnx "$tmp/cnnq.onnx" --quantized "$tmp/cnnq.safetensors" \
-	run.out_dir="$tmp/run_cnnq"
-"$tool" logits "$ex/fashion_mnist_cnn.ini" $rows "$tmp/cnnq" run.out_dir="$tmp/run_cnnq" \
-	--quantized "$tmp/cnnq.safetensors" || fail "cnnq: onnx_tool logits failed"
-for opt in none:2e-3 all:1e-2; do
-	"$py" "$srcdir/tests/onnx_ort.py" "$tmp/cnnq.onnx" "$tmp/cnnq" --threads 2 --opt "${opt%:*}" \
-		--tol "${opt#*:}" >"$tmp/cnnq.ort" 2>&1 ||
-		{ cat "$tmp/cnnq.ort"; fail "cnnq: ONNX Runtime's QDQ logits (optimisations ${opt%:*}) differ from kiln eval --quantized's by more than ${opt#*:}"; }
-	grep -q "argmax_agree 1.0000" "$tmp/cnnq.ort" || { cat "$tmp/cnnq.ort"; fail "cnnq: another argmax"; }
-	echo "ok: cnn int8 (QDQ, optimisations ${opt%:*}, tolerance ${opt#*:}): $(cat "$tmp/cnnq.ort")"
-done
+check_qdq cnnq "$ex/fashion_mnist_cnn.ini" run.out_dir="$tmp/run_cnnq"
 
 rows=15 # the token shard's windows
 check gpt "$srcdir/tests/data/gpt_tiny.ini" data.path="$srcdir/tests/data/gpt_tokens.bin" \
 	model.init_from="$srcdir/tests/data/gpt_init.safetensors"
+# its INT8 model: lm_head, tied to the embedding (which stays f32), has
+# its own int8 copy of the table (lm_head.weight; the graph read a
+# transformer.wte.weight_dq it never wrote, and ONNX Runtime refused it)
+gpt="$srcdir/tests/data/gpt_tiny.ini"
+tok="data.path=$srcdir/tests/data/gpt_tokens.bin"
+kiln 0 train "$gpt" "$tok" model.init_from="$srcdir/tests/data/gpt_init.safetensors" run.out_dir="$tmp/run_gptq"
+kiln 0 quantize "$gpt" "$tok" run.out_dir="$tmp/run_gptq" --calibrate 2 --out "$tmp/gptq.safetensors" \
+	data.eval.path="$srcdir/tests/data/gpt_tokens.bin"
+check_qdq gptq "$gpt" "$tok" run.out_dir="$tmp/run_gptq"
 echo "PASS"

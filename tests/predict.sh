@@ -12,10 +12,14 @@
 #     probabilities' logits; csv has a row per image;
 #  2. the idx config (its images have one size: predict checks each PNG
 #     against it) predicts the same; so do the exported safetensors
-#     weights and batch 7 (batch 1: same argmax, probabilities within 2e-6);
+#     weights and batch 7 (batch 1: same argmax, probabilities within 2e-6),
+#     the safetensors named as the weights (no initial-weights warning; a
+#     bad one's message names the file, not init_from);
 #  3. corrupt, truncated, empty, wrong-size, wrong-channel-count and
-#     non-image files fail with exit 3 and a message naming the file;
-#     a missing path or an image-less folder exit 2;
+#     non-image files, a FIFO, a device and a file larger than any image
+#     fail with exit 3 and a message naming the file (none blocks); a
+#     missing path or an image-less folder exit 2; a folder's links back
+#     to itself are skipped with a warning;
 #  3b. folding (the default) against --no-fold: logits within 2e-5 of
 #     the largest, the same argmax; `kiln quantize`, then `predict
 #     --quantized` gives `eval --quantized`'s loss and accuracy;
@@ -116,6 +120,9 @@ cmp -s "$out" "$tmp/pred.jsonl" || fail "the idx config predicts otherwise than 
 kiln 0 export "$ini" --checkpoint "$ck" --safetensors "$tmp/w.safetensors" "data.path=$data"
 kiln 0 predict "$ini" --checkpoint "$tmp/w.safetensors" "$pngs" --top-k 5 "data.path=$data" --batch 7
 cmp -s "$out" "$tmp/pred.jsonl" || fail "the exported safetensors predict otherwise"
+# named as the weights, not as initial weights (a false warning before)
+stderr_has "predicting with the weights of $tmp/w.safetensors"
+! grep -q "initial weights" "$err" || fail "a safetensors --checkpoint: a warning of initial weights"
 # batch 1: oneDNN computes a one-row product with another kernel (other
 # rounding), so the same classes, probabilities within 2e-6
 kiln 0 predict "$ini" --checkpoint "$tmp/w.safetensors" "$pngs" --top-k 5 "data.path=$data" --batch 1
@@ -205,7 +212,62 @@ kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --top-k 0 "data.path=$data"
 kiln 2 predict "$ini" --checkpoint "$ck" "$pngs" --format xml "data.path=$data"
 stderr_has "--format 'xml': choose jsonl or csv"
 kiln 3 predict "$ini" --checkpoint "$tmp/bad/notes.txt" "$pngs" "data.path=$data"
+# the message names the --checkpoint file, not a model.init_from the user
+# never typed (it began "command line 'model.init_from=...'")
+stderr_has "kiln: error: $tmp/bad/notes.txt: header length "
+! grep -q "init_from" "$err" || fail "a bad safetensors --checkpoint blamed init_from"
+# what could hang or exhaust memory, under a 60 s limit (a hang fails as
+# exit 124): a FIFO and a device are refused before open() can block, a
+# file larger than any image (a sparse one) before it is read, and a
+# folder's links back to itself are not followed (2^64 paths before)
+printf '#!/bin/sh\nexec timeout 60 "%s" "$@"\n' "$kiln" >"$tmp/kiln60"
+chmod +x "$tmp/kiln60"
+kiln_60() { _k=$kiln; kiln="$tmp/kiln60"; kiln "$@"; kiln=$_k; }
+mkfifo "$tmp/bad/fifo.png" || exit 99
+kiln_60 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/fifo.png" "data.path=$data"
+stderr_has "$tmp/bad/fifo.png: cannot open the image: a FIFO (named pipe), not a regular file"
+kiln_60 3 predict "$ini" --checkpoint "$ck" /dev/zero "data.path=$data"
+stderr_has "/dev/zero: cannot open the image: a character device, not a regular file"
+truncate -s 1073741825 "$tmp/bad/sparse.png" || exit 99
+kiln_60 3 predict "$ini" --checkpoint "$ck" "$tmp/bad/sparse.png" "data.path=$data"
+stderr_has "$tmp/bad/sparse.png: 1073741825 bytes is larger than any image kiln reads (1073741824)"
+rm "$tmp/bad/fifo.png" "$tmp/bad/sparse.png"
+mkdir "$tmp/loop"
+cp "$tmp/bad/ok.png" "$tmp/loop/"
+ln -s . "$tmp/loop/a" && ln -s . "$tmp/loop/b" || exit 99
+kiln_60 0 predict "$ini" --checkpoint "$ck" "$tmp/loop" "data.path=$data"
+[ "$(wc -l <"$out")" -eq 1 ] || fail "a folder with links to itself: not the one image once"
+stderr_has "$tmp/loop/a: a link back to a directory above it; not followed"
+stderr_has "$tmp/loop/b: a link back to a directory above it; not followed"
 echo "ok: bad inputs fail naming the file"
+
+# ---- 3a. the jsonl output is JSON ------------------------------------------
+# NaN logits (fc1's bias NaN) give "prob": null; a file name's bytes that
+# are not UTF-8 are written as \ufffd (were: nan and the raw bytes)
+"$py" - "$tmp/w.safetensors" "$tmp/nan.safetensors" "$tmp/bad/ok.png" "$tmp/names" <<'EOF' || exit 99
+import json, os, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+t = json.loads(raw[8:8 + n])["fc1.bias"]
+a, b = t["data_offsets"]
+raw[8 + n + a:8 + n + b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
+open(sys.argv[2], "wb").write(raw)
+os.mkdir(sys.argv[4])
+png = open(sys.argv[3], "rb").read()
+for name in (b"caf\xc3\xa9.png", b"bad\xff.png", b"cut\xe2\x82.png", b"over\xc0\xaf.png", b'q"\\.png'):
+    open(os.path.join(os.fsencode(sys.argv[4]), name), "wb").write(png)
+EOF
+kiln 0 predict "$ini" --checkpoint "$tmp/nan.safetensors" "$tmp/bad/ok.png" --top-k 2 "data.path=$data"
+"$py" -c 'import json, sys; r = json.loads(open(sys.argv[1]).read()); assert [t["prob"] for t in r["top"]] == [None, None], r' "$out" ||
+	fail 'NaN logits: not "prob": null'
+kiln 0 predict "$ini" --checkpoint "$ck" "$tmp/names" --top-k 1 "data.path=$data"
+"$py" - "$out" "$tmp/names" <<'EOF' || fail "file names in jsonl"
+import json, sys
+names = [json.loads(l)["file"] for l in open(sys.argv[1], encoding="utf-8", errors="strict")]
+want = [sys.argv[2] + "/" + n for n in ("bad\ufffd.png", "caf\u00e9.png", "cut\ufffd\ufffd.png", "over\ufffd\ufffd.png", 'q"\\.png')]
+assert names == want, names
+EOF
+echo 'ok: jsonl writes null for a NaN probability, \ufffd for non-UTF-8 bytes'
 
 # ---- 3b. folding (the default) and --no-fold; --quantized = eval's ------
 kiln 0 predict "$ini" --checkpoint "$ck" --eval-set --logits "$tmp/fold.npy" "data.path=$data"

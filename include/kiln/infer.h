@@ -77,16 +77,18 @@ struct kiln_infer_opts {
  * as `kiln export` takes them.  The model's input shape is the one the
  * checkpoint records; without one (a safetensors file, an older kiln's
  * checkpoint, opts->quantized) the sample shape training reads, so the
- * config's [data] source must then be readable.  opts may be NULL.  On failure *out is NULL and,
- * when err is not NULL, *err a malloc()ed copy of the message (free it);
- * on success *err is NULL.  Then kiln_infer_prepare. */
+ * config's [data] source must then be readable.  opts may be NULL; out
+ * may not (KILN_EINVAL).  On failure *out is NULL and, when err is not
+ * NULL, *err a malloc()ed copy of the message (free it); on success *err
+ * is NULL.  Then kiln_infer_prepare. */
 kiln_status kiln_model_load(const char *config, const char *weights,
 			    const struct kiln_infer_opts *opts, struct kiln_infer **out,
 			    char **err);
 
 /* The same from a loaded and validated config and its registry, which
  * must outlive the model (`kiln predict` uses this).  A safetensors
- * `weights` sets cfg's [model] init_from to it and clears [run] out_dir. */
+ * `weights` is read as [model] init_from reads one ([model] init_format,
+ * init_strict), in its place. */
 kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry *reg,
 			    const char *weights, const struct kiln_infer_opts *opts,
 			    struct kiln_infer **out);
@@ -108,7 +110,8 @@ kiln_status kiln_infer_prepare(struct kiln_infer *m);
  * KILN_I32 (may be NULL). */
 int kiln_infer_input_shape(const struct kiln_infer *m, int64_t *dims, int *dtype);
 int kiln_infer_output_shape(const struct kiln_infer *m, int64_t *dims);
-/* Bytes of one input sample; floats of one output sample. */
+/* Bytes of one input sample; floats of one output sample.  These four
+ * return 0 for a NULL m. */
 size_t kiln_infer_input_bytes(const struct kiln_infer *m);
 size_t kiln_infer_output_elems(const struct kiln_infer *m);
 
@@ -128,7 +131,9 @@ kiln_status kiln_infer(struct kiln_infer *m, const void *x, int64_t n, float *ou
  * of another size (channel count) is refused: KILN_EDATA naming `what`
  * (the file).  When that source cannot be opened (its files absent), its
  * images are taken to be of the model's input size and channels.
- * KILN_ENOTSUP when the model does not read images. */
+ * KILN_ENOTSUP when the model does not read images.  KILN_EINVAL for a
+ * NULL m, img or x, img->data NULL, h or w below 1, or img->cap below
+ * h * w * c; what may be NULL ("image"). */
 kiln_status kiln_infer_image(struct kiln_infer *m, const struct kiln_image *img,
 			     const char *what, void *x);
 

@@ -39,7 +39,6 @@
 #include <unistd.h>   /* close */
 
 #define FOLDER_WHO "folder"
-#define FOLDER_MAX_FILE ((uint64_t)1 << 30) /* 1 GiB: no image file is larger */
 #define FOLDER_MAX_DEPTH 64                 /* directory levels below a class */
 
 struct folder_sample {
@@ -344,9 +343,9 @@ static kiln_status folder_read_image(void *vctx, int64_t index, struct kiln_imag
 		return host->error(KILN_EIO, "%s: cannot open the image: %s", p, why);
 	if (size == 0)
 		st = host->error(KILN_EDATA, "%s: empty file (0 bytes): not a JPEG or PNG image", p);
-	else if ((uint64_t)size > FOLDER_MAX_FILE)
+	else if ((uint64_t)size > IMG_MAX_FILE)
 		st = host->error(KILN_EDATA, "%s: %lld bytes is larger than any image this source reads (%llu)",
-				 p, (long long)size, (unsigned long long)FOLDER_MAX_FILE);
+				 p, (long long)size, (unsigned long long)IMG_MAX_FILE);
 	else
 		st = loaders_read_image(&c->src, fd, 0, (size_t)size, p, img);
 	if (!st && label)

@@ -36,6 +36,9 @@ int img_format_of_name(const char *name);
  * names the file (and member) in messages: "photos/cat/1.jpg: not a JPEG
  * or PNG image".  KILN_EDATA for undecodable input, KILN_ENOMEM. */
 #define IMG_MAX_PIXELS ((int64_t)1 << 28)
+/* No image file is larger: a bigger one (a sparse file, a mistake) is
+ * refused before it is read (the folder source, kiln predict). */
+#define IMG_MAX_FILE ((uint64_t)1 << 30) /* 1 GiB */
 kiln_status img_decode(const struct kiln_host *host, const void *buf, size_t n,
 		       const char *what, int64_t max_pixels, struct kiln_image *img);
 
