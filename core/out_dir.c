@@ -5,8 +5,10 @@
  * old run's steps being higher), metrics.jsonl would be truncated.  The
  * default out_dir, runs/latest, is the latest run by its name: a fresh run
  * there replaces the earlier one as --overwrite does (logged).  Also
- * trainer_write_file, the all-or-nothing write of out_dir's config.ini. */
+ * trainer_write_file, the all-or-nothing write of out_dir's config.ini;
+ * and trainer_ckdir_check, the checkpoint directory tried at the start. */
 #include "train.h"
+#include "../plugins/common/cache_file.h" /* common_mkdirs */
 
 #include <dirent.h>
 #include <errno.h>
@@ -117,6 +119,21 @@ kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int ov
 	kiln_log(KILN_LOG_WARN, "train", "%s: deleted the earlier run's %d file(s) in %s (metrics, logs, config.ini, checkpoints)",
 		 overwrite ? "--overwrite" : "[run] out_dir is the default, the latest run", n,
 		 out_dir);
+	return KILN_OK;
+}
+
+kiln_status trainer_ckdir_check(const char *ckdir)
+{
+	struct stat sb;
+	if (common_mkdirs(ckdir, 0777, 1) || stat(ckdir, &sb))
+		return kiln_error(KILN_EIO, "%s: cannot create the checkpoint directory: %s", ckdir,
+				  strerror(errno));
+	if (!S_ISDIR(sb.st_mode))
+		return kiln_error(KILN_EIO, "%s: cannot create the checkpoint directory: a file of that name is in the way",
+				  ckdir);
+	if (access(ckdir, W_OK | X_OK))
+		return kiln_error(KILN_EIO, "%s: cannot write checkpoints into it: %s", ckdir,
+				  strerror(errno));
 	return KILN_OK;
 }
 

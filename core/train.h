@@ -228,6 +228,10 @@ kiln_status trainer_close(struct trainer *t, kiln_status st);
  * ckdir) and overwrite is 0; with overwrite, or in the default out_dir
  * (runs/latest), rank 0 deletes them. */
 kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite, int rank);
+/* The checkpoint directory of a run that will write checkpoints, created
+ * (with its parents) at the start: KILN_EIO naming it when it cannot be
+ * created or written (a file in its place), not after the training. */
+kiln_status trainer_ckdir_check(const char *ckdir);
 /* Write path whole or not at all: into path.tmp, then renamed over path
  * (an old path stays intact when the disk is full); KILN_EIO naming it. */
 kiln_status trainer_write_file(const char *path, const char *text, size_t n);

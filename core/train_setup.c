@@ -575,21 +575,26 @@ static kiln_status alloc_buffers(struct trainer *t)
 	return kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
 }
 
-/* out_dir (rank 0): the resolved config beside the metrics, and the
- * loggers: metrics.jsonl (continued by a resumed run) and [log]'s. */
+/* out_dir (rank 0): its checkpoint directory tried (a run that will write
+ * checkpoints), the resolved config beside the metrics, and the loggers:
+ * metrics.jsonl (continued by a resumed run) and [log]'s. */
 static kiln_status open_out_dir(struct trainer *t)
 {
 	const char *out_dir = t->run.out_dir;
 	char path[4200];
+	kiln_status st;
 	if (!*out_dir || t->rank)
 		return KILN_OK;
 	if (common_mkdirs(out_dir, 0777, 1))
 		return kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
 				  strerror(errno));
+	if ((t->tc.checkpoint_every || t->tc.checkpoint_last || t->tc.keep_best) &&
+	    (st = trainer_ckdir_check(t->ckdir)))
+		return st;
 	/* the resolved config (every key, defaults filled in) beside the
 	 * metrics: what this run was */
 	snprintf(path, sizeof path, "%s/config.ini", out_dir);
-	kiln_status st = trainer_write_file(path, t->config_text, strlen(t->config_text));
+	st = trainer_write_file(path, t->config_text, strlen(t->config_text));
 	if (st)
 		return st;
 	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);

@@ -7,7 +7,8 @@
 #     the layer, before any byte count can wrap;
 #  2. a fresh run into an out_dir holding an earlier run is refused and
 #     changes nothing; --overwrite deletes that run's files (only those)
-#     and starts afresh; --resume continues it;
+#     and starts afresh; --resume continues it; a checkpoint directory
+#     that cannot be created fails the run at its start;
 #  6. a log write that fails (metrics.jsonl on /dev/full; a full tmpfs) ends
 #     the run non-zero naming the file, and the earlier run's config.ini
 #     and checkpoint stay intact;
@@ -97,6 +98,16 @@ grep -q "^lr = 0.5" "$run/config.ini" || fail "config.ini is not the new run's"
 kiln 0 train "$ini" "$d" train.epochs=2 train.max_steps=12 train.checkpoint_every=5 train.keep_last=3 \
 	train.lr=0.5 "run.out_dir=$run" --resume
 stdout_has '"resumed_step": 10'
+
+# a checkpoint directory that cannot be created (a file named checkpoints)
+# fails at the start naming it, not after the training; without
+# checkpoints to write the run needs none
+mkdir "$tmp/ckfile"
+echo x >"$tmp/ckfile/checkpoints"
+kiln 1 train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/ckfile"
+stderr_has "$tmp/ckfile/checkpoints: cannot create the checkpoint directory: a file of that name is in the way"
+! grep -q '"event":"train"' "$tmp/ckfile/metrics.jsonl" 2>/dev/null || fail "the run trained before failing"
+kiln 0 train "$ini" "$d" train.max_steps=2 train.checkpoint_last=0 "run.out_dir=$tmp/ckfile" --overwrite
 
 # ---- 6: failed writes ----
 # metrics.jsonl on /dev/full (--resume with no checkpoint: a fresh start
