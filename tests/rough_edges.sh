@@ -11,7 +11,10 @@
 #     not inherit it: evaluation takes the whole test set;
 #  6. after a resume within an epoch, the epoch's train_loss averages the
 #     whole epoch (the checkpoint's partial sums), as an uninterrupted run's;
-#  7. KILN_LOG_LEVEL shows debug lines or hides info lines.
+#  7. KILN_LOG_LEVEL shows debug lines or hides info lines;
+#  8. --resume with [train] epochs below the checkpoint's epoch evaluates
+#     and reports the checkpoint, as max_steps below its step does; kiln
+#     report shows a null final number as missing.
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -80,4 +83,28 @@ unset KILN_LOG_LEVEL
 kiln 0 train "$ini" "$d" train.max_steps=1 run.out_dir=
 ! grep -q "debug:" "$err" || fail "debug lines without KILN_LOG_LEVEL=debug"
 stderr_has "gets no bias"
+# 8: --resume with [train] epochs below the checkpoint's epoch (step 9,
+#    epoch 2 of 6-step epochs, resumed with epochs = 1) does as max_steps
+#    below its step does: no step, the checkpoint's epoch line and
+#    evaluation, its numbers in the final JSON (the old code said epochs 0,
+#    train_loss 0, test_loss null); kiln report shows the null test_loss of
+#    a run without evaluation as missing, not 0
+kiln 0 train "$ini" "$d" train.max_steps=0 train.epochs=4 train.eval=1 train.checkpoint_every=9 \
+	train.keep_last=0 "run.out_dir=$tmp/ep"
+rm "$tmp/ep/checkpoints/ckpt-18.kiln" "$tmp/ep/checkpoints/ckpt-24.kiln"
+kiln 0 train "$ini" "$d" train.max_steps=4 train.epochs=4 train.eval=1 --resume "run.out_dir=$tmp/ep"
+by_steps=$(sed 's/"train_samples_per_s".*//' "$out")
+kiln 0 train "$ini" "$d" train.max_steps=0 train.epochs=1 train.eval=1 --resume "run.out_dir=$tmp/ep"
+stdout_has '{"epochs": 2, "steps": 9, "train_loss": '
+[ "$(sed 's/"train_samples_per_s".*//' "$out")" = "$by_steps" ] ||
+	fail "epochs = 1 resumed: $(cat "$out"); max_steps = 4 resumed: $by_steps"
+stdout_matches '"test_loss": [0-9.]+, "test_acc": [0-9.]+'
+tail -1 "$tmp/ep/metrics.jsonl" | grep -q '"event":"final","epochs":2,"steps":9,"train_loss":[0-9.]*,"test_loss":[0-9.]' ||
+	fail "metrics.jsonl's final line: $(tail -1 "$tmp/ep/metrics.jsonl")"
+[ "$(ls "$tmp/ep/checkpoints" | tr '\n' ' ')" = "ckpt-9.kiln " ] ||
+	fail "checkpoints after the resumes: $(ls "$tmp/ep/checkpoints" | tr '\n' ' ')"
+kiln 0 report "$tmp/noeval"
+grep -q '<td>test loss</td><td><span class="note">missing</span></td>' "$tmp/noeval/report.html" ||
+	fail "kiln report: a null test_loss is not shown as missing"
+grep -q '<td>steps</td><td>5</td>' "$tmp/noeval/report.html" || fail "kiln report: steps is not 5"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
