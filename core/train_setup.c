@@ -11,8 +11,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "../plugins/common/cache_file.h" /* common_mkdirs */
 
 static kiln_status open_set(struct trainer *t, const char *section, const char *split, int train,
 			    struct train_set *d)
@@ -575,8 +575,9 @@ static kiln_status alloc_buffers(struct trainer *t)
 	return kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
 }
 
-/* out_dir (rank 0): its checkpoint directory tried (a run that will write
- * checkpoints), the resolved config beside the metrics, and the loggers:
+/* out_dir (rank 0, created and locked by open_run): its checkpoint
+ * directory tried (a run that will write checkpoints), the resolved
+ * config beside the metrics, and the loggers:
  * metrics.jsonl (continued by a resumed run) and [log]'s. */
 static kiln_status open_out_dir(struct trainer *t)
 {
@@ -585,9 +586,6 @@ static kiln_status open_out_dir(struct trainer *t)
 	kiln_status st;
 	if (!*out_dir || t->rank)
 		return KILN_OK;
-	if (common_mkdirs(out_dir, 0777, 1))
-		return kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
-				  strerror(errno));
 	if ((t->tc.checkpoint_every || t->tc.checkpoint_last || t->tc.keep_best) &&
 	    (st = trainer_ckdir_check(t->ckdir)))
 		return st;
@@ -617,6 +615,9 @@ static kiln_status open_run(struct trainer *t)
 	if (t->tc.keep_best && !(t->best = calloc((size_t)t->tc.keep_best, sizeof *t->best)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	if (*t->ckdir) {
+		/* one run at a time in out_dir (rank 0 alone writes into it) */
+		if (!t->rank && (st = trainer_out_dir_lock(t->run.out_dir, &t->out_lock)))
+			return st;
 		if (!(t->config_text = kiln_run_config_text(t->cfg, t->reg, &t->tc)))
 			return KILN_EIO;
 		if (!(t->versions = kiln_ckpt_versions(t->reg, t->dev)))
@@ -739,6 +740,7 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 	t->training = training;
 	t->res = res;
 	t->world = 1;
+	t->out_lock = -1;
 	t->t_start = kiln_now_s();
 	double at[8] = { 0 };
 	if ((st = read_config(t, tc)) || stamp(&at[0]) || (st = open_device(t)) || stamp(&at[1]) ||
@@ -836,6 +838,11 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	free(t->best);
 	free(t->perm);
 	free(t->order);
+	/* out_dir free for the next run (evaluation's trainer, zeroed, may
+	 * never have reached trainer_open: it holds no lock) */
+	if (t->training && t->out_lock >= 0)
+		close(t->out_lock);
+	t->out_lock = -1;
 	if (keep)
 		kiln_error(st, "%s", keep);
 	free(keep);

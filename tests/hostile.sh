@@ -8,7 +8,8 @@
 #  2. a fresh run into an out_dir holding an earlier run is refused and
 #     changes nothing; --overwrite deletes that run's files (only those)
 #     and starts afresh; --resume continues it; a checkpoint directory
-#     that cannot be created fails the run at its start;
+#     that cannot be created fails the run at its start, and so does an
+#     out_dir another kiln holds (its lock out_dir/.kiln.lock);
 #  6. a log write that fails (metrics.jsonl on /dev/full; a full tmpfs) ends
 #     the run non-zero naming the file, and the earlier run's config.ini
 #     and checkpoint stay intact;
@@ -108,6 +109,21 @@ kiln 1 train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/ckfile"
 stderr_has "$tmp/ckfile/checkpoints: cannot create the checkpoint directory: a file of that name is in the way"
 ! grep -q '"event":"train"' "$tmp/ckfile/metrics.jsonl" 2>/dev/null || fail "the run trained before failing"
 kiln 0 train "$ini" "$d" train.max_steps=2 train.checkpoint_last=0 "run.out_dir=$tmp/ckfile" --overwrite
+
+# an out_dir another kiln holds (its lock out_dir/.kiln.lock taken, here by
+# flock(1)) is refused at once, exit 1, nothing written; free, it is taken
+if command -v flock >/dev/null; then
+	mkdir "$tmp/busy"
+	flock "$tmp/busy/.kiln.lock" "$kiln" train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/busy" \
+		>"$out" 2>"$err"
+	rc=$?
+	[ "$rc" -eq 1 ] || fail "a run in a locked out_dir: exit $rc, expected 1"
+	stderr_has "[run] out_dir '$tmp/busy' is in use: another kiln holds it (its lock $tmp/busy/.kiln.lock)"
+	[ "$(ls "$tmp/busy")" = "" ] || fail "the refused run wrote into out_dir: $(ls "$tmp/busy")"
+	kiln 0 train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/busy"
+else
+	echo "note: no flock(1): the locked out_dir case is skipped"
+fi
 
 # ---- 6: failed writes ----
 # metrics.jsonl on /dev/full (--resume with no checkpoint: a fresh start
