@@ -14,7 +14,9 @@
 #  7. KILN_LOG_LEVEL shows debug lines or hides info lines;
 #  8. --resume with [train] epochs below the checkpoint's epoch evaluates
 #     and reports the checkpoint, as max_steps below its step does; kiln
-#     report shows a null final number as missing.
+#     report shows a null final number as missing;
+#  9. an empty config file, and the folder source without `channels`,
+#     are errors pointing at the file and the [data] section.
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -107,4 +109,27 @@ kiln 0 report "$tmp/noeval"
 grep -q '<td>test loss</td><td><span class="note">missing</span></td>' "$tmp/noeval/report.html" ||
 	fail "kiln report: a null test_loss is not shown as missing"
 grep -q '<td>steps</td><td>5</td>' "$tmp/noeval/report.html" || fail "kiln report: steps is not 5"
+# 9: where a config error points: an empty or comments-only config file
+#    names the file (not "command line"); the folder source without
+#    `channels` (its images' channels unknown before decoding) names the
+#    [data] section's line and says why (not "default:", "images vary")
+printf '; only comments\n# nothing\n' >"$tmp/comments.ini"
+kiln 2 train "$tmp/comments.ini" "$d" data.images=tr_cnn_images.idx data.labels=tr_cnn_labels.idx \
+	data.eval.images=tr_cnn_images.idx data.eval.labels=tr_cnn_labels.idx train.batch=8 run.out_dir=
+stderr_has "kiln: error: $tmp/comments.ini: no [layer.NAME] sections: the model is empty"
+python3 - "$tmp/fold" <<'EOF' || fail "python3 could not write the PNGs"
+import os, struct, sys, zlib
+def chunk(k, v):
+    return struct.pack(">I", len(v)) + k + v + struct.pack(">I", zlib.crc32(k + v))
+for c in ("a", "b"):
+    os.makedirs(os.path.join(sys.argv[1], c))
+    body = zlib.compress(b"".join(b"\0" + bytes(8) for _ in range(8)))
+    open(os.path.join(sys.argv[1], c, "0.png"), "wb").write(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+EOF
+printf '[data]\nsource = folder\npath = %s\nsize = 8\n[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 2\n[layer.loss]\ntype = softmax_xent\n' \
+	"$tmp/fold" >"$tmp/fold.ini"
+kiln 2 train "$tmp/fold.ini" run.out_dir=
+stderr_has "kiln: error: $tmp/fold.ini:1: [data] channels = 0 (as the source), but the source does not say how many its images have (it decodes each as it is, gray or colour): set channels = 1 or 3"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
