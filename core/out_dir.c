@@ -21,10 +21,11 @@
 #include <unistd.h>
 
 /* The files a run writes into out_dir, and into its checkpoint
- * directories (docs/checkpoints.md, docs/logging.md, docs/profiler.md). */
+ * directories (docs/checkpoints.md, docs/logging.md, docs/profiler.md),
+ * and the report `kiln report` writes beside them (docs/report.md). */
 static const char *const run_files[] = {
 	"metrics.jsonl", "train.csv", "eval.csv", "config.ini", "profile.txt", "trace.json",
-	"events.out.tfevents.*", NULL
+	"events.out.tfevents.*", "report.html", NULL
 };
 static const char *const ckpt_files[] = { "ckpt-*.kiln", "ckpt-*.kiln.tmp", NULL };
 

@@ -238,6 +238,9 @@ static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *t
 		t->EB = t->B;
 	if (!t->training)
 		return KILN_OK;
+	if (tc->resume && tc->overwrite)
+		return kiln_error(KILN_ECONFIG, "%s: [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one",
+				  kiln_config_where(t->cfg, "train", "overwrite"));
 	if (*t->run.out_dir) {
 		snprintf(t->ckdir, sizeof t->ckdir, "%s/checkpoints", t->run.out_dir);
 	} else if (tc->checkpoint_every || tc->resume) {

@@ -84,9 +84,15 @@ cmp -s "$run/config.ini" "$tmp/config.before" || fail "the refused run changed c
 kiln 0 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics" train.checkpoint_last=0
 kiln 2 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics"
 stderr_has "$tmp/only_metrics/metrics.jsonl"
-# --overwrite: the old run's files go, a user's file stays
+# --resume with --overwrite: a config error, nothing changed
+kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --resume --overwrite
+stderr_has "command line 'train.overwrite=1': [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one"
+cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused run changed metrics.jsonl"
+# --overwrite: the old run's files go (its report too), a user's file stays
+kiln 0 report "$run"
 echo keep >"$run/notes.txt"
 kiln 0 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite
+[ ! -e "$run/report.html" ] || fail "--overwrite left the old run's report.html"
 stderr_has "--overwrite: deleted the earlier run's"
 [ "$(ls "$run/checkpoints" | tr '\n' ' ')" = "ckpt-10.kiln ckpt-5.kiln " ] ||
 	fail "checkpoints after --overwrite: $(ls "$run/checkpoints" | tr '\n' ' ') (want ckpt-10, ckpt-5)"

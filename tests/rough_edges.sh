@@ -7,8 +7,9 @@
 #  3. `section.key=` on the command line unsets a key (its default applies);
 #  4. without evaluation the final JSON (stdout, metrics.jsonl) says null
 #     for test_loss and test_acc; the final line's wall_s = setup_s + fit_s;
-#  5. [data] limit is logged with the count it keeps, and [data.eval] does
-#     not inherit it: evaluation takes the whole test set;
+#  5. [data] limit is logged with the count it keeps (all, when it is past
+#     the source's count), and [data.eval] does not inherit it: evaluation
+#     takes the whole test set;
 #  6. after a resume within an epoch, the epoch's train_loss averages the
 #     whole epoch (the checkpoint's partial sums), as an uninterrupted run's;
 #  7. KILN_LOG_LEVEL shows debug lines or hides info lines;
@@ -55,6 +56,9 @@ sed -n 's/.*"event":"final".*"wall_s":\([0-9.e+-]*\),"setup_s":\([0-9.e+-]*\),"f
 kiln 0 train "$ini" "$d" data.limit=16 train.max_steps=1 run.out_dir=
 stderr_has "[data] limit = 16: the first 16 of the source's 48 samples"
 stdout_has '"test_samples": 48,'
+# ... and a limit past the source's count says that all are used
+kiln 0 train "$ini" "$d" data.limit=100 train.max_steps=1 run.out_dir=
+stderr_has "[data] limit = 100 is more than the source's 48 samples: all 48 are used"
 
 # 6: steps 1..6 in one run, and 1..2 + a resume from step 2's checkpoint
 #    (taken between two log points: log_every 3) for 3..6
