@@ -275,14 +275,7 @@ START_TEST(test_jsonl)
 END_TEST
 
 /* Warnings the loggers log, kept for the partial-line test. */
-static char warned[4096];
-static void keep_warning(void *user, int level, const char *who, const char *msg)
-{
-	(void)user;
-	(void)who;
-	if (level == KILN_LOG_WARN)
-		snprintf(warned + strlen(warned), sizeof warned - strlen(warned), "%s\n", msg);
-}
+static char warned[TEST_WARNED_SIZE];
 
 static void write_text(const char *name, const char *text)
 {
@@ -314,7 +307,7 @@ START_TEST(test_resume_partial_line)
 	write_text("train.csv", "epoch,step,loss\n1,5,0.25\n1,10,0.");
 	write_text("eval.csv", "set,st");
 	warned[0] = 0;
-	kiln_log_set_sink(keep_warning, NULL);
+	kiln_log_set_sink(test_keep_warning, warned);
 	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 1, 5);
 	kiln_loggers_event(L, json_pack("{s:s, s:I}", "event", "resume", "step", (json_int_t)5));
 	struct kiln_log_record r = train_rec(10, 0.125, 0);
