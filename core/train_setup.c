@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 static kiln_status open_set(struct trainer *t, const char *section, const char *split, int train,
 			    struct train_set *d)
 {
