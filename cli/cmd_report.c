@@ -8,6 +8,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,18 @@ static void write_head(FILE *f, const char *dir)
 	fputs("</h1>\n", f);
 }
 
+/* A row of the result table: v in fmt, or "missing" (NAN: the final line
+ * has no such number, or null). */
+static void result_row(FILE *f, const char *name, const char *fmt, double v)
+{
+	fprintf(f, "<tr><td>%s</td><td>", name);
+	if (isnan(v))
+		fputs("<span class=\"note\">missing</span>", f);
+	else
+		fprintf(f, fmt, v);
+	fputs("</td></tr>\n", f);
+}
+
 /* The "final" line's numbers, when the run finished. */
 static void write_result(FILE *f, const struct report_metrics *m)
 {
@@ -81,11 +94,14 @@ static void write_result(FILE *f, const struct report_metrics *m)
 	if (!m->have_final) {
 		fputs("<p class=\"note\">No \"final\" line in metrics.jsonl: the run stopped or is still running.</p>\n", f);
 	} else {
-		fprintf(f, "<table><tr><td>epochs</td><td>%g</td></tr><tr><td>steps</td><td>%g</td></tr>\n"
-			   "<tr><td>test loss</td><td>%.4f</td></tr><tr><td>test accuracy</td><td>%.4f</td></tr>\n"
-			   "<tr><td>training samples/s</td><td>%.1f</td></tr><tr><td>wall time</td><td>%.1f s</td></tr></table>\n",
-			m->final_epochs, m->final_steps, m->final_test_loss, m->final_test_acc,
-			m->final_samples_per_s, m->final_wall_s);
+		fputs("<table>\n", f);
+		result_row(f, "epochs", "%g", m->final_epochs);
+		result_row(f, "steps", "%g", m->final_steps);
+		result_row(f, "test loss", "%.4f", m->final_test_loss);
+		result_row(f, "test accuracy", "%.4f", m->final_test_acc);
+		result_row(f, "training samples/s", "%.1f", m->final_samples_per_s);
+		result_row(f, "wall time", "%.1f s", m->final_wall_s);
+		fputs("</table>\n", f);
 	}
 	fprintf(f, "<p>metrics.jsonl: %ld lines%s</p>\n</section>\n", m->lines,
 		m->bad_lines ? " (some not JSON objects: skipped)" : "");

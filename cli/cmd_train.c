@@ -205,7 +205,8 @@ const char cmd_train_about[] =
 	"usable checkpoint there, bit for bit, or starts afresh when there is none.\n"
 	"A fresh run refuses an out_dir that holds an earlier run (its metrics, logs or\n"
 	"checkpoints) and changes nothing; --overwrite (train.overwrite=1) deletes\n"
-	"that run's files first (other files stay).\n"
+	"that run's files first (other files stay); --resume with --overwrite is an\n"
+	"error.  One run at a time: a second run in a busy out_dir fails at once.\n"
 	"SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) finishes the current step, writes a\n"
 	"checkpoint and exits 0;\n"
 	"a repeat within 5 s is ignored, a later one ends the process at once.\n\n"
@@ -240,7 +241,7 @@ int cmd_train(int argc, char **argv)
 	/* --resume, --overwrite and --profile (anywhere after FILE) are the
 	 * overrides train.resume=1, train.overwrite=1 and run.profile=1,
 	 * applied last */
-	char **args = calloc((size_t)argc + 4, sizeof *args);
+	char **args = calloc((size_t)argc + 5, sizeof *args);
 	int n = 0, want_resume = 0, want_profile = 0, want_overwrite = 0;
 	if (!args) {
 		fprintf(stderr, "kiln: error: out of memory\n");
@@ -256,10 +257,13 @@ int cmd_train(int argc, char **argv)
 		else
 			args[n++] = argv[i];
 	}
-	if (want_resume || restarted())
+	int restart = restarted();
+	if (want_resume || restart)
 		args[n++] = "train.resume=1";
 	if (want_overwrite)
 		args[n++] = "train.overwrite=1";
+	if (restart) /* a restart continues the run it restarts, even one begun with --overwrite */
+		args[n++] = "train.overwrite=0";
 	if (want_profile)
 		args[n++] = "run.profile=1";
 	if (!cli_args_ok(n, args, "train")) {

@@ -24,7 +24,7 @@ struct report_metrics {
 	 * two, > 2 n) indices + 1 into s, 0 empty (report_metrics.c) */
 	int *slot, n_slot;
 	long lines, bad_lines;     /* read, and not a JSON object */
-	int have_final;            /* the "final" line's numbers */
+	int have_final;            /* the "final" line's numbers (NAN: not in it, or null) */
 	double final_epochs, final_steps, final_test_acc, final_test_loss, final_wall_s,
 		final_samples_per_s;
 };

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,9 +144,11 @@ static int add_line(struct report_metrics *m, const char *prefix, json_t *o)
 	return rc;
 }
 
+/* o's number key; NAN when it has none (missing, or null: no test set). */
 static double num(json_t *o, const char *key)
 {
-	return json_number_value(json_object_get(o, key));
+	json_t *v = json_object_get(o, key);
+	return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
 static void read_final(struct report_metrics *m, json_t *o)

@@ -376,7 +376,7 @@ const char *kiln_config_where(const struct kiln_config *cfg, const char *section
 	const struct section *s = kiln_cfg_find_section(cfg, section);
 	struct entry *e = kiln_cfg_find_entry(s, key);
 	if (!key)
-		return s ? s->where : "command line";
+		return s ? s->where : cfg->file; /* no such section: the file lacks it */
 	if (!e && (!strcmp(section, "data.eval") || !strcmp(section, "data.val")) && !no_inherit(key))
 		e = kiln_cfg_find_entry(kiln_cfg_find_section(cfg, "data"), key);
 	return e ? e->where : "default";

@@ -514,8 +514,9 @@ static kiln_status model_create(const struct kiln_config *cfg, const struct kiln
 		n += !strncmp(kiln_config_section(cfg, i), "layer.", 6);
 	if (!n) {
 		kiln_model_free(m);
+		/* no section [layer]: where() names the config file */
 		return kiln_error(KILN_ECONFIG, "%s: no [layer.NAME] sections: the model is empty",
-				  kiln_config_where(cfg, "run", NULL));
+				  kiln_config_where(cfg, "layer", NULL));
 	}
 	m->layers = calloc((size_t)n, sizeof *m->layers);
 	struct plan_node *nodes = calloc((size_t)n, sizeof *nodes);

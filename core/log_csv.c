@@ -2,7 +2,8 @@
  * train.csv (one row per log point) and eval.csv (one row per
  * evaluation), each with a header line naming its columns as
  * metrics.jsonl names the fields.  The columns are those of the table's
- * first record; a resumed run appends to the tables under their header.
+ * first record; a resumed run appends to the tables under their header
+ * (a partial last row dropped first, kiln_log_open_append).
  * A cell a record lacks is empty. */
 #include "logger.h"
 
@@ -63,9 +64,14 @@ static void read_header(struct csv_table *t)
 
 static kiln_status table_open(struct csv *c, struct csv_table *t)
 {
-	if (c->resumed)
+	kiln_status st;
+	if (c->resumed) {
+		if ((st = kiln_log_open_append(t->path, &t->f)))
+			return st;
 		read_header(t);
-	if (!(t->f = fopen(t->path, c->resumed ? "a" : "w")))
+		return KILN_OK;
+	}
+	if (!(t->f = fopen(t->path, "w")))
 		return kiln_error(KILN_EIO, "%s: cannot write: %s", t->path, strerror(errno));
 	return KILN_OK;
 }

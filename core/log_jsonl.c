@@ -1,6 +1,7 @@
 /* core/log_jsonl.c - out_dir/metrics.jsonl, the logger that is always
  * open: one JSON object per line, every record and every other event of
- * the run (docs/logging.md lists them).  A resumed run appends. */
+ * the run (docs/logging.md lists them).  A resumed run appends (after
+ * dropping a partial last line, kiln_log_open_append). */
 #include "logger.h"
 
 #include <errno.h>
@@ -18,9 +19,12 @@ static kiln_status jsonl_open(const char *dir, int resumed, int64_t step, void *
 	if (!j)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	snprintf(j->path, sizeof j->path, "%s/metrics.jsonl", dir);
-	if (!(j->f = fopen(j->path, resumed ? "a" : "w"))) {
-		kiln_status st = kiln_error(KILN_EIO, "%s: cannot write: %s", j->path,
-					    strerror(errno));
+	kiln_status st = KILN_OK;
+	if (resumed)
+		st = kiln_log_open_append(j->path, &j->f);
+	else if (!(j->f = fopen(j->path, "w")))
+		st = kiln_error(KILN_EIO, "%s: cannot write: %s", j->path, strerror(errno));
+	if (st) {
 		free(j);
 		return st;
 	}

@@ -3,7 +3,9 @@
  * tensor they are given.  See logger.h. */
 #include "logger.h"
 
+#include <errno.h>
 #include <math.h>
+#include <unistd.h>
 
 /* Every logger kiln has: one row each. */
 static const struct kiln_logger_ops *const logger_table[] = {
@@ -60,6 +62,55 @@ kiln_status kiln_loggers_open(const struct kiln_config *cfg, const char *dir, in
 		kiln_log(KILN_LOG_WARN, "log", "[log] histograms = %lld: no logger writes histograms (set tensorboard = 1)",
 			 (long long)L->hist_every);
 	*out = L;
+	return KILN_OK;
+}
+
+/* The offset just past the last '\n' of f (0: none), reading back from
+ * end in blocks. */
+static kiln_status last_line_end(FILE *f, const char *path, off_t end, off_t *keep)
+{
+	char b[4096];
+	for (off_t at = end; at > 0;) {
+		size_t n = at < (off_t)sizeof b ? (size_t)at : sizeof b;
+		at -= (off_t)n;
+		if (fseeko(f, at, SEEK_SET) || fread(b, 1, n, f) != n)
+			return kiln_error(KILN_EIO, "%s: cannot read: %s", path, strerror(errno));
+		for (size_t i = n; i > 0; i--)
+			if (b[i - 1] == '\n') {
+				*keep = at + (off_t)i;
+				return KILN_OK;
+			}
+	}
+	*keep = 0;
+	return KILN_OK;
+}
+
+kiln_status kiln_log_open_append(const char *path, FILE **out)
+{
+	FILE *f = fopen(path, "a+");
+	off_t end, keep;
+	kiln_status st = KILN_OK;
+	*out = NULL;
+	if (!f)
+		return kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
+	if (fseeko(f, 0, SEEK_END) || (end = ftello(f)) < 0)
+		st = kiln_error(KILN_EIO, "%s: cannot read: %s", path, strerror(errno));
+	else if (!(st = last_line_end(f, path, end, &keep)) && keep < end) {
+		if (ftruncate(fileno(f), keep))
+			st = kiln_error(KILN_EIO, "%s: cannot truncate: %s", path,
+					strerror(errno));
+		else
+			kiln_log(KILN_LOG_WARN, "log",
+				 "%s: dropped its partial last line (%lld bytes): an earlier run stopped while writing it",
+				 path, (long long)(end - keep));
+	}
+	if (!st && fseeko(f, 0, SEEK_END))
+		st = kiln_error(KILN_EIO, "%s: cannot read: %s", path, strerror(errno));
+	if (st) {
+		fclose(f);
+		return st;
+	}
+	*out = f;
 	return KILN_OK;
 }
 

@@ -77,6 +77,12 @@ struct kiln_logger_ops {
 	kiln_status (*close)(void *ctx);
 };
 
+/* path opened to append a resumed run's lines (created if missing).  A
+ * partial last line, left by a run that died while writing it (a full
+ * disk, a kill), is cut off first with a warning naming path and the
+ * bytes dropped, so the new lines start a line of their own. */
+kiln_status kiln_log_open_append(const char *path, FILE **out);
+
 extern const struct kiln_logger_ops kiln_log_jsonl, kiln_log_csv, kiln_log_tensorboard;
 
 struct kiln_loggers;

@@ -5,21 +5,27 @@
  * old run's steps being higher), metrics.jsonl would be truncated.  The
  * default out_dir, runs/latest, is the latest run by its name: a fresh run
  * there replaces the earlier one as --overwrite does (logged).  Also
- * trainer_write_file, the all-or-nothing write of out_dir's config.ini. */
+ * trainer_write_file, the all-or-nothing write of out_dir's config.ini;
+ * trainer_out_dir_lock, one run at a time in an out_dir; and
+ * trainer_ckdir_check, the checkpoint directory tried at the start. */
 #include "train.h"
+#include "../plugins/common/cache_file.h" /* common_mkdirs */
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 /* The files a run writes into out_dir, and into its checkpoint
- * directories (docs/checkpoints.md, docs/logging.md, docs/profiler.md). */
+ * directories (docs/checkpoints.md, docs/logging.md, docs/profiler.md),
+ * and the report `kiln report` writes beside them (docs/report.md). */
 static const char *const run_files[] = {
 	"metrics.jsonl", "train.csv", "eval.csv", "config.ini", "profile.txt", "trace.json",
-	"events.out.tfevents.*", NULL
+	"events.out.tfevents.*", "report.html", NULL
 };
 static const char *const ckpt_files[] = { "ckpt-*.kiln", "ckpt-*.kiln.tmp", NULL };
 
@@ -117,6 +123,47 @@ kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int ov
 	kiln_log(KILN_LOG_WARN, "train", "%s: deleted the earlier run's %d file(s) in %s (metrics, logs, config.ini, checkpoints)",
 		 overwrite ? "--overwrite" : "[run] out_dir is the default, the latest run", n,
 		 out_dir);
+	return KILN_OK;
+}
+
+kiln_status trainer_out_dir_lock(const char *out_dir, int *fd)
+{
+	char path[4400];
+	*fd = -1;
+	if (common_mkdirs(out_dir, 0777, 1))
+		return kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
+				  strerror(errno));
+	snprintf(path, sizeof path, "%s/.kiln.lock", out_dir);
+	int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (f < 0)
+		return kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create %s: %s", out_dir, path,
+				  strerror(errno));
+	if (!flock(f, LOCK_EX | LOCK_NB)) {
+		*fd = f;
+		return KILN_OK;
+	}
+	int err = errno;
+	close(f);
+	if (err == EWOULDBLOCK)
+		return kiln_error(KILN_EIO, "[run] out_dir '%s' is in use: another kiln holds it (its lock %s); wait for that run to end, or choose another out_dir",
+				  out_dir, path);
+	kiln_log(KILN_LOG_WARN, "train", "%s: cannot lock (%s): nothing keeps another kiln out of this out_dir",
+		 path, strerror(err));
+	return KILN_OK;
+}
+
+kiln_status trainer_ckdir_check(const char *ckdir)
+{
+	struct stat sb;
+	if (common_mkdirs(ckdir, 0777, 1) || stat(ckdir, &sb))
+		return kiln_error(KILN_EIO, "%s: cannot create the checkpoint directory: %s", ckdir,
+				  strerror(errno));
+	if (!S_ISDIR(sb.st_mode))
+		return kiln_error(KILN_EIO, "%s: cannot create the checkpoint directory: a file of that name is in the way",
+				  ckdir);
+	if (access(ckdir, W_OK | X_OK))
+		return kiln_error(KILN_EIO, "%s: cannot write checkpoints into it: %s", ckdir,
+				  strerror(errno));
 	return KILN_OK;
 }
 

@@ -192,12 +192,16 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 /* ---- the checkpoint directory -------------------------------------------- */
 
 /* "ckpt-<digits>.kiln" (tmp = 0) or "ckpt-<digits>.kiln.tmp" (tmp = 1):
- * the step, or -1. */
+ * the step, or -1.  The digits are the step as kiln writes it (%lld), so
+ * a leading zero (ckpt-0032.kiln) is no name of kiln's: -2, ignored (its
+ * callers open and delete the file by the step's name). */
 static int64_t ckpt_name_step(const char *name, int *tmp)
 {
 	if (strncmp(name, "ckpt-", 5))
 		return -1;
 	const char *p = name + 5;
+	if (p[0] == '0' && p[1] >= '0' && p[1] <= '9')
+		return -2;
 	int64_t step = 0;
 	int digits = 0;
 	for (; *p >= '0' && *p <= '9' && digits < 18; p++, digits++)
@@ -219,8 +223,10 @@ static int cmp_desc(const void *a, const void *b)
 	return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Steps of dir's checkpoints, newest first (malloc'd), or of its temp files. */
-static kiln_status list_steps(const char *dir, int want_tmp, int64_t **steps, int *n)
+/* Steps of dir's checkpoints, newest first (malloc'd), or of its temp files.
+ * A name with a leading zero is logged at level and skipped. */
+static kiln_status list_steps(const char *dir, int want_tmp, int level, int64_t **steps,
+			      int *n)
 {
 	DIR *d = opendir(dir);
 	int cap = 0, k = 0;
@@ -236,6 +242,9 @@ static kiln_status list_steps(const char *dir, int want_tmp, int64_t **steps, in
 	while ((e = readdir(d))) {
 		int tmp;
 		int64_t s = ckpt_name_step(e->d_name, &tmp);
+		if (s == -2)
+			kiln_log(level, "ckpt", "%s/%s: ignored: not a checkpoint name kiln writes (its step has a leading zero; kiln's are ckpt-<step>.kiln)",
+				 dir, e->d_name);
 		if (s < 0 || tmp != want_tmp)
 			continue;
 		if (k == cap) {
@@ -263,7 +272,7 @@ kiln_status kiln_ckpt_newest(const char *dir, struct kiln_ckpt **out)
 	int64_t *steps;
 	int n;
 	char path[4200], first[1200] = "";
-	kiln_status st = list_steps(dir, 0, &steps, &n);
+	kiln_status st = list_steps(dir, 0, KILN_LOG_WARN, &steps, &n);
 	*out = NULL;
 	if (st)
 		return st;
@@ -290,7 +299,7 @@ int64_t kiln_ckpt_newest_step(const char *dir)
 {
 	int64_t *steps, newest = -1;
 	int n;
-	if (list_steps(dir, 0, &steps, &n))
+	if (list_steps(dir, 0, KILN_LOG_DEBUG, &steps, &n))
 		return -1;
 	if (n)
 		newest = steps[0];
@@ -304,7 +313,7 @@ void kiln_ckpt_prune(const char *dir, int64_t keep)
 	for (int tmp = 1; tmp >= 0; tmp--) {
 		int64_t *steps;
 		int n;
-		if (list_steps(dir, tmp, &steps, &n)) {
+		if (list_steps(dir, tmp, KILN_LOG_DEBUG, &steps, &n)) {
 			kiln_log(KILN_LOG_WARN, "ckpt", "%s", kiln_last_error());
 			return;
 		}

@@ -48,7 +48,7 @@ static const struct kiln_key data_keys[] = {
 	{ "source", KILN_KEY_STR, "idx", NOLIM, NULL,
 	  "Data source plugin: `idx` (MNIST-format files), `records` (kiln's packed shards, from `kiln pack`), `folder` (ImageFolder of JPEG/PNG), `tar` (WebDataset shards), `lmdb`, `synthetic`, `tokens` (token shards in llm.c's format, from `kiln pack --format tokens`); its own keys are listed under its name below." },
 	{ "limit", KILN_KEY_INT, "0", 0, 1e15, NULL,
-	  "Use only the first N samples of the source; 0 = all." },
+	  "Use only the first N samples of the source; 0 = all (so does an N above the source's count, logged)." },
 	{ "workers", KILN_KEY_STR, "1", NOLIM, NULL,
 	  "Loader threads that assemble batches ahead of the step (into page-locked staging buffers): a count 0..256 (0 reads on the training thread) or `auto` (a short probe of 1, 2, 4, ... workers picks the fastest; logged). Results are identical for any count." },
 	{ "prefetch", KILN_KEY_INT, "2", 1, 256, NULL,
@@ -179,7 +179,7 @@ static const struct kiln_key train_keys[] = {
 	{ "resume", KILN_KEY_BOOL, "0", NOLIM, NULL,
 	  "Continue from the newest usable checkpoint in out_dir/checkpoints (`kiln train --resume`); a fresh start when there is none. Only the keys listed in docs/checkpoints.md may differ from the checkpoint's config." },
 	{ "overwrite", KILN_KEY_BOOL, "0", NOLIM, NULL,
-	  "Start afresh in an out_dir that holds an earlier run (`kiln train --overwrite`): that run's files (metrics.jsonl, train.csv, eval.csv, events.out.tfevents.*, config.ini, profile.txt, trace.json and every checkpoint in out_dir/checkpoints) are deleted first (logged); other files are left alone. Without it (or `resume`) a used out_dir is refused and left as it is (Hugging Face's `overwrite_output_dir`), except the default out_dir `runs/latest`, which by its name holds the latest run: a fresh run there replaces the earlier one (logged)." },
+	  "Start afresh in an out_dir that holds an earlier run (`kiln train --overwrite`): that run's files (metrics.jsonl, train.csv, eval.csv, events.out.tfevents.*, config.ini, profile.txt, trace.json, report.html and every checkpoint in out_dir/checkpoints) are deleted first (logged); other files are left alone. Not with `resume` (an error). Without it (or `resume`) a used out_dir is refused and left as it is (Hugging Face's `overwrite_output_dir`), except the default out_dir `runs/latest`, which by its name holds the latest run: a fresh run there replaces the earlier one (logged)." },
 	{ NULL, 0, NULL, NOLIM, NULL, NULL }
 };
 

@@ -42,6 +42,9 @@ kiln_status kiln_source_open(const struct kiln_config *cfg, const struct kiln_re
 		kiln_log(KILN_LOG_INFO, "data", "[%s] limit = %lld: the first %lld of the source's %lld samples",
 			 section, (long long)limit, (long long)limit, (long long)s->info.len);
 		s->info.len = limit;
+	} else if (limit > s->info.len) {
+		kiln_log(KILN_LOG_INFO, "data", "[%s] limit = %lld is more than the source's %lld samples: all %lld are used",
+			 section, (long long)limit, (long long)s->info.len, (long long)s->info.len);
 	}
 	*out = s;
 	return KILN_OK;

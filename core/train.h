@@ -142,6 +142,7 @@ struct trainer {
 	struct kiln_profile *prof;  /* [run] profile = 1, else NULL */
 	/* checkpoints */
 	char ckdir[4200];          /* [run] out_dir/checkpoints, "" without out_dir */
+	int out_lock;              /* out_dir/.kiln.lock held (rank 0 training); -1: none */
 	char *config_text;         /* resolved config, stored in each checkpoint */
 	char *versions;
 	struct kiln_ckpt_trainer pos; /* where the run stands (trainer section) */
@@ -228,6 +229,15 @@ kiln_status trainer_close(struct trainer *t, kiln_status st);
  * ckdir) and overwrite is 0; with overwrite, or in the default out_dir
  * (runs/latest), rank 0 deletes them. */
 kiln_status trainer_out_dir_check(const char *out_dir, const char *ckdir, int overwrite, int rank);
+/* A training run's out_dir, created, and locked for this process
+ * (out_dir/.kiln.lock, flock, held until *fd is closed) before it is
+ * looked at: KILN_EIO naming it when another kiln holds it.  A file
+ * system without locks: logged, *fd -1, the run goes on. */
+kiln_status trainer_out_dir_lock(const char *out_dir, int *fd);
+/* The checkpoint directory of a run that will write checkpoints, created
+ * (with its parents) at the start: KILN_EIO naming it when it cannot be
+ * created or written (a file in its place), not after the training. */
+kiln_status trainer_ckdir_check(const char *ckdir);
 /* Write path whole or not at all: into path.tmp, then renamed over path
  * (an old path stays intact when the disk is full); KILN_EIO naming it. */
 kiln_status trainer_write_file(const char *path, const char *text, size_t n);

@@ -147,7 +147,7 @@ kiln_status trainer_epoch_eval(struct trainer *t, char *msg, size_t n)
 {
 	const struct kiln_train_cfg *tc = &t->tc;
 	const int64_t step = t->step;
-	int last_step = t->ep + 1 == tc->epochs || (tc->max_steps && step >= tc->max_steps);
+	int last_step = t->ep + 1 >= tc->epochs || (tc->max_steps && step >= tc->max_steps);
 	size_t len = strlen(msg);
 	if (!tc->eval || t->stop_early || (tc->eval_every && !(last_step && step % tc->eval_every)))
 		return KILN_OK;

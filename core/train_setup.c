@@ -11,8 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
-
-#include "../plugins/common/cache_file.h" /* common_mkdirs */
+#include <unistd.h>
 
 static kiln_status open_set(struct trainer *t, const char *section, const char *split, int train,
 			    struct train_set *d)
@@ -238,6 +237,9 @@ static kiln_status read_config(struct trainer *t, const struct kiln_train_cfg *t
 		t->EB = t->B;
 	if (!t->training)
 		return KILN_OK;
+	if (tc->resume && tc->overwrite)
+		return kiln_error(KILN_ECONFIG, "%s: [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one",
+				  kiln_config_where(t->cfg, "train", "overwrite"));
 	if (*t->run.out_dir) {
 		snprintf(t->ckdir, sizeof t->ckdir, "%s/checkpoints", t->run.out_dir);
 	} else if (tc->checkpoint_every || tc->resume) {
@@ -575,21 +577,24 @@ static kiln_status alloc_buffers(struct trainer *t)
 	return kiln_device_run(t->dev, t->fill_metrics, &a, t->compute);
 }
 
-/* out_dir (rank 0): the resolved config beside the metrics, and the
- * loggers: metrics.jsonl (continued by a resumed run) and [log]'s. */
+/* out_dir (rank 0, created and locked by open_run): its checkpoint
+ * directory tried (a run that will write checkpoints), the resolved
+ * config beside the metrics, and the loggers:
+ * metrics.jsonl (continued by a resumed run) and [log]'s. */
 static kiln_status open_out_dir(struct trainer *t)
 {
 	const char *out_dir = t->run.out_dir;
 	char path[4200];
+	kiln_status st;
 	if (!*out_dir || t->rank)
 		return KILN_OK;
-	if (common_mkdirs(out_dir, 0777, 1))
-		return kiln_error(KILN_EIO, "[run] out_dir '%s': cannot create: %s", out_dir,
-				  strerror(errno));
+	if ((t->tc.checkpoint_every || t->tc.checkpoint_last || t->tc.keep_best) &&
+	    (st = trainer_ckdir_check(t->ckdir)))
+		return st;
 	/* the resolved config (every key, defaults filled in) beside the
 	 * metrics: what this run was */
 	snprintf(path, sizeof path, "%s/config.ini", out_dir);
-	kiln_status st = trainer_write_file(path, t->config_text, strlen(t->config_text));
+	st = trainer_write_file(path, t->config_text, strlen(t->config_text));
 	if (st)
 		return st;
 	st = kiln_loggers_open(t->cfg, out_dir, t->resumed, t->pos.step, &t->log);
@@ -612,6 +617,9 @@ static kiln_status open_run(struct trainer *t)
 	if (t->tc.keep_best && !(t->best = calloc((size_t)t->tc.keep_best, sizeof *t->best)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	if (*t->ckdir) {
+		/* one run at a time in out_dir (rank 0 alone writes into it) */
+		if (!t->rank && (st = trainer_out_dir_lock(t->run.out_dir, &t->out_lock)))
+			return st;
 		if (!(t->config_text = kiln_run_config_text(t->cfg, t->reg, &t->tc)))
 			return KILN_EIO;
 		if (!(t->versions = kiln_ckpt_versions(t->reg, t->dev)))
@@ -734,6 +742,7 @@ kiln_status trainer_open(struct trainer *t, const struct kiln_config *cfg,
 	t->training = training;
 	t->res = res;
 	t->world = 1;
+	t->out_lock = -1;
 	t->t_start = kiln_now_s();
 	double at[8] = { 0 };
 	if ((st = read_config(t, tc)) || stamp(&at[0]) || (st = open_device(t)) || stamp(&at[1]) ||
@@ -831,6 +840,11 @@ kiln_status trainer_close(struct trainer *t, kiln_status st)
 	free(t->best);
 	free(t->perm);
 	free(t->order);
+	/* out_dir free for the next run (evaluation's trainer, zeroed, may
+	 * never have reached trainer_open: it holds no lock) */
+	if (t->training && t->out_lock >= 0)
+		close(t->out_lock);
+	t->out_lock = -1;
 	if (keep)
 		kiln_error(st, "%s", keep);
 	free(keep);

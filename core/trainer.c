@@ -34,18 +34,22 @@ void kiln_set_grad_hook(kiln_grad_hook_fn fn, void *user)
 	trainer_grad_user = user;
 }
 
-/* Another epoch: within [train] epochs and max_steps, no early stop (a
- * resumed epoch with its steps done still has its evaluation left). */
+/* Another epoch: within [train] epochs and max_steps, no early stop.  A
+ * resumed epoch always runs: with its steps done, or past epochs or
+ * max_steps (both may be lowered on resume), it still has its line and
+ * evaluation left, the checkpoint's numbers. */
 static int epoch_runs(const struct trainer *t)
 {
 	const int64_t max_steps = t->tc.max_steps;
-	return t->ep < t->tc.epochs && !t->stop_early &&
-	       (!max_steps || t->step < max_steps || (t->ep == t->ep0 && t->off0 > 0));
+	if (t->ep == t->ep0 && t->off0 > 0)
+		return !t->stop_early;
+	return t->ep < t->tc.epochs && !t->stop_early && (!max_steps || t->step < max_steps);
 }
 
 static int step_runs(const struct trainer *t)
 {
-	return t->k < t->steps_per_epoch && (!t->tc.max_steps || t->step < t->tc.max_steps);
+	return t->k < t->steps_per_epoch && t->ep < t->tc.epochs &&
+	       (!t->tc.max_steps || t->step < t->tc.max_steps);
 }
 
 /* An epoch's order: the permutation drawn from (seed, epoch), this rank's

@@ -116,9 +116,17 @@ kiln_status kiln_xform_from_config(const struct kiln_config *cfg, const char *se
 		return cfg_bad(cfg, sec, "channels", kiln_config_get(cfg, sec, "channels"),
 			       "0 (as the source), 1 or 3");
 	x->out_c = (int32_t)(i64 ? i64 : src_c);
-	if (x->out_c != 1 && x->out_c != 3)
-		return kiln_error(KILN_ECONFIG, "%s: [%s] channels = 0 (as the source), but the source's images vary in channels: set channels = 1 or 3",
-				  kiln_config_where(cfg, sec, "channels"), sec);
+	if (x->out_c != 1 && x->out_c != 3) {
+		/* unset: the section is where to set it */
+		const char *at = kiln_config_where(cfg, sec, "channels");
+		if (!strcmp(at, "default"))
+			at = kiln_config_where(cfg, sec, NULL);
+		if (!src_c)
+			return kiln_error(KILN_ECONFIG, "%s: [%s] channels = 0 (as the source), but the source does not say how many its images have (it decodes each as it is, gray or colour): set channels = 1 or 3",
+					  at, sec);
+		return kiln_error(KILN_ECONFIG, "%s: [%s] channels = 0 (as the source), but the source's images have %d channels: set channels = 1 or 3",
+				  at, sec, src_c);
+	}
 
 	v = cfg_str(cfg, sec, "crop", "none");
 	static const char *const crops[] = { "none", "center", "random", "resized" };

@@ -518,7 +518,21 @@ START_TEST(test_flipped)
 }
 END_TEST
 
-/* Not a checkpoint, a directory, a missing file. */
+/* The warnings logged while capturing. */
+struct log_capture {
+	char text[8192];
+	size_t n;
+};
+
+static void capture(void *user, int level, const char *who, const char *msg)
+{
+	struct log_capture *c = user;
+	if (level <= KILN_LOG_WARN && c->n < sizeof c->text)
+		c->n += (size_t)snprintf(c->text + c->n, sizeof c->text - c->n, "[%s] %s\n", who, msg);
+}
+
+/* Not a checkpoint, a directory, a missing file, a name kiln does not
+ * write. */
 START_TEST(test_not_checkpoints)
 {
 	char dir[1024], p[4300];
@@ -543,6 +557,27 @@ START_TEST(test_not_checkpoints)
 	spit(p, junk, sizeof junk);
 	ck_assert(kiln_ckpt_newest(dir, &ck) == KILN_EDATA && ck == NULL);
 	ck_assert_msg(strstr(kiln_last_error(), "ckpt-5.kiln"), "%s", kiln_last_error());
+	/* a step with a leading zero is no name of kiln's: ignored with a
+	 * warning naming it (the old code tried to open ckpt-32.kiln), and
+	 * keep_last leaves it alone */
+	char named[4300];
+	snprintf(named, sizeof named, "%s/ckpt-0032.kiln", dir);
+	spit(named, junk, sizeof junk);
+	struct log_capture cap = { .n = 0 };
+	kiln_log_set_sink(capture, &cap);
+	ck_assert(kiln_ckpt_newest(dir, &ck) == KILN_EDATA && ck == NULL);
+	kiln_log_set_sink(NULL, NULL);
+	ck_assert_msg(strstr(kiln_last_error(), "none of the 1 checkpoint(s) is usable (the newest: ") &&
+			      strstr(kiln_last_error(), "/ckpt-5.kiln: "),
+		      "%s", kiln_last_error());
+	char want[4500];
+	snprintf(want, sizeof want, "[ckpt] %s: ignored: not a checkpoint name kiln writes (its step has a leading zero; kiln's are ckpt-<step>.kiln)\n",
+		 named);
+	ck_assert_msg(strstr(cap.text, want), "%s", cap.text);
+	ck_assert_msg(!strstr(cap.text, "ckpt-32.kiln"), "%s", cap.text);
+	kiln_ckpt_prune(dir, 1);
+	ck_assert_int_eq(access(named, F_OK), 0);
+	ck_assert_int_eq(access(p, F_OK), 0);
 }
 END_TEST
 
@@ -1017,18 +1052,6 @@ START_TEST(test_stop_request)
 	same_state(fa, fb);
 }
 END_TEST
-
-struct log_capture {
-	char text[8192];
-	size_t n;
-};
-
-static void capture(void *user, int level, const char *who, const char *msg)
-{
-	struct log_capture *c = user;
-	if (level <= KILN_LOG_WARN && c->n < sizeof c->text)
-		c->n += (size_t)snprintf(c->text + c->n, sizeof c->text - c->n, "[%s] %s\n", who, msg);
-}
 
 /* keep_last, and a corrupt newest checkpoint: reported, the previous one
  * used, and the run still ends bit-identical. */

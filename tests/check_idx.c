@@ -560,14 +560,7 @@ END_TEST
 /* ---- the inflated copy (unzip_cache) ---------------------------------- */
 
 /* Warnings the source logs, kept for the cache test to read. */
-static char warned[4096];
-static void keep_warning(void *user, int level, const char *who, const char *msg)
-{
-	(void)user;
-	(void)who;
-	if (level == KILN_LOG_WARN)
-		snprintf(warned + strlen(warned), sizeof warned - strlen(warned), "%s\n", msg);
-}
+static char warned[TEST_WARNED_SIZE];
 
 /* The one file in dir (a cache file) into out; how many there are. */
 static int only_file(const char *dir, char *out, size_t n)
@@ -656,7 +649,7 @@ START_TEST(test_unzip_cache)
 
 	char cache[600], file[1200];
 	snprintf(cache, sizeof cache, "%s/cache", tmp);
-	kiln_log_set_sink(keep_warning, NULL);
+	kiln_log_set_sink(test_keep_warning, warned);
 	kiln_log_set_level(KILN_LOG_WARN);
 
 	/* first open: inflates and keeps the copy (header, path, raw file) */

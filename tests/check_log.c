@@ -274,13 +274,74 @@ START_TEST(test_jsonl)
 }
 END_TEST
 
+/* Warnings the loggers log, kept for the partial-line test. */
+static char warned[TEST_WARNED_SIZE];
+
+static void write_text(const char *name, const char *text)
+{
+	char path[700];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void expect_text(const char *name, const char *text)
+{
+	char path[700];
+	size_t n;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	char *t = test_read_file(path, &n);
+	ck_assert_str_eq(t, text);
+	free(t);
+}
+
+/* A run that died mid-line (a full disk): the resumed run drops the
+ * partial last line of metrics.jsonl and of the CSV tables (a table cut
+ * inside its header gets a new one) and says so, its lines starting
+ * lines of their own. */
+START_TEST(test_resume_partial_line)
+{
+	write_text("metrics.jsonl", "{\"event\":\"train\",\"step\":5}\n{\"event\":\"train\",\"st");
+	write_text("train.csv", "epoch,step,loss\n1,5,0.25\n1,10,0.");
+	write_text("eval.csv", "set,st");
+	warned[0] = 0;
+	kiln_log_set_sink(test_keep_warning, warned);
+	struct kiln_loggers *L = open_loggers("[log]\ncsv = 1\n", 1, 5);
+	kiln_loggers_event(L, json_pack("{s:s, s:I}", "event", "resume", "step", (json_int_t)5));
+	struct kiln_log_record r = train_rec(10, 0.125, 0);
+	kiln_loggers_record(L, &r);
+	struct kiln_log_record e = { .event = "eval", .set = "val", .step = 10 };
+	kiln_log_add(&e, "step", 10, 1);
+	kiln_loggers_record(L, &e);
+	ck_assert_int_eq(kiln_loggers_close(L), KILN_OK);
+	kiln_log_set_sink(NULL, NULL);
+
+	expect_text("metrics.jsonl", "{\"event\":\"train\",\"step\":5}\n"
+				     "{\"event\":\"resume\",\"step\":5}\n"
+				     "{\"event\":\"train\",\"epoch\":1,\"step\":10,\"loss\":0.125}\n"
+				     "{\"event\":\"eval\",\"set\":\"val\",\"step\":10}\n");
+	expect_text("train.csv", "epoch,step,loss\n1,5,0.25\n1,10,0.125\n");
+	expect_text("eval.csv", "set,step\nval,10\n");
+	char want[4096];
+	snprintf(want, sizeof want,
+		 "%s/metrics.jsonl: dropped its partial last line (20 bytes): an earlier run stopped while writing it\n"
+		 "%s/train.csv: dropped its partial last line (7 bytes): an earlier run stopped while writing it\n"
+		 "%s/eval.csv: dropped its partial last line (6 bytes): an earlier run stopped while writing it\n",
+		 dir, dir, dir);
+	ck_assert_str_eq(warned, want);
+}
+END_TEST
+
 static Suite *make_log_suite(void)
 {
 	Suite *s = suite_create("log");
 	check_add_case(s, "framing", 0, NULL, NULL,
 		       (const TTest *[]){ test_masked_crc, test_tfrecord_frame, test_histogram, NULL });
 	check_add_case(s, "files", 0, dir_setup, dir_teardown,
-		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl, NULL });
+		       (const TTest *[]){ test_tensorboard_file, test_csv_tables, test_jsonl,
+						    test_resume_partial_line, NULL });
 	return s;
 }
 

@@ -8,12 +8,14 @@
  * the short names beside them are read as before.
  * test_counts: the series and points of an ordinary file (train and eval
  * lines, a line that is not JSON, a line without a step), and the final
- * line's numbers. */
+ * line's numbers.  test_final_missing: a null or absent final number is
+ * NAN (kiln report shows it as missing). */
 #include "../cli/report.h"
 
 #include <check.h>
 #include "check_main.h"
 #include "test_util.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,11 +109,29 @@ START_TEST(test_counts)
 }
 END_TEST
 
+/* A final line without evaluation (null test numbers) or lacking a field:
+ * NAN, shown as missing, not 0. */
+START_TEST(test_final_missing)
+{
+	static const char text[] =
+		"{\"event\":\"final\",\"epochs\":2,\"steps\":9,\"test_loss\":null,\"test_acc\":null}\n";
+	struct report_metrics m;
+	read_text(text, &m);
+	ck_assert_int_eq(m.have_final, 1);
+	ck_assert_double_eq(m.final_epochs, 2);
+	ck_assert_double_eq(m.final_steps, 9);
+	ck_assert(isnan(m.final_test_loss));
+	ck_assert(isnan(m.final_test_acc));
+	ck_assert(isnan(m.final_wall_s));
+	report_metrics_free(&m);
+}
+END_TEST
+
 static Suite *make_report_suite(void)
 {
 	Suite *s = suite_create("report");
 	check_add_case(s, "metrics", 0, NULL, NULL,
-		       (const TTest *[]){ test_long_names, test_counts, NULL });
+		       (const TTest *[]){ test_long_names, test_counts, test_final_missing, NULL });
 	return s;
 }
 

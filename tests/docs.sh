@@ -1,6 +1,8 @@
 #!/bin/sh
 # docs/config.md must equal `kiln config --doc`: every key is documented, and
-# the documentation cannot drift from the schema tables in the code.
+# the documentation cannot drift from the schema tables in the code; nor can
+# docs/checkpoints.md's table of keys safe to change on resume drift from
+# core/resume.c's safe_keys.
 set -u
 : "${srcdir:=.}"
 : "${top_builddir:=.}"
@@ -14,3 +16,25 @@ if ! diff -u "$srcdir/docs/config.md" "$out"; then
 	exit 1
 fi
 echo "PASS: docs/config.md matches kiln config --doc"
+
+# docs/checkpoints.md's table of keys safe to change on resume must list
+# exactly core/resume.c's safe_keys (section.key, one a line, sorted)
+code=$(sed -n '/} safe_keys\[\] = {/,/^};/p' "$srcdir/core/resume.c" |
+	grep -o '{ "[^"]*", "[^"]*" }' | sed 's/{ "\([^"]*\)", "\([^"]*\)" }/\1.\2/' | sort)
+table=$(sed -n '/^   | section | keys |$/,/^$/p' "$srcdir/docs/checkpoints.md" | tail -n +3 |
+	while IFS= read -r row; do
+		[ -n "$row" ] || continue
+		for s in $(echo "$row" | cut -d'|' -f2 | grep -o '\[[a-z.*]*\]' | tr -d '[]'); do
+			for k in $(echo "$row" | cut -d'|' -f3 | grep -o '`[a-z_]*`' | tr -d '`'); do
+				echo "$s.$k"
+			done
+		done
+	done | sort)
+[ -n "$code" ] || { echo "FAIL: no safe_keys found in core/resume.c"; exit 1; }
+if [ "$code" != "$table" ]; then
+	echo "FAIL: docs/checkpoints.md's keys safe to change on resume differ from core/resume.c safe_keys:"
+	echo "$code" > "$out"
+	echo "$table" | diff -u "$out" - | tail -n +3
+	exit 1
+fi
+echo "PASS: docs/checkpoints.md lists core/resume.c's $(echo "$code" | wc -l) keys safe to change on resume"

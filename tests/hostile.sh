@@ -7,7 +7,9 @@
 #     the layer, before any byte count can wrap;
 #  2. a fresh run into an out_dir holding an earlier run is refused and
 #     changes nothing; --overwrite deletes that run's files (only those)
-#     and starts afresh; --resume continues it;
+#     and starts afresh; --resume continues it; a checkpoint directory
+#     that cannot be created fails the run at its start, and so does an
+#     out_dir another kiln holds (its lock out_dir/.kiln.lock);
 #  6. a log write that fails (metrics.jsonl on /dev/full; a full tmpfs) ends
 #     the run non-zero naming the file, and the earlier run's config.ini
 #     and checkpoint stay intact;
@@ -82,9 +84,15 @@ cmp -s "$run/config.ini" "$tmp/config.before" || fail "the refused run changed c
 kiln 0 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics" train.checkpoint_last=0
 kiln 2 train "$ini" "$d" train.max_steps=1 "run.out_dir=$tmp/only_metrics"
 stderr_has "$tmp/only_metrics/metrics.jsonl"
-# --overwrite: the old run's files go, a user's file stays
+# --resume with --overwrite: a config error, nothing changed
+kiln 2 train "$ini" "$d" $ten "run.out_dir=$run" --resume --overwrite
+stderr_has "command line 'train.overwrite=1': [train] resume and overwrite are both set (--resume continues the run in out_dir, --overwrite deletes it): choose one"
+cmp -s "$run/metrics.jsonl" "$tmp/metrics.before" || fail "the refused run changed metrics.jsonl"
+# --overwrite: the old run's files go (its report too), a user's file stays
+kiln 0 report "$run"
 echo keep >"$run/notes.txt"
 kiln 0 train "$ini" "$d" $ten "run.out_dir=$run" --overwrite
+[ ! -e "$run/report.html" ] || fail "--overwrite left the old run's report.html"
 stderr_has "--overwrite: deleted the earlier run's"
 [ "$(ls "$run/checkpoints" | tr '\n' ' ')" = "ckpt-10.kiln ckpt-5.kiln " ] ||
 	fail "checkpoints after --overwrite: $(ls "$run/checkpoints" | tr '\n' ' ') (want ckpt-10, ckpt-5)"
@@ -97,6 +105,31 @@ grep -q "^lr = 0.5" "$run/config.ini" || fail "config.ini is not the new run's"
 kiln 0 train "$ini" "$d" train.epochs=2 train.max_steps=12 train.checkpoint_every=5 train.keep_last=3 \
 	train.lr=0.5 "run.out_dir=$run" --resume
 stdout_has '"resumed_step": 10'
+
+# a checkpoint directory that cannot be created (a file named checkpoints)
+# fails at the start naming it, not after the training; without
+# checkpoints to write the run needs none
+mkdir "$tmp/ckfile"
+echo x >"$tmp/ckfile/checkpoints"
+kiln 1 train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/ckfile"
+stderr_has "$tmp/ckfile/checkpoints: cannot create the checkpoint directory: a file of that name is in the way"
+! grep -q '"event":"train"' "$tmp/ckfile/metrics.jsonl" 2>/dev/null || fail "the run trained before failing"
+kiln 0 train "$ini" "$d" train.max_steps=2 train.checkpoint_last=0 "run.out_dir=$tmp/ckfile" --overwrite
+
+# an out_dir another kiln holds (its lock out_dir/.kiln.lock taken, here by
+# flock(1)) is refused at once, exit 1, nothing written; free, it is taken
+if command -v flock >/dev/null; then
+	mkdir "$tmp/busy"
+	flock "$tmp/busy/.kiln.lock" "$kiln" train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/busy" \
+		>"$out" 2>"$err"
+	rc=$?
+	[ "$rc" -eq 1 ] || fail "a run in a locked out_dir: exit $rc, expected 1"
+	stderr_has "[run] out_dir '$tmp/busy' is in use: another kiln holds it (its lock $tmp/busy/.kiln.lock)"
+	[ "$(ls "$tmp/busy")" = "" ] || fail "the refused run wrote into out_dir: $(ls "$tmp/busy")"
+	kiln 0 train "$ini" "$d" train.max_steps=2 "run.out_dir=$tmp/busy"
+else
+	echo "note: no flock(1): the locked out_dir case is skipped"
+fi
 
 # ---- 6: failed writes ----
 # metrics.jsonl on /dev/full (--resume with no checkpoint: a fresh start

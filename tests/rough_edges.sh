@@ -7,11 +7,17 @@
 #  3. `section.key=` on the command line unsets a key (its default applies);
 #  4. without evaluation the final JSON (stdout, metrics.jsonl) says null
 #     for test_loss and test_acc; the final line's wall_s = setup_s + fit_s;
-#  5. [data] limit is logged with the count it keeps, and [data.eval] does
-#     not inherit it: evaluation takes the whole test set;
+#  5. [data] limit is logged with the count it keeps (all, when it is past
+#     the source's count), and [data.eval] does not inherit it: evaluation
+#     takes the whole test set;
 #  6. after a resume within an epoch, the epoch's train_loss averages the
 #     whole epoch (the checkpoint's partial sums), as an uninterrupted run's;
-#  7. KILN_LOG_LEVEL shows debug lines or hides info lines.
+#  7. KILN_LOG_LEVEL shows debug lines or hides info lines;
+#  8. --resume with [train] epochs below the checkpoint's epoch evaluates
+#     and reports the checkpoint, as max_steps below its step does; kiln
+#     report shows a null final number as missing;
+#  9. an empty config file, and the folder source without `channels`,
+#     are errors pointing at the file and the [data] section.
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -50,6 +56,9 @@ sed -n 's/.*"event":"final".*"wall_s":\([0-9.e+-]*\),"setup_s":\([0-9.e+-]*\),"f
 kiln 0 train "$ini" "$d" data.limit=16 train.max_steps=1 run.out_dir=
 stderr_has "[data] limit = 16: the first 16 of the source's 48 samples"
 stdout_has '"test_samples": 48,'
+# ... and a limit past the source's count says that all are used
+kiln 0 train "$ini" "$d" data.limit=100 train.max_steps=1 run.out_dir=
+stderr_has "[data] limit = 100 is more than the source's 48 samples: all 48 are used"
 
 # 6: steps 1..6 in one run, and 1..2 + a resume from step 2's checkpoint
 #    (taken between two log points: log_every 3) for 3..6
@@ -80,4 +89,51 @@ unset KILN_LOG_LEVEL
 kiln 0 train "$ini" "$d" train.max_steps=1 run.out_dir=
 ! grep -q "debug:" "$err" || fail "debug lines without KILN_LOG_LEVEL=debug"
 stderr_has "gets no bias"
+# 8: --resume with [train] epochs below the checkpoint's epoch (step 9,
+#    epoch 2 of 6-step epochs, resumed with epochs = 1) does as max_steps
+#    below its step does: no step, the checkpoint's epoch line and
+#    evaluation, its numbers in the final JSON (the old code said epochs 0,
+#    train_loss 0, test_loss null); kiln report shows the null test_loss of
+#    a run without evaluation as missing, not 0
+kiln 0 train "$ini" "$d" train.max_steps=0 train.epochs=4 train.eval=1 train.checkpoint_every=9 \
+	train.keep_last=0 "run.out_dir=$tmp/ep"
+rm "$tmp/ep/checkpoints/ckpt-18.kiln" "$tmp/ep/checkpoints/ckpt-24.kiln"
+kiln 0 train "$ini" "$d" train.max_steps=4 train.epochs=4 train.eval=1 --resume "run.out_dir=$tmp/ep"
+by_steps=$(sed 's/"train_samples_per_s".*//' "$out")
+kiln 0 train "$ini" "$d" train.max_steps=0 train.epochs=1 train.eval=1 --resume "run.out_dir=$tmp/ep"
+stdout_has '{"epochs": 2, "steps": 9, "train_loss": '
+[ "$(sed 's/"train_samples_per_s".*//' "$out")" = "$by_steps" ] ||
+	fail "epochs = 1 resumed: $(cat "$out"); max_steps = 4 resumed: $by_steps"
+stdout_matches '"test_loss": [0-9.]+, "test_acc": [0-9.]+'
+tail -1 "$tmp/ep/metrics.jsonl" | grep -q '"event":"final","epochs":2,"steps":9,"train_loss":[0-9.]*,"test_loss":[0-9.]' ||
+	fail "metrics.jsonl's final line: $(tail -1 "$tmp/ep/metrics.jsonl")"
+[ "$(ls "$tmp/ep/checkpoints" | tr '\n' ' ')" = "ckpt-9.kiln " ] ||
+	fail "checkpoints after the resumes: $(ls "$tmp/ep/checkpoints" | tr '\n' ' ')"
+kiln 0 report "$tmp/noeval"
+grep -q '<td>test loss</td><td><span class="note">missing</span></td>' "$tmp/noeval/report.html" ||
+	fail "kiln report: a null test_loss is not shown as missing"
+grep -q '<td>steps</td><td>5</td>' "$tmp/noeval/report.html" || fail "kiln report: steps is not 5"
+# 9: where a config error points: an empty or comments-only config file
+#    names the file (not "command line"); the folder source without
+#    `channels` (its images' channels unknown before decoding) names the
+#    [data] section's line and says why (not "default:", "images vary")
+printf '; only comments\n# nothing\n' >"$tmp/comments.ini"
+kiln 2 train "$tmp/comments.ini" "$d" data.images=tr_cnn_images.idx data.labels=tr_cnn_labels.idx \
+	data.eval.images=tr_cnn_images.idx data.eval.labels=tr_cnn_labels.idx train.batch=8 run.out_dir=
+stderr_has "kiln: error: $tmp/comments.ini: no [layer.NAME] sections: the model is empty"
+python3 - "$tmp/fold" <<'EOF' || fail "python3 could not write the PNGs"
+import os, struct, sys, zlib
+def chunk(k, v):
+    return struct.pack(">I", len(v)) + k + v + struct.pack(">I", zlib.crc32(k + v))
+for c in ("a", "b"):
+    os.makedirs(os.path.join(sys.argv[1], c))
+    body = zlib.compress(b"".join(b"\0" + bytes(8) for _ in range(8)))
+    open(os.path.join(sys.argv[1], c, "0.png"), "wb").write(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+EOF
+printf '[data]\nsource = folder\npath = %s\nsize = 8\n[layer.flat]\ntype = flatten\n[layer.fc]\ntype = linear\nout = 2\n[layer.loss]\ntype = softmax_xent\n' \
+	"$tmp/fold" >"$tmp/fold.ini"
+kiln 2 train "$tmp/fold.ini" run.out_dir=
+stderr_has "kiln: error: $tmp/fold.ini:1: [data] channels = 0 (as the source), but the source does not say how many its images have (it decodes each as it is, gray or colour): set channels = 1 or 3"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"

@@ -1,6 +1,6 @@
 /* tests/test_util.h - small fixtures the Check suites share: where the test
  * data lives, scratch directories, files, a config from text, a tensor
- * description.
+ * description, the warnings logged.
  */
 #ifndef KILN_TESTS_TEST_UTIL_H
 #define KILN_TESTS_TEST_UTIL_H
@@ -13,6 +13,19 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* A log sink keeping the warnings: kiln_log_set_sink(test_keep_warning,
+ * buf) appends each warning's message and a newline to buf, a string of
+ * TEST_WARNED_SIZE bytes (empty it to start afresh). */
+#define TEST_WARNED_SIZE 4096
+static inline void test_keep_warning(void *user, int level, const char *who, const char *msg)
+{
+	char *buf = user;
+	size_t n = strlen(buf);
+	(void)who;
+	if (level == KILN_LOG_WARN)
+		snprintf(buf + n, TEST_WARNED_SIZE - n, "%s\n", msg);
+}
 
 /* $srcdir/tests/data/NAME (srcdir "." when automake's harness did not set
  * it) into buf. */

@@ -96,7 +96,9 @@ kiln_status kiln_config_get_str(const struct kiln_config *cfg, const char *secti
 				const char *key, const char **out);
 
 /* Where a key was set ("file.ini:12" or "command line"), for messages.
- * Returns "default" when the key is unset.  Owned by the config. */
+ * Returns "default" when the key is unset.  key NULL: where the section
+ * starts, or the config's file name when it has no such section.  Owned
+ * by the config. */
 const char *kiln_config_where(const struct kiln_config *cfg, const char *section,
 			      const char *key);
 

@@ -684,17 +684,12 @@ static kiln_status tar_open(const struct kiln_host *host, const struct kiln_conf
 				 c->shards[0], c->n_shards > 1 ? " and the other shards" : "");
 		goto fail;
 	}
+	/* a label at or past [data] classes is a bad sample, found when read
+	 * (data.on_error = skip skips it), as records and LMDB do */
 	int32_t max = 0;
-	for (int64_t i = 0; i < c->src.n; i++) {
+	for (int64_t i = 0; i < c->src.n; i++)
 		if (c->s[i].label > max)
 			max = c->s[i].label;
-		if (classes && c->s[i].label >= classes) {
-			st = host->error(KILN_EDATA, "%s: member %s: label %d is out of range: [%s] classes = %" PRId64,
-					 c->shards[c->s[i].shard], c->names + c->s[i].name, c->s[i].label,
-					 section, classes);
-			goto fail;
-		}
-	}
 	c->src.classes = classes ? classes : (int64_t)max + 1;
 	host->log(KILN_LOG_INFO, TAR_WHO, "[%s] %s: %" PRId64 " samples in %" PRId64 " shard%s, %" PRId64 " classes",
 		  section, c->shards[0], c->src.n, c->n_shards, c->n_shards == 1 ? "" : "s", c->src.classes);
@@ -726,6 +721,11 @@ static kiln_status tar_read_image(void *vctx, int64_t index, struct kiln_image *
 		return host->error(KILN_EIO, "%s: cannot open the shard: %s", shard, why);
 	char what[PATH_MAX + 300];
 	snprintf(what, sizeof what, "%s: member %s (offset %" PRIu64 ")", shard, name, hdr);
+	if (s->label >= c->src.classes) {
+		close(fd);
+		return host->error(KILN_EDATA, "%s: label %d is out of range: classes = %" PRId64, what,
+				   s->label, c->src.classes);
+	}
 	st = loaders_read_image(&c->src, fd, s->off, (size_t)s->size, what, img);
 	if (!st && label)
 		*(int32_t *)label = s->label;
