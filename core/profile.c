@@ -53,6 +53,7 @@ struct prof_stream {
 
 struct kiln_profile {
 	pthread_mutex_t lock;
+	int rank;                  /* > 0: the files' names say it */
 	int64_t origin;            /* t = 0 of the trace */
 	int64_t trace_steps;       /* [run] profile_steps */
 	int recording;             /* inside a step */
@@ -684,14 +685,22 @@ static void write_trace(const struct kiln_profile *p, FILE *f)
 	fputs("\n]}\n", f);
 }
 
+void kiln_profile_set_rank(struct kiln_profile *p, int rank)
+{
+	if (p)
+		p->rank = rank;
+}
+
 kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir)
 {
-	char path[4200];
+	char path[4200], rank[32] = "";
 	FILE *f = NULL;
 	kiln_status st = KILN_OK;
 	pthread_mutex_lock(&p->lock);
+	if (p->rank > 0)
+		snprintf(rank, sizeof rank, ".rank%d", p->rank);
 	if (out_dir && *out_dir) {
-		snprintf(path, sizeof path, "%s/profile.txt", out_dir);
+		snprintf(path, sizeof path, "%s/profile%s.txt", out_dir, rank);
 		if (!(f = fopen(path, "w")))
 			st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
 	}
@@ -699,7 +708,7 @@ kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir)
 	if (f && fclose(f) && !st)
 		st = kiln_error(KILN_EIO, "%s: write failed: %s", path, strerror(errno));
 	if (!st && out_dir && *out_dir && p->trace_steps > 0) {
-		snprintf(path, sizeof path, "%s/trace.json", out_dir);
+		snprintf(path, sizeof path, "%s/trace%s.json", out_dir, rank);
 		if (!(f = fopen(path, "w"))) {
 			st = kiln_error(KILN_EIO, "%s: cannot write: %s", path, strerror(errno));
 		} else {

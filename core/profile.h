@@ -107,7 +107,11 @@ void kiln_profile_stage(struct kiln_profile *p, int stage, const char *what, int
 void kiln_profile_note(struct kiln_profile *p, const char *line);
 
 /* The table (logged, and out_dir/profile.txt) and out_dir/trace.json;
- * out_dir NULL or "" writes no files. */
+ * out_dir NULL or "" writes no files.  A rank other than 0
+ * (kiln_profile_set_rank) writes profile.rank<R>.txt and trace.rank<R>.json,
+ * so ranks sharing one out_dir keep each its own. */
 kiln_status kiln_profile_report(struct kiln_profile *p, const char *out_dir);
+/* The rank whose files kiln_profile_report writes (0 by default). */
+void kiln_profile_set_rank(struct kiln_profile *p, int rank);
 
 #endif

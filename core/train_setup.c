@@ -289,6 +289,7 @@ static kiln_status open_device(struct trainer *t)
 		return st;
 	t->rank = kiln_dist_rank(t->dist);
 	t->world = kiln_dist_world(t->dist);
+	kiln_profile_set_rank(t->prof, t->rank);
 	return trainer_pipe_layout(t);
 }
 

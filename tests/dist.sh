@@ -212,17 +212,24 @@ grep -q "rank 1 of 2: rank 0 could not resume: .*bad0/checkpoints" "$tmp/res3.lo
 # cannot be written: its path is a directory) makes rank 0, already
 # waiting for every rank to finish, fail at once naming it (not after
 # [dist] timeout: timed below, from rank 1's failure)
-mkdir -p "$tmp/late0" "$tmp/late1/profile.txt"
+mkdir -p "$tmp/late0" "$tmp/late1/profile.rank1.txt"
 timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
 	exec "$1" train "$0" run.out_dir="$d" train.batch=32 run.profile=1 dist.timeout=60' \
 	"$tmp/mlp.ini" "$kiln" "$tmp/late0" "$tmp/late1" > "$tmp/late.log" 2>&1 && bad "a rank failing after training: the run succeeded"
 grep -q "rank 0 of 2: waiting for every rank to finish: rank 1 failed after the last collective" "$tmp/late.log" ||
 	{ bad "rank 0 did not name rank 1's late failure"; grep -v '^\[' "$tmp/late.log" | tail -8; }
 # rank 1's own error is told as its own, not as a failed collective
-grep -q "rank 1 of 2: .*late1/profile.txt" "$tmp/late.log" ||
+grep -q "rank 1 of 2: .*late1/profile.rank1.txt" "$tmp/late.log" ||
 	{ bad "rank 1 did not name its profile report"; grep -v '^\[' "$tmp/late.log" | tail -8; }
 grep -q "rank 1 of 2: a collective failed" "$tmp/late.log" &&
 	bad "rank 1's unwritable profile report was told as a failed collective"
+# ranks sharing one out_dir write each its own profile and trace (rank 0
+# the plain names; before session 28 they overwrote one another's)
+run prof 2 32 run.profile=1 train.max_steps=4
+for f in profile.txt profile.rank1.txt trace.json trace.rank1.json; do
+	[ -s "$tmp/prof/$f" ] || bad "2 ranks profiling into one out_dir: no $f"
+done
+grep -q '"traceEvents"' "$tmp/prof/trace.rank1.json" || bad "trace.rank1.json is not a trace"
 # ... and rank 1 exits at once after it: its own failure (a file) cannot
 # be a lost peer, so it does not wait for the store to name one (before
 # session 14: 3 s or more on every such failure, a timed wait: the bound
@@ -232,7 +239,7 @@ grep -q "rank 1 of 2: a collective failed" "$tmp/late.log" &&
 # behind a loaded machine), rank 1's profile table's last line (its
 # failure) and each rank's exit; rank 0's exit, the same late failure
 # seen, within 30 s of rank 1's failure ([dist] timeout 60 s)
-mkdir -p "$tmp/late0b" "$tmp/late1b/profile.txt"
+mkdir -p "$tmp/late0b" "$tmp/late1b/profile.rank1.txt"
 timeout 120 "$kiln" launch -n 2 -- sh -c 'if [ "$KILN_RANK" = 0 ]; then d=$2; else d=$3; fi
 	{ "$1" train "$0" run.out_dir="$d" train.batch=32 run.profile=1 dist.timeout=60 2>&1; echo "exit $?"; } |
 		while IFS= read -r l; do
