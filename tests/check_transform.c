@@ -857,7 +857,7 @@ START_TEST(config_errors)
 	expect_error("size = 28.5\n", 28, 28, 1, "[data] size = '28.5'");
 	expect_error("", 0, 0, 3, "t.ini:1: [data] size is not set and the source's images vary in size");
 	expect_error("channels = 2\n", 28, 28, 1, "[data] channels = '2': expected 0 (as the source), 1 or 3");
-	expect_error("size = 8\n", 28, 28, 0, "channels = 0 (as the source), but the source's images vary in channels");
+	expect_error("size = 8\n", 28, 28, 0, "channels = 0 (as the source), but the source does not say how many its images have");
 	expect_error("mean = 0.1 0.2\n", 28, 28, 3, "[data] mean = '0.1 0.2': expected one number or three (R G B)");
 	expect_error("mean = 0.1 0.2 0.3\n", 28, 28, 1, "[data] mean = '0.1 0.2 0.3': expected one number");
 	expect_error("std = 0\n", 28, 28, 1, "[data] std = '0': expected one number > 0");
