@@ -488,10 +488,25 @@ static kiln_status build_model(struct trainer *t)
 		     (t->pvrem && (st = kiln_pipe_eval_check(t->pipe, t->pvrem)))))
 			return st;
 	}
-	/* every label must have a logit */
+	/* every label must have a logit row, and every row a label */
 	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
 	const struct kiln_tensor_desc *lg = &p->nodes[t->m->loss_layer].l.in[0];
 	const int64_t outs = lg->dims[lg->ndim - 1]; /* [B, C] or [B, T, V] */
+	int64_t rows = 1; /* a sample's rows of logits: 1, or T */
+	for (int k = 1; k + 1 < lg->ndim; k++)
+		rows *= lg->dims[k];
+	if (rows != first->ds.label_elems) {
+		char shape[96];
+		int n = snprintf(shape, sizeof shape, "[batch");
+		for (int k = 1; k < lg->ndim && n < (int)sizeof shape - 24; k++)
+			n += snprintf(shape + n, sizeof shape - (size_t)n, ", %lld", (long long)lg->dims[k]);
+		snprintf(shape + n, sizeof shape - (size_t)n, "]");
+		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' reads logits %s, %lld row(s) of classes a sample, but the data [%s] has %lld label(s) a sample%s: the logits need one row per label ([batch, classes] for a class label, [batch, tokens, vocab] for token labels)",
+				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
+				  t->m->layers[t->m->loss_layer].name, shape, (long long)rows,
+				  first->ds.section, (long long)first->ds.label_elems,
+				  first->ds.label_elems > 1 ? " (tokens)" : "");
+	}
 	if (outs < first->ds.classes) {
 		/* the labels' file where the source has one (idx): a corrupt
 		 * one is as likely as a wrong `out` */

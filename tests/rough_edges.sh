@@ -18,6 +18,10 @@
 #     report shows a null final number as missing;
 #  9. an empty config file, and the folder source without `channels`,
 #     are errors pointing at the file and the [data] section.
+# 10. a loss whose logits have another number of rows a sample than the
+#     data has labels (token labels [B, T] against logits [B, V]) is a
+#     config error naming the layer and both shapes (before session 28 it
+#     trained on the first tokens as class labels, or read past them).
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -136,4 +140,9 @@ printf '[data]\nsource = folder\npath = %s\nsize = 8\n[layer.flat]\ntype = flatt
 	"$tmp/fold" >"$tmp/fold.ini"
 kiln 2 train "$tmp/fold.ini" run.out_dir=
 stderr_has "kiln: error: $tmp/fold.ini:1: [data] channels = 0 (as the source), but the source does not say how many its images have (it decodes each as it is, gray or colour): set channels = 1 or 3"
+# 10: logits [B, V] against the token labels [B, T] of tests/data/gpt_tiny.ini
+printf '[run]\nthreads = 1\n[data]\nsource = tokens\npath = %s\ncontext = 13\nvocab = 64\n[train]\nbatch = 3\nmax_steps = 1\neval = 0\n[layer.emb]\ntype = embedding\nvocab = 64\ndim = 8\n[layer.flat]\ntype = flatten\n[layer.head]\ntype = linear\nout = 64\n[layer.loss]\ntype = softmax_xent\n' \
+	"$srcdir/tests/data/gpt_tokens.bin" >"$tmp/rows.ini"
+kiln 2 train "$tmp/rows.ini" run.out_dir=
+stderr_has "kiln: error: $tmp/rows.ini:22: the loss layer 'loss' reads logits [batch, 64], 1 row(s) of classes a sample, but the data [data] has 13 label(s) a sample (tokens)"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
