@@ -1371,6 +1371,17 @@ START_TEST(test_seq2seq)
 	}
 	ck_assert_int_eq(open_src("seq2seq", "data", "train", "data.length=4", "data.min_length=5", NULL),
 			 KILN_ECONFIG);
+	/* length 1: none of the ten strings is held out, so the evaluation's
+	 * split has none (its reads drew forever before session 28); the
+	 * training split has all ten, and length 2 has both */
+	ck_assert_int_eq(open_src("seq2seq", "data.eval", "test", "data.length=1", NULL), KILN_ECONFIG);
+	ck_assert_msg(strstr(kiln_last_error(), "no string of 1..1 digits falls in the held-out split"),
+		      "%s", kiln_last_error());
+	ck_assert_int_eq(open_src("seq2seq", "data", "train", "data.length=1", NULL), KILN_OK);
+	close_src();
+	ck_assert_int_eq(open_src("seq2seq", "data.eval", "test", "data.length=2", NULL), KILN_OK);
+	int32_t x_2[2], y_2[2];
+	s2s_read_checked(0, 2, 0, x_2, y_2);
 	close_src();
 }
 END_TEST

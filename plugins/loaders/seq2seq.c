@@ -55,6 +55,39 @@ static void s2s_close(void *vctx)
 	free(vctx);
 }
 
+/* The split a string belongs to: 1 = held out (validation). */
+static int s2s_held_out(const int32_t *x, int64_t n)
+{
+	uint64_t h = 0x5eed;
+	for (int64_t t = 0; t < n; t++)
+		h = s2s_mix(h ^ (uint64_t)x[t]);
+	return h % 10 == 0;
+}
+
+/* Whether split `held_out` has a string of min_len..len digits at all:
+ * short strings are few (length 1: ten, none held out), and a split with
+ * none would draw forever.  Counted where they are few (up to 4 digits:
+ * 11,110 strings); longer ones have both splits by far. */
+static int s2s_split_has(int64_t min_len, int64_t len, int held_out)
+{
+	int32_t x[4];
+	if (len > 4)
+		return 1;
+	for (int64_t n = min_len; n <= len; n++) {
+		int64_t count = 1;
+		for (int64_t t = 0; t < n; t++)
+			count *= 10;
+		for (int64_t k = 0; k < count; k++) {
+			int64_t v = k;
+			for (int64_t t = 0; t < n; t++, v /= 10)
+				x[t] = (int32_t)(1 + v % 10);
+			if (s2s_held_out(x, n) == held_out)
+				return 1;
+		}
+	}
+	return 0;
+}
+
 static kiln_status s2s_open(const struct kiln_host *host, const struct kiln_config *cfg,
 			    const char *section, const char *split, void **out)
 {
@@ -85,6 +118,13 @@ static kiln_status s2s_open(const struct kiln_host *host, const struct kiln_conf
 	c->min_len = min_len ? min_len : len;
 	c->sort = task && !strcmp(task, "sort");
 	c->held_out = split && strcmp(split, "train");
+	if (!s2s_split_has(c->min_len, len, c->held_out)) {
+		free(c);
+		return host->error(KILN_ECONFIG, "%s: [%s] length = %" PRId64 "%s: no string of %" PRId64 "..%" PRId64 " digits falls in the %s split (a tenth of the strings, by their hash, are held out for evaluation): use length >= 2",
+				   host->config_where(cfg, section, "length"), section, len,
+				   min_len ? " with its min_length" : "", min_len ? min_len : len, len,
+				   split && strcmp(split, "train") ? "held-out" : "training");
+	}
 	for (const char *p = split ? split : "train"; *p; p++)
 		c->salt = s2s_mix(c->salt ^ (uint8_t)*p);
 	host->log(KILN_LOG_INFO, "seq2seq", "[%s] %" PRId64 " %s strings of %" PRId64 "..%" PRId64 " digits (%s split)",
@@ -111,15 +151,6 @@ static int64_t s2s_draw(const struct s2s_ctx *c, int64_t index, uint64_t a, int3
 		x[t] = t < n ? (int32_t)(1 + h % 10) : 0;
 	}
 	return n;
-}
-
-/* The split a string belongs to: 1 = held out (validation). */
-static int s2s_held_out(const int32_t *x, int64_t n)
-{
-	uint64_t h = 0x5eed;
-	for (int64_t t = 0; t < n; t++)
-		h = s2s_mix(h ^ (uint64_t)x[t]);
-	return h % 10 == 0;
 }
 
 static kiln_status s2s_read(void *vctx, int64_t index, void *sample, void *label)
