@@ -62,7 +62,22 @@ void cli_csv_str(FILE *f, const char *s);
 int cli_wants_help(int argc, char **argv);
 
 /* argv[1] is a FILE and every later argument an override (has '='); else
- * print usage for `cmd` and return 0. */
-int cli_args_ok(int argc, char **argv, const char *cmd);
+ * print the error (cli_bad_arg) and `usage`, and return 0. */
+int cli_args_ok(int argc, char **argv, const char *usage);
+
+/* The commands' options: `--name VALUE` or `--name=VALUE`.
+ * 1 when argv[*i] is option `name` with a value: *val is the value and *i
+ * is advanced past it; 0 when argv[*i] is not `name`; -1, after
+ * "kiln: error: NAME needs a value", when nothing follows it. */
+int cli_opt(int argc, char **argv, int *i, const char *name, const char **val);
+/* As cli_opt for an integer option: -1 also, after "kiln: error: NAME
+ * 'VALUE': expected an integer in [lo, hi]", when the value is not a whole
+ * decimal integer in [lo, hi]. */
+int cli_opt_int(int argc, char **argv, int *i, const char *name, long long lo, long long hi,
+		long long *out);
+/* An argument no option or override matches: "kiln: error: unknown option
+ * 'A'" for one that starts with '-', else "unexpected argument 'A'".  The
+ * caller prints its usage after it. */
+void cli_bad_arg(const char *a);
 
 #endif

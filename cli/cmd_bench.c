@@ -36,18 +36,13 @@ int cmd_bench(int argc, char **argv)
 		bench_usage(stderr);
 		return 2;
 	}
-	int64_t batches = 0;
+	long long batches = 0;
 	for (int i = 3; i < argc; i++) {
-		if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
-			char *end;
-			batches = strtoll(argv[++i], &end, 10);
-			if (*end || batches < 1) {
-				fprintf(stderr, "kiln: error: --batches '%s': expected a positive count\n",
-					argv[i]);
-				return 2;
-			}
-		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
-			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", argv[i]);
+		const int r = cli_opt_int(argc, argv, &i, "--batches", 1, INT64_MAX, &batches);
+		if (r < 0)
+			return 2;
+		if (!r && (argv[i][0] == '-' || !strchr(argv[i], '='))) {
+			cli_bad_arg(argv[i]);
 			bench_usage(stderr);
 			return 2;
 		}

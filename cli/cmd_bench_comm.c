@@ -274,38 +274,28 @@ struct bench_paths {
  * --rank run is done here). */
 static int bench_comm_args(int argc, char **argv, struct bench_opts *o)
 {
+	long long nproc = o->nproc, runs = o->runs, max = (long long)o->max;
 	for (int i = 2; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--rank") && i + 2 < argc)
 			return rank_main(argv[i + 1], (size_t)strtoull(argv[i + 2], NULL, 10));
-		char *end = NULL;
-		if (!strcmp(a, "--nproc") && i + 1 < argc) {
-			o->nproc = (int)strtol(argv[++i], &end, 10);
-			if (*end || o->nproc < 2 || o->nproc > 256)
-				goto bad;
-		} else if (!strcmp(a, "--runs") && i + 1 < argc) {
-			o->runs = (int)strtol(argv[++i], &end, 10);
-			if (*end || o->runs < 1 || o->runs > MAX_RUNS)
-				goto bad;
-		} else if (!strcmp(a, "--max") && i + 1 < argc) {
-			o->max = (size_t)strtoull(argv[++i], &end, 10);
-			if (*end || o->max < 4096)
-				goto bad;
-		} else if (!strcmp(a, "--bench-dir") && i + 1 < argc) {
-			o->bench_dir = argv[++i];
-		} else if (!strcmp(a, "--tools") && i + 1 < argc) {
-			o->only = argv[++i];
+		int r;
+		if ((r = cli_opt_int(argc, argv, &i, "--nproc", 2, 256, &nproc)) ||
+		    (r = cli_opt_int(argc, argv, &i, "--runs", 1, MAX_RUNS, &runs)) ||
+		    (r = cli_opt_int(argc, argv, &i, "--max", 4096, INT64_MAX, &max)) ||
+		    (r = cli_opt(argc, argv, &i, "--bench-dir", &o->bench_dir)) ||
+		    (r = cli_opt(argc, argv, &i, "--tools", &o->only))) {
+			if (r < 0)
+				return 2;
 		} else {
-			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", a);
+			cli_bad_arg(a);
 			bench_comm_usage(stderr);
 			return 2;
 		}
-		continue;
-bad:
-		fprintf(stderr, "kiln: error: %s '%s': expected --nproc 2..256, --runs 1..%d, --max >= 4096\n",
-			a, argv[i], MAX_RUNS);
-		return 2;
 	}
+	o->nproc = (int)nproc;
+	o->runs = (int)runs;
+	o->max = (size_t)max;
 	return -1;
 }
 

@@ -125,7 +125,7 @@ int cmd_config(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "--doc"))
 		return print_doc();
-	if (!cli_args_ok(argc, argv, "config"))
+	if (!cli_args_ok(argc, argv, cmd_config_usage))
 		return 2;
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;

@@ -38,24 +38,20 @@ int cmd_eval(int argc, char **argv)
 		return 1;
 	}
 	for (int i = 0; i < argc; i++) {
-		if (!strcmp(argv[i], "--checkpoint")) {
-			if (i + 1 == argc) {
-				fprintf(stderr, "kiln: error: --checkpoint needs a file\n");
+		int r;
+		if (i > 0 && ((r = cli_opt(argc, argv, &i, "--checkpoint", &ckpt)) ||
+			      (r = cli_opt(argc, argv, &i, "--quantized", &opts.quantized)))) {
+			if (r < 0) {
 				free(args);
 				return 2;
 			}
-			ckpt = argv[++i];
 		} else if (!strcmp(argv[i], "--fold")) {
 			opts.fold = 1;
-		} else if (!strcmp(argv[i], "--quantized") && i + 1 < argc) {
-			opts.quantized = argv[++i];
-		} else if (!strncmp(argv[i], "--checkpoint=", 13)) {
-			ckpt = argv[i] + 13;
 		} else {
 			args[n++] = argv[i];
 		}
 	}
-	if (!cli_args_ok(n, args, "eval")) {
+	if (!cli_args_ok(n, args, cmd_eval_usage)) {
 		free(args);
 		return 2;
 	}

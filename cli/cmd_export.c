@@ -60,23 +60,21 @@ int cmd_export(int argc, char **argv)
 	if (!over)
 		return 1;
 	for (int i = 2; i < argc; i++) {
-		if (!strcmp(argv[i], "--safetensors") && i + 1 < argc) {
-			out = argv[++i];
-		} else if (!strcmp(argv[i], "--onnx") && i + 1 < argc) {
-			onnx = argv[++i];
-		} else if (!strcmp(argv[i], "--checkpoint") && i + 1 < argc) {
-			ckpt = argv[++i];
-		} else if (!strcmp(argv[i], "--quantized") && i + 1 < argc) {
-			quantized = argv[++i];
-		} else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
-			if ((format = kiln_weights_format(argv[++i])) < 0) {
-				fprintf(stderr, "kiln: error: --format '%s': expected pytorch or gpt2\n",
-					argv[i]);
+		const char *fmt = NULL;
+		int r;
+		if ((r = cli_opt(argc, argv, &i, "--safetensors", &out)) ||
+		    (r = cli_opt(argc, argv, &i, "--onnx", &onnx)) ||
+		    (r = cli_opt(argc, argv, &i, "--checkpoint", &ckpt)) ||
+		    (r = cli_opt(argc, argv, &i, "--quantized", &quantized)) ||
+		    (r = cli_opt(argc, argv, &i, "--format", &fmt))) {
+			if (fmt && (format = kiln_weights_format(fmt)) < 0)
+				fprintf(stderr, "kiln: error: --format '%s': expected pytorch or gpt2\n", fmt);
+			if (r < 0 || format < 0) {
 				free(over);
 				return 2;
 			}
 		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
-			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", argv[i]);
+			cli_bad_arg(argv[i]);
 			export_usage(stderr);
 			free(over);
 			return 2;

@@ -52,40 +52,31 @@ static int num_arg(const char *name, const char *v, double lo, double hi, double
 /* The options among argv[2..]; the overrides go to over[]. -1: usage error. */
 static int gen_args(int argc, char **argv, struct gen_opts *o, char **over, int *n_over)
 {
-	double v;
+	long long top_k = 0, seed = 1;
 	o->s.temperature = 1.0;
-	o->s.seed = 1;
 	o->tokens = -1;
 	for (int i = 2; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-		int bad = 0;
-		if (!strcmp(a, "--prompt") && val)
-			o->prompt = val;
-		else if (!strcmp(a, "--checkpoint") && val)
-			o->ckpt = val;
-		else if (!strcmp(a, "--vocab") && val)
-			o->vocab = val;
-		else if (!strcmp(a, "--merges") && val)
-			o->merges = val;
-		else if (!strcmp(a, "--tokens") && val)
-			bad = num_arg(a, val, 0, 1e9, &v), o->tokens = (long long)v;
-		else if (!strcmp(a, "--temperature") && val)
-			bad = num_arg(a, val, 0, 1e6, &v), o->s.temperature = v;
-		else if (!strcmp(a, "--top-k") && val)
-			bad = num_arg(a, val, 0, 1e9, &v), o->s.top_k = (int64_t)v;
-		else if (!strcmp(a, "--seed") && val)
-			bad = num_arg(a, val, 0, 9007199254740992.0, &v), o->s.seed = (uint64_t)v;
-		else if (a[0] == '-' || !strchr(a, '=')) {
-			fprintf(stderr, "kiln: error: unexpected argument '%s'\n", a);
+		const char *temp = NULL;
+		int r;
+		if ((r = cli_opt(argc, argv, &i, "--prompt", &o->prompt)) ||
+		    (r = cli_opt(argc, argv, &i, "--checkpoint", &o->ckpt)) ||
+		    (r = cli_opt(argc, argv, &i, "--vocab", &o->vocab)) ||
+		    (r = cli_opt(argc, argv, &i, "--merges", &o->merges)) ||
+		    (r = cli_opt_int(argc, argv, &i, "--tokens", 0, 1000000000, &o->tokens)) ||
+		    (r = cli_opt(argc, argv, &i, "--temperature", &temp)) ||
+		    (r = cli_opt_int(argc, argv, &i, "--top-k", 0, 1000000000, &top_k)) ||
+		    (r = cli_opt_int(argc, argv, &i, "--seed", 0, 9007199254740992LL, &seed))) {
+			if (r < 0 || (temp && num_arg("--temperature", temp, 0, 1e6, &o->s.temperature)))
+				return -1;
+		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
+			cli_bad_arg(argv[i]);
 			return -1;
 		} else {
 			over[(*n_over)++] = argv[i];
-			continue;
 		}
-		if (bad)
-			return -1;
-		i++;
 	}
+	o->s.top_k = top_k;
+	o->s.seed = (uint64_t)seed;
 	if (!o->prompt || o->tokens < 0) {
 		fprintf(stderr, "kiln: error: --prompt TEXT and --tokens N are required\n");
 		return -1;

@@ -18,7 +18,7 @@ const char cmd_memory_about[] =
 
 int cmd_memory(int argc, char **argv)
 {
-	if (!cli_args_ok(argc, argv, "memory"))
+	if (!cli_args_ok(argc, argv, cmd_memory_usage))
 		return 2;
 	struct kiln_config *cfg;
 	struct kiln_registry *reg;

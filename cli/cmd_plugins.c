@@ -40,11 +40,12 @@ int cmd_plugins(int argc, char **argv)
 {
 	const char *path = NULL;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--path") && i + 1 < argc)
-			path = argv[++i];
-		else {
-			fprintf(stderr, "kiln: error: unexpected argument '%s'\nusage: kiln plugins [--path DIRS]\n",
-				argv[i]);
+		const int r = cli_opt(argc, argv, &i, "--path", &path);
+		if (r < 0)
+			return 2;
+		if (!r) {
+			cli_bad_arg(argv[i]);
+			fputs(cmd_plugins_usage, stderr);
 			return 2;
 		}
 	}

@@ -55,19 +55,6 @@ struct pred_opts {
 	long long top_k, batch;
 };
 
-/* A count option's value in [lo, hi]; -1 with a message otherwise. */
-static int count_arg(const char *name, const char *v, long long lo, long long hi, long long *out)
-{
-	char *end;
-	long long n = strtoll(v, &end, 10);
-	if (end == v || *end || n < lo || n > hi) {
-		fprintf(stderr, "kiln: error: %s '%s': expected a count in [%lld, %lld]\n", name, v, lo, hi);
-		return -1;
-	}
-	*out = n;
-	return 0;
-}
-
 /* argv[2..]: options into o, overrides (KEY=VALUE that is no file) into
  * over, the rest into inputs.  -1: usage error. */
 static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, int *n_over,
@@ -76,41 +63,34 @@ static int pred_args(int argc, char **argv, struct pred_opts *o, char **over, in
 	struct stat sb;
 	o->top_k = 5;
 	for (int i = 2; i < argc; i++) {
-		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-		int bad = 0;
-		if (!strcmp(a, "--checkpoint") && val)
-			o->ckpt = val;
-		else if (!strcmp(a, "--logits") && val)
-			o->logits = val;
-		else if (!strcmp(a, "--format") && val && (!strcmp(val, "csv") || !strcmp(val, "jsonl")))
-			o->csv = !strcmp(val, "csv");
-		else if (!strcmp(a, "--quantized") && val)
-			o->quantized = val;
-		else if (!strcmp(a, "--eval-set") && (o->eval_set = 1))
-			continue;
-		else if (!strcmp(a, "--no-fold") && (o->no_fold = 1))
-			continue;
-		else if (!strcmp(a, "--top-k") && val)
-			bad = count_arg(a, val, 1, 1000000, &o->top_k);
-		else if (!strcmp(a, "--batch") && val)
-			bad = count_arg(a, val, 1, 65536, &o->batch);
-		else if (!strcmp(a, "--format") && val) {
-			fprintf(stderr, "kiln: error: --format '%s': choose jsonl or csv\n", val);
-			return -1;
+		const char *a = argv[i], *fmt = NULL;
+		int r;
+		if ((r = cli_opt(argc, argv, &i, "--checkpoint", &o->ckpt)) ||
+		    (r = cli_opt(argc, argv, &i, "--logits", &o->logits)) ||
+		    (r = cli_opt(argc, argv, &i, "--format", &fmt)) ||
+		    (r = cli_opt(argc, argv, &i, "--quantized", &o->quantized)) ||
+		    (r = cli_opt_int(argc, argv, &i, "--top-k", 1, 1000000, &o->top_k)) ||
+		    (r = cli_opt_int(argc, argv, &i, "--batch", 1, 65536, &o->batch))) {
+			if (r < 0)
+				return -1;
+			if (fmt && strcmp(fmt, "csv") && strcmp(fmt, "jsonl")) {
+				fprintf(stderr, "kiln: error: --format '%s': choose jsonl or csv\n", fmt);
+				return -1;
+			}
+			if (fmt)
+				o->csv = !strcmp(fmt, "csv");
+		} else if (!strcmp(a, "--eval-set")) {
+			o->eval_set = 1;
+		} else if (!strcmp(a, "--no-fold")) {
+			o->no_fold = 1;
 		} else if (a[0] == '-') {
-			fprintf(stderr, "kiln: error: unexpected argument '%s'%s\n", a,
-				val ? "" : " (without its value)");
+			cli_bad_arg(a);
 			return -1;
+		} else if (strchr(a, '=') && stat(a, &sb) != 0) {
+			over[(*n_over)++] = argv[i];
 		} else {
-			if (strchr(a, '=') && stat(a, &sb) != 0)
-				over[(*n_over)++] = argv[i];
-			else
-				inputs[(*n_in)++] = argv[i];
-			continue;
+			inputs[(*n_in)++] = argv[i];
 		}
-		if (bad)
-			return -1;
-		i++;
 	}
 	if (!*n_in == !o->eval_set) {
 		fprintf(stderr, "kiln: error: %s\n", o->eval_set ? "--eval-set reads [data.eval]: no INPUT with it"

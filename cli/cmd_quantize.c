@@ -24,53 +24,52 @@ const char cmd_quantize_about[] =
 	"evaluate it with `kiln eval FILE --quantized Q`.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
 
-/* The value of option argv[*i] (`--opt V` or `--opt=V`), advancing *i;
- * NULL when argv[*i] is not `opt`. */
-static const char *opt_value(int argc, char **argv, int *i, const char *opt, int *missing)
+/* --percentile P: 0 when v is a number in (0, 100]. */
+static int percentile_arg(const char *v, double *out)
 {
-	const size_t n = strlen(opt);
-	if (!strncmp(argv[*i], opt, n) && argv[*i][n] == '=')
-		return argv[*i] + n + 1;
-	if (strcmp(argv[*i], opt))
-		return NULL;
-	if (*i + 1 == argc) {
-		*missing = 1;
-		return NULL;
+	char *end;
+	*out = strtod(v, &end);
+	if (end == v || *end || !(*out > 0 && *out <= 100)) {
+		fprintf(stderr, "kiln: error: --percentile '%s': expected a number in (0, 100]\n", v);
+		return -1;
 	}
-	return argv[++*i];
+	return 0;
 }
 
 int cmd_quantize(int argc, char **argv)
 {
 	char **args = calloc((size_t)argc + 1, sizeof *args);
-	const char *ckpt = NULL, *v;
+	const char *ckpt = NULL, *v = NULL;
 	struct kiln_quantize_opts o = { .method = "minmax", .percentile = 99.99 };
-	int n = 0, missing = 0;
+	long long batches = 0;
+	int n = 0, bad = 0;
 	if (!args) {
 		fprintf(stderr, "kiln: error: out of memory\n");
 		return 1;
 	}
-	for (int i = 0; i < argc && !missing; i++) {
-		if ((v = opt_value(argc, argv, &i, "--checkpoint", &missing)))
-			ckpt = v;
-		else if ((v = opt_value(argc, argv, &i, "--calibrate", &missing)))
-			o.batches = atoll(v);
-		else if ((v = opt_value(argc, argv, &i, "--out", &missing)))
-			o.out = v;
-		else if ((v = opt_value(argc, argv, &i, "--method", &missing)))
-			o.method = v;
-		else if ((v = opt_value(argc, argv, &i, "--percentile", &missing)))
-			o.percentile = atof(v);
-		else if (!missing)
+	for (int i = 0; i < argc && !bad; i++) {
+		int r = 0;
+		if (i > 0 && ((r = cli_opt(argc, argv, &i, "--checkpoint", &ckpt)) ||
+			      (r = cli_opt_int(argc, argv, &i, "--calibrate", 1, INT64_MAX, &batches)) ||
+			      (r = cli_opt(argc, argv, &i, "--out", &o.out)) ||
+			      (r = cli_opt(argc, argv, &i, "--method", &o.method)) ||
+			      (r = cli_opt(argc, argv, &i, "--percentile", &v))))
+			bad = r < 0 || (v && percentile_arg(v, &o.percentile));
+		else
 			args[n++] = argv[i];
+		v = NULL;
 	}
-	if (missing || !o.out || o.batches < 1) {
-		fprintf(stderr, "kiln: error: %s\n%s", missing ? "an option needs a value"
-				: "quantize needs --calibrate N (N >= 1) and --out Q", cmd_quantize_usage);
-		free(args);
-		return 2;
+	o.batches = batches;
+	if (bad) /* the option is named */
+		fputs(cmd_quantize_usage, stderr);
+	else if (!cli_args_ok(n, args, cmd_quantize_usage))
+		bad = 1;
+	else if (!o.out || o.batches < 1) {
+		fprintf(stderr, "kiln: error: quantize needs --calibrate N (N >= 1) and --out Q\n%s",
+			cmd_quantize_usage);
+		bad = 1;
 	}
-	if (!cli_args_ok(n, args, "quantize")) {
+	if (bad) {
 		free(args);
 		return 2;
 	}

@@ -236,12 +236,16 @@ int cmd_report(int argc, char **argv)
 	const char *dir = NULL, *out = NULL;
 	char path[4096], def[4096];
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-o") && i + 1 < argc)
-			out = argv[++i];
-		else if (argv[i][0] != '-' && !dir)
+		const int r = cli_opt(argc, argv, &i, "-o", &out);
+		if (r < 0)
+			return 2;
+		if (r)
+			continue;
+		if (argv[i][0] != '-' && !dir)
 			dir = argv[i];
 		else {
-			fprintf(stderr, "kiln: error: unexpected argument '%s'\n%s", argv[i], cmd_report_usage);
+			cli_bad_arg(argv[i]);
+			fputs(cmd_report_usage, stderr);
 			return 2;
 		}
 	}

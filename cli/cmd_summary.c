@@ -23,17 +23,14 @@ const char cmd_summary_about[] =
  * other arguments must be overrides. */
 static int64_t batch_arg(int argc, char **argv)
 {
-	int64_t batch = 0;
+	long long batch = 0;
 	for (int i = 2; i < argc; i++) {
-		if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
-			char *end;
-			batch = strtoll(argv[++i], &end, 10);
-			if (*end || batch < 1) {
-				fprintf(stderr, "kiln: error: --batch '%s': expected a positive count\n", argv[i]);
-				return -1;
-			}
-		} else if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
-			fprintf(stderr, "kiln: error: unexpected argument '%s'\n%s", argv[i], cmd_summary_usage);
+		const int r = cli_opt_int(argc, argv, &i, "--batch", 1, INT64_MAX, &batch);
+		if (r < 0)
+			return -1;
+		if (!r && (argv[i][0] == '-' || !strchr(argv[i], '='))) {
+			cli_bad_arg(argv[i]);
+			fputs(cmd_summary_usage, stderr);
 			return -1;
 		}
 	}

@@ -266,7 +266,7 @@ int cmd_train(int argc, char **argv)
 		args[n++] = "train.overwrite=0";
 	if (want_profile)
 		args[n++] = "run.profile=1";
-	if (!cli_args_ok(n, args, "train")) {
+	if (!cli_args_ok(n, args, cmd_train_usage)) {
 		free(args);
 		return 2;
 	}

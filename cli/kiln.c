@@ -114,18 +114,61 @@ void cli_csv_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-int cli_args_ok(int argc, char **argv, const char *cmd)
+void cli_bad_arg(const char *a)
 {
-	if (argc < 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: kiln %s FILE [section.key=value ...]\n", cmd);
-		return 0;
-	}
-	for (int i = 2; i < argc; i++)
-		if (argv[i][0] == '-' || !strchr(argv[i], '=')) {
-			fprintf(stderr, "kiln: error: unexpected argument '%s' (overrides look like train.lr=0.1)\n",
-				argv[i]);
+	if (a[0] == '-')
+		fprintf(stderr, "kiln: error: unknown option '%s'\n", a);
+	else
+		fprintf(stderr, "kiln: error: unexpected argument '%s' (overrides look like train.lr=0.1)\n", a);
+}
+
+int cli_args_ok(int argc, char **argv, const char *usage)
+{
+	for (int i = 1; i < argc; i++)
+		if (argv[i][0] == '-' || (i > 1 && !strchr(argv[i], '='))) {
+			cli_bad_arg(argv[i]);
+			fputs(usage, stderr);
 			return 0;
 		}
+	if (argc < 2) {
+		fputs(usage, stderr);
+		return 0;
+	}
+	return 1;
+}
+
+int cli_opt(int argc, char **argv, int *i, const char *name, const char **val)
+{
+	const size_t n = strlen(name);
+	if (strncmp(argv[*i], name, n) || (argv[*i][n] && argv[*i][n] != '='))
+		return 0;
+	if (argv[*i][n] == '=') {
+		*val = argv[*i] + n + 1;
+		return 1;
+	}
+	if (*i + 1 >= argc) {
+		fprintf(stderr, "kiln: error: %s needs a value\n", name);
+		return -1;
+	}
+	*val = argv[++*i];
+	return 1;
+}
+
+int cli_opt_int(int argc, char **argv, int *i, const char *name, long long lo, long long hi,
+		long long *out)
+{
+	const char *v;
+	char *end;
+	int r = cli_opt(argc, argv, i, name, &v);
+	if (r <= 0)
+		return r;
+	errno = 0;
+	long long n = strtoll(v, &end, 10);
+	if (end == v || *end || errno || n < lo || n > hi) {
+		fprintf(stderr, "kiln: error: %s '%s': expected an integer in [%lld, %lld]\n", name, v, lo, hi);
+		return -1;
+	}
+	*out = n;
 	return 1;
 }
 

@@ -32,7 +32,7 @@ stdout_has "usage: kiln eval FILE [--checkpoint CKPT]"
 kiln 2 eval
 stderr_has "usage: kiln eval"
 kiln 2 eval "$cfgdir/cli.ini" --checkpoint
-stderr_has "--checkpoint needs a file"
+stderr_has "kiln: error: --checkpoint needs a value"
 kiln 0 train --help
 stdout_has "--resume"
 stdout_has "SIGTERM"
@@ -133,9 +133,73 @@ stdout_matches "^source +tprobe +2\.[0-9]+ +unavailable: no test accelerator on 
 [ ! -s "$err" ] || fail "stderr not empty"
 
 kiln 2 plugins --bogus
-stderr_has "unexpected argument '--bogus'"
+stderr_has "kiln: error: unknown option '--bogus'"
+stderr_has "usage: kiln plugins"
 kiln 2 plugins --path
-stderr_has "unexpected argument '--path'"
+stderr_has "kiln: error: --path needs a value"
+
+# ---- every command's options (cli_opt, cli_opt_int, cli_bad_arg in cli/kiln.c) ----
+c="$cfgdir/cli.ini"
+# needs_value ARGS... FLAG: FLAG last, without its value
+needs_value() {
+	kiln 2 "$@"
+	eval "flag=\${$#}"
+	stderr_has "kiln: error: $flag needs a value"
+}
+for f in --prompt --tokens --checkpoint --vocab --merges --temperature --top-k --seed; do
+	needs_value generate "$c" $f
+done
+needs_value generate "$c" --prompt a --tokens
+needs_value summary "$c" --batch
+needs_value report "$tmp" -o
+needs_value plugins --path
+for f in --checkpoint --quantized; do needs_value eval "$c" $f; done
+for f in --checkpoint --calibrate --out --method --percentile; do needs_value quantize "$c" $f; done
+for f in --checkpoint --logits --format --quantized --top-k --batch; do needs_value predict "$c" $f; done
+for f in --safetensors --onnx --checkpoint --quantized --format; do needs_value export "$c" $f; done
+needs_value bench data "$c" --batches
+for f in --nproc --runs --max --bench-dir --tools; do needs_value bench comm $f; done
+# not_int ARGS... FLAG VALUE: an integer option with a value that is not
+# a whole integer in its range, refused naming both
+not_int() {
+	kiln 2 "$@"
+	eval "flag=\${$(($# - 1))} v=\${$#}"
+	stderr_has "kiln: error: $flag '$v': expected an integer in ["
+}
+not_int generate "$c" --prompt a --tokens 5.5
+stderr_has "--tokens '5.5': expected an integer in [0, 1000000000]"
+not_int generate "$c" --prompt a --tokens 99999999999
+not_int generate "$c" --prompt a --tokens 3 --top-k 2x
+not_int generate "$c" --prompt a --tokens 3 --seed -1
+not_int summary "$c" --batch 1.5
+not_int summary "$c" --batch 0
+not_int quantize "$c" --out "$tmp/q" --calibrate 1.5
+not_int predict "$c" x.png --top-k 0
+not_int predict "$c" x.png --batch 1e3
+not_int bench data "$c" --batches 3.0
+not_int bench comm --nproc 2.5
+not_int bench comm --runs x
+not_int bench comm --max 1000
+# an unknown option: the error line, then the command's usage
+unknown() {
+	kiln 2 "$@"
+	[ "$(head -n 1 "$err")" = "kiln: error: unknown option '--bogus'" ] ||
+		fail "the first line of stderr is '$(head -n 1 "$err")'"
+	stderr_has "usage: kiln $1"
+}
+unknown config --bogus
+for cmd in config train eval memory quantize summary generate predict export; do
+	unknown $cmd "$c" --bogus
+done
+unknown report "$tmp" --bogus
+unknown plugins --bogus
+unknown bench data "$c" --bogus
+unknown bench comm --bogus
+# --name=VALUE is the same option as --name VALUE
+kiln 2 generate "$c" --prompt=a --tokens=2.5
+stderr_has "kiln: error: --tokens '2.5': expected an integer in [0, 1000000000]"
+kiln 2 generate "$c" --prompt=a --tokens=
+stderr_has "kiln: error: --tokens '': expected an integer in [0, 1000000000]"
 
 # ---- the probe's answers kept between runs (core/probe_cache.c) -----------------
 # finding source tsrc (kiln-tgood.so, not named after it) probes the files;

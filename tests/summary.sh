@@ -146,7 +146,7 @@ kiln 2 summary "$srcdir/examples/fashion_mnist_mlp.ini" --batch 0
 stderr_has "--batch '0'"
 kiln 2 summary "$tmp/missing.ini"
 kiln 2 summary "$srcdir/examples/fashion_mnist_mlp.ini" --bogus
-stderr_has "unexpected argument '--bogus'"
+stderr_has "unknown option '--bogus'"
 
 # kiln train prints the summary at the start (log level info, rank 0)
 kiln 0 train "$srcdir/examples/fashion_mnist_mlp.ini" data.limit=256 train.max_steps=2 train.eval=0 \
