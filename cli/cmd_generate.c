@@ -28,7 +28,8 @@ const char cmd_generate_about[] =
 	"  --vocab, --merges  GPT-2's vocab.json and merges.txt, as given to `kiln pack\n"
 	"                   --format tokens`: byte-pair encoding; without: bytes (vocab 256)\n"
 	"The prompt and the N new tokens must fit the context (the [data] context the\n"
-	"model was trained on): there is no sliding window.\n"
+	"model was trained on, as the checkpoint records it): there is no sliding window.\n"
+	"Models with lstm or gru layers cannot be decoded yet.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
 
 struct gen_opts {

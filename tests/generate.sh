@@ -4,7 +4,9 @@
 #  1. no checkpoint (and no [model] init_from): a clear error, exit 2;
 #  2. after training: the prompt starts the output; the same seed prints
 #     the same text, other seeds other text; greedy (--temperature 0) is
-#     --top-k 1 at any temperature (both the argmax of the logits);
+#     --top-k 1 at any temperature (both the argmax of the logits); the
+#     checkpoint's context over another data.context; not a checkpoint:
+#     exit 3; an lstm model refused;
 #  3. the prompt and the new tokens must fit the context (no sliding
 #     window), --vocab goes with --merges, bad numbers: exit 2;
 #  4. BPE: with a vocab.json + merges.txt written here, packing, training
@@ -65,6 +67,7 @@ ck="$tmp/run/checkpoints/ckpt-15.kiln"
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8
 stderr_has "generating with the weights of $ck (step 15)"
 head -c 9 "$out" | grep -qx "the quick" || fail "the output does not start with the prompt"
+! grep -q "is not used" "$err" || fail "a warning about the context when [data] context is the checkpoint's"
 [ "$(wc -c <"$out")" -eq 24 ] || fail "9 prompt bytes + 14 tokens + newline: $(wc -c <"$out") bytes"
 cp "$out" "$tmp/a.txt"
 kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --checkpoint "$ck"
@@ -79,6 +82,30 @@ kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 0
 cp "$out" "$tmp/greedy.txt"
 kiln 0 generate "$ini" --prompt "a stitch" --tokens 15 --temperature 5 --top-k 1 --seed 3
 cmp -s "$out" "$tmp/greedy.txt" || fail "--top-k 1 differs from greedy"
+
+# the checkpoint's context, not a different data.context (with a warning);
+# with a checkpoint the shards are not read
+kiln 0 generate "$ini" --prompt "the quick" --tokens 14 --seed 5 --temperature 0.8 --checkpoint "$ck" \
+	data.context=16 "data.path=$tmp/nonexistent"
+cmp -s "$out" "$tmp/a.txt" || fail "data.context=16 or data.path changed the text"
+stderr_has "[core] warning: command line 'data.context=16': [data] context = 16 is not used: the checkpoint's model was trained on 24 tokens, the context generation uses"
+# a file that is not a checkpoint is a data error
+printf 'not a checkpoint\n' >"$tmp/junk.kiln"
+kiln 3 generate "$ini" --prompt "x" --tokens 3 --checkpoint "$tmp/junk.kiln"
+stderr_has "junk.kiln: not a kiln checkpoint"
+# an lstm cannot be decoded token by token
+{
+	printf '[run]\nseed = 1\nout_dir = %s/lstm\n' "$tmp"
+	printf '[data]\nsource = tokens\npath = %s/data\ncontext = 24\nvocab = 256\n' "$tmp"
+	printf '[train]\noptimizer = adamw\nbatch = 8\nepochs = 1\nmax_steps = 2\n'
+	printf '[layer.emb]\ntype = embedding\nvocab = 256\ndim = 8\n'
+	printf '[layer.rnn]\ntype = lstm\nhidden = 8\n'
+	printf '[layer.head]\ntype = linear\nout = 256\n'
+	printf '[layer.loss]\ntype = softmax_xent\n'
+} >"$tmp/lstm.ini"
+kiln 0 train "$tmp/lstm.ini"
+kiln 1 generate "$tmp/lstm.ini" --prompt "the" --tokens 3
+stderr_has "layer 'rnn' (lstm): no step-by-step decoding yet"
 
 # 3. usage errors
 kiln 2 generate "$ini" --prompt "the quick brown fox jumps over" --tokens 1
