@@ -415,6 +415,10 @@ kiln_status kiln_model_plan_ex(struct kiln_model *m, int64_t batch,
 		goto fail;
 	if (p->n_recomputed)
 		log_recompute(p, S);
+	if (S > n) /* segments of a layer or less: none holds an output and a reader */
+		kiln_log(KILN_LOG_INFO, "core",
+			 "%s: [train] recompute = %d is more segments than the model's %d layers can use (an output is recomputed only when the layers that read it share its segment): %d layers' outputs recomputed; recompute = auto picks the count that needs the least memory",
+			 kiln_config_where(m->cfg, "train", "recompute"), S, n, p->n_recomputed);
 	if (!opts->dry && ((st = kiln_device_alloc(m->dev, p->arena_bytes, &p->arena)) ||
 			   (st = kiln_device_alloc(m->dev, kiln_align_up(p->ws_bytes), &p->ws))))
 		goto fail;

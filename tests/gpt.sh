@@ -15,7 +15,8 @@
 #     no_decay: 20 of the 28 tensors (biases, norms, embeddings);
 #  6. bf16 with accumulation, recompute and clipping trains (finite loss);
 #  7. kiln memory: its total covers the run's device peak (within 128
-#     bytes), and recompute = auto needs fewer activation bytes;
+#     bytes), and recompute = auto needs fewer activation bytes; recompute =
+#     1024 (more segments than layers) recomputes nothing and logs so;
 #  8. the profiler times the GPT's ops (attention, layernorm, embedding);
 #  9. the loss's gradient over the logits (one buffer, the default): every
 #     loss, parameter and AdamW moment bit for bit those of two buffers
@@ -95,6 +96,13 @@ act=$(field activations "$out")
 kiln 0 memory "$ini" "$@" train.recompute=auto
 act_rc=$(field activations "$out")
 [ "$act_rc" -lt "$act" ] || fail "recompute = auto: $act_rc activation bytes, none: $act"
+# more segments than layers: nothing recomputed, and the plan says so
+kiln 0 memory "$ini" "$@" train.recompute=1024
+[ "$(field recomputed "$out")" = 0 ] || fail "recompute = 1024 recomputed $(field recomputed "$out") outputs"
+stderr_has "[core] command line 'train.recompute=1024': [train] recompute = 1024 is more segments than the model's "
+stderr_has " layers can use (an output is recomputed only when the layers that read it share its segment): 0 layers' outputs recomputed; recompute = auto picks the count that needs the least memory"
+kiln 0 memory "$ini" "$@" train.recompute=2
+! grep -q "more segments than" "$err" || fail "recompute = 2 said it has more segments than layers"
 
 # 8. the profiler
 kiln 0 train "$ini" "$@" "run.out_dir=$tmp/prof" --profile
