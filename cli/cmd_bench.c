@@ -33,6 +33,8 @@ int cmd_bench(int argc, char **argv)
 	if (argc >= 2 && !strcmp(argv[1], "comm"))
 		return cmd_bench_comm(argc, argv);
 	if (argc < 3 || strcmp(argv[1], "data") || argv[2][0] == '-') {
+		if (argc >= 3 && argv[2][0] == '-')
+			cli_bad_arg(argv[2]);
 		bench_usage(stderr);
 		return 2;
 	}

@@ -50,6 +50,8 @@ int cmd_export(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 2 || argv[1][0] == '-') {
+		if (argc >= 2)
+			cli_bad_arg(argv[1]);
 		export_usage(stderr);
 		return 2;
 	}

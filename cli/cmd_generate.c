@@ -171,6 +171,8 @@ out:
 int cmd_generate(int argc, char **argv)
 {
 	if (argc < 2 || argv[1][0] == '-') {
+		if (argc >= 2)
+			cli_bad_arg(argv[1]);
 		fputs(cmd_generate_usage, stderr);
 		return 2;
 	}

@@ -346,6 +346,8 @@ static kiln_status predict(struct kiln_infer *m, const struct kiln_config *cfg,
 int cmd_predict(int argc, char **argv)
 {
 	if (argc < 2 || argv[1][0] == '-') {
+		if (argc >= 2)
+			cli_bad_arg(argv[1]);
 		fputs(cmd_predict_usage, stderr);
 		return 2;
 	}

@@ -40,6 +40,8 @@ static int64_t batch_arg(int argc, char **argv)
 int cmd_summary(int argc, char **argv)
 {
 	if (argc < 2 || argv[1][0] == '-') {
+		if (argc >= 2)
+			cli_bad_arg(argv[1]);
 		fputs(cmd_summary_usage, stderr);
 		return 2;
 	}

@@ -187,13 +187,16 @@ unknown() {
 		fail "the first line of stderr is '$(head -n 1 "$err")'"
 	stderr_has "usage: kiln $1"
 }
-unknown config --bogus
+for cmd in config train eval memory quantize summary generate predict export; do
+	unknown $cmd --bogus # where FILE goes
+done
 for cmd in config train eval memory quantize summary generate predict export; do
 	unknown $cmd "$c" --bogus
 done
 unknown report "$tmp" --bogus
 unknown plugins --bogus
 unknown bench data "$c" --bogus
+unknown bench data --bogus
 unknown bench comm --bogus
 # --name=VALUE is the same option as --name VALUE
 kiln 2 generate "$c" --prompt=a --tokens=2.5
