@@ -80,6 +80,13 @@ static void read_schedule(const struct kiln_config *cfg, struct kiln_train_cfg *
 	get_float(cfg, "train", "clip_norm", &o->clip_norm, st);
 	get_float(cfg, "train", "clip_value", &o->clip_value, st);
 	get_bool(cfg, "train", "skip_nonfinite", &o->skip_nonfinite, st);
+	/* one-cycle's warm-up phase is a share of the run strictly inside it
+	 * (the schema's range takes the ends; the device op would refuse
+	 * them at plan time, naming no key) */
+	if (!*st && o->schedule && !strcmp(o->schedule, "onecycle") &&
+	    (o->pct_start <= 0 || o->pct_start >= 1))
+		*st = kiln_error(KILN_ECONFIG, "%s: [train] pct_start = %g with schedule = onecycle: the share of the run that raises the lr must be strictly between 0 and 1",
+				 kiln_config_where(cfg, "train", "pct_start"), o->pct_start);
 }
 
 /* Evaluation, keep_best, early stopping and checkpoints. */

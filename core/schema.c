@@ -131,7 +131,7 @@ static const struct kiln_key train_keys[] = {
 	{ "milestones", KILN_KEY_LIST, "", NOLIM, NULL,
 	  "`schedule = multistep`: up to 12 ascending step counts (after the warmup) at which the rate is multiplied by `gamma`, e.g. `3000, 6000`." },
 	{ "pct_start", KILN_KEY_FLOAT, "0.3", 0, 1, NULL,
-	  "`schedule = onecycle`: share of the steps spent rising to `lr`." },
+	  "`schedule = onecycle`: share of the steps spent rising to `lr`, strictly between 0 and 1 (0 and 1 are config errors with onecycle)." },
 	{ "div_factor", KILN_KEY_FLOAT, "25", 1e-12, 1e12, NULL,
 	  "`schedule = onecycle`: the first rate is lr / div_factor." },
 	{ "final_div_factor", KILN_KEY_FLOAT, "10000", 1e-12, 1e12, NULL,

@@ -88,6 +88,21 @@ static kiln_status interval_sums(struct trainer *t, double *ls, double *c)
 	return KILN_OK;
 }
 
+/* Whether a dynamic loss scale (fp16) can still back off: then an
+ * interval of skipped steps is its search for a scale that fits (a large
+ * init_scale halving), not a divergence; at [plugin.amp] min_scale (or a
+ * constant scale: fp16_static, scaler_host NULL for fp32 and bf16) it
+ * cannot. */
+static int scale_backing_off(const struct trainer *t)
+{
+	const char *prec = kiln_config_get(t->cfg, "run", "precision");
+	double min_scale = 0;
+	if (!t->scaler_host || !prec || strcmp(prec, "fp16"))
+		return 0;
+	kiln_config_get_float(t->cfg, "plugin.amp", "min_scale", &min_scale);
+	return min_scale <= 0 || t->scaler_host[0] > min_scale;
+}
+
 /* Skipped and clipped steps, the loss scale; a diverged run fails. */
 static kiln_status check_interval(struct trainer *t, double ls)
 {
@@ -100,10 +115,17 @@ static kiln_status check_interval(struct trainer *t, double ls)
 		res->loss_scale = t->scaler_host[0];
 		res->overflows = (int64_t)t->scaler_host[3];
 	}
-	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= t->step - t->interval_start))
+	const int64_t steps = t->step - t->interval_start;
+	if (!isfinite(ls) && (!t->m->step_ok_d || new_skips >= steps))
 		return kiln_error(KILN_EDATA, "loss is %g at step %lld (epoch %lld): training diverged%s; lower [train] lr",
 				  ls, (long long)t->step, (long long)t->ep + 1,
 				  t->m->step_ok_d ? " (every step of the interval had non-finite gradients and was skipped)" : "");
+	if (t->m->step_ok_d && steps > 0 && new_skips >= steps && !scale_backing_off(t))
+		return kiln_error(KILN_EDATA, "steps %lld..%lld (epoch %lld): every step had non-finite gradients and was skipped, the loss finite (%g): the parameters have not changed since step %lld: training diverged%s",
+				  (long long)t->interval_start + 1, (long long)t->step, (long long)t->ep + 1,
+				  ls / (double)(t->since ? t->since : 1), (long long)t->interval_start,
+				  t->scaler_host ? " (the loss scale overflows the gradients at every step and cannot back off: lower [plugin.amp] loss_scale or min_scale)"
+						 : "; lower [train] lr");
 	if (new_skips)
 		kiln_log(KILN_LOG_WARN, "train", "step %lld: %lld step(s) of the last %lld skipped: non-finite gradients (parameters untouched)%s",
 			 (long long)t->step, (long long)new_skips,

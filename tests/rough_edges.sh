@@ -22,6 +22,12 @@
 #     data has labels (token labels [B, T] against logits [B, V]) is a
 #     config error naming the layer and both shapes (before session 28 it
 #     trained on the first tokens as class labels, or read past them).
+# 11. a log interval of which every step was skipped (non-finite gradients,
+#     the loss finite) stops the run as diverged, exit 3, when the loss scale
+#     cannot back off (fp16_static; before session 28 it ran on with its
+#     parameters frozen, exit 0); fp16's dynamic scale from 2^40 backs off and
+#     trains; [train] pct_start = 0 with onecycle and nesterov without
+#     momentum are config errors naming the key.
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -145,4 +151,14 @@ printf '[run]\nthreads = 1\n[data]\nsource = tokens\npath = %s\ncontext = 13\nvo
 	"$srcdir/tests/data/gpt_tokens.bin" >"$tmp/rows.ini"
 kiln 2 train "$tmp/rows.ini" run.out_dir=
 stderr_has "kiln: error: $tmp/rows.ini:22: the loss layer 'loss' reads logits [batch, 64], 1 row(s) of classes a sample, but the data [data] has 13 label(s) a sample (tokens)"
+# 11: skipped intervals, and two schedule/optimizer keys
+kiln 3 train "$ini" data.path="$data" run.out_dir= run.precision=fp16_static plugin.amp.loss_scale=1e30 train.max_steps=4 train.log_every=2
+stderr_has "steps 1..2 (epoch 1): every step had non-finite gradients and was skipped, the loss finite"
+kiln 0 train "$ini" data.path="$data" run.out_dir= run.precision=fp16 plugin.amp.init_scale=1099511627776 train.max_steps=40 train.log_every=10
+grep -qE 'step [0-9]+: ([0-9]+) step\(s\) of the last \1 skipped' "$err" ||
+	fail "fp16 from 2^40: no interval skipped whole while the scale backed off (the case is not exercised)"
+kiln 2 train "$ini" data.path="$data" run.out_dir= train.schedule=onecycle train.pct_start=0 train.max_steps=2
+stderr_has "command line 'train.pct_start=0': [train] pct_start = 0 with schedule = onecycle"
+kiln 2 train "$ini" data.path="$data" run.out_dir= train.optimizer=sgd train.momentum=0 train.nesterov=1 train.max_steps=2
+stderr_has "command line 'train.nesterov=1': [train] nesterov = 1 needs momentum > 0"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"

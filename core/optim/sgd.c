@@ -20,6 +20,9 @@ static kiln_status sgd_open(const struct kiln_host *h, const struct kiln_config 
 	    (st = optim_get_float(h, cfg, sgd_keys, "weight_decay", &wd)) ||
 	    (st = optim_get_bool(h, cfg, sgd_keys, "nesterov", &nesterov)))
 		return st;
+	if (nesterov && mu == 0)
+		return h->error(KILN_ECONFIG, "%s: [train] nesterov = 1 needs momentum > 0 (as torch.optim.SGD: without it Nesterov's step is plain SGD's)",
+				h->config_where(cfg, "train", "nesterov"));
 	const char *mode = h->config_get(cfg, "train", "weight_decay_mode");
 	struct fused_optim *f = fused_optim_new(h, KILN_OP_SGD);
 	if (!f)
