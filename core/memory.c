@@ -7,6 +7,7 @@
 #include "graph.h"
 #include "pipeline.h"
 #include "run_config.h"
+#include "dist.h" /* kiln_dist_env_read: the ranks share the training set */
 
 #include <errno.h>
 #include <stdio.h>
@@ -134,10 +135,21 @@ static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 				  kiln_config_where(cfg, "run", "memory_limit"), lim);
 	if (!limit && (st = kiln_device_mem_info(s->dev, &limit, &total)))
 		return st;
-	const int64_t most = s->ds.len / 8 * 8;
+	/* a rank's batch: the data-parallel ranks (the world over [dist]
+	 * pipeline) and accumulate take their share of the training set */
+	int64_t acc = 1, P = 1;
+	struct kiln_dist_env env;
+	kiln_config_get_int(cfg, "train", "accumulate", &acc);
+	kiln_config_get_int(cfg, "dist", "pipeline", &P);
+	const int64_t world = kiln_dist_env_read(&env) ? 1 : env.world;
+	int64_t D = world / (P > 0 ? P : 1);
+	D = D < 1 ? 1 : D;
+	acc = acc < 1 ? 1 : acc;
+	const int64_t most = s->ds.len / (D * acc) / 8 * 8;
 	if (most < 8)
-		return kiln_error(KILN_ECONFIG, "%s: [train] batch = auto: the training set has %lld samples, fewer than 8",
-				  kiln_config_where(cfg, "train", "batch"), (long long)s->ds.len);
+		return kiln_error(KILN_ECONFIG, "%s: [train] batch = auto: the training set has %lld samples, fewer than 8 a rank's micro-batch for %lld data-parallel rank(s) x accumulate %lld",
+				  kiln_config_where(cfg, "train", "batch"), (long long)s->ds.len,
+				  (long long)D, (long long)acc);
 	int64_t lo = 0, hi = 8; /* lo fits (0: none yet), hi does not or is past `most` */
 	size_t lo_bytes = 0;
 	for (;;) {

@@ -192,6 +192,10 @@ struct trainer {
 	double iv_t0, iv_aside_s, iv_wait0, read_s;
 	/* this epoch's and this log interval's sums */
 	double ep_t0, since_loss, since_correct, ep_loss, ep_correct;
+	/* this rank's training sums an evaluation read off the device
+	 * between two log points (the metrics hold one set of sums), added
+	 * back at the next read (interval_sums, epoch_sums) */
+	double carry_loss, carry_correct;
 	int64_t since, ep_samples;
 	struct stopper stopper;
 	size_t rss0;

@@ -23,8 +23,8 @@ static kiln_status epoch_sums(struct trainer *t, struct kiln_ckpt_epoch *out)
 		st = kiln_device_stream_sync(t->dev, t->compute);
 	if (st)
 		return st;
-	v[0] = t->metrics_host[0];
-	v[1] = t->metrics_host[1];
+	v[0] = t->metrics_host[0] + t->carry_loss;
+	v[1] = t->metrics_host[1] + t->carry_correct;
 	if (t->dist) {
 		if ((st = kiln_dist_sum_host(t->dist, v, 2, t->compute)))
 			return st;

@@ -35,9 +35,13 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 	if (!idx)
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	trainer_phase(t, KILN_PHASE_EVAL, 1);
-	/* the metrics may hold a partial training interval: flush it */
+	/* the metrics may hold a partial training interval: kept aside for
+	 * the next log point (before session 28 they were dropped while its
+	 * samples still counted: an eval_every off the log points lowered
+	 * the logged loss and accuracy) */
 	if ((st = trainer_read_metrics(t, &ls, &c, NULL)))
 		goto out;
+	t->carry_loss += ls, t->carry_correct += c;
 	t->epoch = 0; /* evaluation has no random transforms */
 	if (d->loader && (st = kiln_loader_start(d->loader, 0, t->eval_order, len, eb, 1)))
 		goto out;
@@ -137,6 +141,18 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	if ((st = trainer_keep_best(t, *e->loss, *e->acc)))
 		return st;
 	t->stop_early = stopper_update(t, *e->loss, *e->acc);
+	/* rank 0's decision on every rank: their evaluations may differ in a
+	 * last bit, or more (batchnorm's running statistics are each rank's
+	 * without sync_bn), and a rank that stopped alone left the others
+	 * waiting in a collective until [dist] timeout (as keep_best's
+	 * choice, trainer_keep_best) */
+	if (t->dist && t->tc.early_stop_patience) {
+		int32_t stop = t->stop_early;
+		if ((st = kiln_dist_broadcast_host(t->dist, &stop, sizeof stop, t->compute)))
+			return kiln_error_wrap(st, "rank %d of %d: agreeing on early stopping", t->rank,
+					       t->world);
+		t->stop_early = stop != 0;
+	}
 	return KILN_OK;
 }
 

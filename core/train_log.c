@@ -79,6 +79,10 @@ static kiln_status interval_sums(struct trainer *t, double *ls, double *c)
 	trainer_counters_take(t);
 	trainer_phase(t, KILN_PROF_LOG, 1);
 	st = trainer_read_metrics(t, ls, c, NULL);
+	if (!st) { /* what an evaluation read since the last log point */
+		*ls += t->carry_loss, *c += t->carry_correct;
+		t->carry_loss = t->carry_correct = 0;
+	}
 	if (!st && t->dist)
 		st = trainer_dist_sums(t, ls, c);
 	trainer_phase(t, KILN_PROF_LOG, 0);

@@ -130,7 +130,7 @@ static kiln_status prep_accumulate(struct trainer *t)
 		if ((st = kiln_device_prepare(t->dev, &op, &t->grads_mean, NULL)))
 			return st;
 		kiln_log(KILN_LOG_INFO, "train", "accumulate = %lld: one optimizer step per %lld micro-batches (global batch %lld); gradients added %s",
-			 (long long)acc, (long long)acc, (long long)(acc * t->B),
+			 (long long)acc, (long long)acc, (long long)(acc * t->B * (t->world > 0 ? t->world : 1)),
 			 in_ops ? "by the layers' ops" : "from a second buffer");
 		if (in_ops || t->pipe)
 			return KILN_OK;

@@ -60,6 +60,7 @@ static kiln_status epoch_begin(struct trainer *t)
 	const int64_t ep = t->ep, n = t->train.len;
 	t->ep_t0 = kiln_now_s();
 	t->since_loss = t->since_correct = t->ep_loss = t->ep_correct = 0;
+	t->carry_loss = t->carry_correct = 0;
 	t->since = t->ep_samples = 0;
 	if (ep == t->ep0 && t->off0 > 0) { /* resumed: the sums up to the checkpoint */
 		t->ep_loss = t->ep0_sums.loss;

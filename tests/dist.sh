@@ -223,6 +223,32 @@ grep -q "rank 1 of 2: .*late1/profile.rank1.txt" "$tmp/late.log" ||
 	{ bad "rank 1 did not name its profile report"; grep -v '^\[' "$tmp/late.log" | tail -8; }
 grep -q "rank 1 of 2: a collective failed" "$tmp/late.log" &&
 	bad "rank 1's unwritable profile report was told as a failed collective"
+# early stopping is rank 0's decision on every rank: without sync_bn each
+# rank evaluates with its own batchnorm statistics (test loss 0.7060 and
+# 0.7258 after epoch 1 on this CPU), and with a min_delta between the two
+# ranks' improvements one rank stopped at step 48 while the other trained
+# on and waited in the allreduce until [dist] timeout (exit 1; session 28).
+# Both ranks now stop at the same step, exit 0 (where the ranks' numbers
+# happen to agree the case checks only that they stop together)
+{
+	ini run seed=1 threads=1
+	ini_fmnist limit=1536
+	ini data.eval limit=500
+	ini_layers conv1:conv:out=8:kernel=3:padding=1 bn1:batchnorm r1:relu p1:maxpool:kernel=2 \
+		flat:flatten fc1:linear:out=32 bn2:batchnorm r2:relu fc2:linear:out=10 loss:softmax_xent
+	ini train epochs=6 batch=32 lr=0.2 momentum=0.9 eval_batch=300 early_stop_patience=1 \
+		early_stop_metric=loss early_stop_min_delta=0.11
+	ini dist timeout=20
+} > "$tmp/es.ini"
+timeout 120 "$kiln" launch -n 2 -- "$kiln" train "$tmp/es.ini" run.out_dir="$tmp/es" > "$tmp/es.log" 2>&1 ||
+	{ bad "early stopping on 2 ranks with their own batchnorm statistics: exit $?"; grep -v '^\[' "$tmp/es.log" | tail -5; }
+n=$(grep -o 'early stop at step [0-9]*' "$tmp/es.log" | sort -u | wc -l)
+k=$(grep -c 'early stop at step' "$tmp/es.log")
+[ "$k" = 2 ] && [ "$n" = 1 ] || bad "early stopping: $k rank(s) stopped early, at $n different step(s)"
+# [train] batch = auto on 2 ranks: a rank's share of the 2048 samples (it
+# chose the whole set, then refused it: 2048 x 2 ranks > 2048; session 28)
+run ab 2 auto train.max_steps=2
+grep -q 'batch = auto: 1024,' "$tmp/ab.log" || { bad "batch = auto on 2 ranks: not 1024 a rank"; grep 'auto' "$tmp/ab.log" | head -3; }
 # ranks sharing one out_dir write each its own profile and trace (rank 0
 # the plain names; before session 28 they overwrote one another's)
 run prof 2 32 run.profile=1 train.max_steps=4

@@ -28,6 +28,10 @@
 #     parameters frozen, exit 0); fp16's dynamic scale from 2^40 backs off and
 #     trains; [train] pct_start = 0 with onecycle and nesterov without
 #     momentum are config errors naming the key.
+# 12. an evaluation between two log points (eval_every off them) keeps the
+#     training sums it reads off the device for the next log point: the
+#     epoch's train loss and accuracy equal eval_every = 0's (before session
+#     28 they were dropped while their samples still counted).
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -161,4 +165,11 @@ kiln 2 train "$ini" data.path="$data" run.out_dir= train.schedule=onecycle train
 stderr_has "command line 'train.pct_start=0': [train] pct_start = 0 with schedule = onecycle"
 kiln 2 train "$ini" data.path="$data" run.out_dir= train.optimizer=sgd train.momentum=0 train.nesterov=1 train.max_steps=2
 stderr_has "command line 'train.nesterov=1': [train] nesterov = 1 needs momentum > 0"
+# 12: eval_every off the log points
+ep_line() { grep -o 'epoch 2/2: train loss [0-9.]* acc [0-9.]*' "$err"; }
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.epochs=2 train.max_steps=12 train.log_every=4 train.eval_every=0
+e0=$(ep_line)
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.epochs=2 train.max_steps=12 train.log_every=4 train.eval_every=3
+e3=$(ep_line)
+[ -n "$e0" ] && [ "$e0" = "$e3" ] || fail "eval_every = 3 between log points: '$e3', eval_every = 0: '$e0'"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
