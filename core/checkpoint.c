@@ -326,8 +326,9 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 			       struct kiln_model *m, void *stream, const struct kiln_ckpt_src *src,
 			       char *path, size_t path_len)
 {
-	struct wsec s[8 + 2 * KILN_MAX_STATE_BUFS];
-	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES];
+	struct wsec s[9 + 2 * KILN_MAX_STATE_BUFS];
+	uint8_t tr[KILN_CKPT_TRAINER_BYTES], tracked[8], ep[KILN_CKPT_EPOCH_BYTES],
+		sp[KILN_CKPT_STOPPER_BYTES];
 	char final[4200], tmp[4210], sample[160];
 	kiln_status st;
 	int n = 0;
@@ -358,6 +359,12 @@ kiln_status kiln_ckpt_save_src(const char *dir, const struct kiln_ckpt_meta *met
 		memcpy(ep + 8, &meta->epoch->correct, 8);
 		put_u64(ep + 16, (uint64_t)meta->epoch->samples);
 		host_section(&s[n++], "epoch", ep, sizeof ep);
+	}
+	if (meta->stopper) {
+		memcpy(sp, &meta->stopper->best, 8);
+		put_u64(sp + 8, (uint64_t)meta->stopper->bad);
+		put_u64(sp + 16, (uint64_t)meta->stopper->have);
+		host_section(&s[n++], "stopper", sp, sizeof sp);
 	}
 	n = state_sections(m, src, s, n);
 	snprintf(final, sizeof final, "%s/ckpt-%lld.kiln", dir, (long long)t->step);
@@ -737,6 +744,24 @@ kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer
 				  ck->path, (long long)out->step, (long long)out->epoch,
 				  (long long)out->offset, (long long)out->batch, (long long)out->world,
 				  (long long)out->samples);
+	return KILN_OK;
+}
+
+kiln_status kiln_ckpt_stopper_get(struct kiln_ckpt *ck, struct kiln_ckpt_stopper *out)
+{
+	uint8_t b[KILN_CKPT_STOPPER_BYTES];
+	kiln_status st;
+	if (!find(ck, "stopper"))
+		return KILN_ENOTFOUND;
+	if ((st = kiln_ckpt_read(ck, "stopper", b, sizeof b)))
+		return st;
+	memcpy(&out->best, b, 8);
+	const uint64_t bad = get_u64(b + 8), have = get_u64(b + 16);
+	if (bad > (uint64_t)1 << 62 || have > 1 || (have && !isfinite(out->best)))
+		return kiln_error(KILN_EDATA, "checkpoint %s: section 'stopper' out of range (best %g, %llu evaluations without improvement, have %llu)",
+				  ck->path, out->best, (unsigned long long)bad, (unsigned long long)have);
+	out->bad = (int64_t)bad;
+	out->have = (int64_t)have;
 	return KILN_OK;
 }
 

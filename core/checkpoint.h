@@ -63,6 +63,15 @@ struct kiln_ckpt_epoch {
 };
 #define KILN_CKPT_EPOCH_BYTES 24
 
+/* Early stopping's state (the "stopper" section: f64, i64, i64): the best
+ * value of its metric so far (higher is better: a loss negated), the
+ * evaluations since it improved, and whether it has a best yet. */
+struct kiln_ckpt_stopper {
+	double best;
+	int64_t bad, have;
+};
+#define KILN_CKPT_STOPPER_BYTES 24
+
 /* What a checkpoint holds besides the model's state buffers.  Strings are
  * borrowed for the call. */
 struct kiln_ckpt_meta {
@@ -70,6 +79,7 @@ struct kiln_ckpt_meta {
 	const char *versions; /* "key = value" lines (kiln_ckpt_versions) */
 	struct kiln_ckpt_trainer trainer;
 	const struct kiln_ckpt_epoch *epoch; /* NULL: no "epoch" section */
+	const struct kiln_ckpt_stopper *stopper; /* NULL: no "stopper" section */
 };
 
 /* Write dir/ckpt-<trainer.step>.kiln: the state buffers of `m` are copied
@@ -159,6 +169,10 @@ kiln_status kiln_ckpt_trainer_get(struct kiln_ckpt *ck, struct kiln_ckpt_trainer
 /* The "epoch" section; KILN_ENOTFOUND when the checkpoint has none (written
  * by an older kiln). */
 kiln_status kiln_ckpt_epoch_get(struct kiln_ckpt *ck, struct kiln_ckpt_epoch *out);
+/* The "stopper" section: KILN_ENOTFOUND when the checkpoint has none (a
+ * run without early stopping, or an older kiln's), KILN_EDATA when its
+ * values are out of range. */
+kiln_status kiln_ckpt_stopper_get(struct kiln_ckpt *ck, struct kiln_ckpt_stopper *out);
 
 /* 1 when `path` starts with a checkpoint's magic (KILNCKPT), else 0 (also
  * when it cannot be read: opening it will say why). */

@@ -97,7 +97,9 @@ static kiln_status checkpoint(struct trainer *t, char *path, size_t n)
 {
 	kiln_status st;
 	struct kiln_ckpt_epoch sums;
-	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, &sums };
+	const struct kiln_ckpt_stopper sp = { t->stopper.best, t->stopper.bad, t->stopper.have };
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, &sums,
+				       t->tc.early_stop_patience ? &sp : NULL };
 	/* every rank: the sums are a collective, and so is the write */
 	if ((st = epoch_sums(t, &sums)))
 		return st;
@@ -208,7 +210,7 @@ kiln_status trainer_keep_best(struct trainer *t, double loss, double acc)
 		return KILN_OK;
 	const double v = t->tc.best_on_loss ? -loss : acc;
 	char dir[4300], path[4200] = "";
-	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, NULL };
+	struct kiln_ckpt_meta meta = { t->config_text, t->versions, t->pos, NULL, NULL };
 	kiln_status st;
 	/* rank 0's choice on every rank, as the write is a collective (the
 	 * values agree, but a last bit of difference must not split them) */
@@ -295,6 +297,19 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 			 path, (long long)tr.epoch + 1);
 	}
 	epoch_sums_rescale(t, &tr);
+	/* early stopping's best and patience so far (before session 28 a
+	 * resumed run started them afresh and stopped elsewhere) */
+	struct kiln_ckpt_stopper sp;
+	memset(&t->stopper, 0, sizeof t->stopper);
+	if (!(st = kiln_ckpt_stopper_get(ck, &sp))) {
+		t->stopper.best = sp.best;
+		t->stopper.bad = sp.bad;
+		t->stopper.have = (int)sp.have;
+	} else if (st == KILN_ENOTFOUND) {
+		st = KILN_OK;
+	} else {
+		goto out;
+	}
 	*found = 1;
 	kiln_log(KILN_LOG_INFO, "train", "resuming from %s: epoch %lld, step %lld, sample %lld of the epoch",
 		 path, (long long)tr.epoch + 1, (long long)tr.step, (long long)tr.offset);

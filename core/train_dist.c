@@ -16,6 +16,7 @@ struct resume_msg {
 	int32_t found;
 	struct kiln_ckpt_trainer tr;
 	struct kiln_ckpt_epoch sums; /* the resumed epoch's training sums */
+	struct stopper stopper;      /* early stopping's state */
 	char error[1024]; /* rank 0's message when status != 0 */
 	char path[1024];
 	char file[1024]; /* per stage: the checkpoint (t->resume_file) */
@@ -38,6 +39,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 		msg->found = *found;
 		msg->tr = t->pos;
 		msg->sums = t->ep0_sums;
+		msg->stopper = t->stopper;
 		if (msg->status)
 			snprintf(msg->error, sizeof msg->error, "%s", kiln_last_error());
 		snprintf(msg->path, sizeof msg->path, "%.1000s", t->ckdir);
@@ -64,6 +66,7 @@ kiln_status trainer_resume(struct trainer *t, int *found)
 	else if (t->rank && msg->found) {
 		t->pos = msg->tr;
 		t->ep0_sums = msg->sums;
+		t->stopper = msg->stopper;
 		memcpy(t->resume_file, msg->file, sizeof t->resume_file);
 		t->resume_file[sizeof t->resume_file - 1] = 0;
 		*found = 1;

@@ -32,6 +32,9 @@
 #     training sums it reads off the device for the next log point: the
 #     epoch's train loss and accuracy equal eval_every = 0's (before session
 #     28 they were dropped while their samples still counted).
+# 13. early stopping's state is in the checkpoint: a run stopped at step 4
+#     and resumed stops early at step 6, as the uninterrupted run (before
+#     session 28 the resumed run started its patience afresh: step 10).
 name=rough
 . "$(dirname "$0")/lib.sh"
 data="$srcdir/tests/data"
@@ -172,4 +175,11 @@ e0=$(ep_line)
 kiln 0 train "$ini" data.path="$data" run.out_dir= train.epochs=2 train.max_steps=12 train.log_every=4 train.eval_every=3
 e3=$(ep_line)
 [ -n "$e0" ] && [ "$e0" = "$e3" ] || fail "eval_every = 3 between log points: '$e3', eval_every = 0: '$e0'"
+# 13: early stopping across a resume
+es="data.path=$data train.epochs=5 train.max_steps=0 train.eval_every=2 train.early_stop_patience=2 train.early_stop_min_delta=100"
+kiln 0 train "$ini" $es run.out_dir="$tmp/es_u"
+stderr_has "early stop at step 6:"
+kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" train.max_steps=4
+kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" --resume
+stderr_has "early stop at step 6:"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
