@@ -630,6 +630,13 @@ static kiln_status open_run(struct trainer *t)
 	kiln_status st;
 	t->pos = (struct kiln_ckpt_trainer){ 0, 0, 0, t->run.seed, t->world, t->B, t->train.len };
 	t->ckpt_step = -1;
+	if (t->training && !t->tc.eval && (t->tc.keep_best || t->tc.early_stop_patience))
+		kiln_log(KILN_LOG_WARN, "train", "%s: [train] eval = 0 runs no evaluation, which %s%s%s need%s: ignored",
+			 kiln_config_where(t->cfg, "train", "eval"),
+			 t->tc.keep_best ? "keep_best" : "",
+			 t->tc.keep_best && t->tc.early_stop_patience ? " and " : "",
+			 t->tc.early_stop_patience ? "early_stop_patience" : "",
+			 t->tc.keep_best && t->tc.early_stop_patience ? "" : "s");
 	if (t->tc.keep_best && !(t->best = calloc((size_t)t->tc.keep_best, sizeof *t->best)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	if (*t->ckdir) {

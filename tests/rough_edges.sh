@@ -182,4 +182,7 @@ stderr_has "early stop at step 6:"
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" train.max_steps=4
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" --resume
 stderr_has "early stop at step 6:"
+# eval = 0 beside keep_best and early stopping: said, not silently ignored
+kiln 0 train "$ini" data.path="$data" run.out_dir= train.eval=0 train.keep_best=2 train.early_stop_patience=1
+stderr_has "[train] eval = 0 runs no evaluation, which keep_best and early_stop_patience need: ignored"
 echo "PASS: $checks kiln runs (train_loss $whole whole, $resumed resumed)"
