@@ -73,6 +73,13 @@ static const struct kiln_kv *kv_find(const struct kiln_kv *v, int n, const struc
 	return NULL;
 }
 
+const struct kiln_kv *kiln_kv_lookup(const struct kiln_kv *v, int n, const char *sec,
+				     const char *key)
+{
+	const struct kiln_kv e = { sec, key, NULL, (int)strlen(sec), (int)strlen(key), 0 };
+	return kv_find(v, n, &e);
+}
+
 static int kv_equal(const struct kiln_kv *x, const struct kiln_kv *y)
 {
 	return x && y && (!x->val) == (!y->val) &&

@@ -21,6 +21,10 @@ struct kiln_kv {
  * taken for granted.  KILN_ENOMEM only. */
 kiln_status kiln_kv_parse(const char *text, struct kiln_kv **out, int *n);
 
+/* The entry of [sec] key in v[0..n), or NULL. */
+const struct kiln_kv *kiln_kv_lookup(const struct kiln_kv *v, int n, const char *sec,
+				     const char *key);
+
 /* The comparison's rules, with the caller's u: which keys are compared
  * (1), and what a key one text lacks reads as: 1 and its default in
  * *val, *len bytes (*val NULL: unset by default), or 0 where the key has

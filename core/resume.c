@@ -90,17 +90,6 @@ static int listed(const char *list, const char *sec, const char *key)
 	return 0;
 }
 
-/* Is [sec] key compared: for a resume (wkeys NULL) unless it is safe to
- * change, for the weights when it shapes them (listed by the checkpoint,
- * or by this kiln's rule). */
-static int ckpt_wanted(const char *sec, const char *key, void *u)
-{
-	const char *wkeys = u;
-	if (wkeys)
-		return weights_key(sec, key) || listed(wkeys, sec, key);
-	return !kiln_ckpt_safe_key(sec, key);
-}
-
 /* The comparison's rules: the weights keys (NULL: a resume) and the
  * current config's defaults text, parsed (what a key the checkpoint's text
  * lacks reads as). */
@@ -110,26 +99,27 @@ struct ckpt_rules {
 	int nd;
 };
 
-static int ckpt_wanted_rules(const char *sec, const char *key, void *u)
+/* Is [sec] key compared: for a resume (wkeys NULL) unless it is safe to
+ * change, for the weights when it shapes them (listed by the checkpoint,
+ * or by this kiln's rule). */
+static int ckpt_wanted(const char *sec, const char *key, void *u)
 {
-	return ckpt_wanted(sec, key, (void *)((struct ckpt_rules *)u)->wkeys);
+	const char *wkeys = ((const struct ckpt_rules *)u)->wkeys;
+	if (wkeys)
+		return weights_key(sec, key) || listed(wkeys, sec, key);
+	return !kiln_ckpt_safe_key(sec, key);
 }
 
 static int ckpt_default(const char *sec, const char *key, void *u, const char **val,
 			size_t *len)
 {
 	const struct ckpt_rules *r = u;
-	size_t ns = strlen(sec), nk = strlen(key);
-	for (int j = 0; j < r->nd; j++) {
-		const struct kiln_kv *e = &r->d[j];
-		if ((size_t)e->sec_n == ns && (size_t)e->key_n == nk && !memcmp(e->sec, sec, ns) &&
-		    !memcmp(e->key, key, nk)) {
-			*val = e->val;
-			*len = (size_t)e->val_n;
-			return 1;
-		}
-	}
-	return 0;
+	const struct kiln_kv *e = kiln_kv_lookup(r->d, r->nd, sec, key);
+	if (!e)
+		return 0;
+	*val = e->val;
+	*len = (size_t)e->val_n;
+	return 1;
 }
 
 char *kiln_ckpt_weights_keys(const char *config_text)
@@ -167,7 +157,7 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 	int differs;
 	kiln_status st;
 	if ((defaults && (st = kiln_kv_parse(defaults, &r.d, &r.nd))) ||
-	    (st = kiln_config_diff(saved, current, ckpt_wanted_rules, ckpt_default, &r, 0, &differs,
+	    (st = kiln_config_diff(saved, current, ckpt_wanted, ckpt_default, &r, 0, &differs,
 				   &d))) {
 		free(r.d);
 		return st;
