@@ -51,23 +51,19 @@ static const struct {
 	{ "plugin.mpi", "sleep_us" },
 };
 
-int kiln_dist_rank_local_key(const char *section, const char *key)
+/* The comparison's `wanted`: every key but the rank-local ones. */
+static int compared(const char *section, const char *key, void *u)
 {
+	(void)u;
 	for (size_t i = 0; i < KILN_ARRAY_LEN(rank_local); i++) {
 		const char *s = rank_local[i].section;
 		int match = !strcmp(s, "data*") ? !strncmp(section, "data", 4) &&
 							  (!section[4] || section[4] == '.')
 						: !strcmp(s, section);
 		if (match && !strcmp(rank_local[i].key, key))
-			return 1;
+			return 0;
 	}
-	return 0;
-}
-
-static int compared(const char *section, const char *key, void *u)
-{
-	(void)u;
-	return !kiln_dist_rank_local_key(section, key);
+	return 1;
 }
 
 static int schema_default(const char *section, const char *key, void *u, const char **val,

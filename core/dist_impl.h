@@ -158,8 +158,6 @@ kiln_status dist_drop_whole_state(struct kiln_dist *d, void *compute);
  * every rank, naming the first rank and key that differ, both values. */
 kiln_status dist_config_agree(struct kiln_dist *d, const struct kiln_config *cfg,
 			      const struct kiln_registry *reg);
-/* 1 when [section] key may differ between ranks (docs/distributed.md). */
-int kiln_dist_rank_local_key(const char *section, const char *key);
 /* core/dist.c: free the buckets (and the optimizer plans they own) */
 void dist_free_buckets(struct kiln_dist *d);
 /* core/dist.c: [dist] timing's host function stamping a bucket's
