@@ -118,7 +118,8 @@ struct kiln_pipe {
 	 * sent, since the batch's buffer alternates between steps and the
 	 * transport may read the source it was given after the training
 	 * thread has enqueued the next step's (pipe_rank.c's send_try reads
-	 * its slot's buffer when it runs); NULL until first used */
+	 * its slot's buffer when it runs); made before the first step
+	 * (data_buffers), NULL: none */
 	void **xdata;
 	int n_xdata;
 	struct kiln_stage_transport tr;
@@ -653,24 +654,15 @@ static kiln_status tie_grads(struct kiln_pipe *pp, int s, int j, int after)
  * from earlier stages, run its layers, send what later stages read. */
 /* Stages on ranks: crossing tensor e, which is the data (its source the
  * batch's buffer, which alternates between steps), copied on stage s's
- * stream into a buffer of its own (pp->xdata[e]), *src pointed there: what
- * the transport sends from whenever it runs (tests/pipeline_dist.sh, a
- * stage 0 of a flatten alone). */
+ * stream into its buffer of its own (pp->xdata[e], kiln_pipe_use_ranks),
+ * *src pointed there: what the transport sends from whenever it runs
+ * (tests/pipeline_dist.sh, a stage 0 of a flatten alone). */
 static kiln_status data_stable(struct kiln_pipe *pp, int e, const void **src, size_t bytes, int s)
 {
-	kiln_status st;
-	if (!pp->xdata) {
-		if (!(pp->xdata = calloc((size_t)pp->plan[0]->n_xfer, sizeof *pp->xdata)))
-			return kiln_error(KILN_ENOMEM, "out of memory");
-		pp->n_xdata = pp->plan[0]->n_xfer;
-	}
-	if (!pp->xdata[e] && (st = kiln_device_alloc(sdev(pp, s), bytes ? bytes : 1, &pp->xdata[e])))
-		return kiln_error_wrap(st, "pipeline: stage %d: the buffer its data is sent from", s);
-	if ((st = kiln_device_copy_async(sdev(pp, s), pp->xdata[e], *src, bytes, KILN_COPY_D2D,
-					 pp->sst[s])))
-		return st;
+	kiln_status st = kiln_device_copy_async(sdev(pp, s), pp->xdata[e], *src, bytes,
+						KILN_COPY_D2D, pp->sst[s]);
 	*src = pp->xdata[e];
-	return KILN_OK;
+	return st;
 }
 
 static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int s, int j,
@@ -700,7 +692,7 @@ static kiln_status stage_forward(struct kiln_pipe *pp, struct kiln_plan *p, int 
 	for (int e = 0; e < p->n_xfer; e++) {
 		const struct plan_xfer *xf = &p->xfer[e];
 		const void *src = kiln_plan_store_ptr(p, xf->src, x);
-		if (xf->from == s && xf->src < 0 && pp->rk && (st = data_stable(pp, e, &src, xf->bytes, s)))
+		if (xf->from == s && xf->src < 0 && pp->xdata && (st = data_stable(pp, e, &src, xf->bytes, s)))
 			return st;
 		if (xf->from == s && (st = xsend(pp, s, xf->to, tag_of(j, e, 0), src, xf->bytes, ss)))
 			return st;
@@ -931,6 +923,28 @@ kiln_status kiln_pipe_eval_check(const struct kiln_pipe *pp, const struct kiln_p
 	return KILN_OK;
 }
 
+/* The buffers this rank's stage sends the data from where the data
+ * itself crosses (data_stable), made before the first step. */
+static kiln_status data_buffers(struct kiln_pipe *pp, int mine)
+{
+	const struct kiln_plan *p = pp->plan[0];
+	kiln_status st;
+	for (int e = 0; e < p->n_xfer; e++) {
+		if (p->xfer[e].from != mine || p->xfer[e].src >= 0)
+			continue;
+		if (!pp->xdata) {
+			if (!(pp->xdata = calloc((size_t)p->n_xfer, sizeof *pp->xdata)))
+				return kiln_error(KILN_ENOMEM, "out of memory");
+			pp->n_xdata = p->n_xfer;
+		}
+		const size_t bytes = p->xfer[e].bytes;
+		if ((st = kiln_device_alloc(sdev(pp, mine), bytes ? bytes : 1, &pp->xdata[e])))
+			return kiln_error_wrap(st, "pipeline: stage %d: the buffer its data is sent from",
+					       mine);
+	}
+	return KILN_OK;
+}
+
 kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops *ops, void *comm,
 				const char *name, int mine, const int *rank_of, const int *world_of)
 {
@@ -945,6 +959,8 @@ kiln_status kiln_pipe_use_ranks(struct kiln_pipe *pp, const struct kiln_comm_ops
 	kiln_pipe_timing_only(pp->timing, mine);
 	/* the crossing tensors in shared memory where the ranks can map it */
 	const int n_xfer = pp->plan[0]->n_xfer;
+	if ((st = data_buffers(pp, mine)))
+		return st;
 	if (pp->zero_copy == 2 && n_xfer && kiln_device_proc(pp->dev, KILN_PROC_HOST_FN)) {
 		if (!(pp->shared = calloc((size_t)(2 * n_xfer), 1)))
 			return kiln_error(KILN_ENOMEM, "out of memory");
