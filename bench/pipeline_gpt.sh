@@ -115,7 +115,7 @@ cpu0() { sed -n 's/.*pipeline CPU ms\/step:.* bubble \([0-9.-]*\) with a core ea
 # the pipeline's span in ms a step (ranks: stage 0's, from stage 0's rank)
 span() {
 	sed -n -e 's/.*pipeline busy ms\/step:.* span \([0-9.]*\); bubble.*/\1/p' \
-		-e "s/.*the pipe's ranks:.* span \([0-9.]*\) (stage 0's).*/\1/p" "$1.err" | head -1
+		-e "s/.*the pipe's ranks:.* span \([0-9.]*\) (stage [0-9]*'s).*/\1/p" "$1.err" | head -1
 }
 # the bubble's first part: the busiest stage's idle share of the span
 busiest() { sed -n 's/.*busiest stage [0-9]* idle \([0-9.-]*\).*/\1/p' "$1.err" | head -1; }

@@ -877,14 +877,14 @@ static kiln_status report_rank_passes(struct kiln_pipe *pp)
 
 kiln_status kiln_pipe_report(struct kiln_pipe *pp)
 {
-	double bubble, mine[2], all[2 * KILN_PIPE_MAX_STAGES];
+	double bubble, mine[3], all[3 * KILN_PIPE_MAX_STAGES];
 	kiln_status st = pp->timing ? kiln_device_stream_sync(pp->dev, pp->stream) : KILN_OK;
 	if (st || (st = kiln_pipe_timing_report(pp->timing, &bubble)) || !pp->timing || !pp->rk)
 		return st;
 	/* stages on ranks: the pipe's bubble at stage 0's rank, from every
-	 * stage's busy time */
+	 * stage's busy time and span */
 	kiln_pipe_timing_mine(pp->timing, mine);
-	if ((st = kiln_pipe_rank_gather(pp->rk, pp->P, pp->mine, mine, 2, all)))
+	if ((st = kiln_pipe_rank_gather(pp->rk, pp->P, pp->mine, mine, 3, all)))
 		return st;
 	kiln_pipe_timing_report_pipe(pp->timing, all);
 	return report_rank_passes(pp);

@@ -683,12 +683,15 @@ void kiln_pipe_timing_mine(const struct kiln_pipe_timing *t, double *ms)
 	const double n = t && t->counted ? (double)t->counted : 0;
 	ms[0] = n > 0 ? t->busy_ns[t->mine] / 1e6 / n : 0;
 	ms[1] = n > 0 ? t->cpu_ns[t->mine] / 1e6 / n : 0;
+	ms[2] = n > 0 ? t->span_ns / 1e6 / n : 0;
 }
 
-/* Stage 0's rank, with every stage's busy and CPU ms a step (ms[2 s],
- * ms[2 s + 1]): the pipe's bubble over stage 0's span, which is the
- * step's (stage 0's first forward starts it, its last backward, after
- * every other stage's, ends it), and its split. */
+/* Stage 0's rank, with every stage's busy and CPU ms and span a step
+ * (ms[3 s], ms[3 s + 1], ms[3 s + 2]): the pipe's bubble over the longest
+ * span, and its split.  Stage 0's span is the step's where its last
+ * backward ends the step; a stage 0 with nothing to compute backward (a
+ * flatten alone) ends its step early and runs ahead, and its span is
+ * shorter than the busiest stage's busy time. */
 void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double *ms)
 {
 	/* the line grows with the stages (up to KILN_PIPE_MAX_STAGES of about
@@ -703,18 +706,22 @@ void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double
 		kiln_log(KILN_LOG_WARN, "pipeline", "no memory for the pipe's busy line");
 		return;
 	}
-	const double span = t->span_ns / 1e6 / (double)t->counted;
+	double span = 0;
 	fputs("pipeline busy ms/step, the pipe's ranks:", m);
-	int most = 0;
+	int most = 0, longest = 0;
 	for (int s = 0; s < t->P; s++) {
-		busy[s] = ms[2 * s];
+		busy[s] = ms[3 * s];
 		sum += busy[s];
 		most = busy[s] > busy[most] ? s : most;
-		fprintf(m, " stage %d %.3f (CPU %.3f),", s, ms[2 * s], ms[2 * s + 1]);
+		if (ms[3 * s + 2] > span) {
+			span = ms[3 * s + 2];
+			longest = s;
+		}
+		fprintf(m, " stage %d %.3f (CPU %.3f),", s, ms[3 * s], ms[3 * s + 1]);
 	}
 	kiln_pipe_idle_split(busy, t->P, span, &b, &i);
-	fprintf(m, " span %.3f (stage 0's); bubble %.3f (schedule %.3f) = busiest stage %d idle %.3f + imbalance %.3f",
-		span, span > 0 ? 1.0 - sum / ((double)t->P * span) : 0, t->theory, most, b, i);
+	fprintf(m, " span %.3f (stage %d's); bubble %.3f (schedule %.3f) = busiest stage %d idle %.3f + imbalance %.3f",
+		span, longest, span > 0 ? 1.0 - sum / ((double)t->P * span) : 0, t->theory, most, b, i);
 	if (fclose(m) || !line) {
 		kiln_log(KILN_LOG_WARN, "pipeline", "no memory for the pipe's busy line");
 		free(line);

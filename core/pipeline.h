@@ -298,12 +298,12 @@ kiln_status kiln_pipe_timing_step(struct kiln_pipe_timing *t, struct kiln_device
  * streams are drained. */
 kiln_status kiln_pipe_timing_report(struct kiln_pipe_timing *t, double *bubble);
 void kiln_pipe_timing_free(struct kiln_pipe_timing *t);
-/* Stages on ranks: this rank's stage's busy and CPU ms a step (ms[0],
- * ms[1]; 0 when nothing was measured). */
+/* Stages on ranks: this rank's stage's busy and CPU ms a step and its
+ * span a step (ms[0], ms[1], ms[2]; 0 when nothing was measured). */
 void kiln_pipe_timing_mine(const struct kiln_pipe_timing *t, double *ms);
 /* Stages on ranks, stage 0's rank: log the pipe's bubble and its split
- * from every stage's busy and CPU ms a step (ms[2 s], ms[2 s + 1]) over
- * stage 0's span, the step's. */
+ * from every stage's busy and CPU ms a step (ms[3 s], ms[3 s + 1]) over
+ * the longest of the stages' spans (ms[3 s + 2]). */
 void kiln_pipe_timing_report_pipe(const struct kiln_pipe_timing *t, const double *ms);
 /* Stages on ranks: the doubles a rank's kept passes take (the same on
  * every rank of the pipe; 0 when t is NULL), and this rank's: its host,

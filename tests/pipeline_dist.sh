@@ -177,6 +177,13 @@ near onef g2f "2 stages on 2 ranks, stage 0 frozen (gloo)"
 # is copied into a buffer of its own first, and the run equals one process
 run g2d 2 32 dist.pipeline=2 "model.stages=flat|fc1,loss"
 near one g2d "2 stages on 2 ranks, stage 0 a flatten alone: the data crosses (gloo)"
+# ... and with no backward there stage 0's rank ends its steps early: the
+# pipe's bubble is over the longest span, stage 1's (over stage 0's the
+# bubble and the busiest stage's idle share came out negative, -0.23 and
+# -1.41)
+pipe=$(grep "pipeline busy ms/step, the pipe's ranks:" "$tmp/g2d.log")
+echo "$pipe" | grep -qE "span [0-9.]+ \(stage 1's\); bubble 0[.][0-9]+ \(schedule [0-9.]+\) = busiest stage 1 idle 0[.][0-9]+ \+ imbalance" ||
+	bad "g2d: the pipe's bubble is not over stage 1's span, or negative: $pipe"
 # [model] stages = auto (session 18): P from [dist] pipeline, each rank
 # cuts the same (flat, r1 | fc2, loss: fc1 has most of the FLOPs, its
 # ReLU fused into it), and the
@@ -247,7 +254,7 @@ for r in "g2 2" "g4 4"; do
 		s=$((s + 1))
 	done
 	b=$(echo "$pipe" | sed -n "s/.*; bubble \([0-9.]*\) (schedule.*/\1/p")
-	sp=$(echo "$pipe" | sed -n "s/.* span \([0-9.]*\) (stage 0's).*/\1/p")
+	sp=$(echo "$pipe" | sed -n "s/.* span \([0-9.]*\) (stage [0-9]*'s).*/\1/p")
 	echo "$whole" | grep -qF "span $sp; bubble $b (schedule" ||
 		bad "$1: the replay's span and bubble are not the pipe's $sp, $b: $whole"
 	echo "$whole" | grep -qE "over 5 steps$" || bad "$1: the replay does not hold the 5 counted steps: $whole"
