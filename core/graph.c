@@ -239,7 +239,10 @@ kiln_status kiln_model_infer(struct kiln_model *m, const struct kiln_tensor_desc
 		n->l.sync_ranks = m->group_ranks;       /* read by batchnorm only */
 		n->l.compute_dtype = m->cdtype;         /* read by embedding only */
 		n->l.decode_len = decode;
-		n->l.fuse_act = fusable_act(m, i, fuse);
+		/* an activation fused into the layer before it (a view: its
+		 * act_fused set by that layer, below) applies nothing itself,
+		 * so it passes no fusion on: the activation after it runs */
+		n->l.fuse_act = n->l.act_fused ? 0 : fusable_act(m, i, fuse);
 		if (L->n_in < ops->min_inputs || L->n_in > ops->max_inputs)
 			return kiln_error(KILN_ECONFIG, "%s: layer '%s' (%s) takes %d..%d inputs, got %d",
 					  kiln_config_where(m->cfg, L->section, "type"), L->name,

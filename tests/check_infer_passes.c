@@ -332,6 +332,30 @@ END_TEST
 /* Batch blocking for cache (kiln_infer_block_rows, [run] infer_block):
  * the rule on the example models' figures, then through the inference
  * API. */
+/* Two activations in a row (session 29): the inference plan fuses the
+ * first into the linear or conv before it, and the second must still run
+ * (the first, a view, passed the fusion on to it: linear, GELU, ReLU
+ * evaluated as linear, GELU, its ReLU dropped) */
+static const char mlp_acts[] =
+	"[layer.flat]\ntype = flatten\n"
+	"[layer.fc1]\ntype = linear\nout = 24\n[layer.g1]\ntype = gelu\n[layer.r1]\ntype = relu\n"
+	"[layer.fc2]\ntype = linear\nout = 16\n[layer.r2]\ntype = relu\n[layer.g2]\ntype = gelu\n"
+	"[layer.fc3]\ntype = linear\nout = 12\n[layer.g3]\ntype = gelu\n"
+	"[layer.g4]\ntype = gelu\napproximate = tanh\n"
+	"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+static const char cnn_acts[] =
+	"[layer.c1]\ntype = conv\nout = 8\nkernel = 3\npadding = 1\n[layer.r1]\ntype = relu\n"
+	"[layer.g1]\ntype = gelu\n[layer.flat]\ntype = flatten\n"
+	"[layer.logits]\ntype = linear\nout = 10\n[layer.loss]\ntype = softmax_xent\n";
+
+START_TEST(act_chains_fuse_once)
+{
+	check_fold(mlp_acts, "nchw", 0, 0, "two activations", 0);
+	check_fold(cnn_acts, "nchw", 0, 0, "two activations", 0);
+	check_fold(cnn_acts, "nhwc", 0, 0, "two activations", 0);
+}
+END_TEST
+
 START_TEST(block_rows_rule)
 {
 	const size_t mib = 1 << 20;
@@ -523,6 +547,7 @@ static Suite *make_infer_passes_suite(void)
 	tcase_add_test(tc, cnn_folds);
 	tcase_add_test(tc, resnet_folds);
 	tcase_add_test(tc, resnet_residual_folds);
+	tcase_add_test(tc, act_chains_fuse_once);
 	suite_add_tcase(s, tc);
 	TCase *keep = tcase_create("keep");
 	tcase_add_test(keep, shared_conv_keeps_bn);
