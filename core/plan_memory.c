@@ -325,6 +325,18 @@ static void plan_output_lifetimes(struct kiln_plan *p)
 	}
 }
 
+/* Layer L reads input k's producer at another of its inputs too (`inputs
+ * = a, b, a`): its output over that input would change what the later
+ * read sees (the add's third input is added after the first two), and
+ * that input's gradient gets a second share in the same backward. */
+static int input_repeats(const struct model_layer *L, int k)
+{
+	for (int q = 0; q < L->n_in; q++)
+		if (q != k && L->in[q] == L->in[k])
+			return 1;
+	return 0;
+}
+
 /* In place: a layer that may overwrite an input (inplace_ok bit k) takes
  * that input's storage when nothing reads the input after this layer's
  * forward (its lifetime ends here) and the sizes match; the same again for
@@ -341,7 +353,8 @@ static void plan_in_place(struct kiln_plan *p)
 			continue;
 		for (int k = 0; k < m->layers[i].n_in; k++) {
 			int src = m->layers[i].in[k];
-			if (src < 0 || !(N[i].l.inplace_ok >> k & 1) || !kiln_pipe_same_stage(p, src, i))
+			if (src < 0 || !(N[i].l.inplace_ok >> k & 1) || !kiln_pipe_same_stage(p, src, i) ||
+			    input_repeats(&m->layers[i], k))
 				continue;
 			if (!fwd &&
 			    (fwd = merge_in_place(p, N[i].ystore, kiln_plan_fwd_store(p, src), i)))
@@ -433,7 +446,8 @@ static int accum_after(const struct kiln_plan *p, int gs, int pos)
  * right away; the residual's is first added to by the layernorm before
  * it), so the residual stream's gradient is one buffer.  Not in keep_all
  * plans (each gradient is read after the step), pipelined plans (a
- * gradient crosses stages) nor with [layer.X] inplace = 0. */
+ * gradient crosses stages), with [layer.X] inplace = 0, nor for an input
+ * the layer reads twice (input_repeats). */
 static void plan_grad_alias(struct kiln_plan *p)
 {
 	struct kiln_model *m = p->m;
@@ -452,7 +466,7 @@ static void plan_grad_alias(struct kiln_plan *p)
 			const int src = L->in[k];
 			const int gs = src >= 0 ? N[src].gstore : -2;
 			if (!(N[j].l.dx_is_dy >> k & 1) || !N[j].dx_on[k] || N[j].dx_accum[k] ||
-			    N[j].xfer1[k] || gs < 0 || gs == go || gs == p->data_gstore ||
+			    N[j].xfer1[k] || input_repeats(L, k) || gs < 0 || gs == go || gs == p->data_gstore ||
 			    S[gs].bytes != S[go].bytes || accum_after(p, go, at) <= S[gs].end ||
 			    accum_after(p, gs, at) <= S[go].end)
 				continue;
