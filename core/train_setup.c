@@ -421,6 +421,79 @@ static kiln_status tell_workload(struct trainer *t)
 
 /* The model and its plans: training's (batch B) and the evaluation's
  * (EB, at most the data, and the last partial batch's). */
+/* Every label must have a logit row, and every row a label; every label
+ * a logit (and a class the loss counts). */
+static kiln_status check_labels(struct trainer *t, const struct train_set *first)
+{
+	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
+	const struct kiln_tensor_desc *lg = &p->nodes[t->m->loss_layer].l.in[0];
+	const int64_t outs = lg->dims[lg->ndim - 1]; /* [B, C] or [B, T, V] */
+	int64_t rows = 1; /* a sample's rows of logits: 1, or T */
+	for (int k = 1; k + 1 < lg->ndim; k++)
+		rows *= lg->dims[k];
+	if (rows != first->ds.label_elems) {
+		char shape[96];
+		int n = snprintf(shape, sizeof shape, "[batch");
+		for (int k = 1; k < lg->ndim && n < (int)sizeof shape - 24; k++)
+			n += snprintf(shape + n, sizeof shape - (size_t)n, ", %lld", (long long)lg->dims[k]);
+		snprintf(shape + n, sizeof shape - (size_t)n, "]");
+		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' reads logits %s, %lld row(s) of classes a sample, but the data [%s] has %lld label(s) a sample%s: the logits need one row per label ([batch, classes] for a class label, [batch, tokens, vocab] for token labels)",
+				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
+				  t->m->layers[t->m->loss_layer].name, shape, (long long)rows,
+				  first->ds.section, (long long)first->ds.label_elems,
+				  first->ds.label_elems > 1 ? " (tokens)" : "");
+	}
+	/* the loss layer's own `classes` (a padded vocabulary: fewer than
+	 * the logits) is what a label must be below */
+	const char *lsec = t->m->layers[t->m->loss_layer].section;
+	int64_t lc = 0;
+	if (kiln_config_get(t->cfg, lsec, "classes"))
+		kiln_config_get_int(t->cfg, lsec, "classes", &lc);
+	if (lc > 0 && lc < outs && lc < first->ds.classes)
+		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' counts %lld classes but the data [%s] has %lld: set classes = %lld (or 0: every logit a class)",
+				  kiln_config_where(t->cfg, lsec, "classes"),
+				  t->m->layers[t->m->loss_layer].name, (long long)lc, first->ds.section,
+				  (long long)first->ds.classes, (long long)first->ds.classes);
+	if (outs < first->ds.classes) {
+		/* the labels' file where the source has one (idx): a corrupt
+		 * one is as likely as a wrong `out` */
+		const char *sec = first->ds.section, *lab = kiln_config_get(t->cfg, sec, "labels");
+		if (!lab && strcmp(sec, "data"))
+			lab = kiln_config_get(t->cfg, sec = "data", "labels");
+		char from[4400] = "";
+		if (lab && *lab)
+			snprintf(from, sizeof from, " (labels = %s, %s: its largest label is %lld)", lab,
+				 kiln_config_where(t->cfg, sec, "labels"),
+				 (long long)first->ds.classes - 1);
+		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data [%s] has %lld classes%s: set out = %lld on the last layer, or check the labels",
+				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
+				  (long long)outs, first->ds.section, (long long)first->ds.classes, from,
+				  (long long)first->ds.classes);
+	}
+	return KILN_OK;
+}
+
+/* Token ids (i32 samples) must be rows of every embedding that reads
+ * them: an id past an embedding's vocab fails in its forward, naming a
+ * position in the batch, where the data's vocabulary says so now. */
+static kiln_status check_token_vocab(struct trainer *t, const struct train_set *first)
+{
+	if (first->ds.sample.dtype != KILN_I32 || first->ds.classes <= 0)
+		return KILN_OK;
+	for (int i = 0; i < t->m->n_layers; i++) {
+		const struct model_layer *L = &t->m->layers[i];
+		int64_t v = 0;
+		if (strcmp(L->type->name, "embedding") || L->n_in < 1 || L->in[0] >= 0 ||
+		    kiln_config_get_int(t->cfg, L->section, "vocab", &v) || v >= first->ds.classes)
+			continue;
+		return kiln_error(KILN_ECONFIG, "%s: layer '%s' (embedding) has vocab = %lld but the data [%s] has token ids up to %lld (a vocabulary of %lld): set vocab = %lld",
+				  kiln_config_where(t->cfg, L->section, "vocab"), L->name, (long long)v,
+				  first->ds.section, (long long)first->ds.classes - 1,
+				  (long long)first->ds.classes, (long long)first->ds.classes);
+	}
+	return KILN_OK;
+}
+
 static kiln_status build_model(struct trainer *t)
 {
 	const int do_eval = !t->training || t->tc.eval;
@@ -488,41 +561,8 @@ static kiln_status build_model(struct trainer *t)
 		     (t->pvrem && (st = kiln_pipe_eval_check(t->pipe, t->pvrem)))))
 			return st;
 	}
-	/* every label must have a logit row, and every row a label */
-	struct kiln_plan *p = t->training ? t->ptrain : t->peval;
-	const struct kiln_tensor_desc *lg = &p->nodes[t->m->loss_layer].l.in[0];
-	const int64_t outs = lg->dims[lg->ndim - 1]; /* [B, C] or [B, T, V] */
-	int64_t rows = 1; /* a sample's rows of logits: 1, or T */
-	for (int k = 1; k + 1 < lg->ndim; k++)
-		rows *= lg->dims[k];
-	if (rows != first->ds.label_elems) {
-		char shape[96];
-		int n = snprintf(shape, sizeof shape, "[batch");
-		for (int k = 1; k < lg->ndim && n < (int)sizeof shape - 24; k++)
-			n += snprintf(shape + n, sizeof shape - (size_t)n, ", %lld", (long long)lg->dims[k]);
-		snprintf(shape + n, sizeof shape - (size_t)n, "]");
-		return kiln_error(KILN_ECONFIG, "%s: the loss layer '%s' reads logits %s, %lld row(s) of classes a sample, but the data [%s] has %lld label(s) a sample%s: the logits need one row per label ([batch, classes] for a class label, [batch, tokens, vocab] for token labels)",
-				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
-				  t->m->layers[t->m->loss_layer].name, shape, (long long)rows,
-				  first->ds.section, (long long)first->ds.label_elems,
-				  first->ds.label_elems > 1 ? " (tokens)" : "");
-	}
-	if (outs < first->ds.classes) {
-		/* the labels' file where the source has one (idx): a corrupt
-		 * one is as likely as a wrong `out` */
-		const char *sec = first->ds.section, *lab = kiln_config_get(t->cfg, sec, "labels");
-		if (!lab && strcmp(sec, "data"))
-			lab = kiln_config_get(t->cfg, sec = "data", "labels");
-		char from[4400] = "";
-		if (lab && *lab)
-			snprintf(from, sizeof from, " (labels = %s, %s: its largest label is %lld)", lab,
-				 kiln_config_where(t->cfg, sec, "labels"),
-				 (long long)first->ds.classes - 1);
-		return kiln_error(KILN_ECONFIG, "%s: the model has %lld outputs but the data [%s] has %lld classes%s: set out = %lld on the last layer, or check the labels",
-				  kiln_config_where(t->cfg, t->m->layers[t->m->loss_layer].section, "type"),
-				  (long long)outs, first->ds.section, (long long)first->ds.classes, from,
-				  (long long)first->ds.classes);
-	}
+	if ((st = check_labels(t, first)) || (st = check_token_vocab(t, first)))
+		return st;
 	if (t->training)
 		kiln_log(KILN_LOG_INFO, "core",
 			 "model: %d parameters tensors, %zu floats; activation arena %.2f MiB (%.2f MiB without lifetime packing)",

@@ -21,7 +21,9 @@
 # 10. a loss whose logits have another number of rows a sample than the
 #     data has labels (token labels [B, T] against logits [B, V]) is a
 #     config error naming the layer and both shapes (before session 28 it
-#     trained on the first tokens as class labels, or read past them).
+#     trained on the first tokens as class labels, or read past them);
+#     an embedding's vocab below the data's token ids, and the loss's
+#     `classes` below the labels', are config errors naming the key.
 # 11. a log interval of which every step was skipped (non-finite gradients,
 #     the loss finite) stops the run as diverged, exit 3, when the loss scale
 #     cannot back off (fp16_static; before session 28 it ran on with its
@@ -158,6 +160,15 @@ printf '[run]\nthreads = 1\n[data]\nsource = tokens\npath = %s\ncontext = 13\nvo
 	"$srcdir/tests/data/gpt_tokens.bin" >"$tmp/rows.ini"
 kiln 2 train "$tmp/rows.ini" run.out_dir=
 stderr_has "kiln: error: $tmp/rows.ini:22: the loss layer 'loss' reads logits [batch, 64], 1 row(s) of classes a sample, but the data [data] has 13 label(s) a sample (tokens)"
+# 10b (session 29): an embedding whose vocab is below the data's token ids,
+# and a loss whose `classes` is below the largest label, are config errors
+# naming the key (before, the first failed in the forward naming a flat
+# position in the batch, the second in the backward naming a row, exit 3)
+grep -v '^\[layer.flat\]$\|^type = flatten$' "$tmp/rows.ini" >"$tmp/vocab.ini"
+kiln 2 train "$tmp/vocab.ini" run.out_dir= layer.emb.vocab=40
+stderr_has "command line 'layer.emb.vocab=40': layer 'emb' (embedding) has vocab = 40 but the data [data] has token ids up to 63 (a vocabulary of 64): set vocab = 64"
+kiln 2 train "$ini" "$d" run.out_dir= layer.loss.classes=3
+stderr_has "command line 'layer.loss.classes=3': the loss layer 'loss' counts 3 classes but the data [data] has 5: set classes = 5 (or 0: every logit a class)"
 # 11: skipped intervals, and two schedule/optimizer keys
 kiln 3 train "$ini" data.path="$data" run.out_dir= run.precision=fp16_static plugin.amp.loss_scale=1e30 train.max_steps=4 train.log_every=2
 stderr_has "steps 1..2 (epoch 1): every step had non-finite gradients and was skipped, the loss finite"
