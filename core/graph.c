@@ -443,6 +443,24 @@ kiln_status kiln_model_fuse(const struct kiln_config *cfg, int cpu, int *out)
 	return st == KILN_ENOTFOUND ? KILN_OK : st;
 }
 
+/* A failed allocation of the parameters' buffers, said in the model's
+ * terms: how many floats, and the largest tensor (a shape typed wrong,
+ * `out = 1000000000`, shows there). */
+static kiln_status params_too_big(const struct kiln_model *m, kiln_status st, const char *what,
+				  size_t bytes)
+{
+	const struct model_param *big = NULL;
+	char d[160] = "";
+	for (int i = 0; i < m->n_params; i++)
+		if (!big || m->params[i].numel > big->numel)
+			big = &m->params[i];
+	if (big)
+		kiln_tensor_desc_str(&big->desc, d, sizeof d);
+	return kiln_error_wrap(st, "the model's %s (%.2f GiB, %zu floats; the largest tensor '%s' %s)",
+			       what, (double)bytes / (1024.0 * 1024 * 1024), m->n_elems,
+			       big ? big->name : "-", d);
+}
+
 kiln_status kiln_model_alloc_whole(struct kiln_model *m)
 {
 	const size_t bytes = m->n_elems * sizeof(float);
@@ -451,9 +469,10 @@ kiln_status kiln_model_alloc_whole(struct kiln_model *m)
 	if (!m->bare)
 		return KILN_OK;
 	if ((st = kiln_device_alloc(m->dev, bytes, (void **)&m->params_d)) ||
-	    (st = kiln_device_alloc(m->dev, bytes, (void **)&m->grads_d)) ||
-	    (state && (st = kiln_device_alloc(m->dev, state, (void **)&m->state_d))))
-		return st;
+	    (st = kiln_device_alloc(m->dev, bytes, (void **)&m->grads_d)))
+		return params_too_big(m, st, "parameters and their gradients", 2 * bytes);
+	if (state && (st = kiln_device_alloc(m->dev, state, (void **)&m->state_d)))
+		return params_too_big(m, st, "optimizer state", state);
 	m->bare = 0;
 	return KILN_OK;
 }

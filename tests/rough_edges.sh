@@ -23,7 +23,8 @@
 #     config error naming the layer and both shapes (before session 28 it
 #     trained on the first tokens as class labels, or read past them);
 #     an embedding's vocab below the data's token ids, and the loss's
-#     `classes` below the labels', are config errors naming the key.
+#     `classes` below the labels', are config errors naming the key; a
+#     model too big for the device names its size and largest tensor.
 # 11. a log interval of which every step was skipped (non-finite gradients,
 #     the loss finite) stops the run as diverged, exit 3, when the loss scale
 #     cannot back off (fp16_static; before session 28 it ran on with its
@@ -169,6 +170,10 @@ kiln 2 train "$tmp/vocab.ini" run.out_dir= layer.emb.vocab=40
 stderr_has "command line 'layer.emb.vocab=40': layer 'emb' (embedding) has vocab = 40 but the data [data] has token ids up to 63 (a vocabulary of 64): set vocab = 64"
 kiln 2 train "$ini" "$d" run.out_dir= layer.loss.classes=3
 stderr_has "command line 'layer.loss.classes=3': the loss layer 'loss' counts 3 classes but the data [data] has 5: set classes = 5 (or 0: every logit a class)"
+# a shape typed wrong: the parameters' allocation fails in the model's
+# terms, naming the largest tensor (before: "cpu: alloc of N bytes failed")
+kiln 1 train "$ini" "$d" run.out_dir= layer.conv1.out=1000000000
+stderr_has "kiln: error: the model's parameters and their gradients (678.00 GiB, 91000000016 floats; the largest tensor 'fc1.weight' f32[5, 16000000000]): cpu: alloc of"
 # 11: skipped intervals, and two schedule/optimizer keys
 kiln 3 train "$ini" data.path="$data" run.out_dir= run.precision=fp16_static plugin.amp.loss_scale=1e30 train.max_steps=4 train.log_every=2
 stderr_has "steps 1..2 (epoch 1): every step had non-finite gradients and was skipped, the loss finite"
