@@ -37,7 +37,7 @@ static const struct kiln_key attention_keys[] = {
 	  "Dropout probability on the attention probabilities in training (the dropout "
 	  "layer's counter-based mask)." },
 	{ "scale", KILN_KEY_FLOAT, NULL, 0, 1e6, NULL,
-	  "Factor of the scores q.k; unset: 1/sqrt(C/heads)." },
+	  "Factor of the scores q.k, above 0; unset: 1/sqrt(C/heads)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 

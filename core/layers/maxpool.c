@@ -3,7 +3,7 @@
 
 static const struct kiln_key maxpool_keys[] = {
 	POOL_WINDOW_KEYS,
-	{ "padding", KILN_KEY_INTS, "0", 0, 1e6, NULL, "Implicit -inf padding on both sides." },
+	{ "padding", KILN_KEY_INTS, "0", 0, 1e6, NULL, "Implicit -inf padding on both sides: at most half the kernel (as PyTorch)." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }
 };
 
