@@ -855,7 +855,9 @@ static kiln_status check_counters(const struct kiln_ckpt *ck, const char *name, 
 		float v[4];
 		memcpy(v, p, sizeof v);
 		for (int i = 0; i < 4; i++)
-			if (!isfinite(v[i]) || v[i] < 0 || (i == 0 && !(v[0] > 0)))
+			/* (hysteresis left, value 2, went below 0 before session
+			 * 29: a count below 0 acts as 0) */
+			if (!isfinite(v[i]) || (v[i] < 0 && i != 2) || (i == 0 && !(v[0] > 0)))
 				return kiln_error(KILN_EDATA, "checkpoint %s: section 'amp.scaler' value %d (%s) = %g is out of range (%s)",
 						  ck->path, i, i ? "a count" : "the loss scale", v[i],
 						  i ? "finite, >= 0" : "finite, > 0");

@@ -94,7 +94,7 @@ static void reference(int64_t steps, double init, int interval, float out[4])
 		for (size_t k = 0; k < sizeof inject_at / sizeof *inject_at; k++)
 			bad |= t == inject_at[k];
 		if (bad) {
-			over += 1, tracker = 0, hyst -= 1;
+			over += 1, tracker = 0, hyst = hyst > 0 ? hyst - 1 : 0;
 			if (hyst <= 0)
 				s *= 0.5f;
 		} else if (++tracker >= (float)interval) {
@@ -259,6 +259,28 @@ START_TEST(test_checkpoint_resume)
 		      sb[0], sb[1], sb[2], sb[3], sa[0], sa[1], sa[2], sa[3]);
 	ck_assert(r2.loss_scale == ra.loss_scale);
 	ck_assert(r2.test_loss == ra.test_loss && r2.test_acc == ra.test_acc);
+
+	/* stopped at step 7, after the overflows of steps 5 and 6 backed
+	 * off twice with no growth between: the hysteresis left stays at 0
+	 * (before session 29 it went to -1, and every checkpoint until the
+	 * next growth was refused on resume as out of range) */
+	char c[64];
+	struct kiln_train_result r3, r4;
+	struct inject i3 = { 0 }, i4 = { 0 };
+	tmpdir(c, sizeof c);
+	const char *const seven[] = { "train.checkpoint_every=1000", "train.max_steps=7", NULL };
+	ck_assert_msg(train(c, "fp16", seven, &r3, &i3) == 0, "%s", kiln_last_error());
+	read_scaler(r3.checkpoint, sb);
+	reference(7, 65536, 10, want);
+	ck_assert_msg(!memcmp(sb, want, sizeof sb) && sb[2] == 0.0f && sb[3] == 2.0f,
+		      "scaler at step 7 {%g %g %g %g}, want {%g %g %g %g}", sb[0], sb[1], sb[2],
+		      sb[3], want[0], want[1], want[2], want[3]);
+	ck_assert_msg(train(c, "fp16", rest, &r4, &i4) == 0, "%s", kiln_last_error());
+	ck_assert_int_eq(r4.resumed_step, 7);
+	read_scaler(r4.checkpoint, sb);
+	ck_assert_msg(!memcmp(sa, sb, sizeof sa), "resumed from 7: scaler {%g %g %g %g} vs {%g %g %g %g}",
+		      sb[0], sb[1], sb[2], sb[3], sa[0], sa[1], sa[2], sa[3]);
+	ck_assert(r4.test_loss == ra.test_loss && r4.test_acc == ra.test_acc);
 }
 END_TEST
 

@@ -457,7 +457,7 @@ static void scaler_ref(float st[4], int finite, double growth, double backoff, d
 	} else {
 		st[3] += 1;
 		st[1] = 0;
-		st[2] -= 1;
+		st[2] = st[2] > 0 ? st[2] - 1 : 0; /* (no count below 0) */
 		if (st[2] <= 0) {
 			const double s = (double)st[0] * backoff;
 			st[0] = (float)(s > lo ? s : lo);

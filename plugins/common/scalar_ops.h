@@ -76,7 +76,9 @@ static inline COMMON_HD void common_scaler_update(float *st, const float *gate, 
 	} else {
 		st[3] += 1.0f;
 		st[1] = 0.0f;
-		st[2] -= 1.0f;
+		/* (at 0 it stays: every overflow backs off until the scale
+		 * grows, as below 0; a checkpoint holds no negative count) */
+		st[2] = st[2] > 0.0f ? st[2] - 1.0f : 0.0f;
 		if (st[2] <= 0.0f) {
 			const double v = (double)st[0] * backoff;
 			st[0] = (float)(v > lo ? v : lo);
