@@ -507,6 +507,20 @@ kiln_status kiln_config_write_defaults(const struct kiln_config *cfg, struct kil
 	for (size_t i = 0; i < KILN_ARRAY_LEN(fixed); i++)
 		if (!kiln_cfg_find_section(cfg, fixed[i]))
 			write_section_as(f, cfg, reg, fixed[i], 1);
+	/* every loaded plugin's [plugin.NAME] the config leaves out: a
+	 * checkpoint's config that set one of its keys holds all of them,
+	 * which must read as their defaults here */
+	for (int i = 0; reg && i < kiln_registry_loaded_count(reg); i++) {
+		struct kiln_plugin_info pi;
+		char name[160];
+		kiln_registry_plugin_get(reg, i, &pi);
+		if (!pi.keys || (pi.kind != KILN_PLUGIN_DEVICE && pi.kind != KILN_PLUGIN_COMM &&
+				 pi.kind != KILN_PLUGIN_PRECISION && pi.kind != KILN_PLUGIN_OPTIM))
+			continue;
+		snprintf(name, sizeof name, "plugin.%s", pi.name);
+		if (!kiln_cfg_find_section(cfg, name))
+			write_section_as(f, cfg, reg, name, 1);
+	}
 	return ferror(f) ? kiln_error(KILN_EIO, "write error") : KILN_OK;
 }
 

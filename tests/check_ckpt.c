@@ -686,6 +686,32 @@ START_TEST(test_config_check)
 	free(t2);
 	free(d2);
 	kiln_config_free(c2);
+	/* a checkpoint whose config set one [plugin.cpu] key holds them all;
+	 * resumed without the section they read as their defaults (before
+	 * session 29 the defaults had no [plugin.cpu]: refused, naming
+	 * another key of it, bf16_conv) */
+	static const struct {
+		const char *set, *names; /* names NULL: accepted */
+	} pcases[] = {
+		{ "plugin.cpu.conv_algo=rule", NULL },
+		{ "plugin.cpu.conv_algo=direct", "[plugin.cpu] conv_algo is 'direct' in the checkpoint but absent here" },
+	};
+	for (size_t i = 0; i < sizeof pcases / sizeof *pcases; i++) {
+		struct kiln_config *c3;
+		ck_assert(kiln_config_load_string(base, "test.ini", &c3) == 0);
+		ck_assert(kiln_config_override(c3, pcases[i].set) == 0);
+		ck_assert_msg(kiln_config_validate(c3, reg) == 0, "%s", kiln_last_error());
+		char *t3 = kiln_ckpt_config_text(c3, reg);
+		ck_assert(t3 && strstr(t3, "[plugin.cpu]\n"));
+		kiln_status st = kiln_ckpt_config_check("ck.kiln", t3, t0, NULL, d0);
+		if (!pcases[i].names)
+			ck_assert_msg(st == KILN_OK, "%s: %s", pcases[i].set, kiln_last_error());
+		else
+			ck_assert_msg(st == KILN_ECONFIG && strstr(kiln_last_error(), pcases[i].names),
+				      "%s: %s", pcases[i].set, st ? kiln_last_error() : "accepted");
+		free(t3);
+		kiln_config_free(c3);
+	}
 	free(d0);
 	free(old);
 	free(t0);
