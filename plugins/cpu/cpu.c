@@ -805,8 +805,9 @@ static const struct kiln_key cpu_keys[] = {
 	  "their time on every GEMM of the CNN and MLP examples, session 24). "
 	  "`[run] deterministic = 1` turns `auto` into `bf16`." },
 	{ "conv_impl", KILN_KEY_ENUM, NULL, 0, 0, "first|auto|1|2",
-	  "Which of oneDNN's implementations runs an f32 forward convolution (without "
-	  "kept copies: inference and evaluation): `first` the one oneDNN lists first "
+	  "Which of oneDNN's implementations runs an f32 forward convolution that keeps "
+	  "no copies of its operands (evaluation and inference; in training, NHWC "
+	  "convolutions too): `first` the one oneDNN lists first "
 	  "(its own preference), `auto` the fastest of the first 3 distinct ones, timed once "
 	  "per shape when the op is prepared (logged); `1`, `2` the second or third distinct "
 	  "one (the first where there is none; for tests).  On AVX-512 oneDNN 2.6 prefers its "
