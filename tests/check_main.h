@@ -41,6 +41,7 @@ struct check_main {
 	int own_plugin_path;          /* unset KILN_PLUGIN_PATH: not the caller's plugins */
 	int omp_passive;              /* OMP_WAIT_POLICY=PASSIVE unless the caller set it */
 	int need_test_device;         /* skip without check_test_device()'s device */
+	const char *need_comm;        /* and, with a test device other than cpu, this comm plugin */
 };
 
 /* The device a suite that honours $KILN_TEST_DEVICE runs on (default cpu),
@@ -131,11 +132,12 @@ static inline TCase *check_add_case(Suite *s, const char *name, int timeout_s, S
 	return tc;
 }
 
-/* 0 when the test device's plugin is in a registry of dir, looked for in
- * a child process: finding a plugin loads it and runs its probe, and the
- * cuda device's probe initialises the CUDA driver (cudaGetDeviceCount),
- * after which no process Check forks from this one could use the GPU.
- * The tests load it themselves, in their own processes. */
+/* 0 when the test device's plugin (and .need_comm's) is in a registry of
+ * dir, looked for in a child process: finding a plugin loads it and runs
+ * its probe, and the cuda device's probe (and kiln-nccl's) initialises the
+ * CUDA driver (cudaGetDeviceCount), after which no process Check forks
+ * from this one could use the GPU.  The tests load them themselves, in
+ * their own processes. */
 static int check_device_missing_forked(const char *dir)
 {
 	fflush(NULL);
@@ -146,7 +148,9 @@ static int check_device_missing_forked(const char *dir)
 		struct kiln_registry *r = NULL;
 		const struct kiln_plugin *p;
 		int missing = kiln_registry_open(dir, &r) ||
-			      kiln_registry_find(r, KILN_PLUGIN_DEVICE, check_test_device(), &p);
+			      kiln_registry_find(r, KILN_PLUGIN_DEVICE, check_test_device(), &p) ||
+			      (check_suite.need_comm &&
+			       kiln_registry_find(r, KILN_PLUGIN_COMM, check_suite.need_comm, &p));
 		if (missing)
 			fprintf(stderr, "skip: %s\n", kiln_last_error());
 		fflush(NULL);

@@ -15,11 +15,29 @@
  *     (through kiln_comm_sendrecv, which checks what the core can);
  *   - send and recv stay one group each (comm ops version 4).
  * A sendrecv made of two groups (a send's, then a recv's) fails the first
- * case: that is the deadlock of issue 21 item 2 on GPUs. */
+ * case: that is the deadlock of issue 21 item 2 on GPUs.
+ *
+ * And split (comm ops version 5) on the non-blocking parent, which NCCL
+ * treats as a call on the parent: ncclInProgress until the parent's
+ * ncclCommGetAsyncError says otherwise, the new communicator filled only
+ * then (NVIDIA/nccl issue 1472; the fake does the same):
+ *   - a rank in no group still waits for the parent to finish the split;
+ *   - a group's split waits for the parent before reading the new
+ *     communicator, then for the new one (comm_ready): when that fails or
+ *     times out, it is aborted, and every watchdog lock initialised is
+ *     destroyed;
+ *   - a parent that fails the split fails it with KILN_EIO. */
 #include <check.h>
 #include "check_main.h"
 
+/* the watchdog's initialisations and destructions in nccl.c, counted */
+#include "../plugins/common/watchdog.h"
+static int dog_inits, dog_destroys;
+#define watchdog_init(w) (dog_inits++, watchdog_init(w))
+#define watchdog_destroy(w) (dog_destroys++, watchdog_destroy(w))
 #include "../plugins/nccl/nccl.c"
+#undef watchdog_init
+#undef watchdog_destroy
 
 #include <stdarg.h>
 
@@ -35,7 +53,14 @@ kiln_status kiln_comm_sendrecv(const struct kiln_comm_ops *ops, void *comm, int 
 static char calls[NLOG][160];
 static int ncalls, depth;
 static ncclResult_t send_result = ncclSuccess, end_result = ncclSuccess;
-static int async_polls; /* ncclCommGetAsyncError calls */
+static int async_polls; /* ncclCommGetAsyncError calls on the parent */
+/* the split: its result, the parent's state once its third poll is past
+ * ncclInProgress, the new communicator's state, and where to put it when
+ * the parent finishes (NULL: it was filled at the call, or none) */
+#define CHILD ((ncclComm_t)0xc41d)
+static ncclResult_t split_result, parent_final, child_state;
+static int split_fill_now, child_polls;
+static ncclComm_t *split_pending;
 
 static void rec(const char *fmt, ...)
 {
@@ -48,8 +73,10 @@ static void rec(const char *fmt, ...)
 
 static void log_reset(void)
 {
-	ncalls = depth = async_polls = 0;
-	send_result = end_result = ncclSuccess;
+	ncalls = depth = async_polls = child_polls = split_fill_now = 0;
+	send_result = end_result = split_result = parent_final = child_state = ncclSuccess;
+	split_pending = NULL;
+	dog_inits = dog_destroys = 0;
 }
 
 ncclResult_t ncclGroupStart(void)
@@ -84,8 +111,35 @@ ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclC
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *r)
 {
+	if (comm == CHILD) {
+		child_polls++;
+		*r = child_state;
+		return ncclSuccess;
+	}
+	*r = ++async_polls < 3 ? ncclInProgress : parent_final;
+	if (*r == ncclSuccess && split_pending) {
+		*split_pending = CHILD;
+		split_pending = NULL;
+	}
+	return ncclSuccess;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *out,
+			   ncclConfig_t *cfg)
+{
 	(void)comm;
-	*r = ++async_polls < 3 ? ncclInProgress : ncclSuccess;
+	rec("Split color %d key %d blocking %d", color, key, cfg->blocking);
+	*out = NULL;
+	if (color != NCCL_SPLIT_NOCOLOR && split_fill_now)
+		*out = CHILD;
+	else if (color != NCCL_SPLIT_NOCOLOR)
+		split_pending = out;
+	return split_result;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm)
+{
+	rec("Abort %s", comm == CHILD ? "child" : "parent");
 	return ncclSuccess;
 }
 
@@ -108,14 +162,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 }
 
 /* Called only by the paths this test does not take (open, close, the
- * collectives, the watchdog's thread): reaching one is a failure. */
+ * collectives, a split's communicator made ready, the watchdog's thread):
+ * reaching one is a failure. */
 #define UNUSED_CALL(ret, name, ...)                                                               \
 	ret name(__VA_ARGS__)                                                                     \
 	{                                                                                         \
 		ck_abort_msg("%s called", #name);                                                 \
 		abort();                                                                          \
 	}
-UNUSED_CALL(ncclResult_t, ncclCommAbort, ncclComm_t c)
 UNUSED_CALL(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *c, int n, ncclUniqueId id, int r,
 	    ncclConfig_t *cfg)
 UNUSED_CALL(ncclResult_t, ncclAllReduce, const void *s, void *r, size_t n, ncclDataType_t t,
@@ -127,8 +181,6 @@ UNUSED_CALL(ncclResult_t, ncclAllGather, const void *s, void *r, size_t n, ncclD
 UNUSED_CALL(ncclResult_t, ncclReduceScatter, const void *s, void *r, size_t n, ncclDataType_t t,
 	    ncclRedOp_t op, ncclComm_t c, cudaStream_t st)
 UNUSED_CALL(ncclResult_t, ncclGetUniqueId, ncclUniqueId *id)
-UNUSED_CALL(ncclResult_t, ncclCommSplit, ncclComm_t c, int color, int key, ncclComm_t *out,
-	    ncclConfig_t *cfg)
 UNUSED_CALL(ncclResult_t, ncclCommFinalize, ncclComm_t c)
 UNUSED_CALL(ncclResult_t, ncclCommDestroy, ncclComm_t c)
 UNUSED_CALL(ncclResult_t, ncclGetVersion, int *v)
@@ -302,6 +354,83 @@ START_TEST(test_send_recv_own_groups)
 }
 END_TEST
 
+/* ---- split on the non-blocking parent ---------------------------------- */
+
+/* A rank in no group: ncclCommSplit said ncclInProgress, so the parent is
+ * polled until the split is done (twice in progress, then success) before
+ * split returns and the parent can be used again. */
+START_TEST(test_split_no_group_waits)
+{
+	void *out = &C;
+	int rank = 5, world = 5;
+	split_result = ncclInProgress;
+	ck_assert_int_eq(nccl_split(&C, KILN_COMM_NO_GROUP, 0, &out, &rank, &world), KILN_OK);
+	ck_assert_ptr_null(out);
+	ck_assert_int_eq(rank, -1);
+	ck_assert_int_eq(world, 0);
+	ck_assert_int_eq(async_polls, 3);
+	const char *want[] = { "Split color -1 key 0 blocking 0" };
+	expect_calls(want, 1);
+	ck_assert_int_eq(dog_inits, dog_destroys);
+}
+END_TEST
+
+/* A group's split whose new communicator then fails (_i 0: filled at the
+ * call; 1: filled when the parent finishes, as NCCL does) or never becomes
+ * ready (2): KILN_EIO or KILN_ETIMEOUT, the new communicator aborted, the
+ * parent polled to the end of the split first, no watchdog left
+ * initialised. */
+START_TEST(test_split_group_fails)
+{
+	static const struct {
+		int fill_now;
+		ncclResult_t child;
+		kiln_status st;
+		const char *msg;
+	} v[] = {
+		{ 1, ncclInternalError, KILN_EIO, "ncclCommSplit (async) failed: internal error (recorded)" },
+		{ 0, ncclInternalError, KILN_EIO, "ncclCommSplit (async) failed: internal error (recorded)" },
+		{ 1, ncclInProgress, KILN_ETIMEOUT, "the communicator (ncclCommSplit) did not connect within 0.1 s" },
+	};
+	void *out = &C;
+	int rank = 5, world = 5;
+	C.timeout_ms = 100;
+	split_result = ncclInProgress;
+	split_fill_now = v[_i].fill_now;
+	child_state = v[_i].child;
+	const kiln_status st = nccl_split(&C, 2, 7, &out, &rank, &world);
+	ck_assert_msg(st == v[_i].st && strstr(kiln_last_error(), v[_i].msg), "%d '%s'", (int)st,
+		      kiln_last_error());
+	ck_assert_ptr_null(out);
+	ck_assert_int_eq(async_polls, 3);
+	ck_assert_int_ge(child_polls, 1);
+	const char *want[] = { "Split color 2 key 7 blocking 0", "Abort child" };
+	expect_calls(want, 2);
+	ck_assert_msg(dog_inits == dog_destroys, "%d watchdog_init, %d watchdog_destroy", dog_inits,
+		      dog_destroys);
+}
+END_TEST
+
+/* The parent fails the split: KILN_EIO naming ncclCommSplit and NCCL's
+ * reason; there is no new communicator to abort. */
+START_TEST(test_split_parent_fails)
+{
+	void *out = &C;
+	int rank = 5, world = 5;
+	split_result = ncclInProgress;
+	parent_final = ncclInternalError;
+	ck_assert_int_eq(nccl_split(&C, 0, 0, &out, &rank, &world), KILN_EIO);
+	ck_assert_msg(strstr(kiln_last_error(), "ncclCommSplit failed") &&
+			      strstr(kiln_last_error(), "internal error (recorded)"),
+		      "%s", kiln_last_error());
+	ck_assert_ptr_null(out);
+	ck_assert_int_eq(async_polls, 3);
+	const char *want[] = { "Split color 0 key 0 blocking 0" };
+	expect_calls(want, 1);
+	ck_assert_int_eq(dog_inits, dog_destroys);
+}
+END_TEST
+
 static Suite *make_nccl_suite(void)
 {
 	Suite *s = suite_create("nccl_group");
@@ -313,6 +442,12 @@ static Suite *make_nccl_suite(void)
 	tcase_add_test(tc, test_sendrecv_in_progress);
 	tcase_add_test(tc, test_sendrecv_refused);
 	tcase_add_test(tc, test_send_recv_own_groups);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("split");
+	tcase_add_checked_fixture(tc, comm_setup, comm_teardown);
+	tcase_add_test(tc, test_split_no_group_waits);
+	tcase_add_loop_test(tc, test_split_group_fails, 0, 3);
+	tcase_add_test(tc, test_split_parent_fails);
 	suite_add_tcase(s, tc);
 	return s;
 }

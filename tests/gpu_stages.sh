@@ -13,6 +13,10 @@
 #             of the steps that ended
 #   no GPU    `kiln plugins` saying cuda is unavailable: exit 77, RESULT:
 #             NOT RUN, in seconds
+#   stage 1   kiln-nccl's one-rank check runs and says its NCCL; the bf16
+#             CNN with conv_wgrad = lowp runs at debug level and its line
+#             counts the weight gradients that took the path and those
+#             that fell back; check_device_lowp gets 120 s, not 60
 : "${abs_top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
 run=$abs_top_srcdir/tests/gpu/run.sh
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln_gpu_stages.XXXXXX") || exit 1
@@ -38,6 +42,14 @@ plugins)
 	;;
 train)
 	sleep "${FAKE_TRAIN_S:-0}"
+	# cudnn.c's debug lines of conv_wgrad = lowp: two plans took it, one fell back
+	case "${KILN_LOG_LEVEL:-}:$*" in
+	debug:*conv_wgrad=lowp*)
+		echo "[cuda] debug: k1: dw in x's dtype, widened after (conv_wgrad = lowp), engine 3, workspace 64 bytes"
+		echo "[cuda] debug: k2: dw in x's dtype, widened after (conv_wgrad = lowp), engine 3, workspace 64 bytes"
+		echo "[cuda] debug: k3: conv_wgrad = lowp: no engine writes dw in the activations' dtype (4 engine configs, 0 refused by their notes, 4 not buildable, 0 over the workspace): as conv_wgrad = f32"
+		;;
+	esac
 	echo "epoch 1/1 loss 0.5"
 	echo '{"test_acc": 0.851, "train_samples_per_s": 1000}'
 	;;
@@ -49,6 +61,7 @@ echo "100%: Checks: 4, Failures: 0, Errors: 0"'
 printf '%s\n' "$pass_suite" > "$b/bin/check_device_a"
 printf '%s\n' "$pass_suite" > "$b/bin/check_device_attention"
 printf '%s\n' "$pass_suite" > "$b/bin/check_rnn"
+printf '%s\n' "$pass_suite" 'echo "kiln-nccl: NCCL 2.28.3, GPU 0, watchdog at 20 s"' > "$b/bin/check_nccl_one"
 cat > "$b/bin/check_device_b" <<'EOF'
 #!/bin/sh
 echo "tests/check_device_b.c:12:F:gemm:test_gemm:0: y[3] = 2, want 1"
@@ -93,7 +106,9 @@ r=$OUT/gpu_results.txt
 [ $rc -eq 0 ] || bad "run 2: exit $rc, want 0"
 for l in "conformance: 2 of 2 suites passed" "train_mlp: PASS (test accuracy 0.851; the cpu device's 0.85" \
 	"cnn_fp32: PASS" "cnn_bf16: PASS" "attention cudnn attn_lowp_shapes: PASS" \
-	"attention kiln attn_lowp_shapes: PASS" "rnn torch: PASS" "rnn layer: PASS" "int8 eval: PASS"; do
+	"attention kiln attn_lowp_shapes: PASS" "rnn torch: PASS" "rnn layer: PASS" "int8 eval: PASS" \
+	"nccl one: PASS (kiln-nccl: NCCL 2.28.3, GPU 0, watchdog at 20 s)" "cnn_bf16_wlowp: PASS" \
+	"cnn_bf16_wlowp: conv_wgrad = lowp taken by 2 weight-gradient plans (dw in x's dtype, widened after), 1 fell back to widening x and dy"; do
 	grep -qF "$l" "$r" || bad "run 2: no line '$l'"
 done
 grep -q "SKIPPED" "$r" && bad "run 2: a step skipped with the whole budget"
@@ -118,9 +133,18 @@ grep -q "^RESULT: NOT RUN" "$OUT/gpu_results.txt" || bad "run 4: no RESULT: NOT 
 sh "$run" --stage 5 > /dev/null 2>&1
 [ $? -eq 2 ] || bad "--stage 5 was not refused"
 
+# 6. check_device_lowp's limit: 120 s (its cuDNN weight-gradient plans), as
+# a suite that exits 124 (timeout's status) shows in its line
+OUT=$tmp/out6
+printf '#!/bin/sh\nexit 124\n' > "$b/bin/check_device_lowp"
+chmod +x "$b/bin/check_device_lowp"
+KILN_GPU_WORK=$tmp/w6 sh "$run" --stage 1 > "$tmp/run6.txt" 2>&1
+grep -q "^conformance check_device_lowp: FAIL (timed out after 120 s" "$OUT/gpu_results.txt" ||
+	bad "run 6: check_device_lowp's limit is not 120 s"
+
 if [ $fails -ne 0 ]; then
 	for f in "$tmp"/run*.txt; do echo "== $f"; cat "$f"; done
 	exit 1
 fi
-echo "gpu_stages: budget, results, \$OUT, progress, no GPU: ok"
+echo "gpu_stages: budget, results, \$OUT, progress, no GPU, stage 1's steps: ok"
 exit 0

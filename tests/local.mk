@@ -246,6 +246,13 @@ tests_check_nccl_group_SOURCES = tests/check_nccl_group.c plugins/common/watchdo
 tests_check_nccl_group_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_check_nccl_group_CFLAGS = $(CHECK_SUITE_CFLAGS)
 tests_check_nccl_group_LDADD = libkiln.la $(CHECK_LIBS) -lpthread
+# kiln-nccl.so itself on one GPU, a communicator of one rank: every
+# collective, the barrier, split (tests/gpu/run.sh's stage 1); exit 77
+# (skip) without a GPU
+check_PROGRAMS += tests/check_nccl_one
+TESTS += tests/check_nccl_one
+tests_check_nccl_one_CFLAGS = $(CHECK_SUITE_CFLAGS)
+tests_check_nccl_one_LDADD = libkiln.la $(CHECK_LIBS)
 endif
 endif
 # Its cuDNN descriptors, finalized by cuDNN on a machine without a GPU

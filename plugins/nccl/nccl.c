@@ -180,25 +180,39 @@ static void watch(struct nccl_comm *c, cudaStream_t s, const char *what, size_t 
 	pthread_mutex_unlock(&c->dog.lock);
 }
 
+/* A call on c's non-blocking communicator that returned *r: while that is
+ * ncclInProgress, poll ncclCommGetAsyncError until NCCL has taken the call
+ * (*r then its result), up to the timeout (KILN_ETIMEOUT naming `what` and
+ * its count of elements, 0: none). */
+static kiln_status enqueued(struct nccl_comm *c, ncclResult_t *r, const char *what, size_t count)
+{
+	const long long t0 = watchdog_now_ns();
+	while (*r == ncclInProgress) {
+		ncclResult_t a = ncclInProgress;
+		ncclCommGetAsyncError(c->comm, &a);
+		*r = a;
+		if (*r == ncclInProgress) {
+			char me[96];
+			if (watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll)
+				return count ? H->error(KILN_ETIMEOUT, "nccl: %s: %s of %zu elements was not enqueued within [dist] timeout = %.1f s",
+							me_name(c, me, sizeof me), what, count,
+							c->timeout_ms / 1000.0)
+					     : H->error(KILN_ETIMEOUT, "nccl: %s: %s did not complete within [dist] timeout = %.1f s",
+							me_name(c, me, sizeof me), what,
+							c->timeout_ms / 1000.0);
+			usleep(100);
+		}
+	}
+	return KILN_OK;
+}
+
 static kiln_status finish(struct nccl_comm *c, ncclResult_t r, const char *what, size_t count,
 			  int peer, int peer2,
 			  void *stream, void *done)
 {
-	/* non-blocking communicator: wait until the call has been enqueued */
-	long long t0 = watchdog_now_ns();
-	while (r == ncclInProgress) {
-		ncclResult_t a = ncclInProgress;
-		ncclCommGetAsyncError(c->comm, &a);
-		r = a;
-		if (r == ncclInProgress) {
-			char me[96];
-			if (watchdog_now_ns() - t0 > (long long)c->timeout_ms * 1000000ll)
-				return H->error(KILN_ETIMEOUT, "nccl: %s: %s of %zu elements was not enqueued within [dist] timeout = %.1f s",
-						me_name(c, me, sizeof me), what, count,
-						c->timeout_ms / 1000.0);
-			usleep(100);
-		}
-	}
+	kiln_status st = enqueued(c, &r, what, count);
+	if (st)
+		return st;
 	char me[96], with[80];
 	peers_named(c, peer, peer2, with, sizeof with);
 	if (r != ncclSuccess)
@@ -464,8 +478,9 @@ static void nccl_close(void *ctx)
 }
 
 /* Wait until c->comm (made non-blocking by `what`) is ready, up to the
- * timeout, then its description, event ring and watchdog.  On failure c
- * is aborted and freed. */
+ * timeout, then its description, event ring and watchdog (initialised
+ * here, once it is ready: nccl_close ends it).  On failure c is aborted
+ * and freed. */
 static kiln_status comm_ready(struct nccl_comm *c, const char *what)
 {
 	struct timespec t0, t;
@@ -490,6 +505,7 @@ static kiln_status comm_ready(struct nccl_comm *c, const char *what)
 		}
 		usleep(1000);
 	}
+	watchdog_init(&c->dog);
 	int v = 0;
 	ncclGetVersion(&v);
 	snprintf(c->desc, sizeof c->desc, "NCCL %d.%d.%d, GPU %d, watchdog at %.0f s", v / 10000,
@@ -529,7 +545,6 @@ static kiln_status nccl_open(const struct kiln_host *host, const struct kiln_con
 	c->rank = rank;
 	c->world = world;
 	c->timeout_ms = timeout_ms;
-	watchdog_init(&c->dog);
 	/* the CUDA device opened the GPU of this rank's ordinal ([run] device
 	 * = cuda follows the local rank): NCCL and the watchdog use it */
 	cudaGetDevice(&c->cuda_dev);
@@ -636,14 +651,21 @@ static kiln_status nccl_split(void *ctx, int color, int key, void **out, int *ra
 	g->cuda_dev = c->cuda_dev;
 	g->native = c->native;
 	g->timeout_ms = c->timeout_ms;
-	watchdog_init(&g->dog);
 	ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
 	conf.blocking = 0;
 	ncclResult_t r = ncclCommSplit(c->comm, color == KILN_COMM_NO_GROUP ? NCCL_SPLIT_NOCOLOR : color,
 				       key, &g->comm, &conf);
-	if (r != ncclSuccess && r != ncclInProgress) {
+	/* non-blocking: NCCL runs the split as a call on the parent, which
+	 * says ncclInProgress until it is done, and fills g->comm only then
+	 * (NVIDIA/nccl issue 1472): wait for it, in a group or not, before the
+	 * parent is used again or g->comm read */
+	if (r == ncclInProgress)
+		st = enqueued(c, &r, "ncclCommSplit", 0);
+	if (st || r != ncclSuccess) {
+		if (g->comm)
+			ncclCommAbort(g->comm);
 		free(g);
-		return nccl_fail(r, "ncclCommSplit", __LINE__);
+		return st ? st : nccl_fail(r, "ncclCommSplit", __LINE__);
 	}
 	if (color == KILN_COMM_NO_GROUP || !g->comm) {
 		free(g);

@@ -16,9 +16,11 @@
 #                                   of LIST (comma-separated, in that order):
 #       1  correctness (budget 330 s): the machine, `kiln plugins`, every
 #          device conformance suite on cuda against the reference loops
-#          (4 suites at a time), the RNN against PyTorch's numbers, the fused
-#          attention forced both ways, the MLP and the CNN (fp32, bf16)
-#          trained to the cpu device's accuracy, the INT8 CNN evaluated
+#          (4 suites at a time), the RNN against PyTorch's numbers, kiln-nccl
+#          on a communicator of one rank, the fused attention forced both
+#          ways, the MLP and the CNN (fp32, bf16, bf16 with conv_wgrad =
+#          lowp: how many weight gradients took it) trained to the cpu
+#          device's accuracy, the INT8 CNN evaluated
 #       2  performance (budget 260 s): the MLP step against PyTorch and as
 #          a CUDA graph, ResNet-50 against PyTorch, the GEMM-heavy MLP
 #          against torch.matmul
@@ -75,6 +77,8 @@ if [ "${1:-}" = "--prepare" ]; then
 	done
 	# and the recurrent layers against PyTorch (KILN_TEST_DEVICE=cuda below)
 	suites="$suites tests/check_rnn"
+	# and kiln-nccl on one GPU (built where configure found NCCL)
+	[ -f "$build/plugins/.libs/kiln-nccl.so" ] && suites="$suites tests/check_nccl_one"
 	make -C "$build" -j2 $suites
 	# the GEMM parameter mapping of the CUDA device (cuda_gemm_map in
 	# plugins/cuda/cuda.h) against a row-major reference: host-only, so
@@ -122,20 +126,21 @@ with open(sys.argv[1], "wb") as f:
 	# kiln-amp.so: bf16 and f16 training ([run] precision) needs it
 	cp "$build/plugins/.libs/kiln-cuda.so" "$build/plugins/.libs/kiln-loaders.so" \
 		"$build/plugins/.libs/kiln-amp.so" "$bundle/lib/kiln/"
+	# kiln-nccl.so: tests/check_nccl_one (libnccl.so.2 is found on the GPU machine)
+	[ ! -f "$build/plugins/.libs/kiln-nccl.so" ] || cp "$build/plugins/.libs/kiln-nccl.so" "$bundle/lib/kiln/"
 	# shared libraries outside the C runtime and CUDA, which a GPU machine
 	# with no package manager may lack (inih, check, jansson, turbojpeg,
 	# png, lmdb, ...); found with ldd, copied under their sonames
-	for f in "$bundle/bin/kiln" "$bundle/bin/check_device_"* "$bundle/bin/check_rnn" \
-		"$bundle/lib/kiln/"*.so; do
+	for f in "$bundle/bin/"* "$bundle/lib/kiln/"*.so; do
 		LD_LIBRARY_PATH="$build/.libs" ldd "$f"
 	done | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
 	while read -r soname path; do
 		case $soname in
 		libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
 		libcublas*|libcudart*|libcuda.so*|libkiln.so*) ;;
-		# cuDNN's engine libraries are ~250 MB, far over the 64 MiB carried:
-		# the GPU half finds libcudnn.so.9 on that machine
-		libcudnn*) ;;
+		# cuDNN's engine libraries are ~250 MB, libnccl.so.2 200 MB, far
+		# over the 64 MiB carried: the GPU half finds them on that machine
+		libcudnn*|libnccl*) ;;
 		*) cp -L "$path" "$bundle/lib/$soname" ;;
 		esac
 	done
@@ -224,7 +229,8 @@ if [ "${1:-}" = "--suite" ]; then
 	name=$2
 	case $name in
 	check_device_transformer) want=150 ;; # model_fd: central differences of a model
-	check_device_attention|check_device_conv) want=120 ;; # cuDNN's plans (runtime-compiled)
+	# cuDNN's plans (runtime-compiled); lowp: lp_wgrad_lowp's 4 weight-gradient plans
+	check_device_attention|check_device_conv|check_device_lowp) want=120 ;;
 	*) want=60 ;;
 	esac
 	if ! to=$(fit $want 15); then
@@ -324,17 +330,23 @@ for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 \
 	[ -e "$d/libcublasLt.so.13" ] && { cuda_lib=$d; break; }
 done
 [ -n "$cuda_lib" ] || cuda_lib=$(pip_lib libcublasLt.so.13)
+# The folder of library $1 (not carried: too large): the toolkit's, PyTorch's
+# pip packages (nvidia-cudnn-cu*, nvidia-nccl-cu*, or torch/lib), then
+# whatever ldconfig knows.
+lib_dir() {
+	for d in "$cuda_lib" "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 \
+		"${CUDA_HOME:-/usr/local/cuda}/lib"; do
+		[ -n "$d" ] && [ -e "$d/$1" ] && { echo "$d"; return; }
+	done
+	d=$(pip_lib "$1")
+	[ -n "$d" ] || d=$(ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n { sub("/" n "$", "", $NF); print $NF; exit }')
+	echo "$d"
+}
 # cuDNN 9 (kiln-cuda.so links libcudnn.so.9, which loads its engine
-# libraries from the library path): the toolkit, PyTorch's pip packages
-# (nvidia-cudnn-cu*, or torch/lib), then whatever ldconfig knows.
-cudnn_lib=
-for d in "$cuda_lib" "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64; do
-	[ -n "$d" ] && [ -e "$d/libcudnn.so.9" ] && { cudnn_lib=$d; break; }
-done
-[ -n "$cudnn_lib" ] || cudnn_lib=$(pip_lib libcudnn.so.9)
-[ -n "$cudnn_lib" ] ||
-	cudnn_lib=$(ldconfig -p 2>/dev/null | awk '/libcudnn\.so\.9 / { sub("/libcudnn.so.9$", "", $NF); print $NF; exit }')
-LD_LIBRARY_PATH="$bundle/lib${cuda_lib:+:$cuda_lib}${cudnn_lib:+:$cudnn_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# libraries from the library path) and NCCL 2 (kiln-nccl.so links it)
+cudnn_lib=$(lib_dir libcudnn.so.9)
+nccl_lib=$(lib_dir libnccl.so.2)
+LD_LIBRARY_PATH="$bundle/lib${cuda_lib:+:$cuda_lib}${cudnn_lib:+:$cudnn_lib}${nccl_lib:+:$nccl_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 KILN_PLUGIN_PATH=$bundle/lib/kiln
 export LD_LIBRARY_PATH KILN_PLUGIN_PATH bundle logs res run_t0 run_budget stage_t0 stage_budget reserve
 
@@ -359,6 +371,7 @@ machine() {
 	else
 		say "cuDNN for kiln-cuda.so: libcudnn.so.9 NOT FOUND (toolkit lib64, pip nvidia.cudnn, torch/lib, ldconfig): kiln-cuda.so cannot load, every cuda step below fails"
 	fi
+	say "NCCL for kiln-nccl.so: ${nccl_lib:-libnccl.so.2 NOT FOUND (toolkit lib64 or lib, pip nvidia.nccl, torch/lib, ldconfig): check_nccl_one will say it is not available}"
 	ldd "$bundle/bin/kiln" "$bundle/lib/kiln/kiln-cuda.so" > "$logs/ldd.txt" 2>&1
 	grep "not found" "$logs/ldd.txt" | sort -u | sed 's/^/ldd: /' | tee -a "$res"
 	"$bundle/bin/kiln" plugins > "$logs/plugins.txt" 2>&1
@@ -454,11 +467,53 @@ rnn() {
 	done
 }
 
+# kiln-nccl.so on this GPU (tests/check_nccl_one): a communicator of one
+# rank opened as a launch opens it, allreduce, broadcast, allgather,
+# reduce_scatter, barrier and split on device buffers, the numbers read
+# back (with one rank there is no peer for send and recv)
+nccl_one() {
+	if [ ! -x "$bundle/bin/check_nccl_one" ]; then
+		say "nccl one: NOT RUN (no check_nccl_one in the bundle: --prepare found no kiln-nccl.so)"
+		return
+	fi
+	if ! to=$(fit 60 15); then
+		skipped "nccl one"
+		return
+	fi
+	timeout "$to" "$bundle/bin/check_nccl_one" > "$logs/nccl_one.log" 2>&1
+	rc=$?
+	if [ $rc -eq 0 ] && grep -q "100%" "$logs/nccl_one.log"; then
+		say "nccl one: PASS ($(grep -m1 '^kiln-nccl:' "$logs/nccl_one.log"))"
+	elif [ $rc -eq 77 ]; then
+		say "nccl one: NOT RUN (exit 77: $(grep -m1 'skip' "$logs/nccl_one.log"))"
+	else
+		fail "nccl one" "exit $rc$([ $rc = 124 ] && echo ": timed out after $to s"); logs/nccl_one.log"
+		grep -E "^[0-9]+%|:[EF]:" "$logs/nccl_one.log" | head -4 | tee -a "$res"
+	fi
+	pack
+}
+
+# wlowp_count LOG NAME: how many weight-gradient plans of a run with
+# [plugin.cuda] conv_wgrad = lowp (at KILN_LOG_LEVEL=debug) took it, dw in
+# x's dtype widened after, and how many fell back to widening x and dy
+# (cudnn.c: no engine took the bf16-dw graph): a PASS of the run holds
+# either way
+wlowp_count() {
+	[ -f "$1" ] || return 0
+	took=$(grep -c "dw in x's dtype, widened after (conv_wgrad = lowp)" "$1")
+	fell=$(grep -c "conv_wgrad = lowp: .*: as conv_wgrad = f32" "$1")
+	say "$2: conv_wgrad = lowp taken by $took weight-gradient plans (dw in x's dtype, widened after), $fell fell back to widening x and dy"
+	grep -h 'conv_wgrad = lowp' "$1" |
+		sed 's/^.*cuda\] *//; s/^debug: //; s/^[^:]*: //; s/, workspace [0-9]* bytes//; s/ ([0-9][^)]*)//' |
+		sort | uniq -c | sort -rn | head -n 4 | tee -a "$res"
+}
+
 # train NAME CONFIG WANT REF TOL [KEY=VALUE...]: `kiln train` on cuda
 # (Fashion-MNIST's test split, the only one carried: it is also the
 # evaluation set, so the accuracy shows that training works), its test
 # accuracy within TOL of the cpu device's on the same run (file REF in the
-# bundle, measured by --prepare)
+# bundle, measured by --prepare); $train_env: VAR=VALUE words for its
+# environment
 train() {
 	name=$1 cfg=$2 want=$3 ref=$4 tol=$5
 	shift 5
@@ -466,7 +521,7 @@ train() {
 		skipped "$name"
 		return
 	fi
-	timeout "$to" "$bundle/bin/kiln" train "$cfg" data.path="$bundle/data/fashion-mnist" \
+	timeout "$to" env ${train_env:-} "$bundle/bin/kiln" train "$cfg" data.path="$bundle/data/fashion-mnist" \
 		run.out_dir="$runs/$name" "$@" > "$logs/$name.log" 2>&1
 	rc=$?
 	grep -E "^epoch [0-9]+/" "$logs/$name.log" | tail -3 | tee -a "$res"
@@ -528,11 +583,17 @@ stage1() {
 	attention_cases attn_lowp_shapes
 	say "-- lstm/gru on cuda (tests/check_rnn: PyTorch references, loss 1e-5 rel, gradients 1e-4 x max(0.1, |ref|))"
 	rnn
+	say "-- kiln-nccl on one GPU (tests/check_nccl_one: a communicator of one rank, every collective, barrier, split)"
+	nccl_one
 	train cnn_bf16 tests/gpu/cnn.ini 45 cpu_cnn_bf16_acc.txt 0.02 run.precision=bf16
 	# the weight gradients in bf16, widened after (PyTorch AMP's; session 26,
-	# not run before): the same accuracy bound
+	# not run before): the same accuracy bound, which widening passes too,
+	# so the debug log says how many weight gradients took the path
+	train_env=KILN_LOG_LEVEL=debug
 	train cnn_bf16_wlowp tests/gpu/cnn.ini 45 cpu_cnn_bf16_acc.txt 0.02 run.precision=bf16 \
 		plugin.cuda.conv_wgrad=lowp
+	train_env=
+	wlowp_count "$logs/cnn_bf16_wlowp.log" cnn_bf16_wlowp
 	say "-- quantized CNN: kiln eval --quantized on cuda vs the cpu device's INT8 accuracy"
 	int8_eval
 }
@@ -769,9 +830,7 @@ stage4() {
 	prof_one r50_wlowp 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
 		train.epochs=1 train.max_steps=8 train.checkpoint_last=0 plugin.cuda.conv_wgrad=lowp
 	prof_env=
-	grep -h 'conv_wgrad = lowp' "$logs/prof_r50_wlowp.log" 2>/dev/null |
-		sed 's/^.*cuda\] *//; s/^debug: //; s/^[^:]*: //; s/, workspace [0-9]* bytes//; s/ ([0-9][^)]*)//' |
-		sort | uniq -c | sort -rn | head -n 4 | tee -a "$res"
+	wlowp_count "$logs/prof_r50_wlowp.log" "prof r50_wlowp"
 	# cuDNN's engines timed ([run] autotune, off by default): the weight
 	# gradients' share above against this one
 	prof_one r50_tuned 50 examples/resnet50_synthetic.ini data.resident=1 data.samples=2560 \
