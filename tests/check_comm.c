@@ -59,6 +59,9 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <glob.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <pthread.h>
 #include <sched.h>
@@ -185,6 +188,7 @@ struct rank_ctx {
 	long pid0; /* rank 0's process: its segments' names start kiln-gloo-<pid0>- */
 	long allocs;
 	long cpu_us, wall_us; /* wait_main: rank 0's allreduce */
+	int intruded; /* rank 1 of test_gloo_mesh_intruder: rank 0 accepted it */
 	char err[512];
 };
 
@@ -211,6 +215,36 @@ struct rank_env {
 /* Open rank r->rank of 2 (async CPU streams, [plugin.gloo] busy_poll and
  * shm as r says) with a [dist] timeout of timeout_ms; 0, or -1 with r->err
  * set.  Rank 0 hosts the store and passes its port through port_pipe. */
+/* The mesh intruder (test_gloo_mesh_intruder): rank 1, before it opens
+ * gloo, reads rank 0's first pair address from the store (Gloo's Address
+ * bytes: a sockaddr_storage first) and connects to that listening socket,
+ * as a port scan or another job's stray connection would; the socket is
+ * kept open until rank 1's open returns.  *port0 gets the port. */
+static int intruder;
+
+static int intrude(struct rank_ctx *r, struct kiln_store *store, int *port0)
+{
+	void *v = NULL;
+	size_t n = 0;
+	if (kiln_store_get(store, "gloo/0/try0/0", 10000, &v, &n) || n < sizeof(struct sockaddr_in)) {
+		snprintf(r->err, sizeof r->err, "rank 1: no address of rank 0's pair in the store (%zu bytes): %s",
+			 n, kiln_last_error());
+		free(v);
+		return -1;
+	}
+	struct sockaddr_in a;
+	memcpy(&a, v, sizeof a);
+	free(v);
+	*port0 = ntohs(a.sin_port);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+		snprintf(r->err, sizeof r->err, "rank 1: the intruder's connect to port %d: %s", *port0,
+			 strerror(errno));
+		return -1;
+	}
+	return fd;
+}
+
 static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 {
 	const struct kiln_plugin *p;
@@ -253,7 +287,28 @@ static int rank_open(struct rank_ctx *r, struct rank_env *e, int timeout_ms)
 	TRY(kiln_store_rendezvous(e->store, R, W, 10000));
 	TRY(kiln_registry_find(e->reg, KILN_PLUGIN_COMM, "gloo", &p));
 	e->ops = p->ops;
+	int ifd = -1, port0 = 0;
+	if (intruder && R == 1 && (ifd = intrude(r, e->store, &port0)) < 0)
+		return -1;
 	TRY(e->ops->open(kiln_host_table(), e->cfg, e->store, e->dev, R, W, timeout_ms, &e->comm));
+	if (ifd >= 0) {
+		/* rank 0 took the intruder for rank 1 when it was the listening
+		 * side: the lower port in network order, Gloo's rule */
+		void *v = NULL;
+		size_t n = 0;
+		TRY(kiln_store_get(e->store, "gloo/0/try0/1", 1000, &v, &n));
+		struct sockaddr_in b;
+		memcpy(&b, v, sizeof b);
+		free(v);
+		r->intruded = htons((uint16_t)port0) < b.sin_port;
+		int retried = kiln_store_check(e->store, "gloo/0/try1/ok1", &v, &n) == KILN_OK;
+		free(v);
+		close(ifd);
+		if (r->intruded && !retried) {
+			snprintf(r->err, sizeof r->err, "rank 1: rank 0 listened, took the intruder, and the mesh was not connected again");
+			return -1;
+		}
+	}
 	/* the path the description names is the one asked for; the
 	 * segments' name is gone once open returns */
 	const char *d = e->ops->describe(e->comm);
@@ -1505,6 +1560,61 @@ START_TEST(test_gloo_map_shared)
 }
 END_TEST
 
+/* Gloo's TCP pairs take the first connection their listening socket
+ * accepts as the peer's: a stray one (a port scan; a dying rank of another
+ * job whose peer's port the pair reuses) failed the mesh's connect ("Connection
+ * closed by peer", "Connection refused"; session 29; tests/check_comm's
+ * flake under other jobs' load).  Rank 1 connects to rank 0's pair before
+ * it opens; when rank 0 is the listening side (about 1 round in 2: Gloo
+ * orders the pair by port) it takes the intruder, every rank sees an
+ * attempt failed, and the mesh connects again with new pairs: the open
+ * succeeds and an allreduce sums.  Up to 12 rounds, until one has
+ * exercised it. */
+static void *intruder_main(void *arg)
+{
+	struct rank_ctx *r = arg;
+	struct rank_env e;
+	float *x = NULL;
+	if (rank_open(r, &e, 10000))
+		goto out;
+	const float h[4] = { 1, 2, 3, (float)r->rank };
+	float got[4];
+	TRY(kiln_device_alloc(e.dev, sizeof h, (void **)&x));
+	TRY(kiln_device_copy_async(e.dev, x, h, sizeof h, KILN_COPY_H2D, e.s));
+	TRY(e.ops->allreduce(e.comm, x, 4, KILN_F32, KILN_REDUCE_SUM, e.s, e.done));
+	TRY(kiln_device_copy_async(e.dev, got, x, sizeof got, KILN_COPY_D2H, e.s));
+	TRY(kiln_device_stream_sync(e.dev, e.s));
+	if (got[0] != 2 || got[1] != 4 || got[2] != 6 || got[3] != 1)
+		snprintf(r->err, sizeof r->err, "rank %d: allreduce gave %g %g %g %g", r->rank, got[0],
+			 got[1], got[2], got[3]);
+out:
+	if (x)
+		kiln_device_free(e.dev, x);
+	rank_close(&e);
+	return NULL;
+}
+
+START_TEST(test_gloo_mesh_intruder)
+{
+	struct rank_ctx rc[2];
+	int status[2], hit = 0, rounds = 0;
+	intruder = 1;
+	while (!hit && rounds < 12) {
+		rounds++;
+		if (run_ranks(intruder_main, 0, 0, rc, status))
+			break;
+		for (int i = 0; i < 2; i++) {
+			ck_assert_msg(!*rc[i].err, "round %d: %s", rounds, rc[i].err);
+			ck_assert_int_eq(status[i], 0);
+		}
+		hit = rc[1].intruded;
+	}
+	intruder = 0;
+	printf("gloo mesh intruder: %d round(s); %s\n", rounds,
+	       hit ? "rank 0 took it, and the mesh connected again" : "rank 0 never listened: not exercised");
+}
+END_TEST
+
 /* kiln_comm_sendrecv checks the arguments once for every communicator:
  * an empty call, a peer that is this rank or below 0 are refused with a
  * message and never reach the plugin's sendrecv (a table that counts its
@@ -1657,6 +1767,7 @@ static Suite *make_comm_suite(void)
 	tcase_add_loop_test(tc, test_gloo_send_now, 0, 2);
 	tcase_add_loop_test(tc, test_gloo_sendrecv, 0, 3);
 	tcase_add_loop_test(tc, test_gloo_map_shared, 0, 3);
+	tcase_add_test(tc, test_gloo_mesh_intruder);
 	tcase_add_test(tc, test_stream_queue_no_alloc);
 	suite_add_tcase(s, tc);
 	TCase *ta = tcase_create("args"); /* CK_RUN_CASE=args: no ranks */

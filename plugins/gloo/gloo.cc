@@ -868,6 +868,70 @@ std::shared_ptr<gloo::transport::Device> shared_device(const std::string &iface,
 	return dev;
 }
 
+/* Gloo's TCP pairs (this Gloo, 2022) take the first connection their
+ * listening socket accepts as the peer's, with no handshake: anything else
+ * that connects in that window (a port scan, a monitoring probe, a dying
+ * rank of another job on the host whose peer's port this pair reuses)
+ * fails the connect with "Connection closed by peer" on one rank and
+ * "Connection refused" on another.  So each attempt's outcome goes through
+ * the store, and when any rank's failed, every rank tries again with fresh
+ * pairs (new ports, new keys: prefix tryK/), up to MESH_TRIES times; the
+ * message of the last failure otherwise.  A rank that waits for a peer
+ * that never connects waits up to the timeout, as before. */
+enum { MESH_TRIES = 4 };
+
+static kiln_status connect_mesh(struct kiln_store *store, const char *prefix, int rank, int world,
+				int timeout_ms, std::shared_ptr<gloo::transport::Device> &device,
+				std::shared_ptr<gloo::rendezvous::Context> *out, const char *what)
+{
+	std::string why;
+	for (int k = 0; k < MESH_TRIES; k++) {
+		char p[96], key[128];
+		std::snprintf(p, sizeof p, "%stry%d/", prefix, k);
+		std::shared_ptr<gloo::rendezvous::Context> ctx;
+		int ok = 1;
+		try {
+			KilnStore ks(store, p, timeout_ms);
+			ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+			ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
+			ctx->connectFullMesh(ks, device);
+		} catch (const std::exception &e) {
+			ok = 0;
+			why = e.what();
+		}
+		std::snprintf(key, sizeof key, "%sok%d", p, rank);
+		if (H->store_set(store, key, ok ? "1" : "0", 1))
+			return H->error(KILN_EIO, "gloo: rank %d of %d: %s: %s", rank, world, what,
+					H->last_error());
+		int all = 1, bad = -1;
+		for (int r = 0; r < world; r++) {
+			void *v = nullptr;
+			size_t n = 0;
+			std::snprintf(key, sizeof key, "%sok%d", p, r);
+			if (H->store_get(store, key, timeout_ms, &v, &n))
+				return H->error(KILN_EIO, "gloo: rank %d of %d: %s: waiting for rank %d's outcome: %s",
+						rank, world, what, r, H->last_error());
+			if (n != 1 || *(const char *)v != '1') {
+				all = 0;
+				bad = bad < 0 ? r : bad;
+			}
+			H->free(v);
+		}
+		if (all) {
+			*out = ctx;
+			return KILN_OK;
+		}
+		if (k + 1 < MESH_TRIES && ok)
+			H->log(KILN_LOG_WARN, "gloo", "rank %d of %d: %s failed on rank %d: trying again with new pairs (attempt %d of %d)",
+			       rank, world, what, bad, k + 2, (int)MESH_TRIES);
+		else if (k + 1 < MESH_TRIES)
+			H->log(KILN_LOG_WARN, "gloo", "rank %d of %d: %s failed here (%s): trying again with new pairs (attempt %d of %d)",
+			       rank, world, what, why.c_str(), k + 2, (int)MESH_TRIES);
+	}
+	return H->error(KILN_EIO, "gloo: rank %d of %d: %s failed %d times: %s", rank, world, what,
+			(int)MESH_TRIES, why.empty() ? "another rank's connect failed" : why.c_str());
+}
+
 /* Open rank `rank` of a communicator of `world` ranks whose store keys lie
  * under gloo/<space>/ (and gloo/shm/<space>/, gloo/hier/<space>/). */
 kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cfg,
@@ -890,10 +954,10 @@ kiln_status comm_open(const struct kiln_host *host, const struct kiln_config *cf
 				       hostname && *hostname ? hostname : "127.0.0.1");
 		char prefix[64];
 		std::snprintf(prefix, sizeof prefix, "gloo/%s/", space);
-		KilnStore ks(store, prefix, timeout_ms);
-		c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
-		c->ctx->setTimeout(std::chrono::milliseconds(timeout_ms));
-		c->ctx->connectFullMesh(ks, device);
+		kiln_status st = connect_mesh(store, prefix, rank, world, timeout_ms, device, &c->ctx,
+					      "connecting the TCP mesh");
+		if (st)
+			return st;
 		/* every rank makes it here, so its slot is the same on all */
 		c->barrier.reset(new gloo::BarrierAllToAll(c->ctx));
 		host->config_get_bool(cfg, "plugin.gloo", "busy_poll", &c->busy);
@@ -994,17 +1058,12 @@ kiln_status hier_open(Comm *c, std::shared_ptr<gloo::transport::Device> device,
 	c->lead->rank = c->nd.node;
 	c->lead->world = c->nd.nodes;
 	c->lead->timeout_ms = c->timeout_ms;
-	try {
-		std::snprintf(prefix, sizeof prefix, "gloo/hier/%s/lead/", space);
-		KilnStore ks(store, prefix, c->timeout_ms);
-		c->lead->ctx = std::make_shared<gloo::rendezvous::Context>(c->nd.node, c->nd.nodes);
-		c->lead->ctx->setTimeout(std::chrono::milliseconds(c->timeout_ms));
-		c->lead->ctx->connectFullMesh(ks, device);
-	} catch (const std::exception &e) {
-		return H->error(KILN_EIO, "gloo: rank %d of %d: connecting the nodes' first ranks (node %d of %d) failed: %s",
-				c->rank, c->world, c->nd.node, c->nd.nodes, e.what());
-	}
-	return KILN_OK;
+	char what[96];
+	std::snprintf(prefix, sizeof prefix, "gloo/hier/%s/lead/", space);
+	std::snprintf(what, sizeof what, "connecting the nodes' first ranks (node %d of %d)",
+		      c->nd.node, c->nd.nodes);
+	return connect_mesh(store, prefix, c->nd.node, c->nd.nodes, c->timeout_ms, device,
+			    &c->lead->ctx, what);
 }
 
 /* comm ops version 3: the gradients in shared memory (shm.h) */
