@@ -692,7 +692,9 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m)
 {
 	void *mem = NULL;
-	if (!d || d->env.world < 2 || d->zero)
+	/* (ZeRO-1 reduce-scatters from them as DDP allreduces; with [dist]
+	 * pipeline it keeps them in device memory, kiln_dist_pipe_cut_grads) */
+	if (!d || d->env.world < 2 || (d->zero && d->pipe_P))
 		return KILN_OK;
 	const size_t bytes = m->n_elems * sizeof(float);
 	/* (with [dist] pipeline: the stage group's, which averages them) */
