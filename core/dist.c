@@ -55,6 +55,59 @@ const char *kiln_dist_comm_name(const struct kiln_dist *d)
 	return d && d->plugin ? d->plugin->name : NULL;
 }
 
+/* The communicator [run] comm names for a run of env.world > 1 ranks on
+ * dev: auto is the device's (its traits), else mpi under Open MPI's
+ * mpirun, gloo otherwise. */
+static kiln_status comm_choose(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			       struct kiln_device *dev, const struct kiln_dist_env *env,
+			       const char **out)
+{
+	const char *comm = kiln_config_get(cfg, "run", "comm");
+	comm = comm && *comm ? comm : "auto";
+	if (!strcmp(comm, "none"))
+		return kiln_error(KILN_ECONFIG, "%s: [run] comm = none, but this process is rank %d of %d (from %s variables): name a communicator (gloo, mpi, nccl) or auto",
+				  kiln_config_where(cfg, "run", "comm"), env->rank, env->world, env->source);
+	if (!strcmp(comm, "auto")) {
+		/* the device's traits: the communicator that moves its memory,
+		 * else (host memory) mpi under Open MPI's mpirun, gloo otherwise */
+		const struct kiln_device_traits *tr = kiln_device_traits(dev);
+		const struct kiln_plugin *p;
+		if (tr->comm)
+			comm = tr->comm;
+		else if (!(tr->caps & KILN_DEVICE_HOST_MEMORY))
+			return kiln_error(KILN_ECONFIG, "%s: [run] comm = auto: device '%s' names no communicator for its memory; name one",
+					  kiln_config_where(cfg, "run", "comm"), kiln_device_name(dev));
+		else if (!strcmp(env->source, "Open MPI") &&
+			 !kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p))
+			comm = "mpi";
+		else
+			comm = "gloo";
+	}
+	*out = comm;
+	return KILN_OK;
+}
+
+int kiln_dist_grads_shared(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			   struct kiln_device *dev, const struct kiln_dist_env *env)
+{
+	const struct kiln_plugin *p;
+	const struct kiln_comm_ops *ops;
+	const char *comm;
+	char section[80];
+	int64_t P = 1;
+	int shm = 1, zero_copy = 1;
+	kiln_config_get_int(cfg, "dist", "pipeline", &P);
+	if (env->world < 2 || env->local_world != env->world || P > 1 ||
+	    comm_choose(cfg, reg, dev, env, &comm) ||
+	    kiln_registry_find(reg, KILN_PLUGIN_COMM, comm, &p))
+		return 0;
+	ops = p->ops;
+	snprintf(section, sizeof section, "plugin.%s", comm);
+	kiln_config_get_bool(cfg, section, "shm", &shm);
+	kiln_config_get_bool(cfg, section, "zero_copy", &zero_copy);
+	return ops->version >= 3 && ops->alloc_shared && shm && zero_copy;
+}
+
 kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			   struct kiln_device *dev, struct kiln_dist **out)
 {
@@ -77,25 +130,8 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 				 "one process (world size 1): [run] comm = %s is not opened", comm);
 		return KILN_OK;
 	}
-	if (!strcmp(comm, "none"))
-		return kiln_error(KILN_ECONFIG, "%s: [run] comm = none, but this process is rank %d of %d (from %s variables): name a communicator (gloo, mpi, nccl) or auto",
-				  kiln_config_where(cfg, "run", "comm"), env.rank, env.world, env.source);
-	if (!strcmp(comm, "auto")) {
-		/* the device's traits: the communicator that moves its memory,
-		 * else (host memory) mpi under Open MPI's mpirun, gloo otherwise */
-		const struct kiln_device_traits *tr = kiln_device_traits(dev);
-		const struct kiln_plugin *p;
-		if (tr->comm)
-			comm = tr->comm;
-		else if (!(tr->caps & KILN_DEVICE_HOST_MEMORY))
-			return kiln_error(KILN_ECONFIG, "%s: [run] comm = auto: device '%s' names no communicator for its memory; name one",
-					  kiln_config_where(cfg, "run", "comm"), kiln_device_name(dev));
-		else if (!strcmp(env.source, "Open MPI") &&
-			 !kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p))
-			comm = "mpi";
-		else
-			comm = "gloo";
-	}
+	if ((st = comm_choose(cfg, reg, dev, &env, &comm)))
+		return st;
 	if (!(d = calloc(1, sizeof *d)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	d->env = env;
