@@ -87,8 +87,9 @@ static kiln_status comm_choose(const struct kiln_config *cfg, const struct kiln_
 	return KILN_OK;
 }
 
-int kiln_dist_grads_shared(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			   struct kiln_device *dev, const struct kiln_dist_env *env)
+void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			  struct kiln_device *dev, const struct kiln_dist_env *env,
+			  int *grads_shared, int *in_place)
 {
 	const struct kiln_plugin *p;
 	const struct kiln_comm_ops *ops;
@@ -96,16 +97,18 @@ int kiln_dist_grads_shared(const struct kiln_config *cfg, const struct kiln_regi
 	char section[80];
 	int64_t P = 1;
 	int shm = 1, zero_copy = 1;
-	kiln_config_get_int(cfg, "dist", "pipeline", &P);
-	if (env->world < 2 || env->local_world != env->world || P > 1 ||
-	    comm_choose(cfg, reg, dev, env, &comm) ||
+	*grads_shared = *in_place = 0;
+	if (env->world < 2 || comm_choose(cfg, reg, dev, env, &comm) ||
 	    kiln_registry_find(reg, KILN_PLUGIN_COMM, comm, &p))
-		return 0;
+		return;
 	ops = p->ops;
+	*in_place = ops->version >= 9 && ops->reduce_scatter_in_place;
+	kiln_config_get_int(cfg, "dist", "pipeline", &P);
 	snprintf(section, sizeof section, "plugin.%s", comm);
 	kiln_config_get_bool(cfg, section, "shm", &shm);
 	kiln_config_get_bool(cfg, section, "zero_copy", &zero_copy);
-	return ops->version >= 3 && ops->alloc_shared && shm && zero_copy;
+	*grads_shared = env->local_world == env->world && P <= 1 && ops->version >= 3 &&
+			ops->alloc_shared && shm && zero_copy;
 }
 
 kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -469,9 +472,9 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, dist_stamp_bucket, &b->s0)))
 		return st;
 	void *done = d->timing ? NULL : b->done;
-	if ((st = d->zero ? d->ops->reduce_scatter(dist_zero_comm(d), d->m->grads_d + b->lo, d->zgrad + b->zoff,
-						   b->c, KILN_F32, KILN_REDUCE_AVG, d->comm_stream,
-						   done)
+	if ((st = d->zero ? d->ops->reduce_scatter(dist_zero_comm(d), d->m->grads_d + b->lo,
+						   dist_zero_piece(d, b), b->c, KILN_F32,
+						   KILN_REDUCE_AVG, d->comm_stream, done)
 			  : d->ops->allreduce(d->gctx ? d->gctx : d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
 					      KILN_REDUCE_AVG, d->comm_stream, done)))
 		return st;
@@ -643,7 +646,8 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	if (d->timing && (st = kiln_device_host_fn(d->dev, compute, stamp_opt, &d->s_opt)))
 		return st;
 	d->overlap_now = 0;
-	/* ZeRO-1 with a clip: the averaged pieces back into the whole gradient */
+	/* ZeRO-1 with a clip: the averaged pieces back into the whole gradient
+	 * (zgrad NULL: from their place in it) */
 	if (d->zero && d->zero_gather)
 		return dist_zero_allgather(d, d->zgrad, d->m->grads_d, compute, 0);
 	return KILN_OK;

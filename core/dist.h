@@ -38,15 +38,19 @@ const char *kiln_dist_comm_name(const struct kiln_dist *d);
  * in the log; only other failures are errors.  The memory is freed when
  * the communicator closes (m->grads_foreign). */
 kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m);
-/* `kiln memory`'s guess, from cfg and the launcher's env alone, whether
+/* `kiln memory`'s guess, from cfg and the launcher's env alone, of what
+ * the communicator a run of env's ranks opens ([run] comm, auto resolved
+ * as kiln_dist_open does) will do: *grads_shared, whether
  * kiln_dist_share_grads will give a run without [dist] pipeline shared
- * memory for its gradients: more than one rank, all on one node, a
- * communicator ([run] comm, auto resolved as kiln_dist_open does) with
- * alloc_shared, and its [plugin.NAME] shm and zero_copy not 0 (gloo's and
- * mpi's keys).  Not checked: the room in /dev/shm (the run logs where
- * the gradients went). */
-int kiln_dist_grads_shared(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			   struct kiln_device *dev, const struct kiln_dist_env *env);
+ * memory for its gradients (more than one rank, all on one node, a
+ * communicator with alloc_shared, its [plugin.NAME] shm and zero_copy not
+ * 0: gloo's and mpi's keys; not checked: the room in /dev/shm, the run
+ * logs where the gradients went); *in_place, whether ZeRO-1's
+ * reduce-scatters leave their pieces in the gradients (comm ops
+ * reduce_scatter_in_place).  Both 0 for one rank. */
+void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			  struct kiln_device *dev, const struct kiln_dist_env *env,
+			  int *grads_shared, int *in_place);
 /* A ZeRO-1 rank's shard of the n trainable floats over `world` ranks
  * (without [dist] pipeline): the floats it updates in the buckets'
  * pieces, (n - tail) / world, besides the replicated tail every rank

@@ -64,6 +64,11 @@ size_t kiln_dist_zero_tail(size_t n, size_t world)
 	return n % (16 * world);
 }
 
+float *dist_zero_piece(const struct kiln_dist *d, const struct bucket *b)
+{
+	return d->zgrad ? d->zgrad + b->zoff : d->m->grads_d + b->lo + zero_rank(d) * b->c;
+}
+
 static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
 {
 	return kiln_model_optim_plan(d->m, len, plan);
@@ -224,8 +229,12 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	if ((st = zero_buckets(d)))
 		return kiln_error_wrap(st, "ZeRO-1: the optimizer over a shard");
 	const size_t L = d->zc + d->zt, slots = (size_t)m->state_slots;
+	/* (the averaged pieces in place in the gradients where the
+	 * communicator can: dist_zero_piece) */
+	const int in_place = d->ops->version >= 9 && d->ops->reduce_scatter_in_place;
 	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
-	    (d->zc && (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
+	    (d->zc && !in_place &&
+	     (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
 		return st;
 	/* this rank's pieces: of the (broadcast) whole state, which is then
 	 * freed ([dist] pipeline's model holds it), or made here */
@@ -239,11 +248,12 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, co
 	d->s_read.d = d;
 	m->fwd_hook = fwd_hook;
 	m->fwd_user = d;
-	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%zu of each of %d gradient bucket(s) over [%zu, %zu), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s; parameters allgathered %s",
+	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%zu of each of %d gradient bucket(s) over [%zu, %zu), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward, %s%s; parameters allgathered %s",
 		 d->env.rank, d->zc, zero_world(d), d->n_b, lo0, d->zwc, d->zwc, hi0,
 		 (double)(slots * L * sizeof(float)) / 1048576.0,
 		 (double)(slots * n * sizeof(float)) / 1048576.0,
 		 d->overlap ? "overlapped with" : "after",
+		 d->zgrad || !d->zc ? "the pieces into a buffer of their own" : "in place",
 		 clip ? ", then gathered whole for the clip / non-finite check" : "",
 		 d->overlap ? "on the comm stream, overlapped with the next forward"
 			    : "after the optimizer, before the next forward");
@@ -379,7 +389,7 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 	for (int i = 0; i < d->n_b; i++) {
 		const struct bucket *b = &d->b[i];
 		const size_t lo = b->lo + r * b->c;
-		if ((st = zero_run(d, b->plan, d->zero_gather ? m->grads_d + lo : d->zgrad + b->zoff,
+		if ((st = zero_run(d, b->plan, d->zero_gather ? m->grads_d + lo : dist_zero_piece(d, b),
 				   lo, d->zstate ? d->zstate + b->zoff : NULL, lr, compute)))
 			return st;
 	}

@@ -47,10 +47,11 @@ struct mem_setup {
 	struct kiln_train_cfg tc;
 	struct kiln_data_cfg data;
 	/* the launcher's ranks (1 without one): the data-parallel world,
-	 * ZeRO-1's (0: off) and whether the gradients will be in the
-	 * communicator's shared memory (kiln_dist_grads_shared) */
+	 * ZeRO-1's (0: off), whether the gradients will be in the
+	 * communicator's shared memory and ZeRO-1's pieces in place in them
+	 * (kiln_dist_comm_guess) */
 	int64_t world, zero_world;
-	int grads_shared;
+	int grads_shared, in_place;
 };
 
 static void setup_close(struct mem_setup *s)
@@ -79,9 +80,10 @@ static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_r
 		goto fail;
 	struct kiln_dist_env env;
 	int64_t zero = 0, P = 1;
-	const int ranks = !kiln_dist_env_read(&env);
-	s->world = ranks ? env.world : 1;
-	s->grads_shared = ranks && kiln_dist_grads_shared(cfg, reg, s->dev, &env);
+	if (kiln_dist_env_read(&env))
+		env.world = 1;
+	s->world = env.world;
+	kiln_dist_comm_guess(cfg, reg, s->dev, &env, &s->grads_shared, &s->in_place);
 	kiln_config_get_int(cfg, "dist", "zero", &zero);
 	kiln_config_get_int(cfg, "dist", "pipeline", &P);
 	s->zero_world = s->world > 1 && zero == 1 && P <= 1 ? s->world : 0;
@@ -262,12 +264,14 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 			out->optim_state += sb[i].bytes;
 	}
 	/* ZeRO-1: a rank's shard of the state, and the pieces of the
-	 * gradients reduce-scattered to it (core/dist_zero.c) */
+	 * gradients reduce-scattered to it, unless they stay in the
+	 * gradients (core/dist_zero.c) */
 	size_t zpieces = 0;
 	if (s->zero_world) {
 		const size_t W = (size_t)s->zero_world, zt = kiln_dist_zero_tail(m->n_trainable, W);
-		zpieces = (m->n_trainable - zt) / W;
-		out->optim_state = (size_t)m->state_slots * (zpieces + zt) * sizeof(float);
+		out->optim_state = (size_t)m->state_slots * ((m->n_trainable - zt) / W + zt) *
+				   sizeof(float);
+		zpieces = s->in_place ? 0 : (m->n_trainable - zt) / W;
 	}
 	/* (and the tied weights' other users' gradients, core/tie.c) */
 	/* (a second buffer only where a layer cannot add in its own ops) */

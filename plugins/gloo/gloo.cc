@@ -1284,6 +1284,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .sendrecv = */ gloo_sendrecv,
 	/* .map_shared = */ gloo_map_shared,
 	/* .p2p_buffered = */ gloo_p2p_buffered,
+	/* .reduce_scatter_in_place = */ 1, /* (every path reads its input first) */
 };
 
 const struct kiln_key gloo_keys[] = {

@@ -501,6 +501,16 @@ static int start_sendrecv(struct mpi_comm *c, struct job *j, MPI_Request *req, c
 				 : MPI_Isend(j->send, sb, MPI_BYTE, dst, P2P_TAG, c->comm, &req[0]);
 }
 
+/* A reduce_scatter in place (comm ops reduce_scatter_in_place): recv is
+ * send's slice of this rank.  MPI_IN_PLACE then takes the input from the
+ * whole buffer and leaves this rank's result at its start, which run_job
+ * moves to the slice once the collective is done. */
+static int rs_in_place(const struct mpi_comm *c, const struct job *j)
+{
+	return j->kind == K_REDUCE_SCATTER &&
+	       (const char *)j->buf == (const char *)j->send + (size_t)c->rank * j->count * dtype_size(j->dtype);
+}
+
 /* Run job j: the blocking MPI collective when req is NULL, else the
  * nonblocking one (MPI-3), its request in *req (K_SENDRECV: req[0] and
  * req[1]). */
@@ -539,10 +549,14 @@ static int start(struct mpi_comm *c, struct job *j, MPI_Request *req, const char
 		return req ? MPI_Irecv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, c->comm, req)
 			   : MPI_Recv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, c->comm,
 				      MPI_STATUS_IGNORE);
-	default: /* K_REDUCE_SCATTER */
+	default: { /* K_REDUCE_SCATTER */
+		const int in = rs_in_place(c, j);
+		const void *send = in ? MPI_IN_PLACE : j->send;
+		void *recv = in ? (void *)j->send : j->buf;
 		*what = "MPI_Reduce_scatter_block";
-		return req ? MPI_Ireduce_scatter_block(j->send, j->buf, n, t, op, c->comm, req)
-			   : MPI_Reduce_scatter_block(j->send, j->buf, n, t, op, c->comm);
+		return req ? MPI_Ireduce_scatter_block(send, recv, n, t, op, c->comm, req)
+			   : MPI_Reduce_scatter_block(send, recv, n, t, op, c->comm);
+	}
 	}
 }
 
@@ -604,7 +618,9 @@ static kiln_status run_job(void *arg)
 		unwatch(c);
 		if (rc != MPI_SUCCESS)
 			st = job_fail(c, j, rc, what);
-		else if (reduces && j->op == KILN_REDUCE_AVG && c->world > 1)
+		if (rc == MPI_SUCCESS && rs_in_place(c, j) && c->rank)
+			memmove(j->buf, j->send, j->count * dtype_size(j->dtype));
+		if (rc == MPI_SUCCESS && reduces && j->op == KILN_REDUCE_AVG && c->world > 1)
 			scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
 	}
 	atomic_store_explicit(&j->busy, 0, memory_order_release);
@@ -1019,6 +1035,7 @@ static const struct kiln_comm_ops mpi_ops = {
 	.send_now = NULL,
 	.sendrecv = mpi_sendrecv,
 	.map_shared = mpi_map_shared,
+	.reduce_scatter_in_place = 1, /* (MPI_IN_PLACE: rs_in_place) */
 };
 
 static const struct kiln_key mpi_keys[] = {
