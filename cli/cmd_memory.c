@@ -14,6 +14,10 @@ const char cmd_memory_about[] =
 	"lifetime-packed arena, and per layer: output, saved for backward, gradient),\n"
 	"workspace and input buffers, the total, and the layer whose forward or backward\n"
 	"holds the most activations.  The last line on stdout is the same as JSON.\n"
+	"Under a launcher's variables (KILN_RANK and KILN_WORLD_SIZE, or `kiln launch -n N\n"
+	"-- kiln memory FILE`) one rank's: with [dist] zero = 1 its shard of the optimizer\n"
+	"state and its pieces of the gradients, the gradients in the communicator's shared\n"
+	"memory (host memory) where the run puts them (docs/memory.md).\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
 
 int cmd_memory(int argc, char **argv)

@@ -55,6 +55,62 @@ const char *kiln_dist_comm_name(const struct kiln_dist *d)
 	return d && d->plugin ? d->plugin->name : NULL;
 }
 
+/* The communicator [run] comm names for a run of env.world > 1 ranks on
+ * dev: auto is the device's (its traits), else mpi under Open MPI's
+ * mpirun, gloo otherwise. */
+static kiln_status comm_choose(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			       struct kiln_device *dev, const struct kiln_dist_env *env,
+			       const char **out)
+{
+	const char *comm = kiln_config_get(cfg, "run", "comm");
+	comm = comm && *comm ? comm : "auto";
+	if (!strcmp(comm, "none"))
+		return kiln_error(KILN_ECONFIG, "%s: [run] comm = none, but this process is rank %d of %d (from %s variables): name a communicator (gloo, mpi, nccl) or auto",
+				  kiln_config_where(cfg, "run", "comm"), env->rank, env->world, env->source);
+	if (!strcmp(comm, "auto")) {
+		/* the device's traits: the communicator that moves its memory,
+		 * else (host memory) mpi under Open MPI's mpirun, gloo otherwise */
+		const struct kiln_device_traits *tr = kiln_device_traits(dev);
+		const struct kiln_plugin *p;
+		if (tr->comm)
+			comm = tr->comm;
+		else if (!(tr->caps & KILN_DEVICE_HOST_MEMORY))
+			return kiln_error(KILN_ECONFIG, "%s: [run] comm = auto: device '%s' names no communicator for its memory; name one",
+					  kiln_config_where(cfg, "run", "comm"), kiln_device_name(dev));
+		else if (!strcmp(env->source, "Open MPI") &&
+			 !kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p))
+			comm = "mpi";
+		else
+			comm = "gloo";
+	}
+	*out = comm;
+	return KILN_OK;
+}
+
+void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			  struct kiln_device *dev, const struct kiln_dist_env *env,
+			  int *grads_shared, int *in_place)
+{
+	const struct kiln_plugin *p;
+	const struct kiln_comm_ops *ops;
+	const char *comm;
+	char section[80];
+	int64_t P = 1;
+	int shm = 1, zero_copy = 1;
+	*grads_shared = *in_place = 0;
+	if (env->world < 2 || comm_choose(cfg, reg, dev, env, &comm) ||
+	    kiln_registry_find(reg, KILN_PLUGIN_COMM, comm, &p))
+		return;
+	ops = p->ops;
+	*in_place = ops->version >= 9 && ops->reduce_scatter_in_place;
+	kiln_config_get_int(cfg, "dist", "pipeline", &P);
+	snprintf(section, sizeof section, "plugin.%s", comm);
+	kiln_config_get_bool(cfg, section, "shm", &shm);
+	kiln_config_get_bool(cfg, section, "zero_copy", &zero_copy);
+	*grads_shared = env->local_world == env->world && P <= 1 && ops->version >= 3 &&
+			ops->alloc_shared && shm && zero_copy;
+}
+
 kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			   struct kiln_device *dev, struct kiln_dist **out)
 {
@@ -77,25 +133,8 @@ kiln_status kiln_dist_open(const struct kiln_config *cfg, const struct kiln_regi
 				 "one process (world size 1): [run] comm = %s is not opened", comm);
 		return KILN_OK;
 	}
-	if (!strcmp(comm, "none"))
-		return kiln_error(KILN_ECONFIG, "%s: [run] comm = none, but this process is rank %d of %d (from %s variables): name a communicator (gloo, mpi, nccl) or auto",
-				  kiln_config_where(cfg, "run", "comm"), env.rank, env.world, env.source);
-	if (!strcmp(comm, "auto")) {
-		/* the device's traits: the communicator that moves its memory,
-		 * else (host memory) mpi under Open MPI's mpirun, gloo otherwise */
-		const struct kiln_device_traits *tr = kiln_device_traits(dev);
-		const struct kiln_plugin *p;
-		if (tr->comm)
-			comm = tr->comm;
-		else if (!(tr->caps & KILN_DEVICE_HOST_MEMORY))
-			return kiln_error(KILN_ECONFIG, "%s: [run] comm = auto: device '%s' names no communicator for its memory; name one",
-					  kiln_config_where(cfg, "run", "comm"), kiln_device_name(dev));
-		else if (!strcmp(env.source, "Open MPI") &&
-			 !kiln_registry_find(reg, KILN_PLUGIN_COMM, "mpi", &p))
-			comm = "mpi";
-		else
-			comm = "gloo";
-	}
+	if ((st = comm_choose(cfg, reg, dev, &env, &comm)))
+		return st;
 	if (!(d = calloc(1, sizeof *d)))
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	d->env = env;
@@ -433,9 +472,9 @@ static kiln_status start_bucket(struct kiln_dist *d, struct bucket *b, void *com
 	if (d->timing && (st = kiln_device_host_fn(d->dev, d->comm_stream, dist_stamp_bucket, &b->s0)))
 		return st;
 	void *done = d->timing ? NULL : b->done;
-	if ((st = d->zero ? d->ops->reduce_scatter(dist_zero_comm(d), d->m->grads_d + b->lo, d->zgrad + b->zoff,
-						   b->c, KILN_F32, KILN_REDUCE_AVG, d->comm_stream,
-						   done)
+	if ((st = d->zero ? d->ops->reduce_scatter(dist_zero_comm(d), d->m->grads_d + b->lo,
+						   dist_zero_piece(d, b), b->c, KILN_F32,
+						   KILN_REDUCE_AVG, d->comm_stream, done)
 			  : d->ops->allreduce(d->gctx ? d->gctx : d->ctx, d->m->grads_d + b->lo, b->hi - b->lo, KILN_F32,
 					      KILN_REDUCE_AVG, d->comm_stream, done)))
 		return st;
@@ -607,7 +646,8 @@ kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute)
 	if (d->timing && (st = kiln_device_host_fn(d->dev, compute, stamp_opt, &d->s_opt)))
 		return st;
 	d->overlap_now = 0;
-	/* ZeRO-1 with a clip: the averaged pieces back into the whole gradient */
+	/* ZeRO-1 with a clip: the averaged pieces back into the whole gradient
+	 * (zgrad NULL: from their place in it) */
 	if (d->zero && d->zero_gather)
 		return dist_zero_allgather(d, d->zgrad, d->m->grads_d, compute, 0);
 	return KILN_OK;
@@ -692,7 +732,9 @@ kiln_status kiln_dist_sum_host(struct kiln_dist *d, double *v, int n, void *comp
 kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m)
 {
 	void *mem = NULL;
-	if (!d || d->env.world < 2 || d->zero)
+	/* (ZeRO-1 reduce-scatters from them as DDP allreduces; with [dist]
+	 * pipeline it keeps them in device memory, kiln_dist_pipe_cut_grads) */
+	if (!d || d->env.world < 2 || (d->zero && d->pipe_P))
 		return KILN_OK;
 	const size_t bytes = m->n_elems * sizeof(float);
 	/* (with [dist] pipeline: the stage group's, which averages them) */

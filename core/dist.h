@@ -34,10 +34,28 @@ const char *kiln_dist_comm_name(const struct kiln_dist *d);
  * directly (comm ops alloc_shared: kiln-mpi on one node), so that the
  * bucket allreduces need no staging copies: right after the model is made,
  * before any plan or collective.  Collective.  A communicator without such
- * memory (or ZeRO-1, or one rank) leaves them where they are, saying why
+ * memory (or ZeRO-1 with [dist] pipeline, or one rank) leaves them where they are, saying why
  * in the log; only other failures are errors.  The memory is freed when
  * the communicator closes (m->grads_foreign). */
 kiln_status kiln_dist_share_grads(struct kiln_dist *d, struct kiln_model *m);
+/* `kiln memory`'s guess, from cfg and the launcher's env alone, of what
+ * the communicator a run of env's ranks opens ([run] comm, auto resolved
+ * as kiln_dist_open does) will do: *grads_shared, whether
+ * kiln_dist_share_grads will give a run without [dist] pipeline shared
+ * memory for its gradients (more than one rank, all on one node, a
+ * communicator with alloc_shared, its [plugin.NAME] shm and zero_copy not
+ * 0: gloo's and mpi's keys; not checked: the room in /dev/shm, the run
+ * logs where the gradients went); *in_place, whether ZeRO-1's
+ * reduce-scatters leave their pieces in the gradients (comm ops
+ * reduce_scatter_in_place).  Both 0 for one rank. */
+void kiln_dist_comm_guess(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			  struct kiln_device *dev, const struct kiln_dist_env *env,
+			  int *grads_shared, int *in_place);
+/* A ZeRO-1 rank's shard of the n trainable floats over `world` ranks
+ * (without [dist] pipeline): the floats it updates in the buckets'
+ * pieces, (n - tail) / world, besides the replicated tail every rank
+ * keeps, n mod (16 x world) floats (core/dist_zero.c). */
+size_t kiln_dist_zero_tail(size_t n, size_t world);
 /* Set up the buckets over m's trainable gradients and hook m's backward.
  * `compute` is the stream backward runs on. */
 kiln_status kiln_dist_attach(struct kiln_dist *d, struct kiln_model *m, void *compute);
@@ -51,13 +69,18 @@ void kiln_dist_overlap_next(struct kiln_dist *d, int on);
  * start the buckets that have not started, and make `compute` wait for all
  * of them before the optimizer. */
 kiln_status kiln_dist_finish_grads(struct kiln_dist *d, void *compute);
-/* ZeRO-1 ([dist] zero = 1; core/dist.c explains the layout).  After
- * kiln_dist_broadcast_state: keep this rank's slice of the optimizer
- * state (freeing the model's whole one) and prepare the optimizer over the
- * shard; `clip`: a clip or unscale op reads the whole averaged gradient
- * before the optimizer (it is then gathered back).  KILN_ECONFIG for
- * LAMB.  No-op without ZeRO. */
-kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip);
+/* ZeRO-1 ([dist] zero = 1; core/dist_zero.c explains the layout).  After
+ * kiln_dist_broadcast_state: allocate this rank's shard of the optimizer
+ * state and prepare the optimizer over it.  The shard's values: this
+ * rank's pieces of the model's whole state where it has one (freed then:
+ * [dist] pipeline's model), else (kiln_model_create_sharded) zeros, or,
+ * when `file` (rank 0's checkpoint, broadcast by trainer_resume) is not
+ * empty, its slots read by rank 0 and broadcast one at a time through the
+ * gradient buffer, so that no rank holds the whole state.  `clip`: a clip
+ * or unscale op reads the whole averaged gradient before the optimizer
+ * (it is then gathered back).  KILN_ECONFIG for LAMB.  No-op without
+ * ZeRO. */
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file);
 int kiln_dist_zero(const struct kiln_dist *d); /* 0 for NULL */
 /* The optimizer step under ZeRO-1, in place of kiln_model_optim_step:
  * advance the step counter (gated by the finite flag like
@@ -77,12 +100,30 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
  * no allgather pending (its comm stream rejoins the capture). */
 kiln_status kiln_dist_zero_settle(struct kiln_dist *d, void *stream);
 /* Before a checkpoint (every rank, collective): settle the parameter
- * allgathers and gather the optimizer
+ * allgathers and (but where kiln_dist_zero_streams) gather the optimizer
  * state whole into a temporary buffer the model's state_d points at, so
  * kiln_model_state_buffers lists it as without ZeRO; _release frees it.
  * No-ops without ZeRO. */
 kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute);
 void kiln_dist_zero_release(struct kiln_dist *d);
+struct kiln_ckpt_meta;
+/* Whether a ZeRO-1 checkpoint streams the optimizer state instead
+ * (kiln_dist_zero_save): its model was made without the whole state
+ * (kiln_model_create_sharded, no [dist] pipeline).  0 for NULL. */
+int kiln_dist_zero_streams(const struct kiln_dist *d);
+/* When kiln_dist_zero_streams, after kiln_dist_zero_gather (which then
+ * only settles) and in place of rank 0's kiln_ckpt_save (every rank,
+ * collective; `st`: this rank's outcome so far): rank 0 writes
+ * dir/ckpt-<step>.kiln (path as kiln_ckpt_save's) unless st failed, each
+ * optimizer slot allgathered whole into the gradient buffer just before
+ * the write reaches it (the state is never whole in memory); every rank
+ * runs every slot's allgather whatever failed, the ranks agree on them
+ * (rank 0 before its file stands: it fails, "not written", when another
+ * rank's failed), and each zeroes its gradients.  Returns st, else the
+ * first failure's. */
+kiln_status kiln_dist_zero_save(struct kiln_dist *d, kiln_status st, const char *dir,
+				const struct kiln_ckpt_meta *meta, void *compute, char *path,
+				size_t path_len);
 /* [dist] timing = 1: the sums since the start, over *steps optimizer
  * steps, of the exposed communication (from the end of backward on the
  * compute stream to the optimizer's start after the bucket waits) and of
@@ -263,7 +304,6 @@ int kiln_dist_pipe_ckpt_streams(const struct kiln_dist *d);
  * rank 0 writes dir/ckpt-<step>.kiln as kiln_ckpt_save would of the whole
  * model, each stage's slice streamed to it in pieces by its rank in pipe
  * 0 (the final path into path on rank 0). */
-struct kiln_ckpt_meta;
 kiln_status kiln_dist_pipe_ckpt_save(struct kiln_dist *d, const char *dir,
 				     const struct kiln_ckpt_meta *meta, void *compute, char *path,
 				     size_t path_len);
@@ -288,7 +328,8 @@ int kiln_dist_ckpt_ready(struct kiln_dist *d, kiln_status *st, void *compute);
 /* ZeRO-1 before a checkpoint (every rank, local): the buffer
  * kiln_dist_zero_gather gathers the whole optimizer state into (the one
  * step of it that fails on one rank alone; kiln_dist_ckpt_ready agrees
- * on it before the gather's collectives).  No-op without ZeRO-1. */
+ * on it before the gather's collectives).  No-op without ZeRO-1 and
+ * where kiln_dist_zero_streams. */
 kiln_status kiln_dist_zero_prepare(struct kiln_dist *d);
 /* 1 when a [train] resume can load each rank's stage alone: it holds its
  * stage's parameters alone since start-up (kiln_dist_pipe_hold). */

@@ -105,7 +105,9 @@ struct kiln_dist {
 				 * non-finite check reads all of it) */
 	size_t zc, zt, zwc;
 	float *zstate;          /* [state_slots][zc + zt]: pieces, then the tail */
-	float *zgrad;           /* f32[zc]: this rank's averaged pieces */
+	float *zgrad;           /* f32[zc]: this rank's averaged pieces (NULL
+				 * where the communicator reduce-scatters in
+				 * place: dist_zero_piece) */
 	void *ztplan;           /* the optimizer over the tail */
 	void *zt_done;          /* event: the tail's allreduce finished */
 	float *zfull;           /* the whole state while a checkpoint is taken */
@@ -168,6 +170,11 @@ kiln_status dist_stamp_bucket(void *arg);
  * parameters (the next forward waits for them), else the gradients */
 kiln_status dist_zero_allgather(struct kiln_dist *d, const float *mine, float *full, void *stream,
 				int params);
+
+/* core/dist_zero.c: where bucket b's reduce-scatter leaves this rank's
+ * averaged piece: zgrad + zoff, or in place in the gradients (lo + rank x
+ * c) where the communicator says reduce_scatter_in_place */
+float *dist_zero_piece(const struct kiln_dist *d, const struct bucket *b);
 
 /* core/dist_zero.c: the communicator ZeRO-1's collectives run on: the
  * world's, or with [dist] pipeline the stage group's */

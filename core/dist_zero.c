@@ -5,6 +5,7 @@
  * KILN_OPTIM_SHARD_SLICE, plugins included) and the slices allgathered
  * before the next forward reads them. */
 #include "dist_impl.h"
+#include "checkpoint.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -58,6 +59,16 @@ void *dist_zero_comm(const struct kiln_dist *d)
 	return d->gctx ? d->gctx : d->ctx;
 }
 
+size_t kiln_dist_zero_tail(size_t n, size_t world)
+{
+	return n % (16 * world);
+}
+
+float *dist_zero_piece(const struct kiln_dist *d, const struct bucket *b)
+{
+	return d->zgrad ? d->zgrad + b->zoff : d->m->grads_d + b->lo + zero_rank(d) * b->c;
+}
+
 static kiln_status zero_plan(struct kiln_dist *d, size_t len, void **plan)
 {
 	return kiln_model_optim_plan(d->m, len, plan);
@@ -75,7 +86,7 @@ static kiln_status zero_buckets(struct kiln_dist *d)
 	if (cap < u)
 		cap = u;
 	dist_free_buckets(d);
-	d->zt = (n - lo0) % u;
+	d->zt = kiln_dist_zero_tail(n - lo0, W);
 	d->zwc = n - d->zt;
 	d->zc = 0;
 	const size_t nb = (d->zwc - lo0 + cap - 1) / cap;
@@ -139,13 +150,73 @@ static kiln_status zero_buckets(struct kiln_dist *d)
 
 static kiln_status fwd_hook(void *user, int layer, void *stream);
 
-kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
+/* This rank's pieces of one optimizer slot, from `whole` (n_trainable
+ * floats, the model's layout) into its shard `dst` (zc + zt floats). */
+static kiln_status zero_keep_pieces(struct kiln_dist *d, const float *whole, float *dst,
+				    void *compute)
+{
+	const size_t r = zero_rank(d);
+	kiln_status st;
+	for (int i = 0; i < d->n_b; i++) {
+		const struct bucket *b = &d->b[i];
+		if ((st = kiln_device_copy_async(d->dev, dst + b->zoff, whole + b->lo + r * b->c,
+						 b->c * sizeof(float), KILN_COPY_D2D, compute)))
+			return st;
+	}
+	return d->zt ? kiln_device_copy_async(d->dev, dst + d->zc, whole + d->zwc,
+					      d->zt * sizeof(float), KILN_COPY_D2D, compute)
+		     : KILN_OK;
+}
+
+/* The shard of a model made without its whole state
+ * (kiln_model_create_sharded): zeros, or, resuming from `file` (rank 0's
+ * newest checkpoint), each slot read whole by rank 0 into the gradient
+ * buffer (zero before the first step, and as long as a slot), broadcast,
+ * every rank keeping its pieces; the gradients zeroed again after. */
+static kiln_status zero_state_read(struct kiln_dist *d, const char *file, void *compute)
+{
+	struct kiln_model *m = d->m;
+	const size_t n = m->n_trainable, L = d->zc + d->zt;
+	struct kiln_ckpt *ck = NULL;
+	kiln_status st = KILN_OK;
+	if (!file || !*file)
+		return kiln_dist_pipe_zero(d, d->zstate, (size_t)m->state_slots * L, compute);
+	for (int s = 0; s < m->state_slots && !st; s++) {
+		double failed = 0;
+		if (!d->env.rank) {
+			st = ck ? KILN_OK : kiln_ckpt_open(file, &ck);
+			if (!st)
+				st = kiln_ckpt_load_slot(ck, m, s, m->grads_d, compute);
+			failed = st != KILN_OK;
+		}
+		/* every rank learns whether rank 0 read it: none waits in a
+		 * broadcast rank 0 never starts */
+		kiln_status st2 = kiln_dist_sum_host(d, &failed, 1, compute);
+		if (st || (st = st2))
+			break;
+		if (failed > 0) {
+			st = kiln_error(KILN_EDATA, "rank %d of %d: rank 0 could not read the optimizer state of %s (its message says why)",
+					d->env.rank, d->env.world, file);
+			break;
+		}
+		if ((st = d->ops->broadcast(d->ctx, m->grads_d, n, KILN_F32, 0, compute, NULL)) ||
+		    (st = zero_keep_pieces(d, m->grads_d, d->zstate + (size_t)s * L, compute)) ||
+		    (st = kiln_device_stream_sync(d->dev, compute)))
+			st = kiln_dist_explain(d, st);
+	}
+	kiln_ckpt_close(ck);
+	if (st)
+		return kiln_error_wrap(st, "ZeRO-1: resuming the optimizer state from %s", file);
+	return kiln_dist_pipe_zero(d, m->grads_d, n, compute);
+}
+
+kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip, const char *file)
 {
 	kiln_status st;
 	if (!d || !d->zero)
 		return KILN_OK;
 	struct kiln_model *m = d->m;
-	const size_t n = m->n_trainable, r = zero_rank(d);
+	const size_t n = m->n_trainable;
 	size_t lo0, hi0;
 	zero_span(d, &lo0, &hi0);
 	if (m->optim_info.shard == KILN_OPTIM_SHARD_NONE)
@@ -158,34 +229,31 @@ kiln_status kiln_dist_zero_init(struct kiln_dist *d, void *compute, int clip)
 	if ((st = zero_buckets(d)))
 		return kiln_error_wrap(st, "ZeRO-1: the optimizer over a shard");
 	const size_t L = d->zc + d->zt, slots = (size_t)m->state_slots;
+	/* (the averaged pieces in place in the gradients where the
+	 * communicator can: dist_zero_piece) */
+	const int in_place = d->ops->version >= 9 && d->ops->reduce_scatter_in_place;
 	if ((slots && L && (st = kiln_device_alloc(d->dev, slots * L * sizeof(float), (void **)&d->zstate))) ||
-	    (d->zc && (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
+	    (d->zc && !in_place &&
+	     (st = kiln_device_alloc(d->dev, d->zc * sizeof(float), (void **)&d->zgrad))))
 		return st;
-	/* keep this rank's pieces of the (broadcast) state, free the rest */
-	for (size_t s = 0; s < slots && m->state_d; s++) {
-		const float *src = m->state_d + s * n;
-		float *dst = d->zstate + s * L;
-		for (int i = 0; i < d->n_b; i++) {
-			const struct bucket *b = &d->b[i];
-			if ((st = kiln_device_copy_async(d->dev, dst + b->zoff, src + b->lo + r * b->c,
-							 b->c * sizeof(float), KILN_COPY_D2D, compute)))
-				return st;
-		}
-		if (d->zt && (st = kiln_device_copy_async(d->dev, dst + d->zc, src + d->zwc,
-							   d->zt * sizeof(float), KILN_COPY_D2D,
-							   compute)))
+	/* this rank's pieces: of the (broadcast) whole state, which is then
+	 * freed ([dist] pipeline's model holds it), or made here */
+	for (size_t s = 0; s < slots && m->state_d && L; s++)
+		if ((st = zero_keep_pieces(d, m->state_d + s * n, d->zstate + s * L, compute)))
 			return st;
-	}
+	if (slots && L && !m->state_d && (st = zero_state_read(d, file, compute)))
+		return st;
 	if ((st = dist_drop_whole_state(d, compute)))
 		return st;
 	d->s_read.d = d;
 	m->fwd_hook = fwd_hook;
 	m->fwd_user = d;
-	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%zu of each of %d gradient bucket(s) over [%zu, %zu), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward%s; parameters allgathered %s",
+	kiln_log(KILN_LOG_INFO, "dist", "ZeRO-1: rank %d updates %zu floats, 1/%zu of each of %d gradient bucket(s) over [%zu, %zu), and the replicated tail [%zu, %zu); optimizer state %.2f MiB instead of %.2f MiB; gradients reduce-scattered %s backward, %s%s; parameters allgathered %s",
 		 d->env.rank, d->zc, zero_world(d), d->n_b, lo0, d->zwc, d->zwc, hi0,
 		 (double)(slots * L * sizeof(float)) / 1048576.0,
 		 (double)(slots * n * sizeof(float)) / 1048576.0,
 		 d->overlap ? "overlapped with" : "after",
+		 d->zgrad || !d->zc ? "the pieces into a buffer of their own" : "in place",
 		 clip ? ", then gathered whole for the clip / non-finite check" : "",
 		 d->overlap ? "on the comm stream, overlapped with the next forward"
 			    : "after the optimizer, before the next forward");
@@ -321,7 +389,7 @@ kiln_status kiln_dist_zero_step(struct kiln_dist *d, const float *lr, void *comp
 	for (int i = 0; i < d->n_b; i++) {
 		const struct bucket *b = &d->b[i];
 		const size_t lo = b->lo + r * b->c;
-		if ((st = zero_run(d, b->plan, d->zero_gather ? m->grads_d + lo : d->zgrad + b->zoff,
+		if ((st = zero_run(d, b->plan, d->zero_gather ? m->grads_d + lo : dist_zero_piece(d, b),
 				   lo, d->zstate ? d->zstate + b->zoff : NULL, lr, compute)))
 			return st;
 	}
@@ -374,7 +442,7 @@ static kiln_status zero_gather_whole(struct kiln_dist *d, void *compute)
 kiln_status kiln_dist_zero_prepare(struct kiln_dist *d)
 {
 	kiln_status st;
-	if (!d || !d->zero || !d->zstate || d->zfull)
+	if (!d || !d->zero || !d->zstate || d->zfull || kiln_dist_zero_streams(d))
 		return KILN_OK;
 	const size_t bytes = (size_t)d->m->state_slots * d->m->n_trainable * sizeof(float);
 	if (dist_ckpt_fault(d, "gather"))
@@ -391,6 +459,8 @@ kiln_status kiln_dist_zero_gather(struct kiln_dist *d, void *compute)
 	kiln_status st;
 	if (!d || (!d->zero && !d->pipe_P))
 		return KILN_OK;
+	if (kiln_dist_zero_streams(d)) /* (kiln_dist_zero_save gathers a slot at a time) */
+		return zero_wait_params(d, INT_MAX, compute);
 	if (d->zero && (st = zero_gather_whole(d, compute)))
 		return st;
 	if (d->pipe_P) /* [dist] pipeline: every stage's state (dist_pipe.c) */
@@ -408,4 +478,111 @@ void kiln_dist_zero_release(struct kiln_dist *d)
 		d->m->state_d = NULL;
 	kiln_device_free(d->dev, d->zfull);
 	d->zfull = NULL;
+}
+
+/* ---- checkpoints without the whole state ----------------------------------
+ * A model made without its whole state (kiln_model_create_sharded: no
+ * [dist] pipeline) never gathers it: rank 0 writes the file's optimizer
+ * slots one at a time from the gradient buffer (dead between optimizer
+ * steps, as long as a slot, zeroed again after), into which every rank's
+ * pieces of a slot are allgathered just before rank 0's write reaches it
+ * (the source's read).  Every rank runs every slot's allgather, rank 0
+ * those its write did not reach (it failed, or never began) after it, so
+ * that no rank waits in a collective another skips; then the ranks agree
+ * on the allgathers' outcome, rank 0 before its write goes past the last
+ * slot, so that a failure on another rank leaves no file. */
+struct zero_src {
+	struct kiln_dist *d;
+	void *compute;
+	int next;       /* the slots allgathered so far */
+	int agreed;     /* zero_gather_all's agreement taken */
+	kiln_status st; /* the first failure's */
+};
+
+int kiln_dist_zero_streams(const struct kiln_dist *d)
+{
+	return d && d->zero && d->m && d->m->state_sharded;
+}
+
+/* Slots [z->next, k] allgathered whole into the gradient buffer, in order
+ * (each over the last), whatever failed before: the first failure's
+ * status. */
+static kiln_status zero_gather_slots(struct zero_src *z, int k)
+{
+	struct kiln_dist *d = z->d;
+	struct kiln_model *m = d->m;
+	const size_t L = d->zc + d->zt;
+	for (; z->next <= k && d->zstate; z->next++) {
+		const float *mine = d->zstate + (size_t)z->next * L;
+		kiln_status st = dist_zero_allgather(d, mine, m->grads_d, z->compute, 0);
+		if (!st && d->zt)
+			st = kiln_device_copy_async(d->dev, m->grads_d + d->zwc, mine + d->zc,
+						    d->zt * sizeof(float), KILN_COPY_D2D, z->compute);
+		if (!st && (st = kiln_device_stream_sync(d->dev, z->compute)))
+			st = kiln_dist_explain(d, st);
+		if (!st && dist_ckpt_fault(d, "gather"))
+			st = kiln_error(KILN_EDEVICE, "failed (the tests' fault: KILN_TEST_CKPT_FAIL=%s)",
+					getenv("KILN_TEST_CKPT_FAIL"));
+		if (st && !z->st)
+			z->st = kiln_error_wrap(st, "ZeRO-1: allgathering the optimizer state's '%s' for a checkpoint",
+						m->optim_info.slot_names[z->next]);
+	}
+	return z->st;
+}
+
+/* Every slot allgathered, then (once) every rank's outcome summed: rank
+ * 0 fails when another rank did (its write must not stand), another rank
+ * with its own failure alone (kiln_dist_ckpt_agree tells it rank 0's). */
+static kiln_status zero_gather_all(struct zero_src *z)
+{
+	kiln_status st = zero_gather_slots(z, z->d->m->state_slots - 1), st2;
+	double failed = st != KILN_OK;
+	if (z->agreed)
+		return st;
+	z->agreed = 1;
+	if ((st2 = kiln_dist_sum_host(z->d, &failed, 1, z->compute)) && !st)
+		st = z->st = st2;
+	else if (!st && failed > 0 && !z->d->env.rank)
+		st = z->st = kiln_error(KILN_EIO, "not written: %g other rank(s) failed (their messages say why)",
+					failed);
+	return st;
+}
+
+static int zero_owns(void *ctx, const char *tag)
+{
+	(void)ctx, (void)tag;
+	return 0; /* (the slots alone, which the model does not list) */
+}
+
+/* rank 0's write: bytes [off, off + n) of slot `tag` */
+static kiln_status zero_read(void *ctx, const char *tag, size_t off, void *host, size_t n)
+{
+	struct zero_src *z = ctx;
+	struct kiln_model *m = z->d->m;
+	int k = 0;
+	while (k < m->state_slots && strcmp(m->optim_info.slot_names[k], tag))
+		k++;
+	if (k == m->state_slots)
+		return kiln_error(KILN_EINTERNAL, "ZeRO-1: a checkpoint section '%s' that is no optimizer slot", tag);
+	/* (the last slot gathered: the ranks agree before the write ends) */
+	kiln_status st = k + 1 < m->state_slots ? zero_gather_slots(z, k) : zero_gather_all(z);
+	if (!st)
+		st = kiln_device_copy_async(z->d->dev, host, (const char *)m->grads_d + off, n,
+					    KILN_COPY_D2H, z->compute);
+	return st ? st : kiln_device_stream_sync(z->d->dev, z->compute);
+}
+
+kiln_status kiln_dist_zero_save(struct kiln_dist *d, kiln_status st, const char *dir,
+				const struct kiln_ckpt_meta *meta, void *compute, char *path,
+				size_t path_len)
+{
+	struct kiln_model *m = d->m;
+	struct zero_src z = { d, compute, 0, 0, KILN_OK };
+	const struct kiln_ckpt_src src = { &z, zero_owns, zero_read,
+					   m->n_trainable * sizeof(float) };
+	if (!st && !d->env.rank)
+		st = kiln_ckpt_save_src(dir, meta, m, compute, &src, path, path_len);
+	kiln_status st2 = zero_gather_all(&z);
+	kiln_status st3 = kiln_dist_pipe_zero(d, m->grads_d, m->n_trainable, compute);
+	return st ? st : st2 ? st2 : st3;
 }

@@ -471,7 +471,8 @@ kiln_status kiln_model_alloc_whole(struct kiln_model *m)
 	if ((st = kiln_device_alloc(m->dev, bytes, (void **)&m->params_d)) ||
 	    (st = kiln_device_alloc(m->dev, bytes, (void **)&m->grads_d)))
 		return params_too_big(m, st, "parameters and their gradients", 2 * bytes);
-	if (state && (st = kiln_device_alloc(m->dev, state, (void **)&m->state_d)))
+	if (state && !m->state_sharded &&
+	    (st = kiln_device_alloc(m->dev, state, (void **)&m->state_d)))
 		return params_too_big(m, st, "optimizer state", state);
 	m->bare = 0;
 	return KILN_OK;
@@ -479,33 +480,40 @@ kiln_status kiln_model_alloc_whole(struct kiln_model *m)
 
 static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
-				int bare, const struct kiln_model_precheck *pre,
+				int bare, int sharded, const struct kiln_model_precheck *pre,
 				struct kiln_model **out);
 
 kiln_status kiln_model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 			      struct kiln_model **out)
 {
-	return model_create(cfg, reg, dev, sample, 0, NULL, out);
+	return model_create(cfg, reg, dev, sample, 0, 0, NULL, out);
+}
+
+kiln_status kiln_model_create_sharded(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				      struct kiln_model **out)
+{
+	return model_create(cfg, reg, dev, sample, 0, 1, NULL, out);
 }
 
 kiln_status kiln_model_create_checked(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				      const struct kiln_model_precheck *pre, struct kiln_model **out)
 {
-	return model_create(cfg, reg, dev, sample, 0, pre, out);
+	return model_create(cfg, reg, dev, sample, 0, 0, pre, out);
 }
 
 kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				   struct kiln_model **out)
 {
-	return model_create(cfg, reg, dev, sample, 1, NULL, out);
+	return model_create(cfg, reg, dev, sample, 1, 0, NULL, out);
 }
 
 static kiln_status model_create(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				struct kiln_device *dev, const struct kiln_tensor_desc *sample,
-				int bare, const struct kiln_model_precheck *pre,
+				int bare, int sharded, const struct kiln_model_precheck *pre,
 				struct kiln_model **out)
 {
 	kiln_status st;
@@ -515,6 +523,7 @@ static kiln_status model_create(const struct kiln_config *cfg, const struct kiln
 		return kiln_error(KILN_ENOMEM, "out of memory");
 	m->cfg = cfg;
 	m->bare = 1; /* (kiln_model_alloc_whole below, unless bare) */
+	m->state_sharded = sharded;
 	m->dev = dev;
 	m->sample = *sample;
 	if (sample->ndim < 1 || sample->ndim >= KILN_MAX_DIMS) {

@@ -69,6 +69,9 @@ struct kiln_model {
 	 * the dist owns the allocations until kiln_dist_pipe_mem_free */
 	int bare, held;
 	size_t held_lo, held_hi;
+	/* created without state_d (kiln_model_create_sharded): ZeRO-1's
+	 * ranks each allocate their shard of it (core/dist_zero.c) */
+	int state_sharded;
 	int layout;          /* KILN_NCHW or KILN_NHWC, from [model] layout */
 	int fuse;            /* [run] fuse: activations into the layer before */
 	uint64_t seed;
@@ -245,6 +248,13 @@ kiln_status kiln_model_optim_alloc(struct kiln_model *m);
 kiln_status kiln_model_create_bare(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				   struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				   struct kiln_model **out);
+/* kiln_model_create without the optimizer state's buffer (state_d
+ * NULL, m->state_sharded): for ZeRO-1, whose ranks each allocate their
+ * shard of the state alone (kiln_dist_zero_init), so that the whole
+ * state is never held.  Ownership as kiln_model_create's. */
+kiln_status kiln_model_create_sharded(const struct kiln_config *cfg, const struct kiln_registry *reg,
+				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
+				      struct kiln_model **out);
 /* kiln_model_create, calling pre->check(pre->arg, m) once the parameter
  * table (names, offsets, sizes, dtypes, shapes) is laid out and before any
  * device memory is allocated: a nonzero status fails the creation with it
@@ -257,7 +267,8 @@ struct kiln_model_precheck {
 kiln_status kiln_model_create_checked(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				      struct kiln_device *dev, const struct kiln_tensor_desc *sample,
 				      const struct kiln_model_precheck *pre, struct kiln_model **out);
-/* A bare model's whole buffers, as kiln_model_create allocates them. */
+/* A bare model's whole buffers, as kiln_model_create allocates them
+ * (the optimizer state's but where m->state_sharded). */
 kiln_status kiln_model_alloc_whole(struct kiln_model *m);
 void kiln_model_optim_free(struct kiln_model *m);
 /* Enqueue the advance of the optimizer's step count (opt_step_d) by one,

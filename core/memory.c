@@ -46,6 +46,12 @@ struct mem_setup {
 	struct kiln_run_cfg run;
 	struct kiln_train_cfg tc;
 	struct kiln_data_cfg data;
+	/* the launcher's ranks (1 without one): the data-parallel world,
+	 * ZeRO-1's (0: off), whether the gradients will be in the
+	 * communicator's shared memory and ZeRO-1's pieces in place in them
+	 * (kiln_dist_comm_guess) */
+	int64_t world, zero_world;
+	int grads_shared, in_place;
 };
 
 static void setup_close(struct mem_setup *s)
@@ -72,6 +78,15 @@ static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_r
 	kiln_dataset_input_desc(&s->ds, &s->input);
 	if ((st = kiln_model_create(cfg, reg, s->dev, &s->input, &s->m)))
 		goto fail;
+	struct kiln_dist_env env;
+	int64_t zero = 0, P = 1;
+	if (kiln_dist_env_read(&env))
+		env.world = 1;
+	s->world = env.world;
+	kiln_dist_comm_guess(cfg, reg, s->dev, &env, &s->grads_shared, &s->in_place);
+	kiln_config_get_int(cfg, "dist", "zero", &zero);
+	kiln_config_get_int(cfg, "dist", "pipeline", &P);
+	s->zero_world = s->world > 1 && zero == 1 && P <= 1 ? s->world : 0;
 	return KILN_OK;
 fail:
 	setup_close(s);
@@ -138,11 +153,9 @@ static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 	/* a rank's batch: the data-parallel ranks (the world over [dist]
 	 * pipeline) and accumulate take their share of the training set */
 	int64_t acc = 1, P = 1;
-	struct kiln_dist_env env;
 	kiln_config_get_int(cfg, "train", "accumulate", &acc);
 	kiln_config_get_int(cfg, "dist", "pipeline", &P);
-	const int64_t world = kiln_dist_env_read(&env) ? 1 : env.world;
-	int64_t D = world / (P > 0 ? P : 1);
+	int64_t D = s->world / (P > 0 ? P : 1);
 	D = D < 1 ? 1 : D;
 	acc = acc < 1 ? 1 : acc;
 	const int64_t most = s->ds.len / (D * acc) / 8 * 8;
@@ -250,10 +263,24 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		else if (!strncmp(sb[i].name, "optim.", 6) && strcmp(sb[i].name, "optim.step"))
 			out->optim_state += sb[i].bytes;
 	}
+	/* ZeRO-1: a rank's shard of the state, and the pieces of the
+	 * gradients reduce-scattered to it, unless they stay in the
+	 * gradients (core/dist_zero.c) */
+	size_t zpieces = 0;
+	if (s->zero_world) {
+		const size_t W = (size_t)s->zero_world, zt = kiln_dist_zero_tail(m->n_trainable, W);
+		out->optim_state = (size_t)m->state_slots * ((m->n_trainable - zt) / W + zt) *
+				   sizeof(float);
+		zpieces = s->in_place ? 0 : (m->n_trainable - zt) / W;
+	}
 	/* (and the tied weights' other users' gradients, core/tie.c) */
 	/* (a second buffer only where a layer cannot add in its own ops) */
+	/* (in the communicator's shared memory: host memory, not the
+	 * device's, kiln_dist_share_grads) */
 	const int second = acc > 1 && !kiln_model_grad_accum_ok(m);
-	out->grads = (m->n_elems * (second ? 2 : 1) + m->n_tie_elems) * sizeof(float);
+	const size_t shared = s->grads_shared ? m->n_elems * sizeof(float) : 0;
+	out->grads = (m->n_elems * (second ? 2 : 1) + m->n_tie_elems + zpieces) * sizeof(float) -
+		     shared;
 	out->batch = B;
 	out->activations = ptrain->arena_bytes;
 	out->recompute_segments = ptrain->n_segments;
@@ -286,7 +313,7 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		out->host = (size_t)(workers + prefetch) *
 			    ((size_t)B * (ds->sample_bytes + ds->label_bytes) +
 			     (do_eval ? (size_t)EB * (es->sample_bytes + es->label_bytes) : 0));
-	out->host += trainer_host_bytes(ds, es, rows, do_eval && workers > 0);
+	out->host += trainer_host_bytes(ds, es, rows, do_eval && workers > 0) + shared;
 	out->total = out->params + out->grads + out->optim_state + out->buffers + out->activations +
 		     out->workspace + out->eval + out->inputs + out->other;
 
@@ -307,11 +334,18 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 			(long long)B, acc > 1 ? " per micro-step" : "", s->run.device);
 		fprintf(f, "  %-22s %10.2f MiB  %zu floats\n", "parameters", mib(out->params),
 			out->params / 4);
-		fprintf(f, "  %-22s %10.2f MiB%s%s\n", "gradients", mib(out->grads),
+		fprintf(f, "  %-22s %10.2f MiB%s%s%s", "gradients", mib(out->grads),
 			second ? "  (and the accumulation buffer)" : "",
-			m->n_tie_elems ? "  (and the tied weights' other users')" : "");
-		fprintf(f, "  %-22s %10.2f MiB  [train] optimizer = %s\n", "optimizer state",
+			m->n_tie_elems ? "  (and the tied weights' other users')" : "",
+			zpieces ? "  (ZeRO-1: the pieces reduce-scattered to this rank)" : "");
+		if (shared)
+			fprintf(f, "  (%.2f MiB in the communicator's shared memory: host staging)",
+				mib(shared));
+		fprintf(f, "\n  %-22s %10.2f MiB  [train] optimizer = %s", "optimizer state",
 			mib(out->optim_state), s->tc.optimizer);
+		if (s->zero_world)
+			fprintf(f, "  (ZeRO-1: this rank's shard of %lld ranks')", (long long)s->zero_world);
+		fprintf(f, "\n");
 		fprintf(f, "  %-22s %10.2f MiB\n", "buffers (batchnorm)", mib(out->buffers));
 		fprintf(f, "  %-22s %10.2f MiB  packed by lifetime (%.2f MiB without packing)\n",
 			"activations", mib(out->activations), mib(out->activations_unpacked));
@@ -326,8 +360,8 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		fprintf(f, "  %-22s %10.2f MiB  optimizer extras, counters, lr, metrics\n", "other",
 			mib(out->other));
 		fprintf(f, "  %-22s %10.2f MiB\n", "total", mib(out->total));
-		fprintf(f, "  %-22s %10.2f MiB  the loaders' pinned staging, the trainer's host slots and sample orders (host memory)\n",
-			"host staging", mib(out->host));
+		fprintf(f, "  %-22s %10.2f MiB  the loaders' pinned staging, the trainer's host slots and sample orders%s (host memory)\n",
+			"host staging", mib(out->host), shared ? ", the shared gradients" : "");
 		fprintf(f, "  %-22s %10.2f MiB  library objects (host memory; measured while planning)\n",
 			"device library", mib(out->library));
 		fprintf(f, "  activations peak at the %s of layer '%s': %.2f MiB live\n",

@@ -82,8 +82,11 @@ static kiln_status ckpt_write(struct trainer *t, const char *dir,
 		;
 	else if (!t->rank && common_mkdirs(dir, 0777, 1))
 		st = kiln_error(KILN_EIO, "%s: cannot create: %s", dir, strerror(errno));
-	else if (!t->rank)
+	else if (!t->rank && !kiln_dist_zero_streams(t->dist))
 		st = kiln_ckpt_save(dir, meta, t->m, t->compute, path, n);
+	/* (ZeRO-1 without stages: every rank takes part in the write) */
+	if (kiln_dist_zero_streams(t->dist))
+		st = kiln_dist_zero_save(t->dist, st, dir, meta, t->compute, path, n);
 	kiln_dist_zero_release(t->dist);
 	st2 = kiln_dist_pipe_release(t->dist, t->compute);
 	return kiln_dist_ckpt_agree(t->dist, st ? st : st2, dir, meta->trainer.step, t->compute);
@@ -275,16 +278,21 @@ kiln_status trainer_resume_read(struct trainer *t, int *found)
 		kiln_log(KILN_LOG_WARN, "train", "resume: the global batch changes from %lld (%lld x %lld ranks) to %lld (%lld x %d): the run will not continue as it would have",
 			 (long long)(tr.batch * tr.world), (long long)tr.batch, (long long)tr.world,
 			 (long long)(B * t->world), (long long)B, t->world);
-	/* (stages on ranks: each rank loads its stage, kiln_dist_pipe_resume) */
-	if (kiln_dist_pipe_resumes(t->dist)) {
-		if (strlen(path) >= sizeof t->resume_file) {
-			st = kiln_error(KILN_ECONFIG, "%s: path too long to resume per stage", path);
-			goto out;
-		}
-		snprintf(t->resume_file, sizeof t->resume_file, "%s", path);
-	} else if ((st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL))) {
+	/* (stages on ranks: each rank loads its stage, kiln_dist_pipe_resume;
+	 * ZeRO-1's model has no whole optimizer state: the rest here, the
+	 * slots in kiln_dist_zero_init) */
+	const int sharded = t->m->state_sharded;
+	if ((kiln_dist_pipe_resumes(t->dist) || sharded) &&
+	    strlen(path) >= sizeof t->resume_file) {
+		st = kiln_error(KILN_ECONFIG, "%s: path too long to resume %s", path,
+				sharded ? "the optimizer state's shards" : "per stage");
 		goto out;
 	}
+	if (kiln_dist_pipe_resumes(t->dist) || sharded)
+		snprintf(t->resume_file, sizeof t->resume_file, "%s", path);
+	if (!kiln_dist_pipe_resumes(t->dist) &&
+	    (st = kiln_ckpt_load_model(ck, t->m, t->compute, KILN_CKPT_LOAD_ALL)))
+		goto out;
 	t->pos = tr;
 	t->ckpt_step = tr.step;
 	/* a resume within an epoch: its training sums so far */

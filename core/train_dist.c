@@ -19,7 +19,7 @@ struct resume_msg {
 	struct stopper stopper;      /* early stopping's state */
 	char error[1024]; /* rank 0's message when status != 0 */
 	char path[1024];
-	char file[1024]; /* per stage: the checkpoint (t->resume_file) */
+	char file[1024]; /* per stage, or ZeRO-1's shards: the checkpoint (t->resume_file) */
 };
 
 /* [train] resume: restore the newest usable checkpoint of ckdir into t->m

@@ -505,8 +505,13 @@ static kiln_status build_model(struct trainer *t)
 	 * world averages nothing, so its gradients need no shared memory) */
 	/* (stages on ranks: the buffers of the parameters come in
 	 * prepare_training, the stage's alone where they can) */
-	if ((st = (t->training && t->pipe_P > 1 ? kiln_model_create_bare : kiln_model_create)(
-		     t->cfg, t->reg, t->dev, &first->input, &t->m)) ||
+	/* (ZeRO-1 without stages: no whole optimizer state, each rank makes
+	 * its shard, kiln_dist_zero_init) */
+	if ((st = (!t->training		   ? kiln_model_create
+		   : t->pipe_P > 1	   ? kiln_model_create_bare
+		   : kiln_dist_zero(t->dist) ? kiln_model_create_sharded
+					     : kiln_model_create)(t->cfg, t->reg, t->dev,
+								  &first->input, &t->m)) ||
 	    /* ([dist] pipeline: the stage's, kiln_dist_pipe_cut_grads) */
 	    (t->world > 1 && t->pipe_P <= 1 && (st = kiln_dist_share_grads(t->dist, t->m))) ||
 	    (st = open_streams(t)))
@@ -702,9 +707,10 @@ static kiln_status open_run(struct trainer *t)
 	 * all ranks read), and its gradients are averaged in buckets */
 	if (t->dist && ((st = kiln_dist_attach(t->dist, t->m, t->compute)) ||
 			(st = kiln_dist_broadcast_state(t->dist, t->compute)) ||
-			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL)) ||
+			(st = kiln_dist_zero_init(t->dist, t->compute, t->clip != NULL,
+						  t->resume_file)) ||
 			(st = kiln_dist_pipe_shard(t->dist, t->compute)) ||
-			(*t->resume_file &&
+			(*t->resume_file && kiln_dist_pipe_resumes(t->dist) &&
 			 (st = kiln_dist_pipe_resume(t->dist, t->resume_file, t->compute))) ||
 			(st = trainer_pipe_overlap(t))))
 		return st;

@@ -4,7 +4,9 @@
  * training), store client and Gloo communicator.  A step is what a
  * training step asks of the communicator: three gradient buckets
  * allreduced (average, f32), a sync_bn-style allgather, a ZeRO-style
- * in-place allgather and an f32 reduce_scatter, each on the stream with a
+ * in-place allgather and an f32 reduce_scatter, out of place and in place
+ * (comm ops version 9, reduce_scatter_in_place: ZeRO-1's averaged pieces
+ * left in its gradients), each on the stream with a
  * done event, then a stream sync; and what goes past the bound
  * algorithms: bf16 and f16 allreduces, an in-place allgather of 5.6 MB
  * (ZeRO-1's parameters; through the staging area in three pieces, the
@@ -365,7 +367,7 @@ static void *rank_main(void *arg)
 	struct rank_ctx *r = arg;
 	struct rank_env e;
 	float *b[NB] = { 0 }, *ag_send = NULL, *ag_recv = NULL, *z = NULL, *rs_send = NULL,
-	      *rs_recv = NULL;
+	      *rs_recv = NULL, *rs_in = NULL;
 	float *h = NULL, *big = NULL, *many = NULL;
 	uint16_t *bf = NULL, *hf = NULL;
 	const int R = r->rank, W = 2;
@@ -382,6 +384,11 @@ static void *rank_main(void *arg)
 	TRY(kiln_device_alloc(dev, W * AG * 4, (void **)&z));
 	TRY(kiln_device_alloc(dev, W * RS * 4, (void **)&rs_send));
 	TRY(kiln_device_alloc(dev, RS * 4, (void **)&rs_recv));
+	TRY(kiln_device_alloc(dev, W * RS * 4, (void **)&rs_in));
+	if (ops->version < 9 || !ops->reduce_scatter_in_place) {
+		snprintf(r->err, sizeof r->err, "rank %d: gloo does not say reduce_scatter_in_place", R);
+		goto out;
+	}
 	TRY(kiln_device_alloc(dev, (size_t)W * BIG * 4, (void **)&big));
 	TRY(kiln_device_alloc(dev, NMANY * MANY * 4, (void **)&many));
 	TRY(kiln_device_alloc(dev, N16 * 2, (void **)&bf));
@@ -397,7 +404,7 @@ static void *rank_main(void *arg)
 		for (int k = 0; k < AG; k++)
 			ag_send[k] = v * (float)(k + step), z[R * AG + k] = -v * (float)k;
 		for (int k = 0; k < W * RS; k++)
-			rs_send[k] = v * (float)(k % 5);
+			rs_send[k] = v * (float)(k % 5), rs_in[k] = v * (float)(k % 3 + step);
 		for (int k = 0; k < N16; k++)
 			bf[k] = to_bf16(v * (float)(k % 7 + step)), hf[k] = to_f16(v * (float)(k % 5 + step));
 		for (int k = 0; k < BIG; k++)
@@ -409,6 +416,8 @@ static void *rank_main(void *arg)
 		TRY(ops->allgather(comm, ag_send, ag_recv, AG, KILN_F32, s, done));
 		TRY(ops->allgather(comm, z + R * AG, z, AG, KILN_F32, s, done));
 		TRY(ops->reduce_scatter(comm, rs_send, rs_recv, RS, KILN_F32, KILN_REDUCE_SUM, s, done));
+		TRY(ops->reduce_scatter(comm, rs_in, rs_in + R * RS, RS, KILN_F32, KILN_REDUCE_AVG, s,
+					done));
 		TRY(ops->allreduce(comm, bf, N16, KILN_BF16, KILN_REDUCE_AVG, s, done));
 		TRY(ops->allreduce(comm, hf, N16, KILN_F16, KILN_REDUCE_SUM, s, done));
 		TRY(ops->allgather(comm, big + (size_t)R * BIG, big, BIG, KILN_F32, s, done));
@@ -433,9 +442,10 @@ static void *rank_main(void *arg)
 					goto out;
 				}
 		for (int k = 0; k < RS; k++)
-			if (rs_recv[k] != 3.0f * (float)((R * RS + k) % 5)) {
-				snprintf(r->err, sizeof r->err, "rank %d step %d: reduce_scatter [%d] = %g", R,
-					 step, k, rs_recv[k]);
+			if (rs_recv[k] != 3.0f * (float)((R * RS + k) % 5) ||
+			    rs_in[R * RS + k] != 1.5f * (float)((R * RS + k) % 3 + step)) {
+				snprintf(r->err, sizeof r->err, "rank %d step %d: reduce_scatter [%d] = %g, in place %g",
+					 R, step, k, rs_recv[k], rs_in[R * RS + k]);
 				goto out;
 			}
 		for (int k = 0; k < N16; k++)
@@ -478,7 +488,7 @@ out:
 			kiln_device_free(e.dev, b[i]);
 	if (e.dev) {
 		kiln_device_free(e.dev, ag_send), kiln_device_free(e.dev, ag_recv), kiln_device_free(e.dev, z);
-		kiln_device_free(e.dev, rs_send), kiln_device_free(e.dev, rs_recv);
+		kiln_device_free(e.dev, rs_send), kiln_device_free(e.dev, rs_recv), kiln_device_free(e.dev, rs_in);
 		kiln_device_free(e.dev, big), kiln_device_free(e.dev, many);
 		kiln_device_free(e.dev, bf), kiln_device_free(e.dev, hf);
 	}

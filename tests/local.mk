@@ -410,6 +410,8 @@ EXTRA_DIST += tests/mpi_coll.sh
 # ZeRO-1 with that plugin optimizer equals DDP (needs kiln-gloo.so)
 TESTS += tests/dist_zero_lion.sh
 EXTRA_DIST += tests/dist_zero_lion.sh
+TESTS += tests/dist_zero_mem.sh
+EXTRA_DIST += tests/dist_zero_mem.sh
 # weight tying ([layer.X] tie = Y): resume, export, DDP and ZeRO-1 with a
 # tied weight (the PyTorch reference is check_train's `tie` case)
 TESTS += tests/tie.sh

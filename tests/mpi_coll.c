@@ -7,7 +7,8 @@
  *   - allreduce (sum, avg) of f32, bf16 and f16 at counts around the
  *     engine's boundaries (one-flag rounds up to 16 KiB, 256 KiB rounds,
  *     a partial last round, parts that are not whole cache lines);
- *   - reduce_scatter (sum, avg) and allgather (in place and not);
+ *   - reduce_scatter and allgather (in place and not; the plugin must say
+ *     reduce_scatter_in_place, comm ops version 9);
  *   - 200 small allreduces back to back between large ones (the two
  *     staging buffers' reuse);
  *   - with shared memory (comm ops alloc_shared, [plugin.mpi] zero_copy =
@@ -147,16 +148,19 @@ static void test_allreduce(void *buf, int dt, size_t count, int op)
 		      get(buf, dt, i), reference(dt, i, scale), magnitude(dt, i) * scale);
 }
 
-static void test_reduce_scatter(void *send, void *recv, int dt, size_t count, int op)
+static void test_reduce_scatter(void *send, void *recv, int dt, size_t count, int op, int in_place)
 {
 	const float scale = op == KILN_REDUCE_AVG ? 1.0f / (float)W : 1.0f;
 	for (size_t i = 0; i < count * (size_t)W; i++)
 		put(send, dt, i, value(dt, R, i));
+	if (in_place)
+		recv = (char *)send + (size_t)R * count * (dt == KILN_F32 ? 4 : 2);
 	TRY(ops->reduce_scatter(comm, send, recv, count, dt, op, stream, done));
 	sync_stream();
 	for (size_t i = 0; i < count; i++) {
 		const size_t g = (size_t)R * count + i;
-		check("reduce_scatter", dt, count, i, get(recv, dt, i), reference(dt, g, scale),
+		check(in_place ? "reduce_scatter in place" : "reduce_scatter", dt, count, i,
+		      get(recv, dt, i), reference(dt, g, scale),
 		      magnitude(dt, g) * scale);
 	}
 }
@@ -393,12 +397,18 @@ int main(int argc, char **argv)
 		goto end;
 	}
 	static const int dts[] = { KILN_F32, KILN_BF16, KILN_F16 };
+	if (ops->version < 9 || !ops->reduce_scatter_in_place) {
+		printf("FAIL rank %d: mpi does not say reduce_scatter_in_place (comm ops version %u)\n",
+		       R, ops->version);
+		fails++;
+	}
 	for (int d = 0; d < 3; d++)
 		for (size_t k = 0; k < ncounts; k++) {
 			const size_t n = counts[k];
 			test_allreduce(a, dts[d], n, KILN_REDUCE_SUM);
 			test_allreduce(a, dts[d], n, KILN_REDUCE_AVG);
-			test_reduce_scatter(a, b, dts[d], n, k & 1 ? KILN_REDUCE_AVG : KILN_REDUCE_SUM);
+			test_reduce_scatter(a, b, dts[d], n, k & 1 ? KILN_REDUCE_AVG : KILN_REDUCE_SUM, 0);
+			test_reduce_scatter(a, NULL, dts[d], n, k & 1 ? KILN_REDUCE_SUM : KILN_REDUCE_AVG, 1);
 			test_allgather(a, b, dts[d], n, 0);
 			test_allgather(NULL, b, dts[d], n, 1);
 		}

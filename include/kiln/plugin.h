@@ -117,9 +117,13 @@ extern "C" {
  *      pipeline's crossing tensors, written by one stage's rank and read
  *      in place by the next's) and p2p_buffered (the bytes a send may
  *      leave in the transport without its receive posted); NULL in a
+ *      communicator built before.
+ * 2.19: comm ops version 9: reduce_scatter_in_place (reduce_scatter may
+ *      write this rank's slice over its own slice of the input: ZeRO-1's
+ *      averaged gradient pieces need no buffer of their own); 0 in a
  *      communicator built before. */
 #define KILN_ABI_MAJOR 2
-#define KILN_ABI_MINOR 18
+#define KILN_ABI_MINOR 19
 
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -562,7 +566,7 @@ struct kiln_device_ops {
 
 enum kiln_reduce_op { KILN_REDUCE_SUM = 0, KILN_REDUCE_AVG = 1 };
 
-#define KILN_COMM_OPS_VERSION 8
+#define KILN_COMM_OPS_VERSION 9
 
 /* split's color for a rank that joins no group (MPI_UNDEFINED) */
 #define KILN_COMM_NO_GROUP (-1)
@@ -590,7 +594,8 @@ struct kiln_comm_ops {
 	kiln_status (*allgather)(void *ctx, const void *send, void *recv, size_t count,
 				 int dtype, void *stream, void *done);
 	/* recv[count] = the reduction of every rank's send[world * count]
-	 * slice `rank`. */
+	 * slice `rank`.  In place only where reduce_scatter_in_place (version
+	 * 9) says so. */
 	kiln_status (*reduce_scatter)(void *ctx, const void *send, void *recv, size_t count,
 				      int dtype, int op, void *stream, void *done);
 	/* Blocks the calling thread until every rank arrived (or the timeout). */
@@ -729,6 +734,17 @@ struct kiln_comm_ops {
 	 * a send may wait for its receive (a rendezvous: TCP, MPI).  Any
 	 * thread; no communication.  (optional: NULL means 0) */
 	size_t (*p2p_buffered)(void *ctx, int peer);
+
+	/* ---- version 9 (ABI 2.19) ---- */
+
+	/* Nonzero: reduce_scatter may run in place, recv == send + rank *
+	 * count (elements): this rank's slice of the reduction written over
+	 * its own slice of the input, the rest of send left undefined
+	 * (NCCL's in-place ncclReduceScatter; MPI_IN_PLACE).  ZeRO-1 then
+	 * keeps no buffer of its own for the averaged gradient pieces
+	 * (core/dist_zero.c).  0 (and a communicator built before): send and
+	 * recv never overlap. */
+	uint32_t reduce_scatter_in_place;
 };
 
 /* ======================================================================

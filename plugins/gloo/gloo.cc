@@ -1343,6 +1343,7 @@ const struct kiln_comm_ops gloo_ops = {
 	/* .sendrecv = */ gloo_sendrecv,
 	/* .map_shared = */ gloo_map_shared,
 	/* .p2p_buffered = */ gloo_p2p_buffered,
+	/* .reduce_scatter_in_place = */ 1, /* (every path reads its input first) */
 };
 
 const struct kiln_key gloo_keys[] = {
@@ -1361,7 +1362,7 @@ const struct kiln_key gloo_keys[] = {
 	{ "hierarchical", KILN_KEY_BOOL, "1", 0, 0, nullptr,
 	  "With `shm` on and the ranks on several nodes, some with two or more: every allreduce sums in kiln's shared memory among each node's ranks, then over Gloo's TCP among the nodes' first ranks, and shares the total back through shared memory, so each node sends its data across the network once instead of once per rank (docs/distributed.md, \"Several machines\"). Reduce-scatter, allgather, broadcasts and the barrier stay Gloo's over every rank. 0: Gloo's allreduce over every rank." },
 	{ "zero_copy", KILN_KEY_BOOL, "1", 0, 0, nullptr,
-	  "With `shm` on: give the core shared memory for the gradients of a DDP run (comm ops alloc_shared: a second POSIX shared-memory object, unlinked once mapped), so that each bucket's allreduce sums every rank's share straight from every rank's gradients into every rank's, with no staging copies (docs/distributed.md). 0: the gradients stay in the device's memory and go through the staging buffers. Not used under [dist] zero = 1." },
+	  "With `shm` on: give the core shared memory for the gradients of a DDP run (comm ops alloc_shared: a second POSIX shared-memory object, unlinked once mapped), so that each bucket's allreduce sums every rank's share straight from every rank's gradients into every rank's, with no staging copies (docs/distributed.md). 0: the gradients stay in the device's memory and go through the staging buffers. With [dist] zero = 1 too (not beside [dist] pipeline): its reduce-scatters read the gradients there, through the staging buffers." },
 	{ nullptr, 0, nullptr, 0, 0, nullptr, nullptr }
 };
 

@@ -501,6 +501,16 @@ static int start_sendrecv(struct mpi_comm *c, struct job *j, MPI_Request *req, c
 				 : MPI_Isend(j->send, sb, MPI_BYTE, dst, P2P_TAG, c->comm, &req[0]);
 }
 
+/* A reduce_scatter in place (comm ops reduce_scatter_in_place): recv is
+ * send's slice of this rank.  MPI_IN_PLACE then takes the input from the
+ * whole buffer and leaves this rank's result at its start, which run_job
+ * moves to the slice once the collective is done. */
+static int rs_in_place(const struct mpi_comm *c, const struct job *j)
+{
+	return j->kind == K_REDUCE_SCATTER &&
+	       (const char *)j->buf == (const char *)j->send + (size_t)c->rank * j->count * dtype_size(j->dtype);
+}
+
 /* Run job j: the blocking MPI collective when req is NULL, else the
  * nonblocking one (MPI-3), its request in *req (K_SENDRECV: req[0] and
  * req[1]). */
@@ -539,10 +549,14 @@ static int start(struct mpi_comm *c, struct job *j, MPI_Request *req, const char
 		return req ? MPI_Irecv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, c->comm, req)
 			   : MPI_Recv(j->buf, bytes, MPI_BYTE, j->root, P2P_TAG, c->comm,
 				      MPI_STATUS_IGNORE);
-	default: /* K_REDUCE_SCATTER */
+	default: { /* K_REDUCE_SCATTER */
+		const int in = rs_in_place(c, j);
+		const void *send = in ? MPI_IN_PLACE : j->send;
+		void *recv = in ? (void *)j->send : j->buf;
 		*what = "MPI_Reduce_scatter_block";
-		return req ? MPI_Ireduce_scatter_block(j->send, j->buf, n, t, op, c->comm, req)
-			   : MPI_Reduce_scatter_block(j->send, j->buf, n, t, op, c->comm);
+		return req ? MPI_Ireduce_scatter_block(send, recv, n, t, op, c->comm, req)
+			   : MPI_Reduce_scatter_block(send, recv, n, t, op, c->comm);
+	}
 	}
 }
 
@@ -604,7 +618,9 @@ static kiln_status run_job(void *arg)
 		unwatch(c);
 		if (rc != MPI_SUCCESS)
 			st = job_fail(c, j, rc, what);
-		else if (reduces && j->op == KILN_REDUCE_AVG && c->world > 1)
+		if (rc == MPI_SUCCESS && rs_in_place(c, j) && c->rank)
+			memmove(j->buf, j->send, j->count * dtype_size(j->dtype));
+		if (rc == MPI_SUCCESS && reduces && j->op == KILN_REDUCE_AVG && c->world > 1)
 			scale(j->buf, j->count, j->dtype, 1.0f / (float)c->world);
 	}
 	atomic_store_explicit(&j->busy, 0, memory_order_release);
@@ -1019,6 +1035,7 @@ static const struct kiln_comm_ops mpi_ops = {
 	.send_now = NULL,
 	.sendrecv = mpi_sendrecv,
 	.map_shared = mpi_map_shared,
+	.reduce_scatter_in_place = 1, /* (MPI_IN_PLACE: rs_in_place) */
 };
 
 static const struct kiln_key mpi_keys[] = {
@@ -1033,7 +1050,7 @@ static const struct kiln_key mpi_keys[] = {
 	{ "shm", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "When every rank runs on one node: allreduce, reduce_scatter and allgather run as kiln's own shared-memory collectives (an MPI_Win_allocate_shared window, 256 KiB rounds, sums in rank order in f32 so every rank gets the same bits), faster than Open MPI's at 4 KiB-1 MiB on 2 ranks (docs/PERFORMANCE.md, part 7); the barrier and broadcasts stay MPI's. 0: MPI's collectives throughout. Ranks on several nodes always use MPI's." },
 	{ "zero_copy", KILN_KEY_BOOL, "1", 0, 0, NULL,
-	  "With `shm` on: give the core shared memory for the gradients of a DDP run (comm ops alloc_shared), so that each bucket's allreduce sums every rank's share straight from every rank's gradients into every rank's, with no staging copies (3-4x faster than the staged path on 2 ranks, docs/PERFORMANCE.md part 7). 0: the gradients stay in the device's memory and go through the staging buffers. Not used under [dist] zero = 1." },
+	  "With `shm` on: give the core shared memory for the gradients of a DDP run (comm ops alloc_shared), so that each bucket's allreduce sums every rank's share straight from every rank's gradients into every rank's, with no staging copies (3-4x faster than the staged path on 2 ranks, docs/PERFORMANCE.md part 7). 0: the gradients stay in the device's memory and go through the staging buffers. With [dist] zero = 1 too (not beside [dist] pipeline): its reduce-scatters read the gradients there, through the staging buffers." },
 	{ "nbc_ring", KILN_KEY_BOOL, "1", 0, 0, NULL,
 	  "Before MPI_Init, set OMPI_MCA_coll_libnbc_iallreduce_algorithm = 1 (libnbc's ring) unless the environment already sets it (mpirun --mca and -x win). Open MPI's own choice for an in-place MPI_Iallreduce is the binomial tree (reduce to rank 0, then broadcast: two sequential full-size transfers), 1.4-2.8x slower than the ring at 1-4 MiB on 2 ranks (docs/PERFORMANCE.md, part 6). Matters only with `wait` = `yield` or `sleep`. 0: leave Open MPI's choice." },
 	{ NULL, 0, NULL, 0, 0, NULL, NULL }

@@ -723,6 +723,7 @@ static const struct kiln_comm_ops nccl_ops = {
 	.split = nccl_split,
 	.send_now = NULL,
 	.sendrecv = nccl_sendrecv,
+	.reduce_scatter_in_place = 1, /* (ncclReduceScatter's own in-place rule) */
 };
 
 COMM_PLUGIN(nccl, "nccl", "NCCL collectives on CUDA streams (GPU tensors)", nccl_ops, NULL,
