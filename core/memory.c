@@ -62,6 +62,22 @@ static void setup_close(struct mem_setup *s)
 	kiln_device_close(s->dev);
 }
 
+/* [run] precision as training takes it (kiln_model_precision_open): the
+ * compute dtype the plans' activations and the weights' compute copy are
+ * in, and the loss scaler's state (before session 29 the prediction was
+ * fp32's whatever the precision: batch = auto under bf16 planned past
+ * memory_limit). */
+static kiln_status precision_open(struct mem_setup *s, const struct kiln_registry *reg)
+{
+	void *stream = NULL;
+	kiln_status st = kiln_device_stream_create(s->dev, &stream);
+	if (!st)
+		st = kiln_model_precision_open(s->m, reg, stream);
+	if (stream)
+		kiln_device_stream_destroy(s->dev, stream);
+	return st;
+}
+
 static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
 			      struct mem_setup *s)
 {
@@ -76,7 +92,8 @@ static kiln_status setup_open(const struct kiln_config *cfg, const struct kiln_r
 	    (s->tc.eval && (st = kiln_dataset_open(cfg, reg, "data.eval", "test", 0, &s->es))))
 		goto fail;
 	kiln_dataset_input_desc(&s->ds, &s->input);
-	if ((st = kiln_model_create(cfg, reg, s->dev, &s->input, &s->m)))
+	if ((st = kiln_model_create(cfg, reg, s->dev, &s->input, &s->m)) ||
+	    (st = precision_open(s, reg)))
 		goto fail;
 	struct kiln_dist_env env;
 	int64_t zero = 0, P = 1;
@@ -263,6 +280,10 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		else if (!strncmp(sb[i].name, "optim.", 6) && strcmp(sb[i].name, "optim.step"))
 			out->optim_state += sb[i].bytes;
 	}
+	/* [run] precision's compute copy of the parameters (bf16, f16) */
+	const size_t pcopy = m->cdtype != KILN_F32 && m->params_c ? m->n_elems * kiln_dtype_size(m->cdtype) : 0;
+	const size_t pf32 = out->params;
+	out->params += pcopy;
 	/* ZeRO-1: a rank's shard of the state, and the pieces of the
 	 * gradients reduce-scattered to it, unless they stay in the
 	 * gradients (core/dist_zero.c) */
@@ -332,8 +353,11 @@ static kiln_status predict(struct mem_setup *s, int64_t B, FILE *f, struct kiln_
 		const int n = m->n_layers;
 		fprintf(f, "memory of a training run, batch %lld%s (device %s), before any step:\n",
 			(long long)B, acc > 1 ? " per micro-step" : "", s->run.device);
-		fprintf(f, "  %-22s %10.2f MiB  %zu floats\n", "parameters", mib(out->params),
-			out->params / 4);
+		fprintf(f, "  %-22s %10.2f MiB  %zu floats", "parameters", mib(out->params), pf32 / 4);
+		if (pcopy)
+			fprintf(f, " (and their %s compute copy, %.2f MiB)", kiln_dtype_name(m->cdtype),
+				mib(pcopy));
+		fputc('\n', f);
 		fprintf(f, "  %-22s %10.2f MiB%s%s%s", "gradients", mib(out->grads),
 			second ? "  (and the accumulation buffer)" : "",
 			m->n_tie_elems ? "  (and the tied weights' other users')" : "",

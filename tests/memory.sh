@@ -5,6 +5,8 @@
 # resident memory before the model was built) is the run's alone.
 #  1. The ResNet example at batches 32 and 128: the measured peak is within
 #     5% of the prediction (device total + host staging + device library).
+#  1b. [run] precision = bf16 and fp16: the CNN's device peak within 1%
+#     of the prediction;
 #  2. batch = auto under a memory limit picks a multiple of 8 whose
 #     prediction fits while the next multiple of 8 does not, logs it, and
 #     `kiln train` trains with it; a limit too small fails, naming the key.
@@ -33,8 +35,24 @@ for b in 32 128; do
 	[ "$dev" -le "$(field total "$tmp/m.out")" ] || fail "batch $b: the device counter $dev exceeds the device prediction"
 done
 
-# batch = auto under a limit
+# [run] precision (session 29): the prediction is the run's device peak,
+# the compute copy of the weights and the bf16/f16 activations counted
+# (before, fp32's figures whatever the precision: bf16 predicted 216 MiB
+# for a 177 MiB peak, fp16 6 MiB short)
 mcfg="$srcdir/examples/fashion_mnist_cnn.ini"
+for p in bf16 fp16; do
+	"$kiln" memory "$mcfg" run.precision=$p data.eval.limit=500 >"$tmp/p.out" 2>"$tmp/p.err" ||
+		{ cat "$tmp/p.err"; fail "kiln memory precision $p"; }
+	grep -q "compute copy" "$tmp/p.out" || fail "$p: the weights' compute copy is not reported"
+	"$kiln" train "$mcfg" run.precision=$p plugin.cpu.adaptive=0 train.max_steps=1 train.epochs=1 \
+		data.eval.limit=500 run.out_dir= >"$tmp/t.out" 2>"$tmp/t.err" || { cat "$tmp/t.err"; fail "kiln train $p"; }
+	pred=$(field total "$tmp/p.out") dev=$(field device_peak_bytes "$tmp/t.out")
+	d=$((dev > pred ? dev - pred : pred - dev))
+	echo "precision $p: predicted $pred device bytes, measured $dev"
+	[ $((d * 100)) -le "$pred" ] || fail "$p: the device peak $dev is not within 1% of the prediction $pred"
+done
+
+# batch = auto under a limit
 "$kiln" memory "$mcfg" train.batch=auto run.memory_limit=250M data.eval.limit=1000 >"$tmp/a.out" 2>"$tmp/a.err" ||
 	{ cat "$tmp/a.err"; fail "kiln memory batch=auto"; }
 b=$(field batch "$tmp/a.out")
