@@ -39,6 +39,7 @@ static const struct {
 	 * the optimizer state are laid out the same; "layer.*": every layer */
 	{ "pipeline", "micro_batches" }, { "pipeline", "schedule" },
 	{ "layer.*", "stage" },      { "model", "stages" },
+	{ "model", "stages_flops_per_byte" },
 	/* stages on ranks: checkpoints hold every stage's state, gathered */
 	{ "dist", "pipeline" },
 };
@@ -63,6 +64,7 @@ static const struct {
 	{ "model", "init_strict" },  { "layer.*", "inplace" },
 	{ "layer.*", "recompute" },  { "model", "init_format" },
 	{ "layer.*", "stage" },      { "model", "stages" },
+	{ "model", "stages_flops_per_byte" },
 	{ "layer.*", "int8_scale" }, { "layer.*", "int8_unsigned" },
 	{ "layer.*", "int8_out_scale" },
 };

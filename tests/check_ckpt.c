@@ -598,6 +598,7 @@ START_TEST(test_config_check)
 		{ "train.keep_last=1", NULL },     { "train.max_steps=100", NULL },
 		{ "train.eval=0", NULL },          { "train.resume=1", NULL },
 		{ "run.threads=1", NULL },
+		{ "model.stages_flops_per_byte=5", NULL },
 		{ "train.lr=0.2", "[train] lr is '0.1' in the checkpoint but '0.2' here" },
 		{ "run.seed=4", "[run] seed" },
 		{ "data.flip=1", "[data] flip" },
@@ -632,6 +633,7 @@ START_TEST(test_config_check)
 		{ "train.lr=0.2", "", 0 },           { "model.layout=nhwc", "", 0 },
 		{ "model.init_from=/x.safetensors", "", 0 },
 		{ "model.init_strict=0", "", 0 },    { "layer.fc.inplace=0", "", 0 },
+		{ "model.stages_flops_per_byte=5", "", 0 },
 		{ "run.seed=4", "", 0 },             { "data.flip=1", "", 0 },
 		{ "layer.fc.out=4", "", 1 },         { "layer.x.type=relu", "", 1 },
 		/* a key the writer said shapes its tensors, though this kiln would not */
