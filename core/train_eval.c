@@ -20,6 +20,16 @@ struct eval_calib {
 	void *user;
 };
 
+/* A stop requested (a signal) while a training run evaluates: the pass
+ * ends after its current batch, unrecorded (t->eval_cut), and the stop's
+ * checkpoint follows at once instead of after the whole set.  One process
+ * only: the ranks of a distributed run agree on a stop at log points, so
+ * there the evaluation runs to its end. */
+static int eval_stop(const struct trainer *t)
+{
+	return t->training && !t->dist && kiln_stop_pending();
+}
+
 /* One pass over e->set (or the first cal->max_rows of it, through
  * cal->full, calling cal->each; cal NULL: the whole set, no call): loss,
  * accuracy and top-5 into e's results. */
@@ -49,6 +59,15 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		int64_t rows = len - off < eb ? len - off : eb;
 		int s;
 		void *xd;
+		if (eval_stop(t)) {
+			/* the partial sums dropped: the checkpoint's epoch sums
+			 * read the metrics next */
+			st = trainer_read_metrics(t, &ls, &c, NULL);
+			t->eval_cut = 1;
+			kiln_log(KILN_LOG_INFO, "train", "stop requested: the %s evaluation after step %lld ends after %lld of its %lld samples, not recorded",
+				 e->name, (long long)t->step, (long long)off, (long long)len);
+			goto out;
+		}
 		for (int64_t i = 0; i < rows; i++)
 			idx[i] = off + i;
 		if ((st = trainer_load_batch(t, d, idx, rows, &s, &xd)))
@@ -123,7 +142,7 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	const struct eval_target *e = &t->ev;
 	double t0 = kiln_now_s();
 	kiln_status st = eval_now(t, e);
-	if (st)
+	if (st || t->eval_cut)
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);
 	t->iv_aside_s += kiln_now_s() - t0; /* not the log interval's training time */

@@ -482,6 +482,11 @@ TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh \
 	tests/plugin_lazy.sh
 # GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
+# A stop during an evaluation ends it within a batch, with the stop's
+# checkpoint (one that resumes).
+TESTS += tests/stop_eval.sh
+EXTRA_DIST += tests/stop_eval.sh
+# GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
 # file in (tests/data/gen_gpt2_io_refs.py)
 TESTS += tests/gpt2_io.sh
 EXTRA_DIST += tests/gpt2_io.sh tests/data/gen_gpt2_io_refs.py tests/data/gpt2_hf.safetensors \
