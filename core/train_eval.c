@@ -234,7 +234,7 @@ static kiln_status fold_open(const struct kiln_config *cfg, const struct kiln_re
 			     struct kiln_trained *tr, struct kiln_config **fcfg)
 {
 	int n = 0;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "folding", need_trained, tr);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "folding", need_trained, tr);
 	if (!st)
 		st = kiln_infer_fold_config_ex(tr->m, (struct kiln_registry *)reg, flags, fcfg, &n);
 	if (!st)
@@ -293,18 +293,24 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 		return st;
 	}
 	/* the checkpoint first: verifying it is cheap, and it must hold the
-	 * model this config describes */
-	if ((st = open_checkpoint(cfg, reg, checkpoint, ck)))
+	 * model this config describes (a weights file: as [model] init_from
+	 * reads one, no step) */
+	const int file = kiln_weights_file_given(checkpoint);
+	if (!file && (st = open_checkpoint(cfg, reg, checkpoint, ck)))
 		return st;
-	checkpoint = kiln_ckpt_path(*ck);
-	*step = kiln_ckpt_step(*ck);
+	checkpoint = file ? checkpoint : kiln_ckpt_path(*ck);
+	*step = file ? -1 : kiln_ckpt_step(*ck);
 	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
 	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, o->no_residual ? 0 : KILN_FOLD_RESIDUAL,
 				       &tr, fcfg)))
 		return st;
 	if (!(st = trainer_open(t, *fcfg ? *fcfg : cfg, reg, &tc, 0, res)))
 		st = *fcfg ? kiln_infer_fold_weights(tr.m, tr.stream, t->m, t->compute)
-			   : kiln_ckpt_load_model(*ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS);
+		     : file ? kiln_model_load_given_weights(t->m, checkpoint, t->compute)
+			    : kiln_ckpt_load_model(*ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS);
+	struct kiln_tensor_desc trained;
+	if (!st && *ck && !kiln_ckpt_sample(*ck, &trained))
+		kiln_trained_sample_warn("data.eval", &t->test.input, &trained, 1);
 	kiln_trained_close(&tr);
 	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint); /* trainer_open cleared it */
 	return st;
@@ -324,8 +330,9 @@ kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_re
 	res->resumed_step = -1;
 	if ((st = eval_open(t, cfg, reg, checkpoint, o, res, &ck, &step, &fcfg)))
 		goto out;
-	kiln_log(KILN_LOG_INFO, "eval", "%s: the weights of step %lld", res->checkpoint,
-		 (long long)step);
+	if (step >= 0)
+		kiln_log(KILN_LOG_INFO, "eval", "%s: the weights of step %lld", res->checkpoint,
+			 (long long)step);
 	const struct eval_target e = { &t->test, t->prem, &res->test_loss, &res->test_acc,
 				       &res->test_acc5, &res->test_samples, "test" };
 	double t0 = kiln_now_s();

@@ -486,6 +486,10 @@ EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py 
 # checkpoint (one that resumes).
 TESTS += tests/stop_eval.sh
 EXTRA_DIST += tests/stop_eval.sh
+# --checkpoint F.safetensors in eval, export, predict; another sample shape
+# than the checkpoint's warned of.
+TESTS += tests/weights_checkpoint.sh
+EXTRA_DIST += tests/weights_checkpoint.sh
 # GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
 # file in (tests/data/gen_gpt2_io_refs.py)
 TESTS += tests/gpt2_io.sh
