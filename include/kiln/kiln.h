@@ -703,8 +703,11 @@ struct kiln_memory {
 	int recomputed;              /* layers whose output is recomputed */
 };
 
-/* "512M", "2G", "1.5GiB", "4096": bytes (K, M, G, T are powers of 1024).
- * KILN_EINVAL for anything else. */
+/* "512M", "2G", "1.5GiB", "64kB", "4096": bytes (K, M, G, T are powers of
+ * 1024; "iB" or "B" after them optional): a decimal number (digits, at most
+ * one '.') with whitespace around it.  KILN_EINVAL for anything else (a
+ * sign, an exponent, hex, inf, a space inside, 2^64 bytes or more), *out
+ * untouched. */
 kiln_status kiln_parse_size(const char *s, size_t *out);
 
 /* Fill *out and, when f is not NULL, print the report (a table per layer:
