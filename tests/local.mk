@@ -377,6 +377,9 @@ endif
 # without it)
 TESTS += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh
 EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh tests/dist_common.sh
+# bad training data under 2 ranks: the failing rank named, the skips summed
+TESTS += tests/dist_data.sh
+EXTRA_DIST += tests/dist_data.sh
 # [plugin.cpu] async = auto: off for one process, on for each rank
 TESTS += tests/cpu_async.sh
 EXTRA_DIST += tests/cpu_async.sh

@@ -358,7 +358,10 @@ struct kiln_train_result {
 	double wall_s;
 	int64_t test_samples;
 	struct kiln_device_counters steady; /* counters over steps 2..N between log points */
-	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip) */
+	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip):
+				     * the training set's summed over the
+				     * data-parallel ranks, the evaluations'
+				     * this rank's */
 	size_t device_peak_bytes;   /* kiln_device_mem's peak over the run */
 	/* What the operating system saw: the process's peak resident memory
 	 * (VmHWM) minus its resident memory just before the model was built
