@@ -20,14 +20,16 @@ struct eval_calib {
 	void *user;
 };
 
-/* A stop requested (a signal) while a training run evaluates: the pass
+/* A stop requested (a signal) while a training run evaluates e: the pass
  * ends after its current batch, unrecorded (t->eval_cut), and the stop's
- * checkpoint follows at once instead of after the whole set.  One process
- * only: the ranks of a distributed run agree on a stop at log points, so
- * there the evaluation runs to its end. */
-static int eval_stop(const struct trainer *t)
+ * checkpoint follows at once instead of after the whole set.  The
+ * evaluations during training (t->ev) only: the final test comes after
+ * the last step's checkpoint, and a stop then lets the run finish.  One
+ * process only: the ranks of a distributed run agree on a stop at log
+ * points, so there the evaluation runs to its end. */
+static int eval_stop(const struct trainer *t, const struct eval_target *e)
 {
-	return t->training && !t->dist && kiln_stop_pending();
+	return t->training && !t->dist && e == &t->ev && kiln_stop_pending();
 }
 
 /* One pass over e->set (or the first cal->max_rows of it, through
@@ -59,7 +61,7 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		int64_t rows = len - off < eb ? len - off : eb;
 		int s;
 		void *xd;
-		if (eval_stop(t)) {
+		if (eval_stop(t, e)) {
 			/* the partial sums dropped: the checkpoint's epoch sums
 			 * read the metrics next */
 			st = trainer_read_metrics(t, &ls, &c, NULL);

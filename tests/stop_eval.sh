@@ -13,7 +13,9 @@
 # record of the cut pass; the checkpoint resumes.  Twice: the evaluation
 # point after step 2 ([train] eval_every = 2), and the epoch's evaluation
 # after its 4 steps (eval_every = 0), whose resumed run gives epoch 1 its
-# line.
+# line.  A stop during the final test ([data.val] set: the test set once
+# after training, 200,000 samples here) is not taken: the run finishes,
+# the whole test set evaluated.
 name=stopeval
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/config_lib.sh"
@@ -87,4 +89,27 @@ stop_in_eval epoch 4
 resume epoch 5
 grep -q "epoch 1/2: train loss" "$err" "$out" || fail "epoch: the resumed run gave epoch 1 no line"
 echo "epoch: resumed from step 4 (epoch 1's line, then step 5)"
+
+# the final test: SIGTERM once the epoch's line (after its evaluation on
+# [data.val]) is out
+o="$tmp/final"
+"$kiln" train "$tmp/run.ini" run.out_dir="$o" train.epochs=1 data.val.samples=64 \
+	data.eval.samples=200000 > "$tmp/final.out" 2> "$tmp/final.err" &
+pid=$!
+n=0
+until grep -q "epoch 1/1: train loss" "$tmp/final.err" 2>/dev/null; do
+	n=$((n + 1))
+	[ $n -le 3000 ] || { kill -9 "$pid"; fail "final: epoch 1 not done in 300 s"; }
+	kill -0 "$pid" 2>/dev/null || fail "final: kiln train ended early: $(tail -3 "$tmp/final.err")"
+	sleep 0.1
+done
+sleep 1
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ $rc -eq 0 ] || fail "final: exit $rc after SIGTERM, expected 0: $(tail -3 "$tmp/final.err")"
+! grep -q "ends after\|stopped at step" "$tmp/final.err" || fail "final: the stop cut the final test: $(tail -3 "$tmp/final.err")"
+grep -q '"test_samples": 200000,' "$tmp/final.out" || fail "final: not the whole test set: $(cat "$tmp/final.out")"
+! grep -q '"stopped"' "$tmp/final.out" || fail "final: the run says it stopped"
+echo "final: SIGTERM during the final test: the run finished it"
 echo "PASS"
