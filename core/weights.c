@@ -659,10 +659,12 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	st = ck ? kiln_ckpt_sample(ck, &t->sample) : KILN_ENOTFOUND;
 	if (st && st != KILN_ENOTFOUND)
 		goto out; /* a corrupt record is no reason to guess from [data] */
-	if (st && (st = data_sample(cfg, reg, &t->sample)))
-		goto out;
-	if (ck && !data_sample(cfg, reg, &data))
+	if (st)
+		st = data_sample(cfg, reg, &t->sample);
+	else if (!data_sample(cfg, reg, &data))
 		kiln_trained_sample_warn("data", &data, &t->sample, 0);
+	if (st)
+		goto out;
 	/* a checkpoint's parameter table is checked against the model its
 	 * sample gives before that model is allocated */
 	const struct kiln_model_precheck pre = { trained_precheck, ck };
