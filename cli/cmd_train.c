@@ -208,7 +208,7 @@ const char cmd_train_about[] =
 	"that run's files first (other files stay); --resume with --overwrite is an\n"
 	"error.  One run at a time: a second run in a busy out_dir fails at once.\n"
 	"SIGTERM, SIGUSR1 or SIGINT (Ctrl-C) finishes the current step (or batch of\n"
-	"an evaluation, one process), writes a checkpoint and exits 0;\n"
+	"an evaluation), writes a checkpoint and exits 0;\n"
 	"a repeat within 5 s is ignored, a later one ends the process at once.\n\n"
 	"--profile (= run.profile=1): time every device op, print a table of self time\n"
 	"per layer and op at the end, write out_dir/profile.txt and a Chrome trace\n"

@@ -159,13 +159,14 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 }
 
 /* A stop that cut the evaluation after an epoch's steps short (t->k one
- * past the last step): the checkpoint at the epoch's offset so far, unless
- * this run wrote that step's already.  One process (eval_stop). */
+ * past the last step; every rank, eval_stop): the checkpoint at the
+ * epoch's offset so far, unless this run wrote that step's already (the
+ * step a run resumed at is written again: its result names a checkpoint). */
 kiln_status trainer_checkpoint_stop(struct trainer *t)
 {
 	trainer_take_stop();
 	t->stopping = 1;
-	if (t->ckpt_step == t->step && *t->res->checkpoint)
+	if (t->ckpt_step == t->step && t->step > t->step0)
 		return KILN_OK;
 	return checkpoint_at(t, t->k * t->G);
 }

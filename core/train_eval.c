@@ -20,16 +20,41 @@ struct eval_calib {
 	void *user;
 };
 
-/* A stop requested (a signal) while a training run evaluates e: the pass
- * ends after its current batch, unrecorded (t->eval_cut), and the stop's
- * checkpoint follows at once instead of after the whole set.  The
- * evaluations during training (t->ev) only: the final test comes after
- * the last step's checkpoint, and a stop then lets the run finish.  One
- * process only: the ranks of a distributed run agree on a stop at log
- * points, so there the evaluation runs to its end. */
-static int eval_stop(const struct trainer *t, const struct eval_target *e)
+/* How often (in batches) the data-parallel ranks agree on a stop during
+ * an evaluation: a host allreduce of one number each time. */
+#define EVAL_STOP_EVERY 16
+
+/* Whether a stop requested (a signal) while a training run evaluates e
+ * ends the pass before batch b (*stop): unrecorded (t->eval_cut), the
+ * stop's checkpoint following at once instead of after the whole set.
+ * The evaluations during training (t->ev) only: the final test comes
+ * after the last step's checkpoint, and a stop then lets the run finish.
+ * Data-parallel ranks (each evaluates the whole set, so all reach batch b)
+ * agree every EVAL_STOP_EVERY batches, a stop on any rank stopping all
+ * (t->dist_stop, as at log points); with [dist] pipeline stages on ranks
+ * the evaluation runs to its end (the stages' groups would not agree). */
+static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int64_t b, int *stop)
 {
-	return t->training && !t->dist && e == &t->ev && kiln_stop_pending();
+	*stop = 0;
+	if (!t->training || e != &t->ev)
+		return KILN_OK;
+	if (!t->dist) {
+		*stop = kiln_stop_pending();
+		return KILN_OK;
+	}
+	if (t->eval_staged || t->pipe_P > 1)
+		return KILN_OK;
+	/* (agreed at the log point before this evaluation: every rank's) */
+	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {
+		double any = kiln_stop_pending();
+		kiln_status st = kiln_dist_sum_host(t->dist, &any, 1, t->compute);
+		if (st)
+			return kiln_error_wrap(st, "rank %d of %d: agreeing on a stop during the evaluation",
+					       t->rank, t->world);
+		t->dist_stop = any > 0;
+	}
+	*stop = t->dist_stop;
+	return KILN_OK;
 }
 
 /* One pass over e->set (or the first cal->max_rows of it, through
@@ -59,9 +84,11 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		goto out;
 	for (int64_t off = 0; off < len; off += eb) {
 		int64_t rows = len - off < eb ? len - off : eb;
-		int s;
+		int s, stop;
 		void *xd;
-		if (eval_stop(t, e)) {
+		if ((st = eval_stop(t, e, off / eb, &stop)))
+			goto out;
+		if (stop) {
 			/* the partial sums dropped: the checkpoint's epoch sums
 			 * read the metrics next */
 			st = trainer_read_metrics(t, &ls, &c, NULL);

@@ -13,7 +13,9 @@
 # record of the cut pass; the checkpoint resumes.  Twice: the evaluation
 # point after step 2 ([train] eval_every = 2), and the epoch's evaluation
 # after its 4 steps (eval_every = 0), whose resumed run gives epoch 1 its
-# line.  A stop during the final test ([data.val] set: the test set once
+# line.  Under `kiln launch -n 2` (with kiln-gloo) the ranks agree every 16
+# evaluation batches: SIGTERM to the launcher stops both within 20 s too,
+# and 1 process resumes rank 0's checkpoint.  A stop during the final test ([data.val] set: the test set once
 # after training, 200,000 samples here) is not taken: the run finishes,
 # the whole test set evaluated.
 name=stopeval
@@ -27,14 +29,21 @@ name=stopeval
 	ini train epochs=2 batch=16 eval_batch=64 log_every=2 lr=0.01
 } > "$tmp/run.ini"
 
-# stop_in_eval CASE STEP OVERRIDE...: train until the log point of step
-# STEP is in metrics.jsonl (the evaluation follows it), SIGTERM a second
-# later; the run must end within 20 s, stopped, its checkpoint ckpt-STEP
+# stop_in_eval CASE STEP [launch -n N --] OVERRIDE...: train (under kiln
+# launch when the words up to -- say so) until the log point of step STEP
+# is in metrics.jsonl (the evaluation follows it), SIGTERM a second later;
+# the run must end within 20 s, stopped, its checkpoint ckpt-STEP
 stop_in_eval() {
 	c=$1 step=$2
 	shift 2
 	o="$tmp/$c"
-	"$kiln" train "$tmp/run.ini" run.out_dir="$o" "$@" > "$tmp/$c.out" 2> "$tmp/$c.err" &
+	launch=
+	if [ "${1:-}" = launch ]; then
+		launch="$kiln launch $2 $3 --"
+		shift 4
+	fi
+	timeout --preserve-status 600 $launch "$kiln" train "$tmp/run.ini" run.out_dir="$o" "$@" \
+		> "$tmp/$c.out" 2> "$tmp/$c.err" &
 	pid=$!
 	n=0
 	until grep -q "\"event\":\"train\",\"epoch\":1,\"step\":$step," "$o/metrics.jsonl" 2>/dev/null; do
@@ -49,6 +58,8 @@ stop_in_eval() {
 	while kill -0 "$pid" 2>/dev/null; do
 		n=$((n + 1))
 		if [ $n -gt 200 ]; then
+			kill -TERM "$pid" # a repeat after 5 s ends the process at once
+			sleep 1
 			kill -9 "$pid"
 			fail "$c: still running 20 s after SIGTERM during the evaluation: $(tail -2 "$tmp/$c.err")"
 		fi
@@ -57,7 +68,7 @@ stop_in_eval() {
 	wait "$pid"
 	rc=$?
 	[ $rc -eq 0 ] || fail "$c: exit $rc after SIGTERM, expected 0: $(tail -3 "$tmp/$c.err")"
-	grep -q "stop requested: the test evaluation after step $step ends after [0-9]* of its 1000000 samples, not recorded" "$tmp/$c.err" ||
+	grep -q "stop requested: the test evaluation after step $step ends after [0-9]* of its [0-9]*000 samples, not recorded" "$tmp/$c.err" ||
 		fail "$c: no 'evaluation ... ends after' line: $(tail -4 "$tmp/$c.err")"
 	grep -q "kiln: stopped at step $step: checkpoint written to $o/checkpoints/ckpt-$step.kiln" "$tmp/$c.err" ||
 		fail "$c: not stopped at step $step with its checkpoint: $(tail -3 "$tmp/$c.err")"
@@ -89,6 +100,17 @@ stop_in_eval epoch 4
 resume epoch 5
 grep -q "epoch 1/2: train loss" "$err" "$out" || fail "epoch: the resumed run gave epoch 1 no line"
 echo "epoch: resumed from step 4 (epoch 1's line, then step 5)"
+
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
+	# 2 ranks of batch 16: 2 steps an epoch, the evaluation after step 2
+	stop_in_eval ddp 2 launch -n 2 run.comm=gloo train.eval_every=2 data.eval.samples=400000
+	[ "$(grep -c "stop requested: the test evaluation after step 2 ends after" "$tmp/ddp.err")" = 2 ] ||
+		fail "ddp: not both ranks cut the evaluation: $(grep "ends after" "$tmp/ddp.err")"
+	resume ddp 3 train.eval_every=2 data.eval.samples=400000
+	echo "ddp: resumed from 2 ranks' step 2 on 1 process to step 3"
+else
+	echo "(no kiln-gloo: the data-parallel case skipped)"
+fi
 
 # the final test: SIGTERM once the epoch's line (after its evaluation on
 # [data.val]) is out
