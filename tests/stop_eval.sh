@@ -45,13 +45,7 @@ stop_in_eval() {
 	timeout --preserve-status 600 $launch "$kiln" train "$tmp/run.ini" run.out_dir="$o" "$@" \
 		> "$tmp/$c.out" 2> "$tmp/$c.err" &
 	pid=$!
-	n=0
-	until grep -q "\"event\":\"train\",\"epoch\":1,\"step\":$step," "$o/metrics.jsonl" 2>/dev/null; do
-		n=$((n + 1))
-		[ $n -le 3000 ] || { kill -9 "$pid"; fail "$c: step $step not logged in 300 s"; }
-		kill -0 "$pid" 2>/dev/null || fail "$c: kiln train ended early: $(tail -3 "$tmp/$c.err")"
-		sleep 0.1
-	done
+	wait_line "$pid" "$o/metrics.jsonl" "\"event\":\"train\",\"epoch\":1,\"step\":$step," "$c" "$tmp/$c.err"
 	sleep 1
 	kill -TERM "$pid"
 	n=0
@@ -118,13 +112,7 @@ o="$tmp/final"
 "$kiln" train "$tmp/run.ini" run.out_dir="$o" train.epochs=1 data.val.samples=64 \
 	data.eval.samples=200000 > "$tmp/final.out" 2> "$tmp/final.err" &
 pid=$!
-n=0
-until grep -q "epoch 1/1: train loss" "$tmp/final.err" 2>/dev/null; do
-	n=$((n + 1))
-	[ $n -le 3000 ] || { kill -9 "$pid"; fail "final: epoch 1 not done in 300 s"; }
-	kill -0 "$pid" 2>/dev/null || fail "final: kiln train ended early: $(tail -3 "$tmp/final.err")"
-	sleep 0.1
-done
+wait_line "$pid" "$tmp/final.err" "epoch 1/1: train loss" final "$tmp/final.err"
 sleep 1
 kill -TERM "$pid"
 wait "$pid"
