@@ -16,7 +16,10 @@ const char cmd_eval_about[] =
 	"written by `kiln train`; default: the newest usable one in [run]\n"
 	"out_dir/checkpoints) on FILE's [data.eval].  The checkpoint is verified\n"
 	"completely first, and the keys that shape its tensors (the [layer.*] keys;\n"
-	"not [model] init_from or layout) must equal FILE's.\n"
+	"not [model] init_from or layout) must equal FILE's.  CKPT may be a weights\n"
+	"file instead (safetensors or llm.c's model file, read as [model] init_from\n"
+	"reads one; step -1).  A [data.eval] whose samples differ from those the\n"
+	"checkpoint's model was trained on is warned of (its samples are evaluated).\n"
 	"stdout gets one JSON line: checkpoint, step, test_loss, test_acc, test_samples,\n"
 	"eval_samples_per_s.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error (or another model),\n"
@@ -71,8 +74,12 @@ int cmd_eval(int argc, char **argv)
 		       "\"eval_samples_per_s\": %.1f}\n",
 		       (long long)r.steps, r.test_loss, r.test_acc, (long long)r.test_samples,
 		       r.eval_samples_per_s);
-		fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; checkpoint of step %lld)\n",
-			r.test_loss, 100 * r.test_acc, (long long)r.test_samples, (long long)r.steps);
+		if (r.steps >= 0)
+			fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; checkpoint of step %lld)\n",
+				r.test_loss, 100 * r.test_acc, (long long)r.test_samples, (long long)r.steps);
+		else /* a weights file, or a quantized one without its step */
+			fprintf(stderr, "test loss %.4f acc %.2f%% (%lld samples; the weights of %s)\n",
+				r.test_loss, 100 * r.test_acc, (long long)r.test_samples, r.checkpoint);
 	}
 	kiln_registry_close(reg);
 	kiln_config_free(cfg);

@@ -17,8 +17,10 @@ const char cmd_generate_usage[] =
 	"                     [--vocab vocab.json --merges merges.txt] [section.key=value ...]\n";
 const char cmd_generate_about[] =
 	"Load the model CONFIG describes (a model on token sequences, [data] source =\n"
-	"tokens; the sample shape comes from [data]) with the weights of checkpoint CKPT,\n"
-	"else of the newest usable checkpoint in [run] out_dir/checkpoints, else of\n"
+	"tokens; the sample shape comes from the checkpoint, else [data]; a [data] that\n"
+	"differs is warned of) with the weights of checkpoint CKPT (or of a weights file,\n"
+	"safetensors or llm.c's, read as [model] init_from reads one), else of the\n"
+	"newest usable checkpoint in [run] out_dir/checkpoints, else of\n"
 	"[model] init_from (none of them: an error), feed the prompt's tokens and draw N\n"
 	"more, one at a time, with the attention layers' keys and values cached (the\n"
 	"prefix is never recomputed).  Prints the prompt and the new text to stdout.\n"

@@ -124,33 +124,6 @@ struct pack_opts {
 	char **over;  /* the overrides, borrowed from argv */
 };
 
-/* "64M", "1G", "512k", "100000": bytes (K, M, G, T are powers of 1024; an
- * optional trailing "B" or "iB" is allowed). */
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (end == s || errno || !(v > 0))
-		return -1;
-	uint64_t mul = 1;
-	switch (*end) {
-	case 'k': case 'K': mul = 1ull << 10; end++; break;
-	case 'm': case 'M': mul = 1ull << 20; end++; break;
-	case 'g': case 'G': mul = 1ull << 30; end++; break;
-	case 't': case 'T': mul = 1ull << 40; end++; break;
-	default: break;
-	}
-	if (mul > 1 && *end == 'i')
-		end++;
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end || v * (double)mul > 9e18 || v * (double)mul < 1)
-		return -1;
-	*out = (uint64_t)(v * (double)mul);
-	return 0;
-}
-
 static int parse_int(const char *s, long lo, long hi, int *out)
 {
 	char *end;
@@ -234,8 +207,10 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 				return usage_error("--split '%s': a plain name such as train or test", val);
 			o->split = val;
 		} else if (!strcmp(name, "--shard-size")) {
-			if (parse_size(val, &o->shard_size) || o->shard_size < 4096)
+			size_t sz; /* [run] memory_limit's sizes (kiln_parse_size) */
+			if (kiln_parse_size(val, &sz) || sz < 4096)
 				return usage_error("--shard-size '%s': a size such as 64M, 1G or 500000 (at least 4096 bytes)", val);
+			o->shard_size = sz;
 		} else if (!strcmp(name, "--store")) {
 			if (!strcmp(val, "raw"))
 				o->store = REC_RAW;

@@ -71,7 +71,7 @@ kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln
 {
 	struct kiln_trained t;
 	*out = NULL;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "generating with", 1, &t);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "generating with", 1, &t);
 	if (st)
 		return st;
 	if (t.sample.dtype != KILN_I32 || t.sample.ndim != 1) {
@@ -80,12 +80,8 @@ kiln_status kiln_generator_open(const struct kiln_config *cfg, const struct kiln
 				  kiln_config_where(cfg, "data", "source"), kiln_dtype_name(t.sample.dtype));
 	}
 	/* the context: the sequence length the model was trained on (the
-	 * checkpoint's record); a [data] context that differs is not used */
-	int64_t data_ctx;
-	if (!kiln_config_get_int(cfg, "data", "context", &data_ctx) && data_ctx != t.sample.dims[0])
-		kiln_log(KILN_LOG_WARN, "core", "%s: [data] context = %lld is not used: the checkpoint's model was trained on %lld tokens, the context generation uses",
-			 kiln_config_where(cfg, "data", "context"), (long long)data_ctx,
-			 (long long)t.sample.dims[0]);
+	 * checkpoint's record; a [data] context that differs is warned of
+	 * and not used, kiln_trained_open) */
 	if ((st = kiln_generator_new(t.m, t.stream, t.sample.dims[0], out))) {
 		kiln_trained_close(&t);
 		return st;

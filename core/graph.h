@@ -540,11 +540,13 @@ kiln_status kiln_summary_log(const struct kiln_summary *s);
 
 /* core/weights.c.  A model with its weights, as `kiln export` and
  * `kiln generate` load it: [run] device opened, the model built for the
- * sample shape training reads from [data], then the weights of
- * `checkpoint` (NULL: the newest usable one in [run] out_dir/checkpoints),
- * or of the weights file `weights` (safetensors or llm.c's, read as
- * [model] init_from reads one, in its place; `kiln predict --checkpoint
- * F.safetensors`; no checkpoint with it), else [run] seed and [model]
+ * sample shape training read (the checkpoint's record, else [data]'s; a
+ * [data] that differs is warned of, kiln_trained_sample_warn), then the
+ * weights of `checkpoint` (NULL: the newest usable one in [run]
+ * out_dir/checkpoints), a kiln checkpoint or a weights file
+ * (kiln_weights_file_given: safetensors or llm.c's, read as [model]
+ * init_from reads one, in its place; `kiln predict|eval|export|generate
+ * --checkpoint F.safetensors`), else [run] seed and [model]
  * init_from (with a warning; KILN_ECONFIG when
  * need_trained and there is no init_from either); need_trained < 0: no
  * weights at all (undefined values, nothing drawn), no checkpoint or
@@ -560,8 +562,21 @@ struct kiln_trained {
 	struct kiln_tensor_desc sample;
 };
 kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			      const char *checkpoint, const char *weights, const char *verb,
-			      int need_trained, struct kiln_trained *t);
+			      const char *checkpoint, const char *verb, int need_trained,
+			      struct kiln_trained *t);
+/* Whether path, given as a checkpoint, is a weights file instead: one
+ * that can be read and is no kiln checkpoint (a missing one stays a
+ * checkpoint, for its error). */
+int kiln_weights_file_given(const char *path);
+/* The weights of such a file into m, as [model] init_from reads them; a
+ * failure says it is no checkpoint either. */
+kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path, void *stream);
+/* A warning when [section]'s sample (data) is not the one the checkpoint's
+ * model was trained on (trained), saying which one is used (data_used:
+ * [section]'s, as `kiln eval` evaluates its samples; else the
+ * checkpoint's, as export, predict and generate build the model). */
+void kiln_trained_sample_warn(const char *section, const struct kiln_tensor_desc *data,
+			      const struct kiln_tensor_desc *trained, int data_used);
 void kiln_trained_close(struct kiln_trained *t);
 /* core/weights.c: IEEE half to float (subnormals, infinities, NaNs). */
 float kiln_half_to_float(uint16_t h);

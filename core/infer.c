@@ -81,12 +81,11 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	 * plan is prepared, unless the config chose ([plugin.cpu] conv_impl) */
 	if (!st && !kiln_config_get(cfg, "plugin.cpu", "conv_impl"))
 		st = kiln_config_override(cfg, "plugin.cpu.conv_impl=auto");
-	const int is_ckpt = weights && kiln_ckpt_is_checkpoint(weights);
 	/* a quantized model: the config's model's shape, its weights the file's;
 	 * with no checkpoint, init_from or the seeded initial weights, with a
 	 * warning, as `kiln export` takes them (docs/inference.md) */
-	if (st || (st = kiln_trained_open(cfg, reg, is_ckpt ? weights : NULL, is_ckpt ? NULL : weights,
-				    "predicting with", m->quantized ? -1 : 0, &m->t)) ||
+	if (st || (st = kiln_trained_open(cfg, reg, weights, "predicting with",
+				    m->quantized ? -1 : 0, &m->t)) ||
 	    (st = kiln_infer_prepare(m))) {
 		kiln_infer_free(m);
 		return st;

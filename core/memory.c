@@ -9,7 +9,7 @@
 #include "run_config.h"
 #include "dist.h" /* kiln_dist_env_read: the ranks share the training set */
 
-#include <errno.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -126,13 +126,30 @@ static size_t trainer_host_bytes(const struct kiln_dataset *ds, const struct kil
 	       (eval_order ? (size_t)es->len * sizeof(int64_t) : 0);
 }
 
+/* A decimal number (digits, at most one '.', a digit on one side of it)
+ * at s: its length, 0 when there is none.  No sign, exponent, hex, inf or
+ * nan (strtod's). */
+static size_t decimal_len(const char *s)
+{
+	size_t n = 0, digits = 0;
+	while (isdigit((unsigned char)s[n]))
+		n++, digits++;
+	if (s[n] == '.')
+		for (n++; isdigit((unsigned char)s[n]); n++)
+			digits++;
+	return digits ? n : 0;
+}
+
 kiln_status kiln_parse_size(const char *s, size_t *out)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (end == s || errno || !(v >= 0))
+	const char *p = s;
+	while (isspace((unsigned char)*p))
+		p++;
+	const size_t n = decimal_len(p);
+	if (!n)
 		return KILN_EINVAL;
+	const double v = strtod(p, NULL); /* what decimal_len took, nothing more */
+	const char *end = p + n;
 	double mult = 1;
 	switch (*end) {
 	case 'k': case 'K': mult = 1024.0; end++; break;
@@ -144,6 +161,8 @@ kiln_status kiln_parse_size(const char *s, size_t *out)
 	if (mult > 1 && *end == 'i')
 		end++;
 	if (*end == 'B' || *end == 'b')
+		end++;
+	while (isspace((unsigned char)*end))
 		end++;
 	if (*end || v * mult >= 1.8e19)
 		return KILN_EINVAL;
@@ -159,12 +178,8 @@ static kiln_status auto_batch(struct mem_setup *s, int64_t *batch)
 	const struct kiln_config *cfg = s->cfg;
 	const char *lim = s->run.memory_limit;
 	struct kiln_memory mem;
-	size_t limit = 0, total = 0;
+	size_t limit = s->run.memory_limit_bytes, total = 0; /* kiln_run_cfg_read's */
 	kiln_status st;
-	if (*lim && kiln_parse_size(lim, &limit))
-		return kiln_error(KILN_ECONFIG,
-				  "%s: [run] memory_limit = '%s': expected bytes or a size such as 512M or 2G",
-				  kiln_config_where(cfg, "run", "memory_limit"), lim);
 	if (!limit && (st = kiln_device_mem_info(s->dev, &limit, &total)))
 		return st;
 	/* a rank's batch: the data-parallel ranks (the world over [dist]

@@ -460,7 +460,7 @@ kiln_status kiln_export_onnx(const struct kiln_config *cfg, const struct kiln_re
 			     const char *checkpoint, const char *path)
 {
 	struct kiln_trained t;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "exporting", 0, &t);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t);
 	if (st)
 		return st;
 	if (!(st = export_model(t.m, t.stream, path)))

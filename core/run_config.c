@@ -37,6 +37,38 @@ static void get_str(const struct kiln_config *cfg, const char *sec, const char *
 		*st = kiln_config_get_str(cfg, sec, key, out);
 }
 
+/* "1 byte", "512 bytes", "1.5 KiB", "2.0 MiB": n in a unit a reader
+ * takes in at once. */
+static void size_text(size_t n, char *buf, size_t len)
+{
+	if (n < 1024)
+		snprintf(buf, len, "%zu byte%s", n, n == 1 ? "" : "s");
+	else if (n < (size_t)1 << 20)
+		snprintf(buf, len, "%.1f KiB", (double)n / 1024.0);
+	else
+		snprintf(buf, len, "%.1f MiB", (double)n / 1048576.0);
+}
+
+/* [run] memory_limit in bytes (kiln_parse_size), at least 1 MiB: less
+ * plans no model and is a unit left out (1.5 is one byte). */
+static void read_memory_limit(const struct kiln_config *cfg, struct kiln_run_cfg *out,
+			      kiln_status *st)
+{
+	const char *v = out->memory_limit, *where;
+	char sz[64];
+	if (*st || !*v)
+		return;
+	where = kiln_config_where(cfg, "run", "memory_limit");
+	if (kiln_parse_size(v, &out->memory_limit_bytes))
+		*st = kiln_error(KILN_ECONFIG, "%s: [run] memory_limit = '%s': expected a decimal number of bytes, optionally with K, M, G or T (powers of 1024; KiB or MB read the same), such as 512M or 2G",
+				 where, v);
+	else if (out->memory_limit_bytes < KILN_MEMORY_LIMIT_MIN) {
+		size_text(out->memory_limit_bytes, sz, sizeof sz);
+		*st = kiln_error(KILN_ECONFIG, "%s: [run] memory_limit = '%s' is %s: too small to plan a model in (at least 1 MiB; a unit such as 512M or 2G)",
+				 where, v, sz);
+	}
+}
+
 kiln_status kiln_run_cfg_read(const struct kiln_config *cfg, struct kiln_run_cfg *out)
 {
 	kiln_status st = KILN_OK;
@@ -45,6 +77,7 @@ kiln_status kiln_run_cfg_read(const struct kiln_config *cfg, struct kiln_run_cfg
 	get_str(cfg, "run", "precision", &out->precision, &st);
 	get_str(cfg, "run", "out_dir", &out->out_dir, &st);
 	get_str(cfg, "run", "memory_limit", &out->memory_limit, &st);
+	read_memory_limit(cfg, out, &st);
 	get_int(cfg, "run", "seed", &out->seed, &st);
 	get_int(cfg, "run", "threads", &out->threads, &st);
 	get_bool(cfg, "run", "deterministic", &out->deterministic, &st);

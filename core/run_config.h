@@ -12,6 +12,9 @@
 
 #include "internal.h"
 
+/* [run] memory_limit's least value: 1 MiB */
+#define KILN_MEMORY_LIMIT_MIN ((size_t)1 << 20)
+
 /* [run], the keys the core itself reads (plugins and the profiler read
  * their own). */
 struct kiln_run_cfg {
@@ -19,6 +22,7 @@ struct kiln_run_cfg {
 	const char *precision;
 	const char *out_dir;      /* "" = none */
 	const char *memory_limit; /* "" = what the device reports free */
+	size_t memory_limit_bytes; /* memory_limit in bytes; 0 for "" */
 	int64_t seed;
 	int64_t threads;          /* 0 = one per CPU of the affinity mask */
 	int deterministic;

@@ -180,6 +180,7 @@ struct trainer {
 	int64_t ep, k, k0;         /* epoch, step of the epoch, the epoch's first */
 	int64_t step, step0, interval_start; /* optimizer steps done: now, at the start, at the last log */
 	int stopping, stop_early;
+	int eval_cut;              /* a stop cut the last evaluation short (eval_stop) */
 	int res_slot;
 	void *res_x;               /* resident = 1: the one batch's device input */
 	double timed_s;
@@ -273,6 +274,7 @@ kiln_status trainer_final_test(struct trainer *t);
 /* train_ckpt.c */
 kiln_status trainer_checkpoint_point(struct trainer *t);
 kiln_status trainer_checkpoint_last(struct trainer *t);
+kiln_status trainer_checkpoint_stop(struct trainer *t);
 kiln_status trainer_keep_best(struct trainer *t, double loss, double acc);
 kiln_status trainer_resume_read(struct trainer *t, int *found);
 

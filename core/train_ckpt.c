@@ -123,24 +123,14 @@ static kiln_status checkpoint_done(struct trainer *t, const char *path)
 	return KILN_OK;
 }
 
-/* After step t->step: a checkpoint every checkpoint_every steps, after the
- * run's last one (checkpoint_last, or checkpoint_every set), and when a
- * stop was requested (t->stopping; the ranks agree on a stop at log
- * points, each reads its own signal at a different moment). */
-kiln_status trainer_checkpoint_point(struct trainer *t)
+/* The checkpoint of the state after step t->step, at sample offset of
+ * epoch t->ep (a host sync point), or a stop's warning without out_dir. */
+static kiln_status checkpoint_at(struct trainer *t, int64_t offset)
 {
-	const struct kiln_train_cfg *tc = &t->tc;
-	const int64_t step = t->step, every = tc->checkpoint_every;
-	int final = (tc->max_steps && step == tc->max_steps) ||
-		    (t->ep + 1 == tc->epochs && t->k + 1 == t->steps_per_epoch);
 	kiln_status st;
-	t->stopping = t->dist ? t->dist_stop : trainer_take_stop();
-	if (!t->stopping && !(every && step % every == 0) &&
-	    !(final && (every || tc->checkpoint_last)))
-		return KILN_OK;
 	t->pos.epoch = t->ep;
-	t->pos.step = step;
-	t->pos.offset = (t->k + 1) * t->G;
+	t->pos.step = t->step;
+	t->pos.offset = offset;
 	if (!*t->ckdir) {
 		if (t->stopping)
 			kiln_log(KILN_LOG_WARN, "train", "stop requested: [run] out_dir is empty, so no checkpoint is written");
@@ -152,6 +142,36 @@ kiln_status trainer_checkpoint_point(struct trainer *t)
 		return st;
 	trainer_counters_mark(t);
 	return KILN_OK;
+}
+
+/* After step t->step: a checkpoint every checkpoint_every steps, after the
+ * run's last one (checkpoint_last, or checkpoint_every set), and when a
+ * stop was requested (t->stopping; the ranks agree on a stop at log
+ * points, each reads its own signal at a different moment). */
+kiln_status trainer_checkpoint_point(struct trainer *t)
+{
+	const struct kiln_train_cfg *tc = &t->tc;
+	const int64_t step = t->step, every = tc->checkpoint_every;
+	int final = (tc->max_steps && step == tc->max_steps) ||
+		    (t->ep + 1 == tc->epochs && t->k + 1 == t->steps_per_epoch);
+	t->stopping = t->dist ? t->dist_stop : trainer_take_stop();
+	if (!t->stopping && !(every && step % every == 0) &&
+	    !(final && (every || tc->checkpoint_last)))
+		return KILN_OK;
+	return checkpoint_at(t, (t->k + 1) * t->G);
+}
+
+/* A stop that cut the evaluation after an epoch's steps short (t->k one
+ * past the last step; every rank, eval_stop): the checkpoint at the
+ * epoch's offset so far, unless this run wrote that step's already (the
+ * step a run resumed at is written again: its result names a checkpoint). */
+kiln_status trainer_checkpoint_stop(struct trainer *t)
+{
+	trainer_take_stop();
+	t->stopping = 1;
+	if (t->ckpt_step == t->step && t->step > t->step0)
+		return KILN_OK;
+	return checkpoint_at(t, t->k * t->G);
 }
 
 /* After the loop: an early stop's checkpoint_last (the evaluation that

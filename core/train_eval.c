@@ -20,6 +20,43 @@ struct eval_calib {
 	void *user;
 };
 
+/* How often (in batches) the data-parallel ranks agree on a stop during
+ * an evaluation: a host allreduce of one number each time. */
+#define EVAL_STOP_EVERY 16
+
+/* Whether a stop requested (a signal) while a training run evaluates e
+ * ends the pass before batch b (*stop): unrecorded (t->eval_cut), the
+ * stop's checkpoint following at once instead of after the whole set.
+ * The evaluations during training (t->ev) only: the final test comes
+ * after the last step's checkpoint, and a stop then lets the run finish.
+ * Data-parallel ranks (each evaluates the whole set, so all reach batch b)
+ * agree every EVAL_STOP_EVERY batches, a stop on any rank stopping all
+ * (t->dist_stop, as at log points); with [dist] pipeline stages on ranks
+ * the evaluation runs to its end (the stages' groups would not agree). */
+static kiln_status eval_stop(struct trainer *t, const struct eval_target *e, int64_t b, int *stop)
+{
+	*stop = 0;
+	if (!t->training || e != &t->ev)
+		return KILN_OK;
+	if (!t->dist) {
+		*stop = kiln_stop_pending();
+		return KILN_OK;
+	}
+	if (t->eval_staged || t->pipe_P > 1)
+		return KILN_OK;
+	/* (agreed at the log point before this evaluation: every rank's) */
+	if (!t->dist_stop && b % EVAL_STOP_EVERY == 0) {
+		double any = kiln_stop_pending();
+		kiln_status st = kiln_dist_sum_host(t->dist, &any, 1, t->compute);
+		if (st)
+			return kiln_error_wrap(st, "rank %d of %d: agreeing on a stop during the evaluation",
+					       t->rank, t->world);
+		t->dist_stop = any > 0;
+	}
+	*stop = t->dist_stop;
+	return KILN_OK;
+}
+
 /* One pass over e->set (or the first cal->max_rows of it, through
  * cal->full, calling cal->each; cal NULL: the whole set, no call): loss,
  * accuracy and top-5 into e's results. */
@@ -47,8 +84,19 @@ static kiln_status eval_pass_cal(struct trainer *t, const struct eval_target *e,
 		goto out;
 	for (int64_t off = 0; off < len; off += eb) {
 		int64_t rows = len - off < eb ? len - off : eb;
-		int s;
+		int s, stop;
 		void *xd;
+		if ((st = eval_stop(t, e, off / eb, &stop)))
+			goto out;
+		if (stop) {
+			/* the partial sums dropped: the checkpoint's epoch sums
+			 * read the metrics next */
+			st = trainer_read_metrics(t, &ls, &c, NULL);
+			t->eval_cut = 1;
+			kiln_log(KILN_LOG_INFO, "train", "stop requested: the %s evaluation after step %lld ends after %lld of its %lld samples, not recorded",
+				 e->name, (long long)t->step, (long long)off, (long long)len);
+			goto out;
+		}
 		for (int64_t i = 0; i < rows; i++)
 			idx[i] = off + i;
 		if ((st = trainer_load_batch(t, d, idx, rows, &s, &xd)))
@@ -123,7 +171,7 @@ kiln_status trainer_evaluate(struct trainer *t, int64_t offset, int log, int rec
 	const struct eval_target *e = &t->ev;
 	double t0 = kiln_now_s();
 	kiln_status st = eval_now(t, e);
-	if (st)
+	if (st || t->eval_cut)
 		return st;
 	t->res->eval_samples_per_s = (double)e->set->len / (kiln_now_s() - t0);
 	t->iv_aside_s += kiln_now_s() - t0; /* not the log interval's training time */
@@ -215,7 +263,7 @@ static kiln_status fold_open(const struct kiln_config *cfg, const struct kiln_re
 			     struct kiln_trained *tr, struct kiln_config **fcfg)
 {
 	int n = 0;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "folding", need_trained, tr);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "folding", need_trained, tr);
 	if (!st)
 		st = kiln_infer_fold_config_ex(tr->m, (struct kiln_registry *)reg, flags, fcfg, &n);
 	if (!st)
@@ -274,18 +322,24 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 		return st;
 	}
 	/* the checkpoint first: verifying it is cheap, and it must hold the
-	 * model this config describes */
-	if ((st = open_checkpoint(cfg, reg, checkpoint, ck)))
+	 * model this config describes (a weights file: as [model] init_from
+	 * reads one, no step) */
+	const int file = kiln_weights_file_given(checkpoint);
+	if (!file && (st = open_checkpoint(cfg, reg, checkpoint, ck)))
 		return st;
-	checkpoint = kiln_ckpt_path(*ck);
-	*step = kiln_ckpt_step(*ck);
+	checkpoint = file ? checkpoint : kiln_ckpt_path(*ck);
+	*step = file ? -1 : kiln_ckpt_step(*ck);
 	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint);
 	if (o->fold && (st = fold_open(cfg, reg, checkpoint, 1, o->no_residual ? 0 : KILN_FOLD_RESIDUAL,
 				       &tr, fcfg)))
 		return st;
 	if (!(st = trainer_open(t, *fcfg ? *fcfg : cfg, reg, &tc, 0, res)))
 		st = *fcfg ? kiln_infer_fold_weights(tr.m, tr.stream, t->m, t->compute)
-			   : kiln_ckpt_load_model(*ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS);
+		     : file ? kiln_model_load_given_weights(t->m, checkpoint, t->compute)
+			    : kiln_ckpt_load_model(*ck, t->m, t->compute, KILN_CKPT_LOAD_WEIGHTS);
+	struct kiln_tensor_desc trained;
+	if (!st && *ck && !kiln_ckpt_sample(*ck, &trained))
+		kiln_trained_sample_warn("data.eval", &t->test.input, &trained, 1);
 	kiln_trained_close(&tr);
 	snprintf(res->checkpoint, sizeof res->checkpoint, "%s", checkpoint); /* trainer_open cleared it */
 	return st;
@@ -305,8 +359,9 @@ kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_re
 	res->resumed_step = -1;
 	if ((st = eval_open(t, cfg, reg, checkpoint, o, res, &ck, &step, &fcfg)))
 		goto out;
-	kiln_log(KILN_LOG_INFO, "eval", "%s: the weights of step %lld", res->checkpoint,
-		 (long long)step);
+	if (step >= 0)
+		kiln_log(KILN_LOG_INFO, "eval", "%s: the weights of step %lld", res->checkpoint,
+			 (long long)step);
 	const struct eval_target e = { &t->test, t->prem, &res->test_loss, &res->test_acc,
 				       &res->test_acc5, &res->test_samples, "test" };
 	double t0 = kiln_now_s();

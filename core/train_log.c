@@ -331,6 +331,19 @@ static void memory_line(struct trainer *t)
 		 t->rank, t->rank % t->pipe_P, peak, live, hwm);
 }
 
+/* The bad samples the run's sets replaced (on_error = skip): the
+ * training set's summed over the data-parallel ranks (each reads its own
+ * share), the evaluations' this rank's (every rank evaluates the whole
+ * set).  Every rank's call (a collective). */
+static kiln_status data_skipped(struct trainer *t, int64_t *out)
+{
+	double n = (double)atomic_load(&t->train.ds.skipped);
+	kiln_status st = kiln_dist_sum_host(t->dist, &n, 1, t->compute);
+	*out = (int64_t)n + atomic_load(&t->test.ds.skipped) +
+	       (t->have_val ? atomic_load(&t->val.ds.skipped) : 0);
+	return st;
+}
+
 /* The run's result, its last metrics.jsonl line, and the ranks' goodbye. */
 kiln_status trainer_finish(struct trainer *t)
 {
@@ -348,12 +361,12 @@ kiln_status trainer_finish(struct trainer *t)
 	for (int s = 0; s < SLOTS; s++)
 		res->graphs_captured += t->graph[s] != NULL;
 	res->stopped = t->stopping;
-	res->data_skipped = atomic_load(&t->train.ds.skipped) + atomic_load(&t->test.ds.skipped) +
-			    (t->have_val ? atomic_load(&t->val.ds.skipped) : 0);
+	if ((st = data_skipped(t, &res->data_skipped)))
+		return st;
 	res->data_wait_s = kiln_loader_wait_s(t->train.loader);
-	if (res->data_skipped)
-		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced (on_error = skip)",
-			 (long long)res->data_skipped);
+	if (res->data_skipped && !t->rank)
+		kiln_log(KILN_LOG_WARN, "data", "%lld bad sample(s) skipped and replaced%s (on_error = skip)",
+			 (long long)res->data_skipped, t->dist ? " over every rank" : "");
 	res->train_samples_per_s = t->timed_s > 0 ? (double)t->timed_samples / t->timed_s : 0;
 	/* the pipeline's measured busy times and bubble, logged and noted in
 	 * the profile (the streams are drained by now) */

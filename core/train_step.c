@@ -135,8 +135,11 @@ kiln_status trainer_load_batch(struct trainer *t, struct train_set *d, const int
 		if ((st = kiln_loader_release(d->loader, held, t->compute)))
 			return st;
 	}
+	/* (a rank's error names it: each reads its own share; of all the
+	 * ranks, t->world being the data-parallel ones under [dist] pipeline) */
 	if ((st = host_batch(t, d, idx, rows, s, &xh, &yh, &ls)))
-		return st;
+		return t->dist ? kiln_error_wrap(st, "rank %d of %d", t->rank, kiln_dist_world(t->dist))
+			       : st;
 	/* the device slot is free once the step that last read it is done */
 	if (t->slot_used[s] && (st = kiln_device_stream_wait(t->dev, t->copy, t->compute_done[s])))
 		return st;

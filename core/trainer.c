@@ -95,6 +95,8 @@ static kiln_status epoch_end(struct trainer *t)
 	char msg[300];
 	trainer_epoch_summary(t, msg, sizeof msg);
 	kiln_status st = trainer_epoch_eval(t, msg, sizeof msg);
+	if (!st && t->eval_cut) /* a stop: the resumed run gives the epoch its line */
+		return trainer_checkpoint_stop(t);
 	if (!st)
 		trainer_epoch_report(t, msg);
 	return st;
@@ -123,13 +125,13 @@ kiln_status kiln_train_run(const struct kiln_config *cfg, const struct kiln_regi
 			if (t->stop_early || (st = trainer_checkpoint_point(t)) || t->stopping)
 				break;
 		}
+		if (!st && !t->stopping)
+			st = epoch_end(t);
 		if (!st && t->stopping) {
 			kiln_log(KILN_LOG_INFO, "train", "stopped on request after step %lld",
 				 (long long)t->step);
 			break;
 		}
-		if (!st)
-			st = epoch_end(t);
 	}
 	if (!st)
 		st = trainer_checkpoint_last(t);

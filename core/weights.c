@@ -25,6 +25,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h> /* access */
 
 /* ---- save ----------------------------------------------------------------- */
 
@@ -571,15 +572,60 @@ static kiln_status trained_precheck(void *ck, const struct kiln_model *m)
 	return kiln_ckpt_check_sample(ck, m);
 }
 
-kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
-			      const char *checkpoint, const char *weights, const char *verb,
-			      int need_trained, struct kiln_trained *t)
+int kiln_weights_file_given(const char *path)
+{
+	return path && !access(path, R_OK) && !kiln_ckpt_is_checkpoint(path);
+}
+
+kiln_status kiln_model_load_given_weights(struct kiln_model *m, const char *path, void *stream)
+{
+	kiln_status st = load_weights_file(m, path, stream);
+	if (st)
+		return kiln_error_wrap(st, "%s: not a kiln checkpoint, and as a weights file (safetensors, llm.c's model file)",
+				       path);
+	return KILN_OK;
+}
+
+void kiln_trained_sample_warn(const char *section, const struct kiln_tensor_desc *data,
+			      const struct kiln_tensor_desc *trained, int data_used)
+{
+	char a[200], b[200];
+	if (!strcmp(kiln_tensor_desc_str(data, a, sizeof a), kiln_tensor_desc_str(trained, b, sizeof b)))
+		return;
+	if (data_used)
+		kiln_log(KILN_LOG_WARN, "core", "[%s] gives samples of %s, the checkpoint's model was trained on %s: [%s]'s are used",
+			 section, a, b, section);
+	else
+		kiln_log(KILN_LOG_WARN, "core", "[%s] gives samples of %s, the checkpoint's model was trained on %s: the checkpoint's are used, [%s]'s are not",
+			 section, a, b, section);
+}
+
+/* [data]'s sample, as training reads it (u8 samples become f32). */
+static kiln_status data_sample(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			       struct kiln_tensor_desc *out)
 {
 	struct kiln_dataset ds;
+	memset(&ds, 0, sizeof ds);
+	kiln_status st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds);
+	if (!st)
+		kiln_dataset_input_desc(&ds, out);
+	kiln_dataset_close(&ds);
+	return st;
+}
+
+kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_registry *reg,
+			      const char *checkpoint, const char *verb, int need_trained,
+			      struct kiln_trained *t)
+{
+	struct kiln_tensor_desc data;
 	struct kiln_run_cfg run;
 	struct kiln_ckpt *ck = NULL;
 	char dir[4200];
 	kiln_status st;
+	/* a weights file, read as [model] init_from reads one, in its place */
+	const char *weights = kiln_weights_file_given(checkpoint) ? checkpoint : NULL;
+	if (weights)
+		checkpoint = NULL;
 	memset(t, 0, sizeof *t);
 	if ((st = kiln_run_cfg_read(cfg, &run)))
 		return st;
@@ -608,17 +654,17 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 		goto out;
 	/* the sample shape, as training saw it (u8 samples become f32): the
 	 * checkpoint's record, else [data]'s (an older kiln's checkpoint, or
-	 * none) */
+	 * none); a [data] that says otherwise is warned of (one that cannot be
+	 * opened, data shipped without the model, is not) */
 	st = ck ? kiln_ckpt_sample(ck, &t->sample) : KILN_ENOTFOUND;
 	if (st && st != KILN_ENOTFOUND)
 		goto out; /* a corrupt record is no reason to guess from [data] */
-	if (st) {
-		memset(&ds, 0, sizeof ds);
-		if ((st = kiln_dataset_open(cfg, reg, "data", "train", 1, &ds)))
-			goto out;
-		kiln_dataset_input_desc(&ds, &t->sample);
-		kiln_dataset_close(&ds);
-	}
+	if (st)
+		st = data_sample(cfg, reg, &t->sample);
+	else if (!data_sample(cfg, reg, &data))
+		kiln_trained_sample_warn("data", &data, &t->sample, 0);
+	if (st)
+		goto out;
 	/* a checkpoint's parameter table is checked against the model its
 	 * sample gives before that model is allocated */
 	const struct kiln_model_precheck pre = { trained_precheck, ck };
@@ -627,7 +673,7 @@ kiln_status kiln_trained_open(const struct kiln_config *cfg, const struct kiln_r
 	    /* a checkpoint replaces every weight: init_from is not read; what
 	     * init_from gives is not drawn */
 	    (!ck && need_trained >= 0 &&
-	     (st = weights ? load_weights_file(t->m, weights, t->stream) : kiln_model_init_from(t->m, t->stream))) ||
+	     (st = weights ? kiln_model_load_given_weights(t->m, weights, t->stream) : kiln_model_init_from(t->m, t->stream))) ||
 	    /* nothing drawn where a checkpoint follows or the shape alone is
 	     * wanted */
 	    (st = ck || need_trained < 0 ? kiln_model_init_loaded(t->m, t->stream)
@@ -673,7 +719,7 @@ kiln_status kiln_export_safetensors_as(const struct kiln_config *cfg,
 				       const char *path, int format)
 {
 	struct kiln_trained t;
-	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, NULL, "exporting", 0, &t);
+	kiln_status st = kiln_trained_open(cfg, reg, checkpoint, "exporting", 0, &t);
 	if (st)
 		return st;
 	if (!(st = kiln_model_save_safetensors_as(t.m, path, format, t.stream)))

@@ -1015,6 +1015,53 @@ END_TEST
 
 /* ---- suite -------------------------------------------------------------------- */
 
+/* ---- sizes: [run] memory_limit's values (kiln_parse_size) ---------------- */
+
+/* Decimal numbers with an optional K, M, G or T (powers of 1024), with or
+ * without "iB" or "B", whitespace around them trimmed. */
+START_TEST(size_accepted)
+{
+	static const struct {
+		const char *s;
+		size_t bytes;
+	} ok[] = {
+		{ "4096", 4096 },           { "512M", 512u << 20 },
+		{ "2G", (size_t)2 << 30 },   { "1.5GiB", (size_t)3 << 29 },
+		{ "1.5", 1 },               { "0.5K", 512 },
+		{ "64KiB", 64 << 10 },       { "64kb", 64 << 10 },
+		{ "3MB", 3 << 20 },          { "100B", 100 },
+		{ "1T", (size_t)1 << 40 },   { " 2G", (size_t)2 << 30 },
+		{ "2G ", (size_t)2 << 30 },  { "\t 250M\n", 250u << 20 },
+		{ ".5M", 512 << 10 },        { "5.M", 5 << 20 },
+		{ "0", 0 },
+	};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		size_t v = 7;
+		ck_assert_msg(kiln_parse_size(ok[i].s, &v) == KILN_OK, "'%s' refused", ok[i].s);
+		ck_assert_msg(v == ok[i].bytes, "'%s': %zu bytes, expected %zu", ok[i].s, v,
+			      ok[i].bytes);
+	}
+}
+END_TEST
+
+/* Before session 29 strtod read the number: hex, exponents, signs, inf
+ * were taken, and a trailing space refused. */
+START_TEST(size_refused)
+{
+	static const char *const bad[] = {
+		"0x10M", "1e9",  "1E3K", "-1",  "+2G", "inf", "nan", "",    "  ",  ".",
+		"M",     "2 G",  "2GG",  "2iB", "2Gi B", "1.2.3", "lots", "2G x", "1e400",
+		"99999999999T",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		size_t v = 7;
+		ck_assert_msg(kiln_parse_size(bad[i], &v) == KILN_EINVAL, "'%s' accepted (%zu)",
+			      bad[i], v);
+		ck_assert_msg(v == 7, "'%s' refused but wrote %zu", bad[i], v);
+	}
+}
+END_TEST
+
 Suite *make_config_suite(void);
 Suite *make_config_suite(void)
 {
@@ -1042,6 +1089,9 @@ Suite *make_config_suite(void)
 
 	check_add_case(s, "layer", 0, NULL, NULL, (const TTest *[]){
 		layer_unknown_type, layer_no_registry, NULL });
+
+	check_add_case(s, "size", 0, NULL, NULL, (const TTest *[]){
+		size_accepted, size_refused, NULL });
 
 	check_add_case(s, "hostile", 30, NULL, NULL, (const TTest *[]){
 		hostile_nul_byte, hostile_late_bracket, hostile_device, hostile_header_text, hostile_numbers,

@@ -101,6 +101,20 @@ kiln() {
 	echo "ok: kiln $* (exit $rc)"
 }
 
+# wait_line PID FILE PATTERN WHAT LOG: until FILE has a line matching
+# PATTERN (grep's basic regex) while process PID runs in the background,
+# polling every 0.1 s for at most 300 s; the test fails, naming WHAT (and
+# the end of LOG, PID's output), when PID ends first or the time runs out.
+wait_line() {
+	_n=0
+	until grep -q -- "$3" "$2" 2>/dev/null; do
+		_n=$((_n + 1))
+		[ $_n -le 3000 ] || { kill -9 "$1"; fail "$4: no '$3' in $2 within 300 s"; }
+		kill -0 "$1" 2>/dev/null || fail "$4: kiln ended early: $(tail -3 "$5")"
+		sleep 0.1
+	done
+}
+
 # stdout_has/stderr_has TEXT: a fixed string in the last run's output.
 stdout_has() { grep -qF -- "$1" "$out" || fail "stdout lacks: $1"; }
 stderr_has() { grep -qF -- "$1" "$err" || fail "stderr lacks: $1"; }

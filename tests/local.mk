@@ -384,6 +384,9 @@ endif
 # without it)
 TESTS += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh
 EXTRA_DIST += tests/dist.sh tests/dist_blame.sh tests/dist_config.sh tests/dist_common.sh
+# bad training data under 2 ranks: the failing rank named, the skips summed
+TESTS += tests/dist_data.sh
+EXTRA_DIST += tests/dist_data.sh
 # [plugin.cpu] async = auto: off for one process, on for each rank
 TESTS += tests/cpu_async.sh
 EXTRA_DIST += tests/cpu_async.sh
@@ -490,6 +493,15 @@ AM_TESTS_ENVIRONMENT += KILN_STORE_TOKEN=kiln-tests-0123456789abcdef; export KIL
 TESTS += tests/launch_signal.sh tests/store_abuse.sh tests/plugin_lazy.sh tests/stop_signal.sh
 EXTRA_DIST += tests/launch_signal.sh tests/store_abuse.sh tests/store_client.py tests/stop_signal.sh \
 	tests/plugin_lazy.sh
+# GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
+# A stop during an evaluation ends it within a batch, with the stop's
+# checkpoint (one that resumes).
+TESTS += tests/stop_eval.sh
+EXTRA_DIST += tests/stop_eval.sh
+# --checkpoint F.safetensors in eval, export, predict; another sample shape
+# than the checkpoint's warned of.
+TESTS += tests/weights_checkpoint.sh
+EXTRA_DIST += tests/weights_checkpoint.sh
 # GPT-2's weight files: Hugging Face's layouts in and out, llm.c's model
 # file in (tests/data/gen_gpt2_io_refs.py)
 TESTS += tests/gpt2_io.sh

@@ -76,6 +76,28 @@ grep -q "batch = auto: batch 8 needs .* memory_limit" "$tmp/s.err" || { cat "$tm
 "$kiln" memory "$mcfg" train.batch=auto run.memory_limit=lots >"$tmp/s.out" 2>"$tmp/s.err" &&
 	fail "memory_limit = lots accepted"
 grep -q "memory_limit = 'lots'" "$tmp/s.err" || { cat "$tmp/s.err"; fail "unclear error for a bad memory_limit"; }
+# a hex number, an exponent, a space inside: config errors (exit 2), with
+# or without batch = auto (before session 29 the first two were taken and
+# a bad value was read only by batch = auto); a number without its unit
+# (1.5: one byte) is too small, in a readable unit, not "batch 8 needs
+# more than 0.0 MiB"
+for v in 0x10M 1e9 "2 G"; do
+	for bb in auto 64; do
+		"$kiln" memory "$mcfg" "train.batch=$bb" "run.memory_limit=$v" >"$tmp/s.out" 2>"$tmp/s.err"
+		rc=$?
+		[ $rc -eq 2 ] || { cat "$tmp/s.err"; fail "memory_limit = '$v' (batch $bb): exit $rc, expected 2"; }
+		grep -qF "command line 'run.memory_limit=$v': [run] memory_limit = '$v': expected a decimal number of bytes, optionally with K, M, G or T" "$tmp/s.err" ||
+			{ cat "$tmp/s.err"; fail "unclear error for memory_limit = '$v'"; }
+	done
+done
+"$kiln" memory "$mcfg" train.batch=auto run.memory_limit=1.5 >"$tmp/s.out" 2>"$tmp/s.err"
+rc=$?
+[ $rc -eq 2 ] || { cat "$tmp/s.err"; fail "memory_limit = 1.5: exit $rc, expected 2"; }
+grep -qF "[run] memory_limit = '1.5' is 1 byte: too small to plan a model in (at least 1 MiB; a unit such as 512M or 2G)" "$tmp/s.err" ||
+	{ cat "$tmp/s.err"; fail "unclear error for memory_limit = 1.5"; }
+"$kiln" memory "$mcfg" train.batch=auto run.memory_limit=250MiB data.eval.limit=1000 >"$tmp/s.out" 2>"$tmp/s.err" ||
+	{ cat "$tmp/s.err"; fail "memory_limit = 250MiB refused"; }
+[ "$(field batch "$tmp/s.out")" = "$b" ] || fail "memory_limit = 250MiB chose another batch than 250M"
 echo "ok: errors for a limit too small and a bad size"
 
 # The evaluation plan prepares the forward alone: no kept copies, no

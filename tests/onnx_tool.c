@@ -338,7 +338,7 @@ static int cmd_logits(int argc, char **argv)
 	float *logits = NULL;
 	struct kiln_plan *p = NULL;
 	struct kiln_tensor_desc sd, ld;
-	if ((st = kiln_trained_open(cfg, reg, NULL, NULL, "evaluating", 0, &t)))
+	if ((st = kiln_trained_open(cfg, reg, NULL, "evaluating", 0, &t)))
 		return fail_st(st);
 	const size_t xb = (size_t)rows * kiln_tensor_bytes(&t.sample);
 	struct kiln_plan_opts o = { .keep_all = 1 };

@@ -43,6 +43,12 @@ kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --bogus
 stderr_has "unknown option '--bogus'"
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --shard-size 12Q
 stderr_has "--shard-size '12Q'"
+# kiln_parse_size's decimal sizes (before session 29 a strtod of its own
+# took hex and exponents)
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --shard-size 0x10M
+stderr_has "--shard-size '0x10M'"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --shard-size 1e6
+stderr_has "--shard-size '1e6'"
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --quality 0
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --section model
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --resize

@@ -40,13 +40,7 @@ o="$tmp/run"
 	"$kiln" train "$tmp/run.ini" data.path=/usr/share/datasets/fashion-mnist run.out_dir="$o" \
 	> "$tmp/train.log" 2>&1 &
 pid=$!
-n=0
-until grep -q '"event":"train"' "$o/metrics.jsonl" 2>/dev/null; do
-	n=$((n + 1))
-	[ $n -le 1000 ] || { kill -9 "$pid"; fail "training did not start"; }
-	kill -0 "$pid" 2>/dev/null || fail "kiln train ended early: $(tail -3 "$tmp/train.log")"
-	sleep 0.01
-done
+wait_line "$pid" "$o/metrics.jsonl" '"event":"train"' "training did not start" "$tmp/train.log"
 # SigBlk: the blocked set in hex; SIGINT (2) is bit 1, SIGUSR1 (10) bit 9,
 # SIGTERM (15) bit 14
 open=0 threads=0 main=

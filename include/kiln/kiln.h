@@ -358,7 +358,10 @@ struct kiln_train_result {
 	double wall_s;
 	int64_t test_samples;
 	struct kiln_device_counters steady; /* counters over steps 2..N between log points */
-	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip) */
+	int64_t data_skipped;       /* bad samples replaced ([data] on_error = skip):
+				     * the training set's summed over the
+				     * data-parallel ranks, the evaluations'
+				     * this rank's */
 	size_t device_peak_bytes;   /* kiln_device_mem's peak over the run */
 	/* What the operating system saw: the process's peak resident memory
 	 * (VmHWM) minus its resident memory just before the model was built
@@ -703,8 +706,11 @@ struct kiln_memory {
 	int recomputed;              /* layers whose output is recomputed */
 };
 
-/* "512M", "2G", "1.5GiB", "4096": bytes (K, M, G, T are powers of 1024).
- * KILN_EINVAL for anything else. */
+/* "512M", "2G", "1.5GiB", "64kB", "4096": bytes (K, M, G, T are powers of
+ * 1024; "iB" or "B" after them optional): a decimal number (digits, at most
+ * one '.') with whitespace around it.  KILN_EINVAL for anything else (a
+ * sign, an exponent, hex, inf, a space inside, 2^64 bytes or more), *out
+ * untouched. */
 kiln_status kiln_parse_size(const char *s, size_t *out);
 
 /* Fill *out and, when f is not NULL, print the report (a table per layer:

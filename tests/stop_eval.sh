@@ -1,0 +1,125 @@
+#!/bin/sh
+# tests/stop_eval.sh - a stop (SIGTERM) during an evaluation ends it within
+# a batch, not after the whole set (docs/checkpoints.md, "Signals").
+#
+# Before session 29 the stop was taken after the next step only: an
+# evaluation of a large set ran to its end first (here about a minute or
+# more; on a cluster, past the scheduler's grace period, so the second
+# signal killed the run without a checkpoint).  A small MLP trains 4 steps
+# an epoch on 64 synthetic samples and evaluates 1,000,000 (about 100 s a
+# pass on a loaded core).  SIGTERM sent a second into an evaluation must
+# end the run within 20 s with exit 0, the stop's checkpoint of the step
+# before it, "stopped" in the JSON line and metrics.jsonl, and no eval
+# record of the cut pass; the checkpoint resumes.  Twice: the evaluation
+# point after step 2 ([train] eval_every = 2), and the epoch's evaluation
+# after its 4 steps (eval_every = 0), whose resumed run gives epoch 1 its
+# line.  Under `kiln launch -n 2` (with kiln-gloo) the ranks agree every 16
+# evaluation batches: SIGTERM to the launcher stops both within 20 s too,
+# and 1 process resumes rank 0's checkpoint.  A stop during the final test ([data.val] set: the test set once
+# after training, 200,000 samples here) is not taken: the run finishes,
+# the whole test set evaluated.
+name=stopeval
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/config_lib.sh"
+{
+	ini run seed=3 threads=1
+	ini_synthetic 64 64 4 workers=1
+	ini data.eval samples=1000000 workers=1
+	ini_layers flat:flatten fc1:linear:out=1024 r1:relu fc2:linear:out=4 loss:softmax_xent
+	ini train epochs=2 batch=16 eval_batch=64 log_every=2 lr=0.01
+} > "$tmp/run.ini"
+
+# stop_in_eval CASE STEP [launch -n N --] OVERRIDE...: train (under kiln
+# launch when the words up to -- say so) until the log point of step STEP
+# is in metrics.jsonl (the evaluation follows it), SIGTERM a second later;
+# the run must end within 20 s, stopped, its checkpoint ckpt-STEP
+stop_in_eval() {
+	c=$1 step=$2
+	shift 2
+	o="$tmp/$c"
+	launch=
+	if [ "${1:-}" = launch ]; then
+		launch="$kiln launch $2 $3 --"
+		shift 4
+	fi
+	timeout --preserve-status 600 $launch "$kiln" train "$tmp/run.ini" run.out_dir="$o" "$@" \
+		> "$tmp/$c.out" 2> "$tmp/$c.err" &
+	pid=$!
+	wait_line "$pid" "$o/metrics.jsonl" "\"event\":\"train\",\"epoch\":1,\"step\":$step," "$c" "$tmp/$c.err"
+	sleep 1
+	kill -TERM "$pid"
+	n=0
+	while kill -0 "$pid" 2>/dev/null; do
+		n=$((n + 1))
+		if [ $n -gt 200 ]; then
+			kill -TERM "$pid" # a repeat after 5 s ends the process at once
+			sleep 1
+			kill -9 "$pid"
+			fail "$c: still running 20 s after SIGTERM during the evaluation: $(tail -2 "$tmp/$c.err")"
+		fi
+		sleep 0.1
+	done
+	wait "$pid"
+	rc=$?
+	[ $rc -eq 0 ] || fail "$c: exit $rc after SIGTERM, expected 0: $(tail -3 "$tmp/$c.err")"
+	grep -q "stop requested: the test evaluation after step $step ends after [0-9]* of its [0-9]*000 samples, not recorded" "$tmp/$c.err" ||
+		fail "$c: no 'evaluation ... ends after' line: $(tail -4 "$tmp/$c.err")"
+	grep -q "kiln: stopped at step $step: checkpoint written to $o/checkpoints/ckpt-$step.kiln" "$tmp/$c.err" ||
+		fail "$c: not stopped at step $step with its checkpoint: $(tail -3 "$tmp/$c.err")"
+	grep -q '"stopped": true' "$tmp/$c.out" || fail "$c: no \"stopped\" in the JSON line: $(cat "$tmp/$c.out")"
+	tail -1 "$o/metrics.jsonl" | grep -q "^{\"event\":\"stopped\",\"step\":$step," ||
+		fail "$c: metrics.jsonl does not end with the stop: $(tail -1 "$o/metrics.jsonl")"
+	! grep -q '"event":"eval"' "$o/metrics.jsonl" || fail "$c: the cut evaluation was recorded"
+	echo "$c: SIGTERM during the evaluation after step $step: stopped within $((n / 10)) s"
+}
+
+# resume CASE STEPS OVERRIDE...: --resume from the stop's checkpoint
+# (without evaluation) to step STEPS
+resume() {
+	c=$1 steps=$2
+	shift 2
+	last="train --resume $c"
+	"$kiln" train "$tmp/run.ini" run.out_dir="$tmp/$c" train.resume=1 train.eval=0 \
+		train.max_steps="$steps" "$@" > "$out" 2> "$err" || fail "$c: the resume failed"
+	grep -q "resuming from $tmp/$c/checkpoints/ckpt-" "$err" || fail "$c: did not resume"
+	grep -q "\"steps\": $steps," "$out" || fail "$c: the resumed run did not end at step $steps"
+}
+
+stop_in_eval point 2 train.eval_every=2
+resume point 3 train.eval_every=2
+grep -q "resuming from $tmp/point/checkpoints/ckpt-2.kiln" "$err" || fail "point: resumed elsewhere"
+echo "point: resumed from step 2 to step 3"
+
+stop_in_eval epoch 4
+resume epoch 5
+grep -q "epoch 1/2: train loss" "$err" "$out" || fail "epoch: the resumed run gave epoch 1 no line"
+echo "epoch: resumed from step 4 (epoch 1's line, then step 5)"
+
+if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
+	# 2 ranks of batch 16: 2 steps an epoch, the evaluation after step 2
+	stop_in_eval ddp 2 launch -n 2 run.comm=gloo train.eval_every=2 data.eval.samples=400000
+	[ "$(grep -c "stop requested: the test evaluation after step 2 ends after" "$tmp/ddp.err")" = 2 ] ||
+		fail "ddp: not both ranks cut the evaluation: $(grep "ends after" "$tmp/ddp.err")"
+	resume ddp 3 train.eval_every=2 data.eval.samples=400000
+	echo "ddp: resumed from 2 ranks' step 2 on 1 process to step 3"
+else
+	echo "(no kiln-gloo: the data-parallel case skipped)"
+fi
+
+# the final test: SIGTERM once the epoch's line (after its evaluation on
+# [data.val]) is out
+o="$tmp/final"
+"$kiln" train "$tmp/run.ini" run.out_dir="$o" train.epochs=1 data.val.samples=64 \
+	data.eval.samples=200000 > "$tmp/final.out" 2> "$tmp/final.err" &
+pid=$!
+wait_line "$pid" "$tmp/final.err" "epoch 1/1: train loss" final "$tmp/final.err"
+sleep 1
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ $rc -eq 0 ] || fail "final: exit $rc after SIGTERM, expected 0: $(tail -3 "$tmp/final.err")"
+! grep -q "ends after\|stopped at step" "$tmp/final.err" || fail "final: the stop cut the final test: $(tail -3 "$tmp/final.err")"
+grep -q '"test_samples": 200000,' "$tmp/final.out" || fail "final: not the whole test set: $(cat "$tmp/final.out")"
+! grep -q '"stopped"' "$tmp/final.out" || fail "final: the run says it stopped"
+echo "final: SIGTERM during the final test: the run finished it"
+echo "PASS"
