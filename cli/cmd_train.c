@@ -216,6 +216,14 @@ const char cmd_train_about[] =
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
 
 /* "KEY": V, or "KEY": null when V < 0 (not measured) */
+/* This process's rank (0 outside a data-parallel run): only rank 0 writes
+ * checkpoints. */
+static int stop_rank(void)
+{
+	struct kiln_dist_env env;
+	return kiln_dist_env_read(&env) ? 0 : env.rank;
+}
+
 static void print_metric(const char *key, double v)
 {
 	if (v < 0)
@@ -292,8 +300,10 @@ int cmd_train(int argc, char **argv)
 			fprintf(stderr, "\n");
 		rc = cli_fail(st);
 	} else {
-		printf("{\"epochs\": %d, \"steps\": %lld, \"train_loss\": %.6f, \"train_acc\": %.6f, ",
-		       r.epochs, (long long)r.steps, r.train_loss, r.train_acc);
+		printf("{\"epochs\": %d, \"steps\": %lld, ", r.epochs, (long long)r.steps);
+		/* no epoch finished (a stop within the first): null */
+		print_metric("train_loss", r.epochs > 0 ? r.train_loss : -1);
+		print_metric("train_acc", r.epochs > 0 ? r.train_acc : -1);
 		/* not evaluated (test_loss < 0): null */
 		print_metric("test_loss", r.test_loss);
 		print_metric("test_acc", r.test_acc);
@@ -306,6 +316,12 @@ int cmd_train(int argc, char **argv)
 			printf(", \"checkpoint\": ");
 			cli_json_str(stdout, r.checkpoint);
 		}
+		/* [data.val]: its last evaluation during training; early
+		 * stopping */
+		if (r.val_loss >= 0)
+			printf(", \"val_loss\": %.6f, \"val_acc\": %.6f", r.val_loss, r.val_acc);
+		if (r.early_stopped)
+			printf(", \"early_stopped\": true");
 		if (r.stopped)
 			printf(", \"stopped\": true");
 		printf(", \"device_peak_bytes\": %zu, \"rss_growth_bytes\": %zu}\n", r.device_peak_bytes,
@@ -315,6 +331,9 @@ int cmd_train(int argc, char **argv)
 		if (r.stopped && r.checkpoint[0])
 			fprintf(stderr, "kiln: stopped at step %lld: checkpoint written to %s; resume with --resume\n",
 				(long long)r.steps, r.checkpoint);
+		else if (r.stopped && stop_rank() > 0)
+			fprintf(stderr, "kiln: rank %d stopped at step %lld: rank 0 writes the checkpoint\n",
+				stop_rank(), (long long)r.steps);
 		else if (r.stopped)
 			fprintf(stderr, "kiln: stopped at step %lld: no checkpoint written ([run] out_dir is empty)\n",
 				(long long)r.steps);

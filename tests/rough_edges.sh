@@ -195,6 +195,8 @@ e3=$(ep_line)
 es="data.path=$data train.epochs=5 train.max_steps=0 train.eval_every=2 train.early_stop_patience=2 train.early_stop_min_delta=100"
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_u"
 stderr_has "early stop at step 6:"
+# the JSON line says so (docs/training.md; session 29: it did not)
+stdout_matches '"early_stopped": true'
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" train.max_steps=4
 kiln 0 train "$ini" $es run.out_dir="$tmp/es_r" --resume
 stderr_has "early stop at step 6:"

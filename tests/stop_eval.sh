@@ -86,6 +86,9 @@ resume() {
 }
 
 stop_in_eval point 2 train.eval_every=2
+# no epoch finished: no train loss or accuracy to report (was 0.000000)
+grep -q '"epochs": 0, "steps": 2, "train_loss": null, "train_acc": null,' "$tmp/point.out" ||
+	fail "point: a stop within epoch 1 reports a train loss: $(cat "$tmp/point.out")"
 resume point 3 train.eval_every=2
 grep -q "resuming from $tmp/point/checkpoints/ckpt-2.kiln" "$err" || fail "point: resumed elsewhere"
 echo "point: resumed from step 2 to step 3"
@@ -100,6 +103,11 @@ if [ -f "$abs_top_builddir/plugins/.libs/kiln-gloo.so" ]; then
 	stop_in_eval ddp 2 launch -n 2 run.comm=gloo train.eval_every=2 data.eval.samples=400000
 	[ "$(grep -c "stop requested: the test evaluation after step 2 ends after" "$tmp/ddp.err")" = 2 ] ||
 		fail "ddp: not both ranks cut the evaluation: $(grep "ends after" "$tmp/ddp.err")"
+	# only rank 0 writes checkpoints: rank 1 says so (it said "no checkpoint
+	# written ([run] out_dir is empty)")
+	grep -q "kiln: rank 1 stopped at step 2: rank 0 writes the checkpoint" "$tmp/ddp.err" ||
+		fail "ddp: rank 1's stop line: $(grep "stopped at step" "$tmp/ddp.err")"
+	! grep -q "out_dir is empty" "$tmp/ddp.err" || fail "ddp: a rank says out_dir is empty"
 	resume ddp 3 train.eval_every=2 data.eval.samples=400000
 	echo "ddp: resumed from 2 ranks' step 2 on 1 process to step 3"
 else
@@ -121,5 +129,7 @@ rc=$?
 ! grep -q "ends after\|stopped at step" "$tmp/final.err" || fail "final: the stop cut the final test: $(tail -3 "$tmp/final.err")"
 grep -q '"test_samples": 200000,' "$tmp/final.out" || fail "final: not the whole test set: $(cat "$tmp/final.out")"
 ! grep -q '"stopped"' "$tmp/final.out" || fail "final: the run says it stopped"
+# [data.val]'s evaluation is in the JSON line too (docs/training.md)
+grep -q '"val_loss": [0-9.]*, "val_acc": [0-9.]*' "$tmp/final.out" || fail "final: no val_loss/val_acc: $(cat "$tmp/final.out")"
 echo "final: SIGTERM during the final test: the run finished it"
 echo "PASS"
