@@ -56,7 +56,7 @@ static void launch_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kiln launch -n N [--nnodes M --node-rank K] [--master HOST:PORT] [--grace S]\n"
-		"                   [--max-restarts R] -- COMMAND...\n"
+		"                   [--max-restarts R] [--bind core|none] -- COMMAND...\n"
 		"\n"
 		"Start N local ranks of a data-parallel run, each running COMMAND (e.g.\n"
 		"`kiln train run.ini`) with KILN_RANK, KILN_WORLD_SIZE, KILN_LOCAL_RANK,\n"
