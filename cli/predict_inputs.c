@@ -95,8 +95,11 @@ static kiln_status walk(const char *dir, struct stat *anc, int depth, struct pre
 		return kiln_error(KILN_EDATA, "%s: more than %d directory levels", dir, PRED_MAX_DEPTH);
 	anc[depth] = sb;
 	kiln_status st = list_dir(dir, &ents);
+	/* "photos/" as given: one slash before the name, not two */
+	const size_t dl = strlen(dir);
+	const char *sep = dl && dir[dl - 1] == '/' ? "" : "/";
 	for (size_t i = 0; i < ents.n && !st; i++) {
-		if (snprintf(p, sizeof p, "%s/%s", dir, ents.v[i]) >= (int)sizeof p)
+		if (snprintf(p, sizeof p, "%s%s%s", dir, sep, ents.v[i]) >= (int)sizeof p)
 			st = kiln_error(KILN_EIO, "%s/%s: path too long", dir, ents.v[i]);
 		else if (is_dir(p))
 			st = walk(p, anc, depth + 1, files);

@@ -62,6 +62,10 @@ cp "$out" "$tmp/pred.jsonl"
 kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$pngs" --logits "$tmp/logits.npy" "data.path=$data"
 kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$pngs" --format csv --top-k 2 "data.path=$data"
 cp "$out" "$tmp/pred.csv"
+# a folder given with its trailing slash: its files' paths have one slash
+# before the name (they had two: "test//0/x.png")
+kiln 0 predict "$tmp/f.ini" --checkpoint "$ck" "$pngs/" --format csv --top-k 2 "data.path=$data"
+! grep -q '//' "$out" || fail "a folder with a trailing slash gives paths with '//': $(grep -m1 '//' "$out")"
 "$py" - "$tmp/eval.json" "$tmp/pred.jsonl" "$tmp/logits.npy" "$tmp/pred.csv" <<'EOF' || fail "predict disagrees with eval"
 import json, math, os, struct, sys
 ev = json.load(open(sys.argv[1]))
