@@ -233,6 +233,8 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 	struct kiln_trained tr = { 0 };
 	kiln_status st = kiln_safetensors_open(path, qf);
 	if (!st)
+		st = kiln_quant_config_check(*qf, cfg, reg);
+	if (!st)
 		st = fold_open(cfg, reg, NULL, -1, 0, &tr, fcfg);
 	kiln_trained_close(&tr);
 	if (!st && (st = kiln_quant_config(*fcfg, *qf)))
@@ -264,7 +266,8 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 		return st;
 	if (o->quantized) {
 		const char *v;
-		if ((st = quant_open(cfg, reg, o->quantized, fcfg, &qf)) ||
+		if ((st = kiln_quant_no_weights(o->quantized, checkpoint)) ||
+		    (st = quant_open(cfg, reg, o->quantized, fcfg, &qf)) ||
 		    (st = trainer_open(t, *fcfg, reg, &tc, 0, res)) ||
 		    (st = kiln_quant_load(t->m, qf, t->compute)))
 			st = kiln_error_wrap(st, "%s", o->quantized);
@@ -370,6 +373,7 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 	/* the adds stay layers: their ranges go into the INT8 model */
 	const struct kiln_eval_opts fold = { .fold = 1, .no_residual = 1 };
 	int64_t step = -1;
+	char *config = NULL;
 	/* minmax by default: the only rule within 0.5 points of fp32 on every
 	 * example model measured (docs/PERFORMANCE.md, session 9) */
 	const char *mname = o->method ? o->method : "minmax";
@@ -381,7 +385,9 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 				  mname, (long long)o->batches, o->percentile);
 	if ((st = eval_open(t, cfg, reg, checkpoint, &fold, &res, &ck, &step, &fcfg)) ||
 	    (st = kiln_quant_calib_new(t->m, &q)) || (st = calibrate(t, o, q)) ||
-	    (st = kiln_quant_write(q, t->m, t->compute, method, o->percentile, step, o->out)))
+	    (st = (config = kiln_ckpt_config_text(cfg, reg)) ? KILN_OK : KILN_ENOMEM) ||
+	    (st = kiln_quant_write(q, t->m, t->compute, method, o->percentile, step, config,
+				   o->out)))
 		goto out;
 	kiln_log(KILN_LOG_INFO, "quantize", "%s: INT8 model of %s (step %lld), %s ranges", o->out,
 		 res.checkpoint, (long long)step, mname);
@@ -390,5 +396,6 @@ out:
 	kiln_quant_calib_free(q);
 	kiln_ckpt_close(ck);
 	kiln_config_free(fcfg);
+	free(config);
 	return st;
 }
