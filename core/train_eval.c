@@ -9,6 +9,7 @@
 #include "quant.h"
 
 #include <stdio.h>
+#include <sys/stat.h> /* stat */
 
 /* Calibration (kiln_quantize): the plan of the full batches, the rows to
  * cover, and a call after each batch's forward. */
@@ -354,12 +355,29 @@ static kiln_status calibrate(struct trainer *t, const struct kiln_quantize_opts 
 	if (!st)
 		st = eval_pass_cal(t, &e, &cal);
 	if (!st)
-		kiln_log(KILN_LOG_INFO, "quantize", "calibrated on %lld samples (fp32 folded: loss %.4f acc %.4f)",
-			 (long long)n, loss, acc);
+		kiln_log(KILN_LOG_INFO, "quantize", "calibrated on %lld batches, %lld samples (fp32 folded: loss %.4f acc %.4f)",
+			 (long long)(rows / t->EB), (long long)n, loss, acc);
+	if (!st && rows / t->EB < o->batches)
+		kiln_log(KILN_LOG_WARN, "quantize", "%lld calibration batches asked for; [data.eval] has %lld full batches of %lld rows, all of them used",
+			 (long long)o->batches, (long long)(rows / t->EB), (long long)t->EB);
 	if (full)
 		kiln_device_stream_sync(t->dev, t->compute);
 	kiln_plan_free(full);
 	return st;
+}
+
+/* The output is no checkpoint: neither `ckpt`, the one quantized, nor
+ * another (before session 29 either was overwritten silently). */
+static kiln_status out_not_checkpoint(const char *out, const char *ckpt)
+{
+	struct stat a, b;
+	if (!stat(out, &a) && !stat(ckpt, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+		return kiln_error(KILN_EUSAGE, "the output %s is the checkpoint being quantized (%s): choose another file",
+				  out, ckpt);
+	if (kiln_ckpt_is_checkpoint(out))
+		return kiln_error(KILN_EUSAGE, "the output %s is a kiln checkpoint, which quantize would overwrite: choose another file",
+				  out);
+	return KILN_OK;
 }
 
 kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -384,6 +402,7 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 		return kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
 				  mname, (long long)o->batches, o->percentile);
 	if ((st = eval_open(t, cfg, reg, checkpoint, &fold, &res, &ck, &step, &fcfg)) ||
+	    (st = out_not_checkpoint(o->out, res.checkpoint)) ||
 	    (st = kiln_quant_calib_new(t->m, &q)) || (st = calibrate(t, o, q)) ||
 	    (st = (config = kiln_ckpt_config_text(cfg, reg)) ? KILN_OK : KILN_ENOMEM) ||
 	    (st = kiln_quant_write(q, t->m, t->compute, method, o->percentile, step, config,

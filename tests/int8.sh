@@ -92,6 +92,24 @@ stderr_has "mlp_old.int8 records no config"
 stderr_has "the quantized file has 'fc2.bias', a tensor this model does not take"
 echo "ok: a quantized file with a changed config, or a checkpoint beside it, is refused"
 
+# --out never overwrites a checkpoint (the one read, or another: before
+# session 29 either was replaced, and eval then found no checkpoint)
+kiln 2 quantize "$mlp" $mrun --checkpoint "$mck" --calibrate 1 --out "$mck" data.eval.split=train
+stderr_has "the output $mck is the checkpoint being quantized"
+[ "$(head -c 8 "$mck")" = KILNCKPT ] || fail "quantize --out overwrote the checkpoint it read"
+cp "$mck" "$tmp/other.kiln"
+kiln 2 quantize "$mlp" $mrun --calibrate 1 --out "$tmp/other.kiln" data.eval.split=train
+stderr_has "the output $tmp/other.kiln is a kiln checkpoint, which quantize would overwrite"
+# the JSON line's calibrate_batches is the count that ran (3 of 1000 rows
+# here), not the 100000 asked for; --percentile with minmax is refused
+kiln 0 quantize "$mlp" $mrun --calibrate 100000 --out "$tmp/mlp3.int8" data.eval.split=train \
+	data.eval.limit=3000
+stdout_has '"calibrate_batches": 3}'
+stderr_has "calibrated on 3 batches, 3000 samples"
+kiln 2 quantize "$mlp" $mrun --calibrate 1 --out "$tmp/x.int8" --percentile 99
+stderr_has "--percentile is the percentile method's: --method minmax ignores it"
+echo "ok: quantize --out refuses a checkpoint; the batches that ran are reported"
+
 # chained (u8 between the INT8 layers) vs f32 between them
 q="$tmp/cnn.percentile.safetensors"
 export KILN_LOG_LEVEL=info
