@@ -28,7 +28,9 @@ const char cmd_eval_about[] =
 	"batchnorm folded into the conv or linear before it, dropout removed, bias and\n"
 	"activation in the layer's epilogue ([run] fuse = 1).\n"
 	"--quantized Q evaluates the INT8 model Q written by `kiln quantize` (no checkpoint\n"
-	"is read): FILE's model folded, its conv and linear layers on the INT8 ops.\n";
+	"is read; --checkpoint with it is refused): FILE's model folded, its conv and linear\n"
+	"layers on the INT8 ops.  The keys that shape Q's tensors (as for a checkpoint) must\n"
+	"equal those of the config Q records.\n";
 
 int cmd_eval(int argc, char **argv)
 {

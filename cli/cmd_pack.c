@@ -50,15 +50,18 @@ const char cmd_pack_about[] =
 	"  --split NAME       the split passed to the source and the shards' name prefix\n"
 	"                     (default: train for data, test for data.eval)\n"
 	"  --shard-size SIZE  start a new shard past about SIZE bytes (default 64M;\n"
-	"                     K, M, G are powers of 1024)\n"
+	"                     K, M, G are powers of 1024; a split has at most 50000\n"
+	"                     shards, which a reader maps at once)\n"
 	"  --store FORMAT     raw (default: u8 pixels as decoded), jpeg or png\n"
-	"  --quality Q        JPEG quality 1..100 (default 90)\n"
+	"  --quality Q        JPEG quality 1..100 (default 90; --store jpeg only)\n"
 	"  --resize N         resize every image once so its shorter side is N pixels\n"
 	"                     (antialiased bilinear, PIL's filter; the longer side is\n"
 	"                     scaled and truncated as torchvision's Resize(N))\n"
 	"  --workers N        threads that read, resize and encode (default: the cores, at\n"
 	"                     most 16); the shards are the same for any number\n"
-	"  --force            replace the split's shards already in DIR\n"
+	"  --force            replace the split's shards already in DIR (and remove its\n"
+	"                     stale *.tmp), or with --format folder the images an earlier\n"
+	"                     pack wrote into DIR/<split> (other files stay)\n"
 	"  --format F         records (default), or folder: an ImageFolder tree\n"
 	"                     DIR/<split>/<class>/<index>.png|jpg (needs --store png or\n"
 	"                     jpeg) that `source = folder` and torchvision read\n\n"
@@ -117,6 +120,7 @@ struct pack_opts {
 	int store;    /* enum rec_encoding */
 	int folder;   /* --format folder: DIR/<split>/<class>/<index>.png|jpg */
 	int quality;
+	int quality_given; /* --quality on the command line */
 	int resize;   /* 0: keep sizes */
 	int workers;
 	int force;
@@ -230,6 +234,7 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 		} else if (!strcmp(name, "--quality")) {
 			if (parse_int(val, 1, 100, &o->quality))
 				return usage_error("--quality '%s': an integer in 1..100", val);
+			o->quality_given = 1;
 		} else if (!strcmp(name, "--resize")) {
 			if (parse_int(val, 1, 65535, &o->resize))
 				return usage_error("--resize '%s': the shorter side in pixels, 1..65535", val);
@@ -246,6 +251,10 @@ static int parse_args(int argc, char **argv, struct pack_opts *o)
 		o->split = strcmp(o->section, "data") ? "test" : "train";
 	if (o->folder && o->store == REC_RAW)
 		return usage_error("%s", "--format folder writes image files: choose --store png or jpeg");
+	/* silently ignored before session 29 */
+	if (o->quality_given && o->store != REC_JPEG)
+		return usage_error("--quality is the JPEG quality: --store %s ignores it (pass --store jpeg, or drop --quality)",
+				   rec_encoding_name(o->store));
 	return 0;
 }
 
@@ -360,6 +369,29 @@ static void shard_name(const struct pack_opts *o, int k, int tmp, char *out, siz
 		 REC_SUFFIX, tmp ? ".tmp" : "");
 }
 
+static kiln_status too_many_shards(const struct pack_opts *o)
+{
+	return kiln_error(KILN_EUSAGE, "split '%s' needs more than %d shards of --shard-size %llu bytes, more than a reader can map at once (each shard is one mapping; Linux allows about 65530 a process, vm.max_map_count): pass a larger --shard-size",
+			  o->split, REC_MAX_SHARDS, (unsigned long long)o->shard_size);
+}
+
+/* Refuse before packing when the samples' sizes are known (raw pixels of
+ * one size) and cannot fit REC_MAX_SHARDS shards; other stores are
+ * counted as the shards are written (shards_add). */
+static kiln_status shard_count_check(const struct pack_opts *o, const struct kiln_source_info *info)
+{
+	int h = info->image_h, w = info->image_w;
+	if (o->store != REC_RAW || h <= 0 || w <= 0 || info->image_c <= 0)
+		return KILN_OK;
+	if (o->resize)
+		kiln_xform_resize_shorter(h, w, o->resize, &h, &w);
+	const uint64_t record = REC_RECORD_HEADER + (uint64_t)h * w * info->image_c;
+	const uint64_t per = o->shard_size / record ? o->shard_size / record : 1;
+	if ((uint64_t)info->len > per * REC_MAX_SHARDS)
+		return too_many_shards(o);
+	return KILN_OK;
+}
+
 static kiln_status shards_finish(struct shards *sh)
 {
 	if (!sh->w)
@@ -382,6 +414,8 @@ static kiln_status shards_add(struct shards *sh, const struct item *it, int enco
 		return st;
 	if (!sh->w) {
 		char path[4200];
+		if (sh->n == REC_MAX_SHARDS)
+			return too_many_shards(sh->o);
 		char **t = realloc(sh->tmp, (size_t)(sh->n + 1) * sizeof *t);
 		if (!t)
 			return kiln_error(KILN_ENOMEM, "out of memory");
@@ -421,21 +455,24 @@ static kiln_status fsync_dir(const char *dir)
 	return KILN_OK;
 }
 
-/* The names of DIR/<split>-*.krec that exist now (for --force and the
- * refusal to mix with an earlier pack).  Returns how many; *first gets one. */
-static int existing_shards(const struct pack_opts *o, char *first, size_t n, int remove_from)
+/* The names of DIR/<split>-*<suffix> that exist now (for --force and the
+ * refusal to mix with an earlier pack).  Returns how many; *first gets one.
+ * remove_from >= 0: remove them instead, all but kiln's names of shards
+ * [0, remove_from), and return how many went. */
+static int existing_shards(const struct pack_opts *o, const char *suffix, char *first, size_t n,
+			   int remove_from)
 {
 	DIR *d = opendir(o->out);
 	if (!d)
 		return 0;
 	struct dirent *de;
-	size_t sl = strlen(o->split);
+	size_t sl = strlen(o->split), xl = strlen(suffix);
 	int count = 0;
 	while ((de = readdir(d))) {
 		const char *name = de->d_name;
 		size_t l = strlen(name);
-		if (strncmp(name, o->split, sl) || name[sl] != '-' || l < sizeof REC_SUFFIX ||
-		    strcmp(name + l - (sizeof REC_SUFFIX - 1), REC_SUFFIX))
+		if (strncmp(name, o->split, sl) || name[sl] != '-' || l < sl + 1 + xl ||
+		    strcmp(name + l - xl, suffix))
 			continue;
 		if (remove_from >= 0) {
 			/* after a --force pack: remove the earlier pack's surplus shards */
@@ -445,7 +482,7 @@ static int existing_shards(const struct pack_opts *o, char *first, size_t n, int
 			if (end == name + sl + 1 || k < 0 || k >= remove_from || strcmp(name, mine)) {
 				char p[4200];
 				snprintf(p, sizeof p, "%s/%s", o->out, name);
-				unlink(p);
+				count += !unlink(p);
 			}
 			continue;
 		}
@@ -491,6 +528,48 @@ static kiln_status folder_add(const struct pack_opts *o, int64_t classes, int64_
 	return KILN_OK;
 }
 
+/* Is name digits, then `ext` ("" for none)?  The names folder_add gives
+ * class directories and images. */
+static int kiln_named(const char *name, const char *ext)
+{
+	size_t n = strspn(name, "0123456789");
+	return n > 0 && !strcmp(name + n, ext);
+}
+
+/* --force: remove what an earlier pack wrote into split directory dir,
+ * the images <digits>/<digits>.png|jpg and the class directories they
+ * leave empty; every other file stays, counted into *kept. */
+static int folder_remove_old(const char *dir, int *kept)
+{
+	DIR *d = opendir(dir), *c;
+	struct dirent *e, *f;
+	char sub[4500], file[4800];
+	int removed = 0;
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+		if (!kiln_named(e->d_name, "") || !(c = opendir(sub))) {
+			++*kept;
+			continue;
+		}
+		while ((f = readdir(c))) {
+			if (f->d_name[0] == '.')
+				continue;
+			snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+			if ((kiln_named(f->d_name, ".png") || kiln_named(f->d_name, ".jpg")) && !unlink(file))
+				removed++;
+			else
+				++*kept;
+		}
+		closedir(c);
+		rmdir(sub); /* fails, keeping it, when a file stays */
+	}
+	if (d)
+		closedir(d);
+	return removed;
+}
+
 static kiln_status pack_folder_prepare(const struct pack_opts *o)
 {
 	char path[4200];
@@ -503,8 +582,15 @@ static kiln_status pack_folder_prepare(const struct pack_opts *o)
 			used |= e->d_name[0] != '.';
 		closedir(d);
 		if (used && !o->force)
-			return kiln_error(KILN_EUSAGE, "%s is not empty: pass --force to write into it, or choose another --out or --split",
+			return kiln_error(KILN_EUSAGE, "%s is not empty: pass --force to replace an earlier pack's images there, or choose another --out or --split",
 					  path);
+		int kept = 0, removed = used ? folder_remove_old(path, &kept) : 0;
+		if (removed)
+			fprintf(stderr, "kiln pack: --force: removed %d image(s) of an earlier pack from %s\n",
+				removed, path);
+		if (kept)
+			fprintf(stderr, "kiln pack: warning: %s keeps %d file(s) or directories kiln pack did not write (a reader of the folder may take them)\n",
+				path, kept);
 	}
 	if (mkdir(path, 0777) && errno != EEXIST)
 		return kiln_error(KILN_EIO, "%s: cannot create: %s", path, strerror(errno));
@@ -552,20 +638,48 @@ static int64_t round_per_worker(const struct pack_opts *o, const struct kiln_sou
 
 /* Every shard is complete: move them into place (with --force, remove the
  * split's older shards past the new ones, named into old), then sync the
- * directory. */
+ * directory.  All of it between creating DIR/<split>.krec-partial and
+ * removing it (REC_PARTIAL), so that a pack killed here leaves a split the
+ * reader refuses rather than one that mixes two packs silently. */
 static kiln_status shards_place(const struct pack_opts *o, const struct shards *sh, char *old,
 				size_t old_size)
 {
-	for (int k = 0; k < sh->n; k++) {
+	char partial[4200];
+	snprintf(partial, sizeof partial, "%s/%s%s", o->out, o->split, REC_PARTIAL);
+	int fd = open(partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	kiln_status st = fd < 0 ? kiln_error(KILN_EIO, "%s: cannot create: %s", partial, strerror(errno))
+				: KILN_OK;
+	if (fd >= 0)
+		close(fd);
+	if (!st)
+		st = fsync_dir(o->out);
+	for (int k = 0; k < sh->n && !st; k++) {
 		char final[4200];
 		shard_name(o, k, 0, final, sizeof final);
 		if (rename(sh->tmp[k], final))
-			return kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", sh->tmp[k], final,
-					  strerror(errno));
+			st = kiln_error(KILN_EIO, "%s: cannot rename to %s: %s", sh->tmp[k], final,
+					strerror(errno));
 	}
+	if (st) /* the marker stays: the split may be a mix */
+		return st;
 	if (o->force)
-		existing_shards(o, old, old_size, sh->n);
+		existing_shards(o, REC_SUFFIX, old, old_size, sh->n);
+	if ((st = fsync_dir(o->out)))
+		return st;
+	if (unlink(partial))
+		return kiln_error(KILN_EIO, "%s: cannot remove: %s", partial, strerror(errno));
 	return fsync_dir(o->out);
+}
+
+/* --force: remove DIR/<split>-*.tmp, the shards of an interrupted pack
+ * (SIGTERM, SIGKILL) of this split, saying so. */
+static void remove_stale_tmp(const struct pack_opts *o)
+{
+	char any[512];
+	int n = existing_shards(o, ".tmp", any, sizeof any, 0);
+	if (n)
+		fprintf(stderr, "kiln pack: removed %d stale %s/%s-*.tmp file(s) of an interrupted pack\n",
+			n, o->out, o->split);
 }
 
 /* Pack src per o; t0: when the source began to open (the rate counts it). */
@@ -584,7 +698,7 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 	if ((st = make_out_dir(o)))
 		return st;
 	char old[512];
-	int nold = o->folder ? 0 : existing_shards(o, old, sizeof old, -1);
+	int nold = o->folder ? 0 : existing_shards(o, REC_SUFFIX, old, sizeof old, -1);
 	uint8_t *made = NULL; /* --format folder: class directories created */
 	if (o->folder) {
 		if (info.classes <= 0 || info.classes > 1000000)
@@ -598,6 +712,10 @@ static kiln_status pack(const struct pack_opts *o, struct kiln_source *src, doub
 	if (nold && !o->force)
 		return kiln_error(KILN_EUSAGE, "%s already holds %d shard(s) of split '%s' (%s, ...): pass --force to replace them, or choose another --out or --split",
 				  o->out, nold, o->split, old);
+	if (!o->folder && (st = shard_count_check(o, &info)))
+		return st;
+	if (!o->folder && o->force)
+		remove_stale_tmp(o);
 
 	int T = o->workers;
 	const int64_t per = round_per_worker(o, &info), round = per * T;

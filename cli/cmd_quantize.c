@@ -19,8 +19,9 @@ const char cmd_quantize_about[] =
 	"per-output-channel symmetric int8, and the range of every conv and linear input is\n"
 	"taken from the first N full batches of [data.eval] ([train] eval_batch rows each;\n"
 	"point it at training data, e.g. data.eval.split=train for idx sources) by the rule\n"
-	"--method: minmax (default), percentile (--percentile P, default 99.99) or entropy\n"
-	"(TensorRT's KL rule).  Q is a safetensors file (docs/formats.md, \"INT8 model\");\n"
+	"--method: minmax (default), percentile (--percentile P, default 99.99; with that\n"
+	"method only) or entropy (TensorRT's KL rule).  Q is a safetensors file\n"
+	"(docs/formats.md, \"INT8 model\"), never a kiln checkpoint (refused, exit 2);\n"
 	"evaluate it with `kiln eval FILE --quantized Q`.\n"
 	"Exit codes: 0 ok, 1 failure, 2 usage or config error, 3 data error.\n";
 
@@ -36,13 +37,31 @@ static int percentile_arg(const char *v, double *out)
 	return 0;
 }
 
+/* The JSON line: the batches calibration ran (the file records them; fewer
+ * than --calibrate when [data.eval] has fewer: before session 29 the
+ * requested count was printed). */
+static int print_result(const struct kiln_quantize_opts *o)
+{
+	struct kiln_safetensors *f;
+	kiln_status st = kiln_safetensors_open(o->out, &f);
+	if (st)
+		return cli_fail(st);
+	const char *ran = kiln_safetensors_meta(f, "kiln.calibrate_batches");
+	printf("{\"out\": ");
+	cli_json_str(stdout, o->out);
+	printf(", \"method\": \"%s\", \"calibrate_batches\": %lld}\n", o->method,
+	       ran ? atoll(ran) : -1LL);
+	kiln_safetensors_close(f);
+	return 0;
+}
+
 int cmd_quantize(int argc, char **argv)
 {
 	char **args = calloc((size_t)argc + 1, sizeof *args);
 	const char *ckpt = NULL, *v = NULL;
 	struct kiln_quantize_opts o = { .method = "minmax", .percentile = 99.99 };
 	long long batches = 0;
-	int n = 0, bad = 0;
+	int n = 0, bad = 0, pct_given = 0;
 	if (!args) {
 		fprintf(stderr, "kiln: error: out of memory\n");
 		return 1;
@@ -53,9 +72,10 @@ int cmd_quantize(int argc, char **argv)
 			      (r = cli_opt_int(argc, argv, &i, "--calibrate", 1, INT64_MAX, &batches)) ||
 			      (r = cli_opt(argc, argv, &i, "--out", &o.out)) ||
 			      (r = cli_opt(argc, argv, &i, "--method", &o.method)) ||
-			      (r = cli_opt(argc, argv, &i, "--percentile", &v))))
+			      (r = cli_opt(argc, argv, &i, "--percentile", &v)))) {
 			bad = r < 0 || (v && percentile_arg(v, &o.percentile));
-		else
+			pct_given |= v != NULL;
+		} else
 			args[n++] = argv[i];
 		v = NULL;
 	}
@@ -67,6 +87,11 @@ int cmd_quantize(int argc, char **argv)
 	else if (!o.out || o.batches < 1) {
 		fprintf(stderr, "kiln: error: quantize needs --calibrate N (N >= 1) and --out Q\n%s",
 			cmd_quantize_usage);
+		bad = 1;
+	} else if (pct_given && strcmp(o.method, "percentile")) {
+		/* ignored silently before session 29 */
+		fprintf(stderr, "kiln: error: --percentile is the percentile method's: --method %s ignores it (pass --method percentile, or drop --percentile)\n%s",
+			o.method, cmd_quantize_usage);
 		bad = 1;
 	}
 	if (bad) {
@@ -80,8 +105,7 @@ int cmd_quantize(int argc, char **argv)
 		st = kiln_quantize(cfg, reg, ckpt, &o);
 	int rc = st ? cli_fail(st) : 0;
 	if (!st)
-		printf("{\"out\": \"%s\", \"method\": \"%s\", \"calibrate_batches\": %lld}\n", o.out,
-		       o.method, (long long)o.batches);
+		rc = print_result(&o);
 	kiln_registry_close(reg);
 	kiln_config_free(cfg);
 	free(args);

@@ -70,13 +70,9 @@ kiln_status kiln_infer_open(struct kiln_config *cfg, const struct kiln_registry 
 	m->batch = opts && opts->batch ? opts->batch : INFER_BATCH;
 	m->no_fold = opts && opts->no_fold;
 	m->no_residual = opts && opts->no_residual;
-	if (opts && opts->quantized && weights)
-		st = kiln_error(KILN_EUSAGE, "%s: a quantized model carries its weights: no checkpoint or weights file with it (got %s)",
-				opts->quantized, weights);
-	else if (opts && opts->quantized && !(m->quantized = strdup(opts->quantized)))
+	st = kiln_quant_no_weights(opts ? opts->quantized : NULL, weights);
+	if (!st && opts && opts->quantized && !(m->quantized = strdup(opts->quantized)))
 		st = kiln_error(KILN_ENOMEM, "out of memory");
-	else
-		st = KILN_OK;
 	/* the CPU's fastest convolution kernels, timed once per shape when the
 	 * plan is prepared, unless the config chose ([plugin.cpu] conv_impl) */
 	if (!st && !kiln_config_get(cfg, "plugin.cpu", "conv_impl"))
@@ -145,6 +141,7 @@ static kiln_status infer_fold(struct kiln_infer *m)
 	 * quantizes the adds themselves) */
 	if (!(st = kiln_infer_fold_config_ex(m->t.m, (struct kiln_registry *)m->reg,
 					     qf || m->no_residual ? 0 : KILN_FOLD_RESIDUAL, &m->fcfg, &n)) &&
+	    !(st = qf ? kiln_quant_config_check(qf, m->cfg, m->reg) : KILN_OK) &&
 	    !(st = qf ? kiln_quant_config(m->fcfg, qf) : KILN_OK) &&
 	    !(st = kiln_model_create(m->fcfg, m->reg, m->t.dev, &m->t.sample, &fm)) &&
 	    !(st = kiln_model_init_loaded(fm, m->t.stream)))

@@ -61,7 +61,8 @@ void kiln_quant_weights(const float *w, int64_t O, int64_t per, int8_t *q, float
  * each conv's and linear's "X.weight", I8 [O, ...] with "X.weight_scale"
  * F32 [O]; "X.input_scale" F32 [1] per conv/linear; metadata
  * "kiln.format" = "kiln-int8/1", "kiln.method", "kiln.calibrate_batches",
- * "kiln.step" and "X.input" = "u8" or "s8". */
+ * "kiln.step", "X.input" = "u8" or "s8", and the model's resolved config
+ * "kiln.config" with its "kiln.weights_keys" (as a checkpoint's). */
 
 struct kiln_quant_calib;
 
@@ -74,9 +75,22 @@ void kiln_quant_calib_free(struct kiln_quant_calib *q);
 kiln_status kiln_quant_calib_batch(struct kiln_quant_calib *q, struct kiln_plan *p, const void *x,
 				   int64_t rows, void *stream);
 /* Write the quantized file of m (its weights read on stream) with the
- * activation ranges by method (pct: the percentile rule's). */
+ * activation ranges by method (pct: the percentile rule's) and `config`,
+ * the resolved config (kiln_ckpt_config_text) of the model quantized. */
 kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln_model *m,
-			     void *stream, int method, double pct, int64_t step, const char *path);
+			     void *stream, int method, double pct, int64_t step, const char *config,
+			     const char *path);
+
+/* A quantized model carries its weights: KILN_EUSAGE when `weights` (a
+ * checkpoint or weights file) is given beside `quantized` (either NULL: OK). */
+kiln_status kiln_quant_no_weights(const char *quantized, const char *weights);
+/* The keys of cfg (the unfolded config) that shape the tensors, and the
+ * layers' types, against those f was quantized with (its "kiln.config";
+ * kiln_ckpt_config_check's rule): KILN_ECONFIG naming the first key that
+ * differs and both values.  A file of a kiln before session 29 has no
+ * config: a warning, its tensors alone are checked (kiln_quant_load). */
+kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const struct kiln_config *cfg,
+				    const struct kiln_registry *reg);
 
 /* `kiln eval --quantized`: the int8 keys of every layer the file
  * quantized, set on the folded config cfg ([layer.X] int8_scale,
@@ -84,7 +98,8 @@ kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln
  * output can go straight to the INT8 layers after it: core/quantize.c,
  * "chaining"), and the file's weights into m (built from that config:
  * I8 weights dequantized, q * scale, which the INT8 ops quantize back to
- * q exactly). */
+ * q exactly).  A tensor of the file that m does not take is KILN_EDATA
+ * naming it, as is one m needs that the file lacks. */
 kiln_status kiln_quant_config(struct kiln_config *cfg, const struct kiln_safetensors *f);
 kiln_status kiln_quant_load(struct kiln_model *m, const struct kiln_safetensors *f, void *stream);
 

@@ -3,6 +3,7 @@
  * the quantized file, and read it back for evaluation.  The math is in
  * quant.c, the file in quant.h and docs/formats.md. */
 #include "quant.h"
+#include "checkpoint.h"
 #include "infer_passes.h"
 
 #include <math.h>
@@ -183,14 +184,27 @@ static kiln_status add_input(struct kiln_safetensors_writer *w, const struct kil
 	return kiln_safetensors_writer_meta(w, key, is_u ? "u8" : "s8");
 }
 
+/* The config and the keys of it that shape the tensors (a checkpoint's
+ * "config" and "weights_keys"), for kiln_quant_config_check. */
+static kiln_status add_config(struct kiln_safetensors_writer *w, const char *config)
+{
+	char *wkeys = kiln_ckpt_weights_keys(config);
+	kiln_status st = wkeys ? kiln_safetensors_writer_meta(w, "kiln.config", config) : KILN_ENOMEM;
+	if (!st)
+		st = kiln_safetensors_writer_meta(w, "kiln.weights_keys", wkeys);
+	free(wkeys);
+	return st;
+}
+
 static kiln_status add_meta(struct kiln_safetensors_writer *w, int method, int64_t batches,
-			    int64_t step)
+			    int64_t step, const char *config)
 {
 	static const char *const names[] = { "minmax", "percentile", "entropy" };
 	char v[32];
 	kiln_status st;
 	if ((st = kiln_safetensors_writer_meta(w, "kiln.format", "kiln-int8/1")) ||
-	    (st = kiln_safetensors_writer_meta(w, "kiln.method", names[method])))
+	    (st = kiln_safetensors_writer_meta(w, "kiln.method", names[method])) ||
+	    (st = add_config(w, config)))
 		return st;
 	snprintf(v, sizeof v, "%lld", (long long)batches);
 	if ((st = kiln_safetensors_writer_meta(w, "kiln.calibrate_batches", v)))
@@ -200,7 +214,8 @@ static kiln_status add_meta(struct kiln_safetensors_writer *w, int method, int64
 }
 
 kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln_model *m,
-			     void *stream, int method, double pct, int64_t step, const char *path)
+			     void *stream, int method, double pct, int64_t step, const char *config,
+			     const char *path)
 {
 	struct kiln_safetensors_writer *w = NULL;
 	float *pp = NULL, *bp = NULL, *sx = calloc((size_t)q->n, sizeof *sx);
@@ -223,7 +238,7 @@ kiln_status kiln_quant_write(const struct kiln_quant_calib *q, const struct kiln
 	}
 	for (int k = 0; k < q->n && !st; k++)
 		st = add_input(w, q, m, k, method, pct, &sx[k]);
-	if (!st && !(st = add_meta(w, method, q->batches, step)))
+	if (!st && !(st = add_meta(w, method, q->batches, step, config)))
 		st = kiln_safetensors_writer_write(w, path);
 out:
 	kiln_safetensors_writer_free(w);
@@ -237,6 +252,34 @@ out:
 }
 
 /* ---- reading it back ------------------------------------------------------ */
+
+kiln_status kiln_quant_no_weights(const char *quantized, const char *weights)
+{
+	if (quantized && weights)
+		return kiln_error(KILN_EUSAGE, "%s: a quantized model carries its weights: no checkpoint or weights file with it (got %s)",
+				  quantized, weights);
+	return KILN_OK;
+}
+
+kiln_status kiln_quant_config_check(const struct kiln_safetensors *f, const struct kiln_config *cfg,
+				    const struct kiln_registry *reg)
+{
+	const char *saved = kiln_safetensors_meta(f, "kiln.config");
+	const char *wkeys = kiln_safetensors_meta(f, "kiln.weights_keys");
+	if (!saved) {
+		kiln_log(KILN_LOG_WARN, "quantize", "%s records no config (a kiln before session 29 wrote it): its tensors alone are checked against the model",
+			 kiln_safetensors_path(f));
+		return KILN_OK;
+	}
+	char *current = kiln_ckpt_config_text(cfg, reg), *defaults = kiln_ckpt_config_defaults(cfg, reg);
+	kiln_status st = current && defaults ? KILN_OK : KILN_ENOMEM;
+	/* the callers name the file */
+	if (!st)
+		st = kiln_ckpt_config_check("the quantized file", saved, current, wkeys ? wkeys : "", defaults);
+	free(current);
+	free(defaults);
+	return st;
+}
 
 static kiln_status need_format(const struct kiln_safetensors *f)
 {
@@ -445,6 +488,39 @@ static kiln_status load_param(const struct kiln_safetensors *f, const struct mod
 	return KILN_OK;
 }
 
+/* Does m take tensor `name` of the file: a parameter or buffer, a
+ * weight's "_scale", a layer's "input_scale"? */
+static int model_takes(const struct kiln_model *m, const char *name)
+{
+	const size_t n = strlen(name);
+	for (int i = 0; i < m->n_params; i++) {
+		const char *p = m->params[i].name;
+		const size_t k = strlen(p);
+		if (!strcmp(p, name) || (k + 6 == n && !strncmp(p, name, k) && !strcmp(name + k, "_scale")))
+			return 1;
+	}
+	for (int i = 0; i < m->n_layers; i++) {
+		const char *l = m->layers[i].name;
+		const size_t k = strlen(l);
+		if (k + 12 == n && !strncmp(l, name, k) && !strcmp(name + k, ".input_scale"))
+			return 1;
+	}
+	return 0;
+}
+
+/* Every tensor of f one m takes. */
+static kiln_status no_extra(const struct kiln_model *m, const struct kiln_safetensors *f)
+{
+	for (int i = 0; i < kiln_safetensors_count(f); i++) {
+		struct kiln_safetensors_tensor t;
+		kiln_safetensors_get(f, i, &t);
+		if (!model_takes(m, t.name))
+			return kiln_error(KILN_EDATA, "the quantized file has '%s', a tensor this model does not take (another model?)",
+					  t.name);
+	}
+	return KILN_OK;
+}
+
 kiln_status kiln_quant_load(struct kiln_model *m, const struct kiln_safetensors *f, void *stream)
 {
 	float *pp = calloc(m->n_elems + 1, sizeof(float));
@@ -454,6 +530,8 @@ kiln_status kiln_quant_load(struct kiln_model *m, const struct kiln_safetensors 
 		const struct model_param *p = &m->params[i];
 		st = load_param(f, p, (p->buffer ? bp : pp) + p->off);
 	}
+	if (!st)
+		st = no_extra(m, f);
 	if (!st)
 		st = kiln_model_regions_copy(m, pp, bp, 1, stream);
 	kiln_model_weights_written(m);

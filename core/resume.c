@@ -169,7 +169,7 @@ kiln_status kiln_ckpt_config_check(const char *path, const char *saved, const ch
 		return KILN_OK;
 	if (wkeys)
 		return kiln_error(KILN_ECONFIG,
-				  "checkpoint %s holds another model: [%s] %s is %s in its config but %s here (the keys that shape the stored tensors must be equal; docs/checkpoints.md)",
+				  "%s holds another model: [%s] %s is %s in its config but %s here (the keys that shape the stored tensors must be equal; docs/checkpoints.md)",
 				  path, d.section, d.key, d.a, d.b);
 	char safe[600];
 	int k = 0;
@@ -328,7 +328,7 @@ void kiln_ckpt_prune(const char *dir, int64_t keep)
 static kiln_status weights_check(const struct kiln_config *cfg, const struct kiln_registry *reg,
 				 struct kiln_ckpt *ck)
 {
-	char *saved = NULL, *wkeys = NULL, *current = NULL, *defaults = NULL;
+	char *saved = NULL, *wkeys = NULL, *current = NULL, *defaults = NULL, what[4200];
 	uint64_t bytes;
 	kiln_status st = kiln_ckpt_read_text(ck, "config", &saved);
 	/* a checkpoint of an older kiln lists none: this kiln's rule alone */
@@ -338,8 +338,9 @@ static kiln_status weights_check(const struct kiln_config *cfg, const struct kil
 		    !(defaults = kiln_ckpt_config_defaults(cfg, reg))))
 		st = KILN_EIO;
 	if (!st)
-		st = kiln_ckpt_config_check(kiln_ckpt_path(ck), saved, current, wkeys ? wkeys : "",
-					    defaults);
+	snprintf(what, sizeof what, "checkpoint %s", kiln_ckpt_path(ck));
+	if (!st)
+		st = kiln_ckpt_config_check(what, saved, current, wkeys ? wkeys : "", defaults);
 	free(saved);
 	free(wkeys);
 	free(current);

@@ -9,6 +9,7 @@
 #include "quant.h"
 
 #include <stdio.h>
+#include <sys/stat.h> /* stat */
 
 /* Calibration (kiln_quantize): the plan of the full batches, the rows to
  * cover, and a call after each batch's forward. */
@@ -281,6 +282,8 @@ static kiln_status quant_open(const struct kiln_config *cfg, const struct kiln_r
 	struct kiln_trained tr = { 0 };
 	kiln_status st = kiln_safetensors_open(path, qf);
 	if (!st)
+		st = kiln_quant_config_check(*qf, cfg, reg);
+	if (!st)
 		st = fold_open(cfg, reg, NULL, -1, 0, &tr, fcfg);
 	kiln_trained_close(&tr);
 	if (!st && (st = kiln_quant_config(*fcfg, *qf)))
@@ -312,7 +315,8 @@ static kiln_status eval_open(struct trainer *t, const struct kiln_config *cfg,
 		return st;
 	if (o->quantized) {
 		const char *v;
-		if ((st = quant_open(cfg, reg, o->quantized, fcfg, &qf)) ||
+		if ((st = kiln_quant_no_weights(o->quantized, checkpoint)) ||
+		    (st = quant_open(cfg, reg, o->quantized, fcfg, &qf)) ||
 		    (st = trainer_open(t, *fcfg, reg, &tc, 0, res)) ||
 		    (st = kiln_quant_load(t->m, qf, t->compute)))
 			st = kiln_error_wrap(st, "%s", o->quantized);
@@ -406,12 +410,29 @@ static kiln_status calibrate(struct trainer *t, const struct kiln_quantize_opts 
 	if (!st)
 		st = eval_pass_cal(t, &e, &cal);
 	if (!st)
-		kiln_log(KILN_LOG_INFO, "quantize", "calibrated on %lld samples (fp32 folded: loss %.4f acc %.4f)",
-			 (long long)n, loss, acc);
+		kiln_log(KILN_LOG_INFO, "quantize", "calibrated on %lld batches, %lld samples (fp32 folded: loss %.4f acc %.4f)",
+			 (long long)(rows / t->EB), (long long)n, loss, acc);
+	if (!st && rows / t->EB < o->batches)
+		kiln_log(KILN_LOG_WARN, "quantize", "%lld calibration batches asked for; [data.eval] has %lld full batches of %lld rows, all of them used",
+			 (long long)o->batches, (long long)(rows / t->EB), (long long)t->EB);
 	if (full)
 		kiln_device_stream_sync(t->dev, t->compute);
 	kiln_plan_free(full);
 	return st;
+}
+
+/* The output is no checkpoint: neither `ckpt`, the one quantized, nor
+ * another (before session 29 either was overwritten silently). */
+static kiln_status out_not_checkpoint(const char *out, const char *ckpt)
+{
+	struct stat a, b;
+	if (!stat(out, &a) && !stat(ckpt, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+		return kiln_error(KILN_EUSAGE, "the output %s is the checkpoint being quantized (%s): choose another file",
+				  out, ckpt);
+	if (kiln_ckpt_is_checkpoint(out))
+		return kiln_error(KILN_EUSAGE, "the output %s is a kiln checkpoint, which quantize would overwrite: choose another file",
+				  out);
+	return KILN_OK;
 }
 
 kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_registry *reg,
@@ -425,6 +446,7 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 	/* the adds stay layers: their ranges go into the INT8 model */
 	const struct kiln_eval_opts fold = { .fold = 1, .no_residual = 1 };
 	int64_t step = -1;
+	char *config = NULL;
 	/* minmax by default: the only rule within 0.5 points of fp32 on every
 	 * example model measured (docs/PERFORMANCE.md, session 9) */
 	const char *mname = o->method ? o->method : "minmax";
@@ -435,8 +457,11 @@ kiln_status kiln_quantize(const struct kiln_config *cfg, const struct kiln_regis
 		return kiln_error(KILN_EUSAGE, "quantize: method minmax|percentile|entropy (got %s), batches >= 1 (got %lld), percentile in (0, 100] (got %g), an output file",
 				  mname, (long long)o->batches, o->percentile);
 	if ((st = eval_open(t, cfg, reg, checkpoint, &fold, &res, &ck, &step, &fcfg)) ||
+	    (st = out_not_checkpoint(o->out, res.checkpoint)) ||
 	    (st = kiln_quant_calib_new(t->m, &q)) || (st = calibrate(t, o, q)) ||
-	    (st = kiln_quant_write(q, t->m, t->compute, method, o->percentile, step, o->out)))
+	    (st = (config = kiln_ckpt_config_text(cfg, reg)) ? KILN_OK : KILN_ENOMEM) ||
+	    (st = kiln_quant_write(q, t->m, t->compute, method, o->percentile, step, config,
+				   o->out)))
 		goto out;
 	kiln_log(KILN_LOG_INFO, "quantize", "%s: INT8 model of %s (step %lld), %s ranges", o->out,
 		 res.checkpoint, (long long)step, mname);
@@ -445,5 +470,6 @@ out:
 	kiln_quant_calib_free(q);
 	kiln_ckpt_close(ck);
 	kiln_config_free(fcfg);
+	free(config);
 	return st;
 }

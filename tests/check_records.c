@@ -422,6 +422,39 @@ START_TEST(test_multi_shards)
 }
 END_TEST
 
+/* Shards are read in the order of their numbers: kiln pack's %05d names
+ * pass 5 digits at shard 100000, where strcmp put train-100000 between
+ * train-10000 and train-10001 (before session 29); a glob of the `shards`
+ * list is ordered so too. */
+START_TEST(test_shard_number_order)
+{
+	static const char *const names[] = { "train-100000.krec", "train-10001.krec",
+					     "train-99999.krec", "train-10000.krec",
+					     "train-100001.krec" };
+	/* the order to read them in: 10000 10001 99999 100000 100001 */
+	static const int rank[] = { 3, 1, 2, 0, 4 };
+	struct spec v[5];
+	for (int k = 0; k < 5; k++) {
+		fixed_specs(&v[rank[k]], 1, rank[k], REC_RAW);
+		write_shard(names[k], &v[rank[k]], 1, 0);
+	}
+	char p[1100];
+	snprintf(p, sizeof p, "data.path=%s", tmp);
+	struct kiln_image img = { 0 };
+	for (int glob = 0; glob < 2; glob++) {
+		kiln_status st = glob ? open_src("data", "train", p, "data.shards=train-*.krec", NULL)
+				      : open_src("data", "train", p, NULL);
+		ck_assert_msg(st == KILN_OK, "%s", kiln_last_error());
+		struct kiln_source_info info;
+		ck_assert_int_eq(ops->info(ctx, &info), KILN_OK);
+		ck_assert_int_eq(info.len, 5);
+		for (int i = 0; i < 5; i++)
+			check_sample(i, &v[i], &img);
+	}
+	free(img.data);
+}
+END_TEST
+
 /* Sizes and encodings vary from record to record. */
 static const struct spec mixed[] = {
 	{ 0, 3, 5, 7, 1, REC_RAW },   { 1, 0, 12, 9, 3, REC_PNG }, { 2, 1, 16, 16, 3, REC_JPEG },
@@ -924,7 +957,8 @@ static Suite *make_records_suite(void)
 
 	check_add_case(s, "valid", 0, setup, teardown, (const TTest *[]){
 		test_raw_roundtrip, test_png_roundtrip, test_jpeg_roundtrip, test_multi_shards,
-		test_mixed_sizes, test_concurrent_reads, test_keys_validated, NULL });
+		test_mixed_sizes, test_concurrent_reads, test_keys_validated,
+		test_shard_number_order, NULL });
 
 	check_add_case(s, "corrupt", 60, setup, teardown, (const TTest *[]){
 		test_header_and_index_flips, test_record_flips, test_truncation, test_wrong_magic,

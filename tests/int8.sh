@@ -63,6 +63,53 @@ awk -v q="$q" -v f="$macc" 'BEGIN { d = q - f; exit !(d < 0.005 && d > -0.005) }
 	fail "MLP int8 acc $q, fp32 $macc: more than 0.5 points apart"
 echo "ok: MLP int8 acc $q, fp32 $macc"
 
+# the quantized file records its config: one whose keys no longer shape its
+# tensors (a bias dropped, another activation) is refused naming the key and
+# both values, by eval and predict (before session 29: rc 0, another loss);
+# and no checkpoint beside it (eval read neither, silently)
+kiln 2 eval "$mlp" $mrun $ev --quantized "$tmp/mlp.int8" layer.fc2.bias=0
+stderr_has "mlp.int8: the quantized file holds another model: [layer.fc2] bias is '1' in its config but '0' here"
+kiln 2 predict "$mlp" $mrun --eval-set data.eval.limit=8 --quantized "$tmp/mlp.int8" layer.relu1.type=gelu
+stderr_has "mlp.int8: the quantized file holds another model: [layer.relu1] type is 'relu' in its config but 'gelu' here"
+mck=$(ls "$tmp"/mlp/checkpoints/ckpt-*.kiln | tail -1)
+kiln 2 eval "$mlp" $mrun $ev --quantized "$tmp/mlp.int8" --checkpoint "$mck"
+stderr_has "mlp.int8: a quantized model carries its weights: no checkpoint or weights file with it (got $mck)"
+# a file without the config (an older kiln's): a warning, and a tensor the
+# model does not take is an error naming it
+/usr/bin/python3 - "$tmp/mlp.int8" "$tmp/mlp_old.int8" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+for k in ("kiln.config", "kiln.weights_keys"):
+    del h["__metadata__"][k]
+t = json.dumps(h).encode()
+t += b" " * (-len(t) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+EOF
+kiln 3 eval "$mlp" $mrun $ev --quantized "$tmp/mlp_old.int8" layer.fc2.bias=0
+stderr_has "mlp_old.int8 records no config"
+stderr_has "the quantized file has 'fc2.bias', a tensor this model does not take"
+echo "ok: a quantized file with a changed config, or a checkpoint beside it, is refused"
+
+# --out never overwrites a checkpoint (the one read, or another: before
+# session 29 either was replaced, and eval then found no checkpoint)
+kiln 2 quantize "$mlp" $mrun --checkpoint "$mck" --calibrate 1 --out "$mck" data.eval.split=train
+stderr_has "the output $mck is the checkpoint being quantized"
+[ "$(head -c 8 "$mck")" = KILNCKPT ] || fail "quantize --out overwrote the checkpoint it read"
+cp "$mck" "$tmp/other.kiln"
+kiln 2 quantize "$mlp" $mrun --calibrate 1 --out "$tmp/other.kiln" data.eval.split=train
+stderr_has "the output $tmp/other.kiln is a kiln checkpoint, which quantize would overwrite"
+# the JSON line's calibrate_batches is the count that ran (3 of 1000 rows
+# here), not the 100000 asked for; --percentile with minmax is refused
+kiln 0 quantize "$mlp" $mrun --calibrate 100000 --out "$tmp/mlp3.int8" data.eval.split=train \
+	data.eval.limit=3000
+stdout_has '"calibrate_batches": 3}'
+stderr_has "calibrated on 3 batches, 3000 samples"
+kiln 2 quantize "$mlp" $mrun --calibrate 1 --out "$tmp/x.int8" --percentile 99
+stderr_has "--percentile is the percentile method's: --method minmax ignores it"
+echo "ok: quantize --out refuses a checkpoint; the batches that ran are reported"
+
 # chained (u8 between the INT8 layers) vs f32 between them
 q="$tmp/cnn.percentile.safetensors"
 export KILN_LOG_LEVEL=info
@@ -152,9 +199,8 @@ unset KILN_LOG_LEVEL
 echo "ok: no initial draw under a checkpoint or a quantized file; eval = training's loss $tl"
 
 # the wrong model: the MLP's config with the CNN's file
-kiln 3 eval "$srcdir/examples/fashion_mnist_mlp.ini" $run $ev --quantized "$tmp/cnn.minmax.safetensors"
-stderr_has "cnn.minmax.safetensors"
-stderr_has "the model wants"
+kiln 2 eval "$srcdir/examples/fashion_mnist_mlp.ini" $run $ev --quantized "$tmp/cnn.minmax.safetensors"
+stderr_has "cnn.minmax.safetensors: the quantized file holds another model"
 # not a quantized model: a plain weights export
 kiln 0 export "$cnn" $run --checkpoint "$ck" --safetensors "$tmp/plain.safetensors"
 kiln 3 eval "$cnn" $run $ev --quantized "$tmp/plain.safetensors"

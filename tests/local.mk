@@ -167,6 +167,11 @@ if BUILD_LOADERS
 TESTS += tests/pack.sh
 endif
 EXTRA_DIST += tests/pack.sh
+# `kiln bench data`: the timed window holds the batches read in it
+if BUILD_LOADERS
+TESTS += tests/bench_data.sh
+endif
+EXTRA_DIST += tests/bench_data.sh
 # `kiln generate` on a GPT trained for a few steps (the tokens source)
 if BUILD_LOADERS
 TESTS += tests/generate.sh

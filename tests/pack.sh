@@ -50,6 +50,11 @@ stderr_has "--shard-size '0x10M'"
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --shard-size 1e6
 stderr_has "--shard-size '1e6'"
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --quality 0
+# --quality is JPEG's: ignored silently by the other stores before session 29
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --quality 75
+stderr_has "--quality is the JPEG quality: --store raw ignores it"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --quality 75 --store png
+stderr_has "--store png ignores it"
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --section model
 kiln 2 pack "$tmp/pack.ini" --out "$tmp/o" --resize
 stderr_has "--resize needs a value"
@@ -83,8 +88,16 @@ stdout_has "packed 6 samples into 2 shard(s)"
 kiln 0 pack "$tmp/pack.ini" --out "$tmp/c" --shard-size 4K --workers 3
 cmp "$tmp/b/train-00000.krec" "$tmp/c/train-00000.krec" || fail "worker count changed the shards"
 cmp "$tmp/b/train-00001.krec" "$tmp/c/train-00001.krec" || fail "worker count changed the shards"
+# an interrupted pack's *.tmp of the split (SIGTERM, SIGKILL): --force removes
+# them, and says so; another split's stay (before session 29 none was removed)
+: > "$tmp/c/train-00007.krec.tmp"
+: > "$tmp/c/val-00000.krec.tmp"
 kiln 0 pack "$tmp/pack.ini" --out "$tmp/c" --force
 [ ! -e "$tmp/c/train-00001.krec" ] || fail "--force left a surplus shard of the earlier pack"
+stderr_has "kiln pack: removed 1 stale $tmp/c/train-*.tmp file(s) of an interrupted pack"
+[ ! -e "$tmp/c/train-00007.krec.tmp" ] || fail "--force left a stale train-00007.krec.tmp"
+[ -e "$tmp/c/val-00000.krec.tmp" ] || fail "--force of split train removed val-00000.krec.tmp"
+[ ! -e "$tmp/c/train.krec-partial" ] || fail "a finished pack left train.krec-partial"
 
 # records -> records: the same bytes
 cat > "$tmp/rec.ini" <<EOF
@@ -95,6 +108,45 @@ EOF
 kiln 0 pack "$tmp/rec.ini" --out "$tmp/d" --shard-size 4K
 cmp "$tmp/b/train-00000.krec" "$tmp/d/train-00000.krec" || fail "repacking changed the bytes"
 cmp "$tmp/b/train-00001.krec" "$tmp/d/train-00001.krec" || fail "repacking changed the bytes"
+
+# a pack killed while it placed its shards leaves <split>.krec-partial: the
+# reader refuses the split (it may mix two packs) until a --force pack ends
+: > "$tmp/b/train.krec-partial"
+kiln 3 pack "$tmp/rec.ini" --out "$tmp/d2"
+stderr_has "$tmp/b/train-00000.krec: the kiln pack that wrote this split did not finish ($tmp/b/train.krec-partial exists)"
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/b" --shard-size 4K --force
+[ ! -e "$tmp/b/train.krec-partial" ] || fail "--force left train.krec-partial"
+kiln 0 pack "$tmp/rec.ini" --out "$tmp/d2"
+stdout_has "packed 6 samples"
+
+# more shards than a reader can map (50000: one mapping each, vm.max_map_count
+# about 65530) are refused before packing: 50001 1x1 images made 64x64
+{
+	printf '\000\000\010\003\000\000\303\121\000\000\000\001\000\000\000\001'
+	head -c 50001 /dev/zero
+} > "$tmp/many.idx"
+{ printf '\000\000\010\001\000\000\303\121'; head -c 50001 /dev/zero; } > "$tmp/manylab.idx"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/many" --resize 64 --shard-size 4096 \
+	data.images=many.idx data.labels=manylab.idx
+stderr_has "split 'train' needs more than 50000 shards of --shard-size 4096 bytes, more than a reader can map at once"
+stderr_has "pass a larger --shard-size"
+[ -z "$(ls "$tmp/many")" ] || fail "a refused pack wrote: $(ls "$tmp/many" | head -3)"
+
+# --format folder --force replaces the split's images (before session 29 it
+# wrote beside them: 6 then 3 left 6); files kiln did not write stay, said
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/fo" --format folder --store png
+[ "$(find "$tmp/fo/train" -name '*.png' | wc -l)" = 6 ] || fail "folder: not 6 images"
+echo notes > "$tmp/fo/train/notes.txt"
+echo mine > "$tmp/fo/train/1/mine.txt"
+kiln 2 pack "$tmp/pack.ini" --out "$tmp/fo" --format folder --store png data.limit=3
+stderr_has "pass --force to replace an earlier pack's images there"
+kiln 0 pack "$tmp/pack.ini" --out "$tmp/fo" --format folder --store png data.limit=3 --force
+stderr_has "kiln pack: --force: removed 6 image(s) of an earlier pack from $tmp/fo/train"
+stderr_has "$tmp/fo/train keeps 2 file(s) or directories kiln pack did not write"
+[ "$(find "$tmp/fo/train" -name '*.png' | wc -l)" = 3 ] ||
+	fail "folder --force: $(find "$tmp/fo/train" -name '*.png' | wc -l) images, want 3"
+[ -f "$tmp/fo/train/notes.txt" ] && [ -f "$tmp/fo/train/1/mine.txt" ] || fail "folder --force removed a user's file"
+[ ! -e "$tmp/fo/train/9" ] || fail "folder --force left class 9's directory (no image of it now)"
 
 # [data.eval] and its split; resize; JPEG and PNG
 kiln 0 pack "$tmp/pack.ini" --out "$tmp/a" --section data.eval data.eval.images=img.idx \

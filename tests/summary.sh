@@ -85,6 +85,24 @@ for want in "conv1 $((2 * 32 * 28 * 28 * 1 * 25 + 32 * 28 * 28))" \
 done
 echo "ok: the MLP's and CNN's layer FLOPs equal their formulas"
 
+# recurrent layers (docs/report.md's RNN row): 2*B*T*G*H*(I + H), G = 4 for
+# an LSTM, 3 for a GRU; T = 24 tokens, I = 8 into the LSTM's H = 16, 16 into
+# the GRU's H = 5
+mkdir "$tmp/tok"
+echo "the quick brown fox jumps over the lazy dog again and again and again" >"$tmp/tok/t.txt"
+kiln 0 pack --format tokens "$tmp/tok/t.txt" --out "$tmp/tok"
+{
+	printf '[data]\nsource = tokens\npath = %s/tok\ncontext = 24\nvocab = 256\n[train]\neval = 0\n' "$tmp"
+	printf '[layer.emb]\ntype = embedding\nvocab = 256\ndim = 8\n'
+	printf '[layer.rnn]\ntype = lstm\nhidden = 16\n[layer.g]\ntype = gru\nhidden = 5\n'
+	printf '[layer.head]\ntype = linear\nout = 256\n[layer.loss]\ntype = softmax_xent\n'
+} >"$tmp/rnn.ini"
+kiln 0 summary "$tmp/rnn.ini"
+rows "$out" >"$tmp/rows"
+[ "$(flops rnn)" = $((2 * 24 * 4 * 16 * (8 + 16))) ] || fail "lstm FLOPs $(flops rnn), expected $((2 * 24 * 4 * 16 * 24))"
+[ "$(flops g)" = $((2 * 24 * 3 * 5 * (16 + 5))) ] || fail "gru FLOPs $(flops g), expected $((2 * 24 * 3 * 5 * 21))"
+echo "ok: the LSTM's and GRU's FLOPs equal docs/report.md's formula"
+
 # --batch 4: four times the rows and the FLOPs
 kiln 0 summary "$srcdir/examples/fashion_mnist_mlp.ini" --batch 4
 rows "$out" >"$tmp/rows"

@@ -655,8 +655,10 @@ kiln_status kiln_evaluate_ex(const struct kiln_config *cfg, const struct kiln_re
  * "INT8") of checkpoint `checkpoint` (NULL: the newest in [run] out_dir):
  * the model folded, per-channel symmetric int8 weights, the input range
  * of every conv and linear from the first `batches` full batches of
- * [data.eval] by `method` ("minmax", the default for NULL; "percentile"
- * with `percentile`; "entropy"), written to `out`. */
+ * [data.eval] (all of them when it has fewer: the file's metadata
+ * kiln.calibrate_batches says how many ran) by `method` ("minmax", the
+ * default for NULL; "percentile" with `percentile`; "entropy"), written
+ * to `out`, which must not be a checkpoint (KILN_EUSAGE naming it). */
 struct kiln_quantize_opts {
 	int64_t batches;
 	const char *method;

@@ -251,8 +251,41 @@ static int ends_with(const char *s, const char *suffix)
 	return n >= k && !strcmp(s + n - k, suffix);
 }
 
+/* strcmp, but where both names have a run of digits the runs compare by
+ * their numbers: train-99999 before train-100000, which %05d names reach
+ * past 99999 shards (strcmp put train-100000 between train-10000 and
+ * train-10001); names equal so (train-1, train-01) by strcmp. */
+static int shard_names_cmp(const void *a, const void *b)
+{
+	const char *x = *(char *const *)a, *y = *(char *const *)b;
+	const char *const x0 = x, *const y0 = y;
+	while (*x && *y) {
+		if (*x >= '0' && *x <= '9' && *y >= '0' && *y <= '9') {
+			x += strspn(x, "0");
+			y += strspn(y, "0");
+			const size_t nx = strspn(x, "0123456789"), ny = strspn(y, "0123456789");
+			const int c = nx != ny ? (nx < ny ? -1 : 1) : strncmp(x, y, nx);
+			if (c)
+				return c;
+			x += nx, y += ny;
+		} else if (*x != *y) {
+			break;
+		} else {
+			x++, y++;
+		}
+	}
+	const int c = (unsigned char)*x - (unsigned char)*y;
+	return c ? c : strcmp(x0, y0);
+}
+
+void loaders_shards_sort(struct loaders_names *l, size_t from)
+{
+	if (l->n - from > 1)
+		qsort(l->v + from, l->n - from, sizeof *l->v, shard_names_cmp);
+}
+
 /* The regular files of dir whose names start with `prefix` and end in
- * `suffix`, sorted by name (strcmp, so zero-padded numbers sort). */
+ * `suffix`, in shard order (loaders_shards_sort). */
 static kiln_status scan_dir(const struct kiln_host *host, const char *dir, const char *prefix,
 			    const char *suffix, struct loaders_names *out)
 {
@@ -277,12 +310,12 @@ static kiln_status scan_dir(const struct kiln_host *host, const char *dir, const
 	}
 	closedir(d);
 	if (!st)
-		loaders_names_sort(out, first);
+		loaders_shards_sort(out, first);
 	return st;
 }
 
 /* One name of the `shards` list: a glob pattern (*, ?, [) expands to the
- * files it matches, in name order, and must match one; a plain name is
+ * files it matches, in shard order, and must match one; a plain name is
  * taken as it is (opening it reports a missing file). */
 static kiln_status add_listed(const struct kiln_host *host, struct loaders_names *out,
 			      const char *dir, const char *name)
@@ -304,9 +337,12 @@ static kiln_status add_listed(const struct kiln_host *host, struct loaders_names
 		return host->error(KILN_EIO, "%s: cannot expand the shards pattern", p);
 	}
 	kiln_status st = KILN_OK;
-	for (size_t i = 0; i < g.gl_pathc && !st; i++) /* glob sorts */
+	const size_t first = out->n;
+	for (size_t i = 0; i < g.gl_pathc && !st; i++)
 		st = names_add(host, out, NULL, g.gl_pathv[i]);
 	globfree(&g);
+	if (!st)
+		loaders_shards_sort(out, first);
 	return st;
 }
 

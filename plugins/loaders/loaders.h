@@ -53,6 +53,9 @@ int loaders_names_add(struct loaders_names *l, const char *dir, const char *name
 /* Sort v[from, n) by strcmp (Python's order of str for UTF-8 names, and
  * zero-padded numbers in order). */
 void loaders_names_sort(struct loaders_names *l, size_t from);
+/* Sort v[from, n) in shard order: by name, but a run of digits in both
+ * names by its number (train-99999 before train-100000). */
+void loaders_shards_sort(struct loaders_names *l, size_t from);
 
 /* Read n bytes at offset `off` of fd with pread(), retrying short reads and
  * EINTR.  Returns the bytes read (less than n only at the end of the file),

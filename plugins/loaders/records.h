@@ -37,6 +37,15 @@
 #define REC_INDEX_ENTRY 16u
 #define REC_ALIGN 8u            /* records start at multiples of 8 */
 #define REC_SUFFIX ".krec"
+/* "<dir>/<split>.krec-partial": kiln pack places a split's shards (renames
+ * them into place, removes an earlier pack's) only while this file exists,
+ * and removes it last; a reader refuses shards beside one (a pack killed
+ * then may have left shards of two packs). */
+#define REC_PARTIAL ".krec-partial"
+/* The most shards kiln pack writes for a split: a reader maps every shard
+ * at once, and Linux allows about 65530 mappings a process
+ * (vm.max_map_count), the libraries' and threads' among them. */
+#define REC_MAX_SHARDS 50000
 
 /* How a record's payload stores its pixels. */
 enum rec_encoding {
