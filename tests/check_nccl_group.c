@@ -247,8 +247,9 @@ START_TEST(test_sendrecv_one_group)
 	snprintf(r, sizeof r, "Recv %p 50 t%d peer 0 stream %p depth 1", (void *)rbuf,
 		 (int)ncclFloat32, NATIVE);
 	const char *want[] = { "GroupStart", s, r, "GroupEnd" };
-	/* (version 8 adds map_shared and p2p_buffered: host memory, not NCCL's) */
-	ck_assert_int_eq(nccl_ops.version, 8);
+	/* (version 8 adds map_shared and p2p_buffered: host memory, not NCCL's;
+	 * version 9 reduce_scatter_in_place) */
+	ck_assert_int_eq(nccl_ops.version, 9);
 	ck_assert_ptr_eq(nccl_ops.sendrecv, nccl_sendrecv);
 	ck_assert_ptr_null(nccl_ops.map_shared);
 	ck_assert_ptr_null(nccl_ops.p2p_buffered);

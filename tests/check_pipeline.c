@@ -834,15 +834,18 @@ START_TEST(test_busy_line_whole)
 		OK(kiln_pipe_timing_step(t, dev, stream));
 		OK(kiln_device_stream_sync(dev, stream));
 	}
-	double ms[2 * P];
+	/* busy, CPU and span ms a step of each stage: stage 0's span the
+	 * longest (the step's) */
+	double ms[3 * P];
 	for (int s = 0; s < P; s++)
-		ms[2 * s] = 1.0 + 0.125 * s, ms[2 * s + 1] = 0.5;
+		ms[3 * s] = 1.0 + 0.125 * s, ms[3 * s + 1] = 0.5, ms[3 * s + 2] = s ? 5.0 : 10.0;
 	struct busy_log log = { .n = 0 };
 	kiln_log_set_sink(busy_sink, &log);
 	kiln_pipe_timing_report_pipe(t, ms);
 	kiln_log_set_sink(NULL, NULL);
 	ck_assert_int_eq(log.n, 1);
 	ck_assert_msg(strstr(log.line, " stage 23 3.875 (CPU 0.500),") != NULL, "%s", log.line);
+	ck_assert_msg(strstr(log.line, " span 10.000 (stage 0's); bubble ") != NULL, "%s", log.line);
 	/* the busiest stage is the last; the line ends with the split */
 	const char *end = strstr(log.line, "; bubble ");
 	ck_assert_msg(end && strstr(end, "busiest stage 23 idle ") && strstr(end, " + imbalance "),
